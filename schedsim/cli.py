@@ -1,0 +1,279 @@
+"""Command line: ``schedsim predict | check | schema | profiles | sweep`` (+ execute, calibrate,
+compare, import, analyze from their own modules).
+
+Domain errors (:class:`~schedsim.errors.SchedsimError`) print ``error: ...`` on
+stderr and exit with code 2, without a traceback. Any other exception is a bug.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import itertools
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from schedsim.errors import SchedsimError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Predict and execute comm/compute schedules of GPU clusters.")
+
+DEFAULT_PROFILE = "h200"
+
+
+class OutFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Launch(str, Enum):
+    eager = "eager"
+    cuda_graph = "cuda_graph"
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: turn SchedsimError into ``error: ...`` on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        try:
+            return fn(*a, **kw)
+        except SchedsimError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            print("interrupted; no partial output was written", file=sys.stderr)
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+SetOpt = typer.Option(None, "--set", help="Override a schedule parameter: --set chunks=4 (repeatable).")
+ProfileOpt = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Hardware profile: a shipped name or a YAML path.")
+
+
+def _load(file: Path, sets: Optional[list[str]]):  # type: ignore[no-untyped-def]
+    from schedsim.spec.loader import load_schedule, parse_overrides
+
+    return load_schedule(file, parse_overrides(sets or []))
+
+
+def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
+                   gantt: bool = True):  # type: ignore[no-untyped-def]
+    """Load, build, simulate and write timeline.json, trace.json and gantt.png/svg. Returns (timeline, metrics, paths)."""
+    from schedsim.graph.build import build_graph
+    from schedsim.hardware.profile import load_profile
+    from schedsim.report.chrome import write_chrome_trace
+    from schedsim.sim.engine import simulate
+    from schedsim.sim.metrics import compute_metrics
+
+    spec = _load(file, sets)
+    prof = load_profile(profile)
+    G = build_graph(spec)
+    tl = simulate(G, prof, launch=launch)
+    tl.meta.update({"file": str(file), "set": list(sets or [])})
+    metrics = compute_metrics(tl)
+    outdir = out or Path("schedsim_out") / spec.name
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = [outdir / "timeline.json", outdir / "trace.json"]
+    tl.write_json(paths[0], metrics)
+    write_chrome_trace(paths[1], [("predicted", tl)])
+    if gantt:
+        from schedsim.report.gantt import write_gantt
+
+        paths += write_gantt(outdir / "gantt", [("predicted", tl)],
+                             title=f"{spec.name} on {prof.name} ({tl.launch}): makespan {tl.makespan_s * 1e3:.3f} ms")
+    return tl, metrics, paths
+
+
+@app.command()
+@handle_errors
+def predict(
+    file: Path = typer.Argument(..., help="Schedule YAML."),
+    profile: str = ProfileOpt,
+    set_: Optional[list[str]] = SetOpt,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder [default: schedsim_out/<schedule name>]."),
+    fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
+    launch: Optional[Launch] = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
+    gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
+) -> None:
+    """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
+    tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt)
+    if fmt == OutFormat.json:
+        print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics,
+                          "files": [str(p) for p in paths]}, indent=1))
+        return
+    from schedsim.report.summary import print_summary
+
+    print_summary(tl, metrics)
+    print("wrote " + ", ".join(str(p) for p in paths))
+
+
+@app.command()
+@handle_errors
+def check(
+    file: Path = typer.Argument(..., help="Schedule YAML."),
+    set_: Optional[list[str]] = SetOpt,
+) -> None:
+    """Validate a schedule (language rules and DAG checks) without simulating."""
+    from schedsim.graph.build import build_graph
+
+    spec = _load(file, set_)
+    G = build_graph(spec)
+    ranks = G.graph["world_size"]
+    print(f"ok: {file}: {spec.name}: {G.number_of_nodes()} ops on {ranks} rank(s), "
+          f"{len(G.graph['collectives'])} collective(s), {len(G.graph['p2p'])} send/recv pair(s)")
+
+
+@app.command()
+@handle_errors
+def schema(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to a file instead of stdout.")) -> None:
+    """Print the JSON Schema of schedule files (for editor completion)."""
+    from schedsim.spec.model import ScheduleSpec
+
+    text = json.dumps(ScheduleSpec.model_json_schema(), indent=1)
+    if out:
+        from schedsim.sim.timeline import atomic_write_text
+
+        atomic_write_text(out, text)
+    else:
+        print(text)
+
+
+@app.command()
+@handle_errors
+def profiles() -> None:
+    """List the shipped hardware profiles and where their numbers come from."""
+    from schedsim.hardware.profile import list_profiles, load_profile
+
+    for name in list_profiles():
+        p = load_profile(name)
+        print(f"{name:18s} {p.gpu.name}: {p.description.strip()[:150]}")
+
+
+def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
+    import yaml
+
+    axes = []
+    for item in items:
+        if "=" not in item:
+            raise SchedsimError(f"--set {item!r} is not key=v1,v2,...\n  fix: write e.g. --set chunks=1,2,4,8")
+        k, v = item.split("=", 1)
+        axes.append((k.strip(), [yaml.safe_load(x) for x in v.split(",") if x.strip() != ""]))
+    return axes
+
+
+@app.command()
+@handle_errors
+def sweep(
+    file: Path = typer.Argument(..., help="Schedule YAML."),
+    set_: list[str] = typer.Option(..., "--set", help="key=v1,v2,... (repeat for a grid)."),
+    profile: str = ProfileOpt,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder [default: schedsim_out/sweep_<schedule>]."),
+    fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
+) -> None:
+    """Predict a schedule over a grid of parameter values; print a table and plot makespan against the setting."""
+    from schedsim.graph.build import build_graph
+    from schedsim.hardware.profile import load_profile
+    from schedsim.sim.engine import simulate
+    from schedsim.sim.metrics import compute_metrics
+
+    axes = _parse_sweep(set_)
+    prof = load_profile(profile)
+    rows = []
+    for combo in itertools.product(*[vals for _k, vals in axes]):
+        sets = [f"{k}={v}" for (k, _), v in zip(axes, combo)]
+        spec = _load(file, sets)
+        tl = simulate(build_graph(spec), prof)
+        m = compute_metrics(tl)
+        row = {"setting": dict(zip([k for k, _ in axes], combo)), "makespan_s": m["makespan_s"],
+               "exposed_comm_s": m["exposed_comm_s"], "overlap_ratio": m["overlap_ratio"]}
+        if "pipeline" in tl.meta:
+            row["peak_memory_bytes"] = max(tl.meta["pipeline"].get("peak_memory_bytes", [0]) or [0])
+            row["bubble_ratio"] = tl.meta["pipeline"].get("bubble_ratio_makespan")
+        rows.append(row)
+    outdir = out or Path("schedsim_out") / f"sweep_{file.stem}"
+    outdir.mkdir(parents=True, exist_ok=True)
+    from schedsim.sim.timeline import atomic_write_text
+
+    atomic_write_text(outdir / "sweep.json", json.dumps(rows, indent=1))
+    _plot_sweep(outdir / "sweep", rows, axes, f"{file.stem} on {prof.name}")
+    if fmt == OutFormat.json:
+        print(json.dumps(rows, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from schedsim.report.summary import fmt_time
+
+    t = Table()
+    for k, _ in axes:
+        t.add_column(k)
+    for col in ("makespan", "exposed comm", "overlap"):
+        t.add_column(col, justify="right")
+    has_mem = any("peak_memory_bytes" in r for r in rows)
+    if has_mem:
+        t.add_column("peak act. memory", justify="right")
+        t.add_column("bubble", justify="right")
+    for r in rows:
+        cells = [str(r["setting"][k]) for k, _ in axes] + [fmt_time(r["makespan_s"]), fmt_time(r["exposed_comm_s"]),
+                                                            f"{r['overlap_ratio']:.3f}"]
+        if has_mem:
+            cells += [f"{r.get('peak_memory_bytes', 0) / 2**20:.1f} MiB", f"{r.get('bubble_ratio') or 0:.3f}"]
+        t.add_row(*cells)
+    Console().print(t)
+    print(f"wrote {outdir / 'sweep.json'}, {outdir / 'sweep.png'}")
+
+
+def _plot_sweep(stem: Path, rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]], title: str) -> None:
+    import io
+
+    from matplotlib.figure import Figure
+
+    from schedsim.sim.timeline import atomic_write_bytes
+
+    labels = [", ".join(f"{k}={r['setting'][k]}" for k, _ in axes) for r in rows]
+    has_mem = any("peak_memory_bytes" in r for r in rows)
+    fig = Figure(figsize=(max(6, 0.6 * len(rows) + 3), 4), dpi=110)
+    ax = fig.add_subplot(111)
+    xs = list(range(len(rows)))
+    ax.plot(xs, [r["makespan_s"] * 1e3 for r in rows], marker="o", label="makespan (ms)")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("makespan (ms)")
+    if has_mem:
+        ax2 = ax.twinx()
+        ax2.plot(xs, [r.get("peak_memory_bytes", 0) / 2**20 for r in rows], marker="s", color="tab:red")
+        ax2.set_ylabel("peak activation memory (MiB)", color="tab:red")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    atomic_write_bytes(f"{stem}.png", buf.getvalue())
+
+
+_EXTENSIONS = ("executor.commands", "schedsim.compare", "schedsim.trace.commands")
+
+
+def _register_extensions() -> None:
+    for name in _EXTENSIONS:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name and name.startswith(e.name):
+                continue
+            raise
+        mod.register(app)
+
+
+_register_extensions()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

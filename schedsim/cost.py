@@ -1,0 +1,199 @@
+"""Cost model: the solo (uncontended) duration of each op, from a hardware profile.
+
+* **GEMM** (``matmul``): the measured table of the profile, for the op's dtype.
+  An exact shape returns its measured time. Otherwise the achieved FLOP/s is
+  interpolated by inverse-distance weighting (power 2) of log(FLOP/s) over the
+  4 nearest measured shapes in (log2 m, log2 n, log2 k) space, and
+  time = max(kernel floor, FLOP / rate). With no entry for the dtype it falls
+  back to a roofline: max(floor, FLOP / (peak·efficiency), bytes / HBM bw).
+* **Generic compute**: ``duration_us`` if given, else the same roofline.
+* **Collectives**: nccl-tests convention (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``):
+  algbw = S / t, busbw = algbw × factor with factor 2(n−1)/n for all_reduce,
+  (n−1)/n for all_gather, reduce_scatter, all_to_all, scatter and gather, 1 for
+  broadcast, reduce and send/recv. A measured busbw-vs-size table for the
+  collective and group size is interpolated linearly in log(size); below its
+  smallest size alpha-beta with the smallest size's busbw (capped at that size's time), above
+  its largest the last busbw. Without a table: alpha-beta on the link class,
+  t = steps·alpha + factor·S / B_link, with steps 2(n−1) for all_reduce and n−1
+  otherwise (ring algorithms; Thakur et al., IJHPCA 2005).
+* **send/recv**: the ``sendrecv`` table for 2 ranks, else alpha + S / B_link.
+* **memcpy**: latency + bytes / copy-engine bandwidth of the direction.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+from schedsim.graph.ops import Op
+from schedsim.hardware.profile import HardwareProfile
+
+__all__ = ["CostModel", "bus_factor"]
+
+_BUS_FACTORS = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "send": lambda n: 1.0,
+    "recv": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """busbw / algbw for collective ``kind`` over ``n`` ranks (nccl-tests ``doc/PERFORMANCE.md``).
+
+    Examples
+    --------
+    >>> bus_factor("all_reduce", 4)
+    1.5
+    >>> bus_factor("all_gather", 2)
+    0.5
+    """
+    return _BUS_FACTORS[kind](n)
+
+
+class CostModel:
+    """Solo durations in seconds for ops on one profile. Pure and deterministic; caches by shape."""
+
+    def __init__(self, profile: HardwareProfile) -> None:
+        self.profile = profile
+        self._floor = profile.gpu.kernel_floor_us * 1e-6
+        self._gemm: dict[str, list[tuple[float, float, float, int, int, int, float]]] = {}
+        for dtype, m, n, k, ms in profile.gemm.entries:
+            rate = 2.0 * m * n * k / (ms * 1e-3)
+            self._gemm.setdefault(dtype, []).append((math.log2(m), math.log2(n), math.log2(k), m, n, k, rate))
+        self._tables: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+        for coll, by_n in profile.collectives.tables.items():
+            for n, rows in by_n.items():
+                rows = sorted(rows)
+                self._tables[(coll, int(n))] = ([math.log(s) for s, _ in rows], [bw * 1e9 for _, bw in rows])
+        self._cache: dict[tuple[object, ...], float] = {}
+        self._ref: CostModel | None = None
+
+    # -- compute ---------------------------------------------------------
+    def gemm_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:
+        """Interpolated GEMM rate in FLOP/s, or None if the table has no entry for ``dtype``."""
+        pts = self._gemm.get(dtype)
+        if not pts:
+            return None
+        lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
+        ds = []
+        for p in pts:
+            d2 = (p[0] - lm) ** 2 + (p[1] - ln) ** 2 + (p[2] - lk) ** 2
+            if d2 == 0.0:
+                return p[6]
+            ds.append((d2, p[6]))
+        ds.sort()
+        near = ds[:4]
+        wsum = sum(1.0 / d for d, _ in near)
+        return math.exp(sum(math.log(r) / d for d, r in near) / wsum)
+
+    def _transfer_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:
+        """Own nearest measured rate scaled by the reference profile's shape-efficiency ratio."""
+        ref_name = self.profile.gemm.shape_curve_from
+        pts = self._gemm.get(dtype)
+        if not ref_name or not pts:
+            return None
+        if self._ref is None:
+            from schedsim.hardware.profile import load_profile
+
+            self._ref = CostModel(load_profile(ref_name))
+        lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
+        near = min(pts, key=lambda p: (p[0] - lm) ** 2 + (p[1] - ln) ** 2 + (p[2] - lk) ** 2)
+        a = self._ref.gemm_rate(dtype, m, n, k)
+        b = self._ref.gemm_rate(dtype, near[3], near[4], near[5])
+        if a is None or b is None:
+            return None
+        return near[6] * a / b
+
+    def _roofline(self, flops: float, nbytes: float, dtype: str | None) -> float:
+        g = self.profile.gpu
+        peak = g.peak_tflops.get(dtype or "fp32", g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency
+        return max(self._floor, flops / peak if flops else 0.0, nbytes / (g.hbm_GBps * 1e9))
+
+    def _matmul(self, op: Op) -> float:
+        dtype = op.dtype or "fp32"
+        rate = self._transfer_rate(dtype, op.m * op.batch, op.n, op.k)
+        if rate is None:
+            rate = self.gemm_rate(dtype, op.m * op.batch, op.n, op.k)
+        if rate is None:
+            return self._roofline(op.flops, op.nbytes, dtype)
+        return max(self._floor, op.flops / rate)
+
+    # -- communication ----------------------------------------------------
+    def collective_time(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
+        """Time in seconds of collective ``kind`` moving ``nbytes`` (nccl-tests size) over ``ranks``."""
+        n = len(ranks)
+        if n <= 1:
+            return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
+        table_kind = "sendrecv" if kind in ("send", "recv") else kind
+        factor = bus_factor(table_kind, n)
+        tab = self._tables.get((table_kind, n))
+        if tab is not None and nbytes > 0:
+            xs, bws = tab
+            x = math.log(nbytes)
+            if x <= xs[0]:
+                # below the smallest measured size: alpha-beta with that size's busbw
+                link = self.profile.link_for(ranks)
+                steps = 1 if table_kind == "sendrecv" else (2 * (n - 1) if table_kind == "all_reduce" else n - 1)
+                return min(steps * link.latency_us * 1e-6 + nbytes * factor / bws[0], math.exp(xs[0]) * factor / bws[0])
+            if x >= xs[-1]:
+                bw = bws[-1]
+            else:
+                i = bisect.bisect_right(xs, x)
+                f = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+                bw = bws[i - 1] + f * (bws[i] - bws[i - 1])
+            return nbytes * factor / bw
+        link = self.profile.link_for(ranks)
+        if table_kind == "sendrecv":
+            steps = 1
+        elif table_kind == "all_reduce":
+            steps = 2 * (n - 1)
+        else:
+            steps = n - 1
+        return steps * link.latency_us * 1e-6 + factor * nbytes / (link.bandwidth_GBps * 1e9)
+
+    def _memcpy(self, op: Op) -> float:
+        mc = self.profile.memcpy
+        bw = {"h2d": mc.h2d_GBps, "d2h": mc.d2h_GBps}.get(op.direction or "d2d", mc.d2d_GBps / 2.0)
+        return mc.latency_us * 1e-6 + op.nbytes / (bw * 1e9)
+
+    def duration(self, op: Op) -> float:
+        """Solo duration of ``op`` in seconds (no contention, no launch overhead)."""
+        kind = op.kind
+        if kind == "matmul":
+            key: tuple[object, ...] = (kind, op.dtype, op.m, op.n, op.k, op.batch)
+        elif kind == "compute":
+            if op.duration_s is not None:
+                return op.duration_s
+            key = (kind, op.flops, op.nbytes, op.dtype)
+        elif kind == "memcpy":
+            key = (kind, op.direction, op.nbytes)
+        else:
+            key = (kind, op.nbytes, op.group)
+        t = self._cache.get(key)
+        if t is not None:
+            return t
+        if kind == "matmul":
+            t = self._matmul(op)
+        elif kind == "compute":
+            t = self._roofline(op.flops, op.nbytes, op.dtype)
+        elif kind == "memcpy":
+            t = self._memcpy(op)
+        else:
+            t = self.collective_time(kind, op.nbytes, op.group)
+        self._cache[key] = t
+        return t
+
+    def launch_overhead(self, op: Op, mode: str) -> float:
+        """Host time to launch ``op``: eager per-op or per-collective overhead; 0 under a CUDA graph."""
+        lp = self.profile.launch
+        if mode == "cuda_graph":
+            return 0.0
+        return (lp.eager_per_collective_us if op.resource == "comm" else lp.eager_per_op_us) * 1e-6

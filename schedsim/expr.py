@@ -1,0 +1,202 @@
+"""Safe arithmetic expressions for schedule fields.
+
+Schedule fields may hold expressions such as ``M*world_size/chunks`` or
+``range(chunks)``. They are parsed with :mod:`ast` and evaluated by walking a
+whitelist of node types; :func:`eval` and :func:`exec` are never used, so a
+schedule cannot run code, touch attributes or import modules.
+
+Allowed: int/float/str/bool literals, names bound in the environment,
+``+ - * / // % **``, unary ``+ -``, comparisons, ``and or not``, ``x if c else y``,
+lists/tuples, subscripts, and the functions in :data:`FUNCTIONS` (``sizeof(dtype)`` gives bytes per element).
+
+A ``/`` whose result is integral yields an ``int``, so ``8192*2/8`` is ``2048``.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ExprError", "evaluate", "interpolate", "FUNCTIONS"]
+
+
+class ExprError(ValueError):
+    """An expression is malformed, uses a forbidden construct or an unknown name."""
+
+
+def _div(a: Any, b: Any) -> Any:
+    r = a / b
+    if isinstance(r, float) and r.is_integer() and isinstance(a, int) and isinstance(b, int):
+        return int(r)
+    return r
+
+
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: _div,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNOPS = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Not: operator.not_}
+_CMPOPS = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+
+def _range(*args: int) -> list[int]:
+    if len(args) > 3 or not all(isinstance(a, int) for a in args):
+        raise ExprError("range() takes 1 to 3 integers")
+    r = range(*args)
+    if len(r) > 10_000_000:
+        raise ExprError("range() longer than 10M elements")
+    return list(r)
+
+
+def _sizeof(dtype: str) -> int:
+    from schedsim.units import DTYPE_BYTES
+
+    if dtype not in DTYPE_BYTES:
+        raise ExprError(f"sizeof: unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
+
+
+FUNCTIONS: dict[str, Any] = {
+    "sizeof": _sizeof,
+    "range": _range,
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "int": int,
+    "float": float,
+    "round": round,
+    "len": len,
+    "ceil": math.ceil,
+    "floor": math.floor,
+    "log2": math.log2,
+    "sqrt": math.sqrt,
+}
+
+
+def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
+    if isinstance(node, ast.Expression):
+        return _ev(node.body, env)
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, (int, float, str, bool)) or node.value is None:
+            return node.value
+        raise ExprError(f"constant {node.value!r} is not allowed")
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        if node.id in ("true", "True"):
+            return True
+        if node.id in ("false", "False"):
+            return False
+        raise ExprError(f"unknown name {node.id!r}")
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        left, right = _ev(node.left, env), _ev(node.right, env)
+        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > 64:
+            raise ExprError("exponent larger than 64")
+        try:
+            return _BINOPS[type(node.op)](left, right)
+        except ZeroDivisionError:
+            raise ExprError("division by zero") from None
+        except TypeError as e:
+            raise ExprError(str(e)) from None
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
+        return _UNOPS[type(node.op)](_ev(node.operand, env))
+    if isinstance(node, ast.BoolOp):
+        vals = [_ev(v, env) for v in node.values]
+        if isinstance(node.op, ast.And):
+            return all(vals)
+        return any(vals)
+    if isinstance(node, ast.Compare):
+        left = _ev(node.left, env)
+        for op, comp in zip(node.ops, node.comparators):
+            if type(op) not in _CMPOPS:
+                raise ExprError("only == != < <= > >= comparisons are allowed")
+            right = _ev(comp, env)
+            if not _CMPOPS[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        return _ev(node.body, env) if _ev(node.test, env) else _ev(node.orelse, env)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_ev(e, env) for e in node.elts]
+    if isinstance(node, ast.Subscript):
+        return _ev(node.value, env)[_ev(node.slice, env)]
+    if isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:
+            raise ExprError(f"only the functions {', '.join(sorted(FUNCTIONS))} may be called")
+        return FUNCTIONS[node.func.id](*[_ev(a, env) for a in node.args])
+    raise ExprError(f"{type(node).__name__} is not allowed in an expression")
+
+
+def evaluate(text: str, env: Mapping[str, Any]) -> Any:
+    """Evaluate an arithmetic expression safely.
+
+    Parameters
+    ----------
+    text : str
+        The expression, e.g. ``"M*world_size/chunks"``.
+    env : mapping
+        Names visible to the expression (schedule parameters, loop variables).
+
+    Returns
+    -------
+    int, float, str, bool or list
+
+    Raises
+    ------
+    ExprError
+        On syntax errors, unknown names, forbidden constructs, division by zero.
+
+    Examples
+    --------
+    >>> evaluate("M*world_size/chunks", {"M": 8192, "world_size": 2, "chunks": 8})
+    2048
+    >>> evaluate("range(3)", {})
+    [0, 1, 2]
+    """
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ExprError(f"cannot parse expression {text!r}: {e.msg}") from None
+    return _ev(tree, env)
+
+
+_BRACES = re.compile(r"\{([^{}]+)\}")
+
+
+def interpolate(text: str, env: Mapping[str, Any]) -> Any:
+    """Substitute ``{expr}`` parts of a string.
+
+    A string that is exactly one ``{expr}`` returns the typed value
+    (``"{chunks}"`` gives ``8``); otherwise each part is formatted into the text
+    (``"mm{i}"`` gives ``"mm3"``). Strings without braces are returned unchanged.
+
+    Examples
+    --------
+    >>> interpolate("ag{i}", {"i": 3})
+    'ag3'
+    >>> interpolate("{n*2}", {"n": 4})
+    8
+    """
+    if "{" not in text:
+        return text
+    m = _BRACES.fullmatch(text.strip())
+    if m:
+        return evaluate(m.group(1), env)
+    return _BRACES.sub(lambda mm: str(evaluate(mm.group(1), env)), text)

@@ -1,0 +1,178 @@
+"""Build the networkx DAG of a schedule.
+
+Nodes are op ids (``name@rN``) with the :class:`~schedsim.graph.ops.Op` in the
+``op`` attribute, inserted in program order (rank by rank, in the order the
+ops are written). Edges carry ``kind``:
+
+* ``"dep"``: a declared dependency (a CUDA event wait when the streams differ);
+* ``"stream"``: consecutive ops on one stream of one rank (CUDA stream order).
+
+Rendezvous are not edges: ``G.graph["collectives"]`` maps a collective key to
+the op ids of its members (one per rank of the group) and ``G.graph["p2p"]``
+lists matched ``(send_id, recv_id)`` pairs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import networkx as nx
+
+from schedsim.errors import DeadlockError, GraphError
+from schedsim.graph.ops import Op, format_op_id
+from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
+from schedsim.units import DTYPE_BYTES
+
+__all__ = ["build_graph", "expand_ops"]
+
+_DEFAULT_STREAM = {"matmul": "compute", "compute": "compute", "memcpy": "copy"}
+
+
+def _size(o: object) -> int:
+    return o.size_bytes()  # type: ignore[attr-defined,no-any-return]
+
+
+def expand_ops(spec: ScheduleSpec) -> list[Op]:
+    """Turn the spec's ops into per-rank :class:`Op` instances, in program order.
+
+    Ranks are listed in ascending order; within a rank, ops keep the order
+    written. Sizes are converted to bytes and FLOP.
+    """
+    per_rank: dict[int, list[Op]] = defaultdict(list)
+    all_ranks = list(range(spec.world_size))
+    for idx, s in enumerate(spec.ops):
+        ranks = s.ranks if s.ranks is not None else all_ranks
+        group = tuple(sorted(ranks))
+        stream = s.stream or _DEFAULT_STREAM.get(s.kind, "comm")
+        tags = tuple(sorted(s.tags.items()))
+        src = spec.source_of(idx)
+        for r in ranks:
+            seq = len(per_rank[r])
+            common = dict(name=s.name, rank=r, kind=s.kind, stream=stream, seq=seq, deps=tuple(s.deps),
+                          tags=tags, source=src, spec_index=idx)
+            if s.kind == "matmul":
+                b = s.batch  # type: ignore[union-attr]
+                mm, nn, kk = s.m, s.n, s.k  # type: ignore[union-attr]
+                eb = DTYPE_BYTES[s.dtype]  # type: ignore[union-attr]
+                op = Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype,  # type: ignore[union-attr,arg-type]
+                        flops=2.0 * b * mm * nn * kk, nbytes=float(b * (mm * kk + kk * nn + mm * nn) * eb))
+            elif s.kind == "compute":
+                op = Op(**common, flops=float(s.flops or 0.0), nbytes=float(s.bytes or 0.0),  # type: ignore[union-attr,arg-type]
+                        dtype=s.dtype,  # type: ignore[union-attr]
+                        duration_s=None if s.duration_us is None else s.duration_us * 1e-6)  # type: ignore[union-attr]
+            elif s.kind in COLLECTIVE_KINDS:
+                size = _size(s)
+                if s.buffer == "shard":  # type: ignore[union-attr]
+                    size *= len(group)
+                op = Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)  # type: ignore[union-attr,arg-type]
+            elif s.kind in ("send", "recv"):
+                pair = (r, s.peer) if s.kind == "send" else (s.peer, r)  # type: ignore[union-attr]
+                op = Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[union-attr,arg-type]
+                        tag=s.tag)  # type: ignore[union-attr]
+            else:  # memcpy
+                op = Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[union-attr,arg-type]
+            per_rank[r].append(op)
+    return [op for r in sorted(per_rank) for op in per_rank[r]]
+
+
+def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
+    """Build the DAG of ``spec`` and, by default, run the static checks.
+
+    Parameters
+    ----------
+    spec : ScheduleSpec
+        A validated schedule.
+    check : bool
+        Run :func:`schedsim.graph.checks.check_graph` (cycles, collective
+        order, rendezvous deadlocks).
+
+    Returns
+    -------
+    networkx.DiGraph
+        See the module docstring. ``G.graph`` also holds ``name``,
+        ``world_size`` and ``launch``.
+
+    Raises
+    ------
+    GraphError
+        A dependency names an op that does not exist on that rank.
+    DeadlockError
+        An unmatched send or recv; collectives issued in different orders.
+    CycleError
+        The dependencies form a cycle.
+    """
+    from schedsim.spec.pipeline_block import expand_pipeline  # local: only pipelines need it
+
+    if spec.pipeline is not None:
+        spec = expand_pipeline(spec)
+    ops = expand_ops(spec)
+    G = nx.DiGraph(name=spec.name, world_size=spec.world_size, launch=spec.launch)
+    last_on_stream: dict[tuple[int, str], str] = {}
+    names_on_rank: dict[int, dict[str, Op]] = defaultdict(dict)
+    for op in ops:
+        names_on_rank[op.rank][op.name] = op
+    collectives: dict[str, list[str]] = defaultdict(list)
+    for op in ops:
+        oid = op.id
+        G.add_node(oid, op=op)
+        key = (op.rank, op.stream)
+        prev = last_on_stream.get(key)
+        if prev is not None:
+            G.add_edge(prev, oid, kind="stream")
+        last_on_stream[key] = oid
+        if op.kind in COLLECTIVE_KINDS:
+            collectives[f"{op.name}#{op.spec_index}"].append(oid)
+    for op in ops:
+        here = names_on_rank[op.rank]
+        for d in op.deps:
+            if d not in here:
+                elsewhere = sorted(r for r, names in names_on_rank.items() if d in names)
+                hint = (f"{d!r} exists only on rank(s) {elsewhere}; dependencies are per rank, cross-rank order "
+                        "comes from collectives and send/recv") if elsewhere else "check the spelling"
+                import difflib
+
+                close = difflib.get_close_matches(d, list(here), n=1)
+                if close and not elsewhere:
+                    hint = f"did you mean {close[0]!r}?"
+                raise GraphError(f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, "
+                                 f"which does not exist on rank {op.rank}\n  fix: {hint}")
+            if d == op.name:
+                raise GraphError(f"{op.source}: op {op.name!r} depends on itself\n  fix: remove it from its deps")
+            G.add_edge(format_op_id(d, op.rank), op.id, kind="dep")
+    G.graph["collectives"] = dict(collectives)
+    G.graph["p2p"] = _match_p2p(ops)
+    if check:
+        from schedsim.graph.checks import check_graph
+
+        check_graph(G)
+    return G
+
+
+def _match_p2p(ops: list[Op]) -> list[tuple[str, str]]:
+    sends: dict[tuple[int, int, str | None], list[Op]] = defaultdict(list)
+    recvs: dict[tuple[int, int, str | None], list[Op]] = defaultdict(list)
+    for op in ops:
+        if op.kind == "send":
+            sends[(op.rank, op.peer, op.tag)].append(op)  # type: ignore[index]
+        elif op.kind == "recv":
+            recvs[(op.peer, op.rank, op.tag)].append(op)  # type: ignore[index]
+    pairs: list[tuple[str, str]] = []
+    for key in sorted(set(sends) | set(recvs), key=lambda k: (k[0], k[1], k[2] or "")):
+        s, r = sends.get(key, []), recvs.get(key, [])
+        for a, b in zip(s, r):
+            if a.nbytes != b.nbytes:
+                raise DeadlockError(
+                    f"{a.source}: send {a.id} ({int(a.nbytes)} B) is matched with recv {b.id} ({int(b.nbytes)} B); "
+                    "sizes differ\n  fix: give the matching send and recv the same size")
+            pairs.append((a.id, b.id))
+        if len(s) != len(r):
+            src, dst, tag = key
+            extra = s[len(r):] if len(s) > len(r) else r[len(s):]
+            what = "send" if len(s) > len(r) else "recv"
+            tagtxt = f" with tag {tag!r}" if tag else ""
+            raise DeadlockError(
+                f"{extra[0].source}: unmatched {what} {', '.join(o.id for o in extra)}: rank {src} sends {len(s)} "
+                f"message(s) to rank {dst}{tagtxt} but rank {dst} receives {len(r)}; real NCCL would hang\n"
+                f"  fix: add the matching {'recv on rank ' + str(dst) if what == 'send' else 'send on rank ' + str(src)}"
+                " (sends and recvs between two ranks match in order)")
+    return pairs

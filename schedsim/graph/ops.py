@@ -1,0 +1,96 @@
+"""The op instance: one op of the schedule on one rank.
+
+An op id is ``"{name}@r{rank}"`` (``mm3@r0``); :func:`parse_op_id` reads it back,
+so ids round-trip through text the way torch pipelining's ``_Action`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Op", "format_op_id", "parse_op_id", "COMPUTE", "COMM", "COPY", "resource_of"]
+
+COMPUTE = "compute"
+COMM = "comm"
+COPY = "copy"
+
+_ID = re.compile(r"^(?P<name>.+)@r(?P<rank>\d+)$")
+
+
+def format_op_id(name: str, rank: int) -> str:
+    """Return the id of op ``name`` on ``rank``: ``"{name}@r{rank}"``."""
+    return f"{name}@r{rank}"
+
+
+def parse_op_id(op_id: str) -> tuple[str, int]:
+    """Split an op id into ``(name, rank)``.
+
+    Raises
+    ------
+    ValueError
+        If ``op_id`` is not of the form ``name@rN``.
+
+    Examples
+    --------
+    >>> parse_op_id("mm3@r0")
+    ('mm3', 0)
+    """
+    m = _ID.match(op_id)
+    if not m:
+        raise ValueError(f"{op_id!r} is not an op id of the form name@rN")
+    return m.group("name"), int(m.group("rank"))
+
+
+def resource_of(kind: str) -> str:
+    """Which GPU resource an op kind occupies: ``compute`` (SMs), ``comm`` (NCCL over a link) or ``copy``."""
+    if kind in ("matmul", "compute"):
+        return COMPUTE
+    if kind == "memcpy":
+        return COPY
+    return COMM
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One op on one rank, after expansion. Units are SI (bytes, FLOP, seconds).
+
+    ``nbytes`` is the message size in the nccl-tests convention for collectives
+    and p2p, the bytes copied for memcpy, and the bytes moved in HBM for compute
+    (for matmul: A, B and C read or written once).
+    """
+
+    name: str
+    rank: int
+    kind: str
+    stream: str
+    seq: int
+    deps: tuple[str, ...] = ()
+    group: tuple[int, ...] = ()
+    peer: int | None = None
+    root: int | None = None
+    nbytes: float = 0.0
+    flops: float = 0.0
+    dtype: str | None = None
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    duration_s: float | None = None
+    direction: str | None = None
+    tag: str | None = None
+    tags: tuple[tuple[str, Any], ...] = ()
+    source: str = field(default="", compare=False)
+    spec_index: int = field(default=-1, compare=False)
+
+    @property
+    def id(self) -> str:
+        return format_op_id(self.name, self.rank)
+
+    @property
+    def resource(self) -> str:
+        return resource_of(self.kind)
+
+    def __str__(self) -> str:
+        return self.id

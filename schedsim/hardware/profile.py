@@ -1,0 +1,168 @@
+"""Hardware profiles (YAML with units in the key names), validated with pydantic.
+
+A profile says where each number comes from (``source`` fields). Units are
+converted to SI once, by the accessor methods. Profiles ship as package data
+in ``schedsim/hardware/profiles/*.yaml`` and are chosen with
+``--profile NAME|PATH``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schedsim.errors import ProfileError
+
+__all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass"]
+
+LinkClass = Literal["nvlink", "pcie", "network"]
+
+
+class _B(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GPU(_B):
+    name: str = Field(description="GPU model.")
+    hbm_GBps: float = Field(gt=0, description="Achievable HBM bandwidth, GB/s (1e9 B/s).")
+    peak_tflops: dict[str, float] = Field(description="Dense peak per dtype, TFLOP/s (roofline fallback).")
+    gemm_efficiency: float = Field(default=0.75, gt=0, le=1,
+                                   description="Fraction of peak a large GEMM reaches when no table entry exists.")
+    kernel_floor_us: float = Field(default=5.0, ge=0, description="Shortest kernel time, µs (latency floor).")
+    source: str = Field(description="Where these numbers come from.")
+
+
+class Launch(_B):
+    eager_per_op_us: float = Field(ge=0, description="Host time to launch one kernel in eager mode, µs.")
+    eager_per_collective_us: float = Field(ge=0, description="Host time to launch one NCCL call in eager mode, µs.")
+    graph_launch_us: float = Field(ge=0, description="Host time of one cudaGraphLaunch, µs.")
+    graph_per_op_us: float = Field(ge=0, description="GPU-side overhead per graph node, µs.")
+    source: str
+
+
+class Link(_B):
+    bandwidth_GBps: float = Field(gt=0, description="Per-GPU unidirectional bandwidth, GB/s: the busbw a large collective reaches.")
+    latency_us: float = Field(ge=0, description="Per-step latency alpha, µs.")
+    source: str
+
+
+class Topology(_B):
+    gpus_per_node: int = Field(gt=0)
+    intra_node_link: LinkClass = "nvlink"
+    inter_node_link: LinkClass = "network"
+
+
+class Memcpy(_B):
+    h2d_GBps: float = Field(gt=0)
+    d2h_GBps: float = Field(gt=0)
+    d2d_GBps: float = Field(gt=0, description="Bytes read plus written per second.")
+    latency_us: float = Field(default=5.0, ge=0)
+    source: str
+
+
+class GemmTable(_B):
+    source: str
+    entries: list[tuple[str, int, int, int, float]] = Field(
+        default_factory=list, description="[dtype, m, n, k, time_ms] measured single-GEMM times (batch 1).")
+    shape_curve_from: str | None = Field(
+        default=None,
+        description="Name of another profile whose measured GEMM table supplies the shape-efficiency curve for "
+        "shapes this table lacks: rate(shape) = own rate(nearest) * ref rate(shape) / ref rate(nearest).")
+
+
+class CollectiveTables(_B):
+    source: str
+    tables: dict[str, dict[int, list[tuple[float, float]]]] = Field(
+        default_factory=dict,
+        description="collective -> group size -> [[size_bytes, busbw_GBps], ...] in the nccl-tests convention "
+        "(size = the size column; busbw = algbw * factor). Keys: all_reduce, all_gather, reduce_scatter, "
+        "broadcast, reduce, all_to_all, sendrecv, ...",
+    )
+
+
+class Contention(_B):
+    compute_slowdown_with_comm: float = Field(ge=0, description="alpha: a kernel runs 1/(1+alpha) as fast while NCCL runs beside it.")
+    comm_slowdown_with_compute: float = Field(ge=0, description="beta: NCCL runs 1/(1+beta) as fast while a kernel runs beside it.")
+    compute_slowdown_with_copy: float = Field(default=0.0, ge=0, description="gamma: kernel slowdown from a copy-engine transfer.")
+    copy_slowdown_with_compute: float = Field(default=0.0, ge=0, description="delta: copy slowdown from a kernel.")
+    source: str
+
+
+class HardwareProfile(_B):
+    """A machine: GPU rates, launch overheads, links, copy engines, measured tables and contention factors."""
+
+    name: str
+    description: str = ""
+    gpu: GPU
+    launch: Launch
+    topology: Topology
+    links: dict[LinkClass, Link]
+    memcpy: Memcpy
+    gemm: GemmTable
+    collectives: CollectiveTables
+    contention: Contention
+
+    def link_for(self, ranks: tuple[int, ...]) -> Link:
+        """Link class joining ``ranks``: intra-node if they share a node, else inter-node.
+
+        Raises
+        ------
+        ProfileError
+            If the profile lacks that link class.
+        """
+        g = self.topology.gpus_per_node
+        same = len({r // g for r in ranks}) <= 1
+        cls = self.topology.intra_node_link if same else self.topology.inter_node_link
+        if cls not in self.links:
+            raise ProfileError(f"profile {self.name!r} has no {cls!r} link for ranks {list(ranks)}"
+                               f"\n  fix: add links.{cls} (bandwidth_GBps, latency_us, source) to the profile")
+        return self.links[cls]
+
+
+def _builtin_dir() -> Path:
+    return Path(str(resources.files("schedsim.hardware") / "profiles"))
+
+
+def list_profiles() -> list[str]:
+    """Names of the profiles shipped with schedsim."""
+    return sorted(p.stem for p in _builtin_dir().glob("*.yaml"))
+
+
+@lru_cache(maxsize=16)
+def load_profile(name_or_path: str) -> HardwareProfile:
+    """Load a shipped profile by name, or a profile YAML by path.
+
+    Raises
+    ------
+    ProfileError
+        Unknown name, unreadable file, or a field that fails validation
+        (the message names the field).
+    """
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = _builtin_dir() / f"{name_or_path}.yaml"
+        if not p.exists():
+            import difflib
+
+            names = list_profiles()
+            close = difflib.get_close_matches(name_or_path, names, n=1)
+            raise ProfileError(f"unknown profile {name_or_path!r}\n  fix: "
+                               + (f"did you mean {close[0]!r}? " if close else "")
+                               + f"shipped profiles: {', '.join(names)}; or pass a path to a profile YAML")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"{p}: no such profile file\n  fix: check the path, or use one of {', '.join(list_profiles())}") from None
+    except yaml.YAMLError as e:
+        raise ProfileError(f"{p}: invalid YAML: {e}") from None
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ProfileError(f"{p}: {loc}: {err['msg']}\n  fix: see schedsim/hardware/profiles/h200.yaml for the format") from None

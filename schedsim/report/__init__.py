@@ -1,0 +1,1 @@
+"""Reports of a timeline: terminal summary, Gantt chart, Chrome/Perfetto trace."""

@@ -1,0 +1,195 @@
+"""The Timeline: what ran where and when. One format for predict, execute and import.
+
+Stored column-wise so a million-op timeline stays cheap. JSON layout
+(``format: schedsim.timeline``, ``version: 1``)::
+
+    {"format": "schedsim.timeline", "version": 1,
+     "schedule": "allgather_mm8", "source": "predict" | "execute" | "import",
+     "profile": "h200" | null, "world_size": 2, "launch": "eager",
+     "makespan_s": 0.0755, "meta": {...},
+     "ops": [{"id": "mm0@r0", "name": "mm0", "rank": 0, "stream": "s0",
+              "kind": "matmul", "resource": "compute",
+              "start_s": ..., "end_s": ..., "solo_s": ..., "ready_s": ...,
+              "bytes": ..., "flops": ..., "tags": {...}}, ...],
+     "critical_path": ["ag0@r0", "mm0@r0", ...],
+     "metrics": {...}}
+
+Times are seconds from the start of the iteration (the earliest op start is 0
+for measured timelines). ``solo_s`` is the op's uncontended duration
+(predicted) and ``ready_s`` when its dependencies were met (null when unknown).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from schedsim.errors import TraceError
+
+__all__ = ["Timeline", "Span", "atomic_write_text", "atomic_write_bytes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One op's interval on one rank and stream. Times in seconds."""
+
+    id: str
+    name: str
+    rank: int
+    stream: str
+    kind: str
+    resource: str
+    start_s: float
+    end_s: float
+    solo_s: float | None = None
+    ready_s: float | None = None
+    bytes: float = 0.0
+    flops: float = 0.0
+    tags: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass
+class Timeline:
+    """Per-op start/end on each rank × stream, plus the critical path and metadata."""
+
+    schedule: str
+    source: str
+    world_size: int
+    launch: str = "eager"
+    profile: str | None = None
+    spans: list[Span] = field(default_factory=list)
+    critical_path: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan_s(self) -> float:
+        """Latest end minus earliest start, in seconds (0 for an empty timeline)."""
+        if not self.spans:
+            return 0.0
+        return max(s.end_s for s in self.spans) - min(0.0, min(s.start_s for s in self.spans))
+
+    def __iter__(self) -> Iterator[Span]:
+        return iter(self.spans)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def by_id(self) -> dict[str, Span]:
+        return {s.id: s for s in self.spans}
+
+    def lanes(self) -> list[tuple[int, str]]:
+        """(rank, stream) pairs in rank order, streams in order of first use."""
+        seen: dict[tuple[int, str], float] = {}
+        for s in self.spans:
+            key = (s.rank, s.stream)
+            if key not in seen:
+                seen[key] = len(seen)
+        return sorted(seen, key=lambda k: (k[0], seen[k]))
+
+    # -- JSON ---------------------------------------------------------------
+    def to_dict(self, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {
+            "format": "schedsim.timeline",
+            "version": 1,
+            "schedule": self.schedule,
+            "source": self.source,
+            "profile": self.profile,
+            "world_size": self.world_size,
+            "launch": self.launch,
+            "makespan_s": self.makespan_s,
+            "meta": self.meta,
+            "ops": [
+                {
+                    "id": s.id, "name": s.name, "rank": s.rank, "stream": s.stream, "kind": s.kind,
+                    "resource": s.resource, "start_s": s.start_s, "end_s": s.end_s, "solo_s": s.solo_s,
+                    "ready_s": s.ready_s, "bytes": s.bytes, "flops": s.flops, "tags": s.tags,
+                }
+                for s in self.spans
+            ],
+            "critical_path": self.critical_path,
+            "metrics": metrics or {},
+        }
+
+    def write_json(self, path: str | Path, metrics: dict[str, Any] | None = None) -> None:
+        """Write the timeline JSON atomically (temp file + rename)."""
+        atomic_write_text(path, json.dumps(self.to_dict(metrics), indent=1))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, where: str = "<timeline>") -> Timeline:
+        """Build a Timeline from its JSON dict.
+
+        Raises
+        ------
+        TraceError
+            If the dict is not a schedsim timeline or a span lacks a field.
+        """
+        if not isinstance(d, dict) or d.get("format") != "schedsim.timeline":
+            raise TraceError(f"{where}: not a schedsim timeline (no \"format\": \"schedsim.timeline\")\n"
+                             "  fix: pass a timeline.json written by schedsim predict, execute or import")
+        try:
+            spans = [
+                Span(id=o["id"], name=o["name"], rank=int(o["rank"]), stream=str(o["stream"]), kind=o["kind"],
+                     resource=o.get("resource", "compute"), start_s=float(o["start_s"]), end_s=float(o["end_s"]),
+                     solo_s=o.get("solo_s"), ready_s=o.get("ready_s"), bytes=float(o.get("bytes") or 0.0),
+                     flops=float(o.get("flops") or 0.0), tags=o.get("tags") or {})
+                for o in d.get("ops", [])
+            ]
+        except (KeyError, TypeError, ValueError) as e:
+            raise TraceError(f"{where}: malformed op entry ({e.__class__.__name__}: {e})") from None
+        return cls(schedule=d.get("schedule", "?"), source=d.get("source", "?"), world_size=int(d.get("world_size", 1)),
+                   launch=d.get("launch", "eager"), profile=d.get("profile"), spans=spans,
+                   critical_path=list(d.get("critical_path", [])), meta=d.get("meta", {}))
+
+    @classmethod
+    def read_json(cls, path: str | Path) -> Timeline:
+        """Read a timeline JSON file.
+
+        Raises
+        ------
+        TraceError
+            Missing, truncated or malformed file.
+        """
+        p = Path(path)
+        try:
+            d = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise TraceError(f"{p}: no such file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise TraceError(f"{p}: not valid JSON ({e}); the file may be truncated\n"
+                             "  fix: re-run the command that wrote it") from None
+        return cls.from_dict(d, where=str(p))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    A reader never sees a half-written file, and an interrupted write leaves
+    the old file (or none) in place.
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Text version of :func:`atomic_write_bytes` (UTF-8)."""
+    atomic_write_bytes(path, text.encode("utf-8"))

@@ -1,0 +1,6 @@
+"""The schedule language: pydantic models and the YAML loader."""
+
+from schedsim.spec.loader import load_schedule, parse_overrides
+from schedsim.spec.model import OP_MODELS, ScheduleSpec
+
+__all__ = ["ScheduleSpec", "OP_MODELS", "load_schedule", "parse_overrides"]

@@ -1,0 +1,482 @@
+"""YAML → :class:`~schedsim.spec.model.ScheduleSpec`.
+
+Steps, in order:
+
+1. Parse the YAML keeping the line and column of every node.
+2. Resolve ``params`` (defaults from the file, then ``--set`` overrides; a
+   parameter may use earlier ones in ``{expr}``).
+3. Expand ``foreach`` blocks (cartesian product over ranges and lists) and
+   ``when`` conditions, evaluate expressions in numeric fields
+   (``m: M*world_size/chunks``) and ``{expr}`` parts of strings (``name: mm{i}``).
+   Expressions are evaluated by :mod:`schedsim.expr`, never by ``eval``.
+4. Validate with pydantic. Every failure becomes a :class:`SpecError` naming
+   the file, line, column, field path and a one-line fix; an unknown key gets
+   the nearest valid key as a suggestion.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from schedsim.errors import SpecError
+from schedsim.expr import ExprError, evaluate, interpolate
+from schedsim.spec.model import NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
+
+__all__ = ["load_schedule", "load_text", "parse_overrides", "expand"]
+
+Mark = tuple[int, int]
+
+
+class LDict(dict):  # type: ignore[type-arg]
+    """A dict that remembers where it and each key came from (1-based line, column)."""
+
+    mark: Mark | None = None
+    key_marks: dict[str, Mark]
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.key_marks = {}
+
+
+class LList(list):  # type: ignore[type-arg]
+    mark: Mark | None = None
+    item_marks: list[Mark | None]
+
+    def __init__(self, *a: Any) -> None:
+        super().__init__(*a)
+        self.item_marks = []
+
+
+def _mark(node: yaml.Node) -> Mark:
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+def _construct(node: yaml.Node, file: str) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        d = LDict()
+        d.mark = _mark(node)
+        for knode, vnode in node.value:
+            key = _construct(knode, file)
+            if not isinstance(key, str):
+                key = str(key)
+            if key in d:
+                raise SpecError(
+                    f"duplicate key {key!r}", file=file, line=_mark(knode)[0], column=_mark(knode)[1],
+                    fix="remove one of the two entries",
+                )
+            d[key] = _construct(vnode, file)
+            d.key_marks[key] = _mark(vnode)
+        return d
+    if isinstance(node, yaml.SequenceNode):
+        lst = LList()
+        lst.mark = _mark(node)
+        for item in node.value:
+            lst.append(_construct(item, file))
+            lst.item_marks.append(_mark(item))
+        return lst
+    assert isinstance(node, yaml.ScalarNode)
+    return _scalar(node)
+
+
+_SCALAR_LOADER = yaml.SafeLoader("")
+
+
+def _scalar(node: yaml.ScalarNode) -> Any:
+    value = _SCALAR_LOADER.construct_object(node, deep=True)
+    _SCALAR_LOADER.constructed_objects.clear()
+    return value
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    """Parse YAML text into nested :class:`LDict` / :class:`LList` with source marks.
+
+    Raises
+    ------
+    SpecError
+        On YAML syntax errors, with the line and column of the problem.
+    """
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e)
+        raise SpecError(
+            f"invalid YAML: {problem}",
+            file=file,
+            line=mark.line + 1 if mark else None,
+            column=mark.column + 1 if mark else None,
+            fix=('quote strings that hold {expr} inside [ ] or { } lists, e.g. deps: ["ag{i}"]'
+                 if "'{'" in str(problem) or "'}'" in str(problem) else "check indentation and quoting around this position"),
+        ) from None
+    if node is None:
+        return LDict()
+    return _construct(node, file)
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """Parse ``--set key=value`` strings; values are read as YAML scalars.
+
+    Raises
+    ------
+    SpecError
+        If an item has no ``=``.
+
+    Examples
+    --------
+    >>> parse_overrides(["chunks=4", "dtype=fp16"])
+    {'chunks': 4, 'dtype': 'fp16'}
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise SpecError(f"--set {item!r} is not key=value", fix="write e.g. --set chunks=4")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        try:
+            out[k] = yaml.safe_load(v) if v.strip() else ""
+        except yaml.YAMLError:
+            out[k] = v
+    return out
+
+
+class _Ctx:
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def err(self, msg: str, mark: Mark | None, path: str, fix: str | None = None) -> SpecError:
+        return SpecError(
+            msg, file=self.file, line=mark[0] if mark else None, column=mark[1] if mark else None, path=path, fix=fix
+        )
+
+
+def _suggest(key: str, valid: Sequence[str]) -> str | None:
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
+def _eval_value(key: str, value: Any, env: Mapping[str, Any], ctx: _Ctx, mark: Mark | None, path: str) -> Any:
+    """Evaluate one field value of an op or of the top level."""
+    try:
+        if key == "ranks":
+            if value == "all" or value is None:
+                return None
+            if isinstance(value, str):
+                value = evaluate(value.strip("{}"), env)
+            if isinstance(value, int):
+                return [value]
+            if isinstance(value, list):
+                return [evaluate(v.strip("{}"), env) if isinstance(v, str) else v for v in value]
+            return value
+        if isinstance(value, str):
+            if key in NUMERIC_FIELDS:
+                return evaluate(value.strip().removeprefix("{").removesuffix("}") if value.strip().startswith("{") else value, env)
+            return interpolate(value, env)
+        if isinstance(value, list):
+            sub = LList(_eval_value(key, v, env, ctx, mark, f"{path}[{i}]") for i, v in enumerate(value))
+            sub.mark = getattr(value, "mark", mark)
+            sub.item_marks = list(getattr(value, "item_marks", []))
+            return sub
+        if isinstance(value, dict):
+            out = LDict()
+            out.mark = getattr(value, "mark", mark)
+            for k2, v2 in value.items():
+                km = getattr(value, "key_marks", {}).get(k2, mark)
+                out[k2] = _eval_value(k2 if key != "tags" else "tag", v2, env, ctx, km, f"{path}.{k2}")
+                out.key_marks[k2] = km
+            return out
+        return value
+    except ExprError as e:
+        raise ctx.err(f"bad expression {value!r}: {e}", mark, path,
+                      fix=f"use parameters ({', '.join(sorted(k for k in env if not k.startswith('_'))) or 'none defined'}) "
+                      "with + - * / // % ** and range/min/max") from None
+
+
+def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LList) -> None:
+    if not isinstance(items, list):
+        raise ctx.err("`ops` must be a list", getattr(items, "mark", None), path, fix="write ops: as a YAML list of '- name: ...' entries")
+    marks = getattr(items, "item_marks", [None] * len(items))
+    for i, item in enumerate(items):
+        p = f"{path}[{i}]"
+        m = marks[i] if i < len(marks) else None
+        if not isinstance(item, dict):
+            raise ctx.err("each op must be a mapping", m, p, fix="write '- name: x\\n  kind: matmul ...'")
+        km = getattr(item, "key_marks", {})
+        if "when" in item:
+            try:
+                cond = evaluate(str(item["when"]), env)
+            except ExprError as e:
+                raise ctx.err(f"bad `when` expression: {e}", km.get("when", m), p + ".when") from None
+            if not cond:
+                continue
+        if "foreach" in item:
+            extra = set(item) - {"foreach", "ops", "when"}
+            if extra:
+                k = sorted(extra)[0]
+                raise ctx.err(f"unknown key {k!r} in a foreach block", km.get(k, m), f"{p}.{k}",
+                              fix="a foreach block holds only `foreach:`, `ops:` and optionally `when:`")
+            loops = item["foreach"]
+            if not isinstance(loops, dict) or not loops:
+                raise ctx.err("`foreach` must map loop variables to ranges or lists", km.get("foreach", m), p + ".foreach",
+                              fix="write foreach: {i: range(chunks)}")
+            names, values = [], []
+            lkm = getattr(loops, "key_marks", {})
+            for var, spec in loops.items():
+                try:
+                    vals = evaluate(spec, env) if isinstance(spec, str) else spec
+                    if isinstance(vals, list):
+                        vals = [evaluate(v, env) if isinstance(v, str) and v.isidentifier() and v in env else v for v in vals]
+                except ExprError as e:
+                    raise ctx.err(f"bad loop range for {var!r}: {e}", lkm.get(var, m), f"{p}.foreach.{var}",
+                                  fix="write e.g. range(chunks) or a list [a, b]") from None
+                if isinstance(vals, int):
+                    vals = list(range(vals))
+                if not isinstance(vals, list):
+                    raise ctx.err(f"loop variable {var!r} must range over a list, got {vals!r}", lkm.get(var, m),
+                                  f"{p}.foreach.{var}", fix="write e.g. range(chunks) or a list [a, b]")
+                names.append(var)
+                values.append(vals)
+            if "ops" not in item:
+                raise ctx.err("a foreach block needs an `ops:` list", m, p, fix="add ops: [...] under foreach")
+            for combo in itertools.product(*values):
+                _expand_ops(item["ops"], {**env, **dict(zip(names, combo))}, ctx, p + ".ops", out)
+            continue
+        op = LDict()
+        op.mark = getattr(item, "mark", m)
+        for k, v in item.items():
+            if k == "when":
+                continue
+            op[k] = _eval_value(k, v, env, ctx, km.get(k, m), f"{p}.{k}")
+            op.key_marks[k] = km.get(k, m)
+        op.key_marks["__source__"] = m  # type: ignore[assignment]
+        op["__path__"] = p
+        out.append(op)
+        out.item_marks.append(op.mark)
+
+
+def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> LDict:
+    """Resolve parameters, ``foreach``, ``when`` and expressions.
+
+    Returns the expanded document, still carrying source marks, ready for
+    pydantic. See the module docstring for the rules.
+    """
+    ctx = _Ctx(file)
+    if not isinstance(data, dict):
+        raise ctx.err("a schedule must be a YAML mapping", getattr(data, "mark", None), "<top>",
+                      fix="start the file with 'schema_version: 1'")
+    km = getattr(data, "key_marks", {})
+    raw_params = data.get("params") or LDict()
+    if not isinstance(raw_params, dict):
+        raise ctx.err("`params` must be a mapping", km.get("params"), "params", fix="write params: {chunks: 8}")
+    overrides = dict(overrides or {})
+    unknown = [k for k in overrides if k not in raw_params and k != "world_size"]
+    if unknown:
+        k = unknown[0]
+        s = _suggest(k, list(raw_params))
+        raise SpecError(
+            f"--set {k}: the schedule has no parameter {k!r}",
+            file=file, path=f"params.{k}",
+            fix=(f"did you mean --set {s}=...?" if s else "parameters are: " + (", ".join(raw_params) or "none")),
+        )
+    env: dict[str, Any] = {}
+    pkm = getattr(raw_params, "key_marks", {})
+    params: dict[str, Any] = {}
+    for k, v in raw_params.items():
+        if k in overrides:
+            v = overrides[k]
+        try:
+            val = interpolate(v, env) if isinstance(v, str) else v
+        except ExprError as e:
+            raise ctx.err(f"bad expression in parameter {k!r}: {e}", pkm.get(k), f"params.{k}",
+                          fix="parameters may use earlier parameters inside {braces}") from None
+        env[k] = val
+        params[k] = val
+    if "world_size" in overrides:
+        env["world_size"] = overrides["world_size"]
+    out = LDict()
+    out.mark = getattr(data, "mark", None)
+    for k, v in data.items():
+        out.key_marks[k] = km.get(k)
+        if k == "params":
+            out[k] = params
+        elif k == "ops":
+            continue
+        elif k == "world_size" and "world_size" in overrides:
+            out[k] = overrides["world_size"]
+        else:
+            out[k] = _eval_value(k, v, env, ctx, km.get(k), k)
+    if "world_size" not in out and "world_size" in env:
+        out["world_size"] = env["world_size"]
+    if isinstance(out.get("world_size"), int):
+        env["world_size"] = out["world_size"]
+    if "ops" in data:
+        ops = LList()
+        ops.mark = km.get("ops")
+        _expand_ops(data["ops"], env, ctx, "ops", ops)
+        out["ops"] = ops
+    out["__env__"] = env
+    return out
+
+
+def _locate(doc: Any, loc: tuple[Any, ...]) -> tuple[Mark | None, str, Any, Any]:
+    """Walk a pydantic error location through the expanded document.
+
+    Returns (mark, dotted source path, parent container, last key).
+    """
+    cur = doc
+    mark = getattr(doc, "mark", None)
+    parts: list[str] = []
+    parent, last = None, None
+    for el in loc:
+        if isinstance(cur, dict):
+            if el not in cur and isinstance(el, str) and cur.get("kind") == el:
+                continue  # the discriminator tag inserted by pydantic
+            if el in cur:
+                mark = cur.key_marks.get(el, mark) if isinstance(cur, LDict) else mark
+                parent, last = cur, el
+                if isinstance(cur.get(el), dict) and "__path__" in cur[el]:
+                    parts = [cur[el]["__path__"]]
+                else:
+                    parts.append(f".{el}" if parts else str(el))
+                cur = cur[el]
+                continue
+            parent, last = cur, el
+            parts.append(f".{el}" if parts else str(el))
+            break
+        elif isinstance(cur, list) and isinstance(el, int) and el < len(cur):
+            if isinstance(cur, LList) and el < len(cur.item_marks):
+                mark = cur.item_marks[el] or mark
+            parent, last = cur, el
+            item = cur[el]
+            if isinstance(item, dict) and "__path__" in item:
+                parts = [item["__path__"]]
+            else:
+                parts.append(f"[{el}]")
+            cur = item
+        else:
+            break
+    return mark, "".join(parts), parent, last
+
+
+def _valid_keys(parent: Any) -> list[str]:
+    if isinstance(parent, dict) and "kind" in parent and parent["kind"] in OP_MODELS:
+        return list(OP_MODELS[parent["kind"]].model_fields)
+    if isinstance(parent, dict) and "schema_version" in parent or parent is None:
+        return list(ScheduleSpec.model_fields)
+    if isinstance(parent, dict) and "name" in parent:
+        return ["name", "kind", "ranks", "stream", "deps", "tags"]
+    return list(ScheduleSpec.model_fields)
+
+
+_FIXES = {
+    "int_parsing": "write an integer (expressions like M/chunks must divide evenly)",
+    "int_from_float": "the expression gave a fraction; choose sizes that divide evenly or use // for floor division",
+    "greater_than": "use a positive value",
+    "literal_error": "use one of the allowed values listed above",
+    "missing": "add this field",
+    "float_parsing": "write a number",
+    "string_pattern_mismatch": "names start with a letter or _, then letters, digits, _ . - [ ]",
+}
+
+
+def _to_spec_error(e: ValidationError, doc: Any, file: str) -> SpecError:
+    err = e.errors(include_url=False)[0]
+    loc = tuple(err["loc"])
+    mark, path, parent, last = _locate(doc, loc)
+    typ = err["type"]
+    msg = err["msg"]
+    fix = _FIXES.get(typ)
+    if typ == "extra_forbidden":
+        valid = [k for k in _valid_keys(parent if isinstance(parent, dict) else None) if k != "kind"]
+        s = _suggest(str(last), valid)
+        msg = f"unknown key {last!r}"
+        fix = f"did you mean {s!r}?" if s else "valid keys: " + ", ".join(valid)
+    elif typ == "union_tag_invalid":
+        kind = parent.get("kind") if isinstance(parent, dict) else None
+        cur = doc
+        for el in loc:
+            try:
+                cur = cur[el]
+            except (KeyError, IndexError, TypeError):
+                break
+        kind = cur.get("kind") if isinstance(cur, dict) else kind
+        s = _suggest(str(kind), list(OP_MODELS))
+        msg = f"unknown op kind {kind!r}"
+        fix = f"did you mean {s!r}?" if s else "kinds: " + ", ".join(OP_MODELS)
+        if isinstance(cur, LDict):
+            mark = cur.key_marks.get("kind", mark)
+            path = cur.get("__path__", path) + ".kind"
+    elif typ == "union_tag_not_found":
+        msg = "op has no `kind`"
+        fix = "add kind: one of " + ", ".join(OP_MODELS)
+    elif typ == "value_error":
+        msg = msg.removeprefix("Value error, ")
+        fix = fix or msg
+    elif typ == "literal_error":
+        fix = "write " + msg.removeprefix("Input should be ")
+    if "input" in err and typ not in ("extra_forbidden", "missing", "union_tag_invalid", "union_tag_not_found"):
+        msg += f" (got {err['input']!r})"
+    if typ == "missing":
+        msg = f"missing required field {str(last)!r}"
+    return SpecError(msg, file=file, line=mark[0] if mark else None, column=mark[1] if mark else None,
+                     path=path or None, fix=fix)
+
+
+def _strip(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        return {k: _strip(v) for k, v in doc.items() if k not in ("__path__", "__env__")}
+    if isinstance(doc, list):
+        return [_strip(v) for v in doc]
+    return doc
+
+
+def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | None = None) -> ScheduleSpec:
+    """Load a schedule from YAML text. See :func:`load_schedule`."""
+    data = parse_yaml(text, file)
+    doc = expand(data, file, overrides)
+    try:
+        spec = ScheduleSpec.model_validate(_strip(doc))
+    except ValidationError as e:
+        raise _to_spec_error(e, doc, file) from None
+    from schedsim.spec.validation import check_spec  # cross-field rules
+
+    check_spec(spec, doc, file)
+    return spec
+
+
+def load_schedule(path: str | Path, overrides: Mapping[str, Any] | None = None) -> ScheduleSpec:
+    """Read, expand and validate a schedule file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The schedule YAML.
+    overrides : mapping, optional
+        ``--set`` values for ``params``.
+
+    Returns
+    -------
+    ScheduleSpec
+
+    Raises
+    ------
+    SpecError
+        If the file is missing, is not valid YAML, or breaks a rule of the
+        schedule language. The message names the file, line, column, field
+        path and a fix.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError("no such file", file=str(path), fix="check the path; shipped schedules are in schedules/") from None
+    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as e:
+        raise SpecError(f"cannot read the file: {e.__class__.__name__}", file=str(path),
+                        fix="pass a UTF-8 YAML schedule file") from None
+    return load_text(text, str(path), overrides)

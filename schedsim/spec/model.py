@@ -1,0 +1,238 @@
+"""Pydantic v2 models of a schedule file (``schema_version: 1``).
+
+Only the loader builds these; everything after the spec uses the frozen
+:class:`schedsim.graph.ops.Op` dataclass. Every field is documented where it is
+declared, so ``schedsim schema`` exports the descriptions for editors.
+
+Message sizes follow the nccl-tests convention (``doc/PERFORMANCE.md``): the
+size of a collective is the *size column* of nccl-tests, i.e. the larger of the
+send and receive buffers of one rank: the all_gather output, the
+reduce_scatter input, the all_reduce buffer, the all_to_all send buffer, the
+broadcast/reduce buffer, scatter's send buffer on the root, gather's receive
+buffer on the root. Write ``buffer: shard`` to give the per-rank piece instead
+(the all_gather input, the reduce_scatter output); it is multiplied by the group
+size.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from schedsim.units import DTYPE_BYTES
+
+__all__ = [
+    "ScheduleSpec",
+    "MatmulOp",
+    "ComputeOp",
+    "CollectiveOp",
+    "SendOp",
+    "RecvOp",
+    "MemcpyOp",
+    "OP_MODELS",
+    "COLLECTIVE_KINDS",
+    "COMM_KINDS",
+    "NUMERIC_FIELDS",
+]
+
+DType = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int32", "int64", "uint8"]
+CollectiveKind = Literal[
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter", "gather"
+]
+COLLECTIVE_KINDS: tuple[str, ...] = CollectiveKind.__args__  # type: ignore[attr-defined]
+COMM_KINDS: tuple[str, ...] = COLLECTIVE_KINDS + ("send", "recv")
+
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-\[\]]*$"
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _OpBase(_Base):
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="Op name, unique on each rank. Letters, digits, _ . - [ ]; may use {expr}.",
+    )
+    ranks: list[int] | None = Field(
+        default=None,
+        description="Ranks the op runs on (one instance per rank). Omit or write 'all' for every rank. "
+        "For a collective this is its group.",
+    )
+    stream: str | None = Field(
+        default=None,
+        description="Stream the op is issued on. Defaults: 'compute' for matmul/compute, 'comm' for "
+        "collectives and send/recv, 'copy' for memcpy. Ops on one stream of one rank run in the order written.",
+    )
+    deps: list[str] = Field(
+        default_factory=list,
+        description="Names of ops on the same rank that must finish first (a CUDA event wait when the "
+        "streams differ).",
+    )
+    tags: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Free-form labels kept in the timeline (e.g. microbatch, stage, phase).",
+    )
+
+
+class _SizedMixin(_Base):
+    bytes: int | None = Field(default=None, ge=0, description="Message size in bytes (see `buffer`).")
+    shape: list[int] | None = Field(default=None, description="Message shape; size = prod(shape) * dtype bytes.")
+    dtype: DType = Field(default="fp32", description="Element type of the message.")
+
+    @model_validator(mode="after")
+    def _one_size(self) -> Any:
+        if (self.bytes is None) == (self.shape is None):
+            raise ValueError("give exactly one of `bytes` or `shape` (+ `dtype`)")
+        if self.shape is not None and any(d < 0 for d in self.shape):
+            raise ValueError("shape dimensions must be >= 0")
+        return self
+
+    def size_bytes(self) -> int:
+        if self.bytes is not None:
+            return self.bytes
+        n = 1
+        for d in self.shape or []:
+            n *= d
+        return n * DTYPE_BYTES[self.dtype]
+
+
+class MatmulOp(_OpBase):
+    """``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]``: 2·batch·m·n·k FLOP."""
+
+    kind: Literal["matmul"]
+    m: int = Field(gt=0, description="Rows of A and C.")
+    n: int = Field(gt=0, description="Columns of B and C.")
+    k: int = Field(gt=0, description="Inner dimension.")
+    batch: int = Field(default=1, gt=0, description="Batch count of a batched GEMM.")
+    dtype: DType = Field(default="fp32", description="fp32 means TF32 off; tf32 means TF32 on.")
+
+
+class ComputeOp(_OpBase):
+    """A generic kernel: a fixed duration, or costed from FLOP and bytes moved (roofline)."""
+
+    kind: Literal["compute"]
+    flops: float | None = Field(default=None, ge=0, description="Floating-point operations.")
+    bytes: float | None = Field(default=None, ge=0, description="Bytes read plus written in HBM.")
+    duration_us: float | None = Field(default=None, ge=0, description="Fixed duration in microseconds.")
+    dtype: DType = Field(default="fp32", description="Precision the FLOP run at.")
+
+    @model_validator(mode="after")
+    def _something(self) -> Any:
+        if self.flops is None and self.bytes is None and self.duration_us is None:
+            raise ValueError("give `duration_us`, or `flops` and/or `bytes`")
+        return self
+
+
+class CollectiveOp(_OpBase, _SizedMixin):
+    """An NCCL collective over ``ranks``; it starts when every rank of the group has reached it."""
+
+    kind: CollectiveKind
+    buffer: Literal["total", "shard"] = Field(
+        default="total",
+        description="'total': the size is nccl-tests' size column (max of send/recv buffer). "
+        "'shard': the size is one rank's piece (all_gather input, reduce_scatter output) and is "
+        "multiplied by the group size.",
+    )
+    root: int = Field(default=0, ge=0, description="Root rank of broadcast, reduce, scatter, gather.")
+
+
+class _P2P(_OpBase, _SizedMixin):
+    peer: int = Field(ge=0, description="The other rank.")
+    tag: str | None = Field(
+        default=None, description="Optional match key; sends and recvs between two ranks match in order per tag."
+    )
+
+
+class SendOp(_P2P):
+    """Point-to-point send to ``peer``; matched in order with the peer's recv."""
+
+    kind: Literal["send"]
+
+
+class RecvOp(_P2P):
+    """Point-to-point receive from ``peer``."""
+
+    kind: Literal["recv"]
+
+
+class MemcpyOp(_OpBase, _SizedMixin):
+    """A copy over a copy engine: host to device, device to host, or device to device."""
+
+    kind: Literal["memcpy"]
+    direction: Literal["h2d", "d2h", "d2d"] = Field(description="Copy direction; host memory is pinned.")
+
+
+AnyOp = Annotated[
+    Union[MatmulOp, ComputeOp, CollectiveOp, SendOp, RecvOp, MemcpyOp],
+    Field(discriminator="kind"),
+]
+
+OP_MODELS: dict[str, type[BaseModel]] = {
+    "matmul": MatmulOp,
+    "compute": ComputeOp,
+    **{k: CollectiveOp for k in COLLECTIVE_KINDS},
+    "send": SendOp,
+    "recv": RecvOp,
+    "memcpy": MemcpyOp,
+}
+
+
+class ScheduleSpec(_Base):
+    """A whole schedule file after parameters, ``foreach`` and expressions are expanded."""
+
+    schema_version: Literal[1] = Field(description="Schedule language version; write 1.")
+    name: str = Field(description="Schedule name, shown in reports.")
+    description: str = Field(default="", description="What the schedule models and where it comes from.")
+    world_size: int = Field(gt=0, description="Number of ranks (GPUs / processes).")
+    launch: Literal["eager", "cuda_graph"] = Field(
+        default="eager",
+        description="'eager': the host launches each op (per-op launch overhead). 'cuda_graph': each "
+        "rank's whole iteration is captured once and replayed (one graph launch).",
+    )
+    streams: list[str] | None = Field(
+        default=None,
+        description="Streams ops may use. When given, an op on an undeclared stream is an error "
+        "(catches typos). Omit to allow any.",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Parameters with defaults; override with `--set name=value`. Fields may use them in "
+        "expressions, e.g. `m: M*world_size/chunks`, and strings may use {expr}.",
+    )
+    ops: list[AnyOp] = Field(default_factory=list, description="The ops, in program order per rank.")
+    pipeline: dict[str, Any] | None = Field(
+        default=None, description="A pipeline block that expands into ops (see docs/pipelines.md)."
+    )
+
+    _file: str = PrivateAttr(default="<schedule>")
+    _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=list)
+
+    def source_of(self, index: int) -> str:
+        """``file:line`` and field path of op ``index`` (for error messages)."""
+        if index < len(self._sources):
+            line, _col, path = self._sources[index]
+            return f"{self._file}:{line} ({path})" if line else f"{self._file} ({path})"
+        return self._file
+
+    @model_validator(mode="after")
+    def _need_ops(self) -> Any:
+        if not self.ops and self.pipeline is None:
+            raise ValueError("the schedule has no ops: add an `ops:` list (or a `pipeline:` block)")
+        return self
+
+
+def _numeric_fields() -> frozenset[str]:
+    out = set()
+    for model in set(OP_MODELS.values()):
+        for fname, f in model.model_fields.items():
+            ann = str(f.annotation)
+            if "int" in ann or "float" in ann:
+                out.add(fname)
+    out |= {"world_size", "shape", "ranks"}
+    return frozenset(out)
+
+
+#: Fields whose string values are arithmetic expressions (``m: M/chunks``).
+NUMERIC_FIELDS: frozenset[str] = _numeric_fields()

@@ -1,0 +1,79 @@
+"""Rules that span several fields of a schedule (after pydantic's per-field checks).
+
+Each rule raises :class:`~schedsim.errors.SpecError` with the file, line,
+field path, the values it got and a fix, in the style of torchtitan's
+``config/validation.py``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from schedsim.errors import SpecError
+from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
+
+__all__ = ["check_spec"]
+
+
+def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
+    """Check ranks, peers, roots, streams and name uniqueness; record op sources.
+
+    Raises
+    ------
+    SpecError
+        On the first rule broken.
+    """
+    ops_doc = doc.get("ops") or []
+    sources: list[tuple[int | None, int | None, str]] = []
+    for i, d in enumerate(ops_doc):
+        mark = getattr(d, "mark", None)
+        sources.append((mark[0] if mark else None, mark[1] if mark else None, d.get("__path__", f"ops[{i}]")))
+    spec._file = file
+    spec._sources = sources
+    n = spec.world_size
+
+    def err(i: int, field: str, msg: str, fix: str) -> SpecError:
+        d = ops_doc[i] if i < len(ops_doc) else {}
+        km = getattr(d, "key_marks", {})
+        mark = km.get(field) or getattr(d, "mark", None)
+        path = f"{sources[i][2]}.{field}" if i < len(sources) else field
+        return SpecError(msg, file=file, line=mark[0] if mark else None, column=mark[1] if mark else None,
+                         path=path, fix=fix)
+
+    seen: dict[tuple[int, str], int] = {}
+    for i, op in enumerate(spec.ops):
+        ranks = op.ranks if op.ranks is not None else list(range(n))
+        bad = [r for r in ranks if not 0 <= r < n]
+        if bad:
+            raise err(i, "ranks", f"op {op.name!r} uses rank {bad[0]} but world_size is {n}",
+                      f"use ranks in 0..{n - 1}, or raise world_size")
+        if len(set(ranks)) != len(ranks):
+            raise err(i, "ranks", f"op {op.name!r} lists a rank twice: {ranks}", "list each rank once")
+        if not ranks:
+            raise err(i, "ranks", f"op {op.name!r} runs on no rank", "give at least one rank, or omit `ranks` for all")
+        if spec.streams is not None:
+            stream = op.stream
+            if stream is not None and stream not in spec.streams:
+                s = difflib.get_close_matches(stream, spec.streams, n=1)
+                raise err(i, "stream", f"stream {stream!r} is not declared in `streams` {spec.streams}",
+                          f"did you mean {s[0]!r}?" if s else f"add {stream!r} to `streams`")
+        if op.kind in ("send", "recv"):
+            peer = op.peer  # type: ignore[union-attr]
+            if not 0 <= peer < n:
+                raise err(i, "peer", f"{op.kind} {op.name!r} has peer {peer} but world_size is {n}",
+                          f"use a peer in 0..{n - 1}")
+            if peer in ranks:
+                raise err(i, "peer", f"{op.kind} {op.name!r} on rank {peer} names itself as peer",
+                          "a send/recv needs another rank as peer")
+        if op.kind in COLLECTIVE_KINDS and op.kind in ("broadcast", "reduce", "scatter", "gather"):
+            if op.root not in ranks:  # type: ignore[union-attr]
+                raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {ranks}",  # type: ignore[union-attr]
+                          f"set root to one of {ranks}")
+        for r in ranks:
+            key = (r, op.name)
+            if key in seen:
+                j = seen[key]
+                raise err(i, "name", f"op name {op.name!r} is used twice on rank {r} (also at {spec.source_of(j)})",
+                          "give each op a unique name per rank, e.g. add {i} inside a foreach")
+            seen[key] = i
