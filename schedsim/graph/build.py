@@ -42,7 +42,7 @@ def expand_ops(spec: ScheduleSpec) -> list[Op]:
     all_ranks = list(range(spec.world_size))
     for idx, s in enumerate(spec.ops):
         ranks = s.ranks if s.ranks is not None else all_ranks
-        group = tuple(sorted(ranks))
+        group = tuple(sorted(getattr(s, "group", None) or ranks))
         stream = s.stream or _DEFAULT_STREAM.get(s.kind, "comm")
         tags = tuple(sorted(s.tags.items()))
         src = spec.source_of(idx)
@@ -121,7 +121,7 @@ def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
             G.add_edge(prev, oid, kind="stream")
         last_on_stream[key] = oid
         if op.kind in COLLECTIVE_KINDS:
-            collectives[f"{op.name}#{op.spec_index}"].append(oid)
+            collectives[f"{op.name}#{','.join(map(str, op.group))}"].append(oid)
     for op in ops:
         here = names_on_rank[op.rank]
         for d in op.deps:
@@ -139,6 +139,15 @@ def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
             if d == op.name:
                 raise GraphError(f"{op.source}: op {op.name!r} depends on itself\n  fix: remove it from its deps")
             G.add_edge(format_op_id(d, op.rank), op.id, kind="dep")
+    for key, members in collectives.items():
+        first = G.nodes[members[0]]["op"]
+        have = sorted(G.nodes[m]["op"].rank for m in members)
+        if have != list(first.group):
+            missing = sorted(set(first.group) - set(have))
+            raise DeadlockError(
+                f"{first.source}: collective {first.name!r} over group {list(first.group)} is issued on rank(s) "
+                f"{have} but never on rank(s) {missing}; real NCCL would hang"
+                f"\n  fix: issue {first.name!r} on every rank of its group (or shrink `group`)")
     G.graph["collectives"] = dict(collectives)
     G.graph["p2p"] = _match_p2p(ops)
     if check:

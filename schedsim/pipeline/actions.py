@@ -252,7 +252,7 @@ def _parse_single(token: str, whole: str) -> Action:
         if mb_s:
             raise ValueError(
                 f"invalid action {whole!r}: {ctype.value} takes no microbatch, "
-                f"write '{stage_s}{ctype.value}'"
+                f"write '{stage_s}{ctype.value}'; {_VALID_FORM}"
             )
         return Action(int(stage_s), ctype, None)
     if not mb_s:

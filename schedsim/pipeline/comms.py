@@ -216,34 +216,35 @@ def add_p2p(
 
 def _needs(
     act: ScheduleAction, num_stages: int, where: Callable[[int], int]
-) -> list[tuple[int, tuple[int, ComputationType, int | None], str]]:
+) -> list[list[tuple[int, tuple[int, ComputationType, int | None]]]]:
     """What must already have happened for ``act`` to run.
 
-    Returns (rank that must have done it, key, alternative-group) triples;
-    entries sharing a group are alternatives (any one suffices).
+    Returns groups of alternatives: every group needs any one of its
+    ``(rank that must have done it, (stage, type, microbatch))`` entries.
     """
-    needs: list[tuple[int, tuple[int, ComputationType, int | None], str]] = []
+    groups: list[list[tuple[int, tuple[int, ComputationType, int | None]]]] = []
     for sub in act.sub_actions:
         s, t, j = sub.stage, sub.type, sub.microbatch
-        here = where(s)
-        grp = f"{sub}"
-        if t is _F and s > 0:
-            needs.append((here, (s, _RECV_F, j), grp))
-            needs.append((here, (s - 1, _F, j), grp))
-        elif t in _BWD and s < num_stages - 1:
-            needs.append((here, (s, _RECV_B, j), grp))
-            needs.append((here, (s + 1, _B, j), grp))
-            needs.append((here, (s + 1, _I, j), grp))
+        if t is _F:
+            if s > 0:
+                here = where(s)
+                groups.append([(here, (s, _RECV_F, j)), (here, (s - 1, _F, j))])
+        elif t is _B or t is _I:
+            if s < num_stages - 1:
+                here = where(s)
+                groups.append(
+                    [(here, (s, _RECV_B, j)), (here, (s + 1, _B, j)), (here, (s + 1, _I, j))]
+                )
         elif t is _SEND_F:
-            needs.append((here, (s, _F, j), grp))
+            groups.append([(where(s), (s, _F, j))])
         elif t is _SEND_B:
-            needs.append((here, (s, _B, j), grp))
-            needs.append((here, (s, _I, j), grp))
+            here = where(s)
+            groups.append([(here, (s, _B, j)), (here, (s, _I, j))])
         elif t is _RECV_F:
-            needs.append((where(s - 1), (s - 1, _SEND_F, j), grp))
+            groups.append([(where(s - 1), (s - 1, _SEND_F, j))])
         elif t is _RECV_B:
-            needs.append((where(s + 1), (s + 1, _SEND_B, j), grp))
-    return needs
+            groups.append([(where(s + 1), (s + 1, _SEND_B, j))])
+    return groups
 
 
 def simulate_p2p(
@@ -308,36 +309,50 @@ def simulate_p2p(
     done: dict[int, set[tuple[int, ComputationType, int | None]]] = {r: set() for r in order}
     pos = dict.fromkeys(order, 0)
     timeline: PipelineOrder = {r: [] for r in order}
-    need_cache: dict[ScheduleAction, list] = {}
+    # per action: groups of alternatives [(rank, key), ...]; any one per group
+    waiters: dict[tuple[int, tuple], list[int]] = {}
+    blocked: set[int] = set()
 
-    def ready(act: ScheduleAction) -> bool:
-        needs = need_cache.get(act)
-        if needs is None:
-            needs = need_cache[act] = _needs(act, num_stages, where)
-        groups: dict[str, bool] = {}
-        for rank, key, grp in needs:
-            ok = key in done.get(rank, ())
-            groups[grp] = groups.get(grp, False) or ok
-        return all(groups.values())
+    def unmet(act: ScheduleAction) -> list[tuple[int, tuple]] | None:
+        for alts in _needs(act, num_stages, where):
+            for rank, key in alts:
+                if rank in done and key in done[rank]:
+                    break
+            else:
+                return alts
+        return None
 
-    remaining = sum(len(a) for a in order.values())
-    while remaining:
-        moved = [r for r in order if pos[r] < len(order[r]) and ready(order[r][pos[r]])]
+    active = [r for r in order if order[r]]
+    while active:
+        moved: list[int] = []
+        for r in active:
+            if r in blocked:
+                continue
+            missing = unmet(order[r][pos[r]])
+            if missing is None:
+                moved.append(r)
+            else:
+                blocked.add(r)
+                for rank_key in missing:
+                    waiters.setdefault(rank_key, []).append(r)
         if not moved:
             _explain_stall(order, pos, timeline, done, num_stages, where)
-        for r in order:
-            if r in moved:
-                act = order[r][pos[r]]
-                timeline[r].append(act)
+        moved_set = set(moved)
+        for r in active:
+            if r in moved_set:
+                timeline[r].append(order[r][pos[r]])
                 pos[r] += 1
-                remaining -= 1
-            elif pos[r] < len(order[r]):
+            else:
                 timeline[r].append(None)
         for r in moved:
             act = timeline[r][-1]
             assert act is not None
             for sub in act.sub_actions:
-                done[r].add((sub.stage, sub.type, sub.microbatch))
+                key = (sub.stage, sub.type, sub.microbatch)
+                done[r].add(key)
+                for w in waiters.pop((r, key), ()):
+                    blocked.discard(w)
+        active = [r for r in active if pos[r] < len(order[r])]
     return timeline
 
 
@@ -360,11 +375,7 @@ def _explain_stall(
     waits: dict[int, tuple[int, str]] = {}
     broken: list[str] = []
     for r, act in heads.items():
-        needs = _needs(act, num_stages, where)
-        groups: dict[str, list[tuple[int, tuple]]] = {}
-        for rank, key, grp in needs:
-            groups.setdefault(grp, []).append((rank, key))
-        for grp, alts in groups.items():
+        for alts in _needs(act, num_stages, where):
             if any(key in done.get(rank, ()) for rank, key in alts):
                 continue
             # the alternative that some rank will still issue, if any

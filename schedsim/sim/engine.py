@@ -48,9 +48,9 @@ What it does not model
 
 from __future__ import annotations
 
+import gc
 import heapq
-from collections import defaultdict
-
+import itertools
 import networkx as nx
 
 from schedsim.cost import CostModel
@@ -63,7 +63,7 @@ __all__ = ["simulate", "HOST"]
 #: ``binding`` value meaning "the op waited for its host launch".
 HOST = -2
 
-_RES = {"compute": 0, "comm": 1}
+_KIND_RES = {"matmul": 0, "compute": 0, "memcpy": 2}  # anything else is communication (1)
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
 
@@ -91,6 +91,16 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
         If ops remain that can never start (a wait-for cycle the static checks
         did not catch).
     """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the loop allocates millions of small objects and no cycles; GC passes would dominate
+    try:
+        return _simulate(G, profile, launch)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Timeline:
     mode = launch or G.graph.get("launch", "eager")
     cost = CostModel(profile)
     c = profile.contention
@@ -99,72 +109,63 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
     node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
     graph_launch = profile.launch.graph_launch_us * 1e-6
 
+    # --- compile to arrays ------------------------------------------------
     ids = list(G.nodes)
     N = len(ids)
     index = {oid: i for i, oid in enumerate(ids)}
-    nodes = G.nodes
-    ops = [nodes[oid]["op"] for oid in ids]
+    ops = [d for _n, d in G.nodes(data="op")]
     world = int(G.graph.get("world_size", 1 + max((o.rank for o in ops), default=0)))
-
-    # --- compile to arrays ------------------------------------------------
     npred = [0] * N
-    succ: list[list[int]] = [[] for _ in range(N)]
-    adj = G.succ
-    for i, oid in enumerate(ids):
-        s = succ[i]
-        for v in adj[oid]:
-            j = index[v]
-            s.append(j)
+    succ: list[list[int]] = []
+    for oid, nbrs in G.adjacency():
+        s = [index[v] for v in nbrs]
+        for j in s:
             npred[j] += 1
+        succ.append(s)
 
-    # jobs: one per non-rendezvous op, one per rendezvous group
-    job_of = [-1] * N
-    job_members: list[list[int]] = []
-    job_ranks: list[tuple[int, ...]] = []
-    job_res: list[int] = []
-    job_work: list[float] = []
-    for key, members in G.graph.get("collectives", {}).items():
-        idx = [index[m] for m in members]
-        j = len(job_members)
-        for i in idx:
-            job_of[i] = j
-        job_members.append(idx)
-        job_ranks.append(tuple(ops[i].rank for i in idx))
-        job_res.append(1)
-        job_work.append(cost.duration(ops[idx[0]]) + node_oh)
+    # jobs: j < N is the singleton job of op j; j = N + g is rendezvous group g
+    job_of = list(range(N))
+    gmem: list[list[int]] = []
+    for members in G.graph.get("collectives", {}).values():
+        gmem.append([index[m] for m in members])
     for s_id, r_id in G.graph.get("p2p", []):
-        idx = [index[s_id], index[r_id]]
-        j = len(job_members)
+        gmem.append([index[s_id], index[r_id]])
+    G_ = len(gmem)
+    J = N + G_
+    job_res = [0] * J
+    job_ranks: list[tuple[int, ...]] = [()] * J
+    job_work = [0.0] * J
+    dur = cost.duration
+    kind_res = _KIND_RES
+    for i, op in enumerate(ops):
+        res = kind_res.get(op.kind, 1)
+        if res == 2:
+            res = _COPY_RES[op.direction or "d2d"]
+        job_res[i] = res
+        job_ranks[i] = (op.rank,)
+        job_work[i] = dur(op) + node_oh
+    for g, idx in enumerate(gmem):
+        j = N + g
         for i in idx:
             job_of[i] = j
-        job_members.append(idx)
-        job_ranks.append(tuple(ops[i].rank for i in idx))
-        job_res.append(1)
-        job_work.append(cost.duration(ops[idx[0]]) + node_oh)
-    for i in range(N):
-        if job_of[i] < 0:
-            op = ops[i]
-            j = len(job_members)
-            job_of[i] = j
-            job_members.append([i])
-            job_ranks.append((op.rank,))
-            res = _RES.get(op.resource)
-            if res is None:
-                res = _COPY_RES[op.direction or "d2d"]
-            job_res.append(res)
-            job_work.append(cost.duration(op) + node_oh)
-    J = len(job_members)
-    job_size = [len(m) for m in job_members]
+        job_res[j] = 1
+        job_ranks[j] = tuple(ops[i].rank for i in idx)
+        job_work[j] = dur(ops[idx[0]]) + node_oh
+        for i in idx:
+            job_work[i] = job_work[j]
 
     # --- host issue times ---------------------------------------------------
-    issue = [0.0] * N
     if mode == "cuda_graph":
         issue = [graph_launch] * N
     else:
-        host = defaultdict(float)
+        issue = [0.0] * N
+        host = [0.0] * world
+        lp = profile.launch
+        op_oh, coll_oh = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6
         for i, op in enumerate(ops):
-            h = host[op.rank] + cost.launch_overhead(op, mode)
-            host[op.rank] = h
+            r = op.rank
+            h = host[r] + (coll_oh if job_res[i] == 1 else op_oh)
+            host[r] = h
             issue[i] = h
 
     # --- state ----------------------------------------------------------------
@@ -176,53 +177,46 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
     jrate = [0.0] * J
     jlast = [0.0] * J
     jver = [0] * J
-    jready = [0] * J
-    jlast_ready = [-1] * J
+    gready = [0] * G_
     cnt = [[0, 0, 0, 0, 0] for _ in range(world)]
     running: list[list[int]] = [[] for _ in range(world)]
-    heap: list[tuple[float, int, int, int, int]] = []
+    heap: list[tuple[float, int, int, int]] = []
     push = heapq.heappush
     pop = heapq.heappop
-    seq = 0
-
-    def rate(j: int) -> float:
-        res = job_res[j]
-        if res == 1:
-            best = 1.0
-            for q in job_ranks[j]:
-                cq = cnt[q]
-                r = 1.0 / cq[1]
-                if cq[0]:
-                    r /= 1.0 + beta
-                if r < best:
-                    best = r
-            return best
-        cq = cnt[job_ranks[j][0]]
-        if res == 0:
-            r = 1.0 / cq[0]
-            slow = 1.0
-            if cq[1]:
-                slow += alpha
-            if cq[2] or cq[3] or cq[4]:
-                slow += gamma
-            return r / slow
-        r = 1.0 / cq[res]
-        if cq[0]:
-            r /= 1.0 + delta
-        return r
+    counter = itertools.count()
 
     def rerate(ranks: tuple[int, ...], t: float) -> None:
-        nonlocal seq
         if len(ranks) == 1:
             jobs = running[ranks[0]]
         else:
-            seen: dict[int, None] = {}
+            jobs = []
             for q in ranks:
                 for j in running[q]:
-                    seen[j] = None
-            jobs = list(seen)
+                    if j not in jobs:
+                        jobs.append(j)
         for j in jobs:
-            new = rate(j)
+            res = job_res[j]
+            if res == 1:
+                new = 1.0
+                for q in job_ranks[j]:
+                    cq = cnt[q]
+                    r = 1.0 / cq[1]
+                    if cq[0]:
+                        r /= 1.0 + beta
+                    if r < new:
+                        new = r
+            else:
+                cq = cnt[job_ranks[j][0]]
+                if res == 0:
+                    new = 1.0 / cq[0]
+                    if cq[1]:
+                        new /= 1.0 + alpha + (gamma if (cq[2] or cq[3] or cq[4]) else 0.0)
+                    elif cq[2] or cq[3] or cq[4]:
+                        new /= 1.0 + gamma
+                else:
+                    new = 1.0 / cq[res]
+                    if cq[0]:
+                        new /= 1.0 + delta
             old = jrate[j]
             if new != old:
                 if old > 0.0:
@@ -230,86 +224,101 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
                     jrem[j] = rem if rem > 0.0 else 0.0
                 jlast[j] = t
                 jrate[j] = new
-                jver[j] += 1
-                seq += 1
-                push(heap, (t + jrem[j] / new, seq, 0, j, jver[j]))
+                v = jver[j] + 1
+                jver[j] = v
+                push(heap, (t + jrem[j] / new, next(counter), j, v))
 
-    def start_job(j: int, t: float) -> None:
+    def make_ready(i: int, t: float) -> None:
+        ready_t[i] = t
+        j = job_of[i]
+        if j >= N:
+            g = j - N
+            gready[g] += 1
+            members = gmem[g]
+            if gready[g] < len(members):
+                return
+            for m in members:
+                if m != i:
+                    binding[m] = i
+                start[m] = t
+        else:
+            start[i] = t
+            res = job_res[i]
+            r = job_ranks[i][0]
+            rl = running[r]
+            if not rl:  # fast path: alone on its GPU, full rate
+                cnt[r][res] += 1
+                rl.append(i)
+                jrem[i] = w = job_work[i]
+                jlast[i] = t
+                jrate[i] = 1.0
+                v = jver[i] + 1
+                jver[i] = v
+                push(heap, (t + w, next(counter), i, v))
+                return
         res = job_res[j]
-        for q in job_ranks[j]:
+        ranks = job_ranks[j]
+        for q in ranks:
             cnt[q][res] += 1
             running[q].append(j)
         jrem[j] = job_work[j]
         jlast[j] = t
         jrate[j] = 0.0
-        for i in job_members[j]:
-            start[i] = t
-        rerate(job_ranks[j], t)
-
-    def make_ready(i: int, t: float) -> None:
-        ready_t[i] = t
-        j = job_of[i]
-        sz = job_size[j]
-        if sz == 1:
-            start_job(j, t)
-            return
-        jready[j] += 1
-        jlast_ready[j] = i
-        if jready[j] == sz:
-            last = i
-            for m in job_members[j]:
-                if m != last:
-                    binding[m] = last
-            start_job(j, t)
+        rerate(ranks, t)
 
     # --- run -------------------------------------------------------------------
-    t = 0.0
     for i in range(N):
         if npred[i] == 0:
             if issue[i] > 0.0:
                 binding[i] = HOST
-                seq += 1
-                push(heap, (issue[i], seq, 1, i, 0))
+                push(heap, (issue[i], next(counter), -1 - i, 0))
             else:
                 make_ready(i, 0.0)
     done = 0
     while heap:
-        t, _s, typ, x, ver = pop(heap)
-        if typ == 1:
-            make_ready(x, t)
+        t, _s, j, ver = pop(heap)
+        if j < 0:
+            make_ready(-1 - j, t)
             continue
-        if ver != jver[x]:
+        if ver != jver[j]:
             continue
-        j = x
         res = job_res[j]
         ranks = job_ranks[j]
-        for q in ranks:
-            cnt[q][res] -= 1
-            running[q].remove(j)
-        jrate[j] = -1.0
-        rerate(ranks, t)
-        for i in job_members[j]:
+        if j < N:
+            r = ranks[0]
+            cnt[r][res] -= 1
+            rl = running[r]
+            rl.remove(j)
+            jrate[j] = -1.0
+            if rl:
+                rerate(ranks, t)
+        else:
+            for q in ranks:
+                cnt[q][res] -= 1
+                running[q].remove(j)
+            jrate[j] = -1.0
+            rerate(ranks, t)
+        for i in (gmem[j - N] if j >= N else (j,)):
             end[i] = t
             done += 1
             for v in succ[i]:
                 n = npred[v] - 1
                 npred[v] = n
                 if n == 0:
-                    binding[v] = i
                     if issue[v] > t:
                         binding[v] = HOST
-                        seq += 1
-                        push(heap, (issue[v], seq, 1, v, 0))
+                        push(heap, (issue[v], next(counter), -1 - v, 0))
                     else:
+                        binding[v] = i
                         make_ready(v, t)
     if done < N:
-        _raise_deadlock(ids, ops, end, npred, job_of, job_members, jready)
+        _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
 
-    spans = []
-    for i, op in enumerate(ops):
-        spans.append(Span(ids[i], op.name, op.rank, op.stream, op.kind, op.resource, start[i], end[i],
-                          job_work[job_of[i]], ready_t[i], op.nbytes, op.flops,
-                          dict(op.tags) if op.tags else {}))
+    spans = [
+        Span(ids[i], op.name, op.rank, op.stream, op.kind, op.resource, start[i], end[i], job_work[i], ready_t[i],
+             op.nbytes, op.flops, dict(op.tags) if op.tags else {})
+        for i, op in enumerate(ops)
+    ]
     # critical path: walk bindings back from the last op to finish
     cp: list[str] = []
     if N:
@@ -318,7 +327,7 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
         while i >= 0 and i not in seen_cp:
             seen_cp.add(i)
             b = binding[i]
-            if not (b >= 0 and job_of[b] == job_of[i]):  # a peer of the same rendezvous stands for it
+            if not (b >= 0 and job_of[b] == job_of[i] and job_of[i] >= N):  # a rendezvous peer stands for it
                 cp.append(ids[i])
             i = b
         cp.reverse()
@@ -326,7 +335,7 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
                     profile=profile.name, spans=spans, critical_path=cp)
 
 
-def _raise_deadlock(ids, ops, end, npred, job_of, job_members, jready) -> None:  # type: ignore[no-untyped-def]
+def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:  # type: ignore[no-untyped-def]
     lines = []
     per_rank: dict[int, int] = {}
     for i, op in enumerate(ops):
@@ -337,7 +346,8 @@ def _raise_deadlock(ids, ops, end, npred, job_of, job_members, jready) -> None: 
         if npred[i] > 0:
             why = f"waits on {npred[i]} unfinished predecessor(s)"
         else:
-            members = job_members[job_of[i]]
+            j = job_of[i]
+            members = gmem[j - N] if j >= N else []
             missing = [ids[m] for m in members if m != i]
             why = f"waits for its peers {', '.join(missing)} to arrive"
         lines.append(f"  rank {r}: {ids[i]} ({op.kind}) {why}")

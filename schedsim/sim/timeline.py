@@ -27,16 +27,18 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from schedsim.errors import TraceError
 
 __all__ = ["Timeline", "Span", "atomic_write_text", "atomic_write_bytes"]
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """One op's interval on one rank and stream. Times in seconds."""
+class Span(NamedTuple):
+    """One op's interval on one rank and stream. Times in seconds.
+
+    A NamedTuple: cheap to create by the million, immutable, positional or by keyword.
+    """
 
     id: str
     name: str
@@ -50,7 +52,7 @@ class Span:
     ready_s: float | None = None
     bytes: float = 0.0
     flops: float = 0.0
-    tags: dict[str, Any] = field(default_factory=dict)
+    tags: dict[str, Any] = {}  # noqa: RUF012 - never mutated in place
 
     @property
     def duration_s(self) -> float:

@@ -271,6 +271,12 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> 
         raise ctx.err("a schedule must be a YAML mapping", getattr(data, "mark", None), "<top>",
                       fix="start the file with 'schema_version: 1'")
     km = getattr(data, "key_marks", {})
+    valid_top = list(ScheduleSpec.model_fields)
+    for k in data:
+        if k not in valid_top:
+            s = _suggest(k, valid_top)
+            raise ctx.err(f"unknown key {k!r}", km.get(k), k,
+                          fix=f"did you mean {s!r}?" if s else "valid keys: " + ", ".join(valid_top))
     raw_params = data.get("params") or LDict()
     if not isinstance(raw_params, dict):
         raise ctx.err("`params` must be a mapping", km.get("params"), "params", fix="write params: {chunks: 8}")

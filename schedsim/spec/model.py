@@ -136,6 +136,12 @@ class CollectiveOp(_OpBase, _SizedMixin):
         "multiplied by the group size.",
     )
     root: int = Field(default=0, ge=0, description="Root rank of broadcast, reduce, scatter, gather.")
+    group: list[int] | None = Field(
+        default=None,
+        description="The communicator's ranks when this entry places the collective on only some of them "
+        "(write one entry per rank, e.g. in per-rank programs). Default: `ranks`. Entries with the same name "
+        "and group form one collective.",
+    )
 
 
 class _P2P(_OpBase, _SizedMixin):
@@ -224,11 +230,19 @@ class ScheduleSpec(_Base):
 
 
 def _numeric_fields() -> frozenset[str]:
+    import typing
+
+    def numeric(tp: object) -> bool:
+        if tp in (int, float):
+            return True
+        if typing.get_origin(tp) is typing.Literal:
+            return False
+        return any(numeric(a) for a in typing.get_args(tp))
+
     out = set()
     for model in set(OP_MODELS.values()):
         for fname, f in model.model_fields.items():
-            ann = str(f.annotation)
-            if "int" in ann or "float" in ann:
+            if numeric(f.annotation):
                 out.add(fname)
     out |= {"world_size", "shape", "ranks"}
     return frozenset(out)

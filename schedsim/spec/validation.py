@@ -66,10 +66,21 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
             if peer in ranks:
                 raise err(i, "peer", f"{op.kind} {op.name!r} on rank {peer} names itself as peer",
                           "a send/recv needs another rank as peer")
+        group = ranks
+        if op.kind in COLLECTIVE_KINDS and op.group is not None:  # type: ignore[union-attr]
+            group = op.group  # type: ignore[union-attr]
+            outside = [r for r in ranks if r not in group]
+            bad_g = [r for r in group if not 0 <= r < n]
+            if bad_g:
+                raise err(i, "group", f"collective {op.name!r} has group rank {bad_g[0]} but world_size is {n}",
+                          f"use ranks in 0..{n - 1}")
+            if outside:
+                raise err(i, "group", f"collective {op.name!r} runs on rank {outside[0]} outside its group {group}",
+                          "add the rank to `group`, or remove it from `ranks`")
         if op.kind in COLLECTIVE_KINDS and op.kind in ("broadcast", "reduce", "scatter", "gather"):
-            if op.root not in ranks:  # type: ignore[union-attr]
-                raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {ranks}",  # type: ignore[union-attr]
-                          f"set root to one of {ranks}")
+            if op.root not in group:  # type: ignore[union-attr]
+                raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {group}",  # type: ignore[union-attr]
+                          f"set root to one of {group}")
         for r in ranks:
             key = (r, op.name)
             if key in seen:

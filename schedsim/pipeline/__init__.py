@@ -1,0 +1,113 @@
+"""Pipeline-parallel schedules: generate, lower, validate, time and (de)serialise.
+
+Pure Python; never imports torch (its tests compare against torch).
+
+Modules
+-------
+actions
+    ``Action`` / ``OverlapAction`` in PyTorch's text notation (``2F0``).
+schedules
+    Generators (gpipe, 1f1b, interleaved_1f1b, looped_bfs, zb_h1,
+    interleaved_zb, zbv, dualpipev), registry and stage placement.
+comms
+    p2p lowering (SEND/RECV) and a lock-step deadlock dry run.
+validate
+    All checks at once; failures print the rank x step grid.
+csv_io
+    PyTorch's pipeline CSV and inline action lists.
+analytic
+    Closed-form bubbles and memory, and a unit-time simulator.
+errors
+    ``PipelineScheduleError`` and the grid formatter.
+"""
+
+from schedsim.pipeline.actions import (
+    Action,
+    ComputationType,
+    OverlapAction,
+    PipelineOrder,
+    ScheduleAction,
+    parse_action,
+)
+from schedsim.pipeline.analytic import (
+    UnitTimeResult,
+    bubble_fraction_of_ideal,
+    bubble_fraction_of_makespan,
+    dualpipe_bubble_time,
+    one_f_one_b_bubble_time,
+    peak_activation_memory,
+    unit_time_closed_form,
+    unit_time_makespan,
+    zb_h1_bubble_time,
+    zb_h2_bubble_time,
+)
+from schedsim.pipeline.comms import add_p2p, compute_only, infer_stage_to_rank, simulate_p2p
+from schedsim.pipeline.csv_io import (
+    dumps_csv,
+    format_order,
+    loads_csv,
+    parse_order,
+    read_csv,
+    write_csv,
+)
+from schedsim.pipeline.errors import (
+    DeadlockError,
+    InsufficientMicrobatchesError,
+    PipelineScheduleError,
+    ScheduleConfigError,
+    format_pipeline_order,
+)
+from schedsim.pipeline.schedules import (
+    ScheduleInfo,
+    generate,
+    get_schedule,
+    megatron_schedule_table,
+    min_microbatches,
+    schedule_names,
+    stage_to_rank,
+    torch_group_size,
+)
+from schedsim.pipeline.validate import validate
+
+__all__ = [
+    "Action",
+    "ComputationType",
+    "OverlapAction",
+    "PipelineOrder",
+    "ScheduleAction",
+    "parse_action",
+    "UnitTimeResult",
+    "bubble_fraction_of_ideal",
+    "bubble_fraction_of_makespan",
+    "dualpipe_bubble_time",
+    "one_f_one_b_bubble_time",
+    "peak_activation_memory",
+    "unit_time_closed_form",
+    "unit_time_makespan",
+    "zb_h1_bubble_time",
+    "zb_h2_bubble_time",
+    "add_p2p",
+    "compute_only",
+    "infer_stage_to_rank",
+    "simulate_p2p",
+    "dumps_csv",
+    "format_order",
+    "loads_csv",
+    "parse_order",
+    "read_csv",
+    "write_csv",
+    "DeadlockError",
+    "InsufficientMicrobatchesError",
+    "PipelineScheduleError",
+    "ScheduleConfigError",
+    "format_pipeline_order",
+    "ScheduleInfo",
+    "generate",
+    "get_schedule",
+    "megatron_schedule_table",
+    "min_microbatches",
+    "schedule_names",
+    "stage_to_rank",
+    "torch_group_size",
+    "validate",
+]

@@ -1,0 +1,410 @@
+"""Shared pieces of the trace importers: device activities, op ranges, and the Timeline they become.
+
+Both importers (:mod:`schedsim.trace.nsys`, :mod:`schedsim.trace.kineto`)
+reduce a trace to
+
+* **activities**: one per GPU kernel, memcpy or memset (:class:`Activity`),
+  with times in nanoseconds on the importer's common time base;
+* **op ranges**: NVTX ranges (nsys) or GPU user annotations (Kineto) whose
+  names are schedule ops, with the activities that ran inside them.
+
+:func:`build_timeline` turns those into a :class:`~schedsim.sim.timeline.Timeline`
+(``source="import"``): each op range becomes one span with id
+``"{name}@r{rank}"`` covering its kernels (nsys2json's *nvtx-kernel* rule), every
+activity outside an op range stays a span of its own, and times are seconds
+from the earliest kept event.
+
+What this does not model: the critical path of an imported timeline is the
+*last-finishing chain* on one rank (walk back from the latest end to the
+latest span that ended before it started); cross-rank waits are not followed,
+because a trace has no dependency edges.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from schedsim.errors import TraceError
+from schedsim.sim.timeline import Span, Timeline
+
+__all__ = [
+    "Activity",
+    "OpRange",
+    "ImportResult",
+    "is_nccl_kernel",
+    "short_kernel_name",
+    "collective_kind",
+    "DTYPE_BYTES",
+    "load_op_names",
+    "match_op",
+    "build_timeline",
+    "last_finishing_chain",
+]
+
+#: HTA's communication-kernel rule (``hta/common/types.py``) plus NCCL ≥ 2.19's ``ncclDevKernel_``.
+_NCCL_RE = re.compile(r"^(?:void\s+)?(?:nccl|hip|hccl)|ncclKernel|ncclDevKernel")
+_OP_ID_RE = re.compile(r"^(?P<name>.+)@r(?P<rank>\d+)$")
+
+#: Bytes per element for the dtype names Kineto's ``record_param_comms`` and NCCL kernels use.
+DTYPE_BYTES: dict[str, int] = {
+    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "double": 8, "float64": 8,
+    "int8": 1, "int8_t": 1, "char": 1, "uint8": 1, "uint8_t": 1, "byte": 1, "bool": 1, "int": 4, "int32": 4,
+    "int32_t": 4, "uint32": 4, "int64": 8, "long": 8, "int64_t": 8, "uint64": 8, "uint64_t": 8, "short": 2,
+    "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1,
+}
+
+_COLLECTIVES = [
+    ("allreduce", "all_reduce"), ("all_reduce", "all_reduce"), ("reducescatter", "reduce_scatter"),
+    ("reduce_scatter", "reduce_scatter"), ("allgather", "all_gather"), ("all_gather", "all_gather"),
+    ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"), ("broadcast", "broadcast"), ("bcast", "broadcast"),
+    ("sendrecv", "sendrecv"), ("send", "send"), ("recv", "recv"), ("reduce", "reduce"), ("gather", "gather"),
+    ("scatter", "scatter"), ("barrier", "barrier"),
+]
+
+
+class Activity(NamedTuple):
+    """One GPU activity. Times are nanoseconds on the importer's time base (float)."""
+
+    rank: int
+    device: int
+    stream: str
+    name: str          # short kernel name, or "Memcpy HtoD" / "Memset"
+    cat: str           # "kernel" | "memcpy" | "memset"
+    start_ns: float
+    end_ns: float
+    bytes: float = 0.0
+    tags: dict[str, Any] | None = None  # NCCL metadata, NVTX region ...
+
+
+class OpRange(NamedTuple):
+    """A range named after a schedule op, with the indices of the activities it launched."""
+
+    name: str
+    rank: int
+    start_ns: float
+    end_ns: float
+    members: list[int]
+    text: str
+
+
+class ImportResult(NamedTuple):
+    """What an importer returns: the timeline and, for ``analyze``, the seed-004 table rows.
+
+    Attributes
+    ----------
+    timeline : Timeline
+        ``source="import"``.
+    kernel_rows : dict[str, list[tuple[str, str, float, float]]]
+        Per device label ("Device 0"): ``(name, tid, ts_us, dur_us)`` of every
+        kernel in the order nsys2json writes them; ``name`` already has
+        seed 004's "Kernel" → NVTX-region renaming applied.
+    nccl_rows : dict[str, list[tuple[str, int]]]
+        Per device label: ``(collective range name, element count)``.
+    warnings : list[str]
+        Things the importer skipped or guessed.
+    """
+
+    timeline: Timeline
+    kernel_rows: dict[str, list[tuple[str, str, float, float]]]
+    nccl_rows: dict[str, list[tuple[str, int]]]
+    warnings: list[str]
+
+
+def is_nccl_kernel(name: str) -> bool:
+    """True for NCCL/RCCL/HCCL communication kernels (``ncclKernel_*``, ``ncclDevKernel_*``).
+
+    Examples
+    --------
+    >>> is_nccl_kernel("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+    True
+    >>> is_nccl_kernel("ampere_fp16_s1688gemm_fp16_128x128_ldg8_f2f_nt")
+    False
+    """
+    return _NCCL_RE.search(name) is not None
+
+
+_SHORT_CACHE: dict[str, str] = {}
+
+
+def short_kernel_name(name: str) -> str:
+    """Kernel name without return type, namespaces, template and parameter lists.
+
+    This is what nsys stores as ``shortName``; Kineto only has the demangled
+    signature. Results are cached and interned (a trace repeats few names).
+
+    Examples
+    --------
+    >>> short_kernel_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, 4>(float*, int)")
+    'CatArrayBatchedCopy'
+    >>> short_kernel_name("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)")
+    'ncclKernel_AllReduce_RING_LL_Sum_float'
+    """
+    got = _SHORT_CACHE.get(name)
+    if got is not None:
+        return got
+    out = []
+    depth = 0
+    for ch in name:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    flat = "".join(out).strip()
+    last = flat.split()[-1] if flat.split() else ""
+    parts = [p for p in last.split("::") if p]
+    short = parts[-1] if parts else name
+    if len(_SHORT_CACHE) < 200_000:
+        _SHORT_CACHE[name] = short
+    return short
+
+
+def collective_kind(kernel_name: str, collective: str | None = None) -> str:
+    """The schedsim op kind of an NCCL kernel: ``all_reduce``, ``all_gather``, ``sendrecv`` ...
+
+    ``collective`` (Kineto's ``Collective name`` argument) wins over the kernel name.
+
+    Examples
+    --------
+    >>> collective_kind("ncclKernel_AllReduce_RING_LL_Sum_float")
+    'all_reduce'
+    >>> collective_kind("ncclDevKernel_SendRecv", None)
+    'sendrecv'
+    >>> collective_kind("ncclKernel_Broadcast_RING_LL_Sum_int8_t", "_allgather_base")
+    'all_gather'
+    """
+    for text in (collective, kernel_name):
+        if not text:
+            continue
+        t = text.lower().replace("ncclkernel_", "").replace("nccldevkernel_", "").lstrip("_")
+        t = t.split("(")[0]
+        for key, kind in _COLLECTIVES:
+            if t.startswith(key) or t.replace("_", "").startswith(key.replace("_", "")):
+                return kind
+    return "comm"
+
+
+def load_op_names(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Op names (and their kind/resource) of a predicted timeline JSON or a schedule YAML.
+
+    Parameters
+    ----------
+    path : str or Path
+        ``timeline.json`` from ``schedsim predict``/``execute``, or a schedule YAML.
+
+    Returns
+    -------
+    dict
+        ``{op name: {"kind": ..., "resource": ...}}``.
+
+    Raises
+    ------
+    TraceError
+        If the file cannot be read as either.
+    """
+    p = Path(path)
+    if p.suffix.lower() in (".yaml", ".yml"):
+        from schedsim.graph.build import build_graph
+        from schedsim.graph.ops import resource_of
+        from schedsim.spec.loader import load_schedule
+
+        G = build_graph(load_schedule(p, {}), check=False)
+        out: dict[str, dict[str, Any]] = {}
+        for node, data in G.nodes(data=True):
+            op = data.get("op")
+            name = getattr(op, "name", None) or str(node).rsplit("@r", 1)[0]
+            kind = getattr(op, "kind", "compute")
+            out[name] = {"kind": kind, "resource": resource_of(kind)}
+        return out
+    tl = Timeline.read_json(p)
+    return {s.name: {"kind": s.kind, "resource": s.resource} for s in tl.spans}
+
+
+def match_op(text: str | None, ops: dict[str, dict[str, Any]] | None) -> str | None:
+    """The schedule op a range names, or None.
+
+    A range text ``mm0@r1`` (an op id) always names op ``mm0``. With ``ops``
+    given, a text equal to an op name, or whose part before the first comma is
+    (``torch.autograd.profiler.emit_nvtx`` appends ``, seq = ...``), names it.
+
+    Examples
+    --------
+    >>> match_op("mm0@r1", None), match_op("mm0", None), match_op("mm0, seq = 3", {"mm0": {}})
+    ('mm0', None, 'mm0')
+    """
+    if not text:
+        return None
+    m = _OP_ID_RE.match(text)
+    if m:
+        return m.group("name")
+    if ops:
+        if text in ops:
+            return text
+        head = text.split(",", 1)[0].strip()
+        if head in ops:
+            return head
+    return None
+
+
+def _op_span_kind(members: list[Activity], info: dict[str, Any] | None) -> tuple[str, str]:
+    if info and info.get("kind"):
+        return info["kind"], info.get("resource") or "compute"
+    nccl = [a for a in members if a.cat == "kernel" and is_nccl_kernel(a.name)]
+    if nccl:
+        return collective_kind(nccl[0].name, (nccl[0].tags or {}).get("collective")), "comm"
+    if members and all(a.cat != "kernel" for a in members):
+        return "memcpy", "copy"
+    return "compute", "compute"
+
+
+def _activity_kind(a: Activity) -> tuple[str, str]:
+    if a.cat == "kernel":
+        if is_nccl_kernel(a.name):
+            return collective_kind(a.name, (a.tags or {}).get("collective")), "comm"
+        return "kernel", "compute"
+    return a.cat, "copy"
+
+
+def build_timeline(
+    acts: list[Activity],
+    op_ranges: Iterable[OpRange],
+    *,
+    schedule: str,
+    world_size: int,
+    meta: dict[str, Any],
+    ops: dict[str, dict[str, Any]] | None = None,
+    iteration: int = -1,
+) -> Timeline:
+    """Assemble the imported Timeline.
+
+    Parameters
+    ----------
+    acts : list of Activity
+        All GPU activities (ns). The list is consumed (cleared) to bound memory.
+    op_ranges : iterable of OpRange
+        Ranges named after schedule ops; their members fold into one span each.
+    schedule, world_size, meta
+        Copied into the Timeline.
+    ops : dict, optional
+        Op name → kind/resource from the prediction (:func:`load_op_names`).
+    iteration : int
+        When the ops repeat (several iterations in one capture), which
+        occurrence to keep: ``0`` first, ``-1`` last. The timeline is then
+        cut to that iteration's window.
+
+    Returns
+    -------
+    Timeline
+        Times in seconds from the earliest kept event; ids ``{op}@r{rank}`` for
+        ops and ``{kernel}#{n}@r{rank}`` for the rest; ``critical_path`` from
+        :func:`last_finishing_chain`.
+    """
+    folded: set[int] = set()
+    occ: dict[tuple[int, str], list[tuple[float, float, OpRange]]] = defaultdict(list)
+    for r in op_ranges:
+        mem = [i for i in r.members if i not in folded] if r.members else []
+        if not mem:
+            continue
+        folded.update(mem)
+        start = min(acts[i].start_ns for i in mem)
+        end = max(acts[i].end_ns for i in mem)
+        occ[(r.rank, r.name)].append((start, end, r._replace(members=mem)))
+    window: tuple[float, float] | None = None
+    chosen: list[tuple[float, float, OpRange]] = []
+    n_iter = max((len(v) for v in occ.values()), default=0)
+    for v in occ.values():
+        v.sort(key=lambda x: x[0])
+        k = iteration if iteration >= 0 else len(v) + iteration
+        if 0 <= k < len(v):
+            chosen.append(v[k])
+    if n_iter > 1 and chosen:
+        window = (min(c[0] for c in chosen), max(c[1] for c in chosen))
+        meta["iteration"] = {"index": iteration, "occurrences": n_iter,
+                             "window_ns": [window[0], window[1]]}
+
+    raw: list[tuple[float, float, Span]] = []
+    for start, end, r in chosen:
+        members = [acts[i] for i in r.members]
+        first = min(members, key=lambda a: a.start_ns)
+        kind, resource = _op_span_kind(members, (ops or {}).get(r.name))
+        nbytes = sum(a.bytes for a in members)
+        tags: dict[str, Any] = {"kernels": len(members), "device": first.device, "range": r.text}
+        for a in members:
+            if a.tags:
+                tags.update({k: v for k, v in a.tags.items() if k not in tags})
+        raw.append((start, end, Span(f"{r.name}@r{r.rank}", r.name, r.rank, first.stream, kind, resource, 0.0, 0.0,
+                                     bytes=nbytes, tags=tags)))
+    counters: dict[tuple[int, str], int] = defaultdict(int)
+    for i, a in enumerate(acts):
+        if i in folded:
+            continue
+        if window is not None and not (window[0] <= a.start_ns < window[1]):
+            continue
+        kind, resource = _activity_kind(a)
+        n = counters[(a.rank, a.name)]
+        counters[(a.rank, a.name)] = n + 1
+        raw.append((a.start_ns, a.end_ns, Span(f"{a.name}#{n}@r{a.rank}", a.name, a.rank, a.stream, kind, resource,
+                                               0.0, 0.0, bytes=a.bytes, tags=a.tags or {})))
+    acts.clear()
+    t0 = window[0] if window is not None else min((x[0] for x in raw), default=0.0)
+    spans = [sp._replace(start_s=(s - t0) * 1e-9, end_s=(e - t0) * 1e-9) for s, e, sp in raw]
+    del raw
+    spans.sort(key=lambda s: (s.rank, s.start_s))
+    meta["t0_ns"] = t0
+    tl = Timeline(schedule=schedule, source="import", world_size=world_size, launch="eager", profile=None,
+                  spans=spans, meta=meta)
+    tl.critical_path = last_finishing_chain(spans)
+    return tl
+
+
+def last_finishing_chain(spans: list[Span]) -> list[str]:
+    """Approximate critical path: from the latest-ending span, repeatedly step to the
+    span on the same rank that ended last before the current one started.
+
+    Returns op ids, earliest first. Cross-rank dependencies are not followed.
+
+    Examples
+    --------
+    >>> a = Span("a@r0", "a", 0, "s", "k", "compute", 0.0, 1.0)
+    >>> b = Span("b@r0", "b", 0, "s", "k", "compute", 1.5, 2.0)
+    >>> c = Span("c@r0", "c", 0, "t", "k", "compute", 0.2, 1.2)
+    >>> last_finishing_chain([a, b, c])
+    ['c@r0', 'b@r0']
+    """
+    if not spans:
+        return []
+    by_rank: dict[int, list[Span]] = defaultdict(list)
+    for s in spans:
+        by_rank[s.rank].append(s)
+    last = max(spans, key=lambda s: s.end_s)
+    lst = sorted(by_rank[last.rank], key=lambda s: s.end_s)
+    ends = [s.end_s for s in lst]
+    j = len(lst) - 1
+    while lst[j] is not last and j > 0:
+        j -= 1
+    path = [lst[j].id]
+    while True:
+        cur = lst[j]
+        k = min(bisect.bisect_right(ends, cur.start_s) - 1, j - 1)
+        if k < 0:
+            break
+        j = k
+        path.append(lst[j].id)
+    path.reverse()
+    return path
+
+
+def check_rank_unique(ranks: list[int], files: list[Path]) -> None:
+    """Raise TraceError when two trace files claim the same rank."""
+    seen: dict[int, Path] = {}
+    for r, f in zip(ranks, files):
+        if r in seen:
+            raise TraceError(f"{f}: rank {r} is also claimed by {seen[r]}\n"
+                             "  fix: pass one trace file per rank")
+        seen[r] = f

@@ -1,0 +1,217 @@
+"""A bounded streaming reader for Chrome/Kineto trace JSON (plain or gzip).
+
+A Kineto trace is one JSON object whose ``traceEvents`` array holds almost all
+of the bytes. :class:`TraceEventStream` walks the top-level object key by key,
+hands out the elements of ``traceEvents`` one at a time and keeps every other
+top-level value (``distributedInfo``, ``baseTimeNanoseconds`` ...) in
+:attr:`TraceEventStream.header`. A top-level array (the Chrome "JSON Array
+Format", which nsys2json writes) is read the same way.
+
+Memory stays bounded by the read chunk (1 MiB of text) plus the largest single
+value being decoded; each value is decoded by the C-accelerated
+``json.JSONDecoder.raw_decode``, so no third-party parser is needed.
+
+Caveat: Kineto writes ``baseTimeNanoseconds`` *after* ``traceEvents``, so
+:attr:`~TraceEventStream.header` is complete only once the events have been
+consumed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from schedsim.errors import TraceError
+
+__all__ = ["TraceEventStream", "open_text"]
+
+_WS = " \t\n\r"
+_CHUNK = 1 << 20
+#: A single JSON value larger than this (in characters) is refused as malformed.
+MAX_VALUE_CHARS = 256 << 20
+
+
+def open_text(path: str | Path) -> TextIO:
+    """Open a trace file as UTF-8 text, transparently gunzipping it.
+
+    Gzip is detected from the magic bytes, not the file name.
+
+    Raises
+    ------
+    TraceError
+        If the file does not exist or cannot be opened.
+    """
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(2)
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")  # type: ignore[arg-type]
+    return open(p, encoding="utf-8")
+
+
+class TraceEventStream:
+    """Iterate the events of a Chrome/Kineto trace file without loading it whole.
+
+    Parameters
+    ----------
+    path : str or Path
+        ``.json`` or ``.json.gz`` (gzip detected from the content).
+    chunk_chars : int
+        Characters read per refill (default 1 Mi).
+
+    Attributes
+    ----------
+    header : dict
+        Top-level keys other than ``traceEvents``; complete after iteration.
+
+    Raises
+    ------
+    TraceError
+        (while iterating) for a truncated, corrupt or non-JSON file, with the
+        character offset where reading stopped.
+
+    Examples
+    --------
+    >>> import json, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.json")
+    >>> _ = open(p, "w").write(json.dumps({"traceEvents": [{"ph": "X"}], "baseTimeNanoseconds": 5}))
+    >>> s = TraceEventStream(p)
+    >>> [e["ph"] for e in s], s.header["baseTimeNanoseconds"]
+    (['X'], 5)
+    """
+
+    def __init__(self, path: str | Path, chunk_chars: int = _CHUNK) -> None:
+        self.path = Path(path)
+        self.chunk = chunk_chars
+        self.header: dict[str, Any] = {}
+        self.n_events = 0
+        self._dec = json.JSONDecoder()
+        self._f: TextIO | None = None
+        self._s = ""
+        self._i = 0
+        self._eof = False
+        self._consumed = 0  # characters dropped from the front of the buffer
+
+    # -- low-level buffer -----------------------------------------------------
+    def _fill(self, at_least: int = 0) -> bool:
+        if self._eof:
+            return False
+        assert self._f is not None
+        want = max(self.chunk, at_least)
+        try:
+            more = self._f.read(want)
+        except (EOFError, OSError, zlib.error) as e:
+            raise self._err(f"compressed data is corrupt or truncated ({e.__class__.__name__}: {e})") from None
+        except UnicodeDecodeError as e:
+            raise self._err(f"not UTF-8 text ({e.reason}); is this a trace JSON file?") from None
+        self._consumed += self._i
+        self._s = self._s[self._i:] + more
+        self._i = 0
+        if not more:
+            self._eof = True
+            return False
+        return True
+
+    def _offset(self) -> int:
+        return self._consumed + self._i
+
+    def _err(self, msg: str) -> TraceError:
+        return TraceError(f"{self.path}: {msg} (at character {self._offset()}, after {self.n_events} events)")
+
+    def _skip_ws(self) -> str:
+        """Skip whitespace; return the next character without consuming it ('' at EOF)."""
+        while True:
+            s, i, n = self._s, self._i, len(self._s)
+            while i < n and s[i] in _WS:
+                i += 1
+            self._i = i
+            if i < n:
+                return s[i]
+            if not self._fill():
+                return ""
+
+    def _expect(self, chars: str, what: str) -> str:
+        c = self._skip_ws()
+        if c == "":
+            raise self._err(f"file ends early while expecting {what}; the trace is truncated")
+        if c not in chars:
+            raise self._err(f"malformed JSON: expected {what}, found {c!r}")
+        self._i += 1
+        return c
+
+    def _value(self) -> Any:
+        self._skip_ws()
+        while True:
+            try:
+                obj, end = self._dec.raw_decode(self._s, self._i)
+            except json.JSONDecodeError as e:
+                if self._eof:
+                    raise self._err(f"truncated or malformed JSON ({e.msg})") from None
+                if len(self._s) - self._i > MAX_VALUE_CHARS:
+                    raise self._err(f"malformed JSON ({e.msg}) in a value longer than {MAX_VALUE_CHARS} characters") from None
+                self._fill(at_least=len(self._s) - self._i)
+                continue
+            if end >= len(self._s) and not self._eof:
+                # a number or literal may continue in the next chunk: decode again with more text
+                self._fill()
+                continue
+            self._i = end
+            return obj
+
+    # -- iteration --------------------------------------------------------------
+    def _array(self) -> Iterator[Any]:
+        c = self._skip_ws()
+        if c == "]":
+            self._i += 1
+            return
+        while True:
+            yield self._value()
+            self.n_events += 1
+            if self._expect(",]", "',' or ']' in the event array") == "]":
+                return
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            self._f = open_text(self.path)
+        except OSError as e:  # pragma: no cover - open_text reports most cases
+            raise TraceError(f"{self.path}: cannot open ({e})") from None
+        try:
+            first = self._skip_ws()
+            if first == "":
+                raise self._err("empty file; expected a JSON trace")
+            if first == "[":
+                self._i += 1
+                yield from self._array()
+            elif first == "{":
+                self._i += 1
+                if self._skip_ws() == "}":
+                    self._i += 1
+                else:
+                    while True:
+                        key = self._value()
+                        if not isinstance(key, str):
+                            raise self._err("malformed JSON: object key is not a string")
+                        self._expect(":", "':' after an object key")
+                        if key == "traceEvents":
+                            self._expect("[", "the traceEvents array")
+                            yield from self._array()
+                        else:
+                            self.header[key] = self._value()
+                        if self._expect(",}", "',' or '}' in the top-level object") == "}":
+                            break
+            else:
+                raise self._err(f"not a JSON trace: starts with {first!r}, expected '{{' or '['")
+            if self._skip_ws() != "":
+                raise self._err("unexpected data after the end of the JSON document")
+        finally:
+            self._f.close()

@@ -1,0 +1,62 @@
+"""Shared fixtures: a toy hardware profile with round numbers for hand-computed timelines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = (ROOT / ".." / "shared").resolve()
+
+
+def toy_profile_dict(**contention: float) -> dict:
+    """No launch overhead, no kernel floor; NVLink 100 GB/s with 1 µs latency; given contention."""
+    c = {"compute_slowdown_with_comm": 0.0, "comm_slowdown_with_compute": 0.0,
+         "compute_slowdown_with_copy": 0.0, "copy_slowdown_with_compute": 0.0, "source": "test"}
+    c.update(contention)
+    return {
+        "name": "toy",
+        "gpu": {"name": "toy", "hbm_GBps": 1000.0, "peak_tflops": {"fp32": 100.0, "fp16": 400.0},
+                "gemm_efficiency": 1.0, "kernel_floor_us": 0.0, "source": "test"},
+        "launch": {"eager_per_op_us": 0.0, "eager_per_collective_us": 0.0, "graph_launch_us": 0.0,
+                   "graph_per_op_us": 0.0, "source": "test"},
+        "topology": {"gpus_per_node": 8},
+        "links": {"nvlink": {"bandwidth_GBps": 100.0, "latency_us": 1.0, "source": "test"},
+                  "network": {"bandwidth_GBps": 10.0, "latency_us": 5.0, "source": "test"}},
+        "memcpy": {"h2d_GBps": 10.0, "d2h_GBps": 10.0, "d2d_GBps": 1000.0, "latency_us": 0.0, "source": "test"},
+        "gemm": {"source": "test", "entries": [["fp32", 1000, 1000, 1000, 1.0]]},
+        "collectives": {"source": "test", "tables": {}},
+        "contention": c,
+    }
+
+
+@pytest.fixture
+def toy_profile():
+    from schedsim.hardware.profile import HardwareProfile
+
+    return HardwareProfile.model_validate(toy_profile_dict())
+
+
+@pytest.fixture
+def make_profile():
+    from schedsim.hardware.profile import HardwareProfile
+
+    def make(**contention: float):
+        return HardwareProfile.model_validate(toy_profile_dict(**contention))
+
+    return make
+
+
+@pytest.fixture
+def sim_text():
+    """Load YAML text, build, simulate on a profile; return {op_id: (start_us, end_us)} and the timeline."""
+    from schedsim.graph.build import build_graph
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    def run(text: str, profile, launch=None):
+        tl = simulate(build_graph(load_text(text, "t.yaml")), profile, launch=launch)
+        return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}, tl
+
+    return run

@@ -1,0 +1,172 @@
+"""Every error path of the schedule language: file, line, column, field path and fix are checked."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from schedsim.errors import SpecError
+from schedsim.spec.loader import load_schedule, load_text, parse_overrides
+
+GOOD = """\
+schema_version: 1
+name: t
+world_size: 2
+params: {chunks: 2, M: 64}
+ops:
+  - foreach: {i: range(chunks)}
+    ops:
+      - name: ag{i}
+        kind: all_gather
+        shape: [M/chunks, 8]
+        buffer: shard
+      - name: mm{i}
+        kind: matmul
+        m: M*world_size/chunks
+        n: 8
+        k: 8
+        deps: ["ag{i}"]
+"""
+
+
+def load(text: str, **ov):
+    return load_text(textwrap.dedent(text), "s.yaml", ov)
+
+
+def test_good_expands():
+    spec = load(GOOD)
+    assert [o.name for o in spec.ops] == ["ag0", "mm0", "ag1", "mm1"]
+    assert spec.ops[1].m == 64  # 64*2/2
+    assert spec.ops[0].shape == [32, 8]
+    spec4 = load(GOOD, chunks=4)
+    assert len(spec4.ops) == 8 and spec4.ops[1].m == 32
+
+
+def test_yaml_syntax_error_has_line_and_column():
+    with pytest.raises(SpecError) as e:
+        load("schema_version: 1\nname: [unclosed\n")
+    assert e.value.file == "s.yaml" and e.value.line is not None
+    assert "invalid YAML" in str(e.value)
+
+
+def test_unquoted_braces_in_flow_list_gets_quoting_fix():
+    with pytest.raises(SpecError, match=r'quote strings that hold \{expr\}'):
+        load(GOOD.replace('deps: ["ag{i}"]', "deps: [ag{i}]"))
+
+
+def test_unknown_key_suggests_nearest():
+    with pytest.raises(SpecError) as e:
+        load(GOOD.replace('deps: ["ag{i}"]', 'dep: ["ag{i}"]'))
+    err = e.value
+    assert "unknown key 'dep'" in str(err)
+    assert err.fix == "did you mean 'deps'?"
+    assert err.line == 17 and err.path == "ops[0].ops[1].dep"
+
+
+def test_unknown_top_level_key():
+    with pytest.raises(SpecError, match="did you mean 'world_size'"):
+        load(GOOD.replace("world_size: 2", "world_sise: 2"))
+
+
+def test_unknown_kind_suggests():
+    with pytest.raises(SpecError) as e:
+        load(GOOD.replace("kind: matmul", "kind: matmull"))
+    assert "unknown op kind 'matmull'" in str(e.value) and e.value.fix == "did you mean 'matmul'?"
+    assert e.value.line == 13
+
+
+def test_missing_field():
+    with pytest.raises(SpecError, match="missing required field 'k'") as e:
+        load(GOOD.replace("        k: 8\n", ""))
+    assert e.value.path == "ops[0].ops[1].k"
+
+
+def test_non_integral_expression():
+    with pytest.raises(SpecError) as e:
+        load(GOOD, M=63)
+    assert "ops[0]" in str(e.value) and "31.5" in str(e.value)
+    assert "divide evenly" in e.value.fix
+
+
+def test_bad_expression_names_parameters():
+    with pytest.raises(SpecError) as e:
+        load(GOOD.replace("m: M*world_size/chunks", "m: Q*2"))
+    assert "unknown name 'Q'" in str(e.value) and "chunks" in e.value.fix and e.value.line == 14
+
+
+def test_eval_is_never_used():
+    with pytest.raises(SpecError, match="only the functions"):
+        load(GOOD.replace("m: M*world_size/chunks", "m: __import__('os').getpid()"))
+
+
+def test_unknown_override_suggests():
+    with pytest.raises(SpecError, match="did you mean --set chunks="):
+        load(GOOD, chunk=4)
+
+
+def test_parse_overrides_types():
+    assert parse_overrides(["chunks=4", "dtype=fp16", "x=1.5"]) == {"chunks": 4, "dtype": "fp16", "x": 1.5}
+    with pytest.raises(SpecError, match="key=value"):
+        parse_overrides(["chunks"])
+
+
+def test_rank_out_of_range():
+    with pytest.raises(SpecError, match="uses rank 5 but world_size is 2") as e:
+        load(GOOD.replace("        kind: matmul\n", "        kind: matmul\n        ranks: [5]\n"))
+    assert e.value.path.endswith(".ranks")
+
+
+def test_undeclared_stream():
+    with pytest.raises(SpecError, match="did you mean 'comm'"):
+        load(GOOD.replace("world_size: 2\n", "world_size: 2\nstreams: [compute, comm]\n").replace(
+            "        buffer: shard\n", "        buffer: shard\n        stream: comms\n"))
+
+
+def test_duplicate_name_on_a_rank():
+    with pytest.raises(SpecError, match="used twice on rank 0"):
+        load(GOOD.replace("name: mm{i}", "name: mm"))
+
+
+def test_bytes_and_shape_both_given():
+    with pytest.raises(SpecError, match="exactly one of `bytes` or `shape`"):
+        load(GOOD.replace("buffer: shard", "buffer: shard\n        bytes: 100"))
+
+
+def test_schema_version():
+    with pytest.raises(SpecError, match="schema_version") as e:
+        load(GOOD.replace("schema_version: 1", "schema_version: 2"))
+    assert e.value.line == 1
+
+
+def test_send_to_self_and_bad_peer():
+    base = "schema_version: 1\nname: t\nworld_size: 2\nops:\n  - {name: s, kind: send, ranks: [0], peer: %s, bytes: 8}\n"
+    with pytest.raises(SpecError, match="names itself as peer"):
+        load(base % 0)
+    with pytest.raises(SpecError, match="peer 3 but world_size is 2"):
+        load(base % 3)
+
+
+def test_root_outside_group():
+    with pytest.raises(SpecError, match="root 3 outside its group"):
+        load("schema_version: 1\nname: t\nworld_size: 2\nops:\n  - {name: b, kind: broadcast, root: 3, bytes: 8}\n")
+
+
+def test_foreach_with_stray_key():
+    with pytest.raises(SpecError, match="foreach block holds only"):
+        load("schema_version: 1\nname: t\nworld_size: 1\nops:\n  - foreach: {i: range(2)}\n    name: x\n    ops: []\n")
+
+
+def test_when_filters():
+    spec = load(GOOD.replace("        kind: matmul\n", "        kind: matmul\n        when: i > 0\n"))
+    assert [o.name for o in spec.ops] == ["ag0", "ag1", "mm1"]
+
+
+def test_missing_file():
+    with pytest.raises(SpecError, match="no such file"):
+        load_schedule("/nonexistent/x.yaml")
+
+
+def test_empty_schedule():
+    with pytest.raises(SpecError, match="no ops"):
+        load("schema_version: 1\nname: t\nworld_size: 1\n")
