@@ -1,0 +1,89 @@
+"""The command line end to end, in fresh processes (exit codes, files, no traceback, no torch)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "schedsim", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_predict_writes_everything(tmp_path):
+    out = tmp_path / "o"
+    p = run("predict", "schedules/allgather_mm8.yaml", "--profile", "pcie2_seed000", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "makespan" in p.stdout and "critical path" in p.stdout
+    for f in ("timeline.json", "trace.json", "gantt.png", "gantt.svg"):
+        assert (out / f).stat().st_size > 0
+    tl = json.loads((out / "timeline.json").read_text())
+    assert tl["format"] == "schedsim.timeline" and len(tl["ops"]) == 274
+    trace = json.loads((out / "trace.json").read_text())
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == 274 and {e["pid"] for e in xs} == {0, 1}
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temp files
+
+
+def test_predict_json_and_set(tmp_path):
+    p = run("predict", "schedules/allgather_mm.yaml", "--set", "chunks=4", "--format", "json", "--no-gantt",
+            "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["metrics"]["ops"] == 2 * (1 + 4 + 2 * 16)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["predict", "missing.yaml"], "no such file"),
+    (["predict", "schedules/allgather_mm8.yaml", "--set", "chunk=4"], "did you mean --set chunks="),
+    (["predict", "schedules/allgather_mm8.yaml", "--profile", "h2000"], "unknown profile 'h2000'"),
+    (["check", "schedules/allgather_mm8.yaml", "--set", "M=8191"], "divide evenly"),
+])
+def test_errors_exit_2_without_traceback(args, needle, tmp_path):
+    p = run(*args, "--out", str(tmp_path)) if args[0] == "predict" else run(*args)
+    assert p.returncode == 2
+    assert needle in p.stderr and p.stderr.startswith("error: ")
+    assert "Traceback" not in p.stderr + p.stdout
+
+
+def test_bad_yaml_file_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema_version: 1\nname: x\nworld_size: 2\nops:\n  - {name: a, kind: matmal, m: 1, n: 1, k: 1}\n")
+    p = run("check", str(bad))
+    assert p.returncode == 2 and f"{bad}:5:" in p.stderr and "did you mean 'matmul'" in p.stderr
+
+
+def test_check_and_schema_and_profiles():
+    p = run("check", "schedules/tp_ffn.yaml")
+    assert p.returncode == 0 and "12 ops on 4 rank(s), 4 collective(s)" in p.stdout
+    s = run("schema")
+    schema = json.loads(s.stdout)
+    assert "ops" in schema["properties"] and "MatmulOp" in json.dumps(schema)
+    pr = run("profiles")
+    assert "h200" in pr.stdout and "pcie2_seed000" in pr.stdout
+
+
+def test_predict_never_imports_torch(tmp_path):
+    code = ("import sys\nfrom schedsim.cli import app\n"
+            "try:\n    app(['predict', 'schedules/allgather_mm8.yaml', '--out', sys.argv[1]])\n"
+            "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]\n"
+            "assert not bad, bad\nprint('no torch')\n")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0 and "no torch" in p.stdout, p.stderr
+
+
+def test_sweep_chunks(tmp_path):
+    p = run("sweep", "schedules/allgather_mm.yaml", "--set", "chunks=1,2,8", "--profile", "pcie2_seed000",
+            "--out", str(tmp_path), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [r["setting"]["chunks"] for r in rows] == [1, 2, 8]
+    assert rows[0]["makespan_s"] > rows[2]["makespan_s"]  # chunking pays on the PCIe box
+    assert (tmp_path / "sweep.png").stat().st_size > 0

@@ -1,0 +1,107 @@
+"""Cost model formulas (nccl-tests convention, GEMM interpolation) and the shipped profiles."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from schedsim.cost import CostModel, bus_factor
+from schedsim.errors import ProfileError
+from schedsim.graph.ops import Op
+from schedsim.hardware.profile import HardwareProfile, list_profiles, load_profile
+from tests.conftest import toy_profile_dict
+
+
+def test_bus_factors_match_nccl_tests():
+    assert bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("all_gather", 4) == pytest.approx(3 / 4)
+    assert bus_factor("reduce_scatter", 2) == pytest.approx(1 / 2)
+    assert bus_factor("all_to_all", 8) == pytest.approx(7 / 8)
+    assert bus_factor("broadcast", 8) == 1.0 and bus_factor("sendrecv", 2) == 1.0
+
+
+def test_table_interpolation_in_log_size():
+    d = toy_profile_dict()
+    d["collectives"]["tables"] = {"all_reduce": {4: [[1e6, 10.0], [4e6, 30.0]]}}
+    cm = CostModel(HardwareProfile.model_validate(d))
+    ranks = (0, 1, 2, 3)
+    f = 2 * 3 / 4
+    # exact points: t = S * factor / busbw
+    assert cm.collective_time("all_reduce", 1e6, ranks) == pytest.approx(1e6 * f / 10e9)
+    assert cm.collective_time("all_reduce", 4e6, ranks) == pytest.approx(4e6 * f / 30e9)
+    # midpoint in log size: busbw halfway = 20 GB/s
+    assert cm.collective_time("all_reduce", 2e6, ranks) == pytest.approx(2e6 * f / 20e9)
+    # above the table: last busbw
+    assert cm.collective_time("all_reduce", 8e6, ranks) == pytest.approx(8e6 * f / 30e9)
+    # below: alpha-beta with the smallest busbw, 6 steps x 1 µs + S f / 10 GB/s
+    assert cm.collective_time("all_reduce", 1e3, ranks) == pytest.approx(6e-6 + 1e3 * f / 10e9)
+    # no table for 2 ranks: alpha-beta on NVLink (100 GB/s, 1 µs)
+    assert cm.collective_time("all_gather", 2e6, (0, 1)) == pytest.approx(1e-6 + 0.5 * 2e6 / 100e9)
+    # across nodes (8 GPUs per node): the network link
+    assert cm.collective_time("broadcast", 1e6, (0, 8)) == pytest.approx(5e-6 + 1e6 / 10e9)
+
+
+def test_gemm_exact_interpolated_and_roofline():
+    d = toy_profile_dict()
+    d["gemm"]["entries"] = [["fp32", 1024, 1024, 1024, 0.1], ["fp32", 4096, 4096, 4096, 3.2]]
+    cm = CostModel(HardwareProfile.model_validate(d))
+
+    def mm(m, n, k, dtype="fp32"):
+        return cm.duration(Op(name="x", rank=0, kind="matmul", stream="s", seq=0, m=m, n=n, k=k, dtype=dtype,
+                              flops=2.0 * m * n * k, nbytes=4.0 * (m * k + k * n + m * n)))
+
+    assert mm(1024, 1024, 1024) == pytest.approx(0.1e-3)
+    r1, r2 = 2 * 1024**3 / 0.1e-3, 2 * 4096**3 / 3.2e-3
+    # 2048^3 is equidistant (in log2 space) from both points: geometric mean of the rates
+    assert mm(2048, 2048, 2048) == pytest.approx(2 * 2048**3 / math.sqrt(r1 * r2))
+    # no fp16 entries: roofline max(flops / (400 TFLOP/s * 1.0), bytes / 1000 GB/s)
+    assert mm(4096, 4096, 4096, "fp16") == pytest.approx(2 * 4096**3 / 400e12)
+
+
+def test_shape_curve_transfer_from_reference_profile():
+    p = load_profile("pcie2_seed000")
+    cm = CostModel(p)
+    h = CostModel(load_profile("h200"))
+    own = 2 * 16384 * 8192 * 8192 / 56.89e-3
+    ratio = h.gemm_rate("fp32", 2048, 1024, 8192) / h.gemm_rate("fp32", 16384, 8192, 8192)
+    op = Op(name="x", rank=0, kind="matmul", stream="s", seq=0, m=2048, n=1024, k=8192, dtype="fp32",
+            flops=2.0 * 2048 * 1024 * 8192)
+    assert cm.duration(op) == pytest.approx(op.flops / (own * ratio))
+    assert ratio == pytest.approx(44.8 / 51.8, rel=0.01)  # measured H200 TFLOP/s of the two shapes
+
+
+def test_shipped_profiles_load_and_state_sources():
+    names = list_profiles()
+    assert {"h200", "pcie2_seed000", "rtx3090_pcie1x4"} <= set(names)
+    for n in names:
+        p = load_profile(n)
+        assert p.gpu.source and p.launch.source and p.contention.source and p.gemm.source
+        for link in p.links.values():
+            assert link.source
+
+
+def test_seed004_table_values():
+    p = load_profile("rtx3090_pcie1x4")
+    rows = dict(p.collectives.tables["all_reduce"][8])
+    # 128 MiB in 117937 µs: algbw 1.138 GB/s, busbw x 14/8 = 1.99 GB/s (seed 004 prints 1.14 / 1.99)
+    assert rows[134217728] == pytest.approx(134217728 / 117937e-6 / 1e9 * 14 / 8, rel=1e-3)
+    assert rows[134217728] == pytest.approx(1.99, abs=0.01)
+
+
+def test_unknown_profile_suggests():
+    with pytest.raises(ProfileError, match="did you mean 'h200'"):
+        load_profile("h20")
+    with pytest.raises(ProfileError, match="no such profile file"):
+        load_profile("/nope/p.yaml")
+
+
+def test_bad_profile_field_named(tmp_path):
+    import yaml
+
+    d = toy_profile_dict()
+    d["gpu"]["hbm_GBps"] = -1
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(d))
+    with pytest.raises(ProfileError, match="gpu.hbm_GBps"):
+        load_profile(str(f))
