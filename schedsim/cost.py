@@ -165,7 +165,12 @@ class CostModel:
         return mc.latency_us * 1e-6 + op.nbytes / (bw * 1e9)
 
     def duration(self, op: Op) -> float:
-        """Solo duration of ``op`` in seconds (no contention, no launch overhead)."""
+        """Solo duration of ``op`` in seconds (no contention, no launch overhead); ``repeat`` kernels in a row."""
+        if op.repeat != 1:
+            return op.repeat * self._one(op)
+        return self._one(op)
+
+    def _one(self, op: Op) -> float:
         kind = op.kind
         if kind == "matmul":
             key: tuple[object, ...] = (kind, op.dtype, op.m, op.n, op.k, op.batch)

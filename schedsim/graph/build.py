@@ -54,11 +54,11 @@ def expand_ops(spec: ScheduleSpec) -> list[Op]:
                 b = s.batch  # type: ignore[union-attr]
                 mm, nn, kk = s.m, s.n, s.k  # type: ignore[union-attr]
                 eb = DTYPE_BYTES[s.dtype]  # type: ignore[union-attr]
-                op = Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype,  # type: ignore[union-attr,arg-type]
+                op = Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype, repeat=s.repeat,  # type: ignore[union-attr,arg-type]
                         flops=2.0 * b * mm * nn * kk, nbytes=float(b * (mm * kk + kk * nn + mm * nn) * eb))
             elif s.kind == "compute":
                 op = Op(**common, flops=float(s.flops or 0.0), nbytes=float(s.bytes or 0.0),  # type: ignore[union-attr,arg-type]
-                        dtype=s.dtype,  # type: ignore[union-attr]
+                        dtype=s.dtype, repeat=s.repeat,  # type: ignore[union-attr]
                         duration_s=None if s.duration_us is None else s.duration_us * 1e-6)  # type: ignore[union-attr]
             elif s.kind in COLLECTIVE_KINDS:
                 size = _size(s)
@@ -107,6 +107,8 @@ def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
         spec = expand_pipeline(spec)
     ops = expand_ops(spec)
     G = nx.DiGraph(name=spec.name, world_size=spec.world_size, launch=spec.launch)
+    if spec._pipeline is not None:
+        G.graph["pipeline"] = spec._pipeline
     last_on_stream: dict[tuple[int, str], str] = {}
     names_on_rank: dict[int, dict[str, Op]] = defaultdict(dict)
     for op in ops:
@@ -169,6 +171,12 @@ def _match_p2p(ops: list[Op]) -> list[tuple[str, str]]:
     for key in sorted(set(sends) | set(recvs), key=lambda k: (k[0], k[1], k[2] or "")):
         s, r = sends.get(key, []), recvs.get(key, [])
         for a, b in zip(s, r):
+            ta, tb = dict(a.tags), dict(b.tags)
+            if "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
+                raise DeadlockError(
+                    f"{a.source}: NCCL matches sends and recvs between two ranks in issue order, so send {a.id} "
+                    f"(message {ta['msg']}) would be received by {b.id}, which expects message {tb['msg']}\n"
+                    "  fix: issue the sends on one side in the order the other side posts its recvs")
             if a.nbytes != b.nbytes:
                 raise DeadlockError(
                     f"{a.source}: send {a.id} ({int(a.nbytes)} B) is matched with recv {b.id} ({int(b.nbytes)} B); "

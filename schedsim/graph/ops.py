@@ -56,7 +56,8 @@ def resource_of(kind: str) -> str:
 class Op:
     """One op on one rank, after expansion. Units are SI (bytes, FLOP, seconds).
 
-    ``nbytes`` is the message size in the nccl-tests convention for collectives
+    ``repeat`` > 1 means that many identical kernels back to back (``flops`` and
+    ``nbytes`` are per kernel). ``nbytes`` is the message size in the nccl-tests convention for collectives
     and p2p, the bytes copied for memcpy, and the bytes moved in HBM for compute
     (for matmul: A, B and C read or written once).
     """
@@ -77,6 +78,7 @@ class Op:
     n: int = 0
     k: int = 0
     batch: int = 1
+    repeat: int = 1
     duration_s: float | None = None
     direction: str | None = None
     tag: str | None = None

@@ -33,14 +33,14 @@ from enum import Enum
 from typing import NamedTuple, TypeAlias
 
 __all__ = [
-    "ComputationType",
-    "Action",
-    "OverlapAction",
-    "ScheduleAction",
-    "PipelineOrder",
-    "parse_action",
-    "COMPUTE_TYPES",
     "COMM_TYPES",
+    "COMPUTE_TYPES",
+    "Action",
+    "ComputationType",
+    "OverlapAction",
+    "PipelineOrder",
+    "ScheduleAction",
+    "parse_action",
 ]
 
 
@@ -52,7 +52,7 @@ class ComputationType(str, Enum):
 
     F = "F"
     """Forward of one stage for one microbatch."""
-    I = "I"  # noqa: E741  (torch's name for backward-for-input)
+    I = "I"
     """Backward for the input gradient only (the ZB paper's "B")."""
     B = "B"
     """Full backward: input and weight gradients together."""
@@ -80,9 +80,7 @@ class ComputationType(str, Enum):
 
 
 #: Types that run a computation on one stage for one microbatch.
-COMPUTE_TYPES = frozenset(
-    {ComputationType.F, ComputationType.I, ComputationType.B, ComputationType.W}
-)
+COMPUTE_TYPES = frozenset({ComputationType.F, ComputationType.I, ComputationType.B, ComputationType.W})
 #: Point-to-point communication types added by :func:`schedsim.pipeline.comms.add_p2p`.
 COMM_TYPES = frozenset(
     {
@@ -92,15 +90,11 @@ COMM_TYPES = frozenset(
         ComputationType.RECV_B,
     }
 )
-_NO_MICROBATCH_TYPES = frozenset(
-    {ComputationType.UNSHARD, ComputationType.RESHARD, ComputationType.REDUCE_GRAD}
-)
+_NO_MICROBATCH_TYPES = frozenset({ComputationType.UNSHARD, ComputationType.RESHARD, ComputationType.REDUCE_GRAD})
 
 # Longest alternatives first is not needed: F/B/... never prefix SEND_/RECV_
 # because those start with S/R. Same token set as torch's ``_action_regex``.
-_ACTION_RE = re.compile(
-    r"(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)"
-)
+_ACTION_RE = re.compile(r"(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)")
 _OVERLAP_RE = re.compile(r"\(([^()]*)\)(\w+)")
 _VALID_FORM = (
     "expected [stage][type][microbatch] such as '2F0', '1B3', '3SEND_F1', "
@@ -286,6 +280,8 @@ def parse_action(text: str) -> Action | OverlapAction:
     ------
     ValueError
         Empty or malformed token. The message quotes it and shows the valid form.
+    TypeError
+        ``text`` is not a string.
 
     Examples
     --------
@@ -293,7 +289,7 @@ def parse_action(text: str) -> Action | OverlapAction:
     7B3
     """
     if not isinstance(text, str):
-        raise ValueError(f"invalid action {text!r}: not a string; {_VALID_FORM}")
+        raise TypeError(f"invalid action {text!r}: not a string; {_VALID_FORM}")
     token = text.strip()
     if not token:
         raise ValueError(f"invalid action {text!r}: empty token; {_VALID_FORM}")
@@ -304,14 +300,12 @@ def parse_action(text: str) -> Action | OverlapAction:
         inner, kind = match.groups()
         if kind != ComputationType.OVERLAP_F_B.value:
             raise ValueError(
-                f"invalid action {text!r}: a parenthesised pair must end in "
-                f"'OVERLAP_F_B', got {kind!r}; {_VALID_FORM}"
+                f"invalid action {text!r}: a parenthesised pair must end in 'OVERLAP_F_B', got {kind!r}; {_VALID_FORM}"
             )
         parts = [p.strip() for p in inner.split(";")]
         if len(parts) != 2:
             raise ValueError(
-                f"invalid action {text!r}: OVERLAP_F_B holds exactly two "
-                f"actions 'F;B', got {len(parts)}; {_VALID_FORM}"
+                f"invalid action {text!r}: OVERLAP_F_B holds exactly two actions 'F;B', got {len(parts)}; {_VALID_FORM}"
             )
         fwd = _parse_single(parts[0], text)
         bwd = _parse_single(parts[1], text)

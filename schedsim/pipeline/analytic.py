@@ -34,17 +34,17 @@ from schedsim.pipeline.errors import DeadlockError, ScheduleConfigError
 from schedsim.pipeline.schedules import get_schedule
 
 __all__ = [
+    "DEFAULT_COSTS",
+    "UnitTimeResult",
     "bubble_fraction_of_ideal",
     "bubble_fraction_of_makespan",
+    "dualpipe_bubble_time",
     "one_f_one_b_bubble_time",
+    "peak_activation_memory",
+    "unit_time_closed_form",
+    "unit_time_makespan",
     "zb_h1_bubble_time",
     "zb_h2_bubble_time",
-    "dualpipe_bubble_time",
-    "unit_time_closed_form",
-    "peak_activation_memory",
-    "UnitTimeResult",
-    "unit_time_makespan",
-    "DEFAULT_COSTS",
 ]
 
 _F = ComputationType.F
@@ -234,9 +234,7 @@ def dualpipe_bubble_time(num_stages: int, t_fb: float, t_b: float, t_w: float) -
     6.0
     """
     if num_stages < 2 or num_stages % 2:
-        raise ScheduleConfigError(
-            f"DualPipe needs an even number of stages PP >= 2, got {num_stages}"
-        )
+        raise ScheduleConfigError(f"DualPipe needs an even number of stages PP >= 2, got {num_stages}")
     return float((num_stages // 2 - 1) * (t_fb + t_b - 3 * t_w))
 
 
@@ -379,10 +377,7 @@ def peak_activation_memory(
         return float(p)
     if info.name == "dualpipev":
         return p + 0.5
-    raise ScheduleConfigError(
-        f"no closed-form peak memory for {info.name!r}; use "
-        "unit_time_makespan(...).peak_memory"
-    )
+    raise ScheduleConfigError(f"no closed-form peak memory for {info.name!r}; use unit_time_makespan(...).peak_memory")
 
 
 # --------------------------------------------------------------------------- simulator
@@ -416,9 +411,6 @@ class UnitTimeResult:
     spans: dict[int, list[tuple[ScheduleAction, float, float]]] = field(repr=False)
 
 
-Key = tuple[int, ComputationType, int | None]
-
-
 def _cost_fn(
     costs: Mapping[ComputationType | str, float] | Callable[[Action], float] | None,
 ) -> Callable[[Action], float]:
@@ -431,9 +423,7 @@ def _cost_fn(
         try:
             ctype = ComputationType(k if isinstance(k, str) else k.value)
         except ValueError:
-            raise ScheduleConfigError(
-                f"unknown cost key {k!r}; use F, I, B or W (e.g. {{'F': 1, 'B': 2}})"
-            ) from None
+            raise ScheduleConfigError(f"unknown cost key {k!r}; use F, I, B or W (e.g. {{'F': 1, 'B': 2}})") from None
         table[ctype] = float(val)
     return lambda a: table[a.type]
 
@@ -503,9 +493,7 @@ def unit_time_makespan(
     else:
         mapping = dict(stage_to_rank)
         where = mapping.__getitem__
-    lists = {
-        r: [a for a in acts if a is not None and a.is_compute] for r, acts in sorted(order.items())
-    }
+    lists = {r: [a for a in acts if a is not None and a.is_compute] for r, acts in sorted(order.items())}
     if num_stages is None:
         if not callable(stage_to_rank):
             num_stages = len(stage_to_rank)
@@ -517,8 +505,9 @@ def unit_time_makespan(
     p = max(len(lists), 1)
     chunks_per_rank = max(1, num_stages // p)
 
-    finish: dict[Key, float] = {}
-    waiters: dict[Key, list[int]] = {}
+    last = num_stages - 1
+    finish: dict[tuple[int, ComputationType, int | None], float] = {}
+    waiters: dict[tuple[int, ComputationType, int | None], list[int]] = {}
     pos = dict.fromkeys(lists, 0)
     clock = dict.fromkeys(lists, 0.0)
     busy = dict.fromkeys(lists, 0.0)
@@ -526,33 +515,16 @@ def unit_time_makespan(
     peak = dict.fromkeys(lists, 0)
     spans: dict[int, list[tuple[ScheduleAction, float, float]]] = {r: [] for r in lists}
 
-    def deps(sub: Action) -> list[tuple[Key, ...]]:
-        """Alternatives groups: each group needs any one of its keys."""
+    def inputs(sub: Action) -> tuple[tuple[tuple[int, ComputationType, int | None], ...], ...]:
+        """Groups of alternative input keys; each group needs any one."""
         s, t, j = sub.stage, sub.type, sub.microbatch
         if t is _F:
-            return [((s - 1, _F, j),)] if s > 0 else []
-        if t in (_B, _I):
-            if s == num_stages - 1:
-                return [((s, _F, j),)]
-            return [((s + 1, _I, j), (s + 1, _B, j)), ((s, _F, j),)]
-        if t is _W:
-            return [((s, _I, j),)]
-        return []
-
-    def ready_time(sub: Action, rank: int) -> float | Key:
-        """Earliest start allowed by inputs, or a missing key to wait on."""
-        t0 = 0.0
-        for group in deps(sub):
-            best: float | None = None
-            for key in group:
-                if key in finish:
-                    lat = comm if where(key[0]) != rank else 0.0
-                    cand = finish[key] + lat
-                    best = cand if best is None else min(best, cand)
-            if best is None:
-                return group[0] if len(group) == 1 else group  # type: ignore[return-value]
-            t0 = max(t0, best)
-        return t0
+            return (((s - 1, _F, j),),) if s > 0 else ()
+        if t is _B or t is _I:
+            if s == last:
+                return (((s, _F, j),),)
+            return (((s + 1, _I, j), (s + 1, _B, j)), ((s, _F, j),))
+        return (((s, _I, j),),)  # W
 
     queue = list(lists)
     heapq.heapify(queue)
@@ -561,43 +533,54 @@ def unit_time_makespan(
         r = heapq.heappop(queue)
         queued.discard(r)
         acts = lists[r]
-        while pos[r] < len(acts):
-            act = acts[pos[r]]
+        i = pos[r]
+        t_rank = clock[r]
+        while i < len(acts):
+            act = acts[i]
             subs = act.sub_actions
-            start = clock[r]
-            blocked: object = None
-            # the overlapped B may depend on nothing produced by its own F, so
-            # both halves' inputs must exist before the pair starts
+            # an overlapped pair starts once the inputs of both halves exist
+            start = t_rank
+            missing = None
             for sub in subs:
-                rt = ready_time(sub, r)
-                if isinstance(rt, float):
-                    start = max(start, rt)
-                else:
-                    blocked = rt
+                for group in inputs(sub):
+                    best = None
+                    for key in group:
+                        done = finish.get(key)
+                        if done is not None:
+                            if comm and where(key[0]) != r:
+                                done += comm
+                            if best is None or done < best:
+                                best = done
+                    if best is None:
+                        missing = group
+                        break
+                    start = max(start, best)
+                if missing is not None:
                     break
-            if blocked is not None:
-                keys = blocked if isinstance(blocked[0], tuple) else (blocked,)  # type: ignore[index]
-                for key in keys:  # type: ignore[union-attr]
+            if missing is not None:
+                for key in missing:
                     waiters.setdefault(key, []).append(r)
                 break
             t = start
             for sub in subs:
-                d = cost(sub)
-                t += d
-                finish[(sub.stage, sub.type, sub.microbatch)] = t
+                t += cost(sub)
+                key = (sub.stage, sub.type, sub.microbatch)
+                finish[key] = t
                 if sub.type is _F:
                     mem[r] += 1
                     peak[r] = max(peak[r], mem[r])
-                elif sub.type in (_B, _W):
+                elif sub.type is _B or sub.type is _W:
                     mem[r] -= 1
-                for w in waiters.pop((sub.stage, sub.type, sub.microbatch), ()):
+                for w in waiters.pop(key, ()):
                     if w not in queued and w != r:
                         heapq.heappush(queue, w)
                         queued.add(w)
             busy[r] += t - start
             spans[r].append((act, start, t))
-            clock[r] = t
-            pos[r] += 1
+            t_rank = t
+            i += 1
+        pos[r] = i
+        clock[r] = t_rank
 
     stuck = {r: lists[r][pos[r]] for r in lists if pos[r] < len(lists[r])}
     if stuck:
@@ -624,7 +607,7 @@ def _raise_stuck(
 ) -> None:
     # Map the stuck action back to its index in the caller's list (with Nones).
     marks: dict[int, int] = {}
-    for r, act in stuck.items():
+    for r in stuck:
         count = -1
         for i, a in enumerate(order[r]):
             if a is not None and a.is_compute:

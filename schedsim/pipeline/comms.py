@@ -9,11 +9,18 @@ Megatron's ``send_forward_recv_backward`` / ``send_backward_recv_forward``
 (``core/pipeline_parallel/p2p_communication.py``; batched there, adjacent
 here).
 
+Megatron's interleaved schedule with ``overlap_p2p_comm`` (its default)
+posts the async recv for the next forward one step earlier, and PyTorch's
+default lowering posts each recv right after the matching send in a global
+interleaving (recvs "as early as possible"). Those are non-blocking irecvs
+that are waited on just before the consumer, which is where this module puts
+the (blocking) recv.
+
 Naming follows PyTorch's ``_add_send_recv``: ``sSEND_Fj`` is sent by stage s
 to stage s+1, which posts ``(s+1)RECV_Fj``; ``sSEND_Bj`` is sent by stage s
-to stage s-1, which posts ``(s-1)RECV_Bj``. Torch instead places each recv
-right after the matching send in a global interleaving (recvs "as early as
-possible"); ``_defer_recv_ops`` moves them next to their consumer, as here.
+to stage s-1, which posts ``(s-1)RECV_Bj``. Torch's ``defer_pp_recv``
+option (``_defer_recv_ops``) moves recvs next to their consumer, as here,
+except that it flushes them before sends to a higher-ranked peer.
 
 :func:`simulate_p2p` is a lock-step dry run in the spirit of PyTorch's
 ``_simulate_comms_compute``. What it does **not** model: durations (every
@@ -33,13 +40,12 @@ from schedsim.pipeline.actions import (
     COMM_TYPES,
     Action,
     ComputationType,
-    OverlapAction,
     PipelineOrder,
     ScheduleAction,
 )
 from schedsim.pipeline.errors import DeadlockError, PipelineScheduleError
 
-__all__ = ["add_p2p", "simulate_p2p", "infer_stage_to_rank", "compute_only"]
+__all__ = ["add_p2p", "compute_only", "infer_stage_to_rank", "simulate_p2p"]
 
 _F = ComputationType.F
 _B = ComputationType.B
@@ -85,10 +91,7 @@ def compute_only(order: Mapping[int, Sequence[ScheduleAction | None]]) -> Pipeli
     PipelineOrder
         Same ranks; UNSHARD/RESHARD/REDUCE_GRAD are dropped too.
     """
-    return {
-        r: [a for a in acts if a is not None and a.is_compute]
-        for r, acts in sorted(order.items())
-    }
+    return {r: [a for a in acts if a is not None and a.is_compute] for r, acts in sorted(order.items())}
 
 
 def infer_stage_to_rank(order: Mapping[int, Sequence[ScheduleAction | None]]) -> dict[int, int]:
@@ -170,8 +173,7 @@ def add_p2p(
     where = _as_func(stage_to_rank)
     if num_stages is None:
         num_stages = 1 + max(
-            (s.stage for acts in order.values() for a in acts if a is not None
-             for s in a.sub_actions),
+            (s.stage for acts in order.values() for a in acts if a is not None for s in a.sub_actions),
             default=-1,
         )
     out: PipelineOrder = {}
@@ -232,9 +234,7 @@ def _needs(
         elif t is _B or t is _I:
             if s < num_stages - 1:
                 here = where(s)
-                groups.append(
-                    [(here, (s, _RECV_B, j)), (here, (s + 1, _B, j)), (here, (s + 1, _I, j))]
-                )
+                groups.append([(here, (s, _RECV_B, j)), (here, (s + 1, _B, j)), (here, (s + 1, _I, j))])
         elif t is _SEND_F:
             groups.append([(where(s), (s, _F, j))])
         elif t is _SEND_B:
@@ -365,10 +365,9 @@ def _explain_stall(
     where: Callable[[int], int],
 ) -> None:
     heads = {r: order[r][pos[r]] for r in order if pos[r] < len(order[r])}
-    grid = {r: list(timeline[r]) + [heads.get(r)] for r in order}
     step = max((len(t) for t in timeline.values()), default=0)
-    for r in grid:  # align the stalled row
-        grid[r] = list(timeline[r]) + [None] * (step - len(timeline[r])) + [heads.get(r)]
+    # the timeline so far, padded, plus one row of the stalled heads
+    grid = {r: [*timeline[r], *[None] * (step - len(timeline[r])), heads.get(r)] for r in order}
 
     # Who does each stalled rank wait for? Follow the first unmet alternative
     # group; the peer is the rank that would produce the missing key.
@@ -381,23 +380,20 @@ def _explain_stall(
             # the alternative that some rank will still issue, if any
             target = None
             for rank, key in alts:
-                rest = order.get(rank, [])[pos.get(rank, 0):]
+                rest = order.get(rank, [])[pos.get(rank, 0) :]
                 if any(key in {(s.stage, s.type, s.microbatch) for s in a.sub_actions} for a in rest):
                     target = (rank, key)
                     break
             if target is None:
                 wanted = " or ".join(f"{Action(*k)} on rank {rk}" for rk, k in alts)
-                broken.append(
-                    f"rank {r} waits in {act} for {wanted}, which is never issued"
-                )
+                broken.append(f"rank {r} waits in {act} for {wanted}, which is never issued")
             else:
                 rank, key = target
                 waits[r] = (rank, f"rank {r} waits in {act} for {Action(*key)} from rank {rank}")
             break
     if broken:
         raise PipelineScheduleError(
-            "schedule stalls: " + "; ".join(broken)
-            + " (fix: add the missing send/recv or producer, e.g. lower the "
+            "schedule stalls: " + "; ".join(broken) + " (fix: add the missing send/recv or producer, e.g. lower the "
             "compute order with add_p2p)",
             order=grid,
             step=step,
@@ -410,7 +406,7 @@ def _explain_stall(
     while cur not in seen and cur in waits:
         seen.append(cur)
         cur = waits[cur][0]
-    if cur in seen and len(seen[seen.index(cur):]) == 1:
+    if cur in seen and len(seen[seen.index(cur) :]) == 1:
         r = cur
         raise DeadlockError(
             f"rank {r} waits for itself: {waits[r][1]}, which comes later in its own "
@@ -422,7 +418,7 @@ def _explain_stall(
             actions=(heads[r],),
         )
     if cur in seen:
-        cycle = seen[seen.index(cur):]
+        cycle = seen[seen.index(cur) :]
         chain = []
         for i, r in enumerate(cycle):
             nxt = cycle[(i + 1) % len(cycle)]
@@ -433,7 +429,8 @@ def _explain_stall(
         raise DeadlockError(
             "cross-rank wait cycle (deadlock) over ranks "
             + " -> ".join(map(str, cycle + [cycle[0]]))
-            + ": " + "; ".join(chain)
+            + ": "
+            + "; ".join(chain)
             + ". Fix: reorder so each recv's matching send is issued before the "
             "sender blocks on a recv of its own (e.g. keep 1F1B warmup counts)",
             cycle=cycle,

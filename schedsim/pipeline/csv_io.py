@@ -29,12 +29,12 @@ from schedsim.pipeline.actions import (
 )
 
 __all__ = [
+    "dumps_csv",
+    "format_order",
+    "loads_csv",
+    "parse_order",
     "read_csv",
     "write_csv",
-    "loads_csv",
-    "dumps_csv",
-    "parse_order",
-    "format_order",
 ]
 
 CsvFormat = Literal["compute_only", "compute_comms"]
@@ -53,9 +53,7 @@ def _parse_cell(cell: str, where: str) -> ScheduleAction | None:
 
 def _check_format(order: PipelineOrder, fmt: CsvFormat, source: str) -> None:
     if fmt not in ("compute_only", "compute_comms"):
-        raise ValueError(
-            f"format must be 'compute_only' or 'compute_comms', got {fmt!r}"
-        )
+        raise ValueError(f"format must be 'compute_only' or 'compute_comms', got {fmt!r}")
     if fmt == "compute_only":
         for rank, acts in order.items():
             for step, act in enumerate(acts):
@@ -67,7 +65,7 @@ def _check_format(order: PipelineOrder, fmt: CsvFormat, source: str) -> None:
                     )
 
 
-def loads_csv(text: str, *, format: CsvFormat = "compute_only") -> PipelineOrder:  # noqa: A002
+def loads_csv(text: str, *, format: CsvFormat = "compute_only") -> PipelineOrder:
     """Parse PyTorch pipeline-CSV text.
 
     Parameters
@@ -90,17 +88,12 @@ def loads_csv(text: str, *, format: CsvFormat = "compute_only") -> PipelineOrder
     """
     order: PipelineOrder = {}
     for rank, row in enumerate(csv.reader(io.StringIO(text))):
-        order[rank] = [
-            _parse_cell(cell, f"row {rank} (rank {rank}), column {col}")
-            for col, cell in enumerate(row)
-        ]
+        order[rank] = [_parse_cell(cell, f"row {rank} (rank {rank}), column {col}") for col, cell in enumerate(row)]
     _check_format(order, format, "csv")
     return order
 
 
-def read_csv(
-    path: str | os.PathLike[str] | IO[str], *, format: CsvFormat = "compute_only"  # noqa: A002
-) -> PipelineOrder:
+def read_csv(path: str | os.PathLike[str] | IO[str], *, format: CsvFormat = "compute_only") -> PipelineOrder:
     """Read a PyTorch pipeline CSV file (``_dump_csv`` output).
 
     Parameters
@@ -149,9 +142,7 @@ def dumps_csv(order: Mapping[int, Sequence[ScheduleAction | None]]) -> str:
         Ranks are not 0..n-1.
     """
     if sorted(order) != list(range(len(order))):
-        raise ValueError(
-            f"CSV rows are ranks 0..n-1, got ranks {sorted(order)}; fix: renumber ranks"
-        )
+        raise ValueError(f"CSV rows are ranks 0..n-1, got ranks {sorted(order)}; fix: renumber ranks")
     buf = io.StringIO()
     writer = csv.writer(buf)
     for rank in range(len(order)):
@@ -225,12 +216,8 @@ def parse_order(
         try:
             rank = int(key)  # type: ignore[call-overload]
         except (TypeError, ValueError):
-            raise ValueError(
-                f"rank key {key!r} is not an integer; fix: use {{0: '0F0 ...', 1: ...}}"
-            ) from None
-        order[rank] = [
-            _parse_cell(tok, f"rank {rank}, position {i}") for i, tok in enumerate(_tokens(row))
-        ]
+            raise ValueError(f"rank key {key!r} is not an integer; fix: use {{0: '0F0 ...', 1: ...}}") from None
+        order[rank] = [_parse_cell(tok, f"rank {rank}, position {i}") for i, tok in enumerate(_tokens(row))]
     return dict(sorted(order.items()))
 
 
@@ -246,6 +233,4 @@ def format_order(order: Mapping[int, Sequence[ScheduleAction | None]]) -> dict[i
     dict of int to str
         Space-separated tokens, ``_`` for idle steps.
     """
-    return {
-        r: " ".join("_" if a is None else str(a) for a in order[r]) for r in sorted(order)
-    }
+    return {r: " ".join("_" if a is None else str(a) for a in order[r]) for r in sorted(order)}

@@ -29,12 +29,12 @@ except ImportError:  # pragma: no cover - core not present
 
 
 __all__ = [
+    "ERROR_MARK",
+    "DeadlockError",
+    "InsufficientMicrobatchesError",
     "PipelineScheduleError",
     "ScheduleConfigError",
-    "InsufficientMicrobatchesError",
-    "DeadlockError",
     "format_pipeline_order",
-    "ERROR_MARK",
 ]
 
 #: Suffix of the failing row, as in torch's ``_format_pipeline_order``.
@@ -147,9 +147,7 @@ def format_pipeline_order(
     width_idx = len(str(max(num_steps - 1, 0)))
     labels = [f"Step {str(i).zfill(width_idx)}" for i in range(num_steps)]
     rank_labels = [f"Rank {r}" for r in ranks]
-    widths = [
-        max([len(rank_labels[j])] + [len(x) for x in cols[j]]) for j in range(len(ranks))
-    ]
+    widths = [max([len(rank_labels[j])] + [len(x) for x in cols[j]]) for j in range(len(ranks))]
     pad = " " * (len(labels[0]) + 2) if labels else ""
     header = pad + " ".join(f"{lab:<{widths[j]}}" for j, lab in enumerate(rank_labels))
     lines = [header.rstrip()]

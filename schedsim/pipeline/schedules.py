@@ -39,21 +39,21 @@ from schedsim.pipeline.errors import InsufficientMicrobatchesError, ScheduleConf
 
 __all__ = [
     "ScheduleInfo",
+    "dualpipev",
     "generate",
     "get_schedule",
+    "gpipe",
+    "interleaved_1f1b",
+    "interleaved_zero_bubble",
+    "looped_bfs",
+    "megatron_schedule_table",
+    "min_microbatches",
+    "one_f_one_b",
     "schedule_names",
     "stage_to_rank",
-    "min_microbatches",
-    "megatron_schedule_table",
     "torch_group_size",
-    "gpipe",
-    "one_f_one_b",
-    "interleaved_1f1b",
-    "looped_bfs",
     "zb_h1",
-    "interleaved_zero_bubble",
     "zbv",
-    "dualpipev",
 ]
 
 _F = ComputationType.F
@@ -70,18 +70,14 @@ Placement = Literal["loop", "v"]
 def _check_pm(p: int, m: int) -> None:
     for name, value in (("p", p), ("m", m)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScheduleConfigError(
-                f"{name} must be a positive integer, got {name}={value!r}; "
-                f"fix: pass {name}>=1"
-            )
+            raise ScheduleConfigError(f"{name} must be a positive integer, got {name}={value!r}; fix: pass {name}>=1")
 
 
 def _check_v(v: int, *, least: int, schedule: str) -> None:
     if not isinstance(v, int) or isinstance(v, bool) or v < least:
         hint = " (use '1f1b' for one chunk per rank)" if least == 2 else ""
         raise ScheduleConfigError(
-            f"{schedule} needs v (chunks per rank) >= {least}, got v={v!r}; "
-            f"fix: pass v={least} or more{hint}"
+            f"{schedule} needs v (chunks per rank) >= {least}, got v={v!r}; fix: pass v={least} or more{hint}"
         )
 
 
@@ -184,30 +180,29 @@ def _chunked_1f1b_rank(
     ``enable_zero_bubble=True`` and ``num_1f1b_microbatches=r``).
     """
     total = v * m
-    bwd_type = _I if zero_bubble else _B
-    ops: list[ScheduleAction | None] = []
+    new = tuple.__new__  # NamedTuple construction without the keyword shim
+    fwd = [new(Action, (c * p + r, _F, mb)) for mb, c in table]
+    if not zero_bubble:
+        bwd = [new(Action, ((v - 1 - c) * p + r, _B, mb)) for mb, c in table]
+        steady = [x for pair in zip(fwd[warmup:], bwd[: total - warmup]) for x in pair]
+        return [*fwd[:warmup], *steady, *bwd[total - warmup :]]
+
+    ops: list[ScheduleAction | None] = list(fwd[:warmup])
     pending_w: deque[Action] = deque()
 
-    def fwd(k: int) -> Action:
+    def bwd_zb(k: int) -> None:
         mb, chunk = table[k]
-        return Action(chunk * p + r, _F, mb)
+        stage = (v - 1 - chunk) * p + r
+        ops.append(new(Action, (stage, _I, mb)))
+        pending_w.append(new(Action, (stage, _W, mb)))
+        if k >= r:
+            ops.append(pending_w.popleft())
 
-    def bwd(k: int) -> None:
-        mb, chunk = table[k]
-        act = Action((v - 1 - chunk) * p + r, bwd_type, mb)
-        ops.append(act)
-        if zero_bubble:
-            pending_w.append(Action(act.stage, _W, mb))
-            if k >= r:
-                ops.append(pending_w.popleft())
-
-    for k in range(warmup):
-        ops.append(fwd(k))
     for k in range(total - warmup):
-        ops.append(fwd(warmup + k))
-        bwd(k)
+        ops.append(fwd[warmup + k])
+        bwd_zb(k)
     for k in range(total - warmup, total):
-        bwd(k)
+        bwd_zb(k)
     ops.extend(pending_w)
     return ops
 
@@ -235,10 +230,7 @@ def gpipe(p: int, m: int) -> PipelineOrder:
     pipelines.md §1. Any m >= 1 works.
     """
     _check_pm(p, m)
-    return {
-        r: [Action(r, _F, j) for j in range(m)] + [Action(r, _B, j) for j in range(m)]
-        for r in range(p)
-    }
+    return {r: [Action(r, _F, j) for j in range(m)] + [Action(r, _B, j) for j in range(m)] for r in range(p)}
 
 
 def one_f_one_b(p: int, m: int, *, check_microbatches: bool = True) -> PipelineOrder:
@@ -287,11 +279,7 @@ def one_f_one_b(p: int, m: int, *, check_microbatches: bool = True) -> PipelineO
 
 def _check_group(p: int, m: int, g: int) -> None:
     if not isinstance(g, int) or isinstance(g, bool) or not p <= g <= m:
-        fix = (
-            f"pass group_size between {p} and {m} (default p={p})"
-            if m >= p
-            else f"raise m to at least p={p}"
-        )
+        fix = f"pass group_size between {p} and {m} (default p={p})" if m >= p else f"raise m to at least p={p}"
         raise ScheduleConfigError(
             "interleaved 1F1B needs p <= microbatch_group_size_per_vp_stage <= m "
             f"(Megatron), got p={p}, group_size={g!r}, m={m}; fix: {fix}"
@@ -305,8 +293,7 @@ def _check_group(p: int, m: int, g: int) -> None:
         raise ScheduleConfigError(
             "interleaved 1F1B needs m mod group_size to be 0 or >= p, otherwise the "
             "last microbatch group introduces dependency bubbles (Megatron); got "
-            f"m={m}, group_size={g}, m mod group_size={rem} < p={p}; fix: use "
-            + " or ".join(suggestions)
+            f"m={m}, group_size={g}, m mod group_size={rem} < p={p}; fix: use " + " or ".join(suggestions)
         )
 
 
@@ -370,9 +357,7 @@ def interleaved_1f1b(
     _check_pm(p, m)
     _check_v(v, least=2, schedule="interleaved_1f1b")
     if check_microbatches:
-        _require_microbatches(
-            "interleaved_1f1b", p, m, p, "m >= p; Megatron needs p <= group_size <= m"
-        )
+        _require_microbatches("interleaved_1f1b", p, m, p, "m >= p; Megatron needs p <= group_size <= m")
     g = p if group_size is None else group_size
     if check_microbatches or m >= p:
         _check_group(p, m, g)
@@ -459,10 +444,7 @@ def zb_h1(p: int, m: int, *, check_microbatches: bool = True) -> PipelineOrder:
     if check_microbatches:
         _require_microbatches("zb_h1", p, m, p, "m >= p; 1F1B family, torchtitan#775")
     table = [(j, 0) for j in range(m)]
-    return {
-        r: _chunked_1f1b_rank(p, m, 1, r, table, min(p - 1 - r, m), zero_bubble=True)
-        for r in range(p)
-    }
+    return {r: _chunked_1f1b_rank(p, m, 1, r, table, min(p - 1 - r, m), zero_bubble=True) for r in range(p)}
 
 
 def interleaved_zero_bubble(
@@ -518,9 +500,7 @@ def interleaved_zero_bubble(
         )
     table = megatron_schedule_table(m, v, g)
     return {
-        r: _chunked_1f1b_rank(
-            p, m, v, r, table, min((v - 1) * g + (p - 1 - r), v * m), zero_bubble=True
-        )
+        r: _chunked_1f1b_rank(p, m, v, r, table, min((v - 1) * g + (p - 1 - r), v * m), zero_bubble=True)
         for r in range(p)
     }
 
@@ -550,47 +530,49 @@ def zbv(p: int, m: int) -> PipelineOrder:
     (00722e64); ZB paper (arXiv 2401.10241) §6; pipelines.md §1.
     """
     _check_pm(p, m)
+    return {r: _zbv_rank(p, m, r) for r in range(p)}
+
+
+def _zbv_rank(p: int, m: int, r: int) -> list[ScheduleAction | None]:
     n = max(2 * p - 1, m)
-    order: PipelineOrder = {}
-    for r in range(p):
-        c0, c1 = r, 2 * p - 1 - r
-        cnt = {"f0": 0, "f1": 0, "b0": 0, "b1": 0}
-        ops: list[Action] = []
+    c0, c1 = r, 2 * p - 1 - r
+    cnt = {"f0": 0, "f1": 0, "b0": 0, "b1": 0}
+    ops: list[Action] = []
 
-        def add(stage: int, ctype: ComputationType, key: str, *, bump: bool = True) -> None:
-            ops.append(Action(stage, ctype, cnt[key]))
-            if bump:
-                cnt[key] += 1
+    def add(stage: int, ctype: ComputationType, key: str, *, bump: bool = True) -> None:
+        ops.append(Action(stage, ctype, cnt[key]))
+        if bump:
+            cnt[key] += 1
 
-        for _ in range(2 * (p - r) - 1):
+    for _ in range(2 * (p - r) - 1):
+        add(c0, _F, "f0")
+    for _ in range(r):
+        add(c1, _F, "f1")
+        add(c0, _F, "f0")
+    for _ in range(p - r):
+        add(c1, _F, "f1")
+        add(c1, _I, "b1", bump=False)
+        add(c1, _W, "b1")
+    while cnt["f1"] < cnt["f0"] or cnt["f0"] < n:
+        if cnt["f0"] < n:
             add(c0, _F, "f0")
-        for _ in range(r):
-            add(c1, _F, "f1")
-            add(c0, _F, "f0")
-        for _ in range(p - r):
-            add(c1, _F, "f1")
-            add(c1, _I, "b1", bump=False)
-            add(c1, _W, "b1")
-        while cnt["f1"] < cnt["f0"] or cnt["f0"] < n:
-            if cnt["f0"] < n:
-                add(c0, _F, "f0")
-            add(c0, _I, "b0", bump=False)
-            add(c0, _W, "b0")
-            add(c1, _F, "f1")
-            add(c1, _I, "b1", bump=False)
-            add(c1, _W, "b1")
-        w0, w1 = cnt["b0"], cnt["b1"]
-        for _ in range(r):
-            add(c0, _I, "b0")
-            add(c1, _I, "b1")
-        for _ in range(p - r):
-            add(c0, _I, "b0")
-            ops.append(Action(c0, _W, w0))
-            w0 += 1
-        ops.extend(Action(c1, _W, j) for j in range(w1, cnt["b1"]))
-        ops.extend(Action(c0, _W, j) for j in range(w0, cnt["b0"]))
-        order[r] = [a for a in ops if a.microbatch is not None and a.microbatch < m]
-    return order
+        add(c0, _I, "b0", bump=False)
+        add(c0, _W, "b0")
+        add(c1, _F, "f1")
+        add(c1, _I, "b1", bump=False)
+        add(c1, _W, "b1")
+    w0, w1 = cnt["b0"], cnt["b1"]
+    for _ in range(r):
+        add(c0, _I, "b0")
+        add(c1, _I, "b1")
+    for _ in range(p - r):
+        add(c0, _I, "b0")
+        ops.append(Action(c0, _W, w0))
+        w0 += 1
+    ops.extend(Action(c1, _W, j) for j in range(w1, cnt["b1"]))
+    ops.extend(Action(c0, _W, j) for j in range(w0, cnt["b0"]))
+    # torch turns ops on microbatches >= m into idle slots; orders drop them
+    return [a for a in ops if a.microbatch is not None and a.microbatch < m]
 
 
 def dualpipev(p: int, m: int, *, check_microbatches: bool = True) -> PipelineOrder:
@@ -630,79 +612,80 @@ def dualpipev(p: int, m: int, *, check_microbatches: bool = True) -> PipelineOrd
     _check_pm(p, m)
     if check_microbatches:
         _require_microbatches("dualpipev", p, m, 2 * p, "m >= 2p; DeepSeek dualpipev.py")
-    order: PipelineOrder = {}
-    for r in range(p):
-        s0, s1 = r, 2 * p - 1 - r
-        counters: dict[tuple[int, ComputationType], int] = {}
-        wq: deque[tuple[int, int]] = deque()
-        ops: list[ScheduleAction | None] = []
+    return {r: _dualpipev_rank(p, m, r) for r in range(p)}
 
-        def _next(stage: int, ctype: ComputationType) -> int:
-            key = (stage, _I if ctype is _B else ctype)
-            return counters.get(key, 0)
 
-        def _bump(stage: int, ctype: ComputationType) -> None:
-            if ctype is _B:  # a full backward consumes both I and W numbering
-                for t in (_I, _W):
-                    counters[(stage, t)] = counters.get((stage, t), 0) + 1
-            else:
-                counters[(stage, ctype)] = counters.get((stage, ctype), 0) + 1
+def _dualpipev_rank(p: int, m: int, r: int) -> list[ScheduleAction | None]:
+    s0, s1 = r, 2 * p - 1 - r
+    counters: dict[tuple[int, ComputationType], int] = {}
+    wq: deque[tuple[int, int]] = deque()
+    ops: list[ScheduleAction | None] = []
 
-        def add(stage: int, ctype: ComputationType) -> None:
-            mb = _next(stage, ctype)
-            ops.append(Action(stage, ctype, mb))
-            if ctype is _I:
-                wq.append((stage, mb))
-            _bump(stage, ctype)
+    def _next(stage: int, ctype: ComputationType) -> int:
+        key = (stage, _I if ctype is _B else ctype)
+        return counters.get(key, 0)
 
-        def overlap(f_stage: int, b_stage: int) -> None:
-            fwd = Action(f_stage, _F, _next(f_stage, _F))
-            bwd = Action(b_stage, _B, _next(b_stage, _B))
-            ops.append(OverlapAction(fwd, bwd))
-            _bump(f_stage, _F)
-            _bump(b_stage, _B)
+    def _bump(stage: int, ctype: ComputationType) -> None:
+        if ctype is _B:  # a full backward consumes both I and W numbering
+            for t in (_I, _W):
+                counters[(stage, t)] = counters.get((stage, t), 0) + 1
+        else:
+            counters[(stage, ctype)] = counters.get((stage, ctype), 0) + 1
 
-        def pop_w() -> None:
-            if wq:
-                stage, mb = wq.popleft()
-                ops.append(Action(stage, _W, mb))
-                _bump(stage, _W)
+    def add(stage: int, ctype: ComputationType) -> None:
+        mb = _next(stage, ctype)
+        ops.append(Action(stage, ctype, mb))
+        if ctype is _I:
+            wq.append((stage, mb))
+        _bump(stage, ctype)
 
-        for _ in range(2 * (p - r - 1)):
+    def overlap(f_stage: int, b_stage: int) -> None:
+        fwd = Action(f_stage, _F, _next(f_stage, _F))
+        bwd = Action(b_stage, _B, _next(b_stage, _B))
+        ops.append(OverlapAction(fwd, bwd))
+        _bump(f_stage, _F)
+        _bump(b_stage, _B)
+
+    def pop_w() -> None:
+        if wq:
+            stage, mb = wq.popleft()
+            ops.append(Action(stage, _W, mb))
+            _bump(stage, _W)
+
+    for _ in range(2 * (p - r - 1)):
+        add(s0, _F)
+    for _ in range(r + 1):
+        add(s0, _F)
+        add(s1, _F)
+    for _ in range(p - r - 1):
+        add(s1, _I)
+        pop_w()
+        add(s1, _F)
+    for i in range(m - 2 * p + r + 1):
+        if i == 0 and r == p - 1:
             add(s0, _F)
-        for _ in range(r + 1):
-            add(s0, _F)
-            add(s1, _F)
-        for _ in range(p - r - 1):
-            add(s1, _I)
-            pop_w()
-            add(s1, _F)
-        for i in range(m - 2 * p + r + 1):
-            if i == 0 and r == p - 1:
-                add(s0, _F)
-                add(s1, _B)
-            else:
-                overlap(s0, s1)
-            overlap(s1, s0)
-        for _ in range(p - r - 1):
             add(s1, _B)
-            overlap(s1, s0)
-        use_i = False
-        steps6 = r + 1
-        for i in range(steps6):
-            if i == steps6 // 2 and r % 2 == 1:
-                use_i = True
-            add(s1, _I if use_i else _B)
-            if i == steps6 // 2 and r % 2 == 0:
-                use_i = True
-            add(s0, _I if use_i else _B)
-        for _ in range(p - r - 1):
-            pop_w()
-            add(s0, _I if use_i else _B)
-        for _ in range(r + 1):
-            pop_w()
-        order[r] = ops
-    return order
+        else:
+            overlap(s0, s1)
+        overlap(s1, s0)
+    for _ in range(p - r - 1):
+        add(s1, _B)
+        overlap(s1, s0)
+    use_i = False
+    steps6 = r + 1
+    for i in range(steps6):
+        if i == steps6 // 2 and r % 2 == 1:
+            use_i = True
+        add(s1, _I if use_i else _B)
+        if i == steps6 // 2 and r % 2 == 0:
+            use_i = True
+        add(s0, _I if use_i else _B)
+    for _ in range(p - r - 1):
+        pop_w()
+        add(s0, _I if use_i else _B)
+    for _ in range(r + 1):
+        pop_w()
+    return ops
 
 
 # --------------------------------------------------------------------------- registry
@@ -728,6 +711,14 @@ class ScheduleInfo:
         v used when the caller passes none.
     source : str
         Where the ordering rule comes from.
+    builder : callable
+        The generator, ``builder(p, m[, v], **kwargs)``.
+    min_m : callable
+        ``min_m(p, v)``, the fewest microbatches (see :func:`min_microbatches`).
+    checks_microbatches : bool
+        Whether ``builder`` takes ``check_microbatches``.
+    takes_group_size : bool
+        Whether ``builder`` takes ``group_size``.
     """
 
     name: str
@@ -737,8 +728,9 @@ class ScheduleInfo:
     fixed_chunks: int | None
     default_chunks: int
     source: str
-    _build: Callable[..., PipelineOrder] = field(repr=False)
-    _min_m: Callable[[int, int], int] = field(repr=False)
+    builder: Callable[..., PipelineOrder] = field(repr=False)
+    min_m: Callable[[int, int], int] = field(repr=False)
+    checks_microbatches: bool = False
     takes_group_size: bool = False
 
     def chunks(self, v: int | None = None) -> int:
@@ -764,7 +756,7 @@ class ScheduleInfo:
 
     def min_microbatches(self, p: int, v: int | None = None) -> int:
         """Fewest microbatches the schedule accepts (see :func:`min_microbatches`)."""
-        return self._min_m(p, self.chunks(v))
+        return self.min_m(p, self.chunks(v))
 
     def stage_to_rank(self, p: int, v: int | None = None) -> dict[int, int]:
         """Stage -> rank map of this schedule's placement."""
@@ -790,52 +782,108 @@ class ScheduleInfo:
                     "interleaved_zb take it)"
                 )
             kwargs["group_size"] = group_size
-        if self.name not in ("gpipe", "looped_bfs", "zbv"):
+        if self.checks_microbatches:
             kwargs["check_microbatches"] = check_microbatches
         if self.fixed_chunks is None:
-            return self._build(p, m, chunks, **kwargs)
-        return self._build(p, m, **kwargs)
+            return self.builder(p, m, chunks, **kwargs)
+        return self.builder(p, m, **kwargs)
 
 
 _REGISTRY: tuple[ScheduleInfo, ...] = (
     ScheduleInfo(
-        "gpipe", ("GPipe",), "GPipe", "loop", 1, 1,
-        "PyTorch ScheduleGPipe", lambda p, m: gpipe(p, m), lambda p, v: 1,
+        name="gpipe",
+        aliases=("GPipe",),
+        torch_name="GPipe",
+        placement="loop",
+        fixed_chunks=1,
+        default_chunks=1,
+        source="PyTorch ScheduleGPipe",
+        builder=gpipe,
+        min_m=lambda p, v: 1,
     ),
     ScheduleInfo(
-        "1f1b", ("1F1B", "one_f_one_b", "pipedream_flush"), "1F1B", "loop", 1, 1,
-        "Megatron forward_backward_pipelining_without_interleaving; PyTorch Schedule1F1B",
-        one_f_one_b, lambda p, v: p,
+        name="1f1b",
+        aliases=("1F1B", "one_f_one_b", "pipedream_flush"),
+        torch_name="1F1B",
+        placement="loop",
+        fixed_chunks=1,
+        default_chunks=1,
+        source="Megatron forward_backward_pipelining_without_interleaving; PyTorch Schedule1F1B",
+        builder=one_f_one_b,
+        min_m=lambda p, v: p,
+        checks_microbatches=True,
     ),
     ScheduleInfo(
-        "interleaved_1f1b", ("Interleaved1F1B", "vpp", "virtual_pipeline"),
-        "Interleaved1F1B", "loop", None, 2,
-        "Megatron forward_backward_pipelining_with_interleaving; PyTorch ScheduleInterleaved1F1B",
-        interleaved_1f1b, lambda p, v: p, takes_group_size=True,
+        name="interleaved_1f1b",
+        aliases=("Interleaved1F1B", "vpp", "virtual_pipeline"),
+        torch_name="Interleaved1F1B",
+        placement="loop",
+        fixed_chunks=None,
+        default_chunks=2,
+        source="Megatron forward_backward_pipelining_with_interleaving; PyTorch ScheduleInterleaved1F1B",
+        builder=interleaved_1f1b,
+        min_m=lambda p, v: p,
+        checks_microbatches=True,
+        takes_group_size=True,
     ),
     ScheduleInfo(
-        "looped_bfs", ("LoopedBFS", "bfs"), "LoopedBFS", "loop", None, 2,
-        "PyTorch ScheduleLoopedBFS", looped_bfs, lambda p, v: 1,
+        name="looped_bfs",
+        aliases=("LoopedBFS", "bfs"),
+        torch_name="LoopedBFS",
+        placement="loop",
+        fixed_chunks=None,
+        default_chunks=2,
+        source="PyTorch ScheduleLoopedBFS",
+        builder=looped_bfs,
+        min_m=lambda p, v: 1,
     ),
     ScheduleInfo(
-        "zb_h1", ("ZB1P", "ZBH1", "zero_bubble_h1"), None, "loop", 1, 1,
-        "PyTorch _get_1f1b_rank_ops(enable_zero_bubble=True) on one chunk; ZB paper ZB-H1",
-        zb_h1, lambda p, v: p,
+        name="zb_h1",
+        aliases=("ZB1P", "ZBH1", "zero_bubble_h1"),
+        torch_name=None,
+        placement="loop",
+        fixed_chunks=1,
+        default_chunks=1,
+        source="PyTorch _get_1f1b_rank_ops(enable_zero_bubble=True) on one chunk; ZB paper ZB-H1",
+        builder=zb_h1,
+        min_m=lambda p, v: p,
+        checks_microbatches=True,
     ),
     ScheduleInfo(
-        "interleaved_zb", ("InterleavedZeroBubble", "interleaved_zero_bubble"),
-        "InterleavedZeroBubble", "loop", None, 2,
-        "PyTorch ScheduleInterleavedZeroBubble",
-        interleaved_zero_bubble, lambda p, v: p, takes_group_size=True,
+        name="interleaved_zb",
+        aliases=("InterleavedZeroBubble", "interleaved_zero_bubble"),
+        torch_name="InterleavedZeroBubble",
+        placement="loop",
+        fixed_chunks=None,
+        default_chunks=2,
+        source="PyTorch ScheduleInterleavedZeroBubble",
+        builder=interleaved_zero_bubble,
+        min_m=lambda p, v: p,
+        checks_microbatches=True,
+        takes_group_size=True,
     ),
     ScheduleInfo(
-        "zbv", ("ZBVZeroBubble", "ZB-V", "zb_v"), "ZBVZeroBubble", "v", 2, 2,
-        "PyTorch ScheduleZBVZeroBubble; ZB paper section 6", lambda p, m: zbv(p, m),
-        lambda p, v: 1,
+        name="zbv",
+        aliases=("ZBVZeroBubble", "ZB-V", "zb_v"),
+        torch_name="ZBVZeroBubble",
+        placement="v",
+        fixed_chunks=2,
+        default_chunks=2,
+        source="PyTorch ScheduleZBVZeroBubble; ZB paper section 6",
+        builder=zbv,
+        min_m=lambda p, v: 1,
     ),
     ScheduleInfo(
-        "dualpipev", ("DualPipeV", "dualpipe_v"), "DualPipeV", "v", 2, 2,
-        "DeepSeek dualpipev.py; PyTorch ScheduleDualPipeV", dualpipev, lambda p, v: 2 * p,
+        name="dualpipev",
+        aliases=("DualPipeV", "dualpipe_v"),
+        torch_name="DualPipeV",
+        placement="v",
+        fixed_chunks=2,
+        default_chunks=2,
+        source="DeepSeek dualpipev.py; PyTorch ScheduleDualPipeV",
+        builder=dualpipev,
+        min_m=lambda p, v: 2 * p,
+        checks_microbatches=True,
     ),
 )
 
@@ -888,12 +936,8 @@ def get_schedule(name: str) -> ScheduleInfo:
     """
     info = _LOOKUP.get(_norm(str(name)))
     if info is None:
-        valid = ", ".join(
-            f"{i.name} ({', '.join(i.aliases)})" if i.aliases else i.name for i in _REGISTRY
-        )
-        raise ScheduleConfigError(
-            f"unknown pipeline schedule {name!r}; valid names (aliases): {valid}"
-        )
+        valid = ", ".join(f"{i.name} ({', '.join(i.aliases)})" if i.aliases else i.name for i in _REGISTRY)
+        raise ScheduleConfigError(f"unknown pipeline schedule {name!r}; valid names (aliases): {valid}")
     return info
 
 
@@ -943,9 +987,7 @@ def generate(
     >>> " ".join(map(str, generate("1f1b", 4, 8)[2][:5]))
     '2F0 2F1 2B0 2F2 2B1'
     """
-    return get_schedule(name).generate(
-        p, m, v, group_size=group_size, check_microbatches=check_microbatches
-    )
+    return get_schedule(name).generate(p, m, v, group_size=group_size, check_microbatches=check_microbatches)
 
 
 def min_microbatches(name: str, p: int, v: int | None = None) -> int:
@@ -1017,9 +1059,7 @@ def stage_to_rank(name: str, p: int, v: int | None = None) -> dict[int, int]:
         info = get_schedule(name)
         style, chunks = info.placement, info.chunks(v)
     if not isinstance(p, int) or p < 1 or not isinstance(chunks, int) or chunks < 1:
-        raise ScheduleConfigError(
-            f"stage_to_rank needs p >= 1 and v >= 1, got p={p!r}, v={chunks!r}"
-        )
+        raise ScheduleConfigError(f"stage_to_rank needs p >= 1 and v >= 1, got p={p!r}, v={chunks!r}")
     mapping: dict[int, int] = {}
     for s in range(p * chunks):
         c, pos = divmod(s, p)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from schedsim.pipeline.actions import COMM_TYPES, Action, ComputationType, ScheduleAction
+from schedsim.pipeline.actions import COMM_TYPES, Action, ComputationType, OverlapAction, ScheduleAction
 from schedsim.pipeline.comms import add_p2p, compute_only, simulate_p2p
 from schedsim.pipeline.errors import InsufficientMicrobatchesError, PipelineScheduleError
 from schedsim.pipeline.schedules import get_schedule
@@ -110,8 +110,7 @@ def validate(
         missing = sorted(set(range(p)) - set(order))
         extra = sorted(set(order) - set(range(p)))
         fail(
-            f"schedule has ranks {sorted(order)}, expected 0..{p - 1} (p={p}); "
-            f"missing {missing}, unexpected {extra}",
+            f"schedule has ranks {sorted(order)}, expected 0..{p - 1} (p={p}); missing {missing}, unexpected {extra}",
             None,
             0,
         )
@@ -122,15 +121,19 @@ def validate(
         need = info.min_microbatches(p, max(1, num_stages // p))
         if m < need:
             step = _first_backward_step(order[0])
+            rule = (
+                "m >= 2p: DeepSeek dualpipev.py, torch ScheduleDualPipeV"
+                if info.name == "dualpipev"
+                else "m >= p: torchtitan#775, torch Schedule1F1B"
+            )
             raise InsufficientMicrobatchesError(
-                f"{info.name} with p={p} needs at least {need} microbatches, got m={m}: "
-                f"rank 0 reaches its first backward at step {step} after only {m} "
-                "forward(s), so the pipeline never fills (torchtitan#775; DualPipeV "
-                f"needs m >= 2p); fix: raise m to {need} or more",
+                f"{info.name} with p={p} needs at least {need} microbatches ({rule}), got "
+                f"m={m}: rank 0 reaches its first backward at step {step} after only {m} "
+                f"forward(s), so the pipeline never fills; fix: raise m to {need} or more",
                 order=order,
                 step=step,
                 rank=0,
-                actions=tuple(a for a in order[0][step:step + 1] if a is not None),
+                actions=tuple(a for a in order[0][step : step + 1] if a is not None),
             )
 
     where: Callable[[int], int] | None
@@ -150,6 +153,14 @@ def validate(
         for step, act in enumerate(order[rank]):
             if act is None:
                 continue
+            if not isinstance(act, (Action, OverlapAction)):
+                fail(
+                    f"Rank {rank}, step {step}: got {act!r} ({type(act).__name__}), expected an "
+                    "Action, OverlapAction or None; fix: parse text with parse_order / parse_action",
+                    rank,
+                    step,
+                    (),
+                )
             if act.type in COMM_TYPES:
                 has_comms = True
                 continue
@@ -159,15 +170,18 @@ def validate(
                 s, t, j = sub.stage, sub.type, sub.microbatch
                 if not 0 <= s < num_stages:
                     fail(
-                        f"Rank {rank}, step {step}: {act} names stage {s}, but stages "
-                        f"are 0..{num_stages - 1}",
-                        rank, step, (sub,),
+                        f"Rank {rank}, step {step}: {act} names stage {s}, but stages are 0..{num_stages - 1}",
+                        rank,
+                        step,
+                        (sub,),
                     )
                 if j is None or not 0 <= j < m:
                     fail(
                         f"Rank {rank}, step {step}: {act} names microbatch {j}, but "
                         f"microbatches are 0..{m - 1} (m={m})",
-                        rank, step, (sub,),
+                        rank,
+                        step,
+                        (sub,),
                     )
                 if s in placed and placed[s][0] != rank:
                     other, ostep = placed[s]
@@ -175,7 +189,9 @@ def validate(
                         f"Rank {rank}, step {step}: {sub} puts stage {s} on rank {rank}, "
                         f"but rank {other} already runs it (step {ostep}); a stage is "
                         "placed on exactly one rank",
-                        rank, step, (sub,),
+                        rank,
+                        step,
+                        (sub,),
                     )
                 placed.setdefault(s, (rank, step))
                 expected = where(s) if where is not None else rank
@@ -188,22 +204,26 @@ def validate(
                     fail(
                         f"Rank {rank}, step {step}: {sub} runs stage {s} on rank {rank}, "
                         f"but stage_to_rank {placement}; a stage cannot live on two ranks",
-                        rank, step, (sub,),
+                        rank,
+                        step,
+                        (sub,),
                     )
                 last_step[s] = step
                 runs = seen.setdefault((s, t), {})
                 if j in runs:
                     fail(
-                        f"Rank {rank}, step {step}: {sub} runs twice (first at step "
-                        f"{runs[j][1]})",
-                        rank, step, (sub,),
+                        f"Rank {rank}, step {step}: {sub} runs twice (first at step {runs[j][1]})",
+                        rank,
+                        step,
+                        (sub,),
                     )
                 if t in (_B, _I):
                     if j not in seen.get((s, _F), {}):
                         fail(
-                            f"Rank {rank}, step {step}: {sub} runs before its forward "
-                            f"{Action(s, _F, j)}",
-                            rank, step, (sub,),
+                            f"Rank {rank}, step {step}: {sub} runs before its forward {Action(s, _F, j)}",
+                            rank,
+                            step,
+                            (sub,),
                         )
                     other = _I if t is _B else _B
                     if j in seen.get((s, other), {}):
@@ -211,17 +231,17 @@ def validate(
                             f"Rank {rank}, step {step}: {sub} runs a second backward for "
                             f"stage {s} microbatch {j} (already ran "
                             f"{Action(s, other, j)})",
-                            rank, step, (sub,),
+                            rank,
+                            step,
+                            (sub,),
                         )
-                elif t is _W:
-                    if j not in seen.get((s, _I), {}):
-                        why = (
-                            f"after the full backward {Action(s, _B, j)}, which already "
-                            "computed the weight gradient"
-                            if j in seen.get((s, _B), {})
-                            else f"before its {Action(s, _I, j)}"
-                        )
-                        fail(f"Rank {rank}, step {step}: {sub} runs {why}", rank, step, (sub,))
+                elif t is _W and j not in seen.get((s, _I), {}):
+                    why = (
+                        f"after the full backward {Action(s, _B, j)}, which already computed the weight gradient"
+                        if j in seen.get((s, _B), {})
+                        else f"before its {Action(s, _I, j)}"
+                    )
+                    fail(f"Rank {rank}, step {step}: {sub} runs {why}", rank, step, (sub,))
                 runs[j] = (rank, step)
 
     # 4. completeness
@@ -242,7 +262,9 @@ def validate(
                 fail(
                     f"stage {s} (rank {rank}) never runs {Action(s, _F, j)}: microbatch "
                     f"{j} is missing (expected microbatches 0..{m - 1})",
-                    rank, step, (Action(s, _F, j),),
+                    rank,
+                    step,
+                    (Action(s, _F, j),),
                 )
             has_b = j in seen.get((s, _B), {})
             has_i = j in seen.get((s, _I), {})
@@ -250,13 +272,16 @@ def validate(
                 fail(
                     f"stage {s} (rank {rank}) never runs a backward for microbatch {j} "
                     f"({Action(s, _B, j)} or {Action(s, _I, j)}+{Action(s, _W, j)})",
-                    rank, step, (Action(s, _B, j),),
+                    rank,
+                    step,
+                    (Action(s, _B, j),),
                 )
             if has_i and j not in seen.get((s, _W), {}):
                 fail(
-                    f"stage {s} (rank {rank}) runs {Action(s, _I, j)} but never its "
-                    f"{Action(s, _W, j)}",
-                    rank, step, (Action(s, _W, j),),
+                    f"stage {s} (rank {rank}) runs {Action(s, _I, j)} but never its {Action(s, _W, j)}",
+                    rank,
+                    step,
+                    (Action(s, _W, j),),
                 )
 
     mapping = {s: placed[s][0] for s in sorted(placed)}

@@ -185,7 +185,16 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
     pop = heapq.heappop
     counter = itertools.count()
 
-    def rerate(ranks: tuple[int, ...], t: float) -> None:
+    # which resources' rates change when the count of resource `changed` changes on a rank
+    affects = {
+        0: {0} | ({1} if beta else set()) | ({2, 3, 4} if delta else set()),
+        1: {1} | ({0} if alpha else set()),
+    }
+    for cres in (2, 3, 4):
+        affects[cres] = {cres} | ({0} if gamma else set())
+
+    def rerate(ranks: tuple[int, ...], t: float, changed: int) -> None:
+        aff = affects[changed]
         if len(ranks) == 1:
             jobs = running[ranks[0]]
         else:
@@ -196,6 +205,8 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
                         jobs.append(j)
         for j in jobs:
             res = job_res[j]
+            if res not in aff and jrate[j] > 0.0:
+                continue
             if res == 1:
                 new = 1.0
                 for q in job_ranks[j]:
@@ -264,7 +275,7 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
         jrem[j] = job_work[j]
         jlast[j] = t
         jrate[j] = 0.0
-        rerate(ranks, t)
+        rerate(ranks, t, res)
 
     # --- run -------------------------------------------------------------------
     for i in range(N):
@@ -291,13 +302,13 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
             rl.remove(j)
             jrate[j] = -1.0
             if rl:
-                rerate(ranks, t)
+                rerate(ranks, t, res)
         else:
             for q in ranks:
                 cnt[q][res] -= 1
                 running[q].remove(j)
             jrate[j] = -1.0
-            rerate(ranks, t)
+            rerate(ranks, t, res)
         for i in (gmem[j - N] if j >= N else (j,)):
             end[i] = t
             done += 1
@@ -314,10 +325,12 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
     if done < N:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
 
+    empty: dict = {}  # shared, never mutated
+    res_name = ("compute", "comm", "copy", "copy", "copy")
     spans = [
-        Span(ids[i], op.name, op.rank, op.stream, op.kind, op.resource, start[i], end[i], job_work[i], ready_t[i],
-             op.nbytes, op.flops, dict(op.tags) if op.tags else {})
-        for i, op in enumerate(ops)
+        Span(oid, op.name, op.rank, op.stream, op.kind, res_name[rs], st, en, w, rt, op.nbytes, op.flops,
+             dict(op.tags) if op.tags else empty)
+        for oid, op, rs, st, en, w, rt in zip(ids, ops, job_res, start, end, job_work, ready_t)
     ]
     # critical path: walk bindings back from the last op to finish
     cp: list[str] = []
@@ -331,8 +344,9 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
                 cp.append(ids[i])
             i = b
         cp.reverse()
+    meta = {"pipeline": dict(G.graph["pipeline"])} if "pipeline" in G.graph else {}
     return Timeline(schedule=str(G.graph.get("name", "")), source="predict", world_size=world, launch=mode,
-                    profile=profile.name, spans=spans, critical_path=cp)
+                    profile=profile.name, spans=spans, critical_path=cp, meta=meta)
 
 
 def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:  # type: ignore[no-untyped-def]

@@ -107,6 +107,7 @@ class MatmulOp(_OpBase):
     k: int = Field(gt=0, description="Inner dimension.")
     batch: int = Field(default=1, gt=0, description="Batch count of a batched GEMM.")
     dtype: DType = Field(default="fp32", description="fp32 means TF32 off; tf32 means TF32 on.")
+    repeat: int = Field(default=1, gt=0, description="Identical kernels run back to back (e.g. one per layer).")
 
 
 class ComputeOp(_OpBase):
@@ -117,6 +118,7 @@ class ComputeOp(_OpBase):
     bytes: float | None = Field(default=None, ge=0, description="Bytes read plus written in HBM.")
     duration_us: float | None = Field(default=None, ge=0, description="Fixed duration in microseconds.")
     dtype: DType = Field(default="fp32", description="Precision the FLOP run at.")
+    repeat: int = Field(default=1, gt=0, description="Identical kernels run back to back (e.g. one per layer).")
 
     @model_validator(mode="after")
     def _something(self) -> Any:
@@ -214,6 +216,7 @@ class ScheduleSpec(_Base):
 
     _file: str = PrivateAttr(default="<schedule>")
     _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=list)
+    _pipeline: dict[str, Any] | None = PrivateAttr(default=None)
 
     def source_of(self, index: int) -> str:
         """``file:line`` and field path of op ``index`` (for error messages)."""
@@ -244,7 +247,10 @@ def _numeric_fields() -> frozenset[str]:
         for fname, f in model.model_fields.items():
             if numeric(f.annotation):
                 out.add(fname)
-    out |= {"world_size", "shape", "ranks"}
+    out |= {"world_size", "shape", "ranks", "group"}
+    # numeric keys of the pipeline block (schedsim.spec.pipeline_block)
+    out |= {"p", "m", "v", "group_size", "layers", "hidden", "ffn", "heads", "seq", "micro_batch", "vocab",
+            "activation_bytes", "activation_memory_bytes", "data_parallel", "grad_allreduce_bytes"}
     return frozenset(out)
 
 

@@ -1,13 +1,402 @@
-"""Expansion of a ``pipeline:`` block into ordinary ops (see docs/pipelines.md)."""
+"""Expansion of a ``pipeline:`` block into ordinary ops of the core language.
+
+A pipeline block names a schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V,
+DualPipeV, or custom per-rank action lists / a torch pipeline CSV), its size
+(p ranks, v chunks per rank, m microbatches) and what one stage costs: explicit
+op lists for forward (F), backward-input (I) and backward-weight (W), or a
+transformer-layer description. :func:`expand_pipeline` turns it into per-rank
+ops, so ``predict``, the static checks and the executor treat it like any DAG:
+
+* compute actions become ops on stream ``compute``, named ``F<stage>.<mb>.<op>``
+  (``B`` = I then W for a full backward), tagged ``pp_op``, ``stage``, ``mb``,
+  ``chunk``;
+* each cross-rank stage boundary becomes a send/recv pair placed as Megatron
+  issues it (recv just before the compute that needs it, send just after the
+  compute that produced it: :func:`schedsim.pipeline.comms.add_p2p`);
+  ``p2p: batched`` (Megatron ``batch_p2p_comm``: one ``batch_isend_irecv``
+  per call, waited before the next compute) puts sends on stream ``pp_send``
+  and recvs on ``pp_recv`` so the two halves of a batch progress together, and
+  the next compute waits for the batch's sends as well as its recvs;
+  ``overlapped`` (``overlap_p2p_comm``: lone isend/irecv, each pair of ranks its
+  own communicator and stream, ``ProcessGroupNCCL.cpp`` ``pointToPoint``) puts
+  them on one stream per peer and direction (``pp_sendF_r<peer>``,
+  ``pp_recvB_r<peer>``, ...) and compute waits only for the recv it consumes.
+  Default: overlapped for interleaved, ZB-V and DualPipeV (torch pipelining
+  issues their p2p asynchronously), batched otherwise, as Megatron-LM defaults
+  (``overlap_p2p_comm`` is forced off without interleaving). Modelling a batch as two streams is an approximation of one
+  ``ncclGroup``;
+* the order is validated first (:func:`schedsim.pipeline.validate`): missing or
+  repeated microbatches, W before I, a stage on two ranks, too few
+  microbatches, and cross-rank p2p wait cycles all fail with the rank × step grid.
+
+Transformer stages follow Megatron-LM's GPT layer (TP=1, ``--transformer-impl
+local``): per layer, forward = LN, QKV GEMM, two batched attention GEMMs,
+softmax, projection GEMM, residual, LN, fc1 (×2 columns with SwiGLU), GeLU, fc2,
+residual; backward-input = the data-gradient GEMMs (2 per weight GEMM pattern,
+4 attention GEMMs) and elementwise backward; backward-weight = the four
+weight-gradient GEMMs. Layer FLOPs match Narayanan et al., SC'21 (arXiv
+2104.04473) eq. 1 (24·B·s·h²·(1 + s/6h) per forward pass without the logits
+term). The first stage adds the embedding lookup, the last stage the logits
+GEMM and cross-entropy. Stored activations per layer and microbatch are
+``s·b·h·(34 + 5·a·s/h)`` bytes (Korthikanti et al., arXiv 2205.05198, no
+recomputation, 16-bit).
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from schedsim.errors import SpecError
 from schedsim.spec.model import ScheduleSpec
+from schedsim.units import DTYPE_BYTES
 
-__all__ = ["expand_pipeline"]
+__all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "expand_pipeline"]
+
+
+class _B(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StageOps(_B):
+    """Explicit per-stage cost: op lists (same fields as ordinary ops, without name/ranks/stream/deps)."""
+
+    forward: list[dict[str, Any]] = Field(description="Ops of one forward (F) of one stage on one microbatch.")
+    backward_input: list[dict[str, Any]] = Field(default_factory=list, description="Ops of I (input gradient).")
+    backward_weight: list[dict[str, Any]] = Field(default_factory=list, description="Ops of W (weight gradient).")
+
+
+class TransformerSpec(_B):
+    """A GPT-style model split over the pipeline stages (Megatron-LM shapes)."""
+
+    layers: int = Field(gt=0, description="Total transformer layers; split evenly over p·v stages.")
+    hidden: int = Field(gt=0)
+    ffn: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    seq: int = Field(gt=0, description="Sequence length s.")
+    micro_batch: int = Field(default=1, gt=0, description="Micro batch size b.")
+    dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
+    vocab: int | None = Field(default=None, description="Padded vocabulary; adds embedding and logits (50304 for GPT-2).")
+    swiglu: bool = Field(default=False, description="fc1 has 2·ffn columns (SwiGLU).")
+
+
+class PipelineSpec(_B):
+    """The ``pipeline:`` block."""
+
+    schedule: str = Field(description="gpipe | 1f1b | interleaved_1f1b | zb_h1 | zbv | dualpipev | custom "
+                          "(torch names accepted).")
+    p: int = Field(gt=0, description="Pipeline ranks.")
+    m: int = Field(gt=0, description="Microbatches per step.")
+    v: int | None = Field(default=None, gt=0, description="Virtual stages (chunks) per rank.")
+    group_size: int | None = Field(default=None, description="Megatron microbatch_group_size_per_vp_stage.")
+    placement: Literal["loop", "v"] | None = Field(default=None, description="loop (interleaved) or v (ZB-V, DualPipeV).")
+    actions: dict[int, str | list[str]] | None = Field(default=None, description="Custom per-rank action lists "
+                                                       "in torch notation, e.g. {0: '0F0 0F1 0B0 0B1'}.")
+    csv: str | None = Field(default=None, description="A torch pipeline CSV (compute_only), relative to the schedule.")
+    stage: StageOps | None = None
+    transformer: TransformerSpec | None = None
+    activation_bytes: int | None = Field(default=None, ge=0, description="p2p message size; default "
+                                         "seq × micro_batch × hidden × bytes per element.")
+    activation_memory_bytes: int | None = Field(default=None, ge=0, description="Activations one stage stores "
+                                                "per microbatch; default from the transformer, else activation_bytes.")
+    p2p: Literal["batched", "overlapped"] | None = None
+    data_parallel: int = Field(default=1, gt=0, description="Pipeline replicas; adds a gradient all_reduce.")
+    grad_allreduce_bytes: int | None = Field(default=None, ge=0, description="Per-rank gradient bytes for the "
+                                             "data-parallel all_reduce; default 2 bytes × parameters.")
+    tied_embedding_allreduce: bool = Field(default=False, description="All-reduce the embedding gradient between "
+                                           "the first and last stage (Megatron, untied=False).")
+    optimizer: bool = Field(default=False, description="Add the optimizer step (18 bytes/param moved).")
+
+    @model_validator(mode="after")
+    def _cost_given(self) -> Any:
+        if (self.stage is None) == (self.transformer is None):
+            raise ValueError("give exactly one of `stage` (op lists) or `transformer`")
+        if self.schedule == "custom" and self.actions is None and self.csv is None:
+            raise ValueError("schedule: custom needs `actions` or `csv`")
+        return self
+
+
+# ---------------------------------------------------------------- transformer
+def _layer_ops(t: TransformerSpec) -> dict[str, list[dict[str, Any]]]:
+    s, b, h, f, a = t.seq, t.micro_batch, t.hidden, t.ffn, t.heads
+    e = DTYPE_BYTES[t.dtype]
+    T = s * b
+    f1 = 2 * f if t.swiglu else f
+    dt = t.dtype
+
+    def mm(name: str, m: int, n: int, k: int, batch: int = 1) -> dict[str, Any]:
+        return {"name": name, "kind": "matmul", "m": m, "n": n, "k": k, "batch": batch, "dtype": dt}
+
+    def ew(name: str, nbytes: int) -> dict[str, Any]:
+        return {"name": name, "kind": "compute", "bytes": nbytes, "dtype": dt}
+
+    fwd = [
+        ew("ln1", 2 * T * h * e), mm("qkv", T, 3 * h, h), mm("scores", s, s, h // a, b * a),
+        ew("softmax", 3 * b * a * s * s * e), mm("attn_v", s, h // a, s, b * a), mm("proj", T, h, h),
+        ew("residual1", 3 * T * h * e), ew("ln2", 2 * T * h * e), mm("fc1", T, f1, h),
+        ew("act", (f1 + f) * T * e),  # GeLU reads f, writes f; SwiGLU reads 2f, writes f
+        mm("fc2", T, h, f), ew("residual2", 3 * T * h * e),
+    ]
+    bwd_i = [
+        ew("residual2_bwd", 3 * T * h * e), mm("fc2_dgrad", T, f, h), ew("act_bwd", 3 * T * f1 * e),
+        mm("fc1_dgrad", T, h, f1), ew("ln2_bwd", 4 * T * h * e), mm("proj_dgrad", T, h, h),
+        mm("attn_v_dgrad", s, s, h // a, b * a), mm("attn_v_dgrad_v", s, h // a, s, b * a),
+        ew("softmax_bwd", 4 * b * a * s * s * e), mm("scores_dgrad_q", s, h // a, s, b * a),
+        mm("scores_dgrad_k", s, h // a, s, b * a), mm("qkv_dgrad", T, h, 3 * h), ew("ln1_bwd", 4 * T * h * e),
+    ]
+    bwd_w = [mm("fc2_wgrad", f, h, T), mm("fc1_wgrad", h, f1, T), mm("proj_wgrad", h, h, T),
+             mm("qkv_wgrad", h, 3 * h, T)]
+    return {"F": fwd, "I": bwd_i, "W": bwd_w}
+
+
+def _transformer_stage(t: TransformerSpec, layers: int, first: bool, last: bool) -> dict[str, list[dict[str, Any]]]:
+    ops = _layer_ops(t)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key, lst in ops.items():
+        out[key] = [{**o, "repeat": layers} for o in lst]
+    e = DTYPE_BYTES[t.dtype]
+    T, h = t.seq * t.micro_batch, t.hidden
+    if t.vocab:
+        V = t.vocab
+        if first:
+            out["F"].insert(0, {"name": "embedding", "kind": "compute", "bytes": 2 * T * h * e, "dtype": t.dtype})
+            out["W"].append({"name": "embedding_wgrad", "kind": "compute", "bytes": 3 * T * h * e, "dtype": t.dtype})
+        if last:
+            out["F"] += [{"name": "logits", "kind": "matmul", "m": T, "n": V, "k": h, "dtype": t.dtype},
+                         {"name": "cross_entropy", "kind": "compute", "bytes": 3 * T * V * 4, "dtype": "fp32"}]
+            out["I"].insert(0, {"name": "logits_dgrad", "kind": "matmul", "m": T, "n": h, "k": V, "dtype": t.dtype})
+            out["W"].insert(0, {"name": "logits_wgrad", "kind": "matmul", "m": h, "n": V, "k": T, "dtype": t.dtype})
+    return out
+
+
+def _params_per_layer(t: TransformerSpec) -> int:
+    f1 = 2 * t.ffn if t.swiglu else t.ffn
+    return 4 * t.hidden * t.hidden + t.hidden * f1 + t.ffn * t.hidden + 4 * t.hidden
+
+
+def _act_memory_per_layer(t: TransformerSpec) -> int:
+    """Korthikanti et al. 2022 (arXiv 2205.05198) eq. 2: s·b·h·(34 + 5·a·s/h) bytes, 16-bit, no recompute."""
+    s, b, h, a = t.seq, t.micro_batch, t.hidden, t.heads
+    return int(s * b * h * (34 + 5 * a * s / h))
+
+
+# ---------------------------------------------------------------- expansion
+def _err(spec: ScheduleSpec, msg: str, path: str, fix: str) -> SpecError:
+    return SpecError(msg, file=spec._file, path=path, fix=fix)
 
 
 def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
-    """Return ``spec`` with its pipeline block expanded into ops."""
-    raise SpecError("`pipeline:` blocks are not supported yet", file=spec._file, path="pipeline")
+    """Return a copy of ``spec`` whose ``ops`` hold the expanded pipeline (plus any ops written by hand).
+
+    Raises
+    ------
+    SpecError
+        Invalid block (unknown key, unknown schedule, bad sizes).
+    schedsim.pipeline.PipelineScheduleError
+        The order would hang or is wrong (missing/duplicate microbatch, W before I,
+        a stage on two ranks, too few microbatches, p2p wait cycle); the message
+        shows the rank × step grid.
+    """
+    from schedsim.pipeline import add_p2p, get_schedule, parse_order, read_csv, validate
+    from schedsim.pipeline.actions import ComputationType as CT
+
+    try:
+        pb = PipelineSpec.model_validate(spec.pipeline)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        fix = "see docs/schedule_language.md, section pipeline"
+        if err["type"] == "extra_forbidden":
+            import difflib
+
+            close = difflib.get_close_matches(str(err["loc"][-1]), list(PipelineSpec.model_fields), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else fix
+            raise _err(spec, f"unknown key {err['loc'][-1]!r}", f"pipeline.{loc}", fix) from None
+        raise _err(spec, err["msg"].removeprefix("Value error, "), f"pipeline.{loc}", fix) from None
+    p, m = pb.p, pb.m
+    try:
+        if pb.schedule == "custom":
+            if pb.csv is not None:
+                base = Path(spec._file).parent if spec._file and spec._file != "<schedule>" else Path(".")
+                order = read_csv(base / pb.csv)
+            else:
+                order = parse_order(pb.actions or {})
+            stages = sorted({sub.stage for acts in order.values() for a in acts if a is not None
+                             for sub in a.sub_actions})
+            num_stages = len(stages)
+            v = max(1, num_stages // p)
+            placement = pb.placement or "loop"
+            from schedsim.pipeline import stage_to_rank as _s2r
+
+            s2r = _s2r(placement, p, v)
+            name = "custom"
+        else:
+            info = get_schedule(pb.schedule)
+            v = info.chunks(pb.v)
+            order = info.generate(p, m, v, group_size=pb.group_size)
+            s2r = info.stage_to_rank(p, v) if pb.placement is None else \
+                __import__("schedsim.pipeline", fromlist=["stage_to_rank"]).stage_to_rank(pb.placement, p, v)
+            num_stages = p * v
+            name = info.name
+        validate(order, p, m, num_stages, s2r, schedule=None if name == "custom" else name)
+    except ValueError as e:
+        from schedsim.errors import SchedsimError
+
+        if isinstance(e, SchedsimError):
+            raise
+        raise _err(spec, str(e), "pipeline", "check schedule, p, m, v and group_size") from None
+    dp = pb.data_parallel
+    world = p * dp
+    if spec.world_size != world:
+        raise _err(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = {p} × {dp} = {world}",
+                   "world_size", f"set world_size: {world}")
+    lowered = add_p2p(order, s2r, num_stages)
+    mode = pb.p2p or ("overlapped" if name in ("interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev") else "batched")
+
+    # per-stage cost templates
+    t = pb.transformer
+    if t is not None:
+        if t.layers % num_stages:
+            raise _err(spec, f"{t.layers} layers do not split evenly over {num_stages} stages", "pipeline.transformer.layers",
+                       f"use a multiple of p·v = {num_stages}")
+        lps = t.layers // num_stages
+        templates = {s: _transformer_stage(t, lps, s == 0, s == num_stages - 1) for s in range(num_stages)}
+        act_bytes = pb.activation_bytes if pb.activation_bytes is not None else t.seq * t.micro_batch * t.hidden * DTYPE_BYTES[t.dtype]
+        mem_bytes = pb.activation_memory_bytes if pb.activation_memory_bytes is not None else lps * _act_memory_per_layer(t)
+        params_stage = lps * _params_per_layer(t)
+        emb_bytes = (t.vocab or 0) * t.hidden * DTYPE_BYTES[t.dtype]
+        dtype = t.dtype
+    else:
+        st = pb.stage
+        assert st is not None
+        tmpl = {"F": st.forward, "I": st.backward_input, "W": st.backward_weight}
+        templates = {s: tmpl for s in range(num_stages)}
+        act_bytes = pb.activation_bytes if pb.activation_bytes is not None else 0
+        mem_bytes = pb.activation_memory_bytes if pb.activation_memory_bytes is not None else act_bytes
+        params_stage = 0
+        emb_bytes = 0
+        dtype = "fp16"
+
+    rank_stages = {r: sorted(st for st, rr in s2r.items() if rr == r) for r in range(p)}
+    ops: list[dict[str, Any]] = []
+    for d in range(dp):
+        off = d * p
+        for r in range(p):
+            rank = off + r
+            prev_of: dict[tuple[int, str, int], str] = {}
+            pending_sends: list[str] = []
+            for act in lowered[r]:
+                if act is None:
+                    continue
+                pair_deps: list[str] = []
+                if len(act.sub_actions) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
+                    for sub in act.sub_actions:
+                        key = (sub.stage, "RECV_F" if sub.type is CT.F else "RECV_B", sub.microbatch)
+                        if key in prev_of:
+                            pair_deps.append(prev_of[key])
+                for sub in act.sub_actions:
+                    s, j, typ = sub.stage, sub.microbatch, sub.type
+                    chunk = rank_stages[r].index(s)
+                    tags = {"pp_op": typ.value, "stage": s, "mb": j, "chunk": chunk}
+                    if typ in (CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B):
+                        fwd = typ in (CT.SEND_F, CT.RECV_F)
+                        if typ in (CT.SEND_F, CT.SEND_B):
+                            peer = s2r[s + 1] if fwd else s2r[s - 1]
+                            kind = "send"
+                        else:
+                            peer = s2r[s - 1] if fwd else s2r[s + 1]
+                            kind = "recv"
+                        opname = f"{'send' if kind == 'send' else 'recv'}{'F' if fwd else 'B'}{s}.{j}"
+                        stream = f"pp_{kind}" if mode == "batched" else f"pp_{kind}{'F' if fwd else 'B'}_r{peer + off}"
+                        deps = []
+                        if kind == "send":
+                            src_key = (s, "F" if fwd else "I", j)
+                            if src_key in prev_of:
+                                deps.append(prev_of[src_key])
+                        src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)
+                        msg = f"{'F' if fwd else 'B'}{src_stage}.{j}"  # the message: who produced it, which mb
+                        ops.append({"name": opname, "kind": kind, "ranks": [rank], "peer": peer + off,
+                                    "bytes": act_bytes, "dtype": dtype, "stream": stream, "deps": deps,
+                                    "tag": msg, "tags": {**tags, "msg": msg}})
+                        prev_of[(s, typ.value, j)] = opname
+                        if kind == "send" and mode == "batched":
+                            pending_sends.append(opname)
+                        continue
+                    parts = [("F", "F")] if typ is CT.F else [("I", "I")] if typ is CT.I else \
+                        [("W", "W")] if typ is CT.W else [("I", "B"), ("W", "B")]
+                    for phase, label in parts:
+                        deps = []
+                        if phase == "F":
+                            if (s, "RECV_F", j) in prev_of:
+                                deps.append(prev_of[(s, "RECV_F", j)])
+                            elif s > 0 and (s - 1, "F", j) in prev_of:
+                                deps.append(prev_of[(s - 1, "F", j)])
+                        elif phase == "I":
+                            if (s, "RECV_B", j) in prev_of:
+                                deps.append(prev_of[(s, "RECV_B", j)])
+                            elif s < num_stages - 1 and (s + 1, "I", j) in prev_of:
+                                deps.append(prev_of[(s + 1, "I", j)])
+                            elif (s, "F", j) in prev_of:
+                                deps.append(prev_of[(s, "F", j)])
+                        else:  # W needs its I
+                            if (s, "I", j) in prev_of:
+                                deps.append(prev_of[(s, "I", j)])
+                        if pair_deps:
+                            deps.extend(d for d in pair_deps if d not in deps)
+                            pair_deps = []
+                        if pending_sends:  # batched p2p: the call returns when its sends completed too
+                            deps.extend(pending_sends)
+                            pending_sends = []
+                        tmpl_ops = templates[s][phase] or [{"name": "noop", "kind": "compute", "duration_us": 0}]
+                        last = None
+                        for k, o in enumerate(tmpl_ops):
+                            oname = f"{label}{s}.{j}.{o.get('name', k)}" if label == phase else f"B{s}.{j}.{phase}.{o.get('name', k)}"
+                            entry = {kk: vv for kk, vv in o.items() if kk != "name"}
+                            entry.update({"name": oname, "ranks": [rank], "stream": "compute",
+                                          "tags": {**tags, "pp_op": label, "phase": phase}})
+                            if k == 0 and deps:
+                                entry["deps"] = list(deps)
+                            ops.append(entry)
+                            last = oname
+                        prev_of[(s, phase, j)] = last  # type: ignore[assignment]
+                    if label == "B":  # a full backward hands its input gradient on when the whole B is done
+                        prev_of[(s, "I", j)] = prev_of[(s, "W", j)]
+        # end of step: tied embedding all_reduce between first and last stage; DP gradient all_reduce
+        if pb.tied_embedding_allreduce and emb_bytes and p > 1:
+            first_r, last_r = off + s2r[0], off + s2r[num_stages - 1]
+            for rr in sorted({first_r, last_r}):
+                ops.append({"name": "tied_embedding_allreduce", "kind": "all_reduce", "ranks": [rr],
+                            "group": sorted({first_r, last_r}), "bytes": emb_bytes, "dtype": dtype,
+                            "stream": "compute", "tags": {"pp_op": "allreduce"}})
+        if pb.optimizer and params_stage:
+            for r in range(p):
+                nst = sum(1 for s in range(num_stages) if s2r[s] == r)
+                ops.append({"name": "optimizer_step", "kind": "compute", "ranks": [off + r],
+                            "bytes": 18 * params_stage * nst, "stream": "compute", "tags": {"pp_op": "optimizer"}})
+    if dp > 1:
+        for r in range(p):
+            nst = sum(1 for s in range(num_stages) if s2r[s] == r)
+            gbytes = pb.grad_allreduce_bytes if pb.grad_allreduce_bytes is not None else 2 * params_stage * nst
+            group = [d * p + r for d in range(dp)]
+            ops.append({"name": f"dp_grad_allreduce_r{r}", "kind": "all_reduce", "ranks": group, "bytes": gbytes,
+                        "dtype": dtype, "stream": "compute", "tags": {"pp_op": "allreduce"}})
+    from schedsim.spec.model import ScheduleSpec as _S
+
+    data = spec.model_dump(exclude={"pipeline", "ops"})
+    data["ops"] = [o.model_dump(exclude_none=True) for o in spec.ops] + ops
+    try:
+        new = _S.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        raise _err(spec, f"pipeline stage op: {err['msg']} at {'.'.join(map(str, err['loc']))}", "pipeline.stage",
+                   "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
+    new._file = spec._file
+    new._sources = list(spec._sources) + [(None, None, "pipeline")] * len(ops)
+    new._pipeline = {"schedule": name, "p": p, "m": m, "v": v, "num_stages": num_stages, "dp": dp,
+                     "stage_to_rank": {int(k): int(val) for k, val in s2r.items()}, "p2p": mode,
+                     "activation_bytes": act_bytes, "activation_memory_bytes": mem_bytes,
+                     "order": {r: [str(a) for a in order[r] if a is not None] for r in order}}
+    return new
+

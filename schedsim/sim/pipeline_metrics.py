@@ -1,0 +1,106 @@
+"""Pipeline metrics of a timeline whose ops carry pipeline tags (``pp_op``, ``stage``, ``mb``, ``phase``).
+
+* **Bubble ratio**, both conventions, per rank and overall:
+
+  - ``bubble_of_ideal`` = idle / ideal compute = (makespan − busy) / busy. With equal
+    stage times this is the Megatron paper's (p−1)/m, or (p−1)/(v·m) interleaved
+    (Narayanan et al., SC'21, arXiv 2104.04473, §2.2);
+  - ``bubble_of_makespan`` = idle fraction of the makespan = 1 − busy / makespan,
+    i.e. (p−1)/(m+p−1) for 1F1B (the sail-sg zero-bubble README convention).
+    Overall = 1 − Σbusy / (p·makespan), the reference table's definition.
+
+* **Peak activation memory** per rank: a forward of a chunk stores one unit from
+  its start; the unit is freed when that chunk's backward finishes (B, or W when
+  split), as in the ZB paper's accounting (arXiv 2401.10241). Reported in bytes
+  (unit = ``activation_memory_bytes`` of the pipeline block) and in microbatch
+  units (chunks / v), with the memory-over-time steps.
+* **p2p volume** per rank: bytes sent and received.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from schedsim.sim.timeline import Timeline
+
+__all__ = ["pipeline_metrics"]
+
+
+def pipeline_metrics(tl: Timeline) -> dict[str, Any] | None:
+    """Compute the pipeline metrics, or None when the timeline has no pipeline ops.
+
+    Returns
+    -------
+    dict
+        ``bubble_of_ideal`` and ``bubble_of_makespan`` (per rank dicts and
+        ``overall``), ``peak_memory_units`` / ``peak_memory_bytes`` per rank,
+        ``memory_timeline`` per rank as [(t_s, units)], ``p2p_bytes`` per rank
+        {"sent", "recv"}, and the pipeline ``info`` (schedule, p, v, m, ...).
+    """
+    info = tl.meta.get("pipeline")
+    if not info:
+        return None
+    v = int(info.get("v", 1))
+    unit_bytes = float(info.get("activation_memory_bytes", 0))
+    makespan = tl.makespan_s
+    busy: dict[int, float] = defaultdict(float)
+    fwd_start: dict[tuple[int, int, int], float] = {}
+    bwd_end: dict[tuple[int, int, int], float] = {}
+    sent: dict[int, float] = defaultdict(float)
+    recv: dict[int, float] = defaultdict(float)
+    ranks = set()
+    for s in tl.spans:
+        t = s.tags
+        ranks.add(s.rank)
+        if not t or "pp_op" not in t:
+            if s.resource == "compute":
+                busy[s.rank] += s.end_s - s.start_s
+            continue
+        if s.kind == "send":
+            sent[s.rank] += s.bytes
+            continue
+        if s.kind == "recv":
+            recv[s.rank] += s.bytes
+            continue
+        if s.resource == "compute":
+            busy[s.rank] += s.end_s - s.start_s
+        if "stage" not in t:
+            continue
+        key = (s.rank, int(t["stage"]), int(t["mb"]))
+        phase = t.get("phase")
+        if phase == "F":
+            fwd_start[key] = min(fwd_start.get(key, s.start_s), s.start_s)
+        elif phase == "W":
+            bwd_end[key] = max(bwd_end.get(key, s.end_s), s.end_s)
+    events: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for key, t0 in fwd_start.items():
+        events[key[0]].append((t0, 1))
+        if key in bwd_end:
+            events[key[0]].append((bwd_end[key], -1))
+    peak_units: dict[int, float] = {}
+    mem_tl: dict[int, list[tuple[float, float]]] = {}
+    for r in sorted(ranks):
+        cur = peak = 0
+        steps: list[tuple[float, float]] = [(0.0, 0.0)]
+        for t0, d in sorted(events.get(r, []), key=lambda e: (e[0], e[1])):  # frees before allocations at a tie
+            cur += d
+            peak = max(peak, cur)
+            steps.append((t0, cur / v))
+        peak_units[r] = peak / v
+        mem_tl[r] = steps
+    per_ideal = {r: ((makespan - busy[r]) / busy[r] if busy[r] > 0 else 0.0) for r in sorted(ranks)}
+    per_mk = {r: (1 - busy[r] / makespan if makespan > 0 else 0.0) for r in sorted(ranks)}
+    tot_busy = sum(busy[r] for r in ranks)
+    n = len(ranks)
+    return {
+        "info": info,
+        "bubble_of_ideal": {"per_rank": per_ideal,
+                            "overall": (n * makespan - tot_busy) / tot_busy if tot_busy > 0 else 0.0},
+        "bubble_of_makespan": {"per_rank": per_mk,
+                               "overall": 1 - tot_busy / (n * makespan) if makespan > 0 else 0.0},
+        "peak_memory_units": peak_units,
+        "peak_memory_bytes": {r: u * v * unit_bytes for r, u in peak_units.items()},
+        "memory_timeline": mem_tl,
+        "p2p_bytes": {r: {"sent": sent[r], "recv": recv[r]} for r in sorted(ranks)},
+    }
