@@ -78,6 +78,11 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
     tl = simulate(G, prof, launch=launch)
     tl.meta.update({"file": str(file), "set": list(sets or [])})
     metrics = compute_metrics(tl)
+    from schedsim.sim.pipeline_metrics import pipeline_metrics
+
+    pm = pipeline_metrics(tl)
+    if pm is not None:
+        metrics["pipeline"] = {k: val for k, val in pm.items() if k != "memory_timeline"}
     outdir = out or Path("schedsim_out") / spec.name
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [outdir / "timeline.json", outdir / "trace.json"]
@@ -88,6 +93,15 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
 
         paths += write_gantt(outdir / "gantt", [("predicted", tl)],
                              title=f"{spec.name} on {prof.name} ({tl.launch}): makespan {tl.makespan_s * 1e3:.3f} ms")
+        if pm is not None:
+            from schedsim.report.gantt import pipeline_view, write_memory_plot
+
+            paths += write_gantt(outdir / "pipeline", [("predicted", pipeline_view(tl))], formats=("png",),
+                                 title=f"{spec.name}: pipeline view (F blue, B orange, I red, W green; "
+                                 "hatched = later virtual stage; numbers = microbatch)", min_label_frac=0.004,
+                                 max_labels=5000)
+
+            paths.append(write_memory_plot(outdir / "memory.png", pm, title=f"{spec.name}: stored activations"))
     return tl, metrics, paths
 
 
@@ -111,6 +125,10 @@ def predict(
     from schedsim.report.summary import print_summary
 
     print_summary(tl, metrics)
+    if "pipeline" in metrics:
+        from schedsim.report.summary import print_pipeline
+
+        print_pipeline(metrics["pipeline"])
     print("wrote " + ", ".join(str(p) for p in paths))
 
 
@@ -193,9 +211,13 @@ def sweep(
         m = compute_metrics(tl)
         row = {"setting": dict(zip([k for k, _ in axes], combo)), "makespan_s": m["makespan_s"],
                "exposed_comm_s": m["exposed_comm_s"], "overlap_ratio": m["overlap_ratio"]}
-        if "pipeline" in tl.meta:
-            row["peak_memory_bytes"] = max(tl.meta["pipeline"].get("peak_memory_bytes", [0]) or [0])
-            row["bubble_ratio"] = tl.meta["pipeline"].get("bubble_ratio_makespan")
+        from schedsim.sim.pipeline_metrics import pipeline_metrics
+
+        pm = pipeline_metrics(tl)
+        if pm is not None:
+            row["peak_memory_bytes"] = max(pm["peak_memory_bytes"].values())
+            row["peak_memory_units"] = max(pm["peak_memory_units"].values())
+            row["bubble_ratio"] = pm["bubble_of_makespan"]["overall"]
         rows.append(row)
     outdir = out or Path("schedsim_out") / f"sweep_{file.stem}"
     outdir.mkdir(parents=True, exist_ok=True)

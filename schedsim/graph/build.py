@@ -155,8 +155,38 @@ def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
     if check:
         from schedsim.graph.checks import check_graph
 
-        check_graph(G)
+        try:
+            check_graph(G)
+        except DeadlockError as e:
+            if "pipeline" in G.graph:
+                raise DeadlockError(str(e) + "\n\n" + _pipeline_grid(G, str(e))) from None
+            raise
     return G
+
+
+def _pipeline_grid(G: nx.DiGraph, message: str) -> str:
+    """The rank × step grid of a pipeline's compute order, marking the step of the first op named in ``message``."""
+    import re
+
+    from schedsim.pipeline.errors import format_pipeline_order
+
+    order = G.graph["pipeline"]["order"]
+    step = None
+    for name, rank in re.findall(r"([A-Za-z]+\d+\.\d+)@r(\d+)", message):
+        op = G.nodes.get(f"{name}@r{rank}", {}).get("op")
+        if op is None:
+            continue
+        tags = dict(op.tags)
+        stage, mb = tags.get("stage"), tags.get("mb")
+        for i, a in enumerate(order.get(int(rank), [])):
+            if a.startswith(f"{stage}") and a.endswith(f"{mb}") and any(c in a for c in "FIBW"):
+                if re.fullmatch(rf"{stage}[FIBW]{mb}", a):
+                    step = i
+                    break
+        if step is not None:
+            break
+    return "Pipeline schedule (compute actions per rank):\n" + format_pipeline_order(
+        {int(r): acts for r, acts in order.items()}, step)
 
 
 def _match_p2p(ops: list[Op]) -> list[tuple[str, str]]:

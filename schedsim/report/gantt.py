@@ -44,7 +44,8 @@ def _color(kind: str, tags: dict) -> str:  # type: ignore[type-arg]
     return KIND_COLORS.get(kind, _OTHER)
 
 
-def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_labels: int = 400):  # type: ignore[no-untyped-def]
+def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_labels: int = 400,  # type: ignore[no-untyped-def]
+               min_label_frac: float = 0.035):
     """Return a matplotlib Figure; several labelled timelines are stacked lane by lane."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -75,8 +76,10 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
             c = _color(s.kind, s.tags)
             kinds_used.setdefault(s.tags.get("pp_op", s.kind) if s.tags else s.kind, c)
             w = (s.end_s - s.start_s) * 1e3
-            ax.barh(y, w, left=s.start_s * 1e3, height=0.7, color=c, edgecolor="black", linewidth=0.3)
-            if label_ok and ms > 0 and w / ms > 0.035:
+            chunk = s.tags.get("chunk", 0) if s.tags else 0
+            ax.barh(y, w, left=s.start_s * 1e3, height=0.7, color=c, edgecolor="black", linewidth=0.3,
+                    hatch="//" if chunk else None, alpha=1.0 if not chunk else 0.75)
+            if label_ok and ms > 0 and w / ms > min_label_frac:
                 text = str(s.tags.get("mb", s.name)) if s.tags and "mb" in s.tags else s.name
                 ax.text(s.start_s * 1e3 + w / 2, y, text, ha="center", va="center", fontsize=6, clip_on=True)
         # exposed communication per rank
@@ -125,9 +128,9 @@ def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> lis
 
 
 def write_gantt(path_stem: str | Path, timelines: list[tuple[str, Timeline]], title: str = "",
-                formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
+                formats: tuple[str, ...] = ("png", "svg"), **kw) -> list[Path]:  # type: ignore[no-untyped-def]
     """Draw and write ``<stem>.png`` / ``<stem>.svg`` atomically; returns the paths written."""
-    fig = draw_gantt(timelines, title)
+    fig = draw_gantt(timelines, title, **kw)
     out = []
     for fmt in formats:
         buf = io.BytesIO()
@@ -136,3 +139,55 @@ def write_gantt(path_stem: str | Path, timelines: list[tuple[str, Timeline]], ti
         atomic_write_bytes(p, buf.getvalue())
         out.append(p)
     return out
+
+
+def write_memory_plot(path: str | Path, pm: dict, title: str = "") -> Path:  # type: ignore[type-arg]
+    """Stored activations over time per rank (microbatch units), written atomically as PNG."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.2), dpi=110)
+    ax = fig.add_subplot(111)
+    for r, steps in pm["memory_timeline"].items():
+        xs = [t * 1e3 for t, _ in steps]
+        ys = [u for _, u in steps]
+        ax.step(xs, ys, where="post", label=f"rank {r} (peak {pm['peak_memory_units'][r]:g})")
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("stored activations (microbatches)")
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    atomic_write_bytes(path, buf.getvalue())
+    return Path(path)
+
+
+def pipeline_view(tl: Timeline) -> Timeline:
+    """Paper-style pipeline view: one lane per rank holding its F/I/B/W compute, one box per action.
+
+    The per-op spans of one action (``pp_op``, stage, microbatch, phase) are merged into one box.
+    """
+    from schedsim.sim.timeline import Span
+
+    boxes: dict[tuple, list] = {}  # type: ignore[type-arg]
+    order = []
+    for s in tl.spans:
+        t = s.tags
+        if s.resource != "compute" or not t or "stage" not in t:
+            continue
+        key = (s.rank, t["pp_op"], t["stage"], t["mb"], t.get("phase"))
+        if key not in boxes:
+            boxes[key] = [s.start_s, s.end_s, t]
+            order.append(key)
+        else:
+            b = boxes[key]
+            b[0] = min(b[0], s.start_s)
+            b[1] = max(b[1], s.end_s)
+    spans = []
+    for key in order:
+        r, op, st, mb, phase = key
+        a, b, t = boxes[key]
+        label = op if op != "B" else "B"
+        spans.append(Span(f"{st}{label}{mb}@r{r}", str(mb), r, "pipeline", label, "compute", a, b, tags=dict(t)))
+    return Timeline(schedule=tl.schedule, source=tl.source, world_size=tl.world_size, launch=tl.launch,
+                    profile=tl.profile, spans=spans)

@@ -41,3 +41,24 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
         parts = ", ".join(f"{k} {fmt_time(v)}" for k, v in metrics.get("critical_path_s", {}).items())
         con.print(f"critical path ({len(cp)} ops; {parts}): " + " → ".join(shown))
+
+
+def print_pipeline(pm: dict[str, Any], console: Any = None) -> None:
+    """Print bubble ratios (both conventions), peak activation memory and p2p volume per rank."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console()
+    info = pm["info"]
+    con.print(f"pipeline {info['schedule']}: p={info['p']} v={info['v']} m={info['m']} p2p={info['p2p']}  "
+              f"bubble: {pm['bubble_of_makespan']['overall']:.4f} of makespan (idle fraction), "
+              f"{pm['bubble_of_ideal']['overall']:.4f} of ideal compute ((p-1)/m convention)")
+    t = Table()
+    for col in ("rank", "bubble/makespan", "bubble/ideal", "peak act. (mb units)", "peak act. (MiB)",
+                "p2p sent", "p2p recv"):
+        t.add_column(col, justify="right")
+    for r in pm["peak_memory_units"]:
+        t.add_row(str(r), f"{pm['bubble_of_makespan']['per_rank'][r]:.4f}", f"{pm['bubble_of_ideal']['per_rank'][r]:.4f}",
+                  f"{pm['peak_memory_units'][r]:g}", f"{pm['peak_memory_bytes'][r] / 2**20:.1f}",
+                  f"{pm['p2p_bytes'][r]['sent'] / 2**20:.1f} MiB", f"{pm['p2p_bytes'][r]['recv'] / 2**20:.1f} MiB")
+    con.print(t)

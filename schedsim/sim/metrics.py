@@ -83,12 +83,18 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
         ``exposed_comm_s`` and ``busy_comm_s`` summed over ranks;
         ``overlap_ratio`` over all ranks; ``critical_path`` (op ids) and
         ``critical_path_s`` (time on it by resource). ``comm_share`` is
-        busy_comm / makespan, the "communication share" of seed 004.
+        busy_comm / makespan; ``comm_share_kernel_view`` counts each
+        communication op from when its stream reached it (``ready_s``) to its end, as
+        nsys shows an NCCL kernel spinning while its peer is late: the "share" column of
+        seed 004's ``parser_prof.py``.
     """
     makespan = tl.makespan_s
     per: dict[int, dict[str, list[Interval]]] = defaultdict(lambda: defaultdict(list))
+    by_rank_comm: dict[int, list] = defaultdict(list)  # type: ignore[type-arg]
     for s in tl.spans:
         per[s.rank][s.resource].append((s.start_s, s.end_s))
+        if s.resource == "comm":
+            by_rank_comm[s.rank].append(s)
     ranks: dict[int, dict[str, float]] = {}
     tot_comm = tot_overlap = tot_exposed = 0.0
     for r in sorted(per):
@@ -97,6 +103,10 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
         comm = merge(d.get("comm", []))
         copy = merge(d.get("copy", []))
         allv = merge(comp + comm + copy)
+        # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
+        # spinning while the peer is late; nsys shows that span as kernel time
+        comm_kv = merge([(s.ready_s if s.ready_s is not None else s.start_s, s.end_s)
+                         for s in by_rank_comm.get(r, [])])
         lc = length(comm)
         ov = intersect_length(comm, comp)
         ranks[r] = {
@@ -107,6 +117,7 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
             "exposed_comm_s": lc - ov,
             "overlap_ratio": ov / lc if lc > 0 else 0.0,
             "comm_share": lc / makespan if makespan > 0 else 0.0,
+            "comm_share_kernel_view": length(comm_kv) / makespan if makespan > 0 else 0.0,
         }
         tot_comm += lc
         tot_overlap += ov

@@ -392,7 +392,8 @@ _FIXES = {
 
 
 def _to_spec_error(e: ValidationError, doc: Any, file: str) -> SpecError:
-    err = e.errors(include_url=False)[0]
+    errs = e.errors(include_url=False)
+    err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])  # a typo explains "missing" too
     loc = tuple(err["loc"])
     mark, path, parent, last = _locate(doc, loc)
     typ = err["type"]

@@ -16,14 +16,17 @@ ops, so ``predict``, the static checks and the executor treat it like any DAG:
   ``p2p: batched`` (Megatron ``batch_p2p_comm``: one ``batch_isend_irecv``
   per call, waited before the next compute) puts sends on stream ``pp_send``
   and recvs on ``pp_recv`` so the two halves of a batch progress together, and
-  the next compute waits for the batch's sends as well as its recvs;
+  the next compute waits for the batch's sends as well as its recvs, and a
+  batch is posted only after the compute before it finished (``batch_p2p_sync``
+  calls ``torch.cuda.synchronize()``);
   ``overlapped`` (``overlap_p2p_comm``: lone isend/irecv, each pair of ranks its
   own communicator and stream, ``ProcessGroupNCCL.cpp`` ``pointToPoint``) puts
   them on one stream per peer and direction (``pp_sendF_r<peer>``,
   ``pp_recvB_r<peer>``, ...) and compute waits only for the recv it consumes.
-  Default: overlapped for interleaved, ZB-V and DualPipeV (torch pipelining
-  issues their p2p asynchronously), batched otherwise, as Megatron-LM defaults
-  (``overlap_p2p_comm`` is forced off without interleaving). Modelling a batch as two streams is an approximation of one
+  Default: batched for 1F1B (Megatron-LM forces ``overlap_p2p_comm`` off
+  without interleaving and batches by default); overlapped for interleaved 1F1B
+  (Megatron's default there) and for GPipe, ZB-H1, ZB-V and DualPipeV (torch
+  pipelining issues their p2p asynchronously). Modelling a batch as two streams is an approximation of one
   ``ncclGroup``;
 * the order is validated first (:func:`schedsim.pipeline.validate`): missing or
   repeated microbatches, W before I, a stage on two ranks, too few
@@ -205,7 +208,8 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
     try:
         pb = PipelineSpec.model_validate(spec.pipeline)
     except ValidationError as e:
-        err = e.errors(include_url=False)[0]
+        errs = e.errors(include_url=False)
+        err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
         loc = ".".join(str(x) for x in err["loc"])
         fix = "see docs/schedule_language.md, section pipeline"
         if err["type"] == "extra_forbidden":
@@ -216,6 +220,11 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
             raise _err(spec, f"unknown key {err['loc'][-1]!r}", f"pipeline.{loc}", fix) from None
         raise _err(spec, err["msg"].removeprefix("Value error, "), f"pipeline.{loc}", fix) from None
     p, m = pb.p, pb.m
+    dp = pb.data_parallel
+    world = p * dp
+    if spec.world_size != world:
+        raise _err(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = {p} × {dp} = {world}",
+                   "world_size", f"set world_size: {world}")
     try:
         if pb.schedule == "custom":
             if pb.csv is not None:
@@ -247,13 +256,8 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
         if isinstance(e, SchedsimError):
             raise
         raise _err(spec, str(e), "pipeline", "check schedule, p, m, v and group_size") from None
-    dp = pb.data_parallel
-    world = p * dp
-    if spec.world_size != world:
-        raise _err(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = {p} × {dp} = {world}",
-                   "world_size", f"set world_size: {world}")
     lowered = add_p2p(order, s2r, num_stages)
-    mode = pb.p2p or ("overlapped" if name in ("interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev") else "batched")
+    mode = pb.p2p or ("batched" if name == "1f1b" else "overlapped")
 
     # per-stage cost templates
     t = pb.transformer
@@ -287,6 +291,7 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
             rank = off + r
             prev_of: dict[tuple[int, str, int], str] = {}
             pending_sends: list[str] = []
+            last_compute: str | None = None
             for act in lowered[r]:
                 if act is None:
                     continue
@@ -315,6 +320,10 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
                             src_key = (s, "F" if fwd else "I", j)
                             if src_key in prev_of:
                                 deps.append(prev_of[src_key])
+                        if mode == "batched" and last_compute and last_compute not in deps:
+                            # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
+                            # batch, so the host posts it only after all work issued before it has finished
+                            deps.append(last_compute)
                         src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)
                         msg = f"{'F' if fwd else 'B'}{src_stage}.{j}"  # the message: who produced it, which mb
                         ops.append({"name": opname, "kind": kind, "ranks": [rank], "peer": peer + off,
@@ -360,6 +369,7 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
                                 entry["deps"] = list(deps)
                             ops.append(entry)
                             last = oname
+                            last_compute = oname
                         prev_of[(s, phase, j)] = last  # type: ignore[assignment]
                     if label == "B":  # a full backward hands its input gradient on when the whole B is done
                         prev_of[(s, "I", j)] = prev_of[(s, "W", j)]

@@ -1,0 +1,123 @@
+"""Pipeline blocks through the real loader, builder and simulator.
+
+Unit costs reproduce the table of ../shared/reference/pipelines.md §4 (makespan in µs = units, bubble =
+1 − busy/(p·makespan)), and the peak-memory row at p=4, m=8.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from schedsim.errors import SchedsimError, SpecError
+from schedsim.graph.build import build_graph
+from schedsim.hardware.profile import load_profile
+from schedsim.sim.engine import simulate
+from schedsim.sim.pipeline_metrics import pipeline_metrics
+from schedsim.spec.loader import load_schedule, load_text
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+UNIT = load_profile(str(DATA / "unit_profile.yaml"))
+
+TABLE = {  # (p, m): {schedule: (makespan, bubble)}
+    (4, 8): {"gpipe": (33, .2727), "1f1b": (33, .2727), "interleaved_1f1b": (57, .1579), "zb_h1": (27, .1111),
+             "zbv": (51, .0588), "dualpipev": (54, .1111)},
+    (8, 16): {"gpipe": (69, .3043), "1f1b": (69, .3043), "interleaved_1f1b": (117, .1795), "zb_h1": (55, .1273),
+              "zbv": (103, .0680), "dualpipev": (110, .1273)},
+    (8, 32): {"gpipe": (117, .1795), "1f1b": (117, .1795), "interleaved_1f1b": (213, .0986), "zb_h1": (103, .0680),
+              "zbv": (199, .0352), "dualpipev": (206, .0680)},
+}
+PEAK_P4_M8 = {"gpipe": [8, 8, 8, 8], "1f1b": [4, 3, 2, 1], "interleaved_1f1b": [5.5, 4.5, 3.5, 2.5],
+              "zb_h1": [4, 4, 4, 4], "zbv": [4, 4, 4, 4], "dualpipev": [4.5, 4.5, 4.5, 4.5]}
+
+
+def run(schedule: str, p: int, m: int, **extra):
+    ov = {"schedule": schedule, "p": p, "m": m, **extra}
+    if schedule == "interleaved_1f1b":
+        ov.setdefault("v", 2)
+    spec = load_schedule(DATA / "pp_unit.yaml", ov)
+    tl = simulate(build_graph(spec), UNIT)
+    return tl, pipeline_metrics(tl)
+
+
+@pytest.mark.parametrize("pm", list(TABLE))
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev"])
+def test_reference_table(schedule, pm):
+    p, m = pm
+    tl, met = run(schedule, p, m)
+    makespan, bubble = TABLE[pm][schedule]
+    assert tl.makespan_s * 1e6 == pytest.approx(makespan, abs=1e-6)
+    assert met["bubble_of_makespan"]["overall"] == pytest.approx(bubble, abs=5e-5)
+
+
+@pytest.mark.parametrize("schedule", list(PEAK_P4_M8))
+def test_peak_memory_p4_m8(schedule):
+    _tl, met = run(schedule, 4, 8)
+    assert [met["peak_memory_units"][r] for r in range(4)] == PEAK_P4_M8[schedule]
+
+
+def test_bubble_conventions_1f1b():
+    # (p-1)/m of ideal compute and (p-1)/(m+p-1) of the makespan, on every rank (Megatron paper, sail-sg README)
+    _tl, met = run("1f1b", 4, 8)
+    for r in range(4):
+        assert met["bubble_of_ideal"]["per_rank"][r] == pytest.approx(3 / 8)
+        assert met["bubble_of_makespan"]["per_rank"][r] == pytest.approx(3 / 11)
+
+
+HEAD = "schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: custom\n  p: 2\n  m: 2\n" \
+       "  stage: {forward: [{kind: compute, duration_us: 1}], backward_input: [{kind: compute, duration_us: 1}], " \
+       "backward_weight: [{kind: compute, duration_us: 1}]}\n"
+
+
+def custom(actions: str):
+    return build_graph(load_text(HEAD + "  actions:\n" + actions, "c.yaml"))
+
+
+def test_custom_actions_ok():
+    G = custom("    0: 0F0 0F1 0B0 0B1\n    1: 1F0 1B0 1F1 1B1\n")
+    assert "F0.0.0@r0" in G and "recvF1.1@r1" in G
+
+
+@pytest.mark.parametrize("actions,needle", [
+    ("    0: 0F0 0B0\n    1: 1F0 1B0 1F1 1B1\n", "microbatch"),                          # stage 0 never runs mb 1
+    ("    0: 0F0 0F0 0F1 0B0 0B1\n    1: 1F0 1B0 1F1 1B1\n", "twice"),              # run twice
+    ("    0: 0F0 0F1 0I0 0W1 0I1 0W0\n    1: 1F0 1B0 1F1 1B1\n", "W"),              # W before its I
+    ("    0: 0F0 0F1 0B0 0B1 1F0\n    1: 1F0 1B0 1F1 1B1\n", "rank"),               # a stage on two ranks
+    ("    0: 0F0 0F1 0B1 0B0\n    1: 1F0 1B0 1F1 1B1\n", "ERROR HERE"),             # cross-rank wait cycle
+])
+def test_hang_kinds_show_the_grid(actions, needle):
+    with pytest.raises(SchedsimError) as e:
+        custom(actions)
+    msg = str(e.value)
+    assert needle.lower() in msg.lower()
+    assert "ERROR HERE" in msg  # the rank x step grid with the failing step marked
+
+
+def test_too_few_microbatches():
+    with pytest.raises(SchedsimError, match="(?i)microbatch") as e:
+        load_schedule(DATA / "pp_unit.yaml", {"schedule": "dualpipev", "p": 4, "m": 4}) and build_graph(
+            load_schedule(DATA / "pp_unit.yaml", {"schedule": "dualpipev", "p": 4, "m": 4}))
+    assert "ERROR HERE" in str(e.value) or "775" in str(e.value) or "2p" in str(e.value).replace("·", "")
+
+
+def test_unknown_pipeline_key_and_world_size():
+    with pytest.raises(SpecError, match="did you mean 'schedule'"):
+        build_graph(load_text(HEAD.replace("schedule: custom", "schedul: custom"), "c.yaml"))
+    with pytest.raises(SpecError, match="p × data_parallel"):
+        build_graph(load_text(HEAD.replace("world_size: 2", "world_size: 3") + "  actions: {0: '0F0', 1: '1F0'}\n",
+                              "c.yaml"))
+
+
+def test_megatron_transformer_shapes_and_tied_allreduce():
+    spec = load_schedule("schedules/megatron_gpt_pp4.yaml")
+    G = build_graph(spec)
+    ops = {oid: d["op"] for oid, d in G.nodes(data=True)}
+    qkv = ops["F0.0.qkv@r0"]
+    assert (qkv.m, qkv.n, qkv.k, qkv.repeat) == (32, 3 * 4096, 4096, 8)  # 8 layers per stage
+    assert ops["F3.0.logits@r3"].n == 50304
+    tied = ops["tied_embedding_allreduce@r0"]
+    assert tied.group == (0, 3) and tied.nbytes == 50304 * 4096 * 2
+    assert G.graph["pipeline"]["p2p"] == "batched"
+    vp = build_graph(load_schedule("schedules/megatron_gpt_pp4_vp2.yaml"))
+    assert vp.graph["pipeline"]["v"] == 4 and vp.graph["pipeline"]["p2p"] == "overlapped"
