@@ -33,17 +33,17 @@ from schedsim.errors import TraceError
 from schedsim.sim.timeline import Span, Timeline
 
 __all__ = [
-    "Activity",
-    "OpRange",
-    "ImportResult",
-    "is_nccl_kernel",
-    "short_kernel_name",
-    "collective_kind",
     "DTYPE_BYTES",
+    "Activity",
+    "ImportResult",
+    "OpRange",
+    "build_timeline",
+    "collective_kind",
+    "is_nccl_kernel",
+    "last_finishing_chain",
     "load_op_names",
     "match_op",
-    "build_timeline",
-    "last_finishing_chain",
+    "short_kernel_name",
 ]
 
 #: HTA's communication-kernel rule (``hta/common/types.py``) plus NCCL ≥ 2.19's ``ncclDevKernel_``.
@@ -179,6 +179,19 @@ def collective_kind(kernel_name: str, collective: str | None = None) -> str:
     >>> collective_kind("ncclKernel_Broadcast_RING_LL_Sum_int8_t", "_allgather_base")
     'all_gather'
     """
+    key = (kernel_name, collective)
+    got = _KIND_CACHE.get(key)
+    if got is None:
+        got = _collective_kind(kernel_name, collective)
+        if len(_KIND_CACHE) < 100_000:
+            _KIND_CACHE[key] = got
+    return got
+
+
+_KIND_CACHE: dict[tuple[str, str | None], str] = {}
+
+
+def _collective_kind(kernel_name: str, collective: str | None) -> str:
     for text in (collective, kernel_name):
         if not text:
             continue
@@ -340,21 +353,38 @@ def build_timeline(
                 tags.update({k: v for k, v in a.tags.items() if k not in tags})
         raw.append((start, end, Span(f"{r.name}@r{r.rank}", r.name, r.rank, first.stream, kind, resource, 0.0, 0.0,
                                      bytes=nbytes, tags=tags)))
+    # t0 first, so each span is built once with its final times (no second copy of the list)
+    if window is not None:
+        t0 = window[0]
+    else:
+        t0 = min((x[0] for x in raw), default=float("inf"))
+        for i, a in enumerate(acts):
+            if i not in folded and a.start_ns < t0:
+                t0 = a.start_ns
+        if t0 == float("inf"):
+            t0 = 0.0
+    spans = [sp._replace(start_s=(s - t0) * 1e-9, end_s=(e - t0) * 1e-9) for s, e, sp in raw]
+    del raw
     counters: dict[tuple[int, str], int] = defaultdict(int)
+    kinds: dict[tuple[str, str, bool], tuple[str, str]] = {}
     for i, a in enumerate(acts):
         if i in folded:
             continue
         if window is not None and not (window[0] <= a.start_ns < window[1]):
             continue
-        kind, resource = _activity_kind(a)
+        coll = (a.tags or {}).get("collective") if a.tags else None
+        kkey = (a.name, a.cat, bool(coll))
+        kr = kinds.get(kkey) if not coll else None
+        if kr is None:
+            kr = _activity_kind(a)
+            if not coll:
+                kinds[kkey] = kr
         n = counters[(a.rank, a.name)]
         counters[(a.rank, a.name)] = n + 1
-        raw.append((a.start_ns, a.end_ns, Span(f"{a.name}#{n}@r{a.rank}", a.name, a.rank, a.stream, kind, resource,
-                                               0.0, 0.0, bytes=a.bytes, tags=a.tags or {})))
+        spans.append(Span(f"{a.name}#{n}@r{a.rank}", a.name, a.rank, a.stream, kr[0], kr[1],
+                          (a.start_ns - t0) * 1e-9, (a.end_ns - t0) * 1e-9, None, None, a.bytes, 0.0, a.tags or {}))
+        acts[i] = None  # type: ignore[call-overload]  # free as we go
     acts.clear()
-    t0 = window[0] if window is not None else min((x[0] for x in raw), default=0.0)
-    spans = [sp._replace(start_s=(s - t0) * 1e-9, end_s=(e - t0) * 1e-9) for s, e, sp in raw]
-    del raw
     spans.sort(key=lambda s: (s.rank, s.start_s))
     meta["t0_ns"] = t0
     tl = Timeline(schedule=schedule, source="import", world_size=world_size, launch="eager", profile=None,

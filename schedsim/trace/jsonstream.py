@@ -31,6 +31,7 @@ from schedsim.errors import TraceError
 __all__ = ["TraceEventStream", "open_text"]
 
 _WS = " \t\n\r"
+_DELIM = " \t\n\r,]}:"
 _CHUNK = 1 << 20
 #: A single JSON value larger than this (in characters) is refused as malformed.
 MAX_VALUE_CHARS = 256 << 20
@@ -161,9 +162,11 @@ class TraceEventStream:
                     raise self._err(f"malformed JSON ({e.msg}) in a value longer than {MAX_VALUE_CHARS} characters") from None
                 self._fill(at_least=len(self._s) - self._i)
                 continue
-            if end >= len(self._s) and not self._eof:
-                # a number or literal may continue in the next chunk: decode again with more text
-                self._fill()
+            if not self._eof and (end >= len(self._s) or (
+                    not isinstance(obj, (dict, list, str)) and self._s[end] not in _DELIM
+                    and len(self._s) - end < 64)):
+                # a number or literal may continue in the next chunk ("1." then "5"): decode again with more text
+                self._fill(at_least=len(self._s) - self._i)
                 continue
             self._i = end
             return obj

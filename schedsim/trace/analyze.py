@@ -1,0 +1,296 @@
+"""``schedsim analyze``: the tables of seed 004's parsers, overlap, idle time and critical path.
+
+Seed 004 (a Megatron-LM 1F1B study) profiles with nsys, converts with
+``nsys2json.py`` and prints two tables with hand-written parsers; this module
+reproduces both from a trace or a timeline:
+
+* **kernel time share** (``parser_prof.py``): per device, kernels grouped by
+  ``{name}_{Stream N}``; share = the group's summed duration divided by
+  (last kernel start − first kernel start); then min, max and mean duration
+  in µs, sorted by share; the last line is the sum of the shares. Kernels
+  whose nsys ``shortName`` is ``Kernel`` are named after the first NVTX range
+  that launched them (``NVTXRegions[0].split(",")[0]``).
+* **NCCL volume** (``parser_nccl.py``): per device, the element counts of the
+  ``nccl:*`` ranges, summed per collective name and sorted by volume.
+  Counts come from ``sizes = [[...]]`` in NVTX texts (nsys), from
+  ``Input Dims`` or ``record_param_comms``' ``In msg nelems`` (Kineto), or
+  from comm spans' ``in_nelems`` tags (timelines).
+
+Then, per rank, from :func:`schedsim.sim.metrics.compute_metrics`: busy time
+by resource, idle time, communication/computation overlap as HTA defines it
+(|comm ∩ compute| / |comm|) and exposed communication, and the critical path.
+
+Where the seeds would crash, this does not: a device whose kernels all start at
+the same instant (division by zero in the seed) prints ``nan`` shares, and NCCL
+ranges without ``sizes`` are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from schedsim.errors import TraceError
+from schedsim.sim.metrics import compute_metrics
+from schedsim.sim.timeline import Timeline
+from schedsim.trace.common import ImportResult
+
+__all__ = [
+    "SEP",
+    "analysis_dict",
+    "detect_format",
+    "format_report",
+    "kernel_share_table",
+    "load_any",
+    "nccl_volume_table",
+    "rows_from_timeline",
+]
+
+SEP = "-----------------------------"
+
+
+def _header(device: str) -> str:
+    return f"{SEP}{device}{SEP}"
+
+
+def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]]]) -> list[str]:
+    """Lines of seed 004's ``parser_prof.py`` output.
+
+    Parameters
+    ----------
+    kernel_rows : dict
+        Device label → ``(kernel name, tid, ts_us, dur_us)`` in nsys2json's
+        event order (the stable sort by start time is done here).
+
+    Returns
+    -------
+    list of str
+        A header per device, ``"{share:7.2f} min:{:10.2f} max:{:10.2f} avg:{:10.2f} {name}_{tid}"``
+        rows, and the summed share.
+    """
+    lines: list[str] = []
+    for device, rows in kernel_rows.items():
+        lines.append(_header(device))
+        v = sorted(((f"{name}_{tid}", ts, dur) for name, tid, ts, dur in rows), key=lambda x: x[1])
+        total: dict[str, float] = {}
+        durs: dict[str, list[float]] = {}
+        beg, end = float("inf"), 0.0
+        for name, ts, dur in v:
+            if name not in total:
+                total[name] = 0
+                durs[name] = []
+            total[name] += dur
+            durs[name].append(dur)
+            beg = min(beg, ts)
+            end = max(end, ts)
+        span = end - beg
+        total_percent = 0.0
+        for name, dur in sorted(total.items(), key=lambda d: d[1], reverse=True):
+            share = dur / span if span > 0 else float("nan")
+            total_percent += share
+            d = durs[name]
+            lines.append(f"{share:7.2f} min:{min(d):10.2f} max:{max(d):10.2f} avg:{math.fsum(d) / len(d):10.2f} {name}")
+        lines.append(f"{total_percent:7.2f}")
+    return lines
+
+
+def nccl_volume_table(nccl_rows: dict[str, list[tuple[str, int]]], devices: list[str] | None = None) -> list[str]:
+    """Lines of seed 004's ``parser_nccl.py`` output: ``"{elements:14.2f} {collective}"`` per device.
+
+    Parameters
+    ----------
+    nccl_rows : dict
+        Device label → ``(collective range name, element count)``.
+    devices : list of str, optional
+        Device labels to print a header for even without NCCL rows (the seed
+        prints one for every device of the trace).
+    """
+    lines: list[str] = []
+    labels = list(devices or [])
+    labels += [d for d in nccl_rows if d not in labels]
+    for device in labels:
+        lines.append(_header(device))
+        v = sorted(nccl_rows.get(device, []), key=lambda x: x[1])
+        total: dict[str, float] = {}
+        for name, size in v:
+            total[name] = total.get(name, 0) + size
+        for name, size in sorted(total.items(), key=lambda d: d[1], reverse=True):
+            lines.append(f"{size:14.2f} {name}")
+    return lines
+
+
+def rows_from_timeline(tl: Timeline) -> tuple[dict[str, list[tuple[str, str, float, float]]], dict[str, list[tuple[str, int]]]]:
+    """Seed-table rows from a timeline's spans (for ``analyze timeline.json``).
+
+    Every compute and comm span counts as a kernel (copies do not, as in the
+    seed), labelled ``Rank N``, tid ``Stream S``; µs are rounded to the ns.
+    NCCL rows come from comm spans with an ``in_nelems`` tag (named
+    ``nccl:{collective}``), else their ``bytes`` (named ``{kind} (bytes)``).
+    """
+    krows: dict[str, list[tuple[str, str, float, float]]] = {}
+    nrows: dict[str, list[tuple[str, int]]] = {}
+    for s in sorted(tl.spans, key=lambda s: (s.rank, f"Stream {s.stream}")):
+        if s.resource == "copy":
+            continue
+        label = f"Rank {s.rank}"
+        krows.setdefault(label, []).append((s.name, f"Stream {s.stream}", round(s.start_s * 1e6, 3),
+                                            round((s.end_s - s.start_s) * 1e6, 3)))
+        if s.resource == "comm":
+            n = s.tags.get("in_nelems") if s.tags else None
+            if n is not None:
+                nrows.setdefault(label, []).append((f"nccl:{s.tags.get('collective') or s.kind}", int(n)))
+            elif s.bytes:
+                nrows.setdefault(label, []).append((f"{s.kind} (bytes)", int(s.bytes)))
+    return krows, nrows
+
+
+def detect_format(path: str | Path) -> str:
+    """``"nsys"``, ``"nsys-rep"``, ``"timeline"`` or ``"kineto"`` from a file's first bytes.
+
+    Raises
+    ------
+    TraceError
+        Missing or empty file, or content that is none of these.
+    """
+    p = Path(path)
+    if p.suffix.lower() in (".nsys-rep", ".qdrep"):
+        return "nsys-rep"
+    try:
+        with open(p, "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
+    if head.startswith(b"SQLite format 3"):
+        return "nsys"
+    if not head:
+        raise TraceError(f"{p}: empty file")
+    from schedsim.trace.jsonstream import open_text
+
+    try:
+        with open_text(p) as f:
+            text = f.read(4096)
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise TraceError(f"{p}: neither an nsys SQLite export nor a JSON trace ({e.__class__.__name__}: {e})") from None
+    stripped = text.lstrip()
+    if not stripped.startswith(("{", "[")):
+        raise TraceError(f"{p}: neither an nsys SQLite export (.sqlite) nor a JSON trace or timeline")
+    compact = stripped[:200].replace(" ", "").replace("\n", "")
+    if '"format":"schedsim.timeline"' in compact:
+        return "timeline"
+    return "kineto"
+
+
+def load_any(paths: list[Path], ops: dict[str, dict[str, Any]] | None = None) -> tuple[str, ImportResult]:
+    """Read a timeline, nsys SQLite export(s) or Kineto trace(s), whichever ``paths`` are.
+
+    Returns
+    -------
+    (format, ImportResult)
+        For a timeline, the seed rows come from :func:`rows_from_timeline`.
+
+    Raises
+    ------
+    TraceError
+        Mixed formats, an ``.nsys-rep``, or any import error.
+    """
+    if not paths:
+        raise TraceError("no input file given")
+    kinds = {detect_format(p) for p in paths}
+    if len(kinds) > 1:
+        raise TraceError(f"mixed inputs ({', '.join(sorted(kinds))}); analyze one kind of file at a time")
+    kind = kinds.pop()
+    if kind == "nsys-rep":
+        from schedsim.trace.nsys import EXPORT_HINT
+
+        p = paths[0]
+        raise TraceError(f"{p}: an Nsight Systems report cannot be read directly; "
+                         + EXPORT_HINT.format(stem=p.with_suffix("").name, name=p.name))
+    if kind == "timeline":
+        if len(paths) > 1:
+            raise TraceError("analyze takes one timeline.json at a time")
+        tl = Timeline.read_json(paths[0])
+        k, n = rows_from_timeline(tl)
+        return kind, ImportResult(tl, k, n, [])
+    if kind == "nsys":
+        from schedsim.trace.nsys import import_nsys
+
+        return kind, import_nsys(list(paths), ops=ops)
+    from schedsim.trace.kineto import import_kineto
+
+    return kind, import_kineto(list(paths), ops=ops)
+
+
+def analysis_dict(res: ImportResult) -> dict[str, Any]:
+    """Everything ``analyze`` prints, as a JSON-able dict (``--format json``)."""
+    tl = res.timeline
+    m = compute_metrics(tl)
+    kt: dict[str, list[dict[str, Any]]] = {}
+    for device, rows in res.kernel_rows.items():
+        groups: dict[str, list[float]] = {}
+        ts = [r[2] for r in rows]
+        span = (max(ts) - min(ts)) if ts else 0.0
+        for name, tid, _ts, dur in rows:
+            groups.setdefault(f"{name}_{tid}", []).append(dur)
+        kt[device] = sorted(({"name": k, "share": (sum(v) / span if span > 0 else None), "total_us": sum(v),
+                              "count": len(v), "min_us": min(v), "max_us": max(v), "avg_us": sum(v) / len(v)}
+                             for k, v in groups.items()), key=lambda d: -d["total_us"])
+    nv: dict[str, dict[str, int]] = {}
+    for device, nrows in res.nccl_rows.items():
+        for name, n in nrows:
+            nv.setdefault(device, {})
+            nv[device][name] = nv[device].get(name, 0) + n
+    return {"schedule": tl.schedule, "source": tl.source, "world_size": tl.world_size, "spans": len(tl.spans),
+            "kernel_share": kt, "nccl_volume_elements": nv, "metrics": m, "warnings": res.warnings}
+
+
+def _fmt_t(s: float) -> str:
+    from schedsim.report.summary import fmt_time
+
+    return fmt_time(s)
+
+
+def format_report(res: ImportResult, max_cp: int = 10) -> str:
+    """The text ``schedsim analyze`` prints: seed tables, then overlap/idle per rank and the critical path."""
+    tl = res.timeline
+    m = compute_metrics(tl)
+    out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m['ranks'])} rank(s), "
+            f"makespan {_fmt_t(m['makespan_s'])}"), "",
+           "## kernel time share (seed 004 parser_prof.py: share, min/max/avg in us, name)"]
+    out += kernel_share_table(res.kernel_rows)
+    out += ["", "## NCCL volume per collective, elements (seed 004 parser_nccl.py)"]
+    out += nccl_volume_table(res.nccl_rows, devices=list(res.kernel_rows))
+    out += ["", "## per rank: busy time, idle time, comm/compute overlap (HTA: overlapped / total comm)"]
+    out.append(f"{'rank':>4} {'makespan':>12} {'compute':>12} {'comm':>12} {'copy':>12} {'idle':>12} "
+               f"{'exposed comm':>13} {'overlap':>8}")
+    for r, d in m["ranks"].items():
+        out.append(f"{r:>4} {_fmt_t(m['makespan_s']):>12} {_fmt_t(d['busy_compute_s']):>12} "
+                   f"{_fmt_t(d['busy_comm_s']):>12} {_fmt_t(d['busy_copy_s']):>12} {_fmt_t(d['idle_s']):>12} "
+                   f"{_fmt_t(d['exposed_comm_s']):>13} {d['overlap_ratio']:>8.3f}")
+    out.append(f"all  overlap ratio {m['overlap_ratio']:.3f}, exposed comm {_fmt_t(m['exposed_comm_s'])}")
+    cp = m.get("critical_path") or []
+    out += ["", "## critical path" + (" (last-finishing chain on one rank; cross-rank waits not followed)"
+                                      if tl.source == "import" else "")]
+    if cp:
+        byid = tl.by_id()
+        busy = sum(byid[c].end_s - byid[c].start_s for c in cp if c in byid)
+        parts = ", ".join(f"{k} {_fmt_t(v)}" for k, v in m.get("critical_path_s", {}).items())
+        shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["..."] + cp[-max_cp // 2:]
+        first, last = byid.get(cp[0]), byid.get(cp[-1])
+        length = (last.end_s - first.start_s) if first and last else busy
+        out.append(f"{len(cp)} ops over {_fmt_t(length)}: busy {_fmt_t(busy)} ({parts}), "
+                   f"gaps {_fmt_t(max(0.0, length - busy))}")
+        out.append(" -> ".join(shown))
+    else:
+        out.append("(none)")
+    for w in res.warnings:
+        out.append(f"warning: {w}")
+    return "\n".join(out)
+
+
+def to_json(res: ImportResult) -> str:
+    """:func:`analysis_dict` as indented JSON text."""
+    return json.dumps(analysis_dict(res), indent=1, default=str)

@@ -1,0 +1,161 @@
+"""CLI: ``schedsim import nsys|kineto FILE... --out DIR`` and ``schedsim analyze TIMELINE|TRACE``.
+
+Registered into :data:`schedsim.cli.app` by :func:`register` (the core calls it
+when this module exists). Errors are :class:`~schedsim.errors.TraceError`
+and leave through :func:`schedsim.cli.handle_errors` (``error: ...``, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+__all__ = ["register", "write_timeline_json"]
+
+
+class _Fmt(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def write_timeline_json(tl: Any, path: str | Path, metrics: dict[str, Any] | None = None) -> None:
+    """Write a Timeline in the format of :meth:`Timeline.write_json`, one op per line, streamed.
+
+    ``Timeline.write_json`` builds the whole document in memory first (dicts
+    plus one string); an imported timeline can have millions of spans, so this
+    writes op by op to a temporary file and renames it into place (atomic).
+    :meth:`Timeline.read_json` reads the result.
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    head = {"format": "schedsim.timeline", "version": 1, "schedule": tl.schedule, "source": tl.source,
+            "profile": tl.profile, "world_size": tl.world_size, "launch": tl.launch, "makespan_s": tl.makespan_s,
+            "meta": tl.meta}
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(head, indent=1, default=str)[:-2])
+            f.write(',\n "ops": [')
+            first = True
+            for s in tl.spans:
+                f.write("\n  " if first else ",\n  ")
+                first = False
+                f.write(json.dumps({"id": s.id, "name": s.name, "rank": s.rank, "stream": s.stream, "kind": s.kind,
+                                    "resource": s.resource, "start_s": s.start_s, "end_s": s.end_s,
+                                    "solo_s": s.solo_s, "ready_s": s.ready_s, "bytes": s.bytes, "flops": s.flops,
+                                    "tags": s.tags}, default=str))
+            f.write("\n ],\n \"critical_path\": ")
+            f.write(json.dumps(tl.critical_path))
+            f.write(",\n \"metrics\": ")
+            f.write(json.dumps(metrics or {}, default=str))
+            f.write("\n}\n")
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _ops(path: Path | None) -> dict[str, dict[str, Any]] | None:
+    if path is None:
+        return None
+    from schedsim.trace.common import load_op_names
+
+    return load_op_names(path)
+
+
+def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
+    from schedsim.report.summary import fmt_time
+    from schedsim.sim.metrics import compute_metrics
+
+    tl = res.timeline
+    metrics = compute_metrics(tl)
+    target = out / "timeline.json"
+    write_timeline_json(tl, target, metrics)
+    n_ops = sum(1 for s in tl.spans if "#" not in s.id)
+    if fmt == _Fmt.json:
+        print(json.dumps({"timeline": str(target), "spans": len(tl.spans), "ops": n_ops,
+                          "ranks": sorted(metrics["ranks"]), "makespan_s": metrics["makespan_s"],
+                          "overlap_ratio": metrics["overlap_ratio"], "warnings": res.warnings}, indent=1))
+        return
+    print(f"imported {len(tl.spans)} spans ({tl.meta.get('kernel_count', 0)} kernels, "
+          f"{tl.meta.get('memcpy_count', 0)} memcpy, {tl.meta.get('memset_count', 0)} memset; "
+          f"{n_ops} schedule ops) on {len(metrics['ranks'])} rank(s); makespan {fmt_time(metrics['makespan_s'])}, "
+          f"overlap ratio {metrics['overlap_ratio']:.3f}")
+    for w in res.warnings:
+        print(f"warning: {w}")
+    print(f"wrote {target}")
+
+
+OutOpt = typer.Option(..., "--out", "-o", help="Output folder; timeline.json is written there.")
+OpsOpt = typer.Option(None, "--ops", help="Predicted timeline.json or schedule YAML whose op names the "
+                                          "NVTX ranges / user annotations carry (names of the form name@rN "
+                                          "are always recognised).")
+IterOpt = typer.Option(-1, "--iteration", help="When the ops repeat in the capture, which occurrence to keep "
+                                              "(0 = first, -1 = last); the timeline is cut to it.")
+FmtOpt = typer.Option(_Fmt.table, "--format", help="table for people, json for machines.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``import nsys``, ``import kineto`` and ``analyze`` to the schedsim CLI."""
+    from schedsim.cli import handle_errors
+
+    imp = typer.Typer(no_args_is_help=True, help="Import Nsight Systems or PyTorch profiler traces as a timeline.")
+
+    @imp.command("nsys")
+    @handle_errors
+    def import_nsys_cmd(
+        files: list[Path] = typer.Argument(..., help="nsys SQLite export(s): nsys export --type sqlite REPORT.nsys-rep"),
+        out: Path = OutOpt,
+        ops: Path | None = OpsOpt,
+        iteration: int = IterOpt,
+        fmt: _Fmt = FmtOpt,
+    ) -> None:
+        """Read kernels, memcpy/memset and NVTX ranges of Nsight Systems SQLite export(s) into timeline.json."""
+        from schedsim.trace.nsys import import_nsys
+
+        _finish_import(import_nsys(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False), out, fmt)
+
+    @imp.command("kineto")
+    @handle_errors
+    def import_kineto_cmd(
+        files: list[Path] = typer.Argument(..., help="Kineto trace(s), .json or .json.gz, one per rank."),
+        out: Path = OutOpt,
+        ops: Path | None = OpsOpt,
+        iteration: int = IterOpt,
+        fmt: _Fmt = FmtOpt,
+    ) -> None:
+        """Read PyTorch profiler (Kineto) traces, one per rank, into one multi-rank timeline.json."""
+        from schedsim.trace.kineto import import_kineto
+
+        _finish_import(import_kineto(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False), out, fmt)
+
+    app.add_typer(imp, name="import")
+
+    @app.command("analyze")
+    @handle_errors
+    def analyze_cmd(
+        files: list[Path] = typer.Argument(..., help="timeline.json, nsys .sqlite export(s) or Kineto trace(s)."),
+        chrome: Path | None = typer.Option(None, "--chrome", help="Also write a Chrome/Perfetto trace here."),
+        ops: Path | None = OpsOpt,
+        fmt: _Fmt = FmtOpt,
+    ) -> None:
+        """Kernel time shares and NCCL volumes (seed 004's parsers), overlap, idle time and critical path."""
+        from schedsim.trace.analyze import format_report, load_any, to_json
+
+        _kind, res = load_any(list(files), ops=_ops(ops))
+        if chrome is not None:
+            from schedsim.report.chrome import write_chrome_trace
+
+            write_chrome_trace(chrome, [(res.timeline.source, res.timeline)])
+        print(to_json(res) if fmt == _Fmt.json else format_report(res))
+        if chrome is not None and fmt != _Fmt.json:
+            print(f"wrote {chrome}")

@@ -1,0 +1,531 @@
+"""Import Nsight Systems SQLite exports (``nsys export --type sqlite``) as a Timeline.
+
+Tables read (NVIDIA's exporter schema; ``../shared/reference/nccl_overlap_traces.md`` §6):
+
+* ``CUPTI_ACTIVITY_KIND_KERNEL``: start/end (ns), deviceId, streamId,
+  correlationId, globalPid, shortName/demangledName (→ ``StringIds``);
+* ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``_MEMSET``: copies (resource ``copy``);
+* ``NVTX_EVENTS``: push/pop (eventType 59) and start/end (60) ranges, text
+  from ``text`` or ``textId`` → ``StringIds`` (``COALESCE(text, value)``);
+* ``CUPTI_ACTIVITY_KIND_RUNTIME``: joins a range to the kernels launched
+  inside it through ``correlationId`` (nsys2json's *nvtx-kernel* mode).
+
+Columns are looked up by name with ``PRAGMA table_info``, so exports of other
+nsys versions (which add or drop columns such as ``greenContextId``) load as
+long as the columns used here exist; a missing required column is reported by
+table and name. Rows are read through cursors; only the kernels themselves are
+held in memory.
+
+Process and device: PID = ``globalPid / 0x1000000 % 0x1000000``. Each distinct
+(device, process) pair becomes one rank, in device order; several files (one
+per rank, e.g. one per MPI rank) are placed on one time base through
+``TARGET_INFO_SESSION_START_TIME.utcEpochNs``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+import sqlite3
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from schedsim.errors import TraceError
+from schedsim.trace.common import (
+    Activity,
+    ImportResult,
+    OpRange,
+    build_timeline,
+    is_nccl_kernel,
+    match_op,
+    short_kernel_name,
+)
+
+__all__ = ["EXPORT_HINT", "import_nsys", "nvtx_events", "seed_sizes_nelems"]
+
+EXPORT_HINT = ("export it to SQLite first:\n"
+               "  nsys export --type sqlite --output {stem}.sqlite {name}\n"
+               "then run: schedsim import nsys {stem}.sqlite --out DIR")
+
+#: CUPTI_ACTIVITY_MEMCPY_KIND values.
+_COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+              8: "DtoD", 9: "HtoH", 10: "PtoP"}
+NVTX_PUSHPOP = 59
+NVTX_STARTEND = 60
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    suffix = "".join(path.suffixes[-1:]).lower()
+    if suffix in (".nsys-rep", ".qdrep"):
+        raise TraceError(f"{path}: this is an Nsight Systems report, not its SQLite export; "
+                         + EXPORT_HINT.format(stem=path.with_suffix("").name, name=path.name))
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
+    if head != b"SQLite format 3\x00":
+        hint = ""
+        if head[:4] in (b"QDST", b"NSYS") or b"nsys" in head.lower():
+            hint = "; " + EXPORT_HINT.format(stem=path.with_suffix("").name, name=path.name)
+        raise TraceError(f"{path}: not an SQLite database (expected an `nsys export --type sqlite` file){hint}")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as e:
+        raise TraceError(f"{path}: unreadable SQLite file ({e}); it may be truncated") from None
+    return conn
+
+
+class _Db:
+    """Thin helper: table/column discovery and error wrapping."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+        self.tables = {r[0] for r in self.q("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
+        self._cols: dict[str, list[str]] = {}
+
+    def q(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        try:
+            return self.conn.execute(sql, args)
+        except sqlite3.DatabaseError as e:
+            raise TraceError(f"{self.path}: SQLite error ({e}) in: {sql[:120]}; the file may be truncated or corrupt") from None
+
+    def rows(self, sql: str, args: tuple[Any, ...] = ()):  # type: ignore[no-untyped-def]
+        cur = self.q(sql, args)
+        try:
+            while True:
+                batch = cur.fetchmany(10_000)
+                if not batch:
+                    return
+                yield from batch
+        except sqlite3.DatabaseError as e:
+            raise TraceError(f"{self.path}: SQLite error while reading ({e}); the file may be truncated or corrupt") from None
+
+    def cols(self, table: str) -> list[str]:
+        if table not in self._cols:
+            self._cols[table] = [r[1] for r in self.q(f"PRAGMA table_info([{table}])")]
+        return self._cols[table]
+
+    def need(self, table: str, cols: list[str], why: str) -> None:
+        have = self.cols(table)
+        missing = [c for c in cols if c not in have]
+        if missing:
+            raise TraceError(f"{self.path}: table {table} lacks column(s) {', '.join(missing)} needed for {why} "
+                             f"(it has: {', '.join(have)}); this nsys export schema is not supported")
+
+    def col_or_null(self, table: str, col: str, alias: str | None = None) -> str:
+        return f"{col}" if col in self.cols(table) else f"NULL AS {alias or col}"
+
+    def strings(self, sub_sql: str) -> dict[int, str]:
+        if "StringIds" not in self.tables:
+            raise TraceError(f"{self.path}: table StringIds is missing (names are stored there); "
+                             "re-export with `nsys export --type sqlite`")
+        return {int(i): v for i, v in self.rows(f"SELECT id, value FROM StringIds WHERE id IN ({sub_sql})")}
+
+    def scalar(self, sql: str) -> Any:
+        row = self.q(sql).fetchone()
+        return row[0] if row else None
+
+
+def _pid(global_id: int | None) -> int:
+    return (int(global_id) // 0x1000000) % 0x1000000 if global_id is not None else 0
+
+
+def import_nsys(
+    paths: str | Path | list[str | Path],
+    *,
+    ops: dict[str, dict[str, Any]] | None = None,
+    iteration: int = -1,
+    schedule: str | None = None,
+    seed_rows: bool = True,
+) -> ImportResult:
+    """Read one or more Nsight Systems SQLite exports into one Timeline.
+
+    Parameters
+    ----------
+    paths : path or list of paths
+        ``.sqlite`` files from ``nsys export --type sqlite``. Several files
+        (one per process or node) are merged on the common time base of
+        ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``; ranks are numbered
+        across files in order.
+    ops : dict, optional
+        Schedule op names (:func:`schedsim.trace.common.load_op_names`).
+        NVTX ranges named like an op, or like an op id ``name@rN`` (always
+        recognised), become op spans covering the kernels launched inside them.
+    iteration : int
+        Which occurrence of repeated op ranges to keep (``-1``: the last).
+    schedule : str, optional
+        Timeline ``schedule`` field (default: the first file's stem).
+    seed_rows : bool
+        Also collect the seed-004 table rows (``analyze`` needs them; an
+        import does not, and skipping them saves memory on big traces).
+
+    Returns
+    -------
+    ImportResult
+        Timeline (times in s from the earliest GPU activity), seed-004 kernel
+        rows (µs) and NCCL volume rows.
+
+    Raises
+    ------
+    TraceError
+        For an ``.nsys-rep`` (with the export command), a non-SQLite,
+        truncated or corrupt file, or an export lacking GPU activity tables or
+        a needed column.
+    """
+    files = [Path(p) for p in (paths if isinstance(paths, list) else [paths])]
+    if not files:
+        raise TraceError("no trace file given")
+    acts: list[Activity] = []
+    op_ranges: list[OpRange] = []
+    kernel_rows: dict[str, list[tuple[str, str, float, float]]] = {}
+    nccl_rows: dict[str, list[tuple[str, int]]] = {}
+    warnings: list[str] = []
+    rank_info: dict[int, dict[str, Any]] = {}
+    bases: list[int] = []
+    conns = []
+    for p in files:
+        db = _Db(_open(p), p)
+        base = 0
+        if "TARGET_INFO_SESSION_START_TIME" in db.tables and "utcEpochNs" in db.cols("TARGET_INFO_SESSION_START_TIME"):
+            base = int(db.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME") or 0)
+        elif len(files) > 1:
+            warnings.append(f"{p}: no TARGET_INFO_SESSION_START_TIME; its times are not aligned with the other files")
+        bases.append(base)
+        conns.append(db)
+    base0 = min(bases)
+    for db, base in zip(conns, bases):
+        _read_one(db, base - base0, acts, op_ranges, kernel_rows, nccl_rows, rank_info, warnings, ops,
+                  multi=len(files) > 1, seed_rows=seed_rows)
+        db.conn.close()
+    if not acts:
+        raise TraceError(f"{files[0]}: no kernels, memcpys or memsets in the capture; "
+                         "was nsys run with `-t cuda`?")
+    meta: dict[str, Any] = {"trace_format": "nsys-sqlite", "files": [str(p) for p in files], "ranks": rank_info,
+                            "kernel_count": sum(1 for a in acts if a.cat == "kernel"),
+                            "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
+                            "memset_count": sum(1 for a in acts if a.cat == "memset"),
+                            "warnings": warnings}
+    tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].stem, world_size=max(1, len(rank_info)),
+                        meta=meta, ops=ops, iteration=iteration)
+    return ImportResult(tl, kernel_rows, nccl_rows, warnings)
+
+
+def _read_one(db: _Db, shift: int, acts: list[Activity], op_ranges: list[OpRange],
+              kernel_rows: dict[str, list[tuple[str, str, float, float]]], nccl_rows: dict[str, list[tuple[str, int]]],
+              rank_info: dict[int, dict[str, Any]], warnings: list[str], ops: dict[str, dict[str, Any]] | None,
+              multi: bool, seed_rows: bool = True) -> None:
+    p = db.path
+    K, MC, MS = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
+    present = [t for t in (K, MC, MS) if t in db.tables]
+    if not present:
+        raise TraceError(f"{p}: none of the tables {K}, {MC}, {MS} exist, so the capture has no GPU activity\n"
+                         "  fix: profile with `nsys profile -t cuda,nvtx ...` and export with `nsys export --type sqlite`")
+    # -- ranks: distinct (device, pid) pairs ------------------------------------------------
+    pairs: set[tuple[int, int]] = set()
+    for t in present:
+        db.need(t, ["start", "end", "deviceId", "streamId"], "GPU activities")
+        gp = "globalPid" if "globalPid" in db.cols(t) else "NULL"
+        for dev, g in db.rows(f"SELECT DISTINCT deviceId, {gp} FROM [{t}]"):
+            pairs.add((int(dev if dev is not None else 0), _pid(g)))
+    rank0 = len(rank_info)
+    rank_of: dict[tuple[int, int], int] = {}
+    pid_to_device: dict[int, int] = {}
+    pnames: dict[int, str] = {}
+    if "PROCESSES" in db.tables and {"pid", "name"} <= set(db.cols("PROCESSES")):
+        pnames = {int(pid): name for pid, name in db.rows("SELECT pid, name FROM PROCESSES") if pid is not None}
+    kernel_devs: set[tuple[int, int]] = set()
+    if K in db.tables:
+        gp = "globalPid" if "globalPid" in db.cols(K) else "NULL"
+        kernel_devs = {(_pid(g), int(d)) for d, g in db.rows(f"SELECT DISTINCT deviceId, {gp} FROM [{K}]")}
+    for pid, dev in sorted(kernel_devs, key=lambda x: (x[1], x[0])):
+        pid_to_device.setdefault(pid, dev)
+    for dev, pid in sorted(pairs):
+        r = rank0 + len(rank_of)
+        rank_of[(dev, pid)] = r
+        rank_info[r] = {"device": dev, "pid": pid, "process": pnames.get(pid), "file": str(p)}
+        pid_to_device.setdefault(pid, dev)
+    label_of = {dev: (f"Device {dev}" if not multi else f"{p.stem} Device {dev}") for dev, _pid_ in pairs}
+
+    # -- kernels -------------------------------------------------------------------------------
+    by_corr: dict[int, dict[int, int]] = defaultdict(dict)  # pid -> correlationId -> activity index
+    seed_kernels: list[tuple[int, int, int, str, int, int]] = []  # (device, stream, seq, name, start, end)
+    generic_kernel: dict[int, int] = {}  # activity index -> seed_kernels index, for shortName == "Kernel"
+    if K in db.tables:
+        cols = db.cols(K)
+        name_col = next((c for c in ("shortName", "demangledName", "mangledName", "name") if c in cols), None)
+        if name_col is None:
+            raise TraceError(f"{p}: table {K} has no kernel name column (shortName, demangledName or mangledName)")
+        full_col = "demangledName" if "demangledName" in cols else name_col
+        kind = db.q(f"SELECT typeof({name_col}) FROM [{K}] WHERE {name_col} IS NOT NULL LIMIT 1").fetchone()
+        strings: dict[int, str] = {}
+        if kind and kind[0] == "integer":
+            strings = db.strings(f"SELECT {name_col} FROM [{K}] UNION SELECT {full_col} FROM [{K}]")
+        sel = (f"SELECT start, end, deviceId, streamId, {db.col_or_null(K, 'correlationId')}, "
+               f"{db.col_or_null(K, 'globalPid')}, {name_col}, {full_col} FROM [{K}]")
+        full_names: dict[str, str] = {}
+        streams: dict[Any, str] = {}
+        for seq, (start, end, dev, stream, corr, gpid, nid, fid) in enumerate(db.rows(sel)):
+            if start is None or end is None:
+                continue
+            raw = strings.get(nid, nid) if isinstance(nid, int) else nid
+            name = str(raw) if raw is not None else "?"
+            if name_col != "shortName":
+                name = short_kernel_name(name)
+            if name not in full_names:
+                full = strings.get(fid, fid) if isinstance(fid, int) else fid
+                full_names[name] = str(full) if full is not None else name
+            dev = int(dev if dev is not None else 0)
+            pid = _pid(gpid)
+            rank = rank_of[(dev, pid)]
+            idx = len(acts)
+            tags = None
+            if is_nccl_kernel(name):
+                tags = {"kernel": full_names[name]}
+            st = streams.get(stream)
+            if st is None:
+                st = streams[stream] = str(stream)
+            acts.append(Activity(rank, dev, st, name, "kernel", float(start + shift), float(end + shift), 0.0, tags))
+            if corr is not None:
+                by_corr[pid][int(corr)] = idx
+            if seed_rows:
+                if name == "Kernel":
+                    generic_kernel[idx] = len(seed_kernels)
+                seed_kernels.append((dev, int(stream), seq, name, int(start), int(end)))
+    # -- memcpy / memset -----------------------------------------------------------------------
+    for t, cat in ((MC, "memcpy"), (MS, "memset")):
+        if t not in db.tables:
+            continue
+        kind_col = db.col_or_null(t, "copyKind") if cat == "memcpy" else "NULL"
+        sel = (f"SELECT start, end, deviceId, streamId, {db.col_or_null(t, 'correlationId')}, "
+               f"{db.col_or_null(t, 'globalPid')}, {db.col_or_null(t, 'bytes')}, {kind_col} FROM [{t}]")
+        for start, end, dev, stream, corr, gpid, nbytes, ck in db.rows(sel):
+            if start is None or end is None:
+                continue
+            dev = int(dev if dev is not None else 0)
+            pid = _pid(gpid)
+            name = f"Memcpy {_COPY_KIND.get(ck, 'Unknown')}" if cat == "memcpy" else "Memset"
+            if corr is not None:
+                by_corr[pid][int(corr)] = len(acts)
+            acts.append(Activity(rank_of[(dev, pid)], dev, str(stream), name, cat, float(start + shift),
+                                 float(end + shift), float(nbytes or 0)))
+    # -- NVTX ranges -> kernels via the runtime API's correlationId -------------------------------
+    region0: dict[int, str] = {}
+    nvtx_kernel: list[tuple[int, str, str, int]] = []
+    if "NVTX_EVENTS" in db.tables:
+        _link_nvtx(db, shift, acts, by_corr, pid_to_device, generic_kernel, region0, nvtx_kernel, op_ranges, ops,
+                   warnings)
+    # -- seed-004 rows (nsys2json + parser_prof / parser_nccl semantics) ---------------------------
+    order = sorted(range(len(seed_kernels)), key=lambda i: (label_of[seed_kernels[i][0]],
+                                                              f"Stream {seed_kernels[i][1]}", seed_kernels[i][2]))
+    gk_inv = {v: k for k, v in generic_kernel.items()}
+    for i in order:
+        dev, stream, _seq, name, start, end = seed_kernels[i]
+        if name == "Kernel" and i in gk_inv and gk_inv[i] in region0:
+            name = region0[gk_inv[i]].split(",")[0]
+        kernel_rows.setdefault(label_of[dev], []).append((name, f"Stream {stream}", start / 1000.0, (end - start) / 1000.0))
+    nvtx_kernel.sort(key=lambda x: (label_of.get(x[0], f"Device {x[0]}"), x[2], x[3]))
+    for dev, text, _tid, _reg in nvtx_kernel:
+        lbl = label_of.get(dev, f"Device {dev}")
+        kernel_rows.setdefault(lbl, [])
+        if text.startswith("nccl"):
+            n = seed_sizes_nelems(text)
+            if n is not None:
+                nccl_rows.setdefault(lbl, []).append((text.split(",")[0], n))
+
+
+def _link_nvtx(db: _Db, shift: int, acts: list[Activity], by_corr: dict[int, dict[int, int]],
+               pid_to_device: dict[int, int], generic_kernel: dict[int, int], region0: dict[int, str],
+               nvtx_kernel: list[tuple[int, str, str, int]], op_ranges: list[OpRange],
+               ops: dict[str, dict[str, Any]] | None, warnings: list[str]) -> None:
+    """Sweep NVTX ranges against runtime API calls, as nsys2json's ``_find_overlapping_intervals``.
+
+    A call belongs to a range when range.start < call.start < range.end (ties
+    resolved as nsys2json's sort does), per device (through the calling
+    process). Fills ``region0`` (seed 004's ``NVTXRegions[0]`` of kernels named
+    "Kernel"), ``nvtx_kernel`` (push/pop ranges that launched kernels, with
+    their kernel span) and ``op_ranges`` (ranges named after schedule ops).
+    """
+    T = "NVTX_EVENTS"
+    db.need(T, ["start", "end", "eventType"], "NVTX ranges")
+    cols = db.cols(T)
+    text = "n.text" if "text" in cols else "NULL"
+    join = ""
+    if "textId" in cols and "StringIds" in db.tables:
+        text = f"COALESCE({text}, s.value)"
+        join = "LEFT JOIN StringIds s ON n.textId = s.id"
+    tid = "n.globalTid" if "globalTid" in cols else "NULL"
+    ranges = []
+    for start, end, etype, txt, gtid in db.rows(
+            f"SELECT n.start, n.end, n.eventType, {text}, {tid} FROM [{T}] n {join} "
+            f"WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL AND n.start IS NOT NULL "
+            f"ORDER BY n.start, n.rowid"):
+        dev = pid_to_device.get(_pid(gtid))
+        if dev is None:
+            continue
+        ranges.append((int(start), int(end), int(etype), txt, dev, _pid(gtid), int(gtid or 0) % 0x1000000))
+    if not ranges:
+        return
+    R = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if R not in db.tables:
+        warnings.append(f"{db.path}: no {R} table, so NVTX ranges cannot be linked to kernels")
+        return
+    db.need(R, ["start", "globalTid", "correlationId"], "linking NVTX ranges to kernels")
+    interesting = [txt is not None and (str(txt).startswith("nccl") or match_op(txt, ops) is not None)
+                   for _s, _e, _t, txt, _d, _p, _tid in ranges]
+    members: dict[int, list[int]] = defaultdict(list)
+    reg: dict[int, int] = {}
+    counter = 0
+    active: dict[int, list[int]] = defaultdict(list)
+    rp = 0
+    nR = len(ranges)
+    best: dict[int, tuple[int, int]] = {}  # activity index -> (registration no., range index)
+    for t, gtid, corr in db.rows(f"SELECT start, globalTid, correlationId FROM [{R}] ORDER BY start, rowid"):
+        if t is None:
+            continue
+        while rp < nR and ranges[rp][0] < t:
+            active[ranges[rp][4]].append(rp)
+            rp += 1
+        pid = _pid(gtid)
+        dev = pid_to_device.get(pid)
+        if dev is None:
+            continue
+        act_list = active.get(dev)
+        if not act_list:
+            continue
+        if any(ranges[i][1] <= t for i in act_list):
+            act_list[:] = [i for i in act_list if ranges[i][1] > t]
+            if not act_list:
+                continue
+        for i in act_list:
+            if ranges[i][2] == NVTX_PUSHPOP and i not in reg:
+                reg[i] = counter
+                counter += 1
+        a = by_corr.get(pid, {}).get(int(corr)) if corr is not None else None
+        if a is None:
+            continue
+        for i in act_list:
+            if interesting[i]:
+                members[i].append(a)
+        if a in generic_kernel:
+            cands = [(reg[i], i) for i in act_list if ranges[i][2] == NVTX_PUSHPOP]
+            if cands:
+                c = min(cands)
+                if a not in best or c < best[a]:
+                    best[a] = c
+    for a, (_r, i) in best.items():
+        if ranges[i][3] is not None:
+            region0[a] = str(ranges[i][3])
+    for i, mem in sorted(members.items()):
+        start, end, etype, txt, dev, _p, _t = ranges[i]
+        txt = str(txt)
+        kern = [m for m in mem if acts[m].cat == "kernel"]
+        if etype == NVTX_PUSHPOP and kern and txt.startswith("nccl"):
+            nvtx_kernel.append((dev, txt, f"NVTX Kernel Thread {ranges[i][6]}", reg.get(i, 0)))
+            meta = seed_nccl_meta(txt)
+            for m in kern:
+                if is_nccl_kernel(acts[m].name) and meta:
+                    acts[m] = acts[m]._replace(tags={**(acts[m].tags or {}), **meta})
+        name = match_op(txt, ops)
+        if name is not None:
+            uniq = sorted(set(mem))
+            op_ranges.append(OpRange(name, acts[uniq[0]].rank, float(start + shift), float(end + shift), uniq, txt))
+
+
+def seed_sizes_nelems(text: str) -> int | None:
+    """Element count of an NVTX range text the way seed 004's ``parser_nccl.py`` computes it.
+
+    The seed takes ``sizes = (.*?), input_op_ids`` from the range text (as
+    written by ``torch.autograd.profiler.emit_nvtx(record_shapes=True)``),
+    turns ``[``/``]`` into ``(``/``)`` and reads ``np.ones(...).size``. So
+    ``[[1024, 4096]]`` is 4 194 304 elements and ``[[3], [3]]`` is 9 (the
+    inner one-element lists become plain ints). Where the seed would fail
+    (ragged shapes), this returns the sum of the tensors' element counts;
+    it returns None when the text has no ``sizes``.
+
+    Examples
+    --------
+    >>> seed_sizes_nelems("nccl:all_reduce, seq = 1, sizes = [[1024, 4096]], input_op_ids = [(1, 0)]")
+    4194304
+    >>> seed_sizes_nelems("nccl:send, sizes = [[3], [3]], input_op_ids = []")
+    9
+    >>> seed_sizes_nelems("nccl:all_reduce, sizes = [[]], input_op_ids = []")
+    1
+    """
+    m = _SIZES_RE.match(text)
+    if not m:
+        return None
+    return _sizes_group_nelems(m.group(1))
+
+
+_SIZES_RE = re.compile(r".*sizes = (.*?), input_op_ids")
+
+
+@functools.lru_cache(maxsize=4096)
+def _sizes_group_nelems(group: str) -> int | None:
+    try:
+        val = ast.literal_eval(group.replace("[", "(").replace("]", ")"))
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return None
+    return shape_size(val)
+
+
+def shape_size(val: Any) -> int | None:
+    """``np.ones(val).size`` without numpy; the sum of element counts where numpy would fail."""
+    if isinstance(val, int):
+        return val if val >= 0 else None
+    if isinstance(val, (tuple, list)):
+        if all(isinstance(v, int) for v in val):
+            n = 1
+            for v in val:
+                n *= v
+            return n
+        parts = [shape_size(v) for v in val]
+        if any(p is None for p in parts):
+            return None
+        return sum(p for p in parts if p is not None)
+    return None
+
+
+def seed_nccl_meta(text: str) -> dict[str, Any]:
+    """Collective metadata from an NVTX range text (``nccl:all_reduce, ..., sizes = [[n]]``)."""
+    out: dict[str, Any] = {"collective": text.split(",")[0].split(":", 1)[-1]}
+    n = seed_sizes_nelems(text)
+    if n is not None:
+        out["in_nelems"] = n
+    return out
+
+
+def nvtx_events(path: str | Path) -> list[tuple[str | None, int, int, int | None]]:
+    """Every NVTX event of an nsys SQLite export as ``(text, eventType, start_ns, end_ns)``.
+
+    The text is ``COALESCE(text, StringIds.value via textId)``, so ranges of
+    the ``nvtx`` package (registered strings) are named too. Ordered by start.
+
+    Raises
+    ------
+    TraceError
+        Not an SQLite export, or no ``NVTX_EVENTS`` table (capture without ``-t nvtx``).
+    """
+    p = Path(path)
+    db = _Db(_open(p), p)
+    try:
+        if "NVTX_EVENTS" not in db.tables:
+            raise TraceError(f"{p}: no NVTX_EVENTS table; profile with `nsys profile -t cuda,nvtx`")
+        db.need("NVTX_EVENTS", ["start", "eventType"], "NVTX events")
+        cols = db.cols("NVTX_EVENTS")
+        text = "n.text" if "text" in cols else "NULL"
+        join = ""
+        if "textId" in cols and "StringIds" in db.tables:
+            text, join = f"COALESCE({text}, s.value)", "LEFT JOIN StringIds s ON n.textId = s.id"
+        end = "n.end" if "end" in cols else "NULL"
+        return [(t, int(e), int(s), None if x is None else int(x)) for s, x, e, t in db.rows(
+            f"SELECT n.start, {end}, n.eventType, {text} FROM NVTX_EVENTS n {join} ORDER BY n.start, n.rowid")]
+    finally:
+        db.conn.close()

@@ -1,0 +1,198 @@
+"""Kineto import: HTA's real traces, multi-rank merging, op mapping, the streaming reader and broken files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+from conftest import KINETO_AR, KINETO_SR, need
+from kinetogen import kineto_doc, write_kineto
+
+from schedsim.errors import TraceError
+from schedsim.trace.analyze import nccl_volume_table
+from schedsim.trace.jsonstream import TraceEventStream
+from schedsim.trace.kineto import import_kineto
+
+
+class TestRealAllReduceTrace:
+    """HTA tests/data/nccl_parser_config/nccl_data.json.gz: rank 0 of 2, NCCL 2.17.1."""
+
+    def test_counts_first_kernel_and_rank(self):
+        r = import_kineto(need(KINETO_AR))
+        tl = r.timeline
+        assert tl.meta["kernel_count"] == 2700
+        assert tl.meta["memcpy_count"] == 960 and tl.meta["memset_count"] == 114
+        assert tl.world_size == 2 and set(tl.meta["ranks"]) == {0}
+        assert tl.meta["ranks"][0]["nccl_version"] == "2.17.1"
+        first = min((s for s in tl.spans if s.kind == "kernel"), key=lambda s: s.start_s)
+        assert first.name == "CatArrayBatchedCopy_aligned16_contig"
+        assert first.start_s == 0.0 and first.duration_s == pytest.approx(3.744e-6, abs=1e-12)
+        # the first kernel starts at ts 4458676422880.181 us after baseTimeNanoseconds 1711964646000000000
+        assert tl.meta["origin_ns"] + tl.meta["t0_ns"] == pytest.approx(1711964646000000000 + 4458676422880181, abs=2)
+
+    def test_nccl_kernels_and_collective_metadata(self):
+        tl = import_kineto(need(KINETO_AR)).timeline
+        comm = sorted((s for s in tl.spans if s.resource == "comm"), key=lambda s: s.start_s)
+        assert len(comm) == 21
+        assert sum(s.kind == "all_reduce" for s in comm) == 15 and sum(s.kind == "broadcast" for s in comm) == 6
+        b = comm[0]
+        assert b.name == "ncclKernel_Broadcast_RING_LL_Sum_int8_t" and b.stream == "40"
+        assert (b.tags["in_nelems"], b.tags["out_nelems"], b.tags["group_size"], b.tags["dtype"]) == (53120, 53120, 2, "Float")
+        assert b.tags["pg_ranks"] == "[0, 1]" and b.bytes == 53120 * 4
+        sizes = sorted({s.tags["in_nelems"] for s in comm if s.kind == "all_reduce"})
+        assert sizes == [2049000, 2431040, 6563840, 6637568, 7875584]
+
+    def test_nccl_volume_from_record_param_comms(self):
+        r = import_kineto(need(KINETO_AR))
+        lines = nccl_volume_table(r.nccl_rows)
+        assert lines[1].split() == ["76671096.00", "nccl:all_reduce"]  # 3 steps x 25557032 elements
+        assert lines[2].split() == ["159519.00", "nccl:broadcast"]
+
+    def test_matches_plain_json_load(self):
+        """The streaming reader sees exactly what json.load sees."""
+        with gzip.open(need(KINETO_AR), "rt") as f:
+            doc = json.load(f)
+        s = TraceEventStream(KINETO_AR)
+        events = list(s)
+        assert events == doc["traceEvents"]
+        assert s.header["baseTimeNanoseconds"] == doc["baseTimeNanoseconds"] == 1711964646000000000
+        assert s.header["distributedInfo"]["rank"] == 0
+
+
+class TestRealSendRecvTrace:
+    """HTA tests/data/trace_filter/sampled_rank-0.json.gz: rank 0 of 128, pipeline p2p."""
+
+    def test_sendrecv_kernels(self):
+        tl = import_kineto(need(KINETO_SR)).timeline
+        assert tl.meta["kernel_count"] == 1154 and tl.world_size == 128
+        comm = [s for s in tl.spans if s.resource == "comm"]
+        assert len(comm) == 10 and {s.kind for s in comm} == {"sendrecv"}
+        assert {s.stream for s in comm} == {"84", "203"}
+        first = min(tl.spans, key=lambda s: s.start_s)
+        assert first.name == "permute_2D_lengths_kernel" and first.duration_s == pytest.approx(10e-6, abs=1e-12)
+
+    def test_nccl_volume_from_input_dims(self):
+        r = import_kineto(need(KINETO_SR))
+        got = {ln.split()[1]: float(ln.split()[0]) for ln in nccl_volume_table(r.nccl_rows)[1:]}
+        assert got == {"nccl:all_to_all": 841707904.0, "nccl:all_reduce": 78548927.0,
+                       "nccl:_all_gather_base": 33554432.0}
+
+
+class TestSynthetic:
+    def test_two_ranks_merge_on_base_time(self, tmp_path):
+        a = write_kineto(tmp_path / "r0.json", kineto_doc(0, base_ns=10**18))
+        b = write_kineto(tmp_path / "r1.json.gz", kineto_doc(1, base_ns=10**18 + 1_000_000))
+        tl = import_kineto([b, a]).timeline
+        assert sorted(tl.meta["ranks"]) == [0, 1] and tl.world_size == 2
+        start = {r: min(s.start_s for s in tl.spans if s.rank == r) for r in (0, 1)}
+        assert start[1] - start[0] == pytest.approx(1e-3, abs=1e-9)
+
+    def test_ops_from_gpu_user_annotations(self, tmp_path):
+        files = [write_kineto(tmp_path / f"r{r}.json", kineto_doc(r)) for r in (0, 1)]
+        ops = {"mm0": {"kind": "matmul", "resource": "compute"}, "ar0": {"kind": "all_reduce", "resource": "comm"}}
+        tl = import_kineto(files, ops=ops).timeline
+        ids = tl.by_id()
+        assert {"mm0@r0", "ar0@r0", "mm0@r1", "ar0@r1"} <= set(ids)
+        mm = ids["mm0@r0"]
+        assert mm.duration_s == pytest.approx(100e-6, rel=1e-9) and mm.tags["kernels"] == 2 and mm.kind == "matmul"
+        ar = ids["ar0@r1"]
+        assert ar.resource == "comm" and ar.stream == "20" and ar.bytes == (1 << 20) * 4
+        assert tl.meta["iteration"]["occurrences"] == 2
+        # the last iteration is kept and the timeline starts at it
+        assert mm.start_s == 0.0
+        assert all(s.start_s >= 0 for s in tl.spans)
+        first = import_kineto(files, ops=ops, iteration=0).timeline
+        assert first.by_id()["ar0@r0"].duration_s == pytest.approx(50e-6, rel=1e-9)
+
+    def test_gzip_and_plain_give_the_same_timeline(self, tmp_path):
+        doc = kineto_doc(0)
+        a = import_kineto(write_kineto(tmp_path / "a.json", doc)).timeline
+        b = import_kineto(write_kineto(tmp_path / "b.json.gz", doc)).timeline
+        assert a.spans == b.spans
+
+    def test_duplicate_rank_refused(self, tmp_path):
+        a = write_kineto(tmp_path / "a.json", kineto_doc(0))
+        b = write_kineto(tmp_path / "b.json", kineto_doc(0))
+        with pytest.raises(TraceError, match="rank 0 is also claimed"):
+            import_kineto([a, b])
+
+    def test_chrome_array_format_without_gpu_events(self, tmp_path):
+        p = tmp_path / "cpu.json"
+        p.write_text(json.dumps([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2}]))
+        with pytest.raises(TraceError, match="no GPU events"):
+            import_kineto(p)
+
+
+class TestStreamReader:
+    @pytest.mark.parametrize("chunk", [1, 3, 7, 64, 1 << 20])
+    def test_tiny_chunks_parse_like_json_load(self, tmp_path, chunk):
+        doc = {"a": 1.5, "traceEvents": [{"x": "é\u2028", "n": 12345678901234567890}, {}, [1, 2], 3.25e-7],
+               "b": {"c": [True, None]}, "baseTimeNanoseconds": 1700000000000000000}
+        p = tmp_path / "d.json"
+        p.write_text(json.dumps(doc), encoding="utf-8")
+        s = TraceEventStream(p, chunk_chars=chunk)
+        assert list(s) == doc["traceEvents"]
+        assert s.header == {k: v for k, v in doc.items() if k != "traceEvents"}
+
+    def test_number_split_across_chunks(self, tmp_path):
+        p = tmp_path / "n.json"
+        p.write_text('{"traceEvents": [123456789, 42]}')
+        assert list(TraceEventStream(p, chunk_chars=20)) == [123456789, 42]
+
+
+class TestBrokenFiles:
+    def test_truncated_gzip(self, tmp_path):
+        data = need(KINETO_AR).read_bytes()
+        p = tmp_path / "t.json.gz"
+        p.write_bytes(data[: len(data) // 2])
+        with pytest.raises(TraceError, match="corrupt or truncated"):
+            import_kineto(p)
+
+    def test_truncated_json(self, tmp_path):
+        text = json.dumps(kineto_doc(0))
+        p = tmp_path / "t.json"
+        p.write_text(text[: len(text) // 2])
+        with pytest.raises(TraceError, match="truncated"):
+            import_kineto(p)
+
+    def test_truncated_after_an_event(self, tmp_path):
+        text = json.dumps(kineto_doc(0))
+        cut = text.index("}, {", len(text) // 3) + 1
+        p = tmp_path / "t2.json"
+        p.write_text(text[:cut])
+        with pytest.raises(TraceError, match="truncated"):
+            import_kineto(p)
+
+    def test_random_bytes(self, tmp_path):
+        p = tmp_path / "r.json"
+        p.write_bytes(os.urandom(2048))
+        with pytest.raises(TraceError):
+            import_kineto(p)
+
+    def test_random_bytes_with_gzip_magic(self, tmp_path):
+        p = tmp_path / "r.json.gz"
+        p.write_bytes(b"\x1f\x8b" + os.urandom(2048))
+        with pytest.raises(TraceError):
+            import_kineto(p)
+
+    def test_empty_and_missing(self, tmp_path):
+        p = tmp_path / "e.json"
+        p.write_text("")
+        with pytest.raises(TraceError, match="empty"):
+            import_kineto(p)
+        with pytest.raises(TraceError, match="no such file"):
+            import_kineto(tmp_path / "missing.json")
+
+    def test_malformed_event_field(self, tmp_path):
+        p = tmp_path / "m.json"
+        p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "dur": 1}]}))
+        with pytest.raises(TraceError, match="malformed kernel event"):
+            import_kineto(p)
+
+    def test_trailing_garbage(self, tmp_path):
+        p = tmp_path / "g.json"
+        p.write_text(json.dumps(kineto_doc(0)) + " xyz")
+        with pytest.raises(TraceError, match="unexpected data after"):
+            import_kineto(p)
