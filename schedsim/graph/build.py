@@ -14,6 +14,7 @@ lists matched ``(send_id, recv_id)`` pairs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import networkx as nx
@@ -32,46 +33,64 @@ def _size(o: object) -> int:
     return o.size_bytes()  # type: ignore[attr-defined,no-any-return]
 
 
-def expand_ops(spec: ScheduleSpec) -> list[Op]:
-    """Turn the spec's ops into per-rank :class:`Op` instances, in program order.
+def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, ...], tags: tuple,  # type: ignore[type-arg]
+                source: str = "", spec_index: int = -1) -> Op:
+    """The :class:`Op` of spec op ``s`` (a pydantic op model) on rank ``r``, at program position ``seq``."""
+    kind = s.kind  # type: ignore[attr-defined]
+    common = dict(name=s.name, rank=r, kind=kind, stream=stream, seq=seq, deps=tuple(s.deps),  # type: ignore[attr-defined]
+                  tags=tags, source=source, spec_index=spec_index)
+    if kind == "matmul":
+        b = s.batch  # type: ignore[attr-defined]
+        mm, nn, kk = s.m, s.n, s.k  # type: ignore[attr-defined]
+        eb = DTYPE_BYTES[s.dtype]  # type: ignore[attr-defined]
+        return Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype, repeat=s.repeat,  # type: ignore[attr-defined,arg-type]
+                  flops=2.0 * b * mm * nn * kk, nbytes=float(b * (mm * kk + kk * nn + mm * nn) * eb))
+    if kind == "compute":
+        return Op(**common, flops=float(s.flops or 0.0), nbytes=float(s.bytes or 0.0),  # type: ignore[attr-defined,arg-type]
+                  dtype=s.dtype, repeat=s.repeat,  # type: ignore[attr-defined]
+                  duration_s=None if s.duration_us is None else s.duration_us * 1e-6)  # type: ignore[attr-defined]
+    if kind in COLLECTIVE_KINDS:
+        size = _size(s)
+        if s.buffer == "shard":  # type: ignore[attr-defined]
+            size *= len(group)
+        return Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)  # type: ignore[attr-defined,arg-type]
+    if kind in ("send", "recv"):
+        pair = (r, s.peer) if kind == "send" else (s.peer, r)  # type: ignore[attr-defined]
+        return Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[attr-defined,arg-type]
+                  tag=s.tag)  # type: ignore[attr-defined]
+    return Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[attr-defined,arg-type]
 
-    Ranks are listed in ascending order; within a rank, ops keep the order
-    written. Sizes are converted to bytes and FLOP.
+
+def expand_ops(spec: ScheduleSpec) -> list[Op]:
+    """Turn the spec's ops (and its pipeline block) into per-rank :class:`Op` instances, in program order.
+
+    Ranks are listed in ascending order; within a rank, hand-written ops keep the order written and a
+    pipeline block's ops follow them. Sizes are converted to bytes and FLOP.
     """
     per_rank: dict[int, list[Op]] = defaultdict(list)
     all_ranks = list(range(spec.world_size))
+    sources = spec._sources
+    file = spec._file
     for idx, s in enumerate(spec.ops):
         ranks = s.ranks if s.ranks is not None else all_ranks
         group = tuple(sorted(getattr(s, "group", None) or ranks))
         stream = s.stream or _DEFAULT_STREAM.get(s.kind, "comm")
         tags = tuple(sorted(s.tags.items()))
-        src = spec.source_of(idx)
+        if idx < len(sources):
+            line, _c, path = sources[idx]
+            src = f"{file}:{line} ({path})" if line else f"{file} ({path})"
+        else:
+            src = file
         for r in ranks:
-            seq = len(per_rank[r])
-            common = dict(name=s.name, rank=r, kind=s.kind, stream=stream, seq=seq, deps=tuple(s.deps),
-                          tags=tags, source=src, spec_index=idx)
-            if s.kind == "matmul":
-                b = s.batch  # type: ignore[union-attr]
-                mm, nn, kk = s.m, s.n, s.k  # type: ignore[union-attr]
-                eb = DTYPE_BYTES[s.dtype]  # type: ignore[union-attr]
-                op = Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype, repeat=s.repeat,  # type: ignore[union-attr,arg-type]
-                        flops=2.0 * b * mm * nn * kk, nbytes=float(b * (mm * kk + kk * nn + mm * nn) * eb))
-            elif s.kind == "compute":
-                op = Op(**common, flops=float(s.flops or 0.0), nbytes=float(s.bytes or 0.0),  # type: ignore[union-attr,arg-type]
-                        dtype=s.dtype, repeat=s.repeat,  # type: ignore[union-attr]
-                        duration_s=None if s.duration_us is None else s.duration_us * 1e-6)  # type: ignore[union-attr]
-            elif s.kind in COLLECTIVE_KINDS:
-                size = _size(s)
-                if s.buffer == "shard":  # type: ignore[union-attr]
-                    size *= len(group)
-                op = Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)  # type: ignore[union-attr,arg-type]
-            elif s.kind in ("send", "recv"):
-                pair = (r, s.peer) if s.kind == "send" else (s.peer, r)  # type: ignore[union-attr]
-                op = Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[union-attr,arg-type]
-                        tag=s.tag)  # type: ignore[union-attr]
-            else:  # memcpy
-                op = Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[union-attr,arg-type]
-            per_rank[r].append(op)
+            per_rank[r].append(op_instance(s, r, len(per_rank[r]), stream=stream, group=group, tags=tags,
+                                           source=src, spec_index=idx))
+    if spec.pipeline is not None:
+        from schedsim.spec.pipeline_block import expand_pipeline  # local: only pipelines need it
+
+        pipe_ops, _info = expand_pipeline(spec)
+        for op in pipe_ops:
+            lst = per_rank[op.rank]
+            lst.append(dataclasses.replace(op, seq=len(lst)))
     return [op for r in sorted(per_rank) for op in per_rank[r]]
 
 
@@ -101,30 +120,36 @@ def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
     CycleError
         The dependencies form a cycle.
     """
-    from schedsim.spec.pipeline_block import expand_pipeline  # local: only pipelines need it
-
+    info = None
     if spec.pipeline is not None:
-        spec = expand_pipeline(spec)
+        from schedsim.spec.pipeline_block import expand_pipeline
+
+        info = expand_pipeline(spec)[1]  # cached: expand_ops below reuses the expansion
     ops = expand_ops(spec)
     G = nx.DiGraph(name=spec.name, world_size=spec.world_size, launch=spec.launch)
-    if spec._pipeline is not None:
-        G.graph["pipeline"] = spec._pipeline
+    if info is not None:
+        G.graph["pipeline"] = info
+    G.add_nodes_from((op.id, {"op": op}) for op in ops)
     last_on_stream: dict[tuple[int, str], str] = {}
     names_on_rank: dict[int, dict[str, Op]] = defaultdict(dict)
     for op in ops:
         names_on_rank[op.rank][op.name] = op
     collectives: dict[str, list[str]] = defaultdict(list)
+    stream_edges = []
     for op in ops:
         oid = op.id
-        G.add_node(oid, op=op)
         key = (op.rank, op.stream)
         prev = last_on_stream.get(key)
         if prev is not None:
-            G.add_edge(prev, oid, kind="stream")
+            stream_edges.append((prev, oid))
         last_on_stream[key] = oid
         if op.kind in COLLECTIVE_KINDS:
             collectives[f"{op.name}#{','.join(map(str, op.group))}"].append(oid)
+    G.add_edges_from(stream_edges, kind="stream")
+    dep_edges = []
     for op in ops:
+        if not op.deps:
+            continue
         here = names_on_rank[op.rank]
         for d in op.deps:
             if d not in here:
@@ -140,7 +165,8 @@ def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
                                  f"which does not exist on rank {op.rank}\n  fix: {hint}")
             if d == op.name:
                 raise GraphError(f"{op.source}: op {op.name!r} depends on itself\n  fix: remove it from its deps")
-            G.add_edge(format_op_id(d, op.rank), op.id, kind="dep")
+            dep_edges.append((format_op_id(d, op.rank), op.id))
+    G.add_edges_from(dep_edges, kind="dep")
     for key, members in collectives.items():
         first = G.nodes[members[0]]["op"]
         have = sorted(G.nodes[m]["op"].rank for m in members)

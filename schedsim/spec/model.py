@@ -216,7 +216,7 @@ class ScheduleSpec(_Base):
 
     _file: str = PrivateAttr(default="<schedule>")
     _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=list)
-    _pipeline: dict[str, Any] | None = PrivateAttr(default=None)
+    _pipeline: Any = PrivateAttr(default=None)  # cache of the pipeline expansion (ops, info)
 
     def source_of(self, index: int) -> str:
         """``file:line`` and field path of op ``index`` (for error messages)."""

@@ -52,8 +52,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+import dataclasses
+
 from schedsim.errors import SpecError
-from schedsim.spec.model import ScheduleSpec
+from schedsim.graph.ops import Op
+from schedsim.spec.model import OP_MODELS, ScheduleSpec
 from schedsim.units import DTYPE_BYTES
 
 __all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "expand_pipeline"]
@@ -190,8 +193,11 @@ def _err(spec: ScheduleSpec, msg: str, path: str, fix: str) -> SpecError:
     return SpecError(msg, file=spec._file, path=path, fix=fix)
 
 
-def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
-    """Return a copy of ``spec`` whose ``ops`` hold the expanded pipeline (plus any ops written by hand).
+def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
+    """Expand the pipeline block of ``spec`` into per-rank :class:`Op` instances (program order per rank).
+
+    Returns ``(ops, info)``; ``info`` (schedule, p, v, m, placement, p2p mode, activation sizes, the compute
+    order as text) goes to ``G.graph["pipeline"]``. The result is cached on ``spec``.
 
     Raises
     ------
@@ -202,6 +208,10 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
         a stage on two ranks, too few microbatches, p2p wait cycle); the message
         shows the rank × step grid.
     """
+    cached = getattr(spec, "_pipeline", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    from schedsim.graph.build import op_instance
     from schedsim.pipeline import add_p2p, get_schedule, parse_order, read_csv, validate
     from schedsim.pipeline.actions import ComputationType as CT
 
@@ -249,7 +259,8 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
                 __import__("schedsim.pipeline", fromlist=["stage_to_rank"]).stage_to_rank(pb.placement, p, v)
             num_stages = p * v
             name = info.name
-        validate(order, p, m, num_stages, s2r, schedule=None if name == "custom" else name)
+        # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)
+        validate(order, p, m, num_stages, s2r, schedule=None if name == "custom" else name, check_p2p=False)
     except ValueError as e:
         from schedsim.errors import SchedsimError
 
@@ -284,7 +295,29 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
         dtype = "fp16"
 
     rank_stages = {r: sorted(st for st, rr in s2r.items() if rr == r) for r in range(p)}
-    ops: list[dict[str, Any]] = []
+    protos: dict[tuple[int, str], list[tuple[str, Op]]] = {}
+    for st_idx in range(num_stages):
+        for phase in ("F", "I", "W"):
+            lst = templates[st_idx][phase] or [{"name": "noop", "kind": "compute", "duration_us": 0}]
+            out_l = []
+            for k, o in enumerate(lst):
+                oname = str(o.get("name", k))
+                d = {kk: vv for kk, vv in o.items() if kk != "name"}
+                kind = d.get("kind")
+                if kind not in OP_MODELS:
+                    raise _err(spec, f"unknown op kind {kind!r} in a stage op", f"pipeline.stage.{phase}[{k}]",
+                               "kinds: " + ", ".join(OP_MODELS))
+                try:
+                    model = OP_MODELS[kind].model_validate({**d, "name": "x"})
+                except ValidationError as e:
+                    err = e.errors(include_url=False)[0]
+                    raise _err(spec, f"{err['msg']} at {'.'.join(map(str, err['loc']))}",
+                               f"pipeline.stage.{phase}[{k}]",
+                               "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
+                out_l.append((oname, op_instance(model, 0, 0, stream="compute", group=(), tags=(), source="pipeline")))
+            protos[(st_idx, phase)] = out_l
+    replace = dataclasses.replace
+    ops: list[Op] = []
     for d in range(dp):
         off = d * p
         for r in range(p):
@@ -326,9 +359,10 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
                             deps.append(last_compute)
                         src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)
                         msg = f"{'F' if fwd else 'B'}{src_stage}.{j}"  # the message: who produced it, which mb
-                        ops.append({"name": opname, "kind": kind, "ranks": [rank], "peer": peer + off,
-                                    "bytes": act_bytes, "dtype": dtype, "stream": stream, "deps": deps,
-                                    "tag": msg, "tags": {**tags, "msg": msg}})
+                        pair = (rank, peer + off) if kind == "send" else (peer + off, rank)
+                        ops.append(Op(name=opname, rank=rank, kind=kind, stream=stream, seq=0, deps=tuple(deps),
+                                      group=pair, peer=peer + off, nbytes=float(act_bytes), dtype=dtype, tag=msg,
+                                      tags=tuple(sorted({**tags, "msg": msg}.items())), source="pipeline"))
                         prev_of[(s, typ.value, j)] = opname
                         if kind == "send" and mode == "batched":
                             pending_sends.append(opname)
@@ -358,16 +392,12 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
                         if pending_sends:  # batched p2p: the call returns when its sends completed too
                             deps.extend(pending_sends)
                             pending_sends = []
-                        tmpl_ops = templates[s][phase] or [{"name": "noop", "kind": "compute", "duration_us": 0}]
+                        ttags = tuple(sorted({**tags, "pp_op": label, "phase": phase}.items()))
                         last = None
-                        for k, o in enumerate(tmpl_ops):
-                            oname = f"{label}{s}.{j}.{o.get('name', k)}" if label == phase else f"B{s}.{j}.{phase}.{o.get('name', k)}"
-                            entry = {kk: vv for kk, vv in o.items() if kk != "name"}
-                            entry.update({"name": oname, "ranks": [rank], "stream": "compute",
-                                          "tags": {**tags, "pp_op": label, "phase": phase}})
-                            if k == 0 and deps:
-                                entry["deps"] = list(deps)
-                            ops.append(entry)
+                        for k, (tname, proto) in enumerate(protos[(s, phase)]):
+                            oname = f"{label}{s}.{j}.{tname}" if label == phase else f"B{s}.{j}.{phase}.{tname}"
+                            ops.append(replace(proto, name=oname, rank=rank, tags=ttags,
+                                               deps=tuple(deps) if k == 0 and deps else ()))
                             last = oname
                             last_compute = oname
                         prev_of[(s, phase, j)] = last  # type: ignore[assignment]
@@ -376,37 +406,31 @@ def expand_pipeline(spec: ScheduleSpec) -> ScheduleSpec:
         # end of step: tied embedding all_reduce between first and last stage; DP gradient all_reduce
         if pb.tied_embedding_allreduce and emb_bytes and p > 1:
             first_r, last_r = off + s2r[0], off + s2r[num_stages - 1]
-            for rr in sorted({first_r, last_r}):
-                ops.append({"name": "tied_embedding_allreduce", "kind": "all_reduce", "ranks": [rr],
-                            "group": sorted({first_r, last_r}), "bytes": emb_bytes, "dtype": dtype,
-                            "stream": "compute", "tags": {"pp_op": "allreduce"}})
+            grp = tuple(sorted({first_r, last_r}))
+            for rr in grp:
+                ops.append(Op(name="tied_embedding_allreduce", rank=rr, kind="all_reduce", stream="compute", seq=0,
+                              group=grp, nbytes=float(emb_bytes), dtype=dtype,
+                              tags=(("pp_op", "allreduce"),), source="pipeline"))
         if pb.optimizer and params_stage:
             for r in range(p):
-                nst = sum(1 for s in range(num_stages) if s2r[s] == r)
-                ops.append({"name": "optimizer_step", "kind": "compute", "ranks": [off + r],
-                            "bytes": 18 * params_stage * nst, "stream": "compute", "tags": {"pp_op": "optimizer"}})
+                nst = sum(1 for st_ in range(num_stages) if s2r[st_] == r)
+                ops.append(Op(name="optimizer_step", rank=off + r, kind="compute", stream="compute", seq=0,
+                              nbytes=float(18 * params_stage * nst), dtype="fp32",
+                              tags=(("pp_op", "optimizer"),), source="pipeline"))
     if dp > 1:
         for r in range(p):
-            nst = sum(1 for s in range(num_stages) if s2r[s] == r)
+            nst = sum(1 for st_ in range(num_stages) if s2r[st_] == r)
             gbytes = pb.grad_allreduce_bytes if pb.grad_allreduce_bytes is not None else 2 * params_stage * nst
-            group = [d * p + r for d in range(dp)]
-            ops.append({"name": f"dp_grad_allreduce_r{r}", "kind": "all_reduce", "ranks": group, "bytes": gbytes,
-                        "dtype": dtype, "stream": "compute", "tags": {"pp_op": "allreduce"}})
-    from schedsim.spec.model import ScheduleSpec as _S
-
-    data = spec.model_dump(exclude={"pipeline", "ops"})
-    data["ops"] = [o.model_dump(exclude_none=True) for o in spec.ops] + ops
-    try:
-        new = _S.model_validate(data)
-    except ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        raise _err(spec, f"pipeline stage op: {err['msg']} at {'.'.join(map(str, err['loc']))}", "pipeline.stage",
-                   "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
-    new._file = spec._file
-    new._sources = list(spec._sources) + [(None, None, "pipeline")] * len(ops)
-    new._pipeline = {"schedule": name, "p": p, "m": m, "v": v, "num_stages": num_stages, "dp": dp,
-                     "stage_to_rank": {int(k): int(val) for k, val in s2r.items()}, "p2p": mode,
-                     "activation_bytes": act_bytes, "activation_memory_bytes": mem_bytes,
-                     "order": {r: [str(a) for a in order[r] if a is not None] for r in order}}
-    return new
-
+            grp = tuple(d * p + r for d in range(dp))
+            for rr in grp:
+                ops.append(Op(name=f"dp_grad_allreduce_r{r}", rank=rr, kind="all_reduce", stream="compute", seq=0,
+                              group=grp, nbytes=float(gbytes), dtype=dtype, tags=(("pp_op", "allreduce"),),
+                              source="pipeline"))
+    info = {"schedule": name, "p": p, "m": m, "v": v, "num_stages": num_stages, "dp": dp,
+            "stage_to_rank": {int(k): int(val) for k, val in s2r.items()}, "p2p": mode,
+            "activation_bytes": act_bytes, "activation_memory_bytes": mem_bytes,
+            "order": {r: [str(a) for a in order[r] if a is not None] for r in order}}
+    # program order: ops are appended rank by rank within a replica, so a stable sort by rank keeps it
+    ops.sort(key=lambda o: o.rank)
+    spec._pipeline = (ops, info)
+    return ops, info
