@@ -14,7 +14,6 @@ lists matched ``(send_id, recv_id)`` pairs.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 
 import networkx as nx
@@ -90,7 +89,8 @@ def expand_ops(spec: ScheduleSpec) -> list[Op]:
         pipe_ops, _info = expand_pipeline(spec)
         for op in pipe_ops:
             lst = per_rank[op.rank]
-            lst.append(dataclasses.replace(op, seq=len(lst)))
+            op.seq = len(lst)  # fresh instances from expand_pipeline's cache; numbered once here
+            lst.append(op)
     return [op for r in sorted(per_rank) for op in per_rank[r]]
 
 
@@ -227,12 +227,13 @@ def _match_p2p(ops: list[Op]) -> list[tuple[str, str]]:
     for key in sorted(set(sends) | set(recvs), key=lambda k: (k[0], k[1], k[2] or "")):
         s, r = sends.get(key, []), recvs.get(key, [])
         for a, b in zip(s, r):
-            ta, tb = dict(a.tags), dict(b.tags)
-            if "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
-                raise DeadlockError(
-                    f"{a.source}: NCCL matches sends and recvs between two ranks in issue order, so send {a.id} "
-                    f"(message {ta['msg']}) would be received by {b.id}, which expects message {tb['msg']}\n"
-                    "  fix: issue the sends on one side in the order the other side posts its recvs")
+            if a.tag is None and a.tags and b.tags:
+                ta, tb = dict(a.tags), dict(b.tags)
+                if "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
+                    raise DeadlockError(
+                        f"{a.source}: NCCL matches sends and recvs between two ranks in issue order, so send {a.id} "
+                        f"(message {ta['msg']}) would be received by {b.id}, which expects message {tb['msg']}\n"
+                        "  fix: issue the sends on one side in the order the other side posts its recvs")
             if a.nbytes != b.nbytes:
                 raise DeadlockError(
                     f"{a.source}: send {a.id} ({int(a.nbytes)} B) is matched with recv {b.id} ({int(b.nbytes)} B); "

@@ -52,10 +52,12 @@ def resource_of(kind: str) -> str:
     return COMM
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Op:
     """One op on one rank, after expansion. Units are SI (bytes, FLOP, seconds).
 
+    Treat an Op as immutable (it is not frozen only because frozen dataclasses
+    construct about 5x slower, which matters at a million ops).
     ``repeat`` > 1 means that many identical kernels back to back (``flops`` and
     ``nbytes`` are per kernel). ``nbytes`` is the message size in the nccl-tests convention for collectives
     and p2p, the bytes copied for memcpy, and the bytes moved in HBM for compute
@@ -85,6 +87,12 @@ class Op:
     tags: tuple[tuple[str, Any], ...] = ()
     source: str = field(default="", compare=False)
     spec_index: int = field(default=-1, compare=False)
+
+    def instance(self, name: str, rank: int, seq: int, deps: tuple[str, ...], tags: tuple) -> Op:  # type: ignore[type-arg]
+        """A copy of this prototype with a new name, rank, position, dependencies and tags."""
+        return Op(name, rank, self.kind, self.stream, seq, deps, self.group, self.peer, self.root, self.nbytes,
+                  self.flops, self.dtype, self.m, self.n, self.k, self.batch, self.repeat, self.duration_s,
+                  self.direction, self.tag, tags, self.source, self.spec_index)
 
     @property
     def id(self) -> str:

@@ -52,7 +52,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-import dataclasses
 
 from schedsim.errors import SpecError
 from schedsim.graph.ops import Op
@@ -316,7 +315,6 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                                "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
                 out_l.append((oname, op_instance(model, 0, 0, stream="compute", group=(), tags=(), source="pipeline")))
             protos[(st_idx, phase)] = out_l
-    replace = dataclasses.replace
     ops: list[Op] = []
     for d in range(dp):
         off = d * p
@@ -396,8 +394,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                         last = None
                         for k, (tname, proto) in enumerate(protos[(s, phase)]):
                             oname = f"{label}{s}.{j}.{tname}" if label == phase else f"B{s}.{j}.{phase}.{tname}"
-                            ops.append(replace(proto, name=oname, rank=rank, tags=ttags,
-                                               deps=tuple(deps) if k == 0 and deps else ()))
+                            ops.append(proto.instance(oname, rank, 0, tuple(deps) if k == 0 and deps else (), ttags))
                             last = oname
                             last_compute = oname
                         prev_of[(s, phase, j)] = last  # type: ignore[assignment]
