@@ -18,6 +18,7 @@ from collections import defaultdict
 
 import networkx as nx
 
+from schedsim._gc import paused_gc
 from schedsim.errors import DeadlockError, GraphError
 from schedsim.graph.ops import Op, format_op_id
 from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
@@ -120,6 +121,11 @@ def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
     CycleError
         The dependencies form a cycle.
     """
+    with paused_gc():
+        return _build_graph(spec, check)
+
+
+def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 - see build_graph
     info = None
     if spec.pipeline is not None:
         from schedsim.spec.pipeline_block import expand_pipeline

@@ -48,11 +48,11 @@ What it does not model
 
 from __future__ import annotations
 
-import gc
 import heapq
 import itertools
 import networkx as nx
 
+from schedsim._gc import paused_gc
 from schedsim.cost import CostModel
 from schedsim.errors import DeadlockError
 from schedsim.hardware.profile import HardwareProfile
@@ -91,13 +91,8 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
         If ops remain that can never start (a wait-for cycle the static checks
         did not catch).
     """
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # the loop allocates millions of small objects and no cycles; GC passes would dominate
-    try:
+    with paused_gc():  # millions of small acyclic objects: GC passes would dominate
         return _simulate(G, profile, launch)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Timeline:
