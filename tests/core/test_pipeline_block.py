@@ -121,3 +121,13 @@ def test_megatron_transformer_shapes_and_tied_allreduce():
     assert G.graph["pipeline"]["p2p"] == "batched"
     vp = build_graph(load_schedule("schedules/megatron_gpt_pp4_vp2.yaml"))
     assert vp.graph["pipeline"]["v"] == 4 and vp.graph["pipeline"]["p2p"] == "overlapped"
+
+
+def test_p2p_volume_matches_seed004_nccl_counts():
+    # seed 004's parser_nccl.py on the PP4-VP2 trace: device 0 sends 14,680,064 and device 1 16,777,216
+    # fp16 elements (seq 32 x hidden 4096 per message) in one step
+    tl = simulate(build_graph(load_schedule("schedules/megatron_gpt_pp4_vp2.yaml")), load_profile("rtx3090_pcie1x4"))
+    met = pipeline_metrics(tl)
+    assert met["p2p_bytes"][0]["sent"] == 14680064 * 2 and met["p2p_bytes"][0]["recv"] == 14680064 * 2
+    assert met["p2p_bytes"][1]["sent"] == 16777216 * 2 and met["p2p_bytes"][2]["recv"] == 16777216 * 2
+    assert met["p2p_bytes"][3]["sent"] == 14680064 * 2
