@@ -71,17 +71,21 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
     for lbl, tl in timelines:
         ms = tl.makespan_s * 1e3
         ends.append(ms)
+        # one BrokenBarHCollection per (lane, colour, hatched): thousands of boxes draw in one call
+        groups: dict[tuple[int, str, bool], list[tuple[float, float]]] = {}
         for s in tl.spans:
             y = ypos[(s.rank, s.stream, lbl)]
             c = _color(s.kind, s.tags)
             kinds_used.setdefault(s.tags.get("pp_op", s.kind) if s.tags else s.kind, c)
             w = (s.end_s - s.start_s) * 1e3
-            chunk = s.tags.get("chunk", 0) if s.tags else 0
-            ax.barh(y, w, left=s.start_s * 1e3, height=0.7, color=c, edgecolor="black", linewidth=0.3,
-                    hatch="//" if chunk else None, alpha=1.0 if not chunk else 0.75)
+            chunk = bool(s.tags.get("chunk", 0)) if s.tags else False
+            groups.setdefault((y, c, chunk), []).append((s.start_s * 1e3, w))
             if label_ok and ms > 0 and w / ms > min_label_frac:
                 text = str(s.tags.get("mb", s.name)) if s.tags and "mb" in s.tags else s.name
                 ax.text(s.start_s * 1e3 + w / 2, y, text, ha="center", va="center", fontsize=6, clip_on=True)
+        for (y, c, chunk), xr in groups.items():
+            ax.broken_barh(xr, (y - 0.35, 0.7), facecolors=c, edgecolor="black", linewidth=0.3,
+                           hatch="//" if chunk else None, alpha=0.75 if chunk else 1.0)
         # exposed communication per rank
         per_rank: dict[int, tuple[list, list]] = {}  # type: ignore[type-arg]
         for s in tl.spans:
@@ -92,20 +96,23 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
             if not rows:
                 continue
             y0 = max(rows) + 0.42
-            for a, b in _subtract(merge(comm), merge(comp)):
-                ax.barh(y0, (b - a) * 1e3, left=a * 1e3, height=0.12, color="red")
+            exposed = [(a * 1e3, (b - a) * 1e3) for a, b in _subtract(merge(comm), merge(comp))]
+            if exposed:
+                ax.broken_barh(exposed, (y0 - 0.06, 0.12), facecolors="red")
         ax.axvline(ms, color="black", linestyle="--", linewidth=0.8)
         ax.text(ms, -0.9, f" {lbl + ' ' if len(timelines) > 1 else ''}makespan {ms:.3f} ms", fontsize=7, va="bottom")
     ax.set_yticks(range(n))
     ax.set_yticklabels([f"r{r} {st}" + (f" [{lbl}]" if len(timelines) > 1 else "") for r, st, lbl in lanes], fontsize=7)
-    ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_xlim(0, max(ends + [1e-6]) * 1.02)
     handles = [Patch(color=c, label=k) for k, c in kinds_used.items()]
     handles.append(Patch(color="red", label="exposed comm"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    ax.set_ylim(n - 0.4, -1.0)
+    width_in = 12.0
+    fig.subplots_adjust(left=min(0.3, 1.3 / width_in + 0.01 * max(len(f"r0 {st}") for _r, st, _l in lanes)),
+                        right=0.86, top=1 - 0.45 / fig.get_figheight(), bottom=0.55 / fig.get_figheight())
     return fig
 
 

@@ -118,7 +118,6 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
         for j in s:
             npred[j] += 1
         succ.append(s)
-    rank_of = [o.rank for o in ops]
 
     # jobs: j < N is the singleton job of op j; j = N + g is rendezvous group g
     job_of = list(range(N))
@@ -319,20 +318,6 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
                     push(heap, (issue[v], next(counter), -1 - v, 0))
                     continue
                 binding[v] = i
-                if job_of[v] == v:  # inline fast path of make_ready: a lone op on an idle GPU
-                    r = rank_of[v]
-                    rl = running[r]
-                    if not rl:
-                        ready_t[v] = start[v] = t
-                        cnt[r][job_res[v]] += 1
-                        rl.append(v)
-                        jrem[v] = w = job_work[v]
-                        jlast[v] = t
-                        jrate[v] = 1.0
-                        vv = jver[v] + 1
-                        jver[v] = vv
-                        push(heap, (t + w, next(counter), v, vv))
-                        continue
                 make_ready(v, t)
     if done < N:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
