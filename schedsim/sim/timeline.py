@@ -17,6 +17,10 @@ Stored column-wise so a million-op timeline stays cheap. JSON layout
 Times are seconds from the start of the iteration (the earliest op start is 0
 for measured timelines). ``solo_s`` is the op's uncontended duration
 (predicted) and ``ready_s`` when its dependencies were met (null when unknown).
+Where both are known, ``breakdown`` says where the op's time went: ``wait_s``
+(ready until start: waiting for the peers of a rendezvous), ``work_s`` (the
+solo duration) and ``contention_s`` (the extra time from sharing the GPU or a
+link with concurrent ops).
 """
 
 from __future__ import annotations
@@ -114,6 +118,9 @@ class Timeline:
                     "id": s.id, "name": s.name, "rank": s.rank, "stream": s.stream, "kind": s.kind,
                     "resource": s.resource, "start_s": s.start_s, "end_s": s.end_s, "solo_s": s.solo_s,
                     "ready_s": s.ready_s, "bytes": s.bytes, "flops": s.flops, "tags": s.tags,
+                    **({"breakdown": {"wait_s": s.start_s - s.ready_s, "work_s": s.solo_s,
+                                      "contention_s": (s.end_s - s.start_s) - s.solo_s}}
+                       if s.solo_s is not None and s.ready_s is not None else {}),
                 }
                 for s in self.spans
             ],
