@@ -112,6 +112,23 @@ class CostModel:
             return None
         return near[6] * a / b
 
+    def gemm_demand(self, op: Op) -> float:
+        """Fraction of the GPU's SMs a GEMM occupies, in (0, 1] (1 when the profile lacks ``gpu.sms``).
+
+        CTAs = ceil(m·batch/128) · ceil(n/128) output tiles of 128×128 (the common cuBLAS/CUTLASS
+        tile), times a split-K factor when the tiles alone cannot fill the GPU: min(ceil(SMs/tiles),
+        ceil(k/256)), as libraries split long reductions of skinny GEMMs into slices of at least 256.
+        Demand = min(1, CTAs / SMs). A heuristic, stated as such; it only matters for GEMMs small
+        enough to leave SMs idle (e.g. 32×1024×1024 occupies 32 of 132 SMs on an H200).
+        """
+        sms = self.profile.gpu.sms
+        if not sms:
+            return 1.0
+        tiles = -(-op.m * op.batch // 128) * -(-op.n // 128)
+        if tiles < sms:
+            tiles *= min(-(-sms // tiles), max(1, -(-op.k // 256)))
+        return min(1.0, tiles / sms)
+
     def _roofline(self, flops: float, nbytes: float, dtype: str | None) -> float:
         g = self.profile.gpu
         peak = g.peak_tflops.get(dtype or "fp32", g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency

@@ -34,6 +34,8 @@ class GPU(_B):
     gemm_efficiency: float = Field(default=0.75, gt=0, le=1,
                                    description="Fraction of peak a large GEMM reaches when no table entry exists.")
     kernel_floor_us: float = Field(default=5.0, ge=0, description="Shortest kernel time, µs (latency floor).")
+    sms: int | None = Field(default=None, gt=0, description="Streaming multiprocessors; enables occupancy-aware "
+                            "sharing (a small GEMM beside another kernel does not slow it). Omit to share evenly.")
     source: str = Field(description="Where these numbers come from.")
 
 

@@ -22,8 +22,13 @@ breaks ties, so runs are deterministic (the SimPy ``Environment`` pattern).
   solo work (seconds) and a rate ≤ 1, recomputed whenever the set of ops
   running on its rank changes:
 
-  - k kernels running at once on one GPU each progress at 1/k (they share the
-    SMs), and at 1/(1+alpha) of that while NCCL runs beside them
+  - kernels running at once on one GPU share its SMs by occupancy: a GEMM's demand
+    is its CTA count over the SMs (128×128 output tiles with split-K for skinny
+    GEMMs, :meth:`schedsim.cost.CostModel.gemm_demand`), capped at 1, when the
+    profile gives ``gpu.sms``; any other kernel has demand 1. While the demands of the running
+    kernels sum to D ≤ 1 they all run at full speed; above that each runs at 1/D.
+    Without ``gpu.sms`` every kernel has demand 1, so k kernels run at 1/k. On top,
+    kernels run at 1/(1+alpha) while NCCL runs beside them
     (``contention.compute_slowdown_with_comm``) and 1/(1+gamma) while a copy
     engine is busy;
   - k collectives at once on a rank share its link: each at 1/k, and at
@@ -38,8 +43,8 @@ What it does not model
   congestion between different ranks' links, no multi-hop routing).
 * NCCL protocol or algorithm switches inside a size range beyond what the
   measured busbw table captures; NCCL channel/CTA counts.
-* Kernel-level SM occupancy: concurrent kernels share the GPU evenly whatever
-  their size; a small kernel beside a large one is slowed as much as the large.
+* SM occupancy beyond the tile-count demand above: register/shared-memory
+  limits, waves, and the order in which the block scheduler interleaves CTAs.
 * Host-side blocking (``.item()``, ``synchronize``), Python overhead beyond the
   per-op launch cost, CPU contention, memory allocation, caching allocator.
 * ``CUDA_DEVICE_MAX_CONNECTIONS`` and hardware queue false dependencies.
@@ -150,6 +155,13 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
         for i in idx:
             job_work[i] = job_work[j]
 
+    # SM demand of compute jobs (fraction of the GPU), see the module docstring
+    job_dem = [1.0] * J
+    if profile.gpu.sms:
+        for i, op in enumerate(ops):
+            if op.kind == "matmul":
+                job_dem[i] = cost.gemm_demand(op)
+
     # --- host issue times ---------------------------------------------------
     if mode == "cuda_graph":
         issue = [graph_launch] * N
@@ -175,6 +187,7 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
     jver = [0] * J
     gready = [0] * G_
     cnt = [[0, 0, 0, 0, 0] for _ in range(world)]
+    dem = [0.0] * world  # summed SM demand of the running kernels per rank
     running: list[list[int]] = [[] for _ in range(world)]
     heap: list[tuple[float, int, int, int]] = []
     push = heapq.heappush
@@ -215,7 +228,8 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
             else:
                 cq = cnt[job_ranks[j][0]]
                 if res == 0:
-                    new = 1.0 / cq[0]
+                    d = dem[job_ranks[j][0]]
+                    new = 1.0 / d if d > 1.0 else 1.0
                     if cq[1]:
                         new /= 1.0 + alpha + (gamma if (cq[2] or cq[3] or cq[4]) else 0.0)
                     elif cq[2] or cq[3] or cq[4]:
@@ -255,6 +269,8 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
             rl = running[r]
             if not rl:  # fast path: alone on its GPU, full rate
                 cnt[r][res] += 1
+                if res == 0:
+                    dem[r] = job_dem[i]
                 rl.append(i)
                 jrem[i] = w = job_work[i]
                 jlast[i] = t
@@ -268,6 +284,8 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
         for q in ranks:
             cnt[q][res] += 1
             running[q].append(j)
+        if res == 0:
+            dem[ranks[0]] += job_dem[j]
         jrem[j] = job_work[j]
         jlast[j] = t
         jrate[j] = 0.0
@@ -293,7 +311,10 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
         ranks = job_ranks[j]
         if j < N:
             r = ranks[0]
-            cnt[r][res] -= 1
+            c = cnt[r]
+            c[res] -= 1
+            if res == 0:
+                dem[r] = dem[r] - job_dem[j] if c[0] else 0.0
             rl = running[r]
             rl.remove(j)
             jrate[j] = -1.0
