@@ -118,3 +118,23 @@ def test_deadlock_at_runtime_is_reported():
     G.graph["collectives"] = {"x": ["x@r0", "x@r1"], "y": ["y@r0", "y@r1"]}
     with pytest.raises(DeadlockError, match="rank 0: x@r0 .* waits for its peers x@r1"):
         simulate(G, HardwareProfile.model_validate(toy_profile_dict()))
+
+
+def test_small_gemms_run_side_by_side_when_their_ctas_fit(sim_text):
+    from schedsim.hardware.profile import HardwareProfile
+    from tests.conftest import toy_profile_dict
+
+    # 128x128x128 fp32: one 128x128 tile, k too short to split -> 1 CTA. The table's rate is
+    # 2·1000³ FLOP / 1 ms = 2 TFLOP/s, so each GEMM takes 2·128³ / 2e12 s = 2.097152 µs alone.
+    text = HEAD % 1 + ("  - {name: a, kind: matmul, m: 128, n: 128, k: 128, stream: s1}\n"
+                       "  - {name: b, kind: matmul, m: 128, n: 128, k: 128, stream: s2}\n")
+    solo = 2 * 128**3 / 2e12 * 1e6
+    d = toy_profile_dict()
+    even, _ = sim_text(text, HardwareProfile.model_validate(d))
+    assert even["a@r0"][1] == pytest.approx(2 * solo) and even["b@r0"][1] == pytest.approx(2 * solo)
+    d["gpu"]["sms"] = 100  # 2 CTAs on 100 SMs: no sharing needed
+    occ, _ = sim_text(text, HardwareProfile.model_validate(d))
+    assert occ["a@r0"] == (0.0, pytest.approx(solo)) and occ["b@r0"] == (0.0, pytest.approx(solo))
+    d["gpu"]["sms"] = 1  # one SM: the two CTAs share it, each at 1/2
+    one, _ = sim_text(text, HardwareProfile.model_validate(d))
+    assert one["a@r0"][1] == pytest.approx(2 * solo)
