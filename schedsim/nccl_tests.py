@@ -41,7 +41,8 @@ from typing import Any
 
 from schedsim.errors import SchedsimError
 
-__all__ = ["NcclTestsRow", "NcclTestsLog", "parse_nccl_tests", "read_nccl_tests", "format_table", "COLLECTIVE_OF_BINARY"]
+__all__ = ["NcclTestsRow", "NcclTestsLog", "parse_nccl_tests", "read_nccl_tests", "format_table",
+           "COLLECTIVE_OF_BINARY"]
 
 #: nccl-tests type names and their sizes in bytes (``src/common.cu`` ``test_typenames``).
 TYPE_BYTES: dict[str, int] = {
@@ -274,12 +275,14 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
                                  ip_time_us=ip[0], ip_algbw_GBps=ip[1], ip_busbw_GBps=ip[2], ip_wrong=ip[3]))
     if not rows:
         raise SchedsimError(f"{source}: no nccl-tests data rows found\n  fix: pass the output of an nccl-tests "
-                            "binary such as all_reduce_perf (rows: size count type redop root time algbw busbw #wrong ...)")
+                            "binary such as all_reduce_perf (rows: size count type redop root time algbw busbw "
+                            "#wrong ...)")
     rows.sort(key=lambda r: r.size_bytes)
     return NcclTestsLog(collective=coll, nranks=n, rows=rows, avg_busbw_GBps=avg, source=source)
 
 
-def read_nccl_tests(path: str | Path, *, collective: str | None = None, nranks: int | None = None) -> list[NcclTestsLog]:
+def read_nccl_tests(path: str | Path, *, collective: str | None = None,
+                    nranks: int | None = None) -> list[NcclTestsLog]:
     """Read one log file; a file holding several runs (one per binary) gives several logs.
 
     Raises
@@ -331,7 +334,8 @@ def format_table(rows: list[dict[str, Any]], title: str = "") -> str:
     out.append("#")
     out.append(f"# {'size':>12s} {'count':>12s} {'type':>8s} {'redop':>6s} {'root':>6s} "
                f"{'time':>9s} {'algbw':>8s} {'busbw':>8s} {'#wrong':>6s}")
-    out.append(f"# {'(B)':>12s} {'(elements)':>12s} {'':>8s} {'':>6s} {'':>6s} {'(us)':>9s} {'(GB/s)':>8s} {'(GB/s)':>8s}")
+    out.append(f"# {'(B)':>12s} {'(elements)':>12s} {'':>8s} {'':>6s} {'':>6s} {'(us)':>9s} {'(GB/s)':>8s} "
+               f"{'(GB/s)':>8s}")
     for r in rows:
         t = r["time_us"]
         ts = f"{t:9.2f}" if t < 1e4 else f"{t:9.0f}"

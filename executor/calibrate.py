@@ -1,0 +1,723 @@
+"""``schedsim calibrate``: measure a hardware profile under torchrun.
+
+What is measured (rank 0 alone unless said otherwise; the other ranks wait):
+
+1. **GEMM** times: ``torch.matmul(a, b, out=c)`` on random inputs, as *kernel
+   time when launched back to back* (:meth:`_Bench.time_batched`: R launches
+   queued behind ``torch.cuda._sleep`` between two events, elapsed / R). For
+   long GEMMs R = 1, i.e. the median of ``--iters`` single event-timed launches
+   (the method of the shipped h200 table); for tiny ones a single launch would
+   also time the event records and launch latency, which the eager launch
+   overhead already accounts for. Input sets rotate (3) when they fit in 3× the
+   L2 cache. Shapes: every matmul of the given schedules, ``--gemm MxNxK``
+   extras and, unless ``--no-grid``, a default grid (the shapes of the shipped
+   h200 table and seed 000). ``fp32`` is timed with TF32 off, ``tf32`` with it on.
+2. **Collectives** (all ranks, world size ≥ 2): all_reduce, all_gather,
+   reduce_scatter, all_to_all, broadcast, reduce and a sendrecv ring over a
+   size sweep; each size is timed as the slowest rank's median, printed as an
+   nccl-tests-style table (size, count, type, redop, root, time, algbw, busbw,
+   #wrong: every element of the output is checked against the expected value).
+   busbw = algbw × the nccl-tests factor (:func:`schedsim.cost.bus_factor`).
+3. **Copies**: pinned h2d and d2h, and d2d (bytes read plus written), 256 MiB
+   (8 MiB with ``--quick``).
+4. **Launch overhead**: host time per op of (a) a plain loop of tiny
+   ``torch.matmul`` launches and (b) the executor's own issue path over a
+   two-stream probe of tiny ops with cross-stream waits, without per-op timing
+   (stream switch, event waits, launch) and with it (plus start/end events and
+   NVTX); of a small all_reduce call; of one ``CUDAGraph.replay()``; and the
+   GPU time per node of a graph of tiny kernels minus their back-to-back time.
+   The profile's ``eager_per_op_us`` is (b) without timing: schedsim predicts
+   what a schedule costs when run by ``schedsim execute`` without its
+   instrumentation (the ``makespan_uninstrumented_s`` of a measured timeline);
+   the other figures are kept in the JSON and the source string.
+5. **Contention**: a bf16 GEMM series beside a pinned h2d copy against each
+   alone (copy-engine factors), and beside a large all_reduce when world ≥ 2
+   (NCCL factors): factor = time together / time alone − 1 over the
+   overlapped part, each side sized to about the other's duration.
+
+Output: the profile YAML (validated as :class:`HardwareProfile`) and a JSON
+of the raw measurements next to it (same stem, ``.json``). What is not
+measured (peak rates, topology, links when world = 1) comes from ``--base``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from executor.calibrate_logs import base_profile_dict, write_profile
+from schedsim.nccl_tests import format_table
+
+__all__ = ["CalibrateOptions", "run_calibrate", "DEFAULT_GRID"]
+
+#: (m, n, k): the shipped h200 table's shapes plus seed 000's and small ones for the kernel floor.
+DEFAULT_GRID: list[tuple[int, int, int]] = [
+    (16384, 8192, 8192), (8192, 8192, 8192), (2048, 1024, 8192), (2048, 8192, 8192), (4096, 4096, 4096),
+    (1024, 1024, 1024), (512, 512, 512), (256, 256, 256), (128, 128, 128), (64, 64, 64), (32, 11008, 4096),
+    (32, 4096, 11008), (4096, 1024, 512), (4096, 512, 1024), (4096, 4096, 512), (4096, 512, 4096), (32, 12288, 4096),
+]
+QUICK_GRID: list[tuple[int, int, int]] = [(64, 64, 64), (128, 128, 128), (256, 256, 256)]
+COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv"]
+_NCCL_TYPE = {"fp32": "float", "bf16": "bfloat16", "fp16": "half"}
+
+
+@dataclass
+class CalibrateOptions:
+    """Options of ``schedsim calibrate`` (see the command's help)."""
+
+    schedules: list[Path] = field(default_factory=list)
+    sets: list[str] = field(default_factory=list)
+    out: Path = Path("calibrated.yaml")
+    name: str | None = None
+    base: str = "h200"
+    dtypes: list[str] = field(default_factory=lambda: ["fp32", "tf32", "bf16", "fp16"])
+    extra_gemms: list[str] = field(default_factory=list)
+    grid: bool = True
+    max_bytes: int = 2**30
+    min_bytes: int = 1024
+    factor: int = 4
+    iters: int = 20
+    quick: bool = False
+    backend: str = "auto"
+    device: str = "auto"
+
+
+class _Bench:
+    def __init__(self, ctx: Any, iters: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.ctx = ctx
+        self.cuda = ctx.cuda
+        self.iters = iters
+        self.single_gemm: list[list[Any]] = []
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.ctx.device)
+
+    def time_batched(self, fn: Callable[[], Any], rotate: list[Callable[[], Any]] | None = None,
+                     target_s: float = 2e-3, reps: int = 5) -> tuple[float, float]:
+        """Kernel time when launched back to back: ``(per-launch seconds, single-launch seconds)``.
+
+        A single event-timed launch of a tiny kernel also times the event records and the launch
+        latency (several µs). So launches are queued behind ``torch.cuda._sleep`` (the GPU waits
+        while the host enqueues) and R = target / single-launch time of them (1 ≤ R ≤ 200) are
+        timed between two events: per launch = elapsed / R, the median of ``reps``. For long
+        kernels R = 1 and both numbers agree. On CPU both are the single-launch time.
+        """
+        torch = self.torch
+        fns = rotate or [fn]
+        single = self.time_one(fn, rotate=rotate)
+        if not self.cuda:
+            return single, single
+        R = int(min(200, max(1, round(target_s / max(single, 1e-7)))))
+        if R == 1:
+            return single, single
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ts = []
+        for _ in range(reps):
+            self.sync()
+            torch.cuda._sleep(4_000_000)  # ~2 ms at 2 GHz: the host gets ahead of the GPU
+            s.record()
+            for k in range(R):
+                fns[k % len(fns)]()
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e) * 1e-3 / R)
+        return float(statistics.median(ts)), single
+
+    def time_one(self, fn: Callable[[], Any], iters: int | None = None, warmup: int = 3,
+                 rotate: list[Callable[[], Any]] | None = None) -> float:
+        """Median seconds of single launches (CUDA events, or perf_counter + sync on CPU)."""
+        torch = self.torch
+        fns = rotate or [fn]
+        n = iters or self.iters
+        for k in range(warmup):
+            fns[k % len(fns)]()
+        self.sync()
+        ts = []
+        if self.cuda:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            for k in range(n):
+                f = fns[k % len(fns)]
+                s.record()
+                f()
+                e.record()
+                e.synchronize()
+                ts.append(s.elapsed_time(e) * 1e-3)
+        else:
+            for k in range(n):
+                f = fns[k % len(fns)]
+                t0 = time.perf_counter()
+                f()
+                ts.append(time.perf_counter() - t0)
+        return float(statistics.median(ts))
+
+
+def _log(ctx: Any) -> Callable[[str], None]:
+    def log(msg: str) -> None:
+        if ctx.rank == 0:
+            print(msg, flush=True)
+
+    return log
+
+
+def _gemm_shapes(o: CalibrateOptions, cuda: bool) -> list[tuple[str, int, int, int]]:
+    from schedsim.graph.build import build_graph
+    from schedsim.spec.loader import load_schedule, parse_overrides
+
+    out: dict[tuple[str, int, int, int], None] = {}
+    for f in o.schedules:
+        try:
+            spec = load_schedule(f, parse_overrides(o.sets))
+            G = build_graph(spec, check=False)
+        except Exception as e:
+            print(f"[gemm] skipping the shapes of {f}: {e.__class__.__name__}: {str(e).splitlines()[0][:200]}",
+                  flush=True)
+            continue
+        for n in G.nodes:
+            op = G.nodes[n]["op"]
+            if op.kind == "matmul" and op.dtype not in ("fp8", "int8"):
+                out[(op.dtype or "fp32", op.m * op.batch, op.n, op.k)] = None
+    dts = o.dtypes if cuda else [d for d in o.dtypes if d in ("fp32", "fp64")] or ["fp32"]
+    for s in o.extra_gemms:
+        m, n, k = (int(x) for x in s.lower().split("x"))
+        for dt in dts:
+            out[(dt, m, n, k)] = None
+    if o.grid:
+        for m, n, k in (QUICK_GRID if o.quick else DEFAULT_GRID):
+            for dt in dts:
+                out[(dt, m, n, k)] = None
+    if not cuda:
+        out = {(("fp32" if d in ("tf32", "bf16", "fp16") else d), m, n, k): None for d, m, n, k in out}
+    return list(out)
+
+
+def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Callable[[str], None]) -> list[list[Any]]:
+    torch = b.torch
+    from executor.kernels import torch_dtype
+
+    dev = b.ctx.device
+    l2 = 60e6
+    if b.cuda:
+        l2 = float(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 60e6) or 60e6)
+    rows = []
+    for idx, (dt, m, n, k) in enumerate(shapes):
+        tdt = torch_dtype(dt)
+        nbytes = (m * k + k * n + m * n) * tdt.itemsize
+        sets = 3 if nbytes * 3 < 3 * l2 else 1
+        fns = []
+        for _ in range(sets):
+            a = torch.rand((m, k), device=dev, dtype=torch.float32).to(tdt)
+            bb = torch.rand((k, n), device=dev, dtype=torch.float32).to(tdt)
+            c = torch.empty((m, n), device=dev, dtype=tdt)
+            fns.append((lambda a=a, bb=bb, c=c: torch.matmul(a, bb, out=c)))
+        if b.cuda:
+            torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
+        t, single = b.time_batched(fns[0], rotate=fns)
+        tf = 2.0 * m * n * k / t / 1e12
+        log(f"[gemm {idx + 1}/{len(shapes)}] {dt:5s} {m}x{n}x{k}: {t * 1e3:.4f} ms ({tf:.1f} TFLOP/s)"
+            + (f"; single launch {single * 1e3:.4f} ms" if single != t else ""))
+        rows.append([dt, m, n, k, round(t * 1e3, 5)])
+        b.single_gemm.append([dt, m, n, k, round(single * 1e3, 5)])
+        del fns
+    if b.cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _measure_copies(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[str, float]:
+    torch = b.torch
+    n = (8 if quick else 256) * 2**20
+    dev = b.ctx.device
+    cpu = torch.device("cpu")
+    res: dict[str, float] = {}
+    if b.cuda:
+        h = torch.empty(n, dtype=torch.uint8, device=cpu).pin_memory()
+        d = torch.empty(n, dtype=torch.uint8, device=dev)
+        d2 = torch.empty(n, dtype=torch.uint8, device=dev)
+        t = b.time_one(lambda: d.copy_(h, non_blocking=True), iters=10)
+        res["h2d_GBps"] = n / t / 1e9
+        t = b.time_one(lambda: h.copy_(d, non_blocking=True), iters=10)
+        res["d2h_GBps"] = n / t / 1e9
+        t = b.time_one(lambda: d2.copy_(d), iters=10)
+        res["d2d_GBps"] = 2 * n / t / 1e9
+        hs = torch.empty(4096, dtype=torch.uint8, device=cpu).pin_memory()
+        ds = torch.empty(4096, dtype=torch.uint8, device=dev)
+        res["latency_us"] = b.time_one(lambda: ds.copy_(hs, non_blocking=True), iters=50) * 1e6
+    else:
+        a = torch.empty(n, dtype=torch.uint8)
+        c = torch.empty(n, dtype=torch.uint8)
+        t = b.time_one(lambda: c.copy_(a), iters=10)
+        res = {"h2d_GBps": n / t / 1e9, "d2h_GBps": n / t / 1e9, "d2d_GBps": 2 * n / t / 1e9}
+        hs, ds = torch.empty(4096, dtype=torch.uint8), torch.empty(4096, dtype=torch.uint8)
+        res["latency_us"] = b.time_one(lambda: ds.copy_(hs), iters=50) * 1e6
+    log(f"[copies] h2d {res['h2d_GBps']:.1f} GB/s, d2h {res['d2h_GBps']:.1f} GB/s, d2d {res['d2d_GBps']:.1f} GB/s "
+        f"(read+write), small-copy latency {res['latency_us']:.1f} us" + ("" if b.cuda else " (CPU: host memcpy)"))
+    return res
+
+
+def _probe_runner(ctx: Any, layers: int, dtype: str) -> Any:
+    """A runner over a synthetic two-stream schedule of tiny ops: per layer a 64x64x64 GEMM and a
+    small elementwise op on stream s0, and a GEMM on s1 that waits for the first (a cross-stream
+    event wait), i.e. the issue pattern of a typical multi-stream schedule."""
+    from executor.runtime import RankRunner, RunOptions
+    from schedsim.graph.build import build_graph
+    from schedsim.spec.loader import load_text
+
+    text = (f"schema_version: 1\nname: launch_probe\nworld_size: {ctx.world}\nops:\n"
+            f"  - foreach: {{i: range({layers})}}\n    ops:\n"
+            f"      - {{name: 'a{{i}}', kind: matmul, ranks: [0], m: 64, n: 64, k: 64, dtype: {dtype}, stream: s0}}\n"
+            f"      - {{name: 'b{{i}}', kind: compute, ranks: [0], bytes: 16384, stream: s0}}\n"
+            f"      - {{name: 'c{{i}}', kind: matmul, ranks: [0], m: 64, n: 64, k: 64, dtype: {dtype}, stream: s1,"
+            f" deps: ['a{{i}}']}}\n")
+    G = build_graph(load_text(text, "<launch probe>"))
+    return RankRunner(G, ctx, RunOptions(iters=1, warmup=0, lean_iters=0, timeout_s=60))
+
+
+def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
+    torch = b.torch
+    dev = b.ctx.device
+    dt = torch.bfloat16 if b.cuda else torch.float32
+    a = torch.rand(64, 64, device=dev).to(dt)
+    bb = torch.rand(64, 64, device=dev).to(dt)
+    c = torch.empty(64, 64, device=dev, dtype=dt)
+    N = 300
+    res: dict[str, float] = {}
+    # (a) plain launch loop
+    ts = []
+    for _ in range(5):
+        b.sync()
+        t0 = time.perf_counter()
+        for _ in range(N):
+            torch.matmul(a, bb, out=c)
+        ts.append((time.perf_counter() - t0) / N)
+        b.sync()
+    res["eager_plain_us"] = statistics.median(ts) * 1e6
+    # (b) the executor's issue path, uninstrumented (what the program costs) and instrumented (timed runs)
+    L = N // 3
+    r = _probe_runner(b.ctx, L, "bf16" if b.cuda else "fp32")
+    n_ops = len(r.impls)
+    try:
+        for timed, key in ((False, "eager_executor_us"), (True, "eager_executor_timed_us")):
+            ts = []
+            for _ in range(6):
+                b.sync()
+                t0 = time.perf_counter()
+                if b.cuda:
+                    r._issue_cuda(timed=timed)
+                    torch.cuda.set_stream(torch.cuda.default_stream(dev))
+                else:
+                    for impl in r.impls:
+                        impl.run()
+                ts.append((time.perf_counter() - t0) / n_ops)
+                b.sync()
+            res[key] = statistics.median(ts[1:]) * 1e6
+    finally:
+        r.close()
+    if b.cuda:
+        # graph launch and per-node cost
+        s = torch.cuda.Stream(device=dev)
+        g1 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g1, stream=s):
+            torch.matmul(a, bb, out=c)
+        gN = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(gN, stream=s):
+            for _ in range(N):
+                torch.matmul(a, bb, out=c)
+        b.sync()
+        hs = []
+        for _ in range(200):
+            t0 = time.perf_counter()
+            g1.replay()
+            hs.append(time.perf_counter() - t0)
+            b.sync()
+        res["graph_launch_us"] = statistics.median(hs) * 1e6
+        t_graph = b.time_one(lambda: gN.replay(), iters=10)
+        t_solo = b.time_batched(lambda: torch.matmul(a, bb, out=c))[0]
+        res["graph_node_gpu_us"] = t_graph / N * 1e6
+        res["solo_event_us"] = t_solo * 1e6
+        res["graph_per_op_us"] = max(0.0, t_graph / N - t_solo) * 1e6
+        one = torch.zeros(1, device=dev)
+        res["kernel_floor_us"] = b.time_batched(lambda: one.add_(1.0))[0] * 1e6
+        res["kernel_floor_single_us"] = b.time_one(lambda: one.add_(1.0), iters=50) * 1e6
+    log("[launch] " + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
+    return res
+
+
+def _measure_collective_issue(b: _Bench) -> float:
+    """All ranks: host time (us) of one small all_reduce call (async on gloo, stream-ordered on NCCL)."""
+    torch = b.torch
+    import torch.distributed as dist
+
+    x = torch.zeros(256, device=b.ctx.device)
+    M = 100
+    ts = []
+    for _ in range(3):
+        b.ctx.barrier()
+        t0 = time.perf_counter()
+        ws = [dist.all_reduce(x, async_op=not b.cuda) for _ in range(M)]
+        ts.append((time.perf_counter() - t0) / M)
+        for w in ws:
+            if w is not None:
+                w.wait()
+        b.sync()
+    return float(statistics.median(ts)) * 1e6
+
+
+def _measure_contention(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[str, float]:
+    """Copy-engine (and, with world ≥ 2, NCCL) contention factors, rank 0 for copies, all ranks for NCCL."""
+    torch = b.torch
+    dev = b.ctx.device
+    res: dict[str, float] = {}
+    side = 2048 if quick else 8192
+    A = torch.rand(side, side, device=dev).to(torch.bfloat16)
+    B = torch.rand(side, side, device=dev).to(torch.bfloat16)
+    C = torch.empty(side, side, device=dev, dtype=torch.bfloat16)
+    t_mm = b.time_one(lambda: torch.matmul(A, B, out=C), iters=10)
+    nb = (16 if quick else 512) * 2**20
+    h = torch.empty(nb, dtype=torch.uint8).pin_memory()
+    d = torch.empty(nb, dtype=torch.uint8, device=dev)
+    t_cp = b.time_one(lambda: d.copy_(h, non_blocking=True), iters=5)
+    reps = max(1, round(t_cp / t_mm))
+    s1, s2 = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    ratios_mm, ratios_cp = [], []
+    t_series = b.time_one(lambda: [torch.matmul(A, B, out=C) for _ in range(reps)], iters=3)
+    for _ in range(5):
+        b.sync()
+        go = torch.cuda.Event()
+        go.record()
+        e = [ev() for _ in range(4)]
+        s1.wait_event(go)
+        s2.wait_event(go)
+        with torch.cuda.stream(s1):
+            e[0].record()
+            for _ in range(reps):
+                torch.matmul(A, B, out=C)
+            e[1].record()
+        with torch.cuda.stream(s2):
+            e[2].record()
+            d.copy_(h, non_blocking=True)
+            e[3].record()
+        b.sync()
+        t1, t2 = e[0].elapsed_time(e[1]) * 1e-3, e[2].elapsed_time(e[3]) * 1e-3
+        ratios_mm.append(t1 / t_series)
+        ratios_cp.append(t2 / t_cp)
+    res["compute_slowdown_with_copy"] = max(0.0, statistics.median(ratios_mm) - 1.0)
+    res["copy_slowdown_with_compute"] = max(0.0, statistics.median(ratios_cp) - 1.0)
+    res["gemm_alone_ms"] = t_series * 1e3
+    res["copy_alone_ms"] = t_cp * 1e3
+    log(f"[contention] bf16 GEMM x{reps} {t_series * 1e3:.3f} ms alone, h2d {nb >> 20} MiB {t_cp * 1e3:.3f} ms alone: "
+        f"GEMM slowdown beside the copy {res['compute_slowdown_with_copy'] * 100:.1f}%, copy slowdown beside the "
+        f"GEMM {res['copy_slowdown_with_compute'] * 100:.1f}%")
+    return res
+
+
+def _measure_comm_contention(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[str, float]:
+    torch = b.torch
+    import torch.distributed as dist
+
+    dev = b.ctx.device
+    side = 2048 if quick else 8192
+    A = torch.rand(side, side, device=dev).to(torch.bfloat16)
+    B = torch.rand(side, side, device=dev).to(torch.bfloat16)
+    C = torch.empty(side, side, device=dev, dtype=torch.bfloat16)
+    x = torch.zeros((16 if quick else 256) * 2**20 // 4, device=dev)
+    t_mm = b.time_one(lambda: torch.matmul(A, B, out=C), iters=10)
+    t_ar = b.time_one(lambda: dist.all_reduce(x), iters=5)
+    reps = max(1, round(t_ar / t_mm))
+    t_series = b.time_one(lambda: [torch.matmul(A, B, out=C) for _ in range(reps)], iters=3)
+    s1, s2 = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
+    rm, rc = [], []
+    for _ in range(5):
+        b.ctx.barrier()
+        go = torch.cuda.Event()
+        go.record()
+        e = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        s1.wait_event(go)
+        s2.wait_event(go)
+        with torch.cuda.stream(s2):
+            e[2].record()
+            dist.all_reduce(x)
+            e[3].record()
+        with torch.cuda.stream(s1):
+            e[0].record()
+            for _ in range(reps):
+                torch.matmul(A, B, out=C)
+            e[1].record()
+        b.sync()
+        rm.append(e[0].elapsed_time(e[1]) * 1e-3 / t_series)
+        rc.append(e[2].elapsed_time(e[3]) * 1e-3 / t_ar)
+    res = {"compute_slowdown_with_comm": max(0.0, statistics.median(rm) - 1.0),
+           "comm_slowdown_with_compute": max(0.0, statistics.median(rc) - 1.0)}
+    log(f"[contention] GEMM beside all_reduce: +{res['compute_slowdown_with_comm'] * 100:.1f}%, all_reduce beside "
+        f"GEMM: +{res['comm_slowdown_with_compute'] * 100:.1f}%")
+    return res
+
+
+def _sweep_collectives(b: _Bench, o: CalibrateOptions, log: Callable[[str], None]) -> dict[str, list[dict[str, Any]]]:
+    """All ranks: busbw sweep per collective; returns nccl-tests-style rows per collective (on rank 0)."""
+    torch = b.torch
+    import torch.distributed as dist
+
+    from schedsim.cost import bus_factor
+
+    ctx = b.ctx
+    n, r = ctx.world, ctx.rank
+    dev = ctx.device
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    sizes = []
+    s = max(4 * n, o.min_bytes)
+    top = min(o.max_bytes, 64 * 2**20) if o.quick else o.max_bytes
+    while s <= top:
+        sizes.append(int(s))
+        s *= o.factor
+    out: dict[str, list[dict[str, Any]]] = {}
+    for kind in COLLECTIVES:
+        rows = []
+        for size in sizes:
+            count = size // 4
+            count -= count % n
+            if count == 0:
+                continue
+            nbytes = count * 4
+            per = count // n
+            inp = torch.full((count,), float(r + 1), device=dev)
+            outb = torch.empty(count, device=dev)
+            piece = torch.empty(per, device=dev)
+            redop = "sum"
+            root = -1
+            if kind == "all_reduce":
+                fn = lambda: dist.all_reduce(outb)  # noqa: E731
+                prep = lambda: outb.fill_(float(r + 1))  # noqa: E731
+                exp = lambda: torch.full_like(outb, n * (n + 1) / 2)  # noqa: E731
+                got = lambda: outb  # noqa: E731
+            elif kind == "all_gather":
+                src = torch.full((per,), float(r + 1), device=dev)
+                fn = lambda src=src: ag(outb, src)  # noqa: E731
+                prep = lambda: None  # noqa: E731
+                exp = lambda: torch.arange(1, n + 1, device=dev, dtype=torch.float32).repeat_interleave(per)  # noqa: E731
+                got = lambda: outb  # noqa: E731
+                redop = "none"
+            elif kind == "reduce_scatter":
+                fn = lambda: rs(piece, inp)  # noqa: E731
+                prep = lambda: None  # noqa: E731
+                exp = lambda: torch.full_like(piece, n * (n + 1) / 2)  # noqa: E731
+                got = lambda: piece  # noqa: E731
+            elif kind == "all_to_all":
+                fn = lambda: dist.all_to_all_single(outb, inp)  # noqa: E731
+                prep = lambda: None  # noqa: E731
+                exp = lambda: torch.arange(1, n + 1, device=dev, dtype=torch.float32).repeat_interleave(per)  # noqa: E731
+                got = lambda: outb  # noqa: E731
+                redop = "none"
+            elif kind == "broadcast":
+                root = 0
+                fn = lambda: dist.broadcast(outb, src=0)  # noqa: E731
+                prep = lambda: outb.fill_(float(r + 1))  # noqa: E731
+                exp = lambda: torch.full_like(outb, 1.0)  # noqa: E731
+                got = lambda: outb  # noqa: E731
+                redop = "none"
+            elif kind == "reduce":
+                root = 0
+                fn = lambda: dist.reduce(outb, dst=0)  # noqa: E731
+                prep = lambda: outb.fill_(float(r + 1))  # noqa: E731
+                exp = lambda: torch.full_like(outb, n * (n + 1) / 2 if r == 0 else r + 1)  # noqa: E731
+                got = lambda: outb  # noqa: E731
+            else:  # sendrecv ring: send to r+1, receive from r-1
+                nxt, prv = (r + 1) % n, (r - 1) % n
+
+                def fn(inp: Any = inp) -> None:
+                    ops = [dist.P2POp(dist.isend, inp, nxt), dist.P2POp(dist.irecv, outb, prv)]
+                    for w in dist.batch_isend_irecv(ops):
+                        w.wait()
+
+                prep = lambda: None  # noqa: E731
+                exp = lambda prv=prv: torch.full_like(outb, float(prv + 1))  # noqa: E731
+                got = lambda: outb  # noqa: E731
+                redop = "none"
+            ctx.barrier()
+            prep()
+            fn()
+            b.sync()
+            wrong = int((got() != exp()).sum().item()) if kind != "reduce" or r == 0 else 0
+            iters = o.iters if nbytes <= 64 * 2**20 else max(5, o.iters // 4)
+            ctx.barrier()
+            t = b.time_one(fn, iters=iters, warmup=2)
+            allp = ctx.gather((t, wrong))
+            if r == 0:
+                assert allp is not None
+                tmax = max(x[0] for x in allp)
+                wr = sum(x[1] for x in allp)
+                algbw = nbytes / tmax / 1e9
+                busbw = algbw * bus_factor(kind, n)
+                rows.append({"size": nbytes, "count": count, "type": "float", "redop": redop, "root": root,
+                             "time_us": tmax * 1e6, "algbw": algbw, "busbw": busbw, "wrong": wr})
+        if r == 0:
+            log(format_table(rows, f"{kind} over {n} ranks ({ctx.backend}), schedsim calibrate"))
+            out[kind] = rows
+    return out
+
+
+def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
+    """Run the measurements and write the profile (rank 0). Returns the profile dict on rank 0.
+
+    Raises
+    ------
+    SchedsimError
+        Bad schedule, base profile or options.
+    """
+    import torch
+
+    from executor.dist import env_world, setup_dist
+
+    _rank, world, _lr = env_world()
+    ctx = setup_dist(o.backend, o.device, 600.0, [tuple(range(world))])
+    log = _log(ctx)
+    b = _Bench(ctx, o.iters)
+    raw: dict[str, Any] = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
+                           "backend": ctx.backend, "world_size": world}
+    dev_name = torch.cuda.get_device_properties(ctx.device).name if ctx.cuda else "CPU"
+    raw["device"] = dev_name
+    log(f"schedsim calibrate on {world} rank(s), {dev_name}, backend {ctx.backend}")
+    if ctx.rank == 0:
+        shapes = _gemm_shapes(o, ctx.cuda)
+        log(f"[gemm] {len(shapes)} shapes")
+        raw["gemm"] = _measure_gemms(b, shapes, log)
+        raw["gemm_single_launch"] = b.single_gemm
+        raw["copies"] = _measure_copies(b, o.quick, log)
+        raw["launch"] = _measure_launch(b, log)
+        if ctx.cuda:
+            raw["contention_copy"] = _measure_contention(b, o.quick, log)
+    ctx.barrier()
+    cu = _measure_collective_issue(b)
+    if ctx.rank == 0:
+        raw["launch"]["collective_us"] = cu
+        log(f"[launch] all_reduce call: {cu:.2f} us host time")
+    if world >= 2:
+        raw["collectives"] = _sweep_collectives(b, o, log)
+        if ctx.cuda:
+            raw["contention_comm"] = _measure_comm_contention(b, o.quick, log)
+    else:
+        log("[collectives] world size 1: no collective sweep (it needs 2 or more ranks); collective tables, links "
+            "and NCCL contention come from the base profile")
+    prof = None
+    if ctx.rank == 0:
+        prof = _assemble(o, raw, ctx, dev_name)
+        name = prof["name"]
+        write_profile(prof, o.out, f"# {name}: measured by `schedsim calibrate` on {raw['date']} ({dev_name}, torch "
+                      f"{raw['torch']}, {world} rank(s)); base profile {o.base!r} for what was not measured.")
+        from schedsim.sim.timeline import atomic_write_text
+
+        atomic_write_text(Path(o.out).with_suffix(".json"), json.dumps(raw, indent=1))
+        log(f"wrote {o.out} and {Path(o.out).with_suffix('.json')}")
+    ctx.barrier()
+    ctx.close()
+    return prof or {}
+
+
+def _sig(x: float, digits: int = 4) -> float:
+    """``x`` rounded to ``digits`` significant digits (never to 0 for a positive x)."""
+    return float(f"{x:.{digits}g}")
+
+
+def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str) -> dict[str, Any]:
+    d = base_profile_dict(o.base)
+    date = raw["date"]
+    where = f"{dev_name}, {date}, torch {raw['torch']}"
+    d["name"] = o.name or Path(o.out).stem
+    d["description"] = (f"Measured by schedsim calibrate on {where} ({raw['world_size']} rank(s), {raw['backend']}). "
+                        f"Unmeasured parts from profile {o.base!r}: {d.get('description', '').strip()[:300]}")
+    cp = raw["copies"]
+    L = raw["launch"]
+    if ctx.cuda:
+        d["gpu"]["name"] = dev_name if dev_name.startswith("NVIDIA") else f"NVIDIA {dev_name}"
+        d["gpu"]["hbm_GBps"] = round(cp["d2d_GBps"], 1)
+        if "kernel_floor_us" in L:
+            d["gpu"]["kernel_floor_us"] = round(L["kernel_floor_us"], 2)
+        from schedsim.hardware.profile import GPU
+
+        if "sms" in GPU.model_fields:  # occupancy-aware sharing in the engine
+            import torch
+
+            d["gpu"]["sms"] = int(torch.cuda.get_device_properties(ctx.device).multi_processor_count)
+        d["gpu"]["source"] = (f"peaks: base profile {o.base!r}; hbm_GBps: measured d2d copy (read+write); "
+                              f"kernel_floor_us: back-to-back time of a 1-element add; sms: the device's multiprocessor "
+                              f"count; {where}")
+    else:
+        d["gpu"]["name"] = "CPU (gloo ranks)"
+        d["gpu"]["hbm_GBps"] = round(max(cp["d2d_GBps"], 0.1), 2)
+        d["gpu"]["source"] = f"CPU ranks: memory bandwidth from a host copy; peaks from {o.base!r}; {where}"
+    d["launch"] = {
+        "eager_per_op_us": round(L["eager_executor_us"], 2),
+        "eager_per_collective_us": round(max(L["collective_us"], L["eager_executor_us"]), 2),
+        "graph_launch_us": round(L.get("graph_launch_us", d["launch"]["graph_launch_us"]), 2),
+        "graph_per_op_us": round(L.get("graph_per_op_us", d["launch"]["graph_per_op_us"]), 3),
+        "source": (f"measured {where}: eager_per_op_us = host time per op of schedsim execute's issue path "
+                   f"without per-op timing (stream switch, cross-stream event waits, launch) over a two-stream probe "
+                   f"of tiny ops; with per-op events and NVTX it is {L.get('eager_executor_timed_us', 0):.2f} us; a "
+                   f"plain torch.matmul launch loop takes {L['eager_plain_us']:.2f} us); "
+                   f"eager_per_collective_us = host time of an all_reduce call; graph_launch_us = host time of "
+                   f"CUDAGraph.replay() of a 1-node graph; graph_per_op_us = GPU time per node of a 300-node graph "
+                   f"minus the same kernel's back-to-back time (the GEMM table's method)" if ctx.cuda else
+                   f"measured on CPU ranks {where}; graph values from {o.base!r}"),
+    }
+    d["memcpy"] = {"h2d_GBps": round(cp["h2d_GBps"], 2), "d2h_GBps": round(cp["d2h_GBps"], 2),
+                   "d2d_GBps": round(cp["d2d_GBps"], 1), "latency_us": round(cp["latency_us"], 2),
+                   "source": f"measured {where}: pinned host buffers, {8 if o.quick else 256} MiB copies, median "
+                             "of 10; d2d counts bytes read plus written; latency = a 4 KiB h2d copy"}
+    d["gemm"] = {"source": f"measured {where}: torch.matmul(a, b, out=c) on random inputs; kernel time when "
+                           "launched back to back (R launches queued behind torch.cuda._sleep, R = 2 ms / "
+                           "single-launch "
+                           "time capped at 200, elapsed / R, median of 5; R = 1 for long GEMMs, i.e. a single "
+                           "event-timed launch, median of --iters), 3 rotating input sets when they fit in 3x L2; "
+                           "'fp32' = TF32 off, 'tf32' = TF32 on. Single-launch times are in the .json next to this file"
+                           if ctx.cuda else f"measured on CPU {where}",
+                 "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None}
+    coll = raw.get("collectives")
+    if coll:
+        n = raw["world_size"]
+        tables = {k: {int(kk): vv for kk, vv in v.items()} for k, v in d["collectives"]["tables"].items()}
+        for kind, rows in coll.items():
+            tab = [[float(r["size"]), _sig(r["busbw"])] for r in rows if r["busbw"] > 0]
+            if tab:
+                tables.setdefault(kind, {})[n] = tab
+        d["collectives"] = {"tables": tables, "source": f"measured {where}: schedsim calibrate sweep over {n} ranks "
+                            f"({raw['backend']}), slowest rank's median per size, nccl-tests busbw factors"}
+        ar = coll.get("all_reduce") or []
+        if ar:
+            big = max(ar, key=lambda r: r["size"])
+            small = min(ar, key=lambda r: r["size"])
+            link = d["topology"]["intra_node_link"]
+            d["links"][link] = {"bandwidth_GBps": _sig(max(r["busbw"] for r in ar)),
+                                "latency_us": _sig(small["time_us"] / max(1, 2 * (n - 1))),
+                                "source": f"measured {where}: best all_reduce busbw of the sweep; latency = the "
+                                          f"smallest all_reduce ({small['size']} B) time / 2(n-1); largest size "
+                                          f"{big['size']} B"}
+    cont = dict(d["contention"])
+    srcs = []
+    if "contention_copy" in raw:
+        cc = raw["contention_copy"]
+        cont["compute_slowdown_with_copy"] = round(cc["compute_slowdown_with_copy"], 4)
+        cont["copy_slowdown_with_compute"] = round(cc["copy_slowdown_with_compute"], 4)
+        srcs.append(f"copy factors measured {where} (bf16 GEMM series beside a pinned h2d copy vs alone)")
+    if "contention_comm" in raw:
+        c2 = raw["contention_comm"]
+        cont["compute_slowdown_with_comm"] = round(c2["compute_slowdown_with_comm"], 4)
+        cont["comm_slowdown_with_compute"] = round(c2["comm_slowdown_with_compute"], 4)
+        srcs.append(f"NCCL factors measured {where} (bf16 GEMM series beside an all_reduce vs alone)")
+    else:
+        srcs.append(f"NCCL factors from {o.base!r}: {d['contention']['source'][:200]}")
+    cont["source"] = "; ".join(srcs)
+    d["contention"] = cont
+    return d
+
+

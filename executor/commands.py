@@ -1,0 +1,101 @@
+"""The ``execute`` and ``calibrate`` commands, registered on :mod:`schedsim.cli`'s app.
+
+This module imports no torch at module level: ``schedsim predict`` imports it
+(through ``register``) and must never import torch. Torch is imported inside
+the commands, and ``calibrate --from-nccl-tests`` needs none.
+"""
+
+# no "from __future__ import annotations": typer evaluates the command signatures
+
+from pathlib import Path
+from typing import Any, Optional
+
+__all__ = ["register"]
+
+
+def register(app: Any) -> None:
+    """Add ``execute`` and ``calibrate`` to the typer ``app``."""
+    import typer
+
+    from schedsim.cli import DEFAULT_PROFILE, handle_errors
+
+    @app.command()
+    @handle_errors
+    def execute(
+        file: Path = typer.Argument(..., help="Schedule YAML (the same file predict takes)."),
+        set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a schedule parameter (repeatable)."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                           help="Output folder [default: schedsim_out/<name>_execute]."),
+        iters: int = typer.Option(20, "--iters", min=1, help="Timed iterations; the median is kept per op."),
+        warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed warm-up iterations."),
+        lean_iters: int = typer.Option(-1, "--lean-iters",
+                                       help="Uninstrumented iterations timed as a whole [default: --iters; 0 skips]."),
+        timeout: float = typer.Option(300.0, "--timeout", min=0.1,
+                                      help="Seconds an op may take from its issue before the run fails, naming it."),
+        check: bool = typer.Option(False, "--check",
+                                   help="Run on real data and verify against the unchunked reference."),
+        profiler: bool = typer.Option(False, "--profiler", help="Two more iterations under torch.profiler; Kineto "
+                                      "trace per rank and kernel times mapped to ops."),
+        cuda_graph: Optional[bool] = typer.Option(None, "--cuda-graph/--eager",
+                                                  help="Capture the iteration in a CUDA graph and replay it "
+                                                  "[default: the schedule's launch]."),
+        compare: bool = typer.Option(False, "--compare", help="Also predict with --profile and compare."),
+        profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile for --compare."),
+        backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo."),
+        device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+        gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw Gantt charts."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the random input data."),
+        nvtx: bool = typer.Option(True, "--nvtx/--no-nvtx", help="NVTX range per op (CUDA)."),
+    ) -> None:
+        """Run a schedule for real (under torchrun): NCCL streams on GPUs, gloo on CPUs; write the measured timeline."""
+        from executor.execute import run_execute
+        from executor.runtime import RunOptions
+
+        if backend not in ("auto", "nccl", "gloo") or device not in ("auto", "cuda", "cpu"):
+            from executor import ExecError
+
+            raise ExecError(f"--backend {backend} --device {device}: use auto|nccl|gloo and auto|cuda|cpu")
+        opts = RunOptions(iters=iters, warmup=warmup, lean_iters=lean_iters, timeout_s=timeout, check=check,
+                          profiler=profiler, nvtx=nvtx, seed=seed)
+        run_execute(file, set_ or [], out, opts, compare=compare, profile=profile, backend=backend, device=device,
+                    gantt=gantt, cuda_graph=cuda_graph)
+
+    @app.command()
+    @handle_errors
+    def calibrate(
+        schedules: Optional[list[Path]] = typer.Argument(None, help="Schedules whose GEMM shapes to measure "
+                                                         "(besides the default grid)."),
+        set_: Optional[list[str]] = typer.Option(None, "--set", help="Parameter overrides for those schedules."),
+        out: Path = typer.Option(Path("calibrated.yaml"), "--out", "-o", help="Profile YAML to write."),
+        name: Optional[str] = typer.Option(None, "--name", help="Profile name [default: the --out file stem]."),
+        base: str = typer.Option(DEFAULT_PROFILE, "--base",
+                                 help="Profile supplying what is not measured (peaks, links, topology)."),
+        from_nccl_tests: Optional[list[Path]] = typer.Option(None, "--from-nccl-tests",
+                                                             help="Build collective tables from nccl-tests logs "
+                                                             "(no torch, no GPU needed)."),
+        collective: Optional[str] = typer.Option(None, "--collective", help="Collective of a log that does not say."),
+        ranks: Optional[int] = typer.Option(None, "--ranks", help="Group size of a log that does not say."),
+        dtypes: str = typer.Option("fp32,tf32,bf16,fp16", "--dtypes", help="GEMM dtypes (comma-separated)."),
+        gemm: list[str] = typer.Option([], "--gemm", help="Extra GEMM shape MxNxK (repeatable)."),
+        grid: bool = typer.Option(True, "--grid/--no-grid", help="Measure the default GEMM grid too."),
+        max_bytes: float = typer.Option(2**30, "--max-bytes", help="Largest collective size of the sweep (B)."),
+        min_bytes: float = typer.Option(1024, "--min-bytes", help="Smallest collective size of the sweep (B)."),
+        factor: int = typer.Option(4, "--factor", min=2, help="Size step of the sweep."),
+        iters: int = typer.Option(20, "--iters", min=1, help="Timed repetitions per point (median kept)."),
+        quick: bool = typer.Option(False, "--quick", help="Small grid and sweep (CI, smoke tests)."),
+        backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo."),
+        device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    ) -> None:
+        """Measure a hardware profile (under torchrun): GEMMs, collectives, p2p, copies, launch overhead, contention."""
+        if from_nccl_tests:
+            from executor.calibrate_logs import profile_from_nccl_tests
+
+            profile_from_nccl_tests(from_nccl_tests, out=out, name=name, base=base, collective=collective, nranks=ranks)
+            return
+        from executor.calibrate import CalibrateOptions, run_calibrate
+
+        opts = CalibrateOptions(schedules=list(schedules or []), sets=list(set_ or []), out=out, name=name, base=base,
+                                dtypes=[d.strip() for d in dtypes.split(",") if d.strip()], extra_gemms=list(gemm),
+                                grid=grid, max_bytes=int(max_bytes), min_bytes=int(min_bytes), factor=factor,
+                                iters=iters, quick=quick, backend=backend, device=device)
+        run_calibrate(opts)

@@ -1,0 +1,268 @@
+"""Process groups for the executor: backend and device choice, the world-size
+check, a gloo control group, one sub-group per distinct collective group, and
+the arrival tracker used to name the ranks that never reached a collective.
+
+Facts relied on (``shared/reference/nccl_overlap_traces.md`` §1, §2):
+
+* ``init_process_group(device_id=...)`` initialises NCCL communicators eagerly,
+  which keeps lazy init out of CUDA-graph capture;
+* ``dist.new_group`` must be called by every rank, in the same order, even by
+  ranks outside the group;
+* the default NCCL op timeout is 10 min; ours is ``--timeout`` plus a margin so
+  that the executor's own (named) timeout fires first.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor import ExecError
+
+__all__ = ["DistContext", "check_world_size", "env_world", "setup_dist", "ArrivalTracker"]
+
+
+def env_world() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from the torchrun environment; ``(0, 1, 0)`` without it."""
+    return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+            int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def check_world_size(spec_world: int, run_world: int, file: str, has_param: bool) -> None:
+    """Raise :class:`ExecError` if torchrun started a different number of processes than the schedule has ranks.
+
+    Called before any process group exists, so no collective can hang on it.
+    """
+    if spec_world == run_world:
+        return
+    fix = f"run torchrun --nproc-per-node {spec_world} (or --nnodes × --nproc-per-node = {spec_world})"
+    if has_param:
+        fix += f", or pass --set world_size={run_world} (the schedule takes world_size as a parameter)"
+    raise ExecError(f"{file}: the schedule has world_size {spec_world} but {run_world} process(es) were started "
+                    f"(WORLD_SIZE={run_world})\n  fix: {fix}")
+
+
+@dataclass
+class DistContext:
+    """Everything the runtime needs about the processes.
+
+    Attributes
+    ----------
+    rank, world, local_rank : int
+    backend : str
+        ``"nccl"`` or ``"gloo"``.
+    device : torch.device
+    cuda : bool
+    ctrl : Any
+        Process group for host-side control (barriers, gathers): gloo. ``None``
+        means the default group (which is gloo when the backend is gloo).
+    store : Any
+        The c10d store (for the arrival tracker), or None.
+    groups : dict
+        Sorted rank tuple → process group (``None`` = the default group).
+    """
+
+    rank: int
+    world: int
+    local_rank: int
+    backend: str
+    device: Any
+    cuda: bool
+    ctrl: Any = None
+    store: Any = None
+    groups: dict[tuple[int, ...], Any] = field(default_factory=dict)
+
+    def barrier(self) -> None:
+        """Host barrier over all ranks on the control group (after a device sync on CUDA)."""
+        import torch
+        import torch.distributed as dist
+
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        if self.world > 1:
+            dist.barrier(group=self.ctrl)
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Gather a picklable object to rank 0 over the control group (None on other ranks)."""
+        import torch.distributed as dist
+
+        if self.world == 1:
+            return [obj]
+        out: list[Any] | None = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=0, group=self.ctrl)
+        return out
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+
+
+def setup_dist(backend: str, device: str, timeout_s: float, group_list: list[tuple[int, ...]]) -> DistContext:
+    """Initialise torch.distributed for the executor.
+
+    Parameters
+    ----------
+    backend : {"auto", "nccl", "gloo"}
+        ``auto``: NCCL when CUDA is available (and ``device`` is not ``cpu``), else gloo.
+    device : {"auto", "cuda", "cpu"}
+    timeout_s : float
+        The executor's op timeout (s); the process-group timeout is set above it.
+    group_list : list of tuple of int
+        Every distinct collective group of the schedule, in a deterministic order.
+
+    Raises
+    ------
+    ExecError
+        NCCL or CUDA asked for but not available.
+    """
+    import torch
+    import torch.distributed as dist
+
+    rank, world, local_rank = env_world()
+    want_cuda = device == "cuda" or (device == "auto" and backend != "gloo" and torch.cuda.is_available())
+    if want_cuda and not torch.cuda.is_available():
+        raise ExecError("--device cuda: CUDA is not available in this torch build or machine\n"
+                        "  fix: run on a GPU machine, or use --device cpu (gloo)")
+    if backend == "auto":
+        backend = "nccl" if want_cuda else "gloo"
+    if backend == "nccl" and not want_cuda:
+        raise ExecError("--backend nccl needs CUDA\n  fix: use --backend gloo on CPU")
+    if want_cuda:
+        torch.cuda.set_device(local_rank)
+        dev = torch.device("cuda", local_rank)
+    else:
+        dev = torch.device("cpu")
+    pg_timeout = datetime.timedelta(seconds=float(timeout_s) + 60.0)
+    kw: dict[str, Any] = {"backend": backend, "timeout": pg_timeout}
+    if backend == "nccl":
+        kw["device_id"] = dev
+    if "MASTER_ADDR" in os.environ and "WORLD_SIZE" in os.environ:
+        dist.init_process_group(**kw)
+    else:
+        dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1, **kw)
+    ctrl = None
+    if backend != "gloo" and world > 1:
+        ctrl = dist.new_group(backend="gloo", timeout=pg_timeout)
+    store = None
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:
+        store = None
+    ctx = DistContext(rank=rank, world=world, local_rank=local_rank, backend=backend, device=dev, cuda=want_cuda,
+                      ctrl=ctrl, store=store)
+    full = tuple(range(world))
+    for g in group_list:
+        if g in ctx.groups:
+            continue
+        ctx.groups[g] = None if g == full else dist.new_group(list(g), timeout=pg_timeout)
+    return ctx
+
+
+class ArrivalTracker:
+    """Publish, every ``period_s``, how far this rank has got through its communication ops.
+
+    The main thread hands over, per iteration, the list of markers of this
+    rank's comm ops in program order; a marker has ``query() -> bool`` (a CUDA
+    start event on GPUs: the GPU reached the op; a flag on CPU: the host issued
+    it). A daemon thread publishes ``"<iteration>|<arrived count>|<current op>"``
+    under ``schedsim/progress/<rank>`` in the c10d store. On a timeout, the rank
+    that waits reads the others' progress to name who never arrived.
+    """
+
+    KEY = "schedsim/progress/"
+
+    def __init__(self, store: Any, rank: int, period_s: float = 0.2) -> None:
+        self.store = store
+        self.rank = rank
+        self.period_s = period_s
+        self._lock = threading.Lock()
+        self._iter = -1
+        self._markers: list[Any] = []
+        self._idx = 0
+        self.current = ""
+        self._last = ""
+        self._paused = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if store is not None:
+            self._publish(force=True)
+            self._thread = threading.Thread(target=self._loop, name="schedsim-progress", daemon=True)
+            self._thread.start()
+
+    def begin(self, iteration: int, markers: list[Any] | None) -> None:
+        """Start tracking iteration ``iteration`` (an int; warm-up iterations are negative).
+
+        ``markers=None`` means this iteration's progress cannot be observed (uninstrumented CUDA
+        iterations record no start events); the rank then publishes ``-1`` arrived ops (unknown).
+        """
+        with self._lock:
+            self._iter = iteration
+            self._markers = markers if markers is not None else []
+            self._idx = 0 if markers is not None else -1
+
+    def pause(self, paused: bool) -> None:
+        """Stop querying markers (e.g. during CUDA-graph capture, where event queries are not allowed)."""
+        self._paused = paused
+
+    def _scan(self) -> None:
+        with self._lock:
+            if self._paused or self._idx < 0:
+                return
+            while self._idx < len(self._markers):
+                try:
+                    if not self._markers[self._idx].query():
+                        break
+                except Exception:
+                    break
+                self._idx += 1
+
+    def state(self) -> str:
+        self._scan()
+        return f"{self._iter}|{self._idx}|{self.current}"
+
+    def _publish(self, force: bool = False) -> None:
+        s = self.state()
+        if force or s != self._last:
+            try:
+                self.store.set(self.KEY + str(self.rank), s)
+                self._last = s
+            except Exception:
+                pass
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._publish()
+
+    def flush(self) -> None:
+        """Publish now (called just before reading the others' progress)."""
+        if self.store is not None:
+            self._publish(force=True)
+
+    def read(self, ranks: list[int], wait_s: float = 0.6) -> dict[int, tuple[int, int, str] | None]:
+        """Progress of ``ranks`` as ``(iteration, arrived, current op)``; None where unknown."""
+        out: dict[int, tuple[int, int, str] | None] = {}
+        if self.store is None:
+            return {r: None for r in ranks}
+        time.sleep(wait_s)  # let the others' threads publish their latest state
+        for r in ranks:
+            try:
+                if not self.store.check([self.KEY + str(r)]):
+                    out[r] = None
+                    continue
+                it, idx, cur = self.store.get(self.KEY + str(r)).decode().split("|", 2)
+                out[r] = (int(it), int(idx), cur)
+            except Exception:
+                out[r] = None
+        return out
+
+    def stop(self) -> None:
+        self._stop.set()

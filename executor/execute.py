@@ -1,0 +1,235 @@
+"""``schedsim execute``: one rank's whole run, from the schedule file to the files on rank 0.
+
+Outputs (rank 0, in ``--out``), every file written atomically:
+
+* ``timeline.json``: the measured timeline (``source: "execute"``), same format as predict's;
+* ``trace.json``: Chrome/Perfetto trace of it; ``gantt.png``/``.svg`` unless ``--no-gantt``;
+* ``env.json``: GPU, driver, torch, CUDA, NCCL, per-rank devices and the relevant variables;
+* with ``--profiler``: ``kineto_rank<r>.json.gz`` (every rank) and ``timeline_kernels.json``;
+* with ``--compare``: ``predicted/`` (predict's outputs) and ``compare/`` (compare's outputs).
+
+On a failure (timeout, error, Ctrl-C/SIGTERM) every rank that can still act
+writes ``failure_rank<r>.json`` (what failed, where, which ranks were missing)
+and, if it finished timed iterations, ``partial_rank<r>.json``: its own timeline
+over those iterations (relative to its own anchor). Then it exits at once
+(``os._exit``), since a process group with a hung collective cannot be torn
+down cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from executor import ExecError
+from schedsim.sim.timeline import atomic_write_text
+
+__all__ = ["run_execute"]
+
+
+def _groups_in_order(G: Any) -> list[tuple[int, ...]]:
+    seen: dict[tuple[int, ...], None] = {}
+    for members in G.graph.get("collectives", {}).values():
+        seen.setdefault(G.nodes[members[0]]["op"].group, None)
+    return list(seen)
+
+
+def _sigterm(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, compare: bool, profile: str,
+                backend: str, device: str, gantt: bool, cuda_graph: bool | None) -> None:
+    """Run the schedule on this rank (see :mod:`executor.runtime`) and write the outputs on rank 0.
+
+    Raises
+    ------
+    SchedsimError
+        Bad schedule, world-size mismatch, unsupported op (before anything runs).
+    """
+    import typer
+
+    from executor.dist import check_world_size, env_world
+    from schedsim.graph.build import build_graph
+    from schedsim.spec.loader import load_schedule, parse_overrides
+
+    rank, world, _lr = env_world()
+
+    def log(msg: str) -> None:
+        if rank == 0:
+            print(msg, flush=True)
+
+    spec = load_schedule(file, parse_overrides(sets or []))
+    G = build_graph(spec)
+    try:
+        check_world_size(spec.world_size, world, str(file), "world_size" in spec.params)
+    except ExecError:
+        if rank != 0:
+            raise typer.Exit(2) from None
+        raise
+    opts.cuda_graph = bool(cuda_graph) if cuda_graph is not None else spec.launch == "cuda_graph"
+    launch = "cuda_graph" if opts.cuda_graph else "eager"
+    outdir = Path(out) if out else Path("schedsim_out") / f"{spec.name}_execute"
+    outdir.mkdir(parents=True, exist_ok=True)
+
+    from executor.dist import setup_dist
+
+    ctx = setup_dist(backend, device, opts.timeout_s, _groups_in_order(G))
+    if opts.cuda_graph and not ctx.cuda:
+        raise ExecError("--cuda-graph needs CUDA (streams and graphs do not exist on CPU ranks)\n"
+                        "  fix: drop --cuda-graph, or run on GPUs")
+    signal.signal(signal.SIGTERM, _sigterm)
+    runner = None
+    try:
+        from executor.checks import get_checker
+        from executor.envinfo import global_env, rank_env
+        from executor.runtime import RankRunner
+
+        checker = get_checker(spec, G, ctx) if opts.check else None
+        bindings = checker.bind() if checker is not None else None
+        log(f"schedsim execute {spec.name}: {world} rank(s), backend {ctx.backend} on {ctx.device}, {launch}, "
+            f"{opts.warmup} warm-up + {opts.iters} timed iterations")
+        runner = RankRunner(G, ctx, opts, bindings, log)
+        if checker is not None:
+            orig_run = runner._one
+
+            def one_with_reset(record: bool, profile: bool = False) -> Any:
+                if runner.phase == "check":  # type: ignore[union-attr]
+                    if ctx.cuda:
+                        import torch
+
+                        torch.cuda.synchronize(ctx.device)
+                    checker.before_check()
+                return orig_run(record, profile)
+
+            runner._one = one_with_reset  # type: ignore[method-assign]
+        runner.run()
+        check_res = checker.verify() if checker is not None else None
+        prof_map = None
+        if opts.profiler and runner.prof_trace is not None:
+            from executor.profiling import map_trace, save_trace
+
+            trace = save_trace(runner.prof_trace, outdir / f"kineto_rank{rank}.json.gz")
+            prof_map = map_trace(trace, [o.name for o in runner.ops])
+        payload = {"times": runner.times_dict(), "env": rank_env(ctx), "check": check_res, "profile": prof_map,
+                   "notes": runner.notes() if rank == 0 else None, "timing": runner.timing_mode,
+                   "nvtx": getattr(runner, "nvtx_how", None)}
+        gathered = ctx.gather(payload)
+    except (ExecError, KeyboardInterrupt, RuntimeError) as e:
+        _fail(e, rank, outdir, G, spec, runner, launch)
+        raise  # unreachable: _fail exits
+    if rank == 0:
+        assert gathered is not None
+        _write_outputs(gathered, G, spec, file, sets, outdir, opts, launch, ctx, global_env(ctx), compare, profile,
+                       gantt)
+    if runner is not None:
+        runner.close()
+    ctx.barrier()
+    fails = [p["check"] for p in (gathered or []) if p.get("check") and not p["check"]["ok"]]
+    ctx.close()
+    if rank == 0 and fails:
+        raise ExecError(f"--check failed: {fails[0]['what']}: relative error {fails[0]['rel_err']:.3g} > "
+                        f"tolerance {fails[0]['tol']:.3g} on {len(fails)} rank(s)")
+
+
+def _fail(e: BaseException, rank: int, outdir: Path, G: Any, spec: Any, runner: Any, launch: str) -> None:
+    from executor.timing import rank_local_timeline
+
+    interrupted = isinstance(e, KeyboardInterrupt)
+    msg = "interrupted (Ctrl-C or SIGTERM)" if interrupted else str(e)
+    if isinstance(e, RuntimeError) and not isinstance(e, ExecError):
+        msg = f"communication or device error on rank {rank}: {e.__class__.__name__}: {str(e).strip()[:800]}"
+    info: dict[str, Any] = {"rank": rank, "error": msg, "interrupted": interrupted,
+                            "op": getattr(e, "op_id", None), "missing_ranks": getattr(e, "missing", None)}
+    try:
+        if runner is not None:
+            info.update({"phase": runner.phase, "iteration": runner.iteration,
+                         "completed_timed_iterations": len(runner.times.anchors_ns)})
+            if runner.times.anchors_ns:
+                tl = rank_local_timeline(G, runner.times_dict(), schedule=spec.name, launch=launch,
+                                         meta={"error": msg, "rank": rank})
+                tl.write_json(outdir / f"partial_rank{rank}.json")
+        atomic_write_text(outdir / f"failure_rank{rank}.json", json.dumps(info, indent=1))
+    except BaseException:
+        pass
+    if not interrupted or rank == 0:
+        print(f"error: rank {rank}: {msg}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(130 if interrupted else 2)
+
+
+def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path, sets: list[str], outdir: Path,
+                   opts: Any, launch: str, ctx: Any, genv: dict[str, Any], compare: bool, profile: str,
+                   gantt: bool) -> None:
+    from executor.timing import assemble_timeline
+    from schedsim.report.chrome import write_chrome_trace
+    from schedsim.report.summary import print_summary
+    from schedsim.sim.metrics import compute_metrics
+
+    timing = gathered[0]["timing"]
+    meta: dict[str, Any] = {
+        "file": str(file), "set": list(sets or []), "backend": ctx.backend, "device": ctx.device.type,
+        "iters": opts.iters, "warmup": opts.warmup, "timing": timing,
+        "time_base": "host barrier, then per-rank anchor (CUDA event synchronised + time.time_ns, or time.time_ns "
+                     "on CPU); origin = earliest anchor of each iteration",
+        "per_op": "median over timed iterations of ready/start/end; collectives and p2p start at the last "
+                  "member's arrival",
+        "materialised": gathered[0].get("notes") or {},
+        "torch": genv["torch"], "nccl": genv["nccl"],
+    }
+    if timing == "cuda_graph_replay_total":
+        meta["note"] = "per-op times are unavailable inside this CUDA graph: every op spans the whole replay"
+    checks = [p["check"] for p in gathered if p.get("check")]
+    if checks:
+        meta["check"] = {"ok": all(c["ok"] for c in checks), "max_rel_err": max(c["rel_err"] for c in checks),
+                         "tol": checks[0]["tol"], "what": checks[0]["what"]}
+    tl = assemble_timeline(G, [p["times"] for p in gathered], schedule=spec.name, launch=launch, meta=meta)
+    metrics = compute_metrics(tl)
+    paths = [outdir / "timeline.json", outdir / "trace.json", outdir / "env.json"]
+    tl.write_json(paths[0], metrics)
+    write_chrome_trace(paths[1], [("measured", tl)])
+    env = {**genv, "ranks": [p["env"] for p in gathered], "timing": timing, "nvtx_ranges": gathered[0].get("nvtx")}
+    atomic_write_text(paths[2], json.dumps(env, indent=1))
+    if gantt:
+        from schedsim.report.gantt import write_gantt
+
+        paths += write_gantt(outdir / "gantt", [("measured", tl)],
+                             title=f"{spec.name} measured ({ctx.backend}, {launch}): makespan "
+                                   f"{tl.makespan_s * 1e3:.3f} ms")
+    maps = {p["times"]["rank"]: p["profile"] for p in gathered if p.get("profile")}
+    if maps:
+        from executor.profiling import kernel_timeline
+
+        atomic_write_text(outdir / "profiler_ops.json", json.dumps(maps, indent=1))
+        paths.append(outdir / "profiler_ops.json")
+        ktl = kernel_timeline(tl, maps)
+        if ktl is not None:
+            ktl.write_json(outdir / "timeline_kernels.json", compute_metrics(ktl))
+            paths.append(outdir / "timeline_kernels.json")
+        paths += sorted(outdir.glob("kineto_rank*.json.gz"))
+    print_summary(tl, metrics)
+    extra = f"median iteration makespan {meta_ms(tl.meta.get('makespan_median_s'))}"
+    if "makespan_uninstrumented_s" in tl.meta:
+        extra += f"; uninstrumented {meta_ms(tl.meta['makespan_uninstrumented_s'])}"
+    print(extra)
+    if checks:
+        c = tl.meta["check"]
+        print(f"check {'PASSED' if c['ok'] else 'FAILED'}: {c['what']}: max relative error {c['max_rel_err']:.3g} "
+              f"(tolerance {c['tol']:.3g})")
+    if compare:
+        from schedsim.cli import predict_to_dir
+        from schedsim.compare import print_comparison, write_comparison
+
+        pred, _m, ppaths = predict_to_dir(file, sets, profile, outdir / "predicted", launch, gantt)
+        res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt)
+        print_comparison(res)
+        paths += ppaths + cpaths
+    print("wrote " + ", ".join(str(p) for p in paths), flush=True)
+
+
+def meta_ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1e3:.3f} ms"

@@ -1,0 +1,630 @@
+"""Run one rank's ops of a schedule, iteration by iteration, and time them.
+
+Issue model
+-----------
+* **CUDA (NCCL).** One CUDA stream per schedule stream. The host walks the
+  rank's ops in program order; for each op it switches to the op's stream,
+  makes it wait (``wait_event``) on the end events of dependencies that live on
+  other streams (same-stream order is the stream's own FIFO), records a start
+  event, pushes an NVTX range named like the op, launches, pops and records an
+  end event. The host never blocks inside an iteration.
+* **CUDA graph** (``--cuda-graph``). After the eager warm-up, the iteration is
+  captured once: every schedule stream forks from the capture stream and joins
+  it at the end. Per-op timing inside the graph uses *external* timing events
+  (``torch.cuda.Event(external=True)``, i.e. ``cudaEventRecordExternal`` nodes),
+  which CUDA replays as real event records; dependencies use separate internal
+  events. If the build cannot time external events, only the whole replay is
+  timed (``meta.timing`` says which). NVTX ranges are host-side, so they show
+  the capture, not the replays.
+* **CPU (gloo).** There are no streams. One host thread issues the ops in
+  program order: compute and copies run inline; collectives and send/recv are
+  started asynchronously (gloo runs them on its own threads) and finish in the
+  background, their end time taken by a completion callback. Before an op
+  starts, the host waits for its dependencies and for the previous op of its
+  stream. So communication overlaps later compute as on a GPU, but a waiting op
+  blocks the issue of everything after it (there are no per-stream queues).
+
+Timing
+------
+Warm-up iterations, then ``iters`` timed iterations (CUDA events around every
+op, or ``perf_counter_ns`` on CPU), then as many *uninstrumented* iterations
+(no per-op events or NVTX: only the anchor and each stream's last event) to
+measure the makespan without the instrumentation, then optionally profiled and
+checked iterations. Each iteration starts after a host barrier and an anchor;
+:mod:`executor.timing` explains the time base.
+
+Timeouts
+--------
+Every wait has a deadline of ``--timeout`` seconds from the op's issue. When
+it passes, the waiting rank reads the other ranks' progress (published by
+:class:`executor.dist.ArrivalTracker`) and raises
+:class:`executor.ExecTimeout` naming the op and the ranks of its group that had
+not reached it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from executor import ExecError, ExecTimeout
+from executor.dist import ArrivalTracker, DistContext
+from executor.kernels import Binding, Materializer, OpImpl
+from schedsim.graph.ops import Op
+
+__all__ = ["RunOptions", "RankRunner", "nvtx_fns"]
+
+_COMM_KINDS = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter", "gather",
+               "send", "recv"}
+
+
+@dataclass
+class RunOptions:
+    """Options of ``schedsim execute`` that the runtime uses.
+
+    Attributes
+    ----------
+    iters : int
+        Timed iterations (the median is kept per op).
+    warmup : int
+        Untimed iterations first (NCCL communicator setup, cuBLAS heuristics, caches).
+    lean_iters : int
+        Uninstrumented iterations timed as a whole (0 to skip).
+    timeout_s : float
+        Deadline of every wait, seconds from the op's issue.
+    cuda_graph : bool
+        Capture one iteration and replay it.
+    profiler : bool
+        Run two more iterations under torch.profiler (Kineto).
+    check : bool
+        Real data through ``--check`` bindings, verified after the run.
+    nvtx : bool
+        NVTX range per op (CUDA only).
+    """
+
+    iters: int = 20
+    warmup: int = 5
+    lean_iters: int = -1
+    timeout_s: float = 300.0
+    cuda_graph: bool = False
+    profiler: bool = False
+    check: bool = False
+    nvtx: bool = True
+    seed: int = 0
+
+
+def nvtx_fns() -> tuple[Callable[[str], Any], Callable[[], Any], str]:
+    """NVTX push/pop: the ``nvtx`` package when importable, else ``torch.cuda.nvtx``."""
+    try:
+        import nvtx  # type: ignore[import-not-found]
+
+        push, pop = nvtx.push_range, nvtx.pop_range
+        return (lambda m: push(message=m, domain="schedsim")), (lambda: pop(domain="schedsim")), \
+            "nvtx package (domain schedsim)"
+    except Exception:
+        import torch
+
+        return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop, "torch.cuda.nvtx"
+
+
+class _Flag:
+    """CPU arrival marker: set when the host issues the op."""
+
+    __slots__ = ("v",)
+
+    def __init__(self) -> None:
+        self.v = False
+
+    def query(self) -> bool:
+        return self.v
+
+
+@dataclass
+class _Times:
+    anchors_ns: list[int] = field(default_factory=list)
+    start_s: list[list[float]] = field(default_factory=list)
+    end_s: list[list[float]] = field(default_factory=list)
+    lean: list[list[float]] = field(default_factory=list)
+
+
+class RankRunner:
+    """Runs this rank's ops of ``G``.
+
+    Parameters
+    ----------
+    G : networkx.DiGraph
+        The schedule's DAG.
+    ctx : DistContext
+    opts : RunOptions
+    bindings : dict, optional
+        op name → :class:`executor.kernels.Binding` (``--check``).
+    log : callable
+        Progress printer (rank 0 prints, others pass a no-op).
+    """
+
+    def __init__(self, G: Any, ctx: DistContext, opts: RunOptions, bindings: dict[str, Binding] | None = None,
+                 log: Callable[[str], None] = lambda s: None) -> None:
+        import torch
+
+        self.torch = torch
+        self.G = G
+        self.ctx = ctx
+        self.opts = opts
+        self.log = log
+        rank = ctx.rank
+        self.ops: list[Op] = sorted((G.nodes[n]["op"] for n in G.nodes if G.nodes[n]["op"].rank == rank),
+                                    key=lambda o: o.seq)
+        self.ids = [o.id for o in self.ops]
+        index = {o.name: i for i, o in enumerate(self.ops)}
+        last: dict[str, int] = {}
+        self.prev_same: list[int | None] = []
+        self.cross: list[list[int]] = []
+        self.waits: list[list[int]] = []
+        for i, o in enumerate(self.ops):
+            p = last.get(o.stream)
+            self.prev_same.append(p)
+            last[o.stream] = i
+            deps = [index[d] for d in o.deps if d in index]
+            self.cross.append([d for d in deps if self.ops[d].stream != o.stream])
+            self.waits.append(sorted(set(deps + ([p] if p is not None else []))))
+        self.stream_names = list(dict.fromkeys(o.stream for o in self.ops))
+        self.last_on_stream = {s: i for s, i in last.items()}
+        self.needs_dep_event = [False] * len(self.ops)
+        for lst in self.cross:
+            for d in lst:
+                self.needs_dep_event[d] = True
+        self.comm_idx = [i for i, o in enumerate(self.ops) if o.kind in _COMM_KINDS]
+        # every rank's comm-op positions, to tell who has not arrived on a timeout
+        per_rank: dict[int, list[str]] = {}
+        for n in G.nodes:
+            op = G.nodes[n]["op"]
+            if op.kind in _COMM_KINDS:
+                per_rank.setdefault(op.rank, []).append((op.seq, op.name))  # type: ignore[arg-type]
+        self.comm_pos = {(r, name): k for r, lst in per_rank.items()
+                         for k, (_s, name) in enumerate(sorted(lst))}  # type: ignore[misc]
+        self.peers: dict[str, list[int]] = {}
+        for members in G.graph.get("collectives", {}).values():
+            ranks = [G.nodes[m]["op"].rank for m in members]
+            for m in members:
+                if G.nodes[m]["op"].rank == rank:
+                    self.peers[G.nodes[m]["op"].name] = [r for r in ranks if r != rank]
+        for a, b in G.graph.get("p2p", []):
+            oa, ob = G.nodes[a]["op"], G.nodes[b]["op"]
+            if oa.rank == rank:
+                self.peers[oa.name] = [ob.rank]
+            if ob.rank == rank:
+                self.peers[ob.name] = [oa.rank]
+
+        self.mat = Materializer(ctx, seed=opts.seed)
+        bindings = bindings or {}
+        self.impls: list[OpImpl] = [self.mat.make(o, bindings.get(o.name)) for o in self.ops]
+        self.tracker = ArrivalTracker(ctx.store, rank) if ctx.world > 1 else None
+        self.iteration = -opts.warmup
+        self.phase = "warm-up"
+        self.times = _Times()
+        self.timing_mode = "cuda_events" if ctx.cuda else "host_perf_counter"
+        self.profile_iters = 2
+        self.prof_trace: Any = None
+        if ctx.cuda:
+            self._init_cuda()
+
+    # -- setup ---------------------------------------------------------------
+    def _init_cuda(self) -> None:
+        torch = self.torch
+        dev = self.ctx.device
+        self.streams = {s: torch.cuda.Stream(device=dev) for s in self.stream_names}
+        self.stream_list = [self.streams[o.stream] for o in self.ops]
+        self.anchor_stream = torch.cuda.Stream(device=dev)
+        n = len(self.ops)
+        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+        self.ev_start = [ev() for _ in range(n)]
+        self.ev_end = [ev() for _ in range(n)]
+        self.ev_anchor = ev()
+        self.ev_stream_end = {s: ev() for s in self.stream_names}
+        self.ev_dep = [torch.cuda.Event() if self.needs_dep_event[i] else None for i in range(n)]
+        push, pop, how = nvtx_fns()
+        self.nvtx_push, self.nvtx_pop, self.nvtx_how = push, pop, how
+        self.graph: Any = None
+        self.lean_graph: Any = None
+
+    # -- helpers ---------------------------------------------------------------
+    def _timeout(self, i: int, waited_s: float) -> None:
+        op = self.ops[i]
+        missing: list[int] = []
+        where = []
+        peers = self.peers.get(op.name, [])
+        if self.tracker is not None and peers:
+            self.tracker.flush()
+            prog = self.tracker.read(peers)
+            for r in peers:
+                p = prog.get(r)
+                pos = self.comm_pos.get((r, op.name), 0)
+                if p is None:
+                    missing.append(r)
+                    where.append(f"rank {r}: no progress report")
+                    continue
+                it, idx, cur = p
+                if it == self.iteration and idx < 0:
+                    where.append(f"rank {r}: progress not observable in {self.phase} iterations")
+                    continue
+                arrived = it > self.iteration or (it == self.iteration and idx > pos)
+                if not arrived:
+                    missing.append(r)
+                    itxt = "not yet in this iteration" if it < self.iteration else f"{idx} of its comm ops reached"
+                    where.append(f"rank {r}: {itxt}" + (f", host at op {cur!r}" if cur else ""))
+        it_txt = f"{self.phase} iteration {self.iteration}"
+        head = (f"timeout after {waited_s:.1f} s: {op.kind} {op.name!r} ({op.id}) did not complete on rank "
+                f"{self.ctx.rank} ({it_txt})")
+        if peers:
+            grp = sorted(peers + [self.ctx.rank])
+            if missing:
+                head += f"; rank(s) {missing} of its group {grp} did not arrive"
+            elif self.tracker is not None:
+                head += f"; every rank of its group {grp} arrived (a hang inside the transfer?)"
+        if where:
+            head += "\n  " + "\n  ".join(where)
+        head += "\n  fix: check that every rank reaches this op (deps, durations), or raise --timeout"
+        raise ExecTimeout(head, op.id, missing)
+
+    def _barrier(self) -> None:
+        self.ctx.barrier()
+
+    # -- CPU -----------------------------------------------------------------
+    def _on_complete(self, work: Any, i: int, end: list[int], done: list[Any], err: list[Any]) -> None:
+        ev = done[i]
+
+        def finish(exc: BaseException | None) -> None:
+            end[i] = time.perf_counter_ns()
+            err[i] = exc
+            ev.set()
+
+        if work is None:
+            finish(None)
+            return
+        try:
+            fut = work.get_future()
+        except Exception:
+            fut = None
+        if fut is not None:
+            def cb(f: Any) -> None:
+                try:
+                    f.value()
+                    finish(None)
+                except BaseException as e:
+                    finish(e)
+
+            fut.then(cb)
+            return
+
+        def waiter() -> None:
+            try:
+                work.wait()
+                finish(None)
+            except BaseException as e:
+                finish(e)
+
+        threading.Thread(target=waiter, daemon=True).start()
+
+    def _iter_cpu(self, record: bool, profile: bool = False) -> tuple[int, list[float], list[float]]:
+        n = len(self.ops)
+        done: list[Any] = [None] * n
+        start = [0] * n
+        end = [0] * n
+        err: list[Any] = [None] * n
+        markers = {i: _Flag() for i in self.comm_idx}
+        if self.tracker is not None:
+            self.tracker.begin(self.iteration, [markers[i] for i in self.comm_idx])
+        timeout_ns = int(self.opts.timeout_s * 1e9)
+        rf = None
+        if profile:
+            from torch.profiler import record_function as rf  # type: ignore[no-redef]
+        self._barrier()
+        anchor = time.time_ns()
+        t0 = time.perf_counter_ns()
+
+        def wait_for(d: int) -> None:
+            ev = done[d]
+            if ev is not None and not ev.is_set():
+                left = (start[d] + timeout_ns - time.perf_counter_ns()) * 1e-9
+                if left <= 0 or not ev.wait(left):
+                    self._timeout(d, (time.perf_counter_ns() - start[d]) * 1e-9)
+            if err[d] is not None:
+                raise ExecError(f"op {self.ids[d]} failed: {err[d].__class__.__name__}: {err[d]}")
+
+        for i in range(n):
+            for d in self.waits[i]:
+                wait_for(d)
+            impl = self.impls[i]
+            if self.tracker is not None:
+                self.tracker.current = impl.op.name
+            ctxm = rf(impl.op.name) if rf is not None else None
+            if ctxm is not None:
+                ctxm.__enter__()
+            start[i] = time.perf_counter_ns()
+            if impl.is_async:
+                done[i] = threading.Event()
+                if i in markers:
+                    markers[i].v = True
+                self._on_complete(impl.run(), i, end, done, err)
+            else:
+                if i in markers:
+                    markers[i].v = True
+                impl.run()
+                end[i] = time.perf_counter_ns()
+            if ctxm is not None:
+                ctxm.__exit__(None, None, None)
+        for i in range(n):
+            wait_for(i)
+        return anchor, [(s - t0) * 1e-9 for s in start], [(e - t0) * 1e-9 for e in end]
+
+    # -- CUDA eager ----------------------------------------------------------------
+    def _issue_cuda(self, timed: bool, profile: bool = False, capture: bool = False,
+                    ev_start: list[Any] | None = None, ev_end: list[Any] | None = None) -> None:
+        torch = self.torch
+        ev_start = ev_start if ev_start is not None else self.ev_start
+        ev_end = ev_end if ev_end is not None else self.ev_end
+        ev_dep = self.ev_dep
+        push, pop = self.nvtx_push, self.nvtx_pop
+        use_nvtx = timed and self.opts.nvtx and not capture
+        rf = None
+        if profile:
+            from torch.profiler import record_function as rf  # type: ignore[no-redef]
+        set_stream = torch.cuda.set_stream
+        cur = None
+        for i, impl in enumerate(self.impls):
+            s = self.stream_list[i]
+            if s is not cur:
+                set_stream(s)
+                cur = s
+            for d in self.cross[i]:
+                dep = ev_dep[d] if (capture or not timed) else ev_end[d]
+                s.wait_event(dep)
+            if timed:
+                ev_start[i].record(s)
+            if use_nvtx:
+                push(impl.op.name)
+            if rf is not None:
+                with rf(impl.op.name):
+                    impl.run()
+            else:
+                impl.run()
+            if use_nvtx:
+                pop()
+            if timed:
+                ev_end[i].record(s)
+            if ev_dep[i] is not None and (capture or not timed):
+                ev_dep[i].record(s)
+        if not timed and not capture:
+            for name in self.last_on_stream:
+                self.ev_stream_end[name].record(self.streams[name])
+
+    def _begin_cuda(self, observable: bool = True) -> int:
+        torch = self.torch
+        if self.tracker is not None:
+            self.tracker.begin(self.iteration, [self.ev_start[i] for i in self.comm_idx] if observable else None)
+        self._barrier()
+        a = self.anchor_stream
+        self.ev_anchor.record(a)
+        self.ev_anchor.synchronize()
+        anchor = time.time_ns()
+        for s in self.streams.values():
+            s.wait_event(self.ev_anchor)
+        del torch
+        return anchor
+
+    def _wait_cuda(self, events: list[tuple[int, Any]], issue_ns: int) -> None:
+        """Poll events until all complete; on the deadline, name the stuck op."""
+        deadline = issue_ns + int(self.opts.timeout_s * 1e9)
+        sleep = 2e-5
+        pending = list(events)
+        while pending:
+            pending = [(i, e) for i, e in pending if not e.query()]
+            if not pending:
+                break
+            if time.perf_counter_ns() > deadline:
+                self._timeout(self._stuck_cuda(), (time.perf_counter_ns() - issue_ns) * 1e-9)
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1e-3)
+
+    def _stuck_cuda(self) -> int:
+        """The op to blame: a comm op that started but did not end, else the first op not ended."""
+        first = 0
+        for i in range(len(self.ops)):
+            if not self.ev_end[i].query():
+                if self.ops[i].kind in _COMM_KINDS and self.ev_start[i].query():
+                    return i
+                first = first or i
+        for i in self.comm_idx:
+            if not self.ev_end[i].query():
+                return i
+        return first
+
+    def _iter_cuda(self, record: bool, profile: bool = False) -> tuple[int, list[float], list[float]]:
+        torch = self.torch
+        anchor = self._begin_cuda()
+        issue = time.perf_counter_ns()
+        try:
+            self._issue_cuda(timed=True, profile=profile)
+        finally:
+            torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
+        self._wait_cuda([(i, self.ev_end[i]) for i in self.last_on_stream.values()], issue)
+        ea = self.ev_anchor
+        st = [ea.elapsed_time(e) * 1e-3 for e in self.ev_start]
+        en = [ea.elapsed_time(e) * 1e-3 for e in self.ev_end]
+        return anchor, st, en
+
+    def _iter_cuda_lean(self) -> tuple[int, float]:
+        torch = self.torch
+        anchor = self._begin_cuda(observable=False)
+        issue = time.perf_counter_ns()
+        try:
+            self._issue_cuda(timed=False)
+        finally:
+            torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
+        evs = list(self.ev_stream_end.values())
+        self._wait_cuda([(-1, e) for e in evs], issue)
+        return anchor, max(self.ev_anchor.elapsed_time(e) * 1e-3 for e in evs)
+
+    # -- CUDA graph ------------------------------------------------------------------
+    def _capture(self, timed: bool) -> tuple[Any, list[Any] | None, list[Any] | None]:
+        torch = self.torch
+        n = len(self.ops)
+        gs = ge = None
+        if timed:
+            gs = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(n)]
+            ge = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(n)]
+        cap = self.anchor_stream
+        torch.cuda.synchronize(self.ctx.device)
+        if self.tracker is not None:
+            self.tracker.pause(True)
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g, stream=cap, capture_error_mode="thread_local"):
+                for s in self.streams.values():
+                    s.wait_stream(cap)
+                self._issue_cuda(timed=timed, capture=True, ev_start=gs, ev_end=ge)
+                for s in self.streams.values():
+                    cap.wait_stream(s)
+                torch.cuda.set_stream(cap)
+        finally:
+            if self.tracker is not None:
+                self.tracker.pause(False)
+        torch.cuda.synchronize(self.ctx.device)
+        return g, gs, ge
+
+    def _prepare_graphs(self) -> None:
+        try:
+            self.graph, self.gs, self.ge = self._capture(timed=True)
+            self.timing_mode = "cuda_graph_external_events"
+        except Exception as e:
+            self.log(f"per-op timing inside the CUDA graph failed ({e.__class__.__name__}: {e}); "
+                     "timing whole replays only")
+            self.graph, self.gs, self.ge = self._capture(timed=False)
+            self.timing_mode = "cuda_graph_replay_total"
+        if self.opts.lean_iters:
+            self.lean_graph = self._capture(timed=False)[0]
+
+    def _replay(self, g: Any) -> tuple[int, float]:
+        torch = self.torch
+        if self.tracker is not None:
+            timed = g is self.graph and self.gs is not None
+            self.tracker.begin(self.iteration, [self.gs[i] for i in self.comm_idx] if timed else None)
+        self._barrier()
+        cap = self.anchor_stream
+        self.ev_anchor.record(cap)
+        self.ev_anchor.synchronize()
+        anchor = time.time_ns()
+        issue = time.perf_counter_ns()
+        with torch.cuda.stream(cap):
+            g.replay()
+        end = self.ev_stream_end[self.stream_names[0]]
+        end.record(cap)
+        self._wait_cuda([(-1, end)], issue)
+        return anchor, self.ev_anchor.elapsed_time(end) * 1e-3
+
+    def _iter_graph(self) -> tuple[int, list[float], list[float]]:
+        anchor, total = self._replay(self.graph)
+        ea = self.ev_anchor
+        n = len(self.ops)
+        if self.gs is not None:
+            try:
+                st = [ea.elapsed_time(e) * 1e-3 for e in self.gs]
+                en = [ea.elapsed_time(e) * 1e-3 for e in self.ge]  # type: ignore[union-attr]
+                return anchor, st, en
+            except Exception as e:
+                self.log(f"reading external events failed ({e}); timing whole replays only")
+                self.gs = self.ge = None
+                self.timing_mode = "cuda_graph_replay_total"
+        return anchor, [0.0] * n, [total] * n
+
+    # -- phases ------------------------------------------------------------------
+    def _one(self, record: bool, profile: bool = False) -> tuple[int, list[float], list[float]]:
+        if not self.ctx.cuda:
+            return self._iter_cpu(record, profile)
+        if self.opts.cuda_graph and self.graph is not None:
+            return self._iter_graph()
+        return self._iter_cuda(record, profile)
+
+    def run(self) -> _Times:
+        """Warm up, (capture), time, time uninstrumented, profile and check; returns the timed data.
+
+        Raises
+        ------
+        ExecTimeout, ExecError
+        """
+        o = self.opts
+        self.phase = "warm-up"
+        for k in range(o.warmup):
+            self.iteration = -o.warmup + k
+            self._one(record=False)
+        if o.cuda_graph:
+            if not self.ctx.cuda:
+                raise ExecError("--cuda-graph needs CUDA\n  fix: drop --cuda-graph on CPU ranks")
+            self._prepare_graphs()
+            for _ in range(2):  # replay warm-up
+                self._iter_graph()
+        self.phase = "timed"
+        for k in range(o.iters):
+            self.iteration = k
+            a, st, en = self._one(record=True)
+            self.times.anchors_ns.append(a)
+            self.times.start_s.append(st)
+            self.times.end_s.append(en)
+            if (k + 1) % max(1, o.iters // 4) == 0 or k + 1 == o.iters:
+                self.log(f"  timed iteration {k + 1}/{o.iters}")
+        lean = o.iters if o.lean_iters < 0 else o.lean_iters
+        self.phase = "uninstrumented"
+        for k in range(lean):
+            self.iteration = o.iters + k
+            if not self.ctx.cuda:
+                a, _st, en = self._iter_cpu(False)
+                self.times.lean.append([a, max(en)])
+            elif o.cuda_graph and self.lean_graph is not None:
+                self.times.lean.append(list(self._replay(self.lean_graph)))
+            else:
+                self.times.lean.append(list(self._iter_cuda_lean()))
+        base = o.iters + lean
+        if o.profiler:
+            self.phase = "profiled"
+            self.prof_trace = self._profile(base)
+            base += self.profile_iters
+        if o.check:
+            self.phase = "check"
+            self.iteration = base
+            self._one(record=False)
+            if self.ctx.cuda:
+                self.torch.cuda.synchronize(self.ctx.device)
+        return self.times
+
+    def _profile(self, base: int) -> Any:
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.ctx.cuda else [])
+        with profile(activities=acts) as prof:
+            for k in range(self.profile_iters):
+                self.iteration = base + k
+                with record_function(f"schedsim_iter{k}"):
+                    if self.ctx.cuda and self.opts.cuda_graph and self.graph is not None:
+                        self._iter_graph()
+                    elif self.ctx.cuda:
+                        self._iter_cuda(True, profile=True)
+                    else:
+                        self._iter_cpu(True, profile=True)
+            if self.ctx.cuda:
+                self.torch.cuda.synchronize(self.ctx.device)
+        return prof
+
+    def times_dict(self) -> dict[str, Any]:
+        """What this rank sends to rank 0 (see :data:`executor.timing.RankTimes`)."""
+        t = self.times
+        return {"rank": self.ctx.rank, "ids": self.ids, "anchors_ns": t.anchors_ns, "start_s": t.start_s,
+                "end_s": t.end_s, "lean": t.lean}
+
+    def notes(self) -> dict[str, str]:
+        return {impl.op.name: impl.note for impl in self.impls}
+
+    def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.stop()

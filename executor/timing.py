@@ -1,0 +1,182 @@
+"""Turn per-rank, per-iteration op times into one measured :class:`Timeline`.
+
+Pure Python (no torch), so it is tested without processes.
+
+Time base
+---------
+Each iteration starts with a host barrier over all ranks. Right after it, each
+rank records an *anchor*: on CUDA an event on an idle device, synchronised, and
+the host wall clock (``time.time_ns``) read just after; on CPU the wall clock
+itself. Op times are measured relative to that anchor (CUDA events:
+``elapsed_time(anchor, event)``; CPU: ``perf_counter_ns`` differences) and
+shifted by ``anchor_r − min_r anchor_r`` onto a common origin, the earliest
+anchor of the iteration. Ranks on one host share the clock exactly; across
+hosts the error is the clock synchronisation (NTP/PTP) error.
+
+Rendezvous
+----------
+An op's start event fires when its stream reaches it, which for a collective
+or a send/recv is when *this* rank arrives, not when the transfer can begin.
+Like the simulator, the timeline reports ``ready_s`` = this rank's arrival and
+``start_s`` = the latest arrival over the group (the rendezvous), capped at the
+op's end.
+
+Aggregation
+-----------
+Per op, the median over the timed iterations of ``ready``, ``start`` and
+``end`` separately (each median is monotone, so ``start ≤ end`` holds). The
+per-iteration makespans and their median are kept in ``meta`` as well, since
+the makespan of median spans need not equal the median makespan.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from schedsim.graph.ops import Op
+from schedsim.sim.timeline import Span, Timeline
+
+__all__ = ["RankTimes", "assemble_timeline", "rank_local_timeline"]
+
+RankTimes = dict[str, Any]
+"""What each rank sends to rank 0:
+
+``rank`` (int); ``ids`` (op ids in this rank's program order); ``anchors_ns``
+(one wall-clock anchor per timed iteration); ``start_s`` / ``end_s`` (per
+iteration, a list of per-op times in seconds relative to the anchor);
+``lean`` (per uninstrumented iteration, ``[anchor_ns, end_s]``).
+"""
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launch: str,
+                      meta: dict[str, Any] | None = None) -> Timeline:
+    """Build the measured timeline from what every rank gathered.
+
+    Parameters
+    ----------
+    G : networkx.DiGraph
+        The schedule's DAG (from :func:`schedsim.graph.build.build_graph`).
+    per_rank : list of RankTimes
+        One entry per rank (see :data:`RankTimes`); all ranks ran the same
+        number of timed iterations.
+    schedule, launch : str
+        Copied into the timeline.
+    meta : dict, optional
+        Extra metadata; ``makespan_iters_s``, ``makespan_median_s`` and, when
+        lean iterations ran, ``makespan_uninstrumented_s`` are added.
+
+    Returns
+    -------
+    Timeline
+        ``source="execute"``; times in seconds from the common origin.
+    """
+    meta = dict(meta or {})
+    n_iter = min((len(r["anchors_ns"]) for r in per_rank), default=0)
+    # absolute (origin-shifted) times per iteration: t[it][op_id] = (ready, end)
+    iters: list[dict[str, tuple[float, float]]] = []
+    for it in range(n_iter):
+        origin = min(r["anchors_ns"][it] for r in per_rank)
+        d: dict[str, tuple[float, float]] = {}
+        for r in per_rank:
+            off = (r["anchors_ns"][it] - origin) * 1e-9
+            for oid, s, e in zip(r["ids"], r["start_s"][it], r["end_s"][it]):
+                d[oid] = (s + off, e + off)
+        iters.append(d)
+    rendezvous: list[list[str]] = [list(m) for m in G.graph.get("collectives", {}).values()]
+    rendezvous += [[a, b] for a, b in G.graph.get("p2p", [])]
+    starts: list[dict[str, float]] = []
+    for d in iters:
+        st = {k: v[0] for k, v in d.items()}
+        for members in rendezvous:
+            present = [m for m in members if m in d]
+            if len(present) < 2:
+                continue
+            t = max(d[m][0] for m in present)
+            for m in present:
+                st[m] = min(t, d[m][1])
+        starts.append(st)
+    spans: list[Span] = []
+    makespans = [max((v[1] for v in d.values()), default=0.0) for d in iters]
+    for oid in G.nodes:
+        if not iters or oid not in iters[0]:
+            continue
+        op: Op = G.nodes[oid]["op"]
+        ready = _median([d[oid][0] for d in iters])
+        start = _median([s[oid] for s in starts])
+        end = _median([d[oid][1] for d in iters])
+        spans.append(Span(oid, op.name, op.rank, op.stream, op.kind, op.resource, start, max(end, start), None,
+                          ready, op.nbytes, op.flops, dict(op.tags) if op.tags else {}))
+    meta["iterations"] = n_iter
+    meta["makespan_iters_s"] = makespans
+    meta["makespan_median_s"] = _median(makespans) if makespans else 0.0
+    n_lean = min((len(r.get("lean", [])) for r in per_rank), default=0)
+    if n_lean:
+        lean = []
+        for it in range(n_lean):
+            origin = min(r["lean"][it][0] for r in per_rank)
+            lean.append(max((r["lean"][it][0] - origin) * 1e-9 + r["lean"][it][1] for r in per_rank))
+        meta["makespan_uninstrumented_iters_s"] = lean
+        meta["makespan_uninstrumented_s"] = _median(lean)
+    world = int(G.graph.get("world_size", len(per_rank)))
+    return Timeline(schedule=schedule, source="execute", world_size=world, launch=launch, profile=None,
+                    spans=spans, critical_path=_critical_path(G, spans), meta=meta)
+
+
+def _critical_path(G: Any, spans: list[Span]) -> list[str]:
+    """Walk back from the last op to end: each step goes to the predecessor (DAG edge or rendezvous
+    peer) that finished last before the op started. A measured approximation of the simulator's path."""
+    by = {s.id: s for s in spans}
+    if not by:
+        return []
+    peers: dict[str, list[str]] = {}
+    for members in G.graph.get("collectives", {}).values():
+        for m in members:
+            peers[m] = [x for x in members if x != m]
+    for a, b in G.graph.get("p2p", []):
+        peers.setdefault(a, []).append(b)
+        peers.setdefault(b, []).append(a)
+    cur = max(by.values(), key=lambda s: s.end_s).id
+    path = [cur]
+    seen = {cur}
+    while True:
+        s = by[cur]
+        cands = [p for p in G.predecessors(cur) if p in by]
+        # a late peer of a rendezvous stands for the op's own wait
+        for q in peers.get(cur, []):
+            if q in by and by[q].ready_s is not None and s.ready_s is not None and by[q].ready_s > s.ready_s:
+                cands += [p for p in G.predecessors(q) if p in by]
+        cands = [c for c in cands if c not in seen and by[c].end_s <= s.start_s + 1e-6]
+        if not cands:
+            break
+        cur = max(cands, key=lambda c: by[c].end_s)
+        seen.add(cur)
+        path.append(cur)
+    path.reverse()
+    return path
+
+
+def rank_local_timeline(G: Any, times: RankTimes, *, schedule: str, launch: str,
+                        meta: dict[str, Any] | None = None) -> Timeline:
+    """A one-rank timeline (partial results after a failure): medians over the iterations it completed,
+    relative to its own anchor (no cross-rank alignment, no rendezvous)."""
+    ids = times["ids"]
+    spans = []
+    n = len(times["start_s"])
+    for j, oid in enumerate(ids):
+        if not n:
+            break
+        op: Op = G.nodes[oid]["op"]
+        st = _median([times["start_s"][it][j] for it in range(n)])
+        en = _median([times["end_s"][it][j] for it in range(n)])
+        spans.append(Span(oid, op.name, op.rank, op.stream, op.kind, op.resource, st, max(st, en), None, st,
+                          op.nbytes, op.flops, dict(op.tags) if op.tags else {}))
+    m = dict(meta or {})
+    m["iterations"] = n
+    m["partial"] = True
+    return Timeline(schedule=schedule, source="execute", world_size=int(G.graph.get("world_size", 1)), launch=launch,
+                    spans=spans, meta=m)

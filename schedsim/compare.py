@@ -1,0 +1,293 @@
+"""Compare a predicted timeline with a measured (executed or imported) one.
+
+Pure Python (no torch): ``schedsim compare PRED MEAS`` and ``schedsim execute
+--compare`` use it, and so can the trace importer through
+:func:`compare_timelines`.
+
+What is compared
+----------------
+* **Makespan**: signed relative error ``(pred − meas) / meas``; when the
+  measured timeline comes from ``schedsim execute``, also against its
+  uninstrumented makespan (iterations timed as a whole, without per-op events
+  or NVTX), which is what the schedule itself costs.
+* **Per op**, matching ops by id (``name@rN``): the duration error of each
+  op, then the median and worst absolute relative error, and the same grouped
+  by op kind (with the summed predicted and measured time of each kind).
+* **Overlap ratio and exposed communication** (definitions in
+  :mod:`schedsim.sim.metrics`), predicted against measured.
+* **Per rank, by resource**: the busy time of compute, communication and copy
+  and the idle time. This is always reported, and it is *the* comparison when
+  the ops cannot be matched by id (an imported trace names kernels, not schedule
+  ops): then ``match.mode`` is ``"kind"``.
+
+Errors are signed: positive means the prediction is too long.
+"""
+
+# no "from __future__ import annotations": typer evaluates the command signatures
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+from schedsim.errors import TraceError
+from schedsim.sim.metrics import compute_metrics
+from schedsim.sim.timeline import Span, Timeline, atomic_write_text
+
+__all__ = ["compare_timelines", "write_comparison", "load_timeline_arg", "print_comparison", "register"]
+
+#: Share of ops that must match by id for the by-id comparison to be used.
+MIN_MATCH_SHARE = 0.5
+_TINY = 1e-12
+
+
+def _rel(pred: float, meas: float) -> float | None:
+    """Signed relative error (pred − meas) / meas, None when meas is 0."""
+    if abs(meas) < _TINY:
+        return None if abs(pred) >= _TINY else 0.0
+    return (pred - meas) / meas
+
+
+def _by_rank(metrics: dict[str, Any]) -> dict[int, dict[str, float]]:
+    out = {}
+    for r, d in metrics["ranks"].items():
+        out[int(r)] = {"compute": d["busy_compute_s"], "comm": d["busy_comm_s"], "copy": d["busy_copy_s"],
+                       "idle": d["idle_s"], "exposed_comm": d["exposed_comm_s"]}
+    return out
+
+
+def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 100000) -> dict[str, Any]:
+    """Compare a predicted timeline with a measured one.
+
+    Parameters
+    ----------
+    pred : Timeline
+        Usually ``source="predict"``.
+    meas : Timeline
+        ``source="execute"`` or ``"import"``.
+    max_ops_listed : int
+        Cap on the per-op rows kept in the result (``ops.per_op``).
+
+    Returns
+    -------
+    dict
+        ``makespan`` {pred_s, meas_s, error, abs_error_pct}; ``match``
+        {mode: "id" | "kind", matched, only_pred, only_meas (op ids, first 20),
+        n_only_pred, n_only_meas}; ``ops`` (by id only) {median_abs_error,
+        mean_abs_error, worst {id, kind, pred_s, meas_s, error}, by_kind {kind:
+        {n, pred_total_s, meas_total_s, total_error, median_abs_error}},
+        per_op [{id, kind, rank, stream, pred_start_s, pred_dur_s, meas_start_s,
+        meas_dur_s, error}]}; ``overlap`` {overlap_ratio, exposed_comm_s,
+        busy_comm_s: {pred, meas, error}}; ``by_rank`` {rank: {resource: {pred_s,
+        meas_s, error}}} for compute, comm, copy, idle, exposed_comm. Times in
+        seconds; errors are signed fractions ((pred − meas) / meas).
+
+    Examples
+    --------
+    >>> from schedsim.sim.timeline import Span, Timeline
+    >>> p = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 1.1)])
+    >>> m = Timeline("x", "execute", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 1.0)])
+    >>> round(compare_timelines(p, m)["makespan"]["error"], 3)
+    0.1
+    """
+    mp, mm = compute_metrics(pred), compute_metrics(meas)
+    res: dict[str, Any] = {
+        "schedule": {"pred": pred.schedule, "meas": meas.schedule},
+        "source": {"pred": pred.source, "meas": meas.source},
+        "launch": {"pred": pred.launch, "meas": meas.launch},
+        "profile": pred.profile,
+    }
+    ms_p, ms_m = mp["makespan_s"], mm["makespan_s"]
+    err = _rel(ms_p, ms_m)
+    res["makespan"] = {"pred_s": ms_p, "meas_s": ms_m, "error": err,
+                       "abs_error_pct": None if err is None else abs(err) * 100.0}
+    un = meas.meta.get("makespan_uninstrumented_s") if isinstance(meas.meta, dict) else None
+    if un:
+        # schedsim execute also times whole iterations without per-op events/NVTX: the program's own cost
+        eu = _rel(ms_p, float(un))
+        res["makespan"]["uninstrumented"] = {"meas_s": float(un), "error": eu,
+                                             "abs_error_pct": None if eu is None else abs(eu) * 100.0}
+    pid, mid = pred.by_id(), meas.by_id()
+    common = [k for k in pid if k in mid]
+    only_p = [k for k in pid if k not in mid]
+    only_m = [k for k in mid if k not in pid]
+    share = len(common) / max(1, min(len(pid), len(mid)))
+    mode = "id" if common and share >= MIN_MATCH_SHARE else "kind"
+    res["match"] = {"mode": mode, "matched": len(common), "only_pred": only_p[:20], "only_meas": only_m[:20],
+                    "n_only_pred": len(only_p), "n_only_meas": len(only_m)}
+    if mode == "id":
+        res["ops"] = _op_errors(common, pid, mid, max_ops_listed)
+    ov: dict[str, Any] = {}
+    for key in ("overlap_ratio", "exposed_comm_s", "busy_comm_s"):
+        a, b = mp[key], mm[key]
+        ov[key] = {"pred": a, "meas": b, "error": _rel(a, b) if key != "overlap_ratio" else a - b}
+    res["overlap"] = ov
+    bp, bm = _by_rank(mp), _by_rank(mm)
+    by_rank: dict[int, dict[str, Any]] = {}
+    for r in sorted(set(bp) | set(bm)):
+        row = {}
+        for res_key in ("compute", "comm", "copy", "idle", "exposed_comm"):
+            a = bp.get(r, {}).get(res_key, 0.0)
+            b = bm.get(r, {}).get(res_key, 0.0)
+            row[res_key] = {"pred_s": a, "meas_s": b, "error": _rel(a, b)}
+        by_rank[r] = row
+    res["by_rank"] = by_rank
+    return res
+
+
+def _op_errors(common: list[str], pid: dict[str, Span], mid: dict[str, Span], cap: int) -> dict[str, Any]:
+    rows = []
+    by_kind: dict[str, list[tuple[float, float, float | None]]] = {}
+    for k in common:
+        a, b = pid[k], mid[k]
+        e = _rel(a.duration_s, b.duration_s)
+        rows.append({"id": k, "kind": b.kind, "rank": b.rank, "stream": b.stream, "pred_start_s": a.start_s,
+                     "pred_dur_s": a.duration_s, "meas_start_s": b.start_s, "meas_dur_s": b.duration_s, "error": e})
+        by_kind.setdefault(b.kind, []).append((a.duration_s, b.duration_s, e))
+    errs = [abs(r["error"]) for r in rows if r["error"] is not None]
+    worst = max((r for r in rows if r["error"] is not None), key=lambda r: abs(r["error"]), default=None)
+    kinds = {}
+    for kind, lst in sorted(by_kind.items()):
+        tp = sum(x[0] for x in lst)
+        tm = sum(x[1] for x in lst)
+        ke = [abs(x[2]) for x in lst if x[2] is not None]
+        kinds[kind] = {"n": len(lst), "pred_total_s": tp, "meas_total_s": tm, "total_error": _rel(tp, tm),
+                       "median_abs_error": statistics.median(ke) if ke else None}
+    return {
+        "median_abs_error": statistics.median(errs) if errs else None,
+        "mean_abs_error": statistics.fmean(errs) if errs else None,
+        "worst": None if worst is None else {"id": worst["id"], "kind": worst["kind"], "pred_s": worst["pred_dur_s"],
+                                             "meas_s": worst["meas_dur_s"], "error": worst["error"]},
+        "by_kind": kinds,
+        "per_op": rows[:cap],
+    }
+
+
+def load_timeline_arg(path: str | Path) -> Timeline:
+    """Read a timeline from a ``timeline.json`` path or a folder holding one.
+
+    Raises
+    ------
+    TraceError
+        Missing or malformed file.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "timeline.json"
+        if not p.exists():
+            raise TraceError(f"{path}: folder has no timeline.json\n  fix: pass the --out folder of predict/execute, "
+                             "or a timeline.json path")
+    return Timeline.read_json(p)
+
+
+def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, title: str = "",
+                     gantt: bool = True) -> tuple[dict[str, Any], list[Path]]:
+    """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines)
+    and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream).
+
+    Returns
+    -------
+    (dict, list of Path)
+        The :func:`compare_timelines` result and the files written.
+    """
+    from schedsim.report.chrome import write_chrome_trace
+
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    res = compare_timelines(pred, meas)
+    paths = [out / "compare.json", out / "compare_trace.json"]
+    atomic_write_text(paths[0], json.dumps(res, indent=1, default=str))
+    write_chrome_trace(paths[1], [("predicted", pred), ("measured", meas)])
+    if gantt:
+        from schedsim.report.gantt import write_gantt
+
+        e = res["makespan"]["error"]
+        etxt = "n/a" if e is None else f"{e * 100:+.1f}%"
+        t = title or (f"{meas.schedule}: predicted {res['makespan']['pred_s'] * 1e3:.3f} ms vs measured "
+                      f"{res['makespan']['meas_s'] * 1e3:.3f} ms ({etxt})")
+        paths += write_gantt(out / "compare_gantt", [("predicted", pred), ("measured", meas)], title=t)
+    return res, paths
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:+.1f}%"
+
+
+def print_comparison(res: dict[str, Any], console: Any = None) -> None:
+    """Print a comparison result as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from schedsim.report.summary import fmt_time
+
+    con = console or Console()
+    ms = res["makespan"]
+    con.print(f"[bold]{res['schedule']['meas']}[/bold]  predicted ({res['source']['pred']}, profile "
+              f"{res.get('profile')}, {res['launch']['pred']}) vs measured ({res['source']['meas']}, "
+              f"{res['launch']['meas']})")
+    con.print(f"makespan: predicted [bold]{fmt_time(ms['pred_s'])}[/bold], measured [bold]{fmt_time(ms['meas_s'])}"
+              f"[/bold], error [bold]{_pct(ms['error'])}[/bold]")
+    if "uninstrumented" in ms:
+        u = ms["uninstrumented"]
+        con.print(f"makespan without per-op instrumentation: measured [bold]{fmt_time(u['meas_s'])}[/bold], error "
+                  f"[bold]{_pct(u['error'])}[/bold]")
+    m = res["match"]
+    con.print(f"ops matched by id: {m['matched']} (only predicted {m['n_only_pred']}, only measured "
+              f"{m['n_only_meas']}); comparison mode: {m['mode']}")
+    if "ops" in res:
+        o = res["ops"]
+        w = o["worst"]
+        wtxt = (f"{w['id']} ({w['kind']}): {fmt_time(w['pred_s'])} vs {fmt_time(w['meas_s'])}, {_pct(w['error'])}"
+                if w else "n/a")
+        med = o["median_abs_error"]
+        con.print(f"per-op duration error: median |err| {'n/a' if med is None else f'{med * 100:.1f}%'}; worst {wtxt}")
+        t = Table(title="by op kind")
+        for c in ("kind", "n", "predicted", "measured", "total err", "median |err|"):
+            t.add_column(c, justify="right")
+        for kind, d in o["by_kind"].items():
+            mae = d["median_abs_error"]
+            t.add_row(kind, str(d["n"]), fmt_time(d["pred_total_s"]), fmt_time(d["meas_total_s"]),
+                      _pct(d["total_error"]), "n/a" if mae is None else f"{mae * 100:.1f}%")
+        con.print(t)
+    ov = res["overlap"]
+    con.print(f"overlap ratio: predicted {ov['overlap_ratio']['pred']:.3f}, measured "
+              f"{ov['overlap_ratio']['meas']:.3f}; "
+              f"exposed comm (sum over ranks): predicted {fmt_time(ov['exposed_comm_s']['pred'])}, measured "
+              f"{fmt_time(ov['exposed_comm_s']['meas'])}")
+    t = Table(title="per rank: busy time by resource, predicted / measured")
+    for c in ("rank", "compute", "comm", "copy", "idle"):
+        t.add_column(c, justify="right")
+    for r, row in res["by_rank"].items():
+        t.add_row(str(r), *[f"{fmt_time(row[k]['pred_s'])} / {fmt_time(row[k]['meas_s'])}"
+                            for k in ("compute", "comm", "copy", "idle")])
+    con.print(t)
+
+
+def register(app: Any) -> None:
+    """Add the ``compare`` command to the typer app of :mod:`schedsim.cli`."""
+    import typer
+
+    from schedsim.cli import OutFormat, handle_errors
+
+    @app.command()
+    @handle_errors
+    def compare(
+        pred: Path = typer.Argument(..., help="Predicted timeline.json (or the folder holding it)."),
+        meas: Path = typer.Argument(..., help="Measured timeline.json from execute or import (or its folder)."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                           help="Output folder [default: schedsim_out/compare_<schedule>]."),
+        fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
+        gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the stacked Gantt chart (PNG and SVG)."),
+    ) -> None:
+        """Compare predicted and measured timelines: makespan and per-op errors, overlap, Gantt and Perfetto trace."""
+        p, m = load_timeline_arg(pred), load_timeline_arg(meas)
+        outdir = out or Path("schedsim_out") / f"compare_{m.schedule}"
+        res, paths = write_comparison(p, m, outdir, gantt=gantt)
+        if fmt == OutFormat.json:
+            slim = {k: v for k, v in res.items() if k != "ops"}
+            if "ops" in res:
+                slim["ops"] = {k: v for k, v in res["ops"].items() if k != "per_op"}
+            print(json.dumps({**slim, "files": [str(x) for x in paths]}, indent=1, default=str))
+            return
+        print_comparison(res)
+        print("wrote " + ", ".join(str(x) for x in paths))

@@ -1,0 +1,36 @@
+"""Helpers for the executor tests (a plain module, not a conftest, so it cannot clash with
+other folders' conftest imports): run ``torchrun -m schedsim ...`` on CPU ranks (gloo)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["CUDA_VISIBLE_DEVICES"] = ""  # CPU ranks (gloo) even on a GPU machine
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
+
+
+def torchrun(nproc: int, args: list[str], timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """Run ``torchrun --standalone --nproc-per-node N -m schedsim ARGS`` from the repo root."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "schedsim", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def schedsim(args: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m schedsim ARGS`` (one process, no torchrun)."""
+    return subprocess.run([sys.executable, "-m", "schedsim", *args], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+

@@ -1,0 +1,107 @@
+"""schedsim.compare on hand-built timelines whose errors are known."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schedsim.compare import compare_timelines, load_timeline_arg, write_comparison
+from schedsim.errors import TraceError
+from schedsim.sim.timeline import Span, Timeline
+
+
+def span(oid: str, kind: str, res: str, a: float, b: float, stream: str = "s") -> Span:
+    name, rank = oid.split("@r")
+    return Span(oid, name, int(rank), stream, kind, res, a, b)
+
+
+def pred_tl() -> Timeline:
+    # rank 0: mm 0-10, ar 10-14 (comm); rank 1: mm 0-10, ar 10-14; makespan 14
+    return Timeline("x", "predict", 2, profile="toy", spans=[
+        span("mm@r0", "matmul", "compute", 0, 10), span("ar@r0", "all_reduce", "comm", 10, 14, "c"),
+        span("mm@r1", "matmul", "compute", 0, 10), span("ar@r1", "all_reduce", "comm", 10, 14, "c"),
+    ])
+
+
+def meas_tl() -> Timeline:
+    # measured: mm takes 8 (pred +25%), ar takes 8 (pred -50%) and half of it overlaps the next mm... makespan 16
+    return Timeline("x", "execute", 2, meta={"makespan_uninstrumented_s": 15.0}, spans=[
+        span("mm@r0", "matmul", "compute", 0, 8), span("ar@r0", "all_reduce", "comm", 8, 16, "c"),
+        span("mm@r1", "matmul", "compute", 0, 8), span("ar@r1", "all_reduce", "comm", 8, 16, "c"),
+        span("mm2@r0", "matmul", "compute", 8, 12),
+    ])
+
+
+class TestCompareById:
+    def test_makespan_error(self) -> None:
+        r = compare_timelines(pred_tl(), meas_tl())
+        assert r["makespan"]["pred_s"] == 14 and r["makespan"]["meas_s"] == 16
+        assert r["makespan"]["error"] == pytest.approx(-0.125)
+        assert r["makespan"]["abs_error_pct"] == pytest.approx(12.5)
+        assert r["makespan"]["uninstrumented"]["error"] == pytest.approx(14 / 15 - 1)
+
+    def test_per_op_errors(self) -> None:
+        r = compare_timelines(pred_tl(), meas_tl())
+        assert r["match"]["mode"] == "id"
+        assert r["match"]["matched"] == 4 and r["match"]["only_meas"] == ["mm2@r0"]
+        o = r["ops"]
+        assert o["median_abs_error"] == pytest.approx(0.375)  # |+0.25| x2, |-0.5| x2
+        assert o["worst"]["kind"] == "all_reduce" and o["worst"]["error"] == pytest.approx(-0.5)
+        assert o["by_kind"]["matmul"]["total_error"] == pytest.approx(0.25)
+        assert o["by_kind"]["all_reduce"]["pred_total_s"] == 8 and o["by_kind"]["all_reduce"]["meas_total_s"] == 16
+
+    def test_overlap_and_exposed(self) -> None:
+        r = compare_timelines(pred_tl(), meas_tl())
+        ov = r["overlap"]
+        assert ov["overlap_ratio"]["pred"] == 0.0
+        assert ov["overlap_ratio"]["meas"] == pytest.approx(4 / 16)  # rank 0: 4 of 8 hidden; rank 1: none
+        assert ov["exposed_comm_s"]["pred"] == 8 and ov["exposed_comm_s"]["meas"] == 12
+        assert r["by_rank"][0]["compute"]["meas_s"] == 12 and r["by_rank"][1]["idle"]["meas_s"] == 0
+
+
+def test_kind_mode_when_ids_do_not_match() -> None:
+    meas = Timeline("x", "import", 1, spans=[span("kernel_a@r0", "matmul", "compute", 0, 5),
+                                             span("nccl_b@r0", "all_reduce", "comm", 5, 9, "c")])
+    pred = Timeline("x", "predict", 1, spans=[span("mm@r0", "matmul", "compute", 0, 4),
+                                              span("ar@r0", "all_reduce", "comm", 4, 8, "c")])
+    r = compare_timelines(pred, meas)
+    assert r["match"]["mode"] == "kind" and "ops" not in r
+    row = r["by_rank"][0]
+    assert row["compute"]["error"] == pytest.approx(-0.2)
+    assert row["comm"]["error"] == pytest.approx(0.0)
+    assert r["makespan"]["error"] == pytest.approx(8 / 9 - 1)
+
+
+def test_write_comparison_files(tmp_path) -> None:
+    res, paths = write_comparison(pred_tl(), meas_tl(), tmp_path, gantt=False)
+    names = sorted(p.name for p in paths)
+    assert names == ["compare.json", "compare_trace.json"]
+    d = json.loads((tmp_path / "compare.json").read_text())
+    assert d["makespan"]["error"] == pytest.approx(-0.125)
+    tr = json.loads((tmp_path / "compare_trace.json").read_text())
+    procs = {e["args"]["name"] for e in tr["traceEvents"] if e.get("name") == "process_name"}
+    assert procs == {"predicted rank 0", "predicted rank 1", "measured rank 0", "measured rank 1"}
+
+
+def test_compare_cli(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    pred_tl().write_json(tmp_path / "p.json")
+    (tmp_path / "m").mkdir()
+    meas_tl().write_json(tmp_path / "m" / "timeline.json")
+    r = CliRunner().invoke(app, ["compare", str(tmp_path / "p.json"), str(tmp_path / "m"), "--out",
+                                 str(tmp_path / "c"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["makespan"]["error"] == pytest.approx(-0.125)
+    assert (tmp_path / "c" / "compare_gantt.png").exists()
+    r = CliRunner().invoke(app, ["compare", str(tmp_path / "p.json"), str(tmp_path / "nope.json")])
+    assert r.exit_code == 2 and "no such file" in r.output
+
+
+def test_load_timeline_arg_folder_without_timeline(tmp_path) -> None:
+    with pytest.raises(TraceError, match="no timeline.json"):
+        load_timeline_arg(tmp_path)

@@ -1,0 +1,49 @@
+"""executor.timing: per-rank event times -> one timeline (no processes, no torch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from executor.timing import assemble_timeline, rank_local_timeline
+from schedsim.graph.build import build_graph
+from schedsim.spec.loader import load_text
+
+TEXT = """
+schema_version: 1
+name: t
+world_size: 2
+ops:
+  - {name: mm, kind: matmul, m: 64, n: 64, k: 64}
+  - {name: ar, kind: all_reduce, bytes: 1024, deps: [mm]}
+"""
+
+
+def test_anchor_shift_rendezvous_and_medians() -> None:
+    G = build_graph(load_text(TEXT, "t.yaml"))
+    # rank 1's anchor is 1 ms later than rank 0's in every iteration
+    r0 = {"rank": 0, "ids": ["mm@r0", "ar@r0"], "anchors_ns": [0, 10_000_000, 20_000_000],
+          "start_s": [[0.0, 0.001], [0.0, 0.001], [0.0, 0.002]],
+          "end_s": [[0.001, 0.005], [0.001, 0.005], [0.002, 0.006]], "lean": [[0, 0.004], [10_000_000, 0.006]]}
+    r1 = {"rank": 1, "ids": ["mm@r1", "ar@r1"], "anchors_ns": [1_000_000, 11_000_000, 21_000_000],
+          "start_s": [[0.0, 0.002], [0.0, 0.002], [0.0, 0.002]],
+          "end_s": [[0.002, 0.004], [0.002, 0.004], [0.002, 0.004]], "lean": [[1_000_000, 0.004], [10_000_000, 0.005]]}
+    tl = assemble_timeline(G, [r0, r1], schedule="t", launch="eager")
+    s = tl.by_id()
+    assert tl.source == "execute" and tl.world_size == 2
+    assert s["mm@r1"].start_s == pytest.approx(0.001)  # shifted by the anchor difference
+    # all_reduce: rank 0 arrives at 1 ms (median), rank 1 at 3 ms -> both start at 3 ms
+    assert s["ar@r0"].ready_s == pytest.approx(0.001)
+    assert s["ar@r0"].start_s == pytest.approx(0.003) and s["ar@r1"].start_s == pytest.approx(0.003)
+    assert s["ar@r0"].end_s == pytest.approx(0.005)
+    assert tl.meta["makespan_iters_s"] == pytest.approx([0.005, 0.005, 0.006])
+    assert tl.meta["makespan_median_s"] == pytest.approx(0.005)
+    assert tl.meta["makespan_uninstrumented_iters_s"] == pytest.approx([0.005, 0.006])
+    assert tl.critical_path[-1] in ("ar@r0", "ar@r1")
+
+
+def test_rank_local_timeline_is_partial() -> None:
+    G = build_graph(load_text(TEXT, "t.yaml"))
+    r0 = {"rank": 0, "ids": ["mm@r0", "ar@r0"], "anchors_ns": [0], "start_s": [[0.0, 0.001]],
+          "end_s": [[0.001, 0.002]], "lean": []}
+    tl = rank_local_timeline(G, r0, schedule="t", launch="eager", meta={"error": "x"})
+    assert tl.meta["partial"] is True and len(tl.spans) == 2 and tl.makespan_s == pytest.approx(0.002)

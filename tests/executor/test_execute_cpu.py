@@ -1,0 +1,149 @@
+"""End to end on CPU ranks (gloo) under torchrun: execute -> timeline -> compare, --check,
+world-size mismatch, timeouts, calibrate. Each torchrun start costs seconds on a 2-core CI machine,
+so each test checks several things of one run."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+from exec_helpers import DATA, ROOT, schedsim, torchrun
+
+pytestmark = pytest.mark.slow
+torch = pytest.importorskip("torch")
+
+SMALL = ["--set", "M=64", "--set", "K=64", "--set", "N=64"]
+
+
+def _no_temp_files(d) -> None:
+    assert not [p for p in d.rglob("*") if p.name.endswith(".tmp")], "a half-written file was left behind"
+
+
+def test_execute_check_profiler_compare_2_ranks(tmp_path) -> None:
+    """The issue's 'done' command, cut down with --set: allgather_mm8 on 2 gloo ranks, checked and compared."""
+    out = tmp_path / "ag8"
+    r = torchrun(2, ["execute", "schedules/allgather_mm8.yaml", *SMALL, "--check", "--compare", "--profiler",
+                     "--iters", "3", "--warmup", "1", "--no-gantt", "--out", str(out)])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "check PASSED" in r.stdout
+    from schedsim.sim.timeline import Timeline
+
+    tl = Timeline.read_json(out / "timeline.json")
+    assert tl.source == "execute" and tl.world_size == 2 and tl.schedule == "allgather_mm8"
+    assert len(tl.spans) == 2 * (1 + 8 + 64 + 64) and {s.rank for s in tl.spans} == {0, 1}
+    assert all(s.end_s >= s.start_s >= 0 for s in tl.spans)
+    assert tl.meta["check"]["ok"] and tl.meta["check"]["max_rel_err"] < 1e-5
+    assert tl.meta["iterations"] == 3 and "makespan_uninstrumented_s" in tl.meta
+    by = tl.by_id()
+    # collectives start together on both ranks (rendezvous)
+    assert by["ag0@r0"].start_s == pytest.approx(by["ag0@r1"].start_s)
+    cmp = json.loads((out / "compare" / "compare.json").read_text())
+    assert cmp["match"]["mode"] == "id" and cmp["match"]["matched"] == len(tl.spans)
+    assert cmp["makespan"]["meas_s"] == pytest.approx(tl.makespan_s)
+    assert "uninstrumented" in cmp["makespan"]
+    env = json.loads((out / "env.json").read_text())
+    assert env["backend"] == "gloo" and len(env["ranks"]) == 2 and env["torch"] == torch.__version__
+    assert (out / "kineto_rank0.json.gz").exists() and (out / "kineto_rank1.json.gz").exists()
+    prof = json.loads((out / "profiler_ops.json").read_text())
+    assert set(prof["0"]["ops"]) >= {"ag0", "mm0_0", "add7_7"}
+    json.loads((out / "trace.json").read_text())
+    _no_temp_files(out)
+
+
+def test_1f1b_pipeline_4_ranks(tmp_path) -> None:
+    """A Megatron-style 1F1B pipeline (send/recv between stages, tied-embedding all_reduce) on 4 ranks."""
+    out = tmp_path / "pp4"
+    r = torchrun(4, ["execute", "schedules/megatron_gpt_pp4.yaml", "--set", "m=4", "--set", "layers=4",
+                     "--set", "hidden=64", "--set", "ffn=128", "--set", "heads=2", "--set", "seq=8",
+                     "--set", "vocab=512", "--iters", "2", "--warmup", "1", "--lean-iters", "0", "--timeout", "60",
+                     "--no-gantt", "--compare", "--out", str(out)])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    d = json.loads((out / "timeline.json").read_text())
+    kinds = {o["kind"] for o in d["ops"]}
+    assert d["world_size"] == 4 and {"send", "recv", "all_reduce", "matmul"} <= kinds
+    cmp = json.loads((out / "compare" / "compare.json").read_text())
+    assert cmp["match"]["mode"] == "id" and cmp["match"]["n_only_pred"] == 0 and cmp["match"]["n_only_meas"] == 0
+
+
+def test_tp_ffn_check_2_ranks(tmp_path) -> None:
+    r = torchrun(2, ["execute", "schedules/tp_ffn.yaml", "--set", "tp=2", "--set", "hidden=32", "--set", "ffn=64",
+                     "--set", "seq=8", "--set", "batch=2", "--set", "dtype=fp32", "--check", "--iters", "2",
+                     "--warmup", "1", "--no-gantt", "--out", str(tmp_path / "tp")])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "check PASSED: TP output" in r.stdout
+
+
+def test_world_size_mismatch_fails_before_any_collective(tmp_path) -> None:
+    t0 = time.time()
+    r = schedsim(["execute", "schedules/allgather_mm8.yaml", "--out", str(tmp_path / "x")])  # one process
+    assert r.returncode == 2
+    assert "the schedule has world_size 2 but 1 process(es) were started" in r.stderr
+    assert "--nproc-per-node 2" in r.stderr and "--set world_size=1" in r.stderr
+    assert time.time() - t0 < 60
+    assert not (tmp_path / "x" / "timeline.json").exists()
+
+
+def test_timeout_names_the_op_and_the_missing_rank(tmp_path) -> None:
+    out = tmp_path / "to"
+    t0 = time.time()
+    r = torchrun(2, ["execute", str(DATA / "timeout_demo.yaml"), "--timeout", "2", "--no-gantt", "--out", str(out)],
+                 timeout=120)
+    took = time.time() - t0
+    assert r.returncode != 0
+    assert "timeout after" in r.stderr and "'ar' (ar@r0)" in r.stderr and "rank(s) [1]" in r.stderr
+    f = json.loads((out / "failure_rank0.json").read_text())
+    assert f["op"] == "ar@r0" and f["missing_ranks"] == [1] and f["phase"] == "warm-up"
+    assert "host at op 'long'" in f["error"]
+    assert not (out / "timeline.json").exists()
+    _no_temp_files(out)
+    assert took < 60, f"the timeout took {took:.0f} s to surface"
+
+
+def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(tmp_path) -> None:
+    prof = tmp_path / "cpu_cal.yaml"
+    r = torchrun(2, ["calibrate", "schedules/tp_ffn.yaml", "--set", "hidden=32", "--set", "ffn=64", "--set", "seq=8",
+                     "--set", "batch=2", "--no-grid", "--gemm", "32x32x32", "--quick", "--iters", "3",
+                     "--min-bytes", "1024", "--max-bytes", "16384", "--factor", "16", "--out", str(prof)])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv"):
+        assert f"# {kind} over 2 ranks" in r.stdout
+    assert "#wrong" in r.stdout and "[gemm 1/" in r.stdout
+    from schedsim.hardware.profile import load_profile
+
+    p = load_profile(str(prof))
+    assert p.name == "cpu_cal" and 2 in p.collectives.tables["all_reduce"]
+    assert any(e[1:4] == (32, 32, 32) for e in p.gemm.entries)
+    raw = json.loads(prof.with_suffix(".json").read_text())
+    assert all(row["wrong"] == 0 for rows in raw["collectives"].values() for row in rows)
+    r = schedsim(["predict", "schedules/tp_ffn.yaml", "--set", "tp=2", "--profile", str(prof), "--no-gantt",
+                  "--out", str(tmp_path / "pred")])
+    assert r.returncode == 0, r.stderr
+
+
+def test_cli_never_imports_torch() -> None:
+    import subprocess
+
+    code = ("import sys, schedsim.cli as c; "
+            "names = {x.name or x.callback.__name__ for x in c.app.registered_commands}; "
+            "assert {'execute', 'calibrate', 'compare'} <= names, names; assert 'torch' not in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_every_op_kind_3_ranks(tmp_path) -> None:
+    """All collective kinds, a sub-group all_reduce, tagged send/recv both ways, memcpy, FLOP-sized compute."""
+    out = tmp_path / "kinds"
+    r = torchrun(3, ["execute", str(DATA / "all_kinds.yaml"), "--iters", "2", "--warmup", "1", "--lean-iters", "0",
+                     "--timeout", "30", "--no-gantt", "--out", str(out)])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    from schedsim.sim.timeline import Timeline
+
+    tl = Timeline.read_json(out / "timeline.json")
+    by = tl.by_id()
+    assert len(by) == 39 and "pair_ar@r2" not in by
+    for a, b in (("s01@r0", "r01@r1"), ("s10@r1", "r10@r0"), ("pair_ar@r0", "pair_ar@r1")):
+        assert by[a].start_s == pytest.approx(by[b].start_s)
+    notes = tl.meta["materialised"]
+    assert "async on gloo" in notes["sc"] and "GEMM" in notes["tail"] and "copy_ h2d" in notes["cp"]
