@@ -46,8 +46,14 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except SchedsimError as e:
             print(f"error: {e}", file=sys.stderr)
             raise typer.Exit(2) from None
+        except OSError as e:  # an output or input path the OS refuses: the user's to fix
+            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+            print(f"error: {where}{e.strerror or e}\n  fix: choose a path you can write (and that is not a file "
+                  "where a folder is needed, or the reverse)", file=sys.stderr)
+            raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            print("interrupted; no partial output was written", file=sys.stderr)
+            print("interrupted; outputs are written all or nothing, so none of this run's files were kept",
+                  file=sys.stderr)
             raise typer.Exit(130) from None
 
     return wrapper
@@ -63,18 +69,38 @@ def _load(file: Path, sets: Optional[list[str]]):  # type: ignore[no-untyped-def
     return load_schedule(file, parse_overrides(sets or []))
 
 
+def _build(spec, file: Path):  # type: ignore[no-untyped-def]
+    """build_graph, with the schedule file named in every error."""
+    from schedsim.graph.build import build_graph
+
+    try:
+        return build_graph(spec)
+    except SchedsimError as e:
+        if str(file) in str(e):
+            raise
+        raise SchedsimError(f"{file}: {e}") from None
+
+
+def _safe_dirname(name: str) -> str:
+    """A schedule name made safe as one folder name (no separators, no leading dots)."""
+    import re
+
+    clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip(".") or "schedule"
+    return clean[:100]
+
+
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
                    gantt: bool = True):  # type: ignore[no-untyped-def]
     """Load, build, simulate and write timeline.json, trace.json and gantt.png/svg. Returns (timeline, metrics, paths)."""
-    from schedsim.graph.build import build_graph
     from schedsim.hardware.profile import load_profile
     from schedsim.report.chrome import write_chrome_trace
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
+    from schedsim.sim.timeline import output_set
 
     spec = _load(file, sets)
     prof = load_profile(profile)
-    G = build_graph(spec)
+    G = _build(spec, file)
     tl = simulate(G, prof, launch=launch)
     tl.meta.update({"file": str(file), "set": list(sets or [])})
     metrics = compute_metrics(tl)
@@ -83,25 +109,27 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
     pm = pipeline_metrics(tl)
     if pm is not None:
         metrics["pipeline"] = {k: val for k, val in pm.items() if k != "memory_timeline"}
-    outdir = out or Path("schedsim_out") / spec.name
-    outdir.mkdir(parents=True, exist_ok=True)
-    paths = [outdir / "timeline.json", outdir / "trace.json"]
-    tl.write_json(paths[0], metrics)
-    write_chrome_trace(paths[1], [("predicted", tl)])
-    if gantt:
-        from schedsim.report.gantt import write_gantt
+    outdir = out or Path("schedsim_out") / _safe_dirname(spec.name)
+    names = ["timeline.json", "trace.json"]
+    with output_set(outdir) as stage:
+        tl.write_json(stage / "timeline.json", metrics)
+        write_chrome_trace(stage / "trace.json", [("predicted", tl)])
+        if gantt:
+            from schedsim.report.gantt import write_gantt
 
-        paths += write_gantt(outdir / "gantt", [("predicted", tl)],
-                             title=f"{spec.name} on {prof.name} ({tl.launch}): makespan {tl.makespan_s * 1e3:.3f} ms")
-        if pm is not None:
-            from schedsim.report.gantt import pipeline_view, write_memory_plot
+            names += [p.name for p in write_gantt(
+                stage / "gantt", [("predicted", tl)],
+                title=f"{spec.name} on {prof.name} ({tl.launch}): makespan {tl.makespan_s * 1e3:.3f} ms")]
+            if pm is not None:
+                from schedsim.report.gantt import pipeline_view, write_memory_plot
 
-            paths += write_gantt(outdir / "pipeline", [("predicted", pipeline_view(tl))], formats=("png",),
-                                 title=f"{spec.name}: pipeline view (F blue, B orange, I red, W green; "
-                                 "hatched = later virtual stage; numbers = microbatch)", min_label_frac=0.004,
-                                 max_labels=5000)
-
-            paths.append(write_memory_plot(outdir / "memory.png", pm, title=f"{spec.name}: stored activations"))
+                names += [p.name for p in write_gantt(
+                    stage / "pipeline", [("predicted", pipeline_view(tl))], formats=("png",),
+                    title=f"{spec.name}: pipeline view (F blue, B orange, I red, W green; "
+                    "hatched = later virtual stage; numbers = microbatch)", min_label_frac=0.004, max_labels=5000)]
+                names.append(write_memory_plot(stage / "memory.png", pm,
+                                               title=f"{spec.name}: stored activations").name)
+    paths = [outdir / n for n in names]
     return tl, metrics, paths
 
 
@@ -139,10 +167,8 @@ def check(
     set_: Optional[list[str]] = SetOpt,
 ) -> None:
     """Validate a schedule (language rules and DAG checks) without simulating."""
-    from schedsim.graph.build import build_graph
-
     spec = _load(file, set_)
-    G = build_graph(spec)
+    G = _build(spec, file)
     ranks = G.graph["world_size"]
     print(f"ok: {file}: {spec.name}: {G.number_of_nodes()} ops on {ranks} rank(s), "
           f"{len(G.graph['collectives'])} collective(s), {len(G.graph['p2p'])} send/recv pair(s)")
@@ -182,7 +208,13 @@ def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
         if "=" not in item:
             raise SchedsimError(f"--set {item!r} is not key=v1,v2,...\n  fix: write e.g. --set chunks=1,2,4,8")
         k, v = item.split("=", 1)
-        axes.append((k.strip(), [yaml.safe_load(x) for x in v.split(",") if x.strip() != ""]))
+        k = k.strip()
+        vals = [yaml.safe_load(x) for x in v.split(",") if x.strip() != ""]
+        if not vals:
+            raise SchedsimError(f"--set {item!r} gives no values\n  fix: write e.g. --set {k}=1,2,4")
+        if k in [a for a, _ in axes]:
+            raise SchedsimError(f"--set {k}=... is given twice\n  fix: list all values once: --set {k}=v1,v2,...")
+        axes.append((k, vals))
     return axes
 
 
@@ -196,7 +228,6 @@ def sweep(
     fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
 ) -> None:
     """Predict a schedule over a grid of parameter values; print a table and plot makespan against the setting."""
-    from schedsim.graph.build import build_graph
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
@@ -206,8 +237,11 @@ def sweep(
     rows = []
     for combo in itertools.product(*[vals for _k, vals in axes]):
         sets = [f"{k}={v}" for (k, _), v in zip(axes, combo)]
-        spec = _load(file, sets)
-        tl = simulate(build_graph(spec), prof)
+        try:
+            spec = _load(file, sets)
+            tl = simulate(_build(spec, file), prof)
+        except SchedsimError as e:
+            raise SchedsimError(f"sweep setting {' '.join(sets)}: {e}") from None
         m = compute_metrics(tl)
         row = {"setting": dict(zip([k for k, _ in axes], combo)), "makespan_s": m["makespan_s"],
                "exposed_comm_s": m["exposed_comm_s"], "overlap_ratio": m["overlap_ratio"]}
@@ -219,12 +253,12 @@ def sweep(
             row["peak_memory_units"] = max(pm["peak_memory_units"].values())
             row["bubble_ratio"] = pm["bubble_of_makespan"]["overall"]
         rows.append(row)
-    outdir = out or Path("schedsim_out") / f"sweep_{file.stem}"
-    outdir.mkdir(parents=True, exist_ok=True)
-    from schedsim.sim.timeline import atomic_write_text
+    outdir = out or Path("schedsim_out") / f"sweep_{_safe_dirname(file.stem)}"
+    from schedsim.sim.timeline import atomic_write_text, output_set
 
-    atomic_write_text(outdir / "sweep.json", json.dumps(rows, indent=1))
-    _plot_sweep(outdir / "sweep", rows, axes, f"{file.stem} on {prof.name}")
+    with output_set(outdir) as stage:
+        atomic_write_text(stage / "sweep.json", json.dumps(rows, indent=1))
+        _plot_sweep(stage / "sweep", rows, axes, f"{file.stem} on {prof.name}")
     if fmt == OutFormat.json:
         print(json.dumps(rows, indent=1))
         return

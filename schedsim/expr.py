@@ -106,8 +106,9 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
         raise ExprError(f"unknown name {node.id!r}")
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         left, right = _ev(node.left, env), _ev(node.right, env)
-        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > 64:
-            raise ExprError("exponent larger than 64")
+        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and isinstance(left, (int, float)):
+            if abs(right) > 64 or (isinstance(left, int) and left.bit_length() * abs(right) > 4096):
+                raise ExprError("power too large (exponent > 64 or a result over 4096 bits)")
         try:
             return _BINOPS[type(node.op)](left, right)
         except ZeroDivisionError:
@@ -174,7 +175,17 @@ def evaluate(text: str, env: Mapping[str, Any]) -> Any:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
         raise ExprError(f"cannot parse expression {text!r}: {e.msg}") from None
-    return _ev(tree, env)
+    except (ValueError, MemoryError, RecursionError) as e:
+        raise ExprError(f"cannot parse expression {text!r}: {e}") from None
+    try:
+        value = _ev(tree, env)
+    except ExprError:
+        raise
+    except (ArithmeticError, ValueError, TypeError, IndexError, KeyError, RecursionError) as e:
+        raise ExprError(f"{text!r}: {e.__class__.__name__}: {e}") from None
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:
+        raise ExprError(f"{text!r}: result has more than 4096 bits")
+    return value
 
 
 _BRACES = re.compile(r"\{([^{}]+)\}")

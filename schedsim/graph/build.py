@@ -139,7 +139,13 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
     last_on_stream: dict[tuple[int, str], str] = {}
     names_on_rank: dict[int, dict[str, Op]] = defaultdict(dict)
     for op in ops:
-        names_on_rank[op.rank][op.name] = op
+        here = names_on_rank[op.rank]
+        if op.name in here:
+            raise GraphError(f"{op.source or spec._file}: op name {op.name!r} is used twice on rank {op.rank} "
+                             f"(also by {here[op.name].source or 'the pipeline block'})\n"
+                             "  fix: rename one of them (pipeline ops are named F<stage>.<mb>.<op>, "
+                             "so stage op names must be unique and hand-written ops must not reuse them)")
+        here[op.name] = op
     collectives: dict[str, list[str]] = defaultdict(list)
     stream_edges = []
     for op in ops:
@@ -175,6 +181,14 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
     G.add_edges_from(dep_edges, kind="dep")
     for key, members in collectives.items():
         first = G.nodes[members[0]]["op"]
+        for mid in members[1:]:
+            o = G.nodes[mid]["op"]
+            if (o.kind, o.nbytes, o.root, o.dtype) != (first.kind, first.nbytes, first.root, first.dtype):
+                raise DeadlockError(
+                    f"{o.source}: collective {o.name!r} over group {list(first.group)} is a {o.kind} of "
+                    f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but a {first.kind} of "
+                    f"{int(first.nbytes)} B ({first.dtype}, root {first.root}) on rank {first.rank}; NCCL would "
+                    "hang or corrupt data\n  fix: give every rank's entry the same kind, size, dtype and root")
         have = sorted(G.nodes[m]["op"].rank for m in members)
         if have != list(first.group):
             missing = sorted(set(first.group) - set(have))

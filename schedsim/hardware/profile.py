@@ -14,17 +14,21 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from schedsim.errors import ProfileError
 
 __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass"]
 
 LinkClass = Literal["nvlink", "pcie", "network"]
+TableKind = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter",
+                    "gather", "sendrecv"]
 
 
 class _B(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class GPU(_B):
@@ -69,7 +73,7 @@ class Memcpy(_B):
 
 class GemmTable(_B):
     source: str
-    entries: list[tuple[str, int, int, int, float]] = Field(
+    entries: list[tuple[str, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
         default_factory=list, description="[dtype, m, n, k, time_ms] measured single-GEMM times (batch 1).")
     shape_curve_from: str | None = Field(
         default=None,
@@ -79,7 +83,7 @@ class GemmTable(_B):
 
 class CollectiveTables(_B):
     source: str
-    tables: dict[str, dict[int, list[tuple[float, float]]]] = Field(
+    tables: dict[TableKind, dict[PositiveInt, Annotated[list[tuple[PositiveFloat, PositiveFloat]], Field(min_length=1)]]] = Field(
         default_factory=dict,
         description="collective -> group size -> [[size_bytes, busbw_GBps], ...] in the nccl-tests convention "
         "(size = the size column; busbw = algbw * factor). Keys: all_reduce, all_gather, reduce_scatter, "
@@ -160,11 +164,17 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ProfileError(f"{p}: no such profile file\n  fix: check the path, or use one of {', '.join(list_profiles())}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{p}: cannot read the profile ({e.__class__.__name__})\n"
+                           "  fix: pass a UTF-8 profile YAML file (see schedsim/hardware/profiles/h200.yaml)") from None
     except yaml.YAMLError as e:
         raise ProfileError(f"{p}: invalid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{p}: a profile must be a YAML mapping\n  fix: see schedsim/hardware/profiles/h200.yaml")
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ProfileError(f"{p}: {loc}: {err['msg']}\n  fix: see schedsim/hardware/profiles/h200.yaml for the format") from None
+        raise ProfileError(f"{p}: {loc}: {err['msg']} (got {err.get('input')!r})"[:400]
+                           + "\n  fix: see schedsim/hardware/profiles/h200.yaml for the format") from None

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +37,7 @@ from typing import Any, NamedTuple
 
 from schedsim.errors import TraceError
 
-__all__ = ["Timeline", "Span", "atomic_write_text", "atomic_write_bytes"]
+__all__ = ["Timeline", "Span", "atomic_write_text", "atomic_write_bytes", "output_set"]
 
 
 class Span(NamedTuple):
@@ -190,6 +192,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
         os.replace(tmp, p)
     except BaseException:
         try:
@@ -199,6 +202,36 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Text version of :func:`atomic_write_bytes` (UTF-8)."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextmanager
+def output_set(outdir: str | Path) -> Iterator[Path]:
+    """Write a set of output files all or nothing.
+
+    Yields a staging folder inside ``outdir``; when the block finishes, every file in it is
+    moved into ``outdir`` (``os.replace``, atomic per file). If the block raises, or the user
+    presses Ctrl-C, the staging folder is removed and ``outdir`` keeps what it had.
+
+    Raises
+    ------
+    OSError
+        ``outdir`` cannot be created (e.g. it names an existing file).
+    """
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".schedsim-staging-", dir=out))
+    try:
+        yield stage
+        for f in sorted(stage.iterdir()):
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -212,7 +212,8 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             try:
                 cond = evaluate(str(item["when"]), env)
             except ExprError as e:
-                raise ctx.err(f"bad `when` expression: {e}", km.get("when", m), p + ".when") from None
+                raise ctx.err(f"bad `when` expression {item['when']!r}: {e}", km.get("when", m), p + ".when",
+                              fix="check the types of the parameters it uses (e.g. --set values)") from None
             if not cond:
                 continue
         if "foreach" in item:

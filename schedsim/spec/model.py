@@ -47,7 +47,7 @@ NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-\[\]]*$"
 
 
 class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class _OpBase(_Base):

@@ -62,7 +62,7 @@ __all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "expand_pipeline"]
 
 
 class _B(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class StageOps(_B):
@@ -238,12 +238,20 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
         if pb.schedule == "custom":
             if pb.csv is not None:
                 base = Path(spec._file).parent if spec._file and spec._file != "<schedule>" else Path(".")
-                order = read_csv(base / pb.csv)
+                try:
+                    order = read_csv(base / pb.csv)
+                except (OSError, UnicodeDecodeError) as e:
+                    raise _err(spec, f"cannot read pipeline csv {str(base / pb.csv)!r}: {e.__class__.__name__}",
+                               "pipeline.csv", "give a torch pipeline CSV path relative to the schedule file") from None
             else:
                 order = parse_order(pb.actions or {})
             stages = sorted({sub.stage for acts in order.values() for a in acts if a is not None
                              for sub in a.sub_actions})
             num_stages = len(stages)
+            if num_stages < p or stages != list(range(num_stages)):
+                raise _err(spec, f"the custom actions run stages {stages[:8]}{'…' if len(stages) > 8 else ''}; "
+                           f"a pipeline of p={p} needs stages 0..N-1 with N >= p", "pipeline.actions",
+                           "give every rank its F/B (or I/W) actions, e.g. {0: '0F0 0B0', 1: '1F0 1B0'}")
             v = max(1, num_stages // p)
             placement = pb.placement or "loop"
             from schedsim.pipeline import stage_to_rank as _s2r

@@ -1,0 +1,259 @@
+"""Bad or odd inputs found by a breaker session (each was a real bug, now fixed): every bad input
+exits 2 with ``error: ...`` naming the file and no traceback; every valid input does not crash;
+outputs are written all or nothing with the umask's permissions."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PCIE = ROOT / "schedsim" / "hardware" / "profiles" / "pcie2_seed000.yaml"
+
+HEAD = "schema_version: 1\nname: t\nworld_size: 2\n"
+
+
+def run(*args: str, cwd: Path = ROOT, timeout: float | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "schedsim", *args], check=False, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def assert_clean_exit_2(p: subprocess.CompletedProcess, needle: str | None = None) -> None:
+    assert "Traceback" not in p.stdout + p.stderr, p.stderr[-800:]
+    assert p.returncode == 2, (p.returncode, p.stderr[-800:])
+    assert p.stderr.startswith("error: ")
+    if needle is not None:
+        assert needle in p.stderr, p.stderr
+
+
+# 1. The expression walker lets Python exceptions other than ZeroDivision/TypeError-in-BinOp escape.
+# regression (was xfail; fixed mid-session): expr: math/int/min/len/index/compare errors escape as tracebacks (rc 1)
+@pytest.mark.parametrize("expr", ["log2(0)", "sqrt(-1)", "int('abc')", "int(1e400)", "min()", "len(5)",
+                                  "'[1, 2][5]'", "-'x'"])
+def test_expression_runtime_errors_exit_2(tmp_path, expr):
+    f = write(tmp_path, HEAD + f"ops:\n  - {{name: a, kind: matmul, m: {expr}, n: 1, k: 1}}\n")
+    assert_clean_exit_2(run("check", str(f)), str(f))
+
+
+# 2. --set with a value of the wrong type crashes in `when: chunks > 1` of the shipped schedule.
+# regression (was xfail; fixed mid-session): --set chunks=abc / empty / 1e3 / null gives a TypeError traceback
+@pytest.mark.parametrize("value", ["chunks=abc", "chunks=", "chunks=1e3", "chunks=null"])
+def test_set_wrong_type_exit_2(value):
+    assert_clean_exit_2(run("check", "schedules/allgather_mm.yaml", "--set", value), "chunks")
+
+
+# 3. A pipeline op name that collides with a hand-written op (or a repeated stage op name) passes
+#    `check`, then `predict` reports a bogus deadlock.
+PP = """\
+    schema_version: 1
+    name: pp
+    world_size: 4
+    pipeline:
+      schedule: 1f1b
+      p: 4
+      m: 8
+      stage: {forward: [{name: f, kind: compute, duration_us: 10}, {name: FORWARD2, kind: compute, duration_us: 1}]}
+    """
+
+
+@pytest.mark.parametrize("extra", [
+    "ops:\n  - {name: F0.0.f, kind: compute, duration_us: 1, ranks: [0]}\n",
+    "",
+])
+def test_pipeline_duplicate_names_rejected_by_check(tmp_path, extra):
+    text = textwrap.dedent(PP) + extra
+    if not extra:
+        text = text.replace("name: FORWARD2", "name: f")
+    f = write(tmp_path, text)
+    assert_clean_exit_2(run("check", str(f)), "F0.0.f")
+
+
+# 4. A custom pipeline with empty action lists has every microbatch missing: check says ok, predict crashes.
+CUSTOM_EMPTY = """\
+    schema_version: 1
+    name: cu
+    world_size: 2
+    pipeline:
+      schedule: custom
+      p: 2
+      m: 2
+      stage: {forward: [{name: f, kind: compute, duration_us: 10}]}
+      actions: {0: "", 1: ""}
+    """
+
+
+# regression (was xfail; fixed mid-session): custom pipeline with no actions passes check; predict crashes
+def test_custom_pipeline_empty_actions(tmp_path):
+    f = write(tmp_path, CUSTOM_EMPTY)
+    assert_clean_exit_2(run("check", str(f)))
+    assert_clean_exit_2(run("predict", str(f), "--out", str(tmp_path / "o")))
+
+
+# regression (was xfail; fixed mid-session): pipeline csv: missing file or directory gives a traceback
+@pytest.mark.parametrize("csv", ["nope.csv", "."])
+def test_pipeline_csv_unreadable_exit_2(tmp_path, csv):
+    f = write(tmp_path, CUSTOM_EMPTY.replace('actions: {0: "", 1: ""}', f"csv: {csv}"))
+    assert_clean_exit_2(run("check", str(f)), str(f))
+
+
+# 5. Non-finite durations are accepted; predict then writes timeline.json with `Infinity` and crashes in matplotlib.
+# regression (was xfail; fixed mid-session): duration_us: .inf accepted; predict writes Infinity JSON, then crashes
+def test_infinite_duration(tmp_path):
+    f = write(tmp_path, HEAD + "ops:\n  - {name: a, kind: compute, duration_us: .inf}\n")
+    p = run("predict", str(f), "--out", str(tmp_path / "o"))
+    assert "Traceback" not in p.stderr
+    assert p.returncode == 2
+
+
+# 6. Output folder problems.
+@pytest.mark.parametrize("cmd", ["predict", "sweep", "schema"])
+def test_out_is_a_file_or_dir_exit_2(tmp_path, cmd):
+    target = tmp_path / "afile"
+    target.write_text("x")
+    if cmd == "predict":
+        p = run("predict", "schedules/allgather_mm.yaml", "--no-gantt", "--out", str(target))
+    elif cmd == "sweep":
+        p = run("sweep", "schedules/allgather_mm.yaml", "--set", "chunks=1", "--out", str(target))
+    else:
+        p = run("schema", "--out", str(tmp_path))  # a directory
+    assert_clean_exit_2(p)
+
+
+def test_schedule_name_cannot_escape_output_folder(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    f = write(tmp_path, HEAD.replace("name: t", 'name: "../escaped"')
+              + "ops:\n  - {name: a, kind: matmul, m: 1, n: 1, k: 1}\n")
+    run("predict", str(f), "--no-gantt", cwd=work)
+    assert not (work / "escaped").exists()  # written to schedsim_out/../escaped
+
+
+def test_interrupt_leaves_no_partial_output_set(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+    from schedsim.report import gantt
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gantt, "write_gantt", boom)
+    out = tmp_path / "o"
+    r = CliRunner().invoke(app, ["predict", str(ROOT / "schedules/allgather_mm.yaml"), "--out", str(out)])
+    assert r.exit_code == 130
+    assert not (out / "timeline.json").exists() and not (out / "trace.json").exists()
+
+
+def test_output_files_follow_umask(tmp_path):
+    out = tmp_path / "o"
+    p = subprocess.run([sys.executable, "-m", "schedsim", "predict", "schedules/allgather_mm.yaml", "--no-gantt",
+                        "--out", str(out)], check=False, cwd=ROOT, capture_output=True, text=True,
+                       preexec_fn=lambda: os.umask(0o022))
+    assert p.returncode == 0, p.stderr
+    assert stat.S_IMODE((out / "timeline.json").stat().st_mode) == 0o644
+
+
+# 7. Bad hardware profiles.
+def _profile(tmp_path: Path, name: str, mutate) -> Path:
+    d = yaml.safe_load(PCIE.read_text())
+    mutate(d)
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+PROFILE_CASES = {
+    "gemm_ms_zero": lambda d: d["gemm"].update(entries=[["fp32", 16384, 8192, 8192, 0.0]]),
+    "gemm_m_zero": lambda d: d["gemm"].update(entries=[["fp32", 0, 8192, 8192, 1.0]]),
+    "table_empty": lambda d: d["collectives"]["tables"]["all_gather"].update({2: []}),
+    "busbw_zero": lambda d: d["collectives"]["tables"]["all_gather"].update({2: [[536870912, 0.0]]}),
+    "busbw_negative": lambda d: d["collectives"]["tables"]["all_gather"].update({2: [[536870912, -5.0]]}),
+    "table_kind_typo": lambda d: d["collectives"]["tables"].update({"allgather": {2: [[1, 1.0]]}}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROFILE_CASES))
+def test_bad_profile_values_exit_2(tmp_path, case):
+    prof = _profile(tmp_path, case, PROFILE_CASES[case])
+    p = run("predict", "schedules/allgather_mm.yaml", "--set", "chunks=2", "--no-gantt", "--profile", str(prof),
+            "--out", str(tmp_path / "o"))
+    assert_clean_exit_2(p, str(prof))
+
+
+@pytest.mark.parametrize("kind", ["binary", "latin1", "dir"])
+def test_unreadable_profile_exit_2(tmp_path, kind):
+    prof = tmp_path / "prof.yaml"
+    if kind == "binary":
+        prof.write_bytes(bytes(range(256)))
+    elif kind == "latin1":
+        prof.write_bytes(b"name: caf\xe9\n")
+    else:
+        prof.mkdir()
+    p = run("predict", "schedules/allgather_mm.yaml", "--no-gantt", "--profile", str(prof),
+            "--out", str(tmp_path / "o"))
+    assert_clean_exit_2(p, str(prof))
+
+
+# 8. Static checks miss collectives whose entries disagree across ranks (NCCL would hang or corrupt).
+# regression (was xfail; fixed mid-session): check accepts one collective with different kinds/sizes on different ranks
+@pytest.mark.parametrize("second", ["{name: x, kind: all_gather, bytes: 10, ranks: [1], group: [0, 1]}",
+                                    "{name: x, kind: all_reduce, bytes: 99999999, ranks: [1], group: [0, 1]}"])
+def test_collective_mismatch_rejected(tmp_path, second):
+    f = write(tmp_path, HEAD + "ops:\n  - {name: x, kind: all_reduce, bytes: 10, ranks: [0], group: [0, 1]}\n"
+              f"  - {second}\n")
+    assert_clean_exit_2(run("check", str(f)), "x")
+
+
+# 9. sweep.
+def test_sweep_names_failing_setting(tmp_path):
+    p = run("sweep", "schedules/allgather_mm.yaml", "--set", "chunks=1,3,7", "--out", str(tmp_path))
+    assert "Traceback" not in p.stderr
+    assert "chunks=3" in p.stderr
+
+
+@pytest.mark.parametrize("sets", [["chunks="], ["chunks=1,2", "chunks=4"]])
+def test_sweep_degenerate_grid_exit_2(tmp_path, sets):
+    args = [a for s in sets for a in ("--set", s)]
+    assert_clean_exit_2(run("sweep", "schedules/allgather_mm.yaml", *args, "--out", str(tmp_path)))
+
+
+# 10. Errors that do not name the file.
+@pytest.mark.parametrize("body", [
+    "pipeline:\n  {schedule: 1f1b, p: 2, m: 1, stage: {forward: [{name: f, kind: compute, duration_us: 1}]}}\n",
+    ("ops:\n  - {name: a, kind: compute, duration_us: 1, deps: [b], stream: x}\n"
+     "  - {name: b, kind: compute, duration_us: 1, deps: [a], stream: y}\n"),
+])
+def test_errors_name_the_file(tmp_path, body):
+    f = write(tmp_path, HEAD + body)
+    assert_clean_exit_2(run("check", str(f)), str(f))
+
+
+# 11. Resource guards of the expression language are bypassed.
+# regression (was xfail; fixed mid-session): nested ** bypasses the 'exponent larger than 64' guard (hangs)
+def test_nested_power_is_bounded():
+    code = ("from schedsim.expr import evaluate, ExprError\n"
+            "try:\n    evaluate('((((((2**64)**64)**64)**64)**64)**64)', {})\nexcept ExprError:\n    pass\n")
+    p = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=10)
+    assert p.returncode == 0
+
+
+def test_breaker_sanity(tmp_path):
+    """Control: a well-formed tiny schedule still works."""
+    f = write(tmp_path, HEAD + "ops:\n  - {name: a, kind: matmul, m: 1, n: 1, k: 1}\n")
+    p = run("predict", str(f), "--no-gantt", "--format", "json", "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["metrics"]["ops"] == 2
