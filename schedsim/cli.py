@@ -139,7 +139,7 @@ def predict(
     file: Path = typer.Argument(..., help="Schedule YAML."),
     profile: str = ProfileOpt,
     set_: Optional[list[str]] = SetOpt,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder [default: schedsim_out/<schedule name>]."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/<schedule name>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
     launch: Optional[Launch] = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
@@ -224,7 +224,7 @@ def sweep(
     file: Path = typer.Argument(..., help="Schedule YAML."),
     set_: list[str] = typer.Option(..., "--set", help="key=v1,v2,... (repeat for a grid)."),
     profile: str = ProfileOpt,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder [default: schedsim_out/sweep_<schedule>]."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/sweep_<schedule>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
 ) -> None:
     """Predict a schedule over a grid of parameter values; print a table and plot makespan against the setting."""

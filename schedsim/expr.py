@@ -109,6 +109,10 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
         if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and isinstance(left, (int, float)):
             if abs(right) > 64 or (isinstance(left, int) and left.bit_length() * abs(right) > 4096):
                 raise ExprError("power too large (exponent > 64 or a result over 4096 bits)")
+        if isinstance(node.op, ast.Mult) and (isinstance(left, (str, list)) or isinstance(right, (str, list))):
+            seq, times = (left, right) if isinstance(left, (str, list)) else (right, left)
+            if isinstance(times, int) and len(seq) * max(times, 0) > 1_000_000:
+                raise ExprError("a repeated string or list longer than 1,000,000 elements")
         try:
             return _BINOPS[type(node.op)](left, right)
         except ZeroDivisionError:
@@ -182,7 +186,7 @@ def evaluate(text: str, env: Mapping[str, Any]) -> Any:
     except ExprError:
         raise
     except (ArithmeticError, ValueError, TypeError, IndexError, KeyError, RecursionError) as e:
-        raise ExprError(f"{text!r}: {e.__class__.__name__}: {e}") from None
+        raise ExprError(f"{e.__class__.__name__}: {e}") from None
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:
         raise ExprError(f"{text!r}: result has more than 4096 bits")
     return value

@@ -147,6 +147,7 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                              "so stage op names must be unique and hand-written ops must not reuse them)")
         here[op.name] = op
     collectives: dict[str, list[str]] = defaultdict(list)
+    group_keys: dict[tuple[int, ...], str] = {}
     stream_edges = []
     for op in ops:
         oid = op.id
@@ -156,7 +157,10 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
             stream_edges.append((prev, oid))
         last_on_stream[key] = oid
         if op.kind in COLLECTIVE_KINDS:
-            collectives[f"{op.name}#{','.join(map(str, op.group))}"].append(oid)
+            gkey = group_keys.get(op.group)
+            if gkey is None:
+                gkey = group_keys[op.group] = ",".join(map(str, op.group))
+            collectives[f"{op.name}#{gkey}"].append(oid)
     G.add_edges_from(stream_edges, kind="stream")
     dep_edges = []
     for op in ops:

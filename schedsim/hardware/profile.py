@@ -23,6 +23,7 @@ from schedsim.errors import ProfileError
 __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass"]
 
 LinkClass = Literal["nvlink", "pcie", "network"]
+GemmDType = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int32", "int64", "uint8"]
 TableKind = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter",
                     "gather", "sendrecv"]
 
@@ -34,7 +35,7 @@ class _B(BaseModel):
 class GPU(_B):
     name: str = Field(description="GPU model.")
     hbm_GBps: float = Field(gt=0, description="Achievable HBM bandwidth, GB/s (1e9 B/s).")
-    peak_tflops: dict[str, float] = Field(description="Dense peak per dtype, TFLOP/s (roofline fallback).")
+    peak_tflops: dict[GemmDType, PositiveFloat] = Field(description="Dense peak per dtype, TFLOP/s (roofline fallback).")
     gemm_efficiency: float = Field(default=0.75, gt=0, le=1,
                                    description="Fraction of peak a large GEMM reaches when no table entry exists.")
     kernel_floor_us: float = Field(default=5.0, ge=0, description="Shortest kernel time, µs (latency floor).")
@@ -73,7 +74,7 @@ class Memcpy(_B):
 
 class GemmTable(_B):
     source: str
-    entries: list[tuple[str, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
+    entries: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
         default_factory=list, description="[dtype, m, n, k, time_ms] measured single-GEMM times (batch 1).")
     shape_curve_from: str | None = Field(
         default=None,

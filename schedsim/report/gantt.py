@@ -136,7 +136,12 @@ def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> lis
 
 def write_gantt(path_stem: str | Path, timelines: list[tuple[str, Timeline]], title: str = "",
                 formats: tuple[str, ...] = ("png", "svg"), **kw) -> list[Path]:  # type: ignore[no-untyped-def]
-    """Draw and write ``<stem>.png`` / ``<stem>.svg`` atomically; returns the paths written."""
+    """Draw and write ``<stem>.png`` / ``<stem>.svg`` atomically; returns the paths written.
+
+    Above 20,000 spans the SVG is skipped (it would be tens of MB); use the Perfetto trace instead.
+    """
+    if sum(len(tl) for _l, tl in timelines) > 20_000:
+        formats = tuple(f for f in formats if f != "svg") or ("png",)
     fig = draw_gantt(timelines, title, **kw)
     out = []
     for fmt in formats:

@@ -18,12 +18,21 @@ def fmt_time(s: float) -> str:
     return f"{s:.2f} s"
 
 
+def _console() -> Any:
+    """A rich Console; when stdout is not a terminal (pipes, CI logs) use 140 columns instead of 80."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=140)
+
+
 def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, max_cp: int = 12) -> None:
     """Print the header, the per-rank table and the critical path."""
     from rich.console import Console
     from rich.table import Table
 
-    con = console or Console()
+    con = console or _console()
     con.print(f"[bold]{tl.schedule}[/bold]  source={tl.source}  profile={tl.profile}  launch={tl.launch}  "
               f"ranks={tl.world_size}  ops={metrics['ops']}")
     con.print(f"makespan [bold]{fmt_time(metrics['makespan_s'])}[/bold]   exposed comm (sum over ranks) "
@@ -48,7 +57,7 @@ def print_pipeline(pm: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = console or Console()
+    con = console or _console()
     info = pm["info"]
     con.print(f"pipeline {info['schedule']}: p={info['p']} v={info['v']} m={info['m']} p2p={info['p2p']}  "
               f"bubble: {pm['bubble_of_makespan']['overall']:.4f} of makespan (idle fraction), "

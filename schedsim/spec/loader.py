@@ -58,12 +58,27 @@ def _mark(node: yaml.Node) -> Mark:
     return (node.start_mark.line + 1, node.start_mark.column + 1)
 
 
-def _construct(node: yaml.Node, file: str) -> Any:
+MAX_NODES = 2_000_000
+"""Largest number of YAML nodes a schedule may expand to (guards against alias bombs)."""
+
+
+class _Budget:
+    def __init__(self) -> None:
+        self.left = MAX_NODES
+
+
+def _construct(node: yaml.Node, file: str, budget: _Budget | None = None) -> Any:
+    budget = budget or _Budget()
+    budget.left -= 1
+    if budget.left < 0:
+        raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes (aliases repeated too deep?)", file=file,
+                        line=_mark(node)[0], column=_mark(node)[1],
+                        fix="write the schedule with foreach/params instead of nested YAML aliases")
     if isinstance(node, yaml.MappingNode):
         d = LDict()
         d.mark = _mark(node)
         for knode, vnode in node.value:
-            key = _construct(knode, file)
+            key = _construct(knode, file, budget)
             if not isinstance(key, str):
                 key = str(key)
             if key in d:
@@ -71,14 +86,14 @@ def _construct(node: yaml.Node, file: str) -> Any:
                     f"duplicate key {key!r}", file=file, line=_mark(knode)[0], column=_mark(knode)[1],
                     fix="remove one of the two entries",
                 )
-            d[key] = _construct(vnode, file)
+            d[key] = _construct(vnode, file, budget)
             d.key_marks[key] = _mark(vnode)
         return d
     if isinstance(node, yaml.SequenceNode):
         lst = LList()
         lst.mark = _mark(node)
         for item in node.value:
-            lst.append(_construct(item, file))
+            lst.append(_construct(item, file, budget))
             lst.item_marks.append(_mark(item))
         return lst
     assert isinstance(node, yaml.ScalarNode)
@@ -428,8 +443,13 @@ def _to_spec_error(e: ValidationError, doc: Any, file: str) -> SpecError:
         fix = fix or msg
     elif typ == "literal_error":
         fix = "write " + msg.removeprefix("Input should be ")
-    if "input" in err and typ not in ("extra_forbidden", "missing", "union_tag_invalid", "union_tag_not_found"):
-        msg += f" (got {err['input']!r})"
+    if "input" in err and typ not in ("extra_forbidden", "missing", "union_tag_invalid", "union_tag_not_found") \
+            and not isinstance(err["input"], (dict, list)):
+        got = repr(err["input"])
+        msg += f" (got {got if len(got) <= 60 else got[:57] + '...'})"
+    if typ == "value_error" and fix == msg:
+        fix = "see `schedsim schema` for this field's type and range"
+    fix = fix or "see `schedsim schema` (or docs/schedule_language.md) for this field's type and range"
     if typ == "missing":
         msg = f"missing required field {str(last)!r}"
     return SpecError(msg, file=file, line=mark[0] if mark else None, column=mark[1] if mark else None,

@@ -86,6 +86,12 @@ class TransformerSpec(_B):
     vocab: int | None = Field(default=None, description="Padded vocabulary; adds embedding and logits (50304 for GPT-2).")
     swiglu: bool = Field(default=False, description="fc1 has 2·ffn columns (SwiGLU).")
 
+    @model_validator(mode="after")
+    def _heads_divide(self) -> Any:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        return self
+
 
 class PipelineSpec(_B):
     """The ``pipeline:`` block."""
@@ -116,6 +122,8 @@ class PipelineSpec(_B):
 
     @model_validator(mode="after")
     def _cost_given(self) -> Any:
+        if self.schedule != "custom" and (self.actions is not None or self.csv is not None):
+            raise ValueError("`actions`/`csv` are only read with schedule: custom; set schedule: custom or remove them")
         if (self.stage is None) == (self.transformer is None):
             raise ValueError("give exactly one of `stage` (op lists) or `transformer`")
         if self.schedule == "custom" and self.actions is None and self.csv is None:
@@ -227,7 +235,8 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             close = difflib.get_close_matches(str(err["loc"][-1]), list(PipelineSpec.model_fields), n=1)
             fix = f"did you mean {close[0]!r}?" if close else fix
             raise _err(spec, f"unknown key {err['loc'][-1]!r}", f"pipeline.{loc}", fix) from None
-        raise _err(spec, err["msg"].removeprefix("Value error, "), f"pipeline.{loc}", fix) from None
+        raise _err(spec, err["msg"].removeprefix("Value error, "), f"pipeline.{loc}" if loc else "pipeline",
+                   fix) from None
     p, m = pb.p, pb.m
     dp = pb.data_parallel
     world = p * dp
@@ -311,7 +320,16 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                 oname = str(o.get("name", k))
                 d = {kk: vv for kk, vv in o.items() if kk != "name"}
                 kind = d.get("kind")
-                if kind not in OP_MODELS:
+                bad = sorted(set(d) & {"ranks", "stream", "deps"})
+                if bad:
+                    raise _err(spec, f"stage ops cannot set {bad[0]!r}: the pipeline places them (rank of the "
+                               "stage, stream 'compute', dependencies from the schedule)", f"pipeline.stage.{phase}[{k}]",
+                               f"remove {bad[0]!r} from the stage op")
+                if kind not in ("matmul", "compute", "memcpy"):
+                    raise _err(spec, f"stage ops must be compute work (matmul, compute, memcpy), got {kind!r}",
+                               f"pipeline.stage.{phase}[{k}]",
+                               "model communication with the block's activation_bytes, data_parallel or "
+                               "tied_embedding_allreduce, or as hand-written ops")
                     raise _err(spec, f"unknown op kind {kind!r} in a stage op", f"pipeline.stage.{phase}[{k}]",
                                "kinds: " + ", ".join(OP_MODELS))
                 try:

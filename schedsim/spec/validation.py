@@ -53,11 +53,12 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
         if not ranks:
             raise err(i, "ranks", f"op {op.name!r} runs on no rank", "give at least one rank, or omit `ranks` for all")
         if spec.streams is not None:
-            stream = op.stream
-            if stream is not None and stream not in spec.streams:
+            stream = op.stream or {"matmul": "compute", "compute": "compute", "memcpy": "copy"}.get(op.kind, "comm")
+            if stream not in spec.streams:
                 s = difflib.get_close_matches(stream, spec.streams, n=1)
-                raise err(i, "stream", f"stream {stream!r} is not declared in `streams` {spec.streams}",
-                          f"did you mean {s[0]!r}?" if s else f"add {stream!r} to `streams`")
+                raise err(i, "stream", f"stream {stream!r}{'' if op.stream else ' (the default for ' + op.kind + ')'} "
+                          f"is not declared in `streams` {spec.streams}",
+                          f"did you mean {s[0]!r}?" if s else f"add {stream!r} to `streams` or set `stream:`")
         if op.kind in ("send", "recv"):
             peer = op.peer  # type: ignore[union-attr]
             if not 0 <= peer < n:

@@ -257,3 +257,60 @@ def test_breaker_sanity(tmp_path):
     p = run("predict", str(f), "--no-gantt", "--format", "json", "--out", str(tmp_path / "o"))
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["metrics"]["ops"] == 2
+
+
+# Second breaker round: resource bombs, profile values, pipeline-block misuse, declared streams.
+@pytest.mark.parametrize("body", [
+    "ops:\n  - foreach: {i: '[0]*100000000'}\n    ops: [{name: 'a{i}', kind: compute, duration_us: 1}]\n",
+    "ops:\n  - {name: '{\"a\"*1000000000}', kind: compute, duration_us: 1}\n",
+])
+def test_expression_bombs_exit_2_quickly(tmp_path, body):
+    f = write(tmp_path, HEAD + body)
+    assert_clean_exit_2(run("check", str(f), timeout=60), "1,000,000")
+
+
+def test_yaml_alias_bomb_exit_2_quickly(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    f = write(tmp_path, "\n".join(lines) + "\n")
+    assert_clean_exit_2(run("check", str(f), timeout=60), "aliases")
+
+
+@pytest.mark.parametrize("case", ["peak_zero", "gemm_bad_dtype"])
+def test_more_bad_profile_values_exit_2(tmp_path, case):
+    def mutate(d):
+        if case == "peak_zero":
+            d["gpu"]["peak_tflops"]["fp32"] = 0
+        else:
+            d["gemm"]["entries"] = [["fp33", 16384, 8192, 8192, 56.89]]
+    prof = _profile(tmp_path, case, mutate)
+    p = run("predict", "schedules/allgather_mm.yaml", "--no-gantt", "--profile", str(prof), "--out", str(tmp_path / "o"))
+    assert_clean_exit_2(p, str(prof))
+
+
+PP_BASE = """\
+    schema_version: 1
+    name: pp
+    world_size: 2
+    pipeline:
+      schedule: 1f1b
+      p: 2
+      m: 2
+    """
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ("  stage: {forward: [{kind: all_reduce, bytes: 8}]}\n", "stage ops must be compute work"),
+    ("  stage: {forward: [{kind: compute, duration_us: 1, ranks: [0]}]}\n", "cannot set 'ranks'"),
+    ("  stage: {forward: [{kind: compute, duration_us: 1}]}\n  actions: {0: '0F0'}\n", "schedule: custom"),
+    ("  transformer: {layers: 2, hidden: 10, ffn: 4, heads: 3, seq: 4}\n", "multiple of heads"),
+])
+def test_pipeline_block_misuse_exit_2(tmp_path, extra, needle):
+    f = write(tmp_path, textwrap.dedent(PP_BASE) + extra)
+    assert_clean_exit_2(run("check", str(f)), needle)
+
+
+def test_declared_streams_cover_default_streams(tmp_path):
+    f = write(tmp_path, HEAD + "streams: [a]\nops:\n  - {name: x, kind: compute, duration_us: 1}\n")
+    assert_clean_exit_2(run("check", str(f)), "'compute' (the default for compute)")
