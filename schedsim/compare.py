@@ -26,6 +26,7 @@ Errors are signed: positive means the prediction is too long.
 # no "from __future__ import annotations": typer evaluates the command signatures
 
 import json
+import sys
 import statistics
 from pathlib import Path
 from typing import Any, Optional
@@ -97,6 +98,16 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
         "launch": {"pred": pred.launch, "meas": meas.launch},
         "profile": pred.profile,
     }
+    warnings: list[str] = []
+    if pred.schedule != meas.schedule:
+        warnings.append(f"different schedules: {pred.schedule!r} vs {meas.schedule!r}")
+    sp = pred.meta.get("set") if isinstance(pred.meta, dict) else None
+    sm = meas.meta.get("set") if isinstance(meas.meta, dict) else None
+    if sp is not None and sm is not None and sorted(sp) != sorted(sm):
+        warnings.append(f"different --set values: {sorted(sp)} vs {sorted(sm)}")
+    if pred.world_size != meas.world_size:
+        warnings.append(f"different world sizes: {pred.world_size} vs {meas.world_size}")
+    res["warnings"] = warnings
     ms_p, ms_m = mp["makespan_s"], mm["makespan_s"]
     err = _rel(ms_p, ms_m)
     res["makespan"] = {"pred_s": ms_p, "meas_s": ms_m, "error": err,
@@ -289,5 +300,7 @@ def register(app: Any) -> None:
                 slim["ops"] = {k: v for k, v in res["ops"].items() if k != "per_op"}
             print(json.dumps({**slim, "files": [str(x) for x in paths]}, indent=1, default=str))
             return
+        for w in res.get("warnings", []):
+            print(f"warning: the two timelines may not be comparable: {w}", file=sys.stderr)
         print_comparison(res)
         print("wrote " + ", ".join(str(x) for x in paths))
