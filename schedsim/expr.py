@@ -6,7 +6,7 @@ whitelist of node types; :func:`eval` and :func:`exec` are never used, so a
 schedule cannot run code, touch attributes or import modules.
 
 Allowed: int/float/str/bool literals, names bound in the environment,
-``+ - * / // % **``, unary ``+ -``, comparisons, ``and or not``, ``x if c else y``,
+``+ - * / // % **``, unary ``+ -``, comparisons (also ``in``), ``and or not``, ``x if c else y``,
 lists/tuples, subscripts, and the functions in :data:`FUNCTIONS` (``sizeof(dtype)`` gives bytes per element).
 
 A ``/`` whose result is integral yields an ``int``, so ``8192*2/8`` is ``2048``.
@@ -52,6 +52,8 @@ _CMPOPS = {
     ast.LtE: operator.le,
     ast.Gt: operator.gt,
     ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
 }
 
 
@@ -130,7 +132,7 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
         left = _ev(node.left, env)
         for op, comp in zip(node.ops, node.comparators):
             if type(op) not in _CMPOPS:
-                raise ExprError("only == != < <= > >= comparisons are allowed")
+                raise ExprError("only == != < <= > >= in / not in comparisons are allowed")
             right = _ev(comp, env)
             if not _CMPOPS[type(op)](left, right):
                 return False

@@ -87,3 +87,11 @@ def test_sweep_chunks(tmp_path):
     assert [r["setting"]["chunks"] for r in rows] == [1, 2, 8]
     assert rows[0]["makespan_s"] > rows[2]["makespan_s"]  # chunking pays on the PCIe box
     assert (tmp_path / "sweep.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("schedule", sorted(p.name for p in (ROOT / "schedules").glob("*.yaml")))
+def test_every_shipped_schedule_checks_and_opens_with_a_comment(schedule):
+    text = (ROOT / "schedules" / schedule).read_text()
+    assert text.startswith("#"), "each shipped schedule opens with a comment saying what it models"
+    p = run("check", f"schedules/{schedule}")
+    assert p.returncode == 0 and p.stdout.startswith("ok:"), p.stderr

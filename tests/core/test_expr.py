@@ -12,6 +12,8 @@ def test_arithmetic_and_integral_division():
     assert evaluate("range(1, 7, 2)", {}) == [1, 3, 5]
     assert evaluate("max(3, chunks) if chunks > 4 else 0", env) == 8
     assert evaluate("sizeof('bf16') * 10", {}) == 20
+    assert evaluate("2 if s in ('a', 'b') else None", {"s": "b"}) == 2
+    assert evaluate("s not in ['a']", {"s": "a"}) is False
 
 
 def test_interpolation():
