@@ -345,9 +345,17 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
 
     empty: dict = {}  # shared, never mutated
     res_name = ("compute", "comm", "copy", "copy", "copy")
+    tag_dicts: dict[tuple, dict] = {(): empty}  # type: ignore[type-arg]  # one dict per distinct tag set
+
+    def tags_of(t: tuple) -> dict:  # type: ignore[type-arg]
+        d = tag_dicts.get(t)
+        if d is None:
+            d = tag_dicts[t] = dict(t)
+        return d
+
     spans = [
         Span(oid, op.name, op.rank, op.stream, op.kind, res_name[rs], st, en, w, rt, op.nbytes, op.flops,
-             dict(op.tags) if op.tags else empty)
+             tags_of(op.tags))
         for oid, op, rs, st, en, w, rt in zip(ids, ops, job_res, start, end, job_work, ready_t)
     ]
     # critical path: walk bindings back from the last op to finish
