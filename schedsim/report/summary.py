@@ -29,7 +29,6 @@ def _console() -> Any:
 
 def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, max_cp: int = 12) -> None:
     """Print the header, the per-rank table and the critical path."""
-    from rich.console import Console
     from rich.table import Table
 
     con = console or _console()
@@ -54,7 +53,6 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
 
 def print_pipeline(pm: dict[str, Any], console: Any = None) -> None:
     """Print bubble ratios (both conventions), peak activation memory and p2p volume per rank."""
-    from rich.console import Console
     from rich.table import Table
 
     con = console or _console()

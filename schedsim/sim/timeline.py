@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 from schedsim.errors import TraceError
 
-__all__ = ["Timeline", "Span", "atomic_write_text", "atomic_write_bytes", "output_set"]
+__all__ = ["Timeline", "Span", "atomic_writer", "atomic_write_text", "atomic_write_bytes", "output_set"]
 
 
 class Span(NamedTuple):
@@ -104,35 +104,29 @@ class Timeline:
         return sorted(seen, key=lambda k: (k[0], seen[k]))
 
     # -- JSON ---------------------------------------------------------------
+    def _head(self) -> dict[str, Any]:
+        return {"format": "schedsim.timeline", "version": 1, "schedule": self.schedule, "source": self.source,
+                "profile": self.profile, "world_size": self.world_size, "launch": self.launch,
+                "makespan_s": self.makespan_s, "meta": self.meta}
+
     def to_dict(self, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {
-            "format": "schedsim.timeline",
-            "version": 1,
-            "schedule": self.schedule,
-            "source": self.source,
-            "profile": self.profile,
-            "world_size": self.world_size,
-            "launch": self.launch,
-            "makespan_s": self.makespan_s,
-            "meta": self.meta,
-            "ops": [
-                {
-                    "id": s.id, "name": s.name, "rank": s.rank, "stream": s.stream, "kind": s.kind,
-                    "resource": s.resource, "start_s": s.start_s, "end_s": s.end_s, "solo_s": s.solo_s,
-                    "ready_s": s.ready_s, "bytes": s.bytes, "flops": s.flops, "tags": s.tags,
-                    **({"breakdown": {"wait_s": s.start_s - s.ready_s, "work_s": s.solo_s,
-                                      "contention_s": (s.end_s - s.start_s) - s.solo_s}}
-                       if s.solo_s is not None and s.ready_s is not None else {}),
-                }
-                for s in self.spans
-            ],
-            "critical_path": self.critical_path,
-            "metrics": metrics or {},
-        }
+        return {**self._head(), "ops": [_span_dict(s) for s in self.spans], "critical_path": self.critical_path,
+                "metrics": metrics or {}}
 
     def write_json(self, path: str | Path, metrics: dict[str, Any] | None = None) -> None:
-        """Write the timeline JSON atomically (temp file + rename)."""
-        atomic_write_text(path, json.dumps(self.to_dict(metrics), indent=1))
+        """Write the timeline JSON atomically, one op at a time (a million-span timeline is never held as
+        one string), in the layout of :meth:`to_dict`."""
+        with atomic_writer(path) as f:
+            f.write(json.dumps(self._head(), indent=1, default=str)[:-2])
+            f.write(',\n "ops": [')
+            for i, s in enumerate(self.spans):
+                f.write(",\n  " if i else "\n  ")
+                f.write(json.dumps(_span_dict(s), default=str))
+            f.write("\n ],\n \"critical_path\": ")
+            f.write(json.dumps(self.critical_path))
+            f.write(",\n \"metrics\": ")
+            f.write(json.dumps(metrics or {}, default=str))
+            f.write("\n}\n")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, where: str = "<timeline>") -> Timeline:
@@ -180,18 +174,29 @@ class Timeline:
         return cls.from_dict(d, where=str(p))
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+def _span_dict(s: Span) -> dict[str, Any]:
+    d = {"id": s.id, "name": s.name, "rank": s.rank, "stream": s.stream, "kind": s.kind, "resource": s.resource,
+         "start_s": s.start_s, "end_s": s.end_s, "solo_s": s.solo_s, "ready_s": s.ready_s, "bytes": s.bytes,
+         "flops": s.flops, "tags": s.tags}
+    if s.solo_s is not None and s.ready_s is not None:
+        d["breakdown"] = {"wait_s": s.start_s - s.ready_s, "work_s": s.solo_s,
+                          "contention_s": (s.end_s - s.start_s) - s.solo_s}
+    return d
 
-    A reader never sees a half-written file, and an interrupted write leaves
-    the old file (or none) in place.
+
+@contextmanager
+def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[Any]:
+    """Open a temporary file beside ``path``; on success give it the umask's mode and rename it into place.
+
+    A reader never sees a half-written file; on any exception (Ctrl-C included) the temporary file is
+    removed and ``path`` keeps what it had.
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
         os.replace(tmp, p)
     except BaseException:
@@ -200,6 +205,16 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    A reader never sees a half-written file, and an interrupted write leaves
+    the old file (or none) in place.
+    """
+    with atomic_writer(path, "wb") as f:
+        f.write(data)
 
 
 def _umask() -> int:

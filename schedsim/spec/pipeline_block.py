@@ -219,7 +219,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     from schedsim.graph.build import op_instance
-    from schedsim.pipeline import add_p2p, get_schedule, parse_order, read_csv, validate
+    from schedsim.pipeline import add_p2p, get_schedule, parse_order, read_csv, stage_to_rank, validate
     from schedsim.pipeline.actions import ComputationType as CT
 
     try:
@@ -263,16 +263,13 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                            "give every rank its F/B (or I/W) actions, e.g. {0: '0F0 0B0', 1: '1F0 1B0'}")
             v = max(1, num_stages // p)
             placement = pb.placement or "loop"
-            from schedsim.pipeline import stage_to_rank as _s2r
-
-            s2r = _s2r(placement, p, v)
+            s2r = stage_to_rank(placement, p, v)
             name = "custom"
         else:
             info = get_schedule(pb.schedule)
             v = info.chunks(pb.v)
             order = info.generate(p, m, v, group_size=pb.group_size)
-            s2r = info.stage_to_rank(p, v) if pb.placement is None else \
-                __import__("schedsim.pipeline", fromlist=["stage_to_rank"]).stage_to_rank(pb.placement, p, v)
+            s2r = info.stage_to_rank(p, v) if pb.placement is None else stage_to_rank(pb.placement, p, v)
             num_stages = p * v
             name = info.name
         # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)

@@ -7,8 +7,24 @@
 Nothing here imports torch.
 """
 
-from schedsim.trace.common import ImportResult
-from schedsim.trace.kineto import import_kineto
-from schedsim.trace.nsys import import_nsys
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["ImportResult", "import_kineto", "import_nsys"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: the CLI registers `import`/`analyze` without loading the importers
+    if name == "ImportResult":
+        from schedsim.trace.common import ImportResult
+
+        return ImportResult
+    if name == "import_kineto":
+        from schedsim.trace.kineto import import_kineto
+
+        return import_kineto
+    if name == "import_nsys":
+        from schedsim.trace.nsys import import_nsys
+
+        return import_nsys
+    raise AttributeError(name)

@@ -8,8 +8,6 @@ and leave through :func:`schedsim.cli.handle_errors` (``error: ...``, exit 2).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -25,43 +23,8 @@ class _Fmt(str, Enum):
 
 
 def write_timeline_json(tl: Any, path: str | Path, metrics: dict[str, Any] | None = None) -> None:
-    """Write a Timeline in the format of :meth:`Timeline.write_json`, one op per line, streamed.
-
-    ``Timeline.write_json`` builds the whole document in memory first (dicts
-    plus one string); an imported timeline can have millions of spans, so this
-    writes op by op to a temporary file and renames it into place (atomic).
-    :meth:`Timeline.read_json` reads the result.
-    """
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    head = {"format": "schedsim.timeline", "version": 1, "schedule": tl.schedule, "source": tl.source,
-            "profile": tl.profile, "world_size": tl.world_size, "launch": tl.launch, "makespan_s": tl.makespan_s,
-            "meta": tl.meta}
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(head, indent=1, default=str)[:-2])
-            f.write(',\n "ops": [')
-            first = True
-            for s in tl.spans:
-                f.write("\n  " if first else ",\n  ")
-                first = False
-                f.write(json.dumps({"id": s.id, "name": s.name, "rank": s.rank, "stream": s.stream, "kind": s.kind,
-                                    "resource": s.resource, "start_s": s.start_s, "end_s": s.end_s,
-                                    "solo_s": s.solo_s, "ready_s": s.ready_s, "bytes": s.bytes, "flops": s.flops,
-                                    "tags": s.tags}, default=str))
-            f.write("\n ],\n \"critical_path\": ")
-            f.write(json.dumps(tl.critical_path))
-            f.write(",\n \"metrics\": ")
-            f.write(json.dumps(metrics or {}, default=str))
-            f.write("\n}\n")
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write an imported Timeline: :meth:`Timeline.write_json` (streamed, atomic)."""
+    tl.write_json(path, metrics)
 
 
 def _ops(path: Path | None) -> dict[str, dict[str, Any]] | None:
