@@ -128,7 +128,8 @@ def parse_yaml(text: str, file: str) -> Any:
             line=mark.line + 1 if mark else None,
             column=mark.column + 1 if mark else None,
             fix=('quote strings that hold {expr} inside [ ] or { } lists, e.g. deps: ["ag{i}"]'
-                 if "'{'" in str(problem) or "'}'" in str(problem) else "check indentation and quoting around this position"),
+                 if "but got '{'" in str(problem) or "but got '}'" in str(problem)
+                 else "check indentation and quoting around this position; a [ or { may be left unclosed"),
         ) from None
     if node is None:
         return LDict()

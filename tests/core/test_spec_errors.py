@@ -170,3 +170,9 @@ def test_missing_file():
 def test_empty_schedule():
     with pytest.raises(SpecError, match="no ops"):
         load("schema_version: 1\nname: t\nworld_size: 1\n")
+
+
+def test_unclosed_flow_mapping_is_not_blamed_on_braces():
+    with pytest.raises(SpecError) as e:
+        load("schema_version: 1\nname: t\nops:\n  - {name: a, kind: matmul\n")
+    assert "unclosed" in e.value.fix and "quote strings" not in e.value.fix
