@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import pytest
 from exec_helpers import DATA, ROOT, schedsim, torchrun
@@ -76,21 +75,19 @@ def test_tp_ffn_check_2_ranks(tmp_path) -> None:
 
 
 def test_world_size_mismatch_fails_before_any_collective(tmp_path) -> None:
-    t0 = time.time()
-    r = schedsim(["execute", "schedules/allgather_mm8.yaml", "--out", str(tmp_path / "x")])  # one process
+    # one process; a hang waiting for the missing rank would trip the subprocess timeout
+    r = schedsim(["execute", "schedules/allgather_mm8.yaml", "--out", str(tmp_path / "x")], timeout=60)
     assert r.returncode == 2
     assert "the schedule has world_size 2 but 1 process(es) were started" in r.stderr
     assert "--nproc-per-node 2" in r.stderr and "--set world_size=1" in r.stderr
-    assert time.time() - t0 < 60
     assert not (tmp_path / "x" / "timeline.json").exists()
 
 
 def test_timeout_names_the_op_and_the_missing_rank(tmp_path) -> None:
     out = tmp_path / "to"
-    t0 = time.time()
+    # the 2 s op timeout must surface well within the subprocess's own 60 s limit
     r = torchrun(2, ["execute", str(DATA / "timeout_demo.yaml"), "--timeout", "2", "--no-gantt", "--out", str(out)],
-                 timeout=120)
-    took = time.time() - t0
+                 timeout=60)
     assert r.returncode != 0
     assert "timeout after" in r.stderr and "'ar' (ar@r0)" in r.stderr and "rank(s) [1]" in r.stderr
     f = json.loads((out / "failure_rank0.json").read_text())
@@ -98,7 +95,6 @@ def test_timeout_names_the_op_and_the_missing_rank(tmp_path) -> None:
     assert "host at op 'long'" in f["error"]
     assert not (out / "timeline.json").exists()
     _no_temp_files(out)
-    assert took < 60, f"the timeout took {took:.0f} s to surface"
 
 
 def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(tmp_path) -> None:
