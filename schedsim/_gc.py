@@ -16,6 +16,7 @@ __all__ = ["paused_gc"]
 
 @contextmanager
 def paused_gc() -> Iterator[None]:
+    """Disable the cyclic collector inside the block, re-enable it after if it was on."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -67,6 +67,7 @@ class SpecError(SchedsimError):
         super().__init__(self.format())
 
     def format(self) -> str:
+        """``file:line:col: path: message`` and, on the next line, ``fix: ...``."""
         where = self.file or "<schedule>"
         if self.line is not None:
             where += f":{self.line}"

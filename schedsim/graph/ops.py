@@ -96,10 +96,12 @@ class Op:
 
     @property
     def id(self) -> str:
+        """``name@rN``; :func:`parse_op_id` reads it back."""
         return format_op_id(self.name, self.rank)
 
     @property
     def resource(self) -> str:
+        """``compute``, ``comm`` or ``copy`` (:func:`resource_of`)."""
         return resource_of(self.kind)
 
     def __str__(self) -> str:

@@ -33,6 +33,8 @@ class _B(BaseModel):
 
 
 class GPU(_B):
+    """Per-GPU rates. Peaks in TFLOP/s (1e12 FLOP/s), bandwidth in GB/s (1e9 B/s), times in µs; ``source`` says where."""
+
     name: str = Field(description="GPU model.")
     hbm_GBps: float = Field(gt=0, description="Achievable HBM bandwidth, GB/s (1e9 B/s).")
     peak_tflops: dict[GemmDType, PositiveFloat] = Field(description="Dense peak per dtype, TFLOP/s (roofline fallback).")
@@ -45,6 +47,8 @@ class GPU(_B):
 
 
 class Launch(_B):
+    """Host launch costs in µs: eager per op and per NCCL call, one graph launch, per graph node (GPU side)."""
+
     eager_per_op_us: float = Field(ge=0, description="Host time to launch one kernel in eager mode, µs.")
     eager_per_collective_us: float = Field(ge=0, description="Host time to launch one NCCL call in eager mode, µs.")
     graph_launch_us: float = Field(ge=0, description="Host time of one cudaGraphLaunch, µs.")
@@ -53,18 +57,24 @@ class Launch(_B):
 
 
 class Link(_B):
+    """One link class for the alpha-beta fallback: t = steps·latency + factor·bytes / bandwidth (Thakur et al. 2005)."""
+
     bandwidth_GBps: float = Field(gt=0, description="Per-GPU unidirectional bandwidth, GB/s: the busbw a large collective reaches.")
     latency_us: float = Field(ge=0, description="Per-step latency alpha, µs.")
     source: str
 
 
 class Topology(_B):
+    """Ranks r and q share a node when r // gpus_per_node == q // gpus_per_node; which link class each side uses."""
+
     gpus_per_node: int = Field(gt=0)
     intra_node_link: LinkClass = "nvlink"
     inter_node_link: LinkClass = "network"
 
 
 class Memcpy(_B):
+    """Copy-engine bandwidths in GB/s (pinned host memory; d2d counts bytes read plus written) and a latency in µs."""
+
     h2d_GBps: float = Field(gt=0)
     d2h_GBps: float = Field(gt=0)
     d2d_GBps: float = Field(gt=0, description="Bytes read plus written per second.")
@@ -73,6 +83,8 @@ class Memcpy(_B):
 
 
 class GemmTable(_B):
+    """Measured single-GEMM times: rows ``[dtype, m, n, k, time_ms]``; see :class:`schedsim.cost.CostModel`."""
+
     source: str
     entries: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
         default_factory=list, description="[dtype, m, n, k, time_ms] measured single-GEMM times (batch 1).")
@@ -83,6 +95,8 @@ class GemmTable(_B):
 
 
 class CollectiveTables(_B):
+    """busbw-vs-size tables in the nccl-tests convention (``doc/PERFORMANCE.md``), per collective and group size."""
+
     source: str
     tables: dict[TableKind, dict[PositiveInt, Annotated[list[tuple[PositiveFloat, PositiveFloat]], Field(min_length=1)]]] = Field(
         default_factory=dict,
@@ -93,6 +107,8 @@ class CollectiveTables(_B):
 
 
 class Contention(_B):
+    """Dimensionless slowdown factors between kernels, NCCL and copies (see :mod:`schedsim.sim.engine`)."""
+
     compute_slowdown_with_comm: float = Field(ge=0, description="alpha: a kernel runs 1/(1+alpha) as fast while NCCL runs beside it.")
     comm_slowdown_with_compute: float = Field(ge=0, description="beta: NCCL runs 1/(1+beta) as fast while a kernel runs beside it.")
     compute_slowdown_with_copy: float = Field(default=0.0, ge=0, description="gamma: kernel slowdown from a copy-engine transfer.")

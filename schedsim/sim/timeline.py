@@ -62,6 +62,7 @@ class Span(NamedTuple):
 
     @property
     def duration_s(self) -> float:
+        """end_s − start_s, in seconds."""
         return self.end_s - self.start_s
 
 
@@ -92,6 +93,7 @@ class Timeline:
         return len(self.spans)
 
     def by_id(self) -> dict[str, Span]:
+        """Spans keyed by op id (``name@rN``)."""
         return {s.id: s for s in self.spans}
 
     def lanes(self) -> list[tuple[int, str]]:
@@ -110,6 +112,7 @@ class Timeline:
                 "makespan_s": self.makespan_s, "meta": self.meta}
 
     def to_dict(self, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The JSON document of the module docstring as a dict (small timelines; :meth:`write_json` streams)."""
         return {**self._head(), "ops": [_span_dict(s) for s in self.spans], "critical_path": self.critical_path,
                 "metrics": metrics or {}}
 

@@ -46,6 +46,8 @@ class LDict(dict):  # type: ignore[type-arg]
 
 
 class LList(list):  # type: ignore[type-arg]
+    """A list that remembers where it and each item came from (1-based line, column)."""
+
     mark: Mark | None = None
     item_marks: list[Mark | None]
 

@@ -90,6 +90,7 @@ class _SizedMixin(_Base):
         return self
 
     def size_bytes(self) -> int:
+        """Message size in bytes: ``bytes``, or prod(shape) × element size of ``dtype``."""
         if self.bytes is not None:
             return self.bytes
         n = 1
