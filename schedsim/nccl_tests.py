@@ -172,6 +172,9 @@ def _split_glued(tok: str, count: int, tbytes: int) -> tuple[str, int] | None:
     return head, int(digits)
 
 
+_CALIBRATE_RE = re.compile(r"#\s*(all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|sendrecv|scatter|gather)\s+over\s+(\d+)\s+ranks?\b")
+
+
 def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | None = None,
                      source: str = "<text>") -> NcclTestsLog:
     """Parse the text of one nccl-tests run.
@@ -208,6 +211,10 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
     if m:
         coll = COLLECTIVE_OF_BINARY[m.group(1)]
     n = nranks
+    mc = _CALIBRATE_RE.search(text)  # the title `schedsim calibrate` prints: "# all_reduce over 2 ranks (nccl), ..."
+    if mc:
+        coll = coll or mc.group(1)
+        n = n or int(mc.group(2))
     rank_ids = set(int(x) for x in re.findall(r"#\s*Rank\s+(\d+)\s+Group", text))
     if rank_ids and n is None:
         n = len(rank_ids)

@@ -2,8 +2,9 @@
 
     python3 benchmarks/h200/summarize.py
 
-Pure Python; reads the compare.json / meta.json / handwritten*.json files copied back from the three
-H200 calls of 2026-11-29 (run_all.sh twice, run_repeats.sh once).
+Pure Python; reads the compare.json / meta.json / handwritten*.json files that run_all.sh and run_repeats.sh
+leave in results/ (raw run output, not tracked in git). The figures of the H200 calls of 2026-11-29 are kept
+as run2_summary.csv and run3_summary.csv beside this file (one row per makespan).
 """
 
 from __future__ import annotations

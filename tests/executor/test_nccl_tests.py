@@ -1,4 +1,4 @@
-"""nccl-tests log parser: seed 004's glued text, current and old formats."""
+"""nccl-tests log parser: generated logs (glued or not), current and old formats, and a log calibrate printed."""
 
 from __future__ import annotations
 
@@ -8,39 +8,90 @@ from exec_helpers import DATA, ROOT
 from schedsim.errors import SchedsimError
 from schedsim.nccl_tests import format_table, parse_nccl_tests, read_nccl_tests
 
-SEED004 = DATA / "seed004_nccl_tests.txt"
+CALIBRATE_LOG = DATA / "calibrate_h200x2_all_reduce_2026-11-30.txt"  # printed by `schedsim calibrate`, 2xH200
 
 SIZES = [8 * 2**i for i in range(25)]  # 8 B .. 128 MiB, factor 2
 
+# Facts from seed 004's all_reduce_perf run (8x RTX 3090, PCIe): size -> (out-of-place, in-place) time in us.
+SEED004_TIMES_US = dict(zip(SIZES, [
+    (40.57, 42.15), (40.50, 40.10), (40.46, 40.43), (40.59, 40.00), (40.35, 39.67), (40.98, 40.61),
+    (40.22, 40.18), (40.61, 40.22), (40.58, 40.42), (41.27, 40.58), (40.84, 41.24), (41.25, 41.41),
+    (43.61, 43.57), (74.19, 76.64), (130.8, 120.0), (245.8, 240.5), (298.4, 287.6), (702.4, 724.4),
+    (1270.3, 1255.3), (3495.2, 3502.9), (6755.2, 6735.1), (13705.0, 13678.0), (27779.0, 27761.0),
+    (56601.0, 56647.0), (117937.0, 118026.0)]))
 
-class TestSeed004:
-    def test_glued_rows_all_found(self) -> None:
-        (log,) = read_nccl_tests(SEED004)
+
+def _bw(size: int, time_us: float, nranks: int) -> tuple[float, float]:
+    """nccl-tests' all_reduce algbw = S / t and busbw = algbw * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md), GB/s."""
+    algbw = size / (time_us * 1e3)
+    return algbw, algbw * 2 * (nranks - 1) / nranks
+
+
+def make_all_reduce_log(times: dict[int, tuple[float, float]], nranks: int, *, glued: bool = False) -> str:
+    """An all_reduce_perf log in nccl-tests' current format (``#wrong`` columns, root), made from ``times``.
+
+    ``glued=True`` runs the column header and the data rows together with no separator, as the seed's
+    copy of the log arrived (its newlines lost).
+    """
+    lines = [f"# nThread 1 nGpus {nranks} minBytes {min(times)} maxBytes {max(times)} step: 2(factor) "
+             "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
+    lines += [f"# Rank {r} Group 0 Pid 1000 on host device {r} [0x{r:02x}] GPU" for r in range(nranks)]
+    lines += ["#", "# out-of-place in-place",
+              "# size count type redop root time algbw busbw #wrong time algbw busbw #wrong",
+              "# (B) (elements) (us) (GB/s) (GB/s) (us) (GB/s) (GB/s)"]
+    total = 0.0
+    rows = []
+    for size, (oop, ip) in sorted(times.items()):
+        (a1, b1), (a2, b2) = _bw(size, oop, nranks), _bw(size, ip, nranks)
+        total += b1 + b2
+        rows.append(f"{size} {size // 4} float sum -1 {oop:g} {a1:.2f} {b1:.2f} 0 {ip:g} {a2:.2f} {b2:.2f} 0")
+    if glued:  # the column header and every data row run together on one line
+        lines[-1] += "".join(rows)
+    else:
+        lines += rows
+    lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth : {total / (2 * len(times)):.5f}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def seed004_log(tmp_path):
+    p = tmp_path / "all_reduce_perf_8gpu.txt"
+    p.write_text("./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8\n" + make_all_reduce_log(SEED004_TIMES_US, 8, glued=True))
+    return p
+
+
+class TestSeed004Numbers:
+    """The seed's 8-GPU all_reduce numbers, as a generated nccl-tests log whose newlines are lost."""
+
+    def test_glued_rows_all_found(self, seed004_log) -> None:
+        (log,) = read_nccl_tests(seed004_log)
         assert log.collective == "all_reduce"
         assert log.nranks == 8
         assert [r.size_bytes for r in log.rows] == SIZES
         assert [r.count for r in log.rows] == [s // 4 for s in SIZES]
         assert all(r.dtype == "float" and r.redop == "sum" and r.root == -1 for r in log.rows)
-        assert log.avg_busbw_GBps == pytest.approx(1.16643)
+        avg = sum(_bw(s, t, 8)[1] for s, ts in SEED004_TIMES_US.items() for t in ts) / 50
+        assert log.avg_busbw_GBps == pytest.approx(avg, abs=1e-5)
+        assert log.avg_busbw_GBps == pytest.approx(1.1664, abs=1e-3)  # the seed prints 1.16643
 
-    def test_values(self) -> None:
-        (log,) = read_nccl_tests(SEED004)
+    def test_values(self, seed004_log) -> None:
+        (log,) = read_nccl_tests(seed004_log)
         by = {r.size_bytes: r for r in log.rows}
-        r = by[8]  # "8 2 float sum -1 40.57 0.00 0.00 0 42.15 0.00 0.00 0"
+        r = by[8]
         assert (r.oop_time_us, r.oop_busbw_GBps, r.oop_wrong, r.ip_time_us, r.ip_wrong) == (40.57, 0.0, 0, 42.15, 0)
-        r = by[524288]  # "... 298.4 1.76 3.08 0 287.6 1.82 3.19 0"
-        assert (r.oop_time_us, r.oop_algbw_GBps, r.oop_busbw_GBps) == (298.4, 1.76, 3.08)
+        r = by[524288]  # algbw = 524288 B / 298.4 us = 1.757 GB/s; busbw = 1.757 * 2 * 7 / 8 = 3.0747
+        assert (r.oop_time_us, r.oop_algbw_GBps, r.oop_busbw_GBps) == (298.4, 1.76, 3.07)
         assert (r.ip_time_us, r.ip_algbw_GBps, r.ip_busbw_GBps) == (287.6, 1.82, 3.19)
-        r = by[134217728]  # the last row, glued as "0134217728 33554432 float ..."
+        r = by[134217728]  # the last row, glued to the previous one's "#wrong" column
         assert (r.count, r.oop_time_us, r.oop_busbw_GBps, r.ip_time_us, r.ip_busbw_GBps) == (
             33554432, 117937.0, 1.99, 118026.0, 1.99)
         assert by[16777216].oop_time_us == 13705.0
         assert all(x.oop_wrong == 0 and x.ip_wrong == 0 for x in log.rows)
 
-    def test_table_drops_zero_busbw(self) -> None:
-        (log,) = read_nccl_tests(SEED004)
+    def test_table_drops_zero_busbw(self, seed004_log) -> None:
+        (log,) = read_nccl_tests(seed004_log)
         tab = log.table()
-        assert tab[0] == (128, 0.01)
+        assert tab[0] == (128, 0.01)  # 128 B / 40.35 us * 1.75 = 0.0056 GB/s -> "0.01"; 64 B rounds to 0.00
         assert tab[-1] == (134217728, 1.99)
         assert len(tab) == 21
 
@@ -50,6 +101,18 @@ class TestSeed004:
             pytest.skip("shared/seeds not beside the checkout")
         (log,) = read_nccl_tests(seeds[0])
         assert [r.size_bytes for r in log.rows] == SIZES
+
+
+def test_log_that_calibrate_printed() -> None:
+    """A real table from `schedsim calibrate` on 2 H200s (2026-11-30): single time column, no in-place half."""
+    (log,) = read_nccl_tests(CALIBRATE_LOG)
+    assert log.collective == "all_reduce" and log.nranks == 2
+    assert [r.size_bytes for r in log.rows] == [1024 * 4**i for i in range(11)]
+    big = log.rows[-1]
+    assert (big.size_bytes, big.oop_time_us, big.oop_busbw_GBps) == (1073741824, 3420.42, 313.92)
+    # busbw = algbw * 2(n-1)/n = algbw at n = 2: 1073741824 B / 3420.42 us = 313.92 GB/s
+    assert big.oop_busbw_GBps == pytest.approx(1073741824 / 3420.42e3, abs=0.005)
+    assert log.avg_busbw_GBps == pytest.approx(90.5722)
 
 
 CURRENT = """\
@@ -123,12 +186,12 @@ def test_format_table_round_trips() -> None:
     assert (log.rows[0].size_bytes, log.rows[0].oop_time_us, log.rows[0].oop_busbw_GBps) == (1024, 12.5, 0.12)
 
 
-def test_calibrate_from_nccl_tests_cli(tmp_path) -> None:
+def test_calibrate_from_nccl_tests_cli(tmp_path, seed004_log) -> None:
     """No torch needed: the profile gets the seed's table and predict accepts it."""
     from exec_helpers import schedsim
 
     out = tmp_path / "p3090.yaml"
-    r = schedsim(["calibrate", "--from-nccl-tests", str(SEED004), "--base", "rtx3090_pcie1x4", "--out", str(out)])
+    r = schedsim(["calibrate", "--from-nccl-tests", str(seed004_log), "--base", "rtx3090_pcie1x4", "--out", str(out)])
     assert r.returncode == 0, r.stderr
     assert "Avg bus bandwidth" in r.stdout
     from schedsim.hardware.profile import load_profile
