@@ -253,3 +253,36 @@ def test_compare_trace_passes_the_checker(pp_run, tmp_path):
     ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     x = next(e for e in ev if e["ph"] == "X" and e["args"]["op"] == tl.spans[0].id)
     assert x["args"]["measured_us"] == pytest.approx(x["args"]["predicted_us"] * 1.1, rel=1e-6)
+
+
+def test_pipeline_ranges_of_a_measured_run_give_bubbles_and_a_chart():
+    """torch pipelining's PP:{stage}{op}{mb} ranges of a 2-rank 1F1B run, m = 2, F = 1 ms, B = 2 ms."""
+    from schedsim.trace.analyze import format_report, pipeline_bubbles, tag_pipeline
+    from schedsim.trace.common import ImportResult
+
+    acts = {0: [("PP:0F0", 0, 1), ("PP:0F1", 1, 2), ("PP:0B0", 4, 6), ("PP:0B1", 7, 9)],
+            1: [("PP:1F0", 1, 2), ("PP:1B0", 2, 4), ("PP:1F1", 4, 5), ("PP:1B1", 5, 7)]}
+    spans = [Span(f"{n}@r{r}", n, r, "7", "kernel", "compute", a * 1e-3, b * 1e-3) for r, lst in acts.items()
+             for n, a, b in lst]
+    tl = Timeline("pp", "import", 2, spans=spans)
+    assert tag_pipeline(tl) == 8
+    b = pipeline_bubbles(tl)
+    # makespan 9 ms; rank 0 busy 6 ms, rank 1 busy 6 ms: 1 − 6/9 = 1/3 each
+    assert b == pytest.approx({0: 1 / 3, 1: 1 / 3})
+    steps = unit_steps(pipeline_view(tl))
+    assert steps["B0.1@r0"] == (7, 9)  # the same schedule in unit steps as the hand count above
+    assert _labels(draw_pipeline(tl)) == [9.0]
+    text = format_report(ImportResult(tl, {}, {}, []))
+    assert "pipeline bubble per rank" in text and "   0 0.3333" in text
+
+
+def test_executor_and_megatron_names_are_tagged():
+    from schedsim.trace.analyze import tag_pipeline
+
+    names = ["F1.3.fwd", "B0.2.W.wgrad", "forward-compute", "forward-compute", "Backward 4", "matmul_kernel"]
+    tl = Timeline("n", "execute", 1, spans=[Span(f"{n}@r0", n, 0, "s", "k", "compute", i, i + 1.0)
+                                            for i, n in enumerate(names)])
+    assert tag_pipeline(tl) == 5
+    got = [(s.tags.get("pp_op"), s.tags.get("stage"), s.tags.get("mb"), s.tags.get("phase")) for s in tl.spans]
+    assert got == [("F", 1, 3, "F"), ("B", 0, 2, "W"), ("F", 0, 0, "F"), ("F", 0, 1, "F"), ("B", 0, 4, "B"),
+                   (None, None, None, None)]
