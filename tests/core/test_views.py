@@ -286,3 +286,20 @@ def test_executor_and_megatron_names_are_tagged():
     got = [(s.tags.get("pp_op"), s.tags.get("stage"), s.tags.get("mb"), s.tags.get("phase")) for s in tl.spans]
     assert got == [("F", 1, 3, "F"), ("B", 0, 2, "W"), ("F", 0, 0, "F"), ("F", 0, 1, "F"), ("B", 0, 4, "B"),
                    (None, None, None, None)]
+
+
+def test_api_tour_runs(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("api_tour", ROOT / "examples" / "api_tour.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = mod.main(tmp_path)
+    run = res["run"]
+    assert {p.name for p in tmp_path.iterdir()} == {"gantt.png", "pipeline.png", "memory.png"}
+    # the API's numbers are the timeline's: makespan, and the sweep's 1f1b row is the same prediction
+    one = next(r for r in res["sweep"] if r["setting"]["schedule"] == "1f1b")
+    assert one["makespan_s"] == pytest.approx(run.makespan_s, rel=1e-12)
+    peak = run.metrics["memory_peak"]
+    steps = run.timeline.meta["memory"]["ranks"][peak["rank"]]["steps"]
+    assert peak["bytes"] == max(b for _t, b in steps)
