@@ -10,14 +10,17 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
 * args per slice: ``op`` (id), ``kind``, ``resource``, ``bytes``, ``flops``, ``solo_us`` (the
   uncontended prediction), ``ready_us``, pipeline tags, and ``predicted_us`` / ``measured_us``
   when both timelines of a comparison hold the op.
-* flow events (``ph: "s"`` / ``"f"``, ``bp: "e"``, bound at the middle of their slices): every dependency of the graph between two
-  different streams or ranks (category ``dep``), send -> recv (``p2p``) and, for each collective,
+* flow events (``ph: "s"`` / ``"f"``, ``bp: "e"``; bound 5% into the source slice and 5% before the end of the target slice, so the
+  enclosing slice is never ambiguous and a flow never runs backwards in time): every dependency of the graph between two
+  different streams or ranks (category ``dep``), send -> recv (``p2p``; without the graph, sends
+  and recvs paired by their ``msg`` tag) and, for each collective,
   its first member -> every other member (``collective``; members are spans of one name on several
   ranks). Dependency and p2p flows need the graph (``predict`` passes it).
 * counter tracks (``ph: "C"``) per rank: ``memory allocated (bytes)`` when the timeline carries
   the memory curve (:mod:`schedsim.report.memory`), ``GPU share in use`` (Σ over running compute ops
   of solo time / actual time: 1.0 = one kernel's worth of the GPU, from the simulator's solo
-  durations) and ``comm bandwidth in use (B/s)`` (Σ bytes / duration of running comm ops).
+  durations; measured timelines, which have none, get ``compute ops running`` instead) and
+  ``comm bandwidth in use (B/s)`` (Σ bytes / duration of running comm ops).
 
 :func:`schedsim.report.trace_check.check_trace` validates all of it.
 """
@@ -40,11 +43,6 @@ _COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "redu
 
 def _us(s: float) -> float:
     return round(s * 1e6, 4)
-
-
-def _mid(s: Span) -> float:
-    """A flow's binding point: the middle of its slice, so the enclosing slice is never ambiguous."""
-    return _us((s.start_s + s.end_s) / 2)
 
 
 def _rate_counter(spans: list[Span], value: Any) -> list[tuple[float, float]]:
@@ -126,11 +124,14 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
 
         def flow(a: Span, b: Span, cat: str) -> None:
             nonlocal flow_id
+            ts_s, ts_f = _us(a.start_s + 0.05 * a.duration_s), _us(b.end_s - 0.05 * b.duration_s)
+            if ts_s > ts_f:
+                return  # b ended before a began: no causal arrow to draw
             flow_id += 1
             events.append({"ph": "s", "name": cat, "cat": cat, "id": flow_id, "pid": pid_of[a.rank],
-                           "tid": tid_of[(a.rank, a.stream)], "ts": _mid(a)})
+                           "tid": tid_of[(a.rank, a.stream)], "ts": ts_s})
             events.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": flow_id, "pid": pid_of[b.rank],
-                           "tid": tid_of[(b.rank, b.stream)], "ts": _mid(b)})
+                           "tid": tid_of[(b.rank, b.stream)], "ts": ts_f})
 
         byid = tl.by_id()
         if graph is not None and li == 0:
@@ -145,6 +146,15 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
                 a, b = byid.get(u), byid.get(v)
                 if a is not None and b is not None:
                     flow(a, b, "p2p")
+        elif li == 0 or graph is None:
+            # no graph: pair sends and recvs that carry the same message tag (the pipeline block's ``msg``)
+            ends: dict[str, dict[str, list[Span]]] = defaultdict(lambda: {"send": [], "recv": []})
+            for s in tl.spans:
+                if s.kind in ("send", "recv") and s.tags and s.tags.get("msg") is not None:
+                    ends[str(s.tags["msg"])][s.kind].append(s)
+            for d in ends.values():
+                if len(d["send"]) == 1 and len(d["recv"]) == 1:
+                    flow(d["send"][0], d["recv"][0], "p2p")
         members: dict[str, list[Span]] = defaultdict(list)
         for s in tl.spans:
             if s.kind in _COLLECTIVES:
@@ -173,6 +183,11 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
                 for t, v in _rate_counter(comp, lambda s: s.solo_s / s.duration_s if s.duration_s > 0 else 0.0):
                     events.append({"ph": "C", "name": "GPU share in use", "pid": pid_of[r], "ts": _us(t),
                                    "args": {"share": round(v, 6)}})
+            else:  # measured: no solo durations to weigh by, so count the compute ops in flight
+                comp = [s for s in spans if s.resource == "compute"]
+                for t, v in _rate_counter(comp, lambda s: 1.0):
+                    events.append({"ph": "C", "name": "compute ops running", "pid": pid_of[r], "ts": _us(t),
+                                   "args": {"ops": round(v)}})
             comm = [s for s in spans if s.resource == "comm" and s.bytes]
             if comm:
                 for t, v in _rate_counter(comm, lambda s: s.bytes / s.duration_s if s.duration_s > 0 else 0.0):

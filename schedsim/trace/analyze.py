@@ -48,6 +48,7 @@ __all__ = [
     "nccl_volume_table",
     "rows_from_timeline",
     "tag_pipeline",
+    "kineto_ranges_timeline",
     "pipeline_bubbles",
     "PIPELINE_NAME_PATTERNS",
 ]
@@ -225,7 +226,19 @@ def load_any(paths: list[Path], ops: dict[str, dict[str, Any]] | None = None) ->
         return kind, import_nsys(list(paths), ops=ops)
     from schedsim.trace.kineto import import_kineto
 
-    return kind, import_kineto(list(paths), ops=ops)
+    try:
+        return kind, import_kineto(list(paths), ops=ops)
+    except TraceError as e:
+        # a CPU-only profile (gloo ranks) has no kernels to import; its record_function ranges still
+        # carry the schedule's ops, which is what the pipeline view needs
+        if "no GPU events" not in str(e):
+            raise
+        tl = kineto_ranges_timeline(list(paths))
+        if not tl.spans:
+            raise
+        k, n = rows_from_timeline(tl)
+        return kind, ImportResult(tl, k, n, [f"no GPU events in the trace: timed the {len(tl.spans)} "
+                                             "record_function ranges of the last schedsim iteration instead"])
 
 
 def analysis_dict(res: ImportResult) -> dict[str, Any]:
@@ -314,6 +327,59 @@ def pipeline_bubbles(tl: Timeline) -> dict[int, float] | None:
         return None
     mk = tl.makespan_s
     return {r: (1.0 - length(merge(iv)) / mk if mk > 0 else 0.0) for r, iv in sorted(busy.items())}
+
+
+def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
+    """A timeline of the ``user_annotation`` ranges (``record_function``) of Kineto traces, one per rank.
+
+    Keeps the ranges that name a pipeline action (:data:`PIPELINE_NAME_PATTERNS`) or a send/recv, inside
+    the last ``schedsim_iter*`` range of each file when there is one (the executor's ``--profiler``
+    wraps each profiled iteration in one). The rank is ``distributedInfo.rank``, else the file's
+    position. Times are the trace's ``ts`` (µs; ranks of one host share the clock) shifted so the
+    earliest kept range starts at 0. Ranges are tagged by :func:`tag_pipeline`.
+
+    Raises
+    ------
+    TraceError
+        A file that is not readable JSON.
+    """
+    import gzip
+
+    from schedsim.sim.timeline import Span
+
+    raw: list[tuple[int, str, float, float]] = []
+    for fi, p in enumerate(paths):
+        try:
+            with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise TraceError(f"{p}: not a readable Kineto JSON trace: {e}") from None
+        dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+        rank = int(dist["rank"]) if isinstance(dist.get("rank"), int) else fi
+        evs = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
+               and e.get("cat") == "user_annotation" and isinstance(e.get("ts"), (int, float))]
+        iters = [e for e in evs if str(e.get("name", "")).startswith("schedsim_iter")]
+        lo, hi = -math.inf, math.inf
+        if iters:
+            last = max(iters, key=lambda e: e["ts"])
+            lo, hi = last["ts"], last["ts"] + float(last.get("dur", 0))
+        for e in evs:
+            name = str(e.get("name", ""))
+            keep = any(p.match(name) for p in PIPELINE_NAME_PATTERNS) or re.match(r"^(send|recv)", name)
+            if keep and lo <= e["ts"] <= hi:
+                raw.append((rank, name, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+    t0 = min((a for _r, _n, a, _b in raw), default=0.0)
+    spans = []
+    for rank, name, a, b in sorted(raw, key=lambda x: (x[0], x[2])):
+        comm = name.startswith(("send", "recv"))
+        kind = ("send" if name.startswith("send") else "recv") if comm else "compute"
+        spans.append(Span(f"{name}@r{rank}", name, rank, "comm" if comm else "compute", kind,
+                          "comm" if comm else "compute", (a - t0) * 1e-6, (b - t0) * 1e-6))
+    ranks = sorted({s.rank for s in spans})
+    tl = Timeline(Path(paths[0]).name.split(".")[0] if paths else "kineto", "import", len(ranks) or 1, spans=spans,
+                  meta={"ranges": "record_function (user_annotation)"})
+    tag_pipeline(tl)
+    return tl
 
 
 def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total: bool = True) -> list[str]:
