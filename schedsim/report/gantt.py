@@ -565,7 +565,8 @@ def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float,
     _makespan_labels(ax, [(f"makespan {makespan_s * 1e3:.3f} ms", makespan_s * 1e3)], end * 1e3 * 1.02)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, frameon=False)
     ax.set_title(title, fontsize=9, pad=_title_pad(1))
-    fig.subplots_adjust(left=0.08, right=0.55, top=0.82, bottom=0.14)
+    longest = max((len(t.get_text()) for t in ax.get_legend().get_texts()), default=10)
+    fig.subplots_adjust(left=0.08, right=max(0.45, 1 - (0.5 + 0.058 * longest) / 12), top=0.82, bottom=0.14)
     return fig
 
 

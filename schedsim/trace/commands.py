@@ -83,9 +83,12 @@ def register(app: typer.Typer) -> None:
         fmt: _Fmt = FmtOpt,
     ) -> None:
         """Read kernels, memcpy/memset and NVTX ranges of Nsight Systems SQLite export(s) into timeline.json."""
+        from schedsim.report.progress import status
         from schedsim.trace.nsys import import_nsys
 
-        _finish_import(import_nsys(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False), out, fmt)
+        with status(f"importing {len(files)} nsys export(s)"):
+            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False)
+        _finish_import(res, out, fmt)
 
     @imp.command("kineto")
     @handle_errors
@@ -97,9 +100,12 @@ def register(app: typer.Typer) -> None:
         fmt: _Fmt = FmtOpt,
     ) -> None:
         """Read PyTorch profiler (Kineto) traces, one per rank, into one multi-rank timeline.json."""
+        from schedsim.report.progress import status
         from schedsim.trace.kineto import import_kineto
 
-        _finish_import(import_kineto(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False), out, fmt)
+        with status(f"importing {len(files)} Kineto trace(s)"):
+            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False)
+        _finish_import(res, out, fmt)
 
     app.add_typer(imp, name="import")
 
@@ -118,7 +124,10 @@ def register(app: typer.Typer) -> None:
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
         from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
 
-        _kind, res = load_any(list(files), ops=_ops(ops))
+        from schedsim.report.progress import status
+
+        with status(f"reading {len(files)} file(s)"):
+            _kind, res = load_any(list(files), ops=_ops(ops))
         tag_pipeline(res.timeline)
         if charts is not None:
             from schedsim.report.charts import write_charts
