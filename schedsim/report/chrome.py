@@ -60,7 +60,10 @@ def _rate_counter(spans: list[Span], value: Any) -> list[tuple[float, float]]:
         cur += d
         if i + 1 < len(ev) and ev[i + 1][0] == t:
             continue
-        out.append((t, max(0.0, cur) if abs(cur) > 1e-9 * (abs(d) + 1) else 0.0))
+        v = max(0.0, cur) if abs(cur) > 1e-9 * (abs(d) + 1) else 0.0
+        if out and abs(out[-1][1] - v) <= 1e-9 * max(1.0, abs(v)):
+            continue  # unchanged: a counter sample holds until the next one
+        out.append((t, v))
     return out
 
 

@@ -303,3 +303,17 @@ def test_api_tour_runs(tmp_path):
     peak = run.metrics["memory_peak"]
     steps = run.timeline.meta["memory"]["ranks"][peak["rank"]]["steps"]
     assert peak["bytes"] == max(b for _t, b in steps)
+
+
+def test_counter_values_by_hand():
+    """GPU share = Σ solo/actual over running compute ops; bandwidth = Σ bytes/duration over running comm ops."""
+    spans = [Span("a@r0", "a", 0, "s0", "matmul", "compute", 0.0, 2e-6, solo_s=1e-6),
+             Span("b@r0", "b", 0, "s1", "matmul", "compute", 1e-6, 3e-6, solo_s=2e-6),
+             Span("c@r0", "c", 0, "c", "all_gather", "comm", 0.0, 4e-6, bytes=8e3)]
+    tr = chrome_trace([("predicted", Timeline("x", "predict", 1, spans=spans))])
+    check_trace(tr, require_counters=True)
+    share = [(e["ts"], e["args"]["share"]) for e in tr["traceEvents"] if e.get("name") == "GPU share in use"]
+    # a alone at 0.5 from 0 µs, a + b = 1.5 from 1 µs, b alone at 1.0 from 2 µs, nothing from 3 µs
+    assert share == [(0.0, 0.5), (1.0, 1.5), (2.0, 1.0), (3.0, 0.0)]
+    bw = [(e["ts"], e["args"]["bytes_per_s"]) for e in tr["traceEvents"] if e.get("name", "").startswith("comm bandwidth")]
+    assert bw == [(0.0, 2e9), (4.0, 0.0)]
