@@ -317,3 +317,19 @@ def test_counter_values_by_hand():
     assert share == [(0.0, 0.5), (1.0, 1.5), (2.0, 1.0), (3.0, 0.0)]
     bw = [(e["ts"], e["args"]["bytes_per_s"]) for e in tr["traceEvents"] if e.get("name", "").startswith("comm bandwidth")]
     assert bw == [(0.0, 2e9), (4.0, 0.0)]
+
+
+def test_committed_notebook_is_executed_and_current():
+    """examples/api_tour.ipynb (built by examples/build_notebook.py): every code cell has outputs, figures
+    are inline PNGs, and the printed makespan is what the API predicts now."""
+    import json
+
+    from schedsim import api
+
+    nb = json.loads((ROOT / "examples" / "api_tour.ipynb").read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["outputs"] for c in code)
+    assert sum("image/png" in o.get("data", {}) for c in code for o in c["outputs"]) == 3
+    first = "".join(code[0]["outputs"][0]["text"])
+    run = api.predict(api.load(ROOT / "schedules" / "pipeline_schedules.yaml", p=4, m=8, schedule="1f1b"))
+    assert f"makespan {run.makespan_s * 1e3:.3f} ms" in first
