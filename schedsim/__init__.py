@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["load_schedule", "build_graph", "simulate", "load_profile", "Timeline", "compute_metrics", "__version__"]
+__all__ = ["load_schedule", "load_text", "build_graph", "simulate", "load_profile", "Timeline", "compute_metrics", "__version__"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: keep `import schedsim` cheap
@@ -19,6 +19,10 @@ def __getattr__(name: str) -> Any:  # lazy: keep `import schedsim` cheap
         from schedsim.spec.loader import load_schedule
 
         return load_schedule
+    if name == "load_text":
+        from schedsim.spec.loader import load_text
+
+        return load_text
     if name == "build_graph":
         from schedsim.graph.build import build_graph
 

@@ -20,7 +20,7 @@ import typer
 
 from schedsim.errors import SchedsimError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict and execute comm/compute schedules of GPU clusters.")
 
 DEFAULT_PROFILE = "h200"
@@ -89,6 +89,12 @@ def _safe_dirname(name: str) -> str:
     return clean[:100]
 
 
+def _memory_peak(mem: dict[str, Any]) -> dict[str, Any]:
+    """The highest per-rank peak of a memory curve: {rank, bytes, t_s, op}."""
+    r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
+    return {"rank": r, "bytes": d["peak_bytes"], "t_s": d["peak_s"], "op": d["peak_op"]}
+
+
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
                    gantt: bool = True):  # type: ignore[no-untyped-def]
     """Load, build, simulate and write timeline.json, trace.json and gantt.png/svg. Returns (timeline, metrics, paths)."""
@@ -101,7 +107,10 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
     spec = _load(file, sets)
     prof = load_profile(profile)
     G = _build(spec, file)
-    tl = simulate(G, prof, launch=launch)
+    from schedsim.report.progress import status
+
+    with status(f"simulating {G.number_of_nodes():,} ops", enabled=G.number_of_nodes() > 20_000):
+        tl = simulate(G, prof, launch=launch)
     tl.meta.update({"file": str(file), "set": list(sets or [])})
     metrics = compute_metrics(tl)
     from schedsim.sim.pipeline_metrics import pipeline_metrics
@@ -109,26 +118,21 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
     pm = pipeline_metrics(tl)
     if pm is not None:
         metrics["pipeline"] = {k: val for k, val in pm.items() if k != "memory_timeline"}
+    from schedsim.report.memory import memory_over_time, static_memory
+
+    mem = memory_over_time(tl, G, static_memory(spec, tl.world_size))
+    if mem is not None:
+        tl.meta["memory"] = mem
+        metrics["memory_peak"] = _memory_peak(mem)
     outdir = out or Path("schedsim_out") / _safe_dirname(spec.name)
     names = ["timeline.json", "trace.json"]
     with output_set(outdir) as stage:
         tl.write_json(stage / "timeline.json", metrics)
-        write_chrome_trace(stage / "trace.json", [("predicted", tl)])
+        write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=G)
         if gantt:
-            from schedsim.report.gantt import write_gantt
+            from schedsim.report.charts import write_charts
 
-            names += [p.name for p in write_gantt(
-                stage / "gantt", [("predicted", tl)],
-                title=f"{spec.name} on {prof.name} ({tl.launch}): makespan {tl.makespan_s * 1e3:.3f} ms")]
-            if pm is not None:
-                from schedsim.report.gantt import pipeline_view, write_memory_plot
-
-                names += [p.name for p in write_gantt(
-                    stage / "pipeline", [("predicted", pipeline_view(tl))], formats=("png",),
-                    title=f"{spec.name}: pipeline view (F blue, B orange, I red, W green; "
-                    "hatched = later virtual stage; numbers = microbatch)", min_label_frac=0.004, max_labels=5000)]
-                names.append(write_memory_plot(stage / "memory.png", pm,
-                                               title=f"{spec.name}: stored activations").name)
+            names += [p.name for p in write_charts(stage, tl, f"{spec.name} on {prof.name} ({tl.launch})")]
     paths = [outdir / n for n in names]
     return tl, metrics, paths
 
@@ -143,6 +147,7 @@ def predict(
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
     launch: Optional[Launch] = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
+    all_ranks: bool = typer.Option(False, "--all-ranks", help="Print every rank (default: totals, worst and best)."),
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
     tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt)
@@ -152,11 +157,17 @@ def predict(
         return
     from schedsim.report.summary import print_summary
 
-    print_summary(tl, metrics)
+    print_summary(tl, metrics, all_ranks=all_ranks)
     if "pipeline" in metrics:
         from schedsim.report.summary import print_pipeline
 
-        print_pipeline(metrics["pipeline"])
+        print_pipeline(metrics["pipeline"], all_ranks=all_ranks)
+    if "memory_peak" in metrics:
+        from schedsim.report.summary import fmt_bytes, fmt_time
+
+        mp = metrics["memory_peak"]
+        print(f"peak memory {fmt_bytes(mp['bytes'])} on rank {mp['rank']} at {fmt_time(mp['t_s'])}, "
+              f"when {mp['op'] or 'the step starts'} allocates")
     print("wrote " + ", ".join(str(p) for p in paths))
 
 
@@ -235,7 +246,10 @@ def sweep(
     axes = _parse_sweep(set_)
     prof = load_profile(profile)
     rows = []
-    for combo in itertools.product(*[vals for _k, vals in axes]):
+    from schedsim.report.progress import track
+
+    combos = list(itertools.product(*[vals for _k, vals in axes]))
+    for combo in track(combos, "sweep", total=len(combos)):
         sets = [f"{k}={v}" for (k, _), v in zip(axes, combo)]
         try:
             spec = _load(file, sets)
@@ -258,7 +272,9 @@ def sweep(
 
     with output_set(outdir) as stage:
         atomic_write_text(stage / "sweep.json", json.dumps(rows, indent=1))
-        _plot_sweep(stage / "sweep", rows, axes, f"{file.stem} on {prof.name}")
+        from schedsim.report.charts import write_sweep_plot
+
+        write_sweep_plot(stage / "sweep.png", rows, axes, f"{file.stem} on {prof.name}")
     if fmt == OutFormat.json:
         print(json.dumps(rows, indent=1))
         return
@@ -286,31 +302,18 @@ def sweep(
     print(f"wrote {outdir / 'sweep.json'}, {outdir / 'sweep.png'}")
 
 
-def _plot_sweep(stem: Path, rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]], title: str) -> None:
-    import io
+def _version(value: bool) -> None:
+    if value:
+        from schedsim import __version__
 
-    from matplotlib.figure import Figure
+        print(f"schedsim {__version__}")
+        raise typer.Exit()
 
-    from schedsim.sim.timeline import atomic_write_bytes
 
-    labels = [", ".join(f"{k}={r['setting'][k]}" for k, _ in axes) for r in rows]
-    has_mem = any("peak_memory_bytes" in r for r in rows)
-    fig = Figure(figsize=(max(6, 0.6 * len(rows) + 3), 4), dpi=110)
-    ax = fig.add_subplot(111)
-    xs = list(range(len(rows)))
-    ax.plot(xs, [r["makespan_s"] * 1e3 for r in rows], marker="o", label="makespan (ms)")
-    ax.set_xticks(xs)
-    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("makespan (ms)")
-    if has_mem:
-        ax2 = ax.twinx()
-        ax2.plot(xs, [r.get("peak_memory_bytes", 0) / 2**20 for r in rows], marker="s", color="tab:red")
-        ax2.set_ylabel("peak activation memory (MiB)", color="tab:red")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    atomic_write_bytes(f"{stem}.png", buf.getvalue())
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the schedsim version and exit.")) -> None:
+    """Predict and execute comm/compute schedules of GPU clusters."""
 
 
 _EXTENSIONS = ("executor.commands", "schedsim.compare", "schedsim.trace.commands")

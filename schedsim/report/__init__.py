@@ -1,1 +1,10 @@
-"""Reports of a timeline: terminal summary, Gantt chart, Chrome/Perfetto trace."""
+"""Reports of a timeline.
+
+* :mod:`~schedsim.report.summary` — terminal tables (totals, worst/best ranks, critical path);
+* :mod:`~schedsim.report.gantt` — Gantt, pipeline (unit steps or time) and memory charts;
+* :mod:`~schedsim.report.charts` — the chart set of a run and the sweep chart;
+* :mod:`~schedsim.report.chrome` — the Chrome/Perfetto trace (slices, flows, counters);
+* :mod:`~schedsim.report.trace_check` — a strict checker of that trace format;
+* :mod:`~schedsim.report.memory` — memory over time per rank;
+* :mod:`~schedsim.report.progress` — progress bars and spinners on a terminal.
+"""

@@ -1,61 +1,205 @@
 """Chrome / Perfetto trace JSON of one or more timelines.
 
-One process per rank (``pid``), one thread per stream (``tid``), ``ph: "X"``
-complete events with ``ts``/``dur`` in microseconds, and ``M`` metadata events
-naming them (Chrome Trace Event Format; Perfetto requires that events on one
-track nest, so each stream gets its own track: perfetto.dev/docs/faq).
+Layout (Chrome Trace Event Format, docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAqJo,
+and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
+
+* one process per rank (``pid``; ``process_name`` and ``process_sort_index`` metadata), one thread
+  per stream (``tid``; ``thread_name`` and ``thread_sort_index``: compute streams, then comm, then
+  copy); ``ph: "X"`` complete events, ``ts``/``dur`` in microseconds. Events on one track nest
+  (Perfetto requires it), which one op per stream at a time guarantees.
+* args per slice: ``op`` (id), ``kind``, ``resource``, ``bytes``, ``flops``, ``solo_us`` (the
+  uncontended prediction), ``ready_us``, pipeline tags, and ``predicted_us`` / ``measured_us``
+  when both timelines of a comparison hold the op.
+* flow events (``ph: "s"`` / ``"f"``, ``bp: "e"``; bound 5% into the source slice and 5% before the end of the target slice, so the
+  enclosing slice is never ambiguous and a flow never runs backwards in time): every dependency of the graph between two
+  different streams or ranks (category ``dep``), send -> recv (``p2p``; without the graph, sends
+  and recvs paired by their ``msg`` tag) and, for each collective,
+  its first member -> every other member (``collective``; members are spans of one name on several
+  ranks). Dependency and p2p flows need the graph (``predict`` passes it).
+* counter tracks (``ph: "C"``) per rank: ``memory allocated (bytes)`` when the timeline carries
+  the memory curve (:mod:`schedsim.report.memory`), ``GPU share in use`` (Σ over running compute ops
+  of solo time / actual time: 1.0 = one kernel's worth of the GPU, from the simulator's solo
+  durations; measured timelines, which have none, get ``compute ops running`` instead) and
+  ``comm bandwidth in use (B/s)`` (Σ bytes / duration of running comm ops).
+
+:func:`schedsim.report.trace_check.check_trace` validates all of it.
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from schedsim.sim.timeline import Timeline, atomic_write_text
+from schedsim.sim.timeline import Span, Timeline, atomic_write_text
 
 __all__ = ["chrome_trace", "write_chrome_trace"]
 
+_RES_ORDER = {"compute": 0, "comm": 1, "copy": 2}
+_COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter",
+                "gather", "barrier"}
 
-def chrome_trace(timelines: list[tuple[str, Timeline]]) -> dict[str, Any]:
+
+def _us(s: float) -> float:
+    return round(s * 1e6, 4)
+
+
+def _rate_counter(spans: list[Span], value: Any) -> list[tuple[float, float]]:
+    """Piecewise-constant sum of ``value(span)`` over running spans: [(t_s, total)] at every change."""
+    ev: list[tuple[float, float]] = []
+    for s in spans:
+        v = value(s)
+        if v and s.end_s > s.start_s:
+            ev.append((s.start_s, v))
+            ev.append((s.end_s, -v))
+    ev.sort()
+    out: list[tuple[float, float]] = []
+    cur = 0.0
+    for i, (t, d) in enumerate(ev):
+        cur += d
+        if i + 1 < len(ev) and ev[i + 1][0] == t:
+            continue
+        v = max(0.0, cur) if abs(cur) > 1e-9 * (abs(d) + 1) else 0.0
+        if out and abs(out[-1][1] - v) <= 1e-9 * max(1.0, abs(v)):
+            continue  # unchanged: a counter sample holds until the next one
+        out.append((t, v))
+    return out
+
+
+def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> dict[str, Any]:
     """Trace dict for one or more labelled timelines (e.g. ``[("predicted", a), ("measured", b)]``).
 
-    Each (label, rank) becomes a process, each stream a thread.
+    Each (label, rank) becomes a process, each stream a thread. ``graph`` (the networkx DAG of the
+    first timeline, optional) adds dependency and send->recv flows.
     """
     events: list[dict[str, Any]] = []
-    pid_of: dict[tuple[str, int], int] = {}
-    tid_of: dict[tuple[int, str], int] = {}
     multi = len(timelines) > 1
-    for label, tl in timelines:
+    other: dict[str, dict[str, Span]] = {}
+    if multi:
+        for lbl, tl in timelines:
+            other[lbl] = tl.by_id()
+    flow_id = 0
+    for li, (label, tl) in enumerate(timelines):
+        ranks = sorted({s.rank for s in tl.spans})
+        pid_of = {r: li * (max(ranks, default=0) + 1) + i for i, r in enumerate(ranks)}
+        res_of: dict[tuple[int, str], str] = {}
         for s in tl.spans:
-            pkey = (label, s.rank)
-            if pkey not in pid_of:
-                pid = len(pid_of)
-                pid_of[pkey] = pid
-                name = f"{label} rank {s.rank}" if multi else f"rank {s.rank}"
-                events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
-                events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
-            pid = pid_of[pkey]
-            tkey = (pid, s.stream)
-            if tkey not in tid_of:
-                tid = len(tid_of)
-                tid_of[tkey] = tid
-                events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"stream {s.stream}"}})
-            args: dict[str, Any] = {"id": s.id, "kind": s.kind}
+            res_of.setdefault((s.rank, s.stream), s.resource)
+        lanes = sorted(res_of, key=lambda k: (k[0], _RES_ORDER.get(res_of[k], 3), k[1]))
+        tid_of: dict[tuple[int, str], int] = {}
+        for r in ranks:
+            pid = pid_of[r]
+            name = f"{label} rank {r}" if multi else f"rank {r}"
+            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
+            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        per_rank_idx: dict[int, int] = defaultdict(int)
+        for r, st in lanes:
+            tid = per_rank_idx[r] + 1
+            per_rank_idx[r] += 1
+            tid_of[(r, st)] = tid
+            events.append({"ph": "M", "name": "thread_name", "pid": pid_of[r], "tid": tid,
+                           "args": {"name": f"{st} ({res_of[(r, st)]})"}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid_of[r], "tid": tid,
+                           "args": {"sort_index": tid}})
+        others = [(ol, d) for ol, d in other.items() if ol != label]
+        for s in tl.spans:
+            args: dict[str, Any] = {"op": s.id, "kind": s.kind, "resource": s.resource}
             if s.bytes:
                 args["bytes"] = s.bytes
             if s.flops:
                 args["flops"] = s.flops
             if s.solo_s is not None:
-                args["solo_us"] = round(s.solo_s * 1e6, 3)
+                args["solo_us"] = _us(s.solo_s)
+            if s.ready_s is not None:
+                args["ready_us"] = _us(s.ready_s)
             if s.tags:
-                args.update({str(k): v for k, v in s.tags.items()})
-            events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid, "tid": tid_of[tkey],
-                           "ts": s.start_s * 1e6, "dur": (s.end_s - s.start_s) * 1e6, "args": args})
+                args.update({str(k): v for k, v in s.tags.items() if k not in args})
+            if others:
+                args[f"{label}_us"] = _us(s.duration_s)
+                for ol, d in others:
+                    o = d.get(s.id)
+                    if o is not None:
+                        args[f"{ol}_us"] = _us(o.duration_s)
+            events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid_of[s.rank],
+                           "tid": tid_of[(s.rank, s.stream)], "ts": _us(s.start_s), "dur": _us(s.duration_s),
+                           "args": args})
+
+        def flow(a: Span, b: Span, cat: str) -> None:
+            nonlocal flow_id
+            ts_s, ts_f = _us(a.start_s + 0.05 * a.duration_s), _us(b.end_s - 0.05 * b.duration_s)
+            if ts_s > ts_f:
+                return  # b ended before a began: no causal arrow to draw
+            flow_id += 1
+            events.append({"ph": "s", "name": cat, "cat": cat, "id": flow_id, "pid": pid_of[a.rank],
+                           "tid": tid_of[(a.rank, a.stream)], "ts": ts_s})
+            events.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": flow_id, "pid": pid_of[b.rank],
+                           "tid": tid_of[(b.rank, b.stream)], "ts": ts_f})
+
+        byid = tl.by_id()
+        if graph is not None and li == 0:
+            for u, v, d in graph.edges(data=True):
+                a, b = byid.get(u), byid.get(v)
+                if a is None or b is None or (a.rank, a.stream) == (b.rank, b.stream):
+                    continue
+                if d.get("kind") == "stream":
+                    continue
+                flow(a, b, "dep")
+            for u, v in graph.graph.get("p2p", []):
+                a, b = byid.get(u), byid.get(v)
+                if a is not None and b is not None:
+                    flow(a, b, "p2p")
+        elif li == 0 or graph is None:
+            # no graph: pair sends and recvs that carry the same message tag (the pipeline block's ``msg``)
+            ends: dict[str, dict[str, list[Span]]] = defaultdict(lambda: {"send": [], "recv": []})
+            for s in tl.spans:
+                if s.kind in ("send", "recv") and s.tags and s.tags.get("msg") is not None:
+                    ends[str(s.tags["msg"])][s.kind].append(s)
+            for d in ends.values():
+                if len(d["send"]) == 1 and len(d["recv"]) == 1:
+                    flow(d["send"][0], d["recv"][0], "p2p")
+        members: dict[str, list[Span]] = defaultdict(list)
+        for s in tl.spans:
+            if s.kind in _COLLECTIVES:
+                members[s.name].append(s)
+        for mem in members.values():
+            if len({m.rank for m in mem}) < 2 or len(mem) != len({m.rank for m in mem}):
+                continue  # repeated names on one rank: membership is ambiguous
+            mem.sort(key=lambda m: m.rank)
+            for m in mem[1:]:
+                flow(mem[0], m, "collective")
+        # counters
+        mem_meta = (tl.meta or {}).get("memory") or {}
+        for r, d in (mem_meta.get("ranks") or {}).items():
+            pid = pid_of.get(int(r))
+            if pid is None:
+                continue
+            for t, b in d.get("steps", []):
+                events.append({"ph": "C", "name": "memory allocated (bytes)", "pid": pid, "ts": _us(t),
+                               "args": {"bytes": b}})
+        by_rank: dict[int, list[Span]] = defaultdict(list)
+        for s in tl.spans:
+            by_rank[s.rank].append(s)
+        for r, spans in by_rank.items():
+            comp = [s for s in spans if s.resource == "compute" and s.solo_s is not None]
+            if comp:
+                for t, v in _rate_counter(comp, lambda s: s.solo_s / s.duration_s if s.duration_s > 0 else 0.0):
+                    events.append({"ph": "C", "name": "GPU share in use", "pid": pid_of[r], "ts": _us(t),
+                                   "args": {"share": round(v, 6)}})
+            else:  # measured: no solo durations to weigh by, so count the compute ops in flight
+                comp = [s for s in spans if s.resource == "compute"]
+                for t, v in _rate_counter(comp, lambda s: 1.0):
+                    events.append({"ph": "C", "name": "compute ops running", "pid": pid_of[r], "ts": _us(t),
+                                   "args": {"ops": round(v)}})
+            comm = [s for s in spans if s.resource == "comm" and s.bytes]
+            if comm:
+                for t, v in _rate_counter(comm, lambda s: s.bytes / s.duration_s if s.duration_s > 0 else 0.0):
+                    events.append({"ph": "C", "name": "comm bandwidth in use (B/s)", "pid": pid_of[r], "ts": _us(t),
+                                   "args": {"bytes_per_s": round(v, 3)}})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"generator": "schedsim", "timelines": [lbl for lbl, _ in timelines]}}
 
 
-def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]]) -> None:
+def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]], graph: Any = None) -> None:
     """Write :func:`chrome_trace` atomically; open the file in ui.perfetto.dev or chrome://tracing."""
-    atomic_write_text(path, json.dumps(chrome_trace(timelines)))
+    atomic_write_text(path, json.dumps(chrome_trace(timelines, graph), separators=(",", ":")))

@@ -1,122 +1,120 @@
-"""Gantt charts with matplotlib (Agg; pyplot is never imported).
+"""Charts of a timeline with matplotlib (Agg; pyplot is never imported).
 
-One lane per rank × stream, a colour per op kind, op names where they fit,
-time in ms, the makespan as a dashed line and exposed communication (comm with
-no compute beside it on that rank) as a red band under each rank's lanes.
+* :func:`draw_gantt` — one lane per rank × stream, time in ms. A colour per op
+  kind (:data:`KIND_COLORS`, the same in every chart), op names where they fit,
+  the makespan as a dashed line, and exposed communication (comm time with no
+  compute on that rank) as a red band under the comm lane it belongs to.
+  Past ``max_lanes`` lanes, the first and last ranks keep their lanes and all
+  other ranks fold into two "others" bands: the share of those ranks busy on
+  compute and on comm over time (a heat strip, 0 = white, 1 = black).
+* :func:`draw_pipeline` — the ZB / DualPipe papers' figure: one lane per
+  pipeline rank, one box per F / B / I / W action with its microbatch number,
+  in unit steps (F, I and W one step each, a full backward B two: the ZB
+  paper's T_B = T_I + T_W with T_F = T_I = T_W, arXiv 2401.10241 §2) or in time.
+* :func:`draw_memory` — bytes allocated per rank over time.
+
+Every chart's makespan comes from the timeline it draws (``Timeline.makespan_s``)
+and is written in a text artist whose ``gid`` is ``"makespan"``, so tests can
+read it back. Labels above the axes stack in rows of their own, so they never
+overlap each other or the legend (which sits right of the axes).
 """
 
 from __future__ import annotations
 
 import io
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from schedsim.sim.metrics import merge
-from schedsim.sim.timeline import Timeline, atomic_write_bytes
+from schedsim.sim.timeline import Span, Timeline, atomic_write_bytes
 
-__all__ = ["KIND_COLORS", "draw_gantt", "write_gantt"]
+__all__ = ["KIND_COLORS", "color_key", "draw_gantt", "draw_pipeline", "draw_memory", "write_gantt",
+           "write_pipeline", "write_memory_plot", "write_figure", "pipeline_view", "unit_steps", "MAKESPAN_GID"]
 
+#: Fixed colour per op kind and pipeline action, shared by every chart (Tableau 20 hues: each key
+#: gets its own hue so send/recv/W and B/all_reduce can never be confused).
 KIND_COLORS = {
-    "matmul": "#4C72B0",
-    "compute": "#8172B2",
-    "all_reduce": "#DD8452",
-    "all_gather": "#E1A03A",
-    "reduce_scatter": "#C44E52",
-    "broadcast": "#CC7A8B",
-    "reduce": "#B5651D",
-    "all_to_all": "#D65F5F",
-    "scatter": "#DA8BC3",
-    "gather": "#C9A227",
-    "send": "#55A868",
-    "recv": "#64B5CD",
-    "memcpy": "#937860",
-    "F": "#4C72B0",
-    "B": "#DD8452",
-    "I": "#C44E52",
-    "W": "#55A868",
+    "F": "#1F77B4",          # forward: blue
+    "B": "#FF7F0E",          # full backward (I + W): orange
+    "I": "#D62728",          # backward input: red
+    "W": "#2CA02C",          # backward weight: green
+    "matmul": "#4E79A7",
+    "compute": "#B07AA1",
+    "optimizer": "#8C6D31",
+    "all_reduce": "#9467BD",
+    "all_gather": "#BCBD22",
+    "reduce_scatter": "#E377C2",
+    "broadcast": "#7F7F7F",
+    "reduce": "#C49C94",
+    "all_to_all": "#AD494A",
+    "scatter": "#DBDB8D",
+    "gather": "#F7B6D2",
+    "send": "#17BECF",
+    "recv": "#8C564B",
+    "memcpy": "#FFBB78",
 }
-_OTHER = "#999999"
+_OTHER = "#AAAAAA"
+EXPOSED = "#E00000"
+MAKESPAN_GID = "makespan"
+_PHASES = ("F", "B", "I", "W")
+_DPI = 110
+_MAX_PX = 3900  # every chart stays under 4,000 px tall
 
 
-def _color(kind: str, tags: dict) -> str:  # type: ignore[type-arg]
-    phase = tags.get("pp_op") if tags else None
-    if phase in KIND_COLORS:
-        return KIND_COLORS[phase]
-    return KIND_COLORS.get(kind, _OTHER)
+def color_key(s: Span) -> str:
+    """The legend key of a span: its pipeline action (F/B/I/W, optimizer) when tagged, else its kind."""
+    t = s.tags
+    if t:
+        op = t.get("pp_op")
+        if op in _PHASES:
+            return str(op)
+        if op == "optimizer":
+            return "optimizer"
+    return s.kind
 
 
-def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_labels: int = 400,  # type: ignore[no-untyped-def]
-               min_label_frac: float = 0.035):
-    """Return a matplotlib Figure; several labelled timelines are stacked lane by lane."""
+def _color(key: str) -> str:
+    return KIND_COLORS.get(key, _OTHER)
+
+
+def _lighten(c: str, f: float = 0.45) -> str:
+    r, g, b = (int(c[i:i + 2], 16) for i in (1, 3, 5))
+    return "#%02X%02X%02X" % tuple(int(x + (255 - x) * f) for x in (r, g, b))
+
+
+def _fig(width_in: float, height_in: float) -> Any:
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
 
-    lanes: list[tuple[int, str, str]] = []
-    lane_keys = []
-    for _lbl, tl in timelines:
-        for key in tl.lanes():
-            if key not in lane_keys:
-                lane_keys.append(key)
-    lane_keys.sort(key=lambda k: k[0])
-    for r, st in lane_keys:
-        for lbl, _tl in timelines:
-            lanes.append((r, st, lbl))
-    ypos = {ln: i for i, ln in enumerate(lanes)}
-    n = len(lanes)
-    fig = Figure(figsize=(12, max(2.5, 0.45 * n + 1.4)), dpi=110)
-    ax = fig.add_subplot(111)
-    ends = []
-    kinds_used: dict[str, str] = {}
-    total = sum(len(tl) for _l, tl in timelines)
-    label_ok = total <= max_labels
-    for lbl, tl in timelines:
-        ms = tl.makespan_s * 1e3
-        ends.append(ms)
-        # one BrokenBarHCollection per (lane, colour, hatched): thousands of boxes draw in one call
-        groups: dict[tuple[int, str, bool], list[tuple[float, float]]] = {}
-        for s in tl.spans:
-            y = ypos[(s.rank, s.stream, lbl)]
-            c = _color(s.kind, s.tags)
-            kinds_used.setdefault(s.tags.get("pp_op", s.kind) if s.tags else s.kind, c)
-            w = (s.end_s - s.start_s) * 1e3
-            chunk = bool(s.tags.get("chunk", 0)) if s.tags else False
-            groups.setdefault((y, c, chunk), []).append((s.start_s * 1e3, w))
-            if label_ok and ms > 0 and w / ms > min_label_frac:
-                text = str(s.tags.get("mb", s.name)) if s.tags and "mb" in s.tags else s.name
-                ax.text(s.start_s * 1e3 + w / 2, y, text, ha="center", va="center", fontsize=6, clip_on=True)
-        for (y, c, chunk), xr in groups.items():
-            ax.broken_barh(xr, (y - 0.35, 0.7), facecolors=c, edgecolor="black", linewidth=0.3,
-                           hatch="//" if chunk else None, alpha=0.75 if chunk else 1.0)
-        # exposed communication per rank
-        per_rank: dict[int, tuple[list, list]] = {}  # type: ignore[type-arg]
-        for s in tl.spans:
-            comp, comm = per_rank.setdefault(s.rank, ([], []))
-            (comm if s.resource == "comm" else comp if s.resource == "compute" else []).append((s.start_s, s.end_s))
-        for r, (comp, comm) in per_rank.items():
-            rows = [ypos[k] for k in ypos if k[0] == r and k[2] == lbl]
-            if not rows:
-                continue
-            y0 = max(rows) + 0.42
-            exposed = [(a * 1e3, (b - a) * 1e3) for a, b in _subtract(merge(comm), merge(comp))]
-            if exposed:
-                ax.broken_barh(exposed, (y0 - 0.06, 0.12), facecolors="red")
+    return Figure(figsize=(width_in, min(height_in, _MAX_PX / _DPI)), dpi=_DPI)
+
+
+def _makespan_labels(ax: Any, items: list[tuple[str, float]], xmax: float) -> None:
+    """Dashed line per makespan (ms) and its label in its own row above the axes, ending at the line."""
+    from matplotlib.transforms import blended_transform_factory, offset_copy
+
+    base = blended_transform_factory(ax.transData, ax.transAxes)
+    for i, (text, ms) in enumerate(items):
         ax.axvline(ms, color="black", linestyle="--", linewidth=0.8)
-        ax.text(ms, -0.9, f" {lbl + ' ' if len(timelines) > 1 else ''}makespan {ms:.3f} ms", fontsize=7, va="bottom")
-    ax.set_yticks(range(n))
-    ax.set_yticklabels([f"r{r} {st}" + (f" [{lbl}]" if len(timelines) > 1 else "") for r, st, lbl in lanes], fontsize=7)
-    ax.set_xlabel("time (ms)")
-    ax.set_xlim(0, max(ends + [1e-6]) * 1.02)
-    handles = [Patch(color=c, label=k) for k, c in kinds_used.items()]
-    handles.append(Patch(color="red", label="exposed comm"))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_title(title, fontsize=9)
-    ax.set_ylim(n - 0.4, -1.0)
-    width_in = 12.0
-    fig.subplots_adjust(left=min(0.3, 1.3 / width_in + 0.01 * max(len(f"r0 {st}") for _r, st, _l in lanes)),
-                        right=0.86, top=1 - 0.45 / fig.get_figheight(), bottom=0.55 / fig.get_figheight())
-    return fig
+        right = xmax <= 0 or ms / xmax >= 0.4
+        tr = offset_copy(base, fig=ax.figure, x=0, y=3 + 11 * i, units="points")
+        ax.text(ms, 1.0, text, transform=tr, fontsize=7, va="bottom", ha="right" if right else "left",
+                gid=MAKESPAN_GID, clip_on=False)
+
+
+def _title_pad(n_labels: int) -> float:
+    """Points between the axes and the title, leaving one row per makespan label."""
+    return 6 + 11 * n_labels
+
+
+def _legend(ax: Any, handles: list[Any]) -> None:
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0,
+                  frameon=False)
 
 
 def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Parts of the merged intervals ``a`` not covered by the merged intervals ``b``."""
     out = []
     j = 0
     for s, e in a:
@@ -134,72 +132,474 @@ def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> lis
     return out
 
 
+def choose_ranks(ranks: list[int], lanes_of: dict[int, int], max_lanes: int) -> tuple[list[int], list[int]]:
+    """Split ranks into (shown, folded): all when their lanes fit in ``max_lanes``, else the first and
+    last ranks (alternately) while they fit, at least rank min and max. Lanes of the "others" bands
+    (2) are reserved when anything is folded."""
+    if sum(lanes_of[r] for r in ranks) <= max_lanes:
+        return list(ranks), []
+    budget = max_lanes - 2
+    lo, hi = 0, len(ranks) - 1
+    head: list[int] = []
+    tail: list[int] = []
+    used = 0
+    take_head = True
+    while lo <= hi:
+        r = ranks[lo] if take_head else ranks[hi]
+        if used + lanes_of[r] > budget and (head or tail) and len(head) + len(tail) >= 2:
+            break
+        used += lanes_of[r]
+        if take_head:
+            head.append(r)
+            lo += 1
+        else:
+            tail.append(r)
+            hi -= 1
+        take_head = not take_head
+    shown = head + tail[::-1]
+    sset = set(shown)
+    return shown, [r for r in ranks if r not in sset]
+
+
+def busy_share(spans: list[tuple[float, float]], n: int, edges: Any) -> Any:
+    """Mean busy share of ``n`` ranks per bin: Σ overlap(span, bin) / (n · bin width).
+
+    Exact for intervals that do not overlap within a rank (each rank's merged intervals).
+    ``edges`` is a sorted numpy array of bin edges (seconds); returns len(edges) − 1 values.
+    """
+    import numpy as np
+
+    if not spans or n <= 0:
+        return np.zeros(len(edges) - 1)
+    st = np.sort(np.array([a for a, _ in spans]))
+    en = np.sort(np.array([b for _, b in spans]))
+    cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
+    ks = np.searchsorted(st, edges, side="right")
+    ke = np.searchsorted(en, edges, side="right")
+    integral = (edges * ks - cs[ks]) - (edges * ke - ce[ke])  # busy time before each edge
+    return np.diff(integral) / (n * np.diff(edges))
+
+
+def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_labels: int = 400,  # type: ignore[no-untyped-def]
+               min_label_frac: float = 0.035, max_lanes: int = 48, makespans: dict[str, float] | None = None):
+    """Return a matplotlib Figure; several labelled timelines are stacked lane by lane.
+
+    Parameters
+    ----------
+    timelines : list of (label, Timeline)
+    title : str
+    max_labels : int
+        Op names are written inside boxes only when the timelines hold at most this many spans.
+    min_label_frac : float
+        ... and only in boxes at least this share of the makespan wide.
+    max_lanes : int
+        Lanes (rank × stream × timeline) kept; past it ranks fold into "others" bands (see module doc).
+    makespans : dict label -> seconds, optional
+        Makespan to label instead of ``Timeline.makespan_s`` (for derived views of a timeline).
+    """
+    import numpy as np
+    from matplotlib.patches import Patch
+
+    multi = len(timelines) > 1
+    streams_of: dict[int, list[str]] = {}
+    for _lbl, tl in timelines:
+        for r, st in tl.lanes():
+            lst = streams_of.setdefault(r, [])
+            if st not in lst:
+                lst.append(st)
+    ranks = sorted(streams_of)
+    res_of: dict[tuple[int, str], str] = {}
+    for _lbl, tl in timelines:
+        seen = 0
+        for s in tl.spans:
+            if (s.rank, s.stream) not in res_of:
+                res_of[(s.rank, s.stream)] = s.resource
+                seen += 1
+                if seen == sum(len(v) for v in streams_of.values()):
+                    break
+    for r in ranks:  # compute streams first, then comm, then copy; name order within
+        order = {"compute": 0, "comm": 1, "copy": 2}
+        streams_of[r].sort(key=lambda st, r=r: (order.get(res_of.get((r, st), ""), 3), st))
+    k = len(timelines)
+    shown, folded = choose_ranks(ranks, {r: len(streams_of[r]) * k for r in ranks}, max_lanes)
+    lanes: list[tuple[int, str, str]] = [(r, st, lbl) for r in shown for st in streams_of[r] for lbl, _ in timelines]
+    ypos = {ln: i for i, ln in enumerate(lanes)}
+    n_other = 2 * k if folded else 0
+    n = len(lanes) + n_other
+    lane_in = 0.42 if n <= 24 else max(0.22, 0.42 * 24 / n)
+    mk = [(lbl, (makespans or {}).get(lbl, tl.makespan_s)) for lbl, tl in timelines]
+    xmax_s = max([m for _l, m in mk] + [1e-9])
+    top_in = 0.35 + (_title_pad(len(mk)) + 12) / 72
+    fig = _fig(12, lane_in * n + top_in + 0.6)
+    ax = fig.add_subplot(111)
+    ax_w_px = fig.get_figwidth() * _DPI * 0.7
+    px_per_ms = ax_w_px / (xmax_s * 1e3 * 1.02)
+    kinds_used: dict[str, str] = {}
+    total = sum(len(tl) for _l, tl in timelines)
+    label_ok = total <= max_labels
+    shown_set = set(shown)
+    exposed_drawn = False
+    for lbl, tl in timelines:
+        ms = (makespans or {}).get(lbl, tl.makespan_s) * 1e3
+        groups: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
+        comp: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        comm: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+        hidden: dict[str, dict[int, list[tuple[float, float]]]] = {"compute": defaultdict(list),
+                                                                    "comm": defaultdict(list)}
+        for s in tl.spans:
+            if s.resource == "compute":
+                comp[s.rank].append((s.start_s, s.end_s))
+            if s.rank not in shown_set:
+                if s.resource in hidden:
+                    hidden[s.resource][s.rank].append((s.start_s, s.end_s))
+                continue
+            if s.resource == "comm":
+                comm[(s.rank, s.stream)].append((s.start_s, s.end_s))
+            y = ypos[(s.rank, s.stream, lbl)]
+            key = color_key(s)
+            c = _color(key)
+            chunk = bool(s.tags.get("chunk", 0)) and key in _PHASES if s.tags else False
+            if chunk:
+                c = _lighten(c)
+                key = f"{key} (later chunk)"
+            kinds_used.setdefault(key, c)
+            w = (s.end_s - s.start_s) * 1e3
+            groups.setdefault((y, c, chunk, w * px_per_ms >= 4), []).append((s.start_s * 1e3, w))
+            if label_ok and ms > 0 and w / ms > min_label_frac:
+                text = str(s.tags["mb"]) if s.tags and "mb" in s.tags else s.name
+                ax.text(s.start_s * 1e3 + w / 2, y, text, ha="center", va="center", fontsize=6, clip_on=True)
+        for (y, c, _chunk, wide), xr in groups.items():
+            # tiny boxes get no edge line: a black edge would hide their colour
+            ax.broken_barh(xr, (y - 0.38, 0.76), facecolors=c, edgecolor="white" if wide else "none",
+                           linewidth=0.4 if wide else 0.0)
+        # exposed communication: each comm lane's busy time not covered by any compute of its rank
+        merged_comp = {r: merge(v) for r, v in comp.items()}
+        for (r, st), iv in comm.items():
+            ex = _subtract(merge(iv), merged_comp.get(r, []))
+            if ex:
+                exposed_drawn = True
+                y = ypos[(r, st, lbl)]
+                ax.broken_barh([(a * 1e3, (b - a) * 1e3) for a, b in ex], (y + 0.38, 0.1), facecolors=EXPOSED,
+                               edgecolor="none", linewidth=0.0)
+        if folded:
+            base = len(lanes) + 2 * [lb for lb, _ in timelines].index(lbl)
+            bins = int(max(50, min(1200, ax_w_px)))
+            edges = np.linspace(0.0, max(tl.makespan_s, 1e-12), bins + 1)
+            for j, resname in enumerate(("compute", "comm")):
+                ivs = [iv for r in folded for iv in merge(hidden[resname].get(r, []))]
+                share = np.clip(busy_share(ivs, len(folded), edges), 0.0, 1.0)
+                ax.imshow(share[None, :], aspect="auto", cmap="Greys", vmin=0.0, vmax=1.0, interpolation="nearest",
+                          extent=(0.0, edges[-1] * 1e3, base + j + 0.38, base + j - 0.38))
+    yt = [f"r{r} {st}" + (f" [{lbl}]" if multi else "") for r, st, lbl in lanes]
+    if folded:
+        span_txt = f"{len(folded)} other ranks"
+        for lbl, _tl in timelines:
+            for resname in ("compute", "comm"):
+                yt.append(f"{span_txt}: {resname} busy share" + (f" [{lbl}]" if multi else ""))
+    ax.set_yticks(range(n))
+    ax.set_yticklabels(yt, fontsize=7 if n <= 60 else 6)
+    ax.set_xlabel("time (ms)")
+    ax.set_xlim(0, xmax_s * 1e3 * 1.02)
+    ax.set_ylim(n - 0.5, -0.6)
+    _makespan_labels(ax, [(f"{lbl + ' ' if multi else ''}makespan {m * 1e3:.3f} ms", m * 1e3) for lbl, m in mk],
+                     xmax_s * 1e3 * 1.02)
+    rank_of = {k: i for i, k in enumerate(KIND_COLORS)}
+    handles = [Patch(facecolor=c, label=key) for key, c in
+               sorted(kinds_used.items(), key=lambda kv: (rank_of.get(kv[0].split(" ")[0], 99), kv[0]))]
+    if exposed_drawn:
+        handles.append(Patch(facecolor=EXPOSED, label="exposed comm"))
+    if folded:
+        handles.append(Patch(facecolor="#777777", label="others: busy share"))
+    _legend(ax, handles)
+    ax.set_title(title, fontsize=9, pad=_title_pad(len(mk)))
+    longest = max(len(t) for t in yt) if yt else 4
+    h = fig.get_figheight()
+    fig.subplots_adjust(left=min(0.4, (0.3 + 0.06 * longest) / 12), right=0.84, top=1 - top_in / h, bottom=0.5 / h)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- pipeline
+
+
+def pipeline_view(tl: Timeline) -> Timeline:
+    """One box per pipeline action: the compute spans of one (rank, F/B/I/W, stage, microbatch) merged.
+
+    A full 1F1B backward (``pp_op`` B, whose ops carry phase I and W) stays one box. Spans without
+    pipeline tags (all_reduce, optimizer) are dropped; keep the source timeline's makespan for labels.
+    """
+    boxes: dict[tuple[int, str, int, int], list[Any]] = {}
+    for s in tl.spans:
+        t = s.tags
+        if s.resource != "compute" or not t or "stage" not in t or t.get("pp_op") not in _PHASES:
+            continue
+        key = (s.rank, str(t["pp_op"]), int(t["stage"]), int(t["mb"]))
+        b = boxes.get(key)
+        if b is None:
+            boxes[key] = [s.start_s, s.end_s, t]
+        else:
+            b[0] = min(b[0], s.start_s)
+            b[1] = max(b[1], s.end_s)
+    spans = []
+    for (r, op, st, mb), (a, b, t) in sorted(boxes.items(), key=lambda kv: (kv[0][0], kv[1][0])):
+        tags = {"pp_op": op, "stage": st, "mb": mb, "chunk": t.get("chunk", 0)}
+        spans.append(Span(f"{op}{st}.{mb}@r{r}", str(mb), r, "pipeline", op, "compute", a, b, tags=tags))
+    return Timeline(schedule=tl.schedule, source=tl.source, world_size=tl.world_size, launch=tl.launch,
+                    profile=tl.profile, spans=spans, meta={"pipeline": tl.meta.get("pipeline")})
+
+
+#: Unit-step widths of the paper figure (ZB paper: T_F = T_I = T_W, T_B = T_I + T_W).
+UNIT = {"F": 1, "I": 1, "W": 1, "B": 2}
+
+
+def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
+    """Replay the per-rank action order of a :func:`pipeline_view` in unit steps.
+
+    Each rank runs its actions in their timeline order; an action starts when its rank is free and
+    its pipeline dependencies are done: F(s, mb) after F(s−1, mb); I or B(s, mb) after F(s, mb) and
+    after I/B(s+1, mb); W(s, mb) after I(s, mb). Returns span id -> (start step, end step).
+    """
+    stages = [int(s.tags["stage"]) for s in view.spans]
+    last = max(stages) if stages else 0
+    queues: dict[int, list[Span]] = defaultdict(list)
+    for s in view.spans:
+        queues[s.rank].append(s)
+    for q in queues.values():
+        q.sort(key=lambda s: s.start_s)
+    done: dict[tuple[str, int, int], int] = {}
+    out: dict[str, tuple[int, int]] = {}
+    free = {r: 0 for r in queues}
+    pos = {r: 0 for r in queues}
+
+    def deps(op: str, st: int, mb: int) -> list[tuple[str, int, int]]:
+        if op == "F":
+            return [("F", st - 1, mb)] if st > 0 else []
+        if op in ("I", "B"):
+            d = [("F", st, mb)]
+            if st < last:
+                d.append(("IB", st + 1, mb))
+            return d
+        return [("IB", st, mb)]
+
+    remaining = len(view.spans)
+    force = False
+    while remaining:
+        progress = False
+        for r, q in queues.items():
+            while pos[r] < len(q):
+                s = q[pos[r]]
+                op, st, mb = s.kind, int(s.tags["stage"]), int(s.tags["mb"])
+                need = [done.get(d) for d in deps(op, st, mb)]
+                if any(x is None for x in need) and not force:
+                    break
+                t0 = max([free[r]] + [x for x in need if x is not None])
+                t1 = t0 + UNIT.get(op, 1)
+                out[s.id] = (t0, t1)
+                done[(op, st, mb)] = t1
+                if op in ("I", "B"):
+                    done[("IB", st, mb)] = t1
+                free[r] = t1
+                pos[r] += 1
+                remaining -= 1
+                progress = True
+                force = False
+        if not progress:
+            force = True  # an order the dependency rules do not explain: place the next action anyway
+    return out
+
+
+def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes: int = 32):  # type: ignore[no-untyped-def]
+    """The pipeline figure of a timeline with pipeline tags; returns a matplotlib Figure.
+
+    Parameters
+    ----------
+    tl : Timeline
+        The full timeline (predicted, executed or imported with pipeline tags).
+    mode : "steps" | "time"
+        "steps": the papers' unit-step figure (see :func:`unit_steps`); "time": the actions at
+        their timeline times, with the makespan line.
+    max_lanes : int
+        With data parallelism only the first replica's ranks are drawn (the others repeat them);
+        past ``max_lanes`` ranks, the first and last ranks.
+
+    Raises
+    ------
+    ValueError
+        ``mode`` not "steps" or "time".
+    """
+    from matplotlib.patches import Patch
+
+    if mode not in ("steps", "time"):
+        raise ValueError(f"mode must be 'steps' or 'time', not {mode!r}")
+    view = pipeline_view(tl)
+    info = tl.meta.get("pipeline") or {}
+    p = int(info.get("p", 0) or 0)
+    ranks = sorted({s.rank for s in view.spans})
+    note = ""
+    if p and len(ranks) > p:
+        ranks = [r for r in ranks if r < p]
+        note = f" (data-parallel replica 0 of {int(info.get('dp', 1))})"
+    shown, folded = choose_ranks(ranks, {r: 1 for r in ranks}, max_lanes)
+    shown_set = set(shown)
+    ypos = {r: i for i, r in enumerate(shown)}
+    spans = [s for s in view.spans if s.rank in shown_set]
+    if mode == "steps":
+        steps = unit_steps(Timeline(view.schedule, view.source, view.world_size, spans=spans))
+        xr = {s.id: steps[s.id] for s in spans}
+        xmax = max([b for _a, b in xr.values()] + [1])
+    else:
+        xr = {s.id: (s.start_s * 1e3, s.end_s * 1e3) for s in spans}
+        xmax = tl.makespan_s * 1e3
+    n = len(shown)
+    width_px_per_unit = 15.0
+    width_in = 12.0 if mode == "time" else max(8.0, min(36.0, xmax * width_px_per_unit / _DPI / 0.78 + 2.0))
+    top_in = 0.35 + (_title_pad(1) + 12) / 72
+    fig = _fig(width_in, 0.42 * n + top_in + 0.7)
+    ax = fig.add_subplot(111)
+    unit_px = width_in * _DPI * 0.78 / max(xmax * 1.02, 1e-9)
+    used: dict[str, str] = {}
+    groups: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    labels: list[tuple[float, float, int, str, str]] = []
+    for s in spans:
+        op = s.kind
+        chunk = int(s.tags.get("chunk", 0) or 0)
+        c = _color(op) if chunk == 0 else _lighten(_color(op), min(0.66, 0.22 * chunk))
+        used.setdefault(op if not chunk else f"{op} (chunk {chunk})", c)
+        a, b = xr[s.id]
+        y = ypos[s.rank]
+        groups[(y, c)].append((a, b - a))
+        labels.append((a, b, y, str(s.tags["mb"]), "white" if chunk == 0 else "black"))
+    for (y, c), bars in groups.items():
+        wide = min(w for _a, w in bars) * unit_px >= 4
+        ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=c, edgecolor="white" if wide else "none",
+                       linewidth=0.6 if wide else 0.0)
+    for a, b, y, text, tc in labels:
+        box_px = (b - a) * unit_px
+        fs = min(8.0, box_px * 0.85 * 72 / (0.62 * len(text) * _DPI))
+        if fs >= 4.5:
+            ax.text((a + b) / 2, y, text, ha="center", va="center", fontsize=fs, color=tc, clip_on=True)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels([f"rank {r}" + (f" (stage {info.get('stage_to_rank') and _stages_of(info, r)})"
+                                       if info.get("stage_to_rank") else "") for r in shown], fontsize=7)
+    ax.set_ylim(n - 0.5, -0.6)
+    ax.set_xlim(0, xmax * 1.02)
+    ms = tl.makespan_s * 1e3
+    if mode == "time":
+        ax.set_xlabel("time (ms)")
+        _makespan_labels(ax, [(f"makespan {ms:.3f} ms", ms)], xmax * 1.02)
+    else:
+        ax.set_xlabel(f"step (F, I, W = 1 step; full backward B = 2); {xmax} steps")
+        ax.text(0.0, 1.0, f"timeline makespan {ms:.3f} ms", transform=_above(ax, 0), fontsize=7, va="bottom",
+                ha="left", gid=MAKESPAN_GID)
+    handles = [Patch(facecolor=c, label=k) for k, c in sorted(used.items(), key=lambda kv: ("FBIW".find(kv[0][0]), kv[0]))]
+    _legend(ax, handles)
+    ax.set_title(title + note, fontsize=9, pad=_title_pad(1))
+    h = fig.get_figheight()
+    fig.subplots_adjust(left=1.4 / width_in, right=1 - 1.25 / width_in, top=1 - top_in / h, bottom=0.55 / h)
+    return fig
+
+
+def _stages_of(info: dict[str, Any], r: int) -> str:
+    s2r = info.get("stage_to_rank") or {}
+    return ",".join(str(s) for s, rr in sorted(s2r.items(), key=lambda kv: int(kv[0])) if int(rr) == r)
+
+
+def _above(ax: Any, row: int) -> Any:
+    from matplotlib.transforms import offset_copy
+
+    return offset_copy(ax.transAxes, fig=ax.figure, x=0, y=3 + 11 * row, units="points")
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float, title: str = "",  # type: ignore[no-untyped-def]
+                peaks: dict[int, tuple[float, str]] | None = None, max_ranks: int = 8,
+                static: dict[int, float] | None = None):
+    """Bytes allocated per rank over time: a step curve per rank, in GiB/MiB.
+
+    ``curves``: rank -> [(t_s, bytes)] steps (value holds until the next step). Curves are drawn as
+    the per-pixel maximum (the envelope), so a free and an allocation a few ns apart do not draw a
+    one-pixel spike or dip. Past ``max_ranks`` ranks, the first and last ranks (by peak) are drawn.
+    ``peaks``: rank -> (bytes, op id) for the legend. ``static``: rank -> bytes held all step
+    (parameters, gradients, optimizer state); the curves then show what lies above it, so the
+    activations stay visible next to tens of GiB of weights.
+    """
+    import numpy as np
+
+    static = static or {}
+    if any(static.values()):
+        curves = {r: [(t, b - static.get(r, 0.0)) for t, b in pts] for r, pts in curves.items()}
+    ranks = sorted(curves)
+    if len(ranks) > max_ranks:
+        by_peak = sorted(ranks, key=lambda r: -max((b for _t, b in curves[r]), default=0.0))
+        ranks = sorted(set(by_peak[: max_ranks // 2] + by_peak[-(max_ranks - max_ranks // 2):]))
+    top = max([b for r in ranks for _t, b in curves[r]] + [1.0])
+    unit, uname = (2**30, "GiB") if top >= 2**30 else (2**20, "MiB")
+    fig = _fig(12, 3.6)
+    ax = fig.add_subplot(111)
+    bins = 1000
+    end = max(makespan_s, 1e-12)
+    edges = np.linspace(0.0, end, bins + 1)
+    for r in ranks:
+        pts = sorted(curves[r])
+        if not pts:
+            continue
+        ts = np.array([t for t, _ in pts])
+        vs = np.array([v for _, v in pts]) / unit
+        # envelope: max of the values live in each bin (the value at its start and every step inside it)
+        idx = np.clip(np.searchsorted(ts, edges[:-1], side="right") - 1, 0, len(vs) - 1)
+        env = vs[idx].copy()
+        inside = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, bins - 1)
+        np.maximum.at(env, inside, vs)
+        lab = f"rank {r}"
+        if peaks and r in peaks:
+            from schedsim.report.summary import fmt_bytes
+
+            lab += f" (peak {fmt_bytes(peaks[r][0])} at {peaks[r][1]}"
+            lab += f"; static {fmt_bytes(static[r])})" if static.get(r) else ")"
+        ax.step(np.append(edges[:-1], end) * 1e3, np.append(env, env[-1]), where="post", label=lab, linewidth=1.1)
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel(f"{'above static state' if any(static.values()) else 'allocated'} ({uname})", fontsize=8)
+    ax.set_xlim(0, end * 1e3 * 1.02)
+    ax.set_ylim(0, top / unit * 1.12)
+    _makespan_labels(ax, [(f"makespan {makespan_s * 1e3:.3f} ms", makespan_s * 1e3)], end * 1e3 * 1.02)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, frameon=False)
+    ax.set_title(title, fontsize=9, pad=_title_pad(1))
+    longest = max((len(t.get_text()) for t in ax.get_legend().get_texts()), default=10)
+    fig.subplots_adjust(left=0.08, right=max(0.45, 1 - (0.5 + 0.058 * longest) / 12), top=0.82, bottom=0.14)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- writers
+
+
+def write_figure(fig: Any, path: str | Path, fmt: str = "png") -> Path:
+    """Save a Figure atomically; returns the path."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt)
+    atomic_write_bytes(path, buf.getvalue())
+    return Path(path)
+
+
 def write_gantt(path_stem: str | Path, timelines: list[tuple[str, Timeline]], title: str = "",
-                formats: tuple[str, ...] = ("png", "svg"), **kw) -> list[Path]:  # type: ignore[no-untyped-def]
-    """Draw and write ``<stem>.png`` / ``<stem>.svg`` atomically; returns the paths written.
+                formats: tuple[str, ...] = ("png", "svg"), **kw: Any) -> list[Path]:
+    """Draw :func:`draw_gantt` and write ``<stem>.png`` / ``<stem>.svg`` atomically; returns the paths.
 
     Above 20,000 spans the SVG is skipped (it would be tens of MB); use the Perfetto trace instead.
     """
     if sum(len(tl) for _l, tl in timelines) > 20_000:
         formats = tuple(f for f in formats if f != "svg") or ("png",)
     fig = draw_gantt(timelines, title, **kw)
-    out = []
-    for fmt in formats:
-        buf = io.BytesIO()
-        fig.savefig(buf, format=fmt)
-        p = Path(f"{path_stem}.{fmt}")
-        atomic_write_bytes(p, buf.getvalue())
-        out.append(p)
-    return out
+    return [write_figure(fig, Path(f"{path_stem}.{fmt}"), fmt) for fmt in formats]
 
 
-def write_memory_plot(path: str | Path, pm: dict, title: str = "") -> Path:  # type: ignore[type-arg]
-    """Stored activations over time per rank (microbatch units), written atomically as PNG."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 3.2), dpi=110)
-    ax = fig.add_subplot(111)
-    for r, steps in pm["memory_timeline"].items():
-        xs = [t * 1e3 for t, _ in steps]
-        ys = [u for _, u in steps]
-        ax.step(xs, ys, where="post", label=f"rank {r} (peak {pm['peak_memory_units'][r]:g})")
-    ax.set_xlabel("time (ms)")
-    ax.set_ylabel("stored activations (microbatches)")
-    ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    atomic_write_bytes(path, buf.getvalue())
-    return Path(path)
+def write_pipeline(path: str | Path, tl: Timeline, title: str = "", mode: str = "steps") -> Path:
+    """Draw :func:`draw_pipeline` and write it as PNG atomically."""
+    return write_figure(draw_pipeline(tl, title, mode=mode), path)
 
 
-def pipeline_view(tl: Timeline) -> Timeline:
-    """Paper-style pipeline view: one lane per rank holding its F/I/B/W compute, one box per action.
-
-    The per-op spans of one action (``pp_op``, stage, microbatch, phase) are merged into one box.
-    """
-    from schedsim.sim.timeline import Span
-
-    boxes: dict[tuple, list] = {}  # type: ignore[type-arg]
-    order = []
-    for s in tl.spans:
-        t = s.tags
-        if s.resource != "compute" or not t or "stage" not in t:
-            continue
-        key = (s.rank, t["pp_op"], t["stage"], t["mb"], t.get("phase"))
-        if key not in boxes:
-            boxes[key] = [s.start_s, s.end_s, t]
-            order.append(key)
-        else:
-            b = boxes[key]
-            b[0] = min(b[0], s.start_s)
-            b[1] = max(b[1], s.end_s)
-    spans = []
-    for key in order:
-        r, op, st, mb, phase = key
-        a, b, t = boxes[key]
-        label = op if op != "B" else "B"
-        spans.append(Span(f"{st}{label}{mb}@r{r}", str(mb), r, "pipeline", label, "compute", a, b, tags=dict(t)))
-    return Timeline(schedule=tl.schedule, source=tl.source, world_size=tl.world_size, launch=tl.launch,
-                    profile=tl.profile, spans=spans)
+def write_memory_plot(path: str | Path, curves: dict[int, list[tuple[float, float]]], makespan_s: float,
+                      title: str = "", peaks: dict[int, tuple[float, str]] | None = None,
+                      static: dict[int, float] | None = None) -> Path:
+    """Draw :func:`draw_memory` and write it as PNG atomically."""
+    return write_figure(draw_memory(curves, makespan_s, title, peaks, static=static), path)

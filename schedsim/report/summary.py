@@ -6,7 +6,7 @@ from typing import Any
 
 from schedsim.sim.timeline import Timeline
 
-__all__ = ["print_summary", "fmt_time"]
+__all__ = ["print_summary", "print_pipeline", "fmt_time", "fmt_bytes", "pick_ranks"]
 
 
 def fmt_time(s: float) -> str:
@@ -18,6 +18,14 @@ def fmt_time(s: float) -> str:
     return f"{s:.2f} s"
 
 
+def fmt_bytes(b: float) -> str:
+    """Human bytes in binary units: B, KiB, MiB, GiB, TiB."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
 def _console() -> Any:
     """A rich Console; when stdout is not a terminal (pipes, CI logs) use 140 columns instead of 80."""
     import sys
@@ -27,8 +35,27 @@ def _console() -> Any:
     return Console() if sys.stdout.isatty() else Console(width=140)
 
 
-def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, max_cp: int = 12) -> None:
-    """Print the header, the per-rank table and the critical path."""
+#: Ranks above which the tables show only the worst and best ranks (``--all-ranks`` shows all).
+MAX_RANK_ROWS = 8
+
+
+def pick_ranks(ranks: list[Any], score: dict[Any, float], all_ranks: bool, k: int = 3) -> tuple[list[Any], int]:
+    """Rows to print: all ranks when few or ``all_ranks``, else the ``k`` worst (highest score) and the
+    ``k`` best (lowest). Returns (ranks in print order, ranks left out)."""
+    if all_ranks or len(ranks) <= MAX_RANK_ROWS:
+        return list(ranks), 0
+    order = sorted(ranks, key=lambda r: (-score[r], r))
+    rows = order[:k] + [r for r in order[-k:] if r not in order[:k]]
+    return rows, len(ranks) - len(rows)
+
+
+def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, max_cp: int = 12,
+                  all_ranks: bool = False) -> None:
+    """Print the header, the per-rank table and the critical path.
+
+    Past :data:`MAX_RANK_ROWS` ranks the table holds the 3 worst and 3 best ranks by idle + exposed
+    communication time, after a totals row; ``all_ranks`` prints every rank.
+    """
     from rich.table import Table
 
     con = console or _console()
@@ -39,11 +66,25 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
     t = Table(title=None, show_lines=False)
     for col in ("rank", "busy compute", "busy comm", "busy copy", "idle", "exposed comm", "overlap", "comm share"):
         t.add_column(col, justify="right")
-    for r, d in metrics["ranks"].items():
-        t.add_row(str(r), fmt_time(d["busy_compute_s"]), fmt_time(d["busy_comm_s"]), fmt_time(d["busy_copy_s"]),
+    ranks = metrics["ranks"]
+    score = {r: d["idle_s"] + d["exposed_comm_s"] for r, d in ranks.items()}
+    rows, left = pick_ranks(list(ranks), score, all_ranks)
+    if left:
+        n = len(ranks)
+        tot = {k: sum(d[k] for d in ranks.values()) for k in ("busy_compute_s", "busy_comm_s", "busy_copy_s",
+                                                               "idle_s", "exposed_comm_s")}
+        t.add_row(f"mean of {n}", *[fmt_time(tot[k] / n) for k in ("busy_compute_s", "busy_comm_s", "busy_copy_s",
+                                                                     "idle_s", "exposed_comm_s")],
+                  f"{metrics['overlap_ratio']:.3f}", "", end_section=True)
+    for i, r in enumerate(rows):
+        d = ranks[r]
+        tag = "" if not left else (" worst" if i < 3 else " best")
+        t.add_row(f"{r}{tag}", fmt_time(d["busy_compute_s"]), fmt_time(d["busy_comm_s"]), fmt_time(d["busy_copy_s"]),
                   fmt_time(d["idle_s"]), fmt_time(d["exposed_comm_s"]), f"{d['overlap_ratio']:.3f}",
                   f"{d['comm_share']:.3f}")
     con.print(t)
+    if left:
+        con.print(f"({left} more ranks; worst/best by idle + exposed comm; --all-ranks prints all)")
     cp = metrics.get("critical_path", [])
     if cp:
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
@@ -51,8 +92,9 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
         con.print(f"critical path ({len(cp)} ops; {parts}): " + " → ".join(shown))
 
 
-def print_pipeline(pm: dict[str, Any], console: Any = None) -> None:
-    """Print bubble ratios (both conventions), peak activation memory and p2p volume per rank."""
+def print_pipeline(pm: dict[str, Any], console: Any = None, all_ranks: bool = False) -> None:
+    """Print bubble ratios (both conventions), peak activation memory and p2p volume per rank
+    (past :data:`MAX_RANK_ROWS` ranks the 3 with the largest and smallest bubble, unless ``all_ranks``)."""
     from rich.table import Table
 
     con = console or _console()
@@ -64,8 +106,11 @@ def print_pipeline(pm: dict[str, Any], console: Any = None) -> None:
     for col in ("rank", "bubble/makespan", "bubble/ideal", "peak act. (mb units)", "peak act. (MiB)",
                 "p2p sent", "p2p recv"):
         t.add_column(col, justify="right")
-    for r in pm["peak_memory_units"]:
+    rows, left = pick_ranks(list(pm["peak_memory_units"]), pm["bubble_of_makespan"]["per_rank"], all_ranks)
+    for r in rows:
         t.add_row(str(r), f"{pm['bubble_of_makespan']['per_rank'][r]:.4f}", f"{pm['bubble_of_ideal']['per_rank'][r]:.4f}",
                   f"{pm['peak_memory_units'][r]:g}", f"{pm['peak_memory_bytes'][r] / 2**20:.1f}",
                   f"{pm['p2p_bytes'][r]['sent'] / 2**20:.1f} MiB", f"{pm['p2p_bytes'][r]['recv'] / 2**20:.1f} MiB")
     con.print(t)
+    if left:
+        con.print(f"({left} more ranks; largest/smallest bubble shown; --all-ranks prints all)")

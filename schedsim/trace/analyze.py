@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ __all__ = [
     "load_any",
     "nccl_volume_table",
     "rows_from_timeline",
+    "tag_pipeline",
+    "kineto_ranges_timeline",
+    "pipeline_bubbles",
+    "PIPELINE_NAME_PATTERNS",
 ]
 
 SEP = "-----------------------------"
@@ -221,7 +226,19 @@ def load_any(paths: list[Path], ops: dict[str, dict[str, Any]] | None = None) ->
         return kind, import_nsys(list(paths), ops=ops)
     from schedsim.trace.kineto import import_kineto
 
-    return kind, import_kineto(list(paths), ops=ops)
+    try:
+        return kind, import_kineto(list(paths), ops=ops)
+    except TraceError as e:
+        # a CPU-only profile (gloo ranks) has no kernels to import; its record_function ranges still
+        # carry the schedule's ops, which is what the pipeline view needs
+        if "no GPU events" not in str(e):
+            raise
+        tl = kineto_ranges_timeline(list(paths))
+        if not tl.spans:
+            raise
+        k, n = rows_from_timeline(tl)
+        return kind, ImportResult(tl, k, n, [f"no GPU events in the trace: timed the {len(tl.spans)} "
+                                             "record_function ranges of the last schedsim iteration instead"])
 
 
 def analysis_dict(res: ImportResult) -> dict[str, Any]:
@@ -253,24 +270,175 @@ def _fmt_t(s: float) -> str:
     return fmt_time(s)
 
 
-def format_report(res: ImportResult, max_cp: int = 10) -> str:
-    """The text ``schedsim analyze`` prints: seed tables, then overlap/idle per rank and the critical path."""
+#: Range names that carry a pipeline action, tried in order: the executor's and schedsim's own op
+#: names (``F0.3.fwd``, ``B1.2.I.dgrad``: action, stage, microbatch), torch.distributed.pipelining's
+#: ``PP:{stage}{F|B|I|W}{mb}`` (``_get_profiler_function_name``, torch 2.4+) and its older
+#: ``Forward {mb}`` / ``Backward {mb}``, and Megatron-LM's ``forward-compute`` / ``backward-compute``
+#: timer ranges (no stage or microbatch: the rank is the stage and microbatches count up per rank).
+PIPELINE_NAME_PATTERNS = (
+    re.compile(r"^(?P<op>[FBIW])(?P<stage>\d+)\.(?P<mb>\d+)(?:\.|$)"),
+    re.compile(r"^PP:(?P<stage>\d+)(?P<op>[FBIW])(?P<mb>\d+)$"),
+    re.compile(r"^(?P<op>Forward|Backward) (?P<mb>\d+)$"),
+    re.compile(r"^(?P<op>forward|backward)-compute$"),
+)
+
+
+def tag_pipeline(tl: Timeline) -> int:
+    """Give pipeline tags (``pp_op``, ``stage``, ``mb``, ``phase``) to spans whose names carry a pipeline
+    action (:data:`PIPELINE_NAME_PATTERNS`); returns how many spans were tagged. Spans that already
+    have the tags are kept as they are. The executor's B ops are split into phases by their
+    ``.I.`` / ``.W.`` part, as the pipeline block names them.
+    """
+    count: dict[tuple[int, str], int] = {}
+    n = 0
+    for i, s in enumerate(tl.spans):
+        if s.tags and "pp_op" in s.tags:
+            continue
+        for pat in PIPELINE_NAME_PATTERNS:
+            mt = pat.match(s.name)
+            if mt is None:
+                continue
+            g = mt.groupdict()
+            op = {"Forward": "F", "Backward": "B", "forward": "F", "backward": "B"}.get(g["op"], g["op"])
+            stage = int(g["stage"]) if g.get("stage") is not None else s.rank
+            if g.get("mb") is not None:
+                mb = int(g["mb"])
+            else:
+                mb = count.get((s.rank, op), 0)
+                count[(s.rank, op)] = mb + 1
+            phase = "I" if ".I." in s.name else "W" if ".W." in s.name else op
+            tags = {**(s.tags or {}), "pp_op": op, "stage": stage, "mb": mb, "phase": phase}
+            tl.spans[i] = s._replace(tags=tags, resource="compute")
+            n += 1
+            break
+    return n
+
+
+def pipeline_bubbles(tl: Timeline) -> dict[int, float] | None:
+    """Bubble ratio per rank of a pipeline-tagged timeline: 1 − (time covered by F/B/I/W actions) /
+    makespan, the idle-fraction convention of :mod:`schedsim.sim.pipeline_metrics`. None without tags."""
+    from schedsim.sim.metrics import length, merge
+
+    busy: dict[int, list[tuple[float, float]]] = {}
+    for s in tl.spans:
+        if s.tags and s.tags.get("pp_op") in ("F", "B", "I", "W"):
+            busy.setdefault(s.rank, []).append((s.start_s, s.end_s))
+    if not busy:
+        return None
+    mk = tl.makespan_s
+    return {r: (1.0 - length(merge(iv)) / mk if mk > 0 else 0.0) for r, iv in sorted(busy.items())}
+
+
+def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
+    """A timeline of the ``user_annotation`` ranges (``record_function``) of Kineto traces, one per rank.
+
+    Keeps the ranges that name a pipeline action (:data:`PIPELINE_NAME_PATTERNS`) or a send/recv, inside
+    the last ``schedsim_iter*`` range of each file when there is one (the executor's ``--profiler``
+    wraps each profiled iteration in one). The rank is ``distributedInfo.rank``, else the file's
+    position. Times are the trace's ``ts`` (µs; ranks of one host share the clock) shifted so the
+    earliest kept range starts at 0. Ranges are tagged by :func:`tag_pipeline`.
+
+    Raises
+    ------
+    TraceError
+        A file that is not readable JSON.
+    """
+    import gzip
+
+    from schedsim.sim.timeline import Span
+
+    raw: list[tuple[int, str, float, float]] = []
+    for fi, p in enumerate(paths):
+        try:
+            with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise TraceError(f"{p}: not a readable Kineto JSON trace: {e}") from None
+        dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+        rank = int(dist["rank"]) if isinstance(dist.get("rank"), int) else fi
+        evs = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
+               and e.get("cat") == "user_annotation" and isinstance(e.get("ts"), (int, float))]
+        iters = [e for e in evs if str(e.get("name", "")).startswith("schedsim_iter")]
+        lo, hi = -math.inf, math.inf
+        if iters:
+            last = max(iters, key=lambda e: e["ts"])
+            lo, hi = last["ts"], last["ts"] + float(last.get("dur", 0))
+        for e in evs:
+            name = str(e.get("name", ""))
+            keep = any(p.match(name) for p in PIPELINE_NAME_PATTERNS) or re.match(r"^(send|recv)", name)
+            if keep and lo <= e["ts"] <= hi:
+                raw.append((rank, name, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+    t0 = min((a for _r, _n, a, _b in raw), default=0.0)
+    spans = []
+    for rank, name, a, b in sorted(raw, key=lambda x: (x[0], x[2])):
+        comm = name.startswith(("send", "recv"))
+        kind = ("send" if name.startswith("send") else "recv") if comm else "compute"
+        spans.append(Span(f"{name}@r{rank}", name, rank, "comm" if comm else "compute", kind,
+                          "comm" if comm else "compute", (a - t0) * 1e-6, (b - t0) * 1e-6))
+    ranks = sorted({s.rank for s in spans})
+    tl = Timeline(Path(paths[0]).name.split(".")[0] if paths else "kineto", "import", len(ranks) or 1, spans=spans,
+                  meta={"ranges": "record_function (user_annotation)"})
+    tag_pipeline(tl)
+    return tl
+
+
+def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total: bool = True) -> list[str]:
+    """Per-device tables: all when ``full``, else the first ``top`` rows of the first and last 2 devices."""
+    devs = list(lines_of)
+    keep = devs if full or len(devs) <= 4 else devs[:2] + devs[-2:]
+    out: list[str] = []
+    for d in keep:
+        ls = lines_of[d]
+        cut = len(ls) - 1 if has_total and len(ls) >= 2 else len(ls)
+        head, rows, tail = ls[:1], ls[1:cut], ls[cut:]
+        if not full and len(rows) > top:
+            out += head + rows[:top] + [f"  ... {len(rows) - top} more rows (--full)"] + tail
+        else:
+            out += ls
+    if len(keep) < len(devs):
+        out.append(f"... {len(devs) - len(keep)} more devices (--full)")
+    return out
+
+
+def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: int = 10) -> str:
+    """The text ``schedsim analyze`` prints: seed tables, then overlap/idle per rank and the critical path.
+
+    Unless ``full``, each seed table keeps its ``top`` largest rows for the first and last two devices,
+    and the per-rank table the 3 worst and 3 best ranks (:func:`schedsim.report.summary.pick_ranks`).
+    """
+    from schedsim.report.summary import pick_ranks
+
     tl = res.timeline
     m = compute_metrics(tl)
     out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m['ranks'])} rank(s), "
             f"makespan {_fmt_t(m['makespan_s'])}"), "",
            "## kernel time share (seed 004 parser_prof.py: share, min/max/avg in us, name)"]
-    out += kernel_share_table(res.kernel_rows)
+    out += _cap_devices({d: kernel_share_table({d: rows}) for d, rows in res.kernel_rows.items()}, full, top)
     out += ["", "## NCCL volume per collective, elements (seed 004 parser_nccl.py)"]
-    out += nccl_volume_table(res.nccl_rows, devices=list(res.kernel_rows))
+    devs = list(res.kernel_rows) + [d for d in res.nccl_rows if d not in res.kernel_rows]
+    nv = {d: nccl_volume_table({d: res.nccl_rows.get(d, [])}, devices=[d]) for d in devs}
+    out += _cap_devices(nv, full, top, has_total=False)
     out += ["", "## per rank: busy time, idle time, comm/compute overlap (HTA: overlapped / total comm)"]
     out.append(f"{'rank':>4} {'makespan':>12} {'compute':>12} {'comm':>12} {'copy':>12} {'idle':>12} "
                f"{'exposed comm':>13} {'overlap':>8}")
-    for r, d in m["ranks"].items():
+    rows, left = pick_ranks(list(m["ranks"]), {r: d["idle_s"] + d["exposed_comm_s"] for r, d in m["ranks"].items()},
+                            full)
+    for r in rows:
+        d = m["ranks"][r]
         out.append(f"{r:>4} {_fmt_t(m['makespan_s']):>12} {_fmt_t(d['busy_compute_s']):>12} "
                    f"{_fmt_t(d['busy_comm_s']):>12} {_fmt_t(d['busy_copy_s']):>12} {_fmt_t(d['idle_s']):>12} "
                    f"{_fmt_t(d['exposed_comm_s']):>13} {d['overlap_ratio']:>8.3f}")
+    if left:
+        out.append(f"... {left} more ranks (worst 3 and best 3 by idle + exposed comm shown; --full prints all)")
     out.append(f"all  overlap ratio {m['overlap_ratio']:.3f}, exposed comm {_fmt_t(m['exposed_comm_s'])}")
+    bub = pipeline_bubbles(tl)
+    if bub:
+        out += ["", "## pipeline bubble per rank (idle fraction of the makespan outside F/B/I/W actions)"]
+        brows, bleft = pick_ranks(list(bub), bub, full)
+        out += [f"{r:>4} {bub[r]:.4f}" for r in brows]
+        if bleft:
+            out.append(f"... {bleft} more ranks (--full)")
+        out.append(f"all  {sum(bub.values()) / len(bub):.4f}")
     cp = m.get("critical_path") or []
     out += ["", "## critical path" + (" (last-finishing chain on one rank; cross-rank waits not followed)"
                                       if tl.source == "import" else "")]

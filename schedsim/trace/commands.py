@@ -83,9 +83,12 @@ def register(app: typer.Typer) -> None:
         fmt: _Fmt = FmtOpt,
     ) -> None:
         """Read kernels, memcpy/memset and NVTX ranges of Nsight Systems SQLite export(s) into timeline.json."""
+        from schedsim.report.progress import status
         from schedsim.trace.nsys import import_nsys
 
-        _finish_import(import_nsys(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False), out, fmt)
+        with status(f"importing {len(files)} nsys export(s)"):
+            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False)
+        _finish_import(res, out, fmt)
 
     @imp.command("kineto")
     @handle_errors
@@ -97,9 +100,12 @@ def register(app: typer.Typer) -> None:
         fmt: _Fmt = FmtOpt,
     ) -> None:
         """Read PyTorch profiler (Kineto) traces, one per rank, into one multi-rank timeline.json."""
+        from schedsim.report.progress import status
         from schedsim.trace.kineto import import_kineto
 
-        _finish_import(import_kineto(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False), out, fmt)
+        with status(f"importing {len(files)} Kineto trace(s)"):
+            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False)
+        _finish_import(res, out, fmt)
 
     app.add_typer(imp, name="import")
 
@@ -110,15 +116,31 @@ def register(app: typer.Typer) -> None:
         chrome: Path | None = typer.Option(None, "--chrome", help="Also write a Chrome/Perfetto trace here."),
         ops: Path | None = OpsOpt,
         fmt: _Fmt = FmtOpt,
+        full: bool = typer.Option(False, "--full", help="Print every rank, device and kernel row (default: top 10)."),
+        charts: Path | None = typer.Option(None, "--charts", help="Write gantt.png and, for pipeline runs, "
+                                                                 "pipeline.png / pipeline_time.png into this folder."),
     ) -> None:
-        """Kernel time shares and NCCL volumes (seed 004's parsers), overlap, idle time and critical path."""
-        from schedsim.trace.analyze import format_report, load_any, to_json
+        """Kernel time shares and NCCL volumes (seed 004's parsers), overlap, idle time, critical path, and the
+        bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
+        from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
 
-        _kind, res = load_any(list(files), ops=_ops(ops))
+        from schedsim.report.progress import status
+
+        with status(f"reading {len(files)} file(s)"):
+            _kind, res = load_any(list(files), ops=_ops(ops))
+        tag_pipeline(res.timeline)
+        if charts is not None:
+            from schedsim.report.charts import write_charts
+            from schedsim.sim.timeline import output_set
+
+            with output_set(charts) as stage:
+                write_charts(stage, res.timeline, f"{res.timeline.schedule} ({res.timeline.source})", formats=("png",))
         if chrome is not None:
             from schedsim.report.chrome import write_chrome_trace
 
             write_chrome_trace(chrome, [(res.timeline.source, res.timeline)])
-        print(to_json(res) if fmt == _Fmt.json else format_report(res))
-        if chrome is not None and fmt != _Fmt.json:
-            print(f"wrote {chrome}")
+        print(to_json(res) if fmt == _Fmt.json else format_report(res, full=full))
+        if fmt != _Fmt.json:
+            for p in (chrome, charts):
+                if p is not None:
+                    print(f"wrote {p}")

@@ -1,0 +1,187 @@
+"""Python API for notebooks and scripts: load → predict → plot, sweep and compare.
+
+>>> from schedsim import api
+>>> spec = api.load_text('''
+... schema_version: 1
+... name: one_gemm
+... world_size: 1
+... ops: [{name: mm, rank: 0, kind: matmul, m: 4096, n: 4096, k: 4096, dtype: bf16}]
+... ''')
+>>> run = api.predict(spec, profile="h200")
+>>> run.makespan_s > 0
+True
+
+Every function raises :class:`schedsim.errors.SchedsimError` subclasses on bad input, as the CLI
+does. Figures are matplotlib ``Figure`` objects (no pyplot state); in Jupyter they display as the
+last expression of a cell, or save them with ``fig.savefig("x.png")``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from schedsim.sim.timeline import Timeline
+
+__all__ = ["Run", "load", "load_text", "predict", "sweep", "compare", "plot_gantt", "plot_pipeline", "plot_memory",
+           "to_pandas"]
+
+
+@dataclass
+class Run:
+    """One predicted run: the timeline, its metrics (:func:`schedsim.sim.metrics.compute_metrics`, plus
+    ``pipeline`` and ``memory_peak`` when they apply) and the graph it came from."""
+
+    timeline: Timeline
+    metrics: dict[str, Any]
+    graph: Any = field(repr=False, default=None)
+
+    @property
+    def makespan_s(self) -> float:
+        """The timeline's makespan, seconds."""
+        return self.timeline.makespan_s
+
+
+def load(path: str | Path, **params: Any) -> Any:
+    """Load a schedule YAML file with parameter overrides (``load("x.yaml", chunks=4)``); a ScheduleSpec.
+
+    Raises
+    ------
+    SpecError
+        Unreadable file or invalid schedule (the message names file, line and field).
+    """
+    from schedsim.spec.loader import load_schedule
+
+    return load_schedule(path, params)
+
+
+def load_text(text: str, name: str = "<string>", **params: Any) -> Any:
+    """Load a schedule from YAML text (the notebook-friendly twin of :func:`load`)."""
+    from schedsim.spec.loader import load_text as _lt
+
+    return _lt(text, name, params)
+
+
+def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None) -> Run:
+    """Build the graph of ``spec`` (a ScheduleSpec, or a YAML path) and simulate it on ``profile``
+    (a shipped name, a YAML path or a HardwareProfile). Adds pipeline metrics and the memory curve
+    (``timeline.meta["memory"]``) when the schedule has them."""
+    from schedsim.graph.build import build_graph
+    from schedsim.hardware.profile import HardwareProfile, load_profile
+    from schedsim.report.memory import memory_over_time, static_memory
+    from schedsim.sim.engine import simulate
+    from schedsim.sim.metrics import compute_metrics
+    from schedsim.sim.pipeline_metrics import pipeline_metrics
+
+    if isinstance(spec, (str, Path)):
+        spec = load(spec)
+    prof = profile if isinstance(profile, HardwareProfile) else load_profile(profile)
+    G = build_graph(spec)
+    tl = simulate(G, prof, launch=launch)
+    metrics = compute_metrics(tl)
+    pm = pipeline_metrics(tl)
+    if pm is not None:
+        metrics["pipeline"] = {k: v for k, v in pm.items() if k != "memory_timeline"}
+    mem = memory_over_time(tl, G, static_memory(spec, tl.world_size))
+    if mem is not None:
+        tl.meta["memory"] = mem
+        r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
+        metrics["memory_peak"] = {"rank": r, "bytes": d["peak_bytes"], "t_s": d["peak_s"], "op": d["peak_op"]}
+    return Run(tl, metrics, G)
+
+
+def sweep(path: str | Path, profile: str = "h200", **grid: list[Any]) -> list[dict[str, Any]]:
+    """Predict every combination of ``grid`` values (``sweep("x.yaml", chunks=[1, 2, 4])``).
+
+    Returns one row per setting: ``setting`` (dict), ``makespan_s``, ``exposed_comm_s``,
+    ``overlap_ratio`` and, for pipelines, ``bubble_ratio`` and ``peak_memory_bytes``.
+    """
+    keys = list(grid)
+    rows = []
+    for combo in itertools.product(*[grid[k] for k in keys]):
+        setting = dict(zip(keys, combo))
+        run = predict(load(path, **setting), profile)
+        m = run.metrics
+        row = {"setting": setting, "makespan_s": m["makespan_s"], "exposed_comm_s": m["exposed_comm_s"],
+               "overlap_ratio": m["overlap_ratio"]}
+        if "pipeline" in m:
+            row["bubble_ratio"] = m["pipeline"]["bubble_of_makespan"]["overall"]
+            row["peak_memory_bytes"] = max(m["pipeline"]["peak_memory_bytes"].values())
+        rows.append(row)
+    return rows
+
+
+def compare(pred: Run | Timeline | str | Path, meas: Timeline | str | Path) -> dict[str, Any]:
+    """:func:`schedsim.compare.compare_timelines` of a prediction and a measured timeline (objects or
+    ``timeline.json`` paths / folders)."""
+    from schedsim.compare import compare_timelines, load_timeline_arg
+
+    p = pred.timeline if isinstance(pred, Run) else pred if isinstance(pred, Timeline) else load_timeline_arg(pred)
+    m = meas if isinstance(meas, Timeline) else load_timeline_arg(meas)
+    return compare_timelines(p, m)
+
+
+def _tl(x: Run | Timeline) -> Timeline:
+    return x.timeline if isinstance(x, Run) else x
+
+
+def plot_gantt(*runs: Run | Timeline, title: str = "", labels: list[str] | None = None) -> Any:
+    """Gantt Figure of one or more runs (stacked lane by lane, e.g. predicted and measured)."""
+    from schedsim.report.gantt import draw_gantt
+
+    tls = [_tl(r) for r in runs]
+    names = labels or ([t.source for t in tls] if len({t.source for t in tls}) == len(tls)
+                       else [f"{t.source} {i}" for i, t in enumerate(tls)])
+    return draw_gantt(list(zip(names, tls)), title)
+
+
+def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> Any:
+    """Pipeline Figure: ``mode="steps"`` (the papers' unit steps) or ``"time"``."""
+    from schedsim.report.gantt import draw_pipeline
+
+    return draw_pipeline(_tl(run), title or _tl(run).schedule, mode=mode)
+
+
+def plot_memory(run: Run | Timeline, title: str = "") -> Any:
+    """Memory-over-time Figure of a run with ``meta["memory"]`` (from :func:`predict`).
+
+    Raises
+    ------
+    ValueError
+        The timeline has no memory curve.
+    """
+    from schedsim.report.gantt import draw_memory
+
+    tl = _tl(run)
+    mem = (tl.meta or {}).get("memory")
+    if not mem:
+        raise ValueError("this timeline has no memory curve; predict() adds one for pipelines and recv/gather buffers")
+    curves = {int(r): [(t, b) for t, b in d["steps"]] for r, d in mem["ranks"].items()}
+    static = {int(r): sum(d.get("static", {}).values()) for r, d in mem["ranks"].items()}
+    peaks = {int(r): (d["peak_bytes"], d["peak_op"] or "start") for r, d in mem["ranks"].items()}
+    return draw_memory(curves, tl.makespan_s, title or tl.schedule, peaks, static=static)
+
+
+def to_pandas(run: Run | Timeline) -> Any:
+    """The spans as a pandas DataFrame: one row per op (id, name, rank, stream, kind, resource, start_s,
+    end_s, duration_s, solo_s, ready_s, bytes, flops, plus one column per tag).
+
+    Raises
+    ------
+    ImportError
+        pandas is not installed (``pip install pandas``).
+    """
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("to_pandas needs pandas: pip install pandas") from None
+    rows = []
+    for s in _tl(run).spans:
+        d = s._asdict()
+        tags = d.pop("tags") or {}
+        d["duration_s"] = s.end_s - s.start_s
+        d.update({f"tag_{k}": v for k, v in tags.items()})
+        rows.append(d)
+    return pd.DataFrame(rows)

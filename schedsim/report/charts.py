@@ -1,0 +1,105 @@
+"""The chart set of a run (``predict``, ``analyze``) and the sweep chart.
+
+:func:`write_charts` writes ``gantt.png``/``.svg``, and for pipeline timelines ``pipeline.png``
+(the papers' unit-step figure), ``pipeline_time.png`` (the same boxes at their times) and, when
+the timeline carries a memory curve (``meta["memory"]``), ``memory.png``. Every makespan label is
+the timeline's own ``makespan_s``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from schedsim.sim.timeline import Timeline
+
+__all__ = ["write_charts", "write_sweep_plot", "draw_sweep"]
+
+
+def write_charts(outdir: str | Path, tl: Timeline, title: str, formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
+    """Write the charts of one timeline into ``outdir``; returns the paths written."""
+    from schedsim.report.gantt import write_gantt, write_memory_plot, write_pipeline
+
+    out = Path(outdir)
+    ms = tl.makespan_s * 1e3
+    paths = write_gantt(out / "gantt", [(tl.source, tl)], title=f"{title}: makespan {ms:.3f} ms", formats=formats)
+    if any(s.tags and "stage" in s.tags for s in tl.spans[:5000]) or (tl.meta or {}).get("pipeline"):
+        pinfo = (tl.meta or {}).get("pipeline") or {}
+        sched = f" {pinfo['schedule']}" if pinfo.get("schedule") else ""
+        paths.append(write_pipeline(out / "pipeline.png", tl, f"{tl.schedule}:{sched} pipeline, numbers = microbatch",
+                                    mode="steps"))
+        paths.append(write_pipeline(out / "pipeline_time.png", tl,
+                                    f"{tl.schedule}:{sched} pipeline actions over time", mode="time"))
+    mem = (tl.meta or {}).get("memory")
+    if mem:
+        curves = {int(r): [(t, b) for t, b in d["steps"]] for r, d in mem["ranks"].items()}
+        p = int(((tl.meta or {}).get("pipeline") or {}).get("p", 0) or 0)
+        if p and len(curves) > p:  # data-parallel replicas repeat the first replica's curves
+            curves = {r: c for r, c in curves.items() if r < p}
+        peaks = {int(r): (d["peak_bytes"], d["peak_op"] or "start") for r, d in mem["ranks"].items()}
+        paths.append(write_memory_plot(out / "memory.png", curves, tl.makespan_s,
+                                       f"{tl.schedule}: memory allocated per rank (activations, recv/gather "
+                                       "buffers)", peaks,
+                                       static={int(r): sum(d.get("static", {}).values())
+                                               for r, d in mem["ranks"].items()}))
+    return paths
+
+
+def _numeric(vals: list[Any]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+
+
+def draw_sweep(rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]], title: str):  # type: ignore[no-untyped-def]
+    """Makespan (and peak activation memory, when known) against the swept settings.
+
+    The first axis is the x axis: a line over its values when they are all numbers, grouped bars
+    when they are categories (schedule names, modes). Every other axis makes one series per value
+    combination, named in the legend.
+    """
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    xkey, xvals = axes[0]
+    rest = [k for k, _ in axes[1:]]
+    series: dict[str, dict[Any, dict[str, Any]]] = {}
+    for r in rows:
+        name = ", ".join(f"{k}={r['setting'][k]}" for k in rest) or "makespan"
+        series.setdefault(name, {})[r["setting"][xkey]] = r
+    has_mem = any("peak_memory_bytes" in r for r in rows)
+    panels = [("makespan (ms)", lambda r: r["makespan_s"] * 1e3)]
+    if has_mem:
+        panels.append(("peak activation memory (MiB)", lambda r: r.get("peak_memory_bytes", 0) / 2**20))
+    numeric = _numeric(xvals)
+    fig = Figure(figsize=(max(7.0, 0.5 * len(xvals) * max(1, len(series)) ** 0.5 + 5), 2.8 * len(panels) + 0.8), dpi=110)
+    axs = [fig.add_subplot(len(panels), 1, i + 1) for i in range(len(panels))]
+    width = 0.8 / max(1, len(series))
+    for ax, (ylabel, val) in zip(axs, panels):
+        for j, (name, pts) in enumerate(series.items()):
+            xs = [x for x in xvals if x in pts]
+            ys = [val(pts[x]) for x in xs]
+            if numeric:
+                ax.plot(xs, ys, marker="o", label=name)
+            else:
+                pos = np.array([xvals.index(x) for x in xs]) - 0.4 + width * (j + 0.5)
+                ax.bar(pos, ys, width=width * 0.95, label=name)
+        ax.set_ylabel(ylabel, fontsize=8)
+        if not numeric:
+            ax.set_xticks(range(len(xvals)))
+            ax.set_xticklabels([str(x) for x in xvals], fontsize=8)
+        elif len(xvals) > 1 and min(xvals) > 0 and max(xvals) / min(xvals) >= 16:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(xkey, fontsize=8)
+        ax.grid(alpha=0.3)
+        if len(series) > 1:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+    axs[0].set_title(title, fontsize=9)
+    fig.subplots_adjust(left=0.1, right=0.78 if len(series) > 1 else 0.95, hspace=0.45, top=0.9, bottom=0.12)
+    return fig
+
+
+def write_sweep_plot(path: str | Path, rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]],
+                     title: str) -> Path:
+    """Draw :func:`draw_sweep` and write it as PNG atomically."""
+    from schedsim.report.gantt import write_figure
+
+    return write_figure(draw_sweep(rows, axes, title), path)

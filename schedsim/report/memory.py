@@ -1,0 +1,119 @@
+"""Memory over time per rank, computed from a timeline (and its graph when known) after simulation.
+
+What is counted, in bytes, per rank:
+
+* **activations** of pipeline actions: a forward of (stage, microbatch) stores
+  ``activation_memory_bytes`` (the pipeline block's, per stage chunk) from its start until the end
+  of that chunk's weight-gradient work (phase W, or the full backward B), the ZB paper's accounting
+  (arXiv 2401.10241 §3);
+* **receive and gather buffers**: a recv, all_gather or gather op holds its ``bytes`` from its start
+  until the last of its direct consumers in the graph ends (until its own end when no graph is given
+  or nothing consumes it);
+* **static state** from a ``transformer:`` pipeline block: parameters (2 bytes each in fp16/bf16),
+  gradients (same dtype) and Adam optimizer state (fp32 master weights, momentum and variance:
+  12 bytes per parameter; mixed-precision Adam as in ZeRO, Rajbhandari et al., SC'20, arXiv 1910.02054
+  §3.1), held for the whole step.
+
+Result (``Timeline.meta["memory"]``, written into timeline.json)::
+
+    {"unit": "bytes", "ranks": {rank: {"static": {"parameters": b, "gradients": b, "optimizer": b},
+      "steps": [[t_s, bytes], ...], "peak_bytes": b, "peak_s": t, "peak_op": "F0.3.fwd@r0"}}}
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from schedsim.sim.timeline import Timeline
+
+__all__ = ["memory_over_time", "static_memory"]
+
+_BUFFER_KINDS = {"recv", "all_gather", "gather"}
+_DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
+def static_memory(spec: Any, world_size: int) -> dict[int, dict[str, float]]:
+    """Parameters, gradients and optimizer bytes per rank from a ``transformer:`` pipeline block, else {}.
+
+    Parameters per rank = layers per stage × parameters per layer (the pipeline block's own count,
+    ``_params_per_layer``) × stages on the rank.
+    """
+    raw = getattr(spec, "pipeline", None)
+    info = (getattr(spec, "_pipeline", None) or (None, None))[1]
+    if not raw or not info:
+        return {}
+    from schedsim.spec.pipeline_block import PipelineSpec, _params_per_layer
+
+    pb = PipelineSpec.model_validate(raw)  # the block was validated when the graph was built
+    t = pb.transformer
+    if t is None:
+        return {}
+
+    num_stages = int(info["num_stages"])
+    lps = t.layers // num_stages
+    per_stage = lps * _params_per_layer(t)
+    e = _DTYPE_BYTES.get(str(t.dtype), 2)
+    p = int(info["p"])
+    stages_on: dict[int, int] = defaultdict(int)
+    for _s, r in info["stage_to_rank"].items():
+        stages_on[int(r)] += 1
+    out = {}
+    for rank in range(world_size):
+        n = per_stage * stages_on.get(rank % p, 0)
+        out[rank] = {"parameters": float(n * e), "gradients": float(n * e),
+                     "optimizer": float(n * 12) if pb.optimizer else 0.0}
+    return out
+
+
+def memory_over_time(tl: Timeline, graph: Any = None,
+                     static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
+    """Allocation curve per rank (see the module doc); None when nothing is counted."""
+    info = tl.meta.get("pipeline") or {}
+    unit = float(info.get("activation_memory_bytes", 0) or 0)
+    events: dict[int, list[tuple[float, int, float, str]]] = defaultdict(list)  # (t, order, delta, op)
+    fwd: dict[tuple[int, int, int, int], tuple[float, str]] = {}
+    bwd_end: dict[tuple[int, int, int, int], float] = {}
+    byid = tl.by_id() if graph is not None else None
+    for s in tl.spans:
+        t = s.tags
+        if unit and t and "stage" in t and s.resource == "compute":
+            key = (s.rank, int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0))
+            ph = t.get("phase") or t.get("pp_op")
+            if ph == "F":
+                if key not in fwd or s.start_s < fwd[key][0]:
+                    fwd[key] = (s.start_s, s.id)
+            elif ph == "W" or (t.get("pp_op") == "B" and ph != "I"):
+                bwd_end[key] = max(bwd_end.get(key, s.end_s), s.end_s)
+        if s.kind in _BUFFER_KINDS and s.bytes:
+            end = s.end_s
+            if graph is not None and byid is not None and s.id in graph:
+                ends = [byid[v].end_s for v in graph.successors(s.id)
+                        if v in byid and byid[v].rank == s.rank and graph.edges[s.id, v].get("kind") != "stream"]
+                end = max(ends + [end])
+            events[s.rank].append((s.start_s, 1, s.bytes, s.id))
+            events[s.rank].append((end, 0, -s.bytes, s.id))
+    for key, (t0, op) in fwd.items():
+        events[key[0]].append((t0, 1, unit, op))
+        if key in bwd_end:
+            events[key[0]].append((bwd_end[key], 0, -unit, op))
+    static = static or {}
+    if not events and not any(sum(v.values()) for v in static.values()):
+        return None
+    ranks_out: dict[int, dict[str, Any]] = {}
+    for r in sorted({s.rank for s in tl.spans} | set(events)):
+        base = sum((static.get(r) or {}).values())
+        cur = base
+        steps: list[list[float]] = [[0.0, base]]
+        peak, peak_s, peak_op = base, 0.0, ""
+        for t0, _o, d, op in sorted(events.get(r, [])):  # frees (order 0) before allocations at a tie
+            cur += d
+            if steps[-1][0] == t0:
+                steps[-1][1] = cur
+            else:
+                steps.append([t0, cur])
+            if cur > peak + 1e-6:
+                peak, peak_s, peak_op = cur, t0, op
+        ranks_out[r] = {"static": static.get(r, {}), "steps": steps, "peak_bytes": peak, "peak_s": peak_s,
+                        "peak_op": peak_op}
+    return {"unit": "bytes", "ranks": ranks_out}

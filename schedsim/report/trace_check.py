@@ -1,0 +1,191 @@
+"""A strict checker of the Chrome trace-event JSON that schedsim writes (slices, metadata, flows, counters).
+
+Perfetto's own trace processor cannot be used offline: the ``perfetto`` PyPI package (0.59.1,
+checked 2026-11-30) downloads ``trace_processor_shell`` from commondatastorage at run time. This
+checks the rules its JSON importer and the Trace Event Format spec
+(docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAqJo) impose:
+
+* the file is ``{"traceEvents": [...]}`` (or a bare list); every event has a known ``ph``;
+  ``pid``/``tid`` are ints; ``ts`` and ``dur`` are finite numbers ≥ 0 (µs);
+* ``M`` metadata: ``process_name``/``thread_name`` with a string ``args.name``,
+  ``process_sort_index``/``thread_sort_index`` with an int ``args.sort_index``; every process and
+  thread that holds a slice is named;
+* ``X`` slices on one thread nest (no partial overlap; Perfetto drops the rest);
+* flows ``s``/``t``/``f``: each id has one ``s`` and one ``f`` (same ``cat``), ``s.ts ≤ f.ts``, and
+  each flow event binds to a slice on its thread (``s``, ``t`` and ``f`` with ``bp: "e"``: a slice
+  enclosing ``ts``; ``f`` without ``bp``: a slice starting at or after ``ts``);
+* ``C`` counters: ``name``, a non-empty ``args`` of finite numbers, the same arg keys on every
+  sample of one (pid, name) track.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from schedsim.errors import TraceError
+
+__all__ = ["check_trace", "check_trace_file", "TraceFormatError"]
+
+_PH = set("XBEiIsftCMbenPOND")
+_META = {"process_name": ("name", str), "thread_name": ("name", str), "process_sort_index": ("sort_index", int),
+         "thread_sort_index": ("sort_index", int), "process_labels": ("labels", str)}
+_EPS = 1e-3  # µs: the writer rounds to 0.1 ns
+
+
+class TraceFormatError(TraceError):
+    """A trace breaks the trace-event format; the message lists the first problems."""
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bool = False) -> dict[str, int]:
+    """Validate a trace dict; return counts {slices, flows, counters, metadata}.
+
+    Raises
+    ------
+    TraceFormatError
+        Listing up to 20 problems, each naming the event index and the rule broken.
+    """
+    errs: list[str] = []
+    evs = trace.get("traceEvents") if isinstance(trace, dict) else trace
+    if not isinstance(evs, list):
+        raise TraceFormatError("trace has no traceEvents list")
+    slices: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
+    named_p: set[int] = set()
+    named_t: set[tuple[int, int]] = set()
+    flows: dict[Any, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    ckeys: dict[tuple[int, str], set[str]] = {}
+    n = {"slices": 0, "flows": 0, "counters": 0, "metadata": 0}
+    for i, e in enumerate(evs):
+        if len(errs) >= 20:
+            break
+        if not isinstance(e, dict):
+            errs.append(f"event {i}: not an object")
+            continue
+        ph = e.get("ph")
+        if ph not in _PH:
+            errs.append(f"event {i}: unknown ph {ph!r}")
+            continue
+        if not isinstance(e.get("pid"), int):
+            errs.append(f"event {i} ({ph}): pid must be an int, got {e.get('pid')!r}")
+            continue
+        if ph == "M":
+            n["metadata"] += 1
+            spec = _META.get(e.get("name"))  # type: ignore[arg-type]
+            args = e.get("args")
+            if spec is None or not isinstance(args, dict) or not isinstance(args.get(spec[0]), spec[1]):
+                errs.append(f"event {i}: bad metadata {e.get('name')!r} args {args!r}")
+                continue
+            if e["name"] == "process_name":
+                named_p.add(e["pid"])
+            elif e["name"] == "thread_name":
+                if not isinstance(e.get("tid"), int):
+                    errs.append(f"event {i}: thread_name without an int tid")
+                    continue
+                named_t.add((e["pid"], e["tid"]))
+            continue
+        if not _num(e.get("ts")) or e["ts"] < 0:
+            errs.append(f"event {i} ({ph}): ts must be a finite number >= 0, got {e.get('ts')!r}")
+            continue
+        if ph == "C":
+            n["counters"] += 1
+            args = e.get("args")
+            if not isinstance(e.get("name"), str) or not isinstance(args, dict) or not args \
+                    or not all(_num(v) for v in args.values()):
+                errs.append(f"event {i}: counter needs a name and numeric args, got {args!r}")
+                continue
+            key = (e["pid"], e["name"])
+            ks = set(args)
+            if ckeys.setdefault(key, ks) != ks:
+                errs.append(f"event {i}: counter {e['name']!r} on pid {e['pid']} changes its series {ks} "
+                            f"(was {ckeys[key]})")
+            continue
+        if not isinstance(e.get("tid"), int):
+            errs.append(f"event {i} ({ph}): tid must be an int")
+            continue
+        if ph == "X":
+            n["slices"] += 1
+            if not _num(e.get("dur")) or e["dur"] < 0:
+                errs.append(f"event {i}: X needs dur >= 0, got {e.get('dur')!r}")
+                continue
+            if not isinstance(e.get("name"), str):
+                errs.append(f"event {i}: X needs a string name")
+                continue
+            slices[(e["pid"], e["tid"])].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+        elif ph in "stf":
+            if "id" not in e:
+                errs.append(f"event {i}: flow event without id")
+                continue
+            flows[(e.get("cat"), e["id"])][ph].append({**e, "_i": i})
+    for key, lst in slices.items():
+        if len(errs) >= 20:
+            break
+        if key[0] not in named_p:
+            errs.append(f"pid {key[0]}: slices but no process_name")
+        if key not in named_t:
+            errs.append(f"pid {key[0]} tid {key[1]}: slices but no thread_name")
+        lst.sort(key=lambda ab: (ab[0], -ab[1]))
+        stack: list[float] = []
+        for a, b in lst:
+            while stack and stack[-1] <= a + _EPS:
+                stack.pop()
+            if stack and b > stack[-1] + _EPS:
+                errs.append(f"pid {key[0]} tid {key[1]}: slice [{a}, {b}] overlaps the end of its enclosing "
+                            f"slice at {stack[-1]} (slices on one thread must nest)")
+                break
+            stack.append(b)
+    starts = {k: [a for a, _b in v] for k, v in slices.items()}
+    for (cat, fid), d in flows.items():
+        if len(errs) >= 20:
+            break
+        n["flows"] += 1
+        if len(d.get("s", [])) != 1 or len(d.get("f", [])) != 1:
+            errs.append(f"flow {cat}/{fid}: needs one 's' and one 'f', has {len(d.get('s', []))} and "
+                        f"{len(d.get('f', []))}")
+            continue
+        s, f = d["s"][0], d["f"][0]
+        if s["ts"] > f["ts"] + _EPS:
+            errs.append(f"flow {cat}/{fid}: starts at {s['ts']} after it ends at {f['ts']}")
+        for e in [s, *d.get("t", []), f]:
+            k = (e["pid"], e["tid"])
+            lst, st = slices.get(k, []), starts.get(k, [])
+            ts = e["ts"]
+            if e["ph"] == "f" and e.get("bp") != "e":
+                ok = bisect.bisect_left(st, ts - _EPS) < len(st)
+            else:
+                j = bisect.bisect_right(st, ts + _EPS)
+                ok = any(a - _EPS <= ts <= b + _EPS for a, b in lst[max(0, j - 64):j])
+            if not ok:
+                errs.append(f"flow {cat}/{fid}: event {e['_i']} ({e['ph']}) at ts {ts} binds to no slice on "
+                            f"pid {k[0]} tid {k[1]}")
+    if require_flows and not n["flows"]:
+        errs.append("no flow events")
+    if require_counters and not n["counters"]:
+        errs.append("no counter events")
+    if errs:
+        raise TraceFormatError("invalid trace:\n  " + "\n  ".join(errs[:20]))
+    return n
+
+
+def check_trace_file(path: str | Path, **kw: Any) -> dict[str, int]:
+    """:func:`check_trace` of a JSON file (``.json`` or ``.json.gz``)."""
+    import gzip
+
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rt") as fh:  # type: ignore[operator]
+            data = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise TraceFormatError(f"{p}: not readable JSON: {e}") from None
+    try:
+        return check_trace(data, **kw)
+    except TraceFormatError as e:
+        raise TraceFormatError(f"{p}: {e}") from None
