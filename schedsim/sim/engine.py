@@ -247,7 +247,6 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
     cn = profile.contention
     alpha, beta = cn.compute_slowdown_with_comm, cn.comm_slowdown_with_compute
     gamma, delta = cn.compute_slowdown_with_copy, cn.copy_slowdown_with_compute
-    graph_launch = profile.launch.graph_launch_us * 1e-6
 
     # SM demand of compute jobs (fraction of the GPU), see the module docstring
     job_dem = [1.0] * J
@@ -256,19 +255,7 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
             if op.kind == "matmul":
                 job_dem[i] = cost.gemm_demand(op)
 
-    # --- host issue times ---------------------------------------------------
-    if mode == "cuda_graph":
-        issue = [graph_launch] * N
-    else:
-        issue = [0.0] * N
-        host = [0.0] * world
-        lp = profile.launch
-        op_oh, coll_oh = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6
-        for i, op in enumerate(ops):
-            r = op.rank
-            h = host[r] + op.host_s + (coll_oh if job_res[i] == 1 else op_oh)
-            host[r] = h
-            issue[i] = h
+    issue = _sharing_issue_times(ops, job_res, profile, mode, world)
 
     # --- state ----------------------------------------------------------------
     start = [0.0] * N
@@ -438,6 +425,24 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
     return _State(start, end, ready_t, binding)
 
+
+
+def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwareProfile, mode: str,
+                         world: int) -> list[float]:
+    """Host issue time (s) of each op in the ``sharing`` model: per-op or per-collective launch cost plus
+    ``host_us``, in program order per rank; one graph launch under ``cuda_graph``."""
+    lp = profile.launch
+    if mode == "cuda_graph":
+        return [lp.graph_launch_us * 1e-6] * len(ops)
+    issue = [0.0] * len(ops)
+    host = [0.0] * world
+    op_oh, coll_oh = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6
+    for i, op in enumerate(ops):
+        r = op.rank
+        h = host[r] + op.host_s + (coll_oh if job_res[i] == 1 else op_oh)
+        host[r] = h
+        issue[i] = h
+    return issue
 
 
 def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:

@@ -39,12 +39,19 @@ Rules and their sources
    Hopper GEMM tiles use most of an SM's shared memory and registers). A kernel
    of C CTAs alone runs in ceil(C / SMs) waves, so each CTA lasts
    solo_time / waves (NVIDIA "Matrix multiplication background" guide: a partial
-   last wave costs a full wave). Start = first CTA placed, end = last CTA done
+   last wave costs a full wave); with rule 4 every kernel is one wave per launch. Start = first CTA placed, end = last CTA done
    (as CUPTI reports). So two GEMMs that fill the GPU on two streams run one
    after the other, and a small kernel on a third stream waits for free SMs.
 4. **CTA counts.** GEMM: ceil(m·batch/128)·ceil(n/128) output tiles of 128×128
    (CUTLASS/cuBLAS's common Hopper tile; the real grid is in a Kineto trace),
-   split-K for skinny GEMMs (:meth:`schedsim.cost.CostModel.gemm_ctas`). Other
+   split-K for skinny GEMMs (:meth:`schedsim.cost.CostModel.gemm_ctas`), capped
+   at one CTA per SM: Hopper GEMMs are persistent (CUTLASS 3.x sm90 persistent
+   tile schedulers launch at most one CTA per SM, each looping over tiles), so a
+   GEMM with more tiles than SMs is one wave that holds every SM it got for its
+   whole solo time, and packing kernels cannot beat their measured solo times.
+   A GEMM that finds only some SMs free starts on those and places the rest as
+   SMs free up (its span stretches: the ~2× of an H100 GEMM pushed into a
+   second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Other
    kernels: one CTA per 64 KiB moved, at most one wave (elementwise kernels are
    launched wide and grid-stride); a kernel given only ``duration_us`` fills the GPU.
 5. **HBM.** Memory-bound kernels (roofline: bytes / HBM bandwidth ≥ FLOP /
@@ -127,7 +134,7 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
     ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them.
     """
     if op.kind == "matmul":
-        one = cost.gemm_ctas(op)
+        one = min(cost.gemm_ctas(op), sms)  # persistent: at most one CTA per SM, looping over the tiles
         mem = False
     elif op.duration_s is not None or not op.nbytes:
         one, mem = sms, False

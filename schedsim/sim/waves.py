@@ -56,7 +56,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     for u in range(N):
         su = ops[u].stream
         for v in succ[u]:
-            if ops[v].stream != su and ops[v].kind in ("matmul", "compute", "memcpy"):
+            if ops[v].stream != su:
                 xdeps[v] += 1
     issue = gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor)
 

@@ -47,11 +47,12 @@ def test_small_kernel_on_a_third_stream_waits_for_free_sms(sim_text):
     assert spans == {"A@r0": (0.0, 10.0), "C@r0": (0.0, 2.0)}
 
 
-def test_multi_wave_gemm_hands_its_last_wave_spare_sms_on(sim_text):
-    # 256x384 on 4 SMs: 6 CTAs = 2 waves of 5 µs; the second wave uses 2 SMs, so the tiny kernel starts at 5
-    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: C, {TINY}, stream: s3}}\n",
+def test_gemm_that_finds_few_free_sms_stretches(sim_text):
+    # 4 SMs: the 6-tile GEMM is persistent, 4 CTAs of 10 µs each. C (1 CTA, 2 µs) is handed over first and
+    # holds one SM for 2 µs, so A starts on 3 SMs at 0 and places its 4th CTA at 2: A ends at 12 (stretched)
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: C, {TINY}, stream: s3}}\n  - {{name: A, {SIX}, stream: s1}}\n",
                         waves_profile(sms=4))
-    assert spans == {"A@r0": (0.0, 10.0), "C@r0": (5.0, 7.0)}
+    assert spans == {"C@r0": (0.0, 2.0), "A@r0": (0.0, 12.0)}
 
 
 def test_nccl_kernel_starts_late_and_starves_beside_gemms(sim_text):
