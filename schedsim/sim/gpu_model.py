@@ -58,9 +58,14 @@ Rules and their sources
    peak) resident at once share HBM: each of k runs at 1/k.
 6. **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
    each on its own SM: NCCL issues 689 and 181) from when they are placed until
-   the collective ends; a collective's transfer starts once every rank's kernel
-   is resident (they spin until their peers arrive: NCCL issue 146, so their
-   span includes the skew). It then runs at 1/f with
+   the collective ends. A kernel joins its GPU's dispatch FIFO once every rank
+   of its collective (or send/recv pair) has handed its kernel over, and the
+   transfer starts once every rank's kernel is resident (so a kernel's span
+   includes the other ranks' wait for SMs; NCCL issue 146). Real NCCL kernels
+   also spin on their SMs while a slower rank has not launched yet; holding
+   SMs for that whole time stretched every GEMM beside a posted recv and made
+   pipeline predictions 30–80 % long against the 2×H200 runs of 2026-11-30, so
+   that spin is not modelled (an assumption, to revisit with traces). It then runs at 1/f with
    f = 1 + (``slowdown_beside_gemm`` − 1)·min(1, SMs held by compute / SMs not
    held by NCCL), slowest rank wins (3.5× measured for allgather_mm on 2×H200,
    2026-11-30, issue 8); k transfers on one rank share its link at 1/k each.

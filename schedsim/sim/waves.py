@@ -45,13 +45,12 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
 
     # --- rule 7: communicator order as extra edges; rule 1: host issue times ----------------------------------
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
-    extra = gm.comm_fifo_edges(ops, world, serial)
-    if extra:
-        succ = [list(x) for x in succ]
-        for u, v in extra:
-            if v not in succ[u]:
-                succ[u].append(v)
-                npred[v] += 1
+    succ = [sorted(x) for x in succ]  # ops released together reach the GPU in program order
+    for u, v in gm.comm_fifo_edges(ops, world, serial):
+        if v not in succ[u]:
+            succ[u].append(v)
+            succ[u].sort()
+            npred[v] += 1
     xdeps = [0] * N
     for u in range(N):
         su = ops[u].stream
@@ -111,13 +110,17 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     ready_t = [0.0] * N
     binding = [-1] * N
     gres = [0] * len(gmem)
+    garr = [0] * len(gmem)  # members handed to the GPU
+    kwait = [len(m) for m in kops]  # NCCL kernels: groups not yet complete
     free = [S] * world
     held = [0] * world  # SMs held by compute CTAs
     nccl_held = [0] * world  # SMs held by resident NCCL kernels
     nmem = [0] * world  # memory-bound kernels with CTAs resident
     ncomm = [0] * world  # NCCL transfers in flight
     ncopy = [0] * world  # copies in flight
-    pend: list[deque[int]] = [deque() for _ in range(world)]
+    pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)
+    khand = [0.0] * K
+    toplace: set[int] = set()
     copyq: dict[tuple[int, int], deque[int]] = {}
     running: list[list[int]] = [[] for _ in range(world)]
     jtype: list[int] = []
@@ -185,14 +188,14 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
         """Rule 3: the head kernel of the rank's FIFO takes free SMs; the next one only once it has all it needs."""
         P = pend[r]
         while P:
-            k = P[0]
+            k = P[0][2]
             f = free[r]
             if ktype[k] == 1:
                 if f < nsm:
                     return
                 free[r] = f - nsm
                 nccl_held[r] += nsm
-                P.popleft()
+                heapq.heappop(P)
                 dirty.add(r)
                 for i in kops[k]:
                     start[i] = t
@@ -223,7 +226,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             new_job(_BATCH, k, s, ktau[k], (r,), t)
             if left - s:
                 return
-            P.popleft()
+            heapq.heappop(P)
 
     def start_copy(k: int, t: float) -> None:
         r = krank[k]
@@ -234,14 +237,27 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     def dispatch(k: int, t: float) -> None:
         typ = ktype[k]
         r = krank[k]
+        khand[k] = t
         if typ >= 2:
             cq = copyq.setdefault((r, typ), deque())
             cq.append(k)
             if len(cq) == 1:
                 start_copy(k, t)
             return
-        pend[r].append(k)
-        place(r, t)
+        if typ == 1:  # an NCCL kernel asks for SMs once every rank of each of its groups has handed it over
+            for i in kops[k]:
+                g = job_of[i] - N
+                garr[g] += 1
+                if garr[g] == len(gmem[g]):
+                    for m in gmem[g]:
+                        km = kern[m]
+                        kwait[km] -= 1
+                        if not kwait[km]:
+                            push(pend[krank[km]], (khand[km], kops[km][0], km))
+                            toplace.add(krank[km])
+            return
+        push(pend[r], (t, kops[k][0], k))
+        toplace.add(r)
 
     def op_ready(i: int, t: float) -> None:
         ready_t[i] = t
@@ -290,8 +306,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                     nccl_held[r] -= nsm
             for i in gmem[g]:
                 release(i, t)
-            for q in c.job_ranks[N + g]:
-                place(q, t)
+            toplace.update(c.job_ranks[N + g])
             return
         k = jkey[j]
         r = krank[k]
@@ -313,7 +328,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             nmem[r] -= 1
         if not kbat[k] and not kleft[k]:
             release(kops[k][0], t)
-        place(r, t)
+        toplace.add(r)
 
     # --- run -------------------------------------------------------------------------------------------------
     for i in range(N):
@@ -323,6 +338,9 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                 push(heap, (issue[i], next(counter), -1 - i, 0))
             else:
                 op_ready(i, 0.0)
+    for r in sorted(toplace):
+        place(r, 0.0)
+    toplace.clear()
     for r in sorted(dirty):
         rerate(r, 0.0)
     dirty.clear()
@@ -334,6 +352,10 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             job_done(j, t)
         else:
             continue
+        if toplace:  # after every release of this event, so kernels handed over together go in program order
+            for r in sorted(toplace):
+                place(r, t)
+            toplace.clear()
         if dirty:
             for r in sorted(dirty):
                 rerate(r, t)
