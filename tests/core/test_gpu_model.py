@@ -172,3 +172,15 @@ def test_sharing_model_still_selectable(sim_text):
                               "t.yaml"))
     tl = simulate(G, waves_profile(), gpu_model="sharing")
     assert tl.by_id()["A@r0"].end_s == pytest.approx(20e-6) and tl.by_id()["B@r0"].end_s == pytest.approx(20e-6)
+
+
+def test_kernels_released_together_reach_the_gpu_in_program_order(sim_text):
+    # F ends at 10 and releases both the send (issued before G) and G: the send takes its 2 SMs first, G starts
+    # on the other 6 and places its last 2 CTAs when those retire at 20 (G stretches to 30). The recv's kernel
+    # asks for SMs once the send is handed over, so both sides run [10, 21].
+    body = (f"  - {{name: F, {FULL}, ranks: [0]}}\n"
+            "  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 1000000, deps: [F]}\n"
+            f"  - {{name: G, {FULL}, ranks: [0]}}\n"
+            "  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 1000000}\n")
+    spans, _ = sim_text(HEAD % 2 + body, waves_profile())
+    assert spans == {"F@r0": (0.0, 10.0), "s@r0": (10.0, 21.0), "G@r0": (10.0, 30.0), "r@r1": (10.0, 21.0)}
