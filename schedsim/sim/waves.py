@@ -134,6 +134,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     push, pop = heapq.heappush, heapq.heappop
     counter = itertools.count()
     dirty: set[int] = set()
+    crate = [1.0] * world
 
     def new_job(typ: int, key: int, sms: int, work: float, ranks: tuple[int, ...], t: float) -> None:
         j = len(jtype)
@@ -151,12 +152,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     def rate_of(j: int) -> float:
         typ = jtype[j]
         if typ == _XFER:
-            new = 1.0
-            for q in c.job_ranks[N + jkey[j]]:
-                r = 1.0 / (ncomm[q] * gm.comm_factor(slow, held[q], S - nccl_held[q]))
-                if r < new:
-                    new = r
-            return new
+            return min([crate[q] for q in c.job_ranks[N + jkey[j]]])
         k = jkey[j]
         r = krank[k]
         if typ == _COPY:
@@ -169,6 +165,12 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
         if ncopy[r] and gamma:
             new /= 1.0 + gamma
         return new
+
+    def comm_rates(ranks: list[int]) -> None:
+        """Per-rank rate of NCCL transfers (rule 6), before the jobs of ``ranks`` are rerated."""
+        for q in ranks:
+            if ncomm[q]:
+                crate[q] = 1.0 / (ncomm[q] * gm.comm_factor(slow, held[q], S - nccl_held[q]))
 
     def rerate(r: int, t: float) -> None:
         for j in running[r]:
@@ -341,7 +343,9 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     for r in sorted(toplace):
         place(r, 0.0)
     toplace.clear()
-    for r in sorted(dirty):
+    order = sorted(dirty)
+    comm_rates(order)
+    for r in order:
         rerate(r, 0.0)
     dirty.clear()
     while heap:
@@ -357,7 +361,9 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                 place(r, t)
             toplace.clear()
         if dirty:
-            for r in sorted(dirty):
+            order = sorted(dirty)
+            comm_rates(order)
+            for r in order:
                 rerate(r, t)
             dirty.clear()
     if sum(1 for e in end if e >= 0.0) < N:
