@@ -90,15 +90,15 @@ Rules and their sources
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["GpuRules", "host_issue_times", "kernel_ctas", "stream_queues", "comm_fifo_edges", "comm_factor",
-           "BYTES_PER_CTA"]
+__all__ = ["BYTES_PER_CTA", "GpuRules", "comm_factor", "comm_fifo_edges", "communicator", "host_issue_times",
+           "kernel_ctas", "stream_queues"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0

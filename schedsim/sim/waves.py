@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
+from typing import NamedTuple
 
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.sim import gpu_model as gm
@@ -37,72 +38,21 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     from schedsim.sim.engine import HOST, _raise_deadlock, _State
 
     ids, ops, N, world = c.ids, c.ops, c.N, c.world
-    npred, succ, job_of, gmem, job_res, job_work = c.npred, c.succ, c.job_of, c.gmem, c.job_res, c.job_work
+    npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
     rules = gm.GpuRules.from_profile(profile, max_connections)
     S, nsm = rules.sms, rules.nccl_sms
     slow, g_beside, gamma, delta = (rules.nccl_slowdown, rules.gemm_slowdown_beside_nccl,
                                     rules.compute_slowdown_with_copy, rules.copy_slowdown_with_compute)
 
-    # --- rule 7: communicator order as extra edges; rule 1: host issue times ----------------------------------
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
-    succ = [sorted(x) for x in succ]  # ops released together reach the GPU in program order
-    for u, v in gm.comm_fifo_edges(ops, world, serial):
-        if v not in succ[u]:
-            succ[u].append(v)
-            succ[u].sort()
-            npred[v] += 1
-    xdeps = [0] * N
-    for u in range(N):
-        su = ops[u].stream
-        for v in succ[u]:
-            if ops[v].stream != su:
-                xdeps[v] += 1
-    issue = gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor)
-
-    # --- kernels: one per op, or one per p2p batch of a rank ---------------------------------------------------
-    kern = [0] * N
-    kops: list[list[int]] = []
-    kbatch: dict[tuple[int, str], int] = {}
-    for i, op in enumerate(ops):
-        if op.p2p_batch is not None:
-            key = (op.rank, op.p2p_batch)
-            k = kbatch.get(key)
-            if k is None:
-                k = kbatch[key] = len(kops)
-                kops.append([])
-        else:
-            k = len(kops)
-            kops.append([])
-        kops[k].append(i)
-        kern[i] = k
+    succ, issue = _order_and_issue(c, profile, mode, serial, model_executor)
+    kn = _kernels(c, rules)
+    kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues = kn
     K = len(kops)
-    ktype = [0] * K  # job_res of the kernel: 0 compute, 1 NCCL, 2-4 copy engine
-    krank = [0] * K
-    kneed = [0] * K  # ops not yet ready
-    kleft = [0] * K  # CTAs not yet placed (compute) / ops not yet ended (NCCL)
-    ktau = [0.0] * K  # solo seconds of one wave
-    kmem = [False] * K
     kbat = [0] * K  # CTA batches running
     kstarted = [False] * K
-    queues: dict[tuple[int, int], list[int]] = {}
-    qhead: dict[tuple[int, int], int] = {}
-    kq: list[tuple[int, int]] = [(0, 0)] * K
-    opq = gm.stream_queues(ops, rules.max_connections)
-    for k, members in enumerate(kops):
-        i = members[0]
-        op = ops[i]
-        ktype[k] = job_res[i]
-        krank[k] = op.rank
-        kneed[k] = len(members)
-        if job_res[i] == 0:
-            ctas, waves, mem = gm.kernel_ctas(op, c.cost, S)
-            kleft[k], ktau[k], kmem[k] = ctas, job_work[i] / waves, mem
-        elif job_res[i] == 1:
-            kleft[k] = len(members)
-        key = (op.rank, opq[i])
-        queues.setdefault(key, []).append(k)
-        kq[k] = key
     kready = [False] * K
+    qhead: dict[tuple[int, int], int] = {}
 
     # --- state -------------------------------------------------------------------------------------------------
     start = [0.0] * N
@@ -369,3 +319,77 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     if sum(1 for e in end if e >= 0.0) < N:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
     return _State(start, end, ready_t, binding)
+
+
+class _Kernels(NamedTuple):
+    """What the GPU runs: one kernel per op, or one per ``p2p_batch`` of a rank (index k)."""
+
+    kern: list[int]  # op -> kernel
+    kops: list[list[int]]  # kernel -> its ops
+    ktype: list[int]  # 0 compute, 1 NCCL, 2-4 copy engine (h2d, d2h, d2d)
+    krank: list[int]
+    kneed: list[int]  # ops not yet ready
+    kleft: list[int]  # compute: CTAs not yet placed; NCCL: ops not yet ended
+    ktau: list[float]  # compute: solo seconds of one wave
+    kmem: list[bool]  # memory-bound (rule 5)
+    kq: list[tuple[int, int]]  # (rank, hardware queue)
+    queues: dict[tuple[int, int], list[int]]  # (rank, queue) -> kernels in issue order
+
+
+def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # type: ignore[no-untyped-def]
+                     model_executor: bool) -> tuple[list[list[int]], list[float]]:
+    """Successor lists in program order plus the communicator-order edges (rule 7; ``c.npred`` grows),
+    and the host issue time of each op (rule 1)."""
+    ops, N = c.ops, c.N
+    succ = [sorted(x) for x in c.succ]  # ops released together reach the GPU in program order
+    npred = c.npred
+    for u, v in gm.comm_fifo_edges(ops, c.world, serial):
+        if v not in succ[u]:
+            succ[u].append(v)
+            succ[u].sort()
+            npred[v] += 1
+    xdeps = [0] * N
+    for u in range(N):
+        su = ops[u].stream
+        for v in succ[u]:
+            if ops[v].stream != su:
+                xdeps[v] += 1
+    return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor)
+
+
+def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
+    """Group ops into kernels and give each its CTAs, wave time and hardware queue (rules 2, 4, 5)."""
+    ops, job_res, job_work = c.ops, c.job_res, c.job_work
+    kern = [0] * c.N
+    kops: list[list[int]] = []
+    kbatch: dict[tuple[int, str], int] = {}
+    for i, op in enumerate(ops):
+        if op.p2p_batch is not None:
+            key = (op.rank, op.p2p_batch)
+            k = kbatch.get(key)
+            if k is None:
+                k = kbatch[key] = len(kops)
+                kops.append([])
+        else:
+            k = len(kops)
+            kops.append([])
+        kops[k].append(i)
+        kern[i] = k
+    K = len(kops)
+    kn = _Kernels(kern, kops, [0] * K, [0] * K, [0] * K, [0] * K, [0.0] * K, [False] * K, [(0, 0)] * K, {})
+    opq = gm.stream_queues(ops, rules.max_connections)
+    for k, members in enumerate(kops):
+        i = members[0]
+        op = ops[i]
+        kn.ktype[k] = job_res[i]
+        kn.krank[k] = op.rank
+        kn.kneed[k] = len(members)
+        if job_res[i] == 0:
+            ctas, waves, mem = gm.kernel_ctas(op, c.cost, rules.sms)
+            kn.kleft[k], kn.ktau[k], kn.kmem[k] = ctas, job_work[i] / waves, mem
+        elif job_res[i] == 1:
+            kn.kleft[k] = len(members)
+        key = (op.rank, opq[i])
+        kn.queues.setdefault(key, []).append(k)
+        kn.kq[k] = key
+    return kn

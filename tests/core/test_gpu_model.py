@@ -31,7 +31,7 @@ def waves_profile(nccl: dict | None = None, launch: dict | None = None, **gpu):
 
 
 def test_two_streams_of_wave_filling_gemms_run_one_after_the_other(sim_text):
-    spans, tl = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n",
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n",
                          waves_profile())
     assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0)}  # sharing would give A [0,20], B [0,20]
 
@@ -61,7 +61,7 @@ def test_nccl_kernel_starts_late_and_starves_beside_gemms(sim_text):
     # remaining 26/3 µs run alone: end = 20 + 26/3 = 28.667 µs.
     text = (f"  - {{name: A, {FULL}}}\n  - {{name: ar, kind: all_reduce, bytes: 1000000}}\n"
             f"  - {{name: B, {SIX}, stream: s2}}\n")
-    spans, tl = sim_text(HEAD % 2 + text, waves_profile(nccl={"slowdown_beside_gemm": 3.0}))
+    spans, _ = sim_text(HEAD % 2 + text, waves_profile(nccl={"slowdown_beside_gemm": 3.0}))
     for r in (0, 1):
         assert spans[f"A@r{r}"] == (0.0, 10.0)
         assert spans[f"B@r{r}"] == (10.0, 20.0)
