@@ -184,3 +184,33 @@ def test_kernels_released_together_reach_the_gpu_in_program_order(sim_text):
             "  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 1000000}\n")
     spans, _ = sim_text(HEAD % 2 + body, waves_profile())
     assert spans == {"F@r0": (0.0, 10.0), "s@r0": (10.0, 21.0), "G@r0": (10.0, 30.0), "r@r1": (10.0, 21.0)}
+
+
+def test_profile_contract_defaults_and_h200x2():
+    from schedsim.cost import CostModel
+    from schedsim.hardware.profile import load_profile
+
+    lp = waves_profile(launch={"eager_per_op_us": 6.0, "eager_per_collective_us": 20.0}).launch
+    assert (lp.p2p_call_s, lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s) == pytest.approx(
+        (20e-6, 30e-6, 2e-6, 6e-6))
+    assert lp.executor_extra_per_op_us == 0.0
+    p = load_profile("h200x2")
+    assert p.gpu_model == "waves" and p.gpu.max_connections == 8 and p.nccl.slowdown_beside_gemm == 3.5
+    # the 1 KiB all_reduce is GPU-side (~8.6 µs inside a CUDA graph, 2xH200 2026-11-30), not the 60-70 µs host call
+    assert CostModel(p).collective_time("all_reduce", 1024, (0, 1)) == pytest.approx(8.6e-6, rel=0.01)
+
+
+def test_bad_max_connections_is_a_clear_error():
+    from schedsim.errors import ProfileError, SpecError
+    from schedsim.graph.build import build_graph
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    G = build_graph(load_text(HEAD % 1 + f"  - {{name: A, {TINY}}}\n", "t.yaml"))
+    with pytest.raises(ProfileError, match="1-32"):
+        simulate(G, waves_profile(), max_connections=33)
+    with pytest.raises(ProfileError, match="gpu_model"):
+        simulate(G, waves_profile(), gpu_model="fluid")
+    with pytest.raises(SpecError, match="CUDA_DEVICE_MAX_CONNECTIONS"):
+        load_text("schema_version: 1\nname: g\nworld_size: 1\nenv: {CUDA_DEVICE_MAX_CONNECTIONS: 0}\nops:\n"
+                  f"  - {{name: A, {TINY}}}\n", "t.yaml")
