@@ -214,3 +214,21 @@ def test_bad_max_connections_is_a_clear_error():
     with pytest.raises(SpecError, match="CUDA_DEVICE_MAX_CONNECTIONS"):
         load_text("schema_version: 1\nname: g\nworld_size: 1\nenv: {CUDA_DEVICE_MAX_CONNECTIONS: 0}\nops:\n"
                   f"  - {{name: A, {TINY}}}\n", "t.yaml")
+
+
+def test_memory_bound_kernels_share_hbm(sim_text):
+    # 1e6 B at 1000 GB/s = 1 µs each, 16 CTAs each on a 32-SM GPU: both resident, each at 1/2: [0, 2] both.
+    # A 6-CTA GEMM beside them is compute-bound and keeps its full rate: [0, 10].
+    body = ("  - {name: a, kind: compute, bytes: 1000000, stream: s1}\n"
+            "  - {name: b, kind: compute, bytes: 1000000, stream: s2}\n"
+            f"  - {{name: G, {SIX}, stream: s3}}\n")
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(sms=38))
+    assert spans == {"a@r0": (0.0, 2.0), "b@r0": (0.0, 2.0), "G@r0": (0.0, 10.0)}
+
+
+def test_gemm_slowdown_beside_nccl(sim_text):
+    # the all_reduce (2 SMs, 12 µs) and a 6-CTA GEMM start together; the GEMM runs at 1/2 while the NCCL kernel
+    # is resident: 6 µs of its 10 by 12 µs, the last 4 alone: [0, 16]
+    body = f"  - {{name: ar, kind: all_reduce, bytes: 1000000}}\n  - {{name: G, {SIX}, stream: s2}}\n"
+    spans, _ = sim_text(HEAD % 2 + body, waves_profile(nccl={"gemm_slowdown_beside_nccl": 2.0}))
+    assert spans["ar@r0"] == (0.0, 12.0) and spans["G@r0"] == (0.0, 16.0) and spans["G@r1"] == (0.0, 16.0)
