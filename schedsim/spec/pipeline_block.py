@@ -14,7 +14,9 @@ ops, so ``predict``, the static checks and the executor treat it like any DAG:
   issues it (recv just before the compute that needs it, send just after the
   compute that produced it: :func:`schedsim.pipeline.comms.add_p2p`);
   ``p2p: batched`` (Megatron ``batch_p2p_comm``: one ``batch_isend_irecv``
-  per call, waited before the next compute) puts sends on stream ``pp_send``
+  per call, waited before the next compute; the ops of one call share a
+  ``p2p_batch`` name, so the simulator issues and runs them as one fused
+  NCCL kernel) puts sends on stream ``pp_send``
   and recvs on ``pp_recv`` so the two halves of a batch progress together, and
   the next compute waits for the batch's sends as well as its recvs, and a
   batch is posted only after the compute before it finished (``batch_p2p_sync``
