@@ -32,7 +32,9 @@ Rules and their sources
    CUDA C programming guide, "Implicit synchronization"/Hyper-Q; Megatron-LM
    issue 533). With C = 1 every kernel starts in host issue order.
 3. **Block dispatch, waves.** Kernels handed to the GPU wait in one FIFO per
-   GPU; the head kernel places its CTAs on free SMs, and the next kernel gets
+   GPU (ordered by hand-over time, then program order, so kernels released by
+   the same event queue in issue order, as the host issued them); the head
+   kernel places its CTAs on free SMs, and the next kernel gets
    SMs only when the head has placed all of them (no preemption; CUDA runtime
    API, stream priorities only bias pending blocks; GPGPU-Sim / Accel-Sim take
    CTAs from the current kernel until it has none left). One CTA per SM (large
