@@ -19,10 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from schedsim.graph.build import build_graph  # noqa: E402
-from schedsim.hardware.profile import load_profile  # noqa: E402
-from schedsim.sim.engine import simulate  # noqa: E402
-from schedsim.spec.loader import load_schedule  # noqa: E402
+from schedsim.graph.build import build_graph
+from schedsim.hardware.profile import load_profile
+from schedsim.sim.engine import simulate
+from schedsim.spec.loader import load_schedule
 
 CALIBRATED = ROOT.parent / "shared" / "data" / "h200x2_2026-11-30" / "h200x2.yaml"
 # (schedule, overrides, makespan error of the old prediction in %, from issue 8)
