@@ -1,6 +1,6 @@
 """Simulator throughput on generated DAGs, and the cold start of `schedsim predict`.
 
-Usage: python benchmarks/sim_throughput.py [--sizes 10000 100000 1000000] [--repeat 3]
+Usage: python benchmarks/sim_throughput.py [--sizes 10000 100000 1000000] [--repeat 3] [--gpu-model waves sharing]
 
 Each DAG: 8 ranks; per rank a compute stream and a comm stream. Every rank runs
 chunks of (matmul -> all_reduce over all ranks) with the matmul of chunk i+1
@@ -71,9 +71,10 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-cold-start", action="store_true")
+    ap.add_argument("--gpu-model", nargs="*", default=["waves", "sharing"], choices=["waves", "sharing"])
     a = ap.parse_args()
     prof = load_profile("h200")
-    print(f"{'ops':>10} {'build DAG (s)':>14} {'simulate (s, median)':>21} {'ops/s':>12}")
+    print(f"{'ops':>10} {'model':>8} {'build DAG (s)':>14} {'simulate (s, median)':>21} {'ops/s':>12}")
     import gc
 
     for n in a.sizes:
@@ -82,14 +83,16 @@ def main() -> None:
         G = make_dag(n)
         gc.enable()
         tb = time.perf_counter() - t0
-        ts = []
-        for _ in range(a.repeat):
-            t0 = time.perf_counter()
-            tl = simulate(G, prof)
-            ts.append(time.perf_counter() - t0)
-        med = statistics.median(ts)
-        print(f"{G.number_of_nodes():>10} {tb:>14.2f} {med:>21.2f} {G.number_of_nodes() / med:>12,.0f}")
-        del G, tl
+        for model in a.gpu_model:
+            ts = []
+            for _ in range(a.repeat):
+                t0 = time.perf_counter()
+                tl = simulate(G, prof, gpu_model=model)
+                ts.append(time.perf_counter() - t0)
+            med = statistics.median(ts)
+            print(f"{G.number_of_nodes():>10} {model:>8} {tb:>14.2f} {med:>21.2f} {G.number_of_nodes() / med:>12,.0f}")
+            del tl
+        del G
     if not a.no_cold_start:
         out = "/tmp/schedsim_bench_out"
         print("\npredict cold start (fresh process, median of 5):")

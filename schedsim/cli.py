@@ -31,6 +31,11 @@ class OutFormat(str, Enum):
     json = "json"
 
 
+class GpuModel(str, Enum):
+    waves = "waves"
+    sharing = "sharing"
+
+
 class Launch(str, Enum):
     eager = "eager"
     cuda_graph = "cuda_graph"
@@ -96,7 +101,7 @@ def _memory_peak(mem: dict[str, Any]) -> dict[str, Any]:
 
 
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
-                   gantt: bool = True):  # type: ignore[no-untyped-def]
+                   gantt: bool = True, **sim: object):  # type: ignore[no-untyped-def]
     """Load, build, simulate and write timeline.json, trace.json and gantt.png/svg. Returns (timeline, metrics, paths)."""
     from schedsim.hardware.profile import load_profile
     from schedsim.report.chrome import write_chrome_trace
@@ -110,7 +115,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
     from schedsim.report.progress import status
 
     with status(f"simulating {G.number_of_nodes():,} ops", enabled=G.number_of_nodes() > 20_000):
-        tl = simulate(G, prof, launch=launch)
+        tl = simulate(G, prof, launch=launch, **sim)  # type: ignore[arg-type]
     tl.meta.update({"file": str(file), "set": list(sets or [])})
     metrics = compute_metrics(tl)
     from schedsim.sim.pipeline_metrics import pipeline_metrics
@@ -148,9 +153,20 @@ def predict(
     launch: Optional[Launch] = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
     all_ranks: bool = typer.Option(False, "--all-ranks", help="Print every rank (default: totals, worst and best)."),
+    gpu_model: Optional[GpuModel] = typer.Option(None, "--gpu-model", help="GPU execution model (default: the "
+                                                 "profile's gpu_model, waves)."),
+    max_connections: Optional[int] = typer.Option(None, "--max-connections", min=1, max=32,
+                                                  help="CUDA_DEVICE_MAX_CONNECTIONS (1-32); overrides the schedule's "
+                                                  "env and the profile."),
+    model_executor: bool = typer.Option(False, "--model-executor", help="Add schedsim execute's own host cost per "
+                                        "op (launch.executor_extra_per_op_us) to predict what execute measures."),
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
-    tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt)
+    tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt,
+                                        gpu_model=gpu_model.value if gpu_model else None,
+                                        max_connections=max_connections, model_executor=model_executor)
+    for w in tl.meta.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
     if fmt == OutFormat.json:
         print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics,
                           "files": [str(p) for p in paths]}, indent=1))

@@ -124,10 +124,18 @@ class CostModel:
         sms = self.profile.gpu.sms
         if not sms:
             return 1.0
+        return min(1.0, self.gemm_ctas(op) / sms)
+
+    def gemm_ctas(self, op: Op) -> int:
+        """CTAs of one launch of GEMM ``op``: 128×128 output tiles times the split-K factor (see :meth:`gemm_demand`).
+
+        ``gpu.sms`` missing counts as 132 (H100/H200 SXM) for the split-K rule.
+        """
+        sms = self.profile.gpu.sms or 132
         tiles = -(-op.m * op.batch // 128) * -(-op.n // 128)
         if tiles < sms:
             tiles *= min(-(-sms // tiles), max(1, -(-op.k // 256)))
-        return min(1.0, tiles / sms)
+        return tiles
 
     def _roofline(self, flops: float, nbytes: float, dtype: str | None) -> float:
         g = self.profile.gpu

@@ -38,7 +38,7 @@ def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, .
     """The :class:`Op` of spec op ``s`` (a pydantic op model) on rank ``r``, at program position ``seq``."""
     kind = s.kind  # type: ignore[attr-defined]
     common = dict(name=s.name, rank=r, kind=kind, stream=stream, seq=seq, deps=tuple(s.deps),  # type: ignore[attr-defined]
-                  tags=tags, source=source, spec_index=spec_index)
+                  tags=tags, source=source, spec_index=spec_index, host_s=s.host_us * 1e-6)  # type: ignore[attr-defined]
     if kind == "matmul":
         b = s.batch  # type: ignore[attr-defined]
         mm, nn, kk = s.m, s.n, s.k  # type: ignore[attr-defined]
@@ -57,7 +57,7 @@ def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, .
     if kind in ("send", "recv"):
         pair = (r, s.peer) if kind == "send" else (s.peer, r)  # type: ignore[attr-defined]
         return Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[attr-defined,arg-type]
-                  tag=s.tag)  # type: ignore[attr-defined]
+                  tag=s.tag, p2p_batch=s.p2p_batch)  # type: ignore[attr-defined]
     return Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[attr-defined,arg-type]
 
 
@@ -133,6 +133,8 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
         info = expand_pipeline(spec)[1]  # cached: expand_ops below reuses the expansion
     ops = expand_ops(spec)
     G = nx.DiGraph(name=spec.name, world_size=spec.world_size, launch=spec.launch)
+    if "CUDA_DEVICE_MAX_CONNECTIONS" in spec.env:
+        G.graph["max_connections"] = spec.env["CUDA_DEVICE_MAX_CONNECTIONS"]
     if info is not None:
         G.graph["pipeline"] = info
     G.add_nodes_from((op.id, {"op": op}) for op in ops)

@@ -58,6 +58,9 @@ class Op:
 
     Treat an Op as immutable (it is not frozen only because frozen dataclasses
     construct about 5x slower, which matters at a million ops).
+    ``host_s`` is Python time the user's program spends on the host before issuing
+    the op (seconds); ``p2p_batch`` names the ``batch_isend_irecv`` call a send/recv
+    belongs to (same name on one rank = one call, one fused NCCL kernel).
     ``repeat`` > 1 means that many identical kernels back to back (``flops`` and
     ``nbytes`` are per kernel). ``nbytes`` is the message size in the nccl-tests convention for collectives
     and p2p, the bytes copied for memcpy, and the bytes moved in HBM for compute
@@ -87,12 +90,14 @@ class Op:
     tags: tuple[tuple[str, Any], ...] = ()
     source: str = field(default="", compare=False)
     spec_index: int = field(default=-1, compare=False)
+    host_s: float = 0.0
+    p2p_batch: str | None = None
 
     def instance(self, name: str, rank: int, seq: int, deps: tuple[str, ...], tags: tuple) -> Op:  # type: ignore[type-arg]
         """A copy of this prototype with a new name, rank, position, dependencies and tags."""
         return Op(name, rank, self.kind, self.stream, seq, deps, self.group, self.peer, self.root, self.nbytes,
                   self.flops, self.dtype, self.m, self.n, self.k, self.batch, self.repeat, self.duration_s,
-                  self.direction, self.tag, tags, self.source, self.spec_index)
+                  self.direction, self.tag, tags, self.source, self.spec_index, self.host_s, self.p2p_batch)
 
     @property
     def id(self) -> str:

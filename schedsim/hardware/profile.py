@@ -20,7 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, V
 
 from schedsim.errors import ProfileError
 
-__all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass"]
+__all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS"]
+
+#: Simulator GPU execution models (``gpu_model`` of a profile, ``predict --gpu-model``).
+GPU_MODELS = ("waves", "sharing")
 
 LinkClass = Literal["nvlink", "pcie", "network"]
 GemmDType = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int32", "int64", "uint8"]
@@ -43,17 +46,58 @@ class GPU(_B):
     kernel_floor_us: float = Field(default=5.0, ge=0, description="Shortest kernel time, µs (latency floor).")
     sms: int | None = Field(default=None, gt=0, description="Streaming multiprocessors; enables occupancy-aware "
                             "sharing (a small GEMM beside another kernel does not slow it). Omit to share evenly.")
+    max_connections: int = Field(
+        default=8, ge=1, le=32,
+        description="CUDA_DEVICE_MAX_CONNECTIONS: host-to-GPU hardware work queues per context (1-32, CUDA default "
+        "8; CUDA programming guide, environment variables). Streams share queues round robin; with 1, kernels "
+        "start in host issue order whatever their stream (false serialization).")
     source: str = Field(description="Where these numbers come from.")
 
 
 class Launch(_B):
-    """Host launch costs in µs: eager per op and per NCCL call, one graph launch, per graph node (GPU side)."""
+    """Host (CPU thread) cost per call of plain PyTorch, µs; ``graph_per_op_us`` is GPU-side.
+
+    The ``None`` fields default as the profile contract says: ``p2p_call_us`` to
+    ``eager_per_collective_us``, ``batch_p2p_call_us`` to 1.5 × ``p2p_call_us``,
+    ``event_wait_us`` to 2.0 and ``memcpy_call_us`` to ``eager_per_op_us`` (read
+    them through the ``*_s`` accessors, in seconds).
+    """
 
     eager_per_op_us: float = Field(ge=0, description="Host time to launch one kernel in eager mode, µs.")
     eager_per_collective_us: float = Field(ge=0, description="Host time to launch one NCCL call in eager mode, µs.")
     graph_launch_us: float = Field(ge=0, description="Host time of one cudaGraphLaunch, µs.")
     graph_per_op_us: float = Field(ge=0, description="GPU-side overhead per graph node, µs.")
+    p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one unbatched dist.isend/irecv, "
+                                      "µs (default: eager_per_collective_us).")
+    batch_p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one "
+                                            "dist.batch_isend_irecv of a send+recv pair, µs (default: 1.5 x p2p_call_us).")
+    event_wait_us: float | None = Field(default=None, ge=0, description="Host time of event.record + "
+                                        "stream.wait_event for one cross-stream dependency, µs (default 2.0).")
+    memcpy_call_us: float | None = Field(default=None, ge=0, description="Host time of one tensor.copy_ (h2d/d2h) "
+                                         "call, µs (default: eager_per_op_us).")
+    executor_extra_per_op_us: float = Field(default=0.0, ge=0, description="schedsim execute's own extra host cost "
+                                            "per op, µs; used only when a prediction models the executor.")
     source: str
+
+    @property
+    def p2p_call_s(self) -> float:
+        """Host time of one unbatched isend/irecv call, seconds."""
+        return (self.eager_per_collective_us if self.p2p_call_us is None else self.p2p_call_us) * 1e-6
+
+    @property
+    def batch_p2p_call_s(self) -> float:
+        """Host time of one batch_isend_irecv call, seconds."""
+        return 1.5 * self.p2p_call_s if self.batch_p2p_call_us is None else self.batch_p2p_call_us * 1e-6
+
+    @property
+    def event_wait_s(self) -> float:
+        """Host time of one cross-stream event record + wait, seconds."""
+        return (2.0 if self.event_wait_us is None else self.event_wait_us) * 1e-6
+
+    @property
+    def memcpy_call_s(self) -> float:
+        """Host time of one copy_ call, seconds."""
+        return (self.eager_per_op_us if self.memcpy_call_us is None else self.memcpy_call_us) * 1e-6
 
 
 class Link(_B):
@@ -116,6 +160,26 @@ class Contention(_B):
     source: str
 
 
+class Nccl(_B):
+    """How NCCL kernels use the GPU (the ``waves`` model, :mod:`schedsim.sim.gpu_model`).
+
+    One CTA per channel, each on its own SM (NCCL issues 689/181: up to 640 threads x 96 registers, so NCCL
+    CTAs do not share an SM). Defaults: 16 SMs; no slowdowns until measured.
+    """
+
+    sms_per_collective: int = Field(default=16, ge=1, description="SMs (CTAs, one per channel) a collective "
+                                    "or p2p kernel occupies.")
+    slowdown_beside_gemm: float = Field(default=1.0, ge=1.0, description="Comm kernel time multiplier when "
+                                        "concurrent kernels hold all the other SMs; scaled linearly by the "
+                                        "fraction of those SMs they hold.")
+    gemm_slowdown_beside_nccl: float = Field(default=1.0, ge=1.0, description="Compute kernel time multiplier "
+                                             "while an NCCL kernel is resident beside it.")
+    unbatched_p2p_serialized: bool = Field(default=True, description="Unbatched send/recv share the default "
+                                           "process group's communicator (PyTorch eager init) and run in issue "
+                                           "order with its other ops; false: one communicator per pair (lazy init).")
+    source: str = "defaults (not measured)"
+
+
 class HardwareProfile(_B):
     """A machine: GPU rates, launch overheads, links, copy engines, measured tables and contention factors."""
 
@@ -129,6 +193,10 @@ class HardwareProfile(_B):
     gemm: GemmTable
     collectives: CollectiveTables
     contention: Contention
+    nccl: Nccl = Field(default_factory=Nccl)
+    gpu_model: Literal["waves", "sharing"] = Field(
+        default="waves", description="GPU execution model of the simulator: 'waves' (CTAs in waves, FIFO block "
+        "dispatch, hardware queues; :mod:`schedsim.sim.gpu_model`) or 'sharing' (processor sharing).")
 
     def link_for(self, ranks: tuple[int, ...]) -> Link:
         """Link class joining ``ranks``: intra-node if they share a node, else inter-node.

@@ -3,6 +3,21 @@
 In: the DAG from :func:`schedsim.graph.build_graph` and a hardware profile.
 Out: a :class:`~schedsim.sim.timeline.Timeline`.
 
+Two GPU execution models, chosen by ``gpu_model`` (argument, else the
+profile's ``gpu_model``, default ``waves``):
+
+* ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.sim.gpu_model`):
+  CTAs in waves with FIFO block dispatch, NCCL kernels holding SMs, hardware
+  queues (``CUDA_DEVICE_MAX_CONNECTIONS``), communicators run in issue order,
+  the host thread as a resource. It matches how the 2×H200 traces of
+  2026-11-30 run concurrent kernels (issue 8).
+* ``sharing`` (this module, below): processor sharing, every running kernel
+  slowed equally. Kept selectable while the ``waves`` model proves itself.
+
+Both compile the DAG to arrays once (:func:`_compile`) and share the timeline
+assembly and critical-path walk (:func:`_timeline`). The rest of this
+docstring describes ``sharing``.
+
 How it works
 ------------
 An event loop over a heap of ``(time, seq, ...)`` entries; the ``seq`` counter
@@ -47,7 +62,8 @@ What it does not model
   limits, waves, and the order in which the block scheduler interleaves CTAs.
 * Host-side blocking (``.item()``, ``synchronize``), Python overhead beyond the
   per-op launch cost, CPU contention, memory allocation, caching allocator.
-* ``CUDA_DEVICE_MAX_CONNECTIONS`` and hardware queue false dependencies.
+* ``CUDA_DEVICE_MAX_CONNECTIONS`` and hardware queue false dependencies (the
+  ``waves`` model has them).
 * Clock/power throttling and run-to-run noise.
 """
 
@@ -55,12 +71,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from typing import NamedTuple
+
 import networkx as nx
 
 from schedsim._gc import paused_gc
 from schedsim.cost import CostModel
-from schedsim.errors import DeadlockError
-from schedsim.hardware.profile import HardwareProfile
+from schedsim.errors import DeadlockError, ProfileError
+from schedsim.graph.ops import Op
+from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.sim.timeline import Span, Timeline
 
 __all__ = ["simulate", "HOST"]
@@ -72,7 +91,8 @@ _KIND_RES = {"matmul": 0, "compute": 0, "memcpy": 2}  # anything else is communi
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
 
-def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = None) -> Timeline:
+def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = None, gpu_model: str | None = None,
+             max_connections: int | None = None, model_executor: bool = False) -> Timeline:
     """Simulate the DAG ``G`` on ``profile``.
 
     Parameters
@@ -83,6 +103,14 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
         Rates, tables and contention factors.
     launch : {"eager", "cuda_graph"}, optional
         Overrides ``G.graph["launch"]``.
+    gpu_model : {"waves", "sharing"}, optional
+        Overrides the profile's ``gpu_model``.
+    max_connections : int, optional
+        ``CUDA_DEVICE_MAX_CONNECTIONS`` (1-32); overrides the schedule's ``env`` and the profile's
+        ``gpu.max_connections`` (``waves`` only).
+    model_executor : bool
+        Add the profile's ``launch.executor_extra_per_op_us`` per op (predict what ``schedsim execute``
+        measures rather than plain PyTorch; ``waves`` only).
 
     Returns
     -------
@@ -95,21 +123,76 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
     DeadlockError
         If ops remain that can never start (a wait-for cycle the static checks
         did not catch).
+    ProfileError
+        Unknown ``gpu_model`` or ``max_connections`` outside 1-32.
     """
-    with paused_gc():  # millions of small acyclic objects: GC passes would dominate
-        return _simulate(G, profile, launch)
-
-
-def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Timeline:
     mode = launch or G.graph.get("launch", "eager")
-    cost = CostModel(profile)
-    c = profile.contention
-    alpha, beta = c.compute_slowdown_with_comm, c.comm_slowdown_with_compute
-    gamma, delta = c.compute_slowdown_with_copy, c.copy_slowdown_with_compute
-    node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
-    graph_launch = profile.launch.graph_launch_us * 1e-6
+    model = gpu_model or profile.gpu_model
+    if model not in GPU_MODELS:
+        raise ProfileError(f"unknown gpu_model {model!r}\n  fix: use one of {', '.join(GPU_MODELS)}")
+    conns = max_connections or G.graph.get("max_connections")
+    if conns is not None and not 1 <= int(conns) <= 32:
+        raise ProfileError(f"CUDA_DEVICE_MAX_CONNECTIONS must be 1-32 (got {conns})\n  fix: pick a value in 1-32")
+    with paused_gc():  # millions of small acyclic objects: GC passes would dominate
+        c = _compile(G, profile, mode)
+        if model == "sharing":
+            st = _run_sharing(c, profile, mode)
+        else:
+            st, note = _run_waves(G, profile, mode, c, conns, model_executor)
+            if note:
+                tl = _timeline(G, profile, mode, c, st)
+                tl.meta["warnings"] = [note]
+                return tl
+        return _timeline(G, profile, mode, c, st)
 
-    # --- compile to arrays ------------------------------------------------
+
+def _run_waves(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, conns: int | None,
+               model_executor: bool) -> tuple[_State, str]:
+    """The ``waves`` run; if serializing lone send/recv on their communicator hangs, rerun without it (and say so)."""
+    from schedsim.sim.waves import run_waves
+
+    try:
+        return run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor), ""
+    except DeadlockError as e:
+        if not profile.nccl.unbatched_p2p_serialized or not G.graph.get("p2p"):
+            raise
+        c = _compile(G, profile, mode)
+        st = run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor, p2p_serialized=False)
+        first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
+        return st, ("NCCL runs lone send/recv of one communicator in issue order, and this schedule's order would "
+                    f"hang there ({first}); predicted as if each send/recv progressed independently. Fix: use "
+                    "`p2p_batch` (batch_isend_irecv) or one process group per pair")
+
+
+class _Compiled(NamedTuple):
+    """The DAG as arrays (index i = op i in program order per rank)."""
+
+    ids: list[str]
+    ops: list[Op]
+    N: int
+    world: int
+    npred: list[int]
+    succ: list[list[int]]
+    job_of: list[int]  # j < N: op j alone; N + g: rendezvous group g
+    gmem: list[list[int]]
+    job_res: list[int]  # 0 compute, 1 comm, 2-4 copy engine (h2d, d2h, d2d)
+    job_ranks: list[tuple[int, ...]]
+    job_work: list[float]  # solo seconds (+ per-node graph overhead)
+    cost: CostModel
+
+
+class _State(NamedTuple):
+    """What a run leaves behind, per op (seconds; ``binding`` = op that released it, or HOST)."""
+
+    start: list[float]
+    end: list[float]
+    ready_t: list[float]
+    binding: list[int]
+
+
+def _compile(G: nx.DiGraph, profile: HardwareProfile, mode: str) -> _Compiled:
+    cost = CostModel(profile)
+    node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
     node_data = G._node  # plain dicts: much faster than the NodeView API at a million nodes
     ids = list(node_data)
     N = len(ids)
@@ -123,16 +206,13 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
         for j in s:
             npred[j] += 1
         succ.append(s)
-
-    # jobs: j < N is the singleton job of op j; j = N + g is rendezvous group g
     job_of = list(range(N))
     gmem: list[list[int]] = []
     for members in G.graph.get("collectives", {}).values():
         gmem.append([index[m] for m in members])
     for s_id, r_id in G.graph.get("p2p", []):
         gmem.append([index[s_id], index[r_id]])
-    G_ = len(gmem)
-    J = N + G_
+    J = N + len(gmem)
     job_res = [0] * J
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
@@ -154,6 +234,19 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
         job_work[j] = dur(ops[idx[0]]) + node_oh
         for i in idx:
             job_work[i] = job_work[j]
+    return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
+
+
+def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
+    """The processor-sharing loop (module docstring)."""
+    ids, ops, N, world, npred, succ = c.ids, c.ops, c.N, c.world, c.npred, c.succ
+    job_of, gmem, job_res, job_ranks, job_work, cost = (c.job_of, c.gmem, c.job_res, c.job_ranks, c.job_work,
+                                                         c.cost)
+    G_ = len(gmem)
+    J = N + G_
+    cn = profile.contention
+    alpha, beta = cn.compute_slowdown_with_comm, cn.comm_slowdown_with_compute
+    gamma, delta = cn.compute_slowdown_with_copy, cn.copy_slowdown_with_compute
 
     # SM demand of compute jobs (fraction of the GPU), see the module docstring
     job_dem = [1.0] * J
@@ -162,19 +255,7 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
             if op.kind == "matmul":
                 job_dem[i] = cost.gemm_demand(op)
 
-    # --- host issue times ---------------------------------------------------
-    if mode == "cuda_graph":
-        issue = [graph_launch] * N
-    else:
-        issue = [0.0] * N
-        host = [0.0] * world
-        lp = profile.launch
-        op_oh, coll_oh = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6
-        for i, op in enumerate(ops):
-            r = op.rank
-            h = host[r] + (coll_oh if job_res[i] == 1 else op_oh)
-            host[r] = h
-            issue[i] = h
+    issue = _sharing_issue_times(ops, job_res, profile, mode, world)
 
     # --- state ----------------------------------------------------------------
     start = [0.0] * N
@@ -342,7 +423,33 @@ def _simulate(G: nx.DiGraph, profile: HardwareProfile, launch: str | None) -> Ti
                 make_ready(v, t)
     if done < N:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
+    return _State(start, end, ready_t, binding)
 
+
+
+def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwareProfile, mode: str,
+                         world: int) -> list[float]:
+    """Host issue time (s) of each op in the ``sharing`` model: per-op or per-collective launch cost plus
+    ``host_us``, in program order per rank; one graph launch under ``cuda_graph``."""
+    lp = profile.launch
+    if mode == "cuda_graph":
+        return [lp.graph_launch_us * 1e-6] * len(ops)
+    issue = [0.0] * len(ops)
+    host = [0.0] * world
+    op_oh, coll_oh = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6
+    for i, op in enumerate(ops):
+        r = op.rank
+        h = host[r] + op.host_s + (coll_oh if job_res[i] == 1 else op_oh)
+        host[r] = h
+        issue[i] = h
+    return issue
+
+
+def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:
+    """Spans, critical path (bindings walked back from the last op to finish) and metadata."""
+    ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
+    start, end, ready_t, binding = state
+    job_res, job_work = c.job_res, c.job_work
     empty: dict = {}  # shared, never mutated
     res_name = ("compute", "comm", "copy", "copy", "copy")
     tag_dicts: dict[tuple, dict] = {(): empty}  # type: ignore[type-arg]  # one dict per distinct tag set

@@ -74,6 +74,12 @@ class _OpBase(_Base):
         default_factory=dict,
         description="Free-form labels kept in the timeline (e.g. microbatch, stage, phase).",
     )
+    host_us: float = Field(
+        default=0.0, ge=0,
+        description="Python time (µs) the program spends on the host thread just before issuing this op "
+        "(data loading, bookkeeping); it delays this op's launch and every later one on the rank. Eager only: "
+        "a CUDA graph replay skips it.",
+    )
 
 
 class _SizedMixin(_Base):
@@ -152,6 +158,12 @@ class _P2P(_OpBase, _SizedMixin):
     tag: str | None = Field(
         default=None, description="Optional match key; sends and recvs between two ranks match in order per tag."
     )
+    p2p_batch: str | None = Field(
+        default=None, pattern=NAME_PATTERN,
+        description="Name of a batch_isend_irecv call: the send/recv ops of one rank with the same p2p_batch are "
+        "issued as one call and run as one fused NCCL kernel (Megatron's batch_p2p_comm). Omit for a lone "
+        "isend/irecv, which NCCL runs in issue order with the communicator's other ops.",
+    )
 
 
 class SendOp(_P2P):
@@ -199,6 +211,12 @@ class ScheduleSpec(_Base):
         default="eager",
         description="'eager': the host launches each op (per-op launch overhead). 'cuda_graph': each "
         "rank's whole iteration is captured once and replayed (one graph launch).",
+    )
+    env: dict[Literal["CUDA_DEVICE_MAX_CONNECTIONS"], Annotated[int, Field(ge=1, le=32)]] = Field(
+        default_factory=dict,
+        description="Environment the program runs with. CUDA_DEVICE_MAX_CONNECTIONS (1-32, CUDA default 8): "
+        "hardware work queues; with 1 (Megatron-LM sets it) kernels start in host issue order whatever their "
+        "stream. Overrides the profile's gpu.max_connections; `predict --max-connections` overrides both.",
     )
     streams: list[str] | None = Field(
         default=None,

@@ -14,7 +14,9 @@ ops, so ``predict``, the static checks and the executor treat it like any DAG:
   issues it (recv just before the compute that needs it, send just after the
   compute that produced it: :func:`schedsim.pipeline.comms.add_p2p`);
   ``p2p: batched`` (Megatron ``batch_p2p_comm``: one ``batch_isend_irecv``
-  per call, waited before the next compute) puts sends on stream ``pp_send``
+  per call, waited before the next compute; the ops of one call share a
+  ``p2p_batch`` name, so the simulator issues and runs them as one fused
+  NCCL kernel) puts sends on stream ``pp_send``
   and recvs on ``pp_recv`` so the two halves of a batch progress together, and
   the next compute waits for the batch's sends as well as its recvs, and a
   batch is posted only after the compute before it finished (``batch_p2p_sync``
@@ -346,6 +348,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             prev_of: dict[tuple[int, str, int], str] = {}
             pending_sends: list[str] = []
             last_compute: str | None = None
+            n_batches = 0  # batched p2p: one batch_isend_irecv call between two computes
             for act in lowered[r]:
                 if act is None:
                     continue
@@ -383,7 +386,8 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                         pair = (rank, peer + off) if kind == "send" else (peer + off, rank)
                         ops.append(Op(name=opname, rank=rank, kind=kind, stream=stream, seq=0, deps=tuple(deps),
                                       group=pair, peer=peer + off, nbytes=float(act_bytes), dtype=dtype, tag=msg,
-                                      tags=tuple(sorted({**tags, "msg": msg}.items())), source="pipeline"))
+                                      tags=tuple(sorted({**tags, "msg": msg}.items())), source="pipeline",
+                                      p2p_batch=f"b{n_batches}" if mode == "batched" else None))
                         prev_of[(s, typ.value, j)] = opname
                         if kind == "send" and mode == "batched":
                             pending_sends.append(opname)
@@ -420,6 +424,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                             ops.append(proto.instance(oname, rank, 0, tuple(deps) if k == 0 and deps else (), ttags))
                             last = oname
                             last_compute = oname
+                        n_batches += 1
                         prev_of[(s, phase, j)] = last  # type: ignore[assignment]
                     if label == "B":  # a full backward hands its input gradient on when the whole B is done
                         prev_of[(s, "I", j)] = prev_of[(s, "W", j)]

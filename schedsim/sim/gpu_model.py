@@ -1,0 +1,252 @@
+"""Rules of the ``waves`` GPU execution model: how a GPU and its host thread run one rank's ops.
+
+The event loop (:mod:`schedsim.sim.waves`) only moves time forward; every rule it
+applies lives here, as data computed once per simulation (:class:`GpuRules`,
+:func:`host_issue_times`, :func:`comm_fifo_edges`) or as small pure rate
+functions, so the loop can later be compiled without hunting for rules.
+
+Rules and their sources
+-----------------------
+1. **Host thread** (one per rank; PyTorch's Python thread). It issues the rank's
+   ops in *program order* (the order of the ops of that rank after lowering:
+   hand-written ops as written, then a pipeline block's ops), each costing host
+   time by kind (profile ``launch``): a kernel ``eager_per_op_us`` (× ``repeat``),
+   a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
+   one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
+   copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
+   stream (event record + wait) and the op's declared ``host_us`` (Python time
+   before the call). A kernel cannot start before its call returned. The
+   language has no host-blocking op (``.item()``, ``synchronize``), so the host
+   never waits for the GPU and issue times are prefix sums. A CUDA graph replay
+   replaces all of this with one ``graph_launch_us`` (its Python is not
+   replayed, so ``host_us`` is skipped) and adds ``graph_per_op_us`` of GPU time
+   per node. Host costs: PyTorch eager add ≈ 8 µs host (A100, flagos-ai/Torch-FL
+   PR 27), c10d collective calls 89–131 µs (pytorch issue 138773); measured on
+   2×H200 on 2026-11-30 by ``schedsim calibrate`` for the ``h200x2`` profile.
+2. **Hardware queues.** A context has ``CUDA_DEVICE_MAX_CONNECTIONS`` work
+   queues (1–32, default 8; CUDA programming guide, appendix "Environment
+   variables"). Stream ``s`` of a rank (numbered by first appearance in program
+   order) uses queue ``s mod C``. A queue hands its items to the GPU in issue
+   order, and an item that is not yet ready (stream predecessor or awaited event
+   unfinished) holds up everything behind it in the queue (false dependencies;
+   CUDA C programming guide, "Implicit synchronization"/Hyper-Q; Megatron-LM
+   issue 533). With C = 1 every kernel starts in host issue order.
+3. **Block dispatch, waves.** Kernels handed to the GPU wait in one FIFO per
+   GPU (ordered by hand-over time, then program order, so kernels released by
+   the same event queue in issue order, as the host issued them); the head
+   kernel places its CTAs on free SMs, and the next kernel gets
+   SMs only when the head has placed all of them (no preemption; CUDA runtime
+   API, stream priorities only bias pending blocks; GPGPU-Sim / Accel-Sim take
+   CTAs from the current kernel until it has none left). One CTA per SM (large
+   Hopper GEMM tiles use most of an SM's shared memory and registers). A kernel
+   of C CTAs alone runs in ceil(C / SMs) waves, so each CTA lasts
+   solo_time / waves (NVIDIA "Matrix multiplication background" guide: a partial
+   last wave costs a full wave); with rule 4 every kernel is one wave per launch. Start = first CTA placed, end = last CTA done
+   (as CUPTI reports). So two GEMMs that fill the GPU on two streams run one
+   after the other, and a small kernel on a third stream waits for free SMs.
+4. **CTA counts.** GEMM: ceil(m·batch/128)·ceil(n/128) output tiles of 128×128
+   (CUTLASS/cuBLAS's common Hopper tile; the real grid is in a Kineto trace),
+   split-K for skinny GEMMs (:meth:`schedsim.cost.CostModel.gemm_ctas`), capped
+   at one CTA per SM: Hopper GEMMs are persistent (CUTLASS 3.x sm90 persistent
+   tile schedulers launch at most one CTA per SM, each looping over tiles), so a
+   GEMM with more tiles than SMs is one wave that holds every SM it got for its
+   whole solo time, and packing kernels cannot beat their measured solo times.
+   A GEMM that finds only some SMs free starts on those and places the rest as
+   SMs free up (its span stretches: the ~2× of an H100 GEMM pushed into a
+   second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Other
+   kernels: one CTA per 64 KiB moved, at most one wave (elementwise kernels are
+   launched wide and grid-stride); a kernel given only ``duration_us`` fills the GPU.
+5. **HBM.** Memory-bound kernels (roofline: bytes / HBM bandwidth ≥ FLOP /
+   peak) resident at once share HBM: each of k runs at 1/k.
+6. **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
+   each on its own SM: NCCL issues 689 and 181) from when they are placed until
+   the collective ends. A kernel joins its GPU's dispatch FIFO once every rank
+   of its collective (or send/recv pair) has handed its kernel over, and the
+   transfer starts once every rank's kernel is resident (so a kernel's span
+   includes the other ranks' wait for SMs; NCCL issue 146). Real NCCL kernels
+   also spin on their SMs while a slower rank has not launched yet; holding
+   SMs for that whole time stretched every GEMM beside a posted recv and made
+   pipeline predictions 30–80 % long against the 2×H200 runs of 2026-11-30, so
+   that spin is not modelled (an assumption, to revisit with traces). It then runs at 1/f with
+   f = 1 + (``slowdown_beside_gemm`` − 1)·min(1, SMs held by compute / SMs not
+   held by NCCL), slowest rank wins (3.5× measured for allgather_mm on 2×H200,
+   2026-11-30, issue 8); k transfers on one rank share its link at 1/k each.
+   Compute CTAs run ``gemm_slowdown_beside_nccl`` times slower while an NCCL
+   kernel is resident. Copies run on their copy engine (one per direction) in
+   FIFO order, with the profile's copy contention factors.
+7. **Communicators.** PyTorch's ProcessGroupNCCL runs all ops of one process
+   group on one NCCL stream per device, so on each rank the ops of a
+   communicator run in issue order, each after the previous ends. A
+   collective's communicator is its group. With ``nccl.unbatched_p2p_serialized``
+   (PyTorch eager init, ``device_id`` given: pytorch PRs 132900/154132) a lone
+   send/recv joins the order of the communicator of its two ranks (with two
+   ranks, the default group's: "in issue order with everything else on it", as
+   measured on 2×H200 on 2026-11-30); a wider default group is not assumed, as
+   pipeline schedules lowered for per-pair communicators would then hang. Without
+   it, lone send/recv progress independently (lazy init, one communicator per
+   pair). The ops of one ``p2p_batch`` (``batch_isend_irecv``) are one fused
+   kernel and one entry in the order of the default group (NCCL docs,
+   "Point-to-point communication": calls inside a group progress concurrently).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schedsim.cost import CostModel
+from schedsim.graph.ops import Op
+from schedsim.hardware.profile import HardwareProfile
+
+__all__ = ["BYTES_PER_CTA", "GpuRules", "comm_factor", "comm_fifo_edges", "communicator", "host_issue_times",
+           "kernel_ctas", "stream_queues"]
+
+#: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
+BYTES_PER_CTA = 65536.0
+
+
+@dataclass(frozen=True)
+class GpuRules:
+    """The numbers the ``waves`` loop needs, in SI units (seconds).
+
+    Built by :meth:`from_profile`; ``max_connections`` may be overridden by the
+    schedule's ``env`` or ``predict --max-connections``.
+    """
+
+    sms: int
+    max_connections: int
+    nccl_sms: int
+    nccl_slowdown: float
+    gemm_slowdown_beside_nccl: float
+    p2p_serialized: bool
+    copy_slowdown_with_compute: float
+    compute_slowdown_with_copy: float
+
+    @classmethod
+    def from_profile(cls, profile: HardwareProfile, max_connections: int | None = None) -> GpuRules:
+        """Rules of ``profile``; ``gpu.sms`` missing means 132 (H100/H200 SXM)."""
+        sms = profile.gpu.sms or 132
+        nc = profile.nccl
+        return cls(sms=sms, max_connections=max_connections or profile.gpu.max_connections,
+                   nccl_sms=min(nc.sms_per_collective, sms), nccl_slowdown=nc.slowdown_beside_gemm,
+                   gemm_slowdown_beside_nccl=nc.gemm_slowdown_beside_nccl, p2p_serialized=nc.unbatched_p2p_serialized,
+                   copy_slowdown_with_compute=profile.contention.copy_slowdown_with_compute,
+                   compute_slowdown_with_copy=profile.contention.compute_slowdown_with_copy)
+
+
+def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
+    """``(ctas, waves, memory_bound)`` of a compute op (rule 4), over all ``repeat`` kernels.
+
+    ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them.
+    """
+    if op.kind == "matmul":
+        one = min(cost.gemm_ctas(op), sms)  # persistent: at most one CTA per SM, looping over the tiles
+        mem = False
+    elif op.duration_s is not None or not op.nbytes:
+        one, mem = sms, False
+    else:
+        one = max(1, min(sms, math.ceil(op.nbytes / BYTES_PER_CTA)))
+        g = cost.profile.gpu
+        peak = g.peak_tflops.get(op.dtype or "fp32", g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency
+        mem = op.nbytes / (g.hbm_GBps * 1e9) >= op.flops / peak
+    waves = -(-one // sms)
+    return one * op.repeat, waves * op.repeat, mem
+
+
+def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
+    """Hardware queue of each op (rule 2): its rank's stream number (first appearance) mod ``max_connections``."""
+    num: dict[tuple[int, str], int] = {}
+    per_rank: dict[int, int] = {}
+    out = []
+    for op in ops:
+        key = (op.rank, op.stream)
+        q = num.get(key)
+        if q is None:
+            q = num[key] = per_rank.get(op.rank, 0)
+            per_rank[op.rank] = q + 1
+        out.append(q % max_connections)
+    return out
+
+
+def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
+                     model_executor: bool = False) -> list[float]:
+    """Time (s) at which the host has issued each op (rule 1); ``ops`` in program order per rank.
+
+    ``cross_stream_deps[i]`` counts op i's dependencies on other streams (one event wait each). In
+    ``cuda_graph`` mode every op is issued at ``graph_launch_us``.
+    """
+    lp = profile.launch
+    if mode == "cuda_graph":
+        return [lp.graph_launch_us * 1e-6] * len(ops)
+    op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
+    batch_s, ev_s, copy_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s
+    extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
+    host: dict[int, float] = {}
+    seen_batch: set[tuple[int, str]] = set()
+    out = []
+    for op, nx in zip(ops, cross_stream_deps):
+        h = host.get(op.rank, 0.0) + op.host_s + nx * ev_s + extra
+        kind = op.kind
+        if kind in ("matmul", "compute"):
+            h += op_s * op.repeat
+        elif kind == "memcpy":
+            h += copy_s
+        elif kind in ("send", "recv"):
+            if op.p2p_batch is None:
+                h += p2p_s
+            elif (op.rank, op.p2p_batch) not in seen_batch:
+                seen_batch.add((op.rank, op.p2p_batch))
+                h += batch_s
+        else:
+            h += coll_s
+        host[op.rank] = h
+        out.append(h)
+    return out
+
+
+def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
+    """The NCCL communicator (its ranks) an op runs on (rule 7)."""
+    if op.kind in ("send", "recv"):
+        if op.p2p_batch is not None:
+            return tuple(range(world))
+        return op.group if op.group[0] < op.group[1] else (op.group[1], op.group[0])
+    return op.group
+
+
+def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list[tuple[int, int]]:
+    """Extra ``(before, after)`` op-index edges that run each communicator's ops in issue order per rank (rule 7).
+
+    The ops of one ``p2p_batch`` form one entry: every op of an entry waits for every op of the previous one.
+    """
+    last: dict[tuple[int, tuple[int, ...]], tuple[object, list[int]]] = {}
+    prev: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    edges: list[tuple[int, int]] = []
+    for i, op in enumerate(ops):
+        if op.kind in ("matmul", "compute", "memcpy") or (not p2p_serialized and op.kind in ("send", "recv")
+                                                          and op.p2p_batch is None):
+            continue
+        key = (op.rank, communicator(op, world, p2p_serialized))
+        entry = (op.p2p_batch,) if op.p2p_batch is not None else i
+        cur = last.get(key)
+        if cur is not None and cur[0] == entry:
+            cur[1].append(i)
+        else:
+            if cur is not None:
+                prev[key] = cur[1]
+            cur = last[key] = (entry, [i])
+        edges.extend((b, i) for b in prev.get(key, ()))
+    return edges
+
+
+def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> float:
+    """Time multiplier of an NCCL transfer on a rank (rule 6): 1 + (slowdown − 1)·min(1, held / available).
+
+    >>> comm_factor(3.5, 116, 116)
+    3.5
+    >>> comm_factor(3.5, 58, 116)
+    2.25
+    """
+    if slowdown == 1.0 or compute_sms <= 0:
+        return 1.0
+    return 1.0 + (slowdown - 1.0) * min(1.0, compute_sms / max(1, free_for_compute))

@@ -1,0 +1,395 @@
+"""Event loop of the ``waves`` GPU execution model; the rules it applies are in :mod:`schedsim.sim.gpu_model`.
+
+Per rank it keeps: the host issue times (rule 1), the hardware queues (rule 2), a
+FIFO of kernels waiting for SMs and the free SM count (rule 3), and the running
+*jobs*: a batch of CTAs of one kernel placed at one time (they retire together),
+an NCCL transfer of one collective or send/recv pair (all its ranks), or a copy on a
+copy engine. Each job has remaining solo work and a rate (HBM sharing, NCCL
+slowdown, copy contention); rates of the ranks touched by an event are
+recomputed once after it. Deterministic: ties on the heap break by a counter.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from typing import NamedTuple
+
+from schedsim.hardware.profile import HardwareProfile
+from schedsim.sim import gpu_model as gm
+
+__all__ = ["run_waves"]
+
+_BATCH, _XFER, _COPY = 0, 1, 2  # job types
+
+
+def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | None = None,  # type: ignore[no-untyped-def]
+              model_executor: bool = False, p2p_serialized: bool | None = None):
+    """Run the compiled DAG ``c`` (:func:`schedsim.sim.engine._compile`); returns the engine's ``_State``.
+
+    ``p2p_serialized`` overrides the profile's ``nccl.unbatched_p2p_serialized``. ``c.npred`` is consumed.
+
+    Raises
+    ------
+    DeadlockError
+        If ops remain that can never start.
+    """
+    from schedsim.sim.engine import HOST, _raise_deadlock, _State
+
+    ids, ops, N, world = c.ids, c.ops, c.N, c.world
+    npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
+    rules = gm.GpuRules.from_profile(profile, max_connections)
+    S, nsm = rules.sms, rules.nccl_sms
+    slow, g_beside, gamma, delta = (rules.nccl_slowdown, rules.gemm_slowdown_beside_nccl,
+                                    rules.compute_slowdown_with_copy, rules.copy_slowdown_with_compute)
+
+    serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
+    succ, issue = _order_and_issue(c, profile, mode, serial, model_executor)
+    kn = _kernels(c, rules)
+    kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues = kn
+    K = len(kops)
+    kbat = [0] * K  # CTA batches running
+    kstarted = [False] * K
+    kready = [False] * K
+    qhead: dict[tuple[int, int], int] = {}
+
+    # --- state -------------------------------------------------------------------------------------------------
+    start = [0.0] * N
+    end = [-1.0] * N
+    ready_t = [0.0] * N
+    binding = [-1] * N
+    gres = [0] * len(gmem)
+    garr = [0] * len(gmem)  # members handed to the GPU
+    kwait = [len(m) for m in kops]  # NCCL kernels: groups not yet complete
+    free = [S] * world
+    held = [0] * world  # SMs held by compute CTAs
+    nccl_held = [0] * world  # SMs held by resident NCCL kernels
+    nmem = [0] * world  # memory-bound kernels with CTAs resident
+    ncomm = [0] * world  # NCCL transfers in flight
+    ncopy = [0] * world  # copies in flight
+    pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)
+    khand = [0.0] * K
+    toplace: set[int] = set()
+    copyq: dict[tuple[int, int], deque[int]] = {}
+    running: list[list[int]] = [[] for _ in range(world)]
+    jtype: list[int] = []
+    jkey: list[int] = []
+    jsms: list[int] = []
+    jrem: list[float] = []
+    jrate: list[float] = []
+    jlast: list[float] = []
+    jver: list[int] = []
+    heap: list[tuple[float, int, int, int]] = []
+    push, pop = heapq.heappush, heapq.heappop
+    counter = itertools.count()
+    dirty: set[int] = set()
+    crate = [1.0] * world
+
+    def new_job(typ: int, key: int, sms: int, work: float, ranks: tuple[int, ...], t: float) -> None:
+        j = len(jtype)
+        jtype.append(typ)
+        jkey.append(key)
+        jsms.append(sms)
+        jrem.append(work)
+        jrate.append(0.0)
+        jlast.append(t)
+        jver.append(0)
+        for q in ranks:
+            running[q].append(j)
+            dirty.add(q)
+
+    def rate_of(j: int) -> float:
+        typ = jtype[j]
+        if typ == _XFER:
+            return min([crate[q] for q in c.job_ranks[N + jkey[j]]])
+        k = jkey[j]
+        r = krank[k]
+        if typ == _COPY:
+            return 1.0 / (1.0 + delta) if held[r] and delta else 1.0
+        new = 1.0
+        if kmem[k] and nmem[r] > 1:
+            new /= nmem[r]
+        if nccl_held[r] and g_beside != 1.0:
+            new /= g_beside
+        if ncopy[r] and gamma:
+            new /= 1.0 + gamma
+        return new
+
+    def comm_rates(ranks: list[int]) -> None:
+        """Per-rank rate of NCCL transfers (rule 6), before the jobs of ``ranks`` are rerated."""
+        for q in ranks:
+            if ncomm[q]:
+                crate[q] = 1.0 / (ncomm[q] * gm.comm_factor(slow, held[q], S - nccl_held[q]))
+
+    def rerate(r: int, t: float) -> None:
+        for j in running[r]:
+            new = rate_of(j)
+            old = jrate[j]
+            if new != old:
+                if old > 0.0:
+                    rem = jrem[j] - (t - jlast[j]) * old
+                    jrem[j] = rem if rem > 0.0 else 0.0
+                jlast[j] = t
+                jrate[j] = new
+                v = jver[j] + 1
+                jver[j] = v
+                push(heap, (t + jrem[j] / new, next(counter), j, v))
+
+    def place(r: int, t: float) -> None:
+        """Rule 3: the head kernel of the rank's FIFO takes free SMs; the next one only once it has all it needs."""
+        P = pend[r]
+        while P:
+            k = P[0][2]
+            f = free[r]
+            if ktype[k] == 1:
+                if f < nsm:
+                    return
+                free[r] = f - nsm
+                nccl_held[r] += nsm
+                heapq.heappop(P)
+                dirty.add(r)
+                for i in kops[k]:
+                    start[i] = t
+                    g = job_of[i] - N
+                    gres[g] += 1
+                    if gres[g] == len(gmem[g]):
+                        for m in gmem[g]:
+                            if m != i:
+                                binding[m] = i
+                        rk = c.job_ranks[N + g]
+                        for q in rk:
+                            ncomm[q] += 1
+                        new_job(_XFER, g, 0, job_work[N + g], rk, t)
+                continue
+            if f <= 0:
+                return
+            left = kleft[k]
+            s = f if f < left else left
+            free[r] = f - s
+            kleft[k] = left - s
+            if not kstarted[k]:
+                kstarted[k] = True
+                start[kops[k][0]] = t
+            held[r] += s
+            if kmem[k] and not kbat[k]:
+                nmem[r] += 1
+            kbat[k] += 1
+            new_job(_BATCH, k, s, ktau[k], (r,), t)
+            if left - s:
+                return
+            heapq.heappop(P)
+
+    def start_copy(k: int, t: float) -> None:
+        r = krank[k]
+        ncopy[r] += 1
+        start[kops[k][0]] = t
+        new_job(_COPY, k, 0, job_work[kops[k][0]], (r,), t)
+
+    def dispatch(k: int, t: float) -> None:
+        typ = ktype[k]
+        r = krank[k]
+        khand[k] = t
+        if typ >= 2:
+            cq = copyq.setdefault((r, typ), deque())
+            cq.append(k)
+            if len(cq) == 1:
+                start_copy(k, t)
+            return
+        if typ == 1:  # an NCCL kernel asks for SMs once every rank of each of its groups has handed it over
+            for i in kops[k]:
+                g = job_of[i] - N
+                garr[g] += 1
+                if garr[g] == len(gmem[g]):
+                    for m in gmem[g]:
+                        km = kern[m]
+                        kwait[km] -= 1
+                        if not kwait[km]:
+                            push(pend[krank[km]], (khand[km], kops[km][0], km))
+                            toplace.add(krank[km])
+            return
+        push(pend[r], (t, kops[k][0], k))
+        toplace.add(r)
+
+    def op_ready(i: int, t: float) -> None:
+        ready_t[i] = t
+        k = kern[i]
+        kneed[k] -= 1
+        if kneed[k]:
+            return
+        kready[k] = True
+        key = kq[k]
+        Q = queues[key]
+        h = qhead.get(key, 0)
+        while h < len(Q) and kready[Q[h]]:  # rule 2: a queue hands over its items in order
+            dispatch(Q[h], t)
+            h += 1
+        qhead[key] = h
+
+    def release(i: int, t: float) -> None:
+        end[i] = t
+        for v in succ[i]:
+            n = npred[v] - 1
+            npred[v] = n
+            if n:
+                continue
+            if issue[v] > t:
+                binding[v] = HOST
+                push(heap, (issue[v], next(counter), -1 - v, 0))
+                continue
+            binding[v] = i
+            op_ready(v, t)
+
+    def job_done(j: int, t: float) -> None:
+        typ = jtype[j]
+        jrate[j] = -1.0
+        if typ == _XFER:
+            g = jkey[j]
+            for q in c.job_ranks[N + g]:
+                ncomm[q] -= 1
+                running[q].remove(j)
+                dirty.add(q)
+            for i in gmem[g]:
+                k = kern[i]
+                kleft[k] -= 1
+                if not kleft[k]:
+                    r = krank[k]
+                    free[r] += nsm
+                    nccl_held[r] -= nsm
+            for i in gmem[g]:
+                release(i, t)
+            toplace.update(c.job_ranks[N + g])
+            return
+        k = jkey[j]
+        r = krank[k]
+        running[r].remove(j)
+        dirty.add(r)
+        if typ == _COPY:
+            ncopy[r] -= 1
+            cq = copyq[(r, ktype[k])]
+            cq.popleft()
+            if cq:
+                start_copy(cq[0], t)
+            release(kops[k][0], t)
+            return
+        s = jsms[j]
+        free[r] += s
+        held[r] -= s
+        kbat[k] -= 1
+        if kmem[k] and not kbat[k]:
+            nmem[r] -= 1
+        if not kbat[k] and not kleft[k]:
+            release(kops[k][0], t)
+        toplace.add(r)
+
+    # --- run -------------------------------------------------------------------------------------------------
+    for i in range(N):
+        if npred[i] == 0:
+            if issue[i] > 0.0:
+                binding[i] = HOST
+                push(heap, (issue[i], next(counter), -1 - i, 0))
+            else:
+                op_ready(i, 0.0)
+    for r in sorted(toplace):
+        place(r, 0.0)
+    toplace.clear()
+    order = sorted(dirty)
+    comm_rates(order)
+    for r in order:
+        rerate(r, 0.0)
+    dirty.clear()
+    while heap:
+        t, _s, j, ver = pop(heap)
+        if j < 0:
+            op_ready(-1 - j, t)
+        elif ver == jver[j] and jrate[j] > 0.0:
+            job_done(j, t)
+        else:
+            continue
+        if toplace:  # after every release of this event, so kernels handed over together go in program order
+            for r in sorted(toplace):
+                place(r, t)
+            toplace.clear()
+        if dirty:
+            order = sorted(dirty)
+            comm_rates(order)
+            for r in order:
+                rerate(r, t)
+            dirty.clear()
+    if sum(1 for e in end if e >= 0.0) < N:
+        _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
+    return _State(start, end, ready_t, binding)
+
+
+class _Kernels(NamedTuple):
+    """What the GPU runs: one kernel per op, or one per ``p2p_batch`` of a rank (index k)."""
+
+    kern: list[int]  # op -> kernel
+    kops: list[list[int]]  # kernel -> its ops
+    ktype: list[int]  # 0 compute, 1 NCCL, 2-4 copy engine (h2d, d2h, d2d)
+    krank: list[int]
+    kneed: list[int]  # ops not yet ready
+    kleft: list[int]  # compute: CTAs not yet placed; NCCL: ops not yet ended
+    ktau: list[float]  # compute: solo seconds of one wave
+    kmem: list[bool]  # memory-bound (rule 5)
+    kq: list[tuple[int, int]]  # (rank, hardware queue)
+    queues: dict[tuple[int, int], list[int]]  # (rank, queue) -> kernels in issue order
+
+
+def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # type: ignore[no-untyped-def]
+                     model_executor: bool) -> tuple[list[list[int]], list[float]]:
+    """Successor lists in program order plus the communicator-order edges (rule 7; ``c.npred`` grows),
+    and the host issue time of each op (rule 1)."""
+    ops, N = c.ops, c.N
+    succ = [sorted(x) for x in c.succ]  # ops released together reach the GPU in program order
+    npred = c.npred
+    for u, v in gm.comm_fifo_edges(ops, c.world, serial):
+        if v not in succ[u]:
+            succ[u].append(v)
+            succ[u].sort()
+            npred[v] += 1
+    xdeps = [0] * N
+    for u in range(N):
+        su = ops[u].stream
+        for v in succ[u]:
+            if ops[v].stream != su:
+                xdeps[v] += 1
+    return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor)
+
+
+def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
+    """Group ops into kernels and give each its CTAs, wave time and hardware queue (rules 2, 4, 5)."""
+    ops, job_res, job_work = c.ops, c.job_res, c.job_work
+    kern = [0] * c.N
+    kops: list[list[int]] = []
+    kbatch: dict[tuple[int, str], int] = {}
+    for i, op in enumerate(ops):
+        if op.p2p_batch is not None:
+            key = (op.rank, op.p2p_batch)
+            k = kbatch.get(key)
+            if k is None:
+                k = kbatch[key] = len(kops)
+                kops.append([])
+        else:
+            k = len(kops)
+            kops.append([])
+        kops[k].append(i)
+        kern[i] = k
+    K = len(kops)
+    kn = _Kernels(kern, kops, [0] * K, [0] * K, [0] * K, [0] * K, [0.0] * K, [False] * K, [(0, 0)] * K, {})
+    opq = gm.stream_queues(ops, rules.max_connections)
+    for k, members in enumerate(kops):
+        i = members[0]
+        op = ops[i]
+        kn.ktype[k] = job_res[i]
+        kn.krank[k] = op.rank
+        kn.kneed[k] = len(members)
+        if job_res[i] == 0:
+            ctas, waves, mem = gm.kernel_ctas(op, c.cost, rules.sms)
+            kn.kleft[k], kn.ktau[k], kn.kmem[k] = ctas, job_work[i] / waves, mem
+        elif job_res[i] == 1:
+            kn.kleft[k] = len(members)
+        key = (op.rank, opq[i])
+        kn.queues.setdefault(key, []).append(k)
+        kn.kq[k] = key
+    return kn

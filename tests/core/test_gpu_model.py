@@ -1,0 +1,234 @@
+"""Golden timelines of the ``waves`` GPU model (schedsim.sim.gpu_model), computed by hand.
+
+Toy GPU: 8 SMs, NCCL kernels take 2 SMs, no launch costs unless a test sets them. GEMM table entries
+(fp32, 10 µs or 2 µs) with CTA counts from 128×128 tiles: 256×512 → 8 CTAs (fills the GPU), 256×384 → 6,
+128×128×128 → 1. all_reduce of 1e6 B over 2 ranks: 2 µs + 10 µs = 12 µs; send/recv of 1e6 B: 11 µs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import toy_profile_dict
+
+HEAD = "schema_version: 1\nname: g\nworld_size: %d\nops:\n"
+FULL = "kind: matmul, m: 256, n: 512, k: 1024"  # 8 CTAs, 10 µs
+SIX = "kind: matmul, m: 256, n: 384, k: 128"  # 6 CTAs (k too short to split), 10 µs
+TINY = "kind: matmul, m: 128, n: 128, k: 128"  # 1 CTA, 2 µs
+
+
+def waves_profile(nccl: dict | None = None, launch: dict | None = None, **gpu):
+    from schedsim.hardware.profile import HardwareProfile
+
+    d = toy_profile_dict()
+    d["gpu_model"] = "waves"
+    d["gpu"].update({"sms": 8, **gpu})
+    d["gemm"]["entries"] += [["fp32", 256, 512, 1024, 0.010], ["fp32", 256, 384, 128, 0.010],
+                             ["fp32", 128, 128, 128, 0.002]]
+    d["nccl"] = {"sms_per_collective": 2, **(nccl or {})}
+    d["launch"].update(launch or {})
+    return HardwareProfile.model_validate(d)
+
+
+def test_two_streams_of_wave_filling_gemms_run_one_after_the_other(sim_text):
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n",
+                         waves_profile())
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0)}  # sharing would give A [0,20], B [0,20]
+
+
+def test_small_kernel_on_a_third_stream_waits_for_free_sms(sim_text):
+    text = f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n  - {{name: C, {TINY}, stream: s3}}\n"
+    spans, _ = sim_text(HEAD % 1 + text, waves_profile())
+    # FIFO block dispatch: B was handed to the GPU before C, so C gets an SM only when B's CTAs retire
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0), "C@r0": (20.0, 22.0)}
+    # a 6-CTA GEMM leaves 2 SMs free: the tiny kernel runs beside it at once
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: C, {TINY}, stream: s3}}\n",
+                        waves_profile())
+    assert spans == {"A@r0": (0.0, 10.0), "C@r0": (0.0, 2.0)}
+
+
+def test_gemm_that_finds_few_free_sms_stretches(sim_text):
+    # 4 SMs: the 6-tile GEMM is persistent, 4 CTAs of 10 µs each. C (1 CTA, 2 µs) is handed over first and
+    # holds one SM for 2 µs, so A starts on 3 SMs at 0 and places its 4th CTA at 2: A ends at 12 (stretched)
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: C, {TINY}, stream: s3}}\n  - {{name: A, {SIX}, stream: s1}}\n",
+                        waves_profile(sms=4))
+    assert spans == {"C@r0": (0.0, 2.0), "A@r0": (0.0, 12.0)}
+
+
+def test_nccl_kernel_starts_late_and_starves_beside_gemms(sim_text):
+    # A fills the 8 SMs, so the all_reduce (needs 2) waits until 10 µs; then B takes the other 6 SMs and holds
+    # all of them until 20 µs: the all_reduce runs at 1/3 (slowdown 3.0) and does 10/3 µs of its 12 µs; the
+    # remaining 26/3 µs run alone: end = 20 + 26/3 = 28.667 µs.
+    text = (f"  - {{name: A, {FULL}}}\n  - {{name: ar, kind: all_reduce, bytes: 1000000}}\n"
+            f"  - {{name: B, {SIX}, stream: s2}}\n")
+    spans, _ = sim_text(HEAD % 2 + text, waves_profile(nccl={"slowdown_beside_gemm": 3.0}))
+    for r in (0, 1):
+        assert spans[f"A@r{r}"] == (0.0, 10.0)
+        assert spans[f"B@r{r}"] == (10.0, 20.0)
+        assert spans[f"ar@r{r}"] == (10.0, pytest.approx(28.666667))
+
+
+def test_one_connection_starts_kernels_in_issue_order(sim_text):
+    # A (6 CTAs) then C on stream s1, B on s2; issue order A, C, B. With 8 queues B runs at once on the 2 spare
+    # SMs; with 1 queue B sits behind C, which waits for A: both start at 10.
+    body = (f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: C, {TINY}, stream: s1}}\n"
+            f"  - {{name: B, {TINY}, stream: s2}}\n")
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile())
+    assert spans == {"A@r0": (0.0, 10.0), "C@r0": (10.0, 12.0), "B@r0": (0.0, 2.0)}
+    one = {"A@r0": (0.0, 10.0), "C@r0": (10.0, 12.0), "B@r0": (10.0, 12.0)}
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(max_connections=1))
+    assert spans == one
+    env = "schema_version: 1\nname: g\nworld_size: 1\nenv: {CUDA_DEVICE_MAX_CONNECTIONS: 1}\nops:\n"
+    spans, _ = sim_text(env + body, waves_profile())
+    assert spans == one
+
+
+def test_predict_max_connections_override(sim_text):
+    from schedsim.graph.build import build_graph
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    body = (f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: C, {TINY}, stream: s1}}\n"
+            f"  - {{name: B, {TINY}, stream: s2}}\n")
+    tl = simulate(build_graph(load_text(HEAD % 1 + body, "t.yaml")), waves_profile(), max_connections=1)
+    assert tl.by_id()["B@r0"].start_s == pytest.approx(10e-6)
+
+
+def test_host_thread_bounds_200_tiny_gemms_eagerly_not_in_a_graph(sim_text):
+    # eager: the host issues op i at 5(i+1) µs and each kernel takes 2 µs, so the GPU idles between them:
+    # makespan = 200 * 5 + 2 = 1002 µs. Graph: all issued by the 10 µs replay, 200 * 2 µs back to back: 410 µs.
+    body = "".join(f"  - {{name: g{i}, {TINY}}}\n" for i in range(200))
+    prof = waves_profile(launch={"eager_per_op_us": 5.0, "graph_launch_us": 10.0})
+    spans, tl = sim_text(HEAD % 1 + body, prof)
+    assert spans["g0@r0"] == (5.0, 7.0) and spans["g199@r0"] == (1000.0, 1002.0)
+    assert tl.makespan_s == pytest.approx(1002e-6)
+    spans, tl = sim_text(HEAD % 1 + body, prof, launch="cuda_graph")
+    assert spans["g0@r0"] == (10.0, 12.0) and tl.makespan_s == pytest.approx(410e-6)
+
+
+def test_host_us_and_event_waits_delay_issue(sim_text):
+    # host: A at 5; B waits on A from another stream: 2 µs event wait + 3 µs declared Python + 5 µs launch = 15
+    prof = waves_profile(launch={"eager_per_op_us": 5.0})
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {TINY}}}\n  - {{name: B, {TINY}, stream: s2, deps: [A], host_us: 3}}\n",
+                        prof)
+    assert spans == {"A@r0": (5.0, 7.0), "B@r0": (15.0, 17.0)}
+
+
+P2P = ("  - {name: s1, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: x%s}\n"
+       "  - {name: s2, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: y%s}\n"
+       "  - {name: r1, kind: recv, ranks: [1], peer: 0, bytes: 1000000, stream: x%s}\n"
+       "  - {name: r2, kind: recv, ranks: [1], peer: 0, bytes: 1000000, stream: y%s}\n")
+
+
+def test_unbatched_p2p_serialize_on_their_communicator(sim_text):
+    # lone isend/irecv: 5 µs host each (p2p_call_us defaults to eager_per_collective_us): s1 issued at 5, s2 at
+    # 10; NCCL runs them in issue order: s1 [5, 16], s2 [16, 27].
+    prof = waves_profile(launch={"eager_per_collective_us": 5.0})
+    spans, _ = sim_text(HEAD % 2 + P2P % ("", "", "", ""), prof)
+    assert spans == {"s1@r0": (5.0, 16.0), "s2@r0": (16.0, 27.0), "r1@r1": (5.0, 16.0), "r2@r1": (16.0, 27.0)}
+    # unserialized (lazy init): both in flight at once from 10 µs, sharing the link: s1 does 5 µs alone, then
+    # both at 1/2: s1 ends 10 + 12 = 22, s2 has 11 - 6 = 5 µs left alone: 27.
+    prof = waves_profile(launch={"eager_per_collective_us": 5.0}, nccl={"unbatched_p2p_serialized": False})
+    spans, _ = sim_text(HEAD % 2 + P2P % ("", "", "", ""), prof)
+    assert spans["s1@r0"] == (5.0, 22.0) and spans["s2@r0"] == (10.0, 27.0)
+
+
+def test_batched_p2p_is_one_call_and_one_fused_kernel(sim_text):
+    # one batch_isend_irecv per rank: 1.5 x 5 = 7.5 µs host; both transfers together at 1/2 each: [7.5, 29.5]
+    prof = waves_profile(launch={"eager_per_collective_us": 5.0})
+    b = ", p2p_batch: b0"
+    spans, _ = sim_text(HEAD % 2 + P2P % (b, b, b, b), prof)
+    assert spans == {"s1@r0": (7.5, 29.5), "s2@r0": (7.5, 29.5), "r1@r1": (7.5, 29.5), "r2@r1": (7.5, 29.5)}
+
+
+def test_p2p_serializes_with_collectives_of_its_group(sim_text):
+    body = ("  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: x}\n"
+            "  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 1000000, stream: x}\n"
+            "  - {name: ar, kind: all_reduce, bytes: 1000000, stream: y}\n")
+    spans, _ = sim_text(HEAD % 2 + body, waves_profile())
+    assert spans["s@r0"] == (0.0, 11.0) and spans["ar@r0"] == (11.0, 23.0) and spans["ar@r1"] == (11.0, 23.0)
+    # not serialized: both share the link at 1/2: s ends at 22, ar has 1 µs left alone: 23
+    spans, _ = sim_text(HEAD % 2 + body, waves_profile(nccl={"unbatched_p2p_serialized": False}))
+    assert spans["s@r0"] == (0.0, 22.0) and spans["ar@r0"] == (0.0, 23.0)
+
+
+def test_hanging_p2p_order_falls_back_with_a_warning(sim_text):
+    # rank 0 sends a then b, rank 1 receives b then a (tags): on one communicator NCCL would hang
+    body = ("  - {name: a, kind: send, ranks: [0], peer: 1, bytes: 1000000, tag: A, stream: x}\n"
+            "  - {name: b, kind: send, ranks: [0], peer: 1, bytes: 1000000, tag: B, stream: y}\n"
+            "  - {name: rb, kind: recv, ranks: [1], peer: 0, bytes: 1000000, tag: B, stream: y}\n"
+            "  - {name: ra, kind: recv, ranks: [1], peer: 0, bytes: 1000000, tag: A, stream: x}\n")
+    spans, tl = sim_text(HEAD % 2 + body, waves_profile())
+    assert "would hang" in tl.meta["warnings"][0]
+    assert spans["a@r0"] == (0.0, 22.0)
+
+
+def test_sharing_model_still_selectable(sim_text):
+    from schedsim.graph.build import build_graph
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    G = build_graph(load_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n",
+                              "t.yaml"))
+    tl = simulate(G, waves_profile(), gpu_model="sharing")
+    assert tl.by_id()["A@r0"].end_s == pytest.approx(20e-6) and tl.by_id()["B@r0"].end_s == pytest.approx(20e-6)
+
+
+def test_kernels_released_together_reach_the_gpu_in_program_order(sim_text):
+    # F ends at 10 and releases both the send (issued before G) and G: the send takes its 2 SMs first, G starts
+    # on the other 6 and places its last 2 CTAs when those retire at 20 (G stretches to 30). The recv's kernel
+    # asks for SMs once the send is handed over, so both sides run [10, 21].
+    body = (f"  - {{name: F, {FULL}, ranks: [0]}}\n"
+            "  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 1000000, deps: [F]}\n"
+            f"  - {{name: G, {FULL}, ranks: [0]}}\n"
+            "  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 1000000}\n")
+    spans, _ = sim_text(HEAD % 2 + body, waves_profile())
+    assert spans == {"F@r0": (0.0, 10.0), "s@r0": (10.0, 21.0), "G@r0": (10.0, 30.0), "r@r1": (10.0, 21.0)}
+
+
+def test_profile_contract_defaults_and_h200x2():
+    from schedsim.cost import CostModel
+    from schedsim.hardware.profile import load_profile
+
+    lp = waves_profile(launch={"eager_per_op_us": 6.0, "eager_per_collective_us": 20.0}).launch
+    assert (lp.p2p_call_s, lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s) == pytest.approx(
+        (20e-6, 30e-6, 2e-6, 6e-6))
+    assert lp.executor_extra_per_op_us == 0.0
+    p = load_profile("h200x2")
+    assert p.gpu_model == "waves" and p.gpu.max_connections == 8 and p.nccl.slowdown_beside_gemm == 3.5
+    # the 1 KiB all_reduce is GPU-side (~8.6 µs inside a CUDA graph, 2xH200 2026-11-30), not the 60-70 µs host call
+    assert CostModel(p).collective_time("all_reduce", 1024, (0, 1)) == pytest.approx(8.6e-6, rel=0.01)
+
+
+def test_bad_max_connections_is_a_clear_error():
+    from schedsim.errors import ProfileError, SpecError
+    from schedsim.graph.build import build_graph
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    G = build_graph(load_text(HEAD % 1 + f"  - {{name: A, {TINY}}}\n", "t.yaml"))
+    with pytest.raises(ProfileError, match="1-32"):
+        simulate(G, waves_profile(), max_connections=33)
+    with pytest.raises(ProfileError, match="gpu_model"):
+        simulate(G, waves_profile(), gpu_model="fluid")
+    with pytest.raises(SpecError, match="CUDA_DEVICE_MAX_CONNECTIONS"):
+        load_text("schema_version: 1\nname: g\nworld_size: 1\nenv: {CUDA_DEVICE_MAX_CONNECTIONS: 0}\nops:\n"
+                  f"  - {{name: A, {TINY}}}\n", "t.yaml")
+
+
+def test_memory_bound_kernels_share_hbm(sim_text):
+    # 1e6 B at 1000 GB/s = 1 µs each, 16 CTAs each on a 32-SM GPU: both resident, each at 1/2: [0, 2] both.
+    # A 6-CTA GEMM beside them is compute-bound and keeps its full rate: [0, 10].
+    body = ("  - {name: a, kind: compute, bytes: 1000000, stream: s1}\n"
+            "  - {name: b, kind: compute, bytes: 1000000, stream: s2}\n"
+            f"  - {{name: G, {SIX}, stream: s3}}\n")
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(sms=38))
+    assert spans == {"a@r0": (0.0, 2.0), "b@r0": (0.0, 2.0), "G@r0": (0.0, 10.0)}
+
+
+def test_gemm_slowdown_beside_nccl(sim_text):
+    # the all_reduce (2 SMs, 12 µs) and a 6-CTA GEMM start together; the GEMM runs at 1/2 while the NCCL kernel
+    # is resident: 6 µs of its 10 by 12 µs, the last 4 alone: [0, 16]
+    body = f"  - {{name: ar, kind: all_reduce, bytes: 1000000}}\n  - {{name: G, {SIX}, stream: s2}}\n"
+    spans, _ = sim_text(HEAD % 2 + body, waves_profile(nccl={"gemm_slowdown_beside_nccl": 2.0}))
+    assert spans["ar@r0"] == (0.0, 12.0) and spans["G@r0"] == (0.0, 16.0) and spans["G@r1"] == (0.0, 16.0)
