@@ -52,6 +52,7 @@ from typing import Any, Callable
 from executor import ExecError, ExecTimeout
 from executor.dist import ArrivalTracker, DistContext
 from executor.kernels import Binding, Materializer, OpImpl
+from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu
 from schedsim.graph.ops import Op
 
 __all__ = ["RunOptions", "RankRunner", "nvtx_fns"]
@@ -107,6 +108,10 @@ def nvtx_fns() -> tuple[Callable[[str], Any], Callable[[], Any], str]:
         import torch
 
         return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop, "torch.cuda.nvtx"
+
+
+def _noop() -> None:
+    return None
 
 
 class _Flag:
@@ -200,6 +205,10 @@ class RankRunner:
         self.mat = Materializer(ctx, seed=opts.seed)
         bindings = bindings or {}
         self.impls: list[OpImpl] = [self.mat.make(o, bindings.get(o.name)) for o in self.ops]
+        self.batches = p2p_batches(self.ops)
+        self._bind_batches()
+        self.lean_cuda: list[Callable[[], Any]] | None = None
+        self.lean_cpu: list[Any] | None = None
         self.tracker = ArrivalTracker(ctx.store, rank) if ctx.world > 1 else None
         self.iteration = -opts.warmup
         self.phase = "warm-up"
@@ -211,6 +220,41 @@ class RankRunner:
             self._init_cuda()
 
     # -- setup ---------------------------------------------------------------
+    def _bind_batches(self) -> None:
+        """Turn each ``p2p: batched`` group into one ``batch_isend_irecv`` (see :mod:`executor.lean`).
+
+        The first member posts the whole group, after every dependency of every member (so its
+        stream waits on the others' cross-stream dependencies and on their streams' previous ops);
+        each member then makes its own stream wait for the group's works (CUDA), or completes with
+        them (gloo).
+        """
+        cuda = self.ctx.cuda
+        for members in self.batches:
+            bp = BatchedP2P([self.impls[m].p2p for m in members])  # type: ignore[misc]
+            first = members[0]
+            mset = set(members)
+            names = ", ".join(self.ops[m].name for m in members)
+            pre = sorted({d for m in members for d in self.waits[m] if d not in mset})
+            fs = self.ops[first].stream
+            self.waits[first] = pre
+            self.cross[first] = [d for d in pre if self.ops[d].stream != fs]
+            for d in self.cross[first]:
+                self.needs_dep_event[d] = True
+            for k, m in enumerate(members):
+                impl = self.impls[m]
+                if k:
+                    # CPU: the host waits for the group, as Megatron's _communicate does (req.wait())
+                    self.waits[m] = [] if cuda else [first]
+                    self.cross[m] = []
+                if cuda:
+                    impl.run = (lambda bp=bp: (bp.issue(), bp.wait_current())) if k == 0 else bp.wait_current
+                else:
+                    impl.run = bp.issue if k == 0 else _noop
+                    impl.is_async = k == 0
+                impl.fast = None
+                impl.note = f"batch_isend_irecv [{names}]" + (" (posted here)" if k == 0 else " (posted by " +
+                                                               self.ops[first].name + ")")
+
     def _init_cuda(self) -> None:
         torch = self.torch
         dev = self.ctx.device
@@ -359,6 +403,22 @@ class RankRunner:
             wait_for(i)
         return anchor, [(s - t0) * 1e-9 for s in start], [(e - t0) * 1e-9 for e in end]
 
+    def _iter_cpu_lean(self) -> tuple[int, float]:
+        """One uninstrumented CPU iteration: the compiled step list (:func:`executor.lean.run_cpu`)."""
+        import datetime
+
+        if self.lean_cpu is None:
+            self.lean_cpu = compile_cpu(self.impls, self.waits)
+        if self.tracker is not None:
+            self.tracker.begin(self.iteration, None)
+        td = datetime.timedelta(seconds=self.opts.timeout_s)
+        n = len(self.impls)
+        self._barrier()
+        anchor = time.time_ns()
+        t0 = time.perf_counter_ns()
+        run_cpu(self.lean_cpu, n, td)
+        return anchor, (time.perf_counter_ns() - t0) * 1e-9
+
     # -- CUDA eager ----------------------------------------------------------------
     def _issue_cuda(self, timed: bool, profile: bool = False, capture: bool = False,
                     ev_start: list[Any] | None = None, ev_end: list[Any] | None = None) -> None:
@@ -457,10 +517,15 @@ class RankRunner:
 
     def _iter_cuda_lean(self) -> tuple[int, float]:
         torch = self.torch
+        if self.lean_cuda is None:
+            self.lean_cuda = compile_cuda(torch, self.impls, self.stream_list, self.cross, self.ev_dep,
+                                          {self.streams[s]: self.ev_stream_end[s] for s in self.last_on_stream})
+        steps = self.lean_cuda
         anchor = self._begin_cuda(observable=False)
         issue = time.perf_counter_ns()
         try:
-            self._issue_cuda(timed=False)
+            for f in steps:
+                f()
         finally:
             torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
         evs = list(self.ev_stream_end.values())
@@ -579,8 +644,7 @@ class RankRunner:
         for k in range(lean):
             self.iteration = o.iters + k
             if not self.ctx.cuda:
-                a, _st, en = self._iter_cpu(False)
-                self.times.lean.append([a, max(en)])
+                self.times.lean.append(list(self._iter_cpu_lean()))
             elif o.cuda_graph and self.lean_graph is not None:
                 self.times.lean.append(list(self._replay(self.lean_graph)))
             else:
@@ -626,5 +690,26 @@ class RankRunner:
         return {impl.op.name: impl.note for impl in self.impls}
 
     def close(self) -> None:
+        """Stop the progress thread; on CUDA, drop the captured graphs and compiled steps (with the
+        NCCL work captured in them) and synchronize the device, so that process-group teardown finds
+        no graph holding the communicators (issue: ranks hung in ``destroy_process_group`` after
+        CUDA-graph runs with captured NCCL calls)."""
         if self.tracker is not None:
             self.tracker.stop()
+        self.lean_cuda = self.lean_cpu = None
+        if self.ctx.cuda:
+            torch = self.torch
+            torch.cuda.synchronize(self.ctx.device)
+            for g in (getattr(self, "graph", None), getattr(self, "lean_graph", None)):
+                if g is not None:
+                    try:
+                        g.reset()
+                    except Exception:
+                        pass
+            self.graph = self.lean_graph = None
+            torch.cuda.synchronize(self.ctx.device)
+
+    @property
+    def captured_comm(self) -> bool:
+        """Whether a CUDA graph captured communication (teardown then runs under a deadline)."""
+        return bool(self.ctx.cuda and self.opts.cuda_graph and self.comm_idx)

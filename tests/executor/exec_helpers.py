@@ -21,10 +21,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def torchrun(nproc: int, args: list[str], timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-    """Run ``torchrun --standalone --nproc-per-node N -m schedsim ARGS`` from the repo root."""
+def torchrun(nproc: int, args: list[str], timeout: float = 180.0,
+             script: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``torchrun --standalone --nproc-per-node N -m schedsim ARGS`` (or ``SCRIPT ARGS``) from the repo root."""
+    target = [str(script)] if script is not None else ["-m", "schedsim"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "schedsim", *args]
+           *target, *args]
     return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
