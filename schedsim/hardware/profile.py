@@ -43,6 +43,8 @@ class GPU(_B):
     kernel_floor_us: float = Field(default=5.0, ge=0, description="Shortest kernel time, µs (latency floor).")
     sms: int | None = Field(default=None, gt=0, description="Streaming multiprocessors; enables occupancy-aware "
                             "sharing (a small GEMM beside another kernel does not slow it). Omit to share evenly.")
+    max_connections: int = Field(default=8, ge=1, le=32, description="CUDA_DEVICE_MAX_CONNECTIONS (hardware work "
+                                 "queues); 1 = kernels start in issue order.")
     source: str = Field(description="Where these numbers come from.")
 
 
@@ -53,7 +55,32 @@ class Launch(_B):
     eager_per_collective_us: float = Field(ge=0, description="Host time to launch one NCCL call in eager mode, µs.")
     graph_launch_us: float = Field(ge=0, description="Host time of one cudaGraphLaunch, µs.")
     graph_per_op_us: float = Field(ge=0, description="GPU-side overhead per graph node, µs.")
+    p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one unbatched dist.isend/irecv "
+                                      "call, µs (None: eager_per_collective_us).")
+    batch_p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one batch_isend_irecv of "
+                                            "a send+recv pair, µs (None: 1.5 x p2p_call_us).")
+    event_wait_us: float | None = Field(default=None, ge=0, description="Host time of event.record + "
+                                        "stream.wait_event for one cross-stream dependency, µs (None: 2.0).")
+    memcpy_call_us: float | None = Field(default=None, ge=0, description="Host time of one tensor.copy_ call, µs "
+                                         "(None: eager_per_op_us).")
+    executor_extra_per_op_us: float = Field(default=0.0, ge=0, description="schedsim execute's own extra host time "
+                                            "per op beyond plain PyTorch, µs; only for predictions that model the "
+                                            "executor.")
     source: str
+
+
+class NCCL(_B):
+    """How NCCL kernels share the GPU: SMs per collective and measured slowdowns beside GEMMs."""
+
+    sms_per_collective: int = Field(default=16, gt=0, description="SMs (CTAs, one per channel) a collective "
+                                    "kernel occupies.")
+    slowdown_beside_gemm: float = Field(default=1.0, ge=1.0, description="Comm kernel time multiplier when "
+                                        "concurrent GEMMs hold all other SMs.")
+    gemm_slowdown_beside_nccl: float = Field(default=1.0, ge=1.0, description="GEMM time multiplier while an NCCL "
+                                             "kernel runs beside it.")
+    unbatched_p2p_serialized: bool = Field(default=True, description="Unbatched send/recv on one communicator run "
+                                           "in issue order with its other ops.")
+    source: str = ""
 
 
 class Link(_B):
@@ -129,6 +156,7 @@ class HardwareProfile(_B):
     gemm: GemmTable
     collectives: CollectiveTables
     contention: Contention
+    nccl: NCCL | None = None
 
     def link_for(self, ranks: tuple[int, ...]) -> Link:
         """Link class joining ``ranks``: intra-node if they share a node, else inter-node.
