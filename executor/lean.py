@@ -54,11 +54,13 @@ def _batch_key(op: Any) -> Any:
 
 
 def p2p_batches(ops: Sequence[Any]) -> list[list[int]]:
-    """Indices (into ``ops``, one rank's ops in program order) of each p2p batch of two or more ops.
+    """Indices (into ``ops``, one rank's ops in program order) of each p2p batch.
 
     A batch is a maximal run of consecutive send/recv ops with the same batch key (a
     ``p2p_batch`` tag value, or both on the batched-pipeline streams ``pp_send``/``pp_recv``),
-    cut where a (kind, peer) pair would repeat. Lone ops are not listed.
+    cut where a (kind, peer) pair would repeat. A batch may hold one op (Megatron posts a lone
+    ``send_forward`` through ``batch_isend_irecv`` too). Ops without a batch key are not listed:
+    they are lone ``isend``/``irecv`` calls.
     """
     out: list[list[int]] = []
     cur: list[int] = []
@@ -70,10 +72,10 @@ def p2p_batches(ops: Sequence[Any]) -> list[list[int]]:
             cur.append(i)
             seen.add((op.kind, op.peer))
             continue
-        if len(cur) > 1:
+        if cur:
             out.append(cur)
         cur, key, seen = ([i], k, {(op.kind, op.peer)}) if k is not None else ([], None, set())
-    if len(cur) > 1:
+    if cur:
         out.append(cur)
     return out
 

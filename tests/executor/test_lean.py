@@ -32,7 +32,7 @@ def test_p2p_batches_group_consecutive_batched_ops_without_repeating_a_peer_dire
            _Op("r0", "recv", "pp_recv", 0), _Op("g", "compute", "compute"), _Op("lone", "send", "p", 1),
            _Op("t1", "send", "x", 1, (("p2p_batch", "a"),)), _Op("t2", "recv", "y", 1, (("p2p_batch", "a"),)),
            _Op("t3", "recv", "y", 0, (("p2p_batch", "b"),))]
-    assert p2p_batches(ops) == [[1, 2], [3, 4], [7, 8]]
+    assert p2p_batches(ops) == [[1, 2], [3, 4], [7, 8], [9]]
 
 
 class _Rec:
@@ -102,9 +102,9 @@ def test_lean_loop_issues_exactly_the_instrumented_ops_in_order_2_ranks(tmp_path
     r0 = json.loads((tmp_path / "order_rank0.json").read_text())
     r1 = json.loads((tmp_path / "order_rank1.json").read_text())
     # Megatron 1F1B, p=2, m=3: stage 0 runs send_forward_recv_backward in the steady state, stage 1
-    # send_backward_recv_forward; each is one batch_isend_irecv, and the two sides pair up
-    assert r0["batches"] == [["sendF0.1", "recvB0.0"], ["sendF0.2", "recvB0.1"]]
-    assert r1["batches"] == [["sendB1.0", "recvF1.1"], ["sendB1.1", "recvF1.2"]]
+    # send_backward_recv_forward; each _communicate call (lone ones too) is one batch_isend_irecv
+    assert r0["batches"] == [["sendF0.0"], ["sendF0.1", "recvB0.0"], ["sendF0.2", "recvB0.1"], ["recvB0.2"]]
+    assert r1["batches"] == [["recvF1.0"], ["sendB1.0", "recvF1.1"], ["sendB1.1", "recvF1.2"], ["sendB1.2"]]
 
 
 @pytest.mark.slow
