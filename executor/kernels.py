@@ -40,9 +40,9 @@ collectives
     they are asynchronous (the host keeps issuing) and return their Work.
 ``send`` / ``recv``
     ``dist.isend``/``dist.irecv``. On CUDA the op's stream then waits for the
-    Work (the host does not block). Lone NCCL p2p calls are not batched: a
-    schedule in which two ranks both send before they receive on one stream can
-    hang on NCCL (it would on real hardware too).
+    Work (the host does not block). The runtime turns the ops of a ``p2p:
+    batched`` group into one ``batch_isend_irecv`` (:mod:`executor.lean`), from
+    ``OpImpl.p2p``.
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ Timing
 ------
 Warm-up iterations, then ``iters`` timed iterations (CUDA events around every
 op, or ``perf_counter_ns`` on CPU), then as many *uninstrumented* iterations
-(no per-op events or NVTX: only the anchor and each stream's last event) to
-measure the makespan without the instrumentation, then optionally profiled and
-checked iterations. Each iteration starts after a host barrier and an anchor;
+through the lean hot path (:mod:`executor.lean`: the rank's ops compiled into a
+flat list of prepared calls; only the anchor and each stream's last event are
+recorded) to measure the makespan without the instrumentation, then optionally
+profiled and checked iterations. Each iteration starts after a host barrier and an anchor;
 :mod:`executor.timing` explains the time base.
 
 Timeouts
