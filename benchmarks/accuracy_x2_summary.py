@@ -84,7 +84,7 @@ def collect(work: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "summary.csv", rows)
     (out / "summary.json").write_text(json.dumps(rows, indent=1))
-    fmt = lambda x: "" if x is None else str(x)  # noqa: E731
+    fmt = lambda x: "" if x is None else str(x)
     lines = ["| " + " | ".join(FIELDS) + " |", "|" + "---|" * len(FIELDS)]
     lines += ["| " + " | ".join(fmt(r.get(k)) for k in FIELDS) + " |" for r in rows]
     (out / "summary.md").write_text("\n".join(lines) + "\n")

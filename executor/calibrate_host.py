@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["host_costs", "comm_host_costs", "tiny_mm"]
+__all__ = ["comm_host_costs", "host_costs", "tiny_mm"]
 
 N = 200
 

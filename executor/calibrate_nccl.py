@@ -30,9 +30,10 @@ import json
 import os
 import statistics
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["nccl_beside_gemm", "collective_grid"]
+__all__ = ["collective_grid", "nccl_beside_gemm"]
 
 
 def collective_grid(torch: Any, fn: Callable[[], Any]) -> int | None:
@@ -102,13 +103,13 @@ def nccl_beside_gemm(b: Any, quick: bool, log: Callable[[str], None]) -> dict[st
             sc.wait_event(go)
             sg.wait_event(go)
 
-            def issue_comm() -> None:
+            def issue_comm(e: list[Any] = e) -> None:
                 with torch.cuda.stream(sc):
                     e[0].record()
                     comm()
                     e[1].record()
 
-            def issue_gemm() -> None:
+            def issue_gemm(e: list[Any] = e) -> None:
                 with torch.cuda.stream(sg):
                     e[2].record()
                     for _ in range(k):

@@ -36,9 +36,10 @@ p2p in eager-init mode), which is exactly what the program order gives.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["p2p_batches", "BATCH_STREAMS", "issue_order", "BatchedP2P", "compile_cuda", "compile_cpu"]
+__all__ = ["BATCH_STREAMS", "BatchedP2P", "compile_cpu", "compile_cuda", "issue_order", "p2p_batches"]
 
 #: Streams on which the pipeline lowering puts ``p2p: batched`` sends and recvs.
 BATCH_STREAMS = frozenset({"pp_send", "pp_recv"})

@@ -6,7 +6,6 @@ chunks > 1, the add_ copies) on stream s{i} once its all_gather is done; a zeroi
 
 import torch
 import torch.distributed as dist
-
 from harness import DT, Proc, params, parser
 
 a = parser(__doc__).parse_args()

@@ -5,7 +5,6 @@ result once it is computed, on three streams.
 """
 
 import torch
-
 from harness import DT, Proc, params, parser
 
 a = parser(__doc__).parse_args()

@@ -9,7 +9,6 @@ schedules/pipeline_schedules.yaml: forward, backward-input and backward-weight a
 
 import torch
 import torch.distributed as dist
-
 from harness import Proc, params, parser
 
 a = parser(__doc__).parse_args()

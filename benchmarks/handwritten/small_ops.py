@@ -5,7 +5,6 @@ a small GEMM on an aux stream that waits for the first; eager, or (``--graph``) 
 """
 
 import torch
-
 from harness import DT, Proc, params, parser
 
 p = parser(__doc__)

@@ -6,7 +6,6 @@ eagerly, or (``--graph``) captured once in a CUDA graph and replayed.
 
 import torch
 import torch.distributed as dist
-
 from harness import Proc, params, parser
 
 p = parser(__doc__)

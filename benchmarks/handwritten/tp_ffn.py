@@ -6,7 +6,6 @@ output, all on one stream.
 
 import torch
 import torch.distributed as dist
-
 from harness import DT, Proc, params, parser
 
 a = parser(__doc__).parse_args()
