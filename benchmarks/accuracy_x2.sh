@@ -26,7 +26,7 @@ ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 PY=${PYTHON:-python3}
 rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
-exec > >(tee "$OUT/log.txt") 2>&1
+main() {
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
 if [ -d .whl ] && ! $PY -c "import pydantic" 2>/dev/null; then  # the GPU box has torch but not pydantic
@@ -126,3 +126,6 @@ $PY benchmarks/accuracy_x2_summary.py collect "$WORK" "$OUT"
 find "$WORK" -name 'kineto_rank*.json.gz' -size +15M -delete
 tar czf "$OUT/results.tgz" -C "$WORK" . && ls -la "$OUT"
 echo "done in ${SECONDS}s"
+}
+main 2>&1 | tee "$OUT/log.txt"
+exit "${PIPESTATUS[0]}"
