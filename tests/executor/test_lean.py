@@ -133,3 +133,14 @@ def test_bad_input_under_torchrun_prints_once_and_every_rank_exits_2(tmp_path) -
     assert both.count("error:") == 1, both[-3000:]
     assert both.count("exitcode  : 2") == 2 or both.count("exitcode: 2") == 2, both[-3000:]
     assert not (tmp_path / "x").exists()  # nothing written before the check
+
+
+def test_cpu_profile_note_only_for_gpu_profiles_on_cpu_ranks() -> None:
+    from executor.execute import cpu_profile_note
+    from schedsim.hardware.profile import load_profile
+
+    h200 = load_profile("h200")
+    cpu = h200.model_copy(update={"gpu": h200.gpu.model_copy(update={"name": "CPU (gloo ranks)"})})
+    assert "calibrate --backend gloo" in (cpu_profile_note(h200, "h200", cuda=False) or "")
+    assert cpu_profile_note(cpu, "cpu.yaml", cuda=False) is None
+    assert cpu_profile_note(h200, "h200", cuda=True) is None
