@@ -15,13 +15,13 @@
 #   bash benchmarks/accuracy_x2.sh                 # 2 GPUs (1 GPU: the one-GPU cases only), ~8 min
 #   SMOKE=1 bash benchmarks/accuracy_x2.sh         # CPU ranks (gloo), reduced sizes: proves the script end to end
 # Env: OUT (default benchmarks/accuracy_x2_out), WORK (scratch, default /tmp/accuracy_x2_work), CASES (subset of
-# case names, space-separated), BUDGET (seconds after which remaining cases are skipped, default 420),
+# case names, space-separated), BUDGET (seconds after which remaining cases are skipped, default 380),
 # ITERS/WARMUP (default 20/5), PYTHON (default python3).
 set -uo pipefail
 OUT=${OUT:-benchmarks/accuracy_x2_out}
 WORK=${WORK:-/tmp/accuracy_x2_work}
 SMOKE=${SMOKE:-0}
-BUDGET=${BUDGET:-420}
+BUDGET=${BUDGET:-380}
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 PY=${PYTHON:-python3}
@@ -82,13 +82,13 @@ run_case() {
   if [ -z "$note" ]; then
     step "case $name: execute --compare"
     # shellcheck disable=SC2086
-    env $envset timeout 150 $PY -m torch.distributed.run --standalone --nproc-per-node "$n" -m schedsim execute \
+    env $envset timeout 120 $PY -m torch.distributed.run --standalone --nproc-per-node "$n" -m schedsim execute \
       "schedules/$sched.yaml" $sets $xflags "${DEVOPT[@]}" --compare --profile "$PROF" --iters "$ITERS" \
       --warmup "$WARMUP" --timeout 60 --out "$d/execute" || echo "execute FAILED ($?)"
     if [ -n "$ref" ]; then
       step "case $name: hand-written reference"
       # shellcheck disable=SC2086
-      env $envset timeout 100 $PY -m torch.distributed.run --standalone --nproc-per-node "$n" \
+      env $envset timeout 90 $PY -m torch.distributed.run --standalone --nproc-per-node "$n" \
         "benchmarks/handwritten/$ref" $sets $rflags --iters "$ITERS" --warmup "$WARMUP" --out "$d/handwritten.json" \
         || echo "reference FAILED ($?)"
     fi
@@ -114,7 +114,7 @@ run_case small_ops_graph_1gpu 1 small_ops_graph "$SMALL" "--cuda-graph $G" small
 run_case allgather_mm8_maxconn1 2 allgather_mm8 "$AG" "--max-connections 1" allgather_mm.py "--set chunks=8" \
   CUDA_DEVICE_MAX_CONNECTIONS=1
 
-if [ "$CUDA" = 1 ] && $PY -c "import pytest" 2>/dev/null && [ "$SECONDS" -lt $((BUDGET + 60)) ]; then
+if [ "$CUDA" = 1 ] && $PY -c "import pytest" 2>/dev/null && [ "$SECONDS" -lt $((BUDGET + 20)) ]; then
   step "gpu-marked tests"
   timeout 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/executor/test_gpu.py 2>&1 | tail -15 \
     | tee "$WORK/gpu_tests.txt"
