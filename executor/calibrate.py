@@ -13,8 +13,12 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    extras and, unless ``--no-grid``, a default grid (the shapes of the shipped
    h200 table and seed 000). ``fp32`` is timed with TF32 off, ``tf32`` with it on.
 2. **Collectives** (all ranks, world size ≥ 2): all_reduce, all_gather,
-   reduce_scatter, all_to_all, broadcast, reduce and a sendrecv ring over a
-   size sweep; each size is timed as the slowest rank's median, printed as an
+   reduce_scatter, all_to_all, broadcast, reduce, a sendrecv ring (one
+   ``batch_isend_irecv`` per step) and unbatched one-way p2p over a size sweep;
+   each size is timed on the GPU side (:meth:`_Bench.time_gpu_side`: calls
+   queued back to back behind ``torch.cuda._sleep`` between two events, so the
+   table holds kernel time and the host call cost stays in ``launch:``), as the
+   slowest rank's median, printed as an
    nccl-tests-style table (size, count, type, redop, root, time, algbw, busbw,
    #wrong: every element of the output is checked against the expected value).
    busbw = algbw × the nccl-tests factor (:func:`schedsim.cost.bus_factor`).
@@ -26,10 +30,13 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    (stream switch, event waits, launch) and with it (plus start/end events and
    NVTX); of a small all_reduce call; of one ``CUDAGraph.replay()``; and the
    GPU time per node of a graph of tiny kernels minus their back-to-back time.
-   The profile's ``eager_per_op_us`` is (b) without timing: schedsim predicts
-   what a schedule costs when run by ``schedsim execute`` without its
-   instrumentation (the ``makespan_uninstrumented_s`` of a measured timeline);
-   the other figures are kept in the JSON and the source string.
+   The profile's ``launch:`` figures are plain PyTorch's host cost per call by
+   kind (:mod:`executor.calibrate_host`): what a user's program pays. The
+   executor's own extra cost per op is kept apart in
+   ``executor_extra_per_op_us``; (b) stays in the JSON.
+6. **NCCL beside GEMMs** (world ≥ 2, CUDA; :mod:`executor.calibrate_nccl`):
+   the collective's slowdown beside wave-filling GEMMs, the GEMMs' slowdown
+   beside it, the NCCL kernel's CTA count → the profile's ``nccl:`` section.
 5. **Contention**: a bf16 GEMM series beside a pinned h2d copy against each
    alone (copy-engine factors), and beside a large all_reduce when world ≥ 2
    (NCCL factors): factor = time together / time alone − 1 over the
@@ -44,13 +51,16 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from executor.calibrate_host import comm_host_costs, host_costs, tiny_mm
 from executor.calibrate_logs import base_profile_dict, write_profile
+from executor.calibrate_nccl import nccl_beside_gemm
 from schedsim.nccl_tests import format_table
 
 __all__ = ["CalibrateOptions", "run_calibrate", "DEFAULT_GRID"]
@@ -62,7 +72,8 @@ DEFAULT_GRID: list[tuple[int, int, int]] = [
     (32, 4096, 11008), (4096, 1024, 512), (4096, 512, 1024), (4096, 4096, 512), (4096, 512, 4096), (32, 12288, 4096),
 ]
 QUICK_GRID: list[tuple[int, int, int]] = [(64, 64, 64), (128, 128, 128), (256, 256, 256)]
-COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv"]
+COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv",
+               "p2p_unbatched"]
 _NCCL_TYPE = {"fp32": "float", "bf16": "bfloat16", "fp16": "half"}
 
 
@@ -131,6 +142,28 @@ class _Bench:
             e.synchronize()
             ts.append(s.elapsed_time(e) * 1e-3 / R)
         return float(statistics.median(ts)), single
+
+    def time_gpu_side(self, fn: Callable[[], Any], R: int, reps: int = 5, host_call_us: float = 60.0) -> float:
+        """GPU-side seconds per call of ``fn`` (a collective every rank calls): ``R`` calls queued behind
+        ``torch.cuda._sleep`` (long enough for the host to enqueue them all) between two events, elapsed
+        / R, median of ``reps``. Every rank must pass the same ``R``. On CPU: :meth:`time_one`."""
+        torch = self.torch
+        if not self.cuda:
+            return self.time_one(fn, iters=max(3, reps), warmup=1)
+        fn()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = int(2.0e9 * (R * host_call_us * 1e-6 + 1e-3))
+        ts = []
+        for _ in range(reps):
+            self.ctx.barrier()
+            torch.cuda._sleep(cycles)
+            s.record()
+            for _ in range(R):
+                fn()
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e) * 1e-3 / R)
+        return float(statistics.median(ts))
 
     def time_one(self, fn: Callable[[], Any], iters: int | None = None, warmup: int = 3,
                  rotate: list[Callable[[], Any]] | None = None) -> float:
@@ -285,10 +318,7 @@ def _probe_runner(ctx: Any, layers: int, dtype: str) -> Any:
 def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
     torch = b.torch
     dev = b.ctx.device
-    dt = torch.bfloat16 if b.cuda else torch.float32
-    a = torch.rand(64, 64, device=dev).to(dt)
-    bb = torch.rand(64, 64, device=dev).to(dt)
-    c = torch.empty(64, 64, device=dev, dtype=dt)
+    a, bb, c = tiny_mm(b)
     N = 300
     res: dict[str, float] = {}
     # (a) plain launch loop
@@ -350,26 +380,6 @@ def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
         res["kernel_floor_single_us"] = b.time_one(lambda: one.add_(1.0), iters=50) * 1e6
     log("[launch] " + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
     return res
-
-
-def _measure_collective_issue(b: _Bench) -> float:
-    """All ranks: host time (us) of one small all_reduce call (async on gloo, stream-ordered on NCCL)."""
-    torch = b.torch
-    import torch.distributed as dist
-
-    x = torch.zeros(256, device=b.ctx.device)
-    M = 100
-    ts = []
-    for _ in range(3):
-        b.ctx.barrier()
-        t0 = time.perf_counter()
-        ws = [dist.all_reduce(x, async_op=not b.cuda) for _ in range(M)]
-        ts.append((time.perf_counter() - t0) / M)
-        for w in ws:
-            if w is not None:
-                w.wait()
-        b.sync()
-    return float(statistics.median(ts)) * 1e6
 
 
 def _measure_contention(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[str, float]:
@@ -463,6 +473,13 @@ def _measure_comm_contention(b: _Bench, quick: bool, log: Callable[[str], None])
     return res
 
 
+def gpu_side_repeats(nbytes: int) -> int:
+    """Calls per GPU-side timing of a ``nbytes`` collective: 2**28 / size, between 2 and 200 (so small
+    sizes run about 200 back to back and 1 GiB twice). A function of the size alone, so that every
+    rank issues the same number of calls."""
+    return int(min(200, max(2, 2**28 // max(1, nbytes))))
+
+
 def _sweep_collectives(b: _Bench, o: CalibrateOptions, log: Callable[[str], None]) -> dict[str, list[dict[str, Any]]]:
     """All ranks: busbw sweep per collective; returns nccl-tests-style rows per collective (on rank 0)."""
     torch = b.torch
@@ -483,6 +500,8 @@ def _sweep_collectives(b: _Bench, o: CalibrateOptions, log: Callable[[str], None
         s *= o.factor
     out: dict[str, list[dict[str, Any]]] = {}
     for kind in COLLECTIVES:
+        if kind == "p2p_unbatched" and n % 2:
+            continue
         rows = []
         for size in sizes:
             count = size // 4
@@ -532,7 +551,17 @@ def _sweep_collectives(b: _Bench, o: CalibrateOptions, log: Callable[[str], None
                 prep = lambda: outb.fill_(float(r + 1))  # noqa: E731
                 exp = lambda: torch.full_like(outb, n * (n + 1) / 2 if r == 0 else r + 1)  # noqa: E731
                 got = lambda: outb  # noqa: E731
-            else:  # sendrecv ring: send to r+1, receive from r-1
+            elif kind == "p2p_unbatched":  # one lone isend (even rank) / irecv (odd rank) per pair
+                peer = r + 1 if r % 2 == 0 else r - 1
+                if r % 2 == 0:
+                    fn = lambda: dist.isend(inp, peer).wait()  # noqa: E731
+                else:
+                    fn = lambda: dist.irecv(outb, peer).wait()  # noqa: E731
+                prep = lambda: None  # noqa: E731
+                exp = lambda peer=peer: torch.full_like(outb, float(peer + 1))  # noqa: E731
+                got = (lambda: outb) if r % 2 else exp  # the sender checks nothing
+                redop = "none"
+            else:  # sendrecv ring (batched): send to r+1, receive from r-1
                 nxt, prv = (r + 1) % n, (r - 1) % n
 
                 def fn(inp: Any = inp) -> None:
@@ -551,16 +580,18 @@ def _sweep_collectives(b: _Bench, o: CalibrateOptions, log: Callable[[str], None
             wrong = int((got() != exp()).sum().item()) if kind != "reduce" or r == 0 else 0
             iters = o.iters if nbytes <= 64 * 2**20 else max(5, o.iters // 4)
             ctx.barrier()
-            t = b.time_one(fn, iters=iters, warmup=2)
-            allp = ctx.gather((t, wrong))
+            t_host = b.time_one(fn, iters=iters, warmup=2)
+            t = b.time_gpu_side(fn, gpu_side_repeats(nbytes)) if b.cuda else t_host
+            allp = ctx.gather((t, wrong, t_host))
             if r == 0:
                 assert allp is not None
                 tmax = max(x[0] for x in allp)
                 wr = sum(x[1] for x in allp)
                 algbw = nbytes / tmax / 1e9
-                busbw = algbw * bus_factor(kind, n)
+                busbw = algbw * (1.0 if kind == "p2p_unbatched" else bus_factor(kind, n))
                 rows.append({"size": nbytes, "count": count, "type": "float", "redop": redop, "root": root,
-                             "time_us": tmax * 1e6, "algbw": algbw, "busbw": busbw, "wrong": wr})
+                             "time_us": tmax * 1e6, "algbw": algbw, "busbw": busbw, "wrong": wr,
+                             "time_single_launch_us": max(x[2] for x in allp) * 1e6})
         if r == 0:
             log(format_table(rows, f"{kind} over {n} ranks ({ctx.backend}), schedsim calibrate"))
             out[kind] = rows
@@ -595,17 +626,19 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["gemm_single_launch"] = b.single_gemm
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
+        raw["host"] = host_costs(b, log)
         if ctx.cuda:
             raw["contention_copy"] = _measure_contention(b, o.quick, log)
     ctx.barrier()
-    cu = _measure_collective_issue(b)
+    comm_host = comm_host_costs(b)
     if ctx.rank == 0:
-        raw["launch"]["collective_us"] = cu
-        log(f"[launch] all_reduce call: {cu:.2f} us host time")
+        raw["host"].update(comm_host)
+        log("[launch] communication calls, host time: " + ", ".join(f"{k} {v:.2f} us" for k, v in comm_host.items()))
     if world >= 2:
         raw["collectives"] = _sweep_collectives(b, o, log)
         if ctx.cuda:
             raw["contention_comm"] = _measure_comm_contention(b, o.quick, log)
+            raw["nccl"] = nccl_beside_gemm(b, o.quick, log)
     else:
         log("[collectives] world size 1: no collective sweep (it needs 2 or more ranks); collective tables, links "
             "and NCCL contention come from the base profile")
@@ -656,20 +689,46 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         d["gpu"]["name"] = "CPU (gloo ranks)"
         d["gpu"]["hbm_GBps"] = round(max(cp["d2d_GBps"], 0.1), 2)
         d["gpu"]["source"] = f"CPU ranks: memory bandwidth from a host copy; peaks from {o.base!r}; {where}"
+    H = raw["host"]
     d["launch"] = {
-        "eager_per_op_us": round(L["eager_executor_us"], 2),
-        "eager_per_collective_us": round(max(L["collective_us"], L["eager_executor_us"]), 2),
+        "eager_per_op_us": round(H["eager_per_op_us"], 2),
+        "eager_per_collective_us": round(H["eager_per_collective_us"], 2),
         "graph_launch_us": round(L.get("graph_launch_us", d["launch"]["graph_launch_us"]), 2),
         "graph_per_op_us": round(L.get("graph_per_op_us", d["launch"]["graph_per_op_us"]), 3),
-        "source": (f"measured {where}: eager_per_op_us = host time per op of schedsim execute's issue path "
-                   f"without per-op timing (stream switch, cross-stream event waits, launch) over a two-stream probe "
-                   f"of tiny ops; with per-op events and NVTX it is {L.get('eager_executor_timed_us', 0):.2f} us; a "
-                   f"plain torch.matmul launch loop takes {L['eager_plain_us']:.2f} us); "
-                   f"eager_per_collective_us = host time of an all_reduce call; graph_launch_us = host time of "
-                   f"CUDAGraph.replay() of a 1-node graph; graph_per_op_us = GPU time per node of a 300-node graph "
-                   f"minus the same kernel's back-to-back time (the GEMM table's method)" if ctx.cuda else
-                   f"measured on CPU ranks {where}; graph values from {o.base!r}"),
+        "p2p_call_us": round(H["p2p_call_us"], 2) if "p2p_call_us" in H else None,
+        "batch_p2p_call_us": round(H["batch_p2p_call_us"], 2) if "batch_p2p_call_us" in H else None,
+        "event_wait_us": round(H["event_wait_us"], 2) if "event_wait_us" in H else None,
+        "memcpy_call_us": round(H["memcpy_call_us"], 2),
+        "executor_extra_per_op_us": round(H["executor_extra_per_op_us"], 2),
+        "source": (f"measured {where}: host time per call of plain PyTorch (executor/calibrate_host.py), loops of "
+                   f"200 calls with the GPU kept busy: eager_per_op_us = torch.matmul 64x64; eager_per_collective_us"
+                   f" = dist.all_reduce 1 KiB; p2p_call_us = one dist.isend/irecv; batch_p2p_call_us = one "
+                   f"batch_isend_irecv of a send+recv; event_wait_us = event.record + stream.wait_event; "
+                   f"memcpy_call_us = a 4 KiB copy_; graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
+                   f"graph_per_op_us = GPU time per node of a 300-node graph minus the kernel's back-to-back time; "
+                   f"executor_extra_per_op_us = schedsim execute's lean loop ({H['executor_lean_per_op_us']:.2f} "
+                   f"us/op) minus the same two-stream probe by hand ({H['by_hand_per_op_us']:.2f} us/op)"
+                   if ctx.cuda else
+                   f"measured on CPU ranks {where} (host time per call; no events or graphs on CPU ranks: graph "
+                   f"values from {o.base!r}); executor_extra_per_op_us = lean loop minus the same ops by hand"),
     }
+    d["gpu"]["max_connections"] = int(os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8"))
+    if "nccl" in raw:
+        nc = raw["nccl"]
+        unb = {r["size"]: r["time_us"] for r in (raw.get("collectives") or {}).get("p2p_unbatched", [])}
+        bat = {r["size"]: r["time_us"] for r in (raw.get("collectives") or {}).get("sendrecv", [])}
+        pairs = ", ".join(f"{s} B {unb[s]:.1f}/{bat[s]:.1f} us" for s in sorted(unb) if s in bat)
+        d["nccl"] = {"sms_per_collective": int(nc["sms_per_collective"] or 16),
+                     "slowdown_beside_gemm": round(nc["slowdown_beside_gemm"], 3),
+                     "gemm_slowdown_beside_nccl": round(nc["gemm_slowdown_beside_nccl"], 3),
+                     "unbatched_p2p_serialized": True,
+                     "source": (f"measured {where} (executor/calibrate_nccl.py): all_gather of {nc['comm_bytes']} B "
+                                f"beside bf16 {nc['gemm_side']}^3 GEMM series issued first (comm slowdown) and "
+                                f"after it (GEMM slowdown over the overlapped part); sms_per_collective = the NCCL "
+                                f"kernel's grid in a Kineto trace"
+                                + ("" if nc["sms_per_collective"] else " (no grid in the trace: NCCL's 16 assumed)")
+                                + "; unbatched_p2p_serialized: NCCL docs (Group Calls) and PyTorch's eager-init "
+                                  "warning; GPU-side p2p unbatched one-way / batched ring: " + (pairs or "n/a"))}
     d["memcpy"] = {"h2d_GBps": round(cp["h2d_GBps"], 2), "d2h_GBps": round(cp["d2h_GBps"], 2),
                    "d2d_GBps": round(cp["d2d_GBps"], 1), "latency_us": round(cp["latency_us"], 2),
                    "source": f"measured {where}: pinned host buffers, {8 if o.quick else 256} MiB copies, median "
@@ -687,11 +746,18 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         n = raw["world_size"]
         tables = {k: {int(kk): vv for kk, vv in v.items()} for k, v in d["collectives"]["tables"].items()}
         for kind, rows in coll.items():
+            if kind == "p2p_unbatched":  # no table of its own: kept in the .json and nccl.source
+                continue
             tab = [[float(r["size"]), _sig(r["busbw"])] for r in rows if r["busbw"] > 0]
             if tab:
                 tables.setdefault(kind, {})[n] = tab
+        how = ("GPU-side kernel time: R back-to-back calls queued behind torch.cuda._sleep between two CUDA "
+               "events, elapsed / R (R = 2^28 B / size, 2 to 200), median of 5, slowest rank; the host call cost is "
+               "in launch:, single-launch host-inclusive times are in the .json" if ctx.cuda else
+               "host time per call (median), slowest rank")
         d["collectives"] = {"tables": tables, "source": f"measured {where}: schedsim calibrate sweep over {n} ranks "
-                            f"({raw['backend']}), slowest rank's median per size, nccl-tests busbw factors"}
+                            f"({raw['backend']}): {how}; nccl-tests busbw factors; sendrecv = batched ring "
+                            f"(batch_isend_irecv)"}
         ar = coll.get("all_reduce") or []
         if ar:
             big = max(ar, key=lambda r: r["size"])

@@ -25,11 +25,13 @@ def register(app: Any) -> None:
         file: Path = typer.Argument(..., help="Schedule YAML (the same file predict takes)."),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a schedule parameter (repeatable)."),
         out: Optional[Path] = typer.Option(None, "--out", "-o",
-                                           help="Output folder [default: schedsim_out/<name>_execute]."),
+                                           help="Output folder.", show_default="schedsim_out/<name>_execute"),
         iters: int = typer.Option(20, "--iters", min=1, help="Timed iterations; the median is kept per op."),
         warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed warm-up iterations."),
-        lean_iters: int = typer.Option(-1, "--lean-iters",
-                                       help="Uninstrumented iterations timed as a whole [default: --iters; 0 skips]."),
+        lean_iters: int = typer.Option(-1, "--lean-iters", show_default="-1, i.e. as many as --iters",
+                                       help="Uninstrumented iterations, each timed as a whole (no per-op events): "
+                                       "their median is makespan_uninstrumented_s. -1 runs as many as --iters; "
+                                       "0 skips them."),
         timeout: float = typer.Option(300.0, "--timeout", min=0.1,
                                       help="Seconds an op may take from its issue before the run fails, naming it."),
         check: bool = typer.Option(False, "--check",
@@ -37,8 +39,8 @@ def register(app: Any) -> None:
         profiler: bool = typer.Option(False, "--profiler", help="Two more iterations under torch.profiler; Kineto "
                                       "trace per rank and kernel times mapped to ops."),
         cuda_graph: Optional[bool] = typer.Option(None, "--cuda-graph/--eager",
-                                                  help="Capture the iteration in a CUDA graph and replay it "
-                                                  "[default: the schedule's launch]."),
+                                                  help="Capture the iteration in a CUDA graph and replay it.",
+                                                  show_default="the schedule's launch"),
         compare: bool = typer.Option(False, "--compare", help="Also predict with --profile and compare."),
         profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile for --compare."),
         backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo."),
@@ -46,6 +48,11 @@ def register(app: Any) -> None:
         gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw Gantt charts."),
         seed: int = typer.Option(0, "--seed", help="Seed of the random input data."),
         nvtx: bool = typer.Option(True, "--nvtx/--no-nvtx", help="NVTX range per op (CUDA)."),
+        max_connections: Optional[int] = typer.Option(None, "--max-connections",
+                                                      help="Set CUDA_DEVICE_MAX_CONNECTIONS (hardware work queues, "
+                                                      "1-32) before CUDA starts; 1 = kernels start in issue order, "
+                                                      "as under Megatron. Recorded in the timeline's meta.",
+                                                      show_default="the environment's, else CUDA's 8"),
     ) -> None:
         """Run a schedule for real (under torchrun): NCCL streams on GPUs, gloo on CPUs; write the measured timeline."""
         from executor.execute import run_execute
@@ -58,7 +65,7 @@ def register(app: Any) -> None:
         opts = RunOptions(iters=iters, warmup=warmup, lean_iters=lean_iters, timeout_s=timeout, check=check,
                           profiler=profiler, nvtx=nvtx, seed=seed)
         run_execute(file, set_ or [], out, opts, compare=compare, profile=profile, backend=backend, device=device,
-                    gantt=gantt, cuda_graph=cuda_graph)
+                    gantt=gantt, cuda_graph=cuda_graph, max_connections=max_connections)
 
     @app.command()
     @handle_errors
@@ -67,7 +74,7 @@ def register(app: Any) -> None:
                                                          "(besides the default grid)."),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="Parameter overrides for those schedules."),
         out: Path = typer.Option(Path("calibrated.yaml"), "--out", "-o", help="Profile YAML to write."),
-        name: Optional[str] = typer.Option(None, "--name", help="Profile name [default: the --out file stem]."),
+        name: Optional[str] = typer.Option(None, "--name", help="Profile name.", show_default="the --out file stem"),
         base: str = typer.Option(DEFAULT_PROFILE, "--base",
                                  help="Profile supplying what is not measured (peaks, links, topology)."),
         from_nccl_tests: Optional[list[Path]] = typer.Option(None, "--from-nccl-tests",

@@ -23,7 +23,8 @@ from typing import Any
 
 from executor import ExecError
 
-__all__ = ["DistContext", "check_world_size", "env_world", "setup_dist", "ArrivalTracker"]
+__all__ = ["DistContext", "check_world_size", "env_world", "setup_dist", "ArrivalTracker", "run_with_deadline",
+           "exit_now", "wait_for_all_ranks"]
 
 
 def env_world() -> tuple[int, int, int]:
@@ -96,14 +97,79 @@ class DistContext:
         dist.gather_object(obj, out, dst=0, group=self.ctrl)
         return out
 
-    def close(self) -> None:
+    def close(self, deadline_s: float | None = None) -> bool:
+        """Destroy the process groups; True when that finished.
+
+        With ``deadline_s``, teardown runs on a daemon thread and is abandoned after that
+        many seconds: ``destroy_process_group`` was seen never to return on 2 H200s
+        (torch 2.11, NCCL 2.28.9) after CUDA graphs had captured NCCL calls. The caller
+        then leaves the process without it (:func:`exit_now`), so no run hangs at exit.
+        """
         import torch.distributed as dist
 
-        if dist.is_initialized():
+        if not dist.is_initialized():
+            return True
+
+        def destroy() -> None:
             try:
                 dist.destroy_process_group()
             except Exception:
                 pass
+
+        if deadline_s is None:
+            destroy()
+            return True
+        return run_with_deadline(destroy, deadline_s)
+
+
+def wait_for_all_ranks(tag: str, world: int, timeout_s: float = 30.0) -> bool:
+    """Under torchrun, block until all ``world`` ranks reached this call (or ``timeout_s`` passed).
+
+    Used before every rank exits 2 on bad input: torchrun kills the other workers as soon as
+    one exits, so without it the slower ranks die of SIGTERM instead of exiting 2. It uses the
+    torchrun agent's c10d store (``TORCHELASTIC_USE_AGENT_STORE``; ``MASTER_ADDR``/``MASTER_PORT``)
+    as a client, with a key unique to the run and restart. Returns False (without waiting) when
+    there is no such store, i.e. outside torchrun.
+    """
+    env = os.environ
+    if world <= 1 or env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true" or "MASTER_ADDR" not in env:
+        return False
+    try:
+        import torch.distributed as dist
+
+        store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world, False,
+                              timeout=datetime.timedelta(seconds=timeout_s))
+        key = f"schedsim/{tag}/{env.get('TORCHELASTIC_RUN_ID', '')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        n = store.add(key, 1)
+        deadline = time.monotonic() + timeout_s
+        while n < world and time.monotonic() < deadline:
+            time.sleep(0.05)
+            n = store.add(key, 0)
+        return n >= world
+    except Exception:
+        return False
+
+
+def run_with_deadline(fn: Any, deadline_s: float) -> bool:
+    """Run ``fn()`` on a daemon thread; True if it returned within ``deadline_s`` seconds, else False
+    (the thread is left behind; being a daemon, it does not keep the process alive)."""
+    t = threading.Thread(target=fn, name="schedsim-teardown", daemon=True)
+    t.start()
+    t.join(deadline_s)
+    return not t.is_alive()
+
+
+def exit_now(code: int) -> None:
+    """Flush stdout/stderr and leave the process at once (``os._exit``): no atexit handlers, no
+    process-group destructors, which can block on communicators a CUDA graph still references."""
+    import sys
+
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    os._exit(code)
 
 
 def setup_dist(backend: str, device: str, timeout_s: float, group_list: list[tuple[int, ...]]) -> DistContext:

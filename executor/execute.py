@@ -42,20 +42,83 @@ def _sigterm(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile: str, device: str,
+              cuda_graph: bool | None, rank: int, world: int) -> tuple[Any, Any, Any]:
+    """Everything that can be checked before any process group exists: the schedule, its graph, the
+    world size, --cuda-graph without CUDA, the --compare profile. Returns ``(spec, G, profile)``.
+
+    On bad input in one process the :class:`SchedsimError` is raised (the CLI prints it and exits 2).
+    Under torchrun rank 0 prints it, every rank waits for the others
+    (:func:`executor.dist.wait_for_all_ranks`) and all leave at once with exit 2, so torchrun sees
+    exit 2 from every rank and one message.
+    """
+    from executor.dist import check_world_size
+    from schedsim.errors import SchedsimError
+    from schedsim.graph.build import build_graph
+    from schedsim.spec.loader import load_schedule, parse_overrides
+
+    try:
+        spec = load_schedule(file, parse_overrides(sets or []))
+        G = build_graph(spec)
+        check_world_size(spec.world_size, world, str(file), "world_size" in spec.params)
+        graph = bool(cuda_graph) if cuda_graph is not None else spec.launch == "cuda_graph"
+        if graph and device == "cpu":
+            raise ExecError("--cuda-graph needs CUDA (streams and graphs do not exist on CPU ranks)\n"
+                            "  fix: drop --cuda-graph (or pass --eager), or run on GPUs")
+        prof = None
+        if compare:
+            from schedsim.hardware.profile import load_profile
+
+            prof = load_profile(profile)
+    except SchedsimError as e:
+        if world <= 1:
+            raise
+        from executor.dist import exit_now, wait_for_all_ranks
+
+        if rank == 0:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+        # torchrun kills the other workers as soon as one exits: leave together, at once
+        wait_for_all_ranks("bad_input", world)
+        exit_now(2)
+    return spec, G, prof
+
+
+def cpu_profile_note(prof: Any, profile: str, cuda: bool) -> str | None:
+    """A warning when ``--compare`` on CPU ranks would predict with a GPU profile, else None.
+
+    A profile measured on CPU ranks (``schedsim calibrate`` on gloo) names its GPU ``CPU ...``.
+    """
+    if cuda or prof is None or str(prof.gpu.name).upper().startswith("CPU"):
+        return None
+    return (f"warning: --compare on CPU ranks predicts with profile {profile!r} ({prof.gpu.name}), which models GPUs, "
+            f"so the comparison says nothing about this run\n  fix: measure a CPU profile first: torchrun "
+            f"--nproc-per-node N -m schedsim calibrate --backend gloo --quick --out cpu.yaml, then pass "
+            f"--profile cpu.yaml")
+
+
 def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, compare: bool, profile: str,
-                backend: str, device: str, gantt: bool, cuda_graph: bool | None) -> None:
+                backend: str, device: str, gantt: bool, cuda_graph: bool | None,
+                max_connections: int | None = None) -> None:
     """Run the schedule on this rank (see :mod:`executor.runtime`) and write the outputs on rank 0.
+
+    ``max_connections`` sets ``CUDA_DEVICE_MAX_CONNECTIONS`` (CUDA's hardware work queues per device;
+    1 makes kernels start in host issue order) before CUDA initialises; it is recorded in the
+    measured timeline's ``meta.max_connections``.
+
+    After its last write a rank tears the process groups down under a deadline of
+    ``SCHEDSIM_TEARDOWN_S`` seconds (default 5) and, past it, leaves at once (:func:`exit_now`).
 
     Raises
     ------
     SchedsimError
-        Bad schedule, world-size mismatch, unsupported op (before anything runs).
+        Bad schedule, world-size mismatch, unsupported op, missing profile (before anything runs).
     """
-    import typer
-
-    from executor.dist import check_world_size, env_world
-    from schedsim.graph.build import build_graph
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    if max_connections is not None:
+        if max_connections < 1 or max_connections > 32:
+            raise ExecError(f"--max-connections {max_connections}: CUDA accepts 1 to 32\n  fix: use 1 (issue order, "
+                            "as Megatron sets it) to 32; CUDA's default is 8")
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(max_connections)
+    from executor.dist import env_world, exit_now
 
     rank, world, _lr = env_world()
 
@@ -63,14 +126,8 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
         if rank == 0:
             print(msg, flush=True)
 
-    spec = load_schedule(file, parse_overrides(sets or []))
-    G = build_graph(spec)
-    try:
-        check_world_size(spec.world_size, world, str(file), "world_size" in spec.params)
-    except ExecError:
-        if rank != 0:
-            raise typer.Exit(2) from None
-        raise
+    spec, G, prof = _precheck(file, sets, opts, compare=compare, profile=profile, device=device,
+                              cuda_graph=cuda_graph, rank=rank, world=world)
     opts.cuda_graph = bool(cuda_graph) if cuda_graph is not None else spec.launch == "cuda_graph"
     launch = "cuda_graph" if opts.cuda_graph else "eager"
     outdir = Path(out) if out else Path("schedsim_out") / f"{spec.name}_execute"
@@ -82,6 +139,9 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
     if opts.cuda_graph and not ctx.cuda:
         raise ExecError("--cuda-graph needs CUDA (streams and graphs do not exist on CPU ranks)\n"
                         "  fix: drop --cuda-graph, or run on GPUs")
+    note = cpu_profile_note(prof, profile, ctx.cuda) if compare else None
+    if note:
+        log(note)
     signal.signal(signal.SIGTERM, _sigterm)
     runner = None
     try:
@@ -125,15 +185,23 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
     if rank == 0:
         assert gathered is not None
         _write_outputs(gathered, G, spec, file, sets, outdir, opts, launch, ctx, global_env(ctx), compare, profile,
-                       gantt)
+                       gantt, profile_note=note)
     if runner is not None:
         runner.close()
     ctx.barrier()
     fails = [p["check"] for p in (gathered or []) if p.get("check") and not p["check"]["ok"]]
-    ctx.close()
+    err = None
     if rank == 0 and fails:
-        raise ExecError(f"--check failed: {fails[0]['what']}: relative error {fails[0]['rel_err']:.3g} > "
+        err = ExecError(f"--check failed: {fails[0]['what']}: relative error {fails[0]['rel_err']:.3g} > "
                         f"tolerance {fails[0]['tol']:.3g} on {len(fails)} rank(s)")
+    if not ctx.close(deadline_s=float(os.environ.get("SCHEDSIM_TEARDOWN_S", "5"))):
+        print(f"rank {rank}: process-group teardown did not return within the deadline (SCHEDSIM_TEARDOWN_S); "
+              "leaving without it", file=sys.stderr)
+        if err is not None:
+            print(f"error: {err}", file=sys.stderr)
+        exit_now(2 if err is not None else 0)
+    if err is not None:
+        raise err
 
 
 def _fail(e: BaseException, rank: int, outdir: Path, G: Any, spec: Any, runner: Any, launch: str) -> None:
@@ -164,7 +232,7 @@ def _fail(e: BaseException, rank: int, outdir: Path, G: Any, spec: Any, runner: 
 
 def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path, sets: list[str], outdir: Path,
                    opts: Any, launch: str, ctx: Any, genv: dict[str, Any], compare: bool, profile: str,
-                   gantt: bool) -> None:
+                   gantt: bool, profile_note: str | None = None) -> None:
     from executor.timing import assemble_timeline
     from schedsim.report.chrome import write_chrome_trace
     from schedsim.report.summary import print_summary
@@ -180,6 +248,9 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
                   "member's arrival",
         "materialised": gathered[0].get("notes") or {},
         "torch": genv["torch"], "nccl": genv["nccl"],
+        "max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
+        "uninstrumented": "compiled flat step list per rank (executor.lean): launches, cross-stream event waits, "
+                          "one end event per stream; timed like the hand-written references (benchmarks/handwritten)",
     }
     if timing == "cuda_graph_replay_total":
         meta["note"] = "per-op times are unavailable inside this CUDA graph: every op spans the whole replay"
@@ -227,6 +298,8 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         pred, _m, ppaths = predict_to_dir(file, sets, profile, outdir / "predicted", launch, gantt)
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt)
         print_comparison(res)
+        if profile_note:
+            print(profile_note, file=sys.stderr, flush=True)
         paths += ppaths + cpaths
     print("wrote " + ", ".join(str(p) for p in paths), flush=True)
 

@@ -40,13 +40,14 @@ collectives
     they are asynchronous (the host keeps issuing) and return their Work.
 ``send`` / ``recv``
     ``dist.isend``/``dist.irecv``. On CUDA the op's stream then waits for the
-    Work (the host does not block). Lone NCCL p2p calls are not batched: a
-    schedule in which two ranks both send before they receive on one stream can
-    hang on NCCL (it would on real hardware too).
+    Work (the host does not block). The runtime turns the ops of a ``p2p:
+    batched`` group into one ``batch_isend_irecv`` (:mod:`executor.lean`), from
+    ``OpImpl.p2p``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -109,6 +110,14 @@ class OpImpl:
         True for communication on gloo (the host does not wait for it).
     note : str
         How the op was materialised (kept in the timeline's meta).
+    fast : callable, optional
+        The bare launch the lean loop calls instead of ``run`` (no per-call TF32 switch or wrapper
+        lambda; e.g. ``functools.partial(torch.matmul, a, b, out=c)``). None: the lean loop calls ``run``.
+    tf32 : bool, optional
+        The TF32 setting ``fast`` assumes (matmuls only); the lean loop sets it once when every matmul
+        of the rank agrees, else it calls ``run``.
+    p2p : tuple, optional
+        ``(dist.isend or dist.irecv, buffer, peer, tag)`` of a send/recv, for ``batch_isend_irecv``.
     """
 
     op: Op
@@ -116,6 +125,9 @@ class OpImpl:
     is_async: bool = False
     note: str = ""
     tensors: list[Any] = field(default_factory=list)
+    fast: Callable[[], Any] | None = None
+    tf32: bool | None = None
+    p2p: tuple[Any, Any, int, int] | None = None
 
 
 class _BusyGemm:
@@ -307,7 +319,8 @@ class Materializer:
             set_tf32(tf32)
             torch.matmul(a, b, out=c)
 
-        return OpImpl(op, run, note=f"torch.matmul {tuple(shape_a)}@{tuple(shape_b)} {dt}", tensors=[a, b, c])
+        return OpImpl(op, run, note=f"torch.matmul {tuple(shape_a)}@{tuple(shape_b)} {dt}", tensors=[a, b, c],
+                      fast=functools.partial(torch.matmul, a, b, out=c), tf32=tf32)
 
     def _lowp_matmul(self, op: Op, dt: str, sa: tuple[int, ...], sb: tuple[int, ...], sc: tuple[int, ...]) -> OpImpl:
         torch = self.torch
@@ -379,9 +392,11 @@ class Materializer:
                 set_tf32(tf32)
                 torch.matmul(a, b, out=c)
 
-            return OpImpl(op, run, note=f"GEMM {m}x{side}x{side} for {op.flops:.3g} FLOP")
+            return OpImpl(op, run, note=f"GEMM {m}x{side}x{side} for {op.flops:.3g} FLOP",
+                          fast=functools.partial(torch.matmul, a, b, out=c), tf32=tf32)
         fn, ts = self._copy_bytes(op.nbytes)
-        return OpImpl(op, fn, note=f"device copy moving {op.nbytes:.3g} B", tensors=ts)
+        return OpImpl(op, fn, note=f"device copy moving {op.nbytes:.3g} B", tensors=ts,
+                      fast=functools.partial(ts[1].copy_, ts[0]))
 
     def _memcpy(self, op: Op, bd: Binding | None) -> OpImpl:
         torch = self.torch
@@ -404,8 +419,9 @@ class Materializer:
         def run() -> None:
             dst.copy_(src, non_blocking=nb)
 
+        fast = functools.partial(dst.copy_, src, non_blocking=nb)
         where = "pinned host <-> device" if self.ctx.cuda and d != "d2d" else ("device" if self.ctx.cuda else "host")
-        return OpImpl(op, run, note=f"copy_ {d} {n} B ({where})", tensors=[src, dst])
+        return OpImpl(op, run, note=f"copy_ {d} {n} B ({where})", tensors=[src, dst], fast=fast)
 
     def _comm_buf(self, key: str, nbytes: float, dtype: Any, divisor: int = 1) -> tuple[Any, Any]:
         """A buffer of ``nbytes`` bytes with an element count divisible by ``divisor`` (uint8 fallback)."""
@@ -471,7 +487,8 @@ class Materializer:
         if async_op:
             return OpImpl(op, lambda: call(True), is_async=True, note=f"{kind} async on gloo")
         if self.nccl_current_stream:
-            return OpImpl(op, lambda: call(False), note=f"{kind} async_op=False on the op's stream")
+            return OpImpl(op, lambda: call(False), note=f"{kind} async_op=False on the op's stream",
+                          fast=functools.partial(call, False))
 
         def run_wait() -> None:
             w = call(True)
@@ -488,10 +505,11 @@ class Materializer:
         tag = 0 if op.tag is None else (sum(ord(ch) * (i + 1) for i, ch in enumerate(op.tag)) % 30000) + 1
         fn = dist.isend if op.kind == "send" else dist.irecv
         kw = {"dst": peer} if op.kind == "send" else {"src": peer}
+        p2p = (fn, buf, peer, tag if not self.ctx.cuda else 0)
         if not self.ctx.cuda:
-            return OpImpl(op, lambda: fn(buf, tag=tag, **kw), is_async=True, note=f"{op.kind} async on gloo")
+            return OpImpl(op, lambda: fn(buf, tag=tag, **kw), is_async=True, note=f"{op.kind} async on gloo", p2p=p2p)
 
         def run() -> None:
             fn(buf, **kw).wait()  # the current stream waits for the p2p stream
 
-        return OpImpl(op, run, note=f"NCCL {op.kind} + work.wait() on the op's stream")
+        return OpImpl(op, run, note=f"NCCL {op.kind} + work.wait() on the op's stream", p2p=p2p)

@@ -2,6 +2,10 @@
 
 Issue model
 -----------
+Three runners share the setup and the phases (:class:`RankRunner`) and differ in how one
+iteration is issued: :class:`CpuRunner`, :class:`CudaRunner` (eager) and
+:class:`CudaGraphRunner`; ``RankRunner(...)`` returns the one for the context.
+
 * **CUDA (NCCL).** One CUDA stream per schedule stream. The host walks the
   rank's ops in program order; for each op it switches to the op's stream,
   makes it wait (``wait_event``) on the end events of dependencies that live on
@@ -28,9 +32,10 @@ Timing
 ------
 Warm-up iterations, then ``iters`` timed iterations (CUDA events around every
 op, or ``perf_counter_ns`` on CPU), then as many *uninstrumented* iterations
-(no per-op events or NVTX: only the anchor and each stream's last event) to
-measure the makespan without the instrumentation, then optionally profiled and
-checked iterations. Each iteration starts after a host barrier and an anchor;
+through the lean hot path (:mod:`executor.lean`: the rank's ops compiled into a
+flat list of prepared calls; only the anchor and each stream's last event are
+recorded) to measure the makespan without the instrumentation, then optionally
+profiled and checked iterations. Each iteration starts after a host barrier and an anchor;
 :mod:`executor.timing` explains the time base.
 
 Timeouts
@@ -52,9 +57,10 @@ from typing import Any, Callable
 from executor import ExecError, ExecTimeout
 from executor.dist import ArrivalTracker, DistContext
 from executor.kernels import Binding, Materializer, OpImpl
+from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu
 from schedsim.graph.ops import Op
 
-__all__ = ["RunOptions", "RankRunner", "nvtx_fns"]
+__all__ = ["RunOptions", "RankRunner", "CpuRunner", "CudaRunner", "CudaGraphRunner", "nvtx_fns"]
 
 _COMM_KINDS = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter", "gather",
                "send", "recv"}
@@ -109,6 +115,10 @@ def nvtx_fns() -> tuple[Callable[[str], Any], Callable[[], Any], str]:
         return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop, "torch.cuda.nvtx"
 
 
+def _noop() -> None:
+    return None
+
+
 class _Flag:
     """CPU arrival marker: set when the host issues the op."""
 
@@ -130,7 +140,11 @@ class _Times:
 
 
 class RankRunner:
-    """Runs this rank's ops of ``G``.
+    """Runs this rank's ops of ``G``: the setup and the phases shared by every device.
+
+    ``RankRunner(...)`` builds the runner for the context: :class:`CpuRunner` on CPU ranks,
+    :class:`CudaRunner` for eager CUDA, :class:`CudaGraphRunner` with ``opts.cuda_graph`` on CUDA.
+    A subclass supplies one iteration of each kind (``_one``, ``_lean``, ``_profile_one``).
 
     Parameters
     ----------
@@ -143,6 +157,11 @@ class RankRunner:
     log : callable
         Progress printer (rank 0 prints, others pass a no-op).
     """
+
+    def __new__(cls, G: Any, ctx: DistContext, opts: RunOptions, *args: Any, **kwargs: Any) -> RankRunner:
+        if cls is RankRunner:
+            cls = (CudaGraphRunner if opts.cuda_graph else CudaRunner) if ctx.cuda else CpuRunner
+        return super().__new__(cls)
 
     def __init__(self, G: Any, ctx: DistContext, opts: RunOptions, bindings: dict[str, Binding] | None = None,
                  log: Callable[[str], None] = lambda s: None) -> None:
@@ -200,6 +219,10 @@ class RankRunner:
         self.mat = Materializer(ctx, seed=opts.seed)
         bindings = bindings or {}
         self.impls: list[OpImpl] = [self.mat.make(o, bindings.get(o.name)) for o in self.ops]
+        self.batches = p2p_batches(self.ops)
+        self._bind_batches()
+        self.lean_cuda: list[Callable[[], Any]] | None = None
+        self.lean_cpu: list[Any] | None = None
         self.tracker = ArrivalTracker(ctx.store, rank) if ctx.world > 1 else None
         self.iteration = -opts.warmup
         self.phase = "warm-up"
@@ -207,27 +230,41 @@ class RankRunner:
         self.timing_mode = "cuda_events" if ctx.cuda else "host_perf_counter"
         self.profile_iters = 2
         self.prof_trace: Any = None
-        if ctx.cuda:
-            self._init_cuda()
 
-    # -- setup ---------------------------------------------------------------
-    def _init_cuda(self) -> None:
-        torch = self.torch
-        dev = self.ctx.device
-        self.streams = {s: torch.cuda.Stream(device=dev) for s in self.stream_names}
-        self.stream_list = [self.streams[o.stream] for o in self.ops]
-        self.anchor_stream = torch.cuda.Stream(device=dev)
-        n = len(self.ops)
-        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-        self.ev_start = [ev() for _ in range(n)]
-        self.ev_end = [ev() for _ in range(n)]
-        self.ev_anchor = ev()
-        self.ev_stream_end = {s: ev() for s in self.stream_names}
-        self.ev_dep = [torch.cuda.Event() if self.needs_dep_event[i] else None for i in range(n)]
-        push, pop, how = nvtx_fns()
-        self.nvtx_push, self.nvtx_pop, self.nvtx_how = push, pop, how
-        self.graph: Any = None
-        self.lean_graph: Any = None
+    def _bind_batches(self) -> None:
+        """Turn each ``p2p: batched`` group into one ``batch_isend_irecv`` (see :mod:`executor.lean`).
+
+        The first member posts the whole group, after every dependency of every member (so its
+        stream waits on the others' cross-stream dependencies and on their streams' previous ops);
+        each member then makes its own stream wait for the group's works (CUDA), or completes with
+        them (gloo).
+        """
+        cuda = self.ctx.cuda
+        for members in self.batches:
+            bp = BatchedP2P([self.impls[m].p2p for m in members])  # type: ignore[misc]
+            first = members[0]
+            mset = set(members)
+            names = ", ".join(self.ops[m].name for m in members)
+            pre = sorted({d for m in members for d in self.waits[m] if d not in mset})
+            fs = self.ops[first].stream
+            self.waits[first] = pre
+            self.cross[first] = [d for d in pre if self.ops[d].stream != fs]
+            for d in self.cross[first]:
+                self.needs_dep_event[d] = True
+            for k, m in enumerate(members):
+                impl = self.impls[m]
+                if k:
+                    # CPU: the host waits for the group, as Megatron's _communicate does (req.wait())
+                    self.waits[m] = [] if cuda else [first]
+                    self.cross[m] = []
+                if cuda:
+                    impl.run = (lambda bp=bp: (bp.issue(), bp.wait_current())) if k == 0 else bp.wait_current
+                else:
+                    impl.run = bp.issue if k == 0 else _noop
+                    impl.is_async = k == 0
+                impl.fast = None
+                impl.note = f"batch_isend_irecv [{names}]" + (" (posted here)" if k == 0 else " (posted by " +
+                                                               self.ops[first].name + ")")
 
     # -- helpers ---------------------------------------------------------------
     def _timeout(self, i: int, waited_s: float) -> None:
@@ -271,7 +308,98 @@ class RankRunner:
     def _barrier(self) -> None:
         self.ctx.barrier()
 
-    # -- CPU -----------------------------------------------------------------
+    # -- one iteration of each kind (per device) ---------------------------------------
+    def _one(self, record: bool, profile: bool = False) -> tuple[int, list[float], list[float]]:
+        """One instrumented iteration: ``(anchor_ns, per-op start_s, per-op end_s)``."""
+        raise NotImplementedError
+
+    def _lean(self) -> tuple[int, float]:
+        """One uninstrumented iteration: ``(anchor_ns, end_s)``."""
+        raise NotImplementedError
+
+    def _profile_one(self) -> None:
+        """One iteration under torch.profiler."""
+        raise NotImplementedError
+
+    def _prepare(self) -> None:
+        """After the warm-up, before the timed iterations (CUDA graphs are captured here)."""
+        if self.opts.cuda_graph:
+            raise ExecError("--cuda-graph needs CUDA\n  fix: drop --cuda-graph on CPU ranks")
+
+    def _sync(self) -> None:
+        """Wait for the device (CUDA); nothing on CPU ranks."""
+
+    # -- phases ------------------------------------------------------------------
+    def run(self) -> _Times:
+        """Warm up, (capture), time, time uninstrumented, profile and check; returns the timed data.
+
+        Raises
+        ------
+        ExecTimeout, ExecError
+        """
+        o = self.opts
+        self.phase = "warm-up"
+        for k in range(o.warmup):
+            self.iteration = -o.warmup + k
+            self._one(record=False)
+        self._prepare()
+        self.phase = "timed"
+        for k in range(o.iters):
+            self.iteration = k
+            a, st, en = self._one(record=True)
+            self.times.anchors_ns.append(a)
+            self.times.start_s.append(st)
+            self.times.end_s.append(en)
+            if (k + 1) % max(1, o.iters // 4) == 0 or k + 1 == o.iters:
+                self.log(f"  timed iteration {k + 1}/{o.iters}")
+        lean = o.iters if o.lean_iters < 0 else o.lean_iters
+        self.phase = "uninstrumented"
+        for k in range(lean):
+            self.iteration = o.iters + k
+            self.times.lean.append(list(self._lean()))
+        base = o.iters + lean
+        if o.profiler:
+            self.phase = "profiled"
+            self.prof_trace = self._profile(base)
+            base += self.profile_iters
+        if o.check:
+            self.phase = "check"
+            self.iteration = base
+            self._one(record=False)
+            self._sync()
+        return self.times
+
+    def _profile(self, base: int) -> Any:
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.ctx.cuda else [])
+        with profile(activities=acts) as prof:
+            for k in range(self.profile_iters):
+                self.iteration = base + k
+                with record_function(f"schedsim_iter{k}"):
+                    self._profile_one()
+            self._sync()
+        return prof
+
+    def times_dict(self) -> dict[str, Any]:
+        """What this rank sends to rank 0 (see :data:`executor.timing.RankTimes`)."""
+        t = self.times
+        return {"rank": self.ctx.rank, "ids": self.ids, "anchors_ns": t.anchors_ns, "start_s": t.start_s,
+                "end_s": t.end_s, "lean": t.lean}
+
+    def notes(self) -> dict[str, str]:
+        return {impl.op.name: impl.note for impl in self.impls}
+
+    def close(self) -> None:
+        """Stop the progress thread and drop the compiled step lists."""
+        if self.tracker is not None:
+            self.tracker.stop()
+        self.lean_cuda = self.lean_cpu = None
+
+
+class CpuRunner(RankRunner):
+    """CPU ranks (gloo): one host thread issues the ops in program order (see the module docstring)."""
+
     def _on_complete(self, work: Any, i: int, end: list[int], done: list[Any], err: list[Any]) -> None:
         ev = done[i]
 
@@ -359,7 +487,57 @@ class RankRunner:
             wait_for(i)
         return anchor, [(s - t0) * 1e-9 for s in start], [(e - t0) * 1e-9 for e in end]
 
-    # -- CUDA eager ----------------------------------------------------------------
+    def _iter_cpu_lean(self) -> tuple[int, float]:
+        """One uninstrumented CPU iteration: the compiled step list (:func:`executor.lean.run_cpu`)."""
+        import datetime
+
+        if self.lean_cpu is None:
+            self.lean_cpu = compile_cpu(self.impls, self.waits)
+        if self.tracker is not None:
+            self.tracker.begin(self.iteration, None)
+        td = datetime.timedelta(seconds=self.opts.timeout_s)
+        n = len(self.impls)
+        self._barrier()
+        anchor = time.time_ns()
+        t0 = time.perf_counter_ns()
+        run_cpu(self.lean_cpu, n, td)
+        return anchor, (time.perf_counter_ns() - t0) * 1e-9
+
+    def _one(self, record: bool, profile: bool = False) -> tuple[int, list[float], list[float]]:
+        return self._iter_cpu(record, profile)
+
+    def _lean(self) -> tuple[int, float]:
+        return self._iter_cpu_lean()
+
+    def _profile_one(self) -> None:
+        self._iter_cpu(True, profile=True)
+
+
+class CudaRunner(RankRunner):
+    """Eager CUDA: one stream per schedule stream, events for cross-stream dependencies and timing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_cuda()
+
+    def _init_cuda(self) -> None:
+        torch = self.torch
+        dev = self.ctx.device
+        self.streams = {s: torch.cuda.Stream(device=dev) for s in self.stream_names}
+        self.stream_list = [self.streams[o.stream] for o in self.ops]
+        self.anchor_stream = torch.cuda.Stream(device=dev)
+        n = len(self.ops)
+        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+        self.ev_start = [ev() for _ in range(n)]
+        self.ev_end = [ev() for _ in range(n)]
+        self.ev_anchor = ev()
+        self.ev_stream_end = {s: ev() for s in self.stream_names}
+        self.ev_dep = [torch.cuda.Event() if self.needs_dep_event[i] else None for i in range(n)]
+        push, pop, how = nvtx_fns()
+        self.nvtx_push, self.nvtx_pop, self.nvtx_how = push, pop, how
+        self.graph: Any = None
+        self.lean_graph: Any = None
+
     def _issue_cuda(self, timed: bool, profile: bool = False, capture: bool = False,
                     ev_start: list[Any] | None = None, ev_end: list[Any] | None = None) -> None:
         torch = self.torch
@@ -457,17 +635,56 @@ class RankRunner:
 
     def _iter_cuda_lean(self) -> tuple[int, float]:
         torch = self.torch
+        if self.lean_cuda is None:
+            self.lean_cuda = compile_cuda(torch, self.impls, self.stream_list, self.cross, self.ev_dep,
+                                          {self.streams[s]: self.ev_stream_end[s] for s in self.last_on_stream})
+        steps = self.lean_cuda
         anchor = self._begin_cuda(observable=False)
         issue = time.perf_counter_ns()
         try:
-            self._issue_cuda(timed=False)
+            for f in steps:
+                f()
         finally:
             torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
         evs = list(self.ev_stream_end.values())
         self._wait_cuda([(-1, e) for e in evs], issue)
         return anchor, max(self.ev_anchor.elapsed_time(e) * 1e-3 for e in evs)
 
-    # -- CUDA graph ------------------------------------------------------------------
+    def _one(self, record: bool, profile: bool = False) -> tuple[int, list[float], list[float]]:
+        return self._iter_cuda(record, profile)
+
+    def _lean(self) -> tuple[int, float]:
+        return self._iter_cuda_lean()
+
+    def _profile_one(self) -> None:
+        self._iter_cuda(True, profile=True)
+
+    def _prepare(self) -> None:
+        pass
+
+    def _sync(self) -> None:
+        self.torch.cuda.synchronize(self.ctx.device)
+
+    def close(self) -> None:
+        """Also drop the captured graphs (with the NCCL work captured in them) and synchronize the device,
+        so that process-group teardown finds no graph holding the communicators (ranks hung in
+        ``destroy_process_group`` after CUDA-graph runs with captured NCCL calls)."""
+        super().close()
+        torch = self.torch
+        torch.cuda.synchronize(self.ctx.device)
+        for g in (self.graph, self.lean_graph):
+            if g is not None:
+                try:
+                    g.reset()
+                except Exception:
+                    pass
+        self.graph = self.lean_graph = None
+        torch.cuda.synchronize(self.ctx.device)
+
+
+class CudaGraphRunner(CudaRunner):
+    """CUDA with ``--cuda-graph``: eager warm-up, then one captured iteration replayed (module docstring)."""
+
     def _capture(self, timed: bool) -> tuple[Any, list[Any] | None, list[Any] | None]:
         torch = self.torch
         n = len(self.ops)
@@ -539,92 +756,20 @@ class RankRunner:
                 self.timing_mode = "cuda_graph_replay_total"
         return anchor, [0.0] * n, [total] * n
 
-    # -- phases ------------------------------------------------------------------
+    def _prepare(self) -> None:
+        self._prepare_graphs()
+        for _ in range(2):  # replay warm-up
+            self._iter_graph()
+
     def _one(self, record: bool, profile: bool = False) -> tuple[int, list[float], list[float]]:
-        if not self.ctx.cuda:
-            return self._iter_cpu(record, profile)
-        if self.opts.cuda_graph and self.graph is not None:
+        if self.graph is not None:
             return self._iter_graph()
         return self._iter_cuda(record, profile)
 
-    def run(self) -> _Times:
-        """Warm up, (capture), time, time uninstrumented, profile and check; returns the timed data.
+    def _lean(self) -> tuple[int, float]:
+        if self.lean_graph is not None:
+            return self._replay(self.lean_graph)
+        return self._iter_cuda_lean()
 
-        Raises
-        ------
-        ExecTimeout, ExecError
-        """
-        o = self.opts
-        self.phase = "warm-up"
-        for k in range(o.warmup):
-            self.iteration = -o.warmup + k
-            self._one(record=False)
-        if o.cuda_graph:
-            if not self.ctx.cuda:
-                raise ExecError("--cuda-graph needs CUDA\n  fix: drop --cuda-graph on CPU ranks")
-            self._prepare_graphs()
-            for _ in range(2):  # replay warm-up
-                self._iter_graph()
-        self.phase = "timed"
-        for k in range(o.iters):
-            self.iteration = k
-            a, st, en = self._one(record=True)
-            self.times.anchors_ns.append(a)
-            self.times.start_s.append(st)
-            self.times.end_s.append(en)
-            if (k + 1) % max(1, o.iters // 4) == 0 or k + 1 == o.iters:
-                self.log(f"  timed iteration {k + 1}/{o.iters}")
-        lean = o.iters if o.lean_iters < 0 else o.lean_iters
-        self.phase = "uninstrumented"
-        for k in range(lean):
-            self.iteration = o.iters + k
-            if not self.ctx.cuda:
-                a, _st, en = self._iter_cpu(False)
-                self.times.lean.append([a, max(en)])
-            elif o.cuda_graph and self.lean_graph is not None:
-                self.times.lean.append(list(self._replay(self.lean_graph)))
-            else:
-                self.times.lean.append(list(self._iter_cuda_lean()))
-        base = o.iters + lean
-        if o.profiler:
-            self.phase = "profiled"
-            self.prof_trace = self._profile(base)
-            base += self.profile_iters
-        if o.check:
-            self.phase = "check"
-            self.iteration = base
-            self._one(record=False)
-            if self.ctx.cuda:
-                self.torch.cuda.synchronize(self.ctx.device)
-        return self.times
-
-    def _profile(self, base: int) -> Any:
-        from torch.profiler import ProfilerActivity, profile, record_function
-
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.ctx.cuda else [])
-        with profile(activities=acts) as prof:
-            for k in range(self.profile_iters):
-                self.iteration = base + k
-                with record_function(f"schedsim_iter{k}"):
-                    if self.ctx.cuda and self.opts.cuda_graph and self.graph is not None:
-                        self._iter_graph()
-                    elif self.ctx.cuda:
-                        self._iter_cuda(True, profile=True)
-                    else:
-                        self._iter_cpu(True, profile=True)
-            if self.ctx.cuda:
-                self.torch.cuda.synchronize(self.ctx.device)
-        return prof
-
-    def times_dict(self) -> dict[str, Any]:
-        """What this rank sends to rank 0 (see :data:`executor.timing.RankTimes`)."""
-        t = self.times
-        return {"rank": self.ctx.rank, "ids": self.ids, "anchors_ns": t.anchors_ns, "start_s": t.start_s,
-                "end_s": t.end_s, "lean": t.lean}
-
-    def notes(self) -> dict[str, str]:
-        return {impl.op.name: impl.note for impl in self.impls}
-
-    def close(self) -> None:
-        if self.tracker is not None:
-            self.tracker.stop()
+    def _profile_one(self) -> None:
+        self._iter_graph()

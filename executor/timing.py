@@ -37,7 +37,7 @@ from typing import Any
 from schedsim.graph.ops import Op
 from schedsim.sim.timeline import Span, Timeline
 
-__all__ = ["RankTimes", "assemble_timeline", "rank_local_timeline"]
+__all__ = ["RankTimes", "assemble_timeline", "rank_local_timeline", "lean_makespans"]
 
 RankTimes = dict[str, Any]
 """What each rank sends to rank 0:
@@ -114,17 +114,34 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
     meta["iterations"] = n_iter
     meta["makespan_iters_s"] = makespans
     meta["makespan_median_s"] = _median(makespans) if makespans else 0.0
-    n_lean = min((len(r.get("lean", [])) for r in per_rank), default=0)
-    if n_lean:
-        lean = []
-        for it in range(n_lean):
-            origin = min(r["lean"][it][0] for r in per_rank)
-            lean.append(max((r["lean"][it][0] - origin) * 1e-9 + r["lean"][it][1] for r in per_rank))
+    lean = lean_makespans([r.get("lean", []) for r in per_rank])
+    if lean:
         meta["makespan_uninstrumented_iters_s"] = lean
         meta["makespan_uninstrumented_s"] = _median(lean)
     world = int(G.graph.get("world_size", len(per_rank)))
     return Timeline(schedule=schedule, source="execute", world_size=world, launch=launch, profile=None,
                     spans=spans, critical_path=_critical_path(G, spans), meta=meta)
+
+
+def lean_makespans(per_rank: list[list[list[float]]]) -> list[float]:
+    """Makespan (s) of each uninstrumented iteration, from every rank's ``[anchor_ns, end_s]`` per iteration.
+
+    The method of ``makespan_uninstrumented_s``, shared with the hand-written references
+    (``benchmarks/handwritten/harness.py``) so that both are timed identically: per iteration,
+    after a host barrier and a device synchronize, each rank records an anchor (CUDA event,
+    synchronised, then ``time.time_ns``), issues the iteration, records one end event per stream;
+    ``end_s`` = latest end − anchor. The iteration's makespan is
+    ``max_r (anchor_r − min anchor) + end_r``. Iterations that not every rank completed are dropped.
+
+    >>> lean_makespans([[[0, 0.5], [0, 0.5]], [[1_000_000_000, 0.25], [0, 0.25]]])  # rank 1 anchored 1 s later
+    [1.25, 0.5]
+    """
+    n = min((len(r) for r in per_rank), default=0)
+    out = []
+    for it in range(n):
+        origin = min(r[it][0] for r in per_rank)
+        out.append(max((r[it][0] - origin) * 1e-9 + r[it][1] for r in per_rank))
+    return out
 
 
 def _critical_path(G: Any, spans: list[Span]) -> list[str]:

@@ -110,6 +110,10 @@ def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(tmp_path) -> N
 
     p = load_profile(str(prof))
     assert p.name == "cpu_cal" and 2 in p.collectives.tables["all_reduce"]
+    # plain PyTorch's host costs by kind (issue 15 §3); unbatched p2p measured beside the batched ring
+    assert "# p2p_unbatched over 2 ranks" in r.stdout
+    assert p.launch.p2p_call_us > 0 and p.launch.batch_p2p_call_us > 0 and p.launch.memcpy_call_us > 0
+    assert p.launch.event_wait_us is None  # no CUDA events on CPU ranks: the model's default applies
     assert any(e[1:4] == (32, 32, 32) for e in p.gemm.entries)
     raw = json.loads(prof.with_suffix(".json").read_text())
     assert all(row["wrong"] == 0 for rows in raw["collectives"].values() for row in rows)

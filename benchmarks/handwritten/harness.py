@@ -1,0 +1,169 @@
+"""Process setup and timing shared by the hand-written PyTorch references (issue 15 §2).
+
+Each reference in this folder is a short plain-PyTorch script that runs one shipped schedule
+family with the same shapes, streams, dtypes and collectives as ``schedsim execute`` runs it
+(the executor's kernels, see ``executor/kernels.py``: a ``compute`` op with ``bytes`` is a
+device copy moving that many bytes, half read and half written; matmuls are
+``torch.matmul(a, b, out=c)``; collectives use ``async_op=False`` on the current stream).
+
+Timing is the executor's uninstrumented method, step for step (``executor/runtime.py``
+``_begin_cuda``/``_iter_cuda_lean``): per iteration a host barrier (device synchronize, then a
+barrier on a gloo group), an anchor event recorded on a spare stream and synchronised, the
+wall clock read, every stream made to wait for the anchor, the iteration issued, one end event
+recorded per stream; ``end`` = latest end − anchor. The per-rank ``[anchor_ns, end_s]`` pairs
+go through :func:`executor.timing.lean_makespans`, the very function that computes
+``makespan_uninstrumented_s``; the median of ``--iters`` iterations after ``--warmup`` is kept.
+On CPU ranks (gloo, for smoke tests) the anchor is the wall clock and ``end`` the host time
+until the iteration's work has completed.
+
+Run under torchrun; rank 0 writes ``--out`` (JSON): family, parameters, per-iteration makespans
+and their median, device, world size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for executor.timing
+
+from executor.timing import lean_makespans
+
+DT = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=doc)
+    p.add_argument("--out", required=True, help="JSON written by rank 0")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--set", action="append", default=[], help="NAME=VALUE (the schedule's parameters)")
+    return p
+
+
+def params(args: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The family's defaults (the shipped YAML's ``params``) overridden by ``--set NAME=VALUE``."""
+    out = dict(defaults)
+    for s in args.set:
+        k, v = s.split("=", 1)
+        out[k] = type(defaults[k])(v) if k in defaults and not isinstance(defaults[k], str) else v
+    return out
+
+
+class Proc:
+    """torch.distributed set up the way the executor does it (NCCL with eager init, plus a gloo group)."""
+
+    def __init__(self) -> None:
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.cuda = torch.cuda.is_available()
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.cuda:
+            torch.cuda.set_device(local)
+            self.dev = torch.device("cuda", local)
+            dist.init_process_group("nccl", device_id=self.dev, timeout=datetime.timedelta(seconds=300))
+            self.ctrl = dist.new_group(backend="gloo") if self.world > 1 else None
+        else:
+            self.dev = torch.device("cpu")
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+            self.ctrl = None
+        self.gen = torch.Generator().manual_seed(self.rank)
+
+    def rand(self, *shape: int, dtype: Any = torch.float32) -> Any:
+        if not self.cuda and dtype in (torch.float16, torch.bfloat16):
+            dtype = torch.float32
+        return torch.rand(shape, generator=self.gen).to(dtype).to(self.dev)
+
+    def empty(self, *shape: int, dtype: Any = torch.float32) -> Any:
+        if not self.cuda and dtype in (torch.float16, torch.bfloat16):
+            dtype = torch.float32
+        return torch.empty(shape, dtype=dtype, device=self.dev)
+
+    def copy_op(self, nbytes: float) -> Callable[[], Any]:
+        """The executor's ``compute`` op with ``bytes``: a device copy, half read and half written."""
+        half = max(1, int(nbytes // 2))
+        src = torch.randint(0, 4, (half,), dtype=torch.uint8, generator=self.gen).to(self.dev)
+        dst = torch.empty(half, dtype=torch.uint8, device=self.dev)
+        return lambda: dst.copy_(src)
+
+    def stream(self) -> Any:
+        return torch.cuda.Stream(device=self.dev) if self.cuda else None
+
+    def barrier(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.dev)
+        if self.world > 1:
+            dist.barrier(group=self.ctrl)
+
+    def time(self, issue: Callable[[], Any], streams: list[Any], iters: int, warmup: int) -> list[list[float]]:
+        """``[anchor_ns, end_s]`` of each timed iteration (the module docstring's method).
+
+        ``issue()`` enqueues one iteration (CUDA) or runs it and returns the works to wait for (CPU).
+        """
+        out = []
+        if self.cuda:
+            anchor_stream = torch.cuda.Stream(device=self.dev)
+            ev_anchor = torch.cuda.Event(enable_timing=True)
+            ends = [torch.cuda.Event(enable_timing=True) for _ in streams]
+            default = torch.cuda.default_stream(self.dev)
+        for k in range(warmup + iters):
+            self.barrier()
+            if self.cuda:
+                ev_anchor.record(anchor_stream)
+                ev_anchor.synchronize()
+                anchor = time.time_ns()
+                for s in streams:
+                    s.wait_event(ev_anchor)
+                issue()
+                torch.cuda.set_stream(default)
+                for s, e in zip(streams, ends):
+                    e.record(s)
+                for e in ends:
+                    e.synchronize()
+                end = max(ev_anchor.elapsed_time(e) for e in ends) * 1e-3
+            else:
+                anchor = time.time_ns()
+                t0 = time.perf_counter_ns()
+                for w in issue() or []:
+                    w.wait()
+                end = (time.perf_counter_ns() - t0) * 1e-9
+            if k >= warmup:
+                out.append([anchor, end])
+        return out
+
+    def report(self, family: str, prm: dict[str, Any], lean: list[list[float]], out: str, **extra: Any) -> None:
+        """Gather every rank's iterations, compute the makespans, write the JSON on rank 0 and leave."""
+        allr: list[Any] = [None] * self.world
+        if self.world > 1:
+            dist.all_gather_object(allr, lean, group=self.ctrl)
+        else:
+            allr = [lean]
+        if self.rank == 0:
+            ms = lean_makespans(allr)
+            res = {"family": family, "params": prm, "world_size": self.world,
+                   "device": torch.cuda.get_device_name(self.dev) if self.cuda else "CPU (gloo)",
+                   "torch": torch.__version__, "makespans_s": ms, "makespan_median_s": statistics.median(ms),
+                   "method": "executor.timing.lean_makespans over barrier+synchronize, anchor event, one end "
+                             "event per stream", **extra}
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(out).with_suffix(".tmp")
+            tmp.write_text(json.dumps(res, indent=1))
+            os.replace(tmp, out)
+            print(f"{family} {prm}: median {res['makespan_median_s'] * 1e3:.4f} ms over {len(ms)} iterations",
+                  flush=True)
+        self.barrier()
+        # CUDA graphs holding captured NCCL work can hang destroy_process_group (issue 15): leave at once
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -1,0 +1,194 @@
+"""Host (CPU thread) cost per call of plain PyTorch, by kind, and the executor's own extra cost.
+
+What ``schedsim calibrate`` writes into the profile's ``launch:`` section
+(``/work/wt/PROFILE_CONTRACT.md``; issue 15 §3, issue 8 §2). Every figure is the host time of a
+loop of ``N`` calls divided by ``N``, median of several loops, with the GPU kept busy by a
+``torch.cuda._sleep`` queued first so that no call waits for the device (the calls only
+enqueue work). Plain PyTorch, written as a user would:
+
+``eager_per_op_us``
+    ``torch.matmul(a, b, out=c)`` on 64×64 bf16 tensors.
+``event_wait_us``
+    ``ev.record(s0)`` + ``s1.wait_event(ev)``: one cross-stream dependency.
+``memcpy_call_us``
+    ``dst.copy_(src, non_blocking=True)`` of 4 KiB pinned host → device.
+``eager_per_collective_us`` (all ranks)
+    ``dist.all_reduce`` of 1 KiB on the current stream.
+``p2p_call_us`` (all ranks, world ≥ 2)
+    one unbatched ``dist.isend`` (even ranks) / ``dist.irecv`` (odd ranks) of 1 KiB.
+``batch_p2p_call_us`` (all ranks, world ≥ 2)
+    one ``dist.batch_isend_irecv`` of a send and a recv with the neighbour.
+``executor_extra_per_op_us``
+    the executor's lean issue path (:mod:`executor.lean`) over a two-stream probe of tiny ops
+    with cross-stream waits, minus the same probe written by hand, per op (≥ 0).
+
+On CPU ranks (gloo) the same calls are timed without the sleep; event waits do not exist
+there (``event_wait_us`` is left out).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["comm_host_costs", "host_costs", "tiny_mm"]
+
+N = 200
+
+
+def _loop_us(b: Any, fn: Callable[[], Any], n: int = N, reps: int = 5, busy: bool = True) -> float:
+    """Median host µs per call of ``fn`` over ``reps`` loops of ``n`` calls (GPU kept busy first)."""
+    torch = b.torch
+    ts = []
+    for _ in range(reps + 1):
+        b.sync()
+        if b.cuda and busy:
+            torch.cuda._sleep(20_000_000)  # ~10 ms at 2 GHz: the queue never drains while the host loops
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        ts.append((time.perf_counter() - t0) / n)
+        b.sync()
+    return float(statistics.median(ts[1:])) * 1e6
+
+
+def _probe_by_hand(torch: Any, dev: Any, layers: int, dt: Any) -> Callable[[], None]:
+    """The calibration probe of :func:`executor.calibrate._probe_runner`, written by hand."""
+    s0, s1 = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
+    a = torch.rand(64, 64, device=dev).to(dt)
+    bb = torch.rand(64, 64, device=dev).to(dt)
+    cs = [torch.empty(64, 64, device=dev, dtype=dt) for _ in range(3)]
+    src = torch.zeros(8192, dtype=torch.uint8, device=dev)
+    dst = torch.empty(8192, dtype=torch.uint8, device=dev)
+    evs = [torch.cuda.Event() for _ in range(layers)]
+    set_stream = torch.cuda.set_stream
+    mm = torch.matmul
+
+    def run() -> None:
+        for i in range(layers):
+            set_stream(s0)
+            mm(a, bb, out=cs[0])
+            evs[i].record(s0)
+            dst.copy_(src)
+            set_stream(s1)
+            s1.wait_event(evs[i])
+            mm(a, bb, out=cs[1])
+        set_stream(torch.cuda.default_stream(dev))
+
+    return run
+
+
+def tiny_mm(b: Any) -> tuple[Any, Any, Any]:
+    """``(a, b, c)``: 64×64 operands and output (bf16 on CUDA, fp32 on CPU) of a launch-bound matmul."""
+    torch = b.torch
+    dev = b.ctx.device
+    dt = torch.bfloat16 if b.cuda else torch.float32
+    return (torch.rand(64, 64, device=dev).to(dt), torch.rand(64, 64, device=dev).to(dt),
+            torch.empty(64, 64, device=dev, dtype=dt))
+
+
+def host_costs(b: Any, log: Callable[[str], None]) -> dict[str, float]:
+    """Rank 0 alone: the per-kind host costs that need no peer (see the module docstring)."""
+    torch = b.torch
+    dev = b.ctx.device
+    a, bb, c = tiny_mm(b)
+    res: dict[str, float] = {"eager_per_op_us": _loop_us(b, lambda: torch.matmul(a, bb, out=c))}
+    if b.cuda:
+        s0, s1 = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
+        ev = torch.cuda.Event()
+
+        def wait() -> None:
+            ev.record(s0)
+            s1.wait_event(ev)
+
+        res["event_wait_us"] = _loop_us(b, wait)
+        h = torch.zeros(4096, dtype=torch.uint8).pin_memory()
+        d = torch.empty(4096, dtype=torch.uint8, device=dev)
+        res["memcpy_call_us"] = _loop_us(b, lambda: d.copy_(h, non_blocking=True))
+    else:
+        h = torch.zeros(4096, dtype=torch.uint8)
+        d = torch.empty(4096, dtype=torch.uint8)
+        res["memcpy_call_us"] = _loop_us(b, lambda: d.copy_(h))
+    res.update(_executor_extra(b))
+    log("[launch] plain PyTorch host cost per call: " + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
+    return res
+
+
+def _executor_extra(b: Any) -> dict[str, float]:
+    """Host µs per op of the executor's lean loop and of the same probe by hand, over the probe's ops."""
+    from executor.calibrate import _probe_runner
+    from executor.lean import compile_cpu, compile_cuda, run_cpu
+
+    torch = b.torch
+    layers = 100
+    r = _probe_runner(b.ctx, layers, "bf16" if b.cuda else "fp32")
+    n_ops = len(r.impls)
+    try:
+        if b.cuda:
+            steps = compile_cuda(torch, r.impls, r.stream_list, r.cross, r.ev_dep, {})
+            dev = b.ctx.device
+
+            def lean() -> None:
+                for f in steps:
+                    f()
+                torch.cuda.set_stream(torch.cuda.default_stream(dev))
+
+            by_hand = _probe_by_hand(torch, dev, layers, torch.bfloat16)
+            ex = _loop_us(b, lean, n=1, reps=7) / n_ops
+            hand = _loop_us(b, by_hand, n=1, reps=7) / n_ops
+        else:
+            cpu_steps = compile_cpu(r.impls, r.waits)
+            ex = _loop_us(b, lambda: run_cpu(cpu_steps, n_ops, None), n=1, reps=7) / n_ops
+            impls = [impl.run for impl in r.impls]
+
+            def plain() -> None:
+                for f in impls:
+                    f()
+
+            hand = _loop_us(b, plain, n=1, reps=7) / n_ops
+    finally:
+        r.close()
+    return {"executor_lean_per_op_us": ex, "by_hand_per_op_us": hand, "executor_extra_per_op_us": max(0.0, ex - hand)}
+
+
+def comm_host_costs(b: Any) -> dict[str, float]:
+    """All ranks (world ≥ 2 for p2p): host µs of one all_reduce call, one unbatched isend/irecv, one
+    batch_isend_irecv of a send+recv pair. Returns this rank's figures (rank 0 keeps its own)."""
+    torch = b.torch
+    import torch.distributed as dist
+
+    ctx = b.ctx
+    x = torch.zeros(256, device=ctx.device)
+    res: dict[str, float] = {}
+    M = 50
+
+    def timed(call: Callable[[], Any]) -> float:
+        ts = []
+        for _ in range(4):
+            ctx.barrier()
+            if b.cuda:
+                torch.cuda._sleep(20_000_000)
+            t0 = time.perf_counter()
+            ws = [call() for _ in range(M)]
+            ts.append((time.perf_counter() - t0) / M)
+            for w in ws:
+                for x_ in (w if isinstance(w, list) else [w]):
+                    if x_ is not None:
+                        x_.wait()
+            b.sync()
+        return float(statistics.median(ts[1:])) * 1e6
+
+    res["eager_per_collective_us"] = timed(lambda: dist.all_reduce(x, async_op=not b.cuda))
+    if ctx.world >= 2:
+        r, n = ctx.rank, ctx.world
+        if n % 2 == 0:
+            peer = r + 1 if r % 2 == 0 else r - 1
+            fn = dist.isend if r % 2 == 0 else dist.irecv
+            res["p2p_call_us"] = timed(lambda: fn(x, peer))
+        nxt, prv = (r + 1) % n, (r - 1) % n
+        y = torch.empty_like(x)
+        res["batch_p2p_call_us"] = timed(
+            lambda: dist.batch_isend_irecv([dist.P2POp(dist.isend, x, nxt), dist.P2POp(dist.irecv, y, prv)]))
+    return res

@@ -1,0 +1,188 @@
+"""The lean hot path: one rank's iteration compiled into a flat list of prepared calls, and p2p batching.
+
+Before the uninstrumented iterations, :func:`compile_cuda` / :func:`compile_cpu` turn the
+rank's ops into a flat list in which tensors are bound, streams and events resolved and
+nothing is looked up per op: the loop is ``for f in steps: f()`` (CUDA) or a tuple walk
+(CPU). It does what a hand-written script does and nothing more:
+
+* ``torch.cuda.set_stream(s)`` only when the stream changes;
+* ``s.wait_event(e)`` only for a dependency on another stream, and ``e.record(s)`` only
+  after an op that such a dependency names (same-stream order is the stream's FIFO);
+* the launch itself (``functools.partial(torch.matmul, a, b, out=c)``, a collective with
+  ``async_op=False`` on the current stream, ``dist.isend(...).wait()``,
+  ``dist.batch_isend_irecv`` for a batched p2p group);
+* one end event per stream, which the makespan needs.
+
+No NVTX, logging, progress tracking or per-op events. TF32 is set once before the loop
+when every matmul of the rank wants the same setting (else those ops keep their switching
+``run``). The instrumented iterations (:meth:`executor.runtime.RankRunner._issue_cuda`)
+walk the same ops in the same order; :func:`issue_order` is that order, and a test checks
+that both loops issue exactly it.
+
+p2p batches
+-----------
+A ``p2p: batched`` pipeline posts each Megatron ``_communicate`` call (a send and/or a recv)
+as one ``torch.distributed.batch_isend_irecv`` (one ``ncclGroupStart/End``), as Megatron's
+``batch_p2p_comm`` does (``megatron/core/pipeline_parallel/p2p_communication.py``). The
+lowering (:mod:`schedsim.spec.pipeline_block`) puts those sends on stream ``pp_send`` and
+recvs on ``pp_recv``; :func:`p2p_batches` groups a maximal run of consecutive (program
+order) send/recv ops on those streams, or ops carrying the same ``p2p_batch`` tag, into one
+batch, never repeating a (kind, peer) pair inside one. Every other send/recv is a lone
+``isend``/``irecv`` issued in program order: on one NCCL communicator those run in issue
+order with its other operations (NCCL docs, "Group Calls"; PyTorch's warning for unbatched
+p2p in eager-init mode), which is exactly what the program order gives.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["BATCH_STREAMS", "BatchedP2P", "compile_cpu", "compile_cuda", "issue_order", "p2p_batches"]
+
+#: Streams on which the pipeline lowering puts ``p2p: batched`` sends and recvs.
+BATCH_STREAMS = frozenset({"pp_send", "pp_recv"})
+
+
+def _batch_key(op: Any) -> Any:
+    tags = dict(op.tags) if op.tags else {}
+    if "p2p_batch" in tags:
+        return ("tag", tags["p2p_batch"])
+    if op.stream in BATCH_STREAMS:
+        return ("streams",)
+    return None
+
+
+def p2p_batches(ops: Sequence[Any]) -> list[list[int]]:
+    """Indices (into ``ops``, one rank's ops in program order) of each p2p batch.
+
+    A batch is a maximal run of consecutive send/recv ops with the same batch key (a
+    ``p2p_batch`` tag value, or both on the batched-pipeline streams ``pp_send``/``pp_recv``),
+    cut where a (kind, peer) pair would repeat. A batch may hold one op (Megatron posts a lone
+    ``send_forward`` through ``batch_isend_irecv`` too). Ops without a batch key are not listed:
+    they are lone ``isend``/``irecv`` calls.
+    """
+    out: list[list[int]] = []
+    cur: list[int] = []
+    key: Any = None
+    seen: set[tuple[str, Any]] = set()
+    for i, op in enumerate(ops):
+        k = _batch_key(op) if op.kind in ("send", "recv") else None
+        if k is not None and k == key and (op.kind, op.peer) not in seen:
+            cur.append(i)
+            seen.add((op.kind, op.peer))
+            continue
+        if cur:
+            out.append(cur)
+        cur, key, seen = ([i], k, {(op.kind, op.peer)}) if k is not None else ([], None, set())
+    if cur:
+        out.append(cur)
+    return out
+
+
+class BatchedP2P:
+    """One ``batch_isend_irecv`` shared by the ops of a batch.
+
+    ``issue()`` (the first member's launch) posts every member's send/recv in one group and
+    keeps the returned works; ``wait_current()`` (every member, on its own stream) makes the
+    current CUDA stream wait for them without blocking the host; on gloo, ``work()`` returns
+    an object whose ``wait()`` waits for them all (the host's completion callback).
+    """
+
+    def __init__(self, members: list[tuple[Any, Any, int, int]]) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.p2p_ops = [dist.P2POp(fn, buf, peer, tag=tag) for fn, buf, peer, tag in members]
+        self.works: list[Any] = []
+
+    def issue(self) -> Any:
+        self.works = self.dist.batch_isend_irecv(self.p2p_ops)
+        return self
+
+    def wait_current(self) -> None:
+        for w in self.works:
+            w.wait()
+
+    def wait(self, timeout: Any = None) -> bool:
+        for w in self.works:
+            w.wait() if timeout is None else w.wait(timeout)
+        return True
+
+    def get_future(self) -> None:
+        return None  # the runtime's waiter thread calls wait()
+
+
+def issue_order(ops: Sequence[Any]) -> list[str]:
+    """The op names in the order both loops issue them: program order (``Op.seq``)."""
+    return [o.name for o in ops]
+
+
+def _tf32_plan(impls: Sequence[Any]) -> bool | None:
+    """The single TF32 setting of every matmul, or None if they disagree (or there are none)."""
+    vals = {impl.tf32 for impl in impls if impl.tf32 is not None}
+    return vals.pop() if len(vals) == 1 else None
+
+
+def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross: Sequence[Sequence[int]],
+                 dep_events: Sequence[Any], end_events: dict[Any, Any]) -> list[Callable[[], Any]]:
+    """Flat step list of one uninstrumented CUDA iteration (see the module docstring).
+
+    Parameters
+    ----------
+    impls : per op (program order), :class:`executor.kernels.OpImpl`
+    streams : per op, its ``torch.cuda.Stream``
+    cross : per op, indices of the ops on *other* streams it must wait for
+    dep_events : per op, a ``torch.cuda.Event`` recorded after it when another stream waits on it, else None
+    end_events : stream → event recorded on it after its last op
+
+    The caller resets the current stream to the default one afterwards.
+    """
+    steps: list[Callable[[], Any]] = []
+    tf32 = _tf32_plan(impls)
+    if tf32 is not None:
+        steps.append(functools.partial(setattr, torch.backends.cuda.matmul, "allow_tf32", tf32))
+    cur = None
+    set_stream = torch.cuda.set_stream
+    for i, impl in enumerate(impls):
+        s = streams[i]
+        if s is not cur:
+            steps.append(functools.partial(set_stream, s))
+            cur = s
+        for d in cross[i]:
+            steps.append(functools.partial(s.wait_event, dep_events[d]))
+        fast = impl.fast if impl.fast is not None and (impl.tf32 is None or tf32 is not None) else None
+        steps.append(fast or impl.run)
+        if dep_events[i] is not None:
+            steps.append(functools.partial(dep_events[i].record, s))
+    for s, ev in end_events.items():
+        steps.append(functools.partial(ev.record, s))
+    return steps
+
+
+def compile_cpu(impls: Sequence[Any], waits: Sequence[Sequence[int]]) -> list[tuple[int, tuple[int, ...], Any, bool]]:
+    """Step tuples ``(index, async deps to wait for, run, is_async)`` of one uninstrumented CPU iteration.
+
+    Only dependencies on asynchronous ops (gloo communication) are kept: a synchronous op has
+    finished when its ``run`` returned.
+    """
+    asyn = [impl.is_async for impl in impls]
+    return [(i, tuple(d for d in waits[i] if asyn[d]), impl.run, impl.is_async) for i, impl in enumerate(impls)]
+
+
+def run_cpu(steps: Sequence[tuple[int, tuple[int, ...], Any, bool]], n: int, timeout: Any) -> None:
+    """One uninstrumented CPU iteration: wait for async deps (``Work.wait(timeout)``), run, keep async works."""
+    works: list[Any] = [None] * n
+    for i, deps, run, is_async in steps:
+        for d in deps:
+            w = works[d]
+            if w is not None:
+                w.wait(timeout)
+                works[d] = None
+        w = run()
+        if is_async:
+            works[i] = w
+    for w in works:
+        if w is not None:
+            w.wait(timeout)

@@ -1,0 +1,146 @@
+"""The lean hot path (issue 15), p2p batching (issue 8 §4), exit after the last write (issue 9 §4),
+bad input under torchrun (issue 12 §4) and --compare on CPU ranks (issue 9 §3)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from exec_helpers import DATA, torchrun
+
+from executor.lean import compile_cuda, p2p_batches
+
+torch = pytest.importorskip("torch")
+
+
+@dataclass
+class _Op:
+    name: str
+    kind: str
+    stream: str
+    peer: int | None = None
+    tags: tuple = ()
+
+
+def test_p2p_batches_group_consecutive_batched_ops_without_repeating_a_peer_direction() -> None:
+    ops = [_Op("f", "compute", "compute"), _Op("s1", "send", "pp_send", 1), _Op("r1", "recv", "pp_recv", 1),
+           _Op("s2", "send", "pp_send", 1),  # a second send to the same peer starts a new batch
+           _Op("r0", "recv", "pp_recv", 0), _Op("g", "compute", "compute"), _Op("lone", "send", "p", 1),
+           _Op("t1", "send", "x", 1, (("p2p_batch", "a"),)), _Op("t2", "recv", "y", 1, (("p2p_batch", "a"),)),
+           _Op("t3", "recv", "y", 0, (("p2p_batch", "b"),))]
+    assert p2p_batches(ops) == [[1, 2], [3, 4], [7, 8], [9]]
+
+
+class _Rec:
+    """Fake stream/event that logs the calls compile_cuda binds."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def wait_event(self, ev: Any) -> None:
+        self.log.append(f"{self.name}.wait({ev.name})")
+
+    def record(self, s: Any) -> None:
+        self.log.append(f"{self.name}.record({s.name})")
+
+
+def test_compile_cuda_binds_launches_in_program_order_with_waits_only_across_streams() -> None:
+    log: list[str] = []
+    fake = SimpleNamespace(cuda=SimpleNamespace(set_stream=lambda s: log.append(f"set({s.name})")),
+                           backends=SimpleNamespace(cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=True))))
+    s0, s1 = _Rec("s0", log), _Rec("s1", log)
+
+    def impl(name: str, tf32: bool | None = None) -> Any:
+        return SimpleNamespace(run=lambda: log.append(f"run:{name}"), fast=lambda: log.append(f"fast:{name}"),
+                               tf32=tf32)
+
+    impls = [impl("a", False), impl("b"), impl("c", False), impl("d")]
+    streams = [s0, s0, s1, s1]
+    cross = [[], [], [0], []]  # c (on s1) depends on a (on s0)
+    dep = [_Rec("ev_a", log), None, None, None]
+    ends = {s0: _Rec("end0", log), s1: _Rec("end1", log)}
+    for f in compile_cuda(fake, impls, streams, cross, dep, ends):
+        f()
+    assert fake.backends.cuda.matmul.allow_tf32 is False  # set once, before the loop
+    assert log == ["set(s0)", "fast:a", "ev_a.record(s0)", "fast:b", "set(s1)", "s1.wait(ev_a)", "fast:c", "fast:d",
+                   "end0.record(s0)", "end1.record(s1)"]
+
+
+def test_compile_cuda_keeps_run_when_matmuls_disagree_on_tf32() -> None:
+    log: list[str] = []
+    fake = SimpleNamespace(cuda=SimpleNamespace(set_stream=lambda s: None),
+                           backends=SimpleNamespace(cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=None))))
+    impls = [SimpleNamespace(run=lambda k=k: log.append(f"run{k}"), fast=lambda k=k: log.append(f"fast{k}"), tf32=t)
+             for k, t in enumerate([True, False])]
+    s = _Rec("s", log)
+    for f in compile_cuda(fake, impls, [s, s], [[], []], [None, None], {}):
+        f()
+    assert log == ["run0", "run1"] and fake.backends.cuda.matmul.allow_tf32 is None
+
+
+def test_run_with_deadline_abandons_a_teardown_that_never_returns() -> None:
+    from executor.dist import run_with_deadline
+
+    t0 = time.perf_counter()
+    assert run_with_deadline(lambda: time.sleep(30), 0.2) is False
+    assert time.perf_counter() - t0 < 2.0
+    assert run_with_deadline(lambda: None, 2.0) is True
+
+
+@pytest.mark.slow
+def test_lean_loop_issues_exactly_the_instrumented_ops_in_order_2_ranks(tmp_path) -> None:
+    p = torchrun(2, [str(tmp_path)], timeout=150, script=DATA / "lean_order_probe.py")
+    assert p.returncode == 0, p.stderr[-3000:]
+    for rank in (0, 1):
+        res = json.loads((tmp_path / f"order_rank{rank}.json").read_text())
+        assert res["instrumented"] == res["program"]
+        assert res["lean"] == res["instrumented"]
+    r0 = json.loads((tmp_path / "order_rank0.json").read_text())
+    r1 = json.loads((tmp_path / "order_rank1.json").read_text())
+    # Megatron 1F1B, p=2, m=3: stage 0 runs send_forward_recv_backward in the steady state, stage 1
+    # send_backward_recv_forward; each _communicate call (lone ones too) is one batch_isend_irecv
+    assert r0["batches"] == [["sendF0.0"], ["sendF0.1", "recvB0.0"], ["sendF0.2", "recvB0.1"], ["recvB0.2"]]
+    assert r1["batches"] == [["recvF1.0"], ["sendB1.0", "recvF1.1"], ["sendB1.1", "recvF1.2"], ["sendB1.2"]]
+
+
+@pytest.mark.slow
+def test_execute_2_ranks_exits_within_seconds_of_its_last_write_and_warns_on_cpu_compare(tmp_path) -> None:
+    out = tmp_path / "ar"
+    r = torchrun(2, ["execute", "schedules/tp_allreduce_graph.yaml", "--eager", "--set", "input_size=64",
+                     "--set", "output_size=64", "--set", "layers=2", "--iters", "2", "--warmup", "1",
+                     "--no-gantt", "--compare", "--out", str(out), "--timeout", "30"], timeout=150)
+    t_exit = time.time()
+    assert r.returncode == 0, r.stderr[-3000:]
+    last_write = max(p.stat().st_mtime for p in out.rglob("*") if p.is_file())
+    # torchrun's own shutdown is included; a hung teardown would take the subprocess timeout
+    assert t_exit - last_write < 15.0
+    assert "--compare on CPU ranks predicts with profile 'h200'" in r.stdout + r.stderr
+    assert "calibrate --backend gloo" in r.stdout + r.stderr
+    tl = json.loads((out / "timeline.json").read_text())
+    assert tl["meta"]["makespan_uninstrumented_s"] > 0
+
+
+@pytest.mark.slow
+def test_bad_input_under_torchrun_prints_once_and_every_rank_exits_2(tmp_path) -> None:
+    r = torchrun(2, ["execute", "schedules/tp_allreduce_graph.yaml", "--set", "layers=zz", "--out",
+                     str(tmp_path / "x")], timeout=120)
+    both = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert both.count("error:") == 1, both[-3000:]
+    assert both.count("exitcode  : 2") == 2 or both.count("exitcode: 2") == 2, both[-3000:]
+    assert not (tmp_path / "x").exists()  # nothing written before the check
+
+
+def test_cpu_profile_note_only_for_gpu_profiles_on_cpu_ranks() -> None:
+    from executor.execute import cpu_profile_note
+    from schedsim.hardware.profile import load_profile
+
+    h200 = load_profile("h200")
+    cpu = h200.model_copy(update={"gpu": h200.gpu.model_copy(update={"name": "CPU (gloo ranks)"})})
+    assert "calibrate --backend gloo" in (cpu_profile_note(h200, "h200", cuda=False) or "")
+    assert cpu_profile_note(cpu, "cpu.yaml", cuda=False) is None
+    assert cpu_profile_note(h200, "h200", cuda=True) is None
