@@ -62,6 +62,9 @@ class Op:
     ``nbytes`` are per kernel). ``nbytes`` is the message size in the nccl-tests convention for collectives
     and p2p, the bytes copied for memcpy, and the bytes moved in HBM for compute
     (for matmul: A, B and C read or written once).
+    ``nccl_group``: send/recv ops of one rank with the same value are issued together, inside one
+    ``ncclGroupStart``/``ncclGroupEnd`` (torch ``batch_isend_irecv``), at the position of the first of them;
+    ``None`` means a lone (unbatched) ``isend``/``irecv``. See :mod:`schedsim.graph.nccl`.
     """
 
     name: str
@@ -85,6 +88,7 @@ class Op:
     direction: str | None = None
     tag: str | None = None
     tags: tuple[tuple[str, Any], ...] = ()
+    nccl_group: int | None = None
     source: str = field(default="", compare=False)
     spec_index: int = field(default=-1, compare=False)
 
@@ -92,7 +96,7 @@ class Op:
         """A copy of this prototype with a new name, rank, position, dependencies and tags."""
         return Op(name, rank, self.kind, self.stream, seq, deps, self.group, self.peer, self.root, self.nbytes,
                   self.flops, self.dtype, self.m, self.n, self.k, self.batch, self.repeat, self.duration_s,
-                  self.direction, self.tag, tags, self.source, self.spec_index)
+                  self.direction, self.tag, tags, self.nccl_group, self.source, self.spec_index)
 
     @property
     def id(self) -> str:

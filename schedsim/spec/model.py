@@ -143,14 +143,20 @@ class CollectiveOp(_OpBase, _SizedMixin):
         default=None,
         description="The communicator's ranks when this entry places the collective on only some of them "
         "(write one entry per rank, e.g. in per-rank programs). Default: `ranks`. Entries with the same name "
-        "and group form one collective.",
+        "and group form one collective. Entries of one name written for single ranks (`ranks: [0]`, "
+        "`ranks: [1]`) without `group` form one collective over all of those ranks.",
     )
 
 
 class _P2P(_OpBase, _SizedMixin):
     peer: int = Field(ge=0, description="The other rank.")
     tag: str | None = Field(
-        default=None, description="Optional match key; sends and recvs between two ranks match in order per tag."
+        default=None, description="Which message this is. NCCL has no tags: sends and recvs between two ranks "
+        "pair in issue order, so `check` rejects tags that disagree with that order.",
+    )
+    batch: str | None = Field(
+        default=None, description="Sends and recvs of one rank with the same batch name are issued together in "
+        "one NCCL group (torch batch_isend_irecv), at the position of the first; they cannot block each other.",
     )
 
 

@@ -280,8 +280,53 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
         if isinstance(e, SchedsimError):
             raise
         raise _err(spec, str(e), "pipeline", "check schedule, p, m, v and group_size") from None
-    lowered = add_p2p(order, s2r, num_stages)
     mode = pb.p2p or ("batched" if name == "1f1b" else "overlapped")
+    # per rank: (action, NCCL batch id or None) in issue order
+    steps: dict[int, list[tuple[Any, int | None]]] = {}
+    if name == "interleaved_1f1b":
+        if p == 2 and mode == "batched":
+            raise _err(spec, "interleaved 1F1B with batched p2p needs p >= 3: with p = 2 one batch holds two sends "
+                       "to the same peer, which NCCL pairs by issue order with the wrong recvs (Megatron-LM "
+                       "arguments.py refuses it for the same reason)", "pipeline.p2p",
+                       "use p2p: overlapped (Megatron's default for interleaving) or p >= 3")
+        from schedsim.pipeline.comms import megatron_interleaved_batched
+
+        for r, seq in megatron_interleaved_batched(p, m, v, pb.group_size).items():
+            out_r: list[tuple[Any, int | None]] = []
+            for i, x in enumerate(seq):
+                if not isinstance(x, list):
+                    out_r.append((x, None))
+                elif mode == "batched":
+                    out_r.extend((a, i) for a in x)
+                else:  # lone isend/irecv in Megatron's _p2p_ops order: even ranks send first, odd receive first
+                    rank_of = {CT.SEND_F: 0, CT.RECV_F: 1, CT.SEND_B: 2, CT.RECV_B: 3} if r % 2 == 0 else \
+                        {CT.RECV_F: 0, CT.SEND_F: 1, CT.RECV_B: 2, CT.SEND_B: 3}
+                    out_r.extend((a, None) for a in sorted(x, key=lambda a: rank_of[a.type]))
+            steps[r] = out_r
+    else:
+        from schedsim.pipeline.comms import align_recvs
+
+        torch_run = name not in ("1f1b", "interleaved_1f1b")
+        if torch_run:
+            # torch runs these schedules (and custom action lists): its lowering, each p2p action its own
+            # batch_isend_irecv (torch _PipelineScheduleRuntime._batch_p2p)
+            from schedsim.pipeline.comms import torch_add_send_recv
+
+            lowered = torch_add_send_recv(order, s2r, num_stages)
+        else:
+            lowered = align_recvs(add_p2p(order, s2r, num_stages), s2r)
+        for r, acts in lowered.items():
+            out_r = []
+            bid, prev_comm = 0, False
+            for a in acts:
+                if a is None:
+                    continue
+                comm = a.type in (CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B)
+                if comm and (not prev_comm or torch_run):
+                    bid += 1
+                out_r.append((a, bid if comm and (mode == "batched" or torch_run) else None))
+                prev_comm = comm
+            steps[r] = out_r
 
     # per-stage cost templates
     t = pb.transformer
@@ -346,9 +391,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             prev_of: dict[tuple[int, str, int], str] = {}
             pending_sends: list[str] = []
             last_compute: str | None = None
-            for act in lowered[r]:
-                if act is None:
-                    continue
+            for act, batch_id in steps[r]:
                 pair_deps: list[str] = []
                 if len(act.sub_actions) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
                     for sub in act.sub_actions:
@@ -383,7 +426,8 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                         pair = (rank, peer + off) if kind == "send" else (peer + off, rank)
                         ops.append(Op(name=opname, rank=rank, kind=kind, stream=stream, seq=0, deps=tuple(deps),
                                       group=pair, peer=peer + off, nbytes=float(act_bytes), dtype=dtype, tag=msg,
-                                      tags=tuple(sorted({**tags, "msg": msg}.items())), source="pipeline"))
+                                      tags=tuple(sorted({**tags, "msg": msg}.items())), source="pipeline",
+                                      nccl_group=batch_id))
                         prev_of[(s, typ.value, j)] = opname
                         if kind == "send" and mode == "batched":
                             pending_sends.append(opname)
