@@ -86,7 +86,7 @@ def expand_ops(spec: ScheduleSpec) -> list[Op]:
             group = tuple(sorted(implicit[s.name]))
         else:
             group = tuple(sorted(getattr(s, "group", None) or ranks))
-        bname = getattr(s, "batch", None)
+        bname = getattr(s, "p2p_batch", None)
         ngroup = None if bname is None else batches.setdefault(bname, len(batches))
         stream = s.stream or _DEFAULT_STREAM.get(s.kind, "comm")
         tags = tuple(sorted(s.tags.items()))

@@ -89,7 +89,7 @@ def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
     elif "same communicator" in reasons:
         fix = ("post each send/recv pair in the same order on both ranks (e.g. even ranks send first, odd ranks "
                "receive first), or issue the sends and recvs of one step together in one NCCL group "
-               "(`batch: <name>` on the ops; torch batch_isend_irecv); a different CUDA stream does not help")
+               "(`p2p_batch: <name>` on the ops; torch batch_isend_irecv); a different CUDA stream does not help")
     else:
         fix = ("reorder so every rank reaches these sends/recvs/collectives in a compatible order "
                "(e.g. even ranks send first, odd ranks receive first)")

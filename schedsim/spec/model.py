@@ -154,8 +154,8 @@ class _P2P(_OpBase, _SizedMixin):
         default=None, description="Which message this is. NCCL has no tags: sends and recvs between two ranks "
         "pair in issue order, so `check` rejects tags that disagree with that order.",
     )
-    batch: str | None = Field(
-        default=None, description="Sends and recvs of one rank with the same batch name are issued together in "
+    p2p_batch: str | None = Field(
+        default=None, description="Sends and recvs of one rank with the same p2p_batch name are issued together in "
         "one NCCL group (torch batch_isend_irecv), at the position of the first; they cannot block each other.",
     )
 
