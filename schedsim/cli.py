@@ -170,6 +170,8 @@ def check(
     spec = _load(file, set_)
     G = _build(spec, file)
     ranks = G.graph["world_size"]
+    for w in G.graph.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
     print(f"ok: {file}: {spec.name}: {G.number_of_nodes()} ops on {ranks} rank(s), "
           f"{len(G.graph['collectives'])} collective(s), {len(G.graph['p2p'])} send/recv pair(s)")
 
