@@ -196,6 +196,39 @@ def _act_memory_per_layer(t: TransformerSpec) -> int:
 
 
 # ---------------------------------------------------------------- expansion
+def _megatron_p2p_ops_order(ops: list[Any], rank: int) -> list[Any]:
+    """The p2p actions of one Megatron p2p call in the order ``_p2p_ops`` posts them as lone isend/irecv.
+
+    Even pipeline ranks: send_next, recv_prev, send_prev, recv_next; odd ranks: recv_prev, send_next,
+    recv_next, send_prev (Megatron-LM ``core/pipeline_parallel/p2p_communication.py``), so two
+    neighbours never both send first on their shared communicator, which hangs on NCCL.
+    SEND_F is send_next, RECV_F recv_prev, SEND_B send_prev, RECV_B recv_next.
+    """
+    from schedsim.pipeline.actions import ComputationType as CT
+
+    pos = ({CT.SEND_F: 0, CT.RECV_F: 1, CT.SEND_B: 2, CT.RECV_B: 3} if rank % 2 == 0 else
+           {CT.RECV_F: 0, CT.SEND_F: 1, CT.RECV_B: 2, CT.SEND_B: 3})
+    return sorted(ops, key=lambda a: pos[a.type])
+
+
+def _per_call(acts: list[Any], rank: int) -> list[Any]:
+    """Apply :func:`_megatron_p2p_ops_order` to each run of p2p actions between two computes."""
+    from schedsim.pipeline.actions import COMM_TYPES
+
+    out: list[Any] = []
+    run: list[Any] = []
+    for a in acts:
+        if a is not None and a.type in COMM_TYPES:
+            run.append(a)
+            continue
+        out.extend(_megatron_p2p_ops_order(run, rank))
+        run = []
+        if a is not None:
+            out.append(a)
+    out.extend(_megatron_p2p_ops_order(run, rank))
+    return out
+
+
 def _err(spec: ScheduleSpec, msg: str, path: str, fix: str) -> SpecError:
     return SpecError(msg, file=spec._file, path=path, fix=fix)
 
@@ -298,10 +331,8 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                     out_r.append((x, None))
                 elif mode == "batched":
                     out_r.extend((a, i) for a in x)
-                else:  # lone isend/irecv in Megatron's _p2p_ops order: even ranks send first, odd receive first
-                    rank_of = {CT.SEND_F: 0, CT.RECV_F: 1, CT.SEND_B: 2, CT.RECV_B: 3} if r % 2 == 0 else \
-                        {CT.RECV_F: 0, CT.SEND_F: 1, CT.RECV_B: 2, CT.SEND_B: 3}
-                    out_r.extend((a, None) for a in sorted(x, key=lambda a: rank_of[a.type]))
+                else:
+                    out_r.extend((a, None) for a in _megatron_p2p_ops_order(x, r))
             steps[r] = out_r
     else:
         from schedsim.pipeline.comms import align_recvs
@@ -315,6 +346,8 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             lowered = torch_add_send_recv(order, s2r, num_stages)
         else:
             lowered = align_recvs(add_p2p(order, s2r, num_stages), s2r)
+            if mode == "overlapped":  # Megatron with batch_p2p_comm off: each call's lone ops in _p2p_ops order
+                lowered = {r: _per_call(acts, r) for r, acts in lowered.items()}
         for r, acts in lowered.items():
             out_r = []
             bid, prev_comm = 0, False
