@@ -229,6 +229,28 @@ def _per_call(acts: list[Any], rank: int) -> list[Any]:
     return out
 
 
+def _split_fix(message: str, *, custom: bool) -> tuple[str, str]:
+    """Split a pipeline library message into (what is wrong, one fix line in YAML terms).
+
+    The library's messages end in ``fix: ...`` aimed at Python callers (``format='compute_comms'``); a
+    schedule file has no such argument, so those fixes are restated for the ``pipeline:`` block.
+    """
+    import re
+
+    fix = ("give each rank its compute actions in torch notation (0F0, 1B3, 2I0, 2W0); schedsim adds the "
+           "sends and recvs" if custom else "check schedule, p, m, v and group_size")
+    m = re.search(r"(?:;|\(|\.)?\s*\(?fix: (.*?)\)?\s*$", message, re.S)
+    if m is None:
+        return message, fix
+    head, lib_fix = message[:m.start()].rstrip(" ;,("), m.group(1).strip()
+    if "format=" in lib_fix:
+        lib_fix = ("drop the SEND/RECV cells: give a compute-only CSV (schedsim adds the p2p the way torch's "
+                   "_add_send_recv does)")
+    elif "parse_order" in lib_fix or "stage_to_rank" in lib_fix:
+        lib_fix = fix
+    return head, lib_fix
+
+
 def _err(spec: ScheduleSpec, msg: str, path: str, fix: str) -> SpecError:
     return SpecError(msg, file=spec._file, path=path, fix=fix)
 
@@ -297,6 +319,19 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             v = max(1, num_stages // p)
             placement = pb.placement or "loop"
             s2r = stage_to_rank(placement, p, v)
+            if pb.placement is None and v > 1:
+                from schedsim.pipeline.comms import infer_stage_to_rank
+
+                try:
+                    seen = infer_stage_to_rank(order)
+                except ValueError:
+                    seen = None
+                vmap = stage_to_rank("v", p, v)
+                if seen is not None and seen != {k: s2r[k] for k in seen} and seen == {k: vmap[k] for k in seen}:
+                    where = "pipeline.csv" if pb.csv is not None else "pipeline.actions"
+                    raise _err(spec, f"these actions place the stages in a V (rank 0 runs stages 0 and {num_stages - 1}, "
+                               f"as ZB-V and DualPipeV do), but placement defaults to loop (rank 0 runs stages "
+                               f"0, {p}, ...)", where, "set placement: v in the pipeline block")
             name = "custom"
         else:
             info = get_schedule(pb.schedule)
@@ -312,7 +347,8 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
 
         if isinstance(e, SchedsimError):
             raise
-        raise _err(spec, str(e), "pipeline", "check schedule, p, m, v and group_size") from None
+        msg, fix = _split_fix(str(e), custom=pb.schedule == "custom")
+        raise _err(spec, msg, "pipeline.csv" if pb.csv is not None else "pipeline", fix) from None
     mode = pb.p2p or ("batched" if name == "1f1b" else "overlapped")
     # per rank: (action, NCCL batch id or None) in issue order
     steps: dict[int, list[tuple[Any, int | None]]] = {}
