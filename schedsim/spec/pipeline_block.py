@@ -559,7 +559,13 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                 ops.append(Op(name=f"dp_grad_allreduce_r{r}", rank=rr, kind="all_reduce", stream="compute", seq=0,
                               group=grp, nbytes=float(gbytes), dtype=dtype, tags=(("pp_op", "allreduce"),),
                               source="pipeline"))
-    info = {"schedule": name, "p": p, "m": m, "v": v, "num_stages": num_stages, "dp": dp,
+    memory = None
+    if t is not None:
+        from schedsim.pipeline.memory import stage_params, static_memory
+
+        memory = static_memory(stage_params(num_stages, t.layers // num_stages, _params_per_layer(t), hidden=t.hidden,
+                                            seq=t.seq, vocab=t.vocab), s2r)
+    info = {"schedule": name, "p": p, "m": m, "v": v, "num_stages": num_stages, "dp": dp, "static_memory": memory,
             "stage_to_rank": {int(k): int(val) for k, val in s2r.items()}, "p2p": mode,
             "activation_bytes": act_bytes, "activation_memory_bytes": mem_bytes,
             "order": {r: [str(a) for a in order[r] if a is not None] for r in order}}
