@@ -342,6 +342,8 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> 
     km = getattr(data, "key_marks", {})
     valid_top = list(ScheduleSpec.model_fields)
     for k in data:
+        if k == "$schema":  # for editors (docs/schedule_language.md); not part of the schedule
+            continue
         if k not in valid_top:
             s = _suggest(k, valid_top)
             raise ctx.err(f"unknown key {k!r}", km.get(k), k,
@@ -378,6 +380,8 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> 
     out.mark = getattr(data, "mark", None)
     for k, v in data.items():
         out.key_marks[k] = km.get(k)
+        if k == "$schema":
+            continue
         if k == "params":
             out[k] = params
         elif k == "ops":
