@@ -1,15 +1,18 @@
-"""Static checks on the DAG: cycles, collective order and rendezvous deadlocks.
+"""Static checks on the DAG: cycles, collective order and NCCL hangs.
 
 These catch schedules that would hang on real GPUs before anything runs:
 
 * a dependency cycle (CUDA would wait forever on an event);
 * collectives of one group issued in a different order on different ranks
   (NCCL would hang: NVIDIA/nccl#195, #1174);
-* a wait-for cycle through rendezvous: every member of a collective, and both
-  sides of a send/recv pair, must be reached before any of them finishes, so
-  the DAG with each rendezvous contracted to one node must stay acyclic.
+* a cycle of NCCL's wait-for graph (:mod:`schedsim.graph.nccl`): rendezvous of
+  collectives and send/recv pairs, one communicator's ops in issue order whatever
+  the CUDA stream, one relative order for collectives on communicators that share
+  ranks, batches (``p2p_batch``) posted and completed as one unit.
 
-Unmatched send/recv are caught while the graph is built.
+Send/recv pairing (by issue order, as NCCL pairs them; tags and sizes must agree)
+is checked while the graph is built. Every hang names each wait, prints the
+rank × step grid of NCCL launches with the blocking ops marked ``*``, and a fix.
 """
 
 from __future__ import annotations

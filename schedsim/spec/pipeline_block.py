@@ -28,6 +28,13 @@ ops, so ``predict``, the static checks and the executor treat it like any DAG:
   (Megatron's default there) and for GPipe, ZB-H1, ZB-V and DualPipeV (torch
   pipelining issues their p2p asynchronously). Modelling a batch as two streams is an approximation of one
   ``ncclGroup``;
+* the issue order of the p2p follows the framework that runs the schedule: Megatron for 1F1B and
+  interleaved 1F1B (:func:`schedsim.pipeline.comms.megatron_interleaved_batched` for interleaving,
+  each call's lone ops in ``_p2p_ops`` order when not batched), torch's ``_add_send_recv`` for GPipe,
+  ZB-H1, ZB-V, DualPipeV, interleaved ZB and custom orders
+  (:func:`schedsim.pipeline.comms.torch_add_send_recv`, each p2p action its own
+  ``batch_isend_irecv``). Batched ops carry ``nccl_group`` (see :mod:`schedsim.graph.nccl`), and
+  the static checks verify the order under NCCL's rules;
 * the order is validated first (:func:`schedsim.pipeline.validate`): missing or
   repeated microbatches, W before I, a stage on two ranks, too few
   microbatches, and cross-rank p2p wait cycles all fail with the rank × step grid.
