@@ -76,13 +76,14 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
     ``batch_isend_irecv``. Non-communication ops are not listed.
     """
     per_rank: dict[int, list[Any]] = defaultdict(list)
-    for _n, data in G.nodes(data=True):
-        op = data["op"]
-        if op.kind in COLLECTIVE_KINDS or op.kind in ("send", "recv"):
+    comm_kinds = frozenset(COLLECTIVE_KINDS) | {"send", "recv"}
+    for op in nx.get_node_attributes(G, "op").values():
+        if op.kind in comm_kinds:
             per_rank[op.rank].append(op)
     out: dict[int, list[list[str]]] = {}
     for r, ops in sorted(per_rank.items()):
-        ops.sort(key=lambda o: o.seq)
+        if any(a.seq > b.seq for a, b in zip(ops, ops[1:])):  # nodes are normally in program order already
+            ops.sort(key=lambda o: o.seq)
         launches: list[list[str]] = []
         batch_at: dict[int, list[str]] = {}
         for op in ops:
@@ -98,8 +99,10 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
     return out
 
 
-def wait_for_graph(G: nx.DiGraph) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
+def wait_for_graph(G: nx.DiGraph, explain: bool = False) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
     """The posted/done wait-for graph of ``G`` (rules 1-5 of the module docstring).
+
+    ``explain`` also fills ``why`` (slower; used only to word an error).
 
     Returns
     -------
@@ -132,10 +135,15 @@ def wait_for_graph(G: nx.DiGraph) -> tuple[list[list[int]], list[str], dict[tupl
     n = len(labels)
     adj: list[list[int]] = [[2 * (i // 2) + 1] if i % 2 == 0 else [] for i in range(2 * n)]  # posted -> done
     why: dict[tuple[int, int], str] = {}
-    for a, b in G.edges():
-        ua, ub = unit_of[a], unit_of[b]
-        if ua != ub:
-            adj[2 * ua + 1].append(2 * ub)
+    for a, nbrs in G.adj.items():  # dependency and stream edges: done(a) before posted(b)
+        if not nbrs:
+            continue
+        ua = unit_of[a]
+        out = adj[2 * ua + 1]
+        for b in nbrs:
+            ub = unit_of[b]
+            if ua != ub:
+                out.append(2 * ub)
     # rendezvous: a member is done only once every member is posted (rule 2)
     for key, members in G.graph.get("collectives", {}).items():
         us = [unit_of[m] for m in members]
@@ -143,12 +151,14 @@ def wait_for_graph(G: nx.DiGraph) -> tuple[list[list[int]], list[str], dict[tupl
             for y in us:
                 if x != y:
                     adj[2 * x].append(2 * y + 1)
-                    why[(2 * x, 2 * y + 1)] = "collective"
+                    if explain:
+                        why[(2 * x, 2 * y + 1)] = "collective"
     for s, r in G.graph.get("p2p", []):
         us, ur = unit_of[s], unit_of[r]
         adj[2 * us].append(2 * ur + 1)
         adj[2 * ur].append(2 * us + 1)
-        why[(2 * us, 2 * ur + 1)] = why[(2 * ur, 2 * us + 1)] = "p2p"
+        if explain:
+            why[(2 * us, 2 * ur + 1)] = why[(2 * ur, 2 * us + 1)] = "p2p"
     # one communicator runs its launches in issue order (rule 3); collectives on communicators
     # sharing >= 2 ranks keep one relative order (rule 4)
     for _rank, launches in (G.graph.get("issue_order") or issue_order(G)).items():
@@ -160,12 +170,19 @@ def wait_for_graph(G: nx.DiGraph) -> tuple[list[list[int]], list[str], dict[tupl
             for other, pu in last.items():
                 if other == comm:
                     adj[2 * pu + 1].append(2 * u)
-                    why[(2 * pu + 1, 2 * u)] = "same communicator"
-                elif other[0] == comm[0] == "group" and len(set(other[1:]) & set(comm[1:])) >= 2:
+                    if explain:
+                        why[(2 * pu + 1, 2 * u)] = "same communicator"
+                elif other[0] == comm[0] == "group" and _share2(other, comm):
                     adj[2 * pu + 1].append(2 * u)
-                    why.setdefault((2 * pu + 1, 2 * u), "communicators share ranks")
+                    if explain:
+                        why.setdefault((2 * pu + 1, 2 * u), "communicators share ranks")
             last[comm] = u
     return adj, labels, why
+
+
+def _share2(a: Comm, b: Comm) -> bool:
+    """Whether two group communicators share two or more ranks."""
+    return len(set(a[1:]).intersection(b[1:])) >= 2
 
 
 def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
@@ -194,6 +211,7 @@ def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
     H = nx.DiGraph()
     H.add_edges_from((a, b) for a in left for b in adj[a] if b in left)
     cyc = nx.find_cycle(H)
+    why = wait_for_graph(G, explain=True)[2]
     G.graph["_hang_labels"] = labels
     G.graph["_hang_why"] = why
     return [(int(a), int(b)) for a, b in cyc]
