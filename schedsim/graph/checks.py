@@ -43,8 +43,8 @@ def check_graph(G: nx.DiGraph) -> None:
     """
     from schedsim.graph.nccl import find_hang, issue_order
 
-    check_collective_order(G)
     G.graph["issue_order"] = issue_order(G)
+    check_collective_order(G)
     cyc = find_hang(G)
     if cyc is None:
         return
@@ -140,10 +140,15 @@ def check_collective_order(G: nx.DiGraph) -> None:
         for r in ranks[1:]:
             if seqs[r] != seqs[ref]:
                 i = next(i for i, (a, b) in enumerate(zip(seqs[ref], seqs[r])) if a != b)
+                from schedsim.graph.nccl import issue_grid, issue_order
+
+                order_ = G.graph.get("issue_order") or issue_order(G)
+                marked = {f"{names[ref][i]}@r{ref}", f"{names[r][i]}@r{r}"}
+                grid = issue_grid({k: ["+".join(x) for x in v] for k, v in order_.items()}, marked)
                 raise DeadlockError(
                     f"collectives on group {list(group)} are issued in a different order: rank {ref} issues "
                     f"{names[ref][i]!r} as its collective #{i} but rank {r} issues {names[r][i]!r}; real NCCL would hang"
-                    f"\n  fix: issue the collectives of group {list(group)} in the same order on every rank")
+                    f"\n  fix: issue the collectives of group {list(group)} in the same order on every rank\n\n{grid}")
 
 
 def check_rendezvous(G: nx.DiGraph) -> None:
