@@ -661,7 +661,7 @@ def torch_add_send_recv(
     if num_stages is None:
         num_stages = 1 + max((s.stage for acts in order.values() for a in acts if a is not None
                               for s in a.sub_actions), default=-1)
-    todo = {r: [a for a in acts if a is not None] for r, acts in sorted(order.items())}
+    todo = {r: list(acts) for r, acts in sorted(order.items())}  # an idle slot takes a sweep, as in torch
     pos = dict.fromkeys(todo, 0)
     out: PipelineOrder = {r: [] for r in todo}
     seen: dict[int, set[tuple[int, ComputationType, int | None]]] = {r: set() for r in todo}
@@ -682,6 +682,10 @@ def torch_add_send_recv(
             if pos[r] >= len(todo[r]):
                 continue
             act = todo[r][pos[r]]
+            if act is None:
+                pos[r] += 1
+                progress = True
+                continue
             if not ready(act, seen[r]):
                 continue
             out[r].append(act)
