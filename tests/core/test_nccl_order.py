@@ -158,6 +158,13 @@ def test_megatron_batched_order_parity(p, v, m, g):
         assert sends[k] == recvs[k]
     # every cross-rank boundary is one message: v*m forward and v*m backward per rank, minus the ends
     assert sum(map(len, sends.values())) == 2 * (p * v - 1) * m
+    # a middle rank's steady step is one send_forward_backward_recv_forward_backward: 4 ops, the last 3
+    for r in range(1, p - 1):
+        g_ = p if g is None else g
+        warm = min(2 * (p - r - 1) + (v - 1) * g_, v * m)
+        steady = [x for x, prev in zip(o[r][1:], o[r]) if isinstance(x, list) and isinstance(prev, Action)
+                  and prev.type.value == "B"][: v * m - warm]
+        assert [len(x) for x in steady] == [4] * (v * m - warm - 1) + [3]
 
 
 def test_custom_actions_lowered_like_torch():
