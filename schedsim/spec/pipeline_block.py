@@ -381,7 +381,13 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
         from schedsim.pipeline.comms import align_recvs
 
         torch_run = name not in ("1f1b", "interleaved_1f1b")
-        if torch_run:
+        has_comms = any(a is not None and a.type in (CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B)
+                        for acts in order.values() for a in acts)
+        if has_comms:
+            # a compute_comms order (torch CSV or actions with SEND/RECV): the user's issue order, as
+            # torch's runtime executes it; the static checks decide whether it hangs
+            lowered = {r: [a for a in acts if a is not None] for r, acts in order.items()}
+        elif torch_run:
             # torch runs these schedules (and custom action lists): its lowering, each p2p action its own
             # batch_isend_irecv (torch _PipelineScheduleRuntime._batch_p2p)
             from schedsim.pipeline.comms import torch_add_send_recv

@@ -216,3 +216,28 @@ def test_no_false_hang_on_pipeline_schedules(sch, p, mode):
     dp = 2 if p == 2 else 1  # data-parallel gradient all_reduce on other communicators
     G = build_graph(load_text(SWEEP.format(sch=sch, p=p, m=m, mode=mode, dp=dp, w=p * dp)))
     assert len(G.graph["p2p"]) > 0
+
+
+CUSTOM = """schema_version: 1
+name: cc
+world_size: 2
+pipeline:
+  schedule: custom
+  p: 2
+  m: 1
+  actions: {{0: "{a0}", 1: "{a1}"}}
+  activation_bytes: 64
+  stage:
+    forward: [{{name: f, kind: compute, duration_us: 1}}]
+    backward_input: [{{name: i, kind: compute, duration_us: 1}}]
+    backward_weight: [{{name: w, kind: compute, duration_us: 1}}]
+"""
+
+
+def test_custom_actions_with_sends_and_recvs_keep_the_users_order():
+    G = build_graph(load_text(CUSTOM.format(a0="0F0 0SEND_F0 0RECV_B0 0B0", a1="1RECV_F0 1F0 1B0 1SEND_B0")))
+    assert [x[0].split("@")[0] for x in G.graph["issue_order"][0]] == ["sendF0.0", "recvB0.0"]
+    # rank 0 posts its recv before its send: on one communicator that recv blocks the send NCCL needs
+    with pytest.raises(DeadlockError, match="one communicator's ops in issue order") as e:
+        build_graph(load_text(CUSTOM.format(a0="0F0 0RECV_B0 0SEND_F0 0B0", a1="1RECV_F0 1F0 1B0 1SEND_B0")))
+    assert "*recvB0.0" in str(e.value)
