@@ -394,8 +394,8 @@ def _explain_stall(
             break
     if broken:
         raise PipelineScheduleError(
-            "schedule stalls: " + "; ".join(broken) + " (fix: add the missing send/recv or producer, e.g. lower the "
-            "compute order with add_p2p)",
+            "schedule stalls: " + "; ".join(broken) + " (fix: add the missing send/recv or producer, or give compute actions only and let the "
+            "sends and recvs be added)",
             order=grid,
             step=step,
             actions=tuple(heads.values()),

@@ -310,7 +310,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             if pb.csv is not None:
                 base = Path(spec._file).parent if spec._file and spec._file != "<schedule>" else Path(".")
                 try:
-                    order = read_csv(base / pb.csv)
+                    order = read_csv(base / pb.csv, format="compute_comms")  # SEND/RECV cells: issued as written
                 except (OSError, UnicodeDecodeError) as e:
                     raise _err(spec, f"cannot read pipeline csv {str(base / pb.csv)!r}: {e.__class__.__name__}",
                                "pipeline.csv", "give a torch pipeline CSV path relative to the schedule file") from None
@@ -353,6 +353,12 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
         from schedsim.errors import SchedsimError
 
         if isinstance(e, SchedsimError):
+            reason = getattr(e, "reason", None)
+            if reason is not None and "fix" not in reason:  # a rejection always says what to do
+                fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
+                       "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
+                grid = getattr(e, "grid", "")
+                e.args = (f"{reason}\n  fix: {fix}" + (f"\n\nPipeline schedule:\n{grid}" if grid else ""),)
             raise
         msg, fix = _split_fix(str(e), custom=pb.schedule == "custom")
         raise _err(spec, msg, "pipeline.csv" if pb.csv is not None else "pipeline", fix) from None
@@ -387,6 +393,9 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             # a compute_comms order (torch CSV or actions with SEND/RECV): the user's issue order, as
             # torch's runtime executes it; the static checks decide whether it hangs
             lowered = {r: [a for a in acts if a is not None] for r, acts in order.items()}
+            from schedsim.pipeline.comms import simulate_p2p
+
+            simulate_p2p(lowered, s2r, num_stages)  # a compute whose input is never received, a recv never sent
         elif torch_run:
             # torch runs these schedules (and custom action lists): its lowering, each p2p action its own
             # batch_isend_irecv (torch _PipelineScheduleRuntime._batch_p2p)

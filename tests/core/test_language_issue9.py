@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from schedsim.errors import SpecError
+import re
+
+from schedsim.errors import SchedsimError, SpecError
 from schedsim.graph.build import build_graph
 from schedsim.pipeline import get_schedule, write_csv
 from schedsim.spec.loader import load_schedule, load_text
@@ -66,14 +68,25 @@ def test_v_shaped_csv_without_placement_gets_the_hint(tmp_path, sch, p, m):
     assert len(build_graph(load_schedule(y)).graph["p2p"]) > 0
 
 
-@pytest.mark.parametrize("cells,needle", [("0F0,0SEND_F0,0B0\n1RECV_F0,1F0,1B0\n", "drop the SEND/RECV cells"),
-                                          ("0F0,0Q0\n1F0,1B0\n", "torch notation")])
+@pytest.mark.parametrize("cells,needle", [("0F0,0SEND_F0,0B0\n1RECV_F0,1F0,1B0\n", "which is never issued"),
+                                          ("0F0,0Q0\n1F0,1B0\n", "torch notation"),
+                                          ("0F0,0B0\n1F0\n", "never runs a backward")])
 def test_csv_errors_have_one_fix_in_yaml_terms(tmp_path, cells, needle):
     (tmp_path / "o.csv").write_text(cells)
     y = tmp_path / "s.yaml"
     y.write_text(f"schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: custom\n  p: 2\n  m: 1\n"
                  f"  csv: o.csv\n  activation_bytes: 64\n{STAGE}")
-    with pytest.raises(SpecError) as e:
+    with pytest.raises(SchedsimError) as e:
         build_graph(load_schedule(y))
     text = str(e.value)
-    assert text.count("fix:") == 1 and needle in text and "format=" not in text.split("fix:")[1]
+    assert text.count("fix:") == 1 and needle in text
+    assert not re.search(r"format=|add_p2p|compute_only\(", text.split("fix:")[1])
+
+
+def test_csv_with_sends_and_recvs_is_issued_as_written(tmp_path):
+    (tmp_path / "o.csv").write_text("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n")
+    y = tmp_path / "s.yaml"
+    y.write_text(f"schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: custom\n  p: 2\n  m: 1\n"
+                 f"  csv: o.csv\n  activation_bytes: 64\n{STAGE}")
+    G = build_graph(load_schedule(y))
+    assert [x[0].split("@")[0] for x in G.graph["issue_order"][1]] == ["recvF1.0", "sendB1.0"]
