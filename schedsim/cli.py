@@ -197,17 +197,26 @@ def check(
     spec = _load(file, set_)
     G = _build(spec, file)
     ranks = G.graph["world_size"]
+    for w in G.graph.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
     print(f"ok: {file}: {spec.name}: {G.number_of_nodes()} ops on {ranks} rank(s), "
           f"{len(G.graph['collectives'])} collective(s), {len(G.graph['p2p'])} send/recv pair(s)")
 
 
 @app.command()
 @handle_errors
-def schema(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to a file instead of stdout.")) -> None:
-    """Print the JSON Schema of schedule files (for editor completion)."""
-    from schedsim.spec.model import ScheduleSpec
+def schema(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to a file instead of stdout."),
+           expanded: bool = typer.Option(False, "--expanded", help="The schema of the spec after expansion "
+                                         "(what the pydantic models check) instead of what users write.")) -> None:
+    """Print the JSON Schema of schedule files as written (for editors; see docs/schedule_language.md)."""
+    if expanded:
+        from schedsim.spec.model import ScheduleSpec
 
-    text = json.dumps(ScheduleSpec.model_json_schema(), indent=1)
+        text = json.dumps(ScheduleSpec.model_json_schema(), indent=1)
+    else:
+        from schedsim.spec.user_schema import user_schema
+
+        text = json.dumps(user_schema(), indent=1)
     if out:
         from schedsim.sim.timeline import atomic_write_text
 

@@ -14,6 +14,7 @@ lists matched ``(send_id, recv_id)`` pairs.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import networkx as nx
@@ -71,9 +72,19 @@ def expand_ops(spec: ScheduleSpec) -> list[Op]:
     all_ranks = list(range(spec.world_size))
     sources = spec._sources
     file = spec._file
+    # a collective written once per rank (`ranks: [0]`, `ranks: [1]`, no `group`) is one collective over
+    # all of those ranks, as a reader of the file expects; a lone entry keeps its own ranks
+    implicit: dict[str, set[int]] = defaultdict(set)
+    for s in spec.ops:
+        if s.kind in COLLECTIVE_KINDS and s.group is None and s.ranks is not None and len(s.ranks) == 1:  # type: ignore[attr-defined]
+            implicit[s.name].update(s.ranks)
     for idx, s in enumerate(spec.ops):
         ranks = s.ranks if s.ranks is not None else all_ranks
-        group = tuple(sorted(getattr(s, "group", None) or ranks))
+        if s.name in implicit and s.kind in COLLECTIVE_KINDS and s.group is None and s.ranks is not None \
+                and len(s.ranks) == 1:  # type: ignore[attr-defined]
+            group = tuple(sorted(implicit[s.name]))
+        else:
+            group = tuple(sorted(getattr(s, "group", None) or ranks))
         stream = s.stream or _DEFAULT_STREAM.get(s.kind, "comm")
         tags = tuple(sorted(s.tags.items()))
         if idx < len(sources):
@@ -203,7 +214,9 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                 f"{have} but never on rank(s) {missing}; real NCCL would hang"
                 f"\n  fix: issue {first.name!r} on every rank of its group (or shrink `group`)")
     G.graph["collectives"] = dict(collectives)
-    G.graph["p2p"] = _match_p2p(ops)
+    warnings: list[str] = []
+    G.graph["warnings"] = warnings
+    G.graph["p2p"] = _match_p2p(ops, warnings)
     if check:
         from schedsim.graph.checks import check_graph
 
@@ -241,38 +254,77 @@ def _pipeline_grid(G: nx.DiGraph, message: str) -> str:
         {int(r): acts for r, acts in order.items()}, step)
 
 
-def _match_p2p(ops: list[Op]) -> list[tuple[str, str]]:
-    sends: dict[tuple[int, int, str | None], list[Op]] = defaultdict(list)
-    recvs: dict[tuple[int, int, str | None], list[Op]] = defaultdict(list)
+_P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
+
+
+def _message_name(name: str) -> str:
+    """What a send/recv's name says it carries: the name without send/recv words (``send_grad`` -> ``grad``)."""
+    return _P2P_WORDS.sub("", name.lower()).strip("_")
+
+
+def _match_p2p(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[str, str]]:
+    """Pair sends and recvs as NCCL does: the k-th send from a to b meets the k-th recv on b from a.
+
+    NCCL has no tags (``ncclSend``/``ncclRecv`` take a peer, a count and a type), so ``tag:`` only states
+    intent: a pairing whose tags disagree, or whose sizes differ, is an error; one whose names suggest
+    another pairing is a warning appended to ``warnings``.
+    """
+    from schedsim.graph.nccl import grid_of_ops
+
+    sends: dict[tuple[int, int], list[Op]] = defaultdict(list)
+    recvs: dict[tuple[int, int], list[Op]] = defaultdict(list)
     for op in ops:
         if op.kind == "send":
-            sends[(op.rank, op.peer, op.tag)].append(op)  # type: ignore[index]
+            sends[(op.rank, op.peer)].append(op)  # type: ignore[index]
         elif op.kind == "recv":
-            recvs[(op.peer, op.rank, op.tag)].append(op)  # type: ignore[index]
+            recvs[(op.peer, op.rank)].append(op)  # type: ignore[index]
     pairs: list[tuple[str, str]] = []
-    for key in sorted(set(sends) | set(recvs), key=lambda k: (k[0], k[1], k[2] or "")):
+    for key in sorted(set(sends) | set(recvs)):
         s, r = sends.get(key, []), recvs.get(key, [])
-        for a, b in zip(s, r):
-            if a.tag is None and a.tags and b.tags:
-                ta, tb = dict(a.tags), dict(b.tags)
-                if "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
-                    raise DeadlockError(
-                        f"{a.source}: NCCL matches sends and recvs between two ranks in issue order, so send {a.id} "
-                        f"(message {ta['msg']}) would be received by {b.id}, which expects message {tb['msg']}\n"
-                        "  fix: issue the sends on one side in the order the other side posts its recvs")
-            if a.nbytes != b.nbytes:
+        src, dst = key
+        by_name: dict[str, Op] | None = None
+        for k, (a, b) in enumerate(zip(s, r)):
+            ta, tb = dict(a.tags), dict(b.tags)
+            intent = None
+            if a.tag is not None and b.tag is not None and a.tag != b.tag:
+                intent = f"tag {a.tag!r}", f"tag {b.tag!r}"
+            elif "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
+                intent = f"message {ta['msg']}", f"message {tb['msg']}"
+            if intent is not None or a.nbytes != b.nbytes:
+                meant = next((x for x in r[k + 1:] if (a.tag is not None and x.tag == a.tag)
+                              or ("msg" in ta and dict(x.tags).get("msg") == ta["msg"])), None)
+                what = (f"send {a.id} ({intent[0]}) is paired with recv {b.id} ({intent[1]})" if intent else
+                        f"send {a.id} ({int(a.nbytes)} B) is paired with recv {b.id} ({int(b.nbytes)} B); sizes differ")
+                if intent and a.nbytes != b.nbytes:
+                    what += f", and their sizes differ ({int(a.nbytes)} B vs {int(b.nbytes)} B)"
+                fix = (f"issue rank {src}'s sends to rank {dst} in the order rank {dst} posts its recvs from rank {src} "
+                       f"({', '.join(x.name for x in r)}), or reorder those recvs" if meant is not None or intent
+                       else "give the matching send and recv the same size")
                 raise DeadlockError(
-                    f"{a.source}: send {a.id} ({int(a.nbytes)} B) is matched with recv {b.id} ({int(b.nbytes)} B); "
-                    "sizes differ\n  fix: give the matching send and recv the same size")
+                    f"{a.source}: NCCL pairs the sends and recvs between two ranks in issue order (it has no tags): "
+                    f"{what}. Real NCCL would fail, hang, or deliver the wrong tensor"
+                    f"\n  fix: {fix}\n\n" + grid_of_ops([*s, *r], {a.id, b.id}))
+            if warnings is not None and "msg" not in ta:
+                na, nb = _message_name(a.name), _message_name(b.name)
+                if na and nb and na != nb:
+                    if by_name is None:
+                        by_name = {}
+                        for x in r:
+                            by_name.setdefault(_message_name(x.name), x)
+                    other = by_name.get(na)
+                    if other is not None:
+                        warnings.append(
+                            f"{a.source}: NCCL pairs send {a.id} with recv {b.id} (issue order between ranks {src} and "
+                            f"{dst}), but the names suggest it is meant for {other.id}; at equal sizes NCCL delivers the "
+                            f"wrong tensor without an error\n  fix: post the recvs on rank {dst} in the order rank {src} "
+                            "sends (or rename the ops)")
             pairs.append((a.id, b.id))
         if len(s) != len(r):
-            src, dst, tag = key
             extra = s[len(r):] if len(s) > len(r) else r[len(s):]
             what = "send" if len(s) > len(r) else "recv"
-            tagtxt = f" with tag {tag!r}" if tag else ""
             raise DeadlockError(
                 f"{extra[0].source}: unmatched {what} {', '.join(o.id for o in extra)}: rank {src} sends {len(s)} "
-                f"message(s) to rank {dst}{tagtxt} but rank {dst} receives {len(r)}; real NCCL would hang\n"
+                f"message(s) to rank {dst} but rank {dst} receives {len(r)}; real NCCL would hang\n"
                 f"  fix: add the matching {'recv on rank ' + str(dst) if what == 'send' else 'send on rank ' + str(src)}"
-                " (sends and recvs between two ranks match in order)")
+                " (sends and recvs between two ranks match in issue order)\n\n" + grid_of_ops([*s, *r], set(o.id for o in extra)))
     return pairs

@@ -1,15 +1,18 @@
-"""Static checks on the DAG: cycles, collective order and rendezvous deadlocks.
+"""Static checks on the DAG: cycles, collective order and NCCL hangs.
 
 These catch schedules that would hang on real GPUs before anything runs:
 
 * a dependency cycle (CUDA would wait forever on an event);
 * collectives of one group issued in a different order on different ranks
   (NCCL would hang: NVIDIA/nccl#195, #1174);
-* a wait-for cycle through rendezvous: every member of a collective, and both
-  sides of a send/recv pair, must be reached before any of them finishes, so
-  the DAG with each rendezvous contracted to one node must stay acyclic.
+* a cycle of NCCL's wait-for graph (:mod:`schedsim.graph.nccl`): rendezvous of
+  collectives and send/recv pairs, one communicator's ops in issue order whatever
+  the CUDA stream, one relative order for collectives on communicators that share
+  ranks, batches (``p2p_batch``) posted and completed as one unit.
 
-Unmatched send/recv are caught while the graph is built.
+Send/recv pairing (by issue order, as NCCL pairs them; tags and sizes must agree)
+is checked while the graph is built. Every hang names each wait, prints the
+rank × step grid of NCCL launches with the blocking ops marked ``*``, and a fix.
 """
 
 from __future__ import annotations
@@ -23,54 +26,83 @@ from schedsim.errors import CycleError, DeadlockError
 __all__ = ["check_graph", "check_acyclic", "check_collective_order", "check_rendezvous"]
 
 
+
 def check_graph(G: nx.DiGraph) -> None:
     """Run every static check on ``G``; raise on the first failure.
 
-    One Kahn sweep over the DAG with rendezvous contracted finds dependency cycles and
-    cross-rank wait cycles alike (a cycle of ``G`` survives contraction, since edges join ops
-    of one rank and the members of a rendezvous sit on different ranks); the slower
-    explanations run only when it fails.
+    Checks, in order: collectives of one group in one order on every rank; then one Kahn sweep over
+    the NCCL wait-for graph (:func:`schedsim.graph.nccl.wait_for_graph`: dependencies, stream order,
+    send/recv and collective rendezvous, one communicator's ops in issue order, collectives on
+    communicators sharing ranks in one relative order). The explanations run only when it fails.
+    Sets ``G.graph["issue_order"]`` (:func:`schedsim.graph.nccl.issue_order`), the order the executor
+    replays.
 
     Raises
     ------
     CycleError, DeadlockError
     """
+    from schedsim.graph.nccl import find_hang, issue_order
+
+    G.graph["issue_order"] = issue_order(G)
     check_collective_order(G)
-    if _contracted_is_acyclic(G):
+    cyc = find_hang(G)
+    if cyc is None:
         return
     check_acyclic(G)
-    check_rendezvous(G)
+    raise _explain_hang(G, cyc)
 
 
-def _contracted_is_acyclic(G: nx.DiGraph) -> bool:
-    ids = list(G)
-    index = {n: i for i, n in enumerate(ids)}
-    n = len(ids)
-    rep = list(range(n))
-    for members in G.graph.get("collectives", {}).values():
-        r0 = index[members[0]]
-        for m in members:
-            rep[index[m]] = r0
-    for s, r in G.graph.get("p2p", []):
-        rep[index[r]] = index[s]
-    indeg = [0] * n
-    adj: list[list[int]] = [[] for _ in range(n)]
-    for u, v in G.edges():
-        a, b = rep[index[u]], rep[index[v]]
-        if a != b:
-            adj[a].append(b)
-            indeg[b] += 1
-    nodes = [i for i in range(n) if rep[i] == i]
-    stack = [i for i in nodes if indeg[i] == 0]
-    seen = 0
-    while stack:
-        a = stack.pop()
-        seen += 1
-        for b in adj[a]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                stack.append(b)
-    return seen == len(nodes)
+def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
+    """A :class:`DeadlockError` naming each wait of a wait-for cycle, with the issue grid and a fix."""
+    from schedsim.graph.nccl import issue_grid
+
+    labels: list[str] = G.graph.pop("_hang_labels")
+    why: dict[tuple[int, int], str] = G.graph.pop("_hang_why")
+    steps: list[str] = []
+    marked: set[str] = set()
+    reasons: set[str] = set()
+    chain: list[str] = []
+
+    def name(node: int) -> str:
+        return labels[node // 2].replace("+", " + ")
+
+    for a, b in cyc:
+        ua, ub = labels[a // 2], labels[b // 2]
+        if a % 2 == 1 and b % 2 == 0:  # done(a) -> posted(b): b is issued after a completes
+            reason = why.get((a, b))
+            if reason is None:
+                kind = G.edges[ua.split("+")[-1], ub.split("+")[0]].get("kind") if G.has_edge(
+                    ua.split("+")[-1], ub.split("+")[0]) else None
+                reason = "stream order" if kind == "stream" else "a dependency"
+            reasons.add(reason)
+            text = {"same communicator": "NCCL runs one communicator's ops in issue order, whatever the stream",
+                    "communicators share ranks": "collectives on communicators that share ranks must keep one "
+                    "order (NCCL docs)"}.get(reason, reason)
+            steps.append(f"{name(b)} cannot start before {name(a)} completes ({text})")
+            chain.append(ua.split("+")[0])
+        elif a % 2 == 0 and b % 2 == 1 and a // 2 != b // 2:
+            kind = why.get((a, b), "p2p")
+            steps.append(f"{name(b)} completes only once {name(a)} is posted "
+                         f"({'its send/recv partner' if kind == 'p2p' else 'a member of the same collective'})")
+        for u in (ua, ub):
+            marked.update(u.split("+"))
+    if "communicators share ranks" in reasons:
+        fix = ("issue the collectives of communicators that share two or more ranks in one relative order on every "
+               "rank (NCCL documentation, 'Using multiple NCCL communicators concurrently')")
+    elif "same communicator" in reasons:
+        fix = ("post each send/recv pair in the same order on both ranks (e.g. even ranks send first, odd ranks "
+               "receive first), or issue the sends and recvs of one step together in one NCCL group "
+               "(`p2p_batch: <name>` on the ops; torch batch_isend_irecv); a different CUDA stream does not help")
+    else:
+        fix = ("reorder so every rank reaches these sends/recvs/collectives in a compatible order "
+               "(e.g. even ranks send first, odd ranks receive first)")
+    order = G.graph.get("issue_order") or {}
+    grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in order.items()}, marked)
+    cycle_ids = [x for x in dict.fromkeys(chain)]
+    err = DeadlockError(
+        "ranks would wait on each other forever: " + "; ".join(steps) + "\n  fix: " + fix + "\n\n" + grid)
+    err.cycle = cycle_ids  # type: ignore[attr-defined]
+    return err
 
 
 def check_acyclic(G: nx.DiGraph) -> None:
@@ -108,10 +140,15 @@ def check_collective_order(G: nx.DiGraph) -> None:
         for r in ranks[1:]:
             if seqs[r] != seqs[ref]:
                 i = next(i for i, (a, b) in enumerate(zip(seqs[ref], seqs[r])) if a != b)
+                from schedsim.graph.nccl import issue_grid, issue_order
+
+                order_ = G.graph.get("issue_order") or issue_order(G)
+                marked = {f"{names[ref][i]}@r{ref}", f"{names[r][i]}@r{r}"}
+                grid = issue_grid({k: ["+".join(x) for x in v] for k, v in order_.items()}, marked)
                 raise DeadlockError(
                     f"collectives on group {list(group)} are issued in a different order: rank {ref} issues "
                     f"{names[ref][i]!r} as its collective #{i} but rank {r} issues {names[r][i]!r}; real NCCL would hang"
-                    f"\n  fix: issue the collectives of group {list(group)} in the same order on every rank")
+                    f"\n  fix: issue the collectives of group {list(group)} in the same order on every rank\n\n{grid}")
 
 
 def check_rendezvous(G: nx.DiGraph) -> None:

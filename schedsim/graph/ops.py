@@ -65,6 +65,9 @@ class Op:
     ``nbytes`` are per kernel). ``nbytes`` is the message size in the nccl-tests convention for collectives
     and p2p, the bytes copied for memcpy, and the bytes moved in HBM for compute
     (for matmul: A, B and C read or written once).
+    ``nccl_group`` (an alias of ``p2p_batch``): send/recv ops of one rank with the same value are issued together,
+    inside one ``ncclGroupStart``/``ncclGroupEnd`` (torch ``batch_isend_irecv``), at the position of the first of
+    them; ``None`` means a lone (unbatched) ``isend``/``irecv``. See :mod:`schedsim.graph.nccl`.
     """
 
     name: str
@@ -98,6 +101,11 @@ class Op:
         return Op(name, rank, self.kind, self.stream, seq, deps, self.group, self.peer, self.root, self.nbytes,
                   self.flops, self.dtype, self.m, self.n, self.k, self.batch, self.repeat, self.duration_s,
                   self.direction, self.tag, tags, self.source, self.spec_index, self.host_s, self.p2p_batch)
+
+    @property
+    def nccl_group(self) -> str | None:
+        """The NCCL group launch this op belongs to (its ``p2p_batch``), or None for a lone launch."""
+        return self.p2p_batch
 
     @property
     def id(self) -> str:

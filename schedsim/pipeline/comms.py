@@ -35,6 +35,7 @@ that can never complete.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from schedsim.pipeline.actions import (
     COMM_TYPES,
@@ -45,7 +46,7 @@ from schedsim.pipeline.actions import (
 )
 from schedsim.pipeline.errors import DeadlockError, PipelineScheduleError
 
-__all__ = ["add_p2p", "compute_only", "infer_stage_to_rank", "simulate_p2p"]
+__all__ = ["add_p2p", "compute_only", "infer_stage_to_rank", "megatron_interleaved_batched", "simulate_p2p"]
 
 _F = ComputationType.F
 _B = ComputationType.B
@@ -393,8 +394,8 @@ def _explain_stall(
             break
     if broken:
         raise PipelineScheduleError(
-            "schedule stalls: " + "; ".join(broken) + " (fix: add the missing send/recv or producer, e.g. lower the "
-            "compute order with add_p2p)",
+            "schedule stalls: " + "; ".join(broken) + " (fix: add the missing send/recv or producer, or give compute actions only and let the "
+            "sends and recvs be added)",
             order=grid,
             step=step,
             actions=tuple(heads.values()),
@@ -445,3 +446,270 @@ def _explain_stall(
         step=step,
         actions=tuple(heads.values()),
     )
+
+
+def megatron_interleaved_batched(p: int, m: int, v: int, group_size: int | None = None) -> dict[int, list[Any]]:
+    """Megatron's interleaved 1F1B with ``batch_p2p_comm`` (overlap off): compute and p2p in issue order.
+
+    Follows ``forward_backward_pipelining_with_interleaving`` (Megatron-LM d98e8a64,
+    ``core/pipeline_parallel/schedules.py``) with ``overlap_p2p_comm=False``, step by step: the first
+    ``recv_forward``; per warmup forward ``send_forward_recv_forward`` (the last one
+    ``send_forward_backward_recv_forward_backward``, which also receives the first gradient); per steady
+    step the forward, the backward, then one ``send_forward_backward_recv_forward_backward`` that
+    sends both results together; per cooldown backward ``send_backward_recv_backward``. Which recvs
+    happen comes from its ``recv_tensor_from_previous_stage`` (the ring wrap between the last and first
+    rank) and the "no recv in the last iteration" rules. A batch lists its ops as ``_batched_p2p_ops``
+    appends them: send_prev, recv_prev, send_next, recv_next (``p2p_communication.py``).
+
+    Returns
+    -------
+    dict of int to list
+        Per rank, in issue order: compute :class:`Action` s (F or B) and batches (tuples of
+        SEND_F/RECV_F/SEND_B/RECV_B actions posted together with one ``batch_isend_irecv``; lists, since an Action is a tuple). A recv
+        is named after the stage and microbatch it feeds (the k-th recv into a chunk feeds its
+        microbatch k, as Megatron's per-chunk FIFOs do).
+
+    Notes
+    -----
+    Megatron refuses p = 2 here (``arguments.py``: "pipeline-model-parallel size should be greater
+    than 2 to avoid having multiple p2p sends and recvs between same 2 ranks per communication
+    batch"): with two ranks one batch holds two sends to one peer, which NCCL pairs by order.
+    """
+    from schedsim.pipeline.schedules import megatron_schedule_table
+
+    g = p if group_size is None else group_size
+    table = megatron_schedule_table(m, v, g)
+    total = v * m
+    chunk_table = [c for _mb, c in table]
+    out: dict[int, list[Any]] = {}
+    for r in range(p):
+        first, last = r == 0, r == p - 1
+        warm = min(2 * (p - r - 1) + (v - 1) * g, total)
+        all_warm = warm >= total
+        rest = total - warm
+        seq: list[Any] = []
+        nrecv = {"F": [0] * v, "B": [0] * v}
+
+        def chunk_id(k: int, fwd: bool) -> int:
+            c = chunk_table[k % total]
+            return c if fwd else v - 1 - c
+
+        def recv_from_prev(k: int, fwd: bool) -> tuple[bool, int]:
+            recv = True
+            if (first if fwd else last):
+                if k < p - 1:
+                    recv = False
+                    nxt = chunk_id(k + 1, fwd)
+                else:
+                    nxt = chunk_id(k - (p - 1), fwd)
+                if nxt == (v - 1 if fwd else 0):
+                    recv = False
+                nxt += 1 if fwd else -1
+            else:
+                nxt = chunk_id(k + 1, fwd)
+            return recv, nxt
+
+        def recv(kind: str, c: int) -> Action:
+            j = nrecv[kind][c]
+            nrecv[kind][c] += 1
+            return Action(c * p + r, _RECV_F if kind == "F" else _RECV_B, j)
+
+        def fwd(k: int) -> Action:
+            mb, c = table[k]
+            return Action(c * p + r, _F, mb)
+
+        def bwd(k: int) -> Action:
+            mb, c = table[k]
+            return Action((v - 1 - c) * p + r, _B, mb)
+
+        def send_f(k: int) -> Action | None:
+            mb, c = table[k]
+            return None if (c == v - 1 and last) else Action(c * p + r, _SEND_F, mb)
+
+        def send_b(k: int) -> Action | None:
+            mb, c = table[k]
+            c = v - 1 - c
+            return None if (c == 0 and first) else Action(c * p + r, _SEND_B, mb)
+
+        def batch(*ops: Action | None) -> None:
+            got = tuple(o for o in ops if o is not None)
+            if got:
+                seq.append(list(got))
+
+        if not first:
+            batch(recv("F", 0))
+        for k in range(warm):
+            rp, nf = recv_from_prev(k, True)
+            if k == total - 1:
+                rp = False
+            seq.append(fwd(k))
+            sf = send_f(k)
+            if k == warm - 1 and not all_warm:
+                batch(None, recv("F", nf) if rp else None, sf, None if last else recv("B", v - 1))
+            else:
+                batch(None, recv("F", nf) if rp else None, sf, None)
+        for k in range(rest):
+            fk = k + warm
+            seq.append(fwd(fk))
+            seq.append(bwd(k))
+            rp, nf = recv_from_prev(fk, True)
+            rn, nb = recv_from_prev(k, False)
+            if k == rest - 1:
+                rp = False
+            batch(send_b(k), recv("F", nf) if rp else None, send_f(fk), recv("B", nb) if rn else None)
+        if all_warm and not last:
+            batch(recv("B", v - 1))
+        for k in range(rest, total):
+            rn, nb = recv_from_prev(k, False)
+            if k == total - 1:
+                rn = False
+            seq.append(bwd(k))
+            batch(send_b(k), None, None, recv("B", nb) if rn else None)
+        out[r] = seq
+    return out
+
+
+def align_recvs(lowered: Mapping[int, Sequence[ScheduleAction | None]], stage_to_rank: StageMap) -> PipelineOrder:
+    """Hoist recvs so that each rank posts its recvs from a peer in the order that peer sends.
+
+    NCCL pairs the sends and recvs between two ranks by issue order (it has no tags). :func:`add_p2p`
+    puts each recv just before its consumer, which for schedules where one pair of ranks carries
+    several streams of messages (V placement, interleaving at p = 2) posts them in another order than
+    the peer sends them. Here a recv that would come out of order is preceded by the recvs of the
+    messages its peer sent before it, i.e. those are posted earlier, as PyTorch's ``_add_send_recv``
+    posts recvs as early as possible.
+
+    Returns
+    -------
+    PipelineOrder
+        Same actions, recvs moved earlier where needed; idle slots dropped.
+    """
+    where = _as_func(stage_to_rank)
+    sent: dict[tuple[int, int], list[tuple[str, int, int | None]]] = {}
+    for a, acts in order_items(lowered):
+        for act in acts:
+            if act.type is _SEND_F:
+                sent.setdefault((a, where(act.stage + 1)), []).append(("F", act.stage, act.microbatch))
+            elif act.type is _SEND_B:
+                sent.setdefault((a, where(act.stage - 1)), []).append(("B", act.stage, act.microbatch))
+    out: PipelineOrder = {}
+    for b, acts in order_items(lowered):
+        def key(act: ScheduleAction) -> tuple[int, tuple[str, int, int | None]] | None:
+            if act.type is _RECV_F:
+                return where(act.stage - 1), ("F", act.stage - 1, act.microbatch)
+            if act.type is _RECV_B:
+                return where(act.stage + 1), ("B", act.stage + 1, act.microbatch)
+            return None
+
+        recv_of = {}
+        for act in acts:
+            k = key(act)
+            if k is not None:
+                recv_of[k] = act
+        pos: dict[int, int] = {}
+        done: set = set()
+        new: list[ScheduleAction | None] = []
+        for act in acts:
+            k = key(act)
+            if k is None:
+                new.append(act)
+                continue
+            if k in done:
+                continue
+            src, msg = k
+            seq = sent.get((src, b), [])
+            i = pos.get(src, 0)
+            while i < len(seq):
+                kk = (src, seq[i])
+                i += 1
+                if kk in recv_of and kk not in done:
+                    done.add(kk)
+                    new.append(recv_of[kk])
+                if kk == k:
+                    break
+            pos[src] = i
+            if k not in done:  # not sent by the peer at all: leave it (the checks report it)
+                done.add(k)
+                new.append(act)
+        out[b] = new
+    return out
+
+
+def order_items(order: Mapping[int, Sequence[ScheduleAction | None]]) -> list[tuple[int, list[ScheduleAction]]]:
+    """``(rank, actions without idle slots)`` in rank order."""
+    return [(r, [a for a in acts if a is not None]) for r, acts in sorted(order.items())]
+
+
+def torch_add_send_recv(
+    order: Mapping[int, Sequence[ScheduleAction | None]], stage_to_rank: StageMap, num_stages: int | None = None
+) -> PipelineOrder:
+    """Lower a compute-only order the way PyTorch's ``_add_send_recv`` does.
+
+    Ranks are swept in rank order, one action per rank per sweep; an action runs once its input is
+    there (its recv, or the producing action on the same rank). After a compute action with a
+    cross-rank output, the send goes right after it **and the matching recv is appended to the
+    receiver's list at that moment** (recvs as early as possible), so every pair of ranks posts its
+    recvs in the order the sends are issued. Source: ``torch/distributed/pipelining/schedules.py``
+    ``_add_send_recv`` (torch 2.5+).
+
+    Raises
+    ------
+    PipelineScheduleError
+        No rank can make progress (a malformed compute order).
+    """
+    where = _as_func(stage_to_rank)
+    if num_stages is None:
+        num_stages = 1 + max((s.stage for acts in order.values() for a in acts if a is not None
+                              for s in a.sub_actions), default=-1)
+    todo = {r: list(acts) for r, acts in sorted(order.items())}  # an idle slot takes a sweep, as in torch
+    pos = dict.fromkeys(todo, 0)
+    out: PipelineOrder = {r: [] for r in todo}
+    seen: dict[int, set[tuple[int, ComputationType, int | None]]] = {r: set() for r in todo}
+
+    def ready(act: ScheduleAction, done: set) -> bool:
+        for sub in act.sub_actions:
+            s, t, j = sub.stage, sub.type, sub.microbatch
+            if t is _F and s > 0 and not ((s, _RECV_F, j) in done or (s - 1, _F, j) in done):
+                return False
+            if t in _BWD and s < num_stages - 1 and not (
+                    (s, _RECV_B, j) in done or (s + 1, _I, j) in done or (s + 1, _B, j) in done):
+                return False
+        return True
+
+    while any(pos[r] < len(todo[r]) for r in todo):
+        progress = False
+        for r in sorted(todo):
+            if pos[r] >= len(todo[r]):
+                continue
+            act = todo[r][pos[r]]
+            if act is None:
+                pos[r] += 1
+                progress = True
+                continue
+            if not ready(act, seen[r]):
+                continue
+            out[r].append(act)
+            for sub in act.sub_actions:
+                seen[r].add((sub.stage, sub.type, sub.microbatch))
+            for sub in act.sub_actions:
+                s, t, j = sub.stage, sub.type, sub.microbatch
+                if t is _F and s < num_stages - 1 and where(s + 1) != r:
+                    send, recv = Action(s, _SEND_F, j), Action(s + 1, _RECV_F, j)
+                elif t in _BWD and s > 0 and where(s - 1) != r:
+                    send, recv = Action(s, _SEND_B, j), Action(s - 1, _RECV_B, j)
+                else:
+                    continue
+                out[r].append(send)
+                dst = where(recv.stage)
+                out[dst].append(recv)
+                seen[dst].add((recv.stage, recv.type, recv.microbatch))
+            pos[r] += 1
+            progress = True
+        if not progress:
+            stuck = {r: todo[r][pos[r]] for r in todo if pos[r] < len(todo[r])}
+            raise PipelineScheduleError(
+                "cannot lower the order to sends and recvs (torch _add_send_recv): no rank can run its next "
+                "action: " + ", ".join(f"rank {r}: {a}" for r, a in stuck.items())
+                + " (fix: an input of each of these comes later in its producer's list; reorder)",
+                order=order, step=0, actions=tuple(stuck.values()))
+    return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -216,17 +217,28 @@ def _eval_value(key: str, value: Any, env: Mapping[str, Any], ctx: _Ctx, mark: M
                       "with + - * / // % ** and range/min/max") from None
 
 
-def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LList) -> None:
+def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LList, index: int | None = None) -> None:
+    """Expand a list of ops: `when`, groups, `foreach`, per-rank instances (`rank`), expressions.
+
+    ``index`` is the position of ``items[0]`` in the list the user wrote (for one re-expanded op).
+    """
     if not isinstance(items, list):
         raise ctx.err("`ops` must be a list", getattr(items, "mark", None), path, fix="write ops: as a YAML list of '- name: ...' entries")
     marks = getattr(items, "item_marks", [None] * len(items))
     for i, item in enumerate(items):
+        if index is not None:
+            i = index
+            m = getattr(item, "mark", None)
+        else:
+            m = marks[i] if i < len(marks) else None
         p = f"{path}[{i}]"
-        m = marks[i] if i < len(marks) else None
         if not isinstance(item, dict):
             raise ctx.err("each op must be a mapping", m, p, fix="write '- name: x\\n  kind: matmul ...'")
         km = getattr(item, "key_marks", {})
-        if "when" in item:
+        per_rank = ("rank" not in env and "ops" not in item and "foreach" not in item
+                    and any(_RANK.search(str(v)) if k == "when" else _uses_rank(v) for k, v in item.items()
+                            if k != "ranks"))
+        if "when" in item and not per_rank:
             try:
                 cond = evaluate(str(item["when"]), env)
             except ExprError as e:
@@ -234,6 +246,15 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
                               fix="check the types of the parameters it uses (e.g. --set values)") from None
             if not cond:
                 continue
+        if "ops" in item and "foreach" not in item:
+            extra = set(item) - {"ops", "when"}
+            if extra:
+                k = sorted(extra)[0]
+                raise ctx.err(f"unknown key {k!r} in a group of ops", km.get(k, m), f"{p}.{k}",
+                              fix="a group holds only `ops:` and `when:` (and `foreach:` to repeat it); put op fields "
+                              "on the ops inside it")
+            _expand_ops(item["ops"], env, ctx, p + ".ops", out)  # a conditional group (`when:` + `ops:`)
+            continue
         if "foreach" in item:
             extra = set(item) - {"foreach", "ops", "when"}
             if extra:
@@ -266,6 +287,21 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             for combo in itertools.product(*values):
                 _expand_ops(item["ops"], {**env, **dict(zip(names, combo))}, ctx, p + ".ops", out)
             continue
+        if per_rank:
+            # the op is instanced per rank: one entry per rank, with `rank` bound in its expressions
+            ranks = _eval_value("ranks", item.get("ranks"), env, ctx, km.get("ranks", m), p + ".ranks")
+            if ranks is None:
+                if not isinstance(env.get("world_size"), int):
+                    raise ctx.err("`rank` in an op for all ranks needs an integer world_size", m, p,
+                                  fix="set world_size, or give the op `ranks:`")
+                ranks = list(range(env["world_size"]))
+            for r in ranks:
+                one = LDict(item)
+                one.mark = getattr(item, "mark", m)
+                one.key_marks = dict(km)
+                one["ranks"] = [r]
+                _expand_ops(LList([one]), {**env, "rank": r}, ctx, path, out, index=i)
+            continue
         op = LDict()
         op.mark = getattr(item, "mark", m)
         for k, v in item.items():
@@ -277,6 +313,20 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         op["__path__"] = p
         out.append(op)
         out.item_marks.append(op.mark)
+
+
+_RANK = re.compile(r"\brank\b")
+
+
+def _uses_rank(v: Any) -> bool:
+    """Whether a field value refers to the `rank` variable in an expression."""
+    if isinstance(v, str):
+        return "{" in v and _RANK.search(v) is not None or (_RANK.fullmatch(v.strip()) is not None)
+    if isinstance(v, dict):
+        return any(_uses_rank(x) for x in v.values())
+    if isinstance(v, list):
+        return any(_uses_rank(x) for x in v)
+    return False
 
 
 def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> LDict:
@@ -292,6 +342,8 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> 
     km = getattr(data, "key_marks", {})
     valid_top = list(ScheduleSpec.model_fields)
     for k in data:
+        if k == "$schema":  # for editors (docs/schedule_language.md); not part of the schedule
+            continue
         if k not in valid_top:
             s = _suggest(k, valid_top)
             raise ctx.err(f"unknown key {k!r}", km.get(k), k,
@@ -328,6 +380,8 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> 
     out.mark = getattr(data, "mark", None)
     for k, v in data.items():
         out.key_marks[k] = km.get(k)
+        if k == "$schema":
+            continue
         if k == "params":
             out[k] = params
         elif k == "ops":

@@ -149,20 +149,23 @@ class CollectiveOp(_OpBase, _SizedMixin):
         default=None,
         description="The communicator's ranks when this entry places the collective on only some of them "
         "(write one entry per rank, e.g. in per-rank programs). Default: `ranks`. Entries with the same name "
-        "and group form one collective.",
+        "and group form one collective. Entries of one name written for single ranks (`ranks: [0]`, "
+        "`ranks: [1]`) without `group` form one collective over all of those ranks.",
     )
 
 
 class _P2P(_OpBase, _SizedMixin):
     peer: int = Field(ge=0, description="The other rank.")
     tag: str | None = Field(
-        default=None, description="Optional match key; sends and recvs between two ranks match in order per tag."
+        default=None, description="Which message this is. NCCL has no tags: sends and recvs between two ranks "
+        "pair in issue order, so `check` rejects tags that disagree with that order.",
     )
     p2p_batch: str | None = Field(
         default=None, pattern=NAME_PATTERN,
         description="Name of a batch_isend_irecv call: the send/recv ops of one rank with the same p2p_batch are "
         "issued as one call and run as one fused NCCL kernel (Megatron's batch_p2p_comm). Omit for a lone "
-        "isend/irecv, which NCCL runs in issue order with the communicator's other ops.",
+        "isend/irecv, which NCCL runs in issue order with the communicator's other ops. A batch is issued at the "
+        "position of its first op; its ops cannot block each other.",
     )
 
 

@@ -14,9 +14,7 @@ ops, so ``predict``, the static checks and the executor treat it like any DAG:
   issues it (recv just before the compute that needs it, send just after the
   compute that produced it: :func:`schedsim.pipeline.comms.add_p2p`);
   ``p2p: batched`` (Megatron ``batch_p2p_comm``: one ``batch_isend_irecv``
-  per call, waited before the next compute; the ops of one call share a
-  ``p2p_batch`` name, so the simulator issues and runs them as one fused
-  NCCL kernel) puts sends on stream ``pp_send``
+  per call, waited before the next compute) puts sends on stream ``pp_send``
   and recvs on ``pp_recv`` so the two halves of a batch progress together, and
   the next compute waits for the batch's sends as well as its recvs, and a
   batch is posted only after the compute before it finished (``batch_p2p_sync``
@@ -30,6 +28,13 @@ ops, so ``predict``, the static checks and the executor treat it like any DAG:
   (Megatron's default there) and for GPipe, ZB-H1, ZB-V and DualPipeV (torch
   pipelining issues their p2p asynchronously). Modelling a batch as two streams is an approximation of one
   ``ncclGroup``;
+* the issue order of the p2p follows the framework that runs the schedule: Megatron for 1F1B and
+  interleaved 1F1B (:func:`schedsim.pipeline.comms.megatron_interleaved_batched` for interleaving,
+  each call's lone ops in ``_p2p_ops`` order when not batched), torch's ``_add_send_recv`` for GPipe,
+  ZB-H1, ZB-V, DualPipeV, interleaved ZB and custom orders
+  (:func:`schedsim.pipeline.comms.torch_add_send_recv`, each p2p action its own
+  ``batch_isend_irecv``). Batched ops carry a ``p2p_batch`` name (``Op.nccl_group``) (see :mod:`schedsim.graph.nccl`), and
+  the static checks verify the order under NCCL's rules;
 * the order is validated first (:func:`schedsim.pipeline.validate`): missing or
   repeated microbatches, W before I, a stage on two ranks, too few
   microbatches, and cross-rank p2p wait cycles all fail with the rank × step grid.
@@ -198,6 +203,61 @@ def _act_memory_per_layer(t: TransformerSpec) -> int:
 
 
 # ---------------------------------------------------------------- expansion
+def _megatron_p2p_ops_order(ops: list[Any], rank: int) -> list[Any]:
+    """The p2p actions of one Megatron p2p call in the order ``_p2p_ops`` posts them as lone isend/irecv.
+
+    Even pipeline ranks: send_next, recv_prev, send_prev, recv_next; odd ranks: recv_prev, send_next,
+    recv_next, send_prev (Megatron-LM ``core/pipeline_parallel/p2p_communication.py``), so two
+    neighbours never both send first on their shared communicator, which hangs on NCCL.
+    SEND_F is send_next, RECV_F recv_prev, SEND_B send_prev, RECV_B recv_next.
+    """
+    from schedsim.pipeline.actions import ComputationType as CT
+
+    pos = ({CT.SEND_F: 0, CT.RECV_F: 1, CT.SEND_B: 2, CT.RECV_B: 3} if rank % 2 == 0 else
+           {CT.RECV_F: 0, CT.SEND_F: 1, CT.RECV_B: 2, CT.SEND_B: 3})
+    return sorted(ops, key=lambda a: pos[a.type])
+
+
+def _per_call(acts: list[Any], rank: int) -> list[Any]:
+    """Apply :func:`_megatron_p2p_ops_order` to each run of p2p actions between two computes."""
+    from schedsim.pipeline.actions import COMM_TYPES
+
+    out: list[Any] = []
+    run: list[Any] = []
+    for a in acts:
+        if a is not None and a.type in COMM_TYPES:
+            run.append(a)
+            continue
+        out.extend(_megatron_p2p_ops_order(run, rank))
+        run = []
+        if a is not None:
+            out.append(a)
+    out.extend(_megatron_p2p_ops_order(run, rank))
+    return out
+
+
+def _split_fix(message: str, *, custom: bool) -> tuple[str, str]:
+    """Split a pipeline library message into (what is wrong, one fix line in YAML terms).
+
+    The library's messages end in ``fix: ...`` aimed at Python callers (``format='compute_comms'``); a
+    schedule file has no such argument, so those fixes are restated for the ``pipeline:`` block.
+    """
+    import re
+
+    fix = ("give each rank its compute actions in torch notation (0F0, 1B3, 2I0, 2W0); schedsim adds the "
+           "sends and recvs" if custom else "check schedule, p, m, v and group_size")
+    m = re.search(r"(?:;|\(|\.)?\s*\(?fix: (.*?)\)?\s*$", message, re.S)
+    if m is None:
+        return message, fix
+    head, lib_fix = message[:m.start()].rstrip(" ;,("), m.group(1).strip()
+    if "format=" in lib_fix:
+        lib_fix = ("drop the SEND/RECV cells: give a compute-only CSV (schedsim adds the p2p the way torch's "
+                   "_add_send_recv does)")
+    elif "parse_order" in lib_fix or "stage_to_rank" in lib_fix:
+        lib_fix = fix
+    return head, lib_fix
+
+
 def _err(spec: ScheduleSpec, msg: str, path: str, fix: str) -> SpecError:
     return SpecError(msg, file=spec._file, path=path, fix=fix)
 
@@ -250,7 +310,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             if pb.csv is not None:
                 base = Path(spec._file).parent if spec._file and spec._file != "<schedule>" else Path(".")
                 try:
-                    order = read_csv(base / pb.csv)
+                    order = read_csv(base / pb.csv, format="compute_comms")  # SEND/RECV cells: issued as written
                 except (OSError, UnicodeDecodeError) as e:
                     raise _err(spec, f"cannot read pipeline csv {str(base / pb.csv)!r}: {e.__class__.__name__}",
                                "pipeline.csv", "give a torch pipeline CSV path relative to the schedule file") from None
@@ -266,6 +326,19 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             v = max(1, num_stages // p)
             placement = pb.placement or "loop"
             s2r = stage_to_rank(placement, p, v)
+            if pb.placement is None and v > 1:
+                from schedsim.pipeline.comms import infer_stage_to_rank
+
+                try:
+                    seen = infer_stage_to_rank(order)
+                except ValueError:
+                    seen = None
+                vmap = stage_to_rank("v", p, v)
+                if seen is not None and seen != {k: s2r[k] for k in seen} and seen == {k: vmap[k] for k in seen}:
+                    where = "pipeline.csv" if pb.csv is not None else "pipeline.actions"
+                    raise _err(spec, f"these actions place the stages in a V (rank 0 runs stages 0 and {num_stages - 1}, "
+                               f"as ZB-V and DualPipeV do), but placement defaults to loop (rank 0 runs stages "
+                               f"0, {p}, ...)", where, "set placement: v in the pipeline block")
             name = "custom"
         else:
             info = get_schedule(pb.schedule)
@@ -280,10 +353,71 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
         from schedsim.errors import SchedsimError
 
         if isinstance(e, SchedsimError):
+            reason = getattr(e, "reason", None)
+            if reason is not None and "fix" not in reason:  # a rejection always says what to do
+                fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
+                       "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
+                grid = getattr(e, "grid", "")
+                e.args = (f"{reason}\n  fix: {fix}" + (f"\n\nPipeline schedule:\n{grid}" if grid else ""),)
             raise
-        raise _err(spec, str(e), "pipeline", "check schedule, p, m, v and group_size") from None
-    lowered = add_p2p(order, s2r, num_stages)
+        msg, fix = _split_fix(str(e), custom=pb.schedule == "custom")
+        raise _err(spec, msg, "pipeline.csv" if pb.csv is not None else "pipeline", fix) from None
     mode = pb.p2p or ("batched" if name == "1f1b" else "overlapped")
+    # per rank: (action, NCCL batch id or None) in issue order
+    steps: dict[int, list[tuple[Any, int | None]]] = {}
+    if name == "interleaved_1f1b":
+        if p == 2 and mode == "batched":
+            raise _err(spec, "interleaved 1F1B with batched p2p needs p >= 3: with p = 2 one batch holds two sends "
+                       "to the same peer, which NCCL pairs by issue order with the wrong recvs (Megatron-LM "
+                       "arguments.py refuses it for the same reason)", "pipeline.p2p",
+                       "use p2p: overlapped (Megatron's default for interleaving) or p >= 3")
+        from schedsim.pipeline.comms import megatron_interleaved_batched
+
+        for r, seq in megatron_interleaved_batched(p, m, v, pb.group_size).items():
+            out_r: list[tuple[Any, int | None]] = []
+            for i, x in enumerate(seq):
+                if not isinstance(x, list):
+                    out_r.append((x, None))
+                elif mode == "batched":
+                    out_r.extend((a, i) for a in x)
+                else:
+                    out_r.extend((a, None) for a in _megatron_p2p_ops_order(x, r))
+            steps[r] = out_r
+    else:
+        from schedsim.pipeline.comms import align_recvs
+
+        torch_run = name not in ("1f1b", "interleaved_1f1b")
+        has_comms = any(a is not None and a.type in (CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B)
+                        for acts in order.values() for a in acts)
+        if has_comms:
+            # a compute_comms order (torch CSV or actions with SEND/RECV): the user's issue order, as
+            # torch's runtime executes it; the static checks decide whether it hangs
+            lowered = {r: [a for a in acts if a is not None] for r, acts in order.items()}
+            from schedsim.pipeline.comms import simulate_p2p
+
+            simulate_p2p(lowered, s2r, num_stages)  # a compute whose input is never received, a recv never sent
+        elif torch_run:
+            # torch runs these schedules (and custom action lists): its lowering, each p2p action its own
+            # batch_isend_irecv (torch _PipelineScheduleRuntime._batch_p2p)
+            from schedsim.pipeline.comms import torch_add_send_recv
+
+            lowered = torch_add_send_recv(order, s2r, num_stages)
+        else:
+            lowered = align_recvs(add_p2p(order, s2r, num_stages), s2r)
+            if mode == "overlapped":  # Megatron with batch_p2p_comm off: each call's lone ops in _p2p_ops order
+                lowered = {r: _per_call(acts, r) for r, acts in lowered.items()}
+        for r, acts in lowered.items():
+            out_r = []
+            bid, prev_comm = 0, False
+            for a in acts:
+                if a is None:
+                    continue
+                comm = a.type in (CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B)
+                if comm and (not prev_comm or torch_run):
+                    bid += 1
+                out_r.append((a, bid if comm and (mode == "batched" or torch_run) else None))
+                prev_comm = comm
+            steps[r] = out_r
 
     # per-stage cost templates
     t = pb.transformer
@@ -348,10 +482,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             prev_of: dict[tuple[int, str, int], str] = {}
             pending_sends: list[str] = []
             last_compute: str | None = None
-            n_batches = 0  # batched p2p: one batch_isend_irecv call between two computes
-            for act in lowered[r]:
-                if act is None:
-                    continue
+            for act, batch_id in steps[r]:
                 pair_deps: list[str] = []
                 if len(act.sub_actions) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
                     for sub in act.sub_actions:
@@ -387,7 +518,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                         ops.append(Op(name=opname, rank=rank, kind=kind, stream=stream, seq=0, deps=tuple(deps),
                                       group=pair, peer=peer + off, nbytes=float(act_bytes), dtype=dtype, tag=msg,
                                       tags=tuple(sorted({**tags, "msg": msg}.items())), source="pipeline",
-                                      p2p_batch=f"b{n_batches}" if mode == "batched" else None))
+                                      p2p_batch=None if batch_id is None else f"b{batch_id}"))
                         prev_of[(s, typ.value, j)] = opname
                         if kind == "send" and mode == "batched":
                             pending_sends.append(opname)
@@ -424,7 +555,6 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                             ops.append(proto.instance(oname, rank, 0, tuple(deps) if k == 0 and deps else (), ttags))
                             last = oname
                             last_compute = oname
-                        n_batches += 1
                         prev_of[(s, phase, j)] = last  # type: ignore[assignment]
                     if label == "B":  # a full backward hands its input gradient on when the whole B is done
                         prev_of[(s, "I", j)] = prev_of[(s, "W", j)]
@@ -451,7 +581,13 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                 ops.append(Op(name=f"dp_grad_allreduce_r{r}", rank=rr, kind="all_reduce", stream="compute", seq=0,
                               group=grp, nbytes=float(gbytes), dtype=dtype, tags=(("pp_op", "allreduce"),),
                               source="pipeline"))
-    info = {"schedule": name, "p": p, "m": m, "v": v, "num_stages": num_stages, "dp": dp,
+    memory = None
+    if t is not None:
+        from schedsim.pipeline.memory import stage_params, static_memory
+
+        memory = static_memory(stage_params(num_stages, t.layers // num_stages, _params_per_layer(t), hidden=t.hidden,
+                                            seq=t.seq, vocab=t.vocab), s2r)
+    info = {"schedule": name, "p": p, "m": m, "v": v, "num_stages": num_stages, "dp": dp, "static_memory": memory,
             "stage_to_rank": {int(k): int(val) for k, val in s2r.items()}, "p2p": mode,
             "activation_bytes": act_bytes, "activation_memory_bytes": mem_bytes,
             "order": {r: [str(a) for a in order[r] if a is not None] for r in order}}

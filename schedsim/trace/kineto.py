@@ -18,11 +18,17 @@ files of several ranks line up on the wall clock; the rank is
 ``distributedInfo.rank`` (else the file's position). Files are streamed with
 :class:`~schedsim.trace.jsonstream.TraceEventStream`; CPU events other than the
 few above are dropped as they are read.
+
+Timestamps are read exactly: ``ts`` and ``dur`` become integer nanoseconds from their decimal text
+(epoch µs with 3 decimals has 19-20 significant digits, more than a float's 15-17, so a float parse
+moves events by up to 0.25 µs and merges kernels 240 ns apart). Numbers longer than 15 characters
+are kept as their text by the JSON decoder (:func:`_keep_long`) and converted by :func:`_ns`.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 from array import array
 from collections import defaultdict
 from pathlib import Path
@@ -41,6 +47,19 @@ from schedsim.trace.common import (
     short_kernel_name,
 )
 from schedsim.trace.jsonstream import TraceEventStream
+
+def _keep_long(text: str) -> float | str:
+    """JSON ``parse_float``: a float, or the text itself when a float cannot hold it exactly (> 15 chars)."""
+    return text if len(text) > 15 else float(text)
+
+
+def _ns(v: Any) -> int:
+    """A Kineto time in µs (int, float or decimal text) as exact integer nanoseconds (rounded half even)."""
+    if isinstance(v, int):
+        return v * 1000
+    from decimal import Decimal
+
+    return int((Decimal(v if isinstance(v, str) else repr(v)) * 1000).to_integral_value())
 from schedsim.trace.nsys import shape_size
 
 __all__ = ["COLLECTIVE_ARGS", "import_kineto", "seed_dims_nelems"]
@@ -139,12 +158,13 @@ def import_kineto(
     streams: dict[Any, str] = {}
     for fi, path in enumerate(files):
         stream = TraceEventStream(path)
+        stream._dec = json.JSONDecoder(parse_float=_keep_long)  # exact timestamps (module docstring)
         first = len(acts)
         pname = None
         pos_rank = fi
         file_annots_start = len(annots)
         file_nccl_start, file_rpc_start = len(nccl_cpu), len(rpc)
-        ref: float | None = None  # this file's first GPU timestamp (µs); times are kept relative to it
+        ref: int | None = None  # this file's first GPU timestamp (ns); times are kept relative to it
         for e in stream:
             if not isinstance(e, dict):
                 continue
@@ -159,8 +179,8 @@ def import_kineto(
             try:
                 if c in _KERNEL or c in _MEMCPY or c in _MEMSET:
                     args = e.get("args") or {}
-                    ts = float(e["ts"])
-                    dur = float(e.get("dur") or 0.0)
+                    ts = _ns(e["ts"])
+                    dur = _ns(e.get("dur") or 0)
                     dev = int(args.get("device", e.get("pid", 0)) or 0)
                     st0 = args.get("stream", e.get("tid", "?"))
                     st = streams.get(st0)
@@ -185,25 +205,25 @@ def import_kineto(
                         nbytes = float(args.get("bytes") or 0.0)
                     if ref is None:
                         ref = ts
-                    rel = (ts - ref) * 1000.0
-                    acts.append(Activity(pos_rank, dev, st, name, cat_s, rel, rel + dur * 1000.0, nbytes, tags))
-                    raw_ts.append(ts)
-                    raw_dur.append(dur)
+                    rel = float(ts - ref)
+                    acts.append(Activity(pos_rank, dev, st, name, cat_s, rel, rel + dur, nbytes, tags))
+                    raw_ts.append(float(e["ts"]))
+                    raw_dur.append(float(e.get("dur") or 0.0))
                 elif c == "gpu_user_annotation":
                     args = e.get("args") or {}
                     annots.append((pos_rank, str(e.get("name")), int(args.get("device", e.get("pid", 0)) or 0),
-                                   str(args.get("stream", e.get("tid", "?"))), float(e["ts"]),
-                                   float(e.get("dur") or 0.0), args.get("External id")))
+                                   str(args.get("stream", e.get("tid", "?"))), _ns(e["ts"]),
+                                   _ns(e.get("dur") or 0), args.get("External id")))
                 elif c in ("user_annotation", "cpu_op"):
                     name = e.get("name")
                     if name == "record_param_comms":
                         args = e.get("args") or {}
-                        rpc.append((pos_rank, (e.get("pid"), e.get("tid")), float(e["ts"]), float(e.get("dur") or 0.0),
+                        rpc.append((pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]), _ns(e.get("dur") or 0),
                                     {COLLECTIVE_ARGS[k]: v for k, v in args.items() if k in COLLECTIVE_ARGS}))
                     elif isinstance(name, str) and name.startswith("nccl:"):
                         args = e.get("args") or {}
-                        nccl_cpu.append((pos_rank, (e.get("pid"), e.get("tid")), float(e["ts"]),
-                                         float(e.get("dur") or 0.0), name, args.get("Input Dims")))
+                        nccl_cpu.append((pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]),
+                                         _ns(e.get("dur") or 0), name, args.get("Input Dims")))
             except (KeyError, TypeError, ValueError) as err:
                 raise TraceError(f"{path}: malformed {cat} event ({err.__class__.__name__}: {err}): "
                                  f"{str(e)[:200]}") from None
@@ -216,11 +236,10 @@ def import_kineto(
             rank = fi
         world = max(world, int(dist.get("world_size") or 0))
         base = hdr.get("baseTimeNanoseconds")
-        ref = ref if ref is not None else 0.0
+        ref = ref if ref is not None else 0
         refs.append(ref)
-        # absolute origin of this file in ns, kept as an exact integer (ts may be epoch µs)
-        bases.append((int(base) if isinstance(base, (int, float)) else 0) + round(ref) * 1000
-                     + round((ref - round(ref)) * 1000.0))
+        # absolute origin of this file in ns, an exact integer (ts may be epoch µs)
+        bases.append((int(base) if isinstance(base, (int, float)) else 0) + ref)
         ranks.append(rank)
         spans_of_file.append((first, len(acts)))
         if rank != pos_rank:
@@ -258,8 +277,8 @@ def import_kineto(
         merged: dict[tuple[int, str, Any], list[tuple[float, float, list[int]]]] = defaultdict(list)
         for rank, name, dev, st, ts, dur, ext in cand:
             key = (rank, dev, st)
-            s0 = (ts - ref_of[rank]) * 1000.0 + shift_ns.get(rank, 0.0)
-            s1 = s0 + dur * 1000.0
+            s0 = float(ts - ref_of[rank]) + shift_ns.get(rank, 0.0)
+            s1 = s0 + dur
             lo = bisect.bisect_left(starts.get(key, []), s0 - 1.0)
             hi = bisect.bisect_right(starts.get(key, []), s1 + 1.0)
             mem = [j for j in lanes.get(key, [])[lo:hi] if acts[j].end_ns <= s1 + 1.0]

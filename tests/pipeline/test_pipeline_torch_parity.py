@@ -296,3 +296,22 @@ def test_torch_action_text_round_trip():
         assert str(theirs) == text
         assert str(parse_action(str(theirs))) == text
     assert parse_action("2F0") == Action(2, CT.F, 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "p", "m", "v"),
+    [("gpipe", 3, 5, None), ("zb_h1", 4, 8, None), ("zbv", 2, 4, None), ("zbv", 4, 8, None), ("dualpipev", 4, 10, None),
+     ("interleaved_zb", 4, 8, 2), ("looped_bfs", 2, 4, 2), ("1f1b", 4, 6, None)],
+)
+def test_torch_lowering_matches_add_send_recv_op_for_op(name, p, m, v):
+    """``torch_add_send_recv`` (used for torch-run and custom schedules) issues torch's order exactly."""
+    from schedsim.pipeline.comms import torch_add_send_recv
+
+    order = generate(name, p, m, v)
+    mapping = stage_to_rank(name, p, v)
+    ours = torch_add_send_recv(order, mapping, len(mapping))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = ts._add_send_recv({r: list(a) for r, a in _to_torch(order).items()}, lambda s: mapping[s], len(mapping))
+    assert {r: [str(a) for a in acts] for r, acts in ours.items()} == \
+        {r: [str(a) for a in theirs[r]] for r in sorted(theirs)}

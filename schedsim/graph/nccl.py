@@ -1,0 +1,265 @@
+"""NCCL's ordering rules, modelled once: communicators, issue order and a wait-for graph.
+
+The static checks (:mod:`schedsim.graph.checks`) and the executor must agree on the order in which
+every rank hands its communication to NCCL. This module defines it.
+
+Issue order
+    A rank issues its ops in program order, ``op.seq`` (the order written, pipeline ops in their
+    schedule order). Send/recv ops of one rank that share an ``op.nccl_group`` value form one
+    *batch*: they are issued together, in ``seq`` order, inside one ``ncclGroupStart``/``ncclGroupEnd``
+    (torch ``dist.batch_isend_irecv``), at the position of the first of them. Every other
+    collective, send or recv is one *launch* on its own. :func:`issue_order` lists the launches of
+    every rank; it is stored in ``G.graph["issue_order"]`` and is what the executor replays.
+
+Communicators
+    As ``ProcessGroupNCCL`` creates them (torch ``ProcessGroupNCCL::pointToPoint`` and
+    ``getKeySendRecv``): a collective runs on the communicator of its group; a lone send/recv on the
+    two-rank communicator of its pair of ranks, whatever the CUDA stream; a batched send/recv on the
+    communicator of the whole group (here the world), like a collective.
+
+Rules (:func:`wait_for_graph`)
+    1. NCCL pairs sends and recvs between two ranks by issue order: the k-th send from a to b
+       meets the k-th recv on b from a. There are no tags (NCCL API, ``ncclSend``/``ncclRecv``).
+    2. A send or recv completes only once its peer has posted the matching op, even at 1 KiB
+       (measured on 2 H200s, NCCL 2.28.9: send-first on both ranks hangs). A collective completes
+       once every member has posted it.
+    3. Operations on one communicator run one after another in issue order on each rank, whatever
+       the CUDA stream (measured: send then recv on two streams, on both ranks, hangs).
+    4. Collectives on two communicators that share two or more ranks must be issued in one
+       relative order on all of them (NCCL documentation, "Using multiple NCCL communicators
+       concurrently": otherwise the kernels can wait on each other and deadlock).
+    5. A batch is posted as one unit, after everything its members depend on, and completes when
+       every member completed.
+
+Each launch becomes two nodes, *posted* and *done*; an edge means "cannot happen before". A cycle
+is a hang. The graph is exact for these rules (no contraction), so it does not report a pipeline
+whose batches chain across many ranks as a deadlock.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import networkx as nx
+
+from schedsim.spec.model import COLLECTIVE_KINDS
+
+__all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang"]
+
+Comm = tuple[Any, ...]
+
+
+def communicator(op: Any, world: int) -> Comm | None:
+    """The NCCL communicator ``op`` runs on, as a hashable key, or None for non-NCCL ops.
+
+    ``("group", r0, r1, ...)`` for a collective (its group) and for a batched send/recv (the world);
+    ``("pair", lo, hi)`` for a lone send/recv between ranks ``lo < hi``.
+    Source: torch ``ProcessGroupNCCL::pointToPoint`` (batched p2p uses the device communicator,
+    a single p2p the two-rank one).
+    """
+    if op.kind in COLLECTIVE_KINDS:
+        return ("group", *op.group)
+    if op.kind in ("send", "recv"):
+        if op.nccl_group is not None:
+            return ("group", *range(world))
+        a, b = op.rank, op.peer
+        return ("pair", a, b) if a < b else ("pair", b, a)
+    return None
+
+
+def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
+    """Per rank, the NCCL launches in issue order; each launch is a list of op ids.
+
+    A collective, lone send or lone recv is a launch of one op; a batch (same ``nccl_group``) is
+    one launch listing its sends and recvs in ``seq`` order, to be passed to one
+    ``batch_isend_irecv``. Non-communication ops are not listed.
+    """
+    per_rank: dict[int, list[Any]] = defaultdict(list)
+    comm_kinds = frozenset(COLLECTIVE_KINDS) | {"send", "recv"}
+    for op in nx.get_node_attributes(G, "op").values():
+        if op.kind in comm_kinds:
+            per_rank[op.rank].append(op)
+    out: dict[int, list[list[str]]] = {}
+    for r, ops in sorted(per_rank.items()):
+        if any(a.seq > b.seq for a, b in zip(ops, ops[1:])):  # nodes are normally in program order already
+            ops.sort(key=lambda o: o.seq)
+        launches: list[list[str]] = []
+        batch_at: dict[int, list[str]] = {}
+        for op in ops:
+            g = op.nccl_group
+            if g is None:
+                launches.append([op.id])
+            elif g in batch_at:
+                batch_at[g].append(op.id)
+            else:
+                batch_at[g] = [op.id]
+                launches.append(batch_at[g])
+        out[r] = launches
+    return out
+
+
+def wait_for_graph(G: nx.DiGraph, explain: bool = False) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
+    """The posted/done wait-for graph of ``G`` (rules 1-5 of the module docstring).
+
+    ``explain`` also fills ``why`` (slower; used only to word an error).
+
+    Returns
+    -------
+    adj : list of list of int
+        Node ``2u`` is "unit u posted", ``2u + 1`` is "unit u done"; ``adj[a]`` lists the nodes that
+        cannot happen before ``a``. Units are ops, except that a batch is one unit.
+    units : list of str
+        Per unit, a label (op id, or the op ids of a batch joined by ``+``).
+    why : dict
+        Edge ``(a, b)`` -> reason, for edges other than dependencies and stream order.
+    """
+    world = int(G.graph.get("world_size", 1))
+    unit_of: dict[str, int] = {}
+    labels: list[str] = []
+    batch_unit: dict[tuple[int, int], int] = {}
+    for oid, data in G.nodes(data=True):
+        op = data["op"]
+        g = op.nccl_group
+        if g is not None and op.kind in ("send", "recv"):
+            u = batch_unit.get((op.rank, g))
+            if u is None:
+                u = batch_unit[(op.rank, g)] = len(labels)
+                labels.append(oid)
+            else:
+                labels[u] += "+" + oid
+            unit_of[oid] = u
+        else:
+            unit_of[oid] = len(labels)
+            labels.append(oid)
+    n = len(labels)
+    adj: list[list[int]] = [[2 * (i // 2) + 1] if i % 2 == 0 else [] for i in range(2 * n)]  # posted -> done
+    why: dict[tuple[int, int], str] = {}
+    for a, nbrs in G.adj.items():  # dependency and stream edges: done(a) before posted(b)
+        if not nbrs:
+            continue
+        ua = unit_of[a]
+        out = adj[2 * ua + 1]
+        for b in nbrs:
+            ub = unit_of[b]
+            if ua != ub:
+                out.append(2 * ub)
+    # rendezvous: a member is done only once every member is posted (rule 2)
+    for key, members in G.graph.get("collectives", {}).items():
+        us = [unit_of[m] for m in members]
+        for x in us:
+            for y in us:
+                if x != y:
+                    adj[2 * x].append(2 * y + 1)
+                    if explain:
+                        why[(2 * x, 2 * y + 1)] = "collective"
+    for s, r in G.graph.get("p2p", []):
+        us, ur = unit_of[s], unit_of[r]
+        adj[2 * us].append(2 * ur + 1)
+        adj[2 * ur].append(2 * us + 1)
+        if explain:
+            why[(2 * us, 2 * ur + 1)] = why[(2 * ur, 2 * us + 1)] = "p2p"
+    # one communicator runs its launches in issue order (rule 3); collectives on communicators
+    # sharing >= 2 ranks keep one relative order (rule 4)
+    for _rank, launches in (G.graph.get("issue_order") or issue_order(G)).items():
+        last: dict[Comm, int] = {}
+        for launch in launches:
+            op = G.nodes[launch[0]]["op"]
+            comm = communicator(op, world)
+            u = unit_of[launch[0]]
+            for other, pu in last.items():
+                if other == comm:
+                    adj[2 * pu + 1].append(2 * u)
+                    if explain:
+                        why[(2 * pu + 1, 2 * u)] = "same communicator"
+                elif other[0] == comm[0] == "group" and _share2(other, comm):
+                    adj[2 * pu + 1].append(2 * u)
+                    if explain:
+                        why.setdefault((2 * pu + 1, 2 * u), "communicators share ranks")
+            last[comm] = u
+    return adj, labels, why
+
+
+def _share2(a: Comm, b: Comm) -> bool:
+    """Whether two group communicators share two or more ranks."""
+    return len(set(a[1:]).intersection(b[1:])) >= 2
+
+
+def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
+    """A cycle of the wait-for graph as a list of edges ``(a, b)``, or None when NCCL cannot hang.
+
+    One Kahn sweep (linear in ops + edges); a cycle is extracted from what is left only on failure.
+    """
+    adj, labels, why = wait_for_graph(G)
+    N = len(adj)
+    indeg = [0] * N
+    for outs in adj:
+        for b in outs:
+            indeg[b] += 1
+    stack = [i for i in range(N) if indeg[i] == 0]
+    seen = 0
+    while stack:
+        a = stack.pop()
+        seen += 1
+        for b in adj[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                stack.append(b)
+    if seen == N:
+        return None
+    left = {i for i in range(N) if indeg[i] > 0}
+    H = nx.DiGraph()
+    H.add_edges_from((a, b) for a in left for b in adj[a] if b in left)
+    cyc = nx.find_cycle(H)
+    why = wait_for_graph(G, explain=True)[2]
+    G.graph["_hang_labels"] = labels
+    G.graph["_hang_why"] = why
+    return [(int(a), int(b)) for a, b in cyc]
+
+
+def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int = 12) -> str:
+    """The rank × step grid of NCCL launches (one column per rank), ops in ``marked`` flagged ``*``.
+
+    Rows are issue steps (launch index on that rank); only a window of about ``window`` rows around the
+    marked ops is printed. Op ids lose their ``@rN`` suffix (the column says the rank).
+    """
+    ranks = sorted(per_rank)
+    if not ranks:
+        return ""
+    rows = max(len(v) for v in per_rank.values())
+    hit = [i for r in ranks for i, x in enumerate(per_rank[r]) if any(p in marked for p in x.split("+"))]
+    lo = max(0, min(hit, default=0) - 2)
+    hi = min(rows, max(max(hit, default=0) + 3, lo + min(window, rows)))
+
+    def cell(x: str) -> str:
+        names = "+".join(p.rsplit("@r", 1)[0] for p in x.split("+"))
+        return ("*" if any(p in marked for p in x.split("+")) else " ") + names
+
+    cols = {r: [cell(x) for x in per_rank[r][lo:hi]] for r in ranks}
+    width = {r: max([len(f"Rank {r}"), *map(len, cols[r])]) + 2 for r in ranks}
+    lines = ["          " + "".join(f"{f'Rank {r}':<{width[r]}}" for r in ranks)]
+    for i in range(hi - lo):
+        lines.append(f"Step {lo + i:03d}: " + "".join(
+            f"{(cols[r][i] if i < len(cols[r]) else ''):<{width[r]}}" for r in ranks).rstrip())
+    if lo > 0 or hi < rows:
+        lines.append(f"(steps {lo}..{hi - 1} of {rows}; * = the ops that block)")
+    else:
+        lines.append("(* = the ops that block)")
+    return "NCCL issue order (communication launches per rank; batches joined by +):\n" + "\n".join(lines)
+
+
+def grid_of_ops(ops: list[Any], marked: set[str]) -> str:
+    """:func:`issue_grid` of op instances (before the graph exists); lone launches only."""
+    per_rank: dict[int, list[str]] = defaultdict(list)
+    batch_cell: dict[tuple[int, int], int] = {}
+    for op in sorted(ops, key=lambda o: (o.rank, o.seq)):
+        if op.kind not in COLLECTIVE_KINDS and op.kind not in ("send", "recv"):
+            continue
+        lst = per_rank[op.rank]
+        if op.nccl_group is not None and (op.rank, op.nccl_group) in batch_cell:
+            lst[batch_cell[(op.rank, op.nccl_group)]] += "+" + op.id
+            continue
+        if op.nccl_group is not None:
+            batch_cell[(op.rank, op.nccl_group)] = len(lst)
+        lst.append(op.id)
+    return issue_grid(dict(per_rank), marked)

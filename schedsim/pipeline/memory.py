@@ -1,0 +1,86 @@
+"""Static memory of pipeline stages: parameters, gradients and optimizer state, with the embedding and
+LM head placed on the stages that hold them.
+
+Per parameter, mixed-precision training with Adam keeps 16 bytes: the 16-bit weight (2) and gradient (2),
+and the fp32 master weight, momentum and variance (4 + 4 + 4) -- Rajbhandari et al., "ZeRO: Memory
+Optimizations Toward Training Trillion Parameter Models", SC'20 (arXiv 1910.02054) §3.1, "2Ψ + 2Ψ + KΨ"
+with K = 12. fp32 training also comes to 16 (4 + 4 + 8).
+
+Parameters of a GPT layer (Megatron-LM, TP = 1): attention QKV and projection ``4h² + 4h`` (weights and
+biases), MLP ``h·f1 + f·h`` (f1 = 2f with SwiGLU) and two LayerNorms; see
+:func:`schedsim.spec.pipeline_block._params_per_layer`. The first stage holds the word embedding
+``V·h`` and learned position embedding ``s·h``; the last stage holds the final LayerNorm ``2h`` and
+the output layer ``V·h`` -- its own weight when untied, a copy of the word embedding when tied
+(Megatron keeps that copy on the last pipeline stage and all-reduces its gradient). So with a V
+placement (ZB-V, DualPipeV) rank 0 holds both the embedding and the LM head, and with a loop
+placement (1F1B, ZB-H1) they sit on the first and the last rank.
+
+Activations are not here: they depend on the schedule's timing (``pipeline_metrics``), at
+``s·b·h·(34 + 5·a·s/h)`` bytes per layer and microbatch (Korthikanti et al. 2022, arXiv 2205.05198).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["BYTES_PER_PARAM", "stage_params", "static_memory"]
+
+BYTES_PER_PARAM = 16
+"""Mixed-precision Adam: 2 (weight) + 2 (gradient) + 12 (fp32 master, momentum, variance); ZeRO §3.1."""
+
+
+def stage_params(num_stages: int, layers_per_stage: int, params_per_layer: int, *, hidden: int, seq: int,
+                 vocab: int | None) -> dict[int, dict[str, int]]:
+    """Parameter counts per stage, split into ``layers``, ``embedding`` and ``lm_head``.
+
+    Parameters
+    ----------
+    num_stages : int
+        Pipeline stages p·v.
+    layers_per_stage, params_per_layer : int
+        Transformer layers on each stage and parameters of one layer.
+    hidden, seq : int
+        h and s.
+    vocab : int or None
+        Padded vocabulary V; None leaves out embedding and LM head.
+
+    Returns
+    -------
+    dict
+        stage -> {"layers": n, "embedding": n, "lm_head": n} (parameter counts, not bytes).
+    """
+    out = {}
+    for s in range(num_stages):
+        d = {"layers": layers_per_stage * params_per_layer, "embedding": 0, "lm_head": 0}
+        if vocab:
+            if s == 0:
+                d["embedding"] = vocab * hidden + seq * hidden
+            if s == num_stages - 1:
+                d["lm_head"] = vocab * hidden + 2 * hidden
+        out[s] = d
+    return out
+
+
+def static_memory(params: Mapping[int, Mapping[str, int]], stage_to_rank: Mapping[int, int] | Callable[[int], int],
+                  bytes_per_param: int = BYTES_PER_PARAM) -> dict[str, Any]:
+    """Per-rank parameters and static bytes (weights, gradients, optimizer state).
+
+    Returns
+    -------
+    dict
+        ``params`` rank -> parameter count, ``bytes`` rank -> params × ``bytes_per_param``,
+        ``breakdown`` rank -> {"layers", "embedding", "lm_head"} parameter counts,
+        ``bytes_per_param`` and ``source``.
+    """
+    where = stage_to_rank if callable(stage_to_rank) else stage_to_rank.__getitem__
+    breakdown: dict[int, dict[str, int]] = {}
+    for s, d in params.items():
+        b = breakdown.setdefault(where(s), {"layers": 0, "embedding": 0, "lm_head": 0})
+        for k, n in d.items():
+            b[k] += n
+    ranks = sorted(breakdown)
+    total = {r: sum(breakdown[r].values()) for r in ranks}
+    return {"params": total, "bytes": {r: total[r] * bytes_per_param for r in ranks},
+            "breakdown": breakdown, "bytes_per_param": bytes_per_param,
+            "source": "16 B/param mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3.1)"}
