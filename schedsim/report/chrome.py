@@ -80,9 +80,11 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
         for lbl, tl in timelines:
             other[lbl] = tl.by_id()
     flow_id = 0
+    pid_base = 0  # processes of later timelines follow those of earlier ones, whatever their rank sets
     for li, (label, tl) in enumerate(timelines):
         ranks = sorted({s.rank for s in tl.spans})
-        pid_of = {r: li * (max(ranks, default=0) + 1) + i for i, r in enumerate(ranks)}
+        pid_of = {r: pid_base + i for i, r in enumerate(ranks)}
+        pid_base += len(ranks)
         res_of: dict[tuple[int, str], str] = {}
         for s in tl.spans:
             res_of.setdefault((s.rank, s.stream), s.resource)
