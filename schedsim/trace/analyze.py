@@ -422,7 +422,7 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     out.append(f"{'rank':>4} {'makespan':>12} {'compute':>12} {'comm':>12} {'copy':>12} {'idle':>12} "
                f"{'exposed comm':>13} {'overlap':>8}")
     rows, left = pick_ranks(list(m["ranks"]), {r: d["idle_s"] + d["exposed_comm_s"] for r, d in m["ranks"].items()},
-                            full)
+                            full, tie={r: d["exposed_comm_s"] for r, d in m["ranks"].items()})
     for r in rows:
         d = m["ranks"][r]
         out.append(f"{r:>4} {_fmt_t(m['makespan_s']):>12} {_fmt_t(d['busy_compute_s']):>12} "

@@ -52,3 +52,26 @@ def test_checker_binds_a_flow_to_a_long_parent_past_many_children():
     assert check_trace({"traceEvents": [_PN, _TN, _x(0, 1000), *kids, *flow]})["flows"] == 1
     with pytest.raises(TraceFormatError, match="binds to no slice"):  # past the parent's end: no slice
         check_trace({"traceEvents": [_PN, _TN, _x(0, 1000), *kids, {**flow[0]}, {**flow[1], "ts": 1001}]})
+
+
+def test_worst_and_best_ranks_tie_break_on_exposed_comm_not_float_noise():
+    """Every rank: 1 s of compute, then c_r of comm on its own stream; idle + exposed comm is the same
+    (makespan − 1 s) up to float noise, so the worst are the ranks with most exposed comm (used to be
+    picked by the noise: PP8×DP128 printed a 'best' rank with the worst's numbers)."""
+    import io
+
+    from rich.console import Console
+
+    from schedsim.report.summary import print_summary
+    from schedsim.sim.metrics import compute_metrics
+
+    c = [0.1 * ((7 * r) % 12) for r in range(12)]  # 0.1 s steps in a scrambled rank order
+    spans = [Span(f"mm@r{r}", "mm", r, "compute", "matmul", "compute", 0.0, 1.0) for r in range(12)]
+    spans += [Span(f"ar@r{r}", "ar", r, "nccl", "all_reduce", "comm", 1.0, 1.0 + c[r]) for r in range(12) if c[r]]
+    tl = Timeline("t", "predict", 12, spans=spans)
+    buf = io.StringIO()
+    print_summary(tl, compute_metrics(tl), console=Console(file=buf, width=160))
+    rows = [ln.split("│")[1].strip() for ln in buf.getvalue().splitlines()
+            if ln.startswith("│") and ("worst" in ln or "best" in ln)]
+    by_c = sorted(range(12), key=lambda r: -c[r])
+    assert rows == [f"{r} worst" for r in by_c[:3]] + [f"{r} best" for r in by_c[-3:]]
