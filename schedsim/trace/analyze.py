@@ -336,7 +336,9 @@ def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
     the last ``schedsim_iter*`` range of each file when there is one (the executor's ``--profiler``
     wraps each profiled iteration in one). The rank is ``distributedInfo.rank``, else the file's
     position. Times are the trace's ``ts`` (µs; ranks of one host share the clock) shifted so the
-    earliest kept range starts at 0. Ranges are tagged by :func:`tag_pipeline`.
+    earliest kept range starts at 0. Ranges are tagged by :func:`tag_pipeline`, sends and recvs with
+    the message they carry (:func:`_p2p_msg`, so the trace draws send -> recv flows), and the critical
+    path is the last-finishing chain (:func:`schedsim.trace.common.last_finishing_chain`).
 
     Raises
     ------
@@ -373,13 +375,35 @@ def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
     for rank, name, a, b in sorted(raw, key=lambda x: (x[0], x[2])):
         comm = name.startswith(("send", "recv"))
         kind = ("send" if name.startswith("send") else "recv") if comm else "compute"
+        msg = _p2p_msg(name)
         spans.append(Span(f"{name}@r{rank}", name, rank, "comm" if comm else "compute", kind,
-                          "comm" if comm else "compute", (a - t0) * 1e-6, (b - t0) * 1e-6))
+                          "comm" if comm else "compute", (a - t0) * 1e-6, (b - t0) * 1e-6,
+                          tags={"msg": msg} if msg else None))
     ranks = sorted({s.rank for s in spans})
     tl = Timeline(Path(paths[0]).name.split(".")[0] if paths else "kineto", "import", len(ranks) or 1, spans=spans,
                   meta={"ranges": "record_function (user_annotation)"})
     tag_pipeline(tl)
+    from schedsim.trace.common import last_finishing_chain
+
+    tl.critical_path = last_finishing_chain(tl.spans)
     return tl
+
+
+_P2P_NAME = re.compile(r"^(?P<dir>send|recv)(?P<op>[FB])(?P<stage>\d+)\.(?P<mb>\d+)$")
+
+
+def _p2p_msg(name: str) -> str | None:
+    """The message a pipeline send/recv range carries, as the pipeline block tags it (``msg``: the
+    producing action and stage, then the microbatch): ``sendF2.5`` sends ``F2.5``; ``recvF3.5``
+    receives ``F2.5`` (activations come from the stage before) and ``recvB1.5`` receives ``B2.5``
+    (gradients come from the stage after). None for other names."""
+    m = _P2P_NAME.match(name)
+    if m is None:
+        return None
+    st = int(m["stage"])
+    if m["dir"] == "recv":
+        st += -1 if m["op"] == "F" else 1
+    return f"{m['op']}{st}.{m['mb']}"
 
 
 def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total: bool = True) -> list[str]:

@@ -75,3 +75,36 @@ def test_worst_and_best_ranks_tie_break_on_exposed_comm_not_float_noise():
             if ln.startswith("│") and ("worst" in ln or "best" in ln)]
     by_c = sorted(range(12), key=lambda r: -c[r])
     assert rows == [f"{r} worst" for r in by_c[:3]] + [f"{r} best" for r in by_c[-3:]]
+
+
+def test_measured_pipeline_ranges_give_p2p_flows_critical_path_and_bubble(tmp_path):
+    """CPU-only Kineto profiles of a 2-rank 1F1B run (executor range names, µs): the analyze trace used
+    to have no flows and the report no critical path."""
+    import gzip
+    import json
+
+    from schedsim.report.chrome import chrome_trace
+    from schedsim.trace.analyze import format_report, kineto_ranges_timeline, pipeline_bubbles
+    from schedsim.trace.common import ImportResult
+
+    ranges = {0: [("schedsim_iter0", 0, 100), ("F0.0.fwd", 0, 10), ("sendF0.0", 10, 12), ("recvB0.0", 12, 40),
+                  ("B0.0.I.dgrad", 40, 50), ("B0.0.W.wgrad", 50, 60)],
+              1: [("schedsim_iter0", 0, 100), ("recvF1.0", 5, 13), ("F1.0.fwd", 13, 23), ("B1.0.I.dgrad", 23, 33),
+                  ("sendB1.0", 33, 38), ("B1.0.W.wgrad", 38, 48)]}
+    paths = []
+    for r, lst in ranges.items():
+        ev = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 1, "tid": 1, "ts": a, "dur": b - a}
+              for n, a, b in lst]
+        p = tmp_path / f"kineto_rank{r}.json.gz"
+        with gzip.open(p, "wt") as fh:
+            json.dump({"distributedInfo": {"rank": r}, "traceEvents": ev}, fh)
+        paths.append(p)
+    tl = kineto_ranges_timeline(paths)
+    # makespan 60 µs; F/B/I/W busy 30 µs on each rank: bubble 1 − 30/60
+    assert pipeline_bubbles(tl) == pytest.approx({0: 0.5, 1: 0.5})
+    tr = chrome_trace([("measured", tl)])
+    check_trace(tr, require_flows=True)
+    flows = {(e["pid"], e["ts"]) for e in tr["traceEvents"] if e["ph"] == "s" and e["cat"] == "p2p"}
+    assert flows == {(0, 10.1), (1, 33.25)}  # sendF0.0 -> recvF1.0, sendB1.0 -> recvB0.0, 5% into each send
+    assert tl.critical_path[-2:] == ["B0.0.I.dgrad@r0", "B0.0.W.wgrad@r0"]
+    assert "(none)" not in format_report(ImportResult(tl, {}, {}, []))
