@@ -12,11 +12,12 @@ checks the rules its JSON importer and the Trace Event Format spec
   thread that holds a slice is named, and no pid (or pid/tid) gets two different names (two
   processes sharing a pid, which Perfetto would merge into one track);
 * ``X`` slices on one thread nest (no partial overlap; Perfetto drops the rest);
-* flows ``s``/``t``/``f``: each id has one ``s`` and one ``f`` (same ``cat``), ``s.ts ≤ f.ts``, and
+* flows ``s``/``t``/``f``: each (``cat``, ``name``, ``id``), the key Perfetto's importer matches v1 flow
+  events by, has one ``s`` and one ``f``, ``s.ts ≤ f.ts``, and
   each flow event binds to a slice on its thread (``s``, ``t`` and ``f`` with ``bp: "e"``: a slice
   enclosing ``ts``; ``f`` without ``bp``: a slice starting at or after ``ts``);
 * ``C`` counters: ``name``, a non-empty ``args`` of finite numbers, the same arg keys on every
-  sample of one (pid, name) track.
+  sample of one (pid, name, id) track.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
     named_p: dict[int, str] = {}
     named_t: dict[tuple[int, int], str] = {}
     flows: dict[Any, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    ckeys: dict[tuple[int, str], set[str]] = {}
+    ckeys: dict[tuple[int, str, Any], set[str]] = {}
     n = {"slices": 0, "flows": 0, "counters": 0, "metadata": 0}
     for i, e in enumerate(evs):
         if len(errs) >= 20:
@@ -111,7 +112,7 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
                     or not all(_num(v) for v in args.values()):
                 errs.append(f"event {i}: counter needs a name and numeric args, got {args!r}")
                 continue
-            key = (e["pid"], e["name"])
+            key = (e["pid"], e["name"], e.get("id"))  # a counter track is (process, name, id)
             ks = set(args)
             if ckeys.setdefault(key, ks) != ks:
                 errs.append(f"event {i}: counter {e['name']!r} on pid {e['pid']} changes its series {ks} "
@@ -133,7 +134,8 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
             if "id" not in e:
                 errs.append(f"event {i}: flow event without id")
                 continue
-            flows[(e.get("cat"), e["id"])][ph].append({**e, "_i": i})
+            # Perfetto keys a v1 flow by (id, cat, name) (FlowTracker::GetFlowIdForV1Event)
+            flows[(e.get("cat"), e.get("name"), e["id"])][ph].append({**e, "_i": i})
     for key, lst in slices.items():
         if len(errs) >= 20:
             break
@@ -161,7 +163,8 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
             m = max(m, b)
             acc.append(m)
         reach[k] = acc
-    for (cat, fid), d in flows.items():
+    for (cat, fname, fid), d in flows.items():
+        cat = f"{cat}:{fname}" if fname != cat else cat
         if len(errs) >= 20:
             break
         n["flows"] += 1

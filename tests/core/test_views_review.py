@@ -108,3 +108,19 @@ def test_measured_pipeline_ranges_give_p2p_flows_critical_path_and_bubble(tmp_pa
     assert flows == {(0, 10.1), (1, 33.25)}  # sendF0.0 -> recvF1.0, sendB1.0 -> recvB0.0, 5% into each send
     assert tl.critical_path[-2:] == ["B0.0.I.dgrad@r0", "B0.0.W.wgrad@r0"]
     assert "(none)" not in format_report(ImportResult(tl, {}, {}, []))
+
+
+def test_checker_matches_flow_ends_by_cat_name_and_id_as_perfetto_does():
+    """An 's' and an 'f' of one id and cat but different names are two unconnected flows in Perfetto."""
+    s = {"ph": "s", "id": 3, "cat": "dep", "name": "dep", "pid": 0, "tid": 1, "ts": 1}
+    f = {"ph": "f", "bp": "e", "id": 3, "cat": "dep", "name": "dep", "pid": 0, "tid": 1, "ts": 2}
+    assert check_trace({"traceEvents": [_PN, _TN, _x(0, 5), s, f]})["flows"] == 1
+    with pytest.raises(TraceFormatError, match="one 's' and one 'f'"):
+        check_trace({"traceEvents": [_PN, _TN, _x(0, 5), s, {**f, "name": "other"}]})
+
+
+def test_checker_accepts_counter_tracks_told_apart_by_id():
+    """Chrome's format names a counter track by name and id: two ids may carry different series."""
+    c = [{"ph": "C", "name": "mem", "id": 1, "pid": 0, "ts": 0, "args": {"heap": 1}},
+         {"ph": "C", "name": "mem", "id": 2, "pid": 0, "ts": 0, "args": {"pool": 2.5}}]
+    assert check_trace({"traceEvents": [_PN, *c]})["counters"] == 2
