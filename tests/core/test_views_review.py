@@ -124,3 +124,17 @@ def test_checker_accepts_counter_tracks_told_apart_by_id():
     c = [{"ph": "C", "name": "mem", "id": 1, "pid": 0, "ts": 0, "args": {"heap": 1}},
          {"ph": "C", "name": "mem", "id": 2, "pid": 0, "ts": 0, "args": {"pool": 2.5}}]
     assert check_trace({"traceEvents": [_PN, *c]})["counters"] == 2
+
+
+def test_measured_ops_overlapping_on_one_stream_go_to_extra_threads():
+    """Kernels of one measured stream that overlap partially (PDL, jitter) made an invalid trace."""
+    spans = [Span("a@r0", "a", 0, "7", "kernel", "compute", 0.0, 1.0),
+             Span("b@r0", "b", 0, "7", "kernel", "compute", 0.5, 1.5),
+             Span("c@r0", "c", 0, "7", "kernel", "compute", 0.6, 0.9),   # nests in a
+             Span("d@r0", "d", 0, "7", "kernel", "compute", 1.2, 2.0)]   # overlaps b, follows a
+    tr = chrome_trace([("measured", Timeline("o", "import", 1, spans=spans))])
+    check_trace(tr)
+    tid = {e["args"]["op"]: e["tid"] for e in tr["traceEvents"] if e["ph"] == "X"}
+    assert tid["a@r0"] == tid["c@r0"] == tid["d@r0"] != tid["b@r0"]
+    names = sorted(e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "thread_name")
+    assert names == ["7 (compute)", "7 (compute) #2"]
