@@ -138,3 +138,29 @@ def test_measured_ops_overlapping_on_one_stream_go_to_extra_threads():
     assert tid["a@r0"] == tid["c@r0"] == tid["d@r0"] != tid["b@r0"]
     names = sorted(e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "thread_name")
     assert names == ["7 (compute)", "7 (compute) #2"]
+
+
+def test_api_docstring_example_runs_as_written():
+    """The module example used ``rank: 0``, which the schedule language rejects (the key is ``ranks``)."""
+    import doctest
+
+    import schedsim.api
+
+    res = doctest.testmod(schedsim.api, optionflags=doctest.ELLIPSIS)
+    assert res.attempted >= 4 and res.failed == 0
+
+
+def test_api_plot_pipeline_tags_measured_ranges_and_refuses_non_pipelines():
+    """It drew an empty '1 steps' chart for a timeline without pipeline actions, and an empty one for
+    an imported run whose range names carry them (analyze --charts tags those)."""
+    from schedsim import api
+
+    with pytest.raises(ValueError, match="no pipeline actions"):
+        api.plot_pipeline(_tl([0, 1]))
+    names = {0: [("PP:0F0", 0, 1), ("PP:0B0", 3, 5)], 1: [("PP:1F0", 1, 2), ("PP:1B0", 2, 3)]}
+    spans = [Span(f"{n}@r{r}", n, r, "7", "kernel", "compute", a * 1e-3, b * 1e-3) for r, lst in names.items()
+             for n, a, b in lst]
+    tl = Timeline("pp", "import", 2, spans=spans)
+    fig = api.plot_pipeline(tl)
+    boxes = [t.get_text() for t in fig.axes[0].texts if t.get_text() == "0"]
+    assert len(boxes) == 4 and not any(s.tags for s in tl.spans)  # 4 actions of microbatch 0; input untouched
