@@ -164,3 +164,27 @@ def test_api_plot_pipeline_tags_measured_ranges_and_refuses_non_pipelines():
     fig = api.plot_pipeline(tl)
     boxes = [t.get_text() for t in fig.axes[0].texts if t.get_text() == "0"]
     assert len(boxes) == 4 and not any(s.tags for s in tl.spans)  # 4 actions of microbatch 0; input untouched
+
+
+def test_static_memory_counts_the_embedding_and_logits_weights():
+    """A GPT with vocab 1000, hidden 64, ffn 256, 4 layers on p = 2: the first and last stage also hold
+    vocab × hidden parameters (the block adds embedding and logits ops there); they were left out."""
+    from schedsim import api
+    from schedsim.report.memory import static_memory
+
+    spec = api.load_text("""
+schema_version: 1
+name: tiny_gpt
+world_size: 2
+pipeline:
+  schedule: 1f1b
+  p: 2
+  m: 2
+  transformer: {layers: 4, hidden: 64, ffn: 256, heads: 4, seq: 8, micro_batch: 1, dtype: bf16, vocab: 1000}
+  optimizer: true
+""")
+    api.predict(spec, "h200")  # builds the graph, which records the stage placement on the spec
+    per_layer = 4 * 64 * 64 + 64 * 256 + 256 * 64 + 4 * 64  # QKV + proj, fc1, fc2, biases/norms
+    n = 2 * per_layer + 1000 * 64                           # 2 layers per stage + embedding (or logits)
+    st = static_memory(spec, 2)
+    assert st[0] == st[1] == {"parameters": 2.0 * n, "gradients": 2.0 * n, "optimizer": 12.0 * n}
