@@ -221,8 +221,11 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
         order = {"compute": 0, "comm": 1, "copy": 2}
         streams_of[r].sort(key=lambda st, r=r: (order.get(res_of.get((r, st), ""), 3), st))
     k = len(timelines)
-    shown, folded = choose_ranks(ranks, {r: len(streams_of[r]) * k for r in ranks}, max_lanes)
-    lanes: list[tuple[int, str, str]] = [(r, st, lbl) for r in shown for st in streams_of[r] for lbl, _ in timelines]
+    has = {lbl: set(tl.lanes()) for lbl, tl in timelines}  # a lane only where that timeline has the stream
+    n_lanes = {r: sum((r, st) in has[lbl] for st in streams_of[r] for lbl, _ in timelines) for r in ranks}
+    shown, folded = choose_ranks(ranks, n_lanes, max_lanes)
+    lanes: list[tuple[int, str, str]] = [(r, st, lbl) for r in shown for st in streams_of[r] for lbl, _ in timelines
+                                         if (r, st) in has[lbl]]
     ypos = {ln: i for i, ln in enumerate(lanes)}
     n_other = 2 * k if folded else 0
     n = len(lanes) + n_other

@@ -188,3 +188,20 @@ pipeline:
     n = 2 * per_layer + 1000 * 64                           # 2 layers per stage + embedding (or logits)
     st = static_memory(spec, 2)
     assert st[0] == st[1] == {"parameters": 2.0 * n, "gradients": 2.0 * n, "optimizer": 12.0 * n}
+
+
+def test_compare_gantt_draws_no_empty_lanes_for_streams_a_timeline_lacks():
+    """Predicted streams (compute, nccl) against measured CUDA streams (7, 24) on 2 ranks: 8 lanes with
+    a box each, not 16 lanes of which half are empty."""
+    from schedsim.report.gantt import draw_gantt
+
+    def tl(streams, src):
+        return Timeline("t", src, 2, spans=[Span(f"{st}@r{r}", "op", r, st, k, res, 0.0, 0.001)
+                                            for r in (0, 1) for st, k, res in streams])
+
+    pred = tl([("compute", "matmul", "compute"), ("nccl", "all_reduce", "comm")], "predict")
+    meas = tl([("7", "kernel", "compute"), ("24", "all_reduce", "comm")], "import")
+    fig = draw_gantt([("predicted", pred), ("measured", meas)])
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert len(labels) == 8 and "r0 compute [predicted]" in labels and "r0 7 [measured]" in labels
+    assert "r0 7 [predicted]" not in labels
