@@ -43,6 +43,9 @@ _COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "redu
 
 
 def _us(s: float) -> float:
+    """Seconds to µs rounded to 0.1 ns. A slice's ``dur`` is ``_us(end) - _us(start)``, not
+    ``_us(duration)``: rounding each on its own can end a slice 0.1 ns after the next one on its
+    thread starts, a partial overlap."""
     return round(s * 1e6, 4)
 
 
@@ -162,7 +165,7 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
                     if o is not None:
                         args[f"{ol}_us"] = _us(o.duration_s)
             events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid_of[s.rank],
-                           "tid": tid_span[s.id], "ts": _us(s.start_s), "dur": _us(s.duration_s),
+                           "tid": tid_span[s.id], "ts": _us(s.start_s), "dur": round(_us(s.end_s) - _us(s.start_s), 4),
                            "args": args})
 
         def flow(a: Span, b: Span, cat: str) -> None:

@@ -205,3 +205,12 @@ def test_compare_gantt_draws_no_empty_lanes_for_streams_a_timeline_lacks():
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert len(labels) == 8 and "r0 compute [predicted]" in labels and "r0 7 [measured]" in labels
     assert "r0 7 [predicted]" not in labels
+
+
+def test_back_to_back_slices_share_their_boundary_in_the_trace():
+    """dur was rounded on its own: a ended at 256.1712 µs, 0.1 ns after b began at 256.1711 µs."""
+    t0, t1 = 0.00023308445025757262, 0.00025617110441167107
+    spans = [Span("a@r0", "a", 0, "s", "matmul", "compute", t0, t1),
+             Span("b@r0", "b", 0, "s", "matmul", "compute", t1, t1 + 1e-5)]
+    x = [e for e in chrome_trace([("p", Timeline("t", "predict", 1, spans=spans))])["traceEvents"] if e["ph"] == "X"]
+    assert x[0]["ts"] + x[0]["dur"] == pytest.approx(x[1]["ts"], abs=1e-9)
