@@ -315,16 +315,19 @@ def tag_pipeline(tl: Timeline) -> int:
 
 
 def pipeline_bubbles(tl: Timeline) -> dict[int, float] | None:
-    """Bubble ratio per rank of a pipeline-tagged timeline: 1 − (time covered by F/B/I/W actions) /
-    makespan, the idle-fraction convention of :mod:`schedsim.sim.pipeline_metrics`. None without tags."""
+    """Bubble ratio per rank of a pipeline-tagged timeline: 1 − (time any compute op runs) / makespan,
+    the idle-fraction convention of :mod:`schedsim.sim.pipeline_metrics`, which also counts compute
+    outside F/B/I/W (optimizer step, embedding) as busy; so ``analyze`` of a predicted timeline
+    prints the bubble ``predict`` does. Ranks without pipeline actions are left out; None without tags."""
     from schedsim.sim.metrics import length, merge
 
-    busy: dict[int, list[tuple[float, float]]] = {}
-    for s in tl.spans:
-        if s.tags and s.tags.get("pp_op") in ("F", "B", "I", "W"):
-            busy.setdefault(s.rank, []).append((s.start_s, s.end_s))
-    if not busy:
+    pp_ranks = {s.rank for s in tl.spans if s.tags and s.tags.get("pp_op") in ("F", "B", "I", "W")}
+    if not pp_ranks:
         return None
+    busy: dict[int, list[tuple[float, float]]] = {r: [] for r in pp_ranks}
+    for s in tl.spans:
+        if s.rank in pp_ranks and s.resource == "compute":
+            busy[s.rank].append((s.start_s, s.end_s))
     mk = tl.makespan_s
     return {r: (1.0 - length(merge(iv)) / mk if mk > 0 else 0.0) for r, iv in sorted(busy.items())}
 
@@ -457,7 +460,7 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     out.append(f"all  overlap ratio {m['overlap_ratio']:.3f}, exposed comm {_fmt_t(m['exposed_comm_s'])}")
     bub = pipeline_bubbles(tl)
     if bub:
-        out += ["", "## pipeline bubble per rank (idle fraction of the makespan outside F/B/I/W actions)"]
+        out += ["", "## pipeline bubble per rank (idle fraction of the makespan: no compute op running)"]
         brows, bleft = pick_ranks(list(bub), bub, full)
         out += [f"{r:>4} {bub[r]:.4f}" for r in brows]
         if bleft:
