@@ -261,7 +261,8 @@ def analysis_dict(res: ImportResult) -> dict[str, Any]:
             nv.setdefault(device, {})
             nv[device][name] = nv[device].get(name, 0) + n
     return {"schedule": tl.schedule, "source": tl.source, "world_size": tl.world_size, "spans": len(tl.spans),
-            "kernel_share": kt, "nccl_volume_elements": nv, "metrics": m, "warnings": res.warnings}
+            "kernel_share": kt, "nccl_volume_elements": nv, "metrics": m,
+            "pipeline_bubble": pipeline_bubbles(tl), "warnings": res.warnings}
 
 
 def _fmt_t(s: float) -> str:

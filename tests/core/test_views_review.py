@@ -232,3 +232,19 @@ def test_analyze_bubble_counts_the_optimizer_as_busy_like_predict():
     tl = Timeline("pp", "predict", 2, spans=spans, meta={"pipeline": {"v": 1}})
     assert pipeline_bubbles(tl) == pytest.approx({0: 0.2, 1: 0.2})
     assert pipeline_bubbles(tl) == pytest.approx(pipeline_metrics(tl)["bubble_of_makespan"]["per_rank"])
+
+
+def test_analyze_json_carries_the_bubble_per_rank():
+    """``analyze --format json`` is 'everything analyze prints' but left the pipeline bubble out."""
+    import json
+
+    from schedsim.trace.analyze import analysis_dict, tag_pipeline
+    from schedsim.trace.common import ImportResult
+
+    spans = [Span(f"{n}@r{r}", n, r, "7", "kernel", "compute", a * 1e-3, b * 1e-3)
+             for r, n, a, b in ((0, "PP:0F0", 0, 1), (0, "PP:0B0", 3, 5), (1, "PP:1F0", 1, 2), (1, "PP:1B0", 2, 3))]
+    tl = Timeline("pp", "import", 2, spans=spans)
+    tag_pipeline(tl)
+    d = json.loads(json.dumps(analysis_dict(ImportResult(tl, {}, {}, [])), default=str))
+    # makespan 5 ms; rank 0 busy 3 ms, rank 1 busy 2 ms
+    assert d["pipeline_bubble"] == pytest.approx({"0": 0.4, "1": 0.6})
