@@ -248,3 +248,19 @@ def test_analyze_json_carries_the_bubble_per_rank():
     d = json.loads(json.dumps(analysis_dict(ImportResult(tl, {}, {}, [])), default=str))
     # makespan 5 ms; rank 0 busy 3 ms, rank 1 busy 2 ms
     assert d["pipeline_bubble"] == pytest.approx({"0": 0.4, "1": 0.6})
+
+
+def test_folded_gantt_keeps_the_critical_path_ranks():
+    """PP8×DP128 drew ranks 0–7 and 1017–1023 while its critical path runs through 1016; the ranks
+    on the critical path now keep their lanes first."""
+    from schedsim.report.gantt import choose_ranks, draw_gantt
+
+    ranks = list(range(64))
+    shown, folded = choose_ranks(ranks, {r: 1 for r in ranks}, 10, prefer=[40, 41])
+    assert shown == [0, 1, 2, 40, 41, 61, 62, 63] and len(folded) == 56  # 8 lanes + 2 bands
+    assert choose_ranks(ranks, {r: 1 for r in ranks}, 10)[0] == [0, 1, 2, 3, 60, 61, 62, 63]
+    spans = [Span(f"mm@r{r}", "mm", r, "s", "matmul", "compute", 0.0, 1e-3 * (1 + (r == 500))) for r in range(1024)]
+    tl = Timeline("big", "predict", 1024, spans=spans)
+    tl.critical_path = ["mm@r500"]
+    labels = [t.get_text() for t in draw_gantt([("predicted", tl)]).axes[0].get_yticklabels()]
+    assert "r500 s" in labels and "r0 s" in labels and "r1023 s" in labels
