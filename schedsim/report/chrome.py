@@ -15,8 +15,8 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
   enclosing slice is never ambiguous and a flow never runs backwards in time): every dependency of the graph between two
   different streams or ranks (category ``dep``), send -> recv (``p2p``; without the graph, sends
   and recvs paired by their ``msg`` tag) and, for each collective,
-  its first member -> every other member (``collective``; members are spans of one name on several
-  ranks). Dependency and p2p flows need the graph (``predict`` passes it).
+  its first member -> every other member (``collective``; members from the graph's rendezvous,
+  ``G.graph["collectives"]``, else the spans of one name on several ranks). Dependency and p2p flows need the graph (``predict`` passes it).
 * counter tracks (``ph: "C"``) per rank: ``memory allocated (bytes)`` when the timeline carries
   the memory curve (:mod:`schedsim.report.memory`), ``GPU share in use`` (Σ over running compute ops
   of solo time / actual time: 1.0 = one kernel's worth of the GPU, from the simulator's solo
@@ -202,9 +202,14 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
                 if len(d["send"]) == 1 and len(d["recv"]) == 1:
                     flow(d["send"][0], d["recv"][0], "p2p")
         members: dict[str, list[Span]] = defaultdict(list)
-        for s in tl.spans:
-            if s.kind in _COLLECTIVES:
-                members[s.name].append(s)
+        if graph is not None and li == 0 and "collectives" in graph.graph:
+            # the graph's rendezvous: one entry per (name, group), so two groups issuing one name stay apart
+            for key, ids in graph.graph["collectives"].items():
+                members[key] = [byid[i] for i in ids if i in byid]
+        else:  # no graph: members are the spans of one name, one per rank
+            for s in tl.spans:
+                if s.kind in _COLLECTIVES:
+                    members[s.name].append(s)
         for mem in members.values():
             if len({m.rank for m in mem}) < 2 or len(mem) != len({m.rank for m in mem}):
                 continue  # repeated names on one rank: membership is ambiguous

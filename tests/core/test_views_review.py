@@ -264,3 +264,25 @@ def test_folded_gantt_keeps_the_critical_path_ranks():
     tl.critical_path = ["mm@r500"]
     labels = [t.get_text() for t in draw_gantt([("predicted", tl)]).axes[0].get_yticklabels()]
     assert "r500 s" in labels and "r0 s" in labels and "r1023 s" in labels
+
+
+def test_collective_flows_stay_inside_their_group():
+    """Two TP groups {0,1} and {2,3} each issue 'ar': the trace drew arrows from rank 0 to ranks 2 and 3
+    (members were grouped by name alone); the graph's rendezvous keeps one flow per group."""
+    from schedsim import api
+
+    run = api.predict(api.load_text("""
+schema_version: 1
+name: two_tp_groups
+world_size: 4
+ops:
+  - {name: ar, kind: all_reduce, bytes: 1048576, dtype: bf16, ranks: [0, 1], group: [0, 1]}
+  - {name: ar, kind: all_reduce, bytes: 1048576, dtype: bf16, ranks: [2, 3], group: [2, 3]}
+"""))
+    tr = chrome_trace([("p", run.timeline)], run.graph)
+    check_trace(tr, require_flows=True)
+    ends: dict[int, list[int]] = {}
+    for e in tr["traceEvents"]:
+        if e["ph"] in "sf" and e["cat"] == "collective":
+            ends.setdefault(e["id"], []).append(e["pid"])
+    assert sorted(ends.values()) == [[0, 1], [2, 3]]
