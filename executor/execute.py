@@ -262,7 +262,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
     metrics = compute_metrics(tl)
     paths = [outdir / "timeline.json", outdir / "trace.json", outdir / "env.json"]
     tl.write_json(paths[0], metrics)
-    write_chrome_trace(paths[1], [("measured", tl)])
+    write_chrome_trace(paths[1], [("measured", tl)], graph=G)  # the DAG it ran: dependency and p2p flows
     env = {**genv, "ranks": [p["env"] for p in gathered], "timing": timing, "nvtx_ranges": gathered[0].get("nvtx")}
     atomic_write_text(paths[2], json.dumps(env, indent=1))
     if gantt:

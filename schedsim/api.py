@@ -5,7 +5,7 @@
 ... schema_version: 1
 ... name: one_gemm
 ... world_size: 1
-... ops: [{name: mm, rank: 0, kind: matmul, m: 4096, n: 4096, k: 4096, dtype: bf16}]
+... ops: [{name: mm, kind: matmul, m: 4096, n: 4096, k: 4096, dtype: bf16}]
 ... ''')
 >>> run = api.predict(spec, profile="h200")
 >>> run.makespan_s > 0
@@ -138,10 +138,29 @@ def plot_gantt(*runs: Run | Timeline, title: str = "", labels: list[str] | None 
 
 
 def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> Any:
-    """Pipeline Figure: ``mode="steps"`` (the papers' unit steps) or ``"time"``."""
-    from schedsim.report.gantt import draw_pipeline
+    """Pipeline Figure: ``mode="steps"`` (the papers' unit steps) or ``"time"``.
 
-    return draw_pipeline(_tl(run), title or _tl(run).schedule, mode=mode)
+    A measured timeline (``import``) whose range names carry pipeline actions (executor, torch
+    pipelining, Megatron: :data:`schedsim.trace.analyze.PIPELINE_NAME_PATTERNS`) is tagged first, as
+    ``analyze --charts`` does; the run passed in is left unchanged.
+
+    Raises
+    ------
+    ValueError
+        No span is a pipeline action (F/B/I/W), so there is nothing to draw.
+    """
+    import copy
+
+    from schedsim.report.gantt import draw_pipeline, pipeline_view
+    from schedsim.trace.analyze import tag_pipeline
+
+    tl = _tl(run)
+    if not pipeline_view(tl).spans:
+        tl = copy.copy(tl)
+        tl.spans = list(tl.spans)
+        if not tag_pipeline(tl) or not pipeline_view(tl).spans:
+            raise ValueError(f"{tl.schedule}: no pipeline actions (F/B/I/W) in this timeline; plot_gantt draws it")
+    return draw_pipeline(tl, title or tl.schedule, mode=mode)
 
 
 def plot_memory(run: Run | Timeline, title: str = "") -> Any:

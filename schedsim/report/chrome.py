@@ -6,7 +6,8 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
 * one process per rank (``pid``; ``process_name`` and ``process_sort_index`` metadata), one thread
   per stream (``tid``; ``thread_name`` and ``thread_sort_index``: compute streams, then comm, then
   copy); ``ph: "X"`` complete events, ``ts``/``dur`` in microseconds. Events on one track nest
-  (Perfetto requires it), which one op per stream at a time guarantees.
+  (Perfetto requires it): a simulated stream runs one op at a time, and measured ops that overlap
+  partially on one stream go to extra threads ``"<stream> (<resource>) #2"``, ... (:func:`_nesting_rows`).
 * args per slice: ``op`` (id), ``kind``, ``resource``, ``bytes``, ``flops``, ``solo_us`` (the
   uncontended prediction), ``ready_us``, pipeline tags, and ``predicted_us`` / ``measured_us``
   when both timelines of a comparison hold the op.
@@ -14,8 +15,8 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
   enclosing slice is never ambiguous and a flow never runs backwards in time): every dependency of the graph between two
   different streams or ranks (category ``dep``), send -> recv (``p2p``; without the graph, sends
   and recvs paired by their ``msg`` tag) and, for each collective,
-  its first member -> every other member (``collective``; members are spans of one name on several
-  ranks). Dependency and p2p flows need the graph (``predict`` passes it).
+  its first member -> every other member (``collective``; members from the graph's rendezvous,
+  ``G.graph["collectives"]``, else the spans of one name on several ranks). Dependency and p2p flows need the graph (``predict`` passes it).
 * counter tracks (``ph: "C"``) per rank: ``memory allocated (bytes)`` when the timeline carries
   the memory curve (:mod:`schedsim.report.memory`), ``GPU share in use`` (Σ over running compute ops
   of solo time / actual time: 1.0 = one kernel's worth of the GPU, from the simulator's solo
@@ -42,6 +43,9 @@ _COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "redu
 
 
 def _us(s: float) -> float:
+    """Seconds to µs rounded to 0.1 ns. A slice's ``dur`` is ``_us(end) - _us(start)``, not
+    ``_us(duration)``: rounding each on its own can end a slice 0.1 ns after the next one on its
+    thread starts, a partial overlap."""
     return round(s * 1e6, 4)
 
 
@@ -67,6 +71,37 @@ def _rate_counter(spans: list[Span], value: Any) -> list[tuple[float, float]]:
     return out
 
 
+def _nesting_rows(spans: list[Span], tol_s: float = 5e-10) -> list[int]:
+    """Row of each span within its (rank, stream) lane so that the spans of one row nest.
+
+    A simulated stream runs one op at a time, so everything lands in row 0. Measured streams can
+    overlap partially (kernels launched with programmatic dependent launch, ranges of two CPU
+    threads folded onto one lane, clock jitter); Perfetto drops or mis-nests such slices on one
+    thread, so each span goes to the first row where it nests in (or follows) what is open there.
+    ``tol_s`` (0.5 ns) absorbs the writer's 0.1 ns rounding.
+    """
+    rows = [0] * len(spans)
+    by_lane: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for i, s in enumerate(spans):
+        by_lane[(s.rank, s.stream)].append(i)
+    for idx in by_lane.values():
+        idx.sort(key=lambda i: (spans[i].start_s, -spans[i].end_s))
+        open_ends: list[list[float]] = []  # per row: ends of the enclosing slices still open
+        for i in idx:
+            a, b = spans[i].start_s, spans[i].end_s
+            for j, stack in enumerate(open_ends):
+                while stack and stack[-1] <= a + tol_s:
+                    stack.pop()
+                if not stack or b <= stack[-1] + tol_s:
+                    break
+            else:
+                j = len(open_ends)
+                open_ends.append([])
+            open_ends[j].append(b)
+            rows[i] = j
+    return rows
+
+
 def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> dict[str, Any]:
     """Trace dict for one or more labelled timelines (e.g. ``[("predicted", a), ("measured", b)]``).
 
@@ -80,14 +115,20 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
         for lbl, tl in timelines:
             other[lbl] = tl.by_id()
     flow_id = 0
+    pid_base = 0  # processes of later timelines follow those of earlier ones, whatever their rank sets
     for li, (label, tl) in enumerate(timelines):
         ranks = sorted({s.rank for s in tl.spans})
-        pid_of = {r: li * (max(ranks, default=0) + 1) + i for i, r in enumerate(ranks)}
+        pid_of = {r: pid_base + i for i, r in enumerate(ranks)}
+        pid_base += len(ranks)
         res_of: dict[tuple[int, str], str] = {}
         for s in tl.spans:
             res_of.setdefault((s.rank, s.stream), s.resource)
         lanes = sorted(res_of, key=lambda k: (k[0], _RES_ORDER.get(res_of[k], 3), k[1]))
-        tid_of: dict[tuple[int, str], int] = {}
+        sub_of = _nesting_rows(tl.spans)
+        n_sub: dict[tuple[int, str], int] = defaultdict(int)
+        for s, j in zip(tl.spans, sub_of):
+            n_sub[(s.rank, s.stream)] = max(n_sub[(s.rank, s.stream)], j + 1)
+        tid_of: dict[tuple[int, str, int], int] = {}
         for r in ranks:
             pid = pid_of[r]
             name = f"{label} rank {r}" if multi else f"rank {r}"
@@ -95,13 +136,15 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
             events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
         per_rank_idx: dict[int, int] = defaultdict(int)
         for r, st in lanes:
-            tid = per_rank_idx[r] + 1
-            per_rank_idx[r] += 1
-            tid_of[(r, st)] = tid
-            events.append({"ph": "M", "name": "thread_name", "pid": pid_of[r], "tid": tid,
-                           "args": {"name": f"{st} ({res_of[(r, st)]})"}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid_of[r], "tid": tid,
-                           "args": {"sort_index": tid}})
+            for j in range(n_sub[(r, st)]):
+                tid = per_rank_idx[r] + 1
+                per_rank_idx[r] += 1
+                tid_of[(r, st, j)] = tid
+                events.append({"ph": "M", "name": "thread_name", "pid": pid_of[r], "tid": tid,
+                               "args": {"name": f"{st} ({res_of[(r, st)]})" + (f" #{j + 1}" if j else "")}})
+                events.append({"ph": "M", "name": "thread_sort_index", "pid": pid_of[r], "tid": tid,
+                               "args": {"sort_index": tid}})
+        tid_span = {s.id: tid_of[(s.rank, s.stream, j)] for s, j in zip(tl.spans, sub_of)}
         others = [(ol, d) for ol, d in other.items() if ol != label]
         for s in tl.spans:
             args: dict[str, Any] = {"op": s.id, "kind": s.kind, "resource": s.resource}
@@ -122,7 +165,7 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
                     if o is not None:
                         args[f"{ol}_us"] = _us(o.duration_s)
             events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid_of[s.rank],
-                           "tid": tid_of[(s.rank, s.stream)], "ts": _us(s.start_s), "dur": _us(s.duration_s),
+                           "tid": tid_span[s.id], "ts": _us(s.start_s), "dur": round(_us(s.end_s) - _us(s.start_s), 4),
                            "args": args})
 
         def flow(a: Span, b: Span, cat: str) -> None:
@@ -132,9 +175,9 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
                 return  # b ended before a began: no causal arrow to draw
             flow_id += 1
             events.append({"ph": "s", "name": cat, "cat": cat, "id": flow_id, "pid": pid_of[a.rank],
-                           "tid": tid_of[(a.rank, a.stream)], "ts": ts_s})
+                           "tid": tid_span[a.id], "ts": ts_s})
             events.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": flow_id, "pid": pid_of[b.rank],
-                           "tid": tid_of[(b.rank, b.stream)], "ts": ts_f})
+                           "tid": tid_span[b.id], "ts": ts_f})
 
         byid = tl.by_id()
         if graph is not None and li == 0:
@@ -159,9 +202,14 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
                 if len(d["send"]) == 1 and len(d["recv"]) == 1:
                     flow(d["send"][0], d["recv"][0], "p2p")
         members: dict[str, list[Span]] = defaultdict(list)
-        for s in tl.spans:
-            if s.kind in _COLLECTIVES:
-                members[s.name].append(s)
+        if graph is not None and li == 0 and "collectives" in graph.graph:
+            # the graph's rendezvous: one entry per (name, group), so two groups issuing one name stay apart
+            for key, ids in graph.graph["collectives"].items():
+                members[key] = [byid[i] for i in ids if i in byid]
+        else:  # no graph: members are the spans of one name, one per rank
+            for s in tl.spans:
+                if s.kind in _COLLECTIVES:
+                    members[s.name].append(s)
         for mem in members.values():
             if len({m.rank for m in mem}) < 2 or len(mem) != len({m.rank for m in mem}):
                 continue  # repeated names on one rank: membership is ambiguous

@@ -4,8 +4,8 @@
   kind (:data:`KIND_COLORS`, the same in every chart), op names where they fit,
   the makespan as a dashed line, and exposed communication (comm time with no
   compute on that rank) as a red band under the comm lane it belongs to.
-  Past ``max_lanes`` lanes, the first and last ranks keep their lanes and all
-  other ranks fold into two "others" bands: the share of those ranks busy on
+  Past ``max_lanes`` lanes, the ranks on the critical path, then the first and
+  last ranks keep their lanes and all other ranks fold into two "others" bands: the share of those ranks busy on
   compute and on comm over time (a heat strip, 0 = white, 1 = black).
 * :func:`draw_pipeline` — the ZB / DualPipe papers' figure: one lane per
   pipeline rank, one box per F / B / I / W action with its microbatch number,
@@ -132,33 +132,46 @@ def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> lis
     return out
 
 
-def choose_ranks(ranks: list[int], lanes_of: dict[int, int], max_lanes: int) -> tuple[list[int], list[int]]:
-    """Split ranks into (shown, folded): all when their lanes fit in ``max_lanes``, else the first and
-    last ranks (alternately) while they fit, at least rank min and max. Lanes of the "others" bands
-    (2) are reserved when anything is folded."""
+def choose_ranks(ranks: list[int], lanes_of: dict[int, int], max_lanes: int,
+                 prefer: list[int] | None = None) -> tuple[list[int], list[int]]:
+    """Split ranks into (shown, folded): all when their lanes fit in ``max_lanes``, else rank min and
+    max, then the ``prefer`` ranks (e.g. those on the critical path, in order) while they fit, then
+    the first and last ranks (alternately) while they fit. Lanes of the "others" bands (2) are
+    reserved when anything is folded. ``shown`` is in rank order."""
     if sum(lanes_of[r] for r in ranks) <= max_lanes:
         return list(ranks), []
     budget = max_lanes - 2
-    lo, hi = 0, len(ranks) - 1
-    head: list[int] = []
-    tail: list[int] = []
+    taken: dict[int, None] = {}
     used = 0
+
+    def take(r: int, force: bool = False) -> bool:
+        nonlocal used
+        if r in taken:
+            return True
+        if used + lanes_of[r] > budget and not force:
+            return False
+        taken[r] = None
+        used += lanes_of[r]
+        return True
+
+    take(ranks[0], force=True)
+    take(ranks[-1], force=True)
+    rset = set(ranks)
+    for r in prefer or []:
+        if r in rset and not take(r):
+            break
+    lo, hi = 1, len(ranks) - 2
     take_head = True
     while lo <= hi:
-        r = ranks[lo] if take_head else ranks[hi]
-        if used + lanes_of[r] > budget and (head or tail) and len(head) + len(tail) >= 2:
+        if not take(ranks[lo] if take_head else ranks[hi]):
             break
-        used += lanes_of[r]
         if take_head:
-            head.append(r)
             lo += 1
         else:
-            tail.append(r)
             hi -= 1
         take_head = not take_head
-    shown = head + tail[::-1]
-    sset = set(shown)
-    return shown, [r for r in ranks if r not in sset]
+    shown = sorted(taken)
+    return shown, [r for r in ranks if r not in taken]
 
 
 def busy_share(spans: list[tuple[float, float]], n: int, edges: Any) -> Any:
@@ -221,8 +234,12 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
         order = {"compute": 0, "comm": 1, "copy": 2}
         streams_of[r].sort(key=lambda st, r=r: (order.get(res_of.get((r, st), ""), 3), st))
     k = len(timelines)
-    shown, folded = choose_ranks(ranks, {r: len(streams_of[r]) * k for r in ranks}, max_lanes)
-    lanes: list[tuple[int, str, str]] = [(r, st, lbl) for r in shown for st in streams_of[r] for lbl, _ in timelines]
+    has = {lbl: set(tl.lanes()) for lbl, tl in timelines}  # a lane only where that timeline has the stream
+    n_lanes = {r: sum((r, st) in has[lbl] for st in streams_of[r] for lbl, _ in timelines) for r in ranks}
+    cp_ranks = [int(op.rsplit("@r", 1)[1]) for op in timelines[0][1].critical_path if op.rsplit("@r", 1)[-1].isdigit()]
+    shown, folded = choose_ranks(ranks, n_lanes, max_lanes, prefer=list(dict.fromkeys(cp_ranks)))
+    lanes: list[tuple[int, str, str]] = [(r, st, lbl) for r in shown for st in streams_of[r] for lbl, _ in timelines
+                                         if (r, st) in has[lbl]]
     ypos = {ln: i for i, ln in enumerate(lanes)}
     n_other = 2 * k if folded else 0
     n = len(lanes) + n_other

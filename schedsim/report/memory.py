@@ -37,7 +37,11 @@ def static_memory(spec: Any, world_size: int) -> dict[int, dict[str, float]]:
     """Parameters, gradients and optimizer bytes per rank from a ``transformer:`` pipeline block, else {}.
 
     Parameters per rank = layers per stage × parameters per layer (the pipeline block's own count,
-    ``_params_per_layer``) × stages on the rank.
+    ``_params_per_layer``) × stages on the rank, plus ``vocab × hidden`` for the word embedding on the
+    rank of the first stage and for the logits weight on the rank of the last stage when the block
+    has a ``vocab`` (the ops the block adds to those stages; with tied embeddings Megatron-LM still
+    keeps one copy on each of the two stages and all-reduces their gradients, Shoeybi et al.,
+    arXiv 1909.08053, and ``tied_embedding_allreduce``).
     """
     raw = getattr(spec, "pipeline", None)
     info = (getattr(spec, "_pipeline", None) or (None, None))[1]
@@ -55,12 +59,14 @@ def static_memory(spec: Any, world_size: int) -> dict[int, dict[str, float]]:
     per_stage = lps * _params_per_layer(t)
     e = _DTYPE_BYTES.get(str(t.dtype), 2)
     p = int(info["p"])
-    stages_on: dict[int, int] = defaultdict(int)
-    for _s, r in info["stage_to_rank"].items():
-        stages_on[int(r)] += 1
+    params_on: dict[int, int] = defaultdict(int)
+    for st, r in info["stage_to_rank"].items():
+        params_on[int(r)] += per_stage
+        if t.vocab and int(st) in (0, num_stages - 1):  # the embedding (first) and logits weight (last)
+            params_on[int(r)] += t.vocab * t.hidden      # stages the pipeline block builds ops for
     out = {}
     for rank in range(world_size):
-        n = per_stage * stages_on.get(rank % p, 0)
+        n = params_on.get(rank % p, 0)
         out[rank] = {"parameters": float(n * e), "gradients": float(n * e),
                      "optimizer": float(n * 12) if pb.optimizer else 0.0}
     return out

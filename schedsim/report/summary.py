@@ -39,12 +39,18 @@ def _console() -> Any:
 MAX_RANK_ROWS = 8
 
 
-def pick_ranks(ranks: list[Any], score: dict[Any, float], all_ranks: bool, k: int = 3) -> tuple[list[Any], int]:
+def pick_ranks(ranks: list[Any], score: dict[Any, float], all_ranks: bool, k: int = 3,
+               tie: dict[Any, float] | None = None) -> tuple[list[Any], int]:
     """Rows to print: all ranks when few or ``all_ranks``, else the ``k`` worst (highest score) and the
-    ``k`` best (lowest). Returns (ranks in print order, ranks left out)."""
+    ``k`` best (lowest). Returns (ranks in print order, ranks left out).
+
+    Scores equal to 9 decimals (1 ns for seconds) tie, so float noise never decides; ties go by ``tie``
+    (higher is worse), then by rank.
+    """
     if all_ranks or len(ranks) <= MAX_RANK_ROWS:
         return list(ranks), 0
-    order = sorted(ranks, key=lambda r: (-score[r], r))
+    tie = tie or {}
+    order = sorted(ranks, key=lambda r: (-round(score[r], 9), -round(tie.get(r, 0.0), 9), r))
     rows = order[:k] + [r for r in order[-k:] if r not in order[:k]]
     return rows, len(ranks) - len(rows)
 
@@ -68,7 +74,7 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
         t.add_column(col, justify="right")
     ranks = metrics["ranks"]
     score = {r: d["idle_s"] + d["exposed_comm_s"] for r, d in ranks.items()}
-    rows, left = pick_ranks(list(ranks), score, all_ranks)
+    rows, left = pick_ranks(list(ranks), score, all_ranks, tie={r: d["exposed_comm_s"] for r, d in ranks.items()})
     if left:
         n = len(ranks)
         tot = {k: sum(d[k] for d in ranks.values()) for k in ("busy_compute_s", "busy_comm_s", "busy_copy_s",
@@ -84,7 +90,7 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
                   f"{d['comm_share']:.3f}")
     con.print(t)
     if left:
-        con.print(f"({left} more ranks; worst/best by idle + exposed comm; --all-ranks prints all)")
+        con.print(f"({left} more ranks; worst/best by idle + exposed comm, then exposed comm; --all-ranks prints all)")
     cp = metrics.get("critical_path", [])
     if cp:
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
@@ -106,11 +112,12 @@ def print_pipeline(pm: dict[str, Any], console: Any = None, all_ranks: bool = Fa
     for col in ("rank", "bubble/makespan", "bubble/ideal", "peak act. (mb units)", "peak act. (MiB)",
                 "p2p sent", "p2p recv"):
         t.add_column(col, justify="right")
-    rows, left = pick_ranks(list(pm["peak_memory_units"]), pm["bubble_of_makespan"]["per_rank"], all_ranks)
+    rows, left = pick_ranks(list(pm["peak_memory_units"]), pm["bubble_of_makespan"]["per_rank"], all_ranks,
+                            tie=pm["peak_memory_units"])
     for r in rows:
         t.add_row(str(r), f"{pm['bubble_of_makespan']['per_rank'][r]:.4f}", f"{pm['bubble_of_ideal']['per_rank'][r]:.4f}",
                   f"{pm['peak_memory_units'][r]:g}", f"{pm['peak_memory_bytes'][r] / 2**20:.1f}",
                   f"{pm['p2p_bytes'][r]['sent'] / 2**20:.1f} MiB", f"{pm['p2p_bytes'][r]['recv'] / 2**20:.1f} MiB")
     con.print(t)
     if left:
-        con.print(f"({left} more ranks; largest/smallest bubble shown; --all-ranks prints all)")
+        con.print(f"({left} more ranks; largest/smallest bubble, then peak memory; --all-ranks prints all)")

@@ -9,13 +9,15 @@ checks the rules its JSON importer and the Trace Event Format spec
   ``pid``/``tid`` are ints; ``ts`` and ``dur`` are finite numbers ≥ 0 (µs);
 * ``M`` metadata: ``process_name``/``thread_name`` with a string ``args.name``,
   ``process_sort_index``/``thread_sort_index`` with an int ``args.sort_index``; every process and
-  thread that holds a slice is named;
+  thread that holds a slice is named, and no pid (or pid/tid) gets two different names (two
+  processes sharing a pid, which Perfetto would merge into one track);
 * ``X`` slices on one thread nest (no partial overlap; Perfetto drops the rest);
-* flows ``s``/``t``/``f``: each id has one ``s`` and one ``f`` (same ``cat``), ``s.ts ≤ f.ts``, and
+* flows ``s``/``t``/``f``: each (``cat``, ``name``, ``id``), the key Perfetto's importer matches v1 flow
+  events by, has one ``s`` and one ``f``, ``s.ts ≤ f.ts``, and
   each flow event binds to a slice on its thread (``s``, ``t`` and ``f`` with ``bp: "e"``: a slice
   enclosing ``ts``; ``f`` without ``bp``: a slice starting at or after ``ts``);
 * ``C`` counters: ``name``, a non-empty ``args`` of finite numbers, the same arg keys on every
-  sample of one (pid, name) track.
+  sample of one (pid, name, id) track.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class TraceFormatError(TraceError):
     """A trace breaks the trace-event format; the message lists the first problems."""
 
 
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -58,10 +64,10 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
     if not isinstance(evs, list):
         raise TraceFormatError("trace has no traceEvents list")
     slices: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
-    named_p: set[int] = set()
-    named_t: set[tuple[int, int]] = set()
+    named_p: dict[int, str] = {}
+    named_t: dict[tuple[int, int], str] = {}
     flows: dict[Any, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    ckeys: dict[tuple[int, str], set[str]] = {}
+    ckeys: dict[tuple[int, str, Any], set[str]] = {}
     n = {"slices": 0, "flows": 0, "counters": 0, "metadata": 0}
     for i, e in enumerate(evs):
         if len(errs) >= 20:
@@ -73,7 +79,7 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
         if ph not in _PH:
             errs.append(f"event {i}: unknown ph {ph!r}")
             continue
-        if not isinstance(e.get("pid"), int):
+        if not _int(e.get("pid")):
             errs.append(f"event {i} ({ph}): pid must be an int, got {e.get('pid')!r}")
             continue
         if ph == "M":
@@ -84,12 +90,17 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
                 errs.append(f"event {i}: bad metadata {e.get('name')!r} args {args!r}")
                 continue
             if e["name"] == "process_name":
-                named_p.add(e["pid"])
+                if named_p.setdefault(e["pid"], args["name"]) != args["name"]:
+                    errs.append(f"event {i}: pid {e['pid']} named {args['name']!r} but already "
+                                f"{named_p[e['pid']]!r} (two processes share a pid)")
             elif e["name"] == "thread_name":
-                if not isinstance(e.get("tid"), int):
+                if not _int(e.get("tid")):
                     errs.append(f"event {i}: thread_name without an int tid")
                     continue
-                named_t.add((e["pid"], e["tid"]))
+                k = (e["pid"], e["tid"])
+                if named_t.setdefault(k, args["name"]) != args["name"]:
+                    errs.append(f"event {i}: pid {k[0]} tid {k[1]} named {args['name']!r} but already "
+                                f"{named_t[k]!r} (two threads share a tid)")
             continue
         if not _num(e.get("ts")) or e["ts"] < 0:
             errs.append(f"event {i} ({ph}): ts must be a finite number >= 0, got {e.get('ts')!r}")
@@ -101,13 +112,13 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
                     or not all(_num(v) for v in args.values()):
                 errs.append(f"event {i}: counter needs a name and numeric args, got {args!r}")
                 continue
-            key = (e["pid"], e["name"])
+            key = (e["pid"], e["name"], e.get("id"))  # a counter track is (process, name, id)
             ks = set(args)
             if ckeys.setdefault(key, ks) != ks:
                 errs.append(f"event {i}: counter {e['name']!r} on pid {e['pid']} changes its series {ks} "
                             f"(was {ckeys[key]})")
             continue
-        if not isinstance(e.get("tid"), int):
+        if not _int(e.get("tid")):
             errs.append(f"event {i} ({ph}): tid must be an int")
             continue
         if ph == "X":
@@ -123,7 +134,8 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
             if "id" not in e:
                 errs.append(f"event {i}: flow event without id")
                 continue
-            flows[(e.get("cat"), e["id"])][ph].append({**e, "_i": i})
+            # Perfetto keys a v1 flow by (id, cat, name) (FlowTracker::GetFlowIdForV1Event)
+            flows[(e.get("cat"), e.get("name"), e["id"])][ph].append({**e, "_i": i})
     for key, lst in slices.items():
         if len(errs) >= 20:
             break
@@ -142,7 +154,17 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
                 break
             stack.append(b)
     starts = {k: [a for a, _b in v] for k, v in slices.items()}
-    for (cat, fid), d in flows.items():
+    # running max of the ends of the slices sorted by start: a slice encloses ts iff one starting at or
+    # before ts ends at or after it, however many slices (children of a long parent) start in between
+    reach: dict[tuple[int, int], list[float]] = {}
+    for k, v in slices.items():
+        acc, m = [], -math.inf
+        for _a, b in v:
+            m = max(m, b)
+            acc.append(m)
+        reach[k] = acc
+    for (cat, fname, fid), d in flows.items():
+        cat = f"{cat}:{fname}" if fname != cat else cat
         if len(errs) >= 20:
             break
         n["flows"] += 1
@@ -155,13 +177,13 @@ def check_trace(trace: Any, *, require_flows: bool = False, require_counters: bo
             errs.append(f"flow {cat}/{fid}: starts at {s['ts']} after it ends at {f['ts']}")
         for e in [s, *d.get("t", []), f]:
             k = (e["pid"], e["tid"])
-            lst, st = slices.get(k, []), starts.get(k, [])
+            st, rc = starts.get(k, []), reach.get(k, [])
             ts = e["ts"]
             if e["ph"] == "f" and e.get("bp") != "e":
                 ok = bisect.bisect_left(st, ts - _EPS) < len(st)
             else:
                 j = bisect.bisect_right(st, ts + _EPS)
-                ok = any(a - _EPS <= ts <= b + _EPS for a, b in lst[max(0, j - 64):j])
+                ok = j > 0 and rc[j - 1] >= ts - _EPS
             if not ok:
                 errs.append(f"flow {cat}/{fid}: event {e['_i']} ({e['ph']}) at ts {ts} binds to no slice on "
                             f"pid {k[0]} tid {k[1]}")

@@ -261,7 +261,8 @@ def analysis_dict(res: ImportResult) -> dict[str, Any]:
             nv.setdefault(device, {})
             nv[device][name] = nv[device].get(name, 0) + n
     return {"schedule": tl.schedule, "source": tl.source, "world_size": tl.world_size, "spans": len(tl.spans),
-            "kernel_share": kt, "nccl_volume_elements": nv, "metrics": m, "warnings": res.warnings}
+            "kernel_share": kt, "nccl_volume_elements": nv, "metrics": m,
+            "pipeline_bubble": pipeline_bubbles(tl), "warnings": res.warnings}
 
 
 def _fmt_t(s: float) -> str:
@@ -315,16 +316,19 @@ def tag_pipeline(tl: Timeline) -> int:
 
 
 def pipeline_bubbles(tl: Timeline) -> dict[int, float] | None:
-    """Bubble ratio per rank of a pipeline-tagged timeline: 1 − (time covered by F/B/I/W actions) /
-    makespan, the idle-fraction convention of :mod:`schedsim.sim.pipeline_metrics`. None without tags."""
+    """Bubble ratio per rank of a pipeline-tagged timeline: 1 − (time any compute op runs) / makespan,
+    the idle-fraction convention of :mod:`schedsim.sim.pipeline_metrics`, which also counts compute
+    outside F/B/I/W (optimizer step, embedding) as busy; so ``analyze`` of a predicted timeline
+    prints the bubble ``predict`` does. Ranks without pipeline actions are left out; None without tags."""
     from schedsim.sim.metrics import length, merge
 
-    busy: dict[int, list[tuple[float, float]]] = {}
-    for s in tl.spans:
-        if s.tags and s.tags.get("pp_op") in ("F", "B", "I", "W"):
-            busy.setdefault(s.rank, []).append((s.start_s, s.end_s))
-    if not busy:
+    pp_ranks = {s.rank for s in tl.spans if s.tags and s.tags.get("pp_op") in ("F", "B", "I", "W")}
+    if not pp_ranks:
         return None
+    busy: dict[int, list[tuple[float, float]]] = {r: [] for r in pp_ranks}
+    for s in tl.spans:
+        if s.rank in pp_ranks and s.resource == "compute":
+            busy[s.rank].append((s.start_s, s.end_s))
     mk = tl.makespan_s
     return {r: (1.0 - length(merge(iv)) / mk if mk > 0 else 0.0) for r, iv in sorted(busy.items())}
 
@@ -336,7 +340,9 @@ def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
     the last ``schedsim_iter*`` range of each file when there is one (the executor's ``--profiler``
     wraps each profiled iteration in one). The rank is ``distributedInfo.rank``, else the file's
     position. Times are the trace's ``ts`` (µs; ranks of one host share the clock) shifted so the
-    earliest kept range starts at 0. Ranges are tagged by :func:`tag_pipeline`.
+    earliest kept range starts at 0. Ranges are tagged by :func:`tag_pipeline`, sends and recvs with
+    the message they carry (:func:`_p2p_msg`, so the trace draws send -> recv flows), and the critical
+    path is the last-finishing chain (:func:`schedsim.trace.common.last_finishing_chain`).
 
     Raises
     ------
@@ -373,13 +379,35 @@ def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
     for rank, name, a, b in sorted(raw, key=lambda x: (x[0], x[2])):
         comm = name.startswith(("send", "recv"))
         kind = ("send" if name.startswith("send") else "recv") if comm else "compute"
+        msg = _p2p_msg(name)
         spans.append(Span(f"{name}@r{rank}", name, rank, "comm" if comm else "compute", kind,
-                          "comm" if comm else "compute", (a - t0) * 1e-6, (b - t0) * 1e-6))
+                          "comm" if comm else "compute", (a - t0) * 1e-6, (b - t0) * 1e-6,
+                          tags={"msg": msg} if msg else None))
     ranks = sorted({s.rank for s in spans})
     tl = Timeline(Path(paths[0]).name.split(".")[0] if paths else "kineto", "import", len(ranks) or 1, spans=spans,
                   meta={"ranges": "record_function (user_annotation)"})
     tag_pipeline(tl)
+    from schedsim.trace.common import last_finishing_chain
+
+    tl.critical_path = last_finishing_chain(tl.spans)
     return tl
+
+
+_P2P_NAME = re.compile(r"^(?P<dir>send|recv)(?P<op>[FB])(?P<stage>\d+)\.(?P<mb>\d+)$")
+
+
+def _p2p_msg(name: str) -> str | None:
+    """The message a pipeline send/recv range carries, as the pipeline block tags it (``msg``: the
+    producing action and stage, then the microbatch): ``sendF2.5`` sends ``F2.5``; ``recvF3.5``
+    receives ``F2.5`` (activations come from the stage before) and ``recvB1.5`` receives ``B2.5``
+    (gradients come from the stage after). None for other names."""
+    m = _P2P_NAME.match(name)
+    if m is None:
+        return None
+    st = int(m["stage"])
+    if m["dir"] == "recv":
+        st += -1 if m["op"] == "F" else 1
+    return f"{m['op']}{st}.{m['mb']}"
 
 
 def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total: bool = True) -> list[str]:
@@ -422,7 +450,7 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     out.append(f"{'rank':>4} {'makespan':>12} {'compute':>12} {'comm':>12} {'copy':>12} {'idle':>12} "
                f"{'exposed comm':>13} {'overlap':>8}")
     rows, left = pick_ranks(list(m["ranks"]), {r: d["idle_s"] + d["exposed_comm_s"] for r, d in m["ranks"].items()},
-                            full)
+                            full, tie={r: d["exposed_comm_s"] for r, d in m["ranks"].items()})
     for r in rows:
         d = m["ranks"][r]
         out.append(f"{r:>4} {_fmt_t(m['makespan_s']):>12} {_fmt_t(d['busy_compute_s']):>12} "
@@ -433,7 +461,7 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     out.append(f"all  overlap ratio {m['overlap_ratio']:.3f}, exposed comm {_fmt_t(m['exposed_comm_s'])}")
     bub = pipeline_bubbles(tl)
     if bub:
-        out += ["", "## pipeline bubble per rank (idle fraction of the makespan outside F/B/I/W actions)"]
+        out += ["", "## pipeline bubble per rank (idle fraction of the makespan: no compute op running)"]
         brows, bleft = pick_ranks(list(bub), bub, full)
         out += [f"{r:>4} {bub[r]:.4f}" for r in brows]
         if bleft:
