@@ -24,10 +24,9 @@ p2p batches
 A ``p2p: batched`` pipeline posts each Megatron ``_communicate`` call (a send and/or a recv)
 as one ``torch.distributed.batch_isend_irecv`` (one ``ncclGroupStart/End``), as Megatron's
 ``batch_p2p_comm`` does (``megatron/core/pipeline_parallel/p2p_communication.py``). The
-lowering (:mod:`schedsim.spec.pipeline_block`) puts those sends on stream ``pp_send`` and
-recvs on ``pp_recv``; :func:`p2p_batches` groups a maximal run of consecutive (program
-order) send/recv ops on those streams, or ops carrying the same ``p2p_batch`` tag, into one
-batch, never repeating a (kind, peer) pair inside one. Every other send/recv is a lone
+lowering (:mod:`schedsim.spec.pipeline_block`, in Megatron's order) names each call in
+``Op.p2p_batch``, as a hand-written ``p2p_batch:`` does; :func:`p2p_batches` groups the ops of
+one name into one batch. Every other send/recv is a lone
 ``isend``/``irecv`` issued in program order: on one NCCL communicator those run in issue
 order with its other operations (NCCL docs, "Group Calls"; PyTorch's warning for unbatched
 p2p in eager-init mode), which is exactly what the program order gives.
@@ -39,46 +38,23 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["BATCH_STREAMS", "BatchedP2P", "compile_cpu", "compile_cuda", "issue_order", "p2p_batches"]
-
-#: Streams on which the pipeline lowering puts ``p2p: batched`` sends and recvs.
-BATCH_STREAMS = frozenset({"pp_send", "pp_recv"})
-
-
-def _batch_key(op: Any) -> Any:
-    tags = dict(op.tags) if op.tags else {}
-    if "p2p_batch" in tags:
-        return ("tag", tags["p2p_batch"])
-    if op.stream in BATCH_STREAMS:
-        return ("streams",)
-    return None
-
+__all__ = ["BatchedP2P", "compile_cpu", "compile_cuda", "issue_order", "p2p_batches"]
 
 def p2p_batches(ops: Sequence[Any]) -> list[list[int]]:
     """Indices (into ``ops``, one rank's ops in program order) of each p2p batch.
 
-    A batch is a maximal run of consecutive send/recv ops with the same batch key (a
-    ``p2p_batch`` tag value, or both on the batched-pipeline streams ``pp_send``/``pp_recv``),
-    cut where a (kind, peer) pair would repeat. A batch may hold one op (Megatron posts a lone
-    ``send_forward`` through ``batch_isend_irecv`` too). Ops without a batch key are not listed:
-    they are lone ``isend``/``irecv`` calls.
+    A batch is every send/recv of the rank with the same ``Op.p2p_batch`` name (the graph's one
+    definition of an NCCL group launch, :mod:`schedsim.graph.nccl`, which ``check`` validated); it is
+    posted as one ``batch_isend_irecv`` at the position of its first member. A batch may hold one op
+    (Megatron posts a lone ``send_forward`` through ``batch_isend_irecv`` too). Ops without a
+    ``p2p_batch`` are not listed: they are lone ``isend``/``irecv`` calls, issued in program order.
     """
-    out: list[list[int]] = []
-    cur: list[int] = []
-    key: Any = None
-    seen: set[tuple[str, Any]] = set()
+    groups: dict[Any, list[int]] = {}
     for i, op in enumerate(ops):
-        k = _batch_key(op) if op.kind in ("send", "recv") else None
-        if k is not None and k == key and (op.kind, op.peer) not in seen:
-            cur.append(i)
-            seen.add((op.kind, op.peer))
-            continue
-        if cur:
-            out.append(cur)
-        cur, key, seen = ([i], k, {(op.kind, op.peer)}) if k is not None else ([], None, set())
-    if cur:
-        out.append(cur)
-    return out
+        name = getattr(op, "p2p_batch", None) if op.kind in ("send", "recv") else None
+        if name is not None:
+            groups.setdefault(name, []).append(i)
+    return list(groups.values())
 
 
 class BatchedP2P:

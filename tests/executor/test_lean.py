@@ -23,16 +23,16 @@ class _Op:
     kind: str
     stream: str
     peer: int | None = None
-    tags: tuple = ()
+    p2p_batch: str | None = None
 
 
-def test_p2p_batches_group_consecutive_batched_ops_without_repeating_a_peer_direction() -> None:
-    ops = [_Op("f", "compute", "compute"), _Op("s1", "send", "pp_send", 1), _Op("r1", "recv", "pp_recv", 1),
-           _Op("s2", "send", "pp_send", 1),  # a second send to the same peer starts a new batch
-           _Op("r0", "recv", "pp_recv", 0), _Op("g", "compute", "compute"), _Op("lone", "send", "p", 1),
-           _Op("t1", "send", "x", 1, (("p2p_batch", "a"),)), _Op("t2", "recv", "y", 1, (("p2p_batch", "a"),)),
-           _Op("t3", "recv", "y", 0, (("p2p_batch", "b"),))]
-    assert p2p_batches(ops) == [[1, 2], [3, 4], [7, 8], [9]]
+def test_p2p_batches_are_the_ops_of_one_p2p_batch_name_in_program_order() -> None:
+    ops = [_Op("f", "compute", "compute"), _Op("s1", "send", "pp_send", 1, "b0"), _Op("r1", "recv", "pp_recv", 1, "b0"),
+           _Op("s2", "send", "pp_send", 1, "b1"), _Op("r0", "recv", "pp_recv", 0, "b1"),
+           _Op("g", "compute", "compute"), _Op("lone", "send", "p", 1),  # no name: a lone isend
+           _Op("t1", "send", "x", 1, "a"), _Op("t3", "recv", "y", 0, "b"),
+           _Op("t2", "recv", "y", 1, "a")]  # joins batch "a", posted at t1's position
+    assert p2p_batches(ops) == [[1, 2], [3, 4], [7, 9], [8]]
 
 
 class _Rec:
