@@ -14,7 +14,11 @@ Rules and their sources
    a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
-   stream (event record + wait) and the op's declared ``host_us`` (Python time
+   stream (event record + wait), ``stream_switch_us`` when the op's stream differs
+   from the previous op's on the rank (entering ``with torch.cuda.stream(s)``:
+   8.7 µs = 18.4 µs for a switch + ``add_`` − 9.7 µs for the ``add_`` alone, 2×H200,
+   2026-11-30, ``benchmarks/h200/probes.md``; the rank's first op is issued in
+   its stream's context for free) and the op's declared ``host_us`` (Python time
    before the call). A kernel cannot start before its call returned. The
    language has no host-blocking op (``.item()``, ``synchronize``), so the host
    never waits for the GPU and issue times are prefix sums. A CUDA graph replay
@@ -180,13 +184,17 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
     if mode == "cuda_graph":
         return [lp.graph_launch_us * 1e-6] * len(ops)
     op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
-    batch_s, ev_s, copy_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s
+    batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
     extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
     host: dict[int, float] = {}
+    cur_stream: dict[int, str] = {}
     seen_batch: set[tuple[int, str]] = set()
     out = []
     for op, nx in zip(ops, cross_stream_deps):
         h = host.get(op.rank, 0.0) + op.host_s + nx * ev_s + extra
+        if cur_stream.setdefault(op.rank, op.stream) != op.stream:
+            cur_stream[op.rank] = op.stream
+            h += sw_s
         kind = op.kind
         if kind in ("matmul", "compute"):
             h += op_s * op.repeat
