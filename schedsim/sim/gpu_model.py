@@ -73,8 +73,18 @@ Rules and their sources
    pipeline predictions 30–80 % long against the 2×H200 runs of 2026-11-30, so
    that spin is not modelled (an assumption, to revisit with traces). It then runs at 1/f with
    f = 1 + (``slowdown_beside_gemm`` − 1)·min(1, SMs held by compute / SMs not
-   held by NCCL), slowest rank wins (3.5× measured for allgather_mm on 2×H200,
-   2026-11-30, issue 8); k transfers on one rank share its link at 1/k each.
+   held by NCCL), slowest rank wins. The 3.5× that issue 8 saw for allgather_mm
+   on 2×H200 was mostly the wait for SMs that rules 3 and 6 already give: a
+   collective issued beside a queue of wave-filling GEMMs waits for the running
+   GEMM, then runs at 1.05–1.07× its solo time ahead of the next GEMM (2×H200,
+   2026-11-30, ``benchmarks/h200/probes.md``), so ``h200x2`` sets 1.06. Links are
+   full duplex (NVLink, PCIe): a rank's link has an out and an in direction
+   (:func:`link_ends`); a send uses its rank's out and its peer's in, a collective
+   both directions of every rank, and k transfers on one direction share it at
+   1/k each. So a batched send+recv pair runs in one exchange time, which is what
+   the ``sendrecv`` table holds (calibrate times a batch_isend_irecv ring), while
+   two sends of one rank share its link (measured on 2×H200, 2026-11-30: batched
+   exchange 271.6 µs at 64 MiB ≈ 1.3× one way, unbatched 428.6 µs ≈ 2×).
    Compute CTAs run ``gemm_slowdown_beside_nccl`` times slower while an NCCL
    kernel is resident. Copies run on their copy engine (one per direction) in
    FIFO order, with the profile's copy contention factors.
@@ -104,7 +114,7 @@ from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "GpuRules", "comm_factor", "comm_fifo_edges", "communicator", "host_issue_times",
-           "kernel_ctas", "stream_queues"]
+           "kernel_ctas", "link_ends", "stream_queues"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
@@ -258,3 +268,19 @@ def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> flo
     if slowdown == 1.0 or compute_sms <= 0:
         return 1.0
     return 1.0 + (slowdown - 1.0) * min(1.0, compute_sms / max(1, free_for_compute))
+
+
+def link_ends(members: Sequence[Op]) -> tuple[int, ...]:
+    """Link directions one transfer uses (rule 6), as ``2·rank + d`` with d = 0 out, 1 in.
+
+    ``members`` are the ops of one collective, or a send/recv pair ``(send, recv)``.
+
+    >>> from schedsim.graph.ops import Op
+    >>> s = Op(name="s", rank=0, kind="send", stream="x", seq=0, deps=(), group=(0, 1), peer=1, nbytes=1.0)
+    >>> r = Op(name="r", rank=1, kind="recv", stream="x", seq=0, deps=(), group=(0, 1), peer=0, nbytes=1.0)
+    >>> link_ends([s, r])
+    (0, 3)
+    """
+    if members and members[0].kind in ("send", "recv"):
+        return tuple(sorted(2 * op.rank + (op.kind == "recv") for op in members))
+    return tuple(2 * op.rank + d for op in members for d in (0, 1))
