@@ -182,6 +182,9 @@ class Nccl(_B):
                                         "fraction of those SMs they hold.")
     gemm_slowdown_beside_nccl: float = Field(default=1.0, ge=1.0, description="Compute kernel time multiplier "
                                              "while an NCCL kernel is resident beside it.")
+    p2p_one_way_speedup: float = Field(default=1.0, ge=1.0, description="How much faster a send/recv runs than "
+                                       "the `sendrecv` table (a two-way exchange) when nothing uses the reverse "
+                                       "direction of its link (exchange time / one-way time).")
     unbatched_p2p_serialized: bool = Field(default=True, description="Unbatched send/recv share the default "
                                            "process group's communicator (PyTorch eager init) and run in issue "
                                            "order with its other ops; false: one communicator per pair (lazy init).")

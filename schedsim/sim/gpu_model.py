@@ -84,7 +84,10 @@ Rules and their sources
    1/k each. So a batched send+recv pair runs in one exchange time, which is what
    the ``sendrecv`` table holds (calibrate times a batch_isend_irecv ring), while
    two sends of one rank share its link (measured on 2×H200, 2026-11-30: batched
-   exchange 271.6 µs at 64 MiB ≈ 1.3× one way, unbatched 428.6 µs ≈ 2×).
+   exchange 271.6 µs at 64 MiB ≈ 1.3× one way, unbatched 428.6 µs ≈ 2×). A
+   send/recv whose reverse directions are idle runs ``nccl.p2p_one_way_speedup``
+   times faster than that exchange time (``h200x2``: 271.6 / 203.6 = 1.33 at
+   64 MiB, the GPU-bound point of the same probe).
    Compute CTAs run ``gemm_slowdown_beside_nccl`` times slower while an NCCL
    kernel is resident. Copies run on their copy engine (one per direction) in
    FIFO order, with the profile's copy contention factors.
@@ -134,6 +137,7 @@ class GpuRules:
     nccl_slowdown: float
     gemm_slowdown_beside_nccl: float
     p2p_serialized: bool
+    p2p_one_way: float
     copy_slowdown_with_compute: float
     compute_slowdown_with_copy: float
 
@@ -145,6 +149,7 @@ class GpuRules:
         return cls(sms=sms, max_connections=max_connections or profile.gpu.max_connections,
                    nccl_sms=min(nc.sms_per_collective, sms), nccl_slowdown=nc.slowdown_beside_gemm,
                    gemm_slowdown_beside_nccl=nc.gemm_slowdown_beside_nccl, p2p_serialized=nc.unbatched_p2p_serialized,
+                   p2p_one_way=nc.p2p_one_way_speedup,
                    copy_slowdown_with_compute=profile.contention.copy_slowdown_with_compute,
                    compute_slowdown_with_copy=profile.contention.compute_slowdown_with_copy)
 
@@ -282,5 +287,5 @@ def link_ends(members: Sequence[Op]) -> tuple[int, ...]:
     (0, 3)
     """
     if members and members[0].kind in ("send", "recv"):
-        return tuple(sorted(2 * op.rank + (op.kind == "recv") for op in members))
+        return tuple(sorted(2 * op.rank + (op.kind == "recv") for op in members))  # (sender out, receiver in)
     return tuple(2 * op.rank + d for op in members for d in (0, 1))

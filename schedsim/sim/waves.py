@@ -68,6 +68,9 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     nmem = [0] * world  # memory-bound kernels with CTAs resident
     ncomm = [0] * world  # NCCL transfers in flight
     gends = [gm.link_ends([ops[i] for i in m]) for m in gmem]  # link directions each transfer uses (rule 6)
+    one_way = rules.p2p_one_way
+    grev = [tuple(e ^ 1 for e in ends) if one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
+            for ends, m in zip(gends, gmem)]  # a p2p transfer's reverse directions
     nlink = [0] * (2 * world)  # transfers in flight per (rank, direction)
     ncopy = [0] * world  # copies in flight
     pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)
@@ -104,7 +107,10 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     def rate_of(j: int) -> float:
         typ = jtype[j]
         if typ == _XFER:
-            return min([crate[e >> 1] / nlink[e] for e in gends[jkey[j]]])
+            g = jkey[j]
+            rate = min([crate[e >> 1] / nlink[e] for e in gends[g]])
+            rev = grev[g]
+            return rate * one_way if rev and not any(nlink[e] for e in rev) else rate
         k = jkey[j]
         r = krank[k]
         if typ == _COPY:

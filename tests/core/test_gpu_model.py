@@ -172,19 +172,35 @@ def test_batched_p2p_is_one_call_and_one_fused_kernel(sim_text):
     assert spans == {"s1@r0": (7.5, 29.5), "s2@r0": (7.5, 29.5), "r1@r1": (7.5, 29.5), "r2@r1": (7.5, 29.5)}
 
 
+# rank 0 sends to 1 and receives from 1, rank 1 the mirror; {b} = ", p2p_batch: b0" for one batch_isend_irecv
+EXCHANGE = ("  - {{name: s, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: ps{b}}}\n"
+            "  - {{name: r, kind: recv, ranks: [0], peer: 1, bytes: 1000000, stream: pr{b}}}\n"
+            "  - {{name: q, kind: recv, ranks: [1], peer: 0, bytes: 1000000, stream: pr{b}}}\n"
+            "  - {{name: t, kind: send, ranks: [1], peer: 0, bytes: 1000000, stream: ps{b}}}\n")
+
+
 def test_batched_exchange_uses_both_link_directions(sim_text):
     # rank 0 sends to 1 and receives from 1 in one batch (and rank 1 the mirror): the two transfers go opposite
     # ways over a full-duplex link, so neither slows the other: both [7.5, 18.5] (11 µs each, the sendrecv
     # table's exchange time). Unbatched, NCCL runs them one after the other: send [5, 16], recv [16, 27].
     prof = waves_profile(launch={"eager_per_collective_us": 5.0})
-    ex = ("  - {{name: s, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: ps{b}}}\n"
-          "  - {{name: r, kind: recv, ranks: [0], peer: 1, bytes: 1000000, stream: pr{b}}}\n"
-          "  - {{name: q, kind: recv, ranks: [1], peer: 0, bytes: 1000000, stream: pr{b}}}\n"
-          "  - {{name: t, kind: send, ranks: [1], peer: 0, bytes: 1000000, stream: ps{b}}}\n")
-    spans, _ = sim_text(HEAD % 2 + ex.format(b=", p2p_batch: b0"), prof)
+    spans, _ = sim_text(HEAD % 2 + EXCHANGE.format(b=", p2p_batch: b0"), prof)
     assert spans == {"s@r0": (7.5, 18.5), "r@r0": (7.5, 18.5), "q@r1": (7.5, 18.5), "t@r1": (7.5, 18.5)}
-    spans, _ = sim_text(HEAD % 2 + ex.format(b=""), prof)
+    spans, _ = sim_text(HEAD % 2 + EXCHANGE.format(b=""), prof)
     assert spans["s@r0"] == (5.0, 16.0) and spans["r@r0"] == (16.0, 27.0)
+
+
+def test_one_way_send_is_faster_than_the_exchange_table(sim_text):
+    # p2p_one_way_speedup 1.1: a lone send (reverse direction idle) takes 11 / 1.1 = 10 µs; the batched exchange
+    # keeps the table's 11 µs (both directions busy); the unbatched exchange runs one way at a time: 10 + 10.
+    prof = waves_profile(launch={"eager_per_collective_us": 5.0}, nccl={"p2p_one_way_speedup": 1.1})
+    spans, _ = sim_text(HEAD % 2 + "  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 1000000}\n"
+                        "  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 1000000}\n", prof)
+    assert spans["s@r0"] == (5.0, pytest.approx(15.0)) and spans["r@r1"] == (5.0, pytest.approx(15.0))
+    spans, _ = sim_text(HEAD % 2 + EXCHANGE.format(b=", p2p_batch: b0"), prof)
+    assert spans["s@r0"] == (7.5, pytest.approx(18.5))
+    spans, _ = sim_text(HEAD % 2 + EXCHANGE.format(b=""), prof)
+    assert spans["s@r0"] == (5.0, pytest.approx(15.0)) and spans["r@r0"] == (15.0, pytest.approx(25.0))
 
 
 def test_p2p_serializes_with_collectives_of_its_group(sim_text):
