@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -183,7 +184,7 @@ def predict(sc: Scenario, profile: HardwareProfile, model: str) -> tuple[dict[st
 
 
 def _err(p: float, m: float) -> str:
-    return f"{100 * (p / m - 1):+6.1f}%" if m == m and m > 0 else "    --"
+    return f"{100 * (p / m - 1):+6.1f}%" if not math.isnan(m) and m > 0 else "    --"
 
 
 def main() -> None:
@@ -211,7 +212,7 @@ def main() -> None:
                     ps, pe = pred[m][0][op]
                     row += f" | {ps:{11 if m == 'waves' else 13}.3f} {pe:8.3f} {_err(pe, me)}"
                 print(row)
-            span = max(e for _, e in sc.measured.values()) - min(s for s, _ in sc.measured.values() if s == s)
+            span = max(e for _, e in sc.measured.values()) - min(s for s, _ in sc.measured.values() if not math.isnan(s))
             ends = {m: max(e for _, e in pred[m][0].values()) - min(s for s, _ in pred[m][0].values()) for m in pred}
             if "beside" in sc.name:  # the collective's own start->end is the quantity of interest
                 span = sc.measured["coll"][1] - sc.measured["coll"][0]
@@ -220,8 +221,8 @@ def main() -> None:
         else:
             span, ends, label = sc.span_ms, {m: pred[m][1] for m in pred}, "per call" if sc.per > 1 else "span"
             print(f"\n== {sc.name}")
-        for m in errs:
-            errs[m].append(abs(ends[m] / span - 1))
+        for m, v in errs.items():
+            v.append(abs(ends[m] / span - 1))
         print(f"  {label}: measured {span:.4f}  waves {ends['waves']:.4f} ({_err(ends['waves'], span)})"
               f"  sharing {ends['sharing']:.4f} ({_err(ends['sharing'], span)})")
     for m, v in errs.items():

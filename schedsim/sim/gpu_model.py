@@ -57,7 +57,16 @@ Rules and their sources
    whole solo time, and packing kernels cannot beat their measured solo times.
    A GEMM that finds only some SMs free starts on those and places the rest as
    SMs free up (its span stretches: the ~2× of an H100 GEMM pushed into a
-   second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Other
+   second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Checked
+   against the 2×H200 probes of 2026-11-30 (``benchmarks/probe_scenarios.py``):
+   two bf16 8192³ GEMMs on two streams end within −5 % (the table's solo
+   time); the four GEMMs queued beside a 128 MiB collective end +1 to +4 %
+   late, because this rule charges the GEMM the whole NCCL time while the
+   measured loss is about half of it; and the 1024³ GEMM on a third stream
+   ended 0.14 ms *before* the second big GEMM (cuBLAS ran it as 2048 CTAs of
+   128×256, whose partial last wave frees SMs), which a persistent GEMM cannot
+   give. So the rule holds to ~5 % on these cases but is not literally how
+   cuBLAS runs a wave-filling GEMM (an assumption, kept). Other
    kernels: one CTA per 64 KiB moved, at most one wave (elementwise kernels are
    launched wide and grid-stride); a kernel given only ``duration_us`` fills the GPU.
 5. **HBM.** Memory-bound kernels (roofline: bytes / HBM bandwidth ≥ FLOP /
@@ -71,7 +80,9 @@ Rules and their sources
    also spin on their SMs while a slower rank has not launched yet; holding
    SMs for that whole time stretched every GEMM beside a posted recv and made
    pipeline predictions 30–80 % long against the 2×H200 runs of 2026-11-30, so
-   that spin is not modelled (an assumption, to revisit with traces). It then runs at 1/f with
+   that spin is not modelled (an assumption: the probes of 2026-11-30 issue on
+   both ranks at once and cannot test it; ``benchmarks/probe_scenarios_peer_wait.sh``
+   does). It then runs at 1/f with
    f = 1 + (``slowdown_beside_gemm`` − 1)·min(1, SMs held by compute / SMs not
    held by NCCL), slowest rank wins. The 3.5× that issue 8 saw for allgather_mm
    on 2×H200 was mostly the wait for SMs that rules 3 and 6 already give: a
