@@ -174,6 +174,10 @@ class CostModel:
                 i = bisect.bisect_right(xs, x)
                 f = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
                 bw = bws[i - 1] + f * (bws[i] - bws[i - 1])
+                # busbw rises ~linearly with size where latency dominates, so between two latency-bound points
+                # the interpolated time can dip below both (7.25 us at 1 KiB, 9.1 at 16 KiB on 2xH200, 4.2 at
+                # 4 KiB); a larger message never finishes sooner, so the time is at least the lower point's
+                return max(nbytes * factor / bw, math.exp(xs[i - 1]) * factor / bws[i - 1])
             return nbytes * factor / bw
         link = self.profile.link_for(ranks)
         if table_kind == "sendrecv":

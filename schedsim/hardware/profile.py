@@ -75,6 +75,9 @@ class Launch(_B):
                                         "stream.wait_event for one cross-stream dependency, µs (default 2.0).")
     memcpy_call_us: float | None = Field(default=None, ge=0, description="Host time of one tensor.copy_ (h2d/d2h) "
                                          "call, µs (default: eager_per_op_us).")
+    stream_switch_us: float = Field(default=0.0, ge=0, description="Extra host time of entering a "
+                                    "`with torch.cuda.stream(s)` context, charged to an op whose stream differs from "
+                                    "the previous op's on its rank, µs (default 0: not measured).")
     executor_extra_per_op_us: float = Field(default=0.0, ge=0, description="schedsim execute's own extra host cost "
                                             "per op, µs; used only when a prediction models the executor.")
     source: str
@@ -93,6 +96,11 @@ class Launch(_B):
     def event_wait_s(self) -> float:
         """Host time of one cross-stream event record + wait, seconds."""
         return (2.0 if self.event_wait_us is None else self.event_wait_us) * 1e-6
+
+    @property
+    def stream_switch_s(self) -> float:
+        """Extra host time of one stream switch, seconds."""
+        return self.stream_switch_us * 1e-6
 
     @property
     def memcpy_call_s(self) -> float:
@@ -174,6 +182,9 @@ class Nccl(_B):
                                         "fraction of those SMs they hold.")
     gemm_slowdown_beside_nccl: float = Field(default=1.0, ge=1.0, description="Compute kernel time multiplier "
                                              "while an NCCL kernel is resident beside it.")
+    p2p_one_way_speedup: float = Field(default=1.0, ge=1.0, description="How much faster a send/recv runs than "
+                                       "the `sendrecv` table (a two-way exchange) when nothing uses the reverse "
+                                       "direction of its link (exchange time / one-way time).")
     unbatched_p2p_serialized: bool = Field(default=True, description="Unbatched send/recv share the default "
                                            "process group's communicator (PyTorch eager init) and run in issue "
                                            "order with its other ops; false: one communicator per pair (lazy init).")

@@ -14,7 +14,11 @@ Rules and their sources
    a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
-   stream (event record + wait) and the op's declared ``host_us`` (Python time
+   stream (event record + wait), ``stream_switch_us`` when the op's stream differs
+   from the previous op's on the rank (entering ``with torch.cuda.stream(s)``:
+   8.7 µs = 18.4 µs for a switch + ``add_`` − 9.7 µs for the ``add_`` alone, 2×H200,
+   2026-11-30, ``benchmarks/h200/probes.md``; the rank's first op is issued in
+   its stream's context for free) and the op's declared ``host_us`` (Python time
    before the call). A kernel cannot start before its call returned. The
    language has no host-blocking op (``.item()``, ``synchronize``), so the host
    never waits for the GPU and issue times are prefix sums. A CUDA graph replay
@@ -53,7 +57,16 @@ Rules and their sources
    whole solo time, and packing kernels cannot beat their measured solo times.
    A GEMM that finds only some SMs free starts on those and places the rest as
    SMs free up (its span stretches: the ~2× of an H100 GEMM pushed into a
-   second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Other
+   second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Checked
+   against the 2×H200 probes of 2026-11-30 (``benchmarks/probe_scenarios.py``):
+   two bf16 8192³ GEMMs on two streams end within −5 % (the table's solo
+   time); the four GEMMs queued beside a 128 MiB collective end +1 to +4 %
+   late, because this rule charges the GEMM the whole NCCL time while the
+   measured loss is about half of it; and the 1024³ GEMM on a third stream
+   ended 0.14 ms *before* the second big GEMM (cuBLAS ran it as 2048 CTAs of
+   128×256, whose partial last wave frees SMs), which a persistent GEMM cannot
+   give. So the rule holds to ~5 % on these cases but is not literally how
+   cuBLAS runs a wave-filling GEMM (an assumption, kept). Other
    kernels: one CTA per 64 KiB moved, at most one wave (elementwise kernels are
    launched wide and grid-stride); a kernel given only ``duration_us`` fills the GPU.
 5. **HBM.** Memory-bound kernels (roofline: bytes / HBM bandwidth ≥ FLOP /
@@ -67,10 +80,25 @@ Rules and their sources
    also spin on their SMs while a slower rank has not launched yet; holding
    SMs for that whole time stretched every GEMM beside a posted recv and made
    pipeline predictions 30–80 % long against the 2×H200 runs of 2026-11-30, so
-   that spin is not modelled (an assumption, to revisit with traces). It then runs at 1/f with
+   that spin is not modelled (an assumption: the probes of 2026-11-30 issue on
+   both ranks at once and cannot test it; ``benchmarks/probe_scenarios_peer_wait.sh``
+   does). It then runs at 1/f with
    f = 1 + (``slowdown_beside_gemm`` − 1)·min(1, SMs held by compute / SMs not
-   held by NCCL), slowest rank wins (3.5× measured for allgather_mm on 2×H200,
-   2026-11-30, issue 8); k transfers on one rank share its link at 1/k each.
+   held by NCCL), slowest rank wins. The 3.5× that issue 8 saw for allgather_mm
+   on 2×H200 was mostly the wait for SMs that rules 3 and 6 already give: a
+   collective issued beside a queue of wave-filling GEMMs waits for the running
+   GEMM, then runs at 1.05–1.07× its solo time ahead of the next GEMM (2×H200,
+   2026-11-30, ``benchmarks/h200/probes.md``), so ``h200x2`` sets 1.06. Links are
+   full duplex (NVLink, PCIe): a rank's link has an out and an in direction
+   (:func:`link_ends`); a send uses its rank's out and its peer's in, a collective
+   both directions of every rank, and k transfers on one direction share it at
+   1/k each. So a batched send+recv pair runs in one exchange time, which is what
+   the ``sendrecv`` table holds (calibrate times a batch_isend_irecv ring), while
+   two sends of one rank share its link (measured on 2×H200, 2026-11-30: batched
+   exchange 271.6 µs at 64 MiB ≈ 1.3× one way, unbatched 428.6 µs ≈ 2×). A
+   send/recv whose reverse directions are idle runs ``nccl.p2p_one_way_speedup``
+   times faster than that exchange time (``h200x2``: 271.6 / 203.6 = 1.33 at
+   64 MiB, the GPU-bound point of the same probe).
    Compute CTAs run ``gemm_slowdown_beside_nccl`` times slower while an NCCL
    kernel is resident. Copies run on their copy engine (one per direction) in
    FIFO order, with the profile's copy contention factors.
@@ -100,7 +128,7 @@ from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "GpuRules", "comm_factor", "comm_fifo_edges", "communicator", "host_issue_times",
-           "kernel_ctas", "stream_queues"]
+           "kernel_ctas", "link_ends", "stream_queues"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
@@ -120,6 +148,7 @@ class GpuRules:
     nccl_slowdown: float
     gemm_slowdown_beside_nccl: float
     p2p_serialized: bool
+    p2p_one_way: float
     copy_slowdown_with_compute: float
     compute_slowdown_with_copy: float
 
@@ -131,6 +160,7 @@ class GpuRules:
         return cls(sms=sms, max_connections=max_connections or profile.gpu.max_connections,
                    nccl_sms=min(nc.sms_per_collective, sms), nccl_slowdown=nc.slowdown_beside_gemm,
                    gemm_slowdown_beside_nccl=nc.gemm_slowdown_beside_nccl, p2p_serialized=nc.unbatched_p2p_serialized,
+                   p2p_one_way=nc.p2p_one_way_speedup,
                    copy_slowdown_with_compute=profile.contention.copy_slowdown_with_compute,
                    compute_slowdown_with_copy=profile.contention.compute_slowdown_with_copy)
 
@@ -180,13 +210,17 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
     if mode == "cuda_graph":
         return [lp.graph_launch_us * 1e-6] * len(ops)
     op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
-    batch_s, ev_s, copy_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s
+    batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
     extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
     host: dict[int, float] = {}
+    cur_stream: dict[int, str] = {}
     seen_batch: set[tuple[int, str]] = set()
     out = []
     for op, nx in zip(ops, cross_stream_deps):
         h = host.get(op.rank, 0.0) + op.host_s + nx * ev_s + extra
+        if cur_stream.setdefault(op.rank, op.stream) != op.stream:
+            cur_stream[op.rank] = op.stream
+            h += sw_s
         kind = op.kind
         if kind in ("matmul", "compute"):
             h += op_s * op.repeat
@@ -250,3 +284,19 @@ def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> flo
     if slowdown == 1.0 or compute_sms <= 0:
         return 1.0
     return 1.0 + (slowdown - 1.0) * min(1.0, compute_sms / max(1, free_for_compute))
+
+
+def link_ends(members: Sequence[Op]) -> tuple[int, ...]:
+    """Link directions one transfer uses (rule 6), as ``2·rank + d`` with d = 0 out, 1 in.
+
+    ``members`` are the ops of one collective, or a send/recv pair ``(send, recv)``.
+
+    >>> from schedsim.graph.ops import Op
+    >>> s = Op(name="s", rank=0, kind="send", stream="x", seq=0, deps=(), group=(0, 1), peer=1, nbytes=1.0)
+    >>> r = Op(name="r", rank=1, kind="recv", stream="x", seq=0, deps=(), group=(0, 1), peer=0, nbytes=1.0)
+    >>> link_ends([s, r])
+    (0, 3)
+    """
+    if members and members[0].kind in ("send", "recv"):
+        return tuple(sorted(2 * op.rank + (op.kind == "recv") for op in members))  # (sender out, receiver in)
+    return tuple(2 * op.rank + d for op in members for d in (0, 1))

@@ -67,6 +67,11 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     nccl_held = [0] * world  # SMs held by resident NCCL kernels
     nmem = [0] * world  # memory-bound kernels with CTAs resident
     ncomm = [0] * world  # NCCL transfers in flight
+    gends = [gm.link_ends([ops[i] for i in m]) for m in gmem]  # link directions each transfer uses (rule 6)
+    one_way = rules.p2p_one_way
+    grev = [tuple(e ^ 1 for e in ends) if one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
+            for ends, m in zip(gends, gmem)]  # a p2p transfer's reverse directions
+    nlink = [0] * (2 * world)  # transfers in flight per (rank, direction)
     ncopy = [0] * world  # copies in flight
     pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)
     khand = [0.0] * K
@@ -102,7 +107,10 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     def rate_of(j: int) -> float:
         typ = jtype[j]
         if typ == _XFER:
-            return min([crate[q] for q in c.job_ranks[N + jkey[j]]])
+            g = jkey[j]
+            rate = min([crate[e >> 1] / nlink[e] for e in gends[g]])
+            rev = grev[g]
+            return rate * one_way if rev and not any(nlink[e] for e in rev) else rate
         k = jkey[j]
         r = krank[k]
         if typ == _COPY:
@@ -117,10 +125,10 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
         return new
 
     def comm_rates(ranks: list[int]) -> None:
-        """Per-rank rate of NCCL transfers (rule 6), before the jobs of ``ranks`` are rerated."""
+        """Per-rank SM factor of NCCL transfers (rule 6), before the jobs of ``ranks`` are rerated."""
         for q in ranks:
             if ncomm[q]:
-                crate[q] = 1.0 / (ncomm[q] * gm.comm_factor(slow, held[q], S - nccl_held[q]))
+                crate[q] = 1.0 / gm.comm_factor(slow, held[q], S - nccl_held[q])
 
     def rerate(r: int, t: float) -> None:
         for j in running[r]:
@@ -160,6 +168,8 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                         rk = c.job_ranks[N + g]
                         for q in rk:
                             ncomm[q] += 1
+                        for e in gends[g]:
+                            nlink[e] += 1
                         new_job(_XFER, g, 0, job_work[N + g], rk, t)
                 continue
             if f <= 0:
@@ -245,6 +255,8 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
         jrate[j] = -1.0
         if typ == _XFER:
             g = jkey[j]
+            for e in gends[g]:
+                nlink[e] -= 1
             for q in c.job_ranks[N + g]:
                 ncomm[q] -= 1
                 running[q].remove(j)

@@ -105,3 +105,14 @@ def test_bad_profile_field_named(tmp_path):
     f.write_text(yaml.safe_dump(d))
     with pytest.raises(ProfileError, match="gpu.hbm_GBps"):
         load_profile(str(f))
+
+
+def test_table_time_never_drops_below_the_smaller_measured_size():
+    # latency-bound points: 1 KiB at 0.1 GB/s (10.24 µs) and 16 KiB at 0.8 GB/s (20.48 µs). Interpolating busbw
+    # at 4 KiB (half way in log size) gives 0.45 GB/s -> 9.10 µs, less than the 1 KiB time: clamped to 10.24 µs
+    d = toy_profile_dict()
+    d["collectives"]["tables"] = {"all_reduce": {2: [[1024.0, 0.1], [16384.0, 0.8]]}}
+    cm = CostModel(HardwareProfile.model_validate(d))
+    assert cm.collective_time("all_reduce", 4096, (0, 1)) == pytest.approx(1024 / 0.1e9)
+    # at 8 KiB (3/4 of the way) busbw 0.1 + 0.75 * 0.7 = 0.625 GB/s -> 13.1 µs, above 10.24: the interpolation stands
+    assert cm.collective_time("all_reduce", 8192, (0, 1)) == pytest.approx(8192 / 0.625e9)

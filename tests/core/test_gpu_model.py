@@ -114,6 +114,37 @@ def test_host_us_and_event_waits_delay_issue(sim_text):
     assert spans == {"A@r0": (5.0, 7.0), "B@r0": (15.0, 17.0)}
 
 
+def test_stream_switch_costs_host_time(sim_text):
+    # 5 µs per launch, 4 µs per stream switch (the rank's first op is free): A on s1 at 5; B on s2 at 5 + 4 + 5 =
+    # 14; C on s2 again at 19 (no switch); D back on s1 at 19 + 4 + 5 = 28. The kernels are 2 µs each.
+    prof = waves_profile(launch={"eager_per_op_us": 5.0, "stream_switch_us": 4.0})
+    body = "".join(f"  - {{name: {n}, {TINY}, stream: {st}}}\n" for n, st in (("A", "s1"), ("B", "s2"), ("C", "s2"),
+                                                                            ("D", "s1")))
+    spans, _ = sim_text(HEAD % 1 + body, prof)
+    assert spans == {"A@r0": (5.0, 7.0), "B@r0": (14.0, 16.0), "C@r0": (19.0, 21.0), "D@r0": (28.0, 30.0)}
+    # a replay has no per-op host cost (toy graph_launch_us 0): D runs right after A on s1
+    spans, _ = sim_text(HEAD % 1 + body, prof, launch="cuda_graph")
+    assert spans["D@r0"] == (2.0, 4.0)
+
+
+def test_nccl_beside_a_gemm_queue_waits_for_sms_then_runs_near_solo(sim_text):
+    # The 2xH200 probe of 2026-11-30 (benchmarks/h200/probes.md): a collective issued beside a queue of
+    # wave-filling GEMMs on another stream waits for the running GEMM, then runs ahead of the next one at
+    # ~its solo speed. Toy: A1, A2 fill the 8 SMs (10 µs each) on stream g; the all_reduce (12 µs solo, 2 SMs)
+    # is issued at 0 on stream c but waits for A1's SMs: starts at 10. A2 (handed over at 10, after the
+    # all_reduce) takes the 6 SMs left at 10 for [10, 20] and its last 2 CTAs when those retire: [20, 30].
+    # slowdown_beside_gemm 1.25, scaled by the share of the 6 non-NCCL SMs that compute holds: over [10, 20]
+    # 6/6 held, rate 1/1.25, 8 µs of the 12 done; then 2/6 held, factor 1 + 0.25/3, the last 4 µs take 13/3 µs:
+    # end 20 + 13/3 = 24.333 µs.
+    text = (f"  - {{name: A1, {FULL}, stream: g}}\n  - {{name: A2, {FULL}, stream: g}}\n"
+            "  - {name: ar, kind: all_reduce, bytes: 1000000, stream: c}\n")
+    spans, _ = sim_text(HEAD % 2 + text, waves_profile(nccl={"slowdown_beside_gemm": 1.25}))
+    for r in (0, 1):
+        assert spans[f"A1@r{r}"] == (0.0, 10.0)
+        assert spans[f"ar@r{r}"] == (10.0, pytest.approx(20 + 13 / 3))
+        assert spans[f"A2@r{r}"] == (10.0, pytest.approx(30.0))
+
+
 P2P = ("  - {name: s1, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: x%s}\n"
        "  - {name: s2, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: y%s}\n"
        "  - {name: r1, kind: recv, ranks: [1], peer: 0, bytes: 1000000, stream: x%s}\n"
@@ -139,6 +170,37 @@ def test_batched_p2p_is_one_call_and_one_fused_kernel(sim_text):
     b = ", p2p_batch: b0"
     spans, _ = sim_text(HEAD % 2 + P2P % (b, b, b, b), prof)
     assert spans == {"s1@r0": (7.5, 29.5), "s2@r0": (7.5, 29.5), "r1@r1": (7.5, 29.5), "r2@r1": (7.5, 29.5)}
+
+
+# rank 0 sends to 1 and receives from 1, rank 1 the mirror; {b} = ", p2p_batch: b0" for one batch_isend_irecv
+EXCHANGE = ("  - {{name: s, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: ps{b}}}\n"
+            "  - {{name: r, kind: recv, ranks: [0], peer: 1, bytes: 1000000, stream: pr{b}}}\n"
+            "  - {{name: q, kind: recv, ranks: [1], peer: 0, bytes: 1000000, stream: pr{b}}}\n"
+            "  - {{name: t, kind: send, ranks: [1], peer: 0, bytes: 1000000, stream: ps{b}}}\n")
+
+
+def test_batched_exchange_uses_both_link_directions(sim_text):
+    # rank 0 sends to 1 and receives from 1 in one batch (and rank 1 the mirror): the two transfers go opposite
+    # ways over a full-duplex link, so neither slows the other: both [7.5, 18.5] (11 µs each, the sendrecv
+    # table's exchange time). Unbatched, NCCL runs them one after the other: send [5, 16], recv [16, 27].
+    prof = waves_profile(launch={"eager_per_collective_us": 5.0})
+    spans, _ = sim_text(HEAD % 2 + EXCHANGE.format(b=", p2p_batch: b0"), prof)
+    assert spans == {"s@r0": (7.5, 18.5), "r@r0": (7.5, 18.5), "q@r1": (7.5, 18.5), "t@r1": (7.5, 18.5)}
+    spans, _ = sim_text(HEAD % 2 + EXCHANGE.format(b=""), prof)
+    assert spans["s@r0"] == (5.0, 16.0) and spans["r@r0"] == (16.0, 27.0)
+
+
+def test_one_way_send_is_faster_than_the_exchange_table(sim_text):
+    # p2p_one_way_speedup 1.1: a lone send (reverse direction idle) takes 11 / 1.1 = 10 µs; the batched exchange
+    # keeps the table's 11 µs (both directions busy); the unbatched exchange runs one way at a time: 10 + 10.
+    prof = waves_profile(launch={"eager_per_collective_us": 5.0}, nccl={"p2p_one_way_speedup": 1.1})
+    spans, _ = sim_text(HEAD % 2 + "  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 1000000}\n"
+                        "  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 1000000}\n", prof)
+    assert spans["s@r0"] == (5.0, pytest.approx(15.0)) and spans["r@r1"] == (5.0, pytest.approx(15.0))
+    spans, _ = sim_text(HEAD % 2 + EXCHANGE.format(b=", p2p_batch: b0"), prof)
+    assert spans["s@r0"] == (7.5, pytest.approx(18.5))
+    spans, _ = sim_text(HEAD % 2 + EXCHANGE.format(b=""), prof)
+    assert spans["s@r0"] == (5.0, pytest.approx(15.0)) and spans["r@r0"] == (15.0, pytest.approx(25.0))
 
 
 def test_p2p_serializes_with_collectives_of_its_group(sim_text):
@@ -195,11 +257,14 @@ def test_profile_contract_defaults_and_h200x2():
     lp = waves_profile(launch={"eager_per_op_us": 6.0, "eager_per_collective_us": 20.0}).launch
     assert (lp.p2p_call_s, lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s) == pytest.approx(
         (20e-6, 30e-6, 2e-6, 6e-6))
-    assert lp.executor_extra_per_op_us == 0.0
+    assert lp.executor_extra_per_op_us == 0.0 and lp.stream_switch_s == 0.0
     p = load_profile("h200x2")
-    assert p.gpu_model == "waves" and p.gpu.max_connections == 8 and p.nccl.slowdown_beside_gemm == 3.5
-    # the 1 KiB all_reduce is GPU-side (~8.6 µs inside a CUDA graph, 2xH200 2026-11-30), not the 60-70 µs host call
-    assert CostModel(p).collective_time("all_reduce", 1024, (0, 1)) == pytest.approx(8.6e-6, rel=0.01)
+    # NCCL beside GEMMs waits for SMs, then runs at ~1.06x its solo time (benchmarks/h200/probes.md, 2026-11-30)
+    assert p.gpu_model == "waves" and p.gpu.max_connections == 8 and p.nccl.slowdown_beside_gemm == 1.06
+    # the 1 KiB all_reduce is GPU-side (7.25 µs per call inside a CUDA graph, 2xH200 2026-11-30), not the 41-49 µs
+    # host call; a stream switch costs 18.366 - 9.673 µs of host time
+    assert CostModel(p).collective_time("all_reduce", 1024, (0, 1)) == pytest.approx(7.25e-6, rel=0.01)
+    assert p.launch.stream_switch_us == pytest.approx(18.366 - 9.673, abs=0.005)
 
 
 def test_bad_max_connections_is_a_clear_error():
