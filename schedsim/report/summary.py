@@ -27,6 +27,19 @@ def _console() -> Any:
     return Console() if sys.stdout.isatty() else Console(width=140)
 
 
+#: Per-rank tables show at most this many rows (first and last halves); every rank is in timeline.json.
+MAX_TABLE_RANKS = 32
+
+
+def _shown(keys: Any, limit: int = MAX_TABLE_RANKS) -> tuple[list[Any], int]:
+    """The first and last ``limit // 2`` of ``keys`` and how many were left out (a 100k-rank table is unreadable
+    and takes minutes to render)."""
+    keys = list(keys)
+    if len(keys) <= limit:
+        return keys, 0
+    return keys[: limit // 2] + keys[-(limit // 2):], len(keys) - limit
+
+
 def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, max_cp: int = 12) -> None:
     """Print the header, the per-rank table and the critical path."""
     from rich.table import Table
@@ -39,7 +52,11 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
     t = Table(title=None, show_lines=False)
     for col in ("rank", "busy compute", "busy comm", "busy copy", "idle", "exposed comm", "overlap", "comm share"):
         t.add_column(col, justify="right")
-    for r, d in metrics["ranks"].items():
+    shown, left_out = _shown(metrics["ranks"])
+    for i, r in enumerate(shown):
+        d = metrics["ranks"][r]
+        if left_out and i == MAX_TABLE_RANKS // 2:
+            t.add_row("…", f"{left_out} ranks not shown (all are in timeline.json)", *[""] * 6)
         t.add_row(str(r), fmt_time(d["busy_compute_s"]), fmt_time(d["busy_comm_s"]), fmt_time(d["busy_copy_s"]),
                   fmt_time(d["idle_s"]), fmt_time(d["exposed_comm_s"]), f"{d['overlap_ratio']:.3f}",
                   f"{d['comm_share']:.3f}")
@@ -64,7 +81,10 @@ def print_pipeline(pm: dict[str, Any], console: Any = None) -> None:
     for col in ("rank", "bubble/makespan", "bubble/ideal", "peak act. (mb units)", "peak act. (MiB)",
                 "p2p sent", "p2p recv"):
         t.add_column(col, justify="right")
-    for r in pm["peak_memory_units"]:
+    shown, left_out = _shown(pm["peak_memory_units"])
+    for i, r in enumerate(shown):
+        if left_out and i == MAX_TABLE_RANKS // 2:
+            t.add_row("…", f"{left_out} ranks not shown", *[""] * 5)
         t.add_row(str(r), f"{pm['bubble_of_makespan']['per_rank'][r]:.4f}", f"{pm['bubble_of_ideal']['per_rank'][r]:.4f}",
                   f"{pm['peak_memory_units'][r]:g}", f"{pm['peak_memory_bytes'][r] / 2**20:.1f}",
                   f"{pm['p2p_bytes'][r]['sent'] / 2**20:.1f} MiB", f"{pm['p2p_bytes'][r]['recv'] / 2**20:.1f} MiB")

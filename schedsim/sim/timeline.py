@@ -122,9 +122,10 @@ class Timeline:
         with atomic_writer(path) as f:
             f.write(json.dumps(self._head(), indent=1, default=str)[:-2])
             f.write(',\n "ops": [')
+            encode = json.JSONEncoder(default=str).encode  # one encoder: json.dumps(default=...) builds one per call
             for i, s in enumerate(self.spans):
                 f.write(",\n  " if i else "\n  ")
-                f.write(json.dumps(_span_dict(s), default=str))
+                f.write(encode(_span_dict(s)))
             f.write("\n ],\n \"critical_path\": ")
             f.write(json.dumps(self.critical_path))
             f.write(",\n \"metrics\": ")
