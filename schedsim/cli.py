@@ -63,6 +63,18 @@ SetOpt = typer.Option(None, "--set", help="Override a schedule parameter: --set 
 ProfileOpt = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Hardware profile: a shipped name or a YAML path.")
 
 
+MaxOpsOpt = typer.Option(None, "--max-ops", min=1, help="Refuse schedules estimated (before expanding) to have "
+                         "more op instances than this, summed over ranks [default: 2,000,000; env SCHEDSIM_MAX_OPS].")
+
+
+def _max_ops(n: Optional[int]) -> None:
+    """Apply ``--max-ops`` through the environment, so executor ranks started from here see it too."""
+    import os
+
+    if n is not None:
+        os.environ["SCHEDSIM_MAX_OPS"] = str(n)
+
+
 def _load(file: Path, sets: Optional[list[str]]):  # type: ignore[no-untyped-def]
     from schedsim.spec.loader import load_schedule, parse_overrides
 
@@ -143,8 +155,10 @@ def predict(
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
     launch: Optional[Launch] = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
+    max_ops: Optional[int] = MaxOpsOpt,
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
+    _max_ops(max_ops)
     tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt)
     if fmt == OutFormat.json:
         print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics,
@@ -165,8 +179,10 @@ def predict(
 def check(
     file: Path = typer.Argument(..., help="Schedule YAML."),
     set_: Optional[list[str]] = SetOpt,
+    max_ops: Optional[int] = MaxOpsOpt,
 ) -> None:
     """Validate a schedule (language rules and DAG checks) without simulating."""
+    _max_ops(max_ops)
     spec = _load(file, set_)
     G = _build(spec, file)
     ranks = G.graph["world_size"]
@@ -226,8 +242,10 @@ def sweep(
     profile: str = ProfileOpt,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/sweep_<schedule>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
+    max_ops: Optional[int] = MaxOpsOpt,
 ) -> None:
     """Predict a schedule over a grid of parameter values; print a table and plot makespan against the setting."""
+    _max_ops(max_ops)
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
