@@ -40,6 +40,11 @@ def _shown(keys: Any, limit: int = MAX_TABLE_RANKS) -> tuple[list[Any], int]:
     return keys[: limit // 2] + keys[-(limit // 2):], len(keys) - limit
 
 
+def _clip(text: str, n: int = 80) -> str:
+    """``text`` cut to ``n`` characters with an ellipsis in the middle (names are shown whole in the files)."""
+    return text if len(text) <= n else text[: n // 2 - 1] + "…" + text[-(n // 2):]
+
+
 def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, max_cp: int = 12) -> None:
     """Print the header, the per-rank table and the critical path."""
     from rich.table import Table
@@ -64,6 +69,7 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
     cp = metrics.get("critical_path", [])
     if cp:
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
+        shown = [_clip(x) for x in shown]  # rich wraps a 150k-character op name in quadratic time
         parts = ", ".join(f"{k} {fmt_time(v)}" for k, v in metrics.get("critical_path_s", {}).items())
         con.print(f"critical path ({len(cp)} ops; {parts}): " + " → ".join(shown))
 

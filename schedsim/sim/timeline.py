@@ -144,6 +144,9 @@ class Timeline:
         if not isinstance(d, dict) or d.get("format") != "schedsim.timeline":
             raise TraceError(f"{where}: not a schedsim timeline (no \"format\": \"schedsim.timeline\")\n"
                              "  fix: pass a timeline.json written by schedsim predict, execute or import")
+        from schedsim.trace.validate import check_timeline_doc
+
+        check_timeline_doc(d, where)
         try:
             spans = [
                 Span(id=o["id"], name=o["name"], rank=int(o["rank"]), stream=str(o["stream"]), kind=o["kind"],

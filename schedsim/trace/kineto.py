@@ -42,6 +42,7 @@ from schedsim.trace.common import (
 )
 from schedsim.trace.jsonstream import TraceEventStream
 from schedsim.trace.nsys import shape_size
+from schedsim.trace.validate import check_dist_info, check_event_times
 
 __all__ = ["COLLECTIVE_ARGS", "import_kineto", "seed_dims_nelems"]
 
@@ -54,6 +55,7 @@ COLLECTIVE_ARGS = {
 _KERNEL = {"kernel"}
 _MEMCPY = {"gpu_memcpy", "memcpy"}
 _MEMSET = {"gpu_memset", "memset"}
+_CHECKED = _KERNEL | _MEMCPY | _MEMSET | {"gpu_user_annotation", "user_annotation", "cpu_op"}
 
 
 def seed_dims_nelems(dims: Any) -> int | None:
@@ -156,6 +158,8 @@ def import_kineto(
                     pname = e["args"].get("name")
                 continue
             c = cat.lower() if isinstance(cat, str) else ""
+            if c in _CHECKED:
+                check_event_times(path, stream.n_events, e, ref)
             try:
                 if c in _KERNEL or c in _MEMCPY or c in _MEMSET:
                     args = e.get("args") or {}
@@ -209,6 +213,7 @@ def import_kineto(
                                  f"{str(e)[:200]}") from None
         hdr = stream.header
         dist = hdr.get("distributedInfo") if isinstance(hdr.get("distributedInfo"), dict) else {}
+        check_dist_info(path, dist)
         rank = dist.get("rank")
         if not isinstance(rank, int):
             if len(files) > 1:
