@@ -42,7 +42,12 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*a: Any, **kw: Any) -> Any:
         try:
-            return fn(*a, **kw)
+            result = fn(*a, **kw)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
+            return result
+        except BrokenPipeError:  # `schedsim predict | head`: the reader left; that is not an error
+            _quiet_stdout()
+            raise typer.Exit(0) from None
         except SchedsimError as e:
             print(f"error: {e}", file=sys.stderr)
             raise typer.Exit(2) from None
@@ -57,6 +62,17 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail on a closed pipe again."""
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (tests' captured stdout)
+        pass
 
 
 SetOpt = typer.Option(None, "--set", help="Override a schedule parameter: --set chunks=4 (repeatable).")
@@ -94,11 +110,14 @@ def _build(spec, file: Path):  # type: ignore[no-untyped-def]
 
 
 def _safe_dirname(name: str) -> str:
-    """A schedule name made safe as one folder name (no separators, no leading dots)."""
-    import re
+    """A schedule name made one safe, distinct folder name (:func:`schedsim.report.outdir.safe_dirname`)."""
+    from schedsim.report.outdir import safe_dirname
 
-    clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip(".") or "schedule"
-    return clean[:100]
+    return safe_dirname(name)
+
+
+#: Files predict may write; one left by an earlier run that this run did not write is removed.
+PREDICT_FILES = ("timeline.json", "trace.json", "gantt.png", "gantt.svg", "pipeline.png", "memory.png")
 
 
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
@@ -123,7 +142,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
         metrics["pipeline"] = {k: val for k, val in pm.items() if k != "memory_timeline"}
     outdir = out or Path("schedsim_out") / _safe_dirname(spec.name)
     names = ["timeline.json", "trace.json"]
-    with output_set(outdir) as stage:
+    with output_set(outdir, PREDICT_FILES) as stage:
         tl.write_json(stage / "timeline.json", metrics)
         write_chrome_trace(stage / "trace.json", [("predicted", tl)])
         if gantt:
@@ -274,16 +293,15 @@ def sweep(
     outdir = out or Path("schedsim_out") / f"sweep_{_safe_dirname(file.stem)}"
     from schedsim.sim.timeline import atomic_write_text, output_set
 
-    with output_set(outdir) as stage:
+    with output_set(outdir, ("sweep.json", "sweep.png")) as stage:
         atomic_write_text(stage / "sweep.json", json.dumps(rows, indent=1))
         _plot_sweep(stage / "sweep", rows, axes, f"{file.stem} on {prof.name}")
     if fmt == OutFormat.json:
         print(json.dumps(rows, indent=1))
         return
-    from rich.console import Console
     from rich.table import Table
 
-    from schedsim.report.summary import fmt_time
+    from schedsim.report.summary import fmt_time, make_console
 
     t = Table()
     for k, _ in axes:
@@ -300,7 +318,7 @@ def sweep(
         if has_mem:
             cells += [f"{r.get('peak_memory_bytes', 0) / 2**20:.1f} MiB", f"{r.get('bubble_ratio') or 0:.3f}"]
         t.add_row(*cells)
-    Console().print(t)
+    make_console().print(t)
     print(f"wrote {outdir / 'sweep.json'}, {outdir / 'sweep.png'}")
 
 

@@ -226,12 +226,11 @@ def _pct(x: float | None) -> str:
 
 def print_comparison(res: dict[str, Any], console: Any = None) -> None:
     """Print a comparison result as rich tables."""
-    from rich.console import Console
     from rich.table import Table
 
-    from schedsim.report.summary import fmt_time
+    from schedsim.report.summary import fmt_time, make_console
 
-    con = console or Console()
+    con = console or make_console()
     ms = res["makespan"]
     con.print(f"[bold]{res['schedule']['meas']}[/bold]  predicted ({res['source']['pred']}, profile "
               f"{res.get('profile')}, {res['launch']['pred']}) vs measured ({res['source']['meas']}, "

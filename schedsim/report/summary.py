@@ -6,7 +6,7 @@ from typing import Any
 
 from schedsim.sim.timeline import Timeline
 
-__all__ = ["print_summary", "fmt_time"]
+__all__ = ["print_summary", "fmt_time", "make_console"]
 
 
 def fmt_time(s: float) -> str:
@@ -18,13 +18,19 @@ def fmt_time(s: float) -> str:
     return f"{s:.2f} s"
 
 
-def _console() -> Any:
+def make_console() -> Any:
     """A rich Console; when stdout is not a terminal (pipes, CI logs) use 140 columns instead of 80."""
     import sys
 
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=140)
+    con = Console() if sys.stdout.isatty() else Console(width=140)
+
+    def broken_pipe() -> None:  # rich's own handler exits 1; a reader that left (`| head`) is not an error
+        raise BrokenPipeError
+
+    con.on_broken_pipe = broken_pipe  # type: ignore[method-assign]
+    return con
 
 
 #: Per-rank tables show at most this many rows (first and last halves); every rank is in timeline.json.
@@ -49,7 +55,7 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
     """Print the header, the per-rank table and the critical path."""
     from rich.table import Table
 
-    con = console or _console()
+    con = console or make_console()
     con.print(f"[bold]{tl.schedule}[/bold]  source={tl.source}  profile={tl.profile}  launch={tl.launch}  "
               f"ranks={tl.world_size}  ops={metrics['ops']}")
     con.print(f"makespan [bold]{fmt_time(metrics['makespan_s'])}[/bold]   exposed comm (sum over ranks) "
@@ -78,7 +84,7 @@ def print_pipeline(pm: dict[str, Any], console: Any = None) -> None:
     """Print bubble ratios (both conventions), peak activation memory and p2p volume per rank."""
     from rich.table import Table
 
-    con = console or _console()
+    con = console or make_console()
     info = pm["info"]
     con.print(f"pipeline {info['schedule']}: p={info['p']} v={info['v']} m={info['m']} p2p={info['p2p']}  "
               f"bubble: {pm['bubble_of_makespan']['overall']:.4f} of makespan (idle fraction), "

@@ -236,24 +236,33 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 @contextmanager
-def output_set(outdir: str | Path) -> Iterator[Path]:
-    """Write a set of output files all or nothing.
+def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[Path]:
+    """Write a set of output files all or nothing, replacing the set an earlier run left.
 
     Yields a staging folder inside ``outdir``; when the block finishes, every file in it is
-    moved into ``outdir`` (``os.replace``, atomic per file). If the block raises, or the user
-    presses Ctrl-C, the staging folder is removed and ``outdir`` keeps what it had.
+    moved into ``outdir`` (``os.replace``, atomic per file), then files an earlier run wrote there
+    and this one did not are removed (:func:`schedsim.report.outdir.finish_set`; ``replaces`` names
+    the command's possible outputs). If the block raises, or the user presses Ctrl-C, the staging
+    folder is removed and ``outdir`` keeps what it had. Staging folders of killed runs are removed
+    (:func:`schedsim.report.outdir.clean_stale_staging`).
 
     Raises
     ------
     OSError
         ``outdir`` cannot be created (e.g. it names an existing file).
     """
+    from schedsim.report.outdir import clean_stale_staging, finish_set, staging_prefix
+
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".schedsim-staging-", dir=out))
+    clean_stale_staging(out)
+    stage = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=out))
     try:
         yield stage
+        names = []
         for f in sorted(stage.iterdir()):
             os.replace(f, out / f.name)
+            names.append(f.name)
+        finish_set(out, names, replaces)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
