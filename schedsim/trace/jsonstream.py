@@ -43,7 +43,7 @@ MAX_VALUE_CHARS = 256 << 20
 #: Kineto JSON compresses 10-30x (``benchmarks/h200/kineto_execute_offload_rank0.json.gz``: 15x); a 4 MB file
 #: of 4 GB whitespace (1000x) is refused instead of read for minutes.
 MAX_GZIP_RATIO = 200
-GZIP_SLACK = 64 << 20
+GZIP_SLACK = 32 << 20
 #: Events between progress lines on stderr (large traces take minutes).
 PROGRESS_EVERY = 2_000_000
 
