@@ -104,7 +104,13 @@ def _construct(node: yaml.Node, file: str, budget: _Budget | None = None, depth:
             lst.item_marks.append(_mark(item))
         return lst
     assert isinstance(node, yaml.ScalarNode)
-    return _scalar(node)
+    try:
+        return _scalar(node)
+    except yaml.YAMLError as e:  # an unknown tag (`!foo`), a bad !!int ...
+        _SCALAR_LOADER.constructed_objects.clear()
+        raise SpecError(f"invalid YAML value: {getattr(e, 'problem', None) or e}", file=file,
+                        line=_mark(node)[0], column=_mark(node)[1],
+                        fix="remove the `!tag` in front of the value (schedules use plain YAML values)") from None
 
 
 _SCALAR_LOADER = yaml.SafeLoader("")

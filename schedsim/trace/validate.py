@@ -134,8 +134,9 @@ def check_timeline_doc(d: dict[str, Any], where: str) -> None:
         if o["end_s"] < o["start_s"]:
             raise TraceError(f"{where}: ops[{i}] ({oid!r}): end_s {o['end_s']!r} is before start_s {o['start_s']!r}\n"
                              "  fix: the file is corrupt or was edited; re-run the command that wrote it")
-        if not isinstance(oid, str):
-            continue  # from_dict reports a missing id
+        if not isinstance(oid, str) or not oid:
+            raise TraceError(f"{where}: ops[{i}]: id is {oid!r}, not a non-empty string\n"
+                             "  fix: ids are name@rRANK strings; re-run the command that wrote the file")
         if oid in seen:
             raise TraceError(f"{where}: ops[{i}] and ops[{seen[oid]}] have the same id {oid!r}; one would be "
                              "silently dropped\n  fix: ids must be unique (name@rRANK); re-run the command that "
