@@ -331,7 +331,9 @@ def _plot_sweep(stem: Path, rows: list[dict[str, Any]], axes: list[tuple[str, li
 
     labels = [", ".join(f"{k}={r['setting'][k]}" for k, _ in axes) for r in rows]
     has_mem = any("peak_memory_bytes" in r for r in rows)
-    fig = Figure(figsize=(max(6, 0.6 * len(rows) + 3), 4), dpi=110)
+    from schedsim.report.outdir import capped_figsize
+
+    fig = Figure(figsize=capped_figsize(max(6, 0.6 * len(rows) + 3), 4, 110), dpi=110)
     ax = fig.add_subplot(111)
     xs = list(range(len(rows)))
     ax.plot(xs, [r["makespan_s"] * 1e3 for r in rows], marker="o", label="makespan (ms)")

@@ -27,8 +27,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["MANIFEST", "STAGING_PREFIX", "STALE_AFTER_S", "safe_dirname", "staging_prefix", "clean_stale_staging",
-           "finish_set"]
+__all__ = ["MANIFEST", "STAGING_PREFIX", "STALE_AFTER_S", "MAX_PNG_PX", "safe_dirname", "staging_prefix",
+           "clean_stale_staging", "finish_set", "capped_figsize"]
 
 #: Hidden file listing the outputs of the last run written into a folder (JSON list of file names).
 MANIFEST = ".schedsim-outputs.json"
@@ -137,3 +137,19 @@ def finish_set(out: Path, written: Iterable[str], replaces: Iterable[str] = ()) 
         except OSError:
             pass
     atomic_write_text(out / MANIFEST, json.dumps(new))
+
+
+#: Largest width or height of a PNG schedsim draws (pixels); a 200-point sweep asked for 13,530 px.
+MAX_PNG_PX = 8000
+
+
+def capped_figsize(width_in: float, height_in: float, dpi: float) -> tuple[float, float]:
+    """A matplotlib figure size (inches) no wider or taller than :data:`MAX_PNG_PX` pixels at ``dpi``.
+
+    Examples
+    --------
+    >>> capped_figsize(123.0, 4.0, 110)
+    (72.72727272727273, 4.0)
+    """
+    cap = MAX_PNG_PX / dpi
+    return min(width_in, cap), min(height_in, cap)

@@ -2,39 +2,24 @@
 
 Each generated input must either load (and, for schedules, build and simulate) or raise a
 :class:`~schedsim.errors.SchedsimError`; any other exception is a bug. Everything runs in process; a SIGALRM
-hang guard per test (60 s) stops a hang, and the example counts keep the whole file to a few seconds.
+hang guard per test (30 s, from test_hostile) stops a hang, and the example counts keep the whole file to a few seconds.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_hostile import hang_guard
 
 from schedsim.errors import SchedsimError
 from schedsim.expr import ExprError, evaluate
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-
-
-@contextmanager
-def hang_guard(seconds: int = 60):  # type: ignore[no-untyped-def]
-    def on_alarm(signum, frame):  # type: ignore[no-untyped-def]
-        raise TimeoutError(f"hang guard: still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # -- expressions ---------------------------------------------------------------------------------------------
