@@ -171,6 +171,10 @@ def estimate_ops(items: Any, env: Mapping[str, Any], world: int) -> tuple[int, i
             o, c = estimate_ops(item.get("ops"), env, world)
             ops += mult * max(o, 1)
             chars += mult * c
+        elif isinstance(item.get("ops"), list):  # a group of ops under one `when:`
+            o, c = estimate_ops(item["ops"], env, world)
+            ops += o
+            chars += c
         else:
             n = _ranks_of(item, world)
             ops += n

@@ -31,6 +31,8 @@ def test_estimate_counts_loops_times_ranks_by_hand() -> None:
     n, chars = estimate_ops(ops, {"n": 7}, 4)
     assert n == 30 + 4 + 28
     assert chars == 6 * (4 * 7 + 1 * 7) + 4 * len("all") + 14 * 2 * 1  # longest string field per op
+    # a group of ops under one `when:` counts its ops (the condition is not evaluated: an upper bound)
+    assert estimate_ops([{"when": "n > 1", "ops": [{"name": "a"}, {"name": "b", "ranks": [0]}]}], {}, 4) == (5, 5)
 
 
 def test_refused_before_expanding_with_estimate_and_knob(monkeypatch) -> None:
