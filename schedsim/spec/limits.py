@@ -15,6 +15,9 @@ pipeline block is expanded. It estimates, without building them:
   microbatch and virtual stage on every rank, each with its stage ops and up to
   two send/recv.
 * **ranks**: ``world_size``.
+* **streams** per rank: literal stream names once each, a stream name holding
+  ``{expr}`` once per iteration of its loops (5,000 streams are fine to
+  simulate; the Gantt chart caps its lanes).
 * **characters**: for each op, the estimate of its instances times the length
   of its longest string field (the expanded names and streams held in memory).
 
@@ -29,6 +32,7 @@ limit                     default            knob
 op instances              2,000,000          ``--max-ops N`` / ``SCHEDSIM_MAX_OPS``
 ranks (``world_size``)    1,000,000          ``SCHEDSIM_MAX_RANKS``
 characters                200,000,000        ``SCHEDSIM_MAX_CHARS``
+streams per rank          100,000            ``SCHEDSIM_MAX_STREAMS``
 YAML nesting depth        64                 (fixed; write ops flat)
 ========================  =================  ==============================
 
@@ -46,13 +50,14 @@ from typing import Any
 
 from schedsim.errors import SpecError
 
-__all__ = ["DEFAULTS", "MAX_YAML_DEPTH", "limit", "check_expansion", "estimate_ops"]
+__all__ = ["DEFAULTS", "MAX_YAML_DEPTH", "limit", "check_expansion", "estimate_ops", "estimate_streams"]
 
 #: Default limits; see the module docstring. Keys are the environment variables that override them.
 DEFAULTS: dict[str, int] = {
     "SCHEDSIM_MAX_OPS": 2_000_000,
     "SCHEDSIM_MAX_RANKS": 1_000_000,
     "SCHEDSIM_MAX_CHARS": 200_000_000,
+    "SCHEDSIM_MAX_STREAMS": 100_000,
 }
 
 #: Deepest nesting of YAML mappings/lists a schedule may use (PyYAML and the loader recurse per level).
@@ -62,6 +67,7 @@ _KNOB = {
     "SCHEDSIM_MAX_OPS": "--max-ops {n} (or the environment variable SCHEDSIM_MAX_OPS={n})",
     "SCHEDSIM_MAX_RANKS": "the environment variable SCHEDSIM_MAX_RANKS={n}",
     "SCHEDSIM_MAX_CHARS": "the environment variable SCHEDSIM_MAX_CHARS={n}",
+    "SCHEDSIM_MAX_STREAMS": "the environment variable SCHEDSIM_MAX_STREAMS={n}",
 }
 
 
@@ -182,6 +188,35 @@ def estimate_ops(items: Any, env: Mapping[str, Any], world: int) -> tuple[int, i
     return ops, chars
 
 
+def estimate_streams(items: Any, env: Mapping[str, Any], mult: int = 1) -> int:
+    """Upper bound of the streams of one rank: literal stream names count once, a stream name holding
+    ``{expr}`` counts once per iteration of its enclosing loops. Default streams count as one."""
+    if not isinstance(items, list):
+        return 0
+    literal: set[str] = set()
+    templated = 0
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        if "foreach" in item:
+            m = 1
+            loops = item.get("foreach")
+            if isinstance(loops, Mapping):
+                for spec in loops.values():
+                    n = _length(spec, env)
+                    m *= 1 if n is None else n
+            templated += estimate_streams(item.get("ops"), env, mult * m)
+        elif isinstance(item.get("ops"), list):
+            templated += estimate_streams(item["ops"], env, mult)
+        else:
+            st = item.get("stream")
+            if isinstance(st, str) and "{" in st:
+                templated += mult
+            else:
+                literal.add(str(st))
+    return len(literal) + templated
+
+
 def _pipeline_ops(pb: Mapping[str, Any]) -> int:
     def num(v: Any, default: int = 1) -> int:
         return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
@@ -215,7 +250,7 @@ def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,
     Returns
     -------
     dict
-        ``{"ops": ..., "ranks": ..., "chars": ...}``, the estimates.
+        ``{"ops": ..., "ranks": ..., "streams": ..., "chars": ...}``, the estimates.
 
     Raises
     ------
@@ -232,7 +267,10 @@ def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,
     if ops > limit("SCHEDSIM_MAX_OPS"):
         raise _refuse(file, "the schedule expands to too many op instances (summed over ranks)", ops,
                       "SCHEDSIM_MAX_OPS", "ops" if "ops" in data else "pipeline")
+    streams = estimate_streams(data.get("ops"), env)
+    if streams > limit("SCHEDSIM_MAX_STREAMS"):
+        raise _refuse(file, "the schedule uses too many streams per rank", streams, "SCHEDSIM_MAX_STREAMS", "ops")
     if chars > limit("SCHEDSIM_MAX_CHARS"):
         raise _refuse(file, "the expanded op names and strings are too long in total (characters)", chars,
                       "SCHEDSIM_MAX_CHARS", "ops")
-    return {"ops": ops, "ranks": world, "chars": chars}
+    return {"ops": ops, "ranks": world, "streams": streams, "chars": chars}

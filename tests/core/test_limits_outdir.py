@@ -14,7 +14,7 @@ import pytest
 from schedsim.errors import SchedsimError, SpecError
 from schedsim.expr import ExprError, evaluate
 from schedsim.report.outdir import MANIFEST, clean_stale_staging, finish_set, safe_dirname
-from schedsim.spec.limits import check_expansion, estimate_ops
+from schedsim.spec.limits import check_expansion, estimate_ops, estimate_streams
 from schedsim.spec.loader import load_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +50,16 @@ def test_refused_before_expanding_with_estimate_and_knob(monkeypatch) -> None:
         load_text(small, "s.yaml")
     monkeypatch.setenv("SCHEDSIM_MAX_OPS", "120")
     assert len(load_text(small, "s.yaml").ops) == 30
+
+
+def test_streams_estimate_by_hand(monkeypatch) -> None:
+    ops = [{"name": "a", "stream": "s0"}, {"name": "b", "stream": "s0"}, {"name": "c"},
+           {"foreach": {"i": "range(5)", "j": [0, 1]}, "ops": [{"name": "d{i}{j}", "stream": "s{i}_{j}"},
+                                                              {"name": "e{i}{j}", "stream": "s1"}]}]
+    assert estimate_streams(ops, {}) == len({"s0", "None", "s1"}) + 5 * 2
+    monkeypatch.setenv("SCHEDSIM_MAX_STREAMS", "12")
+    with pytest.raises(SpecError, match="about 13, past the limit of 12"):
+        check_expansion({"ops": ops}, {"world_size": 1}, "f")
 
 
 def test_pipeline_and_world_size_estimates(monkeypatch) -> None:
