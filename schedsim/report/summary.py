@@ -56,7 +56,10 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
     from rich.table import Table
 
     con = console or make_console()
-    con.print(f"[bold]{tl.schedule}[/bold]  source={tl.source}  profile={tl.profile}  launch={tl.launch}  "
+    from rich.markup import escape  # names are the user's text: "[/x]" must print, not raise MarkupError
+
+    con.print(f"[bold]{escape(str(tl.schedule))}[/bold]  source={escape(str(tl.source))}  "
+              f"profile={escape(str(tl.profile))}  launch={escape(str(tl.launch))}  "
               f"ranks={tl.world_size}  ops={metrics['ops']}")
     con.print(f"makespan [bold]{fmt_time(metrics['makespan_s'])}[/bold]   exposed comm (sum over ranks) "
               f"{fmt_time(metrics['exposed_comm_s'])}   overlap ratio {metrics['overlap_ratio']:.3f}")
@@ -75,7 +78,7 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
     cp = metrics.get("critical_path", [])
     if cp:
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
-        shown = [_clip(x) for x in shown]  # rich wraps a 150k-character op name in quadratic time
+        shown = [escape(_clip(x)) for x in shown]  # rich wraps a 150k-character op name in quadratic time
         parts = ", ".join(f"{k} {fmt_time(v)}" for k, v in metrics.get("critical_path_s", {}).items())
         con.print(f"critical path ({len(cp)} ops; {parts}): " + " → ".join(shown))
 
@@ -86,7 +89,9 @@ def print_pipeline(pm: dict[str, Any], console: Any = None) -> None:
 
     con = console or make_console()
     info = pm["info"]
-    con.print(f"pipeline {info['schedule']}: p={info['p']} v={info['v']} m={info['m']} p2p={info['p2p']}  "
+    from rich.markup import escape
+
+    con.print(f"pipeline {escape(str(info['schedule']))}: p={info['p']} v={info['v']} m={info['m']} p2p={info['p2p']}  "
               f"bubble: {pm['bubble_of_makespan']['overall']:.4f} of makespan (idle fraction), "
               f"{pm['bubble_of_ideal']['overall']:.4f} of ideal compute ((p-1)/m convention)")
     t = Table()

@@ -175,3 +175,16 @@ def test_two_file_from_nccl_tests_reads_both(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["calibrate", "--from-nccl-tests", str(good), str(log), "-o", str(tmp_path / "p.yaml")])
     assert res.exit_code == 2 and "busbw is nan" in res.output
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_names_that_look_like_rich_markup_print_verbatim(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    f = tmp_path / "m.yaml"
+    f.write_text('schema_version: 1\nname: "[/x] [bold]"\nworld_size: 1\nops:\n'
+                 '  - {name: "a[b]", kind: compute, duration_us: 1}\n')
+    res = CliRunner().invoke(app, ["predict", str(f), "-o", str(tmp_path / "o"), "--no-gantt"])
+    assert res.exit_code == 0, res.output
+    assert "[/x] [bold]" in res.output and "a[b]@r0" in res.output
