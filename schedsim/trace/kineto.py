@@ -42,7 +42,7 @@ from schedsim.trace.common import (
 )
 from schedsim.trace.jsonstream import TraceEventStream
 from schedsim.trace.nsys import shape_size
-from schedsim.trace.validate import check_dist_info, check_event_times
+from schedsim.trace.validate import check_event_times, check_header
 
 __all__ = ["COLLECTIVE_ARGS", "import_kineto", "seed_dims_nelems"]
 
@@ -208,12 +208,12 @@ def import_kineto(
                         args = e.get("args") or {}
                         nccl_cpu.append((pos_rank, (e.get("pid"), e.get("tid")), float(e["ts"]),
                                          float(e.get("dur") or 0.0), name, args.get("Input Dims")))
-            except (KeyError, TypeError, ValueError) as err:
-                raise TraceError(f"{path}: malformed {cat} event ({err.__class__.__name__}: {err}): "
-                                 f"{str(e)[:200]}") from None
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
+                raise TraceError(f"{path}: event #{stream.n_events}: malformed {cat} event ({err.__class__.__name__}: "
+                                 f"{err}): {str(e)[:200]}\n  fix: re-export the trace from the profiler") from None
         hdr = stream.header
+        check_header(path, hdr)
         dist = hdr.get("distributedInfo") if isinstance(hdr.get("distributedInfo"), dict) else {}
-        check_dist_info(path, dist)
         rank = dist.get("rank")
         if not isinstance(rank, int):
             if len(files) > 1:

@@ -13,7 +13,8 @@ Bounds on Kineto times (µs, as written in the file):
 * ``ts`` at most :data:`MAX_SPREAD_US` = 1e12 µs away from the file's first GPU
   event (``ts`` itself may be large: Kineto writes a clock in µs, about 5e12 on
   the 2xH200 trace in ``benchmarks/h200/``, or epoch µs, about 1.8e15 in 2026).
-  One stray event would otherwise stretch the timeline over years.
+  One stray event would otherwise stretch the timeline over years; and ``ts`` at
+  most :data:`MAX_TS_US` = 1e17 µs (year 5138 as epoch µs).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from typing import Any
 
 from schedsim.errors import TraceError
 
-__all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "check_event_times", "check_dist_info", "check_timeline_doc"]
+__all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_header", "check_dist_info",
+           "check_timeline_doc"]
 
 MAX_DUR_US = 1e12
 MAX_SPREAD_US = 1e12
+MAX_TS_US = 1e17
 
 
 def _name(e: Any) -> str:
@@ -67,6 +70,8 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
             bad = f"{key} is negative ({v:g} µs)"
         if bad:
             break
+    if bad is None and ts > MAX_TS_US:
+        bad = f"ts is {ts:g} µs, past {MAX_TS_US:g} µs"
     if bad is None and dur > MAX_DUR_US:
         bad = f"dur is {dur:g} µs, past {MAX_DUR_US:g} µs (11.6 days)"
     if bad is None and ref is not None and abs(ts - ref) > MAX_SPREAD_US:
@@ -76,6 +81,26 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
         raise TraceError(f"{path}: event #{index} ({e.get('cat')} {_name(e)!r}): {bad}\n"
                          "  fix: the trace is corrupt or was edited; re-export it from the profiler, or remove "
                          "this event")
+
+
+def check_header(path: str | Path, hdr: dict[str, Any]) -> None:
+    """Check a Kineto file's top-level values: ``distributedInfo`` (:func:`check_dist_info`) and
+    ``baseTimeNanoseconds`` (a finite, non-negative number below 1e20 ns, year 5138 as epoch ns).
+
+    Raises
+    ------
+    TraceError
+    """
+    dist = hdr.get("distributedInfo")
+    if dist is not None and not isinstance(dist, dict):
+        raise TraceError(f"{path}: distributedInfo is {str(dist)[:60]!r}, not an object\n"
+                         "  fix: re-export the trace, or remove distributedInfo")
+    check_dist_info(path, dist or {})
+    base = hdr.get("baseTimeNanoseconds")
+    if base is not None and (isinstance(base, bool) or not isinstance(base, (int, float))
+                             or not math.isfinite(base) or not 0 <= base < 1e20):
+        raise TraceError(f"{path}: baseTimeNanoseconds is {str(base)[:60]!r}, not a time in ns since the epoch\n"
+                         "  fix: re-export the trace, or remove baseTimeNanoseconds (ts is then taken as epoch µs)")
 
 
 def check_dist_info(path: str | Path, dist: dict[str, Any]) -> None:
@@ -116,6 +141,10 @@ def check_timeline_doc(d: dict[str, Any], where: str) -> None:
         raise TraceError(f"{where}: timeline version {v!r} is not one this schedsim reads "
                          f"({', '.join(map(str, TIMELINE_VERSIONS))})\n"
                          "  fix: re-write the timeline with this schedsim (predict, execute or import)")
+    ws = d.get("world_size", 1)
+    if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
+        raise TraceError(f"{where}: world_size is {str(ws)[:60]!r}, not a positive integer\n"
+                         "  fix: the file is corrupt or was edited; re-run the command that wrote it")
     ops = d.get("ops", [])
     if not isinstance(ops, list):
         raise TraceError(f"{where}: \"ops\" is not a list\n  fix: pass a timeline.json written by schedsim")
@@ -131,6 +160,9 @@ def check_timeline_doc(d: dict[str, Any], where: str) -> None:
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
                 raise TraceError(f"{where}: ops[{i}] ({oid!r}): {key} is {t!r}, not a finite number of seconds\n"
                                  "  fix: the file is corrupt or was edited; re-run the command that wrote it")
+        if o.get("tags") is not None and not isinstance(o.get("tags"), dict):
+            raise TraceError(f"{where}: ops[{i}] ({oid!r}): tags is {str(o['tags'])[:60]!r}, not an object\n"
+                             "  fix: the file is corrupt or was edited; re-run the command that wrote it")
         if o["end_s"] < o["start_s"]:
             raise TraceError(f"{where}: ops[{i}] ({oid!r}): end_s {o['end_s']!r} is before start_s {o['start_s']!r}\n"
                              "  fix: the file is corrupt or was edited; re-run the command that wrote it")

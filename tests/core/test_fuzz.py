@@ -131,7 +131,7 @@ _EVENT = st.fixed_dictionaries(
     optional={"name": st.sampled_from(["gemm", "ncclDevKernel_AllReduce_RING_LL", "mm0@r0", "nccl:all_reduce",
                                        "record_param_comms", "process_name", 3]),
               "ts": _NUM, "dur": _NUM, "pid": st.sampled_from([0, 1, 5000, "x"]), "tid": st.sampled_from([7, "s"]),
-              "args": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+              "args": st.one_of(st.none(), st.sampled_from([5, "x", []]), st.fixed_dictionaries({}, optional={
                   "device": st.sampled_from([0, 1, "x", None]), "stream": st.sampled_from([7, 20, None]),
                   "bytes": _NUM, "Collective name": st.sampled_from(["allreduce", 5]), "In msg nelems": _NUM,
                   "dtype": st.sampled_from(["Float", "bf16", 3]), "Input Dims": st.sampled_from([[[3]], "x", 5])}))},
@@ -145,7 +145,7 @@ def _dump(obj: object) -> str:
 
 
 @FUZZ
-@given(st.lists(_EVENT, max_size=12), _DIST, st.sampled_from([None, 0, 1700000000000000000, "x"]))
+@given(st.lists(_EVENT, max_size=12), _DIST, st.sampled_from([None, 0, 1700000000000000000, "x", float("inf"), -5, 1e30]))
 def test_kineto_events_import_or_trace_error(events: list, dist: object, base: object) -> None:
     import tempfile
 
@@ -171,13 +171,14 @@ def test_kineto_events_import_or_trace_error(events: list, dist: object, base: o
 @given(st.lists(st.fixed_dictionaries({"id": st.sampled_from(["a@r0", "b@r0", 3]), "name": st.just("a"),
                                        "rank": st.sampled_from([0, 1, "x"]), "stream": st.just("s"),
                                        "kind": st.just("matmul"), "start_s": _NUM, "end_s": _NUM}),
-                max_size=4), st.sampled_from([1, 2, "1", None]))
-def test_timelines_read_or_trace_error(ops: list, version: object) -> None:
+                max_size=4), st.sampled_from([1, 2, "1", None]), st.sampled_from([1, 2, 0, "x", None, 2.5]))
+def test_timelines_read_or_trace_error(ops: list, version: object, world_size: object) -> None:
     from schedsim.sim.timeline import Timeline
 
     with hang_guard():
         try:
-            tl = Timeline.from_dict({"format": "schedsim.timeline", "version": version, "ops": ops})
+            tl = Timeline.from_dict({"format": "schedsim.timeline", "version": version, "ops": ops,
+                                     "world_size": world_size})
         except SchedsimError:
             return
         ids = [s.id for s in tl.spans]
