@@ -97,7 +97,8 @@ def register(app: Any) -> None:
         if from_nccl_tests:
             from executor.calibrate_logs import profile_from_nccl_tests
 
-            profile_from_nccl_tests(from_nccl_tests, out=out, name=name, base=base, collective=collective, nranks=ranks)
+            # `--from-nccl-tests a.log b.log`: click gives b.log to the SCHEDULES argument; read every file named
+            profile_from_nccl_tests(list(from_nccl_tests) + list(schedules or []), out=out, name=name, base=base, collective=collective, nranks=ranks)
             return
         from executor.calibrate import CalibrateOptions, run_calibrate
 

@@ -47,7 +47,12 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*a: Any, **kw: Any) -> Any:
         try:
-            return fn(*a, **kw)
+            result = fn(*a, **kw)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
+            return result
+        except BrokenPipeError:  # `schedsim predict | head`: the reader left; that is not an error
+            _quiet_stdout()
+            raise typer.Exit(0) from None
         except SchedsimError as e:
             print(f"error: {e}", file=sys.stderr)
             raise typer.Exit(2) from None
@@ -64,8 +69,31 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail on a closed pipe again."""
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (tests' captured stdout)
+        pass
+
+
 SetOpt = typer.Option(None, "--set", help="Override a schedule parameter: --set chunks=4 (repeatable).")
 ProfileOpt = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Hardware profile: a shipped name or a YAML path.")
+
+
+MaxOpsOpt = typer.Option(None, "--max-ops", min=1, help="Refuse schedules estimated (before expanding) to have "
+                         "more op instances than this, summed over ranks [default: 2,000,000; env SCHEDSIM_MAX_OPS].")
+
+
+def _max_ops(n: Optional[int]) -> None:
+    """Apply ``--max-ops`` through the environment, so executor ranks started from here see it too."""
+    import os
+
+    if n is not None:
+        os.environ["SCHEDSIM_MAX_OPS"] = str(n)
 
 
 def _load(file: Path, sets: Optional[list[str]]):  # type: ignore[no-untyped-def]
@@ -87,11 +115,14 @@ def _build(spec, file: Path):  # type: ignore[no-untyped-def]
 
 
 def _safe_dirname(name: str) -> str:
-    """A schedule name made safe as one folder name (no separators, no leading dots)."""
-    import re
+    """A schedule name made one safe, distinct folder name (:func:`schedsim.report.outdir.safe_dirname`)."""
+    from schedsim.report.outdir import safe_dirname
 
-    clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip(".") or "schedule"
-    return clean[:100]
+    return safe_dirname(name)
+
+
+#: Files predict may write; one left by an earlier run that this run did not write is removed.
+PREDICT_FILES = ("timeline.json", "trace.json", "gantt.png", "gantt.svg", "pipeline.png", "memory.png")
 
 
 def _memory_peak(mem: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +162,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
         metrics["memory_peak"] = _memory_peak(mem)
     outdir = out or Path("schedsim_out") / _safe_dirname(spec.name)
     names = ["timeline.json", "trace.json"]
-    with output_set(outdir) as stage:
+    with output_set(outdir, PREDICT_FILES) as stage:
         tl.write_json(stage / "timeline.json", metrics)
         write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=G)
         if gantt:
@@ -160,8 +191,10 @@ def predict(
                                                   "env and the profile."),
     model_executor: bool = typer.Option(False, "--model-executor", help="Add schedsim execute's own host cost per "
                                         "op (launch.executor_extra_per_op_us) to predict what execute measures."),
+    max_ops: Optional[int] = MaxOpsOpt,
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
+    _max_ops(max_ops)
     tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt,
                                         gpu_model=gpu_model.value if gpu_model else None,
                                         max_connections=max_connections, model_executor=model_executor)
@@ -192,8 +225,10 @@ def predict(
 def check(
     file: Path = typer.Argument(..., help="Schedule YAML."),
     set_: Optional[list[str]] = SetOpt,
+    max_ops: Optional[int] = MaxOpsOpt,
 ) -> None:
     """Validate a schedule (language rules and DAG checks) without simulating."""
+    _max_ops(max_ops)
     spec = _load(file, set_)
     G = _build(spec, file)
     ranks = G.graph["world_size"]
@@ -262,8 +297,10 @@ def sweep(
     profile: str = ProfileOpt,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/sweep_<schedule>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
+    max_ops: Optional[int] = MaxOpsOpt,
 ) -> None:
     """Predict a schedule over a grid of parameter values; print a table and plot makespan against the setting."""
+    _max_ops(max_ops)
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
@@ -295,7 +332,7 @@ def sweep(
     outdir = out or Path("schedsim_out") / f"sweep_{_safe_dirname(file.stem)}"
     from schedsim.sim.timeline import atomic_write_text, output_set
 
-    with output_set(outdir) as stage:
+    with output_set(outdir, ("sweep.json", "sweep.png")) as stage:
         atomic_write_text(stage / "sweep.json", json.dumps(rows, indent=1))
         from schedsim.report.charts import write_sweep_plot
 
@@ -303,10 +340,9 @@ def sweep(
     if fmt == OutFormat.json:
         print(json.dumps(rows, indent=1))
         return
-    from rich.console import Console
     from rich.table import Table
 
-    from schedsim.report.summary import fmt_time
+    from schedsim.report.summary import fmt_time, make_console
 
     t = Table()
     for k, _ in axes:
@@ -323,7 +359,7 @@ def sweep(
         if has_mem:
             cells += [f"{r.get('peak_memory_bytes', 0) / 2**20:.1f} MiB", f"{r.get('bubble_ratio') or 0:.3f}"]
         t.add_row(*cells)
-    Console().print(t)
+    make_console().print(t)
     print(f"wrote {outdir / 'sweep.json'}, {outdir / 'sweep.png'}")
 
 

@@ -226,14 +226,15 @@ def _pct(x: float | None) -> str:
 
 def print_comparison(res: dict[str, Any], console: Any = None) -> None:
     """Print a comparison result as rich tables."""
-    from rich.console import Console
     from rich.table import Table
 
-    from schedsim.report.summary import fmt_time
+    from schedsim.report.summary import fmt_time, make_console
 
-    con = console or Console()
+    con = console or make_console()
     ms = res["makespan"]
-    con.print(f"[bold]{res['schedule']['meas']}[/bold]  predicted ({res['source']['pred']}, profile "
+    from rich.markup import escape
+
+    con.print(f"[bold]{escape(str(res['schedule']['meas']))}[/bold]  predicted ({res['source']['pred']}, profile "
               f"{res.get('profile')}, {res['launch']['pred']}) vs measured ({res['source']['meas']}, "
               f"{res['launch']['meas']})")
     con.print(f"makespan: predicted [bold]{fmt_time(ms['pred_s'])}[/bold], measured [bold]{fmt_time(ms['meas_s'])}"
@@ -251,7 +252,8 @@ def print_comparison(res: dict[str, Any], console: Any = None) -> None:
         wtxt = (f"{w['id']} ({w['kind']}): {fmt_time(w['pred_s'])} vs {fmt_time(w['meas_s'])}, {_pct(w['error'])}"
                 if w else "n/a")
         med = o["median_abs_error"]
-        con.print(f"per-op duration error: median |err| {'n/a' if med is None else f'{med * 100:.1f}%'}; worst {wtxt}")
+        con.print(f"per-op duration error: median |err| {'n/a' if med is None else f'{med * 100:.1f}%'}; "
+                  f"worst {escape(wtxt)}")
         t = Table(title="by op kind")
         for c in ("kind", "n", "predicted", "measured", "total err", "median |err|"):
             t.add_column(c, justify="right")

@@ -57,12 +57,30 @@ _CMPOPS = {
 }
 
 
+#: Most list elements plus string characters one evaluation may build (ranges, list literals, repeats,
+#: concatenations together); at least the op limit, so a ``foreach`` range the op limit allows is buildable.
+MAX_ELEMENTS = 2_000_000
+_budget = [MAX_ELEMENTS]
+
+
+def _charge(n: int, what: str) -> None:
+    _budget[0] -= n
+    if _budget[0] < 0:
+        from schedsim.spec.limits import limit
+
+        raise ExprError(f"{what} would make the expression build more than {_limit_elements(limit):,} list elements "
+                        "and characters in all; write a smaller range or list (raise with --max-ops)")
+
+
+def _limit_elements(limit: Any) -> int:
+    return max(MAX_ELEMENTS, limit("SCHEDSIM_MAX_OPS"))
+
+
 def _range(*args: int) -> list[int]:
     if len(args) > 3 or not all(isinstance(a, int) for a in args):
         raise ExprError("range() takes 1 to 3 integers")
     r = range(*args)
-    if len(r) > 10_000_000:
-        raise ExprError("range() longer than 10M elements")
+    _charge(len(r), f"range() of {len(r):,} elements")
     return list(r)
 
 
@@ -115,6 +133,10 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
             seq, times = (left, right) if isinstance(left, (str, list)) else (right, left)
             if isinstance(times, int) and len(seq) * max(times, 0) > 1_000_000:
                 raise ExprError("a repeated string or list longer than 1,000,000 elements")
+            if isinstance(times, int):
+                _charge(len(seq) * max(times, 0), "a repeated string or list")
+        if isinstance(node.op, ast.Add) and isinstance(left, (str, list)) and isinstance(right, (str, list)):
+            _charge(len(left) + len(right), "a concatenation")
         try:
             return _BINOPS[type(node.op)](left, right)
         except ZeroDivisionError:
@@ -141,6 +163,7 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.IfExp):
         return _ev(node.body, env) if _ev(node.test, env) else _ev(node.orelse, env)
     if isinstance(node, (ast.List, ast.Tuple)):
+        _charge(len(node.elts), "a list")
         return [_ev(e, env) for e in node.elts]
     if isinstance(node, ast.Subscript):
         return _ev(node.value, env)[_ev(node.slice, env)]
@@ -183,6 +206,12 @@ def evaluate(text: str, env: Mapping[str, Any]) -> Any:
         raise ExprError(f"cannot parse expression {text!r}: {e.msg}") from None
     except (ValueError, MemoryError, RecursionError) as e:
         raise ExprError(f"cannot parse expression {text!r}: {e}") from None
+    from schedsim.spec.limits import limit
+
+    try:
+        _budget[0] = _limit_elements(limit)
+    except Exception:  # a bad SCHEDSIM_MAX_OPS is reported by the loader's own check
+        _budget[0] = MAX_ELEMENTS
     try:
         value = _ev(tree, env)
     except ExprError:

@@ -66,7 +66,7 @@ COLLECTIVE_OF_BINARY: dict[str, str] = {
     "hypercube_perf": "hypercube",
 }
 _BIN_RE = re.compile(r"\b(" + "|".join(COLLECTIVE_OF_BINARY) + r")\b")
-_NUM_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+_NUM_RE = re.compile(r"^[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf|infinity)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,25 @@ def _split_glued(tok: str, count: int, tbytes: int) -> tuple[str, int] | None:
 
 _CALIBRATE_RE = re.compile(r"#\s*(all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|sendrecv|scatter|gather)\s+over\s+(\d+)\s+ranks?\b")
 
+class _NoRows(SchedsimError):
+    """A text holds no data row (a log with several runs may have empty ones)."""
+
+
+def _row_problems(r: NcclTestsRow) -> list[str]:
+    """What is wrong with one row: non-finite or negative times and bandwidths, a nonzero ``#wrong``."""
+    out = []
+    where = f"row size {r.size_bytes} B ({r.count} {r.dtype})"
+    for half, vals in (("out-of-place", (r.oop_time_us, r.oop_algbw_GBps, r.oop_busbw_GBps, r.oop_wrong)),
+                       ("in-place", (r.ip_time_us, r.ip_algbw_GBps, r.ip_busbw_GBps, r.ip_wrong))):
+        for col, v in zip(("time", "algbw", "busbw", "#wrong"), vals):
+            if v is None:
+                continue
+            if not math.isfinite(v) or v < 0:
+                out.append(f"{where}: {half} {col} is {v:g}")
+            elif col == "#wrong" and v >= 1 and v == int(v):  # old logs' max-error column may be e.g. 2e-07
+                out.append(f"{where}: {half} #wrong is {v:g} (NCCL returned wrong results)")
+    return out
+
 
 def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | None = None,
                      source: str = "<text>") -> NcclTestsLog:
@@ -233,6 +252,7 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
         if t in TYPE_BYTES and i >= 2 and toks[i - 1].isdigit() and re.search(r"\d$", toks[i - 2]):
             anchors.append(i)
     rows: list[NcclTestsRow] = []
+    problems: list[str] = []
     glued_prefix: dict[int, str] = {}
     sizes: dict[int, int] = {}
     for a in anchors:
@@ -277,11 +297,19 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
         ip = vals[4:8] if len(vals) >= 8 else [None, None, None, None]
         if oop[0] is None or oop[1] is None or oop[2] is None:
             continue
-        rows.append(NcclTestsRow(size_bytes=sizes[a], count=count, dtype=dtype, redop=redop, root=root,
-                                 oop_time_us=oop[0], oop_algbw_GBps=oop[1], oop_busbw_GBps=oop[2], oop_wrong=oop[3],
-                                 ip_time_us=ip[0], ip_algbw_GBps=ip[1], ip_busbw_GBps=ip[2], ip_wrong=ip[3]))
+        row = NcclTestsRow(size_bytes=sizes[a], count=count, dtype=dtype, redop=redop, root=root,
+                           oop_time_us=oop[0], oop_algbw_GBps=oop[1], oop_busbw_GBps=oop[2], oop_wrong=oop[3],
+                           ip_time_us=ip[0], ip_algbw_GBps=ip[1], ip_busbw_GBps=ip[2], ip_wrong=ip[3])
+        problems.extend(_row_problems(row))
+        rows.append(row)
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise SchedsimError(f"{source}: {len(problems)} bad value(s) in nccl-tests rows: " + "; ".join(problems[:5])
+                            + more + "\n  fix: a nan/inf/negative time or bandwidth, or a nonzero #wrong, means the "
+                            "run failed or was corrupted; re-run nccl-tests (check -c 1 correctness output) and pass "
+                            "a clean log, or delete those rows")
     if not rows:
-        raise SchedsimError(f"{source}: no nccl-tests data rows found\n  fix: pass the output of an nccl-tests "
+        raise _NoRows(f"{source}: no nccl-tests data rows found\n  fix: pass the output of an nccl-tests "
                             "binary such as all_reduce_perf (rows: size count type redop root time algbw busbw "
                             "#wrong ...)")
     rows.sort(key=lambda r: r.size_bytes)
@@ -302,6 +330,9 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
         text = p.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         raise SchedsimError(f"{p}: no such file\n  fix: pass the path of an nccl-tests log") from None
+    except OSError as e:
+        raise SchedsimError(f"{p}: cannot read ({e.strerror or e})\n  fix: pass the path of an nccl-tests log "
+                            "file") from None
     if collective is None:
         stem = _BIN_RE.search(p.name)
         if stem:
@@ -313,7 +344,7 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
     for c in chunks:
         try:
             log = parse_nccl_tests(c, collective=collective, nranks=nranks, source=str(p))
-        except SchedsimError:
+        except _NoRows:
             if len(chunks) > 1:
                 continue
             raise

@@ -21,7 +21,7 @@ import networkx as nx
 
 from schedsim._gc import paused_gc
 from schedsim.errors import DeadlockError, GraphError
-from schedsim.graph.ops import Op, format_op_id
+from schedsim.graph.ops import Op, RankGroup, format_op_id
 from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
 from schedsim.units import DTYPE_BYTES
 
@@ -82,9 +82,9 @@ def expand_ops(spec: ScheduleSpec) -> list[Op]:
         ranks = s.ranks if s.ranks is not None else all_ranks
         if s.name in implicit and s.kind in COLLECTIVE_KINDS and s.group is None and s.ranks is not None \
                 and len(s.ranks) == 1:  # type: ignore[attr-defined]
-            group = tuple(sorted(implicit[s.name]))
+            group = RankGroup(sorted(implicit[s.name]))
         else:
-            group = tuple(sorted(getattr(s, "group", None) or ranks))
+            group = RankGroup(sorted(getattr(s, "group", None) or ranks))
         stream = s.stream or _DEFAULT_STREAM.get(s.kind, "comm")
         tags = tuple(sorted(s.tags.items()))
         if idx < len(sources):
@@ -160,7 +160,8 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                              "so stage op names must be unique and hand-written ops must not reuse them)")
         here[op.name] = op
     collectives: dict[str, list[str]] = defaultdict(list)
-    group_keys: dict[tuple[int, ...], str] = {}
+    group_keys: dict[tuple[str, int], str] = {}  # by id(): one group tuple is shared by its ranks; hashing a
+    # 100k-rank tuple, or formatting its key, once per op would make the build quadratic in world_size
     stream_edges = []
     for op in ops:
         oid = op.id
@@ -170,10 +171,10 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
             stream_edges.append((prev, oid))
         last_on_stream[key] = oid
         if op.kind in COLLECTIVE_KINDS:
-            gkey = group_keys.get(op.group)
-            if gkey is None:
-                gkey = group_keys[op.group] = ",".join(map(str, op.group))
-            collectives[f"{op.name}#{gkey}"].append(oid)
+            ckey = group_keys.get((op.name, id(op.group)))
+            if ckey is None:
+                ckey = group_keys[(op.name, id(op.group))] = f"{op.name}#{','.join(map(str, op.group))}"
+            collectives[ckey].append(oid)
     G.add_edges_from(stream_edges, kind="stream")
     dep_edges = []
     for op in ops:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Op", "format_op_id", "parse_op_id", "COMPUTE", "COMM", "COPY", "resource_of"]
+__all__ = ["Op", "RankGroup", "format_op_id", "parse_op_id", "COMPUTE", "COMM", "COPY", "resource_of"]
 
 COMPUTE = "compute"
 COMM = "comm"
@@ -50,6 +50,24 @@ def resource_of(kind: str) -> str:
     if kind == "memcpy":
         return COPY
     return COMM
+
+
+class RankGroup(tuple):  # type: ignore[type-arg]
+    """A sorted tuple of ranks that computes its hash once.
+
+    A plain tuple re-hashes all its items on every dict lookup; one collective over 100,000 ranks is
+    100,000 ops sharing one group, so per-op lookups keyed by the group were quadratic in the world size.
+    Equal to, and hashing like, the plain tuple of the same ranks.
+    """
+
+    _h: int
+
+    def __hash__(self) -> int:
+        try:
+            return self._h
+        except AttributeError:
+            self._h = tuple.__hash__(self)
+            return self._h
 
 
 @dataclass(slots=True)

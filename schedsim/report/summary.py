@@ -6,7 +6,7 @@ from typing import Any
 
 from schedsim.sim.timeline import Timeline
 
-__all__ = ["print_summary", "print_pipeline", "fmt_time", "fmt_bytes", "pick_ranks"]
+__all__ = ["print_summary", "print_pipeline", "fmt_time", "fmt_bytes", "pick_ranks", "make_console"]
 
 
 def fmt_time(s: float) -> str:
@@ -26,13 +26,24 @@ def fmt_bytes(b: float) -> str:
     return f"{b:.0f} B"
 
 
-def _console() -> Any:
+def make_console() -> Any:
     """A rich Console; when stdout is not a terminal (pipes, CI logs) use 140 columns instead of 80."""
     import sys
 
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=140)
+    con = Console() if sys.stdout.isatty() else Console(width=140)
+
+    def broken_pipe() -> None:  # rich's own handler exits 1; a reader that left (`| head`) is not an error
+        raise BrokenPipeError
+
+    con.on_broken_pipe = broken_pipe  # type: ignore[method-assign]
+    return con
+
+
+def _clip(text: str, n: int = 80) -> str:
+    """``text`` cut to ``n`` characters with an ellipsis in the middle (names are shown whole in the files)."""
+    return text if len(text) <= n else text[: n // 2 - 1] + "…" + text[-(n // 2):]
 
 
 #: Ranks above which the tables show only the worst and best ranks (``--all-ranks`` shows all).
@@ -64,8 +75,11 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
     """
     from rich.table import Table
 
-    con = console or _console()
-    con.print(f"[bold]{tl.schedule}[/bold]  source={tl.source}  profile={tl.profile}  launch={tl.launch}  "
+    con = console or make_console()
+    from rich.markup import escape  # names are the user's text: "[/x]" must print, not raise MarkupError
+
+    con.print(f"[bold]{escape(str(tl.schedule))}[/bold]  source={escape(str(tl.source))}  "
+              f"profile={escape(str(tl.profile))}  launch={escape(str(tl.launch))}  "
               f"ranks={tl.world_size}  ops={metrics['ops']}")
     con.print(f"makespan [bold]{fmt_time(metrics['makespan_s'])}[/bold]   exposed comm (sum over ranks) "
               f"{fmt_time(metrics['exposed_comm_s'])}   overlap ratio {metrics['overlap_ratio']:.3f}")
@@ -94,6 +108,7 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
     cp = metrics.get("critical_path", [])
     if cp:
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
+        shown = [escape(_clip(x)) for x in shown]  # rich wraps a 150k-character op name in quadratic time
         parts = ", ".join(f"{k} {fmt_time(v)}" for k, v in metrics.get("critical_path_s", {}).items())
         con.print(f"critical path ({len(cp)} ops; {parts}): " + " → ".join(shown))
 
@@ -103,9 +118,11 @@ def print_pipeline(pm: dict[str, Any], console: Any = None, all_ranks: bool = Fa
     (past :data:`MAX_RANK_ROWS` ranks the 3 with the largest and smallest bubble, unless ``all_ranks``)."""
     from rich.table import Table
 
-    con = console or _console()
+    con = console or make_console()
     info = pm["info"]
-    con.print(f"pipeline {info['schedule']}: p={info['p']} v={info['v']} m={info['m']} p2p={info['p2p']}  "
+    from rich.markup import escape
+
+    con.print(f"pipeline {escape(str(info['schedule']))}: p={info['p']} v={info['v']} m={info['m']} p2p={info['p2p']}  "
               f"bubble: {pm['bubble_of_makespan']['overall']:.4f} of makespan (idle fraction), "
               f"{pm['bubble_of_ideal']['overall']:.4f} of ideal compute ((p-1)/m convention)")
     t = Table()

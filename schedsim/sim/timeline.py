@@ -122,9 +122,10 @@ class Timeline:
         with atomic_writer(path) as f:
             f.write(json.dumps(self._head(), indent=1, default=str)[:-2])
             f.write(',\n "ops": [')
+            encode = json.JSONEncoder(default=str).encode  # one encoder: json.dumps(default=...) builds one per call
             for i, s in enumerate(self.spans):
                 f.write(",\n  " if i else "\n  ")
-                f.write(json.dumps(_span_dict(s), default=str))
+                f.write(encode(_span_dict(s)))
             f.write("\n ],\n \"critical_path\": ")
             f.write(json.dumps(self.critical_path))
             f.write(",\n \"metrics\": ")
@@ -143,6 +144,9 @@ class Timeline:
         if not isinstance(d, dict) or d.get("format") != "schedsim.timeline":
             raise TraceError(f"{where}: not a schedsim timeline (no \"format\": \"schedsim.timeline\")\n"
                              "  fix: pass a timeline.json written by schedsim predict, execute or import")
+        from schedsim.trace.validate import check_timeline_doc
+
+        check_timeline_doc(d, where)
         try:
             spans = [
                 Span(id=o["id"], name=o["name"], rank=int(o["rank"]), stream=str(o["stream"]), kind=o["kind"],
@@ -232,24 +236,33 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 @contextmanager
-def output_set(outdir: str | Path) -> Iterator[Path]:
-    """Write a set of output files all or nothing.
+def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[Path]:
+    """Write a set of output files all or nothing, replacing the set an earlier run left.
 
     Yields a staging folder inside ``outdir``; when the block finishes, every file in it is
-    moved into ``outdir`` (``os.replace``, atomic per file). If the block raises, or the user
-    presses Ctrl-C, the staging folder is removed and ``outdir`` keeps what it had.
+    moved into ``outdir`` (``os.replace``, atomic per file), then files an earlier run wrote there
+    and this one did not are removed (:func:`schedsim.report.outdir.finish_set`; ``replaces`` names
+    the command's possible outputs). If the block raises, or the user presses Ctrl-C, the staging
+    folder is removed and ``outdir`` keeps what it had. Staging folders of killed runs are removed
+    (:func:`schedsim.report.outdir.clean_stale_staging`).
 
     Raises
     ------
     OSError
         ``outdir`` cannot be created (e.g. it names an existing file).
     """
+    from schedsim.report.outdir import clean_stale_staging, finish_set, staging_prefix
+
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".schedsim-staging-", dir=out))
+    clean_stale_staging(out)
+    stage = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=out))
     try:
         yield stage
+        names = []
         for f in sorted(stage.iterdir()):
             os.replace(f, out / f.name)
+            names.append(f.name)
+        finish_set(out, names, replaces)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

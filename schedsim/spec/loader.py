@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from schedsim.errors import SpecError
 from schedsim.expr import ExprError, evaluate, interpolate
+from schedsim.spec.limits import MAX_YAML_DEPTH
 from schedsim.spec.model import NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
 
 __all__ = ["load_schedule", "load_text", "parse_overrides", "expand"]
@@ -70,9 +71,13 @@ class _Budget:
         self.left = MAX_NODES
 
 
-def _construct(node: yaml.Node, file: str, budget: _Budget | None = None) -> Any:
+def _construct(node: yaml.Node, file: str, budget: _Budget | None = None, depth: int = 0) -> Any:
     budget = budget or _Budget()
     budget.left -= 1
+    if depth > MAX_YAML_DEPTH:
+        raise SpecError(f"the YAML nests lists/mappings more than {MAX_YAML_DEPTH} levels deep", file=file,
+                        line=_mark(node)[0], column=_mark(node)[1],
+                        fix="write ops as a flat list (use foreach for repetition); check for unclosed [ or {")
     if budget.left < 0:
         raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes (aliases repeated too deep?)", file=file,
                         line=_mark(node)[0], column=_mark(node)[1],
@@ -81,7 +86,7 @@ def _construct(node: yaml.Node, file: str, budget: _Budget | None = None) -> Any
         d = LDict()
         d.mark = _mark(node)
         for knode, vnode in node.value:
-            key = _construct(knode, file, budget)
+            key = _construct(knode, file, budget, depth + 1)
             if not isinstance(key, str):
                 key = str(key)
             if key in d:
@@ -89,18 +94,24 @@ def _construct(node: yaml.Node, file: str, budget: _Budget | None = None) -> Any
                     f"duplicate key {key!r}", file=file, line=_mark(knode)[0], column=_mark(knode)[1],
                     fix="remove one of the two entries",
                 )
-            d[key] = _construct(vnode, file, budget)
+            d[key] = _construct(vnode, file, budget, depth + 1)
             d.key_marks[key] = _mark(vnode)
         return d
     if isinstance(node, yaml.SequenceNode):
         lst = LList()
         lst.mark = _mark(node)
         for item in node.value:
-            lst.append(_construct(item, file, budget))
+            lst.append(_construct(item, file, budget, depth + 1))
             lst.item_marks.append(_mark(item))
         return lst
     assert isinstance(node, yaml.ScalarNode)
-    return _scalar(node)
+    try:
+        return _scalar(node)
+    except yaml.YAMLError as e:  # an unknown tag (`!foo`), a bad !!int ...
+        _SCALAR_LOADER.constructed_objects.clear()
+        raise SpecError(f"invalid YAML value: {getattr(e, 'problem', None) or e}", file=file,
+                        line=_mark(node)[0], column=_mark(node)[1],
+                        fix="remove the `!tag` in front of the value (schedules use plain YAML values)") from None
 
 
 _SCALAR_LOADER = yaml.SafeLoader("")
@@ -122,6 +133,9 @@ def parse_yaml(text: str, file: str) -> Any:
     """
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise SpecError(f"the YAML nests lists/mappings too deep (more than about {MAX_YAML_DEPTH} levels are "
+                        "refused)", file=file, fix="write ops as a flat list; check for unclosed [ or {") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)
@@ -394,6 +408,9 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> 
         out["world_size"] = env["world_size"]
     if isinstance(out.get("world_size"), int):
         env["world_size"] = out["world_size"]
+    from schedsim.spec.limits import check_expansion  # bound the work before doing it
+
+    check_expansion(data, env, file, out.get("pipeline"))
     if "ops" in data:
         ops = LList()
         ops.mark = km.get("ops")

@@ -21,6 +21,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
+import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,11 +32,46 @@ from schedsim.errors import TraceError
 
 __all__ = ["TraceEventStream", "open_text"]
 
-_WS = " \t\n\r"
+_NON_WS = re.compile(r"[^ \t\n\r]")
 _DELIM = " \t\n\r,]}:"
 _CHUNK = 1 << 20
 #: A single JSON value larger than this (in characters) is refused as malformed.
 MAX_VALUE_CHARS = 256 << 20
+
+
+#: A gzip trace may decompress to at most this many times its compressed size plus :data:`GZIP_SLACK` bytes.
+#: Kineto JSON compresses 10-30x (``benchmarks/h200/kineto_execute_offload_rank0.json.gz``: 15x); a 4 MB file
+#: of 4 GB whitespace (1000x) is refused instead of read for minutes.
+MAX_GZIP_RATIO = 200
+GZIP_SLACK = 32 << 20
+#: Events between progress lines on stderr (large traces take minutes).
+PROGRESS_EVERY = 2_000_000
+
+
+class _BoundedGzip(io.RawIOBase):
+    """A gzip stream that raises TraceError once more than ``limit`` bytes have come out of it."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self._g = gzip.open(path, "rb")
+        self._left = limit
+        self._limit = limit
+        self._path = path
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self._g.readinto(b)
+        self._left -= n
+        if self._left < 0:
+            raise TraceError(f"{self._path}: decompresses to more than {self._limit:,} bytes, over "
+                             f"{MAX_GZIP_RATIO}x its compressed size; not a plausible trace (a gzip bomb?)\n"
+                             "  fix: pass the trace the profiler wrote; a real trace compresses 10-30x")
+        return n
+
+    def close(self) -> None:
+        self._g.close()
+        super().close()
 
 
 def open_text(path: str | Path) -> TextIO:
@@ -56,7 +93,8 @@ def open_text(path: str | Path) -> TextIO:
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
     if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")  # type: ignore[arg-type]
+        limit = p.stat().st_size * MAX_GZIP_RATIO + GZIP_SLACK
+        return io.TextIOWrapper(io.BufferedReader(_BoundedGzip(p, limit)), encoding="utf-8")
     return open(p, encoding="utf-8")
 
 
@@ -127,17 +165,18 @@ class TraceEventStream:
         return self._consumed + self._i
 
     def _err(self, msg: str) -> TraceError:
-        return TraceError(f"{self.path}: {msg} (at character {self._offset()}, after {self.n_events} events)")
+        head, sep, fix = msg.partition("\n  fix:")
+        return TraceError(f"{self.path}: {head} (at character {self._offset()}, after {self.n_events} events)"
+                          f"{sep}{fix}")
 
     def _skip_ws(self) -> str:
         """Skip whitespace; return the next character without consuming it ('' at EOF)."""
         while True:
-            s, i, n = self._s, self._i, len(self._s)
-            while i < n and s[i] in _WS:
-                i += 1
-            self._i = i
-            if i < n:
-                return s[i]
+            m = _NON_WS.search(self._s, self._i)  # C speed: a megabyte of blanks is one call, not a Python loop
+            if m is not None:
+                self._i = m.start()
+                return self._s[self._i]
+            self._i = len(self._s)
             if not self._fill():
                 return ""
 
@@ -155,6 +194,10 @@ class TraceEventStream:
         while True:
             try:
                 obj, end = self._dec.raw_decode(self._s, self._i)
+            except RecursionError:
+                raise self._err("JSON nested too deep (arrays or objects inside each other more than about "
+                                f"{sys.getrecursionlimit()} levels); not a trace event\n  fix: pass a Chrome/Kineto trace JSON "
+                                "as the profiler wrote it") from None
             except json.JSONDecodeError as e:
                 if self._eof:
                     raise self._err(f"truncated or malformed JSON ({e.msg})") from None
@@ -180,6 +223,9 @@ class TraceEventStream:
         while True:
             yield self._value()
             self.n_events += 1
+            if self.n_events % PROGRESS_EVERY == 0:
+                print(f"{self.path}: read {self.n_events:,} events ({self._offset() / 1e6:,.0f} M characters)",
+                      file=sys.stderr, flush=True)
             if self._expect(",]", "',' or ']' in the event array") == "]":
                 return
 

@@ -61,6 +61,7 @@ def _ns(v: Any) -> int:
 
     return int((Decimal(v if isinstance(v, str) else repr(v)) * 1000).to_integral_value())
 from schedsim.trace.nsys import shape_size
+from schedsim.trace.validate import check_event_times, check_header
 
 __all__ = ["COLLECTIVE_ARGS", "import_kineto", "seed_dims_nelems"]
 
@@ -73,6 +74,7 @@ COLLECTIVE_ARGS = {
 _KERNEL = {"kernel"}
 _MEMCPY = {"gpu_memcpy", "memcpy"}
 _MEMSET = {"gpu_memset", "memset"}
+_CHECKED = _KERNEL | _MEMCPY | _MEMSET | {"gpu_user_annotation", "user_annotation", "cpu_op"}
 
 
 def seed_dims_nelems(dims: Any) -> int | None:
@@ -176,6 +178,8 @@ def import_kineto(
                     pname = e["args"].get("name")
                 continue
             c = cat.lower() if isinstance(cat, str) else ""
+            if c in _CHECKED:
+                check_event_times(path, stream.n_events, e, ref)
             try:
                 if c in _KERNEL or c in _MEMCPY or c in _MEMSET:
                     args = e.get("args") or {}
@@ -224,10 +228,11 @@ def import_kineto(
                         args = e.get("args") or {}
                         nccl_cpu.append((pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]),
                                          _ns(e.get("dur") or 0), name, args.get("Input Dims")))
-            except (KeyError, TypeError, ValueError) as err:
-                raise TraceError(f"{path}: malformed {cat} event ({err.__class__.__name__}: {err}): "
-                                 f"{str(e)[:200]}") from None
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
+                raise TraceError(f"{path}: event #{stream.n_events}: malformed {cat} event ({err.__class__.__name__}: "
+                                 f"{err}): {str(e)[:200]}\n  fix: re-export the trace from the profiler") from None
         hdr = stream.header
+        check_header(path, hdr)
         dist = hdr.get("distributedInfo") if isinstance(hdr.get("distributedInfo"), dict) else {}
         rank = dist.get("rank")
         if not isinstance(rank, int):

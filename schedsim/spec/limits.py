@@ -1,0 +1,276 @@
+"""Bound the work a schedule asks for *before* expanding it.
+
+A few lines of YAML can ask for billions of ops (``foreach: {i: range(3000),
+j: range(3000)}``, ``pipeline: {m: 1000000}``, ``world_size: 10000000``). The
+loader calls :func:`check_expansion` on the raw document, after ``params`` are
+resolved but before any ``foreach`` is expanded, any ``range`` is built or the
+pipeline block is expanded. It estimates, without building them:
+
+* **ops**: op instances summed over ranks. Each hand-written op counts once per
+  rank it runs on (``ranks`` omitted or ``all``: ``world_size``) times the
+  product of the lengths of the enclosing ``foreach`` loops (``when``
+  conditions are not evaluated, so this is an upper bound, and also the number
+  of times the expander visits the op). A pipeline block counts
+  ``p · data_parallel · v · m · 3 · (stage ops + 2)``: F, I and W actions of every
+  microbatch and virtual stage on every rank, each with its stage ops and up to
+  two send/recv.
+* **ranks**: ``world_size``.
+* **streams** per rank: literal stream names once each, a stream name holding
+  ``{expr}`` once per iteration of its loops (5,000 streams are fine to
+  simulate; the Gantt chart caps its lanes).
+* **characters**: for each op, the estimate of its instances times the length
+  of its longest string field (the expanded names and streams held in memory).
+
+Past a limit the loader raises :class:`~schedsim.errors.SpecError` (exit 2)
+with the estimate and the knob that raises the limit. Limits come from the
+environment, so they reach every rank under torchrun; ``--max-ops`` of
+``predict``/``check``/``sweep`` sets ``SCHEDSIM_MAX_OPS``.
+
+========================  =================  ==============================
+limit                     default            knob
+========================  =================  ==============================
+op instances              2,000,000          ``--max-ops N`` / ``SCHEDSIM_MAX_OPS``
+ranks (``world_size``)    1,000,000          ``SCHEDSIM_MAX_RANKS``
+characters                200,000,000        ``SCHEDSIM_MAX_CHARS``
+streams per rank          100,000            ``SCHEDSIM_MAX_STREAMS``
+YAML nesting depth        64                 (fixed; write ops flat)
+========================  =================  ==============================
+
+The defaults keep a run within minutes and a few GB on one CPU core: the
+simulator handles about 10^5 ops/s (``benchmarks/sim_throughput.py``), and a
+timeline costs about 600 B per op in memory.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from schedsim.errors import SpecError
+
+__all__ = ["DEFAULTS", "MAX_YAML_DEPTH", "limit", "check_expansion", "estimate_ops", "estimate_streams"]
+
+#: Default limits; see the module docstring. Keys are the environment variables that override them.
+DEFAULTS: dict[str, int] = {
+    "SCHEDSIM_MAX_OPS": 2_000_000,
+    "SCHEDSIM_MAX_RANKS": 1_000_000,
+    "SCHEDSIM_MAX_CHARS": 200_000_000,
+    "SCHEDSIM_MAX_STREAMS": 100_000,
+}
+
+#: Deepest nesting of YAML mappings/lists a schedule may use (PyYAML and the loader recurse per level).
+MAX_YAML_DEPTH = 64
+
+_KNOB = {
+    "SCHEDSIM_MAX_OPS": "--max-ops {n} (or the environment variable SCHEDSIM_MAX_OPS={n})",
+    "SCHEDSIM_MAX_RANKS": "the environment variable SCHEDSIM_MAX_RANKS={n}",
+    "SCHEDSIM_MAX_CHARS": "the environment variable SCHEDSIM_MAX_CHARS={n}",
+    "SCHEDSIM_MAX_STREAMS": "the environment variable SCHEDSIM_MAX_STREAMS={n}",
+}
+
+
+def limit(name: str) -> int:
+    """The limit ``name`` (a key of :data:`DEFAULTS`): the environment's value if set, else the default.
+
+    Raises
+    ------
+    SpecError
+        If the environment holds something other than a positive integer.
+    """
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return DEFAULTS[name]
+    try:
+        val = int(raw.replace("_", ""))
+    except ValueError:
+        val = 0
+    if val <= 0:
+        raise SpecError(f"{name}={raw!r} is not a positive integer", fix=f"set {name} to a number of {name[13:].lower()}")
+    return val
+
+
+def _refuse(file: str, what: str, est: int, name: str, path: str | None = None) -> SpecError:
+    lim = limit(name)
+    return SpecError(
+        f"{what}: about {est:,}, past the limit of {lim:,} (estimated before expanding)", file=file, path=path,
+        fix="make the loops or sizes smaller; if you mean it, raise the limit with "
+        + _KNOB[name].format(n=est))
+
+
+def _length(spec: Any, env: Mapping[str, Any]) -> int | None:
+    """Length of a foreach loop spec without building it; None if it cannot be told (the expander reports it)."""
+    from schedsim.expr import ExprError, evaluate
+
+    if isinstance(spec, list):
+        return len(spec)
+    if isinstance(spec, bool):
+        return None
+    if isinstance(spec, int):
+        return max(spec, 0)
+    if not isinstance(spec, str):
+        return None
+    try:
+        tree = ast.parse(spec.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    try:
+        if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "range" \
+                and not tree.keywords and 1 <= len(tree.args) <= 3:
+            args = [evaluate(ast.unparse(a), env) for a in tree.args]
+            if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+                try:
+                    return len(range(*args))
+                except (ValueError, OverflowError):
+                    return None
+            return None
+        val = evaluate(spec, env)
+    except ExprError:
+        return None
+    if isinstance(val, list):
+        return len(val)
+    if isinstance(val, int) and not isinstance(val, bool):
+        return max(val, 0)
+    return None
+
+
+def _ranks_of(item: Mapping[str, Any], world: int) -> int:
+    r = item.get("ranks")
+    if isinstance(r, list):
+        return len(r)
+    if r is None or r == "all":
+        return world
+    return 1
+
+
+def _longest_str(item: Mapping[str, Any]) -> int:
+    return max((len(v) for v in item.values() if isinstance(v, str)), default=0)
+
+
+def estimate_ops(items: Any, env: Mapping[str, Any], world: int) -> tuple[int, int]:
+    """Upper bounds of (op instances, characters) of an ``ops`` list, without expanding it.
+
+    Parameters
+    ----------
+    items : list
+        The raw ``ops`` list (foreach blocks unexpanded).
+    env : mapping
+        Parameters visible to loop ranges (loop variables of outer loops are not known; a range that
+        depends on one counts as unknown, i.e. 1, and the expander's own checks bound it).
+    world : int
+        ``world_size``.
+    """
+    ops = chars = 0
+    if not isinstance(items, list):
+        return 0, 0
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        if "foreach" in item:
+            loops = item.get("foreach")
+            mult = 1
+            if isinstance(loops, Mapping):
+                for spec in loops.values():
+                    n = _length(spec, env)
+                    mult *= 1 if n is None else n
+            o, c = estimate_ops(item.get("ops"), env, world)
+            ops += mult * max(o, 1)
+            chars += mult * c
+        elif isinstance(item.get("ops"), list):  # a group of ops under one `when:`
+            o, c = estimate_ops(item["ops"], env, world)
+            ops += o
+            chars += c
+        else:
+            n = _ranks_of(item, world)
+            ops += n
+            chars += n * _longest_str(item)
+    return ops, chars
+
+
+def estimate_streams(items: Any, env: Mapping[str, Any], mult: int = 1) -> int:
+    """Upper bound of the streams of one rank: literal stream names count once, a stream name holding
+    ``{expr}`` counts once per iteration of its enclosing loops. Default streams count as one."""
+    if not isinstance(items, list):
+        return 0
+    literal: set[str] = set()
+    templated = 0
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        if "foreach" in item:
+            m = 1
+            loops = item.get("foreach")
+            if isinstance(loops, Mapping):
+                for spec in loops.values():
+                    n = _length(spec, env)
+                    m *= 1 if n is None else n
+            templated += estimate_streams(item.get("ops"), env, mult * m)
+        elif isinstance(item.get("ops"), list):
+            templated += estimate_streams(item["ops"], env, mult)
+        else:
+            st = item.get("stream")
+            if isinstance(st, str) and "{" in st:
+                templated += mult
+            else:
+                literal.add(str(st))
+    return len(literal) + templated
+
+
+def _pipeline_ops(pb: Mapping[str, Any]) -> int:
+    def num(v: Any, default: int = 1) -> int:
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
+
+    p, v, m, dp = num(pb.get("p")), num(pb.get("v")), num(pb.get("m")), num(pb.get("data_parallel"))
+    per_stage = 1
+    st = pb.get("stage")
+    if isinstance(st, Mapping):
+        per_stage = max([1] + [len(x) for x in st.values() if isinstance(x, list)])
+    t = pb.get("transformer")
+    if isinstance(t, Mapping):  # about 16 kernels per layer (the module docstring of schedsim.spec.pipeline_block)
+        per_stage = max(per_stage, 16 * -(-num(t.get("layers")) // (p * v)) + 4)
+    return p * dp * v * m * 3 * (per_stage + 2)
+
+
+def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,
+                    pipeline: Any = None) -> dict[str, int]:
+    """Estimate the expansion of a schedule document and refuse it past the limits.
+
+    Parameters
+    ----------
+    data : mapping
+        The parsed YAML (``ops`` unexpanded).
+    env : mapping
+        Resolved parameters, with ``world_size``.
+    file : str
+        Named in errors.
+    pipeline : mapping, optional
+        The pipeline block with its numbers evaluated.
+
+    Returns
+    -------
+    dict
+        ``{"ops": ..., "ranks": ..., "streams": ..., "chars": ...}``, the estimates.
+
+    Raises
+    ------
+    SpecError
+        An estimate is past its limit: the message gives the estimate and the knob that raises it.
+    """
+    world = env.get("world_size", data.get("world_size", 1))
+    world = world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else 1
+    if world > limit("SCHEDSIM_MAX_RANKS"):
+        raise _refuse(file, "world_size is too large", world, "SCHEDSIM_MAX_RANKS", "world_size")
+    ops, chars = estimate_ops(data.get("ops"), env, world)
+    if isinstance(pipeline, Mapping):
+        ops += _pipeline_ops(pipeline)
+    if ops > limit("SCHEDSIM_MAX_OPS"):
+        raise _refuse(file, "the schedule expands to too many op instances (summed over ranks)", ops,
+                      "SCHEDSIM_MAX_OPS", "ops" if "ops" in data else "pipeline")
+    streams = estimate_streams(data.get("ops"), env)
+    if streams > limit("SCHEDSIM_MAX_STREAMS"):
+        raise _refuse(file, "the schedule uses too many streams per rank", streams, "SCHEDSIM_MAX_STREAMS", "ops")
+    if chars > limit("SCHEDSIM_MAX_CHARS"):
+        raise _refuse(file, "the expanded op names and strings are too long in total (characters)", chars,
+                      "SCHEDSIM_MAX_CHARS", "ops")
+    return {"ops": ops, "ranks": world, "streams": streams, "chars": chars}

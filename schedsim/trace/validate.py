@@ -1,0 +1,176 @@
+"""Checks on what the readers read: trace events, ``distributedInfo`` and timeline documents.
+
+Every check raises :class:`~schedsim.errors.TraceError` naming the file, the
+event (its position in the file's event array and its name) or op, what is
+wrong, and a fix; the command line turns it into exit 2.
+
+Bounds on Kineto times (µs, as written in the file):
+
+* ``ts`` and ``dur`` must be finite numbers (Python's JSON reader accepts
+  ``Infinity`` and ``NaN``) and not negative;
+* ``dur`` at most :data:`MAX_DUR_US` = 1e12 µs (11.6 days): no profiled GPU
+  activity runs that long;
+* ``ts`` at most :data:`MAX_SPREAD_US` = 1e12 µs away from the file's first GPU
+  event (``ts`` itself may be large: Kineto writes a clock in µs, about 5e12 on
+  the 2xH200 trace in ``benchmarks/h200/``, or epoch µs, about 1.8e15 in 2026).
+  One stray event would otherwise stretch the timeline over years; and ``ts`` at
+  most :data:`MAX_TS_US` = 1e17 µs (year 5138 as epoch µs).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from schedsim.errors import TraceError
+
+__all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_header", "check_dist_info",
+           "check_timeline_doc"]
+
+MAX_DUR_US = 1e12
+MAX_SPREAD_US = 1e12
+MAX_TS_US = 1e17
+
+
+def _name(e: Any) -> str:
+    n = str(e.get("name", "?")) if isinstance(e, dict) else "?"
+    return n if len(n) <= 80 else n[:77] + "..."
+
+
+def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: float | None) -> None:
+    """Refuse an event whose ``ts``/``dur`` (µs) is not finite, negative, or past the bounds above.
+
+    Parameters
+    ----------
+    path : str or Path
+        The trace file, named in the error.
+    index : int
+        0-based position of the event in the file's event array.
+    e : dict
+        The event: ``ts`` and ``dur`` (µs; ``dur`` may be absent) are checked, ``name`` and ``cat`` are
+        named in the error. Values that are not numbers are left to the reader's own error.
+    ref : float or None
+        The file's first GPU ``ts`` (µs), or None before the first one.
+
+    Raises
+    ------
+    TraceError
+    """
+    try:
+        ts = float(e["ts"])
+        dur = float(e.get("dur") or 0.0)
+    except (KeyError, TypeError, ValueError):
+        return
+    bad = None
+    for key, v in (("ts", ts), ("dur", dur)):
+        if not math.isfinite(v):
+            bad = f"{key} is {v}"
+        elif v < 0:
+            bad = f"{key} is negative ({v:g} µs)"
+        if bad:
+            break
+    if bad is None and ts > MAX_TS_US:
+        bad = f"ts is {ts:g} µs, past {MAX_TS_US:g} µs"
+    if bad is None and dur > MAX_DUR_US:
+        bad = f"dur is {dur:g} µs, past {MAX_DUR_US:g} µs (11.6 days)"
+    if bad is None and ref is not None and abs(ts - ref) > MAX_SPREAD_US:
+        bad = (f"ts is {ts:g} µs, {abs(ts - ref):g} µs away from the file's first GPU event at {ref:g} µs "
+               f"(more than {MAX_SPREAD_US:g} µs)")
+    if bad is not None:
+        raise TraceError(f"{path}: event #{index} ({e.get('cat')} {_name(e)!r}): {bad}\n"
+                         "  fix: the trace is corrupt or was edited; re-export it from the profiler, or remove "
+                         "this event")
+
+
+def check_header(path: str | Path, hdr: dict[str, Any]) -> None:
+    """Check a Kineto file's top-level values: ``distributedInfo`` (:func:`check_dist_info`) and
+    ``baseTimeNanoseconds`` (a finite, non-negative number below 1e20 ns, year 5138 as epoch ns).
+
+    Raises
+    ------
+    TraceError
+    """
+    dist = hdr.get("distributedInfo")
+    if dist is not None and not isinstance(dist, dict):
+        raise TraceError(f"{path}: distributedInfo is {str(dist)[:60]!r}, not an object\n"
+                         "  fix: re-export the trace, or remove distributedInfo")
+    check_dist_info(path, dist or {})
+    base = hdr.get("baseTimeNanoseconds")
+    if base is not None and (isinstance(base, bool) or not isinstance(base, (int, float))
+                             or not math.isfinite(base) or not 0 <= base < 1e20):
+        raise TraceError(f"{path}: baseTimeNanoseconds is {str(base)[:60]!r}, not a time in ns since the epoch\n"
+                         "  fix: re-export the trace, or remove baseTimeNanoseconds (ts is then taken as epoch µs)")
+
+
+def check_dist_info(path: str | Path, dist: dict[str, Any]) -> None:
+    """Refuse a ``distributedInfo`` whose ``rank`` is outside ``[0, world_size)`` or whose sizes are not integers.
+
+    Raises
+    ------
+    TraceError
+    """
+    rank, world = dist.get("rank"), dist.get("world_size")
+    for key, v in (("rank", rank), ("world_size", world)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise TraceError(f"{path}: distributedInfo.{key} is {v!r}, not an integer\n"
+                             "  fix: re-export the trace, or correct distributedInfo")
+    if isinstance(world, int) and world < 1:
+        raise TraceError(f"{path}: distributedInfo.world_size is {world}\n  fix: it must be at least 1")
+    if isinstance(rank, int) and (rank < 0 or (isinstance(world, int) and rank >= world)):
+        raise TraceError(f"{path}: distributedInfo.rank is {rank}, outside 0..{world - 1 if isinstance(world, int) else '∞'}"
+                         f" (world_size {world})\n  fix: pass the trace files of one run; each rank's file "
+                         "names its rank in distributedInfo")
+
+
+#: Timeline ``version`` values this reader understands.
+TIMELINE_VERSIONS = (1,)
+
+
+def check_timeline_doc(d: dict[str, Any], where: str) -> None:
+    """Refuse a timeline document with an unknown version, a malformed op, ``end_s < start_s``, a
+    non-finite time, or two ops with one id.
+
+    Raises
+    ------
+    TraceError
+        Naming the file, the op (position and id) and the fix.
+    """
+    v = d.get("version", 1)
+    if v not in TIMELINE_VERSIONS or isinstance(v, bool):
+        raise TraceError(f"{where}: timeline version {v!r} is not one this schedsim reads "
+                         f"({', '.join(map(str, TIMELINE_VERSIONS))})\n"
+                         "  fix: re-write the timeline with this schedsim (predict, execute or import)")
+    ws = d.get("world_size", 1)
+    if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
+        raise TraceError(f"{where}: world_size is {str(ws)[:60]!r}, not a positive integer\n"
+                         "  fix: the file is corrupt or was edited; re-run the command that wrote it")
+    ops = d.get("ops", [])
+    if not isinstance(ops, list):
+        raise TraceError(f"{where}: \"ops\" is not a list\n  fix: pass a timeline.json written by schedsim")
+    seen: dict[str, int] = {}
+    for i, o in enumerate(ops):
+        if not isinstance(o, dict):
+            raise TraceError(f"{where}: ops[{i}] is not an object\n  fix: pass a timeline.json written by schedsim")
+        oid = o.get("id")
+        for key in ("start_s", "end_s", "solo_s", "ready_s"):
+            t = o.get(key)
+            if t is None and key in ("solo_s", "ready_s"):
+                continue
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+                raise TraceError(f"{where}: ops[{i}] ({oid!r}): {key} is {t!r}, not a finite number of seconds\n"
+                                 "  fix: the file is corrupt or was edited; re-run the command that wrote it")
+        if o.get("tags") is not None and not isinstance(o.get("tags"), dict):
+            raise TraceError(f"{where}: ops[{i}] ({oid!r}): tags is {str(o['tags'])[:60]!r}, not an object\n"
+                             "  fix: the file is corrupt or was edited; re-run the command that wrote it")
+        if o["end_s"] < o["start_s"]:
+            raise TraceError(f"{where}: ops[{i}] ({oid!r}): end_s {o['end_s']!r} is before start_s {o['start_s']!r}\n"
+                             "  fix: the file is corrupt or was edited; re-run the command that wrote it")
+        if not isinstance(oid, str) or not oid:
+            raise TraceError(f"{where}: ops[{i}]: id is {oid!r}, not a non-empty string\n"
+                             "  fix: ids are name@rRANK strings; re-run the command that wrote the file")
+        if oid in seen:
+            raise TraceError(f"{where}: ops[{i}] and ops[{seen[oid]}] have the same id {oid!r}; one would be "
+                             "silently dropped\n  fix: ids must be unique (name@rRANK); re-run the command that "
+                             "wrote the file")
+        seen[oid] = i
