@@ -12,10 +12,11 @@ Definitions (per rank, then summed or averaged over ranks):
   communication time hidden under compute. This is HTA's definition
   (facebookresearch/HolisticTraceAnalysis ``communication_analysis.py``).
 
-:func:`compute_metrics` works on the timeline's columns with numpy: one sort per rank, then each union
-is a running maximum of the ends (an interval opens a new piece when it starts after every earlier
-one has ended), and |A ∩ B| = |A| + |B| − |A ∪ B|. The list functions :func:`merge`,
-:func:`length` and :func:`intersect_length` are the reference it is tested against.
+:func:`compute_metrics` works on the timeline's columns with numpy: one sort by (rank, start), then
+each union is a running maximum of the ends (:func:`merged`: an interval opens a new piece when it
+starts after every earlier one has ended) and each intersection a binary search of one piece list
+in the other (:func:`pieces_intersection`). The list functions :func:`merge`, :func:`length` and
+:func:`intersect_length` are the reference they are tested against.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from schedsim.sim.timeline import Timeline
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["merge", "length", "intersect_length", "union_length", "compute_metrics"]
+__all__ = ["merge", "length", "intersect_length", "merged", "union_length", "pieces_intersection", "compute_metrics"]
 
 Interval = tuple[float, float]
 
@@ -64,7 +65,7 @@ def intersect_length(x: list[Interval], y: list[Interval]) -> float:
     Examples
     --------
     >>> intersect_length([(0, 3)], [(2, 5)])
-    1
+    1.0
     """
     i = j = 0
     tot = 0.0
@@ -80,21 +81,20 @@ def intersect_length(x: list[Interval], y: list[Interval]) -> float:
     return tot
 
 
-def union_length(start: np.ndarray, end: np.ndarray, *, presorted: bool = False) -> float:
-    """Length of the union of the intervals [start_i, end_i) in the units of the inputs (seconds here).
+Pieces = tuple["np.ndarray", "np.ndarray"]
+
+
+def merged(start: np.ndarray, end: np.ndarray, *, presorted: bool = False) -> Pieces:
+    """Union of the intervals [start_i, end_i) as disjoint pieces (starts, ends), both ascending; numpy's
+    :func:`merge`.
 
     Parameters
     ----------
     start, end : numpy.ndarray
-        float64, shape (n,). Intervals with end <= start are ignored, as in :func:`merge`.
+        float64 seconds, shape (n,). Intervals with end <= start are ignored, as in :func:`merge`;
+        touching intervals join.
     presorted : bool
         ``start`` is already ascending (saves the sort).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> union_length(np.array([0.0, 1.0, 5.0]), np.array([2.0, 3.0, 6.0]))
-    4.0
     """
     import numpy as np
 
@@ -103,17 +103,52 @@ def union_length(start: np.ndarray, end: np.ndarray, *, presorted: bool = False)
         start, end = start[keep], end[keep]
     n = len(start)
     if n == 0:
-        return 0.0
+        return start, end
     if not presorted:
         o = np.argsort(start, kind="stable")
         start, end = start[o], end[o]
-    reach = np.maximum.accumulate(end)
+    reach = np.maximum.accumulate(end)  # a piece closes where the next start is past every end so far
     opens = np.empty(n, dtype=bool)
     opens[0] = True
     np.greater(start[1:], reach[:-1], out=opens[1:])
     first = np.flatnonzero(opens)
-    last = np.append(first[1:] - 1, n - 1)
-    return float((reach[last] - start[first]).sum())
+    return start[first], reach[np.append(first[1:] - 1, n - 1)]
+
+
+def union_length(start: np.ndarray, end: np.ndarray, *, presorted: bool = False) -> float:
+    """Length of the union of the intervals [start_i, end_i) (see :func:`merged`), in their units.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> union_length(np.array([0.0, 1.0, 5.0]), np.array([2.0, 3.0, 6.0]))
+    4.0
+    """
+    a, b = merged(start, end, presorted=presorted)
+    return float((b - a).sum())
+
+
+def pieces_intersection(x: Pieces, y: Pieces) -> float:
+    """Length of the intersection of two :func:`merged` piece lists; numpy's :func:`intersect_length`.
+
+    Each piece of ``x`` meets a contiguous run of ``y``'s pieces (found by binary search); the
+    overlapping pairs, at most len(x) + len(y) of them, are summed.
+    """
+    import numpy as np
+
+    (x0, x1), (y0, y1) = x, y
+    if len(x0) == 0 or len(y0) == 0:
+        return 0.0
+    lo = np.searchsorted(y1, x0, side="right")  # first y piece ending after the x piece starts
+    hi = np.searchsorted(y0, x1, side="left")  # first y piece starting at or after the x piece ends
+    counts = np.maximum(hi - lo, 0)
+    total = int(counts.sum())
+    if total == 0:
+        return 0.0
+    xi = np.repeat(np.arange(len(x0)), counts)
+    yi = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+    over = np.minimum(x1[xi], y1[yi]) - np.maximum(x0[xi], y0[yi])
+    return float(over[over > 0].sum())
 
 
 def compute_metrics(tl: Timeline) -> dict[str, Any]:
@@ -151,18 +186,17 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
             continue
         s, e, r = start[a:b], end[a:b], res[a:b]
         is_comp, is_comm, is_copy = r == code["compute"], r == code["comm"], r == code["copy"]
-        lcomp = union_length(s[is_comp], e[is_comp], presorted=True)
-        lc = union_length(s[is_comm], e[is_comm], presorted=True)
-        both = is_comp | is_comm
-        ov = lcomp + lc - union_length(s[both], e[both], presorted=True)
-        ov = min(max(ov, 0.0), lc)  # the identity is exact in reals; clamp rounding
-        allm = both | is_copy
+        comp = merged(s[is_comp], e[is_comp], presorted=True)
+        comm = merged(s[is_comm], e[is_comm], presorted=True)
+        lc = float((comm[1] - comm[0]).sum())
+        ov = pieces_intersection(comm, comp)
+        allm = is_comp | is_comm | is_copy
         # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
         # spinning while the peer is late; nsys shows that span as kernel time
         rd = ready[a:b][is_comm]
         kv = union_length(np.where(np.isnan(rd), s[is_comm], rd), e[is_comm])
         ranks[int(rank[a])] = {
-            "busy_compute_s": lcomp,
+            "busy_compute_s": float((comp[1] - comp[0]).sum()),
             "busy_comm_s": lc,
             "busy_copy_s": union_length(s[is_copy], e[is_copy], presorted=True),
             "idle_s": makespan - union_length(s[allm], e[allm], presorted=True),
@@ -176,8 +210,8 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
         tot_exposed += lc - ov
     cp_time: dict[str, float] = defaultdict(float)
     if tl.critical_path:
-        index = c.index()
-        rows = np.array([index[i] for i in tl.critical_path if i in index], dtype=np.int64)
+        on_path = set(tl.critical_path)  # a membership scan, cheaper than an id → row dict of every op
+        rows = np.flatnonzero(np.fromiter(map(on_path.__contains__, c.id), dtype=bool, count=len(c)))
         if len(rows):
             dur = c.end_s[rows] - c.start_s[rows]
             sums = np.bincount(res_codes[rows], weights=dur, minlength=len(res_vals))

@@ -162,7 +162,7 @@ class SpanColumns:
     """
 
     __slots__ = ("id", "name", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s", "ready_s",
-                 "bytes", "flops", "tags", "_index")
+                 "bytes", "flops", "tags")
 
     def __init__(self, id: list[str], name: list[str], rank: np.ndarray, stream: Categorical, kind: Categorical,
                  resource: Categorical, start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray,
@@ -171,7 +171,6 @@ class SpanColumns:
         self.stream, self.kind, self.resource = stream, kind, resource
         self.start_s, self.end_s, self.solo_s, self.ready_s = start_s, end_s, solo_s, ready_s
         self.bytes, self.flops, self.tags = bytes, flops, tags
-        self._index: dict[str, int] | None = None
         n = len(id)
         lens = {"name": len(name), "rank": len(rank), "stream": len(stream[1]), "kind": len(kind[1]),
                 "resource": len(resource[1]), "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s),
@@ -211,17 +210,6 @@ class SpanColumns:
         return list(map(Span, self.id, self.name, self.rank.tolist(), _decode(self.stream), _decode(self.kind),
                         _decode(self.resource), self.start_s.tolist(), self.end_s.tolist(), _optional(self.solo_s),
                         _optional(self.ready_s), self.bytes.tolist(), self.flops.tolist(), self.tags))
-
-    def index(self) -> dict[str, int]:
-        """Row number by op id (built once, then cached)."""
-        if self._index is None:
-            self._index = dict(zip(self.id, range(len(self.id))))
-        return self._index
-
-    def codes_of(self, column: str, value: str) -> int:
-        """The code of ``value`` in the categorical ``column``, or -1 when no row has it."""
-        cats = getattr(self, column)[0]
-        return cats.index(value) if value in cats else -1
 
     # -- JSON ---------------------------------------------------------------
     def json_items(self) -> Iterator[tuple[str, Any]]:

@@ -51,3 +51,26 @@ def test_predict_trace_flag(tmp_path, flag, present):
     r = invoke("predict", SCHED, "--no-gantt", flag, "--out", str(tmp_path))
     assert r.exit_code == 0, r.output
     assert (tmp_path / "trace.json").exists() == present and (tmp_path / "timeline.json").exists()
+
+
+def test_compare_and_analyze_read_both_layouts(tmp_path):
+    from schedsim.sim.timeline import Span
+
+    spans = [Span("a@r0", "a", 0, "s0", "matmul", "compute", 0.0, 2e-3, 2e-3, 0.0),
+             Span("b@r0", "b", 0, "comm", "all_reduce", "comm", 1e-3, 3e-3, 2e-3, 1e-3, 8.0)]
+    pred = Timeline("t", "predict", 1, spans=spans, critical_path=["a@r0", "b@r0"])
+    meas = Timeline("t", "execute", 1, spans=[s._replace(end_s=s.end_s * 1.1) for s in spans])
+    pred.write_json(tmp_path / "pred_rows.json", layout="rows")
+    pred.write_json(tmp_path / "pred_cols.json")
+    meas.write_json(tmp_path / "meas.json")
+    outs = []
+    for name in ("pred_rows.json", "pred_cols.json"):
+        a = invoke("analyze", str(tmp_path / name), "--format", "json")
+        c = invoke("compare", str(tmp_path / name), str(tmp_path / "meas.json"), "--out", str(tmp_path / name[:-5]),
+                   "--format", "json")
+        assert a.exit_code == 0 and c.exit_code == 0, a.output + c.output
+        outs.append((json.loads(a.output), json.loads(c.output)))
+    for d in (outs[0][1], outs[1][1]):  # the output folders differ by name
+        d.pop("files", None)
+    assert outs[0] == outs[1]
+    assert outs[0][1]["makespan"]["pred_s"] == 3e-3 and outs[0][1]["match"]["matched"] == 2
