@@ -53,7 +53,7 @@ def stages(world: int, chunks: int) -> list[tuple[str, float]]:
     tl.columns
     mark("Span rows → timeline columns")
     m = compute_metrics(tl)
-    mark("metrics (incl. op-id index for the critical path)")
+    mark("metrics (vectorised)")
     with tempfile.TemporaryDirectory() as d:
         tl.write_json(f"{d}/timeline.json", m)
         mark("timeline.json (orjson, columns)")
