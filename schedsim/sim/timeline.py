@@ -106,6 +106,9 @@ class Span(NamedTuple):
 #: A dictionary-encoded string column: (distinct values in order of first use, int32 codes of shape (n,)).
 Categorical = tuple[list[str], "np.ndarray"]
 
+#: Above this many spans :attr:`Timeline.makespan_s` builds the columns (one numpy max/min) rather than
+#: walking the rows twice.
+_COLUMNS_FOR_MAKESPAN = 50_000
 _FLOAT_COLS = ("start_s", "end_s", "solo_s", "ready_s", "bytes", "flops")
 _CAT_COLS = ("stream", "kind", "resource")
 
@@ -336,8 +339,8 @@ class Timeline:
         if self._makespan is None:
             if len(self) == 0:
                 self._makespan = 0.0
-            elif self._cols is not None:
-                c = self._cols
+            elif self._cols is not None or len(self) > _COLUMNS_FOR_MAKESPAN:  # metrics build the columns anyway
+                c = self.columns
                 self._makespan = float(c.end_s.max()) - min(0.0, float(c.start_s.min()))
             else:
                 sp = self.spans
