@@ -5,18 +5,22 @@ we time `_simulate_comms_compute(pipeline_order_with_comms, stage_to_rank, num_s
 dry run (no durations, streams or contention).
 
 ours: the *same* compute order (torch's, as inline custom actions) goes through schedsim's pipeline
-expansion, DAG build and discrete-event simulation with durations (unit F/I/W costs), p2p on their own
-streams and the processor-sharing contention model. Printed per phase, with the ratio of torch's
-simulation time to ours (simulate only, and end to end), all measured in this one run.
+expansion, DAG build, static checks, discrete-event simulation with durations (unit F/I/W costs), p2p
+on their own streams and the processor-sharing contention model, metrics and timeline.json. Printed
+per phase in wall and CPU seconds (``time.process_time``: this process only, so other jobs on the
+machine do not count), with torch's time over ours (simulate only, and end to end), all measured in
+this one run with the cyclic GC paused on both sides (as ``schedsim predict`` runs).
 
-Usage: python benchmarks/pipeline_vs_torch.py [--pp 32 --m 512 --v 4]
+Usage: python benchmarks/pipeline_vs_torch.py [--pp 32 --m 512 --v 4] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from unittest import mock
@@ -53,21 +57,34 @@ def torch_side(pp: int, m: int, v: int):
                   for r, acts in rt.pipeline_order_with_comms.items()}
     n_actions = sum(len([a for a in acts if a is not None]) for acts in with_comms.values())
     stage_to_rank = {s: s % pp for s in range(pp * v)}
-    t0 = time.perf_counter()
+    gc.collect()
+    gc.disable()
+    t0, c0 = time.perf_counter(), time.process_time()
     _simulate_comms_compute(with_comms, lambda s: stage_to_rank[s], pp * v)
-    t_torch = time.perf_counter() - t0
+    t_torch = (time.perf_counter() - t0, time.process_time() - c0)
+    gc.enable()
     return compute, n_actions, t_torch
 
 
 def ours(compute, pp: int, m: int):
+    """schedsim on torch's compute order; per phase (wall s, CPU s)."""
     from schedsim.graph.build import build_graph
+    from schedsim.graph.checks import check_graph
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
+    from schedsim.sim.metrics import compute_metrics
     from schedsim.spec.model import ScheduleSpec
     from schedsim.spec.pipeline_block import expand_pipeline
 
     actions = {r: " ".join("_" if a is None else str(a) for a in acts) for r, acts in compute.items()}
-    t0 = time.perf_counter()
+    prof = load_profile(str(ROOT / "tests/data/unit_profile.yaml"))
+    gc.collect()
+    gc.disable()
+    marks = [(time.perf_counter(), time.process_time())]
+
+    def mark() -> None:
+        marks.append((time.perf_counter(), time.process_time()))
+
     spec = ScheduleSpec.model_validate({
         "schema_version": 1, "name": "bench", "world_size": pp,
         "pipeline": {"schedule": "custom", "p": pp, "m": m, "actions": actions, "p2p": "overlapped",
@@ -75,13 +92,20 @@ def ours(compute, pp: int, m: int):
                                "backward_input": [{"kind": "compute", "duration_us": 1}],
                                "backward_weight": [{"kind": "compute", "duration_us": 1}]}}})
     expand_pipeline(spec)  # cached on the spec; build_graph reuses it
-    t1 = time.perf_counter()
-    G = build_graph(spec)
-    t2 = time.perf_counter()
-    tl = simulate(G, load_profile(str(ROOT / "tests/data/unit_profile.yaml")))
-    t3 = time.perf_counter()
-    return {"expand": t1 - t0, "build": t2 - t1, "simulate": t3 - t2, "ops": len(tl.spans),
-            "makespan_us": tl.makespan_s * 1e6}
+    mark()
+    G = build_graph(spec, check=False)
+    mark()
+    check_graph(G)
+    mark()
+    tl = simulate(G, prof)
+    mark()
+    with tempfile.TemporaryDirectory() as d:
+        tl.write_json(f"{d}/timeline.json", compute_metrics(tl))
+    mark()
+    gc.enable()
+    steps = ("expand", "build", "checks", "simulate", "timeline")
+    out = {k: (marks[i + 1][0] - marks[i][0], marks[i + 1][1] - marks[i][1]) for i, k in enumerate(steps)}
+    return {**out, "ops": len(tl), "makespan_us": tl.makespan_s * 1e6}
 
 
 def main() -> None:
@@ -89,6 +113,7 @@ def main() -> None:
     ap.add_argument("--pp", type=int, default=32)
     ap.add_argument("--m", type=int, default=512)
     ap.add_argument("--v", type=int, default=4)
+    ap.add_argument("--json", action="store_true", help="Print one JSON object instead of the table.")
     a = ap.parse_args()
     from schedsim.pipeline import generate
 
@@ -96,18 +121,21 @@ def main() -> None:
     generate("interleaved_1f1b", a.pp, a.m, a.v)
     t_gen = time.perf_counter() - t0
     compute, n_actions, t_torch = torch_side(a.pp, a.m, a.v)
-    gc.collect()
     o = ours(compute, a.pp, a.m)
+    total = tuple(sum(o[k][i] for k in ("expand", "build", "checks", "simulate", "timeline")) for i in (0, 1))
+    if a.json:
+        print(json.dumps({"torch": t_torch, "actions": n_actions, "generate_wall": t_gen, **o, "total": total}))
+        return
     print(f"interleaved 1F1B pp={a.pp} m={a.m} v={a.v}")
-    print(f"{'':44s} {'seconds':>9s}")
-    print(f"{'torch _simulate_comms_compute (' + str(n_actions) + ' actions)':44s} {t_torch:9.2f}")
-    print(f"{'schedsim generate the Megatron order (goal < 1 s)':44s} {t_gen:9.2f}")
-    print(f"{'schedsim expand pipeline block':44s} {o['expand']:9.2f}")
-    print(f"{'schedsim build DAG + static checks':44s} {o['build']:9.2f}")
-    print(f"{'schedsim simulate (' + str(o['ops']) + ' ops)':44s} {o['simulate']:9.2f}")
-    total = o["expand"] + o["build"] + o["simulate"]
-    print(f"{'schedsim end to end':44s} {total:9.2f}")
-    print(f"ratio torch / schedsim simulate: {t_torch / o['simulate']:.2f}x; end to end: {t_torch / total:.2f}x")
+    print(f"{'':48s} {'wall s':>8s} {'CPU s':>8s}")
+    print(f"{'torch _simulate_comms_compute (' + str(n_actions) + ' actions)':48s} {t_torch[0]:8.2f} {t_torch[1]:8.2f}")
+    print(f"{'schedsim generate the Megatron order':48s} {t_gen:8.2f}")
+    for k, label in (("expand", "expand pipeline block"), ("build", "build DAG"), ("checks", "static checks"),
+                     ("simulate", f"simulate ({o['ops']} ops)"), ("timeline", "metrics + timeline.json")):
+        print(f"{'schedsim ' + label:48s} {o[k][0]:8.2f} {o[k][1]:8.2f}")
+    print(f"{'schedsim end to end':48s} {total[0]:8.2f} {total[1]:8.2f}")
+    print(f"torch / schedsim, CPU s: simulate {t_torch[1] / o['simulate'][1]:.2f}x; "
+          f"end to end {t_torch[1] / total[1]:.2f}x (goal >= 10x)")
     print(f"predicted makespan (unit costs): {o['makespan_us']:.0f} units")
 
 

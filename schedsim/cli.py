@@ -131,11 +131,39 @@ def _memory_peak(mem: dict[str, Any]) -> dict[str, Any]:
     return {"rank": r, "bytes": d["peak_bytes"], "t_s": d["peak_s"], "op": d["peak_op"]}
 
 
+#: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
+#: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
+#: much as the simulation (issue 11: 6.7 s of 38 CPU-s at 1M ops).
+TRACE_MAX_OPS = 100_000
+
+
+def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
+    """Whether to write trace.json for ``n_ops`` ops: ``trace`` True/False is the user's choice (``--trace`` /
+    ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write, note), the note
+    being the one line to print when a large run's trace is skipped."""
+    if trace is not None:
+        return trace, None
+    if n_ops <= TRACE_MAX_OPS:
+        return True, None
+    return False, (f"note: trace.json skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it "
+                   "(timeline.json has every op)")
+
+
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
-                   gantt: bool = True, **sim: object):  # type: ignore[no-untyped-def]
-    """Load, build, simulate and write timeline.json, trace.json and gantt.png/svg. Returns (timeline, metrics, paths)."""
+                   gantt: bool = True, trace: bool | None = None, **sim: object):  # type: ignore[no-untyped-def]
+    """Load, build, simulate and write timeline.json, trace.json (see :func:`trace_wanted`) and gantt.png/svg,
+    with the cyclic GC paused throughout (the DAG and timeline are millions of acyclic objects).
+    ``sim`` goes to :func:`schedsim.sim.engine.simulate` (gpu_model, max_connections, model_executor).
+    Returns (timeline, metrics, paths)."""
+    from schedsim._gc import paused_gc
+
+    with paused_gc():
+        return _predict_to_dir(file, sets, profile, out, launch, gantt, trace, **sim)
+
+
+def _predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
+                    gantt: bool, trace: bool | None, **sim: object):  # type: ignore[no-untyped-def]
     from schedsim.hardware.profile import load_profile
-    from schedsim.report.chrome import write_chrome_trace
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
     from schedsim.sim.timeline import output_set
@@ -161,10 +189,16 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
         tl.meta["memory"] = mem
         metrics["memory_peak"] = _memory_peak(mem)
     outdir = out or Path("schedsim_out") / _safe_dirname(spec.name)
-    names = ["timeline.json", "trace.json"]
+    write_trace, note = trace_wanted(len(tl), trace)
+    if note:
+        print(note, file=sys.stderr)
+    names = ["timeline.json"] + (["trace.json"] if write_trace else [])
     with output_set(outdir, PREDICT_FILES) as stage:
         tl.write_json(stage / "timeline.json", metrics)
-        write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=G)
+        if write_trace:
+            from schedsim.report.chrome import write_chrome_trace
+
+            write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=G)
         if gantt:
             from schedsim.report.charts import write_charts
 
@@ -192,12 +226,21 @@ def predict(
     model_executor: bool = typer.Option(False, "--model-executor", help="Add schedsim execute's own host cost per "
                                         "op (launch.executor_extra_per_op_us) to predict what execute measures."),
     max_ops: Optional[int] = MaxOpsOpt,
+    trace: Optional[bool] = typer.Option(None, "--trace/--no-trace", help="Write trace.json (Perfetto) "
+                                         f"[default: only up to {TRACE_MAX_OPS:,} ops]."),
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
+    from schedsim._gc import paused_gc
+
     _max_ops(max_ops)
-    tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt,
-                                        gpu_model=gpu_model.value if gpu_model else None,
-                                        max_connections=max_connections, model_executor=model_executor)
+    with paused_gc():  # also through the summary: its tables walk the whole timeline
+        tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt, trace,
+                                            gpu_model=gpu_model.value if gpu_model else None,
+                                            max_connections=max_connections, model_executor=model_executor)
+        _print_predict(tl, metrics, paths, fmt, all_ranks)
+
+
+def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:  # type: ignore[no-untyped-def]
     for w in tl.meta.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     if fmt == OutFormat.json:
@@ -289,6 +332,69 @@ def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
     return axes
 
 
+def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -> dict[str, Any]:
+    """One sweep point (module level, so worker processes can run it): the table row, or ``{"error": msg}``.
+    With ``keep`` (a folder), the point's timeline is written there as ``timeline_<setting>.json``."""
+    from schedsim._gc import paused_gc
+    from schedsim.hardware.profile import load_profile
+    from schedsim.sim.engine import simulate
+    from schedsim.sim.metrics import compute_metrics
+    from schedsim.sim.pipeline_metrics import pipeline_metrics
+
+    with paused_gc():
+        try:
+            tl = simulate(_build(_load(file, sets), file), load_profile(profile))
+        except SchedsimError as e:  # returned, not raised: a worker's exception may not unpickle
+            return {"error": str(e)}
+        tl.meta.update({"file": str(file), "set": list(sets)})
+        m = compute_metrics(tl)
+        row: dict[str, Any] = {"makespan_s": m["makespan_s"], "exposed_comm_s": m["exposed_comm_s"],
+                               "overlap_ratio": m["overlap_ratio"]}
+        pm = pipeline_metrics(tl)
+        if pm is not None:
+            row["peak_memory_bytes"] = max(pm["peak_memory_bytes"].values())
+            row["peak_memory_units"] = max(pm["peak_memory_units"].values())
+            row["bubble_ratio"] = pm["bubble_of_makespan"]["overall"]
+        if keep is not None:
+            name = f"timeline_{_safe_dirname('_'.join(sets))}.json"
+            tl.write_json(keep / name, m)
+            row["timeline"] = name
+        return row
+
+
+def _sweep_rows(file: Path, points: list[list[str]], profile: str, keep: Path | None, jobs: int) -> list[dict[str, Any]]:
+    """Run the points, serially (``jobs`` 1) or in ``jobs`` worker processes; rows in the order of ``points``.
+
+    Raises
+    ------
+    SchedsimError
+        The first failing point (in grid order), naming its setting; the points not yet started are cancelled.
+    """
+    def fail(sets: list[str], row: dict[str, Any]) -> SchedsimError:
+        return SchedsimError(f"sweep setting {' '.join(sets)}: {row['error']}")
+
+    if jobs <= 1 or len(points) <= 1:
+        rows = []
+        for sets in points:
+            row = _sweep_point(file, sets, profile, keep)
+            if "error" in row:
+                raise fail(sets, row)
+            rows.append(row)
+        return rows
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(points))) as ex:
+        futs = [ex.submit(_sweep_point, file, sets, profile, keep) for sets in points]
+        rows = []
+        for sets, fut in zip(points, futs):
+            row = fut.result()
+            if "error" in row:
+                ex.shutdown(cancel_futures=True)
+                raise fail(sets, row)
+            rows.append(row)
+        return rows
+
+
 @app.command()
 @handle_errors
 def sweep(
@@ -298,41 +404,26 @@ def sweep(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/sweep_<schedule>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
     max_ops: Optional[int] = MaxOpsOpt,
+    jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Points simulated in parallel processes (0: one per CPU)."),
+    keep_timelines: bool = typer.Option(False, "--keep-timelines",
+                                        help="Also write each point's timeline_<setting>.json to the output folder."),
 ) -> None:
     """Predict a schedule over a grid of parameter values; print a table and plot makespan against the setting."""
+    import os
+
     _max_ops(max_ops)
     from schedsim.hardware.profile import load_profile
-    from schedsim.sim.engine import simulate
-    from schedsim.sim.metrics import compute_metrics
 
     axes = _parse_sweep(set_)
-    prof = load_profile(profile)
-    rows = []
-    from schedsim.report.progress import track
-
+    prof = load_profile(profile)  # a bad profile fails here, once, not in every worker
     combos = list(itertools.product(*[vals for _k, vals in axes]))
-    for combo in track(combos, "sweep", total=len(combos)):
-        sets = [f"{k}={v}" for (k, _), v in zip(axes, combo)]
-        try:
-            spec = _load(file, sets)
-            tl = simulate(_build(spec, file), prof)
-        except SchedsimError as e:
-            raise SchedsimError(f"sweep setting {' '.join(sets)}: {e}") from None
-        m = compute_metrics(tl)
-        row = {"setting": dict(zip([k for k, _ in axes], combo)), "makespan_s": m["makespan_s"],
-               "exposed_comm_s": m["exposed_comm_s"], "overlap_ratio": m["overlap_ratio"]}
-        from schedsim.sim.pipeline_metrics import pipeline_metrics
-
-        pm = pipeline_metrics(tl)
-        if pm is not None:
-            row["peak_memory_bytes"] = max(pm["peak_memory_bytes"].values())
-            row["peak_memory_units"] = max(pm["peak_memory_units"].values())
-            row["bubble_ratio"] = pm["bubble_of_makespan"]["overall"]
-        rows.append(row)
+    points = [[f"{k}={v}" for (k, _), v in zip(axes, combo)] for combo in combos]
     outdir = out or Path("schedsim_out") / f"sweep_{_safe_dirname(file.stem)}"
     from schedsim.sim.timeline import atomic_write_text, output_set
 
     with output_set(outdir, ("sweep.json", "sweep.png")) as stage:
+        found = _sweep_rows(file, points, profile, stage if keep_timelines else None, jobs or os.cpu_count() or 1)
+        rows = [{"setting": dict(zip([k for k, _ in axes], combo)), **row} for combo, row in zip(combos, found)]
         atomic_write_text(stage / "sweep.json", json.dumps(rows, indent=1))
         from schedsim.report.charts import write_sweep_plot
 
@@ -360,7 +451,8 @@ def sweep(
             cells += [f"{r.get('peak_memory_bytes', 0) / 2**20:.1f} MiB", f"{r.get('bubble_ratio') or 0:.3f}"]
         t.add_row(*cells)
     make_console().print(t)
-    print(f"wrote {outdir / 'sweep.json'}, {outdir / 'sweep.png'}")
+    kept = f" and {len(rows)} timeline_*.json" if keep_timelines else ""
+    print(f"wrote {outdir / 'sweep.json'}, {outdir / 'sweep.png'}{kept}")
 
 
 def _version(value: bool) -> None:
@@ -377,21 +469,43 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """Predict and execute comm/compute schedules of GPU clusters."""
 
 
-_EXTENSIONS = ("executor.commands", "schedsim.compare", "schedsim.trace.commands")
+#: Commands defined in other modules, imported only when invoked (or listed by --help): the cold start of
+#: ``check`` and ``predict`` pays for none of them.
+_EXTENSIONS = {"execute": "executor.commands", "calibrate": "executor.commands", "compare": "schedsim.compare",
+               "import": "schedsim.trace.commands", "analyze": "schedsim.trace.commands"}
 
 
-def _register_extensions() -> None:
-    for name in _EXTENSIONS:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name and name.startswith(e.name):
-                continue
-            raise
-        mod.register(app)
+def _extension_command(name: str) -> Any:
+    """The click command ``name`` of its extension module, or None when the module is not installed."""
+    try:
+        mod = importlib.import_module(_EXTENSIONS[name])
+    except ModuleNotFoundError as e:
+        if e.name and _EXTENSIONS[name].startswith(e.name):
+            return None
+        raise
+    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    mod.register(sub)
+    cmd = typer.main.get_command(sub)
+    return cmd.commands.get(name) if isinstance(cmd, typer.core.TyperGroup) else cmd
 
 
-_register_extensions()
+class _LazyGroup(typer.core.TyperGroup):
+    """The top-level group: its own commands, plus :data:`_EXTENSIONS` loaded on first use."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        own = super().list_commands(ctx)
+        return own + [n for n in _EXTENSIONS if n not in own]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is None and cmd_name in _EXTENSIONS:
+            cmd = _extension_command(cmd_name)
+            if cmd is not None:
+                self.add_command(cmd, cmd_name)
+        return cmd
+
+
+app.info.cls = _LazyGroup
 
 
 def main() -> None:

@@ -11,16 +11,25 @@ Definitions (per rank, then summed or averaged over ranks):
 * **overlap ratio**: |union(comm) ∩ union(compute)| / |union(comm)|, the share of
   communication time hidden under compute. This is HTA's definition
   (facebookresearch/HolisticTraceAnalysis ``communication_analysis.py``).
+
+:func:`compute_metrics` works on the timeline's columns with numpy: one sort by (rank, start), then
+each union is a running maximum of the ends (:func:`merged`: an interval opens a new piece when it
+starts after every earlier one has ended) and each intersection a binary search of one piece list
+in the other (:func:`pieces_intersection`). The list functions :func:`merge`, :func:`length` and
+:func:`intersect_length` are the reference they are tested against.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedsim.sim.timeline import Timeline
 
-__all__ = ["merge", "length", "intersect_length", "compute_metrics"]
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["merge", "length", "intersect_length", "merged", "union_length", "pieces_intersection", "compute_metrics"]
 
 Interval = tuple[float, float]
 
@@ -56,7 +65,7 @@ def intersect_length(x: list[Interval], y: list[Interval]) -> float:
     Examples
     --------
     >>> intersect_length([(0, 3)], [(2, 5)])
-    1
+    1.0
     """
     i = j = 0
     tot = 0.0
@@ -70,6 +79,76 @@ def intersect_length(x: list[Interval], y: list[Interval]) -> float:
         else:
             j += 1
     return tot
+
+
+Pieces = tuple["np.ndarray", "np.ndarray"]
+
+
+def merged(start: np.ndarray, end: np.ndarray, *, presorted: bool = False) -> Pieces:
+    """Union of the intervals [start_i, end_i) as disjoint pieces (starts, ends), both ascending; numpy's
+    :func:`merge`.
+
+    Parameters
+    ----------
+    start, end : numpy.ndarray
+        float64 seconds, shape (n,). Intervals with end <= start are ignored, as in :func:`merge`;
+        touching intervals join.
+    presorted : bool
+        ``start`` is already ascending (saves the sort).
+    """
+    import numpy as np
+
+    keep = end > start
+    if not keep.all():
+        start, end = start[keep], end[keep]
+    n = len(start)
+    if n == 0:
+        return start, end
+    if not presorted:
+        o = np.argsort(start, kind="stable")
+        start, end = start[o], end[o]
+    reach = np.maximum.accumulate(end)  # a piece closes where the next start is past every end so far
+    opens = np.empty(n, dtype=bool)
+    opens[0] = True
+    np.greater(start[1:], reach[:-1], out=opens[1:])
+    first = np.flatnonzero(opens)
+    return start[first], reach[np.append(first[1:] - 1, n - 1)]
+
+
+def union_length(start: np.ndarray, end: np.ndarray, *, presorted: bool = False) -> float:
+    """Length of the union of the intervals [start_i, end_i) (see :func:`merged`), in their units.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> union_length(np.array([0.0, 1.0, 5.0]), np.array([2.0, 3.0, 6.0]))
+    4.0
+    """
+    a, b = merged(start, end, presorted=presorted)
+    return float((b - a).sum())
+
+
+def pieces_intersection(x: Pieces, y: Pieces) -> float:
+    """Length of the intersection of two :func:`merged` piece lists; numpy's :func:`intersect_length`.
+
+    Each piece of ``x`` meets a contiguous run of ``y``'s pieces (found by binary search); the
+    overlapping pairs, at most len(x) + len(y) of them, are summed.
+    """
+    import numpy as np
+
+    (x0, x1), (y0, y1) = x, y
+    if len(x0) == 0 or len(y0) == 0:
+        return 0.0
+    lo = np.searchsorted(y1, x0, side="right")  # first y piece ending after the x piece starts
+    hi = np.searchsorted(y0, x1, side="left")  # first y piece starting at or after the x piece ends
+    counts = np.maximum(hi - lo, 0)
+    total = int(counts.sum())
+    if total == 0:
+        return 0.0
+    xi = np.repeat(np.arange(len(x0)), counts)
+    yi = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+    over = np.minimum(x1[xi], y1[yi]) - np.maximum(x0[xi], y0[yi])
+    return float(over[over > 0].sum())
 
 
 def compute_metrics(tl: Timeline) -> dict[str, Any]:
@@ -88,49 +167,59 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
         nsys shows an NCCL kernel spinning while its peer is late: the "share" column of
         seed 004's ``parser_prof.py``.
     """
+    import numpy as np
+
     makespan = tl.makespan_s
-    per: dict[int, dict[str, list[Interval]]] = defaultdict(lambda: defaultdict(list))
-    by_rank_comm: dict[int, list] = defaultdict(list)  # type: ignore[type-arg]
-    for s in tl.spans:
-        per[s.rank][s.resource].append((s.start_s, s.end_s))
-        if s.resource == "comm":
-            by_rank_comm[s.rank].append(s)
+    c = tl.columns
+    res_vals, res_codes = c.resource
+    code = {name: (res_vals.index(name) if name in res_vals else -2) for name in ("compute", "comm", "copy")}
+    # one sort: by rank, then start; each rank's rows are then a contiguous, start-ordered slice
+    order = np.lexsort((c.start_s, c.rank))
+    rank, start, end, res = c.rank[order], c.start_s[order], c.end_s[order], res_codes[order]
+    ready = c.ready_s[order]
+    cuts = np.flatnonzero(np.diff(rank)) + 1
+    bounds = zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(rank)])).tolist())
     ranks: dict[int, dict[str, float]] = {}
     tot_comm = tot_overlap = tot_exposed = 0.0
-    for r in sorted(per):
-        d = per[r]
-        comp = merge(d.get("compute", []))
-        comm = merge(d.get("comm", []))
-        copy = merge(d.get("copy", []))
-        allv = merge(comp + comm + copy)
+    for a, b in bounds:
+        if a == b:
+            continue
+        s, e, r = start[a:b], end[a:b], res[a:b]
+        is_comp, is_comm, is_copy = r == code["compute"], r == code["comm"], r == code["copy"]
+        comp = merged(s[is_comp], e[is_comp], presorted=True)
+        comm = merged(s[is_comm], e[is_comm], presorted=True)
+        lc = float((comm[1] - comm[0]).sum())
+        ov = pieces_intersection(comm, comp)
+        allm = is_comp | is_comm | is_copy
         # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
         # spinning while the peer is late; nsys shows that span as kernel time
-        comm_kv = merge([(s.ready_s if s.ready_s is not None else s.start_s, s.end_s)
-                         for s in by_rank_comm.get(r, [])])
-        lc = length(comm)
-        ov = intersect_length(comm, comp)
-        ranks[r] = {
-            "busy_compute_s": length(comp),
+        rd = ready[a:b][is_comm]
+        kv = union_length(np.where(np.isnan(rd), s[is_comm], rd), e[is_comm])
+        ranks[int(rank[a])] = {
+            "busy_compute_s": float((comp[1] - comp[0]).sum()),
             "busy_comm_s": lc,
-            "busy_copy_s": length(copy),
-            "idle_s": makespan - length(allv),
+            "busy_copy_s": union_length(s[is_copy], e[is_copy], presorted=True),
+            "idle_s": makespan - union_length(s[allm], e[allm], presorted=True),
             "exposed_comm_s": lc - ov,
             "overlap_ratio": ov / lc if lc > 0 else 0.0,
             "comm_share": lc / makespan if makespan > 0 else 0.0,
-            "comm_share_kernel_view": length(comm_kv) / makespan if makespan > 0 else 0.0,
+            "comm_share_kernel_view": kv / makespan if makespan > 0 else 0.0,
         }
         tot_comm += lc
         tot_overlap += ov
         tot_exposed += lc - ov
-    byid = tl.by_id()
     cp_time: dict[str, float] = defaultdict(float)
-    for oid in tl.critical_path:
-        s = byid.get(oid)
-        if s is not None:
-            cp_time[s.resource] += s.end_s - s.start_s
+    if tl.critical_path:
+        on_path = set(tl.critical_path)  # a membership scan, cheaper than an id → row dict of every op
+        rows = np.flatnonzero(np.fromiter(map(on_path.__contains__, c.id), dtype=bool, count=len(c)))
+        if len(rows):
+            dur = c.end_s[rows] - c.start_s[rows]
+            sums = np.bincount(res_codes[rows], weights=dur, minlength=len(res_vals))
+            present = np.bincount(res_codes[rows], minlength=len(res_vals))
+            cp_time.update({res_vals[k]: float(sums[k]) for k in range(len(res_vals)) if present[k]})
     return {
         "makespan_s": makespan,
-        "ops": len(tl.spans),
+        "ops": len(tl),
         "busy_comm_s": tot_comm,
         "exposed_comm_s": tot_exposed,
         "overlap_ratio": tot_overlap / tot_comm if tot_comm > 0 else 0.0,

@@ -1,26 +1,53 @@
 """The Timeline: what ran where and when. One format for predict, execute and import.
 
-Stored column-wise so a million-op timeline stays cheap. JSON layout
-(``format: schedsim.timeline``, ``version: 1``)::
+A Timeline is backed by columns (:class:`SpanColumns`: numpy arrays of times, sizes and ranks,
+dictionary-encoded stream/kind/resource); the :class:`Span` rows of :attr:`Timeline.spans` are built
+only when something asks for them, so a million-op timeline costs tens of bytes per op, not hundreds.
 
-    {"format": "schedsim.timeline", "version": 1,
+JSON: ``timeline.json`` (``format: schedsim.timeline``) has two layouts, and
+:meth:`Timeline.read_json` reads both.
+
+Columns (``version: 2``, ``layout: columns``; what :meth:`Timeline.write_json` writes)::
+
+    {"format": "schedsim.timeline", "version": 2, "layout": "columns",
      "schedule": "allgather_mm8", "source": "predict" | "execute" | "import",
      "profile": "h200" | null, "world_size": 2, "launch": "eager",
-     "makespan_s": 0.0755, "meta": {...},
+     "makespan_s": 0.0755, "meta": {...}, "n_ops": 274,
+     "columns": {"id": ["mm0@r0", ...], "name": ["mm0", ...], "rank": [0, ...],
+                 "stream": {"values": ["s0", "comm"], "codes": [0, 1, ...]},
+                 "kind": {"values": [...], "codes": [...]},
+                 "resource": {"values": [...], "codes": [...]},
+                 "start_s": [...], "end_s": [...], "solo_s": [... | null], "ready_s": [... | null],
+                 "bytes": [...], "flops": [...],
+                 "tags": {"index": [3, 7, ...], "values": [{...}, {...}, ...]}},
+     "critical_path": ["ag0@r0", "mm0@r0", ...],
+     "metrics": {...}}
+
+Every column holds ``n_ops`` entries; row ``i`` of all columns is one op. ``stream``, ``kind`` and
+``resource`` are dictionary encoded (``values[codes[i]]``). ``tags`` is sparse: only the rows in
+``index`` have tags. The breakdown of the row layout is not stored: it is
+``start_s − ready_s`` (wait), ``solo_s`` (work) and ``end_s − start_s − solo_s`` (contention).
+
+Rows (``version: 1``, the original layout; still read, and written with ``layout="rows"``)::
+
+    {..., "version": 1,
      "ops": [{"id": "mm0@r0", "name": "mm0", "rank": 0, "stream": "s0",
               "kind": "matmul", "resource": "compute",
               "start_s": ..., "end_s": ..., "solo_s": ..., "ready_s": ...,
-              "bytes": ..., "flops": ..., "tags": {...}}, ...],
-     "critical_path": ["ag0@r0", "mm0@r0", ...],
-     "metrics": {...}}
+              "bytes": ..., "flops": ..., "tags": {...},
+              "breakdown": {"wait_s": ..., "work_s": ..., "contention_s": ...}}, ...],
+     "critical_path": [...], "metrics": {...}}
 
 Times are seconds from the start of the iteration (the earliest op start is 0
 for measured timelines). ``solo_s`` is the op's uncontended duration
 (predicted) and ``ready_s`` when its dependencies were met (null when unknown).
-Where both are known, ``breakdown`` says where the op's time went: ``wait_s``
+Where both are known, the breakdown says where the op's time went: ``wait_s``
 (ready until start: waiting for the peers of a rendezvous), ``work_s`` (the
 solo duration) and ``contention_s`` (the extra time from sharing the GPU or a
 link with concurrent ops).
+
+The columns are serialised with orjson (numpy arrays natively, one column at a time so the file is
+never held as one string); without orjson the standard ``json`` module writes the same document.
 """
 
 from __future__ import annotations
@@ -29,15 +56,25 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from schedsim.errors import TraceError
 
-__all__ = ["Timeline", "Span", "atomic_writer", "atomic_write_text", "atomic_write_bytes", "output_set"]
+if TYPE_CHECKING:
+    import numpy as np
+
+try:  # orjson: ~10x faster than json on the float columns, serialises numpy arrays without copies
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised by tests that hide orjson
+    _orjson = None
+
+__all__ = ["Timeline", "Span", "SpanColumns", "atomic_writer", "atomic_write_text", "atomic_write_bytes",
+           "output_set", "dumps_json", "loads_json"]
+
+FORMAT = "schedsim.timeline"
 
 
 class Span(NamedTuple):
@@ -66,31 +103,297 @@ class Span(NamedTuple):
         return self.end_s - self.start_s
 
 
-@dataclass
-class Timeline:
-    """Per-op start/end on each rank × stream, plus the critical path and metadata."""
+#: A dictionary-encoded string column: (distinct values in order of first use, int32 codes of shape (n,)).
+Categorical = tuple[list[str], "np.ndarray"]
 
-    schedule: str
-    source: str
-    world_size: int
-    launch: str = "eager"
-    profile: str | None = None
-    spans: list[Span] = field(default_factory=list)
-    critical_path: list[str] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+#: Above this many spans :attr:`Timeline.makespan_s` builds the columns (one numpy max/min) rather than
+#: walking the rows twice.
+_COLUMNS_FOR_MAKESPAN = 50_000
+_FLOAT_COLS = ("start_s", "end_s", "solo_s", "ready_s", "bytes", "flops")
+_CAT_COLS = ("stream", "kind", "resource")
+
+
+def _encode(values: Sequence[str], n: int) -> Categorical:
+    import numpy as np
+
+    cats = list(dict.fromkeys(values))
+    if len(cats) <= 1:
+        return cats, np.zeros(n, dtype=np.int32)
+    index = {c: i for i, c in enumerate(cats)}
+    return cats, np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=n)
+
+
+def _decode(cat: Categorical) -> list[str]:
+    cats, codes = cat
+    if len(cats) == 1:
+        return [cats[0]] * len(codes)
+    return list(map(cats.__getitem__, codes.tolist()))
+
+
+def _optional(a: np.ndarray) -> list[float | None]:
+    """A float column as a list with None where the array holds NaN (unknown)."""
+    import numpy as np
+
+    out = a.tolist()
+    if np.isnan(a).any():
+        out = [None if x != x else x for x in out]
+    return out
+
+
+class SpanColumns:
+    """The spans of a timeline as columns; row ``i`` of every column is one op.
+
+    Attributes
+    ----------
+    id, name : list[str]
+        Op id (``name@rN``; ``name#k@rN`` for repeated imported ranges) and op name.
+    rank : numpy.ndarray
+        int64, shape (n,).
+    stream, kind, resource : Categorical
+        ``(values, codes)``: distinct strings in order of first use and int32 codes of shape (n,).
+    start_s, end_s, solo_s, ready_s : numpy.ndarray
+        float64 seconds, shape (n,); NaN in ``solo_s`` / ``ready_s`` means unknown (None in a Span).
+    bytes, flops : numpy.ndarray
+        float64 bytes moved and floating-point operations, shape (n,).
+    tags : list[dict]
+        Per row; an empty dict when the op has none.
+
+    Raises
+    ------
+    ValueError
+        (constructor) when the columns differ in length.
+    """
+
+    __slots__ = ("id", "name", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s", "ready_s",
+                 "bytes", "flops", "tags")
+
+    def __init__(self, id: list[str], name: list[str], rank: np.ndarray, stream: Categorical, kind: Categorical,
+                 resource: Categorical, start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray,
+                 ready_s: np.ndarray, bytes: np.ndarray, flops: np.ndarray, tags: list[dict[str, Any]]) -> None:
+        self.id, self.name, self.rank = id, name, rank
+        self.stream, self.kind, self.resource = stream, kind, resource
+        self.start_s, self.end_s, self.solo_s, self.ready_s = start_s, end_s, solo_s, ready_s
+        self.bytes, self.flops, self.tags = bytes, flops, tags
+        n = len(id)
+        lens = {"name": len(name), "rank": len(rank), "stream": len(stream[1]), "kind": len(kind[1]),
+                "resource": len(resource[1]), "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s),
+                "ready_s": len(ready_s), "bytes": len(bytes), "flops": len(flops), "tags": len(tags)}
+        bad = {k: v for k, v in lens.items() if v != n}
+        if bad:
+            raise ValueError(f"span columns differ in length: id has {n}, " +
+                             ", ".join(f"{k} has {v}" for k, v in bad.items()))
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    @classmethod
+    def from_spans(cls, spans: Sequence[Span]) -> SpanColumns:
+        """Transpose Span rows into columns (one pass per column; None → NaN)."""
+        import numpy as np
+
+        n = len(spans)
+        if n == 0:
+            f = np.zeros(0)
+            return cls([], [], np.zeros(0, dtype=np.int64), ([], np.zeros(0, np.int32)), ([], np.zeros(0, np.int32)),
+                       ([], np.zeros(0, np.int32)), f, f.copy(), f.copy(), f.copy(), f.copy(), f.copy(), [])
+        ids, names, ranks, streams, kinds, res, st, en, solo, ready, by, fl, tags = zip(*spans)
+
+        def floats(col: tuple[Any, ...]) -> np.ndarray:
+            try:
+                return np.fromiter(col, dtype=np.float64, count=n)
+            except TypeError:  # None (unknown) among the values
+                return np.array(col, dtype=np.float64)
+
+        return cls(list(ids), list(names), np.fromiter(ranks, dtype=np.int64, count=n), _encode(streams, n),
+                   _encode(kinds, n), _encode(res, n), floats(st), floats(en), floats(solo), floats(ready),
+                   floats(by), floats(fl), list(tags))
+
+    def to_spans(self) -> list[Span]:
+        """Span rows, built in one pass (NaN → None for solo/ready)."""
+        return list(map(Span, self.id, self.name, self.rank.tolist(), _decode(self.stream), _decode(self.kind),
+                        _decode(self.resource), self.start_s.tolist(), self.end_s.tolist(), _optional(self.solo_s),
+                        _optional(self.ready_s), self.bytes.tolist(), self.flops.tolist(), self.tags))
+
+    # -- JSON ---------------------------------------------------------------
+    def json_items(self) -> Iterator[tuple[str, Any]]:
+        """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`)."""
+        yield "id", self.id
+        yield "name", self.name
+        yield "rank", self.rank
+        for c in _CAT_COLS:
+            cats, codes = getattr(self, c)
+            yield c, {"values": cats, "codes": codes}
+        for c in _FLOAT_COLS:
+            yield c, getattr(self, c)
+        idx = [i for i, t in enumerate(self.tags) if t]
+        yield "tags", {"index": idx, "values": [self.tags[i] for i in idx]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], n: int | None, where: str) -> SpanColumns:
+        """Columns from the ``columns`` object of a version-2 timeline.
+
+        Raises
+        ------
+        TraceError
+            A column is missing, has the wrong type or length, or a code is out of range.
+        """
+        import numpy as np
+
+        def col(key: str) -> Any:
+            if key not in d:
+                raise TraceError(f"{where}: columns: no {key!r} column\n  fix: re-run the command that wrote it")
+            return d[key]
+
+        try:
+            ids = [str(x) for x in col("id")]
+            n = len(ids) if n is None else n
+            if len(ids) != n:
+                raise ValueError(f"'id' has {len(ids)} entries, n_ops is {n}")
+            cats = {}
+            for c in _CAT_COLS:
+                v = col(c)
+                values, codes = [str(x) for x in v["values"]], np.asarray(v["codes"], dtype=np.int32).reshape(-1)
+                if len(codes) and (codes.min() < 0 or codes.max() >= len(values)):
+                    raise ValueError(f"{c!r} has codes outside 0..{len(values) - 1}")
+                cats[c] = (values, codes)
+            floats = {c: np.asarray(col(c), dtype=np.float64).reshape(-1) for c in _FLOAT_COLS}
+            tags: list[dict[str, Any]] = [{}] * n
+            t = d.get("tags") or {"index": [], "values": []}
+            for i, v in zip(t["index"], t["values"], strict=True):
+                tags[int(i)] = v
+            return cls(ids, [str(x) for x in col("name")], np.asarray(col("rank"), dtype=np.int64).reshape(-1),
+                       cats["stream"], cats["kind"], cats["resource"], floats["start_s"], floats["end_s"],
+                       floats["solo_s"], floats["ready_s"], floats["bytes"], floats["flops"], tags)
+        except TraceError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
+            raise TraceError(f"{where}: malformed columns ({e.__class__.__name__}: {e})\n"
+                             "  fix: re-run the command that wrote it") from None
+
+
+def _check_columns(c: SpanColumns, where: str) -> None:
+    """Refuse columns with a non-finite start or end, ``end_s < start_s`` or two ops with one id.
+
+    Raises
+    ------
+    TraceError
+        Naming the file, the op and the fix.
+    """
+    import numpy as np
+
+    fix = "\n  fix: the file is corrupt or was edited; re-run the command that wrote it"
+    bad = ~(np.isfinite(c.start_s) & np.isfinite(c.end_s))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceError(f"{where}: op {i} ({c.id[i]!r}): start_s/end_s is not a finite number of seconds{fix}")
+    back = c.end_s < c.start_s
+    if back.any():
+        i = int(np.argmax(back))
+        raise TraceError(f"{where}: op {i} ({c.id[i]!r}): end_s {float(c.end_s[i])!r} is before start_s "
+                         f"{float(c.start_s[i])!r}{fix}")
+    if len(set(c.id)) != len(c.id):
+        seen: set[str] = set()
+        dup = next(x for x in c.id if x in seen or seen.add(x))  # type: ignore[func-returns-value]
+        raise TraceError(f"{where}: two ops share the id {dup!r}{fix}")
+
+
+class Timeline:
+    """Per-op start/end on each rank × stream, plus the critical path and metadata.
+
+    Give either ``spans`` (rows) or ``columns`` (:class:`SpanColumns`); the other form is built on first
+    access and cached. Treat both as read-only: assign a new list to :attr:`spans` to change the spans.
+
+    Parameters
+    ----------
+    schedule, source : str
+        Schedule name; ``predict``, ``execute`` or ``import``.
+    world_size : int
+        Ranks.
+    launch : str
+        ``eager`` or ``cuda_graph``.
+    profile : str or None
+        Hardware profile name (predicted timelines).
+    spans : list[Span], optional
+    critical_path : list[str], optional
+        Op ids from the first op to the last.
+    meta : dict, optional
+    columns : SpanColumns, optional
+        Instead of ``spans``.
+
+    Raises
+    ------
+    ValueError
+        Both ``spans`` and ``columns`` given.
+    """
+
+    def __init__(self, schedule: str, source: str, world_size: int, launch: str = "eager",
+                 profile: str | None = None, spans: list[Span] | None = None,
+                 critical_path: list[str] | None = None, meta: dict[str, Any] | None = None, *,
+                 columns: SpanColumns | None = None) -> None:
+        if spans is not None and columns is not None:
+            raise ValueError("Timeline: give spans or columns, not both")
+        self.schedule, self.source, self.world_size, self.launch, self.profile = (
+            schedule, source, world_size, launch, profile)
+        self._spans: list[Span] | None = spans if spans is not None else (None if columns is not None else [])
+        self._cols = columns
+        self._makespan: float | None = None
+        self.critical_path: list[str] = critical_path if critical_path is not None else []
+        self.meta: dict[str, Any] = meta if meta is not None else {}
+
+    @property
+    def spans(self) -> list[Span]:
+        """The spans as rows (built from the columns on first access)."""
+        if self._spans is None:
+            assert self._cols is not None
+            self._spans = self._cols.to_spans()
+        return self._spans
+
+    @spans.setter
+    def spans(self, value: Iterable[Span]) -> None:
+        self._spans, self._cols, self._makespan = list(value), None, None
+
+    @property
+    def columns(self) -> SpanColumns:
+        """The spans as columns (built from the rows on first access)."""
+        if self._cols is None:
+            self._cols = SpanColumns.from_spans(self._spans or [])
+        return self._cols
 
     @property
     def makespan_s(self) -> float:
-        """Latest end minus earliest start, in seconds (0 for an empty timeline)."""
-        if not self.spans:
-            return 0.0
-        return max(s.end_s for s in self.spans) - min(0.0, min(s.start_s for s in self.spans))
+        """Latest end minus earliest start (or 0 when ops start after 0), in seconds; 0 for an empty timeline."""
+        if self._makespan is None:
+            if len(self) == 0:
+                self._makespan = 0.0
+            elif self._cols is not None or len(self) > _COLUMNS_FOR_MAKESPAN:  # metrics build the columns anyway
+                c = self.columns
+                self._makespan = float(c.end_s.max()) - min(0.0, float(c.start_s.min()))
+            else:
+                sp = self.spans
+                self._makespan = max(s.end_s for s in sp) - min(0.0, min(s.start_s for s in sp))
+        return self._makespan
 
     def __iter__(self) -> Iterator[Span]:
         return iter(self.spans)
 
     def __len__(self) -> int:
-        return len(self.spans)
+        return len(self._spans) if self._spans is not None else len(self._cols or ())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Timeline):
+            return NotImplemented
+        return (self._head_fields() == other._head_fields() and self.critical_path == other.critical_path
+                and self.meta == other.meta and self.spans == other.spans)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return (f"Timeline(schedule={self.schedule!r}, source={self.source!r}, world_size={self.world_size}, "
+                f"launch={self.launch!r}, profile={self.profile!r}, ops={len(self)}, "
+                f"makespan_s={self.makespan_s!r})")
+
+    def _head_fields(self) -> tuple[Any, ...]:
+        return self.schedule, self.source, self.world_size, self.launch, self.profile
 
     def by_id(self) -> dict[str, Span]:
         """Spans keyed by op id (``name@rN``)."""
@@ -106,47 +409,98 @@ class Timeline:
         return sorted(seen, key=lambda k: (k[0], seen[k]))
 
     # -- JSON ---------------------------------------------------------------
-    def _head(self) -> dict[str, Any]:
-        return {"format": "schedsim.timeline", "version": 1, "schedule": self.schedule, "source": self.source,
-                "profile": self.profile, "world_size": self.world_size, "launch": self.launch,
-                "makespan_s": self.makespan_s, "meta": self.meta}
+    def _head(self, version: int) -> dict[str, Any]:
+        h = {"format": FORMAT, "version": version, "schedule": self.schedule, "source": self.source,
+             "profile": self.profile, "world_size": self.world_size, "launch": self.launch,
+             "makespan_s": self.makespan_s, "meta": self.meta}
+        if version >= 2:
+            h["layout"] = "columns"
+            h["n_ops"] = len(self)
+        return h
 
-    def to_dict(self, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The JSON document of the module docstring as a dict (small timelines; :meth:`write_json` streams)."""
-        return {**self._head(), "ops": [_span_dict(s) for s in self.spans], "critical_path": self.critical_path,
-                "metrics": metrics or {}}
+    def to_dict(self, metrics: dict[str, Any] | None = None, *, layout: str = "columns") -> dict[str, Any]:
+        """The JSON document :meth:`write_json` writes, as plain dicts and lists (small timelines).
 
-    def write_json(self, path: str | Path, metrics: dict[str, Any] | None = None) -> None:
-        """Write the timeline JSON atomically, one op at a time (a million-span timeline is never held as
-        one string), in the layout of :meth:`to_dict`."""
-        with atomic_writer(path) as f:
-            f.write(json.dumps(self._head(), indent=1, default=str)[:-2])
-            f.write(',\n "ops": [')
-            encode = json.JSONEncoder(default=str).encode  # one encoder: json.dumps(default=...) builds one per call
-            for i, s in enumerate(self.spans):
-                f.write(",\n  " if i else "\n  ")
-                f.write(encode(_span_dict(s)))
-            f.write("\n ],\n \"critical_path\": ")
-            f.write(json.dumps(self.critical_path))
-            f.write(",\n \"metrics\": ")
-            f.write(json.dumps(metrics or {}, default=str))
-            f.write("\n}\n")
+        Raises
+        ------
+        ValueError
+            Unknown ``layout``.
+        """
+        if layout == "columns":
+            return loads_json(b"".join(self._column_chunks(metrics)))
+        if layout == "rows":
+            return {**self._head(1), "ops": [_span_dict(s) for s in self.spans], "critical_path": self.critical_path,
+                    "metrics": metrics or {}}
+        raise ValueError(f"layout must be 'columns' or 'rows', not {layout!r}")
+
+    def _column_chunks(self, metrics: dict[str, Any] | None) -> Iterator[bytes]:
+        """The version-2 document as byte chunks, one per column (never one string for the whole file)."""
+        yield dumps_json(self._head(2))[:-1]
+        yield b',"columns":{'
+        for i, (k, v) in enumerate(self.columns.json_items()):
+            yield b"%s%s:%s" % (b"," if i else b"", dumps_json(k), dumps_json(v))
+        yield b'},\n"critical_path":' + dumps_json(self.critical_path)
+        yield b',\n"metrics":' + dumps_json(metrics or {}) + b"}\n"
+
+    def write_json(self, path: str | Path, metrics: dict[str, Any] | None = None, *, layout: str = "columns") -> None:
+        """Write the timeline JSON atomically.
+
+        Parameters
+        ----------
+        layout : {"columns", "rows"}
+            ``columns`` (version 2, the default) writes one column at a time with orjson; ``rows``
+            (version 1) writes one op per line for tools that expect the original layout.
+
+        Raises
+        ------
+        ValueError
+            Unknown ``layout``.
+        OSError
+            The path cannot be written (nothing is left behind).
+        """
+        if layout == "columns":
+            with atomic_writer(path, "wb") as f:
+                for chunk in self._column_chunks(metrics):
+                    f.write(chunk)
+        elif layout == "rows":
+            with atomic_writer(path) as f:
+                f.write(json.dumps(self._head(1), indent=1, default=str)[:-2])
+                f.write(',\n "ops": [')
+                for i, s in enumerate(self.spans):
+                    f.write(",\n  " if i else "\n  ")
+                    f.write(json.dumps(_span_dict(s), default=str))
+                f.write("\n ],\n \"critical_path\": ")
+                f.write(json.dumps(self.critical_path))
+                f.write(",\n \"metrics\": ")
+                f.write(json.dumps(metrics or {}, default=str))
+                f.write("\n}\n")
+        else:
+            raise ValueError(f"layout must be 'columns' or 'rows', not {layout!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, where: str = "<timeline>") -> Timeline:
-        """Build a Timeline from its JSON dict.
+        """Build a Timeline from its JSON dict, either layout.
 
         Raises
         ------
         TraceError
-            If the dict is not a schedsim timeline or a span lacks a field.
+            If the dict is not a schedsim timeline, or a span or column is malformed.
         """
-        if not isinstance(d, dict) or d.get("format") != "schedsim.timeline":
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise TraceError(f"{where}: not a schedsim timeline (no \"format\": \"schedsim.timeline\")\n"
                              "  fix: pass a timeline.json written by schedsim predict, execute or import")
         from schedsim.trace.validate import check_timeline_doc
 
         check_timeline_doc(d, where)
+        head = {"schedule": d.get("schedule", "?"), "source": d.get("source", "?"),
+                "world_size": int(d.get("world_size", 1)), "launch": d.get("launch", "eager"),
+                "profile": d.get("profile"), "critical_path": list(d.get("critical_path", [])),
+                "meta": d.get("meta", {})}
+        if "columns" in d:
+            n = d.get("n_ops")
+            cols = SpanColumns.from_json(d["columns"], None if n is None else int(n), where)
+            _check_columns(cols, where)
+            return cls(**head, columns=cols)
         try:
             spans = [
                 Span(id=o["id"], name=o["name"], rank=int(o["rank"]), stream=str(o["stream"]), kind=o["kind"],
@@ -157,13 +511,11 @@ class Timeline:
             ]
         except (KeyError, TypeError, ValueError) as e:
             raise TraceError(f"{where}: malformed op entry ({e.__class__.__name__}: {e})") from None
-        return cls(schedule=d.get("schedule", "?"), source=d.get("source", "?"), world_size=int(d.get("world_size", 1)),
-                   launch=d.get("launch", "eager"), profile=d.get("profile"), spans=spans,
-                   critical_path=list(d.get("critical_path", [])), meta=d.get("meta", {}))
+        return cls(**head, spans=spans)
 
     @classmethod
     def read_json(cls, path: str | Path) -> Timeline:
-        """Read a timeline JSON file.
+        """Read a timeline JSON file in either layout.
 
         Raises
         ------
@@ -172,10 +524,10 @@ class Timeline:
         """
         p = Path(path)
         try:
-            d = json.loads(p.read_text(encoding="utf-8"))
+            d = loads_json(p.read_bytes())
         except FileNotFoundError:
             raise TraceError(f"{p}: no such file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError) as e:  # json and orjson decode errors are ValueErrors
             raise TraceError(f"{p}: not valid JSON ({e}); the file may be truncated\n"
                              "  fix: re-run the command that wrote it") from None
         return cls.from_dict(d, where=str(p))
@@ -189,6 +541,51 @@ def _span_dict(s: Span) -> dict[str, Any]:
         d["breakdown"] = {"wait_s": s.start_s - s.ready_s, "work_s": s.solo_s,
                           "contention_s": (s.end_s - s.start_s) - s.solo_s}
     return d
+
+
+def _json_default(obj: Any) -> Any:
+    """The stdlib fallback's handler: numpy arrays and scalars as lists and numbers (NaN as null)."""
+    if hasattr(obj, "tolist"):
+        if getattr(obj, "dtype", None) is not None and obj.dtype.kind == "f":
+            return _optional(obj) if obj.ndim == 1 else obj.tolist()
+        return obj.tolist()
+    return str(obj)
+
+
+def dumps_json(obj: Any) -> bytes:
+    """Compact UTF-8 JSON of ``obj``: numpy arrays as lists, NaN/inf as null, non-string keys as strings,
+    anything else unknown as ``str(obj)``. orjson when installed, else the standard library."""
+    if _orjson is not None:
+        return _orjson.dumps(obj, default=str, option=_orjson.OPT_SERIALIZE_NUMPY | _orjson.OPT_NON_STR_KEYS)
+    return json.dumps(_finite(obj), default=_json_default, separators=(",", ":")).encode("utf-8")
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and ±inf floats as None (what orjson writes), in nested dicts and lists."""
+    if isinstance(obj, float):
+        return obj if obj - obj == 0.0 else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def loads_json(data: bytes) -> Any:
+    """Parse JSON bytes; orjson when installed. Files that hold the NaN/Infinity tokens of Python's json
+    (older row-layout timelines) fall back to the standard library.
+
+    Raises
+    ------
+    ValueError
+        Not JSON (``json.JSONDecodeError`` and orjson's error are both ValueErrors).
+    """
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
 
 
 @contextmanager

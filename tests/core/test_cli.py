@@ -24,7 +24,8 @@ def test_predict_writes_everything(tmp_path):
     for f in ("timeline.json", "trace.json", "gantt.png", "gantt.svg"):
         assert (out / f).stat().st_size > 0
     tl = json.loads((out / "timeline.json").read_text())
-    assert tl["format"] == "schedsim.timeline" and len(tl["ops"]) == 274
+    assert tl["format"] == "schedsim.timeline" and tl["layout"] == "columns"
+    assert tl["n_ops"] == 274 and all(len(tl["columns"][c]) == 274 for c in ("id", "name", "rank", "start_s", "end_s"))
     trace = json.loads((out / "trace.json").read_text())
     xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert len(xs) == 274 and {e["pid"] for e in xs} == {0, 1}

@@ -1,0 +1,134 @@
+"""The speed goals of issue 11, side by side in one run; wall and CPU seconds and peak RSS of each.
+
+Every case runs in fresh processes (``python -m schedsim ...``), measured with ``os.wait4``: wall
+seconds, CPU seconds (user + system of that process alone, so other jobs on a shared machine do not
+count) and peak resident memory. Medians over ``--repeat`` runs.
+
+Cases (the inputs are in benchmarks/data/):
+
+* ``million``: ``predict --no-gantt`` of ``overlap_gen.yaml`` (GEMM + all_reduce chunks, the comm of
+  one chunk overlapping the next GEMM) at 1,000,000 ops on 8 ranks and 1,000,064 on 64 ranks: YAML to
+  timeline.json, whole process. Goal: <= 2 s, <= 400 B/op peak.
+* ``pipeline``: ``benchmarks/pipeline_vs_torch.py`` (interleaved 1F1B pp=32 m=512 v=4 on torch's
+  order), end to end vs torch's ``_simulate_comms_compute``, CPU seconds. Goal: >= 10x.
+* ``cold``: ``check`` and ``predict --no-gantt`` of schedules/allgather_mm8.yaml. Goals: 0.25 / 0.4 s.
+* ``pp8dp128``: ``predict`` of ``pp8_dp128.yaml`` (1024 ranks, 214,016 ops) with its default outputs
+  (tables, timeline.json, Gantt PNG/SVG, pipeline view and memory plot). Goal: <= 5 s.
+* ``scaling``: ``overlap_gen.yaml`` on 8 ranks from 10k ops up to ``--max-ops`` (default 1M; 10M
+  needs ~22 GB at the present ~2.2 kB/op, more than the 24 GB development machine can spare).
+
+Usage: python benchmarks/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GEN = "benchmarks/data/overlap_gen.yaml"
+
+
+def run(args: list[str]) -> tuple[float, float, float, str]:
+    """Run ``args`` in a fresh process; (wall s, CPU s, peak RSS MiB, stdout). Raises on a non-zero exit."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=err, env=env)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if p.returncode:
+            raise RuntimeError(f"{' '.join(args)} exited {p.returncode}:\n{err.read().decode()[-3000:]}")
+        return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, out.read().decode()
+
+
+def median_run(args: list[str], repeat: int) -> tuple[float, float, float, str]:
+    runs = [run(args) for _ in range(repeat)]
+    return (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
+            statistics.median(r[2] for r in runs), runs[-1][3])
+
+
+def schedsim(*args: str) -> list[str]:
+    return [sys.executable, "-m", "schedsim", *args]
+
+
+def gen_predict(world: int, chunks: int, out: str) -> list[str]:
+    return schedsim("predict", GEN, "--no-gantt", "--set", f"world_size={world}", "--set", f"chunks={chunks}",
+                    "--out", out)
+
+
+def row(label: str, ops: int | None, r: tuple[float, float, float, str], goal: str) -> str:
+    per_op = f"{r[2] * 2**20 / ops:,.0f}" if ops else "—"
+    return f"| {label} | {r[0]:.2f} | {r[1]:.2f} | {r[2]:,.0f} | {per_op} | {goal} |"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cases", nargs="*", default=["million", "pipeline", "cold", "pp8dp128", "scaling"])
+    ap.add_argument("--max-ops", type=int, default=1_000_000, help="Largest size of the scaling table.")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="schedsim_goals_")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}: {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}; medians of {a.repeat}\n")
+    print("| case | wall s | CPU s | peak RSS MiB | peak B/op | goal |")
+    print("|---|---:|---:|---:|---:|---|")
+    if "million" in a.cases:
+        for world, chunks in ((8, 62_500), (64, 7_813)):
+            ops = 2 * world * chunks
+            r = median_run(gen_predict(world, chunks, f"{tmp}/m{world}"), a.repeat)
+            print(row(f"`predict --no-gantt`, {ops:,} ops on {world} ranks, YAML → timeline.json", ops, r,
+                      "≤ 2 s, ≤ 400 B/op"), flush=True)
+    if "cold" in a.cases:
+        for label, args, goal in (
+                ("cold start `check schedules/allgather_mm8.yaml`", schedsim("check", "schedules/allgather_mm8.yaml"),
+                 "≤ 0.25 s"),
+                ("cold start `predict --no-gantt schedules/allgather_mm8.yaml`",
+                 schedsim("predict", "--no-gantt", "schedules/allgather_mm8.yaml", "--out", f"{tmp}/cold"),
+                 "≤ 0.4 s")):
+            print(row(label, None, median_run(args, max(5, a.repeat)), goal), flush=True)
+    if "pp8dp128" in a.cases:
+        r = median_run(schedsim("predict", "benchmarks/data/pp8_dp128.yaml", "--out", f"{tmp}/pp"), a.repeat)
+        print(row("`predict` PP8×DP128, 1024 ranks, 214,016 ops, default outputs (charts included)", 214_016, r,
+                  "≤ 5 s"), flush=True)
+        r = median_run(schedsim("predict", "--no-gantt", "benchmarks/data/pp8_dp128.yaml", "--out", f"{tmp}/pp"),
+                       a.repeat)
+        print(row("the same with `--no-gantt`", 214_016, r, "—"), flush=True)
+    if "pipeline" in a.cases:
+        runs = [json.loads(run([sys.executable, "benchmarks/pipeline_vs_torch.py", "--json"])[3])
+                for _ in range(a.repeat)]
+        med = {k: statistics.median(r[k][1] for r in runs) for k in
+               ("torch", "expand", "build", "checks", "simulate", "timeline", "total")}
+        print(f"\ninterleaved 1F1B pp=32 m=512 v=4, {runs[0]['ops']:,} ops, {runs[0]['actions']:,} torch actions "
+              "(CPU s, medians; `benchmarks/pipeline_vs_torch.py`):\n")
+        print("| torch `_simulate_comms_compute` | schedsim expand | build DAG | checks | simulate | "
+              "metrics + timeline.json | schedsim end to end | torch / schedsim end to end | simulate alone |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print(f"| {med['torch']:.2f} | {med['expand']:.2f} | {med['build']:.2f} | {med['checks']:.2f} | "
+              f"{med['simulate']:.2f} | {med['timeline']:.2f} | {med['total']:.2f} | "
+              f"{med['torch'] / med['total']:.2f}× (goal ≥ 10×) | {med['torch'] / med['simulate']:.2f}× |", flush=True)
+    if "scaling" in a.cases:
+        print("\nscaling, `overlap_gen.yaml` on 8 ranks, `predict --no-gantt` whole process:\n")
+        print("| ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        n = 10_000
+        while n <= a.max_ops:
+            r = median_run(gen_predict(8, n // 16, f"{tmp}/s{n}"), a.repeat if n < 1_000_000 else 1)
+            print(f"| {n:,} | {r[0]:.2f} | {r[1]:.2f} | {r[1] / n * 1e6:.1f} | {r[2]:,.0f} | "
+                  f"{r[2] * 2**20 / n:,.0f} |", flush=True)
+            n *= 10
+
+
+if __name__ == "__main__":
+    main()

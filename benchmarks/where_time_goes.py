@@ -1,0 +1,94 @@
+"""Where the CPU time of a large ``predict`` goes, stage by stage (issue 11's breakdown, re-measured).
+
+Runs the stages of ``schedsim predict --no-gantt`` in this process, with the cyclic GC paused as the CLI
+does, and prints CPU seconds (``time.process_time``, this process only) and µs per op for each:
+load (YAML → spec), build DAG (foreach expansion, Op objects, networkx), static checks, simulate
+(the engine: graph → lists, event loop, Span rows), timeline columns (Span rows → numpy columns),
+metrics, timeline.json, and the teardown (freeing the per-op Python objects). With ``--profile`` it
+also prints the top functions by own time under cProfile (which inflates pure-Python code ~2×).
+
+Usage: python benchmarks/where_time_goes.py [--world 64 --chunks 7813] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def stages(world: int, chunks: int) -> list[tuple[str, float]]:
+    from schedsim.graph.build import build_graph
+    from schedsim.graph.checks import check_graph
+    from schedsim.hardware.profile import load_profile
+    from schedsim.sim.engine import simulate
+    from schedsim.sim.metrics import compute_metrics
+    from schedsim.spec.loader import load_schedule, parse_overrides
+
+    out: list[tuple[str, float]] = []
+    c = time.process_time()
+
+    def mark(label: str) -> None:
+        nonlocal c
+        now = time.process_time()
+        out.append((label, now - c))
+        c = now
+
+    spec = load_schedule(ROOT / "benchmarks/data/overlap_gen.yaml",
+                         parse_overrides([f"world_size={world}", f"chunks={chunks}"]))
+    prof = load_profile("h200")
+    mark("load YAML → spec")
+    G = build_graph(spec, check=False)
+    mark("build DAG (expand, Op objects, networkx)")
+    check_graph(G)
+    mark("static checks")
+    tl = simulate(G, prof)
+    mark("simulate (engine, Span rows)")
+    tl.columns
+    mark("Span rows → timeline columns")
+    m = compute_metrics(tl)
+    mark("metrics (vectorised)")
+    with tempfile.TemporaryDirectory() as d:
+        tl.write_json(f"{d}/timeline.json", m)
+        mark("timeline.json (orjson, columns)")
+    del G, tl, spec
+    mark("teardown (free the per-op objects)")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world", type=int, default=64)
+    ap.add_argument("--chunks", type=int, default=7813)
+    ap.add_argument("--profile", action="store_true")
+    a = ap.parse_args()
+    ops = 2 * a.world * a.chunks
+    gc.disable()
+    if a.profile:
+        import cProfile
+        import pstats
+
+        pr = cProfile.Profile()
+        pr.enable()
+        stages(a.world, a.chunks)
+        pr.disable()
+        pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+        return
+    rows = stages(a.world, a.chunks)
+    total = sum(t for _, t in rows)
+    print(f"{ops:,} ops on {a.world} ranks (overlap_gen.yaml), CPU seconds of this process:\n")
+    print("| stage | CPU s | µs/op | share |")
+    print("|---|---:|---:|---:|")
+    for label, t in rows:
+        print(f"| {label} | {t:.2f} | {t / ops * 1e6:.2f} | {t / total:.0%} |")
+    print(f"| total | {total:.2f} | {total / ops * 1e6:.2f} | |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""sweep --jobs / --keep-timelines and the trace.json size policy of predict (in process, CliRunner)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schedsim.cli import TRACE_MAX_OPS, app, trace_wanted
+from schedsim.sim.timeline import Timeline
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHED = str(ROOT / "schedules" / "allgather_mm.yaml")
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_sweep_jobs_equals_serial_and_keeps_timelines(tmp_path):
+    serial = invoke("sweep", SCHED, "--set", "chunks=1,4", "--out", str(tmp_path / "s"), "--format", "json")
+    par = invoke("sweep", SCHED, "--set", "chunks=1,4", "--out", str(tmp_path / "p"), "--format", "json",
+                 "--jobs", "2", "--keep-timelines")
+    assert serial.exit_code == 0 and par.exit_code == 0, serial.output + par.output
+    a, b = json.loads(serial.output), json.loads(par.output)
+    assert [r["setting"] for r in b] == [{"chunks": 1}, {"chunks": 4}]
+    assert [{k: v for k, v in r.items() if k != "timeline"} for r in b] == a
+    for r in b:
+        tl = Timeline.read_json(tmp_path / "p" / r["timeline"])
+        assert tl.makespan_s == r["makespan_s"] and tl.meta["set"] == [f"chunks={r['setting']['chunks']}"]
+    assert not list((tmp_path / "s").glob("timeline_*.json"))
+
+
+def test_sweep_jobs_names_the_failing_setting_and_writes_nothing(tmp_path):
+    r = invoke("sweep", SCHED, "--set", "chunks=1,3,7", "--out", str(tmp_path), "--jobs", "2")
+    assert r.exit_code == 2 and "chunks=3" in r.output
+    assert not (tmp_path / "sweep.json").exists()
+
+
+def test_trace_policy():
+    assert trace_wanted(TRACE_MAX_OPS, None) == (True, None)
+    write, note = trace_wanted(TRACE_MAX_OPS + 1, None)
+    assert not write and "--trace" in note and f"{TRACE_MAX_OPS + 1:,} ops" in note
+    assert trace_wanted(10 * TRACE_MAX_OPS, True) == (True, None) and trace_wanted(3, False) == (False, None)
+
+
+@pytest.mark.parametrize("flag, present", [("--no-trace", False), ("--trace", True)])
+def test_predict_trace_flag(tmp_path, flag, present):
+    r = invoke("predict", SCHED, "--no-gantt", flag, "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "trace.json").exists() == present and (tmp_path / "timeline.json").exists()
+
+
+def test_compare_and_analyze_read_both_layouts(tmp_path):
+    from schedsim.sim.timeline import Span
+
+    spans = [Span("a@r0", "a", 0, "s0", "matmul", "compute", 0.0, 2e-3, 2e-3, 0.0),
+             Span("b@r0", "b", 0, "comm", "all_reduce", "comm", 1e-3, 3e-3, 2e-3, 1e-3, 8.0)]
+    pred = Timeline("t", "predict", 1, spans=spans, critical_path=["a@r0", "b@r0"])
+    meas = Timeline("t", "execute", 1, spans=[s._replace(end_s=s.end_s * 1.1) for s in spans])
+    pred.write_json(tmp_path / "pred_rows.json", layout="rows")
+    pred.write_json(tmp_path / "pred_cols.json")
+    meas.write_json(tmp_path / "meas.json")
+    outs = []
+    for name in ("pred_rows.json", "pred_cols.json"):
+        a = invoke("analyze", str(tmp_path / name), "--format", "json")
+        c = invoke("compare", str(tmp_path / name), str(tmp_path / "meas.json"), "--out", str(tmp_path / name[:-5]),
+                   "--format", "json")
+        assert a.exit_code == 0 and c.exit_code == 0, a.output + c.output
+        outs.append((json.loads(a.output), json.loads(c.output)))
+    for d in (outs[0][1], outs[1][1]):  # the output folders differ by name
+        d.pop("files", None)
+    assert outs[0] == outs[1]
+    assert outs[0][1]["makespan"]["pred_s"] == 3e-3 and outs[0][1]["match"]["matched"] == 2
