@@ -179,7 +179,7 @@ def import_kineto(
                 continue
             c = cat.lower() if isinstance(cat, str) else ""
             if c in _CHECKED:
-                check_event_times(path, stream.n_events, e, ref)
+                check_event_times(path, stream.n_events, e, None if ref is None else ref / 1000.0)  # ref is in ns
             try:
                 if c in _KERNEL or c in _MEMCPY or c in _MEMSET:
                     args = e.get("args") or {}
