@@ -54,12 +54,28 @@ def _keep_long(text: str) -> float | str:
 
 
 def _ns(v: Any) -> int:
-    """A Kineto time in µs (int, float or decimal text) as exact integer nanoseconds (rounded half even)."""
+    """A Kineto time in µs (int, float or decimal text) as exact integer nanoseconds (rounded half even).
+
+    Raises
+    ------
+    ValueError
+        ``v`` is not a finite number (text that is no number, NaN, infinity, a bool or another type).
+    """
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ValueError(f"time {str(v)[:40]!r} is not a number")
     if isinstance(v, int):
         return v * 1000
-    from decimal import Decimal
+    from decimal import Decimal, InvalidOperation
 
-    return int((Decimal(v if isinstance(v, str) else repr(v)) * 1000).to_integral_value())
+    try:
+        d = Decimal(v if isinstance(v, str) else repr(v))
+        if not d.is_finite():
+            raise ValueError(f"time {v!r} is not finite")
+        return int((d * 1000).to_integral_value())
+    except InvalidOperation:
+        raise ValueError(f"time {str(v)[:40]!r} is not a number") from None
+
+
 from schedsim.trace.nsys import shape_size
 from schedsim.trace.validate import check_event_times, check_header
 

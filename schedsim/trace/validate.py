@@ -155,8 +155,8 @@ def check_timeline_doc(d: dict[str, Any], where: str) -> None:
         oid = o.get("id")
         for key in ("start_s", "end_s", "solo_s", "ready_s"):
             t = o.get(key)
-            if t is None and key in ("solo_s", "ready_s"):
-                continue
+            if key in ("solo_s", "ready_s") and (t is None or (isinstance(t, float) and math.isnan(t))):
+                continue  # optional: null (or NaN, which the columnar layout writes) means unknown
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
                 raise TraceError(f"{where}: ops[{i}] ({oid!r}): {key} is {t!r}, not a finite number of seconds\n"
                                  "  fix: the file is corrupt or was edited; re-run the command that wrote it")
