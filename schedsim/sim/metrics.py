@@ -56,7 +56,7 @@ def intersect_length(x: list[Interval], y: list[Interval]) -> float:
     Examples
     --------
     >>> intersect_length([(0, 3)], [(2, 5)])
-    1
+    1.0
     """
     i = j = 0
     tot = 0.0
