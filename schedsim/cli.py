@@ -53,8 +53,9 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(2) from None
         except OSError as e:  # an output or input path the OS refuses: the user's to fix
             where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-            print(f"error: {where}{e.strerror or e}\n  fix: choose a path you can write (and that is not a file "
-                  "where a folder is needed, or the reverse)", file=sys.stderr)
+            err = SchedsimError(f"{where}{e.strerror or e}", fix="choose a path you can write (and that is not a file "
+                                "where a folder is needed, or the reverse)")
+            print(f"error: {err}", file=sys.stderr)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             print("interrupted; outputs are written all or nothing, so none of this run's files were kept",
@@ -83,7 +84,7 @@ def _build(spec, file: Path):  # type: ignore[no-untyped-def]
     except SchedsimError as e:
         if str(file) in str(e):
             raise
-        raise SchedsimError(f"{file}: {e}") from None
+        raise SchedsimError(f"{file}: {e.message}", fix=e.fix, detail=e.detail) from None
 
 
 def _safe_dirname(name: str) -> str:

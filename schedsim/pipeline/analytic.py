@@ -29,8 +29,8 @@ import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from schedsim.errors import DeadlockError, ScheduleConfigError
 from schedsim.pipeline.actions import Action, ComputationType, ScheduleAction
-from schedsim.pipeline.errors import DeadlockError, ScheduleConfigError
 from schedsim.pipeline.schedules import get_schedule
 
 __all__ = [

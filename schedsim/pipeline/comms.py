@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from schedsim.errors import DeadlockError, PipelineScheduleError
 from schedsim.pipeline.actions import (
     COMM_TYPES,
     Action,
@@ -44,7 +45,6 @@ from schedsim.pipeline.actions import (
     PipelineOrder,
     ScheduleAction,
 )
-from schedsim.pipeline.errors import DeadlockError, PipelineScheduleError
 
 __all__ = ["add_p2p", "compute_only", "infer_stage_to_rank", "megatron_interleaved_batched", "simulate_p2p"]
 

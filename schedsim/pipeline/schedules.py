@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from schedsim.errors import InsufficientMicrobatchesError, ScheduleConfigError
 from schedsim.pipeline.actions import (
     Action,
     ComputationType,
@@ -35,7 +36,6 @@ from schedsim.pipeline.actions import (
     PipelineOrder,
     ScheduleAction,
 )
-from schedsim.pipeline.errors import InsufficientMicrobatchesError, ScheduleConfigError
 
 __all__ = [
     "ScheduleInfo",

@@ -5,7 +5,7 @@
 before I/B before W, and one rank per stage, with the two things torch's
 check leaves out: the schedule's minimum microbatch count and cross-rank
 timing (a p2p wait cycle, found by :func:`schedsim.pipeline.comms.simulate_p2p`).
-Every failure is a :class:`~schedsim.pipeline.errors.PipelineScheduleError`
+Every failure is a :class:`~schedsim.errors.PipelineScheduleError`
 whose message names the offending actions and prints the step x rank grid
 with the failing step marked ``<-- ERROR HERE``.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from schedsim.errors import InsufficientMicrobatchesError, PipelineScheduleError
 from schedsim.pipeline.actions import COMM_TYPES, Action, ComputationType, OverlapAction, ScheduleAction
 from schedsim.pipeline.comms import add_p2p, compute_only, simulate_p2p
-from schedsim.pipeline.errors import InsufficientMicrobatchesError, PipelineScheduleError
 from schedsim.pipeline.schedules import get_schedule
 
 __all__ = ["validate"]

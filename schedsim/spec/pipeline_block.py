@@ -353,12 +353,10 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
         from schedsim.errors import SchedsimError
 
         if isinstance(e, SchedsimError):
-            reason = getattr(e, "reason", None)
-            if reason is not None and "fix" not in reason:  # a rejection always says what to do
-                fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
-                       "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
-                grid = getattr(e, "grid", "")
-                e.args = (f"{reason}\n  fix: {fix}" + (f"\n\nPipeline schedule:\n{grid}" if grid else ""),)
+            if e.fix is None and "fix" not in e.message:  # a rejection always says what to do
+                e.fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
+                         "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
+                e.args = (e.format(),)
             raise
         msg, fix = _split_fix(str(e), custom=pb.schedule == "custom")
         raise _err(spec, msg, "pipeline.csv" if pb.csv is not None else "pipeline", fix) from None
