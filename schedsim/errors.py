@@ -197,6 +197,14 @@ class PipelineScheduleError(SchedsimError, ValueError):
         self.reason = message
         super().__init__(message, fix=fix, detail=f"Pipeline schedule:\n{self.grid}" if self.grid else detail)
 
+    def format(self) -> str:
+        """``message; fix: ...`` on one line (the pipeline library's Python callers read one line), then the grid.
+
+        A fix the schedule language adds later (``schedsim.spec.pipeline_block``) goes on its own line.
+        """
+        text = self.message + (f"; fix: {self.fix}" if self.fix else "")
+        return text + (f"\n\n{self.detail}" if self.detail else "")
+
 
 class ScheduleConfigError(PipelineScheduleError):
     """Generator arguments break a schedule's rule (message: rule, values, fix)."""
@@ -249,6 +257,8 @@ class DeadlockError(GraphError, PipelineScheduleError):
         self.cycle = tuple(cycle)
         PipelineScheduleError.__init__(self, message, fix=fix, order=order, step=step, rank=rank, actions=actions,
                                        detail=detail)
+
+    format = SchedsimError.format  # fix on its own line, as every error the DAG checks raise
 
 
 class TraceError(SchedsimError):

@@ -102,8 +102,8 @@ def validate(
     {0: 0, 1: 1}
     """
 
-    def fail(msg: str, rank: int | None, step: int | None, acts: Sequence[object] = ()) -> None:
-        raise PipelineScheduleError(msg, order=order, step=step, rank=rank, actions=acts)
+    def fail(msg: str, rank: int | None, step: int | None, acts: Sequence[object] = (), fix: str | None = None) -> None:
+        raise PipelineScheduleError(msg, fix=fix, order=order, step=step, rank=rank, actions=acts)
 
     # 1. ranks
     if sorted(order) != list(range(p)):
@@ -129,7 +129,8 @@ def validate(
             raise InsufficientMicrobatchesError(
                 f"{info.name} with p={p} needs at least {need} microbatches ({rule}), got "
                 f"m={m}: rank 0 reaches its first backward at step {step} after only {m} "
-                f"forward(s), so the pipeline never fills; fix: raise m to {need} or more",
+                f"forward(s), so the pipeline never fills",
+                fix=f"raise m to {need} or more",
                 order=order,
                 step=step,
                 rank=0,
@@ -156,10 +157,11 @@ def validate(
             if not isinstance(act, (Action, OverlapAction)):
                 fail(
                     f"Rank {rank}, step {step}: got {act!r} ({type(act).__name__}), expected an "
-                    "Action, OverlapAction or None; fix: parse text with parse_order / parse_action",
+                    "Action, OverlapAction or None",
                     rank,
                     step,
                     (),
+                    fix="parse text with parse_order / parse_action",
                 )
             if act.type in COMM_TYPES:
                 has_comms = True

@@ -356,7 +356,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             if e.fix is None and "fix" not in e.message:  # a rejection always says what to do
                 e.fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
                          "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
-                e.args = (e.format(),)
+                e.args = (SchedsimError.format(e),)  # the schedule language's layout: fix on its own line
             raise
         msg, fix = _split_fix(str(e), custom=pb.schedule == "custom")
         raise _err(spec, msg, "pipeline.csv" if pb.csv is not None else "pipeline", fix) from None
