@@ -23,6 +23,7 @@ import networkx as nx
 from schedsim._gc import paused_gc
 from schedsim.errors import DeadlockError, GraphError
 from schedsim.graph.ops import Op, format_op_id
+from schedsim.kinds import P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
 from schedsim.units import DTYPE_BYTES
 
@@ -56,7 +57,7 @@ def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, .
         if s.buffer == "shard":  # type: ignore[attr-defined]
             size *= len(group)
         return Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)  # type: ignore[attr-defined,arg-type]
-    if kind in ("send", "recv"):
+    if kind in P2P_KINDS:
         pair = (r, s.peer) if kind == "send" else (s.peer, r)  # type: ignore[attr-defined]
         return Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[attr-defined,arg-type]
                   tag=s.tag, p2p_batch=s.p2p_batch)  # type: ignore[attr-defined]
@@ -242,7 +243,7 @@ def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
     step = None
     for oid in op_ids:
         op = G.nodes.get(oid, {}).get("op")
-        if op is None or op.kind not in ("send", "recv"):
+        if op is None or op.kind not in P2P_KINDS:
             continue
         tags = dict(op.tags)
         stage, mb = tags.get("stage"), tags.get("mb")

@@ -59,9 +59,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-
 from schedsim.errors import SpecError
 from schedsim.graph.ops import Op
+from schedsim.kinds import COMPUTE_KINDS
 from schedsim.spec.model import OP_MODELS, ScheduleSpec
 from schedsim.units import DTYPE_BYTES
 
@@ -456,7 +456,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                     raise _err(spec, f"stage ops cannot set {bad[0]!r}: the pipeline places them (rank of the "
                                "stage, stream 'compute', dependencies from the schedule)", f"pipeline.stage.{phase}[{k}]",
                                f"remove {bad[0]!r} from the stage op")
-                if kind not in ("matmul", "compute", "memcpy"):
+                if kind not in (*COMPUTE_KINDS, "memcpy"):
                     raise _err(spec, f"stage ops must be compute work (matmul, compute, memcpy), got {kind!r}",
                                f"pipeline.stage.{phase}[{k}]",
                                "model communication with the block's activation_bytes, data_parallel or "
