@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.nsys import import_nsys
 
         with status(f"importing {len(files)} nsys export(s)"):
-            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False)
+            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
         _finish_import(res, out, fmt)
 
     @imp.command("kineto")
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.kineto import import_kineto
 
         with status(f"importing {len(files)} Kineto trace(s)"):
-            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False)
+            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
         _finish_import(res, out, fmt)
 
     app.add_typer(imp, name="import")
