@@ -1,7 +1,7 @@
 """Import PyTorch profiler (Kineto) traces, one file per rank, as one Timeline.
 
-Events read (``../shared/reference/nccl_overlap_traces.md`` §6; sample traces
-from facebookresearch/HolisticTraceAnalysis):
+Events read (the Kineto JSON that ``torch.profiler`` exports; sample traces
+from facebookresearch/HolisticTraceAnalysis, ``tests/data``):
 
 * ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (GPU: ``pid`` = device,
   ``args.stream``; older traces spell the categories ``Kernel``/``Memcpy``/``Memset``);

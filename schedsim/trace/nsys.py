@@ -1,6 +1,6 @@
 """Import Nsight Systems SQLite exports (``nsys export --type sqlite``) as a Timeline.
 
-Tables read (NVIDIA's exporter schema; ``../shared/reference/nccl_overlap_traces.md`` §6):
+Tables read (the schema of NVIDIA Nsight Systems' SQLite exporter, "Exporter Overview" in its user guide):
 
 * ``CUPTI_ACTIVITY_KIND_KERNEL``: start/end (ns), deviceId, streamId,
   correlationId, globalPid, shortName/demangledName (→ ``StringIds``);
