@@ -152,3 +152,17 @@ def glued_fix_counts() -> dict[str, dict[str, int]]:
 def test_fixes_are_fields_not_glued_into_messages():
     _check_baseline(glued_fix_counts(), GLUED_BASELINE,
                     "string literals spelling 'fix:' (pass the fix as the error's fix= field instead)")
+
+
+OUTSIDE = re.compile(r"\bshared/(?:reference|data|seeds)|/work/|h200_measurements\.md|PROFILE_CONTRACT")
+
+
+def test_package_cites_no_path_outside_the_repository():
+    """Facts keep their source as a paper, vendor doc or measurement (hardware, date), never a path
+    to a document the repository does not hold."""
+    bad = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+           for p in sorted([*ROOT.glob("schedsim/**/*.py"), *ROOT.glob("schedsim/**/*.yaml"),
+                            *ROOT.glob("executor/**/*.py"), *ROOT.glob("schedules/*.yaml")])
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if OUTSIDE.search(line)]
+    assert not bad, "\n".join(bad)
+    assert OUTSIDE.search("see ../shared/reference/pipelines.md") and not OUTSIDE.search("shared memory")
