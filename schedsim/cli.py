@@ -105,10 +105,10 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
                    gantt: bool = True, **sim: object):  # type: ignore[no-untyped-def]
     """Load, build, simulate and write timeline.json, trace.json and gantt.png/svg. Returns (timeline, metrics, paths)."""
     from schedsim.hardware.profile import load_profile
+    from schedsim.io import output_set
     from schedsim.report.chrome import write_chrome_trace
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
-    from schedsim.sim.timeline import output_set
 
     spec = _load(file, sets)
     prof = load_profile(profile)
@@ -219,7 +219,7 @@ def schema(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write t
 
         text = json.dumps(user_schema(), indent=1)
     if out:
-        from schedsim.sim.timeline import atomic_write_text
+        from schedsim.io import atomic_write_text
 
         atomic_write_text(out, text)
     else:
@@ -294,7 +294,7 @@ def sweep(
             row["bubble_ratio"] = pm["bubble_of_makespan"]["overall"]
         rows.append(row)
     outdir = out or Path("schedsim_out") / f"sweep_{_safe_dirname(file.stem)}"
-    from schedsim.sim.timeline import atomic_write_text, output_set
+    from schedsim.io import atomic_write_text, output_set
 
     with output_set(outdir) as stage:
         atomic_write_text(stage / "sweep.json", json.dumps(rows, indent=1))

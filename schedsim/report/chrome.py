@@ -33,8 +33,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from schedsim.io import atomic_write_text
 from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
-from schedsim.sim.timeline import Span, Timeline, atomic_write_text
+from schedsim.sim.timeline import Span, Timeline
 
 __all__ = ["chrome_trace", "write_chrome_trace"]
 

@@ -26,17 +26,15 @@ link with concurrent ops).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from schedsim.errors import TraceError
+from schedsim.io import atomic_write_bytes, atomic_write_text, atomic_writer, output_set
 
+# the writers live in schedsim.io; re-exported while branches that import them from here are merged
 __all__ = ["Timeline", "Span", "atomic_writer", "atomic_write_text", "atomic_write_bytes", "output_set"]
 
 
@@ -185,71 +183,3 @@ def _span_dict(s: Span) -> dict[str, Any]:
         d["breakdown"] = {"wait_s": s.start_s - s.ready_s, "work_s": s.solo_s,
                           "contention_s": (s.end_s - s.start_s) - s.solo_s}
     return d
-
-
-@contextmanager
-def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[Any]:
-    """Open a temporary file beside ``path``; on success give it the umask's mode and rename it into place.
-
-    A reader never sees a half-written file; on any exception (Ctrl-C included) the temporary file is
-    removed and ``path`` keeps what it had.
-    """
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
-
-    A reader never sees a half-written file, and an interrupted write leaves
-    the old file (or none) in place.
-    """
-    with atomic_writer(path, "wb") as f:
-        f.write(data)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Text version of :func:`atomic_write_bytes` (UTF-8)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-@contextmanager
-def output_set(outdir: str | Path) -> Iterator[Path]:
-    """Write a set of output files all or nothing.
-
-    Yields a staging folder inside ``outdir``; when the block finishes, every file in it is
-    moved into ``outdir`` (``os.replace``, atomic per file). If the block raises, or the user
-    presses Ctrl-C, the staging folder is removed and ``outdir`` keeps what it had.
-
-    Raises
-    ------
-    OSError
-        ``outdir`` cannot be created (e.g. it names an existing file).
-    """
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".schedsim-staging-", dir=out))
-    try:
-        yield stage
-        for f in sorted(stage.iterdir()):
-            os.replace(f, out / f.name)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)

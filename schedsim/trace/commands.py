@@ -122,16 +122,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Kernel time shares and NCCL volumes (seed 004's parsers), overlap, idle time, critical path, and the
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
-        from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
-
         from schedsim.report.progress import status
+        from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
 
         with status(f"reading {len(files)} file(s)"):
             _kind, res = load_any(list(files), ops=_ops(ops))
         tag_pipeline(res.timeline)
         if charts is not None:
+            from schedsim.io import output_set
             from schedsim.report.charts import write_charts
-            from schedsim.sim.timeline import output_set
 
             with output_set(charts) as stage:
                 write_charts(stage, res.timeline, f"{res.timeline.schedule} ({res.timeline.source})", formats=("png",))
