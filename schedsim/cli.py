@@ -7,29 +7,24 @@ stderr and exit with code 2, without a traceback. Any other exception is a bug.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import itertools
 import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 
+from schedsim.api import build as _build
+from schedsim.api import output_dirname as _safe_dirname
+from schedsim.api import predict_to_dir
+from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict and execute comm/compute schedules of GPU clusters.")
-
-DEFAULT_PROFILE = "h200"
-
-
-class OutFormat(str, Enum):
-    table = "table"
-    json = "json"
-
 
 class GpuModel(str, Enum):
     waves = "waves"
@@ -41,30 +36,6 @@ class Launch(str, Enum):
     cuda_graph = "cuda_graph"
 
 
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator: turn SchedsimError into ``error: ...`` on stderr and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*a: Any, **kw: Any) -> Any:
-        try:
-            return fn(*a, **kw)
-        except SchedsimError as e:
-            print(f"error: {e}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except OSError as e:  # an output or input path the OS refuses: the user's to fix
-            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-            err = SchedsimError(f"{where}{e.strerror or e}", fix="choose a path you can write (and that is not a file "
-                                "where a folder is needed, or the reverse)")
-            print(f"error: {err}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            print("interrupted; outputs are written all or nothing, so none of this run's files were kept",
-                  file=sys.stderr)
-            raise typer.Exit(130) from None
-
-    return wrapper
-
-
 SetOpt = typer.Option(None, "--set", help="Override a schedule parameter: --set chunks=4 (repeatable).")
 ProfileOpt = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Hardware profile: a shipped name or a YAML path.")
 
@@ -73,74 +44,6 @@ def _load(file: Path, sets: Optional[list[str]]):  # type: ignore[no-untyped-def
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     return load_schedule(file, parse_overrides(sets or []))
-
-
-def _build(spec, file: Path):  # type: ignore[no-untyped-def]
-    """build_graph, with the schedule file named in every error."""
-    from schedsim.graph.build import build_graph
-
-    try:
-        return build_graph(spec)
-    except SchedsimError as e:
-        if str(file) in str(e):
-            raise
-        raise SchedsimError(f"{file}: {e.message}", fix=e.fix, detail=e.detail) from None
-
-
-def _safe_dirname(name: str) -> str:
-    """A schedule name made safe as one folder name (no separators, no leading dots)."""
-    import re
-
-    clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip(".") or "schedule"
-    return clean[:100]
-
-
-def _memory_peak(mem: dict[str, Any]) -> dict[str, Any]:
-    """The highest per-rank peak of a memory curve: {rank, bytes, t_s, op}."""
-    r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
-    return {"rank": r, "bytes": d["peak_bytes"], "t_s": d["peak_s"], "op": d["peak_op"]}
-
-
-def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
-                   gantt: bool = True, **sim: object):  # type: ignore[no-untyped-def]
-    """Load, build, simulate and write timeline.json, trace.json and gantt.png/svg. Returns (timeline, metrics, paths)."""
-    from schedsim.hardware.profile import load_profile
-    from schedsim.io import output_set
-    from schedsim.report.chrome import write_chrome_trace
-    from schedsim.sim.engine import simulate
-    from schedsim.sim.metrics import compute_metrics
-
-    spec = _load(file, sets)
-    prof = load_profile(profile)
-    G = _build(spec, file)
-    from schedsim.report.progress import status
-
-    with status(f"simulating {G.number_of_nodes():,} ops", enabled=G.number_of_nodes() > 20_000):
-        tl = simulate(G, prof, launch=launch, **sim)  # type: ignore[arg-type]
-    tl.meta.update({"file": str(file), "set": list(sets or [])})
-    metrics = compute_metrics(tl)
-    from schedsim.sim.pipeline_metrics import pipeline_metrics
-
-    pm = pipeline_metrics(tl)
-    if pm is not None:
-        metrics["pipeline"] = {k: val for k, val in pm.items() if k != "memory_timeline"}
-    from schedsim.report.memory import memory_over_time, static_memory
-
-    mem = memory_over_time(tl, G, static_memory(spec, tl.world_size))
-    if mem is not None:
-        tl.meta["memory"] = mem
-        metrics["memory_peak"] = _memory_peak(mem)
-    outdir = out or Path("schedsim_out") / _safe_dirname(spec.name)
-    names = ["timeline.json", "trace.json"]
-    with output_set(outdir) as stage:
-        tl.write_json(stage / "timeline.json", metrics)
-        write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=G)
-        if gantt:
-            from schedsim.report.charts import write_charts
-
-            names += [p.name for p in write_charts(stage, tl, f"{spec.name} on {prof.name} ({tl.launch})")]
-    paths = [outdir / n for n in names]
-    return tl, metrics, paths
 
 
 @app.command()

@@ -2,7 +2,7 @@
 
 Registered into :data:`schedsim.cli.app` by :func:`register` (the core calls it
 when this module exists). Errors are :class:`~schedsim.errors.TraceError`
-and leave through :func:`schedsim.cli.handle_errors` (``error: ...``, exit 2).
+and leave through :func:`schedsim.cliutil.handle_errors` (``error: ...``, exit 2).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ FmtOpt = typer.Option(_Fmt.table, "--format", help="table for people, json for m
 
 def register(app: typer.Typer) -> None:
     """Add ``import nsys``, ``import kineto`` and ``analyze`` to the schedsim CLI."""
-    from schedsim.cli import handle_errors
+    from schedsim.cliutil import handle_errors
 
     imp = typer.Typer(no_args_is_help=True, help="Import Nsight Systems or PyTorch profiler traces as a timeline.")
 
