@@ -52,7 +52,7 @@ else:
         from schedsim.trace.kineto import import_kineto as imp
     else:
         from schedsim.trace.nsys import import_nsys as imp
-    res = imp(path, seed_rows=False)
+    res = imp(path, keep_kernel_rows=False)
     m = compute_metrics(res.timeline)
     write_timeline_json(res.timeline, out, m)
     n = len(res.timeline.spans)

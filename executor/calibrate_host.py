@@ -1,7 +1,7 @@
 """Host (CPU thread) cost per call of plain PyTorch, by kind, and the executor's own extra cost.
 
 What ``schedsim calibrate`` writes into the profile's ``launch:`` section
-(``/work/wt/PROFILE_CONTRACT.md``; issue 15 §3, issue 8 §2). Every figure is the host time of a
+(its fields: :class:`schedsim.hardware.profile.Launch`). Every figure is the host time of a
 loop of ``N`` calls divided by ``N``, median of several loops, with the GPU kept busy by a
 ``torch.cuda._sleep`` queued first so that no call waits for the device (the calls only
 enqueue work). Plain PyTorch, written as a user would:

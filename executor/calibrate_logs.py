@@ -34,7 +34,7 @@ def write_profile(d: dict[str, Any], out: Path, header: str = "") -> None:
 
     from schedsim.errors import ProfileError
     from schedsim.hardware.profile import HardwareProfile
-    from schedsim.sim.timeline import atomic_write_text
+    from schedsim.io import atomic_write_text
 
     try:
         HardwareProfile.model_validate(d)

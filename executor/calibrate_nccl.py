@@ -1,4 +1,4 @@
-"""NCCL beside GEMMs, measured for the profile's ``nccl:`` section (issue 8 §3; PROFILE_CONTRACT.md).
+"""NCCL beside GEMMs, measured for the profile's ``nccl:`` section (see :mod:`schedsim.hardware.profile`).
 
 All ranks (world ≥ 2, CUDA). One ``all_gather_into_tensor`` (the collective of allgather_mm)
 of ``S`` bytes of output on stream ``sc`` and a series of ``k`` bf16 GEMMs (8192² × 8192, or 2048³

@@ -17,7 +17,7 @@ def register(app: Any) -> None:
     """Add ``execute`` and ``calibrate`` to the typer ``app``."""
     import typer
 
-    from schedsim.cli import DEFAULT_PROFILE, handle_errors
+    from schedsim.cliutil import DEFAULT_PROFILE, handle_errors
 
     @app.command()
     @handle_errors

@@ -2,7 +2,7 @@
 check, a gloo control group, one sub-group per distinct collective group, and
 the arrival tracker used to name the ranks that never reached a collective.
 
-Facts relied on (``shared/reference/nccl_overlap_traces.md`` §1, §2):
+Facts relied on (PyTorch ``torch.distributed`` docs and ``ProcessGroupNCCL.hpp``; NCCL docs on CUDA graphs):
 
 * ``init_process_group(device_id=...)`` initialises NCCL communicators eagerly,
   which keeps lazy init out of CUDA-graph capture;

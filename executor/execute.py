@@ -292,7 +292,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         print(f"check {'PASSED' if c['ok'] else 'FAILED'}: {c['what']}: max relative error {c['max_rel_err']:.3g} "
               f"(tolerance {c['tol']:.3g})")
     if compare:
-        from schedsim.cli import predict_to_dir
+        from schedsim.api import predict_to_dir
         from schedsim.compare import print_comparison, write_comparison
 
         pred, _m, ppaths = predict_to_dir(file, sets, profile, outdir / "predicted", launch, gantt)

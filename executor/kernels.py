@@ -55,11 +55,11 @@ from typing import Any, Callable
 
 from executor import ExecError
 from schedsim.graph.ops import Op
+from schedsim.kinds import COMM_KINDS
 
 __all__ = ["OpImpl", "Materializer", "torch_dtype", "Binding"]
 
-_COMM = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter", "gather",
-         "send", "recv"}
+_COMM = frozenset(COMM_KINDS)
 
 
 def torch_dtype(name: str | None, *, for_comm: bool = False) -> Any:

@@ -3,7 +3,7 @@
 The executor wraps every op's launch in ``torch.profiler.record_function(op
 name)`` during two extra iterations under ``torch.profiler.profile``, the
 whole iteration in ``record_function("schedsim_iter<k>")``. In the exported
-Chrome/Kineto JSON (``shared/reference/nccl_overlap_traces.md`` §6):
+Chrome/Kineto JSON (as ``torch.profiler``'s ``export_chrome_trace`` writes it):
 
 * each op is a ``user_annotation`` event on the host thread;
 * the CUDA runtime calls it made (``cuda_runtime`` / ``cuda_driver``:

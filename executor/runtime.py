@@ -59,11 +59,11 @@ from executor.dist import ArrivalTracker, DistContext
 from executor.kernels import Binding, Materializer, OpImpl
 from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu
 from schedsim.graph.ops import Op
+from schedsim.kinds import COMM_KINDS
 
 __all__ = ["RunOptions", "RankRunner", "CpuRunner", "CudaRunner", "CudaGraphRunner", "nvtx_fns"]
 
-_COMM_KINDS = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter", "gather",
-               "send", "recv"}
+_COMM_KINDS = frozenset(COMM_KINDS)
 
 
 @dataclass

@@ -25,8 +25,8 @@ from typing import Any
 
 from schedsim.sim.timeline import Timeline
 
-__all__ = ["Run", "load", "load_text", "predict", "sweep", "compare", "plot_gantt", "plot_pipeline", "plot_memory",
-           "to_pandas"]
+__all__ = ["Run", "load", "load_text", "build", "simulate_spec", "predict", "predict_to_dir", "trace_wanted", "sweep",
+           "compare", "plot_gantt", "plot_pipeline", "plot_memory", "to_pandas"]
 
 
 @dataclass
@@ -64,22 +64,46 @@ def load_text(text: str, name: str = "<string>", **params: Any) -> Any:
     return _lt(text, name, params)
 
 
-def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None) -> Run:
-    """Build the graph of ``spec`` (a ScheduleSpec, or a YAML path) and simulate it on ``profile``
-    (a shipped name, a YAML path or a HardwareProfile). Adds pipeline metrics and the memory curve
-    (``timeline.meta["memory"]``) when the schedule has them."""
+def build(spec: Any, file: str | Path | None = None) -> Any:
+    """The checked DAG of ``spec`` (:func:`schedsim.graph.build.build_graph`), with ``file`` named in every error.
+
+    Raises
+    ------
+    GraphError, DeadlockError, CycleError
+        As :func:`~schedsim.graph.build.build_graph`; the message starts with ``file`` when given.
+    """
+    from schedsim.errors import SchedsimError
     from schedsim.graph.build import build_graph
-    from schedsim.hardware.profile import HardwareProfile, load_profile
+
+    try:
+        return build_graph(spec)
+    except SchedsimError as e:
+        if file is None or str(file) in str(e):
+            raise
+        raise SchedsimError(f"{file}: {e.message}", fix=e.fix, detail=e.detail) from None
+
+
+def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, launch: str | None = None,
+                  progress: bool = False, meta: dict[str, Any] | None = None, **sim: Any) -> Run:
+    """The chain after loading: :func:`build` → simulate → metrics, pipeline metrics and memory curve.
+
+    ``profile`` is a HardwareProfile; ``sim`` passes the engine's options (``gpu_model``,
+    ``max_connections``, ``model_executor``). ``progress`` shows a status line on stderr for
+    schedules of more than 20,000 ops; ``meta`` is added to ``timeline.meta`` first. ``metrics``
+    gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
+    (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
+    ``timeline.meta["memory"]``.
+    """
     from schedsim.report.memory import memory_over_time, static_memory
+    from schedsim.report.progress import status
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
     from schedsim.sim.pipeline_metrics import pipeline_metrics
 
-    if isinstance(spec, (str, Path)):
-        spec = load(spec)
-    prof = profile if isinstance(profile, HardwareProfile) else load_profile(profile)
-    G = build_graph(spec)
-    tl = simulate(G, prof, launch=launch)
+    G = build(spec, file)
+    with status(f"simulating {G.number_of_nodes():,} ops", enabled=progress and G.number_of_nodes() > 20_000):
+        tl = simulate(G, profile, launch=launch, **sim)
+    tl.meta.update(meta or {})
     metrics = compute_metrics(tl)
     pm = pipeline_metrics(tl)
     if pm is not None:
@@ -90,6 +114,91 @@ def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None) -
         r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
         metrics["memory_peak"] = {"rank": r, "bytes": d["peak_bytes"], "t_s": d["peak_s"], "op": d["peak_op"]}
     return Run(tl, metrics, G)
+
+
+def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None) -> Run:
+    """Build the graph of ``spec`` (a ScheduleSpec, or a YAML path) and simulate it on ``profile``
+    (a shipped name, a YAML path or a HardwareProfile). Adds pipeline metrics and the memory curve
+    (``timeline.meta["memory"]``) when the schedule has them."""
+    from schedsim.hardware.profile import HardwareProfile, load_profile
+
+    if isinstance(spec, (str, Path)):
+        spec = load(spec)
+    prof = profile if isinstance(profile, HardwareProfile) else load_profile(profile)
+    return simulate_spec(spec, prof, launch=launch)
+
+
+#: Files predict may write; one left by an earlier run that this run did not write is removed.
+PREDICT_FILES = ("timeline.json", "trace.json", "gantt.png", "gantt.svg", "pipeline.png", "memory.png")
+
+#: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
+#: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
+#: much as the simulation (6.7 s of 38 CPU-s at 1M ops, 2-core machine, 2026-11-30).
+TRACE_MAX_OPS = 100_000
+
+
+def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
+    """Whether to write trace.json for ``n_ops`` ops: ``trace`` True/False is the user's choice (``--trace`` /
+    ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write, note), the note
+    being the one line to print when a large run's trace is skipped.
+
+    >>> trace_wanted(10, None), trace_wanted(10**6, True)
+    ((True, None), (True, None))
+    """
+    if trace is not None:
+        return trace, None
+    if n_ops <= TRACE_MAX_OPS:
+        return True, None
+    return False, (f"note: trace.json skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it "
+                   "(timeline.json has every op)")
+
+
+def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
+                   gantt: bool = True, trace: bool | None = None,
+                   **sim: Any) -> tuple[Timeline, dict[str, Any], list[Path]]:
+    """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
+    trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
+    ``schedsim_out/<safe schedule name>``), all or nothing, replacing an earlier run's set whole; the cyclic
+    GC is paused throughout (the DAG and timeline are millions of acyclic objects). Returns
+    ``(timeline, metrics, paths written)``.
+
+    Raises
+    ------
+    SchedsimError
+        Bad schedule, profile or overrides (the message names the file).
+    OSError
+        ``out`` cannot be written.
+    """
+    import sys
+
+    from schedsim._gc import paused_gc
+    from schedsim.hardware.profile import load_profile
+    from schedsim.io import output_set
+    from schedsim.report.outdir import safe_dirname
+    from schedsim.spec.loader import load_schedule, parse_overrides
+
+    with paused_gc():
+        spec = load_schedule(file, parse_overrides(sets or []))
+        prof = load_profile(profile)
+        run = simulate_spec(spec, prof, file=file, launch=launch, progress=True,
+                            meta={"file": str(file), "set": list(sets or [])}, **sim)
+        tl, metrics, G = run.timeline, run.metrics, run.graph
+        outdir = out or Path("schedsim_out") / safe_dirname(spec.name)
+        write_trace, note = trace_wanted(len(tl), trace)
+        if note:
+            print(note, file=sys.stderr)
+        names = ["timeline.json"] + (["trace.json"] if write_trace else [])
+        with output_set(outdir, PREDICT_FILES) as stage:
+            tl.write_json(stage / "timeline.json", metrics)
+            if write_trace:
+                from schedsim.report.chrome import write_chrome_trace
+
+                write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=G)
+            if gantt:
+                from schedsim.report.charts import write_charts
+
+                names += [p.name for p in write_charts(stage, tl, f"{spec.name} on {prof.name} ({tl.launch})")]
+    return tl, metrics, [outdir / n for n in names]
 
 
 def sweep(path: str | Path, profile: str = "h200", **grid: list[Any]) -> list[dict[str, Any]]:

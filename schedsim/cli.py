@@ -7,29 +7,24 @@ stderr and exit with code 2, without a traceback. Any other exception is a bug.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import itertools
 import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 
+from schedsim.api import build as _build
+from schedsim.api import TRACE_MAX_OPS, predict_to_dir
+from schedsim.report.outdir import safe_dirname as _safe_dirname
+from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict and execute comm/compute schedules of GPU clusters.")
-
-DEFAULT_PROFILE = "h200"
-
-
-class OutFormat(str, Enum):
-    table = "table"
-    json = "json"
-
 
 class GpuModel(str, Enum):
     waves = "waves"
@@ -39,45 +34,6 @@ class GpuModel(str, Enum):
 class Launch(str, Enum):
     eager = "eager"
     cuda_graph = "cuda_graph"
-
-
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator: turn SchedsimError into ``error: ...`` on stderr and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*a: Any, **kw: Any) -> Any:
-        try:
-            result = fn(*a, **kw)
-            sys.stdout.flush()  # a closed pipe shows here, not at exit
-            return result
-        except BrokenPipeError:  # `schedsim predict | head`: the reader left; that is not an error
-            _quiet_stdout()
-            raise typer.Exit(0) from None
-        except SchedsimError as e:
-            print(f"error: {e}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except OSError as e:  # an output or input path the OS refuses: the user's to fix
-            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-            print(f"error: {where}{e.strerror or e}\n  fix: choose a path you can write (and that is not a file "
-                  "where a folder is needed, or the reverse)", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            print("interrupted; outputs are written all or nothing, so none of this run's files were kept",
-                  file=sys.stderr)
-            raise typer.Exit(130) from None
-
-    return wrapper
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null so that the interpreter's final flush does not fail on a closed pipe again."""
-    import os
-
-    try:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # not a real file (tests' captured stdout)
-        pass
 
 
 SetOpt = typer.Option(None, "--set", help="Override a schedule parameter: --set chunks=4 (repeatable).")
@@ -100,111 +56,6 @@ def _load(file: Path, sets: Optional[list[str]]):  # type: ignore[no-untyped-def
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     return load_schedule(file, parse_overrides(sets or []))
-
-
-def _build(spec, file: Path):  # type: ignore[no-untyped-def]
-    """build_graph, with the schedule file named in every error."""
-    from schedsim.graph.build import build_graph
-
-    try:
-        return build_graph(spec)
-    except SchedsimError as e:
-        if str(file) in str(e):
-            raise
-        raise SchedsimError(f"{file}: {e}") from None
-
-
-def _safe_dirname(name: str) -> str:
-    """A schedule name made one safe, distinct folder name (:func:`schedsim.report.outdir.safe_dirname`)."""
-    from schedsim.report.outdir import safe_dirname
-
-    return safe_dirname(name)
-
-
-#: Files predict may write; one left by an earlier run that this run did not write is removed.
-PREDICT_FILES = ("timeline.json", "trace.json", "gantt.png", "gantt.svg", "pipeline.png", "memory.png")
-
-
-def _memory_peak(mem: dict[str, Any]) -> dict[str, Any]:
-    """The highest per-rank peak of a memory curve: {rank, bytes, t_s, op}."""
-    r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
-    return {"rank": r, "bytes": d["peak_bytes"], "t_s": d["peak_s"], "op": d["peak_op"]}
-
-
-#: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
-#: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
-#: much as the simulation (issue 11: 6.7 s of 38 CPU-s at 1M ops).
-TRACE_MAX_OPS = 100_000
-
-
-def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
-    """Whether to write trace.json for ``n_ops`` ops: ``trace`` True/False is the user's choice (``--trace`` /
-    ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write, note), the note
-    being the one line to print when a large run's trace is skipped."""
-    if trace is not None:
-        return trace, None
-    if n_ops <= TRACE_MAX_OPS:
-        return True, None
-    return False, (f"note: trace.json skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it "
-                   "(timeline.json has every op)")
-
-
-def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
-                   gantt: bool = True, trace: bool | None = None, **sim: object):  # type: ignore[no-untyped-def]
-    """Load, build, simulate and write timeline.json, trace.json (see :func:`trace_wanted`) and gantt.png/svg,
-    with the cyclic GC paused throughout (the DAG and timeline are millions of acyclic objects).
-    ``sim`` goes to :func:`schedsim.sim.engine.simulate` (gpu_model, max_connections, model_executor).
-    Returns (timeline, metrics, paths)."""
-    from schedsim._gc import paused_gc
-
-    with paused_gc():
-        return _predict_to_dir(file, sets, profile, out, launch, gantt, trace, **sim)
-
-
-def _predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
-                    gantt: bool, trace: bool | None, **sim: object):  # type: ignore[no-untyped-def]
-    from schedsim.hardware.profile import load_profile
-    from schedsim.sim.engine import simulate
-    from schedsim.sim.metrics import compute_metrics
-    from schedsim.sim.timeline import output_set
-
-    spec = _load(file, sets)
-    prof = load_profile(profile)
-    G = _build(spec, file)
-    from schedsim.report.progress import status
-
-    with status(f"simulating {G.number_of_nodes():,} ops", enabled=G.number_of_nodes() > 20_000):
-        tl = simulate(G, prof, launch=launch, **sim)  # type: ignore[arg-type]
-    tl.meta.update({"file": str(file), "set": list(sets or [])})
-    metrics = compute_metrics(tl)
-    from schedsim.sim.pipeline_metrics import pipeline_metrics
-
-    pm = pipeline_metrics(tl)
-    if pm is not None:
-        metrics["pipeline"] = {k: val for k, val in pm.items() if k != "memory_timeline"}
-    from schedsim.report.memory import memory_over_time, static_memory
-
-    mem = memory_over_time(tl, G, static_memory(spec, tl.world_size))
-    if mem is not None:
-        tl.meta["memory"] = mem
-        metrics["memory_peak"] = _memory_peak(mem)
-    outdir = out or Path("schedsim_out") / _safe_dirname(spec.name)
-    write_trace, note = trace_wanted(len(tl), trace)
-    if note:
-        print(note, file=sys.stderr)
-    names = ["timeline.json"] + (["trace.json"] if write_trace else [])
-    with output_set(outdir, PREDICT_FILES) as stage:
-        tl.write_json(stage / "timeline.json", metrics)
-        if write_trace:
-            from schedsim.report.chrome import write_chrome_trace
-
-            write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=G)
-        if gantt:
-            from schedsim.report.charts import write_charts
-
-            names += [p.name for p in write_charts(stage, tl, f"{spec.name} on {prof.name} ({tl.launch})")]
-    paths = [outdir / n for n in names]
-    return tl, metrics, paths
 
 
 @app.command()
@@ -296,7 +147,7 @@ def schema(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write t
 
         text = json.dumps(user_schema(), indent=1)
     if out:
-        from schedsim.sim.timeline import atomic_write_text
+        from schedsim.io import atomic_write_text
 
         atomic_write_text(out, text)
     else:
@@ -419,7 +270,7 @@ def sweep(
     combos = list(itertools.product(*[vals for _k, vals in axes]))
     points = [[f"{k}={v}" for (k, _), v in zip(axes, combo)] for combo in combos]
     outdir = out or Path("schedsim_out") / f"sweep_{_safe_dirname(file.stem)}"
-    from schedsim.sim.timeline import atomic_write_text, output_set
+    from schedsim.io import atomic_write_text, output_set
 
     with output_set(outdir, ("sweep.json", "sweep.png")) as stage:
         found = _sweep_rows(file, points, profile, stage if keep_timelines else None, jobs or os.cpu_count() or 1)

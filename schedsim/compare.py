@@ -280,7 +280,7 @@ def register(app: Any) -> None:
     """Add the ``compare`` command to the typer app of :mod:`schedsim.cli`."""
     import typer
 
-    from schedsim.cli import OutFormat, handle_errors
+    from schedsim.cliutil import OutFormat, handle_errors
 
     @app.command()
     @handle_errors

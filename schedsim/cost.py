@@ -27,6 +27,7 @@ import math
 
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
+from schedsim.kinds import P2P_KINDS
 
 __all__ = ["CostModel", "bus_factor"]
 
@@ -157,7 +158,7 @@ class CostModel:
         n = len(ranks)
         if n <= 1:
             return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
-        table_kind = "sendrecv" if kind in ("send", "recv") else kind
+        table_kind = "sendrecv" if kind in P2P_KINDS else kind
         factor = bus_factor(table_kind, n)
         tab = self._tables.get((table_kind, n))
         if tab is not None and nbytes > 0:

@@ -1,34 +1,85 @@
-"""Exception hierarchy of schedsim.
+"""Exception hierarchy of schedsim: one tree, every error a :class:`SchedsimError`.
 
 A shallow hierarchy in the style of ``networkx.exception``::
 
-    SchedsimError
-    ├── SpecError          bad schedule YAML (file, line, column, field path, fix)
-    ├── ProfileError       bad hardware profile
-    ├── GraphError         the schedule's DAG is unusable
-    │   ├── CycleError     a dependency cycle (lists the ops around it)
-    │   └── DeadlockError  ranks would hang (collective order, unmatched p2p)
-    └── TraceError         a trace or timeline file cannot be read
+    SchedsimError                       message, fix, detail
+    ├── SpecError                       bad schedule YAML (file, line, column, field path)
+    ├── ProfileError                    bad hardware profile
+    ├── GraphError                      the schedule's DAG is unusable
+    │   ├── CycleError                  a dependency cycle (lists the ops around it)
+    │   └── DeadlockError               ranks would hang (also a PipelineScheduleError)
+    ├── PipelineScheduleError(ValueError)  a pipeline order is invalid (rank x step grid)
+    │   ├── ScheduleConfigError         bad generator arguments (rule + fix, no grid)
+    │   ├── InsufficientMicrobatchesError  m below what the schedule needs
+    │   └── DeadlockError               a cross-rank p2p wait cycle (ranks, grid)
+    └── TraceError                      a trace or timeline file cannot be read
 
-The command line catches :class:`SchedsimError` only, prints its message and
-exits with code 2. Any other exception is a bug and keeps its traceback.
+Every error keeps what is wrong (``message``), what to write instead (``fix``, one line or
+``None``) and any long context (``detail``: an issue grid, a pipeline grid) as fields; ``str(e)``
+joins them as::
+
+    <message>
+      fix: <fix>
+
+    <detail>
+
+The command line catches :class:`SchedsimError` only, prints its text and exits with code 2.
+Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 __all__ = [
-    "SchedsimError",
-    "SpecError",
-    "ProfileError",
-    "GraphError",
+    "ERROR_MARK",
     "CycleError",
     "DeadlockError",
+    "GraphError",
+    "InsufficientMicrobatchesError",
+    "PipelineScheduleError",
+    "ProfileError",
+    "ScheduleConfigError",
+    "SchedsimError",
+    "SpecError",
     "TraceError",
+    "format_pipeline_order",
 ]
 
 
 class SchedsimError(Exception):
-    """Base class of every error schedsim reports to a user."""
+    """Base class of every error schedsim reports to a user.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong.
+    fix : str, optional
+        One line telling the user what to do instead.
+    detail : str, optional
+        Context printed after a blank line (a grid of the ranks' issue order, ...).
+
+    Examples
+    --------
+    >>> print(SchedsimError("op 'a' depends on itself", fix="remove it from its deps"))
+    op 'a' depends on itself
+      fix: remove it from its deps
+    """
+
+    def __init__(self, message: str = "", *, fix: str | None = None, detail: str | None = None) -> None:
+        self.message = message
+        self.fix = fix
+        self.detail = detail
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        """``message``, then ``  fix: ...`` on the next line, then a blank line and ``detail``."""
+        text = self.message
+        if self.fix:
+            text += f"\n  fix: {self.fix}"
+        if self.detail:
+            text += f"\n\n{self.detail}"
+        return text
 
 
 class SpecError(SchedsimError):
@@ -46,6 +97,8 @@ class SpecError(SchedsimError):
         Dotted field path, e.g. ``ops[3].m``.
     fix : str, optional
         One line telling the user what to write instead.
+    detail : str, optional
+        Context printed after a blank line.
     """
 
     def __init__(
@@ -57,14 +110,13 @@ class SpecError(SchedsimError):
         column: int | None = None,
         path: str | None = None,
         fix: str | None = None,
+        detail: str | None = None,
     ) -> None:
-        self.message = message
         self.file = file
         self.line = line
         self.column = column
         self.path = path
-        self.fix = fix
-        super().__init__(self.format())
+        super().__init__(message, fix=fix, detail=detail)
 
     def format(self) -> str:
         """``file:line:col: path: message`` and, on the next line, ``fix: ...``."""
@@ -76,10 +128,7 @@ class SpecError(SchedsimError):
         head = f"{where}: "
         if self.path:
             head += f"{self.path}: "
-        text = head + self.message
-        if self.fix:
-            text += f"\n  fix: {self.fix}"
-        return text
+        return head + super().format()
 
 
 class ProfileError(SchedsimError):
@@ -93,14 +142,177 @@ class GraphError(SchedsimError):
 class CycleError(GraphError):
     """The dependencies form a cycle; ``cycle`` lists the op ids around it."""
 
-    def __init__(self, message: str, cycle: list[str]) -> None:
+    def __init__(self, message: str, cycle: list[str], *, fix: str | None = None) -> None:
         self.cycle = cycle
-        super().__init__(message)
+        super().__init__(message, fix=fix)
 
 
-class DeadlockError(GraphError):
-    """Real ranks would hang: mismatched collective order or unmatched p2p."""
+#: Suffix of the failing row of a pipeline grid, as in torch's ``_format_pipeline_order``.
+ERROR_MARK = "<-- ERROR HERE"
+
+
+class PipelineScheduleError(SchedsimError, ValueError):
+    """A pipeline schedule is invalid or would hang.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong, naming the offending actions.
+    fix : str, optional
+        What to do instead.
+    order : mapping of int to sequence, optional
+        The rank -> actions order to print as a grid (the error's ``detail``).
+    step : int, optional
+        Row of the grid to mark with ``<-- ERROR HERE``.
+    rank : int, optional
+        Rank at fault, when there is one.
+    actions : sequence, optional
+        The offending actions.
+    detail : str, optional
+        Context printed after the grid's place when there is no ``order``.
+
+    Attributes
+    ----------
+    rank, step, actions, grid
+        As given; ``grid`` is the formatted table or ``""``.
+    reason : str
+        ``message`` (the name the pipeline library used first).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        fix: str | None = None,
+        order: Mapping[int, Sequence[object | None]] | None = None,
+        step: int | None = None,
+        rank: int | None = None,
+        actions: Sequence[object] = (),
+        detail: str | None = None,
+    ) -> None:
+        self.rank = rank
+        self.step = step
+        self.actions = tuple(actions)
+        self.grid = format_pipeline_order(order, error_step=step) if order is not None else ""
+        self.reason = message
+        super().__init__(message, fix=fix, detail=f"Pipeline schedule:\n{self.grid}" if self.grid else detail)
+
+    def format(self) -> str:
+        """``message; fix: ...`` on one line (the pipeline library's Python callers read one line), then the grid.
+
+        A fix the schedule language adds later (``schedsim.spec.pipeline_block``) goes on its own line.
+        """
+        text = self.message + (f"; fix: {self.fix}" if self.fix else "")
+        return text + (f"\n\n{self.detail}" if self.detail else "")
+
+
+class ScheduleConfigError(PipelineScheduleError):
+    """Generator arguments break a schedule's rule (message: rule, values, fix)."""
+
+
+class InsufficientMicrobatchesError(PipelineScheduleError):
+    """Fewer microbatches than the schedule needs.
+
+    Sources: torchtitan#775 (PP hangs with m < p for the 1F1B family;
+    torch ``Schedule1F1B`` rejects m < p) and DeepSeek ``dualpipev.py`` /
+    torch ``ScheduleDualPipeV`` (m >= 2p).
+    """
+
+
+class DeadlockError(GraphError, PipelineScheduleError):
+    """Real ranks would hang: mismatched collective order, unmatched p2p, or a wait cycle.
+
+    One class for both places a hang is found: the DAG's static checks (``ops`` names the op ids
+    the message mentions, in order, so callers can mark them without parsing the text) and a
+    pipeline order's p2p simulation (``cycle`` holds the ranks around the wait cycle, ``order`` the
+    grid).
+
+    Parameters
+    ----------
+    message, fix, detail
+        As :class:`SchedsimError`.
+    ops : sequence of str, optional
+        Op ids (``name@rN``) named by the message, in the order it names them.
+    cycle : sequence, optional
+        What waits around the cycle, in wait order: ranks (pipeline) or op names (DAG); empty if
+        the stall is not a cycle.
+    order, step, rank, actions
+        As :class:`PipelineScheduleError`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        fix: str | None = None,
+        detail: str | None = None,
+        ops: Sequence[str] = (),
+        cycle: Sequence[int | str] = (),
+        order: Mapping[int, Sequence[object | None]] | None = None,
+        step: int | None = None,
+        rank: int | None = None,
+        actions: Sequence[object] = (),
+    ) -> None:
+        self.ops = tuple(ops)
+        self.cycle = tuple(cycle)
+        PipelineScheduleError.__init__(self, message, fix=fix, order=order, step=step, rank=rank, actions=actions,
+                                       detail=detail)
+
+    format = SchedsimError.format  # fix on its own line, as every error the DAG checks raise
 
 
 class TraceError(SchedsimError):
     """A timeline or trace file is missing, truncated or malformed."""
+
+
+def format_pipeline_order(
+    order: Mapping[int, Sequence[object | None]],
+    error_step: int | None = None,
+) -> str:
+    """Format a rank -> actions order as a step (row) x rank (column) grid.
+
+    Parameters
+    ----------
+    order : mapping of int to sequence of action or None
+        Per-rank action lists; ``None`` prints as an empty (idle) cell.
+    error_step : int, optional
+        Row to mark with ``<-- ERROR HERE``.
+
+    Returns
+    -------
+    str
+        The table, one line per step, ending in a newline.
+
+    Notes
+    -----
+    Layout of PyTorch's ``_format_pipeline_order``
+    (``torch/distributed/pipelining/schedules.py``).
+
+    Examples
+    --------
+    >>> print(format_pipeline_order({0: ["0F0", None], 1: [None, "1F0"]}, 1), end="")
+            Rank 0 Rank 1
+    Step 0: 0F0
+    Step 1:        1F0    <-- ERROR HERE
+    """
+    ranks = sorted(order)
+    cols = [["" if a is None else str(a) for a in order[r]] for r in ranks]
+    num_steps = max((len(c) for c in cols), default=0)
+    if error_step is not None:
+        num_steps = max(num_steps, error_step + 1)
+    width_idx = len(str(max(num_steps - 1, 0)))
+    labels = [f"Step {str(i).zfill(width_idx)}" for i in range(num_steps)]
+    rank_labels = [f"Rank {r}" for r in ranks]
+    widths = [max([len(rank_labels[j])] + [len(x) for x in cols[j]]) for j in range(len(ranks))]
+    pad = " " * (len(labels[0]) + 2) if labels else ""
+    header = pad + " ".join(f"{lab:<{widths[j]}}" for j, lab in enumerate(rank_labels))
+    lines = [header.rstrip()]
+    for i, label in enumerate(labels):
+        cells = [cols[j][i] if i < len(cols[j]) else "" for j in range(len(ranks))]
+        row = f"{label}: " + " ".join(f"{c:<{widths[j]}}" for j, c in enumerate(cells))
+        if error_step is not None and i == error_step:
+            row = f"{row} {ERROR_MARK}"
+        else:
+            row = row.rstrip()
+        lines.append(row)
+    return "\n".join(lines) + "\n"

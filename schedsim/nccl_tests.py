@@ -309,7 +309,7 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
                             "run failed or was corrupted; re-run nccl-tests (check -c 1 correctness output) and pass "
                             "a clean log, or delete those rows")
     if not rows:
-        raise _NoRows(f"{source}: no nccl-tests data rows found\n  fix: pass the output of an nccl-tests "
+        raise _NoRows(f"{source}: no nccl-tests data rows found", fix="pass the output of an nccl-tests "
                             "binary such as all_reduce_perf (rows: size count type redop root time algbw busbw "
                             "#wrong ...)")
     rows.sort(key=lambda r: r.size_bytes)
@@ -329,9 +329,9 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
     try:
         text = p.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        raise SchedsimError(f"{p}: no such file\n  fix: pass the path of an nccl-tests log") from None
+        raise SchedsimError(f"{p}: no such file", fix="pass the path of an nccl-tests log") from None
     except OSError as e:
-        raise SchedsimError(f"{p}: cannot read ({e.strerror or e})\n  fix: pass the path of an nccl-tests log "
+        raise SchedsimError(f"{p}: cannot read ({e.strerror or e})", fix="pass the path of an nccl-tests log "
                             "file") from None
     if collective is None:
         stem = _BIN_RE.search(p.name)
@@ -349,11 +349,11 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
                 continue
             raise
         if log.collective is None:
-            raise SchedsimError(f"{p}: cannot tell which collective the log measured\n"
-                                "  fix: pass --collective all_reduce (or all_gather, reduce_scatter, ...)")
+            raise SchedsimError(f"{p}: cannot tell which collective the log measured",
+                                fix="pass --collective all_reduce (or all_gather, reduce_scatter, ...)")
         if log.nranks is None:
-            raise SchedsimError(f"{p}: cannot tell the number of ranks (no '# Rank N' lines or 'nGpus' header)\n"
-                                "  fix: pass --ranks N")
+            raise SchedsimError(f"{p}: cannot tell the number of ranks (no '# Rank N' lines or 'nGpus' header)",
+                                fix="pass --ranks N")
         logs.append(log)
     if not logs:
         raise SchedsimError(f"{p}: no nccl-tests data rows found")

@@ -8,6 +8,8 @@ nccl-tests (``doc/PERFORMANCE.md``).
 
 from __future__ import annotations
 
+from schedsim.kinds import DTYPES
+
 __all__ = ["DTYPE_BYTES", "DTYPES", "dtype_bytes", "GB", "US", "MS", "TFLOPS"]
 
 GB = 1e9
@@ -29,7 +31,7 @@ DTYPE_BYTES: dict[str, int] = {
     "int64": 8,
     "uint8": 1,
 }
-DTYPES = tuple(DTYPE_BYTES)
+assert tuple(DTYPE_BYTES) == DTYPES, "DTYPE_BYTES lists the dtypes of schedsim.kinds.DType, in order"
 
 
 def dtype_bytes(dtype: str) -> int:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 
 import networkx as nx
 
 from schedsim._gc import paused_gc
 from schedsim.errors import DeadlockError, GraphError
 from schedsim.graph.ops import Op, RankGroup, format_op_id
+from schedsim.kinds import P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
 from schedsim.units import DTYPE_BYTES
 
@@ -55,7 +57,7 @@ def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, .
         if s.buffer == "shard":  # type: ignore[attr-defined]
             size *= len(group)
         return Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)  # type: ignore[attr-defined,arg-type]
-    if kind in ("send", "recv"):
+    if kind in P2P_KINDS:
         pair = (r, s.peer) if kind == "send" else (s.peer, r)  # type: ignore[attr-defined]
         return Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[attr-defined,arg-type]
                   tag=s.tag, p2p_batch=s.p2p_batch)  # type: ignore[attr-defined]
@@ -155,8 +157,8 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
         here = names_on_rank[op.rank]
         if op.name in here:
             raise GraphError(f"{op.source or spec._file}: op name {op.name!r} is used twice on rank {op.rank} "
-                             f"(also by {here[op.name].source or 'the pipeline block'})\n"
-                             "  fix: rename one of them (pipeline ops are named F<stage>.<mb>.<op>, "
+                             f"(also by {here[op.name].source or 'the pipeline block'})",
+                             fix="rename one of them (pipeline ops are named F<stage>.<mb>.<op>, "
                              "so stage op names must be unique and hand-written ops must not reuse them)")
         here[op.name] = op
     collectives: dict[str, list[str]] = defaultdict(list)
@@ -192,9 +194,9 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                 if close and not elsewhere:
                     hint = f"did you mean {close[0]!r}?"
                 raise GraphError(f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, "
-                                 f"which does not exist on rank {op.rank}\n  fix: {hint}")
+                                 f"which does not exist on rank {op.rank}", fix=hint)
             if d == op.name:
-                raise GraphError(f"{op.source}: op {op.name!r} depends on itself\n  fix: remove it from its deps")
+                raise GraphError(f"{op.source}: op {op.name!r} depends on itself", fix="remove it from its deps")
             dep_edges.append((format_op_id(d, op.rank), op.id))
     G.add_edges_from(dep_edges, kind="dep")
     for key, members in collectives.items():
@@ -206,14 +208,15 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                     f"{o.source}: collective {o.name!r} over group {list(first.group)} is a {o.kind} of "
                     f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but a {first.kind} of "
                     f"{int(first.nbytes)} B ({first.dtype}, root {first.root}) on rank {first.rank}; NCCL would "
-                    "hang or corrupt data\n  fix: give every rank's entry the same kind, size, dtype and root")
+                    "hang or corrupt data", fix="give every rank's entry the same kind, size, dtype and root",
+                    ops=[o.id, first.id])
         have = sorted(G.nodes[m]["op"].rank for m in members)
         if have != list(first.group):
             missing = sorted(set(first.group) - set(have))
             raise DeadlockError(
                 f"{first.source}: collective {first.name!r} over group {list(first.group)} is issued on rank(s) "
-                f"{have} but never on rank(s) {missing}; real NCCL would hang"
-                f"\n  fix: issue {first.name!r} on every rank of its group (or shrink `group`)")
+                f"{have} but never on rank(s) {missing}; real NCCL would hang",
+                fix=f"issue {first.name!r} on every rank of its group (or shrink `group`)", ops=[first.id])
     G.graph["collectives"] = dict(collectives)
     warnings: list[str] = []
     G.graph["warnings"] = warnings
@@ -225,30 +228,30 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
             check_graph(G)
         except DeadlockError as e:
             if "pipeline" in G.graph:
-                raise DeadlockError(str(e) + "\n\n" + _pipeline_grid(G, str(e))) from None
+                grid = _pipeline_grid(G, e.ops)
+                raise DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid,
+                                    ops=e.ops, cycle=e.cycle) from None
             raise
     return G
 
 
-def _pipeline_grid(G: nx.DiGraph, message: str) -> str:
-    """The rank × step grid of a pipeline's compute order, marking the step of the first op named in ``message``."""
-    import re
-
-    from schedsim.pipeline.errors import format_pipeline_order
+def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
+    """The rank × step grid of a pipeline's compute order, marking the step of the first pipeline send/recv of
+    ``op_ids`` (the op ids a :class:`DeadlockError` names)."""
+    from schedsim.errors import format_pipeline_order
 
     order = G.graph["pipeline"]["order"]
     step = None
-    for name, rank in re.findall(r"([A-Za-z]+\d+\.\d+)@r(\d+)", message):
-        op = G.nodes.get(f"{name}@r{rank}", {}).get("op")
-        if op is None:
+    for oid in op_ids:
+        op = G.nodes.get(oid, {}).get("op")
+        if op is None or op.kind not in P2P_KINDS:
             continue
         tags = dict(op.tags)
         stage, mb = tags.get("stage"), tags.get("mb")
-        for i, a in enumerate(order.get(int(rank), [])):
-            if a.startswith(f"{stage}") and a.endswith(f"{mb}") and any(c in a for c in "FIBW"):
-                if re.fullmatch(rf"{stage}[FIBW]{mb}", a):
-                    step = i
-                    break
+        if stage is None or mb is None:
+            continue
+        step = next((i for i, a in enumerate(order.get(op.rank, []))
+                     if a in (f"{stage}{c}{mb}" for c in "FIBW")), None)
         if step is not None:
             break
     return "Pipeline schedule (compute actions per rank):\n" + format_pipeline_order(
@@ -303,8 +306,8 @@ def _match_p2p(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[s
                        else "give the matching send and recv the same size")
                 raise DeadlockError(
                     f"{a.source}: NCCL pairs the sends and recvs between two ranks in issue order (it has no tags): "
-                    f"{what}. Real NCCL would fail, hang, or deliver the wrong tensor"
-                    f"\n  fix: {fix}\n\n" + grid_of_ops([*s, *r], {a.id, b.id}))
+                    f"{what}. Real NCCL would fail, hang, or deliver the wrong tensor",
+                    fix=fix, detail=grid_of_ops([*s, *r], {a.id, b.id}), ops=[a.id, b.id])
             if warnings is not None and "msg" not in ta:
                 na, nb = _message_name(a.name), _message_name(b.name)
                 if na and nb and na != nb:
@@ -325,7 +328,8 @@ def _match_p2p(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[s
             what = "send" if len(s) > len(r) else "recv"
             raise DeadlockError(
                 f"{extra[0].source}: unmatched {what} {', '.join(o.id for o in extra)}: rank {src} sends {len(s)} "
-                f"message(s) to rank {dst} but rank {dst} receives {len(r)}; real NCCL would hang\n"
-                f"  fix: add the matching {'recv on rank ' + str(dst) if what == 'send' else 'send on rank ' + str(src)}"
-                " (sends and recvs between two ranks match in issue order)\n\n" + grid_of_ops([*s, *r], set(o.id for o in extra)))
+                f"message(s) to rank {dst} but rank {dst} receives {len(r)}; real NCCL would hang",
+                fix=f"add the matching {'recv on rank ' + str(dst) if what == 'send' else 'send on rank ' + str(src)}"
+                " (sends and recvs between two ranks match in issue order)",
+                detail=grid_of_ops([*s, *r], {o.id for o in extra}), ops=[o.id for o in extra])
     return pairs

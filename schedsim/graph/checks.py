@@ -62,6 +62,7 @@ def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
     marked: set[str] = set()
     reasons: set[str] = set()
     chain: list[str] = []
+    named: list[str] = []  # op ids in the order the message names them
 
     def name(node: int) -> str:
         return labels[node // 2].replace("+", " + ")
@@ -79,11 +80,13 @@ def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
                     "communicators share ranks": "collectives on communicators that share ranks must keep one "
                     "order (NCCL docs)"}.get(reason, reason)
             steps.append(f"{name(b)} cannot start before {name(a)} completes ({text})")
+            named += [*ub.split("+"), *ua.split("+")]
             chain.append(ua.split("+")[0])
         elif a % 2 == 0 and b % 2 == 1 and a // 2 != b // 2:
             kind = why.get((a, b), "p2p")
             steps.append(f"{name(b)} completes only once {name(a)} is posted "
                          f"({'its send/recv partner' if kind == 'p2p' else 'a member of the same collective'})")
+            named += [*ub.split("+"), *ua.split("+")]
         for u in (ua, ub):
             marked.update(u.split("+"))
     if "communicators share ranks" in reasons:
@@ -99,10 +102,8 @@ def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
     order = G.graph.get("issue_order") or {}
     grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in order.items()}, marked)
     cycle_ids = [x for x in dict.fromkeys(chain)]
-    err = DeadlockError(
-        "ranks would wait on each other forever: " + "; ".join(steps) + "\n  fix: " + fix + "\n\n" + grid)
-    err.cycle = cycle_ids  # type: ignore[attr-defined]
-    return err
+    return DeadlockError("ranks would wait on each other forever: " + "; ".join(steps), fix=fix, detail=grid,
+                         ops=list(dict.fromkeys(named)), cycle=cycle_ids)
 
 
 def check_acyclic(G: nx.DiGraph) -> None:
@@ -112,11 +113,8 @@ def check_acyclic(G: nx.DiGraph) -> None:
     cycle = [u for u, _v in nx.find_cycle(G)]
     kinds = {G.edges[u, v]["kind"] for u, v in nx.find_cycle(G)}
     how = " (through stream order: an op depends on one issued after it on the same stream)" if "stream" in kinds else ""
-    raise CycleError(
-        "dependency cycle" + how + ": " + " -> ".join(cycle + [cycle[0]])
-        + "\n  fix: remove one of these dependencies, or move the op to another stream",
-        cycle,
-    )
+    raise CycleError("dependency cycle" + how + ": " + " -> ".join(cycle + [cycle[0]]), cycle,
+                     fix="remove one of these dependencies, or move the op to another stream")
 
 
 def check_collective_order(G: nx.DiGraph) -> None:
@@ -147,8 +145,9 @@ def check_collective_order(G: nx.DiGraph) -> None:
                 grid = issue_grid({k: ["+".join(x) for x in v] for k, v in order_.items()}, marked)
                 raise DeadlockError(
                     f"collectives on group {list(group)} are issued in a different order: rank {ref} issues "
-                    f"{names[ref][i]!r} as its collective #{i} but rank {r} issues {names[r][i]!r}; real NCCL would hang"
-                    f"\n  fix: issue the collectives of group {list(group)} in the same order on every rank\n\n{grid}")
+                    f"{names[ref][i]!r} as its collective #{i} but rank {r} issues {names[r][i]!r}; real NCCL would hang",
+                    fix=f"issue the collectives of group {list(group)} in the same order on every rank", detail=grid,
+                    ops=sorted(marked))
 
 
 def check_rendezvous(G: nx.DiGraph) -> None:
@@ -183,7 +182,12 @@ def check_rendezvous(G: nx.DiGraph) -> None:
             return n[4:].replace("|", "/")
         return n
 
+    def ids(n: str) -> list[str]:
+        if n.startswith("coll:"):
+            return []
+        return n[4:].split("|") if n.startswith("p2p:") else [n]
+
     raise DeadlockError(
-        "ranks would wait on each other forever: " + " -> ".join(show(n) for n in cyc + [cyc[0]])
-        + "\n  fix: reorder so every rank reaches these sends/recvs/collectives in a compatible order "
-        "(e.g. even ranks send first, odd ranks receive first)")
+        "ranks would wait on each other forever: " + " -> ".join(show(n) for n in cyc + [cyc[0]]),
+        fix="reorder so every rank reaches these sends/recvs/collectives in a compatible order "
+        "(e.g. even ranks send first, odd ranks receive first)", ops=[i for n in cyc for i in ids(n)])

@@ -43,6 +43,7 @@ from typing import Any
 
 import networkx as nx
 
+from schedsim.kinds import COMM_KINDS, P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS
 
 __all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang"]
@@ -60,7 +61,7 @@ def communicator(op: Any, world: int) -> Comm | None:
     """
     if op.kind in COLLECTIVE_KINDS:
         return ("group", *op.group)
-    if op.kind in ("send", "recv"):
+    if op.kind in P2P_KINDS:
         if op.nccl_group is not None:
             return ("group", *range(world))
         a, b = op.rank, op.peer
@@ -121,7 +122,7 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False) -> tuple[list[list[int]
     for oid, data in G.nodes(data=True):
         op = data["op"]
         g = op.nccl_group
-        if g is not None and op.kind in ("send", "recv"):
+        if g is not None and op.kind in P2P_KINDS:
             u = batch_unit.get((op.rank, g))
             if u is None:
                 u = batch_unit[(op.rank, g)] = len(labels)
@@ -253,7 +254,7 @@ def grid_of_ops(ops: list[Any], marked: set[str]) -> str:
     per_rank: dict[int, list[str]] = defaultdict(list)
     batch_cell: dict[tuple[int, int], int] = {}
     for op in sorted(ops, key=lambda o: (o.rank, o.seq)):
-        if op.kind not in COLLECTIVE_KINDS and op.kind not in ("send", "recv"):
+        if op.kind not in COMM_KINDS:
             continue
         lst = per_rank[op.rank]
         if op.nccl_group is not None and (op.rank, op.nccl_group) in batch_cell:

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from schedsim.kinds import COMPUTE_KINDS
+
 __all__ = ["Op", "RankGroup", "format_op_id", "parse_op_id", "COMPUTE", "COMM", "COPY", "resource_of"]
 
 COMPUTE = "compute"
@@ -45,7 +47,7 @@ def parse_op_id(op_id: str) -> tuple[str, int]:
 
 def resource_of(kind: str) -> str:
     """Which GPU resource an op kind occupies: ``compute`` (SMs), ``comm`` (NCCL over a link) or ``copy``."""
-    if kind in ("matmul", "compute"):
+    if kind in COMPUTE_KINDS:
         return COMPUTE
     if kind == "memcpy":
         return COPY

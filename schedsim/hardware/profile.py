@@ -11,14 +11,13 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from typing import Annotated
-
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from schedsim.errors import ProfileError
+from schedsim.kinds import DType, TableKind
 
 __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS"]
 
@@ -26,9 +25,7 @@ __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU
 GPU_MODELS = ("waves", "sharing")
 
 LinkClass = Literal["nvlink", "pcie", "network"]
-GemmDType = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int32", "int64", "uint8"]
-TableKind = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter",
-                    "gather", "sendrecv"]
+GemmDType = DType
 
 
 class _B(BaseModel):

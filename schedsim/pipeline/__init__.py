@@ -17,10 +17,18 @@ csv_io
     PyTorch's pipeline CSV and inline action lists.
 analytic
     Closed-form bubbles and memory, and a unit-time simulator.
-errors
-    ``PipelineScheduleError`` and the grid formatter.
+
+Errors (``PipelineScheduleError`` and its subclasses) and the grid formatter live in
+:mod:`schedsim.errors`, the one error tree; they are re-exported here.
 """
 
+from schedsim.errors import (
+    DeadlockError,
+    InsufficientMicrobatchesError,
+    PipelineScheduleError,
+    ScheduleConfigError,
+    format_pipeline_order,
+)
 from schedsim.pipeline.actions import (
     Action,
     ComputationType,
@@ -49,13 +57,6 @@ from schedsim.pipeline.csv_io import (
     parse_order,
     read_csv,
     write_csv,
-)
-from schedsim.pipeline.errors import (
-    DeadlockError,
-    InsufficientMicrobatchesError,
-    PipelineScheduleError,
-    ScheduleConfigError,
-    format_pipeline_order,
 )
 from schedsim.pipeline.schedules import (
     ScheduleInfo,

@@ -29,8 +29,8 @@ import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from schedsim.errors import DeadlockError, ScheduleConfigError
 from schedsim.pipeline.actions import Action, ComputationType, ScheduleAction
-from schedsim.pipeline.errors import DeadlockError, ScheduleConfigError
 from schedsim.pipeline.schedules import get_schedule
 
 __all__ = [
@@ -244,8 +244,8 @@ def _check_domain(name: str, p: int, m: int, v: int) -> None:
         need = 2 * p - 1  # below it torch pads to n = 2p-1 and the pipe never fills
     if m < need:
         raise ScheduleConfigError(
-            f"the closed form for {name} holds for m >= {need} at p={p}, got m={m}; "
-            "fix: simulate instead, unit_time_makespan(generate(...), ...)"
+            f"the closed form for {name} holds for m >= {need} at p={p}, got m={m}",
+            fix="simulate instead, unit_time_makespan(generate(...), ...)"
         )
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from schedsim.errors import DeadlockError, PipelineScheduleError
 from schedsim.pipeline.actions import (
     COMM_TYPES,
     Action,
@@ -44,7 +45,6 @@ from schedsim.pipeline.actions import (
     PipelineOrder,
     ScheduleAction,
 )
-from schedsim.pipeline.errors import DeadlockError, PipelineScheduleError
 
 __all__ = ["add_p2p", "compute_only", "infer_stage_to_rank", "megatron_interleaved_batched", "simulate_p2p"]
 
@@ -72,8 +72,8 @@ def _as_func(stage_to_rank: StageMap) -> Callable[[int], int]:
         except KeyError:
             raise PipelineScheduleError(
                 f"stage {stage} is not in stage_to_rank (stages "
-                f"{min(mapping, default=0)}..{max(mapping, default=-1)}); fix: pass "
-                "a placement that covers every stage of the order"
+                f"{min(mapping, default=0)}..{max(mapping, default=-1)})",
+                fix="pass a placement that covers every stage of the order"
             ) from None
 
     return lookup
@@ -186,7 +186,7 @@ def add_p2p(
             if act.type in COMM_TYPES:
                 raise PipelineScheduleError(
                     f"Rank {rank}, step {step}: {act} is a p2p action; add_p2p takes a "
-                    "compute-only order (fix: pass compute_only(order))",
+                    "compute-only order", fix="pass compute_only(order)",
                     order=order,
                     step=step,
                     rank=rank,
@@ -394,8 +394,9 @@ def _explain_stall(
             break
     if broken:
         raise PipelineScheduleError(
-            "schedule stalls: " + "; ".join(broken) + " (fix: add the missing send/recv or producer, or give compute actions only and let the "
-            "sends and recvs be added)",
+            "schedule stalls: " + "; ".join(broken),
+            fix="add the missing send/recv or producer, or give compute actions only and let the sends and recvs be "
+            "added",
             order=grid,
             step=step,
             actions=tuple(heads.values()),
@@ -411,7 +412,7 @@ def _explain_stall(
         r = cur
         raise DeadlockError(
             f"rank {r} waits for itself: {waits[r][1]}, which comes later in its own "
-            "list (fix: move the producer or recv before its consumer)",
+            "list", fix="move the producer or recv before its consumer",
             cycle=[r],
             order=grid,
             step=step,
@@ -709,7 +710,7 @@ def torch_add_send_recv(
             stuck = {r: todo[r][pos[r]] for r in todo if pos[r] < len(todo[r])}
             raise PipelineScheduleError(
                 "cannot lower the order to sends and recvs (torch _add_send_recv): no rank can run its next "
-                "action: " + ", ".join(f"rank {r}: {a}" for r, a in stuck.items())
-                + " (fix: an input of each of these comes later in its producer's list; reorder)",
+                "action: " + ", ".join(f"rank {r}: {a}" for r, a in stuck.items()),
+                fix="an input of each of these comes later in its producer's list; reorder",
                 order=order, step=0, actions=tuple(stuck.values()))
     return out

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from schedsim.errors import InsufficientMicrobatchesError, ScheduleConfigError
 from schedsim.pipeline.actions import (
     Action,
     ComputationType,
@@ -35,7 +36,6 @@ from schedsim.pipeline.actions import (
     PipelineOrder,
     ScheduleAction,
 )
-from schedsim.pipeline.errors import InsufficientMicrobatchesError, ScheduleConfigError
 
 __all__ = [
     "ScheduleInfo",
@@ -70,14 +70,15 @@ Placement = Literal["loop", "v"]
 def _check_pm(p: int, m: int) -> None:
     for name, value in (("p", p), ("m", m)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScheduleConfigError(f"{name} must be a positive integer, got {name}={value!r}; fix: pass {name}>=1")
+            raise ScheduleConfigError(f"{name} must be a positive integer, got {name}={value!r}",
+                                      fix=f"pass {name}>=1")
 
 
 def _check_v(v: int, *, least: int, schedule: str) -> None:
     if not isinstance(v, int) or isinstance(v, bool) or v < least:
         hint = " (use '1f1b' for one chunk per rank)" if least == 2 else ""
         raise ScheduleConfigError(
-            f"{schedule} needs v (chunks per rank) >= {least}, got v={v!r}; fix: pass v={least} or more{hint}"
+            f"{schedule} needs v (chunks per rank) >= {least}, got v={v!r}", fix=f"pass v={least} or more{hint}"
         )
 
 
@@ -85,7 +86,7 @@ def _require_microbatches(schedule: str, p: int, m: int, need: int, rule: str) -
     if m < need:
         raise InsufficientMicrobatchesError(
             f"{schedule} with p={p} needs at least {need} microbatches ({rule}), "
-            f"got m={m}; fix: raise m to {need} or more (or lower p)"
+            f"got m={m}", fix=f"raise m to {need} or more (or lower p)"
         )
 
 
@@ -116,8 +117,8 @@ def torch_group_size(p: int, m: int) -> int:
     if m % rounds:
         raise ScheduleConfigError(
             f"torch's interleaved schedules need m to be a multiple of "
-            f"rounds = max(1, m // p) = {rounds}, got m={m}, p={p}; "
-            f"fix: use m={m - m % rounds} or m={m - m % rounds + rounds}"
+            f"rounds = max(1, m // p) = {rounds}, got m={m}, p={p}",
+            fix=f"use m={m - m % rounds} or m={m - m % rounds + rounds}"
         )
     return m // rounds
 
@@ -282,7 +283,7 @@ def _check_group(p: int, m: int, g: int) -> None:
         fix = f"pass group_size between {p} and {m} (default p={p})" if m >= p else f"raise m to at least p={p}"
         raise ScheduleConfigError(
             "interleaved 1F1B needs p <= microbatch_group_size_per_vp_stage <= m "
-            f"(Megatron), got p={p}, group_size={g!r}, m={m}; fix: {fix}"
+            f"(Megatron), got p={p}, group_size={g!r}, m={m}", fix=fix
         )
     rem = m % g
     if 0 < rem < p:
@@ -293,7 +294,7 @@ def _check_group(p: int, m: int, g: int) -> None:
         raise ScheduleConfigError(
             "interleaved 1F1B needs m mod group_size to be 0 or >= p, otherwise the "
             "last microbatch group introduces dependency bubbles (Megatron); got "
-            f"m={m}, group_size={g}, m mod group_size={rem} < p={p}; fix: use " + " or ".join(suggestions)
+            f"m={m}, group_size={g}, m mod group_size={rem} < p={p}", fix="use " + " or ".join(suggestions)
         )
 
 
@@ -495,8 +496,8 @@ def interleaved_zero_bubble(
     g = torch_group_size(p, m) if group_size is None else group_size
     if not isinstance(g, int) or not 1 <= g <= m:
         raise ScheduleConfigError(
-            f"interleaved_zb needs 1 <= group_size <= m, got group_size={g!r}, m={m}; "
-            f"fix: omit group_size (torch uses {torch_group_size(p, m)})"
+            f"interleaved_zb needs 1 <= group_size <= m, got group_size={g!r}, m={m}",
+            fix=f"omit group_size (torch uses {torch_group_size(p, m)})"
         )
     table = megatron_schedule_table(m, v, g)
     return {
@@ -745,7 +746,7 @@ class ScheduleInfo:
             if v is not None and v != self.fixed_chunks:
                 raise ScheduleConfigError(
                     f"{self.name} runs exactly {self.fixed_chunks} chunk(s) per rank, "
-                    f"got v={v}; fix: omit v or pass v={self.fixed_chunks}"
+                    f"got v={v}", fix=f"omit v or pass v={self.fixed_chunks}"
                 )
             return self.fixed_chunks
         return self.default_chunks if v is None else v
@@ -778,8 +779,7 @@ class ScheduleInfo:
             if not self.takes_group_size:
                 raise ScheduleConfigError(
                     f"{self.name} has no microbatch group size, got group_size="
-                    f"{group_size}; fix: omit group_size (only interleaved_1f1b and "
-                    "interleaved_zb take it)"
+                    f"{group_size}", fix="omit group_size (only interleaved_1f1b and interleaved_zb take it)"
                 )
             kwargs["group_size"] = group_size
         if self.checks_microbatches:

@@ -5,7 +5,7 @@
 before I/B before W, and one rank per stage, with the two things torch's
 check leaves out: the schedule's minimum microbatch count and cross-rank
 timing (a p2p wait cycle, found by :func:`schedsim.pipeline.comms.simulate_p2p`).
-Every failure is a :class:`~schedsim.pipeline.errors.PipelineScheduleError`
+Every failure is a :class:`~schedsim.errors.PipelineScheduleError`
 whose message names the offending actions and prints the step x rank grid
 with the failing step marked ``<-- ERROR HERE``.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from schedsim.errors import InsufficientMicrobatchesError, PipelineScheduleError
 from schedsim.pipeline.actions import COMM_TYPES, Action, ComputationType, OverlapAction, ScheduleAction
 from schedsim.pipeline.comms import add_p2p, compute_only, simulate_p2p
-from schedsim.pipeline.errors import InsufficientMicrobatchesError, PipelineScheduleError
 from schedsim.pipeline.schedules import get_schedule
 
 __all__ = ["validate"]
@@ -102,8 +102,8 @@ def validate(
     {0: 0, 1: 1}
     """
 
-    def fail(msg: str, rank: int | None, step: int | None, acts: Sequence[object] = ()) -> None:
-        raise PipelineScheduleError(msg, order=order, step=step, rank=rank, actions=acts)
+    def fail(msg: str, rank: int | None, step: int | None, acts: Sequence[object] = (), fix: str | None = None) -> None:
+        raise PipelineScheduleError(msg, fix=fix, order=order, step=step, rank=rank, actions=acts)
 
     # 1. ranks
     if sorted(order) != list(range(p)):
@@ -129,7 +129,8 @@ def validate(
             raise InsufficientMicrobatchesError(
                 f"{info.name} with p={p} needs at least {need} microbatches ({rule}), got "
                 f"m={m}: rank 0 reaches its first backward at step {step} after only {m} "
-                f"forward(s), so the pipeline never fills; fix: raise m to {need} or more",
+                f"forward(s), so the pipeline never fills",
+                fix=f"raise m to {need} or more",
                 order=order,
                 step=step,
                 rank=0,
@@ -156,10 +157,11 @@ def validate(
             if not isinstance(act, (Action, OverlapAction)):
                 fail(
                     f"Rank {rank}, step {step}: got {act!r} ({type(act).__name__}), expected an "
-                    "Action, OverlapAction or None; fix: parse text with parse_order / parse_action",
+                    "Action, OverlapAction or None",
                     rank,
                     step,
                     (),
+                    fix="parse text with parse_order / parse_action",
                 )
             if act.type in COMM_TYPES:
                 has_comms = True

@@ -33,13 +33,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from schedsim.sim.timeline import Span, Timeline, atomic_write_text
+from schedsim.io import atomic_write_text
+from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
+from schedsim.sim.timeline import Span, Timeline
 
 __all__ = ["chrome_trace", "write_chrome_trace"]
 
 _RES_ORDER = {"compute": 0, "comm": 1, "copy": 2}
-_COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter",
-                "gather", "barrier"}
+_COLLECTIVES = frozenset(TRACE_COLLECTIVE_KINDS)
 
 
 def _us(s: float) -> float:
@@ -196,7 +197,7 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
             # no graph: pair sends and recvs that carry the same message tag (the pipeline block's ``msg``)
             ends: dict[str, dict[str, list[Span]]] = defaultdict(lambda: {"send": [], "recv": []})
             for s in tl.spans:
-                if s.kind in ("send", "recv") and s.tags and s.tags.get("msg") is not None:
+                if s.kind in P2P_KINDS and s.tags and s.tags.get("msg") is not None:
                     ends[str(s.tags["msg"])][s.kind].append(s)
             for d in ends.values():
                 if len(d["send"]) == 1 and len(d["recv"]) == 1:

@@ -26,8 +26,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from schedsim.io import atomic_write_bytes
 from schedsim.sim.metrics import merge
-from schedsim.sim.timeline import Span, Timeline, atomic_write_bytes
+from schedsim.sim.timeline import Span, Timeline
 
 __all__ = ["KIND_COLORS", "color_key", "draw_gantt", "draw_pipeline", "draw_memory", "write_gantt",
            "write_pipeline", "write_memory_plot", "write_figure", "pipeline_view", "unit_steps", "MAKESPAN_GID"]

@@ -26,11 +26,11 @@ from collections import defaultdict
 from typing import Any
 
 from schedsim.sim.timeline import Timeline
+from schedsim.units import DTYPE_BYTES
 
 __all__ = ["memory_over_time", "static_memory"]
 
 _BUFFER_KINDS = {"recv", "all_gather", "gather"}
-_DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
 
 def static_memory(spec: Any, world_size: int) -> dict[int, dict[str, float]]:
@@ -57,7 +57,7 @@ def static_memory(spec: Any, world_size: int) -> dict[int, dict[str, float]]:
     num_stages = int(info["num_stages"])
     lps = t.layers // num_stages
     per_stage = lps * _params_per_layer(t)
-    e = _DTYPE_BYTES.get(str(t.dtype), 2)
+    e = DTYPE_BYTES.get(str(t.dtype), 2)
     p = int(info["p"])
     params_on: dict[int, int] = defaultdict(int)
     for st, r in info["stage_to_rank"].items():

@@ -84,7 +84,7 @@ Rules and their sources
    both ranks at once and cannot test it; ``benchmarks/probe_scenarios_peer_wait.sh``
    does). It then runs at 1/f with
    f = 1 + (``slowdown_beside_gemm`` − 1)·min(1, SMs held by compute / SMs not
-   held by NCCL), slowest rank wins. The 3.5× that issue 8 saw for allgather_mm
+   held by NCCL), slowest rank wins. The 3.5× first seen for allgather_mm
    on 2×H200 was mostly the wait for SMs that rules 3 and 6 already give: a
    collective issued beside a queue of wave-filling GEMMs waits for the running
    GEMM, then runs at 1.05–1.07× its solo time ahead of the next GEMM (2×H200,

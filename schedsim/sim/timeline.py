@@ -53,15 +53,12 @@ never held as one string); without orjson the standard ``json`` module writes th
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from schedsim.errors import TraceError
+from schedsim.io import atomic_write_bytes, atomic_write_text, atomic_writer, output_set  # re-exported
 
 if TYPE_CHECKING:
     import numpy as np
@@ -588,78 +585,3 @@ def loads_json(data: bytes) -> Any:
     return json.loads(data)
 
 
-@contextmanager
-def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[Any]:
-    """Open a temporary file beside ``path``; on success give it the umask's mode and rename it into place.
-
-    A reader never sees a half-written file; on any exception (Ctrl-C included) the temporary file is
-    removed and ``path`` keeps what it had.
-    """
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
-
-    A reader never sees a half-written file, and an interrupted write leaves
-    the old file (or none) in place.
-    """
-    with atomic_writer(path, "wb") as f:
-        f.write(data)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Text version of :func:`atomic_write_bytes` (UTF-8)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-@contextmanager
-def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[Path]:
-    """Write a set of output files all or nothing, replacing the set an earlier run left.
-
-    Yields a staging folder inside ``outdir``; when the block finishes, every file in it is
-    moved into ``outdir`` (``os.replace``, atomic per file), then files an earlier run wrote there
-    and this one did not are removed (:func:`schedsim.report.outdir.finish_set`; ``replaces`` names
-    the command's possible outputs). If the block raises, or the user presses Ctrl-C, the staging
-    folder is removed and ``outdir`` keeps what it had. Staging folders of killed runs are removed
-    (:func:`schedsim.report.outdir.clean_stale_staging`).
-
-    Raises
-    ------
-    OSError
-        ``outdir`` cannot be created (e.g. it names an existing file).
-    """
-    from schedsim.report.outdir import clean_stale_staging, finish_set, staging_prefix
-
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    clean_stale_staging(out)
-    stage = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=out))
-    try:
-        yield stage
-        names = []
-        for f in sorted(stage.iterdir()):
-            os.replace(f, out / f.name)
-            names.append(f.name)
-        finish_set(out, names, replaces)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)

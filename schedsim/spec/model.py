@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, CollectiveKind, DType
 from schedsim.units import DTYPE_BYTES
 
 __all__ = [
@@ -36,12 +37,6 @@ __all__ = [
     "NUMERIC_FIELDS",
 ]
 
-DType = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int32", "int64", "uint8"]
-CollectiveKind = Literal[
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "scatter", "gather"
-]
-COLLECTIVE_KINDS: tuple[str, ...] = CollectiveKind.__args__  # type: ignore[attr-defined]
-COMM_KINDS: tuple[str, ...] = COLLECTIVE_KINDS + ("send", "recv")
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-\[\]]*$"
 

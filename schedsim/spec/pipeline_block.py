@@ -59,9 +59,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-
 from schedsim.errors import SpecError
 from schedsim.graph.ops import Op
+from schedsim.kinds import COMPUTE_KINDS
 from schedsim.spec.model import OP_MODELS, ScheduleSpec
 from schedsim.units import DTYPE_BYTES
 
@@ -353,12 +353,10 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
         from schedsim.errors import SchedsimError
 
         if isinstance(e, SchedsimError):
-            reason = getattr(e, "reason", None)
-            if reason is not None and "fix" not in reason:  # a rejection always says what to do
-                fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
-                       "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
-                grid = getattr(e, "grid", "")
-                e.args = (f"{reason}\n  fix: {fix}" + (f"\n\nPipeline schedule:\n{grid}" if grid else ""),)
+            if e.fix is None and "fix" not in e.message:  # a rejection always says what to do
+                e.fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
+                         "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
+                e.args = (SchedsimError.format(e),)  # the schedule language's layout: fix on its own line
             raise
         msg, fix = _split_fix(str(e), custom=pb.schedule == "custom")
         raise _err(spec, msg, "pipeline.csv" if pb.csv is not None else "pipeline", fix) from None
@@ -458,7 +456,7 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                     raise _err(spec, f"stage ops cannot set {bad[0]!r}: the pipeline places them (rank of the "
                                "stage, stream 'compute', dependencies from the schedule)", f"pipeline.stage.{phase}[{k}]",
                                f"remove {bad[0]!r} from the stage op")
-                if kind not in ("matmul", "compute", "memcpy"):
+                if kind not in (*COMPUTE_KINDS, "memcpy"):
                     raise _err(spec, f"stage ops must be compute work (matmul, compute, memcpy), got {kind!r}",
                                f"pipeline.stage.{phase}[{k}]",
                                "model communication with the block's activation_bytes, data_parallel or "

@@ -11,6 +11,7 @@ import difflib
 from typing import Any
 
 from schedsim.errors import SpecError
+from schedsim.kinds import P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
 
 __all__ = ["check_spec"]
@@ -59,7 +60,7 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
                 raise err(i, "stream", f"stream {stream!r}{'' if op.stream else ' (the default for ' + op.kind + ')'} "
                           f"is not declared in `streams` {spec.streams}",
                           f"did you mean {s[0]!r}?" if s else f"add {stream!r} to `streams` or set `stream:`")
-        if op.kind in ("send", "recv"):
+        if op.kind in P2P_KINDS:
             peer = op.peer  # type: ignore[union-attr]
             if not 0 <= peer < n:
                 raise err(i, "peer", f"{op.kind} {op.name!r} has peer {peer} but world_size is {n}",

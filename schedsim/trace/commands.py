@@ -2,7 +2,7 @@
 
 Registered into :data:`schedsim.cli.app` by :func:`register` (the core calls it
 when this module exists). Errors are :class:`~schedsim.errors.TraceError`
-and leave through :func:`schedsim.cli.handle_errors` (``error: ...``, exit 2).
+and leave through :func:`schedsim.cliutil.handle_errors` (``error: ...``, exit 2).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ FmtOpt = typer.Option(_Fmt.table, "--format", help="table for people, json for m
 
 def register(app: typer.Typer) -> None:
     """Add ``import nsys``, ``import kineto`` and ``analyze`` to the schedsim CLI."""
-    from schedsim.cli import handle_errors
+    from schedsim.cliutil import handle_errors
 
     imp = typer.Typer(no_args_is_help=True, help="Import Nsight Systems or PyTorch profiler traces as a timeline.")
 
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.nsys import import_nsys
 
         with status(f"importing {len(files)} nsys export(s)"):
-            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False)
+            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
         _finish_import(res, out, fmt)
 
     @imp.command("kineto")
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.kineto import import_kineto
 
         with status(f"importing {len(files)} Kineto trace(s)"):
-            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, seed_rows=False)
+            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
         _finish_import(res, out, fmt)
 
     app.add_typer(imp, name="import")
@@ -122,16 +122,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Kernel time shares and NCCL volumes (seed 004's parsers), overlap, idle time, critical path, and the
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
-        from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
-
         from schedsim.report.progress import status
+        from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
 
         with status(f"reading {len(files)} file(s)"):
             _kind, res = load_any(list(files), ops=_ops(ops))
         tag_pipeline(res.timeline)
         if charts is not None:
+            from schedsim.io import output_set
             from schedsim.report.charts import write_charts
-            from schedsim.sim.timeline import output_set
 
             with output_set(charts) as stage:
                 write_charts(stage, res.timeline, f"{res.timeline.schedule} ({res.timeline.source})", formats=("png",))

@@ -1,7 +1,7 @@
 """Import PyTorch profiler (Kineto) traces, one file per rank, as one Timeline.
 
-Events read (``../shared/reference/nccl_overlap_traces.md`` §6; sample traces
-from facebookresearch/HolisticTraceAnalysis):
+Events read (the Kineto JSON that ``torch.profiler`` exports; sample traces
+from facebookresearch/HolisticTraceAnalysis, ``tests/data``):
 
 * ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (GPU: ``pid`` = device,
   ``args.stream``; older traces spell the categories ``Kernel``/``Memcpy``/``Memset``);
@@ -79,7 +79,7 @@ def _ns(v: Any) -> int:
 from schedsim.trace.nsys import shape_size
 from schedsim.trace.validate import check_event_times, check_header
 
-__all__ = ["COLLECTIVE_ARGS", "import_kineto", "seed_dims_nelems"]
+__all__ = ["COLLECTIVE_ARGS", "import_kineto", "input_dims_nelems"]
 
 #: Kineto arg name -> Span tag name.
 COLLECTIVE_ARGS = {
@@ -93,15 +93,15 @@ _MEMSET = {"gpu_memset", "memset"}
 _CHECKED = _KERNEL | _MEMCPY | _MEMSET | {"gpu_user_annotation", "user_annotation", "cpu_op"}
 
 
-def seed_dims_nelems(dims: Any) -> int | None:
-    """Element count of Kineto ``Input Dims`` computed as seed 004's parser_nccl does for ``sizes``.
+def input_dims_nelems(dims: Any) -> int | None:
+    """Element count of Kineto ``Input Dims``, as :func:`schedsim.trace.nsys.nvtx_sizes_nelems` counts ``sizes``.
 
     Lists become tuples, so a one-element list collapses to its element
     (``[[19618307]]`` → 19 618 307, ``[[3], [3]]`` → 3·3).
 
     Examples
     --------
-    >>> seed_dims_nelems([[19618307]]), seed_dims_nelems([[1024, 4096]]), seed_dims_nelems([[3], [3]])
+    >>> input_dims_nelems([[19618307]]), input_dims_nelems([[1024, 4096]]), input_dims_nelems([[3], [3]])
     (19618307, 4194304, 9)
     """
 
@@ -125,7 +125,7 @@ def import_kineto(
     ops: dict[str, dict[str, Any]] | None = None,
     iteration: int = -1,
     schedule: str | None = None,
-    seed_rows: bool = True,
+    keep_kernel_rows: bool = True,
 ) -> ImportResult:
     """Read Kineto trace files (``.json`` or ``.json.gz``), one per rank, into one Timeline.
 
@@ -141,8 +141,8 @@ def import_kineto(
         Which occurrence of repeated op annotations to keep (``-1``: last).
     schedule : str, optional
         Timeline ``schedule`` field (default: first file's stem).
-    seed_rows : bool
-        Also collect the seed-004 kernel rows for ``analyze`` (more memory).
+    keep_kernel_rows : bool
+        Also collect the per-kernel rows of ``analyze``'s kernel-share and NCCL-volume tables (more memory).
 
     Returns
     -------
@@ -310,14 +310,14 @@ def import_kineto(
             op_ranges.append(OpRange(match_op(name, ops) or name, rank, min(p[0] for p in parts),
                                      max(p[1] for p in parts), mem, name))
 
-    # -- seed-004 style rows -------------------------------------------------------------------------
+    # -- rows of analyze's kernel-share and NCCL-volume tables ----------------------------------------
     multi = len(files) > 1
 
     def label(rank: int, dev: int) -> str:
         return f"Rank {rank} Device {dev}" if multi else f"Device {dev}"
 
     kernel_rows: dict[str, list[tuple[str, str, float, float]]] = {}
-    order = sorted((i for i, a in enumerate(acts) if a.cat == "kernel" and seed_rows),
+    order = sorted((i for i, a in enumerate(acts) if a.cat == "kernel" and keep_kernel_rows),
                    key=lambda i: (label(acts[i].rank, acts[i].device), f"Stream {acts[i].stream}", i))
     for i in order:
         a = acts[i]
@@ -328,7 +328,7 @@ def import_kineto(
         rpc_by_thread[(rank, th)].append((ts, dur, tags))
     dev_of_rank = {r: (info["devices"][0] if info["devices"] else 0) for r, info in rank_info.items()}
     for rank, th, ts, dur, name, dims in sorted(nccl_cpu, key=lambda x: (x[0], x[2])):
-        n = seed_dims_nelems(dims) if dims else None
+        n = input_dims_nelems(dims) if dims else None
         if n is None:
             for rts, rdur, tags in rpc_by_thread.get((rank, th), []):
                 if rts <= ts + dur and ts <= rts + rdur and tags.get("in_nelems") is not None:

@@ -1,6 +1,6 @@
 """Import Nsight Systems SQLite exports (``nsys export --type sqlite``) as a Timeline.
 
-Tables read (NVIDIA's exporter schema; ``../shared/reference/nccl_overlap_traces.md`` §6):
+Tables read (the schema of NVIDIA Nsight Systems' SQLite exporter, "Exporter Overview" in its user guide):
 
 * ``CUPTI_ACTIVITY_KIND_KERNEL``: start/end (ns), deviceId, streamId,
   correlationId, globalPid, shortName/demangledName (→ ``StringIds``);
@@ -43,7 +43,7 @@ from schedsim.trace.common import (
     short_kernel_name,
 )
 
-__all__ = ["EXPORT_HINT", "import_nsys", "nvtx_events", "seed_sizes_nelems"]
+__all__ = ["EXPORT_HINT", "import_nsys", "nvtx_events", "nvtx_sizes_nelems"]
 
 EXPORT_HINT = ("export it to SQLite first:\n"
                "  nsys export --type sqlite --output {stem}.sqlite {name}\n"
@@ -143,7 +143,7 @@ def import_nsys(
     ops: dict[str, dict[str, Any]] | None = None,
     iteration: int = -1,
     schedule: str | None = None,
-    seed_rows: bool = True,
+    keep_kernel_rows: bool = True,
 ) -> ImportResult:
     """Read one or more Nsight Systems SQLite exports into one Timeline.
 
@@ -162,14 +162,14 @@ def import_nsys(
         Which occurrence of repeated op ranges to keep (``-1``: the last).
     schedule : str, optional
         Timeline ``schedule`` field (default: the first file's stem).
-    seed_rows : bool
-        Also collect the seed-004 table rows (``analyze`` needs them; an
+    keep_kernel_rows : bool
+        Also collect the kernel-share and NCCL-volume table rows (``analyze`` needs them; an
         import does not, and skipping them saves memory on big traces).
 
     Returns
     -------
     ImportResult
-        Timeline (times in s from the earliest GPU activity), seed-004 kernel
+        Timeline (times in s from the earliest GPU activity), per-kernel
         rows (µs) and NCCL volume rows.
 
     Raises
@@ -202,7 +202,7 @@ def import_nsys(
     base0 = min(bases)
     for db, base in zip(conns, bases):
         _read_one(db, base - base0, acts, op_ranges, kernel_rows, nccl_rows, rank_info, warnings, ops,
-                  multi=len(files) > 1, seed_rows=seed_rows)
+                  multi=len(files) > 1, keep_kernel_rows=keep_kernel_rows)
         db.conn.close()
     if not acts:
         raise TraceError(f"{files[0]}: no kernels, memcpys or memsets in the capture; "
@@ -220,7 +220,7 @@ def import_nsys(
 def _read_one(db: _Db, shift: int, acts: list[Activity], op_ranges: list[OpRange],
               kernel_rows: dict[str, list[tuple[str, str, float, float]]], nccl_rows: dict[str, list[tuple[str, int]]],
               rank_info: dict[int, dict[str, Any]], warnings: list[str], ops: dict[str, dict[str, Any]] | None,
-              multi: bool, seed_rows: bool = True) -> None:
+              multi: bool, keep_kernel_rows: bool = True) -> None:
     p = db.path
     K, MC, MS = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
     present = [t for t in (K, MC, MS) if t in db.tables]
@@ -255,8 +255,8 @@ def _read_one(db: _Db, shift: int, acts: list[Activity], op_ranges: list[OpRange
 
     # -- kernels -------------------------------------------------------------------------------
     by_corr: dict[int, dict[int, int]] = defaultdict(dict)  # pid -> correlationId -> activity index
-    seed_kernels: list[tuple[int, int, int, str, int, int]] = []  # (device, stream, seq, name, start, end)
-    generic_kernel: dict[int, int] = {}  # activity index -> seed_kernels index, for shortName == "Kernel"
+    table_kernels: list[tuple[int, int, int, str, int, int]] = []  # (device, stream, seq, name, start, end)
+    generic_kernel: dict[int, int] = {}  # activity index -> table_kernels index, for shortName == "Kernel"
     if K in db.tables:
         cols = db.cols(K)
         name_col = next((c for c in ("shortName", "demangledName", "mangledName", "name") if c in cols), None)
@@ -294,10 +294,10 @@ def _read_one(db: _Db, shift: int, acts: list[Activity], op_ranges: list[OpRange
             acts.append(Activity(rank, dev, st, name, "kernel", float(start + shift), float(end + shift), 0.0, tags))
             if corr is not None:
                 by_corr[pid][int(corr)] = idx
-            if seed_rows:
+            if keep_kernel_rows:
                 if name == "Kernel":
-                    generic_kernel[idx] = len(seed_kernels)
-                seed_kernels.append((dev, int(stream), seq, name, int(start), int(end)))
+                    generic_kernel[idx] = len(table_kernels)
+                table_kernels.append((dev, int(stream), seq, name, int(start), int(end)))
     # -- memcpy / memset -----------------------------------------------------------------------
     for t, cat in ((MC, "memcpy"), (MS, "memset")):
         if t not in db.tables:
@@ -321,12 +321,12 @@ def _read_one(db: _Db, shift: int, acts: list[Activity], op_ranges: list[OpRange
     if "NVTX_EVENTS" in db.tables:
         _link_nvtx(db, shift, acts, by_corr, pid_to_device, generic_kernel, region0, nvtx_kernel, op_ranges, ops,
                    warnings)
-    # -- seed-004 rows (nsys2json + parser_prof / parser_nccl semantics) ---------------------------
-    order = sorted(range(len(seed_kernels)), key=lambda i: (label_of[seed_kernels[i][0]],
-                                                              f"Stream {seed_kernels[i][1]}", seed_kernels[i][2]))
+    # -- rows of analyze's kernel-share and NCCL-volume tables ----------------------------------------
+    order = sorted(range(len(table_kernels)), key=lambda i: (label_of[table_kernels[i][0]],
+                                                              f"Stream {table_kernels[i][1]}", table_kernels[i][2]))
     gk_inv = {v: k for k, v in generic_kernel.items()}
     for i in order:
-        dev, stream, _seq, name, start, end = seed_kernels[i]
+        dev, stream, _seq, name, start, end = table_kernels[i]
         if name == "Kernel" and i in gk_inv and gk_inv[i] in region0:
             name = region0[gk_inv[i]].split(",")[0]
         kernel_rows.setdefault(label_of[dev], []).append((name, f"Stream {stream}", start / 1000.0, (end - start) / 1000.0))
@@ -335,7 +335,7 @@ def _read_one(db: _Db, shift: int, acts: list[Activity], op_ranges: list[OpRange
         lbl = label_of.get(dev, f"Device {dev}")
         kernel_rows.setdefault(lbl, [])
         if text.startswith("nccl"):
-            n = seed_sizes_nelems(text)
+            n = nvtx_sizes_nelems(text)
             if n is not None:
                 nccl_rows.setdefault(lbl, []).append((text.split(",")[0], n))
 
@@ -428,7 +428,7 @@ def _link_nvtx(db: _Db, shift: int, acts: list[Activity], by_corr: dict[int, dic
         kern = [m for m in mem if acts[m].cat == "kernel"]
         if etype == NVTX_PUSHPOP and kern and txt.startswith("nccl"):
             nvtx_kernel.append((dev, txt, f"NVTX Kernel Thread {ranges[i][6]}", reg.get(i, 0)))
-            meta = seed_nccl_meta(txt)
+            meta = nvtx_nccl_meta(txt)
             for m in kern:
                 if is_nccl_kernel(acts[m].name) and meta:
                     acts[m] = acts[m]._replace(tags={**(acts[m].tags or {}), **meta})
@@ -438,24 +438,24 @@ def _link_nvtx(db: _Db, shift: int, acts: list[Activity], by_corr: dict[int, dic
             op_ranges.append(OpRange(name, acts[uniq[0]].rank, float(start + shift), float(end + shift), uniq, txt))
 
 
-def seed_sizes_nelems(text: str) -> int | None:
-    """Element count of an NVTX range text the way seed 004's ``parser_nccl.py`` computes it.
+def nvtx_sizes_nelems(text: str) -> int | None:
+    """Element count of the ``sizes = ...`` field of an NVTX range text.
 
-    The seed takes ``sizes = (.*?), input_op_ids`` from the range text (as
-    written by ``torch.autograd.profiler.emit_nvtx(record_shapes=True)``),
-    turns ``[``/``]`` into ``(``/``)`` and reads ``np.ones(...).size``. So
-    ``[[1024, 4096]]`` is 4 194 304 elements and ``[[3], [3]]`` is 9 (the
-    inner one-element lists become plain ints). Where the seed would fail
-    (ragged shapes), this returns the sum of the tensors' element counts;
-    it returns None when the text has no ``sizes``.
+    ``torch.autograd.profiler.emit_nvtx(record_shapes=True)`` writes the
+    input shapes as ``sizes = [[...], ...], input_op_ids``. The shapes are
+    read as nested tuples, so a one-element list collapses to its element,
+    and the count is the size of an array of that shape: ``[[1024, 4096]]``
+    is 4 194 304 elements and ``[[3], [3]]`` is 9. Ragged shapes, which
+    have no such array, count the sum of the tensors' element counts.
+    Returns None when the text has no ``sizes``.
 
     Examples
     --------
-    >>> seed_sizes_nelems("nccl:all_reduce, seq = 1, sizes = [[1024, 4096]], input_op_ids = [(1, 0)]")
+    >>> nvtx_sizes_nelems("nccl:all_reduce, seq = 1, sizes = [[1024, 4096]], input_op_ids = [(1, 0)]")
     4194304
-    >>> seed_sizes_nelems("nccl:send, sizes = [[3], [3]], input_op_ids = []")
+    >>> nvtx_sizes_nelems("nccl:send, sizes = [[3], [3]], input_op_ids = []")
     9
-    >>> seed_sizes_nelems("nccl:all_reduce, sizes = [[]], input_op_ids = []")
+    >>> nvtx_sizes_nelems("nccl:all_reduce, sizes = [[]], input_op_ids = []")
     1
     """
     m = _SIZES_RE.match(text)
@@ -493,10 +493,10 @@ def shape_size(val: Any) -> int | None:
     return None
 
 
-def seed_nccl_meta(text: str) -> dict[str, Any]:
+def nvtx_nccl_meta(text: str) -> dict[str, Any]:
     """Collective metadata from an NVTX range text (``nccl:all_reduce, ..., sizes = [[n]]``)."""
     out: dict[str, Any] = {"collective": text.split(",")[0].split(":", 1)[-1]}
-    n = seed_sizes_nelems(text)
+    n = nvtx_sizes_nelems(text)
     if n is not None:
         out["in_nelems"] = n
     return out

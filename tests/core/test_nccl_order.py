@@ -1,4 +1,4 @@
-"""NCCL's ordering rules in the static checks (issue 9 §1-§3): each kind of fault and its variants."""
+"""NCCL's ordering rules in the static checks: each kind of fault and its variants."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schedsim.cli import TRACE_MAX_OPS, app, trace_wanted
+from schedsim.api import TRACE_MAX_OPS, trace_wanted
+from schedsim.cli import app
 from schedsim.sim.timeline import Timeline
 
 ROOT = Path(__file__).resolve().parents[2]

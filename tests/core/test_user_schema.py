@@ -1,4 +1,4 @@
-"""`schedsim schema` describes schedule files as written (issue 9 §5); every shipped schedule validates."""
+"""`schedsim schema` describes schedule files as written; every shipped schedule validates."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Faults found by reviewing issue 13's charts, traces and summaries (each test failed before its fix)."""
+"""Faults found by reviewing the charts, traces and summaries (each test failed before its fix)."""
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def test_package_does_not_import_torch():
 
 @pytest.mark.parametrize(
     "module",
-    ["actions", "errors", "schedules", "comms", "validate", "csv_io", "analytic"],
+    ["actions", "schedules", "comms", "validate", "csv_io", "analytic"],
 )
 def test_docstring_examples(module):
     import doctest

@@ -1,4 +1,4 @@
-"""Static stage memory (issue 9 §3): parameters, gradients, optimizer state and embedding/LM-head placement."""
+"""Static stage memory: parameters, gradients, optimizer state and embedding/LM-head placement."""
 
 from __future__ import annotations
 

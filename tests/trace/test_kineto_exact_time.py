@@ -1,4 +1,4 @@
-"""Kineto timestamps are read exactly (issue 9 §3): epoch µs with 3 decimals, decimal text -> integer ns."""
+"""Kineto timestamps are read exactly: epoch µs with 3 decimals, decimal text -> integer ns."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from nsysdb import make_nsys_db
 
 from schedsim.errors import TraceError
 from schedsim.trace.analyze import kernel_share_table, nccl_volume_table
-from schedsim.trace.nsys import import_nsys, nvtx_events, seed_sizes_nelems
+from schedsim.trace.nsys import import_nsys, nvtx_events, nvtx_sizes_nelems
 
 
 
@@ -226,11 +226,11 @@ class TestBrokenFiles:
 
 def test_sizes_nelems_of_profiler_ranges():
     # the element count is the product of the shape (a list of shapes multiplies out as one array)
-    assert seed_sizes_nelems("nccl:all_reduce, sizes = [[1024, 4096]], input_op_ids = []") == 1024 * 4096
-    assert seed_sizes_nelems("nccl:send, sizes = [[3], [3]], input_op_ids = []") == 9
-    assert seed_sizes_nelems("nccl:_all_gather_base, sizes = [[24]], input_op_ids = []") == 24
-    assert seed_sizes_nelems("nccl:all_reduce, sizes = [[]], input_op_ids = []") == 1  # a scalar
-    assert seed_sizes_nelems("nccl:all_reduce, seq = 3") is None
+    assert nvtx_sizes_nelems("nccl:all_reduce, sizes = [[1024, 4096]], input_op_ids = []") == 1024 * 4096
+    assert nvtx_sizes_nelems("nccl:send, sizes = [[3], [3]], input_op_ids = []") == 9
+    assert nvtx_sizes_nelems("nccl:_all_gather_base, sizes = [[24]], input_op_ids = []") == 24
+    assert nvtx_sizes_nelems("nccl:all_reduce, sizes = [[]], input_op_ids = []") == 1  # a scalar
+    assert nvtx_sizes_nelems("nccl:all_reduce, seq = 3") is None
 
 
 def test_copy_of_real_file_renamed_rep_is_refused(tmp_path):

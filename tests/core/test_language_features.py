@@ -1,4 +1,4 @@
-"""Schedule language (issue 9 §5): conditional groups, the `rank` variable, CSV error fixes."""
+"""Schedule language: conditional groups, the `rank` variable, CSV error fixes."""
 
 from __future__ import annotations
 
