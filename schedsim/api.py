@@ -210,7 +210,7 @@ def sweep(path: str | Path, profile: str = "h200", **grid: list[Any]) -> list[di
     keys = list(grid)
     rows = []
     for combo in itertools.product(*[grid[k] for k in keys]):
-        setting = dict(zip(keys, combo))
+        setting = dict(zip(keys, combo, strict=False))
         run = predict(load(path, **setting), profile)
         m = run.metrics
         row = {"setting": setting, "makespan_s": m["makespan_s"], "exposed_comm_s": m["exposed_comm_s"],
@@ -243,7 +243,7 @@ def plot_gantt(*runs: Run | Timeline, title: str = "", labels: list[str] | None 
     tls = [_tl(r) for r in runs]
     names = labels or ([t.source for t in tls] if len({t.source for t in tls}) == len(tls)
                        else [f"{t.source} {i}" for i, t in enumerate(tls)])
-    return draw_gantt(list(zip(names, tls)), title)
+    return draw_gantt(list(zip(names, tls, strict=False)), title)
 
 
 def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> Any:

@@ -17,11 +17,11 @@ from typing import Any, Optional
 
 import typer
 
-from schedsim.api import build as _build
 from schedsim.api import TRACE_MAX_OPS, predict_to_dir
-from schedsim.report.outdir import safe_dirname as _safe_dirname
+from schedsim.api import build as _build
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError
+from schedsim.report.outdir import safe_dirname as _safe_dirname
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict and execute comm/compute schedules of GPU clusters.")
@@ -44,7 +44,7 @@ MaxOpsOpt = typer.Option(None, "--max-ops", min=1, help="Refuse schedules estima
                          "more op instances than this, summed over ranks [default: 2,000,000; env SCHEDSIM_MAX_OPS].")
 
 
-def _max_ops(n: Optional[int]) -> None:
+def _max_ops(n: int | None) -> None:
     """Apply ``--max-ops`` through the environment, so executor ranks started from here see it too."""
     import os
 
@@ -52,7 +52,7 @@ def _max_ops(n: Optional[int]) -> None:
         os.environ["SCHEDSIM_MAX_OPS"] = str(n)
 
 
-def _load(file: Path, sets: Optional[list[str]]):  # type: ignore[no-untyped-def]
+def _load(file: Path, sets: list[str] | None):  # type: ignore[no-untyped-def]
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     return load_schedule(file, parse_overrides(sets or []))
@@ -63,21 +63,21 @@ def _load(file: Path, sets: Optional[list[str]]):  # type: ignore[no-untyped-def
 def predict(
     file: Path = typer.Argument(..., help="Schedule YAML."),
     profile: str = ProfileOpt,
-    set_: Optional[list[str]] = SetOpt,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/<schedule name>)."),
+    set_: list[str] | None = SetOpt,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/<schedule name>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
-    launch: Optional[Launch] = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
+    launch: Launch | None = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
     all_ranks: bool = typer.Option(False, "--all-ranks", help="Print every rank (default: totals, worst and best)."),
-    gpu_model: Optional[GpuModel] = typer.Option(None, "--gpu-model", help="GPU execution model (default: the "
+    gpu_model: GpuModel | None = typer.Option(None, "--gpu-model", help="GPU execution model (default: the "
                                                  "profile's gpu_model, waves)."),
-    max_connections: Optional[int] = typer.Option(None, "--max-connections", min=1, max=32,
+    max_connections: int | None = typer.Option(None, "--max-connections", min=1, max=32,
                                                   help="CUDA_DEVICE_MAX_CONNECTIONS (1-32); overrides the schedule's "
                                                   "env and the profile."),
     model_executor: bool = typer.Option(False, "--model-executor", help="Add schedsim execute's own host cost per "
                                         "op (launch.executor_extra_per_op_us) to predict what execute measures."),
-    max_ops: Optional[int] = MaxOpsOpt,
-    trace: Optional[bool] = typer.Option(None, "--trace/--no-trace", help="Write trace.json (Perfetto) "
+    max_ops: int | None = MaxOpsOpt,
+    trace: bool | None = typer.Option(None, "--trace/--no-trace", help="Write trace.json (Perfetto) "
                                          f"[default: only up to {TRACE_MAX_OPS:,} ops]."),
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
@@ -118,8 +118,8 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:
 @handle_errors
 def check(
     file: Path = typer.Argument(..., help="Schedule YAML."),
-    set_: Optional[list[str]] = SetOpt,
-    max_ops: Optional[int] = MaxOpsOpt,
+    set_: list[str] | None = SetOpt,
+    max_ops: int | None = MaxOpsOpt,
 ) -> None:
     """Validate a schedule (language rules and DAG checks) without simulating."""
     _max_ops(max_ops)
@@ -134,7 +134,7 @@ def check(
 
 @app.command()
 @handle_errors
-def schema(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to a file instead of stdout."),
+def schema(out: Path | None = typer.Option(None, "--out", "-o", help="Write to a file instead of stdout."),
            expanded: bool = typer.Option(False, "--expanded", help="The schema of the spec after expansion "
                                          "(what the pydantic models check) instead of what users write.")) -> None:
     """Print the JSON Schema of schedule files as written (for editors; see docs/schedule_language.md)."""
@@ -237,7 +237,7 @@ def _sweep_rows(file: Path, points: list[list[str]], profile: str, keep: Path | 
     with ProcessPoolExecutor(max_workers=min(jobs, len(points))) as ex:
         futs = [ex.submit(_sweep_point, file, sets, profile, keep) for sets in points]
         rows = []
-        for sets, fut in zip(points, futs):
+        for sets, fut in zip(points, futs, strict=False):
             row = fut.result()
             if "error" in row:
                 ex.shutdown(cancel_futures=True)
@@ -252,9 +252,9 @@ def sweep(
     file: Path = typer.Argument(..., help="Schedule YAML."),
     set_: list[str] = typer.Option(..., "--set", help="key=v1,v2,... (repeat for a grid)."),
     profile: str = ProfileOpt,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/sweep_<schedule>)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/sweep_<schedule>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
-    max_ops: Optional[int] = MaxOpsOpt,
+    max_ops: int | None = MaxOpsOpt,
     jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Points simulated in parallel processes (0: one per CPU)."),
     keep_timelines: bool = typer.Option(False, "--keep-timelines",
                                         help="Also write each point's timeline_<setting>.json to the output folder."),
@@ -268,13 +268,13 @@ def sweep(
     axes = _parse_sweep(set_)
     prof = load_profile(profile)  # a bad profile fails here, once, not in every worker
     combos = list(itertools.product(*[vals for _k, vals in axes]))
-    points = [[f"{k}={v}" for (k, _), v in zip(axes, combo)] for combo in combos]
+    points = [[f"{k}={v}" for (k, _), v in zip(axes, combo, strict=False)] for combo in combos]
     outdir = out or Path("schedsim_out") / f"sweep_{_safe_dirname(file.stem)}"
     from schedsim.io import atomic_write_text, output_set
 
     with output_set(outdir, ("sweep.json", "sweep.png")) as stage:
         found = _sweep_rows(file, points, profile, stage if keep_timelines else None, jobs or os.cpu_count() or 1)
-        rows = [{"setting": dict(zip([k for k, _ in axes], combo)), **row} for combo, row in zip(combos, found)]
+        rows = [{"setting": dict(zip([k for k, _ in axes], combo, strict=False)), **row} for combo, row in zip(combos, found, strict=False)]
         atomic_write_text(stage / "sweep.json", json.dumps(rows, indent=1))
         from schedsim.report.charts import write_sweep_plot
 

@@ -152,7 +152,7 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
         return any(vals)
     if isinstance(node, ast.Compare):
         left = _ev(node.left, env)
-        for op, comp in zip(node.ops, node.comparators):
+        for op, comp in zip(node.ops, node.comparators, strict=False):
             if type(op) not in _CMPOPS:
                 raise ExprError("only == != < <= > >= in / not in comparisons are allowed")
             right = _ev(comp, env)

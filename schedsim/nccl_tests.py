@@ -184,7 +184,7 @@ def _row_problems(r: NcclTestsRow) -> list[str]:
     where = f"row size {r.size_bytes} B ({r.count} {r.dtype})"
     for half, vals in (("out-of-place", (r.oop_time_us, r.oop_algbw_GBps, r.oop_busbw_GBps, r.oop_wrong)),
                        ("in-place", (r.ip_time_us, r.ip_algbw_GBps, r.ip_busbw_GBps, r.ip_wrong))):
-        for col, v in zip(("time", "algbw", "busbw", "#wrong"), vals):
+        for col, v in zip(("time", "algbw", "busbw", "#wrong"), vals, strict=False):
             if v is None:
                 continue
             if not math.isfinite(v) or v < 0:
@@ -339,7 +339,7 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
             collective = COLLECTIVE_OF_BINARY[stem.group(1)]
     # split at each "# nThread" header: one run per header
     starts = [m.start() for m in re.finditer(r"#\s*nThread", text)]
-    chunks = [text] if len(starts) <= 1 else [text[a:b] for a, b in zip([0] + starts[1:], starts[1:] + [len(text)])]
+    chunks = [text] if len(starts) <= 1 else [text[a:b] for a, b in zip([0] + starts[1:], starts[1:] + [len(text)], strict=False)]
     logs = []
     for c in chunks:
         try:

@@ -287,7 +287,7 @@ def _match_p2p(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[s
         s, r = sends.get(key, []), recvs.get(key, [])
         src, dst = key
         by_name: dict[str, Op] | None = None
-        for k, (a, b) in enumerate(zip(s, r)):
+        for k, (a, b) in enumerate(zip(s, r, strict=False)):
             ta, tb = dict(a.tags), dict(b.tags)
             intent = None
             if a.tag is not None and b.tag is not None and a.tag != b.tag:

@@ -137,7 +137,7 @@ def check_collective_order(G: nx.DiGraph) -> None:
         ref = ranks[0]
         for r in ranks[1:]:
             if seqs[r] != seqs[ref]:
-                i = next(i for i, (a, b) in enumerate(zip(seqs[ref], seqs[r])) if a != b)
+                i = next(i for i, (a, b) in enumerate(zip(seqs[ref], seqs[r], strict=False)) if a != b)
                 from schedsim.graph.nccl import issue_grid, issue_order
 
                 order_ = G.graph.get("issue_order") or issue_order(G)

@@ -83,7 +83,7 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
             per_rank[op.rank].append(op)
     out: dict[int, list[list[str]]] = {}
     for r, ops in sorted(per_rank.items()):
-        if any(a.seq > b.seq for a, b in zip(ops, ops[1:])):  # nodes are normally in program order already
+        if any(a.seq > b.seq for a, b in zip(ops, ops[1:], strict=False)):  # nodes are normally in program order already
             ops.sort(key=lambda o: o.seq)
         launches: list[list[str]] = []
         batch_at: dict[int, list[str]] = {}

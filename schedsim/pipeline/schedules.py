@@ -185,7 +185,7 @@ def _chunked_1f1b_rank(
     fwd = [new(Action, (c * p + r, _F, mb)) for mb, c in table]
     if not zero_bubble:
         bwd = [new(Action, ((v - 1 - c) * p + r, _B, mb)) for mb, c in table]
-        steady = [x for pair in zip(fwd[warmup:], bwd[: total - warmup]) for x in pair]
+        steady = [x for pair in zip(fwd[warmup:], bwd[: total - warmup], strict=False) for x in pair]
         return [*fwd[:warmup], *steady, *bwd[total - warmup :]]
 
     ops: list[ScheduleAction | None] = list(fwd[:warmup])

@@ -76,7 +76,7 @@ def draw_sweep(rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]], ti
                                         2.8 * len(panels) + 0.8, 110), dpi=110)
     axs = [fig.add_subplot(len(panels), 1, i + 1) for i in range(len(panels))]
     width = 0.8 / max(1, len(series))
-    for ax, (ylabel, val) in zip(axs, panels):
+    for ax, (ylabel, val) in zip(axs, panels, strict=False):
         for j, (name, pts) in enumerate(series.items()):
             xs = [x for x in xvals if x in pts]
             ys = [val(pts[x]) for x in xs]

@@ -127,7 +127,7 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
         lanes = sorted(res_of, key=lambda k: (k[0], _RES_ORDER.get(res_of[k], 3), k[1]))
         sub_of = _nesting_rows(tl.spans)
         n_sub: dict[tuple[int, str], int] = defaultdict(int)
-        for s, j in zip(tl.spans, sub_of):
+        for s, j in zip(tl.spans, sub_of, strict=False):
             n_sub[(s.rank, s.stream)] = max(n_sub[(s.rank, s.stream)], j + 1)
         tid_of: dict[tuple[int, str, int], int] = {}
         for r in ranks:
@@ -145,7 +145,7 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
                                "args": {"name": f"{st} ({res_of[(r, st)]})" + (f" #{j + 1}" if j else "")}})
                 events.append({"ph": "M", "name": "thread_sort_index", "pid": pid_of[r], "tid": tid,
                                "args": {"sort_index": tid}})
-        tid_span = {s.id: tid_of[(s.rank, s.stream, j)] for s, j in zip(tl.spans, sub_of)}
+        tid_span = {s.id: tid_of[(s.rank, s.stream, j)] for s, j in zip(tl.spans, sub_of, strict=False)}
         others = [(ol, d) for ol, d in other.items() if ol != label]
         for s in tl.spans:
             args: dict[str, Any] = {"op": s.id, "kind": s.kind, "resource": s.resource}

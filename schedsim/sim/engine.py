@@ -463,7 +463,7 @@ def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, 
     spans = [
         Span(oid, op.name, op.rank, op.stream, op.kind, res_name[rs], st, en, w, rt, op.nbytes, op.flops,
              tags_of(op.tags))
-        for oid, op, rs, st, en, w, rt in zip(ids, ops, job_res, start, end, job_work, ready_t)
+        for oid, op, rs, st, en, w, rt in zip(ids, ops, job_res, start, end, job_work, ready_t, strict=False)
     ]
     # critical path: walk bindings back from the last op to finish
     cp: list[str] = []

@@ -216,7 +216,7 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
     cur_stream: dict[int, str] = {}
     seen_batch: set[tuple[int, str]] = set()
     out = []
-    for op, nx in zip(ops, cross_stream_deps):
+    for op, nx in zip(ops, cross_stream_deps, strict=False):
         h = host.get(op.rank, 0.0) + op.host_s + nx * ev_s + extra
         if cur_stream.setdefault(op.rank, op.stream) != op.stream:
             cur_stream[op.rank] = op.stream

@@ -178,7 +178,7 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
     rank, start, end, res = c.rank[order], c.start_s[order], c.end_s[order], res_codes[order]
     ready = c.ready_s[order]
     cuts = np.flatnonzero(np.diff(rank)) + 1
-    bounds = zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(rank)])).tolist())
+    bounds = zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(rank)])).tolist(), strict=False)
     ranks: dict[int, dict[str, float]] = {}
     tot_comm = tot_overlap = tot_exposed = 0.0
     for a, b in bounds:

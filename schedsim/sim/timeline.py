@@ -193,7 +193,7 @@ class SpanColumns:
             f = np.zeros(0)
             return cls([], [], np.zeros(0, dtype=np.int64), ([], np.zeros(0, np.int32)), ([], np.zeros(0, np.int32)),
                        ([], np.zeros(0, np.int32)), f, f.copy(), f.copy(), f.copy(), f.copy(), f.copy(), [])
-        ids, names, ranks, streams, kinds, res, st, en, solo, ready, by, fl, tags = zip(*spans)
+        ids, names, ranks, streams, kinds, res, st, en, solo, ready, by, fl, tags = zip(*spans, strict=False)
 
         def floats(col: tuple[Any, ...]) -> np.ndarray:
             try:
@@ -238,7 +238,7 @@ class SpanColumns:
 
         def col(key: str) -> Any:
             if key not in d:
-                raise TraceError(f"{where}: columns: no {key!r} column\n  fix: re-run the command that wrote it")
+                raise TraceError(f"{where}: columns: no {key!r} column", fix="re-run the command that wrote it")
             return d[key]
 
         try:
@@ -278,20 +278,20 @@ def _check_columns(c: SpanColumns, where: str) -> None:
     """
     import numpy as np
 
-    fix = "\n  fix: the file is corrupt or was edited; re-run the command that wrote it"
+    fix = "the file is corrupt or was edited; re-run the command that wrote it"
     bad = ~(np.isfinite(c.start_s) & np.isfinite(c.end_s))
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceError(f"{where}: op {i} ({c.id[i]!r}): start_s/end_s is not a finite number of seconds{fix}")
+        raise TraceError(f"{where}: op {i} ({c.id[i]!r}): start_s/end_s is not a finite number of seconds", fix=fix)
     back = c.end_s < c.start_s
     if back.any():
         i = int(np.argmax(back))
         raise TraceError(f"{where}: op {i} ({c.id[i]!r}): end_s {float(c.end_s[i])!r} is before start_s "
-                         f"{float(c.start_s[i])!r}{fix}")
+                         f"{float(c.start_s[i])!r}", fix=fix)
     if len(set(c.id)) != len(c.id):
         seen: set[str] = set()
         dup = next(x for x in c.id if x in seen or seen.add(x))  # type: ignore[func-returns-value]
-        raise TraceError(f"{where}: two ops share the id {dup!r}{fix}")
+        raise TraceError(f"{where}: two ops share the id {dup!r}", fix=fix)
 
 
 class Timeline:

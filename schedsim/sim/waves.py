@@ -70,7 +70,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     gends = [gm.link_ends([ops[i] for i in m]) for m in gmem]  # link directions each transfer uses (rule 6)
     one_way = rules.p2p_one_way
     grev = [tuple(e ^ 1 for e in ends) if one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
-            for ends, m in zip(gends, gmem)]  # a p2p transfer's reverse directions
+            for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
     nlink = [0] * (2 * world)  # transfers in flight per (rank, direction)
     ncopy = [0] * world  # copies in flight
     pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)

@@ -299,7 +299,7 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             if "ops" not in item:
                 raise ctx.err("a foreach block needs an `ops:` list", m, p, fix="add ops: [...] under foreach")
             for combo in itertools.product(*values):
-                _expand_ops(item["ops"], {**env, **dict(zip(names, combo))}, ctx, p + ".ops", out)
+                _expand_ops(item["ops"], {**env, **dict(zip(names, combo, strict=False))}, ctx, p + ".ops", out)
             continue
         if per_rank:
             # the op is instanced per rank: one entry per rank, with `rank` bound in its expressions

@@ -433,7 +433,7 @@ def last_finishing_chain(spans: list[Span]) -> list[str]:
 def check_rank_unique(ranks: list[int], files: list[Path]) -> None:
     """Raise TraceError when two trace files claim the same rank."""
     seen: dict[int, Path] = {}
-    for r, f in zip(ranks, files):
+    for r, f in zip(ranks, files, strict=False):
         if r in seen:
             raise TraceError(f"{f}: rank {r} is also claimed by {seen[r]}\n"
                              "  fix: pass one trace file per rank")

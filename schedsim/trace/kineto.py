@@ -279,8 +279,8 @@ def import_kineto(
                          "was the profiler run with ProfilerActivity.CUDA?")
     # -- common time base ------------------------------------------------------------------------
     base0 = min(bases)
-    shift_ns = {rank: float(b - base0) for rank, b in zip(ranks, bases)}
-    ref_of = dict(zip(ranks, refs))
+    shift_ns = {rank: float(b - base0) for rank, b in zip(ranks, bases, strict=False)}
+    ref_of = dict(zip(ranks, refs, strict=False))
     if any(shift_ns.values()):
         for i, a in enumerate(acts):
             s = shift_ns[a.rank]

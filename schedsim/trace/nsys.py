@@ -200,7 +200,7 @@ def import_nsys(
         bases.append(base)
         conns.append(db)
     base0 = min(bases)
-    for db, base in zip(conns, bases):
+    for db, base in zip(conns, bases, strict=False):
         _read_one(db, base - base0, acts, op_ranges, kernel_rows, nccl_rows, rank_info, warnings, ops,
                   multi=len(files) > 1, keep_kernel_rows=keep_kernel_rows)
         db.conn.close()
