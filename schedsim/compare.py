@@ -19,9 +19,10 @@ What is compared
   previous op on the stream done, awaited events resolved, the host call
   issued; for a collective or send/recv, the last member's arrival) and its
   span includes the time its kernel waited for SMs behind other streams'
-  kernels. The predicted op is then timed the same way: from
-  ``max(ready_s)`` over its rendezvous group (``ready_s`` of the simulator is
-  dependencies done *and* host issued, :mod:`schedsim.sim.waves`) to its end.
+  kernels. The predicted op is then timed the same way: from its
+  ``stream_s`` (dependencies done and the host at the start of the op's call,
+  where the executor records the start event; ``waves`` model) or, lacking
+  it, its ``ready_s``, the latest over its rendezvous group, to its end.
   Timelines whose start is the kernel's own start (imported Kineto traces,
   predictions on both sides) compare ``start_s`` → ``end_s``.
 * **Overlap ratio and exposed communication** (definitions in
@@ -65,9 +66,13 @@ def _rel(pred: float, meas: float) -> float | None:
 _LOCAL_KINDS = frozenset({"matmul", "compute", "memcpy"})
 
 
+#: ``meta.timing`` values of timelines timed by CUDA events on each op's stream (eager; inside a CUDA graph).
+EVENT_TIMINGS = frozenset({"cuda_events", "cuda_graph_external_events"})
+
+
 def event_timed(tl: Timeline) -> bool:
     """True when ``tl`` was timed by CUDA events recorded on each op's stream (``schedsim execute``)."""
-    return isinstance(tl.meta, dict) and tl.meta.get("timing") == "cuda_events"
+    return isinstance(tl.meta, dict) and tl.meta.get("timing") in EVENT_TIMINGS
 
 
 def _group_key(s: Span) -> tuple[str, str] | None:
@@ -83,10 +88,10 @@ def _group_key(s: Span) -> tuple[str, str] | None:
 def op_window(tl: Timeline, *, stream_reached: bool) -> dict[str, tuple[float, float]]:
     """``{op id: (start_s, end_s)}`` of every span, as the other side of the comparison measures it.
 
-    With ``stream_reached`` the start is when the op's stream reached it: ``ready_s`` (dependencies done and,
-    in a prediction, the host call issued), for a collective or send/recv the latest ``ready_s`` of its group
-    (same collective name on every rank; a send and its recv share ``tags.msg``), capped at ``end_s``; a span
-    without ``ready_s`` keeps ``start_s``. This is what CUDA events recorded on the op's stream measure
+    With ``stream_reached`` the start is when the op's stream reached it: ``stream_s`` (predicted by
+    ``waves``: dependencies done and the host at the start of the op's call), else ``ready_s``; for a
+    collective or send/recv the latest of these over its group (same collective name on every rank; a send
+    and its recv share ``tags.msg``), capped at ``end_s``; a span with neither keeps ``start_s``. This is what CUDA events recorded on the op's stream measure
     (``executor/timing.py``). Without it, ``(start_s, end_s)``.
 
     >>> from schedsim.sim.timeline import Span, Timeline
@@ -100,15 +105,17 @@ def op_window(tl: Timeline, *, stream_reached: bool) -> dict[str, tuple[float, f
     arrive: dict[tuple[str, str], float] = {}
     for s in tl.spans:
         g = _group_key(s)
-        if g is not None and s.ready_s is not None:
-            arrive[g] = max(arrive.get(g, s.ready_s), s.ready_s)
+        a = s.ready_s if s.stream_s is None else s.stream_s
+        if g is not None and a is not None:
+            arrive[g] = max(arrive.get(g, a), a)
     out = {}
     for s in tl.spans:
-        if s.ready_s is None:
+        a = s.ready_s if s.stream_s is None else s.stream_s
+        if a is None:
             out[s.id] = (s.start_s, s.end_s)
             continue
         g = _group_key(s)
-        t0 = arrive.get(g, s.ready_s) if g is not None else s.ready_s
+        t0 = arrive.get(g, a) if g is not None else a
         out[s.id] = (min(t0, s.end_s), s.end_s)
     return out
 

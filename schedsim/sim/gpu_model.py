@@ -200,14 +200,19 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
 
 
 def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
-                     model_executor: bool = False) -> list[float]:
+                     model_executor: bool = False, call_start: list[float] | None = None) -> list[float]:
     """Time (s) at which the host has issued each op (rule 1); ``ops`` in program order per rank.
 
     ``cross_stream_deps[i]`` counts op i's dependencies on other streams (one event wait each). In
-    ``cuda_graph`` mode every op is issued at ``graph_launch_us``.
+    ``cuda_graph`` mode every op is issued at ``graph_launch_us``. ``call_start``, if given, is filled
+    with the host time at which each op's own call begins (after its ``host_us``, event waits and
+    stream switch): an event recorded just before the call is enqueued then (0 in a graph replay,
+    whose nodes are on the GPU already).
     """
     lp = profile.launch
     if mode == "cuda_graph":
+        if call_start is not None:
+            call_start[:] = [0.0] * len(ops)
         return [lp.graph_launch_us * 1e-6] * len(ops)
     op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
     batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
@@ -221,6 +226,8 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
         if cur_stream.setdefault(op.rank, op.stream) != op.stream:
             cur_stream[op.rank] = op.stream
             h += sw_s
+        if call_start is not None:
+            call_start.append(h)
         kind = op.kind
         if kind in ("matmul", "compute"):
             h += op_s * op.repeat

@@ -9,7 +9,7 @@ Stored column-wise so a million-op timeline stays cheap. JSON layout
      "makespan_s": 0.0755, "meta": {...},
      "ops": [{"id": "mm0@r0", "name": "mm0", "rank": 0, "stream": "s0",
               "kind": "matmul", "resource": "compute",
-              "start_s": ..., "end_s": ..., "solo_s": ..., "ready_s": ...,
+              "start_s": ..., "end_s": ..., "solo_s": ..., "ready_s": ..., "stream_s": ...,
               "bytes": ..., "flops": ..., "tags": {...}}, ...],
      "critical_path": ["ag0@r0", "mm0@r0", ...],
      "metrics": {...}}
@@ -20,7 +20,10 @@ for measured timelines). ``solo_s`` is the op's uncontended duration
 Where both are known, ``breakdown`` says where the op's time went: ``wait_s``
 (ready until start: waiting for the peers of a rendezvous), ``work_s`` (the
 solo duration) and ``contention_s`` (the extra time from sharing the GPU or a
-link with concurrent ops).
+link with concurrent ops). ``stream_s`` (predicted by the ``waves`` model, else
+absent) is when the op's stream reached it: its dependencies done and the host at
+the start of the op's call, which is when a CUDA event recorded just before the
+call fires (what ``schedsim execute`` measures as an op's start).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class Span(NamedTuple):
     bytes: float = 0.0
     flops: float = 0.0
     tags: dict[str, Any] = {}  # noqa: RUF012 - never mutated in place
+    stream_s: float | None = None  # when the stream reached the op (an event recorded before its call fires)
 
     @property
     def duration_s(self) -> float:
@@ -148,7 +152,7 @@ class Timeline:
                 Span(id=o["id"], name=o["name"], rank=int(o["rank"]), stream=str(o["stream"]), kind=o["kind"],
                      resource=o.get("resource", "compute"), start_s=float(o["start_s"]), end_s=float(o["end_s"]),
                      solo_s=o.get("solo_s"), ready_s=o.get("ready_s"), bytes=float(o.get("bytes") or 0.0),
-                     flops=float(o.get("flops") or 0.0), tags=o.get("tags") or {})
+                     flops=float(o.get("flops") or 0.0), tags=o.get("tags") or {}, stream_s=o.get("stream_s"))
                 for o in d.get("ops", [])
             ]
         except (KeyError, TypeError, ValueError) as e:
@@ -181,6 +185,8 @@ def _span_dict(s: Span) -> dict[str, Any]:
     d = {"id": s.id, "name": s.name, "rank": s.rank, "stream": s.stream, "kind": s.kind, "resource": s.resource,
          "start_s": s.start_s, "end_s": s.end_s, "solo_s": s.solo_s, "ready_s": s.ready_s, "bytes": s.bytes,
          "flops": s.flops, "tags": s.tags}
+    if s.stream_s is not None:
+        d["stream_s"] = s.stream_s
     if s.solo_s is not None and s.ready_s is not None:
         d["breakdown"] = {"wait_s": s.start_s - s.ready_s, "work_s": s.solo_s,
                           "contention_s": (s.end_s - s.start_s) - s.solo_s}

@@ -45,7 +45,8 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                                     rules.compute_slowdown_with_copy, rules.copy_slowdown_with_compute)
 
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
-    succ, issue = _order_and_issue(c, profile, mode, serial, model_executor)
+    call0: list[float] = []
+    succ, issue = _order_and_issue(c, profile, mode, serial, model_executor, call0)
     kn = _kernels(c, rules)
     kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues = kn
     K = len(kops)
@@ -58,6 +59,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     start = [0.0] * N
     end = [-1.0] * N
     ready_t = [0.0] * N
+    deps_t = [0.0] * N  # when the last dependency ended
     binding = [-1] * N
     gres = [0] * len(gmem)
     garr = [0] * len(gmem)  # members handed to the GPU
@@ -243,6 +245,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             npred[v] = n
             if n:
                 continue
+            deps_t[v] = t
             if issue[v] > t:
                 binding[v] = HOST
                 push(heap, (issue[v], next(counter), -1 - v, 0))
@@ -330,7 +333,8 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             dirty.clear()
     if sum(1 for e in end if e >= 0.0) < N:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
-    return _State(start, end, ready_t, binding)
+    # an event recorded before the op's call fires once the stream got there and the host made the call
+    return _State(start, end, ready_t, binding, [max(d, h) for d, h in zip(deps_t, call0)])
 
 
 class _Kernels(NamedTuple):
@@ -349,7 +353,8 @@ class _Kernels(NamedTuple):
 
 
 def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # type: ignore[no-untyped-def]
-                     model_executor: bool) -> tuple[list[list[int]], list[float]]:
+                     model_executor: bool, call_start: list[float] | None = None
+                     ) -> tuple[list[list[int]], list[float]]:
     """Successor lists in program order plus the communicator-order edges (rule 7; ``c.npred`` grows),
     and the host issue time of each op (rule 1)."""
     ops, N = c.ops, c.N
@@ -366,7 +371,8 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # ty
         for v in succ[u]:
             if ops[v].stream != su:
                 xdeps[v] += 1
-    return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor)
+    return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
+                                     call_start=call_start)
 
 
 def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]

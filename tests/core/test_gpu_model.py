@@ -114,6 +114,21 @@ def test_host_us_and_event_waits_delay_issue(sim_text):
     assert spans == {"A@r0": (5.0, 7.0), "B@r0": (15.0, 17.0)}
 
 
+def test_stream_reached_time_is_the_host_call_start_or_the_dependencies(sim_text):
+    # stream_s = max(dependencies done, host at the start of the op's own call): what a CUDA event recorded just
+    # before the call measures. A: call 0-5, kernel 5-7 -> stream_s 0. B (s2, waits on A): 2 µs event wait, so its
+    # call runs 7-12 (A's end at 7 is later) -> stream_s 7, kernel 12-14. C on s1 after A: call 12-17, A done at 7
+    # -> stream_s 12. In a graph replay the host has issued everything: stream_s = dependencies (0, 2, 2).
+    prof = waves_profile(launch={"eager_per_op_us": 5.0})
+    body = f"  - {{name: A, {TINY}}}\n  - {{name: B, {TINY}, stream: s2, deps: [A]}}\n  - {{name: C, {TINY}}}\n"
+    spans, tl = sim_text(HEAD % 1 + body, prof)
+    got = {s.id: round(s.stream_s * 1e6, 6) for s in tl.spans}
+    assert spans == {"A@r0": (5.0, 7.0), "B@r0": (12.0, 14.0), "C@r0": (17.0, 19.0)}
+    assert got == {"A@r0": 0.0, "B@r0": 7.0, "C@r0": 12.0}
+    _, tl = sim_text(HEAD % 1 + body, prof, launch="cuda_graph")
+    assert {s.id: round(s.stream_s * 1e6, 6) for s in tl.spans} == {"A@r0": 0.0, "B@r0": 2.0, "C@r0": 2.0}
+
+
 def test_stream_switch_costs_host_time(sim_text):
     # 5 µs per launch, 4 µs per stream switch (the rank's first op is free): A on s1 at 5; B on s2 at 5 + 4 + 5 =
     # 14; C on s2 again at 19 (no switch); D back on s1 at 19 + 4 + 5 = 28. The kernels are 2 µs each.

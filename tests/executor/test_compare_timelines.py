@@ -141,3 +141,17 @@ def test_event_timed_p2p_pairs_by_message():
         Span("s2@r0", "s2", 0, "p", "send", "comm", 7.0, 8.0, ready_s=6.5)])  # no msg: its own ready
     w = op_window(tl, stream_reached=True)
     assert w["s@r0"] == (3.0, 6.0) and w["r@r1"] == (3.0, 6.0) and w["s2@r0"] == (6.5, 8.0)
+
+
+def test_event_timed_prefers_stream_reached_time():
+    """A waves prediction's ``stream_s`` (host at the call's start) is the event-timed start, not ``ready_s``.
+
+    Host-bound GEMM: call starts at 10 us, returns at 22 us (ready), kernel 22-26 us -> event-timed span 16 us
+    (12 us call + 4 us kernel), which is what a start event recorded before the call measures.
+    """
+    from schedsim.compare import op_window
+
+    s = Span("a@r0", "a", 0, "s", "matmul", "compute", 22e-6, 26e-6, ready_s=22e-6, stream_s=10e-6)
+    w = op_window(Timeline("x", "predict", 1, spans=[s]), stream_reached=True)["a@r0"]
+    assert w[1] - w[0] == pytest.approx(16e-6)
+    assert op_window(Timeline("x", "predict", 1, spans=[s]), stream_reached=False)["a@r0"] == (22e-6, 26e-6)
