@@ -47,12 +47,20 @@ def test_small_kernel_on_a_third_stream_waits_for_free_sms(sim_text):
     assert spans == {"A@r0": (0.0, 10.0), "C@r0": (0.0, 2.0)}
 
 
-def test_gemm_that_finds_few_free_sms_stretches(sim_text):
-    # 4 SMs: the 6-tile GEMM is persistent, 4 CTAs of 10 µs each. C (1 CTA, 2 µs) is handed over first and
-    # holds one SM for 2 µs, so A starts on 3 SMs at 0 and places its 4th CTA at 2: A ends at 12 (stretched)
+def test_multi_wave_gemm_frees_sms_in_its_last_wave(sim_text):
+    # 4 SMs: the 6-tile GEMM has at least a wave of output tiles, so it runs as 6 CTAs in 2 waves of 5 µs (was:
+    # persistent, 4 CTAs of 10 µs; the 2xH200 probe of 2026-11-30 disproves that for cuBLAS: a 1024^3 GEMM on a
+    # third stream ended 0.14 ms *before* a queued bf16 8192^3 GEMM of 2048 CTAs, whose partial last wave freed
+    # SMs, benchmarks/h200/probes.md). A: CTAs 0-5 on all 4 SMs, its last 2 at 5-10; B (1 CTA) then takes a
+    # free SM at 5 and ends at 7, before A.
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: B, {TINY}, stream: s3}}\n",
+                        waves_profile(sms=4))
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (5.0, 7.0)}
+    # C (1 CTA, 2 µs) handed over first holds one SM until 2: A starts 3 CTAs at 0 (end 5), its 4th at 2 (end 7),
+    # its last 2 at 5 (end 10): the wave it lost is absorbed by its partial last wave
     spans, _ = sim_text(HEAD % 1 + f"  - {{name: C, {TINY}, stream: s3}}\n  - {{name: A, {SIX}, stream: s1}}\n",
                         waves_profile(sms=4))
-    assert spans == {"C@r0": (0.0, 2.0), "A@r0": (0.0, 12.0)}
+    assert spans == {"C@r0": (0.0, 2.0), "A@r0": (0.0, 10.0)}
 
 
 def test_nccl_kernel_starts_late_and_starves_beside_gemms(sim_text):
