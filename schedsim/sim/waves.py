@@ -45,6 +45,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                                     rules.compute_slowdown_with_copy, rules.copy_slowdown_with_compute)
 
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
+    xlat = rules.cross_stream_s
     call0: list[float] = []
     succ, issue = _order_and_issue(c, profile, mode, serial, model_executor, call0)
     kn = _kernels(c, rules)
@@ -246,9 +247,14 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             if n:
                 continue
             deps_t[v] = t
-            if issue[v] > t:
+            tv = t + xlat if xlat and ops[v].stream != ops[i].stream and ops[v].rank == ops[i].rank else t
+            if issue[v] > tv:
                 binding[v] = HOST
                 push(heap, (issue[v], next(counter), -1 - v, 0))
+                continue
+            if tv > t:  # rule 3: an event wait resolves later than a same-stream successor
+                binding[v] = i
+                push(heap, (tv, next(counter), -1 - v, 0))
                 continue
             binding[v] = i
             op_ready(v, t)
