@@ -10,7 +10,9 @@ Rules and their sources
 1. **Host thread** (one per rank; PyTorch's Python thread). It issues the rank's
    ops in *program order* (the order of the ops of that rank after lowering:
    hand-written ops as written, then a pipeline block's ops), each costing host
-   time by kind (profile ``launch``): a kernel ``eager_per_op_us`` (× ``repeat``),
+   time by kind (profile ``launch``): a kernel ``eager_per_op_us`` (× ``repeat``;
+   a ``compute`` op given only ``bytes`` is a device ``copy_`` in ``execute`` and
+   the hand-written references, so ``memcpy_call_us``),
    a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
@@ -248,7 +250,9 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
         if call_start is not None:
             call_start.append(h)
         kind = op.kind
-        if kind in ("matmul", "compute"):
+        if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
+            h += copy_s * op.repeat  # a bytes-only kernel runs as a device copy_ (executor/kernels.py, references)
+        elif kind in ("matmul", "compute"):
             h += op_s * op.repeat
         elif kind == "memcpy":
             h += copy_s
