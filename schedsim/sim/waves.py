@@ -339,8 +339,14 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             dirty.clear()
     if sum(1 for e in end if e >= 0.0) < N:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
-    # an event recorded before the op's call fires once the stream got there and the host made the call
-    return _State(start, end, ready_t, binding, [max(d, h) for d, h in zip(deps_t, call0)])
+    # an event recorded before the op's call fires once the stream got there, the host made the call and its
+    # hardware queue handed over the item ahead of it (rule 2: with fewer queues than streams, that can be later)
+    qreach = [0.0] * K
+    for Q in queues.values():
+        for a, b in zip(Q, Q[1:]):
+            qreach[b] = khand[a]
+    return _State(start, end, ready_t, binding, [max(d, h, qreach[kern[i]]) for i, (d, h) in
+                                                 enumerate(zip(deps_t, call0))])
 
 
 class _Kernels(NamedTuple):

@@ -84,8 +84,11 @@ def test_one_connection_starts_kernels_in_issue_order(sim_text):
     spans, _ = sim_text(HEAD % 1 + body, waves_profile())
     assert spans == {"A@r0": (0.0, 10.0), "C@r0": (10.0, 12.0), "B@r0": (0.0, 2.0)}
     one = {"A@r0": (0.0, 10.0), "C@r0": (10.0, 12.0), "B@r0": (10.0, 12.0)}
-    spans, _ = sim_text(HEAD % 1 + body, waves_profile(max_connections=1))
+    spans, tl = sim_text(HEAD % 1 + body, waves_profile(max_connections=1))
     assert spans == one
+    # an event recorded before B sits in the one queue behind C, which is handed over at 10: B's stream_s is 10
+    # (with 8 queues it is 0), which is what execute's CUDA events measure
+    assert {s.id: s.stream_s * 1e6 for s in tl.spans} == pytest.approx({"A@r0": 0.0, "C@r0": 10.0, "B@r0": 10.0})
     env = "schema_version: 1\nname: g\nworld_size: 1\nenv: {CUDA_DEVICE_MAX_CONNECTIONS: 1}\nops:\n"
     spans, _ = sim_text(env + body, waves_profile())
     assert spans == one
