@@ -121,7 +121,7 @@ def merge(shipped: dict[str, Any], fresh: dict[str, Any], cal: dict[str, Any], w
         "an all_reduce per layer in 46 us < 59.3 us). stream_switch_us = 0: the executor and the hand-written "
         "references switch with torch.cuda.set_stream, a thread-local swap not measured separately; the probes' "
         "8.69 us is the `with torch.cuda.stream(s)` context manager, a different call "
-        "(benchmarks/probe_host_calls.py measures both)."
+        "(bash benchmarks/probe_host_calls.sh measures both)."
     )
     nc = out["nccl"]
     sp = _one_way_speedup(cal)
