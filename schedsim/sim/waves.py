@@ -7,6 +7,11 @@ an NCCL transfer of one collective or send/recv pair (all its ranks), or a copy 
 copy engine. Each job has remaining solo work and a rate (HBM sharing, NCCL
 slowdown, copy contention); rates of the ranks touched by an event are
 recomputed once after it. Deterministic: ties on the heap break by a counter.
+
+Besides start (first CTA placed) and end (last CTA done), each op gets ``stream_s``: when its stream
+reached it, i.e. when a CUDA event recorded just before its call would fire: its last dependency done,
+the host at the start of its call (rule 1) and its hardware queue past the item ahead (rule 2). That is
+what ``schedsim execute`` measures as an op's start, and what :func:`schedsim.compare.op_window` compares.
 """
 
 from __future__ import annotations
