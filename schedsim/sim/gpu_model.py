@@ -189,8 +189,8 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
     ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them.
     """
     if op.kind == "matmul":
-        one = cost.gemm_ctas(op)
-        if one < sms or -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
+        one = cost.gemm_ctas(op)  # output tiles, times a split-K factor when they are fewer than the SMs
+        if -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
             one = min(one, sms)  # less than a wave of output tiles (split-K regime): one wave
         # else one CTA per output tile, run in waves (cuBLAS's grid for these shapes, 2xH200 probes)
         mem = False

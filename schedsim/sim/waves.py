@@ -251,8 +251,8 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             npred[v] = n
             if n:
                 continue
-            deps_t[v] = t
             tv = t + xlat if xlat and ops[v].stream != ops[i].stream and ops[v].rank == ops[i].rank else t
+            deps_t[v] = tv  # the start event behind the wait fires once the wait resolved
             if issue[v] > tv:
                 binding[v] = HOST
                 push(heap, (issue[v], next(counter), -1 - v, 0))
