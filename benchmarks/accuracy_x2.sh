@@ -6,7 +6,8 @@
 #      hand-written PyTorch reference of its family (benchmarks/handwritten/, timed by the same method);
 #      one summary.json/.csv per case
 #   3. the gpu-marked pytest tests (eager, graph, profiler, p2p on 2 ranks), if pytest is importable
-#   4. OUT/summary.{csv,json,md} over all cases, OUT/results.tgz with everything, OUT/<profile>.yaml, OUT/log.txt
+#   4. OUT/summary.{csv,json,md} over all cases, OUT/replay_h200x2.md (benchmarks/accuracy_replay.py with the shipped
+#      h200x2), OUT/results.tgz with everything, OUT/<profile>.yaml, OUT/log.txt
 # Cases: allgather_mm chunks 1 2 4 8 16; tp_ffn tp=2; tp_allreduce_graph eager + cuda_graph; pipeline_schedules
 # gpipe 1f1b interleaved_1f1b zb_h1 at p=2; offload and small_ops_graph (eager + cuda_graph) on one GPU;
 # allgather_mm8 with CUDA_DEVICE_MAX_CONNECTIONS=1.
@@ -122,6 +123,8 @@ fi
 
 step "summary"
 $PY benchmarks/accuracy_x2_summary.py collect "$WORK" "$OUT"
+# the same cases re-predicted with the shipped h200x2 and the model of this checkout (CPU, seconds)
+$PY benchmarks/accuracy_replay.py "$WORK" --profile h200x2 --md "$OUT/replay_h200x2.md" || true
 [ -f "$PROF" ] && cp "$PROF" "$OUT/"
 find "$WORK" -name 'kineto_rank*.json.gz' -size +15M -delete
 tar czf "$OUT/results.tgz" -C "$WORK" . && ls -la "$OUT"

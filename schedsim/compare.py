@@ -13,6 +13,18 @@ What is compared
 * **Per op**, matching ops by id (``name@rN``): the duration error of each
   op, then the median and worst absolute relative error, and the same grouped
   by op kind (with the summed predicted and measured time of each kind).
+  Like is compared with like (:func:`op_window`): when the measured timeline
+  is timed by CUDA events (``meta.timing == "cuda_events"``, what ``schedsim
+  execute`` records), a measured op starts when its *stream* reached it (the
+  previous op on the stream done, awaited events resolved, the host call
+  issued; for a collective or send/recv, the last member's arrival) and its
+  span includes the time its kernel waited for SMs behind other streams'
+  kernels. The predicted op is then timed the same way: from its
+  ``stream_s`` (dependencies done and the host at the start of the op's call,
+  where the executor records the start event; ``waves`` model) or, lacking
+  it, its ``ready_s``, the latest over its rendezvous group, to its end.
+  Timelines whose start is the kernel's own start (imported Kineto traces,
+  predictions on both sides) compare ``start_s`` → ``end_s``.
 * **Overlap ratio and exposed communication** (definitions in
   :mod:`schedsim.sim.metrics`), predicted against measured.
 * **Per rank, by resource**: the busy time of compute, communication and copy
@@ -35,7 +47,8 @@ from schedsim.errors import TraceError
 from schedsim.sim.metrics import compute_metrics
 from schedsim.sim.timeline import Span, Timeline, atomic_write_text
 
-__all__ = ["compare_timelines", "write_comparison", "load_timeline_arg", "print_comparison", "register"]
+__all__ = ["compare_timelines", "event_timed", "op_window", "write_comparison", "load_timeline_arg",
+           "print_comparison", "register"]
 
 #: Share of ops that must match by id for the by-id comparison to be used.
 MIN_MATCH_SHARE = 0.5
@@ -47,6 +60,64 @@ def _rel(pred: float, meas: float) -> float | None:
     if abs(meas) < _TINY:
         return None if abs(pred) >= _TINY else 0.0
     return (pred - meas) / meas
+
+
+#: Op kinds that are not a rendezvous (no group start).
+_LOCAL_KINDS = frozenset({"matmul", "compute", "memcpy"})
+
+
+#: ``meta.timing`` values of timelines timed by CUDA events on each op's stream (eager; inside a CUDA graph).
+EVENT_TIMINGS = frozenset({"cuda_events", "cuda_graph_external_events"})
+
+
+def event_timed(tl: Timeline) -> bool:
+    """True when ``tl`` was timed by CUDA events recorded on each op's stream (``schedsim execute``)."""
+    return isinstance(tl.meta, dict) and tl.meta.get("timing") in EVENT_TIMINGS
+
+
+def _group_key(s: Span) -> tuple[str, str] | None:
+    """The rendezvous an op belongs to: a collective's name, a send/recv's message (``tags.msg``)."""
+    if s.kind in _LOCAL_KINDS:
+        return None
+    if s.kind in ("send", "recv"):
+        msg = s.tags.get("msg") if s.tags else None
+        return None if msg is None else ("p2p", str(msg))
+    return ("coll", s.name)
+
+
+def op_window(tl: Timeline, *, stream_reached: bool) -> dict[str, tuple[float, float]]:
+    """``{op id: (start_s, end_s)}`` of every span, as the other side of the comparison measures it.
+
+    With ``stream_reached`` the start is when the op's stream reached it: ``stream_s`` (predicted by
+    ``waves``: dependencies done and the host at the start of the op's call), else ``ready_s``; for a
+    collective or send/recv the latest of these over its group (same collective name on every rank; a send
+    and its recv share ``tags.msg``), capped at ``end_s``; a span with neither keeps ``start_s``. This is what CUDA events recorded on the op's stream measure
+    (``executor/timing.py``). Without it, ``(start_s, end_s)``.
+
+    >>> from schedsim.sim.timeline import Span, Timeline
+    >>> a = Span("ag@r0", "ag", 0, "nccl", "all_gather", "comm", 3.0, 5.0, ready_s=1.0)
+    >>> b = Span("ag@r1", "ag", 1, "nccl", "all_gather", "comm", 3.0, 5.0, ready_s=2.0)
+    >>> op_window(Timeline("x", "predict", 2, spans=[a, b]), stream_reached=True)["ag@r0"]
+    (2.0, 5.0)
+    """
+    if not stream_reached:
+        return {s.id: (s.start_s, s.end_s) for s in tl.spans}
+    arrive: dict[tuple[str, str], float] = {}
+    for s in tl.spans:
+        g = _group_key(s)
+        a = s.ready_s if s.stream_s is None else s.stream_s
+        if g is not None and a is not None:
+            arrive[g] = max(arrive.get(g, a), a)
+    out = {}
+    for s in tl.spans:
+        a = s.ready_s if s.stream_s is None else s.stream_s
+        if a is None:
+            out[s.id] = (s.start_s, s.end_s)
+            continue
+        g = _group_key(s)
+        t0 = arrive.get(g, a) if g is not None else a
+        out[s.id] = (min(t0, s.end_s), s.end_s)
+    return out
 
 
 def _by_rank(metrics: dict[str, Any]) -> dict[int, dict[str, float]]:
@@ -127,7 +198,11 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     res["match"] = {"mode": mode, "matched": len(common), "only_pred": only_p[:20], "only_meas": only_m[:20],
                     "n_only_pred": len(only_p), "n_only_meas": len(only_m)}
     if mode == "id":
-        res["ops"] = _op_errors(common, pid, mid, max_ops_listed)
+        stream_reached = event_timed(meas) and not event_timed(pred)
+        res["ops"] = _op_errors(common, pid, mid, max_ops_listed,
+                                op_window(pred, stream_reached=stream_reached), op_window(meas, stream_reached=False))
+        res["ops"]["span"] = ("stream reached -> end (CUDA events on the op's stream)" if stream_reached
+                              else "start -> end")
     ov: dict[str, Any] = {}
     for key in ("overlap_ratio", "exposed_comm_s", "busy_comm_s"):
         a, b = mp[key], mm[key]
@@ -146,15 +221,17 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     return res
 
 
-def _op_errors(common: list[str], pid: dict[str, Span], mid: dict[str, Span], cap: int) -> dict[str, Any]:
+def _op_errors(common: list[str], pid: dict[str, Span], mid: dict[str, Span], cap: int,
+               wp: dict[str, tuple[float, float]], wm: dict[str, tuple[float, float]]) -> dict[str, Any]:
     rows = []
     by_kind: dict[str, list[tuple[float, float, float | None]]] = {}
     for k in common:
-        a, b = pid[k], mid[k]
-        e = _rel(a.duration_s, b.duration_s)
-        rows.append({"id": k, "kind": b.kind, "rank": b.rank, "stream": b.stream, "pred_start_s": a.start_s,
-                     "pred_dur_s": a.duration_s, "meas_start_s": b.start_s, "meas_dur_s": b.duration_s, "error": e})
-        by_kind.setdefault(b.kind, []).append((a.duration_s, b.duration_s, e))
+        b = mid[k]
+        (ps, pe), (ms, me) = wp[k], wm[k]
+        e = _rel(pe - ps, me - ms)
+        rows.append({"id": k, "kind": b.kind, "rank": b.rank, "stream": b.stream, "pred_start_s": ps,
+                     "pred_dur_s": pe - ps, "meas_start_s": ms, "meas_dur_s": me - ms, "error": e})
+        by_kind.setdefault(b.kind, []).append((pe - ps, me - ms, e))
     errs = [abs(r["error"]) for r in rows if r["error"] is not None]
     worst = max((r for r in rows if r["error"] is not None), key=lambda r: abs(r["error"]), default=None)
     kinds = {}

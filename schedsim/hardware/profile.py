@@ -48,6 +48,10 @@ class GPU(_B):
         description="CUDA_DEVICE_MAX_CONNECTIONS: host-to-GPU hardware work queues per context (1-32, CUDA default "
         "8; CUDA programming guide, environment variables). Streams share queues round robin; with 1, kernels "
         "start in host issue order whatever their stream (false serialization).")
+    cross_stream_latency_us: float = Field(
+        default=0.0, ge=0,
+        description="GPU-side delay, µs, before a kernel released by an op on another stream (an event wait) "
+        "reaches the GPU, beyond a same-stream successor's (waves model).")
     source: str = Field(description="Where these numbers come from.")
 
 

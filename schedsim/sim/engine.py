@@ -188,6 +188,7 @@ class _State(NamedTuple):
     end: list[float]
     ready_t: list[float]
     binding: list[int]
+    stream_t: list[float] | None = None  # waves: when the stream reached the op (dependencies done, host at its call)
 
 
 def _compile(G: nx.DiGraph, profile: HardwareProfile, mode: str) -> _Compiled:
@@ -448,7 +449,7 @@ def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwarePro
 def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:
     """Spans, critical path (bindings walked back from the last op to finish) and metadata."""
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
-    start, end, ready_t, binding = state
+    start, end, ready_t, binding, stream_t = state
     job_res, job_work = c.job_res, c.job_work
     empty: dict = {}  # shared, never mutated
     res_name = ("compute", "comm", "copy", "copy", "copy")
@@ -465,6 +466,8 @@ def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, 
              tags_of(op.tags))
         for oid, op, rs, st, en, w, rt in zip(ids, ops, job_res, start, end, job_work, ready_t, strict=False)
     ]
+    if stream_t is not None:
+        spans = [s._replace(stream_s=x) for s, x in zip(spans, stream_t)]
     # critical path: walk bindings back from the last op to finish
     cp: list[str] = []
     if N:

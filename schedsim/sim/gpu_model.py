@@ -10,7 +10,9 @@ Rules and their sources
 1. **Host thread** (one per rank; PyTorch's Python thread). It issues the rank's
    ops in *program order* (the order of the ops of that rank after lowering:
    hand-written ops as written, then a pipeline block's ops), each costing host
-   time by kind (profile ``launch``): a kernel ``eager_per_op_us`` (× ``repeat``),
+   time by kind (profile ``launch``): a kernel ``eager_per_op_us`` (× ``repeat``;
+   a ``compute`` op given only ``bytes`` is a device ``copy_`` in ``execute`` and
+   the hand-written references, so ``memcpy_call_us``),
    a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
@@ -45,30 +47,44 @@ Rules and their sources
    Hopper GEMM tiles use most of an SM's shared memory and registers). A kernel
    of C CTAs alone runs in ceil(C / SMs) waves, so each CTA lasts
    solo_time / waves (NVIDIA "Matrix multiplication background" guide: a partial
-   last wave costs a full wave); with rule 4 every kernel is one wave per launch. Start = first CTA placed, end = last CTA done
-   (as CUPTI reports). So two GEMMs that fill the GPU on two streams run one
+   last wave costs a full wave). Start = first CTA placed, end = last CTA done
+   (as CUPTI reports). An op whose last dependency to end is on another
+   stream of its rank (an event wait) is handed over ``gpu.cross_stream_latency_us``
+   later than a same-stream successor would be: the queue resolves the wait
+   (2×H200, 2026-11-30: 6.05 µs from a GEMM's end to the start event of its
+   successor on another stream against 2.90 µs on the same stream, median of 64
+   layers of small_ops_graph in a CUDA graph, so 3.15 µs). Released at one
+   instant, the same-stream kernel therefore takes the SMs first: in the
+   pipeline runs of that day a send released by a backward GEMM waited behind
+   the next GEMM of the compute stream (0.59 ms for 32 MiB, 0.11 ms alone).
+   So two GEMMs that fill the GPU on two streams run one
    after the other, and a small kernel on a third stream waits for free SMs.
 4. **CTA counts.** GEMM: ceil(m·batch/128)·ceil(n/128) output tiles of 128×128
-   (CUTLASS/cuBLAS's common Hopper tile; the real grid is in a Kineto trace),
-   split-K for skinny GEMMs (:meth:`schedsim.cost.CostModel.gemm_ctas`), capped
-   at one CTA per SM: Hopper GEMMs are persistent (CUTLASS 3.x sm90 persistent
-   tile schedulers launch at most one CTA per SM, each looping over tiles), so a
-   GEMM with more tiles than SMs is one wave that holds every SM it got for its
-   whole solo time, and packing kernels cannot beat their measured solo times.
-   A GEMM that finds only some SMs free starts on those and places the rest as
+   (CUTLASS/cuBLAS's common Hopper tile; the real grid is in a Kineto trace).
+   With at least a wave of output tiles (tiles ≥ SMs) a GEMM runs one CTA per
+   tile in waves, each CTA lasting solo / ceil(tiles / SMs), so its partial last
+   wave frees SMs for other streams' kernels and a queued kernel fills them: the
+   2×H200 probe of 2026-11-30 ran bf16 8192³ as 2048 CTAs of 128×256 (Kineto)
+   and a 1024³ GEMM on a third stream ended 0.14 ms *before* the queued second
+   big GEMM, which a persistent one-CTA-per-SM GEMM (this rule until
+   2026-11-30) cannot give; and in the allgather_mm runs of 2026-11-30 the
+   multi-wave fp32 GEMMs (chunks 2 and 4: 2048 and 512 tiles) kept their solo
+   time beside a concurrent all_gather (10.97 ms against 11.13 ms solo) where
+   the persistent rule stretched them by the all_gather's whole time. With
+   fewer tiles than SMs the GEMM is split-K
+   (:meth:`schedsim.cost.CostModel.gemm_ctas`) and capped at one wave (the
+   split factor is a guess, so the wave count is not extrapolated from it). A
+   GEMM that finds only some SMs free starts on those and places the rest as
    SMs free up (its span stretches: the ~2× of an H100 GEMM pushed into a
-   second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Checked
-   against the 2×H200 probes of 2026-11-30 (``benchmarks/probe_scenarios.py``):
-   two bf16 8192³ GEMMs on two streams end within −5 % (the table's solo
-   time); the four GEMMs queued beside a 128 MiB collective end +1 to +4 %
-   late, because this rule charges the GEMM the whole NCCL time while the
-   measured loss is about half of it; and the 1024³ GEMM on a third stream
-   ended 0.14 ms *before* the second big GEMM (cuBLAS ran it as 2048 CTAs of
-   128×256, whose partial last wave frees SMs), which a persistent GEMM cannot
-   give. So the rule holds to ~5 % on these cases but is not literally how
-   cuBLAS runs a wave-filling GEMM (an assumption, kept). Other
+   second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Other
    kernels: one CTA per 64 KiB moved, at most one wave (elementwise kernels are
    launched wide and grid-stride); a kernel given only ``duration_us`` fills the GPU.
+   Not modelled: CTAs of two kernels sharing one SM (occupancy > 1 CTA per
+   SM; the allgather_mm chunks=8 run shows why it matters, accuracy.md), and
+   the real tile width: cuBLAS ran bf16 8192³ as 128×256 tiles, which would
+   give that GEMM a half-empty last wave; with it an NCCL kernel beside the
+   probe's GEMM queue would start in that wave, 0.05 ms earlier than measured
+   (probe_scenarios.md), so the common 128×128 is kept.
 5. **HBM.** Memory-bound kernels (roofline: bytes / HBM bandwidth ≥ FLOP /
    peak) resident at once share HBM: each of k runs at 1/k.
 6. **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
@@ -151,6 +167,7 @@ class GpuRules:
     p2p_one_way: float
     copy_slowdown_with_compute: float
     compute_slowdown_with_copy: float
+    cross_stream_s: float = 0.0
 
     @classmethod
     def from_profile(cls, profile: HardwareProfile, max_connections: int | None = None) -> GpuRules:
@@ -162,7 +179,8 @@ class GpuRules:
                    gemm_slowdown_beside_nccl=nc.gemm_slowdown_beside_nccl, p2p_serialized=nc.unbatched_p2p_serialized,
                    p2p_one_way=nc.p2p_one_way_speedup,
                    copy_slowdown_with_compute=profile.contention.copy_slowdown_with_compute,
-                   compute_slowdown_with_copy=profile.contention.compute_slowdown_with_copy)
+                   compute_slowdown_with_copy=profile.contention.compute_slowdown_with_copy,
+                   cross_stream_s=profile.gpu.cross_stream_latency_us * 1e-6)
 
 
 def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
@@ -171,7 +189,10 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
     ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them.
     """
     if op.kind == "matmul":
-        one = min(cost.gemm_ctas(op), sms)  # persistent: at most one CTA per SM, looping over the tiles
+        one = cost.gemm_ctas(op)  # output tiles, times a split-K factor when they are fewer than the SMs
+        if -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
+            one = min(one, sms)  # less than a wave of output tiles (split-K regime): one wave
+        # else one CTA per output tile, run in waves (cuBLAS's grid for these shapes, 2xH200 probes)
         mem = False
     elif op.duration_s is not None or not op.nbytes:
         one, mem = sms, False
@@ -200,14 +221,19 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
 
 
 def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
-                     model_executor: bool = False) -> list[float]:
+                     model_executor: bool = False, call_start: list[float] | None = None) -> list[float]:
     """Time (s) at which the host has issued each op (rule 1); ``ops`` in program order per rank.
 
     ``cross_stream_deps[i]`` counts op i's dependencies on other streams (one event wait each). In
-    ``cuda_graph`` mode every op is issued at ``graph_launch_us``.
+    ``cuda_graph`` mode every op is issued at ``graph_launch_us``. ``call_start``, if given, is filled
+    with the host time at which each op's own call begins (after its ``host_us``, event waits and
+    stream switch): an event recorded just before the call is enqueued then (0 in a graph replay,
+    whose nodes are on the GPU already).
     """
     lp = profile.launch
     if mode == "cuda_graph":
+        if call_start is not None:
+            call_start[:] = [0.0] * len(ops)
         return [lp.graph_launch_us * 1e-6] * len(ops)
     op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
     batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
@@ -221,8 +247,12 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
         if cur_stream.setdefault(op.rank, op.stream) != op.stream:
             cur_stream[op.rank] = op.stream
             h += sw_s
+        if call_start is not None:
+            call_start.append(h)
         kind = op.kind
-        if kind in ("matmul", "compute"):
+        if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
+            h += copy_s * op.repeat  # a bytes-only kernel runs as a device copy_ (executor/kernels.py, references)
+        elif kind in ("matmul", "compute"):
             h += op_s * op.repeat
         elif kind == "memcpy":
             h += copy_s

@@ -33,7 +33,7 @@ Rows (``version: 1``, the original layout; still read, and written with ``layout
     {..., "version": 1,
      "ops": [{"id": "mm0@r0", "name": "mm0", "rank": 0, "stream": "s0",
               "kind": "matmul", "resource": "compute",
-              "start_s": ..., "end_s": ..., "solo_s": ..., "ready_s": ...,
+              "start_s": ..., "end_s": ..., "solo_s": ..., "ready_s": ..., "stream_s": ...,
               "bytes": ..., "flops": ..., "tags": {...},
               "breakdown": {"wait_s": ..., "work_s": ..., "contention_s": ...}}, ...],
      "critical_path": [...], "metrics": {...}}
@@ -48,6 +48,10 @@ link with concurrent ops).
 
 The columns are serialised with orjson (numpy arrays natively, one column at a time so the file is
 never held as one string); without orjson the standard ``json`` module writes the same document.
+link with concurrent ops). ``stream_s`` (predicted by the ``waves`` model, else
+absent) is when the op's stream reached it: its dependencies done and the host at
+the start of the op's call, which is when a CUDA event recorded just before the
+call fires (what ``schedsim execute`` measures as an op's start).
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class Span(NamedTuple):
     bytes: float = 0.0
     flops: float = 0.0
     tags: dict[str, Any] = {}  # noqa: RUF012 - never mutated in place
+    stream_s: float | None = None  # when the stream reached the op (an event recorded before its call fires)
 
     @property
     def duration_s(self) -> float:
@@ -154,6 +159,8 @@ class SpanColumns:
         float64 bytes moved and floating-point operations, shape (n,).
     tags : list[dict]
         Per row; an empty dict when the op has none.
+    stream_s : numpy.ndarray or None
+        float64 seconds, shape (n,): when the op's stream reached it (NaN: unknown); None when no op has it.
 
     Raises
     ------
@@ -162,19 +169,21 @@ class SpanColumns:
     """
 
     __slots__ = ("id", "name", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s", "ready_s",
-                 "bytes", "flops", "tags")
+                 "bytes", "flops", "tags", "stream_s")
 
     def __init__(self, id: list[str], name: list[str], rank: np.ndarray, stream: Categorical, kind: Categorical,
                  resource: Categorical, start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray,
-                 ready_s: np.ndarray, bytes: np.ndarray, flops: np.ndarray, tags: list[dict[str, Any]]) -> None:
+                 ready_s: np.ndarray, bytes: np.ndarray, flops: np.ndarray, tags: list[dict[str, Any]],
+                 stream_s: np.ndarray | None = None) -> None:
         self.id, self.name, self.rank = id, name, rank
         self.stream, self.kind, self.resource = stream, kind, resource
         self.start_s, self.end_s, self.solo_s, self.ready_s = start_s, end_s, solo_s, ready_s
-        self.bytes, self.flops, self.tags = bytes, flops, tags
+        self.bytes, self.flops, self.tags, self.stream_s = bytes, flops, tags, stream_s
         n = len(id)
         lens = {"name": len(name), "rank": len(rank), "stream": len(stream[1]), "kind": len(kind[1]),
                 "resource": len(resource[1]), "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s),
-                "ready_s": len(ready_s), "bytes": len(bytes), "flops": len(flops), "tags": len(tags)}
+                "ready_s": len(ready_s), "bytes": len(bytes), "flops": len(flops), "tags": len(tags),
+                **({} if stream_s is None else {"stream_s": len(stream_s)})}
         bad = {k: v for k, v in lens.items() if v != n}
         if bad:
             raise ValueError(f"span columns differ in length: id has {n}, " +
@@ -193,7 +202,7 @@ class SpanColumns:
             f = np.zeros(0)
             return cls([], [], np.zeros(0, dtype=np.int64), ([], np.zeros(0, np.int32)), ([], np.zeros(0, np.int32)),
                        ([], np.zeros(0, np.int32)), f, f.copy(), f.copy(), f.copy(), f.copy(), f.copy(), [])
-        ids, names, ranks, streams, kinds, res, st, en, solo, ready, by, fl, tags = zip(*spans, strict=False)
+        ids, names, ranks, streams, kinds, res, st, en, solo, ready, by, fl, tags, ss = zip(*spans, strict=True)
 
         def floats(col: tuple[Any, ...]) -> np.ndarray:
             try:
@@ -203,13 +212,15 @@ class SpanColumns:
 
         return cls(list(ids), list(names), np.fromiter(ranks, dtype=np.int64, count=n), _encode(streams, n),
                    _encode(kinds, n), _encode(res, n), floats(st), floats(en), floats(solo), floats(ready),
-                   floats(by), floats(fl), list(tags))
+                   floats(by), floats(fl), list(tags),
+                   None if all(x is None for x in ss) else floats(ss))
 
     def to_spans(self) -> list[Span]:
         """Span rows, built in one pass (NaN → None for solo/ready)."""
         return list(map(Span, self.id, self.name, self.rank.tolist(), _decode(self.stream), _decode(self.kind),
                         _decode(self.resource), self.start_s.tolist(), self.end_s.tolist(), _optional(self.solo_s),
-                        _optional(self.ready_s), self.bytes.tolist(), self.flops.tolist(), self.tags))
+                        _optional(self.ready_s), self.bytes.tolist(), self.flops.tolist(), self.tags,
+                        [None] * len(self.id) if self.stream_s is None else _optional(self.stream_s)))
 
     # -- JSON ---------------------------------------------------------------
     def json_items(self) -> Iterator[tuple[str, Any]]:
@@ -222,6 +233,8 @@ class SpanColumns:
             yield c, {"values": cats, "codes": codes}
         for c in _FLOAT_COLS:
             yield c, getattr(self, c)
+        if self.stream_s is not None:
+            yield "stream_s", self.stream_s
         idx = [i for i, t in enumerate(self.tags) if t]
         yield "tags", {"index": idx, "values": [self.tags[i] for i in idx]}
 
@@ -260,7 +273,8 @@ class SpanColumns:
                 tags[int(i)] = v
             return cls(ids, [str(x) for x in col("name")], np.asarray(col("rank"), dtype=np.int64).reshape(-1),
                        cats["stream"], cats["kind"], cats["resource"], floats["start_s"], floats["end_s"],
-                       floats["solo_s"], floats["ready_s"], floats["bytes"], floats["flops"], tags)
+                       floats["solo_s"], floats["ready_s"], floats["bytes"], floats["flops"], tags,
+                       None if d.get("stream_s") is None else np.asarray(d["stream_s"], dtype=np.float64).reshape(-1))
         except TraceError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
@@ -503,7 +517,7 @@ class Timeline:
                 Span(id=o["id"], name=o["name"], rank=int(o["rank"]), stream=str(o["stream"]), kind=o["kind"],
                      resource=o.get("resource", "compute"), start_s=float(o["start_s"]), end_s=float(o["end_s"]),
                      solo_s=o.get("solo_s"), ready_s=o.get("ready_s"), bytes=float(o.get("bytes") or 0.0),
-                     flops=float(o.get("flops") or 0.0), tags=o.get("tags") or {})
+                     flops=float(o.get("flops") or 0.0), tags=o.get("tags") or {}, stream_s=o.get("stream_s"))
                 for o in d.get("ops", [])
             ]
         except (KeyError, TypeError, ValueError) as e:
@@ -534,6 +548,8 @@ def _span_dict(s: Span) -> dict[str, Any]:
     d = {"id": s.id, "name": s.name, "rank": s.rank, "stream": s.stream, "kind": s.kind, "resource": s.resource,
          "start_s": s.start_s, "end_s": s.end_s, "solo_s": s.solo_s, "ready_s": s.ready_s, "bytes": s.bytes,
          "flops": s.flops, "tags": s.tags}
+    if s.stream_s is not None:
+        d["stream_s"] = s.stream_s
     if s.solo_s is not None and s.ready_s is not None:
         d["breakdown"] = {"wait_s": s.start_s - s.ready_s, "work_s": s.solo_s,
                           "contention_s": (s.end_s - s.start_s) - s.solo_s}

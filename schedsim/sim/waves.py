@@ -7,6 +7,11 @@ an NCCL transfer of one collective or send/recv pair (all its ranks), or a copy 
 copy engine. Each job has remaining solo work and a rate (HBM sharing, NCCL
 slowdown, copy contention); rates of the ranks touched by an event are
 recomputed once after it. Deterministic: ties on the heap break by a counter.
+
+Besides start (first CTA placed) and end (last CTA done), each op gets ``stream_s``: when its stream
+reached it, i.e. when a CUDA event recorded just before its call would fire: its last dependency done,
+the host at the start of its call (rule 1) and its hardware queue past the item ahead (rule 2). That is
+what ``schedsim execute`` measures as an op's start, and what :func:`schedsim.compare.op_window` compares.
 """
 
 from __future__ import annotations
@@ -45,7 +50,9 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                                     rules.compute_slowdown_with_copy, rules.copy_slowdown_with_compute)
 
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
-    succ, issue = _order_and_issue(c, profile, mode, serial, model_executor)
+    xlat = rules.cross_stream_s
+    call0: list[float] = []
+    succ, issue = _order_and_issue(c, profile, mode, serial, model_executor, call0)
     kn = _kernels(c, rules)
     kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues = kn
     K = len(kops)
@@ -58,6 +65,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     start = [0.0] * N
     end = [-1.0] * N
     ready_t = [0.0] * N
+    deps_t = [0.0] * N  # when the last dependency ended
     binding = [-1] * N
     gres = [0] * len(gmem)
     garr = [0] * len(gmem)  # members handed to the GPU
@@ -243,9 +251,15 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             npred[v] = n
             if n:
                 continue
-            if issue[v] > t:
+            tv = t + xlat if xlat and ops[v].stream != ops[i].stream and ops[v].rank == ops[i].rank else t
+            deps_t[v] = tv  # the start event behind the wait fires once the wait resolved
+            if issue[v] > tv:
                 binding[v] = HOST
                 push(heap, (issue[v], next(counter), -1 - v, 0))
+                continue
+            if tv > t:  # rule 3: an event wait resolves later than a same-stream successor
+                binding[v] = i
+                push(heap, (tv, next(counter), -1 - v, 0))
                 continue
             binding[v] = i
             op_ready(v, t)
@@ -330,7 +344,14 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             dirty.clear()
     if sum(1 for e in end if e >= 0.0) < N:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
-    return _State(start, end, ready_t, binding)
+    # an event recorded before the op's call fires once the stream got there, the host made the call and its
+    # hardware queue handed over the item ahead of it (rule 2: with fewer queues than streams, that can be later)
+    qreach = [0.0] * K
+    for Q in queues.values():
+        for a, b in zip(Q, Q[1:]):
+            qreach[b] = khand[a]
+    return _State(start, end, ready_t, binding, [max(d, h, qreach[kern[i]]) for i, (d, h) in
+                                                 enumerate(zip(deps_t, call0))])
 
 
 class _Kernels(NamedTuple):
@@ -349,7 +370,8 @@ class _Kernels(NamedTuple):
 
 
 def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # type: ignore[no-untyped-def]
-                     model_executor: bool) -> tuple[list[list[int]], list[float]]:
+                     model_executor: bool, call_start: list[float] | None = None
+                     ) -> tuple[list[list[int]], list[float]]:
     """Successor lists in program order plus the communicator-order edges (rule 7; ``c.npred`` grows),
     and the host issue time of each op (rule 1)."""
     ops, N = c.ops, c.N
@@ -366,7 +388,8 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # ty
         for v in succ[u]:
             if ops[v].stream != su:
                 xdeps[v] += 1
-    return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor)
+    return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
+                                     call_start=call_start)
 
 
 def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]

@@ -47,12 +47,20 @@ def test_small_kernel_on_a_third_stream_waits_for_free_sms(sim_text):
     assert spans == {"A@r0": (0.0, 10.0), "C@r0": (0.0, 2.0)}
 
 
-def test_gemm_that_finds_few_free_sms_stretches(sim_text):
-    # 4 SMs: the 6-tile GEMM is persistent, 4 CTAs of 10 µs each. C (1 CTA, 2 µs) is handed over first and
-    # holds one SM for 2 µs, so A starts on 3 SMs at 0 and places its 4th CTA at 2: A ends at 12 (stretched)
+def test_multi_wave_gemm_frees_sms_in_its_last_wave(sim_text):
+    # 4 SMs: the 6-tile GEMM has at least a wave of output tiles, so it runs as 6 CTAs in 2 waves of 5 µs (was:
+    # persistent, 4 CTAs of 10 µs; the 2xH200 probe of 2026-11-30 disproves that for cuBLAS: a 1024^3 GEMM on a
+    # third stream ended 0.14 ms *before* a queued bf16 8192^3 GEMM of 2048 CTAs, whose partial last wave freed
+    # SMs, benchmarks/h200/probes.md). A: CTAs 0-5 on all 4 SMs, its last 2 at 5-10; B (1 CTA) then takes a
+    # free SM at 5 and ends at 7, before A.
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: B, {TINY}, stream: s3}}\n",
+                        waves_profile(sms=4))
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (5.0, 7.0)}
+    # C (1 CTA, 2 µs) handed over first holds one SM until 2: A starts 3 CTAs at 0 (end 5), its 4th at 2 (end 7),
+    # its last 2 at 5 (end 10): the wave it lost is absorbed by its partial last wave
     spans, _ = sim_text(HEAD % 1 + f"  - {{name: C, {TINY}, stream: s3}}\n  - {{name: A, {SIX}, stream: s1}}\n",
                         waves_profile(sms=4))
-    assert spans == {"C@r0": (0.0, 2.0), "A@r0": (0.0, 12.0)}
+    assert spans == {"C@r0": (0.0, 2.0), "A@r0": (0.0, 10.0)}
 
 
 def test_nccl_kernel_starts_late_and_starves_beside_gemms(sim_text):
@@ -76,8 +84,11 @@ def test_one_connection_starts_kernels_in_issue_order(sim_text):
     spans, _ = sim_text(HEAD % 1 + body, waves_profile())
     assert spans == {"A@r0": (0.0, 10.0), "C@r0": (10.0, 12.0), "B@r0": (0.0, 2.0)}
     one = {"A@r0": (0.0, 10.0), "C@r0": (10.0, 12.0), "B@r0": (10.0, 12.0)}
-    spans, _ = sim_text(HEAD % 1 + body, waves_profile(max_connections=1))
+    spans, tl = sim_text(HEAD % 1 + body, waves_profile(max_connections=1))
     assert spans == one
+    # an event recorded before B sits in the one queue behind C, which is handed over at 10: B's stream_s is 10
+    # (with 8 queues it is 0), which is what execute's CUDA events measure
+    assert {s.id: s.stream_s * 1e6 for s in tl.spans} == pytest.approx({"A@r0": 0.0, "C@r0": 10.0, "B@r0": 10.0})
     env = "schema_version: 1\nname: g\nworld_size: 1\nenv: {CUDA_DEVICE_MAX_CONNECTIONS: 1}\nops:\n"
     spans, _ = sim_text(env + body, waves_profile())
     assert spans == one
@@ -112,6 +123,21 @@ def test_host_us_and_event_waits_delay_issue(sim_text):
     spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {TINY}}}\n  - {{name: B, {TINY}, stream: s2, deps: [A], host_us: 3}}\n",
                         prof)
     assert spans == {"A@r0": (5.0, 7.0), "B@r0": (15.0, 17.0)}
+
+
+def test_stream_reached_time_is_the_host_call_start_or_the_dependencies(sim_text):
+    # stream_s = max(dependencies done, host at the start of the op's own call): what a CUDA event recorded just
+    # before the call measures. A: call 0-5, kernel 5-7 -> stream_s 0. B (s2, waits on A): 2 µs event wait, so its
+    # call runs 7-12 (A's end at 7 is later) -> stream_s 7, kernel 12-14. C on s1 after A: call 12-17, A done at 7
+    # -> stream_s 12. In a graph replay the host has issued everything: stream_s = dependencies (0, 2, 2).
+    prof = waves_profile(launch={"eager_per_op_us": 5.0})
+    body = f"  - {{name: A, {TINY}}}\n  - {{name: B, {TINY}, stream: s2, deps: [A]}}\n  - {{name: C, {TINY}}}\n"
+    spans, tl = sim_text(HEAD % 1 + body, prof)
+    got = {s.id: round(s.stream_s * 1e6, 6) for s in tl.spans}
+    assert spans == {"A@r0": (5.0, 7.0), "B@r0": (12.0, 14.0), "C@r0": (17.0, 19.0)}
+    assert got == {"A@r0": 0.0, "B@r0": 7.0, "C@r0": 12.0}
+    _, tl = sim_text(HEAD % 1 + body, prof, launch="cuda_graph")
+    assert {s.id: round(s.stream_s * 1e6, 6) for s in tl.spans} == {"A@r0": 0.0, "B@r0": 2.0, "C@r0": 2.0}
 
 
 def test_stream_switch_costs_host_time(sim_text):
@@ -261,10 +287,11 @@ def test_profile_contract_defaults_and_h200x2():
     p = load_profile("h200x2")
     # NCCL beside GEMMs waits for SMs, then runs at ~1.06x its solo time (benchmarks/h200/probes.md, 2026-11-30)
     assert p.gpu_model == "waves" and p.gpu.max_connections == 8 and p.nccl.slowdown_beside_gemm == 1.06
-    # the 1 KiB all_reduce is GPU-side (7.25 µs per call inside a CUDA graph, 2xH200 2026-11-30), not the 41-49 µs
-    # host call; a stream switch costs 18.366 - 9.673 µs of host time
-    assert CostModel(p).collective_time("all_reduce", 1024, (0, 1)) == pytest.approx(7.25e-6, rel=0.01)
-    assert p.launch.stream_switch_us == pytest.approx(18.366 - 9.673, abs=0.005)
+    # the 1 KiB all_reduce is GPU-side (6.58 µs per call back to back behind torch.cuda._sleep, schedsim calibrate
+    # on 2xH200 2026-11-30 22:50; 7.2 µs inside a CUDA graph in the probes), not the 41-49 µs host call. The
+    # executor and the references switch streams with torch.cuda.set_stream, not the 8.69 µs context manager
+    assert CostModel(p).collective_time("all_reduce", 1024, (0, 1)) == pytest.approx(6.58e-6, rel=0.01)
+    assert p.launch.stream_switch_us == 0.0 and p.gpu.cross_stream_latency_us == pytest.approx(3.15)
 
 
 def test_bad_max_connections_is_a_clear_error():
@@ -299,3 +326,28 @@ def test_gemm_slowdown_beside_nccl(sim_text):
     body = f"  - {{name: ar, kind: all_reduce, bytes: 1000000}}\n  - {{name: G, {SIX}, stream: s2}}\n"
     spans, _ = sim_text(HEAD % 2 + body, waves_profile(nccl={"gemm_slowdown_beside_nccl": 2.0}))
     assert spans["ar@r0"] == (0.0, 12.0) and spans["G@r0"] == (0.0, 16.0) and spans["G@r1"] == (0.0, 16.0)
+
+
+def test_cross_stream_release_latency_lets_the_same_stream_kernel_win(sim_text):
+    # 3 µs cross-stream latency. A (fills the GPU, 10 µs) releases B (same stream, fills the GPU) and, on
+    # another stream, the small kernel C (1 CTA). B is handed over at 10, C at 13: B takes all 8 SMs
+    # at 10, so C waits for them until 20. Without the latency C, first in program order, runs at 10-12 and B
+    # starts on 7 SMs at 10 and places its 8th CTA at 12: B ends at 22.
+    prof = waves_profile(cross_stream_latency_us=3.0)
+    body = (f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: C, {TINY}, stream: s2, deps: [A]}}\n"
+            f"  - {{name: B, {FULL}, stream: s1}}\n")
+    spans, tl = sim_text(HEAD % 1 + body, prof)
+    assert spans == {"A@r0": (0.0, 10.0), "C@r0": (20.0, 22.0), "B@r0": (10.0, 20.0)}
+    assert {s.id: round(s.ready_s * 1e6, 6) for s in tl.spans}["C@r0"] == 13.0
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile())
+    assert spans == {"A@r0": (0.0, 10.0), "C@r0": (10.0, 12.0), "B@r0": (10.0, 22.0)}
+
+
+def test_bytes_only_compute_costs_a_copy_call_on_the_host(sim_text):
+    # eager_per_op_us 5, memcpy_call_us 2: G (GEMM) issued at 5, E (bytes only: a device copy_ in execute and the
+    # references) at 5 + 2 = 7, F (duration only: a busy kernel, a launch) at 7 + 5 = 12.
+    prof = waves_profile(launch={"eager_per_op_us": 5.0, "memcpy_call_us": 2.0})
+    body = (f"  - {{name: G, {TINY}, stream: a}}\n  - {{name: E, kind: compute, bytes: 1000, stream: b}}\n"
+            "  - {name: F, kind: compute, duration_us: 1, stream: c}\n")
+    _, tl = sim_text(HEAD % 1 + body, prof)
+    assert {s.id: round(s.ready_s * 1e6, 6) for s in tl.spans} == {"G@r0": 5.0, "E@r0": 7.0, "F@r0": 12.0}

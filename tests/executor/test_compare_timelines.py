@@ -105,3 +105,53 @@ def test_compare_cli(tmp_path) -> None:
 def test_load_timeline_arg_folder_without_timeline(tmp_path) -> None:
     with pytest.raises(TraceError, match="no timeline.json"):
         load_timeline_arg(tmp_path)
+
+
+def test_event_timed_measurement_compares_stream_reached_to_end():
+    """CUDA-event spans start when the stream reached the op: the prediction is timed the same way.
+
+    Predicted, rank 0: GEMM a ready at 1 (host issued), first CTA at 3 (waited for SMs), end 5 -> event-timed
+    span 5 - 1 = 4. Collective ag: ready 2 on r0, 6 on r1, kernel start 7, end 9 -> span from the last
+    arrival 6 to 9 = 3 on both ranks. Measured (events): a 1 -> 5 (4), ag 6 -> 10 (4).
+    """
+    pred = Timeline("x", "predict", 2, spans=[
+        Span("a@r0", "a", 0, "s", "matmul", "compute", 3.0, 5.0, ready_s=1.0),
+        Span("ag@r0", "ag", 0, "c", "all_gather", "comm", 7.0, 9.0, ready_s=2.0),
+        Span("ag@r1", "ag", 1, "c", "all_gather", "comm", 7.0, 9.0, ready_s=6.0)])
+    spans = [Span("a@r0", "a", 0, "s", "matmul", "compute", 1.0, 5.0, ready_s=1.0),
+             Span("ag@r0", "ag", 0, "c", "all_gather", "comm", 6.0, 10.0, ready_s=2.0),
+             Span("ag@r1", "ag", 1, "c", "all_gather", "comm", 6.0, 10.0, ready_s=6.0)]
+    ev = compare_timelines(pred, Timeline("x", "execute", 2, meta={"timing": "cuda_events"}, spans=spans))
+    rows = {r["id"]: r for r in ev["ops"]["per_op"]}
+    assert rows["a@r0"]["pred_dur_s"] == pytest.approx(4.0) and rows["a@r0"]["error"] == pytest.approx(0.0)
+    assert rows["ag@r0"]["pred_dur_s"] == pytest.approx(3.0) and rows["ag@r0"]["error"] == pytest.approx(-0.25)
+    assert rows["ag@r0"]["pred_start_s"] == pytest.approx(6.0)
+    # a kernel-timed measurement (an imported trace) keeps start -> end: a 3 -> 5 = 2 against 4
+    plain = compare_timelines(pred, Timeline("x", "import", 2, spans=spans))
+    assert {r["id"]: r for r in plain["ops"]["per_op"]}["a@r0"]["error"] == pytest.approx(-0.5)
+
+
+def test_event_timed_p2p_pairs_by_message():
+    """A send and its recv share ``tags.msg``; their event-timed start is the later of the two arrivals."""
+    from schedsim.compare import op_window
+
+    tl = Timeline("x", "predict", 2, spans=[
+        Span("s@r0", "s", 0, "p", "send", "comm", 4.0, 6.0, ready_s=1.0, tags={"msg": "F0"}),
+        Span("r@r1", "r", 1, "p", "recv", "comm", 4.0, 6.0, ready_s=3.0, tags={"msg": "F0"}),
+        Span("s2@r0", "s2", 0, "p", "send", "comm", 7.0, 8.0, ready_s=6.5)])  # no msg: its own ready
+    w = op_window(tl, stream_reached=True)
+    assert w["s@r0"] == (3.0, 6.0) and w["r@r1"] == (3.0, 6.0) and w["s2@r0"] == (6.5, 8.0)
+
+
+def test_event_timed_prefers_stream_reached_time():
+    """A waves prediction's ``stream_s`` (host at the call's start) is the event-timed start, not ``ready_s``.
+
+    Host-bound GEMM: call starts at 10 us, returns at 22 us (ready), kernel 22-26 us -> event-timed span 16 us
+    (12 us call + 4 us kernel), which is what a start event recorded before the call measures.
+    """
+    from schedsim.compare import op_window
+
+    s = Span("a@r0", "a", 0, "s", "matmul", "compute", 22e-6, 26e-6, ready_s=22e-6, stream_s=10e-6)
+    w = op_window(Timeline("x", "predict", 1, spans=[s]), stream_reached=True)["a@r0"]
+    assert w[1] - w[0] == pytest.approx(16e-6)
+    assert op_window(Timeline("x", "predict", 1, spans=[s]), stream_reached=False)["a@r0"] == (22e-6, 26e-6)

@@ -1,0 +1,126 @@
+"""Re-predict measured accuracy cases with the current model and compare, on CPU in seconds.
+
+For every case folder ``<run>/<case>/execute/timeline.json`` written by ``bash benchmarks/accuracy_x2.sh``
+(a measured ``schedsim execute`` timeline), this predicts the same schedule with the same ``--set`` values,
+launch mode and ``CUDA_DEVICE_MAX_CONNECTIONS`` (all in the measured timeline's ``meta`` and header) using a
+given profile and the model in this checkout, and compares exactly as ``schedsim compare`` does
+(:func:`schedsim.compare.compare_timelines`: per-op spans from "stream reached" to end when the measurement is
+CUDA-event timed). The makespan error is against the uninstrumented makespan (the schedule's own cost).
+
+Usage (repo root)::
+
+    python benchmarks/accuracy_replay.py RUN_DIR [RUN_DIR ...] [--profile P] [--gpu-model waves] [--md OUT.md]
+
+``--profile`` defaults to each run's own calibrated profile (``RUN_DIR/*_calibrated.yaml``); give a profile
+name (``h200x2``, ``h200``) or path to replay every case with it. Goals (issue 8): makespan error median
+<= 3 %, worst <= 8 %; per-op median error <= 15 %; the uncalibrated ``h200`` within 10 % on makespans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from schedsim.compare import compare_timelines
+from schedsim.hardware.profile import load_profile
+from schedsim.sim.engine import simulate
+from schedsim.sim.timeline import Timeline, atomic_write_text
+
+
+def run_profile(run: Path) -> str:
+    """The calibrated profile a run wrote (``*_calibrated.yaml``), else ``h200x2``."""
+    found = sorted(run.glob("*_calibrated.yaml"))
+    return str(found[0]) if found else "h200x2"
+
+
+def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[str, Any]:
+    """Predict and compare one measured case folder; returns a table row (times in seconds, errors as fractions)."""
+    from schedsim.cli import _build, _load
+
+    meas = Timeline.read_json(case / "execute" / "timeline.json")
+    meta = meas.meta
+    file, sets = Path(meta["file"]), list(meta.get("set") or [])
+    spec = _load(file, sets)
+    G = _build(spec, file)
+    prof = load_profile(profile)
+    pred = simulate(G, prof, launch=meas.launch, gpu_model=gpu_model, max_connections=int(meta["max_connections"]) if meta.get("max_connections") else None)
+    pred.meta.update({"file": str(file), "set": sets})
+    res = compare_timelines(pred, meas)
+    ms = res["makespan"]
+    un = ms.get("uninstrumented", {})
+    ops = res.get("ops", {})
+    w = ops.get("worst") or {}
+    return {"case": case.name, "run": case.parent.name, "profile": prof.name, "launch": meas.launch,
+            "max_connections": meta.get("max_connections"), "pred_s": ms["pred_s"],
+            "meas_s": un.get("meas_s", ms["meas_s"]), "error": un.get("error", ms["error"]),
+            "op_median": ops.get("median_abs_error"), "worst_id": w.get("id"), "worst_error": w.get("error"),
+            "by_kind": ops.get("by_kind", {})}
+
+
+def cases(runs: list[Path]) -> list[Path]:
+    """Measured case folders of the runs; a case measured in several runs is taken from the last run given."""
+    found: dict[str, Path] = {}
+    for run in runs:
+        for d in sorted(run.iterdir()):
+            if (d / "execute" / "timeline.json").is_file():
+                found[d.name] = d
+    return [found[k] for k in sorted(found)]
+
+
+def _p(x: float | None, signed: bool = True) -> str:
+    return "n/a" if x is None else (f"{x * 100:+.1f} %" if signed else f"{abs(x) * 100:.1f} %")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown table of the rows plus the goal summary."""
+    out = ["| case | run | profile | launch | predicted ms | measured ms | makespan err | per-op median | worst op |",
+           "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        worst = "" if r["worst_id"] is None else f"{r['worst_id']} {_p(r['worst_error'])}"
+        launch = r["launch"] + (f", conn={r['max_connections']}" if r["max_connections"] else "")
+        out.append(f"| {r['case']} | {r['run']} | {r['profile']} | {launch} | {r['pred_s'] * 1e3:.3f} | "
+                   f"{r['meas_s'] * 1e3:.3f} | {_p(r['error'])} | {_p(r['op_median'], False)} | {worst} |")
+    errs = [abs(r["error"]) for r in rows if r["error"] is not None]
+    meds = [r["op_median"] for r in rows if r["op_median"] is not None]
+    if errs:
+        out.append("")
+        out.append(f"makespan |error|: median {statistics.median(errs) * 100:.1f} % (goal <= 3 %), worst "
+                   f"{max(errs) * 100:.1f} % (goal <= 8 %); per-op median error: median over cases "
+                   f"{statistics.median(meds) * 100:.1f} %, worst case {max(meds) * 100:.1f} % (goal <= 15 % per case); "
+                   f"cases meeting the per-op goal: {sum(m <= 0.15 for m in meds)}/{len(meds)}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders of benchmarks/accuracy_x2.sh (OUT or WORK)")
+    ap.add_argument("--profile", default=None, help="profile name or path [default: each run's calibrated one]")
+    ap.add_argument("--gpu-model", default=None, help="waves or sharing [default: the profile's]")
+    ap.add_argument("--md", type=Path, default=None, help="also write the table as markdown here")
+    ap.add_argument("--kinds", action="store_true", help="also print per-kind totals of each case")
+    a = ap.parse_args(argv)
+    rows = []
+    for case in cases(a.runs):
+        prof = a.profile or run_profile(case.parent)
+        try:
+            rows.append(replay_case(case, prof, a.gpu_model))
+        except Exception as e:  # noqa: BLE001 - one broken case must not hide the others
+            print(f"{case}: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        if a.kinds:
+            r = rows[-1]
+            for kind, d in r["by_kind"].items():
+                print(f"  {r['case']:<24} {kind:<12} n={d['n']:<4} pred {d['pred_total_s'] * 1e3:9.3f} ms  meas "
+                      f"{d['meas_total_s'] * 1e3:9.3f} ms  median |err| {_p(d['median_abs_error'], False)}")
+    md = table(rows)
+    print(md)
+    if a.md:
+        atomic_write_text(a.md, md + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
