@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["IterationClock", "START_MARGIN_S", "aligned_start_ns"]
+__all__ = ["START_MARGIN_S", "IterationClock", "aligned_start_ns"]
 
 START_MARGIN_S = float(os.environ.get("SCHEDSIM_START_MARGIN_S", "0.002"))
 """Seconds between the latest rank's clock read and the common start (env ``SCHEDSIM_START_MARGIN_S``,
@@ -51,7 +51,7 @@ def aligned_start_ns(clocks_ns: Iterable[int], margin_s: float = START_MARGIN_S)
     >>> aligned_start_ns([1_000_000_000, 1_000_300_000], 0.002)
     1002300000
     """
-    return max(int(c) for c in clocks_ns) + int(round(margin_s * 1e9))
+    return max(int(c) for c in clocks_ns) + round(margin_s * 1e9)
 
 
 class IterationClock:

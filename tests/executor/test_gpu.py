@@ -6,7 +6,6 @@ Marked ``gpu`` and skipped without CUDA (2-rank tests without 2 GPUs). Run on a 
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
