@@ -71,10 +71,11 @@ def verdict(row: dict[str, str], goal_pct: float) -> str:
     return "NOT met" if ov > 0 else "reference slower"
 
 
-def table(rows: dict[str, dict[str, str]], goal_pct: float, date: str, hardware: str) -> str:
+def table(rows: dict[str, dict[str, str]], goal_pct: float, date: str, hardware: str, iters: int = 20,
+          warmup: int = 5) -> str:
     """The Markdown block that goes between the markers."""
-    head = (f"Side by side on {hardware}, {date} (`benchmarks/accuracy_x2.sh`; medians of 20 iterations after 5 "
-            f"warm-ups, both sides timed by `executor/clock.py` + `executor.timing.lean_makespans`). Goal: "
+    head = (f"Side by side on {hardware}, {date} (`benchmarks/accuracy_x2.sh`; medians of {iters} iterations after "
+            f"{warmup} warm-ups, both sides timed by `executor/clock.py` + `executor.timing.lean_makespans`). Goal: "
             f"|overhead| ≤ {goal_pct:g} %.\n\n")
     lines = ["| case | schedule | GPUs | launch | hand-written (ms) | schedsim execute, uninstrumented (ms) | "
              "overhead | execute, per-op timed (ms) | late starts (exec/hw) | goal |",
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--date", default=datetime.date.today().isoformat())
     ap.add_argument("--hardware", default="2x NVIDIA H200 (torch 2.11, NCCL 2.28.9)")
     ap.add_argument("--goal-pct", type=float, default=3.0)
+    ap.add_argument("--iters", type=int, default=20, help="ITERS of the run (for the caption)")
+    ap.add_argument("--warmup", type=int, default=5, help="WARMUP of the run (for the caption)")
     a = ap.parse_args(argv)
     missing = [str(p) for p in a.csv if not p.is_file()]
     if missing:
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"error: no cases in {', '.join(map(str, a.csv))}", file=sys.stderr)
         return 2
-    text = rewrite(a.md, table(rows, a.goal_pct, a.date, a.hardware))
+    text = rewrite(a.md, table(rows, a.goal_pct, a.date, a.hardware, a.iters, a.warmup))
     tmp = a.md.with_suffix(a.md.suffix + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, a.md)
