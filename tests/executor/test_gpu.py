@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from exec_helpers import torchrun
+from exec_helpers import DATA, torchrun
 
 from schedsim.sim.timeline import Timeline
 
@@ -59,17 +59,25 @@ def test_profiler_maps_kernels_to_ops(tmp_path) -> None:
 
 
 @two_gpus
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])  # batched (batch_isend_irecv) and lone isend/irecv p2p
-def test_p2p_pipeline_two_gpus(tmp_path, schedule) -> None:
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])  # Megatron's _communicate batches; torch pipelining's
+def test_batched_p2p_pipeline_two_gpus(tmp_path, schedule) -> None:  # one batch_isend_irecv per p2p action
     out = tmp_path / schedule
     r = torchrun(2, ["execute", "schedules/pipeline_schedules.yaml", "--set", "p=2", "--set", "m=4", "--set",
                      f"schedule={schedule}", "--set", "tokens=512", "--set", "hidden=512", "--out", str(out), *FAST],
                  cuda=True, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     m = _meta(out)
-    notes = m["materialised"]
-    if schedule == "1f1b":
-        assert any("batch_isend_irecv" in v for v in notes.values())
-    else:
-        assert not any("batch_isend_irecv" in v for v in notes.values())
+    p2p = {k: v for k, v in m["materialised"].items() if k.startswith(("send", "recv"))}
+    assert p2p and all("batch_isend_irecv" in v for v in p2p.values()), p2p
+    assert m["makespan_uninstrumented_s"] > 0
+
+
+@two_gpus
+def test_lone_isend_irecv_two_gpus(tmp_path) -> None:
+    out = tmp_path / "lone"
+    r = torchrun(2, ["execute", str(DATA / "p2p_lone.yaml"), "--out", str(out), *FAST], cuda=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = _meta(out)
+    notes = m["materialised"]  # rank 0's ops: f0, s01, r10
+    assert notes["s01"].startswith("NCCL send") and notes["r10"].startswith("NCCL recv"), notes
     assert m["makespan_uninstrumented_s"] > 0
