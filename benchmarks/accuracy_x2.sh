@@ -129,7 +129,7 @@ if in_part 1; then
 fi
 if in_part 2; then
   for s in gpipe 1f1b interleaved_1f1b zb_h1; do
-    ref=""; [ "$s" = 1f1b ] && ref=pipeline_1f1b.py
+    ref=""; case $s in 1f1b|gpipe) ref=pipeline_$s.py;; esac
     run_case "pipeline_${s}_p2" 2 pipeline_schedules "$PIPE --set p=2 --set schedule=$s" "$G" "$ref" ""
   done
   run_case offload_1gpu 1 offload "$OFF" "--eager $G" offload.py ""
