@@ -100,6 +100,20 @@ class Proc:
         dst = torch.empty(half, dtype=torch.uint8, device=self.dev)
         return lambda: dst.copy_(src)
 
+    def pipeline_stage(self, tokens: int, hidden: int) -> tuple[Callable[[], Any], Callable[[], Any],
+                                                                 Callable[[], Any], int]:
+        """The stage work of schedules/pipeline_schedules.yaml (one model chunk per rank), as the executor
+        materialises it: ``(forward, backward_input, backward_weight, activation elements)``; each of the
+        three is one bf16 ``torch.matmul(out=)`` (tokens×hidden @ hidden×4·hidden; tokens×4·hidden @
+        4·hidden×hidden; hidden×tokens @ tokens×4·hidden), and a p2p message holds tokens·hidden bf16
+        elements (``activation_bytes`` = tokens·hidden·2)."""
+        T, H, bf = tokens, hidden, torch.bfloat16
+        x, w_f, out_f = self.rand(T, H, dtype=bf), self.rand(H, 4 * H, dtype=bf), self.empty(T, 4 * H, dtype=bf)
+        g, w_i, out_i = self.rand(T, 4 * H, dtype=bf), self.rand(4 * H, H, dtype=bf), self.empty(T, H, dtype=bf)
+        xt, out_w = self.rand(H, T, dtype=bf), self.empty(H, 4 * H, dtype=bf)
+        return (lambda: torch.matmul(x, w_f, out=out_f), lambda: torch.matmul(g, w_i, out=out_i),
+                lambda: torch.matmul(xt, g, out=out_w), T * H)
+
     def stream(self) -> Any:
         return torch.cuda.Stream(device=self.dev) if self.cuda else None
 

@@ -16,13 +16,8 @@ a = parser(__doc__).parse_args()
 P = params(a, {"m": 8, "tokens": 4096, "hidden": 4096})
 pr = Proc()
 r, p, m = pr.rank, pr.world, P["m"]
-T, H = P["tokens"], P["hidden"]
 bf = torch.bfloat16
-x, w_f = pr.rand(T, H, dtype=bf), pr.rand(H, 4 * H, dtype=bf)
-g, w_i = pr.rand(T, 4 * H, dtype=bf), pr.rand(4 * H, H, dtype=bf)
-xt = pr.rand(H, T, dtype=bf)
-out_f, out_i, out_w = pr.empty(T, 4 * H, dtype=bf), pr.empty(T, H, dtype=bf), pr.empty(H, 4 * H, dtype=bf)
-act = T * H * 2 // 2  # activation_bytes = tokens * hidden * 2 bytes, as bf16 elements
+forward, dgrad, wgrad, act = pr.pipeline_stage(P["tokens"], P["hidden"])
 send_f = [pr.rand(act, dtype=bf) for _ in range(m)]  # one activation / gradient buffer per microbatch
 recv_f = [pr.empty(act, dtype=bf) for _ in range(m)]
 send_b = [pr.rand(act, dtype=bf) for _ in range(m)]
@@ -58,18 +53,6 @@ def compute(after, fns, done):
         fn()
     if pr.cuda and done is not None:
         done.record(comp)
-
-
-def forward():
-    torch.matmul(x, w_f, out=out_f)
-
-
-def dgrad():
-    torch.matmul(g, w_i, out=out_i)
-
-
-def wgrad():
-    torch.matmul(xt, g, out=out_w)
 
 
 def step():
