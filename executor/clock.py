@@ -21,7 +21,9 @@ So :meth:`IterationClock.start`, after a device synchronize, all-gathers every r
 they leave within about a microsecond. Across hosts the alignment error is the clock
 synchronisation (NTP/PTP) error, as for the time base itself (:mod:`executor.timing`). A rank
 that reaches the spin after the agreed instant starts at once and is counted in
-:attr:`IterationClock.late_starts` (its lateness stays in the makespan, as before).
+:attr:`IterationClock.late_starts` (its lateness stays in the makespan, as before). So is a rank
+whose agreed instant lies more than ``margin + 50 ms`` ahead (hosts whose clocks disagree by more
+than that): it spins only that long, so a bad clock cannot stall every iteration.
 
 Anchor
 ------
@@ -100,8 +102,11 @@ class IterationClock:
         self.dist.all_gather(self._all, self._mine, group=self.group)
         t0 = aligned_start_ns((int(t[0]) for t in self._all), self.margin_s)
         now = time.time_ns
-        if now() > t0:
+        t = now()
+        cap = t + round((self.margin_s + 0.05) * 1e9)
+        if t > t0 or t0 > cap:
             self.late_starts += 1
+            t0 = min(t0, cap)
         while now() < t0:
             pass
 

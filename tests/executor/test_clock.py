@@ -51,3 +51,11 @@ def test_a_rank_past_the_agreed_instant_starts_at_once_and_is_counted_late() -> 
     c.start()
     assert time.time_ns() - t0 < 9_000_000 + 10_000_000
     assert c.late_starts == 1
+
+
+def test_a_start_far_ahead_unsynchronised_clocks_is_capped_and_counted() -> None:
+    c = _clock_with_peer(10_000_000_000, 0.001)  # the peer's clock reads 10 s ahead of ours
+    t0 = time.time_ns()
+    c.start()
+    assert time.time_ns() - t0 < 1_000_000_000  # spun at most margin + 50 ms, not 10 s
+    assert c.late_starts == 1
