@@ -13,16 +13,29 @@
 # allgather_mm8 with CUDA_DEVICE_MAX_CONNECTIONS=1.
 #
 # Usage (repo root):
-#   bash benchmarks/accuracy_x2.sh                 # 2 GPUs (1 GPU: the one-GPU cases only), ~8 min
+#   bash benchmarks/accuracy_x2.sh                 # 2 GPUs (1 GPU: the one-GPU cases only), ~10 min
+#   PART=1 bash benchmarks/accuracy_x2.sh          # calibrate + allgather_mm c1..c16 + tp_ffn + tp_allreduce (~6 min)
+#   PART=2 PROFILE=<part 1 OUT>/h200x2_calibrated.yaml bash benchmarks/accuracy_x2.sh
+#                                                  # pipelines + one-GPU cases + maxconn1 + gpu tests (~6 min)
 #   SMOKE=1 bash benchmarks/accuracy_x2.sh         # CPU ranks (gloo), reduced sizes: proves the script end to end
-# Env: OUT (default benchmarks/accuracy_x2_out), WORK (scratch, default /tmp/accuracy_x2_work), CASES (subset of
-# case names, space-separated), BUDGET (seconds after which remaining cases are skipped, default 380),
-# ITERS/WARMUP (default 20/5), PYTHON (default python3).
+# Env: PART (1, 2 or empty = all), PROFILE (a profile YAML or name to predict with: skips calibration),
+# OUT (default benchmarks/accuracy_x2_out, with _part1/_part2 for a part), WORK (scratch, default
+# /tmp/accuracy_x2_work[_partN]), CASES (subset of case names, space-separated), BUDGET (seconds after which
+# remaining cases are skipped, default 380, 520 for a part), ITERS/WARMUP (default 20/5), PYTHON (python3).
+# Each part fits in one 600 s device call; benchmarks/executor_overhead_table.py turns both parts' summary.csv
+# into the table of benchmarks/executor_overhead.md.
 set -uo pipefail
-OUT=${OUT:-benchmarks/accuracy_x2_out}
-WORK=${WORK:-/tmp/accuracy_x2_work}
+PART=${PART:-}
+case "$PART" in ""|1|2) ;; *) echo "PART must be 1, 2 or empty (got '$PART')"; exit 2;; esac
+SUF=${PART:+_part$PART}
+OUT=${OUT:-benchmarks/accuracy_x2_out$SUF}
+WORK=${WORK:-/tmp/accuracy_x2_work$SUF}
 SMOKE=${SMOKE:-0}
-BUDGET=${BUDGET:-380}
+if [ -n "$PART" ]; then BUDGET=${BUDGET:-520}; else BUDGET=${BUDGET:-380}; fi
+PROFILE=${PROFILE:-}
+if [ -n "$PROFILE" ] && [[ "$PROFILE" == */* || "$PROFILE" == *.yaml ]] && [ ! -f "$PROFILE" ]; then
+  echo "PROFILE=$PROFILE: no such file (pass part 1's OUT/<name>.yaml, or a shipped profile name)"; exit 2
+fi
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 PY=${PYTHON:-python3}
@@ -64,11 +77,20 @@ step env
 [ "$CUDA" = 1 ] && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None)"
 
-step "calibrate on $NGPU rank(s)"
-timeout 240 $PY -m torch.distributed.run --standalone --nproc-per-node "$NGPU" -m schedsim calibrate "${CAL[@]}" \
-  "${DEVOPT[@]}" --name "$PROFNAME" --base h200 --out "$PROF" || echo "calibrate FAILED ($?)"
-[ -f "$PROF" ] || { echo "no calibrated profile: predicting with the shipped h200"; PROF=h200; }
+if [ -n "$PROFILE" ]; then
+  step "profile $PROFILE (given: no calibration)"
+  if [ -f "$PROFILE" ]; then PROF=$WORK/$(basename "$PROFILE"); cp "$PROFILE" "$PROF"
+    [ -f "${PROFILE%.yaml}.json" ] && cp "${PROFILE%.yaml}.json" "$WORK/"
+  else PROF=$PROFILE; fi
+else
+  step "calibrate on $NGPU rank(s)"
+  timeout 240 $PY -m torch.distributed.run --standalone --nproc-per-node "$NGPU" -m schedsim calibrate "${CAL[@]}" \
+    "${DEVOPT[@]}" --name "$PROFNAME" --base h200 --out "$PROF" || echo "calibrate FAILED ($?)"
+  [ -f "$PROF" ] || { echo "no calibrated profile: predicting with the shipped h200"; PROF=h200; }
+fi
 
+# part 1: allgather_mm, tp_ffn, tp_allreduce; part 2: pipelines, one-GPU cases, maxconn1, gpu tests
+in_part() { [ -z "$PART" ] || [ "$PART" = "$1" ]; }
 want() { [ -z "${CASES:-}" ] || [[ " $CASES " == *" $1 "* ]]; }
 # run_case NAME NPROC SCHEDULE "SETS" "EXECUTE FLAGS" REF_SCRIPT "REF FLAGS" [ENV=VALUE]
 run_case() {
@@ -98,34 +120,40 @@ run_case() {
 }
 
 G="--no-gantt"
-for c in 1 2 4 8 16; do
-  run_case "allgather_mm_c$c" 2 allgather_mm "$AG --set chunks=$c" "$G" allgather_mm.py ""
-done
-run_case tp_ffn_tp2 2 tp_ffn "$TPF --set tp=2" "$G" tp_ffn.py ""
-run_case tp_allreduce_eager 2 tp_allreduce_graph "$TPA" "--eager $G" tp_allreduce.py ""
-run_case tp_allreduce_graph 2 tp_allreduce_graph "$TPA" "--cuda-graph $G" tp_allreduce.py "--graph"
-for s in gpipe 1f1b interleaved_1f1b zb_h1; do
-  ref=""; [ "$s" = 1f1b ] && ref=pipeline_1f1b.py
-  run_case "pipeline_${s}_p2" 2 pipeline_schedules "$PIPE --set p=2 --set schedule=$s" "$G" "$ref" ""
-done
-run_case offload_1gpu 1 offload "$OFF" "--eager $G" offload.py ""
-run_case small_ops_eager_1gpu 1 small_ops_graph "$SMALL" "--eager $G" small_ops.py ""
-run_case small_ops_graph_1gpu 1 small_ops_graph "$SMALL" "--cuda-graph $G" small_ops.py "--graph"
-# the compare Gantt of allgather_mm8 (predicted over measured) is drawn for this case
-run_case allgather_mm8_maxconn1 2 allgather_mm8 "$AG" "--max-connections 1" allgather_mm.py "--set chunks=8" \
-  CUDA_DEVICE_MAX_CONNECTIONS=1
+if in_part 1; then
+  for c in 1 2 4 8 16; do
+    run_case "allgather_mm_c$c" 2 allgather_mm "$AG --set chunks=$c" "$G" allgather_mm.py ""
+  done
+  run_case tp_ffn_tp2 2 tp_ffn "$TPF --set tp=2" "$G" tp_ffn.py ""
+  run_case tp_allreduce_eager 2 tp_allreduce_graph "$TPA" "--eager $G" tp_allreduce.py ""
+  run_case tp_allreduce_graph 2 tp_allreduce_graph "$TPA" "--cuda-graph $G" tp_allreduce.py "--graph"
+fi
+if in_part 2; then
+  for s in gpipe 1f1b interleaved_1f1b zb_h1; do
+    ref=""; case $s in 1f1b|gpipe) ref=pipeline_$s.py;; esac
+    run_case "pipeline_${s}_p2" 2 pipeline_schedules "$PIPE --set p=2 --set schedule=$s" "$G" "$ref" ""
+  done
+  run_case offload_1gpu 1 offload "$OFF" "--eager $G" offload.py ""
+  run_case small_ops_eager_1gpu 1 small_ops_graph "$SMALL" "--eager $G" small_ops.py ""
+  run_case small_ops_graph_1gpu 1 small_ops_graph "$SMALL" "--cuda-graph $G" small_ops.py "--graph"
+  # the compare Gantt of allgather_mm8 (predicted over measured) is drawn for this case
+  run_case allgather_mm8_maxconn1 2 allgather_mm8 "$AG" "--max-connections 1" allgather_mm.py "--set chunks=8" \
+    CUDA_DEVICE_MAX_CONNECTIONS=1
+fi
 
-if [ "$CUDA" = 1 ] && $PY -c "import pytest" 2>/dev/null && [ "$SECONDS" -lt $((BUDGET + 20)) ]; then
+# the tests take ~70 s on 2 H200s; start them only while they fit (TESTS_BY, default 400 s into the run)
+if in_part 2 && [ "$CUDA" = 1 ] && $PY -c "import pytest" 2>/dev/null && [ "$SECONDS" -lt "${TESTS_BY:-400}" ]; then
   step "gpu-marked tests"
-  timeout 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/executor/test_gpu.py 2>&1 | tail -15 \
-    | tee "$WORK/gpu_tests.txt"
+  timeout 170 $PY -m pytest -q -rA -m gpu -p no:cacheprovider tests/executor/test_gpu.py > "$WORK/gpu_tests.txt" 2>&1
+  echo "pytest exit $?" >> "$WORK/gpu_tests.txt"
+  tail -25 "$WORK/gpu_tests.txt"; cp "$WORK/gpu_tests.txt" "$OUT/"
 fi
 
 step "summary"
 $PY benchmarks/accuracy_x2_summary.py collect "$WORK" "$OUT"
 # the same cases re-predicted with the shipped h200x2 and the model of this checkout (CPU, seconds)
 $PY benchmarks/accuracy_replay.py "$WORK" --profile h200x2 --md "$OUT/replay_h200x2.md" || true
-[ -f "$PROF" ] && cp "$PROF" "$OUT/"
+[ -f "$PROF" ] && cp "$PROF" "$OUT/" && { [ -f "${PROF%.yaml}.json" ] && cp "${PROF%.yaml}.json" "$OUT/"; }
 find "$WORK" -name 'kineto_rank*.json.gz' -size +15M -delete
 tar czf "$OUT/results.tgz" -C "$WORK" . && ls -la "$OUT"
 echo "done in ${SECONDS}s"

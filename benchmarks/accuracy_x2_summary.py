@@ -10,7 +10,9 @@ Columns: predicted makespan (the simulator with the fresh profile, plain-PyTorch
 measured = ``makespan_uninstrumented_s`` of ``schedsim execute`` (and the per-op timed median);
 makespan error = (predicted − measured) / measured; per-op median error = median over ops of
 |predicted − measured| / measured op duration (``compare.json``); hand-written = the reference's
-median makespan, timed by the same method; executor overhead = measured / hand-written − 1.
+median makespan, timed by the same method; executor overhead = measured / hand-written − 1;
+late starts = iterations in which a rank began after the aligned start (``executor/clock.py``),
+``execute/handwritten`` (the execute count includes its warm-up and instrumented iterations).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 FIELDS = ["case", "status", "world_size", "launch", "max_connections", "predicted_ms", "measured_ms",
           "measured_per_op_timed_ms", "makespan_error_pct", "per_op_median_error_pct", "handwritten_ms",
-          "executor_overhead_pct", "note"]
+          "executor_overhead_pct", "late_starts", "note"]
 
 
 def _load(p: Path) -> Any:
@@ -61,6 +63,9 @@ def case_summary(d: Path, name: str, note: str = "") -> dict[str, Any]:
             row["makespan_error_pct"] = _r(err * 100, 2) if err is not None else None
             med = (cmp_.get("ops") or {}).get("median_abs_error")
             row["per_op_median_error_pct"] = _r(med * 100, 2) if med is not None else None
+    late = [None if x is None else (x.get("meta", {}) if x is tl else x).get("late_starts") for x in (tl, hw)]
+    if any(v is not None for v in late):
+        row["late_starts"] = "/".join("-" if v is None else str(v) for v in late)
     if hw is not None:
         row["handwritten_ms"] = _r(hw["makespan_median_s"] * 1e3)
         if row["measured_ms"]:

@@ -657,6 +657,24 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     return prof or {}
 
 
+def p2p_one_way_speedup(one_way_us: dict[int, float], exchange_us: dict[int, float]) -> tuple[float, int] | None:
+    """``(speedup, size)``: the two-way exchange's time over the one-way send/recv's time at the largest size
+    both sweeps timed (bytes), at least 1.0; None when they share no size or a time is not positive.
+
+    ``exchange_us`` is the ``sendrecv`` sweep (one ``batch_isend_irecv`` of a send to r+1 and a recv from
+    r-1: at 2 ranks both directions of the link), ``one_way_us`` the unbatched isend/irecv sweep (one
+    direction). Profile field ``nccl.p2p_one_way_speedup`` (:mod:`schedsim.hardware.profile`).
+
+    >>> p2p_one_way_speedup({1024: 10.0, 2**20: 20.0}, {1024: 11.0, 2**20: 30.0})
+    (1.5, 1048576)
+    """
+    common = [s for s in one_way_us if s in exchange_us and one_way_us[s] > 0 and exchange_us[s] > 0]
+    if not common:
+        return None
+    size = max(common)
+    return max(1.0, exchange_us[size] / one_way_us[size]), size
+
+
 def _sig(x: float, digits: int = 4) -> float:
     """``x`` rounded to ``digits`` significant digits (never to 0 for a positive x)."""
     return float(f"{x:.{digits}g}")
@@ -699,12 +717,14 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         "batch_p2p_call_us": round(H["batch_p2p_call_us"], 2) if "batch_p2p_call_us" in H else None,
         "event_wait_us": round(H["event_wait_us"], 2) if "event_wait_us" in H else None,
         "memcpy_call_us": round(H["memcpy_call_us"], 2),
+        **({"stream_switch_us": round(H["stream_switch_us"], 2)} if "stream_switch_us" in H else {}),
         "executor_extra_per_op_us": round(H["executor_extra_per_op_us"], 2),
         "source": (f"measured {where}: host time per call of plain PyTorch (executor/calibrate_host.py), loops of "
                    f"200 calls with the GPU kept busy: eager_per_op_us = torch.matmul 64x64; eager_per_collective_us"
                    f" = dist.all_reduce 1 KiB; p2p_call_us = one dist.isend/irecv; batch_p2p_call_us = one "
                    f"batch_isend_irecv of a send+recv; event_wait_us = event.record + stream.wait_event; "
-                   f"memcpy_call_us = a 4 KiB copy_; graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
+                   f"memcpy_call_us = a 4 KiB copy_; stream_switch_us = (a `with torch.cuda.stream(s)` switch + the "
+                   f"matmul launch) - the launch; graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
                    f"graph_per_op_us = GPU time per node of a 300-node graph minus the kernel's back-to-back time; "
                    f"executor_extra_per_op_us = schedsim execute's lean loop ({H['executor_lean_per_op_us']:.2f} "
                    f"us/op) minus the same two-stream probe by hand ({H['by_hand_per_op_us']:.2f} us/op)"
@@ -718,17 +738,21 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         unb = {r["size"]: r["time_us"] for r in (raw.get("collectives") or {}).get("p2p_unbatched", [])}
         bat = {r["size"]: r["time_us"] for r in (raw.get("collectives") or {}).get("sendrecv", [])}
         pairs = ", ".join(f"{s} B {unb[s]:.1f}/{bat[s]:.1f} us" for s in sorted(unb) if s in bat)
+        one_way = p2p_one_way_speedup(unb, bat)
         d["nccl"] = {"sms_per_collective": int(nc["sms_per_collective"] or 16),
                      "slowdown_beside_gemm": round(nc["slowdown_beside_gemm"], 3),
                      "gemm_slowdown_beside_nccl": round(nc["gemm_slowdown_beside_nccl"], 3),
                      "unbatched_p2p_serialized": True,
+                     **({"p2p_one_way_speedup": round(one_way[0], 3)} if one_way else {}),
                      "source": (f"measured {where} (executor/calibrate_nccl.py): all_gather of {nc['comm_bytes']} B "
                                 f"beside bf16 {nc['gemm_side']}^3 GEMM series issued first (comm slowdown) and "
                                 f"after it (GEMM slowdown over the overlapped part); sms_per_collective = the NCCL "
                                 f"kernel's grid in a Kineto trace"
                                 + ("" if nc["sms_per_collective"] else " (no grid in the trace: NCCL's 16 assumed)")
                                 + "; unbatched_p2p_serialized: NCCL docs (Group Calls) and PyTorch's eager-init "
-                                  "warning; GPU-side p2p unbatched one-way / batched ring: " + (pairs or "n/a"))}
+                                  "warning; GPU-side p2p unbatched one-way / batched ring: " + (pairs or "n/a")
+                                + (f"; p2p_one_way_speedup = batched exchange / one-way time at {one_way[1]} B "
+                                   f"(the largest size of both sweeps), at least 1" if one_way else ""))}
     d["memcpy"] = {"h2d_GBps": round(cp["h2d_GBps"], 2), "d2h_GBps": round(cp["d2h_GBps"], 2),
                    "d2d_GBps": round(cp["d2d_GBps"], 1), "latency_us": round(cp["latency_us"], 2),
                    "source": f"measured {where}: pinned host buffers, {8 if o.quick else 256} MiB copies, median "

@@ -12,6 +12,9 @@ enqueue work). Plain PyTorch, written as a user would:
     ``ev.record(s0)`` + ``s1.wait_event(ev)``: one cross-stream dependency.
 ``memcpy_call_us``
     ``dst.copy_(src, non_blocking=True)`` of 4 KiB pinned host → device.
+``stream_switch_us``
+    the extra host time of a ``with torch.cuda.stream(s):`` context around that matmul, the stream
+    alternating between two streams on every call: (switch + launch) − launch, ≥ 0.
 ``eager_per_collective_us`` (all ranks)
     ``dist.all_reduce`` of 1 KiB on the current stream.
 ``p2p_call_us`` (all ranks, world ≥ 2)
@@ -104,6 +107,14 @@ def host_costs(b: Any, log: Callable[[str], None]) -> dict[str, float]:
             s1.wait_event(ev)
 
         res["event_wait_us"] = _loop_us(b, wait)
+
+        def switch() -> None:  # two switches and two launches per call
+            with torch.cuda.stream(s0):
+                torch.matmul(a, bb, out=c)
+            with torch.cuda.stream(s1):
+                torch.matmul(a, bb, out=c)
+
+        res["stream_switch_us"] = max(0.0, _loop_us(b, switch) / 2 - res["eager_per_op_us"])
         h = torch.zeros(4096, dtype=torch.uint8).pin_memory()
         d = torch.empty(4096, dtype=torch.uint8, device=dev)
         res["memcpy_call_us"] = _loop_us(b, lambda: d.copy_(h, non_blocking=True))

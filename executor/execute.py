@@ -242,8 +242,10 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
     meta: dict[str, Any] = {
         "file": str(file), "set": list(sets or []), "backend": ctx.backend, "device": ctx.device.type,
         "iters": opts.iters, "warmup": opts.warmup, "timing": timing,
-        "time_base": "host barrier, then per-rank anchor (CUDA event synchronised + time.time_ns, or time.time_ns "
+        "time_base": "aligned start (executor.clock: device sync, all-gather of the ranks' wall clocks, spin to the "
+                     "latest + margin), then per-rank anchor (CUDA event synchronised + time.time_ns, or time.time_ns "
                      "on CPU); origin = earliest anchor of each iteration",
+        "late_starts": sum(int(p["times"].get("late_starts", 0)) for p in gathered),
         "per_op": "median over timed iterations of ready/start/end; collectives and p2p start at the last "
                   "member's arrival",
         "materialised": gathered[0].get("notes") or {},

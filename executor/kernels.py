@@ -445,50 +445,49 @@ class Materializer:
         ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         is_root = self.ctx.rank == root
+        # fn(*args, group=grp, async_op=..., **kw): the bare call a script writes
+        kw: dict[str, Any] = {}
         if kind == "all_reduce":
             buf = bd.inp if bd is not None and bd.inp is not None else self._comm_buf("ar", op.nbytes, tdt)[0]
-            call: Callable[[bool], Any] = lambda a: dist.all_reduce(buf, group=grp, async_op=a)  # noqa: E731
+            fn, args = dist.all_reduce, (buf,)
         elif kind == "all_gather":
             if bd is not None and bd.out is not None:
                 inp, out = bd.inp, bd.out
             else:
                 out, dt2 = self._comm_buf("ag_out", op.nbytes, tdt, n)
                 inp = self.buffer(("ag_in",), (out.numel() // n,), dt2)
-            call = lambda a: ag(out, inp, group=grp, async_op=a)  # noqa: E731
+            fn, args = ag, (out, inp)
         elif kind == "reduce_scatter":
             if bd is not None and bd.out is not None:
                 inp, out = bd.inp, bd.out
             else:
                 inp, dt2 = self._comm_buf("rs_in", op.nbytes, tdt, n)
                 out = self.buffer(("rs_out",), (inp.numel() // n,), dt2)
-            call = lambda a: rs(out, inp, group=grp, async_op=a)  # noqa: E731
+            fn, args = rs, (out, inp)
         elif kind == "all_to_all":
             inp, dt2 = self._comm_buf("a2a_in", op.nbytes, tdt, n)
             out = self.buffer(("a2a_out",), (inp.numel(),), dt2)
-            call = lambda a: dist.all_to_all_single(out, inp, group=grp, async_op=a)  # noqa: E731
+            fn, args = dist.all_to_all_single, (out, inp)
         elif kind == "broadcast":
-            buf = self._comm_buf("bc", op.nbytes, tdt)[0]
-            call = lambda a: dist.broadcast(buf, src=root, group=grp, async_op=a)  # noqa: E731
+            fn, args, kw = dist.broadcast, (self._comm_buf("bc", op.nbytes, tdt)[0],), {"src": root}
         elif kind == "reduce":
-            buf = self._comm_buf("red", op.nbytes, tdt)[0]
-            call = lambda a: dist.reduce(buf, dst=root, group=grp, async_op=a)  # noqa: E731
+            fn, args, kw = dist.reduce, (self._comm_buf("red", op.nbytes, tdt)[0],), {"dst": root}
         elif kind == "scatter":
             full, dt2 = self._comm_buf("sc_full", op.nbytes, tdt, n)
             piece = self.buffer(("sc_piece",), (full.numel() // n,), dt2)
-            parts = list(full.chunk(n)) if is_root else None
-            call = lambda a: dist.scatter(piece, parts, src=root, group=grp, async_op=a)  # noqa: E731
+            fn, args, kw = dist.scatter, (piece, list(full.chunk(n)) if is_root else None), {"src": root}
         elif kind == "gather":
             full, dt2 = self._comm_buf("ga_full", op.nbytes, tdt, n)
             piece = self.buffer(("ga_piece",), (full.numel() // n,), dt2)
-            parts = list(full.chunk(n)) if is_root else None
-            call = lambda a: dist.gather(piece, parts, dst=root, group=grp, async_op=a)  # noqa: E731
+            fn, args, kw = dist.gather, (piece, list(full.chunk(n)) if is_root else None), {"dst": root}
         else:  # pragma: no cover - guarded by make()
             raise ExecError(f"op {op.id}: unknown collective {kind!r}")
+        call: Callable[[bool], Any] = lambda a: fn(*args, group=grp, async_op=a, **kw)  # noqa: E731
         if async_op:
             return OpImpl(op, lambda: call(True), is_async=True, note=f"{kind} async on gloo")
         if self.nccl_current_stream:
             return OpImpl(op, lambda: call(False), note=f"{kind} async_op=False on the op's stream",
-                          fast=functools.partial(call, False))
+                          fast=functools.partial(fn, *args, group=grp, async_op=False, **kw))
 
         def run_wait() -> None:
             w = call(True)

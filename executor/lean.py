@@ -13,9 +13,9 @@ nothing is looked up per op: the loop is ``for f in steps: f()`` (CUDA) or a tup
   ``dist.batch_isend_irecv`` for a batched p2p group);
 * one end event per stream, which the makespan needs.
 
-No NVTX, logging, progress tracking or per-op events. TF32 is set once before the loop
-when every matmul of the rank wants the same setting (else those ops keep their switching
-``run``). The instrumented iterations (:meth:`executor.runtime.RankRunner._issue_cuda`)
+No NVTX, logging, progress tracking or per-op events. TF32 is set once before the timed
+region, as a script sets it once at the top (:func:`tf32_plan`), when every matmul of the rank
+wants the same setting (else those ops keep their switching ``run``). The instrumented iterations (:meth:`executor.runtime.RankRunner._issue_cuda`)
 walk the same ops in the same order; :func:`issue_order` is that order, and a test checks
 that both loops issue exactly it.
 
@@ -38,7 +38,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["BatchedP2P", "compile_cpu", "compile_cuda", "issue_order", "p2p_batches"]
+__all__ = ["BatchedP2P", "compile_cpu", "compile_cuda", "issue_order", "p2p_batches", "tf32_plan"]
 
 def p2p_batches(ops: Sequence[Any]) -> list[list[int]]:
     """Indices (into ``ops``, one rank's ops in program order) of each p2p batch.
@@ -95,8 +95,13 @@ def issue_order(ops: Sequence[Any]) -> list[str]:
     return [o.name for o in ops]
 
 
-def _tf32_plan(impls: Sequence[Any]) -> bool | None:
-    """The single TF32 setting of every matmul, or None if they disagree (or there are none)."""
+def tf32_plan(impls: Sequence[Any]) -> bool | None:
+    """The single TF32 setting of every matmul, or None if they disagree (or there are none).
+
+    The caller sets ``torch.backends.cuda.matmul.allow_tf32`` to it before the timed region of a
+    lean iteration (not inside it: a hand-written script sets it once); :func:`compile_cuda` then
+    binds the matmuls' bare launches.
+    """
     vals = {impl.tf32 for impl in impls if impl.tf32 is not None}
     return vals.pop() if len(vals) == 1 else None
 
@@ -113,12 +118,11 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
     dep_events : per op, a ``torch.cuda.Event`` recorded after it when another stream waits on it, else None
     end_events : stream → event recorded on it after its last op
 
-    The caller resets the current stream to the default one afterwards.
+    The caller sets TF32 to :func:`tf32_plan` (when not None) before running the steps, and resets
+    the current stream to the default one afterwards.
     """
     steps: list[Callable[[], Any]] = []
-    tf32 = _tf32_plan(impls)
-    if tf32 is not None:
-        steps.append(functools.partial(setattr, torch.backends.cuda.matmul, "allow_tf32", tf32))
+    tf32 = tf32_plan(impls)
     cur = None
     set_stream = torch.cuda.set_stream
     for i, impl in enumerate(impls):

@@ -35,7 +35,8 @@ op, or ``perf_counter_ns`` on CPU), then as many *uninstrumented* iterations
 through the lean hot path (:mod:`executor.lean`: the rank's ops compiled into a
 flat list of prepared calls; only the anchor and each stream's last event are
 recorded) to measure the makespan without the instrumentation, then optionally
-profiled and checked iterations. Each iteration starts after a host barrier and an anchor;
+profiled and checked iterations. Each iteration starts at one instant on every rank, then
+anchors (:class:`executor.clock.IterationClock`, shared with the hand-written references);
 :mod:`executor.timing` explains the time base.
 
 Timeouts
@@ -55,9 +56,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from executor import ExecError, ExecTimeout
+from executor.clock import IterationClock
 from executor.dist import ArrivalTracker, DistContext
 from executor.kernels import Binding, Materializer, OpImpl
-from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu
+from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu, tf32_plan
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMM_KINDS
 
@@ -222,8 +224,10 @@ class RankRunner:
         self.batches = p2p_batches(self.ops)
         self._bind_batches()
         self.lean_cuda: list[Callable[[], Any]] | None = None
+        self.lean_tf32: bool | None = None
         self.lean_cpu: list[Any] | None = None
         self.tracker = ArrivalTracker(ctx.store, rank) if ctx.world > 1 else None
+        self.clock = IterationClock(ctx.device, ctx.world, ctx.ctrl) if not ctx.cuda else None
         self.iteration = -opts.warmup
         self.phase = "warm-up"
         self.times = _Times()
@@ -305,9 +309,6 @@ class RankRunner:
         head += "\n  fix: check that every rank reaches this op (deps, durations), or raise --timeout"
         raise ExecTimeout(head, op.id, missing)
 
-    def _barrier(self) -> None:
-        self.ctx.barrier()
-
     # -- one iteration of each kind (per device) ---------------------------------------
     def _one(self, record: bool, profile: bool = False) -> tuple[int, list[float], list[float]]:
         """One instrumented iteration: ``(anchor_ns, per-op start_s, per-op end_s)``."""
@@ -385,7 +386,8 @@ class RankRunner:
         """What this rank sends to rank 0 (see :data:`executor.timing.RankTimes`)."""
         t = self.times
         return {"rank": self.ctx.rank, "ids": self.ids, "anchors_ns": t.anchors_ns, "start_s": t.start_s,
-                "end_s": t.end_s, "lean": t.lean}
+                "end_s": t.end_s, "lean": t.lean,
+                "late_starts": self.clock.late_starts if self.clock is not None else 0}
 
     def notes(self) -> dict[str, str]:
         return {impl.op.name: impl.note for impl in self.impls}
@@ -448,8 +450,7 @@ class CpuRunner(RankRunner):
         rf = None
         if profile:
             from torch.profiler import record_function as rf  # type: ignore[no-redef]
-        self._barrier()
-        anchor = time.time_ns()
+        anchor = self.clock.start()  # type: ignore[union-attr]
         t0 = time.perf_counter_ns()
 
         def wait_for(d: int) -> None:
@@ -497,8 +498,7 @@ class CpuRunner(RankRunner):
             self.tracker.begin(self.iteration, None)
         td = datetime.timedelta(seconds=self.opts.timeout_s)
         n = len(self.impls)
-        self._barrier()
-        anchor = time.time_ns()
+        anchor = self.clock.start()  # type: ignore[union-attr]
         t0 = time.perf_counter_ns()
         run_cpu(self.lean_cpu, n, td)
         return anchor, (time.perf_counter_ns() - t0) * 1e-9
@@ -526,11 +526,12 @@ class CudaRunner(RankRunner):
         self.streams = {s: torch.cuda.Stream(device=dev) for s in self.stream_names}
         self.stream_list = [self.streams[o.stream] for o in self.ops]
         self.anchor_stream = torch.cuda.Stream(device=dev)
+        self.clock = IterationClock(dev, self.ctx.world, self.ctx.ctrl, anchor_stream=self.anchor_stream)
         n = len(self.ops)
         ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
         self.ev_start = [ev() for _ in range(n)]
         self.ev_end = [ev() for _ in range(n)]
-        self.ev_anchor = ev()
+        self.ev_anchor = self.clock.anchor
         self.ev_stream_end = {s: ev() for s in self.stream_names}
         self.ev_dep = [torch.cuda.Event() if self.needs_dep_event[i] else None for i in range(n)]
         push, pop, how = nvtx_fns()
@@ -579,18 +580,10 @@ class CudaRunner(RankRunner):
                 self.ev_stream_end[name].record(self.streams[name])
 
     def _begin_cuda(self, observable: bool = True) -> int:
-        torch = self.torch
+        """Aligned start and anchor (:class:`executor.clock.IterationClock`); every stream waits for the anchor."""
         if self.tracker is not None:
             self.tracker.begin(self.iteration, [self.ev_start[i] for i in self.comm_idx] if observable else None)
-        self._barrier()
-        a = self.anchor_stream
-        self.ev_anchor.record(a)
-        self.ev_anchor.synchronize()
-        anchor = time.time_ns()
-        for s in self.streams.values():
-            s.wait_event(self.ev_anchor)
-        del torch
-        return anchor
+        return self.clock.start(self.streams.values())
 
     def _wait_cuda(self, events: list[tuple[int, Any]], issue_ns: int) -> None:
         """Poll events until all complete; on the deadline, name the stuck op."""
@@ -638,7 +631,10 @@ class CudaRunner(RankRunner):
         if self.lean_cuda is None:
             self.lean_cuda = compile_cuda(torch, self.impls, self.stream_list, self.cross, self.ev_dep,
                                           {self.streams[s]: self.ev_stream_end[s] for s in self.last_on_stream})
+            self.lean_tf32 = tf32_plan(self.impls)
         steps = self.lean_cuda
+        if self.lean_tf32 is not None:
+            self.mat._set_tf32(self.lean_tf32)  # outside the timed region, as a script sets it at the top
         anchor = self._begin_cuda(observable=False)
         issue = time.perf_counter_ns()
         try:
@@ -728,14 +724,12 @@ class CudaGraphRunner(CudaRunner):
         if self.tracker is not None:
             timed = g is self.graph and self.gs is not None
             self.tracker.begin(self.iteration, [self.gs[i] for i in self.comm_idx] if timed else None)
-        self._barrier()
         cap = self.anchor_stream
-        self.ev_anchor.record(cap)
-        self.ev_anchor.synchronize()
-        anchor = time.time_ns()
+        anchor = self.clock.start()  # anchored on cap, the stream the graph replays on
         issue = time.perf_counter_ns()
-        with torch.cuda.stream(cap):
-            g.replay()
+        torch.cuda.set_stream(cap)
+        g.replay()
+        torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
         end = self.ev_stream_end[self.stream_names[0]]
         end.record(cap)
         self._wait_cuda([(-1, end)], issue)

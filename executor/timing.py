@@ -4,8 +4,9 @@ Pure Python (no torch), so it is tested without processes.
 
 Time base
 ---------
-Each iteration starts with a host barrier over all ranks. Right after it, each
-rank records an *anchor*: on CUDA an event on an idle device, synchronised, and
+Each iteration starts at one instant on every rank (:mod:`executor.clock`: an
+all-gather of the wall clocks, which is also the barrier, then a spin to the latest
+plus a margin). Right after it, each rank records an *anchor*: on CUDA an event on an idle device, synchronised, and
 the host wall clock (``time.time_ns``) read just after; on CPU the wall clock
 itself. Op times are measured relative to that anchor (CUDA events:
 ``elapsed_time(anchor, event)``; CPU: ``perf_counter_ns`` differences) and
@@ -45,7 +46,8 @@ RankTimes = dict[str, Any]
 ``rank`` (int); ``ids`` (op ids in this rank's program order); ``anchors_ns``
 (one wall-clock anchor per timed iteration); ``start_s`` / ``end_s`` (per
 iteration, a list of per-op times in seconds relative to the anchor);
-``lean`` (per uninstrumented iteration, ``[anchor_ns, end_s]``).
+``lean`` (per uninstrumented iteration, ``[anchor_ns, end_s]``); ``late_starts`` (iterations,
+warm-up included, this rank began after the aligned start of :mod:`executor.clock`).
 """
 
 
@@ -128,7 +130,7 @@ def lean_makespans(per_rank: list[list[list[float]]]) -> list[float]:
 
     The method of ``makespan_uninstrumented_s``, shared with the hand-written references
     (``benchmarks/handwritten/harness.py``) so that both are timed identically: per iteration,
-    after a host barrier and a device synchronize, each rank records an anchor (CUDA event,
+    after the aligned start of :class:`executor.clock.IterationClock`, each rank records an anchor (CUDA event,
     synchronised, then ``time.time_ns``), issues the iteration, records one end event per stream;
     ``end_s`` = latest end − anchor. The iteration's makespan is
     ``max_r (anchor_r − min anchor) + end_r``. Iterations that not every rank completed are dropped.

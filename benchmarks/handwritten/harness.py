@@ -6,12 +6,14 @@ family with the same shapes, streams, dtypes and collectives as ``schedsim execu
 device copy moving that many bytes, half read and half written; matmuls are
 ``torch.matmul(a, b, out=c)``; collectives use ``async_op=False`` on the current stream).
 
-Timing is the executor's uninstrumented method, step for step (``executor/runtime.py``
-``_begin_cuda``/``_iter_cuda_lean``): per iteration a host barrier (device synchronize, then a
-barrier on a gloo group), an anchor event recorded on a spare stream and synchronised, the
-wall clock read, every stream made to wait for the anchor, the iteration issued, one end event
-recorded per stream; ``end`` = latest end − anchor. The per-rank ``[anchor_ns, end_s]`` pairs
-go through :func:`executor.timing.lean_makespans`, the very function that computes
+Timing is the executor's uninstrumented method, with the executor's own code for the start
+(:class:`executor.clock.IterationClock`, the one timing object shared with ``executor/runtime.py``;
+the program itself is plain PyTorch and imports nothing else from the repository): per iteration a
+device synchronize, an all-gather of the ranks' wall clocks on a gloo group and a spin to the
+common start (so every rank begins at one instant), an anchor event recorded on a spare stream and
+synchronised, the wall clock read, every stream made to wait for the anchor, the iteration issued,
+one end event recorded per stream; ``end`` = latest end − anchor. The per-rank ``[anchor_ns,
+end_s]`` pairs go through :func:`executor.timing.lean_makespans`, the very function that computes
 ``makespan_uninstrumented_s``; the median of ``--iters`` iterations after ``--warmup`` is kept.
 On CPU ranks (gloo, for smoke tests) the anchor is the wall clock and ``end`` the host time
 until the iteration's work has completed.
@@ -38,6 +40,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for executor.timing
 
+from executor.clock import IterationClock
 from executor.timing import lean_makespans
 
 DT = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -97,6 +100,20 @@ class Proc:
         dst = torch.empty(half, dtype=torch.uint8, device=self.dev)
         return lambda: dst.copy_(src)
 
+    def pipeline_stage(self, tokens: int, hidden: int) -> tuple[Callable[[], Any], Callable[[], Any],
+                                                                 Callable[[], Any], int]:
+        """The stage work of schedules/pipeline_schedules.yaml (one model chunk per rank), as the executor
+        materialises it: ``(forward, backward_input, backward_weight, activation elements)``; each of the
+        three is one bf16 ``torch.matmul(out=)`` (tokens×hidden @ hidden×4·hidden; tokens×4·hidden @
+        4·hidden×hidden; hidden×tokens @ tokens×4·hidden), and a p2p message holds tokens·hidden bf16
+        elements (``activation_bytes`` = tokens·hidden·2)."""
+        T, H, bf = tokens, hidden, torch.bfloat16
+        x, w_f, out_f = self.rand(T, H, dtype=bf), self.rand(H, 4 * H, dtype=bf), self.empty(T, 4 * H, dtype=bf)
+        g, w_i, out_i = self.rand(T, 4 * H, dtype=bf), self.rand(4 * H, H, dtype=bf), self.empty(T, H, dtype=bf)
+        xt, out_w = self.rand(H, T, dtype=bf), self.empty(H, 4 * H, dtype=bf)
+        return (lambda: torch.matmul(x, w_f, out=out_f), lambda: torch.matmul(g, w_i, out=out_i),
+                lambda: torch.matmul(xt, g, out=out_w), T * H)
+
     def stream(self) -> Any:
         return torch.cuda.Stream(device=self.dev) if self.cuda else None
 
@@ -112,50 +129,48 @@ class Proc:
         ``issue()`` enqueues one iteration (CUDA) or runs it and returns the works to wait for (CPU).
         """
         out = []
+        clock = IterationClock(self.dev, self.world, self.ctrl)
         if self.cuda:
-            anchor_stream = torch.cuda.Stream(device=self.dev)
-            ev_anchor = torch.cuda.Event(enable_timing=True)
             ends = [torch.cuda.Event(enable_timing=True) for _ in streams]
             default = torch.cuda.default_stream(self.dev)
         for k in range(warmup + iters):
-            self.barrier()
+            if k == warmup:
+                clock.late_starts = 0  # count the timed iterations only
+            anchor = clock.start(streams)
             if self.cuda:
-                ev_anchor.record(anchor_stream)
-                ev_anchor.synchronize()
-                anchor = time.time_ns()
-                for s in streams:
-                    s.wait_event(ev_anchor)
                 issue()
                 torch.cuda.set_stream(default)
                 for s, e in zip(streams, ends):
                     e.record(s)
                 for e in ends:
                     e.synchronize()
-                end = max(ev_anchor.elapsed_time(e) for e in ends) * 1e-3
+                end = max(clock.elapsed_s(e) for e in ends)
             else:
-                anchor = time.time_ns()
                 t0 = time.perf_counter_ns()
                 for w in issue() or []:
                     w.wait()
                 end = (time.perf_counter_ns() - t0) * 1e-9
             if k >= warmup:
                 out.append([anchor, end])
+        self.late_starts = clock.late_starts
         return out
 
     def report(self, family: str, prm: dict[str, Any], lean: list[list[float]], out: str, **extra: Any) -> None:
         """Gather every rank's iterations, compute the makespans, write the JSON on rank 0 and leave."""
         allr: list[Any] = [None] * self.world
+        mine = (lean, getattr(self, "late_starts", 0))
         if self.world > 1:
-            dist.all_gather_object(allr, lean, group=self.ctrl)
+            dist.all_gather_object(allr, mine, group=self.ctrl)
         else:
-            allr = [lean]
+            allr = [mine]
         if self.rank == 0:
-            ms = lean_makespans(allr)
+            ms = lean_makespans([r[0] for r in allr])
             res = {"family": family, "params": prm, "world_size": self.world,
                    "device": torch.cuda.get_device_name(self.dev) if self.cuda else "CPU (gloo)",
                    "torch": torch.__version__, "makespans_s": ms, "makespan_median_s": statistics.median(ms),
-                   "method": "executor.timing.lean_makespans over barrier+synchronize, anchor event, one end "
-                             "event per stream", **extra}
+                   "method": "executor.clock.IterationClock (synchronize, clock all-gather, aligned start, "
+                             "anchor event), one end event per stream, executor.timing.lean_makespans",
+                   "late_starts": sum(r[1] for r in allr), **extra}
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(out).with_suffix(".tmp")
             tmp.write_text(json.dumps(res, indent=1))

@@ -15,26 +15,17 @@ a = parser(__doc__).parse_args()
 P = params(a, {"m": 8, "tokens": 4096, "hidden": 4096})
 pr = Proc()
 r, p, m = pr.rank, pr.world, P["m"]
-T, H = P["tokens"], P["hidden"]
 bf = torch.bfloat16
-x, w_f = pr.rand(T, H, dtype=bf), pr.rand(H, 4 * H, dtype=bf)
-g, w_i = pr.rand(T, 4 * H, dtype=bf), pr.rand(4 * H, H, dtype=bf)
-xt = pr.rand(H, T, dtype=bf)
-out_f, out_i, out_w = pr.empty(T, 4 * H, dtype=bf), pr.empty(T, H, dtype=bf), pr.empty(H, 4 * H, dtype=bf)
-act = T * H * 2 // 2  # activation_bytes = tokens * hidden * 2 bytes, as bf16 elements
+forward, dgrad, wgrad, act = pr.pipeline_stage(P["tokens"], P["hidden"])
 send_f, recv_f = pr.rand(act, dtype=bf), pr.empty(act, dtype=bf)
 send_b, recv_b = pr.rand(act, dtype=bf), pr.empty(act, dtype=bf)
 first, last = r == 0, r == p - 1
 s = pr.stream()
 
 
-def forward():
-    torch.matmul(x, w_f, out=out_f)
-
-
 def backward():
-    torch.matmul(g, w_i, out=out_i)
-    torch.matmul(xt, g, out=out_w)
+    dgrad()
+    wgrad()
 
 
 def comm(sf=False, rf=False, sb=False, rb=False):

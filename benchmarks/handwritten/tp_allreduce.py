@@ -15,14 +15,14 @@ P = params(a, {"world_size": 2, "input_size": 1024, "output_size": 2048, "tokens
 pr = Proc()
 torch.backends.cuda.matmul.allow_tf32 = False
 cols = P["output_size"] // pr.world
-x = pr.rand(P["tokens"], P["input_size"])
+xs = [pr.rand(P["tokens"], P["input_size"]) for _ in range(P["layers"])]  # each layer's input and weight
 ws = [pr.rand(P["input_size"], cols) for _ in range(P["layers"])]
 ys = [pr.empty(P["tokens"], cols) for _ in range(P["layers"])]
 s = pr.stream()
 
 
 def layers():
-    for w, y in zip(ws, ys):
+    for x, w, y in zip(xs, ws, ys):
         torch.matmul(x, w, out=y)
         dist.all_reduce(y)
 

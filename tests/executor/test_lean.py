@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from exec_helpers import DATA, torchrun
 
-from executor.lean import compile_cuda, p2p_batches
+from executor.lean import compile_cuda, p2p_batches, tf32_plan
 
 torch = pytest.importorskip("torch")
 
@@ -65,7 +65,8 @@ def test_compile_cuda_binds_launches_in_program_order_with_waits_only_across_str
     ends = {s0: _Rec("end0", log), s1: _Rec("end1", log)}
     for f in compile_cuda(fake, impls, streams, cross, dep, ends):
         f()
-    assert fake.backends.cuda.matmul.allow_tf32 is False  # set once, before the loop
+    # TF32 is not switched inside the timed steps: the runner sets tf32_plan once before the timed region
+    assert fake.backends.cuda.matmul.allow_tf32 is True and tf32_plan(impls) is False
     assert log == ["set(s0)", "fast:a", "ev_a.record(s0)", "fast:b", "set(s1)", "s1.wait(ev_a)", "fast:c", "fast:d",
                    "end0.record(s0)", "end1.record(s1)"]
 
@@ -80,6 +81,7 @@ def test_compile_cuda_keeps_run_when_matmuls_disagree_on_tf32() -> None:
     for f in compile_cuda(fake, impls, [s, s], [[], []], [None, None], {}):
         f()
     assert log == ["run0", "run1"] and fake.backends.cuda.matmul.allow_tf32 is None
+    assert tf32_plan(impls) is None
 
 
 def test_run_with_deadline_abandons_a_teardown_that_never_returns() -> None:

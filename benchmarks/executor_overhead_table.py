@@ -1,0 +1,144 @@
+"""Rewrite the side-by-side table of ``benchmarks/executor_overhead.md`` from ``accuracy_x2.sh`` summaries.
+
+    python3 benchmarks/executor_overhead_table.py OUT1/summary.csv [OUT2/summary.csv ...]
+        [--md benchmarks/executor_overhead.md] [--date 2026-11-30] [--hardware "2x NVIDIA H200 ..."]
+        [--goal-pct 3]
+
+Reads every ``summary.csv`` given (``accuracy_x2_summary.py`` columns; a case in a later file replaces
+the same case in an earlier one, so part 1 and part 2 of a run, or a re-run of one case, combine) and
+replaces the text between ``<!-- overhead-table:begin -->`` and ``<!-- overhead-table:end -->`` in the
+Markdown file (the markers are appended at the end if absent). The file is written atomically.
+
+Per case: GPUs, launch, hand-written median makespan, ``schedsim execute``'s uninstrumented median
+makespan, overhead = execute / hand-written − 1, the per-op timed median for reference, and a verdict:
+``met`` when |overhead| ≤ the goal (issue 15: 3 %), ``NOT met`` when the executor is slower by more,
+``reference slower`` when the hand-written script is slower by more (the reference, or the timing, is
+then what to inspect), ``no reference`` / ``not run: <why>`` otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import sys
+from pathlib import Path
+
+BEGIN, END = "<!-- overhead-table:begin -->", "<!-- overhead-table:end -->"
+
+#: case name -> what it runs (the accuracy_x2.sh cases)
+LABELS = {
+    **{f"allgather_mm_c{c}": f"allgather_mm, chunks={c}" for c in (1, 2, 4, 8, 16)},
+    "tp_ffn_tp2": "tp_ffn, tp=2",
+    "tp_allreduce_eager": "tp_allreduce_graph",
+    "tp_allreduce_graph": "tp_allreduce_graph",
+    **{f"pipeline_{s}_p2": f"pipeline_schedules {s}, p=2, m=8" for s in ("gpipe", "1f1b", "interleaved_1f1b",
+                                                                         "zb_h1")},
+    "offload_1gpu": "offload",
+    "small_ops_eager_1gpu": "small_ops_graph",
+    "small_ops_graph_1gpu": "small_ops_graph",
+    "allgather_mm8_maxconn1": "allgather_mm8, CUDA_DEVICE_MAX_CONNECTIONS=1",
+}
+
+
+def read_rows(paths: list[Path]) -> dict[str, dict[str, str]]:
+    """Case → row over all files, later files winning."""
+    rows: dict[str, dict[str, str]] = {}
+    for p in paths:
+        with open(p, newline="") as f:
+            for r in csv.DictReader(f):
+                if r.get("case"):
+                    rows[r["case"]] = r
+    return rows
+
+
+def _f(x: str | None) -> float | None:
+    try:
+        return float(x) if x not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def verdict(row: dict[str, str], goal_pct: float) -> str:
+    if row.get("status") != "ok":
+        return f"not run: {row.get('note') or row.get('status') or '?'}"
+    ov = _f(row.get("executor_overhead_pct"))
+    if ov is None:
+        return "no reference"
+    if abs(ov) <= goal_pct:
+        return "met"
+    return "NOT met" if ov > 0 else "reference slower"
+
+
+def table(rows: dict[str, dict[str, str]], goal_pct: float, date: str, hardware: str, iters: int = 20,
+          warmup: int = 5) -> str:
+    """The Markdown block that goes between the markers."""
+    head = (f"Side by side on {hardware}, {date} (`benchmarks/accuracy_x2.sh`; medians of {iters} iterations after "
+            f"{warmup} warm-ups, both sides timed by `executor/clock.py` + `executor.timing.lean_makespans`). Goal: "
+            f"|overhead| ≤ {goal_pct:g} %.\n\n")
+    lines = ["| case | schedule | GPUs | launch | hand-written (ms) | schedsim execute, uninstrumented (ms) | "
+             "overhead | execute, per-op timed (ms) | late starts (exec/hw) | goal |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+
+    def order(name: str) -> tuple[int, str]:
+        keys = list(LABELS)
+        return (keys.index(name) if name in keys else len(keys), name)
+
+    met = total = 0
+    for name in sorted(rows, key=order):
+        r = rows[name]
+        v = verdict(r, goal_pct)
+        ov = _f(r.get("executor_overhead_pct"))
+        ov = None if ov is None else (round(ov, 1) or 0.0)  # no "-0.0 %"
+        if ov is not None and r.get("status") == "ok":
+            total += 1
+            met += v == "met"
+        cells = [f"`{name}`", LABELS.get(name, name), r.get("world_size") or "", r.get("launch") or "",
+                 r.get("handwritten_ms") or "", r.get("measured_ms") or "",
+                 "" if ov is None else f"**{ov:+.1f} %**", r.get("measured_per_op_timed_ms") or "",
+                 r.get("late_starts") or "", v]
+        lines.append("| " + " | ".join(cells) + " |")
+    foot = f"\n\n{met} of {total} cases with a reference meet the goal.\n"
+    return head + "\n".join(lines) + foot
+
+
+def rewrite(md: Path, block: str) -> str:
+    """``md``'s text with the marked section replaced by ``block`` (markers appended if absent)."""
+    text = md.read_text(encoding="utf-8") if md.exists() else ""
+    new = f"{BEGIN}\n{block}{END}"
+    if BEGIN in text and END in text and text.index(BEGIN) < text.index(END):
+        a, b = text.index(BEGIN), text.index(END) + len(END)
+        return text[:a] + new + text[b:]
+    return text.rstrip("\n") + ("\n\n" if text else "") + new + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv", nargs="+", type=Path, help="summary.csv of accuracy_x2.sh (part 1, part 2, re-runs)")
+    ap.add_argument("--md", type=Path, default=Path(__file__).with_name("executor_overhead.md"))
+    ap.add_argument("--date", default=datetime.date.today().isoformat())
+    ap.add_argument("--hardware", default="2x NVIDIA H200 (torch 2.11, NCCL 2.28.9)")
+    ap.add_argument("--goal-pct", type=float, default=3.0)
+    ap.add_argument("--iters", type=int, default=20, help="ITERS of the run (for the caption)")
+    ap.add_argument("--warmup", type=int, default=5, help="WARMUP of the run (for the caption)")
+    a = ap.parse_args(argv)
+    missing = [str(p) for p in a.csv if not p.is_file()]
+    if missing:
+        print(f"error: no such summary.csv: {', '.join(missing)}\n  fix: pass the OUT/summary.csv files that "
+              "benchmarks/accuracy_x2.sh wrote", file=sys.stderr)
+        return 2
+    rows = read_rows(a.csv)
+    if not rows:
+        print(f"error: no cases in {', '.join(map(str, a.csv))}", file=sys.stderr)
+        return 2
+    text = rewrite(a.md, table(rows, a.goal_pct, a.date, a.hardware, a.iters, a.warmup))
+    tmp = a.md.with_suffix(a.md.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, a.md)
+    print(f"wrote the table of {len(rows)} case(s) into {a.md}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

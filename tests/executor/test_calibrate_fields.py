@@ -1,0 +1,44 @@
+"""Profile fields calibrate derives (issue 8 §3): nccl.p2p_one_way_speedup and launch.stream_switch_us."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from exec_helpers import DATA
+
+from executor import calibrate as C
+from executor.calibrate import p2p_one_way_speedup
+from schedsim.hardware.profile import HardwareProfile
+
+torch = pytest.importorskip("torch")
+
+
+def test_one_way_speedup_is_exchange_over_one_way_at_the_largest_common_size() -> None:
+    one_way = {1024: 8.0, 2**20: 10.0, 2**26: 200.0}  # the one-way sweep went further
+    exchange = {1024: 9.0, 2**20: 16.0}
+    assert p2p_one_way_speedup(one_way, exchange) == (1.6, 2**20)
+
+
+def test_one_way_speedup_is_at_least_one_and_none_without_a_common_size() -> None:
+    assert p2p_one_way_speedup({4096: 12.0}, {4096: 10.0}) == (1.0, 4096)  # a slower one-way run is not < 1
+    assert p2p_one_way_speedup({4096: 12.0}, {8192: 10.0}) is None
+    assert p2p_one_way_speedup({4096: 0.0}, {4096: 10.0}) is None
+
+
+def test_assemble_writes_both_fields_from_the_2xh200_measurement(monkeypatch) -> None:
+    """The raw JSON calibrate wrote on 2 H200s (2026-11-30), assembled into a profile that validates."""
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
+    raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
+    raw["host"]["stream_switch_us"] = 1.234  # that run predates the measurement
+    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, SimpleNamespace(cuda=True, device=None),
+                    "NVIDIA H200")
+    p = HardwareProfile.model_validate(d)
+    assert p.launch.stream_switch_us == 1.23
+    one = {r["size"]: r["time_us"] for r in raw["collectives"]["p2p_unbatched"]}
+    two = {r["size"]: r["time_us"] for r in raw["collectives"]["sendrecv"]}
+    top = max(set(one) & set(two))  # 256 MiB: 896.3 us exchanged against 801.0 us one way
+    assert top == 2**28
+    assert p.nccl.p2p_one_way_speedup == round(two[top] / one[top], 3) == 1.119
