@@ -5,7 +5,11 @@ Nodes are op ids (``name@rN``) with the :class:`~schedsim.graph.ops.Op` in the
 ops are written). Edges carry ``kind``:
 
 * ``"dep"``: a declared dependency (a CUDA event wait when the streams differ);
-* ``"stream"``: consecutive ops on one stream of one rank (CUDA stream order).
+* ``"stream"``: consecutive ops on one stream of one rank (CUDA stream order). The
+  consecutive members of one ``p2p_batch`` on a stream are one NCCL group launch, not
+  an order: each gets the stream edges of the op before the run, and the op after
+  the run gets an edge from each member (a chain inside one launch would make a
+  member wait for another member of the same kernel).
 
 Rendezvous are not edges: ``G.graph["collectives"]`` maps a collective key to
 the op ids of its members (one per rank of the group) and ``G.graph["p2p"]``
@@ -149,7 +153,6 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
     if info is not None:
         G.graph["pipeline"] = info
     G.add_nodes_from((op.id, {"op": op}) for op in ops)
-    last_on_stream: dict[tuple[int, str], str] = {}
     names_on_rank: dict[int, dict[str, Op]] = defaultdict(dict)
     for op in ops:
         here = names_on_rank[op.rank]
@@ -163,13 +166,20 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
     group_keys: dict[tuple[str, int], str] = {}  # by id(): one group tuple is shared by its ranks; hashing a
     # 100k-rank tuple, or formatting its key, once per op would make the build quadratic in world_size
     stream_edges = []
+    # per (rank, stream): (p2p batch of the last run or None, the ops that run follows, the run's ops)
+    stream_run: dict[tuple[int, str], tuple[str | None, list[str], list[str]]] = {}
     for op in ops:
         oid = op.id
         key = (op.rank, op.stream)
-        prev = last_on_stream.get(key)
-        if prev is not None:
-            stream_edges.append((prev, oid))
-        last_on_stream[key] = oid
+        run = stream_run.get(key)
+        b = op.p2p_batch if op.kind in ("send", "recv") else None
+        if run is not None and b is not None and run[0] == b:  # same launch: follow what the run follows
+            stream_edges.extend((x, oid) for x in run[1])
+            run[2].append(oid)
+        else:
+            before = run[2] if run is not None else []
+            stream_edges.extend((x, oid) for x in before)
+            stream_run[key] = (b, before, [oid])
         if op.kind in COLLECTIVE_KINDS:
             ckey = group_keys.get((op.name, id(op.group)))
             if ckey is None:

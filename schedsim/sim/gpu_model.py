@@ -115,6 +115,10 @@ Rules and their sources
    pair). The ops of one ``p2p_batch`` (``batch_isend_irecv``) are one fused
    kernel and one entry in the order of the default group (NCCL docs,
    "Point-to-point communication": calls inside a group progress concurrently).
+   That kernel takes its SMs once the first of its members has its partner
+   posted; each member's transfer starts once its own partner is there, so a
+   member never waits for another member's partner (a Megatron interleaved
+   batch holding a send and a recv of two different steps would otherwise hang).
 """
 
 from __future__ import annotations

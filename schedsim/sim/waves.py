@@ -206,7 +206,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             if len(cq) == 1:
                 start_copy(k, t)
             return
-        if typ == 1:  # an NCCL kernel asks for SMs once every rank of each of its groups has handed it over
+        if typ == 1:  # an NCCL kernel asks for SMs once every rank of one of its groups has handed it over
             for i in kops[k]:
                 g = job_of[i] - N
                 garr[g] += 1
@@ -214,7 +214,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                     for m in gmem[g]:
                         km = kern[m]
                         kwait[km] -= 1
-                        if not kwait[km]:
+                        if kwait[km] == len(kops[km]) - 1:  # the members of a batch progress independently
                             push(pend[krank[km]], (khand[km], kops[km][0], km))
                             toplace.add(krank[km])
             return

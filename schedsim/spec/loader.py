@@ -250,7 +250,7 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             raise ctx.err("each op must be a mapping", m, p, fix="write '- name: x\\n  kind: matmul ...'")
         km = getattr(item, "key_marks", {})
         per_rank = ("rank" not in env and "ops" not in item and "foreach" not in item
-                    and any(_RANK.search(str(v)) if k == "when" else _uses_rank(v) for k, v in item.items()
+                    and any(_RANK.search(str(v)) if k == "when" else _uses_rank(v, k) for k, v in item.items()
                             if k != "ranks"))
         if "when" in item and not per_rank:
             try:
@@ -332,14 +332,20 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
 _RANK = re.compile(r"\brank\b")
 
 
-def _uses_rank(v: Any) -> bool:
-    """Whether a field value refers to the `rank` variable in an expression."""
+def _uses_rank(v: Any, key: str = "") -> bool:
+    """Whether a field value refers to the `rank` variable in an expression.
+
+    A numeric field (``NUMERIC_FIELDS``: peer, bytes, m/n/k, ...) is an expression even without braces
+    (``peer: (rank + 1) % 4``); any other string only inside ``{...}`` or as the bare word ``rank``.
+    """
     if isinstance(v, str):
+        if key in NUMERIC_FIELDS:
+            return _RANK.search(v) is not None
         return "{" in v and _RANK.search(v) is not None or (_RANK.fullmatch(v.strip()) is not None)
     if isinstance(v, dict):
-        return any(_uses_rank(x) for x in v.values())
+        return any(_uses_rank(x, k if key != "tags" else "tag") for k, x in v.items())
     if isinstance(v, list):
-        return any(_uses_rank(x) for x in v)
+        return any(_uses_rank(x, key) for x in v)
     return False
 
 
