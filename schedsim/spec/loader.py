@@ -252,6 +252,21 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         per_rank = ("rank" not in env and "ops" not in item and "foreach" not in item
                     and any(_RANK.search(str(v)) if k == "when" else _uses_rank(v, k) for k, v in item.items()
                             if k != "ranks"))
+        if ("ops" in item or "foreach" in item) and "rank" not in env and _RANK.search(str(item.get("when", ""))):
+            # a group or foreach taken by some ranks only (`when: rank == 0`): expand it once per rank with `rank`
+            # bound, keeping each resulting op on that rank alone
+            if not isinstance(env.get("world_size"), int):
+                raise ctx.err("`rank` in a group's `when` needs an integer world_size", km.get("when", m), p + ".when",
+                              fix="set world_size")
+            for r in range(env["world_size"]):
+                mine = LList()
+                _expand_ops(LList([item]), {**env, "rank": r}, ctx, path, mine, index=i)
+                for op in mine:
+                    if op.get("ranks") is None or r in op["ranks"]:
+                        op["ranks"] = [r]
+                        out.append(op)
+                        out.item_marks.append(op.mark)
+            continue
         if "when" in item and not per_rank:
             try:
                 cond = evaluate(str(item["when"]), env)

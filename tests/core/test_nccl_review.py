@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from schedsim.errors import DeadlockError
 from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import load_profile
 from schedsim.sim.engine import simulate
@@ -66,3 +67,32 @@ def test_batched_interleaved_is_predicted_not_only_checked(p, v, m):
     computes = [s for s in tl.spans if s.kind == "compute"]
     assert len(computes) == 3 * p * v * m
     assert tl.makespan_s >= 3 * v * m * 100e-6
+
+
+WHEN_GROUP = """schema_version: 1
+name: when_rank_groups
+world_size: 4
+ops:
+  - when: "rank < {upto}"
+    ops:
+      - {{name: ar, kind: all_reduce, bytes: 4096, stream: p, group: [0, 1]}}
+      - {{name: x, kind: compute, duration_us: "{{1 + rank}}", stream: p, ranks: [1, 2]}}
+  - foreach: {{i: range(2)}}
+    when: "rank % 2 == 1"
+    ops:
+      - {{name: "odd{{i}}", kind: all_reduce, bytes: 64, stream: p, group: [1, 3]}}
+  - {{name: mm, kind: compute, duration_us: 5, stream: p}}
+"""
+
+
+def test_when_with_rank_on_a_group_or_foreach_keeps_the_ops_on_the_ranks_that_take_it():
+    G = build_graph(load_text(WHEN_GROUP.format(upto=2)))
+    assert sorted(G.nodes) == ["ar@r0", "ar@r1", "mm@r0", "mm@r1", "mm@r2", "mm@r3",
+                               "odd0@r1", "odd0@r3", "odd1@r1", "odd1@r3", "x@r1"]
+    assert G.nodes["x@r1"]["op"].duration_s == pytest.approx(2e-6)
+    assert G.has_edge("ar@r1", "x@r1") and G.has_edge("odd1@r1", "mm@r1")  # program order kept on the stream
+
+
+def test_a_collective_in_a_when_group_only_some_ranks_take_is_a_hang():
+    with pytest.raises(DeadlockError, match=r"issued on rank\(s\) \[0\] but never on rank\(s\) \[1\]"):
+        build_graph(load_text(WHEN_GROUP.format(upto=1)))
