@@ -47,6 +47,11 @@ def check_graph(G: nx.DiGraph) -> None:
     check_collective_order(G)
     cyc = find_hang(G)
     if cyc is None:
+        from schedsim.graph.nccl import cross_communicator_order
+
+        w = cross_communicator_order(G)
+        if w is not None:
+            G.graph.setdefault("warnings", []).append(w)
         return
     check_acyclic(G)
     raise _explain_hang(G, cyc)

@@ -45,7 +45,7 @@ import networkx as nx
 
 from schedsim.spec.model import COLLECTIVE_KINDS
 
-__all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang"]
+__all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang", "cross_communicator_order"]
 
 Comm = tuple[Any, ...]
 
@@ -215,6 +215,43 @@ def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
     G.graph["_hang_labels"] = labels
     G.graph["_hang_why"] = why
     return [(int(a), int(b)) for a, b in cyc]
+
+
+def cross_communicator_order(G: nx.DiGraph) -> str | None:
+    """A "may hang" warning when no single order of the collectives agrees with every rank's issue order.
+
+    NCCL asks for operations on different communicators to be issued in one order on every rank
+    (NCCL documentation, "Using multiple NCCL communicators concurrently"); rule 4 makes that an error
+    for communicators sharing two or more ranks. Communicators sharing one rank each can still form a
+    cycle over three or more ranks (rank 0: A{0,1} then C{0,2}; rank 1: B{1,2} then A; rank 2: C then B):
+    it runs only while the GPUs keep the kernels of every communicator resident at once, which NCCL does
+    not promise. Call after :func:`find_hang` found no hang. Returns the warning text, or None.
+    """
+    coll_key = {m: k for k, members in G.graph.get("collectives", {}).items() for m in members}
+    H = nx.DiGraph()
+    for _rank, launches in (G.graph.get("issue_order") or issue_order(G)).items():
+        prev = None
+        for launch in launches:
+            k = coll_key.get(launch[0])
+            if k is None:
+                continue
+            if prev is not None and prev != k:
+                H.add_edge(prev, k)
+            prev = k
+    try:
+        cyc = nx.find_cycle(H)
+    except nx.NetworkXNoCycle:
+        return None
+    names = [a for a, _b in cyc]
+    marked = {m for k in names for m in G.graph["collectives"][k]}
+    order = G.graph.get("issue_order") or issue_order(G)
+    grid = issue_grid({r: ["+".join(x) for x in v] for r, v in order.items()}, marked)
+    show = " -> ".join(k.split("#")[0] + "[" + k.split("#")[1] + "]" for k in [*names, names[0]])
+    return ("may hang: the ranks issue these collectives of different communicators in orders that no single order "
+            f"agrees with ({show}, each arrow one rank's issue order); NCCL runs this only while every "
+            "communicator's kernel stays resident on each GPU, which it does not promise (NCCL docs, 'Using multiple "
+            "NCCL communicators concurrently')\n  fix: issue the collectives in one global order on every rank\n\n"
+            + grid)
 
 
 def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int = 12) -> str:

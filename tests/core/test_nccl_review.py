@@ -96,3 +96,26 @@ def test_when_with_rank_on_a_group_or_foreach_keeps_the_ops_on_the_ranks_that_ta
 def test_a_collective_in_a_when_group_only_some_ranks_take_is_a_hang():
     with pytest.raises(DeadlockError, match=r"issued on rank\(s\) \[0\] but never on rank\(s\) \[1\]"):
         build_graph(load_text(WHEN_GROUP.format(upto=1)))
+
+
+def _tri(orders: dict[int, tuple[str, str]], same_stream: bool = False) -> str:
+    groups = {"A": "[0, 1]", "B": "[1, 2]", "C": "[0, 2]"}
+    out = "schema_version: 1\nname: tri\nworld_size: 3\nops:\n"
+    for r, names in orders.items():
+        for k, n in enumerate(names):
+            st = "s" if same_stream else f"s{k}"
+            out += f"  - {{name: {n}, kind: all_reduce, bytes: 1048576, stream: {st}, ranks: [{r}], group: {groups[n]}}}\n"
+    return out
+
+
+def test_three_communicators_in_a_cyclic_order_may_hang():
+    """Pairwise each two communicators share one rank (rule 4 does not apply), but the orders form a cycle:
+    a 'may hang' warning with the grid; one global order (A, B, C) gets none; on one stream it is a hang."""
+    cyc = {0: ("A", "C"), 1: ("B", "A"), 2: ("C", "B")}
+    G = build_graph(load_text(_tri(cyc)))
+    (w,) = [x for x in G.graph["warnings"] if "may hang" in x]
+    assert "A[0,1] -> C[0,2] -> B[1,2] -> A[0,1]" in w and "fix:" in w and "*A" in w
+    G = build_graph(load_text(_tri({0: ("A", "C"), 1: ("A", "B"), 2: ("B", "C")})))
+    assert not [x for x in G.graph["warnings"] if "may hang" in x]
+    with pytest.raises(DeadlockError):
+        build_graph(load_text(_tri(cyc, same_stream=True)))
