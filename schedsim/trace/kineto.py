@@ -54,12 +54,25 @@ def _keep_long(text: str) -> float | str:
 
 
 def _ns(v: Any) -> int:
-    """A Kineto time in µs (int, float or decimal text) as exact integer nanoseconds (rounded half even)."""
+    """A Kineto time in µs (int, float or decimal text) as exact integer nanoseconds (rounded half even).
+
+    Raises
+    ------
+    TypeError
+        ``v`` is a boolean, null, list or object.
+    ValueError
+        ``v`` is text that is not a finite decimal number (``"abc"``, ``"NaN"``).
+    """
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"time {v!r} is not a number")
     if isinstance(v, int):
         return v * 1000
-    from decimal import Decimal
+    from decimal import Decimal, InvalidOperation
 
-    return int((Decimal(v if isinstance(v, str) else repr(v)) * 1000).to_integral_value())
+    try:
+        return int((Decimal(v if isinstance(v, str) else repr(v)) * 1000).to_integral_value())
+    except (InvalidOperation, ValueError, OverflowError):
+        raise ValueError(f"time {v!r} is not a finite decimal number of µs") from None
 from schedsim.trace.nsys import shape_size
 from schedsim.trace.validate import check_event_times, check_header
 
