@@ -274,7 +274,8 @@ def _message_name(name: str) -> str:
 
 
 def _match_p2p(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[str, str]]:
-    """Pair sends and recvs as NCCL does: the k-th send from a to b meets the k-th recv on b from a.
+    """Pair sends and recvs as NCCL does: the k-th send from a to b meets the k-th recv on b from a, in
+    issue order (a ``p2p_batch`` is posted whole at the position of its first member).
 
     NCCL has no tags (``ncclSend``/``ncclRecv`` take a peer, a count and a type), so ``tag:`` only states
     intent: a pairing whose tags disagree, or whose sizes differ, is an error; one whose names suggest
@@ -284,11 +285,25 @@ def _match_p2p(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[s
 
     sends: dict[tuple[int, int], list[Op]] = defaultdict(list)
     recvs: dict[tuple[int, int], list[Op]] = defaultdict(list)
-    for op in ops:
+    # issue position: a p2p batch is posted at its first member (schedsim.graph.nccl.issue_order), so a lone
+    # send written between two members of a batch reaches NCCL after the whole batch
+    first_of: dict[tuple[int, str], int] = {}
+    moved = False
+    pos: dict[str, tuple[int, int]] = {}
+    for i, op in enumerate(ops):
+        if op.kind not in ("send", "recv"):
+            continue
+        b = op.p2p_batch
+        at = i if b is None else first_of.setdefault((op.rank, b), i)
+        moved = moved or at != i
+        pos[op.id] = (at, i)
         if op.kind == "send":
             sends[(op.rank, op.peer)].append(op)  # type: ignore[index]
-        elif op.kind == "recv":
+        else:
             recvs[(op.peer, op.rank)].append(op)  # type: ignore[index]
+    if moved:
+        for lst in (*sends.values(), *recvs.values()):
+            lst.sort(key=lambda o: pos[o.id])
     pairs: list[tuple[str, str]] = []
     for key in sorted(set(sends) | set(recvs)):
         s, r = sends.get(key, []), recvs.get(key, [])

@@ -119,3 +119,23 @@ def test_three_communicators_in_a_cyclic_order_may_hang():
     assert not [x for x in G.graph["warnings"] if "may hang" in x]
     with pytest.raises(DeadlockError):
         build_graph(load_text(_tri(cyc, same_stream=True)))
+
+
+def _around(recv_batch: bool, sizes: tuple[int, int, int], rsizes: tuple[int, int, int]) -> str:
+    """Rank 0: s1, s3 in one batch with a lone s2 written between them; rank 1: r1 r2 r3 (r1+r2 batched or not)."""
+    b = ", p2p_batch: c" if recv_batch else ""
+    out = "schema_version: 1\nname: around\nworld_size: 2\nops:\n"
+    for k, (n, sz) in enumerate(zip(("s1", "s2", "s3"), sizes)):
+        pb = ", p2p_batch: b" if k != 1 else ""
+        out += f"  - {{name: {n}, kind: send, peer: 1, bytes: {sz}, stream: {'c' if k == 1 else 'a'}, ranks: [0]{pb}}}\n"
+    for k, (n, sz) in enumerate(zip(("r1", "r2", "r3"), rsizes)):
+        out += f"  - {{name: {n}, kind: recv, peer: 0, bytes: {sz}, stream: a, ranks: [1]{b if k < 2 else ''}}}\n"
+    return out
+
+
+def test_a_batch_is_paired_at_its_first_members_position():
+    """NCCL meets the batch s1+s3 (posted at s1) before the lone s2 written between them."""
+    with pytest.raises(DeadlockError, match="send s3@r0 .4096 B. is paired with recv r2@r1 .8192 B."):
+        build_graph(load_text(_around(False, (4096, 8192, 4096), (4096, 8192, 4096))))  # accepted before
+    G = build_graph(load_text(_around(True, (4096, 8192, 2048), (4096, 2048, 8192))))  # refused before
+    assert sorted(G.graph["p2p"]) == [("s1@r0", "r1@r1"), ("s2@r0", "r3@r1"), ("s3@r0", "r2@r1")]
