@@ -205,6 +205,13 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                                  f"which does not exist on rank {op.rank}\n  fix: {hint}")
             if d == op.name:
                 raise GraphError(f"{op.source}: op {op.name!r} depends on itself\n  fix: remove it from its deps")
+            b = op.p2p_batch if op.kind in ("send", "recv") else None
+            if b is not None and here[d].kind in ("send", "recv") and here[d].p2p_batch == b:
+                raise GraphError(
+                    f"{op.source}: {op.kind} {op.name!r} depends on {d!r}, but both are in p2p_batch {b!r} on rank "
+                    f"{op.rank}: one batch is one NCCL group launch (batch_isend_irecv), posted whole, so nothing "
+                    "inside it runs after another member\n  fix: remove the dependency, or move one of them to "
+                    "another p2p_batch")
             dep_edges.append((format_op_id(d, op.rank), op.id))
     G.add_edges_from(dep_edges, kind="dep")
     for key, members in collectives.items():

@@ -139,3 +139,13 @@ def test_a_batch_is_paired_at_its_first_members_position():
         build_graph(load_text(_around(False, (4096, 8192, 4096), (4096, 8192, 4096))))  # accepted before
     G = build_graph(load_text(_around(True, (4096, 8192, 2048), (4096, 2048, 8192))))  # refused before
     assert sorted(G.graph["p2p"]) == [("s1@r0", "r1@r1"), ("s2@r0", "r3@r1"), ("s3@r0", "r2@r1")]
+
+
+def test_a_dependency_inside_one_batch_is_refused():
+    """check accepted it (the wait-for graph sees one unit), predict then hung on it and the executor ignored it."""
+    from schedsim.errors import GraphError
+
+    with pytest.raises(GraphError, match="both are in p2p_batch 'b'.*\\n  fix: remove the dependency"):
+        build_graph(load_text("schema_version: 1\nname: bd\nworld_size: 2\nops:\n"
+                              "  - {name: s, kind: send, peer: '{1 - rank}', bytes: 64, stream: a, p2p_batch: b}\n"
+                              "  - {name: r, kind: recv, peer: '{1 - rank}', bytes: 64, stream: c, p2p_batch: b, deps: [s]}\n"))
