@@ -391,8 +391,9 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                         for acts in order.values() for a in acts)
         if has_comms:
             # a compute_comms order (torch CSV or actions with SEND/RECV): the user's issue order, as
-            # torch's runtime executes it; the static checks decide whether it hangs
-            lowered = {r: [a for a in acts if a is not None] for r, acts in order.items()}
+            # torch's runtime executes it; the static checks decide whether it hangs. UNSHARD, RESHARD and
+            # REDUCE_GRAD (torch's runtime CSV has them) carry no microbatch and no p2p: not modelled here
+            lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)] for r, acts in order.items()}
             from schedsim.pipeline.comms import simulate_p2p
 
             simulate_p2p(lowered, s2r, num_stages)  # a compute whose input is never received, a recv never sent

@@ -149,3 +149,29 @@ def test_a_dependency_inside_one_batch_is_refused():
         build_graph(load_text("schema_version: 1\nname: bd\nworld_size: 2\nops:\n"
                               "  - {name: s, kind: send, peer: '{1 - rank}', bytes: 64, stream: a, p2p_batch: b}\n"
                               "  - {name: r, kind: recv, peer: '{1 - rank}', bytes: 64, stream: c, p2p_batch: b, deps: [s]}\n"))
+
+
+# torch's runtime order for ZBVZeroBubble, p=2, m=2, as get_schedule_ops(..., with_comms=True) writes it (torch 2.13)
+ZBV_TORCH_CSV = (
+    "0UNSHARD,3UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,3RECV_F0,3F0,3I0,3SEND_B0,3RECV_F1,3W0,3F1,3I1,3SEND_B1,0RECV_B0,"
+    "3W1,3REDUCE_GRAD,3RESHARD,0I0,0W0,0RECV_B1,0I1,0W1,0REDUCE_GRAD,0RESHARD\n"
+    "1UNSHARD,2UNSHARD,1RECV_F0,1F0,1RECV_F1,2F0,2SEND_F0,1F1,2RECV_B0,2F1,2SEND_F1,2I0,2W0,2RECV_B1,1I0,1SEND_B0,"
+    "1W0,2I1,2W1,2REDUCE_GRAD,2RESHARD,1I1,1SEND_B1,1W1,1REDUCE_GRAD,1RESHARD\n")
+
+
+def test_a_torch_runtime_csv_with_unshard_reshard_reduce_grad_runs(tmp_path):
+    """The bookkeeping actions (no microbatch) were expanded as a full backward 'B<stage>.None': a GraphError."""
+    (tmp_path / "zbv.csv").write_text(ZBV_TORCH_CSV)
+    y = tmp_path / "s.yaml"
+    y.write_text("schema_version: 1\nname: zbv_csv\nworld_size: 2\npipeline:\n  schedule: custom\n  p: 2\n  m: 2\n"
+                 "  csv: zbv.csv\n  placement: v\n  activation_bytes: 1024\n  stage:\n"
+                 "    forward: [{name: f, kind: compute, duration_us: 10}]\n"
+                 "    backward_input: [{name: i, kind: compute, duration_us: 10}]\n"
+                 "    backward_weight: [{name: w, kind: compute, duration_us: 10}]\n")
+    from schedsim.spec.loader import load_schedule
+
+    G = build_graph(load_schedule(y, {}))
+    assert len(G.graph["p2p"]) == 8  # SEND_F of stages 0 and 2, SEND_B of stages 1 and 3, 2 microbatches each
+    assert sum(1 for n in G.nodes if ".None" in n) == 0
+    assert len([n for n in G.nodes if G.nodes[n]["op"].kind == "compute"]) == 4 * 2 * 3
+    simulate(G, load_profile("h200"))
