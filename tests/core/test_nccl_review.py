@@ -175,3 +175,34 @@ def test_a_torch_runtime_csv_with_unshard_reshard_reduce_grad_runs(tmp_path):
     assert sum(1 for n in G.nodes if ".None" in n) == 0
     assert len([n for n in G.nodes if G.nodes[n]["op"].kind == "compute"]) == 4 * 2 * 3
     simulate(G, load_profile("h200"))
+
+
+def _custom(tmp_path, csv_text: str | None = None, actions: str | None = None):
+    from schedsim.spec.loader import load_schedule
+
+    src = "  csv: o.csv\n" if csv_text is not None else f"  actions: {actions}\n"
+    if csv_text is not None:
+        (tmp_path / "o.csv").write_text(csv_text)
+    y = tmp_path / "s.yaml"
+    y.write_text("schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: custom\n  p: 2\n  m: 1\n" + src
+                 + "  activation_bytes: 64\n  stage:\n    forward: [{name: f, kind: compute, duration_us: 1}]\n")
+    return build_graph(load_schedule(y, {}))
+
+
+def test_custom_stages_that_do_not_split_over_p_are_a_spec_error(tmp_path):
+    """5 stages on p = 2 raised KeyError: 4 (a traceback through the CLI)."""
+    from schedsim.errors import SpecError
+
+    with pytest.raises(SpecError, match="5 stages, which do not split evenly over p=2") as e:
+        _custom(tmp_path, actions='{0: "0F0 2F0 4F0 4B0 2B0 0B0", 1: "1F0 3F0 3B0 1B0"}')
+    assert "fix: give the actions 4 or 6 stages" in str(e.value)
+
+
+def test_a_csv_whose_rank_waits_on_itself_has_one_fix_line(tmp_path):
+    from schedsim.errors import SchedsimError
+
+    with pytest.raises(SchedsimError) as e:
+        _custom(tmp_path, csv_text="0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n")
+    msg = str(e.value)
+    assert msg.count("fix:") == 1 and "\n  fix: move the producer or recv before its consumer" in msg
+    assert "(fix:" not in msg and "<-- ERROR HERE" in msg
