@@ -187,6 +187,7 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
             collectives[ckey].append(oid)
     G.add_edges_from(stream_edges, kind="stream")
     dep_edges = []
+    forward_dep: tuple[Op, str] | None = None  # a dependency on an op written later on the same rank
     for op in ops:
         if not op.deps:
             continue
@@ -205,6 +206,8 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                                  f"which does not exist on rank {op.rank}\n  fix: {hint}")
             if d == op.name:
                 raise GraphError(f"{op.source}: op {op.name!r} depends on itself\n  fix: remove it from its deps")
+            if here[d].seq > op.seq and forward_dep is None:
+                forward_dep = (op, d)
             b = op.p2p_batch if op.kind in ("send", "recv") else None
             if b is not None and here[d].kind in ("send", "recv") and here[d].p2p_batch == b:
                 raise GraphError(
@@ -238,6 +241,13 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
     if check:
         from schedsim.graph.checks import check_graph
 
+        if forward_dep is not None and nx.is_directed_acyclic_graph(G):  # a cycle gets check_graph's CycleError
+            op, d = forward_dep
+            raise GraphError(
+                f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, which is written after it; each "
+                "rank issues its ops in the order written (the executor launches them so, and NCCL runs its "
+                "communication in that order), so the wait would not be honoured"
+                f"\n  fix: move {d!r} above {op.name!r} (or drop the dependency)")
         try:
             check_graph(G)
         except DeadlockError as e:

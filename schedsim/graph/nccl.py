@@ -50,18 +50,22 @@ __all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang", "cross_
 Comm = tuple[Any, ...]
 
 
-def communicator(op: Any, world: int) -> Comm | None:
+def communicator(op: Any, world: int, eager: bool = False) -> Comm | None:
     """The NCCL communicator ``op`` runs on, as a hashable key, or None for non-NCCL ops.
 
     ``("group", r0, r1, ...)`` for a collective (its group) and for a batched send/recv (the world);
     ``("pair", lo, hi)`` for a lone send/recv between ranks ``lo < hi``.
     Source: torch ``ProcessGroupNCCL::pointToPoint`` (batched p2p uses the device communicator,
-    a single p2p the two-rank one).
+    a single p2p the two-rank one). ``eager``: the process group was initialised eagerly
+    (``init_process_group(device_id=...)``), so a lone send/recv runs on the group's communicator too
+    (pytorch PRs 132900/154132; measured on 2×H200, 2026-11-30, with a world of two ranks).
     """
     if op.kind in COLLECTIVE_KINDS:
         return ("group", *op.group)
     if op.kind in ("send", "recv"):
         if op.nccl_group is not None:
+            return ("group", *range(world))
+        if eager:
             return ("group", *range(world))
         a, b = op.rank, op.peer
         return ("pair", a, b) if a < b else ("pair", b, a)
@@ -99,10 +103,12 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
     return out
 
 
-def wait_for_graph(G: nx.DiGraph, explain: bool = False) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
+def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False
+                   ) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
     """The posted/done wait-for graph of ``G`` (rules 1-5 of the module docstring).
 
-    ``explain`` also fills ``why`` (slower; used only to word an error).
+    ``explain`` also fills ``why`` (slower; used only to word an error). ``eager``: lone send/recv on the
+    world's communicator (:func:`communicator`).
 
     Returns
     -------
@@ -165,7 +171,7 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False) -> tuple[list[list[int]
         last: dict[Comm, int] = {}
         for launch in launches:
             op = G.nodes[launch[0]]["op"]
-            comm = communicator(op, world)
+            comm = communicator(op, world, eager)
             u = unit_of[launch[0]]
             for other, pu in last.items():
                 if other == comm:
@@ -185,12 +191,12 @@ def _share2(a: Comm, b: Comm) -> bool:
     return len(set(a[1:]).intersection(b[1:])) >= 2
 
 
-def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
+def find_hang(G: nx.DiGraph, eager: bool = False) -> list[tuple[int, int]] | None:
     """A cycle of the wait-for graph as a list of edges ``(a, b)``, or None when NCCL cannot hang.
 
     One Kahn sweep (linear in ops + edges); a cycle is extracted from what is left only on failure.
     """
-    adj, labels, why = wait_for_graph(G)
+    adj, labels, why = wait_for_graph(G, eager=eager)
     N = len(adj)
     indeg = [0] * N
     for outs in adj:
@@ -211,7 +217,7 @@ def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
     H = nx.DiGraph()
     H.add_edges_from((a, b) for a in left for b in adj[a] if b in left)
     cyc = nx.find_cycle(H)
-    why = wait_for_graph(G, explain=True)[2]
+    why = wait_for_graph(G, explain=True, eager=eager)[2]
     G.graph["_hang_labels"] = labels
     G.graph["_hang_why"] = why
     return [(int(a), int(b)) for a, b in cyc]

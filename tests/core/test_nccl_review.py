@@ -206,3 +206,35 @@ def test_a_csv_whose_rank_waits_on_itself_has_one_fix_line(tmp_path):
     msg = str(e.value)
     assert msg.count("fix:") == 1 and "\n  fix: move the producer or recv before its consumer" in msg
     assert "(fix:" not in msg and "<-- ERROR HERE" in msg
+
+
+def test_lone_p2p_against_a_collective_in_opposite_orders_may_hang_with_eager_init():
+    """Two ranks: send then all_reduce on rank 0, all_reduce then recv on rank 1, on two streams. Lazily
+    initialised the pair has its own communicator (no hang); eagerly (schedsim execute on NCCL) the send and the
+    all_reduce share one and run in issue order: a hang. predict already warned; check said ok."""
+    y = ("  - {name: snd, kind: send, peer: 1, bytes: 4096, stream: a, ranks: [0]}\n"
+         "  - {name: ar, kind: all_reduce, bytes: 4096, stream: b, ranks: [0]}\n"
+         "  - {name: ar, kind: all_reduce, bytes: 4096, stream: b, ranks: [1]}\n"
+         "  - {name: rcv, kind: recv, peer: 0, bytes: 4096, stream: a, ranks: [1]}\n")
+    G = build_graph(load_text("schema_version: 1\nname: e\nworld_size: 2\nops:\n" + y))
+    (w,) = [x for x in G.graph["warnings"] if "may hang" in x]
+    assert "device_id" in w and "ar@r0 cannot start before snd@r0 completes" in w and "\n  fix: " in w
+    assert "*snd" in w and "*rcv" in w
+    lines = y.splitlines(keepends=True)
+    same_order = "".join([lines[0], lines[1], lines[3], lines[2]])  # rank 1: recv, then all_reduce
+    G = build_graph(load_text("schema_version: 1\nname: e\nworld_size: 2\nops:\n" + same_order))
+    assert not [x for x in G.graph["warnings"] if "may hang" in x]
+
+
+def test_a_dependency_on_an_op_written_later_is_refused():
+    """A on stream s1 waiting for B written after it on s2: the simulator honoured the wait, the executor (which
+    launches in the order written) waited on an event not yet recorded, i.e. not at all."""
+    from schedsim.errors import CycleError, GraphError
+
+    head = "schema_version: 1\nname: f\nworld_size: 1\nops:\n"
+    with pytest.raises(GraphError, match="depends on 'B', which is written after it.*\n  fix: move 'B' above 'A'"):
+        build_graph(load_text(head + "  - {name: A, kind: compute, duration_us: 5, stream: s1, deps: [B]}\n"
+                                     "  - {name: B, kind: compute, duration_us: 50, stream: s2}\n"))
+    with pytest.raises(CycleError):  # a real cycle still reads as one
+        build_graph(load_text(head + "  - {name: A, kind: compute, duration_us: 5, stream: s1, deps: [B]}\n"
+                                     "  - {name: B, kind: compute, duration_us: 50, stream: s2, deps: [A]}\n"))
