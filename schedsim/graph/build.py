@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 
 import networkx as nx
 
@@ -217,23 +218,31 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                     "another p2p_batch")
             dep_edges.append((format_op_id(d, op.rank), op.id))
     G.add_edges_from(dep_edges, kind="dep")
+    def grid(marked: set[str], ranks: Sequence[int]) -> str:
+        from schedsim.graph.nccl import grid_of_ops
+
+        want = set(ranks)
+        return "\n\n" + grid_of_ops([o for o in ops if o.rank in want], marked, sorted(want))
+
     for key, members in collectives.items():
         first = G.nodes[members[0]]["op"]
         for mid in members[1:]:
             o = G.nodes[mid]["op"]
             if (o.kind, o.nbytes, o.root, o.dtype) != (first.kind, first.nbytes, first.root, first.dtype):
                 raise DeadlockError(
-                    f"{o.source}: collective {o.name!r} over group {list(first.group)} is a {o.kind} of "
-                    f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but a {first.kind} of "
+                    f"{o.source}: collective {o.name!r} over group {list(first.group)} is {_a(o.kind)} of "
+                    f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but {_a(first.kind)} of "
                     f"{int(first.nbytes)} B ({first.dtype}, root {first.root}) on rank {first.rank}; NCCL would "
-                    "hang or corrupt data\n  fix: give every rank's entry the same kind, size, dtype and root")
+                    "hang or corrupt data\n  fix: give every rank's entry the same kind, size, dtype and root"
+                    + grid({o.id, first.id}, (o.rank, first.rank)))
         have = sorted(G.nodes[m]["op"].rank for m in members)
         if have != list(first.group):
             missing = sorted(set(first.group) - set(have))
             raise DeadlockError(
                 f"{first.source}: collective {first.name!r} over group {list(first.group)} is issued on rank(s) "
                 f"{have} but never on rank(s) {missing}; real NCCL would hang"
-                f"\n  fix: issue {first.name!r} on every rank of its group (or shrink `group`)")
+                f"\n  fix: issue {first.name!r} on every rank of its group (or shrink `group`)"
+                + grid(set(members), [*have[:3], *missing[:3]]))
     G.graph["collectives"] = dict(collectives)
     warnings: list[str] = []
     G.graph["warnings"] = warnings
@@ -255,6 +264,11 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                 raise DeadlockError(str(e) + "\n\n" + _pipeline_grid(G, str(e))) from None
             raise
     return G
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article ("an all_reduce", "a broadcast")."""
+    return ("an " if word[:1] in "aeiou" else "a ") + word
 
 
 def _pipeline_grid(G: nx.DiGraph, message: str) -> str:

@@ -291,9 +291,12 @@ def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int 
     return "NCCL issue order (communication launches per rank; batches joined by +):\n" + "\n".join(lines)
 
 
-def grid_of_ops(ops: list[Any], marked: set[str]) -> str:
-    """:func:`issue_grid` of op instances (before the graph exists); lone launches only."""
+def grid_of_ops(ops: list[Any], marked: set[str], ranks: Any = ()) -> str:
+    """:func:`issue_grid` of op instances (before the graph exists); ``ranks`` get a column even when they
+    issue no communication."""
     per_rank: dict[int, list[str]] = defaultdict(list)
+    for r in ranks:
+        per_rank[r] = []
     batch_cell: dict[tuple[int, int], int] = {}
     for op in sorted(ops, key=lambda o: (o.rank, o.seq)):
         if op.kind not in COLLECTIVE_KINDS and op.kind not in ("send", "recv"):

@@ -238,3 +238,17 @@ def test_a_dependency_on_an_op_written_later_is_refused():
     with pytest.raises(CycleError):  # a real cycle still reads as one
         build_graph(load_text(head + "  - {name: A, kind: compute, duration_us: 5, stream: s1, deps: [B]}\n"
                                      "  - {name: B, kind: compute, duration_us: 50, stream: s2, deps: [A]}\n"))
+
+
+def test_collective_mismatch_and_missing_member_show_the_issue_grid():
+    """Both rejections named the ops and a fix but printed no rank x step grid."""
+    head = "schema_version: 1\nname: g\nworld_size: 2\nops:\n"
+    with pytest.raises(DeadlockError) as e:
+        build_graph(load_text(head + "  - {name: ar, kind: all_reduce, bytes: 4096, ranks: [0]}\n"
+                                     "  - {name: ar, kind: all_gather, bytes: 4096, ranks: [1]}\n"))
+    msg = str(e.value)
+    assert "is an all_gather of 4096 B" in msg and "\n  fix: " in msg
+    assert "Rank 0  Rank 1" in msg and "Step 000: *ar     *ar" in msg
+    with pytest.raises(DeadlockError) as e:
+        build_graph(load_text(WHEN_GROUP.format(upto=1)))
+    assert "Rank 0  Rank 1" in str(e.value) and "Step 000: *ar" in str(e.value)
