@@ -97,6 +97,15 @@ def expand_ops(spec: ScheduleSpec) -> list[Op]:
             src = f"{file}:{line} ({path})" if line else f"{file} ({path})"
         else:
             src = file
+        if s.kind in COLLECTIVE_KINDS and len(group) == 1 and spec.world_size > 1 and s.group is None:  # type: ignore[attr-defined]
+            r0, w = group[0], spec.world_size
+            every = str(list(range(w))) if w <= 8 else f"[0, 1, ..., {w - 1}]"
+            raise GraphError(
+                f"{src}: collective {s.name!r} runs on rank {r0} alone: without `group:` its communicator is the "
+                f"ranks that issue it, here one, so it would be a 1-rank {s.kind} (a local copy), while a program that "
+                f"calls {s.kind} on each rank runs one collective over all of them"
+                f"\n  fix: give it `group:` (the ranks that take part, e.g. group: {every}), "
+                "or give each rank's entry the same name")
         for r in ranks:
             per_rank[r].append(op_instance(s, r, len(per_rank[r]), stream=stream, group=group, tags=tags,
                                            source=src, spec_index=idx))

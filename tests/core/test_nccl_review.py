@@ -252,3 +252,19 @@ def test_collective_mismatch_and_missing_member_show_the_issue_grid():
     with pytest.raises(DeadlockError) as e:
         build_graph(load_text(WHEN_GROUP.format(upto=1)))
     assert "Rank 0  Rank 1" in str(e.value) and "Step 000: *ar" in str(e.value)
+
+
+@pytest.mark.parametrize("ops", [
+    "  - {name: 'ar{rank}', kind: all_reduce, bytes: 4194304}\n",  # `rank` in the name: one name per rank
+    "  - {name: ar_a, kind: all_reduce, bytes: 4194304, ranks: [0]}\n"
+    "  - {name: ar_b, kind: all_reduce, bytes: 4194304, ranks: [1]}\n",
+])
+def test_a_collective_entry_on_one_rank_without_group_is_refused(ops):
+    """Each became a 1-rank all_reduce (5 us for 4 MiB), where the program runs one 2-rank all_reduce."""
+    from schedsim.errors import GraphError
+
+    with pytest.raises(GraphError, match=r"runs on rank 0 alone.*\n  fix: give it `group:` .*group: \[0, 1\]"):
+        build_graph(load_text("schema_version: 1\nname: one\nworld_size: 2\nops:\n" + ops))
+    one = build_graph(load_text("schema_version: 1\nname: one\nworld_size: 2\nops:\n"
+                                "  - {name: solo, kind: all_reduce, bytes: 64, ranks: [0], group: [0]}\n"))
+    assert one.graph["collectives"] == {"solo#0": ["solo@r0"]}  # written explicitly: kept
