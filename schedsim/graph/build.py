@@ -272,7 +272,39 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
             if "pipeline" in G.graph:
                 raise DeadlockError(str(e) + "\n\n" + _pipeline_grid(G, str(e))) from None
             raise
+        _check_batch_inputs(G)
     return G
+
+
+def _check_batch_inputs(G: nx.DiGraph) -> None:
+    """Every input of a p2p batch is written before the batch's first member, where the batch is posted.
+
+    The executor (and NCCL's issue order, :func:`schedsim.graph.nccl.issue_order`) posts a whole batch at its
+    first member; a member that waits for an op written after that point (a dependency, or the op before it on
+    its stream) would be posted before that op ran.
+
+    Raises
+    ------
+    GraphError
+    """
+    for launches in G.graph.get("issue_order", {}).values():
+        for launch in launches:
+            if len(launch) < 2:
+                continue
+            first = G.nodes[launch[0]]["op"]
+            members = set(launch)
+            for m in launch[1:]:
+                for u in G.predecessors(m):
+                    x = G.nodes[u]["op"]
+                    if u not in members and x.seq > first.seq:
+                        o = G.nodes[m]["op"]
+                        how = "follows it on stream " + repr(o.stream) if G.edges[u, m].get("kind") == "stream" \
+                            else "is a dependency of it"
+                        raise GraphError(
+                            f"{o.source}: {o.kind} {o.name!r} is in p2p_batch {o.p2p_batch!r}, which rank {o.rank} posts "
+                            f"whole at its first member {first.name!r}, but it waits for {x.name!r} (it {how}), written "
+                            f"after {first.name!r}: the batch would be posted before {x.name!r} ran"
+                            f"\n  fix: move {x.name!r} above {first.name!r}, or move {o.name!r} to another p2p_batch")
 
 
 def _a(word: str) -> str:

@@ -268,3 +268,19 @@ def test_a_collective_entry_on_one_rank_without_group_is_refused(ops):
     one = build_graph(load_text("schema_version: 1\nname: one\nworld_size: 2\nops:\n"
                                 "  - {name: solo, kind: all_reduce, bytes: 64, ranks: [0], group: [0]}\n"))
     assert one.graph["collectives"] == {"solo#0": ["solo@r0"]}  # written explicitly: kept
+
+
+@pytest.mark.parametrize("recv", ["stream: d, p2p_batch: b, deps: [X]", "stream: c, p2p_batch: b"])
+def test_a_batch_member_waiting_for_an_op_written_after_the_batch_starts_is_refused(recv):
+    """The executor posts the batch at s1, before X ran (its wait on X's event was a no-op); check accepted it."""
+    from schedsim.errors import GraphError
+
+    y = ("schema_version: 1\nname: bi\nworld_size: 2\nops:\n"
+         "  - {name: s1, kind: send, peer: '{1 - rank}', bytes: 4096, stream: a, p2p_batch: b}\n"
+         "  - {name: X, kind: compute, duration_us: 50, stream: c}\n"
+         f"  - {{name: s3, kind: recv, peer: '{{1 - rank}}', bytes: 4096, {recv}}}\n")
+    with pytest.raises(GraphError, match="posts whole at its first member 's1', but it waits for 'X'.*\n  fix: move 'X'"):
+        build_graph(load_text(y))
+    ok = y.replace("  - {name: X, kind: compute, duration_us: 50, stream: c}\n", "")
+    ok = ok.replace("ops:\n", "ops:\n  - {name: X, kind: compute, duration_us: 50, stream: c}\n")
+    assert len(build_graph(load_text(ok)).graph["p2p"]) == 2
