@@ -5,7 +5,11 @@ Nodes are op ids (``name@rN``) with the :class:`~schedsim.graph.ops.Op` in the
 ops are written). Edges carry ``kind``:
 
 * ``"dep"``: a declared dependency (a CUDA event wait when the streams differ);
-* ``"stream"``: consecutive ops on one stream of one rank (CUDA stream order).
+* ``"stream"``: consecutive ops on one stream of one rank (CUDA stream order). The
+  consecutive members of one ``p2p_batch`` on a stream are one NCCL group launch, not
+  an order: each gets the stream edges of the op before the run, and the op after
+  the run gets an edge from each member (a chain inside one launch would make a
+  member wait for another member of the same kernel).
 
 Rendezvous are not edges: ``G.graph["collectives"]`` maps a collective key to
 the op ids of its members (one per rank of the group) and ``G.graph["p2p"]``
@@ -94,6 +98,15 @@ def expand_ops(spec: ScheduleSpec) -> list[Op]:
             src = f"{file}:{line} ({path})" if line else f"{file} ({path})"
         else:
             src = file
+        if s.kind in COLLECTIVE_KINDS and len(group) == 1 and spec.world_size > 1 and s.group is None:  # type: ignore[attr-defined]
+            r0, w = group[0], spec.world_size
+            every = str(list(range(w))) if w <= 8 else f"[0, 1, ..., {w - 1}]"
+            raise GraphError(
+                f"{src}: collective {s.name!r} runs on rank {r0} alone: without `group:` its communicator is the "
+                f"ranks that issue it, here one, so it would be a 1-rank {s.kind} (a local copy), while a program that "
+                f"calls {s.kind} on each rank runs one collective over all of them",
+                fix=f"give it `group:` (the ranks that take part, e.g. group: {every}), "
+                "or give each rank's entry the same name")
         for r in ranks:
             per_rank[r].append(op_instance(s, r, len(per_rank[r]), stream=stream, group=group, tags=tags,
                                            source=src, spec_index=idx))
@@ -151,7 +164,6 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
     if info is not None:
         G.graph["pipeline"] = info
     G.add_nodes_from((op.id, {"op": op}) for op in ops)
-    last_on_stream: dict[tuple[int, str], str] = {}
     names_on_rank: dict[int, dict[str, Op]] = defaultdict(dict)
     for op in ops:
         here = names_on_rank[op.rank]
@@ -165,13 +177,20 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
     group_keys: dict[tuple[str, int], str] = {}  # by id(): one group tuple is shared by its ranks; hashing a
     # 100k-rank tuple, or formatting its key, once per op would make the build quadratic in world_size
     stream_edges = []
+    # per (rank, stream): (p2p batch of the last run or None, the ops that run follows, the run's ops)
+    stream_run: dict[tuple[int, str], tuple[str | None, list[str], list[str]]] = {}
     for op in ops:
         oid = op.id
         key = (op.rank, op.stream)
-        prev = last_on_stream.get(key)
-        if prev is not None:
-            stream_edges.append((prev, oid))
-        last_on_stream[key] = oid
+        run = stream_run.get(key)
+        b = op.p2p_batch if op.kind in ("send", "recv") else None
+        if run is not None and b is not None and run[0] == b:  # same launch: follow what the run follows
+            stream_edges.extend((x, oid) for x in run[1])
+            run[2].append(oid)
+        else:
+            before = run[2] if run is not None else []
+            stream_edges.extend((x, oid) for x in before)
+            stream_run[key] = (b, before, [oid])
         if op.kind in COLLECTIVE_KINDS:
             ckey = group_keys.get((op.name, id(op.group)))
             if ckey is None:
@@ -179,6 +198,7 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
             collectives[ckey].append(oid)
     G.add_edges_from(stream_edges, kind="stream")
     dep_edges = []
+    forward_dep: tuple[Op, str] | None = None  # a dependency on an op written later on the same rank
     for op in ops:
         if not op.deps:
             continue
@@ -197,26 +217,42 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                                  f"which does not exist on rank {op.rank}", fix=hint)
             if d == op.name:
                 raise GraphError(f"{op.source}: op {op.name!r} depends on itself", fix="remove it from its deps")
+            if here[d].seq > op.seq and forward_dep is None:
+                forward_dep = (op, d)
+            b = op.p2p_batch if op.kind in ("send", "recv") else None
+            if b is not None and here[d].kind in ("send", "recv") and here[d].p2p_batch == b:
+                raise GraphError(
+                    f"{op.source}: {op.kind} {op.name!r} depends on {d!r}, but both are in p2p_batch {b!r} on rank "
+                    f"{op.rank}: one batch is one NCCL group launch (batch_isend_irecv), posted whole, so nothing "
+                    "inside it runs after another member",
+                    fix="remove the dependency, or move one of them to another p2p_batch")
             dep_edges.append((format_op_id(d, op.rank), op.id))
     G.add_edges_from(dep_edges, kind="dep")
+    def grid(marked: set[str], ranks: Sequence[int]) -> str:
+        from schedsim.graph.nccl import grid_of_ops
+
+        want = set(ranks)
+        return "\n\n" + grid_of_ops([o for o in ops if o.rank in want], marked, sorted(want))
+
     for key, members in collectives.items():
         first = G.nodes[members[0]]["op"]
         for mid in members[1:]:
             o = G.nodes[mid]["op"]
             if (o.kind, o.nbytes, o.root, o.dtype) != (first.kind, first.nbytes, first.root, first.dtype):
                 raise DeadlockError(
-                    f"{o.source}: collective {o.name!r} over group {list(first.group)} is a {o.kind} of "
-                    f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but a {first.kind} of "
+                    f"{o.source}: collective {o.name!r} over group {list(first.group)} is {_a(o.kind)} of "
+                    f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but {_a(first.kind)} of "
                     f"{int(first.nbytes)} B ({first.dtype}, root {first.root}) on rank {first.rank}; NCCL would "
                     "hang or corrupt data", fix="give every rank's entry the same kind, size, dtype and root",
-                    ops=[o.id, first.id])
+                    ops=[o.id, first.id], detail=grid({o.id, first.id}, (o.rank, first.rank)).lstrip("\n"))
         have = sorted(G.nodes[m]["op"].rank for m in members)
         if have != list(first.group):
             missing = sorted(set(first.group) - set(have))
             raise DeadlockError(
                 f"{first.source}: collective {first.name!r} over group {list(first.group)} is issued on rank(s) "
                 f"{have} but never on rank(s) {missing}; real NCCL would hang",
-                fix=f"issue {first.name!r} on every rank of its group (or shrink `group`)", ops=[first.id])
+                fix=f"issue {first.name!r} on every rank of its group (or shrink `group`)", ops=[first.id],
+                detail=grid(set(members), [*have[:3], *missing[:3]]).lstrip("\n"))
     G.graph["collectives"] = dict(collectives)
     warnings: list[str] = []
     G.graph["warnings"] = warnings
@@ -224,6 +260,13 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
     if check:
         from schedsim.graph.checks import check_graph
 
+        if forward_dep is not None and nx.is_directed_acyclic_graph(G):  # a cycle gets check_graph's CycleError
+            op, d = forward_dep
+            raise GraphError(
+                f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, which is written after it; each "
+                "rank issues its ops in the order written (the executor launches them so, and NCCL runs its "
+                "communication in that order), so the wait would not be honoured",
+                fix=f"move {d!r} above {op.name!r} (or drop the dependency)")
         try:
             check_graph(G)
         except DeadlockError as e:
@@ -232,7 +275,44 @@ def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 -
                 raise DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid,
                                     ops=e.ops, cycle=e.cycle) from None
             raise
+        _check_batch_inputs(G)
     return G
+
+
+def _check_batch_inputs(G: nx.DiGraph) -> None:
+    """Every input of a p2p batch is written before the batch's first member, where the batch is posted.
+
+    The executor (and NCCL's issue order, :func:`schedsim.graph.nccl.issue_order`) posts a whole batch at its
+    first member; a member that waits for an op written after that point (a dependency, or the op before it on
+    its stream) would be posted before that op ran.
+
+    Raises
+    ------
+    GraphError
+    """
+    for launches in G.graph.get("issue_order", {}).values():
+        for launch in launches:
+            if len(launch) < 2:
+                continue
+            first = G.nodes[launch[0]]["op"]
+            members = set(launch)
+            for m in launch[1:]:
+                for u in G.predecessors(m):
+                    x = G.nodes[u]["op"]
+                    if u not in members and x.seq > first.seq:
+                        o = G.nodes[m]["op"]
+                        how = "follows it on stream " + repr(o.stream) if G.edges[u, m].get("kind") == "stream" \
+                            else "is a dependency of it"
+                        raise GraphError(
+                            f"{o.source}: {o.kind} {o.name!r} is in p2p_batch {o.p2p_batch!r}, which rank {o.rank} posts "
+                            f"whole at its first member {first.name!r}, but it waits for {x.name!r} (it {how}), written "
+                            f"after {first.name!r}: the batch would be posted before {x.name!r} ran",
+                            fix=f"move {x.name!r} above {first.name!r}, or move {o.name!r} to another p2p_batch")
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article ("an all_reduce", "a broadcast")."""
+    return ("an " if word[:1] in "aeiou" else "a ") + word
 
 
 def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
@@ -267,7 +347,8 @@ def _message_name(name: str) -> str:
 
 
 def _match_p2p(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[str, str]]:
-    """Pair sends and recvs as NCCL does: the k-th send from a to b meets the k-th recv on b from a.
+    """Pair sends and recvs as NCCL does: the k-th send from a to b meets the k-th recv on b from a, in
+    issue order (a ``p2p_batch`` is posted whole at the position of its first member).
 
     NCCL has no tags (``ncclSend``/``ncclRecv`` take a peer, a count and a type), so ``tag:`` only states
     intent: a pairing whose tags disagree, or whose sizes differ, is an error; one whose names suggest
@@ -277,11 +358,25 @@ def _match_p2p(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[s
 
     sends: dict[tuple[int, int], list[Op]] = defaultdict(list)
     recvs: dict[tuple[int, int], list[Op]] = defaultdict(list)
-    for op in ops:
+    # issue position: a p2p batch is posted at its first member (schedsim.graph.nccl.issue_order), so a lone
+    # send written between two members of a batch reaches NCCL after the whole batch
+    first_of: dict[tuple[int, str], int] = {}
+    moved = False
+    pos: dict[str, tuple[int, int]] = {}
+    for i, op in enumerate(ops):
+        if op.kind not in ("send", "recv"):
+            continue
+        b = op.p2p_batch
+        at = i if b is None else first_of.setdefault((op.rank, b), i)
+        moved = moved or at != i
+        pos[op.id] = (at, i)
         if op.kind == "send":
             sends[(op.rank, op.peer)].append(op)  # type: ignore[index]
-        elif op.kind == "recv":
+        else:
             recvs[(op.peer, op.rank)].append(op)  # type: ignore[index]
+    if moved:
+        for lst in (*sends.values(), *recvs.values()):
+            lst.sort(key=lambda o: pos[o.id])
     pairs: list[tuple[str, str]] = []
     for key in sorted(set(sends) | set(recvs)):
         s, r = sends.get(key, []), recvs.get(key, [])

@@ -47,9 +47,43 @@ def check_graph(G: nx.DiGraph) -> None:
     check_collective_order(G)
     cyc = find_hang(G)
     if cyc is None:
+        from schedsim.graph.nccl import cross_communicator_order
+
+        w = cross_communicator_order(G)
+        if w is not None:
+            G.graph.setdefault("warnings", []).append(w)
+        w = _eager_init_hang(G)
+        if w is not None:
+            G.graph.setdefault("warnings", []).append(w)
         return
     check_acyclic(G)
     raise _explain_hang(G, cyc)
+
+
+def _eager_init_hang(G: nx.DiGraph) -> str | None:
+    """A "may hang" warning when the schedule hangs only if lone send/recv share the collectives' communicator.
+
+    With two ranks and an eagerly initialised process group (``init_process_group(device_id=...)``), torch runs
+    a lone send/recv on the group's communicator, in issue order with the collectives (measured on 2×H200,
+    2026-11-30; the simulator's ``nccl.unbatched_p2p_serialized``); lazily initialised, it gets a communicator
+    of its own. Wider worlds are not assumed (as in :mod:`schedsim.sim.gpu_model` rule 7).
+    """
+    from schedsim.graph.nccl import find_hang
+
+    if int(G.graph.get("world_size", 1)) != 2 or not G.graph.get("collectives") or not any(
+            G.nodes[s]["op"].nccl_group is None for s, _r in G.graph.get("p2p", [])):
+        return None
+    cyc = find_hang(G, eager=True)
+    if cyc is None:
+        return None
+    text = str(_explain_hang(G, cyc)).replace("ranks would wait on each other forever: ", "", 1)
+    steps, _fix, grid = text.partition("\n  fix: ")[0], None, text.partition("\n\n")[2]
+    return ("may hang: with an eagerly initialised process group (init_process_group(device_id=...), as `schedsim "
+            "execute --backend nccl` does) torch runs "
+            f"lone send/recv on the collectives' communicator, in issue order with them, and then {steps}"
+            "\n  fix: issue the send/recv and the collectives in one order on both ranks, or batch the send/recv "
+            "(`p2p_batch`); a lazily initialised group (no device_id) gives the pair a communicator of its own\n\n"
+            + grid)
 
 
 def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:

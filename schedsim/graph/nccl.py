@@ -46,23 +46,27 @@ import networkx as nx
 from schedsim.kinds import COMM_KINDS, P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS
 
-__all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang"]
+__all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang", "cross_communicator_order"]
 
 Comm = tuple[Any, ...]
 
 
-def communicator(op: Any, world: int) -> Comm | None:
+def communicator(op: Any, world: int, eager: bool = False) -> Comm | None:
     """The NCCL communicator ``op`` runs on, as a hashable key, or None for non-NCCL ops.
 
     ``("group", r0, r1, ...)`` for a collective (its group) and for a batched send/recv (the world);
     ``("pair", lo, hi)`` for a lone send/recv between ranks ``lo < hi``.
     Source: torch ``ProcessGroupNCCL::pointToPoint`` (batched p2p uses the device communicator,
-    a single p2p the two-rank one).
+    a single p2p the two-rank one). ``eager``: the process group was initialised eagerly
+    (``init_process_group(device_id=...)``), so a lone send/recv runs on the group's communicator too
+    (pytorch PRs 132900/154132; measured on 2×H200, 2026-11-30, with a world of two ranks).
     """
     if op.kind in COLLECTIVE_KINDS:
         return ("group", *op.group)
     if op.kind in P2P_KINDS:
         if op.nccl_group is not None:
+            return ("group", *range(world))
+        if eager:
             return ("group", *range(world))
         a, b = op.rank, op.peer
         return ("pair", a, b) if a < b else ("pair", b, a)
@@ -100,10 +104,12 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
     return out
 
 
-def wait_for_graph(G: nx.DiGraph, explain: bool = False) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
+def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False
+                   ) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
     """The posted/done wait-for graph of ``G`` (rules 1-5 of the module docstring).
 
-    ``explain`` also fills ``why`` (slower; used only to word an error).
+    ``explain`` also fills ``why`` (slower; used only to word an error). ``eager``: lone send/recv on the
+    world's communicator (:func:`communicator`).
 
     Returns
     -------
@@ -166,7 +172,7 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False) -> tuple[list[list[int]
         last: dict[Comm, int] = {}
         for launch in launches:
             op = G.nodes[launch[0]]["op"]
-            comm = communicator(op, world)
+            comm = communicator(op, world, eager)
             u = unit_of[launch[0]]
             for other, pu in last.items():
                 if other == comm:
@@ -186,12 +192,12 @@ def _share2(a: Comm, b: Comm) -> bool:
     return len(set(a[1:]).intersection(b[1:])) >= 2
 
 
-def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
+def find_hang(G: nx.DiGraph, eager: bool = False) -> list[tuple[int, int]] | None:
     """A cycle of the wait-for graph as a list of edges ``(a, b)``, or None when NCCL cannot hang.
 
     One Kahn sweep (linear in ops + edges); a cycle is extracted from what is left only on failure.
     """
-    adj, labels, why = wait_for_graph(G)
+    adj, labels, why = wait_for_graph(G, eager=eager)
     N = len(adj)
     indeg = [0] * N
     for outs in adj:
@@ -212,10 +218,47 @@ def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
     H = nx.DiGraph()
     H.add_edges_from((a, b) for a in left for b in adj[a] if b in left)
     cyc = nx.find_cycle(H)
-    why = wait_for_graph(G, explain=True)[2]
+    why = wait_for_graph(G, explain=True, eager=eager)[2]
     G.graph["_hang_labels"] = labels
     G.graph["_hang_why"] = why
     return [(int(a), int(b)) for a, b in cyc]
+
+
+def cross_communicator_order(G: nx.DiGraph) -> str | None:
+    """A "may hang" warning when no single order of the collectives agrees with every rank's issue order.
+
+    NCCL asks for operations on different communicators to be issued in one order on every rank
+    (NCCL documentation, "Using multiple NCCL communicators concurrently"); rule 4 makes that an error
+    for communicators sharing two or more ranks. Communicators sharing one rank each can still form a
+    cycle over three or more ranks (rank 0: A{0,1} then C{0,2}; rank 1: B{1,2} then A; rank 2: C then B):
+    it runs only while the GPUs keep the kernels of every communicator resident at once, which NCCL does
+    not promise. Call after :func:`find_hang` found no hang. Returns the warning text, or None.
+    """
+    coll_key = {m: k for k, members in G.graph.get("collectives", {}).items() for m in members}
+    H = nx.DiGraph()
+    for _rank, launches in (G.graph.get("issue_order") or issue_order(G)).items():
+        prev = None
+        for launch in launches:
+            k = coll_key.get(launch[0])
+            if k is None:
+                continue
+            if prev is not None and prev != k:
+                H.add_edge(prev, k)
+            prev = k
+    try:
+        cyc = nx.find_cycle(H)
+    except nx.NetworkXNoCycle:
+        return None
+    names = [a for a, _b in cyc]
+    marked = {m for k in names for m in G.graph["collectives"][k]}
+    order = G.graph.get("issue_order") or issue_order(G)
+    grid = issue_grid({r: ["+".join(x) for x in v] for r, v in order.items()}, marked)
+    show = " -> ".join(k.split("#")[0] + "[" + k.split("#")[1] + "]" for k in [*names, names[0]])
+    return ("may hang: the ranks issue these collectives of different communicators in orders that no single order "
+            f"agrees with ({show}, each arrow one rank's issue order); NCCL runs this only while every "
+            "communicator's kernel stays resident on each GPU, which it does not promise (NCCL docs, 'Using multiple "
+            "NCCL communicators concurrently')\n  fix: issue the collectives in one global order on every rank\n\n"
+            + grid)
 
 
 def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int = 12) -> str:
@@ -249,9 +292,12 @@ def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int 
     return "NCCL issue order (communication launches per rank; batches joined by +):\n" + "\n".join(lines)
 
 
-def grid_of_ops(ops: list[Any], marked: set[str]) -> str:
-    """:func:`issue_grid` of op instances (before the graph exists); lone launches only."""
+def grid_of_ops(ops: list[Any], marked: set[str], ranks: Any = ()) -> str:
+    """:func:`issue_grid` of op instances (before the graph exists); ``ranks`` get a column even when they
+    issue no communication."""
     per_rank: dict[int, list[str]] = defaultdict(list)
+    for r in ranks:
+        per_rank[r] = []
     batch_cell: dict[tuple[int, int], int] = {}
     for op in sorted(ops, key=lambda o: (o.rank, o.seq)):
         if op.kind not in COMM_KINDS:

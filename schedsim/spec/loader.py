@@ -250,8 +250,23 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             raise ctx.err("each op must be a mapping", m, p, fix="write '- name: x\\n  kind: matmul ...'")
         km = getattr(item, "key_marks", {})
         per_rank = ("rank" not in env and "ops" not in item and "foreach" not in item
-                    and any(_RANK.search(str(v)) if k == "when" else _uses_rank(v) for k, v in item.items()
+                    and any(_RANK.search(str(v)) if k == "when" else _uses_rank(v, k) for k, v in item.items()
                             if k != "ranks"))
+        if ("ops" in item or "foreach" in item) and "rank" not in env and _RANK.search(str(item.get("when", ""))):
+            # a group or foreach taken by some ranks only (`when: rank == 0`): expand it once per rank with `rank`
+            # bound, keeping each resulting op on that rank alone
+            if not isinstance(env.get("world_size"), int):
+                raise ctx.err("`rank` in a group's `when` needs an integer world_size", km.get("when", m), p + ".when",
+                              fix="set world_size")
+            for r in range(env["world_size"]):
+                mine = LList()
+                _expand_ops(LList([item]), {**env, "rank": r}, ctx, path, mine, index=i)
+                for op in mine:
+                    if op.get("ranks") is None or r in op["ranks"]:
+                        op["ranks"] = [r]
+                        out.append(op)
+                        out.item_marks.append(op.mark)
+            continue
         if "when" in item and not per_rank:
             try:
                 cond = evaluate(str(item["when"]), env)
@@ -332,14 +347,20 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
 _RANK = re.compile(r"\brank\b")
 
 
-def _uses_rank(v: Any) -> bool:
-    """Whether a field value refers to the `rank` variable in an expression."""
+def _uses_rank(v: Any, key: str = "") -> bool:
+    """Whether a field value refers to the `rank` variable in an expression.
+
+    A numeric field (``NUMERIC_FIELDS``: peer, bytes, m/n/k, ...) is an expression even without braces
+    (``peer: (rank + 1) % 4``); any other string only inside ``{...}`` or as the bare word ``rank``.
+    """
     if isinstance(v, str):
+        if key in NUMERIC_FIELDS:
+            return _RANK.search(v) is not None
         return "{" in v and _RANK.search(v) is not None or (_RANK.fullmatch(v.strip()) is not None)
     if isinstance(v, dict):
-        return any(_uses_rank(x) for x in v.values())
+        return any(_uses_rank(x, k if key != "tags" else "tag") for k, x in v.items())
     if isinstance(v, list):
-        return any(_uses_rank(x) for x in v)
+        return any(_uses_rank(x, key) for x in v)
     return False
 
 

@@ -319,6 +319,12 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
             stages = sorted({sub.stage for acts in order.values() for a in acts if a is not None
                              for sub in a.sub_actions})
             num_stages = len(stages)
+            if num_stages >= p and stages == list(range(num_stages)) and num_stages % p:
+                raise _err(spec, f"the custom actions run {num_stages} stages, which do not split evenly over p={p} "
+                           "ranks (every rank runs v stages: placement loop or v)",
+                           "pipeline.csv" if pb.csv is not None else "pipeline.actions",
+                           f"give the actions {num_stages - num_stages % p} or {num_stages + p - num_stages % p} "
+                           f"stages, or set p to a divisor of {num_stages}")
             if num_stages < p or stages != list(range(num_stages)):
                 raise _err(spec, f"the custom actions run stages {stages[:8]}{'…' if len(stages) > 8 else ''}; "
                            f"a pipeline of p={p} needs stages 0..N-1 with N >= p", "pipeline.actions",
@@ -389,11 +395,20 @@ def expand_pipeline(spec: ScheduleSpec) -> tuple[list[Op], dict[str, Any]]:
                         for acts in order.values() for a in acts)
         if has_comms:
             # a compute_comms order (torch CSV or actions with SEND/RECV): the user's issue order, as
-            # torch's runtime executes it; the static checks decide whether it hangs
-            lowered = {r: [a for a in acts if a is not None] for r, acts in order.items()}
+            # torch's runtime executes it; the static checks decide whether it hangs. UNSHARD, RESHARD and
+            # REDUCE_GRAD (torch's runtime CSV has them) carry no microbatch and no p2p: not modelled here
+            lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)] for r, acts in order.items()}
             from schedsim.pipeline.comms import simulate_p2p
 
-            simulate_p2p(lowered, s2r, num_stages)  # a compute whose input is never received, a recv never sent
+            try:  # a compute whose input is never received, a recv never sent, a rank waiting on itself
+                simulate_p2p(lowered, s2r, num_stages)
+            except ValueError as e:
+                reason = getattr(e, "reason", None)
+                if reason is not None and "(fix:" in reason:  # one `fix:` line, as every other rejection
+                    head, fix = _split_fix(reason, custom=True)
+                    grid = getattr(e, "grid", "")
+                    e.args = (f"{head}\n  fix: {fix}" + (f"\n\nPipeline schedule:\n{grid}" if grid else ""),)
+                raise
         elif torch_run:
             # torch runs these schedules (and custom action lists): its lowering, each p2p action its own
             # batch_isend_irecv (torch _PipelineScheduleRuntime._batch_p2p)

@@ -58,11 +58,13 @@ def _ns(v: Any) -> int:
 
     Raises
     ------
+    TypeError
+        ``v`` is a boolean, null, list or object.
     ValueError
-        ``v`` is not a finite number (text that is no number, NaN, infinity, a bool or another type).
+        ``v`` is not a finite decimal number (``"abc"``, ``"NaN"``, infinity).
     """
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise ValueError(f"time {str(v)[:40]!r} is not a number")
+        raise TypeError(f"time {v!r} is not a number")
     if isinstance(v, int):
         return v * 1000
     from decimal import Decimal, InvalidOperation
@@ -70,10 +72,10 @@ def _ns(v: Any) -> int:
     try:
         d = Decimal(v if isinstance(v, str) else repr(v))
         if not d.is_finite():
-            raise ValueError(f"time {v!r} is not finite")
+            raise ValueError
         return int((d * 1000).to_integral_value())
-    except InvalidOperation:
-        raise ValueError(f"time {str(v)[:40]!r} is not a number") from None
+    except (InvalidOperation, ValueError, OverflowError):
+        raise ValueError(f"time {v!r} is not a finite decimal number of µs") from None
 
 
 from schedsim.trace.nsys import shape_size

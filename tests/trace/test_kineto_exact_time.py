@@ -39,3 +39,20 @@ def test_kernels_keep_their_exact_gap(tmp_path, t0, gap_ns):
 def test_ns_of_each_number_form():
     assert _ns(5) == 5000 and _ns(1.5) == 1500 and _ns("1732000000123456.789") == 1732000000123456789
     assert _ns(0.001) == 1 and _ns("0.0005") == 0  # half even below the ns
+
+
+@pytest.mark.parametrize("ts,why", [('"abc"', "not a finite decimal"), ("true", "not a number"),
+                                    ("null", "not a number"), ("[1]", "not a number")])
+def test_a_ts_that_is_not_a_number_is_a_trace_error(tmp_path, ts, why):
+    """Text that is not a decimal raised decimal.InvalidOperation (a traceback); a boolean read as 1 µs."""
+    from schedsim.errors import TraceError
+
+    p = write(tmp_path, kernel("a", ts, "1") + "," + kernel("b", "5", "1"))
+    with pytest.raises(TraceError, match=why):
+        import_kineto([p])
+
+
+def test_exponent_and_upper_case_forms_are_exact(tmp_path):
+    p = write(tmp_path, kernel("a", "1.732000000123456789E15", "1") + "," + kernel("b", "1732000000123457.029", "1"))
+    spans = sorted(import_kineto([p]).timeline.spans, key=lambda s: s.start_s)
+    assert round((spans[1].start_s - spans[0].start_s) * 1e9) == 240
