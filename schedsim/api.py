@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schedsim.errors import SchedsimError
 from schedsim.sim.timeline import Timeline
 
 __all__ = ["Run", "load", "load_text", "build", "simulate_spec", "predict", "predict_to_dir", "trace_wanted", "sweep",
@@ -255,7 +256,7 @@ def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> 
 
     Raises
     ------
-    ValueError
+    SchedsimError
         No span is a pipeline action (F/B/I/W), so there is nothing to draw.
     """
     import copy
@@ -268,7 +269,8 @@ def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> 
         tl = copy.copy(tl)
         tl.spans = list(tl.spans)
         if not tag_pipeline(tl) or not pipeline_view(tl).spans:
-            raise ValueError(f"{tl.schedule}: no pipeline actions (F/B/I/W) in this timeline; plot_gantt draws it")
+            raise SchedsimError(f"{tl.schedule}: no pipeline actions (F/B/I/W) in this timeline",
+                                fix="draw it with plot_gantt")
     return draw_pipeline(tl, title or tl.schedule, mode=mode)
 
 
@@ -277,7 +279,7 @@ def plot_memory(run: Run | Timeline, title: str = "") -> Any:
 
     Raises
     ------
-    ValueError
+    SchedsimError
         The timeline has no memory curve.
     """
     from schedsim.report.gantt import draw_memory
@@ -285,7 +287,8 @@ def plot_memory(run: Run | Timeline, title: str = "") -> Any:
     tl = _tl(run)
     mem = (tl.meta or {}).get("memory")
     if not mem:
-        raise ValueError("this timeline has no memory curve; predict() adds one for pipelines and recv/gather buffers")
+        raise SchedsimError(f"{tl.schedule}: this timeline has no memory curve",
+                            fix="predict() adds one for pipelines and schedules with recv/gather buffers")
     curves = {int(r): [(t, b) for t, b in d["steps"]] for r, d in mem["ranks"].items()}
     static = {int(r): sum(d.get("static", {}).values()) for r, d in mem["ranks"].items()}
     peaks = {int(r): (d["peak_bytes"], d["peak_op"] or "start") for r, d in mem["ranks"].items()}

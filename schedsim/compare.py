@@ -268,6 +268,25 @@ def load_timeline_arg(path: str | Path) -> Timeline:
     return Timeline.read_json(p)
 
 
+def _graph_of(tl: Timeline) -> Any:
+    """The DAG a predicted timeline was simulated from, rebuilt from its ``meta`` (``file`` and ``set``, which
+    ``predict`` records), so the comparison trace can draw dependency arrows; None when the schedule file is
+    gone or no longer builds (the trace then has send→recv and collective arrows only)."""
+    f = tl.meta.get("file")
+    if not f or not Path(f).is_file():
+        return None
+    from schedsim.errors import SchedsimError
+    from schedsim.graph.build import build_graph
+    from schedsim.spec.loader import load_schedule, parse_overrides
+
+    try:
+        G = build_graph(load_schedule(Path(f), parse_overrides(list(tl.meta.get("set") or []))))
+    except (SchedsimError, OSError):
+        return None
+    ids = {s.id for s in tl.spans[:1000]}
+    return G if ids <= set(G.nodes) else None  # the file changed since: its ops are not this timeline's
+
+
 def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, title: str = "",
                      gantt: bool = True) -> tuple[dict[str, Any], list[Path]]:
     """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines)
@@ -285,7 +304,7 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
     res = compare_timelines(pred, meas)
     paths = [out / "compare.json", out / "compare_trace.json"]
     atomic_write_text(paths[0], json.dumps(res, indent=1, default=str))
-    write_chrome_trace(paths[1], [("predicted", pred), ("measured", meas)])
+    write_chrome_trace(paths[1], [("predicted", pred), ("measured", meas)], graph=_graph_of(pred))
     if gantt:
         from schedsim.report.gantt import write_gantt
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from schedsim.errors import SchedsimError
 from schedsim.report.chrome import chrome_trace
 from schedsim.report.trace_check import TraceFormatError, check_trace
 from schedsim.sim.timeline import Span, Timeline
@@ -155,7 +156,7 @@ def test_api_plot_pipeline_tags_measured_ranges_and_refuses_non_pipelines():
     an imported run whose range names carry them (analyze --charts tags those)."""
     from schedsim import api
 
-    with pytest.raises(ValueError, match="no pipeline actions"):
+    with pytest.raises(SchedsimError, match="no pipeline actions"):
         api.plot_pipeline(_tl([0, 1]))
     names = {0: [("PP:0F0", 0, 1), ("PP:0B0", 3, 5)], 1: [("PP:1F0", 1, 2), ("PP:1B0", 2, 3)]}
     spans = [Span(f"{n}@r{r}", n, r, "7", "kernel", "compute", a * 1e-3, b * 1e-3) for r, lst in names.items()
@@ -286,3 +287,24 @@ ops:
         if e["ph"] in "sf" and e["cat"] == "collective":
             ends.setdefault(e["id"], []).append(e["pid"])
     assert sorted(ends.values()) == [[0, 1], [2, 3]]
+
+
+def test_compare_trace_draws_the_dependency_arrows_of_the_predicted_schedule(tmp_path):
+    """compare rebuilds the predicted timeline's DAG from its meta (file, set), so its trace has the dependency
+    arrows of predict's trace: offload's copies feed GEMMs on another stream."""
+    import json
+    from pathlib import Path
+
+    from schedsim.api import predict_to_dir
+    from schedsim.compare import write_comparison
+    from schedsim.report.trace_check import check_trace_file
+    from schedsim.sim.timeline import Timeline
+
+    predict_to_dir(Path("schedules/offload.yaml"), None, "h200", tmp_path / "p", None, gantt=False)
+    pred = Timeline.read_json(tmp_path / "p" / "timeline.json")
+    _res, paths = write_comparison(pred, pred, tmp_path / "c", gantt=False)
+    check_trace_file(paths[1], require_flows=True)
+    ev = json.loads(paths[1].read_text())["traceEvents"]
+    deps = [e for e in ev if e.get("ph") == "s" and e.get("cat") == "dep"]
+    trace = json.loads((tmp_path / "p" / "trace.json").read_text())["traceEvents"]
+    assert len(deps) == sum(e.get("ph") == "s" and e.get("cat") == "dep" for e in trace) > 0
