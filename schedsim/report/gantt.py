@@ -285,6 +285,8 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
             groups.setdefault((y, c, chunk, w * px_per_ms >= 4), []).append((s.start_s * 1e3, w))
             if label_ok and ms > 0 and w / ms > min_label_frac:
                 text = str(s.tags["mb"]) if s.tags and "mb" in s.tags else s.name
+                if len(text) > 40:  # a box never shows more; a 150k-character label takes matplotlib minutes
+                    text = text[:19] + "…" + text[-20:]
                 ax.text(s.start_s * 1e3 + w / 2, y, text, ha="center", va="center", fontsize=6, clip_on=True)
         for (y, c, _chunk, wide), xr in groups.items():
             # tiny boxes get no edge line: a black edge would hide their colour
