@@ -1,0 +1,124 @@
+"""Second review of issue 12 (bounded work, validated readers, output folders): inputs that slipped past the
+first round. Each test drives the CLI in process and fails on the code before its fix (noted per test)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+
+H = "schema_version: 1\nname: h\n"
+
+
+def run(args: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    r = CliRunner().invoke(app, args, env=env)
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    return r
+
+
+def refused(r, *words: str) -> str:  # type: ignore[no-untyped-def]
+    """Exit 2 with an ``error:`` naming ``words`` and a ``fix:`` line, no traceback."""
+    text = r.output
+    assert r.exit_code == 2, text
+    assert "Traceback" not in text and "error:" in text and "fix:" in text, text
+    for w in words:
+        assert w in text, (w, text)
+    return text
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# -- bounded expansion ----------------------------------------------------------------------------------
+
+
+def test_inner_range_depending_on_outer_variable_is_estimated(tmp_path: Path) -> None:
+    # before: the inner range(i*0 + 100) counted as 1, so 100 x 100 = 10,000 ops passed a limit of 1,000
+    f = write(tmp_path, "s.yaml", H + "world_size: 1\nops:\n  - foreach: {i: range(100)}\n    ops:\n"
+              "      - foreach: {j: range(i*0 + 100)}\n        ops:\n"
+              "          - {name: 'a{i}_{j}', kind: compute, duration_us: 1}\n")
+    t = refused(run(["check", str(f), "--max-ops", "1000"]), str(f), "about 10,000", "--max-ops")
+    assert "estimated before expanding" in t
+    # range(i) under i: range(100) holds 4,950 ops; the estimate (100 x 99) bounds it from above
+    g = write(tmp_path, "t.yaml", H + "world_size: 1\nops:\n  - foreach: {i: range(100)}\n    ops:\n"
+              "      - foreach: {j: range(i)}\n        ops:\n"
+              "          - {name: 'a{i}_{j}', kind: compute, duration_us: 1}\n")
+    refused(run(["check", str(g), "--max-ops", "4000"]), "about 9,900")
+    assert run(["check", str(g), "--max-ops", "10000"]).exit_code == 0
+
+
+def test_non_monotone_inner_range_is_stopped_while_expanding(tmp_path: Path) -> None:
+    # range(50 - abs(i - 50)) is 0 at i=0 and 1 at i=99 (the estimate sees 100 ops) but holds 2,500 in all;
+    # before: expanded whole past --max-ops 1000
+    f = write(tmp_path, "s.yaml", H + "world_size: 1\nops:\n  - foreach: {i: range(100)}\n    ops:\n"
+              "      - foreach: {j: range(50 - abs(i - 50))}\n        ops:\n"
+              "          - {name: 'a{i}_{j}', kind: compute, duration_us: 1}\n")
+    refused(run(["check", str(f), "--max-ops", "1000"]), str(f), "more than 1,000", "--max-ops")
+    assert run(["check", str(f), "--max-ops", "3000"]).exit_code == 0
+
+
+def test_parameter_string_repeated_in_every_op_is_bounded(tmp_path: Path) -> None:
+    # a 100,000-character parameter in the names of 50 ops is 5,000,000 characters; the estimate sees "{big}{i}"
+    # (8 characters per op). Before: built whole (at full size, 3000 ops x 1 MB ended in a MemoryError traceback)
+    f = write(tmp_path, "s.yaml", H + "world_size: 1\nparams:\n  big: \"{'a'*100000}\"\nops:\n"
+              "  - foreach: {i: range(50)}\n    ops:\n      - {name: '{big}{i}', kind: compute, duration_us: 1}\n")
+    refused(run(["check", str(f)], env={"SCHEDSIM_MAX_CHARS": "1000000"}), str(f), "1,000,000 characters",
+            "SCHEDSIM_MAX_CHARS")
+    assert run(["check", str(f)], env={"SCHEDSIM_MAX_CHARS": "6000000"}).exit_code == 0
+
+
+@pytest.mark.parametrize("field,value,bound", [
+    ("m", "2**64*2**64", "1099511627776"),          # before: OverflowError traceback converting FLOP to float
+    ("repeat", "10**12", "1000000"),                # before: the simulator ran for minutes
+])
+def test_absurd_matmul_sizes_are_refused(tmp_path: Path, field: str, value: str, bound: str) -> None:
+    op = {"m": "8", "n": "8", "k": "8", "repeat": "1"}
+    op[field] = f'"{value}"'
+    f = write(tmp_path, "s.yaml", H + "world_size: 1\nops:\n  - {name: mm, kind: matmul, dtype: fp32, "
+              + ", ".join(f"{k}: {v}" for k, v in op.items()) + "}\n")
+    refused(run(["predict", str(f), "--out", str(tmp_path / "o")]), str(f), f"ops[0].{field}", bound)
+    assert not (tmp_path / "o").exists()
+
+
+def test_long_expression_error_is_cut(tmp_path: Path) -> None:
+    # before: the message repeated the whole 200 kB expression, twice
+    f = write(tmp_path, "s.yaml", H + "world_size: 1\nparams:\n  a: \"{" + "(" * 100_000 + "1" + ")" * 100_000
+              + "}\"\nops:\n  - {name: c, kind: compute, duration_us: 1}\n")
+    t = refused(run(["check", str(f)]), "params.a", "200,001 characters")
+    assert len(t) < 2000
+
+
+# -- charts and summaries of long or many names -------------------------------------------------------------
+
+
+def test_gantt_folds_streams_of_one_rank_and_cuts_long_names() -> None:
+    from schedsim.report.gantt import draw_gantt
+    from schedsim.sim.timeline import Span, Timeline
+
+    long = "s" * 100_000
+    spans = [Span(f"o{i}@r0", f"o{i}", 0, f"st{i:03d}", "compute", "compute", i * 1e-6, (i + 1) * 1e-6)
+             for i in range(300)]
+    spans.append(Span("x@r0", "x", 0, long, "compute", "compute", 0.0, 1e-6))
+    tl = Timeline(schedule="h", source="predict", world_size=1, launch="eager", spans=spans)
+    fig = draw_gantt([("h", tl)], title="t" * 100_000, max_lanes=48)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    # before: 301 lanes (one per stream) and a 100,000-character label measured by the font engine
+    assert len(labels) == 46
+    assert labels[-1] == "r0 +256 more streams"  # 301 streams: 45 shown, 256 folded
+    assert max(len(x) for x in labels) <= 43
+    assert len(fig.axes[0].get_title()) <= 200
+
+
+def test_summary_cuts_a_long_schedule_name(tmp_path: Path) -> None:
+    # before: rich highlighted a 400 kB schedule name for minutes
+    f = write(tmp_path, "s.yaml", "schema_version: 1\nname: " + "n" * 200_000 + "\nworld_size: 1\nops:\n"
+              "  - {name: c, kind: compute, duration_us: 1}\n")
+    r = run(["predict", str(f), "--out", str(tmp_path / "o"), "--no-gantt"])
+    assert r.exit_code == 0, r.output
+    assert "n" * 39 + "…" + "n" * 40 in r.output and "n" * 81 not in r.output
