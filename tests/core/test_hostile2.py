@@ -122,3 +122,98 @@ def test_summary_cuts_a_long_schedule_name(tmp_path: Path) -> None:
     r = run(["predict", str(f), "--out", str(tmp_path / "o"), "--no-gantt"])
     assert r.exit_code == 0, r.output
     assert "n" * 39 + "…" + "n" * 40 in r.output and "n" * 81 not in r.output
+
+
+# -- readers ------------------------------------------------------------------------------------------------
+
+
+def _ev(name: str, ts: object, dur: object = 1.0) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": 7}}
+
+
+def _kineto(tmp_path: Path, events: list, world: int = 1, raw: str | None = None) -> Path:
+    import json
+
+    p = tmp_path / "k.json"
+    p.write_text(raw if raw is not None else json.dumps(
+        {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": world}, "traceEvents": events}))
+    return p
+
+
+@pytest.mark.parametrize("events,raw,words", [
+    # before: decimal.InvalidOperation / OverflowError tracebacks, or True read as 1 µs
+    ([_ev("g", [1])], None, ["event #0", "'g'", "ts is '[1]', not a number"]),
+    ([_ev("g", "abc")], None, ["event #0", "ts is 'abc', not a number"]),
+    ([_ev("g", True)], None, ["event #0", "ts is 'True', not a number"]),
+    (None, '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "g", "ts": 1' + "0" * 400 + ', "dur": 1}]}',
+     ["event #0", "ts is inf"]),
+    # before: the same kernel twice on one stream was imported as two spans (its time counted twice)
+    ([_ev("g", 100.0, 10.0), _ev("g", 100.0, 10.0)], None, ["events #0 and #1", "'g' twice", "stream 7"]),
+])
+def test_kineto_bad_times_and_repeated_events(tmp_path: Path, events, raw, words) -> None:  # type: ignore[no-untyped-def]
+    p = _kineto(tmp_path, events, raw=raw)
+    refused(run(["import", "kineto", str(p), "--out", str(tmp_path / "o")]), str(p), *words)
+
+
+def test_kineto_world_size_past_the_rank_limit(tmp_path: Path) -> None:
+    # before: a world_size of 10^12 was taken as is
+    p = _kineto(tmp_path, [_ev("g", 1.0)], world=10**12)
+    refused(run(["import", "kineto", str(p), "--out", str(tmp_path / "o")]), "world_size is 1,000,000,000,000")
+
+
+def test_kineto_overlap_on_one_stream_is_reported(tmp_path: Path) -> None:
+    # before: silent. A stream runs in order, so g [100, 150) and h [120, 170) cannot both be right
+    p = _kineto(tmp_path, [_ev("g", 100.0, 50.0), _ev("h", 120.0, 50.0), _ev("i", 200.0, 1.0)])
+    r = run(["import", "kineto", str(p), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert "1 pair(s) of events overlap" in r.output and "overlap by 30 µs" in r.output
+
+
+def _timeline_v2(tmp_path: Path) -> dict:
+    import json
+
+    from schedsim.sim.timeline import Span, Timeline
+
+    spans = [Span(f"a{i}@r{i % 2}", f"a{i}", i % 2, "s0", "matmul", "compute", float(i), i + 1.0) for i in range(4)]
+    tl = Timeline(schedule="h", source="predict", world_size=2, launch="eager", spans=spans)
+    tl.write_json(tmp_path / "ok.json")
+    return json.loads((tmp_path / "ok.json").read_text())
+
+
+@pytest.mark.parametrize("breakage,words", [
+    (lambda d: d.update(n_ops="abc"), ["n_ops is 'abc'"]),            # before: ValueError traceback
+    (lambda d: d.update(n_ops=[1]), ["n_ops is '[1]'"]),              # before: TypeError traceback
+    # before: each of these read silently as other values (0.5 -> rank 0, "1.5" -> 1.5 s, code 0.7 -> 0, tags of
+    # row -1 given to the last op, rank 7 of a 2-rank run kept)
+    (lambda d: d["columns"].update(rank=[0.5, 1, 0, 1]), ["'rank' holds float64"]),
+    (lambda d: d["columns"].update(rank=[0, 7, 0, 1]), ["'rank' holds 7, outside 0..1"]),
+    (lambda d: d["columns"].update(start_s=["0", "1", "2", "3"]), ["'start_s' holds str"]),
+    (lambda d: d["columns"].update(start_s=[[0.0, 1.0], [2.0, 3.0]]), ["'start_s' is not a flat list"]),
+    (lambda d: d["columns"]["stream"].update(codes=[0.7, 0, 0, 0]), ["'stream.codes' holds float64"]),
+    (lambda d: d["columns"].update(tags={"index": [-1], "values": [{"mb": 1}]}), ["tags: index -1"]),
+    (lambda d: d["columns"].update(bytes=[-1.0, 0, 0, 0]), ["'bytes' holds a negative"]),
+    (lambda d: d.update(critical_path=5), ["critical_path is '5'"]),  # before: TypeError traceback
+])
+def test_columnar_timeline_lies_are_refused(tmp_path: Path, breakage, words) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    d = _timeline_v2(tmp_path)
+    breakage(d)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    refused(run(["compare", str(tmp_path / "ok.json"), str(bad), "--out", str(tmp_path / "c")]), str(bad), *words)
+
+
+def test_row_timeline_rank_must_be_an_integer_of_the_run(tmp_path: Path) -> None:
+    import json
+
+    d = _timeline_v2(tmp_path)
+    from schedsim.sim.timeline import Timeline
+
+    rows = Timeline.from_dict(d).to_dict(layout="rows")
+    for bad_rank, word in (("1", "rank is '1'"), (10**30, "rank is '1"), (2, "rank is '2'")):
+        rows["ops"][1]["rank"] = bad_rank  # before: "1" read as 1, 10**30 an OverflowError traceback, 2 kept
+        f = tmp_path / "rows.json"
+        f.write_text(json.dumps(rows))
+        refused(run(["compare", str(tmp_path / "ok.json"), str(f), "--out", str(tmp_path / "c")]), "ops[1]", word)
