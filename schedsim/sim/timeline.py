@@ -667,7 +667,7 @@ def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[P
     Yields a staging folder inside ``outdir``; when the block finishes, every file in it is
     moved into ``outdir`` (``os.replace``, atomic per file), then files an earlier run wrote there
     and this one did not are removed (:func:`schedsim.report.outdir.finish_set`; ``replaces`` names
-    the command's possible outputs). If the block raises, or the user presses Ctrl-C, the staging
+    the command's possible outputs, removed only from a folder that already held a schedsim set). If the block raises, or the user presses Ctrl-C, the staging
     folder is removed and ``outdir`` keeps what it had. Staging folders of killed runs are removed
     (:func:`schedsim.report.outdir.clean_stale_staging`).
 
@@ -676,10 +676,12 @@ def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[P
     OSError
         ``outdir`` cannot be created (e.g. it names an existing file).
     """
-    from schedsim.report.outdir import clean_stale_staging, finish_set, staging_prefix
+    from schedsim.report.outdir import clean_stale_staging, finish_set, staging_prefix, written_by_schedsim
 
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
+    if not written_by_schedsim(out):  # a folder of the user's own files: remove none of them
+        replaces = ()
     clean_stale_staging(out)
     stage = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=out))
     try:

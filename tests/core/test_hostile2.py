@@ -239,3 +239,26 @@ def test_nccl_tests_log_with_two_collectives_keeps_each_runs_name(tmp_path: Path
 
     tables = yaml.safe_load((tmp_path / "p.yaml").read_text())["collectives"]["tables"]
     assert set(tables) >= {"all_reduce", "all_gather"}
+
+
+# -- output folders -----------------------------------------------------------------------------------------
+
+
+def test_predict_into_a_folder_of_the_users_own_files_removes_none(tmp_path: Path) -> None:
+    # before: --out pointing at a project folder deleted the user's memory.png and pipeline.png (names predict
+    # may write), because a folder without a manifest was taken for an old schedsim folder
+    sched = Path(__file__).resolve().parents[2] / "schedules" / "allgather_mm.yaml"
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for n in ("memory.png", "pipeline.png", "gantt.svg"):
+        (proj / n).write_text("mine")
+    assert run(["predict", str(sched), "--out", str(proj), "--no-gantt"]).exit_code == 0
+    assert all((proj / n).read_text() == "mine" for n in ("memory.png", "pipeline.png", "gantt.svg"))
+    assert (proj / "timeline.json").exists()
+    # a folder schedsim wrote before manifests (a schedsim timeline.json, no manifest) is still replaced whole
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "timeline.json").write_text('{"format": "schedsim.timeline", "version": 1, "ops": []}')
+    (old / "pipeline.png").write_text("stale")
+    assert run(["predict", str(sched), "--out", str(old), "--no-gantt"]).exit_code == 0
+    assert not (old / "pipeline.png").exists()
