@@ -661,6 +661,33 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 @contextmanager
+def _commit_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the folder ``out`` itself while a set is moved in (POSIX; elsewhere a
+    no-op; no lock file is left behind).
+
+    The moves are atomic one file at a time; without the lock two runs finishing together could leave
+    one's gantt.png beside the other's timeline.json.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    try:
+        fd = os.open(out, os.O_RDONLY)
+    except OSError:  # not openable: the moves fail next, with their own error
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (some network mounts): go on unlocked
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+@contextmanager
 def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[Path]:
     """Write a set of output files all or nothing, replacing the set an earlier run left.
 
@@ -686,10 +713,11 @@ def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[P
     stage = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=out))
     try:
         yield stage
-        names = []
-        for f in sorted(stage.iterdir()):
-            os.replace(f, out / f.name)
-            names.append(f.name)
-        finish_set(out, names, replaces)
+        with _commit_lock(out):  # two runs into one folder: one whole set after the other, never a mix
+            names = []
+            for f in sorted(stage.iterdir()):
+                os.replace(f, out / f.name)
+                names.append(f.name)
+            finish_set(out, names, replaces)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

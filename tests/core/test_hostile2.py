@@ -262,3 +262,30 @@ def test_predict_into_a_folder_of_the_users_own_files_removes_none(tmp_path: Pat
     (old / "pipeline.png").write_text("stale")
     assert run(["predict", str(sched), "--out", str(old), "--no-gantt"]).exit_code == 0
     assert not (old / "pipeline.png").exists()
+
+
+def test_a_set_is_moved_in_under_the_folders_lock(tmp_path: Path) -> None:
+    # before: two runs finishing together moved their files in interleaved (one's gantt.png beside the other's
+    # timeline.json); now the move waits for the folder's flock, which a concurrent run holds while it moves
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from schedsim.sim.timeline import output_set
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+    def other_run() -> None:
+        with output_set(tmp_path, ("a.json",)) as st:
+            (st / "a.json").write_text("x")
+
+    t = threading.Thread(target=other_run)
+    t.start()
+    time.sleep(0.3)
+    assert not (tmp_path / "a.json").exists()  # waiting for the lock
+    os.close(fd)
+    t.join(5)
+    assert (tmp_path / "a.json").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".schedsim-outputs.json", "a.json"]
