@@ -57,9 +57,15 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             print(f"error: {e}", file=sys.stderr)
             raise typer.Exit(2) from None
         except OSError as e:  # an output or input path the OS refuses: the user's to fix
+            import errno
+
             where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-            print(f"error: {where}{e.strerror or e}\n  fix: choose a path you can write (and that is not a file "
-                  "where a folder is needed, or the reverse)", file=sys.stderr)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                fix = ("free space on that disk, or write elsewhere with --out; the output folder keeps its earlier "
+                       "files (outputs are written all or nothing)")
+            else:
+                fix = "choose a path you can write (and that is not a file where a folder is needed, or the reverse)"
+            print(f"error: {where}{e.strerror or e}\n  fix: {fix}", file=sys.stderr)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             print("interrupted; outputs are written all or nothing, so none of this run's files were kept",

@@ -289,3 +289,25 @@ def test_a_set_is_moved_in_under_the_folders_lock(tmp_path: Path) -> None:
     t.join(5)
     assert (tmp_path / "a.json").read_text() == "x"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".schedsim-outputs.json", "a.json"]
+
+
+def test_disk_full_keeps_the_earlier_set_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: "fix: choose a path you can write" for a full disk (also checked by hand on a 300 kB tmpfs)
+    import errno
+
+    from schedsim.sim.timeline import Timeline
+
+    sched = Path(__file__).resolve().parents[2] / "schedules" / "allgather_mm.yaml"
+    out = tmp_path / "o"
+    assert run(["predict", str(sched), "--out", str(out), "--no-gantt"]).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full(self, path, *a, **k):  # type: ignore[no-untyped-def]
+        Path(path).write_bytes(b"{partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Timeline, "write_json", full)
+    t = refused(run(["predict", str(sched), "--out", str(out), "--no-gantt"]), "No space left on device",
+                "free space on that disk")
+    assert "choose a path you can write" not in t
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder, no partial file
