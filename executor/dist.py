@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
