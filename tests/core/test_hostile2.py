@@ -13,6 +13,20 @@ from schedsim.cli import app
 H = "schema_version: 1\nname: h\n"
 
 
+@pytest.fixture(autouse=True)
+def _restore_limits():  # type: ignore[no-untyped-def]
+    """``--max-ops`` sets SCHEDSIM_MAX_OPS in this process's environment (so torchrun ranks see it); put it back."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in ("SCHEDSIM_MAX_OPS", "SCHEDSIM_MAX_CHARS", "SCHEDSIM_MAX_RANKS")}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def run(args: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     r = CliRunner().invoke(app, args, env=env)
     assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
