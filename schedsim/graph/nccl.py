@@ -38,6 +38,7 @@ whose batches chain across many ranks as a deadlock.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from typing import Any
 
@@ -53,16 +54,18 @@ Comm = tuple[Any, ...]
 def communicator(op: Any, world: int) -> Comm | None:
     """The NCCL communicator ``op`` runs on, as a hashable key, or None for non-NCCL ops.
 
-    ``("group", r0, r1, ...)`` for a collective (its group) and for a batched send/recv (the world);
-    ``("pair", lo, hi)`` for a lone send/recv between ranks ``lo < hi``.
+    ``("group", ranks)`` for a collective (``ranks``: its group, a sorted tuple) and for a batched send/recv
+    (the world); ``("pair", lo, hi)`` for a lone send/recv between ranks ``lo < hi``. The group is the op's
+    own :class:`~schedsim.graph.ops.RankGroup` (hash computed once), not a copy: a key of 1M ranks built
+    per op made a 1M-rank all_reduce quadratic.
     Source: torch ``ProcessGroupNCCL::pointToPoint`` (batched p2p uses the device communicator,
     a single p2p the two-rank one).
     """
     if op.kind in COLLECTIVE_KINDS:
-        return ("group", *op.group)
+        return ("group", op.group)
     if op.kind in ("send", "recv"):
         if op.nccl_group is not None:
-            return ("group", *range(world))
+            return ("group", _world_group(world))
         a, b = op.rank, op.peer
         return ("pair", a, b) if a < b else ("pair", b, a)
     return None
@@ -145,8 +148,17 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False) -> tuple[list[list[int]
             if ua != ub:
                 out.append(2 * ub)
     # rendezvous: a member is done only once every member is posted (rule 2)
+    hubs = []
     for key, members in G.graph.get("collectives", {}).items():
         us = [unit_of[m] for m in members]
+        if len(us) > _HUB_MIN:
+            # one hub node instead of len(us)^2 edges (a 1M-rank all_reduce): posted(x) -> hub -> done(y) for
+            # all members; hub -> done(x) of x itself adds nothing (posted(x) -> done(x) exists already)
+            hubs.append([2 * y + 1 for y in us])
+            hub = 2 * n + len(hubs) - 1
+            for x in us:
+                adj[2 * x].append(hub)
+            continue
         for x in us:
             for y in us:
                 if x != y:
@@ -177,12 +189,25 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False) -> tuple[list[list[int]
                     if explain:
                         why.setdefault((2 * pu + 1, 2 * u), "communicators share ranks")
             last[comm] = u
+    adj.extend(hubs)  # hub nodes are 2n, 2n+1, ... (find_hang folds them out of a reported cycle)
     return adj, labels, why
+
+
+#: Collectives with more members than this get one hub node in the wait-for graph instead of all pairs.
+_HUB_MIN = 32
 
 
 def _share2(a: Comm, b: Comm) -> bool:
     """Whether two group communicators share two or more ranks."""
-    return len(set(a[1:]).intersection(b[1:])) >= 2
+    small, big = (a[1], b[1]) if len(a[1]) <= len(b[1]) else (b[1], a[1])
+    return len(set(small).intersection(big)) >= 2
+
+
+@functools.lru_cache(maxsize=8)
+def _world_group(world: int) -> Any:
+    from schedsim.graph.ops import RankGroup
+
+    return RankGroup(range(world))
 
 
 def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
@@ -210,11 +235,23 @@ def find_hang(G: nx.DiGraph) -> list[tuple[int, int]] | None:
     left = {i for i in range(N) if indeg[i] > 0}
     H = nx.DiGraph()
     H.add_edges_from((a, b) for a in left for b in adj[a] if b in left)
-    cyc = nx.find_cycle(H)
+    cyc = [(int(a), int(b)) for a, b in nx.find_cycle(H)]
     why = wait_for_graph(G, explain=True)[2]
+    n2 = 2 * len(labels)
+    if any(b >= n2 for _a, b in cyc):  # fold hub nodes: posted(x) -> hub -> done(y) is the wait x -> y
+        while cyc[0][0] >= n2:
+            cyc = cyc[1:] + cyc[:1]
+        folded = []
+        for a, b in cyc:
+            if a >= n2:
+                folded[-1] = (folded[-1][0], b)
+                why.setdefault(folded[-1], "collective")
+            else:
+                folded.append((a, b))
+        cyc = folded
     G.graph["_hang_labels"] = labels
     G.graph["_hang_why"] = why
-    return [(int(a), int(b)) for a, b in cyc]
+    return cyc
 
 
 def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int = 12) -> str:

@@ -325,3 +325,35 @@ def test_disk_full_keeps_the_earlier_set_and_says_so(tmp_path: Path, monkeypatch
                 "free space on that disk")
     assert "choose a path you can write" not in t
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder, no partial file
+
+
+# -- world size ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("w", [3, 40])  # 40 > 32 members: the collective is one hub node of the wait-for graph
+def test_collective_order_deadlock_is_named_with_small_and_large_groups(w: int) -> None:
+    # the hub that made a 1M-rank all_reduce linear (before: all pairs of members, and a 1M-rank tuple built
+    # per op, so `check` of world_size 1,000,000 ran past 60 s) must still explain a hang in rank terms
+    from schedsim.errors import DeadlockError
+    from schedsim.graph.build import build_graph
+    from schedsim.spec.loader import load_text
+
+    rest = ", ".join(str(r) for r in range(1, w))
+    ops = (f"  - {{name: small, kind: all_reduce, bytes: 1024, stream: b, ranks: [1], group: [0, 1]}}\n"
+           f"  - {{name: big, kind: all_reduce, bytes: 1024, stream: a, ranks: [0, {rest}]}}\n"
+           f"  - {{name: small, kind: all_reduce, bytes: 1024, stream: b, ranks: [0], group: [0, 1]}}\n")
+    with pytest.raises(DeadlockError, match="communicators that share two or more ranks") as e:
+        build_graph(load_text(f"schema_version: 1\nname: t\nworld_size: {w}\nops:\n" + ops))
+    assert "big" in str(e.value) and "small" in str(e.value)
+
+
+def test_communicator_key_shares_the_ops_group() -> None:
+    from schedsim.graph.nccl import communicator
+    from schedsim.graph.ops import RankGroup
+
+    class O:  # the fields communicator reads
+        kind, group, nccl_group = "all_reduce", RankGroup(range(1000)), None
+
+    op = O()
+    key = communicator(op, 1000)
+    assert key == ("group", tuple(range(1000))) and key[1] is op.group  # before: a copy of 1000 ranks per call
