@@ -357,3 +357,20 @@ def test_communicator_key_shares_the_ops_group() -> None:
     op = O()
     key = communicator(op, 1000)
     assert key == ("group", tuple(range(1000))) and key[1] is op.group  # before: a copy of 1000 ranks per call
+
+
+@pytest.mark.parametrize("start,end,dev", [("'abc'", "'def'", "0"), ("10", "20", "'gpu0'")])
+def test_nsys_sqlite_with_text_in_integer_columns(tmp_path: Path, start: str, end: str, dev: str) -> None:
+    # before: TypeError / ValueError tracebacks (SQLite columns are untyped)
+    import sqlite3
+
+    db = tmp_path / "r.sqlite"
+    c = sqlite3.connect(db)
+    c.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
+    c.execute("INSERT INTO StringIds VALUES (1, 'gemm')")
+    c.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, streamId, globalPid, shortName, "
+              "demangledName, gridX, gridY, gridZ, blockX, blockY, blockZ, correlationId)")
+    c.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({start}, {end}, {dev}, 7, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)")
+    c.commit()
+    c.close()
+    refused(run(["import", "nsys", str(db), "--out", str(tmp_path / "o")]), str(db), "wrong type")
