@@ -141,11 +141,12 @@ def wait_for_all_ranks(tag: str, world: int, timeout_s: float = 30.0) -> bool:
                               timeout=datetime.timedelta(seconds=timeout_s))
         key = f"schedsim/{tag}/{env.get('TORCHELASTIC_RUN_ID', '')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         n = store.add(key, 1)
-        deadline = time.monotonic() + timeout_s
-        while n < world and time.monotonic() < deadline:
-            time.sleep(0.05)
-            n = store.add(key, 0)
-        return n >= world
+        if n >= world:  # the last to arrive opens the gate
+            store.set(key + "/go", "1")
+        # every rank blocks on the gate key: the store wakes them all at once (a 50 ms polling loop let the
+        # first rank leave while the others slept, and torchrun then killed those with SIGTERM, not exit 2)
+        store.wait([key + "/go"], datetime.timedelta(seconds=timeout_s))
+        return True
     except Exception:
         return False
 

@@ -43,9 +43,15 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             print(f"error: {e}", file=sys.stderr)
             raise typer.Exit(2) from None
         except OSError as e:  # an output or input path the OS refuses: the user's to fix
+            import errno
+
             where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-            err = SchedsimError(f"{where}{e.strerror or e}", fix="choose a path you can write (and that is not a file "
-                                "where a folder is needed, or the reverse)")
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                fix = ("free space on that disk, or write elsewhere with --out; the output folder keeps its earlier "
+                       "files (outputs are written all or nothing)")
+            else:
+                fix = "choose a path you can write (and that is not a file where a folder is needed, or the reverse)"
+            err = SchedsimError(f"{where}{e.strerror or e}", fix=fix)
             print(f"error: {err}", file=sys.stderr)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:

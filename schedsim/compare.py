@@ -324,13 +324,13 @@ def print_comparison(res: dict[str, Any], console: Any = None) -> None:
     """Print a comparison result as rich tables."""
     from rich.table import Table
 
-    from schedsim.report.summary import fmt_time, make_console
+    from schedsim.report.summary import _clip, fmt_time, make_console
 
     con = console or make_console()
     ms = res["makespan"]
     from rich.markup import escape
 
-    con.print(f"[bold]{escape(str(res['schedule']['meas']))}[/bold]  predicted ({res['source']['pred']}, profile "
+    con.print(f"[bold]{escape(_clip(str(res['schedule']['meas'])))}[/bold]  predicted ({res['source']['pred']}, profile "
               f"{res.get('profile')}, {res['launch']['pred']}) vs measured ({res['source']['meas']}, "
               f"{res['launch']['meas']})")
     con.print(f"makespan: predicted [bold]{fmt_time(ms['pred_s'])}[/bold], measured [bold]{fmt_time(ms['meas_s'])}"

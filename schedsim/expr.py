@@ -15,6 +15,7 @@ A ``/`` whose result is integral yields an ``int``, so ``8192*2/8`` is ``2048``.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 import re
@@ -200,12 +201,7 @@ def evaluate(text: str, env: Mapping[str, Any]) -> Any:
     >>> evaluate("range(3)", {})
     [0, 1, 2]
     """
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as e:
-        raise ExprError(f"cannot parse expression {text!r}: {e.msg}") from None
-    except (ValueError, MemoryError, RecursionError) as e:
-        raise ExprError(f"cannot parse expression {text!r}: {e}") from None
+    tree = _parse(text.strip())
     from schedsim.spec.limits import limit
 
     try:
@@ -221,6 +217,22 @@ def evaluate(text: str, env: Mapping[str, Any]) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:
         raise ExprError(f"{text!r}: result has more than 4096 bits")
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> ast.Expression:
+    """Parse once per distinct text: a foreach evaluates the same few expressions for every iteration."""
+    try:
+        return ast.parse(text, mode="eval")
+    except SyntaxError as e:
+        raise ExprError(f"cannot parse expression {_short(text)}: {e.msg}") from None
+    except (ValueError, MemoryError, RecursionError) as e:
+        raise ExprError(f"cannot parse expression {_short(text)}: {e}") from None
+
+
+def _short(text: str, n: int = 120) -> str:
+    """``repr`` of an expression, cut to ``n`` characters (a 100 kB expression must not fill the terminal)."""
+    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text):,} characters)"
 
 
 _BRACES = re.compile(r"\{([^{}]+)\}")

@@ -65,14 +65,42 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 @contextmanager
+def _commit_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the folder ``out`` itself while a set is moved in (POSIX; elsewhere a
+    no-op; no lock file is left behind).
+
+    The moves are atomic one file at a time; without the lock two runs finishing together could leave
+    one's gantt.png beside the other's timeline.json.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    try:
+        fd = os.open(out, os.O_RDONLY)
+    except OSError:  # not openable: the moves fail next, with their own error
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (some network mounts): go on unlocked
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextmanager
 def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[Path]:
     """Write a set of output files all or nothing, replacing the set an earlier run left.
 
     Yields a staging folder inside ``outdir``; when the block finishes, every file in it is
     moved into ``outdir`` (``os.replace``, atomic per file), then files an earlier run wrote there
     and this one did not are removed (:func:`schedsim.report.outdir.finish_set`; ``replaces`` names
-    the command's possible outputs). If the block raises, or the user presses Ctrl-C, the staging
-    folder is removed and ``outdir`` keeps what it had. Staging folders of killed runs are removed
+    the command's possible outputs, removed only from a folder that already held a schedsim set). If the
+    block raises, or the user presses Ctrl-C, the staging folder is removed and ``outdir`` keeps what it had. Staging folders of killed runs are removed
     (:func:`schedsim.report.outdir.clean_stale_staging`).
 
     Raises
@@ -80,18 +108,21 @@ def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[P
     OSError
         ``outdir`` cannot be created (e.g. it names an existing file).
     """
-    from schedsim.report.outdir import clean_stale_staging, finish_set, staging_prefix
+    from schedsim.report.outdir import clean_stale_staging, finish_set, staging_prefix, written_by_schedsim
 
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
+    if not written_by_schedsim(out):  # a folder of the user's own files: remove none of them
+        replaces = ()
     clean_stale_staging(out)
     stage = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=out))
     try:
         yield stage
-        names = []
-        for f in sorted(stage.iterdir()):
-            os.replace(f, out / f.name)
-            names.append(f.name)
-        finish_set(out, names, replaces)
+        with _commit_lock(out):  # two runs into one folder: one whole set after the other, never a mix
+            names = []
+            for f in sorted(stage.iterdir()):
+                os.replace(f, out / f.name)
+                names.append(f.name)
+            finish_set(out, names, replaces)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -339,7 +339,13 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
             collective = COLLECTIVE_OF_BINARY[stem.group(1)]
     # split at each "# nThread" header: one run per header
     starts = [m.start() for m in re.finditer(r"#\s*nThread", text)]
-    chunks = [text] if len(starts) <= 1 else [text[a:b] for a, b in zip([0] + starts[1:], starts[1:] + [len(text)], strict=False)]
+    for k in range(1, len(starts)):
+        # the binary name (``./build/all_gather_perf ...``) of run k comes before its header: keep it with run k,
+        # or run k would take the file's or the previous run's collective
+        names = list(_BIN_RE.finditer(text, starts[k - 1], starts[k]))
+        if names:
+            starts[k] = text.rfind("\n", starts[k - 1], names[-1].start()) + 1
+    chunks = [text] if len(starts) <= 1 else [text[a:b] for a, b in zip([0] + starts[1:], starts[1:] + [len(text)], strict=True)]
     logs = []
     for c in chunks:
         try:

@@ -38,6 +38,7 @@ whose batches chain across many ranks as a deadlock.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from typing import Any
 
@@ -62,12 +63,12 @@ def communicator(op: Any, world: int, eager: bool = False) -> Comm | None:
     (pytorch PRs 132900/154132; measured on 2×H200, 2026-11-30, with a world of two ranks).
     """
     if op.kind in COLLECTIVE_KINDS:
-        return ("group", *op.group)
+        return ("group", op.group)
     if op.kind in P2P_KINDS:
         if op.nccl_group is not None:
-            return ("group", *range(world))
+            return ("group", _world_group(world))
         if eager:
-            return ("group", *range(world))
+            return ("group", _world_group(world))
         a, b = op.rank, op.peer
         return ("pair", a, b) if a < b else ("pair", b, a)
     return None
@@ -152,8 +153,17 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False
             if ua != ub:
                 out.append(2 * ub)
     # rendezvous: a member is done only once every member is posted (rule 2)
+    hubs = []
     for key, members in G.graph.get("collectives", {}).items():
         us = [unit_of[m] for m in members]
+        if len(us) > _HUB_MIN:
+            # one hub node instead of len(us)^2 edges (a 1M-rank all_reduce): posted(x) -> hub -> done(y) for
+            # all members; hub -> done(x) of x itself adds nothing (posted(x) -> done(x) exists already)
+            hubs.append([2 * y + 1 for y in us])
+            hub = 2 * n + len(hubs) - 1
+            for x in us:
+                adj[2 * x].append(hub)
+            continue
         for x in us:
             for y in us:
                 if x != y:
@@ -184,12 +194,25 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False
                     if explain:
                         why.setdefault((2 * pu + 1, 2 * u), "communicators share ranks")
             last[comm] = u
+    adj.extend(hubs)  # hub nodes are 2n, 2n+1, ... (find_hang folds them out of a reported cycle)
     return adj, labels, why
+
+
+#: Collectives with more members than this get one hub node in the wait-for graph instead of all pairs.
+_HUB_MIN = 32
 
 
 def _share2(a: Comm, b: Comm) -> bool:
     """Whether two group communicators share two or more ranks."""
-    return len(set(a[1:]).intersection(b[1:])) >= 2
+    small, big = (a[1], b[1]) if len(a[1]) <= len(b[1]) else (b[1], a[1])
+    return len(set(small).intersection(big)) >= 2
+
+
+@functools.lru_cache(maxsize=8)
+def _world_group(world: int) -> Any:
+    from schedsim.graph.ops import RankGroup
+
+    return RankGroup(range(world))
 
 
 def find_hang(G: nx.DiGraph, eager: bool = False) -> list[tuple[int, int]] | None:
@@ -217,11 +240,23 @@ def find_hang(G: nx.DiGraph, eager: bool = False) -> list[tuple[int, int]] | Non
     left = {i for i in range(N) if indeg[i] > 0}
     H = nx.DiGraph()
     H.add_edges_from((a, b) for a in left for b in adj[a] if b in left)
-    cyc = nx.find_cycle(H)
+    cyc = [(int(a), int(b)) for a, b in nx.find_cycle(H)]
     why = wait_for_graph(G, explain=True, eager=eager)[2]
+    n2 = 2 * len(labels)
+    if any(b >= n2 for _a, b in cyc):  # fold hub nodes: posted(x) -> hub -> done(y) is the wait x -> y
+        while cyc[0][0] >= n2:
+            cyc = cyc[1:] + cyc[:1]
+        folded: list[tuple[int, int]] = []
+        for a, b in cyc:
+            if a >= n2:
+                folded[-1] = (folded[-1][0], b)
+                why.setdefault(folded[-1], "collective")
+            else:
+                folded.append((a, b))
+        cyc = folded
     G.graph["_hang_labels"] = labels
     G.graph["_hang_why"] = why
-    return [(int(a), int(b)) for a, b in cyc]
+    return cyc
 
 
 def cross_communicator_order(G: nx.DiGraph) -> str | None:

@@ -84,6 +84,12 @@ def _lighten(c: str, f: float = 0.45) -> str:
     return "#%02X%02X%02X" % tuple(int(x + (255 - x) * f) for x in (r, g, b))
 
 
+def _cut(text: str, n: int = 40) -> str:
+    """A label cut to ``n`` characters with an ellipsis (a 1 MB stream name must not be measured by the font
+    engine: its layout time grows with its length)."""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def _fig(width_in: float, height_in: float) -> Any:
     from matplotlib.figure import Figure
 
@@ -222,20 +228,35 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
             if st not in lst:
                 lst.append(st)
     ranks = sorted(streams_of)
+    # a rank with more streams than fit keeps its first max_lanes - 3 and folds the rest into one lane
+    fold_st: dict[tuple[int, str], str] = {}
+    for r in ranks:
+        sts = streams_of[r]
+        if len(sts) > max_lanes - 2:
+            keep = max(1, max_lanes - 3)
+            other = f"+{len(sts) - keep:,} more streams"
+            for st in sts[keep:]:
+                fold_st[(r, st)] = other
+            streams_of[r] = sts[:keep] + [other]
+
+    def lane_st(r: int, st: str) -> str:
+        return fold_st.get((r, st), st) if fold_st else st
+
     res_of: dict[tuple[int, str], str] = {}
     for _lbl, tl in timelines:
         seen = 0
         for s in tl.spans:
-            if (s.rank, s.stream) not in res_of:
-                res_of[(s.rank, s.stream)] = s.resource
+            if (s.rank, lane_st(s.rank, s.stream)) not in res_of:
+                res_of[(s.rank, lane_st(s.rank, s.stream))] = s.resource
                 seen += 1
                 if seen == sum(len(v) for v in streams_of.values()):
                     break
     for r in ranks:  # compute streams first, then comm, then copy; name order within
         order = {"compute": 0, "comm": 1, "copy": 2}
-        streams_of[r].sort(key=lambda st, r=r: (order.get(res_of.get((r, st), ""), 3), st))
+        folded_lanes = set(fold_st.values())  # the "+N more streams" lane goes last
+        streams_of[r].sort(key=lambda st, r=r: (st in folded_lanes, order.get(res_of.get((r, st), ""), 3), st))
     k = len(timelines)
-    has = {lbl: set(tl.lanes()) for lbl, tl in timelines}  # a lane only where that timeline has the stream
+    has = {lbl: {(r, lane_st(r, st)) for r, st in tl.lanes()} for lbl, tl in timelines}  # a lane only where that timeline has the stream
     n_lanes = {r: sum((r, st) in has[lbl] for st in streams_of[r] for lbl, _ in timelines) for r in ranks}
     cp_ranks = [int(op.rsplit("@r", 1)[1]) for op in timelines[0][1].critical_path if op.rsplit("@r", 1)[-1].isdigit()]
     shown, folded = choose_ranks(ranks, n_lanes, max_lanes, prefer=list(dict.fromkeys(cp_ranks)))
@@ -271,9 +292,10 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
                 if s.resource in hidden:
                     hidden[s.resource][s.rank].append((s.start_s, s.end_s))
                 continue
+            lst = lane_st(s.rank, s.stream)
             if s.resource == "comm":
-                comm[(s.rank, s.stream)].append((s.start_s, s.end_s))
-            y = ypos[(s.rank, s.stream, lbl)]
+                comm[(s.rank, lst)].append((s.start_s, s.end_s))
+            y = ypos[(s.rank, lst, lbl)]
             key = color_key(s)
             c = _color(key)
             chunk = bool(s.tags.get("chunk", 0)) and key in _PHASES if s.tags else False
@@ -284,9 +306,7 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
             w = (s.end_s - s.start_s) * 1e3
             groups.setdefault((y, c, chunk, w * px_per_ms >= 4), []).append((s.start_s * 1e3, w))
             if label_ok and ms > 0 and w / ms > min_label_frac:
-                text = str(s.tags["mb"]) if s.tags and "mb" in s.tags else s.name
-                if len(text) > 40:  # a box never shows more; a 150k-character label takes matplotlib minutes
-                    text = text[:19] + "…" + text[-20:]
+                text = str(s.tags["mb"]) if s.tags and "mb" in s.tags else _cut(s.name)
                 ax.text(s.start_s * 1e3 + w / 2, y, text, ha="center", va="center", fontsize=6, clip_on=True)
         for (y, c, _chunk, wide), xr in groups.items():
             # tiny boxes get no edge line: a black edge would hide their colour
@@ -310,7 +330,7 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
                 share = np.clip(busy_share(ivs, len(folded), edges), 0.0, 1.0)
                 ax.imshow(share[None, :], aspect="auto", cmap="Greys", vmin=0.0, vmax=1.0, interpolation="nearest",
                           extent=(0.0, edges[-1] * 1e3, base + j + 0.38, base + j - 0.38))
-    yt = [f"r{r} {st}" + (f" [{lbl}]" if multi else "") for r, st, lbl in lanes]
+    yt = [f"r{r} {_cut(st)}" + (f" [{_cut(lbl)}]" if multi else "") for r, st, lbl in lanes]
     if folded:
         span_txt = f"{len(folded)} other ranks"
         for lbl, _tl in timelines:
@@ -331,7 +351,7 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
     if folded:
         handles.append(Patch(facecolor="#777777", label="others: busy share"))
     _legend(ax, handles)
-    ax.set_title(title, fontsize=9, pad=_title_pad(len(mk)))
+    ax.set_title(_cut(title, 200), fontsize=9, pad=_title_pad(len(mk)))
     longest = max(len(t) for t in yt) if yt else 4
     h = fig.get_figheight()
     fig.subplots_adjust(left=min(0.4, (0.3 + 0.06 * longest) / 12), right=0.84, top=1 - top_in / h, bottom=0.5 / h)
@@ -512,7 +532,7 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
                 ha="left", gid=MAKESPAN_GID)
     handles = [Patch(facecolor=c, label=k) for k, c in sorted(used.items(), key=lambda kv: ("FBIW".find(kv[0][0]), kv[0]))]
     _legend(ax, handles)
-    ax.set_title(title + note, fontsize=9, pad=_title_pad(1))
+    ax.set_title(_cut(title, 200) + note, fontsize=9, pad=_title_pad(1))
     h = fig.get_figheight()
     fig.subplots_adjust(left=1.4 / width_in, right=1 - 1.25 / width_in, top=1 - top_in / h, bottom=0.55 / h)
     return fig
@@ -584,7 +604,7 @@ def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float,
     ax.set_ylim(0, top / unit * 1.12)
     _makespan_labels(ax, [(f"makespan {makespan_s * 1e3:.3f} ms", makespan_s * 1e3)], end * 1e3 * 1.02)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, frameon=False)
-    ax.set_title(title, fontsize=9, pad=_title_pad(1))
+    ax.set_title(_cut(title, 200), fontsize=9, pad=_title_pad(1))
     longest = max((len(t.get_text()) for t in ax.get_legend().get_texts()), default=10)
     fig.subplots_adjust(left=0.08, right=max(0.45, 1 - (0.5 + 0.058 * longest) / 12), top=0.82, bottom=0.14)
     return fig

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["MANIFEST", "STAGING_PREFIX", "STALE_AFTER_S", "MAX_PNG_PX", "safe_dirname", "staging_prefix",
-           "clean_stale_staging", "finish_set", "capped_figsize"]
+           "clean_stale_staging", "finish_set", "capped_figsize", "written_by_schedsim"]
 
 #: Hidden file listing the outputs of the last run written into a folder (JSON list of file names).
 MANIFEST = ".schedsim-outputs.json"
@@ -104,6 +104,24 @@ def clean_stale_staging(out: Path, now: float | None = None) -> list[Path]:
     return removed
 
 
+def written_by_schedsim(out: Path) -> bool:
+    """Whether ``out`` already holds a schedsim output set: a manifest, or (folders written before manifests)
+    a ``timeline.json`` whose head says ``"format": "schedsim.timeline"``.
+
+    Only then may a command remove the ``replaces`` names it finds there: in any other folder a
+    ``memory.png`` or ``gantt.png`` is the user's own file (issue 12 review: ``--out .`` in a project folder
+    deleted the user's ``memory.png``).
+    """
+    if (out / MANIFEST).is_file():
+        return True
+    try:
+        with open(out / "timeline.json", "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return re.search(rb'"format"\s*:\s*"schedsim\.timeline"', head) is not None
+
+
 def finish_set(out: Path, written: Iterable[str], replaces: Iterable[str] = ()) -> None:
     """Record ``written`` in ``out``'s manifest and remove earlier outputs this run did not write.
 
@@ -115,7 +133,8 @@ def finish_set(out: Path, written: Iterable[str], replaces: Iterable[str] = ()) 
         File names this run moved into ``out``.
     replaces : iterable of str
         File names the command may write; any left from an earlier run are removed too (for folders
-        that have no manifest yet).
+        that have no manifest yet). Pass them only when :func:`written_by_schedsim` held before this run
+        moved its files in.
     """
     from schedsim.sim.timeline import atomic_write_text
 

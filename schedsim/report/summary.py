@@ -78,7 +78,7 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
     con = console or make_console()
     from rich.markup import escape  # names are the user's text: "[/x]" must print, not raise MarkupError
 
-    con.print(f"[bold]{escape(str(tl.schedule))}[/bold]  source={escape(str(tl.source))}  "
+    con.print(f"[bold]{escape(_clip(str(tl.schedule)))}[/bold]  source={escape(_clip(str(tl.source)))}  "
               f"profile={escape(str(tl.profile))}  launch={escape(str(tl.launch))}  "
               f"ranks={tl.world_size}  ops={metrics['ops']}")
     con.print(f"makespan [bold]{fmt_time(metrics['makespan_s'])}[/bold]   exposed comm (sum over ranks) "

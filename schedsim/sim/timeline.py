@@ -259,19 +259,46 @@ class SpanColumns:
             n = len(ids) if n is None else n
             if len(ids) != n:
                 raise ValueError(f"'id' has {len(ids)} entries, n_ops is {n}")
+            def num(key: str, kind: str, raw: Any = None) -> Any:
+                """A 1-D column of numbers (``kind`` "i": integers, "f": floats, None allowed as NaN); no
+                strings, booleans, nesting or fractions where integers belong."""
+                a = np.asarray(col(key) if raw is None else raw)
+                if a.ndim != 1:
+                    raise ValueError(f"{key!r} is not a flat list")
+                if a.dtype.kind == "O":  # None (NaN) among numbers, or mixed types
+                    if kind == "i" or any(isinstance(x, (str, bool, list, dict)) for x in a):
+                        raise ValueError(f"{key!r} holds something other than numbers")
+                    return a.astype(np.float64)
+                if a.dtype.kind not in ("iu" if kind == "i" else "iuf") and len(a):
+                    raise ValueError(f"{key!r} holds {a.dtype.name} values, not "
+                                     + ("integers" if kind == "i" else "numbers"))
+                return a.astype(np.int64 if kind == "i" else np.float64)
+
             cats = {}
             for c in _CAT_COLS:
                 v = col(c)
-                values, codes = [str(x) for x in v["values"]], np.asarray(v["codes"], dtype=np.int32).reshape(-1)
+                values, codes = [str(x) for x in v["values"]], num(c + ".codes", "i", v["codes"]).astype(np.int32)
                 if len(codes) and (codes.min() < 0 or codes.max() >= len(values)):
                     raise ValueError(f"{c!r} has codes outside 0..{len(values) - 1}")
                 cats[c] = (values, codes)
-            floats = {c: np.asarray(col(c), dtype=np.float64).reshape(-1) for c in _FLOAT_COLS}
+            floats = {c: num(c, "f") for c in _FLOAT_COLS}
+            for c in ("bytes", "flops"):
+                if len(floats[c]) and not (floats[c] >= 0).all():
+                    raise ValueError(f"{c!r} holds a negative or non-finite value (row "
+                                     f"{int(np.argmax(~(floats[c] >= 0)))})")
             tags: list[dict[str, Any]] = [{}] * n
             t = d.get("tags") or {"index": [], "values": []}
             for i, v in zip(t["index"], t["values"], strict=True):
-                tags[int(i)] = v
-            return cls(ids, [str(x) for x in col("name")], np.asarray(col("rank"), dtype=np.int64).reshape(-1),
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or not isinstance(v, dict):
+                    raise ValueError(f"tags: index {str(i)[:20]} is not a row 0..{n - 1}, or its value is not an "
+                                     "object")
+                tags[i] = v
+            ranks = num("rank", "i")
+            ws = d.get("__world_size__")
+            if len(ranks) and ws is not None and (ranks.min() < 0 or ranks.max() >= ws):
+                raise ValueError(f"'rank' holds {int(ranks.min() if ranks.min() < 0 else ranks.max())}, outside "
+                                 f"0..{ws - 1} (world_size {ws})")
+            return cls(ids, [str(x) for x in col("name")], ranks,
                        cats["stream"], cats["kind"], cats["resource"], floats["start_s"], floats["end_s"],
                        floats["solo_s"], floats["ready_s"], floats["bytes"], floats["flops"], tags,
                        None if d.get("stream_s") is None else np.asarray(d["stream_s"], dtype=np.float64).reshape(-1))
@@ -509,7 +536,8 @@ class Timeline:
                 "meta": d.get("meta", {})}
         if "columns" in d:
             n = d.get("n_ops")
-            cols = SpanColumns.from_json(d["columns"], None if n is None else int(n), where)
+            cols = SpanColumns.from_json({**d["columns"], "__world_size__": head["world_size"]},
+                                         None if n is None else int(n), where)
             _check_columns(cols, where)
             return cls(**head, columns=cols)
         try:

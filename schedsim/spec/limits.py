@@ -135,6 +135,44 @@ def _length(spec: Any, env: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _ends(spec: Any, env: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """First and last value of a loop spec without building it (None if unknown or empty)."""
+    from schedsim.expr import ExprError, evaluate
+
+    if isinstance(spec, list):
+        return (spec[0], spec[-1]) if spec else None
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return (0, spec - 1) if spec > 0 else None
+    if not isinstance(spec, str):
+        return None
+    try:
+        tree = ast.parse(spec.strip(), mode="eval").body
+        if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "range" \
+                and not tree.keywords and 1 <= len(tree.args) <= 3:
+            args = [evaluate(ast.unparse(a), env) for a in tree.args]
+            r = range(*args)
+            return (r[0], r[-1]) if len(r) else None
+    except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError, MemoryError, ExprError):
+        return None
+    return None
+
+
+def _loop_mult(loops: Any, lo: Mapping[str, Any], hi: Mapping[str, Any]) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """Iterations of one foreach (the larger of its length with outer loop variables at their first and at
+    their last values, so that ``range(i)`` under ``i: range(n)`` counts n), and the environments of its body
+    with its own variables at their first / last values."""
+    mult = 1
+    lo2, hi2 = dict(lo), dict(hi)
+    if isinstance(loops, Mapping):
+        for var, spec in loops.items():
+            ns = [n for n in (_length(spec, lo), _length(spec, hi)) if n is not None]
+            mult *= max(ns) if ns else 1
+            ends = _ends(spec, hi) or _ends(spec, lo)
+            if ends is not None and isinstance(var, str):
+                lo2[var], hi2[var] = ends
+    return mult, lo2, hi2
+
+
 def _ranks_of(item: Mapping[str, Any], world: int) -> int:
     r = item.get("ranks")
     if isinstance(r, list):
@@ -148,7 +186,8 @@ def _longest_str(item: Mapping[str, Any]) -> int:
     return max((len(v) for v in item.values() if isinstance(v, str)), default=0)
 
 
-def estimate_ops(items: Any, env: Mapping[str, Any], world: int) -> tuple[int, int]:
+def estimate_ops(items: Any, env: Mapping[str, Any], world: int,
+                 hi: Mapping[str, Any] | None = None) -> tuple[int, int]:
     """Upper bounds of (op instances, characters) of an ``ops`` list, without expanding it.
 
     Parameters
@@ -156,11 +195,17 @@ def estimate_ops(items: Any, env: Mapping[str, Any], world: int) -> tuple[int, i
     items : list
         The raw ``ops`` list (foreach blocks unexpanded).
     env : mapping
-        Parameters visible to loop ranges (loop variables of outer loops are not known; a range that
-        depends on one counts as unknown, i.e. 1, and the expander's own checks bound it).
+        Parameters visible to loop ranges, with the loop variables of outer loops at their first values.
+        A range that depends on an outer loop variable is measured with that variable at its first and at
+        its last value (``hi``) and the larger length counts: exact for ranges monotone in the outer variable
+        (``range(i)``, ``range(n - i)``); the expander counts what it really builds and refuses past the same
+        limits, so a non-monotone range cannot slip through either.
     world : int
         ``world_size``.
+    hi : mapping, optional
+        ``env`` with outer loop variables at their last values (default: ``env``).
     """
+    hi = env if hi is None else hi
     ops = chars = 0
     if not isinstance(items, list):
         return 0, 0
@@ -168,17 +213,12 @@ def estimate_ops(items: Any, env: Mapping[str, Any], world: int) -> tuple[int, i
         if not isinstance(item, Mapping):
             continue
         if "foreach" in item:
-            loops = item.get("foreach")
-            mult = 1
-            if isinstance(loops, Mapping):
-                for spec in loops.values():
-                    n = _length(spec, env)
-                    mult *= 1 if n is None else n
-            o, c = estimate_ops(item.get("ops"), env, world)
+            mult, lo2, hi2 = _loop_mult(item.get("foreach"), env, hi)
+            o, c = estimate_ops(item.get("ops"), lo2, world, hi2)
             ops += mult * max(o, 1)
             chars += mult * c
         elif isinstance(item.get("ops"), list):  # a group of ops under one `when:`
-            o, c = estimate_ops(item["ops"], env, world)
+            o, c = estimate_ops(item["ops"], env, world, hi)
             ops += o
             chars += c
         else:
@@ -188,9 +228,10 @@ def estimate_ops(items: Any, env: Mapping[str, Any], world: int) -> tuple[int, i
     return ops, chars
 
 
-def estimate_streams(items: Any, env: Mapping[str, Any], mult: int = 1) -> int:
+def estimate_streams(items: Any, env: Mapping[str, Any], mult: int = 1, hi: Mapping[str, Any] | None = None) -> int:
     """Upper bound of the streams of one rank: literal stream names count once, a stream name holding
     ``{expr}`` counts once per iteration of its enclosing loops. Default streams count as one."""
+    hi = env if hi is None else hi
     if not isinstance(items, list):
         return 0
     literal: set[str] = set()
@@ -199,15 +240,10 @@ def estimate_streams(items: Any, env: Mapping[str, Any], mult: int = 1) -> int:
         if not isinstance(item, Mapping):
             continue
         if "foreach" in item:
-            m = 1
-            loops = item.get("foreach")
-            if isinstance(loops, Mapping):
-                for spec in loops.values():
-                    n = _length(spec, env)
-                    m *= 1 if n is None else n
-            templated += estimate_streams(item.get("ops"), env, mult * m)
+            m, lo2, hi2 = _loop_mult(item.get("foreach"), env, hi)
+            templated += estimate_streams(item.get("ops"), lo2, mult * m, hi2)
         elif isinstance(item.get("ops"), list):
-            templated += estimate_streams(item["ops"], env, mult)
+            templated += estimate_streams(item["ops"], env, mult, hi)
         else:
             st = item.get("stream")
             if isinstance(st, str) and "{" in st:

@@ -27,7 +27,7 @@ import yaml
 from pydantic import ValidationError
 
 from schedsim.errors import SpecError
-from schedsim.expr import ExprError, evaluate, interpolate
+from schedsim.expr import ExprError, _short, evaluate, interpolate
 from schedsim.spec.limits import MAX_YAML_DEPTH
 from schedsim.spec.model import NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
 
@@ -182,6 +182,38 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 class _Ctx:
     def __init__(self, file: str) -> None:
         self.file = file
+        # what the expansion has really produced so far (the estimate of limits.check_expansion cannot see
+        # loop ranges that depend on outer loop variables, nor strings built from parameters)
+        self.entries = 0
+        self.chars = 0
+        self.visits = 0
+        from schedsim.spec.limits import limit
+
+        self.max_ops = limit("SCHEDSIM_MAX_OPS")
+        self.max_chars = limit("SCHEDSIM_MAX_CHARS")
+
+    def count(self, op: Mapping[str, Any], mark: Mark | None, path: str) -> None:
+        """Count one produced op entry and its string characters; refuse past ``--max-ops`` / the char limit."""
+        self.entries += 1
+        self.chars += sum(len(v) for v in op.values() if isinstance(v, str))
+        if self.entries > self.max_ops:
+            raise self.err(f"the ops expand to more than {self.max_ops:,} entries (a loop range that depends on an "
+                           "outer loop variable is not seen by the estimate before expanding)", mark, path,
+                           fix="make the loops smaller; if you mean it, raise the limit with --max-ops "
+                           "(or the environment variable SCHEDSIM_MAX_OPS)")
+        if self.chars > self.max_chars:
+            raise self.err(f"the expanded op names and strings pass {self.max_chars:,} characters in all (a long "
+                           "parameter string repeated in every op?)", mark, path,
+                           fix="use shorter names/streams; if you mean it, raise the environment variable "
+                           "SCHEDSIM_MAX_CHARS")
+
+    def visit(self, mark: Mark | None, path: str) -> None:
+        """Count one loop iteration (also those a `when:` drops), so that nested loops stay bounded."""
+        self.visits += 1
+        if self.visits > self.max_ops:
+            raise self.err(f"the foreach loops run more than {self.max_ops:,} iterations in all", mark, path,
+                           fix="make the loops smaller; if you mean it, raise the limit with --max-ops "
+                           "(or the environment variable SCHEDSIM_MAX_OPS)")
 
     def err(self, msg: str, mark: Mark | None, path: str, fix: str | None = None) -> SpecError:
         return SpecError(
@@ -226,7 +258,7 @@ def _eval_value(key: str, value: Any, env: Mapping[str, Any], ctx: _Ctx, mark: M
             return out
         return value
     except ExprError as e:
-        raise ctx.err(f"bad expression {value!r}: {e}", mark, path,
+        raise ctx.err(f"bad expression {_short(value) if isinstance(value, str) else _short(repr(value))}: {e}", mark, path,
                       fix=f"use parameters ({', '.join(sorted(k for k in env if not k.startswith('_'))) or 'none defined'}) "
                       "with + - * / // % ** and range/min/max") from None
 
@@ -271,7 +303,7 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             try:
                 cond = evaluate(str(item["when"]), env)
             except ExprError as e:
-                raise ctx.err(f"bad `when` expression {item['when']!r}: {e}", km.get("when", m), p + ".when",
+                raise ctx.err(f"bad `when` expression {_short(str(item['when']))}: {e}", km.get("when", m), p + ".when",
                               fix="check the types of the parameters it uses (e.g. --set values)") from None
             if not cond:
                 continue
@@ -307,13 +339,14 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
                 if isinstance(vals, int):
                     vals = list(range(vals))
                 if not isinstance(vals, list):
-                    raise ctx.err(f"loop variable {var!r} must range over a list, got {vals!r}", lkm.get(var, m),
+                    raise ctx.err(f"loop variable {var!r} must range over a list, got {_short(repr(vals))}", lkm.get(var, m),
                                   f"{p}.foreach.{var}", fix="write e.g. range(chunks) or a list [a, b]")
                 names.append(var)
                 values.append(vals)
             if "ops" not in item:
                 raise ctx.err("a foreach block needs an `ops:` list", m, p, fix="add ops: [...] under foreach")
             for combo in itertools.product(*values):
+                ctx.visit(km.get("foreach", m), p + ".foreach")
                 _expand_ops(item["ops"], {**env, **dict(zip(names, combo, strict=False))}, ctx, p + ".ops", out)
             continue
         if per_rank:
@@ -339,6 +372,7 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             op[k] = _eval_value(k, v, env, ctx, km.get(k, m), f"{p}.{k}")
             op.key_marks[k] = km.get(k, m)
         op.key_marks["__source__"] = m  # type: ignore[assignment]
+        ctx.count(op, op.mark, p)
         op["__path__"] = p
         out.append(op)
         out.item_marks.append(op.mark)

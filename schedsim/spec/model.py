@@ -41,6 +41,17 @@ __all__ = [
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-\[\]]*$"
 
 
+
+# Sanity bounds of sizes (issue 12: a huge `m` overflowed the FLOP count to a traceback, `repeat: 10**12` hung the
+# simulator). Each is far past any real kernel: a 2**40 GEMM dimension is 4 TiB of fp32 per row/column vector,
+# 1 EiB is 10^4 times the HBM of a 8-GPU node, 10^30 FLOP is ~10^12 GPU-days, 10^12 µs is 11.6 days (the
+# Kineto reader's bound for an absurd event time), and 10^6 repeats is 10^3 times the layers of any model.
+MAX_DIM = 2**40
+MAX_BYTES = 2**60
+MAX_FLOPS = 1e30
+MAX_DURATION_US = 1e12
+MAX_REPEAT = 1_000_000
+
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -78,7 +89,7 @@ class _OpBase(_Base):
 
 
 class _SizedMixin(_Base):
-    bytes: int | None = Field(default=None, ge=0, description="Message size in bytes (see `buffer`).")
+    bytes: int | None = Field(default=None, ge=0, le=MAX_BYTES, description="Message size in bytes (see `buffer`).")
     shape: list[int] | None = Field(default=None, description="Message shape; size = prod(shape) * dtype bytes.")
     dtype: DType = Field(default="fp32", description="Element type of the message.")
 
@@ -88,6 +99,8 @@ class _SizedMixin(_Base):
             raise ValueError("give exactly one of `bytes` or `shape` (+ `dtype`)")
         if self.shape is not None and any(d < 0 for d in self.shape):
             raise ValueError("shape dimensions must be >= 0")
+        if self.shape is not None and self.size_bytes() > MAX_BYTES:
+            raise ValueError(f"the shape holds more than {MAX_BYTES:,} bytes (1 EiB); check its dimensions")
         return self
 
     def size_bytes(self) -> int:
@@ -104,23 +117,24 @@ class MatmulOp(_OpBase):
     """``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]``: 2·batch·m·n·k FLOP."""
 
     kind: Literal["matmul"]
-    m: int = Field(gt=0, description="Rows of A and C.")
-    n: int = Field(gt=0, description="Columns of B and C.")
-    k: int = Field(gt=0, description="Inner dimension.")
-    batch: int = Field(default=1, gt=0, description="Batch count of a batched GEMM.")
+    m: int = Field(gt=0, le=MAX_DIM, description="Rows of A and C.")
+    n: int = Field(gt=0, le=MAX_DIM, description="Columns of B and C.")
+    k: int = Field(gt=0, le=MAX_DIM, description="Inner dimension.")
+    batch: int = Field(default=1, gt=0, le=MAX_DIM, description="Batch count of a batched GEMM.")
     dtype: DType = Field(default="fp32", description="fp32 means TF32 off; tf32 means TF32 on.")
-    repeat: int = Field(default=1, gt=0, description="Identical kernels run back to back (e.g. one per layer).")
+    repeat: int = Field(default=1, gt=0, le=MAX_REPEAT, description="Identical kernels run back to back (e.g. one per layer).")
 
 
 class ComputeOp(_OpBase):
     """A generic kernel: a fixed duration, or costed from FLOP and bytes moved (roofline)."""
 
     kind: Literal["compute"]
-    flops: float | None = Field(default=None, ge=0, description="Floating-point operations.")
-    bytes: float | None = Field(default=None, ge=0, description="Bytes read plus written in HBM.")
-    duration_us: float | None = Field(default=None, ge=0, description="Fixed duration in microseconds.")
+    flops: float | None = Field(default=None, ge=0, le=MAX_FLOPS, description="Floating-point operations.")
+    bytes: float | None = Field(default=None, ge=0, le=MAX_BYTES, description="Bytes read plus written in HBM.")
+    duration_us: float | None = Field(default=None, ge=0, le=MAX_DURATION_US,
+                                      description="Fixed duration in microseconds.")
     dtype: DType = Field(default="fp32", description="Precision the FLOP run at.")
-    repeat: int = Field(default=1, gt=0, description="Identical kernels run back to back (e.g. one per layer).")
+    repeat: int = Field(default=1, gt=0, le=MAX_REPEAT, description="Identical kernels run back to back (e.g. one per layer).")
 
     @model_validator(mode="after")
     def _something(self) -> Any:

@@ -79,7 +79,7 @@ def _ns(v: Any) -> int:
 
 
 from schedsim.trace.nsys import shape_size
-from schedsim.trace.validate import check_event_times, check_header
+from schedsim.trace.validate import check_event_times, check_header, check_stream_order
 
 __all__ = ["COLLECTIVE_ARGS", "import_kineto", "input_dims_nelems"]
 
@@ -180,6 +180,7 @@ def import_kineto(
         stream = TraceEventStream(path)
         stream._dec = json.JSONDecoder(parse_float=_keep_long)  # exact timestamps (module docstring)
         first = len(acts)
+        stream_lanes: dict[tuple[int, int, str], list[tuple[int, int, str, int]]] = defaultdict(list)
         pname = None
         pos_rank = fi
         file_annots_start = len(annots)
@@ -229,6 +230,7 @@ def import_kineto(
                         ref = ts
                     rel = float(ts - ref)
                     acts.append(Activity(pos_rank, dev, st, name, cat_s, rel, rel + dur, nbytes, tags))
+                    stream_lanes[(pos_rank, dev, st)].append((ts, ts + dur, name, stream.n_events))
                     raw_ts.append(float(e["ts"]))
                     raw_dur.append(float(e.get("dur") or 0.0))
                 elif c == "gpu_user_annotation":
@@ -249,6 +251,8 @@ def import_kineto(
             except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
                 raise TraceError(f"{path}: event #{stream.n_events}: malformed {cat} event ({err.__class__.__name__}: "
                                  f"{err}): {str(e)[:200]}\n  fix: re-export the trace from the profiler") from None
+        check_stream_order(path, stream_lanes, warnings)
+        del stream_lanes
         hdr = stream.header
         check_header(path, hdr)
         dist = hdr.get("distributedInfo") if isinstance(hdr.get("distributedInfo"), dict) else {}

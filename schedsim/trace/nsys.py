@@ -201,9 +201,17 @@ def import_nsys(
         conns.append(db)
     base0 = min(bases)
     for db, base in zip(conns, bases, strict=False):
-        _read_one(db, base - base0, acts, op_ranges, kernel_rows, nccl_rows, rank_info, warnings, ops,
-                  multi=len(files) > 1, keep_kernel_rows=keep_kernel_rows)
-        db.conn.close()
+        try:
+            _read_one(db, base - base0, acts, op_ranges, kernel_rows, nccl_rows, rank_info, warnings, ops,
+                      multi=len(files) > 1, keep_kernel_rows=keep_kernel_rows)
+        except (TypeError, ValueError, OverflowError, KeyError, IndexError) as e:
+            # SQLite columns are untyped: a start/end/deviceId holding text reaches the reader's arithmetic
+            raise TraceError(f"{db.path}: a table holds a value of the wrong type ({e.__class__.__name__}: "
+                             f"{str(e)[:160]}); nsys exports integers for start, end, deviceId, streamId and "
+                             "globalPid", fix="re-export the report with `nsys export --type sqlite`; the file "
+                             "is corrupt or was edited") from None
+        finally:
+            db.conn.close()
     if not acts:
         raise TraceError(f"{files[0]}: no kernels, memcpys or memsets in the capture; "
                          "was nsys run with `-t cuda`?")

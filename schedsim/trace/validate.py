@@ -26,7 +26,7 @@ from typing import Any
 from schedsim.errors import TraceError
 
 __all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_header", "check_dist_info",
-           "check_timeline_doc"]
+           "check_timeline_doc", "check_stream_order"]
 
 MAX_DUR_US = 1e12
 MAX_SPREAD_US = 1e12
@@ -57,12 +57,29 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
     ------
     TraceError
     """
+    bad = None
+    for key in ("ts", "dur"):  # numbers; long decimals come as their text (the reader keeps them exact)
+        v = e.get(key)
+        if v is None:  # no dur is 0; no ts is the reader's "malformed event" error
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            bad = f"{key} is {str(v)[:40]!r}, not a number of µs"
+        elif isinstance(v, str):
+            try:
+                float(v)
+            except ValueError:
+                bad = f"{key} is {v[:40]!r}, not a number of µs"
+        if bad:
+            raise TraceError(f"{path}: event #{index} ({e.get('cat')} {_name(e)!r}): {bad}\n"
+                             "  fix: the trace is corrupt or was edited; re-export it from the profiler, or remove "
+                             "this event")
+    if e.get("ts") is None:
+        return
     try:
         ts = float(e["ts"])
         dur = float(e.get("dur") or 0.0)
-    except (KeyError, TypeError, ValueError):
-        return
-    bad = None
+    except OverflowError:  # an integer past 1e308
+        ts = dur = math.inf
     for key, v in (("ts", ts), ("dur", dur)):
         if not math.isfinite(v):
             bad = f"{key} is {v}"
@@ -115,6 +132,12 @@ def check_dist_info(path: str | Path, dist: dict[str, Any]) -> None:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise TraceError(f"{path}: distributedInfo.{key} is {v!r}, not an integer\n"
                              "  fix: re-export the trace, or correct distributedInfo")
+    from schedsim.spec.limits import limit
+
+    if isinstance(world, int) and world > limit("SCHEDSIM_MAX_RANKS"):
+        raise TraceError(f"{path}: distributedInfo.world_size is {world:,}, past the limit of "
+                         f"{limit('SCHEDSIM_MAX_RANKS'):,} ranks\n  fix: the trace is corrupt or was edited; if "
+                         "you mean it, raise the environment variable SCHEDSIM_MAX_RANKS")
     if isinstance(world, int) and world < 1:
         raise TraceError(f"{path}: distributedInfo.world_size is {world}\n  fix: it must be at least 1")
     if isinstance(rank, int) and (rank < 0 or (isinstance(world, int) and rank >= world)):
@@ -145,6 +168,20 @@ def check_timeline_doc(d: dict[str, Any], where: str) -> None:
     if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
         raise TraceError(f"{where}: world_size is {str(ws)[:60]!r}, not a positive integer\n"
                          "  fix: the file is corrupt or was edited; re-run the command that wrote it")
+    from schedsim.spec.limits import limit
+
+    if ws > limit("SCHEDSIM_MAX_RANKS"):
+        raise TraceError(f"{where}: world_size is {ws:,}, past the limit of {limit('SCHEDSIM_MAX_RANKS'):,} ranks\n"
+                         "  fix: the file is corrupt or was edited; if you mean it, raise SCHEDSIM_MAX_RANKS")
+    n = d.get("n_ops")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise TraceError(f"{where}: n_ops is {str(n)[:60]!r}, not a count of ops\n"
+                         "  fix: the file is corrupt or was edited; re-run the command that wrote it")
+    for key, typ, what in (("critical_path", list, "a list of op ids"), ("meta", dict, "an object"),
+                           ("columns", dict, "an object of columns")):
+        if d.get(key) is not None and not isinstance(d.get(key), typ):
+            raise TraceError(f"{where}: {key} is {str(d.get(key))[:60]!r}, not {what}\n"
+                             "  fix: the file is corrupt or was edited; re-run the command that wrote it")
     ops = d.get("ops", [])
     if not isinstance(ops, list):
         raise TraceError(f"{where}: \"ops\" is not a list\n  fix: pass a timeline.json written by schedsim")
@@ -160,6 +197,17 @@ def check_timeline_doc(d: dict[str, Any], where: str) -> None:
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
                 raise TraceError(f"{where}: ops[{i}] ({oid!r}): {key} is {t!r}, not a finite number of seconds\n"
                                  "  fix: the file is corrupt or was edited; re-run the command that wrote it")
+        r = o.get("rank")
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < ws:
+            raise TraceError(f"{where}: ops[{i}] ({oid!r}): rank is {str(r)[:40]!r}, not an integer in 0..{ws - 1} "
+                             f"(world_size {ws})\n  fix: the file is corrupt or was edited; re-run the command that "
+                             "wrote it")
+        for key in ("bytes", "flops"):
+            v = o.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                  or v < 0):
+                raise TraceError(f"{where}: ops[{i}] ({oid!r}): {key} is {str(v)[:40]!r}, not a finite number "
+                                 ">= 0\n  fix: the file is corrupt or was edited; re-run the command that wrote it")
         if o.get("tags") is not None and not isinstance(o.get("tags"), dict):
             raise TraceError(f"{where}: ops[{i}] ({oid!r}): tags is {str(o['tags'])[:60]!r}, not an object\n"
                              "  fix: the file is corrupt or was edited; re-run the command that wrote it")
@@ -174,3 +222,42 @@ def check_timeline_doc(d: dict[str, Any], where: str) -> None:
                              "silently dropped\n  fix: ids must be unique (name@rRANK); re-run the command that "
                              "wrote the file")
         seen[oid] = i
+
+
+def check_stream_order(path: str | Path, lanes: dict[Any, list[tuple[int, int, str, int]]],
+                       warnings: list[str], tol_ns: int = 1000) -> None:
+    """Refuse events repeated on one CUDA stream, and warn of events that overlap on one.
+
+    A CUDA stream runs its kernels and copies one after another, so two activities of one stream never
+    overlap in a profile of one run (CUDA C Programming Guide, "Streams"). The same event twice (same
+    name, start and duration) means the trace was concatenated or merged twice; it would count that
+    work twice, so it is an error. A partial overlap of more than ``tol_ns`` (1 µs: Kineto's clock
+    conversion jitter) is reported in ``warnings`` (the spans are kept as written).
+
+    Parameters
+    ----------
+    lanes : dict
+        (rank, device, stream) -> list of (start_ns, end_ns, name, event index) of that stream.
+
+    Raises
+    ------
+    TraceError
+        Naming both events, the stream and the fix.
+    """
+    overlaps = 0
+    first = ""
+    for (rank, dev, st), evs in lanes.items():
+        evs.sort()
+        for (a0, a1, an, ai), (b0, b1, bn, bi) in zip(evs, evs[1:]):
+            if a0 == b0 and a1 == b1 and an == bn:
+                raise TraceError(f"{path}: events #{ai} and #{bi} are the same {an!r} twice on rank {rank} device "
+                                 f"{dev} stream {st} (start {a0} ns, end {a1} ns)\n  fix: the trace holds an event "
+                                 "twice (merged or concatenated twice?); re-export it from the profiler")
+            if b0 < a1 - tol_ns:
+                overlaps += 1
+                if not first:
+                    first = (f"events #{ai} {an!r} and #{bi} {bn!r} on rank {rank} device {dev} stream {st} "
+                             f"overlap by {(a1 - b0) / 1000:g} µs")
+    if overlaps:
+        warnings.append(f"{path}: {overlaps} pair(s) of events overlap on one CUDA stream, which runs them in order "
+                        f"(first: {first}); the trace may merge two runs; spans are kept as written")

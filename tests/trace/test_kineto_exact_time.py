@@ -41,7 +41,7 @@ def test_ns_of_each_number_form():
     assert _ns(0.001) == 1 and _ns("0.0005") == 0  # half even below the ns
 
 
-@pytest.mark.parametrize("ts,why", [('"abc"', "not a finite decimal"), ("true", "not a number"),
+@pytest.mark.parametrize("ts,why", [('"abc"', "not a (finite decimal|number)"), ("true", "not a number"),
                                     ("null", "not a number"), ("[1]", "not a number")])
 def test_a_ts_that_is_not_a_number_is_a_trace_error(tmp_path, ts, why):
     """Text that is not a decimal raised decimal.InvalidOperation (a traceback); a boolean read as 1 µs."""
