@@ -90,7 +90,8 @@ def main() -> None:
             torch.cuda.synchronize(dev)  # warm: once per mode, so the GPU never idles between iterations
         result[mode] = {f"{i}:{name}": statistics.median(span(*m[i]) for m in timed) for i, (name, _) in enumerate(seq)}
     if rank == 0:
-        print(f"median span (us) by op position, {world} ranks, {'CUDA events' if cuda else 'host timers (CPU smoke test)'}")
+        how = "CUDA events" if cuda else "host timers (CPU smoke test)"
+        print(f"median span (us) by op position, {world} ranks, {how}")
         print(f"{'op':<16}" + "".join(f"{m:>10}" for m in result))
         for key in result["aligned"]:
             print(f"{key:<16}" + "".join(f"{result[m][key]:10.1f}" for m in result))
