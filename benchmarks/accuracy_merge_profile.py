@@ -76,7 +76,8 @@ def merge(shipped: dict[str, Any], fresh: dict[str, Any], cal: dict[str, Any], w
     env = f"2xH200 (NV18), {when}, torch {cal.get('torch')}, NCCL 2.28.9"
     g, fg = out["gpu"], fresh["gpu"]
     g["hbm_GBps"], g["kernel_floor_us"] = fg["hbm_GBps"], fg["kernel_floor_us"]
-    g["source"] = (f"peaks: base profile 'h200' (published); hbm_GBps: measured d2d copy (read+write); kernel_floor_us: "
+    g["source"] = (f"peaks: base profile 'h200' (published); hbm_GBps: measured d2d copy (read+write); "
+                   f"kernel_floor_us: "
                    f"back-to-back time of a 1-element add; sms: the device's multiprocessor count; MEASURED by "
                    f"schedsim calibrate, {env}; max_connections: the CUDA default (8)")
     if xs is not None:
@@ -106,14 +107,16 @@ def merge(shipped: dict[str, Any], fresh: dict[str, Any], cal: dict[str, Any], w
     lp["stream_switch_us"] = 0.0
     h = cal["host"]
     lp["source"] = (
-        f"MEASURED host time per call of plain PyTorch, loops of calls with the GPU kept busy. From schedsim calibrate, "
+        f"MEASURED host time per call of plain PyTorch, loops of calls with the GPU kept busy. "
+        f"From schedsim calibrate, "
         f"{env} (executor/calibrate_host.py): p2p_call_us = one isend/irecv ({fl['p2p_call_us']}), batch_p2p_call_us "
         f"= one batch_isend_irecv of a send+recv ({fl['batch_p2p_call_us']}), event_wait_us = event.record + "
         f"wait_event ({fl['event_wait_us']}), memcpy_call_us = a 4 KiB copy_ ({fl['memcpy_call_us']}), "
         f"graph_launch_us = CUDAGraph.replay() ({fl['graph_launch_us']}), graph_per_op_us = GPU time per node of a "
         f"300-node graph minus back-to-back ({fl['graph_per_op_us']}), executor_extra_per_op_us = execute's lean loop "
         f"minus the same probe by hand ({fl['executor_extra_per_op_us']}). From the probes (benchmarks/h200/probes.md, "
-        f"2xH200, 2026-11-30 earlier): eager_per_op_us = torch.matmul(a, b, out=c) 64x64 bf16 ({lp['eager_per_op_us']}; "
+        f"2xH200, 2026-11-30 earlier): eager_per_op_us = torch.matmul(a, b, out=c) 64x64 bf16 "
+        f"({lp['eager_per_op_us']}; "
         f"add_ alone 9.67) and eager_per_collective_us = steady-state host cost of back-to-back 1 KiB all_reduce "
         f"({lp['eager_per_collective_us']}): calibrate's loops gave {h['eager_per_op_us']:.2f} and "
         f"{h['eager_per_collective_us']:.2f} in the run, which the run's own timelines rule out (small_ops eager "
@@ -162,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run", type=Path)
     ap.add_argument("--out", type=Path, default=SHIPPED)
     ap.add_argument("--when", default="2026-11-30 22:50 UTC")
-    ap.add_argument("--graph-run", type=Path, default=None, help="run holding small_ops_graph_1gpu (cross-stream latency)")
+    ap.add_argument("--graph-run", type=Path, default=None,
+                    help="run holding small_ops_graph_1gpu (cross-stream latency)")
     ap.add_argument("--graph-when", default="2026-11-30 23:00 UTC")
     a = ap.parse_args(argv)
     shipped = yaml.safe_load(SHIPPED_BASE.read_text())

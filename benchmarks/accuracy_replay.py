@@ -46,7 +46,8 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[
     spec = _load(file, sets)
     G = _build(spec, file)
     prof = load_profile(profile)
-    pred = simulate(G, prof, launch=meas.launch, gpu_model=gpu_model, max_connections=int(meta["max_connections"]) if meta.get("max_connections") else None)
+    conns = int(meta["max_connections"]) if meta.get("max_connections") else None
+    pred = simulate(G, prof, launch=meas.launch, gpu_model=gpu_model, max_connections=conns)
     pred.meta.update({"file": str(file), "set": sets})
     res = compare_timelines(pred, meas)
     ms = res["makespan"]
@@ -89,7 +90,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         out.append("")
         out.append(f"makespan |error|: median {statistics.median(errs) * 100:.1f} % (goal <= 3 %), worst "
                    f"{max(errs) * 100:.1f} % (goal <= 8 %); per-op median error: median over cases "
-                   f"{statistics.median(meds) * 100:.1f} %, worst case {max(meds) * 100:.1f} % (goal <= 15 % per case); "
+                   f"{statistics.median(meds) * 100:.1f} %, worst case {max(meds) * 100:.1f} % "
+                   f"(goal <= 15 % per case); "
                    f"cases meeting the per-op goal: {sum(m <= 0.15 for m in meds)}/{len(meds)}")
     return "\n".join(out)
 

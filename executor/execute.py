@@ -297,7 +297,11 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         from schedsim.api import predict_to_dir
         from schedsim.compare import print_comparison, write_comparison
 
-        pred, _m, ppaths = predict_to_dir(file, sets, profile, outdir / "predicted", launch, gantt)
+        # predict with the hardware queues the run had (CUDA_DEVICE_MAX_CONNECTIONS, meta.max_connections):
+        # without it, a --max-connections 1 run was compared with an 8-queue prediction (per-op 405 %)
+        conn = tl.meta.get("max_connections")
+        pred, _m, ppaths = predict_to_dir(file, sets, profile, outdir / "predicted", launch, gantt,
+                                          max_connections=int(conn) if conn else None)
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt)
         print_comparison(res)
         if profile_note:

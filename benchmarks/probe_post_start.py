@@ -1,0 +1,109 @@
+"""Kernel and collective times as a function of time since the executor's aligned start (2 ranks).
+
+Why: in the final 2xH200 accuracy runs (2026-11-30 23:35 UTC, ``benchmarks/accuracy.md``, "Host-bound
+cases") every kernel of a sub-millisecond schedule ran several times slower than back to back right after
+``executor.clock.IterationClock.start`` (device synchronize, clock all-gather, 2 ms spin) and sped up over
+about 0.8 ms: tp_allreduce eager's 1x1024x1024 fp32 linear took 75, 48, 36, ... 16 us against 9.1 us in
+the calibrated table. This probe measures that curve, so that the model can take it from a measurement
+instead of a fit to the accuracy cases, and tells which part of the start causes it.
+
+Per iteration it runs ``--layers`` times (linear 1 x K x K fp32, all_reduce of ``--ar-bytes``) on one stream,
+with a CUDA event before and after each op (the op's span, as ``schedsim execute`` records it), after one
+of three starts:
+
+* ``aligned``: ``IterationClock.start`` (what ``execute`` does);
+* ``sync``: ``torch.cuda.synchronize`` + a barrier, no spin;
+* ``warm``: no synchronize, iterations back to back (the GPU never idles).
+
+Prints, per start and op position, the median span (us) over ``--iters`` iterations and writes them to
+``--out`` (JSON). On CPU (gloo) it runs end to end with host timers, as a smoke test only.
+
+Run: ``torchrun --nproc_per_node 2 benchmarks/probe_post_start.py`` (or ``bash benchmarks/probe_post_start.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from executor.clock import IterationClock
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--k", type=int, default=1024)
+    ap.add_argument("--ar-bytes", type=int, default=4096)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--out", default="probe_post_start.json")
+    a = ap.parse_args()
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    host = dist.new_group(backend="gloo") if cuda else None
+    clock = IterationClock(dev, world, group=host)
+    x = torch.randn(1, a.k, device=dev)
+    w = torch.randn(a.k, a.k, device=dev)
+    y = torch.empty(1, a.k, device=dev)
+    buf = torch.zeros(a.ar_bytes // 4, device=dev)
+    ops = [("linear", lambda: torch.matmul(x, w, out=y)), ("all_reduce", lambda: dist.all_reduce(buf))]
+    seq = [ops[i % 2] for i in range(2 * a.layers)]
+
+    def stamp() -> object:
+        if cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def span(e0: object, e1: object) -> float:
+        return e0.elapsed_time(e1) * 1e3 if cuda else (e1 - e0) * 1e6  # us
+
+    result: dict[str, dict[str, float]] = {}
+    for mode in ("aligned", "sync", "warm"):
+        timed = []  # per timed iteration, the (before, after) stamps of every op
+        for it in range(a.warmup + a.iters):
+            if mode == "aligned":
+                clock.start()
+            elif mode == "sync":
+                if cuda:
+                    torch.cuda.synchronize(dev)
+                dist.barrier(group=host)
+            marks = []
+            for _name, fn in seq:
+                e0 = stamp()
+                fn()
+                marks.append((e0, stamp()))
+            if it >= a.warmup:
+                timed.append(marks)
+        if cuda:
+            torch.cuda.synchronize(dev)  # warm: once per mode, so the GPU never idles between iterations
+        result[mode] = {f"{i}:{name}": statistics.median(span(*m[i]) for m in timed) for i, (name, _) in enumerate(seq)}
+    if rank == 0:
+        how = "CUDA events" if cuda else "host timers (CPU smoke test)"
+        print(f"median span (us) by op position, {world} ranks, {how}")
+        print(f"{'op':<16}" + "".join(f"{m:>10}" for m in result))
+        for key in result["aligned"]:
+            print(f"{key:<16}" + "".join(f"{result[m][key]:10.1f}" for m in result))
+        meta = {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "torch": torch.__version__,
+                "world": world, "layers": a.layers, "k": a.k, "ar_bytes": a.ar_bytes, "iters": a.iters,
+                "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+        tmp = a.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"meta": meta, "median_span_us": result}, f, indent=1)
+        os.replace(tmp, a.out)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
