@@ -243,13 +243,14 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
         return fold_st.get((r, st), st) if fold_st else st
 
     res_of: dict[tuple[int, str], str] = {}
+    n_lanes = sum(len(v) for v in streams_of.values())  # once: per span it made 100k ranks quadratic
     for _lbl, tl in timelines:
         seen = 0
         for s in tl.spans:
             if (s.rank, lane_st(s.rank, s.stream)) not in res_of:
                 res_of[(s.rank, lane_st(s.rank, s.stream))] = s.resource
                 seen += 1
-                if seen == sum(len(v) for v in streams_of.values()):
+                if seen == n_lanes:
                     break
     for r in ranks:  # compute streams first, then comm, then copy; name order within
         order = {"compute": 0, "comm": 1, "copy": 2}

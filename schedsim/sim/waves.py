@@ -140,19 +140,30 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             if ncomm[q]:
                 crate[q] = 1.0 / gm.comm_factor(slow, held[q], S - nccl_held[q])
 
-    def rerate(r: int, t: float) -> None:
-        for j in running[r]:
-            new = rate_of(j)
-            old = jrate[j]
-            if new != old:
-                if old > 0.0:
-                    rem = jrem[j] - (t - jlast[j]) * old
-                    jrem[j] = rem if rem > 0.0 else 0.0
-                jlast[j] = t
-                jrate[j] = new
-                v = jver[j] + 1
-                jver[j] = v
-                push(heap, (t + jrem[j] / new, next(counter), j, v))
+    def rerate(ranks: list[int], t: float) -> None:
+        """New rates for the jobs running on ``ranks``; a job spanning many ranks (a collective's transfer) is
+        rated once (its rate reads no other job's rate, so a second pass would change nothing; rating it once
+        per member made a 100k-rank all_reduce quadratic)."""
+        seen: set[int] = set()
+        for r in ranks:
+            for j in running[r]:
+                if j in seen:
+                    continue
+                seen.add(j)
+                _rerate_job(j, t)
+
+    def _rerate_job(j: int, t: float) -> None:
+        new = rate_of(j)
+        old = jrate[j]
+        if new != old:
+            if old > 0.0:
+                rem = jrem[j] - (t - jlast[j]) * old
+                jrem[j] = rem if rem > 0.0 else 0.0
+            jlast[j] = t
+            jrate[j] = new
+            v = jver[j] + 1
+            jver[j] = v
+            push(heap, (t + jrem[j] / new, next(counter), j, v))
 
     def place(r: int, t: float) -> None:
         """Rule 3: the head kernel of the rank's FIFO takes free SMs; the next one only once it has all it needs."""
@@ -323,8 +334,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     toplace.clear()
     order = sorted(dirty)
     comm_rates(order)
-    for r in order:
-        rerate(r, 0.0)
+    rerate(order, 0.0)
     dirty.clear()
     while heap:
         t, _s, j, ver = pop(heap)
@@ -341,8 +351,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
         if dirty:
             order = sorted(dirty)
             comm_rates(order)
-            for r in order:
-                rerate(r, t)
+            rerate(order, t)
             dirty.clear()
     if sum(1 for e in end if e >= 0.0) < N:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
