@@ -38,7 +38,8 @@ def _yaml(tmp: Path) -> dict[str, tuple[str, int]]:
                               + "s" * 900_000 + "}\n", 0),
         "schedule_and_op_name_400kB": ("schema_version: 1\nname: " + "n" * 400_000 + "\nworld_size: 1\nops:\n"
                                        "  - {name: " + "o" * 400_000 + ", kind: compute, duration_us: 1}\n", 0),
-        "world_1M_allreduce": (H + "world_size: 1000000\nops:\n  - {name: ar, kind: all_reduce, bytes: 1024}\n", 2),  # refused: past the 100,000-rank default (SCHEDSIM_MAX_RANKS)
+        # refused: past the 100,000-rank default (SCHEDSIM_MAX_RANKS)
+        "world_1M_allreduce": (H + "world_size: 1000000\nops:\n  - {name: ar, kind: all_reduce, bytes: 1024}\n", 2),
         "foreach_1M_when_false": (H + "world_size: 1\nparams:\n  r: \"{range(1000000)}\"\nops:\n"
                                   "  - foreach: {i: r}\n    ops:\n"
                                   "      - {name: 'x{i}', kind: compute, duration_us: 1, when: 'i < 0'}\n"
