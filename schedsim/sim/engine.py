@@ -148,29 +148,16 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
 
 def _run_waves(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, conns: int | None,
                model_executor: bool) -> tuple[_State, str]:
-    """The ``waves`` run; if serializing lone send/recv on their communicator hangs, rerun without it (and say so).
-
-    A run that hangs only because a ``p2p_batch`` kernel waits for every member's partner (a Megatron
-    interleaved batch whose send and recv meet ops of different steps) is rerun with ``batch_early``: NCCL
-    progresses each member of a group on its own (:mod:`schedsim.sim.gpu_model` rule 7).
-    """
+    """The ``waves`` run; if serializing lone send/recv on their communicator hangs, rerun without it (and say so)."""
     from schedsim.sim.waves import run_waves
 
-    early = any(op.p2p_batch is not None for op in c.ops)
     try:
         return run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor), ""
     except DeadlockError as e:
-        if early:
-            try:
-                return run_waves(_compile(G, profile, mode), profile, mode, max_connections=conns,
-                                 model_executor=model_executor, batch_early=True), ""
-            except DeadlockError:
-                pass
         if not profile.nccl.unbatched_p2p_serialized or not G.graph.get("p2p"):
             raise
         c = _compile(G, profile, mode)
-        st = run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor, p2p_serialized=False,
-                       batch_early=early)
+        st = run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor, p2p_serialized=False)
         first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
         return st, ("NCCL runs lone send/recv of one communicator in issue order, and this schedule's order would "
                     f"hang there ({first}); predicted as if each send/recv progressed independently. Fix: use "

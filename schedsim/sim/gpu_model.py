@@ -131,12 +131,11 @@ Rules and their sources
    pair). The ops of one ``p2p_batch`` (``batch_isend_irecv``) are one fused
    kernel and one entry in the order of the default group (NCCL docs,
    "Point-to-point communication": calls inside a group progress concurrently).
-   That kernel takes its SMs once every member's partner is posted; where that
-   order cannot finish (a Megatron interleaved batch holding a send and a recv
-   that meet ops of two different steps), the run is redone with the kernel
-   taking its SMs once its first member's partner is posted, each member's
-   transfer starting when its own partner is there, as NCCL progresses the
-   members of a group independently.
+   That kernel takes its SMs once the first of its members has its partner
+   posted; each member's transfer starts once its own partner is there, so a
+   member never waits for another member's partner (NCCL progresses the members
+   of a group independently; a Megatron interleaved batch holding a send and a
+   recv of two different steps would otherwise hang).
 """
 
 from __future__ import annotations

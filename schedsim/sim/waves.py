@@ -30,12 +30,10 @@ _BATCH, _XFER, _COPY = 0, 1, 2  # job types
 
 
 def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | None = None,  # type: ignore[no-untyped-def]
-              model_executor: bool = False, p2p_serialized: bool | None = None, batch_early: bool = False):
+              model_executor: bool = False, p2p_serialized: bool | None = None):
     """Run the compiled DAG ``c`` (:func:`schedsim.sim.engine._compile`); returns the engine's ``_State``.
 
     ``p2p_serialized`` overrides the profile's ``nccl.unbatched_p2p_serialized``. ``c.npred`` is consumed.
-    ``batch_early``: a ``p2p_batch`` kernel takes its SMs once the partner of its first member is posted,
-    instead of once every member's partner is (see :mod:`schedsim.sim.gpu_model` rule 7).
 
     Raises
     ------
@@ -227,7 +225,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             if len(cq) == 1:
                 start_copy(k, t)
             return
-        if typ == 1:  # an NCCL kernel asks for SMs once every rank of each (batch_early: one) of its groups is there
+        if typ == 1:  # an NCCL kernel asks for SMs once one of its groups has every rank there (rule 7)
             for i in kops[k]:
                 g = job_of[i] - N
                 garr[g] += 1
@@ -235,7 +233,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                     for m in gmem[g]:
                         km = kern[m]
                         kwait[km] -= 1
-                        if kwait[km] == (len(kops[km]) - 1 if batch_early else 0):
+                        if kwait[km] == len(kops[km]) - 1:  # the members of a batch progress independently
                             push(pend[krank[km]], (khand[km], kops[km][0], km))
                             toplace.add(krank[km])
             return
