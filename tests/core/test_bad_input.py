@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_hostile import hang_guard
 from typer.testing import CliRunner, Result
 
 from schedsim.cli import app
@@ -36,24 +36,9 @@ def _in_repo_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-@contextlib.contextmanager
-def _deadline(seconds: int):
-    """Fail (TimeoutError) instead of hanging when a guarded input runs longer than ``seconds``."""
-    def _raise(*_):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def run(*args: str, timeout: int | None = None) -> Result:
     """``schedsim ARGS`` in-process, failing after ``timeout`` seconds when given."""
-    with _deadline(timeout) if timeout else contextlib.nullcontext():
+    with hang_guard(timeout) if timeout else contextlib.nullcontext():
         return CliRunner().invoke(app, list(args))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from test_nccl_order import PIPE  # the batched interleaved 1F1B input of the issue
 
 from schedsim.errors import DeadlockError
 from schedsim.graph.build import build_graph
@@ -42,21 +43,6 @@ def test_a_batch_on_one_stream_is_one_launch_in_the_simulator(model):
         assert sp[f"after@r{r}"].start_s >= max(sp[f"{x}@r{r}"].end_s for x in ("s_next", "s_prev", "r_prev", "r_next"))
 
 
-PIPE = """schema_version: 1
-name: batched_interleaved
-world_size: {p}
-pipeline:
-  schedule: interleaved_1f1b
-  p: {p}
-  v: {v}
-  m: {m}
-  p2p: batched
-  activation_bytes: 65536
-  stage:
-    forward: [{{name: fwd, kind: compute, duration_us: 100}}]
-    backward_input: [{{name: dgrad, kind: compute, duration_us: 100}}]
-    backward_weight: [{{name: wgrad, kind: compute, duration_us: 100}}]
-"""
 
 
 @pytest.mark.parametrize("p,v,m", [(3, 2, 6), (4, 2, 8), (4, 3, 4)])
