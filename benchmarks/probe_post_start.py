@@ -13,7 +13,12 @@ of three starts:
 
 * ``aligned``: ``IterationClock.start`` (what ``execute`` does);
 * ``sync``: ``torch.cuda.synchronize`` + a barrier, no spin;
-* ``warm``: no synchronize, iterations back to back (the GPU never idles).
+* ``warm``: no synchronize, iterations back to back (the GPU never idles);
+* ``busy``: like ``aligned``, but a spin kernel (``torch.cuda._sleep``) on a side stream keeps the GPU busy
+  from the synchronize until just after the start (tells GPU idle from host state);
+* ``spin``: synchronize + barrier + a 2 ms host spin, no clock all-gather;
+* ``prefill``: like ``aligned``, but the anchor event is recorded behind a ~0.5 ms spin kernel, so the host
+  issues the first ops while the GPU still waits (the GPU starts the iteration with a full queue).
 
 Prints, per start and op position, the median span (us) over ``--iters`` iterations and writes them to
 ``--out`` (JSON). On CPU (gloo) it runs end to end with host timers, as a smoke test only.
@@ -70,7 +75,20 @@ def main() -> None:
         return e0.elapsed_time(e1) * 1e3 if cuda else (e1 - e0) * 1e6  # us
 
     result: dict[str, dict[str, float]] = {}
-    for mode in ("aligned", "sync", "warm"):
+    side = torch.cuda.Stream(device=dev) if cuda else None
+    cycles_per_s = 1.98e9  # H200 max SM clock (nvidia-smi, 2026-11-30)
+
+    def gpu_busy(seconds: float) -> None:
+        if cuda:
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(int(seconds * cycles_per_s))
+
+    def spin(seconds: float) -> None:
+        t_end = time.perf_counter() + seconds
+        while time.perf_counter() < t_end:
+            pass
+
+    for mode in ("aligned", "sync", "warm", "busy", "spin", "prefill"):
         timed = []  # per timed iteration, the (before, after) stamps of every op
         for it in range(a.warmup + a.iters):
             if mode == "aligned":
@@ -79,6 +97,29 @@ def main() -> None:
                 if cuda:
                     torch.cuda.synchronize(dev)
                 dist.barrier(group=host)
+            elif mode == "busy":
+                if cuda:
+                    torch.cuda.synchronize(dev)
+                gpu_busy(clock.margin_s + 0.003)
+                clock.cuda = False  # align() without its device synchronize, which would wait for the spin kernel
+                clock.align()
+                clock.cuda = cuda
+                if cuda:
+                    clock.anchor.record(clock.anchor_stream)
+                    clock.anchor.synchronize()
+                    torch.cuda.current_stream().wait_event(clock.anchor)
+            elif mode == "spin":
+                if cuda:
+                    torch.cuda.synchronize(dev)
+                dist.barrier(group=host)
+                spin(clock.margin_s)
+            elif mode == "prefill":
+                clock.align()
+                if cuda:
+                    with torch.cuda.stream(clock.anchor_stream):
+                        torch.cuda._sleep(int(0.0005 * cycles_per_s))
+                    clock.anchor.record(clock.anchor_stream)
+                    torch.cuda.current_stream().wait_event(clock.anchor)
             marks = []
             for _name, fn in seq:
                 e0 = stamp()
