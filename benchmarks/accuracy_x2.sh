@@ -48,7 +48,11 @@ if [ -d .whl ] && ! $PY -c "import pydantic" 2>/dev/null; then  # the GPU box ha
     && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
-step() { echo; echo "=== $* ($(date -u +%H:%M:%S), ${SECONDS}s)"; }
+step() {  # with each GPU's SM clock, power and temperature: kernel times follow the power state
+  echo; echo "=== $* ($(date -u +%H:%M:%S), ${SECONDS}s)"
+  [ "${CUDA:-0}" = 1 ] && nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader \
+    | tr '\n' ';' && echo
+}
 tr_n() { local n=$1; shift; $PY -m torch.distributed.run --standalone --nproc-per-node "$n" "$@"; }
 
 if [ "$SMOKE" = 1 ]; then

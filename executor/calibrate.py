@@ -719,9 +719,12 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         "memcpy_call_us": round(H["memcpy_call_us"], 2),
         **({"stream_switch_us": round(H["stream_switch_us"], 2)} if "stream_switch_us" in H else {}),
         "executor_extra_per_op_us": round(H["executor_extra_per_op_us"], 2),
+        **{k: round(H[k], 2) for k in ("first_op_extra_us", "first_collective_extra_us") if k in H},
         "source": (f"measured {where}: host time per call of plain PyTorch (executor/calibrate_host.py), loops of "
                    f"200 calls with the GPU kept busy: eager_per_op_us = torch.matmul 64x64; eager_per_collective_us"
-                   f" = dist.all_reduce 1 KiB; p2p_call_us = one dist.isend/irecv; batch_p2p_call_us = one "
+                   f" = dist.all_reduce 1 KiB alternating with that matmul (pair - matmul; alone in a loop "
+                   f"{H.get('collective_loop_us', float('nan')):.2f}); first_op_extra_us / first_collective_extra_us ="
+                   f" first matmul / all_reduce after a synchronize + barrier minus steady; p2p_call_us = one dist.isend/irecv; batch_p2p_call_us = one "
                    f"batch_isend_irecv of a send+recv; event_wait_us = event.record + stream.wait_event; "
                    f"memcpy_call_us = a 4 KiB copy_; stream_switch_us = (a `with torch.cuda.stream(s)` switch + the "
                    f"matmul launch) - the launch; graph_launch_us = CUDAGraph.replay() of a 1-node graph; "

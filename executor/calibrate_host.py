@@ -16,7 +16,17 @@ enqueue work). Plain PyTorch, written as a user would:
     the extra host time of a ``with torch.cuda.stream(s):`` context around that matmul, the stream
     alternating between two streams on every call: (switch + launch) − launch, ≥ 0.
 ``eager_per_collective_us`` (all ranks)
-    ``dist.all_reduce`` of 1 KiB on the current stream.
+    ``dist.all_reduce`` of 1 KiB on the current stream, *in a loop that alternates it with the matmul
+    above*: (matmul + all_reduce) − matmul. A program that issues collectives also computes between them,
+    and there the call costs more than in a loop of collectives alone (2×H200, 2026-12-01: a
+    1024² linear + 4 KiB all_reduce layer took 55-60 µs of host time against 12.3 + 31.2 µs from
+    separate loops, ``benchmarks/probe_post_start.py``). The loop-alone figure is kept in the
+    calibration JSON as ``collective_loop_us``.
+``first_op_extra_us``, ``first_collective_extra_us`` (all ranks)
+    the extra host time of the first matmul, and of the first all_reduce right after it, once the
+    host has waited for the device (synchronize + barrier, as at the start of an iteration), over
+    their steady cost: median of 7. The same probe measured the first linear at 42 µs against 24 µs
+    later, and the first all_reduce at 82 µs against 45 µs.
 ``p2p_call_us`` (all ranks, world ≥ 2)
     one unbatched ``dist.isend`` (even ranks) / ``dist.irecv`` (odd ranks) of 1 KiB.
 ``batch_p2p_call_us`` (all ranks, world ≥ 2)
@@ -165,7 +175,8 @@ def _executor_extra(b: Any) -> dict[str, float]:
 
 
 def comm_host_costs(b: Any) -> dict[str, float]:
-    """All ranks (world ≥ 2 for p2p): host µs of one all_reduce call, one unbatched isend/irecv, one
+    """All ranks (world ≥ 2 for p2p): host µs of one all_reduce call (alternating with a matmul), the first
+    matmul and all_reduce after a synchronize (extra over steady), one unbatched isend/irecv, one
     batch_isend_irecv of a send+recv pair. Returns this rank's figures (rank 0 keeps its own)."""
     torch = b.torch
     import torch.distributed as dist
@@ -191,7 +202,34 @@ def comm_host_costs(b: Any) -> dict[str, float]:
             b.sync()
         return float(statistics.median(ts[1:])) * 1e6
 
-    res["eager_per_collective_us"] = timed(lambda: dist.all_reduce(x, async_op=not b.cuda))
+    a, bb, c = tiny_mm(b)
+
+    def mm() -> None:
+        torch.matmul(a, bb, out=c)
+
+    def ar() -> Any:
+        return dist.all_reduce(x, async_op=not b.cuda)
+
+    res["collective_loop_us"] = timed(ar)
+    res["matmul_loop_us"] = timed(mm)
+    res["mixed_pair_us"] = timed(lambda: (mm(), ar())[1])
+    res["eager_per_collective_us"] = max(0.0, res["mixed_pair_us"] - res["matmul_loop_us"])
+    first_mm, first_ar = [], []
+    for _ in range(8):
+        b.sync()
+        ctx.barrier()
+        t0 = time.perf_counter()
+        mm()
+        t1 = time.perf_counter()
+        w = ar()
+        t2 = time.perf_counter()
+        if w is not None:
+            w.wait()
+        first_mm.append(t1 - t0)
+        first_ar.append(t2 - t1)
+    b.sync()
+    res["first_op_extra_us"] = max(0.0, statistics.median(first_mm[1:]) * 1e6 - res["matmul_loop_us"])
+    res["first_collective_extra_us"] = max(0.0, statistics.median(first_ar[1:]) * 1e6 - res["eager_per_collective_us"])
     if ctx.world >= 2:
         r, n = ctx.rank, ctx.world
         if n % 2 == 0:

@@ -81,6 +81,11 @@ class Launch(_B):
                                     "the previous op's on its rank, µs (default 0: not measured).")
     executor_extra_per_op_us: float = Field(default=0.0, ge=0, description="schedsim execute's own extra host cost "
                                             "per op, µs; used only when a prediction models the executor.")
+    first_op_extra_us: float = Field(default=0.0, ge=0, description="Extra host time of a rank's first kernel launch "
+                                     "of an iteration (the host has just waited for the device), µs; default 0: not "
+                                     "measured (executor/calibrate_host.py measures it).")
+    first_collective_extra_us: float = Field(default=0.0, ge=0, description="Extra host time of a rank's first "
+                                             "collective or send/recv call of an iteration, µs; default 0.")
     source: str
 
     @property

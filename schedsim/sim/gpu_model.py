@@ -26,7 +26,11 @@ Rules and their sources
    never waits for the GPU and issue times are prefix sums. A CUDA graph replay
    replaces all of this with one ``graph_launch_us`` (its Python is not
    replayed, so ``host_us`` is skipped) and adds ``graph_per_op_us`` of GPU time
-   per node. Host costs: PyTorch eager add ≈ 8 µs host (A100, flagos-ai/Torch-FL
+   per node. The rank's first kernel launch and its first communication call of
+   the iteration add ``first_op_extra_us`` / ``first_collective_extra_us``: the
+   host has just waited for the device, and a first call runs cold (2×H200,
+   2026-12-01, ``benchmarks/probe_post_start.py``: first 1024² linear 42 µs against
+   24 µs later, first 4 KiB all_reduce 82 µs against 45 µs). Host costs: PyTorch eager add ≈ 8 µs host (A100, flagos-ai/Torch-FL
    PR 27), c10d collective calls 89–131 µs (pytorch issue 138773); measured on
    2×H200 on 2026-11-30 by ``schedsim calibrate`` for the ``h200x2`` profile.
 2. **Hardware queues.** A context has ``CUDA_DEVICE_MAX_CONNECTIONS`` work
@@ -243,6 +247,9 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
     op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
     batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
     extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
+    first_op, first_comm = lp.first_op_extra_us * 1e-6, lp.first_collective_extra_us * 1e-6
+    cold_op: set[int] = set()  # ranks whose first kernel launch / communication call has been paid
+    cold_comm: set[int] = set()
     host: dict[int, float] = {}
     cur_stream: dict[int, str] = {}
     seen_batch: set[tuple[int, str]] = set()
@@ -259,6 +266,9 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
             h += copy_s * op.repeat  # a bytes-only kernel runs as a device copy_ (executor/kernels.py, references)
         elif kind in ("matmul", "compute"):
             h += op_s * op.repeat
+            if op.rank not in cold_op:
+                cold_op.add(op.rank)
+                h += first_op
         elif kind == "memcpy":
             h += copy_s
         elif kind in ("send", "recv"):
@@ -269,6 +279,9 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
                 h += batch_s
         else:
             h += coll_s
+        if kind not in ("matmul", "compute", "memcpy") and op.rank not in cold_comm:
+            cold_comm.add(op.rank)
+            h += first_comm
         host[op.rank] = h
         out.append(h)
     return out

@@ -153,6 +153,21 @@ def test_stream_switch_costs_host_time(sim_text):
     assert spans["D@r0"] == (2.0, 4.0)
 
 
+def test_first_launch_and_first_collective_call_cost_extra_host_time(sim_text):
+    # 5 µs per launch + 3 µs for the rank's first one; 10 µs per collective call + 7 µs for the first one.
+    # A: call 0-8, kernel 8-10. ar (stream c): call 8-25 (stream reached at 8). B: call 25-30, kernel 30-32;
+    # A2 is neither first: call 30-35, kernel 35-37 (after B on s1). Without the extras: A 5-7, B 20-22.
+    body = (f"  - {{name: A, {TINY}}}\n  - {{name: ar, kind: all_reduce, bytes: 1000, stream: c}}\n"
+            f"  - {{name: B, {TINY}}}\n  - {{name: A2, {TINY}}}\n")
+    prof = waves_profile(launch={"eager_per_op_us": 5.0, "eager_per_collective_us": 10.0, "first_op_extra_us": 3.0,
+                                 "first_collective_extra_us": 7.0})
+    spans, tl = sim_text(HEAD % 1 + body, prof)
+    assert (spans["A@r0"], spans["B@r0"], spans["A2@r0"]) == ((8.0, 10.0), (30.0, 32.0), (35.0, 37.0))
+    assert round(next(s for s in tl.spans if s.id == "ar@r0").stream_s * 1e6, 6) == 8.0
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(launch={"eager_per_op_us": 5.0, "eager_per_collective_us": 10.0}))
+    assert (spans["A@r0"], spans["B@r0"]) == ((5.0, 7.0), (20.0, 22.0))
+
+
 def test_nccl_beside_a_gemm_queue_waits_for_sms_then_runs_near_solo(sim_text):
     # The 2xH200 probe of 2026-11-30 (benchmarks/h200/probes.md): a collective issued beside a queue of
     # wave-filling GEMMs on another stream waits for the running GEMM, then runs ahead of the next one at
