@@ -9,7 +9,8 @@ run, because the run measured it: the GEMM table (entries of the run replace the
 other shipped entries stay), every GPU-side collective table (R back-to-back calls behind ``torch.cuda._sleep``
 between two events), copy bandwidths and latency, HBM bandwidth, the kernel floor, the NVLink figures, the
 NCCL contention factors of the sharing model, the host cost of p2p calls, batched p2p calls, event waits and
-copies, the executor's extra per-op cost, ``graph_launch_us``, and ``p2p_one_way_speedup`` (batched ring over
+copies, the executor's extra per-op cost, the first launch's and first collective call's extra host cost,
+``graph_launch_us``, and ``p2p_one_way_speedup`` (batched ring over
 unbatched one way at 64 MiB, both GPU-side). What is kept from the probes (``benchmarks/h200/probes.md``),
 and why, is written into each ``source``:
 
@@ -104,6 +105,9 @@ def merge(shipped: dict[str, Any], fresh: dict[str, Any], cal: dict[str, Any], w
     for k in ("p2p_call_us", "batch_p2p_call_us", "event_wait_us", "memcpy_call_us", "graph_launch_us",
               "graph_per_op_us", "executor_extra_per_op_us"):
         lp[k] = fl[k]
+    for k in ("first_op_extra_us", "first_collective_extra_us"):  # calibrations of 2026-12-01 on
+        if k in fl:
+            lp[k] = fl[k]
     lp["stream_switch_us"] = 0.0
     h = cal["host"]
     lp["source"] = (

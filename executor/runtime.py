@@ -50,6 +50,7 @@ not reached it.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from dataclasses import dataclass, field
@@ -330,20 +331,8 @@ class RankRunner:
     def _sync(self) -> None:
         """Wait for the device (CUDA); nothing on CPU ranks."""
 
-    # -- phases ------------------------------------------------------------------
-    def run(self) -> _Times:
-        """Warm up, (capture), time, time uninstrumented, profile and check; returns the timed data.
-
-        Raises
-        ------
-        ExecTimeout, ExecError
-        """
-        o = self.opts
-        self.phase = "warm-up"
-        for k in range(o.warmup):
-            self.iteration = -o.warmup + k
-            self._one(record=False)
-        self._prepare()
+    def _timed(self, o: RunOptions) -> None:
+        """The instrumented, then the uninstrumented (lean) iterations."""
         self.phase = "timed"
         for k in range(o.iters):
             self.iteration = k
@@ -358,7 +347,32 @@ class RankRunner:
         for k in range(lean):
             self.iteration = o.iters + k
             self.times.lean.append(list(self._lean()))
-        base = o.iters + lean
+
+    # -- phases ------------------------------------------------------------------
+    def run(self) -> _Times:
+        """Warm up, (capture), time, time uninstrumented, profile and check; returns the timed data.
+
+        Raises
+        ------
+        ExecTimeout, ExecError
+        """
+        o = self.opts
+        self.phase = "warm-up"
+        for k in range(o.warmup):
+            self.iteration = -o.warmup + k
+            self._one(record=False)
+        self._prepare()
+        gc.collect()  # the executor holds the spec, the DAG and the prediction, a hand-written script does not:
+        gc.freeze()  # move them out of the collector's reach and keep collections out of the timed loops
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._timed(o)
+        finally:
+            if was_enabled:
+                gc.enable()
+            gc.unfreeze()
+        base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters)
         if o.profiler:
             self.phase = "profiled"
             self.prof_trace = self._profile(base)
