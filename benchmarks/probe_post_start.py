@@ -33,11 +33,115 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
 from executor.clock import IterationClock
+
+CYCLES_PER_S = 1.98e9  # H200 max SM clock (nvidia-smi, 2026-11-30): torch.cuda._sleep takes cycles
+
+
+class Starts:
+    """The iteration starts compared (module docstring), one method per mode."""
+
+    MODES = ("aligned", "sync", "warm", "busy", "spin", "prefill")
+
+    def __init__(self, dev: torch.device, world: int) -> None:
+        self.cuda = dev.type == "cuda"
+        self.dev = dev
+        self.host = dist.new_group(backend="gloo") if self.cuda else None
+        self.clock = IterationClock(dev, world, group=self.host)
+        self.side = torch.cuda.Stream(device=dev) if self.cuda else None
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.dev)
+
+    def _wait_anchor(self) -> None:
+        if self.cuda:
+            torch.cuda.current_stream().wait_event(self.clock.anchor)
+
+    def aligned(self) -> None:
+        self.clock.start()
+
+    def sync(self) -> None:
+        self._sync()
+        dist.barrier(group=self.host)
+
+    def warm(self) -> None:
+        pass
+
+    def busy(self) -> None:
+        self._sync()
+        if self.cuda:
+            with torch.cuda.stream(self.side):
+                torch.cuda._sleep(int((self.clock.margin_s + 0.003) * CYCLES_PER_S))
+        self.clock.cuda = False  # align() without its device synchronize, which would wait for the spin kernel
+        self.clock.align()
+        self.clock.cuda = self.cuda
+        if self.cuda:
+            self.clock.anchor.record(self.clock.anchor_stream)
+            self.clock.anchor.synchronize()
+        self._wait_anchor()
+
+    def spin(self) -> None:
+        self.sync()
+        t_end = time.perf_counter() + self.clock.margin_s
+        while time.perf_counter() < t_end:
+            pass
+
+    def prefill(self) -> None:
+        self.clock.align()
+        if self.cuda:
+            with torch.cuda.stream(self.clock.anchor_stream):
+                torch.cuda._sleep(int(0.0005 * CYCLES_PER_S))
+            self.clock.anchor.record(self.clock.anchor_stream)
+        self._wait_anchor()
+
+
+def _layers(a: argparse.Namespace, dev: torch.device) -> list[tuple[str, Callable[[], object]]]:
+    """The op sequence: ``--layers`` times (linear 1 x K x K fp32, all_reduce of ``--ar-bytes``)."""
+    x = torch.randn(1, a.k, device=dev)
+    w = torch.randn(a.k, a.k, device=dev)
+    y = torch.empty(1, a.k, device=dev)
+    buf = torch.zeros(a.ar_bytes // 4, device=dev)
+    ops: list[tuple[str, Callable[[], object]]] = [("linear", lambda: torch.matmul(x, w, out=y)),
+                                                  ("all_reduce", lambda: dist.all_reduce(buf))]
+    return [ops[i % 2] for i in range(2 * a.layers)]
+
+
+def _measure(a: argparse.Namespace, starts: Starts, seq: list) -> dict[str, dict[str, float]]:
+    """Median span (us) per op position, per start mode."""
+    cuda = starts.cuda
+
+    def stamp() -> object:
+        if cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def span(e0: object, e1: object) -> float:
+        return e0.elapsed_time(e1) * 1e3 if cuda else (e1 - e0) * 1e6  # type: ignore[attr-defined,operator]
+
+    result: dict[str, dict[str, float]] = {}
+    for mode in Starts.MODES:
+        begin = getattr(starts, mode)
+        timed = []  # per timed iteration, the (before, after) stamps of every op
+        for it in range(a.warmup + a.iters):
+            begin()
+            marks = []
+            for _name, fn in seq:
+                e0 = stamp()
+                fn()
+                marks.append((e0, stamp()))
+            if it >= a.warmup:
+                timed.append(marks)
+        starts._sync()  # warm: once per mode, so the GPU never idles between iterations
+        result[mode] = {f"{i}:{name}": statistics.median(span(*m[i]) for m in timed) for i, (name, _) in enumerate(seq)}
+    return result
 
 
 def main() -> None:
@@ -55,81 +159,7 @@ def main() -> None:
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(dev)
-    host = dist.new_group(backend="gloo") if cuda else None
-    clock = IterationClock(dev, world, group=host)
-    x = torch.randn(1, a.k, device=dev)
-    w = torch.randn(a.k, a.k, device=dev)
-    y = torch.empty(1, a.k, device=dev)
-    buf = torch.zeros(a.ar_bytes // 4, device=dev)
-    ops = [("linear", lambda: torch.matmul(x, w, out=y)), ("all_reduce", lambda: dist.all_reduce(buf))]
-    seq = [ops[i % 2] for i in range(2 * a.layers)]
-
-    def stamp() -> object:
-        if cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def span(e0: object, e1: object) -> float:
-        return e0.elapsed_time(e1) * 1e3 if cuda else (e1 - e0) * 1e6  # us
-
-    result: dict[str, dict[str, float]] = {}
-    side = torch.cuda.Stream(device=dev) if cuda else None
-    cycles_per_s = 1.98e9  # H200 max SM clock (nvidia-smi, 2026-11-30)
-
-    def gpu_busy(seconds: float) -> None:
-        if cuda:
-            with torch.cuda.stream(side):
-                torch.cuda._sleep(int(seconds * cycles_per_s))
-
-    def spin(seconds: float) -> None:
-        t_end = time.perf_counter() + seconds
-        while time.perf_counter() < t_end:
-            pass
-
-    for mode in ("aligned", "sync", "warm", "busy", "spin", "prefill"):
-        timed = []  # per timed iteration, the (before, after) stamps of every op
-        for it in range(a.warmup + a.iters):
-            if mode == "aligned":
-                clock.start()
-            elif mode == "sync":
-                if cuda:
-                    torch.cuda.synchronize(dev)
-                dist.barrier(group=host)
-            elif mode == "busy":
-                if cuda:
-                    torch.cuda.synchronize(dev)
-                gpu_busy(clock.margin_s + 0.003)
-                clock.cuda = False  # align() without its device synchronize, which would wait for the spin kernel
-                clock.align()
-                clock.cuda = cuda
-                if cuda:
-                    clock.anchor.record(clock.anchor_stream)
-                    clock.anchor.synchronize()
-                    torch.cuda.current_stream().wait_event(clock.anchor)
-            elif mode == "spin":
-                if cuda:
-                    torch.cuda.synchronize(dev)
-                dist.barrier(group=host)
-                spin(clock.margin_s)
-            elif mode == "prefill":
-                clock.align()
-                if cuda:
-                    with torch.cuda.stream(clock.anchor_stream):
-                        torch.cuda._sleep(int(0.0005 * cycles_per_s))
-                    clock.anchor.record(clock.anchor_stream)
-                    torch.cuda.current_stream().wait_event(clock.anchor)
-            marks = []
-            for _name, fn in seq:
-                e0 = stamp()
-                fn()
-                marks.append((e0, stamp()))
-            if it >= a.warmup:
-                timed.append(marks)
-        if cuda:
-            torch.cuda.synchronize(dev)  # warm: once per mode, so the GPU never idles between iterations
-        result[mode] = {f"{i}:{name}": statistics.median(span(*m[i]) for m in timed) for i, (name, _) in enumerate(seq)}
+    result = _measure(a, Starts(dev, world), _layers(a, dev))
     if rank == 0:
         how = "CUDA events" if cuda else "host timers (CPU smoke test)"
         print(f"median span (us) by op position, {world} ranks, {how}")

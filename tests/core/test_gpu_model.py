@@ -164,7 +164,8 @@ def test_first_launch_and_first_collective_call_cost_extra_host_time(sim_text):
     spans, tl = sim_text(HEAD % 1 + body, prof)
     assert (spans["A@r0"], spans["B@r0"], spans["A2@r0"]) == ((8.0, 10.0), (30.0, 32.0), (35.0, 37.0))
     assert round(next(s for s in tl.spans if s.id == "ar@r0").stream_s * 1e6, 6) == 8.0
-    spans, _ = sim_text(HEAD % 1 + body, waves_profile(launch={"eager_per_op_us": 5.0, "eager_per_collective_us": 10.0}))
+    plain = waves_profile(launch={"eager_per_op_us": 5.0, "eager_per_collective_us": 10.0})
+    spans, _ = sim_text(HEAD % 1 + body, plain)
     assert (spans["A@r0"], spans["B@r0"]) == ((5.0, 7.0), (20.0, 22.0))
 
 
