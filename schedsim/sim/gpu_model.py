@@ -32,7 +32,8 @@ Rules and their sources
    2026-12-01, ``benchmarks/probe_post_start.py``: first 1024² linear 42 µs against
    24 µs later, first 4 KiB all_reduce 82 µs against 45 µs). Host costs: PyTorch
    eager add ≈ 8 µs host (A100, flagos-ai/Torch-FL PR 27), c10d collective calls
-   89–131 µs (pytorch issue 138773); measured on 2×H200 on 2026-11-30 by ``schedsim calibrate`` for the ``h200x2`` profile.
+   89–131 µs (pytorch issue 138773); measured on 2×H200 on 2026-11-30 by
+   ``schedsim calibrate`` for the ``h200x2`` profile.
 2. **Hardware queues.** A context has ``CUDA_DEVICE_MAX_CONNECTIONS`` work
    queues (1–32, default 8; CUDA programming guide, appendix "Environment
    variables"). Stream ``s`` of a rank (numbered by first appearance in program
