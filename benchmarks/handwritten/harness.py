@@ -4,7 +4,10 @@ Each reference in this folder is a short plain-PyTorch script that runs one ship
 family with the same shapes, streams, dtypes and collectives as ``schedsim execute`` runs it
 (the executor's kernels, see ``executor/kernels.py``: a ``compute`` op with ``bytes`` is a
 device copy moving that many bytes, half read and half written; matmuls are
-``torch.matmul(a, b, out=c)``; collectives use ``async_op=False`` on the current stream).
+``torch.matmul(a, b, out=c)``; collectives use ``async_op=False`` on the current stream). The
+interleaved 1F1B and ZB-H1 references write each rank's pipeline program as a list of actions and
+issue it with :meth:`Proc.pipeline` (one compute stream, one stream per p2p kind, an event only where
+another stream waits), as torch pipelining's runtime walks its action lists.
 
 Timing is the executor's uninstrumented method, with the executor's own code for the start
 (:class:`executor.clock.IterationClock`, the one timing object shared with ``executor/runtime.py``;
@@ -159,7 +162,7 @@ class Proc:
         for the recv it consumes, and ``issue`` returns the works left to wait for.
         """
         fwd, dgrad, wgrad, act = self.pipeline_stage(tokens, hidden, chunks)
-        gemms = {"F": [fwd], "B": [dgrad, wgrad], "I": [dgrad], "W": [wgrad]}
+        gemms = {"F": fwd, "B": lambda: (dgrad(), wgrad()), "I": dgrad, "W": wgrad}
         kinds = sorted({a[0] for a in program if a[0] in P2P})
         bufs = {k: (self.rand if k.startswith("send") else self.empty)(act, dtype=torch.bfloat16) for k in kinds}
         streams = {k: self.stream() for k in ["compute", *kinds]}
@@ -172,37 +175,35 @@ class Proc:
                 return lambda: dist.batch_isend_irecv([dist.P2POp(fn, buf, dst)])
             return lambda: [fn(buf, dst)]
 
-        # per action: (stream, the action it waits for, its event, GEMMs or None, p2p call or None)
-        calls = [(streams["compute" if a[0] in gemms else a[0]], d, events.get(a), gemms.get(a[0]),
-                  None if a[0] in gemms else p2p(a[0], a[1])) for a, d in zip(program, deps, strict=True)]
+        # per action: (stream, the action it waits for, its event, launch, whether the launch returns works)
+        calls = [(streams[a[0]], d, events.get(a), p2p(a[0], a[1]), True) if a[0] in P2P else
+                 (streams["compute"], d, events.get(a), gemms[a[0]], False) for a, d in zip(program, deps, strict=True)]
 
         def issue_cuda() -> None:
             cur = None
-            for st, dep, ev, mms, comm in calls:
+            for st, dep, ev, launch, comm in calls:
                 if st is not cur:
                     torch.cuda.set_stream(st)
                     cur = st
                 if dep is not None:
                     st.wait_event(events[dep])
-                if comm is None:
-                    for mm in mms:
-                        mm()
-                else:
-                    for w in comm():
+                if comm:
+                    for w in launch():
                         w.wait()  # the current stream waits for NCCL; the host goes on
+                else:
+                    launch()
                 if ev is not None:
                     ev.record(st)
 
         def issue_cpu() -> list[Any]:
             works: dict[Any, list[Any]] = {}
-            for a, (_st, dep, _ev, mms, comm) in zip(program, calls, strict=True):
+            for a, (_st, dep, _ev, launch, comm) in zip(program, calls, strict=True):
                 for w in works.pop(dep, []):
                     w.wait()
-                if comm is None:
-                    for mm in mms:
-                        mm()
+                if comm:
+                    works[a] = launch()
                 else:
-                    works[a] = comm()
+                    launch()
             return [w for ws in works.values() for w in ws]
 
         return (issue_cuda if self.cuda else issue_cpu), (list(streams.values()) if self.cuda else [])
