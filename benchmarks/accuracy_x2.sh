@@ -134,8 +134,7 @@ if in_part 1; then
 fi
 if in_part 2; then
   for s in gpipe 1f1b interleaved_1f1b zb_h1; do
-    ref=""; case $s in 1f1b|gpipe) ref=pipeline_$s.py;; esac
-    run_case "pipeline_${s}_p2" 2 pipeline_schedules "$PIPE --set p=2 --set schedule=$s" "$G" "$ref" ""
+    run_case "pipeline_${s}_p2" 2 pipeline_schedules "$PIPE --set p=2 --set schedule=$s" "$G" "pipeline_$s.py" ""
   done
   run_case offload_1gpu 1 offload "$OFF" "--eager $G" offload.py ""
   run_case small_ops_eager_1gpu 1 small_ops_graph "$SMALL" "--eager $G" small_ops.py ""

@@ -4,7 +4,10 @@ Each reference in this folder is a short plain-PyTorch script that runs one ship
 family with the same shapes, streams, dtypes and collectives as ``schedsim execute`` runs it
 (the executor's kernels, see ``executor/kernels.py``: a ``compute`` op with ``bytes`` is a
 device copy moving that many bytes, half read and half written; matmuls are
-``torch.matmul(a, b, out=c)``; collectives use ``async_op=False`` on the current stream).
+``torch.matmul(a, b, out=c)``; collectives use ``async_op=False`` on the current stream). The
+interleaved 1F1B and ZB-H1 references write each rank's pipeline program as a list of actions and
+issue it with :meth:`Proc.pipeline` (one compute stream, one stream per p2p kind, an event only where
+another stream waits), as torch pipelining's runtime walks its action lists.
 
 Timing is the executor's uninstrumented method, with the executor's own code for the start
 (:class:`executor.clock.IterationClock`, the one timing object shared with ``executor/runtime.py``;
@@ -64,6 +67,36 @@ def params(args: Any, defaults: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stage_gemms(tokens: int, hidden: int, chunks: int = 1) -> dict[str, tuple[int, int, int]]:
+    """``(m, n, k)`` of the F, I and W GEMMs of one stage chunk of schedules/pipeline_schedules.yaml:
+    F tokens×hidden @ hidden×f, I tokens×f @ f×hidden, W hidden×tokens @ tokens×f, f = 4·hidden/chunks."""
+    f = 4 * hidden // chunks
+    return {"F": (tokens, f, hidden), "I": (tokens, hidden, f), "W": (hidden, f, tokens)}
+
+
+#: Pipeline programs (:meth:`Proc.pipeline`) are lists of actions ``(kind, stage, microbatch)`` in issue
+#: order, stages numbered over the whole pipeline and placed round-robin (stage s on rank s mod p);
+#: kind is F, B (= I then W), I, W, or a p2p kind: its torch call and the stage, relative to ``stage``,
+#: of the peer (sendF passes stage s's output on to stage s+1, recvF takes stage s's input from s−1, ...).
+P2P = {"sendF": (dist.isend, +1), "recvF": (dist.irecv, -1), "sendB": (dist.isend, -1), "recvB": (dist.irecv, +1)}
+
+
+def peer(kind: str, stage: int, p: int) -> int:
+    """The rank a p2p action of ``stage`` talks to (round-robin placement over ``p`` ranks)."""
+    return (stage + P2P[kind][1]) % p
+
+
+def waits_for(action: tuple[str, int, int], program: list[tuple[str, int, int]]) -> tuple[str, int, int] | None:
+    """The action of ``program`` on another stream that ``action`` waits for, or None: a compute its input's
+    recv (F the recvF, I or B the recvB of its stage and microbatch) when this rank receives it, a send the
+    compute that produced what it sends (sendF its F; sendB its B, or its I when the backward is split).
+    These are the cross-stream dependencies of the lowered ops (schedsim/spec/pipeline_block.py)."""
+    kind, s, j = action
+    dep = {"F": [("recvF", s, j)], "B": [("recvB", s, j)], "I": [("recvB", s, j)], "sendF": [("F", s, j)],
+           "sendB": [("B", s, j), ("I", s, j)]}.get(kind, [])
+    return next((d for d in dep if d in program), None)
+
+
 class Proc:
     """torch.distributed set up the way the executor does it (NCCL with eager init, plus a gloo group)."""
 
@@ -100,19 +133,80 @@ class Proc:
         dst = torch.empty(half, dtype=torch.uint8, device=self.dev)
         return lambda: dst.copy_(src)
 
-    def pipeline_stage(self, tokens: int, hidden: int) -> tuple[Callable[[], Any], Callable[[], Any],
-                                                                 Callable[[], Any], int]:
-        """The stage work of schedules/pipeline_schedules.yaml (one model chunk per rank), as the executor
-        materialises it: ``(forward, backward_input, backward_weight, activation elements)``; each of the
-        three is one bf16 ``torch.matmul(out=)`` (tokens×hidden @ hidden×4·hidden; tokens×4·hidden @
-        4·hidden×hidden; hidden×tokens @ tokens×4·hidden), and a p2p message holds tokens·hidden bf16
-        elements (``activation_bytes`` = tokens·hidden·2)."""
+    def pipeline_stage(self, tokens: int, hidden: int, chunks: int = 1) -> tuple[Callable[[], Any], Callable[[], Any],
+                                                                                 Callable[[], Any], int]:
+        """The stage work of schedules/pipeline_schedules.yaml (one model chunk), as the executor materialises
+        it: ``(forward, backward_input, backward_weight, activation elements)``; each of the three is one bf16
+        ``torch.matmul(out=)`` of :func:`stage_gemms`'s shape (tokens×hidden @ hidden×f; tokens×f @ f×hidden;
+        hidden×tokens @ tokens×f, f = 4·hidden/chunks: with 2 model chunks per rank a chunk does half the
+        work), and a p2p message holds tokens·hidden bf16 elements (``activation_bytes`` = tokens·hidden·2)."""
         T, H, bf = tokens, hidden, torch.bfloat16
-        x, w_f, out_f = self.rand(T, H, dtype=bf), self.rand(H, 4 * H, dtype=bf), self.empty(T, 4 * H, dtype=bf)
-        g, w_i, out_i = self.rand(T, 4 * H, dtype=bf), self.rand(4 * H, H, dtype=bf), self.empty(T, H, dtype=bf)
-        xt, out_w = self.rand(H, T, dtype=bf), self.empty(H, 4 * H, dtype=bf)
+        f = stage_gemms(T, H, chunks)["F"][1]
+        x, w_f, out_f = self.rand(T, H, dtype=bf), self.rand(H, f, dtype=bf), self.empty(T, f, dtype=bf)
+        g, w_i, out_i = self.rand(T, f, dtype=bf), self.rand(f, H, dtype=bf), self.empty(T, H, dtype=bf)
+        xt, out_w = self.rand(H, T, dtype=bf), self.empty(H, f, dtype=bf)
         return (lambda: torch.matmul(x, w_f, out=out_f), lambda: torch.matmul(g, w_i, out=out_i),
                 lambda: torch.matmul(xt, g, out=out_w), T * H)
+
+    def pipeline(self, program: list[tuple[str, int, int]], tokens: int, hidden: int, chunks: int = 1,
+                 batched: bool = False) -> tuple[Callable[[], Any], list[Any]]:
+        """``(issue, streams)`` for :meth:`time`: one iteration of a rank's pipeline ``program`` (its actions
+        in issue order, see :data:`P2P`), issued the way ``schedsim execute`` issues the lowered ops.
+
+        F, B (= I then W), I and W run their GEMMs (:meth:`pipeline_stage`) on one compute stream. Each p2p
+        kind (sendF, recvF, sendB, recvB) has a stream of its own, on which the call is a lone
+        ``dist.isend``/``dist.irecv`` or, with ``batched``, a one-op ``batch_isend_irecv`` (torch's
+        ``_batch_p2p``), then ``work.wait()``: the stream waits for NCCL, the host goes on. A stream waits
+        (one event) only for the action :func:`waits_for` names, and only when it changes does the host
+        switch the current stream. On CPU ranks (gloo) p2p are asynchronous, a compute waits on the host
+        for the recv it consumes, and ``issue`` returns the works left to wait for.
+        """
+        fwd, dgrad, wgrad, act = self.pipeline_stage(tokens, hidden, chunks)
+        gemms = {"F": fwd, "B": lambda: (dgrad(), wgrad()), "I": dgrad, "W": wgrad}
+        kinds = sorted({a[0] for a in program if a[0] in P2P})
+        bufs = {k: (self.rand if k.startswith("send") else self.empty)(act, dtype=torch.bfloat16) for k in kinds}
+        streams = {k: self.stream() for k in ["compute", *kinds]}
+        deps = [waits_for(a, program) for a in program]
+        events = {d: torch.cuda.Event() for d in deps if d is not None} if self.cuda else {}
+
+        def p2p(kind: str, stage: int) -> Callable[[], list[Any]]:
+            fn, buf, dst = P2P[kind][0], bufs[kind], peer(kind, stage, self.world)
+            if batched:
+                return lambda: dist.batch_isend_irecv([dist.P2POp(fn, buf, dst)])
+            return lambda: [fn(buf, dst)]
+
+        # per action: (stream, the action it waits for, its event, launch, whether the launch returns works)
+        calls = [(streams[a[0]], d, events.get(a), p2p(a[0], a[1]), True) if a[0] in P2P else
+                 (streams["compute"], d, events.get(a), gemms[a[0]], False) for a, d in zip(program, deps, strict=True)]
+
+        def issue_cuda() -> None:
+            cur = None
+            for st, dep, ev, launch, comm in calls:
+                if st is not cur:
+                    torch.cuda.set_stream(st)
+                    cur = st
+                if dep is not None:
+                    st.wait_event(events[dep])
+                if comm:
+                    for w in launch():
+                        w.wait()  # the current stream waits for NCCL; the host goes on
+                else:
+                    launch()
+                if ev is not None:
+                    ev.record(st)
+
+        def issue_cpu() -> list[Any]:
+            works: dict[Any, list[Any]] = {}
+            for a, (_st, dep, _ev, launch, comm) in zip(program, calls, strict=True):
+                for w in works.pop(dep, []):
+                    w.wait()
+                if comm:
+                    works[a] = launch()
+                else:
+                    launch()
+            return [w for ws in works.values() for w in ws]
+
+        return (issue_cuda if self.cuda else issue_cpu), (list(streams.values()) if self.cuda else [])
 
     def stream(self) -> Any:
         return torch.cuda.Stream(device=self.dev) if self.cuda else None
