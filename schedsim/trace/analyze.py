@@ -16,7 +16,7 @@ reproduces both from a trace or a timeline:
   ``Input Dims`` or ``record_param_comms``' ``In msg nelems`` (Kineto), or
   from comm spans' ``in_nelems`` tags (timelines).
 
-Then, per rank, from :func:`schedsim.sim.metrics.compute_metrics`: busy time
+Then, per rank, from :class:`schedsim.sim.metrics.Metrics`: busy time
 by resource, idle time, communication/computation overlap as HTA defines it
 (|comm ∩ compute| / |comm|) and exposed communication, and the critical path.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from schedsim.errors import TraceError
-from schedsim.sim.metrics import compute_metrics
+from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Timeline
 from schedsim.trace.common import ImportResult
 
@@ -244,7 +244,7 @@ def load_any(paths: list[Path], ops: dict[str, dict[str, Any]] | None = None) ->
 def analysis_dict(res: ImportResult) -> dict[str, Any]:
     """Everything ``analyze`` prints, as a JSON-able dict (``--format json``)."""
     tl = res.timeline
-    m = compute_metrics(tl)
+    m = Metrics.of(tl).to_dict()
     kt: dict[str, list[dict[str, Any]]] = {}
     for device, rows in res.kernel_rows.items():
         groups: dict[str, list[float]] = {}
@@ -437,9 +437,9 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     from schedsim.report.summary import pick_ranks
 
     tl = res.timeline
-    m = compute_metrics(tl)
-    out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m['ranks'])} rank(s), "
-            f"makespan {_fmt_t(m['makespan_s'])}"), "",
+    m = Metrics.of(tl)
+    out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m.ranks)} rank(s), "
+            f"makespan {_fmt_t(m.makespan_s)}"), "",
            "## kernel time share (seed 004 parser_prof.py: share, min/max/avg in us, name)"]
     out += _cap_devices({d: kernel_share_table({d: rows}) for d, rows in res.kernel_rows.items()}, full, top)
     out += ["", "## NCCL volume per collective, elements (seed 004 parser_nccl.py)"]
@@ -449,16 +449,16 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     out += ["", "## per rank: busy time, idle time, comm/compute overlap (HTA: overlapped / total comm)"]
     out.append(f"{'rank':>4} {'makespan':>12} {'compute':>12} {'comm':>12} {'copy':>12} {'idle':>12} "
                f"{'exposed comm':>13} {'overlap':>8}")
-    rows, left = pick_ranks(list(m["ranks"]), {r: d["idle_s"] + d["exposed_comm_s"] for r, d in m["ranks"].items()},
-                            full, tie={r: d["exposed_comm_s"] for r, d in m["ranks"].items()})
+    rows, left = pick_ranks(list(m.ranks), {r: d.idle_s + d.exposed_comm_s for r, d in m.ranks.items()},
+                            full, tie={r: d.exposed_comm_s for r, d in m.ranks.items()})
     for r in rows:
-        d = m["ranks"][r]
-        out.append(f"{r:>4} {_fmt_t(m['makespan_s']):>12} {_fmt_t(d['busy_compute_s']):>12} "
-                   f"{_fmt_t(d['busy_comm_s']):>12} {_fmt_t(d['busy_copy_s']):>12} {_fmt_t(d['idle_s']):>12} "
-                   f"{_fmt_t(d['exposed_comm_s']):>13} {d['overlap_ratio']:>8.3f}")
+        d = m.ranks[r]
+        out.append(f"{r:>4} {_fmt_t(m.makespan_s):>12} {_fmt_t(d.busy_compute_s):>12} "
+                   f"{_fmt_t(d.busy_comm_s):>12} {_fmt_t(d.busy_copy_s):>12} {_fmt_t(d.idle_s):>12} "
+                   f"{_fmt_t(d.exposed_comm_s):>13} {d.overlap_ratio:>8.3f}")
     if left:
         out.append(f"... {left} more ranks (worst 3 and best 3 by idle + exposed comm shown; --full prints all)")
-    out.append(f"all  overlap ratio {m['overlap_ratio']:.3f}, exposed comm {_fmt_t(m['exposed_comm_s'])}")
+    out.append(f"all  overlap ratio {m.overlap_ratio:.3f}, exposed comm {_fmt_t(m.exposed_comm_s)}")
     bub = pipeline_bubbles(tl)
     if bub:
         out += ["", "## pipeline bubble per rank (idle fraction of the makespan: no compute op running)"]
@@ -467,13 +467,13 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
         if bleft:
             out.append(f"... {bleft} more ranks (--full)")
         out.append(f"all  {sum(bub.values()) / len(bub):.4f}")
-    cp = m.get("critical_path") or []
+    cp = m.critical_path
     out += ["", "## critical path" + (" (last-finishing chain on one rank; cross-rank waits not followed)"
                                       if tl.source == "import" else "")]
     if cp:
         byid = tl.by_id()
         busy = sum(byid[c].end_s - byid[c].start_s for c in cp if c in byid)
-        parts = ", ".join(f"{k} {_fmt_t(v)}" for k, v in m.get("critical_path_s", {}).items())
+        parts = ", ".join(f"{k} {_fmt_t(v)}" for k, v in m.critical_path_s.items())
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["..."] + cp[-max_cp // 2:]
         first, last = byid.get(cp[0]), byid.get(cp[-1])
         length = (last.end_s - first.start_s) if first and last else busy
