@@ -645,8 +645,9 @@ def _sweep_collectives(b: _Bench, o: CalibrateOptions, log: Callable[[str], None
             if count == 0:
                 continue
             per = count // n
-            bufs = _Bufs(torch, dist, n, r, ctx.device, count, per, torch.full((count,), float(r + 1), device=ctx.device),
-                         torch.empty(count, device=ctx.device), torch.empty(per, device=ctx.device))
+            dev = ctx.device
+            bufs = _Bufs(torch, dist, n, r, dev, count, per, torch.full((count,), float(r + 1), device=dev),
+                         torch.empty(count, device=dev), torch.empty(per, device=dev))
             row = _measure(b, o, kind, bufs)
             if row is not None:
                 rows.append(row)

@@ -33,7 +33,9 @@ __all__ = ["run_execute"]
 
 def _groups_in_order(G: Any) -> list[tuple[int, ...]]:
     seen: dict[tuple[int, ...], None] = {}
-    for members in G.graph.get("collectives", {}).values():
+    from schedsim.graph.info import GraphInfo
+
+    for members in GraphInfo.of(G).collectives.values():
         seen.setdefault(G.nodes[members[0]]["op"].group, None)
     return list(seen)
 

@@ -125,11 +125,13 @@ def check(
     _max_ops(max_ops)
     spec = _load(file, set_)
     G = _build(spec, file)
-    ranks = G.graph["world_size"]
-    for w in G.graph.get("warnings", []):
+    from schedsim.graph.info import GraphInfo
+
+    info = GraphInfo.of(G)
+    for w in info.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"ok: {file}: {spec.name}: {G.number_of_nodes()} ops on {ranks} rank(s), "
-          f"{len(G.graph['collectives'])} collective(s), {len(G.graph['p2p'])} send/recv pair(s)")
+    print(f"ok: {file}: {spec.name}: {G.number_of_nodes()} ops on {info.world_size} rank(s), "
+          f"{len(info.collectives)} collective(s), {len(info.p2p)} send/recv pair(s)")
 
 
 @app.command()

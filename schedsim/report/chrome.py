@@ -34,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from schedsim.graph.info import GraphInfo
 from schedsim.io import atomic_write_text
 from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
 from schedsim.sim.timeline import Span, Timeline
@@ -219,7 +220,7 @@ class _Writer:
             if a is None or b is None or (a.rank, a.stream) == (b.rank, b.stream) or d.get("kind") == "stream":
                 continue
             self.flow(a, b, "dep")
-        for u, v in graph.graph.get("p2p", []):
+        for u, v in GraphInfo.of(graph).p2p:
             a, b = byid.get(u), byid.get(v)
             if a is not None and b is not None:
                 self.flow(a, b, "p2p")
@@ -239,7 +240,7 @@ class _Writer:
         members: dict[str, list[Span]] = defaultdict(list)
         if graph is not None and "collectives" in graph.graph:
             # the graph's rendezvous: one entry per (name, group), so two groups issuing one name stay apart
-            for key, ids in graph.graph["collectives"].items():
+            for key, ids in GraphInfo.of(graph).collectives.items():
                 members[key] = [byid[i] for i in ids if i in byid]
         else:  # no graph: members are the spans of one name, one per rank
             for s in tl.spans:
