@@ -11,7 +11,7 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    overhead already accounts for. Input sets rotate (3) when they fit in 3× the
    L2 cache. Shapes: every matmul of the given schedules, ``--gemm MxNxK``
    extras and, unless ``--no-grid``, a default grid (the shapes of the shipped
-   h200 table and seed 000). ``fp32`` is timed with TF32 off, ``tf32`` with it on.
+   h200 table and S0 of docs/sources.md). ``fp32`` is timed with TF32 off, ``tf32`` with it on.
 2. **Collectives** (all ranks, world size ≥ 2): all_reduce, all_gather,
    reduce_scatter, all_to_all, broadcast, reduce, a sendrecv ring (one
    ``batch_isend_irecv`` per step) and unbatched one-way p2p over a size sweep;
@@ -65,7 +65,7 @@ from schedsim.nccl_tests import format_table
 
 __all__ = ["CalibrateOptions", "run_calibrate", "DEFAULT_GRID"]
 
-#: (m, n, k): the shipped h200 table's shapes plus seed 000's and small ones for the kernel floor.
+#: (m, n, k): the shipped h200 table's shapes plus S0's and small ones for the kernel floor.
 DEFAULT_GRID: list[tuple[int, int, int]] = [
     (16384, 8192, 8192), (8192, 8192, 8192), (2048, 1024, 8192), (2048, 8192, 8192), (4096, 4096, 4096),
     (1024, 1024, 1024), (512, 512, 512), (256, 256, 256), (128, 128, 128), (64, 64, 64), (32, 11008, 4096),

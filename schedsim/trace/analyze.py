@@ -1,16 +1,15 @@
-"""``schedsim analyze``: the tables of seed 004's parsers, overlap, idle time and critical path.
+"""``schedsim analyze``: kernel time shares, NCCL volumes, overlap, idle time and critical path.
 
-Seed 004 (a Megatron-LM 1F1B study) profiles with nsys, converts with
-``nsys2json.py`` and prints two tables with hand-written parsers; this module
-reproduces both from a trace or a timeline:
+Two tables that pipeline studies print from nsys traces of Megatron-LM runs, computed from a trace or a
+timeline:
 
-* **kernel time share** (``parser_prof.py``): per device, kernels grouped by
+* **kernel time share**: per device, kernels grouped by
   ``{name}_{Stream N}``; share = the group's summed duration divided by
   (last kernel start − first kernel start); then min, max and mean duration
   in µs, sorted by share; the last line is the sum of the shares. Kernels
-  whose nsys ``shortName`` is ``Kernel`` are named after the first NVTX range
-  that launched them (``NVTXRegions[0].split(",")[0]``).
-* **NCCL volume** (``parser_nccl.py``): per device, the element counts of the
+  whose nsys ``shortName`` is ``Kernel`` are named after the first field (up to
+  the first comma) of the outermost NVTX range that launched them.
+* **NCCL volume**: per device, the element counts of the
   ``nccl:*`` ranges, summed per collective name and sorted by volume.
   Counts come from ``sizes = [[...]]`` in NVTX texts (nsys), from
   ``Input Dims`` or ``record_param_comms``' ``In msg nelems`` (Kineto), or
@@ -20,8 +19,7 @@ Then, per rank, from :class:`schedsim.sim.metrics.Metrics`: busy time
 by resource, idle time, communication/computation overlap as HTA defines it
 (|comm ∩ compute| / |comm|) and exposed communication, and the critical path.
 
-Where the seeds would crash, this does not: a device whose kernels all start at
-the same instant (division by zero in the seed) prints ``nan`` shares, and NCCL
+A device whose kernels all start at the same instant (a zero span) prints ``nan`` shares, and NCCL
 ranges without ``sizes`` are skipped.
 """
 
@@ -61,13 +59,13 @@ def _header(device: str) -> str:
 
 
 def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]]]) -> list[str]:
-    """Lines of seed 004's ``parser_prof.py`` output.
+    """Lines of the kernel time share table (module docstring).
 
     Parameters
     ----------
     kernel_rows : dict
-        Device label → ``(kernel name, tid, ts_us, dur_us)`` in nsys2json's
-        event order (the stable sort by start time is done here).
+        Device label → ``(kernel name, tid, ts_us, dur_us)`` in (stream, then trace) order; the
+        stable sort by start time is done here.
 
     Returns
     -------
@@ -102,15 +100,15 @@ def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]
 
 
 def nccl_volume_table(nccl_rows: dict[str, list[tuple[str, int]]], devices: list[str] | None = None) -> list[str]:
-    """Lines of seed 004's ``parser_nccl.py`` output: ``"{elements:14.2f} {collective}"`` per device.
+    """Lines of the NCCL volume table: ``"{elements:14.2f} {collective}"`` per device.
 
     Parameters
     ----------
     nccl_rows : dict
         Device label → ``(collective range name, element count)``.
     devices : list of str, optional
-        Device labels to print a header for even without NCCL rows (the seed
-        prints one for every device of the trace).
+        Device labels to print a header for even without NCCL rows (every device of the trace gets
+        one).
     """
     lines: list[str] = []
     labels = list(devices or [])
@@ -127,10 +125,10 @@ def nccl_volume_table(nccl_rows: dict[str, list[tuple[str, int]]], devices: list
 
 
 def rows_from_timeline(tl: Timeline) -> tuple[dict[str, list[tuple[str, str, float, float]]], dict[str, list[tuple[str, int]]]]:
-    """Seed-table rows from a timeline's spans (for ``analyze timeline.json``).
+    """Kernel-share and NCCL-volume table rows from a timeline's spans (for ``analyze timeline.json``).
 
-    Every compute and comm span counts as a kernel (copies do not, as in the
-    seed), labelled ``Rank N``, tid ``Stream S``; µs are rounded to the ns.
+    Every compute and comm span counts as a kernel (copies do not: the kernel table of a trace has
+    kernels only), labelled ``Rank N``, tid ``Stream S``; µs are rounded to the ns.
     NCCL rows come from comm spans with an ``in_nelems`` tag (named
     ``nccl:{collective}``), else their ``bytes`` (named ``{kind} (bytes)``).
     """
@@ -195,7 +193,7 @@ def load_any(paths: list[Path], ops: dict[str, dict[str, Any]] | None = None) ->
     Returns
     -------
     (format, ImportResult)
-        For a timeline, the seed rows come from :func:`rows_from_timeline`.
+        For a timeline, the table rows come from :func:`rows_from_timeline`.
 
     Raises
     ------
@@ -429,9 +427,10 @@ def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total
 
 
 def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: int = 10) -> str:
-    """The text ``schedsim analyze`` prints: seed tables, then overlap/idle per rank and the critical path.
+    """The text ``schedsim analyze`` prints: kernel-share and NCCL-volume tables, then overlap/idle per rank
+    and the critical path.
 
-    Unless ``full``, each seed table keeps its ``top`` largest rows for the first and last two devices,
+    Unless ``full``, each of the two tables keeps its ``top`` largest rows for the first and last two devices,
     and the per-rank table the 3 worst and 3 best ranks (:func:`schedsim.report.summary.pick_ranks`).
     """
     from schedsim.report.summary import pick_ranks
@@ -440,9 +439,9 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     m = Metrics.of(tl)
     out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m.ranks)} rank(s), "
             f"makespan {_fmt_t(m.makespan_s)}"), "",
-           "## kernel time share (seed 004 parser_prof.py: share, min/max/avg in us, name)"]
+           "## kernel time share (share of the first-to-last kernel start span, min/max/avg in us, name)"]
     out += _cap_devices({d: kernel_share_table({d: rows}) for d, rows in res.kernel_rows.items()}, full, top)
-    out += ["", "## NCCL volume per collective, elements (seed 004 parser_nccl.py)"]
+    out += ["", "## NCCL volume per collective, elements"]
     devs = list(res.kernel_rows) + [d for d in res.nccl_rows if d not in res.kernel_rows]
     nv = {d: nccl_volume_table({d: res.nccl_rows.get(d, [])}, devices=[d]) for d in devs}
     out += _cap_devices(nv, full, top, has_total=False)

@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
         charts: Path | None = typer.Option(None, "--charts", help="Write gantt.png and, for pipeline runs, "
                                                                  "pipeline.png / pipeline_time.png into this folder."),
     ) -> None:
-        """Kernel time shares and NCCL volumes (seed 004's parsers), overlap, idle time, critical path, and the
+        """Kernel time shares and NCCL volumes, overlap, idle time, critical path, and the
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
         from schedsim.report.progress import status
         from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json

@@ -84,3 +84,48 @@ def torchrun_batch(nproc: int, jobs: list[list[str]], timeout: float = 300.0) ->
     tail = f"\n[launch exit code {p.returncode}; stderr tail]\n{p.stderr[-3000:]}"
     return [Job(-1 if rc is None else rc, o, e + ("" if rc is not None else tail), end)
             for (o, rc), (e, _) in zip(outs, errs, strict=True)]
+
+
+# -- the shared launches of the executor tests (the ``gloo2`` / ``gloo3`` fixtures of tests/conftest.py) ------
+# Each torchrun start imports torch in every rank and in the agent: seconds on a 2-core CI machine. The tests
+# that only read what a run wrote share one launch per world size; each command still runs end to end
+# (``execute`` → timeline → ``--compare``) exactly as its own ``torchrun -m schedsim`` would. Tests that watch a
+# launch itself (exit codes of every rank, a run that must fail) keep their own.
+
+SMALL = ["--set", "M=64", "--set", "K=64", "--set", "N=64"]
+
+
+def gloo2_jobs(base: Path) -> dict[str, list[str]]:
+    return {
+        "tp_ffn": ["execute", "schedules/tp_ffn.yaml", "--set", "tp=2", "--set", "hidden=32", "--set", "ffn=64",
+                   "--set", "seq=8", "--set", "batch=2", "--set", "dtype=fp32", "--check", "--iters", "2",
+                   "--warmup", "1", "--no-gantt", "--out", str(base / "tp")],
+        "ag8": ["execute", "schedules/allgather_mm8.yaml", *SMALL, "--check", "--compare", "--profiler",
+                "--iters", "3", "--warmup", "1", "--no-gantt", "--out", str(base / "ag8")],
+        "pp_unit": ["execute", "tests/data/pp_unit.yaml", "--set", "p=2", "--set", "m=4", "--profiler",
+                    "--iters", "2", "--warmup", "1", "--no-gantt", "--out", str(base / "pp_unit")],
+        "calibrate": ["calibrate", "schedules/tp_ffn.yaml", "--set", "hidden=32", "--set", "ffn=64", "--set",
+                      "seq=8", "--set", "batch=2", "--no-grid", "--gemm", "32x32x32", "--quick", "--iters", "3",
+                      "--min-bytes", "1024", "--max-bytes", "16384", "--factor", "16", "--out",
+                      str(base / "cpu_cal.yaml")],
+        "lean_probe": ["python", str(DATA / "lean_order_probe.py"), str(base / "lean_order")],
+        # last: test_lean times how soon the launch exits after this run's last write
+        "tp_allreduce": ["execute", "schedules/tp_allreduce_graph.yaml", "--eager", "--set", "input_size=64",
+                         "--set", "output_size=64", "--set", "layers=2", "--iters", "2", "--warmup", "1",
+                         "--no-gantt", "--compare", "--out", str(base / "ar"), "--timeout", "30"],
+    }
+
+
+def gloo3_jobs(base: Path) -> dict[str, list[str]]:
+    jobs = {"all_kinds": ["execute", str(DATA / "all_kinds.yaml"), "--iters", "2", "--warmup", "1", "--lean-iters",
+                          "0", "--timeout", "30", "--no-gantt", "--out", str(base / "all_kinds")]}
+    for name in ("batched_interleaved_p3", "ring_batch_one_stream"):
+        jobs[name] = ["execute", str(DATA / f"{name}.yaml"), "--backend", "gloo", "--device", "cpu", "--iters", "2",
+                      "--warmup", "1", "--timeout", "60", "--no-gantt", "--out", str(base / name)]
+    return jobs
+
+
+def launch(nproc: int, base: Path, jobs: dict[str, list[str]]) -> dict[str, tuple[Job, Path]]:
+    """Run ``jobs`` (name → argv) in one launch of ``nproc`` ranks: name → (Job, ``base``)."""
+    done = torchrun_batch(nproc, list(jobs.values()))
+    return {name: (job, base) for name, job in zip(jobs, done, strict=True)}

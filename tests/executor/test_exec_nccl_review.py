@@ -16,7 +16,7 @@ def test_accepted_batched_schedule_runs_on_gloo(gloo3, name, ops):
     every op measured."""
     from schedsim.sim.timeline import Timeline
 
-    r, base = gloo3[name]  # run in the shared 3-rank launch (conftest.py): --backend gloo --device cpu
+    r, base = gloo3[name]  # run in the shared 3-rank launch (tests/conftest.py): --backend gloo --device cpu
     out = base / name
     assert r.returncode == 0, r.stderr[-2000:]
     assert len(Timeline.read_json(out / "timeline.json").spans) == ops

@@ -1,7 +1,7 @@
 """End to end on CPU ranks (gloo) under torchrun: execute -> timeline -> compare, --check,
 world-size mismatch, timeouts, calibrate. Each torchrun start costs seconds on a 2-core CI machine,
 so each test checks several things of one run, and the runs that need no launch of their own share one
-per world size (the ``gloo2`` / ``gloo3`` fixtures of conftest.py)."""
+per world size (the ``gloo2`` / ``gloo3`` fixtures of tests/conftest.py)."""
 
 from __future__ import annotations
 

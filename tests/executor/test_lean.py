@@ -95,7 +95,7 @@ def test_run_with_deadline_abandons_a_teardown_that_never_returns() -> None:
 
 @pytest.mark.slow
 def test_lean_loop_issues_exactly_the_instrumented_ops_in_order_2_ranks(gloo2) -> None:
-    p, base = gloo2["lean_probe"]  # data/lean_order_probe.py in the shared 2-rank launch (conftest.py)
+    p, base = gloo2["lean_probe"]  # data/lean_order_probe.py in the shared 2-rank launch (tests/conftest.py)
     assert p.returncode == 0, p.stderr[-3000:]
     tmp_path = base / "lean_order"
     for rank in (0, 1):
@@ -112,7 +112,7 @@ def test_lean_loop_issues_exactly_the_instrumented_ops_in_order_2_ranks(gloo2) -
 
 @pytest.mark.slow
 def test_execute_2_ranks_exits_within_seconds_of_its_last_write_and_warns_on_cpu_compare(gloo2) -> None:
-    r, base = gloo2["tp_allreduce"]  # the last command of the shared 2-rank launch (conftest.py)
+    r, base = gloo2["tp_allreduce"]  # the last command of the shared 2-rank launch (tests/conftest.py)
     out = base / "ar"
     t_exit = r.launch_exit
     assert r.returncode == 0, r.stderr[-3000:]

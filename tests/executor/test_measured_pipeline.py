@@ -18,7 +18,7 @@ def test_executed_1f1b_shows_as_a_pipeline(gloo2, tmp_path):
     from schedsim.sim.timeline import Timeline
     from schedsim.trace.analyze import kineto_ranges_timeline, pipeline_bubbles, tag_pipeline
 
-    r, base = gloo2["pp_unit"]  # execute pp_unit.yaml --set p=2 --set m=4 --profiler (conftest.py)
+    r, base = gloo2["pp_unit"]  # execute pp_unit.yaml --set p=2 --set m=4 --profiler (tests/conftest.py)
     out = base / "pp_unit"
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     check_trace_file(out / "trace.json", require_flows=True, require_counters=True)
