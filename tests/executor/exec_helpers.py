@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,20 @@ def torchrun(nproc: int, args: list[str], timeout: float = 180.0, script: Path |
     target = [str(script)] if script is not None else ["-m", "schedsim"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            *target, *args]
-    return subprocess.run(cmd, cwd=ROOT, env=_env(cuda), capture_output=True, text=True, timeout=timeout)
+    # On a timeout, SIGTERM: torchrun's agent then stops its ranks (SIGKILL after 30 s); killing the agent
+    # outright would orphan the ranks, which run in sessions of their own.
+    with subprocess.Popen(cmd, cwd=ROOT, env=_env(cuda), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            try:
+                p.communicate(timeout=45)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def schedsim(args: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
