@@ -90,10 +90,11 @@ def torchrun_batch(nproc: int, jobs: list[list[str]], timeout: float = 300.0) ->
     """Run several ``schedsim`` commands (argv lists) in one ``torchrun --nproc-per-node N`` launch, in order,
     through :file:`data/batch_cli.py`; one :class:`Job` per command. Torch is imported once per rank, not once
     per command: the executor tests that only read a run's outputs share a launch."""
-    spec = Path(tempfile.mkdtemp(prefix="schedsim_batch_")) / "jobs.json"
-    spec.write_text(json.dumps(jobs))
-    p = torchrun(nproc, [str(spec)], timeout=timeout, script=DATA / "batch_cli.py")
-    end = time.time()
+    with tempfile.TemporaryDirectory(prefix="schedsim_batch_") as d:
+        spec = Path(d) / "jobs.json"
+        spec.write_text(json.dumps(jobs))
+        p = torchrun(nproc, [str(spec)], timeout=timeout, script=DATA / "batch_cli.py")
+        end = time.time()
     outs, errs = split_jobs(p.stdout, len(jobs)), split_jobs(p.stderr, len(jobs))
     tail = f"\n[launch exit code {p.returncode}; stderr tail]\n{p.stderr[-3000:]}"
     return [Job(-1 if rc is None else rc, o, e + ("" if rc is not None else tail), end)
