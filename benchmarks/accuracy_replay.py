@@ -49,7 +49,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[
     conns = int(meta["max_connections"]) if meta.get("max_connections") else None
     pred = simulate(G, prof, launch=meas.launch, gpu_model=gpu_model, max_connections=conns)
     pred.meta.update({"file": str(file), "set": sets})
-    res = compare_timelines(pred, meas)
+    res = compare_timelines(pred, meas).to_dict()  # the compare.json form: rows are written as JSON
     ms = res["makespan"]
     un = ms.get("uninstrumented", {})
     ops = res.get("ops", {})

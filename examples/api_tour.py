@@ -18,8 +18,8 @@ def main(out: Path) -> dict:
     spec = api.load(ROOT / "schedules" / "pipeline_schedules.yaml", p=2, m=4, schedule="1f1b")
     run = api.predict(spec, profile="h200")
     print(f"{spec.name}: makespan {run.makespan_s * 1e3:.3f} ms, "
-          f"bubble {run.metrics['pipeline']['bubble_of_makespan']['overall']:.3f}, "
-          f"peak memory {run.metrics['memory_peak']['bytes'] / 2**30:.2f} GiB at {run.metrics['memory_peak']['op']}")
+          f"bubble {run.metrics.pipeline.bubble_of_makespan.overall:.3f}, "
+          f"peak memory {run.metrics.memory_peak.bytes / 2**30:.2f} GiB at {run.metrics.memory_peak.op}")
     api.plot_gantt(run, title="1F1B, p=2, m=4").savefig(out / "gantt.png")
     api.plot_pipeline(run).savefig(out / "pipeline.png")
     api.plot_memory(run).savefig(out / "memory.png")

@@ -25,8 +25,8 @@ CELLS: list[tuple[str, str]] = [
              "spec = api.load('schedules/pipeline_schedules.yaml', p=4, m=8, schedule='1f1b')\n"
              "run = api.predict(spec, profile='h200')\n"
              "print(f'makespan {run.makespan_s * 1e3:.3f} ms')\n"
-             "print('bubble (idle fraction):', round(run.metrics['pipeline']['bubble_of_makespan']['overall'], 4))\n"
-             "print('peak memory:', run.metrics['memory_peak'])"),
+             "print('bubble (idle fraction):', round(run.metrics.pipeline.bubble_of_makespan.overall, 4))\n"
+             "print('peak memory:', run.metrics.memory_peak)"),
     ("code", "api.plot_pipeline(run)"),
     ("code", "api.plot_gantt(run, title='1F1B, p=4, m=8')"),
     ("code", "api.plot_memory(run)"),

@@ -1,10 +1,10 @@
-"""What-if: how many chunks should the all-gather + matmul of seed 000 use?
+"""What-if: how many chunks should the all-gather + matmul of S0 (docs/sources.md) use?
 
 Predicts schedules/allgather_mm.yaml for chunks = 1, 2, 4, 8, 16, 32 on two profiles
-(the PCIe box of seed 000 and an H200 node) and prints makespan, exposed communication,
+(the PCIe box of S0 and an H200 node) and prints makespan, exposed communication,
 overlap ratio and the split of the time. Run from the repo root:
 
-    python examples/chunks_whatif.py [--profiles pcie2_seed000 h200] [--plot out.png]
+    python examples/chunks_whatif.py [--profiles pcie2 h200] [--plot out.png]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--profiles", nargs="*", default=["pcie2_seed000", "h200"])
+    ap.add_argument("--profiles", nargs="*", default=["pcie2", "h200"])
     ap.add_argument("--chunks", nargs="*", type=int, default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--plot", type=Path)
     a = ap.parse_args()

@@ -14,7 +14,7 @@ A check does two things:
 
 Families
 --------
-``allgather_mm*`` (seed 000)
+``allgather_mm*`` (S0 of docs/sources.md)
     ``ag{i}`` gathers row chunk i of every rank's input ``X_r`` (M×K) into
     rows ``[i·cs·w, (i+1)·cs·w)`` of the gathered buffer, ``mm{i}_{j}``
     multiplies them by column block j of ``W`` (K×N), ``add{i}_{j}`` adds the
@@ -24,7 +24,7 @@ Families
     ``zero_out`` has no dependents in the schedule, so on a GPU it is not
     ordered against the adds; the check therefore zeroes the output on the host
     before the checked iteration and binds ``zero_out`` to a no-op.
-``tp_ffn*`` (seed 003)
+``tp_ffn*`` (S3)
     Found by shape, not by name: this rank's matmuls in program order are pairs
     ``fc1`` (m_c × F/tp, inner H) then ``fc2`` (m_c × H, inner F/tp) over
     consecutive row chunks of the tokens ``x`` (T×H); the all_reduce ops, in

@@ -33,7 +33,9 @@ __all__ = ["run_execute"]
 
 def _groups_in_order(G: Any) -> list[tuple[int, ...]]:
     seen: dict[tuple[int, ...], None] = {}
-    for members in G.graph.get("collectives", {}).values():
+    from schedsim.graph.info import GraphInfo
+
+    for members in GraphInfo.of(G).collectives.values():
         seen.setdefault(G.nodes[members[0]]["op"].group, None)
     return list(seen)
 
@@ -236,7 +238,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
     from executor.timing import assemble_timeline
     from schedsim.report.chrome import write_chrome_trace
     from schedsim.report.summary import print_summary
-    from schedsim.sim.metrics import compute_metrics
+    from schedsim.sim.metrics import Metrics
 
     timing = gathered[0]["timing"]
     meta: dict[str, Any] = {
@@ -261,9 +263,9 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         meta["check"] = {"ok": all(c["ok"] for c in checks), "max_rel_err": max(c["rel_err"] for c in checks),
                          "tol": checks[0]["tol"], "what": checks[0]["what"]}
     tl = assemble_timeline(G, [p["times"] for p in gathered], schedule=spec.name, launch=launch, meta=meta)
-    metrics = compute_metrics(tl)
+    metrics = Metrics.of(tl)
     paths = [outdir / "timeline.json", outdir / "trace.json", outdir / "env.json"]
-    tl.write_json(paths[0], metrics)
+    tl.write_json(paths[0], metrics.to_dict())
     write_chrome_trace(paths[1], [("measured", tl)], graph=G)  # the DAG it ran: dependency and p2p flows
     env = {**genv, "ranks": [p["env"] for p in gathered], "timing": timing, "nvtx_ranges": gathered[0].get("nvtx")}
     atomic_write_text(paths[2], json.dumps(env, indent=1))
@@ -281,7 +283,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         paths.append(outdir / "profiler_ops.json")
         ktl = kernel_timeline(tl, maps)
         if ktl is not None:
-            ktl.write_json(outdir / "timeline_kernels.json", compute_metrics(ktl))
+            ktl.write_json(outdir / "timeline_kernels.json", Metrics.of(ktl).to_dict())
             paths.append(outdir / "timeline_kernels.json")
         paths += sorted(outdir.glob("kineto_rank*.json.gz"))
     print_summary(tl, metrics)

@@ -207,12 +207,15 @@ class RankRunner:
         self.comm_pos = {(r, name): k for r, lst in per_rank.items()
                          for k, (_s, name) in enumerate(sorted(lst))}  # type: ignore[misc]
         self.peers: dict[str, list[int]] = {}
-        for members in G.graph.get("collectives", {}).values():
+        from schedsim.graph.info import GraphInfo
+
+        info = GraphInfo.of(G)
+        for members in info.collectives.values():
             ranks = [G.nodes[m]["op"].rank for m in members]
             for m in members:
                 if G.nodes[m]["op"].rank == rank:
                     self.peers[G.nodes[m]["op"].name] = [r for r in ranks if r != rank]
-        for a, b in G.graph.get("p2p", []):
+        for a, b in info.p2p:
             oa, ob = G.nodes[a]["op"], G.nodes[b]["op"]
             if oa.rank == rank:
                 self.peers[oa.name] = [ob.rank]

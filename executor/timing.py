@@ -35,6 +35,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from schedsim.graph.info import GraphInfo
 from schedsim.graph.ops import Op
 from schedsim.sim.timeline import Span, Timeline
 
@@ -89,8 +90,9 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
             for oid, s, e in zip(r["ids"], r["start_s"][it], r["end_s"][it]):
                 d[oid] = (s + off, e + off)
         iters.append(d)
-    rendezvous: list[list[str]] = [list(m) for m in G.graph.get("collectives", {}).values()]
-    rendezvous += [[a, b] for a, b in G.graph.get("p2p", [])]
+    info = GraphInfo.of(G)
+    rendezvous: list[list[str]] = [list(m) for m in info.collectives.values()]
+    rendezvous += [[a, b] for a, b in info.p2p]
     starts: list[dict[str, float]] = []
     for d in iters:
         st = {k: v[0] for k, v in d.items()}
@@ -153,10 +155,11 @@ def _critical_path(G: Any, spans: list[Span]) -> list[str]:
     if not by:
         return []
     peers: dict[str, list[str]] = {}
-    for members in G.graph.get("collectives", {}).values():
+    info = GraphInfo.of(G)
+    for members in info.collectives.values():
         for m in members:
             peers[m] = [x for x in members if x != m]
-    for a, b in G.graph.get("p2p", []):
+    for a, b in info.p2p:
         peers.setdefault(a, []).append(b)
         peers.setdefault(b, []).append(a)
     cur = max(by.values(), key=lambda s: s.end_s).id

@@ -18,13 +18,18 @@ last expression of a cell, or save them with ``fig.savefig("x.png")``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedsim.errors import SchedsimError
+from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Timeline
+
+if TYPE_CHECKING:
+    from schedsim.compare import Comparison
 
 __all__ = ["Run", "load", "load_text", "build", "simulate_spec", "predict", "predict_to_dir", "trace_wanted", "sweep",
            "compare", "plot_gantt", "plot_pipeline", "plot_memory", "to_pandas"]
@@ -32,11 +37,11 @@ __all__ = ["Run", "load", "load_text", "build", "simulate_spec", "predict", "pre
 
 @dataclass
 class Run:
-    """One predicted run: the timeline, its metrics (:func:`schedsim.sim.metrics.compute_metrics`, plus
-    ``pipeline`` and ``memory_peak`` when they apply) and the graph it came from."""
+    """One predicted run: the timeline, its :class:`~schedsim.sim.metrics.Metrics` (with ``pipeline`` and
+    ``memory_peak`` when they apply) and the graph it came from."""
 
     timeline: Timeline
-    metrics: dict[str, Any]
+    metrics: Metrics
     graph: Any = field(repr=False, default=None)
 
     @property
@@ -98,22 +103,23 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     from schedsim.report.memory import memory_over_time, static_memory
     from schedsim.report.progress import status
     from schedsim.sim.engine import simulate
-    from schedsim.sim.metrics import compute_metrics
-    from schedsim.sim.pipeline_metrics import pipeline_metrics
+    from schedsim.sim.metrics import MemoryPeak
+    from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     G = build(spec, file)
     with status(f"simulating {G.number_of_nodes():,} ops", enabled=progress and G.number_of_nodes() > 20_000):
         tl = simulate(G, profile, launch=launch, **sim)
     tl.meta.update(meta or {})
-    metrics = compute_metrics(tl)
-    pm = pipeline_metrics(tl)
-    if pm is not None:
-        metrics["pipeline"] = {k: v for k, v in pm.items() if k != "memory_timeline"}
+    peak = None
     mem = memory_over_time(tl, G, static_memory(spec, tl.world_size))
     if mem is not None:
         tl.meta["memory"] = mem
         r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
-        metrics["memory_peak"] = {"rank": r, "bytes": d["peak_bytes"], "t_s": d["peak_s"], "op": d["peak_op"]}
+        peak = MemoryPeak(rank=r, bytes=d["peak_bytes"], t_s=d["peak_s"], op=d["peak_op"])
+    pm = PipelineMetrics.of(tl)
+    if pm is not None:  # the memory steps are in timeline.meta["memory"]; metrics keep the peaks
+        pm = dataclasses.replace(pm, memory_timeline={})
+    metrics = dataclasses.replace(Metrics.of(tl), pipeline=pm, memory_peak=peak)
     return Run(tl, metrics, G)
 
 
@@ -156,7 +162,7 @@ def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
 
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
                    gantt: bool = True, trace: bool | None = None,
-                   **sim: Any) -> tuple[Timeline, dict[str, Any], list[Path]]:
+                   **sim: Any) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
     ``schedsim_out/<safe schedule name>``), all or nothing, replacing an earlier run's set whole; the cyclic
@@ -190,7 +196,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
             print(note, file=sys.stderr)
         names = ["timeline.json"] + (["trace.json"] if write_trace else [])
         with output_set(outdir, PREDICT_FILES) as stage:
-            tl.write_json(stage / "timeline.json", metrics)
+            tl.write_json(stage / "timeline.json", metrics.to_dict())
             if write_trace:
                 from schedsim.report.chrome import write_chrome_trace
 
@@ -214,16 +220,16 @@ def sweep(path: str | Path, profile: str = "h200", **grid: list[Any]) -> list[di
         setting = dict(zip(keys, combo, strict=False))
         run = predict(load(path, **setting), profile)
         m = run.metrics
-        row = {"setting": setting, "makespan_s": m["makespan_s"], "exposed_comm_s": m["exposed_comm_s"],
-               "overlap_ratio": m["overlap_ratio"]}
-        if "pipeline" in m:
-            row["bubble_ratio"] = m["pipeline"]["bubble_of_makespan"]["overall"]
-            row["peak_memory_bytes"] = max(m["pipeline"]["peak_memory_bytes"].values())
+        row = {"setting": setting, "makespan_s": m.makespan_s, "exposed_comm_s": m.exposed_comm_s,
+               "overlap_ratio": m.overlap_ratio}
+        if m.pipeline is not None:
+            row["bubble_ratio"] = m.pipeline.bubble_of_makespan.overall
+            row["peak_memory_bytes"] = max(m.pipeline.peak_memory_bytes.values())
         rows.append(row)
     return rows
 
 
-def compare(pred: Run | Timeline | str | Path, meas: Timeline | str | Path) -> dict[str, Any]:
+def compare(pred: Run | Timeline | str | Path, meas: Timeline | str | Path) -> Comparison:
     """:func:`schedsim.compare.compare_timelines` of a prediction and a measured timeline (objects or
     ``timeline.json`` paths / folders)."""
     from schedsim.compare import compare_timelines, load_timeline_arg

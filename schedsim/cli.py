@@ -95,22 +95,22 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:
     for w in tl.meta.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     if fmt == OutFormat.json:
-        print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics,
+        print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(),
                           "files": [str(p) for p in paths]}, indent=1))
         return
     from schedsim.report.summary import print_summary
 
     print_summary(tl, metrics, all_ranks=all_ranks)
-    if "pipeline" in metrics:
+    if metrics.pipeline is not None:
         from schedsim.report.summary import print_pipeline
 
-        print_pipeline(metrics["pipeline"], all_ranks=all_ranks)
-    if "memory_peak" in metrics:
+        print_pipeline(metrics.pipeline, all_ranks=all_ranks)
+    if metrics.memory_peak is not None:
         from schedsim.report.summary import fmt_bytes, fmt_time
 
-        mp = metrics["memory_peak"]
-        print(f"peak memory {fmt_bytes(mp['bytes'])} on rank {mp['rank']} at {fmt_time(mp['t_s'])}, "
-              f"when {mp['op'] or 'the step starts'} allocates")
+        mp = metrics.memory_peak
+        print(f"peak memory {fmt_bytes(mp.bytes)} on rank {mp.rank} at {fmt_time(mp.t_s)}, "
+              f"when {mp.op or 'the step starts'} allocates")
     print("wrote " + ", ".join(str(p) for p in paths))
 
 
@@ -125,11 +125,13 @@ def check(
     _max_ops(max_ops)
     spec = _load(file, set_)
     G = _build(spec, file)
-    ranks = G.graph["world_size"]
-    for w in G.graph.get("warnings", []):
+    from schedsim.graph.info import GraphInfo
+
+    info = GraphInfo.of(G)
+    for w in info.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"ok: {file}: {spec.name}: {G.number_of_nodes()} ops on {ranks} rank(s), "
-          f"{len(G.graph['collectives'])} collective(s), {len(G.graph['p2p'])} send/recv pair(s)")
+    print(f"ok: {file}: {spec.name}: {G.number_of_nodes()} ops on {info.world_size} rank(s), "
+          f"{len(info.collectives)} collective(s), {len(info.p2p)} send/recv pair(s)")
 
 
 @app.command()
@@ -189,8 +191,8 @@ def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -
     from schedsim._gc import paused_gc
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
-    from schedsim.sim.metrics import compute_metrics
-    from schedsim.sim.pipeline_metrics import pipeline_metrics
+    from schedsim.sim.metrics import Metrics
+    from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     with paused_gc():
         try:
@@ -198,17 +200,17 @@ def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -
         except SchedsimError as e:  # returned, not raised: a worker's exception may not unpickle
             return {"error": str(e)}
         tl.meta.update({"file": str(file), "set": list(sets)})
-        m = compute_metrics(tl)
-        row: dict[str, Any] = {"makespan_s": m["makespan_s"], "exposed_comm_s": m["exposed_comm_s"],
-                               "overlap_ratio": m["overlap_ratio"]}
-        pm = pipeline_metrics(tl)
+        m = Metrics.of(tl)
+        row: dict[str, Any] = {"makespan_s": m.makespan_s, "exposed_comm_s": m.exposed_comm_s,
+                               "overlap_ratio": m.overlap_ratio}
+        pm = PipelineMetrics.of(tl)
         if pm is not None:
-            row["peak_memory_bytes"] = max(pm["peak_memory_bytes"].values())
-            row["peak_memory_units"] = max(pm["peak_memory_units"].values())
-            row["bubble_ratio"] = pm["bubble_of_makespan"]["overall"]
+            row["peak_memory_bytes"] = max(pm.peak_memory_bytes.values())
+            row["peak_memory_units"] = max(pm.peak_memory_units.values())
+            row["bubble_ratio"] = pm.bubble_of_makespan.overall
         if keep is not None:
             name = f"timeline_{_safe_dirname('_'.join(sets))}.json"
-            tl.write_json(keep / name, m)
+            tl.write_json(keep / name, m.to_dict())
             row["timeline"] = name
         return row
 

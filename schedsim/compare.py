@@ -33,22 +33,192 @@ What is compared
   ops): then ``match.mode`` is ``"kind"``.
 
 Errors are signed: positive means the prediction is too long.
+
+The result is a :class:`Comparison` (frozen dataclasses all the way down); ``Comparison.to_dict()`` is
+``compare.json``, and ``Comparison.from_dict`` reads it back.
 """
 
 # no "from __future__ import annotations": typer evaluates the command signatures
 
 import json
-import sys
 import statistics
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from schedsim.errors import TraceError
-from schedsim.sim.metrics import compute_metrics
+from schedsim.results import OMIT_NONE, from_dict, to_dict
+from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Span, Timeline, atomic_write_text
 
 __all__ = ["compare_timelines", "event_timed", "op_window", "write_comparison", "load_timeline_arg",
-           "print_comparison", "register"]
+           "print_comparison", "register", "Comparison", "Pair", "MakespanError", "Uninstrumented", "Match",
+           "OpErrors", "OpRow", "WorstOp", "KindErrors", "Delta", "Overlap", "ResourceDelta", "RankComparison"]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One property of the two timelines: ``pred`` and ``meas``."""
+
+    pred: Any
+    meas: Any
+
+
+@dataclass(frozen=True)
+class Uninstrumented:
+    """The prediction against the measured makespan without per-op instrumentation (``schedsim execute``)."""
+
+    meas_s: float
+    error: float | None
+    abs_error_pct: float | None
+
+
+@dataclass(frozen=True)
+class MakespanError:
+    """Makespans (seconds), signed relative ``error`` (None when the measured one is 0) and |error| in %."""
+
+    pred_s: float
+    meas_s: float
+    error: float | None
+    abs_error_pct: float | None
+    uninstrumented: Uninstrumented | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class Match:
+    """How ops were matched: ``mode`` ``"id"`` or ``"kind"``, counts, and the first 20 unmatched ids."""
+
+    mode: str
+    matched: int
+    only_pred: list[str]
+    only_meas: list[str]
+    n_only_pred: int
+    n_only_meas: int
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op matched by id: its windows (seconds) on both sides and the duration error."""
+
+    id: str
+    kind: str
+    rank: int
+    stream: str
+    pred_start_s: float
+    pred_dur_s: float
+    meas_start_s: float
+    meas_dur_s: float
+    error: float | None
+
+
+@dataclass(frozen=True)
+class WorstOp:
+    """The op with the largest |duration error|: durations in seconds."""
+
+    id: str
+    kind: str
+    pred_s: float
+    meas_s: float
+    error: float | None
+
+
+@dataclass(frozen=True)
+class KindErrors:
+    """The ops of one kind: count, summed durations (seconds), error of the sums, median |error|."""
+
+    n: int
+    pred_total_s: float
+    meas_total_s: float
+    total_error: float | None
+    median_abs_error: float | None
+
+
+@dataclass(frozen=True)
+class OpErrors:
+    """Per-op duration errors (matching by id only); ``span`` says which window was compared."""
+
+    median_abs_error: float | None
+    mean_abs_error: float | None
+    worst: WorstOp | None
+    by_kind: dict[str, KindErrors]
+    per_op: list[OpRow]
+    span: str
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A timeline-wide metric on both sides; ``error`` is relative, or the difference for ratios."""
+
+    pred: float
+    meas: float
+    error: float | None
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Overlap ratio (error = pred − meas), exposed and busy communication (seconds, summed over ranks)."""
+
+    overlap_ratio: Delta
+    exposed_comm_s: Delta
+    busy_comm_s: Delta
+
+
+@dataclass(frozen=True)
+class ResourceDelta:
+    """One rank's time on one resource (seconds) on both sides, and the relative error."""
+
+    pred_s: float
+    meas_s: float
+    error: float | None
+
+
+@dataclass(frozen=True)
+class RankComparison:
+    """One rank's busy time by resource, idle time and exposed communication, predicted against measured."""
+
+    compute: ResourceDelta
+    comm: ResourceDelta
+    copy: ResourceDelta
+    idle: ResourceDelta
+    exposed_comm: ResourceDelta
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A predicted timeline against a measured one (module docstring for what is compared).
+
+    ``ops`` is None (and absent from the JSON form) unless ops were matched by id.
+    """
+
+    schedule: Pair
+    source: Pair
+    launch: Pair
+    profile: str | None
+    warnings: list[str]
+    makespan: MakespanError
+    match: Match
+    ops: OpErrors | None = field(default=None, metadata=OMIT_NONE)
+    overlap: Overlap | None = None
+    by_rank: dict[int, RankComparison] = field(default_factory=dict)
+
+    def to_dict(self, *, per_op: bool = True) -> dict[str, Any]:
+        """The JSON form (``compare.json``); without ``per_op`` the per-op rows are left out."""
+        d: dict[str, Any] = to_dict(self)
+        if not per_op and "ops" in d:
+            del d["ops"]["per_op"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Comparison":
+        """Read :meth:`to_dict`'s form (e.g. ``compare.json``) back.
+
+        Raises
+        ------
+        KeyError
+            A required key is missing.
+        """
+        return from_dict(cls, d)
 
 #: Share of ops that must match by id for the by-id comparison to be used.
 MIN_MATCH_SHARE = 0.5
@@ -120,15 +290,38 @@ def op_window(tl: Timeline, *, stream_reached: bool) -> dict[str, tuple[float, f
     return out
 
 
-def _by_rank(metrics: dict[str, Any]) -> dict[int, dict[str, float]]:
-    out = {}
-    for r, d in metrics["ranks"].items():
-        out[int(r)] = {"compute": d["busy_compute_s"], "comm": d["busy_comm_s"], "copy": d["busy_copy_s"],
-                       "idle": d["idle_s"], "exposed_comm": d["exposed_comm_s"]}
-    return out
+def _warnings(pred: Timeline, meas: Timeline) -> list[str]:
+    """Why the two timelines may not be comparable: different schedules, ``--set`` values or world sizes."""
+    warnings: list[str] = []
+    if pred.schedule != meas.schedule:
+        warnings.append(f"different schedules: {pred.schedule!r} vs {meas.schedule!r}")
+    sp = pred.meta.get("set") if isinstance(pred.meta, dict) else None
+    sm = meas.meta.get("set") if isinstance(meas.meta, dict) else None
+    if sp is not None and sm is not None and sorted(sp) != sorted(sm):
+        warnings.append(f"different --set values: {sorted(sp)} vs {sorted(sm)}")
+    if pred.world_size != meas.world_size:
+        warnings.append(f"different world sizes: {pred.world_size} vs {meas.world_size}")
+    return warnings
 
 
-def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 100000) -> dict[str, Any]:
+def _makespan(ms_p: float, ms_m: float, meas: Timeline) -> MakespanError:
+    err = _rel(ms_p, ms_m)
+    un = meas.meta.get("makespan_uninstrumented_s") if isinstance(meas.meta, dict) else None
+    unin = None
+    if un:
+        # schedsim execute also times whole iterations without per-op events/NVTX: the program's own cost
+        eu = _rel(ms_p, float(un))
+        unin = Uninstrumented(float(un), eu, None if eu is None else abs(eu) * 100.0)
+    return MakespanError(ms_p, ms_m, err, None if err is None else abs(err) * 100.0, unin)
+
+
+def _rank_delta(p: Metrics, m: Metrics, r: int, key: str) -> ResourceDelta:
+    a = getattr(p.ranks[r], key) if r in p.ranks else 0.0
+    b = getattr(m.ranks[r], key) if r in m.ranks else 0.0
+    return ResourceDelta(a, b, _rel(a, b))
+
+
+def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 100000) -> Comparison:
     """Compare a predicted timeline with a measured one.
 
     Parameters
@@ -142,113 +335,74 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
 
     Returns
     -------
-    dict
-        ``makespan`` {pred_s, meas_s, error, abs_error_pct}; ``match``
-        {mode: "id" | "kind", matched, only_pred, only_meas (op ids, first 20),
-        n_only_pred, n_only_meas}; ``ops`` (by id only) {median_abs_error,
-        mean_abs_error, worst {id, kind, pred_s, meas_s, error}, by_kind {kind:
-        {n, pred_total_s, meas_total_s, total_error, median_abs_error}},
-        per_op [{id, kind, rank, stream, pred_start_s, pred_dur_s, meas_start_s,
-        meas_dur_s, error}]}; ``overlap`` {overlap_ratio, exposed_comm_s,
-        busy_comm_s: {pred, meas, error}}; ``by_rank`` {rank: {resource: {pred_s,
-        meas_s, error}}} for compute, comm, copy, idle, exposed_comm. Times in
-        seconds; errors are signed fractions ((pred − meas) / meas).
+    Comparison
+        ``makespan`` (:class:`MakespanError`); ``match`` (:class:`Match`: mode ``"id"`` or ``"kind"``);
+        ``ops`` (:class:`OpErrors`, by id only: median and mean |error|, the worst op, errors by kind and
+        one :class:`OpRow` per op); ``overlap`` (:class:`Overlap`); ``by_rank`` {rank:
+        :class:`RankComparison`} for compute, comm, copy, idle, exposed_comm. Times in seconds; errors are
+        signed fractions ((pred − meas) / meas).
 
     Examples
     --------
     >>> from schedsim.sim.timeline import Span, Timeline
     >>> p = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 1.1)])
     >>> m = Timeline("x", "execute", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 1.0)])
-    >>> round(compare_timelines(p, m)["makespan"]["error"], 3)
+    >>> round(compare_timelines(p, m).makespan.error, 3)
     0.1
     """
-    mp, mm = compute_metrics(pred), compute_metrics(meas)
-    res: dict[str, Any] = {
-        "schedule": {"pred": pred.schedule, "meas": meas.schedule},
-        "source": {"pred": pred.source, "meas": meas.source},
-        "launch": {"pred": pred.launch, "meas": meas.launch},
-        "profile": pred.profile,
-    }
-    warnings: list[str] = []
-    if pred.schedule != meas.schedule:
-        warnings.append(f"different schedules: {pred.schedule!r} vs {meas.schedule!r}")
-    sp = pred.meta.get("set") if isinstance(pred.meta, dict) else None
-    sm = meas.meta.get("set") if isinstance(meas.meta, dict) else None
-    if sp is not None and sm is not None and sorted(sp) != sorted(sm):
-        warnings.append(f"different --set values: {sorted(sp)} vs {sorted(sm)}")
-    if pred.world_size != meas.world_size:
-        warnings.append(f"different world sizes: {pred.world_size} vs {meas.world_size}")
-    res["warnings"] = warnings
-    ms_p, ms_m = mp["makespan_s"], mm["makespan_s"]
-    err = _rel(ms_p, ms_m)
-    res["makespan"] = {"pred_s": ms_p, "meas_s": ms_m, "error": err,
-                       "abs_error_pct": None if err is None else abs(err) * 100.0}
-    un = meas.meta.get("makespan_uninstrumented_s") if isinstance(meas.meta, dict) else None
-    if un:
-        # schedsim execute also times whole iterations without per-op events/NVTX: the program's own cost
-        eu = _rel(ms_p, float(un))
-        res["makespan"]["uninstrumented"] = {"meas_s": float(un), "error": eu,
-                                             "abs_error_pct": None if eu is None else abs(eu) * 100.0}
+    mp, mm = Metrics.of(pred), Metrics.of(meas)
     pid, mid = pred.by_id(), meas.by_id()
     common = [k for k in pid if k in mid]
     only_p = [k for k in pid if k not in mid]
     only_m = [k for k in mid if k not in pid]
     share = len(common) / max(1, min(len(pid), len(mid)))
     mode = "id" if common and share >= MIN_MATCH_SHARE else "kind"
-    res["match"] = {"mode": mode, "matched": len(common), "only_pred": only_p[:20], "only_meas": only_m[:20],
-                    "n_only_pred": len(only_p), "n_only_meas": len(only_m)}
+    ops = None
     if mode == "id":
         stream_reached = event_timed(meas) and not event_timed(pred)
-        res["ops"] = _op_errors(common, pid, mid, max_ops_listed,
-                                op_window(pred, stream_reached=stream_reached), op_window(meas, stream_reached=False))
-        res["ops"]["span"] = ("stream reached -> end (CUDA events on the op's stream)" if stream_reached
-                              else "start -> end")
-    ov: dict[str, Any] = {}
-    for key in ("overlap_ratio", "exposed_comm_s", "busy_comm_s"):
-        a, b = mp[key], mm[key]
-        ov[key] = {"pred": a, "meas": b, "error": _rel(a, b) if key != "overlap_ratio" else a - b}
-    res["overlap"] = ov
-    bp, bm = _by_rank(mp), _by_rank(mm)
-    by_rank: dict[int, dict[str, Any]] = {}
-    for r in sorted(set(bp) | set(bm)):
-        row = {}
-        for res_key in ("compute", "comm", "copy", "idle", "exposed_comm"):
-            a = bp.get(r, {}).get(res_key, 0.0)
-            b = bm.get(r, {}).get(res_key, 0.0)
-            row[res_key] = {"pred_s": a, "meas_s": b, "error": _rel(a, b)}
-        by_rank[r] = row
-    res["by_rank"] = by_rank
-    return res
+        ops = _op_errors(common, pid, mid, max_ops_listed,
+                         op_window(pred, stream_reached=stream_reached), op_window(meas, stream_reached=False),
+                         span=("stream reached -> end (CUDA events on the op's stream)" if stream_reached
+                               else "start -> end"))
+    overlap = Overlap(Delta(mp.overlap_ratio, mm.overlap_ratio, mp.overlap_ratio - mm.overlap_ratio),
+                      *[Delta(getattr(mp, k), getattr(mm, k), _rel(getattr(mp, k), getattr(mm, k)))
+                        for k in ("exposed_comm_s", "busy_comm_s")])
+    keys = (("compute", "busy_compute_s"), ("comm", "busy_comm_s"), ("copy", "busy_copy_s"), ("idle", "idle_s"),
+            ("exposed_comm", "exposed_comm_s"))
+    by_rank = {r: RankComparison(**{name: _rank_delta(mp, mm, r, key) for name, key in keys})
+               for r in sorted(set(mp.ranks) | set(mm.ranks))}
+    return Comparison(
+        schedule=Pair(pred.schedule, meas.schedule), source=Pair(pred.source, meas.source),
+        launch=Pair(pred.launch, meas.launch), profile=pred.profile, warnings=_warnings(pred, meas),
+        makespan=_makespan(mp.makespan_s, mm.makespan_s, meas),
+        match=Match(mode, len(common), only_p[:20], only_m[:20], len(only_p), len(only_m)),
+        ops=ops, overlap=overlap, by_rank=by_rank)
 
 
 def _op_errors(common: list[str], pid: dict[str, Span], mid: dict[str, Span], cap: int,
-               wp: dict[str, tuple[float, float]], wm: dict[str, tuple[float, float]]) -> dict[str, Any]:
+               wp: dict[str, tuple[float, float]], wm: dict[str, tuple[float, float]], span: str) -> OpErrors:
     rows = []
     by_kind: dict[str, list[tuple[float, float, float | None]]] = {}
     for k in common:
         b = mid[k]
         (ps, pe), (ms, me) = wp[k], wm[k]
         e = _rel(pe - ps, me - ms)
-        rows.append({"id": k, "kind": b.kind, "rank": b.rank, "stream": b.stream, "pred_start_s": ps,
-                     "pred_dur_s": pe - ps, "meas_start_s": ms, "meas_dur_s": me - ms, "error": e})
+        rows.append(OpRow(k, b.kind, b.rank, b.stream, ps, pe - ps, ms, me - ms, e))
         by_kind.setdefault(b.kind, []).append((pe - ps, me - ms, e))
-    errs = [abs(r["error"]) for r in rows if r["error"] is not None]
-    worst = max((r for r in rows if r["error"] is not None), key=lambda r: abs(r["error"]), default=None)
+    errs = [abs(r.error) for r in rows if r.error is not None]
+    worst = max((r for r in rows if r.error is not None), key=lambda r: abs(r.error or 0.0), default=None)
     kinds = {}
     for kind, lst in sorted(by_kind.items()):
         tp = sum(x[0] for x in lst)
         tm = sum(x[1] for x in lst)
         ke = [abs(x[2]) for x in lst if x[2] is not None]
-        kinds[kind] = {"n": len(lst), "pred_total_s": tp, "meas_total_s": tm, "total_error": _rel(tp, tm),
-                       "median_abs_error": statistics.median(ke) if ke else None}
-    return {
-        "median_abs_error": statistics.median(errs) if errs else None,
-        "mean_abs_error": statistics.fmean(errs) if errs else None,
-        "worst": None if worst is None else {"id": worst["id"], "kind": worst["kind"], "pred_s": worst["pred_dur_s"],
-                                             "meas_s": worst["meas_dur_s"], "error": worst["error"]},
-        "by_kind": kinds,
-        "per_op": rows[:cap],
-    }
+        kinds[kind] = KindErrors(len(lst), tp, tm, _rel(tp, tm), statistics.median(ke) if ke else None)
+    return OpErrors(
+        median_abs_error=statistics.median(errs) if errs else None,
+        mean_abs_error=statistics.fmean(errs) if errs else None,
+        worst=None if worst is None else WorstOp(worst.id, worst.kind, worst.pred_dur_s, worst.meas_dur_s,
+                                                 worst.error),
+        by_kind=kinds, per_op=rows[:cap], span=span)
 
 
 def load_timeline_arg(path: str | Path) -> Timeline:
@@ -288,13 +442,13 @@ def _graph_of(tl: Timeline) -> Any:
 
 
 def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, title: str = "",
-                     gantt: bool = True) -> tuple[dict[str, Any], list[Path]]:
+                     gantt: bool = True) -> tuple[Comparison, list[Path]]:
     """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines)
     and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream).
 
     Returns
     -------
-    (dict, list of Path)
+    (Comparison, list of Path)
         The :func:`compare_timelines` result and the files written.
     """
     from schedsim.report.chrome import write_chrome_trace
@@ -303,15 +457,15 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
     out.mkdir(parents=True, exist_ok=True)
     res = compare_timelines(pred, meas)
     paths = [out / "compare.json", out / "compare_trace.json"]
-    atomic_write_text(paths[0], json.dumps(res, indent=1, default=str))
+    atomic_write_text(paths[0], json.dumps(res.to_dict(), indent=1, default=str))
     write_chrome_trace(paths[1], [("predicted", pred), ("measured", meas)], graph=_graph_of(pred))
     if gantt:
         from schedsim.report.gantt import write_gantt
 
-        e = res["makespan"]["error"]
+        e = res.makespan.error
         etxt = "n/a" if e is None else f"{e * 100:+.1f}%"
-        t = title or (f"{meas.schedule}: predicted {res['makespan']['pred_s'] * 1e3:.3f} ms vs measured "
-                      f"{res['makespan']['meas_s'] * 1e3:.3f} ms ({etxt})")
+        t = title or (f"{meas.schedule}: predicted {res.makespan.pred_s * 1e3:.3f} ms vs measured "
+                      f"{res.makespan.meas_s * 1e3:.3f} ms ({etxt})")
         paths += write_gantt(out / "compare_gantt", [("predicted", pred), ("measured", meas)], title=t)
     return res, paths
 
@@ -320,55 +474,60 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:+.1f}%"
 
 
-def print_comparison(res: dict[str, Any], console: Any = None) -> None:
+def print_comparison(res: Comparison, console: Any = None) -> None:
     """Print a comparison result as rich tables."""
+    from rich.markup import escape
     from rich.table import Table
 
     from schedsim.report.summary import _clip, fmt_time, make_console
 
     con = console or make_console()
-    ms = res["makespan"]
-    from rich.markup import escape
-
-    con.print(f"[bold]{escape(_clip(str(res['schedule']['meas'])))}[/bold]  predicted ({res['source']['pred']}, profile "
-              f"{res.get('profile')}, {res['launch']['pred']}) vs measured ({res['source']['meas']}, "
-              f"{res['launch']['meas']})")
-    con.print(f"makespan: predicted [bold]{fmt_time(ms['pred_s'])}[/bold], measured [bold]{fmt_time(ms['meas_s'])}"
-              f"[/bold], error [bold]{_pct(ms['error'])}[/bold]")
-    if "uninstrumented" in ms:
-        u = ms["uninstrumented"]
-        con.print(f"makespan without per-op instrumentation: measured [bold]{fmt_time(u['meas_s'])}[/bold], error "
-                  f"[bold]{_pct(u['error'])}[/bold]")
-    m = res["match"]
-    con.print(f"ops matched by id: {m['matched']} (only predicted {m['n_only_pred']}, only measured "
-              f"{m['n_only_meas']}); comparison mode: {m['mode']}")
-    if "ops" in res:
-        o = res["ops"]
-        w = o["worst"]
-        wtxt = (f"{w['id']} ({w['kind']}): {fmt_time(w['pred_s'])} vs {fmt_time(w['meas_s'])}, {_pct(w['error'])}"
-                if w else "n/a")
-        med = o["median_abs_error"]
-        con.print(f"per-op duration error: median |err| {'n/a' if med is None else f'{med * 100:.1f}%'}; "
-                  f"worst {escape(wtxt)}")
-        t = Table(title="by op kind")
-        for c in ("kind", "n", "predicted", "measured", "total err", "median |err|"):
-            t.add_column(c, justify="right")
-        for kind, d in o["by_kind"].items():
-            mae = d["median_abs_error"]
-            t.add_row(kind, str(d["n"]), fmt_time(d["pred_total_s"]), fmt_time(d["meas_total_s"]),
-                      _pct(d["total_error"]), "n/a" if mae is None else f"{mae * 100:.1f}%")
-        con.print(t)
-    ov = res["overlap"]
-    con.print(f"overlap ratio: predicted {ov['overlap_ratio']['pred']:.3f}, measured "
-              f"{ov['overlap_ratio']['meas']:.3f}; "
-              f"exposed comm (sum over ranks): predicted {fmt_time(ov['exposed_comm_s']['pred'])}, measured "
-              f"{fmt_time(ov['exposed_comm_s']['meas'])}")
+    ms = res.makespan
+    con.print(f"[bold]{escape(_clip(str(res.schedule.meas)))}[/bold]  predicted ({res.source.pred}, profile "
+              f"{res.profile}, {res.launch.pred}) vs measured ({res.source.meas}, {res.launch.meas})")
+    con.print(f"makespan: predicted [bold]{fmt_time(ms.pred_s)}[/bold], measured [bold]{fmt_time(ms.meas_s)}"
+              f"[/bold], error [bold]{_pct(ms.error)}[/bold]")
+    if ms.uninstrumented is not None:
+        u = ms.uninstrumented
+        con.print(f"makespan without per-op instrumentation: measured [bold]{fmt_time(u.meas_s)}[/bold], error "
+                  f"[bold]{_pct(u.error)}[/bold]")
+    m = res.match
+    con.print(f"ops matched by id: {m.matched} (only predicted {m.n_only_pred}, only measured "
+              f"{m.n_only_meas}); comparison mode: {m.mode}")
+    if res.ops is not None:
+        _print_op_errors(con, res.ops)
+    ov = res.overlap
+    if ov is not None:
+        con.print(f"overlap ratio: predicted {ov.overlap_ratio.pred:.3f}, measured {ov.overlap_ratio.meas:.3f}; "
+                  f"exposed comm (sum over ranks): predicted {fmt_time(ov.exposed_comm_s.pred)}, measured "
+                  f"{fmt_time(ov.exposed_comm_s.meas)}")
     t = Table(title="per rank: busy time by resource, predicted / measured")
     for c in ("rank", "compute", "comm", "copy", "idle"):
         t.add_column(c, justify="right")
-    for r, row in res["by_rank"].items():
-        t.add_row(str(r), *[f"{fmt_time(row[k]['pred_s'])} / {fmt_time(row[k]['meas_s'])}"
-                            for k in ("compute", "comm", "copy", "idle")])
+    for r, row in res.by_rank.items():
+        t.add_row(str(r), *[f"{fmt_time(d.pred_s)} / {fmt_time(d.meas_s)}"
+                            for d in (row.compute, row.comm, row.copy, row.idle)])
+    con.print(t)
+
+
+def _print_op_errors(con: Any, o: OpErrors) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from schedsim.report.summary import fmt_time
+
+    w = o.worst
+    wtxt = f"{w.id} ({w.kind}): {fmt_time(w.pred_s)} vs {fmt_time(w.meas_s)}, {_pct(w.error)}" if w else "n/a"
+    med = o.median_abs_error
+    con.print(f"per-op duration error: median |err| {'n/a' if med is None else f'{med * 100:.1f}%'}; "
+              f"worst {escape(wtxt)}")
+    t = Table(title="by op kind")
+    for c in ("kind", "n", "predicted", "measured", "total err", "median |err|"):
+        t.add_column(c, justify="right")
+    for kind, d in o.by_kind.items():
+        mae = d.median_abs_error
+        t.add_row(kind, str(d.n), fmt_time(d.pred_total_s), fmt_time(d.meas_total_s), _pct(d.total_error),
+                  "n/a" if mae is None else f"{mae * 100:.1f}%")
     con.print(t)
 
 
@@ -393,12 +552,12 @@ def register(app: Any) -> None:
         outdir = out or Path("schedsim_out") / f"compare_{m.schedule}"
         res, paths = write_comparison(p, m, outdir, gantt=gantt)
         if fmt == OutFormat.json:
-            slim = {k: v for k, v in res.items() if k != "ops"}
-            if "ops" in res:
-                slim["ops"] = {k: v for k, v in res["ops"].items() if k != "per_op"}
+            slim = res.to_dict(per_op=False)
+            if "ops" in slim:
+                slim["ops"] = slim.pop("ops")  # printed last, after by_rank, as it always was
             print(json.dumps({**slim, "files": [str(x) for x in paths]}, indent=1, default=str))
             return
-        for w in res.get("warnings", []):
+        for w in res.warnings:
             print(f"warning: the two timelines may not be comparable: {w}", file=sys.stderr)
         print_comparison(res)
         print("wrote " + ", ".join(str(x) for x in paths))

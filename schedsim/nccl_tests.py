@@ -11,8 +11,8 @@ Formats accepted (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``, ``src/common.cu``):
 * **old** (before about 2020): no ``root`` column (and no ``redop`` for
   gather-type tests), the correctness column is ``error`` printed as ``%5.0le``
   (``0e+00``);
-* **glued text**: logs pasted through a tool that lost the newlines, as in seed
-  004, where the in-place ``#wrong`` of one row runs into the size of the next
+* **glued text**: logs pasted through a tool that lost the newlines, as in S4 of
+  docs/sources.md, where the in-place ``#wrong`` of one row runs into the size of the next
   (``... 0.00 016 4 float ...`` is ``#wrong = 0`` then size 16) and the last
   header line runs into the first row (``(GB/s)8 2 float``).
 

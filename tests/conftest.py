@@ -61,3 +61,33 @@ def sim_text():
         return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}, tl
 
     return run
+
+
+def _exec_helpers():  # a plain module beside the executor tests (not a conftest: see its docstring)
+    import sys
+
+    d = str(Path(__file__).resolve().parent / "executor")
+    if d not in sys.path:
+        sys.path.insert(0, d)
+    import exec_helpers
+
+    return exec_helpers
+
+
+def _shared_launch(tmp_path_factory, name: str, nproc: int):
+    pytest.importorskip("torch")
+    h = _exec_helpers()
+    base = tmp_path_factory.mktemp(name)
+    return h.launch(nproc, base, getattr(h, f"{name}_jobs")(base))
+
+
+@pytest.fixture(scope="session")
+def gloo2(tmp_path_factory):
+    """The 2-rank commands of ``exec_helpers.gloo2_jobs``, run in one torchrun launch: name → (Job, base folder)."""
+    return _shared_launch(tmp_path_factory, "gloo2", 2)
+
+
+@pytest.fixture(scope="session")
+def gloo3(tmp_path_factory):
+    """The 3-rank commands of ``exec_helpers.gloo3_jobs``, run in one torchrun launch: name → (Job, base folder)."""
+    return _shared_launch(tmp_path_factory, "gloo3", 3)

@@ -11,12 +11,13 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
 * args per slice: ``op`` (id), ``kind``, ``resource``, ``bytes``, ``flops``, ``solo_us`` (the
   uncontended prediction), ``ready_us``, pipeline tags, and ``predicted_us`` / ``measured_us``
   when both timelines of a comparison hold the op.
-* flow events (``ph: "s"`` / ``"f"``, ``bp: "e"``; bound 5% into the source slice and 5% before the end of the target slice, so the
-  enclosing slice is never ambiguous and a flow never runs backwards in time): every dependency of the graph between two
-  different streams or ranks (category ``dep``), send -> recv (``p2p``; without the graph, sends
-  and recvs paired by their ``msg`` tag) and, for each collective,
-  its first member -> every other member (``collective``; members from the graph's rendezvous,
-  ``G.graph["collectives"]``, else the spans of one name on several ranks). Dependency and p2p flows need the graph (``predict`` passes it).
+* flow events (``ph: "s"`` / ``"f"``, ``bp: "e"``; bound 5% into the source slice and 5% before the end
+  of the target slice, so the enclosing slice is never ambiguous and a flow never runs backwards in
+  time): every dependency of the graph between two different streams or ranks (category ``dep``),
+  send -> recv (``p2p``; without the graph, sends and recvs paired by their ``msg`` tag) and, for each
+  collective, its first member -> every other member (``collective``; members from the graph's
+  rendezvous, ``G.graph["collectives"]``, else the spans of one name on several ranks). Dependency and
+  p2p flows need the graph (``predict`` passes it).
 * counter tracks (``ph: "C"``) per rank: ``memory allocated (bytes)`` when the timeline carries
   the memory curve (:mod:`schedsim.report.memory`), ``GPU share in use`` (Σ over running compute ops
   of solo time / actual time: 1.0 = one kernel's worth of the GPU, from the simulator's solo
@@ -33,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from schedsim.graph.info import GraphInfo
 from schedsim.io import atomic_write_text
 from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
 from schedsim.sim.timeline import Span, Timeline
@@ -109,18 +111,64 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
     Each (label, rank) becomes a process, each stream a thread. ``graph`` (the networkx DAG of the
     first timeline, optional) adds dependency and send->recv flows.
     """
-    events: list[dict[str, Any]] = []
+    w = _Writer()
     multi = len(timelines) > 1
-    other: dict[str, dict[str, Span]] = {}
-    if multi:
-        for lbl, tl in timelines:
-            other[lbl] = tl.by_id()
-    flow_id = 0
+    by_label = {lbl: tl.by_id() for lbl, tl in timelines} if multi else {}
     pid_base = 0  # processes of later timelines follow those of earlier ones, whatever their rank sets
     for li, (label, tl) in enumerate(timelines):
+        w.lanes(tl, label if multi else None, pid_base)
+        pid_base += len(w.pid_of)
+        w.slices(tl, label, [(ol, d) for ol, d in by_label.items() if ol != label])
+        g = graph if li == 0 else None
+        byid = tl.by_id()
+        if g is not None:
+            w.graph_flows(g, byid)
+        elif li == 0 or graph is None:
+            w.tagged_p2p_flows(tl)
+        w.collective_flows(tl, byid, g)
+        w.counters(tl)
+    return {"traceEvents": w.events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "schedsim", "timelines": [lbl for lbl, _ in timelines]}}
+
+
+def _slice_args(s: Span, label: str, others: list[tuple[str, dict[str, Span]]]) -> dict[str, Any]:
+    """A slice's ``args``: op id, kind, resource, the optional numbers (µs), tags, and the op's duration in
+    the other timelines of the trace (``<label>_us``)."""
+    args: dict[str, Any] = {"op": s.id, "kind": s.kind, "resource": s.resource}
+    if s.bytes:
+        args["bytes"] = s.bytes
+    if s.flops:
+        args["flops"] = s.flops
+    if s.solo_s is not None:
+        args["solo_us"] = _us(s.solo_s)
+    if s.ready_s is not None:
+        args["ready_us"] = _us(s.ready_s)
+    if s.tags:
+        args.update({str(k): v for k, v in s.tags.items() if k not in args})
+    if others:
+        args[f"{label}_us"] = _us(s.duration_s)
+        for ol, d in others:
+            o = d.get(s.id)
+            if o is not None:
+                args[f"{ol}_us"] = _us(o.duration_s)
+    return args
+
+
+class _Writer:
+    """The events of a trace, one timeline at a time: ``pid_of`` (rank → process) and ``tid_span`` (op id →
+    thread) are the current timeline's; flow ids run on over all timelines."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.flow_id = 0
+        self.pid_of: dict[int, int] = {}
+        self.tid_span: dict[str, int] = {}
+
+    def lanes(self, tl: Timeline, label: str | None, pid_base: int) -> None:
+        """Process and thread metadata: one process per rank, one thread per stream and nesting row
+        (:func:`_nesting_rows`), compute streams first."""
         ranks = sorted({s.rank for s in tl.spans})
-        pid_of = {r: pid_base + i for i, r in enumerate(ranks)}
-        pid_base += len(ranks)
+        self.pid_of = {r: pid_base + i for i, r in enumerate(ranks)}
         res_of: dict[tuple[int, str], str] = {}
         for s in tl.spans:
             res_of.setdefault((s.rank, s.stream), s.resource)
@@ -129,83 +177,70 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
         n_sub: dict[tuple[int, str], int] = defaultdict(int)
         for s, j in zip(tl.spans, sub_of, strict=False):
             n_sub[(s.rank, s.stream)] = max(n_sub[(s.rank, s.stream)], j + 1)
-        tid_of: dict[tuple[int, str, int], int] = {}
         for r in ranks:
-            pid = pid_of[r]
-            name = f"{label} rank {r}" if multi else f"rank {r}"
-            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
-            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+            pid = self.pid_of[r]
+            name = f"{label} rank {r}" if label is not None else f"rank {r}"
+            self.events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
+            self.events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                                "args": {"sort_index": pid}})
+        tid_of: dict[tuple[int, str, int], int] = {}
         per_rank_idx: dict[int, int] = defaultdict(int)
         for r, st in lanes:
             for j in range(n_sub[(r, st)]):
-                tid = per_rank_idx[r] + 1
                 per_rank_idx[r] += 1
-                tid_of[(r, st, j)] = tid
-                events.append({"ph": "M", "name": "thread_name", "pid": pid_of[r], "tid": tid,
-                               "args": {"name": f"{st} ({res_of[(r, st)]})" + (f" #{j + 1}" if j else "")}})
-                events.append({"ph": "M", "name": "thread_sort_index", "pid": pid_of[r], "tid": tid,
-                               "args": {"sort_index": tid}})
-        tid_span = {s.id: tid_of[(s.rank, s.stream, j)] for s, j in zip(tl.spans, sub_of, strict=False)}
-        others = [(ol, d) for ol, d in other.items() if ol != label]
+                tid = tid_of[(r, st, j)] = per_rank_idx[r]
+                self.events.append({"ph": "M", "name": "thread_name", "pid": self.pid_of[r], "tid": tid,
+                                    "args": {"name": f"{st} ({res_of[(r, st)]})" + (f" #{j + 1}" if j else "")}})
+                self.events.append({"ph": "M", "name": "thread_sort_index", "pid": self.pid_of[r], "tid": tid,
+                                    "args": {"sort_index": tid}})
+        self.tid_span = {s.id: tid_of[(s.rank, s.stream, j)] for s, j in zip(tl.spans, sub_of, strict=False)}
+
+    def slices(self, tl: Timeline, label: str, others: list[tuple[str, dict[str, Span]]]) -> None:
+        """One complete event (``ph: "X"``) per span."""
         for s in tl.spans:
-            args: dict[str, Any] = {"op": s.id, "kind": s.kind, "resource": s.resource}
-            if s.bytes:
-                args["bytes"] = s.bytes
-            if s.flops:
-                args["flops"] = s.flops
-            if s.solo_s is not None:
-                args["solo_us"] = _us(s.solo_s)
-            if s.ready_s is not None:
-                args["ready_us"] = _us(s.ready_s)
-            if s.tags:
-                args.update({str(k): v for k, v in s.tags.items() if k not in args})
-            if others:
-                args[f"{label}_us"] = _us(s.duration_s)
-                for ol, d in others:
-                    o = d.get(s.id)
-                    if o is not None:
-                        args[f"{ol}_us"] = _us(o.duration_s)
-            events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid_of[s.rank],
-                           "tid": tid_span[s.id], "ts": _us(s.start_s), "dur": round(_us(s.end_s) - _us(s.start_s), 4),
-                           "args": args})
+            self.events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": self.pid_of[s.rank],
+                                "tid": self.tid_span[s.id], "ts": _us(s.start_s),
+                                "dur": round(_us(s.end_s) - _us(s.start_s), 4), "args": _slice_args(s, label, others)})
 
-        def flow(a: Span, b: Span, cat: str) -> None:
-            nonlocal flow_id
-            ts_s, ts_f = _us(a.start_s + 0.05 * a.duration_s), _us(b.end_s - 0.05 * b.duration_s)
-            if ts_s > ts_f:
-                return  # b ended before a began: no causal arrow to draw
-            flow_id += 1
-            events.append({"ph": "s", "name": cat, "cat": cat, "id": flow_id, "pid": pid_of[a.rank],
-                           "tid": tid_span[a.id], "ts": ts_s})
-            events.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": flow_id, "pid": pid_of[b.rank],
-                           "tid": tid_span[b.id], "ts": ts_f})
+    def flow(self, a: Span, b: Span, cat: str) -> None:
+        """An arrow from 5 % into ``a`` to 5 % before the end of ``b``; none when ``b`` ended before that."""
+        ts_s, ts_f = _us(a.start_s + 0.05 * a.duration_s), _us(b.end_s - 0.05 * b.duration_s)
+        if ts_s > ts_f:
+            return  # b ended before a began: no causal arrow to draw
+        self.flow_id += 1
+        self.events.append({"ph": "s", "name": cat, "cat": cat, "id": self.flow_id, "pid": self.pid_of[a.rank],
+                            "tid": self.tid_span[a.id], "ts": ts_s})
+        self.events.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": self.flow_id,
+                            "pid": self.pid_of[b.rank], "tid": self.tid_span[b.id], "ts": ts_f})
 
-        byid = tl.by_id()
-        if graph is not None and li == 0:
-            for u, v, d in graph.edges(data=True):
-                a, b = byid.get(u), byid.get(v)
-                if a is None or b is None or (a.rank, a.stream) == (b.rank, b.stream):
-                    continue
-                if d.get("kind") == "stream":
-                    continue
-                flow(a, b, "dep")
-            for u, v in graph.graph.get("p2p", []):
-                a, b = byid.get(u), byid.get(v)
-                if a is not None and b is not None:
-                    flow(a, b, "p2p")
-        elif li == 0 or graph is None:
-            # no graph: pair sends and recvs that carry the same message tag (the pipeline block's ``msg``)
-            ends: dict[str, dict[str, list[Span]]] = defaultdict(lambda: {"send": [], "recv": []})
-            for s in tl.spans:
-                if s.kind in P2P_KINDS and s.tags and s.tags.get("msg") is not None:
-                    ends[str(s.tags["msg"])][s.kind].append(s)
-            for d in ends.values():
-                if len(d["send"]) == 1 and len(d["recv"]) == 1:
-                    flow(d["send"][0], d["recv"][0], "p2p")
+    def graph_flows(self, graph: Any, byid: dict[str, Span]) -> None:
+        """The graph's dependencies across streams or ranks (``dep``) and its send → recv pairs (``p2p``)."""
+        for u, v, d in graph.edges(data=True):
+            a, b = byid.get(u), byid.get(v)
+            if a is None or b is None or (a.rank, a.stream) == (b.rank, b.stream) or d.get("kind") == "stream":
+                continue
+            self.flow(a, b, "dep")
+        for u, v in GraphInfo.of(graph).p2p:
+            a, b = byid.get(u), byid.get(v)
+            if a is not None and b is not None:
+                self.flow(a, b, "p2p")
+
+    def tagged_p2p_flows(self, tl: Timeline) -> None:
+        """No graph: pair sends and recvs that carry the same message tag (the pipeline block's ``msg``)."""
+        ends: dict[str, dict[str, list[Span]]] = defaultdict(lambda: {"send": [], "recv": []})
+        for s in tl.spans:
+            if s.kind in P2P_KINDS and s.tags and s.tags.get("msg") is not None:
+                ends[str(s.tags["msg"])][s.kind].append(s)
+        for d in ends.values():
+            if len(d["send"]) == 1 and len(d["recv"]) == 1:
+                self.flow(d["send"][0], d["recv"][0], "p2p")
+
+    def collective_flows(self, tl: Timeline, byid: dict[str, Span], graph: Any) -> None:
+        """First member → every other member of each collective (``collective``)."""
         members: dict[str, list[Span]] = defaultdict(list)
-        if graph is not None and li == 0 and "collectives" in graph.graph:
+        if graph is not None and "collectives" in graph.graph:
             # the graph's rendezvous: one entry per (name, group), so two groups issuing one name stay apart
-            for key, ids in graph.graph["collectives"].items():
+            for key, ids in GraphInfo.of(graph).collectives.items():
                 members[key] = [byid[i] for i in ids if i in byid]
         else:  # no graph: members are the spans of one name, one per rank
             for s in tl.spans:
@@ -216,37 +251,39 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
                 continue  # repeated names on one rank: membership is ambiguous
             mem.sort(key=lambda m: m.rank)
             for m in mem[1:]:
-                flow(mem[0], m, "collective")
-        # counters
+                self.flow(mem[0], m, "collective")
+
+    def counters(self, tl: Timeline) -> None:
+        """Counter tracks per rank (module docstring): memory, GPU share or compute ops, comm bandwidth."""
         mem_meta = (tl.meta or {}).get("memory") or {}
         for r, d in (mem_meta.get("ranks") or {}).items():
-            pid = pid_of.get(int(r))
+            pid = self.pid_of.get(int(r))
             if pid is None:
                 continue
             for t, b in d.get("steps", []):
-                events.append({"ph": "C", "name": "memory allocated (bytes)", "pid": pid, "ts": _us(t),
-                               "args": {"bytes": b}})
+                self.events.append({"ph": "C", "name": "memory allocated (bytes)", "pid": pid, "ts": _us(t),
+                                    "args": {"bytes": b}})
         by_rank: dict[int, list[Span]] = defaultdict(list)
         for s in tl.spans:
             by_rank[s.rank].append(s)
         for r, spans in by_rank.items():
-            comp = [s for s in spans if s.resource == "compute" and s.solo_s is not None]
-            if comp:
-                for t, v in _rate_counter(comp, lambda s: s.solo_s / s.duration_s if s.duration_s > 0 else 0.0):
-                    events.append({"ph": "C", "name": "GPU share in use", "pid": pid_of[r], "ts": _us(t),
-                                   "args": {"share": round(v, 6)}})
-            else:  # measured: no solo durations to weigh by, so count the compute ops in flight
-                comp = [s for s in spans if s.resource == "compute"]
-                for t, v in _rate_counter(comp, lambda s: 1.0):
-                    events.append({"ph": "C", "name": "compute ops running", "pid": pid_of[r], "ts": _us(t),
-                                   "args": {"ops": round(v)}})
-            comm = [s for s in spans if s.resource == "comm" and s.bytes]
-            if comm:
-                for t, v in _rate_counter(comm, lambda s: s.bytes / s.duration_s if s.duration_s > 0 else 0.0):
-                    events.append({"ph": "C", "name": "comm bandwidth in use (B/s)", "pid": pid_of[r], "ts": _us(t),
-                                   "args": {"bytes_per_s": round(v, 3)}})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "schedsim", "timelines": [lbl for lbl, _ in timelines]}}
+            self._rate_counters(self.pid_of[r], spans)
+
+    def _rate_counters(self, pid: int, spans: list[Span]) -> None:
+        comp = [s for s in spans if s.resource == "compute" and s.solo_s is not None]
+        if comp:
+            for t, v in _rate_counter(comp, lambda s: s.solo_s / s.duration_s if s.duration_s > 0 else 0.0):
+                self.events.append({"ph": "C", "name": "GPU share in use", "pid": pid, "ts": _us(t),
+                                    "args": {"share": round(v, 6)}})
+        else:  # measured: no solo durations to weigh by, so count the compute ops in flight
+            comp = [s for s in spans if s.resource == "compute"]
+            for t, v in _rate_counter(comp, lambda s: 1.0):
+                self.events.append({"ph": "C", "name": "compute ops running", "pid": pid, "ts": _us(t),
+                                    "args": {"ops": round(v)}})
+        comm = [s for s in spans if s.resource == "comm" and s.bytes]
+        for t, v in _rate_counter(comm, lambda s: s.bytes / s.duration_s if s.duration_s > 0 else 0.0):
+            self.events.append({"ph": "C", "name": "comm bandwidth in use (B/s)", "pid": pid, "ts": _us(t),
+                                "args": {"bytes_per_s": round(v, 3)}})
 
 
 def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]], graph: Any = None) -> None:

@@ -217,55 +217,12 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
     makespans : dict label -> seconds, optional
         Makespan to label instead of ``Timeline.makespan_s`` (for derived views of a timeline).
     """
-    import numpy as np
     from matplotlib.patches import Patch
 
     multi = len(timelines) > 1
-    streams_of: dict[int, list[str]] = {}
-    for _lbl, tl in timelines:
-        for r, st in tl.lanes():
-            lst = streams_of.setdefault(r, [])
-            if st not in lst:
-                lst.append(st)
-    ranks = sorted(streams_of)
-    # a rank with more streams than fit keeps its first max_lanes - 3 and folds the rest into one lane
-    fold_st: dict[tuple[int, str], str] = {}
-    for r in ranks:
-        sts = streams_of[r]
-        if len(sts) > max_lanes - 2:
-            keep = max(1, max_lanes - 3)
-            other = f"+{len(sts) - keep:,} more streams"
-            for st in sts[keep:]:
-                fold_st[(r, st)] = other
-            streams_of[r] = sts[:keep] + [other]
-
-    def lane_st(r: int, st: str) -> str:
-        return fold_st.get((r, st), st) if fold_st else st
-
-    res_of: dict[tuple[int, str], str] = {}
-    n_lanes = sum(len(v) for v in streams_of.values())  # once: per span it made 100k ranks quadratic
-    for _lbl, tl in timelines:
-        seen = 0
-        for s in tl.spans:
-            if (s.rank, lane_st(s.rank, s.stream)) not in res_of:
-                res_of[(s.rank, lane_st(s.rank, s.stream))] = s.resource
-                seen += 1
-                if seen == n_lanes:
-                    break
-    for r in ranks:  # compute streams first, then comm, then copy; name order within
-        order = {"compute": 0, "comm": 1, "copy": 2}
-        folded_lanes = set(fold_st.values())  # the "+N more streams" lane goes last
-        streams_of[r].sort(key=lambda st, r=r: (st in folded_lanes, order.get(res_of.get((r, st), ""), 3), st))
-    k = len(timelines)
-    has = {lbl: {(r, lane_st(r, st)) for r, st in tl.lanes()} for lbl, tl in timelines}  # a lane only where that timeline has the stream
-    n_lanes = {r: sum((r, st) in has[lbl] for st in streams_of[r] for lbl, _ in timelines) for r in ranks}
-    cp_ranks = [int(op.rsplit("@r", 1)[1]) for op in timelines[0][1].critical_path if op.rsplit("@r", 1)[-1].isdigit()]
-    shown, folded = choose_ranks(ranks, n_lanes, max_lanes, prefer=list(dict.fromkeys(cp_ranks)))
-    lanes: list[tuple[int, str, str]] = [(r, st, lbl) for r in shown for st in streams_of[r] for lbl, _ in timelines
-                                         if (r, st) in has[lbl]]
-    ypos = {ln: i for i, ln in enumerate(lanes)}
-    n_other = 2 * k if folded else 0
-    n = len(lanes) + n_other
+    lay = _GanttLayout.of(timelines, max_lanes)
+    lanes, folded, k = lay.lanes, lay.folded, len(timelines)
+    n = len(lanes) + (2 * k if folded else 0)
     lane_in = 0.42 if n <= 24 else max(0.22, 0.42 * 24 / n)
     mk = [(lbl, (makespans or {}).get(lbl, tl.makespan_s)) for lbl, tl in timelines]
     xmax_s = max([m for _l, m in mk] + [1e-9])
@@ -273,64 +230,13 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
     fig = _fig(12, lane_in * n + top_in + 0.6)
     ax = fig.add_subplot(111)
     ax_w_px = fig.get_figwidth() * _DPI * 0.7
-    px_per_ms = ax_w_px / (xmax_s * 1e3 * 1.02)
-    kinds_used: dict[str, str] = {}
-    total = sum(len(tl) for _l, tl in timelines)
-    label_ok = total <= max_labels
-    shown_set = set(shown)
-    exposed_drawn = False
+    pen = _GanttPen(ax, lay, px_per_ms=ax_w_px / (xmax_s * 1e3 * 1.02),
+                    label_ok=sum(len(tl) for _l, tl in timelines) <= max_labels, min_label_frac=min_label_frac)
     for lbl, tl in timelines:
-        ms = (makespans or {}).get(lbl, tl.makespan_s) * 1e3
-        groups: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
-        comp: dict[int, list[tuple[float, float]]] = defaultdict(list)
-        comm: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
-        hidden: dict[str, dict[int, list[tuple[float, float]]]] = {"compute": defaultdict(list),
-                                                                    "comm": defaultdict(list)}
-        for s in tl.spans:
-            if s.resource == "compute":
-                comp[s.rank].append((s.start_s, s.end_s))
-            if s.rank not in shown_set:
-                if s.resource in hidden:
-                    hidden[s.resource][s.rank].append((s.start_s, s.end_s))
-                continue
-            lst = lane_st(s.rank, s.stream)
-            if s.resource == "comm":
-                comm[(s.rank, lst)].append((s.start_s, s.end_s))
-            y = ypos[(s.rank, lst, lbl)]
-            key = color_key(s)
-            c = _color(key)
-            chunk = bool(s.tags.get("chunk", 0)) and key in _PHASES if s.tags else False
-            if chunk:
-                c = _lighten(c)
-                key = f"{key} (later chunk)"
-            kinds_used.setdefault(key, c)
-            w = (s.end_s - s.start_s) * 1e3
-            groups.setdefault((y, c, chunk, w * px_per_ms >= 4), []).append((s.start_s * 1e3, w))
-            if label_ok and ms > 0 and w / ms > min_label_frac:
-                text = str(s.tags["mb"]) if s.tags and "mb" in s.tags else _cut(s.name)
-                ax.text(s.start_s * 1e3 + w / 2, y, text, ha="center", va="center", fontsize=6, clip_on=True)
-        for (y, c, _chunk, wide), xr in groups.items():
-            # tiny boxes get no edge line: a black edge would hide their colour
-            ax.broken_barh(xr, (y - 0.38, 0.76), facecolors=c, edgecolor="white" if wide else "none",
-                           linewidth=0.4 if wide else 0.0)
-        # exposed communication: each comm lane's busy time not covered by any compute of its rank
-        merged_comp = {r: merge(v) for r, v in comp.items()}
-        for (r, st), iv in comm.items():
-            ex = _subtract(merge(iv), merged_comp.get(r, []))
-            if ex:
-                exposed_drawn = True
-                y = ypos[(r, st, lbl)]
-                ax.broken_barh([(a * 1e3, (b - a) * 1e3) for a, b in ex], (y + 0.38, 0.1), facecolors=EXPOSED,
-                               edgecolor="none", linewidth=0.0)
+        hidden = pen.draw(lbl, tl, (makespans or {}).get(lbl, tl.makespan_s) * 1e3)
         if folded:
             base = len(lanes) + 2 * [lb for lb, _ in timelines].index(lbl)
-            bins = int(max(50, min(1200, ax_w_px)))
-            edges = np.linspace(0.0, max(tl.makespan_s, 1e-12), bins + 1)
-            for j, resname in enumerate(("compute", "comm")):
-                ivs = [iv for r in folded for iv in merge(hidden[resname].get(r, []))]
-                share = np.clip(busy_share(ivs, len(folded), edges), 0.0, 1.0)
-                ax.imshow(share[None, :], aspect="auto", cmap="Greys", vmin=0.0, vmax=1.0, interpolation="nearest",
-                          extent=(0.0, edges[-1] * 1e3, base + j + 0.38, base + j - 0.38))
+            _draw_folded(ax, hidden, folded, base, max(tl.makespan_s, 1e-12), int(max(50, min(1200, ax_w_px))))
     yt = [f"r{r} {_cut(st)}" + (f" [{_cut(lbl)}]" if multi else "") for r, st, lbl in lanes]
     if folded:
         span_txt = f"{len(folded)} other ranks"
@@ -344,10 +250,10 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
     ax.set_ylim(n - 0.5, -0.6)
     _makespan_labels(ax, [(f"{lbl + ' ' if multi else ''}makespan {m * 1e3:.3f} ms", m * 1e3) for lbl, m in mk],
                      xmax_s * 1e3 * 1.02)
-    rank_of = {k: i for i, k in enumerate(KIND_COLORS)}
+    rank_of = {key: i for i, key in enumerate(KIND_COLORS)}
     handles = [Patch(facecolor=c, label=key) for key, c in
-               sorted(kinds_used.items(), key=lambda kv: (rank_of.get(kv[0].split(" ")[0], 99), kv[0]))]
-    if exposed_drawn:
+               sorted(pen.kinds_used.items(), key=lambda kv: (rank_of.get(kv[0].split(" ")[0], 99), kv[0]))]
+    if pen.exposed_drawn:
         handles.append(Patch(facecolor=EXPOSED, label="exposed comm"))
     if folded:
         handles.append(Patch(facecolor="#777777", label="others: busy share"))
@@ -357,6 +263,149 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
     h = fig.get_figheight()
     fig.subplots_adjust(left=min(0.4, (0.3 + 0.06 * longest) / 12), right=0.84, top=1 - top_in / h, bottom=0.5 / h)
     return fig
+
+
+class _GanttLayout:
+    """The lanes of a Gantt chart: per rank its streams (past ``max_lanes`` the extra ones folded into one
+    "+N more streams" lane; compute streams first, then comm, then copy), the ranks shown (those on the
+    critical path preferred, :func:`choose_ranks`) and the ranks folded into busy-share bands, and one
+    lane per (rank, stream, timeline) where that timeline has the stream."""
+
+    def __init__(self) -> None:
+        self.fold_st: dict[tuple[int, str], str] = {}
+        self.lanes: list[tuple[int, str, str]] = []
+        self.ypos: dict[tuple[int, str, str], int] = {}
+        self.shown: list[int] = []
+        self.folded: list[int] = []
+
+    def lane_st(self, r: int, st: str) -> str:
+        """The lane a stream is drawn in (its own, or its rank's folded lane)."""
+        return self.fold_st.get((r, st), st) if self.fold_st else st
+
+    @classmethod
+    def of(cls, timelines: list[tuple[str, Timeline]], max_lanes: int) -> _GanttLayout:
+        lay = cls()
+        streams_of: dict[int, list[str]] = {}
+        for _lbl, tl in timelines:
+            for r, st in tl.lanes():
+                lst = streams_of.setdefault(r, [])
+                if st not in lst:
+                    lst.append(st)
+        ranks = sorted(streams_of)
+        # a rank with more streams than fit keeps its first max_lanes - 3 and folds the rest into one lane
+        for r in ranks:
+            sts = streams_of[r]
+            if len(sts) > max_lanes - 2:
+                keep = max(1, max_lanes - 3)
+                other = f"+{len(sts) - keep:,} more streams"
+                for st in sts[keep:]:
+                    lay.fold_st[(r, st)] = other
+                streams_of[r] = sts[:keep] + [other]
+        lay._order_streams(timelines, streams_of, ranks)
+        # a lane only where that timeline has the stream
+        has = {lbl: {(r, lay.lane_st(r, st)) for r, st in tl.lanes()} for lbl, tl in timelines}
+        n_lanes = {r: sum((r, st) in has[lbl] for st in streams_of[r] for lbl, _ in timelines) for r in ranks}
+        cp_ranks = [int(op.rsplit("@r", 1)[1]) for op in timelines[0][1].critical_path
+                    if op.rsplit("@r", 1)[-1].isdigit()]
+        lay.shown, lay.folded = choose_ranks(ranks, n_lanes, max_lanes, prefer=list(dict.fromkeys(cp_ranks)))
+        lay.lanes = [(r, st, lbl) for r in lay.shown for st in streams_of[r] for lbl, _ in timelines
+                     if (r, st) in has[lbl]]
+        lay.ypos = {ln: i for i, ln in enumerate(lay.lanes)}
+        return lay
+
+    def _order_streams(self, timelines: list[tuple[str, Timeline]], streams_of: dict[int, list[str]],
+                       ranks: list[int]) -> None:
+        """Sort each rank's streams: compute, comm, copy (by the resource of their first span), then by name;
+        the folded lane last."""
+        res_of: dict[tuple[int, str], str] = {}
+        n_lanes = sum(len(v) for v in streams_of.values())  # once: per span it made 100k ranks quadratic
+        for _lbl, tl in timelines:
+            seen = 0
+            for s in tl.spans:
+                if (s.rank, self.lane_st(s.rank, s.stream)) not in res_of:
+                    res_of[(s.rank, self.lane_st(s.rank, s.stream))] = s.resource
+                    seen += 1
+                    if seen == n_lanes:
+                        break
+        order = {"compute": 0, "comm": 1, "copy": 2}
+        folded_lanes = set(self.fold_st.values())  # the "+N more streams" lane goes last
+        for r in ranks:
+            streams_of[r].sort(key=lambda st, r=r: (st in folded_lanes, order.get(res_of.get((r, st), ""), 3), st))
+
+
+class _GanttPen:
+    """Draws the spans of each timeline into its lanes: boxes grouped by (lane, colour, edge) into one
+    ``broken_barh`` call each, op labels in wide boxes, and exposed communication under comm lanes."""
+
+    def __init__(self, ax: Any, lay: _GanttLayout, *, px_per_ms: float, label_ok: bool,
+                 min_label_frac: float) -> None:
+        self.ax, self.lay = ax, lay
+        self.px_per_ms, self.label_ok, self.min_label_frac = px_per_ms, label_ok, min_label_frac
+        self.kinds_used: dict[str, str] = {}
+        self.exposed_drawn = False
+
+    def draw(self, lbl: str, tl: Timeline, ms: float) -> dict[str, dict[int, list[tuple[float, float]]]]:
+        """Draw ``tl`` (makespan ``ms`` milliseconds, for the label rule); return the folded ranks' compute and
+        comm intervals."""
+        shown_set = set(self.lay.shown)
+        groups: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
+        comp: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        comm: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+        hidden: dict[str, dict[int, list[tuple[float, float]]]] = {"compute": defaultdict(list),
+                                                                    "comm": defaultdict(list)}
+        for s in tl.spans:
+            if s.resource == "compute":
+                comp[s.rank].append((s.start_s, s.end_s))
+            if s.rank not in shown_set:
+                if s.resource in hidden:
+                    hidden[s.resource][s.rank].append((s.start_s, s.end_s))
+                continue
+            lst = self.lay.lane_st(s.rank, s.stream)
+            if s.resource == "comm":
+                comm[(s.rank, lst)].append((s.start_s, s.end_s))
+            self._box(s, self.lay.ypos[(s.rank, lst, lbl)], ms, groups)
+        for (y, c, _chunk, wide), xr in groups.items():
+            # tiny boxes get no edge line: a black edge would hide their colour
+            self.ax.broken_barh(xr, (y - 0.38, 0.76), facecolors=c, edgecolor="white" if wide else "none",
+                                linewidth=0.4 if wide else 0.0)
+        # exposed communication: each comm lane's busy time not covered by any compute of its rank
+        merged_comp = {r: merge(v) for r, v in comp.items()}
+        for (r, st), iv in comm.items():
+            ex = _subtract(merge(iv), merged_comp.get(r, []))
+            if ex:
+                self.exposed_drawn = True
+                y = self.lay.ypos[(r, st, lbl)]
+                self.ax.broken_barh([(a * 1e3, (b - a) * 1e3) for a, b in ex], (y + 0.38, 0.1), facecolors=EXPOSED,
+                                    edgecolor="none", linewidth=0.0)
+        return hidden
+
+    def _box(self, s: Span, y: int, ms: float, groups: dict[tuple[int, str, bool, bool], list[tuple[float, float]]]
+             ) -> None:
+        key = color_key(s)
+        c = _color(key)
+        chunk = bool(s.tags.get("chunk", 0)) and key in _PHASES if s.tags else False
+        if chunk:
+            c = _lighten(c)
+            key = f"{key} (later chunk)"
+        self.kinds_used.setdefault(key, c)
+        w = (s.end_s - s.start_s) * 1e3
+        groups.setdefault((y, c, chunk, w * self.px_per_ms >= 4), []).append((s.start_s * 1e3, w))
+        if self.label_ok and ms > 0 and w / ms > self.min_label_frac:
+            text = str(s.tags["mb"]) if s.tags and "mb" in s.tags else _cut(s.name)
+            self.ax.text(s.start_s * 1e3 + w / 2, y, text, ha="center", va="center", fontsize=6, clip_on=True)
+
+
+def _draw_folded(ax: Any, hidden: dict[str, dict[int, list[tuple[float, float]]]], folded: list[int], base: int,
+                 end_s: float, bins: int) -> None:
+    """The folded ranks' compute and comm busy share over time, as two grey bands from lane ``base``."""
+    import numpy as np
+
+    edges = np.linspace(0.0, end_s, bins + 1)
+    for j, resname in enumerate(("compute", "comm")):
+        ivs = [iv for r in folded for iv in merge(hidden[resname].get(r, []))]
+        share = np.clip(busy_share(ivs, len(folded), edges), 0.0, 1.0)
+        ax.imshow(share[None, :], aspect="auto", cmap="Greys", vmin=0.0, vmax=1.0, interpolation="nearest",
+                  extent=(0.0, edges[-1] * 1e3, base + j + 0.38, base + j - 0.38))
 
 
 # ---------------------------------------------------------------------------------------------- pipeline

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedsim.sim.timeline import Timeline
+
+if TYPE_CHECKING:
+    from schedsim.sim.metrics import Metrics
+    from schedsim.sim.pipeline_metrics import PipelineMetrics
 
 __all__ = ["print_summary", "print_pipeline", "fmt_time", "fmt_bytes", "pick_ranks", "make_console"]
 
@@ -66,7 +70,7 @@ def pick_ranks(ranks: list[Any], score: dict[Any, float], all_ranks: bool, k: in
     return rows, len(ranks) - len(rows)
 
 
-def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, max_cp: int = 12,
+def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: int = 12,
                   all_ranks: bool = False) -> None:
     """Print the header, the per-rank table and the critical path.
 
@@ -80,61 +84,59 @@ def print_summary(tl: Timeline, metrics: dict[str, Any], console: Any = None, ma
 
     con.print(f"[bold]{escape(_clip(str(tl.schedule)))}[/bold]  source={escape(_clip(str(tl.source)))}  "
               f"profile={escape(str(tl.profile))}  launch={escape(str(tl.launch))}  "
-              f"ranks={tl.world_size}  ops={metrics['ops']}")
-    con.print(f"makespan [bold]{fmt_time(metrics['makespan_s'])}[/bold]   exposed comm (sum over ranks) "
-              f"{fmt_time(metrics['exposed_comm_s'])}   overlap ratio {metrics['overlap_ratio']:.3f}")
+              f"ranks={tl.world_size}  ops={metrics.ops}")
+    con.print(f"makespan [bold]{fmt_time(metrics.makespan_s)}[/bold]   exposed comm (sum over ranks) "
+              f"{fmt_time(metrics.exposed_comm_s)}   overlap ratio {metrics.overlap_ratio:.3f}")
     t = Table(title=None, show_lines=False)
     for col in ("rank", "busy compute", "busy comm", "busy copy", "idle", "exposed comm", "overlap", "comm share"):
         t.add_column(col, justify="right")
-    ranks = metrics["ranks"]
-    score = {r: d["idle_s"] + d["exposed_comm_s"] for r, d in ranks.items()}
-    rows, left = pick_ranks(list(ranks), score, all_ranks, tie={r: d["exposed_comm_s"] for r, d in ranks.items()})
+    ranks = metrics.ranks
+    score = {r: d.idle_s + d.exposed_comm_s for r, d in ranks.items()}
+    rows, left = pick_ranks(list(ranks), score, all_ranks, tie={r: d.exposed_comm_s for r, d in ranks.items()})
+    keys = ("busy_compute_s", "busy_comm_s", "busy_copy_s", "idle_s", "exposed_comm_s")
     if left:
         n = len(ranks)
-        tot = {k: sum(d[k] for d in ranks.values()) for k in ("busy_compute_s", "busy_comm_s", "busy_copy_s",
-                                                               "idle_s", "exposed_comm_s")}
-        t.add_row(f"mean of {n}", *[fmt_time(tot[k] / n) for k in ("busy_compute_s", "busy_comm_s", "busy_copy_s",
-                                                                     "idle_s", "exposed_comm_s")],
-                  f"{metrics['overlap_ratio']:.3f}", "", end_section=True)
+        tot = {k: sum(getattr(d, k) for d in ranks.values()) for k in keys}
+        t.add_row(f"mean of {n}", *[fmt_time(tot[k] / n) for k in keys], f"{metrics.overlap_ratio:.3f}", "",
+                  end_section=True)
     for i, r in enumerate(rows):
         d = ranks[r]
         tag = "" if not left else (" worst" if i < 3 else " best")
-        t.add_row(f"{r}{tag}", fmt_time(d["busy_compute_s"]), fmt_time(d["busy_comm_s"]), fmt_time(d["busy_copy_s"]),
-                  fmt_time(d["idle_s"]), fmt_time(d["exposed_comm_s"]), f"{d['overlap_ratio']:.3f}",
-                  f"{d['comm_share']:.3f}")
+        t.add_row(f"{r}{tag}", *[fmt_time(getattr(d, k)) for k in keys], f"{d.overlap_ratio:.3f}",
+                  f"{d.comm_share:.3f}")
     con.print(t)
     if left:
         con.print(f"({left} more ranks; worst/best by idle + exposed comm, then exposed comm; --all-ranks prints all)")
-    cp = metrics.get("critical_path", [])
+    cp = metrics.critical_path
     if cp:
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
         shown = [escape(_clip(x)) for x in shown]  # rich wraps a 150k-character op name in quadratic time
-        parts = ", ".join(f"{k} {fmt_time(v)}" for k, v in metrics.get("critical_path_s", {}).items())
+        parts = ", ".join(f"{k} {fmt_time(v)}" for k, v in metrics.critical_path_s.items())
         con.print(f"critical path ({len(cp)} ops; {parts}): " + " → ".join(shown))
 
 
-def print_pipeline(pm: dict[str, Any], console: Any = None, all_ranks: bool = False) -> None:
+def print_pipeline(pm: PipelineMetrics, console: Any = None, all_ranks: bool = False) -> None:
     """Print bubble ratios (both conventions), peak activation memory and p2p volume per rank
     (past :data:`MAX_RANK_ROWS` ranks the 3 with the largest and smallest bubble, unless ``all_ranks``)."""
     from rich.table import Table
 
     con = console or make_console()
-    info = pm["info"]
+    info = pm.info
     from rich.markup import escape
 
     con.print(f"pipeline {escape(str(info['schedule']))}: p={info['p']} v={info['v']} m={info['m']} p2p={info['p2p']}  "
-              f"bubble: {pm['bubble_of_makespan']['overall']:.4f} of makespan (idle fraction), "
-              f"{pm['bubble_of_ideal']['overall']:.4f} of ideal compute ((p-1)/m convention)")
+              f"bubble: {pm.bubble_of_makespan.overall:.4f} of makespan (idle fraction), "
+              f"{pm.bubble_of_ideal.overall:.4f} of ideal compute ((p-1)/m convention)")
     t = Table()
     for col in ("rank", "bubble/makespan", "bubble/ideal", "peak act. (mb units)", "peak act. (MiB)",
                 "p2p sent", "p2p recv"):
         t.add_column(col, justify="right")
-    rows, left = pick_ranks(list(pm["peak_memory_units"]), pm["bubble_of_makespan"]["per_rank"], all_ranks,
-                            tie=pm["peak_memory_units"])
+    rows, left = pick_ranks(list(pm.peak_memory_units), pm.bubble_of_makespan.per_rank, all_ranks,
+                            tie=pm.peak_memory_units)
     for r in rows:
-        t.add_row(str(r), f"{pm['bubble_of_makespan']['per_rank'][r]:.4f}", f"{pm['bubble_of_ideal']['per_rank'][r]:.4f}",
-                  f"{pm['peak_memory_units'][r]:g}", f"{pm['peak_memory_bytes'][r] / 2**20:.1f}",
-                  f"{pm['p2p_bytes'][r]['sent'] / 2**20:.1f} MiB", f"{pm['p2p_bytes'][r]['recv'] / 2**20:.1f} MiB")
+        t.add_row(str(r), f"{pm.bubble_of_makespan.per_rank[r]:.4f}", f"{pm.bubble_of_ideal.per_rank[r]:.4f}",
+                  f"{pm.peak_memory_units[r]:g}", f"{pm.peak_memory_bytes[r] / 2**20:.1f}",
+                  f"{pm.p2p_bytes[r].sent / 2**20:.1f} MiB", f"{pm.p2p_bytes[r].recv / 2**20:.1f} MiB")
     con.print(t)
     if left:
         con.print(f"({left} more ranks; largest/smallest bubble, then peak memory; --all-ranks prints all)")

@@ -17,19 +17,26 @@ each union is a running maximum of the ends (:func:`merged`: an interval opens a
 starts after every earlier one has ended) and each intersection a binary search of one piece list
 in the other (:func:`pieces_intersection`). The list functions :func:`merge`, :func:`length` and
 :func:`intersect_length` are the reference they are tested against.
+
+The result is a :class:`Metrics` (one :class:`RankMetrics` per rank); ``Metrics.to_dict()`` is the
+``metrics`` object of ``timeline.json`` and :func:`compute_metrics` returns that JSON form directly.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from schedsim.results import OMIT_NONE, from_dict, to_dict
+from schedsim.sim.pipeline_metrics import PipelineMetrics
 from schedsim.sim.timeline import Timeline
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["merge", "length", "intersect_length", "merged", "union_length", "pieces_intersection", "compute_metrics"]
+__all__ = ["merge", "length", "intersect_length", "merged", "union_length", "pieces_intersection", "compute_metrics",
+           "Metrics", "RankMetrics", "MemoryPeak"]
 
 Interval = tuple[float, float]
 
@@ -151,22 +158,106 @@ def pieces_intersection(x: Pieces, y: Pieces) -> float:
     return float(over[over > 0].sum())
 
 
+@dataclass(frozen=True)
+class RankMetrics:
+    """One rank's share of :class:`Metrics` (seconds, or fractions where named so).
+
+    ``busy_*_s``: length of the union of that resource's intervals; ``idle_s``: makespan − union of all;
+    ``exposed_comm_s``: communication under no compute; ``overlap_ratio``: hidden share of communication;
+    ``comm_share``: busy_comm / makespan; ``comm_share_kernel_view``: the same with each communication op
+    counted from when its stream reached it (``ready_s``), as nsys shows an NCCL kernel spinning while its
+    peer is late.
+    """
+
+    busy_compute_s: float
+    busy_comm_s: float
+    busy_copy_s: float
+    idle_s: float
+    exposed_comm_s: float
+    overlap_ratio: float
+    comm_share: float
+    comm_share_kernel_view: float
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """Where the memory curve peaks: ``rank``, ``bytes``, time ``t_s`` (seconds), and the op that starts
+    there (``op``; None when the peak is at the start)."""
+
+    rank: int
+    bytes: float
+    t_s: float
+    op: str | None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Metrics of one timeline (module docstring for the definitions).
+
+    ``ranks`` maps rank → :class:`RankMetrics`; ``busy_comm_s`` and ``exposed_comm_s`` are summed over
+    ranks, ``overlap_ratio`` is taken over all ranks; ``critical_path`` lists op ids and
+    ``critical_path_s`` the time on it by resource (seconds). :func:`schedsim.api.simulate_spec` adds
+    ``pipeline`` (pipeline schedules, without the memory steps) and ``memory_peak`` (when the memory
+    curve applies); they are absent from the JSON form while None.
+
+    >>> from schedsim.sim.timeline import Span, Timeline
+    >>> tl = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 2.0)])
+    >>> m = Metrics.of(tl)
+    >>> m.makespan_s, m.ranks[0].busy_compute_s, list(m.to_dict())[:3]
+    (2.0, 2.0, ['makespan_s', 'ops', 'busy_comm_s'])
+    >>> Metrics.from_dict(m.to_dict()) == m
+    True
+    """
+
+    makespan_s: float
+    ops: int
+    busy_comm_s: float
+    exposed_comm_s: float
+    overlap_ratio: float
+    ranks: dict[int, RankMetrics]
+    critical_path: list[str]
+    critical_path_s: dict[str, float]
+    pipeline: PipelineMetrics | None = field(default=None, metadata=OMIT_NONE)
+    memory_peak: MemoryPeak | None = field(default=None, metadata=OMIT_NONE)
+
+    @classmethod
+    def of(cls, tl: Timeline) -> Metrics:
+        """Compute the metrics of ``tl`` (``pipeline`` and ``memory_peak`` left None)."""
+        return _compute(tl)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``timeline.json``'s ``metrics``): rank keys stay ints until JSON writes them."""
+        d: dict[str, Any] = to_dict(self)
+        if self.pipeline is not None:
+            d["pipeline"] = self.pipeline.to_dict(memory_timeline=False)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Metrics:
+        """Read :meth:`to_dict`'s form back (rank keys may be JSON strings).
+
+        Raises
+        ------
+        KeyError
+            A required key is missing.
+        """
+        return from_dict(cls, d)
+
+
 def compute_metrics(tl: Timeline) -> dict[str, Any]:
-    """Makespan, per-rank busy/idle, exposed communication, overlap ratio, critical path.
+    """``Metrics.of(tl).to_dict()``: the JSON form of :class:`Metrics`, as ``timeline.json`` stores it.
 
     Returns
     -------
     dict
-        ``makespan_s``; ``ranks``: {rank: {busy_compute_s, busy_comm_s,
-        busy_copy_s, idle_s, exposed_comm_s, overlap_ratio, comm_share}};
-        ``exposed_comm_s`` and ``busy_comm_s`` summed over ranks;
-        ``overlap_ratio`` over all ranks; ``critical_path`` (op ids) and
-        ``critical_path_s`` (time on it by resource). ``comm_share`` is
-        busy_comm / makespan; ``comm_share_kernel_view`` counts each
-        communication op from when its stream reached it (``ready_s``) to its end, as
-        nsys shows an NCCL kernel spinning while its peer is late: the "share" column of
-        seed 004's ``parser_prof.py``.
+        ``makespan_s``, ``ops``, ``busy_comm_s``, ``exposed_comm_s``, ``overlap_ratio``, ``ranks``
+        ({rank: :class:`RankMetrics` fields}), ``critical_path``, ``critical_path_s``.
     """
+    return Metrics.of(tl).to_dict()
+
+
+def _compute(tl: Timeline) -> Metrics:
+    """Makespan, per-rank busy/idle, exposed communication, overlap ratio, critical path (:class:`Metrics`)."""
     import numpy as np
 
     makespan = tl.makespan_s
@@ -179,7 +270,7 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
     ready = c.ready_s[order]
     cuts = np.flatnonzero(np.diff(rank)) + 1
     bounds = zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(rank)])).tolist(), strict=False)
-    ranks: dict[int, dict[str, float]] = {}
+    ranks: dict[int, RankMetrics] = {}
     tot_comm = tot_overlap = tot_exposed = 0.0
     for a, b in bounds:
         if a == b:
@@ -195,16 +286,16 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
         # spinning while the peer is late; nsys shows that span as kernel time
         rd = ready[a:b][is_comm]
         kv = union_length(np.where(np.isnan(rd), s[is_comm], rd), e[is_comm])
-        ranks[int(rank[a])] = {
-            "busy_compute_s": float((comp[1] - comp[0]).sum()),
-            "busy_comm_s": lc,
-            "busy_copy_s": union_length(s[is_copy], e[is_copy], presorted=True),
-            "idle_s": makespan - union_length(s[allm], e[allm], presorted=True),
-            "exposed_comm_s": lc - ov,
-            "overlap_ratio": ov / lc if lc > 0 else 0.0,
-            "comm_share": lc / makespan if makespan > 0 else 0.0,
-            "comm_share_kernel_view": kv / makespan if makespan > 0 else 0.0,
-        }
+        ranks[int(rank[a])] = RankMetrics(
+            busy_compute_s=float((comp[1] - comp[0]).sum()),
+            busy_comm_s=lc,
+            busy_copy_s=union_length(s[is_copy], e[is_copy], presorted=True),
+            idle_s=makespan - union_length(s[allm], e[allm], presorted=True),
+            exposed_comm_s=lc - ov,
+            overlap_ratio=ov / lc if lc > 0 else 0.0,
+            comm_share=lc / makespan if makespan > 0 else 0.0,
+            comm_share_kernel_view=kv / makespan if makespan > 0 else 0.0,
+        )
         tot_comm += lc
         tot_overlap += ov
         tot_exposed += lc - ov
@@ -217,13 +308,6 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
             sums = np.bincount(res_codes[rows], weights=dur, minlength=len(res_vals))
             present = np.bincount(res_codes[rows], minlength=len(res_vals))
             cp_time.update({res_vals[k]: float(sums[k]) for k in range(len(res_vals)) if present[k]})
-    return {
-        "makespan_s": makespan,
-        "ops": len(tl),
-        "busy_comm_s": tot_comm,
-        "exposed_comm_s": tot_exposed,
-        "overlap_ratio": tot_overlap / tot_comm if tot_comm > 0 else 0.0,
-        "ranks": ranks,
-        "critical_path": list(tl.critical_path),
-        "critical_path_s": dict(cp_time),
-    }
+    return Metrics(makespan_s=makespan, ops=len(tl), busy_comm_s=tot_comm, exposed_comm_s=tot_exposed,
+                   overlap_ratio=tot_overlap / tot_comm if tot_comm > 0 else 0.0, ranks=ranks,
+                   critical_path=list(tl.critical_path), critical_path_s=dict(cp_time))

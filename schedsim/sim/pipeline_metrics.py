@@ -15,20 +15,84 @@
   (unit = ``activation_memory_bytes`` of the pipeline block) and in microbatch
   units (chunks / v), with the memory-over-time steps.
 * **p2p volume** per rank: bytes sent and received.
+
+The result is a :class:`PipelineMetrics`; :func:`pipeline_metrics` returns its JSON form.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
+from schedsim.results import from_dict, to_dict
 from schedsim.sim.timeline import Timeline
 
-__all__ = ["pipeline_metrics"]
+__all__ = ["pipeline_metrics", "PipelineMetrics", "Bubble", "P2PBytes"]
+
+
+@dataclass(frozen=True)
+class Bubble:
+    """A bubble ratio (fraction) per rank and ``overall``, in one of the two conventions above."""
+
+    per_rank: dict[int, float]
+    overall: float
+
+
+@dataclass(frozen=True)
+class P2PBytes:
+    """Bytes one rank sent and received by pipeline send/recv."""
+
+    sent: float
+    recv: float
+
+
+@dataclass(frozen=True)
+class PipelineMetrics:
+    """Pipeline metrics of a timeline (module docstring for the definitions).
+
+    ``info`` is the pipeline block as the timeline's ``meta["pipeline"]`` records it (schedule, p, v, m,
+    ``activation_memory_bytes``, ...); ``peak_memory_units`` in microbatch units and
+    ``peak_memory_bytes`` per rank; ``memory_timeline`` per rank as [(t_s, units)] steps;
+    ``p2p_bytes`` per rank.
+    """
+
+    info: dict[str, Any]
+    bubble_of_ideal: Bubble
+    bubble_of_makespan: Bubble
+    peak_memory_units: dict[int, float]
+    peak_memory_bytes: dict[int, float]
+    memory_timeline: dict[int, list[tuple[float, float]]] = field(default_factory=dict, kw_only=True)
+    p2p_bytes: dict[int, P2PBytes]
+
+    @classmethod
+    def of(cls, tl: Timeline) -> PipelineMetrics | None:
+        """Compute the pipeline metrics of ``tl``, or None when it has no pipeline (``meta["pipeline"]``)."""
+        return _compute(tl)
+
+    def to_dict(self, *, memory_timeline: bool = True) -> dict[str, Any]:
+        """The JSON form; without ``memory_timeline`` the per-rank steps are left out (as ``timeline.json``'s
+        ``metrics.pipeline`` has it: ``meta.memory`` holds the curve)."""
+        d: dict[str, Any] = to_dict(self)
+        if not memory_timeline:
+            del d["memory_timeline"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PipelineMetrics:
+        """Read :meth:`to_dict`'s form back (rank keys may be JSON strings; a missing ``memory_timeline``
+        reads as empty).
+
+        Raises
+        ------
+        KeyError
+            A required key is missing.
+        """
+        return from_dict(cls, d)
 
 
 def pipeline_metrics(tl: Timeline) -> dict[str, Any] | None:
-    """Compute the pipeline metrics, or None when the timeline has no pipeline ops.
+    """``PipelineMetrics.of(tl).to_dict()``, or None when the timeline has no pipeline ops.
 
     Returns
     -------
@@ -38,6 +102,11 @@ def pipeline_metrics(tl: Timeline) -> dict[str, Any] | None:
         ``memory_timeline`` per rank as [(t_s, units)], ``p2p_bytes`` per rank
         {"sent", "recv"}, and the pipeline ``info`` (schedule, p, v, m, ...).
     """
+    pm = PipelineMetrics.of(tl)
+    return None if pm is None else pm.to_dict()
+
+
+def _compute(tl: Timeline) -> PipelineMetrics | None:
     info = tl.meta.get("pipeline")
     if not info:
         return None
@@ -93,14 +162,12 @@ def pipeline_metrics(tl: Timeline) -> dict[str, Any] | None:
     per_mk = {r: (1 - busy[r] / makespan if makespan > 0 else 0.0) for r in sorted(ranks)}
     tot_busy = sum(busy[r] for r in ranks)
     n = len(ranks)
-    return {
-        "info": info,
-        "bubble_of_ideal": {"per_rank": per_ideal,
-                            "overall": (n * makespan - tot_busy) / tot_busy if tot_busy > 0 else 0.0},
-        "bubble_of_makespan": {"per_rank": per_mk,
-                               "overall": 1 - tot_busy / (n * makespan) if makespan > 0 else 0.0},
-        "peak_memory_units": peak_units,
-        "peak_memory_bytes": {r: u * v * unit_bytes for r, u in peak_units.items()},
-        "memory_timeline": mem_tl,
-        "p2p_bytes": {r: {"sent": sent[r], "recv": recv[r]} for r in sorted(ranks)},
-    }
+    return PipelineMetrics(
+        info=info,
+        bubble_of_ideal=Bubble(per_ideal, (n * makespan - tot_busy) / tot_busy if tot_busy > 0 else 0.0),
+        bubble_of_makespan=Bubble(per_mk, 1 - tot_busy / (n * makespan) if makespan > 0 else 0.0),
+        peak_memory_units=peak_units,
+        peak_memory_bytes={r: u * v * unit_bytes for r, u in peak_units.items()},
+        memory_timeline=mem_tl,
+        p2p_bytes={r: P2PBytes(sent[r], recv[r]) for r in sorted(ranks)},
+    )

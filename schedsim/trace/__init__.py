@@ -2,7 +2,7 @@
 
 * :func:`import_nsys` — ``nsys export --type sqlite`` files;
 * :func:`import_kineto` — Kineto ``.json``/``.json.gz``, one per rank, merged on one time base;
-* :mod:`schedsim.trace.analyze` — seed 004's kernel-share and NCCL-volume tables, overlap, idle, critical path.
+* :mod:`schedsim.trace.analyze` — kernel-share and NCCL-volume tables, overlap, idle, critical path.
 
 Nothing here imports torch.
 """

@@ -1,27 +1,25 @@
-"""``schedsim analyze``: the tables of seed 004's parsers, overlap, idle time and critical path.
+"""``schedsim analyze``: kernel time shares, NCCL volumes, overlap, idle time and critical path.
 
-Seed 004 (a Megatron-LM 1F1B study) profiles with nsys, converts with
-``nsys2json.py`` and prints two tables with hand-written parsers; this module
-reproduces both from a trace or a timeline:
+Two tables that pipeline studies print from nsys traces of Megatron-LM runs, computed from a trace or a
+timeline:
 
-* **kernel time share** (``parser_prof.py``): per device, kernels grouped by
+* **kernel time share**: per device, kernels grouped by
   ``{name}_{Stream N}``; share = the group's summed duration divided by
   (last kernel start − first kernel start); then min, max and mean duration
   in µs, sorted by share; the last line is the sum of the shares. Kernels
-  whose nsys ``shortName`` is ``Kernel`` are named after the first NVTX range
-  that launched them (``NVTXRegions[0].split(",")[0]``).
-* **NCCL volume** (``parser_nccl.py``): per device, the element counts of the
+  whose nsys ``shortName`` is ``Kernel`` are named after the first field (up to
+  the first comma) of the outermost NVTX range that launched them.
+* **NCCL volume**: per device, the element counts of the
   ``nccl:*`` ranges, summed per collective name and sorted by volume.
   Counts come from ``sizes = [[...]]`` in NVTX texts (nsys), from
   ``Input Dims`` or ``record_param_comms``' ``In msg nelems`` (Kineto), or
   from comm spans' ``in_nelems`` tags (timelines).
 
-Then, per rank, from :func:`schedsim.sim.metrics.compute_metrics`: busy time
+Then, per rank, from :class:`schedsim.sim.metrics.Metrics`: busy time
 by resource, idle time, communication/computation overlap as HTA defines it
 (|comm ∩ compute| / |comm|) and exposed communication, and the critical path.
 
-Where the seeds would crash, this does not: a device whose kernels all start at
-the same instant (division by zero in the seed) prints ``nan`` shares, and NCCL
+A device whose kernels all start at the same instant (a zero span) prints ``nan`` shares, and NCCL
 ranges without ``sizes`` are skipped.
 """
 
@@ -34,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from schedsim.errors import TraceError
-from schedsim.sim.metrics import compute_metrics
+from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Timeline
 from schedsim.trace.common import ImportResult
 
@@ -61,13 +59,13 @@ def _header(device: str) -> str:
 
 
 def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]]]) -> list[str]:
-    """Lines of seed 004's ``parser_prof.py`` output.
+    """Lines of the kernel time share table (module docstring).
 
     Parameters
     ----------
     kernel_rows : dict
-        Device label → ``(kernel name, tid, ts_us, dur_us)`` in nsys2json's
-        event order (the stable sort by start time is done here).
+        Device label → ``(kernel name, tid, ts_us, dur_us)`` in (stream, then trace) order; the
+        stable sort by start time is done here.
 
     Returns
     -------
@@ -102,15 +100,15 @@ def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]
 
 
 def nccl_volume_table(nccl_rows: dict[str, list[tuple[str, int]]], devices: list[str] | None = None) -> list[str]:
-    """Lines of seed 004's ``parser_nccl.py`` output: ``"{elements:14.2f} {collective}"`` per device.
+    """Lines of the NCCL volume table: ``"{elements:14.2f} {collective}"`` per device.
 
     Parameters
     ----------
     nccl_rows : dict
         Device label → ``(collective range name, element count)``.
     devices : list of str, optional
-        Device labels to print a header for even without NCCL rows (the seed
-        prints one for every device of the trace).
+        Device labels to print a header for even without NCCL rows (every device of the trace gets
+        one).
     """
     lines: list[str] = []
     labels = list(devices or [])
@@ -127,10 +125,10 @@ def nccl_volume_table(nccl_rows: dict[str, list[tuple[str, int]]], devices: list
 
 
 def rows_from_timeline(tl: Timeline) -> tuple[dict[str, list[tuple[str, str, float, float]]], dict[str, list[tuple[str, int]]]]:
-    """Seed-table rows from a timeline's spans (for ``analyze timeline.json``).
+    """Kernel-share and NCCL-volume table rows from a timeline's spans (for ``analyze timeline.json``).
 
-    Every compute and comm span counts as a kernel (copies do not, as in the
-    seed), labelled ``Rank N``, tid ``Stream S``; µs are rounded to the ns.
+    Every compute and comm span counts as a kernel (copies do not: the kernel table of a trace has
+    kernels only), labelled ``Rank N``, tid ``Stream S``; µs are rounded to the ns.
     NCCL rows come from comm spans with an ``in_nelems`` tag (named
     ``nccl:{collective}``), else their ``bytes`` (named ``{kind} (bytes)``).
     """
@@ -195,7 +193,7 @@ def load_any(paths: list[Path], ops: dict[str, dict[str, Any]] | None = None) ->
     Returns
     -------
     (format, ImportResult)
-        For a timeline, the seed rows come from :func:`rows_from_timeline`.
+        For a timeline, the table rows come from :func:`rows_from_timeline`.
 
     Raises
     ------
@@ -244,7 +242,7 @@ def load_any(paths: list[Path], ops: dict[str, dict[str, Any]] | None = None) ->
 def analysis_dict(res: ImportResult) -> dict[str, Any]:
     """Everything ``analyze`` prints, as a JSON-able dict (``--format json``)."""
     tl = res.timeline
-    m = compute_metrics(tl)
+    m = Metrics.of(tl).to_dict()
     kt: dict[str, list[dict[str, Any]]] = {}
     for device, rows in res.kernel_rows.items():
         groups: dict[str, list[float]] = {}
@@ -429,36 +427,37 @@ def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total
 
 
 def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: int = 10) -> str:
-    """The text ``schedsim analyze`` prints: seed tables, then overlap/idle per rank and the critical path.
+    """The text ``schedsim analyze`` prints: kernel-share and NCCL-volume tables, then overlap/idle per rank
+    and the critical path.
 
-    Unless ``full``, each seed table keeps its ``top`` largest rows for the first and last two devices,
+    Unless ``full``, each of the two tables keeps its ``top`` largest rows for the first and last two devices,
     and the per-rank table the 3 worst and 3 best ranks (:func:`schedsim.report.summary.pick_ranks`).
     """
     from schedsim.report.summary import pick_ranks
 
     tl = res.timeline
-    m = compute_metrics(tl)
-    out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m['ranks'])} rank(s), "
-            f"makespan {_fmt_t(m['makespan_s'])}"), "",
-           "## kernel time share (seed 004 parser_prof.py: share, min/max/avg in us, name)"]
+    m = Metrics.of(tl)
+    out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m.ranks)} rank(s), "
+            f"makespan {_fmt_t(m.makespan_s)}"), "",
+           "## kernel time share (share of the first-to-last kernel start span, min/max/avg in us, name)"]
     out += _cap_devices({d: kernel_share_table({d: rows}) for d, rows in res.kernel_rows.items()}, full, top)
-    out += ["", "## NCCL volume per collective, elements (seed 004 parser_nccl.py)"]
+    out += ["", "## NCCL volume per collective, elements"]
     devs = list(res.kernel_rows) + [d for d in res.nccl_rows if d not in res.kernel_rows]
     nv = {d: nccl_volume_table({d: res.nccl_rows.get(d, [])}, devices=[d]) for d in devs}
     out += _cap_devices(nv, full, top, has_total=False)
     out += ["", "## per rank: busy time, idle time, comm/compute overlap (HTA: overlapped / total comm)"]
     out.append(f"{'rank':>4} {'makespan':>12} {'compute':>12} {'comm':>12} {'copy':>12} {'idle':>12} "
                f"{'exposed comm':>13} {'overlap':>8}")
-    rows, left = pick_ranks(list(m["ranks"]), {r: d["idle_s"] + d["exposed_comm_s"] for r, d in m["ranks"].items()},
-                            full, tie={r: d["exposed_comm_s"] for r, d in m["ranks"].items()})
+    rows, left = pick_ranks(list(m.ranks), {r: d.idle_s + d.exposed_comm_s for r, d in m.ranks.items()},
+                            full, tie={r: d.exposed_comm_s for r, d in m.ranks.items()})
     for r in rows:
-        d = m["ranks"][r]
-        out.append(f"{r:>4} {_fmt_t(m['makespan_s']):>12} {_fmt_t(d['busy_compute_s']):>12} "
-                   f"{_fmt_t(d['busy_comm_s']):>12} {_fmt_t(d['busy_copy_s']):>12} {_fmt_t(d['idle_s']):>12} "
-                   f"{_fmt_t(d['exposed_comm_s']):>13} {d['overlap_ratio']:>8.3f}")
+        d = m.ranks[r]
+        out.append(f"{r:>4} {_fmt_t(m.makespan_s):>12} {_fmt_t(d.busy_compute_s):>12} "
+                   f"{_fmt_t(d.busy_comm_s):>12} {_fmt_t(d.busy_copy_s):>12} {_fmt_t(d.idle_s):>12} "
+                   f"{_fmt_t(d.exposed_comm_s):>13} {d.overlap_ratio:>8.3f}")
     if left:
         out.append(f"... {left} more ranks (worst 3 and best 3 by idle + exposed comm shown; --full prints all)")
-    out.append(f"all  overlap ratio {m['overlap_ratio']:.3f}, exposed comm {_fmt_t(m['exposed_comm_s'])}")
+    out.append(f"all  overlap ratio {m.overlap_ratio:.3f}, exposed comm {_fmt_t(m.exposed_comm_s)}")
     bub = pipeline_bubbles(tl)
     if bub:
         out += ["", "## pipeline bubble per rank (idle fraction of the makespan: no compute op running)"]
@@ -467,13 +466,13 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
         if bleft:
             out.append(f"... {bleft} more ranks (--full)")
         out.append(f"all  {sum(bub.values()) / len(bub):.4f}")
-    cp = m.get("critical_path") or []
+    cp = m.critical_path
     out += ["", "## critical path" + (" (last-finishing chain on one rank; cross-rank waits not followed)"
                                       if tl.source == "import" else "")]
     if cp:
         byid = tl.by_id()
         busy = sum(byid[c].end_s - byid[c].start_s for c in cp if c in byid)
-        parts = ", ".join(f"{k} {_fmt_t(v)}" for k, v in m.get("critical_path_s", {}).items())
+        parts = ", ".join(f"{k} {_fmt_t(v)}" for k, v in m.critical_path_s.items())
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["..."] + cp[-max_cp // 2:]
         first, last = byid.get(cp[0]), byid.get(cp[-1])
         length = (last.end_s - first.start_s) if first and last else busy

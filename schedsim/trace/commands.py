@@ -37,22 +37,22 @@ def _ops(path: Path | None) -> dict[str, dict[str, Any]] | None:
 
 def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
     from schedsim.report.summary import fmt_time
-    from schedsim.sim.metrics import compute_metrics
+    from schedsim.sim.metrics import Metrics
 
     tl = res.timeline
-    metrics = compute_metrics(tl)
+    metrics = Metrics.of(tl)
     target = out / "timeline.json"
-    write_timeline_json(tl, target, metrics)
+    write_timeline_json(tl, target, metrics.to_dict())
     n_ops = sum(1 for s in tl.spans if "#" not in s.id)
     if fmt == _Fmt.json:
         print(json.dumps({"timeline": str(target), "spans": len(tl.spans), "ops": n_ops,
-                          "ranks": sorted(metrics["ranks"]), "makespan_s": metrics["makespan_s"],
-                          "overlap_ratio": metrics["overlap_ratio"], "warnings": res.warnings}, indent=1))
+                          "ranks": sorted(metrics.ranks), "makespan_s": metrics.makespan_s,
+                          "overlap_ratio": metrics.overlap_ratio, "warnings": res.warnings}, indent=1))
         return
     print(f"imported {len(tl.spans)} spans ({tl.meta.get('kernel_count', 0)} kernels, "
           f"{tl.meta.get('memcpy_count', 0)} memcpy, {tl.meta.get('memset_count', 0)} memset; "
-          f"{n_ops} schedule ops) on {len(metrics['ranks'])} rank(s); makespan {fmt_time(metrics['makespan_s'])}, "
-          f"overlap ratio {metrics['overlap_ratio']:.3f}")
+          f"{n_ops} schedule ops) on {len(metrics.ranks)} rank(s); makespan {fmt_time(metrics.makespan_s)}, "
+          f"overlap ratio {metrics.overlap_ratio:.3f}")
     for w in res.warnings:
         print(f"warning: {w}")
     print(f"wrote {target}")
@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
         charts: Path | None = typer.Option(None, "--charts", help="Write gantt.png and, for pipeline runs, "
                                                                  "pipeline.png / pipeline_time.png into this folder."),
     ) -> None:
-        """Kernel time shares and NCCL volumes (seed 004's parsers), overlap, idle time, critical path, and the
+        """Kernel time shares and NCCL volumes, overlap, idle time, critical path, and the
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
         from schedsim.report.progress import status
         from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json

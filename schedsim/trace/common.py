@@ -10,7 +10,7 @@ reduce a trace to
 
 :func:`build_timeline` turns those into a :class:`~schedsim.sim.timeline.Timeline`
 (``source="import"``): each op range becomes one span with id
-``"{name}@r{rank}"`` covering its kernels (nsys2json's *nvtx-kernel* rule), every
+``"{name}@r{rank}"`` covering its kernels (the kernels launched inside the range), every
 activity outside an op range stays a span of its own, and times are seconds
 from the earliest kept event.
 
@@ -93,7 +93,8 @@ class OpRange(NamedTuple):
 
 
 class ImportResult(NamedTuple):
-    """What an importer returns: the timeline and, for ``analyze``, the seed-004 table rows.
+    """What an importer returns: the timeline and, for ``analyze``, the rows of its kernel-share and
+    NCCL-volume tables.
 
     Attributes
     ----------
@@ -101,8 +102,8 @@ class ImportResult(NamedTuple):
         ``source="import"``.
     kernel_rows : dict[str, list[tuple[str, str, float, float]]]
         Per device label ("Device 0"): ``(name, tid, ts_us, dur_us)`` of every
-        kernel in the order nsys2json writes them; ``name`` already has
-        seed 004's "Kernel" → NVTX-region renaming applied.
+        kernel, by device label, stream and trace order; a kernel nsys names "Kernel" already carries
+        the name of the NVTX range that launched it (:mod:`schedsim.trace.analyze`).
     nccl_rows : dict[str, list[tuple[str, int]]]
         Per device label: ``(collective range name, element count)``.
     warnings : list[str]

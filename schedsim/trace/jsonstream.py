@@ -5,7 +5,7 @@ of the bytes. :class:`TraceEventStream` walks the top-level object key by key,
 hands out the elements of ``traceEvents`` one at a time and keeps every other
 top-level value (``distributedInfo``, ``baseTimeNanoseconds`` ...) in
 :attr:`TraceEventStream.header`. A top-level array (the Chrome "JSON Array
-Format", which nsys2json writes) is read the same way.
+Format", which some nsys-to-JSON converters write) is read the same way.
 
 Memory stays bounded by the read chunk (1 MiB of text) plus the largest single
 value being decoded; each value is decoded by the C-accelerated

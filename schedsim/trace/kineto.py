@@ -31,6 +31,8 @@ import bisect
 import json
 from array import array
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,9 @@ from schedsim.trace.common import (
     short_kernel_name,
 )
 from schedsim.trace.jsonstream import TraceEventStream
+from schedsim.trace.nsys import shape_size
+from schedsim.trace.validate import check_event_times, check_header, check_stream_order
+
 
 def _keep_long(text: str) -> float | str:
     """JSON ``parse_float``: a float, or the text itself when a float cannot hold it exactly (> 15 chars)."""
@@ -77,9 +82,6 @@ def _ns(v: Any) -> int:
     except (InvalidOperation, ValueError, OverflowError):
         raise ValueError(f"time {v!r} is not a finite decimal number of µs") from None
 
-
-from schedsim.trace.nsys import shape_size
-from schedsim.trace.validate import check_event_times, check_header, check_stream_order
 
 __all__ = ["COLLECTIVE_ARGS", "import_kineto", "input_dims_nelems"]
 
@@ -161,179 +163,261 @@ def import_kineto(
     files = [Path(p) for p in (paths if isinstance(paths, list) else [paths])]
     if not files:
         raise TraceError("no trace file given")
-    acts: list[Activity] = []
-    spans_of_file: list[tuple[int, int]] = []
-    ranks: list[int] = []
-    bases: list[int] = []
-    warnings: list[str] = []
-    rank_info: dict[int, dict[str, Any]] = {}
-    annots: list[tuple[int, str, int, str, float, float, Any]] = []  # rank, name, device, stream, ts, dur, ext id
-    nccl_cpu: list[tuple[int, tuple[Any, Any], float, float, str, Any]] = []
-    rpc: list[tuple[int, tuple[Any, Any], float, float, dict[str, Any]]] = []
-    world = 0
-    full_names: dict[str, str] = {}
-    raw_ts = array("d")  # per activity: ts and dur as written in the file (µs)
-    raw_dur = array("d")
-    refs: list[float] = []
-    streams: dict[Any, str] = {}
+    acc = _Read()
     for fi, path in enumerate(files):
-        stream = TraceEventStream(path)
-        stream._dec = json.JSONDecoder(parse_float=_keep_long)  # exact timestamps (module docstring)
-        first = len(acts)
-        stream_lanes: dict[tuple[int, int, str], list[tuple[int, int, str, int]]] = defaultdict(list)
-        pname = None
-        pos_rank = fi
-        file_annots_start = len(annots)
-        file_nccl_start, file_rpc_start = len(nccl_cpu), len(rpc)
-        ref: int | None = None  # this file's first GPU timestamp (ns); times are kept relative to it
-        for e in stream:
-            if not isinstance(e, dict):
-                continue
-            cat = e.get("cat")
-            if cat is None:
-                # the CPU process's name (GPU "processes" have small pids: the device index)
-                if (e.get("ph") == "M" and e.get("name") == "process_name" and isinstance(e.get("args"), dict)
-                        and pname is None and str(e.get("pid", "")).isdigit() and int(e["pid"]) > 1024):
-                    pname = e["args"].get("name")
-                continue
-            c = cat.lower() if isinstance(cat, str) else ""
-            if c in _CHECKED:
-                check_event_times(path, stream.n_events, e, None if ref is None else ref / 1000.0)  # ref is in ns
-            try:
-                if c in _KERNEL or c in _MEMCPY or c in _MEMSET:
-                    args = e.get("args") or {}
-                    ts = _ns(e["ts"])
-                    dur = _ns(e.get("dur") or 0)
-                    dev = int(args.get("device", e.get("pid", 0)) or 0)
-                    st0 = args.get("stream", e.get("tid", "?"))
-                    st = streams.get(st0)
-                    if st is None:
-                        st = streams[st0] = str(st0)
-                    name = str(e.get("name", "?"))
-                    tags = None
-                    nbytes = 0.0
-                    if c in _KERNEL:
-                        short = short_kernel_name(name)
-                        full_names.setdefault(short, name)
-                        cat_s = "kernel"
-                        if is_nccl_kernel(name):
-                            tags = {"kernel": name}
-                            for k, v in COLLECTIVE_ARGS.items():
-                                if k in args:
-                                    tags[v] = args[k]
-                            nbytes = _msg_bytes(tags)
-                        name = short
-                    else:
-                        cat_s = "memcpy" if c in _MEMCPY else "memset"
-                        nbytes = float(args.get("bytes") or 0.0)
-                    if ref is None:
-                        ref = ts
-                    rel = float(ts - ref)
-                    acts.append(Activity(pos_rank, dev, st, name, cat_s, rel, rel + dur, nbytes, tags))
-                    stream_lanes[(pos_rank, dev, st)].append((ts, ts + dur, name, stream.n_events))
-                    raw_ts.append(float(e["ts"]))
-                    raw_dur.append(float(e.get("dur") or 0.0))
-                elif c == "gpu_user_annotation":
-                    args = e.get("args") or {}
-                    annots.append((pos_rank, str(e.get("name")), int(args.get("device", e.get("pid", 0)) or 0),
-                                   str(args.get("stream", e.get("tid", "?"))), _ns(e["ts"]),
-                                   _ns(e.get("dur") or 0), args.get("External id")))
-                elif c in ("user_annotation", "cpu_op"):
-                    name = e.get("name")
-                    if name == "record_param_comms":
-                        args = e.get("args") or {}
-                        rpc.append((pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]), _ns(e.get("dur") or 0),
-                                    {COLLECTIVE_ARGS[k]: v for k, v in args.items() if k in COLLECTIVE_ARGS}))
-                    elif isinstance(name, str) and name.startswith("nccl:"):
-                        args = e.get("args") or {}
-                        nccl_cpu.append((pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]),
-                                         _ns(e.get("dur") or 0), name, args.get("Input Dims")))
-            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
-                raise TraceError(f"{path}: event #{stream.n_events}: malformed {cat} event ({err.__class__.__name__}: "
-                                 f"{err}): {str(e)[:200]}\n  fix: re-export the trace from the profiler") from None
-        check_stream_order(path, stream_lanes, warnings)
-        del stream_lanes
-        hdr = stream.header
-        check_header(path, hdr)
-        dist = hdr.get("distributedInfo") if isinstance(hdr.get("distributedInfo"), dict) else {}
-        rank = dist.get("rank")
-        if not isinstance(rank, int):
-            if len(files) > 1:
-                warnings.append(f"{path}: no distributedInfo.rank; using its position {fi} as the rank")
-            rank = fi
-        world = max(world, int(dist.get("world_size") or 0))
-        base = hdr.get("baseTimeNanoseconds")
-        ref = ref if ref is not None else 0
-        refs.append(ref)
-        # absolute origin of this file in ns, an exact integer (ts may be epoch µs)
-        bases.append((int(base) if isinstance(base, (int, float)) else 0) + ref)
-        ranks.append(rank)
-        spans_of_file.append((first, len(acts)))
-        if rank != pos_rank:
-            for i in range(first, len(acts)):
-                acts[i] = acts[i]._replace(rank=rank)
-            for lst, start in ((annots, file_annots_start), (nccl_cpu, file_nccl_start), (rpc, file_rpc_start)):
-                for i in range(start, len(lst)):
-                    lst[i] = (rank, *lst[i][1:])  # type: ignore[index]
-        devices = sorted({a.device for a in acts[first:]})
-        rank_info[rank] = {"file": str(path), "devices": devices, "process": pname,
-                           "schemaVersion": hdr.get("schemaVersion"), "events": stream.n_events,
-                           "nccl_version": dist.get("nccl_version"), "pg_config": dist.get("pg_config")}
-    check_rank_unique(ranks, files)
-    if not acts:
+        _read_file(path, fi, acc, len(files))
+    check_rank_unique(acc.ranks, files)
+    if not acc.acts:
         raise TraceError(f"{files[0]}: no GPU events (kernel, gpu_memcpy, gpu_memset) in the trace; "
                          "was the profiler run with ProfilerActivity.CUDA?")
-    # -- common time base ------------------------------------------------------------------------
-    base0 = min(bases)
-    shift_ns = {rank: float(b - base0) for rank, b in zip(ranks, bases, strict=False)}
-    ref_of = dict(zip(ranks, refs, strict=False))
+    base0 = min(acc.bases)
+    shift_ns = {rank: float(b - base0) for rank, b in zip(acc.ranks, acc.bases, strict=False)}
+    _shift(acc.acts, shift_ns)
+    op_ranges = _op_ranges(acc, ops, shift_ns)
+    multi = len(files) > 1
+
+    def label(rank: int, dev: int) -> str:
+        return f"Rank {rank} Device {dev}" if multi else f"Device {dev}"
+
+    kernel_rows = _kernel_rows(acc, label) if keep_kernel_rows else {}
+    nccl_rows = _nccl_rows(acc, label)
+    acts = acc.acts
+    meta: dict[str, Any] = {"trace_format": "kineto", "files": [str(p) for p in files], "ranks": acc.rank_info,
+                            "kernel_count": sum(1 for a in acts if a.cat == "kernel"),
+                            "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
+                            "memset_count": sum(1 for a in acts if a.cat == "memset"),
+                            "origin_ns": base0, "warnings": acc.warnings,
+                            "record_param_comms": [dict(t, rank=r) for r, _th, _ts, _d, t in acc.rpc][:10_000]}
+    tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].name.split(".")[0],
+                        world_size=max(acc.world, len(acc.rank_info), 1), meta=meta, ops=ops, iteration=iteration)
+    return ImportResult(tl, kernel_rows, nccl_rows, acc.warnings)
+
+
+#: A ``gpu_user_annotation``: rank, name, device, stream, ts (ns), dur (ns), External id.
+_Annot = tuple[int, str, int, str, int, int, Any]
+#: A CPU ``nccl:*`` range: rank, (pid, tid), ts (ns), dur (ns), name, Input Dims.
+_NcclCpu = tuple[int, tuple[Any, Any], int, int, str, Any]
+#: A ``record_param_comms`` event: rank, (pid, tid), ts (ns), dur (ns), collective tags.
+_Rpc = tuple[int, tuple[Any, Any], int, int, dict[str, Any]]
+
+
+@dataclass
+class _Read:
+    """Everything the files of one import add up to.
+
+    ``acts`` hold times in ns relative to their file's first GPU event (``refs``) until :func:`_shift`;
+    ``raw_ts`` / ``raw_dur`` keep each activity's ts and dur as written (µs) for analyze's kernel table;
+    ``bases`` are each file's absolute origin (ns, exact integers).
+    """
+
+    acts: list[Activity] = field(default_factory=list)
+    raw_ts: array = field(default_factory=lambda: array("d"))
+    raw_dur: array = field(default_factory=lambda: array("d"))
+    annots: list[_Annot] = field(default_factory=list)
+    nccl_cpu: list[_NcclCpu] = field(default_factory=list)
+    rpc: list[_Rpc] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    bases: list[int] = field(default_factory=list)
+    refs: list[float] = field(default_factory=list)
+    rank_info: dict[int, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    streams: dict[Any, str] = field(default_factory=dict)
+    full_names: dict[str, str] = field(default_factory=dict)
+    world: int = 0
+
+
+@dataclass
+class _File:
+    """One file being read: its rank by position, first GPU timestamp (ns), CPU process name, and the GPU
+    events per (rank, device, stream) lane for :func:`check_stream_order`."""
+
+    path: Path
+    pos_rank: int
+    ref: int | None = None
+    pname: Any = None
+    lanes: dict[tuple[int, int, str], list[tuple[int, int, str, int]]] = field(
+        default_factory=lambda: defaultdict(list))
+
+
+def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
+    """Stream one trace file into ``acc`` (module docstring for what is kept)."""
+    stream = TraceEventStream(path)
+    stream._dec = json.JSONDecoder(parse_float=_keep_long)  # exact timestamps (module docstring)
+    f = _File(path, fi)
+    first = len(acc.acts)
+    starts = (len(acc.annots), len(acc.nccl_cpu), len(acc.rpc))
+    for e in stream:
+        if not isinstance(e, dict):
+            continue
+        cat = e.get("cat")
+        if cat is None:
+            _process_name(e, f)
+            continue
+        c = cat.lower() if isinstance(cat, str) else ""
+        if c in _CHECKED:
+            check_event_times(path, stream.n_events, e, None if f.ref is None else f.ref / 1000.0)  # ref is in ns
+        try:
+            _take(e, c, f, acc, stream.n_events)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
+            raise TraceError(f"{path}: event #{stream.n_events}: malformed {cat} event ({err.__class__.__name__}: "
+                             f"{err}): {str(e)[:200]}\n  fix: re-export the trace from the profiler") from None
+    check_stream_order(path, f.lanes, acc.warnings)
+    f.lanes.clear()
+    hdr = stream.header
+    check_header(path, hdr)
+    dist: dict[str, Any] = hdr["distributedInfo"] if isinstance(hdr.get("distributedInfo"), dict) else {}
+    rank = dist.get("rank")
+    if not isinstance(rank, int):
+        if n_files > 1:
+            acc.warnings.append(f"{path}: no distributedInfo.rank; using its position {fi} as the rank")
+        rank = fi
+    acc.world = max(acc.world, int(dist.get("world_size") or 0))
+    base = hdr.get("baseTimeNanoseconds")
+    ref = f.ref if f.ref is not None else 0
+    acc.refs.append(ref)
+    # absolute origin of this file in ns, an exact integer (ts may be epoch µs)
+    acc.bases.append((int(base) if isinstance(base, (int, float)) else 0) + ref)
+    acc.ranks.append(rank)
+    if rank != fi:
+        _renumber(acc, first, starts, rank)
+    devices = sorted({a.device for a in acc.acts[first:]})
+    acc.rank_info[rank] = {"file": str(path), "devices": devices, "process": f.pname,
+                           "schemaVersion": hdr.get("schemaVersion"), "events": stream.n_events,
+                           "nccl_version": dist.get("nccl_version"), "pg_config": dist.get("pg_config")}
+
+
+def _process_name(e: dict[str, Any], f: _File) -> None:
+    """The CPU process's name (GPU "processes" have small pids: the device index)."""
+    if (e.get("ph") == "M" and e.get("name") == "process_name" and isinstance(e.get("args"), dict)
+            and f.pname is None and str(e.get("pid", "")).isdigit() and int(e["pid"]) > 1024):
+        f.pname = e["args"].get("name")
+
+
+def _take(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None:
+    """Keep one event of lowercase category ``c``, or drop it."""
+    if c in _KERNEL or c in _MEMCPY or c in _MEMSET:
+        _gpu_activity(e, c, f, acc, n_event)
+    elif c == "gpu_user_annotation":
+        args = e.get("args") or {}
+        acc.annots.append((f.pos_rank, str(e.get("name")), int(args.get("device", e.get("pid", 0)) or 0),
+                           str(args.get("stream", e.get("tid", "?"))), _ns(e["ts"]), _ns(e.get("dur") or 0),
+                           args.get("External id")))
+    elif c in ("user_annotation", "cpu_op"):
+        name = e.get("name")
+        if name == "record_param_comms":
+            args = e.get("args") or {}
+            acc.rpc.append((f.pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]), _ns(e.get("dur") or 0),
+                            {COLLECTIVE_ARGS[k]: v for k, v in args.items() if k in COLLECTIVE_ARGS}))
+        elif isinstance(name, str) and name.startswith("nccl:"):
+            args = e.get("args") or {}
+            acc.nccl_cpu.append((f.pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]), _ns(e.get("dur") or 0),
+                                 name, args.get("Input Dims")))
+
+
+def _gpu_activity(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None:
+    """A kernel, memcpy or memset: an :class:`Activity` (NCCL kernels tagged with their collective args)."""
+    args = e.get("args") or {}
+    ts = _ns(e["ts"])
+    dur = _ns(e.get("dur") or 0)
+    dev = int(args.get("device", e.get("pid", 0)) or 0)
+    st0 = args.get("stream", e.get("tid", "?"))
+    st = acc.streams.get(st0)
+    if st is None:
+        st = acc.streams[st0] = str(st0)
+    name = str(e.get("name", "?"))
+    tags = None
+    nbytes = 0.0
+    if c in _KERNEL:
+        short = short_kernel_name(name)
+        acc.full_names.setdefault(short, name)
+        cat_s = "kernel"
+        if is_nccl_kernel(name):
+            tags = {"kernel": name}
+            tags.update({v: args[k] for k, v in COLLECTIVE_ARGS.items() if k in args})
+            nbytes = _msg_bytes(tags)
+        name = short
+    else:
+        cat_s = "memcpy" if c in _MEMCPY else "memset"
+        nbytes = float(args.get("bytes") or 0.0)
+    if f.ref is None:
+        f.ref = ts
+    rel = float(ts - f.ref)
+    acc.acts.append(Activity(f.pos_rank, dev, st, name, cat_s, rel, rel + dur, nbytes, tags))
+    f.lanes[(f.pos_rank, dev, st)].append((ts, ts + dur, name, n_event))
+    acc.raw_ts.append(float(e["ts"]))
+    acc.raw_dur.append(float(e.get("dur") or 0.0))
+
+
+def _renumber(acc: _Read, first: int, starts: tuple[int, int, int], rank: int) -> None:
+    """Give the file's events (activities from ``first``, the lists from ``starts``) its header's rank."""
+    for i in range(first, len(acc.acts)):
+        acc.acts[i] = acc.acts[i]._replace(rank=rank)
+    lists: tuple[list[Any], ...] = (acc.annots, acc.nccl_cpu, acc.rpc)
+    for lst, start in zip(lists, starts, strict=True):
+        for i in range(start, len(lst)):
+            lst[i] = (rank, *lst[i][1:])
+
+
+def _shift(acts: list[Activity], shift_ns: dict[int, float]) -> None:
+    """Move each rank's activities onto the common time base (``shift_ns`` per rank)."""
     if any(shift_ns.values()):
         for i, a in enumerate(acts):
             s = shift_ns[a.rank]
             if s:
                 acts[i] = a._replace(start_ns=a.start_ns + s, end_ns=a.end_ns + s)
 
-    # -- op annotations -> op ranges -----------------------------------------------------------
-    op_ranges: list[OpRange] = []
-    cand = [a for a in annots if match_op(a[1], ops) is not None]
-    if cand:
-        lanes: dict[tuple[int, int, str], list[int]] = defaultdict(list)
-        for i, a in enumerate(acts):
-            lanes[(a.rank, a.device, a.stream)].append(i)
-        starts = {k: [acts[i].start_ns for i in v] for k, v in lanes.items()}
-        merged: dict[tuple[int, str, Any], list[tuple[float, float, list[int]]]] = defaultdict(list)
-        for rank, name, dev, st, ts, dur, ext in cand:
-            key = (rank, dev, st)
-            s0 = float(ts - ref_of[rank]) + shift_ns.get(rank, 0.0)
-            s1 = s0 + dur
-            lo = bisect.bisect_left(starts.get(key, []), s0 - 1.0)
-            hi = bisect.bisect_right(starts.get(key, []), s1 + 1.0)
-            mem = [j for j in lanes.get(key, [])[lo:hi] if acts[j].end_ns <= s1 + 1.0]
-            mkey = (rank, name, ext if ext is not None else (st, ts))
-            merged[mkey].append((s0, s1, mem))
-        for (rank, name, _ext), parts in merged.items():
-            mem = sorted({j for _a, _b, m in parts for j in m})
-            op_ranges.append(OpRange(match_op(name, ops) or name, rank, min(p[0] for p in parts),
-                                     max(p[1] for p in parts), mem, name))
 
-    # -- rows of analyze's kernel-share and NCCL-volume tables ----------------------------------------
-    multi = len(files) > 1
+def _op_ranges(acc: _Read, ops: dict[str, dict[str, Any]] | None, shift_ns: dict[int, float]) -> list[OpRange]:
+    """Annotations named after schedule ops → op ranges over the activities of their lane inside them
+    (1 ns slack); the parts of one annotation (same External id) are merged."""
+    cand = [a for a in acc.annots if match_op(a[1], ops) is not None]
+    if not cand:
+        return []
+    acts = acc.acts
+    ref_of = dict(zip(acc.ranks, acc.refs, strict=False))
+    lanes: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    for i, a in enumerate(acts):
+        lanes[(a.rank, a.device, a.stream)].append(i)
+    starts = {k: [acts[i].start_ns for i in v] for k, v in lanes.items()}
+    merged: dict[tuple[int, str, Any], list[tuple[float, float, list[int]]]] = defaultdict(list)
+    for rank, name, dev, st, ts, dur, ext in cand:
+        key = (rank, dev, st)
+        s0 = float(ts - ref_of[rank]) + shift_ns.get(rank, 0.0)
+        s1 = s0 + dur
+        lo = bisect.bisect_left(starts.get(key, []), s0 - 1.0)
+        hi = bisect.bisect_right(starts.get(key, []), s1 + 1.0)
+        mem = [j for j in lanes.get(key, [])[lo:hi] if acts[j].end_ns <= s1 + 1.0]
+        merged[(rank, name, ext if ext is not None else (st, ts))].append((s0, s1, mem))
+    out = []
+    for (rank, name, _ext), parts in merged.items():
+        mem = sorted({j for _a, _b, m in parts for j in m})
+        out.append(OpRange(match_op(name, ops) or name, rank, min(p[0] for p in parts), max(p[1] for p in parts),
+                           mem, name))
+    return out
 
-    def label(rank: int, dev: int) -> str:
-        return f"Rank {rank} Device {dev}" if multi else f"Device {dev}"
 
-    kernel_rows: dict[str, list[tuple[str, str, float, float]]] = {}
-    order = sorted((i for i, a in enumerate(acts) if a.cat == "kernel" and keep_kernel_rows),
+def _kernel_rows(acc: _Read, label: Callable[[int, int], str]) -> dict[str, list[tuple[str, str, float, float]]]:
+    """Rows of analyze's kernel-share table per device label: (name, "Stream S", ts µs, dur µs) as written."""
+    acts = acc.acts
+    rows: dict[str, list[tuple[str, str, float, float]]] = {}
+    order = sorted((i for i, a in enumerate(acts) if a.cat == "kernel"),
                    key=lambda i: (label(acts[i].rank, acts[i].device), f"Stream {acts[i].stream}", i))
     for i in order:
         a = acts[i]
-        kernel_rows.setdefault(label(a.rank, a.device), []).append((a.name, f"Stream {a.stream}", raw_ts[i], raw_dur[i]))
-    nccl_rows: dict[str, list[tuple[str, int]]] = {}
+        rows.setdefault(label(a.rank, a.device), []).append((a.name, f"Stream {a.stream}", acc.raw_ts[i],
+                                                             acc.raw_dur[i]))
+    return rows
+
+
+def _nccl_rows(acc: _Read, label: Callable[[int, int], str]) -> dict[str, list[tuple[str, int]]]:
+    """Rows of analyze's NCCL-volume table: each CPU ``nccl:*`` range's elements, from its Input Dims or else
+    from a ``record_param_comms`` of the same thread that overlaps it."""
+    rows: dict[str, list[tuple[str, int]]] = {}
     rpc_by_thread: dict[tuple[int, Any], list[tuple[float, float, dict[str, Any]]]] = defaultdict(list)
-    for rank, th, ts, dur, tags in rpc:
+    for rank, th, ts, dur, tags in acc.rpc:
         rpc_by_thread[(rank, th)].append((ts, dur, tags))
-    dev_of_rank = {r: (info["devices"][0] if info["devices"] else 0) for r, info in rank_info.items()}
-    for rank, th, ts, dur, name, dims in sorted(nccl_cpu, key=lambda x: (x[0], x[2])):
+    dev_of_rank = {r: (info["devices"][0] if info["devices"] else 0) for r, info in acc.rank_info.items()}
+    for rank, th, ts, dur, name, dims in sorted(acc.nccl_cpu, key=lambda x: (x[0], x[2])):
         n = input_dims_nelems(dims) if dims else None
         if n is None:
             for rts, rdur, tags in rpc_by_thread.get((rank, th), []):
@@ -341,14 +425,5 @@ def import_kineto(
                     n = int(tags["in_nelems"])
                     break
         if n is not None:
-            nccl_rows.setdefault(label(rank, dev_of_rank.get(rank, 0)), []).append((name, n))
-
-    meta: dict[str, Any] = {"trace_format": "kineto", "files": [str(p) for p in files], "ranks": rank_info,
-                            "kernel_count": sum(1 for a in acts if a.cat == "kernel"),
-                            "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
-                            "memset_count": sum(1 for a in acts if a.cat == "memset"),
-                            "origin_ns": base0, "warnings": warnings,
-                            "record_param_comms": [dict(t, rank=r) for r, _th, _ts, _d, t in rpc][:10_000]}
-    tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].name.split(".")[0],
-                        world_size=max(world, len(rank_info), 1), meta=meta, ops=ops, iteration=iteration)
-    return ImportResult(tl, kernel_rows, nccl_rows, warnings)
+            rows.setdefault(label(rank, dev_of_rank.get(rank, 0)), []).append((name, n))
+    return rows

@@ -8,7 +8,7 @@ Tables read (the schema of NVIDIA Nsight Systems' SQLite exporter, "Exporter Ove
 * ``NVTX_EVENTS``: push/pop (eventType 59) and start/end (60) ranges, text
   from ``text`` or ``textId`` → ``StringIds`` (``COALESCE(text, value)``);
 * ``CUPTI_ACTIVITY_KIND_RUNTIME``: joins a range to the kernels launched
-  inside it through ``correlationId`` (nsys2json's *nvtx-kernel* mode).
+  inside it through ``correlationId`` (a range's kernels are those whose launch call falls inside it).
 
 Columns are looked up by name with ``PRAGMA table_info``, so exports of other
 nsys versions (which add or drop columns such as ``greenContextId``) load as
@@ -29,6 +29,7 @@ import functools
 import re
 import sqlite3
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +203,16 @@ def import_nsys(
     base0 = min(bases)
     for db, base in zip(conns, bases, strict=False):
         try:
-            _read_one(db, base - base0, acts, op_ranges, kernel_rows, nccl_rows, rank_info, warnings, ops,
-                      multi=len(files) > 1, keep_kernel_rows=keep_kernel_rows)
+            got = _read_one(db, base - base0, len(rank_info), ops, multi=len(files) > 1,
+                            keep_kernel_rows=keep_kernel_rows)
+            offset = len(acts)  # the file's activity indices, in its op ranges, follow the earlier files'
+            acts += got.acts
+            op_ranges += [r._replace(members=[m + offset for m in r.members]) for r in got.op_ranges]
+            for rows, new in ((kernel_rows, got.kernel_rows), (nccl_rows, got.nccl_rows)):
+                for label, lst in new.items():
+                    rows.setdefault(label, []).extend(lst)  # type: ignore[arg-type]
+            rank_info.update(got.rank_info)
+            warnings += got.warnings
         except (TypeError, ValueError, OverflowError, KeyError, IndexError) as e:
             # SQLite columns are untyped: a start/end/deviceId holding text reaches the reader's arithmetic
             raise TraceError(f"{db.path}: a table holds a value of the wrong type ({e.__class__.__name__}: "
@@ -225,89 +234,166 @@ def import_nsys(
     return ImportResult(tl, kernel_rows, nccl_rows, warnings)
 
 
-def _read_one(db: _Db, shift: int, acts: list[Activity], op_ranges: list[OpRange],
-              kernel_rows: dict[str, list[tuple[str, str, float, float]]], nccl_rows: dict[str, list[tuple[str, int]]],
-              rank_info: dict[int, dict[str, Any]], warnings: list[str], ops: dict[str, dict[str, Any]] | None,
-              multi: bool, keep_kernel_rows: bool = True) -> None:
-    p = db.path
-    K, MC, MS = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
-    present = [t for t in (K, MC, MS) if t in db.tables]
+@dataclass
+class _FileRead:
+    """What one SQLite export adds to an import; ``op_ranges`` index ``acts`` (this file's list)."""
+
+    acts: list[Activity] = field(default_factory=list)
+    op_ranges: list[OpRange] = field(default_factory=list)
+    kernel_rows: dict[str, list[tuple[str, str, float, float]]] = field(default_factory=dict)
+    nccl_rows: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    rank_info: dict[int, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Ranks:
+    """One file's ranks: (device, pid) → rank, pid → device (kernels first), device → table label."""
+
+    rank_of: dict[tuple[int, int], int]
+    pid_to_device: dict[int, int]
+    label_of: dict[int, str]
+    info: dict[int, dict[str, Any]]
+
+
+@dataclass
+class _Kernels:
+    """The kernel pass's indexes: pid → correlationId → activity index, the rows of analyze's kernel table
+    (device, stream, seq, name, start, end), and activity index → table row for kernels named "Kernel"."""
+
+    by_corr: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+    table: list[tuple[int, int, int, str, int, int]] = field(default_factory=list)
+    generic: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _NvtxLinks:
+    """What the NVTX sweep found (:func:`_link_nvtx`).
+
+    ``region0``: activity index → the text of the outermost-registered push/pop range around the launch of
+    a kernel named "Kernel" (its name in analyze's table); ``nvtx_kernel``: (device, text, thread label,
+    registration no.) of push/pop ``nccl*`` ranges that launched kernels; ``op_ranges``: ranges named after
+    schedule ops; ``tags``: activity index → NCCL metadata of the range to add to that kernel's tags.
+    """
+
+    region0: dict[int, str] = field(default_factory=dict)
+    nvtx_kernel: list[tuple[int, str, str, int]] = field(default_factory=list)
+    op_ranges: list[OpRange] = field(default_factory=list)
+    tags: dict[int, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+_K, _MC, _MS = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
+
+
+def _read_one(db: _Db, shift: int, rank0: int, ops: dict[str, dict[str, Any]] | None, multi: bool,
+              keep_kernel_rows: bool = True) -> _FileRead:
+    """Read one export: its ranks (numbered from ``rank0``), activities (times + ``shift`` ns), op ranges and
+    analyze's table rows."""
+    present = [t for t in (_K, _MC, _MS) if t in db.tables]
     if not present:
-        raise TraceError(f"{p}: none of the tables {K}, {MC}, {MS} exist, so the capture has no GPU activity\n"
-                         "  fix: profile with `nsys profile -t cuda,nvtx ...` and export with `nsys export --type sqlite`")
-    # -- ranks: distinct (device, pid) pairs ------------------------------------------------
+        raise TraceError(f"{db.path}: none of the tables {_K}, {_MC}, {_MS} exist, so the capture has no GPU "
+                         "activity\n  fix: profile with `nsys profile -t cuda,nvtx ...` and export with "
+                         "`nsys export --type sqlite`")
+    out = _FileRead()
+    ranks = _ranks(db, present, rank0, multi)
+    out.rank_info = ranks.info
+    kern = _read_kernels(db, ranks, shift, out.acts, keep_kernel_rows)
+    _read_copies(db, ranks, shift, out.acts, kern.by_corr)
+    links = _NvtxLinks()
+    if "NVTX_EVENTS" in db.tables:
+        links = _link_nvtx(db, shift, out.acts, kern.by_corr, ranks.pid_to_device, kern.generic, ops)
+    for a, extra in links.tags.items():
+        out.acts[a] = out.acts[a]._replace(tags={**(out.acts[a].tags or {}), **extra})
+    out.op_ranges, out.warnings = links.op_ranges, links.warnings
+    _table_rows(out, kern, links, ranks.label_of)
+    return out
+
+
+def _ranks(db: _Db, present: list[str], rank0: int, multi: bool) -> _Ranks:
+    """Distinct (device, pid) pairs of the activity tables, one rank each in (device, pid) order."""
     pairs: set[tuple[int, int]] = set()
     for t in present:
         db.need(t, ["start", "end", "deviceId", "streamId"], "GPU activities")
         gp = "globalPid" if "globalPid" in db.cols(t) else "NULL"
         for dev, g in db.rows(f"SELECT DISTINCT deviceId, {gp} FROM [{t}]"):
             pairs.add((int(dev if dev is not None else 0), _pid(g)))
-    rank0 = len(rank_info)
-    rank_of: dict[tuple[int, int], int] = {}
-    pid_to_device: dict[int, int] = {}
     pnames: dict[int, str] = {}
     if "PROCESSES" in db.tables and {"pid", "name"} <= set(db.cols("PROCESSES")):
         pnames = {int(pid): name for pid, name in db.rows("SELECT pid, name FROM PROCESSES") if pid is not None}
     kernel_devs: set[tuple[int, int]] = set()
-    if K in db.tables:
-        gp = "globalPid" if "globalPid" in db.cols(K) else "NULL"
-        kernel_devs = {(_pid(g), int(d)) for d, g in db.rows(f"SELECT DISTINCT deviceId, {gp} FROM [{K}]")}
+    if _K in db.tables:
+        gp = "globalPid" if "globalPid" in db.cols(_K) else "NULL"
+        kernel_devs = {(_pid(g), int(d)) for d, g in db.rows(f"SELECT DISTINCT deviceId, {gp} FROM [{_K}]")}
+    pid_to_device: dict[int, int] = {}
     for pid, dev in sorted(kernel_devs, key=lambda x: (x[1], x[0])):
         pid_to_device.setdefault(pid, dev)
+    rank_of: dict[tuple[int, int], int] = {}
+    info: dict[int, dict[str, Any]] = {}
     for dev, pid in sorted(pairs):
         r = rank0 + len(rank_of)
         rank_of[(dev, pid)] = r
-        rank_info[r] = {"device": dev, "pid": pid, "process": pnames.get(pid), "file": str(p)}
+        info[r] = {"device": dev, "pid": pid, "process": pnames.get(pid), "file": str(db.path)}
         pid_to_device.setdefault(pid, dev)
-    label_of = {dev: (f"Device {dev}" if not multi else f"{p.stem} Device {dev}") for dev, _pid_ in pairs}
+    label_of = {dev: (f"Device {dev}" if not multi else f"{db.path.stem} Device {dev}") for dev, _p in pairs}
+    return _Ranks(rank_of, pid_to_device, label_of, info)
 
-    # -- kernels -------------------------------------------------------------------------------
-    by_corr: dict[int, dict[int, int]] = defaultdict(dict)  # pid -> correlationId -> activity index
-    table_kernels: list[tuple[int, int, int, str, int, int]] = []  # (device, stream, seq, name, start, end)
-    generic_kernel: dict[int, int] = {}  # activity index -> table_kernels index, for shortName == "Kernel"
-    if K in db.tables:
-        cols = db.cols(K)
-        name_col = next((c for c in ("shortName", "demangledName", "mangledName", "name") if c in cols), None)
-        if name_col is None:
-            raise TraceError(f"{p}: table {K} has no kernel name column (shortName, demangledName or mangledName)")
-        full_col = "demangledName" if "demangledName" in cols else name_col
-        kind = db.q(f"SELECT typeof({name_col}) FROM [{K}] WHERE {name_col} IS NOT NULL LIMIT 1").fetchone()
-        strings: dict[int, str] = {}
-        if kind and kind[0] == "integer":
-            strings = db.strings(f"SELECT {name_col} FROM [{K}] UNION SELECT {full_col} FROM [{K}]")
-        sel = (f"SELECT start, end, deviceId, streamId, {db.col_or_null(K, 'correlationId')}, "
-               f"{db.col_or_null(K, 'globalPid')}, {name_col}, {full_col} FROM [{K}]")
-        full_names: dict[str, str] = {}
-        streams: dict[Any, str] = {}
-        for seq, (start, end, dev, stream, corr, gpid, nid, fid) in enumerate(db.rows(sel)):
-            if start is None or end is None:
-                continue
-            raw = strings.get(nid, nid) if isinstance(nid, int) else nid
-            name = str(raw) if raw is not None else "?"
-            if name_col != "shortName":
-                name = short_kernel_name(name)
-            if name not in full_names:
-                full = strings.get(fid, fid) if isinstance(fid, int) else fid
-                full_names[name] = str(full) if full is not None else name
-            dev = int(dev if dev is not None else 0)
-            pid = _pid(gpid)
-            rank = rank_of[(dev, pid)]
-            idx = len(acts)
-            tags = None
-            if is_nccl_kernel(name):
-                tags = {"kernel": full_names[name]}
-            st = streams.get(stream)
-            if st is None:
-                st = streams[stream] = str(stream)
-            acts.append(Activity(rank, dev, st, name, "kernel", float(start + shift), float(end + shift), 0.0, tags))
-            if corr is not None:
-                by_corr[pid][int(corr)] = idx
-            if keep_kernel_rows:
-                if name == "Kernel":
-                    generic_kernel[idx] = len(table_kernels)
-                table_kernels.append((dev, int(stream), seq, name, int(start), int(end)))
-    # -- memcpy / memset -----------------------------------------------------------------------
-    for t, cat in ((MC, "memcpy"), (MS, "memset")):
+
+def _kernel_name_columns(db: _Db) -> tuple[str, str, dict[int, str]]:
+    """(short name column, full name column, StringIds map when names are ids) of the kernel table."""
+    cols = db.cols(_K)
+    name_col = next((c for c in ("shortName", "demangledName", "mangledName", "name") if c in cols), None)
+    if name_col is None:
+        raise TraceError(f"{db.path}: table {_K} has no kernel name column (shortName, demangledName or mangledName)")
+    full_col = "demangledName" if "demangledName" in cols else name_col
+    kind = db.q(f"SELECT typeof({name_col}) FROM [{_K}] WHERE {name_col} IS NOT NULL LIMIT 1").fetchone()
+    strings: dict[int, str] = {}
+    if kind and kind[0] == "integer":
+        strings = db.strings(f"SELECT {name_col} FROM [{_K}] UNION SELECT {full_col} FROM [{_K}]")
+    return name_col, full_col, strings
+
+
+def _read_kernels(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], keep_rows: bool) -> _Kernels:
+    """Append the kernels to ``acts``; NCCL kernels carry their full (demangled) name in ``tags.kernel``."""
+    out = _Kernels()
+    if _K not in db.tables:
+        return out
+    name_col, full_col, strings = _kernel_name_columns(db)
+    sel = (f"SELECT start, end, deviceId, streamId, {db.col_or_null(_K, 'correlationId')}, "
+           f"{db.col_or_null(_K, 'globalPid')}, {name_col}, {full_col} FROM [{_K}]")
+    full_names: dict[str, str] = {}
+    streams: dict[Any, str] = {}
+    for seq, (start, end, dev, stream, corr, gpid, nid, fid) in enumerate(db.rows(sel)):
+        if start is None or end is None:
+            continue
+        raw = strings.get(nid, nid) if isinstance(nid, int) else nid
+        name = str(raw) if raw is not None else "?"
+        if name_col != "shortName":
+            name = short_kernel_name(name)
+        if name not in full_names:
+            full = strings.get(fid, fid) if isinstance(fid, int) else fid
+            full_names[name] = str(full) if full is not None else name
+        dev = int(dev if dev is not None else 0)
+        pid = _pid(gpid)
+        idx = len(acts)
+        tags = {"kernel": full_names[name]} if is_nccl_kernel(name) else None
+        st = streams.get(stream)
+        if st is None:
+            st = streams[stream] = str(stream)
+        acts.append(Activity(ranks.rank_of[(dev, pid)], dev, st, name, "kernel", float(start + shift),
+                             float(end + shift), 0.0, tags))
+        if corr is not None:
+            out.by_corr[pid][int(corr)] = idx
+        if keep_rows:
+            if name == "Kernel":
+                out.generic[idx] = len(out.table)
+            out.table.append((dev, int(stream), seq, name, int(start), int(end)))
+    return out
+
+
+def _read_copies(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], by_corr: dict[int, dict[int, int]]) -> None:
+    """Append the memcpy and memset activities to ``acts`` and index them by correlationId."""
+    for t, cat in ((_MC, "memcpy"), (_MS, "memset")):
         if t not in db.tables:
             continue
         kind_col = db.col_or_null(t, "copyKind") if cat == "memcpy" else "NULL"
@@ -321,45 +407,38 @@ def _read_one(db: _Db, shift: int, acts: list[Activity], op_ranges: list[OpRange
             name = f"Memcpy {_COPY_KIND.get(ck, 'Unknown')}" if cat == "memcpy" else "Memset"
             if corr is not None:
                 by_corr[pid][int(corr)] = len(acts)
-            acts.append(Activity(rank_of[(dev, pid)], dev, str(stream), name, cat, float(start + shift),
+            acts.append(Activity(ranks.rank_of[(dev, pid)], dev, str(stream), name, cat, float(start + shift),
                                  float(end + shift), float(nbytes or 0)))
-    # -- NVTX ranges -> kernels via the runtime API's correlationId -------------------------------
-    region0: dict[int, str] = {}
-    nvtx_kernel: list[tuple[int, str, str, int]] = []
-    if "NVTX_EVENTS" in db.tables:
-        _link_nvtx(db, shift, acts, by_corr, pid_to_device, generic_kernel, region0, nvtx_kernel, op_ranges, ops,
-                   warnings)
-    # -- rows of analyze's kernel-share and NCCL-volume tables ----------------------------------------
-    order = sorted(range(len(table_kernels)), key=lambda i: (label_of[table_kernels[i][0]],
-                                                              f"Stream {table_kernels[i][1]}", table_kernels[i][2]))
-    gk_inv = {v: k for k, v in generic_kernel.items()}
+
+
+def _table_rows(out: _FileRead, kern: _Kernels, links: _NvtxLinks, label_of: dict[int, str]) -> None:
+    """Rows of analyze's kernel-share table (per device label, in (label, stream, order) order; a kernel named
+    "Kernel" takes its NVTX region's first field as name) and NCCL-volume table (``nccl*`` ranges' sizes)."""
+    table = kern.table
+    order = sorted(range(len(table)), key=lambda i: (label_of[table[i][0]], f"Stream {table[i][1]}", table[i][2]))
+    gk_inv = {v: k for k, v in kern.generic.items()}
     for i in order:
-        dev, stream, _seq, name, start, end = table_kernels[i]
-        if name == "Kernel" and i in gk_inv and gk_inv[i] in region0:
-            name = region0[gk_inv[i]].split(",")[0]
-        kernel_rows.setdefault(label_of[dev], []).append((name, f"Stream {stream}", start / 1000.0, (end - start) / 1000.0))
-    nvtx_kernel.sort(key=lambda x: (label_of.get(x[0], f"Device {x[0]}"), x[2], x[3]))
-    for dev, text, _tid, _reg in nvtx_kernel:
+        dev, stream, _seq, name, start, end = table[i]
+        if name == "Kernel" and i in gk_inv and gk_inv[i] in links.region0:
+            name = links.region0[gk_inv[i]].split(",")[0]
+        out.kernel_rows.setdefault(label_of[dev], []).append((name, f"Stream {stream}", start / 1000.0,
+                                                              (end - start) / 1000.0))
+    for dev, text, _tid, _reg in sorted(links.nvtx_kernel, key=lambda x: (label_of.get(x[0], f"Device {x[0]}"),
+                                                                          x[2], x[3])):
         lbl = label_of.get(dev, f"Device {dev}")
-        kernel_rows.setdefault(lbl, [])
+        out.kernel_rows.setdefault(lbl, [])
         if text.startswith("nccl"):
             n = nvtx_sizes_nelems(text)
             if n is not None:
-                nccl_rows.setdefault(lbl, []).append((text.split(",")[0], n))
+                out.nccl_rows.setdefault(lbl, []).append((text.split(",")[0], n))
 
 
-def _link_nvtx(db: _Db, shift: int, acts: list[Activity], by_corr: dict[int, dict[int, int]],
-               pid_to_device: dict[int, int], generic_kernel: dict[int, int], region0: dict[int, str],
-               nvtx_kernel: list[tuple[int, str, str, int]], op_ranges: list[OpRange],
-               ops: dict[str, dict[str, Any]] | None, warnings: list[str]) -> None:
-    """Sweep NVTX ranges against runtime API calls, as nsys2json's ``_find_overlapping_intervals``.
+#: One NVTX range: (start ns, end ns, eventType, text, device, pid, thread id).
+_Range = tuple[int, int, int, Any, int, int, int]
 
-    A call belongs to a range when range.start < call.start < range.end (ties
-    resolved as nsys2json's sort does), per device (through the calling
-    process). Fills ``region0`` (seed 004's ``NVTXRegions[0]`` of kernels named
-    "Kernel"), ``nvtx_kernel`` (push/pop ranges that launched kernels, with
-    their kernel span) and ``op_ranges`` (ranges named after schedule ops).
-    """
+
+def _nvtx_ranges(db: _Db, pid_to_device: dict[int, int]) -> list[_Range]:
+    """Push/pop and start/end ranges of processes that ran GPU work, by start (then row) order."""
     T = "NVTX_EVENTS"
     db.need(T, ["start", "end", "eventType"], "NVTX ranges")
     cols = db.cols(T)
@@ -375,75 +454,108 @@ def _link_nvtx(db: _Db, shift: int, acts: list[Activity], by_corr: dict[int, dic
             f"WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL AND n.start IS NOT NULL "
             f"ORDER BY n.start, n.rowid"):
         dev = pid_to_device.get(_pid(gtid))
-        if dev is None:
-            continue
-        ranges.append((int(start), int(end), int(etype), txt, dev, _pid(gtid), int(gtid or 0) % 0x1000000))
-    if not ranges:
-        return
-    R = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    if R not in db.tables:
-        warnings.append(f"{db.path}: no {R} table, so NVTX ranges cannot be linked to kernels")
-        return
-    db.need(R, ["start", "globalTid", "correlationId"], "linking NVTX ranges to kernels")
-    interesting = [txt is not None and (str(txt).startswith("nccl") or match_op(txt, ops) is not None)
-                   for _s, _e, _t, txt, _d, _p, _tid in ranges]
-    members: dict[int, list[int]] = defaultdict(list)
-    reg: dict[int, int] = {}
-    counter = 0
-    active: dict[int, list[int]] = defaultdict(list)
-    rp = 0
-    nR = len(ranges)
-    best: dict[int, tuple[int, int]] = {}  # activity index -> (registration no., range index)
-    for t, gtid, corr in db.rows(f"SELECT start, globalTid, correlationId FROM [{R}] ORDER BY start, rowid"):
+        if dev is not None:
+            ranges.append((int(start), int(end), int(etype), txt, dev, _pid(gtid), int(gtid or 0) % 0x1000000))
+    return ranges
+
+
+@dataclass
+class _Sweep:
+    """State of the sweep of runtime calls over NVTX ranges: the ranges open per device, each push/pop
+    range's registration number (the order in which calls first saw it open), the activities launched inside
+    each range of interest, and per "Kernel" activity its (registration no., range) with the lowest number."""
+
+    active: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    reg: dict[int, int] = field(default_factory=dict)
+    members: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    best: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def _sweep_calls(db: _Db, ranges: list[_Range], by_corr: dict[int, dict[int, int]], pid_to_device: dict[int, int],
+                 generic_kernel: dict[int, int], interesting: list[bool]) -> _Sweep:
+    """Walk the runtime calls in time order; a call belongs to a range when range.start < call.start <
+    range.end, on the device of the calling process."""
+    sw = _Sweep()
+    rp, n = 0, len(ranges)
+    for t, gtid, corr in db.rows("SELECT start, globalTid, correlationId FROM [CUPTI_ACTIVITY_KIND_RUNTIME] "
+                                 "ORDER BY start, rowid"):
         if t is None:
             continue
-        while rp < nR and ranges[rp][0] < t:
-            active[ranges[rp][4]].append(rp)
+        while rp < n and ranges[rp][0] < t:
+            sw.active[ranges[rp][4]].append(rp)
             rp += 1
         pid = _pid(gtid)
         dev = pid_to_device.get(pid)
-        if dev is None:
+        open_ = sw.active.get(dev) if dev is not None else None
+        if not open_:
             continue
-        act_list = active.get(dev)
-        if not act_list:
-            continue
-        if any(ranges[i][1] <= t for i in act_list):
-            act_list[:] = [i for i in act_list if ranges[i][1] > t]
-            if not act_list:
+        if any(ranges[i][1] <= t for i in open_):
+            open_[:] = [i for i in open_ if ranges[i][1] > t]
+            if not open_:
                 continue
-        for i in act_list:
-            if ranges[i][2] == NVTX_PUSHPOP and i not in reg:
-                reg[i] = counter
-                counter += 1
+        for i in open_:
+            if ranges[i][2] == NVTX_PUSHPOP and i not in sw.reg:
+                sw.reg[i] = len(sw.reg)
         a = by_corr.get(pid, {}).get(int(corr)) if corr is not None else None
-        if a is None:
-            continue
-        for i in act_list:
-            if interesting[i]:
-                members[i].append(a)
-        if a in generic_kernel:
-            cands = [(reg[i], i) for i in act_list if ranges[i][2] == NVTX_PUSHPOP]
-            if cands:
-                c = min(cands)
-                if a not in best or c < best[a]:
-                    best[a] = c
-    for a, (_r, i) in best.items():
+        if a is not None:
+            _note_launch(sw, a, open_, ranges, generic_kernel, interesting)
+    return sw
+
+
+def _note_launch(sw: _Sweep, a: int, open_: list[int], ranges: list[_Range], generic_kernel: dict[int, int],
+                 interesting: list[bool]) -> None:
+    for i in open_:
+        if interesting[i]:
+            sw.members[i].append(a)
+    if a in generic_kernel:
+        cands = [(sw.reg[i], i) for i in open_ if ranges[i][2] == NVTX_PUSHPOP]
+        if cands:
+            c = min(cands)
+            if a not in sw.best or c < sw.best[a]:
+                sw.best[a] = c
+
+
+def _link_nvtx(db: _Db, shift: int, acts: list[Activity], by_corr: dict[int, dict[int, int]],
+               pid_to_device: dict[int, int], generic_kernel: dict[int, int],
+               ops: dict[str, dict[str, Any]] | None) -> _NvtxLinks:
+    """Link NVTX ranges to the activities launched inside them (:class:`_NvtxLinks`).
+
+    A runtime call belongs to a range when range.start < call.start < range.end (ties broken by the rows'
+    order), per device (through the calling process); the call's ``correlationId`` names its kernel. A kernel
+    called "Kernel" is named after the earliest-registered push/pop range around its launch.
+    """
+    out = _NvtxLinks()
+    ranges = _nvtx_ranges(db, pid_to_device)
+    if not ranges:
+        return out
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in db.tables:
+        out.warnings.append(f"{db.path}: no CUPTI_ACTIVITY_KIND_RUNTIME table, so NVTX ranges cannot be linked to "
+                            "kernels")
+        return out
+    db.need("CUPTI_ACTIVITY_KIND_RUNTIME", ["start", "globalTid", "correlationId"], "linking NVTX ranges to kernels")
+    interesting = [txt is not None and (str(txt).startswith("nccl") or match_op(txt, ops) is not None)
+                   for _s, _e, _t, txt, _d, _p, _tid in ranges]
+    sw = _sweep_calls(db, ranges, by_corr, pid_to_device, generic_kernel, interesting)
+    for a, (_r, i) in sw.best.items():
         if ranges[i][3] is not None:
-            region0[a] = str(ranges[i][3])
-    for i, mem in sorted(members.items()):
-        start, end, etype, txt, dev, _p, _t = ranges[i]
+            out.region0[a] = str(ranges[i][3])
+    for i, mem in sorted(sw.members.items()):
+        start, end, etype, txt, dev, _p, thread = ranges[i]
         txt = str(txt)
         kern = [m for m in mem if acts[m].cat == "kernel"]
         if etype == NVTX_PUSHPOP and kern and txt.startswith("nccl"):
-            nvtx_kernel.append((dev, txt, f"NVTX Kernel Thread {ranges[i][6]}", reg.get(i, 0)))
+            out.nvtx_kernel.append((dev, txt, f"NVTX Kernel Thread {thread}", sw.reg.get(i, 0)))
             meta = nvtx_nccl_meta(txt)
-            for m in kern:
-                if is_nccl_kernel(acts[m].name) and meta:
-                    acts[m] = acts[m]._replace(tags={**(acts[m].tags or {}), **meta})
+            if meta:
+                for m in kern:
+                    if is_nccl_kernel(acts[m].name):
+                        out.tags[m] = {**out.tags.get(m, {}), **meta}
         name = match_op(txt, ops)
         if name is not None:
             uniq = sorted(set(mem))
-            op_ranges.append(OpRange(name, acts[uniq[0]].rank, float(start + shift), float(end + shift), uniq, txt))
+            out.op_ranges.append(OpRange(name, acts[uniq[0]].rank, float(start + shift), float(end + shift), uniq,
+                                         txt))
+    return out
 
 
 def nvtx_sizes_nelems(text: str) -> int | None:

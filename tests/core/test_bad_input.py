@@ -25,7 +25,7 @@ from typer.testing import CliRunner, Result
 from schedsim.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
-PCIE = ROOT / "schedsim" / "hardware" / "profiles" / "pcie2_seed000.yaml"
+PCIE = ROOT / "schedsim" / "hardware" / "profiles" / "pcie2.yaml"
 
 HEAD = "schema_version: 1\nname: t\nworld_size: 2\n"
 

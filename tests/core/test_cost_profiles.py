@@ -60,7 +60,7 @@ def test_gemm_exact_interpolated_and_roofline():
 
 
 def test_shape_curve_transfer_from_reference_profile():
-    p = load_profile("pcie2_seed000")
+    p = load_profile("pcie2")
     cm = CostModel(p)
     h = CostModel(load_profile("h200"))
     own = 2 * 16384 * 8192 * 8192 / 56.89e-3
@@ -73,7 +73,7 @@ def test_shape_curve_transfer_from_reference_profile():
 
 def test_shipped_profiles_load_and_state_sources():
     names = list_profiles()
-    assert {"h200", "pcie2_seed000", "rtx3090_pcie1x4"} <= set(names)
+    assert {"h200", "pcie2", "rtx3090_pcie1x4"} <= set(names)
     for n in names:
         p = load_profile(n)
         assert p.gpu.source and p.launch.source and p.contention.source and p.gemm.source
@@ -81,10 +81,10 @@ def test_shipped_profiles_load_and_state_sources():
             assert link.source
 
 
-def test_seed004_table_values():
+def test_rtx3090_all_reduce_table_values():
     p = load_profile("rtx3090_pcie1x4")
     rows = dict(p.collectives.tables["all_reduce"][8])
-    # 128 MiB in 117937 µs: algbw 1.138 GB/s, busbw x 14/8 = 1.99 GB/s (seed 004 prints 1.14 / 1.99)
+    # 128 MiB in 117937 µs: algbw 1.138 GB/s, busbw x 14/8 = 1.99 GB/s (S4 prints 1.14 / 1.99)
     assert rows[134217728] == pytest.approx(134217728 / 117937e-6 / 1e9 * 14 / 8, rel=1e-3)
     assert rows[134217728] == pytest.approx(1.99, abs=0.01)
 

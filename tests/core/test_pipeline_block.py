@@ -125,8 +125,8 @@ def test_megatron_transformer_shapes_and_tied_allreduce():
     assert vp.graph["pipeline"]["v"] == 4 and vp.graph["pipeline"]["p2p"] == "overlapped"
 
 
-def test_p2p_volume_matches_seed004_nccl_counts():
-    # seed 004's parser_nccl.py on the PP4-VP2 trace: device 0 sends 14,680,064 and device 1 16,777,216
+def test_p2p_volume_matches_the_measured_nccl_counts():
+    # S4's NCCL-volume table of its PP4-VP2 trace (docs/sources.md): device 0 sends 14,680,064 and device 1 16,777,216
     # fp16 elements (seq 32 x hidden 4096 per message) in one step
     tl = simulate(build_graph(load_schedule("schedules/megatron_gpt_pp4_vp2.yaml")), load_profile("rtx3090_pcie1x4"))
     met = pipeline_metrics(tl)

@@ -1,4 +1,4 @@
-"""Seed 000 (all-gather + matmul, 2 ranks, 8192x8192 fp32) on the profile rebuilt from its single-op figures.
+"""S0 (all-gather + matmul, 2 ranks, 8192x8192 fp32) on the profile rebuilt from its single-op figures.
 
 The profile holds only the two measured single ops (all_gather 35.08 ms, matmul 56.89 ms), the H200-measured
 GEMM shape-efficiency curve and a published contention factor (arXiv 2507.03114); nothing is fitted to the
@@ -22,7 +22,7 @@ def predict(path, profile, gpu_model=None, **ov):
 
 
 def test_native_matches_sum_of_single_ops():
-    tl, m = predict("schedules/allgather_mm.yaml", "pcie2_seed000")
+    tl, m = predict("schedules/allgather_mm.yaml", "pcie2")
     # the all_gather's launch (20 µs), the all_gather from the busbw table (S x (n-1)/n / busbw), then the matmul
     ag = 536870912 * 0.5 / 7.652e9
     assert ag == pytest.approx(35.08e-3, rel=1e-4)
@@ -33,7 +33,7 @@ def test_native_matches_sum_of_single_ops():
 
 def test_eight_chunks_within_two_percent_of_measured():
     # pinned to the processor-sharing model this figure was established with (the waves model: +2.4 %)
-    tl, m = predict("schedules/allgather_mm8.yaml", "pcie2_seed000", gpu_model="sharing")
+    tl, m = predict("schedules/allgather_mm8.yaml", "pcie2", gpu_model="sharing")
     err = (tl.makespan_s - 75.49e-3) / 75.49e-3
     assert abs(err) < 0.02, tl.makespan_s
     assert 0.8 < m["overlap_ratio"] < 0.95

@@ -197,18 +197,18 @@ def test_summary_of_1024_ranks_fits_in_40_lines():
     from rich.console import Console
 
     from schedsim.report.summary import print_summary
-    from schedsim.sim.metrics import compute_metrics
+    from schedsim.sim.metrics import Metrics
 
     spans = [Span(f"mm@r{r}", "mm", r, "s", "matmul", "compute", 0.0, 1.0 + r / 1024) for r in range(1024)]
     tl = Timeline("big", "predict", 1024, spans=spans)
     buf = io.StringIO()
-    print_summary(tl, compute_metrics(tl), console=Console(file=buf, width=140))
+    print_summary(tl, Metrics.of(tl), console=Console(file=buf, width=140))
     text = buf.getvalue()
     assert len(text.splitlines()) <= 40
     assert "0 worst" in text and "1023 best" in text and "1018 more ranks" in text
     small = Timeline("s", "predict", 12, spans=spans[:12])
     buf = io.StringIO()
-    print_summary(small, compute_metrics(small), console=Console(file=buf, width=140), all_ranks=True)
+    print_summary(small, Metrics.of(small), console=Console(file=buf, width=140), all_ranks=True)
     rows = [ln.split("│")[1].strip() for ln in buf.getvalue().splitlines() if ln.startswith("│")]
     assert rows == [str(r) for r in range(12)]
 
@@ -300,9 +300,9 @@ def test_api_tour_runs(tmp_path):
     # the API's numbers are the timeline's: makespan, and the sweep's 1f1b row is the same prediction
     one = next(r for r in res["sweep"] if r["setting"]["schedule"] == "1f1b")
     assert one["makespan_s"] == pytest.approx(run.makespan_s, rel=1e-12)
-    peak = run.metrics["memory_peak"]
-    steps = run.timeline.meta["memory"]["ranks"][peak["rank"]]["steps"]
-    assert peak["bytes"] == max(b for _t, b in steps)
+    peak = run.metrics.memory_peak
+    steps = run.timeline.meta["memory"]["ranks"][peak.rank]["steps"]
+    assert peak.bytes == max(b for _t, b in steps)
 
 
 def test_counter_values_by_hand():

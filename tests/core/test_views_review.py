@@ -64,14 +64,14 @@ def test_worst_and_best_ranks_tie_break_on_exposed_comm_not_float_noise():
     from rich.console import Console
 
     from schedsim.report.summary import print_summary
-    from schedsim.sim.metrics import compute_metrics
+    from schedsim.sim.metrics import Metrics
 
     c = [0.1 * ((7 * r) % 12) for r in range(12)]  # 0.1 s steps in a scrambled rank order
     spans = [Span(f"mm@r{r}", "mm", r, "compute", "matmul", "compute", 0.0, 1.0) for r in range(12)]
     spans += [Span(f"ar@r{r}", "ar", r, "nccl", "all_reduce", "comm", 1.0, 1.0 + c[r]) for r in range(12) if c[r]]
     tl = Timeline("t", "predict", 12, spans=spans)
     buf = io.StringIO()
-    print_summary(tl, compute_metrics(tl), console=Console(file=buf, width=160))
+    print_summary(tl, Metrics.of(tl), console=Console(file=buf, width=160))
     rows = [ln.split("│")[1].strip() for ln in buf.getvalue().splitlines()
             if ln.startswith("│") and ("worst" in ln or "best" in ln)]
     by_c = sorted(range(12), key=lambda r: -c[r])

@@ -36,28 +36,28 @@ def meas_tl() -> Timeline:
 class TestCompareById:
     def test_makespan_error(self) -> None:
         r = compare_timelines(pred_tl(), meas_tl())
-        assert r["makespan"]["pred_s"] == 14 and r["makespan"]["meas_s"] == 16
-        assert r["makespan"]["error"] == pytest.approx(-0.125)
-        assert r["makespan"]["abs_error_pct"] == pytest.approx(12.5)
-        assert r["makespan"]["uninstrumented"]["error"] == pytest.approx(14 / 15 - 1)
+        assert r.makespan.pred_s == 14 and r.makespan.meas_s == 16
+        assert r.makespan.error == pytest.approx(-0.125)
+        assert r.makespan.abs_error_pct == pytest.approx(12.5)
+        assert r.makespan.uninstrumented.error == pytest.approx(14 / 15 - 1)
 
     def test_per_op_errors(self) -> None:
         r = compare_timelines(pred_tl(), meas_tl())
-        assert r["match"]["mode"] == "id"
-        assert r["match"]["matched"] == 4 and r["match"]["only_meas"] == ["mm2@r0"]
-        o = r["ops"]
-        assert o["median_abs_error"] == pytest.approx(0.375)  # |+0.25| x2, |-0.5| x2
-        assert o["worst"]["kind"] == "all_reduce" and o["worst"]["error"] == pytest.approx(-0.5)
-        assert o["by_kind"]["matmul"]["total_error"] == pytest.approx(0.25)
-        assert o["by_kind"]["all_reduce"]["pred_total_s"] == 8 and o["by_kind"]["all_reduce"]["meas_total_s"] == 16
+        assert r.match.mode == "id"
+        assert r.match.matched == 4 and r.match.only_meas == ["mm2@r0"]
+        o = r.ops
+        assert o.median_abs_error == pytest.approx(0.375)  # |+0.25| x2, |-0.5| x2
+        assert o.worst.kind == "all_reduce" and o.worst.error == pytest.approx(-0.5)
+        assert o.by_kind["matmul"].total_error == pytest.approx(0.25)
+        assert o.by_kind["all_reduce"].pred_total_s == 8 and o.by_kind["all_reduce"].meas_total_s == 16
 
     def test_overlap_and_exposed(self) -> None:
         r = compare_timelines(pred_tl(), meas_tl())
-        ov = r["overlap"]
-        assert ov["overlap_ratio"]["pred"] == 0.0
-        assert ov["overlap_ratio"]["meas"] == pytest.approx(4 / 16)  # rank 0: 4 of 8 hidden; rank 1: none
-        assert ov["exposed_comm_s"]["pred"] == 8 and ov["exposed_comm_s"]["meas"] == 12
-        assert r["by_rank"][0]["compute"]["meas_s"] == 12 and r["by_rank"][1]["idle"]["meas_s"] == 0
+        ov = r.overlap
+        assert ov.overlap_ratio.pred == 0.0
+        assert ov.overlap_ratio.meas == pytest.approx(4 / 16)  # rank 0: 4 of 8 hidden; rank 1: none
+        assert ov.exposed_comm_s.pred == 8 and ov.exposed_comm_s.meas == 12
+        assert r.by_rank[0].compute.meas_s == 12 and r.by_rank[1].idle.meas_s == 0
 
 
 def test_kind_mode_when_ids_do_not_match() -> None:
@@ -66,11 +66,11 @@ def test_kind_mode_when_ids_do_not_match() -> None:
     pred = Timeline("x", "predict", 1, spans=[span("mm@r0", "matmul", "compute", 0, 4),
                                               span("ar@r0", "all_reduce", "comm", 4, 8, "c")])
     r = compare_timelines(pred, meas)
-    assert r["match"]["mode"] == "kind" and "ops" not in r
-    row = r["by_rank"][0]
-    assert row["compute"]["error"] == pytest.approx(-0.2)
-    assert row["comm"]["error"] == pytest.approx(0.0)
-    assert r["makespan"]["error"] == pytest.approx(8 / 9 - 1)
+    assert r.match.mode == "kind" and r.ops is None and "ops" not in r.to_dict()
+    row = r.by_rank[0]
+    assert row.compute.error == pytest.approx(-0.2)
+    assert row.comm.error == pytest.approx(0.0)
+    assert r.makespan.error == pytest.approx(8 / 9 - 1)
 
 
 def test_write_comparison_files(tmp_path) -> None:
@@ -122,13 +122,13 @@ def test_event_timed_measurement_compares_stream_reached_to_end():
              Span("ag@r0", "ag", 0, "c", "all_gather", "comm", 6.0, 10.0, ready_s=2.0),
              Span("ag@r1", "ag", 1, "c", "all_gather", "comm", 6.0, 10.0, ready_s=6.0)]
     ev = compare_timelines(pred, Timeline("x", "execute", 2, meta={"timing": "cuda_events"}, spans=spans))
-    rows = {r["id"]: r for r in ev["ops"]["per_op"]}
-    assert rows["a@r0"]["pred_dur_s"] == pytest.approx(4.0) and rows["a@r0"]["error"] == pytest.approx(0.0)
-    assert rows["ag@r0"]["pred_dur_s"] == pytest.approx(3.0) and rows["ag@r0"]["error"] == pytest.approx(-0.25)
-    assert rows["ag@r0"]["pred_start_s"] == pytest.approx(6.0)
+    rows = {r.id: r for r in ev.ops.per_op}
+    assert rows["a@r0"].pred_dur_s == pytest.approx(4.0) and rows["a@r0"].error == pytest.approx(0.0)
+    assert rows["ag@r0"].pred_dur_s == pytest.approx(3.0) and rows["ag@r0"].error == pytest.approx(-0.25)
+    assert rows["ag@r0"].pred_start_s == pytest.approx(6.0)
     # a kernel-timed measurement (an imported trace) keeps start -> end: a 3 -> 5 = 2 against 4
     plain = compare_timelines(pred, Timeline("x", "import", 2, spans=spans))
-    assert {r["id"]: r for r in plain["ops"]["per_op"]}["a@r0"]["error"] == pytest.approx(-0.5)
+    assert {r.id: r for r in plain.ops.per_op}["a@r0"].error == pytest.approx(-0.5)
 
 
 def test_event_timed_p2p_pairs_by_message():

@@ -1,6 +1,7 @@
 """End to end on CPU ranks (gloo) under torchrun: execute -> timeline -> compare, --check,
 world-size mismatch, timeouts, calibrate. Each torchrun start costs seconds on a 2-core CI machine,
-so each test checks several things of one run."""
+so each test checks several things of one run, and the runs that need no launch of their own share one
+per world size (the ``gloo2`` / ``gloo3`` fixtures of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,21 +11,21 @@ import sys
 import pytest
 from exec_helpers import DATA, ROOT, schedsim, torchrun
 
+from schedsim.cli import app
+
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
 
-SMALL = ["--set", "M=64", "--set", "K=64", "--set", "N=64"]
 
 
 def _no_temp_files(d) -> None:
     assert not [p for p in d.rglob("*") if p.name.endswith(".tmp")], "a half-written file was left behind"
 
 
-def test_execute_check_profiler_compare_2_ranks(tmp_path) -> None:
+def test_execute_check_profiler_compare_2_ranks(gloo2) -> None:
     """The issue's 'done' command, cut down with --set: allgather_mm8 on 2 gloo ranks, checked and compared."""
-    out = tmp_path / "ag8"
-    r = torchrun(2, ["execute", "schedules/allgather_mm8.yaml", *SMALL, "--check", "--compare", "--profiler",
-                     "--iters", "3", "--warmup", "1", "--no-gantt", "--out", str(out)])
+    r, base = gloo2["ag8"]
+    out = base / "ag8"
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "check PASSED" in r.stdout
     from schedsim.sim.timeline import Timeline
@@ -67,10 +68,8 @@ def test_1f1b_pipeline_4_ranks(tmp_path) -> None:
     assert cmp["match"]["mode"] == "id" and cmp["match"]["n_only_pred"] == 0 and cmp["match"]["n_only_meas"] == 0
 
 
-def test_tp_ffn_check_2_ranks(tmp_path) -> None:
-    r = torchrun(2, ["execute", "schedules/tp_ffn.yaml", "--set", "tp=2", "--set", "hidden=32", "--set", "ffn=64",
-                     "--set", "seq=8", "--set", "batch=2", "--set", "dtype=fp32", "--check", "--iters", "2",
-                     "--warmup", "1", "--no-gantt", "--out", str(tmp_path / "tp")])
+def test_tp_ffn_check_2_ranks(gloo2) -> None:
+    r, _base = gloo2["tp_ffn"]
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "check PASSED: TP output" in r.stdout
 
@@ -98,11 +97,9 @@ def test_timeout_names_the_op_and_the_missing_rank(tmp_path) -> None:
     _no_temp_files(out)
 
 
-def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(tmp_path) -> None:
-    prof = tmp_path / "cpu_cal.yaml"
-    r = torchrun(2, ["calibrate", "schedules/tp_ffn.yaml", "--set", "hidden=32", "--set", "ffn=64", "--set", "seq=8",
-                     "--set", "batch=2", "--no-grid", "--gemm", "32x32x32", "--quick", "--iters", "3",
-                     "--min-bytes", "1024", "--max-bytes", "16384", "--factor", "16", "--out", str(prof)])
+def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(gloo2, tmp_path) -> None:
+    r, base = gloo2["calibrate"]
+    prof = base / "cpu_cal.yaml"
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv"):
         assert f"# {kind} over 2 ranks" in r.stdout
@@ -118,9 +115,11 @@ def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(tmp_path) -> N
     assert any(e[1:4] == (32, 32, 32) for e in p.gemm.entries)
     raw = json.loads(prof.with_suffix(".json").read_text())
     assert all(row["wrong"] == 0 for rows in raw["collectives"].values() for row in rows)
-    r = schedsim(["predict", "schedules/tp_ffn.yaml", "--set", "tp=2", "--profile", str(prof), "--no-gantt",
-                  "--out", str(tmp_path / "pred")])
-    assert r.returncode == 0, r.stderr
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["predict", "schedules/tp_ffn.yaml", "--set", "tp=2", "--profile", str(prof),
+                                   "--no-gantt", "--out", str(tmp_path / "pred")])
+    assert res.exit_code == 0, res.output
 
 
 def test_cli_never_imports_torch() -> None:
@@ -134,11 +133,10 @@ def test_cli_never_imports_torch() -> None:
     assert r.returncode == 0, r.stderr
 
 
-def test_every_op_kind_3_ranks(tmp_path) -> None:
+def test_every_op_kind_3_ranks(gloo3) -> None:
     """All collective kinds, a sub-group all_reduce, tagged send/recv both ways, memcpy, FLOP-sized compute."""
-    out = tmp_path / "kinds"
-    r = torchrun(3, ["execute", str(DATA / "all_kinds.yaml"), "--iters", "2", "--warmup", "1", "--lean-iters", "0",
-                     "--timeout", "30", "--no-gantt", "--out", str(out)])
+    r, base = gloo3["all_kinds"]
+    out = base / "all_kinds"
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     from schedsim.sim.timeline import Timeline
 

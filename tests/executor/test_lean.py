@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from exec_helpers import DATA, torchrun
+from exec_helpers import torchrun
 
 from executor.lean import compile_cuda, p2p_batches, tf32_plan
 
@@ -94,9 +94,10 @@ def test_run_with_deadline_abandons_a_teardown_that_never_returns() -> None:
 
 
 @pytest.mark.slow
-def test_lean_loop_issues_exactly_the_instrumented_ops_in_order_2_ranks(tmp_path) -> None:
-    p = torchrun(2, [str(tmp_path)], timeout=150, script=DATA / "lean_order_probe.py")
+def test_lean_loop_issues_exactly_the_instrumented_ops_in_order_2_ranks(gloo2) -> None:
+    p, base = gloo2["lean_probe"]  # data/lean_order_probe.py in the shared 2-rank launch (tests/conftest.py)
     assert p.returncode == 0, p.stderr[-3000:]
+    tmp_path = base / "lean_order"
     for rank in (0, 1):
         res = json.loads((tmp_path / f"order_rank{rank}.json").read_text())
         assert res["instrumented"] == res["program"]
@@ -110,12 +111,10 @@ def test_lean_loop_issues_exactly_the_instrumented_ops_in_order_2_ranks(tmp_path
 
 
 @pytest.mark.slow
-def test_execute_2_ranks_exits_within_seconds_of_its_last_write_and_warns_on_cpu_compare(tmp_path) -> None:
-    out = tmp_path / "ar"
-    r = torchrun(2, ["execute", "schedules/tp_allreduce_graph.yaml", "--eager", "--set", "input_size=64",
-                     "--set", "output_size=64", "--set", "layers=2", "--iters", "2", "--warmup", "1",
-                     "--no-gantt", "--compare", "--out", str(out), "--timeout", "30"], timeout=150)
-    t_exit = time.time()
+def test_execute_2_ranks_exits_within_seconds_of_its_last_write_and_warns_on_cpu_compare(gloo2) -> None:
+    r, base = gloo2["tp_allreduce"]  # the last command of the shared 2-rank launch (tests/conftest.py)
+    out = base / "ar"
+    t_exit = r.launch_exit
     assert r.returncode == 0, r.stderr[-3000:]
     last_write = max(p.stat().st_mtime for p in out.rglob("*") if p.is_file())
     # torchrun's own shutdown is included; a hung teardown would take the subprocess timeout
@@ -146,3 +145,11 @@ def test_cpu_profile_note_only_for_gpu_profiles_on_cpu_ranks() -> None:
     assert "calibrate --backend gloo" in (cpu_profile_note(h200, "h200", cuda=False) or "")
     assert cpu_profile_note(cpu, "cpu.yaml", cuda=False) is None
     assert cpu_profile_note(h200, "h200", cuda=True) is None
+
+
+def test_split_jobs_cuts_each_commands_output_and_exit_code() -> None:
+    from exec_helpers import split_jobs
+
+    text = ("noise\n==== schedsim job 0 begin\na\nb\n==== schedsim job 0 end rc=0\n"
+            "==== schedsim job 1 begin\nerror: x\n==== schedsim job 1 end rc=2\n==== schedsim job 2 begin\nhung\n")
+    assert split_jobs(text, 4) == [("a\nb\n", 0), ("error: x\n", 2), ("hung\n", None), ("", None)]

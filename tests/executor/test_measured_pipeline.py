@@ -6,21 +6,20 @@ from __future__ import annotations
 import re
 
 import pytest
-from exec_helpers import DATA, ROOT, schedsim, torchrun  # noqa: F401
+from exec_helpers import ROOT
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
 
 
-def test_executed_1f1b_shows_as_a_pipeline(tmp_path):
+def test_executed_1f1b_shows_as_a_pipeline(gloo2, tmp_path):
     from schedsim.report.gantt import draw_pipeline, pipeline_view, unit_steps
     from schedsim.report.trace_check import check_trace_file
     from schedsim.sim.timeline import Timeline
     from schedsim.trace.analyze import kineto_ranges_timeline, pipeline_bubbles, tag_pipeline
 
-    out = tmp_path / "ex"
-    r = torchrun(2, ["execute", "tests/data/pp_unit.yaml", "--set", "p=2", "--set", "m=4", "--profiler",
-                     "--iters", "2", "--warmup", "1", "--no-gantt", "--out", str(out)])
+    r, base = gloo2["pp_unit"]  # execute pp_unit.yaml --set p=2 --set m=4 --profiler (tests/conftest.py)
+    out = base / "pp_unit"
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     check_trace_file(out / "trace.json", require_flows=True, require_counters=True)
     import json
@@ -58,9 +57,14 @@ def test_executed_1f1b_shows_as_a_pipeline(tmp_path):
     kv = pipeline_view(ktl)
     assert len(kv.spans) == 16 and unit_steps(kv) == steps
 
-    r = schedsim(["analyze", *map(str, sorted(out.glob("kineto_rank*.json.gz"))), "--charts", str(tmp_path / "c")])
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    rows = re.findall(r"^\s+([01]) (0\.\d{4})$", r.stdout, re.M)
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    res = CliRunner().invoke(app, ["analyze", *map(str, sorted(out.glob("kineto_rank*.json.gz"))), "--charts",
+                                   str(tmp_path / "c")])
+    assert res.exit_code == 0, res.output[-3000:]
+    rows = re.findall(r"^\s+([01]) (0\.\d{4})$", res.stdout, re.M)
     assert [x for x, _ in rows] == ["0", "1"]
     assert (tmp_path / "c" / "pipeline.png").exists()
     fig = draw_pipeline(tl)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from exec_helpers import DATA, ROOT
+from exec_helpers import DATA
 
 from schedsim.errors import SchedsimError
 from schedsim.nccl_tests import format_table, parse_nccl_tests, read_nccl_tests
@@ -12,8 +12,8 @@ CALIBRATE_LOG = DATA / "calibrate_h200x2_all_reduce_2026-11-30.txt"  # printed b
 
 SIZES = [8 * 2**i for i in range(25)]  # 8 B .. 128 MiB, factor 2
 
-# Facts from seed 004's all_reduce_perf run (8x RTX 3090, PCIe): size -> (out-of-place, in-place) time in us.
-SEED004_TIMES_US = dict(zip(SIZES, [
+# Facts from S4's all_reduce_perf run (docs/sources.md; 8x RTX 3090, PCIe): size -> (out-of-place, in-place) us.
+RTX3090_ALL_REDUCE_US = dict(zip(SIZES, [
     (40.57, 42.15), (40.50, 40.10), (40.46, 40.43), (40.59, 40.00), (40.35, 39.67), (40.98, 40.61),
     (40.22, 40.18), (40.61, 40.22), (40.58, 40.42), (41.27, 40.58), (40.84, 41.24), (41.25, 41.41),
     (43.61, 43.57), (74.19, 76.64), (130.8, 120.0), (245.8, 240.5), (298.4, 287.6), (702.4, 724.4),
@@ -30,7 +30,7 @@ def _bw(size: int, time_us: float, nranks: int) -> tuple[float, float]:
 def make_all_reduce_log(times: dict[int, tuple[float, float]], nranks: int, *, glued: bool = False) -> str:
     """An all_reduce_perf log in nccl-tests' current format (``#wrong`` columns, root), made from ``times``.
 
-    ``glued=True`` runs the column header and the data rows together with no separator, as the seed's
+    ``glued=True`` runs the column header and the data rows together with no separator, as the experiment's
     copy of the log arrived (its newlines lost).
     """
     lines = [f"# nThread 1 nGpus {nranks} minBytes {min(times)} maxBytes {max(times)} step: 2(factor) "
@@ -54,28 +54,28 @@ def make_all_reduce_log(times: dict[int, tuple[float, float]], nranks: int, *, g
 
 
 @pytest.fixture
-def seed004_log(tmp_path):
+def rtx3090_log(tmp_path):
     p = tmp_path / "all_reduce_perf_8gpu.txt"
-    p.write_text("./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8\n" + make_all_reduce_log(SEED004_TIMES_US, 8, glued=True))
+    p.write_text("./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8\n" + make_all_reduce_log(RTX3090_ALL_REDUCE_US, 8, glued=True))
     return p
 
 
-class TestSeed004Numbers:
-    """The seed's 8-GPU all_reduce numbers, as a generated nccl-tests log whose newlines are lost."""
+class TestRtx3090AllReduceLog:
+    """The experiment's 8-GPU all_reduce numbers, as a generated nccl-tests log whose newlines are lost."""
 
-    def test_glued_rows_all_found(self, seed004_log) -> None:
-        (log,) = read_nccl_tests(seed004_log)
+    def test_glued_rows_all_found(self, rtx3090_log) -> None:
+        (log,) = read_nccl_tests(rtx3090_log)
         assert log.collective == "all_reduce"
         assert log.nranks == 8
         assert [r.size_bytes for r in log.rows] == SIZES
         assert [r.count for r in log.rows] == [s // 4 for s in SIZES]
         assert all(r.dtype == "float" and r.redop == "sum" and r.root == -1 for r in log.rows)
-        avg = sum(_bw(s, t, 8)[1] for s, ts in SEED004_TIMES_US.items() for t in ts) / 50
+        avg = sum(_bw(s, t, 8)[1] for s, ts in RTX3090_ALL_REDUCE_US.items() for t in ts) / 50
         assert log.avg_busbw_GBps == pytest.approx(avg, abs=1e-5)
-        assert log.avg_busbw_GBps == pytest.approx(1.1664, abs=1e-3)  # the seed prints 1.16643
+        assert log.avg_busbw_GBps == pytest.approx(1.1664, abs=1e-3)  # the experiment prints 1.16643
 
-    def test_values(self, seed004_log) -> None:
-        (log,) = read_nccl_tests(seed004_log)
+    def test_values(self, rtx3090_log) -> None:
+        (log,) = read_nccl_tests(rtx3090_log)
         by = {r.size_bytes: r for r in log.rows}
         r = by[8]
         assert (r.oop_time_us, r.oop_busbw_GBps, r.oop_wrong, r.ip_time_us, r.ip_wrong) == (40.57, 0.0, 0, 42.15, 0)
@@ -88,19 +88,12 @@ class TestSeed004Numbers:
         assert by[16777216].oop_time_us == 13705.0
         assert all(x.oop_wrong == 0 and x.ip_wrong == 0 for x in log.rows)
 
-    def test_table_drops_zero_busbw(self, seed004_log) -> None:
-        (log,) = read_nccl_tests(seed004_log)
+    def test_table_drops_zero_busbw(self, rtx3090_log) -> None:
+        (log,) = read_nccl_tests(rtx3090_log)
         tab = log.table()
         assert tab[0] == (128, 0.01)  # 128 B / 40.35 us * 1.75 = 0.0056 GB/s -> "0.01"; 64 B rounds to 0.00
         assert tab[-1] == (134217728, 1.99)
         assert len(tab) == 21
-
-    def test_whole_seed_file_if_present(self) -> None:
-        seeds = sorted((ROOT / ".." / "shared" / "seeds").glob("004_*.txt"))
-        if not seeds:
-            pytest.skip("shared/seeds not beside the checkout")
-        (log,) = read_nccl_tests(seeds[0])
-        assert [r.size_bytes for r in log.rows] == SIZES
 
 
 def test_log_that_calibrate_printed() -> None:
@@ -152,7 +145,7 @@ def test_current_format_with_na_and_header_ranks() -> None:
     assert log.rows[2].oop_busbw_GBps == 0.17 and log.rows[2].ip_busbw_GBps == 0.18
 
 
-def test_current_format_glued_like_seed004() -> None:
+def test_current_format_glued_into_one_line() -> None:
     glued = " ".join(CURRENT.split())  # every newline lost
     log = parse_nccl_tests(glued, collective="all_gather")
     assert [r.size_bytes for r in log.rows] == [1024, 2048, 4096]
@@ -186,12 +179,12 @@ def test_format_table_round_trips() -> None:
     assert (log.rows[0].size_bytes, log.rows[0].oop_time_us, log.rows[0].oop_busbw_GBps) == (1024, 12.5, 0.12)
 
 
-def test_calibrate_from_nccl_tests_cli(tmp_path, seed004_log) -> None:
-    """No torch needed: the profile gets the seed's table and predict accepts it."""
+def test_calibrate_from_nccl_tests_cli(tmp_path, rtx3090_log) -> None:
+    """No torch needed: the profile gets the experiment's table and predict accepts it."""
     from exec_helpers import schedsim
 
     out = tmp_path / "p3090.yaml"
-    r = schedsim(["calibrate", "--from-nccl-tests", str(seed004_log), "--base", "rtx3090_pcie1x4", "--out", str(out)])
+    r = schedsim(["calibrate", "--from-nccl-tests", str(rtx3090_log), "--base", "rtx3090_pcie1x4", "--out", str(out)])
     assert r.returncode == 0, r.stderr
     assert "Avg bus bandwidth" in r.stdout
     from schedsim.hardware.profile import load_profile

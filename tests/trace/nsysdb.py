@@ -70,7 +70,7 @@ def make_nsys_db(
         dev = r
         t = 1_000_000 + r * 1_000  # ns
         rng(pid, t - 500, t + 2_000_000, text="iteration 0")
-        # forward: aten::mm whose cutlass kernel is called "Kernel" (renamed by parser_prof)
+        # forward: aten::mm whose cutlass kernel is called "Kernel" (analyze names it after its NVTX range)
         for i in range(3):
             rs = t + i * 100_000
             rng(pid, rs, rs + 50_000, text=f"aten::mm, seq = {i}, op_id = {10 + i}, sizes = [[64, 64], [64, 64]], input_op_ids = []")

@@ -130,11 +130,11 @@ class TestCompare:
         assert r.exit_code == 0, r.output
         meas = Timeline.read_json(tmp_path / "imp" / "timeline.json")
         res = compare.compare_timelines(pred, meas)
-        assert res["match"]["mode"] == "id" and res["match"]["matched"] == 4
-        rows = {row["id"]: row for row in res["ops"]["per_op"]}
-        assert rows["mm0@r0"]["meas_dur_s"] == pytest.approx(100e-6, rel=1e-9)
-        assert rows["mm0@r0"]["error"] == pytest.approx(0.1, rel=1e-6)
-        assert rows["ar0@r1"]["error"] == pytest.approx(40 / 50 - 1, rel=1e-6)
+        assert res.match.mode == "id" and res.match.matched == 4
+        rows = {row.id: row for row in res.ops.per_op}
+        assert rows["mm0@r0"].meas_dur_s == pytest.approx(100e-6, rel=1e-9)
+        assert rows["mm0@r0"].error == pytest.approx(0.1, rel=1e-6)
+        assert rows["ar0@r1"].error == pytest.approx(40 / 50 - 1, rel=1e-6)
 
     def test_real_trace_compares_by_kind(self):
         from schedsim import compare
@@ -142,8 +142,8 @@ class TestCompare:
 
         meas = import_kineto(need(KINETO_AR)).timeline
         res = compare.compare_timelines(_pred_timeline(1), meas)
-        assert res["match"]["mode"] == "kind"
-        assert res["by_rank"][0]["comm"]["meas_s"] > 0 and res["by_rank"][0]["compute"]["meas_s"] > 0
+        assert res.match.mode == "kind"
+        assert res.by_rank[0].comm.meas_s > 0 and res.by_rank[0].compute.meas_s > 0
 
 
 EXECUTOR_KINETO = REPO / "tests" / "data" / "kineto_execute_offload_h200_rank0.json.gz"
@@ -162,7 +162,7 @@ def test_executor_h200_run_compares_op_by_op():
     got = meas.by_id()
     assert sum(i in got for i in rank0) >= 0.9 * len(rank0)
     res = compare.compare_timelines(Timeline(p.schedule, p.source, 1, spans=[s for s in p.spans if s.rank == 0]), meas)
-    assert res["match"]["mode"] == "id"
+    assert res.match.mode == "id"
 
 
 class TestThroughTheSchedsimCli:

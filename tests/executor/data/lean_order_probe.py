@@ -38,6 +38,7 @@ ops:
 
 def main() -> None:
     out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
     G = build_graph(load_text(TEXT, "<lean order>"))
     ctx = setup_dist("gloo", "cpu", 30.0, [(0, 1)])
     runner = RankRunner(G, ctx, RunOptions(iters=1, warmup=0, lean_iters=1, timeout_s=30.0))

@@ -1,13 +1,13 @@
-"""Seed 004: Megatron GPT PP4 (1F1B) vs PP4 with 2-layer virtual stages (interleaved, v=4).
+"""S4: Megatron GPT PP4 (1F1B) vs PP4 with 2-layer virtual stages (interleaved, v=4).
 
-Prints, per rank, the predicted communication shares next to those measured in seed 004's nsys
-traces (parser_prof.py "share" = kernel time / span of the profiled step, summed here over the
+Prints, per rank, the predicted communication shares next to those measured in S4's nsys
+traces (its kernel-share table: "share" = kernel time / span of the profiled step, summed here over the
 NCCL streams of one kind). NCCL kernels occupy their stream from the moment the stream reaches
 them, spinning while the peer is late, so the comparable prediction is the *kernel view*:
 each op from when its stream reached it (ready) to its end. Also printed: the busy share
-(transfer time only), makespan and bubble, on the seed's RTX 3090 profile and on the H200.
+(transfer time only), makespan and bubble, on the experiment's RTX 3090 profile and on the H200.
 
-Usage: python benchmarks/megatron_seed004.py
+Usage: python benchmarks/megatron_pp4_vp2_rtx3090.py
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from schedsim import build_graph, load_profile, load_schedule, simulate  # noqa:
 from schedsim.sim.metrics import length, merge  # noqa: E402
 from schedsim.sim.pipeline_metrics import pipeline_metrics  # noqa: E402
 
-# seed 004, parser_prof.py rows (share of the profiled step), per device 0..3
+# S4 (docs/sources.md), kernel-share table rows (share of the profiled step), per device 0..3
 MEASURED = {
     "megatron_gpt_pp4": {"sendrecv": [0.15, 0.26, 0.24, 0.06], "tied_allreduce": [0.07, None, None, 0.13],
                          "issue_summary": [0.15, 0.26, 0.24, 0.13]},
@@ -54,7 +54,7 @@ def shares(tl):
 
 
 def main() -> None:
-    print("predicted vs measured communication share per rank (seed 004)\n")
+    print("predicted vs measured communication share per rank (S4)\n")
     for name in ("megatron_gpt_pp4", "megatron_gpt_pp4_vp2"):
         spec_path = ROOT / "schedules" / f"{name}.yaml"
         for prof in ("rtx3090_pcie1x4", "h200"):

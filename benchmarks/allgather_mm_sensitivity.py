@@ -1,4 +1,4 @@
-"""Sensitivity of the seed-000 8-chunk prediction to the borrowed/assumed numbers of `pcie2_seed000`.
+"""Sensitivity of the S0 8-chunk prediction to the borrowed/assumed numbers of `pcie2`.
 
 Prints the predicted makespan of schedules/allgather_mm8.yaml (measured: 75.49 ms) over
 alpha = compute slowdown beside comm in {0.1, 0.189, 0.3, 0.4} (0.1-0.4 is the range the literature
@@ -19,7 +19,7 @@ MEASURED_MS = 75.49
 
 
 def main() -> None:
-    p = load_profile("pcie2_seed000")
+    p = load_profile("pcie2")
     G = build_graph(load_schedule(Path(__file__).resolve().parents[1] / "schedules/allgather_mm8.yaml"))
     print(f"{'alpha':>6} {'beta':>5} {'predicted ms':>13} {'error':>8}")
     for a in (0.1, 0.189, 0.3, 0.4):
