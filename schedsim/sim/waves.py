@@ -98,6 +98,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     counter = itertools.count()
     dirty: set[int] = set()
     crate = [1.0] * world
+    links = _LinkMin(gends, crate, nlink)
 
     def new_job(typ: int, key: int, sms: int, work: float, ranks: tuple[int, ...], t: float) -> None:
         j = len(jtype)
@@ -108,16 +109,16 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
         jrate.append(0.0)
         jlast.append(t)
         jver.append(0)
+        links.add_job()
         for q in ranks:
             running[q].append(j)
             dirty.add(q)
 
     def rate_of(j: int) -> float:
         typ = jtype[j]
-        if typ == _XFER:
-            g = jkey[j]
-            rate = min([crate[e >> 1] / nlink[e] for e in gends[g]])
-            rev = grev[g]
+        if typ == _XFER:  # the slowest link end, kept up to date by _track_ends
+            rate = links.xmin[j]
+            rev = grev[jkey[j]]
             return rate * one_way if rev and not any(nlink[e] for e in rev) else rate
         k = jkey[j]
         r = krank[k]
@@ -142,13 +143,9 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
         """New rates for the jobs running on ``ranks``; a job spanning many ranks (a collective's transfer) is
         rated once (its rate reads no other job's rate, so a second pass would change nothing; rating it once
         per member made a 100k-rank all_reduce quadratic)."""
-        seen: set[int] = set()
-        for r in ranks:
-            for j in running[r]:
-                if j in seen:
-                    continue
-                seen.add(j)
-                _rerate_job(j, t)
+        links.track_ranks(ranks, running, jtype, jkey)
+        for j in dict.fromkeys([j for r in ranks for j in running[r]]):  # first-seen order: pushes break heap ties
+            _rerate_job(j, t)
 
     def _rerate_job(j: int, t: float) -> None:
         new = rate_of(j)
@@ -361,6 +358,72 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             qreach[b] = khand[a]
     return _State(start, end, ready_t, binding, [max(d, h, qreach[kern[i]]) for i, (d, h) in
                                                  enumerate(zip(deps_t, call0))])
+
+
+class _LinkMin:
+    """Each transfer's share of its slowest link end, ``min(crate[rank] / nlink[end])`` (rule 6), kept up to date.
+
+    :meth:`track` refreshes a transfer's ends on one rank, which the loop calls for every dirty rank of an
+    event (only dirty ranks' ``crate`` and ``nlink`` change), and keeps the minimum with the count of ends at
+    it, so a rate costs O(ends on that rank), not a scan of every end of a many-rank collective (a scan only
+    when the last end at the minimum rises). ``min`` of the same floats is exact in any order, so the rates
+    are bit-identical to a full scan.
+    """
+
+    def __init__(self, gends: list[tuple[int, ...]], crate: list[float], nlink: list[int]) -> None:
+        self.gends, self.crate, self.nlink = gends, crate, nlink
+        self.xval: list[list[float] | None] = []  # per job: crate / nlink of each of its ends (transfers only)
+        self.xmin: list[float] = []
+        self.xcnt: list[int] = []  # ends at the minimum
+        self.xpos: list[dict[int, list[int]] | None] = [None] * len(gends)  # rank -> positions in gends[g]
+
+    def add_job(self) -> None:
+        self.xval.append(None)
+        self.xmin.append(0.0)
+        self.xcnt.append(0)
+
+    def track_ranks(self, ranks: list[int], running: list[list[int]], jtype: list[int], jkey: list[int]) -> None:
+        """:meth:`track` every transfer running on the dirty ``ranks``."""
+        for r in ranks:
+            for j in running[r]:
+                if jtype[j] == _XFER:
+                    self.track(j, jkey[j], r)
+
+    def track(self, j: int, g: int, r: int) -> None:
+        """Refresh job ``j`` (transfer of group ``g``) after rank ``r``'s factor or link counts changed."""
+        crate, nlink, ends = self.crate, self.nlink, self.gends[g]
+        vals = self.xval[j]
+        if vals is None:  # a new transfer: all its ranks are dirty and their crate fresh
+            vals = self.xval[j] = [crate[e >> 1] / nlink[e] for e in ends]
+            m = min(vals)
+            self.xmin[j] = m
+            self.xcnt[j] = vals.count(m)
+            return
+        pos = self.xpos[g]
+        if pos is None:
+            pos = self.xpos[g] = {}
+            for p, e in enumerate(ends):
+                pos.setdefault(e >> 1, []).append(p)
+        m = self.xmin[j]
+        cnt = self.xcnt[j]
+        for p in pos[r]:
+            e = ends[p]
+            new = crate[e >> 1] / nlink[e]
+            old = vals[p]
+            if new == old:
+                continue
+            vals[p] = new
+            if new < m:
+                m, cnt = new, 1
+            elif new == m:
+                cnt += 1
+            elif old == m:
+                cnt -= 1
+                if not cnt:
+                    m = min(vals)
+                    cnt = vals.count(m)
+        self.xmin[j] = m
+        self.xcnt[j] = cnt
 
 
 class _Kernels(NamedTuple):
