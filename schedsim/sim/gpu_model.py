@@ -148,8 +148,8 @@ from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["BYTES_PER_CTA", "GpuRules", "comm_factor", "comm_fifo_edges", "communicator", "host_issue_times",
-           "kernel_ctas", "link_ends", "stream_queues"]
+__all__ = ["BYTES_PER_CTA", "GpuRules", "RateTables", "batch_rate", "comm_factor", "comm_fifo_edges", "communicator",
+           "host_issue_times", "kernel_ctas", "link_ends", "rate_tables", "stream_queues"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
@@ -319,6 +319,51 @@ def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> flo
     if slowdown == 1.0 or compute_sms <= 0:
         return 1.0
     return 1.0 + (slowdown - 1.0) * min(1.0, compute_sms / max(1, free_for_compute))
+
+
+def batch_rate(rules: GpuRules, mem_share: int, nccl_resident: bool, copying: bool) -> float:
+    """Rate (solo seconds done per second) of a batch of compute CTAs: 1/k beside k − 1 other memory-bound
+    kernels when it is memory-bound (rule 5, ``mem_share`` = k, 0 or 1 when alone or compute-bound),
+    / ``gemm_slowdown_beside_nccl`` while an NCCL kernel is resident (rule 6), / (1 + γ) while a copy runs.
+
+    >>> r = GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.0, 0.5)
+    >>> batch_rate(r, 2, True, True) == 1.0 / 2 / 1.5 / 1.5
+    True
+    """
+    new = 1.0
+    if mem_share > 1:
+        new /= mem_share
+    if nccl_resident and rules.gemm_slowdown_beside_nccl != 1.0:
+        new /= rules.gemm_slowdown_beside_nccl
+    if copying and rules.compute_slowdown_with_copy:
+        new /= 1.0 + rules.compute_slowdown_with_copy
+    return new
+
+
+@dataclass(frozen=True)
+class RateTables:
+    """Every rate the ``waves`` loops read, tabulated from the rule functions of this module, so the Python
+    loop and the compiled one (:mod:`schedsim.sim._cwaves`) apply the same numbers bit for bit.
+
+    The loops add only the mechanics of rule 6: a transfer's rate is the minimum over its link ends of
+    ``comm[rank's state] / (transfers on that end)``, times ``one_way`` for a send/recv whose reverse
+    directions are idle.
+    """
+
+    comm: list[float]  # [held · (sms + 1) + nccl_held]: 1 / comm_factor(...) of a rank's NCCL transfers
+    batch: list[float]  # [(mem_share · 2 + nccl_resident) · 2 + copying]: batch_rate(...), mem_share 0..sms
+    copy: list[float]  # [compute resident]: a copy's rate, 1 / (1 + δ) beside compute
+    one_way: float
+
+
+def rate_tables(rules: GpuRules) -> RateTables:
+    """Tabulate :func:`comm_factor`, :func:`batch_rate` and the copy rate for every state of an ``rules.sms``-SM
+    GPU (at most one memory-bound kernel per SM, so ``mem_share`` ≤ sms)."""
+    S = rules.sms
+    comm = [1.0 / comm_factor(rules.nccl_slowdown, h, S - n) for h in range(S + 1) for n in range(S + 1)]
+    batch = [batch_rate(rules, m, bool(n), bool(c)) for m in range(S + 1) for n in (0, 1) for c in (0, 1)]
+    d = rules.copy_slowdown_with_compute
+    return RateTables(comm, batch, [1.0, 1.0 / (1.0 + d) if d else 1.0], rules.p2p_one_way)
 
 
 def link_ends(members: Sequence[Op]) -> tuple[int, ...]:

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
+import sys
+from array import array
 from collections import deque
+from itertools import accumulate, chain
 from typing import NamedTuple
 
 from schedsim.hardware.profile import HardwareProfile
@@ -34,26 +38,52 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     """Run the compiled DAG ``c`` (:func:`schedsim.sim.engine._compile`); returns the engine's ``_State``.
 
     ``p2p_serialized`` overrides the profile's ``nccl.unbatched_p2p_serialized``. ``c.npred`` is consumed.
+    The event loop is the compiled one (:mod:`schedsim.sim._cwaves`) when it is built and
+    ``SCHEDSIM_NO_EXT`` is unset, else the Python one below (the reference); both give identical timelines.
 
     Raises
     ------
     DeadlockError
         If ops remain that can never start.
     """
-    from schedsim.sim.engine import HOST, _raise_deadlock, _State
+    from schedsim.sim.engine import _raise_deadlock, _State
 
-    ids, ops, N, world = c.ids, c.ops, c.N, c.world
-    npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
     rules = gm.GpuRules.from_profile(profile, max_connections)
-    S, nsm = rules.sms, rules.nccl_sms
-    slow, g_beside, gamma, delta = (rules.nccl_slowdown, rules.gemm_slowdown_beside_nccl,
-                                    rules.compute_slowdown_with_copy, rules.copy_slowdown_with_compute)
-
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
-    xlat = rules.cross_stream_s
     call0: list[float] = []
     succ, issue = _order_and_issue(c, profile, mode, serial, model_executor, call0)
     kn = _kernels(c, rules)
+    ops, gmem = c.ops, c.gmem
+    tab = gm.rate_tables(rules)
+    gends = [gm.link_ends([ops[i] for i in m]) for m in gmem]  # link directions each transfer uses (rule 6)
+    grev = [tuple(e ^ 1 for e in ends) if tab.one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
+            for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
+    cw = compiled_loop()
+    loop = _run_compiled if cw is not None else _run_python
+    start, end, ready_t, deps_t, binding, khand = loop(c, rules, tab, succ, issue, kn, gends, grev)
+    N = c.N
+    if sum(1 for e in end if e >= 0.0) < N:
+        _raise_deadlock(c.ids, ops, end, c.npred, c.job_of, gmem, N)
+    # an event recorded before the op's call fires once the stream got there, the host made the call and its
+    # hardware queue handed over the item ahead of it (rule 2: with fewer queues than streams, that can be later)
+    kern = kn.kern
+    qreach = [0.0] * len(kn.kops)
+    for Q in kn.queues.values():
+        for a, b in zip(Q, Q[1:]):
+            qreach[b] = khand[a]
+    return _State(start, end, ready_t, binding, [max(d, h, qreach[kern[i]]) for i, (d, h) in
+                                                 enumerate(zip(deps_t, call0))])
+
+
+def _run_python(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],  # type: ignore[no-untyped-def]
+                issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
+    """The reference event loop; returns ``(start, end, ready_t, deps_t, binding, khand)`` (seconds; op index
+    or HOST; khand per kernel: when its queue handed it to the GPU)."""
+    from schedsim.sim.engine import HOST
+
+    ops, N, world = c.ops, c.N, c.world
+    npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
+    S, nsm, xlat, one_way = rules.sms, rules.nccl_sms, rules.cross_stream_s, tab.one_way
     kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues = kn
     K = len(kops)
     kbat = [0] * K  # CTA batches running
@@ -75,10 +105,6 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     nccl_held = [0] * world  # SMs held by resident NCCL kernels
     nmem = [0] * world  # memory-bound kernels with CTAs resident
     ncomm = [0] * world  # NCCL transfers in flight
-    gends = [gm.link_ends([ops[i] for i in m]) for m in gmem]  # link directions each transfer uses (rule 6)
-    one_way = rules.p2p_one_way
-    grev = [tuple(e ^ 1 for e in ends) if one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
-            for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
     nlink = [0] * (2 * world)  # transfers in flight per (rank, direction)
     ncopy = [0] * world  # copies in flight
     pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)
@@ -123,21 +149,14 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
         k = jkey[j]
         r = krank[k]
         if typ == _COPY:
-            return 1.0 / (1.0 + delta) if held[r] and delta else 1.0
-        new = 1.0
-        if kmem[k] and nmem[r] > 1:
-            new /= nmem[r]
-        if nccl_held[r] and g_beside != 1.0:
-            new /= g_beside
-        if ncopy[r] and gamma:
-            new /= 1.0 + gamma
-        return new
+            return tab.copy[held[r] > 0]
+        return tab.batch[((nmem[r] if kmem[k] else 0) * 2 + (nccl_held[r] > 0)) * 2 + (ncopy[r] > 0)]
 
     def comm_rates(ranks: list[int]) -> None:
         """Per-rank SM factor of NCCL transfers (rule 6), before the jobs of ``ranks`` are rerated."""
         for q in ranks:
             if ncomm[q]:
-                crate[q] = 1.0 / gm.comm_factor(slow, held[q], S - nccl_held[q])
+                crate[q] = tab.comm[held[q] * (S + 1) + nccl_held[q]]
 
     def rerate(ranks: list[int], t: float) -> None:
         """New rates for the jobs running on ``ranks``; a job spanning many ranks (a collective's transfer) is
@@ -348,16 +367,75 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             comm_rates(order)
             rerate(order, t)
             dirty.clear()
-    if sum(1 for e in end if e >= 0.0) < N:
-        _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
-    # an event recorded before the op's call fires once the stream got there, the host made the call and its
-    # hardware queue handed over the item ahead of it (rule 2: with fewer queues than streams, that can be later)
-    qreach = [0.0] * K
-    for Q in queues.values():
-        for a, b in zip(Q, Q[1:]):
-            qreach[b] = khand[a]
-    return _State(start, end, ready_t, binding, [max(d, h, qreach[kern[i]]) for i, (d, h) in
-                                                 enumerate(zip(deps_t, call0))])
+    return start, end, ready_t, deps_t, binding, khand
+
+_EXT: list[object] = []  # [module or None] once looked up
+
+
+def compiled_loop():  # type: ignore[no-untyped-def]
+    """The compiled event loop :mod:`schedsim.sim._cwaves`, or None when it is not built (no C compiler at
+    install) or ``SCHEDSIM_NO_EXT=1``; then the Python loop runs, and the first call says so in one line
+    on stderr."""
+    if not _EXT:
+        if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
+            mod, why = None, "SCHEDSIM_NO_EXT is set"
+        else:
+            try:
+                from schedsim.sim import _cwaves as mod  # type: ignore[attr-defined,no-redef]
+                why = ""
+            except ImportError as e:
+                mod, why = None, f"the compiled loop is not built ({e}); reinstall with a C compiler: pip install -e ."
+        if mod is None:
+            sys.stderr.write(f"schedsim: simulating with the Python event loop (slower): {why}\n")
+        _EXT.append(mod)
+    return _EXT[0]
+
+
+def _csr(lists) -> tuple[array, array]:  # type: ignore[no-untyped-def]
+    """Lists of ints as (offsets, values), int64: row i is values[offsets[i]:offsets[i + 1]]."""
+    ptr = array("q", [0])
+    ptr.extend(accumulate(map(len, lists)))
+    return ptr, array("q", chain.from_iterable(lists))
+
+
+def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],  # type: ignore[no-untyped-def]
+                  issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
+    """:func:`_run_python` in C: every parameter flattened to int64/float64 arrays (no rule is computed in C;
+    see _cwaves.c), the same results."""
+    ops, N, world, gmem = c.ops, c.N, c.world, c.gmem
+    K, G = len(kn.kops), len(gmem)
+    streams: dict[tuple[int, str], int] = {}
+    sid = array("q", [streams.setdefault((op.rank, op.stream), len(streams)) for op in ops])
+    qid = {key: q for q, key in enumerate(kn.queues)}
+    granks = c.job_ranks[N:]
+    epos: list[list[int]] = []  # per member: positions in its group's ends of its rank's ends
+    for ends, rk in zip(gends, granks, strict=True):
+        pos: dict[int, list[int]] = {}
+        for p, e in enumerate(ends):
+            pos.setdefault(e >> 1, []).append(p)
+        epos.extend(pos[r] for r in rk)
+
+    def zeros(code: str, n: int) -> array:
+        return array(code, bytes(8 * n))
+
+    npred = array("q", c.npred)
+    start, ready_t, deps_t, khand = zeros("d", N), zeros("d", N), zeros("d", N), zeros("d", K)
+    end, binding = array("d", [-1.0]) * N, array("q", [-1]) * N
+    arrays = (
+        array("d", tab.comm), array("d", tab.batch), array("d", tab.copy),
+        npred, *_csr(succ), sid, array("q", [op.rank for op in ops]),
+        array("q", [j - N if j >= N else -1 for j in c.job_of]), array("q", kn.kern), array("d", issue),
+        array("d", c.job_work[:N]),
+        *_csr(kn.kops), array("q", kn.ktype), array("q", kn.krank), array("q", kn.kmem),
+        array("q", [qid[key] for key in kn.kq]), array("q", kn.kneed), array("q", kn.kleft), array("d", kn.ktau),
+        *_csr(kn.queues.values()),
+        *_csr(gmem), *_csr(gends), *_csr(grev), *_csr(granks), *_csr(epos), array("d", c.job_work[N:]),
+        start, end, ready_t, deps_t, khand, binding,
+        zeros("q", K), array("q", map(len, kn.kops)), zeros("q", len(qid)), zeros("q", K),
+    )
+    compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
+    c.npred[:] = npred.tolist()  # what is left, for the deadlock message
+    return start.tolist(), end.tolist(), ready_t.tolist(), deps_t.tolist(), binding.tolist(), khand.tolist()
 
 
 class _LinkMin:
