@@ -71,6 +71,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Sequence
+from operator import attrgetter
 from typing import NamedTuple
 
 import networkx as nx
@@ -80,7 +82,7 @@ from schedsim.cost import CostModel
 from schedsim.errors import DeadlockError, ProfileError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
-from schedsim.sim.timeline import Span, Timeline
+from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 
 __all__ = ["simulate", "HOST"]
 
@@ -447,10 +449,12 @@ def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwarePro
 
 
 def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:
-    """Spans, critical path (bindings walked back from the last op to finish) and metadata."""
+    """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
+    op to finish) and metadata."""
+    import numpy as np
+
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
     start, end, ready_t, binding, stream_t = state
-    job_res, job_work = c.job_res, c.job_work
     empty: dict = {}  # shared, never mutated
     res_name = ("compute", "comm", "copy", "copy", "copy")
     tag_dicts: dict[tuple, dict] = {(): empty}  # type: ignore[type-arg]  # one dict per distinct tag set
@@ -461,17 +465,21 @@ def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, 
             d = tag_dicts[t] = dict(t)
         return d
 
-    spans = [
-        Span(oid, op.name, op.rank, op.stream, op.kind, res_name[rs], st, en, w, rt, op.nbytes, op.flops,
-             tags_of(op.tags))
-        for oid, op, rs, st, en, w, rt in zip(ids, ops, job_res, start, end, job_work, ready_t, strict=False)
-    ]
-    if stream_t is not None:
-        spans = [s._replace(stream_s=x) for s, x in zip(spans, stream_t)]
+    def floats(x: Sequence[float]) -> np.ndarray:
+        return np.array(x, dtype=np.float64)
+
+    names, ranks, streams, kinds, nbytes, flops, tags = (
+        zip(*map(attrgetter("name", "rank", "stream", "kind", "nbytes", "flops", "tags"), ops), strict=True)
+        if N else ((),) * 7)
+    cols = SpanColumns(
+        ids, list(names), np.array(ranks, dtype=np.int64), _encode(streams, N), _encode(kinds, N),
+        _encode([res_name[r] for r in c.job_res[:N]], N), floats(start), floats(end), floats(c.job_work[:N]),
+        floats(ready_t), floats(nbytes), floats(flops), list(map(tags_of, tags)),
+        None if stream_t is None else floats(stream_t))
     # critical path: walk bindings back from the last op to finish
     cp: list[str] = []
     if N:
-        i = max(range(N), key=lambda k: (end[k], -k))
+        i = int(np.lexsort((-np.arange(N), cols.end_s))[-1])  # latest end, lowest index among ties
         seen_cp: set[int] = set()
         while i >= 0 and i not in seen_cp:
             seen_cp.add(i)
@@ -482,7 +490,7 @@ def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, 
         cp.reverse()
     meta = {"pipeline": dict(G.graph["pipeline"])} if "pipeline" in G.graph else {}
     return Timeline(schedule=str(G.graph.get("name", "")), source="predict", world_size=world, launch=mode,
-                    profile=profile.name, spans=spans, critical_path=cp, meta=meta)
+                    profile=profile.name, critical_path=cp, meta=meta, columns=cols)
 
 
 def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:  # type: ignore[no-untyped-def]
