@@ -555,26 +555,31 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
             if k is None:
                 k = kbatch[key] = len(kops)
                 kops.append([])
+            kops[k].append(i)
         else:
             k = len(kops)
-            kops.append([])
-        kops[k].append(i)
+            kops.append([i])
         kern[i] = k
     K = len(kops)
-    kn = _Kernels(kern, kops, [0] * K, [0] * K, [0] * K, [0] * K, [0.0] * K, [False] * K, [(0, 0)] * K, {})
+    ktype, krank, kleft, ktau, kmem = [0] * K, [0] * K, [0] * K, [0.0] * K, [False] * K
+    kq: list[tuple[int, int]] = [(0, 0)] * K
+    queues: dict[tuple[int, int], list[int]] = {}
     opq = gm.stream_queues(ops, rules.max_connections)
+    cost, sms, kernel_ctas = c.cost, rules.sms, gm.kernel_ctas
     for k, members in enumerate(kops):
         i = members[0]
         op = ops[i]
-        kn.ktype[k] = job_res[i]
-        kn.krank[k] = op.rank
-        kn.kneed[k] = len(members)
-        if job_res[i] == 0:
-            ctas, waves, mem = gm.kernel_ctas(op, c.cost, rules.sms)
-            kn.kleft[k], kn.ktau[k], kn.kmem[k] = ctas, job_work[i] / waves, mem
-        elif job_res[i] == 1:
-            kn.kleft[k] = len(members)
-        key = (op.rank, opq[i])
-        kn.queues.setdefault(key, []).append(k)
-        kn.kq[k] = key
-    return kn
+        res = ktype[k] = job_res[i]
+        r = krank[k] = op.rank
+        if res == 0:
+            ctas, waves, mem = kernel_ctas(op, cost, sms)
+            kleft[k], ktau[k], kmem[k] = ctas, job_work[i] / waves, mem
+        elif res == 1:
+            kleft[k] = len(members)
+        key = kq[k] = (r, opq[i])
+        q = queues.get(key)
+        if q is None:
+            queues[key] = [k]
+        else:
+            q.append(k)
+    return _Kernels(kern, kops, ktype, krank, [len(m) for m in kops], kleft, ktau, kmem, kq, queues)
