@@ -6,7 +6,8 @@ Out: a :class:`~schedsim.sim.timeline.Timeline`.
 Two GPU execution models, chosen by ``gpu_model`` (argument, else the
 profile's ``gpu_model``, default ``waves``):
 
-* ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.sim.gpu_model`):
+* ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.sim.gpu_model`, event loop compiled in
+  :mod:`schedsim.sim._cwaves` when built, else in Python, with identical results):
   CTAs in waves with FIFO block dispatch, NCCL kernels holding SMs, hardware
   queues (``CUDA_DEVICE_MAX_CONNECTIONS``), communicators run in issue order,
   the host thread as a resource. It matches how the 2×H200 traces of

@@ -12,6 +12,23 @@ Besides start (first CTA placed) and end (last CTA done), each op gets ``stream_
 reached it, i.e. when a CUDA event recorded just before its call would fire: its last dependency done,
 the host at the start of its call (rule 1) and its hardware queue past the item ahead (rule 2). That is
 what ``schedsim execute`` measures as an op's start, and what :func:`schedsim.compare.op_window` compares.
+
+Two implementations of the loop, one set of rules. :func:`run_waves` computes in Python, from
+:mod:`schedsim.sim.gpu_model`, everything a rule decides: successors with the communicator-order edges,
+host issue times, kernels with their CTA counts, wave times, memory-boundness and hardware queues, the
+link ends of each transfer, and every rate as a table (:func:`~schedsim.sim.gpu_model.rate_tables`).
+Then the event loop runs, either
+
+* compiled (:mod:`schedsim.sim._cwaves`, C, built by ``pip install -e .``): the whole loop (heap, ready
+  counts, queues, dispatch FIFOs, CTA batches, copy engines, rate updates) on flat int64/float64
+  arrays, ~1 µs per op (2026-12-01, 2-vCPU VM); or
+* in Python (:func:`_run_python`, the reference), when the extension is not built or
+  ``SCHEDSIM_NO_EXT=1`` (one line on stderr says so).
+
+Both do the same floating-point operations in the same order (C built with ``-ffp-contract=off``), so
+their timelines are identical bit for bit; ``tests/core/test_cwaves.py`` checks it on every shipped
+schedule, on generated DAGs and on a pipeline. The deadlock report and the stream-reached times are
+computed in Python after either loop.
 """
 
 from __future__ import annotations
