@@ -74,7 +74,7 @@ import heapq
 import itertools
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import networkx as nx
 
@@ -84,6 +84,9 @@ from schedsim.errors import DeadlockError, ProfileError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["simulate", "HOST"]
 
@@ -187,11 +190,12 @@ class _Compiled(NamedTuple):
 class _State(NamedTuple):
     """What a run leaves behind, per op (seconds; ``binding`` = op that released it, or HOST)."""
 
-    start: list[float]
-    end: list[float]
-    ready_t: list[float]
-    binding: list[int]
-    stream_t: list[float] | None = None  # waves: when the stream reached the op (dependencies done, host at its call)
+    start: Sequence[float]  # lists (Python loops) or array.array (compiled loop)
+    end: Sequence[float]
+    ready_t: Sequence[float]
+    binding: Sequence[int]
+    stream_t: Sequence[float] | np.ndarray | None = None  # waves: when the stream reached each op (deps done,
+    # host at its call)
 
 
 def _compile(G: nx.DiGraph, profile: HardwareProfile, mode: str) -> _Compiled:
@@ -466,7 +470,7 @@ def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, 
             d = tag_dicts[t] = dict(t)
         return d
 
-    def floats(x: Sequence[float]) -> np.ndarray:
+    def floats(x: Sequence[float] | np.ndarray) -> np.ndarray:
         return np.array(x, dtype=np.float64)
 
     names, ranks, streams, kinds, nbytes, flops, tags = (

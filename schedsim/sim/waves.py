@@ -40,7 +40,10 @@ import sys
 from array import array
 from collections import deque
 from itertools import accumulate, chain
+from operator import attrgetter
 from typing import NamedTuple
+
+import numpy as np
 
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.sim import gpu_model as gm
@@ -79,17 +82,17 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     loop = _run_compiled if cw is not None else _run_python
     start, end, ready_t, deps_t, binding, khand = loop(c, rules, tab, succ, issue, kn, gends, grev)
     N = c.N
-    if sum(1 for e in end if e >= 0.0) < N:
+    if N and min(end) < 0.0:
         _raise_deadlock(c.ids, ops, end, c.npred, c.job_of, gmem, N)
     # an event recorded before the op's call fires once the stream got there, the host made the call and its
     # hardware queue handed over the item ahead of it (rule 2: with fewer queues than streams, that can be later)
-    kern = kn.kern
-    qreach = [0.0] * len(kn.kops)
+    qreach = np.zeros(len(kn.kops))
     for Q in kn.queues.values():
-        for a, b in zip(Q, Q[1:]):
-            qreach[b] = khand[a]
-    return _State(start, end, ready_t, binding, [max(d, h, qreach[kern[i]]) for i, (d, h) in
-                                                 enumerate(zip(deps_t, call0))])
+        if len(Q) > 1:
+            qreach[Q[1:]] = np.asarray(khand)[Q[:-1]]
+    stream_t = np.maximum(np.maximum(np.asarray(deps_t, np.float64), np.asarray(call0, np.float64)),
+                          qreach[np.asarray(kn.kern, np.int64)])
+    return _State(start, end, ready_t, binding, stream_t)
 
 
 def _run_python(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],  # type: ignore[no-untyped-def]
@@ -421,8 +424,8 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
     see _cwaves.c), the same results."""
     ops, N, world, gmem = c.ops, c.N, c.world, c.gmem
     K, G = len(kn.kops), len(gmem)
-    streams: dict[tuple[int, str], int] = {}
-    sid = array("q", [streams.setdefault((op.rank, op.stream), len(streams)) for op in ops])
+    names = list(map(attrgetter("stream"), ops))
+    sid = array("q", map({s: k for k, s in enumerate(dict.fromkeys(names))}.__getitem__, names))  # name codes
     qid = {key: q for q, key in enumerate(kn.queues)}
     granks = c.job_ranks[N:]
     epos: list[list[int]] = []  # per member: positions in its group's ends of its rank's ends
@@ -440,8 +443,8 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
     end, binding = array("d", [-1.0]) * N, array("q", [-1]) * N
     arrays = (
         array("d", tab.comm), array("d", tab.batch), array("d", tab.copy),
-        npred, *_csr(succ), sid, array("q", [op.rank for op in ops]),
-        array("q", [j - N if j >= N else -1 for j in c.job_of]), array("q", kn.kern), array("d", issue),
+        npred, *_csr(succ), sid, array("q", map(attrgetter("rank"), ops)),
+        array("q", [j - N if j >= N else -1 for j in c.job_of[:N]]), array("q", kn.kern), array("d", issue),
         array("d", c.job_work[:N]),
         *_csr(kn.kops), array("q", kn.ktype), array("q", kn.krank), array("q", kn.kmem),
         array("q", [qid[key] for key in kn.kq]), array("q", kn.kneed), array("q", kn.kleft), array("d", kn.ktau),
@@ -451,8 +454,9 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
         zeros("q", K), array("q", map(len, kn.kops)), zeros("q", len(qid)), zeros("q", K),
     )
     compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
-    c.npred[:] = npred.tolist()  # what is left, for the deadlock message
-    return start.tolist(), end.tolist(), ready_t.tolist(), deps_t.tolist(), binding.tolist(), khand.tolist()
+    if N and min(end) < 0.0:
+        c.npred[:] = npred.tolist()  # what is left, for the deadlock message
+    return start, end, ready_t, deps_t, binding, khand  # array.array: indexable like the Python loop's lists
 
 
 class _LinkMin:
