@@ -288,14 +288,24 @@ def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list
 
     The ops of one ``p2p_batch`` form one entry: every op of an entry waits for every op of the previous one.
     """
-    last: dict[tuple[int, tuple[int, ...]], tuple[object, list[int]]] = {}
-    prev: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    last: dict[tuple[int, int], tuple[object, list[int]]] = {}
+    prev: dict[tuple[int, int], list[int]] = {}
     edges: list[tuple[int, int]] = []
+    # communicators as small ints: a collective's group tuple is shared by its ranks' ops, so it is looked up
+    # by identity (kept alive in `seen`, so no id is reused) instead of hashing a many-rank tuple per op
+    by_id: dict[int, int] = {}
+    codes: dict[tuple[int, ...], int] = {}
+    seen: list[tuple[int, ...]] = []
     for i, op in enumerate(ops):
         if op.kind in ("matmul", "compute", "memcpy") or (not p2p_serialized and op.kind in ("send", "recv")
                                                           and op.p2p_batch is None):
             continue
-        key = (op.rank, communicator(op, world, p2p_serialized))
+        comm = communicator(op, world, p2p_serialized)
+        code = by_id.get(id(comm))
+        if code is None:
+            code = by_id[id(comm)] = codes.setdefault(comm, len(codes))
+            seen.append(comm)
+        key = (op.rank, code)
         entry = (op.p2p_batch,) if op.p2p_batch is not None else i
         cur = last.get(key)
         if cur is not None and cur[0] == entry:
@@ -304,7 +314,9 @@ def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list
             if cur is not None:
                 prev[key] = cur[1]
             cur = last[key] = (entry, [i])
-        edges.extend((b, i) for b in prev.get(key, ()))
+        before = prev.get(key)
+        if before:
+            edges.extend([(b, i) for b in before])
     return edges
 
 

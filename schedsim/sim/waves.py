@@ -554,10 +554,10 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # ty
             succ[u].sort()
             npred[v] += 1
     xdeps = [0] * N
-    for u in range(N):
-        su = ops[u].stream
-        for v in succ[u]:
-            if ops[v].stream != su:
+    streams = list(map(attrgetter("stream"), ops))
+    for su, s in zip(streams, succ, strict=True):
+        for v in s:
+            if streams[v] != su:
                 xdeps[v] += 1
     return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
                                      call_start=call_start)
