@@ -278,7 +278,7 @@ static void settle(W *w, double t) {
     qsort(d->a, (size_t)d->n, sizeof(i64), cmp_i64);
     for (i64 p = 0; p < d->n; p++) {
         i64 q = d->a[p];
-        if (w->ncomm[q]) w->crate[q] = w->comm_tab[w->held[q] * (w->S + 1) + w->nccl_held[q]];
+        if (w->ncomm[q]) w->crate[q] = w->comm_tab[w->held[q] * (w->S / w->nsm + 1) + w->nccl_held[q] / w->nsm];
     }
     for (i64 p = 0; p < d->n; p++) {
         i64 r = d->a[p];

@@ -149,7 +149,8 @@ from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "GpuRules", "RateTables", "batch_rate", "comm_factor", "comm_fifo_edges", "communicator",
-           "host_issue_times", "kernel_ctas", "link_ends", "rate_tables", "stream_queues"]
+           "copy_rate", "host_issue_times", "kernel_ctas", "link_ends", "rate_tables", "stream_queues",
+           "transfer_comm_rate"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
@@ -352,31 +353,54 @@ def batch_rate(rules: GpuRules, mem_share: int, nccl_resident: bool, copying: bo
     return new
 
 
+def copy_rate(rules: GpuRules, compute_resident: bool) -> float:
+    """Rate of a copy on its copy engine: 1 / (1 + δ) while compute CTAs are resident (``copy_slowdown_with_compute``).
+
+    >>> copy_rate(GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.25, 0.5), True)
+    0.8
+    """
+    d = rules.copy_slowdown_with_compute
+    return 1.0 / (1.0 + d) if compute_resident and d else 1.0
+
+
+def transfer_comm_rate(rules: GpuRules, compute_held: int, nccl_held: int) -> float:
+    """Rate factor of a rank's NCCL transfers, 1 / :func:`comm_factor`, with ``compute_held`` SMs held by compute
+    CTAs and ``nccl_held`` by NCCL kernels (rule 6)."""
+    return 1.0 / comm_factor(rules.nccl_slowdown, compute_held, rules.sms - nccl_held)
+
+
+#: Largest comm table (entries) the compiled loop takes: (sms + 1) · (sms // nccl_sms + 1), 8 MiB of float64.
+#: Only a profile with thousands of SMs exceeds it; its runs use the Python loop (which evaluates lazily).
+MAX_TABLE = 1 << 20
+
+
 @dataclass(frozen=True)
 class RateTables:
-    """Every rate the ``waves`` loops read, tabulated from the rule functions of this module, so the Python
-    loop and the compiled one (:mod:`schedsim.sim._cwaves`) apply the same numbers bit for bit.
+    """Every rate the compiled ``waves`` loop (:mod:`schedsim.sim._cwaves`) reads, tabulated from the rule
+    functions of this module (the Python loop calls the same functions), so both apply the same numbers
+    bit for bit.
 
     The loops add only the mechanics of rule 6: a transfer's rate is the minimum over its link ends of
     ``comm[rank's state] / (transfers on that end)``, times ``one_way`` for a send/recv whose reverse
     directions are idle.
     """
 
-    comm: list[float]  # [held · (sms + 1) + nccl_held]: 1 / comm_factor(...) of a rank's NCCL transfers
+    comm: list[float]  # [held · (sms // nccl_sms + 1) + nccl_held // nccl_sms]: transfer_comm_rate(...)
     batch: list[float]  # [(mem_share · 2 + nccl_resident) · 2 + copying]: batch_rate(...), mem_share 0..sms
-    copy: list[float]  # [compute resident]: a copy's rate, 1 / (1 + δ) beside compute
+    copy: list[float]  # [compute resident]: copy_rate(...)
     one_way: float
 
 
-def rate_tables(rules: GpuRules) -> RateTables:
-    """Tabulate :func:`comm_factor`, :func:`batch_rate` and the copy rate for every state of an ``rules.sms``-SM
-    GPU (at most one memory-bound kernel per SM, so ``mem_share`` ≤ sms)."""
-    S = rules.sms
-    comm = [1.0 / comm_factor(rules.nccl_slowdown, h, S - n) for h in range(S + 1) for n in range(S + 1)]
+def rate_tables(rules: GpuRules) -> RateTables | None:
+    """Tabulate :func:`transfer_comm_rate`, :func:`batch_rate` and :func:`copy_rate` for every state of an
+    ``rules.sms``-SM GPU (NCCL kernels hold multiples of ``nccl_sms`` SMs; at most one memory-bound kernel
+    per SM, so ``mem_share`` ≤ sms); None when the comm table would exceed :data:`MAX_TABLE` entries."""
+    S, ns = rules.sms, rules.nccl_sms
+    if (S + 1) * (S // ns + 1) > MAX_TABLE:
+        return None
+    comm = [transfer_comm_rate(rules, h, n * ns) for h in range(S + 1) for n in range(S // ns + 1)]
     batch = [batch_rate(rules, m, bool(n), bool(c)) for m in range(S + 1) for n in (0, 1) for c in (0, 1)]
-    d = rules.copy_slowdown_with_compute
-    return RateTables(comm, batch, [1.0, 1.0 / (1.0 + d) if d else 1.0], rules.p2p_one_way)
-
+    return RateTables(comm, batch, [copy_rate(rules, False), copy_rate(rules, True)], rules.p2p_one_way)
 
 def link_ends(members: Sequence[Op]) -> tuple[int, ...]:
     """Link directions one transfer uses (rule 6), as ``2·rank + d`` with d = 0 out, 1 in.

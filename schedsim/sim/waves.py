@@ -33,6 +33,7 @@ computed in Python after either loop.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import os
@@ -74,13 +75,14 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     succ, issue = _order_and_issue(c, profile, mode, serial, model_executor, call0)
     kn = _kernels(c, rules)
     ops, gmem = c.ops, c.gmem
-    tab = gm.rate_tables(rules)
+    tab = gm.rate_tables(rules)  # None for a GPU of thousands of SMs: then the Python loop
     gends = [gm.link_ends([ops[i] for i in m]) for m in gmem]  # link directions each transfer uses (rule 6)
-    grev = [tuple(e ^ 1 for e in ends) if tab.one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
+    grev = [tuple(e ^ 1 for e in ends) if rules.p2p_one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
             for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
-    cw = compiled_loop()
-    loop = _run_compiled if cw is not None else _run_python
-    start, end, ready_t, deps_t, binding, khand = loop(c, rules, tab, succ, issue, kn, gends, grev)
+    if tab is not None and compiled_loop() is not None:
+        start, end, ready_t, deps_t, binding, khand = _run_compiled(c, rules, tab, succ, issue, kn, gends, grev)
+    else:
+        start, end, ready_t, deps_t, binding, khand = _run_python(c, rules, succ, issue, kn, gends, grev)
     N = c.N
     if N and min(end) < 0.0:
         _raise_deadlock(c.ids, ops, end, c.npred, c.job_of, gmem, N)
@@ -95,15 +97,18 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     return _State(start, end, ready_t, binding, stream_t)
 
 
-def _run_python(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],  # type: ignore[no-untyped-def]
+def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no-untyped-def]
                 issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
-    """The reference event loop; returns ``(start, end, ready_t, deps_t, binding, khand)`` (seconds; op index
-    or HOST; khand per kernel: when its queue handed it to the GPU)."""
+    """The reference event loop (rates straight from the rule functions); returns ``(start, end, ready_t,
+    deps_t, binding, khand)`` (seconds; op index or HOST; khand per kernel: when its queue handed it over)."""
     from schedsim.sim.engine import HOST
 
     ops, N, world = c.ops, c.N, c.world
     npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
-    S, nsm, xlat, one_way = rules.sms, rules.nccl_sms, rules.cross_stream_s, tab.one_way
+    S, nsm, xlat, one_way = rules.sms, rules.nccl_sms, rules.cross_stream_s, rules.p2p_one_way
+    comm_rate = functools.lru_cache(None)(functools.partial(gm.transfer_comm_rate, rules))  # the rule functions,
+    batch_rate = functools.lru_cache(None)(functools.partial(gm.batch_rate, rules))  # evaluated once per state
+    copy_rate = (gm.copy_rate(rules, False), gm.copy_rate(rules, True))
     kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues = kn
     K = len(kops)
     kbat = [0] * K  # CTA batches running
@@ -169,14 +174,14 @@ def _run_python(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]]
         k = jkey[j]
         r = krank[k]
         if typ == _COPY:
-            return tab.copy[held[r] > 0]
-        return tab.batch[((nmem[r] if kmem[k] else 0) * 2 + (nccl_held[r] > 0)) * 2 + (ncopy[r] > 0)]
+            return copy_rate[held[r] > 0]
+        return batch_rate(nmem[r] if kmem[k] else 0, nccl_held[r] > 0, ncopy[r] > 0)
 
     def comm_rates(ranks: list[int]) -> None:
         """Per-rank SM factor of NCCL transfers (rule 6), before the jobs of ``ranks`` are rerated."""
         for q in ranks:
             if ncomm[q]:
-                crate[q] = tab.comm[held[q] * (S + 1) + nccl_held[q]]
+                crate[q] = comm_rate(held[q], nccl_held[q])
 
     def rerate(ranks: list[int], t: float) -> None:
         """New rates for the jobs running on ``ranks``; a job spanning many ranks (a collective's transfer) is
