@@ -570,7 +570,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         goto release_bufs;
     }
     {
-        i64 N = w->N, K = w->K, G = w->G, R = w->world, E = w->gends_ptr[G];
+        i64 N = w->N, K = w->K, G = w->G, R = w->world + 1, E = w->gends_ptr[G]; /* + 1: no 0-byte callocs */
         (void)N;
         w->kstarted = calloc((size_t)K + 1, 1);
         w->kready = calloc((size_t)K + 1, 1);

@@ -182,3 +182,10 @@ def test_a_gpu_of_thousands_of_sms_runs_in_the_python_loop(monkeypatch):
     G = build_graph(load_schedule(ROOT / "schedules" / "allgather_mm8.yaml"))
     fast, ref = both(monkeypatch, G, big)
     assert fast == ref and isinstance(ref, tuple) and ref[0]
+
+
+@needs_ext
+def test_compiled_loop_on_an_empty_graph(monkeypatch):
+    G = nx.DiGraph(name="empty", world_size=2, launch="eager", collectives={}, p2p=[])
+    fast, ref = both(monkeypatch, G, load_profile("h200"))
+    assert fast == ref == ([], [], None)
