@@ -1,13 +1,16 @@
 /* The event loop of the ``waves`` GPU model, compiled: the mechanics of schedsim/sim/waves.py's Python loop
- * (heap, ready counts, hardware queues, dispatch FIFOs, CTA batches, rate updates), statement for statement.
+ * (_run_python: heap, ready counts, hardware queues, dispatch FIFOs, CTA batches, copy engines, rate
+ * updates), statement for statement and in the same order, so heap ties break the same way.
  *
- * No GPU rule lives here. Python (schedsim.sim.waves._flatten) computes every per-op, per-kernel and
- * per-collective parameter from schedsim.sim.gpu_model (CTA counts, wave times, queues, host issue times,
- * communicator FIFO edges, link ends) and every rate as a table (gpu_model.rate_tables); this loop reads
- * them. The only arithmetic here is the same as the Python loop's, in the same order: remaining work
- * (rem - (t - last) * rate), finish times (t + rem / rate), a transfer's minimum over its link ends of
- * comm[rank] / transfers on that end, and the one-way factor. Built with -ffp-contract=off so no fused
- * multiply-add changes a rounding: timelines are bit-identical to the Python loop's (tests/core/test_cwaves.py).
+ * No GPU rule lives here. Python (schedsim.sim.waves.run_waves and _run_compiled) computes every per-op,
+ * per-kernel and per-collective parameter from schedsim.sim.gpu_model (CTA counts, wave times, queues, host
+ * issue times, communicator FIFO edges, link ends) and every rate as a table built from gpu_model's rule
+ * functions (gpu_model.rate_tables); this loop reads them. The only arithmetic here is the Python loop's:
+ * remaining work (rem - (t - last) * rate), finish times (t + rem / rate), a transfer's minimum over its link
+ * ends of comm[rank] / transfers on that end (kept as waves._LinkMin keeps it: the minimum and the count of
+ * ends at it, refreshed for the dirty ranks of each event), and the one-way factor. Built with
+ * -ffp-contract=off so no fused multiply-add changes a rounding: timelines are bit-identical to the Python
+ * loop's (tests/core/test_cwaves.py).
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
  */
