@@ -167,7 +167,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
 
     def rate_of(j: int) -> float:
         typ = jtype[j]
-        if typ == _XFER:  # the slowest link end, kept up to date by _track_ends
+        if typ == _XFER:  # the slowest link end, kept up to date by _LinkMin
             rate = links.xmin[j]
             rev = grev[jkey[j]]
             return rate * one_way if rev and not any(nlink[e] for e in rev) else rate
@@ -393,6 +393,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
             rerate(order, t)
             dirty.clear()
     return start, end, ready_t, deps_t, binding, khand
+
 
 _EXT: list[object] = []  # [module or None] once looked up
 
