@@ -8,6 +8,7 @@ overlapping the all_reduce of chunk i, plus a send/recv ring every 8 chunks.
 Prints ops simulated per second (simulate() only: compile + event loop +
 timeline), the time to build the DAG, and the predict cold start measured as
 wall time of fresh `python -m schedsim predict` processes (median of 5).
+The `waves` model runs its compiled event loop when built; `SCHEDSIM_NO_EXT=1` times the Python loop.
 """
 
 from __future__ import annotations

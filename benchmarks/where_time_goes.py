@@ -3,7 +3,8 @@
 Runs the stages of ``schedsim predict --no-gantt`` in this process, with the cyclic GC paused as the CLI
 does, and prints CPU seconds (``time.process_time``, this process only) and µs per op for each:
 load (YAML → spec), build DAG (foreach expansion, Op objects, networkx), static checks, simulate
-(the engine: graph → lists, event loop, Span rows), timeline columns (Span rows → numpy columns),
+(the engine: graph → lists, event loop, timeline columns), timeline columns (a no-op since the engine builds
+columns; it was the Span rows → numpy columns transposition),
 metrics, timeline.json, and the teardown (freeing the per-op Python objects). With ``--profile`` it
 also prints the top functions by own time under cProfile (which inflates pure-Python code ~2×).
 
@@ -49,9 +50,9 @@ def stages(world: int, chunks: int) -> list[tuple[str, float]]:
     check_graph(G)
     mark("static checks")
     tl = simulate(G, prof)
-    mark("simulate (engine, Span rows)")
+    mark("simulate (engine, timeline columns)")
     tl.columns
-    mark("Span rows → timeline columns")
+    mark("timeline columns (built by the engine)")
     m = compute_metrics(tl)
     mark("metrics (vectorised)")
     with tempfile.TemporaryDirectory() as d:

@@ -6,7 +6,8 @@ Out: a :class:`~schedsim.sim.timeline.Timeline`.
 Two GPU execution models, chosen by ``gpu_model`` (argument, else the
 profile's ``gpu_model``, default ``waves``):
 
-* ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.sim.gpu_model`):
+* ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.sim.gpu_model`, event loop compiled in
+  :mod:`schedsim.sim._cwaves` when built, else in Python, with identical results):
   CTAs in waves with FIFO block dispatch, NCCL kernels holding SMs, hardware
   queues (``CUDA_DEVICE_MAX_CONNECTIONS``), communicators run in issue order,
   the host thread as a resource. It matches how the 2×H200 traces of
@@ -71,7 +72,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import NamedTuple
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import TYPE_CHECKING, NamedTuple
 
 import networkx as nx
 
@@ -80,7 +83,10 @@ from schedsim.cost import CostModel
 from schedsim.errors import DeadlockError, ProfileError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
-from schedsim.sim.timeline import Span, Timeline
+from schedsim.sim.timeline import SpanColumns, Timeline, _encode
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["simulate", "HOST"]
 
@@ -184,11 +190,12 @@ class _Compiled(NamedTuple):
 class _State(NamedTuple):
     """What a run leaves behind, per op (seconds; ``binding`` = op that released it, or HOST)."""
 
-    start: list[float]
-    end: list[float]
-    ready_t: list[float]
-    binding: list[int]
-    stream_t: list[float] | None = None  # waves: when the stream reached the op (dependencies done, host at its call)
+    start: Sequence[float]  # lists (Python loops) or array.array (compiled loop)
+    end: Sequence[float]
+    ready_t: Sequence[float]
+    binding: Sequence[int]
+    stream_t: Sequence[float] | np.ndarray | None = None  # waves: when the stream reached each op (deps done,
+    # host at its call)
 
 
 def _compile(G: nx.DiGraph, profile: HardwareProfile, mode: str) -> _Compiled:
@@ -447,10 +454,12 @@ def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwarePro
 
 
 def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:
-    """Spans, critical path (bindings walked back from the last op to finish) and metadata."""
+    """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
+    op to finish) and metadata."""
+    import numpy as np
+
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
     start, end, ready_t, binding, stream_t = state
-    job_res, job_work = c.job_res, c.job_work
     empty: dict = {}  # shared, never mutated
     res_name = ("compute", "comm", "copy", "copy", "copy")
     tag_dicts: dict[tuple, dict] = {(): empty}  # type: ignore[type-arg]  # one dict per distinct tag set
@@ -461,17 +470,21 @@ def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, 
             d = tag_dicts[t] = dict(t)
         return d
 
-    spans = [
-        Span(oid, op.name, op.rank, op.stream, op.kind, res_name[rs], st, en, w, rt, op.nbytes, op.flops,
-             tags_of(op.tags))
-        for oid, op, rs, st, en, w, rt in zip(ids, ops, job_res, start, end, job_work, ready_t, strict=False)
-    ]
-    if stream_t is not None:
-        spans = [s._replace(stream_s=x) for s, x in zip(spans, stream_t)]
+    def floats(x: Sequence[float] | np.ndarray) -> np.ndarray:
+        return np.array(x, dtype=np.float64)
+
+    names, ranks, streams, kinds, nbytes, flops, tags = (
+        zip(*map(attrgetter("name", "rank", "stream", "kind", "nbytes", "flops", "tags"), ops), strict=True)
+        if N else ((),) * 7)
+    cols = SpanColumns(
+        ids, list(names), np.array(ranks, dtype=np.int64), _encode(streams, N), _encode(kinds, N),
+        _encode([res_name[r] for r in c.job_res[:N]], N), floats(start), floats(end), floats(c.job_work[:N]),
+        floats(ready_t), floats(nbytes), floats(flops), list(map(tags_of, tags)),
+        None if stream_t is None else floats(stream_t))
     # critical path: walk bindings back from the last op to finish
     cp: list[str] = []
     if N:
-        i = max(range(N), key=lambda k: (end[k], -k))
+        i = int(np.lexsort((-np.arange(N), cols.end_s))[-1])  # latest end, lowest index among ties
         seen_cp: set[int] = set()
         while i >= 0 and i not in seen_cp:
             seen_cp.add(i)
@@ -482,7 +495,7 @@ def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, 
         cp.reverse()
     meta = {"pipeline": dict(G.graph["pipeline"])} if "pipeline" in G.graph else {}
     return Timeline(schedule=str(G.graph.get("name", "")), source="predict", world_size=world, launch=mode,
-                    profile=profile.name, spans=spans, critical_path=cp, meta=meta)
+                    profile=profile.name, critical_path=cp, meta=meta, columns=cols)
 
 
 def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:  # type: ignore[no-untyped-def]

@@ -153,8 +153,9 @@ from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["BYTES_PER_CTA", "GpuRules", "comm_factor", "comm_fifo_edges", "communicator", "host_issue_times",
-           "kernel_ctas", "link_ends", "stream_queues"]
+__all__ = ["BYTES_PER_CTA", "GpuRules", "RateTables", "batch_rate", "comm_factor", "comm_fifo_edges", "communicator",
+           "copy_rate", "host_issue_times", "kernel_ctas", "link_ends", "rate_tables", "stream_queues",
+           "transfer_comm_rate"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
@@ -302,14 +303,24 @@ def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list
 
     The ops of one ``p2p_batch`` form one entry: every op of an entry waits for every op of the previous one.
     """
-    last: dict[tuple[int, tuple[int, ...]], tuple[object, list[int]]] = {}
-    prev: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    last: dict[tuple[int, int], tuple[object, list[int]]] = {}
+    prev: dict[tuple[int, int], list[int]] = {}
     edges: list[tuple[int, int]] = []
+    # communicators as small ints: a collective's group tuple is shared by its ranks' ops, so it is looked up
+    # by identity (kept alive in `seen`, so no id is reused) instead of hashing a many-rank tuple per op
+    by_id: dict[int, int] = {}
+    codes: dict[tuple[int, ...], int] = {}
+    seen: list[tuple[int, ...]] = []
     for i, op in enumerate(ops):
         if op.kind in ("matmul", "compute", "memcpy") or (not p2p_serialized and op.kind in ("send", "recv")
                                                           and op.p2p_batch is None):
             continue
-        key = (op.rank, communicator(op, world, p2p_serialized))
+        comm = communicator(op, world, p2p_serialized)
+        code = by_id.get(id(comm))
+        if code is None:
+            code = by_id[id(comm)] = codes.setdefault(comm, len(codes))
+            seen.append(comm)
+        key = (op.rank, code)
         entry = (op.p2p_batch,) if op.p2p_batch is not None else i
         cur = last.get(key)
         if cur is not None and cur[0] == entry:
@@ -318,7 +329,9 @@ def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list
             if cur is not None:
                 prev[key] = cur[1]
             cur = last[key] = (entry, [i])
-        edges.extend((b, i) for b in prev.get(key, ()))
+        before = prev.get(key)
+        if before:
+            edges.extend([(b, i) for b in before])
     return edges
 
 
@@ -334,6 +347,74 @@ def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> flo
         return 1.0
     return 1.0 + (slowdown - 1.0) * min(1.0, compute_sms / max(1, free_for_compute))
 
+
+def batch_rate(rules: GpuRules, mem_share: int, nccl_resident: bool, copying: bool) -> float:
+    """Rate (solo seconds done per second) of a batch of compute CTAs: 1/k beside k − 1 other memory-bound
+    kernels when it is memory-bound (rule 5, ``mem_share`` = k, 0 or 1 when alone or compute-bound),
+    / ``gemm_slowdown_beside_nccl`` while an NCCL kernel is resident (rule 6), / (1 + γ) while a copy runs.
+
+    >>> r = GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.0, 0.5)
+    >>> batch_rate(r, 2, True, True) == 1.0 / 2 / 1.5 / 1.5
+    True
+    """
+    new = 1.0
+    if mem_share > 1:
+        new /= mem_share
+    if nccl_resident and rules.gemm_slowdown_beside_nccl != 1.0:
+        new /= rules.gemm_slowdown_beside_nccl
+    if copying and rules.compute_slowdown_with_copy:
+        new /= 1.0 + rules.compute_slowdown_with_copy
+    return new
+
+
+def copy_rate(rules: GpuRules, compute_resident: bool) -> float:
+    """Rate of a copy on its copy engine: 1 / (1 + δ) while compute CTAs are resident (``copy_slowdown_with_compute``).
+
+    >>> copy_rate(GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.25, 0.5), True)
+    0.8
+    """
+    d = rules.copy_slowdown_with_compute
+    return 1.0 / (1.0 + d) if compute_resident and d else 1.0
+
+
+def transfer_comm_rate(rules: GpuRules, compute_held: int, nccl_held: int) -> float:
+    """Rate factor of a rank's NCCL transfers, 1 / :func:`comm_factor`, with ``compute_held`` SMs held by compute
+    CTAs and ``nccl_held`` by NCCL kernels (rule 6)."""
+    return 1.0 / comm_factor(rules.nccl_slowdown, compute_held, rules.sms - nccl_held)
+
+
+#: Largest comm table (entries) the compiled loop takes: (sms + 1) · (sms // nccl_sms + 1), 8 MiB of float64.
+#: Only a profile with thousands of SMs exceeds it; its runs use the Python loop (which evaluates lazily).
+MAX_TABLE = 1 << 20
+
+
+@dataclass(frozen=True)
+class RateTables:
+    """Every rate the compiled ``waves`` loop (:mod:`schedsim.sim._cwaves`) reads, tabulated from the rule
+    functions of this module (the Python loop calls the same functions), so both apply the same numbers
+    bit for bit.
+
+    The loops add only the mechanics of rule 6: a transfer's rate is the minimum over its link ends of
+    ``comm[rank's state] / (transfers on that end)``, times ``one_way`` for a send/recv whose reverse
+    directions are idle.
+    """
+
+    comm: list[float]  # [held · (sms // nccl_sms + 1) + nccl_held // nccl_sms]: transfer_comm_rate(...)
+    batch: list[float]  # [(mem_share · 2 + nccl_resident) · 2 + copying]: batch_rate(...), mem_share 0..sms
+    copy: list[float]  # [compute resident]: copy_rate(...)
+    one_way: float
+
+
+def rate_tables(rules: GpuRules) -> RateTables | None:
+    """Tabulate :func:`transfer_comm_rate`, :func:`batch_rate` and :func:`copy_rate` for every state of an
+    ``rules.sms``-SM GPU (NCCL kernels hold multiples of ``nccl_sms`` SMs; at most one memory-bound kernel
+    per SM, so ``mem_share`` ≤ sms); None when the comm table would exceed :data:`MAX_TABLE` entries."""
+    S, ns = rules.sms, rules.nccl_sms
+    if (S + 1) * (S // ns + 1) > MAX_TABLE:
+        return None
+    comm = [transfer_comm_rate(rules, h, n * ns) for h in range(S + 1) for n in range(S // ns + 1)]
+    batch = [batch_rate(rules, m, bool(n), bool(c)) for m in range(S + 1) for n in (0, 1) for c in (0, 1)]
+    return RateTables(comm, batch, [copy_rate(rules, False), copy_rate(rules, True)], rules.p2p_one_way)
 
 def link_ends(members: Sequence[Op]) -> tuple[int, ...]:
     """Link directions one transfer uses (rule 6), as ``2·rank + d`` with d = 0 out, 1 in.

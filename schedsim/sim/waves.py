@@ -12,14 +12,39 @@ Besides start (first CTA placed) and end (last CTA done), each op gets ``stream_
 reached it, i.e. when a CUDA event recorded just before its call would fire: its last dependency done,
 the host at the start of its call (rule 1) and its hardware queue past the item ahead (rule 2). That is
 what ``schedsim execute`` measures as an op's start, and what :func:`schedsim.compare.op_window` compares.
+
+Two implementations of the loop, one set of rules. :func:`run_waves` computes in Python, from
+:mod:`schedsim.sim.gpu_model`, everything a rule decides: successors with the communicator-order edges,
+host issue times, kernels with their CTA counts, wave times, memory-boundness and hardware queues, the
+link ends of each transfer, and every rate as a table (:func:`~schedsim.sim.gpu_model.rate_tables`).
+Then the event loop runs, either
+
+* compiled (:mod:`schedsim.sim._cwaves`, C, built by ``pip install -e .``): the whole loop (heap, ready
+  counts, queues, dispatch FIFOs, CTA batches, copy engines, rate updates) on flat int64/float64
+  arrays, ~1 µs per op (2026-12-01, 2-vCPU VM); or
+* in Python (:func:`_run_python`, the reference), when the extension is not built or
+  ``SCHEDSIM_NO_EXT=1`` (one line on stderr says so).
+
+Both do the same floating-point operations in the same order (C built with ``-ffp-contract=off``), so
+their timelines are identical bit for bit; ``tests/core/test_cwaves.py`` checks it on every shipped
+schedule, on generated DAGs and on a pipeline. The deadlock report and the stream-reached times are
+computed in Python after either loop.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
+import os
+import sys
+from array import array
 from collections import deque
+from itertools import accumulate, chain
+from operator import attrgetter
 from typing import NamedTuple
+
+import numpy as np
 
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.sim import gpu_model as gm
@@ -34,26 +59,56 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     """Run the compiled DAG ``c`` (:func:`schedsim.sim.engine._compile`); returns the engine's ``_State``.
 
     ``p2p_serialized`` overrides the profile's ``nccl.unbatched_p2p_serialized``. ``c.npred`` is consumed.
+    The event loop is the compiled one (:mod:`schedsim.sim._cwaves`) when it is built and
+    ``SCHEDSIM_NO_EXT`` is unset, else the Python one below (the reference); both give identical timelines.
 
     Raises
     ------
     DeadlockError
         If ops remain that can never start.
     """
-    from schedsim.sim.engine import HOST, _raise_deadlock, _State
+    from schedsim.sim.engine import _raise_deadlock, _State
 
-    ids, ops, N, world = c.ids, c.ops, c.N, c.world
-    npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
     rules = gm.GpuRules.from_profile(profile, max_connections)
-    S, nsm = rules.sms, rules.nccl_sms
-    slow, g_beside, gamma, delta = (rules.nccl_slowdown, rules.gemm_slowdown_beside_nccl,
-                                    rules.compute_slowdown_with_copy, rules.copy_slowdown_with_compute)
-
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
-    xlat = rules.cross_stream_s
     call0: list[float] = []
     succ, issue = _order_and_issue(c, profile, mode, serial, model_executor, call0)
     kn = _kernels(c, rules)
+    ops, gmem = c.ops, c.gmem
+    tab = gm.rate_tables(rules)  # None for a GPU of thousands of SMs: then the Python loop
+    gends = [gm.link_ends([ops[i] for i in m]) for m in gmem]  # link directions each transfer uses (rule 6)
+    grev = [tuple(e ^ 1 for e in ends) if rules.p2p_one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
+            for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
+    if tab is not None and compiled_loop() is not None:
+        start, end, ready_t, deps_t, binding, khand = _run_compiled(c, rules, tab, succ, issue, kn, gends, grev)
+    else:
+        start, end, ready_t, deps_t, binding, khand = _run_python(c, rules, succ, issue, kn, gends, grev)
+    N = c.N
+    if N and min(end) < 0.0:
+        _raise_deadlock(c.ids, ops, end, c.npred, c.job_of, gmem, N)
+    # an event recorded before the op's call fires once the stream got there, the host made the call and its
+    # hardware queue handed over the item ahead of it (rule 2: with fewer queues than streams, that can be later)
+    qreach = np.zeros(len(kn.kops))
+    for Q in kn.queues.values():
+        if len(Q) > 1:
+            qreach[Q[1:]] = np.asarray(khand)[Q[:-1]]
+    stream_t = np.maximum(np.maximum(np.asarray(deps_t, np.float64), np.asarray(call0, np.float64)),
+                          qreach[np.asarray(kn.kern, np.int64)])
+    return _State(start, end, ready_t, binding, stream_t)
+
+
+def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no-untyped-def]
+                issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
+    """The reference event loop (rates straight from the rule functions); returns ``(start, end, ready_t,
+    deps_t, binding, khand)`` (seconds; op index or HOST; khand per kernel: when its queue handed it over)."""
+    from schedsim.sim.engine import HOST
+
+    ops, N, world = c.ops, c.N, c.world
+    npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
+    S, nsm, xlat, one_way = rules.sms, rules.nccl_sms, rules.cross_stream_s, rules.p2p_one_way
+    comm_rate = functools.lru_cache(None)(functools.partial(gm.transfer_comm_rate, rules))  # the rule functions,
+    batch_rate = functools.lru_cache(None)(functools.partial(gm.batch_rate, rules))  # evaluated once per state
+    copy_rate = (gm.copy_rate(rules, False), gm.copy_rate(rules, True))
     kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues = kn
     K = len(kops)
     kbat = [0] * K  # CTA batches running
@@ -75,10 +130,6 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     nccl_held = [0] * world  # SMs held by resident NCCL kernels
     nmem = [0] * world  # memory-bound kernels with CTAs resident
     ncomm = [0] * world  # NCCL transfers in flight
-    gends = [gm.link_ends([ops[i] for i in m]) for m in gmem]  # link directions each transfer uses (rule 6)
-    one_way = rules.p2p_one_way
-    grev = [tuple(e ^ 1 for e in ends) if one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
-            for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
     nlink = [0] * (2 * world)  # transfers in flight per (rank, direction)
     ncopy = [0] * world  # copies in flight
     pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)
@@ -98,6 +149,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     counter = itertools.count()
     dirty: set[int] = set()
     crate = [1.0] * world
+    links = _LinkMin(gends, crate, nlink)
 
     def new_job(typ: int, key: int, sms: int, work: float, ranks: tuple[int, ...], t: float) -> None:
         j = len(jtype)
@@ -108,47 +160,36 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
         jrate.append(0.0)
         jlast.append(t)
         jver.append(0)
+        links.add_job()
         for q in ranks:
             running[q].append(j)
             dirty.add(q)
 
     def rate_of(j: int) -> float:
         typ = jtype[j]
-        if typ == _XFER:
-            g = jkey[j]
-            rate = min([crate[e >> 1] / nlink[e] for e in gends[g]])
-            rev = grev[g]
+        if typ == _XFER:  # the slowest link end, kept up to date by _LinkMin
+            rate = links.xmin[j]
+            rev = grev[jkey[j]]
             return rate * one_way if rev and not any(nlink[e] for e in rev) else rate
         k = jkey[j]
         r = krank[k]
         if typ == _COPY:
-            return 1.0 / (1.0 + delta) if held[r] and delta else 1.0
-        new = 1.0
-        if kmem[k] and nmem[r] > 1:
-            new /= nmem[r]
-        if nccl_held[r] and g_beside != 1.0:
-            new /= g_beside
-        if ncopy[r] and gamma:
-            new /= 1.0 + gamma
-        return new
+            return copy_rate[held[r] > 0]
+        return batch_rate(nmem[r] if kmem[k] else 0, nccl_held[r] > 0, ncopy[r] > 0)
 
     def comm_rates(ranks: list[int]) -> None:
         """Per-rank SM factor of NCCL transfers (rule 6), before the jobs of ``ranks`` are rerated."""
         for q in ranks:
             if ncomm[q]:
-                crate[q] = 1.0 / gm.comm_factor(slow, held[q], S - nccl_held[q])
+                crate[q] = comm_rate(held[q], nccl_held[q])
 
     def rerate(ranks: list[int], t: float) -> None:
         """New rates for the jobs running on ``ranks``; a job spanning many ranks (a collective's transfer) is
         rated once (its rate reads no other job's rate, so a second pass would change nothing; rating it once
         per member made a 100k-rank all_reduce quadratic)."""
-        seen: set[int] = set()
-        for r in ranks:
-            for j in running[r]:
-                if j in seen:
-                    continue
-                seen.add(j)
-                _rerate_job(j, t)
+        links.track_ranks(ranks, running, jtype, jkey)
+        for j in dict.fromkeys([j for r in ranks for j in running[r]]):  # first-seen order: pushes break heap ties
+            _rerate_job(j, t)
 
     def _rerate_job(j: int, t: float) -> None:
         new = rate_of(j)
@@ -351,16 +392,143 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             comm_rates(order)
             rerate(order, t)
             dirty.clear()
-    if sum(1 for e in end if e >= 0.0) < N:
-        _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
-    # an event recorded before the op's call fires once the stream got there, the host made the call and its
-    # hardware queue handed over the item ahead of it (rule 2: with fewer queues than streams, that can be later)
-    qreach = [0.0] * K
-    for Q in queues.values():
-        for a, b in zip(Q, Q[1:]):
-            qreach[b] = khand[a]
-    return _State(start, end, ready_t, binding, [max(d, h, qreach[kern[i]]) for i, (d, h) in
-                                                 enumerate(zip(deps_t, call0))])
+    return start, end, ready_t, deps_t, binding, khand
+
+
+_EXT: list[object] = []  # [module or None] once looked up
+
+
+def compiled_loop():  # type: ignore[no-untyped-def]
+    """The compiled event loop :mod:`schedsim.sim._cwaves`, or None when it is not built (no C compiler at
+    install) or ``SCHEDSIM_NO_EXT=1``; then the Python loop runs, and the first call says so in one line
+    on stderr."""
+    if not _EXT:
+        if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
+            mod, why = None, "SCHEDSIM_NO_EXT is set"
+        else:
+            try:
+                from schedsim.sim import _cwaves as mod  # type: ignore[attr-defined,no-redef]
+                why = ""
+            except ImportError as e:
+                mod, why = None, f"the compiled loop is not built ({e}); reinstall with a C compiler: pip install -e ."
+        if mod is None:
+            sys.stderr.write(f"schedsim: simulating with the Python event loop (slower): {why}\n")
+        _EXT.append(mod)
+    return _EXT[0]
+
+
+def _csr(lists) -> tuple[array, array]:  # type: ignore[no-untyped-def]
+    """Lists of ints as (offsets, values), int64: row i is values[offsets[i]:offsets[i + 1]]."""
+    ptr = array("q", [0])
+    ptr.extend(accumulate(map(len, lists)))
+    return ptr, array("q", chain.from_iterable(lists))
+
+
+def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],  # type: ignore[no-untyped-def]
+                  issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
+    """:func:`_run_python` in C: every parameter flattened to int64/float64 arrays (no rule is computed in C;
+    see _cwaves.c), the same results."""
+    ops, N, world, gmem = c.ops, c.N, c.world, c.gmem
+    K, G = len(kn.kops), len(gmem)
+    names = list(map(attrgetter("stream"), ops))
+    sid = array("q", map({s: k for k, s in enumerate(dict.fromkeys(names))}.__getitem__, names))  # name codes
+    qid = {key: q for q, key in enumerate(kn.queues)}
+    granks = c.job_ranks[N:]
+    epos: list[list[int]] = []  # per member: positions in its group's ends of its rank's ends
+    for ends, rk in zip(gends, granks, strict=True):
+        pos: dict[int, list[int]] = {}
+        for p, e in enumerate(ends):
+            pos.setdefault(e >> 1, []).append(p)
+        epos.extend(pos[r] for r in rk)
+
+    def zeros(code: str, n: int) -> array:
+        return array(code, bytes(8 * n))
+
+    npred = array("q", c.npred)
+    start, ready_t, deps_t, khand = zeros("d", N), zeros("d", N), zeros("d", N), zeros("d", K)
+    end, binding = array("d", [-1.0]) * N, array("q", [-1]) * N
+    arrays = (
+        array("d", tab.comm), array("d", tab.batch), array("d", tab.copy),
+        npred, *_csr(succ), sid, array("q", map(attrgetter("rank"), ops)),
+        array("q", [j - N if j >= N else -1 for j in c.job_of[:N]]), array("q", kn.kern), array("d", issue),
+        array("d", c.job_work[:N]),
+        *_csr(kn.kops), array("q", kn.ktype), array("q", kn.krank), array("q", kn.kmem),
+        array("q", [qid[key] for key in kn.kq]), array("q", kn.kneed), array("q", kn.kleft), array("d", kn.ktau),
+        *_csr(kn.queues.values()),
+        *_csr(gmem), *_csr(gends), *_csr(grev), *_csr(granks), *_csr(epos), array("d", c.job_work[N:]),
+        start, end, ready_t, deps_t, khand, binding,
+        zeros("q", K), array("q", map(len, kn.kops)), zeros("q", len(qid)), zeros("q", K),
+    )
+    compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
+    if N and min(end) < 0.0:
+        c.npred[:] = npred.tolist()  # what is left, for the deadlock message
+    return start, end, ready_t, deps_t, binding, khand  # array.array: indexable like the Python loop's lists
+
+
+class _LinkMin:
+    """Each transfer's share of its slowest link end, ``min(crate[rank] / nlink[end])`` (rule 6), kept up to date.
+
+    :meth:`track` refreshes a transfer's ends on one rank, which the loop calls for every dirty rank of an
+    event (only dirty ranks' ``crate`` and ``nlink`` change), and keeps the minimum with the count of ends at
+    it, so a rate costs O(ends on that rank), not a scan of every end of a many-rank collective (a scan only
+    when the last end at the minimum rises). ``min`` of the same floats is exact in any order, so the rates
+    are bit-identical to a full scan.
+    """
+
+    def __init__(self, gends: list[tuple[int, ...]], crate: list[float], nlink: list[int]) -> None:
+        self.gends, self.crate, self.nlink = gends, crate, nlink
+        self.xval: list[list[float] | None] = []  # per job: crate / nlink of each of its ends (transfers only)
+        self.xmin: list[float] = []
+        self.xcnt: list[int] = []  # ends at the minimum
+        self.xpos: list[dict[int, list[int]] | None] = [None] * len(gends)  # rank -> positions in gends[g]
+
+    def add_job(self) -> None:
+        self.xval.append(None)
+        self.xmin.append(0.0)
+        self.xcnt.append(0)
+
+    def track_ranks(self, ranks: list[int], running: list[list[int]], jtype: list[int], jkey: list[int]) -> None:
+        """:meth:`track` every transfer running on the dirty ``ranks``."""
+        for r in ranks:
+            for j in running[r]:
+                if jtype[j] == _XFER:
+                    self.track(j, jkey[j], r)
+
+    def track(self, j: int, g: int, r: int) -> None:
+        """Refresh job ``j`` (transfer of group ``g``) after rank ``r``'s factor or link counts changed."""
+        crate, nlink, ends = self.crate, self.nlink, self.gends[g]
+        vals = self.xval[j]
+        if vals is None:  # a new transfer: all its ranks are dirty and their crate fresh
+            vals = self.xval[j] = [crate[e >> 1] / nlink[e] for e in ends]
+            m = min(vals)
+            self.xmin[j] = m
+            self.xcnt[j] = vals.count(m)
+            return
+        pos = self.xpos[g]
+        if pos is None:
+            pos = self.xpos[g] = {}
+            for p, e in enumerate(ends):
+                pos.setdefault(e >> 1, []).append(p)
+        m = self.xmin[j]
+        cnt = self.xcnt[j]
+        for p in pos[r]:
+            e = ends[p]
+            new = crate[e >> 1] / nlink[e]
+            old = vals[p]
+            if new == old:
+                continue
+            vals[p] = new
+            if new < m:
+                m, cnt = new, 1
+            elif new == m:
+                cnt += 1
+            elif old == m:
+                cnt -= 1
+                if not cnt:
+                    m = min(vals)
+                    cnt = vals.count(m)
+        self.xmin[j] = m
+        self.xcnt[j] = cnt
 
 
 class _Kernels(NamedTuple):
@@ -392,10 +560,10 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # ty
             succ[u].sort()
             npred[v] += 1
     xdeps = [0] * N
-    for u in range(N):
-        su = ops[u].stream
-        for v in succ[u]:
-            if ops[v].stream != su:
+    streams = list(map(attrgetter("stream"), ops))
+    for su, s in zip(streams, succ, strict=True):
+        for v in s:
+            if streams[v] != su:
                 xdeps[v] += 1
     return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
                                      call_start=call_start)
@@ -414,26 +582,31 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
             if k is None:
                 k = kbatch[key] = len(kops)
                 kops.append([])
+            kops[k].append(i)
         else:
             k = len(kops)
-            kops.append([])
-        kops[k].append(i)
+            kops.append([i])
         kern[i] = k
     K = len(kops)
-    kn = _Kernels(kern, kops, [0] * K, [0] * K, [0] * K, [0] * K, [0.0] * K, [False] * K, [(0, 0)] * K, {})
+    ktype, krank, kleft, ktau, kmem = [0] * K, [0] * K, [0] * K, [0.0] * K, [False] * K
+    kq: list[tuple[int, int]] = [(0, 0)] * K
+    queues: dict[tuple[int, int], list[int]] = {}
     opq = gm.stream_queues(ops, rules.max_connections)
+    cost, sms, kernel_ctas = c.cost, rules.sms, gm.kernel_ctas
     for k, members in enumerate(kops):
         i = members[0]
         op = ops[i]
-        kn.ktype[k] = job_res[i]
-        kn.krank[k] = op.rank
-        kn.kneed[k] = len(members)
-        if job_res[i] == 0:
-            ctas, waves, mem = gm.kernel_ctas(op, c.cost, rules.sms)
-            kn.kleft[k], kn.ktau[k], kn.kmem[k] = ctas, job_work[i] / waves, mem
-        elif job_res[i] == 1:
-            kn.kleft[k] = len(members)
-        key = (op.rank, opq[i])
-        kn.queues.setdefault(key, []).append(k)
-        kn.kq[k] = key
-    return kn
+        res = ktype[k] = job_res[i]
+        r = krank[k] = op.rank
+        if res == 0:
+            ctas, waves, mem = kernel_ctas(op, cost, sms)
+            kleft[k], ktau[k], kmem[k] = ctas, job_work[i] / waves, mem
+        elif res == 1:
+            kleft[k] = len(members)
+        key = kq[k] = (r, opq[i])
+        q = queues.get(key)
+        if q is None:
+            queues[key] = [k]
+        else:
+            q.append(k)
+    return _Kernels(kern, kops, ktype, krank, [len(m) for m in kops], kleft, ktau, kmem, kq, queues)

@@ -367,3 +367,27 @@ def test_bytes_only_compute_costs_a_copy_call_on_the_host(sim_text):
             "  - {name: F, kind: compute, duration_us: 1, stream: c}\n")
     _, tl = sim_text(HEAD % 1 + body, prof)
     assert {s.id: round(s.ready_s * 1e6, 6) for s in tl.spans} == {"G@r0": 5.0, "E@r0": 7.0, "F@r0": 12.0}
+
+
+def test_many_rank_collective_runs_at_its_slowest_ends_rate(sim_text):
+    # An all_reduce over 8 ranks, each rank's NCCL kernel resident at 0 (2 SMs). Beside it: rank 3 one 6-CTA
+    # GEMM [0, 10], rank 6 two in a row [0, 20], rank 5 a 4-CTA GEMM [0, 30]. With slowdown_beside_gemm 3.0,
+    # rule 6 gives per rank 1 + 2·held/6: 3 on ranks 3 and 6 (6 SMs held), 7/3 on rank 5 (4 held), 1 elsewhere;
+    # the transfer runs at the slowest: 1/3 over [0, 20] (two ranks at the minimum, then one, then none), 3/7
+    # over [20, 30], then 1. With T its solo time, it ends at 30 + T − (20/3 + 30/7). This exercises the
+    # incremental minimum of the waves loop (a new minimum, ties leaving it, the last end at it rising).
+    p = waves_profile(nccl={"slowdown_beside_gemm": 3.0})
+    d = p.model_dump()
+    d["gemm"]["entries"].append(["fp32", 256, 256, 128, 0.030])
+    from schedsim.hardware.profile import HardwareProfile
+
+    text = ("  - {name: ar, kind: all_reduce, bytes: 1000000, stream: c}\n"
+            f"  - {{name: A, {SIX}, ranks: [3, 6], stream: g}}\n"
+            f"  - {{name: B, {SIX}, ranks: [6], stream: g}}\n"
+            "  - {name: Q, kind: matmul, m: 256, n: 256, k: 128, ranks: [5], stream: g}\n")
+    spans, tl = sim_text(HEAD % 8 + text, HardwareProfile.model_validate(d))
+    assert spans["A@r3"] == (0.0, 10.0) and spans["B@r6"] == (10.0, 20.0) and spans["Q@r5"] == (0.0, 30.0)
+    solo = next(s.solo_s for s in tl.spans if s.id == "ar@r0") * 1e6
+    assert solo > 20 / 3 + 30 / 7  # still running after 30
+    for r in range(8):
+        assert spans[f"ar@r{r}"] == (0.0, pytest.approx(30 + solo - (20 / 3 + 30 / 7)))

@@ -1,0 +1,647 @@
+/* The event loop of the ``waves`` GPU model, compiled: the mechanics of schedsim/sim/waves.py's Python loop
+ * (_run_python: heap, ready counts, hardware queues, dispatch FIFOs, CTA batches, copy engines, rate
+ * updates), statement for statement and in the same order, so heap ties break the same way.
+ *
+ * No GPU rule lives here. Python (schedsim.sim.waves.run_waves and _run_compiled) computes every per-op,
+ * per-kernel and per-collective parameter from schedsim.sim.gpu_model (CTA counts, wave times, queues, host
+ * issue times, communicator FIFO edges, link ends) and every rate as a table built from gpu_model's rule
+ * functions (gpu_model.rate_tables); this loop reads them. The only arithmetic here is the Python loop's:
+ * remaining work (rem - (t - last) * rate), finish times (t + rem / rate), a transfer's minimum over its link
+ * ends of comm[rank] / transfers on that end (kept as waves._LinkMin keeps it: the minimum and the count of
+ * ends at it, refreshed for the dirty ranks of each event), and the one-way factor. Built with
+ * -ffp-contract=off so no fused multiply-add changes a rounding: timelines are bit-identical to the Python
+ * loop's (tests/core/test_cwaves.py).
+ *
+ * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int64_t i64;
+
+enum { BATCH = 0, XFER = 1, COPY = 2 };
+#define HOST (-2)
+
+/* ---- growable arrays ----------------------------------------------------------------------------------- */
+typedef struct { i64 *a; i64 n, cap; } ivec;
+
+static int ivec_push(ivec *v, i64 x) {
+    if (v->n == v->cap) {
+        i64 c = v->cap ? 2 * v->cap : 4;
+        i64 *p = realloc(v->a, (size_t)c * sizeof(i64));
+        if (!p) return -1;
+        v->a = p;
+        v->cap = c;
+    }
+    v->a[v->n++] = x;
+    return 0;
+}
+
+/* ---- heaps: the main event heap ordered by (t, seq), a rank's dispatch FIFO by (t, op, kernel) ----------- */
+typedef struct { double t; i64 a, b, c; } hent; /* main: a = seq, b = job (or -1 - op), c = version */
+typedef struct { hent *e; i64 n, cap; } heap_t;
+
+static inline int hless(const hent *x, const hent *y) {
+    if (x->t != y->t) return x->t < y->t;
+    if (x->a != y->a) return x->a < y->a;
+    return x->b < y->b;
+}
+
+static int heap_push(heap_t *h, double t, i64 a, i64 b, i64 c) {
+    if (h->n == h->cap) {
+        i64 cap = h->cap ? 2 * h->cap : 16;
+        hent *p = realloc(h->e, (size_t)cap * sizeof(hent));
+        if (!p) return -1;
+        h->e = p;
+        h->cap = cap;
+    }
+    i64 i = h->n++;
+    hent x = {t, a, b, c};
+    while (i > 0) {
+        i64 up = (i - 1) >> 1;
+        if (!hless(&x, &h->e[up])) break;
+        h->e[i] = h->e[up];
+        i = up;
+    }
+    h->e[i] = x;
+    return 0;
+}
+
+static hent heap_pop(heap_t *h) {
+    hent top = h->e[0];
+    hent x = h->e[--h->n];
+    i64 i = 0, n = h->n;
+    for (;;) {
+        i64 l = 2 * i + 1;
+        if (l >= n) break;
+        i64 m = (l + 1 < n && hless(&h->e[l + 1], &h->e[l])) ? l + 1 : l;
+        if (!hless(&h->e[m], &x)) break;
+        h->e[i] = h->e[m];
+        i = m;
+    }
+    if (n) h->e[i] = x;
+    return top;
+}
+
+/* ---- inputs (buffers owned by Python) and state --------------------------------------------------------- */
+typedef struct {
+    /* sizes and scalars */
+    i64 N, K, G, world, S, nsm;
+    double one_way, xlat;
+    /* tables (gpu_model.rate_tables) */
+    const double *comm_tab, *batch_tab, *copy_tab;
+    /* per op */
+    i64 *npred;
+    const i64 *succ_ptr, *succ_idx, *sid, *orank, *ogrp, *kern;
+    const double *issue, *opwork;
+    /* per kernel */
+    const i64 *kops_ptr, *kops_idx, *ktype, *krank, *kmem, *kq;
+    i64 *kneed, *kleft;
+    const double *ktau;
+    /* hardware queues */
+    const i64 *q_ptr, *q_idx;
+    /* per collective / send-recv pair (group) */
+    const i64 *gmem_ptr, *gmem_idx, *gends_ptr, *gends_idx, *grev_ptr, *grev_idx, *granks_ptr, *granks_idx;
+    const i64 *epos_ptr, *epos_idx; /* per member slot (gmem_ptr[g] + m): positions in gends of its rank's ends */
+    const double *gwork;
+    /* outputs */
+    double *start, *end, *ready_t, *deps_t, *khand;
+    i64 *binding;
+
+    /* kernels */
+    i64 *kbat, *kwait, *qhead, *cqnext;
+    char *kstarted, *kready;
+    /* groups */
+    i64 *gres, *garr, *xcnt;
+    double *xmin, *xval;
+    char *xinit;
+    /* ranks */
+    i64 *free_, *held, *nccl_held, *nmem, *ncomm, *ncopy, *nlink, *cqhead, *cqtail;
+    double *crate;
+    char *intoplace, *indirty;
+    ivec toplace, dirty;
+    ivec *run_job, *run_slot; /* per rank: running jobs, and the member slot of a transfer (its rank's index) */
+    heap_t *pend;
+    /* jobs */
+    ivec jtype, jkey, jsms, jver, jseen;
+    double *jrem, *jrate, *jlast;
+    i64 jcap;
+    heap_t heap;
+    i64 seq, stamp;
+    int oom;
+} W;
+
+#define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
+
+static int grow_jobs(W *w) {
+    i64 c = w->jcap ? 2 * w->jcap : 1024;
+    double *a = realloc(w->jrem, (size_t)c * sizeof(double));
+    if (!a) return -1;
+    w->jrem = a;
+    a = realloc(w->jrate, (size_t)c * sizeof(double));
+    if (!a) return -1;
+    w->jrate = a;
+    a = realloc(w->jlast, (size_t)c * sizeof(double));
+    if (!a) return -1;
+    w->jlast = a;
+    w->jcap = c;
+    return 0;
+}
+
+static void mark_dirty(W *w, i64 q) {
+    if (!w->indirty[q]) {
+        w->indirty[q] = 1;
+        if (ivec_push(&w->dirty, q) < 0) w->oom = 1;
+    }
+}
+
+static void mark_toplace(W *w, i64 q) {
+    if (!w->intoplace[q]) {
+        w->intoplace[q] = 1;
+        if (ivec_push(&w->toplace, q) < 0) w->oom = 1;
+    }
+}
+
+/* new_job(typ, key, sms, work, ranks, t); ranks = (r,) unless a transfer (then its group's ranks) */
+static void new_job(W *w, i64 typ, i64 key, i64 sms, double work, i64 r, double t) {
+    i64 j = w->jtype.n;
+    if (j == w->jcap && grow_jobs(w) < 0) { w->oom = 1; return; }
+    CHECK(ivec_push(&w->jtype, typ));
+    CHECK(ivec_push(&w->jkey, key));
+    CHECK(ivec_push(&w->jsms, sms));
+    CHECK(ivec_push(&w->jver, 0));
+    CHECK(ivec_push(&w->jseen, -1));
+    w->jrem[j] = work;
+    w->jrate[j] = 0.0;
+    w->jlast[j] = t;
+    if (typ == XFER) {
+        for (i64 p = w->granks_ptr[key], s = 0; p < w->granks_ptr[key + 1]; p++, s++) {
+            i64 q = w->granks_idx[p];
+            CHECK(ivec_push(&w->run_job[q], j));
+            CHECK(ivec_push(&w->run_slot[q], s));
+            mark_dirty(w, q);
+        }
+    } else {
+        CHECK(ivec_push(&w->run_job[r], j));
+        CHECK(ivec_push(&w->run_slot[r], -1));
+        mark_dirty(w, r);
+    }
+}
+
+/* _LinkMin.track: refresh a transfer's ends on one rank (its member slot), keep min and count at min */
+static void track(W *w, i64 g, i64 slot) {
+    i64 e0 = w->gends_ptr[g], ne = w->gends_ptr[g + 1] - e0;
+    double *vals = w->xval + e0;
+    const i64 *ends = w->gends_idx + e0;
+    if (!w->xinit[g]) {
+        w->xinit[g] = 1;
+        double m = 0.0;
+        for (i64 p = 0; p < ne; p++) {
+            vals[p] = w->crate[ends[p] >> 1] / (double)w->nlink[ends[p]];
+            if (p == 0 || vals[p] < m) m = vals[p];
+        }
+        i64 cnt = 0;
+        for (i64 p = 0; p < ne; p++) cnt += vals[p] == m;
+        w->xmin[g] = m;
+        w->xcnt[g] = cnt;
+        return;
+    }
+    double m = w->xmin[g];
+    i64 cnt = w->xcnt[g];
+    i64 ms = w->gmem_ptr[g] + slot;
+    for (i64 pp = w->epos_ptr[ms]; pp < w->epos_ptr[ms + 1]; pp++) {
+        i64 p = w->epos_idx[pp];
+        i64 e = ends[p];
+        double nv = w->crate[e >> 1] / (double)w->nlink[e];
+        double old = vals[p];
+        if (nv == old) continue;
+        vals[p] = nv;
+        if (nv < m) {
+            m = nv;
+            cnt = 1;
+        } else if (nv == m) {
+            cnt++;
+        } else if (old == m) {
+            if (!--cnt) {
+                m = vals[0];
+                for (i64 q = 1; q < ne; q++)
+                    if (vals[q] < m) m = vals[q];
+                for (i64 q = 0; q < ne; q++) cnt += vals[q] == m;
+            }
+        }
+    }
+    w->xmin[g] = m;
+    w->xcnt[g] = cnt;
+}
+
+static double rate_of(W *w, i64 j) {
+    i64 typ = w->jtype.a[j];
+    if (typ == XFER) {
+        i64 g = w->jkey.a[j];
+        double rate = w->xmin[g];
+        i64 a = w->grev_ptr[g], b = w->grev_ptr[g + 1];
+        if (a < b) {
+            for (i64 p = a; p < b; p++)
+                if (w->nlink[w->grev_idx[p]]) return rate;
+            return rate * w->one_way;
+        }
+        return rate;
+    }
+    i64 k = w->jkey.a[j], r = w->krank[k];
+    if (typ == COPY) return w->copy_tab[w->held[r] > 0];
+    i64 share = w->kmem[k] ? w->nmem[r] : 0;
+    return w->batch_tab[(share * 2 + (w->nccl_held[r] > 0)) * 2 + (w->ncopy[r] > 0)];
+}
+
+static void rerate_job(W *w, i64 j, double t) {
+    double nw = rate_of(w, j), old = w->jrate[j];
+    if (nw != old) {
+        if (old > 0.0) {
+            double rem = w->jrem[j] - (t - w->jlast[j]) * old;
+            w->jrem[j] = rem > 0.0 ? rem : 0.0;
+        }
+        w->jlast[j] = t;
+        w->jrate[j] = nw;
+        i64 v = ++w->jver.a[j];
+        CHECK(heap_push(&w->heap, t + w->jrem[j] / nw, w->seq++, j, v));
+    }
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    i64 x = *(const i64 *)a, y = *(const i64 *)b;
+    return (x > y) - (x < y);
+}
+
+/* comm_rates + rerate over the sorted dirty ranks, then clear them */
+static void settle(W *w, double t) {
+    ivec *d = &w->dirty;
+    qsort(d->a, (size_t)d->n, sizeof(i64), cmp_i64);
+    for (i64 p = 0; p < d->n; p++) {
+        i64 q = d->a[p];
+        if (w->ncomm[q]) w->crate[q] = w->comm_tab[w->held[q] * (w->S / w->nsm + 1) + w->nccl_held[q] / w->nsm];
+    }
+    for (i64 p = 0; p < d->n; p++) {
+        i64 r = d->a[p];
+        ivec *rj = &w->run_job[r], *rs = &w->run_slot[r];
+        for (i64 x = 0; x < rj->n; x++)
+            if (w->jtype.a[rj->a[x]] == XFER) track(w, w->jkey.a[rj->a[x]], rs->a[x]);
+    }
+    w->stamp++;
+    for (i64 p = 0; p < d->n; p++) {
+        ivec *rj = &w->run_job[d->a[p]];
+        for (i64 x = 0; x < rj->n; x++) {
+            i64 j = rj->a[x];
+            if (w->jseen.a[j] == w->stamp) continue;
+            w->jseen.a[j] = w->stamp;
+            rerate_job(w, j, t);
+        }
+    }
+    for (i64 p = 0; p < d->n; p++) w->indirty[d->a[p]] = 0;
+    d->n = 0;
+}
+
+/* rule 3: the head kernel of the rank's FIFO takes free SMs; the next one only once it has all it needs */
+static void place(W *w, i64 r, double t) {
+    heap_t *P = &w->pend[r];
+    while (P->n) {
+        i64 k = P->e[0].b;
+        i64 f = w->free_[r];
+        if (w->ktype[k] == 1) {
+            if (f < w->nsm) return;
+            w->free_[r] = f - w->nsm;
+            w->nccl_held[r] += w->nsm;
+            heap_pop(P);
+            mark_dirty(w, r);
+            for (i64 p = w->kops_ptr[k]; p < w->kops_ptr[k + 1]; p++) {
+                i64 i = w->kops_idx[p];
+                w->start[i] = t;
+                i64 g = w->ogrp[i];
+                w->gres[g]++;
+                if (w->gres[g] == w->gmem_ptr[g + 1] - w->gmem_ptr[g]) {
+                    for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++)
+                        if (w->gmem_idx[a] != i) w->binding[w->gmem_idx[a]] = i;
+                    for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) w->ncomm[w->granks_idx[a]]++;
+                    for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) w->nlink[w->gends_idx[a]]++;
+                    new_job(w, XFER, g, 0, w->gwork[g], -1, t);
+                }
+            }
+            continue;
+        }
+        if (f <= 0) return;
+        i64 left = w->kleft[k];
+        i64 s = f < left ? f : left;
+        w->free_[r] = f - s;
+        w->kleft[k] = left - s;
+        if (!w->kstarted[k]) {
+            w->kstarted[k] = 1;
+            w->start[w->kops_idx[w->kops_ptr[k]]] = t;
+        }
+        w->held[r] += s;
+        if (w->kmem[k] && !w->kbat[k]) w->nmem[r]++;
+        w->kbat[k]++;
+        new_job(w, BATCH, k, s, w->ktau[k], r, t);
+        if (left - s) return;
+        heap_pop(P);
+    }
+}
+
+static void start_copy(W *w, i64 k, double t) {
+    i64 r = w->krank[k], i = w->kops_idx[w->kops_ptr[k]];
+    w->ncopy[r]++;
+    w->start[i] = t;
+    new_job(w, COPY, k, 0, w->opwork[i], r, t);
+}
+
+static void dispatch(W *w, i64 k, double t) {
+    i64 typ = w->ktype[k], r = w->krank[k];
+    w->khand[k] = t;
+    if (typ >= 2) { /* a copy engine's FIFO */
+        i64 c = r * 3 + (typ - 2);
+        w->cqnext[k] = -1;
+        if (w->cqhead[c] < 0) {
+            w->cqhead[c] = w->cqtail[c] = k;
+            start_copy(w, k, t);
+        } else {
+            w->cqnext[w->cqtail[c]] = k;
+            w->cqtail[c] = k;
+        }
+        return;
+    }
+    if (typ == 1) { /* an NCCL kernel asks for SMs once one of its groups has every rank there (rule 7) */
+        for (i64 p = w->kops_ptr[k]; p < w->kops_ptr[k + 1]; p++) {
+            i64 g = w->ogrp[w->kops_idx[p]];
+            w->garr[g]++;
+            if (w->garr[g] == w->gmem_ptr[g + 1] - w->gmem_ptr[g]) {
+                for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++) {
+                    i64 km = w->kern[w->gmem_idx[a]];
+                    w->kwait[km]--;
+                    if (w->kwait[km] == w->kops_ptr[km + 1] - w->kops_ptr[km] - 1) {
+                        CHECK(heap_push(&w->pend[w->krank[km]], w->khand[km], w->kops_idx[w->kops_ptr[km]], km, 0));
+                        mark_toplace(w, w->krank[km]);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k, 0));
+    mark_toplace(w, r);
+}
+
+static void op_ready(W *w, i64 i, double t) {
+    w->ready_t[i] = t;
+    i64 k = w->kern[i];
+    if (--w->kneed[k]) return;
+    w->kready[k] = 1;
+    i64 key = w->kq[k], h = w->qhead[key], hi = w->q_ptr[key + 1];
+    while (w->q_ptr[key] + h < hi && w->kready[w->q_idx[w->q_ptr[key] + h]]) { /* rule 2: in order */
+        dispatch(w, w->q_idx[w->q_ptr[key] + h], t);
+        h++;
+    }
+    w->qhead[key] = h;
+}
+
+static void push_ready(W *w, i64 v, double at) { CHECK(heap_push(&w->heap, at, w->seq++, -1 - v, 0)); }
+
+static void release(W *w, i64 i, double t) {
+    w->end[i] = t;
+    for (i64 p = w->succ_ptr[i]; p < w->succ_ptr[i + 1]; p++) {
+        i64 v = w->succ_idx[p];
+        if (--w->npred[v]) continue;
+        double tv = (w->xlat != 0.0 && w->sid[v] != w->sid[i] && w->orank[v] == w->orank[i]) ? t + w->xlat : t;
+        w->deps_t[v] = tv;
+        if (w->issue[v] > tv) {
+            w->binding[v] = HOST;
+            push_ready(w, v, w->issue[v]);
+            continue;
+        }
+        w->binding[v] = i;
+        if (tv > t) {
+            push_ready(w, v, tv);
+            continue;
+        }
+        op_ready(w, v, t);
+    }
+}
+
+static void run_remove(W *w, i64 q, i64 j) {
+    ivec *rj = &w->run_job[q], *rs = &w->run_slot[q];
+    for (i64 p = 0; p < rj->n; p++)
+        if (rj->a[p] == j) {
+            memmove(rj->a + p, rj->a + p + 1, (size_t)(rj->n - p - 1) * sizeof(i64));
+            memmove(rs->a + p, rs->a + p + 1, (size_t)(rs->n - p - 1) * sizeof(i64));
+            rj->n--;
+            rs->n--;
+            return;
+        }
+}
+
+static void job_done(W *w, i64 j, double t) {
+    i64 typ = w->jtype.a[j];
+    w->jrate[j] = -1.0;
+    if (typ == XFER) {
+        i64 g = w->jkey.a[j];
+        for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) w->nlink[w->gends_idx[a]]--;
+        for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) {
+            i64 q = w->granks_idx[a];
+            w->ncomm[q]--;
+            run_remove(w, q, j);
+            mark_dirty(w, q);
+        }
+        for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++) {
+            i64 k = w->kern[w->gmem_idx[a]];
+            if (!--w->kleft[k]) {
+                i64 r = w->krank[k];
+                w->free_[r] += w->nsm;
+                w->nccl_held[r] -= w->nsm;
+            }
+        }
+        for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++) release(w, w->gmem_idx[a], t);
+        for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) mark_toplace(w, w->granks_idx[a]);
+        return;
+    }
+    i64 k = w->jkey.a[j], r = w->krank[k];
+    run_remove(w, r, j);
+    mark_dirty(w, r);
+    if (typ == COPY) {
+        w->ncopy[r]--;
+        i64 c = r * 3 + (w->ktype[k] - 2);
+        i64 nx = w->cqnext[w->cqhead[c]];
+        w->cqhead[c] = nx;
+        if (nx >= 0) start_copy(w, nx, t);
+        release(w, w->kops_idx[w->kops_ptr[k]], t);
+        return;
+    }
+    i64 s = w->jsms.a[j];
+    w->free_[r] += s;
+    w->held[r] -= s;
+    w->kbat[k]--;
+    if (w->kmem[k] && !w->kbat[k]) w->nmem[r]--;
+    if (!w->kbat[k] && !w->kleft[k]) release(w, w->kops_idx[w->kops_ptr[k]], t);
+    mark_toplace(w, r);
+}
+
+static void place_all(W *w, double t) {
+    ivec *tp = &w->toplace;
+    qsort(tp->a, (size_t)tp->n, sizeof(i64), cmp_i64);
+    for (i64 p = 0; p < tp->n; p++) {
+        w->intoplace[tp->a[p]] = 0;
+        place(w, tp->a[p], t);
+    }
+    tp->n = 0;
+}
+
+static void loop(W *w) {
+    for (i64 i = 0; i < w->N && !w->oom; i++)
+        if (w->npred[i] == 0) {
+            if (w->issue[i] > 0.0) {
+                w->binding[i] = HOST;
+                push_ready(w, i, w->issue[i]);
+            } else {
+                op_ready(w, i, 0.0);
+            }
+        }
+    place_all(w, 0.0);
+    settle(w, 0.0);
+    while (w->heap.n && !w->oom) {
+        hent x = heap_pop(&w->heap);
+        double t = x.t;
+        i64 j = x.b;
+        if (j < 0)
+            op_ready(w, -1 - j, t);
+        else if (x.c == w->jver.a[j] && w->jrate[j] > 0.0)
+            job_done(w, j, t);
+        else
+            continue;
+        if (w->toplace.n) place_all(w, t);
+        if (w->dirty.n) settle(w, t);
+    }
+}
+
+/* ---- Python entry --------------------------------------------------------------------------------------- */
+#define NBUF 44
+
+static PyObject *run(PyObject *self, PyObject *args) {
+    PyObject *ints, *floats, *arrays;
+    if (!PyArg_ParseTuple(args, "OOO", &ints, &floats, &arrays)) return NULL;
+    if (!PyTuple_Check(ints) || PyTuple_GET_SIZE(ints) != 6 || !PyTuple_Check(floats) ||
+        PyTuple_GET_SIZE(floats) != 2 || !PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != NBUF) {
+        PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[2], arrays[44])");
+        return NULL;
+    }
+    W w0;
+    memset(&w0, 0, sizeof w0);
+    W *w = &w0;
+    i64 iv[6];
+    for (int a = 0; a < 6; a++) {
+        iv[a] = PyLong_AsLongLong(PyTuple_GET_ITEM(ints, a));
+        if (PyErr_Occurred()) return NULL;
+    }
+    w->N = iv[0], w->K = iv[1], w->G = iv[2], w->world = iv[3], w->S = iv[4], w->nsm = iv[5];
+    w->one_way = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 0));
+    w->xlat = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 1));
+    if (PyErr_Occurred()) return NULL;
+
+    Py_buffer bufs[NBUF];
+    int got = 0;
+    void *ptr[NBUF];
+    for (; got < NBUF; got++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, got), &bufs[got], PyBUF_WRITABLE | PyBUF_FORMAT) < 0) break;
+        ptr[got] = bufs[got].buf;
+    }
+    PyObject *result = NULL;
+    if (got < NBUF) goto release_bufs;
+    int b = 0;
+#define D(f) (w->f = (double *)ptr[b++])
+#define CD(f) (w->f = (const double *)ptr[b++])
+#define I(f) (w->f = (i64 *)ptr[b++])
+#define CI(f) (w->f = (const i64 *)ptr[b++])
+    CD(comm_tab); CD(batch_tab); CD(copy_tab);
+    I(npred); CI(succ_ptr); CI(succ_idx); CI(sid); CI(orank); CI(ogrp); CI(kern); CD(issue); CD(opwork);
+    CI(kops_ptr); CI(kops_idx); CI(ktype); CI(krank); CI(kmem); CI(kq); I(kneed); I(kleft); CD(ktau);
+    CI(q_ptr); CI(q_idx);
+    CI(gmem_ptr); CI(gmem_idx); CI(gends_ptr); CI(gends_idx); CI(grev_ptr); CI(grev_idx); CI(granks_ptr);
+    CI(granks_idx); CI(epos_ptr); CI(epos_idx); CD(gwork);
+    D(start); D(end); D(ready_t); D(deps_t); D(khand); I(binding);
+    /* scratch handed in by Python, zeroed: kernels, groups, ranks */
+    I(kbat); I(kwait); I(qhead); I(cqnext);
+    if (b != NBUF) {
+        PyErr_SetString(PyExc_SystemError, "_cwaves: buffer count");
+        goto release_bufs;
+    }
+    {
+        i64 N = w->N, K = w->K, G = w->G, R = w->world + 1, E = w->gends_ptr[G]; /* + 1: no 0-byte callocs */
+        (void)N;
+        w->kstarted = calloc((size_t)K + 1, 1);
+        w->kready = calloc((size_t)K + 1, 1);
+        w->gres = calloc((size_t)G + 1, sizeof(i64));
+        w->garr = calloc((size_t)G + 1, sizeof(i64));
+        w->xcnt = calloc((size_t)G + 1, sizeof(i64));
+        w->xmin = calloc((size_t)G + 1, sizeof(double));
+        w->xinit = calloc((size_t)G + 1, 1);
+        w->xval = calloc((size_t)E + 1, sizeof(double));
+        w->free_ = calloc((size_t)R, sizeof(i64));
+        w->held = calloc((size_t)R, sizeof(i64));
+        w->nccl_held = calloc((size_t)R, sizeof(i64));
+        w->nmem = calloc((size_t)R, sizeof(i64));
+        w->ncomm = calloc((size_t)R, sizeof(i64));
+        w->ncopy = calloc((size_t)R, sizeof(i64));
+        w->nlink = calloc((size_t)(2 * R), sizeof(i64));
+        w->cqhead = malloc((size_t)(3 * R) * sizeof(i64));
+        w->cqtail = calloc((size_t)(3 * R), sizeof(i64));
+        w->crate = malloc((size_t)R * sizeof(double));
+        w->intoplace = calloc((size_t)R, 1);
+        w->indirty = calloc((size_t)R, 1);
+        w->run_job = calloc((size_t)R, sizeof(ivec));
+        w->run_slot = calloc((size_t)R, sizeof(ivec));
+        w->pend = calloc((size_t)R, sizeof(heap_t));
+        if (!w->kstarted || !w->kready || !w->gres || !w->garr || !w->xcnt || !w->xmin || !w->xinit || !w->xval ||
+            !w->free_ || !w->held || !w->nccl_held || !w->nmem || !w->ncomm || !w->ncopy || !w->nlink ||
+            !w->cqhead || !w->cqtail || !w->crate || !w->intoplace || !w->indirty || !w->run_job ||
+            !w->run_slot || !w->pend) {
+            w->oom = 1;
+        } else {
+            for (i64 r = 0; r < R; r++) {
+                w->free_[r] = w->S;
+                w->crate[r] = 1.0;
+            }
+            for (i64 c = 0; c < 3 * R; c++) w->cqhead[c] = -1;
+            Py_BEGIN_ALLOW_THREADS
+            loop(w);
+            Py_END_ALLOW_THREADS
+        }
+        if (w->oom)
+            PyErr_NoMemory();
+        else
+            result = PyLong_FromLongLong(w->jtype.n);
+        free(w->kstarted); free(w->kready); free(w->gres); free(w->garr); free(w->xcnt); free(w->xmin);
+        free(w->xinit); free(w->xval); free(w->free_); free(w->held); free(w->nccl_held); free(w->nmem);
+        free(w->ncomm); free(w->ncopy); free(w->nlink); free(w->cqhead); free(w->cqtail); free(w->crate);
+        free(w->intoplace); free(w->indirty);
+        if (w->run_job)
+            for (i64 r = 0; r < R; r++) free(w->run_job[r].a);
+        if (w->run_slot)
+            for (i64 r = 0; r < R; r++) free(w->run_slot[r].a);
+        if (w->pend)
+            for (i64 r = 0; r < R; r++) free(w->pend[r].e);
+        free(w->run_job); free(w->run_slot); free(w->pend);
+        free(w->toplace.a); free(w->dirty.a); free(w->jtype.a); free(w->jkey.a); free(w->jsms.a);
+        free(w->jver.a); free(w->jseen.a); free(w->jrem); free(w->jrate); free(w->jlast); free(w->heap.e);
+    }
+release_bufs:
+    for (int a = 0; a < got; a++) PyBuffer_Release(&bufs[a]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cwaves",
+                                    "Compiled event loop of the waves GPU model (see _cwaves.c).", -1, methods};
+
+PyMODINIT_FUNC PyInit__cwaves(void) { return PyModule_Create(&module); }
