@@ -247,7 +247,17 @@ class ScheduleSpec(_Base):
 
     _file: str = PrivateAttr(default="<schedule>")
     _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=list)
-    _pipeline: Any = PrivateAttr(default=None)  # cache of the pipeline expansion (ops, info)
+
+    @property
+    def _pipeline(self) -> tuple[None, dict[str, Any]] | None:
+        """``(None, info)`` of the pipeline block (:func:`schedsim.lower.pipeline.pipeline_info`), computed on
+        each access, for readers that take the block's placement from the spec rather than from
+        :attr:`schedsim.lower.Program.pipeline`; None without a block."""
+        if self.pipeline is None:
+            return None
+        from schedsim.lower.pipeline import pipeline_info
+
+        return None, pipeline_info(self)
 
     def source_of(self, index: int) -> str:
         """``file:line`` and field path of op ``index`` (for error messages)."""

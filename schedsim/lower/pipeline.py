@@ -1,0 +1,567 @@
+"""Lowering of a ``pipeline:`` block into op instances (the block's meaning is documented in
+:mod:`schedsim.spec.pipeline_block`, which defines its schema).
+
+:func:`expand_pipeline` validates the compute order (:func:`schedsim.pipeline.validate`), places the p2p as
+the framework that runs the schedule issues them (Megatron for 1F1B and interleaved 1F1B, torch's
+``_add_send_recv`` otherwise), and writes one instance per op into a :class:`~schedsim.lower.table.Table`:
+each stage's F/I/W op list is one template per op, instanced per (stage, microbatch) with its name, tags and
+dependencies; sends and recvs share one template per kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from schedsim.errors import SpecError
+from schedsim.graph.ops import Op
+from schedsim.kinds import COMPUTE_KINDS
+from schedsim.lower.table import Table
+from schedsim.lower.written import op_instance
+from schedsim.spec.model import OP_MODELS, ScheduleSpec
+from schedsim.spec.pipeline_block import (
+    PipelineSpec,
+    _act_memory_per_layer,
+    _params_per_layer,
+    _transformer_stage,
+)
+from schedsim.units import DTYPE_BYTES
+
+__all__ = ["expand_pipeline", "pipeline_block", "pipeline_info"]
+
+def _megatron_p2p_ops_order(ops: list[Any], rank: int) -> list[Any]:
+    """The p2p actions of one Megatron p2p call in the order ``_p2p_ops`` posts them as lone isend/irecv.
+
+    Even pipeline ranks: send_next, recv_prev, send_prev, recv_next; odd ranks: recv_prev, send_next,
+    recv_next, send_prev (Megatron-LM ``core/pipeline_parallel/p2p_communication.py``), so two
+    neighbours never both send first on their shared communicator, which hangs on NCCL.
+    SEND_F is send_next, RECV_F recv_prev, SEND_B send_prev, RECV_B recv_next.
+    """
+    from schedsim.pipeline.actions import ComputationType as CT
+
+    pos = ({CT.SEND_F: 0, CT.RECV_F: 1, CT.SEND_B: 2, CT.RECV_B: 3} if rank % 2 == 0 else
+           {CT.RECV_F: 0, CT.SEND_F: 1, CT.RECV_B: 2, CT.SEND_B: 3})
+    return sorted(ops, key=lambda a: pos[a.type])
+
+
+def _per_call(acts: list[Any], rank: int) -> list[Any]:
+    """Apply :func:`_megatron_p2p_ops_order` to each run of p2p actions between two computes."""
+    from schedsim.pipeline.actions import COMM_TYPES
+
+    out: list[Any] = []
+    run: list[Any] = []
+    for a in acts:
+        if a is not None and a.type in COMM_TYPES:
+            run.append(a)
+            continue
+        out.extend(_megatron_p2p_ops_order(run, rank))
+        run = []
+        if a is not None:
+            out.append(a)
+    out.extend(_megatron_p2p_ops_order(run, rank))
+    return out
+
+
+def _split_fix(message: str, *, custom: bool) -> tuple[str, str]:
+    """Split a pipeline library message into (what is wrong, one fix line in YAML terms).
+
+    The library's messages end in ``fix: ...`` aimed at Python callers (``format='compute_comms'``); a
+    schedule file has no such argument, so those fixes are restated for the ``pipeline:`` block.
+    """
+    import re
+
+    fix = ("give each rank its compute actions in torch notation (0F0, 1B3, 2I0, 2W0); schedsim adds the "
+           "sends and recvs" if custom else "check schedule, p, m, v and group_size")
+    m = re.search(r"(?:;|\(|\.)?\s*\(?fix: (.*?)\)?\s*$", message, re.S)
+    if m is None:
+        return message, fix
+    head, lib_fix = message[:m.start()].rstrip(" ;,("), m.group(1).strip()
+    if "format=" in lib_fix:
+        lib_fix = ("drop the SEND/RECV cells: give a compute-only CSV (schedsim adds the p2p the way torch's "
+                   "_add_send_recv does)")
+    elif "parse_order" in lib_fix or "stage_to_rank" in lib_fix:
+        lib_fix = fix
+    return head, lib_fix
+
+
+def _err(spec: ScheduleSpec, msg: str, path: str, fix: str) -> SpecError:
+    return SpecError(msg, file=spec._file, path=path, fix=fix)
+
+
+
+def pipeline_block(spec: ScheduleSpec) -> PipelineSpec:
+    """The spec's ``pipeline:`` block as a :class:`PipelineSpec`.
+
+    Raises
+    ------
+    SpecError
+        An unknown key (with the closest known one) or a bad value, naming ``pipeline.<key>``.
+    """
+    raw = spec.pipeline
+    if isinstance(raw, PipelineSpec):
+        return raw
+    try:
+        return PipelineSpec.model_validate(raw)
+    except ValidationError as e:
+        errs = e.errors(include_url=False)
+        err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
+        loc = ".".join(str(x) for x in err["loc"])
+        fix = "see docs/schedule_language.md, section pipeline"
+        if err["type"] == "extra_forbidden":
+            import difflib
+
+            close = difflib.get_close_matches(str(err["loc"][-1]), list(PipelineSpec.model_fields), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else fix
+            raise _err(spec, f"unknown key {err['loc'][-1]!r}", f"pipeline.{loc}", fix) from None
+        raise _err(spec, err["msg"].removeprefix("Value error, "), f"pipeline.{loc}" if loc else "pipeline",
+                   fix) from None
+
+
+@dataclass
+class _Plan:
+    """The validated compute order of a block and where its stages run."""
+
+    name: str
+    p: int
+    m: int
+    v: int
+    num_stages: int
+    s2r: dict[int, int]
+    order: dict[int, list[Any]]
+    mode: str = ""
+
+
+def _custom_order(spec: ScheduleSpec, pb: PipelineSpec) -> _Plan:
+    """The order of ``schedule: custom`` (a CSV or inline actions), its stage count and placement."""
+    from schedsim.pipeline import parse_order, read_csv, stage_to_rank
+
+    p = pb.p
+    where = "pipeline.csv" if pb.csv is not None else "pipeline.actions"
+    if pb.csv is not None:
+        base = Path(spec._file).parent if spec._file and spec._file != "<schedule>" else Path(".")
+        try:
+            order = read_csv(base / pb.csv, format="compute_comms")  # SEND/RECV cells: issued as written
+        except (OSError, UnicodeDecodeError) as e:
+            raise _err(spec, f"cannot read pipeline csv {str(base / pb.csv)!r}: {e.__class__.__name__}",
+                       "pipeline.csv", "give a torch pipeline CSV path relative to the schedule file") from None
+    else:
+        order = parse_order(pb.actions or {})  # type: ignore[arg-type]
+    stages = sorted({sub.stage for acts in order.values() for a in acts if a is not None for sub in a.sub_actions})
+    num_stages = len(stages)
+    if num_stages >= p and stages == list(range(num_stages)) and num_stages % p:
+        raise _err(spec, f"the custom actions run {num_stages} stages, which do not split evenly over p={p} "
+                   "ranks (every rank runs v stages: placement loop or v)", where,
+                   f"give the actions {num_stages - num_stages % p} or {num_stages + p - num_stages % p} "
+                   f"stages, or set p to a divisor of {num_stages}")
+    if num_stages < p or stages != list(range(num_stages)):
+        raise _err(spec, f"the custom actions run stages {stages[:8]}{'…' if len(stages) > 8 else ''}; "
+                   f"a pipeline of p={p} needs stages 0..N-1 with N >= p", "pipeline.actions",
+                   "give every rank its F/B (or I/W) actions, e.g. {0: '0F0 0B0', 1: '1F0 1B0'}")
+    v = max(1, num_stages // p)
+    s2r = stage_to_rank(pb.placement or "loop", p, v)
+    if pb.placement is None and v > 1:
+        _refuse_unstated_v(spec, order, p, v, num_stages, s2r, where)
+    return _Plan("custom", p, pb.m, v, num_stages, s2r, order)
+
+
+def _refuse_unstated_v(spec: ScheduleSpec, order: dict[int, list[Any]], p: int, v: int, num_stages: int,
+                       s2r: dict[int, int], where: str) -> None:
+    """Custom actions that place the stages in a V while ``placement`` defaults to loop are an error."""
+    from schedsim.pipeline import stage_to_rank
+    from schedsim.pipeline.comms import infer_stage_to_rank
+
+    try:
+        seen = infer_stage_to_rank(order)
+    except ValueError:
+        seen = None
+    vmap = stage_to_rank("v", p, v)
+    if seen is not None and seen != {k: s2r[k] for k in seen} and seen == {k: vmap[k] for k in seen}:
+        raise _err(spec, f"these actions place the stages in a V (rank 0 runs stages 0 and {num_stages - 1}, "
+                   f"as ZB-V and DualPipeV do), but placement defaults to loop (rank 0 runs stages "
+                   f"0, {p}, ...)", where, "set placement: v in the pipeline block")
+
+
+def _plan(spec: ScheduleSpec, pb: PipelineSpec) -> _Plan:
+    """Generate (or read) and validate the compute order; every rejection becomes a one-fix error."""
+    from schedsim.pipeline import get_schedule, stage_to_rank, validate
+
+    try:
+        if pb.schedule == "custom":
+            plan = _custom_order(spec, pb)
+        else:
+            info = get_schedule(pb.schedule)
+            v = info.chunks(pb.v)
+            order = info.generate(pb.p, pb.m, v, group_size=pb.group_size)
+            s2r = info.stage_to_rank(pb.p, v) if pb.placement is None else stage_to_rank(pb.placement, pb.p, v)
+            plan = _Plan(info.name, pb.p, pb.m, v, pb.p * v, s2r, order)
+        # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)
+        validate(plan.order, plan.p, plan.m, plan.num_stages, plan.s2r,
+                 schedule=None if plan.name == "custom" else plan.name, check_p2p=False)
+    except ValueError as e:
+        from schedsim.errors import SchedsimError
+
+        if isinstance(e, SchedsimError):
+            if e.fix is None and "fix" not in e.message:  # a rejection always says what to do
+                e.fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
+                         "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
+                e.args = (SchedsimError.format(e),)  # the schedule language's layout: fix on its own line
+            raise
+        msg, fix = _split_fix(str(e), custom=pb.schedule == "custom")
+        raise _err(spec, msg, "pipeline.csv" if pb.csv is not None else "pipeline", fix) from None
+    plan.mode = pb.p2p or ("batched" if plan.name == "1f1b" else "overlapped")
+    return plan
+
+
+Steps = dict[int, list[tuple[Any, "int | None"]]]  # per rank: (action, NCCL batch id or None) in issue order
+
+
+def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: _Plan) -> Steps:
+    """Megatron's interleaved 1F1B issue order (:func:`schedsim.pipeline.comms.megatron_interleaved_batched`)."""
+    from schedsim.pipeline.comms import megatron_interleaved_batched
+
+    if plan.p == 2 and plan.mode == "batched":
+        raise _err(spec, "interleaved 1F1B with batched p2p needs p >= 3: with p = 2 one batch holds two sends "
+                   "to the same peer, which NCCL pairs by issue order with the wrong recvs (Megatron-LM "
+                   "arguments.py refuses it for the same reason)", "pipeline.p2p",
+                   "use p2p: overlapped (Megatron's default for interleaving) or p >= 3")
+    steps: Steps = {}
+    for r, seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size).items():
+        out_r: list[tuple[Any, int | None]] = []
+        for i, x in enumerate(seq):
+            if not isinstance(x, list):
+                out_r.append((x, None))
+            elif plan.mode == "batched":
+                out_r.extend((a, i) for a in x)
+            else:
+                out_r.extend((a, None) for a in _megatron_p2p_ops_order(x, r))
+        steps[r] = out_r
+    return steps
+
+
+def _user_comms(plan: _Plan) -> dict[int, list[Any]]:
+    """A compute_comms order (torch CSV or actions with SEND/RECV) as the user issues it; raises the p2p
+    simulation's error (a compute whose input is never received, a recv never sent) with one fix line."""
+    from schedsim.pipeline.comms import simulate_p2p
+
+    # UNSHARD, RESHARD and REDUCE_GRAD (torch's runtime CSV has them) carry no microbatch and no p2p
+    lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)] for r, acts in plan.order.items()}
+    try:
+        simulate_p2p(lowered, plan.s2r, plan.num_stages)
+    except ValueError as e:
+        reason = getattr(e, "reason", None)
+        if reason is not None and "(fix:" in reason:  # one `fix:` line, as every other rejection
+            head, fix = _split_fix(reason, custom=True)
+            grid = getattr(e, "grid", "")
+            e.args = (f"{head}\n  fix: {fix}" + (f"\n\nPipeline schedule:\n{grid}" if grid else ""),)
+        raise
+    return lowered
+
+
+def _lowered_steps(plan: _Plan) -> Steps:
+    """The p2p of every schedule but interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's."""
+    from schedsim.pipeline import add_p2p
+    from schedsim.pipeline.actions import COMM_TYPES
+    from schedsim.pipeline.comms import align_recvs, torch_add_send_recv
+
+    torch_run = plan.name not in ("1f1b", "interleaved_1f1b")
+    if any(a is not None and a.type in COMM_TYPES for acts in plan.order.values() for a in acts):
+        lowered = _user_comms(plan)
+    elif torch_run:
+        # torch runs these schedules (and custom action lists): each p2p action its own batch_isend_irecv
+        # (torch _PipelineScheduleRuntime._batch_p2p)
+        lowered = torch_add_send_recv(plan.order, plan.s2r, plan.num_stages)
+    else:
+        lowered = align_recvs(add_p2p(plan.order, plan.s2r, plan.num_stages), plan.s2r)
+        if plan.mode == "overlapped":  # Megatron with batch_p2p_comm off: each call's lone ops in _p2p_ops order
+            lowered = {r: _per_call(acts, r) for r, acts in lowered.items()}
+    steps: Steps = {}
+    batch_ids = plan.mode == "batched" or torch_run
+    for r, acts in lowered.items():
+        out_r: list[tuple[Any, int | None]] = []
+        bid, prev_comm = 0, False
+        for a in acts:
+            if a is None:
+                continue
+            comm = a.type in COMM_TYPES
+            if comm and (not prev_comm or torch_run):
+                bid += 1
+            out_r.append((a, bid if comm and batch_ids else None))
+            prev_comm = comm
+        steps[r] = out_r
+    return steps
+
+
+@dataclass
+class _Cost:
+    """Per-stage op lists and the sizes the block derives from its model."""
+
+    templates: dict[int, dict[str, list[dict[str, Any]]]]
+    act_bytes: int
+    mem_bytes: int
+    params_stage: int = 0
+    emb_bytes: int = 0
+    dtype: str = "fp16"
+
+
+def _cost(spec: ScheduleSpec, pb: PipelineSpec, num_stages: int) -> _Cost:
+    """Stage op lists from ``transformer`` (Megatron-LM's layer) or ``stage`` (given), and the sizes."""
+    t = pb.transformer
+    if t is None:
+        st = pb.stage
+        assert st is not None
+        tmpl = {"F": st.forward, "I": st.backward_input, "W": st.backward_weight}
+        act = pb.activation_bytes if pb.activation_bytes is not None else 0
+        mem = pb.activation_memory_bytes if pb.activation_memory_bytes is not None else act
+        return _Cost({s: tmpl for s in range(num_stages)}, act, mem)
+    if t.layers % num_stages:
+        raise _err(spec, f"{t.layers} layers do not split evenly over {num_stages} stages",
+                   "pipeline.transformer.layers", f"use a multiple of p·v = {num_stages}")
+    lps = t.layers // num_stages
+    e = DTYPE_BYTES[t.dtype]
+    return _Cost(
+        {s: _transformer_stage(t, lps, s == 0, s == num_stages - 1) for s in range(num_stages)},
+        pb.activation_bytes if pb.activation_bytes is not None else t.seq * t.micro_batch * t.hidden * e,
+        pb.activation_memory_bytes if pb.activation_memory_bytes is not None else lps * _act_memory_per_layer(t),
+        lps * _params_per_layer(t), (t.vocab or 0) * t.hidden * e, t.dtype)
+
+
+def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
+    """The template of one stage op (validated as an ordinary op of its kind)."""
+    d = {kk: vv for kk, vv in o.items() if kk != "name"}
+    kind = d.get("kind")
+    where = f"pipeline.stage.{phase}[{k}]"
+    bad = sorted(set(d) & {"ranks", "stream", "deps"})
+    if bad:
+        raise _err(spec, f"stage ops cannot set {bad[0]!r}: the pipeline places them (rank of the "
+                   "stage, stream 'compute', dependencies from the schedule)", where,
+                   f"remove {bad[0]!r} from the stage op")
+    if kind not in (*COMPUTE_KINDS, "memcpy"):
+        raise _err(spec, f"stage ops must be compute work (matmul, compute, memcpy), got {kind!r}", where,
+                   "model communication with the block's activation_bytes, data_parallel or "
+                   "tied_embedding_allreduce, or as hand-written ops")
+    try:
+        model = OP_MODELS[kind].model_validate({**d, "name": "x"})
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        raise _err(spec, f"{err['msg']} at {'.'.join(map(str, err['loc']))}", where,
+                   "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
+    return op_instance(model, 0, 0, stream="compute", group=(), tags=(), source="pipeline")
+
+
+def _stage_templates(spec: ScheduleSpec, cost: _Cost, num_stages: int,
+                     table: Table) -> dict[tuple[int, str], list[tuple[str, int]]]:
+    """Per (stage, phase): the stage's ops as ``(name, template id)``; an empty phase is one zero-time op."""
+    protos: dict[tuple[int, str], list[tuple[str, int]]] = {}
+    for st_idx in range(num_stages):
+        for phase in ("F", "I", "W"):
+            lst = cost.templates[st_idx][phase] or [{"name": "noop", "kind": "compute", "duration_us": 0}]
+            protos[(st_idx, phase)] = [(str(o.get("name", k)), table.template(_stage_proto(spec, o, k, phase)))
+                                       for k, o in enumerate(lst)]
+    return protos
+
+
+@dataclass
+class _Emitter:
+    """Writes one rank's ops of one replica into the table, tracking what each new op waits for."""
+
+    table: Table
+    plan: _Plan
+    protos: dict[tuple[int, str], list[tuple[str, int]]]
+    p2p_tmpl: dict[str, int]
+    chunk_of: dict[int, int]
+    rank: int
+    off: int
+    prev_of: dict[tuple[int, str, int], str] = field(default_factory=dict)
+    pending_sends: list[str] = field(default_factory=list)
+    last_compute: str | None = None
+    pair_deps: list[str] = field(default_factory=list)
+
+    def action(self, act: Any, batch_id: int | None) -> None:
+        """Emit the ops of one action (a compute, a send/recv, or DualPipe's overlapped F&B pair)."""
+        from schedsim.pipeline.actions import COMM_TYPES
+        from schedsim.pipeline.actions import ComputationType as CT
+
+        self.pair_deps = []
+        if len(act.sub_actions) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
+            for sub in act.sub_actions:
+                key = (sub.stage, "RECV_F" if sub.type is CT.F else "RECV_B", sub.microbatch)
+                if key in self.prev_of:
+                    self.pair_deps.append(self.prev_of[key])
+        for sub in act.sub_actions:
+            if sub.type in COMM_TYPES:
+                self.p2p(sub, batch_id)
+            else:
+                self.compute(sub)
+
+    def p2p(self, sub: Any, batch_id: int | None) -> None:
+        """One send or recv, on the stream its p2p mode gives it, waiting for the compute it carries."""
+        from schedsim.pipeline.actions import ComputationType as CT
+
+        s, j, typ = sub.stage, sub.microbatch, sub.type
+        s2r, mode = self.plan.s2r, self.plan.mode
+        fwd = typ in (CT.SEND_F, CT.RECV_F)
+        kind = "send" if typ in (CT.SEND_F, CT.SEND_B) else "recv"
+        if kind == "send":
+            peer = s2r[s + 1] if fwd else s2r[s - 1]
+        else:
+            peer = s2r[s - 1] if fwd else s2r[s + 1]
+        d = "F" if fwd else "B"
+        opname = f"{kind}{d}{s}.{j}"
+        stream = f"pp_{kind}" if mode == "batched" else f"pp_{kind}{d}_r{peer + self.off}"
+        deps = []
+        if kind == "send":
+            src_key = (s, "F" if fwd else "I", j)
+            if src_key in self.prev_of:
+                deps.append(self.prev_of[src_key])
+        if mode == "batched" and self.last_compute and self.last_compute not in deps:
+            # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
+            # batch, so the host posts it only after all work issued before it has finished
+            deps.append(self.last_compute)
+        src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)
+        msg = f"{d}{src_stage}.{j}"  # the message: who produced it, which mb
+        tags = (("chunk", self.chunk_of[s]), ("mb", j), ("msg", msg), ("pp_op", typ.value), ("stage", s))
+        self.table.add_one(self.p2p_tmpl[kind], self.rank, opname, tags, stream, tuple(deps), peer=peer + self.off,
+                           batch=None if batch_id is None else f"b{batch_id}", msg=msg)
+        self.prev_of[(s, typ.value, j)] = opname
+        if kind == "send" and mode == "batched":
+            self.pending_sends.append(opname)
+
+    def _input(self, s: int, j: int, phase: str) -> list[str]:
+        """What the first op of phase ``phase`` of (stage ``s``, microbatch ``j``) waits for."""
+        prev_of = self.prev_of
+        if phase == "F":
+            for key in ((s, "RECV_F", j), (s - 1, "F", j) if s > 0 else None):
+                if key is not None and key in prev_of:
+                    return [prev_of[key]]
+        elif phase == "I":
+            last = self.plan.num_stages - 1
+            for key in ((s, "RECV_B", j), (s + 1, "I", j) if s < last else None, (s, "F", j)):
+                if key is not None and key in prev_of:
+                    return [prev_of[key]]
+        elif (s, "I", j) in prev_of:  # W needs its I
+            return [prev_of[(s, "I", j)]]
+        return []
+
+    def compute(self, sub: Any) -> None:
+        """The ops of one F, I, W or full backward B (= I then W) of a stage on a microbatch."""
+        from schedsim.pipeline.actions import ComputationType as CT
+
+        s, j, typ = sub.stage, sub.microbatch, sub.type
+        parts = [("F", "F")] if typ is CT.F else [("I", "I")] if typ is CT.I else \
+            [("W", "W")] if typ is CT.W else [("I", "B"), ("W", "B")]
+        chunk = self.chunk_of[s]
+        for phase, label in parts:
+            deps = self._input(s, j, phase)
+            if self.pair_deps:
+                deps.extend(d for d in self.pair_deps if d not in deps)
+                self.pair_deps = []
+            if self.pending_sends:  # batched p2p: the call returns when its sends completed too
+                deps.extend(self.pending_sends)
+                self.pending_sends = []
+            tags = (("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s))
+            first = tuple(deps)
+            oname = ""
+            for tname, tid in self.protos[(s, phase)]:
+                oname = f"{label}{s}.{j}.{tname}" if label == phase else f"B{s}.{j}.{phase}.{tname}"
+                self.table.add_one(tid, self.rank, oname, tags, "compute", first)
+                first = ()
+            self.last_compute = oname
+            self.prev_of[(s, phase, j)] = oname
+        if parts[0][1] == "B":  # a full backward hands its input gradient on when the whole B is done
+            self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]
+
+
+def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, dtype: str) -> None:
+    """An all_reduce of the block (tied embedding, data-parallel gradients) on every rank of ``group``."""
+    proto = Op(name=name, rank=group[0], kind="all_reduce", stream="compute", seq=0, group=group,
+               nbytes=float(nbytes), dtype=dtype, tags=(("pp_op", "allreduce"),), source="pipeline")
+    t = table.template(proto)
+    for rr in group:
+        table.add_one(t, rr, name, proto.tags, "compute")
+
+
+def _end_of_step(pb: PipelineSpec, plan: _Plan, cost: _Cost, table: Table, off: int) -> None:
+    """Per replica: the tied-embedding all_reduce between first and last stage, and the optimizer step."""
+    p, s2r, num_stages = plan.p, plan.s2r, plan.num_stages
+    if pb.tied_embedding_allreduce and cost.emb_bytes and p > 1:
+        grp = tuple(sorted({off + s2r[0], off + s2r[num_stages - 1]}))
+        _collective(table, "tied_embedding_allreduce", grp, cost.emb_bytes, cost.dtype)
+    if pb.optimizer and cost.params_stage:
+        for r in range(p):
+            nst = sum(1 for st_ in range(num_stages) if s2r[st_] == r)
+            proto = Op(name="optimizer_step", rank=off + r, kind="compute", stream="compute", seq=0,
+                       nbytes=float(18 * cost.params_stage * nst), dtype="fp32", tags=(("pp_op", "optimizer"),),
+                       source="pipeline")
+            table.add_one(table.template(proto), off + r, proto.name, proto.tags, "compute")
+
+
+def _info(pb: PipelineSpec, plan: _Plan, cost: _Cost) -> dict[str, Any]:
+    """What ``G.graph["pipeline"]`` (and the timeline's meta) say about the block."""
+    t = pb.transformer
+    memory = None
+    if t is not None:
+        from schedsim.pipeline.memory import stage_params, static_memory
+
+        ns = plan.num_stages
+        memory = static_memory(stage_params(ns, t.layers // ns, _params_per_layer(t), hidden=t.hidden,
+                                            seq=t.seq, vocab=t.vocab), plan.s2r)
+    order = plan.order
+    return {"schedule": plan.name, "p": plan.p, "m": plan.m, "v": plan.v, "num_stages": plan.num_stages,
+            "dp": pb.data_parallel, "static_memory": memory,
+            "stage_to_rank": {int(k): int(val) for k, val in plan.s2r.items()}, "p2p": plan.mode,
+            "activation_bytes": cost.act_bytes, "activation_memory_bytes": cost.mem_bytes,
+            "order": {r: [str(a) for a in order[r] if a is not None] for r in order}}
+
+
+def pipeline_info(spec: ScheduleSpec) -> dict[str, Any]:
+    """The ``info`` of :func:`expand_pipeline` without expanding the ops (same errors)."""
+    pb = pipeline_block(spec)
+    plan = _plan(spec, pb)
+    return _info(pb, plan, _cost(spec, pb, plan.num_stages))
+
+
+def expand_pipeline(spec: ScheduleSpec, table: Table) -> dict[str, Any]:
+    """Write the op instances of the spec's pipeline block into ``table`` (program order per rank).
+
+    Returns the block's ``info`` (schedule, p, v, m, placement, p2p mode, activation sizes, the compute
+    order as text), which goes to ``G.graph["pipeline"]``.
+
+    Raises
+    ------
+    SpecError
+        Invalid block (unknown key, unknown schedule, bad sizes).
+    schedsim.pipeline.PipelineScheduleError
+        The order would hang or is wrong (missing/duplicate microbatch, W before I,
+        a stage on two ranks, too few microbatches, p2p wait cycle); the message
+        shows the rank × step grid.
+    """
+    pb = pipeline_block(spec)
+    p, dp = pb.p, pb.data_parallel
+    if spec.world_size != p * dp:
+        raise _err(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = {p} × {dp} = "
+                   f"{p * dp}", "world_size", f"set world_size: {p * dp}")
+    plan = _plan(spec, pb)
+    steps = _interleaved_steps(spec, pb, plan) if plan.name == "interleaved_1f1b" else _lowered_steps(plan)
+    cost = _cost(spec, pb, plan.num_stages)
+    protos = _stage_templates(spec, cost, plan.num_stages, table)
+    p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(cost.act_bytes),
+                                     dtype=cost.dtype, source="pipeline")) for k in ("send", "recv")}
+    rank_stages = {r: sorted(st for st, rr in plan.s2r.items() if rr == r) for r in range(p)}
+    chunk_of = {st: rank_stages[r].index(st) for st, r in plan.s2r.items()}
+    for d in range(dp):
+        off = d * p
+        for r in range(p):
+            em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
+            for act, batch_id in steps[r]:
+                em.action(act, batch_id)
+        _end_of_step(pb, plan, cost, table, off)
+    if dp > 1:
+        num_stages = plan.num_stages
+        for r in range(p):
+            nst = sum(1 for st_ in range(num_stages) if plan.s2r[st_] == r)
+            gbytes = pb.grad_allreduce_bytes if pb.grad_allreduce_bytes is not None else 2 * cost.params_stage * nst
+            _collective(table, f"dp_grad_allreduce_r{r}", tuple(d * p + r for d in range(dp)), gbytes, cost.dtype)
+    return _info(pb, plan, cost)
