@@ -71,9 +71,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import networkx as nx
 import numpy as np
 
 from schedsim._gc import paused_gc
@@ -83,6 +82,9 @@ from schedsim.graph.ops import Op
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.lower.program import Program
 from schedsim.sim.timeline import Span, Timeline
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["simulate", "HOST"]
 
