@@ -74,22 +74,31 @@ def _collective_order_ok(prog: Program) -> bool:
     return True
 
 
-def _comm_ids(prog: Program, heads: np.ndarray, eager: bool) -> list[Any]:
-    """The communicator key of each launch (``("group", ranks)`` or ``("pair", lo, hi)``)."""
-    world = tuple(range(prog.world_size))
-    out: list[Any] = []
+def _comm_ids(prog: Program, heads: np.ndarray, eager: bool) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """Per launch, its NCCL communicator as an id, and the ranks of each group communicator (ids below
+    ``len(groups)``; a lone send/recv's two-rank communicator gets an id above them).
+
+    A collective runs on its group's communicator; a batched send/recv (or, ``eager``, any send/recv) on the
+    world's; a lone send/recv on the communicator of its pair of ranks (:func:`schedsim.graph.nccl.communicator`).
+    """
     tps = prog.templates
-    for h, t, r, pe, b in zip(heads.tolist(), prog.tmpl[heads].tolist(), prog.rank[heads].tolist(),
-                              prog.peer[heads].tolist(), prog.batch[heads].tolist(), strict=True):
-        kind = tps[t].kind
-        if kind not in P2P_KINDS:
-            out.append(("group", tps[t].group))
-        elif b >= 0 or eager:
-            out.append(("group", world))
-        else:
-            out.append(("pair", r, pe) if r < pe else ("pair", pe, r))
-        del h
-    return out
+    t = prog.tmpl[heads]
+    groups: dict[tuple[int, ...], int] = {}
+    t_gid = np.full(len(tps), -1, I64)
+    p2p_t = np.array([tp.kind in P2P_KINDS for tp in tps], bool)
+    for k in np.unique(t).tolist():
+        if not p2p_t[k]:
+            t_gid[k] = groups.setdefault(tuple(tps[k].group), len(groups))
+    is_p2p = p2p_t[t]
+    cid = t_gid[t]
+    batched = is_p2p & ((prog.batch[heads] >= 0) | eager)
+    if batched.any():
+        cid[batched] = groups.setdefault(tuple(range(prog.world_size)), len(groups))
+    lone = is_p2p & ~batched
+    if lone.any():
+        r, pe = prog.rank[heads][lone].astype(I64), prog.peer[heads][lone].astype(I64)
+        cid[lone] = len(groups) + np.minimum(r, pe) * prog.world_size + np.maximum(r, pe)
+    return cid, list(groups)
 
 
 def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool) -> tuple[int, np.ndarray]:
@@ -118,30 +127,34 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
 
 def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool) -> np.ndarray:
     """Rules 3 and 4 of :mod:`schedsim.graph.nccl`: done(previous launch) -> posted(launch) on one communicator,
-    and across group communicators that share two or more ranks."""
+    and from the last launch of every group communicator that shares two or more ranks with this one."""
     heads = comm[comm == head]
     if not len(heads):
         return np.zeros((0, 2), I64)
-    comms = _comm_ids(prog, heads, eager)
-    share: dict[tuple[Any, Any], bool] = {}
-    out: list[tuple[int, int]] = []
-    last: dict[Any, int] = {}
-    prev_rank = -1
-    for h, r, c in zip(heads.tolist(), prog.rank[heads].tolist(), comms, strict=True):
-        if r != prev_rank:
-            last, prev_rank = {}, r
-        uh = int(u[h])
-        for other, pu in last.items():
-            if other == c:
-                out.append((2 * pu + 1, 2 * uh))
-            elif other[0] == c[0] == "group":
-                s = share.get((other, c))
-                if s is None:
-                    s = share[(other, c)] = len(set(other[1]).intersection(c[1])) >= 2
-                if s:
-                    out.append((2 * pu + 1, 2 * uh))
-        last[c] = uh
-    return np.array(out, I64).reshape(-1, 2)
+    cid, groups = _comm_ids(prog, heads, eager)
+    rank = prog.rank[heads].astype(I64)
+    pos = np.arange(len(heads))  # heads are in program order: rank, then issue position
+    o = np.lexsort((pos, cid, rank))
+    same = (rank[o][1:] == rank[o][:-1]) & (cid[o][1:] == cid[o][:-1])
+    uh = u[heads]
+    out = [np.stack([2 * uh[o][:-1][same] + 1, 2 * uh[o][1:][same]], 1)]
+    for a, b in _sharing_pairs(groups, cid):
+        for x, y in ((a, b), (b, a)):  # done(last launch of x before it) -> posted(launch of y), on each rank
+            ix, iy = np.flatnonzero(cid == x), np.flatnonzero(cid == y)
+            k = np.searchsorted(ix, iy) - 1
+            ok = k >= 0
+            px, py = ix[k[ok]], iy[ok]
+            ok2 = rank[px] == rank[py]
+            out.append(np.stack([2 * uh[px[ok2]] + 1, 2 * uh[py[ok2]]], 1))
+    return np.concatenate(out).astype(I64)
+
+
+def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple[int, int]]:
+    """Pairs of distinct group communicators in use that share two or more ranks (rule 4)."""
+    used = [g for g in np.unique(cid[cid < len(groups)]).tolist()]
+    sets = [set(groups[g]) for g in used]
+    return [(used[i], used[j]) for i in range(len(used)) for j in range(i + 1, len(used))
+            if len(sets[i].intersection(sets[j])) >= 2]
 
 
 def _acyclic(n: int, edges: np.ndarray) -> bool:
