@@ -35,9 +35,10 @@ def _msg_tags(tagsets: list[tuple]) -> tuple[np.ndarray, list[Any]]:  # type: ig
     vals: dict[Any, int] = {}
     out = np.full(len(tagsets), -1, I64)
     for i, t in enumerate(tagsets):
-        d = dict(t)
-        if "msg" in d:
-            out[i] = vals.setdefault(d["msg"], len(vals))
+        for k, v in t:
+            if k == "msg":
+                out[i] = vals.setdefault(v, len(vals))
+                break
     return out, list(vals)
 
 

@@ -21,6 +21,8 @@ from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
 from schedsim.lower.table import Table
 from schedsim.lower.written import op_instance
+from schedsim.pipeline.actions import COMM_TYPES
+from schedsim.pipeline.actions import ComputationType as CT
 from schedsim.spec.model import OP_MODELS, ScheduleSpec
 from schedsim.spec.pipeline_block import (
     PipelineSpec,
@@ -360,9 +362,6 @@ class _Emitter:
 
     def action(self, act: Any, batch_id: int | None) -> None:
         """Emit the ops of one action (a compute, a send/recv, or DualPipe's overlapped F&B pair)."""
-        from schedsim.pipeline.actions import COMM_TYPES
-        from schedsim.pipeline.actions import ComputationType as CT
-
         self.pair_deps = []
         if len(act.sub_actions) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
             for sub in act.sub_actions:
@@ -377,8 +376,6 @@ class _Emitter:
 
     def p2p(self, sub: Any, batch_id: int | None) -> None:
         """One send or recv, on the stream its p2p mode gives it, waiting for the compute it carries."""
-        from schedsim.pipeline.actions import ComputationType as CT
-
         s, j, typ = sub.stage, sub.microbatch, sub.type
         s2r, mode = self.plan.s2r, self.plan.mode
         fwd = typ in (CT.SEND_F, CT.RECV_F)
@@ -426,8 +423,6 @@ class _Emitter:
 
     def compute(self, sub: Any) -> None:
         """The ops of one F, I, W or full backward B (= I then W) of a stage on a microbatch."""
-        from schedsim.pipeline.actions import ComputationType as CT
-
         s, j, typ = sub.stage, sub.microbatch, sub.type
         parts = [("F", "F")] if typ is CT.F else [("I", "I")] if typ is CT.I else \
             [("W", "W")] if typ is CT.W else [("I", "B"), ("W", "B")]

@@ -76,15 +76,22 @@ class Table:
     def add_one(self, t: int, rank: int, name: str, tags: tuple, stream: str,  # type: ignore[type-arg]
                 deps: tuple[str, ...] = (), peer: int = -1, batch: str | None = None, msg: str | None = None) -> None:
         """One instance of template ``t``."""
+        names = self.names
+        ids = names.ids
+        n = ids.get(name)
+        if n is None:
+            n = names(name)
         self.o_tmpl.append(t)
         self.o_rank.append(rank)
-        self.o_name.append(self.names(name))
-        self.o_tags.append(self.tags(tags))
-        self.o_stream.append(self.streams(stream))
+        self.o_name.append(n)
+        tg = self.tags.ids.get(tags)
+        self.o_tags.append(self.tags(tags) if tg is None else tg)
+        st = self.streams.ids.get(stream)
+        self.o_stream.append(self.streams(stream) if st is None else st)
         self.o_peer.append(peer)
         self.o_batch.append(-1 if batch is None else self.strs(batch))
         self.o_msg.append(-1 if msg is None else self.strs(msg))
-        self.o_deps.append(tuple(self.names(d) for d in deps))
+        self.o_deps.append(tuple([ids[d] if d in ids else names(d) for d in deps]) if deps else ())
 
     def _tmpl_cols(self) -> dict[str, np.ndarray]:
         """Per template: name, tags, stream, peer, batch and message-tag ids."""
