@@ -398,7 +398,8 @@ class _Emitter:
             deps.append(self.last_compute)
         src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)
         msg = f"{d}{src_stage}.{j}"  # the message: who produced it, which mb
-        tags = (("chunk", self.chunk_of[s]), ("mb", j), ("msg", msg), ("pp_op", typ.value), ("stage", s))
+        tags = self.table.new_tag_id((("chunk", self.chunk_of[s]), ("mb", j), ("msg", msg), ("pp_op", typ.value),
+                                      ("stage", s)))
         self.table.add_one(self.p2p_tmpl[kind], self.rank, opname, tags, stream, tuple(deps), peer=peer + self.off,
                            batch=None if batch_id is None else f"b{batch_id}", msg=msg)
         self.prev_of[(s, typ.value, j)] = opname
@@ -435,7 +436,7 @@ class _Emitter:
             if self.pending_sends:  # batched p2p: the call returns when its sends completed too
                 deps.extend(self.pending_sends)
                 self.pending_sends = []
-            tags = (("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s))
+            tags = self.table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
             first = tuple(deps)
             oname = ""
             for tname, tid in self.protos[(s, phase)]:
@@ -454,7 +455,7 @@ def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, 
                nbytes=float(nbytes), dtype=dtype, tags=(("pp_op", "allreduce"),), source="pipeline")
     t = table.template(proto)
     for rr in group:
-        table.add_one(t, rr, name, proto.tags, "compute")
+        table.add_one(t, rr, name, table.tag_id(proto.tags), "compute")
 
 
 def _end_of_step(pb: PipelineSpec, plan: _Plan, cost: _Cost, table: Table, off: int) -> None:
@@ -469,7 +470,7 @@ def _end_of_step(pb: PipelineSpec, plan: _Plan, cost: _Cost, table: Table, off: 
             proto = Op(name="optimizer_step", rank=off + r, kind="compute", stream="compute", seq=0,
                        nbytes=float(18 * cost.params_stage * nst), dtype="fp32", tags=(("pp_op", "optimizer"),),
                        source="pipeline")
-            table.add_one(table.template(proto), off + r, proto.name, proto.tags, "compute")
+            table.add_one(table.template(proto), off + r, proto.name, table.tag_id(proto.tags), "compute")
 
 
 def _info(pb: PipelineSpec, plan: _Plan, cost: _Cost) -> dict[str, Any]:

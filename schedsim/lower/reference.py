@@ -105,7 +105,7 @@ def graph_from_ops(ops: list[Op], info: dict[str, Any], file: str, check: bool) 
         want = set(ranks)
         return "\n\n" + grid_of_ops([o for o in ops if o.rank in want], marked, sorted(want))
 
-    for key, members in collectives.items():
+    for _key, members in collectives.items():
         first = G.nodes[members[0]]["op"]
         for mid in members[1:]:
             o = G.nodes[mid]["op"]
@@ -175,9 +175,9 @@ def _check_batch_inputs(G: nx.DiGraph) -> None:
                         how = "follows it on stream " + repr(o.stream) if G.edges[u, m].get("kind") == "stream" \
                             else "is a dependency of it"
                         raise GraphError(
-                            f"{o.source}: {o.kind} {o.name!r} is in p2p_batch {o.p2p_batch!r}, which rank {o.rank} posts "
-                            f"whole at its first member {first.name!r}, but it waits for {x.name!r} (it {how}), written "
-                            f"after {first.name!r}: the batch would be posted before {x.name!r} ran",
+                            f"{o.source}: {o.kind} {o.name!r} is in p2p_batch {o.p2p_batch!r}, which rank {o.rank} "
+                            f"posts whole at its first member {first.name!r}, but it waits for {x.name!r} (it {how}), "
+                            f"written after {first.name!r}: the batch would be posted before {x.name!r} ran",
                             fix=f"move {x.name!r} above {first.name!r}, or move {o.name!r} to another p2p_batch")
 
 
@@ -267,8 +267,8 @@ def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tupl
                         f"send {a.id} ({int(a.nbytes)} B) is paired with recv {b.id} ({int(b.nbytes)} B); sizes differ")
                 if intent and a.nbytes != b.nbytes:
                     what += f", and their sizes differ ({int(a.nbytes)} B vs {int(b.nbytes)} B)"
-                fix = (f"issue rank {src}'s sends to rank {dst} in the order rank {dst} posts its recvs from rank {src} "
-                       f"({', '.join(x.name for x in r)}), or reorder those recvs" if meant is not None or intent
+                fix = (f"issue rank {src}'s sends to rank {dst} in the order rank {dst} posts its recvs from rank "
+                       f"{src} ({', '.join(x.name for x in r)}), or reorder those recvs" if meant is not None or intent
                        else "give the matching send and recv the same size")
                 raise DeadlockError(
                     f"{a.source}: NCCL pairs the sends and recvs between two ranks in issue order (it has no tags): "
