@@ -101,13 +101,17 @@ def _comm_ids(prog: Program, heads: np.ndarray, eager: bool) -> tuple[np.ndarray
     return cid, list(groups)
 
 
-def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool) -> tuple[int, np.ndarray]:
-    """``(nodes, edges)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u done"."""
+def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool
+                    ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """``(nodes, edges, useq, u)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
+    done", 2n + c the hub of collective c; ``useq`` is each unit's position on its rank, ``u`` each op's unit
+    (a p2p batch is one unit)."""
     unit = np.arange(prog.N)
     unit[comm] = head
     uniq, u = np.unique(unit, return_inverse=True)
     u = u.reshape(-1)
     n = len(uniq)
+    useq = prog.seq[uniq].astype(I64)
     ptr, dst, _kind = prog.succ
     src = np.repeat(np.arange(prog.N), np.diff(ptr))
     ua, ub = u[src], u[dst]
@@ -122,7 +126,22 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
         us, ur = u[prog.p2p[:, 0]], u[prog.p2p[:, 1]]
         parts += [np.stack([2 * us, 2 * ur + 1], 1), np.stack([2 * ur, 2 * us + 1], 1)]
     parts.append(_communicator_order(prog, comm, head, u, eager))
-    return 2 * n + max(nc, 0), np.concatenate([p.astype(I64).reshape(-1, 2) for p in parts])
+    return 2 * n + max(nc, 0), np.concatenate([p.astype(I64).reshape(-1, 2) for p in parts]), useq, u
+
+
+def _ordered_by_position(n_nodes: int, edges: np.ndarray, useq: np.ndarray, prog: Program, u: np.ndarray) -> bool:
+    """Whether every edge goes forward in the order "unit position, posted before hub before done": then the
+    graph is acyclic without a sweep. It holds when each collective's members, and each send/recv pair, sit
+    at one position on every rank (an SPMD program); any other graph is left to the sweep."""
+    key = np.empty(n_nodes, np.float64)
+    n = len(useq)
+    key[0:2 * n:2] = 2.0 * useq
+    key[1:2 * n:2] = 2.0 * useq + 1.0
+    nc = len(prog.coll_ptr) - 1
+    if nc > 0:
+        ms = useq[u[prog.coll_idx]]
+        key[2 * n:] = 2.0 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 0.5
+    return bool((key[edges[:, 0]] < key[edges[:, 1]]).all())
 
 
 def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool) -> np.ndarray:
@@ -181,7 +200,9 @@ def _acyclic(n: int, edges: np.ndarray) -> bool:
 
 
 def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool = False) -> bool:
-    n, e = _wait_for_edges(prog, comm, head, eager)
+    n, e, useq, u = _wait_for_edges(prog, comm, head, eager)
+    if len(e) and _ordered_by_position(n, e, useq, prog, u):
+        return True
     return _acyclic(n, e)
 
 
