@@ -11,12 +11,10 @@ dependencies; sends and recvs share one template per kind.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from schedsim.errors import SpecError
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
 from schedsim.lower.table import Table
@@ -25,14 +23,18 @@ from schedsim.pipeline.actions import COMM_TYPES
 from schedsim.pipeline.actions import ComputationType as CT
 from schedsim.spec.model import OP_MODELS, ScheduleSpec
 from schedsim.spec.pipeline_block import (
+    PipelinePlan,
     PipelineSpec,
-    _act_memory_per_layer,
-    _params_per_layer,
-    _transformer_stage,
+    StageCost,
+    block_error,
+    block_info,
+    pipeline_block,
+    plan_of,
+    split_fix,
+    stage_cost,
 )
-from schedsim.units import DTYPE_BYTES
 
-__all__ = ["expand_pipeline", "pipeline_block", "pipeline_info"]
+__all__ = ["expand_pipeline"]
 
 def _megatron_p2p_ops_order(ops: list[Any], rank: int) -> list[Any]:
     """The p2p actions of one Megatron p2p call in the order ``_p2p_ops`` posts them as lone isend/irecv.
@@ -67,144 +69,15 @@ def _per_call(acts: list[Any], rank: int) -> list[Any]:
     return out
 
 
-def _split_fix(message: str, *, custom: bool) -> tuple[str, str]:
-    """Split a pipeline library message into (what is wrong, one fix line in YAML terms).
-
-    The library's messages end in ``fix: ...`` aimed at Python callers (``format='compute_comms'``); a
-    schedule file has no such argument, so those fixes are restated for the ``pipeline:`` block.
-    """
-    import re
-
-    fix = ("give each rank its compute actions in torch notation (0F0, 1B3, 2I0, 2W0); schedsim adds the "
-           "sends and recvs" if custom else "check schedule, p, m, v and group_size")
-    m = re.search(r"(?:;|\(|\.)?\s*\(?fix: (.*?)\)?\s*$", message, re.S)
-    if m is None:
-        return message, fix
-    head, lib_fix = message[:m.start()].rstrip(" ;,("), m.group(1).strip()
-    if "format=" in lib_fix:
-        lib_fix = ("drop the SEND/RECV cells: give a compute-only CSV (schedsim adds the p2p the way torch's "
-                   "_add_send_recv does)")
-    elif "parse_order" in lib_fix or "stage_to_rank" in lib_fix:
-        lib_fix = fix
-    return head, lib_fix
-
-
-def _err(spec: ScheduleSpec, msg: str, path: str, fix: str) -> SpecError:
-    return SpecError(msg, file=spec._file, path=path, fix=fix)
-
-
-
-def pipeline_block(spec: ScheduleSpec) -> PipelineSpec:
-    """The spec's ``pipeline:`` block (validated as a :class:`PipelineSpec` when the spec was)."""
-    pb = spec.pipeline
-    assert isinstance(pb, PipelineSpec)
-    return pb
-
-
-@dataclass
-class _Plan:
-    """The validated compute order of a block and where its stages run."""
-
-    name: str
-    p: int
-    m: int
-    v: int
-    num_stages: int
-    s2r: dict[int, int]
-    order: dict[int, list[Any]]
-    mode: str = ""
-
-
-def _custom_order(spec: ScheduleSpec, pb: PipelineSpec) -> _Plan:
-    """The order of ``schedule: custom`` (a CSV or inline actions), its stage count and placement."""
-    from schedsim.pipeline import parse_order, read_csv, stage_to_rank
-
-    p = pb.p
-    where = "pipeline.csv" if pb.csv is not None else "pipeline.actions"
-    if pb.csv is not None:
-        base = Path(spec._file).parent if spec._file and spec._file != "<schedule>" else Path(".")
-        try:
-            order = read_csv(base / pb.csv, format="compute_comms")  # SEND/RECV cells: issued as written
-        except (OSError, UnicodeDecodeError) as e:
-            raise _err(spec, f"cannot read pipeline csv {str(base / pb.csv)!r}: {e.__class__.__name__}",
-                       "pipeline.csv", "give a torch pipeline CSV path relative to the schedule file") from None
-    else:
-        order = parse_order(pb.actions or {})  # type: ignore[arg-type]
-    stages = sorted({sub.stage for acts in order.values() for a in acts if a is not None for sub in a.sub_actions})
-    num_stages = len(stages)
-    if num_stages >= p and stages == list(range(num_stages)) and num_stages % p:
-        raise _err(spec, f"the custom actions run {num_stages} stages, which do not split evenly over p={p} "
-                   "ranks (every rank runs v stages: placement loop or v)", where,
-                   f"give the actions {num_stages - num_stages % p} or {num_stages + p - num_stages % p} "
-                   f"stages, or set p to a divisor of {num_stages}")
-    if num_stages < p or stages != list(range(num_stages)):
-        raise _err(spec, f"the custom actions run stages {stages[:8]}{'…' if len(stages) > 8 else ''}; "
-                   f"a pipeline of p={p} needs stages 0..N-1 with N >= p", "pipeline.actions",
-                   "give every rank its F/B (or I/W) actions, e.g. {0: '0F0 0B0', 1: '1F0 1B0'}")
-    v = max(1, num_stages // p)
-    s2r = stage_to_rank(pb.placement or "loop", p, v)
-    if pb.placement is None and v > 1:
-        _refuse_unstated_v(spec, order, p, v, num_stages, s2r, where)
-    return _Plan("custom", p, pb.m, v, num_stages, s2r, order)
-
-
-def _refuse_unstated_v(spec: ScheduleSpec, order: dict[int, list[Any]], p: int, v: int, num_stages: int,
-                       s2r: dict[int, int], where: str) -> None:
-    """Custom actions that place the stages in a V while ``placement`` defaults to loop are an error."""
-    from schedsim.pipeline import stage_to_rank
-    from schedsim.pipeline.comms import infer_stage_to_rank
-
-    try:
-        seen = infer_stage_to_rank(order)
-    except ValueError:
-        seen = None
-    vmap = stage_to_rank("v", p, v)
-    if seen is not None and seen != {k: s2r[k] for k in seen} and seen == {k: vmap[k] for k in seen}:
-        raise _err(spec, f"these actions place the stages in a V (rank 0 runs stages 0 and {num_stages - 1}, "
-                   f"as ZB-V and DualPipeV do), but placement defaults to loop (rank 0 runs stages "
-                   f"0, {p}, ...)", where, "set placement: v in the pipeline block")
-
-
-def _plan(spec: ScheduleSpec, pb: PipelineSpec) -> _Plan:
-    """Generate (or read) and validate the compute order; every rejection becomes a one-fix error."""
-    from schedsim.pipeline import get_schedule, stage_to_rank, validate
-
-    try:
-        if pb.schedule == "custom":
-            plan = _custom_order(spec, pb)
-        else:
-            info = get_schedule(pb.schedule)
-            v = info.chunks(pb.v)
-            order = info.generate(pb.p, pb.m, v, group_size=pb.group_size)
-            s2r = info.stage_to_rank(pb.p, v) if pb.placement is None else stage_to_rank(pb.placement, pb.p, v)
-            plan = _Plan(info.name, pb.p, pb.m, v, pb.p * v, s2r, order)
-        # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)
-        validate(plan.order, plan.p, plan.m, plan.num_stages, plan.s2r,
-                 schedule=None if plan.name == "custom" else plan.name, check_p2p=False)
-    except ValueError as e:
-        from schedsim.errors import SchedsimError
-
-        if isinstance(e, SchedsimError):
-            if e.fix is None and "fix" not in e.message:  # a rejection always says what to do
-                e.fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
-                         "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
-                e.args = (SchedsimError.format(e),)  # the schedule language's layout: fix on its own line
-            raise
-        msg, fix = _split_fix(str(e), custom=pb.schedule == "custom")
-        raise _err(spec, msg, "pipeline.csv" if pb.csv is not None else "pipeline", fix) from None
-    plan.mode = pb.p2p or ("batched" if plan.name == "1f1b" else "overlapped")
-    return plan
-
-
 Steps = dict[int, list[tuple[Any, "int | None"]]]  # per rank: (action, NCCL batch id or None) in issue order
 
 
-def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: _Plan) -> Steps:
+def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> Steps:
     """Megatron's interleaved 1F1B issue order (:func:`schedsim.pipeline.comms.megatron_interleaved_batched`)."""
     from schedsim.pipeline.comms import megatron_interleaved_batched
 
     if plan.p == 2 and plan.mode == "batched":
-        raise _err(spec, "interleaved 1F1B with batched p2p needs p >= 3: with p = 2 one batch holds two sends "
+        raise block_error(spec, "interleaved 1F1B with batched p2p needs p >= 3: with p = 2 one batch holds two sends "
                    "to the same peer, which NCCL pairs by issue order with the wrong recvs (Megatron-LM "
                    "arguments.py refuses it for the same reason)", "pipeline.p2p",
                    "use p2p: overlapped (Megatron's default for interleaving) or p >= 3")
@@ -222,7 +95,7 @@ def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: _Plan) -> Ste
     return steps
 
 
-def _user_comms(plan: _Plan) -> dict[int, list[Any]]:
+def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
     """A compute_comms order (torch CSV or actions with SEND/RECV) as the user issues it; raises the p2p
     simulation's error (a compute whose input is never received, a recv never sent) with one fix line."""
     from schedsim.pipeline.comms import simulate_p2p
@@ -234,14 +107,14 @@ def _user_comms(plan: _Plan) -> dict[int, list[Any]]:
     except ValueError as e:
         reason = getattr(e, "reason", None)
         if reason is not None and "(fix:" in reason:  # one `fix:` line, as every other rejection
-            head, fix = _split_fix(reason, custom=True)
+            head, fix = split_fix(reason, custom=True)
             grid = getattr(e, "grid", "")
             e.args = (f"{head}\n  fix: {fix}" + (f"\n\nPipeline schedule:\n{grid}" if grid else ""),)
         raise
     return lowered
 
 
-def _lowered_steps(plan: _Plan) -> Steps:
+def _lowered_steps(plan: PipelinePlan) -> Steps:
     """The p2p of every schedule but interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's."""
     from schedsim.pipeline import add_p2p
     from schedsim.pipeline.actions import COMM_TYPES
@@ -275,40 +148,6 @@ def _lowered_steps(plan: _Plan) -> Steps:
     return steps
 
 
-@dataclass
-class _Cost:
-    """Per-stage op lists and the sizes the block derives from its model."""
-
-    templates: dict[int, dict[str, list[dict[str, Any]]]]
-    act_bytes: int
-    mem_bytes: int
-    params_stage: int = 0
-    emb_bytes: int = 0
-    dtype: str = "fp16"
-
-
-def _cost(spec: ScheduleSpec, pb: PipelineSpec, num_stages: int) -> _Cost:
-    """Stage op lists from ``transformer`` (Megatron-LM's layer) or ``stage`` (given), and the sizes."""
-    t = pb.transformer
-    if t is None:
-        st = pb.stage
-        assert st is not None
-        tmpl = {"F": st.forward, "I": st.backward_input, "W": st.backward_weight}
-        act = pb.activation_bytes if pb.activation_bytes is not None else 0
-        mem = pb.activation_memory_bytes if pb.activation_memory_bytes is not None else act
-        return _Cost({s: tmpl for s in range(num_stages)}, act, mem)
-    if t.layers % num_stages:
-        raise _err(spec, f"{t.layers} layers do not split evenly over {num_stages} stages",
-                   "pipeline.transformer.layers", f"use a multiple of p·v = {num_stages}")
-    lps = t.layers // num_stages
-    e = DTYPE_BYTES[t.dtype]
-    return _Cost(
-        {s: _transformer_stage(t, lps, s == 0, s == num_stages - 1) for s in range(num_stages)},
-        pb.activation_bytes if pb.activation_bytes is not None else t.seq * t.micro_batch * t.hidden * e,
-        pb.activation_memory_bytes if pb.activation_memory_bytes is not None else lps * _act_memory_per_layer(t),
-        lps * _params_per_layer(t), (t.vocab or 0) * t.hidden * e, t.dtype)
-
-
 def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
     """The template of one stage op (validated as an ordinary op of its kind)."""
     d = {kk: vv for kk, vv in o.items() if kk != "name"}
@@ -316,23 +155,23 @@ def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> O
     where = f"pipeline.stage.{phase}[{k}]"
     bad = sorted(set(d) & {"ranks", "stream", "deps"})
     if bad:
-        raise _err(spec, f"stage ops cannot set {bad[0]!r}: the pipeline places them (rank of the "
+        raise block_error(spec, f"stage ops cannot set {bad[0]!r}: the pipeline places them (rank of the "
                    "stage, stream 'compute', dependencies from the schedule)", where,
                    f"remove {bad[0]!r} from the stage op")
     if kind not in (*COMPUTE_KINDS, "memcpy"):
-        raise _err(spec, f"stage ops must be compute work (matmul, compute, memcpy), got {kind!r}", where,
+        raise block_error(spec, f"stage ops must be compute work (matmul, compute, memcpy), got {kind!r}", where,
                    "model communication with the block's activation_bytes, data_parallel or "
                    "tied_embedding_allreduce, or as hand-written ops")
     try:
         model = OP_MODELS[kind].model_validate({**d, "name": "x"})
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-        raise _err(spec, f"{err['msg']} at {'.'.join(map(str, err['loc']))}", where,
+        raise block_error(spec, f"{err['msg']} at {'.'.join(map(str, err['loc']))}", where,
                    "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
     return op_instance(model, 0, 0, stream="compute", group=(), tags=(), source="pipeline")
 
 
-def _stage_templates(spec: ScheduleSpec, cost: _Cost, num_stages: int,
+def _stage_templates(spec: ScheduleSpec, cost: StageCost, num_stages: int,
                      table: Table) -> dict[tuple[int, str], list[tuple[str, int]]]:
     """Per (stage, phase): the stage's ops as ``(name, template id)``; an empty phase is one zero-time op."""
     protos: dict[tuple[int, str], list[tuple[str, int]]] = {}
@@ -349,7 +188,7 @@ class _Emitter:
     """Writes one rank's ops of one replica into the table, tracking what each new op waits for."""
 
     table: Table
-    plan: _Plan
+    plan: PipelinePlan
     protos: dict[tuple[int, str], list[tuple[str, int]]]
     p2p_tmpl: dict[str, int]
     chunk_of: dict[int, int]
@@ -458,7 +297,7 @@ def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, 
         table.add_one(t, rr, name, table.tag_id(proto.tags), "compute")
 
 
-def _end_of_step(pb: PipelineSpec, plan: _Plan, cost: _Cost, table: Table, off: int) -> None:
+def _end_of_step(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: Table, off: int) -> None:
     """Per replica: the tied-embedding all_reduce between first and last stage, and the optimizer step."""
     p, s2r, num_stages = plan.p, plan.s2r, plan.num_stages
     if pb.tied_embedding_allreduce and cost.emb_bytes and p > 1:
@@ -471,31 +310,6 @@ def _end_of_step(pb: PipelineSpec, plan: _Plan, cost: _Cost, table: Table, off: 
                        nbytes=float(18 * cost.params_stage * nst), dtype="fp32", tags=(("pp_op", "optimizer"),),
                        source="pipeline")
             table.add_one(table.template(proto), off + r, proto.name, table.tag_id(proto.tags), "compute")
-
-
-def _info(pb: PipelineSpec, plan: _Plan, cost: _Cost) -> dict[str, Any]:
-    """What ``G.graph["pipeline"]`` (and the timeline's meta) say about the block."""
-    t = pb.transformer
-    memory = None
-    if t is not None:
-        from schedsim.pipeline.memory import stage_params, static_memory
-
-        ns = plan.num_stages
-        memory = static_memory(stage_params(ns, t.layers // ns, _params_per_layer(t), hidden=t.hidden,
-                                            seq=t.seq, vocab=t.vocab), plan.s2r)
-    order = plan.order
-    return {"schedule": plan.name, "p": plan.p, "m": plan.m, "v": plan.v, "num_stages": plan.num_stages,
-            "dp": pb.data_parallel, "static_memory": memory,
-            "stage_to_rank": {int(k): int(val) for k, val in plan.s2r.items()}, "p2p": plan.mode,
-            "activation_bytes": cost.act_bytes, "activation_memory_bytes": cost.mem_bytes,
-            "order": {r: [str(a) for a in order[r] if a is not None] for r in order}}
-
-
-def pipeline_info(spec: ScheduleSpec) -> dict[str, Any]:
-    """The ``info`` of :func:`expand_pipeline` without expanding the ops (same errors)."""
-    pb = pipeline_block(spec)
-    plan = _plan(spec, pb)
-    return _info(pb, plan, _cost(spec, pb, plan.num_stages))
 
 
 def expand_pipeline(spec: ScheduleSpec, table: Table) -> dict[str, Any]:
@@ -516,11 +330,11 @@ def expand_pipeline(spec: ScheduleSpec, table: Table) -> dict[str, Any]:
     pb = pipeline_block(spec)
     p, dp = pb.p, pb.data_parallel
     if spec.world_size != p * dp:
-        raise _err(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = {p} × {dp} = "
-                   f"{p * dp}", "world_size", f"set world_size: {p * dp}")
-    plan = _plan(spec, pb)
+        raise block_error(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = "
+                          f"{p} × {dp} = {p * dp}", "world_size", f"set world_size: {p * dp}")
+    plan = plan_of(spec, pb)
     steps = _interleaved_steps(spec, pb, plan) if plan.name == "interleaved_1f1b" else _lowered_steps(plan)
-    cost = _cost(spec, pb, plan.num_stages)
+    cost = stage_cost(spec, pb, plan.num_stages)
     protos = _stage_templates(spec, cost, plan.num_stages, table)
     p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(cost.act_bytes),
                                      dtype=cost.dtype, source="pipeline")) for k in ("send", "recv")}
@@ -539,4 +353,4 @@ def expand_pipeline(spec: ScheduleSpec, table: Table) -> dict[str, Any]:
             nst = sum(1 for st_ in range(num_stages) if plan.s2r[st_] == r)
             gbytes = pb.grad_allreduce_bytes if pb.grad_allreduce_bytes is not None else 2 * cost.params_stage * nst
             _collective(table, f"dp_grad_allreduce_r{r}", tuple(d * p + r for d in range(dp)), gbytes, cost.dtype)
-    return _info(pb, plan, cost)
+    return block_info(pb, plan, cost)

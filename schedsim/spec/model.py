@@ -251,12 +251,12 @@ class ScheduleSpec(_Base):
 
     @property
     def _pipeline(self) -> tuple[None, dict[str, Any]] | None:
-        """``(None, info)`` of the pipeline block (:func:`schedsim.lower.pipeline.pipeline_info`), computed on
+        """``(None, info)`` of the pipeline block (:func:`schedsim.spec.pipeline_block.pipeline_info`), computed on
         each access, for readers that take the block's placement from the spec rather than from
         :attr:`schedsim.lower.Program.pipeline`; None without a block."""
         if self.pipeline is None:
             return None
-        from schedsim.lower.pipeline import pipeline_info
+        from schedsim.spec.pipeline_block import pipeline_info
 
         return None, pipeline_info(self)
 

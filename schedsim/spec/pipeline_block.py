@@ -54,13 +54,20 @@ recomputation, 16-bit).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schedsim.errors import SpecError
 from schedsim.units import DTYPE_BYTES
 
-__all__ = ["PipelineSpec", "TransformerSpec", "StageOps"]
+if TYPE_CHECKING:
+    from schedsim.spec.model import ScheduleSpec
+
+__all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "PipelinePlan", "StageCost", "pipeline_block", "plan_of",
+           "stage_cost", "block_info", "pipeline_info", "split_fix", "block_error"]
 
 
 class _B(BaseModel):
@@ -195,3 +202,192 @@ def _act_memory_per_layer(t: TransformerSpec) -> int:
     """Korthikanti et al. 2022 (arXiv 2205.05198) eq. 2: s·b·h·(34 + 5·a·s/h) bytes, 16-bit, no recompute."""
     s, b, h, a = t.seq, t.micro_batch, t.hidden, t.heads
     return int(s * b * h * (34 + 5 * a * s / h))
+
+
+# ---------------------------------------------------------------- what a block means: its order, costs and info
+def split_fix(message: str, *, custom: bool) -> tuple[str, str]:
+    """Split a pipeline library message into (what is wrong, one fix line in YAML terms).
+
+    The library's messages end in ``fix: ...`` aimed at Python callers (``format='compute_comms'``); a
+    schedule file has no such argument, so those fixes are restated for the ``pipeline:`` block.
+    """
+    import re
+
+    fix = ("give each rank its compute actions in torch notation (0F0, 1B3, 2I0, 2W0); schedsim adds the "
+           "sends and recvs" if custom else "check schedule, p, m, v and group_size")
+    m = re.search(r"(?:;|\(|\.)?\s*\(?fix: (.*?)\)?\s*$", message, re.S)
+    if m is None:
+        return message, fix
+    head, lib_fix = message[:m.start()].rstrip(" ;,("), m.group(1).strip()
+    if "format=" in lib_fix:
+        lib_fix = ("drop the SEND/RECV cells: give a compute-only CSV (schedsim adds the p2p the way torch's "
+                   "_add_send_recv does)")
+    elif "parse_order" in lib_fix or "stage_to_rank" in lib_fix:
+        lib_fix = fix
+    return head, lib_fix
+
+
+def block_error(spec: ScheduleSpec, msg: str, path: str, fix: str) -> SpecError:
+    return SpecError(msg, file=spec._file, path=path, fix=fix)
+
+
+
+def pipeline_block(spec: ScheduleSpec) -> PipelineSpec:
+    """The spec's ``pipeline:`` block (validated as a :class:`PipelineSpec` when the spec was)."""
+    pb = spec.pipeline
+    assert isinstance(pb, PipelineSpec)
+    return pb
+
+
+@dataclass
+class PipelinePlan:
+    """The validated compute order of a block and where its stages run."""
+
+    name: str
+    p: int
+    m: int
+    v: int
+    num_stages: int
+    s2r: dict[int, int]
+    order: dict[int, list[Any]]
+    mode: str = ""
+
+
+def _custom_order(spec: ScheduleSpec, pb: PipelineSpec) -> PipelinePlan:
+    """The order of ``schedule: custom`` (a CSV or inline actions), its stage count and placement."""
+    from schedsim.pipeline import parse_order, read_csv, stage_to_rank
+
+    p = pb.p
+    where = "pipeline.csv" if pb.csv is not None else "pipeline.actions"
+    if pb.csv is not None:
+        base = Path(spec._file).parent if spec._file and spec._file != "<schedule>" else Path(".")
+        try:
+            order = read_csv(base / pb.csv, format="compute_comms")  # SEND/RECV cells: issued as written
+        except (OSError, UnicodeDecodeError) as e:
+            raise block_error(spec, f"cannot read pipeline csv {str(base / pb.csv)!r}: {e.__class__.__name__}",
+                       "pipeline.csv", "give a torch pipeline CSV path relative to the schedule file") from None
+    else:
+        order = parse_order(pb.actions or {})  # type: ignore[arg-type]
+    stages = sorted({sub.stage for acts in order.values() for a in acts if a is not None for sub in a.sub_actions})
+    num_stages = len(stages)
+    if num_stages >= p and stages == list(range(num_stages)) and num_stages % p:
+        raise block_error(spec, f"the custom actions run {num_stages} stages, which do not split evenly over p={p} "
+                   "ranks (every rank runs v stages: placement loop or v)", where,
+                   f"give the actions {num_stages - num_stages % p} or {num_stages + p - num_stages % p} "
+                   f"stages, or set p to a divisor of {num_stages}")
+    if num_stages < p or stages != list(range(num_stages)):
+        raise block_error(spec, f"the custom actions run stages {stages[:8]}{'…' if len(stages) > 8 else ''}; "
+                   f"a pipeline of p={p} needs stages 0..N-1 with N >= p", "pipeline.actions",
+                   "give every rank its F/B (or I/W) actions, e.g. {0: '0F0 0B0', 1: '1F0 1B0'}")
+    v = max(1, num_stages // p)
+    s2r = stage_to_rank(pb.placement or "loop", p, v)
+    if pb.placement is None and v > 1:
+        _refuse_unstated_v(spec, order, p, v, num_stages, s2r, where)
+    return PipelinePlan("custom", p, pb.m, v, num_stages, s2r, order)
+
+
+def _refuse_unstated_v(spec: ScheduleSpec, order: dict[int, list[Any]], p: int, v: int, num_stages: int,
+                       s2r: dict[int, int], where: str) -> None:
+    """Custom actions that place the stages in a V while ``placement`` defaults to loop are an error."""
+    from schedsim.pipeline import stage_to_rank
+    from schedsim.pipeline.comms import infer_stage_to_rank
+
+    try:
+        seen = infer_stage_to_rank(order)
+    except ValueError:
+        seen = None
+    vmap = stage_to_rank("v", p, v)
+    if seen is not None and seen != {k: s2r[k] for k in seen} and seen == {k: vmap[k] for k in seen}:
+        raise block_error(spec, f"these actions place the stages in a V (rank 0 runs stages 0 and {num_stages - 1}, "
+                   f"as ZB-V and DualPipeV do), but placement defaults to loop (rank 0 runs stages "
+                   f"0, {p}, ...)", where, "set placement: v in the pipeline block")
+
+
+def plan_of(spec: ScheduleSpec, pb: PipelineSpec) -> PipelinePlan:
+    """Generate (or read) and validate the compute order; every rejection becomes a one-fix error."""
+    from schedsim.pipeline import get_schedule, stage_to_rank, validate
+
+    try:
+        if pb.schedule == "custom":
+            plan = _custom_order(spec, pb)
+        else:
+            info = get_schedule(pb.schedule)
+            v = info.chunks(pb.v)
+            order = info.generate(pb.p, pb.m, v, group_size=pb.group_size)
+            s2r = info.stage_to_rank(pb.p, v) if pb.placement is None else stage_to_rank(pb.placement, pb.p, v)
+            plan = PipelinePlan(info.name, pb.p, pb.m, v, pb.p * v, s2r, order)
+        # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)
+        validate(plan.order, plan.p, plan.m, plan.num_stages, plan.s2r,
+                 schedule=None if plan.name == "custom" else plan.name, check_p2p=False)
+    except ValueError as e:
+        from schedsim.errors import SchedsimError
+
+        if isinstance(e, SchedsimError):
+            if e.fix is None and "fix" not in e.message:  # a rejection always says what to do
+                e.fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "
+                         "placement puts it" if pb.schedule == "custom" else "check schedule, p, m, v and group_size")
+                e.args = (SchedsimError.format(e),)  # the schedule language's layout: fix on its own line
+            raise
+        msg, fix = split_fix(str(e), custom=pb.schedule == "custom")
+        raise block_error(spec, msg, "pipeline.csv" if pb.csv is not None else "pipeline", fix) from None
+    plan.mode = pb.p2p or ("batched" if plan.name == "1f1b" else "overlapped")
+    return plan
+
+
+@dataclass
+class StageCost:
+    """Per-stage op lists and the sizes the block derives from its model."""
+
+    templates: dict[int, dict[str, list[dict[str, Any]]]]
+    act_bytes: int
+    mem_bytes: int
+    params_stage: int = 0
+    emb_bytes: int = 0
+    dtype: str = "fp16"
+
+
+def stage_cost(spec: ScheduleSpec, pb: PipelineSpec, num_stages: int) -> StageCost:
+    """Stage op lists from ``transformer`` (Megatron-LM's layer) or ``stage`` (given), and the sizes."""
+    t = pb.transformer
+    if t is None:
+        st = pb.stage
+        assert st is not None
+        tmpl = {"F": st.forward, "I": st.backward_input, "W": st.backward_weight}
+        act = pb.activation_bytes if pb.activation_bytes is not None else 0
+        mem = pb.activation_memory_bytes if pb.activation_memory_bytes is not None else act
+        return StageCost({s: tmpl for s in range(num_stages)}, act, mem)
+    if t.layers % num_stages:
+        raise block_error(spec, f"{t.layers} layers do not split evenly over {num_stages} stages",
+                   "pipeline.transformer.layers", f"use a multiple of p·v = {num_stages}")
+    lps = t.layers // num_stages
+    e = DTYPE_BYTES[t.dtype]
+    return StageCost(
+        {s: _transformer_stage(t, lps, s == 0, s == num_stages - 1) for s in range(num_stages)},
+        pb.activation_bytes if pb.activation_bytes is not None else t.seq * t.micro_batch * t.hidden * e,
+        pb.activation_memory_bytes if pb.activation_memory_bytes is not None else lps * _act_memory_per_layer(t),
+        lps * _params_per_layer(t), (t.vocab or 0) * t.hidden * e, t.dtype)
+
+
+def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> dict[str, Any]:
+    """What ``G.graph["pipeline"]`` (and the timeline's meta) say about the block."""
+    t = pb.transformer
+    memory = None
+    if t is not None:
+        from schedsim.pipeline.memory import stage_params, static_memory
+
+        ns = plan.num_stages
+        memory = static_memory(stage_params(ns, t.layers // ns, _params_per_layer(t), hidden=t.hidden,
+                                            seq=t.seq, vocab=t.vocab), plan.s2r)
+    order = plan.order
+    return {"schedule": plan.name, "p": plan.p, "m": plan.m, "v": plan.v, "num_stages": plan.num_stages,
+            "dp": pb.data_parallel, "static_memory": memory,
+            "stage_to_rank": {int(k): int(val) for k, val in plan.s2r.items()}, "p2p": plan.mode,
+            "activation_bytes": cost.act_bytes, "activation_memory_bytes": cost.mem_bytes,
+            "order": {r: [str(a) for a in order[r] if a is not None] for r in order}}
+
+
+def pipeline_info(spec: ScheduleSpec) -> dict[str, Any]:
+    """The ``info`` of :func:`expand_pipeline` without expanding the ops (same errors)."""
+    pb = pipeline_block(spec)
+    plan = plan_of(spec, pb)
+    return block_info(pb, plan, stage_cost(spec, pb, plan.num_stages))
