@@ -249,6 +249,13 @@ class ScheduleSpec(_Base):
     _file: str = PrivateAttr(default="<schedule>")
     _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=list)
 
+    def model_post_init(self, context: Any) -> None:
+        """Record the file and each op's source (line, column, path) from the validation context, as the
+        loader passes them (``{"file": ..., "sources": [...]}``); the spec is not changed afterwards."""
+        if isinstance(context, dict):
+            self._file = str(context.get("file", self._file))
+            self._sources = list(context.get("sources", ()))
+
     @property
     def _pipeline(self) -> tuple[None, dict[str, Any]] | None:
         """``(None, info)`` of the pipeline block (:func:`schedsim.spec.pipeline_block.pipeline_info`), computed on

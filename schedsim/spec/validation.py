@@ -14,11 +14,20 @@ from schedsim.errors import SpecError
 from schedsim.kinds import P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
 
-__all__ = ["check_spec"]
+__all__ = ["check_spec", "op_sources"]
+
+
+def op_sources(doc: Any) -> list[tuple[int | None, int | None, str]]:
+    """Per op of the expanded document: ``(line, column, field path)`` for error messages."""
+    out: list[tuple[int | None, int | None, str]] = []
+    for i, d in enumerate(doc.get("ops") or []):
+        mark = getattr(d, "mark", None)
+        out.append((mark[0] if mark else None, mark[1] if mark else None, d.get("__path__", f"ops[{i}]")))
+    return out
 
 
 def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
-    """Check ranks, peers, roots, streams and name uniqueness; record op sources.
+    """Check ranks, peers, roots, streams and name uniqueness.
 
     Raises
     ------
@@ -26,12 +35,7 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
         On the first rule broken.
     """
     ops_doc = doc.get("ops") or []
-    sources: list[tuple[int | None, int | None, str]] = []
-    for i, d in enumerate(ops_doc):
-        mark = getattr(d, "mark", None)
-        sources.append((mark[0] if mark else None, mark[1] if mark else None, d.get("__path__", f"ops[{i}]")))
-    spec._file = file
-    spec._sources = sources
+    sources = spec._sources
     n = spec.world_size
 
     def err(i: int, field: str, msg: str, fix: str) -> SpecError:
