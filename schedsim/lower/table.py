@@ -36,19 +36,6 @@ class _Interner:
         return i
 
 
-def _bulk_ids(interner: _Interner, values: list[Any]) -> list[int]:
-    """Ids of ``values`` in ``interner`` (None -> -1), registering new ones in first-seen order."""
-    ids, items = interner.ids, interner.items
-    new = [x for x in dict.fromkeys(values) if x is not None and x not in ids]
-    ids.update(zip(new, range(len(items), len(items) + len(new)), strict=True))
-    items.extend(new)
-    if None in values:
-        look = dict(ids)
-        look[None] = -1
-        return list(map(look.__getitem__, values))
-    return list(map(ids.__getitem__, values))
-
-
 class Table:
     """Templates, interned tables and per-instance columns, appended in expansion order.
 
@@ -65,7 +52,16 @@ class Table:
         self.strs = _Interner()  # p2p batch names and message tags
         self.tags(())
         self._bulk: list[tuple[int, np.ndarray]] = []
-        self.rows: list[tuple[Any, ...]] = []  # single instances, interned when the columns are made
+        # single instances
+        self.o_tmpl: list[int] = []
+        self.o_rank: list[int] = []
+        self.o_name: list[int] = []
+        self.o_tags: list[int] = []
+        self.o_stream: list[int] = []
+        self.o_peer: list[int] = []
+        self.o_batch: list[int] = []
+        self.o_msg: list[int] = []
+        self.o_deps: list[tuple[int, ...]] = []
 
     def template(self, proto: Op, deps: tuple[str, ...] | None = None) -> int:
         """Register ``proto``; ``deps`` (names) when every instance has the same ones."""
@@ -90,23 +86,21 @@ class Table:
     def add_one(self, t: int, rank: int, name: str, tags: int, stream: str, deps: tuple[str, ...] = (),
                 peer: int = -1, batch: str | None = None, msg: str | None = None) -> None:
         """One instance of template ``t``; ``tags`` is an id from :meth:`tag_id` or :meth:`new_tag_id`."""
-        self.rows.append((t, rank, name, tags, stream, deps, peer, batch, msg))
-
-    def _single(self) -> dict[str, Any]:
-        """The single instances' columns (names, tags, streams and strings interned in bulk)."""
-        rows = self.rows
-        if not rows:
-            return {k: [] for k in ("tmpl", "rank", "name", "tags", "stream", "peer", "batch", "msg", "deps")}
-        t, r, nm, tg, st, deps, pe, b, m = (list(c) for c in zip(*rows, strict=True))
-        out: dict[str, Any] = {"tmpl": t, "rank": r, "peer": pe, "tags": tg}
-        flat = [d for ds in deps for d in ds]
-        out["name"] = _bulk_ids(self.names, nm + flat)[:len(nm)]
-        ids = self.names.ids
-        out["deps"] = [tuple([ids[d] for d in ds]) if ds else () for ds in deps]
-        out["stream"] = _bulk_ids(self.streams, st)
-        out["batch"] = _bulk_ids(self.strs, b)
-        out["msg"] = _bulk_ids(self.strs, m)
-        return out
+        names = self.names
+        ids = names.ids
+        n = ids.get(name)
+        if n is None:
+            n = names(name)
+        self.o_tmpl.append(t)
+        self.o_rank.append(rank)
+        self.o_name.append(n)
+        self.o_tags.append(tags)
+        st = self.streams.ids.get(stream)
+        self.o_stream.append(self.streams(stream) if st is None else st)
+        self.o_peer.append(peer)
+        self.o_batch.append(-1 if batch is None else self.strs(batch))
+        self.o_msg.append(-1 if msg is None else self.strs(msg))
+        self.o_deps.append(tuple([ids[d] if d in ids else names(d) for d in deps]) if deps else ())
 
     def _tmpl_cols(self) -> dict[str, np.ndarray]:
         """Per template: name, tags, stream, peer, batch and message-tag ids."""
@@ -131,13 +125,14 @@ class Table:
         tc = self._tmpl_cols()
         b_t = np.array([t for t, _r in self._bulk], I32)
         b_n = np.array([len(r) for _t, r in self._bulk], np.int64)
-        one = self._single()
-        tm = np.concatenate([np.repeat(b_t, b_n), np.array(one["tmpl"], I32)])
+        tm = np.concatenate([np.repeat(b_t, b_n), np.array(self.o_tmpl, I32)])
         nb = int(b_n.sum())
         ranks = [r.astype(I32, copy=False) for _t, r in self._bulk]
-        cols = {"tmpl": tm, "rank": np.concatenate([*ranks, np.array(one["rank"], I32)])}
-        for key in ("name", "tags", "stream", "peer", "batch", "msg"):
-            cols[key] = np.concatenate([tc[key][tm[:nb]], np.array(one[key], I32)])
+        cols = {"tmpl": tm, "rank": np.concatenate([*ranks, np.array(self.o_rank, I32)]) if ranks or self.o_rank
+                else np.zeros(0, I32)}
+        for key, lst in (("name", self.o_name), ("tags", self.o_tags), ("stream", self.o_stream),
+                         ("peer", self.o_peer), ("batch", self.o_batch), ("msg", self.o_msg)):
+            cols[key] = np.concatenate([tc[key][tm[:nb]], np.array(lst, I32)])
         # dependencies: bulk instances share their template's, single ones carry their own
         k_t = np.array([len(d or ()) for d in self.tmpl_deps], np.int64)
         flat_t = np.array([x for d in self.tmpl_deps for x in (d or ())], I32)
@@ -147,7 +142,7 @@ class Table:
         off = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt)
         dep_op_b = np.repeat(np.arange(nb), cnt)
         dep_nm_b = flat_t[np.repeat(start, cnt) + off] if tot else np.zeros(0, I32)
-        k_o = np.array([len(d) for d in one["deps"]], np.int64)
-        dep_op_o = nb + np.repeat(np.arange(len(one["deps"])), k_o)
-        dep_nm_o = np.array([x for d in one["deps"] for x in d], I32)
+        k_o = np.array([len(d) for d in self.o_deps], np.int64)
+        dep_op_o = nb + np.repeat(np.arange(len(self.o_deps)), k_o)
+        dep_nm_o = np.array([x for d in self.o_deps for x in d], I32)
         return cols, np.concatenate([dep_op_b, dep_op_o]).astype(np.int64), np.concatenate([dep_nm_b, dep_nm_o])
