@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from schedsim.kinds import P2P_KINDS
-from schedsim.lower.program import Program
+from schedsim.lower.program import Program, unique
 
 __all__ = ["check_program", "launch_heads"]
 
@@ -34,7 +34,7 @@ def launch_heads(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     if bm.any():
         nb = int(b.max()) + 1
         key = prog.rank[comm][bm].astype(I64) * nb + b[bm]
-        _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        _u, first, inv = unique(key)
         head[bm] = comm[bm][first][inv.reshape(-1)]
     return comm, head
 
@@ -54,7 +54,7 @@ def _collective_order_ok(prog: Program) -> bool:
     idx = prog.coll_idx
     groups: dict[tuple[int, ...], int] = {}
     gid_t = np.full(len(prog.templates), -1, I64)
-    for t in np.unique(prog.tmpl[idx]).tolist():
+    for t in unique(prog.tmpl[idx])[0].tolist():
         gid_t[t] = groups.setdefault(tuple(prog.templates[t].group), len(groups))
     g = gid_t[prog.tmpl]
     kid = np.zeros(prog.N, I64)
@@ -86,7 +86,7 @@ def _comm_ids(prog: Program, heads: np.ndarray, eager: bool) -> tuple[np.ndarray
     groups: dict[tuple[int, ...], int] = {}
     t_gid = np.full(len(tps), -1, I64)
     p2p_t = np.array([tp.kind in P2P_KINDS for tp in tps], bool)
-    for k in np.unique(t).tolist():
+    for k in unique(t)[0].tolist():
         if not p2p_t[k]:
             t_gid[k] = groups.setdefault(tuple(tps[k].group), len(groups))
     is_p2p = p2p_t[t]
@@ -108,7 +108,7 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
     (a p2p batch is one unit)."""
     unit = np.arange(prog.N)
     unit[comm] = head
-    uniq, u = np.unique(unit, return_inverse=True)
+    uniq, _first, u = unique(unit)
     u = u.reshape(-1)
     n = len(uniq)
     useq = prog.seq[uniq].astype(I64)
@@ -170,7 +170,7 @@ def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np
 
 def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple[int, int]]:
     """Pairs of distinct group communicators in use that share two or more ranks (rule 4)."""
-    used = [g for g in np.unique(cid[cid < len(groups)]).tolist()]
+    used = unique(cid[cid < len(groups)])[0].tolist()
     sets = [set(groups[g]) for g in used]
     return [(used[i], used[j]) for i in range(len(used)) for j in range(i + 1, len(used))
             if len(sets[i].intersection(sets[j])) >= 2]
@@ -232,7 +232,7 @@ def _cross_communicator_cycle(prog: Program, comm: np.ndarray, head: np.ndarray)
     heads = comm[(comm == head) & (key[comm] >= 0)]
     k, r = key[heads], prog.rank[heads]
     same = (r[1:] == r[:-1]) & (k[1:] != k[:-1])
-    e = np.unique(np.stack([k[:-1][same], k[1:][same]], 1), axis=0) if same.any() else np.zeros((0, 2), I64)
+    e = np.stack([k[:-1][same], k[1:][same]], 1) if same.any() else np.zeros((0, 2), I64)
     return bool(len(e)) and not _acyclic(len(prog.coll_ptr) - 1, e)
 
 

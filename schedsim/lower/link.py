@@ -14,6 +14,7 @@ import numpy as np
 
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
+from schedsim.lower.program import unique
 from schedsim.lower.table import Table
 from schedsim.spec.model import COLLECTIVE_KINDS
 
@@ -144,7 +145,7 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
     sigs: dict[tuple[Any, ...], int] = {}
     t_gid = np.full(len(tp), -1, I64)
     t_sig = np.full(len(tp), -1, I64)
-    for t in np.unique(c["tmpl"][idx]).tolist():
+    for t in unique(c["tmpl"][idx])[0].tolist():
         p = tp[t]
         g = tuple(p.group)
         t_gid[t] = gids.setdefault(g, len(gids))
@@ -153,7 +154,7 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
         t_sig[t] = sigs.setdefault((p.kind, p.nbytes, p.root, p.dtype), len(sigs))
     nn = max(len(cols.table.names.items), 1)
     ck = c["name"][idx].astype(I64) + nn * t_gid[c["tmpl"][idx]]
-    uk, first, inv = np.unique(ck, return_index=True, return_inverse=True)
+    uk, first, inv = unique(ck)
     korder = np.argsort(first, kind="stable")  # keys by first member in program order
     rank_of_key = np.empty_like(korder)
     rank_of_key[korder] = np.arange(len(korder))

@@ -25,7 +25,9 @@ def _issue_pos(rank: np.ndarray, batch: np.ndarray, idx: np.ndarray) -> np.ndarr
     if bm.any():
         nb = int(batch.max()) + 1
         key = rank[bm].astype(I64) * nb + batch[bm]
-        _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        from schedsim.lower.program import unique
+
+        _u, first, inv = unique(key)
         at[bm] = idx[bm][first][inv.reshape(-1)]
     return at
 
