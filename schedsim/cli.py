@@ -18,6 +18,7 @@ from typing import Any
 import typer
 
 from schedsim.api import TRACE_MAX_OPS, lower_spec, predict_to_dir
+from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError
 from schedsim.report.outdir import safe_dirname as _safe_dirname
