@@ -387,7 +387,7 @@ def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> dict[st
 
 
 def pipeline_info(spec: ScheduleSpec) -> dict[str, Any]:
-    """The ``info`` of :func:`expand_pipeline` without expanding the ops (same errors)."""
+    """The ``info`` of :func:`schedsim.lower.pipeline.expand_pipeline` without expanding the ops (same errors)."""
     pb = pipeline_block(spec)
     plan = plan_of(spec, pb)
     return block_info(pb, plan, stage_cost(spec, pb, plan.num_stages))
