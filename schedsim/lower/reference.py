@@ -35,6 +35,23 @@ def graph_from_ops(ops: list[Op], info: dict[str, Any], file: str, check: bool) 
     """
     G = nx.DiGraph(**info)
     G.add_nodes_from((op.id, {"op": op}) for op in ops)
+    names_on_rank = _names_on_rank(ops, file)
+    stream_edges, collectives = _stream_edges_and_collectives(ops)
+    G.add_edges_from(stream_edges, kind="stream")
+    dep_edges, forward_dep = _dep_edges(ops, names_on_rank)
+    G.add_edges_from(dep_edges, kind="dep")
+    _check_collectives(G, ops, collectives)
+    G.graph["collectives"] = dict(collectives)
+    warnings: list[str] = []
+    G.graph["warnings"] = warnings
+    G.graph["p2p"] = match_p2p_ops(ops, warnings)
+    if check:
+        _check(G, forward_dep)
+    return G
+
+
+def _names_on_rank(ops: list[Op], file: str) -> dict[int, dict[str, Op]]:
+    """Per rank, its ops by name; a name used twice on one rank is an error."""
     names_on_rank: dict[int, dict[str, Op]] = defaultdict(dict)
     for op in ops:
         here = names_on_rank[op.rank]
@@ -44,10 +61,15 @@ def graph_from_ops(ops: list[Op], info: dict[str, Any], file: str, check: bool) 
                              fix="rename one of them (pipeline ops are named F<stage>.<mb>.<op>, "
                              "so stage op names must be unique and hand-written ops must not reuse them)")
         here[op.name] = op
+    return names_on_rank
+
+
+def _stream_edges_and_collectives(ops: list[Op]) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
+    """The stream edges (module docstring), and each collective's members by key ``name#ranks``."""
     collectives: dict[str, list[str]] = defaultdict(list)
     group_keys: dict[tuple[str, int], str] = {}  # by id(): one group tuple is shared by its ranks; hashing a
     # 100k-rank tuple, or formatting its key, once per op would make the build quadratic in world_size
-    stream_edges = []
+    stream_edges: list[tuple[str, str]] = []
     # per (rank, stream): (p2p batch of the last run or None, the ops that run follows, the run's ops)
     stream_run: dict[tuple[int, str], tuple[str | None, list[str], list[str]]] = {}
     for op in ops:
@@ -67,25 +89,35 @@ def graph_from_ops(ops: list[Op], info: dict[str, Any], file: str, check: bool) 
             if ckey is None:
                 ckey = group_keys[(op.name, id(op.group))] = f"{op.name}#{','.join(map(str, op.group))}"
             collectives[ckey].append(oid)
-    G.add_edges_from(stream_edges, kind="stream")
+    return stream_edges, collectives
+
+
+def _unknown_dep(op: Op, d: str, names_on_rank: dict[int, dict[str, Op]]) -> GraphError:
+    here = names_on_rank[op.rank]
+    elsewhere = sorted(r for r, names in names_on_rank.items() if d in names)
+    hint = (f"{d!r} exists only on rank(s) {elsewhere}; dependencies are per rank, cross-rank order "
+            "comes from collectives and send/recv") if elsewhere else "check the spelling"
+    import difflib
+
+    close = difflib.get_close_matches(d, list(here), n=1)
+    if close and not elsewhere:
+        hint = f"did you mean {close[0]!r}?"
+    return GraphError(f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, "
+                      f"which does not exist on rank {op.rank}", fix=hint)
+
+
+def _dep_edges(ops: list[Op], names_on_rank: dict[int, dict[str, Op]]
+               ) -> tuple[list[tuple[str, str]], tuple[Op, str] | None]:
+    """The dependency edges, and the first dependency on an op written later on the same rank (or None)."""
     dep_edges = []
-    forward_dep: tuple[Op, str] | None = None  # a dependency on an op written later on the same rank
+    forward_dep: tuple[Op, str] | None = None
     for op in ops:
         if not op.deps:
             continue
         here = names_on_rank[op.rank]
         for d in op.deps:
             if d not in here:
-                elsewhere = sorted(r for r, names in names_on_rank.items() if d in names)
-                hint = (f"{d!r} exists only on rank(s) {elsewhere}; dependencies are per rank, cross-rank order "
-                        "comes from collectives and send/recv") if elsewhere else "check the spelling"
-                import difflib
-
-                close = difflib.get_close_matches(d, list(here), n=1)
-                if close and not elsewhere:
-                    hint = f"did you mean {close[0]!r}?"
-                raise GraphError(f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, "
-                                 f"which does not exist on rank {op.rank}", fix=hint)
+                raise _unknown_dep(op, d, names_on_rank)
             if d == op.name:
                 raise GraphError(f"{op.source}: op {op.name!r} depends on itself", fix="remove it from its deps")
             if here[d].seq > op.seq and forward_dep is None:
@@ -98,14 +130,18 @@ def graph_from_ops(ops: list[Op], info: dict[str, Any], file: str, check: bool) 
                     "inside it runs after another member",
                     fix="remove the dependency, or move one of them to another p2p_batch")
             dep_edges.append((format_op_id(d, op.rank), op.id))
-    G.add_edges_from(dep_edges, kind="dep")
+    return dep_edges, forward_dep
+
+
+def _check_collectives(G: nx.DiGraph, ops: list[Op], collectives: dict[str, list[str]]) -> None:
+    """Every collective has one kind, size, dtype and root, and is issued on every rank of its group."""
     def grid(marked: set[str], ranks: Sequence[int]) -> str:
         from schedsim.graph.nccl import grid_of_ops
 
         want = set(ranks)
         return "\n\n" + grid_of_ops([o for o in ops if o.rank in want], marked, sorted(want))
 
-    for _key, members in collectives.items():
+    for members in collectives.values():
         first = G.nodes[members[0]]["op"]
         for mid in members[1:]:
             o = G.nodes[mid]["op"]
@@ -124,30 +160,29 @@ def graph_from_ops(ops: list[Op], info: dict[str, Any], file: str, check: bool) 
                 f"{have} but never on rank(s) {missing}; real NCCL would hang",
                 fix=f"issue {first.name!r} on every rank of its group (or shrink `group`)", ops=[first.id],
                 detail=grid(set(members), [*have[:3], *missing[:3]]).lstrip("\n"))
-    G.graph["collectives"] = dict(collectives)
-    warnings: list[str] = []
-    G.graph["warnings"] = warnings
-    G.graph["p2p"] = match_p2p_ops(ops, warnings)
-    if check:
-        from schedsim.graph.checks import check_graph
 
-        if forward_dep is not None and nx.is_directed_acyclic_graph(G):  # a cycle gets check_graph's CycleError
-            op, d = forward_dep
-            raise GraphError(
-                f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, which is written after it; each "
-                "rank issues its ops in the order written (the executor launches them so, and NCCL runs its "
-                "communication in that order), so the wait would not be honoured",
-                fix=f"move {d!r} above {op.name!r} (or drop the dependency)")
-        try:
-            check_graph(G)
-        except DeadlockError as e:
-            if "pipeline" in G.graph:
-                grid = _pipeline_grid(G, e.ops)
-                raise DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid,
-                                    ops=e.ops, cycle=e.cycle) from None
-            raise
-        _check_batch_inputs(G)
-    return G
+
+def _check(G: nx.DiGraph, forward_dep: tuple[Op, str] | None) -> None:
+    """The static checks: a dependency written after its user, then :func:`schedsim.graph.checks.check_graph`
+    (a pipeline's hang also gets the rank × step grid of its compute order), then the batches' inputs."""
+    from schedsim.graph.checks import check_graph
+
+    if forward_dep is not None and nx.is_directed_acyclic_graph(G):  # a cycle gets check_graph's CycleError
+        op, d = forward_dep
+        raise GraphError(
+            f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, which is written after it; each "
+            "rank issues its ops in the order written (the executor launches them so, and NCCL runs its "
+            "communication in that order), so the wait would not be honoured",
+            fix=f"move {d!r} above {op.name!r} (or drop the dependency)")
+    try:
+        check_graph(G)
+    except DeadlockError as e:
+        if "pipeline" in G.graph:
+            grid = _pipeline_grid(G, e.ops)
+            raise DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid,
+                                ops=e.ops, cycle=e.cycle) from None
+        raise
+    _check_batch_inputs(G)
 
 
 def _check_batch_inputs(G: nx.DiGraph) -> None:
@@ -227,54 +262,15 @@ def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tupl
     """
     from schedsim.graph.nccl import grid_of_ops
 
-    sends: dict[tuple[int, int], list[Op]] = defaultdict(list)
-    recvs: dict[tuple[int, int], list[Op]] = defaultdict(list)
-    # issue position: a p2p batch is posted at its first member (schedsim.graph.nccl.issue_order), so a lone
-    # send written between two members of a batch reaches NCCL after the whole batch
-    first_of: dict[tuple[int, str], int] = {}
-    moved = False
-    pos: dict[str, tuple[int, int]] = {}
-    for i, op in enumerate(ops):
-        if op.kind not in ("send", "recv"):
-            continue
-        b = op.p2p_batch
-        at = i if b is None else first_of.setdefault((op.rank, b), i)
-        moved = moved or at != i
-        pos[op.id] = (at, i)
-        if op.kind == "send":
-            sends[(op.rank, op.peer)].append(op)  # type: ignore[index]
-        else:
-            recvs[(op.peer, op.rank)].append(op)  # type: ignore[index]
-    if moved:
-        for lst in (*sends.values(), *recvs.values()):
-            lst.sort(key=lambda o: pos[o.id])
+    sends, recvs = _p2p_by_pair(ops)
     pairs: list[tuple[str, str]] = []
     for key in sorted(set(sends) | set(recvs)):
         s, r = sends.get(key, []), recvs.get(key, [])
         src, dst = key
         by_name: dict[str, Op] | None = None
         for k, (a, b) in enumerate(zip(s, r, strict=False)):
-            ta, tb = dict(a.tags), dict(b.tags)
-            intent = None
-            if a.tag is not None and b.tag is not None and a.tag != b.tag:
-                intent = f"tag {a.tag!r}", f"tag {b.tag!r}"
-            elif "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
-                intent = f"message {ta['msg']}", f"message {tb['msg']}"
-            if intent is not None or a.nbytes != b.nbytes:
-                meant = next((x for x in r[k + 1:] if (a.tag is not None and x.tag == a.tag)
-                              or ("msg" in ta and dict(x.tags).get("msg") == ta["msg"])), None)
-                what = (f"send {a.id} ({intent[0]}) is paired with recv {b.id} ({intent[1]})" if intent else
-                        f"send {a.id} ({int(a.nbytes)} B) is paired with recv {b.id} ({int(b.nbytes)} B); sizes differ")
-                if intent and a.nbytes != b.nbytes:
-                    what += f", and their sizes differ ({int(a.nbytes)} B vs {int(b.nbytes)} B)"
-                fix = (f"issue rank {src}'s sends to rank {dst} in the order rank {dst} posts its recvs from rank "
-                       f"{src} ({', '.join(x.name for x in r)}), or reorder those recvs" if meant is not None or intent
-                       else "give the matching send and recv the same size")
-                raise DeadlockError(
-                    f"{a.source}: NCCL pairs the sends and recvs between two ranks in issue order (it has no tags): "
-                    f"{what}. Real NCCL would fail, hang, or deliver the wrong tensor",
-                    fix=fix, detail=grid_of_ops([*s, *r], {a.id, b.id}), ops=[a.id, b.id])
-            if warnings is not None and "msg" not in ta:
+            _check_pairing(a, b, k, s, r, src, dst)
+            if warnings is not None and "msg" not in dict(a.tags):
                 na, nb = message_name(a.name), message_name(b.name)
                 if na and nb and na != nb:
                     if by_name is None:
@@ -297,3 +293,56 @@ def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tupl
                 " (sends and recvs between two ranks match in issue order)",
                 detail=grid_of_ops([*s, *r], {o.id for o in extra}), ops=[o.id for o in extra])
     return pairs
+
+
+def _p2p_by_pair(ops: list[Op]) -> tuple[dict[tuple[int, int], list[Op]], dict[tuple[int, int], list[Op]]]:
+    """Sends and recvs by (src, dst), each list in issue order."""
+    sends: dict[tuple[int, int], list[Op]] = defaultdict(list)
+    recvs: dict[tuple[int, int], list[Op]] = defaultdict(list)
+    # issue position: a p2p batch is posted at its first member (schedsim.graph.nccl.issue_order), so a lone
+    # send written between two members of a batch reaches NCCL after the whole batch
+    first_of: dict[tuple[int, str], int] = {}
+    moved = False
+    pos: dict[str, tuple[int, int]] = {}
+    for i, op in enumerate(ops):
+        if op.kind not in ("send", "recv"):
+            continue
+        b = op.p2p_batch
+        at = i if b is None else first_of.setdefault((op.rank, b), i)
+        moved = moved or at != i
+        pos[op.id] = (at, i)
+        if op.kind == "send":
+            sends[(op.rank, op.peer)].append(op)  # type: ignore[index]
+        else:
+            recvs[(op.peer, op.rank)].append(op)  # type: ignore[index]
+    if moved:
+        for lst in (*sends.values(), *recvs.values()):
+            lst.sort(key=lambda o: pos[o.id])
+    return sends, recvs
+
+
+def _check_pairing(a: Op, b: Op, k: int, s: list[Op], r: list[Op], src: int, dst: int) -> None:
+    """Send ``a`` paired with recv ``b`` (the k-th between ``src`` and ``dst``): tags, messages and sizes agree."""
+    from schedsim.graph.nccl import grid_of_ops
+
+    ta, tb = dict(a.tags), dict(b.tags)
+    intent = None
+    if a.tag is not None and b.tag is not None and a.tag != b.tag:
+        intent = f"tag {a.tag!r}", f"tag {b.tag!r}"
+    elif "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
+        intent = f"message {ta['msg']}", f"message {tb['msg']}"
+    if intent is None and a.nbytes == b.nbytes:
+        return
+    meant = next((x for x in r[k + 1:] if (a.tag is not None and x.tag == a.tag)
+                  or ("msg" in ta and dict(x.tags).get("msg") == ta["msg"])), None)
+    what = (f"send {a.id} ({intent[0]}) is paired with recv {b.id} ({intent[1]})" if intent else
+            f"send {a.id} ({int(a.nbytes)} B) is paired with recv {b.id} ({int(b.nbytes)} B); sizes differ")
+    if intent and a.nbytes != b.nbytes:
+        what += f", and their sizes differ ({int(a.nbytes)} B vs {int(b.nbytes)} B)"
+    fix = (f"issue rank {src}'s sends to rank {dst} in the order rank {dst} posts its recvs from rank "
+           f"{src} ({', '.join(x.name for x in r)}), or reorder those recvs" if meant is not None or intent
+           else "give the matching send and recv the same size")
+    raise DeadlockError(
+        f"{a.source}: NCCL pairs the sends and recvs between two ranks in issue order (it has no tags): "
+        f"{what}. Real NCCL would fail, hang, or deliver the wrong tensor",
+        fix=fix, detail=grid_of_ops([*s, *r], {a.id, b.id}), ops=[a.id, b.id])
