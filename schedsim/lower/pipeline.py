@@ -36,6 +36,8 @@ from schedsim.spec.pipeline_block import (
 
 __all__ = ["expand_pipeline"]
 
+_VALUE = {t: t.value for t in CT}  # an enum's .value is a descriptor call; this is a dict lookup
+
 def _megatron_p2p_ops_order(ops: list[Any], rank: int) -> list[Any]:
     """The p2p actions of one Megatron p2p call in the order ``_p2p_ops`` posts them as lone isend/irecv.
 
@@ -185,7 +187,7 @@ def _stage_templates(spec: ScheduleSpec, cost: StageCost, num_stages: int,
 
 @dataclass
 class _Emitter:
-    """Writes one rank's ops of one replica into the table, tracking what each new op waits for."""
+    """Writes one rank's ops of one replica into the table, tracking what each new op waits for (by name id)."""
 
     table: Table
     plan: PipelinePlan
@@ -194,10 +196,16 @@ class _Emitter:
     chunk_of: dict[int, int]
     rank: int
     off: int
-    prev_of: dict[tuple[int, str, int], str] = field(default_factory=dict)
-    pending_sends: list[str] = field(default_factory=list)
-    last_compute: str | None = None
-    pair_deps: list[str] = field(default_factory=list)
+    prev_of: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    pending_sends: list[int] = field(default_factory=list)
+    last_compute: int | None = None
+    pair_deps: list[int] = field(default_factory=list)
+    streams: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (kind, F/B, peer) -> stream id
+    batches: dict[int, int] = field(default_factory=dict)  # batch id -> id of its name "b<id>"
+    compute_stream: int = -1
+
+    def __post_init__(self) -> None:
+        self.compute_stream = self.table.streams("compute")
 
     def action(self, act: Any, batch_id: int | None) -> None:
         """Emit the ops of one action (a compute, a send/recv, or DualPipe's overlapped F&B pair)."""
@@ -213,6 +221,22 @@ class _Emitter:
             else:
                 self.compute(sub)
 
+    def _stream(self, kind: str, d: str, peer: int) -> int:
+        key = (kind, d, peer)
+        sid = self.streams.get(key)
+        if sid is None:
+            name = f"pp_{kind}" if self.plan.mode == "batched" else f"pp_{kind}{d}_r{peer + self.off}"
+            sid = self.streams[key] = self.table.streams(name)
+        return sid
+
+    def _batch(self, batch_id: int | None) -> int:
+        if batch_id is None:
+            return -1
+        b = self.batches.get(batch_id)
+        if b is None:
+            b = self.batches[batch_id] = self.table.strs(f"b{batch_id}")
+        return b
+
     def p2p(self, sub: Any, batch_id: int | None) -> None:
         """One send or recv, on the stream its p2p mode gives it, waiting for the compute it carries."""
         s, j, typ = sub.stage, sub.microbatch, sub.type
@@ -224,28 +248,28 @@ class _Emitter:
         else:
             peer = s2r[s - 1] if fwd else s2r[s + 1]
         d = "F" if fwd else "B"
-        opname = f"{kind}{d}{s}.{j}"
-        stream = f"pp_{kind}" if mode == "batched" else f"pp_{kind}{d}_r{peer + self.off}"
+        opname = self.table.names(f"{kind}{d}{s}.{j}")
+        value = _VALUE[typ]
         deps = []
         if kind == "send":
             src_key = (s, "F" if fwd else "I", j)
             if src_key in self.prev_of:
                 deps.append(self.prev_of[src_key])
-        if mode == "batched" and self.last_compute and self.last_compute not in deps:
+        if mode == "batched" and self.last_compute is not None and self.last_compute not in deps:
             # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
             # batch, so the host posts it only after all work issued before it has finished
             deps.append(self.last_compute)
         src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)
         msg = f"{d}{src_stage}.{j}"  # the message: who produced it, which mb
-        tags = self.table.new_tag_id((("chunk", self.chunk_of[s]), ("mb", j), ("msg", msg), ("pp_op", typ.value),
+        tags = self.table.new_tag_id((("chunk", self.chunk_of[s]), ("mb", j), ("msg", msg), ("pp_op", value),
                                       ("stage", s)))
-        self.table.add_one(self.p2p_tmpl[kind], self.rank, opname, tags, stream, tuple(deps), peer=peer + self.off,
-                           batch=None if batch_id is None else f"b{batch_id}", msg=msg)
-        self.prev_of[(s, typ.value, j)] = opname
+        self.table.add_ids(self.p2p_tmpl[kind], self.rank, opname, tags, self._stream(kind, d, peer), tuple(deps),
+                           peer + self.off, self._batch(batch_id), self.table.strs(msg))
+        self.prev_of[(s, value, j)] = opname
         if kind == "send" and mode == "batched":
             self.pending_sends.append(opname)
 
-    def _input(self, s: int, j: int, phase: str) -> list[str]:
+    def _input(self, s: int, j: int, phase: str) -> list[int]:
         """What the first op of phase ``phase`` of (stage ``s``, microbatch ``j``) waits for."""
         prev_of = self.prev_of
         if phase == "F":
@@ -267,6 +291,9 @@ class _Emitter:
         parts = [("F", "F")] if typ is CT.F else [("I", "I")] if typ is CT.I else \
             [("W", "W")] if typ is CT.W else [("I", "B"), ("W", "B")]
         chunk = self.chunk_of[s]
+        table = self.table
+        names = table.names
+        compute = self.compute_stream
         for phase, label in parts:
             deps = self._input(s, j, phase)
             if self.pair_deps:
@@ -275,12 +302,12 @@ class _Emitter:
             if self.pending_sends:  # batched p2p: the call returns when its sends completed too
                 deps.extend(self.pending_sends)
                 self.pending_sends = []
-            tags = self.table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
+            tags = table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
             first = tuple(deps)
-            oname = ""
+            oname = -1
             for tname, tid in self.protos[(s, phase)]:
-                oname = f"{label}{s}.{j}.{tname}" if label == phase else f"B{s}.{j}.{phase}.{tname}"
-                self.table.add_one(tid, self.rank, oname, tags, "compute", first)
+                oname = names(f"{label}{s}.{j}.{tname}" if label == phase else f"B{s}.{j}.{phase}.{tname}")
+                table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
                 first = ()
             self.last_compute = oname
             self.prev_of[(s, phase, j)] = oname

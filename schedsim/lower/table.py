@@ -83,6 +83,24 @@ class Table:
         self.tags.items.append(tags)
         return len(self.tags.items) - 1
 
+    def name_id(self, name: str) -> int:
+        """The id of op name ``name`` (interned)."""
+        return self.names(name)
+
+    def add_ids(self, t: int, rank: int, name: int, tags: int, stream: int, deps: tuple[int, ...], peer: int,
+                batch: int, msg: int) -> None:
+        """One instance of template ``t`` from interned ids (name, tags, stream, dependency names, batch and
+        message strings; -1 = none): what the pipeline emitter, which keeps ids, writes."""
+        self.o_tmpl.append(t)
+        self.o_rank.append(rank)
+        self.o_name.append(name)
+        self.o_tags.append(tags)
+        self.o_stream.append(stream)
+        self.o_peer.append(peer)
+        self.o_batch.append(batch)
+        self.o_msg.append(msg)
+        self.o_deps.append(deps)
+
     def add_one(self, t: int, rank: int, name: str, tags: int, stream: str, deps: tuple[str, ...] = (),
                 peer: int = -1, batch: str | None = None, msg: str | None = None) -> None:
         """One instance of template ``t``; ``tags`` is an id from :meth:`tag_id` or :meth:`new_tag_id`."""
