@@ -67,14 +67,19 @@ def torch_side(pp: int, m: int, v: int):
 
 
 def ours(compute, pp: int, m: int):
-    """schedsim on torch's compute order; per phase (wall s, CPU s)."""
-    from schedsim.graph.build import build_graph
-    from schedsim.graph.checks import check_graph
+    """schedsim on torch's compute order; per phase (wall s, CPU s): expand (pipeline block into op
+    columns), build (link the columns into the Program's dependency, collective and p2p arrays), checks
+    (on the arrays), simulate (from the Program, no networkx), timeline."""
+    from dataclasses import replace
+
     from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
+    from schedsim.lower.checks import check_program
+    from schedsim.lower.pipeline import expand_pipeline
+    from schedsim.lower.table import Table
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
     from schedsim.spec.model import ScheduleSpec
-    from schedsim.spec.pipeline_block import expand_pipeline
 
     actions = {r: " ".join("_" if a is None else str(a) for a in acts) for r, acts in compute.items()}
     prof = load_profile(str(ROOT / "tests/data/unit_profile.yaml"))
@@ -91,20 +96,21 @@ def ours(compute, pp: int, m: int):
                      "stage": {"forward": [{"kind": "compute", "duration_us": 1}],
                                "backward_input": [{"kind": "compute", "duration_us": 1}],
                                "backward_weight": [{"kind": "compute", "duration_us": 1}]}}})
-    expand_pipeline(spec)  # cached on the spec; build_graph reuses it
+    expand_pipeline(spec, Table())  # the expansion alone (lower() below repeats it; "build" is the rest)
     mark()
-    G = build_graph(spec, check=False)
+    prog = lower(spec, check=False)  # expansion + linking into the Program's arrays
     mark()
-    check_graph(G)
+    prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog)), checked=True)
     mark()
-    tl = simulate(G, prof)
+    tl = simulate(prog, prof)
     mark()
     with tempfile.TemporaryDirectory() as d:
         tl.write_json(f"{d}/timeline.json", compute_metrics(tl))
     mark()
     gc.enable()
-    steps = ("expand", "build", "checks", "simulate", "timeline")
-    out = {k: (marks[i + 1][0] - marks[i][0], marks[i + 1][1] - marks[i][1]) for i, k in enumerate(steps)}
+    d = [(marks[i + 1][0] - marks[i][0], marks[i + 1][1] - marks[i][1]) for i in range(5)]
+    out = {"expand": d[0], "build": (d[1][0] - d[0][0], d[1][1] - d[0][1]), "checks": d[2], "simulate": d[3],
+           "timeline": d[4]}
     return {**out, "ops": len(tl), "makespan_us": tl.makespan_s * 1e6}
 
 

@@ -2,11 +2,11 @@
 
 Runs the stages of ``schedsim predict --no-gantt`` in this process, with the cyclic GC paused as the CLI
 does, and prints CPU seconds (``time.process_time``, this process only) and µs per op for each:
-load (YAML → spec), build DAG (foreach expansion, Op objects, networkx), static checks, simulate
-(the engine: graph → lists, event loop, timeline columns), timeline columns (a no-op since the engine builds
-columns; it was the Span rows → numpy columns transposition),
-metrics, timeline.json, and the teardown (freeing the per-op Python objects). With ``--profile`` it
-also prints the top functions by own time under cProfile (which inflates pure-Python code ~2×).
+load (YAML → spec), lower (op columns and DAG arrays, :func:`schedsim.lower.lower`), static checks on the
+arrays, simulate (the engine: Program → lists and Op objects, event loop, timeline columns), timeline columns
+(a no-op since the engine builds columns), metrics, timeline.json, and the teardown (freeing the per-op
+Python objects). With ``--profile`` it also prints the top functions by own time under cProfile (which
+inflates pure-Python code ~2×).
 
 Usage: python benchmarks/where_time_goes.py [--world 64 --chunks 7813] [--profile]
 """
@@ -25,9 +25,11 @@ sys.path.insert(0, str(ROOT))
 
 
 def stages(world: int, chunks: int) -> list[tuple[str, float]]:
-    from schedsim.graph.build import build_graph
-    from schedsim.graph.checks import check_graph
+    from dataclasses import replace
+
     from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
+    from schedsim.lower.checks import check_program
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
     from schedsim.spec.loader import load_schedule, parse_overrides
@@ -45,12 +47,12 @@ def stages(world: int, chunks: int) -> list[tuple[str, float]]:
                          parse_overrides([f"world_size={world}", f"chunks={chunks}"]))
     prof = load_profile("h200")
     mark("load YAML → spec")
-    G = build_graph(spec, check=False)
-    mark("build DAG (expand, Op objects, networkx)")
-    check_graph(G)
-    mark("static checks")
-    tl = simulate(G, prof)
-    mark("simulate (engine, timeline columns)")
+    prog = lower(spec, check=False)
+    mark("lower (expand to op columns, link the DAG arrays)")
+    prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog)), checked=True)
+    mark("static checks (on the arrays)")
+    tl = simulate(prog, prof)
+    mark("simulate (Program → engine lists and Op objects, loop, timeline columns)")
     tl.columns
     mark("timeline columns (built by the engine)")
     m = compute_metrics(tl)
@@ -58,7 +60,7 @@ def stages(world: int, chunks: int) -> list[tuple[str, float]]:
     with tempfile.TemporaryDirectory() as d:
         tl.write_json(f"{d}/timeline.json", m)
         mark("timeline.json (orjson, columns)")
-    del G, tl, spec
+    del prog, tl, spec
     mark("teardown (free the per-op objects)")
     return out
 

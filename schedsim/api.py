@@ -31,18 +31,30 @@ from schedsim.sim.timeline import Timeline
 if TYPE_CHECKING:
     from schedsim.compare import Comparison
 
-__all__ = ["Run", "load", "load_text", "build", "simulate_spec", "predict", "predict_to_dir", "trace_wanted", "sweep",
+__all__ = ["Run", "load", "load_text", "build", "lower_spec", "simulate_spec", "predict", "predict_to_dir",
+           "trace_wanted", "sweep",
            "compare", "plot_gantt", "plot_pipeline", "plot_memory", "to_pandas"]
 
 
 @dataclass
 class Run:
     """One predicted run: the timeline, its :class:`~schedsim.sim.metrics.Metrics` (with ``pipeline`` and
-    ``memory_peak`` when they apply) and the graph it came from."""
+    ``memory_peak`` when they apply) and the lowered program it came from (:class:`schedsim.lower.Program`);
+    ``graph`` is its networkx DAG, built on first access."""
 
     timeline: Timeline
     metrics: Metrics
-    graph: Any = field(repr=False, default=None)
+    program: Any = field(repr=False, default=None)
+    _graph: Any = field(repr=False, default=None)
+
+    @property
+    def graph(self) -> Any:
+        """The networkx DAG (:func:`schedsim.graph.build.graph_of`), built from ``program`` on first access."""
+        if self._graph is None and self.program is not None:
+            from schedsim.graph.build import graph_of
+
+            self._graph = graph_of(self.program)
+        return self._graph
 
     @property
     def makespan_s(self) -> float:
@@ -78,11 +90,25 @@ def build(spec: Any, file: str | Path | None = None) -> Any:
     GraphError, DeadlockError, CycleError
         As :func:`~schedsim.graph.build.build_graph`; the message starts with ``file`` when given.
     """
+    from schedsim.graph.build import graph_of
+
+    return graph_of(lower_spec(spec, file))
+
+
+def lower_spec(spec: Any, file: str | Path | None = None) -> Any:
+    """The checked :class:`schedsim.lower.Program` of ``spec`` (:func:`schedsim.lower.lower`), with ``file``
+    named in every error.
+
+    Raises
+    ------
+    GraphError, DeadlockError, CycleError, SpecError
+        As :func:`~schedsim.graph.build.build_graph`; the message starts with ``file`` when given.
+    """
     from schedsim.errors import SchedsimError
-    from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
 
     try:
-        return build_graph(spec)
+        return lower(spec)
     except SchedsimError as e:
         if file is None or str(file) in str(e):
             raise
@@ -100,18 +126,23 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
     ``timeline.meta["memory"]``.
     """
+    from types import SimpleNamespace
+
+    from schedsim.lower.program import DagView
     from schedsim.report.memory import memory_over_time, static_memory
     from schedsim.report.progress import status
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import MemoryPeak
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
-    G = build(spec, file)
-    with status(f"simulating {G.number_of_nodes():,} ops", enabled=progress and G.number_of_nodes() > 20_000):
-        tl = simulate(G, profile, launch=launch, **sim)
+    prog = lower_spec(spec, file)
+    with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
+        tl = simulate(prog, profile, launch=launch, **sim)
     tl.meta.update(meta or {})
     peak = None
-    mem = memory_over_time(tl, G, static_memory(spec, tl.world_size))
+    # static_memory reads the block's expansion info beside the block (the spec itself is not mutated)
+    block = SimpleNamespace(pipeline=spec.pipeline, _pipeline=(None, prog.pipeline))
+    mem = memory_over_time(tl, DagView(prog), static_memory(block, tl.world_size))
     if mem is not None:
         tl.meta["memory"] = mem
         r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
@@ -120,7 +151,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     if pm is not None:  # the memory steps are in timeline.meta["memory"]; metrics keep the peaks
         pm = dataclasses.replace(pm, memory_timeline={})
     metrics = dataclasses.replace(Metrics.of(tl), pipeline=pm, memory_peak=peak)
-    return Run(tl, metrics, G)
+    return Run(tl, metrics, prog)
 
 
 def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None) -> Run:
@@ -189,7 +220,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
         prof = load_profile(profile)
         run = simulate_spec(spec, prof, file=file, launch=launch, progress=True,
                             meta={"file": str(file), "set": list(sets or [])}, **sim)
-        tl, metrics, G = run.timeline, run.metrics, run.graph
+        tl, metrics = run.timeline, run.metrics
         outdir = out or Path("schedsim_out") / safe_dirname(spec.name)
         write_trace, note = trace_wanted(len(tl), trace)
         if note:
@@ -200,7 +231,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
             if write_trace:
                 from schedsim.report.chrome import write_chrome_trace
 
-                write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=G)
+                write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=run.graph)
             if gantt:
                 from schedsim.report.charts import write_charts
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import typer
 
-from schedsim.api import TRACE_MAX_OPS, predict_to_dir
-from schedsim.api import build as _build
+from schedsim.api import TRACE_MAX_OPS, lower_spec, predict_to_dir
+from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError
 from schedsim.report.outdir import safe_dirname as _safe_dirname
@@ -124,14 +124,11 @@ def check(
     """Validate a schedule (language rules and DAG checks) without simulating."""
     _max_ops(max_ops)
     spec = _load(file, set_)
-    G = _build(spec, file)
-    from schedsim.graph.info import GraphInfo
-
-    info = GraphInfo.of(G)
-    for w in info.warnings:
+    prog = lower_spec(spec, file)  # the checked Program; no networkx graph is needed here
+    for w in prog.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"ok: {file}: {spec.name}: {G.number_of_nodes()} ops on {info.world_size} rank(s), "
-          f"{len(info.collectives)} collective(s), {len(info.p2p)} send/recv pair(s)")
+    print(f"ok: {file}: {spec.name}: {prog.N} ops on {prog.world_size} rank(s), "
+          f"{len(prog.coll_keys)} collective(s), {len(prog.p2p)} send/recv pair(s)")
 
 
 @app.command()
@@ -196,7 +193,7 @@ def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -
 
     with paused_gc():
         try:
-            tl = simulate(_build(_load(file, sets), file), load_profile(profile))
+            tl = simulate(lower_spec(_load(file, sets), file), load_profile(profile))
         except SchedsimError as e:  # returned, not raised: a worker's exception may not unpickle
             return {"error": str(e)}
         tl.meta.update({"file": str(file), "set": list(sets)})

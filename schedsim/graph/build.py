@@ -1,4 +1,4 @@
-"""Build the networkx DAG of a schedule.
+"""Build the networkx DAG of a schedule, from its lowering (:func:`schedsim.lower.lower`).
 
 Nodes are op ids (``name@rN``) with the :class:`~schedsim.graph.ops.Op` in the
 ``op`` attribute, inserted in program order (rank by rank, in the order the
@@ -13,115 +13,22 @@ ops are written). Edges carry ``kind``:
 
 Rendezvous are not edges: ``G.graph["collectives"]`` maps a collective key to
 the op ids of its members (one per rank of the group) and ``G.graph["p2p"]``
-lists matched ``(send_id, recv_id)`` pairs.
+lists matched ``(send_id, recv_id)`` pairs. A checked graph also has
+``G.graph["issue_order"]`` (:func:`schedsim.graph.nccl.issue_order`) and ``G.graph["warnings"]``.
 """
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
-from collections.abc import Sequence
+from typing import Any
 
 import networkx as nx
 
 from schedsim._gc import paused_gc
-from schedsim.errors import DeadlockError, GraphError
-from schedsim.graph.ops import Op, RankGroup, format_op_id
-from schedsim.kinds import P2P_KINDS
-from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
-from schedsim.units import DTYPE_BYTES
 
-__all__ = ["build_graph", "expand_ops"]
-
-_DEFAULT_STREAM = {"matmul": "compute", "compute": "compute", "memcpy": "copy"}
+__all__ = ["build_graph", "graph_of"]
 
 
-def _size(o: object) -> int:
-    return o.size_bytes()  # type: ignore[attr-defined,no-any-return]
-
-
-def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, ...], tags: tuple,  # type: ignore[type-arg]
-                source: str = "", spec_index: int = -1) -> Op:
-    """The :class:`Op` of spec op ``s`` (a pydantic op model) on rank ``r``, at program position ``seq``."""
-    kind = s.kind  # type: ignore[attr-defined]
-    common = dict(name=s.name, rank=r, kind=kind, stream=stream, seq=seq, deps=tuple(s.deps),  # type: ignore[attr-defined]
-                  tags=tags, source=source, spec_index=spec_index, host_s=s.host_us * 1e-6)  # type: ignore[attr-defined]
-    if kind == "matmul":
-        b = s.batch  # type: ignore[attr-defined]
-        mm, nn, kk = s.m, s.n, s.k  # type: ignore[attr-defined]
-        eb = DTYPE_BYTES[s.dtype]  # type: ignore[attr-defined]
-        return Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype, repeat=s.repeat,  # type: ignore[attr-defined,arg-type]
-                  flops=2.0 * b * mm * nn * kk, nbytes=float(b * (mm * kk + kk * nn + mm * nn) * eb))
-    if kind == "compute":
-        return Op(**common, flops=float(s.flops or 0.0), nbytes=float(s.bytes or 0.0),  # type: ignore[attr-defined,arg-type]
-                  dtype=s.dtype, repeat=s.repeat,  # type: ignore[attr-defined]
-                  duration_s=None if s.duration_us is None else s.duration_us * 1e-6)  # type: ignore[attr-defined]
-    if kind in COLLECTIVE_KINDS:
-        size = _size(s)
-        if s.buffer == "shard":  # type: ignore[attr-defined]
-            size *= len(group)
-        return Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)  # type: ignore[attr-defined,arg-type]
-    if kind in P2P_KINDS:
-        pair = (r, s.peer) if kind == "send" else (s.peer, r)  # type: ignore[attr-defined]
-        return Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[attr-defined,arg-type]
-                  tag=s.tag, p2p_batch=s.p2p_batch)  # type: ignore[attr-defined]
-    return Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[attr-defined,arg-type]
-
-
-def expand_ops(spec: ScheduleSpec) -> list[Op]:
-    """Turn the spec's ops (and its pipeline block) into per-rank :class:`Op` instances, in program order.
-
-    Ranks are listed in ascending order; within a rank, hand-written ops keep the order written and a
-    pipeline block's ops follow them. Sizes are converted to bytes and FLOP.
-    """
-    per_rank: dict[int, list[Op]] = defaultdict(list)
-    all_ranks = list(range(spec.world_size))
-    sources = spec._sources
-    file = spec._file
-    # a collective written once per rank (`ranks: [0]`, `ranks: [1]`, no `group`) is one collective over
-    # all of those ranks, as a reader of the file expects; a lone entry keeps its own ranks
-    implicit: dict[str, set[int]] = defaultdict(set)
-    for s in spec.ops:
-        if s.kind in COLLECTIVE_KINDS and s.group is None and s.ranks is not None and len(s.ranks) == 1:  # type: ignore[attr-defined]
-            implicit[s.name].update(s.ranks)
-    for idx, s in enumerate(spec.ops):
-        ranks = s.ranks if s.ranks is not None else all_ranks
-        if s.name in implicit and s.kind in COLLECTIVE_KINDS and s.group is None and s.ranks is not None \
-                and len(s.ranks) == 1:  # type: ignore[attr-defined]
-            group = RankGroup(sorted(implicit[s.name]))
-        else:
-            group = RankGroup(sorted(getattr(s, "group", None) or ranks))
-        stream = s.stream or _DEFAULT_STREAM.get(s.kind, "comm")
-        tags = tuple(sorted(s.tags.items()))
-        if idx < len(sources):
-            line, _c, path = sources[idx]
-            src = f"{file}:{line} ({path})" if line else f"{file} ({path})"
-        else:
-            src = file
-        if s.kind in COLLECTIVE_KINDS and len(group) == 1 and spec.world_size > 1 and s.group is None:  # type: ignore[attr-defined]
-            r0, w = group[0], spec.world_size
-            every = str(list(range(w))) if w <= 8 else f"[0, 1, ..., {w - 1}]"
-            raise GraphError(
-                f"{src}: collective {s.name!r} runs on rank {r0} alone: without `group:` its communicator is the "
-                f"ranks that issue it, here one, so it would be a 1-rank {s.kind} (a local copy), while a program that "
-                f"calls {s.kind} on each rank runs one collective over all of them",
-                fix=f"give it `group:` (the ranks that take part, e.g. group: {every}), "
-                "or give each rank's entry the same name")
-        for r in ranks:
-            per_rank[r].append(op_instance(s, r, len(per_rank[r]), stream=stream, group=group, tags=tags,
-                                           source=src, spec_index=idx))
-    if spec.pipeline is not None:
-        from schedsim.spec.pipeline_block import expand_pipeline  # local: only pipelines need it
-
-        pipe_ops, _info = expand_pipeline(spec)
-        for op in pipe_ops:
-            lst = per_rank[op.rank]
-            op.seq = len(lst)  # fresh instances from expand_pipeline's cache; numbered once here
-            lst.append(op)
-    return [op for r in sorted(per_rank) for op in per_rank[r]]
-
-
-def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
+def build_graph(spec: Any, *, check: bool = True) -> nx.DiGraph:
     """Build the DAG of ``spec`` and, by default, run the static checks.
 
     Parameters
@@ -129,8 +36,8 @@ def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
     spec : ScheduleSpec
         A validated schedule.
     check : bool
-        Run :func:`schedsim.graph.checks.check_graph` (cycles, collective
-        order, rendezvous deadlocks).
+        Run the static checks (cycles, collective order, rendezvous deadlocks; see
+        :mod:`schedsim.lower.checks`).
 
     Returns
     -------
@@ -147,284 +54,24 @@ def build_graph(spec: ScheduleSpec, *, check: bool = True) -> nx.DiGraph:
     CycleError
         The dependencies form a cycle.
     """
+    from schedsim.lower import lower
+
     with paused_gc():
-        return _build_graph(spec, check)
+        return graph_of(lower(spec, check=check))
 
 
-def _build_graph(spec: ScheduleSpec, check: bool) -> nx.DiGraph:  # noqa: D103 - see build_graph
-    info = None
-    if spec.pipeline is not None:
-        from schedsim.spec.pipeline_block import expand_pipeline
-
-        info = expand_pipeline(spec)[1]  # cached: expand_ops below reuses the expansion
-    ops = expand_ops(spec)
-    G = nx.DiGraph(name=spec.name, world_size=spec.world_size, launch=spec.launch)
-    if "CUDA_DEVICE_MAX_CONNECTIONS" in spec.env:
-        G.graph["max_connections"] = spec.env["CUDA_DEVICE_MAX_CONNECTIONS"]
-    if info is not None:
-        G.graph["pipeline"] = info
-    G.add_nodes_from((op.id, {"op": op}) for op in ops)
-    names_on_rank: dict[int, dict[str, Op]] = defaultdict(dict)
-    for op in ops:
-        here = names_on_rank[op.rank]
-        if op.name in here:
-            raise GraphError(f"{op.source or spec._file}: op name {op.name!r} is used twice on rank {op.rank} "
-                             f"(also by {here[op.name].source or 'the pipeline block'})",
-                             fix="rename one of them (pipeline ops are named F<stage>.<mb>.<op>, "
-                             "so stage op names must be unique and hand-written ops must not reuse them)")
-        here[op.name] = op
-    collectives: dict[str, list[str]] = defaultdict(list)
-    group_keys: dict[tuple[str, int], str] = {}  # by id(): one group tuple is shared by its ranks; hashing a
-    # 100k-rank tuple, or formatting its key, once per op would make the build quadratic in world_size
-    stream_edges = []
-    # per (rank, stream): (p2p batch of the last run or None, the ops that run follows, the run's ops)
-    stream_run: dict[tuple[int, str], tuple[str | None, list[str], list[str]]] = {}
-    for op in ops:
-        oid = op.id
-        key = (op.rank, op.stream)
-        run = stream_run.get(key)
-        b = op.p2p_batch if op.kind in ("send", "recv") else None
-        if run is not None and b is not None and run[0] == b:  # same launch: follow what the run follows
-            stream_edges.extend((x, oid) for x in run[1])
-            run[2].append(oid)
-        else:
-            before = run[2] if run is not None else []
-            stream_edges.extend((x, oid) for x in before)
-            stream_run[key] = (b, before, [oid])
-        if op.kind in COLLECTIVE_KINDS:
-            ckey = group_keys.get((op.name, id(op.group)))
-            if ckey is None:
-                ckey = group_keys[(op.name, id(op.group))] = f"{op.name}#{','.join(map(str, op.group))}"
-            collectives[ckey].append(oid)
-    G.add_edges_from(stream_edges, kind="stream")
-    dep_edges = []
-    forward_dep: tuple[Op, str] | None = None  # a dependency on an op written later on the same rank
-    for op in ops:
-        if not op.deps:
-            continue
-        here = names_on_rank[op.rank]
-        for d in op.deps:
-            if d not in here:
-                elsewhere = sorted(r for r, names in names_on_rank.items() if d in names)
-                hint = (f"{d!r} exists only on rank(s) {elsewhere}; dependencies are per rank, cross-rank order "
-                        "comes from collectives and send/recv") if elsewhere else "check the spelling"
-                import difflib
-
-                close = difflib.get_close_matches(d, list(here), n=1)
-                if close and not elsewhere:
-                    hint = f"did you mean {close[0]!r}?"
-                raise GraphError(f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, "
-                                 f"which does not exist on rank {op.rank}", fix=hint)
-            if d == op.name:
-                raise GraphError(f"{op.source}: op {op.name!r} depends on itself", fix="remove it from its deps")
-            if here[d].seq > op.seq and forward_dep is None:
-                forward_dep = (op, d)
-            b = op.p2p_batch if op.kind in ("send", "recv") else None
-            if b is not None and here[d].kind in ("send", "recv") and here[d].p2p_batch == b:
-                raise GraphError(
-                    f"{op.source}: {op.kind} {op.name!r} depends on {d!r}, but both are in p2p_batch {b!r} on rank "
-                    f"{op.rank}: one batch is one NCCL group launch (batch_isend_irecv), posted whole, so nothing "
-                    "inside it runs after another member",
-                    fix="remove the dependency, or move one of them to another p2p_batch")
-            dep_edges.append((format_op_id(d, op.rank), op.id))
-    G.add_edges_from(dep_edges, kind="dep")
-    def grid(marked: set[str], ranks: Sequence[int]) -> str:
-        from schedsim.graph.nccl import grid_of_ops
-
-        want = set(ranks)
-        return "\n\n" + grid_of_ops([o for o in ops if o.rank in want], marked, sorted(want))
-
-    for key, members in collectives.items():
-        first = G.nodes[members[0]]["op"]
-        for mid in members[1:]:
-            o = G.nodes[mid]["op"]
-            if (o.kind, o.nbytes, o.root, o.dtype) != (first.kind, first.nbytes, first.root, first.dtype):
-                raise DeadlockError(
-                    f"{o.source}: collective {o.name!r} over group {list(first.group)} is {_a(o.kind)} of "
-                    f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but {_a(first.kind)} of "
-                    f"{int(first.nbytes)} B ({first.dtype}, root {first.root}) on rank {first.rank}; NCCL would "
-                    "hang or corrupt data", fix="give every rank's entry the same kind, size, dtype and root",
-                    ops=[o.id, first.id], detail=grid({o.id, first.id}, (o.rank, first.rank)).lstrip("\n"))
-        have = sorted(G.nodes[m]["op"].rank for m in members)
-        if have != list(first.group):
-            missing = sorted(set(first.group) - set(have))
-            raise DeadlockError(
-                f"{first.source}: collective {first.name!r} over group {list(first.group)} is issued on rank(s) "
-                f"{have} but never on rank(s) {missing}; real NCCL would hang",
-                fix=f"issue {first.name!r} on every rank of its group (or shrink `group`)", ops=[first.id],
-                detail=grid(set(members), [*have[:3], *missing[:3]]).lstrip("\n"))
-    G.graph["collectives"] = dict(collectives)
-    warnings: list[str] = []
-    G.graph["warnings"] = warnings
-    G.graph["p2p"] = _match_p2p(ops, warnings)
-    if check:
-        from schedsim.graph.checks import check_graph
-
-        if forward_dep is not None and nx.is_directed_acyclic_graph(G):  # a cycle gets check_graph's CycleError
-            op, d = forward_dep
-            raise GraphError(
-                f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, which is written after it; each "
-                "rank issues its ops in the order written (the executor launches them so, and NCCL runs its "
-                "communication in that order), so the wait would not be honoured",
-                fix=f"move {d!r} above {op.name!r} (or drop the dependency)")
-        try:
-            check_graph(G)
-        except DeadlockError as e:
-            if "pipeline" in G.graph:
-                grid = _pipeline_grid(G, e.ops)
-                raise DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid,
-                                    ops=e.ops, cycle=e.cycle) from None
-            raise
-        _check_batch_inputs(G)
-    return G
-
-
-def _check_batch_inputs(G: nx.DiGraph) -> None:
-    """Every input of a p2p batch is written before the batch's first member, where the batch is posted.
-
-    The executor (and NCCL's issue order, :func:`schedsim.graph.nccl.issue_order`) posts a whole batch at its
-    first member; a member that waits for an op written after that point (a dependency, or the op before it on
-    its stream) would be posted before that op ran.
-
-    Raises
-    ------
-    GraphError
-    """
-    for launches in G.graph.get("issue_order", {}).values():
-        for launch in launches:
-            if len(launch) < 2:
-                continue
-            first = G.nodes[launch[0]]["op"]
-            members = set(launch)
-            for m in launch[1:]:
-                for u in G.predecessors(m):
-                    x = G.nodes[u]["op"]
-                    if u not in members and x.seq > first.seq:
-                        o = G.nodes[m]["op"]
-                        how = "follows it on stream " + repr(o.stream) if G.edges[u, m].get("kind") == "stream" \
-                            else "is a dependency of it"
-                        raise GraphError(
-                            f"{o.source}: {o.kind} {o.name!r} is in p2p_batch {o.p2p_batch!r}, which rank {o.rank} posts "
-                            f"whole at its first member {first.name!r}, but it waits for {x.name!r} (it {how}), written "
-                            f"after {first.name!r}: the batch would be posted before {x.name!r} ran",
-                            fix=f"move {x.name!r} above {first.name!r}, or move {o.name!r} to another p2p_batch")
-
-
-def _a(word: str) -> str:
-    """``word`` with its indefinite article ("an all_reduce", "a broadcast")."""
-    return ("an " if word[:1] in "aeiou" else "a ") + word
-
-
-def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
-    """The rank × step grid of a pipeline's compute order, marking the step of the first pipeline send/recv of
-    ``op_ids`` (the op ids a :class:`DeadlockError` names)."""
-    from schedsim.errors import format_pipeline_order
-
-    order = G.graph["pipeline"]["order"]
-    step = None
-    for oid in op_ids:
-        op = G.nodes.get(oid, {}).get("op")
-        if op is None or op.kind not in P2P_KINDS:
-            continue
-        tags = dict(op.tags)
-        stage, mb = tags.get("stage"), tags.get("mb")
-        if stage is None or mb is None:
-            continue
-        step = next((i for i, a in enumerate(order.get(op.rank, []))
-                     if a in (f"{stage}{c}{mb}" for c in "FIBW")), None)
-        if step is not None:
-            break
-    return "Pipeline schedule (compute actions per rank):\n" + format_pipeline_order(
-        {int(r): acts for r, acts in order.items()}, step)
-
-
-_P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
-
-
-def _message_name(name: str) -> str:
-    """What a send/recv's name says it carries: the name without send/recv words (``send_grad`` -> ``grad``)."""
-    return _P2P_WORDS.sub("", name.lower()).strip("_")
-
-
-def _match_p2p(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[str, str]]:
-    """Pair sends and recvs as NCCL does: the k-th send from a to b meets the k-th recv on b from a, in
-    issue order (a ``p2p_batch`` is posted whole at the position of its first member).
-
-    NCCL has no tags (``ncclSend``/``ncclRecv`` take a peer, a count and a type), so ``tag:`` only states
-    intent: a pairing whose tags disagree, or whose sizes differ, is an error; one whose names suggest
-    another pairing is a warning appended to ``warnings``.
-    """
-    from schedsim.graph.nccl import grid_of_ops
-
-    sends: dict[tuple[int, int], list[Op]] = defaultdict(list)
-    recvs: dict[tuple[int, int], list[Op]] = defaultdict(list)
-    # issue position: a p2p batch is posted at its first member (schedsim.graph.nccl.issue_order), so a lone
-    # send written between two members of a batch reaches NCCL after the whole batch
-    first_of: dict[tuple[int, str], int] = {}
-    moved = False
-    pos: dict[str, tuple[int, int]] = {}
-    for i, op in enumerate(ops):
-        if op.kind not in ("send", "recv"):
-            continue
-        b = op.p2p_batch
-        at = i if b is None else first_of.setdefault((op.rank, b), i)
-        moved = moved or at != i
-        pos[op.id] = (at, i)
-        if op.kind == "send":
-            sends[(op.rank, op.peer)].append(op)  # type: ignore[index]
-        else:
-            recvs[(op.peer, op.rank)].append(op)  # type: ignore[index]
-    if moved:
-        for lst in (*sends.values(), *recvs.values()):
-            lst.sort(key=lambda o: pos[o.id])
-    pairs: list[tuple[str, str]] = []
-    for key in sorted(set(sends) | set(recvs)):
-        s, r = sends.get(key, []), recvs.get(key, [])
-        src, dst = key
-        by_name: dict[str, Op] | None = None
-        for k, (a, b) in enumerate(zip(s, r, strict=False)):
-            ta, tb = dict(a.tags), dict(b.tags)
-            intent = None
-            if a.tag is not None and b.tag is not None and a.tag != b.tag:
-                intent = f"tag {a.tag!r}", f"tag {b.tag!r}"
-            elif "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
-                intent = f"message {ta['msg']}", f"message {tb['msg']}"
-            if intent is not None or a.nbytes != b.nbytes:
-                meant = next((x for x in r[k + 1:] if (a.tag is not None and x.tag == a.tag)
-                              or ("msg" in ta and dict(x.tags).get("msg") == ta["msg"])), None)
-                what = (f"send {a.id} ({intent[0]}) is paired with recv {b.id} ({intent[1]})" if intent else
-                        f"send {a.id} ({int(a.nbytes)} B) is paired with recv {b.id} ({int(b.nbytes)} B); sizes differ")
-                if intent and a.nbytes != b.nbytes:
-                    what += f", and their sizes differ ({int(a.nbytes)} B vs {int(b.nbytes)} B)"
-                fix = (f"issue rank {src}'s sends to rank {dst} in the order rank {dst} posts its recvs from rank {src} "
-                       f"({', '.join(x.name for x in r)}), or reorder those recvs" if meant is not None or intent
-                       else "give the matching send and recv the same size")
-                raise DeadlockError(
-                    f"{a.source}: NCCL pairs the sends and recvs between two ranks in issue order (it has no tags): "
-                    f"{what}. Real NCCL would fail, hang, or deliver the wrong tensor",
-                    fix=fix, detail=grid_of_ops([*s, *r], {a.id, b.id}), ops=[a.id, b.id])
-            if warnings is not None and "msg" not in ta:
-                na, nb = _message_name(a.name), _message_name(b.name)
-                if na and nb and na != nb:
-                    if by_name is None:
-                        by_name = {}
-                        for x in r:
-                            by_name.setdefault(_message_name(x.name), x)
-                    other = by_name.get(na)
-                    if other is not None:
-                        warnings.append(
-                            f"{a.source}: NCCL pairs send {a.id} with recv {b.id} (issue order between ranks {src} and "
-                            f"{dst}), but the names suggest it is meant for {other.id}; at equal sizes NCCL delivers the "
-                            f"wrong tensor without an error\n  fix: post the recvs on rank {dst} in the order rank {src} "
-                            "sends (or rename the ops)")
-            pairs.append((a.id, b.id))
-        if len(s) != len(r):
-            extra = s[len(r):] if len(s) > len(r) else r[len(s):]
-            what = "send" if len(s) > len(r) else "recv"
-            raise DeadlockError(
-                f"{extra[0].source}: unmatched {what} {', '.join(o.id for o in extra)}: rank {src} sends {len(s)} "
-                f"message(s) to rank {dst} but rank {dst} receives {len(r)}; real NCCL would hang",
-                fix=f"add the matching {'recv on rank ' + str(dst) if what == 'send' else 'send on rank ' + str(src)}"
-                " (sends and recvs between two ranks match in issue order)",
-                detail=grid_of_ops([*s, *r], {o.id for o in extra}), ops=[o.id for o in extra])
-    return pairs
+def graph_of(prog: Any) -> nx.DiGraph:
+    """The networkx DAG of a :class:`~schedsim.lower.program.Program` (module docstring)."""
+    with paused_gc():
+        G = nx.DiGraph(**prog.graph_info())
+        ids = prog.ids()
+        G.add_nodes_from(zip(ids, ({"op": op} for op in prog.ops()), strict=True))
+        G.add_edges_from(((ids[a], ids[b]) for a, b in prog.stream_edges.tolist()), kind="stream")
+        G.add_edges_from(((ids[a], ids[b]) for a, b in prog.dep_edges.tolist()), kind="dep")
+        G.graph["collectives"] = {k: [ids[i] for i in m] for k, m in prog.collectives().items()}
+        G.graph["warnings"] = list(prog.warnings)
+        G.graph["p2p"] = [(ids[a], ids[b]) for a, b in prog.p2p.tolist()]
+        if prog.checked:
+            G.graph["issue_order"] = {r: [[ids[i] for i in launch] for launch in ls]
+                                      for r, ls in prog.launches().items()}
+        return G

@@ -76,17 +76,18 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
-import networkx as nx
+import numpy as np
 
 from schedsim._gc import paused_gc
 from schedsim.cost import CostModel
 from schedsim.errors import DeadlockError, ProfileError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
+from schedsim.lower.program import Program
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 
 if TYPE_CHECKING:
-    import numpy as np
+    import networkx as nx
 
 __all__ = ["simulate", "HOST"]
 
@@ -97,14 +98,16 @@ _KIND_RES = {"matmul": 0, "compute": 0, "memcpy": 2}  # anything else is communi
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
 
-def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = None, gpu_model: str | None = None,
-             max_connections: int | None = None, model_executor: bool = False) -> Timeline:
+def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str | None = None,
+             gpu_model: str | None = None, max_connections: int | None = None,
+             model_executor: bool = False) -> Timeline:
     """Simulate the DAG ``G`` on ``profile``.
 
     Parameters
     ----------
-    G : networkx.DiGraph
-        From :func:`schedsim.graph.build_graph`.
+    G : Program or networkx.DiGraph
+        From :func:`schedsim.lower.lower` (read directly, no networkx) or
+        :func:`schedsim.graph.build_graph`.
     profile : HardwareProfile
         Rates, tables and contention factors.
     launch : {"eager", "cuda_graph"}, optional
@@ -132,11 +135,12 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
     ProfileError
         Unknown ``gpu_model`` or ``max_connections`` outside 1-32.
     """
-    mode = launch or G.graph.get("launch", "eager")
+    info = G.graph_info() if isinstance(G, Program) else G.graph
+    mode = launch or info.get("launch", "eager")
     model = gpu_model or profile.gpu_model
     if model not in GPU_MODELS:
         raise ProfileError(f"unknown gpu_model {model!r}\n  fix: use one of {', '.join(GPU_MODELS)}")
-    conns = max_connections or G.graph.get("max_connections")
+    conns = max_connections or info.get("max_connections")
     if conns is not None and not 1 <= int(conns) <= 32:
         raise ProfileError(f"CUDA_DEVICE_MAX_CONNECTIONS must be 1-32 (got {conns})\n  fix: pick a value in 1-32")
     with paused_gc():  # millions of small acyclic objects: GC passes would dominate
@@ -146,13 +150,13 @@ def simulate(G: nx.DiGraph, profile: HardwareProfile, *, launch: str | None = No
         else:
             st, note = _run_waves(G, profile, mode, c, conns, model_executor)
             if note:
-                tl = _timeline(G, profile, mode, c, st)
+                tl = _timeline(info, profile, mode, c, st)
                 tl.meta["warnings"] = [note]
                 return tl
-        return _timeline(G, profile, mode, c, st)
+        return _timeline(info, profile, mode, c, st)
 
 
-def _run_waves(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, conns: int | None,
+def _run_waves(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str, c: _Compiled, conns: int | None,
                model_executor: bool) -> tuple[_State, str]:
     """The ``waves`` run; if serializing lone send/recv on their communicator hangs, rerun without it (and say so)."""
     from schedsim.sim.waves import run_waves
@@ -160,7 +164,8 @@ def _run_waves(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled,
     try:
         return run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor), ""
     except DeadlockError as e:
-        if not profile.nccl.unbatched_p2p_serialized or not G.graph.get("p2p"):
+        if not profile.nccl.unbatched_p2p_serialized or not (len(G.p2p) if isinstance(G, Program)
+                                                             else G.graph.get("p2p")):
             raise
         c = _compile(G, profile, mode)
         st = run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor, p2p_serialized=False)
@@ -198,7 +203,10 @@ class _State(NamedTuple):
     # host at its call)
 
 
-def _compile(G: nx.DiGraph, profile: HardwareProfile, mode: str) -> _Compiled:
+def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _Compiled:
+    """The arrays of the event loops, from a Program (:func:`_compile_program`) or a networkx DAG."""
+    if isinstance(G, Program):
+        return _compile_program(G, profile, mode)
     cost = CostModel(profile)
     node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
     node_data = G._node  # plain dicts: much faster than the NodeView API at a million nodes
@@ -224,6 +232,14 @@ def _compile(G: nx.DiGraph, profile: HardwareProfile, mode: str) -> _Compiled:
     job_res = [0] * J
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
+    _jobs(ops, gmem, cost, node_oh, job_of, job_res, job_ranks, job_work)
+    return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
+
+
+def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: float, job_of: list[int],
+          job_res: list[int], job_ranks: list[tuple[int, ...]], job_work: list[float]) -> None:
+    """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds)."""
+    N = len(ops)
     dur = cost.duration
     kind_res = _KIND_RES
     for i, op in enumerate(ops):
@@ -242,7 +258,28 @@ def _compile(G: nx.DiGraph, profile: HardwareProfile, mode: str) -> _Compiled:
         job_work[j] = dur(ops[idx[0]]) + node_oh
         for i in idx:
             job_work[i] = job_work[j]
-    return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
+
+
+def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Compiled:
+    """:func:`_compile` from the Program's columns: the same arrays, without networkx."""
+    cost = CostModel(profile)
+    node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
+    N = prog.N
+    ids = prog.ids()
+    ops = prog.ops()
+    ptr, dst, _kind = prog.succ
+    p, d = ptr.tolist(), dst.tolist()
+    succ = [d[p[i]:p[i + 1]] for i in range(N)]
+    npred = np.bincount(dst, minlength=N).tolist()
+    cp, ci = prog.coll_ptr.tolist(), prog.coll_idx.tolist()
+    gmem = [ci[cp[k]:cp[k + 1]] for k in range(len(cp) - 1)] + [list(x) for x in prog.p2p.tolist()]
+    J = N + len(gmem)
+    job_of = list(range(N))
+    job_res = [0] * J
+    job_ranks: list[tuple[int, ...]] = [()] * J
+    job_work = [0.0] * J
+    _jobs(ops, gmem, cost, node_oh, job_of, job_res, job_ranks, job_work)
+    return _Compiled(ids, ops, N, prog.world_size, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
 
 
 def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
@@ -453,11 +490,9 @@ def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwarePro
     return issue
 
 
-def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:
+def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:  # type: ignore[type-arg]
     """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
     op to finish) and metadata."""
-    import numpy as np
-
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
     start, end, ready_t, binding, stream_t = state
     empty: dict = {}  # shared, never mutated
@@ -493,8 +528,8 @@ def _timeline(G: nx.DiGraph, profile: HardwareProfile, mode: str, c: _Compiled, 
                 cp.append(ids[i])
             i = b
         cp.reverse()
-    meta = {"pipeline": dict(G.graph["pipeline"])} if "pipeline" in G.graph else {}
-    return Timeline(schedule=str(G.graph.get("name", "")), source="predict", world_size=world, launch=mode,
+    meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
+    return Timeline(schedule=str(info.get("name", "")), source="predict", world_size=world, launch=mode,
                     profile=profile.name, critical_path=cp, meta=meta, columns=cols)
 
 

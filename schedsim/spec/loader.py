@@ -598,7 +598,9 @@ def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | 
     data = parse_yaml(text, file)
     doc = expand(data, file, overrides)
     try:
-        spec = ScheduleSpec.model_validate(_strip(doc))
+        from schedsim.spec.validation import op_sources
+
+        spec = ScheduleSpec.model_validate(_strip(doc), context={"file": file, "sources": op_sources(doc)})
     except ValidationError as e:
         raise _to_spec_error(e, doc, file) from None
     from schedsim.spec.validation import check_spec  # cross-field rules

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, CollectiveKind, DType
+from schedsim.spec.pipeline_block import PipelineSpec
 from schedsim.units import DTYPE_BYTES
 
 __all__ = [
@@ -241,13 +242,30 @@ class ScheduleSpec(_Base):
         "expressions, e.g. `m: M*world_size/chunks`, and strings may use {expr}.",
     )
     ops: list[AnyOp] = Field(default_factory=list, description="The ops, in program order per rank.")
-    pipeline: dict[str, Any] | None = Field(
+    pipeline: PipelineSpec | None = Field(
         default=None, description="A pipeline block that expands into ops (see docs/pipelines.md)."
     )
 
     _file: str = PrivateAttr(default="<schedule>")
     _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=list)
-    _pipeline: Any = PrivateAttr(default=None)  # cache of the pipeline expansion (ops, info)
+
+    def model_post_init(self, context: Any) -> None:
+        """Record the file and each op's source (line, column, path) from the validation context, as the
+        loader passes them (``{"file": ..., "sources": [...]}``); the spec is not changed afterwards."""
+        if isinstance(context, dict):
+            self._file = str(context.get("file", self._file))
+            self._sources = list(context.get("sources", ()))
+
+    @property
+    def _pipeline(self) -> tuple[None, dict[str, Any]] | None:
+        """``(None, info)`` of the pipeline block (:func:`schedsim.spec.pipeline_block.pipeline_info`), computed on
+        each access, for readers that take the block's placement from the spec rather than from
+        :attr:`schedsim.lower.Program.pipeline`; None without a block."""
+        if self.pipeline is None:
+            return None
+        from schedsim.spec.pipeline_block import pipeline_info
+
+        return None, pipeline_info(self)
 
     def source_of(self, index: int) -> str:
         """``file:line`` and field path of op ``index`` (for error messages)."""
@@ -255,6 +273,34 @@ class ScheduleSpec(_Base):
             line, _col, path = self._sources[index]
             return f"{self._file}:{line} ({path})" if line else f"{self._file} ({path})"
         return self._file
+
+    @field_validator("pipeline", mode="before")
+    @classmethod
+    def _pipeline_block(cls, raw: Any, info: ValidationInfo) -> Any:
+        """The block as a :class:`PipelineSpec`; a bad key or value is a :class:`SpecError` naming
+        ``pipeline.<key>`` and a fix (the file comes from the validation context's ``file``)."""
+        if raw is None or isinstance(raw, PipelineSpec):
+            return raw
+        from pydantic import ValidationError
+
+        from schedsim.errors import SpecError
+
+        try:
+            return PipelineSpec.model_validate(raw)
+        except ValidationError as e:
+            file = (info.context or {}).get("file", "<schedule>")
+            errs = e.errors(include_url=False)
+            err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
+            loc = ".".join(str(x) for x in err["loc"])
+            fix = "see docs/schedule_language.md, section pipeline"
+            if err["type"] == "extra_forbidden":
+                import difflib
+
+                close = difflib.get_close_matches(str(err["loc"][-1]), list(PipelineSpec.model_fields), n=1)
+                raise SpecError(f"unknown key {err['loc'][-1]!r}", file=file, path=f"pipeline.{loc}",
+                                fix=f"did you mean {close[0]!r}?" if close else fix) from None
+            raise SpecError(err["msg"].removeprefix("Value error, "), file=file,
+                            path=f"pipeline.{loc}" if loc else "pipeline", fix=fix) from None
 
     @model_validator(mode="after")
     def _need_ops(self) -> Any:

@@ -14,11 +14,20 @@ from schedsim.errors import SpecError
 from schedsim.kinds import P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
 
-__all__ = ["check_spec"]
+__all__ = ["check_spec", "op_sources"]
+
+
+def op_sources(doc: Any) -> list[tuple[int | None, int | None, str]]:
+    """Per op of the expanded document: ``(line, column, field path)`` for error messages."""
+    out: list[tuple[int | None, int | None, str]] = []
+    for i, d in enumerate(doc.get("ops") or []):
+        mark = getattr(d, "mark", None)
+        out.append((mark[0] if mark else None, mark[1] if mark else None, d.get("__path__", f"ops[{i}]")))
+    return out
 
 
 def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
-    """Check ranks, peers, roots, streams and name uniqueness; record op sources.
+    """Check ranks, peers, roots, streams and name uniqueness.
 
     Raises
     ------
@@ -26,12 +35,7 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
         On the first rule broken.
     """
     ops_doc = doc.get("ops") or []
-    sources: list[tuple[int | None, int | None, str]] = []
-    for i, d in enumerate(ops_doc):
-        mark = getattr(d, "mark", None)
-        sources.append((mark[0] if mark else None, mark[1] if mark else None, d.get("__path__", f"ops[{i}]")))
-    spec._file = file
-    spec._sources = sources
+    sources = spec._sources
     n = spec.world_size
 
     def err(i: int, field: str, msg: str, fix: str) -> SpecError:
@@ -42,15 +46,16 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
         return SpecError(msg, file=file, line=mark[0] if mark else None, column=mark[1] if mark else None,
                          path=path, fix=fix)
 
-    seen: dict[tuple[int, str], int] = {}
+    every = list(range(n))
     for i, op in enumerate(spec.ops):
-        ranks = op.ranks if op.ranks is not None else list(range(n))
-        bad = [r for r in ranks if not 0 <= r < n]
-        if bad:
-            raise err(i, "ranks", f"op {op.name!r} uses rank {bad[0]} but world_size is {n}",
-                      f"use ranks in 0..{n - 1}, or raise world_size")
-        if len(set(ranks)) != len(ranks):
-            raise err(i, "ranks", f"op {op.name!r} lists a rank twice: {ranks}", "list each rank once")
+        ranks = op.ranks if op.ranks is not None else every
+        if op.ranks is not None:  # all ranks (the default) are valid and distinct by construction
+            bad = [r for r in ranks if not 0 <= r < n]
+            if bad:
+                raise err(i, "ranks", f"op {op.name!r} uses rank {bad[0]} but world_size is {n}",
+                          f"use ranks in 0..{n - 1}, or raise world_size")
+            if len(set(ranks)) != len(ranks):
+                raise err(i, "ranks", f"op {op.name!r} lists a rank twice: {ranks}", "list each rank once")
         if not ranks:
             raise err(i, "ranks", f"op {op.name!r} runs on no rank", "give at least one rank, or omit `ranks` for all")
         if spec.streams is not None:
@@ -83,7 +88,19 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
             if op.root not in group:  # type: ignore[union-attr]
                 raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {group}",  # type: ignore[union-attr]
                           f"set root to one of {group}")
-        for r in ranks:
+    _unique_names(spec, n, err)
+
+
+def _unique_names(spec: ScheduleSpec, n: int, err: Any) -> None:
+    """No op name is used twice on one rank; only names written more than once are looked at rank by rank."""
+    count: dict[str, int] = {}
+    for op in spec.ops:
+        count[op.name] = count.get(op.name, 0) + 1
+    seen: dict[tuple[int, str], int] = {}
+    for i, op in enumerate(spec.ops):
+        if count[op.name] < 2:
+            continue
+        for r in (op.ranks if op.ranks is not None else range(n)):
             key = (r, op.name)
             if key in seen:
                 j = seen[key]

@@ -1,0 +1,60 @@
+"""Lowering: a validated :class:`~schedsim.spec.model.ScheduleSpec` to a frozen :class:`Program`.
+
+``lower(spec)`` expands the hand-written ops (one template per spec op, instanced on its ranks in bulk) and
+the pipeline block (:mod:`schedsim.lower.pipeline`) into op columns, links them into integer dependency,
+edge, collective and send/recv arrays (:mod:`schedsim.lower.link`), and runs the static checks on those
+arrays (:mod:`schedsim.lower.checks`). The simulator reads the Program; networkx is built from it on demand
+(:func:`schedsim.graph.build.graph_of`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from schedsim.lower.program import Program
+
+__all__ = ["Program", "lower"]
+
+
+def lower(spec: Any, check: bool = True) -> Program:
+    """Lower ``spec`` (a ScheduleSpec) to a :class:`Program`; with ``check``, run the static checks.
+
+    Raises
+    ------
+    SpecError
+        A bad pipeline block.
+    GraphError, DeadlockError, CycleError
+        As :func:`schedsim.graph.build.build_graph` (unknown or self dependencies, duplicate names,
+        mismatched collectives or send/recv, cycles, NCCL hangs), with op names, the issue grid and a fix.
+    """
+    from schedsim._gc import paused_gc
+    from schedsim.lower.link import link
+    from schedsim.lower.table import Table
+    from schedsim.lower.written import add_written
+
+    with paused_gc():
+        table = Table()
+        add_written(spec, table)
+        pipeline = None
+        if spec.pipeline is not None:
+            from schedsim.lower.pipeline import expand_pipeline
+
+            pipeline = expand_pipeline(spec, table)
+        conns = spec.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+        info: dict[str, Any] = {"name": spec.name, "world_size": spec.world_size, "launch": spec.launch}
+        if conns is not None:
+            info["max_connections"] = conns
+        if pipeline is not None:
+            info["pipeline"] = pipeline
+        cols, linked = link(table, spec._file, info, check)
+        c = cols.c
+        prog = Program(spec.name, spec.world_size, spec.launch, spec._file, conns, pipeline, tuple(table.templates),
+                       tuple(table.names.items), tuple(table.tags.items), tuple(table.streams.items),
+                       tuple(table.strs.items), c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],
+                       c["peer"], c["batch"], c["msg"], **linked)
+        if check:
+            from schedsim.lower.checks import check_program
+
+            prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog)), checked=True)
+        return prog

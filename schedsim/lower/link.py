@@ -1,0 +1,206 @@
+"""From the expansion's columns to a :class:`~schedsim.lower.program.Program`: program order, dependencies,
+stream edges, collectives and send/recv pairs, all on integer arrays.
+
+Each rule of the object-based build (:mod:`schedsim.lower.reference`) is tested here in bulk; when one
+fails, that build is run on the same ops to word the error (op names, the NCCL issue grid, a fix), so the
+messages are the reference's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from schedsim.graph.ops import Op
+from schedsim.kinds import P2P_KINDS
+from schedsim.lower.program import unique
+from schedsim.lower.table import Table
+from schedsim.spec.model import COLLECTIVE_KINDS
+
+__all__ = ["link", "explain"]
+
+I64 = np.int64
+
+
+def _codes(templates: list[Op], kinds: Any) -> np.ndarray:
+    return np.array([t.kind in kinds for t in templates], bool)
+
+
+class _Cols:
+    """The expansion's columns in program order, with the helpers the rules share."""
+
+    def __init__(self, table: Table) -> None:
+        cols, dep_op, dep_name = table.columns()
+        order = np.argsort(cols["rank"], kind="stable")
+        self.c = {k: v[order] for k, v in cols.items()}
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        dep_op = inv[dep_op] if len(dep_op) else dep_op
+        o2 = np.argsort(dep_op, kind="stable")
+        self.dep_op, self.dep_name = dep_op[o2], dep_name[o2]
+        self.table = table
+        self.N = len(order)
+        rank = self.c["rank"].astype(I64)
+        self.c["seq"] = (np.arange(self.N) - np.searchsorted(rank, rank, "left")).astype(np.int32)
+        tp = table.templates
+        self.is_p2p = _codes(tp, P2P_KINDS)[self.c["tmpl"]]
+        self.is_coll = _codes(tp, COLLECTIVE_KINDS)[self.c["tmpl"]]
+
+    def ops(self) -> list[Op]:
+        """Op objects of the unlinked instances (dependencies as declared names), for the reference build."""
+        t = self.table
+        names = t.names.items
+        dep_names: list[list[str]] = [[] for _ in range(self.N)]
+        for o, n in zip(self.dep_op.tolist(), self.dep_name.tolist(), strict=True):
+            dep_names[o].append(names[n])
+        out = []
+        c = {k: v.tolist() for k, v in self.c.items()}
+        strs, tags, streams = t.strs.items, t.tags.items, t.streams.items
+        for i in range(self.N):
+            p = t.templates[c["tmpl"][i]]
+            r, pe, b, m = c["rank"][i], c["peer"][i], c["batch"][i], c["msg"][i]
+            p2p = p.kind in P2P_KINDS
+            out.append(Op(names[c["name"][i]], r, p.kind, streams[c["stream"][i]], c["seq"][i], tuple(dep_names[i]),
+                          ((r, pe) if p.kind == "send" else (pe, r)) if p2p else p.group, pe if p2p else p.peer,
+                          p.root, p.nbytes, p.flops, p.dtype, p.m, p.n, p.k, p.batch, p.repeat, p.duration_s,
+                          p.direction, None if m < 0 else strs[m], tags[c["tags"][i]], p.source, p.spec_index,
+                          p.host_s, None if b < 0 else strs[b]))
+        return out
+
+
+def explain(cols: _Cols, file: str, info: dict[str, Any], check: bool) -> None:
+    """Run the object-based build on these ops, which raises the error the array rules detected."""
+    from schedsim.lower.reference import graph_from_ops
+
+    graph_from_ops(cols.ops(), info, file, check=check)
+    raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
+
+
+def _resolve_deps(cols: _Cols) -> np.ndarray | None:
+    """Dependency targets (op indices, one per declared dependency), or None when a rule is broken
+    (unknown name, an op depending on itself, two members of one p2p batch, a name used twice on a rank)."""
+    c = cols.c
+    nn = max(len(cols.table.names.items), 1)
+    key = c["rank"].astype(I64) * nn + c["name"]
+    korder = np.argsort(key, kind="stable")
+    skey = key[korder]
+    if len(skey) > 1 and bool((skey[1:] == skey[:-1]).any()):
+        return None
+    if not len(cols.dep_op):
+        return np.zeros(0, I64)
+    want = c["rank"][cols.dep_op].astype(I64) * nn + cols.dep_name
+    pos = np.minimum(np.searchsorted(skey, want), len(skey) - 1)
+    if not bool((skey[pos] == want).all()):
+        return None
+    tgt = korder[pos]
+    if bool((tgt == cols.dep_op).any()):
+        return None
+    b = c["batch"]
+    same = cols.is_p2p[cols.dep_op] & cols.is_p2p[tgt] & (b[cols.dep_op] >= 0) & (b[cols.dep_op] == b[tgt])
+    return None if bool(same.any()) else tgt.astype(I64)
+
+
+def _stream_edges(cols: _Cols) -> np.ndarray:
+    """``(x, y)`` edges: consecutive ops on one stream of one rank; the members of one p2p batch that follow
+    each other on a stream form a run that takes the edges of the op before it, and the op after the run
+    gets an edge from each member. In the order the object-based build adds them (by ``y``, then ``x``)."""
+    c = cols.c
+    ns = max(len(cols.table.streams.items), 1)
+    key = c["rank"].astype(I64) * ns + c["stream"]
+    o = np.argsort(key, kind="stable")
+    k = key[o]
+    b = np.where(cols.is_p2p, c["batch"], -1)[o]
+    first = np.ones(len(o), bool)
+    first[1:] = k[1:] != k[:-1]
+    cont = np.zeros(len(o), bool)
+    cont[1:] = ~first[1:] & (b[1:] >= 0) & (b[1:] == b[:-1])
+    run = np.cumsum(~cont) - 1  # run id per position
+    rstart = np.flatnonzero(~cont)
+    rsize = np.diff(np.append(rstart, len(o)))
+    rfirst_in_key = first[rstart]
+    prev = np.where(rfirst_in_key, -1, np.arange(len(rstart)) - 1)  # the run before, on the same stream
+    pr = prev[run]
+    has = pr >= 0
+    y = np.flatnonzero(has)
+    cnt = rsize[pr[y]]
+    tot = int(cnt.sum())
+    off = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    xs = o[np.repeat(rstart[pr[y]], cnt) + off]
+    ys = np.repeat(o[y], cnt)
+    e = np.stack([xs, ys], axis=1).astype(I64)
+    return e[np.lexsort((e[:, 0], e[:, 1]))] if len(e) else e.reshape(0, 2)
+
+
+def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
+    """Collective keys (``name#ranks``, in order of first member), CSR of members, and whether every
+    collective is consistent (one kind, size, root and dtype; issued once on each rank of its group)."""
+    c = cols.c
+    tp = cols.table.templates
+    idx = np.flatnonzero(cols.is_coll)
+    if not len(idx):
+        return [], np.zeros(1, I64), np.zeros(0, I64), True
+    gids: dict[tuple[int, ...], int] = {}
+    groups: list[tuple[int, ...]] = []
+    sigs: dict[tuple[Any, ...], int] = {}
+    t_gid = np.full(len(tp), -1, I64)
+    t_sig = np.full(len(tp), -1, I64)
+    for t in unique(c["tmpl"][idx])[0].tolist():
+        p = tp[t]
+        g = tuple(p.group)
+        t_gid[t] = gids.setdefault(g, len(gids))
+        if len(groups) < len(gids):
+            groups.append(g)
+        t_sig[t] = sigs.setdefault((p.kind, p.nbytes, p.root, p.dtype), len(sigs))
+    nn = max(len(cols.table.names.items), 1)
+    ck = c["name"][idx].astype(I64) + nn * t_gid[c["tmpl"][idx]]
+    uk, first, inv = unique(ck)
+    korder = np.argsort(first, kind="stable")  # keys by first member in program order
+    rank_of_key = np.empty_like(korder)
+    rank_of_key[korder] = np.arange(len(korder))
+    kid = rank_of_key[inv.reshape(-1)]
+    mo = np.argsort(kid, kind="stable")
+    members = idx[mo]
+    ptr = np.zeros(len(uk) + 1, I64)
+    np.cumsum(np.bincount(kid, minlength=len(uk)), out=ptr[1:])
+    names = cols.table.names.items
+    keys = []
+    ok = True
+    sig = t_sig[c["tmpl"][members]]
+    mr = c["rank"][members]
+    for k in range(len(uk)):
+        a, z = int(ptr[k]), int(ptr[k + 1])
+        m0 = int(members[a])
+        g = groups[int(t_gid[c["tmpl"][m0]])]
+        keys.append(f"{names[int(c['name'][m0])]}#{','.join(map(str, g))}")
+        if ok and (z - a != len(g) or bool((sig[a:z] != sig[a]).any()) or sorted(mr[a:z].tolist()) != list(g)):
+            ok = False
+    return keys, ptr, members.astype(I64), ok
+
+
+def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_Cols, dict[str, Any]]:
+    """Program order, dependencies, edges, collectives and p2p pairs of the expanded ``table``.
+
+    Returns the columns and the Program's linked arrays. Raises what the object-based build raises
+    (:class:`~schedsim.errors.GraphError`, :class:`~schedsim.errors.DeadlockError`) when a rule is broken.
+    """
+    from schedsim.lower.p2p import match_p2p
+
+    cols = _Cols(table)
+    tgt = _resolve_deps(cols)
+    if tgt is None:
+        explain(cols, file, info, check=False)
+    assert tgt is not None
+    se = _stream_edges(cols)
+    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64) if len(tgt) else np.zeros((0, 2), I64)
+    keys, cptr, cidx, ok = _collectives(cols)
+    if not ok:
+        explain(cols, file, info, check=False)
+    pairs, warnings = match_p2p(cols)
+    if pairs is None:
+        explain(cols, file, info, check=False)
+    dep_ptr = np.zeros(cols.N + 1, I64)
+    np.cumsum(np.bincount(cols.dep_op, minlength=cols.N), out=dep_ptr[1:])
+    return cols, {"dep_ptr": dep_ptr, "dep_idx": tgt, "stream_edges": se, "dep_edges": de,
+                  "coll_keys": tuple(keys), "coll_ptr": cptr, "coll_idx": cidx, "p2p": pairs,
+                  "warnings": tuple(warnings)}

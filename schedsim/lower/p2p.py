@@ -1,0 +1,126 @@
+"""Send/recv pairing on arrays, as NCCL pairs them: the k-th send from a to b meets the k-th recv on b from a,
+in issue order (a ``p2p_batch`` is posted whole at the position of its first member).
+
+NCCL has no tags (``ncclSend``/``ncclRecv`` take a peer, a count and a type), so ``tag:`` (and a ``msg`` tag)
+only states intent: a pairing whose tags disagree, or whose sizes differ, is an error (worded by the
+object-based build, :func:`schedsim.lower.reference.match_p2p_ops`); one whose names suggest another
+pairing is a warning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["match_p2p", "name_warning"]
+
+I64 = np.int64
+
+
+def _issue_pos(rank: np.ndarray, batch: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Issue position of each p2p op: its own index, or its batch's first member's."""
+    at = idx.copy()
+    bm = batch >= 0
+    if bm.any():
+        nb = int(batch.max()) + 1
+        key = rank[bm].astype(I64) * nb + batch[bm]
+        from schedsim.lower.program import unique
+
+        _u, first, inv = unique(key)
+        at[bm] = idx[bm][first][inv.reshape(-1)]
+    return at
+
+
+def _msg_tags(tagsets: list[tuple]) -> tuple[np.ndarray, list[Any]]:  # type: ignore[type-arg]
+    """Per tag set: an id of its ``msg`` value (-1 when it has none), and the values."""
+    vals: dict[Any, int] = {}
+    out = np.full(len(tagsets), -1, I64)
+    for i, t in enumerate(tagsets):
+        for k, v in t:
+            if k == "msg":
+                out[i] = vals.setdefault(v, len(vals))
+                break
+    return out, list(vals)
+
+
+def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
+    """``(pairs, warnings)``: matched ``(send, recv)`` op indices (sorted by (src, dst), then issue order), or
+    None when the pairing breaks a rule (unmatched op, tags, messages or sizes that disagree)."""
+    c = cols.c
+    idx = np.flatnonzero(cols.is_p2p)
+    if not len(idx):
+        return np.zeros((0, 2), I64), []
+    tp = cols.table.templates
+    is_send = np.array([t.kind == "send" for t in tp], bool)[c["tmpl"][idx]]
+    rank, peer = c["rank"][idx].astype(I64), c["peer"][idx].astype(I64)
+    at = _issue_pos(c["rank"][idx], c["batch"][idx], idx)
+    src = np.where(is_send, rank, peer)
+    dst = np.where(is_send, peer, rank)
+    sides = []
+    for m in (is_send, ~is_send):
+        o = np.lexsort((idx[m], at[m], dst[m], src[m]))
+        sides.append((idx[m][o], src[m][o], dst[m][o]))
+    (s, ss, sd), (r, rs, rd) = sides
+    if len(s) != len(r) or not (np.array_equal(ss, rs) and np.array_equal(sd, rd)):
+        return None, []
+    msg = c["msg"]
+    if bool(((msg[s] >= 0) & (msg[r] >= 0) & (msg[s] != msg[r])).any()):
+        return None, []
+    mt, _vals = _msg_tags(cols.table.tags.items)
+    ms, mr = mt[c["tags"][s]], mt[c["tags"][r]]
+    if bool(((ms >= 0) & (mr >= 0) & (ms != mr)).any()):
+        return None, []
+    nbytes = np.array([t.nbytes for t in tp], np.float64)[c["tmpl"]]
+    if bool((nbytes[s] != nbytes[r]).any()):
+        return None, []
+    return np.stack([s, r], axis=1).astype(I64), _name_warnings(cols, s, r, ss, sd, ms)
+
+
+def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: np.ndarray,
+                   ms: np.ndarray) -> list[str]:
+    """Warnings for pairs whose op names suggest another pairing (send ``x_grad`` met by recv ``y``)."""
+    from schedsim.lower.reference import message_name
+
+    c = cols.c
+    names = cols.table.names.items
+    cache: dict[int, str] = {}
+
+    def mname(i: int) -> str:
+        n = int(c["name"][i])
+        v = cache.get(n)
+        if v is None:
+            v = cache[n] = message_name(names[n])
+        return v
+
+    out: list[str] = []
+    cand = np.flatnonzero(ms < 0)
+    if not len(cand):
+        return out
+    key = ss * (int(sd.max()) + 1) + sd
+    kstart = np.searchsorted(key, key, "left")
+    kend = np.searchsorted(key, key, "right")
+    tp = cols.table.templates
+    for k in cand.tolist():
+        a, b = int(s[k]), int(r[k])
+        na, nb = mname(a), mname(b)
+        if not (na and nb and na != nb):
+            continue
+        other = next((int(x) for x in r[kstart[k]:kend[k]] if mname(int(x)) == na), None)
+        if other is None:
+            continue
+        src, dst = int(ss[k]), int(sd[k])
+        out.append(name_warning(tp[int(c["tmpl"][a])].source, _oid(cols, a), _oid(cols, b), _oid(cols, other),
+                                src, dst))
+    return out
+
+
+def name_warning(source: str, send: str, recv: str, meant: str, src: int, dst: int) -> str:
+    """The warning for send ``send`` paired with recv ``recv`` while its name matches recv ``meant``."""
+    return (f"{source}: NCCL pairs send {send} with recv {recv} (issue order between ranks {src} and {dst}), but "
+            f"the names suggest it is meant for {meant}; at equal sizes NCCL delivers the wrong tensor without an "
+            f"error\n  fix: post the recvs on rank {dst} in the order rank {src} sends (or rename the ops)")
+
+
+def _oid(cols: Any, i: int) -> str:
+    return f"{cols.table.names.items[int(cols.c['name'][i])]}@r{int(cols.c['rank'][i])}"

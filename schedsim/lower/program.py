@@ -1,0 +1,238 @@
+"""The lowered schedule: a frozen table of op instances and the integer arrays of its DAG.
+
+:func:`schedsim.lower.lower` produces it from a :class:`~schedsim.spec.model.ScheduleSpec`; the simulator
+reads it directly (:func:`schedsim.sim.engine.simulate`), and :func:`schedsim.graph.build.graph_of` turns
+it into the networkx graph that users, the executor and error messages see (same node ids, attributes and
+graph info).
+
+Layout (N op instances in program order: ranks ascending, each rank's ops in the order written, a
+pipeline block's ops after the hand-written ones)::
+
+    tmpl, rank, seq, name, tags, stream, peer, batch, msg   int32[N]   (ids into the tables below; -1 = none)
+    dep_ptr int64[N+1], dep_idx int64[...]                  declared dependencies (CSR, op indices)
+    stream_edges, dep_edges  int64[E, 2]                    the DAG's edges, in the order networkx gets them
+    coll_ptr int64[C+1], coll_idx int64[...]                members of each collective (key ``coll_keys[c]``)
+    p2p int64[P, 2]                                         matched (send, recv) pairs, NCCL's pairing order
+
+A template (``templates[tmpl[i]]``, an :class:`~schedsim.graph.ops.Op`) holds what instances share: kind,
+sizes and cost inputs (bytes, FLOP, m/n/k, dtype, repeat, duration), the group of a collective, source.
+Op names, ids and :class:`Op` objects are built only on request (:meth:`Program.ids`, :meth:`Program.ops`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from schedsim.graph.ops import Op
+from schedsim.kinds import P2P_KINDS
+
+__all__ = ["Program", "DagView", "unique"]
+
+
+def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(values, first, inverse)`` of a 1-d integer array, as ``np.unique(key, return_index=True,
+    return_inverse=True)`` gives them (``first``: index of each value's first occurrence), by one stable
+    argsort; ``np.unique`` imports ``numpy.ma`` on first use, 10 ms of a cold start."""
+    o = np.argsort(key, kind="stable")
+    k = key[o]
+    new = np.ones(len(k), bool)
+    new[1:] = k[1:] != k[:-1]
+    inv = np.empty(len(k), np.int64)
+    inv[o] = np.cumsum(new) - 1
+    return k[new], o[new], inv
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A lowered schedule (module docstring). Arrays are read-only; derived views are cached."""
+
+    name: str
+    world_size: int
+    launch: str
+    file: str
+    max_connections: Any
+    pipeline: dict[str, Any] | None
+    templates: tuple[Op, ...]
+    names: tuple[str, ...]
+    tagsets: tuple[tuple, ...]  # type: ignore[type-arg]
+    streams: tuple[str, ...]
+    strs: tuple[str, ...]
+    tmpl: np.ndarray
+    rank: np.ndarray
+    seq: np.ndarray
+    name_id: np.ndarray
+    tags_id: np.ndarray
+    stream_id: np.ndarray
+    peer: np.ndarray
+    batch: np.ndarray
+    msg: np.ndarray
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+    stream_edges: np.ndarray
+    dep_edges: np.ndarray
+    coll_keys: tuple[str, ...]
+    coll_ptr: np.ndarray
+    coll_idx: np.ndarray
+    p2p: np.ndarray
+    warnings: tuple[str, ...] = ()
+    checked: bool = False
+
+    def __post_init__(self) -> None:
+        for v in self.__dict__.values():
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+
+    # ---------------------------------------------------------------- sizes and per-op views
+    @property
+    def N(self) -> int:
+        """Number of op instances."""
+        return int(self.tmpl.shape[0])
+
+    @cached_property
+    def kind(self) -> np.ndarray:
+        """Per op, its kind as an index into :attr:`kinds`."""
+        return np.array([self.kinds.index(t.kind) for t in self.templates], np.int32)[self.tmpl] \
+            if self.templates else np.zeros(0, np.int32)
+
+    @cached_property
+    def kinds(self) -> tuple[str, ...]:
+        """The op kinds that occur, in template order (``kind`` indexes it)."""
+        return tuple(dict.fromkeys(t.kind for t in self.templates))
+
+    def kind_mask(self, kinds: Any) -> np.ndarray:
+        """Boolean mask of the ops whose kind is in ``kinds``."""
+        codes = [i for i, k in enumerate(self.kinds) if k in kinds]
+        return np.isin(self.kind, codes)
+
+    @cached_property
+    def nbytes(self) -> np.ndarray:
+        """Per op: message / moved bytes (float64)."""
+        return np.array([t.nbytes for t in self.templates], np.float64)[self.tmpl] if self.templates \
+            else np.zeros(0)
+
+    @cached_property
+    def succ(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The DAG as CSR ``(ptr, idx, kind)`` with duplicate edges merged (``kind`` 1 = dep, 0 = stream), each
+        op's successors in the order networkx lists them (stream edges first, then dependencies)."""
+        e = np.concatenate([self.stream_edges, self.dep_edges]).reshape(-1, 2)
+        n = self.N
+        key = e[:, 0] * n + e[:, 1]
+        uniq, first, inv = unique(key)
+        isdep = np.zeros(len(uniq), bool)
+        isdep[inv[len(self.stream_edges):]] = True
+        order = np.argsort(first, kind="stable")
+        src, dst, kind = e[first[order], 0], e[first[order], 1], isdep[order]
+        o2 = np.argsort(src, kind="stable")
+        ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+        return ptr, dst[o2], kind[o2].astype(np.int8)
+
+    # ---------------------------------------------------------------- names and objects, on request
+    def ids(self) -> list[str]:
+        """Op ids ``name@rN`` in program order (built on each call)."""
+        names = self.names
+        return [f"{names[n]}@r{r}" for n, r in zip(self.name_id.tolist(), self.rank.tolist(), strict=True)]
+
+    def op_id(self, i: int) -> str:
+        """The id of op ``i``."""
+        return f"{self.names[int(self.name_id[i])]}@r{int(self.rank[i])}"
+
+    def ops(self) -> list[Op]:
+        """One :class:`Op` per instance, in program order, equal to what the object-based build made."""
+        names, tagsets, strs, tps = self.names, self.tagsets, self.strs, self.templates
+        dptr, didx, nid = self.dep_ptr.tolist(), self.dep_idx.tolist(), self.name_id.tolist()
+        out: list[Op] = []
+        append = out.append
+        cols = zip(self.tmpl.tolist(), self.rank.tolist(), nid, self.seq.tolist(), self.tags_id.tolist(),
+                   self.stream_id.tolist(), self.peer.tolist(), self.batch.tolist(), self.msg.tolist(), strict=True)
+        streams = self.streams
+        p2p = P2P_KINDS
+        for i, (t, r, n, s, tg, st, pe, b, m) in enumerate(cols):
+            p = tps[t]
+            kind = p.kind
+            if kind in p2p:
+                group: tuple[int, ...] = (r, pe) if kind == "send" else (pe, r)
+                peer: int | None = pe
+            else:
+                group, peer = p.group, p.peer
+            a, z = dptr[i], dptr[i + 1]
+            deps = p.deps if p.deps else (tuple(names[nid[j]] for j in didx[a:z]) if z > a else ())
+            append(Op(names[n], r, kind, streams[st], s, deps, group, peer, p.root, p.nbytes, p.flops, p.dtype,
+                      p.m, p.n, p.k, p.batch, p.repeat, p.duration_s, p.direction, None if m < 0 else strs[m],
+                      tagsets[tg], p.source, p.spec_index, p.host_s, None if b < 0 else strs[b]))
+        return out
+
+    def collectives(self) -> dict[str, list[int]]:
+        """Collective key (``name#r0,r1,...``) -> member op indices, keys in order of first member."""
+        ptr, idx = self.coll_ptr.tolist(), self.coll_idx.tolist()
+        return {k: idx[ptr[c]:ptr[c + 1]] for c, k in enumerate(self.coll_keys)}
+
+    def launches(self) -> dict[int, list[list[int]]]:
+        """Per rank, its NCCL launches in issue order, each a list of op indices (a ``p2p_batch`` is one
+        launch, at its first member); what :func:`schedsim.graph.nccl.issue_order` lists by op id."""
+        from schedsim.lower.checks import launch_heads
+
+        comm, head = launch_heads(self)
+        out: dict[int, list[list[int]]] = {}
+        at: dict[int, list[int]] = {}
+        for i, h, r in zip(comm.tolist(), head.tolist(), self.rank[comm].tolist(), strict=True):
+            if i == h:
+                at[i] = [i]
+                out.setdefault(r, []).append(at[i])
+            else:
+                at[h].append(i)
+        return out
+
+    def graph_info(self) -> dict[str, Any]:
+        """``name``, ``world_size``, ``launch`` (and ``max_connections``, ``pipeline`` when set), as
+        ``G.graph`` holds them."""
+        info: dict[str, Any] = {"name": self.name, "world_size": self.world_size, "launch": self.launch}
+        if self.max_connections is not None:
+            info["max_connections"] = self.max_connections
+        if self.pipeline is not None:
+            info["pipeline"] = self.pipeline
+        return info
+
+
+class DagView:
+    """The read-only slice of the networkx API that reports use (``id in view``, ``successors(id)``,
+    ``edges[u, v]["kind"]``), answered from a Program without building networkx."""
+
+    def __init__(self, prog: Program) -> None:
+        self.prog = prog
+        self._index: dict[str, int] | None = None
+
+    def _idx(self) -> dict[str, int]:
+        if self._index is None:
+            self._index = {oid: i for i, oid in enumerate(self.prog.ids())}
+        return self._index
+
+    def __contains__(self, op_id: object) -> bool:
+        return op_id in self._idx()
+
+    def successors(self, op_id: str) -> list[str]:
+        """Successor op ids of ``op_id`` (stream and dependency edges)."""
+        ptr, dst, _k = self.prog.succ
+        i = self._idx()[op_id]
+        return [self.prog.op_id(int(j)) for j in dst[ptr[i]:ptr[i + 1]]]
+
+    @property
+    def edges(self) -> _Edges:
+        """``edges[u, v]`` -> ``{"kind": "dep" | "stream"}``."""
+        return _Edges(self)
+
+
+class _Edges:
+    def __init__(self, view: DagView) -> None:
+        self.view = view
+
+    def __getitem__(self, uv: tuple[str, str]) -> dict[str, str]:
+        ptr, dst, kind = self.view.prog.succ
+        idx = self.view._idx()
+        i, j = idx[uv[0]], idx[uv[1]]
+        pos = int(ptr[i]) + int(np.flatnonzero(dst[ptr[i]:ptr[i + 1]] == j)[0])
+        return {"kind": "dep" if kind[pos] else "stream"}

@@ -1,0 +1,348 @@
+"""The object-based build: one :class:`~schedsim.graph.ops.Op` per instance, networkx, every rule checked op by op.
+
+The reference that :mod:`schedsim.lower.link` and :mod:`schedsim.lower.checks` agree with. The lowering
+runs it only to word an error its array rules detected (op names, the NCCL issue grid, a fix); tests
+compare the two builds. Edges carry ``kind``: ``"dep"`` (a declared dependency) or ``"stream"``
+(consecutive ops on one stream of one rank; the members of one ``p2p_batch`` that follow each other on a
+stream are one NCCL group launch, so each gets the stream edges of the op before the run, and the op after
+the run gets an edge from each member).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import networkx as nx
+
+from schedsim.errors import DeadlockError, GraphError
+from schedsim.graph.ops import Op, format_op_id
+from schedsim.kinds import P2P_KINDS
+from schedsim.spec.model import COLLECTIVE_KINDS
+
+__all__ = ["graph_from_ops", "message_name", "match_p2p_ops"]
+
+
+def graph_from_ops(ops: list[Op], info: dict[str, Any], file: str, check: bool) -> nx.DiGraph:
+    """The DAG of ``ops`` (program order), with ``info`` as ``G.graph``; raises on the first broken rule.
+
+    Raises
+    ------
+    GraphError, DeadlockError, CycleError
+        As :func:`schedsim.graph.build.build_graph`.
+    """
+    G = nx.DiGraph(**info)
+    G.add_nodes_from((op.id, {"op": op}) for op in ops)
+    names_on_rank = _names_on_rank(ops, file)
+    stream_edges, collectives = _stream_edges_and_collectives(ops)
+    G.add_edges_from(stream_edges, kind="stream")
+    dep_edges, forward_dep = _dep_edges(ops, names_on_rank)
+    G.add_edges_from(dep_edges, kind="dep")
+    _check_collectives(G, ops, collectives)
+    G.graph["collectives"] = dict(collectives)
+    warnings: list[str] = []
+    G.graph["warnings"] = warnings
+    G.graph["p2p"] = match_p2p_ops(ops, warnings)
+    if check:
+        _check(G, forward_dep)
+    return G
+
+
+def _names_on_rank(ops: list[Op], file: str) -> dict[int, dict[str, Op]]:
+    """Per rank, its ops by name; a name used twice on one rank is an error."""
+    names_on_rank: dict[int, dict[str, Op]] = defaultdict(dict)
+    for op in ops:
+        here = names_on_rank[op.rank]
+        if op.name in here:
+            raise GraphError(f"{op.source or file}: op name {op.name!r} is used twice on rank {op.rank} "
+                             f"(also by {here[op.name].source or 'the pipeline block'})",
+                             fix="rename one of them (pipeline ops are named F<stage>.<mb>.<op>, "
+                             "so stage op names must be unique and hand-written ops must not reuse them)")
+        here[op.name] = op
+    return names_on_rank
+
+
+def _stream_edges_and_collectives(ops: list[Op]) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
+    """The stream edges (module docstring), and each collective's members by key ``name#ranks``."""
+    collectives: dict[str, list[str]] = defaultdict(list)
+    group_keys: dict[tuple[str, int], str] = {}  # by id(): one group tuple is shared by its ranks; hashing a
+    # 100k-rank tuple, or formatting its key, once per op would make the build quadratic in world_size
+    stream_edges: list[tuple[str, str]] = []
+    # per (rank, stream): (p2p batch of the last run or None, the ops that run follows, the run's ops)
+    stream_run: dict[tuple[int, str], tuple[str | None, list[str], list[str]]] = {}
+    for op in ops:
+        oid = op.id
+        key = (op.rank, op.stream)
+        run = stream_run.get(key)
+        b = op.p2p_batch if op.kind in ("send", "recv") else None
+        if run is not None and b is not None and run[0] == b:  # same launch: follow what the run follows
+            stream_edges.extend((x, oid) for x in run[1])
+            run[2].append(oid)
+        else:
+            before = run[2] if run is not None else []
+            stream_edges.extend((x, oid) for x in before)
+            stream_run[key] = (b, before, [oid])
+        if op.kind in COLLECTIVE_KINDS:
+            ckey = group_keys.get((op.name, id(op.group)))
+            if ckey is None:
+                ckey = group_keys[(op.name, id(op.group))] = f"{op.name}#{','.join(map(str, op.group))}"
+            collectives[ckey].append(oid)
+    return stream_edges, collectives
+
+
+def _unknown_dep(op: Op, d: str, names_on_rank: dict[int, dict[str, Op]]) -> GraphError:
+    here = names_on_rank[op.rank]
+    elsewhere = sorted(r for r, names in names_on_rank.items() if d in names)
+    hint = (f"{d!r} exists only on rank(s) {elsewhere}; dependencies are per rank, cross-rank order "
+            "comes from collectives and send/recv") if elsewhere else "check the spelling"
+    import difflib
+
+    close = difflib.get_close_matches(d, list(here), n=1)
+    if close and not elsewhere:
+        hint = f"did you mean {close[0]!r}?"
+    return GraphError(f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, "
+                      f"which does not exist on rank {op.rank}", fix=hint)
+
+
+def _dep_edges(ops: list[Op], names_on_rank: dict[int, dict[str, Op]]
+               ) -> tuple[list[tuple[str, str]], tuple[Op, str] | None]:
+    """The dependency edges, and the first dependency on an op written later on the same rank (or None)."""
+    dep_edges = []
+    forward_dep: tuple[Op, str] | None = None
+    for op in ops:
+        if not op.deps:
+            continue
+        here = names_on_rank[op.rank]
+        for d in op.deps:
+            if d not in here:
+                raise _unknown_dep(op, d, names_on_rank)
+            if d == op.name:
+                raise GraphError(f"{op.source}: op {op.name!r} depends on itself", fix="remove it from its deps")
+            if here[d].seq > op.seq and forward_dep is None:
+                forward_dep = (op, d)
+            b = op.p2p_batch if op.kind in ("send", "recv") else None
+            if b is not None and here[d].kind in ("send", "recv") and here[d].p2p_batch == b:
+                raise GraphError(
+                    f"{op.source}: {op.kind} {op.name!r} depends on {d!r}, but both are in p2p_batch {b!r} on rank "
+                    f"{op.rank}: one batch is one NCCL group launch (batch_isend_irecv), posted whole, so nothing "
+                    "inside it runs after another member",
+                    fix="remove the dependency, or move one of them to another p2p_batch")
+            dep_edges.append((format_op_id(d, op.rank), op.id))
+    return dep_edges, forward_dep
+
+
+def _check_collectives(G: nx.DiGraph, ops: list[Op], collectives: dict[str, list[str]]) -> None:
+    """Every collective has one kind, size, dtype and root, and is issued on every rank of its group."""
+    def grid(marked: set[str], ranks: Sequence[int]) -> str:
+        from schedsim.graph.nccl import grid_of_ops
+
+        want = set(ranks)
+        return "\n\n" + grid_of_ops([o for o in ops if o.rank in want], marked, sorted(want))
+
+    for members in collectives.values():
+        first = G.nodes[members[0]]["op"]
+        for mid in members[1:]:
+            o = G.nodes[mid]["op"]
+            if (o.kind, o.nbytes, o.root, o.dtype) != (first.kind, first.nbytes, first.root, first.dtype):
+                raise DeadlockError(
+                    f"{o.source}: collective {o.name!r} over group {list(first.group)} is {_a(o.kind)} of "
+                    f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but {_a(first.kind)} of "
+                    f"{int(first.nbytes)} B ({first.dtype}, root {first.root}) on rank {first.rank}; NCCL would "
+                    "hang or corrupt data", fix="give every rank's entry the same kind, size, dtype and root",
+                    ops=[o.id, first.id], detail=grid({o.id, first.id}, (o.rank, first.rank)).lstrip("\n"))
+        have = sorted(G.nodes[m]["op"].rank for m in members)
+        if have != list(first.group):
+            missing = sorted(set(first.group) - set(have))
+            raise DeadlockError(
+                f"{first.source}: collective {first.name!r} over group {list(first.group)} is issued on rank(s) "
+                f"{have} but never on rank(s) {missing}; real NCCL would hang",
+                fix=f"issue {first.name!r} on every rank of its group (or shrink `group`)", ops=[first.id],
+                detail=grid(set(members), [*have[:3], *missing[:3]]).lstrip("\n"))
+
+
+def _check(G: nx.DiGraph, forward_dep: tuple[Op, str] | None) -> None:
+    """The static checks: a dependency written after its user, then :func:`schedsim.graph.checks.check_graph`
+    (a pipeline's hang also gets the rank × step grid of its compute order), then the batches' inputs."""
+    from schedsim.graph.checks import check_graph
+
+    if forward_dep is not None and nx.is_directed_acyclic_graph(G):  # a cycle gets check_graph's CycleError
+        op, d = forward_dep
+        raise GraphError(
+            f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, which is written after it; each "
+            "rank issues its ops in the order written (the executor launches them so, and NCCL runs its "
+            "communication in that order), so the wait would not be honoured",
+            fix=f"move {d!r} above {op.name!r} (or drop the dependency)")
+    try:
+        check_graph(G)
+    except DeadlockError as e:
+        if "pipeline" in G.graph:
+            grid = _pipeline_grid(G, e.ops)
+            raise DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid,
+                                ops=e.ops, cycle=e.cycle) from None
+        raise
+    _check_batch_inputs(G)
+
+
+def _check_batch_inputs(G: nx.DiGraph) -> None:
+    """Every input of a p2p batch is written before the batch's first member, where the batch is posted.
+
+    The executor (and NCCL's issue order, :func:`schedsim.graph.nccl.issue_order`) posts a whole batch at its
+    first member; a member that waits for an op written after that point (a dependency, or the op before it on
+    its stream) would be posted before that op ran.
+
+    Raises
+    ------
+    GraphError
+    """
+    for launches in G.graph.get("issue_order", {}).values():
+        for launch in launches:
+            if len(launch) < 2:
+                continue
+            first = G.nodes[launch[0]]["op"]
+            members = set(launch)
+            for m in launch[1:]:
+                for u in G.predecessors(m):
+                    x = G.nodes[u]["op"]
+                    if u not in members and x.seq > first.seq:
+                        o = G.nodes[m]["op"]
+                        how = "follows it on stream " + repr(o.stream) if G.edges[u, m].get("kind") == "stream" \
+                            else "is a dependency of it"
+                        raise GraphError(
+                            f"{o.source}: {o.kind} {o.name!r} is in p2p_batch {o.p2p_batch!r}, which rank {o.rank} "
+                            f"posts whole at its first member {first.name!r}, but it waits for {x.name!r} (it {how}), "
+                            f"written after {first.name!r}: the batch would be posted before {x.name!r} ran",
+                            fix=f"move {x.name!r} above {first.name!r}, or move {o.name!r} to another p2p_batch")
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article ("an all_reduce", "a broadcast")."""
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
+def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
+    """The rank × step grid of a pipeline's compute order, marking the step of the first pipeline send/recv of
+    ``op_ids`` (the op ids a :class:`DeadlockError` names)."""
+    from schedsim.errors import format_pipeline_order
+
+    order = G.graph["pipeline"]["order"]
+    step = None
+    for oid in op_ids:
+        op = G.nodes.get(oid, {}).get("op")
+        if op is None or op.kind not in P2P_KINDS:
+            continue
+        tags = dict(op.tags)
+        stage, mb = tags.get("stage"), tags.get("mb")
+        if stage is None or mb is None:
+            continue
+        step = next((i for i, a in enumerate(order.get(op.rank, []))
+                     if a in (f"{stage}{c}{mb}" for c in "FIBW")), None)
+        if step is not None:
+            break
+    return "Pipeline schedule (compute actions per rank):\n" + format_pipeline_order(
+        {int(r): acts for r, acts in order.items()}, step)
+
+
+_P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
+
+
+def message_name(name: str) -> str:
+    """What a send/recv's name says it carries: the name without send/recv words (``send_grad`` -> ``grad``)."""
+    return _P2P_WORDS.sub("", name.lower()).strip("_")
+
+
+def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[str, str]]:
+    """Pair sends and recvs as NCCL does: the k-th send from a to b meets the k-th recv on b from a, in
+    issue order (a ``p2p_batch`` is posted whole at the position of its first member).
+
+    NCCL has no tags (``ncclSend``/``ncclRecv`` take a peer, a count and a type), so ``tag:`` only states
+    intent: a pairing whose tags disagree, or whose sizes differ, is an error; one whose names suggest
+    another pairing is a warning appended to ``warnings``.
+    """
+    from schedsim.graph.nccl import grid_of_ops
+
+    sends, recvs = _p2p_by_pair(ops)
+    pairs: list[tuple[str, str]] = []
+    for key in sorted(set(sends) | set(recvs)):
+        s, r = sends.get(key, []), recvs.get(key, [])
+        src, dst = key
+        by_name: dict[str, Op] | None = None
+        for k, (a, b) in enumerate(zip(s, r, strict=False)):
+            _check_pairing(a, b, k, s, r, src, dst)
+            if warnings is not None and "msg" not in dict(a.tags):
+                na, nb = message_name(a.name), message_name(b.name)
+                if na and nb and na != nb:
+                    if by_name is None:
+                        by_name = {}
+                        for x in r:
+                            by_name.setdefault(message_name(x.name), x)
+                    other = by_name.get(na)
+                    if other is not None:
+                        from schedsim.lower.p2p import name_warning
+
+                        warnings.append(name_warning(a.source, a.id, b.id, other.id, src, dst))
+            pairs.append((a.id, b.id))
+        if len(s) != len(r):
+            extra = s[len(r):] if len(s) > len(r) else r[len(s):]
+            what = "send" if len(s) > len(r) else "recv"
+            raise DeadlockError(
+                f"{extra[0].source}: unmatched {what} {', '.join(o.id for o in extra)}: rank {src} sends {len(s)} "
+                f"message(s) to rank {dst} but rank {dst} receives {len(r)}; real NCCL would hang",
+                fix=f"add the matching {'recv on rank ' + str(dst) if what == 'send' else 'send on rank ' + str(src)}"
+                " (sends and recvs between two ranks match in issue order)",
+                detail=grid_of_ops([*s, *r], {o.id for o in extra}), ops=[o.id for o in extra])
+    return pairs
+
+
+def _p2p_by_pair(ops: list[Op]) -> tuple[dict[tuple[int, int], list[Op]], dict[tuple[int, int], list[Op]]]:
+    """Sends and recvs by (src, dst), each list in issue order."""
+    sends: dict[tuple[int, int], list[Op]] = defaultdict(list)
+    recvs: dict[tuple[int, int], list[Op]] = defaultdict(list)
+    # issue position: a p2p batch is posted at its first member (schedsim.graph.nccl.issue_order), so a lone
+    # send written between two members of a batch reaches NCCL after the whole batch
+    first_of: dict[tuple[int, str], int] = {}
+    moved = False
+    pos: dict[str, tuple[int, int]] = {}
+    for i, op in enumerate(ops):
+        if op.kind not in ("send", "recv"):
+            continue
+        b = op.p2p_batch
+        at = i if b is None else first_of.setdefault((op.rank, b), i)
+        moved = moved or at != i
+        pos[op.id] = (at, i)
+        if op.kind == "send":
+            sends[(op.rank, op.peer)].append(op)  # type: ignore[index]
+        else:
+            recvs[(op.peer, op.rank)].append(op)  # type: ignore[index]
+    if moved:
+        for lst in (*sends.values(), *recvs.values()):
+            lst.sort(key=lambda o: pos[o.id])
+    return sends, recvs
+
+
+def _check_pairing(a: Op, b: Op, k: int, s: list[Op], r: list[Op], src: int, dst: int) -> None:
+    """Send ``a`` paired with recv ``b`` (the k-th between ``src`` and ``dst``): tags, messages and sizes agree."""
+    from schedsim.graph.nccl import grid_of_ops
+
+    ta, tb = dict(a.tags), dict(b.tags)
+    intent = None
+    if a.tag is not None and b.tag is not None and a.tag != b.tag:
+        intent = f"tag {a.tag!r}", f"tag {b.tag!r}"
+    elif "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
+        intent = f"message {ta['msg']}", f"message {tb['msg']}"
+    if intent is None and a.nbytes == b.nbytes:
+        return
+    meant = next((x for x in r[k + 1:] if (a.tag is not None and x.tag == a.tag)
+                  or ("msg" in ta and dict(x.tags).get("msg") == ta["msg"])), None)
+    what = (f"send {a.id} ({intent[0]}) is paired with recv {b.id} ({intent[1]})" if intent else
+            f"send {a.id} ({int(a.nbytes)} B) is paired with recv {b.id} ({int(b.nbytes)} B); sizes differ")
+    if intent and a.nbytes != b.nbytes:
+        what += f", and their sizes differ ({int(a.nbytes)} B vs {int(b.nbytes)} B)"
+    fix = (f"issue rank {src}'s sends to rank {dst} in the order rank {dst} posts its recvs from rank "
+           f"{src} ({', '.join(x.name for x in r)}), or reorder those recvs" if meant is not None or intent
+           else "give the matching send and recv the same size")
+    raise DeadlockError(
+        f"{a.source}: NCCL pairs the sends and recvs between two ranks in issue order (it has no tags): "
+        f"{what}. Real NCCL would fail, hang, or deliver the wrong tensor",
+        fix=fix, detail=grid_of_ops([*s, *r], {a.id, b.id}), ops=[a.id, b.id])
