@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from array import array
 from collections import defaultdict
 from collections.abc import Callable
@@ -367,10 +368,30 @@ def _shift(acts: list[Activity], shift_ns: dict[int, float]) -> None:
                 acts[i] = a._replace(start_ns=a.start_ns + s, end_ns=a.end_ns + s)
 
 
+def pipeline_range_name(name: str | None) -> bool:
+    """Whether a range name carries a pipeline action or a pipeline send/recv
+    (:data:`schedsim.trace.analyze.PIPELINE_NAME_PATTERNS`, ``send|recv`` + ``F|B`` + stage ``.`` microbatch).
+
+    >>> pipeline_range_name("F0.3.0"), pipeline_range_name("sendB1.2"), pipeline_range_name("nccl:coalesced")
+    (True, True, False)
+    """
+    from schedsim.trace.analyze import PIPELINE_NAME_PATTERNS
+
+    if not name:
+        return False
+    return bool(_P2P_RANGE.match(name)) or any(p.match(name) for p in PIPELINE_NAME_PATTERNS)
+
+
+_P2P_RANGE = re.compile(r"^(send|recv)[FB]\d+\.\d+$")
+
+
 def _op_ranges(acc: _Read, ops: dict[str, dict[str, Any]] | None, shift_ns: dict[int, float]) -> list[OpRange]:
     """Annotations named after schedule ops → op ranges over the activities of their lane inside them
-    (1 ns slack); the parts of one annotation (same External id) are merged."""
-    cand = [a for a in acc.annots if match_op(a[1], ops) is not None]
+    (1 ns slack); the parts of one annotation (same External id) are merged. Without ``ops``, annotations
+    named like a pipeline action or a pipeline send/recv (:func:`pipeline_range_name`: the executor's
+    ``F0.3.0``, ``sendF0.3``, torch pipelining's ``PP:0F3``, Megatron's ``forward-compute``) count as ops too."""
+    cand = [a for a in acc.annots if match_op(a[1], ops) is not None
+            or (ops is None and pipeline_range_name(a[1]))]
     if not cand:
         return []
     acts = acc.acts

@@ -196,3 +196,31 @@ class TestBrokenFiles:
         p.write_text(json.dumps(kineto_doc(0)) + " xyz")
         with pytest.raises(TraceError, match="unexpected data after"):
             import_kineto(p)
+
+
+def test_gpu_trace_ranges_named_like_pipeline_actions_are_ops_without_ops_file(tmp_path):
+    # The executor's --profiler trace on GPUs (2xH200, 2026-12-01) annotates each op with its name
+    # (F0.3.0, sendF0.3, ...): without --ops, those gpu_user_annotation ranges must still become op spans,
+    # so analyze tags the pipeline and prints its bubble. Per rank two 100 µs forwards (F{r}.{it}.0) and two
+    # 50 µs all_reduce kernels, from t = 1000 µs: F 1000-1100, ar 1105-1155, F 1255-1355, ar 1360-1410.
+    # Busy compute 200 µs of a 410 µs makespan: bubble 1 - 200/410 on both ranks.
+    from kinetogen import kineto_doc, write_kineto
+
+    from schedsim.trace.analyze import pipeline_bubbles, tag_pipeline
+    from schedsim.trace.kineto import import_kineto
+
+    paths = []
+    for r in range(2):
+        doc = kineto_doc(r)
+        it = {}
+        for e in doc["traceEvents"]:
+            if e.get("name") == "mm0":
+                ext = e["args"]["External id"]
+                it.setdefault(ext, len(it))
+                e["name"] = f"F{r}.{it[ext]}.0"
+        paths.append(write_kineto(tmp_path / f"rank{r}.json", doc))
+    tl = import_kineto(paths).timeline
+    assert sorted(s.name for s in tl.spans if s.name.startswith("F")) == ["F0.0.0", "F0.1.0", "F1.0.0", "F1.1.0"]
+    assert tag_pipeline(tl) == 4
+    b = pipeline_bubbles(tl)
+    assert b == {0: pytest.approx(1 - 200 / 410), 1: pytest.approx(1 - 200 / 410)}
