@@ -126,8 +126,6 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
     ``timeline.meta["memory"]``.
     """
-    from types import SimpleNamespace
-
     from schedsim.lower.program import DagView
     from schedsim.report.memory import memory_over_time, static_memory
     from schedsim.report.progress import status
@@ -140,9 +138,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
         tl = simulate(prog, profile, launch=launch, **sim)
     tl.meta.update(meta or {})
     peak = None
-    # static_memory reads the block's expansion info beside the block (the spec itself is not mutated)
-    block = SimpleNamespace(pipeline=spec.pipeline, _pipeline=(None, prog.pipeline))
-    mem = memory_over_time(tl, DagView(prog), static_memory(block, tl.world_size))
+    mem = memory_over_time(tl, DagView(prog), static_memory(prog.pipeline, spec.pipeline, tl.world_size))
     if mem is not None:
         tl.meta["memory"] = mem
         r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
