@@ -174,3 +174,18 @@ pipeline: {schedule: 1f1b, p: 2, m: 2, transformer: {layers: 2, hidden: 8, ffn: 
     assert isinstance(info.static_memory, StaticMemory) and info.static_memory.params == params
     assert info.static_memory.bytes == {r: 16 * n for r, n in params.items()}
     assert PipelineInfo.from_dict(_through_json(info.to_dict())) == info
+
+
+def test_sweep_row_is_the_metrics_of_its_point_in_sweep_json_key_order(pp_run) -> None:
+    from schedsim.api import SweepRow
+
+    m, pm = pp_run.metrics, pp_run.metrics.pipeline
+    row = SweepRow.of({"m": 3}, m, pm, timeline="timeline_m=3.json")
+    d = row.to_dict()
+    assert list(d) == ["setting", "makespan_s", "exposed_comm_s", "overlap_ratio", "peak_memory_bytes",
+                       "peak_memory_units", "bubble_ratio", "timeline"]
+    assert d["makespan_s"] == pp_run.timeline.makespan_s and d["bubble_ratio"] == pm.bubble_of_makespan.overall
+    assert d["peak_memory_bytes"] == max(pm.peak_memory_bytes.values()) == 1024 * d["peak_memory_units"]
+    assert from_dict(SweepRow, _through_json(d)) == row
+    plain = SweepRow.of({}, m, None).to_dict()  # no pipeline, no kept timeline: those keys are absent
+    assert list(plain) == ["setting", "makespan_s", "exposed_comm_s", "overlap_ratio"]
