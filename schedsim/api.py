@@ -25,13 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from schedsim.errors import SchedsimError
+from schedsim.results import OMIT_NONE, to_dict
 from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Timeline
 
 if TYPE_CHECKING:
     from schedsim.compare import Comparison
+    from schedsim.sim.pipeline_metrics import PipelineMetrics
 
-__all__ = ["Run", "load", "load_text", "build", "lower_spec", "simulate_spec", "predict", "predict_to_dir",
+__all__ = ["Run", "SweepRow", "load", "load_text", "build", "lower_spec", "simulate_spec", "predict", "predict_to_dir",
            "trace_wanted", "sweep",
            "compare", "plot_gantt", "plot_pipeline", "plot_memory", "to_pandas"]
 
@@ -60,6 +62,41 @@ class Run:
     def makespan_s(self) -> float:
         """The timeline's makespan, seconds."""
         return self.timeline.makespan_s
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One point of a sweep (``api.sweep``, ``schedsim sweep``; ``sweep.json`` holds :meth:`to_dict`).
+
+    ``setting`` maps each swept parameter to its value; times in seconds, ``overlap_ratio`` and
+    ``bubble_ratio`` (idle fraction of the makespan, overall) as fractions, ``peak_memory_bytes`` /
+    ``peak_memory_units`` the largest per-rank activation peak (bytes / microbatch units); the pipeline
+    fields are None (and left out of the JSON form) without a pipeline, ``timeline`` without
+    ``--keep-timelines``.
+    """
+
+    setting: dict[str, Any]
+    makespan_s: float
+    exposed_comm_s: float
+    overlap_ratio: float
+    peak_memory_bytes: float | None = field(default=None, metadata=OMIT_NONE)
+    peak_memory_units: float | None = field(default=None, metadata=OMIT_NONE)
+    bubble_ratio: float | None = field(default=None, metadata=OMIT_NONE)
+    timeline: str | None = field(default=None, metadata=OMIT_NONE)
+
+    @classmethod
+    def of(cls, setting: dict[str, Any], m: Metrics, pm: PipelineMetrics | None,
+           timeline: str | None = None) -> SweepRow:
+        """The row of a point's :class:`Metrics` and :class:`PipelineMetrics` (None without a pipeline)."""
+        mem = {} if pm is None else {"peak_memory_bytes": max(pm.peak_memory_bytes.values()),
+                                     "peak_memory_units": max(pm.peak_memory_units.values()),
+                                     "bubble_ratio": pm.bubble_of_makespan.overall}
+        return cls(setting, m.makespan_s, m.exposed_comm_s, m.overlap_ratio, **mem, timeline=timeline)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (a row of ``sweep.json``)."""
+        d: dict[str, Any] = to_dict(self)
+        return d
 
 
 def load(path: str | Path, **params: Any) -> Any:
@@ -126,8 +163,6 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
     ``timeline.meta["memory"]``.
     """
-    from types import SimpleNamespace
-
     from schedsim.lower.program import DagView
     from schedsim.report.memory import memory_over_time, static_memory
     from schedsim.report.progress import status
@@ -140,9 +175,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
         tl = simulate(prog, profile, launch=launch, **sim)
     tl.meta.update(meta or {})
     peak = None
-    # static_memory reads the block's expansion info beside the block (the spec itself is not mutated)
-    block = SimpleNamespace(pipeline=spec.pipeline, _pipeline=(None, prog.pipeline))
-    mem = memory_over_time(tl, DagView(prog), static_memory(block, tl.world_size))
+    mem = memory_over_time(tl, DagView(prog), static_memory(prog.pipeline, spec.pipeline, tl.world_size))
     if mem is not None:
         tl.meta["memory"] = mem
         r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
@@ -242,21 +275,16 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
 def sweep(path: str | Path, profile: str = "h200", **grid: list[Any]) -> list[dict[str, Any]]:
     """Predict every combination of ``grid`` values (``sweep("x.yaml", chunks=[1, 2, 4])``).
 
-    Returns one row per setting: ``setting`` (dict), ``makespan_s``, ``exposed_comm_s``,
-    ``overlap_ratio`` and, for pipelines, ``bubble_ratio`` and ``peak_memory_bytes``.
+    Returns one row per setting, as ``sweep.json`` holds it (:meth:`SweepRow.to_dict`): ``setting`` (dict),
+    ``makespan_s``, ``exposed_comm_s``, ``overlap_ratio`` and, for pipelines, ``peak_memory_bytes``,
+    ``peak_memory_units`` and ``bubble_ratio``.
     """
     keys = list(grid)
     rows = []
     for combo in itertools.product(*[grid[k] for k in keys]):
         setting = dict(zip(keys, combo, strict=False))
-        run = predict(load(path, **setting), profile)
-        m = run.metrics
-        row = {"setting": setting, "makespan_s": m.makespan_s, "exposed_comm_s": m.exposed_comm_s,
-               "overlap_ratio": m.overlap_ratio}
-        if m.pipeline is not None:
-            row["bubble_ratio"] = m.pipeline.bubble_of_makespan.overall
-            row["peak_memory_bytes"] = max(m.pipeline.peak_memory_bytes.values())
-        rows.append(row)
+        m = predict(load(path, **setting), profile).metrics
+        rows.append(SweepRow.of(setting, m, m.pipeline).to_dict())
     return rows
 
 

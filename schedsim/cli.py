@@ -7,6 +7,7 @@ stderr and exit with code 2, without a traceback. Any other exception is a bug.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import itertools
 import json
@@ -17,7 +18,7 @@ from typing import Any
 
 import typer
 
-from schedsim.api import TRACE_MAX_OPS, lower_spec, predict_to_dir
+from schedsim.api import TRACE_MAX_OPS, SweepRow, lower_spec, predict_to_dir
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError
@@ -182,9 +183,10 @@ def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
     return axes
 
 
-def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -> dict[str, Any]:
-    """One sweep point (module level, so worker processes can run it): the table row, or ``{"error": msg}``.
-    With ``keep`` (a folder), the point's timeline is written there as ``timeline_<setting>.json``."""
+def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -> SweepRow | str:
+    """One sweep point (module level, so worker processes can run it): its row (``setting`` still empty), or
+    the error message. With ``keep`` (a folder), the point's timeline is written there as
+    ``timeline_<setting>.json``."""
     from schedsim._gc import paused_gc
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
@@ -195,24 +197,17 @@ def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -
         try:
             tl = simulate(lower_spec(_load(file, sets), file), load_profile(profile))
         except SchedsimError as e:  # returned, not raised: a worker's exception may not unpickle
-            return {"error": str(e)}
+            return str(e)
         tl.meta.update({"file": str(file), "set": list(sets)})
         m = Metrics.of(tl)
-        row: dict[str, Any] = {"makespan_s": m.makespan_s, "exposed_comm_s": m.exposed_comm_s,
-                               "overlap_ratio": m.overlap_ratio}
-        pm = PipelineMetrics.of(tl)
-        if pm is not None:
-            row["peak_memory_bytes"] = max(pm.peak_memory_bytes.values())
-            row["peak_memory_units"] = max(pm.peak_memory_units.values())
-            row["bubble_ratio"] = pm.bubble_of_makespan.overall
+        name = None
         if keep is not None:
             name = f"timeline_{_safe_dirname('_'.join(sets))}.json"
             tl.write_json(keep / name, m.to_dict())
-            row["timeline"] = name
-        return row
+        return SweepRow.of({}, m, PipelineMetrics.of(tl), timeline=name)
 
 
-def _sweep_rows(file: Path, points: list[list[str]], profile: str, keep: Path | None, jobs: int) -> list[dict[str, Any]]:
+def _sweep_rows(file: Path, points: list[list[str]], profile: str, keep: Path | None, jobs: int) -> list[SweepRow]:
     """Run the points, serially (``jobs`` 1) or in ``jobs`` worker processes; rows in the order of ``points``.
 
     Raises
@@ -220,14 +215,14 @@ def _sweep_rows(file: Path, points: list[list[str]], profile: str, keep: Path | 
     SchedsimError
         The first failing point (in grid order), naming its setting; the points not yet started are cancelled.
     """
-    def fail(sets: list[str], row: dict[str, Any]) -> SchedsimError:
-        return SchedsimError(f"sweep setting {' '.join(sets)}: {row['error']}")
+    def fail(sets: list[str], msg: str) -> SchedsimError:
+        return SchedsimError(f"sweep setting {' '.join(sets)}: {msg}")
 
     if jobs <= 1 or len(points) <= 1:
         rows = []
         for sets in points:
             row = _sweep_point(file, sets, profile, keep)
-            if "error" in row:
+            if isinstance(row, str):
                 raise fail(sets, row)
             rows.append(row)
         return rows
@@ -238,7 +233,7 @@ def _sweep_rows(file: Path, points: list[list[str]], profile: str, keep: Path | 
         rows = []
         for sets, fut in zip(points, futs, strict=False):
             row = fut.result()
-            if "error" in row:
+            if isinstance(row, str):
                 ex.shutdown(cancel_futures=True)
                 raise fail(sets, row)
             rows.append(row)
@@ -273,7 +268,9 @@ def sweep(
 
     with output_set(outdir, ("sweep.json", "sweep.png")) as stage:
         found = _sweep_rows(file, points, profile, stage if keep_timelines else None, jobs or os.cpu_count() or 1)
-        rows = [{"setting": dict(zip([k for k, _ in axes], combo, strict=False)), **row} for combo, row in zip(combos, found, strict=False)]
+        keys = [k for k, _ in axes]
+        rows = [dataclasses.replace(row, setting=dict(zip(keys, combo, strict=True))).to_dict()
+                for combo, row in zip(combos, found, strict=True)]
         atomic_write_text(stage / "sweep.json", json.dumps(rows, indent=1))
         from schedsim.report.charts import write_sweep_plot
 

@@ -1,18 +1,122 @@
-"""What a schedule graph knows beyond its nodes and edges, as one typed record.
+"""What a schedule graph knows beyond its nodes and edges, as typed records: :class:`GraphInfo` and the
+pipeline block's :class:`PipelineInfo`.
 
-:func:`schedsim.graph.build.build_graph` keeps these facts in ``G.graph`` (networkx's graph attribute
-dict); :meth:`GraphInfo.of` reads them into a frozen dataclass, so callers name fields the type checker
-knows instead of string keys. It copies nothing: the mappings and lists are the graph's own (a 100k-rank
-schedule has 100k-member collectives), so treat them as read-only.
+:func:`schedsim.graph.build.graph_of` makes one :class:`GraphInfo` from the lowered program and writes it
+into ``G.graph`` (networkx's graph attribute dict) with :meth:`GraphInfo.graph_attrs`, as plain data (the
+pipeline block in its JSON form), so networkx users and writers see plain keys; :meth:`GraphInfo.of` reads
+them back. The two are inverses (``GraphInfo.of(G).graph_attrs() == G.graph`` for a built graph), and
+this module is the one place that names the keys. ``of`` copies nothing but the pipeline block: the
+mappings and lists are the graph's own (a 100k-rank schedule has 100k-member collectives), so treat them
+as read-only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GraphInfo"]
+from schedsim.results import from_dict, to_dict
+
+__all__ = ["GraphInfo", "PipelineInfo", "StaticMemory"]
+
+
+@dataclass(frozen=True)
+class StaticMemory:
+    """Parameters and static bytes (weights, gradients, optimizer state) per pipeline rank, as
+    :func:`schedsim.pipeline.memory.static_memory` computes them (its docstring gives the model and source).
+
+    Attributes
+    ----------
+    params : dict[int, int]
+        Rank → parameter count.
+    bytes : dict[int, int]
+        Rank → ``params × bytes_per_param``, bytes.
+    breakdown : dict[int, dict[str, int]]
+        Rank → parameter counts of ``layers``, ``embedding`` and ``lm_head``.
+    bytes_per_param : int
+        Static bytes per parameter.
+    source : str
+        Where ``bytes_per_param`` comes from.
+    """
+
+    params: dict[int, int]
+    bytes: dict[int, int]
+    breakdown: dict[int, dict[str, int]]
+    bytes_per_param: int
+    source: str
+
+
+@dataclass(frozen=True)
+class PipelineInfo:
+    """What a ``pipeline:`` block lowered to: the Program's ``pipeline``, ``G.graph["pipeline"]`` (JSON
+    form), a predicted timeline's ``meta["pipeline"]`` (JSON form; :attr:`schedsim.sim.timeline.Timeline.pipeline`
+    reads it) and :attr:`schedsim.sim.pipeline_metrics.PipelineMetrics.info`.
+
+    Made by :func:`schedsim.spec.pipeline_block.block_info`. A timeline another tool wrote may carry only
+    some keys; the missing ones read as the defaults (``p``, ``m``, ``num_stages`` 0 for unknown).
+
+    Attributes
+    ----------
+    schedule : str
+        The schedule's canonical name (``1f1b``, ``interleaved_1f1b``, ``zbv``, ``custom``, ...).
+    p, m, v : int
+        Pipeline ranks, microbatches, virtual stages (chunks) per rank.
+    num_stages : int
+        Stages p·v.
+    dp : int
+        Pipeline replicas (``data_parallel``).
+    static_memory : StaticMemory or None
+        Parameters and static bytes per rank (:func:`schedsim.pipeline.memory.static_memory`), with a
+        ``transformer:`` description only.
+    stage_to_rank : dict[int, int]
+        Stage → pipeline rank.
+    p2p : str
+        How the p2p is issued (``batched``, ``overlapped``, ``lone``, ...; empty for a custom order's own).
+    activation_bytes : int
+        Bytes of one p2p message (activation or its gradient).
+    activation_memory_bytes : int
+        Bytes one stage chunk stores per microbatch until its backward ends.
+    order : dict[int, list[str]]
+        Per pipeline rank, its compute actions as text (``0F0``, ``1B2``, ...).
+
+    Examples
+    --------
+    >>> info = PipelineInfo.from_dict({"schedule": "1f1b", "p": 2, "m": 4, "stage_to_rank": {"1": 1}})
+    >>> info.stage_to_rank, info.v, PipelineInfo.from_dict(info.to_dict()) == info
+    ({1: 1}, 1, True)
+    """
+
+    schedule: str = ""
+    p: int = 0
+    m: int = 0
+    v: int = 1
+    num_stages: int = 0
+    dp: int = 1
+    static_memory: StaticMemory | None = None
+    stage_to_rank: dict[int, int] = field(default_factory=dict)
+    p2p: str = ""
+    activation_bytes: int = 0
+    activation_memory_bytes: int = 0
+    order: dict[int, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (keys in field order; ``static_memory`` null without a transformer)."""
+        d: dict[str, Any] = to_dict(self)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PipelineInfo:
+        """Read :meth:`to_dict`'s form (rank and stage keys may be JSON strings)."""
+        return from_dict(cls, d)
+
+    @classmethod
+    def of_meta(cls, meta: Mapping[str, Any] | None) -> PipelineInfo | None:
+        """The ``pipeline`` entry of a timeline's ``meta`` (or of ``G.graph``), typed; None when absent or empty."""
+        raw = (meta or {}).get("pipeline")
+        if not raw:
+            return None
+        return raw if isinstance(raw, PipelineInfo) else cls.from_dict(raw)
 
 
 @dataclass(frozen=True)
@@ -36,8 +140,8 @@ class GraphInfo:
     issue_order : Mapping[int, Sequence[Sequence[str]]] or None
         Per rank, the NCCL launches in issue order (a launch is one op, or the ops of one p2p batch); set by
         :func:`schedsim.graph.checks.check_graph`.
-    pipeline : Mapping[str, Any] or None
-        The pipeline block's description (schedule, p, v, m, stage_to_rank, order, ...) for pipeline schedules.
+    pipeline : PipelineInfo or None
+        The pipeline block's description, for pipeline schedules.
     max_connections : int or None
         ``CUDA_DEVICE_MAX_CONNECTIONS`` from the schedule's ``env``.
 
@@ -58,7 +162,7 @@ class GraphInfo:
     p2p: Sequence[tuple[str, str]]
     warnings: Sequence[str]
     issue_order: Mapping[int, Sequence[Sequence[str]]] | None = None
-    pipeline: Mapping[str, Any] | None = None
+    pipeline: PipelineInfo | None = None
     max_connections: int | None = None
 
     @classmethod
@@ -70,4 +174,18 @@ class GraphInfo:
         return cls(name=str(g.get("name", "")), world_size=int(g.get("world_size", 1)),
                    launch=str(g.get("launch", "eager")), collectives=g.get("collectives") or {},
                    p2p=g.get("p2p") or [], warnings=g.get("warnings") or [], issue_order=g.get("issue_order"),
-                   pipeline=g.get("pipeline"), max_connections=None if mc is None else int(mc))
+                   pipeline=PipelineInfo.of_meta(g), max_connections=None if mc is None else int(mc))
+
+    def graph_attrs(self) -> dict[str, Any]:
+        """The ``G.graph`` entries of this record, as plain data: ``name``, ``world_size``, ``launch``,
+        ``max_connections`` and ``pipeline`` (its JSON form) when set, ``collectives``, ``warnings``, ``p2p``,
+        and ``issue_order`` when set."""
+        g: dict[str, Any] = {"name": self.name, "world_size": self.world_size, "launch": self.launch}
+        if self.max_connections is not None:
+            g["max_connections"] = self.max_connections
+        if self.pipeline is not None:
+            g["pipeline"] = self.pipeline.to_dict()
+        g.update(collectives=self.collectives, warnings=self.warnings, p2p=self.p2p)
+        if self.issue_order is not None:
+            g["issue_order"] = self.issue_order
+        return g

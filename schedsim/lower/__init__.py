@@ -46,7 +46,7 @@ def lower(spec: Any, check: bool = True) -> Program:
         if conns is not None:
             info["max_connections"] = conns
         if pipeline is not None:
-            info["pipeline"] = pipeline
+            info["pipeline"] = pipeline.to_dict()  # G.graph's form, for the reference build that words errors
         cols, linked = link(table, spec._file, info, check)
         c = cols.c
         prog = Program(spec.name, spec.world_size, spec.launch, spec._file, conns, pipeline, tuple(table.templates),

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
 from schedsim.lower.table import Table
@@ -339,11 +340,11 @@ def _end_of_step(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: T
             table.add_one(table.template(proto), off + r, proto.name, table.tag_id(proto.tags), "compute")
 
 
-def expand_pipeline(spec: ScheduleSpec, table: Table) -> dict[str, Any]:
+def expand_pipeline(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     """Write the op instances of the spec's pipeline block into ``table`` (program order per rank).
 
-    Returns the block's ``info`` (schedule, p, v, m, placement, p2p mode, activation sizes, the compute
-    order as text), which goes to ``G.graph["pipeline"]``.
+    Returns the block's :class:`~schedsim.graph.info.PipelineInfo` (schedule, p, v, m, placement, p2p mode,
+    activation sizes, the compute order as text), the Program's ``pipeline``.
 
     Raises
     ------

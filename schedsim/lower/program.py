@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
 
@@ -55,7 +56,7 @@ class Program:
     launch: str
     file: str
     max_connections: Any
-    pipeline: dict[str, Any] | None
+    pipeline: PipelineInfo | None
     templates: tuple[Op, ...]
     names: tuple[str, ...]
     tagsets: tuple[tuple, ...]  # type: ignore[type-arg]
@@ -194,7 +195,7 @@ class Program:
         if self.max_connections is not None:
             info["max_connections"] = self.max_connections
         if self.pipeline is not None:
-            info["pipeline"] = self.pipeline
+            info["pipeline"] = self.pipeline.to_dict()
         return info
 
 

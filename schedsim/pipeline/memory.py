@@ -22,7 +22,8 @@ Activations are not here: they depend on the schedule's timing (``pipeline_metri
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+
+from schedsim.graph.info import StaticMemory
 
 __all__ = ["BYTES_PER_PARAM", "stage_params", "static_memory"]
 
@@ -63,12 +64,21 @@ def stage_params(num_stages: int, layers_per_stage: int, params_per_layer: int, 
 
 
 def static_memory(params: Mapping[int, Mapping[str, int]], stage_to_rank: Mapping[int, int] | Callable[[int], int],
-                  bytes_per_param: int = BYTES_PER_PARAM) -> dict[str, Any]:
+                  bytes_per_param: int = BYTES_PER_PARAM) -> StaticMemory:
     """Per-rank parameters and static bytes (weights, gradients, optimizer state).
+
+    Parameters
+    ----------
+    params : Mapping[int, Mapping[str, int]]
+        Stage → parameter counts (:func:`stage_params`).
+    stage_to_rank : Mapping[int, int] or callable
+        Stage → rank.
+    bytes_per_param : int
+        Static bytes per parameter (default :data:`BYTES_PER_PARAM`).
 
     Returns
     -------
-    dict
+    StaticMemory
         ``params`` rank -> parameter count, ``bytes`` rank -> params × ``bytes_per_param``,
         ``breakdown`` rank -> {"layers", "embedding", "lm_head"} parameter counts,
         ``bytes_per_param`` and ``source``.
@@ -81,6 +91,6 @@ def static_memory(params: Mapping[int, Mapping[str, int]], stage_to_rank: Mappin
             b[k] += n
     ranks = sorted(breakdown)
     total = {r: sum(breakdown[r].values()) for r in ranks}
-    return {"params": total, "bytes": {r: total[r] * bytes_per_param for r in ranks},
-            "breakdown": breakdown, "bytes_per_param": bytes_per_param,
-            "source": "16 B/param mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3.1)"}
+    return StaticMemory(params=total, bytes={r: total[r] * bytes_per_param for r in ranks}, breakdown=breakdown,
+                        bytes_per_param=bytes_per_param,
+                        source="16 B/param mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3.1)")

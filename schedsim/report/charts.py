@@ -23,9 +23,9 @@ def write_charts(outdir: str | Path, tl: Timeline, title: str, formats: tuple[st
     out = Path(outdir)
     ms = tl.makespan_s * 1e3
     paths = write_gantt(out / "gantt", [(tl.source, tl)], title=f"{title}: makespan {ms:.3f} ms", formats=formats)
-    if any(s.tags and "stage" in s.tags for s in tl.spans[:5000]) or (tl.meta or {}).get("pipeline"):
-        pinfo = (tl.meta or {}).get("pipeline") or {}
-        sched = f" {pinfo['schedule']}" if pinfo.get("schedule") else ""
+    pinfo = tl.pipeline
+    if any(s.tags and "stage" in s.tags for s in tl.spans[:5000]) or pinfo is not None:
+        sched = f" {pinfo.schedule}" if pinfo is not None and pinfo.schedule else ""
         paths.append(write_pipeline(out / "pipeline.png", tl, f"{tl.schedule}:{sched} pipeline, numbers = microbatch",
                                     mode="steps"))
         paths.append(write_pipeline(out / "pipeline_time.png", tl,
@@ -33,7 +33,7 @@ def write_charts(outdir: str | Path, tl: Timeline, title: str, formats: tuple[st
     mem = (tl.meta or {}).get("memory")
     if mem:
         curves = {int(r): [(t, b) for t, b in d["steps"]] for r, d in mem["ranks"].items()}
-        p = int(((tl.meta or {}).get("pipeline") or {}).get("p", 0) or 0)
+        p = pinfo.p if pinfo is not None else 0
         if p and len(curves) > p:  # data-parallel replicas repeat the first replica's curves
             curves = {r: c for r, c in curves.items() if r < p}
         peaks = {int(r): (d["peak_bytes"], d["peak_op"] or "start") for r, d in mem["ranks"].items()}

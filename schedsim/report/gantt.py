@@ -521,13 +521,13 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     if mode not in ("steps", "time"):
         raise ValueError(f"mode must be 'steps' or 'time', not {mode!r}")
     view = pipeline_view(tl)
-    info = tl.meta.get("pipeline") or {}
-    p = int(info.get("p", 0) or 0)
+    info = tl.pipeline
+    p = info.p if info is not None else 0
     ranks = sorted({s.rank for s in view.spans})
     note = ""
-    if p and len(ranks) > p:
+    if info is not None and p and len(ranks) > p:
         ranks = [r for r in ranks if r < p]
-        note = f" (data-parallel replica 0 of {int(info.get('dp', 1))})"
+        note = f" (data-parallel replica 0 of {info.dp})"
     shown, folded = choose_ranks(ranks, {r: 1 for r in ranks}, max_lanes)
     shown_set = set(shown)
     ypos = {r: i for i, r in enumerate(shown)}
@@ -568,8 +568,9 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
         if fs >= 4.5:
             ax.text((a + b) / 2, y, text, ha="center", va="center", fontsize=fs, color=tc, clip_on=True)
     ax.set_yticks(range(n))
-    ax.set_yticklabels([f"rank {r}" + (f" (stage {info.get('stage_to_rank') and _stages_of(info, r)})"
-                                       if info.get("stage_to_rank") else "") for r in shown], fontsize=7)
+    s2r = info.stage_to_rank if info is not None else {}
+    ax.set_yticklabels([f"rank {r}" + (f" (stage {_stages_of(s2r, r)})" if s2r else "") for r in shown],
+                       fontsize=7)
     ax.set_ylim(n - 0.5, -0.6)
     ax.set_xlim(0, xmax * 1.02)
     ms = tl.makespan_s * 1e3
@@ -588,9 +589,8 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     return fig
 
 
-def _stages_of(info: dict[str, Any], r: int) -> str:
-    s2r = info.get("stage_to_rank") or {}
-    return ",".join(str(s) for s, rr in sorted(s2r.items(), key=lambda kv: int(kv[0])) if int(rr) == r)
+def _stages_of(s2r: dict[int, int], r: int) -> str:
+    return ",".join(str(s) for s, rr in sorted(s2r.items()) if rr == r)
 
 
 def _above(ax: Any, row: int) -> Any:

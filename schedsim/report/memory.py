@@ -9,10 +9,10 @@ What is counted, in bytes, per rank:
 * **receive and gather buffers**: a recv, all_gather or gather op holds its ``bytes`` from its start
   until the last of its direct consumers in the graph ends (until its own end when no graph is given
   or nothing consumes it);
-* **static state** from a ``transformer:`` pipeline block: parameters (2 bytes each in fp16/bf16),
-  gradients (same dtype) and Adam optimizer state (fp32 master weights, momentum and variance:
-  12 bytes per parameter; mixed-precision Adam as in ZeRO, Rajbhandari et al., SC'20, arXiv 1910.02054
-  §3.1), held for the whole step.
+* **static state** from a ``transformer:`` pipeline block (:func:`static_memory`): parameters (2 bytes
+  each in fp16/bf16), gradients (same dtype) and Adam optimizer state (fp32 master weights, momentum and
+  variance: 12 bytes per parameter; mixed-precision Adam as in ZeRO, Rajbhandari et al., SC'20, arXiv
+  1910.02054 §3.1), held for the whole step.
 
 Result (``Timeline.meta["memory"]``, written into timeline.json)::
 
@@ -23,60 +23,64 @@ Result (``Timeline.meta["memory"]``, written into timeline.json)::
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedsim.sim.timeline import Timeline
 from schedsim.units import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    from schedsim.graph.info import PipelineInfo
+    from schedsim.spec.pipeline_block import PipelineSpec
 
 __all__ = ["memory_over_time", "static_memory"]
 
 _BUFFER_KINDS = {"recv", "all_gather", "gather"}
 
 
-def static_memory(spec: Any, world_size: int) -> dict[int, dict[str, float]]:
-    """Parameters, gradients and optimizer bytes per rank from a ``transformer:`` pipeline block, else {}.
+def static_memory(info: PipelineInfo | None, block: PipelineSpec | None,
+                  world_size: int) -> dict[int, dict[str, float]]:
+    """Parameters, gradients and optimizer bytes per rank of a ``transformer:`` pipeline block, else {}.
 
-    Parameters per rank = layers per stage × parameters per layer (the pipeline block's own count,
-    ``_params_per_layer``) × stages on the rank, plus ``vocab × hidden`` for the word embedding on the
-    rank of the first stage and for the logits weight on the rank of the last stage when the block
-    has a ``vocab`` (the ops the block adds to those stages; with tied embeddings Megatron-LM still
-    keeps one copy on each of the two stages and all-reduces their gradients, Shoeybi et al.,
-    arXiv 1909.08053, and ``tied_embedding_allreduce``).
+    The parameter count per pipeline rank is the pipeline library's one model,
+    ``info.static_memory.params`` (:func:`schedsim.pipeline.memory.static_memory`: layers per stage ×
+    parameters per layer, the word and position embeddings on the first stage, the final LayerNorm and
+    output layer on the last). Bytes per parameter: the weight and its gradient at the transformer's dtype
+    size each, and 12 bytes of fp32 Adam state (master weight, momentum, variance; ZeRO, Rajbhandari et
+    al., SC'20, §3.1) when the block has ``optimizer: true`` (without it the step runs no optimizer).
+    With bf16/fp16 and an optimizer that is the library's 16 bytes per parameter. A data-parallel
+    replica's rank ``r`` holds what pipeline rank ``r mod p`` holds.
+
+    Parameters
+    ----------
+    info : PipelineInfo or None
+        The Program's ``pipeline`` (:attr:`schedsim.lower.Program.pipeline`).
+    block : PipelineSpec or None
+        The schedule's ``pipeline:`` block (dtype and ``optimizer``).
+    world_size : int
+        Ranks.
+
+    Returns
+    -------
+    dict
+        rank -> {"parameters", "gradients", "optimizer"} bytes (floats); {} without a transformer.
     """
-    raw = getattr(spec, "pipeline", None)
-    info = (getattr(spec, "_pipeline", None) or (None, None))[1]
-    if not raw or not info:
+    if info is None or block is None or info.static_memory is None or block.transformer is None:
         return {}
-    from schedsim.spec.pipeline_block import PipelineSpec, _params_per_layer
-
-    pb = PipelineSpec.model_validate(raw)  # the block was validated when the graph was built
-    t = pb.transformer
-    if t is None:
-        return {}
-
-    num_stages = int(info["num_stages"])
-    lps = t.layers // num_stages
-    per_stage = lps * _params_per_layer(t)
-    e = DTYPE_BYTES.get(str(t.dtype), 2)
-    p = int(info["p"])
-    params_on: dict[int, int] = defaultdict(int)
-    for st, r in info["stage_to_rank"].items():
-        params_on[int(r)] += per_stage
-        if t.vocab and int(st) in (0, num_stages - 1):  # the embedding (first) and logits weight (last)
-            params_on[int(r)] += t.vocab * t.hidden      # stages the pipeline block builds ops for
+    e = DTYPE_BYTES.get(str(block.transformer.dtype), 2)
+    params = info.static_memory.params
     out = {}
     for rank in range(world_size):
-        n = params_on.get(rank % p, 0)
+        n = params.get(rank % info.p, 0) if info.p else 0
         out[rank] = {"parameters": float(n * e), "gradients": float(n * e),
-                     "optimizer": float(n * 12) if pb.optimizer else 0.0}
+                     "optimizer": float(n * 12) if block.optimizer else 0.0}
     return out
 
 
 def memory_over_time(tl: Timeline, graph: Any = None,
                      static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
     """Allocation curve per rank (see the module doc); None when nothing is counted."""
-    info = tl.meta.get("pipeline") or {}
-    unit = float(info.get("activation_memory_bytes", 0) or 0)
+    info = tl.pipeline
+    unit = float(info.activation_memory_bytes) if info is not None else 0.0
     events: dict[int, list[tuple[float, int, float, str]]] = defaultdict(list)  # (t, order, delta, op)
     fwd: dict[tuple[int, int, int, int], tuple[float, str]] = {}
     bwd_end: dict[tuple[int, int, int, int], float] = {}

@@ -124,7 +124,7 @@ def print_pipeline(pm: PipelineMetrics, console: Any = None, all_ranks: bool = F
     info = pm.info
     from rich.markup import escape
 
-    con.print(f"pipeline {escape(str(info['schedule']))}: p={info['p']} v={info['v']} m={info['m']} p2p={info['p2p']}  "
+    con.print(f"pipeline {escape(info.schedule)}: p={info.p} v={info.v} m={info.m} p2p={info.p2p}  "
               f"bubble: {pm.bubble_of_makespan.overall:.4f} of makespan (idle fraction), "
               f"{pm.bubble_of_ideal.overall:.4f} of ideal compute ((p-1)/m convention)")
     t = Table()

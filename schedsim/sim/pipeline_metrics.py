@@ -25,6 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from schedsim.graph.info import PipelineInfo
 from schedsim.results import from_dict, to_dict
 from schedsim.sim.timeline import Timeline
 
@@ -51,13 +52,14 @@ class P2PBytes:
 class PipelineMetrics:
     """Pipeline metrics of a timeline (module docstring for the definitions).
 
-    ``info`` is the pipeline block as the timeline's ``meta["pipeline"]`` records it (schedule, p, v, m,
-    ``activation_memory_bytes``, ...); ``peak_memory_units`` in microbatch units and
+    ``info`` is the pipeline block the timeline ran (:attr:`Timeline.pipeline
+    <schedsim.sim.timeline.Timeline.pipeline>`: schedule, p, v, m, ``activation_memory_bytes``, ...);
+    ``peak_memory_units`` in microbatch units and
     ``peak_memory_bytes`` per rank; ``memory_timeline`` per rank as [(t_s, units)] steps;
     ``p2p_bytes`` per rank.
     """
 
-    info: dict[str, Any]
+    info: PipelineInfo
     bubble_of_ideal: Bubble
     bubble_of_makespan: Bubble
     peak_memory_units: dict[int, float]
@@ -107,11 +109,11 @@ def pipeline_metrics(tl: Timeline) -> dict[str, Any] | None:
 
 
 def _compute(tl: Timeline) -> PipelineMetrics | None:
-    info = tl.meta.get("pipeline")
-    if not info:
+    info = tl.pipeline
+    if info is None:
         return None
-    v = int(info.get("v", 1))
-    unit_bytes = float(info.get("activation_memory_bytes", 0))
+    v = info.v
+    unit_bytes = float(info.activation_memory_bytes)
     makespan = tl.makespan_s
     busy: dict[int, float] = defaultdict(float)
     fwd_start: dict[tuple[int, int, int], float] = {}

@@ -67,6 +67,8 @@ from schedsim.io import atomic_write_bytes, atomic_write_text, atomic_writer, ou
 if TYPE_CHECKING:
     import numpy as np
 
+    from schedsim.graph.info import PipelineInfo
+
 try:  # orjson: ~10x faster than json on the float columns, serialises numpy arrays without copies
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised by tests that hide orjson
@@ -432,6 +434,14 @@ class Timeline:
 
     def _head_fields(self) -> tuple[Any, ...]:
         return self.schedule, self.source, self.world_size, self.launch, self.profile
+
+    @property
+    def pipeline(self) -> PipelineInfo | None:
+        """The pipeline block this timeline ran, typed (:class:`~schedsim.graph.info.PipelineInfo`, read from
+        ``meta["pipeline"]``, its JSON form); None when the timeline has none."""
+        from schedsim.graph.info import PipelineInfo
+
+        return PipelineInfo.of_meta(self.meta)
 
     def by_id(self) -> dict[str, Span]:
         """Spans keyed by op id (``name@rN``)."""

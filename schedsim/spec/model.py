@@ -256,17 +256,6 @@ class ScheduleSpec(_Base):
             self._file = str(context.get("file", self._file))
             self._sources = list(context.get("sources", ()))
 
-    @property
-    def _pipeline(self) -> tuple[None, dict[str, Any]] | None:
-        """``(None, info)`` of the pipeline block (:func:`schedsim.spec.pipeline_block.pipeline_info`), computed on
-        each access, for readers that take the block's placement from the spec rather than from
-        :attr:`schedsim.lower.Program.pipeline`; None without a block."""
-        if self.pipeline is None:
-            return None
-        from schedsim.spec.pipeline_block import pipeline_info
-
-        return None, pipeline_info(self)
-
     def source_of(self, index: int) -> str:
         """``file:line`` and field path of op ``index`` (for error messages)."""
         if index < len(self._sources):

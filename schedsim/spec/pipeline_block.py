@@ -61,13 +61,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedsim.errors import SpecError
+from schedsim.graph.info import PipelineInfo
 from schedsim.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
     from schedsim.spec.model import ScheduleSpec
 
 __all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "PipelinePlan", "StageCost", "pipeline_block", "plan_of",
-           "stage_cost", "block_info", "pipeline_info", "split_fix", "block_error"]
+           "stage_cost", "block_info", "split_fix", "block_error"]
 
 
 class _B(BaseModel):
@@ -368,8 +369,9 @@ def stage_cost(spec: ScheduleSpec, pb: PipelineSpec, num_stages: int) -> StageCo
         lps * _params_per_layer(t), (t.vocab or 0) * t.hidden * e, t.dtype)
 
 
-def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> dict[str, Any]:
-    """What ``G.graph["pipeline"]`` (and the timeline's meta) say about the block."""
+def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> PipelineInfo:
+    """What the Program's ``pipeline`` (in JSON form ``G.graph["pipeline"]`` and the timeline's meta) says
+    about the block."""
     t = pb.transformer
     memory = None
     if t is not None:
@@ -379,15 +381,9 @@ def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> dict[st
         memory = static_memory(stage_params(ns, t.layers // ns, _params_per_layer(t), hidden=t.hidden,
                                             seq=t.seq, vocab=t.vocab), plan.s2r)
     order = plan.order
-    return {"schedule": plan.name, "p": plan.p, "m": plan.m, "v": plan.v, "num_stages": plan.num_stages,
-            "dp": pb.data_parallel, "static_memory": memory,
-            "stage_to_rank": {int(k): int(val) for k, val in plan.s2r.items()}, "p2p": plan.mode,
-            "activation_bytes": cost.act_bytes, "activation_memory_bytes": cost.mem_bytes,
-            "order": {r: [str(a) for a in order[r] if a is not None] for r in order}}
+    return PipelineInfo(schedule=plan.name, p=plan.p, m=plan.m, v=plan.v, num_stages=plan.num_stages,
+                        dp=pb.data_parallel, static_memory=memory,
+                        stage_to_rank={int(k): int(val) for k, val in plan.s2r.items()}, p2p=plan.mode,
+                        activation_bytes=cost.act_bytes, activation_memory_bytes=cost.mem_bytes,
+                        order={r: [str(a) for a in order[r] if a is not None] for r in order})
 
-
-def pipeline_info(spec: ScheduleSpec) -> dict[str, Any]:
-    """The ``info`` of :func:`schedsim.lower.pipeline.expand_pipeline` without expanding the ops (same errors)."""
-    pb = pipeline_block(spec)
-    plan = plan_of(spec, pb)
-    return block_info(pb, plan, stage_cost(spec, pb, plan.num_stages))

@@ -16,11 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_process(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """``python -m schedsim ARGS`` in a fresh interpreter."""
-    return subprocess.run([sys.executable, "-m", "schedsim", *args], cwd=cwd, capture_output=True, text=True)
-
-
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """``schedsim ARGS`` in-process (typer's CliRunner); an uncaught exception's traceback ends stderr."""
     import os
@@ -42,11 +37,19 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["schedsim", *args], r.exit_code, r.stdout, err)
 
 
-def test_predict_writes_everything(tmp_path):
+def test_predict_writes_everything_and_never_imports_torch(tmp_path):
+    """``python -m schedsim predict`` (the entry point run as ``-m`` does, by runpy, in a fresh interpreter):
+    every output, and neither torch nor the nsys importer's sqlite3 loaded by the end."""
     out = tmp_path / "o"
-    p = run_process("predict", "schedules/allgather_mm8.yaml", "--profile", "pcie2", "--out", str(out))
+    code = ("import runpy, sys\nsys.argv = ['schedsim'] + sys.argv[1:]\n"
+            "try:\n    runpy.run_module('schedsim', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.') or m in ('sqlite3', 'schedsim.trace.nsys')]\n"
+            "assert not bad, bad\nprint('no torch')\n")
+    p = subprocess.run([sys.executable, "-c", code, "predict", "schedules/allgather_mm8.yaml", "--profile", "pcie2",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert "makespan" in p.stdout and "critical path" in p.stdout
+    assert "makespan" in p.stdout and "critical path" in p.stdout and "no torch" in p.stdout
     for f in ("timeline.json", "trace.json", "gantt.png", "gantt.svg"):
         assert (out / f).stat().st_size > 0
     tl = json.loads((out / "timeline.json").read_text())
@@ -94,16 +97,6 @@ def test_check_and_schema_and_profiles():
     assert "ops" in schema["properties"] and "MatmulOp" in json.dumps(schema)
     pr = run("profiles")
     assert "h200" in pr.stdout and "pcie2" in pr.stdout
-
-
-def test_predict_never_imports_torch(tmp_path):
-    code = ("import sys\nfrom schedsim.cli import app\n"
-            "try:\n    app(['predict', 'schedules/allgather_mm8.yaml', '--out', sys.argv[1]])\n"
-            "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.') or m in ('sqlite3', 'schedsim.trace.nsys')]\n"
-            "assert not bad, bad\nprint('no torch')\n")
-    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
-    assert p.returncode == 0 and "no torch" in p.stdout, p.stderr
 
 
 def test_sweep_chunks(tmp_path):

@@ -45,11 +45,8 @@ def test_metrics_round_trip_through_json_with_pipeline_and_memory_peak(pp_run, t
     m = pp_run.metrics
     assert m.pipeline is not None and m.memory_peak is not None
     back = Metrics.from_dict(_through_json(m.to_dict()))
-    # every typed field comes back equal; the pipeline's ``info`` is the lowering's free-form record, whose
-    # int keys (stage_to_rank, order) JSON turns into strings, so it is equal as JSON
-    assert dataclasses.replace(back, pipeline=None) == dataclasses.replace(m, pipeline=None)
-    assert dataclasses.replace(back.pipeline, info={}) == dataclasses.replace(m.pipeline, info={})
-    assert back.pipeline.info == _through_json(m.pipeline.info)
+    # every field comes back equal, the pipeline's ``info`` (a PipelineInfo, int keys restored) included
+    assert back == m
     assert json.dumps(back.to_dict()) == json.dumps(m.to_dict())
     # what predict writes into timeline.json is this JSON form, and reads back to the same Metrics
     tl, metrics, _paths = api.predict_to_dir(ROOT / "schedules" / "allgather_mm8.yaml", [], "h200", tmp_path,
@@ -72,9 +69,9 @@ def test_pipeline_metrics_values_and_json_form(pp_run) -> None:
                        "memory_timeline", "p2p_bytes"]
     assert d["p2p_bytes"][0] == {"sent": 3 * 1024, "recv": 3 * 1024}
     assert "memory_timeline" not in pm.to_dict(memory_timeline=False)
-    assert PipelineMetrics.from_dict(_through_json(d)) == dataclasses.replace(pm, info=_through_json(pm.info))
+    assert PipelineMetrics.from_dict(_through_json(d)) == pm
     short = PipelineMetrics.from_dict(_through_json(pm.to_dict(memory_timeline=False)))
-    assert short == dataclasses.replace(pm, memory_timeline={}, info=_through_json(pm.info))
+    assert short == dataclasses.replace(pm, memory_timeline={})
 
 
 def test_compute_metrics_is_the_json_form_of_metrics() -> None:
@@ -126,3 +123,69 @@ def test_generic_to_dict_keeps_key_order_and_omits_only_marked_nones() -> None:
 
     assert to_dict(A(1, (0.5, 1.5))) == {"x": 1, "y": (0.5, 1.5), "z": None}
     assert from_dict(A, {"x": "3", "y": [0.5, 1.5], "z": None}) == A(3, (0.5, 1.5))
+
+
+def test_pipeline_info_is_typed_from_the_program_to_the_timeline_and_round_trips(pp_run) -> None:
+    """1F1B, p=2, m=3: rank 0 warms up with one forward (p-1-0), then alternates, then drains; rank 1 (the last
+    stage) alternates from the start. The typed record writes exactly the mapping the lowering used to hand
+    on (same keys, same order), and reads back equal from JSON, in G.graph, meta and the metrics."""
+    from schedsim.graph.build import graph_of, info_of
+    from schedsim.graph.info import GraphInfo, PipelineInfo
+
+    info = pp_run.program.pipeline
+    assert isinstance(info, PipelineInfo)
+    expected = {"schedule": "1f1b", "p": 2, "m": 3, "v": 1, "num_stages": 2, "dp": 1, "static_memory": None,
+                "stage_to_rank": {0: 0, 1: 1}, "p2p": "batched", "activation_bytes": 1024,
+                "activation_memory_bytes": 1024,
+                "order": {0: ["0F0", "0F1", "0B0", "0F2", "0B1", "0B2"], 1: ["1F0", "1B0", "1F1", "1B1", "1F2", "1B2"]}}
+    d = info.to_dict()
+    assert list(d) == list(expected) and d == expected
+    assert json.dumps(d) == json.dumps(expected)
+    assert PipelineInfo.from_dict(_through_json(d)) == info
+    # the timeline stores the JSON form and reads it typed; the metrics carry the same record
+    assert json.dumps(pp_run.timeline.meta["pipeline"]) == json.dumps(expected)
+    assert pp_run.timeline.pipeline == info and pp_run.metrics.pipeline.info == info
+    back = type(pp_run.timeline).from_dict(_through_json(pp_run.timeline.to_dict()))
+    assert back.pipeline == info
+    # the graph's attribute dict is the plain form of the one GraphInfo, and reads back to it
+    G = graph_of(pp_run.program)
+    assert json.dumps(G.graph["pipeline"]) == json.dumps(expected)
+    gi = GraphInfo.of(G)
+    assert gi == info_of(pp_run.program) and gi.pipeline == info and gi.graph_attrs() == G.graph
+    assert len(gi.p2p) == 6  # 3 activations forward, 3 gradients back
+
+
+def test_pipeline_info_of_a_transformer_types_its_static_memory() -> None:
+    """A 2-layer GPT (h=8, f=32, vocab 16, seq 4) on p=2: one layer per stage, 4h² + 4h + 2hf + f + h + 4h
+    parameters per layer (schedsim.spec.pipeline_block._params_per_layer), the word and position embedding
+    on stage 0, the final LayerNorm and output layer on stage 1; 16 bytes each."""
+    from schedsim.graph.info import PipelineInfo, StaticMemory
+    from schedsim.spec.pipeline_block import _params_per_layer
+
+    spec = api.load_text("""
+schema_version: 1
+name: gpt
+world_size: 2
+pipeline: {schedule: 1f1b, p: 2, m: 2, transformer: {layers: 2, hidden: 8, ffn: 32, heads: 2, seq: 4, vocab: 16}}
+""")
+    info = api.lower_spec(spec).pipeline
+    per_layer = _params_per_layer(spec.pipeline.transformer)
+    params = {0: per_layer + 16 * 8 + 4 * 8, 1: per_layer + 16 * 8 + 2 * 8}
+    assert isinstance(info.static_memory, StaticMemory) and info.static_memory.params == params
+    assert info.static_memory.bytes == {r: 16 * n for r, n in params.items()}
+    assert PipelineInfo.from_dict(_through_json(info.to_dict())) == info
+
+
+def test_sweep_row_is_the_metrics_of_its_point_in_sweep_json_key_order(pp_run) -> None:
+    from schedsim.api import SweepRow
+
+    m, pm = pp_run.metrics, pp_run.metrics.pipeline
+    row = SweepRow.of({"m": 3}, m, pm, timeline="timeline_m=3.json")
+    d = row.to_dict()
+    assert list(d) == ["setting", "makespan_s", "exposed_comm_s", "overlap_ratio", "peak_memory_bytes",
+                       "peak_memory_units", "bubble_ratio", "timeline"]
+    assert d["makespan_s"] == pp_run.timeline.makespan_s and d["bubble_ratio"] == pm.bubble_of_makespan.overall
+    assert d["peak_memory_bytes"] == max(pm.peak_memory_bytes.values()) == 1024 * d["peak_memory_units"]
+    assert from_dict(SweepRow, _through_json(d)) == row
+    plain = SweepRow.of({}, m, None).to_dict()  # no pipeline, no kept timeline: those keys are absent
+    assert list(plain) == ["setting", "makespan_s", "exposed_comm_s", "overlap_ratio"]

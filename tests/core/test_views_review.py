@@ -168,8 +168,10 @@ def test_api_plot_pipeline_tags_measured_ranges_and_refuses_non_pipelines():
 
 
 def test_static_memory_counts_the_embedding_and_logits_weights():
-    """A GPT with vocab 1000, hidden 64, ffn 256, 4 layers on p = 2: the first and last stage also hold
-    vocab × hidden parameters (the block adds embedding and logits ops there); they were left out."""
+    """A GPT with vocab 1000, hidden 64, ffn 256, seq 8, 4 layers on p = 2: the first stage also holds the
+    word and position embeddings (vocab × hidden + seq × hidden), the last the output layer and final
+    LayerNorm (vocab × hidden + 2 × hidden); they were left out. The memory curve's static bytes are the
+    pipeline library's parameter count (one model, schedsim.pipeline.memory) at 2 + 2 + 12 bytes each."""
     from schedsim import api
     from schedsim.report.memory import static_memory
 
@@ -184,11 +186,18 @@ pipeline:
   transformer: {layers: 4, hidden: 64, ffn: 256, heads: 4, seq: 8, micro_batch: 1, dtype: bf16, vocab: 1000}
   optimizer: true
 """)
-    api.predict(spec, "h200")  # builds the graph, which records the stage placement on the spec
+    info = api.lower_spec(spec).pipeline
     per_layer = 4 * 64 * 64 + 64 * 256 + 256 * 64 + 4 * 64  # QKV + proj, fc1, fc2, biases/norms
-    n = 2 * per_layer + 1000 * 64                           # 2 layers per stage + embedding (or logits)
-    st = static_memory(spec, 2)
-    assert st[0] == st[1] == {"parameters": 2.0 * n, "gradients": 2.0 * n, "optimizer": 12.0 * n}
+    n0 = 2 * per_layer + 1000 * 64 + 8 * 64                # 2 layers per stage + word and position embedding
+    n1 = 2 * per_layer + 1000 * 64 + 2 * 64                # 2 layers per stage + output layer and final norm
+    st = static_memory(info, spec.pipeline, 4)              # ranks 2, 3: a data-parallel replica of 0, 1
+    for r, n in ((0, n0), (1, n1), (2, n0), (3, n1)):
+        assert st[r] == {"parameters": 2.0 * n, "gradients": 2.0 * n, "optimizer": 12.0 * n}
+        assert sum(st[r].values()) == info.static_memory.bytes[r % 2]  # bf16 + Adam: the library's 16 B/param
+    assert static_memory(info, spec.pipeline.model_copy(update={"optimizer": False}), 2)[0]["optimizer"] == 0.0
+    assert static_memory(None, spec.pipeline, 2) == {}
+    run = api.predict(spec, "h200")
+    assert run.timeline.meta["memory"]["ranks"][1]["static"] == st[1]
 
 
 def test_compare_gantt_draws_no_empty_lanes_for_streams_a_timeline_lacks():

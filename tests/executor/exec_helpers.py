@@ -137,6 +137,11 @@ def gloo3_jobs(base: Path) -> dict[str, list[str]]:
     for name in ("batched_interleaved_p3", "ring_batch_one_stream"):
         jobs[name] = ["execute", str(DATA / f"{name}.yaml"), "--backend", "gloo", "--device", "cpu", "--iters", "2",
                       "--warmup", "1", "--timeout", "60", "--no-gantt", "--out", str(base / name)]
+    # Megatron-style 1F1B over 3 stages: a first, a middle (receives and sends both ways) and a last stage
+    jobs["pp3"] = ["execute", "schedules/megatron_gpt_pp4.yaml", "--set", "p=3", "--set", "m=4", "--set", "layers=3",
+                   "--set", "hidden=64", "--set", "ffn=128", "--set", "heads=2", "--set", "seq=8", "--set",
+                   "vocab=512", "--iters", "2", "--warmup", "1", "--lean-iters", "0", "--timeout", "60",
+                   "--no-gantt", "--compare", "--out", str(base / "pp3")]
     return jobs
 
 

@@ -41,5 +41,5 @@ def test_without_vocab_only_layers_count():
 def test_static_memory_sums_stages_per_rank(stages, ranks):
     ps = stage_params(stages, 3, 10, hidden=2, seq=3, vocab=5)
     mem = static_memory(ps, ranks)
-    assert sum(mem["params"].values()) == stages * 30 + (5 * 2 + 3 * 2) + (5 * 2 + 2 * 2)
+    assert sum(mem.params.values()) == stages * 30 + (5 * 2 + 3 * 2) + (5 * 2 + 2 * 2)
     assert BYTES_PER_PARAM == 2 + 2 + 4 + 4 + 4
