@@ -189,3 +189,37 @@ def test_compiled_loop_on_an_empty_graph(monkeypatch):
     G = nx.DiGraph(name="empty", world_size=2, launch="eager", collectives={}, p2p=[])
     fast, ref = both(monkeypatch, G, load_profile("h200"))
     assert fast == ref == ([], [], None)
+
+
+def one_op_graph(world: int, rank: int, duration_s: float) -> nx.DiGraph:
+    """A graph built through the API (no schema in between): one fixed-duration kernel on ``rank``."""
+    G = nx.DiGraph(name="api", world_size=world, launch="eager", collectives={}, p2p=[])
+    op = Op("a", rank, "compute", "s0", 0, duration_s=duration_s)
+    G.add_node(op.id, op=op)
+    return G
+
+
+@pytest.mark.parametrize("gpu_model", ["waves", "sharing"])
+@pytest.mark.parametrize(("world", "rank"), [(1, 3), (1, 1), (2, -1)])
+def test_an_op_on_a_rank_outside_the_world_is_a_graph_error(monkeypatch, gpu_model, world, rank):
+    # the compiled loop indexes per-rank arrays by rank: rank 3 of a world of 1 (or -1) wrote out of bounds
+    # (a segfault), rank 1 of 1 ran, and the Python loop raised IndexError or wrapped -1 to the last rank
+    from schedsim.errors import GraphError
+
+    for ext in ([_cwaves], [None]):
+        monkeypatch.setattr(waves, "_EXT", ext)
+        with pytest.raises(GraphError, match=rf"a@r{rank}.*rank {rank}.*world_size is {world}"):
+            simulate(one_op_graph(world, rank, 1e-6), load_profile("h200"), gpu_model=gpu_model)
+
+
+@pytest.mark.parametrize("gpu_model", ["waves", "sharing"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1e-6])
+def test_a_non_finite_or_negative_duration_is_a_graph_error(monkeypatch, gpu_model, bad):
+    # was: NaN/inf spread through the timeline silently; -1e-6 ended before it started, read as a deadlock of a
+    # compute op "waiting for its peers"
+    from schedsim.errors import GraphError
+
+    for ext in ([_cwaves], [None]):
+        monkeypatch.setattr(waves, "_EXT", ext)
+        with pytest.raises(GraphError, match=r"a@r0.*solo duration"):
+            simulate(one_op_graph(1, 0, bad), load_profile("h200"), gpu_model=gpu_model)
