@@ -278,7 +278,7 @@ static int cmp_i64(const void *a, const void *b) {
 /* comm_rates + rerate over the sorted dirty ranks, then clear them */
 static void settle(W *w, double t) {
     ivec *d = &w->dirty;
-    qsort(d->a, (size_t)d->n, sizeof(i64), cmp_i64);
+    if (d->n > 1) qsort(d->a, (size_t)d->n, sizeof(i64), cmp_i64); /* qsort(NULL, 0) is undefined */
     for (i64 p = 0; p < d->n; p++) {
         i64 q = d->a[p];
         if (w->ncomm[q]) w->crate[q] = w->comm_tab[w->held[q] * (w->S / w->nsm + 1) + w->nccl_held[q] / w->nsm];
@@ -486,7 +486,7 @@ static void job_done(W *w, i64 j, double t) {
 
 static void place_all(W *w, double t) {
     ivec *tp = &w->toplace;
-    qsort(tp->a, (size_t)tp->n, sizeof(i64), cmp_i64);
+    if (tp->n > 1) qsort(tp->a, (size_t)tp->n, sizeof(i64), cmp_i64);
     for (i64 p = 0; p < tp->n; p++) {
         w->intoplace[tp->a[p]] = 0;
         place(w, tp->a[p], t);
