@@ -13,6 +13,8 @@
  * loop's (tests/core/test_cwaves.py).
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
+ * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
+ * the handlers run every SIGNAL_EVERY + 1 events).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -132,6 +134,8 @@ typedef struct {
     heap_t heap;
     i64 seq, stamp;
     int oom;
+    int stop;         /* a signal handler raised (Ctrl-C): the exception is set */
+    PyThreadState *ts; /* the loop runs without the GIL; it takes it back to run signal handlers */
 } W;
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
@@ -494,6 +498,9 @@ static void place_all(W *w, double t) {
     tp->n = 0;
 }
 
+/* events between two checks for signals, minus 1 (a power of 2): ~4 ms of loop; taking the GIL costs ~1 us */
+#define SIGNAL_EVERY ((1 << 12) - 1)
+
 static void loop(W *w) {
     for (i64 i = 0; i < w->N && !w->oom; i++)
         if (w->npred[i] == 0) {
@@ -506,7 +513,14 @@ static void loop(W *w) {
         }
     place_all(w, 0.0);
     settle(w, 0.0);
+    i64 events = 0;
     while (w->heap.n && !w->oom) {
+        if (!(++events & SIGNAL_EVERY)) { /* Python's signal handlers (Ctrl-C) run here, not after the loop */
+            PyEval_RestoreThread(w->ts);
+            w->stop = PyErr_CheckSignals() < 0;
+            w->ts = PyEval_SaveThread();
+            if (w->stop) return;
+        }
         hent x = heap_pop(&w->heap);
         double t = x.t;
         i64 j = x.b;
@@ -609,11 +623,13 @@ static PyObject *run(PyObject *self, PyObject *args) {
                 w->crate[r] = 1.0;
             }
             for (i64 c = 0; c < 3 * R; c++) w->cqhead[c] = -1;
-            Py_BEGIN_ALLOW_THREADS
+            w->ts = PyEval_SaveThread();
             loop(w);
-            Py_END_ALLOW_THREADS
+            PyEval_RestoreThread(w->ts);
         }
-        if (w->oom)
+        if (w->stop)
+            ; /* the handler's exception (KeyboardInterrupt) propagates */
+        else if (w->oom)
             PyErr_NoMemory();
         else
             result = PyLong_FromLongLong(w->jtype.n);

@@ -7,6 +7,7 @@ pipeline; and the fallback to the Python loop when the extension is off.
 from __future__ import annotations
 
 import glob
+import itertools
 import random
 
 import networkx as nx
@@ -223,3 +224,52 @@ def test_a_non_finite_or_negative_duration_is_a_graph_error(monkeypatch, gpu_mod
         monkeypatch.setattr(waves, "_EXT", ext)
         with pytest.raises(GraphError, match=r"a@r0.*solo duration"):
             simulate(one_op_graph(1, 0, bad), load_profile("h200"), gpu_model=gpu_model)
+
+
+def chain_graph(n: int) -> nx.DiGraph:
+    """``n`` fixed-duration kernels one after the other on one stream of one rank."""
+    G = nx.DiGraph(name="chain", world_size=1, launch="eager", collectives={}, p2p=[])
+    ops = [Op(f"a{i}", 0, "compute", "s0", i, duration_s=1e-6) for i in range(n)]
+    G.add_nodes_from((op.id, {"op": op}) for op in ops)
+    G.add_edges_from(((a.id, b.id) for a, b in itertools.pairwise(ops)), kind="stream")
+    return G
+
+
+@needs_ext
+def test_a_signal_reaches_python_while_the_compiled_loop_runs(monkeypatch):
+    # Ctrl-C during a long predict: the loop runs without the GIL, and used to run Python's signal handlers only
+    # once it had finished (seconds for 10M ops). Now it runs them every few thousand events, so a handler sees
+    # the loop mid-way, and the exception it raises (KeyboardInterrupt) stops the run.
+    import functools
+    import ctypes
+    import operator
+    import signal
+
+    monkeypatch.setattr(waves, "_EXT", [_cwaves])
+    n = 20_000
+    G = chain_graph(n)
+    seen: list[int] = []
+    real_run = _cwaves.run
+
+    def run(ints, floats, arrays):  # type: ignore[no-untyped-def]
+        end = arrays[-9]  # the `end` column (see _run_compiled), written by the loop as it goes
+        assert len(end) == n
+
+        def handler(signum, frame):  # type: ignore[no-untyped-def]
+            seen.append(sum(1 for x in end if x >= 0.0))
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGUSR1, handler)
+        try:  # signal, then enter the loop, with no bytecode in between (where Python would run the handler;
+            # libc's raise(), not os.kill or signal.pthread_kill, which run it at once)
+            kill = functools.partial(getattr(ctypes.CDLL(None), "raise"), signal.SIGUSR1)
+            return list(map(operator.call, [kill, functools.partial(real_run, ints, floats, arrays)]))[1]
+        finally:
+            signal.signal(signal.SIGUSR1, old)
+
+    monkeypatch.setattr(_cwaves, "run", run)
+    with pytest.raises(KeyboardInterrupt):
+        simulate(G, load_profile("h200"), gpu_model="waves")
+    assert len(seen) == 1 and 0 < seen[0] < n // 2, seen  # handled at the loop's first check: most ops left
+    monkeypatch.setattr(_cwaves, "run", real_run)
+    assert simulate(G, load_profile("h200"), gpu_model="waves").makespan_s > n * 1e-6  # and it runs again
