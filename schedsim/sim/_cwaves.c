@@ -537,6 +537,9 @@ static void loop(W *w) {
 
 /* ---- Python entry --------------------------------------------------------------------------------------- */
 #define NBUF 44
+/* Version of run()'s argument list; schedsim.sim.waves._LAYOUT must equal it, or Python ignores this build (a
+ * stale .so of an editable checkout). Bump both whenever the arguments change. */
+#define LAYOUT 1
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays;
@@ -660,4 +663,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cwaves",
                                     "Compiled event loop of the waves GPU model (see _cwaves.c).", -1, methods};
 
-PyMODINIT_FUNC PyInit__cwaves(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cwaves(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "LAYOUT", LAYOUT) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -240,8 +240,8 @@ def test_a_signal_reaches_python_while_the_compiled_loop_runs(monkeypatch):
     # Ctrl-C during a long predict: the loop runs without the GIL, and used to run Python's signal handlers only
     # once it had finished (seconds for 10M ops). Now it runs them every few thousand events, so a handler sees
     # the loop mid-way, and the exception it raises (KeyboardInterrupt) stops the run.
-    import functools
     import ctypes
+    import functools
     import operator
     import signal
 
@@ -273,3 +273,27 @@ def test_a_signal_reaches_python_while_the_compiled_loop_runs(monkeypatch):
     assert len(seen) == 1 and 0 < seen[0] < n // 2, seen  # handled at the loop's first check: most ops left
     monkeypatch.setattr(_cwaves, "run", real_run)
     assert simulate(G, load_profile("h200"), gpu_model="waves").makespan_s > n * 1e-6  # and it runs again
+
+
+def test_a_stale_build_of_the_extension_is_not_used(monkeypatch, capsys):
+    # an editable checkout keeps its built _cwaves*.so across `git pull`: one built from an older _cwaves.c reads
+    # its arguments in an older layout (a TypeError from simulate, or wrong arrays if only the order changed)
+    import sys
+    import types
+
+    import schedsim.sim
+
+    if _cwaves is not None:
+        assert _cwaves.LAYOUT == waves._LAYOUT  # the built one is current
+    stale = types.ModuleType("schedsim.sim._cwaves")
+    stale.run = lambda *a: 0  # type: ignore[attr-defined]  # an older build: no LAYOUT, or another one
+    for layout in (None, waves._LAYOUT - 1):
+        if layout is not None:
+            stale.LAYOUT = layout  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "schedsim.sim._cwaves", stale)
+        monkeypatch.setattr(schedsim.sim, "_cwaves", stale, raising=False)
+        monkeypatch.delenv("SCHEDSIM_NO_EXT", raising=False)
+        monkeypatch.setattr(waves, "_EXT", [])
+        assert waves.compiled_loop() is None
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Python event loop" in err and "out of date" in err and "build_ext" in err
