@@ -19,6 +19,7 @@ from schedsim.errors import SchedsimError
 from schedsim.graph.build import build_graph
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import load_profile
+from schedsim.kinds import COLLECTIVE_KINDS
 from schedsim.sim import waves
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_schedule, parse_overrides
@@ -75,18 +76,40 @@ def test_compiled_loop_matches_python_on_a_large_pipeline(monkeypatch):
         assert fast == ref
 
 
-def random_dag(seed: int) -> nx.DiGraph:
-    """1-4 ranks, up to 14 steps; each step is compute on some ranks (GEMMs of 1 to many waves, memory-bound
-    kernels, fixed-duration kernels, copies) on random streams with random extra dependencies on earlier
-    ops of the rank, a collective over a random group, a lone send/recv, or a batched exchange. Rendezvous
-    ops are issued in one global order; hardware queues and dependencies can still make it hang."""
+def compute_op(rng: random.Random, name: str, r: int, stream: str, seq: int, nb: float) -> Op:
+    """A GEMM (batched, repeated), a memory-bound, FLOP-only or fixed-duration (0 s included) kernel, or a copy."""
+    c, rep = rng.randint(0, 5), rng.choice((1, 1, 3))
+    if c == 0:
+        n, bt = rng.choice((128, 1024, 8192)), rng.choice((1, 4))
+        return Op(name, r, "matmul", stream, seq, m=n, n=n, k=1024, batch=bt, dtype="bf16",
+                  flops=2.0 * bt * n * n * 1024, repeat=rep, host_s=rng.choice((0.0, 1e-5)))
+    if c == 1:
+        return Op(name, r, "compute", stream, seq, nbytes=float(rng.choice((1 << 16, 1 << 26))), repeat=rep)
+    if c == 2:
+        return Op(name, r, "compute", stream, seq, duration_s=rng.choice((0.0, 1e-6, 5e-5)), repeat=rep)
+    if c == 3:
+        return Op(name, r, "compute", stream, seq, flops=rng.choice((0.0, 1e9)), dtype="fp32",
+                  nbytes=rng.choice((0.0, 1e6)), repeat=rep)
+    return Op(name, r, "memcpy", stream, seq, nbytes=nb / 4, direction=rng.choice(("h2d", "d2h", "d2d")))
+
+
+def random_dag(seed: int) -> nx.DiGraph:  # noqa: C901 (a table of cases)
+    """1-5 ranks, up to 16 steps; each step is compute on some ranks (GEMMs of 1 to many waves, batched and
+    repeated, memory-bound kernels, FLOP-only kernels, fixed-duration kernels of 0 s and more, copies in each
+    direction, 0 bytes included) on random streams (up to 12 per rank: more than the hardware queues), with
+    random extra dependencies on earlier ops of the rank and some host time; a collective of any kind over a
+    random group (one rank included, 0 bytes included); a lone send/recv; or a batched exchange. Rendezvous ops
+    are issued in one global order, except for crossed pairs (two ranks reach two collectives, or a lone
+    send/recv pair each way, in opposite orders): those hang, and crossed lone send/recv are rerun without
+    their communicator's order (engine._run_waves). Hardware queues and dependencies can also make it hang."""
     rng = random.Random(seed)
-    world = rng.randint(1, 4)
+    world = rng.randint(1, 5)
     G = nx.DiGraph(name=f"gen{seed}", world_size=world, launch="eager")
     prog: list[list[str]] = [[] for _ in range(world)]
     last: dict[tuple[int, str], str] = {}
     colls: dict[str, list[str]] = {}
     p2p: list[tuple[str, str]] = []
+    streams = [f"s{i}" for i in range(rng.choice((2, 3, 12)))]
 
     def add(op: Op, mate: str | None = None) -> str:
         """Add ``op`` after the rank's earlier ops; the second op of a batch (``mate`` = the first) gets the
@@ -107,53 +130,84 @@ def random_dag(seed: int) -> nx.DiGraph:
         earlier.append(op.id)
         return op.id
 
-    for s in range(rng.randint(1, 14)):
+    def coll(name: str, kind: str, group: tuple[int, ...], nb: float, stream: str, r: int) -> str:
+        root = group[0] if kind in ("broadcast", "reduce", "scatter", "gather") else None
+        op = Op(name, r, kind, stream, len(prog[r]), group=group, root=root, nbytes=nb, dtype="bf16",
+                host_s=rng.choice((0.0, 0.0, 1e-5)))
+        colls.setdefault(name, []).append(add(op))
+        return op.id
+
+    def lone(name: str, a: int, b: int, nb: float, stream: str) -> tuple[str, str]:
+        snd = add(Op(name, a, "send", stream, len(prog[a]), group=(a, b), peer=b, nbytes=nb))
+        return snd, add(Op(name, b, "recv", stream, len(prog[b]), group=(b, a), peer=a, nbytes=nb))
+
+    def exchange(name: str, a: int, b: int, nb: float, roll: float) -> None:
+        """Crossed lone send/recv (sends and recvs on two streams: hangs only if serialized per communicator),
+        a lone send/recv, or batch_isend_irecv on both sides (a's send and recv are one kernel, b's too)."""
+        if roll < 0.85:
+            ab_s = add(Op(f"{name}f", a, "send", "p", len(prog[a]), group=(a, b), peer=b, nbytes=nb))
+            ba_s = add(Op(f"{name}g", b, "send", "p", len(prog[b]), group=(b, a), peer=a, nbytes=nb))
+            ba_r = add(Op(f"{name}g", a, "recv", "q", len(prog[a]), group=(a, b), peer=b, nbytes=nb))
+            ab_r = add(Op(f"{name}f", b, "recv", "q", len(prog[b]), group=(b, a), peer=a, nbytes=nb))
+            p2p.extend([(ab_s, ab_r), (ba_s, ba_r)])
+            return
+        stream = rng.choice(("c0", "p", streams[-1]))
+        if rng.random() < 0.5:
+            p2p.append(lone(name, a, b, nb, stream))
+            return
+        kw = {"nbytes": nb, "p2p_batch": f"x{name}"}
+        s_a = add(Op(f"{name}s", a, "send", stream, len(prog[a]), group=(a, b), peer=b, **kw))
+        r_a = add(Op(f"{name}r", a, "recv", stream, len(prog[a]), group=(a, b), peer=b, **kw), s_a)
+        r_b = add(Op(f"{name}r", b, "recv", stream, len(prog[b]), group=(b, a), peer=a, **kw))
+        s_b = add(Op(f"{name}s", b, "send", stream, len(prog[b]), group=(b, a), peer=a, **kw), r_b)
+        p2p.extend([(s_a, r_b), (s_b, r_a)])
+
+    for s in range(rng.randint(1, 16)):
         roll = rng.random()
-        if roll < 0.5 or world == 1:
+        nb = float(rng.choice((0, 1 << 10, 1 << 24)))
+        if roll < 0.5 or world == 1 and roll < 0.8:
             for r in rng.sample(range(world), rng.randint(1, world)):
-                stream, seq, c = rng.choice(("s0", "s1", "s2")), len(prog[r]), rng.randint(0, 4)
-                if c == 0:
-                    n = rng.choice((128, 1024, 8192))
-                    op = Op(f"o{s}", r, "matmul", stream, seq, m=n, n=n, k=1024, dtype="bf16", flops=2.0 * n * n * 1024)
-                elif c == 1:
-                    op = Op(f"o{s}", r, "compute", stream, seq, nbytes=float(rng.choice((1 << 16, 1 << 26))))
-                elif c == 2:
-                    op = Op(f"o{s}", r, "compute", stream, seq, duration_s=rng.choice((1e-6, 5e-5)))
-                else:
-                    op = Op(f"o{s}", r, "memcpy", stream, seq, nbytes=float(1 << 22),
-                            direction=rng.choice(("h2d", "d2h", "d2d")))
-                add(op)
-        elif roll < 0.75:
-            group = tuple(sorted(rng.sample(range(world), rng.randint(2, world))))
-            kind, nb = rng.choice(("all_reduce", "all_gather")), float(rng.choice((1 << 10, 1 << 24)))
-            colls[f"o{s}"] = [add(Op(f"o{s}", r, kind, rng.choice(("c0", "c1")), len(prog[r]), group=group,
-                                     nbytes=nb, dtype="bf16")) for r in group]
+                add(compute_op(rng, f"o{s}", r, rng.choice(streams), len(prog[r]), nb))
+        elif roll < 0.75 or world == 1:
+            group = tuple(sorted(rng.sample(range(world), rng.randint(1, world))))
+            kind, stream = rng.choice(COLLECTIVE_KINDS), rng.choice(("c0", "c1", streams[0]))
+            for r in group:
+                coll(f"o{s}", kind, group, nb, stream, r)
+        elif roll < 0.8:  # crossed: rank a reaches x then y, rank b y then x (same communicator): a hang
+            a, b = sorted(rng.sample(range(world), 2))
+            for r, names in ((a, ("x", "y")), (b, ("y", "x"))):
+                for x in names:
+                    coll(f"o{s}{x}", "all_reduce", (a, b), nb, "c0", r)
         else:
-            a, b = rng.sample(range(world), 2)
-            nb, stream = float(rng.choice((1 << 10, 1 << 24))), rng.choice(("c0", "p"))
-            if rng.random() < 0.5:
-                snd = add(Op(f"o{s}", a, "send", stream, len(prog[a]), group=(a, b), peer=b, nbytes=nb))
-                p2p.append((snd, add(Op(f"o{s}", b, "recv", stream, len(prog[b]), group=(b, a), peer=a, nbytes=nb))))
-            else:  # batch_isend_irecv on both sides: a's send and recv are one kernel, b's too
-                kw = {"nbytes": nb, "p2p_batch": f"x{s}"}
-                s_a = add(Op(f"o{s}s", a, "send", stream, len(prog[a]), group=(a, b), peer=b, **kw))
-                r_a = add(Op(f"o{s}r", a, "recv", stream, len(prog[a]), group=(a, b), peer=b, **kw), s_a)
-                r_b = add(Op(f"o{s}r", b, "recv", stream, len(prog[b]), group=(b, a), peer=a, **kw))
-                s_b = add(Op(f"o{s}s", b, "send", stream, len(prog[b]), group=(b, a), peer=a, **kw), r_b)
-                p2p += [(s_a, r_b), (s_b, r_a)]
+            exchange(f"o{s}", *rng.sample(range(world), 2), nb, roll)
     G.graph["collectives"] = colls
     G.graph["p2p"] = p2p
     return G
 
 
+PROFILES = ["h200", "h200x2", "pcie2", "rtx3090_pcie1x4", "h200_calibrated", str(ROOT / "tests/data/unit_profile.yaml")]
+
+
 @needs_ext
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**31), prof=st.sampled_from(["h200", "h200x2", "pcie2"]),
-       conns=st.sampled_from([None, 1, 2]), launch=st.sampled_from(["eager", "cuda_graph"]))
-def test_compiled_loop_matches_python_on_generated_dags(monkeypatch, seed, prof, conns, launch):
+@given(seed=st.integers(0, 2**31), prof=st.sampled_from(PROFILES), conns=st.sampled_from([None, 1, 2, 32]),
+       launch=st.sampled_from(["eager", "cuda_graph"]), executor=st.booleans())
+def test_compiled_loop_matches_python_on_generated_dags(monkeypatch, seed, prof, conns, launch, executor):
     G = random_dag(seed)
-    fast, ref = both(monkeypatch, G, load_profile(prof), max_connections=conns, launch=launch)
+    fast, ref = both(monkeypatch, G, load_profile(prof), max_connections=conns, launch=launch,
+                     model_executor=executor)
     assert fast == ref
+
+
+def test_the_generated_dags_reach_every_outcome(monkeypatch):
+    # the generator is worth its examples only if it reaches timelines, hangs (DeadlockError) and the rerun of
+    # crossed lone send/recv without their communicator's order (a warning); counted over fixed seeds
+    monkeypatch.setattr(waves, "_EXT", [None])
+    seen = set()
+    for seed in range(60):
+        out = outcome(random_dag(seed), load_profile("h200"))
+        seen.add(out[0] if isinstance(out[0], str) else "warning" if out[2] else "timeline")
+    assert seen == {"timeline", "warning", "DeadlockError"}
 
 
 def test_without_the_extension_the_python_loop_runs_and_says_so(monkeypatch, capsys):
