@@ -664,9 +664,14 @@ def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float,
 
 
 def write_figure(fig: Any, path: str | Path, fmt: str = "png") -> Path:
-    """Save a Figure atomically; returns the path."""
+    """Save a Figure atomically; returns the path. The same figure gives the same bytes: SVG and PDF get no save
+    date and SVG fixed element ids (matplotlib draws them at random unless ``svg.hashsalt`` is set)."""
+    import matplotlib
+
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt)
+    with matplotlib.rc_context({"svg.hashsalt": "schedsim"}):
+        fig.savefig(buf, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else
+                                        {"metadata": {"CreationDate": None}} if fmt == "pdf" else {}))
     atomic_write_bytes(path, buf.getvalue())
     return Path(path)
 

@@ -13,6 +13,8 @@
  * loop's (tests/core/test_cwaves.py).
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
+ * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
+ * the handlers run every SIGNAL_EVERY + 1 events).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -132,6 +134,8 @@ typedef struct {
     heap_t heap;
     i64 seq, stamp;
     int oom;
+    int stop;         /* a signal handler raised (Ctrl-C): the exception is set */
+    PyThreadState *ts; /* the loop runs without the GIL; it takes it back to run signal handlers */
 } W;
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
@@ -278,7 +282,7 @@ static int cmp_i64(const void *a, const void *b) {
 /* comm_rates + rerate over the sorted dirty ranks, then clear them */
 static void settle(W *w, double t) {
     ivec *d = &w->dirty;
-    qsort(d->a, (size_t)d->n, sizeof(i64), cmp_i64);
+    if (d->n > 1) qsort(d->a, (size_t)d->n, sizeof(i64), cmp_i64); /* qsort(NULL, 0) is undefined */
     for (i64 p = 0; p < d->n; p++) {
         i64 q = d->a[p];
         if (w->ncomm[q]) w->crate[q] = w->comm_tab[w->held[q] * (w->S / w->nsm + 1) + w->nccl_held[q] / w->nsm];
@@ -486,13 +490,16 @@ static void job_done(W *w, i64 j, double t) {
 
 static void place_all(W *w, double t) {
     ivec *tp = &w->toplace;
-    qsort(tp->a, (size_t)tp->n, sizeof(i64), cmp_i64);
+    if (tp->n > 1) qsort(tp->a, (size_t)tp->n, sizeof(i64), cmp_i64);
     for (i64 p = 0; p < tp->n; p++) {
         w->intoplace[tp->a[p]] = 0;
         place(w, tp->a[p], t);
     }
     tp->n = 0;
 }
+
+/* events between two checks for signals, minus 1 (a power of 2): ~4 ms of loop; taking the GIL costs ~1 us */
+#define SIGNAL_EVERY ((1 << 12) - 1)
 
 static void loop(W *w) {
     for (i64 i = 0; i < w->N && !w->oom; i++)
@@ -506,7 +513,14 @@ static void loop(W *w) {
         }
     place_all(w, 0.0);
     settle(w, 0.0);
+    i64 events = 0;
     while (w->heap.n && !w->oom) {
+        if (!(++events & SIGNAL_EVERY)) { /* Python's signal handlers (Ctrl-C) run here, not after the loop */
+            PyEval_RestoreThread(w->ts);
+            w->stop = PyErr_CheckSignals() < 0;
+            w->ts = PyEval_SaveThread();
+            if (w->stop) return;
+        }
         hent x = heap_pop(&w->heap);
         double t = x.t;
         i64 j = x.b;
@@ -523,6 +537,9 @@ static void loop(W *w) {
 
 /* ---- Python entry --------------------------------------------------------------------------------------- */
 #define NBUF 44
+/* Version of run()'s argument list; schedsim.sim.waves._LAYOUT must equal it, or Python ignores this build (a
+ * stale .so of an editable checkout). Bump both whenever the arguments change. */
+#define LAYOUT 1
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays;
@@ -609,11 +626,13 @@ static PyObject *run(PyObject *self, PyObject *args) {
                 w->crate[r] = 1.0;
             }
             for (i64 c = 0; c < 3 * R; c++) w->cqhead[c] = -1;
-            Py_BEGIN_ALLOW_THREADS
+            w->ts = PyEval_SaveThread();
             loop(w);
-            Py_END_ALLOW_THREADS
+            PyEval_RestoreThread(w->ts);
         }
-        if (w->oom)
+        if (w->stop)
+            ; /* the handler's exception (KeyboardInterrupt) propagates */
+        else if (w->oom)
             PyErr_NoMemory();
         else
             result = PyLong_FromLongLong(w->jtype.n);
@@ -644,4 +663,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cwaves",
                                     "Compiled event loop of the waves GPU model (see _cwaves.c).", -1, methods};
 
-PyMODINIT_FUNC PyInit__cwaves(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cwaves(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "LAYOUT", LAYOUT) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
@@ -80,7 +81,7 @@ import numpy as np
 
 from schedsim._gc import paused_gc
 from schedsim.cost import CostModel
-from schedsim.errors import DeadlockError, ProfileError
+from schedsim.errors import DeadlockError, GraphError, ProfileError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.lower.program import Program
@@ -132,6 +133,9 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
     DeadlockError
         If ops remain that can never start (a wait-for cycle the static checks
         did not catch).
+    GraphError
+        An op on a rank outside ``0 .. world_size - 1``, or with a solo duration that is NaN, infinite or
+        negative (possible in a graph built through the API; the schema rules both out).
     ProfileError
         Unknown ``gpu_model`` or ``max_connections`` outside 1-32.
     """
@@ -215,6 +219,12 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
     index = {oid: i for i, oid in enumerate(ids)}
     ops = [d["op"] for d in node_data.values()]
     world = int(G.graph.get("world_size", 1 + max((o.rank for o in ops), default=0)))
+    ranks = list(map(attrgetter("rank"), ops))
+    if ranks and not (0 <= min(ranks) and max(ranks) < world):  # the loops index per-rank arrays by rank
+        bad = next(o for o in ops if not 0 <= o.rank < world)
+        raise GraphError(f"op {bad.id} is on rank {bad.rank} but the graph's world_size is {world}",
+                         fix="set G.graph['world_size'] to the number of ranks, or put the op on a rank in "
+                             f"0-{world - 1}")
     npred = [0] * N
     succ: list[list[int]] = []
     for nbrs in G._succ.values():
@@ -233,6 +243,7 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
     _jobs(ops, gmem, cost, node_oh, job_of, job_res, job_ranks, job_work)
+    _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
 
 
@@ -279,7 +290,23 @@ def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Com
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
     _jobs(ops, gmem, cost, node_oh, job_of, job_res, job_ranks, job_work)
+    _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, prog.world_size, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
+
+
+def _check_work(ids: list[str], ops: list[Op], N: int, job_work: list[float]) -> None:
+    """Raise GraphError on a NaN, infinite or negative solo time.
+
+    Such a time would spread through the timeline, or (negative) end an op before it starts and read as a
+    deadlock; the schema bounds them, a graph built through the API may not. One sum and one min find any
+    (an overflowing sum of finite values only costs a scan that finds nothing).
+    """
+    if job_work and not (min(job_work) >= 0.0 and math.isfinite(sum(job_work))):
+        for i, w in enumerate(job_work[:N]):
+            if not (w >= 0.0 and math.isfinite(w)):
+                raise GraphError(f"op {ids[i]} ({ops[i].kind}) has a solo duration of {w} s",
+                                 fix="give it a finite duration, FLOP and byte count >= 0 (and a profile whose "
+                                     "rates are finite and > 0)")
 
 
 def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:

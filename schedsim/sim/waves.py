@@ -21,7 +21,8 @@ Then the event loop runs, either
 
 * compiled (:mod:`schedsim.sim._cwaves`, C, built by ``pip install -e .``): the whole loop (heap, ready
   counts, queues, dispatch FIFOs, CTA batches, copy engines, rate updates) on flat int64/float64
-  arrays, ~1 µs per op (2026-12-01, 2-vCPU VM); or
+  arrays, ~1 µs per op (2026-12-01, 2-vCPU VM), without the GIL; it runs Python's signal handlers every
+  4096 events, so Ctrl-C (KeyboardInterrupt) stops it within milliseconds; or
 * in Python (:func:`_run_python`, the reference), when the extension is not built or
   ``SCHEDSIM_NO_EXT=1`` (one line on stderr says so).
 
@@ -396,12 +397,13 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
 
 
 _EXT: list[object] = []  # [module or None] once looked up
+_LAYOUT = 1  # the argument list of _cwaves.run that _run_compiled passes: equal to LAYOUT in _cwaves.c
 
 
 def compiled_loop():  # type: ignore[no-untyped-def]
     """The compiled event loop :mod:`schedsim.sim._cwaves`, or None when it is not built (no C compiler at
-    install) or ``SCHEDSIM_NO_EXT=1``; then the Python loop runs, and the first call says so in one line
-    on stderr."""
+    install), is out of date (its ``LAYOUT`` is not :data:`_LAYOUT`: built from an older ``_cwaves.c``) or
+    ``SCHEDSIM_NO_EXT=1``; then the Python loop runs, and the first call says so in one line on stderr."""
     if not _EXT:
         if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
             mod, why = None, "SCHEDSIM_NO_EXT is set"
@@ -410,7 +412,11 @@ def compiled_loop():  # type: ignore[no-untyped-def]
                 from schedsim.sim import _cwaves as mod  # type: ignore[attr-defined,no-redef]
                 why = ""
             except ImportError as e:
-                mod, why = None, f"the compiled loop is not built ({e}); reinstall with a C compiler: pip install -e ."
+                mod, why = None, (f"the compiled loop is not built ({e}); install a C compiler and reinstall "
+                                  "schedsim (pip install ., or pip install -e . in a checkout)")
+            if mod is not None and getattr(mod, "LAYOUT", None) != _LAYOUT:  # built from an older _cwaves.c
+                mod, why = None, (f"the compiled loop at {getattr(mod, '__file__', '?')} is out of date; rebuild it: "
+                                  "python setup.py build_ext --inplace (or reinstall schedsim)")
         if mod is None:
             sys.stderr.write(f"schedsim: simulating with the Python event loop (slower): {why}\n")
         _EXT.append(mod)

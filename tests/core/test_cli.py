@@ -115,3 +115,24 @@ def test_every_shipped_schedule_checks_and_opens_with_a_comment(schedule):
     assert text.startswith("#"), "each shipped schedule opens with a comment saying what it models"
     p = run("check", f"schedules/{schedule}")
     assert p.returncode == 0 and p.stdout.startswith("ok:"), p.stderr
+
+
+def test_predict_twice_writes_identical_files(tmp_path):
+    # the same input must give byte-identical outputs (diffable, cacheable); the SVG chart carried its save time
+    # (dc:date) and random clip-path/marker ids
+    from schedsim.report.gantt import write_figure
+
+    for d in ("a", "b"):
+        r = run("predict", "tests/data/pp_unit.yaml", "--gpu-model", "waves", "--no-gantt", "--out", str(tmp_path / d))
+        assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert "timeline.json" in names and names == sorted(p.name for p in (tmp_path / "b").iterdir())
+    for n in names:
+        assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes(), n
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.barh([0, 1], [1.0, 2.0], clip_on=True)
+    svg = [write_figure(fig, tmp_path / f"{d}.svg", "svg").read_bytes() for d in ("a", "b")]
+    plt.close(fig)
+    assert b"<svg" in svg[0] and b"clip-path" in svg[0] and svg[0] == svg[1]

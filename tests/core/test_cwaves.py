@@ -7,6 +7,7 @@ pipeline; and the fallback to the Python loop when the extension is off.
 from __future__ import annotations
 
 import glob
+import itertools
 import random
 
 import networkx as nx
@@ -18,6 +19,7 @@ from schedsim.errors import SchedsimError
 from schedsim.graph.build import build_graph
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import load_profile
+from schedsim.kinds import COLLECTIVE_KINDS
 from schedsim.sim import waves
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_schedule, parse_overrides
@@ -74,18 +76,40 @@ def test_compiled_loop_matches_python_on_a_large_pipeline(monkeypatch):
         assert fast == ref
 
 
-def random_dag(seed: int) -> nx.DiGraph:
-    """1-4 ranks, up to 14 steps; each step is compute on some ranks (GEMMs of 1 to many waves, memory-bound
-    kernels, fixed-duration kernels, copies) on random streams with random extra dependencies on earlier
-    ops of the rank, a collective over a random group, a lone send/recv, or a batched exchange. Rendezvous
-    ops are issued in one global order; hardware queues and dependencies can still make it hang."""
+def compute_op(rng: random.Random, name: str, r: int, stream: str, seq: int, nb: float) -> Op:
+    """A GEMM (batched, repeated), a memory-bound, FLOP-only or fixed-duration (0 s included) kernel, or a copy."""
+    c, rep = rng.randint(0, 5), rng.choice((1, 1, 3))
+    if c == 0:
+        n, bt = rng.choice((128, 1024, 8192)), rng.choice((1, 4))
+        return Op(name, r, "matmul", stream, seq, m=n, n=n, k=1024, batch=bt, dtype="bf16",
+                  flops=2.0 * bt * n * n * 1024, repeat=rep, host_s=rng.choice((0.0, 1e-5)))
+    if c == 1:
+        return Op(name, r, "compute", stream, seq, nbytes=float(rng.choice((1 << 16, 1 << 26))), repeat=rep)
+    if c == 2:
+        return Op(name, r, "compute", stream, seq, duration_s=rng.choice((0.0, 1e-6, 5e-5)), repeat=rep)
+    if c == 3:
+        return Op(name, r, "compute", stream, seq, flops=rng.choice((0.0, 1e9)), dtype="fp32",
+                  nbytes=rng.choice((0.0, 1e6)), repeat=rep)
+    return Op(name, r, "memcpy", stream, seq, nbytes=nb / 4, direction=rng.choice(("h2d", "d2h", "d2d")))
+
+
+def random_dag(seed: int) -> nx.DiGraph:  # noqa: C901 (a table of cases)
+    """1-5 ranks, up to 16 steps; each step is compute on some ranks (GEMMs of 1 to many waves, batched and
+    repeated, memory-bound kernels, FLOP-only kernels, fixed-duration kernels of 0 s and more, copies in each
+    direction, 0 bytes included) on random streams (up to 12 per rank: more than the hardware queues), with
+    random extra dependencies on earlier ops of the rank and some host time; a collective of any kind over a
+    random group (one rank included, 0 bytes included); a lone send/recv; or a batched exchange. Rendezvous ops
+    are issued in one global order, except for crossed pairs (two ranks reach two collectives, or a lone
+    send/recv pair each way, in opposite orders): those hang, and crossed lone send/recv are rerun without
+    their communicator's order (engine._run_waves). Hardware queues and dependencies can also make it hang."""
     rng = random.Random(seed)
-    world = rng.randint(1, 4)
+    world = rng.randint(1, 5)
     G = nx.DiGraph(name=f"gen{seed}", world_size=world, launch="eager")
     prog: list[list[str]] = [[] for _ in range(world)]
     last: dict[tuple[int, str], str] = {}
     colls: dict[str, list[str]] = {}
     p2p: list[tuple[str, str]] = []
+    streams = [f"s{i}" for i in range(rng.choice((2, 3, 12)))]
 
     def add(op: Op, mate: str | None = None) -> str:
         """Add ``op`` after the rank's earlier ops; the second op of a batch (``mate`` = the first) gets the
@@ -106,53 +130,84 @@ def random_dag(seed: int) -> nx.DiGraph:
         earlier.append(op.id)
         return op.id
 
-    for s in range(rng.randint(1, 14)):
+    def coll(name: str, kind: str, group: tuple[int, ...], nb: float, stream: str, r: int) -> str:
+        root = group[0] if kind in ("broadcast", "reduce", "scatter", "gather") else None
+        op = Op(name, r, kind, stream, len(prog[r]), group=group, root=root, nbytes=nb, dtype="bf16",
+                host_s=rng.choice((0.0, 0.0, 1e-5)))
+        colls.setdefault(name, []).append(add(op))
+        return op.id
+
+    def lone(name: str, a: int, b: int, nb: float, stream: str) -> tuple[str, str]:
+        snd = add(Op(name, a, "send", stream, len(prog[a]), group=(a, b), peer=b, nbytes=nb))
+        return snd, add(Op(name, b, "recv", stream, len(prog[b]), group=(b, a), peer=a, nbytes=nb))
+
+    def exchange(name: str, a: int, b: int, nb: float, roll: float) -> None:
+        """Crossed lone send/recv (sends and recvs on two streams: hangs only if serialized per communicator),
+        a lone send/recv, or batch_isend_irecv on both sides (a's send and recv are one kernel, b's too)."""
+        if roll < 0.85:
+            ab_s = add(Op(f"{name}f", a, "send", "p", len(prog[a]), group=(a, b), peer=b, nbytes=nb))
+            ba_s = add(Op(f"{name}g", b, "send", "p", len(prog[b]), group=(b, a), peer=a, nbytes=nb))
+            ba_r = add(Op(f"{name}g", a, "recv", "q", len(prog[a]), group=(a, b), peer=b, nbytes=nb))
+            ab_r = add(Op(f"{name}f", b, "recv", "q", len(prog[b]), group=(b, a), peer=a, nbytes=nb))
+            p2p.extend([(ab_s, ab_r), (ba_s, ba_r)])
+            return
+        stream = rng.choice(("c0", "p", streams[-1]))
+        if rng.random() < 0.5:
+            p2p.append(lone(name, a, b, nb, stream))
+            return
+        kw = {"nbytes": nb, "p2p_batch": f"x{name}"}
+        s_a = add(Op(f"{name}s", a, "send", stream, len(prog[a]), group=(a, b), peer=b, **kw))
+        r_a = add(Op(f"{name}r", a, "recv", stream, len(prog[a]), group=(a, b), peer=b, **kw), s_a)
+        r_b = add(Op(f"{name}r", b, "recv", stream, len(prog[b]), group=(b, a), peer=a, **kw))
+        s_b = add(Op(f"{name}s", b, "send", stream, len(prog[b]), group=(b, a), peer=a, **kw), r_b)
+        p2p.extend([(s_a, r_b), (s_b, r_a)])
+
+    for s in range(rng.randint(1, 16)):
         roll = rng.random()
-        if roll < 0.5 or world == 1:
+        nb = float(rng.choice((0, 1 << 10, 1 << 24)))
+        if roll < 0.5 or world == 1 and roll < 0.8:
             for r in rng.sample(range(world), rng.randint(1, world)):
-                stream, seq, c = rng.choice(("s0", "s1", "s2")), len(prog[r]), rng.randint(0, 4)
-                if c == 0:
-                    n = rng.choice((128, 1024, 8192))
-                    op = Op(f"o{s}", r, "matmul", stream, seq, m=n, n=n, k=1024, dtype="bf16", flops=2.0 * n * n * 1024)
-                elif c == 1:
-                    op = Op(f"o{s}", r, "compute", stream, seq, nbytes=float(rng.choice((1 << 16, 1 << 26))))
-                elif c == 2:
-                    op = Op(f"o{s}", r, "compute", stream, seq, duration_s=rng.choice((1e-6, 5e-5)))
-                else:
-                    op = Op(f"o{s}", r, "memcpy", stream, seq, nbytes=float(1 << 22),
-                            direction=rng.choice(("h2d", "d2h", "d2d")))
-                add(op)
-        elif roll < 0.75:
-            group = tuple(sorted(rng.sample(range(world), rng.randint(2, world))))
-            kind, nb = rng.choice(("all_reduce", "all_gather")), float(rng.choice((1 << 10, 1 << 24)))
-            colls[f"o{s}"] = [add(Op(f"o{s}", r, kind, rng.choice(("c0", "c1")), len(prog[r]), group=group,
-                                     nbytes=nb, dtype="bf16")) for r in group]
+                add(compute_op(rng, f"o{s}", r, rng.choice(streams), len(prog[r]), nb))
+        elif roll < 0.75 or world == 1:
+            group = tuple(sorted(rng.sample(range(world), rng.randint(1, world))))
+            kind, stream = rng.choice(COLLECTIVE_KINDS), rng.choice(("c0", "c1", streams[0]))
+            for r in group:
+                coll(f"o{s}", kind, group, nb, stream, r)
+        elif roll < 0.8:  # crossed: rank a reaches x then y, rank b y then x (same communicator): a hang
+            a, b = sorted(rng.sample(range(world), 2))
+            for r, names in ((a, ("x", "y")), (b, ("y", "x"))):
+                for x in names:
+                    coll(f"o{s}{x}", "all_reduce", (a, b), nb, "c0", r)
         else:
-            a, b = rng.sample(range(world), 2)
-            nb, stream = float(rng.choice((1 << 10, 1 << 24))), rng.choice(("c0", "p"))
-            if rng.random() < 0.5:
-                snd = add(Op(f"o{s}", a, "send", stream, len(prog[a]), group=(a, b), peer=b, nbytes=nb))
-                p2p.append((snd, add(Op(f"o{s}", b, "recv", stream, len(prog[b]), group=(b, a), peer=a, nbytes=nb))))
-            else:  # batch_isend_irecv on both sides: a's send and recv are one kernel, b's too
-                kw = {"nbytes": nb, "p2p_batch": f"x{s}"}
-                s_a = add(Op(f"o{s}s", a, "send", stream, len(prog[a]), group=(a, b), peer=b, **kw))
-                r_a = add(Op(f"o{s}r", a, "recv", stream, len(prog[a]), group=(a, b), peer=b, **kw), s_a)
-                r_b = add(Op(f"o{s}r", b, "recv", stream, len(prog[b]), group=(b, a), peer=a, **kw))
-                s_b = add(Op(f"o{s}s", b, "send", stream, len(prog[b]), group=(b, a), peer=a, **kw), r_b)
-                p2p += [(s_a, r_b), (s_b, r_a)]
+            exchange(f"o{s}", *rng.sample(range(world), 2), nb, roll)
     G.graph["collectives"] = colls
     G.graph["p2p"] = p2p
     return G
 
 
+PROFILES = ["h200", "h200x2", "pcie2", "rtx3090_pcie1x4", "h200_calibrated", str(ROOT / "tests/data/unit_profile.yaml")]
+
+
 @needs_ext
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**31), prof=st.sampled_from(["h200", "h200x2", "pcie2"]),
-       conns=st.sampled_from([None, 1, 2]), launch=st.sampled_from(["eager", "cuda_graph"]))
-def test_compiled_loop_matches_python_on_generated_dags(monkeypatch, seed, prof, conns, launch):
+@given(seed=st.integers(0, 2**31), prof=st.sampled_from(PROFILES), conns=st.sampled_from([None, 1, 2, 32]),
+       launch=st.sampled_from(["eager", "cuda_graph"]), executor=st.booleans())
+def test_compiled_loop_matches_python_on_generated_dags(monkeypatch, seed, prof, conns, launch, executor):
     G = random_dag(seed)
-    fast, ref = both(monkeypatch, G, load_profile(prof), max_connections=conns, launch=launch)
+    fast, ref = both(monkeypatch, G, load_profile(prof), max_connections=conns, launch=launch,
+                     model_executor=executor)
     assert fast == ref
+
+
+def test_the_generated_dags_reach_every_outcome(monkeypatch):
+    # the generator is worth its examples only if it reaches timelines, hangs (DeadlockError) and the rerun of
+    # crossed lone send/recv without their communicator's order (a warning); counted over fixed seeds
+    monkeypatch.setattr(waves, "_EXT", [None])
+    seen = set()
+    for seed in range(60):
+        out = outcome(random_dag(seed), load_profile("h200"))
+        seen.add(out[0] if isinstance(out[0], str) else "warning" if out[2] else "timeline")
+    assert seen == {"timeline", "warning", "DeadlockError"}
 
 
 def test_without_the_extension_the_python_loop_runs_and_says_so(monkeypatch, capsys):
@@ -189,3 +244,110 @@ def test_compiled_loop_on_an_empty_graph(monkeypatch):
     G = nx.DiGraph(name="empty", world_size=2, launch="eager", collectives={}, p2p=[])
     fast, ref = both(monkeypatch, G, load_profile("h200"))
     assert fast == ref == ([], [], None)
+
+
+def one_op_graph(world: int, rank: int, duration_s: float) -> nx.DiGraph:
+    """A graph built through the API (no schema in between): one fixed-duration kernel on ``rank``."""
+    G = nx.DiGraph(name="api", world_size=world, launch="eager", collectives={}, p2p=[])
+    op = Op("a", rank, "compute", "s0", 0, duration_s=duration_s)
+    G.add_node(op.id, op=op)
+    return G
+
+
+@pytest.mark.parametrize("gpu_model", ["waves", "sharing"])
+@pytest.mark.parametrize(("world", "rank"), [(1, 3), (1, 1), (2, -1)])
+def test_an_op_on_a_rank_outside_the_world_is_a_graph_error(monkeypatch, gpu_model, world, rank):
+    # the compiled loop indexes per-rank arrays by rank: rank 3 of a world of 1 (or -1) wrote out of bounds
+    # (a segfault), rank 1 of 1 ran, and the Python loop raised IndexError or wrapped -1 to the last rank
+    from schedsim.errors import GraphError
+
+    for ext in ([_cwaves], [None]):
+        monkeypatch.setattr(waves, "_EXT", ext)
+        with pytest.raises(GraphError, match=rf"a@r{rank}.*rank {rank}.*world_size is {world}"):
+            simulate(one_op_graph(world, rank, 1e-6), load_profile("h200"), gpu_model=gpu_model)
+
+
+@pytest.mark.parametrize("gpu_model", ["waves", "sharing"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1e-6])
+def test_a_non_finite_or_negative_duration_is_a_graph_error(monkeypatch, gpu_model, bad):
+    # was: NaN/inf spread through the timeline silently; -1e-6 ended before it started, read as a deadlock of a
+    # compute op "waiting for its peers"
+    from schedsim.errors import GraphError
+
+    for ext in ([_cwaves], [None]):
+        monkeypatch.setattr(waves, "_EXT", ext)
+        with pytest.raises(GraphError, match=r"a@r0.*solo duration"):
+            simulate(one_op_graph(1, 0, bad), load_profile("h200"), gpu_model=gpu_model)
+
+
+def chain_graph(n: int) -> nx.DiGraph:
+    """``n`` fixed-duration kernels one after the other on one stream of one rank."""
+    G = nx.DiGraph(name="chain", world_size=1, launch="eager", collectives={}, p2p=[])
+    ops = [Op(f"a{i}", 0, "compute", "s0", i, duration_s=1e-6) for i in range(n)]
+    G.add_nodes_from((op.id, {"op": op}) for op in ops)
+    G.add_edges_from(((a.id, b.id) for a, b in itertools.pairwise(ops)), kind="stream")
+    return G
+
+
+@needs_ext
+def test_a_signal_reaches_python_while_the_compiled_loop_runs(monkeypatch):
+    # Ctrl-C during a long predict: the loop runs without the GIL, and used to run Python's signal handlers only
+    # once it had finished (seconds for 10M ops). Now it runs them every few thousand events, so a handler sees
+    # the loop mid-way, and the exception it raises (KeyboardInterrupt) stops the run.
+    import ctypes
+    import functools
+    import operator
+    import signal
+
+    monkeypatch.setattr(waves, "_EXT", [_cwaves])
+    n = 20_000
+    G = chain_graph(n)
+    seen: list[int] = []
+    real_run = _cwaves.run
+
+    def run(ints, floats, arrays):  # type: ignore[no-untyped-def]
+        end = arrays[-9]  # the `end` column (see _run_compiled), written by the loop as it goes
+        assert len(end) == n
+
+        def handler(signum, frame):  # type: ignore[no-untyped-def]
+            seen.append(sum(1 for x in end if x >= 0.0))
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGUSR1, handler)
+        try:  # signal, then enter the loop, with no bytecode in between (where Python would run the handler;
+            # libc's raise(), not os.kill or signal.pthread_kill, which run it at once)
+            kill = functools.partial(getattr(ctypes.CDLL(None), "raise"), signal.SIGUSR1)
+            return list(map(operator.call, [kill, functools.partial(real_run, ints, floats, arrays)]))[1]
+        finally:
+            signal.signal(signal.SIGUSR1, old)
+
+    monkeypatch.setattr(_cwaves, "run", run)
+    with pytest.raises(KeyboardInterrupt):
+        simulate(G, load_profile("h200"), gpu_model="waves")
+    assert len(seen) == 1 and 0 < seen[0] < n // 2, seen  # handled at the loop's first check: most ops left
+    monkeypatch.setattr(_cwaves, "run", real_run)
+    assert simulate(G, load_profile("h200"), gpu_model="waves").makespan_s > n * 1e-6  # and it runs again
+
+
+def test_a_stale_build_of_the_extension_is_not_used(monkeypatch, capsys):
+    # an editable checkout keeps its built _cwaves*.so across `git pull`: one built from an older _cwaves.c reads
+    # its arguments in an older layout (a TypeError from simulate, or wrong arrays if only the order changed)
+    import sys
+    import types
+
+    import schedsim.sim
+
+    if _cwaves is not None:
+        assert _cwaves.LAYOUT == waves._LAYOUT  # the built one is current
+    stale = types.ModuleType("schedsim.sim._cwaves")
+    stale.run = lambda *a: 0  # type: ignore[attr-defined]  # an older build: no LAYOUT, or another one
+    for layout in (None, waves._LAYOUT - 1):
+        if layout is not None:
+            stale.LAYOUT = layout  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "schedsim.sim._cwaves", stale)
+        monkeypatch.setattr(schedsim.sim, "_cwaves", stale, raising=False)
+        monkeypatch.delenv("SCHEDSIM_NO_EXT", raising=False)
+        monkeypatch.setattr(waves, "_EXT", [])
+        assert waves.compiled_loop() is None
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Python event loop" in err and "out of date" in err and "build_ext" in err
