@@ -133,7 +133,7 @@ class CostModel:
         ``gpu.sms`` missing counts as 132 (H100/H200 SXM) for the split-K rule.
         """
         sms = self.profile.gpu.sms or 132
-        tiles = -(-op.m * op.batch // 128) * -(-op.n // 128)
+        tiles = max(1, -(-op.m * op.batch // 128) * -(-op.n // 128))  # an empty GEMM still launches one CTA
         if tiles < sms:
             tiles *= min(-(-sms // tiles), max(1, -(-op.k // 256)))
         return tiles
@@ -145,6 +145,8 @@ class CostModel:
 
     def _matmul(self, op: Op) -> float:
         dtype = op.dtype or "fp32"
+        if op.m * op.batch * op.n * op.k == 0:  # an empty GEMM (API-built graphs; the schema needs sizes >= 1)
+            return self._floor
         rate = self._transfer_rate(dtype, op.m * op.batch, op.n, op.k)
         if rate is None:
             rate = self.gemm_rate(dtype, op.m * op.batch, op.n, op.k)

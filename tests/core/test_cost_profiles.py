@@ -57,6 +57,12 @@ def test_gemm_exact_interpolated_and_roofline():
     assert mm(2048, 2048, 2048) == pytest.approx(2 * 2048**3 / math.sqrt(r1 * r2))
     # no fp16 entries: roofline max(flops / (400 TFLOP/s * 1.0), bytes / 1000 GB/s)
     assert mm(4096, 4096, 4096, "fp16") == pytest.approx(2 * 4096**3 / 400e12)
+    # an empty GEMM (any size 0; only an API-built graph can hold one) costs the kernel floor and one CTA,
+    # not a math domain error in the log-space interpolation
+    floor = cm.duration(Op(name="f", rank=0, kind="compute", stream="s", seq=0))
+    empty = Op(name="x", rank=0, kind="matmul", stream="s", seq=0, m=0, n=1024, k=1024, dtype="fp32", flops=0.0,
+               nbytes=0.0)
+    assert cm.duration(empty) == floor and cm.gemm_ctas(empty) >= 1
 
 
 def test_shape_curve_transfer_from_reference_profile():
