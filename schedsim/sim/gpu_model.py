@@ -325,8 +325,8 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     bm = np.flatnonzero(hclass == H_BATCH_P2P)
     if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
         call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
-    for cls, cost in ((np.isin(hclass, (H_KERNEL,)), first_op), (hclass >= H_P2P, first_comm)):
-        idx = np.flatnonzero(cls)
+    for first_of, cost in ((hclass == H_KERNEL, first_op), (hclass >= H_P2P, first_comm)):
+        idx = np.flatnonzero(first_of)
         inc[idx[_first_per_key(rank[idx])], 5] = cost
     flat = inc.reshape(-1)
     bounds = np.flatnonzero(new_rank).tolist() + [n]
