@@ -202,10 +202,16 @@ def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.n
     N = prog.N
     ptr, dst, _kind = prog.succ
     src = np.repeat(np.arange(N, dtype=I64), np.diff(ptr))
-    key = np.concatenate([src * N + dst, u * N + v]) if len(u) else src * N + dst.astype(I64)
-    key = np.sort(key)
-    if len(key):
-        key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+    key = src * N + dst
+    if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):  # rows not yet sorted (duplicates are merged)
+        key = np.sort(key)
+    if len(u):
+        extra = u * N + v
+        at = np.searchsorted(key, extra)
+        new = extra[(at == len(key)) | (key[np.minimum(at, len(key) - 1)] != extra)] if len(key) else extra
+        if len(new):  # communicator-order edges the DAG lacks: merge them in, once each
+            key = np.sort(np.concatenate([key, new]))
+            key = key[np.concatenate([[True], key[1:] != key[:-1]])]
     s, d = key // N if N else key, key % N if N else key
     sptr = np.zeros(N + 1, I64)
     np.cumsum(np.bincount(s, minlength=N), out=sptr[1:])
@@ -297,10 +303,10 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     npred_left = npred.copy()
 
     def f(a) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return np.array(a, np.float64)  # a fresh writable contiguous copy
+        return np.require(a, np.float64, ["C", "W"])  # the loop takes writable contiguous buffers (copied if not)
 
     def i(a) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return np.array(a, I64)
+        return np.require(a, I64, ["C", "W"])
 
     arrays = (
         f(tab.comm), f(tab.batch), f(tab.copy),
@@ -309,7 +315,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         qptr, qidx,
         i(gptr), i(gidx), i(eptr), i(ends), i(rptr), i(rev), i(gptr), i(granks), i(pptr), i(pos), f(gwork),
         start, end, ready_t, deps_t, khand, binding,
-        np.zeros(K, I64), i(kneed), np.zeros(len(qptr) - 1, I64), np.zeros(K, I64),
+        np.zeros(K, I64), kneed.copy(), np.zeros(len(qptr) - 1, I64), np.zeros(K, I64),
     )
     loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
     if N and end.min() < 0.0:
