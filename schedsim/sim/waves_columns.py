@@ -250,6 +250,24 @@ def _kernels(prog: Program, tmpl, rank, batch, res, work, opq, C, cost, sms):  #
     return kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx
 
 
+def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
+    """The loop indexes per-rank arrays by rank and needs finite solo times: refuse an op outside the world or
+    with a NaN, infinite or negative solo time (a profile with a zero or infinite rate can give one)."""
+    from schedsim.errors import GraphError
+
+    world = prog.world_size
+    if len(rank) and not (0 <= int(rank.min()) and int(rank.max()) < world):
+        i = int(np.flatnonzero((rank < 0) | (rank >= world))[0])
+        raise GraphError(f"op {prog.op_id(i)} is on rank {int(rank[i])} but the world_size is {world}",
+                         fix=f"put the op on a rank in 0-{world - 1}")
+    bad = np.flatnonzero(~(np.isfinite(work) & (work >= 0.0)))
+    if len(bad):
+        i = int(bad[0])
+        raise GraphError(f"op {prog.op_id(i)} ({prog.templates[int(prog.tmpl[i])].kind}) has a solo duration of "
+                         f"{float(work[i])} s", fix="give it a finite duration, FLOP and byte count >= 0 (and a "
+                         "profile whose rates are finite and > 0)")
+
+
 def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
                       tab: gm.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:  # type: ignore[no-untyped-def]
     """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring).
@@ -258,6 +276,8 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     ------
     DeadlockError
         If ops remain that can never start (the message names them: Op objects are built then).
+    GraphError
+        An op on a rank outside the world, or with a NaN, infinite or negative solo time.
     """
     N = prog.N
     cost = CostModel(profile)
@@ -273,6 +293,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     res = tres[tmpl] if N else np.zeros(0, I64)
     is_p2p = tp2p[tmpl] if N else np.zeros(0, bool)
     work = _durations(prog, cost, tmpl, rank, peer, is_p2p) + node_oh
+    _check(prog, rank, work)
     gptr, gidx, G = _groups(prog)
     ogrp = np.full(N, -1, I64)
     ogrp[gidx] = np.repeat(np.arange(G), np.diff(gptr))

@@ -108,3 +108,22 @@ def test_every_gpu_model_scenario_runs_the_same_from_columns(case):
         return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}, tl
 
     case(sim_text)
+
+
+def test_an_op_outside_the_world_or_with_a_nan_solo_time_is_refused(monkeypatch):
+    # the compiled loop indexes per-rank arrays by rank and cannot run a NaN time: both are GraphErrors naming
+    # the op, before the loop starts
+    from dataclasses import replace
+
+    import numpy as np
+
+    from schedsim.cost import CostModel
+    from schedsim.errors import GraphError
+
+    prog = lower(load_text(tg.HEAD % 2 + f"  - {{name: g, {tg.FULL}}}\n", "t.yaml"))
+    moved = replace(prog, rank=np.array([0, 2], np.int32))
+    with pytest.raises(GraphError, match=r"op g@r2 is on rank 2 but the world_size is 2"):
+        simulate(moved, tg.waves_profile())
+    monkeypatch.setattr(CostModel, "duration", lambda self, op: float("nan"))
+    with pytest.raises(GraphError, match=r"op g@r0 \(matmul\) has a solo duration of nan s"):
+        simulate(prog, tg.waves_profile())
