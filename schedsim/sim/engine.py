@@ -579,7 +579,8 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     N = prog.N
     tps = prog.templates
     names = np.array(prog.names + ("",), dtype=object)
-    tagd = np.array([{}] + [dict(t) if t else {} for t in prog.tagsets], dtype=object)[1:]
+    tagd = np.empty(len(prog.tagsets), object)  # one dict per distinct tag set, shared by its ops
+    tagd[:] = list(map(dict, prog.tagsets))
     res_code = np.array([0, 1, 2, 2, 2])[run.res] if N else np.zeros(0, np.int64)
     cols = SpanColumns(
         prog.ids(), names[prog.name_id].tolist(), prog.rank.astype(np.int64),
