@@ -127,3 +127,15 @@ def test_an_op_outside_the_world_or_with_a_nan_solo_time_is_refused(monkeypatch)
     monkeypatch.setattr(CostModel, "duration", lambda self, op: float("nan"))
     with pytest.raises(GraphError, match=r"op g@r0 \(matmul\) has a solo duration of nan s"):
         simulate(prog, tg.waves_profile())
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if p.rsplit("/", 1)[-1] in
+                                  ("allgather_mm8.yaml", "offload.yaml", "pipeline_custom.yaml", "pp_unit.yaml")],
+                         ids=lambda p: p.rsplit("/", 1)[-1])
+def test_columns_match_the_python_reference_loop(monkeypatch, path):
+    # the columnar run (compiled) against the Python event loop on Op lists, the reference
+    prog = lower(load_schedule(path))
+    prof = load_profile("h200x2")
+    cols = outcome(prog, prof)
+    monkeypatch.setattr(waves, "_EXT", [None])
+    assert outcome(prog, prof) == cols
