@@ -139,3 +139,19 @@ def test_columns_match_the_python_reference_loop(monkeypatch, path):
     cols = outcome(prog, prof)
     monkeypatch.setattr(waves, "_EXT", [None])
     assert outcome(prog, prof) == cols
+
+
+def test_member_link_positions_vectorised_equal_the_generic_scan():
+    # _link_ends places each member's ends by formula when a group's ranks are distinct; the generic scan
+    # (used otherwise) must give the same positions on a program with collectives and send/recv pairs
+    from schedsim.sim import waves_columns as wcol
+
+    prog = lower(load_schedule(ROOT / "schedules" / "megatron_gpt_pp4.yaml"))  # a tied-embedding all_reduce
+    gptr, gidx, _G = wcol._groups(prog)
+    C = len(prog.coll_ptr) - 1
+    rank = prog.rank.astype("int64")
+    assert C and len(prog.p2p)
+    for one_way in (1.0, 1.33):
+        eptr, ends, _rptr, _rev, pptr, pos = wcol._link_ends(gptr, gidx, rank, C, one_way)
+        gptr2, gpos2 = wcol._epos_generic(eptr, ends, gptr, gidx, rank)
+        assert pptr.tolist() == gptr2.tolist() and pos.tolist() == gpos2.tolist()
