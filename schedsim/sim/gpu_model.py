@@ -1,9 +1,14 @@
 """Rules of the ``waves`` GPU execution model: how a GPU and its host thread run one rank's ops.
 
 The event loop (:mod:`schedsim.sim.waves`) only moves time forward; every rule it
-applies lives here, as data computed once per simulation (:class:`GpuRules`,
-:func:`host_issue_times`, :func:`comm_fifo_edges`) or as small pure rate
-functions, so the loop can later be compiled without hunting for rules.
+applies lives here, as data computed once per simulation (:class:`GpuRules`;
+host issue times, hardware queues and communicator order as vectorised functions
+of op columns, :func:`host_issue_columns`, :func:`stream_queue_columns`,
+:func:`comm_fifo_columns`, which the Op-list forms :func:`host_issue_times`,
+:func:`stream_queues`, :func:`comm_fifo_edges` call; per-template rules such as
+:func:`kernel_ctas`) or as small pure rate functions tabulated for the compiled
+loop (:func:`rate_tables`). :mod:`schedsim.sim.waves_columns` applies them to a
+Program's columns, :mod:`schedsim.sim.waves` to lists of Op objects.
 
 Rules and their sources
 -----------------------
@@ -155,9 +160,9 @@ from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["BYTES_PER_CTA", "GpuRules", "RateTables", "batch_rate", "comm_factor", "comm_fifo_edges", "communicator",
-           "copy_rate", "host_issue_times", "kernel_ctas", "link_ends", "rate_tables", "stream_queues",
-           "transfer_comm_rate"]
+__all__ = ["BYTES_PER_CTA", "GpuRules", "RateTables", "batch_rate", "comm_factor", "comm_fifo_columns",
+           "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns", "host_issue_times",
+           "kernel_ctas", "link_ends", "rate_tables", "stream_queue_columns", "stream_queues", "transfer_comm_rate"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
