@@ -3,10 +3,10 @@
 Runs the stages of ``schedsim predict --no-gantt`` in this process, with the cyclic GC paused as the CLI
 does, and prints CPU seconds (``time.process_time``, this process only) and µs per op for each:
 load (YAML → spec), lower (op columns and DAG arrays, :func:`schedsim.lower.lower`), static checks on the
-arrays, simulate (the engine: Program → lists and Op objects, event loop, timeline columns), timeline columns
-(a no-op since the engine builds columns), metrics, timeline.json, and the teardown (freeing the per-op
-Python objects). With ``--profile`` it also prints the top functions by own time under cProfile (which
-inflates pure-Python code ~2×).
+arrays, simulate (the engine: the Program's columns → the compiled ``waves`` loop's arrays, the loop, the
+timeline columns; no per-op objects), timeline columns (a no-op since the engine builds columns), metrics,
+timeline.json, and the teardown (freeing the per-op Python objects). With ``--profile`` it also prints the
+top functions by own time under cProfile (which inflates pure-Python code ~2×).
 
 Usage: python benchmarks/where_time_goes.py [--world 64 --chunks 7813] [--profile]
 """
@@ -52,7 +52,7 @@ def stages(world: int, chunks: int) -> list[tuple[str, float]]:
     prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog)), checked=True)
     mark("static checks (on the arrays)")
     tl = simulate(prog, prof)
-    mark("simulate (Program → engine lists and Op objects, loop, timeline columns)")
+    mark("simulate (Program columns → compiled loop → timeline columns)")
     tl.columns
     mark("timeline columns (built by the engine)")
     m = compute_metrics(tl)

@@ -203,6 +203,7 @@ class _Emitter:
     pair_deps: list[int] = field(default_factory=list)
     streams: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (kind, F/B, peer) -> stream id
     batches: dict[int, int] = field(default_factory=dict)  # batch id -> id of its name "b<id>"
+    p2p_consts: dict[tuple[Any, int], tuple[Any, ...]] = field(default_factory=dict)  # (type, stage) -> shared
     compute_stream: int = -1
 
     def __post_init__(self) -> None:
@@ -211,12 +212,13 @@ class _Emitter:
     def action(self, act: Any, batch_id: int | None) -> None:
         """Emit the ops of one action (a compute, a send/recv, or DualPipe's overlapped F&B pair)."""
         self.pair_deps = []
-        if len(act.sub_actions) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
-            for sub in act.sub_actions:
+        subs = act.sub_actions
+        if len(subs) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
+            for sub in subs:
                 key = (sub.stage, "RECV_F" if sub.type is CT.F else "RECV_B", sub.microbatch)
                 if key in self.prev_of:
                     self.pair_deps.append(self.prev_of[key])
-        for sub in act.sub_actions:
+        for sub in subs:
             if sub.type in COMM_TYPES:
                 self.p2p(sub, batch_id)
             else:
@@ -238,10 +240,10 @@ class _Emitter:
             b = self.batches[batch_id] = self.table.strs(f"b{batch_id}")
         return b
 
-    def p2p(self, sub: Any, batch_id: int | None) -> None:
-        """One send or recv, on the stream its p2p mode gives it, waiting for the compute it carries."""
-        s, j, typ = sub.stage, sub.microbatch, sub.type
-        s2r, mode = self.plan.s2r, self.plan.mode
+    def _p2p_const(self, typ: Any, s: int) -> tuple[Any, ...]:
+        """What every send/recv of type ``typ`` at stage ``s`` shares: its template, stream, peer, the name and
+        message prefixes, the key of the compute a send carries, its pp_op value and chunk."""
+        s2r = self.plan.s2r
         fwd = typ in (CT.SEND_F, CT.RECV_F)
         kind = "send" if typ in (CT.SEND_F, CT.SEND_B) else "recv"
         if kind == "send":
@@ -249,25 +251,41 @@ class _Emitter:
         else:
             peer = s2r[s - 1] if fwd else s2r[s + 1]
         d = "F" if fwd else "B"
-        opname = self.table.names(f"{kind}{d}{s}.{j}")
-        value = _VALUE[typ]
+        src_phase = ("F" if fwd else "I") if kind == "send" else None
+        src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)  # the message: who produced it
+        c = (self.p2p_tmpl[kind], self._stream(kind, d, peer), peer + self.off, f"{kind}{d}{s}.",
+             f"{d}{src_stage}.", src_phase, _VALUE[typ], self.chunk_of[s], kind == "send")
+        self.p2p_consts[(typ, s)] = c
+        return c
+
+    def p2p(self, sub: Any, batch_id: int | None) -> None:
+        """One send or recv, on the stream its p2p mode gives it, waiting for the compute it carries."""
+        s, j, typ = sub.stage, sub.microbatch, sub.type
+        c = self.p2p_consts.get((typ, s))
+        tmpl, stream, peer, name_pre, msg_pre, src_phase, value, chunk, is_send = \
+            self._p2p_const(typ, s) if c is None else c
+        table = self.table
+        sj = str(j)
+        names = table.names  # interned inline: nearly every p2p name is new
+        opname = names.ids.setdefault(name_pre + sj, len(names.items))
+        if opname == len(names.items):
+            names.items.append(name_pre + sj)
         deps = []
-        if kind == "send":
-            src_key = (s, "F" if fwd else "I", j)
-            if src_key in self.prev_of:
-                deps.append(self.prev_of[src_key])
-        if mode == "batched" and self.last_compute is not None and self.last_compute not in deps:
+        if src_phase is not None:
+            src = self.prev_of.get((s, src_phase, j))
+            if src is not None:
+                deps.append(src)
+        batched = self.plan.mode == "batched"
+        if batched and self.last_compute is not None and self.last_compute not in deps:
             # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
             # batch, so the host posts it only after all work issued before it has finished
             deps.append(self.last_compute)
-        src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)
-        msg = f"{d}{src_stage}.{j}"  # the message: who produced it, which mb
-        tags = self.table.new_tag_id((("chunk", self.chunk_of[s]), ("mb", j), ("msg", msg), ("pp_op", value),
-                                      ("stage", s)))
-        self.table.add_ids(self.p2p_tmpl[kind], self.rank, opname, tags, self._stream(kind, d, peer), tuple(deps),
-                           peer + self.off, self._batch(batch_id), self.table.strs(msg))
+        msg = msg_pre + sj  # the message: who produced it, which mb
+        tags = table.new_tag_id((("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s)))
+        table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer,
+                      -1 if batch_id is None else self._batch(batch_id), table.strs(msg))
         self.prev_of[(s, value, j)] = opname
-        if kind == "send" and mode == "batched":
+        if is_send and batched:
             self.pending_sends.append(opname)
 
     def _input(self, s: int, j: int, phase: str) -> list[int]:

@@ -16,7 +16,10 @@ profile's ``gpu_model``, default ``waves``):
   slowed equally. Kept selectable while the ``waves`` model proves itself.
 
 Both compile the DAG to arrays once (:func:`_compile`) and share the timeline
-assembly and critical-path walk (:func:`_timeline`). The rest of this
+assembly and critical-path walk (:func:`_timeline`). A :class:`Program` simulated
+with ``waves`` and the compiled loop skips that: :mod:`schedsim.sim.waves_columns`
+feeds the loop from the Program's columns and :func:`_timeline_program` builds the
+span columns from them, with bit-identical results and no per-op objects. The rest of this
 docstring describes ``sharing``.
 
 How it works
@@ -148,6 +151,14 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
     if conns is not None and not 1 <= int(conns) <= 32:
         raise ProfileError(f"CUDA_DEVICE_MAX_CONNECTIONS must be 1-32 (got {conns})\n  fix: pick a value in 1-32")
     with paused_gc():  # millions of small acyclic objects: GC passes would dominate
+        if isinstance(G, Program) and model == "waves":
+            got = _run_waves_program(G, profile, mode, conns, model_executor)
+            if got is not None:
+                run, note = got
+                tl = _timeline_program(G, info, profile, mode, run)
+                if note:
+                    tl.meta["warnings"] = [note]
+                return tl
         c = _compile(G, profile, mode)
         if model == "sharing":
             st = _run_sharing(c, profile, mode)
@@ -158,6 +169,36 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
                 tl.meta["warnings"] = [note]
                 return tl
         return _timeline(info, profile, mode, c, st)
+
+
+def _p2p_hang_note(e: DeadlockError) -> str:
+    """The warning of a run repeated without serializing lone send/recv (:func:`_run_waves`)."""
+    first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
+    return ("NCCL runs lone send/recv of one communicator in issue order, and this schedule's order would "
+            f"hang there ({first}); predicted as if each send/recv progressed independently. Fix: use "
+            "`p2p_batch` (batch_isend_irecv) or one process group per pair")
+
+
+def _run_waves_program(prog: Program, profile: HardwareProfile, mode: str, conns: int | None,
+                       model_executor: bool):  # type: ignore[no-untyped-def]
+    """The ``waves`` run straight from the Program's columns (:mod:`schedsim.sim.waves_columns`), with the retry
+    of :func:`_run_waves`; None when the compiled loop is not built or the rate tables do not fit (then the
+    Op-list path runs)."""
+    from schedsim.sim import gpu_model as gm
+    from schedsim.sim.waves import compiled_loop
+    from schedsim.sim.waves_columns import run_waves_program
+
+    rules = gm.GpuRules.from_profile(profile, conns)
+    tab = gm.rate_tables(rules)
+    loop = None if tab is None else compiled_loop()
+    if tab is None or loop is None:
+        return None
+    try:
+        return run_waves_program(prog, profile, mode, rules, tab, rules.p2p_serialized, model_executor, loop), ""
+    except DeadlockError as e:
+        if not rules.p2p_serialized or not len(prog.p2p):
+            raise
+        return run_waves_program(prog, profile, mode, rules, tab, False, model_executor, loop), _p2p_hang_note(e)
 
 
 def _run_waves(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str, c: _Compiled, conns: int | None,
@@ -173,10 +214,7 @@ def _run_waves(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str, c: 
             raise
         c = _compile(G, profile, mode)
         st = run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor, p2p_serialized=False)
-        first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
-        return st, ("NCCL runs lone send/recv of one communicator in issue order, and this schedule's order would "
-                    f"hang there ({first}); predicted as if each send/recv progressed independently. Fix: use "
-                    "`p2p_batch` (batch_isend_irecv) or one process group per pair")
+        return st, _p2p_hang_note(e)
 
 
 class _Compiled(NamedTuple):
@@ -557,6 +595,41 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
         cp.reverse()
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     return Timeline(schedule=str(info.get("name", "")), source="predict", world_size=world, launch=mode,
+                    profile=profile.name, critical_path=cp, meta=meta, columns=cols)
+
+
+def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode: str, run) -> Timeline:  # type: ignore[no-untyped-def,type-arg]
+    """:func:`_timeline` of a columnar run (:mod:`schedsim.sim.waves_columns`): the span columns from the
+    Program's columns and interned tables (no per-op objects but the ids and tag references)."""
+    from schedsim.sim.waves_columns import categorical
+
+    N = prog.N
+    tps = prog.templates
+    names = np.array(prog.names + ("",), dtype=object)
+    tagd = np.empty(len(prog.tagsets), object)  # one dict per distinct tag set, shared by its ops
+    tagd[:] = list(map(dict, prog.tagsets))
+    res_code = np.array([0, 1, 2, 2, 2])[run.res] if N else np.zeros(0, np.int64)
+    cols = SpanColumns(
+        prog.ids(), names[prog.name_id].tolist(), prog.rank.astype(np.int64),
+        categorical(prog.streams, prog.stream_id), categorical(prog.kinds, prog.kind),
+        categorical(("compute", "comm", "copy"), res_code), run.start, run.end, run.work, run.ready_t,
+        np.array([t.nbytes for t in tps], np.float64)[prog.tmpl] if N else np.zeros(0),
+        np.array([t.flops for t in tps], np.float64)[prog.tmpl] if N else np.zeros(0),
+        tagd[prog.tags_id].tolist() if N else [], run.stream_t)
+    cp: list[str] = []
+    if N:
+        i = int(np.lexsort((-np.arange(N), cols.end_s))[-1])  # latest end, lowest index among ties
+        binding, ogrp = run.binding.tolist(), run.ogrp
+        seen_cp: set[int] = set()
+        while i >= 0 and i not in seen_cp:
+            seen_cp.add(i)
+            b = binding[i]
+            if not (b >= 0 and ogrp[i] >= 0 and ogrp[b] == ogrp[i]):  # a rendezvous peer stands for it
+                cp.append(prog.op_id(i))
+            i = b
+        cp.reverse()
+    meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
+    return Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                     profile=profile.name, critical_path=cp, meta=meta, columns=cols)
 
 

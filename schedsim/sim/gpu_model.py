@@ -1,9 +1,14 @@
 """Rules of the ``waves`` GPU execution model: how a GPU and its host thread run one rank's ops.
 
 The event loop (:mod:`schedsim.sim.waves`) only moves time forward; every rule it
-applies lives here, as data computed once per simulation (:class:`GpuRules`,
-:func:`host_issue_times`, :func:`comm_fifo_edges`) or as small pure rate
-functions, so the loop can later be compiled without hunting for rules.
+applies lives here, as data computed once per simulation (:class:`GpuRules`;
+host issue times, hardware queues and communicator order as vectorised functions
+of op columns, :func:`host_issue_columns`, :func:`stream_queue_columns`,
+:func:`comm_fifo_columns`, which the Op-list forms :func:`host_issue_times`,
+:func:`stream_queues`, :func:`comm_fifo_edges` call; per-template rules such as
+:func:`kernel_ctas`) or as small pure rate functions tabulated for the compiled
+loop (:func:`rate_tables`). :mod:`schedsim.sim.waves_columns` applies them to a
+Program's columns, :mod:`schedsim.sim.waves` to lists of Op objects.
 
 Rules and their sources
 -----------------------
@@ -149,13 +154,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["BYTES_PER_CTA", "GpuRules", "RateTables", "batch_rate", "comm_factor", "comm_fifo_edges", "communicator",
-           "copy_rate", "host_issue_times", "kernel_ctas", "link_ends", "rate_tables", "stream_queues",
-           "transfer_comm_rate"]
+__all__ = ["BYTES_PER_CTA", "GpuRules", "RateTables", "batch_rate", "comm_factor", "comm_fifo_columns",
+           "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns", "host_issue_times",
+           "kernel_ctas", "link_ends", "rate_tables", "stream_queue_columns", "stream_queues", "transfer_comm_rate"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
@@ -216,77 +223,141 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
     return one * op.repeat, waves * op.repeat, mem
 
 
-def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
-    """Hardware queue of each op (rule 2): its rank's stream number (first appearance) mod ``max_connections``."""
-    num: dict[tuple[int, str], int] = {}
-    per_rank: dict[int, int] = {}
-    out = []
-    for op in ops:
-        key = (op.rank, op.stream)
-        q = num.get(key)
-        if q is None:
-            q = num[key] = per_rank.get(op.rank, 0)
-            per_rank[op.rank] = q + 1
-        out.append(q % max_connections)
+#: Host-call classes of rule 1 (:func:`host_class`): what one op's call costs on the host.
+H_KERNEL, H_COPY_KERNEL, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
+
+
+def host_class(op: Op) -> int:
+    """Rule 1's call class of ``op``: a kernel launch, a bytes-only ``compute`` (a device ``copy_``), a copy, a
+    lone send/recv, a member of a ``p2p_batch``, or a collective (the ``H_*`` constants)."""
+    kind = op.kind
+    if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
+        return H_COPY_KERNEL  # a bytes-only kernel runs as a device copy_ (executor/kernels.py, references)
+    if kind in ("matmul", "compute"):
+        return H_KERNEL
+    if kind == "memcpy":
+        return H_MEMCPY
+    if kind in ("send", "recv"):
+        return H_P2P if op.p2p_batch is None else H_BATCH_P2P
+    return H_COLL
+
+
+def _first_per_key(key: np.ndarray) -> np.ndarray:
+    """Mask of the first occurrence of each value of ``key`` (int64)."""
+    from schedsim.lower.program import unique
+
+    out = np.zeros(len(key), bool)
+    if len(key):
+        out[unique(key)[1]] = True
     return out
 
 
-def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
-                     model_executor: bool = False, call_start: list[float] | None = None) -> list[float]:
-    """Time (s) at which the host has issued each op (rule 1); ``ops`` in program order per rank.
+def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: int) -> np.ndarray:
+    """Hardware queue of each op (rule 2): its rank's stream number (streams numbered by first appearance on the
+    rank, in program order) mod ``max_connections``; ``rank``, ``stream`` int arrays of shape (n,) (stream: any
+    code equal for equal names)."""
+    from schedsim.lower.program import unique
 
-    ``cross_stream_deps[i]`` counts op i's dependencies on other streams (one event wait each). In
-    ``cuda_graph`` mode every op is issued at ``graph_launch_us``. ``call_start``, if given, is filled
-    with the host time at which each op's own call begins (after its ``host_us``, event waits and
-    stream switch): an event recorded just before the call is enqueued then (0 in a graph replay,
-    whose nodes are on the GPU already).
+    n = len(rank)
+    if not n:
+        return np.zeros(0, np.int64)
+    rank, stream = rank.astype(np.int64), stream.astype(np.int64)
+    _u, first, inv = unique(rank * (int(stream.max()) + 1) + stream)
+    order = np.argsort(first, kind="stable")  # the (rank, stream) pairs in order of first appearance
+    r = rank[first[order]]
+    o2 = np.argsort(r, kind="stable")  # grouped by rank, first appearance within
+    rs = r[o2]
+    start = np.ones(len(rs), bool)
+    start[1:] = rs[1:] != rs[:-1]
+    pos = np.arange(len(rs)) - np.maximum.accumulate(np.where(start, np.arange(len(rs)), 0))
+    num = np.empty(len(rs), np.int64)
+    num[order[o2]] = pos
+    return num[inv] % max_connections
+
+
+def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
+    """:func:`stream_queue_columns` of a list of ops."""
+    codes: dict[str, int] = {}
+    sid = np.fromiter((codes.setdefault(op.stream, len(codes)) for op in ops), np.int64, len(ops))
+    rank = np.fromiter((op.rank for op in ops), np.int64, len(ops))
+    return stream_queue_columns(rank, sid, max_connections).tolist()
+
+
+def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray,
+                       host_s: np.ndarray, batch: np.ndarray, cross_stream_deps: np.ndarray,
+                       profile: HardwareProfile, mode: str, model_executor: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """``(issue, call_start)``: time (s) at which the host has issued each op, and at which its own call began
+    (rule 1), float64 of shape (n,).
+
+    Columns of shape (n,), ops in program order per rank: ``rank``; ``stream`` (codes equal for equal names);
+    ``hclass`` (:func:`host_class`); ``repeat``; ``host_s`` (declared Python time, s); ``batch`` (code of the
+    ``p2p_batch``, -1 none); ``cross_stream_deps`` (dependencies on other streams: one event wait each).
+    Per rank the host adds, op by op and in this order, ``host_s``, the event waits, the executor's extra,
+    a stream switch, the call and a first-call extra; the prefix sums add the same floats in the same order
+    as a loop over the ops would (``np.cumsum`` is sequential). In ``cuda_graph`` mode every op is issued at
+    ``graph_launch_us`` and its call starts at 0 (the graph's nodes are on the GPU already).
     """
     lp = profile.launch
+    n = len(rank)
     if mode == "cuda_graph":
-        if call_start is not None:
-            call_start[:] = [0.0] * len(ops)
-        return [lp.graph_launch_us * 1e-6] * len(ops)
+        return np.full(n, lp.graph_launch_us * 1e-6), np.zeros(n)
     op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
     batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
     extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
     first_op, first_comm = lp.first_op_extra_us * 1e-6, lp.first_collective_extra_us * 1e-6
-    cold_op: set[int] = set()  # ranks whose first kernel launch / communication call has been paid
-    cold_comm: set[int] = set()
-    host: dict[int, float] = {}
-    cur_stream: dict[int, str] = {}
-    seen_batch: set[tuple[int, str]] = set()
-    out = []
-    for op, nx in zip(ops, cross_stream_deps, strict=False):
-        h = host.get(op.rank, 0.0) + op.host_s + nx * ev_s + extra
-        if cur_stream.setdefault(op.rank, op.stream) != op.stream:
-            cur_stream[op.rank] = op.stream
-            h += sw_s
-        if call_start is not None:
-            call_start.append(h)
-        kind = op.kind
-        if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
-            h += copy_s * op.repeat  # a bytes-only kernel runs as a device copy_ (executor/kernels.py, references)
-        elif kind in ("matmul", "compute"):
-            h += op_s * op.repeat
-            if op.rank not in cold_op:
-                cold_op.add(op.rank)
-                h += first_op
-        elif kind == "memcpy":
-            h += copy_s
-        elif kind in ("send", "recv"):
-            if op.p2p_batch is None:
-                h += p2p_s
-            elif (op.rank, op.p2p_batch) not in seen_batch:
-                seen_batch.add((op.rank, op.p2p_batch))
-                h += batch_s
-        else:
-            h += coll_s
-        if kind not in ("matmul", "compute", "memcpy") and op.rank not in cold_comm:
-            cold_comm.add(op.rank)
-            h += first_comm
-        host[op.rank] = h
-        out.append(h)
-    return out
+    rank = rank.astype(np.int64)
+    order = None if n < 2 or bool(np.all(rank[1:] >= rank[:-1])) else np.argsort(rank, kind="stable")
+    if order is not None:  # the prefix sums run per rank in program order
+        rank, stream, hclass, repeat, host_s, batch, cross_stream_deps = (
+            a[order] for a in (rank, stream, hclass, repeat, host_s, batch, cross_stream_deps))
+    inc = np.zeros((n, 6))
+    inc[:, 0] = host_s
+    inc[:, 1] = cross_stream_deps * ev_s
+    inc[:, 2] = extra
+    new_rank = np.ones(n, bool)
+    new_rank[1:] = rank[1:] != rank[:-1]
+    switch = np.zeros(n, bool)
+    switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
+    inc[switch, 3] = sw_s
+    call = inc[:, 4]
+    for cls, cost in ((H_KERNEL, op_s), (H_COPY_KERNEL, copy_s)):
+        m = hclass == cls
+        call[m] = cost * repeat[m]
+    call[hclass == H_MEMCPY] = copy_s
+    call[hclass == H_P2P] = p2p_s
+    call[hclass == H_COLL] = coll_s
+    bm = np.flatnonzero(hclass == H_BATCH_P2P)
+    if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
+        call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
+    for first_of, cost in ((hclass == H_KERNEL, first_op), (hclass >= H_P2P, first_comm)):
+        idx = np.flatnonzero(first_of)
+        inc[idx[_first_per_key(rank[idx])], 5] = cost
+    flat = inc.reshape(-1)
+    bounds = np.flatnonzero(new_rank).tolist() + [n]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=False):
+        np.cumsum(flat[6 * a:6 * b], out=flat[6 * a:6 * b])
+    issue, call0 = inc[:, 5].copy(), inc[:, 3].copy()
+    if order is not None:
+        issue[order], call0[order] = issue.copy(), call0.copy()
+    return issue, call0
+
+
+def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
+                     model_executor: bool = False, call_start: list[float] | None = None) -> list[float]:
+    """:func:`host_issue_columns` of a list of ops (program order per rank); ``call_start``, if given, is
+    filled with each op's call start."""
+    n = len(ops)
+    codes: dict[object, int] = {None: -1}
+    cols = [(op.rank, codes.setdefault(op.stream, len(codes)), host_class(op), op.repeat, op.host_s,
+             codes.setdefault(op.p2p_batch, len(codes))) for op in ops]
+    rank, stream, hcls, rep, hs, bat = (np.array(c) for c in zip(*cols, strict=True)) if n else \
+        (np.zeros(0, np.int64),) * 6
+    issue, call0 = host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,
+                                      np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor)
+    if call_start is not None:
+        call_start[:] = call0.tolist()
+    return issue.tolist()
 
 
 def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
@@ -298,41 +369,49 @@ def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
     return op.group
 
 
-def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list[tuple[int, int]]:
-    """Extra ``(before, after)`` op-index edges that run each communicator's ops in issue order per rank (rule 7).
+def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Extra ``(before, after)`` op-index edges (two int64 arrays) that run each communicator's ops in issue order
+    per rank (rule 7). ``comm``: code of the op's communicator (equal codes for equal rank sets; -1: the op is
+    in no communicator order); ``batch``: its ``p2p_batch`` code (-1 none). Consecutive ops of one batch on a
+    (rank, communicator) form one entry: every op of an entry waits for every op of the previous one."""
+    sel = np.flatnonzero(comm >= 0)
+    if not len(sel):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    key = rank[sel].astype(np.int64) * (int(comm.max()) + 1) + comm[sel]
+    o = np.argsort(key, kind="stable")
+    s, k, b = sel[o], key[o], batch[sel][o]
+    m = len(s)
+    new_key = np.ones(m, bool)
+    new_key[1:] = k[1:] != k[:-1]
+    new_entry = new_key | (b < 0)
+    new_entry[1:] |= b[1:] != b[:-1]
+    estart = np.flatnonzero(new_entry)
+    eid = np.cumsum(new_entry) - 1
+    esize = np.diff(np.append(estart, m))
+    has_prev = ~new_key[estart][eid]  # the op's entry is not its key's first
+    after = np.flatnonzero(has_prev)
+    pe = eid[after] - 1
+    cnt = esize[pe]
+    v = np.repeat(s[after], cnt)
+    off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    u = s[np.repeat(estart[pe], cnt) + off]
+    return u, v
 
-    The ops of one ``p2p_batch`` form one entry: every op of an entry waits for every op of the previous one.
-    """
-    last: dict[tuple[int, int], tuple[object, list[int]]] = {}
-    prev: dict[tuple[int, int], list[int]] = {}
-    edges: list[tuple[int, int]] = []
-    # communicators as small ints: a collective's group tuple is shared by its ranks' ops, so it is looked up
-    # by identity (kept alive in `seen`, so no id is reused) instead of hashing a many-rank tuple per op
-    by_id: dict[int, int] = {}
-    codes: dict[tuple[int, ...], int] = {}
-    seen: list[tuple[int, ...]] = []
+
+def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list[tuple[int, int]]:
+    """:func:`comm_fifo_columns` of a list of ops: lone send/recv join their pair's communicator only with
+    ``p2p_serialized``; compute ops and copies are in none."""
+    codes: dict[object, int] = {None: -1}
+    comm = np.full(len(ops), -1, np.int64)
     for i, op in enumerate(ops):
         if op.kind in ("matmul", "compute", "memcpy") or (not p2p_serialized and op.kind in ("send", "recv")
                                                           and op.p2p_batch is None):
             continue
-        comm = communicator(op, world, p2p_serialized)
-        code = by_id.get(id(comm))
-        if code is None:
-            code = by_id[id(comm)] = codes.setdefault(comm, len(codes))
-            seen.append(comm)
-        key = (op.rank, code)
-        entry = (op.p2p_batch,) if op.p2p_batch is not None else i
-        cur = last.get(key)
-        if cur is not None and cur[0] == entry:
-            cur[1].append(i)
-        else:
-            if cur is not None:
-                prev[key] = cur[1]
-            cur = last[key] = (entry, [i])
-        before = prev.get(key)
-        if before:
-            edges.extend([(b, i) for b in before])
-    return edges
+        comm[i] = codes.setdefault(communicator(op, world, p2p_serialized), len(codes))
+    rank = np.fromiter((op.rank for op in ops), np.int64, len(ops))
+    batch = np.fromiter((codes.setdefault(op.p2p_batch, len(codes)) for op in ops), np.int64, len(ops))
+    u, v = comm_fifo_columns(rank, comm, batch)
+    return list(zip(u.tolist(), v.tolist(), strict=True))
 
 
 def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> float:

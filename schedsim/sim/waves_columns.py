@@ -1,0 +1,356 @@
+"""The ``waves`` run fed straight from a :class:`~schedsim.lower.program.Program`'s columns (no :class:`Op` objects).
+
+:func:`schedsim.sim.waves.run_waves` takes the engine's per-op lists and :class:`Op` objects; at a million ops
+building those costs ~10× the compiled event loop. This module builds the same flat int64/float64 arrays the
+compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's columns:
+
+* cost inputs, CTA counts and call classes are per *template* (what instances share), so the rule functions of
+  :mod:`schedsim.sim.gpu_model` (:func:`~schedsim.sim.gpu_model.kernel_ctas`,
+  :meth:`~schedsim.cost.CostModel.duration`, :func:`~schedsim.sim.gpu_model.host_class`) run once per template
+  (a send/recv once per template and rank pair, as its time depends on the link) and are broadcast;
+* host issue times, hardware queues and communicator-order edges come from the column forms of rules 1, 2
+  and 7 (:func:`~schedsim.sim.gpu_model.host_issue_columns`, :func:`~schedsim.sim.gpu_model.stream_queue_columns`,
+  :func:`~schedsim.sim.gpu_model.comm_fifo_columns`), the same functions the Op-list path calls;
+* kernels (a ``p2p_batch`` of a rank is one), transfers' link ends and rendezvous groups are integer arrays.
+
+The results are bit-identical to ``simulate(build_graph(spec))`` (``tests/core/test_waves_columns.py``). Op ids
+and :class:`Op` objects are built only for a deadlock message. Used when the extension is built and the
+profile's rate tables fit (:func:`~schedsim.sim.gpu_model.rate_tables`); otherwise the engine takes the
+Op-list path, whose Python loop is the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import NamedTuple
+
+import numpy as np
+
+from schedsim.cost import CostModel
+from schedsim.hardware.profile import HardwareProfile
+from schedsim.kinds import P2P_KINDS
+from schedsim.lower.program import Program, unique
+from schedsim.sim import gpu_model as gm
+
+__all__ = ["ProgramRun", "categorical", "run_waves_program"]
+
+I64 = np.int64
+_RES = {"matmul": 0, "compute": 0}
+_COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
+
+
+class ProgramRun(NamedTuple):
+    """What the engine's timeline needs from a columnar run (arrays of shape (N,) unless said)."""
+
+    res: np.ndarray  # int64: 0 compute, 1 comm, 2-4 copy engine
+    work: np.ndarray  # float64 solo seconds (+ per-node graph overhead); a group's members share its time
+    ogrp: np.ndarray  # int64: rendezvous group of each op, -1 none
+    start: np.ndarray
+    end: np.ndarray
+    ready_t: np.ndarray
+    binding: np.ndarray  # int64: op that released it, or HOST
+    stream_t: np.ndarray
+
+
+def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """A timeline Categorical (distinct strings in order of first use, int32 codes) of interned ``codes``
+    into ``values``, as :func:`schedsim.sim.timeline._encode` makes it from the strings."""
+    n = len(codes)
+    if not n:
+        return [], np.zeros(0, np.int32)
+    _u, first, inv = unique(np.asarray(codes, I64))
+    order = np.argsort(first, kind="stable")
+    cats = [values[int(codes[first[k]])] for k in order.tolist()]
+    if len(cats) <= 1:
+        return cats, np.zeros(n, np.int32)
+    num = np.empty(len(first), np.int32)
+    num[order] = np.arange(len(first), dtype=np.int32)
+    return cats, num[inv]
+
+
+def _res_of(tp) -> int:  # type: ignore[no-untyped-def]
+    """Resource of a template: 0 compute, 1 communication, 2-4 copy engine (h2d, d2h, d2d)."""
+    if tp.kind == "memcpy":
+        return _COPY_RES[tp.direction or "d2d"]
+    return _RES.get(tp.kind, 1)
+
+
+def _csr_of(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ptr int64[n+1], idx): the indices of ``keys`` (values 0..n-1) grouped by value, in order within a value."""
+    idx = np.argsort(keys, kind="stable").astype(I64)
+    ptr = np.zeros(n + 1, I64)
+    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
+    return ptr, idx
+
+
+def _rank_by_first(key: np.ndarray) -> np.ndarray:
+    """Dense codes of ``key`` numbered by first appearance (int64)."""
+    _u, first, inv = unique(key.astype(I64))
+    num = np.empty(len(first), I64)
+    num[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return num[inv]
+
+
+def _durations(prog: Program, cost: CostModel, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
+               is_p2p: np.ndarray) -> np.ndarray:
+    """Solo seconds of each op: :meth:`CostModel.duration` once per template, and per (template, sender,
+    receiver) for send/recv (their time depends on the link between the two ranks)."""
+    tps = prog.templates
+    tdur = np.array([0.0 if t.kind in P2P_KINDS else cost.duration(t) for t in tps])
+    dur = tdur[tmpl]
+    p = np.flatnonzero(is_p2p)
+    if len(p):
+        is_send = np.array([t.kind == "send" for t in tps])[tmpl[p]]
+        src = np.where(is_send, rank[p], peer[p]).astype(I64)
+        dst = np.where(is_send, peer[p], rank[p]).astype(I64)
+        W = int(max(src.max(), dst.max())) + 1
+        key = (tmpl[p].astype(I64) * W + src) * W + dst
+        _u, first, inv = unique(key)
+        vals = np.array([cost.duration(replace(tps[int(tmpl[p[f]])], group=(int(src[f]), int(dst[f]))))
+                         for f in first.tolist()])
+        dur[p] = vals[inv]
+    return dur
+
+
+def _communicators(prog: Program, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray, batch: np.ndarray,
+                   res: np.ndarray, is_p2p: np.ndarray, serial: bool) -> np.ndarray:
+    """Rule 7's communicator of each op as a code (equal rank sets, equal codes; -1: in no order), as
+    :func:`schedsim.sim.gpu_model.communicator` gives them."""
+    world = prog.world_size
+    codes: dict[tuple[int, ...], int] = {}
+    tcode = np.array([codes.setdefault(t.group, len(codes)) if t.kind not in P2P_KINDS and _res_of(t) == 1
+                      else -1 for t in prog.templates], I64)
+    comm = tcode[tmpl] if len(tmpl) else np.zeros(0, I64)
+    comm[res != 1] = -1
+    pb = is_p2p & (batch >= 0)
+    if pb.any():
+        comm[pb] = codes.setdefault(tuple(range(world)), len(codes))
+    lone = np.flatnonzero(is_p2p & (batch < 0))
+    if len(lone):
+        if serial:
+            lo = np.minimum(rank[lone], peer[lone]).astype(I64)
+            hi = np.maximum(rank[lone], peer[lone]).astype(I64)
+            _u, first, inv = unique(lo * world + hi)
+            pc = np.array([codes.setdefault((int(lo[f]), int(hi[f])), len(codes)) for f in first.tolist()], I64)
+            comm[lone] = pc[inv]
+        else:
+            comm[lone] = -1
+    return comm
+
+
+def _groups(prog: Program) -> tuple[np.ndarray, np.ndarray, int]:
+    """Rendezvous groups (collectives, then send/recv pairs) as CSR ``(ptr, members)`` and their count."""
+    C = len(prog.coll_ptr) - 1
+    P = len(prog.p2p)
+    pairs = np.asarray(prog.p2p, I64).reshape(-1)
+    ptr = np.concatenate([np.asarray(prog.coll_ptr, I64), int(prog.coll_ptr[-1]) + 2 * np.arange(1, P + 1)])
+    return ptr, np.concatenate([np.asarray(prog.coll_idx, I64), pairs]), C + P
+
+
+def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one_way: float
+               ) -> tuple[np.ndarray, ...]:
+    """Rule 6's link ends (``2·rank + d``) of every transfer as CSR, the reverse ends of send/recv (when
+    ``one_way`` ≠ 1), and per member slot the positions of its rank's ends in its group's (CSR), as
+    :func:`schedsim.sim.gpu_model.link_ends` and the loop's lookup give them."""
+    nc = int(gptr[C])
+    cr = rank[gidx[:nc]].astype(I64)
+    pr = rank[gidx[nc:]].astype(I64).reshape(-1, 2)  # (sender, receiver)
+    cends = np.stack([2 * cr, 2 * cr + 1], 1).reshape(-1)
+    pends = np.sort(np.stack([2 * pr[:, 0], 2 * pr[:, 1] + 1], 1), axis=1).reshape(-1)
+    ends = np.concatenate([cends, pends])
+    P = len(pr)
+    eptr = np.concatenate([2 * gptr[:C + 1], 2 * nc + 2 * np.arange(1, P + 1)])
+    if one_way != 1.0:
+        rev = pends ^ 1
+        rptr = np.concatenate([np.zeros(C + 1, I64), 2 * np.arange(1, P + 1)])
+    else:
+        rev, rptr = np.zeros(0, I64), np.zeros(C + P + 1, I64)
+    gid = np.repeat(np.arange(C), np.diff(gptr[:C + 1]))
+    dup = np.zeros(0, bool)
+    if nc:
+        k = np.sort(gid * (int(cr.max()) + 1) + cr)
+        dup = k[1:] == k[:-1]
+    if dup.any() or (P and (pr[:, 0] == pr[:, 1]).any()):
+        return (eptr, ends, rptr, rev, *_epos_generic(eptr, ends, gptr, gidx, rank))
+    # distinct ranks per group: a collective member p owns ends 2p, 2p+1; a send owns the lower end when its
+    # rank is below the receiver's
+    slot = np.arange(nc) - np.repeat(gptr[:C], np.diff(gptr[:C + 1]))
+    cpos = np.stack([2 * slot, 2 * slot + 1], 1).reshape(-1)
+    up = (pr[:, 0] > pr[:, 1]).astype(I64)
+    ppos = np.stack([up, 1 - up], 1).reshape(-1)
+    pos = np.concatenate([cpos, ppos])
+    pptr = np.concatenate([2 * np.arange(nc + 1), 2 * nc + np.arange(1, 2 * P + 1)])
+    return eptr, ends, rptr, rev, pptr, pos
+
+
+def _epos_generic(eptr, ends, gptr, gidx, rank):  # type: ignore[no-untyped-def]
+    """Per member slot, every position in its group's ends that belongs to its rank (any group)."""
+    ep, en, gp, rk = eptr.tolist(), ends.tolist(), gptr.tolist(), rank[gidx].tolist()
+    out: list[int] = []
+    ptr = [0]
+    for g in range(len(gp) - 1):
+        ge = en[ep[g]:ep[g + 1]]
+        for m in range(gp[g], gp[g + 1]):
+            out.extend(p for p, e in enumerate(ge) if e >> 1 == rk[m])
+            ptr.append(len(out))
+    return np.array(ptr, I64), np.array(out, I64)
+
+
+def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The DAG's successors plus the communicator-order edges ``u → v``, each row sorted and without repeats
+    (CSR), and each op's predecessor count."""
+    N = prog.N
+    ptr, dst, _kind = prog.succ
+    src = np.repeat(np.arange(N, dtype=I64), np.diff(ptr))
+    key = src * N + dst
+    if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):  # rows not yet sorted (duplicates are merged)
+        key = np.sort(key)
+    if len(u):
+        extra = u * N + v
+        at = np.searchsorted(key, extra)
+        new = extra[(at == len(key)) | (key[np.minimum(at, len(key) - 1)] != extra)] if len(key) else extra
+        if len(new):  # communicator-order edges the DAG lacks: merge them in, once each
+            key = np.sort(np.concatenate([key, new]))
+            key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+    s, d = key // N if N else key, key % N if N else key
+    sptr = np.zeros(N + 1, I64)
+    np.cumsum(np.bincount(s, minlength=N), out=sptr[1:])
+    return sptr, d.astype(I64), np.bincount(d, minlength=N).astype(I64)
+
+
+def _kernels(prog: Program, tmpl, rank, batch, res, work, opq, C, cost, sms):  # type: ignore[no-untyped-def]
+    """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
+    hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them."""
+    N = len(tmpl)
+    if (batch >= 0).any():
+        nb = int(batch.max()) + 1
+        kern = _rank_by_first(np.where(batch >= 0, rank.astype(I64) * nb + batch, prog.world_size * nb
+                                       + np.arange(N)))
+    else:
+        kern = np.arange(N, dtype=I64)
+    K = int(kern.max()) + 1 if N else 0
+    kptr, kidx = _csr_of(kern, K)
+    head = kidx[kptr[:-1]]
+    ktype = res[head]
+    krank = rank[head].astype(I64)
+    kneed = np.diff(kptr)
+    tps = prog.templates
+    tct = [gm.kernel_ctas(t, cost, sms) if _res_of(t) == 0 else (0, 1, False) for t in tps]
+    tctas = np.array([c[0] for c in tct], I64)
+    twaves = np.array([c[1] for c in tct], I64)
+    tmem = np.array([c[2] for c in tct], I64)
+    ht = tmpl[head]
+    comp = ktype == 0
+    kleft = np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0))
+    ktau = np.where(comp, work[head] / twaves[ht], 0.0)
+    kmem = np.where(comp, tmem[ht], 0)
+    kq = _rank_by_first(krank * C + opq[head]) if K else np.zeros(0, I64)
+    Q = int(kq.max()) + 1 if K else 0
+    qptr, qidx = _csr_of(kq, Q)
+    return kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx
+
+
+def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
+    """The loop indexes per-rank arrays by rank and needs finite solo times: refuse an op outside the world or
+    with a NaN, infinite or negative solo time (a profile with a zero or infinite rate can give one)."""
+    from schedsim.errors import GraphError
+
+    world = prog.world_size
+    if len(rank) and not (0 <= int(rank.min()) and int(rank.max()) < world):
+        i = int(np.flatnonzero((rank < 0) | (rank >= world))[0])
+        raise GraphError(f"op {prog.op_id(i)} is on rank {int(rank[i])} but the world_size is {world}",
+                         fix=f"put the op on a rank in 0-{world - 1}")
+    bad = np.flatnonzero(~(np.isfinite(work) & (work >= 0.0)))
+    if len(bad):
+        i = int(bad[0])
+        raise GraphError(f"op {prog.op_id(i)} ({prog.templates[int(prog.tmpl[i])].kind}) has a solo duration of "
+                         f"{float(work[i])} s", fix="give it a finite duration, FLOP and byte count >= 0 (and a "
+                         "profile whose rates are finite and > 0)")
+
+
+def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
+                      tab: gm.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:  # type: ignore[no-untyped-def]
+    """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring).
+
+    Raises
+    ------
+    DeadlockError
+        If ops remain that can never start (the message names them: Op objects are built then).
+    GraphError
+        An op on a rank outside the world, or with a NaN, infinite or negative solo time.
+    """
+    N = prog.N
+    cost = CostModel(profile)
+    node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
+    tmpl = prog.tmpl.astype(I64)
+    rank = prog.rank.astype(I64)
+    peer = prog.peer.astype(I64)
+    batch = prog.batch.astype(I64)
+    sid = prog.stream_id.astype(I64)
+    tps = prog.templates
+    tres = np.array([_res_of(t) for t in tps], I64)
+    tp2p = np.array([t.kind in P2P_KINDS for t in tps], bool)
+    res = tres[tmpl] if N else np.zeros(0, I64)
+    is_p2p = tp2p[tmpl] if N else np.zeros(0, bool)
+    work = _durations(prog, cost, tmpl, rank, peer, is_p2p) + node_oh
+    _check(prog, rank, work)
+    gptr, gidx, G = _groups(prog)
+    ogrp = np.full(N, -1, I64)
+    ogrp[gidx] = np.repeat(np.arange(G), np.diff(gptr))
+    gwork = work[gidx[gptr[:-1]]] if G else np.zeros(0)
+    work[gidx] = np.repeat(gwork, np.diff(gptr))
+    res[gidx] = 1
+    # rule 7: communicator order; rule 1: host issue times
+    fu, fv = gm.comm_fifo_columns(rank, _communicators(prog, tmpl, rank, peer, batch, res, is_p2p, serial), batch)
+    sptr, sidx, npred = _succ(prog, fu, fv)
+    src = np.repeat(np.arange(N, dtype=I64), np.diff(sptr))
+    xdeps = np.bincount(sidx[sid[src] != sid[sidx]], minlength=N)
+    thc = np.array([gm.host_class(t) for t in tps], I64)
+    hcls = np.where(is_p2p, np.where(batch >= 0, gm.H_BATCH_P2P, gm.H_P2P), thc[tmpl] if N else 0)
+    trep = np.array([t.repeat for t in tps], I64)
+    ths = np.array([t.host_s for t in tps], np.float64)
+    issue, call0 = gm.host_issue_columns(rank, sid, hcls, trep[tmpl] if N else trep, ths[tmpl] if N else ths,
+                                         batch, xdeps, profile, mode, model_executor)
+    # rules 2, 4, 5: kernels; rule 6: link ends
+    opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
+    kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = _kernels(
+        prog, tmpl, rank, batch, res, work, opq, rules.max_connections, cost, rules.sms)
+    K = len(kptr) - 1
+    C = len(prog.coll_ptr) - 1
+    eptr, ends, rptr, rev, pptr, pos = _link_ends(gptr, gidx, rank, C, rules.p2p_one_way)
+    granks = rank[gidx]
+    start, ready_t, deps_t, khand = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(K)
+    end, binding = np.full(N, -1.0), np.full(N, -1, I64)
+    npred_left = npred.copy()
+
+    def f(a) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return np.require(a, np.float64, ["C", "W"])  # the loop takes writable contiguous buffers (copied if not)
+
+    def i(a) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return np.require(a, I64, ["C", "W"])
+
+    arrays = (
+        f(tab.comm), f(tab.batch), f(tab.copy),
+        npred_left, sptr, sidx, i(sid), i(rank), i(ogrp), i(kern), f(issue), f(work),
+        kptr, kidx, i(ktype), i(krank), i(kmem), i(kq), i(kneed), i(kleft), f(ktau),
+        qptr, qidx,
+        i(gptr), i(gidx), i(eptr), i(ends), i(rptr), i(rev), i(gptr), i(granks), i(pptr), i(pos), f(gwork),
+        start, end, ready_t, deps_t, khand, binding,
+        np.zeros(K, I64), kneed.copy(), np.zeros(len(qptr) - 1, I64), np.zeros(K, I64),
+    )
+    loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
+    if N and end.min() < 0.0:
+        from schedsim.sim.engine import _raise_deadlock
+
+        job_of = np.where(ogrp >= 0, N + ogrp, np.arange(N)).tolist()
+        gmem = [gidx[a:b].tolist() for a, b in zip(gptr[:-1].tolist(), gptr[1:].tolist(), strict=True)]
+        _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred_left.tolist(), job_of, gmem, N)
+    # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
+    qreach = np.zeros(K)
+    qk = np.diff(qptr)
+    if K:
+        later = np.ones(len(qidx), bool)
+        later[qptr[:-1][qk > 0]] = False  # not a queue's first kernel
+        qreach[qidx[later]] = khand[qidx[np.flatnonzero(later) - 1]]
+    stream_t = np.maximum(np.maximum(deps_t, call0), qreach[kern])
+    return ProgramRun(res, work, ogrp, start, end, ready_t, binding, stream_t)

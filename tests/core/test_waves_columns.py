@@ -1,0 +1,157 @@
+"""The ``waves`` run fed from a Program's columns (schedsim/sim/waves_columns.py) against the Op-list path
+(``simulate(graph_of(prog))``): identical timelines, bit for bit (every span column, critical path, warnings,
+or the same error), on every shipped schedule, on pipelines with lone and batched send/recv, on every
+scenario of test_gpu_model.py, and when a lone send/recv order hangs under serialization (the retry)."""
+
+from __future__ import annotations
+
+import glob
+import inspect
+
+import pytest
+
+import tests.core.test_gpu_model as tg
+from schedsim.errors import SchedsimError
+from schedsim.graph.build import build_graph, graph_of
+from schedsim.hardware.profile import load_profile
+from schedsim.lower import lower
+from schedsim.sim import waves
+from schedsim.sim.engine import simulate
+from schedsim.spec.loader import load_schedule, load_text, parse_overrides
+from tests.conftest import ROOT
+
+try:
+    from schedsim.sim import _cwaves  # type: ignore[attr-defined]
+except ImportError:
+    _cwaves = None
+
+pytestmark = pytest.mark.skipif(_cwaves is None, reason="schedsim.sim._cwaves is not built (pip install -e .)")
+SHIPPED = sorted(glob.glob(str(ROOT / "schedules" / "*.yaml"))) + [str(ROOT / "tests" / "data" / "pp_unit.yaml")]
+
+
+def outcome(G, profile, **kw) -> object:  # type: ignore[no-untyped-def]
+    """Every span column, the critical path and the metadata, or the error raised."""
+    try:
+        tl = simulate(G, profile, gpu_model="waves", **kw)
+    except SchedsimError as e:
+        return type(e).__name__, str(e)
+    c = tl.columns
+    return (c.id, c.name, c.rank.tolist(), c.stream[0], c.stream[1].tolist(), c.kind[0], c.kind[1].tolist(),
+            c.resource[0], c.resource[1].tolist(), c.start_s.tolist(), c.end_s.tolist(), c.solo_s.tolist(),
+            c.ready_s.tolist(), c.bytes.tolist(), c.flops.tolist(), c.tags, c.stream_s.tolist(), tl.critical_path,
+            tl.meta, tl.world_size, tl.schedule, tl.launch)
+
+
+def same(prog, profile, **kw) -> object:  # type: ignore[no-untyped-def]
+    """Assert the columnar run equals the Op-list run (both with the compiled loop); return it."""
+    cols = outcome(prog, profile, **kw)
+    ref = outcome(graph_of(prog), profile, **kw)
+    assert cols == ref, kw
+    return cols
+
+
+@pytest.fixture(autouse=True)
+def _compiled(monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(waves, "_EXT", [_cwaves])
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.rsplit("/", 1)[-1])
+def test_columns_match_the_op_list_path_on_every_shipped_schedule(path):
+    prog = lower(load_schedule(path))
+    small = prog.N < 2000
+    for prof in ("h200", "h200x2") if small else ("h200x2",):
+        for kw in ({}, {"launch": "cuda_graph"}, {"max_connections": 1}, {"model_executor": True}) if small \
+                else ({},):
+            got = same(prog, load_profile(prof), **kw)
+            assert isinstance(got, tuple) and len(got[0]) == prog.N
+
+
+@pytest.mark.parametrize("sched", ["interleaved_1f1b", "1f1b", "zb_h1"])
+def test_columns_match_on_pipelines(sched):
+    # interleaved 1F1B: lone send/recv serialized per communicator; 1F1B: batched exchanges (one kernel each)
+    prog = lower(load_schedule(ROOT / "schedules" / "pipeline_schedules.yaml",
+                               parse_overrides(["p=4", "m=8", f"schedule={sched}"])))
+    for prof in ("h200", "h200x2"):
+        same(prog, load_profile(prof))
+
+
+def test_a_hanging_lone_p2p_order_is_retried_unserialized_the_same_way():
+    # rank 0 sends a to 1 then receives b; rank 1 sends b to 0 then receives a: on their one communicator,
+    # in issue order, each waits for the other (the static checks refuse it; unchecked, both paths rerun
+    # without serialization and say so)
+    text = (tg.HEAD % 2 + "  - {name: a, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: x}\n"
+            "  - {name: rb, kind: recv, ranks: [0], peer: 1, bytes: 1000000, stream: y}\n"
+            "  - {name: b, kind: send, ranks: [1], peer: 0, bytes: 1000000, stream: x}\n"
+            "  - {name: ra, kind: recv, ranks: [1], peer: 0, bytes: 1000000, stream: y}\n")
+    got = same(lower(load_text(text, "t.yaml"), check=False), tg.waves_profile())
+    assert "would hang there" in got[18]["warnings"][0]
+    # on one stream each it hangs either way: the same deadlock message, naming the stuck ops
+    got = same(lower(load_text(text.replace("stream: y", "stream: x"), "t.yaml"), check=False), tg.waves_profile())
+    assert got[0] == "DeadlockError" and "a@r0 (send) waits for its peers ra@r1" in got[1]
+
+
+CASES = [f for n, f in sorted(vars(tg).items()) if n.startswith("test_") and callable(f)
+         and "sim_text" in inspect.signature(f).parameters]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda f: f.__name__)
+def test_every_gpu_model_scenario_runs_the_same_from_columns(case):
+    """Each scenario of test_gpu_model.py, its assertions run on the columnar path, which must also equal the
+    Op-list path."""
+
+    def sim_text(text: str, profile, launch=None):  # type: ignore[no-untyped-def]
+        spec = load_text(text, "t.yaml")
+        build_graph(spec)  # raises what the scenario expects, as the Op-list path does
+        prog = lower(spec)
+        same(prog, profile, launch=launch)
+        tl = simulate(prog, profile, launch=launch)
+        return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}, tl
+
+    case(sim_text)
+
+
+def test_an_op_outside_the_world_or_with_a_nan_solo_time_is_refused(monkeypatch):
+    # the compiled loop indexes per-rank arrays by rank and cannot run a NaN time: both are GraphErrors naming
+    # the op, before the loop starts
+    from dataclasses import replace
+
+    import numpy as np
+
+    from schedsim.cost import CostModel
+    from schedsim.errors import GraphError
+
+    prog = lower(load_text(tg.HEAD % 2 + f"  - {{name: g, {tg.FULL}}}\n", "t.yaml"))
+    moved = replace(prog, rank=np.array([0, 2], np.int32))
+    with pytest.raises(GraphError, match=r"op g@r2 is on rank 2 but the world_size is 2"):
+        simulate(moved, tg.waves_profile())
+    monkeypatch.setattr(CostModel, "duration", lambda self, op: float("nan"))
+    with pytest.raises(GraphError, match=r"op g@r0 \(matmul\) has a solo duration of nan s"):
+        simulate(prog, tg.waves_profile())
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if p.rsplit("/", 1)[-1] in
+                                  ("allgather_mm8.yaml", "offload.yaml", "pipeline_custom.yaml", "pp_unit.yaml")],
+                         ids=lambda p: p.rsplit("/", 1)[-1])
+def test_columns_match_the_python_reference_loop(monkeypatch, path):
+    # the columnar run (compiled) against the Python event loop on Op lists, the reference
+    prog = lower(load_schedule(path))
+    prof = load_profile("h200x2")
+    cols = outcome(prog, prof)
+    monkeypatch.setattr(waves, "_EXT", [None])
+    assert outcome(prog, prof) == cols
+
+
+def test_member_link_positions_vectorised_equal_the_generic_scan():
+    # _link_ends places each member's ends by formula when a group's ranks are distinct; the generic scan
+    # (used otherwise) must give the same positions on a program with collectives and send/recv pairs
+    from schedsim.sim import waves_columns as wcol
+
+    prog = lower(load_schedule(ROOT / "schedules" / "megatron_gpt_pp4.yaml"))  # a tied-embedding all_reduce
+    gptr, gidx, _G = wcol._groups(prog)
+    C = len(prog.coll_ptr) - 1
+    rank = prog.rank.astype("int64")
+    assert C and len(prog.p2p)
+    for one_way in (1.0, 1.33):
+        eptr, ends, _rptr, _rev, pptr, pos = wcol._link_ends(gptr, gidx, rank, C, one_way)
+        gptr2, gpos2 = wcol._epos_generic(eptr, ends, gptr, gidx, rank)
+        assert pptr.tolist() == gptr2.tolist() and pos.tolist() == gpos2.tolist()
