@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from schedsim import api
@@ -158,3 +159,30 @@ def test_array_checks_agree_with_the_object_build_on_random_schedules(seed):
             assert list(checked.warnings) == R.graph["warnings"]
         verdicts.append(fast is None)
     assert True in verdicts and False in verdicts  # both kinds of schedule were drawn
+
+
+def _writable_arrays(prog):
+    """Names of the Program's arrays (fields and cached views, arrays inside tuples too) that can be written."""
+    out = []
+    for name in ("kind", "nbytes", "succ"):
+        getattr(prog, name)  # fill the cached views
+    for k, v in vars(prog).items():
+        for j, a in enumerate(v if isinstance(v, tuple) else (v,)):
+            if isinstance(a, np.ndarray) and a.flags.writeable:
+                out.append(f"{k}[{j}]" if isinstance(v, tuple) else k)
+    return out
+
+
+def test_program_arrays_stay_read_only_through_cached_views_pickle_and_copy():
+    """Every array a Program holds or hands out is read-only, also after pickle and (deep)copy: a caller that
+    writes into ``prog.kind`` or a copy's ``tmpl`` would change what later simulations read."""
+    import copy
+    import pickle
+
+    prog = lower(api.load_text(TWO_RANKS))
+    assert _writable_arrays(prog) == []
+    for other in (pickle.loads(pickle.dumps(prog)), copy.deepcopy(prog), copy.copy(prog)):
+        assert other.ids() == prog.ids()
+        assert _writable_arrays(other) == []
+        with pytest.raises(ValueError):
+            other.tmpl[0] = 1
