@@ -186,3 +186,26 @@ def test_program_arrays_stay_read_only_through_cached_views_pickle_and_copy():
         assert _writable_arrays(other) == []
         with pytest.raises(ValueError):
             other.tmpl[0] = 1
+
+
+HEAD = "schema_version: 1\nname: bad\nworld_size: 2\nops:\n"
+
+
+def test_file_named_errors_keep_their_class_and_fields():
+    """``api.lower_spec(spec, file)`` / ``api.build`` prefix the file to an error that lacks it, and the error
+    stays what the lowering raised: a DeadlockError (with the ops it names), a GraphError, a CycleError."""
+    from schedsim.errors import CycleError, DeadlockError, GraphError
+
+    hang = api.load_text(HEAD + "  - {name: s, kind: send, peer: '(rank + 1) % 2', bytes: 8}\n"
+                                "  - {name: r, kind: recv, peer: '(rank + 1) % 2', bytes: 8}\n")
+    with pytest.raises(DeadlockError) as e:
+        api.build(hang, file="job.yaml")
+    assert str(e.value).startswith("job.yaml: ") and e.value.ops and e.value.fix
+    cyc = api.load_text(HEAD + "  - {name: a, kind: compute, duration_us: 1, deps: [b]}\n"
+                               "  - {name: b, kind: compute, duration_us: 1, deps: [a], stream: other}\n")
+    with pytest.raises(CycleError) as c:
+        api.lower_spec(cyc, file="job.yaml")
+    assert str(c.value).startswith("job.yaml: ") and c.value.cycle
+    unknown = api.load_text(HEAD + "  - {name: a, kind: compute, duration_us: 1, deps: [nope]}\n")
+    with pytest.raises(GraphError, match="^job.yaml: "):
+        api.lower_spec(unknown, file="job.yaml")
