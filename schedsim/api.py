@@ -149,7 +149,9 @@ def lower_spec(spec: Any, file: str | Path | None = None) -> Any:
     except SchedsimError as e:
         if file is None or str(file) in str(e):
             raise
-        raise SchedsimError(f"{file}: {e.message}", fix=e.fix, detail=e.detail) from None
+        e.message = f"{file}: {e.message}"  # same class and fields (a DeadlockError's ops, a CycleError's cycle)
+        e.args = (e.format(),)
+        raise
 
 
 def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, launch: str | None = None,

@@ -48,6 +48,14 @@ def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return k[new], o[new], inv
 
 
+def _freeze(v: Any) -> Any:
+    """``v`` with its arrays (``v`` itself, or the members of a tuple) made read-only."""
+    for a in v if isinstance(v, tuple) else (v,):
+        if isinstance(a, np.ndarray):
+            a.flags.writeable = False
+    return v
+
+
 @dataclass(frozen=True, eq=False)
 class Program:
     """A lowered schedule (module docstring). Arrays are read-only; derived views are cached."""
@@ -85,8 +93,13 @@ class Program:
 
     def __post_init__(self) -> None:
         for v in self.__dict__.values():
-            if isinstance(v, np.ndarray):
-                v.flags.writeable = False
+            _freeze(v)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling and :func:`copy.copy`/:func:`copy.deepcopy` restore the arrays (and cached views) writable;
+        make them read-only again."""
+        self.__dict__.update(state)
+        self.__post_init__()
 
     # ---------------------------------------------------------------- sizes and per-op views
     @property
@@ -97,8 +110,8 @@ class Program:
     @cached_property
     def kind(self) -> np.ndarray:
         """Per op, its kind as an index into :attr:`kinds`."""
-        return np.array([self.kinds.index(t.kind) for t in self.templates], np.int32)[self.tmpl] \
-            if self.templates else np.zeros(0, np.int32)
+        return _freeze(np.array([self.kinds.index(t.kind) for t in self.templates], np.int32)[self.tmpl]
+                       if self.templates else np.zeros(0, np.int32))
 
     @cached_property
     def kinds(self) -> tuple[str, ...]:
@@ -113,8 +126,8 @@ class Program:
     @cached_property
     def nbytes(self) -> np.ndarray:
         """Per op: message / moved bytes (float64)."""
-        return np.array([t.nbytes for t in self.templates], np.float64)[self.tmpl] if self.templates \
-            else np.zeros(0)
+        return _freeze(np.array([t.nbytes for t in self.templates], np.float64)[self.tmpl] if self.templates
+                       else np.zeros(0))
 
     @cached_property
     def succ(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -131,7 +144,7 @@ class Program:
         o2 = np.argsort(src, kind="stable")
         ptr = np.zeros(n + 1, np.int64)
         np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
-        return ptr, dst[o2], kind[o2].astype(np.int8)
+        return _freeze((ptr, dst[o2], kind[o2].astype(np.int8)))
 
     # ---------------------------------------------------------------- names and objects, on request
     def ids(self) -> list[str]:

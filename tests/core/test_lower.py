@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from schedsim import api
@@ -158,3 +159,53 @@ def test_array_checks_agree_with_the_object_build_on_random_schedules(seed):
             assert list(checked.warnings) == R.graph["warnings"]
         verdicts.append(fast is None)
     assert True in verdicts and False in verdicts  # both kinds of schedule were drawn
+
+
+def _writable_arrays(prog):
+    """Names of the Program's arrays (fields and cached views, arrays inside tuples too) that can be written."""
+    out = []
+    for name in ("kind", "nbytes", "succ"):
+        getattr(prog, name)  # fill the cached views
+    for k, v in vars(prog).items():
+        for j, a in enumerate(v if isinstance(v, tuple) else (v,)):
+            if isinstance(a, np.ndarray) and a.flags.writeable:
+                out.append(f"{k}[{j}]" if isinstance(v, tuple) else k)
+    return out
+
+
+def test_program_arrays_stay_read_only_through_cached_views_pickle_and_copy():
+    """Every array a Program holds or hands out is read-only, also after pickle and (deep)copy: a caller that
+    writes into ``prog.kind`` or a copy's ``tmpl`` would change what later simulations read."""
+    import copy
+    import pickle
+
+    prog = lower(api.load_text(TWO_RANKS))
+    assert _writable_arrays(prog) == []
+    for other in (pickle.loads(pickle.dumps(prog)), copy.deepcopy(prog), copy.copy(prog)):
+        assert other.ids() == prog.ids()
+        assert _writable_arrays(other) == []
+        with pytest.raises(ValueError):
+            other.tmpl[0] = 1
+
+
+HEAD = "schema_version: 1\nname: bad\nworld_size: 2\nops:\n"
+
+
+def test_file_named_errors_keep_their_class_and_fields():
+    """``api.lower_spec(spec, file)`` / ``api.build`` prefix the file to an error that lacks it, and the error
+    stays what the lowering raised: a DeadlockError (with the ops it names), a GraphError, a CycleError."""
+    from schedsim.errors import CycleError, DeadlockError, GraphError
+
+    hang = api.load_text(HEAD + "  - {name: s, kind: send, peer: '(rank + 1) % 2', bytes: 8}\n"
+                                "  - {name: r, kind: recv, peer: '(rank + 1) % 2', bytes: 8}\n")
+    with pytest.raises(DeadlockError) as e:
+        api.build(hang, file="job.yaml")
+    assert str(e.value).startswith("job.yaml: ") and e.value.ops and e.value.fix
+    cyc = api.load_text(HEAD + "  - {name: a, kind: compute, duration_us: 1, deps: [b]}\n"
+                               "  - {name: b, kind: compute, duration_us: 1, deps: [a], stream: other}\n")
+    with pytest.raises(CycleError) as c:
+        api.lower_spec(cyc, file="job.yaml")
+    assert str(c.value).startswith("job.yaml: ") and c.value.cycle
+    unknown = api.load_text(HEAD + "  - {name: a, kind: compute, duration_us: 1, deps: [nope]}\n")
+    with pytest.raises(GraphError, match="^job.yaml: "):
+        api.lower_spec(unknown, file="job.yaml")
