@@ -250,6 +250,27 @@ def compile_expr(text: str) -> Callable[[Mapping[str, Any]], Any]:
     """
     tree = _parse(text.strip())
     budget = _element_budget()
+    body = tree.body
+    if isinstance(body, ast.Name) and body.id not in ("true", "True", "false", "False"):
+        name = body.id  # a loop variable or parameter alone (`{i}`): a lookup, no tree walk
+
+        def lookup(env: Mapping[str, Any]) -> Any:
+            v = env.get(name)
+            t = type(v)
+            if t is str or t is float or (t is int and v.bit_length() <= 4096):
+                return v
+            return _run(tree, text, env, budget)  # anything else (a missing name too) as evaluate does it
+
+        return lookup
+    if not any(isinstance(n, ast.Name) for n in ast.walk(tree)):
+        # no names: the same value in every env (`64*2**20`); an expression that fails keeps failing per call
+        try:
+            value = _run(tree, text, {}, budget)
+        except ExprError:
+            pass
+        else:
+            if type(value) in (int, float, str, bool):
+                return lambda env: value
     return lambda env: _run(tree, text, env, budget)
 
 

@@ -5,6 +5,7 @@ ops written out one by one."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -165,3 +166,21 @@ def test_an_error_inside_an_iteration_is_the_general_paths_error(monkeypatch, te
     assert str(fast.value) == str(slow.value)
     assert f"bad.yaml:{line}" in str(fast.value) and field in str(fast.value) and what in str(fast.value)
     assert fast.value.fix
+
+
+@pytest.mark.parametrize("text", ["i", "{i}", " i ", "true", "s", "b", "big", "f", "nope", "64*2**20", "1/0",
+                                  "'a' * 3", "range(3)", "i * 2 + 1", "2**100000", "x{i}y{i+1}", "mm{i}"])
+def test_compiled_expressions_equal_evaluate(text):
+    """compile_expr / compile_interpolate against evaluate / interpolate: values, types and errors."""
+    from schedsim.expr import compile_expr, compile_interpolate, evaluate, interpolate
+
+    env = {"i": 3, "s": "ab", "b": True, "big": 2 ** 5000, "f": 0.5}
+    for compiled, reference, t in ((compile_expr, evaluate, text.strip("{}")), (compile_interpolate, interpolate, text)):
+        try:
+            want = reference(t, env)
+        except ExprError as e:
+            with pytest.raises(ExprError, match=re.escape(str(e))):
+                compiled(t)(env)
+            continue
+        got = compiled(t)(env)
+        assert got == want and type(got) is type(want)
