@@ -410,9 +410,12 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
                 values.append(vals)
             if "ops" not in item:
                 raise ctx.err("a foreach block needs an `ops:` list", m, p, fix="add ops: [...] under foreach")
+            body = _plain_body(item["ops"], "rank" in env or "rank" in names, ctx, p + ".ops")
             for combo in itertools.product(*values):
                 ctx.visit(km.get("foreach", m), p + ".foreach")
-                _expand_ops(item["ops"], {**env, **dict(zip(names, combo, strict=False))}, ctx, p + ".ops", out)
+                it_env = {**env, **dict(zip(names, combo, strict=False))}
+                if body is None or not _expand_plain(body, it_env, ctx, out):
+                    _expand_ops(item["ops"], it_env, ctx, p + ".ops", out)
             continue
         if per_rank:
             # the op is instanced per rank: one entry per rank, with `rank` bound in its expressions
@@ -443,6 +446,59 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         op["__path__"] = p
         out.append(op)
         out.item_marks.append(op.mark)
+
+
+def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str) -> list[tuple[Any, ...]] | None:
+    """A foreach body made only of plain op entries, compiled for :func:`_expand_plain`; else None.
+
+    Plain: a mapping without ``ops``/``foreach``, not instanced per rank, whose fields and ``when`` all compiled
+    (see :class:`_Plan`). Anything else is left to :func:`_expand_ops`, once per iteration.
+    """
+    if not isinstance(items, list):
+        return None
+    marks = getattr(items, "item_marks", [None] * len(items))
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or "ops" in item or "foreach" in item:
+            return None
+        plan = ctx.plan(item)
+        if (plan.uses_rank and not rank_bound) or ("when" in item and plan.when is None) \
+                or any(f is None for _, f in plan.fields):
+            return None
+        m = marks[i] if i < len(marks) else None
+        km = getattr(item, "key_marks", {})
+        fields = [(k, f, km.get(k, m)) for k, f in plan.fields]
+        key_marks = {k: fm for k, _, fm in fields}
+        key_marks["__source__"] = m
+        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), m, f"{path}[{i}]"))
+    return out
+
+
+def _expand_plain(body: list[tuple[Any, ...]], env: dict[str, Any], ctx: _Ctx, out: LList) -> bool:
+    """One iteration of a plain foreach body (:func:`_plain_body`): the ops :func:`_expand_ops` would append.
+
+    Returns False, having appended and counted nothing, when an expression fails: the caller then expands the
+    iteration with :func:`_expand_ops`, which raises the error with its file, line, field and fix.
+    """
+    n0, entries, chars = len(out), ctx.entries, ctx.chars
+    try:
+        for when, fields, key_marks, mark, m, p in body:
+            if when is not None and not when(env):
+                continue
+            op = LDict()
+            op.mark = mark
+            for k, f, fm in fields:
+                op[k] = f(env, fm)
+            op.key_marks = dict(key_marks)
+            ctx.count(op, mark, p)
+            op["__path__"] = p
+            out.append(op)
+            out.item_marks.append(mark)
+    except ExprError:
+        del out[n0:], out.item_marks[n0:]
+        ctx.entries, ctx.chars = entries, chars
+        return False
+    return True
 
 
 _RANK = re.compile(r"\brank\b")
