@@ -290,6 +290,9 @@ def compile_interpolate(text: str) -> Callable[[Mapping[str, Any]], Any]:
     pieces = _BRACES.split(text)  # literal, expr, literal, expr, ..., literal
     lits = pieces[0::2]
     fns = [compile_expr(e) for e in pieces[1::2]]
+    if len(fns) == 1:  # `mm{i}`
+        head, f, tail = lits[0], fns[0], lits[1]
+        return lambda env: head + str(f(env)) + tail
 
     def run(env: Mapping[str, Any]) -> str:
         out = [lits[0]]

@@ -709,10 +709,12 @@ def _to_spec_error(e: ValidationError, doc: Any, file: str) -> SpecError:
 
 
 def _strip(doc: Any) -> Any:
+    """Plain dicts and lists, without the loader's ``__path__`` / ``__env__`` keys (scalars are not recursed into)."""
     if isinstance(doc, dict):
-        return {k: _strip(v) for k, v in doc.items() if k not in ("__path__", "__env__")}
+        return {k: _strip(v) if isinstance(v, (dict, list)) else v for k, v in doc.items()
+                if k != "__path__" and k != "__env__"}
     if isinstance(doc, list):
-        return [_strip(v) for v in doc]
+        return [_strip(v) if isinstance(v, (dict, list)) else v for v in doc]
     return doc
 
 
