@@ -95,7 +95,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
     sources = spec.sources()
     for idx, s in enumerate(spec.ops):
         ranks = s.ranks if s.ranks is not None else None
-        explicit = getattr(s, "group", None)
+        explicit = s.__dict__.get("group")  # a field of collectives only (getattr of a missing one is slow)
         if s.kind in COLLECTIVE_KINDS and explicit is None and ranks is not None and len(ranks) == 1 \
                 and s.name in implicit:
             g = tuple(sorted(implicit[s.name]))
