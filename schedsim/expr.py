@@ -255,7 +255,7 @@ def compile_expr(text: str) -> Callable[[Mapping[str, Any]], Any]:
         name = body.id  # a loop variable or parameter alone (`{i}`): a lookup, no tree walk
 
         def lookup(env: Mapping[str, Any]) -> Any:
-            v = env.get(name)
+            v: Any = env.get(name)
             t = type(v)
             if t is str or t is float or (t is int and v.bit_length() <= 4096):
                 return v

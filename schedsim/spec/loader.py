@@ -410,12 +410,7 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
                 values.append(vals)
             if "ops" not in item:
                 raise ctx.err("a foreach block needs an `ops:` list", m, p, fix="add ops: [...] under foreach")
-            body = _plain_body(item["ops"], "rank" in env or "rank" in names, ctx, p + ".ops")
-            for combo in itertools.product(*values):
-                ctx.visit(km.get("foreach", m), p + ".foreach")
-                it_env = {**env, **dict(zip(names, combo, strict=False))}
-                if body is None or not _expand_plain(body, it_env, ctx, out):
-                    _expand_ops(item["ops"], it_env, ctx, p + ".ops", out)
+            _run_foreach(item["ops"], names, values, env, ctx, km.get("foreach", m), p, out)
             continue
         if per_rank:
             # the op is instanced per rank: one entry per rank, with `rank` bound in its expressions
@@ -448,6 +443,17 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         out.item_marks.append(op.mark)
 
 
+def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[str, Any], ctx: _Ctx,
+                 mark: Mark | None, p: str, out: LList) -> None:
+    """Expand a foreach block's ``ops`` once per combination of its loop ``values`` (the cartesian product)."""
+    body = _plain_body(ops, "rank" in env or "rank" in names, ctx, p + ".ops")
+    for combo in itertools.product(*values):
+        ctx.visit(mark, p + ".foreach")
+        it_env = {**env, **dict(zip(names, combo, strict=False))}
+        if body is None or not _expand_plain(body, it_env, ctx, out):
+            _expand_ops(ops, it_env, ctx, p + ".ops", out)
+
+
 def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str) -> list[tuple[Any, ...]] | None:
     """A foreach body made only of plain op entries, compiled for :func:`_expand_plain`; else None.
 
@@ -470,7 +476,7 @@ def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str) -> list[tupl
         fields = [(k, f, km.get(k, m)) for k, f in plan.fields]
         key_marks = {k: fm for k, _, fm in fields}
         key_marks["__source__"] = m
-        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), m, f"{path}[{i}]"))
+        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), f"{path}[{i}]"))
     return out
 
 
@@ -482,7 +488,7 @@ def _expand_plain(body: list[tuple[Any, ...]], env: dict[str, Any], ctx: _Ctx, o
     """
     n0, entries, chars = len(out), ctx.entries, ctx.chars
     try:
-        for when, fields, key_marks, mark, m, p in body:
+        for when, fields, key_marks, mark, p in body:
             if when is not None and not when(env):
                 continue
             op = LDict()

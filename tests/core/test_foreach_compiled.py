@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from schedsim.spec.loader import load_text
 from schedsim.errors import SpecError
 from schedsim.expr import ExprError
 from schedsim.lower import lower
 from schedsim.spec import loader
+from schedsim.spec.loader import load_text
 
 NESTED = """\
 schema_version: 1
@@ -152,7 +152,8 @@ ops:
 @pytest.mark.parametrize("text, line, field, what", [
     (BAD_ITERATION, 10, "ops[0].ops[0].m", "division by zero"),  # the 4th iteration divides by 0
     (BAD_ITERATION.replace("4096 // (i - 3)", "64 * (i - 2)"), 10, "ops[0].ops[0].m", "greater than 0"),
-    (BAD_ITERATION.replace("name: mm{i}", "name: mm{i // 2}").replace("4096 // (i - 3)", "64"), 8, "ops[0].ops[0]", "used twice"),
+    (BAD_ITERATION.replace("name: mm{i}", "name: mm{i // 2}").replace("4096 // (i - 3)", "64"), 8,
+     "ops[0].ops[0]", "used twice"),
     (BAD_ITERATION.replace("n: 64", "n: 64 * nope"), 11, "ops[0].ops[0].n", "unknown name 'nope'"),
     (BAD_ITERATION.replace("dtype: bf16", "dtype: bf16\n        when: i > zz"), 14, "ops[0].ops[0].when",
      "unknown name 'zz'"),
@@ -175,7 +176,8 @@ def test_compiled_expressions_equal_evaluate(text):
     from schedsim.expr import compile_expr, compile_interpolate, evaluate, interpolate
 
     env = {"i": 3, "s": "ab", "b": True, "big": 2 ** 5000, "f": 0.5}
-    for compiled, reference, t in ((compile_expr, evaluate, text.strip("{}")), (compile_interpolate, interpolate, text)):
+    pairs = ((compile_expr, evaluate, text.strip("{}")), (compile_interpolate, interpolate, text))
+    for compiled, reference, t in pairs:
         try:
             want = reference(t, env)
         except ExprError as e:
