@@ -286,6 +286,14 @@ class _Plan:
             except ExprError:
                 pass  # evaluated (and reported) by the general path
 
+    def for_copy(self, one: Mapping[str, Any]) -> _Plan:
+        """The plan of ``one``, a copy of this entry with its own ``ranks`` (the per-rank instances): the same
+        compiled fields, ``ranks`` (never compiled) appended where the entry had none."""
+        pl = object.__new__(_Plan)
+        pl.item, pl.uses_rank, pl.when = one, self.uses_rank, self.when
+        pl.fields = self.fields if "ranks" in self.item else [*self.fields, ("ranks", None)]
+        return pl
+
 
 def _suggest(key: str, valid: Sequence[str]) -> str | None:
     close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
@@ -425,7 +433,9 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
                 one.mark = getattr(item, "mark", m)
                 one.key_marks = dict(km)
                 one["ranks"] = [r]
+                ctx.plans[id(one)] = plan.for_copy(one)  # compiled once for all ranks, dropped after use
                 _expand_ops(LList([one]), {**env, "rank": r}, ctx, path, out, index=i)
+                del ctx.plans[id(one)]
             continue
         op = LDict()
         op.mark = getattr(item, "mark", m)

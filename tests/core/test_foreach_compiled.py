@@ -49,6 +49,10 @@ ops:
         kind: compute
         flops: 1e9 * (i + j)
         deps: ["ar{i}_{j}", "ar{i - 1}_{j}"]
+      - name: h{i}_{j}
+        kind: compute
+        flops: 1e6 * (rank + 1)
+        ranks: [0, 2]
       - name: snd{i}_{j}
         kind: send
         peer: (rank + 1) % world_size
@@ -62,6 +66,10 @@ ops:
         p2p_batch: b{i}_{j}
         stream: p2p
 """
+
+
+def by_id_flops(ops, op_id: str) -> float:  # type: ignore[no-untyped-def]
+    return next(o.flops for o in ops if f"{o.name}@r{o.rank}" == op_id)
 
 
 def _interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,7 +106,8 @@ def test_nested_foreach_when_rank_and_expressions_match_the_general_path(monkeyp
     fast = _program(NESTED)
     ops = fast[1]
     # by hand: per rank 4*2 mm + cp for i in (1, 3): (1 + 3)*2 + 8 ar + 6 w + 8 snd + 8 rcv
-    assert len(ops) == 4 * (8 + 8 + 8 + 6 + 8 + 8)
+    assert len(ops) == 4 * (8 + 8 + 8 + 6 + 8 + 8) + 2 * 8  # + h on ranks 0 and 2
+    assert by_id_flops(ops, "h3_1@r2") == 3e6 and by_id_flops(ops, "h0_0@r0") == 1e6
     by_id = {f"{o.name}@r{o.rank}": o for o in ops}
     assert by_id["mm2_1@r0"].m == 1024 // 3 and by_id["mm2_1@r0"].k == 256 and by_id["mm2_1@r0"].stream == "s1"
     assert by_id["cp3_0_2@r1"].nbytes == 3 * 4096 and "cp2_0_0@r1" not in by_id
