@@ -19,7 +19,7 @@ import functools
 import math
 import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["ExprError", "evaluate", "interpolate", "FUNCTIONS"]
@@ -201,13 +201,20 @@ def evaluate(text: str, env: Mapping[str, Any]) -> Any:
     >>> evaluate("range(3)", {})
     [0, 1, 2]
     """
-    tree = _parse(text.strip())
+    return _run(_parse(text.strip()), text, env, _element_budget())
+
+
+def _element_budget() -> int:
     from schedsim.spec.limits import limit
 
     try:
-        _budget[0] = _limit_elements(limit)
+        return _limit_elements(limit)
     except Exception:  # a bad SCHEDSIM_MAX_OPS is reported by the loader's own check
-        _budget[0] = MAX_ELEMENTS
+        return MAX_ELEMENTS
+
+
+def _run(tree: ast.Expression, text: str, env: Mapping[str, Any], budget: int) -> Any:
+    _budget[0] = budget
     try:
         value = _ev(tree, env)
     except ExprError:
@@ -228,6 +235,73 @@ def _parse(text: str) -> ast.Expression:
         raise ExprError(f"cannot parse expression {_short(text)}: {e.msg}") from None
     except (ValueError, MemoryError, RecursionError) as e:
         raise ExprError(f"cannot parse expression {_short(text)}: {e}") from None
+
+
+def compile_expr(text: str) -> Callable[[Mapping[str, Any]], Any]:
+    """Parse ``text`` once and return ``f(env)`` that equals ``evaluate(text, env)`` for every ``env``.
+
+    For a ``foreach`` body evaluated once per iteration: the parse and the element budget
+    (``SCHEDSIM_MAX_OPS``, read from the environment) are taken once, here.
+
+    Raises
+    ------
+    ExprError
+        Here, if ``text`` does not parse; from ``f``, as :func:`evaluate` would.
+    """
+    tree = _parse(text.strip())
+    budget = _element_budget()
+    body = tree.body
+    if isinstance(body, ast.Name) and body.id not in ("true", "True", "false", "False"):
+        name = body.id  # a loop variable or parameter alone (`{i}`): a lookup, no tree walk
+
+        def lookup(env: Mapping[str, Any]) -> Any:
+            v: Any = env.get(name)
+            t = type(v)
+            if t is str or t is float or (t is int and v.bit_length() <= 4096):
+                return v
+            return _run(tree, text, env, budget)  # anything else (a missing name too) as evaluate does it
+
+        return lookup
+    if not any(isinstance(n, ast.Name) for n in ast.walk(tree)):
+        # no names: the same value in every env (`64*2**20`); an expression that fails keeps failing per call
+        try:
+            value = _run(tree, text, {}, budget)
+        except ExprError:
+            pass
+        else:
+            if type(value) in (int, float, str, bool):
+                return lambda env: value
+    return lambda env: _run(tree, text, env, budget)
+
+
+def compile_interpolate(text: str) -> Callable[[Mapping[str, Any]], Any]:
+    """Return ``f(env)`` equal to ``interpolate(text, env)``, with each ``{expr}`` part parsed once.
+
+    Raises
+    ------
+    ExprError
+        Here, if a part does not parse; from ``f``, as :func:`interpolate` would.
+    """
+    if "{" not in text:
+        return lambda env: text
+    m = _BRACES.fullmatch(text.strip())
+    if m:
+        return compile_expr(m.group(1))
+    pieces = _BRACES.split(text)  # literal, expr, literal, expr, ..., literal
+    lits = pieces[0::2]
+    fns = [compile_expr(e) for e in pieces[1::2]]
+    if len(fns) == 1:  # `mm{i}`
+        head, f, tail = lits[0], fns[0], lits[1]
+        return lambda env: head + str(f(env)) + tail
+
+    def run(env: Mapping[str, Any]) -> str:
+        out = [lits[0]]
+        for f, lit in zip(fns, lits[1:], strict=True):
+            out.append(str(f(env)))
+            out.append(lit)
+        return "".join(out)
+
+    return run
 
 
 def _short(text: str, n: int = 120) -> str:

@@ -164,17 +164,24 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
     ptr = np.zeros(len(uk) + 1, I64)
     np.cumsum(np.bincount(kid, minlength=len(uk)), out=ptr[1:])
     names = cols.table.names.items
-    keys = []
-    ok = True
     sig = t_sig[c["tmpl"][members]]
-    mr = c["rank"][members]
-    for k in range(len(uk)):
-        a, z = int(ptr[k]), int(ptr[k + 1])
-        m0 = int(members[a])
-        g = groups[int(t_gid[c["tmpl"][m0]])]
-        keys.append(f"{names[int(c['name'][m0])]}#{','.join(map(str, g))}")
-        if ok and (z - a != len(g) or bool((sig[a:z] != sig[a]).any()) or sorted(mr[a:z].tolist()) != list(g)):
-            ok = False
+    mr = c["rank"][members].astype(I64)
+    # per key, from its first member: the name and the group (``name#r0,r1,...``)
+    first_m = members[ptr[:-1]]
+    kgid = t_gid[c["tmpl"][first_m]]
+    suffix = ["#" + ",".join(map(str, g)) for g in groups]
+    keys = [names[n] + suffix[g] for n, g in zip(c["name"][first_m].tolist(), kgid.tolist(), strict=True)]
+    # consistent: as many members as the group has ranks, one signature, and the sorted member ranks are the group
+    cnt = np.diff(ptr)
+    glen = np.array([len(g) for g in groups], I64)
+    ok = bool((cnt == glen[kgid]).all()) and bool((sig == np.repeat(sig[ptr[:-1]], cnt)).all())
+    if ok:
+        kk = np.repeat(np.arange(len(uk)), cnt)
+        sorted_ranks = mr[np.lexsort((mr, kk))]
+        gcat = np.concatenate([np.asarray(g, I64) for g in groups])
+        gstart = np.cumsum(glen) - glen
+        want = gcat[np.repeat(gstart[kgid], cnt) + (np.arange(len(members)) - np.repeat(ptr[:-1], cnt))]
+        ok = bool((sorted_ranks == want).all())
     return keys, ptr, members.astype(I64), ok
 
 

@@ -66,7 +66,12 @@ class Table:
     def template(self, proto: Op, deps: tuple[str, ...] | None = None) -> int:
         """Register ``proto``; ``deps`` (names) when every instance has the same ones."""
         self.templates.append(proto)
-        self.tmpl_deps.append(None if deps is None else tuple(self.names(d) for d in deps))
+        if deps is None:
+            self.tmpl_deps.append(None)
+        else:
+            names = self.names
+            ids = names.ids
+            self.tmpl_deps.append(tuple([ids[d] if d in ids else names(d) for d in deps]))
         return len(self.templates) - 1
 
     def add_bulk(self, t: int, ranks: np.ndarray) -> None:
@@ -122,20 +127,17 @@ class Table:
 
     def _tmpl_cols(self) -> dict[str, np.ndarray]:
         """Per template: name, tags, stream, peer, batch and message-tag ids."""
-        tp = self.templates
-        n = len(tp)
-        out = {k: np.full(n, -1, I32) for k in ("name", "tags", "stream", "peer", "batch", "msg")}
-        for i, o in enumerate(tp):
-            out["name"][i] = self.names(o.name)
-            out["tags"][i] = self.tags(o.tags)
-            out["stream"][i] = self.streams(o.stream)
-            if o.peer is not None:
-                out["peer"][i] = o.peer
-            if o.p2p_batch is not None:
-                out["batch"][i] = self.strs(o.p2p_batch)
-            if o.tag is not None:
-                out["msg"][i] = self.strs(o.tag)
-        return out
+        names, tags, streams, strs = self.names, self.tags, self.streams, self.strs
+        name, tag, stream, peer, batch, msg = [], [], [], [], [], []  # in this order: the ids are first-seen
+        for o in self.templates:
+            name.append(names(o.name))
+            tag.append(tags(o.tags))
+            stream.append(streams(o.stream))
+            peer.append(-1 if o.peer is None else o.peer)
+            batch.append(-1 if o.p2p_batch is None else strs(o.p2p_batch))
+            msg.append(-1 if o.tag is None else strs(o.tag))
+        return {k: np.array(v, I32).reshape(-1) for k, v in
+                (("name", name), ("tags", tag), ("stream", stream), ("peer", peer), ("batch", batch), ("msg", msg))}
 
     def columns(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """``(cols, dep_op, dep_name)``: the per-instance columns in expansion order, and the declared

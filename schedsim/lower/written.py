@@ -91,19 +91,21 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
     all_ranks = np.arange(world, dtype=np.int32)
     implicit = _implicit_groups(spec)
     groups: dict[tuple[int, ...], RankGroup] = {}  # one shared group object per distinct group
+    every = tuple(range(world))
+    sources = spec.sources()
     for idx, s in enumerate(spec.ops):
         ranks = s.ranks if s.ranks is not None else None
-        explicit = getattr(s, "group", None)
+        explicit = s.__dict__.get("group")  # a field of collectives only (getattr of a missing one is slow)
         if s.kind in COLLECTIVE_KINDS and explicit is None and ranks is not None and len(ranks) == 1 \
                 and s.name in implicit:
             g = tuple(sorted(implicit[s.name]))
         else:
-            g = tuple(sorted(explicit or (ranks if ranks is not None else range(world))))
+            g = tuple(sorted(explicit)) if explicit else tuple(sorted(ranks)) if ranks is not None else every
         group = groups.get(g)
         if group is None:
             group = groups[g] = RankGroup(g)
         stream = s.stream or DEFAULT_STREAM.get(s.kind, "comm")
-        src = spec.source_of(idx)
+        src = sources[idx]
         if s.kind in COLLECTIVE_KINDS and len(group) == 1 and world > 1 and explicit is None:
             raise _lone_collective(spec, s, group, src)
         proto = op_instance(s, ranks[0] if ranks else 0, 0, stream=stream, group=group,

@@ -27,7 +27,7 @@ import yaml
 from pydantic import ValidationError
 
 from schedsim.errors import SpecError
-from schedsim.expr import ExprError, _short, evaluate, interpolate
+from schedsim.expr import ExprError, _short, compile_expr, compile_interpolate, evaluate, interpolate
 from schedsim.spec.limits import MAX_YAML_DEPTH
 from schedsim.spec.model import NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
 
@@ -191,6 +191,14 @@ class _Ctx:
 
         self.max_ops = limit("SCHEDSIM_MAX_OPS")
         self.max_chars = limit("SCHEDSIM_MAX_CHARS")
+        self.plans: dict[int, _Plan] = {}  # id(op entry as written) -> its compiled form, see _plan
+
+    def plan(self, item: Mapping[str, Any]) -> _Plan:
+        """The compiled form of one op entry as written (made on first use, then reused every iteration)."""
+        pl = self.plans.get(id(item))
+        if pl is None or pl.item is not item:
+            pl = self.plans[id(item)] = _Plan(item)
+        return pl
 
     def count(self, op: Mapping[str, Any], mark: Mark | None, path: str) -> None:
         """Count one produced op entry and its string characters; refuse past ``--max-ops`` / the char limit."""
@@ -219,6 +227,72 @@ class _Ctx:
         return SpecError(
             msg, file=self.file, line=mark[0] if mark else None, column=mark[1] if mark else None, path=path, fix=fix
         )
+
+
+_Field = Any  # Callable[[env, mark], value] or None (evaluate with _eval_value)
+
+
+def _compile_scalar(key: str, v: Any) -> Any:
+    """``f(env)`` equal to ``_eval_value(key, v, env, ...)`` for a scalar ``v`` (raises ExprError the same way)."""
+    if not isinstance(v, str):
+        return lambda env: v
+    if key in NUMERIC_FIELDS:
+        return compile_expr(v.strip().removeprefix("{").removesuffix("}") if v.strip().startswith("{") else v)
+    return compile_interpolate(v)
+
+
+def _compile_field(key: str, v: Any) -> _Field:
+    """Compile one field of an op entry: its expressions are parsed once, not once per ``foreach`` iteration.
+
+    Returns ``f(env, mark)`` giving the same value as :func:`_eval_value`, or None where the field is left to
+    :func:`_eval_value` (``ranks``, mappings, nested lists, an expression that does not parse: its error is then
+    raised by :func:`_eval_value` with the file, line and field as before).
+    """
+    try:
+        if key == "ranks" or isinstance(v, dict):
+            return None
+        if isinstance(v, list):
+            if any(isinstance(x, (list, dict)) for x in v):
+                return None
+            fns = [_compile_scalar(key, x) for x in v]
+            item_marks = list(getattr(v, "item_marks", []))
+            vmark = getattr(v, "mark", None)
+
+            def run_list(env: Mapping[str, Any], mark: Mark | None) -> LList:
+                sub = LList(f(env) for f in fns)
+                sub.mark = vmark if vmark is not None or hasattr(v, "mark") else mark
+                sub.item_marks = list(item_marks)
+                return sub
+
+            return run_list
+        f = _compile_scalar(key, v)
+        return lambda env, mark: f(env)
+    except ExprError:
+        return None
+
+
+class _Plan:
+    """One op entry as written, compiled once: its fields' expressions, its `when`, whether it uses `rank`."""
+
+    def __init__(self, item: Mapping[str, Any]) -> None:
+        self.item = item  # kept alive so that its id is not reused while the plan is cached
+        self.uses_rank = any(_RANK.search(str(v)) if k == "when" else _uses_rank(v, k) for k, v in item.items()
+                             if k != "ranks")
+        self.fields = [(k, _compile_field(k, v)) for k, v in item.items() if k != "when"]
+        self.when = None
+        if "when" in item:
+            try:
+                self.when = compile_expr(str(item["when"]))
+            except ExprError:
+                pass  # evaluated (and reported) by the general path
+
+    def for_copy(self, one: Mapping[str, Any]) -> _Plan:
+        """The plan of ``one``, a copy of this entry with its own ``ranks`` (the per-rank instances): the same
+        compiled fields, ``ranks`` (never compiled) appended where the entry had none."""
+        pl = object.__new__(_Plan)
+        pl.item, pl.uses_rank, pl.when = one, self.uses_rank, self.when
+        pl.fields = self.fields if "ranks" in self.item else [*self.fields, ("ranks", None)]
+        return pl
 
 
 def _suggest(key: str, valid: Sequence[str]) -> str | None:
@@ -281,9 +355,8 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         if not isinstance(item, dict):
             raise ctx.err("each op must be a mapping", m, p, fix="write '- name: x\\n  kind: matmul ...'")
         km = getattr(item, "key_marks", {})
-        per_rank = ("rank" not in env and "ops" not in item and "foreach" not in item
-                    and any(_RANK.search(str(v)) if k == "when" else _uses_rank(v, k) for k, v in item.items()
-                            if k != "ranks"))
+        plan = ctx.plan(item)
+        per_rank = "rank" not in env and "ops" not in item and "foreach" not in item and plan.uses_rank
         if ("ops" in item or "foreach" in item) and "rank" not in env and _RANK.search(str(item.get("when", ""))):
             # a group or foreach taken by some ranks only (`when: rank == 0`): expand it once per rank with `rank`
             # bound, keeping each resulting op on that rank alone
@@ -301,7 +374,7 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             continue
         if "when" in item and not per_rank:
             try:
-                cond = evaluate(str(item["when"]), env)
+                cond = plan.when(env) if plan.when is not None else evaluate(str(item["when"]), env)
             except ExprError as e:
                 raise ctx.err(f"bad `when` expression {_short(str(item['when']))}: {e}", km.get("when", m), p + ".when",
                               fix="check the types of the parameters it uses (e.g. --set values)") from None
@@ -345,9 +418,7 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
                 values.append(vals)
             if "ops" not in item:
                 raise ctx.err("a foreach block needs an `ops:` list", m, p, fix="add ops: [...] under foreach")
-            for combo in itertools.product(*values):
-                ctx.visit(km.get("foreach", m), p + ".foreach")
-                _expand_ops(item["ops"], {**env, **dict(zip(names, combo, strict=False))}, ctx, p + ".ops", out)
+            _run_foreach(item["ops"], names, values, env, ctx, km.get("foreach", m), p, out)
             continue
         if per_rank:
             # the op is instanced per rank: one entry per rank, with `rank` bound in its expressions
@@ -362,20 +433,88 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
                 one.mark = getattr(item, "mark", m)
                 one.key_marks = dict(km)
                 one["ranks"] = [r]
+                ctx.plans[id(one)] = plan.for_copy(one)  # compiled once for all ranks, dropped after use
                 _expand_ops(LList([one]), {**env, "rank": r}, ctx, path, out, index=i)
+                del ctx.plans[id(one)]
             continue
         op = LDict()
         op.mark = getattr(item, "mark", m)
-        for k, v in item.items():
-            if k == "when":
-                continue
-            op[k] = _eval_value(k, v, env, ctx, km.get(k, m), f"{p}.{k}")
-            op.key_marks[k] = km.get(k, m)
+        for k, f in plan.fields:
+            fm = km.get(k, m)
+            try:
+                op[k] = f(env, fm) if f is not None else _eval_value(k, item[k], env, ctx, fm, f"{p}.{k}")
+            except ExprError:  # _eval_value evaluates it again and raises with the file, line, field and fix
+                op[k] = _eval_value(k, item[k], env, ctx, fm, f"{p}.{k}")
+            op.key_marks[k] = fm
         op.key_marks["__source__"] = m  # type: ignore[assignment]
         ctx.count(op, op.mark, p)
         op["__path__"] = p
         out.append(op)
         out.item_marks.append(op.mark)
+
+
+def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[str, Any], ctx: _Ctx,
+                 mark: Mark | None, p: str, out: LList) -> None:
+    """Expand a foreach block's ``ops`` once per combination of its loop ``values`` (the cartesian product)."""
+    body = _plain_body(ops, "rank" in env or "rank" in names, ctx, p + ".ops")
+    for combo in itertools.product(*values):
+        ctx.visit(mark, p + ".foreach")
+        it_env = {**env, **dict(zip(names, combo, strict=False))}
+        if body is None or not _expand_plain(body, it_env, ctx, out):
+            _expand_ops(ops, it_env, ctx, p + ".ops", out)
+
+
+def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str) -> list[tuple[Any, ...]] | None:
+    """A foreach body made only of plain op entries, compiled for :func:`_expand_plain`; else None.
+
+    Plain: a mapping without ``ops``/``foreach``, not instanced per rank, whose fields and ``when`` all compiled
+    (see :class:`_Plan`). Anything else is left to :func:`_expand_ops`, once per iteration.
+    """
+    if not isinstance(items, list):
+        return None
+    marks = getattr(items, "item_marks", [None] * len(items))
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or "ops" in item or "foreach" in item:
+            return None
+        plan = ctx.plan(item)
+        if (plan.uses_rank and not rank_bound) or ("when" in item and plan.when is None) \
+                or any(f is None for _, f in plan.fields):
+            return None
+        m = marks[i] if i < len(marks) else None
+        km = getattr(item, "key_marks", {})
+        fields = [(k, f, km.get(k, m)) for k, f in plan.fields]
+        key_marks = {k: fm for k, _, fm in fields}
+        key_marks["__source__"] = m
+        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), f"{path}[{i}]"))
+    return out
+
+
+def _expand_plain(body: list[tuple[Any, ...]], env: dict[str, Any], ctx: _Ctx, out: LList) -> bool:
+    """One iteration of a plain foreach body (:func:`_plain_body`): the ops :func:`_expand_ops` would append.
+
+    Returns False, having appended and counted nothing, when an expression fails: the caller then expands the
+    iteration with :func:`_expand_ops`, which raises the error with its file, line, field and fix.
+    """
+    n0, entries, chars = len(out), ctx.entries, ctx.chars
+    try:
+        for when, fields, key_marks, mark, p in body:
+            if when is not None and not when(env):
+                continue
+            op = LDict()
+            op.mark = mark
+            for k, f, fm in fields:
+                op[k] = f(env, fm)
+            op.key_marks = dict(key_marks)
+            ctx.count(op, mark, p)
+            op["__path__"] = p
+            out.append(op)
+            out.item_marks.append(mark)
+    except ExprError:
+        del out[n0:], out.item_marks[n0:]
+        ctx.entries, ctx.chars = entries, chars
+        return False
+    return True
 
 
 _RANK = re.compile(r"\brank\b")
@@ -586,10 +725,12 @@ def _to_spec_error(e: ValidationError, doc: Any, file: str) -> SpecError:
 
 
 def _strip(doc: Any) -> Any:
+    """Plain dicts and lists, without the loader's ``__path__`` / ``__env__`` keys (scalars are not recursed into)."""
     if isinstance(doc, dict):
-        return {k: _strip(v) for k, v in doc.items() if k not in ("__path__", "__env__")}
+        return {k: _strip(v) if isinstance(v, (dict, list)) else v for k, v in doc.items()
+                if k != "__path__" and k != "__env__"}
     if isinstance(doc, list):
-        return [_strip(v) for v in doc]
+        return [_strip(v) if isinstance(v, (dict, list)) else v for v in doc]
     return doc
 
 

@@ -258,10 +258,15 @@ class ScheduleSpec(_Base):
 
     def source_of(self, index: int) -> str:
         """``file:line`` and field path of op ``index`` (for error messages)."""
-        if index < len(self._sources):
-            line, _col, path = self._sources[index]
-            return f"{self._file}:{line} ({path})" if line else f"{self._file} ({path})"
+        sources = self._sources
+        if index < len(sources):
+            return _source_text(self._file, sources[index])
         return self._file
+
+    def sources(self) -> list[str]:
+        """:meth:`source_of` of every op, in order (the private attributes are read once, not once per op)."""
+        file, sources = self._file, self._sources
+        return [_source_text(file, sources[i]) if i < len(sources) else file for i in range(len(self.ops))]
 
     @field_validator("pipeline", mode="before")
     @classmethod
@@ -296,6 +301,11 @@ class ScheduleSpec(_Base):
         if not self.ops and self.pipeline is None:
             raise ValueError("the schedule has no ops: add an `ops:` list (or a `pipeline:` block)")
         return self
+
+
+def _source_text(file: str, source: tuple[int | None, int | None, str]) -> str:
+    line, _col, path = source
+    return f"{file}:{line} ({path})" if line else f"{file} ({path})"
 
 
 def _numeric_fields() -> frozenset[str]:
