@@ -649,5 +649,6 @@ def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:  # type: ign
             missing = [ids[m] for m in members if m != i]
             why = f"waits for its peers {', '.join(missing)} to arrive"
         lines.append(f"  rank {r}: {ids[i]} ({op.kind}) {why}")
-    raise DeadlockError("the schedule deadlocks; stuck ops:\n" + "\n".join(lines)
-                        + "\n  fix: make every rank reach its collectives and send/recv in a compatible order")
+    raise DeadlockError("the schedule deadlocks; stuck ops:\n" + "\n".join(lines),
+                        fix="make every rank reach its collectives and send/recv in a compatible order",
+                        ops=[ids[i] for _r, i in sorted(per_rank.items())])
