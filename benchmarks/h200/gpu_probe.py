@@ -53,6 +53,19 @@ def timed(fn, reps, stream=None):
     return med(out)
 
 
+def host_after_sync_us(fn, reps, stream):
+    """Median host µs of one ``fn()`` on ``stream`` right after a device synchronize and a barrier."""
+    hs = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        dist.barrier()
+        t = time.perf_counter()
+        with torch.cuda.stream(stream):
+            fn()
+        hs.append((time.perf_counter() - t) * 1e6)
+    return med(hs)
+
+
 def gemm_probe(dev, reps):
     res = {}
     for dt in (torch.bfloat16, torch.float16):
@@ -202,15 +215,7 @@ def coll_probe(dev, reps, ws):
             row[name + "_b2b_us"] = timed(lambda: [fn() for _ in range(n)], reps, s) / n * 1e3
             torch.cuda.synchronize()
             dist.barrier()
-            hs = []
-            for _ in range(reps):
-                torch.cuda.synchronize()
-                dist.barrier()
-                t = time.perf_counter()
-                with torch.cuda.stream(s):
-                    fn()
-                hs.append((time.perf_counter() - t) * 1e6)
-            row[name + "_host_us"] = med(hs)
+            row[name + "_host_us"] = host_after_sync_us(fn, reps, s)
             torch.cuda.synchronize()
             if nbytes <= 1 << 22:
                 g = torch.cuda.CUDAGraph()
@@ -263,15 +268,7 @@ def p2p_probe(dev, reps, rank):
             torch.cuda.synchronize()
             dist.barrier()
             row[name + "_us"] = timed(lambda: [fn() for _ in range(10)], reps, s) / 10 * 1e3
-            hs = []
-            for _ in range(reps):
-                torch.cuda.synchronize()
-                dist.barrier()
-                t = time.perf_counter()
-                with torch.cuda.stream(s):
-                    fn()
-                hs.append((time.perf_counter() - t) * 1e6)
-            row[name + "_host_us"] = med(hs)
+            row[name + "_host_us"] = host_after_sync_us(fn, reps, s)
         res[nbytes] = row
     return res
 

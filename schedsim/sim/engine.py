@@ -76,7 +76,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -347,6 +347,26 @@ def _check_work(ids: list[str], ops: list[Op], N: int, job_work: list[float]) ->
                                      "rates are finite and > 0)")
 
 
+def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float], jlast: list[float],
+             jver: list[int], heap: list, counter: Iterator[int]) -> None:  # type: ignore[type-arg]
+    """Fluid-model rate change of job ``j`` at time ``t`` (s), shared by both Python loops.
+
+    The work done since ``jlast[j]`` at the old rate leaves ``jrem[j]`` solo-seconds (never < 0); the job
+    then runs at ``new`` (> 0, fraction of its solo speed) and its completion ``t + jrem / new`` is pushed
+    with a fresh version, which makes the job's earlier heap entry stale. No-op when the rate is unchanged.
+    """
+    old = jrate[j]
+    if new != old:
+        if old > 0.0:
+            rem = jrem[j] - (t - jlast[j]) * old
+            jrem[j] = rem if rem > 0.0 else 0.0
+        jlast[j] = t
+        jrate[j] = new
+        v = jver[j] + 1
+        jver[j] = v
+        heapq.heappush(heap, (t + jrem[j] / new, next(counter), j, v))
+
+
 def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
     """The processor-sharing loop (module docstring)."""
     ids, ops, N, world, npred, succ = c.ids, c.ops, c.N, c.world, c.npred, c.succ
@@ -429,16 +449,7 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
                     new = 1.0 / cq[res]
                     if cq[0]:
                         new /= 1.0 + delta
-            old = jrate[j]
-            if new != old:
-                if old > 0.0:
-                    rem = jrem[j] - (t - jlast[j]) * old
-                    jrem[j] = rem if rem > 0.0 else 0.0
-                jlast[j] = t
-                jrate[j] = new
-                v = jver[j] + 1
-                jver[j] = v
-                push(heap, (t + jrem[j] / new, next(counter), j, v))
+            set_rate(j, new, t, jrate, jrem, jlast, jver, heap, counter)
 
     def make_ready(i: int, t: float) -> None:
         ready_t[i] = t

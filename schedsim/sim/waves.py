@@ -102,7 +102,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
                 issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
     """The reference event loop (rates straight from the rule functions); returns ``(start, end, ready_t,
     deps_t, binding, khand)`` (seconds; op index or HOST; khand per kernel: when its queue handed it over)."""
-    from schedsim.sim.engine import HOST
+    from schedsim.sim.engine import HOST, set_rate
 
     ops, N, world = c.ops, c.N, c.world
     npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
@@ -193,17 +193,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
             _rerate_job(j, t)
 
     def _rerate_job(j: int, t: float) -> None:
-        new = rate_of(j)
-        old = jrate[j]
-        if new != old:
-            if old > 0.0:
-                rem = jrem[j] - (t - jlast[j]) * old
-                jrem[j] = rem if rem > 0.0 else 0.0
-            jlast[j] = t
-            jrate[j] = new
-            v = jver[j] + 1
-            jver[j] = v
-            push(heap, (t + jrem[j] / new, next(counter), j, v))
+        set_rate(j, rate_of(j), t, jrate, jrem, jlast, jver, heap, counter)
 
     def place(r: int, t: float) -> None:
         """Rule 3: the head kernel of the rank's FIFO takes free SMs; the next one only once it has all it needs."""
