@@ -60,6 +60,13 @@ def _f(x: str | None) -> float | None:
         return None
 
 
+def _with_range(row: dict[str, str], side: str) -> str:
+    """``median`` or, for a case run in several processes, ``median (min–max, N proc.)``."""
+    med, lo, hi = row.get(f"{side}_ms") or "", row.get(f"{side}_min_ms"), row.get(f"{side}_max_ms")
+    n = row.get("processes")
+    return f"{med} ({lo}–{hi}, {n} proc.)" if med and lo and hi and n else med
+
+
 def verdict(row: dict[str, str], goal_pct: float) -> str:
     if row.get("status") != "ok":
         return f"not run: {row.get('note') or row.get('status') or '?'}"
@@ -74,9 +81,11 @@ def verdict(row: dict[str, str], goal_pct: float) -> str:
 def table(rows: dict[str, dict[str, str]], goal_pct: float, date: str, hardware: str, iters: int = 20,
           warmup: int = 5) -> str:
     """The Markdown block that goes between the markers."""
-    head = (f"Side by side on {hardware}, {date} (`benchmarks/accuracy_x2.sh`; medians of {iters} iterations after "
-            f"{warmup} warm-ups, both sides timed by `executor/clock.py` + `executor.timing.lean_makespans`). Goal: "
-            f"|overhead| ≤ {goal_pct:g} %.\n\n")
+    head = (f"Side by side on {hardware}, {date} (`benchmarks/accuracy_x2.sh`; medians of {iters} iterations, "
+            f"both sides timed by `executor/clock.py` + `executor.timing.lean_makespans`; the reference runs its "
+            f"{warmup} + {iters} warm-ups, as many iterations as execute's warm-up and instrumented ones before the "
+            f"uninstrumented ones; host-bound cases: median over fresh processes, execute and reference alternating, "
+            f"with the range of the processes' medians). Goal: |overhead| ≤ {goal_pct:g} %.\n\n")
     lines = ["| case | schedule | GPUs | launch | hand-written (ms) | schedsim execute, uninstrumented (ms) | "
              "overhead | execute, per-op timed (ms) | late starts (exec/hw) | goal |",
              "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
@@ -95,7 +104,7 @@ def table(rows: dict[str, dict[str, str]], goal_pct: float, date: str, hardware:
             total += 1
             met += v == "met"
         cells = [f"`{name}`", LABELS.get(name, name), r.get("world_size") or "", r.get("launch") or "",
-                 r.get("handwritten_ms") or "", r.get("measured_ms") or "",
+                 _with_range(r, "handwritten"), _with_range(r, "measured"),
                  "" if ov is None else f"**{ov:+.1f} %**", r.get("measured_per_op_timed_ms") or "",
                  r.get("late_starts") or "", v]
         lines.append("| " + " | ".join(cells) + " |")

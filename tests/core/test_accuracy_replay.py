@@ -11,11 +11,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _replay_module():
-    spec = importlib.util.spec_from_file_location("accuracy_replay", ROOT / "benchmarks" / "accuracy_replay.py")
+def _bench_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _replay_module():
+    return _bench_module("accuracy_replay")
 
 
 def test_replay_of_an_event_timed_copy_of_the_prediction_has_no_error(tmp_path, monkeypatch):
@@ -43,3 +47,40 @@ def test_replay_of_an_event_timed_copy_of_the_prediction_has_no_error(tmp_path, 
     assert rows[0]["op_median"] == pytest.approx(0.0, abs=1e-9)
     assert rows[0]["pred_s"] == pytest.approx(pred.makespan_s)
     assert "| ag2 |" in _replay_module().table(rows)
+
+
+def test_a_case_measured_in_several_processes_is_judged_by_their_median(tmp_path, monkeypatch):
+    """Host-bound cases run in 3 processes (execute/ plus rep2/, rep3/): the makespan error, the measured and
+    the hand-written figures are medians over the processes; the replay uses the same median."""
+    import json
+
+    from schedsim.cli import _build, _load
+    from schedsim.hardware.profile import load_profile
+    from schedsim.sim.engine import simulate
+
+    monkeypatch.chdir(ROOT)
+    f, sets = Path("schedules/allgather_mm.yaml"), ["chunks=2", "M=512", "K=512", "N=512"]
+    pred = simulate(_build(_load(f, sets), f), load_profile("h200x2"))
+    P = pred.makespan_s
+    case = tmp_path / "run" / "ag2"
+    for sub, factor, ref_ms in (("", 1.0, 0.30), ("rep2", 1.25, 0.50), ("rep3", 1.10, 0.40)):
+        d = case / sub / "execute"
+        d.mkdir(parents=True)
+        pred.__class__(schedule=pred.schedule, source="execute", world_size=pred.world_size, launch=pred.launch,
+                       spans=pred.spans, meta={"file": str(f), "set": sets, "timing": "cuda_events",
+                                               "makespan_uninstrumented_s": P * factor}).write_json(d / "timeline.json")
+        (case / sub / "handwritten.json").write_text(json.dumps({"makespan_median_s": ref_ms / 1e3}))
+    (case / "execute" / "compare").mkdir()
+    (case / "execute" / "compare" / "compare.json").write_text(json.dumps(
+        {"makespan": {"pred_s": P, "uninstrumented": {"error": 0.0}}, "ops": {"median_abs_error": 0.0}}))
+    row = _bench_module("accuracy_x2_summary").case_summary(case, "ag2")
+    assert row["processes"] == 3
+    assert row["measured_ms"] == pytest.approx(round(P * 1.10 * 1e3, 4))
+    assert (row["measured_min_ms"], row["measured_max_ms"]) == (round(P * 1e3, 4), round(P * 1.25 * 1e3, 4))
+    assert row["makespan_error_pct"] == pytest.approx(round((1 / 1.10 - 1) * 100, 2))
+    assert row["handwritten_ms"] == 0.4 and (row["handwritten_min_ms"], row["handwritten_max_ms"]) == (0.3, 0.5)
+    assert row["executor_overhead_pct"] == pytest.approx(round((P * 1.10 * 1e3 / 0.4 - 1) * 100, 2), abs=0.01)
+    rep = _replay_module().replay_case(case, "h200x2")
+    assert rep["processes"] == 3
+    assert rep["meas_s"] == pytest.approx(P * 1.10)
+    assert rep["error"] == pytest.approx(1 / 1.10 - 1)
