@@ -29,6 +29,7 @@ from typing import Any
 from schedsim.compare import compare_timelines
 from schedsim.hardware.profile import load_profile
 from schedsim.sim.engine import simulate
+from schedsim.sim.power import iteration_gap_of
 from schedsim.sim.timeline import Timeline, atomic_write_text
 
 
@@ -49,7 +50,8 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[
     G = _build(spec, file)
     prof = load_profile(profile)
     conns = int(meta["max_connections"]) if meta.get("max_connections") else None
-    pred = simulate(G, prof, launch=meas.launch, gpu_model=gpu_model, max_connections=conns)
+    pred = simulate(G, prof, launch=meas.launch, gpu_model=gpu_model, max_connections=conns,
+                    iteration_gap_s=iteration_gap_of(meta))
     pred.meta.update({"file": str(file), "set": sets})
     res = compare_timelines(pred, meas).to_dict()  # the compare.json form: rows are written as JSON
     ms = res["makespan"]

@@ -36,7 +36,7 @@ CELLS: list[tuple[str, str]] = [
              "    print(f\"{r['setting']['schedule']:>17}: {r['makespan_s'] * 1e3:7.3f} ms  bubble {r['bubble_ratio']:.3f}\")"),
     ("code", "zbv = api.predict(api.load('schedules/pipeline_schedules.yaml', p=4, m=8, schedule='zbv'))\n"
              "res = api.compare(zbv, run.timeline)\n"
-             "print('makespan error of zbv against 1f1b:', f\"{res['makespan']['error'] * 100:+.1f}%\")"),
+             "print('makespan error of zbv against 1f1b:', f\"{res.makespan.error * 100:+.1f}%\")"),
 ]
 
 

@@ -302,8 +302,12 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         # predict with the hardware queues the run had (CUDA_DEVICE_MAX_CONNECTIONS, meta.max_connections):
         # without it, a --max-connections 1 run was compared with an 8-queue prediction (per-op 405 %)
         conn = tl.meta.get("max_connections")
+        # and with the GPUs' idle between the timed iterations, which sets their steady power state
+        from schedsim.sim.power import iteration_gap_of
+
         pred, _m, ppaths = predict_to_dir(file, sets, profile, outdir / "predicted", launch, gantt,
-                                          max_connections=int(conn) if conn else None)
+                                          max_connections=int(conn) if conn else None,
+                                          iteration_gap_s=iteration_gap_of(tl.meta))
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt)
         print_comparison(res)
         if profile_note:

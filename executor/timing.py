@@ -71,7 +71,9 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
         Copied into the timeline.
     meta : dict, optional
         Extra metadata; ``makespan_iters_s``, ``makespan_median_s`` and, when
-        lean iterations ran, ``makespan_uninstrumented_s`` are added.
+        lean iterations ran, ``makespan_uninstrumented_s`` and ``uninstrumented_period_s`` (median seconds
+        from one lean iteration's anchor to the next on rank 0: the iteration and the idle before the next
+        one's aligned start) are added.
 
     Returns
     -------
@@ -122,6 +124,10 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
     if lean:
         meta["makespan_uninstrumented_iters_s"] = lean
         meta["makespan_uninstrumented_s"] = _median(lean)
+        r0 = per_rank[0].get("lean", [])
+        periods = [(b[0] - a[0]) * 1e-9 for a, b in zip(r0, r0[1:], strict=False)]
+        if periods:  # anchor to anchor: the iteration plus the aligned start's idle (the GPU's duty cycle)
+            meta["uninstrumented_period_s"] = _median(periods)
     world = int(G.graph.get("world_size", len(per_rank)))
     return Timeline(schedule=schedule, source="execute", world_size=world, launch=launch, profile=None,
                     spans=spans, critical_path=_critical_path(G, spans), meta=meta)

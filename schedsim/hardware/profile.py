@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 
 from schedsim.errors import ProfileError
 from schedsim.kinds import DType, TableKind
@@ -197,6 +197,26 @@ class Nccl(_B):
     source: str = "defaults (not measured)"
 
 
+class Power(_B):
+    """The board power limit under sustained load (the ``waves`` model, :mod:`schedsim.sim.power`)."""
+
+    gemm_slowdown_by_duty: list[tuple[Annotated[float, Field(ge=0, le=1)],
+                                      Annotated[float, Field(ge=1)]]] = Field(
+        default_factory=list,
+        description="[[tensor-core duty 0-1, GEMM time multiplier >= 1], ...] sorted by duty: how much longer every "
+        "GEMM takes than the table (timed in bursts at the boost clock) when tensor-core GEMMs keep the GPU busy "
+        "that fraction of the time; 1 below the first point, linear between points. Empty: no power model.")
+    source: str = "not measured"
+
+    @field_validator("gemm_slowdown_by_duty")
+    @classmethod
+    def _sorted(cls, v: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        if any(b[0] <= a[0] or b[1] < a[1] for a, b in zip(v, v[1:], strict=False)):
+            raise ValueError("points must have increasing duty and non-decreasing multipliers; "
+                             "sort them by duty, e.g. [[0.6, 1.0], [0.75, 1.035], [1.0, 1.166]]")
+        return v
+
+
 class HardwareProfile(_B):
     """A machine: GPU rates, launch overheads, links, copy engines, measured tables and contention factors."""
 
@@ -214,6 +234,16 @@ class HardwareProfile(_B):
     gpu_model: Literal["waves", "sharing"] = Field(
         default="waves", description="GPU execution model of the simulator: 'waves' (CTAs in waves, FIFO block "
         "dispatch, hardware queues; :mod:`schedsim.sim.gpu_model`) or 'sharing' (processor sharing).")
+    power: Power | None = Field(default=None, description="Sustained-load GEMM slowdown (waves model); "
+                                "omit for none.")
+
+    def with_gemm_slowdown(self, factor: float) -> HardwareProfile:
+        """This profile with every GEMM ``factor`` times slower: table times × factor, dense peaks / factor
+        (the SM clock falls for every kernel class; :mod:`schedsim.sim.power`). ``factor`` >= 1."""
+        entries = [(d, m, n, k, t * factor) for d, m, n, k, t in self.gemm.entries]
+        gemm = self.gemm.model_copy(update={"entries": entries})
+        gpu = self.gpu.model_copy(update={"peak_tflops": {d: v / factor for d, v in self.gpu.peak_tflops.items()}})
+        return self.model_copy(update={"gemm": gemm, "gpu": gpu})
 
     def link_for(self, ranks: tuple[int, ...]) -> Link:
         """Link class joining ``ranks``: intra-node if they share a node, else inter-node.

@@ -104,7 +104,7 @@ _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
 def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str | None = None,
              gpu_model: str | None = None, max_connections: int | None = None,
-             model_executor: bool = False) -> Timeline:
+             model_executor: bool = False, iteration_gap_s: float = 0.0) -> Timeline:
     """Simulate the DAG ``G`` on ``profile``.
 
     Parameters
@@ -124,12 +124,17 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
     model_executor : bool
         Add the profile's ``launch.executor_extra_per_op_us`` per op (predict what ``schedsim execute``
         measures rather than plain PyTorch; ``waves`` only).
+    iteration_gap_s : float
+        Seconds the GPUs idle between iterations, for the steady power state (``waves`` with a profile
+        ``power`` curve, :mod:`schedsim.sim.power`): 0 (default) for iterations issued back to back.
 
     Returns
     -------
     Timeline
         ``source="predict"``; per op: start, end, solo duration and ready time
-        (seconds); ``critical_path`` lists op ids from the first to the last.
+        (seconds); ``critical_path`` lists op ids from the first to the last. With ``waves`` and a profile
+        ``power`` curve, the steady power state's GEMM slowdown is applied (a fixed point over up to four
+        simulations, :mod:`schedsim.sim.power`) and recorded in ``meta["power"]``.
 
     Raises
     ------
@@ -150,6 +155,18 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
     conns = max_connections or info.get("max_connections")
     if conns is not None and not 1 <= int(conns) <= 32:
         raise ProfileError(f"CUDA_DEVICE_MAX_CONNECTIONS must be 1-32 (got {conns})\n  fix: pick a value in 1-32")
+    if model == "waves" and profile.power is not None and profile.power.gemm_slowdown_by_duty:
+        from schedsim.sim.power import steady_state
+
+        return steady_state(lambda p: _simulate_once(G, p, info, mode, model, conns, model_executor), profile,
+                            max(0.0, iteration_gap_s))
+    return _simulate_once(G, profile, info, mode, model, conns, model_executor)
+
+
+def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict, mode: str, model: str,  # type: ignore[type-arg]
+                   conns: int | None, model_executor: bool) -> Timeline:
+    """One simulation of ``G`` (:func:`simulate` after its checks; ``waves`` with a power curve runs it again
+    with slower GEMMs, :mod:`schedsim.sim.power`)."""
     with paused_gc():  # millions of small acyclic objects: GC passes would dominate
         if isinstance(G, Program) and model == "waves":
             got = _run_waves_program(G, profile, mode, conns, model_executor)

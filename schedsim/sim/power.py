@@ -1,0 +1,125 @@
+"""The GPU's power state under sustained load: GEMMs slow down when tensor cores stay busy (the ``waves`` model).
+
+A GPU holds its board power limit by lowering the SM clock. A burst of tensor-core GEMMs runs at the boost clock,
+which is what ``calibrate`` times (bursts of ~2 ms) and what the GEMM table holds; under sustained load the clock
+falls and every GEMM takes longer. Measured on one H200 (700 W limit, torch 2.11, 2026-12-01 03:10 UTC,
+``benchmarks/probe_power_duty.py``, bf16 4096×16384×4096 with the executor's uniform operands): back to back,
+the first ~40 ms run at the table's speed, then 16.6 % slower while ``nvidia-smi`` shows 1620 MHz instead of
+1980; at a sustained duty cycle of 0.88 the GEMMs are 12 % slower, at 0.73 3.5 %, at 0.59 and below not slower
+(beyond the +3 % every GEMM pays after an idle gap, which the duty curve divides out). fp32 GEMMs (SIMT, no
+tensor cores: 8192×4096×8192, 11 ms each) do not slow down at a duty of 0.99. On 2×H200 the pipeline cases
+(GEMMs ~75 % of each GPU's time) ran their GEMMs 3.6–5.3 % over the table (``benchmarks/accuracy.md``).
+
+The model (steady state, as a training loop runs iteration after iteration):
+
+* the *tensor-core duty* of a rank is the time its tensor-core GEMMs run (the union of their intervals: matmul
+  spans whose achieved FLOP rate exceeds the profile's fp32 peak, which only tensor cores reach) over the
+  makespan; the duty of the simulation is the largest over ranks (one clock for all: the critical path runs
+  through the busiest GPUs);
+* the profile's ``power.gemm_slowdown_by_duty`` curve gives the GEMM time multiplier at that duty (linear
+  between points, 1 below the first point, the last value above the last);
+* the multiplier is a fixed point: GEMMs slowed by ``f`` raise the duty, which raises ``f``; the simulation is
+  repeated with every GEMM's time multiplied by ``f`` (:meth:`HardwareProfile.with_gemm_slowdown`) until ``f``
+  moves by less than 0.2 % (at most :data:`MAX_PASSES` simulations; one when the profile has no curve, when
+  no GEMM runs on tensor cores, or when the duty stays below the curve's first point).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from schedsim.hardware.profile import HardwareProfile
+from schedsim.sim.timeline import Timeline
+
+__all__ = ["tensor_duty", "slowdown_at", "steady_state", "MAX_PASSES"]
+
+#: Simulations at most per prediction (the fixed point converges in 2–3 on the shipped schedules).
+MAX_PASSES = 4
+#: Stop when the multiplier moves by less than this (relative).
+TOLERANCE = 0.002
+
+
+def tensor_duty(tl: Timeline, fp32_peak_flops: float, gap_s: float = 0.0) -> float:
+    """Largest over ranks of (union of tensor-core GEMM intervals) / (makespan + ``gap_s``), in [0, 1].
+
+    A tensor-core GEMM is a ``matmul`` span whose FLOP / solo seconds exceed ``fp32_peak_flops`` (FLOP/s).
+    ``gap_s`` (seconds) is the GPU's idle time between iterations. Returns 0.0 for an empty timeline or one
+    without such spans.
+    """
+    ms = tl.makespan_s
+    if not len(tl) or ms <= 0:
+        return 0.0
+    c = tl.columns
+    kinds, codes = c.kind
+    if "matmul" not in kinds:
+        return 0.0
+    solo = np.where(np.isnan(c.solo_s), c.end_s - c.start_s, c.solo_s)
+    rate = np.divide(c.flops, solo, out=np.zeros_like(c.flops), where=solo > 0)
+    sel = (codes == kinds.index("matmul")) & (rate > fp32_peak_flops) & (c.end_s > c.start_s)
+    if not sel.any():
+        return 0.0
+    rank, start, end = c.rank[sel], c.start_s[sel], c.end_s[sel]
+    order = np.lexsort((start, rank))
+    rank, start, end = rank[order], start[order], end[order]
+    # union per rank: a running maximum of ends that restarts at each rank (ranks offset far apart)
+    off = (rank - rank.min()).astype(np.float64) * (2.0 * (end.max() - start.min()) + 1.0)
+    s, e = start + off, end + off
+    reach = np.maximum.accumulate(e)
+    prev = np.concatenate(([-np.inf], reach[:-1]))
+    covered = np.maximum(0.0, e - np.maximum(s, prev))  # each span's part past everything before it
+    busy = np.bincount(rank - rank.min(), weights=np.minimum(covered, e - s))
+    return float(min(1.0, busy.max() / (ms + gap_s)))
+
+
+def slowdown_at(curve: list[tuple[float, float]], duty: float) -> float:
+    """GEMM time multiplier at ``duty`` from ``[(duty, multiplier), ...]`` (sorted by duty): 1.0 below the first
+    point, linear between points, the last multiplier above the last point; 1.0 for an empty curve."""
+    if not curve or duty < curve[0][0]:
+        return 1.0
+    return float(np.interp(duty, [p[0] for p in curve], [p[1] for p in curve]))
+
+
+def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwareProfile, gap_s: float = 0.0) -> Timeline:
+    """Simulate with ``run(profile)`` and repeat with GEMMs slowed to the steady power state (module doc).
+
+    ``gap_s`` (seconds, >= 0) is how long the GPU idles between iterations: 0 for a training loop that issues
+    iteration after iteration; ``schedsim execute`` synchronizes and aligns the ranks' start between its timed
+    iterations (2 ms margin plus a clock all-gather, ``executor/clock.py``) and records the period it ran at
+    (``meta["uninstrumented_period_s"]``), from which ``compare`` takes the gap.
+
+    The returned timeline's ``meta`` gets ``power`` = ``{"tensor_duty", "gemm_slowdown", "passes"}`` when the
+    profile has a curve and a slowdown applies (``gemm_slowdown`` 1.0 otherwise is left out).
+    """
+    tl = run(profile)
+    curve = list(profile.power.gemm_slowdown_by_duty) if profile.power else []
+    if not curve:
+        return tl
+    fp32 = profile.gpu.peak_tflops.get("fp32", 0.0) * 1e12
+    f, duty, passes = 1.0, tensor_duty(tl, fp32, gap_s), 1
+    while passes < MAX_PASSES:
+        nf = slowdown_at(curve, duty)
+        if abs(nf - f) <= TOLERANCE * f:
+            break
+        f = nf
+        tl = run(profile.with_gemm_slowdown(f))
+        duty, passes = tensor_duty(tl, fp32 / f, gap_s), passes + 1  # rates fall by f: compare with the scaled peak
+    if f > 1.0:
+        tl.meta["power"] = {"tensor_duty": round(duty, 4), "gemm_slowdown": round(f, 4), "passes": passes,
+                            "iteration_gap_s": gap_s}
+    return tl
+
+
+#: ``executor/clock.py``'s default start margin (s): the least idle between two of execute's timed iterations.
+EXECUTE_START_MARGIN_S = 0.002
+
+
+def iteration_gap_of(meta: dict) -> float:  # type: ignore[type-arg]
+    """Seconds the GPUs idled between a measured run's uninstrumented iterations (``schedsim execute``'s
+    timeline ``meta``): ``uninstrumented_period_s − makespan_uninstrumented_s``; for runs that did not record
+    the period (before 2026-12-01 03:30 UTC), the executor's start margin, 2 ms; 0 for anything else."""
+    per, ms = meta.get("uninstrumented_period_s"), meta.get("makespan_uninstrumented_s")
+    if per and ms:
+        return max(0.0, float(per) - float(ms))
+    return EXECUTE_START_MARGIN_S if ms else 0.0

@@ -1,0 +1,116 @@
+"""The steady power state (schedsim/sim/power.py): tensor-core duty, the duty curve, the fixed point, by hand."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from schedsim.hardware.profile import Power, load_profile
+from schedsim.sim.power import TOLERANCE, iteration_gap_of, slowdown_at, steady_state, tensor_duty
+from schedsim.sim.timeline import Span, Timeline
+
+ROOT = Path(__file__).resolve().parents[2]
+FP32 = 67e12  # h200x2's fp32 peak, FLOP/s
+
+
+def _mm(i: int, rank: int, s_ms: float, e_ms: float, tflops: float = 500.0) -> Span:
+    """A matmul span of ``tflops`` TFLOP/s (solo = its length)."""
+    d = (e_ms - s_ms) * 1e-3
+    return Span(f"mm{i}@r{rank}", f"mm{i}", rank, "s", "matmul", "compute", s_ms * 1e-3, e_ms * 1e-3, solo_s=d,
+                flops=tflops * 1e12 * d)
+
+
+def _other(i: int, rank: int, s_ms: float, e_ms: float) -> Span:
+    return Span(f"c{i}@r{rank}", f"c{i}", rank, "s", "compute", "compute", s_ms * 1e-3, e_ms * 1e-3,
+                solo_s=(e_ms - s_ms) * 1e-3, bytes=1e6)
+
+
+def test_tensor_duty_is_the_busiest_ranks_union_of_tensor_core_gemms_over_the_makespan():
+    # rank 0: [0,2] and [1,3] overlap (union 3 ms) and [5,6]: 4 ms; rank 1: a 2 ms GEMM at 40 TFLOP/s (below the
+    # fp32 peak: SIMT, not counted) and a 1 ms tensor-core GEMM; a copy ends at 10 ms (the makespan)
+    tl = Timeline("t", "predict", 2, spans=[_mm(0, 0, 0, 2), _mm(1, 0, 1, 3), _mm(2, 0, 5, 6),
+                                            _mm(3, 1, 0, 2, tflops=40.0), _mm(4, 1, 3, 4), _other(5, 1, 4, 10)])
+    assert tensor_duty(tl, FP32) == pytest.approx(4 / 10)
+    assert tensor_duty(tl, FP32, gap_s=10e-3) == pytest.approx(4 / 20)
+    assert tensor_duty(Timeline("t", "predict", 1, spans=[_other(0, 0, 0, 1)]), FP32) == 0.0
+
+
+def test_slowdown_curve_is_one_below_its_first_point_linear_between_and_flat_above():
+    curve = [(0.6, 1.0), (0.8, 1.1), (1.0, 1.2)]
+    assert [slowdown_at(curve, d) for d in (0.0, 0.59, 0.6, 0.7, 0.8, 0.9, 1.0)] == pytest.approx(
+        [1.0, 1.0, 1.0, 1.05, 1.1, 1.15, 1.2])
+    assert slowdown_at([], 1.0) == 1.0
+    assert slowdown_at([(0.5, 1.3)], 0.49) == 1.0 and slowdown_at([(0.5, 1.3)], 0.9) == 1.3
+
+
+def test_a_curve_out_of_order_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="increasing duty"):
+        Power(gemm_slowdown_by_duty=[(0.8, 1.1), (0.6, 1.0)])
+
+
+def test_the_fixed_point_by_hand():
+    """One rank: a GEMM of 1 ms × f (f = the profile's slowdown) then a 0.5 ms copy. Curve (0.5, 1) – (1, 1.2):
+    f(d) = 1 + 0.4 (d − 0.5), d = f / (f + 0.5), so f² − 0.7 f − 0.4 = 0, f* = (0.7 + √2.09) / 2 = 1.07284.
+    Passes: f = 1 → d = 2/3 → 1.06667 → d = 0.68085 → 1.07234 → d = 0.68199 → 1.07280, within the tolerance
+    of 1.07234: the third simulation is returned."""
+    base = load_profile("h200x2").model_copy(update={"power": Power(gemm_slowdown_by_duty=[(0.5, 1.0), (1.0, 1.2)])})
+    t0 = base.gemm.entries[0][4]
+    seen = []
+
+    def run(p):  # a "simulation" whose GEMM takes 1 ms times the profile's GEMM slowdown
+        f = p.gemm.entries[0][4] / t0
+        seen.append(f)
+        return Timeline("t", "predict", 1, spans=[_mm(0, 0, 0, f), _other(1, 0, f, f + 0.5)])
+
+    tl = steady_state(run, base)
+    exact = (0.7 + math.sqrt(2.09)) / 2
+    assert seen == pytest.approx([1.0, 1 + 0.4 * (2 / 3 - 0.5), 1.0723404], rel=1e-5)
+    assert tl.meta["power"]["passes"] == 3
+    assert tl.meta["power"]["gemm_slowdown"] == pytest.approx(exact, rel=TOLERANCE)
+    assert tl.meta["power"]["tensor_duty"] == pytest.approx(1.07234 / 1.57234, rel=1e-4)
+    # a 1 ms idle between iterations lowers the duty to 1 / 2.5 = 0.4 < 0.5: no slowdown, one simulation
+    seen.clear()
+    assert "power" not in steady_state(run, base, gap_s=1e-3).meta and seen == [1.0]
+
+
+def test_with_gemm_slowdown_scales_the_table_and_the_roofline():
+    p = load_profile("h200x2")
+    q = p.with_gemm_slowdown(1.25)
+    assert [e[4] for e in q.gemm.entries] == pytest.approx([e[4] * 1.25 for e in p.gemm.entries])
+    assert q.gpu.peak_tflops["bf16"] == pytest.approx(p.gpu.peak_tflops["bf16"] / 1.25)
+
+
+def test_pipeline_prediction_applies_the_steady_power_state(monkeypatch):
+    """The shipped h200x2 has the curve measured on 2026-12-01: a 2-stage 1F1B keeps tensor cores busy > 0.73
+    of the time, so its GEMMs run slower than the table: each F GEMM's solo time is the table's × the slowdown."""
+    from schedsim.cli import _build, _load
+    from schedsim.cost import CostModel
+    from schedsim.sim.engine import simulate
+
+    monkeypatch.chdir(ROOT)
+    f = Path("schedules/pipeline_schedules.yaml")
+    G = _build(_load(f, ["p=2", "m=8", "schedule=1f1b"]), f)
+    prof = load_profile("h200x2")
+    tl = simulate(G, prof)
+    pw = tl.meta["power"]
+    assert pw["gemm_slowdown"] == pytest.approx(slowdown_at(prof.power.gemm_slowdown_by_duty, pw["tensor_duty"]),
+                                                rel=2 * TOLERANCE)
+    assert pw["gemm_slowdown"] > 1.05
+    mm = next(s for s in tl.spans if s.kind == "matmul")
+    table = CostModel(prof).duration(G.nodes[mm.id]["op"])
+    assert mm.solo_s == pytest.approx(table * pw["gemm_slowdown"], rel=1e-3)
+    # execute's idle between timed iterations lowers the duty: a smaller slowdown, a shorter makespan
+    gap = simulate(G, prof, iteration_gap_s=2e-3)
+    assert gap.meta["power"]["gemm_slowdown"] < pw["gemm_slowdown"] and gap.makespan_s < tl.makespan_s
+    # a profile without a curve predicts the table's times
+    bare = simulate(G, prof.model_copy(update={"power": None}))
+    assert "power" not in bare.meta and bare.makespan_s < gap.makespan_s
+
+
+def test_iteration_gap_of_a_measured_run():
+    measured = {"uninstrumented_period_s": 0.025, "makespan_uninstrumented_s": 0.020}
+    assert iteration_gap_of(measured) == pytest.approx(0.005)
+    assert iteration_gap_of({"makespan_uninstrumented_s": 0.020}) == 0.002  # before the period was recorded
+    assert iteration_gap_of({}) == 0.0
