@@ -41,12 +41,13 @@ MAX_PASSES = 4
 TOLERANCE = 0.002
 
 
-def tensor_duty(tl: Timeline, fp32_peak_flops: float, gap_s: float = 0.0) -> float:
+def tensor_duty(tl: Timeline, fp32_peak_flops: float, gap_s: float = 0.0, below: float = 0.0) -> float:
     """Largest over ranks of (union of tensor-core GEMM intervals) / (makespan + ``gap_s``), in [0, 1].
 
     A tensor-core GEMM is a ``matmul`` span whose FLOP / solo seconds exceed ``fp32_peak_flops`` (FLOP/s).
-    ``gap_s`` (seconds) is the GPU's idle time between iterations. Returns 0.0 for an empty timeline or one
-    without such spans.
+    ``gap_s`` (seconds) is the GPU's idle time between iterations. When the sum of the GEMMs' lengths already
+    gives a duty under ``below``, that upper bound is returned without the union (no sort). Returns 0.0 for an
+    empty timeline or one without such spans.
     """
     ms = tl.makespan_s
     if not len(tl) or ms <= 0:
@@ -61,6 +62,9 @@ def tensor_duty(tl: Timeline, fp32_peak_flops: float, gap_s: float = 0.0) -> flo
     if not sel.any():
         return 0.0
     rank, start, end = c.rank[sel], c.start_s[sel], c.end_s[sel]
+    bound = np.bincount(rank - rank.min(), weights=end - start).max() / (ms + gap_s)
+    if bound < below:
+        return float(bound)
     order = np.lexsort((start, rank))
     rank, start, end = rank[order], start[order], end[order]
     # union per rank: a running maximum of ends that restarts at each rank (ranks offset far apart)
@@ -97,7 +101,7 @@ def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwarePr
     if not curve:
         return tl
     fp32 = profile.gpu.peak_tflops.get("fp32", 0.0) * 1e12
-    f, duty, passes = 1.0, tensor_duty(tl, fp32, gap_s), 1
+    f, duty, passes = 1.0, tensor_duty(tl, fp32, gap_s, below=curve[0][0]), 1
     while passes < MAX_PASSES:
         nf = slowdown_at(curve, duty)
         if abs(nf - f) <= TOLERANCE * f:

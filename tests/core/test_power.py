@@ -114,3 +114,11 @@ def test_iteration_gap_of_a_measured_run():
     assert iteration_gap_of(measured) == pytest.approx(0.005)
     assert iteration_gap_of({"makespan_uninstrumented_s": 0.020}) == 0.002  # before the period was recorded
     assert iteration_gap_of({}) == 0.0
+
+
+def test_a_duty_bound_under_the_curve_skips_the_union():
+    # rank 0's GEMMs overlap: union 3 ms, sum 4 ms, makespan 10 ms; asked only whether the duty reaches 0.5,
+    # the sum's bound 0.4 answers; asked whether it reaches 0.3, the exact union is computed
+    tl = Timeline("t", "predict", 1, spans=[_mm(0, 0, 0, 2), _mm(1, 0, 1, 3), _other(2, 0, 3, 10)])
+    assert tensor_duty(tl, FP32, below=0.5) == pytest.approx(0.4)
+    assert tensor_duty(tl, FP32, below=0.3) == pytest.approx(0.3)
