@@ -51,7 +51,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[
     prof = load_profile(profile)
     conns = int(meta["max_connections"]) if meta.get("max_connections") else None
     pred = simulate(G, prof, launch=meas.launch, gpu_model=gpu_model, max_connections=conns,
-                    iteration_gap_s=iteration_gap_of(meta))
+                    iteration_gap_s=iteration_gap_of(meta, meas.world_size))
     pred.meta.update({"file": str(file), "set": sets})
     res = compare_timelines(pred, meas).to_dict()  # the compare.json form: rows are written as JSON
     ms = res["makespan"]

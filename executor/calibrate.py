@@ -688,6 +688,10 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["host"] = host_costs(b, log)
         if ctx.cuda:
             raw["contention_copy"] = _measure_contention(b, o.quick, log)
+            if not o.quick:
+                from executor.calibrate_power import measure_power
+
+                raw["power"] = measure_power(b.torch, ctx.device, log)
     ctx.barrier()
     comm_host = comm_host_costs(b)
     if ctx.rank == 0:
@@ -816,6 +820,15 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                                   "warning; GPU-side p2p unbatched one-way / batched ring: " + (pairs or "n/a")
                                 + (f"; p2p_one_way_speedup = batched exchange / one-way time at {one_way[1]} B "
                                    f"(the largest size of both sweeps), at least 1" if one_way else ""))}
+    if not ctx.cuda:
+        d.pop("power", None)  # a CPU profile has no GPU power limit
+    if "power" in raw:
+        pw = raw["power"]
+        d["power"] = {"gemm_slowdown_by_duty": pw["curve"],
+                      "source": f"measured {where} (executor/calibrate_power.py): bf16 {'x'.join(map(str, pw['shape']))} "
+                                f"GEMMs back to back and at duty cycles "
+                                f"{', '.join(f'{float(v):.2f}' for k, v in sorted(pw['achieved'].items()) if k != '1.0')}, "
+                                "sustained time over burst time, the idle-gap cost of the lowest duty divided out"}
     d["memcpy"] = {"h2d_GBps": round(cp["h2d_GBps"], 2), "d2h_GBps": round(cp["d2h_GBps"], 2),
                    "d2d_GBps": round(cp["d2d_GBps"], 1), "latency_us": round(cp["latency_us"], 2),
                    "source": f"measured {where}: pinned host buffers, {8 if o.quick else 256} MiB copies, median "

@@ -307,7 +307,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
 
         pred, _m, ppaths = predict_to_dir(file, sets, profile, outdir / "predicted", launch, gantt,
                                           max_connections=int(conn) if conn else None,
-                                          iteration_gap_s=iteration_gap_of(tl.meta))
+                                          iteration_gap_s=iteration_gap_of(tl.meta, tl.world_size))
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt)
         print_comparison(res)
         if profile_note:

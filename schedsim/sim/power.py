@@ -119,11 +119,13 @@ def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwarePr
 EXECUTE_START_MARGIN_S = 0.002
 
 
-def iteration_gap_of(meta: dict) -> float:  # type: ignore[type-arg]
+def iteration_gap_of(meta: dict, world_size: int) -> float:  # type: ignore[type-arg]
     """Seconds the GPUs idled between a measured run's uninstrumented iterations (``schedsim execute``'s
-    timeline ``meta``): ``uninstrumented_period_s − makespan_uninstrumented_s``; for runs that did not record
-    the period (before 2026-12-01 03:30 UTC), the executor's start margin, 2 ms; 0 for anything else."""
+    timeline ``meta`` and world size): ``uninstrumented_period_s − makespan_uninstrumented_s``; for runs that
+    did not record the period (before 2026-12-01 03:50 UTC) on 2 or more ranks, the executor's start margin,
+    2 ms (the ranks spin to the latest clock + 2 ms); 0 otherwise (one rank does not spin: 0.29 ms measured on
+    one H200 for offload.yaml, 2026-12-01)."""
     per, ms = meta.get("uninstrumented_period_s"), meta.get("makespan_uninstrumented_s")
     if per and ms:
         return max(0.0, float(per) - float(ms))
-    return EXECUTE_START_MARGIN_S if ms else 0.0
+    return EXECUTE_START_MARGIN_S if ms and world_size > 1 else 0.0

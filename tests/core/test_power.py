@@ -111,9 +111,10 @@ def test_pipeline_prediction_applies_the_steady_power_state(monkeypatch):
 
 def test_iteration_gap_of_a_measured_run():
     measured = {"uninstrumented_period_s": 0.025, "makespan_uninstrumented_s": 0.020}
-    assert iteration_gap_of(measured) == pytest.approx(0.005)
-    assert iteration_gap_of({"makespan_uninstrumented_s": 0.020}) == 0.002  # before the period was recorded
-    assert iteration_gap_of({}) == 0.0
+    assert iteration_gap_of(measured, 1) == pytest.approx(0.005)
+    assert iteration_gap_of({"makespan_uninstrumented_s": 0.020}, 2) == 0.002  # before the period was recorded
+    assert iteration_gap_of({"makespan_uninstrumented_s": 0.020}, 1) == 0.0  # one rank does not spin
+    assert iteration_gap_of({}, 2) == 0.0
 
 
 def test_a_duty_bound_under_the_curve_skips_the_union():

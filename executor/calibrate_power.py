@@ -1,0 +1,102 @@
+"""The GPU's power state under sustained GEMM load, for the profile's ``power:`` section (``schedsim calibrate``).
+
+The GEMM table is timed in short bursts, at the boost clock. Under sustained tensor-core load the board's power
+limiter lowers the SM clock, and every GEMM takes longer (:mod:`schedsim.sim.power`). This measures how much
+longer, as a function of the duty cycle, on rank 0's GPU, with one bf16 GEMM (default 4096×16384×4096, the
+executor's uniform operands):
+
+* back to back for ``seconds``: the median over the last 40 % of the window, over the burst time (the median of
+  the GEMMs that start in the first 30 ms) is the multiplier at duty 1;
+* for each duty d < 1: one GEMM between two events, the host waits for its end, then keeps the GPU idle for
+  t·(1 − d)/d; the steady median over the burst time. Every GEMM after an idle gap pays a small extra cost
+  that does not depend on the duty (+3 % on one H200, 2026-12-01, ``benchmarks/probe_power_duty.py``): the
+  ratio at the lowest duty measured is taken as that cost and divided out, so the curve holds the power
+  limiter alone, which is what the simulator applies.
+
+A one-second idle precedes each level (the limiter forgets the previous one within a second on H200). ~12 s.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+DUTIES = (0.9, 0.75, 0.6, 0.45)
+
+
+def curve_from(points: dict[float, float]) -> list[list[float]]:
+    """The profile curve ``[[duty, multiplier], ...]`` from measured ``{duty: steady / burst}`` (duty 1 is back
+    to back). The lowest duty's ratio is the idle-gap cost, divided out of every duty < 1; multipliers are
+    clipped to ≥ 1 and made non-decreasing in duty; points up to the last at 1.0 collapse into one.
+
+    >>> curve_from({1.0: 1.163, 0.9: 1.156, 0.75: 1.065, 0.6: 1.028, 0.45: 1.03})
+    [[0.6, 1.0], [0.75, 1.034], [0.9, 1.1223], [1.0, 1.163]]
+    """
+    lows = sorted(d for d in points if d < 1.0)
+    gap_cost = points[lows[0]] if lows else 1.0
+    adj = sorted((d, max(1.0, r / gap_cost if d < 1.0 else r)) for d, r in points.items())
+    out: list[list[float]] = []
+    best = 1.0
+    for d, r in adj:
+        best = max(best, r)
+        out.append([round(d, 4), round(best, 4)])
+    last_one = max((i for i, (_, r) in enumerate(out) if r == 1.0), default=0)
+    return out[last_one:]
+
+
+def measure_power(torch: Any, dev: Any, log: Callable[[str], None], shape: tuple[int, int, int] = (4096, 16384, 4096),
+                  seconds: float = 1.2) -> dict[str, Any]:
+    """``{"shape", "burst_ms", "points": {duty: steady / burst}, "achieved": {duty: measured duty}, "curve"}``;
+    times from CUDA events. Needs CUDA."""
+    m, n, k = shape
+    g = torch.Generator(device=dev).manual_seed(0)
+    a = torch.rand(m, k, device=dev, dtype=torch.float32, generator=g).to(torch.bfloat16)
+    b = torch.rand(k, n, device=dev, dtype=torch.float32, generator=g).to(torch.bfloat16)
+    c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed() -> float:
+        e0.record()
+        torch.matmul(a, b, out=c)
+        e1.record()
+        e1.synchronize()
+        return float(e0.elapsed_time(e1)) / 1e3
+
+    for _ in range(5):
+        timed()
+    time.sleep(1.0)
+    one = timed()
+    count = max(8, int(seconds / one))
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(count + 1)]
+    torch.cuda._sleep(2_000_000)  # queue fills before the first GEMM starts
+    for i in range(count):
+        ev[i].record()
+        torch.matmul(a, b, out=c)
+    ev[count].record()
+    torch.cuda.synchronize()
+    dur = [ev[i].elapsed_time(ev[i + 1]) / 1e3 for i in range(count)]
+    at = [ev[0].elapsed_time(ev[i]) / 1e3 for i in range(count)]
+    burst = statistics.median([d for t, d in zip(at, dur, strict=True) if t < 0.03] or dur[:3])
+    points = {1.0: statistics.median(dur[int(0.6 * count):]) / burst}
+    achieved = {1.0: 1.0}
+    for duty in DUTIES:
+        time.sleep(1.0)
+        t0 = time.perf_counter()
+        seq: list[tuple[float, float]] = []
+        while (now := time.perf_counter() - t0) < seconds:
+            d = timed()
+            seq.append((now, d))
+            stop = time.perf_counter() + d * (1 - duty) / duty
+            while time.perf_counter() < stop:
+                pass
+        points[duty] = statistics.median(d for t, d in seq if t >= 0.6 * seconds) / burst
+        achieved[duty] = sum(d for _, d in seq) / (time.perf_counter() - t0)
+    curve = curve_from({round(achieved[d], 3): r for d, r in points.items()})  # at the duty each level reached
+    log(f"[power] bf16 {m}x{n}x{k}: burst {burst * 1e3:.4f} ms; sustained/burst " + ", ".join(
+        f"duty {achieved[d]:.2f}: {r:.3f}" for d, r in sorted(points.items())) + f"; curve {curve}")
+    del a, b, c
+    torch.cuda.empty_cache()
+    return {"shape": [m, n, k], "burst_ms": burst * 1e3, "points": {str(d): r for d, r in points.items()},
+            "achieved": {str(d): v for d, v in achieved.items()}, "curve": curve}
