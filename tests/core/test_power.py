@@ -123,3 +123,16 @@ def test_a_duty_bound_under_the_curve_skips_the_union():
     tl = Timeline("t", "predict", 1, spans=[_mm(0, 0, 0, 2), _mm(1, 0, 1, 3), _other(2, 0, 3, 10)])
     assert tensor_duty(tl, FP32, below=0.5) == pytest.approx(0.4)
     assert tensor_duty(tl, FP32, below=0.3) == pytest.approx(0.3)
+
+
+def test_calibrates_curve_divides_out_the_idle_gap_cost_and_is_monotone():
+    """executor/calibrate_power.curve_from on the 2026-12-01 calibrate run's ratios (one H200): the lowest duty's
+    ratio (1.0252, the cost of a GEMM after an idle gap) divides every duty < 1; back to back is kept as is."""
+    from executor.calibrate_power import curve_from
+
+    got = curve_from({0.444: 1.0252, 0.59: 1.0268, 0.735: 1.0567, 0.881: 1.1253, 1.0: 1.1807})
+    assert got == [[0.444, 1.0], [0.59, round(1.0268 / 1.0252, 4)], [0.735, round(1.0567 / 1.0252, 4)],
+                   [0.881, round(1.1253 / 1.0252, 4)], [1.0, 1.1807]]
+    # a dip is flattened (non-decreasing), and leading points at 1.0 collapse into the last of them
+    assert curve_from({0.3: 1.05, 0.5: 1.04, 0.7: 1.10, 0.9: 1.08, 1.0: 1.2}) == [
+        [0.5, 1.0], [0.7, round(1.10 / 1.05, 4)], [0.9, round(1.10 / 1.05, 4)], [1.0, 1.2]]
