@@ -2,7 +2,7 @@
 
 A GPU holds its board power limit by lowering the SM clock. A burst of tensor-core GEMMs runs at the boost clock,
 which is what ``calibrate`` times (bursts of ~2 ms) and what the GEMM table holds; under sustained load the clock
-falls and every GEMM takes longer. Measured on one H200 (700 W limit, torch 2.11, 2026-12-01 03:10 UTC,
+falls and every GEMM takes longer. Measured on one H200 (700 W limit, torch 2.11, 2026-12-01 03:00 UTC,
 ``benchmarks/probe_power_duty.py``, bf16 4096×16384×4096 with the executor's uniform operands): back to back,
 the first ~40 ms run at the table's speed, then 16.6 % slower while ``nvidia-smi`` shows 1620 MHz instead of
 1980; at a sustained duty cycle of 0.88 the GEMMs are 12 % slower, at 0.73 3.5 %, at 0.59 and below not slower
@@ -122,7 +122,7 @@ EXECUTE_START_MARGIN_S = 0.002
 def iteration_gap_of(meta: dict, world_size: int) -> float:  # type: ignore[type-arg]
     """Seconds the GPUs idled between a measured run's uninstrumented iterations (``schedsim execute``'s
     timeline ``meta`` and world size): ``uninstrumented_period_s − makespan_uninstrumented_s``; for runs that
-    did not record the period (before 2026-12-01 03:50 UTC) on 2 or more ranks, the executor's start margin,
+    did not record the period (before 2026-12-01 03:10 UTC) on 2 or more ranks, the executor's start margin,
     2 ms (the ranks spin to the latest clock + 2 ms); 0 otherwise (one rank does not spin: 0.29 ms measured on
     one H200 for offload.yaml, 2026-12-01)."""
     per, ms = meta.get("uninstrumented_period_s"), meta.get("makespan_uninstrumented_s")
