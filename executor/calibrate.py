@@ -824,11 +824,12 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         d.pop("power", None)  # a CPU profile has no GPU power limit
     if "power" in raw:
         pw = raw["power"]
+        shape = "x".join(map(str, pw["shape"]))
+        duties = ", ".join(f"{float(v):.2f}" for k, v in sorted(pw["achieved"].items()) if k != "1.0")
         d["power"] = {"gemm_slowdown_by_duty": pw["curve"],
-                      "source": f"measured {where} (executor/calibrate_power.py): bf16 {'x'.join(map(str, pw['shape']))} "
-                                f"GEMMs back to back and at duty cycles "
-                                f"{', '.join(f'{float(v):.2f}' for k, v in sorted(pw['achieved'].items()) if k != '1.0')}, "
-                                "sustained time over burst time, the idle-gap cost of the lowest duty divided out"}
+                      "source": f"measured {where} (executor/calibrate_power.py): bf16 {shape} GEMMs back to back "
+                                f"and at duty cycles {duties}, sustained time over burst time, the idle-gap cost "
+                                "of the lowest duty divided out"}
     d["memcpy"] = {"h2d_GBps": round(cp["h2d_GBps"], 2), "d2h_GBps": round(cp["d2h_GBps"], 2),
                    "d2d_GBps": round(cp["d2d_GBps"], 1), "latency_us": round(cp["latency_us"], 2),
                    "source": f"measured {where}: pinned host buffers, {8 if o.quick else 256} MiB copies, median "

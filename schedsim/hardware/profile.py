@@ -68,6 +68,9 @@ class Launch(_B):
     eager_per_collective_us: float = Field(ge=0, description="Host time to launch one NCCL call in eager mode, µs.")
     graph_launch_us: float = Field(ge=0, description="Host time of one cudaGraphLaunch, µs.")
     graph_per_op_us: float = Field(ge=0, description="GPU-side overhead per graph node, µs.")
+    graph_cross_stream_edge_us: float = Field(default=0.0, ge=0, description="GPU-side time, µs, a graph node "
+                                              "holds its stream when a node on another stream depends on it (a "
+                                              "fork; rule 8 of schedsim.sim.gpu_model). Default 0: not measured.")
     p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one unbatched dist.isend/irecv, "
                                       "µs (default: eager_per_collective_us).")
     batch_p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one "

@@ -88,6 +88,7 @@ from schedsim.errors import DeadlockError, GraphError, ProfileError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.lower.program import Program
+from schedsim.sim.gpu_model import graph_fork_columns as gm_graph_fork
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 
 if TYPE_CHECKING:
@@ -298,8 +299,21 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
     _jobs(ops, gmem, cost, node_oh, job_of, job_res, job_ranks, job_work)
+    if mode == "cuda_graph":
+        names: dict[str, int] = {}
+        sid = np.array([names.setdefault(o.stream, len(names)) for o in ops], np.int64)
+        src = np.repeat(np.arange(N, dtype=np.int64), [len(x) for x in succ])
+        dst = np.fromiter((j for x in succ for j in x), np.int64, count=len(src))
+        _add_forks(gm_graph_fork(N, src, dst, np.array(ranks, np.int64), sid, profile, mode), job_of, job_work)
     _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
+
+
+def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float]) -> None:
+    """Rule 8 of :mod:`schedsim.sim.gpu_model` on the job arrays: ``fx`` seconds more for ops outside groups."""
+    for i in np.flatnonzero(fx).tolist():
+        if job_of[i] == i:
+            job_work[i] += float(fx[i])
 
 
 def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: float, job_of: list[int],
@@ -345,6 +359,9 @@ def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Com
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
     _jobs(ops, gmem, cost, node_oh, job_of, job_res, job_ranks, job_work)
+    src = np.repeat(np.arange(N, dtype=np.int64), np.diff(ptr))
+    _add_forks(gm_graph_fork(N, src, dst, prog.rank.astype(np.int64), prog.stream_id.astype(np.int64), profile, mode),
+               job_of, job_work)
     _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, prog.world_size, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
 

@@ -146,6 +146,16 @@ Rules and their sources
    member never waits for another member's partner (NCCL progresses the members
    of a group independently; a Megatron interleaved batch holding a send and a
    recv of two different steps would otherwise hang).
+8. **Forks in a CUDA graph.** In a graph replay, a node with a dependent on
+   another stream of its rank (an event edge: the graph forks there) holds its
+   own stream ``launch.graph_cross_stream_edge_us`` longer (added to its solo
+   time, :func:`graph_fork_columns`; collectives and p2p are left as they are).
+   One H200, 2026-12-01 03:14 UTC (``benchmarks/probe_graph_nodes.py``, 64 layers
+   of small_ops_graph's ops in one graph): 7.94 µs per layer when each aux GEMM
+   waits for its layer's main GEMM, 6.65 µs when it does not wait, 6.23 µs for the
+   main stream alone; so 1.29 µs per fork.
+   And the steady power state (:mod:`schedsim.sim.power`) slows every GEMM
+   when tensor cores stay busy.
 """
 
 from __future__ import annotations
@@ -162,7 +172,8 @@ from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "GpuRules", "RateTables", "batch_rate", "comm_factor", "comm_fifo_columns",
            "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns", "host_issue_times",
-           "kernel_ctas", "link_ends", "rate_tables", "stream_queue_columns", "stream_queues", "transfer_comm_rate"]
+           "graph_fork_columns", "kernel_ctas", "link_ends", "rate_tables", "stream_queue_columns", "stream_queues",
+           "transfer_comm_rate"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
@@ -249,6 +260,21 @@ def _first_per_key(key: np.ndarray) -> np.ndarray:
     out = np.zeros(len(key), bool)
     if len(key):
         out[unique(key)[1]] = True
+    return out
+
+
+def graph_fork_columns(N: int, src: np.ndarray, dst: np.ndarray, rank: np.ndarray, stream: np.ndarray,
+                       profile: HardwareProfile, mode: str) -> np.ndarray:
+    """Rule 8: extra solo seconds per op, shape (N,): ``launch.graph_cross_stream_edge_us`` for an op with a DAG
+    successor on another stream of its rank when ``mode`` is ``cuda_graph``, else 0. ``src``/``dst`` are the
+    DAG's edges (op indices), ``rank``/``stream`` int arrays of shape (N,)."""
+    extra = profile.launch.graph_cross_stream_edge_us * 1e-6
+    out = np.zeros(N)
+    if mode != "cuda_graph" or extra <= 0 or not len(src):
+        return out
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    fork = src[(rank[src] == rank[dst]) & (stream[src] != stream[dst])]
+    out[fork] = extra
     return out
 
 

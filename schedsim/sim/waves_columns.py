@@ -300,6 +300,11 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     gwork = work[gidx[gptr[:-1]]] if G else np.zeros(0)
     work[gidx] = np.repeat(gwork, np.diff(gptr))
     res[gidx] = 1
+    # rule 8: forks in a CUDA graph (ops outside rendezvous groups)
+    ptr0, dst0, _k = prog.succ
+    fx = gm.graph_fork_columns(N, np.repeat(np.arange(N, dtype=I64), np.diff(ptr0)), dst0, rank, sid, profile, mode)
+    fx[gidx] = 0.0
+    work += fx
     # rule 7: communicator order; rule 1: host issue times
     fu, fv = gm.comm_fifo_columns(rank, _communicators(prog, tmpl, rank, peer, batch, res, is_p2p, serial), batch)
     sptr, sidx, npred = _succ(prog, fu, fv)
