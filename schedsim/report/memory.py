@@ -76,9 +76,151 @@ def static_memory(info: PipelineInfo | None, block: PipelineSpec | None,
     return out
 
 
+#: Events as columns: (rank, time s, order: 0 free / 1 allocation, delta bytes, row of the op it is charged to).
+_Events = tuple[Any, Any, Any, Any, Any]
+
+
 def memory_over_time(tl: Timeline, graph: Any = None,
                      static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
-    """Allocation curve per rank (see the module doc); None when nothing is counted."""
+    """Allocation curve per rank (see the module doc); None when nothing is counted.
+
+    Works on the timeline's columns: events are gathered as arrays and each rank's curve is a cumulative
+    sum in the order (time, frees before allocations, delta, op id), the order of :func:`_reference` (the
+    per-span form, kept as the definition; ``tests/core/test_memory_columns.py`` holds both equal). With a
+    :class:`~schedsim.lower.program.DagView` the buffer ends come from the Program's successor arrays.
+    """
+    import numpy as np
+
+    info = tl.pipeline
+    unit = float(info.activation_memory_bytes) if info is not None else 0.0
+    parts = [e for e in (_activation_events(tl, unit), _buffer_events(tl, graph)) if e is not None]
+    static = static or {}
+    if not parts and not any(sum(v.values()) for v in static.values()):
+        return None
+    if parts:
+        cat = [np.concatenate([e[k] for e in parts]) for k in range(5)]
+        ev: _Events = (cat[0], cat[1], cat[2], cat[3], cat[4])
+    else:
+        ev = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
+    return {"unit": "bytes", "ranks": _curves(tl, ev, static)}
+
+
+def _activation_events(tl: Timeline, unit: float) -> _Events | None:
+    """A forward's activations from its start until its chunk's W (or full B) ends, per (rank, stage, mb, chunk)."""
+    import numpy as np
+
+    c = tl.columns
+    if not unit or not len(c.id):
+        return None
+    fwd: dict[tuple[int, int, int, int], tuple[float, int]] = {}
+    bwd_end: dict[tuple[int, int, int, int], float] = {}
+    res_vals, res_codes = c.resource
+    comp = res_vals.index("compute") if "compute" in res_vals else -1
+    tags, rank, start, end = c.tags, c.rank, c.start_s, c.end_s
+    for i in np.flatnonzero(res_codes == comp).tolist():
+        t = tags[i]
+        if not t or "stage" not in t:
+            continue
+        key = (int(rank[i]), int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0))
+        ph = t.get("phase") or t.get("pp_op")
+        if ph == "F":
+            if key not in fwd or start[i] < fwd[key][0]:
+                fwd[key] = (float(start[i]), i)
+        elif ph == "W" or (t.get("pp_op") == "B" and ph != "I"):
+            e = float(end[i])
+            bwd_end[key] = max(bwd_end.get(key, e), e)
+    if not fwd:
+        return None
+    keys = list(fwd)
+    freed = [k for k in keys if k in bwd_end]
+    n, m = len(keys), len(freed)
+    return (np.array([k[0] for k in keys + freed], np.int64),
+            np.array([fwd[k][0] for k in keys] + [bwd_end[k] for k in freed]),
+            np.concatenate([np.ones(n, np.int64), np.zeros(m, np.int64)]),
+            np.concatenate([np.full(n, unit), np.full(m, -unit)]),
+            np.array([fwd[k][1] for k in keys + freed], np.int64))
+
+
+def _buffer_events(tl: Timeline, graph: Any) -> _Events | None:
+    """A recv/all_gather/gather holds its bytes from its start until :func:`_buffer_ends`."""
+    import numpy as np
+
+    c = tl.columns
+    kind_vals, kind_codes = c.kind
+    bufk = [j for j, k in enumerate(kind_vals) if k in _BUFFER_KINDS]
+    rows: Any = np.flatnonzero(np.isin(kind_codes, bufk) & (c.bytes != 0)) if bufk and len(c.id) else []
+    if not len(rows):
+        return None
+    r, b = c.rank[rows].astype(np.int64), c.bytes[rows].astype(np.float64)
+    return (np.concatenate([r, r]), np.concatenate([c.start_s[rows], _buffer_ends(tl, graph, rows)]),
+            np.concatenate([np.ones(len(rows), np.int64), np.zeros(len(rows), np.int64)]),
+            np.concatenate([b, -b]), np.concatenate([rows, rows]))
+
+
+def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> dict[int, dict[str, Any]]:
+    """Each rank's steps and peak from the events, in the definition's order (:func:`memory_over_time`)."""
+    import numpy as np
+
+    c = tl.columns
+    rk, tt, od, dd, op = ev
+    # op ids in string order, so that ties sort as the (t, order, delta, id) tuples of the definition do
+    uniq = np.unique(op)
+    id_rank = np.empty(len(uniq), np.int64)
+    id_rank[np.argsort(np.array([c.id[i] for i in uniq.tolist()], dtype=object), kind="stable")] = np.arange(len(uniq))
+    order = np.lexsort((id_rank[np.searchsorted(uniq, op)] if len(op) else op, dd, od, tt, rk))
+    rk, tt, dd, op = rk[order], tt[order], dd[order], op[order]
+    bounds = np.searchsorted(rk, np.arange(int(rk.max()) + 2)) if len(rk) else np.zeros(1, np.int64)
+    out: dict[int, dict[str, Any]] = {}
+    for r in sorted(set(np.unique(c.rank).tolist()) | set(np.unique(rk).tolist())):
+        base = sum((static.get(r) or {}).values())
+        lo, hi = (int(bounds[r]), int(bounds[r + 1])) if r + 1 < len(bounds) else (0, 0)
+        ts = np.concatenate(([0.0], tt[lo:hi]))
+        vals = np.cumsum(np.concatenate(([base], dd[lo:hi])))
+        keep = np.append(ts[1:] != ts[:-1], True)  # the last value at each time
+        peak, peak_s, peak_op = base, 0.0, ""
+        prev = np.maximum.accumulate(vals)
+        for i in (np.flatnonzero(vals[1:] > prev[:-1]) + 1).tolist():  # only a new maximum can raise the peak
+            if vals[i] > peak + 1e-6:
+                peak, peak_s, peak_op = float(vals[i]), float(ts[i]), c.id[int(op[lo + i - 1])]
+        out[r] = {"static": static.get(r, {}), "steps": np.stack([ts[keep], vals[keep]], axis=1).tolist(),
+                  "peak_bytes": peak, "peak_s": peak_s, "peak_op": peak_op}
+    return out
+
+
+def _buffer_ends(tl: Timeline, graph: Any, rows: Any) -> Any:
+    """End (s) of each buffer row: the latest end of its same-rank, non-stream successors and its own."""
+    import numpy as np
+
+    c = tl.columns
+    end = c.end_s[rows].astype(np.float64)
+    if graph is None:
+        return end
+    prog = getattr(graph, "prog", None)
+    if prog is not None and prog.N == len(c.id) and list(prog.ids()) == list(c.id):
+        ptr, dst, kind = prog.succ
+        lo, hi = ptr[rows], ptr[rows + 1]
+        cnt = (hi - lo).astype(np.int64)
+        if cnt.sum():
+            pos = np.repeat(lo - np.cumsum(np.concatenate(([0], cnt[:-1]))), cnt) + np.arange(int(cnt.sum()))
+            src = np.repeat(np.arange(len(rows)), cnt)
+            j = dst[pos]
+            ok = (c.rank[j] == c.rank[rows][src]) & (kind[pos] != 0)
+            np.maximum.at(end, src[ok], c.end_s[j[ok]])
+        return end
+    byid = tl.by_id()
+    out = end.copy()
+    for k, i in enumerate(rows.tolist()):
+        oid, r = c.id[i], int(c.rank[i])
+        if oid in graph:
+            ends = [byid[v].end_s for v in graph.successors(oid)
+                    if v in byid and byid[v].rank == r and graph.edges[oid, v].get("kind") != "stream"]
+            out[k] = max([*ends, float(end[k])])
+    return out
+
+
+def _reference(tl: Timeline, graph: Any = None,
+               static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
+    """The definition of :func:`memory_over_time`, span by span (kept for the equality tests)."""
     info = tl.pipeline
     unit = float(info.activation_memory_bytes) if info is not None else 0.0
     events: dict[int, list[tuple[float, int, float, str]]] = defaultdict(list)  # (t, order, delta, op)
