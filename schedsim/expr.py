@@ -332,3 +332,198 @@ def interpolate(text: str, env: Mapping[str, Any]) -> Any:
     if m:
         return evaluate(m.group(1), env)
     return _BRACES.sub(lambda mm: str(evaluate(mm.group(1), env)), text)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Vectorised evaluation over a foreach block's iteration space
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class NotVectorisable(Exception):
+    """An expression uses a construct :func:`compile_vector` does not evaluate over arrays (a list, a subscript,
+    ``in``, ``range``/``len``, a string operation); the caller evaluates it once per iteration instead."""
+
+
+class _Vec:
+    """Per-iteration values as a 1-d object array of Python objects, and whether all of them are numbers."""
+
+    __slots__ = ("a", "num")
+
+    def __init__(self, a: Any, num: bool) -> None:
+        self.a, self.num = a, num
+
+
+_NUM = (int, float, bool)
+
+
+def vector_values(values: Any) -> _Vec:
+    """Loop values (a list of Python scalars) as a :class:`_Vec` for :func:`compile_vector`."""
+    import numpy as np
+
+    a = np.empty(len(values), object)
+    a[:] = values
+    return _Vec(a, all(type(x) in _NUM for x in values))
+
+
+def _pow_checked(a: Any, b: Any) -> Any:
+    if isinstance(b, (int, float)) and isinstance(a, (int, float)):
+        if abs(b) > 64 or (isinstance(a, int) and a.bit_length() * abs(b) > 4096):
+            raise ExprError("power too large (exponent > 64 or a result over 4096 bits)")
+    return a ** b
+
+
+def _uses(node: ast.AST, loop: Mapping[str, Any]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in loop for n in ast.walk(node))
+
+
+def _as_array(v: Any, n: int) -> Any:
+    import numpy as np
+
+    if isinstance(v, _Vec):
+        return v.a
+    a = np.empty(n, object)
+    a.fill(v)
+    return a
+
+
+def _truth(v: Any, n: int) -> Any:
+    """Truth value of each element, as a bool array."""
+    import numpy as np
+
+    return np.frompyfunc(bool, 1, 1)(_as_array(v, n)).astype(bool)
+
+
+def _bools(mask: Any) -> _Vec:
+    return _Vec(mask.astype(object), True)
+
+
+def _vec(node: ast.AST, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
+    """Value of ``node`` for every iteration: a :class:`_Vec`, or a plain value where it does not depend on the
+    loop variables (evaluated once, by :func:`_ev`)."""
+    import numpy as np
+
+    if not _uses(node, loop):
+        return _ev(node, env)
+    if isinstance(node, ast.Name):
+        return loop[node.id]
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        left, right = _vec(node.left, env, loop, n), _vec(node.right, env, loop, n)
+        for x in (left, right):
+            if not (x.num if isinstance(x, _Vec) else type(x) in _NUM):
+                raise NotVectorisable("arithmetic on non-numbers")
+        a, b = _as_array(left, n), _as_array(right, n)
+        op = type(node.op)
+        if op is ast.Div:
+            return _Vec(np.frompyfunc(_div, 2, 1)(a, b), True)
+        if op is ast.Pow:
+            return _Vec(np.frompyfunc(_pow_checked, 2, 1)(a, b), True)
+        ufunc = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.FloorDiv: np.floor_divide,
+                 ast.Mod: np.remainder}[op]
+        return _Vec(ufunc(a, b), True)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
+        v = _vec(node.operand, env, loop, n)
+        if isinstance(node.op, ast.Not):
+            return _bools(~_truth(v, n))
+        if not (v.num if isinstance(v, _Vec) else type(v) in _NUM):
+            raise NotVectorisable("sign of a non-number")
+        return _Vec((np.negative if isinstance(node.op, ast.USub) else np.positive)(_as_array(v, n)), True)
+    if isinstance(node, ast.Compare):
+        ufuncs = {ast.Eq: np.equal, ast.NotEq: np.not_equal, ast.Lt: np.less, ast.LtE: np.less_equal,
+                  ast.Gt: np.greater, ast.GtE: np.greater_equal}
+        if any(type(op) not in ufuncs for op in node.ops):
+            raise NotVectorisable("in / not in")
+        left = _as_array(_vec(node.left, env, loop, n), n)
+        ok = np.ones(n, bool)
+        for op, comp in zip(node.ops, node.comparators, strict=True):
+            right = _as_array(_vec(comp, env, loop, n), n)
+            ok &= np.asarray(ufuncs[type(op)](left, right), dtype=bool)
+            left = right
+        return _bools(ok)
+    if isinstance(node, ast.BoolOp):
+        truths = [_truth(_vec(v, env, loop, n), n) for v in node.values]  # all evaluated, as _ev does
+        red = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
+        return _bools(red.reduce(truths))
+    if isinstance(node, ast.IfExp):
+        test = _truth(_vec(node.test, env, loop, n), n)
+        body, orelse = _vec(node.body, env, loop, n), _vec(node.orelse, env, loop, n)
+        num = all(x.num if isinstance(x, _Vec) else type(x) in _NUM for x in (body, orelse))
+        return _Vec(np.where(test, _as_array(body, n), _as_array(orelse, n)), num)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS \
+            and not node.keywords and node.func.id not in ("range", "len", "sizeof"):
+        args = [_vec(a, env, loop, n) for a in node.args]
+        if not all(x.num if isinstance(x, _Vec) else type(x) in _NUM for x in args) or not args:
+            raise NotVectorisable("a function of non-numbers")
+        out = np.frompyfunc(FUNCTIONS[node.func.id], len(args), 1)(*[_as_array(a, n) for a in args])
+        return _Vec(out, all(type(x) in _NUM for x in out.tolist()))
+    raise NotVectorisable(f"{type(node).__name__} over loop variables")
+
+
+def compile_vector(text: str) -> Callable[[Mapping[str, Any], Mapping[str, _Vec], int], Any]:
+    """Parse ``text`` once; return ``f(env, loop, n)``: the expression's value for each of ``n`` iterations.
+
+    ``loop`` maps loop variables to their per-iteration values (:func:`vector_values`); ``env`` holds the
+    other names. The result is a plain value when the expression does not use a loop variable, else a
+    :class:`_Vec` whose elements are the values :func:`evaluate` gives for each iteration (object arrays
+    apply Python's own operators element by element, so ints stay exact and ``/`` keeps its rule).
+
+    Raises
+    ------
+    ExprError
+        Here, if ``text`` does not parse.
+    NotVectorisable
+        From ``f``, for a construct it does not evaluate over arrays.
+    Exception
+        From ``f``, where :func:`evaluate` would raise for some iteration (the caller then evaluates per
+        iteration, which raises :class:`ExprError` with the usual message).
+    """
+    tree = _parse(text.strip())
+    budget = _element_budget()
+
+    def run(env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
+        _budget[0] = budget
+        v = _vec(tree.body, {k: x for k, x in env.items() if k not in loop}, loop, n)
+        vals = v.a.tolist() if isinstance(v, _Vec) else [v]
+        if any(type(x) is int and x.bit_length() > 4096 for x in vals):
+            raise ExprError(f"{text!r}: result has more than 4096 bits")
+        return v
+
+    return run
+
+
+def compile_interpolate_vector(text: str) -> Callable[[Mapping[str, Any], Mapping[str, _Vec], int], Any]:
+    """:func:`compile_vector` for :func:`interpolate`: ``f(env, loop, n)`` gives a plain value, or a
+    :class:`_Vec` of the strings (or typed values, for a lone ``{expr}``) of each iteration."""
+    import numpy as np
+
+    if "{" not in text:
+        return lambda env, loop, n: text
+    m = _BRACES.fullmatch(text.strip())
+    if m:
+        return compile_vector(m.group(1))
+    pieces = _BRACES.split(text)
+    lits = pieces[0::2]
+    fns = [compile_vector(e) for e in pieces[1::2]]
+
+    def run(env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
+        parts: list[Any] = [lits[0]]
+        vary = False
+        for f, lit in zip(fns, lits[1:], strict=True):
+            v = f(env, loop, n)
+            if isinstance(v, _Vec):
+                vary = True
+                s = np.empty(n, object)
+                s[:] = list(map(str, v.a.tolist()))
+                parts.append(s)
+            else:
+                parts.append(str(v))
+            parts.append(lit)
+        if not vary:
+            return "".join(parts)
+        out: Any = parts[0]
+        for p in parts[1:]:
+            if isinstance(p, str) and not p:
+                continue
+            out = np.add(out, p) if isinstance(out, np.ndarray) or isinstance(p, np.ndarray) else out + p
+        return _Vec(out, False)
+
+    return run

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from pydantic import ValidationError
 
@@ -455,8 +457,20 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
 
 def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[str, Any], ctx: _Ctx,
                  mark: Mark | None, p: str, out: LList) -> None:
-    """Expand a foreach block's ``ops`` once per combination of its loop ``values`` (the cartesian product)."""
+    """Expand a foreach block's ``ops`` once per combination of its loop ``values`` (the cartesian product).
+
+    A body of plain op entries (:func:`_plain_body`) outside any per-rank expansion becomes one :class:`Block`
+    (the whole iteration space at once, see :func:`_block`) where that succeeds; otherwise, and to raise its
+    errors, the body is expanded iteration by iteration.
+    """
     body = _plain_body(ops, "rank" in env or "rank" in names, ctx, p + ".ops")
+    if body is not None and TEMPLATES and "rank" not in env:
+        blk = _block(body, names, values, env, ctx)
+        if blk is not None:
+            if blk.rows:
+                out.append(blk)
+                out.item_marks.append(mark)
+            return
     for combo in itertools.product(*values):
         ctx.visit(mark, p + ".foreach")
         it_env = {**env, **dict(zip(names, combo, strict=False))}
@@ -486,7 +500,7 @@ def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str) -> list[tupl
         fields = [(k, f, km.get(k, m)) for k, f in plan.fields]
         key_marks = {k: fm for k, _, fm in fields}
         key_marks["__source__"] = m
-        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), f"{path}[{i}]"))
+        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), f"{path}[{i}]", item))
     return out
 
 
@@ -498,14 +512,10 @@ def _expand_plain(body: list[tuple[Any, ...]], env: dict[str, Any], ctx: _Ctx, o
     """
     n0, entries, chars = len(out), ctx.entries, ctx.chars
     try:
-        for when, fields, key_marks, mark, p in body:
+        for when, fields, key_marks, mark, p, _item in body:
             if when is not None and not when(env):
                 continue
-            op = LDict()
-            op.mark = mark
-            for k, f, fm in fields:
-                op[k] = f(env, fm)
-            op.key_marks = dict(key_marks)
+            op = _plain_op(fields, key_marks, mark, env)
             ctx.count(op, mark, p)
             op["__path__"] = p
             out.append(op)
@@ -515,6 +525,333 @@ def _expand_plain(body: list[tuple[Any, ...]], env: dict[str, Any], ctx: _Ctx, o
         ctx.entries, ctx.chars = entries, chars
         return False
     return True
+
+
+def _plain_op(fields: list[tuple[str, Any, Mark | None]], key_marks: dict[str, Any], mark: Mark | None,
+              env: Mapping[str, Any]) -> LDict:
+    """One op entry of a plain body, its fields evaluated in ``env``, without ``__path__`` (raises ExprError)."""
+    op = LDict()
+    op.mark = mark
+    for k, f, fm in fields:
+        op[k] = f(env, fm)
+    op.key_marks = dict(key_marks)
+    return op
+
+
+TEMPLATES = True
+"""Carry a plain ``foreach`` body as one :class:`Block` of columns (False: expand it iteration by iteration, the
+general path; the tests compare the two)."""
+
+
+class _Abandon(Exception):
+    """A block cannot be built in bulk: the body is expanded by the general path (which raises its errors)."""
+
+
+class Block:
+    """A ``foreach`` block of plain op entries, expanded over its whole iteration space at once.
+
+    Rows are the op entries the general path would produce, in its order (iterations in the order of
+    ``itertools.product``, each iteration's entries in the order written, ``when`` applied). Rows of one entry
+    whose fields other than ``name`` and ``deps`` are equal share one *representative*: the op entry of the
+    first such row, built by the general path's code (:func:`_plain_op`) and validated by pydantic with the
+    rest of the schedule. Every row runs on all ranks (a body with ``ranks`` is not plain).
+
+    Attributes
+    ----------
+    reps : list of LDict
+        Representative op entries, in order of their first row; ``models`` holds them validated.
+    rep_deps : list of bool
+        Whether the representative's entry writes ``deps``.
+    rows : int
+        Number of rows R.
+    row_rep : int64[R]
+        Representative of each row.
+    names : object[R]
+        Op name of each row (str).
+    dep_cnt : int64[R], deps : object[sum(dep_cnt)]
+        Each row's ``deps`` (names, in the order written), concatenated row by row.
+    """
+
+    def __init__(self, reps: list[LDict], rep_deps: list[bool], row_rep: Any, names: Any, dep_cnt: Any,
+                 deps: Any) -> None:
+        self.reps, self.rep_deps = reps, rep_deps
+        self.rows = len(names)
+        self.row_rep, self.names, self.dep_cnt, self.deps = row_rep, names, dep_cnt, deps
+        self.models: list[Any] = []
+        self.sources: list[tuple[int | None, int | None, str]] = []
+
+    def ops(self) -> list[Any]:
+        """The rows as pydantic op models, equal to what validating the general path's entries gives: each
+        representative's model with the row's ``name`` (and ``deps``)."""
+        out = []
+        models, has_deps = self.models, self.rep_deps
+        dptr = np.zeros(self.rows + 1, np.int64)
+        np.cumsum(self.dep_cnt, out=dptr[1:])
+        deps, dp = self.deps.tolist(), dptr.tolist()
+        for r, (j, name) in enumerate(zip(self.row_rep.tolist(), self.names.tolist(), strict=True)):
+            upd: dict[str, Any] = {"name": name}
+            if has_deps[j]:
+                upd["deps"] = deps[dp[r]:dp[r + 1]]
+            out.append(models[j].model_copy(update=upd))
+        return out
+
+
+class Layout:
+    """The ops of a loaded schedule as written: op models and :class:`Block` s, in program order.
+
+    A :class:`~schedsim.spec.model.ScheduleSpec` loaded with blocks keeps this instead of its ``ops`` list,
+    which :meth:`materialise` builds on first access; the lowering reads the layout directly.
+    ``items[k]`` is an op model (its source in ``sources[k]``) or a Block (with its own ``sources``).
+    """
+
+    def __init__(self, items: list[Any], sources: list[Any]) -> None:
+        self.items, self.sources = items, sources
+
+    def materialise(self) -> tuple[list[Any], list[tuple[int | None, int | None, str]]]:
+        """``(ops, sources)`` as the general path gives them."""
+        ops: list[Any] = []
+        srcs: list[tuple[int | None, int | None, str]] = []
+        for it, src in zip(self.items, self.sources, strict=True):
+            if isinstance(it, Block):
+                ops.extend(it.ops())
+                srcs.extend(it.sources[j] for j in it.row_rep.tolist())
+            else:
+                ops.append(it)
+                srcs.append(src)
+        return ops, srcs
+
+
+def _keyable(v: Any) -> Any:
+    """A hashable key that tells apart values pydantic may treat differently (1, 1.0, True, -0.0, 0.0)."""
+    t = type(v)
+    if t is float:
+        return (t, repr(v))
+    if t is list or t is LList or t is tuple:
+        return (list, tuple(_keyable(x) for x in v))
+    hash(v)
+    return (t, v)
+
+
+def _vector_field(key: str, v: Any) -> Any:
+    """``f(env, loop, n)`` for field ``key`` written as ``v``: a plain value, a :class:`_Vec`, or (a list) a
+    list of those; raises ExprError (does not parse) or _Abandon (a nested list or mapping)."""
+    from schedsim.expr import compile_interpolate_vector, compile_vector
+
+    def scalar(x: Any) -> Any:
+        if not isinstance(x, str):
+            return lambda env, loop, n: x
+        if key in NUMERIC_FIELDS:
+            return compile_vector(x.strip().removeprefix("{").removesuffix("}") if x.strip().startswith("{") else x)
+        return compile_interpolate_vector(x)
+
+    if isinstance(v, dict):
+        raise _Abandon
+    if isinstance(v, list):
+        if any(isinstance(x, (list, dict)) for x in v):
+            raise _Abandon
+        fns = [scalar(x) for x in v]
+        return lambda env, loop, n: [f(env, loop, n) for f in fns]
+    return scalar(v)
+
+
+def _values(vf: Any, f: Any, env: Mapping[str, Any], loop: dict[str, Any], n: int,
+            envs: Any) -> Any:
+    """The field's value for each of the ``n`` iterations: a plain value (the same in all), an object array,
+    or a list of those (a list field). Vectorised by ``vf``; where that cannot be, ``f`` (the compiled scalar
+    form) runs per iteration; an ExprError there abandons the block."""
+    from schedsim.expr import _Vec
+
+    try:
+        v = vf(env, loop, n)
+        if isinstance(v, list):
+            return [x.a if isinstance(x, _Vec) else x for x in v]
+        return v.a if isinstance(v, _Vec) else v
+    except ExprError:
+        raise _Abandon from None
+    except Exception:  # NotVectorisable, or an error some iteration raises: evaluate one by one
+        pass
+    try:
+        vals = [f(e) for e in envs()]
+    except ExprError:
+        raise _Abandon from None
+    out = np.empty(n, object)
+    for i, x in enumerate(vals):  # per-iteration lists stay one element each (numpy would make a 2-d array)
+        out[i] = tuple(x) if isinstance(x, list) else x
+    return out
+
+
+def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]], env: dict[str, Any],
+           ctx: _Ctx) -> Block | None:
+    """The rows of a plain foreach body (:func:`_plain_body`) over the whole iteration space, or None when
+    the general path must expand it (an expression fails or cannot be evaluated in bulk, a loop value that is
+    not a scalar, a name that is not a valid string, a limit of :class:`_Ctx` would be passed).
+
+    Names, ``deps`` and every other field are evaluated over the iteration space at once
+    (:func:`schedsim.expr.compile_vector`: numpy object arrays, Python's operators per element);
+    representatives are built by the general path's own code and must agree with the bulk values.
+    """
+    from schedsim.expr import _Vec
+
+    sizes = [len(v) for v in values]
+    n = math.prod(sizes)
+    if ctx.visits + n > ctx.max_ops:
+        return None
+    if n == 0:
+        return Block([], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
+                     np.zeros(0, object))
+    loop: dict[str, Any] = {}
+    stride = n
+    for nm, vals, size in zip(names, values, sizes, strict=True):
+        if not all(type(x) in (int, float, str, bool) for x in vals):
+            return None
+        stride //= size
+        base = np.empty(size, object)
+        base[:] = vals
+        idx = np.tile(np.repeat(np.arange(size), stride), n // (size * stride))
+        loop[nm] = _Vec(base[idx], all(type(x) is not str for x in vals))
+    try:
+        return _block_rows(body, names, loop, n, env, ctx)
+    except _Abandon:
+        return None
+
+
+_NAME_RE = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.\-\[\]]*\n)*")  # NAME_PATTERN of schedsim.spec.model, per line
+
+
+def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, Any], n: int,
+                env: dict[str, Any], ctx: _Ctx) -> Block:
+    from schedsim.expr import _Vec
+
+    def envs_of(keep: Any) -> Any:
+        cols = [loop[nm].a[keep].tolist() for nm in names]
+        return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
+
+    E = len(body)
+    per_entry = []  # (keep, names array, deps list, combo ids, combo first positions, has deps)
+    chars = 0
+    for e, (when, fields, key_marks, mark, p, item) in enumerate(body):
+        keep = np.arange(n)
+        if when is not None:
+            from schedsim.expr import compile_vector
+
+            w = _values(lambda env_, loop_, n_: compile_vector(str(item["when"]))(env_, loop_, n_),
+                        when, env, loop, n, envs_of(keep))
+            mask = (np.frompyfunc(bool, 1, 1)(w).astype(bool) if isinstance(w, np.ndarray)
+                    else np.full(n, bool(w)))
+            keep = np.flatnonzero(mask)
+        nk = len(keep)
+        if not nk:
+            continue
+        sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
+        vals: dict[str, Any] = {}
+        for k, f, fm in fields:
+            try:
+                vf = _vector_field(k, item[k])
+            except ExprError:
+                raise _Abandon from None
+            vals[k] = _values(vf, (lambda env_, f=f, fm=fm: f(env_, fm)), env, sub, nk, envs_of(keep))
+        nm = vals.get("name")
+        if not isinstance(nm, np.ndarray):
+            if nk > 1:
+                raise _Abandon  # one name for many rows: the general path reports the duplicate
+            nm = np.array([nm], object) if isinstance(nm, str) else None
+        if nm is None or not all(type(x) is str for x in nm.tolist()) \
+                or _NAME_RE.fullmatch("".join(x + "\n" for x in nm.tolist())) is None \
+                or any("\n" in x for x in nm.tolist()):
+            raise _Abandon  # pydantic's error, worded by the general path
+        has_deps = "deps" in vals
+        deps = vals.get("deps", [])
+        if not isinstance(deps, list):
+            raise _Abandon
+        for d in deps:
+            if not (isinstance(d, np.ndarray) and all(type(x) is str for x in d.tolist())) \
+                    and type(d) is not str:
+                raise _Abandon
+        for k, v in vals.items():
+            if isinstance(v, str):
+                chars += len(v) * nk
+            elif isinstance(v, np.ndarray):
+                chars += sum(len(x) for x in v.tolist() if type(x) is str)
+        vary = [v for k, v in vals.items() if k not in ("name", "deps")
+                and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
+        if vary:
+            cols = []
+            for v in vary:
+                if isinstance(v, np.ndarray):
+                    cols.append(v.tolist())
+                else:
+                    cols.append(list(zip(*[x.tolist() if isinstance(x, np.ndarray) else [x] * nk for x in v],
+                                         strict=True)))
+            try:
+                keys = [tuple(map(_keyable, k)) for k in zip(*cols, strict=True)]
+            except TypeError:
+                raise _Abandon from None
+            ids: dict[Any, int] = {}
+            combo = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, nk)
+            _u, firsts = np.unique(combo, return_index=True)
+        else:
+            combo = np.zeros(nk, np.int64)
+            firsts = np.zeros(1, np.int64)
+        per_entry.append((e, keep, nm, deps, combo, firsts, has_deps, vals))
+    if not per_entry:
+        ctx.visits += n
+        return Block([], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
+                     np.zeros(0, object))
+    R = sum(len(x[1]) for x in per_entry)
+    if ctx.entries + R > ctx.max_ops or ctx.chars + chars > ctx.max_chars:
+        raise _Abandon  # the general path raises the limit's error at the op that passes it
+    # rows in the general path's order: by iteration, then entry
+    rkey = np.concatenate([x[1] * E + x[0] for x in per_entry])
+    order = np.argsort(rkey, kind="stable")
+    inv = np.empty_like(order)
+    inv[order] = np.arange(R)
+    # representatives, by first row
+    rep_key, rep_of = [], []
+    for j, (e, keep, _nm, _d, _c, firsts, _h, _v) in enumerate(per_entry):
+        for c, pos in enumerate(firsts.tolist()):
+            rep_key.append(int(keep[pos]) * E + e)
+            rep_of.append((j, c, pos))
+    rorder = sorted(range(len(rep_key)), key=rep_key.__getitem__)
+    gid = {rep_of[g][:2]: i for i, g in enumerate(rorder)}
+    reps: list[LDict] = []
+    rep_deps: list[bool] = []
+    for g in rorder:
+        j, c, pos = rep_of[g]
+        e, keep, nm, deps, _combo, _f, has_deps, vals = per_entry[j]
+        when, fields, key_marks, mark, p, item = body[e]
+        t = int(keep[pos])
+        env_t = {**env, **{k: v.a[t] for k, v in loop.items()}}
+        try:
+            op = _plain_op(fields, key_marks, mark, env_t)
+        except ExprError:
+            raise _Abandon from None
+        for k, v in vals.items():  # the bulk values must be what the general path computes
+            want = op[k]
+            got = ([x[pos] if isinstance(x, np.ndarray) else x for x in v] if isinstance(v, list)
+                   else v[pos] if isinstance(v, np.ndarray) else v)
+            if _keyable(list(want) if isinstance(want, list) else want) != _keyable(got):
+                raise _Abandon
+        op["__path__"] = p
+        reps.append(op)
+        rep_deps.append(has_deps)
+    row_rep = np.concatenate([np.array([gid[(j, c)] for c in range(len(x[5]))], np.int64)[x[4]]
+                              for j, x in enumerate(per_entry)])[order]
+    row_names = np.concatenate([x[2] for x in per_entry])[order]
+    cnt_e = np.array([len(x[3]) for x in per_entry], np.int64)
+    dep_cnt = np.repeat(cnt_e, [len(x[1]) for x in per_entry])[order]
+    dptr = np.cumsum(dep_cnt) - dep_cnt
+    flat = np.empty(int(dep_cnt.sum()), object)
+    off = 0
+    for x in per_entry:
+        nk = len(x[1])
+        start = dptr[inv[off:off + nk]]
+        for k, d in enumerate(x[3]):
+            flat[start + k] = d
+        off += nk
+    ctx.visits += n
+    ctx.entries += R
+    ctx.chars += chars
+    return Block(reps, rep_deps, row_rep, row_names, dep_cnt, flat)
 
 
 _RANK = re.compile(r"\brank\b")
@@ -738,6 +1075,16 @@ def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | 
     """Load a schedule from YAML text. See :func:`load_schedule`."""
     data = parse_yaml(text, file)
     doc = expand(data, file, overrides)
+    if any(isinstance(x, Block) for x in doc.get("ops") or ()):
+        spec = _load_blocks(doc, file)
+        if spec is not None:
+            return spec
+        global TEMPLATES
+        saved, TEMPLATES = TEMPLATES, False  # something is wrong: the general path finds and words it
+        try:
+            doc = expand(data, file, overrides)
+        finally:
+            TEMPLATES = saved
     try:
         from schedsim.spec.validation import op_sources
 
@@ -747,6 +1094,58 @@ def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | 
     from schedsim.spec.validation import check_spec  # cross-field rules
 
     check_spec(spec, doc, file)
+    return spec
+
+
+def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
+    """The spec of an expanded document holding :class:`Block` s, its ``ops`` kept as a :class:`Layout`; None
+    when a rule is broken (the caller loads the schedule by the general path, which raises the error).
+
+    Pydantic and the cross-field rules (:func:`~schedsim.spec.validation.check_spec`) check the schedule with
+    each block replaced by its representatives; the per-row fields (``name``, ``deps``) were checked in bulk
+    by :func:`_block`, and op names must be unique across all rows.
+    """
+    from schedsim.spec.validation import check_spec, op_sources
+
+    ops = doc["ops"]
+    rep_ops = LList()
+    rep_ops.mark = ops.mark
+    spans = []
+    for item in ops:
+        start = len(rep_ops)
+        for op in item.reps if isinstance(item, Block) else (item,):
+            rep_ops.append(op)
+            rep_ops.item_marks.append(op.mark)
+        spans.append((item, start, len(rep_ops)))
+    rep_doc = LDict(doc)
+    rep_doc.mark, rep_doc.key_marks = doc.mark, doc.key_marks
+    rep_doc["ops"] = rep_ops
+    sources = op_sources(rep_doc)
+    try:
+        spec = ScheduleSpec.model_validate(_strip(rep_doc), context={"file": file, "sources": sources})
+        check_spec(spec, rep_doc, file)
+    except (ValidationError, SpecError):
+        return None
+    models = spec.__dict__["ops"]
+    block_names: list[str] = []
+    other_names: set[str] = set()
+    items, srcs = [], []
+    for item, a, b in spans:
+        if isinstance(item, Block):
+            item.models, item.sources = models[a:b], sources[a:b]
+            block_names.extend(item.names.tolist())
+            items.append(item)
+            srcs.append(None)
+        else:
+            other_names.add(models[a].name)
+            items.append(models[a])
+            srcs.append(sources[a])
+    names = set(block_names)
+    if len(names) != len(block_names) or not names.isdisjoint(other_names):
+        return None  # a block row's name used twice on a rank (check_spec saw the other ops)
+    spec.__dict__.pop("ops")
+    spec.__pydantic_private__["_sources"] = []
+    spec.__pydantic_private__["_layout"] = Layout(items, srcs)
     return spec
 
 
