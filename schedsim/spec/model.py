@@ -256,7 +256,10 @@ class ScheduleSpec(_Base):
             layout = (self.__pydantic_private__ or {}).get("_layout")
             if layout is not None:
                 ops, sources = layout.materialise()
-                self.__dict__["ops"] = ops
+                d = self.__dict__
+                fields = {k: ops if k == "ops" else d[k] for k in type(self).model_fields if k == "ops" or k in d}
+                d.clear()
+                d.update(fields)  # in declaration order, as validation leaves them (repr, iteration)
                 self.__pydantic_private__.update(_sources=sources, _layout=None)  # type: ignore[union-attr]
                 return ops
         return super().__getattr__(item)  # type: ignore[misc]

@@ -1,0 +1,268 @@
+"""A plain `foreach` body carried whole (schedsim.spec.loader.Block, lowered in bulk) gives the same spec, the
+same Program (every column, array and template) and the same errors as the general path, which expands and
+validates every iteration's op entry (``loader.TEMPLATES = False``)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedsim.errors import SchedsimError
+from schedsim.lower import lower
+from schedsim.spec import loader
+from schedsim.spec.loader import load_schedule, load_text
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted(p for d in ("schedules", "examples") for p in (ROOT / d).rglob("*.yaml")
+                 if "foreach" in p.read_text())
+
+
+@pytest.fixture
+def general(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Call ``general(f)`` to run ``f`` with blocks turned off."""
+
+    def run(f):  # type: ignore[no-untyped-def]
+        with monkeypatch.context() as m:
+            m.setattr(loader, "TEMPLATES", False)
+            return f()
+
+    return run
+
+
+def same_program(a, b) -> None:  # type: ignore[no-untyped-def]
+    """Every field of two Programs equal: arrays (dtype, shape, values), tables, templates (with their source,
+    name and spec_index, which Op equality leaves out)."""
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f.name
+        else:
+            assert x == y, f.name
+    assert [(t.source, t.spec_index, t.name) for t in a.templates] == \
+        [(t.source, t.spec_index, t.name) for t in b.templates]
+
+
+def _outcome(load):  # type: ignore[no-untyped-def]
+    try:
+        spec = load()
+        return spec, lower(spec)
+    except SchedsimError as e:
+        return e, None
+
+
+def assert_same_outcome(load, general) -> None:  # type: ignore[no-untyped-def]
+    (fast, pf), (slow, ps) = _outcome(load), general(lambda: _outcome(load))
+    if isinstance(slow, SchedsimError):
+        assert type(fast) is type(slow) and str(fast) == str(slow)
+        return
+    assert not isinstance(fast, SchedsimError), fast
+    assert fast.ops == slow.ops and fast._sources == slow._sources
+    same_program(pf, ps)
+
+
+def test_shipped_schedules_with_foreach_lower_to_the_same_program(general):
+    assert len(SHIPPED) >= 7
+    for path in SHIPPED:
+        spec = load_schedule(path)
+        assert spec._layout is not None, path  # the block path was taken
+        same_program(lower(spec), general(lambda path=path: lower(load_schedule(path))))
+
+
+def test_the_benchmark_input_lowers_to_the_same_program(general):
+    path = ROOT / "benchmarks/data/overlap_gen.yaml"
+    over = {"world_size": 4, "chunks": 300}
+    prog = lower(load_schedule(path, over))
+    same_program(prog, general(lambda: lower(load_schedule(path, over))))
+    # by hand: 2 ops per chunk per rank; one template per body entry; ar{i} waits for mm{i} on its rank
+    assert prog.N == 2 * 300 * 4 and len(prog.templates) == 2
+    ids = prog.ids()
+    assert ids[:3] == ["mm0@r0", "ar0@r0", "mm1@r0"] and ids[600] == "mm0@r1"
+    assert prog.dep_idx[:2].tolist() == [0, 2] and prog.dep_ptr[1:4].tolist() == [0, 1, 1]
+    assert prog.templates[1].nbytes == 64 * 2 ** 20 and prog.templates[0].flops == 2.0 * 4096 ** 3
+
+
+MIXED = """\
+schema_version: 1
+name: mixed
+world_size: 3
+streams: [compute, comm, copy, s0, s1, s2]
+params: {chunks: 5, M: 1024}
+ops:
+  - {name: first, kind: compute, duration_us: 3, ranks: [0]}
+  - {name: first, kind: compute, duration_us: 2, ranks: [1, 2]}
+  - foreach: {i: range(chunks), j: [0, 1]}
+    ops:
+      - name: mm{i}_{j}
+        kind: matmul
+        m: M // (i + 1)
+        n: "{64 * (j + 1)}"
+        k: 64
+        dtype: bf16
+        stream: s{(i + j) % 3}
+        tags: {mb: 1}
+      - name: ar{i}_{j}
+        kind: all_reduce
+        when: i % 2 == 0 or j == 1
+        shape: [i + 1, 16]
+        stream: comm
+        deps: ["mm{i}_{j}", first]
+      - {name: "cp{i}_{j}", kind: memcpy, direction: h2d, bytes: 256, host_us: 1.5, deps: ["mm{i}_{j}"]}
+  - foreach: {s: [a, b]}
+    ops:
+      - {name: "tail_{s}", kind: compute, flops: 1e9, stream: compute, deps: [mm4_1]}
+"""
+
+
+def test_a_mixed_schedule_gives_the_same_spec_program_and_model_behaviour(general):
+    spec = load_text(MIXED, "m.yaml")
+    assert spec._layout is not None and "ops" not in spec.__dict__
+    slow = general(lambda: load_text(MIXED, "m.yaml"))
+    prog = lower(spec)
+    assert "ops" not in spec.__dict__  # lowering reads the layout, not the op models
+    same_program(prog, general(lambda: lower(load_text(MIXED, "m.yaml"))))
+    # by hand: per rank 10 mm, 8 ar (i even: 3*2, i odd: j = 1 only, 2), 10 cp, 1 first, 2 tail
+    assert prog.N == 3 * (10 + 8 + 10 + 1 + 2)
+    # the pydantic model behaves as the general path's: ops built on access, dump, equality, copies, pickle
+    fresh = load_text(MIXED, "m.yaml")
+    assert fresh == slow and fresh.model_dump() == slow.model_dump() and repr(fresh) == repr(slow)
+    for other in (load_text(MIXED, "m.yaml"), load_text(MIXED, "m.yaml")):
+        assert copy.deepcopy(other) == slow and pickle.loads(pickle.dumps(other)) == slow
+    assert spec.ops == slow.ops and spec.sources() == slow.sources()
+    assert [o.model_fields_set for o in spec.ops] == [o.model_fields_set for o in slow.ops]
+    ar = next(o for o in spec.ops if o.name == "ar2_0")
+    assert ar.shape == [3, 16] and ar.deps == ["mm2_0", "first"] and spec.ops[14] is ar
+    assert spec.source_of(14) == slow.source_of(14) == "m.yaml:19 (ops[2].ops[1])"
+
+
+BAD = """\
+schema_version: 1
+name: bad
+world_size: 2
+params: {chunks: 6}
+ops:
+  - foreach: {i: range(chunks)}
+    ops:
+      - name: mm{i}
+        kind: matmul
+        m: 64 * (i + 1)
+        n: 64
+        k: 64
+        dtype: bf16
+      - name: ar{i}
+        kind: all_reduce
+        bytes: 1024
+        deps: ["mm{i}"]
+"""
+
+
+@pytest.mark.parametrize("old, new, what", [
+    ("m: 64 * (i + 1)", "m: 64 * (i - 2)", "greater than 0"),  # a negative size from an expression
+    ("bytes: 1024", "bytes: 1024 * (3 - i)", "greater than or equal to 0"),
+    ("m: 64 * (i + 1)", "m: 4096 // (i - 3)", "division by zero"),
+    ("m: 64 * (i + 1)", "m: 64 / (i + 1)", "fraction"),  # 64/3 is not an integer
+    ("name: mm{i}", "name: mm{i // 2}", "used twice"),
+    ("name: ar{i}", "name: \"{i}ar\"", "should match pattern"),
+    ("name: ar{i}", "name: \"{i}\"", "valid string"),
+    ("deps: [\"mm{i}\"]", "deps: [\"mm{i + 1}\"]", "mm6"),  # the last iteration depends on an op that does not exist
+    ("deps: [\"mm{i}\"]", "deps: [\"{i}\"]", "valid string"),
+    ("kind: all_reduce", "kind: all_reduc", "all_reduce"),
+    ("n: 64", "n: 64\n        nn: 1", "unknown key 'nn'"),
+    ("dtype: bf16", "dtype: \"{['bf16', 'fp4'][i % 2]}\"", "fp4"),
+])
+def test_bad_input_in_a_block_raises_the_general_paths_error(general, old, new, what):
+    text = BAD.replace(old, new)
+    assert text != BAD
+    with pytest.raises(SchedsimError) as fast:
+        lower(load_text(text, "bad.yaml"))
+    with pytest.raises(SchedsimError) as slow:
+        general(lambda: lower(load_text(text, "bad.yaml")))
+    assert type(fast.value) is type(slow.value) and str(fast.value) == str(slow.value)
+    assert what in str(fast.value) and fast.value.fix
+
+
+NESTED = """\
+schema_version: 1
+name: nested
+world_size: 2
+ops:
+  - foreach: {i: range(6)}
+    ops:
+      - {name: "head{i}", kind: compute, duration_us: 1}
+      - foreach: {c: range(i)}
+        ops:
+          - {name: "cp{i}_{c}", kind: memcpy, direction: h2d, bytes: "1024 * (c + 1)", deps: ["head{i}"]}
+          - {name: "k{i}_{c}", kind: compute, flops: 1e6, deps: ["cp{i}_{c}"]}
+"""
+
+
+def test_inner_blocks_and_the_limits_the_estimate_cannot_see_are_the_general_paths(general, monkeypatch):
+    """An inner loop whose range depends on the outer variable is one block per outer iteration; the limit on
+    entries (which the estimate before expanding cannot see here) is raised at the same op."""
+    spec = load_text(NESTED, "n.yaml")
+    assert spec._layout is not None
+    same_program(lower(spec), general(lambda: lower(load_text(NESTED, "n.yaml"))))
+    assert len(spec.ops) == 6 + 2 * 15 and spec.ops[-2].bytes == 5 * 1024  # by hand: sum(range(6)) copies
+    # the counts made while expanding back up the estimate (limits.check_expansion), which is turned off here
+    monkeypatch.setattr("schedsim.spec.limits.check_expansion", lambda *a: None)
+    for var, value, what in (("SCHEDSIM_MAX_OPS", "25", "more than 25 entries"),
+                             ("SCHEDSIM_MAX_OPS", "12", "more than 12 "),
+                             ("SCHEDSIM_MAX_CHARS", "150", "pass 150 characters")):
+        monkeypatch.setenv(var, value)
+        with pytest.raises(SchedsimError) as fast:
+            load_text(NESTED, "n.yaml")
+        with pytest.raises(SchedsimError) as slow:
+            general(lambda: load_text(NESTED, "n.yaml"))
+        assert str(fast.value) == str(slow.value) and what in str(fast.value)
+        monkeypatch.delenv(var)
+
+
+_EXPRS = st.sampled_from(["64", "64 * (i + 1)", "128 // (i + 1)", "64 * (i % 3 + 1)", "i * 32", "2 ** (i + 4)",
+                          "64 if i < 2 else 32", "max(i, 1) * 16", "{32 * (j + 1)}", "64 * (i - 1)",
+                          "64 / (j + 1)", "16 * (i > 1) + 16"])
+_NAMES = st.sampled_from(["mm{i}_{j}", "mm{i}", "x{i + j}", "mm_{j}_{i}", "{i}", "op{i * 10 + j}"])
+
+
+@st.composite
+def _blocks(draw):  # type: ignore[no-untyped-def]
+    ni, nj = draw(st.integers(0, 4)), draw(st.integers(1, 2))
+    lines = ["schema_version: 1", "name: gen", f"world_size: {draw(st.integers(1, 3))}", "ops:",
+             "  - {name: pre, kind: compute, duration_us: 1}",
+             f"  - foreach: {{i: range({ni}), j: {list(range(nj))}}}", "    ops:"]
+    for e in range(draw(st.integers(1, 3))):
+        name = draw(_NAMES).replace("{", f"e{e}{{", 1) if e else draw(_NAMES)
+        kind = draw(st.sampled_from(["matmul", "compute", "all_reduce", "memcpy"]))
+        lines.append(f"      - name: \"{name}\"")
+        lines.append(f"        kind: {kind}")
+        size = draw(_EXPRS)
+        if kind == "matmul":
+            lines += [f"        m: \"{size}\"", "        n: 64", f"        k: \"{draw(_EXPRS)}\""]
+        elif kind == "compute":
+            lines.append(f"        flops: \"{size}\"")
+        elif kind == "memcpy":
+            lines += [f"        bytes: \"{size}\"", "        direction: d2h"]
+        else:
+            lines.append(f"        shape: [\"{size}\", 4]")
+        if draw(st.booleans()):
+            lines.append(f"        stream: \"{draw(st.sampled_from(['s{i % 2}', 'main', 's{j}']))}\"")
+        if draw(st.booleans()):
+            lines.append(f"        when: \"{draw(st.sampled_from(['i % 2 == 0', 'j == 0 or i > 2', 'i > 9']))}\"")
+        deps = draw(st.lists(st.sampled_from(["pre", "mm{i}_{j}", "mm{i}", "mm{i - 1}_{j}"]), max_size=2))
+        if deps:
+            quoted = ", ".join(f'"{d}"' for d in deps)
+            lines.append(f"        deps: [{quoted}]")
+        if draw(st.booleans()):
+            lines.append("        tags: {phase: \"p{j}\"}")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(_blocks())
+def test_generated_blocks_give_the_general_paths_spec_program_or_error(general, text):
+    assert_same_outcome(lambda: load_text(text, "gen.yaml"), general)
