@@ -223,20 +223,22 @@ def test_inner_blocks_and_the_limits_the_estimate_cannot_see_are_the_general_pat
         monkeypatch.delenv(var)
 
 
-_EXPRS = st.sampled_from(["64", "64 * (i + 1)", "128 // (i + 1)", "64 * (i % 3 + 1)", "i * 32", "2 ** (i + 4)",
-                          "64 if i < 2 else 32", "max(i, 1) * 16", "{32 * (j + 1)}", "64 * (i - 1)",
-                          "64 / (j + 1)", "16 * (i > 1) + 16"])
-_NAMES = st.sampled_from(["mm{i}_{j}", "mm{i}", "x{i + j}", "mm_{j}_{i}", "{i}", "op{i * 10 + j}"])
+_EXPRS = st.sampled_from(["64", "64 * (i + 1)", "128 // (i + 1)", "64 * (i % 3 + 1)", "i * 32 + 32",
+                          "2 ** (i + 4)", "64 if i < 2 else 32", "max(i, 1) * 16", "{32 * (j + 1)}",
+                          "64 * (i - 1)", "64 / (j + 1)", "16 * (i > 1) + 16", "64 * (-1) ** i"])
+_NAMES = st.sampled_from(["e{e}_{i}_{j}", "e{e}_{j}_{i}", "e{e}op{i * 10 + j}", "e{e}x{i + j}", "{i}"])
 
 
 @st.composite
 def _blocks(draw):  # type: ignore[no-untyped-def]
-    ni, nj = draw(st.integers(0, 4)), draw(st.integers(1, 2))
+    """A schedule with one op before a two-variable foreach block of 1-3 entries; most are valid, some break
+    a rule (a size <= 0, a name used twice or not a string, a dependency on a missing op)."""
+    ni, nj = draw(st.integers(1, 4)), draw(st.integers(1, 2))
     lines = ["schema_version: 1", "name: gen", f"world_size: {draw(st.integers(1, 3))}", "ops:",
              "  - {name: pre, kind: compute, duration_us: 1}",
              f"  - foreach: {{i: range({ni}), j: {list(range(nj))}}}", "    ops:"]
     for e in range(draw(st.integers(1, 3))):
-        name = draw(_NAMES).replace("{", f"e{e}{{", 1) if e else draw(_NAMES)
+        name = "mm{i}_{j}" if e == 0 else draw(_NAMES).replace("{e}", str(e))
         kind = draw(st.sampled_from(["matmul", "compute", "all_reduce", "memcpy"]))
         lines.append(f"      - name: \"{name}\"")
         lines.append(f"        kind: {kind}")
@@ -253,10 +255,11 @@ def _blocks(draw):  # type: ignore[no-untyped-def]
             lines.append(f"        stream: \"{draw(st.sampled_from(['s{i % 2}', 'main', 's{j}']))}\"")
         if draw(st.booleans()):
             lines.append(f"        when: \"{draw(st.sampled_from(['i % 2 == 0', 'j == 0 or i > 2', 'i > 9']))}\"")
-        deps = draw(st.lists(st.sampled_from(["pre", "mm{i}_{j}", "mm{i}", "mm{i - 1}_{j}"]), max_size=2))
-        if deps:
-            quoted = ", ".join(f'"{d}"' for d in deps)
-            lines.append(f"        deps: [{quoted}]")
+        if e:
+            deps = draw(st.lists(st.sampled_from(["pre", "mm{i}_{j}", "mm{i}_{j}", "mm{i - 1}_{j}"]), max_size=2))
+            if deps:
+                quoted = ", ".join(f'"{d}"' for d in deps)
+                lines.append(f"        deps: [{quoted}]")
         if draw(st.booleans()):
             lines.append("        tags: {phase: \"p{j}\"}")
     return "\n".join(lines) + "\n"
