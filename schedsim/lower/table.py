@@ -48,18 +48,13 @@ def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
 
 
 def template_key(p: Op) -> tuple[Any, ...]:
-    """What instances of one shared template have in common: every field of ``p`` but its name, dependencies
-    and ``spec_index`` (which name the first op that uses it). A collective's group is keyed by identity (one
-    :class:`~schedsim.graph.ops.RankGroup` per distinct group in a lowering), other values by equality; tags
-    that cannot be hashed by their ``repr``."""
+    """What instances of one shared template have in common: every field of ``p`` but its name, dependencies,
+    tags and ``spec_index`` (each row carries its own; the template's name the first row that uses it). A
+    collective's group is keyed by identity (one :class:`~schedsim.graph.ops.RankGroup` per distinct group in a
+    lowering), other values by equality."""
     g = p.group
-    tags: Any = p.tags
-    try:
-        hash(tags)
-    except TypeError:
-        tags = ("repr", repr(tags))
     return (p.kind, p.rank, p.stream, id(g) if isinstance(g, RankGroup) else g, p.peer, p.root, p.nbytes, p.flops,
-            p.dtype, p.m, p.n, p.k, p.batch, p.repeat, p.duration_s, p.direction, p.tag, tags, p.source, p.host_s,
+            p.dtype, p.m, p.n, p.k, p.batch, p.repeat, p.duration_s, p.direction, p.tag, p.source, p.host_s,
             p.p2p_batch)
 
 
@@ -79,7 +74,7 @@ class Table:
         self.strs = _Interner()  # p2p batch names and message tags
         self.tags(())
         self._shared: dict[tuple[Any, ...], int] = {}
-        self._rows: list[tuple[np.ndarray, Any, np.ndarray, np.ndarray, Any]] = []
+        self._rows: list[tuple[np.ndarray, Any, np.ndarray, np.ndarray, Any, Any]] = []
         # single instances
         self.o_tmpl: list[int] = []
         self.o_rank: list[int] = []
@@ -105,13 +100,14 @@ class Table:
             t = self._shared[key] = self.template(replace(proto, deps=()) if proto.deps else proto)
         return t
 
-    def add_rows(self, tmpl: np.ndarray, names: Any, dep_cnt: np.ndarray, deps: Any, ranks: Any) -> None:
+    def add_rows(self, tmpl: np.ndarray, names: Any, dep_cnt: np.ndarray, deps: Any, ranks: Any, tags: Any) -> None:
         """Written op entries (rows), each instanced on its ranks: ``tmpl`` int32[R] (from
         :meth:`shared_template`), ``names`` (R str), ``dep_cnt`` int64[R] and ``deps`` (the rows' dependency
-        names, concatenated), ``ranks`` an int (every row on ranks 0..ranks-1) or a list of R int32 arrays."""
+        names, concatenated), ``ranks`` an int (every row on ranks 0..ranks-1) or a list of R int32 arrays,
+        ``tags`` (R tag sets, each ``tuple(sorted(tags.items()))``)."""
         seq = deps.tolist() if isinstance(deps, np.ndarray) else list(deps)
         dep_ids = _intern_all(self.names, seq) if seq else np.zeros(0, I32)
-        self._rows.append((np.asarray(tmpl, I32), names, np.asarray(dep_cnt, np.int64), dep_ids, ranks))
+        self._rows.append((np.asarray(tmpl, I32), names, np.asarray(dep_cnt, np.int64), dep_ids, ranks, tags))
 
     def tag_id(self, tags: tuple) -> int:  # type: ignore[type-arg]
         """The id of a tag set, shared by every op that has it."""
@@ -177,12 +173,16 @@ class Table:
     def columns(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """``(cols, dep_op, dep_name)``: the per-instance columns in expansion order, and the declared
         dependencies as (instance, name id) pairs in declared order."""
-        row_names = [_intern_all(self.names, nm.tolist() if isinstance(nm, np.ndarray) else list(nm))
-                     for _t, nm, _c, _d, _r in self._rows]
+        def seq(x: Any) -> list[Any]:
+            return x.tolist() if isinstance(x, np.ndarray) else list(x)
+
+        # interned now, in row order, as the templates' names and tags were (after the pipeline's)
+        row_names = [_intern_all(self.names, seq(nm)) for _t, nm, _c, _d, _r, _g in self._rows]
+        row_tags = [_intern_all(self.tags, seq(tg)) for _t, _n, _c, _d, _r, tg in self._rows]
         tc = self._tmpl_cols()
-        tm_p, rank_p, name_p, dop_p, dnm_p = [], [], [], [], []
+        tm_p, rank_p, name_p, tag_p, dop_p, dnm_p = [], [], [], [], [], []
         base = 0
-        for (tmpl, _nm, cnt, dep_ids, ranks), nid in zip(self._rows, row_names, strict=True):
+        for (tmpl, _nm, cnt, dep_ids, ranks, _tg), nid, tid in zip(self._rows, row_names, row_tags, strict=True):
             R = len(tmpl)
             if isinstance(ranks, (int, np.integer)):
                 per = np.full(R, int(ranks), np.int64)
@@ -192,6 +192,7 @@ class Table:
                 rank_p.append(np.concatenate([np.asarray(r, I32) for r in ranks]) if R else np.zeros(0, I32))
             tm_p.append(np.repeat(tmpl, per))
             name_p.append(np.repeat(nid, per))
+            tag_p.append(np.repeat(tid, per))
             n = int(per.sum())
             row = np.repeat(np.arange(R), per)
             icnt = cnt[row]
@@ -209,7 +210,8 @@ class Table:
         nb = base
         for key, lst in (("name", self.o_name), ("tags", self.o_tags), ("stream", self.o_stream),
                          ("peer", self.o_peer), ("batch", self.o_batch), ("msg", self.o_msg)):
-            head = np.concatenate(name_p) if key == "name" and name_p else tc[key][tm[:nb]]
+            rows = {"name": name_p, "tags": tag_p}.get(key)
+            head = np.concatenate(rows) if rows else tc[key][tm[:nb]]
             cols[key] = np.concatenate([head.astype(I32, copy=False), np.array(lst, I32)])
         k_o = np.array([len(d) for d in self.o_deps], np.int64)
         dop_p.append(nb + np.repeat(np.arange(len(self.o_deps)), k_o))

@@ -122,12 +122,12 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             group = groups[g] = RankGroup(g)
         return group
 
-    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray]] = ([], [], [], [], [])
+    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple]] = ([], [], [], [], [], [])  # type: ignore[type-arg]
 
     def flush() -> None:
         if rows[0]:
             table.add_rows(np.array(rows[0], np.int32), list(rows[1]), np.array(rows[2], np.int64), rows[3],
-                           list(rows[4]))
+                           list(rows[4]), list(rows[5]))
             for r in rows:
                 r.clear()
 
@@ -143,7 +143,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
                                     tags=tuple(sorted(model.tags.items())),
                                     source=_source_of(spec, s.sources[j]), spec_index=idx + first[j])
                 tids.append(table.shared_template(proto))
-            table.add_rows(np.array(tids, np.int32)[s.row_rep], s.names, s.dep_cnt, s.deps, world)
+            table.add_rows(np.array(tids, np.int32)[s.row_rep], s.names, s.dep_cnt, s.deps, world, s.tags)
             idx += s.rows
             continue
         ranks = s.ranks if s.ranks is not None else None
@@ -157,13 +157,15 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         stream = s.stream or DEFAULT_STREAM.get(s.kind, "comm")
         if s.kind in COLLECTIVE_KINDS and len(group) == 1 and world > 1 and explicit is None:
             raise _lone_collective(spec, s, group, src)
-        proto = op_instance(s, ranks[0] if ranks else 0, 0, stream=stream, group=group,
-                            tags=tuple(sorted(s.tags.items())), source=src, spec_index=idx)
+        tags = tuple(sorted(s.tags.items()))
+        proto = op_instance(s, ranks[0] if ranks else 0, 0, stream=stream, group=group, tags=tags, source=src,
+                            spec_index=idx)
         rows[0].append(table.shared_template(proto))
         rows[1].append(s.name)
         rows[2].append(len(s.deps))
         rows[3].extend(s.deps)
         rows[4].append(all_ranks if ranks is None else np.asarray(ranks, np.int32))
+        rows[5].append(tags)
         idx += 1
     flush()
 

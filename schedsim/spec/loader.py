@@ -247,12 +247,27 @@ def _compile_field(key: str, v: Any) -> _Field:
     """Compile one field of an op entry: its expressions are parsed once, not once per ``foreach`` iteration.
 
     Returns ``f(env, mark)`` giving the same value as :func:`_eval_value`, or None where the field is left to
-    :func:`_eval_value` (``ranks``, mappings, nested lists, an expression that does not parse: its error is then
-    raised by :func:`_eval_value` with the file, line and field as before).
+    :func:`_eval_value` (``ranks``, nested lists and mappings, an expression that does not parse: its error is
+    then raised by :func:`_eval_value` with the file, line and field as before).
     """
     try:
-        if key == "ranks" or isinstance(v, dict):
+        if key == "ranks":
             return None
+        if isinstance(v, dict):  # tags: {mb: "{i}"}; a nested key is read as a field of that name
+            if any(isinstance(x, (list, dict)) for x in v.values()):
+                return None
+            subs = [(k2, _compile_scalar(k2 if key != "tags" else "tag", x)) for k2, x in v.items()]
+            kms = dict(getattr(v, "key_marks", {}))
+
+            def run_dict(env: Mapping[str, Any], mark: Mark | None) -> LDict:
+                out = LDict()
+                out.mark = getattr(v, "mark", mark)
+                for k2, f in subs:
+                    out[k2] = f(env)
+                    out.key_marks[k2] = kms.get(k2, mark)
+                return out
+
+            return run_dict
         if isinstance(v, list):
             if any(isinstance(x, (list, dict)) for x in v):
                 return None
@@ -552,7 +567,7 @@ class Block:
 
     Rows are the op entries the general path would produce, in its order (iterations in the order of
     ``itertools.product``, each iteration's entries in the order written, ``when`` applied). Rows of one entry
-    whose fields other than ``name`` and ``deps`` are equal share one *representative*: the op entry of the
+    whose fields other than ``name``, ``deps`` and ``tags`` are equal share one *representative*: the op entry of the
     first such row, built by the general path's code (:func:`_plain_op`) and validated by pydantic with the
     rest of the schedule. Every row runs on all ranks (a body with ``ranks`` is not plain).
 
@@ -570,28 +585,35 @@ class Block:
         Op name of each row (str).
     dep_cnt : int64[R], deps : object[sum(dep_cnt)]
         Each row's ``deps`` (names, in the order written), concatenated row by row.
+    tags : object[R]
+        Each row's tags as ``tuple(sorted(tags.items()))`` (``()`` for none); ``rep_tags`` the keys of each
+        representative's ``tags`` in the order written (None: not written).
     """
 
-    def __init__(self, reps: list[LDict], rep_deps: list[bool], row_rep: Any, names: Any, dep_cnt: Any,
-                 deps: Any) -> None:
-        self.reps, self.rep_deps = reps, rep_deps
+    def __init__(self, reps: list[LDict], rep_deps: list[bool], rep_tags: list[list[str] | None], row_rep: Any,
+                 names: Any, dep_cnt: Any, deps: Any, tags: Any) -> None:
+        self.reps, self.rep_deps, self.rep_tags = reps, rep_deps, rep_tags
         self.rows = len(names)
-        self.row_rep, self.names, self.dep_cnt, self.deps = row_rep, names, dep_cnt, deps
+        self.row_rep, self.names, self.dep_cnt, self.deps, self.tags = row_rep, names, dep_cnt, deps, tags
         self.models: list[Any] = []
         self.sources: list[tuple[int | None, int | None, str]] = []
 
     def ops(self) -> list[Any]:
         """The rows as pydantic op models, equal to what validating the general path's entries gives: each
-        representative's model with the row's ``name`` (and ``deps``)."""
+        representative's model with the row's ``name`` (and ``deps``, ``tags``)."""
         out = []
-        models, has_deps = self.models, self.rep_deps
+        models, has_deps, tag_keys = self.models, self.rep_deps, self.rep_tags
         dptr = np.zeros(self.rows + 1, np.int64)
         np.cumsum(self.dep_cnt, out=dptr[1:])
         deps, dp = self.deps.tolist(), dptr.tolist()
-        for r, (j, name) in enumerate(zip(self.row_rep.tolist(), self.names.tolist(), strict=True)):
+        for r, (j, name, tags) in enumerate(zip(self.row_rep.tolist(), self.names.tolist(), self.tags.tolist(),
+                                                strict=True)):
             upd: dict[str, Any] = {"name": name}
             if has_deps[j]:
                 upd["deps"] = deps[dp[r]:dp[r + 1]]
+            if tag_keys[j] is not None:
+                d = dict(tags)
+                upd["tags"] = {k: d[k] for k in tag_keys[j]}  # in the order written
             out.append(models[j].model_copy(update=upd))
         return out
 
@@ -645,7 +667,11 @@ def _vector_field(key: str, v: Any) -> Any:
         return compile_interpolate_vector(x)
 
     if isinstance(v, dict):
-        raise _Abandon
+        if key != "tags" or any(isinstance(x, (list, dict)) for x in v.values()):
+            raise _Abandon
+        key = "tag"
+        subs = [(k2, scalar(x)) for k2, x in v.items()]
+        return lambda env, loop, n: {k2: f(env, loop, n) for k2, f in subs}
     if isinstance(v, list):
         if any(isinstance(x, (list, dict)) for x in v):
             raise _Abandon
@@ -665,6 +691,8 @@ def _values(vf: Any, f: Any, env: Mapping[str, Any], loop: dict[str, Any], n: in
         v = vf(env, loop, n)
         if isinstance(v, list):
             return [x.a if isinstance(x, _Vec) else x for x in v]
+        if isinstance(v, dict):
+            return {k: x.a if isinstance(x, _Vec) else x for k, x in v.items()}
         return v.a if isinstance(v, _Vec) else v
     except ExprError:
         raise _Abandon from None
@@ -674,9 +702,16 @@ def _values(vf: Any, f: Any, env: Mapping[str, Any], loop: dict[str, Any], n: in
         vals = [f(e) for e in envs()]
     except ExprError:
         raise _Abandon from None
-    out = np.empty(n, object)
-    for i, x in enumerate(vals):  # per-iteration lists stay one element each (numpy would make a 2-d array)
-        out[i] = tuple(x) if isinstance(x, list) else x
+    if vals and isinstance(vals[0], dict):  # tags: one value per key
+        return {k: _objects([d[k] for d in vals]) for k in vals[0]}
+    return _objects([tuple(x) if isinstance(x, list) else x for x in vals])
+
+
+def _objects(vals: list[Any]) -> Any:
+    """A 1-d object array of ``vals`` (tuples stay one element each; numpy would make a 2-d array)."""
+    out = np.empty(len(vals), object)
+    for i, x in enumerate(vals):
+        out[i] = x
     return out
 
 
@@ -697,8 +732,8 @@ def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]
     if ctx.visits + n > ctx.max_ops:
         return None
     if n == 0:
-        return Block([], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
-                     np.zeros(0, object))
+        return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
+                     np.zeros(0, object), np.zeros(0, object))
     loop: dict[str, Any] = {}
     stride = n
     for nm, vals, size in zip(names, values, sizes, strict=True):
@@ -759,6 +794,16 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
                 or _NAME_RE.fullmatch("".join(x + "\n" for x in nm.tolist())) is None \
                 or any("\n" in x for x in nm.tolist()):
             raise _Abandon  # pydantic's error, worded by the general path
+        tags = vals.pop("tags", {})
+        if not isinstance(tags, dict):
+            raise _Abandon
+        tcols = [zip(itertools.repeat(k, nk), v.tolist() if isinstance(v, np.ndarray) else itertools.repeat(v, nk))
+                 for k, v in sorted(tags.items())]
+        tag_rows = list(zip(*tcols)) if tcols else [()] * nk  # per row: tuple(sorted(tags.items()))
+        try:
+            hash(tuple(tag_rows))
+        except TypeError:
+            raise _Abandon from None
         has_deps = "deps" in vals
         deps = vals.get("deps", [])
         if not isinstance(deps, list):
@@ -792,11 +837,11 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
         else:
             combo = np.zeros(nk, np.int64)
             firsts = np.zeros(1, np.int64)
-        per_entry.append((e, keep, nm, deps, combo, firsts, has_deps, vals))
+        per_entry.append((e, keep, nm, deps, combo, firsts, has_deps, vals, tag_rows))
     if not per_entry:
         ctx.visits += n
-        return Block([], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
-                     np.zeros(0, object))
+        return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
+                     np.zeros(0, object), np.zeros(0, object))
     R = sum(len(x[1]) for x in per_entry)
     if ctx.entries + R > ctx.max_ops or ctx.chars + chars > ctx.max_chars:
         raise _Abandon  # the general path raises the limit's error at the op that passes it
@@ -807,7 +852,7 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     inv[order] = np.arange(R)
     # representatives, by first row
     rep_key, rep_of = [], []
-    for j, (e, keep, _nm, _d, _c, firsts, _h, _v) in enumerate(per_entry):
+    for j, (e, keep, _nm, _d, _c, firsts, _h, _v, _t) in enumerate(per_entry):
         for c, pos in enumerate(firsts.tolist()):
             rep_key.append(int(keep[pos]) * E + e)
             rep_of.append((j, c, pos))
@@ -815,9 +860,10 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     gid = {rep_of[g][:2]: i for i, g in enumerate(rorder)}
     reps: list[LDict] = []
     rep_deps: list[bool] = []
+    rep_tags: list[list[str] | None] = []
     for g in rorder:
         j, c, pos = rep_of[g]
-        e, keep, nm, deps, _combo, _f, has_deps, vals = per_entry[j]
+        e, keep, nm, deps, _combo, _f, has_deps, vals, tag_rows = per_entry[j]
         when, fields, key_marks, mark, p, item = body[e]
         t = int(keep[pos])
         env_t = {**env, **{k: v.a[t] for k, v in loop.items()}}
@@ -831,12 +877,16 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
                    else v[pos] if isinstance(v, np.ndarray) else v)
             if _keyable(list(want) if isinstance(want, list) else want) != _keyable(got):
                 raise _Abandon
+        if _keyable(tuple(sorted(op.get("tags", {}).items()))) != _keyable(tag_rows[pos]):
+            raise _Abandon
         op["__path__"] = p
         reps.append(op)
         rep_deps.append(has_deps)
+        rep_tags.append(list(op["tags"]) if "tags" in op else None)
     row_rep = np.concatenate([np.array([gid[(j, c)] for c in range(len(x[5]))], np.int64)[x[4]]
                               for j, x in enumerate(per_entry)])[order]
     row_names = np.concatenate([x[2] for x in per_entry])[order]
+    row_tags = _objects([t for x in per_entry for t in x[8]])[order]
     cnt_e = np.array([len(x[3]) for x in per_entry], np.int64)
     dep_cnt = np.repeat(cnt_e, [len(x[1]) for x in per_entry])[order]
     dptr = np.cumsum(dep_cnt) - dep_cnt
@@ -851,7 +901,7 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     ctx.visits += n
     ctx.entries += R
     ctx.chars += chars
-    return Block(reps, rep_deps, row_rep, row_names, dep_cnt, flat)
+    return Block(reps, rep_deps, rep_tags, row_rep, row_names, dep_cnt, flat, row_tags)
 
 
 _RANK = re.compile(r"\brank\b")

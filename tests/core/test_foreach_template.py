@@ -106,7 +106,7 @@ ops:
         k: 64
         dtype: bf16
         stream: s{(i + j) % 3}
-        tags: {mb: 1}
+        tags: {phase: "p{j}", mb: "{i}"}
       - name: ar{i}_{j}
         kind: all_reduce
         when: i % 2 == 0 or j == 1
@@ -137,6 +137,8 @@ def test_a_mixed_schedule_gives_the_same_spec_program_and_model_behaviour(genera
     assert spec.ops == slow.ops and spec.sources() == slow.sources()
     assert [o.model_fields_set for o in spec.ops] == [o.model_fields_set for o in slow.ops]
     ar = next(o for o in spec.ops if o.name == "ar2_0")
+    mm = next(o for o in spec.ops if o.name == "mm3_1")
+    assert mm.tags == {"phase": "p1", "mb": 3} and list(mm.tags) == ["phase", "mb"]
     assert ar.shape == [3, 16] and ar.deps == ["mm2_0", "first"] and spec.ops[14] is ar
     assert spec.source_of(14) == slow.source_of(14) == "m.yaml:19 (ops[2].ops[1])"
 
