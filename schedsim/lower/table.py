@@ -170,9 +170,18 @@ class Table:
         return {k: np.array(v, I32).reshape(-1) for k, v in
                 (("name", name), ("tags", tag), ("stream", stream), ("peer", peer), ("batch", batch), ("msg", msg))}
 
-    def columns(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    def uniform(self) -> int | None:
+        """W when the table holds only rows that each run on ranks 0..W-1 (no single instances): then every
+        rank runs the same ops in the same order, and :func:`schedsim.lower.link.link` links one rank's."""
+        ws = [r for _t, _n, _c, _d, r, _g in self._rows]
+        if self.o_tmpl or not ws or not all(isinstance(w, (int, np.integer)) and w == ws[0] for w in ws):
+            return None
+        return int(ws[0])
+
+    def columns(self, once: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """``(cols, dep_op, dep_name)``: the per-instance columns in expansion order, and the declared
-        dependencies as (instance, name id) pairs in declared order."""
+        dependencies as (instance, name id) pairs in declared order. With ``once``, each row is instanced once,
+        on rank 0 (see :meth:`uniform`)."""
         def seq(x: Any) -> list[Any]:
             return x.tolist() if isinstance(x, np.ndarray) else list(x)
 
@@ -184,7 +193,10 @@ class Table:
         base = 0
         for (tmpl, _nm, cnt, dep_ids, ranks, _tg), nid, tid in zip(self._rows, row_names, row_tags, strict=True):
             R = len(tmpl)
-            if isinstance(ranks, (int, np.integer)):
+            if once:
+                per = np.ones(R, np.int64)
+                rank_p.append(np.zeros(R, I32))
+            elif isinstance(ranks, (int, np.integer)):
                 per = np.full(R, int(ranks), np.int64)
                 rank_p.append(np.tile(np.arange(ranks, dtype=I32), R))
             else:

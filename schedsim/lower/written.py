@@ -126,8 +126,9 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
 
     def flush() -> None:
         if rows[0]:
+            ranks = world if all(r is all_ranks for r in rows[4]) else list(rows[4])
             table.add_rows(np.array(rows[0], np.int32), list(rows[1]), np.array(rows[2], np.int64), rows[3],
-                           list(rows[4]), list(rows[5]))
+                           ranks, list(rows[5]))
             for r in rows:
                 r.clear()
 

@@ -1,6 +1,7 @@
-"""A plain `foreach` body carried whole (schedsim.spec.loader.Block, lowered in bulk) gives the same spec, the
-same Program (every column, array and template) and the same errors as the general path, which expands and
-validates every iteration's op entry (``loader.TEMPLATES = False``)."""
+"""A plain `foreach` body carried whole (schedsim.spec.loader.Block, lowered in bulk, linked for one rank when
+every op runs on all ranks) gives the same spec, the same Program (every column, array and template) and the
+same errors as the general path, which expands and validates every iteration's op entry and links every op
+(``loader.TEMPLATES = False``, ``link.UNIFORM = False``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedsim.errors import SchedsimError
-from schedsim.lower import lower
+from schedsim.lower import link, lower
 from schedsim.spec import loader
 from schedsim.spec.loader import load_schedule, load_text
 
@@ -26,11 +27,13 @@ SHIPPED = sorted(p for d in ("schedules", "examples") for p in (ROOT / d).rglob(
 
 @pytest.fixture
 def general(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Call ``general(f)`` to run ``f`` with blocks turned off."""
+    """Call ``general(f)`` to run ``f`` on the general path: no blocks, and every op linked (no
+    ``link._link_uniform``)."""
 
     def run(f):  # type: ignore[no-untyped-def]
         with monkeypatch.context() as m:
             m.setattr(loader, "TEMPLATES", False)
+            m.setattr(link, "UNIFORM", False)
             return f()
 
     return run
@@ -75,10 +78,14 @@ def test_shipped_schedules_with_foreach_lower_to_the_same_program(general):
         same_program(lower(spec), general(lambda path=path: lower(load_schedule(path))))
 
 
-def test_the_benchmark_input_lowers_to_the_same_program(general):
+def test_the_benchmark_input_lowers_to_the_same_program(general, monkeypatch):
     path = ROOT / "benchmarks/data/overlap_gen.yaml"
     over = {"world_size": 4, "chunks": 300}
+    linked = []
+    real = link._link_uniform
+    monkeypatch.setattr(link, "_link_uniform", lambda *a: linked.append(real(*a)) or linked[-1])
     prog = lower(load_schedule(path, over))
+    assert linked and linked[0] is not None  # linked for rank 0, then repeated
     same_program(prog, general(lambda: lower(load_schedule(path, over))))
     # by hand: 2 ops per chunk per rank; one template per body entry; ar{i} waits for mm{i} on its rank
     assert prog.N == 2 * 300 * 4 and len(prog.templates) == 2
