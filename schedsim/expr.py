@@ -354,6 +354,7 @@ class _Vec:
 
 
 _NUM = (int, float, bool)
+_BIG = 2 ** 4095
 
 
 def vector_values(values: Any) -> _Vec:
@@ -483,6 +484,8 @@ def compile_vector(text: str) -> Callable[[Mapping[str, Any], Mapping[str, _Vec]
         _budget[0] = budget
         v = _vec(tree.body, {k: x for k, x in env.items() if k not in loop}, loop, n)
         vals = v.a.tolist() if isinstance(v, _Vec) else [v]
+        if isinstance(v, _Vec) and v.num and vals and -_BIG < min(vals) and max(vals) < _BIG:
+            return v  # every int within 4096 bits (min/max run in C; the loop below in Python)
         if any(type(x) is int and x.bit_length() > 4096 for x in vals):
             raise ExprError(f"{text!r}: result has more than 4096 bits")
         return v
@@ -505,25 +508,24 @@ def compile_interpolate_vector(text: str) -> Callable[[Mapping[str, Any], Mappin
     fns = [compile_vector(e) for e in pieces[1::2]]
 
     def run(env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
-        parts: list[Any] = [lits[0]]
-        vary = False
+        fmt = [lits[0].replace("{", "{{").replace("}", "}}")]
+        cols: list[list[Any]] = []
         for f, lit in zip(fns, lits[1:], strict=True):
             v = f(env, loop, n)
             if isinstance(v, _Vec):
-                vary = True
-                s = np.empty(n, object)
-                s[:] = list(map(str, v.a.tolist()))
-                parts.append(s)
+                vals = v.a.tolist()
+                if not set(map(type, vals)) <= {int, float, str, bool}:
+                    raise NotVectorisable("a value that is not a number or string")
+                cols.append(vals)
+                fmt.append("{}")  # format(x, "") is str(x) for these types
             else:
-                parts.append(str(v))
-            parts.append(lit)
-        if not vary:
-            return "".join(parts)
-        out: Any = parts[0]
-        for p in parts[1:]:
-            if isinstance(p, str) and not p:
-                continue
-            out = np.add(out, p) if isinstance(out, np.ndarray) or isinstance(p, np.ndarray) else out + p
+                fmt.append(str(v).replace("{", "{{").replace("}", "}}"))
+            fmt.append(lit.replace("{", "{{").replace("}", "}}"))
+        form = "".join(fmt)
+        if not cols:
+            return form.format()
+        out = np.empty(n, object)
+        out[:] = list(map(form.format, *cols))
         return _Vec(out, False)
 
     return run

@@ -49,8 +49,8 @@ def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _freeze(v: Any) -> Any:
-    """``v`` with its arrays (``v`` itself, or the members of a tuple) made read-only."""
-    for a in v if isinstance(v, tuple) else (v,):
+    """``v`` with its arrays (``v`` itself, or the members of a tuple of arrays) made read-only."""
+    for a in v if isinstance(v, tuple) and v and isinstance(v[0], np.ndarray) else (v,):  # not the name tables
         if isinstance(a, np.ndarray):
             a.flags.writeable = False
     return v

@@ -9,6 +9,7 @@ here makes one Python object per op instance except the pipeline's per-op list e
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import count, filterfalse
 from typing import Any
 
 import numpy as np
@@ -40,10 +41,9 @@ class _Interner:
 def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order."""
     ids, items = interner.ids, interner.items
-    for x in dict.fromkeys(seq):
-        if x not in ids:
-            ids[x] = len(items)
-            items.append(x)
+    new = list(filterfalse(ids.__contains__, dict.fromkeys(seq)))  # C-level loops, no Python bytecode per item
+    ids.update(zip(new, count(len(items))))
+    items.extend(new)
     return np.fromiter(map(ids.__getitem__, seq), I32, len(seq))
 
 

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from schedsim.errors import SpecError
 from schedsim.expr import ExprError, _short, compile_expr, compile_interpolate, evaluate, interpolate
 from schedsim.spec.limits import MAX_YAML_DEPTH
-from schedsim.spec.model import NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
+from schedsim.spec.model import NAME_PATTERN, NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
 
 __all__ = ["load_schedule", "load_text", "parse_overrides", "expand"]
 
@@ -737,20 +737,21 @@ def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]
     loop: dict[str, Any] = {}
     stride = n
     for nm, vals, size in zip(names, values, sizes, strict=True):
-        if not all(type(x) in (int, float, str, bool) for x in vals):
+        types = set(map(type, vals))
+        if not types <= {int, float, str, bool}:
             return None
         stride //= size
         base = np.empty(size, object)
         base[:] = vals
         idx = np.tile(np.repeat(np.arange(size), stride), n // (size * stride))
-        loop[nm] = _Vec(base[idx], all(type(x) is not str for x in vals))
+        loop[nm] = _Vec(base[idx], str not in types)
     try:
         return _block_rows(body, names, loop, n, env, ctx)
     except _Abandon:
         return None
 
 
-_NAME_RE = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.\-\[\]]*\n)*")  # NAME_PATTERN of schedsim.spec.model, per line
+_NAME_RE = re.compile(f"(?:{NAME_PATTERN.removeprefix('^').removesuffix('$')}\n)*")  # one name per line
 
 
 def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, Any], n: int,
@@ -762,6 +763,7 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
         return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
 
     E = len(body)
+    done: dict[tuple[bool, str], Any] = {}
     per_entry = []  # (keep, names array, deps list, combo ids, combo first positions, has deps)
     chars = 0
     for e, (when, fields, key_marks, mark, p, item) in enumerate(body):
@@ -780,20 +782,35 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
         sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
         vals: dict[str, Any] = {}
         for k, f, fm in fields:
+            raw = item[k]
+            # a string over every iteration evaluates alike in any field but a numeric one (`deps: ["mm{i}"]` and
+            # another entry's `name: mm{i}`): computed once
+            ck = (k in NUMERIC_FIELDS, raw) if nk == n and type(raw) is str else None
+            if ck is not None and ck in done:
+                vals[k] = done[ck]
+                continue
+            if type(raw) is LList and nk == n and len(raw) == 1 and type(raw[0]) is str \
+                    and (k in NUMERIC_FIELDS, raw[0]) in done:
+                vals[k] = [done[(k in NUMERIC_FIELDS, raw[0])]]
+                continue
             try:
-                vf = _vector_field(k, item[k])
+                vf = _vector_field(k, raw)
             except ExprError:
                 raise _Abandon from None
             vals[k] = _values(vf, (lambda env_, f=f, fm=fm: f(env_, fm)), env, sub, nk, envs_of(keep))
+            if ck is not None:
+                done[ck] = vals[k]
         nm = vals.get("name")
         if not isinstance(nm, np.ndarray):
             if nk > 1:
                 raise _Abandon  # one name for many rows: the general path reports the duplicate
             nm = np.array([nm], object) if isinstance(nm, str) else None
-        if nm is None or not all(type(x) is str for x in nm.tolist()) \
-                or _NAME_RE.fullmatch("".join(x + "\n" for x in nm.tolist())) is None \
-                or any("\n" in x for x in nm.tolist()):
+        names_l = nm.tolist() if nm is not None else None
+        if names_l is None or set(map(type, names_l)) != {str}:
             raise _Abandon  # pydantic's error, worded by the general path
+        joined = "\n".join(names_l) + "\n"
+        if joined.count("\n") != nk or _NAME_RE.fullmatch(joined) is None:
+            raise _Abandon
         tags = vals.pop("tags", {})
         if not isinstance(tags, dict):
             raise _Abandon
@@ -809,14 +826,15 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
         if not isinstance(deps, list):
             raise _Abandon
         for d in deps:
-            if not (isinstance(d, np.ndarray) and all(type(x) is str for x in d.tolist())) \
-                    and type(d) is not str:
+            if not (isinstance(d, np.ndarray) and set(map(type, d.tolist())) == {str}) and type(d) is not str:
                 raise _Abandon
         for k, v in vals.items():
             if isinstance(v, str):
                 chars += len(v) * nk
             elif isinstance(v, np.ndarray):
-                chars += sum(len(x) for x in v.tolist() if type(x) is str)
+                lst = v.tolist()
+                chars += sum(map(len, lst)) if set(map(type, lst)) == {str} else \
+                    sum(len(x) for x in lst if type(x) is str)
         vary = [v for k, v in vals.items() if k not in ("name", "deps")
                 and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
         if vary:
@@ -886,7 +904,7 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     row_rep = np.concatenate([np.array([gid[(j, c)] for c in range(len(x[5]))], np.int64)[x[4]]
                               for j, x in enumerate(per_entry)])[order]
     row_names = np.concatenate([x[2] for x in per_entry])[order]
-    row_tags = _objects([t for x in per_entry for t in x[8]])[order]
+    row_tags = np.fromiter(itertools.chain.from_iterable(x[8] for x in per_entry), object, R)[order]
     cnt_e = np.array([len(x[3]) for x in per_entry], np.int64)
     dep_cnt = np.repeat(cnt_e, [len(x[1]) for x in per_entry])[order]
     dptr = np.cumsum(dep_cnt) - dep_cnt
