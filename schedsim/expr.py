@@ -401,62 +401,98 @@ def _bools(mask: Any) -> _Vec:
 def _vec(node: ast.AST, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
     """Value of ``node`` for every iteration: a :class:`_Vec`, or a plain value where it does not depend on the
     loop variables (evaluated once, by :func:`_ev`)."""
-    import numpy as np
-
     if not _uses(node, loop):
         return _ev(node, env)
     if isinstance(node, ast.Name):
         return loop[node.id]
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        left, right = _vec(node.left, env, loop, n), _vec(node.right, env, loop, n)
-        for x in (left, right):
-            if not (x.num if isinstance(x, _Vec) else type(x) in _NUM):
-                raise NotVectorisable("arithmetic on non-numbers")
-        a, b = _as_array(left, n), _as_array(right, n)
-        op = type(node.op)
-        if op is ast.Div:
-            return _Vec(np.frompyfunc(_div, 2, 1)(a, b), True)
-        if op is ast.Pow:
-            return _Vec(np.frompyfunc(_pow_checked, 2, 1)(a, b), True)
-        ufunc = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.FloorDiv: np.floor_divide,
-                 ast.Mod: np.remainder}[op]
-        return _Vec(ufunc(a, b), True)
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
-        v = _vec(node.operand, env, loop, n)
-        if isinstance(node.op, ast.Not):
-            return _bools(~_truth(v, n))
-        if not (v.num if isinstance(v, _Vec) else type(v) in _NUM):
-            raise NotVectorisable("sign of a non-number")
-        return _Vec((np.negative if isinstance(node.op, ast.USub) else np.positive)(_as_array(v, n)), True)
-    if isinstance(node, ast.Compare):
-        ufuncs = {ast.Eq: np.equal, ast.NotEq: np.not_equal, ast.Lt: np.less, ast.LtE: np.less_equal,
-                  ast.Gt: np.greater, ast.GtE: np.greater_equal}
-        if any(type(op) not in ufuncs for op in node.ops):
-            raise NotVectorisable("in / not in")
-        left = _as_array(_vec(node.left, env, loop, n), n)
-        ok = np.ones(n, bool)
-        for op, comp in zip(node.ops, node.comparators, strict=True):
-            right = _as_array(_vec(comp, env, loop, n), n)
-            ok &= np.asarray(ufuncs[type(op)](left, right), dtype=bool)
-            left = right
-        return _bools(ok)
-    if isinstance(node, ast.BoolOp):
-        truths = [_truth(_vec(v, env, loop, n), n) for v in node.values]  # all evaluated, as _ev does
-        red = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
-        return _bools(red.reduce(truths))
-    if isinstance(node, ast.IfExp):
-        test = _truth(_vec(node.test, env, loop, n), n)
-        body, orelse = _vec(node.body, env, loop, n), _vec(node.orelse, env, loop, n)
-        num = all(x.num if isinstance(x, _Vec) else type(x) in _NUM for x in (body, orelse))
-        return _Vec(np.where(test, _as_array(body, n), _as_array(orelse, n)), num)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS \
-            and not node.keywords and node.func.id not in ("range", "len", "sizeof"):
-        args = [_vec(a, env, loop, n) for a in node.args]
-        if not all(x.num if isinstance(x, _Vec) else type(x) in _NUM for x in args) or not args:
-            raise NotVectorisable("a function of non-numbers")
-        out = np.frompyfunc(FUNCTIONS[node.func.id], len(args), 1)(*[_as_array(a, n) for a in args])
-        return _Vec(out, all(type(x) in _NUM for x in out.tolist()))
-    raise NotVectorisable(f"{type(node).__name__} over loop variables")
+    rule = _VEC_RULES.get(type(node))
+    if rule is None:
+        raise NotVectorisable(f"{type(node).__name__} over loop variables")
+    return rule(node, env, loop, n)
+
+
+def _is_num(x: Any) -> bool:
+    return x.num if isinstance(x, _Vec) else type(x) in _NUM
+
+
+def _vec_binop(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    op = type(node.op)
+    if op not in _BINOPS:
+        raise NotVectorisable(f"{op.__name__}")
+    left, right = _vec(node.left, env, loop, n), _vec(node.right, env, loop, n)
+    if not (_is_num(left) and _is_num(right)):
+        raise NotVectorisable("arithmetic on non-numbers")
+    a, b = _as_array(left, n), _as_array(right, n)
+    if op is ast.Div:
+        return _Vec(np.frompyfunc(_div, 2, 1)(a, b), True)
+    if op is ast.Pow:
+        return _Vec(np.frompyfunc(_pow_checked, 2, 1)(a, b), True)
+    ufunc = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.FloorDiv: np.floor_divide,
+             ast.Mod: np.remainder}[op]
+    return _Vec(ufunc(a, b), True)
+
+
+def _vec_unary(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    v = _vec(node.operand, env, loop, n)
+    if isinstance(node.op, ast.Not):
+        return _bools(~_truth(v, n))
+    if not _is_num(v) or type(node.op) not in _UNOPS:
+        raise NotVectorisable("sign of a non-number")
+    return _Vec((np.negative if isinstance(node.op, ast.USub) else np.positive)(_as_array(v, n)), True)
+
+
+def _vec_compare(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    ufuncs = {ast.Eq: np.equal, ast.NotEq: np.not_equal, ast.Lt: np.less, ast.LtE: np.less_equal,
+              ast.Gt: np.greater, ast.GtE: np.greater_equal}
+    if any(type(op) not in ufuncs for op in node.ops):
+        raise NotVectorisable("in / not in")
+    left = _as_array(_vec(node.left, env, loop, n), n)
+    ok = np.ones(n, bool)
+    for op, comp in zip(node.ops, node.comparators, strict=True):
+        right = _as_array(_vec(comp, env, loop, n), n)
+        ok &= np.asarray(ufuncs[type(op)](left, right), dtype=bool)
+        left = right
+    return _bools(ok)
+
+
+def _vec_boolop(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    truths = [_truth(_vec(v, env, loop, n), n) for v in node.values]  # all evaluated, as _ev does
+    red = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
+    return _bools(red.reduce(truths))
+
+
+def _vec_ifexp(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    test = _truth(_vec(node.test, env, loop, n), n)
+    body, orelse = _vec(node.body, env, loop, n), _vec(node.orelse, env, loop, n)
+    return _Vec(np.where(test, _as_array(body, n), _as_array(orelse, n)), _is_num(body) and _is_num(orelse))
+
+
+def _vec_call(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords \
+            or node.func.id in ("range", "len", "sizeof"):
+        raise NotVectorisable("this call over loop variables")
+    args = [_vec(a, env, loop, n) for a in node.args]
+    if not args or not all(_is_num(x) for x in args):
+        raise NotVectorisable("a function of non-numbers")
+    out = np.frompyfunc(FUNCTIONS[node.func.id], len(args), 1)(*[_as_array(a, n) for a in args])
+    return _Vec(out, all(type(x) in _NUM for x in out.tolist()))
+
+
+_VEC_RULES: dict[type, Callable[..., _Vec]] = {ast.BinOp: _vec_binop, ast.UnaryOp: _vec_unary,
+                                               ast.Compare: _vec_compare, ast.BoolOp: _vec_boolop,
+                                               ast.IfExp: _vec_ifexp, ast.Call: _vec_call}
 
 
 def compile_vector(text: str) -> Callable[[Mapping[str, Any], Mapping[str, _Vec], int], Any]:

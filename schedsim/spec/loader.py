@@ -21,6 +21,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -264,7 +265,7 @@ def _compile_field(key: str, v: Any) -> _Field:
                 out.mark = getattr(v, "mark", mark)
                 for k2, f in subs:
                     out[k2] = f(env)
-                    out.key_marks[k2] = kms.get(k2, mark)
+                    out.key_marks[k2] = kms.get(k2, mark)  # type: ignore[assignment]
                 return out
 
             return run_dict
@@ -732,8 +733,7 @@ def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]
     if ctx.visits + n > ctx.max_ops:
         return None
     if n == 0:
-        return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
-                     np.zeros(0, object), np.zeros(0, object))
+        return _empty_block()
     loop: dict[str, Any] = {}
     stride = n
     for nm, vals, size in zip(names, values, sizes, strict=True):
@@ -754,172 +754,204 @@ def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]
 _NAME_RE = re.compile(f"(?:{NAME_PATTERN.removeprefix('^').removesuffix('$')}\n)*")  # one name per line
 
 
+@dataclass
+class _Entry:
+    """One body entry over the iterations its ``when`` keeps (see :func:`_entry_rows`)."""
+
+    e: int  # position in the body
+    keep: Any  # int64[nk]: the iterations kept
+    names: Any  # object[nk]: name of each row
+    deps: list[Any]  # per dependency: a name, or object[nk] of names
+    combo: Any  # int64[nk]: combination of the other fields' values
+    firsts: Any  # int64: first row of each combination
+    has_deps: bool
+    vals: dict[str, Any]  # field -> plain value, object[nk], or a list of those (a list field)
+    tags: list[tuple[tuple[str, Any], ...]]
+    chars: int
+
+
 def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, Any], n: int,
                 env: dict[str, Any], ctx: _Ctx) -> Block:
-    from schedsim.expr import _Vec
+    """:func:`_block` once the loop values are arrays; raises _Abandon where the general path must expand."""
 
     def envs_of(keep: Any) -> Any:
         cols = [loop[nm].a[keep].tolist() for nm in names]
         return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
 
-    E = len(body)
     done: dict[tuple[bool, str], Any] = {}
-    per_entry = []  # (keep, names array, deps list, combo ids, combo first positions, has deps)
-    chars = 0
-    for e, (when, fields, key_marks, mark, p, item) in enumerate(body):
-        keep = np.arange(n)
-        if when is not None:
-            from schedsim.expr import compile_vector
-
-            w = _values(lambda env_, loop_, n_: compile_vector(str(item["when"]))(env_, loop_, n_),
-                        when, env, loop, n, envs_of(keep))
-            mask = (np.frompyfunc(bool, 1, 1)(w).astype(bool) if isinstance(w, np.ndarray)
-                    else np.full(n, bool(w)))
-            keep = np.flatnonzero(mask)
-        nk = len(keep)
-        if not nk:
-            continue
-        sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
-        vals: dict[str, Any] = {}
-        for k, f, fm in fields:
-            raw = item[k]
-            # a string over every iteration evaluates alike in any field but a numeric one (`deps: ["mm{i}"]` and
-            # another entry's `name: mm{i}`): computed once
-            ck = (k in NUMERIC_FIELDS, raw) if nk == n and type(raw) is str else None
-            if ck is not None and ck in done:
-                vals[k] = done[ck]
-                continue
-            if type(raw) is LList and nk == n and len(raw) == 1 and type(raw[0]) is str \
-                    and (k in NUMERIC_FIELDS, raw[0]) in done:
-                vals[k] = [done[(k in NUMERIC_FIELDS, raw[0])]]
-                continue
-            try:
-                vf = _vector_field(k, raw)
-            except ExprError:
-                raise _Abandon from None
-            vals[k] = _values(vf, (lambda env_, f=f, fm=fm: f(env_, fm)), env, sub, nk, envs_of(keep))
-            if ck is not None:
-                done[ck] = vals[k]
-        nm = vals.get("name")
-        if not isinstance(nm, np.ndarray):
-            if nk > 1:
-                raise _Abandon  # one name for many rows: the general path reports the duplicate
-            nm = np.array([nm], object) if isinstance(nm, str) else None
-        names_l = nm.tolist() if nm is not None else None
-        if names_l is None or set(map(type, names_l)) != {str}:
-            raise _Abandon  # pydantic's error, worded by the general path
-        joined = "\n".join(names_l) + "\n"
-        if joined.count("\n") != nk or _NAME_RE.fullmatch(joined) is None:
-            raise _Abandon
-        tags = vals.pop("tags", {})
-        if not isinstance(tags, dict):
-            raise _Abandon
-        tcols = [zip(itertools.repeat(k, nk), v.tolist() if isinstance(v, np.ndarray) else itertools.repeat(v, nk))
-                 for k, v in sorted(tags.items())]
-        tag_rows = list(zip(*tcols)) if tcols else [()] * nk  # per row: tuple(sorted(tags.items()))
-        try:
-            hash(tuple(tag_rows))
-        except TypeError:
-            raise _Abandon from None
-        has_deps = "deps" in vals
-        deps = vals.get("deps", [])
-        if not isinstance(deps, list):
-            raise _Abandon
-        for d in deps:
-            if not (isinstance(d, np.ndarray) and set(map(type, d.tolist())) == {str}) and type(d) is not str:
-                raise _Abandon
-        for k, v in vals.items():
-            if isinstance(v, str):
-                chars += len(v) * nk
-            elif isinstance(v, np.ndarray):
-                lst = v.tolist()
-                chars += sum(map(len, lst)) if set(map(type, lst)) == {str} else \
-                    sum(len(x) for x in lst if type(x) is str)
-        vary = [v for k, v in vals.items() if k not in ("name", "deps")
-                and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
-        if vary:
-            cols = []
-            for v in vary:
-                if isinstance(v, np.ndarray):
-                    cols.append(v.tolist())
-                else:
-                    cols.append(list(zip(*[x.tolist() if isinstance(x, np.ndarray) else [x] * nk for x in v],
-                                         strict=True)))
-            try:
-                keys = [tuple(map(_keyable, k)) for k in zip(*cols, strict=True)]
-            except TypeError:
-                raise _Abandon from None
-            ids: dict[Any, int] = {}
-            combo = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, nk)
-            _u, firsts = np.unique(combo, return_index=True)
-        else:
-            combo = np.zeros(nk, np.int64)
-            firsts = np.zeros(1, np.int64)
-        per_entry.append((e, keep, nm, deps, combo, firsts, has_deps, vals, tag_rows))
-    if not per_entry:
+    entries = [x for e, b in enumerate(body) if (x := _entry_rows(e, b, loop, n, env, envs_of, done)) is not None]
+    if not entries:
         ctx.visits += n
-        return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
-                     np.zeros(0, object), np.zeros(0, object))
-    R = sum(len(x[1]) for x in per_entry)
+        return _empty_block()
+    E, R = len(body), sum(len(x.keep) for x in entries)
+    chars = sum(x.chars for x in entries)
     if ctx.entries + R > ctx.max_ops or ctx.chars + chars > ctx.max_chars:
         raise _Abandon  # the general path raises the limit's error at the op that passes it
     # rows in the general path's order: by iteration, then entry
-    rkey = np.concatenate([x[1] * E + x[0] for x in per_entry])
-    order = np.argsort(rkey, kind="stable")
+    order = np.argsort(np.concatenate([x.keep * E + x.e for x in entries]), kind="stable")
     inv = np.empty_like(order)
     inv[order] = np.arange(R)
-    # representatives, by first row
-    rep_key, rep_of = [], []
-    for j, (e, keep, _nm, _d, _c, firsts, _h, _v, _t) in enumerate(per_entry):
-        for c, pos in enumerate(firsts.tolist()):
-            rep_key.append(int(keep[pos]) * E + e)
-            rep_of.append((j, c, pos))
-    rorder = sorted(range(len(rep_key)), key=rep_key.__getitem__)
-    gid = {rep_of[g][:2]: i for i, g in enumerate(rorder)}
-    reps: list[LDict] = []
-    rep_deps: list[bool] = []
-    rep_tags: list[list[str] | None] = []
-    for g in rorder:
-        j, c, pos = rep_of[g]
-        e, keep, nm, deps, _combo, _f, has_deps, vals, tag_rows = per_entry[j]
-        when, fields, key_marks, mark, p, item = body[e]
-        t = int(keep[pos])
-        env_t = {**env, **{k: v.a[t] for k, v in loop.items()}}
-        try:
-            op = _plain_op(fields, key_marks, mark, env_t)
-        except ExprError:
-            raise _Abandon from None
-        for k, v in vals.items():  # the bulk values must be what the general path computes
-            want = op[k]
-            got = ([x[pos] if isinstance(x, np.ndarray) else x for x in v] if isinstance(v, list)
-                   else v[pos] if isinstance(v, np.ndarray) else v)
-            if _keyable(list(want) if isinstance(want, list) else want) != _keyable(got):
-                raise _Abandon
-        if _keyable(tuple(sorted(op.get("tags", {}).items()))) != _keyable(tag_rows[pos]):
-            raise _Abandon
-        op["__path__"] = p
-        reps.append(op)
-        rep_deps.append(has_deps)
-        rep_tags.append(list(op["tags"]) if "tags" in op else None)
-    row_rep = np.concatenate([np.array([gid[(j, c)] for c in range(len(x[5]))], np.int64)[x[4]]
-                              for j, x in enumerate(per_entry)])[order]
-    row_names = np.concatenate([x[2] for x in per_entry])[order]
-    row_tags = np.fromiter(itertools.chain.from_iterable(x[8] for x in per_entry), object, R)[order]
-    cnt_e = np.array([len(x[3]) for x in per_entry], np.int64)
-    dep_cnt = np.repeat(cnt_e, [len(x[1]) for x in per_entry])[order]
+    reps, rep_deps, rep_tags, gid = _representatives(entries, body, loop, env, E)
+    row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order]
+    row_names = np.concatenate([x.names for x in entries])[order]
+    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]  # type: ignore[type-var]
+    dep_cnt = np.repeat(np.array([len(x.deps) for x in entries], np.int64), [len(x.keep) for x in entries])[order]
     dptr = np.cumsum(dep_cnt) - dep_cnt
     flat = np.empty(int(dep_cnt.sum()), object)
     off = 0
-    for x in per_entry:
-        nk = len(x[1])
-        start = dptr[inv[off:off + nk]]
-        for k, d in enumerate(x[3]):
+    for x in entries:
+        start = dptr[inv[off:off + len(x.keep)]]
+        for k, d in enumerate(x.deps):
             flat[start + k] = d
-        off += nk
+        off += len(x.keep)
     ctx.visits += n
     ctx.entries += R
     ctx.chars += chars
     return Block(reps, rep_deps, rep_tags, row_rep, row_names, dep_cnt, flat, row_tags)
+
+
+def _empty_block() -> Block:
+    return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
+                 np.zeros(0, object), np.zeros(0, object))
+
+
+def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: dict[str, Any], envs_of: Any,
+                done: dict[tuple[bool, str], Any]) -> _Entry | None:
+    """Entry ``e`` of the body over the iterations its ``when`` keeps (None: none kept): its fields' values,
+    names, ``deps``, tags and combinations of the other fields (one representative each)."""
+    from schedsim.expr import _Vec, compile_vector
+
+    when, fields, _key_marks, _mark, _p, item = b
+    keep = np.arange(n)
+    if when is not None:
+        w = _values(lambda env_, loop_, n_: compile_vector(str(item["when"]))(env_, loop_, n_),
+                    when, env, loop, n, envs_of(keep))
+        keep = np.flatnonzero(np.asarray(np.frompyfunc(bool, 1, 1)(w), dtype=bool) if isinstance(w, np.ndarray)
+                              else np.full(n, bool(w)))
+    nk = len(keep)
+    if not nk:
+        return None
+    sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
+    vals: dict[str, Any] = {}
+    for k, f, fm in fields:
+        raw = item[k]
+        # a string over every iteration evaluates alike in any field but a numeric one (`deps: ["mm{i}"]` and
+        # another entry's `name: mm{i}`): computed once
+        one = raw[0] if type(raw) is LList and len(raw) == 1 else raw
+        ck = (k in NUMERIC_FIELDS, one) if nk == n and type(one) is str else None
+        if ck is not None and ck in done:
+            vals[k] = [done[ck]] if one is not raw else done[ck]
+            continue
+        try:
+            vf = _vector_field(k, raw)
+        except ExprError:
+            raise _Abandon from None
+        vals[k] = _values(vf, (lambda env_, f=f, fm=fm: f(env_, fm)), env, sub, nk, envs_of(keep))
+        if ck is not None:
+            done[ck] = vals[k][0] if one is not raw else vals[k]
+    names = _row_names(vals.get("name"), nk)
+    tags = _tag_rows(vals.pop("tags", {}), nk)
+    deps = vals.get("deps", [])
+    if not isinstance(deps, list) or not all(
+            type(d) is str or (isinstance(d, np.ndarray) and set(map(type, d.tolist())) == {str}) for d in deps):
+        raise _Abandon
+    combo, firsts = _combos(vals, nk)
+    return _Entry(e=e, keep=keep, names=names, deps=deps, combo=combo, firsts=firsts, has_deps="deps" in vals,
+                  vals=vals, tags=tags, chars=_chars(vals, nk))
+
+
+def _row_names(nm: Any, nk: int) -> Any:
+    """The rows' names as an object array, checked as pydantic checks ``name`` (else _Abandon)."""
+    if not isinstance(nm, np.ndarray):
+        if nk > 1 or not isinstance(nm, str):
+            raise _Abandon  # one name for many rows: the general path reports the duplicate
+        nm = np.array([nm], object)
+    lst = nm.tolist()
+    if set(map(type, lst)) != {str}:
+        raise _Abandon  # pydantic's error, worded by the general path
+    joined = "\n".join(lst) + "\n"
+    if joined.count("\n") != nk or _NAME_RE.fullmatch(joined) is None:
+        raise _Abandon
+    return nm
+
+
+def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:
+    """Per row, ``tuple(sorted(tags.items()))`` (the lowering's tag set), from the tags' per-key values."""
+    if not isinstance(tags, dict):
+        raise _Abandon
+    tcols = [zip(itertools.repeat(k, nk), v.tolist() if isinstance(v, np.ndarray) else itertools.repeat(v, nk),
+                 strict=False) for k, v in sorted(tags.items())]
+    rows = list(zip(*tcols, strict=True)) if tcols else [()] * nk
+    try:
+        hash(tuple(rows))
+    except TypeError:
+        raise _Abandon from None
+    return rows
+
+
+def _chars(vals: dict[str, Any], nk: int) -> int:
+    """Characters of the rows' string fields, as :meth:`_Ctx.count` counts them."""
+    chars = 0
+    for v in vals.values():
+        if isinstance(v, str):
+            chars += len(v) * nk
+        elif isinstance(v, np.ndarray):
+            lst = v.tolist()
+            chars += sum(map(len, lst)) if set(map(type, lst)) == {str} else sum(len(x) for x in lst if type(x) is str)
+    return chars
+
+
+def _combos(vals: dict[str, Any], nk: int) -> tuple[Any, Any]:
+    """``(combo, firsts)``: per row, the id of its values of the fields other than name and deps (first-seen
+    order), and the first row of each id."""
+    vary = [v for k, v in vals.items() if k not in ("name", "deps")
+            and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
+    if not vary:
+        return np.zeros(nk, np.int64), np.zeros(1, np.int64)
+    cols = [v.tolist() if isinstance(v, np.ndarray) else
+            list(zip(*[x.tolist() if isinstance(x, np.ndarray) else [x] * nk for x in v], strict=True))
+            for v in vary]
+    try:
+        keys = [tuple(map(_keyable, k)) for k in zip(*cols, strict=True)]
+    except TypeError:
+        raise _Abandon from None
+    ids: dict[Any, int] = {}
+    combo = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, nk)
+    return combo, np.unique(combo, return_index=True)[1]
+
+
+def _representatives(entries: list[_Entry], body: list[tuple[Any, ...]], loop: dict[str, Any],
+                     env: dict[str, Any], E: int) -> tuple[list[LDict], list[bool], list[list[str] | None], list[Any]]:
+    """The representative op entries in order of their first row, built by :func:`_plain_op` (the general
+    path's code) and compared with the bulk values; and per entry, its combinations' representative ids."""
+    rep_of = sorted(((int(x.keep[pos]) * E + x.e, j, c, pos) for j, x in enumerate(entries)
+                     for c, pos in enumerate(x.firsts.tolist())))
+    gid = [np.zeros(len(x.firsts), np.int64) for x in entries]
+    reps: list[LDict] = []
+    rep_deps: list[bool] = []
+    rep_tags: list[list[str] | None] = []
+    for i, (_key, j, c, pos) in enumerate(rep_of):
+        x = entries[j]
+        gid[j][c] = i
+        _when, fields, key_marks, mark, p, _item = body[x.e]
+        t = int(x.keep[pos])
+        try:
+            op = _plain_op(fields, key_marks, mark, {**env, **{k: v.a[t] for k, v in loop.items()}})
+        except ExprError:
+            raise _Abandon from None
+        for k, v in x.vals.items():  # the bulk values must be what the general path computes
+            want = op[k]
+            got = ([y[pos] if isinstance(y, np.ndarray) else y for y in v] if isinstance(v, list)
+                   else v[pos] if isinstance(v, np.ndarray) else v)
+            if _keyable(list(want) if isinstance(want, list) else want) != _keyable(got):
+                raise _Abandon
+        if _keyable(tuple(sorted(op.get("tags", {}).items()))) != _keyable(x.tags[pos]):
+            raise _Abandon
+        op["__path__"] = p
+        reps.append(op)
+        rep_deps.append(x.has_deps)
+        rep_tags.append(list(op["tags"]) if "tags" in op else None)
+    return reps, rep_deps, rep_tags, gid
 
 
 _RANK = re.compile(r"\brank\b")
@@ -1197,7 +1229,8 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     models = spec.__dict__["ops"]
     block_names: list[str] = []
     other_names: set[str] = set()
-    items, srcs = [], []
+    items: list[Any] = []
+    srcs: list[Any] = []
     for item, a, b in spans:
         if isinstance(item, Block):
             item.models, item.sources = models[a:b], sources[a:b]
@@ -1212,8 +1245,10 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     if len(names) != len(block_names) or not names.isdisjoint(other_names):
         return None  # a block row's name used twice on a rank (check_spec saw the other ops)
     spec.__dict__.pop("ops")
-    spec.__pydantic_private__["_sources"] = []
-    spec.__pydantic_private__["_layout"] = Layout(items, srcs)
+    private = spec.__pydantic_private__
+    assert private is not None
+    private["_sources"] = []
+    private["_layout"] = Layout(items, srcs)
     return spec
 
 
