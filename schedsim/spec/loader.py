@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 from pydantic import ValidationError
 
@@ -602,6 +601,7 @@ class Block:
     def ops(self) -> list[Any]:
         """The rows as pydantic op models, equal to what validating the general path's entries gives: each
         representative's model with the row's ``name`` (and ``deps``, ``tags``)."""
+        import numpy as np
         out = []
         models, has_deps, tag_keys = self.models, self.rep_deps, self.rep_tags
         dptr = np.zeros(self.rows + 1, np.int64)
@@ -710,6 +710,7 @@ def _values(vf: Any, f: Any, env: Mapping[str, Any], loop: dict[str, Any], n: in
 
 def _objects(vals: list[Any]) -> Any:
     """A 1-d object array of ``vals`` (tuples stay one element each; numpy would make a 2-d array)."""
+    import numpy as np
     out = np.empty(len(vals), object)
     for i, x in enumerate(vals):
         out[i] = x
@@ -726,6 +727,8 @@ def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]
     (:func:`schedsim.expr.compile_vector`: numpy object arrays, Python's operators per element);
     representatives are built by the general path's own code and must agree with the bulk values.
     """
+    import numpy as np
+
     from schedsim.expr import _Vec
 
     sizes = [len(v) for v in values]
@@ -773,6 +776,7 @@ class _Entry:
 def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, Any], n: int,
                 env: dict[str, Any], ctx: _Ctx) -> Block:
     """:func:`_block` once the loop values are arrays; raises _Abandon where the general path must expand."""
+    import numpy as np
 
     def envs_of(keep: Any) -> Any:
         cols = [loop[nm].a[keep].tolist() for nm in names]
@@ -811,6 +815,7 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
 
 
 def _empty_block() -> Block:
+    import numpy as np
     return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
                  np.zeros(0, object), np.zeros(0, object))
 
@@ -819,6 +824,8 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
                 done: dict[tuple[bool, str], Any]) -> _Entry | None:
     """Entry ``e`` of the body over the iterations its ``when`` keeps (None: none kept): its fields' values,
     names, ``deps``, tags and combinations of the other fields (one representative each)."""
+    import numpy as np
+
     from schedsim.expr import _Vec, compile_vector
 
     when, fields, _key_marks, _mark, _p, item = b
@@ -862,6 +869,7 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
 
 def _row_names(nm: Any, nk: int) -> Any:
     """The rows' names as an object array, checked as pydantic checks ``name`` (else _Abandon)."""
+    import numpy as np
     if not isinstance(nm, np.ndarray):
         if nk > 1 or not isinstance(nm, str):
             raise _Abandon  # one name for many rows: the general path reports the duplicate
@@ -877,6 +885,7 @@ def _row_names(nm: Any, nk: int) -> Any:
 
 def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:
     """Per row, ``tuple(sorted(tags.items()))`` (the lowering's tag set), from the tags' per-key values."""
+    import numpy as np
     if not isinstance(tags, dict):
         raise _Abandon
     tcols = [zip(itertools.repeat(k, nk), v.tolist() if isinstance(v, np.ndarray) else itertools.repeat(v, nk),
@@ -891,6 +900,7 @@ def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:
 
 def _chars(vals: dict[str, Any], nk: int) -> int:
     """Characters of the rows' string fields, as :meth:`_Ctx.count` counts them."""
+    import numpy as np
     chars = 0
     for v in vals.values():
         if isinstance(v, str):
@@ -904,6 +914,7 @@ def _chars(vals: dict[str, Any], nk: int) -> int:
 def _combos(vals: dict[str, Any], nk: int) -> tuple[Any, Any]:
     """``(combo, firsts)``: per row, the id of its values of the fields other than name and deps (first-seen
     order), and the first row of each id."""
+    import numpy as np
     vary = [v for k, v in vals.items() if k not in ("name", "deps")
             and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
     if not vary:
@@ -924,6 +935,7 @@ def _representatives(entries: list[_Entry], body: list[tuple[Any, ...]], loop: d
                      env: dict[str, Any], E: int) -> tuple[list[LDict], list[bool], list[list[str] | None], list[Any]]:
     """The representative op entries in order of their first row, built by :func:`_plain_op` (the general
     path's code) and compared with the bulk values; and per entry, its combinations' representative ids."""
+    import numpy as np
     rep_of = sorted(((int(x.keep[pos]) * E + x.e, j, c, pos) for j, x in enumerate(entries)
                      for c, pos in enumerate(x.firsts.tolist())))
     gid = [np.zeros(len(x.firsts), np.int64) for x in entries]
