@@ -278,3 +278,62 @@ def _blocks(draw):  # type: ignore[no-untyped-def]
 @given(_blocks())
 def test_generated_blocks_give_the_general_paths_spec_program_or_error(general, text):
     assert_same_outcome(lambda: load_text(text, "gen.yaml"), general)
+
+
+@pytest.mark.parametrize("text", ["i", "i * 2 + 1", "64 / (i + 4)", "7 / 2", "i // 2 - i % 3", "2 ** (i + 3)",
+                                  "2 ** i", "-i", "+f", "not i", "i > 0 and i < 3", "i == 1 or f > 1",
+                                  "0 < i <= 2", "i if i > 0 else 0.5", "max(i, 1) * min(i, 2)", "abs(i) + f",
+                                  "round(f * i)", "ceil(i / 3)", "sizeof(d) * i", "1 / i", "i % 0", "2 ** (i * 40)",
+                                  "s + 'x'", "s * i", "i in [1, 2]", "[i][0]", "len(s) + i", "nope + i", "M * i",
+                                  "M * 2 ** 4000 * 2 ** (i + 3)"])
+def test_vector_evaluation_equals_evaluate_per_iteration(text):
+    """compile_vector over i = -3..3 gives, element by element, the value and type evaluate gives; where it
+    raises, evaluate raises for some iteration or the construct is left to per-iteration evaluation."""
+    from schedsim.expr import ExprError, NotVectorisable, compile_vector, evaluate, vector_values
+
+    iters = list(range(-3, 4))
+    env = {"f": 1.5, "s": "ab", "d": "bf16", "M": 3}
+    want, failed = [], False
+    for i in iters:
+        try:
+            want.append(evaluate(text, {**env, "i": i}))
+        except ExprError:
+            failed = True
+    try:
+        got = compile_vector(text)(env, {"i": vector_values(iters)}, len(iters))
+    except NotVectorisable:
+        assert text in ("s + 'x'", "s * i", "i in [1, 2]", "[i][0]", "len(s) + i")
+        return
+    except Exception:  # noqa: BLE001 - any error: the block is expanded by the general path
+        assert failed, text
+        return
+    assert not failed, text
+    vals = got.a.tolist() if hasattr(got, "a") else [got] * len(iters)
+    assert vals == want and [type(v) for v in vals] == [type(v) for v in want]
+
+
+LOOP_VALUES = """\
+schema_version: 1
+name: values
+world_size: 2
+params: {scale: 2}
+ops:
+  - foreach: {s: [up, down], f: [0.5, 1.5, 2.0], b: [true, false]}
+    ops:
+      - name: "op_{s}_{f}_{b}"
+        kind: compute
+        flops: 1e9 * f * scale
+        duration_us: "{f if b else 2 * f}"
+        stream: "{s}"
+        tags: {dir: "{s}", half: "{f < 1}"}
+"""
+
+
+def test_string_float_and_bool_loop_values_give_the_general_paths_program(general):
+    spec = load_text(LOOP_VALUES, "v.yaml")
+    assert spec._layout is not None
+    same_program(lower(spec), general(lambda: lower(load_text(LOOP_VALUES, "v.yaml"))))
+    assert spec.ops == general(lambda: load_text(LOOP_VALUES, "v.yaml")).ops
+    op = spec.ops[3]  # product order: s, then f, then b: (up, 1.5, False)
+    assert (op.name, op.flops, op.duration_us, op.stream, op.tags) == \
+        ("op_up_1.5_False", 3e9, 3.0, "up", {"dir": "up", "half": False})
