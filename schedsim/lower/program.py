@@ -16,6 +16,8 @@ pipeline block's ops after the hand-written ones)::
 
 A template (``templates[tmpl[i]]``, an :class:`~schedsim.graph.ops.Op`) holds what instances share: kind,
 sizes and cost inputs (bytes, FLOP, m/n/k, dtype, repeat, duration), the group of a collective, source.
+Its name, tags and spec index are those of the first op that uses it, and its ``deps`` are empty where
+instances declare their own: read an instance's from the columns (or :meth:`Program.ops`).
 Op names, ids and :class:`Op` objects are built only on request (:meth:`Program.ids`, :meth:`Program.ops`).
 """
 
