@@ -191,8 +191,9 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 
 class _Ctx:
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, blocks: bool = True) -> None:
         self.file = file
+        self.blocks = blocks  # a plain foreach body may become a Block (see _run_foreach)
         # what the expansion has really produced so far (the estimate of limits.check_expansion cannot see
         # loop ranges that depend on outer loop variables, nor strings built from parameters)
         self.entries = 0
@@ -488,7 +489,7 @@ def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[
     errors, the body is expanded iteration by iteration.
     """
     body = _plain_body(ops, "rank" in env or "rank" in names, ctx, p + ".ops")
-    if body is not None and TEMPLATES and "rank" not in env:
+    if body is not None and ctx.blocks and TEMPLATES and "rank" not in env:
         blk = _block(body, names, values, env, ctx)
         if blk is not None:
             if blk.rows:
@@ -1010,13 +1011,16 @@ def _uses_rank(v: Any, key: str = "") -> bool:
     return False
 
 
-def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> LDict:
+def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None, *, blocks: bool = False) -> LDict:
     """Resolve parameters, ``foreach``, ``when`` and expressions.
+
+    With ``blocks``, a plain ``foreach`` body is kept as one :class:`Block` in ``ops`` (for :func:`load_text`);
+    otherwise every op entry is expanded.
 
     Returns the expanded document, still carrying source marks, ready for
     pydantic. See the module docstring for the rules.
     """
-    ctx = _Ctx(file)
+    ctx = _Ctx(file, blocks)
     if not isinstance(data, dict):
         raise ctx.err("a schedule must be a YAML mapping", getattr(data, "mark", None), "<top>",
                       fix="start the file with 'schema_version: 1'")
@@ -1210,17 +1214,12 @@ def _strip(doc: Any) -> Any:
 def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | None = None) -> ScheduleSpec:
     """Load a schedule from YAML text. See :func:`load_schedule`."""
     data = parse_yaml(text, file)
-    doc = expand(data, file, overrides)
+    doc = expand(data, file, overrides, blocks=True)
     if any(isinstance(x, Block) for x in doc.get("ops") or ()):
         spec = _load_blocks(doc, file)
         if spec is not None:
             return spec
-        global TEMPLATES
-        saved, TEMPLATES = TEMPLATES, False  # something is wrong: the general path finds and words it
-        try:
-            doc = expand(data, file, overrides)
-        finally:
-            TEMPLATES = saved
+        doc = expand(data, file, overrides)  # something is wrong: the general path finds and words it
     try:
         from schedsim.spec.validation import op_sources
 
