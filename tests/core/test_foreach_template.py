@@ -274,7 +274,7 @@ def _blocks(draw):  # type: ignore[no-untyped-def]
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(_blocks())
 def test_generated_blocks_give_the_general_paths_spec_program_or_error(general, text):
     assert_same_outcome(lambda: load_text(text, "gen.yaml"), general)
@@ -337,3 +337,76 @@ def test_string_float_and_bool_loop_values_give_the_general_paths_program(genera
     op = spec.ops[3]  # product order: s, then f, then b: (up, 1.5, False)
     assert (op.name, op.flops, op.duration_us, op.stream, op.tags) == \
         ("op_up_1.5_False", 3e9, 3.0, "up", {"dir": "up", "half": False})
+
+
+_SIZES = st.sampled_from(["64", "i + 1", "(i + 1) * W", "W // (i + 1)", "{i * 8 + 8}", "i - 1", "1e3 * (i + 1)",
+                          "2.5", "i / 2", "True", "i > 1"])
+
+
+def _kind_lines(draw, kind: str) -> list[str]:  # type: ignore[no-untyped-def]
+    size = draw(_SIZES)
+    if kind == "matmul":
+        return [f"        m: \"{size}\"", "        n: 16", f"        k: \"{draw(_SIZES)}\"",
+                f"        repeat: \"{draw(st.sampled_from(['1', 'i + 1']))}\""]
+    if kind == "compute":
+        host = [f"        host_us: \"{draw(_SIZES)}\""] if draw(st.booleans()) else []
+        return [f"        flops: \"{size}\"", *host]
+    if kind == "memcpy":
+        return [f"        shape: [\"{size}\", 2]", f"        direction: {draw(st.sampled_from(['h2d', 'd2d']))}"]
+    if kind == "send":
+        return [f"        bytes: \"{size}\"", "        peer: 1"]
+    out = [f"        bytes: \"{size}\""] + (["        buffer: shard"] if draw(st.booleans()) else [])
+    if kind == "broadcast":
+        out.append(f"        root: \"{draw(st.sampled_from(['0', 'i % W', '1']))}\"")
+    if draw(st.booleans()):
+        out.append(f"        group: {draw(st.sampled_from(['[0]', '[0, 1]', '[0, 1, 2, 3]']))}")
+    return out
+
+
+def _entry_lines(draw, blk: int, e: int, suffix: str) -> list[str]:  # type: ignore[no-untyped-def]
+    kind = draw(st.sampled_from(["matmul", "compute", "all_reduce", "all_gather", "memcpy", "broadcast", "send"]))
+    lines = [f"      - name: \"b{blk}e{e}_{{i}}{suffix}\"", f"        kind: {kind}", *_kind_lines(draw, kind)]
+    if draw(st.booleans()):
+        lines.append(f"        stream: \"{draw(st.sampled_from(['s{i % 2}', 'a', 'comm', 'zz']))}\"")
+    if draw(st.booleans()):
+        lines.append('        dtype: "' + draw(st.sampled_from(["bf16", "{'fp16' if i > 1 else 'bf16'}"])) + '"')
+    if draw(st.booleans()):
+        lines.append(f"        when: \"{draw(st.sampled_from(['i % 2 == 0', 'i != 1', 'W > 1']))}\"")
+    deps = draw(st.lists(st.sampled_from([f"b{blk}e0_{{i}}{suffix}", "x0", f"b0e0_{{i}}{suffix}", "b0e1_{i - 1}"]),
+                         max_size=2))
+    if deps and e:
+        quoted = ", ".join(f'"{d}"' for d in deps)
+        lines.append(f"        deps: [{quoted}]")
+    if draw(st.booleans()):
+        lines.append("        tags: {mb: \"{i}\", phase: fwd, n: \"i * 2\"}")
+    return lines
+
+
+@st.composite
+def _schedules(draw):  # type: ignore[no-untyped-def]
+    """Up to three blocks, with ops between them, over every op kind: collectives with `buffer`, `root` and
+    `group`, sends, declared streams, dtypes from expressions, `repeat`, `host_us`, tags with numeric keys,
+    dependencies across blocks. Most break a rule somewhere (a send to itself, a root outside the group, an
+    undeclared stream, a size <= 0, a missing dependency); the rest are valid."""
+    lines = ["schema_version: 1", "name: g", "world_size: \"{W}\"",
+             f"params: {{W: {draw(st.integers(1, 4))}, n: {draw(st.integers(0, 5))}}}"]
+    if draw(st.booleans()):
+        lines.append("streams: [compute, comm, copy, a, b, s0, s1]")
+    lines.append("ops:")
+    for blk in range(draw(st.integers(1, 3))):
+        if draw(st.booleans()):
+            ranks = draw(st.sampled_from(["[0]", "all", "[0, 1]"]))
+            lines.append(f"  - {{name: x{blk}, kind: compute, duration_us: 1, ranks: {ranks}}}")
+        loops = draw(st.sampled_from(["{i: range(n)}", "{i: range(n), k: [0, 1]}", "{i: [3, 1, 2]}",
+                                      "{i: range(n), s: [a, b]}"]))
+        suffix = "_{k}" if "k:" in loops else "_{s}" if "s:" in loops else ""
+        lines += [f"  - foreach: {loops}", "    ops:"]
+        for e in range(draw(st.integers(1, 3))):
+            lines += _entry_lines(draw, blk, e, suffix)
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(_schedules())
+def test_generated_schedules_of_every_op_kind_give_the_general_paths_outcome(general, text):
+    assert_same_outcome(lambda: load_text(text, "gen.yaml"), general)
