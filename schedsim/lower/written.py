@@ -137,14 +137,18 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         if isinstance(s, Block):
             flush()
             first = np.unique(s.row_rep, return_index=True)[1].tolist()
-            tids = []
-            for j, model in enumerate(s.models):
+            tids, rep_ranks = [], []
+            for j, model in enumerate(s.models):  # (the loader sent single-rank collectives without group away)
                 stream = model.stream or DEFAULT_STREAM.get(model.kind, "comm")
-                proto = op_instance(model, 0, 0, stream=stream, group=group_of(every),
+                explicit, ranks = model.__dict__.get("group"), model.ranks
+                g = tuple(sorted(explicit)) if explicit else tuple(sorted(ranks)) if ranks is not None else every
+                proto = op_instance(model, ranks[0] if ranks else 0, 0, stream=stream, group=group_of(g),
                                     tags=tuple(sorted(model.tags.items())),
                                     source=_source_of(spec, s.sources[j]), spec_index=idx + first[j])
                 tids.append(table.shared_template(proto))
-            table.add_rows(np.array(tids, np.int32)[s.row_rep], s.names, s.dep_cnt, s.deps, world, s.tags)
+                rep_ranks.append(all_ranks if ranks is None else np.asarray(ranks, np.int32))
+            on = world if all(r is all_ranks for r in rep_ranks) else [rep_ranks[j] for j in s.row_rep.tolist()]
+            table.add_rows(np.array(tids, np.int32)[s.row_rep], s.names, s.dep_cnt, s.deps, on, s.tags)
             idx += s.rows
             continue
         ranks = s.ranks if s.ranks is not None else None

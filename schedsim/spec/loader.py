@@ -13,7 +13,7 @@ Steps, in order:
    the file, line, column, field path and a one-line fix; an unknown key gets
    the nearest valid key as a suggestion.
 
-A ``foreach`` whose body is plain op entries (no nested blocks, no ``ranks``, no ``rank``) is not expanded
+A ``foreach`` whose body is plain op entries (no nested blocks, no ``rank``) is not expanded
 entry by entry: it becomes one :class:`Block`, its whole iteration space evaluated at once
 (:func:`schedsim.expr.compile_vector`), one *representative* op entry per distinct combination of the
 fields other than ``name``, ``deps`` and ``tags``. Pydantic and the cross-field rules check the
@@ -25,6 +25,7 @@ schedule down the general path, which gives the same result and raises the same 
 
 from __future__ import annotations
 
+import ast
 import difflib
 import itertools
 import math
@@ -40,7 +41,7 @@ from pydantic import ValidationError
 from schedsim.errors import SpecError
 from schedsim.expr import ExprError, _short, compile_expr, compile_interpolate, evaluate, interpolate
 from schedsim.spec.limits import MAX_YAML_DEPTH
-from schedsim.spec.model import NAME_PATTERN, NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
+from schedsim.spec.model import COLLECTIVE_KINDS, NAME_PATTERN, NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
 
 __all__ = ["load_schedule", "load_text", "parse_overrides", "expand"]
 
@@ -257,12 +258,12 @@ def _compile_field(key: str, v: Any) -> _Field:
     """Compile one field of an op entry: its expressions are parsed once, not once per ``foreach`` iteration.
 
     Returns ``f(env, mark)`` giving the same value as :func:`_eval_value`, or None where the field is left to
-    :func:`_eval_value` (``ranks``, nested lists and mappings, an expression that does not parse: its error is
-    then raised by :func:`_eval_value` with the file, line and field as before).
+    :func:`_eval_value` (nested lists and mappings, an expression that does not parse: its error is then
+    raised by :func:`_eval_value` with the file, line and field as before).
     """
     try:
         if key == "ranks":
-            return None
+            return _compile_ranks(v)
         if isinstance(v, dict):  # tags: {mb: "{i}"}; a nested key is read as a field of that name
             if any(isinstance(x, (list, dict)) for x in v.values()):
                 return None
@@ -298,6 +299,31 @@ def _compile_field(key: str, v: Any) -> _Field:
         return None
 
 
+def _compile_ranks(v: Any) -> _Field:
+    """``f(env, mark)`` equal to ``_eval_value("ranks", v, env, ...)``: None for all ranks, else the list of
+    ranks (a lone int or ``{expr}`` giving one becomes a one-rank list)."""
+    if v is None or (isinstance(v, str) and v == "all"):
+        return lambda env, mark: None
+    if isinstance(v, str):
+        f = compile_expr(v.strip("{}"))
+
+        def run(env: Mapping[str, Any], mark: Mark | None) -> Any:
+            x = f(env)
+            if isinstance(x, int):
+                return [x]
+            if isinstance(x, list):
+                return [evaluate(y.strip("{}"), env) if isinstance(y, str) else y for y in x]
+            return x
+
+        return run
+    if isinstance(v, int):
+        return lambda env, mark: [v]
+    if isinstance(v, list):
+        fns = [compile_expr(y.strip("{}")) if isinstance(y, str) else (lambda env, y=y: y) for y in v]
+        return lambda env, mark: [f(env) for f in fns]
+    return lambda env, mark: v
+
+
 class _Plan:
     """One op entry as written, compiled once: its fields' expressions, its `when`, whether it uses `rank`."""
 
@@ -315,10 +341,12 @@ class _Plan:
 
     def for_copy(self, one: Mapping[str, Any]) -> _Plan:
         """The plan of ``one``, a copy of this entry with its own ``ranks`` (the per-rank instances): the same
-        compiled fields, ``ranks`` (never compiled) appended where the entry had none."""
+        compiled fields but ``ranks``, which is evaluated from the copy (appended where the entry had none)."""
         pl = object.__new__(_Plan)
         pl.item, pl.uses_rank, pl.when = one, self.uses_rank, self.when
-        pl.fields = self.fields if "ranks" in self.item else [*self.fields, ("ranks", None)]
+        pl.fields = [(k, None if k == "ranks" else f) for k, f in self.fields]  # `ranks` is the copy's own
+        if "ranks" not in self.item:
+            pl.fields.append(("ranks", None))
         return pl
 
 
@@ -579,7 +607,7 @@ class Block:
     ``itertools.product``, each iteration's entries in the order written, ``when`` applied). Rows of one entry
     whose fields other than ``name``, ``deps`` and ``tags`` are equal share one *representative*: the op entry of the
     first such row, built by the general path's code (:func:`_plain_op`) and validated by pydantic with the
-    rest of the schedule. Every row runs on all ranks (a body with ``ranks`` is not plain).
+    rest of the schedule. A row runs on its representative's ``ranks``.
 
     Attributes
     ----------
@@ -683,7 +711,7 @@ def _keyable(v: Any) -> Any:
 def _vector_field(key: str, v: Any) -> Any:
     """``f(env, loop, n)`` for field ``key`` written as ``v``: a plain value, a :class:`_Vec`, or (a list) a
     list of those; raises ExprError (does not parse) or _Abandon (a nested list or mapping)."""
-    from schedsim.expr import compile_interpolate_vector, compile_vector
+    from schedsim.expr import NotVectorisable, _parse, compile_interpolate_vector, compile_vector
 
     def scalar(x: Any) -> Any:
         if not isinstance(x, str):
@@ -692,6 +720,17 @@ def _vector_field(key: str, v: Any) -> Any:
             return compile_vector(x.strip().removeprefix("{").removesuffix("}") if x.strip().startswith("{") else x)
         return compile_interpolate_vector(x)
 
+    if key == "ranks":  # the same for every iteration unless it names a loop variable (then per iteration)
+        f = _compile_ranks(v)
+        texts = [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+        used = {nd.id for t in texts for nd in ast.walk(_parse(t.strip("{}").strip())) if isinstance(nd, ast.Name)}
+
+        def ranks(env: Mapping[str, Any], loop: Mapping[str, Any], n: int) -> Any:
+            if used & loop.keys():
+                raise NotVectorisable("ranks from a loop variable")
+            return f(env, None)
+
+        return ranks
     if isinstance(v, dict):
         if key != "tags" or any(isinstance(x, (list, dict)) for x in v.values()):
             raise _Abandon
@@ -1262,6 +1301,9 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     except (ValidationError, SpecError):
         return None
     models = spec.__dict__["ops"]
+    if any(isinstance(item, Block) and any(m.kind in COLLECTIVE_KINDS and m.ranks is not None and len(m.ranks) == 1
+                                           and m.group is None for m in models[a:b]) for item, a, b in spans):
+        return None  # one entry per rank forms one collective with the same names elsewhere: the general path
     block_names: list[str] = []
     other_names: set[str] = set()
     items: list[Any] = []

@@ -353,8 +353,8 @@ def _kind_lines(draw, kind: str) -> list[str]:  # type: ignore[no-untyped-def]
         return [f"        flops: \"{size}\"", *host]
     if kind == "memcpy":
         return [f"        shape: [\"{size}\", 2]", f"        direction: {draw(st.sampled_from(['h2d', 'd2d']))}"]
-    if kind == "send":
-        return [f"        bytes: \"{size}\"", "        peer: 1"]
+    if kind in ("send", "recv"):
+        return [f"        bytes: \"{size}\"", f"        peer: {1 if kind == 'send' else 0}"]
     out = [f"        bytes: \"{size}\""] + (["        buffer: shard"] if draw(st.booleans()) else [])
     if kind == "broadcast":
         out.append(f"        root: \"{draw(st.sampled_from(['0', 'i % W', '1']))}\"")
@@ -364,10 +364,13 @@ def _kind_lines(draw, kind: str) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def _entry_lines(draw, blk: int, e: int, suffix: str) -> list[str]:  # type: ignore[no-untyped-def]
-    kind = draw(st.sampled_from(["matmul", "compute", "all_reduce", "all_gather", "memcpy", "broadcast", "send"]))
+    kind = draw(st.sampled_from(["matmul", "compute", "all_reduce", "all_gather", "memcpy", "broadcast", "send",
+                                 "recv"]))
     lines = [f"      - name: \"b{blk}e{e}_{{i}}{suffix}\"", f"        kind: {kind}", *_kind_lines(draw, kind)]
     if draw(st.booleans()):
         lines.append(f"        stream: \"{draw(st.sampled_from(['s{i % 2}', 'a', 'comm', 'zz']))}\"")
+    if draw(st.booleans()):
+        lines.append("        ranks: " + draw(st.sampled_from(["[0, 1]", "[1]", "all", '"{i % W}"', '[0, "{W - 1}"]'])))
     if draw(st.booleans()):
         lines.append('        dtype: "' + draw(st.sampled_from(["bf16", "{'fp16' if i > 1 else 'bf16'}"])) + '"')
     if draw(st.booleans()):
@@ -385,9 +388,10 @@ def _entry_lines(draw, blk: int, e: int, suffix: str) -> list[str]:  # type: ign
 @st.composite
 def _schedules(draw):  # type: ignore[no-untyped-def]
     """Up to three blocks, with ops between them, over every op kind: collectives with `buffer`, `root` and
-    `group`, sends, declared streams, dtypes from expressions, `repeat`, `host_us`, tags with numeric keys,
-    dependencies across blocks. Most break a rule somewhere (a send to itself, a root outside the group, an
-    undeclared stream, a size <= 0, a missing dependency); the rest are valid."""
+    `group`, sends and recvs, `ranks` (constant or from the loop variable), declared streams, dtypes from
+    expressions, `repeat`, `host_us`, tags with numeric keys, dependencies across blocks. Most break a rule
+    somewhere (a send to itself, a root outside the group, an undeclared stream, a size <= 0, a missing
+    dependency); the rest are valid."""
     lines = ["schema_version: 1", "name: g", "world_size: \"{W}\"",
              f"params: {{W: {draw(st.integers(1, 4))}, n: {draw(st.integers(0, 5))}}}"]
     if draw(st.booleans()):
@@ -410,3 +414,44 @@ def _schedules(draw):  # type: ignore[no-untyped-def]
 @given(_schedules())
 def test_generated_schedules_of_every_op_kind_give_the_general_paths_outcome(general, text):
     assert_same_outcome(lambda: load_text(text, "gen.yaml"), general)
+
+
+PER_RANK = """\
+schema_version: 1
+name: per_rank
+world_size: 4
+params: {n: 6}
+ops:
+  - foreach: {i: range(n)}
+    ops:
+      - {name: "f{i}", kind: compute, duration_us: 2}
+      - {name: "s{i}", kind: send, bytes: 1024, peer: 1, ranks: [0], deps: ["f{i}"], p2p_batch: "b{i}"}
+      - {name: "r{i}", kind: recv, bytes: 1024, peer: 0, ranks: 1, p2p_batch: "b{i}"}
+      - {name: "ar{i}", kind: all_reduce, bytes: 4096, ranks: [2, 3], deps: ["f{i}"]}
+      - {name: "g{i}", kind: all_gather, bytes: 4096, ranks: [0, 1], group: [0, 1]}
+      - {name: "w{i}", kind: compute, flops: 1e9, ranks: "{i % 4}", when: i % 2 == 1}
+      - {name: "x{i}", kind: compute, flops: 1e9, ranks: ["{i % 2}", 3]}
+"""
+
+
+def test_entries_with_ranks_give_the_general_paths_program(general):
+    """A block whose entries run on some ranks (constant `ranks`, from the loop variable, sends and recvs,
+    collectives over a subset) gives the general path's Program; a collective written for single ranks
+    without `group` is left to the general path, which forms its collective or refuses it."""
+    spec = load_text(PER_RANK, "p.yaml")
+    assert spec._layout is not None
+    prog = lower(spec)
+    same_program(prog, general(lambda: lower(load_text(PER_RANK, "p.yaml"))))
+    assert spec.ops == general(lambda: load_text(PER_RANK, "p.yaml")).ops
+    # by hand, per iteration: f on 4 ranks, s, r, ar on 2, g on 2, w (odd i) on 1, x on 2
+    assert prog.N == 6 * (4 + 1 + 1 + 2 + 2 + 2) + 3
+    # by hand: rank 0 runs 6 f, 6 s, 6 g and x for even i (21 ops), rank 1 6 f, 6 r, 6 g, w1, w5 and x for odd i
+    # (23), rank 2 6 f and 6 ar (12): ar0 follows f0 on rank 2 (index 45) and on rank 3 (index 57)
+    assert prog.p2p.shape == (6, 2) and prog.collectives()["ar0#2,3"] == [45, 57]
+    assert "w3@r3" in prog.ids() and "w1@r1" in prog.ids() and "x5@r1" in prog.ids()
+    lone = PER_RANK.replace('ranks: [2, 3], deps: ["f{i}"]', 'ranks: "{2 + i % 2}"')
+    with pytest.raises(SchedsimError) as fast:
+        lower(load_text(lone, "p.yaml"))
+    with pytest.raises(SchedsimError) as slow:
+        general(lambda: lower(load_text(lone, "p.yaml")))
+    assert str(fast.value) == str(slow.value) and "alone" in str(fast.value)
