@@ -57,22 +57,23 @@ def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, .
     return Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[attr-defined,arg-type]
 
 
-def _models(spec: ScheduleSpec) -> tuple[list[Any], list[str], Any]:
-    """``(items, sources, layout)``: the spec's written ops as the loader kept them, without building the op
-    models of its ``foreach`` blocks: op models and :class:`~schedsim.spec.loader.Block` s, with the source
-    text of each op model."""
+def _models(spec: ScheduleSpec) -> tuple[list[Any], list[str]]:
+    """``(items, sources)``: the spec's written ops as the loader kept them, without building the op models of
+    its ``foreach`` blocks: op models and :class:`~schedsim.spec.loader.Block` s, with the source text of
+    each op model."""
     from schedsim.spec.model import _source_text
 
     layout = None if "ops" in spec.__dict__ else (spec.__pydantic_private__ or {}).get("_layout")
     if layout is None:
-        return list(spec.ops), spec.sources(), None
+        return list(spec.ops), spec.sources()
     file = spec._file
-    return list(layout.items), [_source_text(file, s) if s is not None else "" for s in layout.sources], layout
+    return list(layout.items), [_source_text(file, s) if s is not None else "" for s in layout.sources]
 
 
 def _implicit_groups(items: list[Any]) -> dict[str, set[int]]:
     """Collectives written once per rank (``ranks: [0]``, ``ranks: [1]``, no ``group``), by name: one
-    collective over all of those ranks, as a reader of the file expects (a block's rows run on all ranks)."""
+    collective over all of those ranks, as a reader of the file expects. Blocks hold no such entries (the
+    loader leaves them to the general path), so only op models are looked at."""
     implicit: dict[str, set[int]] = defaultdict(set)
     for s in items:
         if not hasattr(s, "kind"):
@@ -97,10 +98,10 @@ def _lone_collective(spec: ScheduleSpec, s: object, group: tuple[int, ...], src:
 
 def add_written(spec: ScheduleSpec, table: Table) -> None:
     """Add the spec's hand-written ops to ``table`` as rows, in program order: each op entry instanced on its
-    ranks, sharing a template with the entries equal to it but for name and dependencies
+    ranks, sharing a template with the entries equal to it but for name, dependencies and tags
     (:meth:`Table.shared_template`). A ``foreach`` block the loader kept whole
     (:class:`~schedsim.spec.loader.Block`) is added in bulk: one template per representative, its rows'
-    names and dependencies as arrays; the result is the same as for its ops one by one.
+    names, dependencies, tags and ranks as arrays; the result is the same as for its ops one by one.
 
     Raises
     ------
@@ -111,7 +112,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
 
     world = spec.world_size
     all_ranks = np.arange(world, dtype=np.int32)
-    items, sources, _layout = _models(spec)
+    items, sources = _models(spec)
     implicit = _implicit_groups(items)
     groups: dict[tuple[int, ...], RankGroup] = {}  # one shared group object per distinct group
     every = tuple(range(world))
