@@ -332,3 +332,236 @@ def interpolate(text: str, env: Mapping[str, Any]) -> Any:
     if m:
         return evaluate(m.group(1), env)
     return _BRACES.sub(lambda mm: str(evaluate(mm.group(1), env)), text)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Vectorised evaluation over a foreach block's iteration space
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class NotVectorisable(Exception):
+    """An expression uses a construct :func:`compile_vector` does not evaluate over arrays (a list, a subscript,
+    ``in``, ``range``/``len``, a string operation); the caller evaluates it once per iteration instead."""
+
+
+class _Vec:
+    """Per-iteration values as a 1-d object array of Python objects, and whether all of them are numbers."""
+
+    __slots__ = ("a", "num")
+
+    def __init__(self, a: Any, num: bool) -> None:
+        self.a, self.num = a, num
+
+
+_NUM = (int, float, bool)
+_BIG = 2 ** 4095
+
+
+def vector_values(values: Any) -> _Vec:
+    """Loop values (a list of Python scalars) as a :class:`_Vec` for :func:`compile_vector`."""
+    import numpy as np
+
+    a = np.empty(len(values), object)
+    a[:] = values
+    return _Vec(a, all(type(x) in _NUM for x in values))
+
+
+def _pow_checked(a: Any, b: Any) -> Any:
+    if isinstance(b, (int, float)) and isinstance(a, (int, float)):
+        if abs(b) > 64 or (isinstance(a, int) and a.bit_length() * abs(b) > 4096):
+            raise ExprError("power too large (exponent > 64 or a result over 4096 bits)")
+    return a ** b
+
+
+def _uses(node: ast.AST, loop: Mapping[str, Any]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in loop for n in ast.walk(node))
+
+
+def _as_array(v: Any, n: int) -> Any:
+    import numpy as np
+
+    if isinstance(v, _Vec):
+        return v.a
+    a = np.empty(n, object)
+    a.fill(v)
+    return a
+
+
+def _truth(v: Any, n: int) -> Any:
+    """Truth value of each element, as a bool array."""
+    import numpy as np
+
+    return np.frompyfunc(bool, 1, 1)(_as_array(v, n)).astype(bool)
+
+
+def _bools(mask: Any) -> _Vec:
+    return _Vec(mask.astype(object), True)
+
+
+def _vec(node: ast.AST, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
+    """Value of ``node`` for every iteration: a :class:`_Vec`, or a plain value where it does not depend on the
+    loop variables (evaluated once, by :func:`_ev`)."""
+    if not _uses(node, loop):
+        return _ev(node, env)
+    if isinstance(node, ast.Name):
+        return loop[node.id]
+    rule = _VEC_RULES.get(type(node))
+    if rule is None:
+        raise NotVectorisable(f"{type(node).__name__} over loop variables")
+    return rule(node, env, loop, n)
+
+
+def _is_num(x: Any) -> bool:
+    return x.num if isinstance(x, _Vec) else type(x) in _NUM
+
+
+def _vec_binop(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    op = type(node.op)
+    if op not in _BINOPS:
+        raise NotVectorisable(f"{op.__name__}")
+    left, right = _vec(node.left, env, loop, n), _vec(node.right, env, loop, n)
+    if not (_is_num(left) and _is_num(right)):
+        raise NotVectorisable("arithmetic on non-numbers")
+    a, b = _as_array(left, n), _as_array(right, n)
+    if op is ast.Div:
+        return _Vec(np.frompyfunc(_div, 2, 1)(a, b), True)
+    if op is ast.Pow:
+        return _Vec(np.frompyfunc(_pow_checked, 2, 1)(a, b), True)
+    ufunc = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.FloorDiv: np.floor_divide,
+             ast.Mod: np.remainder}[op]
+    return _Vec(ufunc(a, b), True)
+
+
+def _vec_unary(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    v = _vec(node.operand, env, loop, n)
+    if isinstance(node.op, ast.Not):
+        return _bools(~_truth(v, n))
+    if not _is_num(v) or type(node.op) not in _UNOPS:
+        raise NotVectorisable("sign of a non-number")
+    return _Vec((np.negative if isinstance(node.op, ast.USub) else np.positive)(_as_array(v, n)), True)
+
+
+def _vec_compare(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    ufuncs = {ast.Eq: np.equal, ast.NotEq: np.not_equal, ast.Lt: np.less, ast.LtE: np.less_equal,
+              ast.Gt: np.greater, ast.GtE: np.greater_equal}
+    if any(type(op) not in ufuncs for op in node.ops):
+        raise NotVectorisable("in / not in")
+    left = _as_array(_vec(node.left, env, loop, n), n)
+    ok = np.ones(n, bool)
+    for op, comp in zip(node.ops, node.comparators, strict=True):
+        right = _as_array(_vec(comp, env, loop, n), n)
+        ok &= np.asarray(ufuncs[type(op)](left, right), dtype=bool)
+        left = right
+    return _bools(ok)
+
+
+def _vec_boolop(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    truths = [_truth(_vec(v, env, loop, n), n) for v in node.values]  # all evaluated, as _ev does
+    red = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
+    return _bools(red.reduce(truths))
+
+
+def _vec_ifexp(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    test = _truth(_vec(node.test, env, loop, n), n)
+    body, orelse = _vec(node.body, env, loop, n), _vec(node.orelse, env, loop, n)
+    return _Vec(np.where(test, _as_array(body, n), _as_array(orelse, n)), _is_num(body) and _is_num(orelse))
+
+
+def _vec_call(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    import numpy as np
+
+    if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords \
+            or node.func.id in ("range", "len", "sizeof"):
+        raise NotVectorisable("this call over loop variables")
+    args = [_vec(a, env, loop, n) for a in node.args]
+    if not args or not all(_is_num(x) for x in args):
+        raise NotVectorisable("a function of non-numbers")
+    out = np.frompyfunc(FUNCTIONS[node.func.id], len(args), 1)(*[_as_array(a, n) for a in args])
+    return _Vec(out, all(type(x) in _NUM for x in out.tolist()))
+
+
+_VEC_RULES: dict[type, Callable[..., _Vec]] = {ast.BinOp: _vec_binop, ast.UnaryOp: _vec_unary,
+                                               ast.Compare: _vec_compare, ast.BoolOp: _vec_boolop,
+                                               ast.IfExp: _vec_ifexp, ast.Call: _vec_call}
+
+
+def compile_vector(text: str) -> Callable[[Mapping[str, Any], Mapping[str, _Vec], int], Any]:
+    """Parse ``text`` once; return ``f(env, loop, n)``: the expression's value for each of ``n`` iterations.
+
+    ``loop`` maps loop variables to their per-iteration values (:func:`vector_values`); ``env`` holds the
+    other names. The result is a plain value when the expression does not use a loop variable, else a
+    :class:`_Vec` whose elements are the values :func:`evaluate` gives for each iteration (object arrays
+    apply Python's own operators element by element, so ints stay exact and ``/`` keeps its rule).
+
+    Raises
+    ------
+    ExprError
+        Here, if ``text`` does not parse.
+    NotVectorisable
+        From ``f``, for a construct it does not evaluate over arrays.
+    Exception
+        From ``f``, where :func:`evaluate` would raise for some iteration (the caller then evaluates per
+        iteration, which raises :class:`ExprError` with the usual message).
+    """
+    tree = _parse(text.strip())
+    budget = _element_budget()
+
+    def run(env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
+        _budget[0] = budget
+        v = _vec(tree.body, {k: x for k, x in env.items() if k not in loop}, loop, n)
+        vals = v.a.tolist() if isinstance(v, _Vec) else [v]
+        if isinstance(v, _Vec) and v.num and vals and -_BIG < min(vals) and max(vals) < _BIG:
+            return v  # every int within 4096 bits (min/max run in C; the loop below in Python)
+        if any(type(x) is int and x.bit_length() > 4096 for x in vals):
+            raise ExprError(f"{text!r}: result has more than 4096 bits")
+        return v
+
+    return run
+
+
+def compile_interpolate_vector(text: str) -> Callable[[Mapping[str, Any], Mapping[str, _Vec], int], Any]:
+    """:func:`compile_vector` for :func:`interpolate`: ``f(env, loop, n)`` gives a plain value, or a
+    :class:`_Vec` of the strings (or typed values, for a lone ``{expr}``) of each iteration."""
+    import numpy as np
+
+    if "{" not in text:
+        return lambda env, loop, n: text
+    m = _BRACES.fullmatch(text.strip())
+    if m:
+        return compile_vector(m.group(1))
+    pieces = _BRACES.split(text)
+    lits = pieces[0::2]
+    fns = [compile_vector(e) for e in pieces[1::2]]
+
+    def run(env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
+        fmt = [lits[0].replace("{", "{{").replace("}", "}}")]
+        cols: list[list[Any]] = []
+        for f, lit in zip(fns, lits[1:], strict=True):
+            v = f(env, loop, n)
+            if isinstance(v, _Vec):
+                vals = v.a.tolist()
+                if not set(map(type, vals)) <= {int, float, str, bool}:
+                    raise NotVectorisable("a value that is not a number or string")
+                cols.append(vals)
+                fmt.append("{}")  # format(x, "") is str(x) for these types
+            else:
+                fmt.append(str(v).replace("{", "{{").replace("}", "}}"))
+            fmt.append(lit.replace("{", "{{").replace("}", "}}"))
+        form = "".join(fmt)
+        if not cols:
+            return form.format()
+        out = np.empty(n, object)
+        out[:] = list(map(form.format, *cols))
+        return _Vec(out, False)
+
+    return run

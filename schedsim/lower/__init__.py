@@ -1,9 +1,11 @@
 """Lowering: a validated :class:`~schedsim.spec.model.ScheduleSpec` to a frozen :class:`Program`.
 
-``lower(spec)`` expands the hand-written ops (one template per spec op, instanced on its ranks in bulk) and
-the pipeline block (:mod:`schedsim.lower.pipeline`) into op columns, links them into integer dependency,
-edge, collective and send/recv arrays (:mod:`schedsim.lower.link`), and runs the static checks on those
-arrays (:mod:`schedsim.lower.checks`). The simulator reads the Program; networkx is built from it on demand
+``lower(spec)`` expands the hand-written ops (one row per op entry, instanced on its ranks in bulk; entries
+equal but for name, dependencies and tags share a template; a loader ``foreach`` block is added as arrays,
+:mod:`schedsim.lower.written`) and the pipeline block (:mod:`schedsim.lower.pipeline`) into op columns, links
+them into integer dependency, edge, collective and send/recv arrays (:mod:`schedsim.lower.link`; when every
+op runs on all ranks, rank 0's are linked and repeated), and runs the static checks on those arrays
+(:mod:`schedsim.lower.checks`). The simulator reads the Program; networkx is built from it on demand
 (:func:`schedsim.graph.build.graph_of`).
 """
 

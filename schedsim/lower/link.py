@@ -22,6 +22,10 @@ __all__ = ["link", "explain"]
 
 I64 = np.int64
 
+UNIFORM = True
+"""Link a table whose rows all run on every rank once, for rank 0 (:func:`_link_uniform`); False: always
+link every op (the tests compare the two)."""
+
 
 def _codes(templates: list[Op], kinds: Any) -> np.ndarray:
     return np.array([t.kind in kinds for t in templates], bool)
@@ -30,17 +34,23 @@ def _codes(templates: list[Op], kinds: Any) -> np.ndarray:
 class _Cols:
     """The expansion's columns in program order, with the helpers the rules share."""
 
-    def __init__(self, table: Table) -> None:
-        cols, dep_op, dep_name = table.columns()
-        order = np.argsort(cols["rank"], kind="stable")
-        self.c = {k: v[order] for k, v in cols.items()}
-        inv = np.empty_like(order)
-        inv[order] = np.arange(len(order))
-        dep_op = inv[dep_op] if len(dep_op) else dep_op
-        o2 = np.argsort(dep_op, kind="stable")
-        self.dep_op, self.dep_name = dep_op[o2], dep_name[o2]
+    def __init__(self, table: Table, once: bool = False) -> None:
+        cols, dep_op, dep_name = table.columns(once)
+        rk = cols["rank"]
+        if not len(rk) or bool((rk[1:] >= rk[:-1]).all()):  # already in program order
+            self.c = cols
+        else:
+            order = np.argsort(rk, kind="stable")
+            self.c = {k: v[order] for k, v in cols.items()}
+            inv = np.empty_like(order)
+            inv[order] = np.arange(len(order))
+            dep_op = inv[dep_op] if len(dep_op) else dep_op
+        if len(dep_op) > 1 and not bool((dep_op[1:] >= dep_op[:-1]).all()):
+            o2 = np.argsort(dep_op, kind="stable")
+            dep_op, dep_name = dep_op[o2], dep_name[o2]
+        self.dep_op, self.dep_name = dep_op, dep_name
         self.table = table
-        self.N = len(order)
+        self.N = len(rk)
         rank = self.c["rank"].astype(I64)
         self.c["seq"] = (np.arange(self.N) - np.searchsorted(rank, rank, "left")).astype(np.int32)
         tp = table.templates
@@ -185,6 +195,47 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
     return keys, ptr, members.astype(I64), ok
 
 
+def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
+    """:func:`link` of a table whose rows all run on ranks 0..W-1 (:meth:`Table.uniform`): every rank issues
+    the same R ops in the same order, so rank 0's ops are linked and the result repeated with offsets
+    ``k·R`` (op ``k·R + r`` is row ``r`` on rank ``k``; each collective is one row on all ranks). The arrays
+    are those :func:`link` builds for the whole table. None when rank 0's ops break a rule, or hold sends,
+    recvs or a collective whose group is not all ranks: :func:`link` then checks (and words) them."""
+    one = _Cols(table, once=True)
+    if bool(one.is_p2p.any()):
+        return None
+    tgt1 = _resolve_deps(one)
+    if tgt1 is None:
+        return None
+    R, tp = one.N, table.templates
+    every = tuple(range(W))
+    crow = np.flatnonzero(one.is_coll)
+    if any(tuple(tp[t].group) != every for t in unique(one.c["tmpl"][crow])[0].tolist()):
+        return None
+    off = np.arange(W, dtype=I64) * R
+    cols = object.__new__(_Cols)
+    cols.table, cols.N = table, R * W
+    cols.c = {k: np.tile(v, W) for k, v in one.c.items()}
+    cols.c["rank"] = np.repeat(np.arange(W, dtype=one.c["rank"].dtype), R)
+    cols.is_p2p, cols.is_coll = np.tile(one.is_p2p, W), np.tile(one.is_coll, W)
+    cols.dep_op = (one.dep_op[None, :] + off[:, None]).reshape(-1)
+    cols.dep_name = np.tile(one.dep_name, W)
+    tgt = (tgt1[None, :] + off[:, None]).reshape(-1)
+    se1 = _stream_edges(one)
+    se = (se1[None, :, :] + off[:, None, None]).reshape(-1, 2)
+    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64) if len(tgt) else np.zeros((0, 2), I64)
+    suffix = "#" + ",".join(map(str, every))
+    names = table.names.items
+    keys = [names[n] + suffix for n in one.c["name"][crow].tolist()]
+    cidx = (crow[:, None].astype(I64) + off[None, :]).reshape(-1)
+    cptr = np.arange(len(crow) + 1, dtype=I64) * W
+    dep_ptr = np.zeros(cols.N + 1, I64)
+    np.cumsum(np.tile(np.bincount(one.dep_op, minlength=R), W), out=dep_ptr[1:])
+    return cols, {"dep_ptr": dep_ptr, "dep_idx": tgt.astype(I64), "stream_edges": se, "dep_edges": de,
+                  "coll_keys": tuple(keys), "coll_ptr": cptr, "coll_idx": cidx, "p2p": np.zeros((0, 2), I64),
+                  "warnings": ()}
+
+
 def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_Cols, dict[str, Any]]:
     """Program order, dependencies, edges, collectives and p2p pairs of the expanded ``table``.
 
@@ -193,6 +244,11 @@ def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_C
     """
     from schedsim.lower.p2p import match_p2p
 
+    W = table.uniform() if UNIFORM else None
+    if W is not None:
+        done = _link_uniform(table, W)
+        if done is not None:
+            return done
     cols = _Cols(table)
     tgt = _resolve_deps(cols)
     if tgt is None:

@@ -16,6 +16,8 @@ pipeline block's ops after the hand-written ones)::
 
 A template (``templates[tmpl[i]]``, an :class:`~schedsim.graph.ops.Op`) holds what instances share: kind,
 sizes and cost inputs (bytes, FLOP, m/n/k, dtype, repeat, duration), the group of a collective, source.
+Its name, tags and spec index are those of the first op that uses it, and its ``deps`` are empty where
+instances declare their own: read an instance's from the columns (or :meth:`Program.ops`).
 Op names, ids and :class:`Op` objects are built only on request (:meth:`Program.ids`, :meth:`Program.ops`).
 """
 
@@ -49,8 +51,8 @@ def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _freeze(v: Any) -> Any:
-    """``v`` with its arrays (``v`` itself, or the members of a tuple) made read-only."""
-    for a in v if isinstance(v, tuple) else (v,):
+    """``v`` with its arrays (``v`` itself, or the members of a tuple of arrays) made read-only."""
+    for a in v if isinstance(v, tuple) and v and isinstance(v[0], np.ndarray) else (v,):  # not the name tables
         if isinstance(a, np.ndarray):
             a.flags.writeable = False
     return v

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
@@ -56,11 +57,27 @@ def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, .
     return Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[attr-defined,arg-type]
 
 
-def _implicit_groups(spec: ScheduleSpec) -> dict[str, set[int]]:
+def _models(spec: ScheduleSpec) -> tuple[list[Any], list[str]]:
+    """``(items, sources)``: the spec's written ops as the loader kept them, without building the op models of
+    its ``foreach`` blocks: op models and :class:`~schedsim.spec.loader.Block` s, with the source text of
+    each op model."""
+    from schedsim.spec.model import _source_text
+
+    layout = None if "ops" in spec.__dict__ else (spec.__pydantic_private__ or {}).get("_layout")
+    if layout is None:
+        return list(spec.ops), spec.sources()
+    file = spec._file
+    return list(layout.items), [_source_text(file, s) if s is not None else "" for s in layout.sources]
+
+
+def _implicit_groups(items: list[Any]) -> dict[str, set[int]]:
     """Collectives written once per rank (``ranks: [0]``, ``ranks: [1]``, no ``group``), by name: one
-    collective over all of those ranks, as a reader of the file expects."""
+    collective over all of those ranks, as a reader of the file expects. Blocks hold no such entries (the
+    loader leaves them to the general path), so only op models are looked at."""
     implicit: dict[str, set[int]] = defaultdict(set)
-    for s in spec.ops:
+    for s in items:
+        if not hasattr(s, "kind"):
+            continue
         if s.kind in COLLECTIVE_KINDS and getattr(s, "group", None) is None and s.ranks is not None \
                 and len(s.ranks) == 1:
             implicit[s.name].update(s.ranks)
@@ -80,20 +97,61 @@ def _lone_collective(spec: ScheduleSpec, s: object, group: tuple[int, ...], src:
 
 
 def add_written(spec: ScheduleSpec, table: Table) -> None:
-    """Add the spec's hand-written ops to ``table``: one template each, instanced on its ranks.
+    """Add the spec's hand-written ops to ``table`` as rows, in program order: each op entry instanced on its
+    ranks, sharing a template with the entries equal to it but for name, dependencies and tags
+    (:meth:`Table.shared_template`). A ``foreach`` block the loader kept whole
+    (:class:`~schedsim.spec.loader.Block`) is added in bulk: one template per representative, its rows'
+    names, dependencies, tags and ranks as arrays; the result is the same as for its ops one by one.
 
     Raises
     ------
     GraphError
         A collective without ``group`` that only one rank of a wider world issues.
     """
+    from schedsim.spec.loader import Block
+
     world = spec.world_size
     all_ranks = np.arange(world, dtype=np.int32)
-    implicit = _implicit_groups(spec)
+    items, sources = _models(spec)
+    implicit = _implicit_groups(items)
     groups: dict[tuple[int, ...], RankGroup] = {}  # one shared group object per distinct group
     every = tuple(range(world))
-    sources = spec.sources()
-    for idx, s in enumerate(spec.ops):
+
+    def group_of(g: tuple[int, ...]) -> RankGroup:
+        group = groups.get(g)
+        if group is None:
+            group = groups[g] = RankGroup(g)
+        return group
+
+    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple]] = ([], [], [], [], [], [])  # type: ignore[type-arg]
+
+    def flush() -> None:
+        if rows[0]:
+            ranks = world if all(r is all_ranks for r in rows[4]) else list(rows[4])
+            table.add_rows(np.array(rows[0], np.int32), list(rows[1]), np.array(rows[2], np.int64), rows[3],
+                           ranks, list(rows[5]))
+            for r in rows:
+                r.clear()
+
+    idx = 0
+    for s, src in zip(items, sources, strict=True):
+        if isinstance(s, Block):
+            flush()
+            first = np.unique(s.row_rep, return_index=True)[1].tolist()
+            tids, rep_ranks = [], []
+            for j, model in enumerate(s.models):  # (the loader sent single-rank collectives without group away)
+                stream = model.stream or DEFAULT_STREAM.get(model.kind, "comm")
+                explicit, ranks = model.__dict__.get("group"), model.ranks
+                g = tuple(sorted(explicit)) if explicit else tuple(sorted(ranks)) if ranks is not None else every
+                proto = op_instance(model, ranks[0] if ranks else 0, 0, stream=stream, group=group_of(g),
+                                    tags=tuple(sorted(model.tags.items())),
+                                    source=_source_of(spec, s.sources[j]), spec_index=idx + first[j])
+                tids.append(table.shared_template(proto))
+                rep_ranks.append(all_ranks if ranks is None else np.asarray(ranks, np.int32))
+            on = world if all(r is all_ranks for r in rep_ranks) else [rep_ranks[j] for j in s.row_rep.tolist()]
+            table.add_rows(np.array(tids, np.int32)[s.row_rep], s.names, s.dep_cnt, s.deps, on, s.tags)
+            idx += s.rows
+            continue
         ranks = s.ranks if s.ranks is not None else None
         explicit = s.__dict__.get("group")  # a field of collectives only (getattr of a missing one is slow)
         if s.kind in COLLECTIVE_KINDS and explicit is None and ranks is not None and len(ranks) == 1 \
@@ -101,14 +159,24 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             g = tuple(sorted(implicit[s.name]))
         else:
             g = tuple(sorted(explicit)) if explicit else tuple(sorted(ranks)) if ranks is not None else every
-        group = groups.get(g)
-        if group is None:
-            group = groups[g] = RankGroup(g)
+        group = group_of(g)
         stream = s.stream or DEFAULT_STREAM.get(s.kind, "comm")
-        src = sources[idx]
         if s.kind in COLLECTIVE_KINDS and len(group) == 1 and world > 1 and explicit is None:
             raise _lone_collective(spec, s, group, src)
-        proto = op_instance(s, ranks[0] if ranks else 0, 0, stream=stream, group=group,
-                            tags=tuple(sorted(s.tags.items())), source=src, spec_index=idx)
-        t = table.template(proto, proto.deps)
-        table.add_bulk(t, all_ranks if ranks is None else np.asarray(ranks, np.int32))
+        tags = tuple(sorted(s.tags.items()))
+        proto = op_instance(s, ranks[0] if ranks else 0, 0, stream=stream, group=group, tags=tags, source=src,
+                            spec_index=idx)
+        rows[0].append(table.shared_template(proto))
+        rows[1].append(s.name)
+        rows[2].append(len(s.deps))
+        rows[3].extend(s.deps)
+        rows[4].append(all_ranks if ranks is None else np.asarray(ranks, np.int32))
+        rows[5].append(tags)
+        idx += 1
+    flush()
+
+
+def _source_of(spec: ScheduleSpec, source: tuple[int | None, int | None, str]) -> str:
+    from schedsim.spec.model import _source_text
+
+    return _source_text(spec._file, source)

@@ -12,14 +12,26 @@ Steps, in order:
 4. Validate with pydantic. Every failure becomes a :class:`SpecError` naming
    the file, line, column, field path and a one-line fix; an unknown key gets
    the nearest valid key as a suggestion.
+
+A ``foreach`` whose body is plain op entries (no nested blocks, no ``rank``) is not expanded
+entry by entry: it becomes one :class:`Block`, its whole iteration space evaluated at once
+(:func:`schedsim.expr.compile_vector`), one *representative* op entry per distinct combination of the
+fields other than ``name``, ``deps`` and ``tags``. Pydantic and the cross-field rules check the
+representatives, names and dependencies are checked in bulk, and the spec keeps its ops as a
+:class:`Layout` (``spec.ops`` is built on first access; the lowering reads the blocks). Anything a block
+cannot settle (an expression that fails or does not vectorise, a rule broken, a limit passed) sends the
+schedule down the general path, which gives the same result and raises the same error.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +41,7 @@ from pydantic import ValidationError
 from schedsim.errors import SpecError
 from schedsim.expr import ExprError, _short, compile_expr, compile_interpolate, evaluate, interpolate
 from schedsim.spec.limits import MAX_YAML_DEPTH
-from schedsim.spec.model import NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
+from schedsim.spec.model import COLLECTIVE_KINDS, NAME_PATTERN, NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
 
 __all__ = ["load_schedule", "load_text", "parse_overrides", "expand"]
 
@@ -180,8 +192,9 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 
 class _Ctx:
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, blocks: bool = True) -> None:
         self.file = file
+        self.blocks = blocks  # a plain foreach body may become a Block (see _run_foreach)
         # what the expansion has really produced so far (the estimate of limits.check_expansion cannot see
         # loop ranges that depend on outer loop variables, nor strings built from parameters)
         self.entries = 0
@@ -245,12 +258,27 @@ def _compile_field(key: str, v: Any) -> _Field:
     """Compile one field of an op entry: its expressions are parsed once, not once per ``foreach`` iteration.
 
     Returns ``f(env, mark)`` giving the same value as :func:`_eval_value`, or None where the field is left to
-    :func:`_eval_value` (``ranks``, mappings, nested lists, an expression that does not parse: its error is then
+    :func:`_eval_value` (nested lists and mappings, an expression that does not parse: its error is then
     raised by :func:`_eval_value` with the file, line and field as before).
     """
     try:
-        if key == "ranks" or isinstance(v, dict):
-            return None
+        if key == "ranks":
+            return _compile_ranks(v)
+        if isinstance(v, dict):  # tags: {mb: "{i}"}; a nested key is read as a field of that name
+            if any(isinstance(x, (list, dict)) for x in v.values()):
+                return None
+            subs = [(k2, _compile_scalar(k2 if key != "tags" else "tag", x)) for k2, x in v.items()]
+            kms = dict(getattr(v, "key_marks", {}))
+
+            def run_dict(env: Mapping[str, Any], mark: Mark | None) -> LDict:
+                out = LDict()
+                out.mark = getattr(v, "mark", mark)
+                for k2, f in subs:
+                    out[k2] = f(env)
+                    out.key_marks[k2] = kms.get(k2, mark)  # type: ignore[assignment]
+                return out
+
+            return run_dict
         if isinstance(v, list):
             if any(isinstance(x, (list, dict)) for x in v):
                 return None
@@ -271,6 +299,31 @@ def _compile_field(key: str, v: Any) -> _Field:
         return None
 
 
+def _compile_ranks(v: Any) -> _Field:
+    """``f(env, mark)`` equal to ``_eval_value("ranks", v, env, ...)``: None for all ranks, else the list of
+    ranks (a lone int or ``{expr}`` giving one becomes a one-rank list)."""
+    if v is None or (isinstance(v, str) and v == "all"):
+        return lambda env, mark: None
+    if isinstance(v, str):
+        f = compile_expr(v.strip("{}"))
+
+        def run(env: Mapping[str, Any], mark: Mark | None) -> Any:
+            x = f(env)
+            if isinstance(x, int):
+                return [x]
+            if isinstance(x, list):
+                return [evaluate(y.strip("{}"), env) if isinstance(y, str) else y for y in x]
+            return x
+
+        return run
+    if isinstance(v, int):
+        return lambda env, mark: [v]
+    if isinstance(v, list):
+        fns = [compile_expr(y.strip("{}")) if isinstance(y, str) else (lambda env, y=y: y) for y in v]
+        return lambda env, mark: [f(env) for f in fns]
+    return lambda env, mark: v
+
+
 class _Plan:
     """One op entry as written, compiled once: its fields' expressions, its `when`, whether it uses `rank`."""
 
@@ -288,10 +341,12 @@ class _Plan:
 
     def for_copy(self, one: Mapping[str, Any]) -> _Plan:
         """The plan of ``one``, a copy of this entry with its own ``ranks`` (the per-rank instances): the same
-        compiled fields, ``ranks`` (never compiled) appended where the entry had none."""
+        compiled fields but ``ranks``, which is evaluated from the copy (appended where the entry had none)."""
         pl = object.__new__(_Plan)
         pl.item, pl.uses_rank, pl.when = one, self.uses_rank, self.when
-        pl.fields = self.fields if "ranks" in self.item else [*self.fields, ("ranks", None)]
+        pl.fields = [(k, None if k == "ranks" else f) for k, f in self.fields]  # `ranks` is the copy's own
+        if "ranks" not in self.item:
+            pl.fields.append(("ranks", None))
         return pl
 
 
@@ -455,8 +510,20 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
 
 def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[str, Any], ctx: _Ctx,
                  mark: Mark | None, p: str, out: LList) -> None:
-    """Expand a foreach block's ``ops`` once per combination of its loop ``values`` (the cartesian product)."""
+    """Expand a foreach block's ``ops`` once per combination of its loop ``values`` (the cartesian product).
+
+    A body of plain op entries (:func:`_plain_body`) outside any per-rank expansion becomes one :class:`Block`
+    (the whole iteration space at once, see :func:`_block`) where that succeeds; otherwise, and to raise its
+    errors, the body is expanded iteration by iteration.
+    """
     body = _plain_body(ops, "rank" in env or "rank" in names, ctx, p + ".ops")
+    if body is not None and ctx.blocks and TEMPLATES and "rank" not in env:
+        blk = _block(body, names, values, env, ctx)
+        if blk is not None:
+            if blk.rows:
+                out.append(blk)
+                out.item_marks.append(mark)
+            return
     for combo in itertools.product(*values):
         ctx.visit(mark, p + ".foreach")
         it_env = {**env, **dict(zip(names, combo, strict=False))}
@@ -486,7 +553,7 @@ def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str) -> list[tupl
         fields = [(k, f, km.get(k, m)) for k, f in plan.fields]
         key_marks = {k: fm for k, _, fm in fields}
         key_marks["__source__"] = m
-        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), f"{path}[{i}]"))
+        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), f"{path}[{i}]", item))
     return out
 
 
@@ -498,14 +565,10 @@ def _expand_plain(body: list[tuple[Any, ...]], env: dict[str, Any], ctx: _Ctx, o
     """
     n0, entries, chars = len(out), ctx.entries, ctx.chars
     try:
-        for when, fields, key_marks, mark, p in body:
+        for when, fields, key_marks, mark, p, _item in body:
             if when is not None and not when(env):
                 continue
-            op = LDict()
-            op.mark = mark
-            for k, f, fm in fields:
-                op[k] = f(env, fm)
-            op.key_marks = dict(key_marks)
+            op = _plain_op(fields, key_marks, mark, env)
             ctx.count(op, mark, p)
             op["__path__"] = p
             out.append(op)
@@ -515,6 +578,456 @@ def _expand_plain(body: list[tuple[Any, ...]], env: dict[str, Any], ctx: _Ctx, o
         ctx.entries, ctx.chars = entries, chars
         return False
     return True
+
+
+def _plain_op(fields: list[tuple[str, Any, Mark | None]], key_marks: dict[str, Any], mark: Mark | None,
+              env: Mapping[str, Any]) -> LDict:
+    """One op entry of a plain body, its fields evaluated in ``env``, without ``__path__`` (raises ExprError)."""
+    op = LDict()
+    op.mark = mark
+    for k, f, fm in fields:
+        op[k] = f(env, fm)
+    op.key_marks = dict(key_marks)
+    return op
+
+
+TEMPLATES = True
+"""Carry a plain ``foreach`` body as one :class:`Block` of columns (False: expand it iteration by iteration, the
+general path; the tests compare the two)."""
+
+
+class _Abandon(Exception):
+    """A block cannot be built in bulk: the body is expanded by the general path (which raises its errors)."""
+
+
+class Block:
+    """A ``foreach`` block of plain op entries, expanded over its whole iteration space at once.
+
+    Rows are the op entries the general path would produce, in its order (iterations in the order of
+    ``itertools.product``, each iteration's entries in the order written, ``when`` applied). Rows of one entry
+    whose fields other than ``name``, ``deps`` and ``tags`` are equal share one *representative*: the op entry of the
+    first such row, built by the general path's code (:func:`_plain_op`) and validated by pydantic with the
+    rest of the schedule. A row runs on its representative's ``ranks``.
+
+    Attributes
+    ----------
+    reps : list of LDict
+        Representative op entries, in order of their first row; ``models`` holds them validated.
+    rep_deps : list of bool
+        Whether the representative's entry writes ``deps``.
+    rows : int
+        Number of rows R.
+    row_rep : int64[R]
+        Representative of each row.
+    names : object[R]
+        Op name of each row (str).
+    dep_cnt : int64[R], deps : object[sum(dep_cnt)]
+        Each row's ``deps`` (names, in the order written), concatenated row by row.
+    tags : object[R]
+        Each row's tags as ``tuple(sorted(tags.items()))`` (``()`` for none); ``rep_tags`` the keys of each
+        representative's ``tags`` in the order written (None: not written).
+    """
+
+    def __init__(self, reps: list[LDict], rep_deps: list[bool], rep_tags: list[list[str] | None], row_rep: Any,
+                 names: Any, dep_cnt: Any, deps: Any, tags: Any) -> None:
+        self.reps, self.rep_deps, self.rep_tags = reps, rep_deps, rep_tags
+        self.rows = len(names)
+        self.row_rep, self.names, self.dep_cnt, self.deps, self.tags = row_rep, names, dep_cnt, deps, tags
+        self.models: list[Any] = []
+        self.sources: list[tuple[int | None, int | None, str]] = []
+
+    def ops(self) -> list[Any]:
+        """The rows as pydantic op models, equal to what validating the general path's entries gives: each
+        representative's model with the row's ``name`` (and ``deps``, ``tags``)."""
+        import numpy as np
+        out = []
+        models, has_deps, tag_keys = self.models, self.rep_deps, self.rep_tags
+        dptr = np.zeros(self.rows + 1, np.int64)
+        np.cumsum(self.dep_cnt, out=dptr[1:])
+        deps, dp = self.deps.tolist(), dptr.tolist()
+        for r, (j, name, tags) in enumerate(zip(self.row_rep.tolist(), self.names.tolist(), self.tags.tolist(),
+                                                strict=True)):
+            upd: dict[str, Any] = {"name": name}
+            if has_deps[j]:
+                upd["deps"] = deps[dp[r]:dp[r + 1]]
+            if tag_keys[j] is not None:
+                d = dict(tags)
+                upd["tags"] = {k: d[k] for k in tag_keys[j]}  # in the order written
+            out.append(_copy_with(models[j], upd))
+        return out
+
+
+def _copy_with(model: Any, update: dict[str, Any]) -> Any:
+    """``model.model_copy(update=update)`` (pydantic 2: a shallow copy, ``update`` written over its fields and
+    added to its set fields) without the generic machinery: an op model has no extra fields and no private
+    attributes (``extra="forbid"``), so this is all that call does for it, at a third of the time."""
+    new = object.__new__(type(model))
+    d = model.__dict__.copy()
+    d.update(update)
+    setattr_ = object.__setattr__
+    setattr_(new, "__dict__", d)
+    setattr_(new, "__pydantic_extra__", None)
+    setattr_(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
+    setattr_(new, "__pydantic_private__", None)
+    return new
+
+
+class Layout:
+    """The ops of a loaded schedule as written: op models and :class:`Block` s, in program order.
+
+    A :class:`~schedsim.spec.model.ScheduleSpec` loaded with blocks keeps this instead of its ``ops`` list,
+    which :meth:`materialise` builds on first access; the lowering reads the layout directly.
+    ``items[k]`` is an op model (its source in ``sources[k]``) or a Block (with its own ``sources``).
+    """
+
+    def __init__(self, items: list[Any], sources: list[Any]) -> None:
+        self.items, self.sources = items, sources
+
+    def materialise(self) -> tuple[list[Any], list[tuple[int | None, int | None, str]]]:
+        """``(ops, sources)`` as the general path gives them."""
+        ops: list[Any] = []
+        srcs: list[tuple[int | None, int | None, str]] = []
+        for it, src in zip(self.items, self.sources, strict=True):
+            if isinstance(it, Block):
+                ops.extend(it.ops())
+                srcs.extend(it.sources[j] for j in it.row_rep.tolist())
+            else:
+                ops.append(it)
+                srcs.append(src)
+        return ops, srcs
+
+
+def _keyable(v: Any) -> Any:
+    """A hashable key that tells apart values pydantic may treat differently (1, 1.0, True, -0.0, 0.0)."""
+    t = type(v)
+    if t is float:
+        return (t, repr(v))
+    if t is list or t is LList or t is tuple:
+        return (list, tuple(_keyable(x) for x in v))
+    hash(v)
+    return (t, v)
+
+
+def _vector_field(key: str, v: Any) -> Any:
+    """``f(env, loop, n)`` for field ``key`` written as ``v``: a plain value, a :class:`_Vec`, or (a list) a
+    list of those; raises ExprError (does not parse) or _Abandon (a nested list or mapping)."""
+    from schedsim.expr import NotVectorisable, _parse, compile_interpolate_vector, compile_vector
+
+    def scalar(x: Any) -> Any:
+        if not isinstance(x, str):
+            return lambda env, loop, n: x
+        if key in NUMERIC_FIELDS:
+            return compile_vector(x.strip().removeprefix("{").removesuffix("}") if x.strip().startswith("{") else x)
+        return compile_interpolate_vector(x)
+
+    if key == "ranks":  # the same for every iteration unless it names a loop variable (then per iteration)
+        f = _compile_ranks(v)
+        texts = [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+        used = {nd.id for t in texts for nd in ast.walk(_parse(t.strip("{}").strip())) if isinstance(nd, ast.Name)}
+
+        def ranks(env: Mapping[str, Any], loop: Mapping[str, Any], n: int) -> Any:
+            if used & loop.keys():
+                raise NotVectorisable("ranks from a loop variable")
+            return f(env, None)
+
+        return ranks
+    if isinstance(v, dict):
+        if key != "tags" or any(isinstance(x, (list, dict)) for x in v.values()):
+            raise _Abandon
+        key = "tag"
+        subs = [(k2, scalar(x)) for k2, x in v.items()]
+        return lambda env, loop, n: {k2: f(env, loop, n) for k2, f in subs}
+    if isinstance(v, list):
+        if any(isinstance(x, (list, dict)) for x in v):
+            raise _Abandon
+        fns = [scalar(x) for x in v]
+        return lambda env, loop, n: [f(env, loop, n) for f in fns]
+    return scalar(v)
+
+
+def _values(vf: Any, f: Any, env: Mapping[str, Any], loop: dict[str, Any], n: int,
+            envs: Any) -> Any:
+    """The field's value for each of the ``n`` iterations: a plain value (the same in all), an object array,
+    or a list of those (a list field). Vectorised by ``vf``; where that cannot be, ``f`` (the compiled scalar
+    form) runs per iteration; an ExprError there abandons the block."""
+    from schedsim.expr import _Vec
+
+    try:
+        v = vf(env, loop, n)
+        if isinstance(v, list):
+            return [x.a if isinstance(x, _Vec) else x for x in v]
+        if isinstance(v, dict):
+            return {k: x.a if isinstance(x, _Vec) else x for k, x in v.items()}
+        return v.a if isinstance(v, _Vec) else v
+    except ExprError:
+        raise _Abandon from None
+    except Exception:  # NotVectorisable, or an error some iteration raises: evaluate one by one
+        pass
+    try:
+        vals = [f(e) for e in envs()]
+    except ExprError:
+        raise _Abandon from None
+    if vals and isinstance(vals[0], dict):  # tags: one value per key
+        return {k: _objects([d[k] for d in vals]) for k in vals[0]}
+    return _objects([tuple(x) if isinstance(x, list) else x for x in vals])
+
+
+def _objects(vals: list[Any]) -> Any:
+    """A 1-d object array of ``vals`` (tuples stay one element each; numpy would make a 2-d array)."""
+    import numpy as np
+    out = np.empty(len(vals), object)
+    for i, x in enumerate(vals):
+        out[i] = x
+    return out
+
+
+def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]], env: dict[str, Any],
+           ctx: _Ctx) -> Block | None:
+    """The rows of a plain foreach body (:func:`_plain_body`) over the whole iteration space, or None when
+    the general path must expand it (an expression fails or cannot be evaluated in bulk, a loop value that is
+    not a scalar, a name that is not a valid string, a limit of :class:`_Ctx` would be passed).
+
+    Names, ``deps`` and every other field are evaluated over the iteration space at once
+    (:func:`schedsim.expr.compile_vector`: numpy object arrays, Python's operators per element);
+    representatives are built by the general path's own code and must agree with the bulk values.
+    """
+    import numpy as np
+
+    from schedsim.expr import _Vec
+
+    sizes = [len(v) for v in values]
+    n = math.prod(sizes)
+    if ctx.visits + n > ctx.max_ops:
+        return None
+    if n == 0:
+        return _empty_block()
+    loop: dict[str, Any] = {}
+    stride = n
+    for nm, vals, size in zip(names, values, sizes, strict=True):
+        types = set(map(type, vals))
+        if not types <= {int, float, str, bool}:
+            return None
+        stride //= size
+        base = np.empty(size, object)
+        base[:] = vals
+        idx = np.tile(np.repeat(np.arange(size), stride), n // (size * stride))
+        loop[nm] = _Vec(base[idx], str not in types)
+    try:
+        return _block_rows(body, names, loop, n, env, ctx)
+    except _Abandon:
+        return None
+
+
+_NAME_RE = re.compile(f"(?:{NAME_PATTERN.removeprefix('^').removesuffix('$')}\n)*")  # one name per line
+
+
+@dataclass
+class _Entry:
+    """One body entry over the iterations its ``when`` keeps (see :func:`_entry_rows`)."""
+
+    e: int  # position in the body
+    keep: Any  # int64[nk]: the iterations kept
+    names: Any  # object[nk]: name of each row
+    deps: list[Any]  # per dependency: a name, or object[nk] of names
+    combo: Any  # int64[nk]: combination of the other fields' values
+    firsts: Any  # int64: first row of each combination
+    has_deps: bool
+    vals: dict[str, Any]  # field -> plain value, object[nk], or a list of those (a list field)
+    tags: list[tuple[tuple[str, Any], ...]]
+    chars: int
+
+
+def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, Any], n: int,
+                env: dict[str, Any], ctx: _Ctx) -> Block:
+    """:func:`_block` once the loop values are arrays; raises _Abandon where the general path must expand."""
+    import numpy as np
+
+    def envs_of(keep: Any) -> Any:
+        cols = [loop[nm].a[keep].tolist() for nm in names]
+        return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
+
+    done: dict[tuple[bool, str], Any] = {}
+    entries = [x for e, b in enumerate(body) if (x := _entry_rows(e, b, loop, n, env, envs_of, done)) is not None]
+    if not entries:
+        ctx.visits += n
+        return _empty_block()
+    E, R = len(body), sum(len(x.keep) for x in entries)
+    chars = sum(x.chars for x in entries)
+    if ctx.entries + R > ctx.max_ops or ctx.chars + chars > ctx.max_chars:
+        raise _Abandon  # the general path raises the limit's error at the op that passes it
+    # rows in the general path's order: by iteration, then entry
+    order = np.argsort(np.concatenate([x.keep * E + x.e for x in entries]), kind="stable")
+    inv = np.empty_like(order)
+    inv[order] = np.arange(R)
+    reps, rep_deps, rep_tags, gid = _representatives(entries, body, loop, env, E)
+    row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order]
+    row_names = np.concatenate([x.names for x in entries])[order]
+    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]  # type: ignore[type-var]
+    dep_cnt = np.repeat(np.array([len(x.deps) for x in entries], np.int64), [len(x.keep) for x in entries])[order]
+    dptr = np.cumsum(dep_cnt) - dep_cnt
+    flat = np.empty(int(dep_cnt.sum()), object)
+    off = 0
+    for x in entries:
+        start = dptr[inv[off:off + len(x.keep)]]
+        for k, d in enumerate(x.deps):
+            flat[start + k] = d
+        off += len(x.keep)
+    ctx.visits += n
+    ctx.entries += R
+    ctx.chars += chars
+    return Block(reps, rep_deps, rep_tags, row_rep, row_names, dep_cnt, flat, row_tags)
+
+
+def _empty_block() -> Block:
+    import numpy as np
+    return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
+                 np.zeros(0, object), np.zeros(0, object))
+
+
+def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: dict[str, Any], envs_of: Any,
+                done: dict[tuple[bool, str], Any]) -> _Entry | None:
+    """Entry ``e`` of the body over the iterations its ``when`` keeps (None: none kept): its fields' values,
+    names, ``deps``, tags and combinations of the other fields (one representative each)."""
+    import numpy as np
+
+    from schedsim.expr import _Vec, compile_vector
+
+    when, fields, _key_marks, _mark, _p, item = b
+    keep = np.arange(n)
+    if when is not None:
+        w = _values(lambda env_, loop_, n_: compile_vector(str(item["when"]))(env_, loop_, n_),
+                    when, env, loop, n, envs_of(keep))
+        keep = np.flatnonzero(np.asarray(np.frompyfunc(bool, 1, 1)(w), dtype=bool) if isinstance(w, np.ndarray)
+                              else np.full(n, bool(w)))
+    nk = len(keep)
+    if not nk:
+        return None
+    sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
+    vals: dict[str, Any] = {}
+    for k, f, fm in fields:
+        raw = item[k]
+        # a string over every iteration evaluates alike in any field but a numeric one (`deps: ["mm{i}"]` and
+        # another entry's `name: mm{i}`): computed once
+        one = raw[0] if type(raw) is LList and len(raw) == 1 else raw
+        ck = (k in NUMERIC_FIELDS, one) if nk == n and type(one) is str else None
+        if ck is not None and ck in done:
+            vals[k] = [done[ck]] if one is not raw else done[ck]
+            continue
+        try:
+            vf = _vector_field(k, raw)
+        except ExprError:
+            raise _Abandon from None
+        vals[k] = _values(vf, (lambda env_, f=f, fm=fm: f(env_, fm)), env, sub, nk, envs_of(keep))
+        if ck is not None:
+            done[ck] = vals[k][0] if one is not raw else vals[k]
+    names = _row_names(vals.get("name"), nk)
+    tags = _tag_rows(vals.pop("tags", {}), nk)
+    deps = vals.get("deps", [])
+    if not isinstance(deps, list) or not all(
+            type(d) is str or (isinstance(d, np.ndarray) and set(map(type, d.tolist())) == {str}) for d in deps):
+        raise _Abandon
+    combo, firsts = _combos(vals, nk)
+    return _Entry(e=e, keep=keep, names=names, deps=deps, combo=combo, firsts=firsts, has_deps="deps" in vals,
+                  vals=vals, tags=tags, chars=_chars(vals, nk))
+
+
+def _row_names(nm: Any, nk: int) -> Any:
+    """The rows' names as an object array, checked as pydantic checks ``name`` (else _Abandon)."""
+    import numpy as np
+    if not isinstance(nm, np.ndarray):
+        if nk > 1 or not isinstance(nm, str):
+            raise _Abandon  # one name for many rows: the general path reports the duplicate
+        nm = np.array([nm], object)
+    lst = nm.tolist()
+    if set(map(type, lst)) != {str}:
+        raise _Abandon  # pydantic's error, worded by the general path
+    joined = "\n".join(lst) + "\n"
+    if joined.count("\n") != nk or _NAME_RE.fullmatch(joined) is None:
+        raise _Abandon
+    return nm
+
+
+def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:
+    """Per row, ``tuple(sorted(tags.items()))`` (the lowering's tag set), from the tags' per-key values."""
+    import numpy as np
+    if not isinstance(tags, dict):
+        raise _Abandon
+    tcols = [zip(itertools.repeat(k, nk), v.tolist() if isinstance(v, np.ndarray) else itertools.repeat(v, nk),
+                 strict=False) for k, v in sorted(tags.items())]
+    rows = list(zip(*tcols, strict=True)) if tcols else [()] * nk
+    try:
+        hash(tuple(rows))
+    except TypeError:
+        raise _Abandon from None
+    return rows
+
+
+def _chars(vals: dict[str, Any], nk: int) -> int:
+    """Characters of the rows' string fields, as :meth:`_Ctx.count` counts them."""
+    import numpy as np
+    chars = 0
+    for v in vals.values():
+        if isinstance(v, str):
+            chars += len(v) * nk
+        elif isinstance(v, np.ndarray):
+            lst = v.tolist()
+            chars += sum(map(len, lst)) if set(map(type, lst)) == {str} else sum(len(x) for x in lst if type(x) is str)
+    return chars
+
+
+def _combos(vals: dict[str, Any], nk: int) -> tuple[Any, Any]:
+    """``(combo, firsts)``: per row, the id of its values of the fields other than name and deps (first-seen
+    order), and the first row of each id."""
+    import numpy as np
+    vary = [v for k, v in vals.items() if k not in ("name", "deps")
+            and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
+    if not vary:
+        return np.zeros(nk, np.int64), np.zeros(1, np.int64)
+    cols = [v.tolist() if isinstance(v, np.ndarray) else
+            list(zip(*[x.tolist() if isinstance(x, np.ndarray) else [x] * nk for x in v], strict=True))
+            for v in vary]
+    try:
+        keys = [tuple(map(_keyable, k)) for k in zip(*cols, strict=True)]
+    except TypeError:
+        raise _Abandon from None
+    ids: dict[Any, int] = {}
+    combo = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, nk)
+    return combo, np.unique(combo, return_index=True)[1]
+
+
+def _representatives(entries: list[_Entry], body: list[tuple[Any, ...]], loop: dict[str, Any],
+                     env: dict[str, Any], E: int) -> tuple[list[LDict], list[bool], list[list[str] | None], list[Any]]:
+    """The representative op entries in order of their first row, built by :func:`_plain_op` (the general
+    path's code) and compared with the bulk values; and per entry, its combinations' representative ids."""
+    import numpy as np
+    rep_of = sorted(((int(x.keep[pos]) * E + x.e, j, c, pos) for j, x in enumerate(entries)
+                     for c, pos in enumerate(x.firsts.tolist())))
+    gid = [np.zeros(len(x.firsts), np.int64) for x in entries]
+    reps: list[LDict] = []
+    rep_deps: list[bool] = []
+    rep_tags: list[list[str] | None] = []
+    for i, (_key, j, c, pos) in enumerate(rep_of):
+        x = entries[j]
+        gid[j][c] = i
+        _when, fields, key_marks, mark, p, _item = body[x.e]
+        t = int(x.keep[pos])
+        try:
+            op = _plain_op(fields, key_marks, mark, {**env, **{k: v.a[t] for k, v in loop.items()}})
+        except ExprError:
+            raise _Abandon from None
+        for k, v in x.vals.items():  # the bulk values must be what the general path computes
+            want = op[k]
+            got = ([y[pos] if isinstance(y, np.ndarray) else y for y in v] if isinstance(v, list)
+                   else v[pos] if isinstance(v, np.ndarray) else v)
+            if _keyable(list(want) if isinstance(want, list) else want) != _keyable(got):
+                raise _Abandon
+        if _keyable(tuple(sorted(op.get("tags", {}).items()))) != _keyable(x.tags[pos]):
+            raise _Abandon
+        op["__path__"] = p
+        reps.append(op)
+        rep_deps.append(x.has_deps)
+        rep_tags.append(list(op["tags"]) if "tags" in op else None)
+    return reps, rep_deps, rep_tags, gid
 
 
 _RANK = re.compile(r"\brank\b")
@@ -537,13 +1050,16 @@ def _uses_rank(v: Any, key: str = "") -> bool:
     return False
 
 
-def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None) -> LDict:
+def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None, *, blocks: bool = False) -> LDict:
     """Resolve parameters, ``foreach``, ``when`` and expressions.
+
+    With ``blocks``, a plain ``foreach`` body is kept as one :class:`Block` in ``ops`` (for :func:`load_text`);
+    otherwise every op entry is expanded.
 
     Returns the expanded document, still carrying source marks, ready for
     pydantic. See the module docstring for the rules.
     """
-    ctx = _Ctx(file)
+    ctx = _Ctx(file, blocks)
     if not isinstance(data, dict):
         raise ctx.err("a schedule must be a YAML mapping", getattr(data, "mark", None), "<top>",
                       fix="start the file with 'schema_version: 1'")
@@ -737,7 +1253,12 @@ def _strip(doc: Any) -> Any:
 def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | None = None) -> ScheduleSpec:
     """Load a schedule from YAML text. See :func:`load_schedule`."""
     data = parse_yaml(text, file)
-    doc = expand(data, file, overrides)
+    doc = expand(data, file, overrides, blocks=True)
+    if any(isinstance(x, Block) for x in doc.get("ops") or ()):
+        spec = _load_blocks(doc, file)
+        if spec is not None:
+            return spec
+        doc = expand(data, file, overrides)  # something is wrong: the general path finds and words it
     try:
         from schedsim.spec.validation import op_sources
 
@@ -747,6 +1268,64 @@ def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | 
     from schedsim.spec.validation import check_spec  # cross-field rules
 
     check_spec(spec, doc, file)
+    return spec
+
+
+def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
+    """The spec of an expanded document holding :class:`Block` s, its ``ops`` kept as a :class:`Layout`; None
+    when a rule is broken (the caller loads the schedule by the general path, which raises the error).
+
+    Pydantic and the cross-field rules (:func:`~schedsim.spec.validation.check_spec`) check the schedule with
+    each block replaced by its representatives; the per-row fields (``name``, ``deps``) were checked in bulk
+    by :func:`_block`, and op names must be unique across all rows.
+    """
+    from schedsim.spec.validation import check_spec, op_sources
+
+    ops = doc["ops"]
+    rep_ops = LList()
+    rep_ops.mark = ops.mark
+    spans = []
+    for item in ops:
+        start = len(rep_ops)
+        for op in item.reps if isinstance(item, Block) else (item,):
+            rep_ops.append(op)
+            rep_ops.item_marks.append(op.mark)
+        spans.append((item, start, len(rep_ops)))
+    rep_doc = LDict(doc)
+    rep_doc.mark, rep_doc.key_marks = doc.mark, doc.key_marks
+    rep_doc["ops"] = rep_ops
+    sources = op_sources(rep_doc)
+    try:
+        spec = ScheduleSpec.model_validate(_strip(rep_doc), context={"file": file, "sources": sources})
+        check_spec(spec, rep_doc, file)
+    except (ValidationError, SpecError):
+        return None
+    models = spec.__dict__["ops"]
+    if any(isinstance(item, Block) and any(m.kind in COLLECTIVE_KINDS and m.ranks is not None and len(m.ranks) == 1
+                                           and m.group is None for m in models[a:b]) for item, a, b in spans):
+        return None  # one entry per rank forms one collective with the same names elsewhere: the general path
+    block_names: list[str] = []
+    other_names: set[str] = set()
+    items: list[Any] = []
+    srcs: list[Any] = []
+    for item, a, b in spans:
+        if isinstance(item, Block):
+            item.models, item.sources = models[a:b], sources[a:b]
+            block_names.extend(item.names.tolist())
+            items.append(item)
+            srcs.append(None)
+        else:
+            other_names.add(models[a].name)
+            items.append(models[a])
+            srcs.append(sources[a])
+    names = set(block_names)
+    if len(names) != len(block_names) or not names.isdisjoint(other_names):
+        return None  # a block row's name used twice on a rank (check_spec saw the other ops)
+    spec.__dict__.pop("ops")
+    private = spec.__pydantic_private__
+    assert private is not None
+    private["_sources"] = []
+    private["_layout"] = Layout(items, srcs)
     return spec
 
 

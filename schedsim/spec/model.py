@@ -248,6 +248,63 @@ class ScheduleSpec(_Base):
 
     _file: str = PrivateAttr(default="<schedule>")
     _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=list)
+    _layout: Any = PrivateAttr(default=None)  # ops kept as blocks by the loader (schedsim.spec.loader.Layout)
+
+    def __getattr__(self, item: str) -> Any:
+        """``ops`` of a spec the loader kept as a layout of ``foreach`` blocks: built on first access."""
+        if item == "ops":
+            layout = (self.__pydantic_private__ or {}).get("_layout")
+            if layout is not None:
+                ops, sources = layout.materialise()
+                d = self.__dict__
+                fields = {k: ops if k == "ops" else d[k] for k in type(self).model_fields if k == "ops" or k in d}
+                d.clear()
+                d.update(fields)  # in declaration order, as validation leaves them (repr, iteration)
+                self.__pydantic_private__.update(_sources=sources, _layout=None)  # type: ignore[union-attr]
+                return ops
+        return super().__getattr__(item)  # type: ignore[misc]
+
+    def _whole(self) -> None:
+        if "ops" not in self.__dict__:
+            self.ops  # noqa: B018 (materialise)
+
+    def model_dump(self, *a: Any, **kw: Any) -> dict[str, Any]:  # noqa: D102
+        self._whole()
+        return super().model_dump(*a, **kw)
+
+    def model_dump_json(self, *a: Any, **kw: Any) -> str:  # noqa: D102
+        self._whole()
+        return super().model_dump_json(*a, **kw)
+
+    def model_copy(self, *a: Any, **kw: Any) -> Any:  # noqa: D102
+        self._whole()
+        return super().model_copy(*a, **kw)
+
+    def __eq__(self, other: object) -> bool:
+        self._whole()
+        if isinstance(other, ScheduleSpec):
+            other._whole()
+        return super().__eq__(other)
+
+    def __repr_args__(self) -> Any:
+        self._whole()
+        return super().__repr_args__()
+
+    def __iter__(self) -> Any:
+        self._whole()
+        return super().__iter__()
+
+    def __getstate__(self) -> dict[Any, Any]:
+        self._whole()
+        return super().__getstate__()
+
+    def __copy__(self) -> Any:
+        self._whole()
+        return super().__copy__()
+
+    def __deepcopy__(self, memo: Any = None) -> Any:
+        self._whole()
+        return super().__deepcopy__(memo)
 
     def model_post_init(self, context: Any) -> None:
         """Record the file and each op's source (line, column, path) from the validation context, as the
@@ -258,6 +315,7 @@ class ScheduleSpec(_Base):
 
     def source_of(self, index: int) -> str:
         """``file:line`` and field path of op ``index`` (for error messages)."""
+        self._whole()
         sources = self._sources
         if index < len(sources):
             return _source_text(self._file, sources[index])
@@ -265,6 +323,7 @@ class ScheduleSpec(_Base):
 
     def sources(self) -> list[str]:
         """:meth:`source_of` of every op, in order (the private attributes are read once, not once per op)."""
+        self._whole()
         file, sources = self._file, self._sources
         return [_source_text(file, sources[i]) if i < len(sources) else file for i in range(len(self.ops))]
 
