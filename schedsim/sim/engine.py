@@ -160,7 +160,7 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         from schedsim.sim.power import steady_state
 
         return steady_state(lambda p: _simulate_once(G, p, info, mode, model, conns, model_executor), profile,
-                            max(0.0, iteration_gap_s))
+                            max(0.0, iteration_gap_s), repeat=_repeats(G))
     return _simulate_once(G, profile, info, mode, model, conns, model_executor)
 
 
@@ -187,6 +187,13 @@ def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict
                 tl.meta["warnings"] = [note]
                 return tl
         return _timeline(info, profile, mode, c, st)
+
+
+def _repeats(G: nx.DiGraph | Program) -> np.ndarray:  # type: ignore[type-arg]
+    """Each op's ``repeat`` (kernels back to back), in the order of the timeline's spans (int64, shape (N,))."""
+    if isinstance(G, Program):
+        return np.array([t.repeat for t in G.templates], np.int64)[G.tmpl]
+    return np.fromiter((d["op"].repeat for d in G._node.values()), np.int64, count=len(G))
 
 
 def _p2p_hang_note(e: DeadlockError) -> str:
