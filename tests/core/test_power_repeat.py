@@ -52,3 +52,33 @@ def test_a_repeated_gemm_runs_in_the_steady_power_state(as_graph):
                                                 rel=TOLERANCE + 1e-4)
     assert pw["gemm_slowdown"] > 1.16
     assert mm.solo_s == pytest.approx(20 * 0.1938e-3 * pw["gemm_slowdown"] + 1e-6, rel=1e-4)
+
+
+def test_predict_cli_takes_the_iteration_gap(tmp_path, monkeypatch):
+    """``schedsim predict --iteration-gap-ms`` predicts what execute's compare predicts for a measured idle: a
+    2-stage 1F1B on h200x2 keeps its GEMMs busy > 0.59 of the makespan (slower GEMMs); a 2 ms idle between
+    iterations lowers the duty as tensor_duty's denominator (makespan + gap) says."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    args = ["predict", "schedules/pipeline_schedules.yaml", "--profile", "h200x2", "--no-gantt", "--set", "p=2",
+            "--set", "m=8", "--set", "schedule=1f1b"]
+    got = {}
+    for gap in (0.0, 2.0):
+        out = tmp_path / f"g{gap}"
+        r = CliRunner().invoke(app, [*args, "--out", str(out), "--iteration-gap-ms", str(gap)])
+        assert r.exit_code == 0, r.output
+        got[gap] = Timeline.read_json(out / "timeline.json")
+    busy, idle = got[0.0].meta["power"], got[2.0].meta["power"]
+    assert busy["iteration_gap_s"] == 0.0 and idle["iteration_gap_s"] == pytest.approx(2e-3)
+    assert idle["gemm_slowdown"] < busy["gemm_slowdown"]
+    # the last pass's duty: the same GEMM union over a makespan 2 ms longer
+    ms = got[2.0].makespan_s
+    union = idle["tensor_duty"] * (ms + 2e-3)
+    assert union / ms == pytest.approx(tensor_duty(got[2.0], FP32 / idle["gemm_slowdown"]), abs=2e-4)
+    r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "bad"), "--iteration-gap-ms", "-1"])
+    assert r.exit_code == 2 and "iteration-gap-ms" in r.output
