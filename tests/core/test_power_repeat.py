@@ -82,3 +82,12 @@ def test_predict_cli_takes_the_iteration_gap(tmp_path, monkeypatch):
     assert union / ms == pytest.approx(tensor_duty(got[2.0], FP32 / idle["gemm_slowdown"]), abs=2e-4)
     r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "bad"), "--iteration-gap-ms", "-1"])
     assert r.exit_code == 2 and "iteration-gap-ms" in r.output
+
+
+@pytest.mark.parametrize("gap", [-1e-3, float("nan"), float("inf")])
+def test_a_bad_iteration_gap_is_refused(gap):
+    from schedsim.errors import ProfileError
+
+    prog = lower(load_text(SCHED))
+    with pytest.raises(ProfileError, match="iteration_gap_s must be a finite number of seconds >= 0"):
+        simulate(prog, load_profile("h200"), iteration_gap_s=gap)
