@@ -158,8 +158,8 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
     if conns is not None and not 1 <= int(conns) <= 32:
         raise ProfileError(f"CUDA_DEVICE_MAX_CONNECTIONS must be 1-32 (got {conns})\n  fix: pick a value in 1-32")
     if not (math.isfinite(iteration_gap_s) and iteration_gap_s >= 0):
-        raise ProfileError(f"iteration_gap_s must be a finite number of seconds >= 0 (got {iteration_gap_s})\n"
-                           "  fix: pass the GPUs' idle time between iterations, 0 for back to back")
+        raise ProfileError(f"iteration_gap_s must be a finite number of seconds >= 0 (got {iteration_gap_s})",
+                           fix="pass the GPUs' idle time between iterations, 0 for back to back")
     if model == "waves" and profile.power is not None and profile.power.gemm_slowdown_by_duty:
         from schedsim.sim.power import steady_state
 

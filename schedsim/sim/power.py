@@ -119,7 +119,8 @@ def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwarePr
             break
         f = nf
         tl = run(profile.with_gemm_slowdown(f))
-        duty, passes = tensor_duty(tl, fp32 / f, gap_s, repeat=repeat), passes + 1  # rates fall by f: compare with the scaled peak
+        # rates fall by f: compare with the scaled peak
+        duty, passes = tensor_duty(tl, fp32 / f, gap_s, repeat=repeat), passes + 1
     if f > 1.0:
         tl.meta["power"] = {"tensor_duty": round(duty, 4), "gemm_slowdown": round(f, 4), "passes": passes,
                             "iteration_gap_s": gap_s}

@@ -27,8 +27,16 @@ def test_the_probe_burst_by_hand():
     assert _burst_ms() == pytest.approx(0.864 * 0.18944, rel=2e-3)  # 0.1637 ms
 
 
-@pytest.mark.parametrize("name", [n for n in list_profiles() if load_profile(n).power is not None
-                                  and load_profile(n).power.gemm_slowdown_by_duty and "H200" in load_profile(n).gpu.name])
+def _h200_with_curve() -> list[str]:
+    out = []
+    for n in list_profiles():
+        p = load_profile(n)
+        if p.power is not None and p.power.gemm_slowdown_by_duty and "H200" in p.gpu.name:
+            out.append(n)
+    return out
+
+
+@pytest.mark.parametrize("name", _h200_with_curve())
 def test_h200_profiles_with_a_power_curve_hold_burst_gemm_times(name):
     table = {tuple(e[:4]): e[4] for e in load_profile(name).gemm.entries}
     assert table[("bf16", 4096, 4096, 4096)] == pytest.approx(_burst_ms(), rel=0.05)
