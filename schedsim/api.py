@@ -159,7 +159,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     """The chain after loading: :func:`build` → simulate → metrics, pipeline metrics and memory curve.
 
     ``profile`` is a HardwareProfile; ``sim`` passes the engine's options (``gpu_model``,
-    ``max_connections``, ``model_executor``). ``progress`` shows a status line on stderr for
+    ``max_connections``, ``model_executor``, ``iteration_gap_s``). ``progress`` shows a status line on stderr for
     schedules of more than 20,000 ops; ``meta`` is added to ``timeline.meta`` first. ``metrics``
     gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
@@ -189,16 +189,17 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     return Run(tl, metrics, prog)
 
 
-def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None) -> Run:
+def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None, **sim: Any) -> Run:
     """Build the graph of ``spec`` (a ScheduleSpec, or a YAML path) and simulate it on ``profile``
     (a shipped name, a YAML path or a HardwareProfile). Adds pipeline metrics and the memory curve
-    (``timeline.meta["memory"]``) when the schedule has them."""
+    (``timeline.meta["memory"]``) when the schedule has them. ``sim``: the engine's options, as
+    :func:`simulate_spec` (``gpu_model``, ``max_connections``, ``model_executor``, ``iteration_gap_s``)."""
     from schedsim.hardware.profile import HardwareProfile, load_profile
 
     if isinstance(spec, (str, Path)):
         spec = load(spec)
     prof = profile if isinstance(profile, HardwareProfile) else load_profile(profile)
-    return simulate_spec(spec, prof, launch=launch)
+    return simulate_spec(spec, prof, launch=launch, **sim)
 
 
 #: Files predict may write; one left by an earlier run that this run did not write is removed.

@@ -77,6 +77,10 @@ def predict(
                                                   "env and the profile."),
     model_executor: bool = typer.Option(False, "--model-executor", help="Add schedsim execute's own host cost per "
                                         "op (launch.executor_extra_per_op_us) to predict what execute measures."),
+    iteration_gap_ms: float = typer.Option(0.0, "--iteration-gap-ms", min=0.0,
+                                           help="GPU idle between iterations, ms, for the steady power state (a "
+                                           "profile power curve): 0 = back to back; execute's compare uses the "
+                                           "idle it measured (uninstrumented_period_s - makespan_uninstrumented_s)."),
     max_ops: int | None = MaxOpsOpt,
     trace: bool | None = typer.Option(None, "--trace/--no-trace", help="Write trace.json (Perfetto) "
                                          f"[default: only up to {TRACE_MAX_OPS:,} ops]."),
@@ -88,7 +92,8 @@ def predict(
     with paused_gc():  # also through the summary: its tables walk the whole timeline
         tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt, trace,
                                             gpu_model=gpu_model.value if gpu_model else None,
-                                            max_connections=max_connections, model_executor=model_executor)
+                                            max_connections=max_connections, model_executor=model_executor,
+                                            iteration_gap_s=iteration_gap_ms * 1e-3)
         _print_predict(tl, metrics, paths, fmt, all_ranks)
 
 

@@ -146,7 +146,8 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         An op on a rank outside ``0 .. world_size - 1``, or with a solo duration that is NaN, infinite or
         negative (possible in a graph built through the API; the schema rules both out).
     ProfileError
-        Unknown ``gpu_model`` or ``max_connections`` outside 1-32.
+        Unknown ``gpu_model``, ``max_connections`` outside 1-32, or ``iteration_gap_s`` negative, NaN or
+        infinite.
     """
     info = G.graph_info() if isinstance(G, Program) else G.graph
     mode = launch or info.get("launch", "eager")
@@ -156,11 +157,14 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
     conns = max_connections or info.get("max_connections")
     if conns is not None and not 1 <= int(conns) <= 32:
         raise ProfileError(f"CUDA_DEVICE_MAX_CONNECTIONS must be 1-32 (got {conns})\n  fix: pick a value in 1-32")
+    if not (math.isfinite(iteration_gap_s) and iteration_gap_s >= 0):
+        raise ProfileError(f"iteration_gap_s must be a finite number of seconds >= 0 (got {iteration_gap_s})",
+                           fix="pass the GPUs' idle time between iterations, 0 for back to back")
     if model == "waves" and profile.power is not None and profile.power.gemm_slowdown_by_duty:
         from schedsim.sim.power import steady_state
 
         return steady_state(lambda p: _simulate_once(G, p, info, mode, model, conns, model_executor), profile,
-                            max(0.0, iteration_gap_s))
+                            iteration_gap_s, repeat=_repeats(G))
     return _simulate_once(G, profile, info, mode, model, conns, model_executor)
 
 
@@ -187,6 +191,13 @@ def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict
                 tl.meta["warnings"] = [note]
                 return tl
         return _timeline(info, profile, mode, c, st)
+
+
+def _repeats(G: nx.DiGraph | Program) -> np.ndarray:  # type: ignore[type-arg]
+    """Each op's ``repeat`` (kernels back to back), in the order of the timeline's spans (int64, shape (N,))."""
+    if isinstance(G, Program):
+        return np.array([t.repeat for t in G.templates], np.int64)[G.tmpl]
+    return np.fromiter((d["op"].repeat for d in G._node.values()), np.int64, count=len(G))
 
 
 def _p2p_hang_note(e: DeadlockError) -> str:

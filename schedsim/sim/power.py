@@ -1,13 +1,18 @@
 """The GPU's power state under sustained load: GEMMs slow down when tensor cores stay busy (the ``waves`` model).
 
 A GPU holds its board power limit by lowering the SM clock. A burst of tensor-core GEMMs runs at the boost clock,
-which is what ``calibrate`` times (bursts of ~2 ms) and what the GEMM table holds; under sustained load the clock
-falls and every GEMM takes longer. Measured on one H200 (700 W limit, torch 2.11, 2026-12-01 03:00 UTC,
+which is what ``calibrate`` times (bursts of ~2 ms) and what its GEMM table holds; under sustained load the clock
+falls and every GEMM takes longer. The curve is relative to such burst times, so only a profile whose table holds
+them carries one (``h200x2``; not ``h200``, whose table has single event-timed launches, 1.18× the burst for bf16
+4096³, ``tests/core/test_power_profiles.py``). Measured on one H200 (700 W limit, torch 2.11, 2026-12-01 03:00 UTC,
 ``benchmarks/probe_power_duty.py``, bf16 4096×16384×4096 with the executor's uniform operands): back to back,
 the first ~40 ms run at the table's speed, then 16.6 % slower while ``nvidia-smi`` shows 1620 MHz instead of
 1980; at a sustained duty cycle of 0.88 the GEMMs are 12 % slower, at 0.73 3.5 %, at 0.59 and below not slower
 (beyond the +3 % every GEMM pays after an idle gap, which the duty curve divides out). fp32 GEMMs (SIMT, no
-tensor cores: 8192×4096×8192, 11 ms each) do not slow down at a duty of 0.99. On 2×H200 the pipeline cases
+tensor cores: 8192×4096×8192, 11 ms each) do not slow down at a duty of 0.99. The curve is one shape's: the same
+probe's bf16 4096³ GEMMs (0.16 ms) ran 1.11–1.12× their burst time at duties 0.57–0.70 and 1.20–1.44× at
+0.42–0.28 (a larger cost after each idle gap), where the curve gives 1.0–1.03×; short GEMMs with idle between
+them are predicted too fast. On 2×H200 the pipeline cases
 (GEMMs ~75 % of each GPU's time) ran their GEMMs 3.6–5.3 % over the table (``benchmarks/accuracy.md``).
 
 The model (steady state, as a training loop runs iteration after iteration):
@@ -41,10 +46,13 @@ MAX_PASSES = 4
 TOLERANCE = 0.002
 
 
-def tensor_duty(tl: Timeline, fp32_peak_flops: float, gap_s: float = 0.0, below: float = 0.0) -> float:
+def tensor_duty(tl: Timeline, fp32_peak_flops: float, gap_s: float = 0.0, below: float = 0.0,
+                repeat: np.ndarray | None = None) -> float:
     """Largest over ranks of (union of tensor-core GEMM intervals) / (makespan + ``gap_s``), in [0, 1].
 
-    A tensor-core GEMM is a ``matmul`` span whose FLOP / solo seconds exceed ``fp32_peak_flops`` (FLOP/s).
+    A tensor-core GEMM is a ``matmul`` span whose FLOP × ``repeat`` / solo seconds exceed ``fp32_peak_flops``
+    (FLOP/s). ``repeat`` (ints, shape (spans,), the ops' ``Op.repeat``; default all 1) counts the kernels a span
+    runs back to back: a span's ``flops`` are per kernel and its solo time covers all of them.
     ``gap_s`` (seconds) is the GPU's idle time between iterations. When the sum of the GEMMs' lengths already
     gives a duty under ``below``, that upper bound is returned without the union (no sort). Returns 0.0 for an
     empty timeline or one without such spans.
@@ -57,7 +65,8 @@ def tensor_duty(tl: Timeline, fp32_peak_flops: float, gap_s: float = 0.0, below:
     if "matmul" not in kinds:
         return 0.0
     solo = np.where(np.isnan(c.solo_s), c.end_s - c.start_s, c.solo_s)
-    rate = np.divide(c.flops, solo, out=np.zeros_like(c.flops), where=solo > 0)
+    flops = c.flops if repeat is None else c.flops * np.asarray(repeat, np.float64)
+    rate = np.divide(flops, solo, out=np.zeros_like(flops), where=solo > 0)
     sel = (codes == kinds.index("matmul")) & (rate > fp32_peak_flops) & (c.end_s > c.start_s)
     if not sel.any():
         return 0.0
@@ -85,13 +94,15 @@ def slowdown_at(curve: list[tuple[float, float]], duty: float) -> float:
     return float(np.interp(duty, [p[0] for p in curve], [p[1] for p in curve]))
 
 
-def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwareProfile, gap_s: float = 0.0) -> Timeline:
+def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwareProfile, gap_s: float = 0.0,
+                 repeat: np.ndarray | None = None) -> Timeline:
     """Simulate with ``run(profile)`` and repeat with GEMMs slowed to the steady power state (module doc).
 
     ``gap_s`` (seconds, >= 0) is how long the GPU idles between iterations: 0 for a training loop that issues
     iteration after iteration; ``schedsim execute`` synchronizes and aligns the ranks' start between its timed
     iterations (2 ms margin plus a clock all-gather, ``executor/clock.py``) and records the period it ran at
-    (``meta["uninstrumented_period_s"]``), from which ``compare`` takes the gap.
+    (``meta["uninstrumented_period_s"]``), from which ``compare`` takes the gap. ``repeat``: kernels per span,
+    as :func:`tensor_duty` takes them.
 
     The returned timeline's ``meta`` gets ``power`` = ``{"tensor_duty", "gemm_slowdown", "passes"}`` when the
     profile has a curve and a slowdown applies (``gemm_slowdown`` 1.0 otherwise is left out).
@@ -101,14 +112,15 @@ def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwarePr
     if not curve:
         return tl
     fp32 = profile.gpu.peak_tflops.get("fp32", 0.0) * 1e12
-    f, duty, passes = 1.0, tensor_duty(tl, fp32, gap_s, below=curve[0][0]), 1
+    f, duty, passes = 1.0, tensor_duty(tl, fp32, gap_s, below=curve[0][0], repeat=repeat), 1
     while passes < MAX_PASSES:
         nf = slowdown_at(curve, duty)
         if abs(nf - f) <= TOLERANCE * f:
             break
         f = nf
         tl = run(profile.with_gemm_slowdown(f))
-        duty, passes = tensor_duty(tl, fp32 / f, gap_s), passes + 1  # rates fall by f: compare with the scaled peak
+        # rates fall by f: compare with the scaled peak
+        duty, passes = tensor_duty(tl, fp32 / f, gap_s, repeat=repeat), passes + 1
     if f > 1.0:
         tl.meta["power"] = {"tensor_duty": round(duty, 4), "gemm_slowdown": round(f, 4), "passes": passes,
                             "iteration_gap_s": gap_s}

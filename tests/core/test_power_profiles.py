@@ -1,0 +1,49 @@
+"""A profile's power curve multiplies GEMM times measured in short bursts at the boost clock
+(schedsim/sim/power.py), so a shipped profile with a curve must hold burst times in its GEMM table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from schedsim.hardware.profile import list_profiles, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ROOT / "benchmarks" / "h200" / "probe_power_duty_2026-12-01_1xh200.json"
+
+
+def _burst_ms() -> float:
+    """bf16 4096^3 back to back from a cold H200, the first 5 ms (before the power limiter acts): the probe's
+    first onset window, relative to its cold single GEMM."""
+    r = json.loads(PROBE.read_text())["shapes"]["4096x4096x4096xbf16"]
+    first = r["onset"][0]
+    assert first["from_s"] == 0 and first["to_s"] <= 0.005
+    return first["rel"] * r["cold_s"] * 1e3
+
+
+def test_the_probe_burst_by_hand():
+    assert _burst_ms() == pytest.approx(0.864 * 0.18944, rel=2e-3)  # 0.1637 ms
+
+
+def _h200_with_curve() -> list[str]:
+    out = []
+    for n in list_profiles():
+        p = load_profile(n)
+        if p.power is not None and p.power.gemm_slowdown_by_duty and "H200" in p.gpu.name:
+            out.append(n)
+    return out
+
+
+@pytest.mark.parametrize("name", _h200_with_curve())
+def test_h200_profiles_with_a_power_curve_hold_burst_gemm_times(name):
+    table = {tuple(e[:4]): e[4] for e in load_profile(name).gemm.entries}
+    assert table[("bf16", 4096, 4096, 4096)] == pytest.approx(_burst_ms(), rel=0.05)
+
+
+def test_the_default_h200_table_is_not_burst_timed_and_has_no_curve():
+    h200 = load_profile("h200")
+    table = {tuple(e[:4]): e[4] for e in h200.gemm.entries}
+    assert table[("bf16", 4096, 4096, 4096)] / _burst_ms() > 1.15  # single event-timed launches
+    assert h200.power is None or not h200.power.gemm_slowdown_by_duty
