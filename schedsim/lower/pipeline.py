@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from pydantic import ValidationError
 
 from schedsim.graph.info import PipelineInfo
@@ -20,7 +21,7 @@ from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
 from schedsim.lower.table import Table
 from schedsim.lower.written import op_instance
-from schedsim.pipeline.actions import COMM_TYPES
+from schedsim.pipeline.actions import COMM_TYPES, Action
 from schedsim.pipeline.actions import ComputationType as CT
 from schedsim.spec.model import OP_MODELS, ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -334,6 +335,333 @@ class _Emitter:
             self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]
 
 
+_CODE = {CT.F: 0, CT.I: 1, CT.B: 2, CT.W: 3, CT.SEND_F: 4, CT.RECV_F: 5, CT.SEND_B: 6, CT.RECV_B: 7}
+_TYPES = (CT.F, CT.I, CT.B, CT.W, CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B)
+
+
+@dataclass
+class StepCols:
+    """The issue order of every rank as columns, rank-major (rank 0's steps first), in issue order.
+
+    ``rank`` (pipeline rank 0..p-1), ``typ`` (0..7: F, I, B, W, SEND_F, RECV_F, SEND_B, RECV_B), ``stage``,
+    ``mb`` (microbatch), ``bid`` (NCCL batch id, -1 = a lone op): int64 arrays of one length.
+    """
+
+    rank: np.ndarray
+    typ: np.ndarray
+    stage: np.ndarray
+    mb: np.ndarray
+    bid: np.ndarray
+
+
+def _step_cols(steps: Steps | StepCols, plan: PipelinePlan) -> StepCols | None:
+    """The steps as :class:`StepCols`; None when an action has no column form (DualPipe's overlapped pair,
+    torch's UNSHARD/RESHARD/REDUCE_GRAD), which the per-op emitter handles."""
+    if isinstance(steps, StepCols):
+        return steps
+    rr: list[int] = []
+    tt: list[int] = []
+    ss: list[int] = []
+    jj: list[int] = []
+    bb: list[int] = []
+    for r in range(plan.p):
+        seq = steps[r]
+        if not seq:
+            continue
+        acts, bids = zip(*seq)
+        if any(type(a) is not Action for a in acts):
+            return None
+        st, ty, mb = zip(*acts)
+        try:
+            tt.extend(map(_CODE.__getitem__, ty))
+        except KeyError:
+            return None
+        rr.extend([r] * len(acts))
+        ss.extend(st)
+        jj.extend(mb)
+        bb.extend(-1 if b is None else b for b in bids)
+    i64 = np.int64
+    return StepCols(np.array(rr, i64), np.array(tt, i64), np.array(ss, i64), np.array(jj, i64), np.array(bb, i64))
+
+
+def _intern_bulk(interner: Any, seq: list[Any]) -> np.ndarray:
+    """Ids of ``seq`` in ``interner``, interning new items in first-seen order (as calling it per item)."""
+    ids, items = interner.ids, interner.items
+    base = len(items)
+    fresh = [x for x in dict.fromkeys(seq) if x not in ids]
+    ids.update(zip(fresh, range(base, base + len(fresh))))
+    items.extend(fresh)
+    if len(fresh) == len(seq):
+        return np.arange(base, base + len(seq), dtype=np.int64)
+    return np.fromiter(map(ids.__getitem__, seq), dtype=np.int64, count=len(seq))
+
+
+def _obj(xs: list[Any]) -> np.ndarray:
+    """A 1-d object array of ``xs`` (tuples stay elements)."""
+    return np.fromiter(xs, dtype=object, count=len(xs))
+
+
+def _tuples_of(cnt: np.ndarray, flat: list[int]) -> list[tuple[int, ...]]:
+    """Per op the tuple of its ``cnt[i]`` entries of ``flat`` (in order)."""
+    n = len(cnt)
+    out: list[tuple[int, ...]] = [()] * n
+    if not flat:
+        return out
+    start = np.cumsum(cnt) - cnt
+    for k in np.unique(cnt[cnt > 0]).tolist():
+        idx = np.flatnonzero(cnt == k)
+        fl = np.asarray(flat, dtype=np.int64)
+        cols = [fl[start[idx] + i].tolist() for i in range(k)]
+        for i, t in zip(idx.tolist(), zip(*cols)):
+            out[i] = t
+    return out
+
+
+class _FastEmitter:
+    """The per-op emitter's output computed with numpy over all ranks' steps at once (same ops, names,
+    tags, dependencies, streams and interning order as :class:`_Emitter`, which stays the reference)."""
+
+    @classmethod
+    def prepare(cls, table: Table, plan: PipelinePlan, protos: dict[tuple[int, str], list[tuple[str, int]]],
+                p2p_tmpl: dict[str, int], chunk_of: dict[int, int], c: StepCols) -> _FastEmitter | None:
+        self = cls()
+        self.table, self.plan = table, plan
+        NS = plan.num_stages
+        n = len(c.typ)
+        if n and (c.stage.min() < 0 or c.stage.max() >= NS or c.mb.min() < 0):
+            return None
+        if any(len(k) == 5 and k[0][:1] == ("chunk",) for k in table.tags.ids if isinstance(k, tuple)):
+            return None  # a tag set already interned could equal a pipeline op's: the per-op path keeps it exact
+        M = int(c.mb.max()) + 1 if n else 1
+        # events: one per p2p action and per compute phase (a full backward B is two: its I part and its W part)
+        cnt = np.where(c.typ == 2, 2, 1)
+        ev = np.repeat(np.arange(n), cnt)
+        E = len(ev)
+        part = np.arange(E) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        et, es, ej, er, eb = c.typ[ev], c.stage[ev], c.mb[ev], c.rank[ev], c.bid[ev]
+        ph = np.array([0, 1, 1, 2, -1, -1, -1, -1])[et]
+        ph[(et == 2) & (part == 1)] = 2
+        comp = ph >= 0
+        is_b = et == 2
+        # op counts, template ids and name suffixes per (stage, phase, k)
+        lists = [protos[(st, phase)] for st in range(NS) for phase in "FIW"]
+        nops_tab = np.array([len(x) for x in lists], np.int64)
+        tstart = np.cumsum(nops_tab) - nops_tab
+        tmpl_flat = np.array([tid for x in lists for _n, tid in x] + [p2p_tmpl["send"], p2p_tmpl["recv"]], np.int64)
+        sfx = [f".{nm}" for x in lists for nm, _t in x]
+        phase_of_flat = np.repeat(np.tile(np.arange(3), NS), nops_tab)
+        sfx_b = [f".{'FIW'[phf]}{x}" for phf, x in zip(phase_of_flat.tolist(), sfx)]
+        slot = es * 3 + np.maximum(ph, 0)
+        nops = np.where(comp, nops_tab[slot], 1)
+        first = np.cumsum(nops) - nops
+        last = first + nops - 1
+        N = int(nops.sum())
+        # what each event sets, by key (rank, stage, code, mb); a full B's I key holds its W part's last op
+        code = np.where(comp, ph, et - 1)  # F 0, I 1, W 2, SEND_F 3, RECV_F 4, SEND_B 5, RECV_B 6
+
+        def key(r: np.ndarray, st: np.ndarray, cd: Any, j: np.ndarray) -> np.ndarray:
+            return ((r * (NS + 2) + st + 1) * 7 + cd) * M + j
+
+        val = last.copy()
+        b0 = np.flatnonzero(is_b & (part == 0))
+        val[b0] = last[b0 + 1]
+        ks = key(er, es, code, ej)
+        order = np.argsort(ks, kind="stable")
+        sk = ks[order]
+        if E > 1 and bool((sk[1:] == sk[:-1]).any()):
+            return None  # an action twice on one rank: only the per-op path follows its overwrites
+        ck = np.sort(((es * 3 + ph) * M + ej)[comp])
+        if len(ck) > 1 and bool((ck[1:] == ck[:-1]).any()):
+            return None  # one compute on two ranks: its tag set is shared, which the per-op path interns
+        sval = val[order]
+        idx = np.arange(E)
+
+        def look(q: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            if not len(sk):
+                return np.zeros(len(q), bool), np.zeros(len(q), np.int64)
+            i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
+            return (sk[i] == q) & (order[i] < idx[sel]), sval[i]
+
+        dep = np.full(E, -1, np.int64)  # the op the event's first op waits for (its input), -1 none
+
+        def first_found(sel: np.ndarray, cands: list[tuple[np.ndarray, np.ndarray]]) -> None:
+            got = np.zeros(int(sel.sum()), bool)
+            out = np.full(len(got), -1, np.int64)
+            for q, ok_mask in cands:
+                ok, v = look(q, sel)
+                ok &= ok_mask & ~got
+                out[ok] = v[ok]
+                got |= ok
+            dep[sel] = out
+
+        r_, s_, j_ = er, es, ej
+        for phase_code, cands in (
+                (0, lambda m_: [(key(r_[m_], s_[m_], 4, j_[m_]), np.ones(m_.sum(), bool)),
+                                (key(r_[m_], s_[m_] - 1, 0, j_[m_]), s_[m_] > 0)]),
+                (1, lambda m_: [(key(r_[m_], s_[m_], 6, j_[m_]), np.ones(m_.sum(), bool)),
+                                (key(r_[m_], s_[m_] + 1, 1, j_[m_]), s_[m_] < NS - 1),
+                                (key(r_[m_], s_[m_], 0, j_[m_]), np.ones(m_.sum(), bool))])):
+            sel = ph == phase_code
+            first_found(sel, cands(sel))
+        w_act = (ph == 2) & ~is_b
+        first_found(w_act, [(key(r_[w_act], s_[w_act], 1, j_[w_act]), np.ones(w_act.sum(), bool))])
+        b1 = np.flatnonzero(is_b & (part == 1))
+        dep[b1] = last[b1 - 1]
+        for t, cd in ((4, 0), (6, 1)):  # a send waits for the compute whose output it carries
+            sel = et == t
+            first_found(sel, [(key(r_[sel], s_[sel], cd, j_[sel]), np.ones(sel.sum(), bool))])
+        self.E, self.N = E, N
+        op_ev = np.repeat(idx, nops)
+        k_in = np.arange(N) - first[op_ev]
+        flat_i = np.where(comp[op_ev], tstart[slot[op_ev]] + k_in, len(sfx) + np.isin(et[op_ev], (5, 7)))
+        self.tmpl = tmpl_flat[flat_i]
+        self.rank_l = er[op_ev]
+        # names: <label><stage>.<mb>.<op> (B<stage>.<mb>.<I|W>.<op>), p2p <send|recv><F|B><stage>.<mb>
+        js = np.array([str(j) for j in range(M)], dtype=object)
+        pre_tab = np.array([f"{lab}{st}." for lab in ("F", "I", "B", "W", "sendF", "recvF", "sendB", "recvB")
+                            for st in range(NS)], dtype=object)
+        pre = pre_tab[et * NS + es]
+        sfx_tab = np.array(sfx + sfx_b + [""], dtype=object)
+        p2p_op = ~comp[op_ev]
+        sfx_i = np.where(p2p_op, len(sfx_tab) - 1, np.where(is_b[op_ev], len(sfx) + flat_i, flat_i))
+        names = (pre[op_ev] + js[ej[op_ev]] + sfx_tab[sfx_i]).tolist()
+        name_id = _intern_bulk(table.names, names)
+        self.name_id = name_id
+        # dependencies as (op, order, name id): the input first, then (batched) the last compute or the sends
+        d_op = [first[dep >= 0]]
+        d_ord = [np.zeros(int((dep >= 0).sum()), np.int64)]
+        d_nm = [name_id[dep[dep >= 0]]]
+        if plan.mode == "batched":
+            # Megatron batch_p2p_sync: a p2p op also waits for the last compute issued before it on its rank
+            pc = np.maximum.accumulate(np.where(comp, idx, -1)) if E else idx
+            sel = ~comp & (pc >= 0)
+            sel[sel] &= er[pc[sel]] == er[sel]
+            lc = name_id[last[pc[sel]]]
+            prim = dep[sel]
+            keep = (prim < 0) | (name_id[np.maximum(prim, 0)] != lc)
+            d_op.append(first[sel][keep])
+            d_ord.append(np.ones(int(keep.sum()), np.int64))
+            d_nm.append(lc[keep])
+            # a batch returns when its sends completed: the next compute on the rank waits for them
+            big = E + 1
+            nc = np.minimum.accumulate(np.where(comp, idx, big)[::-1])[::-1] if E else idx
+            sel = np.isin(et, (4, 6)) & (nc < big)
+            sel[sel] &= er[np.minimum(nc[sel], E - 1)] == er[sel]
+            d_op.append(first[nc[sel]])
+            d_ord.append(2 + idx[sel])
+            d_nm.append(name_id[first[sel]])
+        d_op_a = np.concatenate(d_op)
+        o = np.lexsort((np.concatenate(d_ord), d_op_a))
+        d_nm_a = np.concatenate(d_nm)[o]
+        self.deps = _tuples_of(np.bincount(d_op_a, minlength=N), d_nm_a.tolist())
+        # tags: a p2p op's are its own (its message), a compute phase's are shared by its ops
+        chunk = np.array([chunk_of[st] for st in range(NS)], np.int64)
+        ch = _obj([("chunk", x) for x in range(int(chunk.max()) + 1 if NS else 1)])[chunk[es]]
+        mb = _obj([("mb", j) for j in range(M)])[ej]
+        val_tab = _obj([("pp_op", t.value) for t in _TYPES])
+        lab = et  # a compute phase's label (B for both parts of a full backward), a p2p op's type
+        st_pairs = _obj([("stage", st) for st in range(NS)])[es]
+        ph_pairs = _obj([("phase", x) for x in "FIW"])[np.maximum(ph, 0)]
+        fwd = np.isin(et, (4, 5))
+        src = np.where(np.isin(et, (4, 6)), es, np.where(fwd, es - 1, es + 1))
+        p2p = ~comp
+        msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
+        msgs = (msg_tab[np.where(fwd, 0, NS + 2) + src + 1][p2p] + js[ej[p2p]]).tolist()
+        mid = ph_pairs.copy()
+        mid[p2p] = _obj([("msg", x) for x in msgs])
+        tags = list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[lab].tolist(), st_pairs.tolist()))
+        tg = table.tags
+        base = len(tg.items)
+        tg.items.extend(tags)
+        comp_ev = np.flatnonzero(comp)
+        tg.ids.update(zip([tags[i] for i in comp_ev.tolist()], (base + comp_ev).tolist()))
+        self.ev_tag = base + idx
+        self.tags_p2p = [tags[i] for i in np.flatnonzero(p2p).tolist()]
+        self.comp, self.p2p_ev = comp, np.flatnonzero(p2p)
+        self.op_ev = op_ev
+        # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
+        pb = eb[p2p]
+        has_b = pb >= 0
+        seq: list[Any] = []
+        bnames = [f"b{b}" for b in pb[has_b].tolist()]
+        it_b = iter(bnames)
+        if has_b.all():
+            seq = [None] * (2 * len(msgs))
+            seq[0::2] = bnames
+            seq[1::2] = msgs
+            sid = _intern_bulk(table.strs, seq)
+            self.batch_sid, self.msg_sid = sid[0::2], sid[1::2]
+        else:
+            for hb, mm in zip(has_b.tolist(), msgs):
+                if hb:
+                    seq.append(next(it_b))
+                seq.append(mm)
+            sid = _intern_bulk(table.strs, seq)
+            pos_msg = np.cumsum(has_b.astype(np.int64) + 1) - 1
+            self.msg_sid = sid[pos_msg]
+            self.batch_sid = np.where(has_b, sid[np.maximum(pos_msg - 1, 0)], -1)
+        # p2p constants: peer, stream key
+        s2r = np.array([plan.s2r[st] for st in range(NS)] + [0, 0], np.int64)
+        send = np.isin(et, (4, 6))
+        peer_stage = np.where(send, np.where(fwd, es + 1, es - 1), np.where(fwd, es - 1, es + 1))
+        self.peer_l = s2r[peer_stage[p2p]]
+        self.p2p_kind = np.where(send, 0, 1)[p2p]
+        self.p2p_dir = np.where(fwd, 0, 1)[p2p]
+        self.p2p_rank = er[p2p]
+        self.compute_stream = table.streams("compute")
+        return self
+
+    def emit(self, off: int) -> None:
+        """Write one replica's ops (ranks ``off`` .. ``off + p - 1``) into the table."""
+        table, plan = self.table, self.plan
+        E, N = self.E, self.N
+        if off:  # a replica after the first: same names, strings and compute tags; new p2p tag sets
+            tg = table.tags
+            base = len(tg.items)
+            tg.items.extend(self.tags_p2p)
+            ev_tag = self.ev_tag.copy()
+            ev_tag[self.p2p_ev] = base + np.arange(len(self.p2p_ev))
+        else:
+            ev_tag = self.ev_tag
+        # streams: "compute", then each rank's p2p streams in order of first use (the emitter's interning)
+        p2p_stream = np.empty(len(self.p2p_ev), np.int64)
+        key = (self.p2p_rank * 4 + self.p2p_kind * 2 + self.p2p_dir) * (plan.p + 1) + self.peer_l
+        uk, first_i, inv = np.unique(key, return_index=True, return_inverse=True)
+        sid_of = np.empty(len(uk), np.int64)
+        by_rank: dict[int, list[int]] = {}
+        for u in np.argsort(first_i, kind="stable").tolist():
+            by_rank.setdefault(int(self.p2p_rank[first_i[u]]), []).append(u)
+        for r in range(plan.p):
+            table.streams("compute")
+            for u in by_rank.get(r, ()):
+                i = first_i[u]
+                kind = "send" if self.p2p_kind[i] == 0 else "recv"
+                d = "F" if self.p2p_dir[i] == 0 else "B"
+                nm = f"pp_{kind}" if plan.mode == "batched" else f"pp_{kind}{d}_r{int(self.peer_l[i]) + off}"
+                sid_of[u] = table.streams(nm)
+        p2p_stream[:] = sid_of[inv]
+        comp_op = self.comp[self.op_ev]
+        stream = np.full(N, self.compute_stream, np.int64)
+        peer = np.full(N, -1, np.int64)
+        batch = np.full(N, -1, np.int64)
+        msg = np.full(N, -1, np.int64)
+        p2p_ops = np.flatnonzero(~comp_op)
+        stream[p2p_ops] = p2p_stream
+        peer[p2p_ops] = self.peer_l + off
+        batch[p2p_ops] = self.batch_sid
+        msg[p2p_ops] = self.msg_sid
+        t = table
+        t.o_tmpl.extend(self.tmpl.tolist())
+        t.o_rank.extend((self.rank_l + off).tolist())
+        t.o_name.extend(self.name_id.tolist())
+        t.o_tags.extend(ev_tag[self.op_ev].tolist())
+        t.o_stream.extend(stream.tolist())
+        t.o_peer.extend(peer.tolist())
+        t.o_batch.extend(batch.tolist())
+        t.o_msg.extend(msg.tolist())
+        t.o_deps.extend(self.deps)
+
+
 def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, dtype: str) -> None:
     """An all_reduce of the block (tied embedding, data-parallel gradients) on every rank of ``group``."""
     proto = Op(name=name, rank=group[0], kind="all_reduce", stream="compute", seq=0, group=group,
@@ -358,7 +686,7 @@ def _end_of_step(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: T
             table.add_one(table.template(proto), off + r, proto.name, table.tag_id(proto.tags), "compute")
 
 
-def expand_pipeline(spec: ScheduleSpec, table: Table) -> PipelineInfo:
+def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False) -> PipelineInfo:
     """Write the op instances of the spec's pipeline block into ``table`` (program order per rank).
 
     Returns the block's :class:`~schedsim.graph.info.PipelineInfo` (schedule, p, v, m, placement, p2p mode,
@@ -386,12 +714,17 @@ def expand_pipeline(spec: ScheduleSpec, table: Table) -> PipelineInfo:
                                      dtype=cost.dtype, source="pipeline")) for k in ("send", "recv")}
     rank_stages = {r: sorted(st for st, rr in plan.s2r.items() if rr == r) for r in range(p)}
     chunk_of = {st: rank_stages[r].index(st) for st, r in plan.s2r.items()}
+    cols = None if reference else _step_cols(steps, plan)
+    fast = None if cols is None else _FastEmitter.prepare(table, plan, protos, p2p_tmpl, chunk_of, cols)
     for d in range(dp):
         off = d * p
-        for r in range(p):
-            em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
-            for act, batch_id in steps[r]:
-                em.action(act, batch_id)
+        if fast is not None:
+            fast.emit(off)
+        else:
+            for r in range(p):
+                em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
+                for act, batch_id in steps[r]:
+                    em.action(act, batch_id)
         _end_of_step(pb, plan, cost, table, off)
     if dp > 1:
         num_stages = plan.num_stages
