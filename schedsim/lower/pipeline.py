@@ -105,7 +105,7 @@ def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
     from schedsim.pipeline.comms import simulate_p2p
 
     # UNSHARD, RESHARD and REDUCE_GRAD (torch's runtime CSV has them) carry no microbatch and no p2p
-    lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)] for r, acts in plan.order.items()}
+    lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)] for r, acts in plan.actions().items()}
     try:
         simulate_p2p(lowered, plan.s2r, plan.num_stages)
     except ValueError as e:
@@ -118,21 +118,26 @@ def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
     return lowered
 
 
-def _lowered_steps(plan: PipelinePlan) -> Steps:
+def _lowered_steps(plan: PipelinePlan) -> Steps | StepCols:
     """The p2p of every schedule but interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's."""
     from schedsim.pipeline import add_p2p
     from schedsim.pipeline.actions import COMM_TYPES
     from schedsim.pipeline.comms import align_recvs, torch_add_send_recv
 
     torch_run = plan.name not in ("1f1b", "interleaved_1f1b")
-    if any(a is not None and a.type in COMM_TYPES for acts in plan.order.values() for a in acts):
+    if torch_run and plan.cols is not None:  # a compute-only order as columns (no p2p of the user's)
+        cols = _torch_lower_cols(plan)
+        if cols is not None:
+            return cols
+    order = plan.actions()
+    if any(a is not None and a.type in COMM_TYPES for acts in order.values() for a in acts):
         lowered = _user_comms(plan)
     elif torch_run:
         # torch runs these schedules (and custom action lists): each p2p action its own batch_isend_irecv
         # (torch _PipelineScheduleRuntime._batch_p2p)
-        lowered = torch_add_send_recv(plan.order, plan.s2r, plan.num_stages)
+        lowered = torch_add_send_recv(order, plan.s2r, plan.num_stages)
     else:
-        lowered = align_recvs(add_p2p(plan.order, plan.s2r, plan.num_stages), plan.s2r)
+        lowered = align_recvs(add_p2p(order, plan.s2r, plan.num_stages), plan.s2r)
         if plan.mode == "overlapped":  # Megatron with batch_p2p_comm off: each call's lone ops in _p2p_ops order
             lowered = {r: _per_call(acts, r) for r, acts in lowered.items()}
     steps: Steps = {}
@@ -150,6 +155,78 @@ def _lowered_steps(plan: PipelinePlan) -> Steps:
             prev_comm = comm
         steps[r] = out_r
     return steps
+
+
+def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int = 64) -> StepCols | None:
+    """:func:`schedsim.pipeline.comms.torch_add_send_recv` on an order's columns (each p2p op its own batch).
+
+    torch sweeps the ranks in order, one step per rank per sweep; a step runs once its input is there (the
+    recv the producer's send appended to this rank's list, or the producer itself on this rank), and a
+    compute with a cross-rank output appends its send to its own list and the matching recv to the
+    receiver's at that moment. So the sweep ``t`` in which step ``k`` of rank ``r`` runs is
+    ``t_k = max(t_(k-1) + 1, t_producer + (1 if the producer's rank > r else 0))``, solved here per rank with
+    a running maximum, repeated until nothing changes; each rank's list is then its steps and the recvs
+    sorted by (sweep, rank of the step that issued them). None when the sweeps do not settle within
+    ``max_sweeps`` rounds (a wait cycle: the per-action lowering raises its error).
+    """
+    c = plan.cols
+    assert c is not None
+    P, NS, M = plan.p, plan.num_stages, plan.m
+    n = len(c.typ)
+    busy = np.flatnonzero(c.typ >= 0)
+    t, st, j, rk = c.typ, c.stage, c.mb, c.rank
+    pos = np.full((4, NS, M), -1, np.int64)
+    pos[t[busy], st[busy], j[busy]] = busy
+    prod = np.full(n, -1, np.int64)
+    f = (t == 0) & (st > 0)
+    prod[f] = pos[0, st[f] - 1, j[f]]
+    bw = ((t == 1) | (t == 2)) & (st < NS - 1)
+    nxt = np.minimum(st[bw] + 1, NS - 1)
+    pi, pb = pos[1, nxt, j[bw]], pos[2, nxt, j[bw]]
+    prod[bw] = np.where(pi >= 0, pi, pb)
+    has = prod >= 0
+    pr = np.maximum(prod, 0)
+    adj = (rk[pr] > rk).astype(np.int64)
+    start = np.cumsum(c.counts) - np.array(c.counts, np.int64)
+    k = np.arange(n) - np.repeat(start, c.counts)
+    L = max(c.counts) if c.counts else 0
+    sweep = k.copy()
+    for _ in range(max_sweeps):
+        need = np.where(has, sweep[pr] + adj, -1) - k
+        g = np.full((P, L), -1, np.int64)
+        g[rk, k] = need
+        new = np.maximum(np.maximum.accumulate(g, axis=1)[rk, k], 0) + k
+        if np.array_equal(new, sweep):
+            break
+        sweep = new
+    else:
+        return None
+    s2r = np.array([plan.s2r[x] for x in range(NS)] + [-1], np.int64)
+    tb, sb, jb, rb = t[busy], st[busy], j[busy], rk[busy]
+    key = sweep[busy] * P + rb
+    fs = (tb == 0) & (sb < NS - 1)
+    fs[fs] = s2r[sb[fs] + 1] != rb[fs]
+    bs = ((tb == 1) | (tb == 2)) & (sb > 0)
+    bs[bs] = s2r[sb[bs] - 1] != rb[bs]
+    sends = fs | bs
+    peer_st = np.where(fs, sb + 1, sb - 1)[sends]
+    # rows: the steps (sub-order 0), their sends (1), the recvs on the receivers (2)
+    rows_rank = np.concatenate([rb, rb[sends], s2r[peer_st]])
+    rows_key = np.concatenate([key, key[sends], key[sends]])
+    rows_sub = np.concatenate([np.zeros(len(rb), np.int64), np.ones(int(sends.sum()), np.int64),
+                               np.full(int(sends.sum()), 2, np.int64)])
+    fw = fs[sends]
+    rows_typ = np.concatenate([tb, np.where(fw, 4, 6), np.where(fw, 5, 7)])
+    rows_st = np.concatenate([sb, sb[sends], peer_st])
+    rows_mb = np.concatenate([jb, jb[sends], jb[sends]])
+    o = np.lexsort((rows_sub, rows_key, rows_rank))
+    rr, ty = rows_rank[o], rows_typ[o]
+    comm = (ty >= 4).astype(np.int64)
+    cnt = np.cumsum(comm)
+    first_row = np.searchsorted(rr, np.arange(P))
+    before = np.concatenate([[0], cnt])[first_row]  # comms on earlier ranks
+    bid = np.where(comm > 0, cnt - before[rr], -1)
+    return StepCols(rr, ty, rows_st[o], rows_mb[o], bid)
 
 
 def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
@@ -396,6 +473,11 @@ def _intern_bulk(interner: Any, seq: list[Any]) -> np.ndarray:
     return np.fromiter(map(ids.__getitem__, seq), dtype=np.int64, count=len(seq))
 
 
+def _pipeline_like(names: Any) -> set[str]:
+    """Those of ``names`` that could be a pipeline op's name (``F0.1.x``, ``B0.1.I.x``, ``sendF0.1``)."""
+    return {x for x in names if isinstance(x, str) and x[:1] in ("F", "I", "W", "B", "s", "r") and "." in x}
+
+
 def _obj(xs: list[Any]) -> np.ndarray:
     """A 1-d object array of ``xs`` (tuples stay elements)."""
     return np.fromiter(xs, dtype=object, count=len(xs))
@@ -525,7 +607,20 @@ class _FastEmitter:
         p2p_op = ~comp[op_ev]
         sfx_i = np.where(p2p_op, len(sfx_tab) - 1, np.where(is_b[op_ev], len(sfx) + flat_i, flat_i))
         names = (pre[op_ev] + js[ej[op_ev]] + sfx_tab[sfx_i]).tolist()
-        name_id = _intern_bulk(table.names, names)
+        nm = table.names
+        # distinct (label, stage, mb, op) give distinct names (stage and mb are digits, the label leads), so the
+        # names are new and distinct unless a stage lists an op name twice or an earlier op took one
+        if all(len({x for x, _t in lst}) == len(lst) for lst in lists) and not _pipeline_like(nm.ids):
+            base = len(nm.items)
+            nm.items.extend(names)
+            name_id = np.arange(base, base + N, dtype=np.int64)
+            # the interner's dict gets the names that can be interned again later (the templates' own names,
+            # interned when the table makes its columns); no other lookup follows the expansion
+            later = _pipeline_like(o.name for o in table.templates)
+            if later:
+                nm.ids.update((x, base + i) for i, x in enumerate(names) if x in later)
+        else:
+            name_id = _intern_bulk(nm, names)
         self.name_id = name_id
         # dependencies as (op, order, name id): the input first, then (batched) the last compute or the sends
         d_op = [first[dep >= 0]]
@@ -574,7 +669,9 @@ class _FastEmitter:
         base = len(tg.items)
         tg.items.extend(tags)
         comp_ev = np.flatnonzero(comp)
-        tg.ids.update(zip([tags[i] for i in comp_ev.tolist()], (base + comp_ev).tolist()))
+        if any(len(o.tags) == 5 and o.tags[0][:1] == ("chunk",) for o in table.templates):
+            # a template's tag set (interned when the table makes its columns) may equal a compute phase's
+            tg.ids.update(zip([tags[i] for i in comp_ev.tolist()], (base + comp_ev).tolist()))
         self.ev_tag = base + idx
         self.tags_p2p = [tags[i] for i in np.flatnonzero(p2p).tolist()]
         self.comp, self.p2p_ev = comp, np.flatnonzero(p2p)
@@ -582,24 +679,14 @@ class _FastEmitter:
         # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
         pb = eb[p2p]
         has_b = pb >= 0
-        seq: list[Any] = []
-        bnames = [f"b{b}" for b in pb[has_b].tolist()]
-        it_b = iter(bnames)
-        if has_b.all():
-            seq = [None] * (2 * len(msgs))
-            seq[0::2] = bnames
-            seq[1::2] = msgs
-            sid = _intern_bulk(table.strs, seq)
-            self.batch_sid, self.msg_sid = sid[0::2], sid[1::2]
-        else:
-            for hb, mm in zip(has_b.tolist(), msgs):
-                if hb:
-                    seq.append(next(it_b))
-                seq.append(mm)
-            sid = _intern_bulk(table.strs, seq)
-            pos_msg = np.cumsum(has_b.astype(np.int64) + 1) - 1
-            self.msg_sid = sid[pos_msg]
-            self.batch_sid = np.where(has_b, sid[np.maximum(pos_msg - 1, 0)], -1)
+        pos_msg = np.cumsum(has_b.astype(np.int64) + 1) - 1
+        boff = int(pb.max()) + 1 if len(pb) else 0
+        codes = np.empty(len(pos_msg) + int(has_b.sum()), np.int64)
+        codes[pos_msg] = boff + (np.where(fwd, 0, NS + 2) + src + 1)[p2p] * M + ej[p2p]
+        codes[pos_msg[has_b] - 1] = pb[has_b]
+        sid = self._strs(table, codes, boff, msgs, pos_msg)
+        self.msg_sid = sid[pos_msg]
+        self.batch_sid = np.where(has_b, sid[np.maximum(pos_msg - 1, 0)], -1)
         # p2p constants: peer, stream key
         s2r = np.array([plan.s2r[st] for st in range(NS)] + [0, 0], np.int64)
         send = np.isin(et, (4, 6))
@@ -610,6 +697,28 @@ class _FastEmitter:
         self.p2p_rank = er[p2p]
         self.compute_stream = table.streams("compute")
         return self
+
+    @staticmethod
+    def _strs(table: Table, codes: np.ndarray, boff: int, msgs: list[str], pos_msg: np.ndarray) -> np.ndarray:
+        """Intern the p2p strings in issue order (batch names ``b<id>``, coded ``id``; messages, coded
+        ``boff`` + message number) and return their ids."""
+        st = table.strs
+        if st.ids:  # strings from elsewhere first: intern one by one
+            ev_of = np.zeros(len(codes), np.int64)
+            ev_of[pos_msg] = np.arange(len(pos_msg))
+            return _intern_bulk(st, [f"b{c}" if c < boff else msgs[e] for c, e in zip(codes.tolist(), ev_of.tolist())])
+        u, first_i, inv = np.unique(codes, return_index=True, return_inverse=True)
+        seen = np.argsort(first_i, kind="stable")
+        pos = np.empty(len(u), np.int64)
+        pos[seen] = np.arange(len(u))
+        ev_of = np.searchsorted(pos_msg, first_i[seen])  # the p2p event whose message a code first names
+        base = len(st.items)
+        new = [f"b{c}" if c < boff else msgs[e] for c, e in zip(u[seen].tolist(), ev_of.tolist())]
+        st.items.extend(new)
+        later = {s for o in table.templates for s in (o.p2p_batch, o.tag) if s is not None}
+        if later:  # the templates' strings are interned when the table makes its columns
+            st.ids.update((x, base + i) for i, x in enumerate(new) if x in later)
+        return base + pos[inv.reshape(-1)]
 
     def emit(self, off: int) -> None:
         """Write one replica's ops (ranks ``off`` .. ``off + p - 1``) into the table."""
@@ -706,7 +815,7 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
     if spec.world_size != p * dp:
         raise block_error(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = "
                           f"{p} × {dp} = {p * dp}", "world_size", f"set world_size: {p * dp}")
-    plan = plan_of(spec, pb)
+    plan = plan_of(spec, pb, reference=reference)
     steps = _interleaved_steps(spec, pb, plan) if plan.name == "interleaved_1f1b" else _lowered_steps(plan)
     cost = stage_cost(spec, pb, plan.num_stages)
     protos = _stage_templates(spec, cost, plan.num_stages, table)
