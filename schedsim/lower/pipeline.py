@@ -11,6 +11,7 @@ dependencies; sends and recvs share one template per kind.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -483,20 +484,28 @@ def _obj(xs: list[Any]) -> np.ndarray:
     return np.fromiter(xs, dtype=object, count=len(xs))
 
 
-def _tuples_of(cnt: np.ndarray, flat: list[int]) -> list[tuple[int, ...]]:
+def _tuples_of(cnt: np.ndarray, flat: np.ndarray) -> list[tuple[int, ...]]:
     """Per op the tuple of its ``cnt[i]`` entries of ``flat`` (in order)."""
-    n = len(cnt)
-    out: list[tuple[int, ...]] = [()] * n
-    if not flat:
-        return out
+    out = np.empty(len(cnt), dtype=object)
+    out.fill(())
     start = np.cumsum(cnt) - cnt
     for k in np.unique(cnt[cnt > 0]).tolist():
         idx = np.flatnonzero(cnt == k)
-        fl = np.asarray(flat, dtype=np.int64)
-        cols = [fl[start[idx] + i].tolist() for i in range(k)]
-        for i, t in zip(idx.tolist(), zip(*cols)):
-            out[i] = t
-    return out
+        cols = [flat[start[idx] + i].tolist() for i in range(k)]
+        out[idx] = np.fromiter(zip(*cols), dtype=object, count=len(idx))
+    return out.tolist()
+
+
+def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(uniq, inv)``: the distinct values of ``code`` (ints in 0..space-1) in order of first appearance, and
+    each entry's index into them; dense tables, no sort of ``code``."""
+    first = np.full(space, len(code), np.int64)
+    first[code[::-1]] = np.arange(len(code) - 1, -1, -1)
+    present = np.flatnonzero(first < len(code))
+    uniq = present[np.argsort(first[present], kind="stable")]
+    rank = np.empty(space, np.int64)
+    rank[uniq] = np.arange(len(uniq))
+    return uniq, rank[code]
 
 
 class _FastEmitter:
@@ -603,10 +612,17 @@ class _FastEmitter:
         pre_tab = np.array([f"{lab}{st}." for lab in ("F", "I", "B", "W", "sendF", "recvF", "sendB", "recvB")
                             for st in range(NS)], dtype=object)
         pre = pre_tab[et * NS + es]
-        sfx_tab = np.array(sfx + sfx_b + [""], dtype=object)
+        sfx_all = sfx + sfx_b + [""]
         p2p_op = ~comp[op_ev]
-        sfx_i = np.where(p2p_op, len(sfx_tab) - 1, np.where(is_b[op_ev], len(sfx) + flat_i, flat_i))
-        names = (pre[op_ev] + js[ej[op_ev]] + sfx_tab[sfx_i]).tolist()
+        sfx_i = np.where(p2p_op, len(sfx_all) - 1, np.where(is_b[op_ev], len(sfx) + flat_i, flat_i))
+        usfx = list(dict.fromkeys(sfx_all))
+        if len(usfx) * M <= N:  # "<mb><suffix>" made once per (mb, suffix): one concatenation per name
+            u_of = {x: i for i, x in enumerate(usfx)}
+            sfx_u = np.array([u_of[x] for x in sfx_all], np.int64)[sfx_i]
+            tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
+            names = (pre[op_ev] + tail[ej[op_ev] * len(usfx) + sfx_u]).tolist()
+        else:
+            names = (pre[op_ev] + js[ej[op_ev]] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()
         nm = table.names
         # distinct (label, stage, mb, op) give distinct names (stage and mb are digits, the label leads), so the
         # names are new and distinct unless a stage lists an op name twice or an earlier op took one
@@ -646,9 +662,10 @@ class _FastEmitter:
             d_ord.append(2 + idx[sel])
             d_nm.append(name_id[first[sel]])
         d_op_a = np.concatenate(d_op)
-        o = np.lexsort((np.concatenate(d_ord), d_op_a))
-        d_nm_a = np.concatenate(d_nm)[o]
-        self.deps = _tuples_of(np.bincount(d_op_a, minlength=N), d_nm_a.tolist())
+        d_nm_a = np.concatenate(d_nm)
+        if len(d_op) > 1:  # the input dependency, then the others in order
+            d_nm_a = d_nm_a[np.lexsort((np.concatenate(d_ord), d_op_a))]
+        self.deps = _tuples_of(np.bincount(d_op_a, minlength=N), d_nm_a)
         # tags: a p2p op's are its own (its message), a compute phase's are shared by its ops
         chunk = np.array([chunk_of[st] for st in range(NS)], np.int64)
         ch = _obj([("chunk", x) for x in range(int(chunk.max()) + 1 if NS else 1)])[chunk[es]]
@@ -660,10 +677,13 @@ class _FastEmitter:
         fwd = np.isin(et, (4, 5))
         src = np.where(np.isin(et, (4, 6)), es, np.where(fwd, es - 1, es + 1))
         p2p = ~comp
+        # the message a p2p op carries: <F|B><stage that produced it>.<mb>, one string per message
+        msg_code = ((np.where(fwd, 0, NS + 2) + src + 1) * M + ej)[p2p]
+        msg_u, msg_inv = _first_seen(msg_code, 2 * (NS + 2) * M)
         msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
-        msgs = (msg_tab[np.where(fwd, 0, NS + 2) + src + 1][p2p] + js[ej[p2p]]).tolist()
+        msg_str = (msg_tab[msg_u // M] + js[msg_u % M]).tolist()
         mid = ph_pairs.copy()
-        mid[p2p] = _obj([("msg", x) for x in msgs])
+        mid[p2p] = _obj([("msg", x) for x in msg_str])[msg_inv]
         tags = list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[lab].tolist(), st_pairs.tolist()))
         tg = table.tags
         base = len(tg.items)
@@ -673,20 +693,15 @@ class _FastEmitter:
             # a template's tag set (interned when the table makes its columns) may equal a compute phase's
             tg.ids.update(zip([tags[i] for i in comp_ev.tolist()], (base + comp_ev).tolist()))
         self.ev_tag = base + idx
-        self.tags_p2p = [tags[i] for i in np.flatnonzero(p2p).tolist()]
+        self.tags_p2p = list(compress(tags, p2p.tolist()))
         self.comp, self.p2p_ev = comp, np.flatnonzero(p2p)
         self.op_ev = op_ev
         # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
         pb = eb[p2p]
         has_b = pb >= 0
-        pos_msg = np.cumsum(has_b.astype(np.int64) + 1) - 1
-        boff = int(pb.max()) + 1 if len(pb) else 0
-        codes = np.empty(len(pos_msg) + int(has_b.sum()), np.int64)
-        codes[pos_msg] = boff + (np.where(fwd, 0, NS + 2) + src + 1)[p2p] * M + ej[p2p]
-        codes[pos_msg[has_b] - 1] = pb[has_b]
-        sid = self._strs(table, codes, boff, msgs, pos_msg)
-        self.msg_sid = sid[pos_msg]
-        self.batch_sid = np.where(has_b, sid[np.maximum(pos_msg - 1, 0)], -1)
+        sid = self._strs(table, pb, msg_u, msg_inv, msg_str)
+        self.msg_sid = sid[1]
+        self.batch_sid = sid[0]
         # p2p constants: peer, stream key
         s2r = np.array([plan.s2r[st] for st in range(NS)] + [0, 0], np.int64)
         send = np.isin(et, (4, 6))
@@ -699,26 +714,45 @@ class _FastEmitter:
         return self
 
     @staticmethod
-    def _strs(table: Table, codes: np.ndarray, boff: int, msgs: list[str], pos_msg: np.ndarray) -> np.ndarray:
-        """Intern the p2p strings in issue order (batch names ``b<id>``, coded ``id``; messages, coded
-        ``boff`` + message number) and return their ids."""
+    def _strs(table: Table, bid: np.ndarray, msg_u: np.ndarray, msg_inv: np.ndarray,
+              msg_str: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Intern the p2p ops' strings as the per-op emitter does (per op its batch name ``b<id>`` when it has
+        one, then its message) and return (batch ids, message ids), -1 where an op has no batch."""
         st = table.strs
+        has_b = bid >= 0
+        n = len(bid)
         if st.ids:  # strings from elsewhere first: intern one by one
-            ev_of = np.zeros(len(codes), np.int64)
-            ev_of[pos_msg] = np.arange(len(pos_msg))
-            return _intern_bulk(st, [f"b{c}" if c < boff else msgs[e] for c, e in zip(codes.tolist(), ev_of.tolist())])
-        u, first_i, inv = np.unique(codes, return_index=True, return_inverse=True)
-        seen = np.argsort(first_i, kind="stable")
-        pos = np.empty(len(u), np.int64)
-        pos[seen] = np.arange(len(u))
-        ev_of = np.searchsorted(pos_msg, first_i[seen])  # the p2p event whose message a code first names
+            seq: list[str] = []
+            for b, mi in zip(bid.tolist(), msg_inv.tolist()):
+                if b >= 0:
+                    seq.append(f"b{b}")
+                seq.append(msg_str[mi])
+            sid = _intern_bulk(st, seq)
+            pos_msg = np.cumsum(has_b.astype(np.int64) + 1) - 1
+            return np.where(has_b, sid[np.maximum(pos_msg - 1, 0)], -1), sid[pos_msg]
+        # first appearance of each string in the op sequence b?, msg, b?, msg, ... (positions 2i and 2i + 1)
+        b_u, b_inv = _first_seen(np.where(has_b, bid, 0), max(int(bid.max()) + 1, 1) if n else 1)
+        b_first = np.full(len(b_u), 2 * n, np.int64)
+        hb = np.flatnonzero(has_b)
+        b_first[b_inv[hb][::-1]] = 2 * hb[::-1]
+        m_first = np.full(len(msg_u), 2 * n, np.int64)
+        m_first[msg_inv[::-1]] = 2 * np.arange(n - 1, -1, -1) + 1
+        keep_b = b_first < 2 * n
+        firsts = np.concatenate([b_first[keep_b], m_first])
+        order = np.argsort(firsts, kind="stable")
+        nb = int(keep_b.sum())
+        labels = [f"b{x}" for x in b_u[keep_b].tolist()] + msg_str
+        new = [labels[i] for i in order.tolist()]
         base = len(st.items)
-        new = [f"b{c}" if c < boff else msgs[e] for c, e in zip(u[seen].tolist(), ev_of.tolist())]
         st.items.extend(new)
-        later = {s for o in table.templates for s in (o.p2p_batch, o.tag) if s is not None}
+        later = {x for o in table.templates for x in (o.p2p_batch, o.tag) if x is not None}
         if later:  # the templates' strings are interned when the table makes its columns
             st.ids.update((x, base + i) for i, x in enumerate(new) if x in later)
-        return base + pos[inv.reshape(-1)]
+        id_of = np.empty(len(order), np.int64)
+        id_of[order] = base + np.arange(len(order))
+        b_id = np.full(len(b_u), -1, np.int64)
+        b_id[np.flatnonzero(keep_b)] = id_of[:nb]
+        return np.where(has_b, b_id[b_inv], -1), id_of[nb:][msg_inv]
 
     def emit(self, off: int) -> None:
         """Write one replica's ops (ranks ``off`` .. ``off + p - 1``) into the table."""
