@@ -630,11 +630,7 @@ class _FastEmitter:
             base = len(nm.items)
             nm.items.extend(names)
             name_id = np.arange(base, base + N, dtype=np.int64)
-            # the interner's dict gets the names that can be interned again later (the templates' own names,
-            # interned when the table makes its columns); no other lookup follows the expansion
-            later = _pipeline_like(o.name for o in table.templates)
-            if later:
-                nm.ids.update((x, base + i) for i, x in enumerate(names) if x in later)
+            nm.ids.update(zip(names, range(base, base + N)))  # names interned later (the table's) find these
         else:
             name_id = _intern_bulk(nm, names)
         self.name_id = name_id
