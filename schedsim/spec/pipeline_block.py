@@ -333,6 +333,38 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
     return OrderCols(np.repeat(np.arange(p), counts), typ, stage, mb, counts, texts)
 
 
+def _cols_of_order(order: dict[int, list[Any]], p: int) -> OrderCols | None:
+    """A generated order (per-rank lists of F/I/B/W actions and idle ``None`` steps) as columns; None when it
+    holds anything else (DualPipe's overlapped pairs, p2p) or its ranks are not 0..p-1."""
+    from schedsim.pipeline.actions import Action
+    from schedsim.pipeline.actions import ComputationType as CT
+
+    if sorted(order) != list(range(p)):
+        return None
+    code = {CT.F: 0, CT.I: 1, CT.B: 2, CT.W: 3}
+    typ: list[int] = []
+    stage: list[int] = []
+    mb: list[int] = []
+    counts: list[int] = []
+    for r in range(p):
+        acts = order[r]
+        counts.append(len(acts))
+        for a in acts:
+            if a is None:
+                typ.append(-1)
+                stage.append(-1)
+                mb.append(-1)
+            elif type(a) is Action and a.type in code and a.microbatch is not None:
+                typ.append(code[a.type])
+                stage.append(a.stage)
+                mb.append(a.microbatch)
+            else:
+                return None
+    i64 = np.int64
+    return OrderCols(np.repeat(np.arange(p), counts), np.array(typ, i64), np.array(stage, i64), np.array(mb, i64),
+                     counts, {})
+
+
 def _cols_valid(c: OrderCols, p: int, m: int, num_stages: int, s2r: dict[int, int]) -> bool:
     """True when :func:`schedsim.pipeline.validate` (checks 1, 3 and 4; no p2p, no schedule) accepts the
     order; False sends the order to it for the error."""
@@ -451,6 +483,8 @@ def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) ->
             order = info.generate(pb.p, pb.m, v, group_size=pb.group_size)
             s2r = info.stage_to_rank(pb.p, v) if pb.placement is None else stage_to_rank(pb.placement, pb.p, v)
             plan = PipelinePlan(info.name, pb.p, pb.m, v, pb.p * v, s2r, order)
+            if not reference and pb.m >= info.min_microbatches(pb.p, v):
+                plan.cols = _cols_of_order(order, pb.p)
         # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)
         if plan.cols is None or not _cols_valid(plan.cols, plan.p, plan.m, plan.num_stages, plan.s2r):
             validate(plan.actions(), plan.p, plan.m, plan.num_stages, plan.s2r,
