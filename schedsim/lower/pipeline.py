@@ -100,6 +100,44 @@ def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan)
     return steps
 
 
+def _interleaved_cols(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> StepCols:
+    """:func:`_interleaved_steps` straight into columns (no per-step tuples)."""
+    from schedsim.pipeline.comms import megatron_interleaved_batched
+
+    if plan.p == 2 and plan.mode == "batched":
+        _interleaved_steps(spec, pb, plan)  # raises its error
+    batched = plan.mode == "batched"
+    code = _CODE
+    # Megatron's _p2p_ops: even ranks send_next, recv_prev, send_prev, recv_next; odd ranks the mirror
+    even = {CT.SEND_F: 0, CT.RECV_F: 1, CT.SEND_B: 2, CT.RECV_B: 3}
+    odd = {CT.RECV_F: 0, CT.SEND_F: 1, CT.RECV_B: 2, CT.SEND_B: 3}
+    rr: list[int] = []
+    tt: list[int] = []
+    ss: list[int] = []
+    jj: list[int] = []
+    bb: list[int] = []
+    for r, seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size).items():
+        pos = even if r % 2 == 0 else odd
+        n0 = len(tt)
+        for i, x in enumerate(seq):
+            if not isinstance(x, list):
+                tt.append(code[x.type])
+                ss.append(x.stage)
+                jj.append(x.microbatch)
+                bb.append(-1)
+                continue
+            if not batched:
+                x = sorted(x, key=lambda a: pos[a.type])  # noqa: PLW2901
+            for a in x:
+                tt.append(code[a.type])
+                ss.append(a.stage)
+                jj.append(a.microbatch)
+                bb.append(i if batched else -1)
+        rr.extend([r] * (len(tt) - n0))
+    i64 = np.int64
+    return StepCols(np.array(rr, i64), np.array(tt, i64), np.array(ss, i64), np.array(jj, i64), np.array(bb, i64))
+
+
 def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
     """A compute_comms order (torch CSV or actions with SEND/RECV) as the user issues it; raises the p2p
     simulation's error (a compute whose input is never received, a recv never sent) with one fix line."""
@@ -846,7 +884,10 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
         raise block_error(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = "
                           f"{p} × {dp} = {p * dp}", "world_size", f"set world_size: {p * dp}")
     plan = plan_of(spec, pb, reference=reference)
-    steps = _interleaved_steps(spec, pb, plan) if plan.name == "interleaved_1f1b" else _lowered_steps(plan)
+    if plan.name == "interleaved_1f1b":
+        steps = _interleaved_steps(spec, pb, plan) if reference else _interleaved_cols(spec, pb, plan)
+    else:
+        steps = _lowered_steps(plan)
     cost = stage_cost(spec, pb, plan.num_stages)
     protos = _stage_templates(spec, cost, plan.num_stages, table)
     p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(cost.act_bytes),
