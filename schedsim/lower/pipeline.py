@@ -6,6 +6,17 @@ the framework that runs the schedule issues them (Megatron for 1F1B and interlea
 ``_add_send_recv`` otherwise), and writes one instance per op into a :class:`~schedsim.lower.table.Table`:
 each stage's F/I/W op list is one template per op, instanced per (stage, microbatch) with its name, tags and
 dependencies; sends and recvs share one template per kind.
+
+Two emitters write the same table. :class:`_FastEmitter` works on the issue order as columns
+(:class:`StepCols`): every op's template, name, tags, stream, peer, strings and dependencies come from numpy
+over all ranks at once, and the interners (names, tags, streams, strings) are filled in the order the
+per-op emitter fills them. :class:`_Emitter`, one Python step per op, is the reference
+(``expand_pipeline(..., reference=True)``); tests/pipeline/test_expand_columns.py asserts both give the same
+table for every schedule kind. Orders without a column form (DualPipe's overlapped F&B pairs, torch's
+UNSHARD/RESHARD) and the rare cases the columns do not reproduce (an action twice on one rank, one compute on
+two ranks, a pipeline-like tag set interned before the block) go through the reference. Custom inline actions are also parsed,
+checked and lowered to sends/recvs as columns (:func:`schedsim.spec.pipeline_block.plan_of`,
+:func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word.
 """
 
 from __future__ import annotations
