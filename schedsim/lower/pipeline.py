@@ -13,9 +13,9 @@ over all ranks at once, and the interners (names, tags, streams, strings) are fi
 per-op emitter fills them. :class:`_Emitter`, one Python step per op, is the reference
 (``expand_pipeline(..., reference=True)``); tests/pipeline/test_expand_columns.py asserts both give the same
 table for every schedule kind. Orders without a column form (DualPipe's overlapped F&B pairs, torch's
-UNSHARD/RESHARD) and the rare cases the columns do not reproduce (an action twice on one rank, one compute on
-two ranks, a pipeline-like tag set interned before the block) go through the reference. Custom inline actions are also parsed,
-checked and lowered to sends/recvs as columns (:func:`schedsim.spec.pipeline_block.plan_of`,
+UNSHARD/RESHARD) and the rare cases the columns do not reproduce (an action twice on one rank, one compute
+on two ranks, a pipeline-like tag set interned before the block) go through the reference. Custom inline
+actions are also parsed, checked and lowered to sends/recvs as columns (:func:`schedsim.spec.pipeline_block.plan_of`,
 :func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word.
 """
 
@@ -155,7 +155,8 @@ def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
     from schedsim.pipeline.comms import simulate_p2p
 
     # UNSHARD, RESHARD and REDUCE_GRAD (torch's runtime CSV has them) carry no microbatch and no p2p
-    lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)] for r, acts in plan.actions().items()}
+    lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)]
+               for r, acts in plan.actions().items()}
     try:
         simulate_p2p(lowered, plan.s2r, plan.num_stages)
     except ValueError as e:
@@ -168,14 +169,15 @@ def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
     return lowered
 
 
-def _lowered_steps(plan: PipelinePlan) -> Steps | StepCols:
-    """The p2p of every schedule but interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's."""
+def _lowered_steps(plan: PipelinePlan, columns: bool = True) -> Steps | StepCols:
+    """The p2p of every schedule but interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's
+    (as :class:`StepCols` when ``columns`` and the order has a column form)."""
     from schedsim.pipeline import add_p2p
     from schedsim.pipeline.actions import COMM_TYPES
     from schedsim.pipeline.comms import align_recvs, torch_add_send_recv
 
     torch_run = plan.name not in ("1f1b", "interleaved_1f1b")
-    if torch_run and plan.cols is not None:  # a compute-only order as columns (no p2p of the user's)
+    if columns and torch_run and plan.cols is not None:  # a compute-only order as columns (no p2p of the user's)
         cols = _torch_lower_cols(plan)
         if cols is not None:
             return cols
@@ -495,10 +497,10 @@ def _step_cols(steps: Steps | StepCols, plan: PipelinePlan) -> StepCols | None:
         seq = steps[r]
         if not seq:
             continue
-        acts, bids = zip(*seq)
+        acts, bids = zip(*seq, strict=True)
         if any(type(a) is not Action for a in acts):
             return None
-        st, ty, mb = zip(*acts)
+        st, ty, mb = zip(*acts, strict=True)
         try:
             tt.extend(map(_CODE.__getitem__, ty))
         except KeyError:
@@ -516,7 +518,7 @@ def _intern_bulk(interner: Any, seq: list[Any]) -> np.ndarray:
     ids, items = interner.ids, interner.items
     base = len(items)
     fresh = [x for x in dict.fromkeys(seq) if x not in ids]
-    ids.update(zip(fresh, range(base, base + len(fresh))))
+    ids.update(zip(fresh, range(base, base + len(fresh)), strict=True))
     items.extend(fresh)
     if len(fresh) == len(seq):
         return np.arange(base, base + len(seq), dtype=np.int64)
@@ -541,7 +543,7 @@ def _tuples_of(cnt: np.ndarray, flat: np.ndarray) -> list[tuple[int, ...]]:
     for k in np.unique(cnt[cnt > 0]).tolist():
         idx = np.flatnonzero(cnt == k)
         cols = [flat[start[idx] + i].tolist() for i in range(k)]
-        out[idx] = np.fromiter(zip(*cols), dtype=object, count=len(idx))
+        out[idx] = np.fromiter(zip(*cols, strict=True), dtype=object, count=len(idx))
     return out.tolist()
 
 
@@ -561,51 +563,83 @@ class _FastEmitter:
     """The per-op emitter's output computed with numpy over all ranks' steps at once (same ops, names,
     tags, dependencies, streams and interning order as :class:`_Emitter`, which stays the reference)."""
 
+    def __init__(self, table: Table, plan: PipelinePlan, c: StepCols) -> None:
+        self.table, self.plan = table, plan
+        self.M = int(c.mb.max()) + 1 if len(c.mb) else 1  # microbatch ids are < M
+        self.compute_stream = -1
+
     @classmethod
     def prepare(cls, table: Table, plan: PipelinePlan, protos: dict[tuple[int, str], list[tuple[str, int]]],
                 p2p_tmpl: dict[str, int], chunk_of: dict[int, int], c: StepCols) -> _FastEmitter | None:
-        self = cls()
-        self.table, self.plan = table, plan
-        NS = plan.num_stages
+        """The replica-independent part of the emission (replica 0's names, strings and tag sets interned);
+        None when the order needs the per-op emitter (see the module docstring)."""
+        self = cls(table, plan, c)
         n = len(c.typ)
-        if n and (c.stage.min() < 0 or c.stage.max() >= NS or c.mb.min() < 0):
+        if n and (c.stage.min() < 0 or c.stage.max() >= plan.num_stages or c.mb.min() < 0):
             return None
         if any(len(k) == 5 and k[0][:1] == ("chunk",) for k in table.tags.ids if isinstance(k, tuple)):
             return None  # a tag set already interned could equal a pipeline op's: the per-op path keeps it exact
-        M = int(c.mb.max()) + 1 if n else 1
-        # events: one per p2p action and per compute phase (a full backward B is two: its I part and its W part)
+        self._events(c, protos, p2p_tmpl)
+        dep = self._inputs()
+        if dep is None:
+            return None
+        self._names()
+        self._dependencies(dep)
+        self._tags(chunk_of)
+        self._p2p()
+        self.compute_stream = table.streams("compute")
+        return self
+
+    def _events(self, c: StepCols, protos: dict[tuple[int, str], list[tuple[str, int]]],
+                p2p_tmpl: dict[str, int]) -> None:
+        """One event per p2p action and per compute phase (a full backward B is two: its I part and its W part),
+        and the ops of each (a compute phase has its stage's op list for that phase)."""
+        NS = self.plan.num_stages
         cnt = np.where(c.typ == 2, 2, 1)
-        ev = np.repeat(np.arange(n), cnt)
-        E = len(ev)
-        part = np.arange(E) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        et, es, ej, er, eb = c.typ[ev], c.stage[ev], c.mb[ev], c.rank[ev], c.bid[ev]
-        ph = np.array([0, 1, 1, 2, -1, -1, -1, -1])[et]
-        ph[(et == 2) & (part == 1)] = 2
-        comp = ph >= 0
-        is_b = et == 2
+        ev = np.repeat(np.arange(len(c.typ)), cnt)
+        self.E = E = len(ev)
+        self.part = np.arange(E) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        self.et, self.es, self.ej, self.er, self.eb = c.typ[ev], c.stage[ev], c.mb[ev], c.rank[ev], c.bid[ev]
+        ph = np.array([0, 1, 1, 2, -1, -1, -1, -1])[self.et]
+        ph[(self.et == 2) & (self.part == 1)] = 2
+        self.ph, self.comp, self.is_b = ph, ph >= 0, self.et == 2
         # op counts, template ids and name suffixes per (stage, phase, k)
-        lists = [protos[(st, phase)] for st in range(NS) for phase in "FIW"]
+        self.lists = lists = [protos[(st, phase)] for st in range(NS) for phase in "FIW"]
         nops_tab = np.array([len(x) for x in lists], np.int64)
         tstart = np.cumsum(nops_tab) - nops_tab
         tmpl_flat = np.array([tid for x in lists for _n, tid in x] + [p2p_tmpl["send"], p2p_tmpl["recv"]], np.int64)
-        sfx = [f".{nm}" for x in lists for nm, _t in x]
+        self.sfx = sfx = [f".{nm}" for x in lists for nm, _t in x]
         phase_of_flat = np.repeat(np.tile(np.arange(3), NS), nops_tab)
-        sfx_b = [f".{'FIW'[phf]}{x}" for phf, x in zip(phase_of_flat.tolist(), sfx)]
-        slot = es * 3 + np.maximum(ph, 0)
-        nops = np.where(comp, nops_tab[slot], 1)
-        first = np.cumsum(nops) - nops
-        last = first + nops - 1
-        N = int(nops.sum())
-        # what each event sets, by key (rank, stage, code, mb); a full B's I key holds its W part's last op
-        code = np.where(comp, ph, et - 1)  # F 0, I 1, W 2, SEND_F 3, RECV_F 4, SEND_B 5, RECV_B 6
+        self.sfx_b = [f".{'FIW'[phf]}{x}" for phf, x in zip(phase_of_flat.tolist(), sfx, strict=True)]
+        slot = self.es * 3 + np.maximum(ph, 0)
+        nops = np.where(self.comp, nops_tab[slot], 1)
+        self.first = np.cumsum(nops) - nops
+        self.last = self.first + nops - 1
+        self.N = N = int(nops.sum())
+        self.idx = np.arange(E)
+        self.op_ev = op_ev = np.repeat(self.idx, nops)
+        k_in = np.arange(N) - self.first[op_ev]
+        self.flat_i = np.where(self.comp[op_ev], tstart[slot[op_ev]] + k_in,
+                               len(sfx) + np.isin(self.et[op_ev], (5, 7)))
+        self.tmpl = tmpl_flat[self.flat_i]
+        self.rank_l = self.er[op_ev]
 
-        def key(r: np.ndarray, st: np.ndarray, cd: Any, j: np.ndarray) -> np.ndarray:
-            return ((r * (NS + 2) + st + 1) * 7 + cd) * M + j
+    def _key(self, r: np.ndarray, st: np.ndarray, cd: Any, j: np.ndarray) -> np.ndarray:
+        """The key of what an event sets or looks up: (rank, stage, code, mb), code F 0, I 1, W 2, SEND_F 3,
+        RECV_F 4, SEND_B 5, RECV_B 6 (stages -1 and NS are valid keys that nothing sets)."""
+        return ((r * (self.plan.num_stages + 2) + st + 1) * 7 + cd) * self.M + j
 
-        val = last.copy()
+    def _inputs(self) -> np.ndarray | None:
+        """Per event, the op its first op waits for (the per-op emitter's ``_input`` and a send's source), -1
+        none; None when an action repeats on one rank or a compute runs on two ranks."""
+        NS, M, E = self.plan.num_stages, self.M, self.E
+        et, es, ej, er, ph, comp, is_b, part, last = (self.et, self.es, self.ej, self.er, self.ph, self.comp,
+                                                      self.is_b, self.part, self.last)
+        code = np.where(comp, ph, et - 1)
+        val = last.copy()  # what each event's key holds: its last op; a full B's I key its W part's last op
         b0 = np.flatnonzero(is_b & (part == 0))
         val[b0] = last[b0 + 1]
-        ks = key(er, es, code, ej)
+        ks = self._key(er, es, code, ej)
         order = np.argsort(ks, kind="stable")
         sk = ks[order]
         if E > 1 and bool((sk[1:] == sk[:-1]).any()):
@@ -614,94 +648,84 @@ class _FastEmitter:
         if len(ck) > 1 and bool((ck[1:] == ck[:-1]).any()):
             return None  # one compute on two ranks: its tag set is shared, which the per-op path interns
         sval = val[order]
-        idx = np.arange(E)
+        dep = np.full(E, -1, np.int64)
 
-        def look(q: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            if not len(sk):
-                return np.zeros(len(q), bool), np.zeros(len(q), np.int64)
-            i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
-            return (sk[i] == q) & (order[i] < idx[sel]), sval[i]
-
-        dep = np.full(E, -1, np.int64)  # the op the event's first op waits for (its input), -1 none
-
-        def first_found(sel: np.ndarray, cands: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        def first_found(sel: np.ndarray, cands: list[tuple[int, int, np.ndarray | None]]) -> None:
+            """``dep[sel]``: the first candidate key (stage offset, code, valid mask) set by an earlier event."""
             got = np.zeros(int(sel.sum()), bool)
             out = np.full(len(got), -1, np.int64)
-            for q, ok_mask in cands:
-                ok, v = look(q, sel)
-                ok &= ok_mask & ~got
-                out[ok] = v[ok]
+            for ds, cd, valid in cands:
+                q = self._key(er[sel], es[sel] + ds, cd, ej[sel])
+                i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
+                ok = (sk[i] == q) & (order[i] < self.idx[sel]) & ~got
+                if valid is not None:
+                    ok &= valid
+                out[ok] = sval[i][ok]
                 got |= ok
             dep[sel] = out
 
-        r_, s_, j_ = er, es, ej
-        for phase_code, cands in (
-                (0, lambda m_: [(key(r_[m_], s_[m_], 4, j_[m_]), np.ones(m_.sum(), bool)),
-                                (key(r_[m_], s_[m_] - 1, 0, j_[m_]), s_[m_] > 0)]),
-                (1, lambda m_: [(key(r_[m_], s_[m_], 6, j_[m_]), np.ones(m_.sum(), bool)),
-                                (key(r_[m_], s_[m_] + 1, 1, j_[m_]), s_[m_] < NS - 1),
-                                (key(r_[m_], s_[m_], 0, j_[m_]), np.ones(m_.sum(), bool))])):
-            sel = ph == phase_code
-            first_found(sel, cands(sel))
-        w_act = (ph == 2) & ~is_b
-        first_found(w_act, [(key(r_[w_act], s_[w_act], 1, j_[w_act]), np.ones(w_act.sum(), bool))])
+        f, i_ = ph == 0, ph == 1
+        first_found(f, [(0, 4, None), (-1, 0, es[f] > 0)])  # F: its recv, else the previous stage's F here
+        first_found(i_, [(0, 6, None), (1, 1, es[i_] < NS - 1), (0, 0, None)])  # I: recv, next stage's I, own F
+        first_found((ph == 2) & ~is_b, [(0, 1, None)])  # W: its I
         b1 = np.flatnonzero(is_b & (part == 1))
-        dep[b1] = last[b1 - 1]
-        for t, cd in ((4, 0), (6, 1)):  # a send waits for the compute whose output it carries
-            sel = et == t
-            first_found(sel, [(key(r_[sel], s_[sel], cd, j_[sel]), np.ones(sel.sum(), bool))])
-        self.E, self.N = E, N
-        op_ev = np.repeat(idx, nops)
-        k_in = np.arange(N) - first[op_ev]
-        flat_i = np.where(comp[op_ev], tstart[slot[op_ev]] + k_in, len(sfx) + np.isin(et[op_ev], (5, 7)))
-        self.tmpl = tmpl_flat[flat_i]
-        self.rank_l = er[op_ev]
-        # names: <label><stage>.<mb>.<op> (B<stage>.<mb>.<I|W>.<op>), p2p <send|recv><F|B><stage>.<mb>
-        js = np.array([str(j) for j in range(M)], dtype=object)
+        dep[b1] = last[b1 - 1]  # a full backward's W part: its I part
+        first_found(et == 4, [(0, 0, None)])  # a send waits for the compute whose output it carries
+        first_found(et == 6, [(0, 1, None)])
+        return dep
+
+    def _names(self) -> None:
+        """Op names (``<label><stage>.<mb>.<op>``, ``B<stage>.<mb>.<I|W>.<op>``, p2p
+        ``<send|recv><F|B><stage>.<mb>``), interned in issue order."""
+        NS, M, N, op_ev = self.plan.num_stages, self.M, self.N, self.op_ev
+        self.js = js = np.array([str(j) for j in range(M)], dtype=object)
         pre_tab = np.array([f"{lab}{st}." for lab in ("F", "I", "B", "W", "sendF", "recvF", "sendB", "recvB")
                             for st in range(NS)], dtype=object)
-        pre = pre_tab[et * NS + es]
-        sfx_all = sfx + sfx_b + [""]
-        p2p_op = ~comp[op_ev]
-        sfx_i = np.where(p2p_op, len(sfx_all) - 1, np.where(is_b[op_ev], len(sfx) + flat_i, flat_i))
+        pre = pre_tab[self.et * NS + self.es]
+        sfx_all = self.sfx + self.sfx_b + [""]
+        sfx_i = np.where(~self.comp[op_ev], len(sfx_all) - 1,
+                         np.where(self.is_b[op_ev], len(self.sfx) + self.flat_i, self.flat_i))
         usfx = list(dict.fromkeys(sfx_all))
+        ej_op = self.ej[op_ev]
         if len(usfx) * M <= N:  # "<mb><suffix>" made once per (mb, suffix): one concatenation per name
             u_of = {x: i for i, x in enumerate(usfx)}
             sfx_u = np.array([u_of[x] for x in sfx_all], np.int64)[sfx_i]
             tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
-            names = (pre[op_ev] + tail[ej[op_ev] * len(usfx) + sfx_u]).tolist()
+            names = (pre[op_ev] + tail[ej_op * len(usfx) + sfx_u]).tolist()
         else:
-            names = (pre[op_ev] + js[ej[op_ev]] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()
-        nm = table.names
+            names = (pre[op_ev] + js[ej_op] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()
+        nm = self.table.names
         # distinct (label, stage, mb, op) give distinct names (stage and mb are digits, the label leads), so the
         # names are new and distinct unless a stage lists an op name twice or an earlier op took one
-        if all(len({x for x, _t in lst}) == len(lst) for lst in lists) and not _pipeline_like(nm.ids):
+        if all(len({x for x, _t in lst}) == len(lst) for lst in self.lists) and not _pipeline_like(nm.ids):
             base = len(nm.items)
             nm.items.extend(names)
-            name_id = np.arange(base, base + N, dtype=np.int64)
-            nm.ids.update(zip(names, range(base, base + N)))  # names interned later (the table's) find these
+            self.name_id = np.arange(base, base + N, dtype=np.int64)
+            nm.ids.update(zip(names, range(base, base + N), strict=True))  # names interned later find these
         else:
-            name_id = _intern_bulk(nm, names)
-        self.name_id = name_id
-        # dependencies as (op, order, name id): the input first, then (batched) the last compute or the sends
+            self.name_id = _intern_bulk(nm, names)
+
+    def _dependencies(self, dep: np.ndarray) -> None:
+        """Per op its dependency name ids: the input first, then (batched p2p) the last compute before a p2p
+        op, or the sends a compute's batch waited for."""
+        E, first, name_id, comp, er, idx = self.E, self.first, self.name_id, self.comp, self.er, self.idx
         d_op = [first[dep >= 0]]
         d_ord = [np.zeros(int((dep >= 0).sum()), np.int64)]
         d_nm = [name_id[dep[dep >= 0]]]
-        if plan.mode == "batched":
+        if self.plan.mode == "batched" and E:
             # Megatron batch_p2p_sync: a p2p op also waits for the last compute issued before it on its rank
-            pc = np.maximum.accumulate(np.where(comp, idx, -1)) if E else idx
+            pc = np.maximum.accumulate(np.where(comp, idx, -1))
             sel = ~comp & (pc >= 0)
             sel[sel] &= er[pc[sel]] == er[sel]
-            lc = name_id[last[pc[sel]]]
+            lc = name_id[self.last[pc[sel]]]
             prim = dep[sel]
             keep = (prim < 0) | (name_id[np.maximum(prim, 0)] != lc)
             d_op.append(first[sel][keep])
             d_ord.append(np.ones(int(keep.sum()), np.int64))
             d_nm.append(lc[keep])
             # a batch returns when its sends completed: the next compute on the rank waits for them
-            big = E + 1
-            nc = np.minimum.accumulate(np.where(comp, idx, big)[::-1])[::-1] if E else idx
-            sel = np.isin(et, (4, 6)) & (nc < big)
+            nc = np.minimum.accumulate(np.where(comp, idx, E + 1)[::-1])[::-1]
+            sel = np.isin(self.et, (4, 6)) & (nc <= E)
             sel[sel] &= er[np.minimum(nc[sel], E - 1)] == er[sel]
             d_op.append(first[nc[sel]])
             d_ord.append(2 + idx[sel])
@@ -710,53 +734,53 @@ class _FastEmitter:
         d_nm_a = np.concatenate(d_nm)
         if len(d_op) > 1:  # the input dependency, then the others in order
             d_nm_a = d_nm_a[np.lexsort((np.concatenate(d_ord), d_op_a))]
-        self.deps = _tuples_of(np.bincount(d_op_a, minlength=N), d_nm_a)
-        # tags: a p2p op's are its own (its message), a compute phase's are shared by its ops
+        self.deps = _tuples_of(np.bincount(d_op_a, minlength=self.N), d_nm_a)
+
+    def _tags(self, chunk_of: dict[int, int]) -> None:
+        """Tag sets (a p2p op's its own, naming its message; a compute phase's shared by its ops) appended in
+        issue order, and the p2p ops' strings interned."""
+        NS, M, table = self.plan.num_stages, self.M, self.table
+        et, es, ej, comp = self.et, self.es, self.ej, self.comp
         chunk = np.array([chunk_of[st] for st in range(NS)], np.int64)
         ch = _obj([("chunk", x) for x in range(int(chunk.max()) + 1 if NS else 1)])[chunk[es]]
         mb = _obj([("mb", j) for j in range(M)])[ej]
-        val_tab = _obj([("pp_op", t.value) for t in _TYPES])
-        lab = et  # a compute phase's label (B for both parts of a full backward), a p2p op's type
+        val_tab = _obj([("pp_op", t.value) for t in _TYPES])  # a compute phase's label (B for both parts)
         st_pairs = _obj([("stage", st) for st in range(NS)])[es]
-        ph_pairs = _obj([("phase", x) for x in "FIW"])[np.maximum(ph, 0)]
-        fwd = np.isin(et, (4, 5))
+        mid = _obj([("phase", x) for x in "FIW"])[np.maximum(self.ph, 0)]
+        self.fwd = fwd = np.isin(et, (4, 5))
         src = np.where(np.isin(et, (4, 6)), es, np.where(fwd, es - 1, es + 1))
         p2p = ~comp
         # the message a p2p op carries: <F|B><stage that produced it>.<mb>, one string per message
         msg_code = ((np.where(fwd, 0, NS + 2) + src + 1) * M + ej)[p2p]
         msg_u, msg_inv = _first_seen(msg_code, 2 * (NS + 2) * M)
         msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
-        msg_str = (msg_tab[msg_u // M] + js[msg_u % M]).tolist()
-        mid = ph_pairs.copy()
+        msg_str = (msg_tab[msg_u // M] + self.js[msg_u % M]).tolist()
         mid[p2p] = _obj([("msg", x) for x in msg_str])[msg_inv]
-        tags = list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[lab].tolist(), st_pairs.tolist()))
+        tags = list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[et].tolist(), st_pairs.tolist(),
+                        strict=True))
         tg = table.tags
         base = len(tg.items)
         tg.items.extend(tags)
-        comp_ev = np.flatnonzero(comp)
         if any(len(o.tags) == 5 and o.tags[0][:1] == ("chunk",) for o in table.templates):
             # a template's tag set (interned when the table makes its columns) may equal a compute phase's
-            tg.ids.update(zip([tags[i] for i in comp_ev.tolist()], (base + comp_ev).tolist()))
-        self.ev_tag = base + idx
+            comp_ev = np.flatnonzero(comp)
+            tg.ids.update(zip([tags[i] for i in comp_ev.tolist()], (base + comp_ev).tolist(), strict=True))
+        self.ev_tag = base + self.idx
         self.tags_p2p = list(compress(tags, p2p.tolist()))
-        self.comp, self.p2p_ev = comp, np.flatnonzero(p2p)
-        self.op_ev = op_ev
+        self.p2p_ev = np.flatnonzero(p2p)
         # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
-        pb = eb[p2p]
-        has_b = pb >= 0
-        sid = self._strs(table, pb, msg_u, msg_inv, msg_str)
-        self.msg_sid = sid[1]
-        self.batch_sid = sid[0]
-        # p2p constants: peer, stream key
-        s2r = np.array([plan.s2r[st] for st in range(NS)] + [0, 0], np.int64)
+        self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p], msg_u, msg_inv, msg_str)
+
+    def _p2p(self) -> None:
+        """Per p2p op its peer (pipeline rank), kind (0 send, 1 recv), direction (0 F, 1 B) and rank."""
+        es, et, fwd, p2p = self.es, self.et, self.fwd, ~self.comp
+        s2r = np.array([self.plan.s2r[st] for st in range(self.plan.num_stages)] + [0, 0], np.int64)
         send = np.isin(et, (4, 6))
         peer_stage = np.where(send, np.where(fwd, es + 1, es - 1), np.where(fwd, es - 1, es + 1))
         self.peer_l = s2r[peer_stage[p2p]]
         self.p2p_kind = np.where(send, 0, 1)[p2p]
         self.p2p_dir = np.where(fwd, 0, 1)[p2p]
-        self.p2p_rank = er[p2p]
-        self.compute_stream = table.streams("compute")
-        return self
+        self.p2p_rank = self.er[p2p]
 
     @staticmethod
     def _strs(table: Table, bid: np.ndarray, msg_u: np.ndarray, msg_inv: np.ndarray,
@@ -768,7 +792,7 @@ class _FastEmitter:
         n = len(bid)
         if st.ids:  # strings from elsewhere first: intern one by one
             seq: list[str] = []
-            for b, mi in zip(bid.tolist(), msg_inv.tolist()):
+            for b, mi in zip(bid.tolist(), msg_inv.tolist(), strict=True):
                 if b >= 0:
                     seq.append(f"b{b}")
                 seq.append(msg_str[mi])
@@ -802,7 +826,7 @@ class _FastEmitter:
     def emit(self, off: int) -> None:
         """Write one replica's ops (ranks ``off`` .. ``off + p - 1``) into the table."""
         table, plan = self.table, self.plan
-        E, N = self.E, self.N
+        N = self.N
         if off:  # a replica after the first: same names, strings and compute tags; new p2p tag sets
             tg = table.tags
             base = len(tg.items)
@@ -907,6 +931,9 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
     chunk_of = {st: rank_stages[r].index(st) for st, r in plan.s2r.items()}
     cols = None if reference else _step_cols(steps, plan)
     fast = None if cols is None else _FastEmitter.prepare(table, plan, protos, p2p_tmpl, chunk_of, cols)
+    if fast is None and isinstance(steps, StepCols):  # the per-op emitter takes actions
+        steps = _interleaved_steps(spec, pb, plan) if plan.name == "interleaved_1f1b" else \
+            _lowered_steps(plan, columns=False)
     for d in range(dp):
         off = d * p
         if fast is not None:
@@ -914,7 +941,7 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
         else:
             for r in range(p):
                 em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
-                for act, batch_id in steps[r]:
+                for act, batch_id in steps[r]:  # type: ignore[index]
                     em.action(act, batch_id)
         _end_of_step(pb, plan, cost, table, off)
     if dp > 1:

@@ -24,7 +24,8 @@ def test_entry_point_imports_nothing_heavy() -> None:
 
 
 def test_check_and_predict_skip_networkx(tmp_path: Path) -> None:
-    run = ("import sys\nfrom schedsim.cli import main\nsys.argv = ['schedsim', {!r}, 'schedules/allgather_mm8.yaml'{}]\n"
+    run = ("import sys\nfrom schedsim.cli import main\n"
+           "sys.argv = ['schedsim', {!r}, 'schedules/allgather_mm8.yaml'{}]\n"
            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n")
     checked = _loaded(run.format("check", ""))
     assert not any(m.startswith(("networkx", "schedsim.sim", "rich")) for m in checked), checked

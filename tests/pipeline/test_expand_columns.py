@@ -60,7 +60,7 @@ def assert_same(spec: ScheduleSpec) -> None:
         assert new == ref
         return
     names = ("info", "templates", "names", "tags", "streams", "strs", "cols", "dep_op", "dep_name", "deps")
-    for label, a, b in zip(names, ref, new):
+    for label, a, b in zip(names, ref, new, strict=True):
         assert a == b, f"{label} differs"
 
 
@@ -236,5 +236,18 @@ def test_custom_columns_path_taken() -> None:
     steps = _torch_lower_cols(plan)
     assert steps is not None
     # rank 0 of 1F1B p=3: F0 F1 F2 are issued with their sends before the first backward's recv
-    r0 = [(int(t), int(s), int(j)) for t, s, j, r in zip(steps.typ, steps.stage, steps.mb, steps.rank) if r == 0]
+    r0 = [(int(t), int(s), int(j)) for t, s, j, r in zip(steps.typ, steps.stage, steps.mb, steps.rank,
+                                                                           strict=True) if r == 0]
     assert r0[:7] == [(0, 0, 0), (4, 0, 0), (0, 0, 1), (4, 0, 1), (0, 0, 2), (4, 0, 2), (7, 0, 0)]
+
+
+@pytest.mark.parametrize("which", ["interleaved_1f1b", "custom"])
+def test_per_op_fallback_after_column_steps(which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the columnar emitter declines, steps that were lowered as columns are redone as actions for the
+    per-op emitter (same table as the reference)."""
+    from schedsim.lower import pipeline as lp
+
+    monkeypatch.setattr(lp._FastEmitter, "prepare", classmethod(lambda cls, *a: None))
+    spec = _spec({"schedule": "interleaved_1f1b", "p": 3, "m": 6, "v": 2}) if which == "interleaved_1f1b" else \
+        _custom(generate("zb_h1", 3, 4), 3, 4)
+    assert_same(spec)
