@@ -251,3 +251,15 @@ def test_per_op_fallback_after_column_steps(which: str, monkeypatch: pytest.Monk
     spec = _spec({"schedule": "interleaved_1f1b", "p": 3, "m": 6, "v": 2}) if which == "interleaved_1f1b" else \
         _custom(generate("zb_h1", 3, 4), 3, 4)
     assert_same(spec)
+
+
+@pytest.mark.parametrize("blk", [
+    {"schedule": "interleaved_1f1b", "p": 2, "m": 4, "v": 2, "p2p": "batched"},  # Megatron refuses p = 2 batched
+    {"schedule": "1f1b", "p": 4, "m": 2},                                         # too few microbatches
+    {"schedule": "interleaved_1f1b", "p": 4, "m": 6, "v": 2},                     # m not a multiple of p
+])
+def test_rejected_blocks_same_error(blk: dict[str, Any]) -> None:
+    spec = _spec(blk)
+    ref = _outcome(copy.deepcopy(spec), True)
+    assert len(ref) == 2 and issubclass(ref[0], Exception)  # these are rejections
+    assert _outcome(spec, False) == ref
