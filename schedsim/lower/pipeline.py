@@ -209,7 +209,7 @@ def _lowered_steps(plan: PipelinePlan, columns: bool = True) -> Steps | StepCols
     return steps
 
 
-def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int = 64) -> StepCols | None:
+def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> StepCols | None:
     """:func:`schedsim.pipeline.comms.torch_add_send_recv` on an order's columns (each p2p op its own batch).
 
     torch sweeps the ranks in order, one step per rank per sweep; a step runs once its input is there (the
@@ -218,8 +218,10 @@ def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int = 64) -> StepCols | No
     receiver's at that moment. So the sweep ``t`` in which step ``k`` of rank ``r`` runs is
     ``t_k = max(t_(k-1) + 1, t_producer + (1 if the producer's rank > r else 0))``, solved here per rank with
     a running maximum, repeated until nothing changes; each rank's list is then its steps and the recvs
-    sorted by (sweep, rank of the step that issued them). None when the sweeps do not settle within
-    ``max_sweeps`` rounds (a wait cycle: the per-action lowering raises its error).
+    sorted by (sweep, rank of the step that issued them). Each round carries the waits one rank further, so
+    an order settles within about twice its stage count (a forward chain through every stage and a backward
+    one back); None when the sweeps do not settle within ``max_sweeps`` rounds (default ``2 × stages + 64``):
+    a wait cycle, whose error the per-action lowering raises (also taken for anything slower to settle).
     """
     c = plan.cols
     assert c is not None
@@ -243,7 +245,7 @@ def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int = 64) -> StepCols | No
     k = np.arange(n) - np.repeat(start, c.counts)
     L = max(c.counts) if c.counts else 0
     sweep = k.copy()
-    for _ in range(max_sweeps):
+    for _ in range(2 * NS + 64 if max_sweeps is None else max_sweeps):
         need = np.where(has, sweep[pr] + adj, -1) - k
         g = np.full((P, L), -1, np.int64)
         g[rk, k] = need
