@@ -59,7 +59,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedsim.errors import SpecError
@@ -67,6 +66,8 @@ from schedsim.graph.info import PipelineInfo
 from schedsim.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from schedsim.spec.model import ScheduleSpec
 
 __all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "PipelinePlan", "StageCost", "pipeline_block", "plan_of",
@@ -289,14 +290,23 @@ class PipelinePlan:
 _NUM = r"(?:0|[1-9][0-9]*)"
 _CANON = re.compile(rf"(?:(?:{_NUM}[FIBW]{_NUM}|[_.])(?: |$))*")
 _BLANK = bytes.maketrans(b"FIBW_.", b"      ")
-_KIND = np.full(256, -9, np.int64)
-_KIND[list(b"FIBW_.")] = (0, 1, 2, 3, -1, -1)
+
+
+def _kind_table() -> np.ndarray:
+    """Per byte value: 0..3 for F, I, B, W; -1 for an idle step (``_`` or ``.``); -9 for anything else."""
+    import numpy as np
+
+    kind = np.full(256, -9, np.int64)
+    kind[list(b"FIBW_.")] = (0, 1, 2, 3, -1, -1)
+    return kind
 
 
 def _order_cols(actions: Any, p: int) -> OrderCols | None:
     """Inline actions (``{rank: "0F0 0F1 _ 0B0"}``) as columns without making an Action per step; None when
     any token is not a plain F/I/B/W in canonical notation (or an idle step), or the ranks are not 0..p-1:
     :func:`schedsim.pipeline.parse_order` then reads (and rejects) the order as before."""
+    import numpy as np
+
     if not isinstance(actions, dict):
         return None
     rows: dict[int, Any] = {}
@@ -307,6 +317,7 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
     if sorted(rows) != list(range(p)) or len(rows) != len(actions):
         return None
     kinds, nums, counts, texts = [], [], [], {}
+    kind_of = _kind_table()
     for r in range(p):
         toks = rows[r].replace(",", " ").split()
         line = " ".join(toks)
@@ -314,7 +325,7 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
             return None
         b = line.encode()
         u = np.frombuffer(b, np.uint8)
-        k = _KIND[u]
+        k = kind_of[u]
         k = k[k > -9]
         nb = int((k >= 0).sum())
         sm = np.fromstring(b.translate(_BLANK), dtype=np.int64, sep=" ") if nb else np.zeros(0, np.int64)
@@ -336,6 +347,8 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
 def _cols_of_order(order: dict[int, list[Any]], p: int) -> OrderCols | None:
     """A generated order (per-rank lists of F/I/B/W actions and idle ``None`` steps) as columns; None when it
     holds anything else (DualPipe's overlapped pairs, p2p) or its ranks are not 0..p-1."""
+    import numpy as np
+
     from schedsim.pipeline.actions import Action
     from schedsim.pipeline.actions import ComputationType as CT
 
@@ -368,6 +381,8 @@ def _cols_of_order(order: dict[int, list[Any]], p: int) -> OrderCols | None:
 def _cols_valid(c: OrderCols, p: int, m: int, num_stages: int, s2r: dict[int, int]) -> bool:
     """True when :func:`schedsim.pipeline.validate` (checks 1, 3 and 4; no p2p, no schedule) accepts the
     order; False sends the order to it for the error."""
+    import numpy as np
+
     busy = np.flatnonzero(c.typ >= 0)
     t, st, j = c.typ[busy], c.stage[busy], c.mb[busy]
     if len(busy) == 0 or st.max() >= num_stages or j.max() >= m:
@@ -425,6 +440,8 @@ def _custom_order(spec: ScheduleSpec, pb: PipelineSpec, reference: bool = False)
 def _custom_cols(pb: PipelineSpec) -> PipelinePlan | None:
     """:func:`_custom_order` on columns, for inline actions every check of which passes; None otherwise (the
     per-action path then reads the order and raises its errors)."""
+    import numpy as np
+
     from schedsim.pipeline import stage_to_rank
 
     p = pb.p
