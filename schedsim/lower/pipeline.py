@@ -112,41 +112,47 @@ def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan)
 
 
 def _interleaved_cols(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> StepCols:
-    """:func:`_interleaved_steps` straight into columns (no per-step tuples)."""
+    """:func:`_interleaved_steps` straight into columns (no per-step tuples): each rank's calls flattened, and
+    the ops of one p2p call put in ``_p2p_ops`` order (overlapped) or kept in batch order (batched) by one sort."""
+    from itertools import chain
+
     from schedsim.pipeline.comms import megatron_interleaved_batched
 
     if plan.p == 2 and plan.mode == "batched":
         _interleaved_steps(spec, pb, plan)  # raises its error
     batched = plan.mode == "batched"
-    code = _CODE
-    # Megatron's _p2p_ops: even ranks send_next, recv_prev, send_prev, recv_next; odd ranks the mirror
-    even = {CT.SEND_F: 0, CT.RECV_F: 1, CT.SEND_B: 2, CT.RECV_B: 3}
-    odd = {CT.RECV_F: 0, CT.SEND_F: 1, CT.RECV_B: 2, CT.SEND_B: 3}
-    rr: list[int] = []
-    tt: list[int] = []
-    ss: list[int] = []
-    jj: list[int] = []
-    bb: list[int] = []
-    for r, seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size).items():
-        pos = even if r % 2 == 0 else odd
-        n0 = len(tt)
-        for i, x in enumerate(seq):
-            if not isinstance(x, list):
-                tt.append(code[x.type])
-                ss.append(x.stage)
-                jj.append(x.microbatch)
-                bb.append(-1)
-                continue
-            if not batched:
-                x = sorted(x, key=lambda a: pos[a.type])  # noqa: PLW2901
-            for a in x:
-                tt.append(code[a.type])
-                ss.append(a.stage)
-                jj.append(a.microbatch)
-                bb.append(i if batched else -1)
-        rr.extend([r] * (len(tt) - n0))
+    items: list[Any] = []
+    lens: list[int] = []
+    in_call: list[bool] = []
+    per_rank: list[int] = []  # ops per rank
+    seq_len: list[int] = []  # calls (list entries) per rank
+    for seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size).values():
+        n0 = len(items)
+        is_list = [type(x) is list for x in seq]
+        items.extend(chain.from_iterable(x if isl else (x,) for x, isl in zip(seq, is_list, strict=True)))
+        lens.extend(len(x) if isl else 1 for x, isl in zip(seq, is_list, strict=True))
+        in_call.extend(is_list)
+        per_rank.append(len(items) - n0)
+        seq_len.append(len(seq))
     i64 = np.int64
-    return StepCols(np.array(rr, i64), np.array(tt, i64), np.array(ss, i64), np.array(jj, i64), np.array(bb, i64))
+    if not items:
+        z = np.zeros(0, i64)
+        return StepCols(z, z, z, z, z)
+    st, ty, mb = zip(*items, strict=True)
+    typ = np.fromiter(map(_CODE.__getitem__, ty), i64, len(items))
+    n_calls = np.array(lens, i64)
+    rank = np.repeat(np.arange(plan.p), per_rank)
+    call_of = np.repeat(np.arange(len(n_calls)), n_calls)  # global call index (per rank, in issue order)
+    elem = np.arange(len(items)) - np.repeat(np.cumsum(n_calls) - n_calls, n_calls)
+    # Megatron's _p2p_ops: even ranks send_next, recv_prev, send_prev, recv_next; odd ranks the mirror
+    pos = np.array([[0, 0, 0, 0, 0, 1, 2, 3], [0, 0, 0, 0, 1, 0, 3, 2]], i64)  # by rank parity, type code
+    key = elem if batched else pos[rank % 2, typ]
+    o = np.lexsort((key, call_of))
+    comm = np.repeat(np.array(in_call, bool), n_calls)
+    # a batch's id is the index of its call in the rank's list
+    sl = np.array(seq_len, i64)
+    bid = np.where(comm & batched, call_of - (np.cumsum(sl) - sl)[rank], -1)
+    return StepCols(rank[o], typ[o], np.array(st, i64)[o], np.array(mb, i64)[o], bid[o])
 
 
 def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
