@@ -276,3 +276,13 @@ def test_deep_pipeline_lowered_as_columns() -> None:
     assert _torch_lower_cols(plan, max_sweeps=8) is None  # not settled after 8 rounds
     assert _torch_lower_cols(plan) is not None
     assert_same(spec)
+
+
+def test_written_op_depending_on_pipeline_ops_matches() -> None:
+    """A hand-written op that names pipeline ops in its deps interns those names before the block: the
+    columnar emitter then interns its names one by one (same ids as the reference)."""
+    d: dict[str, Any] = {"schema_version": 1, "name": "t", "world_size": 2,
+                         "ops": [{"name": "after", "kind": "compute", "duration_us": 1, "ranks": [0],
+                                  "deps": ["B0.1.W.dw", "sendB1.0"]}],
+                         "pipeline": {"schedule": "1f1b", "p": 2, "m": 2, "stage": STAGE, "activation_bytes": 8}}
+    assert_same(ScheduleSpec.model_validate(d))
