@@ -103,7 +103,8 @@ def ours(compute, pp: int, m: int, model: str):
                      "stage": {"forward": [{"kind": "compute", "duration_us": 1}],
                                "backward_input": [{"kind": "compute", "duration_us": 1}],
                                "backward_weight": [{"kind": "compute", "duration_us": 1}]}}})
-    expand_pipeline(spec, Table())  # the expansion alone (lower() below repeats it; "build" is the rest)
+    held = Table()  # kept to the end: freeing it is not part of the expansion (the Program keeps its objects)
+    expand_pipeline(spec, held)  # the expansion alone (lower() below repeats it; "build" is the rest)
     mark()
     prog = lower(spec, check=False)  # expansion + linking into the Program's arrays
     mark()
@@ -114,6 +115,7 @@ def ours(compute, pp: int, m: int, model: str):
     with tempfile.TemporaryDirectory() as d:
         tl.write_json(f"{d}/timeline.json", compute_metrics(tl))
     mark()
+    del held
     gc.enable()
     d = [(marks[i + 1][0] - marks[i][0], marks[i + 1][1] - marks[i][1]) for i in range(5)]
     out = {"expand": d[0], "build": (d[1][0] - d[0][0], d[1][1] - d[0][1]), "checks": d[2], "simulate": d[3],

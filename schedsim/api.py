@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from schedsim.errors import SchedsimError
 from schedsim.results import OMIT_NONE, to_dict
-from schedsim.sim.metrics import Metrics
-from schedsim.sim.timeline import Timeline
 
 if TYPE_CHECKING:
     from schedsim.compare import Comparison
+    from schedsim.sim.metrics import Metrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
+    from schedsim.sim.timeline import Timeline
 
 __all__ = ["Run", "SweepRow", "load", "load_text", "build", "lower_spec", "simulate_spec", "predict", "predict_to_dir",
            "trace_wanted", "sweep",
@@ -169,7 +169,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     from schedsim.report.memory import memory_over_time, static_memory
     from schedsim.report.progress import status
     from schedsim.sim.engine import simulate
-    from schedsim.sim.metrics import MemoryPeak
+    from schedsim.sim.metrics import MemoryPeak, Metrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     prog = lower_spec(spec, file)
@@ -265,9 +265,10 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
         with output_set(outdir, PREDICT_FILES) as stage:
             tl.write_json(stage / "timeline.json", metrics.to_dict())
             if write_trace:
-                from schedsim.report.chrome import write_chrome_trace
+                from schedsim.report.chrome import ProgramFlows, write_chrome_trace
 
-                write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=run.graph)
+                flows = run.graph if run.program is None else ProgramFlows(run.program)  # no networkx
+                write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=flows)
             if gantt:
                 from schedsim.report.charts import write_charts
 
@@ -295,6 +296,7 @@ def compare(pred: Run | Timeline | str | Path, meas: Timeline | str | Path) -> C
     """:func:`schedsim.compare.compare_timelines` of a prediction and a measured timeline (objects or
     ``timeline.json`` paths / folders)."""
     from schedsim.compare import compare_timelines, load_timeline_arg
+    from schedsim.sim.timeline import Timeline
 
     p = pred.timeline if isinstance(pred, Run) else pred if isinstance(pred, Timeline) else load_timeline_arg(pred)
     m = meas if isinstance(meas, Timeline) else load_timeline_arg(meas)

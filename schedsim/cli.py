@@ -22,7 +22,6 @@ from schedsim.api import TRACE_MAX_OPS, SweepRow, lower_spec, predict_to_dir
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError
-from schedsim.report.outdir import safe_dirname as _safe_dirname
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict and execute comm/compute schedules of GPU clusters.")
@@ -207,7 +206,9 @@ def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -
         m = Metrics.of(tl)
         name = None
         if keep is not None:
-            name = f"timeline_{_safe_dirname('_'.join(sets))}.json"
+            from schedsim.report.outdir import safe_dirname
+
+            name = f"timeline_{safe_dirname('_'.join(sets))}.json"
             tl.write_json(keep / name, m.to_dict())
         return SweepRow.of({}, m, PipelineMetrics.of(tl), timeline=name)
 
@@ -268,8 +269,10 @@ def sweep(
     prof = load_profile(profile)  # a bad profile fails here, once, not in every worker
     combos = list(itertools.product(*[vals for _k, vals in axes]))
     points = [[f"{k}={v}" for (k, _), v in zip(axes, combo, strict=False)] for combo in combos]
-    outdir = out or Path("schedsim_out") / f"sweep_{_safe_dirname(file.stem)}"
     from schedsim.io import atomic_write_text, output_set
+    from schedsim.report.outdir import safe_dirname
+
+    outdir = out or Path("schedsim_out") / f"sweep_{safe_dirname(file.stem)}"
 
     with output_set(outdir, ("sweep.json", "sweep.png")) as stage:
         found = _sweep_rows(file, points, profile, stage if keep_timelines else None, jobs or os.cpu_count() or 1)
@@ -360,6 +363,20 @@ class _LazyGroup(typer.core.TyperGroup):
 app.info.cls = _LazyGroup
 
 
+#: Commands that run user work under torchrun (their BLAS threads are the user's business).
+_WORKLOAD_COMMANDS = frozenset({"execute", "calibrate"})
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point (also ``python -m schedsim``).
+
+    Except for ``execute`` and ``calibrate``, the process starts OpenBLAS with one thread
+    (``OPENBLAS_NUM_THREADS=1`` unless set): numpy's import starts one BLAS thread per core, which cost
+    ~70 ms CPU of a 0.16 s ``import numpy`` (2-core VM, 2026-12-01), and schedsim's own arrays never
+    call BLAS. Must run before anything imports numpy.
+    """
+    import os
+
+    if len(sys.argv) < 2 or sys.argv[1] not in _WORKLOAD_COMMANDS:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     app()

@@ -6,13 +6,26 @@ the framework that runs the schedule issues them (Megatron for 1F1B and interlea
 ``_add_send_recv`` otherwise), and writes one instance per op into a :class:`~schedsim.lower.table.Table`:
 each stage's F/I/W op list is one template per op, instanced per (stage, microbatch) with its name, tags and
 dependencies; sends and recvs share one template per kind.
+
+Two emitters write the same table. :class:`_FastEmitter` works on the issue order as columns
+(:class:`StepCols`): every op's template, name, tags, stream, peer, strings and dependencies come from numpy
+over all ranks at once, and the interners (names, tags, streams, strings) are filled in the order the
+per-op emitter fills them. :class:`_Emitter`, one Python step per op, is the reference
+(``expand_pipeline(..., reference=True)``); tests/pipeline/test_expand_columns.py asserts both give the same
+table for every schedule kind. Orders without a column form (DualPipe's overlapped F&B pairs, torch's
+UNSHARD/RESHARD) and the rare cases the columns do not reproduce (an action twice on one rank, one compute
+on two ranks, a pipeline-like tag set interned before the block) go through the reference. Custom inline
+actions are also parsed, checked and lowered to sends/recvs as columns (:func:`schedsim.spec.pipeline_block.plan_of`,
+:func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
+import numpy as np
 from pydantic import ValidationError
 
 from schedsim.graph.info import PipelineInfo
@@ -20,7 +33,7 @@ from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
 from schedsim.lower.table import Table
 from schedsim.lower.written import op_instance
-from schedsim.pipeline.actions import COMM_TYPES
+from schedsim.pipeline.actions import COMM_TYPES, Action
 from schedsim.pipeline.actions import ComputationType as CT
 from schedsim.spec.model import OP_MODELS, ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -98,13 +111,58 @@ def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan)
     return steps
 
 
+def _interleaved_cols(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> StepCols:
+    """:func:`_interleaved_steps` straight into columns (no per-step tuples): each rank's calls flattened, and
+    the ops of one p2p call put in ``_p2p_ops`` order (overlapped) or kept in batch order (batched) by one sort."""
+    from itertools import chain
+
+    from schedsim.pipeline.comms import megatron_interleaved_batched
+
+    if plan.p == 2 and plan.mode == "batched":
+        _interleaved_steps(spec, pb, plan)  # raises its error
+    batched = plan.mode == "batched"
+    items: list[Any] = []
+    lens: list[int] = []
+    in_call: list[bool] = []
+    per_rank: list[int] = []  # ops per rank
+    seq_len: list[int] = []  # calls (list entries) per rank
+    for seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size).values():
+        n0 = len(items)
+        is_list = [type(x) is list for x in seq]
+        items.extend(chain.from_iterable(x if isl else (x,) for x, isl in zip(seq, is_list, strict=True)))
+        lens.extend(len(x) if isl else 1 for x, isl in zip(seq, is_list, strict=True))
+        in_call.extend(is_list)
+        per_rank.append(len(items) - n0)
+        seq_len.append(len(seq))
+    i64 = np.int64
+    if not items:
+        z = np.zeros(0, i64)
+        return StepCols(z, z, z, z, z)
+    st, ty, mb = zip(*items, strict=True)
+    typ = np.fromiter(map(_CODE.__getitem__, ty), i64, len(items))
+    n_calls = np.array(lens, i64)
+    rank = np.repeat(np.arange(plan.p), per_rank)
+    call_of = np.repeat(np.arange(len(n_calls)), n_calls)  # global call index (per rank, in issue order)
+    elem = np.arange(len(items)) - np.repeat(np.cumsum(n_calls) - n_calls, n_calls)
+    # Megatron's _p2p_ops: even ranks send_next, recv_prev, send_prev, recv_next; odd ranks the mirror
+    pos = np.array([[0, 0, 0, 0, 0, 1, 2, 3], [0, 0, 0, 0, 1, 0, 3, 2]], i64)  # by rank parity, type code
+    key = elem if batched else pos[rank % 2, typ]
+    o = np.lexsort((key, call_of))
+    comm = np.repeat(np.array(in_call, bool), n_calls)
+    # a batch's id is the index of its call in the rank's list
+    sl = np.array(seq_len, i64)
+    bid = np.where(comm & batched, call_of - (np.cumsum(sl) - sl)[rank], -1)
+    return StepCols(rank[o], typ[o], np.array(st, i64)[o], np.array(mb, i64)[o], bid[o])
+
+
 def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
     """A compute_comms order (torch CSV or actions with SEND/RECV) as the user issues it; raises the p2p
     simulation's error (a compute whose input is never received, a recv never sent) with one fix line."""
     from schedsim.pipeline.comms import simulate_p2p
 
     # UNSHARD, RESHARD and REDUCE_GRAD (torch's runtime CSV has them) carry no microbatch and no p2p
-    lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)] for r, acts in plan.order.items()}
+    lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)]
+               for r, acts in plan.actions().items()}
     try:
         simulate_p2p(lowered, plan.s2r, plan.num_stages)
     except ValueError as e:
@@ -117,21 +175,27 @@ def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
     return lowered
 
 
-def _lowered_steps(plan: PipelinePlan) -> Steps:
-    """The p2p of every schedule but interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's."""
+def _lowered_steps(plan: PipelinePlan, columns: bool = True) -> Steps | StepCols:
+    """The p2p of every schedule but interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's
+    (as :class:`StepCols` when ``columns`` and the order has a column form)."""
     from schedsim.pipeline import add_p2p
     from schedsim.pipeline.actions import COMM_TYPES
     from schedsim.pipeline.comms import align_recvs, torch_add_send_recv
 
     torch_run = plan.name not in ("1f1b", "interleaved_1f1b")
-    if any(a is not None and a.type in COMM_TYPES for acts in plan.order.values() for a in acts):
+    if columns and torch_run and plan.cols is not None:  # a compute-only order as columns (no p2p of the user's)
+        cols = _torch_lower_cols(plan)
+        if cols is not None:
+            return cols
+    order = plan.actions()
+    if any(a is not None and a.type in COMM_TYPES for acts in order.values() for a in acts):
         lowered = _user_comms(plan)
     elif torch_run:
         # torch runs these schedules (and custom action lists): each p2p action its own batch_isend_irecv
         # (torch _PipelineScheduleRuntime._batch_p2p)
-        lowered = torch_add_send_recv(plan.order, plan.s2r, plan.num_stages)
+        lowered = torch_add_send_recv(order, plan.s2r, plan.num_stages)
     else:
-        lowered = align_recvs(add_p2p(plan.order, plan.s2r, plan.num_stages), plan.s2r)
+        lowered = align_recvs(add_p2p(order, plan.s2r, plan.num_stages), plan.s2r)
         if plan.mode == "overlapped":  # Megatron with batch_p2p_comm off: each call's lone ops in _p2p_ops order
             lowered = {r: _per_call(acts, r) for r, acts in lowered.items()}
     steps: Steps = {}
@@ -149,6 +213,80 @@ def _lowered_steps(plan: PipelinePlan) -> Steps:
             prev_comm = comm
         steps[r] = out_r
     return steps
+
+
+def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> StepCols | None:
+    """:func:`schedsim.pipeline.comms.torch_add_send_recv` on an order's columns (each p2p op its own batch).
+
+    torch sweeps the ranks in order, one step per rank per sweep; a step runs once its input is there (the
+    recv the producer's send appended to this rank's list, or the producer itself on this rank), and a
+    compute with a cross-rank output appends its send to its own list and the matching recv to the
+    receiver's at that moment. So the sweep ``t`` in which step ``k`` of rank ``r`` runs is
+    ``t_k = max(t_(k-1) + 1, t_producer + (1 if the producer's rank > r else 0))``, solved here per rank with
+    a running maximum, repeated until nothing changes; each rank's list is then its steps and the recvs
+    sorted by (sweep, rank of the step that issued them). Each round carries the waits one rank further, so
+    an order settles within about twice its stage count (a forward chain through every stage and a backward
+    one back); None when the sweeps do not settle within ``max_sweeps`` rounds (default ``2 × stages + 64``):
+    a wait cycle, whose error the per-action lowering raises (also taken for anything slower to settle).
+    """
+    c = plan.cols
+    assert c is not None
+    P, NS, M = plan.p, plan.num_stages, plan.m
+    n = len(c.typ)
+    busy = np.flatnonzero(c.typ >= 0)
+    t, st, j, rk = c.typ, c.stage, c.mb, c.rank
+    pos = np.full((4, NS, M), -1, np.int64)
+    pos[t[busy], st[busy], j[busy]] = busy
+    prod = np.full(n, -1, np.int64)
+    f = (t == 0) & (st > 0)
+    prod[f] = pos[0, st[f] - 1, j[f]]
+    bw = ((t == 1) | (t == 2)) & (st < NS - 1)
+    nxt = np.minimum(st[bw] + 1, NS - 1)
+    pi, pb = pos[1, nxt, j[bw]], pos[2, nxt, j[bw]]
+    prod[bw] = np.where(pi >= 0, pi, pb)
+    has = prod >= 0
+    pr = np.maximum(prod, 0)
+    adj = (rk[pr] > rk).astype(np.int64)
+    start = np.cumsum(c.counts) - np.array(c.counts, np.int64)
+    k = np.arange(n) - np.repeat(start, c.counts)
+    L = max(c.counts) if c.counts else 0
+    sweep = k.copy()
+    for _ in range(2 * NS + 64 if max_sweeps is None else max_sweeps):
+        need = np.where(has, sweep[pr] + adj, -1) - k
+        g = np.full((P, L), -1, np.int64)
+        g[rk, k] = need
+        new = np.maximum(np.maximum.accumulate(g, axis=1)[rk, k], 0) + k
+        if np.array_equal(new, sweep):
+            break
+        sweep = new
+    else:
+        return None
+    s2r = np.array([plan.s2r[x] for x in range(NS)] + [-1], np.int64)
+    tb, sb, jb, rb = t[busy], st[busy], j[busy], rk[busy]
+    key = sweep[busy] * P + rb
+    fs = (tb == 0) & (sb < NS - 1)
+    fs[fs] = s2r[sb[fs] + 1] != rb[fs]
+    bs = ((tb == 1) | (tb == 2)) & (sb > 0)
+    bs[bs] = s2r[sb[bs] - 1] != rb[bs]
+    sends = fs | bs
+    peer_st = np.where(fs, sb + 1, sb - 1)[sends]
+    # rows: the steps (sub-order 0), their sends (1), the recvs on the receivers (2)
+    rows_rank = np.concatenate([rb, rb[sends], s2r[peer_st]])
+    rows_key = np.concatenate([key, key[sends], key[sends]])
+    rows_sub = np.concatenate([np.zeros(len(rb), np.int64), np.ones(int(sends.sum()), np.int64),
+                               np.full(int(sends.sum()), 2, np.int64)])
+    fw = fs[sends]
+    rows_typ = np.concatenate([tb, np.where(fw, 4, 6), np.where(fw, 5, 7)])
+    rows_st = np.concatenate([sb, sb[sends], peer_st])
+    rows_mb = np.concatenate([jb, jb[sends], jb[sends]])
+    o = np.lexsort((rows_sub, rows_key, rows_rank))
+    rr, ty = rows_rank[o], rows_typ[o]
+    comm = (ty >= 4).astype(np.int64)
+    cnt = np.cumsum(comm)
+    first_row = np.searchsorted(rr, np.arange(P))
+    before = np.concatenate([[0], cnt])[first_row]  # comms on earlier ranks
+    bid = np.where(comm > 0, cnt - before[rr], -1)
+    return StepCols(rr, ty, rows_st[o], rows_mb[o], bid)
 
 
 def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
@@ -334,6 +472,416 @@ class _Emitter:
             self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]
 
 
+_CODE = {CT.F: 0, CT.I: 1, CT.B: 2, CT.W: 3, CT.SEND_F: 4, CT.RECV_F: 5, CT.SEND_B: 6, CT.RECV_B: 7}
+_TYPES = (CT.F, CT.I, CT.B, CT.W, CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B)
+
+
+@dataclass
+class StepCols:
+    """The issue order of every rank as columns, rank-major (rank 0's steps first), in issue order.
+
+    ``rank`` (pipeline rank 0..p-1), ``typ`` (0..7: F, I, B, W, SEND_F, RECV_F, SEND_B, RECV_B), ``stage``,
+    ``mb`` (microbatch), ``bid`` (NCCL batch id, -1 = a lone op): int64 arrays of one length.
+    """
+
+    rank: np.ndarray
+    typ: np.ndarray
+    stage: np.ndarray
+    mb: np.ndarray
+    bid: np.ndarray
+
+
+def _step_cols(steps: Steps | StepCols, plan: PipelinePlan) -> StepCols | None:
+    """The steps as :class:`StepCols`; None when an action has no column form (DualPipe's overlapped pair,
+    torch's UNSHARD/RESHARD/REDUCE_GRAD), which the per-op emitter handles."""
+    if isinstance(steps, StepCols):
+        return steps
+    rr: list[int] = []
+    tt: list[int] = []
+    ss: list[int] = []
+    jj: list[int] = []
+    bb: list[int] = []
+    for r in range(plan.p):
+        seq = steps[r]
+        if not seq:
+            continue
+        acts, bids = zip(*seq, strict=True)
+        if any(type(a) is not Action for a in acts):
+            return None
+        st, ty, mb = zip(*acts, strict=True)
+        try:
+            tt.extend(map(_CODE.__getitem__, ty))
+        except KeyError:
+            return None
+        rr.extend([r] * len(acts))
+        ss.extend(st)
+        jj.extend(mb)
+        bb.extend(-1 if b is None else b for b in bids)
+    i64 = np.int64
+    return StepCols(np.array(rr, i64), np.array(tt, i64), np.array(ss, i64), np.array(jj, i64), np.array(bb, i64))
+
+
+def _intern_bulk(interner: Any, seq: list[Any]) -> np.ndarray:
+    """Ids of ``seq`` in ``interner``, interning new items in first-seen order (as calling it per item)."""
+    ids, items = interner.ids, interner.items
+    base = len(items)
+    fresh = [x for x in dict.fromkeys(seq) if x not in ids]
+    ids.update(zip(fresh, range(base, base + len(fresh)), strict=True))
+    items.extend(fresh)
+    if len(fresh) == len(seq):
+        return np.arange(base, base + len(seq), dtype=np.int64)
+    return np.fromiter(map(ids.__getitem__, seq), dtype=np.int64, count=len(seq))
+
+
+def _pipeline_like(names: Any) -> set[str]:
+    """Those of ``names`` that could be a pipeline op's name (``F0.1.x``, ``B0.1.I.x``, ``sendF0.1``)."""
+    return {x for x in names if isinstance(x, str) and x[:1] in ("F", "I", "W", "B", "s", "r") and "." in x}
+
+
+def _obj(xs: list[Any]) -> np.ndarray:
+    """A 1-d object array of ``xs`` (tuples stay elements)."""
+    return np.fromiter(xs, dtype=object, count=len(xs))
+
+
+def _tuples_of(cnt: np.ndarray, flat: np.ndarray) -> list[tuple[int, ...]]:
+    """Per op the tuple of its ``cnt[i]`` entries of ``flat`` (in order)."""
+    out = np.empty(len(cnt), dtype=object)
+    out.fill(())
+    start = np.cumsum(cnt) - cnt
+    for k in np.unique(cnt[cnt > 0]).tolist():
+        idx = np.flatnonzero(cnt == k)
+        cols = [flat[start[idx] + i].tolist() for i in range(k)]
+        out[idx] = np.fromiter(zip(*cols, strict=True), dtype=object, count=len(idx))
+    return out.tolist()
+
+
+def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(uniq, inv)``: the distinct values of ``code`` (ints in 0..space-1) in order of first appearance, and
+    each entry's index into them; dense tables, no sort of ``code``."""
+    first = np.full(space, len(code), np.int64)
+    first[code[::-1]] = np.arange(len(code) - 1, -1, -1)
+    present = np.flatnonzero(first < len(code))
+    uniq = present[np.argsort(first[present], kind="stable")]
+    rank = np.empty(space, np.int64)
+    rank[uniq] = np.arange(len(uniq))
+    return uniq, rank[code]
+
+
+class _FastEmitter:
+    """The per-op emitter's output computed with numpy over all ranks' steps at once (same ops, names,
+    tags, dependencies, streams and interning order as :class:`_Emitter`, which stays the reference)."""
+
+    def __init__(self, table: Table, plan: PipelinePlan, c: StepCols) -> None:
+        self.table, self.plan = table, plan
+        self.M = int(c.mb.max()) + 1 if len(c.mb) else 1  # microbatch ids are < M
+        self.compute_stream = -1
+
+    @classmethod
+    def prepare(cls, table: Table, plan: PipelinePlan, protos: dict[tuple[int, str], list[tuple[str, int]]],
+                p2p_tmpl: dict[str, int], chunk_of: dict[int, int], c: StepCols) -> _FastEmitter | None:
+        """The replica-independent part of the emission (replica 0's names, strings and tag sets interned);
+        None when the order needs the per-op emitter (see the module docstring)."""
+        self = cls(table, plan, c)
+        n = len(c.typ)
+        if n and (c.stage.min() < 0 or c.stage.max() >= plan.num_stages or c.mb.min() < 0):
+            return None
+        if any(len(k) == 5 and k[0][:1] == ("chunk",) for k in table.tags.ids if isinstance(k, tuple)):
+            return None  # a tag set already interned could equal a pipeline op's: the per-op path keeps it exact
+        self._events(c, protos, p2p_tmpl)
+        dep = self._inputs()
+        if dep is None:
+            return None
+        self._names()
+        self._dependencies(dep)
+        self._tags(chunk_of)
+        self._p2p()
+        self.compute_stream = table.streams("compute")
+        return self
+
+    def _events(self, c: StepCols, protos: dict[tuple[int, str], list[tuple[str, int]]],
+                p2p_tmpl: dict[str, int]) -> None:
+        """One event per p2p action and per compute phase (a full backward B is two: its I part and its W part),
+        and the ops of each (a compute phase has its stage's op list for that phase)."""
+        NS = self.plan.num_stages
+        cnt = np.where(c.typ == 2, 2, 1)
+        ev = np.repeat(np.arange(len(c.typ)), cnt)
+        self.E = E = len(ev)
+        self.part = np.arange(E) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        self.et, self.es, self.ej, self.er, self.eb = c.typ[ev], c.stage[ev], c.mb[ev], c.rank[ev], c.bid[ev]
+        ph = np.array([0, 1, 1, 2, -1, -1, -1, -1])[self.et]
+        ph[(self.et == 2) & (self.part == 1)] = 2
+        self.ph, self.comp, self.is_b = ph, ph >= 0, self.et == 2
+        # op counts, template ids and name suffixes per (stage, phase, k)
+        self.lists = lists = [protos[(st, phase)] for st in range(NS) for phase in "FIW"]
+        nops_tab = np.array([len(x) for x in lists], np.int64)
+        tstart = np.cumsum(nops_tab) - nops_tab
+        tmpl_flat = np.array([tid for x in lists for _n, tid in x] + [p2p_tmpl["send"], p2p_tmpl["recv"]], np.int64)
+        self.sfx = sfx = [f".{nm}" for x in lists for nm, _t in x]
+        phase_of_flat = np.repeat(np.tile(np.arange(3), NS), nops_tab)
+        self.sfx_b = [f".{'FIW'[phf]}{x}" for phf, x in zip(phase_of_flat.tolist(), sfx, strict=True)]
+        slot = self.es * 3 + np.maximum(ph, 0)
+        nops = np.where(self.comp, nops_tab[slot], 1)
+        self.first = np.cumsum(nops) - nops
+        self.last = self.first + nops - 1
+        self.N = N = int(nops.sum())
+        self.idx = np.arange(E)
+        self.op_ev = op_ev = np.repeat(self.idx, nops)
+        k_in = np.arange(N) - self.first[op_ev]
+        self.flat_i = np.where(self.comp[op_ev], tstart[slot[op_ev]] + k_in,
+                               len(sfx) + np.isin(self.et[op_ev], (5, 7)))
+        self.tmpl = tmpl_flat[self.flat_i]
+        self.rank_l = self.er[op_ev]
+
+    def _key(self, r: np.ndarray, st: np.ndarray, cd: Any, j: np.ndarray) -> np.ndarray:
+        """The key of what an event sets or looks up: (rank, stage, code, mb), code F 0, I 1, W 2, SEND_F 3,
+        RECV_F 4, SEND_B 5, RECV_B 6 (stages -1 and NS are valid keys that nothing sets)."""
+        return ((r * (self.plan.num_stages + 2) + st + 1) * 7 + cd) * self.M + j
+
+    def _inputs(self) -> np.ndarray | None:
+        """Per event, the op its first op waits for (the per-op emitter's ``_input`` and a send's source), -1
+        none; None when an action repeats on one rank or a compute runs on two ranks."""
+        NS, M, E = self.plan.num_stages, self.M, self.E
+        et, es, ej, er, ph, comp, is_b, part, last = (self.et, self.es, self.ej, self.er, self.ph, self.comp,
+                                                      self.is_b, self.part, self.last)
+        code = np.where(comp, ph, et - 1)
+        val = last.copy()  # what each event's key holds: its last op; a full B's I key its W part's last op
+        b0 = np.flatnonzero(is_b & (part == 0))
+        val[b0] = last[b0 + 1]
+        ks = self._key(er, es, code, ej)
+        order = np.argsort(ks, kind="stable")
+        sk = ks[order]
+        if E > 1 and bool((sk[1:] == sk[:-1]).any()):
+            return None  # an action twice on one rank: only the per-op path follows its overwrites
+        ck = np.sort(((es * 3 + ph) * M + ej)[comp])
+        if len(ck) > 1 and bool((ck[1:] == ck[:-1]).any()):
+            return None  # one compute on two ranks: its tag set is shared, which the per-op path interns
+        sval = val[order]
+        dep = np.full(E, -1, np.int64)
+
+        def first_found(sel: np.ndarray, cands: list[tuple[int, int, np.ndarray | None]]) -> None:
+            """``dep[sel]``: the first candidate key (stage offset, code, valid mask) set by an earlier event."""
+            got = np.zeros(int(sel.sum()), bool)
+            out = np.full(len(got), -1, np.int64)
+            for ds, cd, valid in cands:
+                q = self._key(er[sel], es[sel] + ds, cd, ej[sel])
+                i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
+                ok = (sk[i] == q) & (order[i] < self.idx[sel]) & ~got
+                if valid is not None:
+                    ok &= valid
+                out[ok] = sval[i][ok]
+                got |= ok
+            dep[sel] = out
+
+        f, i_ = ph == 0, ph == 1
+        first_found(f, [(0, 4, None), (-1, 0, es[f] > 0)])  # F: its recv, else the previous stage's F here
+        first_found(i_, [(0, 6, None), (1, 1, es[i_] < NS - 1), (0, 0, None)])  # I: recv, next stage's I, own F
+        first_found((ph == 2) & ~is_b, [(0, 1, None)])  # W: its I
+        b1 = np.flatnonzero(is_b & (part == 1))
+        dep[b1] = last[b1 - 1]  # a full backward's W part: its I part
+        first_found(et == 4, [(0, 0, None)])  # a send waits for the compute whose output it carries
+        first_found(et == 6, [(0, 1, None)])
+        return dep
+
+    def _names(self) -> None:
+        """Op names (``<label><stage>.<mb>.<op>``, ``B<stage>.<mb>.<I|W>.<op>``, p2p
+        ``<send|recv><F|B><stage>.<mb>``), interned in issue order."""
+        NS, M, N, op_ev = self.plan.num_stages, self.M, self.N, self.op_ev
+        self.js = js = np.array([str(j) for j in range(M)], dtype=object)
+        pre_tab = np.array([f"{lab}{st}." for lab in ("F", "I", "B", "W", "sendF", "recvF", "sendB", "recvB")
+                            for st in range(NS)], dtype=object)
+        pre = pre_tab[self.et * NS + self.es]
+        sfx_all = self.sfx + self.sfx_b + [""]
+        sfx_i = np.where(~self.comp[op_ev], len(sfx_all) - 1,
+                         np.where(self.is_b[op_ev], len(self.sfx) + self.flat_i, self.flat_i))
+        usfx = list(dict.fromkeys(sfx_all))
+        ej_op = self.ej[op_ev]
+        if len(usfx) * M <= N:  # "<mb><suffix>" made once per (mb, suffix): one concatenation per name
+            u_of = {x: i for i, x in enumerate(usfx)}
+            sfx_u = np.array([u_of[x] for x in sfx_all], np.int64)[sfx_i]
+            tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
+            names = (pre[op_ev] + tail[ej_op * len(usfx) + sfx_u]).tolist()
+        else:
+            names = (pre[op_ev] + js[ej_op] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()
+        nm = self.table.names
+        # distinct (label, stage, mb, op) give distinct names (stage and mb are digits, the label leads), so the
+        # names are new and distinct unless a stage lists an op name twice or an earlier op took one
+        if all(len({x for x, _t in lst}) == len(lst) for lst in self.lists) and not _pipeline_like(nm.ids):
+            base = len(nm.items)
+            nm.items.extend(names)
+            self.name_id = np.arange(base, base + N, dtype=np.int64)
+            nm.ids.update(zip(names, range(base, base + N), strict=True))  # names interned later find these
+        else:
+            self.name_id = _intern_bulk(nm, names)
+
+    def _dependencies(self, dep: np.ndarray) -> None:
+        """Per op its dependency name ids: the input first, then (batched p2p) the last compute before a p2p
+        op, or the sends a compute's batch waited for."""
+        E, first, name_id, comp, er, idx = self.E, self.first, self.name_id, self.comp, self.er, self.idx
+        d_op = [first[dep >= 0]]
+        d_ord = [np.zeros(int((dep >= 0).sum()), np.int64)]
+        d_nm = [name_id[dep[dep >= 0]]]
+        if self.plan.mode == "batched" and E:
+            # Megatron batch_p2p_sync: a p2p op also waits for the last compute issued before it on its rank
+            pc = np.maximum.accumulate(np.where(comp, idx, -1))
+            sel = ~comp & (pc >= 0)
+            sel[sel] &= er[pc[sel]] == er[sel]
+            lc = name_id[self.last[pc[sel]]]
+            prim = dep[sel]
+            keep = (prim < 0) | (name_id[np.maximum(prim, 0)] != lc)
+            d_op.append(first[sel][keep])
+            d_ord.append(np.ones(int(keep.sum()), np.int64))
+            d_nm.append(lc[keep])
+            # a batch returns when its sends completed: the next compute on the rank waits for them
+            nc = np.minimum.accumulate(np.where(comp, idx, E + 1)[::-1])[::-1]
+            sel = np.isin(self.et, (4, 6)) & (nc <= E)
+            sel[sel] &= er[np.minimum(nc[sel], E - 1)] == er[sel]
+            d_op.append(first[nc[sel]])
+            d_ord.append(2 + idx[sel])
+            d_nm.append(name_id[first[sel]])
+        d_op_a = np.concatenate(d_op)
+        d_nm_a = np.concatenate(d_nm)
+        if len(d_op) > 1:  # the input dependency, then the others in order
+            d_nm_a = d_nm_a[np.lexsort((np.concatenate(d_ord), d_op_a))]
+        self.deps = _tuples_of(np.bincount(d_op_a, minlength=self.N), d_nm_a)
+
+    def _tags(self, chunk_of: dict[int, int]) -> None:
+        """Tag sets (a p2p op's its own, naming its message; a compute phase's shared by its ops) appended in
+        issue order, and the p2p ops' strings interned."""
+        NS, M, table = self.plan.num_stages, self.M, self.table
+        et, es, ej, comp = self.et, self.es, self.ej, self.comp
+        chunk = np.array([chunk_of[st] for st in range(NS)], np.int64)
+        ch = _obj([("chunk", x) for x in range(int(chunk.max()) + 1 if NS else 1)])[chunk[es]]
+        mb = _obj([("mb", j) for j in range(M)])[ej]
+        val_tab = _obj([("pp_op", t.value) for t in _TYPES])  # a compute phase's label (B for both parts)
+        st_pairs = _obj([("stage", st) for st in range(NS)])[es]
+        mid = _obj([("phase", x) for x in "FIW"])[np.maximum(self.ph, 0)]
+        self.fwd = fwd = np.isin(et, (4, 5))
+        src = np.where(np.isin(et, (4, 6)), es, np.where(fwd, es - 1, es + 1))
+        p2p = ~comp
+        # the message a p2p op carries: <F|B><stage that produced it>.<mb>, one string per message
+        msg_code = ((np.where(fwd, 0, NS + 2) + src + 1) * M + ej)[p2p]
+        msg_u, msg_inv = _first_seen(msg_code, 2 * (NS + 2) * M)
+        msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
+        msg_str = (msg_tab[msg_u // M] + self.js[msg_u % M]).tolist()
+        mid[p2p] = _obj([("msg", x) for x in msg_str])[msg_inv]
+        tags = list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[et].tolist(), st_pairs.tolist(),
+                        strict=True))
+        tg = table.tags
+        base = len(tg.items)
+        tg.items.extend(tags)
+        if any(len(o.tags) == 5 and o.tags[0][:1] == ("chunk",) for o in table.templates):
+            # a template's tag set (interned when the table makes its columns) may equal a compute phase's
+            comp_ev = np.flatnonzero(comp)
+            tg.ids.update(zip([tags[i] for i in comp_ev.tolist()], (base + comp_ev).tolist(), strict=True))
+        self.ev_tag = base + self.idx
+        self.tags_p2p = list(compress(tags, p2p.tolist()))
+        self.p2p_ev = np.flatnonzero(p2p)
+        # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
+        self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p], msg_u, msg_inv, msg_str)
+
+    def _p2p(self) -> None:
+        """Per p2p op its peer (pipeline rank), kind (0 send, 1 recv), direction (0 F, 1 B) and rank."""
+        es, et, fwd, p2p = self.es, self.et, self.fwd, ~self.comp
+        s2r = np.array([self.plan.s2r[st] for st in range(self.plan.num_stages)] + [0, 0], np.int64)
+        send = np.isin(et, (4, 6))
+        peer_stage = np.where(send, np.where(fwd, es + 1, es - 1), np.where(fwd, es - 1, es + 1))
+        self.peer_l = s2r[peer_stage[p2p]]
+        self.p2p_kind = np.where(send, 0, 1)[p2p]
+        self.p2p_dir = np.where(fwd, 0, 1)[p2p]
+        self.p2p_rank = self.er[p2p]
+
+    @staticmethod
+    def _strs(table: Table, bid: np.ndarray, msg_u: np.ndarray, msg_inv: np.ndarray,
+              msg_str: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Intern the p2p ops' strings as the per-op emitter does (per op its batch name ``b<id>`` when it has
+        one, then its message) and return (batch ids, message ids), -1 where an op has no batch."""
+        st = table.strs
+        has_b = bid >= 0
+        n = len(bid)
+        if st.ids:  # strings from elsewhere first: intern one by one
+            seq: list[str] = []
+            for b, mi in zip(bid.tolist(), msg_inv.tolist(), strict=True):
+                if b >= 0:
+                    seq.append(f"b{b}")
+                seq.append(msg_str[mi])
+            sid = _intern_bulk(st, seq)
+            pos_msg = np.cumsum(has_b.astype(np.int64) + 1) - 1
+            return np.where(has_b, sid[np.maximum(pos_msg - 1, 0)], -1), sid[pos_msg]
+        # first appearance of each string in the op sequence b?, msg, b?, msg, ... (positions 2i and 2i + 1)
+        b_u, b_inv = _first_seen(np.where(has_b, bid, 0), max(int(bid.max()) + 1, 1) if n else 1)
+        b_first = np.full(len(b_u), 2 * n, np.int64)
+        hb = np.flatnonzero(has_b)
+        b_first[b_inv[hb][::-1]] = 2 * hb[::-1]
+        m_first = np.full(len(msg_u), 2 * n, np.int64)
+        m_first[msg_inv[::-1]] = 2 * np.arange(n - 1, -1, -1) + 1
+        keep_b = b_first < 2 * n
+        firsts = np.concatenate([b_first[keep_b], m_first])
+        order = np.argsort(firsts, kind="stable")
+        nb = int(keep_b.sum())
+        labels = [f"b{x}" for x in b_u[keep_b].tolist()] + msg_str
+        new = [labels[i] for i in order.tolist()]
+        base = len(st.items)
+        st.items.extend(new)
+        later = {x for o in table.templates for x in (o.p2p_batch, o.tag) if x is not None}
+        if later:  # the templates' strings are interned when the table makes its columns
+            st.ids.update((x, base + i) for i, x in enumerate(new) if x in later)
+        id_of = np.empty(len(order), np.int64)
+        id_of[order] = base + np.arange(len(order))
+        b_id = np.full(len(b_u), -1, np.int64)
+        b_id[np.flatnonzero(keep_b)] = id_of[:nb]
+        return np.where(has_b, b_id[b_inv], -1), id_of[nb:][msg_inv]
+
+    def emit(self, off: int) -> None:
+        """Write one replica's ops (ranks ``off`` .. ``off + p - 1``) into the table."""
+        table, plan = self.table, self.plan
+        N = self.N
+        if off:  # a replica after the first: same names, strings and compute tags; new p2p tag sets
+            tg = table.tags
+            base = len(tg.items)
+            tg.items.extend(self.tags_p2p)
+            ev_tag = self.ev_tag.copy()
+            ev_tag[self.p2p_ev] = base + np.arange(len(self.p2p_ev))
+        else:
+            ev_tag = self.ev_tag
+        # streams: "compute", then each rank's p2p streams in order of first use (the emitter's interning)
+        p2p_stream = np.empty(len(self.p2p_ev), np.int64)
+        key = (self.p2p_rank * 4 + self.p2p_kind * 2 + self.p2p_dir) * (plan.p + 1) + self.peer_l
+        uk, first_i, inv = np.unique(key, return_index=True, return_inverse=True)
+        sid_of = np.empty(len(uk), np.int64)
+        by_rank: dict[int, list[int]] = {}
+        for u in np.argsort(first_i, kind="stable").tolist():
+            by_rank.setdefault(int(self.p2p_rank[first_i[u]]), []).append(u)
+        for r in range(plan.p):
+            table.streams("compute")
+            for u in by_rank.get(r, ()):
+                i = first_i[u]
+                kind = "send" if self.p2p_kind[i] == 0 else "recv"
+                d = "F" if self.p2p_dir[i] == 0 else "B"
+                nm = f"pp_{kind}" if plan.mode == "batched" else f"pp_{kind}{d}_r{int(self.peer_l[i]) + off}"
+                sid_of[u] = table.streams(nm)
+        p2p_stream[:] = sid_of[inv]
+        comp_op = self.comp[self.op_ev]
+        stream = np.full(N, self.compute_stream, np.int64)
+        peer = np.full(N, -1, np.int64)
+        batch = np.full(N, -1, np.int64)
+        msg = np.full(N, -1, np.int64)
+        p2p_ops = np.flatnonzero(~comp_op)
+        stream[p2p_ops] = p2p_stream
+        peer[p2p_ops] = self.peer_l + off
+        batch[p2p_ops] = self.batch_sid
+        msg[p2p_ops] = self.msg_sid
+        t = table
+        t.o_tmpl.extend(self.tmpl.tolist())
+        t.o_rank.extend((self.rank_l + off).tolist())
+        t.o_name.extend(self.name_id.tolist())
+        t.o_tags.extend(ev_tag[self.op_ev].tolist())
+        t.o_stream.extend(stream.tolist())
+        t.o_peer.extend(peer.tolist())
+        t.o_batch.extend(batch.tolist())
+        t.o_msg.extend(msg.tolist())
+        t.o_deps.extend(self.deps)
+
+
 def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, dtype: str) -> None:
     """An all_reduce of the block (tied embedding, data-parallel gradients) on every rank of ``group``."""
     proto = Op(name=name, rank=group[0], kind="all_reduce", stream="compute", seq=0, group=group,
@@ -358,7 +906,7 @@ def _end_of_step(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: T
             table.add_one(table.template(proto), off + r, proto.name, table.tag_id(proto.tags), "compute")
 
 
-def expand_pipeline(spec: ScheduleSpec, table: Table) -> PipelineInfo:
+def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False) -> PipelineInfo:
     """Write the op instances of the spec's pipeline block into ``table`` (program order per rank).
 
     Returns the block's :class:`~schedsim.graph.info.PipelineInfo` (schedule, p, v, m, placement, p2p mode,
@@ -378,20 +926,31 @@ def expand_pipeline(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     if spec.world_size != p * dp:
         raise block_error(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = "
                           f"{p} × {dp} = {p * dp}", "world_size", f"set world_size: {p * dp}")
-    plan = plan_of(spec, pb)
-    steps = _interleaved_steps(spec, pb, plan) if plan.name == "interleaved_1f1b" else _lowered_steps(plan)
+    plan = plan_of(spec, pb, reference=reference)
+    if plan.name == "interleaved_1f1b":
+        steps = _interleaved_steps(spec, pb, plan) if reference else _interleaved_cols(spec, pb, plan)
+    else:
+        steps = _lowered_steps(plan)
     cost = stage_cost(spec, pb, plan.num_stages)
     protos = _stage_templates(spec, cost, plan.num_stages, table)
     p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(cost.act_bytes),
                                      dtype=cost.dtype, source="pipeline")) for k in ("send", "recv")}
     rank_stages = {r: sorted(st for st, rr in plan.s2r.items() if rr == r) for r in range(p)}
     chunk_of = {st: rank_stages[r].index(st) for st, r in plan.s2r.items()}
+    cols = None if reference else _step_cols(steps, plan)
+    fast = None if cols is None else _FastEmitter.prepare(table, plan, protos, p2p_tmpl, chunk_of, cols)
+    if fast is None and isinstance(steps, StepCols):  # the per-op emitter takes actions
+        steps = _interleaved_steps(spec, pb, plan) if plan.name == "interleaved_1f1b" else \
+            _lowered_steps(plan, columns=False)
     for d in range(dp):
         off = d * p
-        for r in range(p):
-            em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
-            for act, batch_id in steps[r]:
-                em.action(act, batch_id)
+        if fast is not None:
+            fast.emit(off)
+        else:
+            for r in range(p):
+                em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
+                for act, batch_id in steps[r]:  # type: ignore[index]
+                    em.action(act, batch_id)
         _end_of_step(pb, plan, cost, table, off)
     if dp > 1:
         num_stages = plan.num_stages

@@ -17,7 +17,8 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
   send -> recv (``p2p``; without the graph, sends and recvs paired by their ``msg`` tag) and, for each
   collective, its first member -> every other member (``collective``; members from the graph's
   rendezvous, ``G.graph["collectives"]``, else the spans of one name on several ranks). Dependency and
-  p2p flows need the graph (``predict`` passes it).
+  p2p flows need the graph (``predict`` passes a :class:`ProgramFlows` of its Program: the same flows in
+  the same order, without building networkx).
 * counter tracks (``ph: "C"``) per rank: ``memory allocated (bytes)`` when the timeline carries
   the memory curve (:mod:`schedsim.report.memory`), ``GPU share in use`` (Σ over running compute ops
   of solo time / actual time: 1.0 = one kernel's worth of the GPU, from the simulator's solo
@@ -39,7 +40,7 @@ from schedsim.io import atomic_write_text
 from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
 from schedsim.sim.timeline import Span, Timeline
 
-__all__ = ["chrome_trace", "write_chrome_trace"]
+__all__ = ["ProgramFlows", "chrome_trace", "write_chrome_trace"]
 
 _RES_ORDER = {"compute": 0, "comm": 1, "copy": 2}
 _COLLECTIVES = frozenset(TRACE_COLLECTIVE_KINDS)
@@ -103,6 +104,37 @@ def _nesting_rows(spans: list[Span], tol_s: float = 5e-10) -> list[int]:
             open_ends[j].append(b)
             rows[i] = j
     return rows
+
+
+class ProgramFlows:
+    """What :func:`chrome_trace` reads of a DAG, answered from a :class:`~schedsim.lower.program.Program`
+    without building networkx: ``graph`` (``collectives`` and ``p2p`` by op id, as
+    :func:`schedsim.graph.build.info_of` gives them) and :meth:`edges`, in the order networkx iterates the
+    edges of :func:`schedsim.graph.build.graph_of`'s graph."""
+
+    def __init__(self, prog: Any) -> None:
+        ids = prog.ids()
+        self._prog, self._ids = prog, ids
+        self.graph = {"collectives": {k: [ids[i] for i in m] for k, m in prog.collectives().items()},
+                      "p2p": [(ids[a], ids[b]) for a, b in prog.p2p.tolist()]}
+
+    def edges(self, data: bool = False) -> Any:
+        """``(u, v, {"kind": "stream" | "dep"})`` per edge (``(u, v)`` without ``data``): by source op in program
+        order, each source's edges in insertion order (stream edges, then dependencies), an edge that is both
+        once, at its first insertion, with kind ``dep`` (what ``DiGraph.add_edges_from`` leaves)."""
+        import numpy as np
+
+        prog, ids = self._prog, self._ids
+        e = np.concatenate([prog.stream_edges, prog.dep_edges]).reshape(-1, 2).astype(np.int64)
+        if not len(e):
+            return
+        key = e[:, 0] * max(len(ids), 1) + e[:, 1]
+        _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        dep = np.zeros(len(first), bool)
+        dep[inv.reshape(-1)[len(prog.stream_edges):]] = True
+        order = np.lexsort((first, e[first, 0]))
+        for (a, b), d in zip(e[first[order]].tolist(), dep[order].tolist(), strict=True):
+            yield (ids[a], ids[b], {"kind": "dep" if d else "stream"}) if data else (ids[a], ids[b])
 
 
 def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> dict[str, Any]:

@@ -54,6 +54,7 @@ recomputation, 16-bit).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -65,6 +66,8 @@ from schedsim.graph.info import PipelineInfo
 from schedsim.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from schedsim.spec.model import ScheduleSpec
 
 __all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "PipelinePlan", "StageCost", "pipeline_block", "plan_of",
@@ -241,8 +244,28 @@ def pipeline_block(spec: ScheduleSpec) -> PipelineSpec:
 
 
 @dataclass
+class OrderCols:
+    """A compute-only order as columns, rank-major, idle slots included (one row per step of each rank).
+
+    ``rank``, ``typ`` (0..3: F, I, B, W; -1 an idle step), ``stage``, ``mb``: int64 arrays of one length;
+    ``counts``: steps per rank; ``texts``: per rank its actions' torch notation (idle steps left out).
+    """
+
+    rank: np.ndarray
+    typ: np.ndarray
+    stage: np.ndarray
+    mb: np.ndarray
+    counts: list[int]
+    texts: dict[int, list[str]]
+
+
+@dataclass
 class PipelinePlan:
-    """The validated compute order of a block and where its stages run."""
+    """The validated compute order of a block and where its stages run.
+
+    ``order`` (rank -> actions) is parsed on first use of :meth:`actions` when the order came as columns
+    (``cols``, from inline custom actions in canonical notation).
+    """
 
     name: str
     p: int
@@ -250,15 +273,142 @@ class PipelinePlan:
     v: int
     num_stages: int
     s2r: dict[int, int]
-    order: dict[int, list[Any]]
+    order: dict[int, list[Any]] | None
     mode: str = ""
+    cols: OrderCols | None = None
+    source: Any = None
+
+    def actions(self) -> dict[int, list[Any]]:
+        """The order as per-rank action lists (None = an idle step)."""
+        if self.order is None:
+            from schedsim.pipeline import parse_order
+
+            self.order = parse_order(self.source)
+        return self.order
 
 
-def _custom_order(spec: ScheduleSpec, pb: PipelineSpec) -> PipelinePlan:
+_NUM = r"(?:0|[1-9][0-9]*)"
+_CANON = re.compile(rf"(?:(?:{_NUM}[FIBW]{_NUM}|[_.])(?: |$))*")
+_BLANK = bytes.maketrans(b"FIBW_.", b"      ")
+
+
+def _kind_table() -> np.ndarray:
+    """Per byte value: 0..3 for F, I, B, W; -1 for an idle step (``_`` or ``.``); -9 for anything else."""
+    import numpy as np
+
+    kind = np.full(256, -9, np.int64)
+    kind[list(b"FIBW_.")] = (0, 1, 2, 3, -1, -1)
+    return kind
+
+
+def _order_cols(actions: Any, p: int) -> OrderCols | None:
+    """Inline actions (``{rank: "0F0 0F1 _ 0B0"}``) as columns without making an Action per step; None when
+    any token is not a plain F/I/B/W in canonical notation (or an idle step), or the ranks are not 0..p-1:
+    :func:`schedsim.pipeline.parse_order` then reads (and rejects) the order as before."""
+    import numpy as np
+
+    if not isinstance(actions, dict):
+        return None
+    rows: dict[int, Any] = {}
+    for key, row in actions.items():
+        if not isinstance(row, str) or not (isinstance(key, int) or (isinstance(key, str) and key.isdigit())):
+            return None
+        rows[int(key)] = row
+    if sorted(rows) != list(range(p)) or len(rows) != len(actions):
+        return None
+    kinds, nums, counts, texts = [], [], [], {}
+    kind_of = _kind_table()
+    for r in range(p):
+        toks = rows[r].replace(",", " ").split()
+        line = " ".join(toks)
+        if not line.isascii() or _CANON.fullmatch(line) is None:
+            return None
+        b = line.encode()
+        u = np.frombuffer(b, np.uint8)
+        k = kind_of[u]
+        k = k[k > -9]
+        nb = int((k >= 0).sum())
+        sm = np.fromstring(b.translate(_BLANK), dtype=np.int64, sep=" ") if nb else np.zeros(0, np.int64)
+        if len(sm) != 2 * nb or len(k) != len(toks):
+            return None
+        kinds.append(k)
+        nums.append(sm)
+        counts.append(len(toks))
+        texts[r] = [t for t in toks if t != "_" and t != "."]
+    typ = np.concatenate(kinds) if kinds else np.zeros(0, np.int64)
+    sm = np.concatenate(nums).reshape(-1, 2) if nums else np.zeros((0, 2), np.int64)
+    stage = np.full(len(typ), -1, np.int64)
+    mb = np.full(len(typ), -1, np.int64)
+    busy = typ >= 0
+    stage[busy], mb[busy] = sm[:, 0], sm[:, 1]
+    return OrderCols(np.repeat(np.arange(p), counts), typ, stage, mb, counts, texts)
+
+
+def _cols_of_order(order: dict[int, list[Any]], p: int) -> OrderCols | None:
+    """A generated order (per-rank lists of F/I/B/W actions and idle ``None`` steps) as columns; None when it
+    holds anything else (DualPipe's overlapped pairs, p2p) or its ranks are not 0..p-1."""
+    import numpy as np
+
+    from schedsim.pipeline.actions import Action
+    from schedsim.pipeline.actions import ComputationType as CT
+
+    if sorted(order) != list(range(p)):
+        return None
+    code = {CT.F: 0, CT.I: 1, CT.B: 2, CT.W: 3}
+    typ: list[int] = []
+    stage: list[int] = []
+    mb: list[int] = []
+    counts: list[int] = []
+    for r in range(p):
+        acts = order[r]
+        counts.append(len(acts))
+        for a in acts:
+            if a is None:
+                typ.append(-1)
+                stage.append(-1)
+                mb.append(-1)
+            elif type(a) is Action and a.type in code and a.microbatch is not None:
+                typ.append(code[a.type])
+                stage.append(a.stage)
+                mb.append(a.microbatch)
+            else:
+                return None
+    i64 = np.int64
+    return OrderCols(np.repeat(np.arange(p), counts), np.array(typ, i64), np.array(stage, i64), np.array(mb, i64),
+                     counts, {})
+
+
+def _cols_valid(c: OrderCols, p: int, m: int, num_stages: int, s2r: dict[int, int]) -> bool:
+    """True when :func:`schedsim.pipeline.validate` (checks 1, 3 and 4; no p2p, no schedule) accepts the
+    order; False sends the order to it for the error."""
+    import numpy as np
+
+    busy = np.flatnonzero(c.typ >= 0)
+    t, st, j = c.typ[busy], c.stage[busy], c.mb[busy]
+    if len(busy) == 0 or st.max() >= num_stages or j.max() >= m:
+        return False
+    where = np.array([s2r.get(x, -1) for x in range(num_stages)], np.int64)
+    if (where[st] != c.rank[busy]).any():
+        return False
+    pos = np.full((4, num_stages, m), -1, np.int64)
+    pos[t, st, j] = busy
+    if (pos[t, st, j] != busy).any():  # an action twice
+        return False
+    f, i, b, w = pos
+    has_i, has_w = i >= 0, w >= 0
+    return bool((f >= 0).all() and (has_i != (b >= 0)).all() and (has_i == has_w).all()
+                and (i[has_i] > f[has_i]).all() and (b[b >= 0] > f[b >= 0]).all() and (w[has_w] > i[has_w]).all())
+
+
+def _custom_order(spec: ScheduleSpec, pb: PipelineSpec, reference: bool = False) -> PipelinePlan:
     """The order of ``schedule: custom`` (a CSV or inline actions), its stage count and placement."""
     from schedsim.pipeline import parse_order, read_csv, stage_to_rank
 
     p = pb.p
+    if pb.csv is None and not reference:
+        fast = _custom_cols(pb)
+        if fast is not None:
+            return fast
     where = "pipeline.csv" if pb.csv is not None else "pipeline.actions"
     if pb.csv is not None:
         base = Path(spec._file).parent if spec._file and spec._file != "<schedule>" else Path(".")
@@ -287,6 +437,35 @@ def _custom_order(spec: ScheduleSpec, pb: PipelineSpec) -> PipelinePlan:
     return PipelinePlan("custom", p, pb.m, v, num_stages, s2r, order)
 
 
+def _custom_cols(pb: PipelineSpec) -> PipelinePlan | None:
+    """:func:`_custom_order` on columns, for inline actions every check of which passes; None otherwise (the
+    per-action path then reads the order and raises its errors)."""
+    import numpy as np
+
+    from schedsim.pipeline import stage_to_rank
+
+    p = pb.p
+    c = _order_cols(pb.actions, p)
+    if c is None:
+        return None
+    stages = np.unique(c.stage[c.typ >= 0])
+    num_stages = len(stages)
+    if num_stages < p or num_stages % p or (num_stages and stages[-1] != num_stages - 1):
+        return None
+    v = max(1, num_stages // p)
+    s2r = stage_to_rank(pb.placement or "loop", p, v)
+    if pb.placement is None and v > 1:
+        busy = c.typ >= 0
+        first = np.full(num_stages, -1, np.int64)
+        first[c.stage[busy][::-1]] = c.rank[busy][::-1]  # the first rank (in rank order) that runs each stage
+        one_rank = bool((first[c.stage[busy]] == c.rank[busy]).all())
+        vmap = stage_to_rank("v", p, v)
+        if one_rank and any(first[k] != s2r[k] for k in range(num_stages)) and \
+                all(first[k] == vmap[k] for k in range(num_stages)):
+            return None  # the V placement written without `placement: v`: refused by the per-action path
+    return PipelinePlan("custom", p, pb.m, v, num_stages, s2r, None, cols=c, source=pb.actions)
+
+
 def _refuse_unstated_v(spec: ScheduleSpec, order: dict[int, list[Any]], p: int, v: int, num_stages: int,
                        s2r: dict[int, int], where: str) -> None:
     """Custom actions that place the stages in a V while ``placement`` defaults to loop are an error."""
@@ -304,22 +483,30 @@ def _refuse_unstated_v(spec: ScheduleSpec, order: dict[int, list[Any]], p: int, 
                    f"0, {p}, ...)", where, "set placement: v in the pipeline block")
 
 
-def plan_of(spec: ScheduleSpec, pb: PipelineSpec) -> PipelinePlan:
-    """Generate (or read) and validate the compute order; every rejection becomes a one-fix error."""
+def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) -> PipelinePlan:
+    """Generate (or read) and validate the compute order; every rejection becomes a one-fix error.
+
+    With ``reference``, inline custom actions are parsed and checked one Action at a time (the path the
+    columnar one is tested against).
+    """
     from schedsim.pipeline import get_schedule, stage_to_rank, validate
 
     try:
         if pb.schedule == "custom":
-            plan = _custom_order(spec, pb)
+            plan = _custom_order(spec, pb, reference)
         else:
             info = get_schedule(pb.schedule)
             v = info.chunks(pb.v)
             order = info.generate(pb.p, pb.m, v, group_size=pb.group_size)
             s2r = info.stage_to_rank(pb.p, v) if pb.placement is None else stage_to_rank(pb.placement, pb.p, v)
             plan = PipelinePlan(info.name, pb.p, pb.m, v, pb.p * v, s2r, order)
+            if not reference and pb.m >= info.min_microbatches(pb.p, v):
+                plan.cols = _cols_of_order(order, pb.p)
         # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)
-        validate(plan.order, plan.p, plan.m, plan.num_stages, plan.s2r,
-                 schedule=None if plan.name == "custom" else plan.name, check_p2p=False)
+        if plan.cols is None or not _cols_valid(plan.cols, plan.p, plan.m, plan.num_stages, plan.s2r):
+            validate(plan.actions(), plan.p, plan.m, plan.num_stages, plan.s2r,
+                     schedule=None if plan.name == "custom" else plan.name, check_p2p=False)
+            plan.cols = None  # accepted all the same: the per-action paths take it from here
     except ValueError as e:
         from schedsim.errors import SchedsimError
 
@@ -380,10 +567,11 @@ def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> Pipelin
         ns = plan.num_stages
         memory = static_memory(stage_params(ns, t.layers // ns, _params_per_layer(t), hidden=t.hidden,
                                             seq=t.seq, vocab=t.vocab), plan.s2r)
-    order = plan.order
+    texts = plan.cols.texts if plan.cols is not None and plan.order is None else \
+        {r: [str(a) for a in acts if a is not None] for r, acts in plan.actions().items()}
     return PipelineInfo(schedule=plan.name, p=plan.p, m=plan.m, v=plan.v, num_stages=plan.num_stages,
                         dp=pb.data_parallel, static_memory=memory,
                         stage_to_rank={int(k): int(val) for k, val in plan.s2r.items()}, p2p=plan.mode,
                         activation_bytes=cost.act_bytes, activation_memory_bytes=cost.mem_bytes,
-                        order={r: [str(a) for a in order[r] if a is not None] for r in order})
+                        order=texts)
 
