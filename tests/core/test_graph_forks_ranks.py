@@ -38,7 +38,7 @@ def test_forks_on_two_ranks_by_hand(monkeypatch, path):
         monkeypatch.setattr(waves, "_EXT", [None])
     G = graph_of(prog) if path.startswith("networkx") else prog
     prof = load_profile("h200x2").model_copy(update={"power": None})
-    edge = prof.launch.graph_cross_stream_edge_us * 1e-6  # 1.29 us
+    edge = prof.launch.graph_cross_stream_edge_us * 1e-6  # 1.18 us
     table = {o.id: CostModel(prof).duration(o) for o in prog.ops()}  # graph_per_op_us is 0 on h200x2
     # forks: mm on both ranks (ar on comm waits for it), post@r0 (s on p2p waits for it); ar, one, s, r are
     # collectives / p2p (left as they are); use@r1 has no dependent
