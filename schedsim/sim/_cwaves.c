@@ -89,6 +89,11 @@ static hent heap_pop(heap_t *h) {
 }
 
 /* ---- inputs (buffers owned by Python) and state --------------------------------------------------------- */
+typedef struct { /* one job: remaining solo work, rate, time of the last rate change; what it is */
+    double rem, rate, last;
+    i64 type, key, sms, ver, seen; /* seen: settle's stamp; next free slot while on the free list */
+} job_t;
+
 typedef struct {
     /* sizes and scalars */
     i64 N, K, G, world, S, nsm;
@@ -127,10 +132,11 @@ typedef struct {
     ivec toplace, dirty;
     ivec *run_job, *run_slot; /* per rank: running jobs, and the member slot of a transfer (its rank's index) */
     heap_t *pend;
-    /* jobs */
-    ivec jtype, jkey, jsms, jver, jseen;
-    double *jrem, *jrate, *jlast;
-    i64 jcap;
+    /* jobs: slots of finished jobs are reused (free list), so memory follows the jobs running at once, not the
+     * jobs of the run (millions of CTA batches); a slot's version keeps counting, so the heap entries of its
+     * earlier job stay stale */
+    job_t *job;
+    i64 jn, jcap, jfree, njobs;
     heap_t heap;
     i64 seq, stamp;
     int oom;
@@ -142,15 +148,9 @@ typedef struct {
 
 static int grow_jobs(W *w) {
     i64 c = w->jcap ? 2 * w->jcap : 1024;
-    double *a = realloc(w->jrem, (size_t)c * sizeof(double));
+    job_t *a = realloc(w->job, (size_t)c * sizeof(job_t));
     if (!a) return -1;
-    w->jrem = a;
-    a = realloc(w->jrate, (size_t)c * sizeof(double));
-    if (!a) return -1;
-    w->jrate = a;
-    a = realloc(w->jlast, (size_t)c * sizeof(double));
-    if (!a) return -1;
-    w->jlast = a;
+    w->job = a;
     w->jcap = c;
     return 0;
 }
@@ -171,16 +171,23 @@ static void mark_toplace(W *w, i64 q) {
 
 /* new_job(typ, key, sms, work, ranks, t); ranks = (r,) unless a transfer (then its group's ranks) */
 static void new_job(W *w, i64 typ, i64 key, i64 sms, double work, i64 r, double t) {
-    i64 j = w->jtype.n;
-    if (j == w->jcap && grow_jobs(w) < 0) { w->oom = 1; return; }
-    CHECK(ivec_push(&w->jtype, typ));
-    CHECK(ivec_push(&w->jkey, key));
-    CHECK(ivec_push(&w->jsms, sms));
-    CHECK(ivec_push(&w->jver, 0));
-    CHECK(ivec_push(&w->jseen, -1));
-    w->jrem[j] = work;
-    w->jrate[j] = 0.0;
-    w->jlast[j] = t;
+    i64 j = w->jfree;
+    if (j >= 0) {
+        w->jfree = w->job[j].seen;
+    } else {
+        if (w->jn == w->jcap && grow_jobs(w) < 0) { w->oom = 1; return; }
+        j = w->jn++;
+        w->job[j].ver = 0;
+    }
+    w->njobs++;
+    job_t *jb = &w->job[j];
+    jb->type = typ;
+    jb->key = key;
+    jb->sms = sms;
+    jb->seen = -1;
+    jb->rem = work;
+    jb->rate = 0.0;
+    jb->last = t;
     if (typ == XFER) {
         for (i64 p = w->granks_ptr[key], s = 0; p < w->granks_ptr[key + 1]; p++, s++) {
             i64 q = w->granks_idx[p];
@@ -242,9 +249,9 @@ static void track(W *w, i64 g, i64 slot) {
 }
 
 static double rate_of(W *w, i64 j) {
-    i64 typ = w->jtype.a[j];
+    i64 typ = w->job[j].type;
     if (typ == XFER) {
-        i64 g = w->jkey.a[j];
+        i64 g = w->job[j].key;
         double rate = w->xmin[g];
         i64 a = w->grev_ptr[g], b = w->grev_ptr[g + 1];
         if (a < b) {
@@ -254,23 +261,23 @@ static double rate_of(W *w, i64 j) {
         }
         return rate;
     }
-    i64 k = w->jkey.a[j], r = w->krank[k];
+    i64 k = w->job[j].key, r = w->krank[k];
     if (typ == COPY) return w->copy_tab[w->held[r] > 0];
     i64 share = w->kmem[k] ? w->nmem[r] : 0;
     return w->batch_tab[(share * 2 + (w->nccl_held[r] > 0)) * 2 + (w->ncopy[r] > 0)];
 }
 
 static void rerate_job(W *w, i64 j, double t) {
-    double nw = rate_of(w, j), old = w->jrate[j];
+    double nw = rate_of(w, j), old = w->job[j].rate;
     if (nw != old) {
         if (old > 0.0) {
-            double rem = w->jrem[j] - (t - w->jlast[j]) * old;
-            w->jrem[j] = rem > 0.0 ? rem : 0.0;
+            double rem = w->job[j].rem - (t - w->job[j].last) * old;
+            w->job[j].rem = rem > 0.0 ? rem : 0.0;
         }
-        w->jlast[j] = t;
-        w->jrate[j] = nw;
-        i64 v = ++w->jver.a[j];
-        CHECK(heap_push(&w->heap, t + w->jrem[j] / nw, w->seq++, j, v));
+        w->job[j].last = t;
+        w->job[j].rate = nw;
+        i64 v = ++w->job[j].ver;
+        CHECK(heap_push(&w->heap, t + w->job[j].rem / nw, w->seq++, j, v));
     }
 }
 
@@ -291,15 +298,15 @@ static void settle(W *w, double t) {
         i64 r = d->a[p];
         ivec *rj = &w->run_job[r], *rs = &w->run_slot[r];
         for (i64 x = 0; x < rj->n; x++)
-            if (w->jtype.a[rj->a[x]] == XFER) track(w, w->jkey.a[rj->a[x]], rs->a[x]);
+            if (w->job[rj->a[x]].type == XFER) track(w, w->job[rj->a[x]].key, rs->a[x]);
     }
     w->stamp++;
     for (i64 p = 0; p < d->n; p++) {
         ivec *rj = &w->run_job[d->a[p]];
         for (i64 x = 0; x < rj->n; x++) {
             i64 j = rj->a[x];
-            if (w->jseen.a[j] == w->stamp) continue;
-            w->jseen.a[j] = w->stamp;
+            if (w->job[j].seen == w->stamp) continue;
+            w->job[j].seen = w->stamp;
             rerate_job(w, j, t);
         }
     }
@@ -444,10 +451,12 @@ static void run_remove(W *w, i64 q, i64 j) {
 }
 
 static void job_done(W *w, i64 j, double t) {
-    i64 typ = w->jtype.a[j];
-    w->jrate[j] = -1.0;
+    i64 typ = w->job[j].type, key = w->job[j].key, s = w->job[j].sms;
+    w->job[j].rate = -1.0;
+    w->job[j].seen = w->jfree; /* the slot goes on the free list; only j's value is used below */
+    w->jfree = j;
     if (typ == XFER) {
-        i64 g = w->jkey.a[j];
+        i64 g = key;
         for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) w->nlink[w->gends_idx[a]]--;
         for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) {
             i64 q = w->granks_idx[a];
@@ -467,7 +476,7 @@ static void job_done(W *w, i64 j, double t) {
         for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) mark_toplace(w, w->granks_idx[a]);
         return;
     }
-    i64 k = w->jkey.a[j], r = w->krank[k];
+    i64 k = key, r = w->krank[k];
     run_remove(w, r, j);
     mark_dirty(w, r);
     if (typ == COPY) {
@@ -479,7 +488,6 @@ static void job_done(W *w, i64 j, double t) {
         release(w, w->kops_idx[w->kops_ptr[k]], t);
         return;
     }
-    i64 s = w->jsms.a[j];
     w->free_[r] += s;
     w->held[r] -= s;
     w->kbat[k]--;
@@ -526,7 +534,7 @@ static void loop(W *w) {
         i64 j = x.b;
         if (j < 0)
             op_ready(w, -1 - j, t);
-        else if (x.c == w->jver.a[j] && w->jrate[j] > 0.0)
+        else if (x.c == w->job[j].ver && w->job[j].rate > 0.0)
             job_done(w, j, t);
         else
             continue;
@@ -626,6 +634,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
                 w->crate[r] = 1.0;
             }
             for (i64 c = 0; c < 3 * R; c++) w->cqhead[c] = -1;
+            w->jfree = -1;
             w->ts = PyEval_SaveThread();
             loop(w);
             PyEval_RestoreThread(w->ts);
@@ -635,7 +644,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         else if (w->oom)
             PyErr_NoMemory();
         else
-            result = PyLong_FromLongLong(w->jtype.n);
+            result = PyLong_FromLongLong(w->njobs);
         free(w->kstarted); free(w->kready); free(w->gres); free(w->garr); free(w->xcnt); free(w->xmin);
         free(w->xinit); free(w->xval); free(w->free_); free(w->held); free(w->nccl_held); free(w->nmem);
         free(w->ncomm); free(w->ncopy); free(w->nlink); free(w->cqhead); free(w->cqtail); free(w->crate);
@@ -647,8 +656,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         if (w->pend)
             for (i64 r = 0; r < R; r++) free(w->pend[r].e);
         free(w->run_job); free(w->run_slot); free(w->pend);
-        free(w->toplace.a); free(w->dirty.a); free(w->jtype.a); free(w->jkey.a); free(w->jsms.a);
-        free(w->jver.a); free(w->jseen.a); free(w->jrem); free(w->jrate); free(w->jlast); free(w->heap.e);
+        free(w->toplace.a); free(w->dirty.a); free(w->job); free(w->heap.e);
     }
 release_bufs:
     for (int a = 0; a < got; a++) PyBuffer_Release(&bufs[a]);
