@@ -242,13 +242,29 @@ def host_class(op: Op) -> int:
     return H_COLL
 
 
-def _first_per_key(key: np.ndarray) -> np.ndarray:
-    """Mask of the first occurrence of each value of ``key`` (int64)."""
+def unique_keys(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(values, first, inverse)`` of a 1-d integer array, as :func:`schedsim.lower.program.unique` gives
+    them (int64 ``first``: index of each value's first occurrence; ``inverse``: index of each element's value
+    in ``values``). Keys in a small range (0 ≤ key < 4n + 64, as rank × stream or rank × queue codes are)
+    go through a table of the range, O(n) without a sort; others through ``unique``'s stable sort."""
+    n = len(key)
+    if n and int(key.min()) >= 0 and int(key.max()) < 4 * n + 64:
+        first = np.full(int(key.max()) + 1, n, np.int64)
+        np.minimum.at(first, key, np.arange(n, dtype=np.int64))
+        vals = np.flatnonzero(first < n)
+        code = np.zeros(len(first), np.int64)
+        code[vals] = np.arange(len(vals))
+        return vals.astype(key.dtype), first[vals], code[key]
     from schedsim.lower.program import unique
 
+    return unique(key)
+
+
+def _first_per_key(key: np.ndarray) -> np.ndarray:
+    """Mask of the first occurrence of each value of ``key`` (int64)."""
     out = np.zeros(len(key), bool)
     if len(key):
-        out[unique(key)[1]] = True
+        out[unique_keys(key)[1]] = True
     return out
 
 
@@ -256,13 +272,11 @@ def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: 
     """Hardware queue of each op (rule 2): its rank's stream number (streams numbered by first appearance on the
     rank, in program order) mod ``max_connections``; ``rank``, ``stream`` int arrays of shape (n,) (stream: any
     code equal for equal names)."""
-    from schedsim.lower.program import unique
-
     n = len(rank)
     if not n:
         return np.zeros(0, np.int64)
     rank, stream = rank.astype(np.int64), stream.astype(np.int64)
-    _u, first, inv = unique(rank * (int(stream.max()) + 1) + stream)
+    _u, first, inv = unique_keys(rank * (int(stream.max()) + 1) + stream)
     order = np.argsort(first, kind="stable")  # the (rank, stream) pairs in order of first appearance
     r = rank[first[order]]
     o2 = np.argsort(r, kind="stable")  # grouped by rank, first appearance within

@@ -57,7 +57,7 @@ call fires (what ``schedsim execute`` measures as an op's start).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -150,7 +150,9 @@ class SpanColumns:
     Attributes
     ----------
     id, name : list[str]
-        Op id (``name@rN``; ``name#k@rN`` for repeated imported ranges) and op name.
+        Op id (``name@rN``; ``name#k@rN`` for repeated imported ranges) and op name. The constructor also
+        takes a function that returns the list: then it is built on first access (a million ids cost ~0.1 s,
+        which a run that writes no timeline never pays).
     rank : numpy.ndarray
         int64, shape (n,).
     stream, kind, resource : Categorical
@@ -170,29 +172,43 @@ class SpanColumns:
         (constructor) when the columns differ in length.
     """
 
-    __slots__ = ("id", "name", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s", "ready_s",
+    __slots__ = ("_id", "_name", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s", "ready_s",
                  "bytes", "flops", "tags", "stream_s")
 
-    def __init__(self, id: list[str], name: list[str], rank: np.ndarray, stream: Categorical, kind: Categorical,
-                 resource: Categorical, start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray,
-                 ready_s: np.ndarray, bytes: np.ndarray, flops: np.ndarray, tags: list[dict[str, Any]],
-                 stream_s: np.ndarray | None = None) -> None:
-        self.id, self.name, self.rank = id, name, rank
+    def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
+                 rank: np.ndarray, stream: Categorical, kind: Categorical, resource: Categorical,
+                 start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray, ready_s: np.ndarray, bytes: np.ndarray,
+                 flops: np.ndarray, tags: list[dict[str, Any]], stream_s: np.ndarray | None = None) -> None:
+        self._id, self._name, self.rank = id, name, rank
         self.stream, self.kind, self.resource = stream, kind, resource
         self.start_s, self.end_s, self.solo_s, self.ready_s = start_s, end_s, solo_s, ready_s
         self.bytes, self.flops, self.tags, self.stream_s = bytes, flops, tags, stream_s
-        n = len(id)
-        lens = {"name": len(name), "rank": len(rank), "stream": len(stream[1]), "kind": len(kind[1]),
+        n = len(rank)
+        lens = {**({} if callable(id) else {"id": len(id)}), **({} if callable(name) else {"name": len(name)}), "stream": len(stream[1]), "kind": len(kind[1]),
                 "resource": len(resource[1]), "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s),
                 "ready_s": len(ready_s), "bytes": len(bytes), "flops": len(flops), "tags": len(tags),
                 **({} if stream_s is None else {"stream_s": len(stream_s)})}
         bad = {k: v for k, v in lens.items() if v != n}
         if bad:
-            raise ValueError(f"span columns differ in length: id has {n}, " +
+            raise ValueError(f"span columns differ in length: rank has {n}, " +
                              ", ".join(f"{k} has {v}" for k, v in bad.items()))
 
+    @property
+    def id(self) -> list[str]:
+        """Op ids (built on first access when the constructor got a function)."""
+        if callable(self._id):
+            self._id = self._id()
+        return self._id
+
+    @property
+    def name(self) -> list[str]:
+        """Op names (built on first access when the constructor got a function)."""
+        if callable(self._name):
+            self._name = self._name()
+        return self._name
+
     def __len__(self) -> int:
-        return len(self.id)
+        return len(self.rank)
 
     @classmethod
     def from_spans(cls, spans: Sequence[Span]) -> SpanColumns:
@@ -379,6 +395,19 @@ class Timeline:
         self._makespan: float | None = None
         self.critical_path: list[str] = critical_path if critical_path is not None else []
         self.meta: dict[str, Any] = meta if meta is not None else {}
+        self._cp_rows: tuple[list[str], np.ndarray] | None = None  # (critical_path as it was, its rows)
+
+    def critical_rows(self) -> np.ndarray:
+        """Rows (int64, ascending) of the ops whose id is on :attr:`critical_path`: from the simulator when it
+        gave them and the path is unchanged since, else by a scan of the ids."""
+        import numpy as np
+
+        known = self._cp_rows
+        if known is not None and known[0] == self.critical_path:
+            return known[1]
+        on_path = set(self.critical_path)  # a membership scan, cheaper than an id → row dict of every op
+        c = self.columns
+        return np.flatnonzero(np.fromiter(map(on_path.__contains__, c.id), dtype=bool, count=len(c)))
 
     @property
     def spans(self) -> list[Span]:
