@@ -186,7 +186,8 @@ class SpanColumns:
         n = len(rank)
         lens = {**({} if callable(id) else {"id": len(id)}), **({} if callable(name) else {"name": len(name)}),
                 "stream": len(stream[1]), "kind": len(kind[1]), "resource": len(resource[1]),
-                "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s), "ready_s": len(ready_s), "bytes": len(bytes), "flops": len(flops), "tags": len(tags),
+                "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s), "ready_s": len(ready_s),
+                "bytes": len(bytes), "flops": len(flops), "tags": len(tags),
                 **({} if stream_s is None else {"stream_s": len(stream_s)})}
         bad = {k: v for k, v in lens.items() if v != n}
         if bad:
