@@ -625,7 +625,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
         categorical(("compute", "comm", "copy"), res_code), run.start, run.end, run.work, run.ready_t,
         np.array([t.nbytes for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
         np.array([t.flops for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
-        tagd[prog.tags_id].tolist() if N else [], run.stream_t)
+        tagd[prog.tags_id].tolist() if N else [], run.stream_t, coded_ids=(prog.names, prog.name_id))
     path: list[int] = []
     if N:
         i = int(np.argmax(run.end))  # latest end, lowest index among ties

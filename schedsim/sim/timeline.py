@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import compress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -166,20 +167,27 @@ class SpanColumns:
     stream_s : numpy.ndarray or None
         float64 seconds, shape (n,): when the op's stream reached it (NaN: unknown); None when no op has it.
 
+    ``coded_ids`` (constructor, optional): ``(names, name_id)``, a table of distinct names and each row's index
+    into it, such that ``name[i] == names[name_id[i]]`` and ``id[i] == f"{name[i]}@r{rank[i]}"`` (what the
+    simulator has); :meth:`Timeline.write_json` then writes both columns from the table without building the
+    per-row strings.
+
     Raises
     ------
     ValueError
         (constructor) when the columns differ in length.
     """
 
-    __slots__ = ("_id", "_name", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s", "ready_s",
+    __slots__ = ("_id", "_name", "_coded", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s", "ready_s",
                  "bytes", "flops", "tags", "stream_s")
 
     def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
                  rank: np.ndarray, stream: Categorical, kind: Categorical, resource: Categorical,
                  start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray, ready_s: np.ndarray, bytes: np.ndarray,
-                 flops: np.ndarray, tags: list[dict[str, Any]], stream_s: np.ndarray | None = None) -> None:
+                 flops: np.ndarray, tags: list[dict[str, Any]], stream_s: np.ndarray | None = None, *,
+                 coded_ids: tuple[Sequence[str], np.ndarray] | None = None) -> None:
         self._id, self._name, self.rank = id, name, rank
+        self._coded = coded_ids
         self.stream, self.kind, self.resource = stream, kind, resource
         self.start_s, self.end_s, self.solo_s, self.ready_s = start_s, end_s, solo_s, ready_s
         self.bytes, self.flops, self.tags, self.stream_s = bytes, flops, tags, stream_s
@@ -244,8 +252,13 @@ class SpanColumns:
     # -- JSON ---------------------------------------------------------------
     def json_items(self) -> Iterator[tuple[str, Any]]:
         """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`)."""
-        yield "id", self.id
-        yield "name", self.name
+        if self._coded is not None and callable(self._id) and callable(self._name):
+            ids, names = _coded_json(self._coded[0], self._coded[1], self.rank)
+            yield "id", ids
+            yield "name", names
+        else:
+            yield "id", self.id
+            yield "name", self.name
         yield "rank", self.rank
         for c in _CAT_COLS:
             cats, codes = getattr(self, c)
@@ -254,7 +267,7 @@ class SpanColumns:
             yield c, getattr(self, c)
         if self.stream_s is not None:
             yield "stream_s", self.stream_s
-        idx = [i for i, t in enumerate(self.tags) if t]
+        idx = list(compress(range(len(self.tags)), self.tags))
         yield "tags", {"index": idx, "values": [self.tags[i] for i in idx]}
 
     @classmethod
@@ -326,6 +339,34 @@ class SpanColumns:
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
             raise TraceError(f"{where}: malformed columns ({e.__class__.__name__}: {e})\n"
                              "  fix: re-run the command that wrote it") from None
+
+
+class _RawJSON(bytes):
+    """JSON text, written as it is (:meth:`Timeline._column_chunks`)."""
+
+
+def _coded_json(names: Sequence[str], name_id: np.ndarray, rank: np.ndarray) -> tuple[_RawJSON, _RawJSON]:
+    """The JSON arrays of the ``id`` (``name@rN``) and ``name`` columns of rows ``names[name_id[i]]`` on
+    ``rank[i]``: each distinct name is encoded once (one :func:`dumps_json` of the table, split at its
+    ``","`` separators, which an encoded string cannot hold: its quotes are escaped), and the rows are joined
+    from those pieces, so no per-row string is made."""
+    import numpy as np
+
+    if not len(name_id):
+        return _RawJSON(b"[]"), _RawJSON(b"[]")
+    enc = dumps_json(list(names))[2:-2].decode("utf-8").split('","')  # the table's strings escaped, unquoted
+    head = np.empty(len(enc), object)
+    head[:] = [f'"{e}@r' for e in enc]
+    tail = np.empty(int(rank.max()) + 1, object)
+    tail[:] = [f'{r}",' for r in range(len(tail))]
+    pieces = np.empty(2 * len(name_id), object)
+    pieces[0::2] = head[name_id]
+    pieces[1::2] = tail[rank]
+    ids = "".join(pieces.tolist())  # str.join: ~5x bytes.join, which takes each piece's buffer
+    quoted = np.empty(len(enc), object)
+    quoted[:] = [f'"{e}",' for e in enc]
+    nm = "".join(quoted[name_id].tolist())
+    return _RawJSON(f"[{ids[:-1]}]".encode()), _RawJSON(f"[{nm[:-1]}]".encode())
 
 
 def _check_columns(c: SpanColumns, where: str) -> None:
@@ -516,7 +557,8 @@ class Timeline:
         yield dumps_json(self._head(2))[:-1]
         yield b',"columns":{'
         for i, (k, v) in enumerate(self.columns.json_items()):
-            yield b"%s%s:%s" % (b"," if i else b"", dumps_json(k), dumps_json(v))
+            yield b"%s%s:" % (b"," if i else b"", dumps_json(k))
+            yield v if isinstance(v, _RawJSON) else dumps_json(v)
         yield b'},\n"critical_path":' + dumps_json(self.critical_path)
         yield b',\n"metrics":' + dumps_json(metrics or {}) + b"}\n"
 

@@ -160,3 +160,31 @@ def test_simulated_schedule_round_trips_with_equal_metrics(tmp_path):
     cols, rows = Timeline.read_json(tmp_path / "c.json"), Timeline.read_json(tmp_path / "r.json")
     assert cols == tl and rows == tl and len(tl) == 274
     assert compute_metrics(cols) == compute_metrics(rows) == m  # times survive both layouts bit for bit
+
+
+@pytest.mark.parametrize("orjson", [True, False])
+def test_coded_ids_write_what_the_strings_write(tmp_path, monkeypatch, orjson):
+    # the simulator hands the ids as a name table + codes; the file must hold exactly the strings' columns
+    # (names with quotes, backslashes, non-ASCII, the "," separator itself, an empty name; ranks 0..11)
+    if not orjson:
+        monkeypatch.setattr(tlmod, "_orjson", None)
+    names = ("mm0", 'q"x', "b\\s", "ü𝄞", '","', "", "a@r1")
+    rng = np.random.default_rng(5)
+    pair = rng.permutation(42)[:40]  # 40 distinct (name, rank) pairs: unique ids
+    name_id, rank = pair % 7, 2 * (pair // 7) + 1
+    ids = [f"{names[k]}@r{r}" for k, r in zip(name_id.tolist(), rank.tolist(), strict=True)]
+    nm = [names[k] for k in name_id.tolist()]
+    z, codes = np.zeros(40), (["s"], np.zeros(40, np.int32))
+
+    def cols(**kw):  # type: ignore[no-untyped-def]
+        return SpanColumns(rank=rank, stream=codes, kind=codes, resource=codes, start_s=z, end_s=z + 1.0,
+                           solo_s=z, ready_s=z, bytes=z, flops=z, tags=[{}] * 40, **kw)
+
+    plain = Timeline("t", "predict", 12, columns=cols(id=ids, name=nm))
+    coded = Timeline("t", "predict", 12, columns=cols(id=lambda: ids, name=lambda: nm, coded_ids=(names, name_id)))
+    plain.write_json(tmp_path / "a.json")
+    coded.write_json(tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    back = Timeline.read_json(tmp_path / "b.json")
+    assert back.columns.id == ids and back.columns.name == nm
+    assert coded.columns._coded is not None and callable(coded.columns._id)  # written without building them
