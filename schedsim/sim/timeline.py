@@ -178,8 +178,8 @@ class SpanColumns:
         (constructor) when the columns differ in length.
     """
 
-    __slots__ = ("_id", "_name", "_coded", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s", "ready_s",
-                 "bytes", "flops", "tags", "stream_s")
+    __slots__ = ("_id", "_name", "_coded", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s",
+                 "ready_s", "bytes", "flops", "tags", "stream_s")
 
     def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
                  rank: np.ndarray, stream: Categorical, kind: Categorical, resource: Categorical,
