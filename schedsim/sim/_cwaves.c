@@ -663,8 +663,88 @@ release_bufs:
     return result;
 }
 
+/* ---- acyclic(n, src, dst): Kahn's sweep, for the static checks ------------------------------------------- */
+/* Whether the graph of n nodes and edges src[e] -> dst[e] (int64 buffers of one length) has no cycle: the
+ * sweep of schedsim.lower.checks._acyclic (which runs when this module is not built), in C because a pipeline's
+ * NCCL wait-for graph has a million nodes. Raises ValueError for a node outside 0..n-1, MemoryError. */
+static int int64_buffer(PyObject *o, Py_buffer *b) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b->itemsize != 8 || (strcmp(f, "l") && strcmp(f, "q"))) {
+        PyBuffer_Release(b);
+        PyErr_SetString(PyExc_TypeError, "acyclic: src and dst must be int64 arrays");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *acyclic(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n;
+    PyObject *so, *dobj;
+    if (!PyArg_ParseTuple(args, "nOO", &n, &so, &dobj)) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "acyclic: n < 0");
+        return NULL;
+    }
+    Py_buffer sb, db;
+    if (int64_buffer(so, &sb) < 0) return NULL;
+    if (int64_buffer(dobj, &db) < 0) {
+        PyBuffer_Release(&sb);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    i64 E = sb.len / 8;
+    const i64 *src = sb.buf, *dst = db.buf;
+    i64 *ptr = NULL, *adj = NULL, *indeg = NULL, *stack = NULL;
+    if (db.len != sb.len) {
+        PyErr_SetString(PyExc_ValueError, "acyclic: src and dst differ in length");
+        goto done;
+    }
+    for (i64 e = 0; e < E; e++)
+        if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
+            PyErr_Format(PyExc_ValueError, "acyclic: edge %lld (%lld -> %lld) leaves 0..%lld", (long long)e,
+                         (long long)src[e], (long long)dst[e], (long long)n - 1);
+            goto done;
+        }
+    ptr = calloc((size_t)n + 2, sizeof(i64));
+    adj = malloc(((size_t)E + 1) * sizeof(i64));
+    indeg = calloc((size_t)n + 1, sizeof(i64));
+    stack = malloc(((size_t)n + 1) * sizeof(i64));
+    if (!ptr || !adj || !indeg || !stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    i64 seen = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (i64 e = 0; e < E; e++) {
+        ptr[src[e] + 2]++;
+        indeg[dst[e]]++;
+    }
+    for (i64 v = 2; v < n + 2; v++) ptr[v] += ptr[v - 1];
+    for (i64 e = 0; e < E; e++) adj[ptr[src[e] + 1]++] = dst[e]; /* ptr[v + 1] ends as the end of row v */
+    i64 top = 0;
+    for (i64 v = 0; v < n; v++)
+        if (!indeg[v]) stack[top++] = v;
+    while (top) {
+        i64 a = stack[--top];
+        seen++;
+        for (i64 k = ptr[a]; k < ptr[a + 1]; k++)
+            if (!--indeg[adj[k]]) stack[top++] = adj[k];
+    }
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(seen == n);
+done:
+    free(ptr); free(adj); free(indeg); free(stack);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&db);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
+    {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int64 edges)."},
     {NULL, NULL, 0, NULL},
 };
 
