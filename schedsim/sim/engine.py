@@ -616,8 +616,6 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
 
     N = prog.N
     names = np.array(prog.names + ("",), dtype=object)
-    tagd = np.empty(len(prog.tagsets), object)  # one dict per distinct tag set, shared by its ops
-    tagd[:] = list(map(dict, prog.tagsets))
     res_code = np.array([0, 1, 2, 2, 2])[run.res] if N else np.zeros(0, np.int64)
     cols = SpanColumns(
         prog.ids, lambda: names[prog.name_id].tolist(), prog.rank.astype(np.int64),
@@ -625,7 +623,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
         categorical(("compute", "comm", "copy"), res_code), run.start, run.end, run.work, run.ready_t,
         np.array([t.nbytes for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
         np.array([t.flops for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
-        tagd[prog.tags_id].tolist() if N else [], run.stream_t, coded_ids=(prog.names, prog.name_id))
+        None, run.stream_t, coded_ids=(prog.names, prog.name_id), coded_tags=(prog.tagsets, prog.tags_id))
     path: list[int] = []
     if N:
         i = int(np.argmax(run.end))  # latest end, lowest index among ties

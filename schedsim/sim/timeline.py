@@ -167,6 +167,10 @@ class SpanColumns:
     stream_s : numpy.ndarray or None
         float64 seconds, shape (n,): when the op's stream reached it (NaN: unknown); None when no op has it.
 
+    ``coded_tags`` (constructor, instead of ``tags``): ``(tag_sets, tags_id)``, distinct tag sets as tuples of
+    ``(key, value)`` pairs and each row's index into them; ``tags`` is then built on first access, and the
+    file gets the dicts of the rows that have tags only.
+
     ``coded_ids`` (constructor, optional): ``(names, name_id)``, a table of distinct names and each row's index
     into it, such that ``name[i] == names[name_id[i]]`` and ``id[i] == f"{name[i]}@r{rank[i]}"`` (what the
     simulator has); :meth:`Timeline.write_json` then writes both columns from the table without building the
@@ -178,24 +182,27 @@ class SpanColumns:
         (constructor) when the columns differ in length.
     """
 
-    __slots__ = ("_id", "_name", "_coded", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s",
-                 "ready_s", "bytes", "flops", "tags", "stream_s")
+    __slots__ = ("_id", "_name", "_coded", "_tags", "_coded_tags", "rank", "stream", "kind", "resource", "start_s",
+                 "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")
 
     def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
                  rank: np.ndarray, stream: Categorical, kind: Categorical, resource: Categorical,
                  start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray, ready_s: np.ndarray, bytes: np.ndarray,
-                 flops: np.ndarray, tags: list[dict[str, Any]], stream_s: np.ndarray | None = None, *,
-                 coded_ids: tuple[Sequence[str], np.ndarray] | None = None) -> None:
+                 flops: np.ndarray, tags: list[dict[str, Any]] | None, stream_s: np.ndarray | None = None, *,
+                 coded_ids: tuple[Sequence[str], np.ndarray] | None = None,
+                 coded_tags: tuple[Sequence[tuple[tuple[str, Any], ...]], np.ndarray] | None = None) -> None:
         self._id, self._name, self.rank = id, name, rank
-        self._coded = coded_ids
+        self._coded, self._coded_tags = coded_ids, coded_tags
+        if tags is None and coded_tags is None:
+            raise ValueError("SpanColumns: give tags or coded_tags")
         self.stream, self.kind, self.resource = stream, kind, resource
         self.start_s, self.end_s, self.solo_s, self.ready_s = start_s, end_s, solo_s, ready_s
-        self.bytes, self.flops, self.tags, self.stream_s = bytes, flops, tags, stream_s
+        self.bytes, self.flops, self._tags, self.stream_s = bytes, flops, tags, stream_s
         n = len(rank)
         lens = {**({} if callable(id) else {"id": len(id)}), **({} if callable(name) else {"name": len(name)}),
                 "stream": len(stream[1]), "kind": len(kind[1]), "resource": len(resource[1]),
                 "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s), "ready_s": len(ready_s),
-                "bytes": len(bytes), "flops": len(flops), "tags": len(tags),
+                "bytes": len(bytes), "flops": len(flops), **({} if tags is None else {"tags": len(tags)}),
                 **({} if stream_s is None else {"stream_s": len(stream_s)})}
         bad = {k: v for k, v in lens.items() if v != n}
         if bad:
@@ -208,6 +215,19 @@ class SpanColumns:
         if callable(self._id):
             self._id = self._id()
         return self._id
+
+    @property
+    def tags(self) -> list[dict[str, Any]]:
+        """Per row, its tags (an empty dict when none); from ``coded_tags`` on first access, one dict per
+        distinct tag set, shared by its rows."""
+        if self._tags is None:
+            import numpy as np
+
+            sets, codes = self._coded_tags  # type: ignore[misc]
+            d = np.empty(len(sets), object)
+            d[:] = list(map(dict, sets))
+            self._tags = d[codes].tolist() if len(codes) else []
+        return self._tags
 
     @property
     def name(self) -> list[str]:
@@ -267,6 +287,14 @@ class SpanColumns:
             yield c, getattr(self, c)
         if self.stream_s is not None:
             yield "stream_s", self.stream_s
+        if self._tags is None:  # rows with tags by their tag set's code; dicts for those rows only
+            import numpy as np
+
+            sets, codes = self._coded_tags  # type: ignore[misc]
+            some = np.fromiter(map(bool, sets), bool, len(sets))
+            at = np.flatnonzero(some[codes]) if len(codes) else np.zeros(0, np.int64)
+            yield "tags", {"index": at, "values": list(map(dict, map(sets.__getitem__, codes[at].tolist())))}
+            return
         idx = list(compress(range(len(self.tags)), self.tags))
         yield "tags", {"index": idx, "values": [self.tags[i] for i in idx]}
 

@@ -175,16 +175,21 @@ def test_coded_ids_write_what_the_strings_write(tmp_path, monkeypatch, orjson):
     ids = [f"{names[k]}@r{r}" for k, r in zip(name_id.tolist(), rank.tolist(), strict=True)]
     nm = [names[k] for k in name_id.tolist()]
     z, codes = np.zeros(40), (["s"], np.zeros(40, np.int32))
+    sets = ((), (("mb", 1),), (("a", 'x"'), ("b", 2.5)))
+    tags_id = pair % 3
+    tags = [dict(sets[k]) for k in tags_id.tolist()]
 
     def cols(**kw):  # type: ignore[no-untyped-def]
         return SpanColumns(rank=rank, stream=codes, kind=codes, resource=codes, start_s=z, end_s=z + 1.0,
-                           solo_s=z, ready_s=z, bytes=z, flops=z, tags=[{}] * 40, **kw)
+                           solo_s=z, ready_s=z, bytes=z, flops=z, **kw)
 
-    plain = Timeline("t", "predict", 12, columns=cols(id=ids, name=nm))
-    coded = Timeline("t", "predict", 12, columns=cols(id=lambda: ids, name=lambda: nm, coded_ids=(names, name_id)))
+    plain = Timeline("t", "predict", 12, columns=cols(id=ids, name=nm, tags=tags))
+    coded = Timeline("t", "predict", 12, columns=cols(id=lambda: ids, name=lambda: nm, tags=None,
+                                                      coded_ids=(names, name_id), coded_tags=(sets, tags_id)))
     plain.write_json(tmp_path / "a.json")
     coded.write_json(tmp_path / "b.json")
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     back = Timeline.read_json(tmp_path / "b.json")
-    assert back.columns.id == ids and back.columns.name == nm
-    assert coded.columns._coded is not None and callable(coded.columns._id)  # written without building them
+    assert back.columns.id == ids and back.columns.name == nm and back.columns.tags == tags
+    assert callable(coded.columns._id) and coded.columns._tags is None  # written without building them
+    assert coded.columns.tags == tags and coded.spans == plain.spans
