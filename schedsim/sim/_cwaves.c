@@ -96,7 +96,7 @@ typedef struct { /* one job: remaining solo work, rate, time of the last rate ch
 
 typedef struct {
     /* sizes and scalars */
-    i64 N, K, G, world, S, nsm;
+    i64 N, K, G, world, S, nsm, cstride; /* cstride: S / nsm + 1, the comm table's row length */
     double one_way, xlat;
     /* tables (gpu_model.rate_tables) */
     const double *comm_tab, *batch_tab, *copy_tab;
@@ -126,7 +126,7 @@ typedef struct {
     double *xmin, *xval;
     char *xinit;
     /* ranks */
-    i64 *free_, *held, *nccl_held, *nmem, *ncomm, *ncopy, *nlink, *cqhead, *cqtail;
+    i64 *free_, *held, *nccl_n, *nmem, *ncomm, *ncopy, *nlink, *cqhead, *cqtail;
     double *crate;
     char *intoplace, *indirty;
     ivec toplace, dirty;
@@ -264,7 +264,7 @@ static double rate_of(W *w, i64 j) {
     i64 k = w->job[j].key, r = w->krank[k];
     if (typ == COPY) return w->copy_tab[w->held[r] > 0];
     i64 share = w->kmem[k] ? w->nmem[r] : 0;
-    return w->batch_tab[(share * 2 + (w->nccl_held[r] > 0)) * 2 + (w->ncopy[r] > 0)];
+    return w->batch_tab[(share * 2 + (w->nccl_n[r] > 0)) * 2 + (w->ncopy[r] > 0)];
 }
 
 static void rerate_job(W *w, i64 j, double t) {
@@ -286,13 +286,26 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* ascending; the rank lists sorted per event hold a few ranks, where insertion beats qsort's calls */
+static void sort_i64(i64 *a, i64 n) {
+    if (n > 32) {
+        qsort(a, (size_t)n, sizeof(i64), cmp_i64);
+        return;
+    }
+    for (i64 i = 1; i < n; i++) {
+        i64 x = a[i], j = i;
+        for (; j > 0 && a[j - 1] > x; j--) a[j] = a[j - 1];
+        a[j] = x;
+    }
+}
+
 /* comm_rates + rerate over the sorted dirty ranks, then clear them */
 static void settle(W *w, double t) {
     ivec *d = &w->dirty;
-    if (d->n > 1) qsort(d->a, (size_t)d->n, sizeof(i64), cmp_i64); /* qsort(NULL, 0) is undefined */
+    if (d->n > 1) sort_i64(d->a, d->n); /* qsort(NULL, 0) is undefined */
     for (i64 p = 0; p < d->n; p++) {
         i64 q = d->a[p];
-        if (w->ncomm[q]) w->crate[q] = w->comm_tab[w->held[q] * (w->S / w->nsm + 1) + w->nccl_held[q] / w->nsm];
+        if (w->ncomm[q]) w->crate[q] = w->comm_tab[w->held[q] * w->cstride + w->nccl_n[q]];
     }
     for (i64 p = 0; p < d->n; p++) {
         i64 r = d->a[p];
@@ -323,7 +336,7 @@ static void place(W *w, i64 r, double t) {
         if (w->ktype[k] == 1) {
             if (f < w->nsm) return;
             w->free_[r] = f - w->nsm;
-            w->nccl_held[r] += w->nsm;
+            w->nccl_n[r]++;
             heap_pop(P);
             mark_dirty(w, r);
             for (i64 p = w->kops_ptr[k]; p < w->kops_ptr[k + 1]; p++) {
@@ -469,7 +482,7 @@ static void job_done(W *w, i64 j, double t) {
             if (!--w->kleft[k]) {
                 i64 r = w->krank[k];
                 w->free_[r] += w->nsm;
-                w->nccl_held[r] -= w->nsm;
+                w->nccl_n[r]--;
             }
         }
         for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++) release(w, w->gmem_idx[a], t);
@@ -498,7 +511,7 @@ static void job_done(W *w, i64 j, double t) {
 
 static void place_all(W *w, double t) {
     ivec *tp = &w->toplace;
-    if (tp->n > 1) qsort(tp->a, (size_t)tp->n, sizeof(i64), cmp_i64);
+    if (tp->n > 1) sort_i64(tp->a, tp->n);
     for (i64 p = 0; p < tp->n; p++) {
         w->intoplace[tp->a[p]] = 0;
         place(w, tp->a[p], t);
@@ -566,6 +579,11 @@ static PyObject *run(PyObject *self, PyObject *args) {
         if (PyErr_Occurred()) return NULL;
     }
     w->N = iv[0], w->K = iv[1], w->G = iv[2], w->world = iv[3], w->S = iv[4], w->nsm = iv[5];
+    if (w->nsm <= 0 || w->S < 0) {
+        PyErr_SetString(PyExc_ValueError, "run: sms must be >= 0 and nccl_sms > 0");
+        return NULL;
+    }
+    w->cstride = w->S / w->nsm + 1;
     w->one_way = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 0));
     w->xlat = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 1));
     if (PyErr_Occurred()) return NULL;
@@ -610,7 +628,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->xval = calloc((size_t)E + 1, sizeof(double));
         w->free_ = calloc((size_t)R, sizeof(i64));
         w->held = calloc((size_t)R, sizeof(i64));
-        w->nccl_held = calloc((size_t)R, sizeof(i64));
+        w->nccl_n = calloc((size_t)R, sizeof(i64));
         w->nmem = calloc((size_t)R, sizeof(i64));
         w->ncomm = calloc((size_t)R, sizeof(i64));
         w->ncopy = calloc((size_t)R, sizeof(i64));
@@ -624,7 +642,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->run_slot = calloc((size_t)R, sizeof(ivec));
         w->pend = calloc((size_t)R, sizeof(heap_t));
         if (!w->kstarted || !w->kready || !w->gres || !w->garr || !w->xcnt || !w->xmin || !w->xinit || !w->xval ||
-            !w->free_ || !w->held || !w->nccl_held || !w->nmem || !w->ncomm || !w->ncopy || !w->nlink ||
+            !w->free_ || !w->held || !w->nccl_n || !w->nmem || !w->ncomm || !w->ncopy || !w->nlink ||
             !w->cqhead || !w->cqtail || !w->crate || !w->intoplace || !w->indirty || !w->run_job ||
             !w->run_slot || !w->pend) {
             w->oom = 1;
@@ -646,7 +664,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         else
             result = PyLong_FromLongLong(w->njobs);
         free(w->kstarted); free(w->kready); free(w->gres); free(w->garr); free(w->xcnt); free(w->xmin);
-        free(w->xinit); free(w->xval); free(w->free_); free(w->held); free(w->nccl_held); free(w->nmem);
+        free(w->xinit); free(w->xval); free(w->free_); free(w->held); free(w->nccl_n); free(w->nmem);
         free(w->ncomm); free(w->ncopy); free(w->nlink); free(w->cqhead); free(w->cqtail); free(w->crate);
         free(w->intoplace); free(w->indirty);
         if (w->run_job)
