@@ -619,7 +619,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     res_code = np.array([0, 1, 2, 2, 2])[run.res] if N else np.zeros(0, np.int64)
     cols = SpanColumns(
         prog.ids, lambda: names[prog.name_id].tolist(), prog.rank.astype(np.int64),
-        categorical(prog.streams, prog.stream_id), categorical(prog.kinds, prog.kind),
+        categorical(prog.streams, prog.stream_id), categorical(*_kind_codes(run)),
         categorical(("compute", "comm", "copy"), res_code), run.start, run.end, run.work, run.ready_t,
         np.array([t.nbytes for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
         np.array([t.flops for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
@@ -644,6 +644,15 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)
     tl._cp_rows = (list(cp), np.sort(at))
     return tl
+
+
+def _kind_codes(run) -> tuple[tuple[str, ...], np.ndarray]:  # type: ignore[no-untyped-def]
+    """``(kinds, codes)``: the op kinds of a columnar run and each op's index into them, from its template
+    classes (:func:`schedsim.sim.waves_columns.template_classes`; ``Program.kind`` reads every template)."""
+    kinds = [t.kind for t in run.tps]
+    values = tuple(dict.fromkeys(kinds))
+    return values, np.array([values.index(k) for k in kinds], np.int64)[run.tmpl] if len(run.tmpl) else \
+        np.zeros(0, np.int64)
 
 
 def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:  # type: ignore[no-untyped-def]
