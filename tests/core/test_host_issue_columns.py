@@ -19,8 +19,8 @@ def by_loop(rank, stream, hcls, repeat, host_s, batch, deps, model_executor):  #
     """Rule 1 op by op (gpu_model's docstring): per rank, host Python time, event waits, the executor's extra,
     a stream switch, the call (one per p2p batch), a first-call extra; the call starts after the switch."""
     lp = PROFILE.launch
-    call_of = {gm.H_KERNEL: lp.eager_per_op_us * 1e-6, gm.H_COPY_KERNEL: lp.memcpy_call_s, gm.H_MEMCPY: lp.memcpy_call_s,
-               gm.H_P2P: lp.p2p_call_s, gm.H_COLL: lp.eager_per_collective_us * 1e-6}
+    call_of = {gm.H_KERNEL: lp.eager_per_op_us * 1e-6, gm.H_COPY_KERNEL: lp.memcpy_call_s,
+               gm.H_MEMCPY: lp.memcpy_call_s, gm.H_P2P: lp.p2p_call_s, gm.H_COLL: lp.eager_per_collective_us * 1e-6}
     issue, call0 = [0.0] * len(rank), [0.0] * len(rank)
     t: dict[int, float] = {}
     last: dict[int, int] = {}
