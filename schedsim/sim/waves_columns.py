@@ -218,9 +218,9 @@ def _epos_generic(eptr, ends, gptr, gidx, rank):  # type: ignore[no-untyped-def]
     return np.array(ptr, I64), np.array(out, I64)
 
 
-def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The DAG's successors plus the communicator-order edges ``u → v``, each row sorted and without repeats
-    (CSR), and each op's predecessor count: one sort of the edge keys ``src·N + dst`` (the Program's stream and
+    (CSR ``ptr, idx``), each op's predecessor count, and each edge's source: one sort of the edge keys ``src·N + dst`` (the Program's stream and
     dependency edges as they are, without :attr:`Program.succ`'s networkx order)."""
     N = prog.N
     e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2)]
@@ -228,10 +228,10 @@ def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.n
     if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):
         key.sort(kind="stable")  # a few sorted runs (stream, dependency, FIFO edges): timsort merges them
         key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # an edge written twice (or also a FIFO edge)
-    s, d = (key // N, key % N) if N else (key, key)
+    s, d = np.divmod(key, N) if N else (key, key)
     sptr = np.zeros(N + 1, I64)
     np.cumsum(np.bincount(s, minlength=N), out=sptr[1:])
-    return sptr, d, np.bincount(d, minlength=N).astype(I64)
+    return sptr, d, np.bincount(d, minlength=N).astype(I64), s
 
 
 def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # type: ignore[no-untyped-def]
@@ -241,24 +241,25 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     if (batch >= 0).any():
         nb = int(batch.max()) + 1
         kern = _rank_by_first(np.where(batch >= 0, rank.astype(I64) * nb + batch, world * nb + np.arange(N)))
-    else:
-        kern = np.arange(N, dtype=I64)
-    K = int(kern.max()) + 1 if N else 0
-    kptr, kidx = _csr_of(kern, K)
-    head = kidx[kptr[:-1]]
-    ktype = res[head]
-    krank = rank[head].astype(I64)
-    kneed = np.diff(kptr)
+        K = int(kern.max()) + 1 if N else 0
+        kptr, kidx = _csr_of(kern, K)
+        head = kidx[kptr[:-1]]
+        ktype, krank, kneed, ht, whead, ohead = res[head], rank[head].astype(I64), np.diff(kptr), tmpl[head], \
+            work[head], opq[head]
+    else:  # one kernel per op: the op columns are the kernel columns
+        K = N
+        kern = kidx = np.arange(N, dtype=I64)
+        kptr = np.arange(N + 1, dtype=I64)
+        ktype, krank, kneed, ht, whead, ohead = res, rank.astype(I64, copy=False), np.ones(N, I64), tmpl, work, opq
     tct = [gm.kernel_ctas(t, cost, sms) if _res_of(t) == 0 else (0, 1, False) for t in tps]
     tctas = np.array([c[0] for c in tct], I64)
     twaves = np.array([c[1] for c in tct], I64)
     tmem = np.array([c[2] for c in tct], I64)
-    ht = tmpl[head]
     comp = ktype == 0
     kleft = np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0))
-    ktau = np.where(comp, work[head] / twaves[ht], 0.0)
+    ktau = np.where(comp, whead / twaves[ht], 0.0)
     kmem = np.where(comp, tmem[ht], 0)
-    kq = _rank_by_first(krank * C + opq[head]) if K else np.zeros(0, I64)
+    kq = _rank_by_first(krank * C + ohead) if K else np.zeros(0, I64)
     Q = int(kq.max()) + 1 if K else 0
     qptr, qidx = _csr_of(kq, Q)
     return kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx
@@ -317,8 +318,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     # rule 7: communicator order; rule 1: host issue times
     comm = _communicators(tps, prog.world_size, tmpl, rank, peer, batch, res, is_p2p, serial)
     fu, fv = gm.comm_fifo_columns(rank, comm, batch)
-    sptr, sidx, npred = _succ(prog, fu, fv)
-    src = np.repeat(np.arange(N, dtype=I64), np.diff(sptr))
+    sptr, sidx, npred, src = _succ(prog, fu, fv)
     xdeps = np.bincount(sidx[sid[src] != sid[sidx]], minlength=N)
     thc = np.array([gm.host_class(t) for t in tps], I64)
     hcls = np.where(is_p2p, np.where(batch >= 0, gm.H_BATCH_P2P, gm.H_P2P), thc[tmpl] if N else 0)
