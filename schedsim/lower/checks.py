@@ -205,8 +205,8 @@ def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple
             if len(sets[i].intersection(sets[j])) >= 2]
 
 
-def _acyclic(n: int, edges: np.ndarray) -> bool:
-    """Kahn's sweep over ``edges`` (int64[E, 2]) on ``n`` nodes: in C when the compiled module
+def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Kahn's sweep over the edges ``src[e] -> dst[e]`` (int arrays of one length) on ``n`` nodes: in C when the compiled module
     (``schedsim/sim/_cwaves.c``) is built and not disabled by ``SCHEDSIM_NO_EXT=1`` (a pipeline's wait-for
     graph has a million nodes: ~0.4 s here, ~0.01 s there), else here."""
     ext = None
@@ -218,8 +218,8 @@ def _acyclic(n: int, edges: np.ndarray) -> bool:
         else:
             ext = getattr(_cwaves, "acyclic", None)  # None: built from a _cwaves.c before it had one
     if ext is not None:
-        return bool(ext(n, np.ascontiguousarray(edges[:, 0], I64), np.ascontiguousarray(edges[:, 1], I64)))
-    return _acyclic_python(n, edges)
+        return bool(ext(n, np.ascontiguousarray(src, I64), np.ascontiguousarray(dst, I64)))
+    return _acyclic_python(n, np.stack([src, dst], 1).astype(I64).reshape(-1, 2))
 
 
 def _acyclic_python(n: int, edges: np.ndarray) -> bool:
@@ -249,8 +249,8 @@ def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, 
     n, parts, useq, u = _wait_for_edges(prog, comm, head, eager, tc)
     if sum(len(a) for a, _b in parts) and _ordered_by_position(n, parts, useq, prog, u):
         return True
-    e = np.stack([np.concatenate([a for a, _b in parts]), np.concatenate([b for _a, b in parts])], 1)
-    return _acyclic(n, e.astype(I64))
+    return _acyclic(n, np.concatenate([a for a, _b in parts]).astype(I64, copy=False),
+                    np.concatenate([b for _a, b in parts]).astype(I64, copy=False))
 
 
 def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
@@ -285,7 +285,7 @@ def _cross_communicator_cycle(prog: Program, comm: np.ndarray, head: np.ndarray)
         return False  # every rank issues them in key order: one global order
     nk = len(prog.coll_ptr) - 1
     key = unique(a.astype(I64) * nk + b)[0]  # each edge once
-    return not _acyclic(nk, np.stack([key // nk, key % nk], 1))
+    return not _acyclic(nk, *np.divmod(key, nk))
 
 
 def check_program(prog: Program) -> list[str]:
