@@ -208,8 +208,7 @@ def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple
 def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
     """Kahn's sweep over the edges ``src[e] -> dst[e]`` (int arrays of one length) on ``n`` nodes: in C when
     the compiled module (``schedsim/sim/_cwaves.c``) is built and not disabled by ``SCHEDSIM_NO_EXT=1`` (a
-    pipeline's wait-for
-    graph has a million nodes: ~0.4 s here, ~0.01 s there), else here."""
+    pipeline's wait-for graph has a million nodes: ~0.4 s here, ~0.02 s there), else here."""
     ext = None
     if os.environ.get("SCHEDSIM_NO_EXT", "") in ("", "0"):
         try:
