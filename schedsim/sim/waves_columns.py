@@ -265,6 +265,13 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     return kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx
 
 
+def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:
+    """``table[tmpl]``, as a read-only broadcast (no memory) when every class has the same value."""
+    if len(table) and bool((table == table[0]).all()):
+        return np.broadcast_to(table[:1], tmpl.shape)
+    return table[tmpl] if len(tmpl) else table[:0]
+
+
 def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
     """The loop indexes per-rank arrays by rank and needs finite solo times: refuse an op outside the world or
     with a NaN, infinite or negative solo time (a profile with a zero or infinite rate can give one)."""
@@ -300,8 +307,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     tcls, tps = template_classes(prog.templates)  # the rules run once per class of templates
     tmpl = tcls[prog.tmpl] if N else np.zeros(0, I64)
     rank = prog.rank.astype(I64)
-    peer = prog.peer.astype(I64)
-    batch = prog.batch.astype(I64)
+    peer, batch = prog.peer, prog.batch  # int32 is enough: only compared, or widened where keys are built
     sid = prog.stream_id.astype(I64)
     tres = np.array([_res_of(t) for t in tps], I64)
     tp2p = np.array([t.kind in P2P_KINDS for t in tps], bool)
@@ -324,8 +330,8 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     hcls = np.where(is_p2p, np.where(batch >= 0, gm.H_BATCH_P2P, gm.H_P2P), thc[tmpl] if N else 0)
     trep = np.array([t.repeat for t in tps], I64)
     ths = np.array([t.host_s for t in tps], np.float64)
-    issue, call0 = gm.host_issue_columns(rank, sid, hcls, trep[tmpl] if N else trep, ths[tmpl] if N else ths,
-                                         batch, xdeps, profile, mode, model_executor)
+    issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
+                                         profile, mode, model_executor)
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = _kernels(
