@@ -220,8 +220,9 @@ def _epos_generic(eptr, ends, gptr, gidx, rank):  # type: ignore[no-untyped-def]
 
 def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The DAG's successors plus the communicator-order edges ``u → v``, each row sorted and without repeats
-    (CSR ``ptr, idx``), each op's predecessor count, and each edge's source: one sort of the edge keys ``src·N + dst`` (the Program's stream and
-    dependency edges as they are, without :attr:`Program.succ`'s networkx order)."""
+    (CSR ``ptr, idx``), each op's predecessor count, and each edge's source: one sort of the edge keys
+    ``src·N + dst`` (the Program's stream and dependency edges as they are, without :attr:`Program.succ`'s
+    networkx order)."""
     N = prog.N
     e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2)]
     key = np.concatenate([x[:, 0] * N + x[:, 1] for x in e] + [u * N + v])
