@@ -369,6 +369,22 @@ class SpanColumns:
                              "  fix: re-run the command that wrote it") from None
 
 
+#: Elements of a numpy column serialised per :func:`dumps_json` call: the pieces (~1 MiB of text) are freed and
+#: their memory reused, where one string per column (19 MiB for a million floats) is paged in afresh each time.
+_JSON_PIECE = 1 << 16
+
+
+def _array_pieces(a: np.ndarray) -> Iterator[bytes | memoryview]:
+    """The JSON array of the 1-d numpy array ``a`` (what ``dumps_json(a)`` gives) in pieces."""
+    yield b"["
+    for k in range(0, len(a), _JSON_PIECE):
+        p = dumps_json(a[k:k + _JSON_PIECE])
+        if k:
+            yield b","
+        yield memoryview(p)[1:-1]
+    yield b"]"
+
+
 class _RawJSON(bytes):
     """JSON text, written as it is (:meth:`Timeline._column_chunks`)."""
 
@@ -586,7 +602,12 @@ class Timeline:
         yield b',"columns":{'
         for i, (k, v) in enumerate(self.columns.json_items()):
             yield b"%s%s:" % (b"," if i else b"", dumps_json(k))
-            yield v if isinstance(v, _RawJSON) else dumps_json(v)
+            if isinstance(v, _RawJSON):
+                yield v
+            elif getattr(v, "ndim", 0) == 1 and len(v) > _JSON_PIECE:
+                yield from _array_pieces(v)
+            else:
+                yield dumps_json(v)
         yield b'},\n"critical_path":' + dumps_json(self.critical_path)
         yield b',\n"metrics":' + dumps_json(metrics or {}) + b"}\n"
 

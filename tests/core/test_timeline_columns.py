@@ -193,3 +193,21 @@ def test_coded_ids_write_what_the_strings_write(tmp_path, monkeypatch, orjson):
     assert back.columns.id == ids and back.columns.name == nm and back.columns.tags == tags
     assert callable(coded.columns._id) and coded.columns._tags is None  # written without building them
     assert coded.columns.tags == tags and coded.spans == plain.spans
+
+
+@pytest.mark.parametrize("orjson", [True, False])
+def test_long_columns_are_written_in_pieces_that_join_to_the_whole(tmp_path, monkeypatch, orjson):
+    # numpy columns longer than a piece go out as several dumps joined in the array; the text is the one dump's
+    if not orjson:
+        monkeypatch.setattr(tlmod, "_orjson", None)
+    monkeypatch.setattr(tlmod, "_JSON_PIECE", 3)
+    a = np.array([0.1, 1e-300, 2.5, np.nan, 7.0, 1 / 3, 0.0])
+    assert b"".join(tlmod._array_pieces(a)) == tlmod.dumps_json(a)
+    assert b"".join(tlmod._array_pieces(a[:3])) == tlmod.dumps_json(a[:3])
+    spans = [Span(f"o{i}@r0", f"o{i}", 0, "s", "matmul", "compute", float(i), i + 0.5, None if i % 2 else 0.5,
+                  0.25 * i) for i in range(8)]
+    tl_of(spans).write_json(tmp_path / "t.json")
+    back = Timeline.read_json(tmp_path / "t.json")
+    assert back.spans == spans
+    monkeypatch.setattr(tlmod, "_JSON_PIECE", 1 << 16)
+    assert tl_of(spans).to_dict() == back.to_dict()
