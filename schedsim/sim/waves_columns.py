@@ -6,8 +6,9 @@ compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's
 
 * cost inputs, CTA counts and call classes are per *template* (what instances share), so the rule functions of
   :mod:`schedsim.sim.gpu_model` (:func:`~schedsim.sim.gpu_model.kernel_ctas`,
-  :meth:`~schedsim.cost.CostModel.duration`, :func:`~schedsim.sim.gpu_model.host_class`) run once per template
-  (a send/recv once per template and rank pair, as its time depends on the link) and are broadcast;
+  :meth:`~schedsim.cost.CostModel.duration`, :func:`~schedsim.sim.gpu_model.host_class`) run once per class of
+  equal templates (:func:`template_classes`: a ``foreach`` makes one template per iteration, all alike; a
+  send/recv once per class and rank pair, as its time depends on the link) and are broadcast;
 * host issue times, hardware queues and communicator-order edges come from the column forms of rules 1, 2
   and 7 (:func:`~schedsim.sim.gpu_model.host_issue_columns`, :func:`~schedsim.sim.gpu_model.stream_queue_columns`,
   :func:`~schedsim.sim.gpu_model.comm_fifo_columns`), the same functions the Op-list path calls;
