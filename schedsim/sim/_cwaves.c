@@ -13,6 +13,7 @@
  * loop's (tests/core/test_cwaves.py).
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
+ * Also acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
