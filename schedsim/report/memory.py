@@ -23,7 +23,7 @@ Result (``Timeline.meta["memory"]``, written into timeline.json)::
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from schedsim.sim.timeline import Timeline
 from schedsim.units import DTYPE_BYTES
@@ -76,6 +76,48 @@ def static_memory(info: PipelineInfo | None, block: PipelineSpec | None,
     return out
 
 
+def _counted_spans(tl: Timeline, unit: float) -> list[Any]:
+    """The spans the loop of :func:`memory_over_time` can count, in order: buffer kinds with bytes, and (when
+    ``unit``) compute ops with a ``stage`` tag; found on the columns, so a million-op timeline without them
+    builds no rows."""
+    import numpy as np
+
+    c = tl.columns
+    kinds, codes = c.kind
+    want = np.isin(codes, [k for k, name in enumerate(kinds) if name in _BUFFER_KINDS]) & (c.bytes != 0)
+    if unit:
+        res, rcodes = c.resource
+        comp = np.flatnonzero(rcodes == (res.index("compute") if "compute" in res else -1))
+        tags = c.tags
+        want[comp[[bool(tags[i]) and "stage" in tags[i] for i in comp.tolist()]]] = True
+    rows = np.flatnonzero(want).tolist()
+    if tl._spans is not None:
+        return [tl._spans[i] for i in rows]
+    return c.rows(rows)
+
+
+class _ByRow:
+    """What the loop reads of ``tl.by_id()[op_id]`` (``rank``, ``end_s``), from the columns: an id → row
+    index, no Span rows."""
+
+    def __init__(self, tl: Timeline) -> None:
+        c = tl.columns
+        self.row = {oid: i for i, oid in enumerate(c.id)}
+        self.ranks, self.ends = c.rank.tolist(), c.end_s.tolist()
+
+    def __contains__(self, oid: object) -> bool:
+        return oid in self.row
+
+    def __getitem__(self, oid: str) -> _Row:
+        i = self.row[oid]
+        return _Row(self.ranks[i], self.ends[i])
+
+
+class _Row(NamedTuple):
+    rank: int
+    end_s: float
+
+
 def memory_over_time(tl: Timeline, graph: Any = None,
                      static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
     """Allocation curve per rank (see the module doc); None when nothing is counted."""
@@ -84,8 +126,9 @@ def memory_over_time(tl: Timeline, graph: Any = None,
     events: dict[int, list[tuple[float, int, float, str]]] = defaultdict(list)  # (t, order, delta, op)
     fwd: dict[tuple[int, int, int, int], tuple[float, str]] = {}
     bwd_end: dict[tuple[int, int, int, int], float] = {}
-    byid = tl.by_id() if graph is not None else None
-    for s in tl.spans:
+    spans = _counted_spans(tl, unit)
+    byid = _ByRow(tl) if graph is not None and spans else None
+    for s in spans:
         t = s.tags
         if unit and t and "stage" in t and s.resource == "compute":
             key = (s.rank, int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0))
@@ -111,7 +154,7 @@ def memory_over_time(tl: Timeline, graph: Any = None,
     if not events and not any(sum(v.values()) for v in static.values()):
         return None
     ranks_out: dict[int, dict[str, Any]] = {}
-    for r in sorted({s.rank for s in tl.spans} | set(events)):
+    for r in sorted(set(tl.columns.rank.tolist()) | set(events)):
         base = sum((static.get(r) or {}).values())
         cur = base
         steps: list[list[float]] = [[0.0, base]]

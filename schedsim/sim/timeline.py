@@ -262,6 +262,22 @@ class SpanColumns:
                    floats(by), floats(fl), list(tags),
                    None if all(x is None for x in ss) else floats(ss))
 
+    def rows(self, rows: list[int]) -> list[Span]:
+        """The Span rows ``rows`` (indices) only, as :meth:`to_spans` builds them."""
+        import numpy as np
+
+        c, idx = self, np.asarray(rows, np.int64)
+
+        def pick(col: Categorical) -> list[str]:
+            return [col[0][k] for k in col[1][idx].tolist()]
+
+        ids, names, tags = c.id, c.name, c.tags
+        return list(map(Span, [ids[i] for i in rows], [names[i] for i in rows], c.rank[idx].tolist(),
+                        pick(c.stream), pick(c.kind), pick(c.resource), c.start_s[idx].tolist(),
+                        c.end_s[idx].tolist(), _optional(c.solo_s[idx]), _optional(c.ready_s[idx]),
+                        c.bytes[idx].tolist(), c.flops[idx].tolist(), [tags[i] for i in rows],
+                        [None] * len(rows) if c.stream_s is None else _optional(c.stream_s[idx])))
+
     def to_spans(self) -> list[Span]:
         """Span rows, built in one pass (NaN → None for solo/ready)."""
         return list(map(Span, self.id, self.name, self.rank.tolist(), _decode(self.stream), _decode(self.kind),
