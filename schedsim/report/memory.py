@@ -76,10 +76,10 @@ def static_memory(info: PipelineInfo | None, block: PipelineSpec | None,
     return out
 
 
-def _counted_spans(tl: Timeline, unit: float) -> list[Any]:
-    """The spans the loop of :func:`memory_over_time` can count, in order: buffer kinds with bytes, and (when
-    ``unit``) compute ops with a ``stage`` tag; found on the columns, so a million-op timeline without them
-    builds no rows."""
+def _counted_spans(tl: Timeline, unit: float) -> tuple[list[int], list[Any]]:
+    """``(rows, spans)``: the spans the loop of :func:`memory_over_time` can count and their row indices, in
+    order: buffer kinds with bytes, and (when ``unit``) compute ops with a ``stage`` tag; found on the
+    columns, so a million-op timeline without them builds no rows."""
     import numpy as np
 
     c = tl.columns
@@ -92,8 +92,27 @@ def _counted_spans(tl: Timeline, unit: float) -> list[Any]:
         want[comp[[bool(tags[i]) and "stage" in tags[i] for i in comp.tolist()]]] = True
     rows = np.flatnonzero(want).tolist()
     if tl._spans is not None:
-        return [tl._spans[i] for i in rows]
-    return c.rows(rows)
+        return rows, [tl._spans[i] for i in rows]
+    return rows, c.rows(rows)
+
+
+def _dep_ends(tl: Timeline, graph: Any) -> list[float] | None:
+    """Per row, the latest end among the op and its dependency successors on its rank (what the loop takes
+    from ``graph.successors`` and ``graph.edges``), from the Program's dependency edges, when ``graph`` is the
+    :class:`~schedsim.lower.program.DagView` of the Program ``tl`` was simulated from (its rows are the
+    Program's ops: the span columns hold that Program's name codes); None otherwise."""
+    import numpy as np
+
+    prog, c = getattr(graph, "prog", None), tl.columns
+    coded = getattr(c, "_coded", None)
+    if prog is None or coded is None or coded[1] is not prog.name_id or len(c) != prog.N:
+        return None
+    e = np.asarray(prog.dep_edges, np.int64).reshape(-1, 2)
+    src, dst = e[:, 0], e[:, 1]
+    same = c.rank[src] == c.rank[dst]
+    out = c.end_s.copy()
+    np.maximum.at(out, src[same], c.end_s[dst[same]])
+    return out.tolist()
 
 
 class _ByRow:
@@ -126,9 +145,10 @@ def memory_over_time(tl: Timeline, graph: Any = None,
     events: dict[int, list[tuple[float, int, float, str]]] = defaultdict(list)  # (t, order, delta, op)
     fwd: dict[tuple[int, int, int, int], tuple[float, str]] = {}
     bwd_end: dict[tuple[int, int, int, int], float] = {}
-    spans = _counted_spans(tl, unit)
-    byid = _ByRow(tl) if graph is not None and spans else None
-    for s in spans:
+    rows, spans = _counted_spans(tl, unit)
+    dep_end = _dep_ends(tl, graph) if graph is not None and spans else None
+    byid = _ByRow(tl) if graph is not None and spans and dep_end is None else None
+    for row, s in zip(rows, spans, strict=True):
         t = s.tags
         if unit and t and "stage" in t and s.resource == "compute":
             key = (s.rank, int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0))
@@ -140,7 +160,9 @@ def memory_over_time(tl: Timeline, graph: Any = None,
                 bwd_end[key] = max(bwd_end.get(key, s.end_s), s.end_s)
         if s.kind in _BUFFER_KINDS and s.bytes:
             end = s.end_s
-            if graph is not None and byid is not None and s.id in graph:
+            if dep_end is not None:
+                end = dep_end[row]
+            elif graph is not None and byid is not None and s.id in graph:
                 ends = [byid[v].end_s for v in graph.successors(s.id)
                         if v in byid and byid[v].rank == s.rank and graph.edges[s.id, v].get("kind") != "stream"]
                 end = max(ends + [end])

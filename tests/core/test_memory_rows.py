@@ -31,8 +31,10 @@ def counted_equals_every_row(monkeypatch, path):  # type: ignore[no-untyped-def]
     G = graph_of(prog)
     rows = Timeline(tl.schedule, tl.source, tl.world_size, spans=list(tl.spans), meta=tl.meta)
     assert mm.memory_over_time(rows, G, static) == fast
-    monkeypatch.setattr(mm, "_counted_spans", lambda t, unit: t.spans)  # every row, as the loop was written
-    monkeypatch.setattr(mm, "_ByRow", lambda t: t.by_id())
+    monkeypatch.setattr(mm, "_dep_ends", lambda t, g: None)  # successors through the graph's API
+    assert mm.memory_over_time(tl, DagView(prog), static) == fast
+    monkeypatch.setattr(mm, "_counted_spans", lambda t, unit: (range(len(t)), t.spans))  # every row, as the
+    monkeypatch.setattr(mm, "_ByRow", lambda t: t.by_id())  # loop was written
     assert mm.memory_over_time(tl, G, static) == fast
     return fast
 
