@@ -137,6 +137,17 @@ class _Row(NamedTuple):
     end_s: float
 
 
+def _buffer_end(s: Any, graph: Any, byid: Any) -> float:
+    """When buffer ``s`` is freed: the latest end of it and of its consumers on its rank (dependency edges of
+    ``graph``), its own end without a graph."""
+    end = s.end_s
+    if graph is not None and byid is not None and s.id in graph:
+        ends = [byid[v].end_s for v in graph.successors(s.id)
+                if v in byid and byid[v].rank == s.rank and graph.edges[s.id, v].get("kind") != "stream"]
+        end = max(ends + [end])
+    return end
+
+
 def memory_over_time(tl: Timeline, graph: Any = None,
                      static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
     """Allocation curve per rank (see the module doc); None when nothing is counted."""
@@ -159,13 +170,7 @@ def memory_over_time(tl: Timeline, graph: Any = None,
             elif ph == "W" or (t.get("pp_op") == "B" and ph != "I"):
                 bwd_end[key] = max(bwd_end.get(key, s.end_s), s.end_s)
         if s.kind in _BUFFER_KINDS and s.bytes:
-            end = s.end_s
-            if dep_end is not None:
-                end = dep_end[row]
-            elif graph is not None and byid is not None and s.id in graph:
-                ends = [byid[v].end_s for v in graph.successors(s.id)
-                        if v in byid and byid[v].rank == s.rank and graph.edges[s.id, v].get("kind") != "stream"]
-                end = max(ends + [end])
+            end = dep_end[row] if dep_end is not None else _buffer_end(s, graph, byid)
             events[s.rank].append((s.start_s, 1, s.bytes, s.id))
             events[s.rank].append((end, 0, -s.bytes, s.id))
     for key, (t0, op) in fwd.items():
