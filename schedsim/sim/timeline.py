@@ -612,7 +612,7 @@ class Timeline:
                     "metrics": metrics or {}}
         raise ValueError(f"layout must be 'columns' or 'rows', not {layout!r}")
 
-    def _column_chunks(self, metrics: dict[str, Any] | None) -> Iterator[bytes]:
+    def _column_chunks(self, metrics: dict[str, Any] | None) -> Iterator[bytes | memoryview]:
         """The version-2 document as byte chunks, one per column (never one string for the whole file)."""
         yield dumps_json(self._head(2))[:-1]
         yield b',"columns":{'
