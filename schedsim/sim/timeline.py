@@ -209,6 +209,15 @@ class SpanColumns:
             raise ValueError(f"span columns differ in length: rank has {n}, " +
                              ", ".join(f"{k} has {v}" for k, v in bad.items()))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling (and copying) builds the columns still held as functions first: a function may not pickle."""
+        self.id, self.name, self.tags  # noqa: B018 - properties that build and keep the lists
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
     @property
     def id(self) -> list[str]:
         """Op ids (built on first access when the constructor got a function)."""

@@ -211,3 +211,23 @@ def test_long_columns_are_written_in_pieces_that_join_to_the_whole(tmp_path, mon
     assert back.spans == spans
     monkeypatch.setattr(tlmod, "_JSON_PIECE", 1 << 16)
     assert tl_of(spans).to_dict() == back.to_dict()
+
+
+def test_a_simulated_timeline_pickles_and_copies(tmp_path):
+    # the simulator's columns hold ids, names and tags as functions until first use; pickling builds them
+    import copy
+    import pickle
+
+    from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_schedule
+    from tests.conftest import ROOT
+
+    tl = simulate(lower(load_schedule(ROOT / "schedules" / "megatron_gpt_pp4.yaml")), load_profile("h200"))
+    back = pickle.loads(pickle.dumps(tl))
+    assert back == tl and back.columns.tags == tl.columns.tags and back.critical_path == tl.critical_path
+    assert copy.deepcopy(tl) == tl
+    tl.write_json(tmp_path / "a.json")
+    back.write_json(tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
