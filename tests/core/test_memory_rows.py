@@ -46,3 +46,17 @@ def test_counted_rows_give_what_every_row_gives(monkeypatch, path):
     assert (fast is None) == (path in ("schedules/tp_ffn.yaml", "tests/data/pp_unit.yaml"))
     if path == "schedules/allgather_mm8.yaml":
         assert fast["ranks"][0]["peak_op"] == "ag7@r0" and fast["ranks"][0]["peak_bytes"] == 512 * 2**20
+
+
+@pytest.mark.parametrize("path", ["schedules/megatron_gpt_pp4_vp2.yaml", "schedules/pipeline_schedules.yaml"])
+def test_pipeline_metrics_read_the_columns(path):
+    # bubble, activation memory and p2p bytes from the column lists equal those from Span rows, bit for bit,
+    # and a simulated timeline builds no rows for them
+    from schedsim.sim.pipeline_metrics import PipelineMetrics
+
+    tl = simulate(lower(load_schedule(ROOT / path)), load_profile("h200"))
+    pm = PipelineMetrics.of(tl)
+    assert tl._spans is None and pm is not None
+    rows = Timeline(tl.schedule, tl.source, tl.world_size, spans=list(tl.spans), meta=tl.meta)
+    assert PipelineMetrics.of(rows).to_dict() == pm.to_dict()
+    assert sum(b.sent for b in pm.p2p_bytes.values()) == sum(s.bytes for s in tl.spans if s.kind == "send")
