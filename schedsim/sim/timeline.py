@@ -297,7 +297,8 @@ class SpanColumns:
     # -- JSON ---------------------------------------------------------------
     def json_items(self) -> Iterator[tuple[str, Any]]:
         """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`)."""
-        if self._coded is not None and callable(self._id) and callable(self._name):
+        if (self._coded is not None and callable(self._id) and callable(self._name)
+                and 4 * len(self._coded[0]) <= len(self.rank)):  # names shared by rows (else per row is cheaper)
             ids, names = _coded_json(self._coded[0], self._coded[1], self.rank)
             yield "id", ids
             yield "name", names
