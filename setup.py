@@ -7,4 +7,4 @@
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("schedsim.sim._cwaves", ["schedsim/sim/_cwaves.c"], optional=True,
-                             extra_compile_args=["-O2", "-ffp-contract=off"])])
+                             extra_compile_args=["-O3", "-ffp-contract=off"])])

@@ -12,11 +12,14 @@ all-pairs form. When a rule fails, the object-based build (:mod:`schedsim.lower.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from itertools import repeat
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from schedsim.kinds import P2P_KINDS
+from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
 from schedsim.lower.program import Program, unique
 
 __all__ = ["check_program", "launch_heads"]
@@ -24,13 +27,38 @@ __all__ = ["check_program", "launch_heads"]
 I64 = np.int64
 
 
-def launch_heads(prog: Program) -> tuple[np.ndarray, np.ndarray]:
+class _Templates(NamedTuple):
+    """Per template (int64[T]): its kind as an index into ``OP_KINDS`` (-1: another) and its group as a code
+    (equal groups, equal codes; ``groups[code]`` is the group). One pass over the templates, which a
+    Program can hold one of per loop iteration (125,000 for 1M ops)."""
+
+    kind: np.ndarray
+    gid: np.ndarray
+    groups: list[tuple[int, ...]]
+
+    @classmethod
+    def of(cls, prog: Program) -> _Templates:
+        tps = prog.templates
+        code = {k: i for i, k in enumerate(OP_KINDS)}
+        kind = np.fromiter(map(code.get, map(attrgetter("kind"), tps), repeat(-1)), I64, len(tps))
+        groups: dict[tuple[int, ...], int] = {}
+        gid = np.array([groups.setdefault(g, len(groups)) for g in map(attrgetter("group"), tps)], I64)
+        return cls(kind, gid, list(groups))
+
+    def mask(self, prog: Program, kinds: tuple[str, ...]) -> np.ndarray:
+        """Boolean mask of the ops whose kind is in ``kinds``."""
+        t = np.isin(self.kind, [OP_KINDS.index(k) for k in kinds])
+        return t[prog.tmpl] if len(t) else np.zeros(prog.N, bool)
+
+
+def launch_heads(prog: Program, tc: _Templates | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(comm, head)``: the indices of the communication ops in program order, and per such op the first
     member of its NCCL launch (itself, or the first op of its ``p2p_batch`` on its rank)."""
-    comm = np.flatnonzero(prog.kind_mask(("send", "recv")) | _coll_mask(prog))
+    tc = tc or _Templates.of(prog)
+    comm = np.flatnonzero(tc.mask(prog, P2P_KINDS + COLLECTIVE_KINDS))
     head = comm.copy()
     b = prog.batch[comm]
-    bm = (b >= 0) & prog.kind_mask(P2P_KINDS)[comm]
+    bm = (b >= 0) & tc.mask(prog, P2P_KINDS)[comm]
     if bm.any():
         nb = int(b.max()) + 1
         key = prog.rank[comm][bm].astype(I64) * nb + b[bm]
@@ -39,24 +67,14 @@ def launch_heads(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     return comm, head
 
 
-def _coll_mask(prog: Program) -> np.ndarray:
-    from schedsim.spec.model import COLLECTIVE_KINDS
-
-    return prog.kind_mask(COLLECTIVE_KINDS)
-
-
-def _collective_order_ok(prog: Program) -> bool:
+def _collective_order_ok(prog: Program, tc: _Templates) -> bool:
     """Collectives of one group are issued in the same order on every rank."""
     ptr = prog.coll_ptr
     if len(ptr) < 2:
         return True
     key_of = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
     idx = prog.coll_idx
-    groups: dict[tuple[int, ...], int] = {}
-    gid_t = np.full(len(prog.templates), -1, I64)
-    for t in unique(prog.tmpl[idx])[0].tolist():
-        gid_t[t] = groups.setdefault(tuple(prog.templates[t].group), len(groups))
-    g = gid_t[prog.tmpl]
+    g = tc.gid[prog.tmpl]
     kid = np.zeros(prog.N, I64)
     kid[idx] = key_of
     o = idx[np.lexsort((prog.seq[idx], prog.rank[idx], g[idx]))]
@@ -74,23 +92,18 @@ def _collective_order_ok(prog: Program) -> bool:
     return True
 
 
-def _comm_ids(prog: Program, heads: np.ndarray, eager: bool) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+def _comm_ids(prog: Program, heads: np.ndarray, eager: bool, tc: _Templates
+              ) -> tuple[np.ndarray, list[tuple[int, ...]]]:
     """Per launch, its NCCL communicator as an id, and the ranks of each group communicator (ids below
     ``len(groups)``; a lone send/recv's two-rank communicator gets an id above them).
 
     A collective runs on its group's communicator; a batched send/recv (or, ``eager``, any send/recv) on the
     world's; a lone send/recv on the communicator of its pair of ranks (:func:`schedsim.graph.nccl.communicator`).
     """
-    tps = prog.templates
     t = prog.tmpl[heads]
-    groups: dict[tuple[int, ...], int] = {}
-    t_gid = np.full(len(tps), -1, I64)
-    p2p_t = np.array([tp.kind in P2P_KINDS for tp in tps], bool)
-    for k in unique(t)[0].tolist():
-        if not p2p_t[k]:
-            t_gid[k] = groups.setdefault(tuple(tps[k].group), len(groups))
-    is_p2p = p2p_t[t]
-    cid = t_gid[t]
+    groups = {g: k for k, g in enumerate(tc.groups)}  # every template's group (those of p2p go unused)
+    is_p2p = np.isin(tc.kind, [OP_KINDS.index(k) for k in P2P_KINDS])[t]
+    cid = tc.gid[t]
     batched = is_p2p & ((prog.batch[heads] >= 0) | eager)
     if batched.any():
         cid[batched] = groups.setdefault(tuple(range(prog.world_size)), len(groups))
@@ -101,38 +114,53 @@ def _comm_ids(prog: Program, heads: np.ndarray, eager: bool) -> tuple[np.ndarray
     return cid, list(groups)
 
 
-def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool
-                    ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-    """``(nodes, edges, useq, u)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
-    done", 2n + c the hub of collective c; ``useq`` is each unit's position on its rank, ``u`` each op's unit
-    (a p2p batch is one unit)."""
+def _units(prog: Program, comm: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(uniq, u)``: the first op of each unit (an op, or a p2p batch on a rank) ascending, and each op's unit
+    (as ``unique`` of "each op's head" gives them; heads are op indices, so by a mark and a prefix sum)."""
     unit = np.arange(prog.N)
     unit[comm] = head
-    uniq, _first, u = unique(unit)
-    u = u.reshape(-1)
+    mark = np.zeros(prog.N, bool)
+    mark[unit] = True
+    return np.flatnonzero(mark), (np.cumsum(mark) - 1)[unit]
+
+
+def _dag_edges(prog: Program) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` of the DAG's stream and dependency edges (an edge may repeat)."""
+    e = np.concatenate([np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64)
+                        .reshape(-1, 2)])
+    return e[:, 0], e[:, 1]
+
+
+def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
+                    ) -> tuple[int, list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
+    """``(nodes, parts, useq, u)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
+    done", 2n + c the hub of collective c; its edges as parts ``(from, to)`` (the first: posted -> done of
+    every unit); ``useq`` is each unit's position on its rank, ``u`` each op's unit (a p2p batch is one unit)."""
+    uniq, u = _units(prog, comm, head)
     n = len(uniq)
     useq = prog.seq[uniq].astype(I64)
-    ptr, dst, _kind = prog.succ
-    src = np.repeat(np.arange(prog.N), np.diff(ptr))
+    src, dst = _dag_edges(prog)
     ua, ub = u[src], u[dst]
     keep = ua != ub
-    parts = [np.stack([2 * np.arange(n), 2 * np.arange(n) + 1], 1), np.stack([2 * ua[keep] + 1, 2 * ub[keep]], 1)]
+    parts = [(2 * np.arange(n), 2 * np.arange(n) + 1), (2 * ua[keep] + 1, 2 * ub[keep])]
     nc = len(prog.coll_ptr) - 1
     if nc > 0:  # hub 2n + c: posted(member) -> hub -> done(member)
         hub = 2 * n + np.repeat(np.arange(nc), np.diff(prog.coll_ptr))
         mu = u[prog.coll_idx]
-        parts += [np.stack([2 * mu, hub], 1), np.stack([hub, 2 * mu + 1], 1)]
+        parts += [(2 * mu, hub), (hub, 2 * mu + 1)]
     if len(prog.p2p):
         us, ur = u[prog.p2p[:, 0]], u[prog.p2p[:, 1]]
-        parts += [np.stack([2 * us, 2 * ur + 1], 1), np.stack([2 * ur, 2 * us + 1], 1)]
-    parts.append(_communicator_order(prog, comm, head, u, eager))
-    return 2 * n + max(nc, 0), np.concatenate([p.astype(I64).reshape(-1, 2) for p in parts]), useq, u
+        parts += [(2 * us, 2 * ur + 1), (2 * ur, 2 * us + 1)]
+    parts.append(_communicator_order(prog, comm, head, u, eager, tc))
+    return 2 * n + max(nc, 0), parts, useq, u
 
 
-def _ordered_by_position(n_nodes: int, edges: np.ndarray, useq: np.ndarray, prog: Program, u: np.ndarray) -> bool:
+def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]], useq: np.ndarray,
+                         prog: Program, u: np.ndarray) -> bool:
     """Whether every edge goes forward in the order "unit position, posted before hub before done": then the
     graph is acyclic without a sweep. It holds when each collective's members, and each send/recv pair, sit
-    at one position on every rank (an SPMD program); any other graph is left to the sweep."""
+    at one position on every rank (an SPMD program); any other graph is left to the sweep. The first part
+    (posted -> done of one unit) goes forward by construction."""
     key = np.empty(n_nodes, np.float64)
     n = len(useq)
     key[0:2 * n:2] = 2.0 * useq
@@ -141,22 +169,23 @@ def _ordered_by_position(n_nodes: int, edges: np.ndarray, useq: np.ndarray, prog
     if nc > 0:
         ms = useq[u[prog.coll_idx]]
         key[2 * n:] = 2.0 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 0.5
-    return bool((key[edges[:, 0]] < key[edges[:, 1]]).all())
+    return all(bool((key[a] < key[b]).all()) for a, b in parts[1:])
 
 
-def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool) -> np.ndarray:
+def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool,
+                        tc: _Templates) -> tuple[np.ndarray, np.ndarray]:
     """Rules 3 and 4 of :mod:`schedsim.graph.nccl`: done(previous launch) -> posted(launch) on one communicator,
     and from the last launch of every group communicator that shares two or more ranks with this one."""
     heads = comm[comm == head]
     if not len(heads):
-        return np.zeros((0, 2), I64)
-    cid, groups = _comm_ids(prog, heads, eager)
+        return np.zeros(0, I64), np.zeros(0, I64)
+    cid, groups = _comm_ids(prog, heads, eager, tc)
     rank = prog.rank[heads].astype(I64)
     pos = np.arange(len(heads))  # heads are in program order: rank, then issue position
     o = np.lexsort((pos, cid, rank))
     same = (rank[o][1:] == rank[o][:-1]) & (cid[o][1:] == cid[o][:-1])
     uh = u[heads]
-    out = [np.stack([2 * uh[o][:-1][same] + 1, 2 * uh[o][1:][same]], 1)]
+    out = [(2 * uh[o][:-1][same] + 1, 2 * uh[o][1:][same])]
     for a, b in _sharing_pairs(groups, cid):
         for x, y in ((a, b), (b, a)):  # done(last launch of x before it) -> posted(launch of y), on each rank
             ix, iy = np.flatnonzero(cid == x), np.flatnonzero(cid == y)
@@ -164,8 +193,8 @@ def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np
             ok = k >= 0
             px, py = ix[k[ok]], iy[ok]
             ok2 = rank[px] == rank[py]
-            out.append(np.stack([2 * uh[px[ok2]] + 1, 2 * uh[py[ok2]]], 1))
-    return np.concatenate(out).astype(I64)
+            out.append((2 * uh[px[ok2]] + 1, 2 * uh[py[ok2]]))
+    return np.concatenate([a for a, _b in out]).astype(I64), np.concatenate([b for _a, b in out]).astype(I64)
 
 
 def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple[int, int]]:
@@ -176,8 +205,25 @@ def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple
             if len(sets[i].intersection(sets[j])) >= 2]
 
 
-def _acyclic(n: int, edges: np.ndarray) -> bool:
-    """Kahn's sweep over ``edges`` (int64[E, 2]) on ``n`` nodes."""
+def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Kahn's sweep over the edges ``src[e] -> dst[e]`` (int arrays of one length) on ``n`` nodes: in C when
+    the compiled module (``schedsim/sim/_cwaves.c``) is built and not disabled by ``SCHEDSIM_NO_EXT=1`` (a
+    pipeline's wait-for graph has a million nodes: ~0.4 s here, ~0.02 s there), else here."""
+    ext = None
+    if os.environ.get("SCHEDSIM_NO_EXT", "") in ("", "0"):
+        try:
+            from schedsim.sim import _cwaves  # type: ignore[attr-defined]
+        except ImportError:  # not built: the simulator says so in one line when it runs
+            pass
+        else:
+            ext = getattr(_cwaves, "acyclic", None)  # None: built from a _cwaves.c before it had one
+    if ext is not None:
+        return bool(ext(n, np.ascontiguousarray(src, I64), np.ascontiguousarray(dst, I64)))
+    return _acyclic_python(n, np.stack([src, dst], 1).astype(I64).reshape(-1, 2))
+
+
+def _acyclic_python(n: int, edges: np.ndarray) -> bool:
+    """:func:`_acyclic` without the compiled module."""
     o = np.argsort(edges[:, 0], kind="stable")
     dst = edges[o, 1].tolist()
     ptr = np.zeros(n + 1, I64)
@@ -199,11 +245,12 @@ def _acyclic(n: int, edges: np.ndarray) -> bool:
     return seen == n
 
 
-def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool = False) -> bool:
-    n, e, useq, u = _wait_for_edges(prog, comm, head, eager)
-    if len(e) and _ordered_by_position(n, e, useq, prog, u):
+def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool = False) -> bool:
+    n, parts, useq, u = _wait_for_edges(prog, comm, head, eager, tc)
+    if sum(len(a) for a, _b in parts) and _ordered_by_position(n, parts, useq, prog, u):
         return True
-    return _acyclic(n, e)
+    return _acyclic(n, np.concatenate([a for a, _b in parts]).astype(I64, copy=False),
+                    np.concatenate([b for _a, b in parts]).astype(I64, copy=False))
 
 
 def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
@@ -211,8 +258,9 @@ def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
     h = np.arange(prog.N)
     h[comm] = head
     size = np.bincount(h, minlength=prog.N)
-    ptr, dst, _k = prog.succ
-    src = np.repeat(np.arange(prog.N), np.diff(ptr))
+    if not bool((size >= 2).any()):
+        return True  # no batch of two or more
+    src, dst = _dag_edges(prog)
     hv = h[dst]
     bad = (size[hv] >= 2) & (dst != hv) & (h[src] != hv) & (prog.seq[src] > prog.seq[hv])
     return not bool(bad.any())
@@ -232,8 +280,12 @@ def _cross_communicator_cycle(prog: Program, comm: np.ndarray, head: np.ndarray)
     heads = comm[(comm == head) & (key[comm] >= 0)]
     k, r = key[heads], prog.rank[heads]
     same = (r[1:] == r[:-1]) & (k[1:] != k[:-1])
-    e = np.stack([k[:-1][same], k[1:][same]], 1) if same.any() else np.zeros((0, 2), I64)
-    return bool(len(e)) and not _acyclic(len(prog.coll_ptr) - 1, e)
+    a, b = k[:-1][same], k[1:][same]
+    if not len(a) or bool((a < b).all()):
+        return False  # every rank issues them in key order: one global order
+    nk = len(prog.coll_ptr) - 1
+    key = unique(a.astype(I64) * nk + b)[0]  # each edge once
+    return not _acyclic(nk, *np.divmod(key, nk))
 
 
 def check_program(prog: Program) -> list[str]:
@@ -245,25 +297,26 @@ def check_program(prog: Program) -> list[str]:
         The error of the object-based build (:func:`schedsim.lower.reference.graph_from_ops`), which words
         it when a rule fails here.
     """
-    comm, head = launch_heads(prog)
-    ok = (_forward_deps_ok(prog) and _collective_order_ok(prog) and _no_hang(prog, comm, head)
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    ok = (_forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _no_hang(prog, comm, head, tc)
           and _batch_inputs_ok(prog, comm, head))
     if not ok:
         _reference(prog, check=True)
         raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
-    if _cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head):
+    if _cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc):
         G = _reference(prog, check=True)
         return [w for w in G.graph.get("warnings", []) if w not in prog.warnings]
     return []
 
 
-def _eager_hang(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
+def _eager_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> bool:
     """Two ranks, collectives and a lone send/recv: would it hang with the p2p on the group's communicator?"""
     if prog.world_size != 2 or len(prog.coll_ptr) < 2 or not len(prog.p2p):
         return False
     if not bool((prog.batch[prog.p2p[:, 0]] < 0).any()):
         return False
-    return not _no_hang(prog, comm, head, eager=True)
+    return not _no_hang(prog, comm, head, tc, eager=True)
 
 
 def _reference(prog: Program, check: bool) -> Any:

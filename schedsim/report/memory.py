@@ -110,17 +110,15 @@ def _activation_events(tl: Timeline, unit: float) -> _Events | None:
     import numpy as np
 
     c = tl.columns
-    if not unit or not len(c.id):
+    if not unit or not len(c):
         return None
     fwd: dict[tuple[int, int, int, int], tuple[float, int]] = {}
     bwd_end: dict[tuple[int, int, int, int], float] = {}
     res_vals, res_codes = c.resource
     comp = res_vals.index("compute") if "compute" in res_vals else -1
-    tags, rank, start, end = c.tags, c.rank, c.start_s, c.end_s
-    for i in np.flatnonzero(res_codes == comp).tolist():
-        t = tags[i]
-        if not t or "stage" not in t:
-            continue
+    rank, start, end = c.rank, c.start_s, c.end_s
+    rows, row_tags = _staged_rows(c, np.flatnonzero(res_codes == comp))
+    for i, t in zip(rows, row_tags, strict=True):
         key = (int(rank[i]), int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0))
         ph = t.get("phase") or t.get("pp_op")
         if ph == "F":
@@ -141,6 +139,35 @@ def _activation_events(tl: Timeline, unit: float) -> _Events | None:
             np.array([fwd[k][1] for k in keys + freed], np.int64))
 
 
+def _staged_rows(c: Any, rows: Any) -> tuple[list[int], list[dict[str, Any]]]:
+    """Of ``rows``, those whose tags hold ``stage``, with their tag dicts: from the coded tag sets of a simulated
+    timeline (one dict per distinct set, no per-row dicts), else from ``c.tags``."""
+    import numpy as np
+
+    coded = getattr(c, "_coded_tags", None)
+    if getattr(c, "_tags", None) is None and coded is not None:
+        sets, codes = coded
+        staged = np.array([any(k == "stage" for k, _ in ts) for ts in sets], bool)
+        if not staged.any():
+            return [], []
+        rows = rows[staged[codes[rows]]]
+        dicts = {int(k): dict(sets[int(k)]) for k in np.unique(codes[rows]).tolist()}
+        return rows.tolist(), [dicts[k] for k in codes[rows].tolist()]
+    tags = c.tags
+    out = [i for i in rows.tolist() if tags[i] and "stage" in tags[i]]
+    return out, [tags[i] for i in out]
+
+
+def _ids_of(c: Any, rows: list[int]) -> list[str]:
+    """Op ids (``name@rN``) of ``rows`` only, without building the whole id column when it is still coded."""
+    coded = getattr(c, "_coded", None)
+    if callable(getattr(c, "_id", None)) and coded is not None:
+        names, name_id = coded
+        return [f"{names[int(name_id[i])]}@r{int(c.rank[i])}" for i in rows]
+    ids = c.id
+    return [ids[i] for i in rows]
+
+
 def _buffer_events(tl: Timeline, graph: Any) -> _Events | None:
     """A recv/all_gather/gather holds its bytes from its start until :func:`_buffer_ends`."""
     import numpy as np
@@ -148,7 +175,7 @@ def _buffer_events(tl: Timeline, graph: Any) -> _Events | None:
     c = tl.columns
     kind_vals, kind_codes = c.kind
     bufk = [j for j, k in enumerate(kind_vals) if k in _BUFFER_KINDS]
-    rows: Any = np.flatnonzero(np.isin(kind_codes, bufk) & (c.bytes != 0)) if bufk and len(c.id) else []
+    rows: Any = np.flatnonzero(np.isin(kind_codes, bufk) & (c.bytes != 0)) if bufk and len(c) else []
     if not len(rows):
         return None
     r, b = c.rank[rows].astype(np.int64), c.bytes[rows].astype(np.float64)
@@ -165,8 +192,9 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
     rk, tt, od, dd, op = ev
     # op ids in string order, so that ties sort as the (t, order, delta, id) tuples of the definition do
     uniq = np.unique(op)
+    uniq_ids = _ids_of(c, uniq.tolist())
     id_rank = np.empty(len(uniq), np.int64)
-    id_rank[np.argsort(np.array([c.id[i] for i in uniq.tolist()], dtype=object), kind="stable")] = np.arange(len(uniq))
+    id_rank[np.argsort(np.array(uniq_ids, dtype=object), kind="stable")] = np.arange(len(uniq))
     order = np.lexsort((id_rank[np.searchsorted(uniq, op)] if len(op) else op, dd, od, tt, rk))
     rk, tt, dd, op = rk[order], tt[order], dd[order], op[order]
     bounds = np.searchsorted(rk, np.arange(int(rk.max()) + 2)) if len(rk) else np.zeros(1, np.int64)
@@ -181,7 +209,8 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
         prev = np.maximum.accumulate(vals)
         for i in (np.flatnonzero(vals[1:] > prev[:-1]) + 1).tolist():  # only a new maximum can raise the peak
             if vals[i] > peak + 1e-6:
-                peak, peak_s, peak_op = float(vals[i]), float(ts[i]), c.id[int(op[lo + i - 1])]
+                at = int(np.searchsorted(uniq, op[lo + i - 1]))
+                peak, peak_s, peak_op = float(vals[i]), float(ts[i]), uniq_ids[at]
         out[r] = {"static": static.get(r, {}), "steps": np.stack([ts[keep], vals[keep]], axis=1).tolist(),
                   "peak_bytes": peak, "peak_s": peak_s, "peak_op": peak_op}
     return out
@@ -196,7 +225,10 @@ def _buffer_ends(tl: Timeline, graph: Any, rows: Any) -> Any:
     if graph is None:
         return end
     prog = getattr(graph, "prog", None)
-    if prog is not None and prog.N == len(c.id) and list(prog.ids()) == list(c.id):
+    coded = getattr(c, "_coded", None)
+    same = prog is not None and prog.N == len(c) and (
+        (coded is not None and coded[1] is prog.name_id) or list(prog.ids()) == list(c.id))
+    if same and prog is not None:
         ptr, dst, kind = prog.succ
         lo, hi = ptr[rows], ptr[rows + 1]
         cnt = (hi - lo).astype(np.int64)

@@ -85,7 +85,7 @@ import numpy as np
 from schedsim._gc import paused_gc
 from schedsim.cost import CostModel
 from schedsim.errors import DeadlockError, GraphError, ProfileError
-from schedsim.graph.ops import Op
+from schedsim.graph.ops import Op, format_op_id
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.lower.program import Program
 from schedsim.sim.gpu_model import graph_fork_columns as gm_graph_fork
@@ -660,33 +660,44 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     from schedsim.sim.waves_columns import categorical
 
     N = prog.N
-    tps = prog.templates
     names = np.array(prog.names + ("",), dtype=object)
-    tagd = np.empty(len(prog.tagsets), object)  # one dict per distinct tag set, shared by its ops
-    tagd[:] = list(map(dict, prog.tagsets))
     res_code = np.array([0, 1, 2, 2, 2])[run.res] if N else np.zeros(0, np.int64)
     cols = SpanColumns(
-        prog.ids(), names[prog.name_id].tolist(), prog.rank.astype(np.int64),
-        categorical(prog.streams, prog.stream_id), categorical(prog.kinds, prog.kind),
+        prog.ids, lambda: names[prog.name_id].tolist(), prog.rank.astype(np.int64),
+        categorical(prog.streams, prog.stream_id), categorical(*_kind_codes(run)),
         categorical(("compute", "comm", "copy"), res_code), run.start, run.end, run.work, run.ready_t,
-        np.array([t.nbytes for t in tps], np.float64)[prog.tmpl] if N else np.zeros(0),
-        np.array([t.flops for t in tps], np.float64)[prog.tmpl] if N else np.zeros(0),
-        tagd[prog.tags_id].tolist() if N else [], run.stream_t)
-    cp: list[str] = []
+        np.array([t.nbytes for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
+        np.array([t.flops for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
+        None, run.stream_t, coded_ids=(prog.names, prog.name_id), coded_tags=(prog.tagsets, prog.tags_id))
+    path: list[int] = []
     if N:
-        i = int(np.lexsort((-np.arange(N), cols.end_s))[-1])  # latest end, lowest index among ties
-        binding, ogrp = run.binding.tolist(), run.ogrp
+        i = int(np.argmax(run.end))  # latest end, lowest index among ties
+        binding, ogrp = run.binding, run.ogrp
         seen_cp: set[int] = set()
         while i >= 0 and i not in seen_cp:
             seen_cp.add(i)
-            b = binding[i]
-            if not (b >= 0 and ogrp[i] >= 0 and ogrp[b] == ogrp[i]):  # a rendezvous peer stands for it
-                cp.append(prog.op_id(i))
+            b = binding.item(i)
+            if not (b >= 0 and ogrp.item(i) >= 0 and ogrp.item(b) == ogrp.item(i)):  # a rendezvous peer stands
+                path.append(i)  # for it
             i = b
-        cp.reverse()
+        path.reverse()
+    at = np.array(path, np.int64)
+    nm = prog.names
+    cp = list(map(format_op_id, [nm[k] for k in prog.name_id[at].tolist()], prog.rank[at].tolist()))
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
-    return Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
-                    profile=profile.name, critical_path=cp, meta=meta, columns=cols)
+    tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
+                  profile=profile.name, critical_path=cp, meta=meta, columns=cols)
+    tl._cp_rows = (list(cp), np.sort(at))
+    return tl
+
+
+def _kind_codes(run) -> tuple[tuple[str, ...], np.ndarray]:  # type: ignore[no-untyped-def]
+    """``(kinds, codes)``: the op kinds of a columnar run and each op's index into them, from its template
+    classes (:func:`schedsim.sim.waves_columns.template_classes`; ``Program.kind`` reads every template)."""
+    kinds = [t.kind for t in run.tps]
+    values = tuple(dict.fromkeys(kinds))
+    return values, np.array([values.index(k) for k in kinds], np.int64)[run.tmpl] if len(run.tmpl) else \
+        np.zeros(0, np.int64)
 
 
 def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:  # type: ignore[no-untyped-def]

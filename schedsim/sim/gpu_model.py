@@ -254,13 +254,29 @@ def host_class(op: Op) -> int:
     return H_COLL
 
 
-def _first_per_key(key: np.ndarray) -> np.ndarray:
-    """Mask of the first occurrence of each value of ``key`` (int64)."""
+def unique_keys(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(values, first, inverse)`` of a 1-d integer array, as :func:`schedsim.lower.program.unique` gives
+    them (int64 ``first``: index of each value's first occurrence; ``inverse``: index of each element's value
+    in ``values``). Keys in a small range (0 ≤ key < 4n + 64, as rank × stream or rank × queue codes are)
+    go through a table of the range, O(n) without a sort; others through ``unique``'s stable sort."""
+    n = len(key)
+    if n and int(key.min()) >= 0 and int(key.max()) < 4 * n + 64:
+        first = np.full(int(key.max()) + 1, n, np.int64)
+        np.minimum.at(first, key, np.arange(n, dtype=np.int64))
+        vals = np.flatnonzero(first < n)
+        code = np.zeros(len(first), np.int64)
+        code[vals] = np.arange(len(vals))
+        return vals.astype(key.dtype), first[vals], code[key]
     from schedsim.lower.program import unique
 
+    return unique(key)
+
+
+def _first_per_key(key: np.ndarray) -> np.ndarray:
+    """Mask of the first occurrence of each value of ``key`` (int64)."""
     out = np.zeros(len(key), bool)
     if len(key):
-        out[unique(key)[1]] = True
+        out[unique_keys(key)[1]] = True
     return out
 
 
@@ -283,13 +299,11 @@ def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: 
     """Hardware queue of each op (rule 2): its rank's stream number (streams numbered by first appearance on the
     rank, in program order) mod ``max_connections``; ``rank``, ``stream`` int arrays of shape (n,) (stream: any
     code equal for equal names)."""
-    from schedsim.lower.program import unique
-
     n = len(rank)
     if not n:
         return np.zeros(0, np.int64)
     rank, stream = rank.astype(np.int64), stream.astype(np.int64)
-    _u, first, inv = unique(rank * (int(stream.max()) + 1) + stream)
+    _u, first, inv = unique_keys(rank * (int(stream.max()) + 1) + stream)
     order = np.argsort(first, kind="stable")  # the (rank, stream) pairs in order of first appearance
     r = rank[first[order]]
     o2 = np.argsort(r, kind="stable")  # grouped by rank, first appearance within
@@ -338,16 +352,11 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     if order is not None:  # the prefix sums run per rank in program order
         rank, stream, hclass, repeat, host_s, batch, cross_stream_deps = (
             a[order] for a in (rank, stream, hclass, repeat, host_s, batch, cross_stream_deps))
-    inc = np.zeros((n, 6))
-    inc[:, 0] = host_s
-    inc[:, 1] = cross_stream_deps * ev_s
-    inc[:, 2] = extra
     new_rank = np.ones(n, bool)
     new_rank[1:] = rank[1:] != rank[:-1]
     switch = np.zeros(n, bool)
     switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
-    inc[switch, 3] = sw_s
-    call = inc[:, 4]
+    call = np.zeros(n)
     for cls, cost in ((H_KERNEL, op_s), (H_COPY_KERNEL, copy_s)):
         m = hclass == cls
         call[m] = cost * repeat[m]
@@ -357,17 +366,44 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     bm = np.flatnonzero(hclass == H_BATCH_P2P)
     if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
         call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
+    first = np.zeros(n)
     for first_of, cost in ((hclass == H_KERNEL, first_op), (hclass >= H_P2P, first_comm)):
         idx = np.flatnonzero(first_of)
-        inc[idx[_first_per_key(rank[idx])], 5] = cost
-    flat = inc.reshape(-1)
+        first[idx[_first_per_key(rank[idx])]] = cost
+    ev = cross_stream_deps * ev_s
+    issue, call0 = np.empty(n), np.empty(n)
     bounds = np.flatnonzero(new_rank).tolist() + [n]
-    for a, b in zip(bounds[:-1], bounds[1:], strict=False):
-        np.cumsum(flat[6 * a:6 * b], out=flat[6 * a:6 * b])
-    issue, call0 = inc[:, 5].copy(), inc[:, 3].copy()
+    # the six increments of each op interleaved, (ops, 6), a chunk of whole ranks at a time (a rank larger than
+    # _ISSUE_CHUNK alone), so the buffer stays small and is reused rather than paged in at n·48 bytes
+    buf = np.empty((0, 6))
+    i = 0
+    while i < len(bounds) - 1:
+        a, j = bounds[i], i + 1
+        while j < len(bounds) - 1 and bounds[j + 1] - a <= _ISSUE_CHUNK:
+            j += 1
+        b = bounds[j]
+        if len(buf) < b - a:
+            buf = np.empty((max(b - a, min(n, _ISSUE_CHUNK)), 6))
+        inc = buf[:b - a]
+        inc[:, 0] = host_s[a:b]
+        inc[:, 1] = ev[a:b]
+        inc[:, 2] = extra
+        inc[:, 3] = 0.0
+        inc[switch[a:b], 3] = sw_s
+        inc[:, 4] = call[a:b]
+        inc[:, 5] = first[a:b]
+        flat = inc.reshape(-1)
+        for x, y in zip(bounds[i:j], bounds[i + 1:j + 1], strict=True):
+            np.cumsum(flat[6 * (x - a):6 * (y - a)], out=flat[6 * (x - a):6 * (y - a)])
+        issue[a:b], call0[a:b] = inc[:, 5], inc[:, 3]
+        i = j
     if order is not None:
         issue[order], call0[order] = issue.copy(), call0.copy()
     return issue, call0
+
+
+#: Ops per chunk of :func:`host_issue_columns`' prefix sums (a 6 MiB buffer).
+_ISSUE_CHUNK = 1 << 17
 
 
 def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],

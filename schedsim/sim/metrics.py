@@ -301,8 +301,7 @@ def _compute(tl: Timeline) -> Metrics:
         tot_exposed += lc - ov
     cp_time: dict[str, float] = defaultdict(float)
     if tl.critical_path:
-        on_path = set(tl.critical_path)  # a membership scan, cheaper than an id → row dict of every op
-        rows = np.flatnonzero(np.fromiter(map(on_path.__contains__, c.id), dtype=bool, count=len(c)))
+        rows = tl.critical_rows()
         if len(rows):
             dur = c.end_s[rows] - c.start_s[rows]
             sums = np.bincount(res_codes[rows], weights=dur, minlength=len(res_vals))

@@ -27,7 +27,7 @@ from typing import Any
 
 from schedsim.graph.info import PipelineInfo
 from schedsim.results import from_dict, to_dict
-from schedsim.sim.timeline import Timeline
+from schedsim.sim.timeline import Timeline, _decode
 
 __all__ = ["pipeline_metrics", "PipelineMetrics", "Bubble", "P2PBytes"]
 
@@ -120,30 +120,32 @@ def _compute(tl: Timeline) -> PipelineMetrics | None:
     bwd_end: dict[tuple[int, int, int], float] = {}
     sent: dict[int, float] = defaultdict(float)
     recv: dict[int, float] = defaultdict(float)
+    c = tl.columns  # the rows' fields as lists (no Span objects), in row order
+    rows = zip(c.rank.tolist(), _decode(c.kind), _decode(c.resource), c.start_s.tolist(), c.end_s.tolist(),
+               c.bytes.tolist(), c.tags, strict=True)
     ranks = set()
-    for s in tl.spans:
-        t = s.tags
-        ranks.add(s.rank)
+    for rank, kind, resource, start_s, end_s, nbytes, t in rows:
+        ranks.add(rank)
         if not t or "pp_op" not in t:
-            if s.resource == "compute":
-                busy[s.rank] += s.end_s - s.start_s
+            if resource == "compute":
+                busy[rank] += end_s - start_s
             continue
-        if s.kind == "send":
-            sent[s.rank] += s.bytes
+        if kind == "send":
+            sent[rank] += nbytes
             continue
-        if s.kind == "recv":
-            recv[s.rank] += s.bytes
+        if kind == "recv":
+            recv[rank] += nbytes
             continue
-        if s.resource == "compute":
-            busy[s.rank] += s.end_s - s.start_s
+        if resource == "compute":
+            busy[rank] += end_s - start_s
         if "stage" not in t:
             continue
-        key = (s.rank, int(t["stage"]), int(t["mb"]))
+        key = (rank, int(t["stage"]), int(t["mb"]))
         phase = t.get("phase")
         if phase == "F":
-            fwd_start[key] = min(fwd_start.get(key, s.start_s), s.start_s)
+            fwd_start[key] = min(fwd_start.get(key, start_s), start_s)
         elif phase == "W":
-            bwd_end[key] = max(bwd_end.get(key, s.end_s), s.end_s)
+            bwd_end[key] = max(bwd_end.get(key, end_s), end_s)
     events: dict[int, list[tuple[float, int]]] = defaultdict(list)
     for key, t0 in fwd_start.items():
         events[key[0]].append((t0, 1))

@@ -57,7 +57,8 @@ call fires (what ``schedsim execute`` measures as an op's start).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import compress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -150,7 +151,9 @@ class SpanColumns:
     Attributes
     ----------
     id, name : list[str]
-        Op id (``name@rN``; ``name#k@rN`` for repeated imported ranges) and op name.
+        Op id (``name@rN``; ``name#k@rN`` for repeated imported ranges) and op name. The constructor also
+        takes a function that returns the list: then it is built on first access (a million ids cost ~0.1 s,
+        which a run that writes no timeline never pays).
     rank : numpy.ndarray
         int64, shape (n,).
     stream, kind, resource : Categorical
@@ -164,35 +167,86 @@ class SpanColumns:
     stream_s : numpy.ndarray or None
         float64 seconds, shape (n,): when the op's stream reached it (NaN: unknown); None when no op has it.
 
+    ``coded_tags`` (constructor, instead of ``tags``): ``(tag_sets, tags_id)``, distinct tag sets as tuples of
+    ``(key, value)`` pairs and each row's index into them; ``tags`` is then built on first access, and the
+    file gets the dicts of the rows that have tags only.
+
+    ``coded_ids`` (constructor, optional): ``(names, name_id)``, a table of distinct names and each row's index
+    into it, such that ``name[i] == names[name_id[i]]`` and ``id[i] == f"{name[i]}@r{rank[i]}"`` (what the
+    simulator has); :meth:`Timeline.write_json` then writes both columns from the table without building the
+    per-row strings.
+
     Raises
     ------
     ValueError
         (constructor) when the columns differ in length.
     """
 
-    __slots__ = ("id", "name", "rank", "stream", "kind", "resource", "start_s", "end_s", "solo_s", "ready_s",
-                 "bytes", "flops", "tags", "stream_s")
+    __slots__ = ("_id", "_name", "_coded", "_tags", "_coded_tags", "rank", "stream", "kind", "resource", "start_s",
+                 "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")
 
-    def __init__(self, id: list[str], name: list[str], rank: np.ndarray, stream: Categorical, kind: Categorical,
-                 resource: Categorical, start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray,
-                 ready_s: np.ndarray, bytes: np.ndarray, flops: np.ndarray, tags: list[dict[str, Any]],
-                 stream_s: np.ndarray | None = None) -> None:
-        self.id, self.name, self.rank = id, name, rank
+    def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
+                 rank: np.ndarray, stream: Categorical, kind: Categorical, resource: Categorical,
+                 start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray, ready_s: np.ndarray, bytes: np.ndarray,
+                 flops: np.ndarray, tags: list[dict[str, Any]] | None, stream_s: np.ndarray | None = None, *,
+                 coded_ids: tuple[Sequence[str], np.ndarray] | None = None,
+                 coded_tags: tuple[Sequence[tuple[tuple[str, Any], ...]], np.ndarray] | None = None) -> None:
+        self._id, self._name, self.rank = id, name, rank
+        self._coded, self._coded_tags = coded_ids, coded_tags
+        if tags is None and coded_tags is None:
+            raise ValueError("SpanColumns: give tags or coded_tags")
         self.stream, self.kind, self.resource = stream, kind, resource
         self.start_s, self.end_s, self.solo_s, self.ready_s = start_s, end_s, solo_s, ready_s
-        self.bytes, self.flops, self.tags, self.stream_s = bytes, flops, tags, stream_s
-        n = len(id)
-        lens = {"name": len(name), "rank": len(rank), "stream": len(stream[1]), "kind": len(kind[1]),
-                "resource": len(resource[1]), "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s),
-                "ready_s": len(ready_s), "bytes": len(bytes), "flops": len(flops), "tags": len(tags),
+        self.bytes, self.flops, self._tags, self.stream_s = bytes, flops, tags, stream_s
+        n = len(rank)
+        lens = {**({} if callable(id) else {"id": len(id)}), **({} if callable(name) else {"name": len(name)}),
+                "stream": len(stream[1]), "kind": len(kind[1]), "resource": len(resource[1]),
+                "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s), "ready_s": len(ready_s),
+                "bytes": len(bytes), "flops": len(flops), **({} if tags is None else {"tags": len(tags)}),
                 **({} if stream_s is None else {"stream_s": len(stream_s)})}
         bad = {k: v for k, v in lens.items() if v != n}
         if bad:
-            raise ValueError(f"span columns differ in length: id has {n}, " +
+            raise ValueError(f"span columns differ in length: rank has {n}, " +
                              ", ".join(f"{k} has {v}" for k, v in bad.items()))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling (and copying) builds the columns still held as functions first: a function may not pickle."""
+        self.id, self.name, self.tags  # noqa: B018 - properties that build and keep the lists
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+    @property
+    def id(self) -> list[str]:
+        """Op ids (built on first access when the constructor got a function)."""
+        if callable(self._id):
+            self._id = self._id()
+        return self._id
+
+    @property
+    def tags(self) -> list[dict[str, Any]]:
+        """Per row, its tags (an empty dict when none); from ``coded_tags`` on first access, one dict per
+        distinct tag set, shared by its rows."""
+        if self._tags is None:
+            import numpy as np
+
+            sets, codes = self._coded_tags  # type: ignore[misc]
+            d = np.empty(len(sets), object)
+            d[:] = list(map(dict, sets))
+            self._tags = d[codes].tolist() if len(codes) else []
+        return self._tags
+
+    @property
+    def name(self) -> list[str]:
+        """Op names (built on first access when the constructor got a function)."""
+        if callable(self._name):
+            self._name = self._name()
+        return self._name
+
     def __len__(self) -> int:
-        return len(self.id)
+        return len(self.rank)
 
     @classmethod
     def from_spans(cls, spans: Sequence[Span]) -> SpanColumns:
@@ -217,6 +271,22 @@ class SpanColumns:
                    floats(by), floats(fl), list(tags),
                    None if all(x is None for x in ss) else floats(ss))
 
+    def rows(self, rows: list[int]) -> list[Span]:
+        """The Span rows ``rows`` (indices) only, as :meth:`to_spans` builds them."""
+        import numpy as np
+
+        c, idx = self, np.asarray(rows, np.int64)
+
+        def pick(col: Categorical) -> list[str]:
+            return [col[0][k] for k in col[1][idx].tolist()]
+
+        ids, names, tags = c.id, c.name, c.tags
+        return list(map(Span, [ids[i] for i in rows], [names[i] for i in rows], c.rank[idx].tolist(),
+                        pick(c.stream), pick(c.kind), pick(c.resource), c.start_s[idx].tolist(),
+                        c.end_s[idx].tolist(), _optional(c.solo_s[idx]), _optional(c.ready_s[idx]),
+                        c.bytes[idx].tolist(), c.flops[idx].tolist(), [tags[i] for i in rows],
+                        [None] * len(rows) if c.stream_s is None else _optional(c.stream_s[idx])))
+
     def to_spans(self) -> list[Span]:
         """Span rows, built in one pass (NaN → None for solo/ready)."""
         return list(map(Span, self.id, self.name, self.rank.tolist(), _decode(self.stream), _decode(self.kind),
@@ -227,8 +297,14 @@ class SpanColumns:
     # -- JSON ---------------------------------------------------------------
     def json_items(self) -> Iterator[tuple[str, Any]]:
         """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`)."""
-        yield "id", self.id
-        yield "name", self.name
+        if (self._coded is not None and callable(self._id) and callable(self._name)
+                and 4 * len(self._coded[0]) <= len(self.rank)):  # names shared by rows (else per row is cheaper)
+            ids, names = _coded_json(self._coded[0], self._coded[1], self.rank)
+            yield "id", ids
+            yield "name", names
+        else:
+            yield "id", self.id
+            yield "name", self.name
         yield "rank", self.rank
         for c in _CAT_COLS:
             cats, codes = getattr(self, c)
@@ -237,7 +313,15 @@ class SpanColumns:
             yield c, getattr(self, c)
         if self.stream_s is not None:
             yield "stream_s", self.stream_s
-        idx = [i for i, t in enumerate(self.tags) if t]
+        if self._tags is None:  # rows with tags by their tag set's code; dicts for those rows only
+            import numpy as np
+
+            sets, codes = self._coded_tags  # type: ignore[misc]
+            some = np.fromiter(map(bool, sets), bool, len(sets))
+            at = np.flatnonzero(some[codes]) if len(codes) else np.zeros(0, np.int64)
+            yield "tags", {"index": at, "values": list(map(dict, map(sets.__getitem__, codes[at].tolist())))}
+            return
+        idx = list(compress(range(len(self.tags)), self.tags))
         yield "tags", {"index": idx, "values": [self.tags[i] for i in idx]}
 
     @classmethod
@@ -311,6 +395,50 @@ class SpanColumns:
                              "  fix: re-run the command that wrote it") from None
 
 
+#: Elements of a numpy column serialised per :func:`dumps_json` call: the pieces (~1 MiB of text) are freed and
+#: their memory reused, where one string per column (19 MiB for a million floats) is paged in afresh each time.
+_JSON_PIECE = 1 << 16
+
+
+def _array_pieces(a: np.ndarray) -> Iterator[bytes | memoryview]:
+    """The JSON array of the 1-d numpy array ``a`` (what ``dumps_json(a)`` gives) in pieces."""
+    yield b"["
+    for k in range(0, len(a), _JSON_PIECE):
+        p = dumps_json(a[k:k + _JSON_PIECE])
+        if k:
+            yield b","
+        yield memoryview(p)[1:-1]
+    yield b"]"
+
+
+class _RawJSON(bytes):
+    """JSON text, written as it is (:meth:`Timeline._column_chunks`)."""
+
+
+def _coded_json(names: Sequence[str], name_id: np.ndarray, rank: np.ndarray) -> tuple[_RawJSON, _RawJSON]:
+    """The JSON arrays of the ``id`` (``name@rN``) and ``name`` columns of rows ``names[name_id[i]]`` on
+    ``rank[i]``: each distinct name is encoded once (one :func:`dumps_json` of the table, split at its
+    ``","`` separators, which an encoded string cannot hold: its quotes are escaped), and the rows are joined
+    from those pieces, so no per-row string is made."""
+    import numpy as np
+
+    if not len(name_id):
+        return _RawJSON(b"[]"), _RawJSON(b"[]")
+    enc = dumps_json(list(names))[2:-2].decode("utf-8").split('","')  # the table's strings escaped, unquoted
+    head = np.empty(len(enc), object)
+    head[:] = [f'"{e}@r' for e in enc]
+    tail = np.empty(int(rank.max()) + 1, object)
+    tail[:] = [f'{r}",' for r in range(len(tail))]
+    pieces = np.empty(2 * len(name_id), object)
+    pieces[0::2] = head[name_id]
+    pieces[1::2] = tail[rank]
+    ids = "".join(pieces.tolist())  # str.join: ~5x bytes.join, which takes each piece's buffer
+    quoted = np.empty(len(enc), object)
+    quoted[:] = [f'"{e}",' for e in enc]
+    nm = "".join(quoted[name_id].tolist())
+    return _RawJSON(f"[{ids[:-1]}]".encode()), _RawJSON(f"[{nm[:-1]}]".encode())
+
+
 def _check_columns(c: SpanColumns, where: str) -> None:
     """Refuse columns with a non-finite start or end, ``end_s < start_s`` or two ops with one id.
 
@@ -379,6 +507,19 @@ class Timeline:
         self._makespan: float | None = None
         self.critical_path: list[str] = critical_path if critical_path is not None else []
         self.meta: dict[str, Any] = meta if meta is not None else {}
+        self._cp_rows: tuple[list[str], np.ndarray] | None = None  # (critical_path as it was, its rows)
+
+    def critical_rows(self) -> np.ndarray:
+        """Rows (int64, ascending) of the ops whose id is on :attr:`critical_path`: from the simulator when it
+        gave them and the path is unchanged since, else by a scan of the ids."""
+        import numpy as np
+
+        known = self._cp_rows
+        if known is not None and known[0] == self.critical_path:
+            return known[1]
+        on_path = set(self.critical_path)  # a membership scan, cheaper than an id → row dict of every op
+        c = self.columns
+        return np.flatnonzero(np.fromiter(map(on_path.__contains__, c.id), dtype=bool, count=len(c)))
 
     @property
     def spans(self) -> list[Span]:
@@ -481,12 +622,18 @@ class Timeline:
                     "metrics": metrics or {}}
         raise ValueError(f"layout must be 'columns' or 'rows', not {layout!r}")
 
-    def _column_chunks(self, metrics: dict[str, Any] | None) -> Iterator[bytes]:
+    def _column_chunks(self, metrics: dict[str, Any] | None) -> Iterator[bytes | memoryview]:
         """The version-2 document as byte chunks, one per column (never one string for the whole file)."""
         yield dumps_json(self._head(2))[:-1]
         yield b',"columns":{'
         for i, (k, v) in enumerate(self.columns.json_items()):
-            yield b"%s%s:%s" % (b"," if i else b"", dumps_json(k), dumps_json(v))
+            yield b"%s%s:" % (b"," if i else b"", dumps_json(k))
+            if isinstance(v, _RawJSON):
+                yield v
+            elif getattr(v, "ndim", 0) == 1 and len(v) > _JSON_PIECE:
+                yield from _array_pieces(v)
+            else:
+                yield dumps_json(v)
         yield b'},\n"critical_path":' + dumps_json(self.critical_path)
         yield b',\n"metrics":' + dumps_json(metrics or {}) + b"}\n"
 

@@ -6,8 +6,9 @@ compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's
 
 * cost inputs, CTA counts and call classes are per *template* (what instances share), so the rule functions of
   :mod:`schedsim.sim.gpu_model` (:func:`~schedsim.sim.gpu_model.kernel_ctas`,
-  :meth:`~schedsim.cost.CostModel.duration`, :func:`~schedsim.sim.gpu_model.host_class`) run once per template
-  (a send/recv once per template and rank pair, as its time depends on the link) and are broadcast;
+  :meth:`~schedsim.cost.CostModel.duration`, :func:`~schedsim.sim.gpu_model.host_class`) run once per class of
+  equal templates (:func:`template_classes`: a ``foreach`` makes one template per iteration, all alike; a
+  send/recv once per class and rank pair, as its time depends on the link) and are broadcast;
 * host issue times, hardware queues and communicator-order edges come from the column forms of rules 1, 2
   and 7 (:func:`~schedsim.sim.gpu_model.host_issue_columns`, :func:`~schedsim.sim.gpu_model.stream_queue_columns`,
   :func:`~schedsim.sim.gpu_model.comm_fifo_columns`), the same functions the Op-list path calls;
@@ -22,14 +23,16 @@ Op-list path, whose Python loop is the reference.
 from __future__ import annotations
 
 from dataclasses import replace
+from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
 
 from schedsim.cost import CostModel
+from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS
-from schedsim.lower.program import Program, unique
+from schedsim.lower.program import Program
 from schedsim.sim import gpu_model as gm
 
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
@@ -41,6 +44,9 @@ _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
 class ProgramRun(NamedTuple):
     """What the engine's timeline needs from a columnar run (arrays of shape (N,) unless said)."""
+
+    tmpl: np.ndarray  # int64: class of each op's template (:func:`template_classes`)
+    tps: list[Op]  # one template per class
 
     res: np.ndarray  # int64: 0 compute, 1 comm, 2-4 copy engine
     work: np.ndarray  # float64 solo seconds (+ per-node graph overhead); a group's members share its time
@@ -58,7 +64,7 @@ def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], 
     n = len(codes)
     if not n:
         return [], np.zeros(0, np.int32)
-    _u, first, inv = unique(np.asarray(codes, I64))
+    _u, first, inv = gm.unique_keys(np.asarray(codes, I64))
     order = np.argsort(first, kind="stable")
     cats = [values[int(codes[first[k]])] for k in order.tolist()]
     if len(cats) <= 1:
@@ -66,6 +72,25 @@ def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], 
     num = np.empty(len(first), np.int32)
     num[order] = np.arange(len(first), dtype=np.int32)
     return cats, num[inv]
+
+
+#: The template fields every per-template rule reads (:func:`_res_of`, :meth:`CostModel.duration`,
+#: :func:`~schedsim.sim.gpu_model.kernel_ctas`, :func:`~schedsim.sim.gpu_model.host_class`, the communicator,
+#: ``repeat``, ``host_s``, the timeline's bytes and FLOP); templates equal in all of them are one class.
+_CLASS_FIELDS = attrgetter("kind", "group", "root", "nbytes", "flops", "dtype", "m", "n", "k", "batch", "repeat",
+                           "duration_s", "direction", "host_s")
+
+
+def template_classes(templates: tuple[Op, ...]) -> tuple[np.ndarray, list[Op]]:
+    """``(cls int64[T], reps)``: each template's class (templates equal in every field a rule reads, numbered
+    by first appearance) and one template per class, so the rule functions run once per class. A Program
+    can hold one template per loop iteration (``mm{i}`` of a ``foreach``: 125,000 of them for 1M ops) that
+    all cost the same."""
+    codes: dict[tuple, int] = {}  # type: ignore[type-arg]
+    cls = np.array([codes.setdefault(k, len(codes)) for k in map(_CLASS_FIELDS, templates)], I64)
+    first = np.zeros(len(codes), I64)
+    first[cls[::-1]] = np.arange(len(cls) - 1, -1, -1)  # the last write wins: each class's first template
+    return cls, [templates[i] for i in first.tolist()]
 
 
 def _res_of(tp) -> int:  # type: ignore[no-untyped-def]
@@ -85,17 +110,16 @@ def _csr_of(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _rank_by_first(key: np.ndarray) -> np.ndarray:
     """Dense codes of ``key`` numbered by first appearance (int64)."""
-    _u, first, inv = unique(key.astype(I64))
+    _u, first, inv = gm.unique_keys(key.astype(I64))
     num = np.empty(len(first), I64)
     num[np.argsort(first, kind="stable")] = np.arange(len(first))
     return num[inv]
 
 
-def _durations(prog: Program, cost: CostModel, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
+def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
                is_p2p: np.ndarray) -> np.ndarray:
-    """Solo seconds of each op: :meth:`CostModel.duration` once per template, and per (template, sender,
-    receiver) for send/recv (their time depends on the link between the two ranks)."""
-    tps = prog.templates
+    """Solo seconds of each op: :meth:`CostModel.duration` once per template class ``tps[tmpl[i]]``, and per
+    (class, sender, receiver) for send/recv (their time depends on the link between the two ranks)."""
     tdur = np.array([0.0 if t.kind in P2P_KINDS else cost.duration(t) for t in tps])
     dur = tdur[tmpl]
     p = np.flatnonzero(is_p2p)
@@ -105,21 +129,20 @@ def _durations(prog: Program, cost: CostModel, tmpl: np.ndarray, rank: np.ndarra
         dst = np.where(is_send, peer[p], rank[p]).astype(I64)
         W = int(max(src.max(), dst.max())) + 1
         key = (tmpl[p].astype(I64) * W + src) * W + dst
-        _u, first, inv = unique(key)
+        _u, first, inv = gm.unique_keys(key)
         vals = np.array([cost.duration(replace(tps[int(tmpl[p[f]])], group=(int(src[f]), int(dst[f]))))
                          for f in first.tolist()])
         dur[p] = vals[inv]
     return dur
 
 
-def _communicators(prog: Program, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray, batch: np.ndarray,
-                   res: np.ndarray, is_p2p: np.ndarray, serial: bool) -> np.ndarray:
+def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
+                   batch: np.ndarray, res: np.ndarray, is_p2p: np.ndarray, serial: bool) -> np.ndarray:
     """Rule 7's communicator of each op as a code (equal rank sets, equal codes; -1: in no order), as
     :func:`schedsim.sim.gpu_model.communicator` gives them."""
-    world = prog.world_size
     codes: dict[tuple[int, ...], int] = {}
     tcode = np.array([codes.setdefault(t.group, len(codes)) if t.kind not in P2P_KINDS and _res_of(t) == 1
-                      else -1 for t in prog.templates], I64)
+                      else -1 for t in tps], I64)
     comm = tcode[tmpl] if len(tmpl) else np.zeros(0, I64)
     comm[res != 1] = -1
     pb = is_p2p & (batch >= 0)
@@ -130,7 +153,7 @@ def _communicators(prog: Program, tmpl: np.ndarray, rank: np.ndarray, peer: np.n
         if serial:
             lo = np.minimum(rank[lone], peer[lone]).astype(I64)
             hi = np.maximum(rank[lone], peer[lone]).astype(I64)
-            _u, first, inv = unique(lo * world + hi)
+            _u, first, inv = gm.unique_keys(lo * world + hi)
             pc = np.array([codes.setdefault((int(lo[f]), int(hi[f])), len(codes)) for f in first.tolist()], I64)
             comm[lone] = pc[inv]
         else:
@@ -168,7 +191,7 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
     gid = np.repeat(np.arange(C), np.diff(gptr[:C + 1]))
     dup = np.zeros(0, bool)
     if nc:
-        k = np.sort(gid * (int(cr.max()) + 1) + cr)
+        k = np.sort(gid * (int(cr.max()) + 1) + cr, kind="stable")  # sorted runs: timsort merges them
         dup = k[1:] == k[:-1]
     if dup.any() or (P and (pr[:, 0] == pr[:, 1]).any()):
         return (eptr, ends, rptr, rev, *_epos_generic(eptr, ends, gptr, gidx, rank))
@@ -196,58 +219,59 @@ def _epos_generic(eptr, ends, gptr, gidx, rank):  # type: ignore[no-untyped-def]
     return np.array(ptr, I64), np.array(out, I64)
 
 
-def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The DAG's successors plus the communicator-order edges ``u → v``, each row sorted and without repeats
-    (CSR), and each op's predecessor count."""
+    (CSR ``ptr, idx``), each op's predecessor count, and each edge's source: one sort of the edge keys
+    ``src·N + dst`` (the Program's stream and dependency edges as they are, without :attr:`Program.succ`'s
+    networkx order)."""
     N = prog.N
-    ptr, dst, _kind = prog.succ
-    src = np.repeat(np.arange(N, dtype=I64), np.diff(ptr))
-    key = src * N + dst
-    if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):  # rows not yet sorted (duplicates are merged)
-        key = np.sort(key)
-    if len(u):
-        extra = u * N + v
-        at = np.searchsorted(key, extra)
-        new = extra[(at == len(key)) | (key[np.minimum(at, len(key) - 1)] != extra)] if len(key) else extra
-        if len(new):  # communicator-order edges the DAG lacks: merge them in, once each
-            key = np.sort(np.concatenate([key, new]))
-            key = key[np.concatenate([[True], key[1:] != key[:-1]])]
-    s, d = key // N if N else key, key % N if N else key
+    e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2)]
+    key = np.concatenate([x[:, 0] * N + x[:, 1] for x in e] + [u * N + v])
+    if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):
+        key.sort(kind="stable")  # a few sorted runs (stream, dependency, FIFO edges): timsort merges them
+        key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # an edge written twice (or also a FIFO edge)
+    s, d = np.divmod(key, N) if N else (key, key)
     sptr = np.zeros(N + 1, I64)
     np.cumsum(np.bincount(s, minlength=N), out=sptr[1:])
-    return sptr, d.astype(I64), np.bincount(d, minlength=N).astype(I64)
+    return sptr, d, np.bincount(d, minlength=N).astype(I64), s
 
 
-def _kernels(prog: Program, tmpl, rank, batch, res, work, opq, C, cost, sms):  # type: ignore[no-untyped-def]
+def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # type: ignore[no-untyped-def]
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
     hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them."""
     N = len(tmpl)
     if (batch >= 0).any():
         nb = int(batch.max()) + 1
-        kern = _rank_by_first(np.where(batch >= 0, rank.astype(I64) * nb + batch, prog.world_size * nb
-                                       + np.arange(N)))
-    else:
-        kern = np.arange(N, dtype=I64)
-    K = int(kern.max()) + 1 if N else 0
-    kptr, kidx = _csr_of(kern, K)
-    head = kidx[kptr[:-1]]
-    ktype = res[head]
-    krank = rank[head].astype(I64)
-    kneed = np.diff(kptr)
-    tps = prog.templates
+        kern = _rank_by_first(np.where(batch >= 0, rank.astype(I64) * nb + batch, world * nb + np.arange(N)))
+        K = int(kern.max()) + 1 if N else 0
+        kptr, kidx = _csr_of(kern, K)
+        head = kidx[kptr[:-1]]
+        ktype, krank, kneed, ht, whead, ohead = res[head], rank[head].astype(I64), np.diff(kptr), tmpl[head], \
+            work[head], opq[head]
+    else:  # one kernel per op: the op columns are the kernel columns
+        K = N
+        kern = kidx = np.arange(N, dtype=I64)
+        kptr = np.arange(N + 1, dtype=I64)
+        ktype, krank, kneed, ht, whead, ohead = res, rank.astype(I64, copy=False), np.ones(N, I64), tmpl, work, opq
     tct = [gm.kernel_ctas(t, cost, sms) if _res_of(t) == 0 else (0, 1, False) for t in tps]
     tctas = np.array([c[0] for c in tct], I64)
     twaves = np.array([c[1] for c in tct], I64)
     tmem = np.array([c[2] for c in tct], I64)
-    ht = tmpl[head]
     comp = ktype == 0
     kleft = np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0))
-    ktau = np.where(comp, work[head] / twaves[ht], 0.0)
+    ktau = np.where(comp, whead / twaves[ht], 0.0)
     kmem = np.where(comp, tmem[ht], 0)
-    kq = _rank_by_first(krank * C + opq[head]) if K else np.zeros(0, I64)
+    kq = _rank_by_first(krank * C + ohead) if K else np.zeros(0, I64)
     Q = int(kq.max()) + 1 if K else 0
     qptr, qidx = _csr_of(kq, Q)
     return kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx
+
+
+def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:
+    """``table[tmpl]``, as a read-only broadcast (no memory) when every class has the same value."""
+    if len(table) and bool((table == table[0]).all()):
+        return np.broadcast_to(table[:1], tmpl.shape)
+    return table[tmpl] if len(tmpl) else table[:0]
 
 
 def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
@@ -282,17 +306,16 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     N = prog.N
     cost = CostModel(profile)
     node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
-    tmpl = prog.tmpl.astype(I64)
+    tcls, tps = template_classes(prog.templates)  # the rules run once per class of templates
+    tmpl = tcls[prog.tmpl] if N else np.zeros(0, I64)
     rank = prog.rank.astype(I64)
-    peer = prog.peer.astype(I64)
-    batch = prog.batch.astype(I64)
+    peer, batch = prog.peer, prog.batch  # int32 is enough: only compared, or widened where keys are built
     sid = prog.stream_id.astype(I64)
-    tps = prog.templates
     tres = np.array([_res_of(t) for t in tps], I64)
     tp2p = np.array([t.kind in P2P_KINDS for t in tps], bool)
     res = tres[tmpl] if N else np.zeros(0, I64)
     is_p2p = tp2p[tmpl] if N else np.zeros(0, bool)
-    work = _durations(prog, cost, tmpl, rank, peer, is_p2p) + node_oh
+    work = _durations(tps, cost, tmpl, rank, peer, is_p2p) + node_oh
     _check(prog, rank, work)
     gptr, gidx, G = _groups(prog)
     ogrp = np.full(N, -1, I64)
@@ -306,20 +329,20 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     fx[gidx] = 0.0
     work += fx
     # rule 7: communicator order; rule 1: host issue times
-    fu, fv = gm.comm_fifo_columns(rank, _communicators(prog, tmpl, rank, peer, batch, res, is_p2p, serial), batch)
-    sptr, sidx, npred = _succ(prog, fu, fv)
-    src = np.repeat(np.arange(N, dtype=I64), np.diff(sptr))
+    comm = _communicators(tps, prog.world_size, tmpl, rank, peer, batch, res, is_p2p, serial)
+    fu, fv = gm.comm_fifo_columns(rank, comm, batch)
+    sptr, sidx, npred, src = _succ(prog, fu, fv)
     xdeps = np.bincount(sidx[sid[src] != sid[sidx]], minlength=N)
     thc = np.array([gm.host_class(t) for t in tps], I64)
     hcls = np.where(is_p2p, np.where(batch >= 0, gm.H_BATCH_P2P, gm.H_P2P), thc[tmpl] if N else 0)
     trep = np.array([t.repeat for t in tps], I64)
     ths = np.array([t.host_s for t in tps], np.float64)
-    issue, call0 = gm.host_issue_columns(rank, sid, hcls, trep[tmpl] if N else trep, ths[tmpl] if N else ths,
-                                         batch, xdeps, profile, mode, model_executor)
+    issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
+                                         profile, mode, model_executor)
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = _kernels(
-        prog, tmpl, rank, batch, res, work, opq, rules.max_connections, cost, rules.sms)
+        tps, prog.world_size, tmpl, rank, batch, res, work, opq, rules.max_connections, cost, rules.sms)
     K = len(kptr) - 1
     C = len(prog.coll_ptr) - 1
     eptr, ends, rptr, rev, pptr, pos = _link_ends(gptr, gidx, rank, C, rules.p2p_one_way)
@@ -358,4 +381,4 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         later[qptr[:-1][qk > 0]] = False  # not a queue's first kernel
         qreach[qidx[later]] = khand[qidx[np.flatnonzero(later) - 1]]
     stream_t = np.maximum(np.maximum(deps_t, call0), qreach[kern])
-    return ProgramRun(res, work, ogrp, start, end, ready_t, binding, stream_t)
+    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, stream_t)

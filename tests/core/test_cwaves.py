@@ -351,3 +351,34 @@ def test_a_stale_build_of_the_extension_is_not_used(monkeypatch, capsys):
         assert waves.compiled_loop() is None
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Python event loop" in err and "out of date" in err and "build_ext" in err
+
+
+@needs_ext
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=30))
+def test_compiled_acyclic_matches_the_python_sweep(n, pairs):
+    # the static checks' Kahn sweep in C (_cwaves.acyclic) against the Python one and networkx, on random
+    # graphs with and without cycles (self-loops and repeated edges included)
+    import numpy as np
+
+    from schedsim.lower.checks import _acyclic_python
+
+    e = np.array([(a % n, b % n) for a, b in pairs], np.int64).reshape(-1, 2)
+    G = nx.DiGraph()
+    G.add_nodes_from(range(n))
+    G.add_edges_from(e.tolist())
+    want = nx.is_directed_acyclic_graph(G)
+    assert _cwaves.acyclic(n, np.ascontiguousarray(e[:, 0]), np.ascontiguousarray(e[:, 1])) is want
+    assert _acyclic_python(n, e) is want
+
+
+@needs_ext
+def test_compiled_acyclic_refuses_bad_input():
+    import numpy as np
+
+    with pytest.raises(ValueError, match="leaves 0..2"):
+        _cwaves.acyclic(3, np.array([0, 3]), np.array([1, 1]))
+    with pytest.raises(ValueError, match="differ in length"):
+        _cwaves.acyclic(3, np.array([0, 1]), np.array([1]))
+    with pytest.raises(TypeError, match="int64"):
+        _cwaves.acyclic(3, np.array([0.0]), np.array([1.0]))

@@ -160,3 +160,74 @@ def test_simulated_schedule_round_trips_with_equal_metrics(tmp_path):
     cols, rows = Timeline.read_json(tmp_path / "c.json"), Timeline.read_json(tmp_path / "r.json")
     assert cols == tl and rows == tl and len(tl) == 274
     assert compute_metrics(cols) == compute_metrics(rows) == m  # times survive both layouts bit for bit
+
+
+@pytest.mark.parametrize("orjson", [True, False])
+def test_coded_ids_write_what_the_strings_write(tmp_path, monkeypatch, orjson):
+    # the simulator hands the ids as a name table + codes; the file must hold exactly the strings' columns
+    # (names with quotes, backslashes, non-ASCII, the "," separator itself, an empty name; ranks 0..11)
+    if not orjson:
+        monkeypatch.setattr(tlmod, "_orjson", None)
+    names = ("mm0", 'q"x', "b\\s", "ü𝄞", '","', "", "a@r1")
+    rng = np.random.default_rng(5)
+    pair = rng.permutation(42)[:40]  # 40 distinct (name, rank) pairs: unique ids
+    name_id, rank = pair % 7, 2 * (pair // 7) + 1
+    ids = [f"{names[k]}@r{r}" for k, r in zip(name_id.tolist(), rank.tolist(), strict=True)]
+    nm = [names[k] for k in name_id.tolist()]
+    z, codes = np.zeros(40), (["s"], np.zeros(40, np.int32))
+    sets = ((), (("mb", 1),), (("a", 'x"'), ("b", 2.5)))
+    tags_id = pair % 3
+    tags = [dict(sets[k]) for k in tags_id.tolist()]
+
+    def cols(**kw):  # type: ignore[no-untyped-def]
+        return SpanColumns(rank=rank, stream=codes, kind=codes, resource=codes, start_s=z, end_s=z + 1.0,
+                           solo_s=z, ready_s=z, bytes=z, flops=z, **kw)
+
+    plain = Timeline("t", "predict", 12, columns=cols(id=ids, name=nm, tags=tags))
+    coded = Timeline("t", "predict", 12, columns=cols(id=lambda: ids, name=lambda: nm, tags=None,
+                                                      coded_ids=(names, name_id), coded_tags=(sets, tags_id)))
+    plain.write_json(tmp_path / "a.json")
+    coded.write_json(tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    back = Timeline.read_json(tmp_path / "b.json")
+    assert back.columns.id == ids and back.columns.name == nm and back.columns.tags == tags
+    assert callable(coded.columns._id) and coded.columns._tags is None  # written without building them
+    assert coded.columns.tags == tags and coded.spans == plain.spans
+
+
+@pytest.mark.parametrize("orjson", [True, False])
+def test_long_columns_are_written_in_pieces_that_join_to_the_whole(tmp_path, monkeypatch, orjson):
+    # numpy columns longer than a piece go out as several dumps joined in the array; the text is the one dump's
+    if not orjson:
+        monkeypatch.setattr(tlmod, "_orjson", None)
+    monkeypatch.setattr(tlmod, "_JSON_PIECE", 3)
+    a = np.array([0.1, 1e-300, 2.5, np.nan, 7.0, 1 / 3, 0.0])
+    assert b"".join(tlmod._array_pieces(a)) == tlmod.dumps_json(a)
+    assert b"".join(tlmod._array_pieces(a[:3])) == tlmod.dumps_json(a[:3])
+    spans = [Span(f"o{i}@r0", f"o{i}", 0, "s", "matmul", "compute", float(i), i + 0.5, None if i % 2 else 0.5,
+                  0.25 * i) for i in range(8)]
+    tl_of(spans).write_json(tmp_path / "t.json")
+    back = Timeline.read_json(tmp_path / "t.json")
+    assert back.spans == spans
+    monkeypatch.setattr(tlmod, "_JSON_PIECE", 1 << 16)
+    assert tl_of(spans).to_dict() == back.to_dict()
+
+
+def test_a_simulated_timeline_pickles_and_copies(tmp_path):
+    # the simulator's columns hold ids, names and tags as functions until first use; pickling builds them
+    import copy
+    import pickle
+
+    from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_schedule
+    from tests.conftest import ROOT
+
+    tl = simulate(lower(load_schedule(ROOT / "schedules" / "megatron_gpt_pp4.yaml")), load_profile("h200"))
+    back = pickle.loads(pickle.dumps(tl))
+    assert back == tl and back.columns.tags == tl.columns.tags and back.critical_path == tl.critical_path
+    assert copy.deepcopy(tl) == tl
+    tl.write_json(tmp_path / "a.json")
+    back.write_json(tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
