@@ -770,11 +770,13 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
         wide = min(w for _a, w in bars) * unit_px >= 4
         ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=c, edgecolor="white" if wide else "none",
                        linewidth=0.6 if wide else 0.0)
+    items = []
     for a, b, y, text, tc in labels:
         box_px = (b - a) * unit_px
         fs = min(8.0, box_px * 0.85 * 72 / (0.62 * len(text) * _DPI))
         if fs >= 4.5:
-            ax.text((a + b) / 2, y, text, ha="center", va="center", fontsize=fs, color=tc, clip_on=True)
+            items.append(((a + b) / 2, y, text, fs, tc))
+    _centred_labels(ax, items)
     ax.set_yticks(range(n))
     s2r = info.stage_to_rank if info is not None else {}
     ax.set_yticklabels([f"rank {r}" + (f" (stage {_stages_of(s2r, r)})" if s2r else "") for r in shown],
@@ -795,6 +797,77 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     h = fig.get_figheight()
     fig.subplots_adjust(left=1.4 / width_in, right=1 - 1.25 / width_in, top=1 - top_in / h, bottom=0.55 / h)
     return fig
+
+
+#: From this many labels on, a chart's box labels are drawn by one :class:`_LabelSet` instead of a Text each.
+LABEL_SET_MIN = 64
+
+
+def _centred_labels(ax: Any, items: list[tuple[float, float, str, float, str]]) -> None:
+    """Labels centred on (x, y) in data coordinates, each ``(x, y, text, fontsize, colour)``, clipped to the axes:
+    a ``Text`` each when few, one :class:`_LabelSet` (the same pixels, a third of the time) past
+    :data:`LABEL_SET_MIN`."""
+    if len(items) < LABEL_SET_MIN:
+        for x, y, text, fs, tc in items:
+            ax.text(x, y, text, ha="center", va="center", fontsize=fs, color=tc, clip_on=True)
+    elif items:
+        ax.add_artist(_label_set(items))
+
+
+def _label_set(items: list[tuple[float, float, str, float, str]]) -> Any:
+    """A :class:`_LabelSet` of ``items`` (the class is made on first use: matplotlib is imported lazily)."""
+    global _LabelSet
+    if _LabelSet is None:
+        from matplotlib.artist import Artist
+        from matplotlib.text import Text
+
+        class LabelSet(Artist):
+            """One-line labels centred on their data points, drawn as a ``Text`` per label draws them (the same
+            ``renderer.draw_text`` call at the same device position, the same colour, antialiasing and clip), but
+            each distinct (text, size, colour) is laid out once by a template Text, and the positions are
+            transformed in one call. A ``Text`` costs ~0.5 ms to create, lay out and draw (Agg, 2-core VM,
+            2026-12-01); 1,024 of them were a third of a PP8×DP128 run's chart time."""
+
+            zorder = 3  # Text's
+
+            def __init__(self, items: list[tuple[float, float, str, float, str]]) -> None:
+                super().__init__()
+                self.items = items
+
+            def draw(self, renderer: Any) -> None:
+                import numpy as np
+
+                if not self.get_visible() or not self.items:
+                    return
+                xy = self.axes.transData.transform(np.array([(x, y) for x, y, *_ in self.items], dtype=float))
+                _w, canvas_h = renderer.get_canvas_width_height()
+                flip = renderer.flipy()
+                done: dict[tuple[str, float, str], tuple[Any, float, float, Any]] = {}
+                for (_x, _y, text, fs, tc), (px, py) in zip(self.items, xy.tolist(), strict=True):
+                    tpl = done.get((text, fs, tc))
+                    if tpl is None:
+                        t = Text(0.0, 0.0, text, ha="center", va="center", fontsize=fs, color=tc)
+                        t.set_figure(self.figure)
+                        ((_line, _wad, (dx, dy)),) = t._get_layout(renderer)[1]
+                        gc = renderer.new_gc()
+                        gc.set_foreground(t.get_color(), isRGBA=False)
+                        gc.set_alpha(None)
+                        gc.set_antialiased(t._antialiased)
+                        self._set_gc_clip(gc)
+                        tpl = done[(text, fs, tc)] = (t, dx, dy, gc)
+                    t, dx, dy, gc = tpl
+                    y = py + dy
+                    renderer.draw_text(gc, px + dx, canvas_h - y if flip else y, text, t._fontproperties, 0.0,
+                                       ismath=False, mtext=t)
+                for _t, _dx, _dy, gc in done.values():
+                    gc.restore()
+                self.stale = False
+
+        _LabelSet = LabelSet
+    return _LabelSet(items)
+
+
+_LabelSet: Any = None
 
 
 def _stages_of(s2r: dict[int, int], r: int) -> str:
