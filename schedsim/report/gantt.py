@@ -393,7 +393,7 @@ def _bars(ax: Any, x0: Any, w: Any, y0: Any, h: float, **kw: Any) -> Any:
     x1 = x0 + np.asarray(w, dtype=float)
     ya = np.broadcast_to(np.asarray(y0, dtype=float), x0.shape)
     yb = ya + h
-    verts = np.stack([np.stack([x0, ya], 1), np.stack([x0, yb], 1), np.stack([x1, yb], 1), np.stack([x1, ya], 1)], 1)
+    verts: Any = np.stack([np.stack([x0, ya], 1), np.stack([x0, yb], 1), np.stack([x1, yb], 1), np.stack([x1, ya], 1)], 1)
     col = PolyCollection(verts, **kw)
     ax.add_collection(col)
     return col
@@ -747,6 +747,8 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     shown, view, note = lanes if lanes is not None else pipeline_lanes(tl, max_lanes)
     ypos = {r: i for i, r in enumerate(shown)}
     spans = view.spans
+    xr: dict[str, tuple[float, float]]
+    xmax: float
     if mode == "steps":
         steps = unit_steps(Timeline(view.schedule, view.source, view.world_size, spans=spans))
         xr = {s.id: steps[s.id] for s in spans}
@@ -777,7 +779,7 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
         wide = min(w for _a, w in bars) * unit_px >= 4
         ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=c, edgecolor="white" if wide else "none",
                        linewidth=0.6 if wide else 0.0)
-    items = []
+    items: list[tuple[float, float, str, float, str]] = []
     for a, b, y, text, tc in labels:
         box_px = (b - a) * unit_px
         fs = min(8.0, box_px * 0.85 * 72 / (0.62 * len(text) * _DPI))
@@ -846,21 +848,22 @@ def _label_set(items: list[tuple[float, float, str, float, str]]) -> Any:
 
                 if not self.get_visible() or not self.items:
                     return
-                xy = self.axes.transData.transform(np.array([(x, y) for x, y, *_ in self.items], dtype=float))
+                me: Any = self  # matplotlib's private helpers (_set_gc_clip, Text._get_layout) are not in its stubs
+                xy = me.axes.transData.transform(np.array([(x, y) for x, y, *_ in self.items], dtype=float))
                 _w, canvas_h = renderer.get_canvas_width_height()
                 flip = renderer.flipy()
                 done: dict[tuple[str, float, str], tuple[Any, float, float, Any]] = {}
                 for (_x, _y, text, fs, tc), (px, py) in zip(self.items, xy.tolist(), strict=True):
                     tpl = done.get((text, fs, tc))
                     if tpl is None:
-                        t = Text(0.0, 0.0, text, ha="center", va="center", fontsize=fs, color=tc)
+                        t: Any = Text(0.0, 0.0, text, ha="center", va="center", fontsize=fs, color=tc)
                         t.set_figure(self.figure)
                         ((_line, _wad, (dx, dy)),) = t._get_layout(renderer)[1]
                         gc = renderer.new_gc()
                         gc.set_foreground(t.get_color(), isRGBA=False)
                         gc.set_alpha(None)
                         gc.set_antialiased(t._antialiased)
-                        self._set_gc_clip(gc)
+                        me._set_gc_clip(gc)
                         tpl = done[(text, fs, tc)] = (t, dx, dy, gc)
                     t, dx, dy, gc = tpl
                     y = py + dy

@@ -66,7 +66,7 @@ def test_merged_per_rank_keeps_ranks_apart_and_joins_touching_intervals():
     assert a.tolist() == [0.0, 5.0, 0.5] and b.tolist() == [2.0, 6.0, 1.0]
     # the same as busy_share of the (start, end) pairs
     edges = np.array([0.0, 1.0, 2.0, 6.0])
-    assert np.allclose(G.busy_share((a, b), 2, edges), G.busy_share(list(zip(a, b)), 2, edges))
+    assert np.allclose(G.busy_share((a, b), 2, edges), G.busy_share(list(zip(a, b, strict=True)), 2, edges))
     assert np.allclose(G.busy_share((a, b), 2, edges), [(1 + 0.5) / 2, 1 / 2, 1 / 8])
 
 
@@ -161,7 +161,7 @@ def test_tag_pipeline_of_a_columnar_timeline_updates_its_columns():
     spans = [Span(f"PP:0F{i}@r0", f"PP:0F{i}", 0, "7", "kernel", "compute", i * 1e-3, (i + 1) * 1e-3)
              for i in range(2)]
     tl = Timeline("pp", "import", 1, columns=Timeline("pp", "import", 1, spans=spans).columns)
-    tl.columns  # built before the tags
+    assert len(tl.columns) == 2  # built before the tags
     assert tag_pipeline(tl) == 2
     assert [t.get("pp_op") for t in tl.columns.tags] == ["F", "F"]
     assert len(G.pipeline_view(tl).spans) == 2
