@@ -393,7 +393,8 @@ def _bars(ax: Any, x0: Any, w: Any, y0: Any, h: float, **kw: Any) -> Any:
     x1 = x0 + np.asarray(w, dtype=float)
     ya = np.broadcast_to(np.asarray(y0, dtype=float), x0.shape)
     yb = ya + h
-    verts: Any = np.stack([np.stack([x0, ya], 1), np.stack([x0, yb], 1), np.stack([x1, yb], 1), np.stack([x1, ya], 1)], 1)
+    verts: Any = np.stack([np.stack([x0, ya], 1), np.stack([x0, yb], 1), np.stack([x1, yb], 1),
+                           np.stack([x1, ya], 1)], 1)
     col = PolyCollection(verts, **kw)
     ax.add_collection(col)
     return col
