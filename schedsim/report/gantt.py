@@ -974,7 +974,8 @@ def write_gantt(path_stem: str | Path, timelines: list[tuple[str, Timeline]], ti
 
     The SVG's size is bounded whatever the run's size: past ``max_lanes`` lanes ranks fold into two image
     bands, a lane's sub-pixel boxes are drawn as pixel runs, and past :data:`RASTER_BOXES` boxes the boxes
-    are one embedded image (the PP8×DP128 run of 214,016 ops: 5,042 boxes, a 0.64 MB SVG, 2026-12-01).
+    are one embedded image (the PP8×DP128 run of 214,016 ops: 2,794 boxes in 108 collections, a 0.64 MB SVG,
+    2026-12-01).
     """
     fig = draw_gantt(timelines, title, **kw)
     return [write_figure(fig, Path(f"{path_stem}.{fmt}"), fmt) for fmt in formats]
