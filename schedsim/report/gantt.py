@@ -868,8 +868,9 @@ def _label_set(items: list[tuple[float, float, str, float, str]]) -> Any:
                         tpl = done[(text, fs, tc)] = (t, dx, dy, gc)
                     t, dx, dy, gc = tpl
                     y = py + dy
+                    # no mtext: SVG with svg.fonttype "none" would place the text at the template's (0, 0)
                     renderer.draw_text(gc, px + dx, canvas_h - y if flip else y, text, t._fontproperties, 0.0,
-                                       ismath=False, mtext=t)
+                                       ismath=False, mtext=None)
                 for _t, _dx, _dy, gc in done.values():
                     gc.restore()
                 self.stale = False
