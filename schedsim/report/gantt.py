@@ -588,6 +588,16 @@ def _pipeline_rows(tl: Timeline, ranks: Any = None) -> Any:
     resource and rank filters are numpy; the tags are read for the remaining rows only."""
     import numpy as np
 
+    idx = _compute_rows(tl, ranks)
+    tags = tl.columns.tags
+    ok = [i for i in idx.tolist() if _is_action(tags[i])]
+    return np.array(ok, dtype=np.int64)
+
+
+def _compute_rows(tl: Timeline, ranks: Any = None) -> Any:
+    """Row indices (ascending) of ``tl.columns`` on the compute resource, only on ``ranks`` when given."""
+    import numpy as np
+
     c = tl.columns
     rv, rc = c.resource
     if "compute" not in rv:
@@ -595,10 +605,30 @@ def _pipeline_rows(tl: Timeline, ranks: Any = None) -> Any:
     m = rc == rv.index("compute")
     if ranks is not None:
         m &= np.isin(c.rank, np.fromiter(ranks, dtype=c.rank.dtype))
-    idx = np.flatnonzero(m)
-    tags = c.tags
-    ok = [i for i in idx.tolist() if (t := tags[i]) and "stage" in t and t.get("pp_op") in _PHASES]
-    return np.array(ok, dtype=np.int64)
+    return np.flatnonzero(m)
+
+
+def _is_action(t: dict[str, Any]) -> bool:
+    """Whether a span's tags make it a pipeline action (a ``stage`` and a ``pp_op`` in F/B/I/W)."""
+    return bool(t) and "stage" in t and t.get("pp_op") in _PHASES
+
+
+def _action_ranks(tl: Timeline) -> list[int]:
+    """The ranks with at least one pipeline action, ascending: each rank's compute rows are read up to its first
+    action (one or a few tag reads per pipeline rank, not one per op)."""
+    import numpy as np
+
+    idx = _compute_rows(tl)
+    if len(idx) == 0:
+        return []
+    r = tl.columns.rank[idx]
+    o = np.argsort(r, kind="stable")
+    r, idx = r[o], idx[o]
+    starts = np.flatnonzero(np.concatenate([[True], r[1:] != r[:-1]]))
+    ends = np.append(starts[1:], len(r))
+    tags = tl.columns.tags
+    return [int(r[a]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+            if any(_is_action(tags[i]) for i in idx[a:b].tolist())]
 
 
 def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
@@ -643,13 +673,9 @@ def pipeline_lanes(tl: Timeline, max_lanes: int = 32) -> PipelineLanes:
     """The ranks of :func:`draw_pipeline`: with data parallelism only the first replica's ranks (``rank < p``;
     the others repeat them, said in the note), past ``max_lanes`` ranks the first and last
     (:func:`choose_ranks`). Only the shown ranks' actions are merged into boxes."""
-    import numpy as np
-
     info = tl.pipeline
     p = info.p if info is not None else 0
-    c = tl.columns
-    rows = _pipeline_rows(tl)
-    ranks = np.unique(c.rank[rows]).tolist()
+    ranks = _action_ranks(tl)
     note = ""
     if info is not None and p and len(ranks) > p:
         ranks = [r for r in ranks if r < p]

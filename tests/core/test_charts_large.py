@@ -165,3 +165,18 @@ def test_tag_pipeline_of_a_columnar_timeline_updates_its_columns():
     assert tag_pipeline(tl) == 2
     assert [t.get("pp_op") for t in tl.columns.tags] == ["F", "F"]
     assert len(G.pipeline_view(tl).spans) == 2
+
+
+def test_action_ranks_find_ranks_whose_actions_come_after_other_compute():
+    # rank 0: an untagged GEMM then F; rank 1: only untagged compute; rank 2: a tagged all_reduce (comm, not an
+    # action) then B; rank 3: a tag without a stage
+    spans = [Span("g@r0", "g", 0, "s", "matmul", "compute", 0.0, 1.0),
+             Span("f@r0", "f", 0, "s", "matmul", "compute", 1.0, 2.0, tags={"pp_op": "F", "stage": 0, "mb": 0}),
+             Span("g@r1", "g", 1, "s", "matmul", "compute", 0.0, 1.0),
+             Span("a@r2", "a", 2, "c", "all_reduce", "comm", 0.0, 1.0, tags={"pp_op": "F", "stage": 2, "mb": 0}),
+             Span("b@r2", "b", 2, "s", "matmul", "compute", 1.0, 3.0, tags={"pp_op": "B", "stage": 2, "mb": 0}),
+             Span("x@r3", "x", 3, "s", "matmul", "compute", 0.0, 1.0, tags={"pp_op": "F", "mb": 0})]
+    tl = Timeline("t", "import", 4, spans=spans)
+    assert G._action_ranks(tl) == [0, 2]
+    assert G.pipeline_lanes(tl).shown == [0, 2]
+    assert [s.id for s in G.pipeline_view(tl).spans] == ["F0.0@r0", "B2.0@r2"]
