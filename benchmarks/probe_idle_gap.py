@@ -72,7 +72,8 @@ def main() -> None:
         print(f"{shape:22s} back to back {base:8.2f} us ({per} kernel(s)); after idle gap: " +
               ", ".join(f"{g:g} us {row[f'{g:g}'] / base:.2f}x" for g in gaps[1:]))
     with open(a.out, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "kernel_us": res}, f, indent=1)
+        json.dump({"device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "kernel_us": res}, f,
+                  indent=1)
 
 
 if __name__ == "__main__":

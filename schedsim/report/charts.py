@@ -17,31 +17,36 @@ __all__ = ["write_charts", "write_sweep_plot", "draw_sweep"]
 
 
 def write_charts(outdir: str | Path, tl: Timeline, title: str, formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
-    """Write the charts of one timeline into ``outdir``; returns the paths written."""
-    from schedsim.report.gantt import write_gantt, write_memory_plot, write_pipeline
+    """Write the charts of one timeline into ``outdir``; returns the paths written.
+
+    Reads the timeline's columns (``tl.columns``), never its rows, so a timeline of a million ops is not
+    turned into a million Span objects for its charts. ``formats`` are the Gantt's (the others are PNG).
+    """
+    from schedsim.report.gantt import pipeline_lanes, write_gantt, write_memory_plot, write_pipeline
 
     out = Path(outdir)
     ms = tl.makespan_s * 1e3
     paths = write_gantt(out / "gantt", [(tl.source, tl)], title=f"{title}: makespan {ms:.3f} ms", formats=formats)
     pinfo = tl.pipeline
-    if any(s.tags and "stage" in s.tags for s in tl.spans[:5000]) or pinfo is not None:
+    if pinfo is not None or any(t and "stage" in t for t in tl.columns.tags[:5000]):
         sched = f" {pinfo.schedule}" if pinfo is not None and pinfo.schedule else ""
+        lanes = pipeline_lanes(tl)  # once for both figures
         paths.append(write_pipeline(out / "pipeline.png", tl, f"{tl.schedule}:{sched} pipeline, numbers = microbatch",
-                                    mode="steps"))
+                                    mode="steps", lanes=lanes))
         paths.append(write_pipeline(out / "pipeline_time.png", tl,
-                                    f"{tl.schedule}:{sched} pipeline actions over time", mode="time"))
+                                    f"{tl.schedule}:{sched} pipeline actions over time", mode="time", lanes=lanes))
     mem = (tl.meta or {}).get("memory")
     if mem:
-        curves = {int(r): [(t, b) for t, b in d["steps"]] for r, d in mem["ranks"].items()}
         p = pinfo.p if pinfo is not None else 0
-        if p and len(curves) > p:  # data-parallel replicas repeat the first replica's curves
-            curves = {r: c for r, c in curves.items() if r < p}
-        peaks = {int(r): (d["peak_bytes"], d["peak_op"] or "start") for r, d in mem["ranks"].items()}
+        ranks = {int(r): d for r, d in mem["ranks"].items()}
+        if p and len(ranks) > p:  # data-parallel replicas repeat the first replica's curves
+            ranks = {r: d for r, d in ranks.items() if r < p}
+        curves = {r: [(t, b) for t, b in d["steps"]] for r, d in ranks.items()}
+        peaks = {r: (d["peak_bytes"], d["peak_op"] or "start") for r, d in ranks.items()}
         paths.append(write_memory_plot(out / "memory.png", curves, tl.makespan_s,
                                        f"{tl.schedule}: memory allocated per rank (activations, recv/gather "
                                        "buffers)", peaks,
-                                       static={int(r): sum(d.get("static", {}).values())
-                                               for r, d in mem["ranks"].items()}))
+                                       static={r: sum(d.get("static", {}).values()) for r, d in ranks.items()}))
     return paths
 
 

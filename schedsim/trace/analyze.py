@@ -290,7 +290,8 @@ def tag_pipeline(tl: Timeline) -> int:
     """
     count: dict[tuple[int, str], int] = {}
     n = 0
-    for i, s in enumerate(tl.spans):
+    spans = list(tl.spans)
+    for i, s in enumerate(spans):
         if s.tags and "pp_op" in s.tags:
             continue
         for pat in PIPELINE_NAME_PATTERNS:
@@ -307,9 +308,11 @@ def tag_pipeline(tl: Timeline) -> int:
                 count[(s.rank, op)] = mb + 1
             phase = "I" if ".I." in s.name else "W" if ".W." in s.name else op
             tags = {**(s.tags or {}), "pp_op": op, "stage": stage, "mb": mb, "phase": phase}
-            tl.spans[i] = s._replace(tags=tags, resource="compute")
+            spans[i] = s._replace(tags=tags, resource="compute")
             n += 1
             break
+    if n:  # through the setter: columns built earlier (a version-2 timeline.json) would otherwise go stale
+        tl.spans = spans
     return n
 
 
