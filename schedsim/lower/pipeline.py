@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
-from schedsim.lower.table import Table
+from schedsim.lower.table import Block, Table
 from schedsim.lower.written import op_instance
 from schedsim.pipeline.actions import COMM_TYPES, Action
 from schedsim.pipeline.actions import ComputationType as CT
@@ -533,26 +533,25 @@ def _intern_bulk(interner: Any, seq: list[Any]) -> np.ndarray:
     return np.fromiter(map(ids.__getitem__, seq), dtype=np.int64, count=len(seq))
 
 
+def _is_pipeline_name(x: Any) -> bool:
+    """Whether ``x`` could be a pipeline op's name (``F0.1.x``, ``B0.1.I.x``, ``sendF0.1``): a letter of
+    F/I/W/B/s/r first and a dot."""
+    return isinstance(x, str) and x[:1] in ("F", "I", "W", "B", "s", "r") and "." in x
+
+
+def _is_pipeline_tags(x: Any) -> bool:
+    """Whether ``x`` could be a pipeline compute phase's tag set (five pairs, ``chunk`` first)."""
+    return isinstance(x, tuple) and len(x) == 5 and x[0][:1] == ("chunk",)
+
+
 def _pipeline_like(names: Any) -> set[str]:
     """Those of ``names`` that could be a pipeline op's name (``F0.1.x``, ``B0.1.I.x``, ``sendF0.1``)."""
-    return {x for x in names if isinstance(x, str) and x[:1] in ("F", "I", "W", "B", "s", "r") and "." in x}
+    return set(filter(_is_pipeline_name, names))
 
 
 def _obj(xs: list[Any]) -> np.ndarray:
     """A 1-d object array of ``xs`` (tuples stay elements)."""
     return np.fromiter(xs, dtype=object, count=len(xs))
-
-
-def _tuples_of(cnt: np.ndarray, flat: np.ndarray) -> list[tuple[int, ...]]:
-    """Per op the tuple of its ``cnt[i]`` entries of ``flat`` (in order)."""
-    out = np.empty(len(cnt), dtype=object)
-    out.fill(())
-    start = np.cumsum(cnt) - cnt
-    for k in np.unique(cnt[cnt > 0]).tolist():
-        idx = np.flatnonzero(cnt == k)
-        cols = [flat[start[idx] + i].tolist() for i in range(k)]
-        out[idx] = np.fromiter(zip(*cols, strict=True), dtype=object, count=len(idx))
-    return out.tolist()
 
 
 def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
@@ -698,20 +697,25 @@ class _FastEmitter:
         if len(usfx) * M <= N:  # "<mb><suffix>" made once per (mb, suffix): one concatenation per name
             u_of = {x: i for i, x in enumerate(usfx)}
             sfx_u = np.array([u_of[x] for x in sfx_all], np.int64)[sfx_i]
-            tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
-            names = (pre[op_ev] + tail[ej_op * len(usfx) + sfx_u]).tolist()
+            head, tail_code = pre[op_ev], ej_op * len(usfx) + sfx_u
+
+            def make() -> list[str]:
+                tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
+                return (head + tail[tail_code]).tolist()  # type: ignore[no-any-return]
         else:
-            names = (pre[op_ev] + js[ej_op] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()
+            head, sfx_obj = pre[op_ev] + js[ej_op], np.array(sfx_all, dtype=object)[sfx_i]
+
+            def make() -> list[str]:
+                return (head + sfx_obj).tolist()  # type: ignore[no-any-return]
         nm = self.table.names
         # distinct (label, stage, mb, op) give distinct names (stage and mb are digits, the label leads), so the
-        # names are new and distinct unless a stage lists an op name twice or an earlier op took one
+        # names are new and distinct unless a stage lists an op name twice or an earlier op took one; then they
+        # are made and registered for lookup only when needed (a report, an error, a written op naming one)
         if all(len({x for x, _t in lst}) == len(lst) for lst in self.lists) and not _pipeline_like(nm.ids):
-            base = len(nm.items)
-            nm.items.extend(names)
+            base = nm.reserve(N, make, _is_pipeline_name)
             self.name_id = np.arange(base, base + N, dtype=np.int64)
-            nm.ids.update(zip(names, range(base, base + N), strict=True))  # names interned later find these
         else:
-            self.name_id = _intern_bulk(nm, names)
+            self.name_id = _intern_bulk(nm, make())
 
     def _dependencies(self, dep: np.ndarray) -> None:
         """Per op its dependency name ids: the input first, then (batched p2p) the last compute before a p2p
@@ -742,7 +746,9 @@ class _FastEmitter:
         d_nm_a = np.concatenate(d_nm)
         if len(d_op) > 1:  # the input dependency, then the others in order
             d_nm_a = d_nm_a[np.lexsort((np.concatenate(d_ord), d_op_a))]
-        self.deps = _tuples_of(np.bincount(d_op_a, minlength=self.N), d_nm_a)
+        self.dep_ptr = np.zeros(self.N + 1, np.int64)
+        np.cumsum(np.bincount(d_op_a, minlength=self.N), out=self.dep_ptr[1:])
+        self.dep_name = d_nm_a
 
     def _tags(self, chunk_of: dict[int, int]) -> None:
         """Tag sets (a p2p op's its own, naming its message; a compute phase's shared by its ops) appended in
@@ -750,11 +756,6 @@ class _FastEmitter:
         NS, M, table = self.plan.num_stages, self.M, self.table
         et, es, ej, comp = self.et, self.es, self.ej, self.comp
         chunk = np.array([chunk_of[st] for st in range(NS)], np.int64)
-        ch = _obj([("chunk", x) for x in range(int(chunk.max()) + 1 if NS else 1)])[chunk[es]]
-        mb = _obj([("mb", j) for j in range(M)])[ej]
-        val_tab = _obj([("pp_op", t.value) for t in _TYPES])  # a compute phase's label (B for both parts)
-        st_pairs = _obj([("stage", st) for st in range(NS)])[es]
-        mid = _obj([("phase", x) for x in "FIW"])[np.maximum(self.ph, 0)]
         self.fwd = fwd = np.isin(et, (4, 5))
         src = np.where(np.isin(et, (4, 6)), es, np.where(fwd, es - 1, es + 1))
         p2p = ~comp
@@ -763,18 +764,28 @@ class _FastEmitter:
         msg_u, msg_inv = _first_seen(msg_code, 2 * (NS + 2) * M)
         msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
         msg_str = (msg_tab[msg_u // M] + self.js[msg_u % M]).tolist()
-        mid[p2p] = _obj([("msg", x) for x in msg_str])[msg_inv]
-        tags = list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[et].tolist(), st_pairs.tolist(),
-                        strict=True))
-        tg = table.tags
-        base = len(tg.items)
-        tg.items.extend(tags)
-        if any(len(o.tags) == 5 and o.tags[0][:1] == ("chunk",) for o in table.templates):
-            # a template's tag set (interned when the table makes its columns) may equal a compute phase's
-            comp_ev = np.flatnonzero(comp)
-            tg.ids.update(zip([tags[i] for i in comp_ev.tolist()], (base + comp_ev).tolist(), strict=True))
+        made: list[list[tuple]] = []  # type: ignore[type-arg]
+
+        def make() -> list[tuple]:  # type: ignore[type-arg]
+            """The tag sets, in event order (made once, on first read)."""
+            if not made:
+                ch = _obj([("chunk", x) for x in range(int(chunk.max()) + 1 if NS else 1)])[chunk[es]]
+                mb = _obj([("mb", j) for j in range(M)])[ej]
+                val_tab = _obj([("pp_op", t.value) for t in _TYPES])  # a compute phase's label (B for both parts)
+                st_pairs = _obj([("stage", st) for st in range(NS)])[es]
+                mid = _obj([("phase", x) for x in "FIW"])[np.maximum(self.ph, 0)]
+                mid[p2p] = _obj([("msg", x) for x in msg_str])[msg_inv]
+                made.append(list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[et].tolist(),
+                                     st_pairs.tolist(), strict=True)))
+            return made[0]
+
+        p2p_l = p2p.tolist()
+        self.make_tags_p2p = lambda: list(compress(make(), p2p_l))
+        # made when read; a compute phase's tag set (not a p2p op's, which no other op shares) is registered
+        # for lookup when a written op's or a template's pipeline-like tag set is interned
+        base = table.tags.reserve(self.E, make, _is_pipeline_tags, np.flatnonzero(comp))
+        table.mark_msg_tags(base, p2p)
         self.ev_tag = base + self.idx
-        self.tags_p2p = list(compress(tags, p2p.tolist()))
         self.p2p_ev = np.flatnonzero(p2p)
         # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
         self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p], msg_u, msg_inv, msg_str)
@@ -836,9 +847,8 @@ class _FastEmitter:
         table, plan = self.table, self.plan
         N = self.N
         if off:  # a replica after the first: same names, strings and compute tags; new p2p tag sets
-            tg = table.tags
-            base = len(tg.items)
-            tg.items.extend(self.tags_p2p)
+            base = table.tags.reserve(len(self.p2p_ev), self.make_tags_p2p, None, np.zeros(0, np.int64))
+            table.mark_msg_tags(base, np.ones(len(self.p2p_ev), bool))
             ev_tag = self.ev_tag.copy()
             ev_tag[self.p2p_ev] = base + np.arange(len(self.p2p_ev))
         else:
@@ -870,16 +880,8 @@ class _FastEmitter:
         peer[p2p_ops] = self.peer_l + off
         batch[p2p_ops] = self.batch_sid
         msg[p2p_ops] = self.msg_sid
-        t = table
-        t.o_tmpl.extend(self.tmpl.tolist())
-        t.o_rank.extend((self.rank_l + off).tolist())
-        t.o_name.extend(self.name_id.tolist())
-        t.o_tags.extend(ev_tag[self.op_ev].tolist())
-        t.o_stream.extend(stream.tolist())
-        t.o_peer.extend(peer.tolist())
-        t.o_batch.extend(batch.tolist())
-        t.o_msg.extend(msg.tolist())
-        t.o_deps.extend(self.deps)
+        table.add_block(Block(self.tmpl, self.rank_l + off, self.name_id, ev_tag[self.op_ev], stream, peer, batch,
+                              msg, self.dep_ptr, self.dep_name))
 
 
 def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, dtype: str) -> None:

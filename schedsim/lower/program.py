@@ -69,8 +69,8 @@ class Program:
     max_connections: Any
     pipeline: PipelineInfo | None
     templates: tuple[Op, ...]
-    names: tuple[str, ...]
-    tagsets: tuple[tuple, ...]  # type: ignore[type-arg]
+    name_table: Any  # the op names: a tuple, or the lowering's interner (made on first read of ``names``)
+    tag_table: Any  # the tag sets, likewise (``tagsets``)
     streams: tuple[str, ...]
     strs: tuple[str, ...]
     tmpl: np.ndarray
@@ -96,6 +96,24 @@ class Program:
     def __post_init__(self) -> None:
         for v in self.__dict__.values():
             _freeze(v)
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """The op names, indexed by :attr:`name_id` (made on first read: a pipeline block's are built lazily)."""
+        t = self.name_table
+        return t if isinstance(t, tuple) else tuple(t.items)
+
+    @cached_property
+    def tagsets(self) -> tuple[tuple, ...]:  # type: ignore[type-arg]
+        """The tag sets (each ``tuple(sorted(tags.items()))``), indexed by :attr:`tags_id` (made on first read)."""
+        t = self.tag_table
+        return t if isinstance(t, tuple) else tuple(t.items)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state with the name and tag tables as tuples (the lowering's interners hold closures)."""
+        state = dict(self.__dict__)
+        state["name_table"], state["tag_table"] = self.names, self.tagsets
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickling and :func:`copy.copy`/:func:`copy.deepcopy` restore the arrays (and cached views) writable;
@@ -153,14 +171,18 @@ class Program:
         """Op ids ``name@rN`` in program order (built on each call)."""
         if not self.N:
             return []
-        # interned halves joined by one C-level map: "name@r" per name, "N" per rank (~4x a per-op f-string)
-        heads = np.array([f"{n}@r" for n in self.names], dtype=object)
-        tails = np.array([str(r) for r in range(int(self.rank.max()) + 1)], dtype=object)
-        return list(map(operator.add, heads[self.name_id].tolist(), tails[self.rank].tolist()))
+        # one C-level concatenation per op of its name and its rank's "@rN" (interned halves; ~4x a per-op
+        # f-string)
+        names = self.names
+        tails = [f"@r{r}" for r in range(int(self.rank.max()) + 1)]
+        return list(map(operator.add, map(names.__getitem__, self.name_id.tolist()),
+                        map(tails.__getitem__, self.rank.tolist())))
 
     def op_id(self, i: int) -> str:
         """The id of op ``i``."""
-        return f"{self.names[int(self.name_id[i])]}@r{int(self.rank[i])}"
+        t, k = self.name_table, int(self.name_id[i])
+        name = self.names[k] if isinstance(t, tuple) or "names" in self.__dict__ else t.item(k)
+        return f"{name}@r{int(self.rank[i])}"
 
     def ops(self) -> list[Op]:
         """One :class:`Op` per instance, in program order, equal to what the object-based build made."""
