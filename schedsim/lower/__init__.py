@@ -53,7 +53,7 @@ def lower(spec: Any, check: bool = True) -> Program:
         c = cols.c
         prog = Program(spec.name, spec.world_size, spec.launch, spec._file, conns, pipeline, tuple(table.templates),
                        table.names, table.tags, tuple(table.streams.items),
-                       tuple(table.strs.items), c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],
+                       table.strs, c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],
                        c["peer"], c["batch"], c["msg"], **linked)
         if check:
             from schedsim.lower.checks import check_program

@@ -544,6 +544,12 @@ def _is_pipeline_tags(x: Any) -> bool:
     return isinstance(x, tuple) and len(x) == 5 and x[0][:1] == ("chunk",)
 
 
+def _is_pipeline_str(x: Any) -> bool:
+    """Whether ``x`` could be a pipeline p2p op's batch name (``b<id>``) or message (``F<stage>.<mb>``,
+    ``B<stage>.<mb>``)."""
+    return isinstance(x, str) and x[:1] in ("b", "F", "B")
+
+
 def _pipeline_like(names: Any) -> set[str]:
     """Those of ``names`` that could be a pipeline op's name (``F0.1.x``, ``B0.1.I.x``, ``sendF0.1``)."""
     return set(filter(_is_pipeline_name, names))
@@ -646,28 +652,46 @@ class _FastEmitter:
         val = last.copy()  # what each event's key holds: its last op; a full B's I key its W part's last op
         b0 = np.flatnonzero(is_b & (part == 0))
         val[b0] = last[b0 + 1]
-        ks = self._key(er, es, code, ej)
-        order = np.argsort(ks, kind="stable")
-        sk = ks[order]
-        if E > 1 and bool((sk[1:] == sk[:-1]).any()):
-            return None  # an action twice on one rank: only the per-op path follows its overwrites
-        ck = np.sort(((es * 3 + ph) * M + ej)[comp])
-        if len(ck) > 1 and bool((ck[1:] == ck[:-1]).any()):
+        ck = ((es * 3 + ph) * M + ej)[comp]
+        if len(ck) > 1 and int(np.bincount(ck, minlength=NS * 3 * M).max()) > 1:
             return None  # one compute on two ranks: its tag set is shared, which the per-op path interns
-        sval = val[order]
         dep = np.full(E, -1, np.int64)
+        # what each event sets, by (stage, code, mb): a dense table when no two ranks set one key (each compute
+        # and each message on one rank: every order but hand-written p2p), else the sorted (rank, key) pairs
+        space = (NS + 2) * 7 * M
+        k2 = ((es + 1) * 7 + code) * M + ej
+        dense = E == 0 or int(np.bincount(k2, minlength=space).max()) <= 1
+        if dense:
+            at = np.full(space, E, np.int64)
+            at[k2] = self.idx
+            val_e = np.append(val, -1)
+            er_e = np.append(er, -1)
+        else:
+            ks = self._key(er, es, code, ej)
+            order = np.argsort(ks, kind="stable")
+            sk = ks[order]
+            if E > 1 and bool((sk[1:] == sk[:-1]).any()):
+                return None  # an action twice on one rank: only the per-op path follows its overwrites
+            sval = val[order]
 
         def first_found(sel: np.ndarray, cands: list[tuple[int, int, np.ndarray | None]]) -> None:
             """``dep[sel]``: the first candidate key (stage offset, code, valid mask) set by an earlier event."""
             got = np.zeros(int(sel.sum()), bool)
             out = np.full(len(got), -1, np.int64)
+            r_s, s_s, j_s, i_s = er[sel], es[sel], ej[sel], self.idx[sel]
             for ds, cd, valid in cands:
-                q = self._key(er[sel], es[sel] + ds, cd, ej[sel])
-                i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
-                ok = (sk[i] == q) & (order[i] < self.idx[sel]) & ~got
+                if dense:
+                    e = at[((s_s + ds + 1) * 7 + cd) * M + j_s]
+                    ok = (e < i_s) & (er_e[e] == r_s) & ~got
+                    found = val_e[e]
+                else:
+                    q = self._key(r_s, s_s + ds, cd, j_s)
+                    i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
+                    ok = (sk[i] == q) & (order[i] < i_s) & ~got
+                    found = sval[i]
                 if valid is not None:
                     ok &= valid
-                out[ok] = sval[i][ok]
+                out[ok] = found[ok]
                 got |= ok
             dep[sel] = out
 
@@ -779,8 +803,7 @@ class _FastEmitter:
                                      st_pairs.tolist(), strict=True)))
             return made[0]
 
-        p2p_l = p2p.tolist()
-        self.make_tags_p2p = lambda: list(compress(make(), p2p_l))
+        self.make_tags_p2p = lambda: list(compress(make(), p2p.tolist()))
         # made when read; a compute phase's tag set (not a p2p op's, which no other op shares) is registered
         # for lookup when a written op's or a template's pipeline-like tag set is interned
         base = table.tags.reserve(self.E, make, _is_pipeline_tags, np.flatnonzero(comp))
@@ -829,13 +852,14 @@ class _FastEmitter:
         firsts = np.concatenate([b_first[keep_b], m_first])
         order = np.argsort(firsts, kind="stable")
         nb = int(keep_b.sum())
-        labels = [f"b{x}" for x in b_u[keep_b].tolist()] + msg_str
-        new = [labels[i] for i in order.tolist()]
-        base = len(st.items)
-        st.items.extend(new)
-        later = {x for o in table.templates for x in (o.p2p_batch, o.tag) if x is not None}
-        if later:  # the templates' strings are interned when the table makes its columns
-            st.ids.update((x, base + i) for i, x in enumerate(new) if x in later)
+        b_kept = b_u[keep_b]
+
+        def make() -> list[str]:
+            labels = np.array([f"b{x}" for x in b_kept.tolist()] + msg_str, dtype=object)
+            return labels[order].tolist()  # type: ignore[no-any-return]
+
+        # made when read, registered for lookup when a written op's batch or message could be one of them
+        base = st.reserve(len(order), make, _is_pipeline_str)
         id_of = np.empty(len(order), np.int64)
         id_of[order] = base + np.arange(len(order))
         b_id = np.full(len(b_u), -1, np.int64)

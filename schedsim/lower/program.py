@@ -72,7 +72,7 @@ class Program:
     name_table: Any  # the op names: a tuple, or the lowering's interner (made on first read of ``names``)
     tag_table: Any  # the tag sets, likewise (``tagsets``)
     streams: tuple[str, ...]
-    strs: tuple[str, ...]
+    str_table: Any  # p2p batch names and message tags, likewise (``strs``)
     tmpl: np.ndarray
     rank: np.ndarray
     seq: np.ndarray
@@ -109,10 +109,16 @@ class Program:
         t = self.tag_table
         return t if isinstance(t, tuple) else tuple(t.items)
 
+    @cached_property
+    def strs(self) -> tuple[str, ...]:
+        """The p2p batch names and message tags, indexed by :attr:`batch` and :attr:`msg` (made on first read)."""
+        t = self.str_table
+        return t if isinstance(t, tuple) else tuple(t.items)
+
     def __getstate__(self) -> dict[str, Any]:
-        """The state with the name and tag tables as tuples (the lowering's interners hold closures)."""
+        """The state with the name, tag and string tables as tuples (the lowering's interners hold closures)."""
         state = dict(self.__dict__)
-        state["name_table"], state["tag_table"] = self.names, self.tagsets
+        state["name_table"], state["tag_table"], state["str_table"] = self.names, self.tagsets, self.strs
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
