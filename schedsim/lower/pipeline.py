@@ -9,12 +9,14 @@ dependencies; sends and recvs share one template per kind.
 
 Two emitters write the same table. :class:`_FastEmitter` works on the issue order as columns
 (:class:`StepCols`): every op's template, name, tags, stream, peer, strings and dependencies come from numpy
-over all ranks at once, and the interners (names, tags, streams, strings) are filled in the order the
-per-op emitter fills them. :class:`_Emitter`, one Python step per op, is the reference
-(``expand_pipeline(..., reference=True)``); tests/pipeline/test_expand_columns.py asserts both give the same
-table for every schedule kind. Orders without a column form (DualPipe's overlapped F&B pairs, torch's
-UNSHARD/RESHARD) and the rare cases the columns do not reproduce (an action twice on one rank, one compute
-on two ranks, a pipeline-like tag set interned before the block) go through the reference. Custom inline
+over all ranks at once and go to the table as one :class:`~schedsim.lower.table.Block` per replica; the
+names, tag sets and strings take the ids the per-op emitter gives them, as lazy runs of the interners (made
+on first read, registered for lookup when an item that could be one of them is looked up). :class:`_Emitter`,
+one Python step per op, is the reference (``expand_pipeline(..., reference=True)``);
+tests/pipeline/test_expand_columns.py asserts both give the same table for every schedule kind. Orders
+without a column form (DualPipe's overlapped F&B pairs, torch's UNSHARD/RESHARD) and the rare cases the
+columns do not reproduce (an action twice on one rank, one compute on two ranks, a pipeline-like tag set
+interned before the block) go through the reference. Custom inline
 actions are also parsed, checked and lowered to sends/recvs as columns (:func:`schedsim.spec.pipeline_block.plan_of`,
 :func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word.
 """

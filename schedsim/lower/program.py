@@ -14,6 +14,10 @@ pipeline block's ops after the hand-written ones)::
     coll_ptr int64[C+1], coll_idx int64[...]                members of each collective (key ``coll_keys[c]``)
     p2p int64[P, 2]                                         matched (send, recv) pairs, NCCL's pairing order
 
+The op names, tag sets and strings those ids index are ``names``, ``tagsets`` and ``strs``, made on first
+read from ``name_table``, ``tag_table`` and ``str_table`` (the lowering's interners, whose pipeline runs are
+lazy; tuples once pickled).
+
 A template (``templates[tmpl[i]]``, an :class:`~schedsim.graph.ops.Op`) holds what instances share: kind,
 sizes and cost inputs (bytes, FLOP, m/n/k, dtype, repeat, duration), the group of a collective, source.
 Its name, tags and spec index are those of the first op that uses it, and its ``deps`` are empty where

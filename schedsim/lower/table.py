@@ -1,17 +1,21 @@
-"""The column builder the expansions write into (hand-written ops as rows in bulk, pipeline ops one by one).
+"""The column builder the expansions write into (hand-written ops as rows in bulk, pipeline ops as column
+blocks, the per-op reference emitter and the block's collectives one by one).
 
 A *template* is an :class:`~schedsim.graph.ops.Op` holding what many instances share (kind, sizes, cost
 inputs, dtype, group of a collective, source); an instance adds its rank, name, tags, stream, peer, NCCL
 batch, message tag and dependencies, each stored as a small integer into an interned table. Written op
 entries equal but for name, dependencies and tags share one template (:func:`template_key`), so a
-``foreach`` of 62,500 iterations has as many templates as its body has distinct entries. Nothing here makes
-one Python object per op instance except the pipeline's per-op list entries.
+``foreach`` of 62,500 iterations has as many templates as its body has distinct entries. The pipeline's
+columnar emitter hands its ops over as a :class:`Block` (numpy columns and a CSR of dependencies) and
+reserves its names, tag sets and strings as lazy runs of the interners (:meth:`_Interner.reserve`): they are
+made when a report, an error or an id reads them, and registered for lookup only when an item that could be
+one of them is looked up. Nothing here makes one Python object per op instance.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from itertools import count, filterfalse, repeat
 from typing import Any
 
@@ -105,7 +109,7 @@ class _Interner:
         base, n, _pred, which = seg
         self._fill(base, base + n)
         if which is None:
-            self._ids.update(zip(self._items[base:base + n], range(base, base + n)))
+            self._ids.update(zip(self._items[base:base + n], range(base, base + n), strict=True))
         else:
             items = self._items
             self._ids.update((items[base + k], base + k) for k in which.tolist())
@@ -321,7 +325,8 @@ class Table:
         """W when the table holds only rows that each run on ranks 0..W-1 (no single instances): then every
         rank runs the same ops in the same order, and :func:`schedsim.lower.link.link` links one rank's."""
         ws = [r for _t, _n, _c, _d, r, _g in self._rows]
-        if self.o_tmpl or self._blocks or not ws or not all(isinstance(w, (int, np.integer)) and w == ws[0] for w in ws):
+        if self.o_tmpl or self._blocks or not ws or \
+                not all(isinstance(w, (int, np.integer)) and w == ws[0] for w in ws):
             return None
         return int(ws[0])
 
