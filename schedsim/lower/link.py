@@ -143,7 +143,8 @@ def _stream_edges(cols: _Cols) -> np.ndarray:
     xs = o[np.repeat(rstart[pr[y]], cnt) + off]
     ys = np.repeat(o[y], cnt)
     e = np.stack([xs, ys], axis=1).astype(I64)
-    return e[np.lexsort((e[:, 0], e[:, 1]))] if len(e) else e.reshape(0, 2)
+    # by (y, x): one argsort of the combined key (op indices are < N), not a two-key lexsort
+    return e[np.argsort(e[:, 1] * max(cols.N, 1) + e[:, 0], kind="stable")] if len(e) else e.reshape(0, 2)
 
 
 def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
