@@ -86,6 +86,8 @@ class _Interner:
         when an item ``x`` with ``may_hold(x)`` true (None: any item) is looked up, so ``may_hold`` must be
         true for each of them; the others are never found by a lookup (as :meth:`append` 's)."""
         base = len(self._items)
+        if not n:
+            return base
         self._items.extend(repeat(None, n))
         self._lazy.append((base, n, make))
         if register is None or len(register):
@@ -98,7 +100,7 @@ class _Interner:
         if len(vals) != n:
             raise AssertionError(f"a lazy block made {len(vals)} items for {n} ids")
         self._items[base:base + n] = vals
-        self._lazy.remove(seg)
+        self._lazy = [g for g in self._lazy if g is not seg]
 
     def _fill(self, lo: int, hi: int) -> None:
         """Make the lazy items whose ids fall in ``lo .. hi - 1``."""
@@ -113,7 +115,7 @@ class _Interner:
         else:
             items = self._items
             self._ids.update((items[base + k], base + k) for k in which.tolist())
-        self._unreg.remove(seg)
+        self._unreg = [g for g in self._unreg if g is not seg]
 
     def _touch(self, x: Any) -> None:
         for seg in [g for g in self._unreg if g[2] is None or g[2](x)]:

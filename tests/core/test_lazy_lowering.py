@@ -64,6 +64,14 @@ def test_registered_subset_and_unregistered_items() -> None:
     assert it.ids == {"b": 1, "a": 3}
 
 
+def test_empty_runs_take_no_id() -> None:
+    it = _Interner()
+    assert it.reserve(0, lambda: [], None, np.zeros(0, np.int64)) == 0
+    assert it.reserve(0, lambda: []) == 0
+    assert it.reserve(1, lambda: ["a"]) == 0
+    assert it("a") == 0 and it.items == ["a"]
+
+
 def test_interner_equality_and_bad_make() -> None:
     a, b = _Interner(), _Interner()
     a.reserve(2, lambda: ["p", "q"])
