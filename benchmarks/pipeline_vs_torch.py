@@ -12,7 +12,11 @@ per phase in wall and CPU seconds (``time.process_time``: this process only, so 
 machine do not count), with torch's time over ours (simulate only, and end to end), all measured in
 this one run with the cyclic GC paused on both sides (as ``schedsim predict`` runs).
 
-Usage: python benchmarks/pipeline_vs_torch.py [--pp 32 --m 512 --v 4] [--json]
+With ``--builtin`` it also times the expansion alone (``expand_pipeline`` into a fresh table, min of 3 runs,
+CPU s) and ``lower()`` without checks of the built-in schedules at the same pp and m: interleaved 1F1B
+(Megatron's order, v), 1F1B and ZB-H1 (torch's lowering).
+
+Usage: python benchmarks/pipeline_vs_torch.py [--pp 32 --m 512 --v 4] [--json] [--builtin]
 """
 
 from __future__ import annotations
@@ -123,12 +127,52 @@ def ours(compute, pp: int, m: int, model: str):
     return {**out, "ops": len(tl), "makespan_us": tl.makespan_s * 1e6}
 
 
+BUILTIN = ("interleaved_1f1b", "1f1b", "zb_h1")
+
+
+def builtin_expansions(pp: int, m: int, v: int, repeat: int = 3) -> dict[str, tuple[int, float, float]]:
+    """Per built-in schedule: (ops, expand CPU s, lower CPU s), each the min of ``repeat`` runs, GC paused."""
+    from schedsim.lower import lower
+    from schedsim.lower.pipeline import expand_pipeline
+    from schedsim.lower.table import Table
+    from schedsim.spec.model import ScheduleSpec
+
+    out = {}
+    for name in BUILTIN:
+        blk = {"schedule": name, "p": pp, "m": m, "stage": {
+            "forward": [{"kind": "compute", "duration_us": 1}],
+            "backward_input": [{"kind": "compute", "duration_us": 1}],
+            "backward_weight": [{"kind": "compute", "duration_us": 1}]}}
+        if name == "interleaved_1f1b":
+            blk["v"] = v
+        spec = ScheduleSpec.model_validate({"schema_version": 1, "name": name, "world_size": pp, "pipeline": blk})
+        ex, lo, n = [], [], 0
+        for _ in range(repeat):
+            gc.collect()
+            gc.disable()
+            held = Table()
+            c0 = time.process_time()
+            expand_pipeline(spec, held)
+            c1 = time.process_time()
+            prog = lower(spec, check=False)
+            c2 = time.process_time()
+            n = prog.N
+            del held, prog
+            gc.enable()
+            ex.append(c1 - c0)
+            lo.append(c2 - c1)
+        out[name] = (n, min(ex), min(lo))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pp", type=int, default=32)
     ap.add_argument("--m", type=int, default=512)
     ap.add_argument("--v", type=int, default=4)
     ap.add_argument("--json", action="store_true", help="Print one JSON object instead of the table.")
+    ap.add_argument("--builtin", action="store_true",
+                    help="Also time the expansion and lower() of the built-in schedules at this pp and m.")
     a = ap.parse_args()
     from schedsim.pipeline import generate
 
@@ -138,9 +182,11 @@ def main() -> None:
     compute, n_actions, t_torch = torch_side(a.pp, a.m, a.v)
     runs = {model: ours(compute, a.pp, a.m, model) for model in MODELS}
     total = {model: tuple(sum(o[k][i] for k in PHASES) for i in (0, 1)) for model, o in runs.items()}
+    built = builtin_expansions(a.pp, a.m, a.v) if a.builtin else {}
     if a.json:
         print(json.dumps({"torch": t_torch, "actions": n_actions, "generate_wall": t_gen,
-                          **{model: {**o, "total": total[model]} for model, o in runs.items()}}))
+                          **{model: {**o, "total": total[model]} for model, o in runs.items()},
+                          **({"builtin": built} if built else {})}))
         return
     print(f"interleaved 1F1B pp={a.pp} m={a.m} v={a.v}")
     print(f"{'':48s} {'wall s':>8s} {'CPU s':>8s}")
@@ -155,6 +201,11 @@ def main() -> None:
         print(f"torch / schedsim, CPU s: simulate {t_torch[1] / o['simulate'][1]:.2f}x; "
               f"end to end {t_torch[1] / total[model][1]:.2f}x (goal >= 10x)")
         print(f"predicted makespan (unit costs): {o['makespan_us']:.0f} units")
+    if built:
+        print(f"-- built-in schedules, pp={a.pp} m={a.m} (v={a.v} for interleaved), CPU s, min of 3")
+        print(f"{'schedule':24s} {'ops':>9s} {'expand':>8s} {'lower':>8s}")
+        for name, (n, ex, lo) in built.items():
+            print(f"{name:24s} {n:9d} {ex:8.2f} {lo:8.2f}")
 
 
 if __name__ == "__main__":

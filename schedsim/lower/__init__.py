@@ -48,12 +48,12 @@ def lower(spec: Any, check: bool = True) -> Program:
         if conns is not None:
             info["max_connections"] = conns
         if pipeline is not None:
-            info["pipeline"] = pipeline.to_dict()  # G.graph's form, for the reference build that words errors
+            info["pipeline"] = pipeline  # G.graph's form (to_dict) only when the reference build words an error
         cols, linked = link(table, spec._file, info, check)
         c = cols.c
         prog = Program(spec.name, spec.world_size, spec.launch, spec._file, conns, pipeline, tuple(table.templates),
-                       tuple(table.names.items), tuple(table.tags.items), tuple(table.streams.items),
-                       tuple(table.strs.items), c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],
+                       table.names, table.tags, tuple(table.streams.items),
+                       table.strs, c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],
                        c["peer"], c["batch"], c["msg"], **linked)
         if check:
             from schedsim.lower.checks import check_program

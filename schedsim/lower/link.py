@@ -81,8 +81,12 @@ class _Cols:
 
 def explain(cols: _Cols, file: str, info: dict[str, Any], check: bool) -> None:
     """Run the object-based build on these ops, which raises the error the array rules detected."""
+    from schedsim.graph.info import PipelineInfo
     from schedsim.lower.reference import graph_from_ops
 
+    pipe = info.get("pipeline")
+    if isinstance(pipe, PipelineInfo):  # lower() passes it unconverted (its order can hold 10^5 strings)
+        info = {**info, "pipeline": pipe.to_dict()}
     graph_from_ops(cols.ops(), info, file, check=check)
     raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
 
@@ -91,7 +95,7 @@ def _resolve_deps(cols: _Cols) -> np.ndarray | None:
     """Dependency targets (op indices, one per declared dependency), or None when a rule is broken
     (unknown name, an op depending on itself, two members of one p2p batch, a name used twice on a rank)."""
     c = cols.c
-    nn = max(len(cols.table.names.items), 1)
+    nn = max(len(cols.table.names), 1)
     key = c["rank"].astype(I64) * nn + c["name"]
     korder = np.argsort(key, kind="stable")
     skey = key[korder]
@@ -139,7 +143,8 @@ def _stream_edges(cols: _Cols) -> np.ndarray:
     xs = o[np.repeat(rstart[pr[y]], cnt) + off]
     ys = np.repeat(o[y], cnt)
     e = np.stack([xs, ys], axis=1).astype(I64)
-    return e[np.lexsort((e[:, 0], e[:, 1]))] if len(e) else e.reshape(0, 2)
+    # by (y, x): one argsort of the combined key (op indices are < N), not a two-key lexsort
+    return e[np.argsort(e[:, 1] * max(cols.N, 1) + e[:, 0], kind="stable")] if len(e) else e.reshape(0, 2)
 
 
 def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
@@ -162,7 +167,7 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
         if len(groups) < len(gids):
             groups.append(g)
         t_sig[t] = sigs.setdefault((p.kind, p.nbytes, p.root, p.dtype), len(sigs))
-    nn = max(len(cols.table.names.items), 1)
+    nn = max(len(cols.table.names), 1)
     ck = c["name"][idx].astype(I64) + nn * t_gid[c["tmpl"][idx]]
     uk, first, inv = unique(ck)
     korder = np.argsort(first, kind="stable")  # keys by first member in program order
@@ -173,14 +178,14 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
     members = idx[mo]
     ptr = np.zeros(len(uk) + 1, I64)
     np.cumsum(np.bincount(kid, minlength=len(uk)), out=ptr[1:])
-    names = cols.table.names.items
     sig = t_sig[c["tmpl"][members]]
     mr = c["rank"][members].astype(I64)
     # per key, from its first member: the name and the group (``name#r0,r1,...``)
     first_m = members[ptr[:-1]]
     kgid = t_gid[c["tmpl"][first_m]]
     suffix = ["#" + ",".join(map(str, g)) for g in groups]
-    keys = [names[n] + suffix[g] for n, g in zip(c["name"][first_m].tolist(), kgid.tolist(), strict=True)]
+    keys = [n + suffix[g] for n, g in zip(cols.table.names.take(c["name"][first_m].tolist()), kgid.tolist(),
+                                           strict=True)]
     # consistent: as many members as the group has ranks, one signature, and the sorted member ranks are the group
     cnt = np.diff(ptr)
     glen = np.array([len(g) for g in groups], I64)
@@ -225,8 +230,7 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
     se = (se1[None, :, :] + off[:, None, None]).reshape(-1, 2)
     de = np.stack([tgt, cols.dep_op], axis=1).astype(I64) if len(tgt) else np.zeros((0, 2), I64)
     suffix = "#" + ",".join(map(str, every))
-    names = table.names.items
-    keys = [names[n] + suffix for n in one.c["name"][crow].tolist()]
+    keys = [n + suffix for n in table.names.take(one.c["name"][crow].tolist())]
     cidx = (crow[:, None].astype(I64) + off[None, :]).reshape(-1)
     cptr = np.arange(len(crow) + 1, dtype=I64) * W
     dep_ptr = np.zeros(cols.N + 1, I64)

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from schedsim.lower.program import unique
+
 __all__ = ["match_p2p", "name_warning"]
 
 I64 = np.int64
@@ -25,23 +27,36 @@ def _issue_pos(rank: np.ndarray, batch: np.ndarray, idx: np.ndarray) -> np.ndarr
     if bm.any():
         nb = int(batch.max()) + 1
         key = rank[bm].astype(I64) * nb + batch[bm]
-        from schedsim.lower.program import unique
-
         _u, first, inv = unique(key)
         at[bm] = idx[bm][first][inv.reshape(-1)]
     return at
 
 
-def _msg_tags(tagsets: list[tuple]) -> tuple[np.ndarray, list[Any]]:  # type: ignore[type-arg]
-    """Per tag set: an id of its ``msg`` value (-1 when it has none), and the values."""
+def _msg_values(cols: Any, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per matched send ``s`` and recv ``r`` (op indices), an id of the ``msg`` value of its tag set (-1 when
+    it has none; equal ids for equal values); None when every one of them is a tag set whose ``msg`` is the
+    op's message column (:meth:`~schedsim.lower.table.Table.mark_msg_tags`: the pipeline's), which the
+    caller has compared already. Only the tag sets of these ops are read."""
+    t = cols.table
+    tg = cols.c["tags"]
+    both = np.concatenate([s, r])
+    col = t.msg_in_column(tg[both])
+    if bool(col.all()):
+        return None
     vals: dict[Any, int] = {}
-    out = np.full(len(tagsets), -1, I64)
-    for i, t in enumerate(tagsets):
-        for k, v in t:
-            if k == "msg":
-                out[i] = vals.setdefault(v, len(vals))
+    out = np.full(len(both), -1, I64)
+    u, _first, inv = unique(tg[both].astype(I64))
+    per_tag = np.full(len(u), -1, I64)
+    for k, ts in enumerate(t.tags.take(u.tolist())):
+        for key, v in ts:
+            if key == "msg":
+                per_tag[k] = vals.setdefault(v, len(vals))
                 break
-    return out, list(vals)
+    out[:] = per_tag[inv.reshape(-1)]
+    m = cols.c["msg"][both]
+    for k in np.flatnonzero(col).tolist():  # the message column stands for the tag
+        out[k] = vals.setdefault(t.strs.item(int(m[k])), len(vals)) if m[k] >= 0 else -1
+    return out[:len(s)], out[len(s):]
 
 
 def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
@@ -67,10 +82,13 @@ def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
     msg = c["msg"]
     if bool(((msg[s] >= 0) & (msg[r] >= 0) & (msg[s] != msg[r])).any()):
         return None, []
-    mt, _vals = _msg_tags(cols.table.tags.items)
-    ms, mr = mt[c["tags"][s]], mt[c["tags"][r]]
-    if bool(((ms >= 0) & (mr >= 0) & (ms != mr)).any()):
-        return None, []
+    mv = _msg_values(cols, s, r)
+    if mv is None:  # the tags' messages are the message columns, compared above
+        ms = np.where(msg[s] >= 0, 0, -1)  # (only "has one" is read below)
+    else:
+        ms, mr = mv
+        if bool(((ms >= 0) & (mr >= 0) & (ms != mr)).any()):
+            return None, []
     nbytes = np.array([t.nbytes for t in tp], np.float64)[c["tmpl"]]
     if bool((nbytes[s] != nbytes[r]).any()):
         return None, []
@@ -83,14 +101,14 @@ def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: 
     from schedsim.lower.reference import message_name
 
     c = cols.c
-    names = cols.table.names.items
+    names = cols.table.names
     cache: dict[int, str] = {}
 
     def mname(i: int) -> str:
         n = int(c["name"][i])
         v = cache.get(n)
         if v is None:
-            v = cache[n] = message_name(names[n])
+            v = cache[n] = message_name(names.item(n))
         return v
 
     out: list[str] = []
@@ -123,4 +141,4 @@ def name_warning(source: str, send: str, recv: str, meant: str, src: int, dst: i
 
 
 def _oid(cols: Any, i: int) -> str:
-    return f"{cols.table.names.items[int(cols.c['name'][i])]}@r{int(cols.c['rank'][i])}"
+    return f"{cols.table.names.item(int(cols.c['name'][i]))}@r{int(cols.c['rank'][i])}"

@@ -9,12 +9,14 @@ dependencies; sends and recvs share one template per kind.
 
 Two emitters write the same table. :class:`_FastEmitter` works on the issue order as columns
 (:class:`StepCols`): every op's template, name, tags, stream, peer, strings and dependencies come from numpy
-over all ranks at once, and the interners (names, tags, streams, strings) are filled in the order the
-per-op emitter fills them. :class:`_Emitter`, one Python step per op, is the reference
-(``expand_pipeline(..., reference=True)``); tests/pipeline/test_expand_columns.py asserts both give the same
-table for every schedule kind. Orders without a column form (DualPipe's overlapped F&B pairs, torch's
-UNSHARD/RESHARD) and the rare cases the columns do not reproduce (an action twice on one rank, one compute
-on two ranks, a pipeline-like tag set interned before the block) go through the reference. Custom inline
+over all ranks at once and go to the table as one :class:`~schedsim.lower.table.Block` per replica; the
+names, tag sets and strings take the ids the per-op emitter gives them, as lazy runs of the interners (made
+on first read, registered for lookup when an item that could be one of them is looked up). :class:`_Emitter`,
+one Python step per op, is the reference (``expand_pipeline(..., reference=True)``);
+tests/pipeline/test_expand_columns.py asserts both give the same table for every schedule kind. Orders
+without a column form (DualPipe's overlapped F&B pairs, torch's UNSHARD/RESHARD) and the rare cases the
+columns do not reproduce (an action twice on one rank, one compute on two ranks, a pipeline-like tag set
+interned before the block) go through the reference. Custom inline
 actions are also parsed, checked and lowered to sends/recvs as columns (:func:`schedsim.spec.pipeline_block.plan_of`,
 :func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word.
 """
@@ -31,7 +33,7 @@ from pydantic import ValidationError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
-from schedsim.lower.table import Table
+from schedsim.lower.table import Block, Table
 from schedsim.lower.written import op_instance
 from schedsim.pipeline.actions import COMM_TYPES, Action
 from schedsim.pipeline.actions import ComputationType as CT
@@ -533,26 +535,31 @@ def _intern_bulk(interner: Any, seq: list[Any]) -> np.ndarray:
     return np.fromiter(map(ids.__getitem__, seq), dtype=np.int64, count=len(seq))
 
 
+def _is_pipeline_name(x: Any) -> bool:
+    """Whether ``x`` could be a pipeline op's name (``F0.1.x``, ``B0.1.I.x``, ``sendF0.1``): a letter of
+    F/I/W/B/s/r first and a dot."""
+    return isinstance(x, str) and x[:1] in ("F", "I", "W", "B", "s", "r") and "." in x
+
+
+def _is_pipeline_tags(x: Any) -> bool:
+    """Whether ``x`` could be a pipeline compute phase's tag set (five pairs, ``chunk`` first)."""
+    return isinstance(x, tuple) and len(x) == 5 and x[0][:1] == ("chunk",)
+
+
+def _is_pipeline_str(x: Any) -> bool:
+    """Whether ``x`` could be a pipeline p2p op's batch name (``b<id>``) or message (``F<stage>.<mb>``,
+    ``B<stage>.<mb>``)."""
+    return isinstance(x, str) and x[:1] in ("b", "F", "B")
+
+
 def _pipeline_like(names: Any) -> set[str]:
     """Those of ``names`` that could be a pipeline op's name (``F0.1.x``, ``B0.1.I.x``, ``sendF0.1``)."""
-    return {x for x in names if isinstance(x, str) and x[:1] in ("F", "I", "W", "B", "s", "r") and "." in x}
+    return set(filter(_is_pipeline_name, names))
 
 
 def _obj(xs: list[Any]) -> np.ndarray:
     """A 1-d object array of ``xs`` (tuples stay elements)."""
     return np.fromiter(xs, dtype=object, count=len(xs))
-
-
-def _tuples_of(cnt: np.ndarray, flat: np.ndarray) -> list[tuple[int, ...]]:
-    """Per op the tuple of its ``cnt[i]`` entries of ``flat`` (in order)."""
-    out = np.empty(len(cnt), dtype=object)
-    out.fill(())
-    start = np.cumsum(cnt) - cnt
-    for k in np.unique(cnt[cnt > 0]).tolist():
-        idx = np.flatnonzero(cnt == k)
-        cols = [flat[start[idx] + i].tolist() for i in range(k)]
-        out[idx] = np.fromiter(zip(*cols, strict=True), dtype=object, count=len(idx))
-    return out.tolist()
 
 
 def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
@@ -647,28 +654,46 @@ class _FastEmitter:
         val = last.copy()  # what each event's key holds: its last op; a full B's I key its W part's last op
         b0 = np.flatnonzero(is_b & (part == 0))
         val[b0] = last[b0 + 1]
-        ks = self._key(er, es, code, ej)
-        order = np.argsort(ks, kind="stable")
-        sk = ks[order]
-        if E > 1 and bool((sk[1:] == sk[:-1]).any()):
-            return None  # an action twice on one rank: only the per-op path follows its overwrites
-        ck = np.sort(((es * 3 + ph) * M + ej)[comp])
-        if len(ck) > 1 and bool((ck[1:] == ck[:-1]).any()):
+        ck = ((es * 3 + ph) * M + ej)[comp]
+        if len(ck) > 1 and int(np.bincount(ck, minlength=NS * 3 * M).max()) > 1:
             return None  # one compute on two ranks: its tag set is shared, which the per-op path interns
-        sval = val[order]
         dep = np.full(E, -1, np.int64)
+        # what each event sets, by (stage, code, mb): a dense table when no two ranks set one key (each compute
+        # and each message on one rank: every order but hand-written p2p), else the sorted (rank, key) pairs
+        space = (NS + 2) * 7 * M
+        k2 = ((es + 1) * 7 + code) * M + ej
+        dense = E == 0 or int(np.bincount(k2, minlength=space).max()) <= 1
+        if dense:
+            at = np.full(space, E, np.int64)
+            at[k2] = self.idx
+            val_e = np.append(val, -1)
+            er_e = np.append(er, -1)
+        else:
+            ks = self._key(er, es, code, ej)
+            order = np.argsort(ks, kind="stable")
+            sk = ks[order]
+            if E > 1 and bool((sk[1:] == sk[:-1]).any()):
+                return None  # an action twice on one rank: only the per-op path follows its overwrites
+            sval = val[order]
 
         def first_found(sel: np.ndarray, cands: list[tuple[int, int, np.ndarray | None]]) -> None:
             """``dep[sel]``: the first candidate key (stage offset, code, valid mask) set by an earlier event."""
             got = np.zeros(int(sel.sum()), bool)
             out = np.full(len(got), -1, np.int64)
+            r_s, s_s, j_s, i_s = er[sel], es[sel], ej[sel], self.idx[sel]
             for ds, cd, valid in cands:
-                q = self._key(er[sel], es[sel] + ds, cd, ej[sel])
-                i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
-                ok = (sk[i] == q) & (order[i] < self.idx[sel]) & ~got
+                if dense:
+                    e = at[((s_s + ds + 1) * 7 + cd) * M + j_s]
+                    ok = (e < i_s) & (er_e[e] == r_s) & ~got
+                    found = val_e[e]
+                else:
+                    q = self._key(r_s, s_s + ds, cd, j_s)
+                    i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
+                    ok = (sk[i] == q) & (order[i] < i_s) & ~got
+                    found = sval[i]
                 if valid is not None:
                     ok &= valid
-                out[ok] = sval[i][ok]
+                out[ok] = found[ok]
                 got |= ok
             dep[sel] = out
 
@@ -698,20 +723,25 @@ class _FastEmitter:
         if len(usfx) * M <= N:  # "<mb><suffix>" made once per (mb, suffix): one concatenation per name
             u_of = {x: i for i, x in enumerate(usfx)}
             sfx_u = np.array([u_of[x] for x in sfx_all], np.int64)[sfx_i]
-            tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
-            names = (pre[op_ev] + tail[ej_op * len(usfx) + sfx_u]).tolist()
+            head, tail_code = pre[op_ev], ej_op * len(usfx) + sfx_u
+
+            def make() -> list[str]:
+                tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
+                return (head + tail[tail_code]).tolist()  # type: ignore[no-any-return]
         else:
-            names = (pre[op_ev] + js[ej_op] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()
+            head, sfx_obj = pre[op_ev] + js[ej_op], np.array(sfx_all, dtype=object)[sfx_i]
+
+            def make() -> list[str]:
+                return (head + sfx_obj).tolist()  # type: ignore[no-any-return]
         nm = self.table.names
         # distinct (label, stage, mb, op) give distinct names (stage and mb are digits, the label leads), so the
-        # names are new and distinct unless a stage lists an op name twice or an earlier op took one
+        # names are new and distinct unless a stage lists an op name twice or an earlier op took one; then they
+        # are made and registered for lookup only when needed (a report, an error, a written op naming one)
         if all(len({x for x, _t in lst}) == len(lst) for lst in self.lists) and not _pipeline_like(nm.ids):
-            base = len(nm.items)
-            nm.items.extend(names)
+            base = nm.reserve(N, make, _is_pipeline_name)
             self.name_id = np.arange(base, base + N, dtype=np.int64)
-            nm.ids.update(zip(names, range(base, base + N), strict=True))  # names interned later find these
         else:
-            self.name_id = _intern_bulk(nm, names)
+            self.name_id = _intern_bulk(nm, make())
 
     def _dependencies(self, dep: np.ndarray) -> None:
         """Per op its dependency name ids: the input first, then (batched p2p) the last compute before a p2p
@@ -742,7 +772,9 @@ class _FastEmitter:
         d_nm_a = np.concatenate(d_nm)
         if len(d_op) > 1:  # the input dependency, then the others in order
             d_nm_a = d_nm_a[np.lexsort((np.concatenate(d_ord), d_op_a))]
-        self.deps = _tuples_of(np.bincount(d_op_a, minlength=self.N), d_nm_a)
+        self.dep_ptr = np.zeros(self.N + 1, np.int64)
+        np.cumsum(np.bincount(d_op_a, minlength=self.N), out=self.dep_ptr[1:])
+        self.dep_name = d_nm_a
 
     def _tags(self, chunk_of: dict[int, int]) -> None:
         """Tag sets (a p2p op's its own, naming its message; a compute phase's shared by its ops) appended in
@@ -750,11 +782,6 @@ class _FastEmitter:
         NS, M, table = self.plan.num_stages, self.M, self.table
         et, es, ej, comp = self.et, self.es, self.ej, self.comp
         chunk = np.array([chunk_of[st] for st in range(NS)], np.int64)
-        ch = _obj([("chunk", x) for x in range(int(chunk.max()) + 1 if NS else 1)])[chunk[es]]
-        mb = _obj([("mb", j) for j in range(M)])[ej]
-        val_tab = _obj([("pp_op", t.value) for t in _TYPES])  # a compute phase's label (B for both parts)
-        st_pairs = _obj([("stage", st) for st in range(NS)])[es]
-        mid = _obj([("phase", x) for x in "FIW"])[np.maximum(self.ph, 0)]
         self.fwd = fwd = np.isin(et, (4, 5))
         src = np.where(np.isin(et, (4, 6)), es, np.where(fwd, es - 1, es + 1))
         p2p = ~comp
@@ -763,18 +790,27 @@ class _FastEmitter:
         msg_u, msg_inv = _first_seen(msg_code, 2 * (NS + 2) * M)
         msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
         msg_str = (msg_tab[msg_u // M] + self.js[msg_u % M]).tolist()
-        mid[p2p] = _obj([("msg", x) for x in msg_str])[msg_inv]
-        tags = list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[et].tolist(), st_pairs.tolist(),
-                        strict=True))
-        tg = table.tags
-        base = len(tg.items)
-        tg.items.extend(tags)
-        if any(len(o.tags) == 5 and o.tags[0][:1] == ("chunk",) for o in table.templates):
-            # a template's tag set (interned when the table makes its columns) may equal a compute phase's
-            comp_ev = np.flatnonzero(comp)
-            tg.ids.update(zip([tags[i] for i in comp_ev.tolist()], (base + comp_ev).tolist(), strict=True))
+        made: list[list[tuple]] = []  # type: ignore[type-arg]
+
+        def make() -> list[tuple]:  # type: ignore[type-arg]
+            """The tag sets, in event order (made once, on first read)."""
+            if not made:
+                ch = _obj([("chunk", x) for x in range(int(chunk.max()) + 1 if NS else 1)])[chunk[es]]
+                mb = _obj([("mb", j) for j in range(M)])[ej]
+                val_tab = _obj([("pp_op", t.value) for t in _TYPES])  # a compute phase's label (B for both parts)
+                st_pairs = _obj([("stage", st) for st in range(NS)])[es]
+                mid = _obj([("phase", x) for x in "FIW"])[np.maximum(self.ph, 0)]
+                mid[p2p] = _obj([("msg", x) for x in msg_str])[msg_inv]
+                made.append(list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[et].tolist(),
+                                     st_pairs.tolist(), strict=True)))
+            return made[0]
+
+        self.make_tags_p2p = lambda: list(compress(make(), p2p.tolist()))
+        # made when read; a compute phase's tag set (not a p2p op's, which no other op shares) is registered
+        # for lookup when a written op's or a template's pipeline-like tag set is interned
+        base = table.tags.reserve(self.E, make, _is_pipeline_tags, np.flatnonzero(comp))
+        table.mark_msg_tags(base, p2p)
         self.ev_tag = base + self.idx
-        self.tags_p2p = list(compress(tags, p2p.tolist()))
         self.p2p_ev = np.flatnonzero(p2p)
         # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
         self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p], msg_u, msg_inv, msg_str)
@@ -818,13 +854,14 @@ class _FastEmitter:
         firsts = np.concatenate([b_first[keep_b], m_first])
         order = np.argsort(firsts, kind="stable")
         nb = int(keep_b.sum())
-        labels = [f"b{x}" for x in b_u[keep_b].tolist()] + msg_str
-        new = [labels[i] for i in order.tolist()]
-        base = len(st.items)
-        st.items.extend(new)
-        later = {x for o in table.templates for x in (o.p2p_batch, o.tag) if x is not None}
-        if later:  # the templates' strings are interned when the table makes its columns
-            st.ids.update((x, base + i) for i, x in enumerate(new) if x in later)
+        b_kept = b_u[keep_b]
+
+        def make() -> list[str]:
+            labels = np.array([f"b{x}" for x in b_kept.tolist()] + msg_str, dtype=object)
+            return labels[order].tolist()  # type: ignore[no-any-return]
+
+        # made when read, registered for lookup when a written op's batch or message could be one of them
+        base = st.reserve(len(order), make, _is_pipeline_str)
         id_of = np.empty(len(order), np.int64)
         id_of[order] = base + np.arange(len(order))
         b_id = np.full(len(b_u), -1, np.int64)
@@ -836,9 +873,8 @@ class _FastEmitter:
         table, plan = self.table, self.plan
         N = self.N
         if off:  # a replica after the first: same names, strings and compute tags; new p2p tag sets
-            tg = table.tags
-            base = len(tg.items)
-            tg.items.extend(self.tags_p2p)
+            base = table.tags.reserve(len(self.p2p_ev), self.make_tags_p2p, None, np.zeros(0, np.int64))
+            table.mark_msg_tags(base, np.ones(len(self.p2p_ev), bool))
             ev_tag = self.ev_tag.copy()
             ev_tag[self.p2p_ev] = base + np.arange(len(self.p2p_ev))
         else:
@@ -870,16 +906,8 @@ class _FastEmitter:
         peer[p2p_ops] = self.peer_l + off
         batch[p2p_ops] = self.batch_sid
         msg[p2p_ops] = self.msg_sid
-        t = table
-        t.o_tmpl.extend(self.tmpl.tolist())
-        t.o_rank.extend((self.rank_l + off).tolist())
-        t.o_name.extend(self.name_id.tolist())
-        t.o_tags.extend(ev_tag[self.op_ev].tolist())
-        t.o_stream.extend(stream.tolist())
-        t.o_peer.extend(peer.tolist())
-        t.o_batch.extend(batch.tolist())
-        t.o_msg.extend(msg.tolist())
-        t.o_deps.extend(self.deps)
+        table.add_block(Block(self.tmpl, self.rank_l + off, self.name_id, ev_tag[self.op_ev], stream, peer, batch,
+                              msg, self.dep_ptr, self.dep_name))
 
 
 def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, dtype: str) -> None:

@@ -14,6 +14,10 @@ pipeline block's ops after the hand-written ones)::
     coll_ptr int64[C+1], coll_idx int64[...]                members of each collective (key ``coll_keys[c]``)
     p2p int64[P, 2]                                         matched (send, recv) pairs, NCCL's pairing order
 
+The op names, tag sets and strings those ids index are ``names``, ``tagsets`` and ``strs``, made on first
+read from ``name_table``, ``tag_table`` and ``str_table`` (the lowering's interners, whose pipeline runs are
+lazy; tuples once pickled).
+
 A template (``templates[tmpl[i]]``, an :class:`~schedsim.graph.ops.Op`) holds what instances share: kind,
 sizes and cost inputs (bytes, FLOP, m/n/k, dtype, repeat, duration), the group of a collective, source.
 Its name, tags and spec index are those of the first op that uses it, and its ``deps`` are empty where
@@ -23,7 +27,6 @@ Op names, ids and :class:`Op` objects are built only on request (:meth:`Program.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -69,10 +72,10 @@ class Program:
     max_connections: Any
     pipeline: PipelineInfo | None
     templates: tuple[Op, ...]
-    names: tuple[str, ...]
-    tagsets: tuple[tuple, ...]  # type: ignore[type-arg]
+    name_table: Any  # the op names: a tuple, or the lowering's interner (made on first read of ``names``)
+    tag_table: Any  # the tag sets, likewise (``tagsets``)
     streams: tuple[str, ...]
-    strs: tuple[str, ...]
+    str_table: Any  # p2p batch names and message tags, likewise (``strs``)
     tmpl: np.ndarray
     rank: np.ndarray
     seq: np.ndarray
@@ -96,6 +99,30 @@ class Program:
     def __post_init__(self) -> None:
         for v in self.__dict__.values():
             _freeze(v)
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """The op names, indexed by :attr:`name_id` (made on first read: a pipeline block's are built lazily)."""
+        t = self.name_table
+        return t if isinstance(t, tuple) else tuple(t.items)
+
+    @cached_property
+    def tagsets(self) -> tuple[tuple, ...]:  # type: ignore[type-arg]
+        """The tag sets (each ``tuple(sorted(tags.items()))``), indexed by :attr:`tags_id` (made on first read)."""
+        t = self.tag_table
+        return t if isinstance(t, tuple) else tuple(t.items)
+
+    @cached_property
+    def strs(self) -> tuple[str, ...]:
+        """The p2p batch names and message tags, indexed by :attr:`batch` and :attr:`msg` (made on first read)."""
+        t = self.str_table
+        return t if isinstance(t, tuple) else tuple(t.items)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state with the name, tag and string tables as tuples (the lowering's interners hold closures)."""
+        state = dict(self.__dict__)
+        state["name_table"], state["tag_table"], state["str_table"] = self.names, self.tagsets, self.strs
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickling and :func:`copy.copy`/:func:`copy.deepcopy` restore the arrays (and cached views) writable;
@@ -153,14 +180,18 @@ class Program:
         """Op ids ``name@rN`` in program order (built on each call)."""
         if not self.N:
             return []
-        # interned halves joined by one C-level map: "name@r" per name, "N" per rank (~4x a per-op f-string)
-        heads = np.array([f"{n}@r" for n in self.names], dtype=object)
-        tails = np.array([str(r) for r in range(int(self.rank.max()) + 1)], dtype=object)
-        return list(map(operator.add, heads[self.name_id].tolist(), tails[self.rank].tolist()))
+        # one object-array concatenation per op of its name and its rank's "@rN" (interned halves; ~4x a
+        # per-op f-string)
+        names = np.empty(len(self.names), object)
+        names[:] = self.names
+        tails = np.array([f"@r{r}" for r in range(int(self.rank.max()) + 1)], dtype=object)
+        return (names[self.name_id] + tails[self.rank]).tolist()  # type: ignore[no-any-return]
 
     def op_id(self, i: int) -> str:
         """The id of op ``i``."""
-        return f"{self.names[int(self.name_id[i])]}@r{int(self.rank[i])}"
+        t, k = self.name_table, int(self.name_id[i])
+        name = self.names[k] if isinstance(t, tuple) or "names" in self.__dict__ else t.item(k)
+        return f"{name}@r{int(self.rank[i])}"
 
     def ops(self) -> list[Op]:
         """One :class:`Op` per instance, in program order, equal to what the object-based build made."""

@@ -1,48 +1,169 @@
-"""The column builder the expansions write into (hand-written ops as rows in bulk, pipeline ops one by one).
+"""The column builder the expansions write into (hand-written ops as rows in bulk, pipeline ops as column
+blocks, the per-op reference emitter and the block's collectives one by one).
 
 A *template* is an :class:`~schedsim.graph.ops.Op` holding what many instances share (kind, sizes, cost
 inputs, dtype, group of a collective, source); an instance adds its rank, name, tags, stream, peer, NCCL
 batch, message tag and dependencies, each stored as a small integer into an interned table. Written op
 entries equal but for name, dependencies and tags share one template (:func:`template_key`), so a
-``foreach`` of 62,500 iterations has as many templates as its body has distinct entries. Nothing here makes
-one Python object per op instance except the pipeline's per-op list entries.
+``foreach`` of 62,500 iterations has as many templates as its body has distinct entries. The pipeline's
+columnar emitter hands its ops over as a :class:`Block` (numpy columns and a CSR of dependencies) and
+reserves its names, tag sets and strings as lazy runs of the interners (:meth:`_Interner.reserve`): they are
+made when a report, an error or an id reads them, and registered for lookup only when an item that could be
+one of them is looked up. Nothing here makes one Python object per op instance.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from itertools import count, filterfalse
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from itertools import count, filterfalse, repeat
 from typing import Any
 
 import numpy as np
 
 from schedsim.graph.ops import Op, RankGroup
 
-__all__ = ["Table", "template_key"]
+__all__ = ["Block", "Table", "template_key"]
 
 I32 = np.int32
 
 
 class _Interner:
-    """Strings (or any hashable) to dense ids, in first-seen order."""
+    """Strings (or any hashable) to dense ids, in first-seen order.
 
-    __slots__ = ("ids", "items")
+    A run of new items can be appended *lazily* (:meth:`reserve`): their ids are taken at once, the items
+    are made on first read (:attr:`items`, :meth:`item`, :meth:`take`), and they join the lookup table
+    (:attr:`ids`) only when an item that could be one of them is looked up (or :attr:`ids` is read). A
+    pipeline block's 456,704 op names cost nothing until a report, an error or an id needs them.
+    """
+
+    __slots__ = ("_ids", "_items", "_lazy", "_unreg")
 
     def __init__(self) -> None:
-        self.ids: dict[Any, int] = {}
-        self.items: list[Any] = []
+        self._ids: dict[Any, int] = {}
+        self._items: list[Any] = []
+        self._lazy: list[tuple[int, int, Callable[[], list[Any]]]] = []  # (base, n, make): not made yet
+        self._unreg: list[tuple[int, int, Callable[[Any], bool] | None, np.ndarray | None]] = []  # not in _ids
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to an interner or a sequence holding the same items in the same (id) order."""
+        if isinstance(other, _Interner):
+            return self.items == other.items
+        if isinstance(other, (tuple, list)):
+            return len(other) == len(self._items) and self.items == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __call__(self, x: Any) -> int:
-        i = self.ids.get(x)
+        if self._unreg:
+            self._touch(x)
+        i = self._ids.get(x)
         if i is None:
-            i = self.ids[x] = len(self.items)
-            self.items.append(x)
+            i = self._ids[x] = len(self._items)
+            self._items.append(x)
         return i
+
+    def get(self, x: Any) -> int | None:
+        """The id of ``x``, None when it is not interned."""
+        if self._unreg:
+            self._touch(x)
+        return self._ids.get(x)
+
+    def append(self, x: Any) -> int:
+        """A new id for ``x`` without a lookup (``x`` is never found by one): an item no other op shares."""
+        self._items.append(x)
+        return len(self._items) - 1
+
+    def reserve(self, n: int, make: Callable[[], list[Any]], may_hold: Callable[[Any], bool] | None = None,
+                register: np.ndarray | None = None) -> int:
+        """Take ids ``base .. base + n - 1`` for ``n`` new items that ``make()`` returns (a list of ``n``) when
+        one is first read; returns ``base``. The caller guarantees they differ from every item interned so far
+        and from each other. Those at offsets ``register`` (int array; None = all) join the lookup table
+        when an item ``x`` with ``may_hold(x)`` true (None: any item) is looked up, so ``may_hold`` must be
+        true for each of them; the others are never found by a lookup (as :meth:`append` 's)."""
+        base = len(self._items)
+        if not n:
+            return base
+        self._items.extend(repeat(None, n))
+        self._lazy.append((base, n, make))
+        if register is None or len(register):
+            self._unreg.append((base, n, may_hold, register))
+        return base
+
+    def _make(self, seg: tuple[int, int, Callable[[], list[Any]]]) -> None:
+        base, n, make = seg
+        vals = make()
+        if len(vals) != n:
+            raise AssertionError(f"a lazy block made {len(vals)} items for {n} ids")
+        self._items[base:base + n] = vals
+        self._lazy = [g for g in self._lazy if g is not seg]
+
+    def _fill(self, lo: int, hi: int) -> None:
+        """Make the lazy items whose ids fall in ``lo .. hi - 1``."""
+        for seg in [g for g in self._lazy if g[0] < hi and g[0] + g[1] > lo]:
+            self._make(seg)
+
+    def _register(self, seg: tuple[int, int, Callable[[Any], bool] | None, np.ndarray | None]) -> None:
+        base, n, _pred, which = seg
+        self._fill(base, base + n)
+        if which is None:
+            self._ids.update(zip(self._items[base:base + n], range(base, base + n), strict=True))
+        else:
+            items = self._items
+            self._ids.update((items[base + k], base + k) for k in which.tolist())
+        self._unreg = [g for g in self._unreg if g is not seg]
+
+    def _touch(self, x: Any) -> None:
+        for seg in [g for g in self._unreg if g[2] is None or g[2](x)]:
+            self._register(seg)
+
+    def touch_all(self, xs: Any) -> None:
+        """Register the lazy runs any of ``xs`` could be in (before looking them up in :attr:`ids` directly)."""
+        if self._unreg:
+            for x in xs:
+                self._touch(x)
+                if not self._unreg:
+                    break
+
+    @property
+    def ids(self) -> dict[Any, int]:
+        """Item -> id, every lazy run registered."""
+        while self._unreg:
+            self._register(self._unreg[0])
+        return self._ids
+
+    @property
+    def items(self) -> list[Any]:
+        """Every item in id order, the lazy ones made."""
+        while self._lazy:
+            self._make(self._lazy[0])
+        return self._items
+
+    def item(self, i: int) -> Any:
+        """Item ``i`` (making only the lazy run that holds it)."""
+        if self._lazy:
+            self._fill(i, i + 1)
+        return self._items[i]
+
+    def take(self, ids: Any) -> list[Any]:
+        """Items of ``ids`` (ints), making only the lazy runs that hold them."""
+        ids = list(ids)
+        if self._lazy and ids:
+            a = np.asarray(ids, np.int64)
+            for seg in [g for g in self._lazy if bool(((a >= g[0]) & (a < g[0] + g[1])).any())]:
+                self._make(seg)
+        items = self._items
+        return [items[i] for i in ids]
 
 
 def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order."""
-    ids, items = interner.ids, interner.items
+    interner.touch_all(dict.fromkeys(seq))
+    ids, items = interner._ids, interner._items
     new = list(filterfalse(ids.__contains__, dict.fromkeys(seq)))  # C-level loops, no Python bytecode per item
     ids.update(zip(new, count(len(items))))
     items.extend(new)
@@ -86,7 +207,9 @@ class Table:
         self.o_peer: list[int] = []
         self.o_batch: list[int] = []
         self.o_msg: list[int] = []
-        self.o_deps: list[tuple[int, ...]] = []
+        self._o_deps: list[tuple[int, ...]] = []
+        self._blocks: list[tuple[int, Block]] = []  # (single instances before it, block)
+        self._msg_col: list[tuple[int, np.ndarray]] = []  # (first tag id, mask): see mark_msg_tags
 
     def template(self, proto: Op) -> int:
         """Register ``proto``; returns its id."""
@@ -118,8 +241,7 @@ class Table:
     def new_tag_id(self, tags: tuple) -> int:  # type: ignore[type-arg]
         """A fresh id for a tag set no other op has (a send's or recv's, which names its message): no lookup,
         so the tuple is never hashed."""
-        self.tags.items.append(tags)
-        return len(self.tags.items) - 1
+        return self.tags.append(tags)
 
     def name_id(self, name: str) -> int:
         """The id of op name ``name`` (interned)."""
@@ -137,26 +259,55 @@ class Table:
         self.o_peer.append(peer)
         self.o_batch.append(batch)
         self.o_msg.append(msg)
-        self.o_deps.append(deps)
+        self._o_deps.append(deps)
 
     def add_one(self, t: int, rank: int, name: str, tags: int, stream: str, deps: tuple[str, ...] = (),
                 peer: int = -1, batch: str | None = None, msg: str | None = None) -> None:
         """One instance of template ``t``; ``tags`` is an id from :meth:`tag_id` or :meth:`new_tag_id`."""
         names = self.names
-        ids = names.ids
-        n = ids.get(name)
-        if n is None:
-            n = names(name)
+        n = names(name)
         self.o_tmpl.append(t)
         self.o_rank.append(rank)
         self.o_name.append(n)
         self.o_tags.append(tags)
-        st = self.streams.ids.get(stream)
-        self.o_stream.append(self.streams(stream) if st is None else st)
+        self.o_stream.append(self.streams(stream))
         self.o_peer.append(peer)
         self.o_batch.append(-1 if batch is None else self.strs(batch))
         self.o_msg.append(-1 if msg is None else self.strs(msg))
-        self.o_deps.append(tuple([ids[d] if d in ids else names(d) for d in deps]) if deps else ())
+        self._o_deps.append(tuple([names(d) for d in deps]) if deps else ())
+
+    def mark_msg_tags(self, base: int, mask: np.ndarray) -> None:
+        """Tag sets ``base + k`` for ``k`` where ``mask`` (bool) is set carry a ``msg`` equal to the message
+        string (the ``msg`` column) of every op that has them: a send's or recv's own tag set, which the
+        send/recv pairing then compares through the column (:meth:`msg_in_column`) without reading it."""
+        self._msg_col.append((base, np.asarray(mask, bool)))
+
+    def msg_in_column(self, tag_ids: np.ndarray) -> np.ndarray:
+        """Per tag id of ``tag_ids``, whether :meth:`mark_msg_tags` marked it (bool array)."""
+        out = np.zeros(len(tag_ids), bool)
+        t = np.asarray(tag_ids, np.int64)
+        for base, mask in self._msg_col:
+            k = t - base
+            inside = (k >= 0) & (k < len(mask))
+            out[inside] |= mask[k[inside]]
+        return out
+
+    def add_block(self, block: Block) -> None:
+        """A run of single instances as columns (:class:`Block`), after those added so far."""
+        self._blocks.append((len(self.o_tmpl), block))
+
+    @property
+    def o_deps(self) -> list[tuple[int, ...]]:
+        """Per single instance (:meth:`add_ids`, :meth:`add_one`, :meth:`add_block`, in order) the name ids
+        of its dependencies (built on each call; the tests compare it)."""
+        out: list[tuple[int, ...]] = []
+        at = 0
+        for pos, b in self._blocks:
+            out.extend(self._o_deps[at:pos])
+            out.extend(b.dep_tuples())
+            at = pos
+        out.extend(self._o_deps[at:])
+        return out
 
     def _tmpl_cols(self) -> dict[str, np.ndarray]:
         """Per template: name, tags, stream, peer, batch and message-tag ids."""
@@ -176,7 +327,8 @@ class Table:
         """W when the table holds only rows that each run on ranks 0..W-1 (no single instances): then every
         rank runs the same ops in the same order, and :func:`schedsim.lower.link.link` links one rank's."""
         ws = [r for _t, _n, _c, _d, r, _g in self._rows]
-        if self.o_tmpl or not ws or not all(isinstance(w, (int, np.integer)) and w == ws[0] for w in ws):
+        if self.o_tmpl or self._blocks or not ws or \
+                not all(isinstance(w, (int, np.integer)) and w == ws[0] for w in ws):
             return None
         return int(ws[0])
 
@@ -217,17 +369,81 @@ class Table:
                 dop_p.append(base + np.repeat(np.arange(n), icnt))
                 dnm_p.append(dep_ids[np.repeat(dptr[row], icnt) + off])
             base += n
-        tm_p.append(np.array(self.o_tmpl, I32))
-        rank_p.append(np.array(self.o_rank, I32))
+        singles = self._singles()
+        tm_p.append(singles["tmpl"])
+        rank_p.append(singles["rank"])
         tm = np.concatenate(tm_p).astype(I32, copy=False)
         cols = {"tmpl": tm, "rank": np.concatenate(rank_p).astype(I32, copy=False)}
         nb = base
-        for key, lst in (("name", self.o_name), ("tags", self.o_tags), ("stream", self.o_stream),
-                         ("peer", self.o_peer), ("batch", self.o_batch), ("msg", self.o_msg)):
+        for key in ("name", "tags", "stream", "peer", "batch", "msg"):
             rows = {"name": name_p, "tags": tag_p}.get(key)
             head = np.concatenate(rows) if rows else tc[key][tm[:nb]]
-            cols[key] = np.concatenate([head.astype(I32, copy=False), np.array(lst, I32)])
-        k_o = np.array([len(d) for d in self.o_deps], np.int64)
-        dop_p.append(nb + np.repeat(np.arange(len(self.o_deps)), k_o))
-        dnm_p.append(np.array([x for d in self.o_deps for x in d], I32))
+            cols[key] = np.concatenate([head.astype(I32, copy=False), singles[key]])
+        dop_p.append(nb + singles["dep_op"])
+        dnm_p.append(singles["dep_name"])
         return cols, np.concatenate(dop_p).astype(np.int64), np.concatenate(dnm_p).astype(I32)
+
+    def _singles(self) -> dict[str, np.ndarray]:
+        """The single instances' columns (``tmpl`` .. ``msg`` int32) and declared dependencies (``dep_op``
+        int64, from 0 at the first single instance; ``dep_name`` int32), the blocks spliced in order."""
+        lists = {"tmpl": self.o_tmpl, "rank": self.o_rank, "name": self.o_name, "tags": self.o_tags,
+                 "stream": self.o_stream, "peer": self.o_peer, "batch": self.o_batch, "msg": self.o_msg}
+        k_o = np.fromiter(map(len, self._o_deps), np.int64, len(self._o_deps))
+        flat = np.fromiter((x for d in self._o_deps for x in d), I32, int(k_o.sum()))
+        if not self._blocks:  # no splicing
+            out = {k: np.array(v, I32).reshape(-1) for k, v in lists.items()}
+            out["dep_op"] = np.repeat(np.arange(len(k_o)), k_o)
+            out["dep_name"] = flat
+            return out
+        ptr = np.concatenate([[0], np.cumsum(k_o)])
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in (*lists, "dep_cnt", "dep_name")}
+        at = 0
+        for pos, b in [*self._blocks, (len(self.o_tmpl), None)]:
+            for k, v in lists.items():
+                parts[k].append(np.array(v[at:pos], I32))
+            parts["dep_cnt"].append(k_o[at:pos])
+            parts["dep_name"].append(flat[ptr[at]:ptr[pos]])
+            if b is not None:
+                for k in lists:
+                    parts[k].append(np.asarray(getattr(b, k), I32))
+                parts["dep_cnt"].append(np.diff(b.dep_ptr))
+                parts["dep_name"].append(np.asarray(b.dep_name, I32))
+            at = pos
+        out = {k: np.concatenate(v) for k, v in parts.items()}
+        cnt = out.pop("dep_cnt").astype(np.int64)
+        out["dep_op"] = np.repeat(np.arange(len(cnt)), cnt)
+        return out
+
+
+@dataclass(frozen=True)
+class Block:
+    """A run of N single instances as columns, as the pipeline's columnar emitter writes them.
+
+    ``tmpl``, ``rank``, ``name``, ``tags``, ``stream``, ``peer``, ``batch``, ``msg``: int arrays [N] (ids
+    into the table's templates and interners, -1 = none, as :meth:`Table.add_ids` takes them);
+    ``dep_ptr`` int64[N + 1] and ``dep_name`` (name ids) the declared dependencies as CSR, in declared order.
+    """
+
+    tmpl: np.ndarray
+    rank: np.ndarray
+    name: np.ndarray
+    tags: np.ndarray
+    stream: np.ndarray
+    peer: np.ndarray
+    batch: np.ndarray
+    msg: np.ndarray
+    dep_ptr: np.ndarray
+    dep_name: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.tmpl)
+        for f in ("rank", "name", "tags", "stream", "peer", "batch", "msg"):
+            if len(getattr(self, f)) != n:
+                raise ValueError(f"Block.{f} has {len(getattr(self, f))} entries for {n} ops")
+        if len(self.dep_ptr) != n + 1 or int(self.dep_ptr[-1]) != len(self.dep_name):
+            raise ValueError("Block.dep_ptr must have N + 1 offsets ending at len(dep_name)")
+
+    def dep_tuples(self) -> list[tuple[int, ...]]:
+        """Per op the tuple of its dependency name ids (what :meth:`Table.add_ids` takes)."""
+        ptr, nm = self.dep_ptr.tolist(), self.dep_name.tolist()
+        return [tuple(nm[a:z]) for a, z in zip(ptr[:-1], ptr[1:], strict=True)]

@@ -344,6 +344,27 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
     return OrderCols(np.repeat(np.arange(p), counts), typ, stage, mb, counts, texts)
 
 
+def _texts_of_cols(c: OrderCols, ranks: list[int]) -> dict[int, list[str]]:
+    """Per rank (keys in the order of ``ranks``, each a rank of ``c``) its actions in torch's notation
+    (``<stage><F|I|B|W><microbatch>``, as ``str(Action)``), idle steps left out: one concatenation per action
+    of interned stage, type and microbatch strings."""
+    import numpy as np
+
+    busy = np.flatnonzero(c.typ >= 0)
+    if not len(busy):
+        return {r: [] for r in ranks}
+    st, mb = c.stage[busy], c.mb[busy]
+    st_s = np.array([str(x) for x in range(int(st.max()) + 1)], dtype=object)
+    mb_s = np.array([str(x) for x in range(int(mb.max()) + 1)], dtype=object)
+    ty_s = np.array(["F", "I", "B", "W"], dtype=object)  # ComputationType's values, type codes 0..3
+    flat = (st_s[st] + ty_s[c.typ[busy]] + mb_s[mb]).tolist()
+    n = np.bincount(c.rank[busy], minlength=len(c.counts)).tolist()
+    start = [0]
+    for k in n:
+        start.append(start[-1] + k)
+    return {r: flat[start[r]:start[r + 1]] for r in ranks}
+
+
 def _cols_of_order(order: dict[int, list[Any]], p: int) -> OrderCols | None:
     """A generated order (per-rank lists of F/I/B/W actions and idle ``None`` steps) as columns; None when it
     holds anything else (DualPipe's overlapped pairs, p2p) or its ranks are not 0..p-1."""
@@ -567,8 +588,12 @@ def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> Pipelin
         ns = plan.num_stages
         memory = static_memory(stage_params(ns, t.layers // ns, _params_per_layer(t), hidden=t.hidden,
                                             seq=t.seq, vocab=t.vocab), plan.s2r)
-    texts = plan.cols.texts if plan.cols is not None and plan.order is None else \
-        {r: [str(a) for a in acts if a is not None] for r, acts in plan.actions().items()}
+    if plan.cols is not None and plan.order is None:
+        texts = plan.cols.texts
+    elif plan.cols is not None:  # a generated order with a column form: its notation formatted in bulk
+        texts = _texts_of_cols(plan.cols, list(plan.actions()))
+    else:
+        texts = {r: [str(a) for a in acts if a is not None] for r, acts in plan.actions().items()}
     return PipelineInfo(schedule=plan.name, p=plan.p, m=plan.m, v=plan.v, num_stages=plan.num_stages,
                         dp=pb.data_parallel, static_memory=memory,
                         stage_to_rank={int(k): int(val) for k, val in plan.s2r.items()}, p2p=plan.mode,

@@ -1,0 +1,198 @@
+"""The lowering's lazy tables: an interner run made on first read and registered for lookup on demand, the
+pipeline's ops as a column block (:class:`schedsim.lower.table.Block`), and a Program whose names, tag sets
+and strings are made on first read; each gives what the eager path gives."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+
+from schedsim.errors import GraphError
+from schedsim.graph.ops import Op
+from schedsim.lower import lower
+from schedsim.lower.pipeline import expand_pipeline
+from schedsim.lower.table import Block, Table, _Interner
+from schedsim.lower.written import add_written
+from schedsim.spec.model import ScheduleSpec
+
+STAGE = {"forward": [{"name": "a", "kind": "compute", "duration_us": 1}],
+         "backward_input": [{"name": "di", "kind": "compute", "duration_us": 2}],
+         "backward_weight": [{"name": "dw", "kind": "compute", "duration_us": 1}]}
+
+
+def _counted(items: list[Any]) -> tuple[Any, list[int]]:
+    calls: list[int] = []
+
+    def make() -> list[Any]:
+        calls.append(1)
+        return list(items)
+
+    return make, calls
+
+
+def test_reserved_run_made_on_first_read_only() -> None:
+    it = _Interner()
+    assert it("x") == 0
+    make, calls = _counted(["F0.0", "F0.1", "F0.2"])
+    assert it.reserve(3, make, lambda x: x.startswith("F")) == 1
+    assert len(it) == 4 and calls == []
+    assert it("y") == 4 and calls == []  # "y" cannot be one of them: nothing made, nothing registered
+    assert it.item(2) == "F0.1" and calls == [1]
+    assert it.items == ["x", "F0.0", "F0.1", "F0.2", "y"] and calls == [1]  # made once
+    assert it.take([3, 0]) == ["F0.2", "x"]
+
+
+def test_lookup_registers_the_run_it_could_be_in() -> None:
+    it = _Interner()
+    make, calls = _counted(["F0.0", "F0.1"])
+    it.reserve(2, make, lambda x: x.startswith("F"))
+    assert it.get("F0.1") == 1 and calls == [1]  # found at its reserved id, not interned again
+    assert it("F0.1") == 1 and it("F9.9") == 2 and len(it) == 3
+
+
+def test_registered_subset_and_unregistered_items() -> None:
+    """Only the offsets given in ``register`` are found by lookup (a send's tag set, which no other op shares,
+    is never found); the others read back but a lookup of an equal item interns it anew."""
+    it = _Interner()
+    it.reserve(3, lambda: ["a", "b", "c"], None, np.array([1]))
+    assert it("b") == 1
+    assert it("a") == 3  # offset 0 was not registered
+    assert it.items == ["a", "b", "c", "a"]
+    assert it.ids == {"b": 1, "a": 3}
+
+
+def test_empty_runs_take_no_id() -> None:
+    it = _Interner()
+    assert it.reserve(0, lambda: [], None, np.zeros(0, np.int64)) == 0
+    assert it.reserve(0, lambda: []) == 0
+    assert it.reserve(1, lambda: ["a"]) == 0
+    assert it("a") == 0 and it.items == ["a"]
+
+
+def test_interner_equality_and_bad_make() -> None:
+    a, b = _Interner(), _Interner()
+    a.reserve(2, lambda: ["p", "q"])
+    b("p")
+    b("q")
+    assert a == b and a == ("p", "q") and a != ("p",) and a != ("q", "p")
+    bad = _Interner()
+    bad.reserve(2, lambda: ["only one"])
+    with pytest.raises(AssertionError, match="made 1 items for 2 ids"):
+        _ = bad.items
+
+
+def _proto(t: Table, kind: str = "compute") -> int:
+    return t.template(Op(name="x", rank=0, kind=kind, stream="compute", seq=0, duration_s=1e-6))
+
+
+def test_block_spliced_between_single_instances() -> None:
+    """add_one, a Block, add_one: the same columns and dependencies as adding every op one by one."""
+    ref, new = Table(), Table()
+    for t in (ref, new):
+        _proto(t)
+    # the block's ops: c0 (no deps), c1 <- c0, c2 <- (c0, c1)
+    names = ["c0", "c1", "c2"]
+    ref.add_one(0, 0, "a", ref.tag_id(()), "compute")
+    for i, nm in enumerate(names):
+        ref.add_one(0, 1, nm, ref.tag_id(()), "compute", tuple(names[:i]))
+    ref.add_one(0, 0, "z", ref.tag_id(()), "compute", ("a", "c2"))
+
+    new.add_one(0, 0, "a", new.tag_id(()), "compute")
+    base = new.names.reserve(3, lambda: list(names), lambda x: x.startswith("c"))
+    sid = new.streams("compute")
+    i32 = np.int32
+    new.add_block(Block(np.zeros(3, i32), np.ones(3, i32), base + np.arange(3), np.zeros(3, i32),
+                        np.full(3, sid), np.full(3, -1), np.full(3, -1), np.full(3, -1),
+                        np.array([0, 0, 1, 3]), base + np.array([0, 0, 1])))
+    new.add_one(0, 0, "z", new.tag_id(()), "compute", ("a", "c2"))  # "c2" found in the block's run
+    (c1, o1, n1), (c2, o2, n2) = ref.columns(), new.columns()
+    assert {k: v.tolist() for k, v in c1.items()} == {k: v.tolist() for k, v in c2.items()}
+    assert o1.tolist() == o2.tolist() == [2, 3, 3, 4, 4] and n1.tolist() == n2.tolist()
+    assert ref.o_deps == new.o_deps == [(), (), (1,), (1, 2), (0, 3)]
+    assert ref.names.items == new.names.items == ["a", "c0", "c1", "c2", "z", "x"]  # the template's name last
+
+
+def test_block_checks_its_lengths() -> None:
+    z = np.zeros(2, np.int32)
+    with pytest.raises(ValueError, match="rank has 1 entries for 2 ops"):
+        Block(z, z[:1], z, z, z, z, z, z, np.zeros(3, np.int64), z[:0])
+    with pytest.raises(ValueError, match="dep_ptr"):
+        Block(z, z, z, z, z, z, z, z, np.array([0, 1, 1]), z[:0])
+
+
+def _pipe_spec(ops: list[dict[str, Any]] | None = None) -> ScheduleSpec:
+    d: dict[str, Any] = {"schema_version": 1, "name": "t", "world_size": 2,
+                         "pipeline": {"schedule": "1f1b", "p": 2, "m": 2, "stage": STAGE, "activation_bytes": 8}}
+    if ops:
+        d["ops"] = ops
+    return ScheduleSpec.model_validate(d)
+
+
+def _table(spec: ScheduleSpec, reference: bool) -> Table:
+    t = Table()
+    add_written(spec, t)
+    expand_pipeline(spec, t, reference=reference)
+    return t
+
+
+def _same_tables(spec: ScheduleSpec) -> Table:
+    ref, new = _table(spec, True), _table(spec, False)
+    c1, c2 = ref.columns(), new.columns()
+    assert {k: v.tolist() for k, v in c1[0].items()} == {k: v.tolist() for k, v in c2[0].items()}
+    assert c1[1].tolist() == c2[1].tolist() and c1[2].tolist() == c2[2].tolist()
+    assert ref.names.items == new.names.items and ref.tags.items == new.tags.items
+    assert ref.strs.items == new.strs.items
+    return new
+
+
+def test_written_op_named_like_a_pipeline_op_shares_its_name() -> None:
+    """A written op interned after the block (at column time) finds the lazily made pipeline name: on a rank
+    without that op it reuses the name's id; on the op's own rank it is a duplicate name."""
+    t = _same_tables(_pipe_spec([{"name": "F0.1.a", "kind": "compute", "duration_us": 1, "ranks": [1]}]))
+    cols, _o, _n = t.columns()
+    nid = t.names.ids["F0.1.a"]
+    assert sorted(cols["rank"][cols["name"] == nid].tolist()) == [0, 1]  # the pipeline's on 0, the written on 1
+    with pytest.raises(GraphError, match="F0.1.a"):
+        lower(_pipe_spec([{"name": "F0.1.a", "kind": "compute", "duration_us": 1, "ranks": [0]}]))
+
+
+def test_written_op_with_a_pipeline_tag_set_shares_its_id() -> None:
+    tags = {"chunk": 0, "mb": 1, "phase": "F", "pp_op": "F", "stage": 0}
+    t = _same_tables(_pipe_spec([{"name": "w", "kind": "compute", "duration_us": 1, "ranks": [1], "tags": tags}]))
+    cols, _o, _n = t.columns()
+    w = int(np.flatnonzero(cols["name"] == t.names.ids["w"])[0])
+    f01 = int(np.flatnonzero(cols["name"] == t.names.ids["F0.1.a"])[0])
+    assert cols["tags"][w] == cols["tags"][f01]
+
+
+def test_program_tables_lazy_then_pickled_as_tuples() -> None:
+    prog = lower(_pipe_spec())
+    assert "names" not in prog.__dict__ and prog.name_table._lazy  # lowering made no name
+    assert prog.op_id(0) == "F0.0.a@r0" and "names" not in prog.__dict__  # one name made, not the tuple
+    ids = prog.ids()
+    assert ids[:3] == ["F0.0.a@r0", "sendF0.0@r0", "F0.1.a@r0"]
+    assert len(set(ids)) == prog.N
+    back = pickle.loads(pickle.dumps(prog))
+    assert isinstance(back.name_table, tuple) and back.names == prog.names and back.ids() == ids
+    assert back.tagsets == prog.tagsets and back.strs == prog.strs
+    assert [o.tags for o in back.ops()] == [o.tags for o in prog.ops()]
+
+
+def test_written_p2p_beside_the_pipeline_compares_tag_messages() -> None:
+    """Sends/recvs outside the block carry tag sets the message column does not stand for: their ``msg`` tags
+    are read, and a pair whose messages disagree is refused (the reference build words it)."""
+    def spec(msg_b: str) -> ScheduleSpec:
+        return _pipe_spec([
+            {"name": "s", "kind": "send", "ranks": [0], "peer": 1, "bytes": 8, "stream": "x", "tags": {"msg": "A"}},
+            {"name": "r", "kind": "recv", "ranks": [1], "peer": 0, "bytes": 8, "stream": "x",
+             "tags": {"msg": msg_b}}])
+
+    prog = lower(spec("A"))
+    ids = prog.ids()
+    pairs = {(ids[a], ids[b]) for a, b in prog.p2p.tolist()}
+    assert ("s@r0", "r@r1") in pairs and ("sendF0.0@r0", "recvF1.0@r1") in pairs
+    with pytest.raises(GraphError):
+        lower(spec("B"))
