@@ -67,10 +67,23 @@ def _with_range(row: dict[str, str], side: str) -> str:
     return f"{med} ({lo}–{hi}, {n} proc.)" if med and lo and hi and n else med
 
 
+def overhead_pct(row: dict[str, str]) -> float | None:
+    """The overhead judged against the goal, percent: for a case run in several processes, the fastest
+    process of each side (min of the process medians), else the medians' ratio. On one H200 the same
+    host-bound script's process medians fall in a fast and a slow mode (small_ops eager 2.20–2.31 against
+    3.35–3.52 ms for the reference and 2.26–2.27 against 3.00–3.18 ms for execute, 6 processes each,
+    2026-12-01 04:06 UTC, ``benchmarks/h200/probe_host_spread_2026-12-01_0410_1xh200.txt``), so the median of 3–6
+    processes compares modes as often as programs; the minimum compares the fast modes."""
+    lo_x, lo_h = _f(row.get("measured_min_ms")), _f(row.get("handwritten_min_ms"))
+    if lo_x and lo_h:
+        return (lo_x / lo_h - 1) * 100
+    return _f(row.get("executor_overhead_pct"))
+
+
 def verdict(row: dict[str, str], goal_pct: float) -> str:
     if row.get("status") != "ok":
         return f"not run: {row.get('note') or row.get('status') or '?'}"
-    ov = _f(row.get("executor_overhead_pct"))
+    ov = overhead_pct(row)
     if ov is None:
         return "no reference"
     if abs(ov) <= goal_pct:
@@ -84,8 +97,9 @@ def table(rows: dict[str, dict[str, str]], goal_pct: float, date: str, hardware:
     head = (f"Side by side on {hardware}, {date} (`benchmarks/accuracy_x2.sh`; medians of {iters} iterations, "
             f"both sides timed by `executor/clock.py` + `executor.timing.lean_makespans`; the reference runs its "
             f"{warmup} + {iters} warm-ups, as many iterations as execute's warm-up and instrumented ones before the "
-            f"uninstrumented ones; host-bound cases: median over fresh processes, execute and reference alternating, "
-            f"with the range of the processes' medians). Goal: |overhead| ≤ {goal_pct:g} %.\n\n")
+            f"uninstrumented ones; host-bound cases: fresh processes, execute and reference alternating, median "
+            f"(min–max) of the processes' medians, and the overhead is the fastest process's of each side, see "
+            f"`overhead_pct` in `benchmarks/executor_overhead_table.py`). Goal: |overhead| ≤ {goal_pct:g} %.\n\n")
     lines = ["| case | schedule | GPUs | launch | hand-written (ms) | schedsim execute, uninstrumented (ms) | "
              "overhead | execute, per-op timed (ms) | late starts (exec/hw) | goal |",
              "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
@@ -98,7 +112,7 @@ def table(rows: dict[str, dict[str, str]], goal_pct: float, date: str, hardware:
     for name in sorted(rows, key=order):
         r = rows[name]
         v = verdict(r, goal_pct)
-        ov = _f(r.get("executor_overhead_pct"))
+        ov = overhead_pct(r)
         ov = None if ov is None else (round(ov, 1) or 0.0)  # no "-0.0 %"
         if ov is not None and r.get("status") == "ok":
             total += 1

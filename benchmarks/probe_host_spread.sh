@@ -3,7 +3,7 @@
 # Alternates `schedsim execute` (uninstrumented makespan) and the hand-written reference in fresh processes,
 # REPS times per placement: unpinned, and pinned to one core of the GPU's NUMA node (taskset). Prints each
 # process's median and the spread, plus the host's CPU facts. ~3 min on one H200.
-#   OUT=dir REPS=4 bash benchmarks/probe_host_spread.sh
+#   OUT=dir REPS=4 [PINS='none core'] [LAUNCHES='eager graph'] bash benchmarks/probe_host_spread.sh
 set -uo pipefail
 OUT=${OUT:-probe_host_spread_out}; REPS=${REPS:-4}; W=/tmp/hs_work; rm -rf $W; mkdir -p "$OUT" $W
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
@@ -24,9 +24,9 @@ CORE=${AFF%%[-,]*}; CORE=$((CORE + 2))
 echo "GPU0 CPU affinity: ${AFF:-?}; pinned runs use core $CORE"
 tr1() { python3 -m torch.distributed.run --standalone --nproc-per-node 1 "$@"; }
 for rep in $(seq "$REPS"); do
-  for pin in none core; do
+  for pin in ${PINS:-none core}; do
     P=(); [ "$pin" = core ] && P=(taskset -c "$CORE")
-    for launch in eager graph; do
+    for launch in ${LAUNCHES:-eager graph}; do
       xf="--eager"; rf=""; [ "$launch" = graph ] && { xf="--cuda-graph"; rf="--graph"; }
       d=$W/${launch}_${pin}_$rep; mkdir -p "$d"
       "${P[@]}" python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute \
