@@ -5,9 +5,14 @@ a clear error or no noise."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from schedsim.cli import app
+from schedsim.errors import SpecError
+from schedsim.lower import lower
 from schedsim.spec import loader
 from schedsim.spec.loader import load_text
 
@@ -35,3 +40,40 @@ def test_nan_and_inf_loop_values_give_no_numpy_warning(monkeypatch: pytest.Monke
     assert names == ["a1.0", "ainf"]
     monkeypatch.setattr(loader, "TEMPLATES", False)
     assert [o.name for o in load_text(NAN_INF, "n.yaml").ops] == names
+
+
+TAGS = """\
+schema_version: 1
+name: t
+world_size: 2
+ops:
+  - {name: pre, kind: compute, duration_us: 1}
+  - foreach: {i: range(3)}
+    ops:
+      - {name: "a{i}", kind: compute, duration_us: 1, tags: {mb: "{i}", span: VALUE}}
+"""
+
+
+@pytest.mark.parametrize(("value", "typ"), [("[1, 2]", "list"), ('"{[i, i + 1]}"', "list"), ("{x: 1}", "dict")])
+@pytest.mark.parametrize("blocks", [True, False])
+def test_a_tag_value_that_is_a_list_or_mapping_is_refused_with_its_line(
+        value: str, typ: str, blocks: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A list or mapping as a tag value reached the lowering's tag interning and crashed there (TypeError:
+    unhashable type, a traceback from `schedsim check`); it is a schema error naming the line, field and tag."""
+    monkeypatch.setattr(loader, "TEMPLATES", blocks)
+    text = TAGS.replace("VALUE", value)
+    with pytest.raises(SpecError) as e:
+        lower(load_text(text, "t.yaml"))
+    assert (e.value.line, e.value.path) == (8, "ops[1].ops[0].tags")
+    assert f"tag 'span' holds a {typ}" in str(e.value)
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    r = CliRunner().invoke(app, ["check", str(path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output and f"{path}:8:" in r.output
+
+
+def test_scalar_tag_values_and_null_still_load() -> None:
+    spec = load_text(TAGS.replace("VALUE", "null").replace('"{i}"', '"{i > 0}"'), "t.yaml")
+    assert [o.tags for o in spec.ops[1:]] == [{"mb": False, "span": None}, {"mb": True, "span": None},
+                                              {"mb": True, "span": None}]
+    assert lower(spec).N == 2 * 4
