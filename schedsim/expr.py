@@ -374,7 +374,13 @@ def _pow_checked(a: Any, b: Any) -> Any:
 
 
 def _uses(node: ast.AST, loop: Mapping[str, Any]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in loop for n in ast.walk(node))
+    """Whether ``node`` names a loop variable. The names under a node are kept on it (parse trees are cached
+    and walked at every node of every evaluation: a block per outer iteration of a nested ``foreach``)."""
+    names = getattr(node, "_names_below", None)
+    if names is None:
+        names = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+        node._names_below = names  # type: ignore[attr-defined]
+    return not names.isdisjoint(loop)
 
 
 def _as_array(v: Any, n: int) -> Any:

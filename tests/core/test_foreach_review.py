@@ -77,3 +77,30 @@ def test_scalar_tag_values_and_null_still_load() -> None:
     assert [o.tags for o in spec.ops[1:]] == [{"mb": False, "span": None}, {"mb": True, "span": None},
                                               {"mb": True, "span": None}]
     assert lower(spec).N == 2 * 4
+
+
+NESTED_SMALL = """\
+schema_version: 1
+name: small_inner
+world_size: 2
+ops: [{foreach: {i: range(5)}, ops: [
+  {foreach: {j: range(2)}, ops: [{name: "mm{i}_{j}", kind: compute, duration_us: "{j + 1}"}]},
+  {foreach: {j: range(8)}, ops: [{name: "big{i}_{j}", kind: compute, duration_us: 1}]}]}]
+"""
+
+
+def test_a_small_inner_loop_stops_being_a_block_after_a_few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inner loop of 2 iterations (small) is built as a block for its first SMALL_BLOCKS_KEPT outer
+    iterations, then per iteration; an inner loop of 8 (not small) stays a block every time. The spec is the
+    general path's either way."""
+    from schedsim.spec.loader import Block
+
+    monkeypatch.setattr(loader, "SMALL_BLOCKS_KEPT", 2)
+    monkeypatch.setattr(loader, "SMALL_BLOCK", 8)
+    spec = load_text(NESTED_SMALL, "n.yaml")
+    items = spec._layout.items
+    kinds = [(type(x).__name__, x.rows if isinstance(x, Block) else 1) for x in items]
+    # by hand: i = 0, 1: a block of 2 rows then a block of 8; i = 2, 3, 4: two plain ops then a block of 8
+    assert kinds == [("Block", 2), ("Block", 8)] * 2 + [("ComputeOp", 1), ("ComputeOp", 1), ("Block", 8)] * 3
+    monkeypatch.setattr(loader, "TEMPLATES", False)
+    assert spec.ops == load_text(NESTED_SMALL, "n.yaml").ops
