@@ -374,7 +374,13 @@ def _pow_checked(a: Any, b: Any) -> Any:
 
 
 def _uses(node: ast.AST, loop: Mapping[str, Any]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in loop for n in ast.walk(node))
+    """Whether ``node`` names a loop variable. The names under a node are kept on it (parse trees are cached
+    and walked at every node of every evaluation: a block per outer iteration of a nested ``foreach``)."""
+    names = getattr(node, "_names_below", None)
+    if names is None:
+        names = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+        node._names_below = names  # type: ignore[attr-defined]
+    return not names.isdisjoint(loop)
 
 
 def _as_array(v: Any, n: int) -> Any:
@@ -513,12 +519,17 @@ def compile_vector(text: str) -> Callable[[Mapping[str, Any], Mapping[str, _Vec]
         From ``f``, where :func:`evaluate` would raise for some iteration (the caller then evaluates per
         iteration, which raises :class:`ExprError` with the usual message).
     """
+    import numpy as np
+
     tree = _parse(text.strip())
     budget = _element_budget()
 
     def run(env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
         _budget[0] = budget
-        v = _vec(tree.body, {k: x for k, x in env.items() if k not in loop}, loop, n)
+        # object arrays apply Python's float rules (inf * 0 is nan, nan < 1 is False, no exception); numpy
+        # would still print a RuntimeWarning from the FPU flags those set, which evaluate never prints
+        with np.errstate(all="ignore"):
+            v = _vec(tree.body, {k: x for k, x in env.items() if k not in loop}, loop, n)
         vals = v.a.tolist() if isinstance(v, _Vec) else [v]
         if isinstance(v, _Vec) and v.num and vals and -_BIG < min(vals) and max(vals) < _BIG:
             return v  # every int within 4096 bits (min/max run in C; the loop below in Python)

@@ -205,6 +205,7 @@ class _Ctx:
         self.max_ops = limit("SCHEDSIM_MAX_OPS")
         self.max_chars = limit("SCHEDSIM_MAX_CHARS")
         self.plans: dict[int, _Plan] = {}  # id(op entry as written) -> its compiled form, see _plan
+        self.small_blocks: dict[int, int] = {}  # id(foreach body as written) -> small blocks built of it
 
     def plan(self, item: Mapping[str, Any]) -> _Plan:
         """The compiled form of one op entry as written (made on first use, then reused every iteration)."""
@@ -332,6 +333,7 @@ class _Plan:
         self.uses_rank = any(_RANK.search(str(v)) if k == "when" else _uses_rank(v, k) for k, v in item.items()
                              if k != "ranks")
         self.fields = [(k, _compile_field(k, v)) for k, v in item.items() if k != "when"]
+        self.vec: dict[str, Any] = {}  # field -> its vectorised form (_vector_field), made on a block's first use
         self.when = None
         if "when" in item:
             try:
@@ -343,7 +345,7 @@ class _Plan:
         """The plan of ``one``, a copy of this entry with its own ``ranks`` (the per-rank instances): the same
         compiled fields but ``ranks``, which is evaluated from the copy (appended where the entry had none)."""
         pl = object.__new__(_Plan)
-        pl.item, pl.uses_rank, pl.when = one, self.uses_rank, self.when
+        pl.item, pl.uses_rank, pl.when, pl.vec = one, self.uses_rank, self.when, {}
         pl.fields = [(k, None if k == "ranks" else f) for k, f in self.fields]  # `ranks` is the copy's own
         if "ranks" not in self.item:
             pl.fields.append(("ranks", None))
@@ -517,7 +519,7 @@ def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[
     errors, the body is expanded iteration by iteration.
     """
     body = _plain_body(ops, "rank" in env or "rank" in names, ctx, p + ".ops")
-    if body is not None and ctx.blocks and TEMPLATES and "rank" not in env:
+    if body is not None and ctx.blocks and TEMPLATES and "rank" not in env and _worth_a_block(ops, values, ctx):
         blk = _block(body, names, values, env, ctx)
         if blk is not None:
             if blk.rows:
@@ -529,6 +531,27 @@ def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[
         it_env = {**env, **dict(zip(names, combo, strict=False))}
         if body is None or not _expand_plain(body, it_env, ctx, out):
             _expand_ops(ops, it_env, ctx, p + ".ops", out)
+
+
+#: A block of fewer iterations than this is *small*: building it (vector fields, representatives validated as
+#: in the general path) costs more than expanding its iterations one by one. An inner ``foreach`` is one block
+#: per outer iteration; after :data:`SMALL_BLOCKS_KEPT` small blocks of one body, that body is expanded
+#: iteration by iteration. ``benchmarks/foreach_nested.py`` on the shared 2-core VM, 2026-12-01 (load + lower,
+#: two entries, 160,000 ops): 20,000 outer x 2 inner iterations took 8.9 CPU s as blocks, 3.8 s per iteration,
+#: 2.8 s with this rule; 2,000 x 20 took 2.2 s as blocks, 3.4 s per iteration (both paths give the same
+#: spec, tests/core/test_foreach_template.py).
+SMALL_BLOCK = 8
+SMALL_BLOCKS_KEPT = 32
+
+
+def _worth_a_block(ops: Any, values: list[list[Any]], ctx: _Ctx) -> bool:
+    """Whether the body ``ops`` (as written) is still built as a block for a loop over ``values``: not when
+    it has already been built as :data:`SMALL_BLOCKS_KEPT` small blocks and this loop is small too."""
+    if math.prod(map(len, values)) >= SMALL_BLOCK:
+        return True
+    seen = ctx.small_blocks.get(id(ops), 0)
+    ctx.small_blocks[id(ops)] = seen + 1
+    return seen < SMALL_BLOCKS_KEPT
 
 
 def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str) -> list[tuple[Any, ...]] | None:
@@ -847,7 +870,8 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
         return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
 
     done: dict[tuple[bool, str], Any] = {}
-    entries = [x for e, b in enumerate(body) if (x := _entry_rows(e, b, loop, n, env, envs_of, done)) is not None]
+    entries = [x for e, b in enumerate(body)
+               if (x := _entry_rows(e, b, loop, n, env, envs_of, done, ctx.plan(b[5]).vec)) is not None]
     if not entries:
         ctx.visits += n
         return _empty_block()
@@ -885,9 +909,12 @@ def _empty_block() -> Block:
 
 
 def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: dict[str, Any], envs_of: Any,
-                done: dict[tuple[bool, str], Any]) -> _Entry | None:
+                done: dict[tuple[bool, str], Any], vec: dict[str, Any]) -> _Entry | None:
     """Entry ``e`` of the body over the iterations its ``when`` keeps (None: none kept): its fields' values,
-    names, ``deps``, tags and combinations of the other fields (one representative each)."""
+    names, ``deps``, tags and combinations of the other fields (one representative each).
+
+    ``vec`` caches the entry's vectorised fields (:attr:`_Plan.vec`): an inner ``foreach`` is one block per
+    outer iteration, and compiling its fields each time cost more than expanding a small inner loop."""
     import numpy as np
 
     from schedsim.expr import _Vec, compile_vector
@@ -895,8 +922,12 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
     when, fields, _key_marks, _mark, _p, item = b
     keep = np.arange(n)
     if when is not None:
-        w = _values(lambda env_, loop_, n_: compile_vector(str(item["when"]))(env_, loop_, n_),
-                    when, env, loop, n, envs_of(keep))
+        def when_vec(env_: Any, loop_: Any, n_: int) -> Any:
+            if "\0when" not in vec:
+                vec["\0when"] = compile_vector(str(item["when"]))
+            return vec["\0when"](env_, loop_, n_)
+
+        w = _values(when_vec, when, env, loop, n, envs_of(keep))
         keep = np.flatnonzero(np.asarray(np.frompyfunc(bool, 1, 1)(w), dtype=bool) if isinstance(w, np.ndarray)
                               else np.full(n, bool(w)))
     nk = len(keep)
@@ -913,10 +944,12 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
         if ck is not None and ck in done:
             vals[k] = [done[ck]] if one is not raw else done[ck]
             continue
-        try:
-            vf = _vector_field(k, raw)
-        except ExprError:
-            raise _Abandon from None
+        vf = vec.get(k)
+        if vf is None:
+            try:
+                vf = vec[k] = _vector_field(k, raw)
+            except ExprError:
+                raise _Abandon from None
         vals[k] = _values(vf, (lambda env_, f=f, fm=fm: f(env_, fm)), env, sub, nk, envs_of(keep))
         if ck is not None:
             done[ck] = vals[k][0] if one is not raw else vals[k]

@@ -79,7 +79,8 @@ class _OpBase(_Base):
     )
     tags: dict[str, Any] = Field(
         default_factory=dict,
-        description="Free-form labels kept in the timeline (e.g. microbatch, stage, phase).",
+        description="Free-form labels kept in the timeline (e.g. microbatch, stage, phase): strings, numbers, "
+        "booleans or null.",
     )
     host_us: float = Field(
         default=0.0, ge=0,
@@ -87,6 +88,22 @@ class _OpBase(_Base):
         "(data loading, bookkeeping); it delays this op's launch and every later one on the rank. Eager only: "
         "a CUDA graph replay skips it.",
     )
+
+    @field_validator("tags")
+    @classmethod
+    def _scalar_tags(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Tag values are strings, numbers, booleans or null: ops are grouped by their tag sets (the lowering
+        interns them, the timeline and its pictures read them), which a list or mapping cannot key."""
+        for k, x in v.items():
+            if x is not None and type(x) not in (str, int, float, bool):
+                raise ValueError(f"tag {k!r} holds a {type(x).__name__} ({_short_repr(x)}); a tag value is a string, "
+                                 "number, boolean or null: write it as one (e.g. a string \"0-3\" for a range)")
+        return v
+
+
+def _short_repr(x: Any, n: int = 40) -> str:
+    r = repr(x)
+    return r if len(r) <= n else r[:n - 3] + "..."
 
 
 class _SizedMixin(_Base):

@@ -1,0 +1,106 @@
+"""Review findings on the columnar ``foreach`` path (schedsim.spec.loader.Block, schedsim.expr.compile_vector):
+inputs where the block path and the general path (``loader.TEMPLATES = False``) must agree and a user must get
+a clear error or no noise."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+from schedsim.errors import SpecError
+from schedsim.lower import lower
+from schedsim.spec import loader
+from schedsim.spec.loader import load_text
+
+NAN_INF = """\
+schema_version: 1
+name: t
+world_size: 1
+ops:
+  - foreach: {x: [.nan, 1.0, .inf]}
+    ops:
+      - {name: "a{x}", kind: compute, duration_us: 1, when: "x * 0 < 1 or x > 0"}
+"""
+
+
+def test_nan_and_inf_loop_values_give_no_numpy_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's float rules: nan * 0 < 1 is False and nan > 0 is False (dropped); inf * 0 is nan, inf > 0 is
+    True (kept); 1.0 kept. The block evaluates the ``when`` over object arrays, whose float operations set the
+    FPU flags; numpy must not turn those into RuntimeWarnings on the user's terminal (evaluate prints none)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = load_text(NAN_INF, "n.yaml")
+        assert spec._layout is not None  # the block path ran
+        names = [o.name for o in spec.ops]
+    assert [str(w.message) for w in caught] == []
+    assert names == ["a1.0", "ainf"]
+    monkeypatch.setattr(loader, "TEMPLATES", False)
+    assert [o.name for o in load_text(NAN_INF, "n.yaml").ops] == names
+
+
+TAGS = """\
+schema_version: 1
+name: t
+world_size: 2
+ops:
+  - {name: pre, kind: compute, duration_us: 1}
+  - foreach: {i: range(3)}
+    ops:
+      - {name: "a{i}", kind: compute, duration_us: 1, tags: {mb: "{i}", span: VALUE}}
+"""
+
+
+@pytest.mark.parametrize(("value", "typ"), [("[1, 2]", "list"), ('"{[i, i + 1]}"', "list"), ("{x: 1}", "dict")])
+@pytest.mark.parametrize("blocks", [True, False])
+def test_a_tag_value_that_is_a_list_or_mapping_is_refused_with_its_line(
+        value: str, typ: str, blocks: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A list or mapping as a tag value reached the lowering's tag interning and crashed there (TypeError:
+    unhashable type, a traceback from `schedsim check`); it is a schema error naming the line, field and tag."""
+    monkeypatch.setattr(loader, "TEMPLATES", blocks)
+    text = TAGS.replace("VALUE", value)
+    with pytest.raises(SpecError) as e:
+        lower(load_text(text, "t.yaml"))
+    assert (e.value.line, e.value.path) == (8, "ops[1].ops[0].tags")
+    assert f"tag 'span' holds a {typ}" in str(e.value)
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    r = CliRunner().invoke(app, ["check", str(path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output and f"{path}:8:" in r.output
+
+
+def test_scalar_tag_values_and_null_still_load() -> None:
+    spec = load_text(TAGS.replace("VALUE", "null").replace('"{i}"', '"{i > 0}"'), "t.yaml")
+    assert [o.tags for o in spec.ops[1:]] == [{"mb": False, "span": None}, {"mb": True, "span": None},
+                                              {"mb": True, "span": None}]
+    assert lower(spec).N == 2 * 4
+
+
+NESTED_SMALL = """\
+schema_version: 1
+name: small_inner
+world_size: 2
+ops: [{foreach: {i: range(5)}, ops: [
+  {foreach: {j: range(2)}, ops: [{name: "mm{i}_{j}", kind: compute, duration_us: "{j + 1}"}]},
+  {foreach: {j: range(8)}, ops: [{name: "big{i}_{j}", kind: compute, duration_us: 1}]}]}]
+"""
+
+
+def test_a_small_inner_loop_stops_being_a_block_after_a_few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inner loop of 2 iterations (small) is built as a block for its first SMALL_BLOCKS_KEPT outer
+    iterations, then per iteration; an inner loop of 8 (not small) stays a block every time. The spec is the
+    general path's either way."""
+    from schedsim.spec.loader import Block
+
+    monkeypatch.setattr(loader, "SMALL_BLOCKS_KEPT", 2)
+    monkeypatch.setattr(loader, "SMALL_BLOCK", 8)
+    spec = load_text(NESTED_SMALL, "n.yaml")
+    items = spec._layout.items
+    kinds = [(type(x).__name__, x.rows if isinstance(x, Block) else 1) for x in items]
+    # by hand: i = 0, 1: a block of 2 rows then a block of 8; i = 2, 3, 4: two plain ops then a block of 8
+    assert kinds == [("Block", 2), ("Block", 8)] * 2 + [("ComputeOp", 1), ("ComputeOp", 1), ("Block", 8)] * 3
+    monkeypatch.setattr(loader, "TEMPLATES", False)
+    assert spec.ops == load_text(NESTED_SMALL, "n.yaml").ops

@@ -1,0 +1,64 @@
+"""Review findings in files other helpers were editing (schedsim/sim/timeline.py, schedsim/lower/table.py):
+reported to the lead with the fix, kept here as strict expected failures. When a fix lands the test passes,
+``strict`` turns that into a failure, and the marker is to be removed."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from schedsim import api
+from schedsim.sim.metrics import Metrics
+from schedsim.sim.timeline import Span, Timeline
+
+
+@pytest.mark.xfail(strict=True, reason="Timeline.spans setter keeps the simulator's critical-path rows "
+                   "(_cp_rows) of the old columns; fix: reset self._cp_rows = None there (schedsim/sim/timeline.py)")
+def test_metrics_after_the_spans_are_reassigned_read_the_new_rows() -> None:
+    """``critical_path_s`` is, by definition, the duration of the spans whose id is on the critical path, summed
+    by resource; after ``tl.spans = ...`` puts the rows in another order it must still be that."""
+    tl = api.predict("schedules/allgather_mm8.yaml").timeline
+    Metrics.of(tl)  # the rows the simulator gave are used once
+    tl.spans = [s for s in tl.spans if s.rank == 0] + [s for s in tl.spans if s.rank != 0][::-1]
+    on = set(tl.critical_path)
+    want: dict[str, float] = defaultdict(float)
+    for s in tl.spans:
+        if s.id in on:
+            want[s.resource] += s.end_s - s.start_s
+    got = Metrics.of(tl).critical_path_s
+    assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+
+
+@pytest.mark.xfail(strict=True, reason="the lowering interns tag sets by ==/hash, under which 1, True and 1.0 "
+                   "are one key: every op gets the first one's value; fix: key the tag interner by "
+                   "(key, type(value), value) (schedsim/lower/table.py)")
+def test_tag_values_one_true_and_one_point_zero_stay_apart_in_the_timeline() -> None:
+    text = """\
+schema_version: 1
+name: t
+world_size: 1
+ops:
+  - {name: a, kind: compute, duration_us: 1, tags: {x: 1}}
+  - {name: b, kind: compute, duration_us: 1, tags: {x: true}}
+  - {name: c, kind: compute, duration_us: 1, tags: {x: 1.0}}
+"""
+    spans = api.predict(api.load_text(text)).timeline.spans
+    assert [(s.name, type(s.tags["x"]), s.tags["x"]) for s in spans] == \
+        [("a", int, 1), ("b", bool, True), ("c", float, 1.0)]
+
+
+@pytest.mark.xfail(strict=True, reason="orjson serialises a non-contiguous numpy array through default=str, "
+                   "so timeline.json gets the text '[0. 2. ...]' for that column; fix: np.ascontiguousarray "
+                   "in Timeline._column_chunks / dumps_json (schedsim/sim/timeline.py)")
+def test_a_strided_column_round_trips_through_timeline_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spans = [Span(f"op{i}@r0", f"op{i}", 0, "s0", "compute", "compute", float(i), float(i) + 0.5)
+             for i in range(3)]
+    cols = Timeline("t", "predict", 1, spans=spans).columns
+    wide = np.zeros((3, 2))
+    wide[:, 0] = cols.start_s
+    cols.start_s = wide[:, 0]  # a view with a stride of two floats, as a column taken from a 2-d array is
+    tl = Timeline("t", "predict", 1, columns=cols)
+    tl.write_json(tmp_path / "timeline.json")
+    assert Timeline.read_json(tmp_path / "timeline.json").spans == spans
