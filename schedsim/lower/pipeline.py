@@ -296,6 +296,10 @@ def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> O
     d = {kk: vv for kk, vv in o.items() if kk != "name"}
     kind = d.get("kind")
     where = f"pipeline.stage.{phase}[{k}]"
+    if d.get("tags"):
+        raise block_error(spec, "stage ops cannot set 'tags': the pipeline tags each instance itself (stage, "
+                          "microbatch, phase, chunk), and a stage op's own tags would be lost", where,
+                          "remove 'tags' from the stage op (tag the schedule's other ops instead)")
     bad = sorted(set(d) & {"ranks", "stream", "deps"})
     if bad:
         raise block_error(spec, f"stage ops cannot set {bad[0]!r}: the pipeline places them (rank of the "

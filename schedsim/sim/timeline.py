@@ -532,6 +532,7 @@ class Timeline:
     @spans.setter
     def spans(self, value: Iterable[Span]) -> None:
         self._spans, self._cols, self._makespan = list(value), None, None
+        self._cp_rows = None  # the simulator's critical-path rows belong to the old spans
 
     @property
     def columns(self) -> SpanColumns:
@@ -754,8 +755,19 @@ def dumps_json(obj: Any) -> bytes:
     """Compact UTF-8 JSON of ``obj``: numpy arrays as lists, NaN/inf as null, non-string keys as strings,
     anything else unknown as ``str(obj)``. orjson when installed, else the standard library."""
     if _orjson is not None:
-        return _orjson.dumps(obj, default=str, option=_orjson.OPT_SERIALIZE_NUMPY | _orjson.OPT_NON_STR_KEYS)
+        opts = _orjson.OPT_SERIALIZE_NUMPY | _orjson.OPT_NON_STR_KEYS
+        return _orjson.dumps(obj, default=_orjson_default, option=opts)
     return json.dumps(_finite(obj), default=_json_default, separators=(",", ":")).encode("utf-8")
+
+
+def _orjson_default(obj: Any) -> Any:
+    """What orjson cannot write itself: a numpy array it does not take (non-contiguous, e.g. a strided column)
+    as a contiguous copy, anything else as ``str(obj)``."""
+    import numpy as np
+
+    if isinstance(obj, np.ndarray) and not obj.flags.c_contiguous:
+        return np.ascontiguousarray(obj)
+    return str(obj)
 
 
 def _finite(obj: Any) -> Any:
