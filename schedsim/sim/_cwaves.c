@@ -24,6 +24,7 @@
 #include <string.h>
 
 typedef int64_t i64;
+typedef int32_t i32; /* the per-op, per-kernel and per-group buffers: indices and counts below 2**31 */
 
 enum { BATCH = 0, XFER = 1, COPY = 2 };
 #define HOST (-2)
@@ -102,25 +103,25 @@ typedef struct {
     /* tables (gpu_model.rate_tables) */
     const double *comm_tab, *batch_tab, *copy_tab;
     /* per op */
-    i64 *npred;
-    const i64 *succ_ptr, *succ_idx, *sid, *orank, *ogrp, *kern;
+    i32 *npred;
+    const i32 *succ_ptr, *succ_idx, *sid, *orank, *ogrp, *kern;
     const double *issue, *opwork;
     /* per kernel */
-    const i64 *kops_ptr, *kops_idx, *ktype, *krank, *kmem, *kq;
-    i64 *kneed, *kleft;
+    const i32 *kops_ptr, *kops_idx, *ktype, *krank, *kmem, *kq;
+    i32 *kneed, *kleft;
     const double *ktau;
     /* hardware queues */
-    const i64 *q_ptr, *q_idx;
+    const i32 *q_ptr, *q_idx;
     /* per collective / send-recv pair (group) */
-    const i64 *gmem_ptr, *gmem_idx, *gends_ptr, *gends_idx, *grev_ptr, *grev_idx, *granks_ptr, *granks_idx;
-    const i64 *epos_ptr, *epos_idx; /* per member slot (gmem_ptr[g] + m): positions in gends of its rank's ends */
+    const i32 *gmem_ptr, *gmem_idx, *gends_ptr, *gends_idx, *grev_ptr, *grev_idx, *granks_ptr, *granks_idx;
+    const i32 *epos_ptr, *epos_idx; /* per member slot (gmem_ptr[g] + m): positions in gends of its rank's ends */
     const double *gwork;
     /* outputs */
     double *start, *end, *ready_t, *deps_t, *khand;
-    i64 *binding;
+    i32 *binding;
 
     /* kernels */
-    i64 *kbat, *kwait, *qhead, *cqnext;
+    i32 *kbat, *kwait, *qhead, *cqnext;
     char *kstarted, *kready;
     /* groups */
     i64 *gres, *garr, *xcnt;
@@ -207,7 +208,7 @@ static void new_job(W *w, i64 typ, i64 key, i64 sms, double work, i64 r, double 
 static void track(W *w, i64 g, i64 slot) {
     i64 e0 = w->gends_ptr[g], ne = w->gends_ptr[g + 1] - e0;
     double *vals = w->xval + e0;
-    const i64 *ends = w->gends_idx + e0;
+    const i32 *ends = w->gends_idx + e0;
     if (!w->xinit[g]) {
         w->xinit[g] = 1;
         double m = 0.0;
@@ -561,7 +562,9 @@ static void loop(W *w) {
 #define NBUF 44
 /* Version of run()'s argument list; schedsim.sim.waves._LAYOUT must equal it, or Python ignores this build (a
  * stale .so of an editable checkout). Bump both whenever the arguments change. */
-#define LAYOUT 1
+#define LAYOUT 2
+/* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
+static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays;
@@ -589,20 +592,34 @@ static PyObject *run(PyObject *self, PyObject *args) {
     w->xlat = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 1));
     if (PyErr_Occurred()) return NULL;
 
+    if (w->N >= INT32_MAX || w->K >= INT32_MAX || w->G >= INT32_MAX || w->world >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "run: more than 2**31 - 1 ops, kernels, groups or ranks");
+        return NULL;
+    }
     Py_buffer bufs[NBUF];
     int got = 0;
     void *ptr[NBUF];
     for (; got < NBUF; got++) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, got), &bufs[got], PyBUF_WRITABLE | PyBUF_FORMAT) < 0) break;
         ptr[got] = bufs[got].buf;
+        const char *f = bufs[got].format ? bufs[got].format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') f++;
+        int want8 = KINDS[got] == 'd';
+        if (bufs[got].itemsize != (want8 ? 8 : 4) || strcmp(f, want8 ? "d" : "i") ||
+            !PyBuffer_IsContiguous(&bufs[got], 'C')) {
+            PyErr_Format(PyExc_TypeError, "run: array %d must be a contiguous %s buffer", got,
+                         want8 ? "float64" : "int32");
+            PyBuffer_Release(&bufs[got]);
+            break;
+        }
     }
     PyObject *result = NULL;
     if (got < NBUF) goto release_bufs;
     int b = 0;
 #define D(f) (w->f = (double *)ptr[b++])
 #define CD(f) (w->f = (const double *)ptr[b++])
-#define I(f) (w->f = (i64 *)ptr[b++])
-#define CI(f) (w->f = (const i64 *)ptr[b++])
+#define I(f) (w->f = (i32 *)ptr[b++])
+#define CI(f) (w->f = (const i32 *)ptr[b++])
     CD(comm_tab); CD(batch_tab); CD(copy_tab);
     I(npred); CI(succ_ptr); CI(succ_idx); CI(sid); CI(orank); CI(ogrp); CI(kern); CD(issue); CD(opwork);
     CI(kops_ptr); CI(kops_idx); CI(ktype); CI(krank); CI(kmem); CI(kq); I(kneed); I(kleft); CD(ktau);
