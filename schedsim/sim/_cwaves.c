@@ -13,7 +13,8 @@
  * loop's (tests/core/test_cwaves.py).
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
- * Also acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic).
+ * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program), and
+ * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
@@ -562,7 +563,7 @@ static void loop(W *w) {
 #define NBUF 44
 /* Version of run()'s argument list; schedsim.sim.waves._LAYOUT must equal it, or Python ignores this build (a
  * stale .so of an editable checkout). Bump both whenever the arguments change. */
-#define LAYOUT 2
+#define LAYOUT 3
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
 static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
@@ -778,8 +779,76 @@ done:
     return result;
 }
 
+/* ---- walk(binding, ogrp, i, out): the critical path's walk back from op i, for the timeline ------------------ */
+/* Follows binding[] (the op that released each op; < 0: its host launch, or none) from op i until it leaves the
+ * ops or meets one it has seen, and writes to out (int32, length >= len(binding)) every op on the way except a
+ * rendezvous peer standing for its group's op (binding and op in one group): the loop of
+ * schedsim.sim.engine._timeline_program, from the last op to the first. Returns how many it wrote. Raises
+ * TypeError for buffers that are not int32 of one length (out: at least), ValueError for i outside them. */
+static int int32_buffer(PyObject *o, Py_buffer *b, int writable) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b->itemsize != 4 || strcmp(f, "i")) {
+        PyBuffer_Release(b);
+        PyErr_SetString(PyExc_TypeError, "walk: binding, ogrp and out must be int32 arrays");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *bo, *go, *oo;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "OOnO", &bo, &go, &i, &oo)) return NULL;
+    Py_buffer bb, gb, ob;
+    if (int32_buffer(bo, &bb, 0) < 0) return NULL;
+    if (int32_buffer(go, &gb, 0) < 0) {
+        PyBuffer_Release(&bb);
+        return NULL;
+    }
+    if (int32_buffer(oo, &ob, 1) < 0) {
+        PyBuffer_Release(&bb);
+        PyBuffer_Release(&gb);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    i64 n = bb.len / 4, k = 0;
+    const i32 *binding = bb.buf, *ogrp = gb.buf;
+    i32 *out = ob.buf;
+    char *seen = NULL;
+    if (gb.len != bb.len || ob.len < bb.len) {
+        PyErr_SetString(PyExc_TypeError, "walk: binding and ogrp differ in length, or out is shorter");
+        goto done;
+    }
+    if (i >= n) {
+        PyErr_SetString(PyExc_ValueError, "walk: start op outside the ops");
+        goto done;
+    }
+    seen = calloc((size_t)n + 1, 1);
+    if (!seen) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    while (i >= 0 && i < n && !seen[i]) {
+        seen[i] = 1;
+        i64 b = binding[i];
+        if (!(b >= 0 && b < n && ogrp[i] >= 0 && ogrp[b] == ogrp[i])) out[k++] = (i32)i;
+        i = b;
+    }
+    result = PyLong_FromLongLong(k);
+done:
+    free(seen);
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&gb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
+    {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int64 edges)."},
     {NULL, NULL, 0, NULL},
 };
