@@ -13,7 +13,8 @@
  * loop's (tests/core/test_cwaves.py).
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
- * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program), and
+ * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
+ * issue_sums(...), rule 1's prefix sums for schedsim.sim.gpu_model.host_issue_columns (arithmetic only), and
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
@@ -563,7 +564,7 @@ static void loop(W *w) {
 #define NBUF 44
 /* Version of run()'s argument list; schedsim.sim.waves._LAYOUT must equal it, or Python ignores this build (a
  * stale .so of an editable checkout). Bump both whenever the arguments change. */
-#define LAYOUT 3
+#define LAYOUT 4
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
 static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
@@ -785,16 +786,21 @@ done:
  * rendezvous peer standing for its group's op (binding and op in one group): the loop of
  * schedsim.sim.engine._timeline_program, from the last op to the first. Returns how many it wrote. Raises
  * TypeError for buffers that are not int32 of one length (out: at least), ValueError for i outside them. */
-static int int32_buffer(PyObject *o, Py_buffer *b, int writable) {
+static int typed_buffer(PyObject *o, Py_buffer *b, const char *code, Py_ssize_t size, int writable,
+                        const char *what) {
     if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
     const char *f = b->format ? b->format : "B";
     if (*f == '<' || *f == '=' || *f == '@') f++;
-    if (b->itemsize != 4 || strcmp(f, "i")) {
+    if (b->itemsize != size || strcmp(f, code)) {
         PyBuffer_Release(b);
-        PyErr_SetString(PyExc_TypeError, "walk: binding, ogrp and out must be int32 arrays");
+        PyErr_SetString(PyExc_TypeError, what);
         return -1;
     }
     return 0;
+}
+
+static int int32_buffer(PyObject *o, Py_buffer *b, int writable) {
+    return typed_buffer(o, b, "i", 4, writable, "walk: binding, ogrp and out must be int32 arrays");
 }
 
 static PyObject *walk(PyObject *self, PyObject *args) {
@@ -846,8 +852,62 @@ done:
     return result;
 }
 
+/* ---- issue_sums(...): rule 1's per-rank prefix sums of the host's increments ------------------------------ */
+/* issue_sums(new_rank, host_s, ev, extra, switch, sw_s, call, first, issue, call0): for each op in order, the
+ * host's running time (reset where new_rank is set: the first op of a rank) plus, in this order, host_s[i]
+ * (host_s of length 1: the same for every op), ev[i], extra, sw_s where switch[i], call[i] and first[i];
+ * call0[i] is the sum before call[i], issue[i] after first[i]. The same floats added in the same order as
+ * schedsim.sim.gpu_model.host_issue_columns' np.cumsum (its fallback), so bit-identical. new_rank and switch
+ * are bool arrays, the rest float64, outputs writable; all of one length n (host_s: n or 1). */
+static PyObject *issue_sums(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[8];
+    double extra, sw_s;
+    if (!PyArg_ParseTuple(args, "OOOdOdOOOO", &o[0], &o[1], &o[2], &extra, &o[3], &sw_s, &o[4], &o[5], &o[6],
+                          &o[7]))
+        return NULL;
+    static const char *const code[8] = {"?", "d", "d", "?", "d", "d", "d", "d"};
+    static const Py_ssize_t size[8] = {1, 8, 8, 1, 8, 8, 8, 8};
+    Py_buffer b[8];
+    int got = 0;
+    for (; got < 8; got++)
+        if (typed_buffer(o[got], &b[got], code[got], size[got], got >= 6,
+                         "issue_sums: bool new_rank and switch, float64 times, writable outputs") < 0)
+            break;
+    PyObject *result = NULL;
+    if (got == 8) {
+        i64 n = b[0].len;
+        i64 nh = b[1].len / 8;
+        if (b[2].len / 8 != n || b[3].len != n || b[4].len / 8 != n || b[5].len / 8 != n || b[6].len / 8 != n ||
+            b[7].len / 8 != n || (nh != n && nh != 1)) {
+            PyErr_SetString(PyExc_ValueError, "issue_sums: arrays of different lengths");
+        } else {
+            const char *nr = b[0].buf, *sw = b[3].buf;
+            const double *hs = b[1].buf, *ev = b[2].buf, *call = b[4].buf, *first = b[5].buf;
+            double *issue = b[6].buf, *call0 = b[7].buf;
+            i64 hstep = nh == n ? 1 : 0;
+            double acc = 0.0;
+            for (i64 i = 0; i < n; i++) {
+                double h = hs[i * hstep];
+                acc = nr[i] ? h : acc + h; /* np.cumsum starts a rank at its first element */
+                acc += ev[i];
+                acc += extra;
+                acc += sw[i] ? sw_s : 0.0;
+                call0[i] = acc;
+                acc += call[i];
+                acc += first[i];
+                issue[i] = acc;
+            }
+            result = Py_NewRef(Py_None);
+        }
+    }
+    for (int a = 0; a < got; a++) PyBuffer_Release(&b[a]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
+    {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int64 edges)."},
     {NULL, NULL, 0, NULL},
