@@ -678,8 +678,9 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
         n = compiled_loop().walk(run.binding, run.ogrp, int(np.argmax(run.end)), out)
         at = out[:n][::-1].astype(np.int64)
         del out
-    nm = prog.names
-    cp = list(map(format_op_id, [nm[k] for k in prog.name_id[at].tolist()], prog.rank[at].tolist()))
+    suffix = [format_op_id("", r) for r in range(prog.world_size)]  # "@r{rank}": ids joined, not formatted per op
+    cp = list(map(str.__add__, map(prog.names.__getitem__, prog.name_id[at].tolist()),
+                  map(suffix.__getitem__, prog.rank[at].tolist())))
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)
