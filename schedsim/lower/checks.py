@@ -124,11 +124,11 @@ def _units(prog: Program, comm: np.ndarray, head: np.ndarray) -> tuple[np.ndarra
     """``(uniq, u)``: the first op of each unit (an op, or a p2p batch on a rank) ascending, and each op's unit
     (as ``unique`` of "each op's head" gives them; heads are op indices, so by a mark and a prefix sum)."""
     it = _index_type(prog)
-    unit = np.arange(prog.N, dtype=it)
+    unit: np.ndarray = np.arange(prog.N, dtype=it)
     unit[comm] = head
     mark = np.zeros(prog.N, bool)
     mark[unit] = True
-    code = np.cumsum(mark, dtype=it)
+    code: np.ndarray = np.cumsum(mark, dtype=it)
     code -= 1
     return np.flatnonzero(mark), code[unit]
 

@@ -270,7 +270,8 @@ def _compute(tl: Timeline) -> Metrics:
     if len(rank) > 1 and bool((rank[1:] >= rank[:-1]).all()):  # ranks in order (a lowered program's are): the
         cuts = np.flatnonzero(np.diff(rank)) + 1  # same order by one stable sort of start per rank
         bd = [0, *cuts.tolist(), len(rank)]
-        order = np.concatenate([a + np.argsort(c.start_s[a:b], kind="stable") for a, b in zip(bd, bd[1:])])
+        order = np.concatenate([a + np.argsort(c.start_s[a:b], kind="stable")
+                                for a, b in zip(bd, bd[1:], strict=False)])
     else:
         order = np.lexsort((c.start_s, rank))
     rank, start, end, res = rank[order], c.start_s[order], c.end_s[order], res_codes[order]

@@ -414,7 +414,8 @@ def compiled_loop():  # type: ignore[no-untyped-def]
 
 
 def _csr(lists) -> tuple[array, array]:  # type: ignore[no-untyped-def]
-    """Lists of ints as (offsets, values), int32 (the compiled loop's index type): row i is values[offsets[i]:offsets[i + 1]]."""
+    """Lists of ints as (offsets, values), int32 (the compiled loop's index type): row i is
+    values[offsets[i]:offsets[i + 1]]."""
     ptr = array("i", [0])
     ptr.extend(accumulate(map(len, lists)))
     return ptr, array("i", chain.from_iterable(lists))
