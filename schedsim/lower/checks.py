@@ -174,14 +174,15 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
     graph is acyclic without a sweep. It holds when each collective's members, and each send/recv pair, sit
     at one position on every rank (an SPMD program); any other graph is left to the sweep. The first part
     (posted -> done of one unit, not in ``parts``) goes forward by construction."""
-    key = np.empty(n_nodes, np.float64)
     n = len(useq)
-    key[0:2 * n:2] = 2.0 * useq
-    key[1:2 * n:2] = 2.0 * useq + 1.0
+    top = int(useq.max()) if n else 0
+    key = np.empty(n_nodes, np.int32 if 4 * top + 2 < 2**31 else I64)  # posted 4s, hub 4s + 1, done 4s + 2
+    key[0:2 * n:2] = 4 * useq
+    key[1:2 * n:2] = 4 * useq + 2
     nc = len(prog.coll_ptr) - 1
     if nc > 0:
         ms = useq[u[prog.coll_idx]]
-        key[2 * n:] = 2.0 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 0.5
+        key[2 * n:] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
     return all(bool((key[a] < key[b]).all()) for a, b in parts)
 
 
