@@ -114,14 +114,23 @@ def _comm_ids(prog: Program, heads: np.ndarray, eager: bool, tc: _Templates
     return cid, list(groups)
 
 
+def _index_type(prog: Program) -> type:
+    """The integer type of the wait-for graph's node numbers (below ``2·N + collectives``): int32 when they fit,
+    which halves the arrays (and the fresh pages) of the checks on a million ops."""
+    return np.int32 if 2 * prog.N + len(prog.coll_ptr) < 2**31 else I64
+
+
 def _units(prog: Program, comm: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(uniq, u)``: the first op of each unit (an op, or a p2p batch on a rank) ascending, and each op's unit
     (as ``unique`` of "each op's head" gives them; heads are op indices, so by a mark and a prefix sum)."""
-    unit = np.arange(prog.N)
+    it = _index_type(prog)
+    unit: np.ndarray = np.arange(prog.N, dtype=it)
     unit[comm] = head
     mark = np.zeros(prog.N, bool)
     mark[unit] = True
-    return np.flatnonzero(mark), (np.cumsum(mark) - 1)[unit]
+    code: np.ndarray = np.cumsum(mark, dtype=it)
+    code -= 1
+    return np.flatnonzero(mark), code[unit]
 
 
 def _dag_edges(prog: Program) -> tuple[np.ndarray, np.ndarray]:
@@ -134,18 +143,22 @@ def _dag_edges(prog: Program) -> tuple[np.ndarray, np.ndarray]:
 def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
                     ) -> tuple[int, list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
     """``(nodes, parts, useq, u)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
-    done", 2n + c the hub of collective c; its edges as parts ``(from, to)`` (the first: posted -> done of
-    every unit); ``useq`` is each unit's position on its rank, ``u`` each op's unit (a p2p batch is one unit)."""
+    done", 2n + c the hub of collective c; its edges as parts ``(from, to)`` but posted -> done of every unit
+    (``(2·k, 2·k + 1)`` for k < n, which :func:`_no_hang` adds when it needs them); ``useq`` is each unit's
+    position on its rank, ``u`` each op's unit (a p2p batch is one unit). Node numbers are
+    :func:`_index_type`."""
     uniq, u = _units(prog, comm, head)
     n = len(uniq)
     useq = prog.seq[uniq].astype(I64)
-    src, dst = _dag_edges(prog)
-    ua, ub = u[src], u[dst]
-    keep = ua != ub
-    parts = [(2 * np.arange(n), 2 * np.arange(n) + 1), (2 * ua[keep] + 1, 2 * ub[keep])]
+    parts = []
+    for e in (prog.stream_edges, prog.dep_edges):  # the DAG's edges between units
+        e = np.asarray(e).reshape(-1, 2)
+        ua, ub = u[e[:, 0]], u[e[:, 1]]
+        keep = ua != ub
+        parts.append((2 * ua[keep] + 1, 2 * ub[keep]))
     nc = len(prog.coll_ptr) - 1
     if nc > 0:  # hub 2n + c: posted(member) -> hub -> done(member)
-        hub = 2 * n + np.repeat(np.arange(nc), np.diff(prog.coll_ptr))
+        hub = 2 * n + np.repeat(np.arange(nc, dtype=u.dtype), np.diff(prog.coll_ptr))
         mu = u[prog.coll_idx]
         parts += [(2 * mu, hub), (hub, 2 * mu + 1)]
     if len(prog.p2p):
@@ -160,16 +173,17 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
     """Whether every edge goes forward in the order "unit position, posted before hub before done": then the
     graph is acyclic without a sweep. It holds when each collective's members, and each send/recv pair, sit
     at one position on every rank (an SPMD program); any other graph is left to the sweep. The first part
-    (posted -> done of one unit) goes forward by construction."""
-    key = np.empty(n_nodes, np.float64)
+    (posted -> done of one unit, not in ``parts``) goes forward by construction."""
     n = len(useq)
-    key[0:2 * n:2] = 2.0 * useq
-    key[1:2 * n:2] = 2.0 * useq + 1.0
+    top = int(useq.max()) if n else 0
+    key = np.empty(n_nodes, np.int32 if 4 * top + 2 < 2**31 else I64)  # posted 4s, hub 4s + 1, done 4s + 2
+    key[0:2 * n:2] = 4 * useq
+    key[1:2 * n:2] = 4 * useq + 2
     nc = len(prog.coll_ptr) - 1
     if nc > 0:
         ms = useq[u[prog.coll_idx]]
-        key[2 * n:] = 2.0 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 0.5
-    return all(bool((key[a] < key[b]).all()) for a, b in parts[1:])
+        key[2 * n:] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
+    return all(bool((key[a] < key[b]).all()) for a, b in parts)
 
 
 def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool,
@@ -194,7 +208,7 @@ def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np
             px, py = ix[k[ok]], iy[ok]
             ok2 = rank[px] == rank[py]
             out.append((2 * uh[px[ok2]] + 1, 2 * uh[py[ok2]]))
-    return np.concatenate([a for a, _b in out]).astype(I64), np.concatenate([b for _a, b in out]).astype(I64)
+    return np.concatenate([a for a, _b in out]), np.concatenate([b for _a, b in out])
 
 
 def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple[int, int]]:
@@ -247,8 +261,10 @@ def _acyclic_python(n: int, edges: np.ndarray) -> bool:
 
 def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool = False) -> bool:
     n, parts, useq, u = _wait_for_edges(prog, comm, head, eager, tc)
-    if sum(len(a) for a, _b in parts) and _ordered_by_position(n, parts, useq, prog, u):
+    if _ordered_by_position(n, parts, useq, prog, u):
         return True
+    k = np.arange(len(useq), dtype=I64)
+    parts.insert(0, (2 * k, 2 * k + 1))  # posted -> done of every unit
     return _acyclic(n, np.concatenate([a for a, _b in parts]).astype(I64, copy=False),
                     np.concatenate([b for _a, b in parts]).astype(I64, copy=False))
 

@@ -13,7 +13,9 @@
  * loop's (tests/core/test_cwaves.py).
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
- * Also acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic).
+ * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
+ * issue_sums(...), rule 1's prefix sums for schedsim.sim.gpu_model.host_issue_columns (arithmetic only), and
+ * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
@@ -24,6 +26,7 @@
 #include <string.h>
 
 typedef int64_t i64;
+typedef int32_t i32; /* the per-op, per-kernel and per-group buffers: indices and counts below 2**31 */
 
 enum { BATCH = 0, XFER = 1, COPY = 2 };
 #define HOST (-2)
@@ -102,25 +105,25 @@ typedef struct {
     /* tables (gpu_model.rate_tables) */
     const double *comm_tab, *batch_tab, *copy_tab;
     /* per op */
-    i64 *npred;
-    const i64 *succ_ptr, *succ_idx, *sid, *orank, *ogrp, *kern;
+    i32 *npred;
+    const i32 *succ_ptr, *succ_idx, *sid, *orank, *ogrp, *kern;
     const double *issue, *opwork;
     /* per kernel */
-    const i64 *kops_ptr, *kops_idx, *ktype, *krank, *kmem, *kq;
-    i64 *kneed, *kleft;
+    const i32 *kops_ptr, *kops_idx, *ktype, *krank, *kmem, *kq;
+    i32 *kneed, *kleft;
     const double *ktau;
     /* hardware queues */
-    const i64 *q_ptr, *q_idx;
+    const i32 *q_ptr, *q_idx;
     /* per collective / send-recv pair (group) */
-    const i64 *gmem_ptr, *gmem_idx, *gends_ptr, *gends_idx, *grev_ptr, *grev_idx, *granks_ptr, *granks_idx;
-    const i64 *epos_ptr, *epos_idx; /* per member slot (gmem_ptr[g] + m): positions in gends of its rank's ends */
+    const i32 *gmem_ptr, *gmem_idx, *gends_ptr, *gends_idx, *grev_ptr, *grev_idx, *granks_ptr, *granks_idx;
+    const i32 *epos_ptr, *epos_idx; /* per member slot (gmem_ptr[g] + m): positions in gends of its rank's ends */
     const double *gwork;
     /* outputs */
     double *start, *end, *ready_t, *deps_t, *khand;
-    i64 *binding;
+    i32 *binding;
 
     /* kernels */
-    i64 *kbat, *kwait, *qhead, *cqnext;
+    i32 *kbat, *kwait, *qhead, *cqnext;
     char *kstarted, *kready;
     /* groups */
     i64 *gres, *garr, *xcnt;
@@ -207,7 +210,7 @@ static void new_job(W *w, i64 typ, i64 key, i64 sms, double work, i64 r, double 
 static void track(W *w, i64 g, i64 slot) {
     i64 e0 = w->gends_ptr[g], ne = w->gends_ptr[g + 1] - e0;
     double *vals = w->xval + e0;
-    const i64 *ends = w->gends_idx + e0;
+    const i32 *ends = w->gends_idx + e0;
     if (!w->xinit[g]) {
         w->xinit[g] = 1;
         double m = 0.0;
@@ -561,7 +564,9 @@ static void loop(W *w) {
 #define NBUF 44
 /* Version of run()'s argument list; schedsim.sim.waves._LAYOUT must equal it, or Python ignores this build (a
  * stale .so of an editable checkout). Bump both whenever the arguments change. */
-#define LAYOUT 1
+#define LAYOUT 4
+/* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
+static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays;
@@ -589,20 +594,34 @@ static PyObject *run(PyObject *self, PyObject *args) {
     w->xlat = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 1));
     if (PyErr_Occurred()) return NULL;
 
+    if (w->N >= INT32_MAX || w->K >= INT32_MAX || w->G >= INT32_MAX || w->world >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "run: more than 2**31 - 1 ops, kernels, groups or ranks");
+        return NULL;
+    }
     Py_buffer bufs[NBUF];
     int got = 0;
     void *ptr[NBUF];
     for (; got < NBUF; got++) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, got), &bufs[got], PyBUF_WRITABLE | PyBUF_FORMAT) < 0) break;
         ptr[got] = bufs[got].buf;
+        const char *f = bufs[got].format ? bufs[got].format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') f++;
+        int want8 = KINDS[got] == 'd';
+        if (bufs[got].itemsize != (want8 ? 8 : 4) || strcmp(f, want8 ? "d" : "i") ||
+            !PyBuffer_IsContiguous(&bufs[got], 'C')) {
+            PyErr_Format(PyExc_TypeError, "run: array %d must be a contiguous %s buffer", got,
+                         want8 ? "float64" : "int32");
+            PyBuffer_Release(&bufs[got]);
+            break;
+        }
     }
     PyObject *result = NULL;
     if (got < NBUF) goto release_bufs;
     int b = 0;
 #define D(f) (w->f = (double *)ptr[b++])
 #define CD(f) (w->f = (const double *)ptr[b++])
-#define I(f) (w->f = (i64 *)ptr[b++])
-#define CI(f) (w->f = (const i64 *)ptr[b++])
+#define I(f) (w->f = (i32 *)ptr[b++])
+#define CI(f) (w->f = (const i32 *)ptr[b++])
     CD(comm_tab); CD(batch_tab); CD(copy_tab);
     I(npred); CI(succ_ptr); CI(succ_idx); CI(sid); CI(orank); CI(ogrp); CI(kern); CD(issue); CD(opwork);
     CI(kops_ptr); CI(kops_idx); CI(ktype); CI(krank); CI(kmem); CI(kq); I(kneed); I(kleft); CD(ktau);
@@ -761,8 +780,135 @@ done:
     return result;
 }
 
+/* ---- walk(binding, ogrp, i, out): the critical path's walk back from op i, for the timeline ------------------ */
+/* Follows binding[] (the op that released each op; < 0: its host launch, or none) from op i until it leaves the
+ * ops or meets one it has seen, and writes to out (int32, length >= len(binding)) every op on the way except a
+ * rendezvous peer standing for its group's op (binding and op in one group): the loop of
+ * schedsim.sim.engine._timeline_program, from the last op to the first. Returns how many it wrote. Raises
+ * TypeError for buffers that are not int32 of one length (out: at least), ValueError for i outside them. */
+static int typed_buffer(PyObject *o, Py_buffer *b, const char *code, Py_ssize_t size, int writable,
+                        const char *what) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b->itemsize != size || strcmp(f, code)) {
+        PyBuffer_Release(b);
+        PyErr_SetString(PyExc_TypeError, what);
+        return -1;
+    }
+    return 0;
+}
+
+static int int32_buffer(PyObject *o, Py_buffer *b, int writable) {
+    return typed_buffer(o, b, "i", 4, writable, "walk: binding, ogrp and out must be int32 arrays");
+}
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *bo, *go, *oo;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "OOnO", &bo, &go, &i, &oo)) return NULL;
+    Py_buffer bb, gb, ob;
+    if (int32_buffer(bo, &bb, 0) < 0) return NULL;
+    if (int32_buffer(go, &gb, 0) < 0) {
+        PyBuffer_Release(&bb);
+        return NULL;
+    }
+    if (int32_buffer(oo, &ob, 1) < 0) {
+        PyBuffer_Release(&bb);
+        PyBuffer_Release(&gb);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    i64 n = bb.len / 4, k = 0;
+    const i32 *binding = bb.buf, *ogrp = gb.buf;
+    i32 *out = ob.buf;
+    char *seen = NULL;
+    if (gb.len != bb.len || ob.len < bb.len) {
+        PyErr_SetString(PyExc_TypeError, "walk: binding and ogrp differ in length, or out is shorter");
+        goto done;
+    }
+    if (i >= n) {
+        PyErr_SetString(PyExc_ValueError, "walk: start op outside the ops");
+        goto done;
+    }
+    seen = calloc((size_t)n + 1, 1);
+    if (!seen) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    while (i >= 0 && i < n && !seen[i]) {
+        seen[i] = 1;
+        i64 b = binding[i];
+        if (!(b >= 0 && b < n && ogrp[i] >= 0 && ogrp[b] == ogrp[i])) out[k++] = (i32)i;
+        i = b;
+    }
+    result = PyLong_FromLongLong(k);
+done:
+    free(seen);
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&gb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
+/* ---- issue_sums(...): rule 1's per-rank prefix sums of the host's increments ------------------------------ */
+/* issue_sums(new_rank, host_s, ev, extra, switch, sw_s, call, first, issue, call0): for each op in order, the
+ * host's running time (reset where new_rank is set: the first op of a rank) plus, in this order, host_s[i]
+ * (host_s of length 1: the same for every op), ev[i], extra, sw_s where switch[i], call[i] and first[i];
+ * call0[i] is the sum before call[i], issue[i] after first[i]. The same floats added in the same order as
+ * schedsim.sim.gpu_model.host_issue_columns' np.cumsum (its fallback), so bit-identical. new_rank and switch
+ * are bool arrays, the rest float64, outputs writable; all of one length n (host_s: n or 1). */
+static PyObject *issue_sums(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[8];
+    double extra, sw_s;
+    if (!PyArg_ParseTuple(args, "OOOdOdOOOO", &o[0], &o[1], &o[2], &extra, &o[3], &sw_s, &o[4], &o[5], &o[6],
+                          &o[7]))
+        return NULL;
+    static const char *const code[8] = {"?", "d", "d", "?", "d", "d", "d", "d"};
+    static const Py_ssize_t size[8] = {1, 8, 8, 1, 8, 8, 8, 8};
+    Py_buffer b[8];
+    int got = 0;
+    for (; got < 8; got++)
+        if (typed_buffer(o[got], &b[got], code[got], size[got], got >= 6,
+                         "issue_sums: bool new_rank and switch, float64 times, writable outputs") < 0)
+            break;
+    PyObject *result = NULL;
+    if (got == 8) {
+        i64 n = b[0].len;
+        i64 nh = b[1].len / 8;
+        if (b[2].len / 8 != n || b[3].len != n || b[4].len / 8 != n || b[5].len / 8 != n || b[6].len / 8 != n ||
+            b[7].len / 8 != n || (nh != n && nh != 1)) {
+            PyErr_SetString(PyExc_ValueError, "issue_sums: arrays of different lengths");
+        } else {
+            const char *nr = b[0].buf, *sw = b[3].buf;
+            const double *hs = b[1].buf, *ev = b[2].buf, *call = b[4].buf, *first = b[5].buf;
+            double *issue = b[6].buf, *call0 = b[7].buf;
+            i64 hstep = nh == n ? 1 : 0;
+            double acc = 0.0;
+            for (i64 i = 0; i < n; i++) {
+                double h = hs[i * hstep];
+                acc = nr[i] ? h : acc + h; /* np.cumsum starts a rank at its first element */
+                acc += ev[i];
+                acc += extra;
+                acc += sw[i] ? sw_s : 0.0;
+                call0[i] = acc;
+                acc += call[i];
+                acc += first[i];
+                issue[i] = acc;
+            }
+            result = Py_NewRef(Py_None);
+        }
+    }
+    for (int a = 0; a < got; a++) PyBuffer_Release(&b[a]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
+    {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
+    {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int64 edges)."},
     {NULL, NULL, 0, NULL},
 };

@@ -669,21 +669,18 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
         np.array([t.nbytes for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
         np.array([t.flops for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
         None, run.stream_t, coded_ids=(prog.names, prog.name_id), coded_tags=(prog.tagsets, prog.tags_id))
-    path: list[int] = []
-    if N:
-        i = int(np.argmax(run.end))  # latest end, lowest index among ties
-        binding, ogrp = run.binding, run.ogrp
-        seen_cp: set[int] = set()
-        while i >= 0 and i not in seen_cp:
-            seen_cp.add(i)
-            b = binding.item(i)
-            if not (b >= 0 and ogrp.item(i) >= 0 and ogrp.item(b) == ogrp.item(i)):  # a rendezvous peer stands
-                path.append(i)  # for it
-            i = b
-        path.reverse()
-    at = np.array(path, np.int64)
-    nm = prog.names
-    cp = list(map(format_op_id, [nm[k] for k in prog.name_id[at].tolist()], prog.rank[at].tolist()))
+    at = np.zeros(0, np.int64)
+    if N:  # from the latest end (lowest index among ties) back along the bindings, in C (_cwaves.walk): the ops
+        # on the way but a rendezvous peer standing for its group's op, as _timeline's walk takes them
+        from schedsim.sim.waves import compiled_loop
+
+        out = np.empty(N, np.int32)
+        n = compiled_loop().walk(run.binding, run.ogrp, int(np.argmax(run.end)), out)
+        at = out[:n][::-1].astype(np.int64)
+        del out
+    suffix = [format_op_id("", r) for r in range(prog.world_size)]  # "@r{rank}": ids joined, not formatted per op
+    cp = list(map(str.__add__, map(prog.names.__getitem__, prog.name_id[at].tolist()),
+                  map(suffix.__getitem__, prog.rank[at].tolist())))
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)

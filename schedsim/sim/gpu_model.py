@@ -372,6 +372,14 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
         first[idx[_first_per_key(rank[idx])]] = cost
     ev = cross_stream_deps * ev_s
     issue, call0 = np.empty(n), np.empty(n)
+    ext = _issue_sums()
+    if ext is not None:  # the sums below in one compiled pass (same floats, same order)
+        hs = host_s[:1] if n and host_s.strides == (0,) else host_s  # a broadcast: one value for every op
+        ext(new_rank, np.ascontiguousarray(hs, np.float64), np.ascontiguousarray(ev, np.float64), extra, switch,
+            sw_s, np.ascontiguousarray(call), np.ascontiguousarray(first), issue, call0)
+        if order is not None:
+            issue[order], call0[order] = issue.copy(), call0.copy()
+        return issue, call0
     bounds = np.flatnonzero(new_rank).tolist() + [n]
     # the six increments of each op interleaved, (ops, 6), a chunk of whole ranks at a time (a rank larger than
     # _ISSUE_CHUNK alone), so the buffer stays small and is reused rather than paged in at n·48 bytes
@@ -400,6 +408,16 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     if order is not None:
         issue[order], call0[order] = issue.copy(), call0.copy()
     return issue, call0
+
+
+def _issue_sums():  # type: ignore[no-untyped-def]
+    """The compiled prefix sums of :func:`host_issue_columns` (``_cwaves.issue_sums``), or None when the compiled
+    loop is not in use (:func:`schedsim.sim.waves.compiled_loop`): then numpy's ``cumsum`` adds the same floats
+    in the same order."""
+    from schedsim.sim.waves import compiled_loop
+
+    mod = compiled_loop()
+    return None if mod is None else mod.issue_sums
 
 
 #: Ops per chunk of :func:`host_issue_columns`' prefix sums (a 6 MiB buffer).

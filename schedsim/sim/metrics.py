@@ -25,7 +25,7 @@ The result is a :class:`Metrics` (one :class:`RankMetrics` per rank); ``Metrics.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from schedsim.results import OMIT_NONE, from_dict, to_dict
@@ -227,7 +227,8 @@ class Metrics:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``timeline.json``'s ``metrics``): rank keys stay ints until JSON writes them."""
-        d: dict[str, Any] = to_dict(self)
+        d: dict[str, Any] = to_dict(replace(self, critical_path=[]))  # its op ids are strings: copied, not walked
+        d["critical_path"] = list(self.critical_path)
         if self.pipeline is not None:
             d["pipeline"] = self.pipeline.to_dict(memory_timeline=False)
         return d
@@ -265,8 +266,15 @@ def _compute(tl: Timeline) -> Metrics:
     res_vals, res_codes = c.resource
     code = {name: (res_vals.index(name) if name in res_vals else -2) for name in ("compute", "comm", "copy")}
     # one sort: by rank, then start; each rank's rows are then a contiguous, start-ordered slice
-    order = np.lexsort((c.start_s, c.rank))
-    rank, start, end, res = c.rank[order], c.start_s[order], c.end_s[order], res_codes[order]
+    rank = c.rank
+    if len(rank) > 1 and bool((rank[1:] >= rank[:-1]).all()):  # ranks in order (a lowered program's are): the
+        cuts = np.flatnonzero(np.diff(rank)) + 1  # same order by one stable sort of start per rank
+        bd = [0, *cuts.tolist(), len(rank)]
+        order = np.concatenate([a + np.argsort(c.start_s[a:b], kind="stable")
+                                for a, b in zip(bd, bd[1:], strict=False)])
+    else:
+        order = np.lexsort((c.start_s, rank))
+    rank, start, end, res = rank[order], c.start_s[order], c.end_s[order], res_codes[order]
     ready = c.ready_s[order]
     cuts = np.flatnonzero(np.diff(rank)) + 1
     bounds = zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(rank)])).tolist(), strict=False)

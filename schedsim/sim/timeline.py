@@ -411,32 +411,53 @@ def _array_pieces(a: np.ndarray) -> Iterator[bytes | memoryview]:
     yield b"]"
 
 
-class _RawJSON(bytes):
-    """JSON text, written as it is (:meth:`Timeline._column_chunks`)."""
+class _RawPieces:
+    """JSON text in pieces (each iteration makes them anew, :data:`_JSON_PIECE` rows at a time), written as they
+    are (:meth:`Timeline._column_chunks`): a million-row column never exists as one string."""
+
+    def __init__(self, pieces: Callable[[], Iterator[bytes]]) -> None:
+        self._pieces = pieces
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._pieces()
 
 
-def _coded_json(names: Sequence[str], name_id: np.ndarray, rank: np.ndarray) -> tuple[_RawJSON, _RawJSON]:
+def _coded_json(names: Sequence[str], name_id: np.ndarray, rank: np.ndarray) -> tuple[_RawPieces, _RawPieces]:
     """The JSON arrays of the ``id`` (``name@rN``) and ``name`` columns of rows ``names[name_id[i]]`` on
     ``rank[i]``: each distinct name is encoded once (one :func:`dumps_json` of the table, split at its
     ``","`` separators, which an encoded string cannot hold: its quotes are escaped), and the rows are joined
-    from those pieces, so no per-row string is made."""
+    from those pieces, :data:`_JSON_PIECE` rows at a time, so no per-row string is made and no column is
+    held whole."""
     import numpy as np
 
-    if not len(name_id):
-        return _RawJSON(b"[]"), _RawJSON(b"[]")
+    n = len(name_id)
+    if not n:
+        return _RawPieces(lambda: iter((b"[]",))), _RawPieces(lambda: iter((b"[]",)))
     enc = dumps_json(list(names))[2:-2].decode("utf-8").split('","')  # the table's strings escaped, unquoted
     head = np.empty(len(enc), object)
     head[:] = [f'"{e}@r' for e in enc]
     tail = np.empty(int(rank.max()) + 1, object)
     tail[:] = [f'{r}",' for r in range(len(tail))]
-    pieces = np.empty(2 * len(name_id), object)
-    pieces[0::2] = head[name_id]
-    pieces[1::2] = tail[rank]
-    ids = "".join(pieces.tolist())  # str.join: ~5x bytes.join, which takes each piece's buffer
     quoted = np.empty(len(enc), object)
     quoted[:] = [f'"{e}",' for e in enc]
-    nm = "".join(quoted[name_id].tolist())
-    return _RawJSON(f"[{ids[:-1]}]".encode()), _RawJSON(f"[{nm[:-1]}]".encode())
+
+    def rows(join: Callable[[int, int], str]) -> Iterator[bytes]:
+        yield b"["
+        for k in range(0, n, _JSON_PIECE):
+            text = join(k, min(k + _JSON_PIECE, n))  # str.join: ~5x bytes.join, which takes each piece's buffer
+            yield (text if k + _JSON_PIECE < n else text[:-1]).encode()  # the last row's comma dropped
+        yield b"]"
+
+    def ids(a: int, b: int) -> str:
+        pieces = np.empty(2 * (b - a), object)
+        pieces[0::2] = head[name_id[a:b]]
+        pieces[1::2] = tail[rank[a:b]]
+        return "".join(pieces.tolist())
+
+    def nms(a: int, b: int) -> str:
+        return "".join(quoted[name_id[a:b]].tolist())
+
+    return _RawPieces(lambda: rows(ids)), _RawPieces(lambda: rows(nms))
 
 
 def _check_columns(c: SpanColumns, where: str) -> None:
@@ -629,8 +650,8 @@ class Timeline:
         yield b',"columns":{'
         for i, (k, v) in enumerate(self.columns.json_items()):
             yield b"%s%s:" % (b"," if i else b"", dumps_json(k))
-            if isinstance(v, _RawJSON):
-                yield v
+            if isinstance(v, _RawPieces):
+                yield from v
             elif getattr(v, "ndim", 0) == 1 and len(v) > _JSON_PIECE:
                 yield from _array_pieces(v)
             else:

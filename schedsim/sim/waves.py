@@ -387,7 +387,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
 
 
 _EXT: list[object] = []  # [module or None] once looked up
-_LAYOUT = 1  # the argument list of _cwaves.run that _run_compiled passes: equal to LAYOUT in _cwaves.c
+_LAYOUT = 4  # the argument list of _cwaves.run that _run_compiled passes: equal to LAYOUT in _cwaves.c
 
 
 def compiled_loop():  # type: ignore[no-untyped-def]
@@ -414,20 +414,21 @@ def compiled_loop():  # type: ignore[no-untyped-def]
 
 
 def _csr(lists) -> tuple[array, array]:  # type: ignore[no-untyped-def]
-    """Lists of ints as (offsets, values), int64: row i is values[offsets[i]:offsets[i + 1]]."""
-    ptr = array("q", [0])
+    """Lists of ints as (offsets, values), int32 (the compiled loop's index type): row i is
+    values[offsets[i]:offsets[i + 1]]."""
+    ptr = array("i", [0])
     ptr.extend(accumulate(map(len, lists)))
-    return ptr, array("q", chain.from_iterable(lists))
+    return ptr, array("i", chain.from_iterable(lists))
 
 
 def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],  # type: ignore[no-untyped-def]
                   issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
-    """:func:`_run_python` in C: every parameter flattened to int64/float64 arrays (no rule is computed in C;
+    """:func:`_run_python` in C: every parameter flattened to int32/float64 arrays (no rule is computed in C;
     see _cwaves.c), the same results."""
     ops, N, world, gmem = c.ops, c.N, c.world, c.gmem
     K, G = len(kn.kops), len(gmem)
     names = list(map(attrgetter("stream"), ops))
-    sid = array("q", map({s: k for k, s in enumerate(dict.fromkeys(names))}.__getitem__, names))  # name codes
+    sid = array("i", map({s: k for k, s in enumerate(dict.fromkeys(names))}.__getitem__, names))  # name codes
     qid = {key: q for q, key in enumerate(kn.queues)}
     granks = c.job_ranks[N:]
     epos: list[list[int]] = []  # per member: positions in its group's ends of its rank's ends
@@ -438,22 +439,22 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
         epos.extend(pos[r] for r in rk)
 
     def zeros(code: str, n: int) -> array:
-        return array(code, bytes(8 * n))
+        return array(code, bytes(array(code).itemsize * n))
 
-    npred = array("q", c.npred)
+    npred = array("i", c.npred)
     start, ready_t, deps_t, khand = zeros("d", N), zeros("d", N), zeros("d", N), zeros("d", K)
-    end, binding = array("d", [-1.0]) * N, array("q", [-1]) * N
+    end, binding = array("d", [-1.0]) * N, array("i", [-1]) * N
     arrays = (
         array("d", tab.comm), array("d", tab.batch), array("d", tab.copy),
-        npred, *_csr(succ), sid, array("q", map(attrgetter("rank"), ops)),
-        array("q", [j - N if j >= N else -1 for j in c.job_of[:N]]), array("q", kn.kern), array("d", issue),
+        npred, *_csr(succ), sid, array("i", map(attrgetter("rank"), ops)),
+        array("i", [j - N if j >= N else -1 for j in c.job_of[:N]]), array("i", kn.kern), array("d", issue),
         array("d", c.job_work[:N]),
-        *_csr(kn.kops), array("q", kn.ktype), array("q", kn.krank), array("q", kn.kmem),
-        array("q", [qid[key] for key in kn.kq]), array("q", kn.kneed), array("q", kn.kleft), array("d", kn.ktau),
+        *_csr(kn.kops), array("i", kn.ktype), array("i", kn.krank), array("i", kn.kmem),
+        array("i", [qid[key] for key in kn.kq]), array("i", kn.kneed), array("i", kn.kleft), array("d", kn.ktau),
         *_csr(kn.queues.values()),
         *_csr(gmem), *_csr(gends), *_csr(grev), *_csr(granks), *_csr(epos), array("d", c.job_work[N:]),
         start, end, ready_t, deps_t, khand, binding,
-        zeros("q", K), array("q", map(len, kn.kops)), zeros("q", len(qid)), zeros("q", K),
+        zeros("i", K), array("i", map(len, kn.kops)), zeros("i", len(qid)), zeros("i", K),
     )
     compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
     if N and min(end) < 0.0:

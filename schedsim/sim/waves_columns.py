@@ -38,6 +38,7 @@ from schedsim.sim import gpu_model as gm
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
 
 I64 = np.int64
+I32 = np.int32
 _RES = {"matmul": 0, "compute": 0}
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
@@ -238,7 +239,8 @@ def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.n
 
 def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # type: ignore[no-untyped-def]
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
-    hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them."""
+    hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them: the loop's int32 buffers
+    (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds."""
     N = len(tmpl)
     if (batch >= 0).any():
         nb = int(batch.max()) + 1
@@ -246,25 +248,26 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
         K = int(kern.max()) + 1 if N else 0
         kptr, kidx = _csr_of(kern, K)
         head = kidx[kptr[:-1]]
-        ktype, krank, kneed, ht, whead, ohead = res[head], rank[head].astype(I64), np.diff(kptr), tmpl[head], \
+        ktype, krank, kneed, ht, whead, ohead = res[head], _i32(rank[head]), _i32(np.diff(kptr)), tmpl[head], \
             work[head], opq[head]
+        kern, kptr, kidx = _i32(kern), _i32(kptr), _i32(kidx)
     else:  # one kernel per op: the op columns are the kernel columns
         K = N
-        kern = kidx = np.arange(N, dtype=I64)
-        kptr = np.arange(N + 1, dtype=I64)
-        ktype, krank, kneed, ht, whead, ohead = res, rank.astype(I64, copy=False), np.ones(N, I64), tmpl, work, opq
+        kern = kidx = np.arange(N, dtype=I32)
+        kptr = np.arange(N + 1, dtype=I32)
+        ktype, krank, kneed, ht, whead, ohead = res, rank, np.ones(N, I32), tmpl, work, opq
     tct = [gm.kernel_ctas(t, cost, sms) if _res_of(t) == 0 else (0, 1, False) for t in tps]
     tctas = np.array([c[0] for c in tct], I64)
     twaves = np.array([c[1] for c in tct], I64)
-    tmem = np.array([c[2] for c in tct], I64)
+    tmem = np.array([c[2] for c in tct], I32)
     comp = ktype == 0
-    kleft = np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0))
+    kleft = _i32(np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0)))
     ktau = np.where(comp, whead / twaves[ht], 0.0)
-    kmem = np.where(comp, tmem[ht], 0)
-    kq = _rank_by_first(krank * C + ohead) if K else np.zeros(0, I64)
+    kmem = np.where(comp, tmem[ht], I32(0))
+    kq = _rank_by_first(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
     Q = int(kq.max()) + 1 if K else 0
     qptr, qidx = _csr_of(kq, Q)
-    return kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx
+    return kern, kptr, kidx, _i32(ktype), krank, kneed, kleft, ktau, _i32(kmem), _i32(kq), _i32(qptr), _i32(qidx)
 
 
 def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:
@@ -292,9 +295,60 @@ def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
                          "profile whose rates are finite and > 0)")
 
 
+def _i32(a) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``a`` as the compiled loop's index buffer: writable contiguous int32 (copied only when it is not one)."""
+    return np.require(a, I32, ["C", "W"])
+
+
+def _f64(a) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``a`` as a writable contiguous float64 buffer of the loop (copied only when it is not one)."""
+    return np.require(a, np.float64, ["C", "W"])
+
+
+def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.ndarray, sid: np.ndarray,
+                     res: np.ndarray, is_p2p: np.ndarray, serial: bool, profile: HardwareProfile, mode: str,
+                     model_executor: bool) -> tuple[np.ndarray, ...]:
+    """Rule 7's communicator order and rule 1's host issue times: ``(sptr, sidx, npred)`` (the DAG plus the
+    communicator-order edges as int32 CSR, each op's predecessor count) and ``(issue, call0)`` (float64
+    seconds). Its int64 temporaries (communicators, edge keys, host classes) die here, before the loop runs."""
+    N = prog.N
+    batch = prog.batch
+    comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
+    fu, fv = gm.comm_fifo_columns(rank, comm, batch)
+    del comm
+    sptr, sidx, npred, src = _succ(prog, fu, fv)
+    del fu, fv
+    xdeps = np.bincount(sidx[sid[src] != sid[sidx]], minlength=N)
+    del src
+    sptr, sidx, npred = _i32(sptr), _i32(sidx), _i32(npred)
+    thc = np.array([gm.host_class(t) for t in tps], I64)
+    hcls = np.where(is_p2p, np.where(batch >= 0, gm.H_BATCH_P2P, gm.H_P2P), thc[tmpl] if N else 0)
+    trep = np.array([t.repeat for t in tps], I64)
+    ths = np.array([t.host_s for t in tps], np.float64)
+    issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
+                                         profile, mode, model_executor)
+    return sptr, sidx, npred, issue, call0
+
+
+def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: HardwareProfile, mode: str
+                 ) -> np.ndarray | None:
+    """Rule 8's extra solo seconds (:func:`~schedsim.sim.gpu_model.graph_fork_columns`) over the Program's stream
+    and dependency edges (an edge listed twice marks its op once, as the merged DAG does), or None when the
+    rule adds nothing (eager launch, or no per-edge cost in the profile)."""
+    if mode != "cuda_graph" or profile.launch.graph_cross_stream_edge_us * 1e-6 <= 0:
+        return None
+    e = np.concatenate([np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64)
+                        .reshape(-1, 2)])
+    return gm.graph_fork_columns(prog.N, e[:, 0], e[:, 1], rank, sid, profile, mode)
+
+
 def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
                       tab: gm.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:  # type: ignore[no-untyped-def]
     """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring).
+
+    Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
+    int64 temporary of the preparation is freed before the loop starts, so a run holds about 4 float64 and
+    15 int32 arrays of length N at its peak (plus the timeline's columns).
 
     Raises
     ------
@@ -307,78 +361,77 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     cost = CostModel(profile)
     node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
     tcls, tps = template_classes(prog.templates)  # the rules run once per class of templates
-    tmpl = tcls[prog.tmpl] if N else np.zeros(0, I64)
+    tmpl = tcls.astype(I32)[prog.tmpl] if N else np.zeros(0, I32)
+    del tcls
     rank = prog.rank.astype(I64)
-    peer, batch = prog.peer, prog.batch  # int32 is enough: only compared, or widened where keys are built
     sid = prog.stream_id.astype(I64)
-    tres = np.array([_res_of(t) for t in tps], I64)
+    tres = np.array([_res_of(t) for t in tps], I32)
     tp2p = np.array([t.kind in P2P_KINDS for t in tps], bool)
-    res = tres[tmpl] if N else np.zeros(0, I64)
+    res = tres[tmpl] if N else np.zeros(0, I32)
     is_p2p = tp2p[tmpl] if N else np.zeros(0, bool)
-    work = _durations(tps, cost, tmpl, rank, peer, is_p2p) + node_oh
+    work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p)
+    work += node_oh  # always: -0.0 + 0.0 is 0.0, as the Op-list path gives it
     _check(prog, rank, work)
     gptr, gidx, G = _groups(prog)
-    ogrp = np.full(N, -1, I64)
-    ogrp[gidx] = np.repeat(np.arange(G), np.diff(gptr))
+    ogrp = np.full(N, -1, I32)
+    ogrp[gidx] = np.repeat(np.arange(G, dtype=I32), np.diff(gptr))
     gwork = work[gidx[gptr[:-1]]] if G else np.zeros(0)
     work[gidx] = np.repeat(gwork, np.diff(gptr))
     res[gidx] = 1
-    # rule 8: forks in a CUDA graph (ops outside rendezvous groups)
-    ptr0, dst0, _k = prog.succ
-    fx = gm.graph_fork_columns(N, np.repeat(np.arange(N, dtype=I64), np.diff(ptr0)), dst0, rank, sid, profile, mode)
-    fx[gidx] = 0.0
-    work += fx
+    fx = _graph_forks(prog, rank, sid, profile, mode)  # rule 8: forks in a CUDA graph (ops outside groups)
+    if fx is not None:
+        fx[gidx] = 0.0
+        work += fx
+        del fx
     # rule 7: communicator order; rule 1: host issue times
-    comm = _communicators(tps, prog.world_size, tmpl, rank, peer, batch, res, is_p2p, serial)
-    fu, fv = gm.comm_fifo_columns(rank, comm, batch)
-    sptr, sidx, npred, src = _succ(prog, fu, fv)
-    xdeps = np.bincount(sidx[sid[src] != sid[sidx]], minlength=N)
-    thc = np.array([gm.host_class(t) for t in tps], I64)
-    hcls = np.where(is_p2p, np.where(batch >= 0, gm.H_BATCH_P2P, gm.H_P2P), thc[tmpl] if N else 0)
-    trep = np.array([t.repeat for t in tps], I64)
-    ths = np.array([t.host_s for t in tps], np.float64)
-    issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
-                                         profile, mode, model_executor)
+    sptr, sidx, npred, issue, call0 = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile,
+                                                       mode, model_executor)
+    del is_p2p
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = _kernels(
-        tps, prog.world_size, tmpl, rank, batch, res, work, opq, rules.max_connections, cost, rules.sms)
+        tps, prog.world_size, tmpl, rank, prog.batch, res, work, opq, rules.max_connections, cost, rules.sms)
+    del opq
     K = len(kptr) - 1
     C = len(prog.coll_ptr) - 1
-    eptr, ends, rptr, rev, pptr, pos = _link_ends(gptr, gidx, rank, C, rules.p2p_one_way)
-    granks = rank[gidx]
+    rank32 = _i32(prog.rank)
+    if krank is rank:
+        krank = rank32
+    link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way)]
+    gptr, gidx = _i32(gptr), _i32(gidx)
+    granks = rank32[gidx]
+    del rank
+    sid = _i32(prog.stream_id)
     start, ready_t, deps_t, khand = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(K)
-    end, binding = np.full(N, -1.0), np.full(N, -1, I64)
-    npred_left = npred.copy()
-
-    def f(a) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return np.require(a, np.float64, ["C", "W"])  # the loop takes writable contiguous buffers (copied if not)
-
-    def i(a) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return np.require(a, I64, ["C", "W"])
-
+    end, binding = np.full(N, -1.0), np.full(N, -1, I32)
+    kneed0 = kneed.copy()
     arrays = (
-        f(tab.comm), f(tab.batch), f(tab.copy),
-        npred_left, sptr, sidx, i(sid), i(rank), i(ogrp), i(kern), f(issue), f(work),
-        kptr, kidx, i(ktype), i(krank), i(kmem), i(kq), i(kneed), i(kleft), f(ktau),
+        _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
+        npred, sptr, sidx, sid, rank32, ogrp, kern, _f64(issue), _f64(work),
+        kptr, kidx, ktype, krank, kmem, kq, kneed, kleft, _f64(ktau),
         qptr, qidx,
-        i(gptr), i(gidx), i(eptr), i(ends), i(rptr), i(rev), i(gptr), i(granks), i(pptr), i(pos), f(gwork),
+        gptr, gidx, *link[:4], gptr, granks, *link[4:], _f64(gwork),
         start, end, ready_t, deps_t, khand, binding,
-        np.zeros(K, I64), kneed.copy(), np.zeros(len(qptr) - 1, I64), np.zeros(K, I64),
+        np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32), np.zeros(K, I32),
     )
     loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
+    del arrays, link, kneed0, kleft, ktau, kmem, kq, kneed, sptr, sidx, granks
     if N and end.min() < 0.0:
         from schedsim.sim.engine import _raise_deadlock
 
-        job_of = np.where(ogrp >= 0, N + ogrp, np.arange(N)).tolist()
+        job_of = np.where(ogrp >= 0, N + ogrp.astype(I64), np.arange(N)).tolist()
         gmem = [gidx[a:b].tolist() for a, b in zip(gptr[:-1].tolist(), gptr[1:].tolist(), strict=True)]
-        _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred_left.tolist(), job_of, gmem, N)
+        _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred.tolist(), job_of, gmem, N)
     # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
-    qreach = np.zeros(K)
     qk = np.diff(qptr)
     if K:
         later = np.ones(len(qidx), bool)
         later[qptr[:-1][qk > 0]] = False  # not a queue's first kernel
+        qreach = np.zeros(K)
         qreach[qidx[later]] = khand[qidx[np.flatnonzero(later) - 1]]
-    stream_t = np.maximum(np.maximum(deps_t, call0), qreach[kern])
+        del later, khand
+        np.maximum(deps_t, qreach[kern], out=deps_t)
+        del qreach
+    np.maximum(deps_t, call0, out=deps_t)
+    stream_t = deps_t
     return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, stream_t)

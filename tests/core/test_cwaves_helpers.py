@@ -1,0 +1,121 @@
+"""The compiled helpers beside the event loop (schedsim/sim/_cwaves.c): rule 1's prefix sums (``issue_sums``)
+against numpy's ``cumsum`` (the fallback) bit for bit, the critical path's ``walk`` against the Python walk it
+replaced, and the loop refusing buffers of the wrong type instead of reading them as int32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedsim.hardware.profile import load_profile
+from schedsim.sim import gpu_model as gm
+
+try:
+    from schedsim.sim import _cwaves  # type: ignore[attr-defined]
+except ImportError:  # not built: nothing to compare
+    _cwaves = None
+
+pytestmark = pytest.mark.skipif(_cwaves is None, reason="schedsim.sim._cwaves is not built (pip install -e .)")
+
+PROFILE = load_profile("h200")
+
+
+def _issue(monkeypatch, compiled: bool, cols: tuple, mode: str, executor: bool) -> tuple[bytes, bytes]:  # type: ignore[no-untyped-def,type-arg]
+    with monkeypatch.context() as m:
+        if not compiled:
+            m.setattr(gm, "_issue_sums", lambda: None)
+        issue, call0 = gm.host_issue_columns(*cols, PROFILE, mode, executor)
+    return issue.tobytes(), call0.tobytes()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 60), ranks=st.integers(1, 4), sorted_ranks=st.booleans(),
+       one_host_s=st.booleans(), executor=st.booleans())
+def test_issue_sums_add_the_same_floats_as_numpy(monkeypatch, seed, n, ranks, sorted_ranks, one_host_s, executor):
+    """Any mix of host classes, streams, batches, declared host time (one value broadcast, or per op, with a
+    -0.0 among them) and ranks in or out of order: the compiled sums equal numpy's cumsum to the bit."""
+    rng = np.random.default_rng(seed)
+    rank = rng.integers(0, ranks, n)
+    if sorted_ranks:
+        rank.sort()
+    stream = rng.integers(0, 3, n)
+    hcls = rng.integers(0, 7, n)
+    repeat = rng.integers(1, 4, n)
+    host_s = np.broadcast_to(np.float64(2.5e-6), (n,)) if one_host_s else \
+        np.where(rng.random(n) < 0.2, -0.0, rng.random(n) * 1e-5)
+    batch = np.where(hcls == gm.H_BATCH_P2P, rng.integers(0, 3, n), -1)
+    xdeps = rng.integers(0, 3, n)
+    cols = (rank, stream, hcls, repeat, host_s, batch, xdeps)
+    for mode in ("eager", "cuda_graph"):
+        assert _issue(monkeypatch, True, cols, mode, executor) == _issue(monkeypatch, False, cols, mode, executor)
+
+
+def test_issue_sums_by_hand():
+    """Two ranks: each op's call starts after its rank's earlier increments plus its own host time, event
+    waits, executor extra and stream switch; it is issued after its call and first-call extra."""
+    new_rank = np.array([True, False, True])
+    host_s, ev = np.array([1.0]), np.array([0.0, 10.0, 0.0])
+    switch = np.array([False, True, False])
+    call, first = np.array([100.0, 200.0, 300.0]), np.array([1000.0, 0.0, 2000.0])
+    issue, call0 = np.empty(3), np.empty(3)
+    _cwaves.issue_sums(new_rank, host_s, ev, 0.5, switch, 0.25, call, first, issue, call0)
+    # op 0: 1 + 0 + 0.5 + 0 = 1.5, +100 +1000 = 1101.5; op 1: 1101.5 + 1 + 10 + 0.5 + 0.25 = 1113.25, +200
+    assert call0.tolist() == [1.5, 1113.25, 1.5]
+    assert issue.tolist() == [1101.5, 1313.25, 2301.5]
+    with pytest.raises(TypeError, match="bool new_rank"):
+        _cwaves.issue_sums(new_rank.astype(np.int8), host_s, ev, 0.5, switch, 0.25, call, first, issue, call0)
+    with pytest.raises(ValueError, match="different lengths"):
+        _cwaves.issue_sums(new_rank, host_s, ev[:2], 0.5, switch, 0.25, call, first, issue, call0)
+
+
+def _walk_python(binding: np.ndarray, ogrp: np.ndarray, i: int) -> list[int]:
+    """The walk ``engine._timeline_program`` ran in Python before ``_cwaves.walk`` (last op first)."""
+    path: list[int] = []
+    seen: set[int] = set()
+    while i >= 0 and i not in seen:
+        seen.add(i)
+        b = int(binding[i])
+        if not (b >= 0 and ogrp[i] >= 0 and ogrp[b] == ogrp[i]):
+            path.append(i)
+        i = b
+    return path
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40))
+def test_walk_matches_the_python_walk(seed, n):
+    """Random bindings (ops, the host -2, none -1, cycles included) and rendezvous groups."""
+    rng = np.random.default_rng(seed)
+    binding = rng.integers(-2, n, n).astype(np.int32)
+    ogrp = np.where(rng.random(n) < 0.5, rng.integers(0, 3, n), -1).astype(np.int32)
+    for start in {0, n - 1, int(rng.integers(0, n))}:
+        out = np.empty(n, np.int32)
+        k = _cwaves.walk(binding, ogrp, start, out)
+        assert out[:k].tolist() == _walk_python(binding, ogrp, start)
+
+
+def test_walk_skips_a_rendezvous_peer_and_stops_at_the_host():
+    """Op 3 was released by op 2, its group's peer (op 2 stands for it: op 3 is left out); op 2 by op 0, not of
+    its group (op 2 kept); op 0 by the host (-2, kept, the walk ends): from op 3 the path is 2, 0."""
+    binding = np.array([-2, -1, 0, 2], np.int32)
+    ogrp = np.array([-1, -1, 7, 7], np.int32)
+    out = np.empty(4, np.int32)
+    k = _cwaves.walk(binding, ogrp, 3, out)
+    assert out[:k].tolist() == [2, 0]
+    with pytest.raises(TypeError, match="int32"):
+        _cwaves.walk(binding.astype(np.int64), ogrp, 3, out)
+    with pytest.raises(ValueError, match="outside"):
+        _cwaves.walk(binding, ogrp, 4, out)
+
+
+def test_the_loop_refuses_an_int64_index_buffer():
+    """Every index buffer of run() is int32 since LAYOUT 2: an int64 one (the old layout) is a TypeError that
+    names its slot, not memory read at the wrong width."""
+    kinds = "ddd" "iiiiiiidd" "iiiiiiiid" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii"
+    arrays = [np.zeros(1, np.float64 if k == "d" else np.int32) for k in kinds]
+    arrays[4] = np.zeros(1, np.int64)  # succ_ptr
+    with pytest.raises(TypeError, match="array 4 must be a contiguous int32 buffer"):
+        _cwaves.run((0, 0, 0, 1, 132, 16), (1.0, 0.0), tuple(arrays))
