@@ -72,7 +72,7 @@ def overhead_pct(row: dict[str, str]) -> float | None:
     process of each side (min of the process medians), else the medians' ratio. On one H200 the same
     host-bound script's process medians fall in a fast and a slow mode (small_ops eager 2.20–2.31 against
     3.35–3.52 ms for the reference and 2.26–2.27 against 3.00–3.18 ms for execute, 6 processes each,
-    2026-12-01 04:06 UTC, ``benchmarks/h200/probe_host_spread_2026-12-01_0410_1xh200.txt``), so the median of 3–6
+    2026-12-01 04:01–04:03 UTC, ``benchmarks/h200/probe_host_spread_2026-12-01_0403_1xh200.txt``), so the median of 3–6
     processes compares modes as often as programs; the minimum compares the fast modes."""
     lo_x, lo_h = _f(row.get("measured_min_ms")), _f(row.get("handwritten_min_ms"))
     if lo_x and lo_h:

@@ -150,7 +150,7 @@ Rules and their sources
    another stream of its rank (an event edge: the graph forks there) holds its
    own stream ``launch.graph_cross_stream_edge_us`` longer (added to its solo
    time, :func:`graph_fork_columns`; collectives and p2p are left as they are).
-   One H200, 2026-12-01 03:14 UTC (``benchmarks/probe_graph_nodes.py``, 64 layers
+   One H200, 2026-12-01 03:13 UTC (``benchmarks/probe_graph_nodes.py``, 64 layers
    of small_ops_graph's ops in one graph): 7.94 µs per layer when each aux GEMM
    waits for its layer's main GEMM, 6.65 µs when it does not wait, 6.23 µs for the
    main stream alone: 1.29 µs per layer, of which the model without this rule
