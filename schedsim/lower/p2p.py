@@ -9,13 +9,22 @@ pairing is a warning.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
 from schedsim.lower.program import unique
 
-__all__ = ["match_p2p", "name_warning"]
+_P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
+
+
+def message_name(name: str) -> str:
+    """What a send/recv's name says it carries: the name without send/recv words (``send_grad`` -> ``grad``)."""
+    return _P2P_WORDS.sub("", name.lower()).strip("_")
+
+
+__all__ = ["match_p2p", "message_name", "name_warning"]
 
 I64 = np.int64
 
@@ -98,8 +107,6 @@ def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
 def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: np.ndarray,
                    ms: np.ndarray) -> list[str]:
     """Warnings for pairs whose op names suggest another pairing (send ``x_grad`` met by recv ``y``)."""
-    from schedsim.lower.reference import message_name
-
     c = cols.c
     names = cols.table.names
     cache: dict[int, str] = {}

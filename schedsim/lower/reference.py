@@ -10,7 +10,6 @@ the run gets an edge from each member).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -20,9 +19,10 @@ import networkx as nx
 from schedsim.errors import DeadlockError, GraphError
 from schedsim.graph.ops import Op, format_op_id
 from schedsim.kinds import P2P_KINDS
+from schedsim.lower.p2p import message_name
 from schedsim.spec.model import COLLECTIVE_KINDS
 
-__all__ = ["graph_from_ops", "message_name", "match_p2p_ops"]
+__all__ = ["graph_from_ops", "match_p2p_ops"]
 
 
 def graph_from_ops(ops: list[Op], info: dict[str, Any], file: str, check: bool) -> nx.DiGraph:
@@ -242,14 +242,6 @@ def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
             break
     return "Pipeline schedule (compute actions per rank):\n" + format_pipeline_order(
         {int(r): acts for r, acts in order.items()}, step)
-
-
-_P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
-
-
-def message_name(name: str) -> str:
-    """What a send/recv's name says it carries: the name without send/recv words (``send_grad`` -> ``grad``)."""
-    return _P2P_WORDS.sub("", name.lower()).strip("_")
 
 
 def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[str, str]]:
