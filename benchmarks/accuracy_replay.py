@@ -32,6 +32,9 @@ from schedsim.sim.engine import simulate
 from schedsim.sim.power import iteration_gap_of
 from schedsim.sim.timeline import Timeline, atomic_write_text
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the suite's summary module, next to this file
+from accuracy_x2_summary import process_medians  # noqa: E402
+
 
 def run_profile(run: Path) -> str:
     """The calibrated profile a run wrote (``*_calibrated.yaml``), else ``h200x2``."""
@@ -56,7 +59,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[
     res = compare_timelines(pred, meas).to_dict()  # the compare.json form: rows are written as JSON
     ms = res["makespan"]
     un = ms.get("uninstrumented", {})
-    procs = _process_medians(case)
+    procs, _ref = process_medians(case)
     if len(procs) > 1:
         un = {"meas_s": statistics.median(procs), "error": ms["pred_s"] / statistics.median(procs) - 1}
     ops = res.get("ops", {})
@@ -66,16 +69,6 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[
             "meas_s": un.get("meas_s", ms["meas_s"]), "error": un.get("error", ms["error"]),
             "op_median": ops.get("median_abs_error"), "worst_id": w.get("id"), "worst_error": w.get("error"),
             "by_kind": ops.get("by_kind", {})}
-
-
-def _process_medians(case: Path) -> list[float]:
-    """Uninstrumented makespans (s) of the case's processes: ``execute/`` and every ``rep<N>/execute/``."""
-    out = []
-    for tl in [case / "execute" / "timeline.json", *sorted(case.glob("rep*/execute/timeline.json"))]:
-        v = Timeline.read_json(tl).meta.get("makespan_uninstrumented_s") if tl.is_file() else None
-        if v:
-            out.append(float(v))
-    return out
 
 
 def cases(runs: list[Path]) -> list[Path]:
