@@ -117,7 +117,7 @@ def _activation_events(tl: Timeline, unit: float) -> _Events | None:
     res_vals, res_codes = c.resource
     comp = res_vals.index("compute") if "compute" in res_vals else -1
     rank, start, end = c.rank, c.start_s, c.end_s
-    rows, row_tags = _staged_rows(c, np.flatnonzero(res_codes == comp))
+    rows, row_tags = c.tagged(np.flatnonzero(res_codes == comp), "stage")
     for i, t in zip(rows, row_tags, strict=True):
         key = (int(rank[i]), int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0))
         ph = t.get("phase") or t.get("pp_op")
@@ -137,35 +137,6 @@ def _activation_events(tl: Timeline, unit: float) -> _Events | None:
             np.concatenate([np.ones(n, np.int64), np.zeros(m, np.int64)]),
             np.concatenate([np.full(n, unit), np.full(m, -unit)]),
             np.array([fwd[k][1] for k in keys + freed], np.int64))
-
-
-def _staged_rows(c: Any, rows: Any) -> tuple[list[int], list[dict[str, Any]]]:
-    """Of ``rows``, those whose tags hold ``stage``, with their tag dicts: from the coded tag sets of a simulated
-    timeline (one dict per distinct set, no per-row dicts), else from ``c.tags``."""
-    import numpy as np
-
-    coded = getattr(c, "_coded_tags", None)
-    if getattr(c, "_tags", None) is None and coded is not None:
-        sets, codes = coded
-        staged = np.array([any(k == "stage" for k, _ in ts) for ts in sets], bool)
-        if not staged.any():
-            return [], []
-        rows = rows[staged[codes[rows]]]
-        dicts = {int(k): dict(sets[int(k)]) for k in np.unique(codes[rows]).tolist()}
-        return rows.tolist(), [dicts[k] for k in codes[rows].tolist()]
-    tags = c.tags
-    out = [i for i in rows.tolist() if tags[i] and "stage" in tags[i]]
-    return out, [tags[i] for i in out]
-
-
-def _ids_of(c: Any, rows: list[int]) -> list[str]:
-    """Op ids (``name@rN``) of ``rows`` only, without building the whole id column when it is still coded."""
-    coded = getattr(c, "_coded", None)
-    if callable(getattr(c, "_id", None)) and coded is not None:
-        names, name_id = coded
-        return [f"{names[int(name_id[i])]}@r{int(c.rank[i])}" for i in rows]
-    ids = c.id
-    return [ids[i] for i in rows]
 
 
 def _buffer_events(tl: Timeline, graph: Any) -> _Events | None:
@@ -192,7 +163,7 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
     rk, tt, od, dd, op = ev
     # op ids in string order, so that ties sort as the (t, order, delta, id) tuples of the definition do
     uniq = np.unique(op)
-    uniq_ids = _ids_of(c, uniq.tolist())
+    uniq_ids = c.ids_at(uniq.tolist())
     id_rank = np.empty(len(uniq), np.int64)
     id_rank[np.argsort(np.array(uniq_ids, dtype=object), kind="stable")] = np.arange(len(uniq))
     order = np.lexsort((id_rank[np.searchsorted(uniq, op)] if len(op) else op, dd, od, tt, rk))
@@ -225,9 +196,7 @@ def _buffer_ends(tl: Timeline, graph: Any, rows: Any) -> Any:
     if graph is None:
         return end
     prog = getattr(graph, "prog", None)
-    coded = getattr(c, "_coded", None)
-    same = prog is not None and prog.N == len(c) and (
-        (coded is not None and coded[1] is prog.name_id) or list(prog.ids()) == list(c.id))
+    same = prog is not None and prog.N == len(c) and (c.named_by(prog.name_id) or list(prog.ids()) == list(c.id))
     if same and prog is not None:
         ptr, dst, kind = prog.succ
         lo, hi = ptr[rows], ptr[rows + 1]

@@ -271,6 +271,36 @@ class SpanColumns:
                    floats(by), floats(fl), list(tags),
                    None if all(x is None for x in ss) else floats(ss))
 
+    def ids_at(self, rows: list[int]) -> list[str]:
+        """Op ids (``name@rN``) of ``rows`` only; a still-coded id column is not built."""
+        if callable(self._id) and self._coded is not None:
+            names, name_id = self._coded
+            return [f"{names[int(name_id[i])]}@r{int(self.rank[i])}" for i in rows]
+        ids = self.id
+        return [ids[i] for i in rows]
+
+    def tagged(self, rows: Any, key: str) -> tuple[list[int], list[dict[str, Any]]]:
+        """Of ``rows`` (int array), those whose tags hold ``key``, with their tag dicts; from the coded tag sets
+        when the per-row dicts are not built (one dict per distinct set)."""
+        import numpy as np
+
+        if self._tags is None and self._coded_tags is not None:
+            sets, codes = self._coded_tags
+            has = np.array([any(k == key for k, _ in ts) for ts in sets], bool)
+            if not has.any():
+                return [], []
+            rows = rows[has[codes[rows]]]
+            dicts = {int(k): dict(sets[int(k)]) for k in np.unique(codes[rows]).tolist()}
+            return rows.tolist(), [dicts[k] for k in codes[rows].tolist()]
+        tags = self.tags
+        out = [i for i in rows.tolist() if tags[i] and key in tags[i]]
+        return out, [tags[i] for i in out]
+
+    def named_by(self, name_id: Any) -> bool:
+        """Whether the rows are coded by this very name-id column (a Program's ``name_id``: the timeline was
+        simulated from that Program, so row ``i`` is its op ``i``)."""
+        return self._coded is not None and self._coded[1] is name_id
+
     def rows(self, rows: list[int]) -> list[Span]:
         """The Span rows ``rows`` (indices) only, as :meth:`to_spans` builds them."""
         import numpy as np

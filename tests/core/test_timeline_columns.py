@@ -231,3 +231,27 @@ def test_a_simulated_timeline_pickles_and_copies(tmp_path):
     tl.write_json(tmp_path / "a.json")
     back.write_json(tmp_path / "b.json")
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_ids_at_and_tagged_read_coded_columns_without_building_them():
+    """``ids_at`` and ``tagged`` on a simulated timeline (coded ids and tag sets) give what the built columns
+    give, and build neither; ``named_by`` knows the Program it came from."""
+    import numpy as np
+
+    from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_schedule, parse_overrides
+
+    from tests.conftest import ROOT
+
+    prog = lower(load_schedule(ROOT / "schedules/pipeline_schedules.yaml", parse_overrides(["p=2", "m=2"])))
+    c = simulate(prog, load_profile("h200")).columns
+    rows = [0, 5, len(c) - 1]
+    ids = c.ids_at(rows)
+    got_rows, got_tags = c.tagged(np.arange(len(c)), "stage")
+    assert callable(c._id) and c._tags is None and c.named_by(prog.name_id)
+    assert ids == [c.id[i] for i in rows] == [prog.op_id(i) for i in rows]
+    assert got_rows == [i for i in range(len(c)) if "stage" in c.tags[i]] and got_rows
+    assert got_tags == [c.tags[i] for i in got_rows]
+    assert not c.named_by(np.array(prog.name_id))
