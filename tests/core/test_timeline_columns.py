@@ -242,7 +242,6 @@ def test_ids_at_and_tagged_read_coded_columns_without_building_them():
     from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_schedule, parse_overrides
-
     from tests.conftest import ROOT
 
     prog = lower(load_schedule(ROOT / "schedules/pipeline_schedules.yaml", parse_overrides(["p=2", "m=2"])))
