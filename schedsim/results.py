@@ -32,6 +32,10 @@ T = TypeVar("T")
 #: ``field(metadata=OMIT_NONE)``: the key is absent from the JSON form while the value is None.
 OMIT_NONE = {"omit_none": True}
 
+#: Leaf types: a list or tuple holding only these is copied in one step, not walked element by element
+#: (a pipeline's per-rank action order holds ~10^5 strings).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
 
 def to_dict(obj: Any) -> Any:
     """The JSON-ready form of a result: dataclasses become dicts (field order), containers are copied."""
@@ -46,9 +50,9 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: to_dict(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [to_dict(v) for v in obj]
+        return obj.copy() if _LEAVES.issuperset(map(type, obj)) else [to_dict(v) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(to_dict(v) for v in obj)
+        return obj if _LEAVES.issuperset(map(type, obj)) else tuple(to_dict(v) for v in obj)
     return obj
 
 
