@@ -92,6 +92,8 @@ def merge(shipped: dict[str, Any], fresh: dict[str, Any], cal: dict[str, Any], w
     fresh_e = {key(e): e for e in fresh["gemm"]["entries"]}
     kept = [e for e in out["gemm"]["entries"] if key(e) not in fresh_e]
     out["gemm"]["entries"] = list(fresh_e.values()) + kept
+    fresh_c = {key(e): e for e in fresh["gemm"].get("ctas", [])}  # measured grids: the same merge
+    out["gemm"]["ctas"] = list(fresh_c.values()) + [e for e in out["gemm"].get("ctas", []) if key(e) not in fresh_c]
     out["gemm"]["source"] = (f"MEASURED: {len(fresh_e)} shapes by schedsim calibrate, {env} (the shapes of the "
                              f"accuracy cases); {len(kept)} more from the calibration earlier that day "
                              "(../shared/data/h200x2_2026-11-30). Method: " + fresh["gemm"]["source"].split(": ", 1)[1])

@@ -60,7 +60,7 @@ from typing import Any, Callable
 
 from executor.calibrate_host import comm_host_costs, host_costs, tiny_mm
 from executor.calibrate_logs import base_profile_dict, write_profile
-from executor.calibrate_nccl import nccl_beside_gemm
+from executor.calibrate_nccl import kernel_events, nccl_beside_gemm
 from schedsim.nccl_tests import format_table
 
 __all__ = ["CalibrateOptions", "run_calibrate", "DEFAULT_GRID"]
@@ -107,6 +107,7 @@ class _Bench:
         self.cuda = ctx.cuda
         self.iters = iters
         self.single_gemm: list[list[Any]] = []
+        self.gemm_ctas: list[list[Any]] = []
 
     def sync(self) -> None:
         if self.cuda:
@@ -259,11 +260,45 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
             + (f"; single launch {single * 1e3:.4f} ms" if single != t else ""))
         rows.append([dt, m, n, k, round(t * 1e3, 5)])
         b.single_gemm.append([dt, m, n, k, round(single * 1e3, 5)])
+        if b.cuda:
+            grid = kernel_grid(torch, fns[0])
+            if grid:
+                b.gemm_ctas.append([dt, m, n, k, grid])
         del fns
     if b.cuda:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.cuda.empty_cache()
     return rows
+
+
+def kernel_grid(torch: Any, fn: Callable[[], Any]) -> int | None:
+    """CTAs (grid x·y·z) of the longest GPU kernel one call of ``fn`` launches, from a Kineto trace
+    (:func:`executor.calibrate_nccl.kernel_events`); None when the trace has no kernel with a grid.
+
+    The longest kernel is the GEMM itself, not a split-K reduction or a memset the library adds. Used by
+    ``calibrate`` for the profile's ``gemm.ctas`` (rule 4 of :mod:`schedsim.sim.gpu_model`).
+    """
+    fn()  # warm: the first call may pick or load the kernel
+    torch.cuda.synchronize()
+    return longest_kernel_ctas(kernel_events(torch, fn))
+
+
+def longest_kernel_ctas(events: list[dict[str, Any]]) -> int | None:
+    """x·y·z of the ``grid`` of the longest ``"cat": "kernel"`` event of a Chrome trace (Kineto's export), or
+    None when no kernel event carries a grid.
+
+    >>> longest_kernel_ctas([{"cat": "kernel", "dur": 9.0, "args": {"grid": [8, 8, 2]}},
+    ...                      {"cat": "kernel", "dur": 1.0, "args": {"grid": [64, 1, 1]}}, {"cat": "cpu_op"}])
+    128
+    """
+    kernels = [e for e in events if e.get("cat") == "kernel" and isinstance(e.get("args", {}).get("grid"), list)]
+    if not kernels:
+        return None
+    grid = max(kernels, key=lambda e: float(e.get("dur", 0.0)))["args"]["grid"]
+    n = 1
+    for g in grid:
+        n *= int(g)
+    return n if n > 0 else None
 
 
 def _measure_copies(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[str, float]:
@@ -683,6 +718,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         log(f"[gemm] {len(shapes)} shapes")
         raw["gemm"] = _measure_gemms(b, shapes, log)
         raw["gemm_single_launch"] = b.single_gemm
+        raw["gemm_ctas"] = b.gemm_ctas
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
         raw["host"] = host_costs(b, log)
@@ -841,7 +877,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                            "event-timed launch, median of --iters), 3 rotating input sets when they fit in 3x L2; "
                            "'fp32' = TF32 off, 'tf32' = TF32 on. Single-launch times are in the .json next to this file"
                            if ctx.cuda else f"measured on CPU {where}",
-                 "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None}
+                 "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None,
+                 "ctas": [list(r) for r in raw.get("gemm_ctas", [])]}
     coll = raw.get("collectives")
     if coll:
         n = raw["world_size"]

@@ -33,11 +33,12 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["collective_grid", "nccl_beside_gemm"]
+__all__ = ["collective_grid", "kernel_events", "nccl_beside_gemm"]
 
 
-def collective_grid(torch: Any, fn: Callable[[], Any]) -> int | None:
-    """CTAs of the NCCL kernel that ``fn`` launches, read from a Kineto trace (None if absent)."""
+def kernel_events(torch: Any, fn: Callable[[], Any]) -> list[dict[str, Any]]:
+    """The events of a Kineto trace of one call of ``fn`` (Chrome trace ``traceEvents``; CUPTI's kernel records
+    have ``"cat": "kernel"`` and ``args.grid``); empty when the trace cannot be written or read."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -49,12 +50,17 @@ def collective_grid(torch: Any, fn: Callable[[], Any]) -> int | None:
         prof.export_chrome_trace(path)
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt") as f:
-            events = json.load(f).get("traceEvents", [])
+            events: list[dict[str, Any]] = json.load(f).get("traceEvents", [])
+            return events
     except Exception:
-        return None
+        return []
     finally:
         os.unlink(path)
-    for ev in events:
+
+
+def collective_grid(torch: Any, fn: Callable[[], Any]) -> int | None:
+    """CTAs of the NCCL kernel that ``fn`` launches, read from a Kineto trace (None if absent)."""
+    for ev in kernel_events(torch, fn):
         if ev.get("cat") == "kernel" and "nccl" in str(ev.get("name", "")).lower():
             grid = (ev.get("args") or {}).get("grid")
             if isinstance(grid, list) and grid:

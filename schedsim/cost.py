@@ -69,6 +69,7 @@ class CostModel:
         for dtype, m, n, k, ms in profile.gemm.entries:
             rate = 2.0 * m * n * k / (ms * 1e-3)
             self._gemm.setdefault(dtype, []).append((math.log2(m), math.log2(n), math.log2(k), m, n, k, rate))
+        self._ctas: dict[tuple[str, int, int, int], int] = {(d, m, n, k): c for d, m, n, k, c in profile.gemm.ctas}
         self._tables: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
         for coll, by_n in profile.collectives.tables.items():
             for n, rows in by_n.items():
@@ -127,11 +128,26 @@ class CostModel:
             return 1.0
         return min(1.0, self.gemm_ctas(op) / sms)
 
+    def measured_ctas(self, op: Op) -> int | None:
+        """The CTAs the profile's ``gemm.ctas`` records for exactly this GEMM's (dtype, m·batch, n, k), else None.
+
+        Measured by ``schedsim calibrate`` from a Kineto trace (grid x·y·z of the GEMM kernel); e.g. on one H200
+        (2026-12-01, torch 2.11, cuBLAS) fp32 2048×1024×8192 ran as 8×8×2 = 128 CTAs (256×128 tiles, split-K 2)
+        where the 128×128-tile rule gives a full wave (``benchmarks/h200/probe_coresidence_2026-12-01_1xh200.json``).
+        """
+        if not self._ctas:
+            return None
+        return self._ctas.get((op.dtype or "fp32", op.m * op.batch, op.n, op.k))
+
     def gemm_ctas(self, op: Op) -> int:
-        """CTAs of one launch of GEMM ``op``: 128×128 output tiles times the split-K factor (see :meth:`gemm_demand`).
+        """CTAs of one launch of GEMM ``op``: the measured grid when the profile has this shape
+        (:meth:`measured_ctas`), else 128×128 output tiles times the split-K factor (see :meth:`gemm_demand`).
 
         ``gpu.sms`` missing counts as 132 (H100/H200 SXM) for the split-K rule.
         """
+        got = self.measured_ctas(op)
+        if got is not None:
+            return got
         sms = self.profile.gpu.sms or 132
         tiles = max(1, -(-op.m * op.batch // 128) * -(-op.n // 128))  # an empty GEMM still launches one CTA
         if tiles < sms:

@@ -153,6 +153,11 @@ class GemmTable(_B):
         default=None,
         description="Name of another profile whose measured GEMM table supplies the shape-efficiency curve for "
         "shapes this table lacks: rate(shape) = own rate(nearest) * ref rate(shape) / ref rate(nearest).")
+    ctas: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveInt]] = Field(
+        default_factory=list,
+        description="[dtype, m, n, k, ctas]: the CTAs (grid x*y*z) of the kernel the BLAS library launched for "
+        "that shape, from a Kineto trace (calibrate on CUDA records it); shapes not listed use the 128x128-tile "
+        "rule of CostModel.gemm_ctas.")
 
 
 class CollectiveTables(_B):

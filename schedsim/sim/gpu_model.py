@@ -69,8 +69,17 @@ Rules and their sources
    the next GEMM of the compute stream (0.59 ms for 32 MiB, 0.11 ms alone).
    So two GEMMs that fill the GPU on two streams run one
    after the other, and a small kernel on a third stream waits for free SMs.
-4. **CTA counts.** GEMM: ceil(m·batch/128)·ceil(n/128) output tiles of 128×128
-   (CUTLASS/cuBLAS's common Hopper tile; the real grid is in a Kineto trace).
+4. **CTA counts.** GEMM: the grid (x·y·z) the BLAS library launched for that
+   shape when the profile records it (``gemm.ctas``; ``calibrate`` reads it from
+   a Kineto trace), run in ceil(CTAs / SMs) waves. One H200, 2026-12-01
+   (``benchmarks/h200/probe_coresidence_2026-12-01_1xh200.json``): allgather_mm's
+   fp32 2048×1024×8192 and 1024×512×8192 ran as 128 CTAs (256×128 tiles with
+   split-K 2 and 8), so 4 of 132 SMs stay free for other streams, and 8 or 16
+   such GEMMs on as many streams ran 2.7 / 6.0 % faster per GEMM than on one
+   stream; their kernels hold 254 / 202 registers × 256 threads (one CTA per
+   SM), so the gain is those free SMs and the hidden tail, not two CTAs sharing
+   an SM. Otherwise: ceil(m·batch/128)·ceil(n/128) output tiles of 128×128
+   (CUTLASS/cuBLAS's common Hopper tile).
    With at least a wave of output tiles (tiles ≥ SMs) a GEMM runs one CTA per
    tile in waves, each CTA lasting solo / ceil(tiles / SMs), so its partial last
    wave frees SMs for other streams' kernels and a queued kernel fills them: the
@@ -90,8 +99,9 @@ Rules and their sources
    kernels: one CTA per 64 KiB moved, at most one wave (elementwise kernels are
    launched wide and grid-stride); a kernel given only ``duration_us`` fills the GPU.
    Not modelled: CTAs of two kernels sharing one SM (occupancy > 1 CTA per
-   SM; the allgather_mm chunks=8 run shows why it matters, accuracy.md), and
-   the real tile width: cuBLAS ran bf16 8192³ as 128×256 tiles, which would
+   SM: not the case for the fp32 GEMMs above, but an elementwise kernel's small
+   CTAs may fit beside a 202-register GEMM CTA), and, for shapes without a
+   measured grid, the real tile width: cuBLAS ran bf16 8192³ as 128×256 tiles, which would
    give that GEMM a half-empty last wave; with it an NCCL kernel beside the
    probe's GEMM queue would start in that wave, 0.05 ms earlier than measured
    (probe_scenarios.md), so the common 128×128 is kept.
@@ -219,8 +229,8 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
     ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them.
     """
     if op.kind == "matmul":
-        one = cost.gemm_ctas(op)  # output tiles, times a split-K factor when they are fewer than the SMs
-        if -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
+        one = cost.gemm_ctas(op)  # measured grid, else output tiles times a split-K factor when fewer than SMs
+        if cost.measured_ctas(op) is None and -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
             one = min(one, sms)  # less than a wave of output tiles (split-K regime): one wave
         # else one CTA per output tile, run in waves (cuBLAS's grid for these shapes, 2xH200 probes)
         mem = False

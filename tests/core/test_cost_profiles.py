@@ -65,6 +65,24 @@ def test_gemm_exact_interpolated_and_roofline():
     assert cm.duration(empty) == floor and cm.gemm_ctas(empty) >= 1
 
 
+def test_gemm_ctas_from_the_profiles_measured_grid_else_tiles():
+    p = load_profile("h200x2")
+    cm = CostModel(p)
+
+    def mm(m: int, n: int, k: int, dtype: str = "fp32", batch: int = 1) -> Op:
+        return Op(name="x", rank=0, kind="matmul", stream="s", seq=0, m=m, n=n, k=k, dtype=dtype, batch=batch,
+                  flops=2.0 * m * n * k * batch)
+
+    # Kineto, one H200, 2026-12-01: grid 8x8x2 (256x128 tiles, split-K 2)
+    assert ("fp32", 2048, 1024, 8192, 128) in p.gemm.ctas
+    assert cm.measured_ctas(mm(2048, 1024, 8192)) == cm.gemm_ctas(mm(2048, 1024, 8192)) == 128
+    assert cm.gemm_ctas(mm(1024, 1024, 8192, batch=2)) == 128  # m*batch is the row count looked up
+    # not measured: 128x128 tiles (16*8 = 128 < 132 SMs), split-K by min(ceil(132/128), ceil(8192/256)) = 2
+    assert cm.measured_ctas(mm(2048, 1024, 8192, "bf16")) is None
+    assert cm.gemm_ctas(mm(2048, 1024, 8192, "bf16")) == 256
+    assert cm.gemm_ctas(mm(4096, 4096, 4096)) == 32 * 32  # a wave or more of tiles: one CTA per tile
+
+
 def test_shape_curve_transfer_from_reference_profile():
     p = load_profile("pcie2")
     cm = CostModel(p)

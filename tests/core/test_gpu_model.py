@@ -63,6 +63,20 @@ def test_multi_wave_gemm_frees_sms_in_its_last_wave(sim_text):
     assert spans == {"C@r0": (0.0, 2.0), "A@r0": (0.0, 10.0)}
 
 
+def test_measured_grid_leaves_sms_to_other_streams(sim_text):
+    # the profile records FULL's kernel as 6 CTAs (gemm.ctas, e.g. cuBLAS's 128-CTA grid on 132 SMs) instead of
+    # the 8 of its 128x128 tiles: each CTA still lasts the 10 us solo time (one wave). A: 6 CTAs 0-10; B places 2
+    # on the free SMs at 0 and its other 4 at 10 (ends 20); C, next in the FIFO, 4 at 10 and 2 at 20 (ends 30);
+    # D places all 6 at 20 (8 SMs - C's 2). 4 GEMMs in 30 us, not the 40 of one after the other.
+    text = "".join(f"  - {{name: {x}, {FULL}, stream: s{i}}}\n" for i, x in enumerate("ABCD"))
+    prof = waves_profile()
+    spans, _ = sim_text(HEAD % 1 + text, prof)
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0), "C@r0": (20.0, 30.0), "D@r0": (30.0, 40.0)}
+    measured = prof.model_copy(update={"gemm": prof.gemm.model_copy(update={"ctas": [("fp32", 256, 512, 1024, 6)]})})
+    spans, _ = sim_text(HEAD % 1 + text, measured)
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (0.0, 20.0), "C@r0": (10.0, 30.0), "D@r0": (20.0, 30.0)}
+
+
 def test_nccl_kernel_starts_late_and_starves_beside_gemms(sim_text):
     # A fills the 8 SMs, so the all_reduce (needs 2) waits until 10 µs; then B takes the other 6 SMs and holds
     # all of them until 20 µs: the all_reduce runs at 1/3 (slowdown 3.0) and does 10/3 µs of its 12 µs; the

@@ -42,3 +42,13 @@ def test_assemble_writes_both_fields_from_the_2xh200_measurement(monkeypatch) ->
     top = max(set(one) & set(two))  # 256 MiB: 896.3 us exchanged against 801.0 us one way
     assert top == 2**28
     assert p.nccl.p2p_one_way_speedup == round(two[top] / one[top], 3) == 1.119
+
+
+def test_gemm_grid_is_the_longest_kernels_ctas_of_a_kineto_trace() -> None:
+    # a split-K GEMM launches the GEMM (long) and a reduction (short): the GEMM's grid counts
+    events = [{"cat": "kernel", "name": "reduce", "dur": 3.0, "args": {"grid": [64, 1, 1]}},
+              {"cat": "kernel", "name": "sgemm", "dur": 700.0, "args": {"grid": [8, 8, 2]}},
+              {"cat": "cuda_runtime", "dur": 900.0, "args": {}}]
+    assert C.longest_kernel_ctas(events) == 128
+    assert C.longest_kernel_ctas([{"cat": "kernel", "dur": 1.0, "args": {}}]) is None  # no grid recorded
+    assert C.longest_kernel_ctas([]) is None
