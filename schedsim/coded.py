@@ -70,7 +70,7 @@ class Parts:
     __slots__ = ("parts", "n")
 
     def __init__(self, parts: list[tuple[list[str], np.ndarray]]) -> None:
-        self.parts = [(list(v), np.asarray(c)) for v, c in parts]
+        self.parts = [(v if isinstance(v, list) else list(v), np.asarray(c)) for v, c in parts]
         lens = {len(c) for _v, c in self.parts}
         if len(lens) > 1:
             raise ValueError(f"Parts: parts of different lengths {sorted(lens)}")
@@ -179,10 +179,12 @@ class TagColumns:
         Columns of different lengths.
     """
 
-    __slots__ = ("keys", "n")
+    __slots__ = ("keys", "n", "_scalar")
 
     def __init__(self, keys: dict[str, tuple[list[Any], np.ndarray]], n: int) -> None:
-        self.keys = {k: (list(keys[k][0]), np.asarray(keys[k][1])) for k in sorted(keys)}
+        self._scalar: bool | None = None
+        self.keys = {k: (v if isinstance(v, list) else list(v), np.asarray(c))
+                     for k, (v, c) in sorted(keys.items())}
         bad = [k for k, (_v, c) in self.keys.items() if len(c) != n]
         if bad:
             raise ValueError(f"TagColumns: key {bad[0]!r} has {len(self.keys[bad[0]][1])} codes for {n} rows")
@@ -192,8 +194,10 @@ class TagColumns:
         return self.n
 
     def scalar(self) -> bool:
-        """Whether every value is a JSON scalar (what :meth:`to_json` needs)."""
-        return all(set(map(type, v)) <= _SCALAR_SET for v, _c in self.keys.values())
+        """Whether every value is a JSON scalar (what :meth:`to_json` needs; checked once)."""
+        if self._scalar is None:
+            self._scalar = all(set(map(type, v)) <= _SCALAR_SET for v, _c in self.keys.values())
+        return self._scalar
 
     def has(self, key: str) -> np.ndarray:
         """Per row, whether it has ``key`` (bool array)."""

@@ -260,9 +260,8 @@ def unique_keys(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     in ``values``). Keys in a small range (0 ≤ key < 4n + 64, as rank × stream or rank × queue codes are)
     go through a table of the range, O(n) without a sort; others through ``unique``'s stable sort."""
     n = len(key)
-    if n and int(key.min()) >= 0 and int(key.max()) < 4 * n + 64:
-        first = np.full(int(key.max()) + 1, n, np.int64)
-        np.minimum.at(first, key, np.arange(n, dtype=np.int64))
+    first = _first_table(key)
+    if first is not None:
         vals = np.flatnonzero(first < n)
         code = np.zeros(len(first), np.int64)
         code[vals] = np.arange(len(vals))
@@ -272,10 +271,47 @@ def unique_keys(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return unique(key)
 
 
+def stable_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of non-negative integer keys; keys below 2**16 are sorted as uint16,
+    which numpy's stable sort orders by radix sort in O(n) (rank × queue and rank × communicator codes are)."""
+    if len(key) and int(key.min()) >= 0 and int(key.max()) < 1 << 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    return np.argsort(key, kind="stable")
+
+
+def _first_table(key: np.ndarray) -> np.ndarray | None:
+    """Per value ``0 .. max(key)``, the index of its first occurrence in ``key`` (``len(key)`` where absent), or
+    None when the keys are not in a small range (0 ≤ key < 4n + 64)."""
+    n = len(key)
+    if not (n and int(key.min()) >= 0 and int(key.max()) < 4 * n + 64):
+        return None
+    first = np.full(int(key.max()) + 1, n, np.int64)
+    np.minimum.at(first, key, np.arange(n, dtype=np.int64))
+    return first
+
+
+def first_codes(key: np.ndarray) -> np.ndarray:
+    """Dense codes of the integer array ``key`` numbered by first appearance (int64): equal keys, equal codes;
+    the first distinct key 0, the next 1, ..."""
+    first = _first_table(key)
+    if first is None:
+        _u, f, inv = unique_keys(key)
+        num = np.empty(len(f), np.int64)
+        num[np.argsort(f, kind="stable")] = np.arange(len(f))
+        return num[inv]
+    vals = np.flatnonzero(first < len(key))
+    num = np.zeros(len(first), np.int64)
+    num[vals[np.argsort(first[vals], kind="stable")]] = np.arange(len(vals))
+    return num[key]
+
+
 def _first_per_key(key: np.ndarray) -> np.ndarray:
     """Mask of the first occurrence of each value of ``key`` (int64)."""
     out = np.zeros(len(key), bool)
     if len(key):
+        first = _first_table(key)
+        if first is not None:
+            return first[key] == np.arange(len(key))
         out[unique_keys(key)[1]] = True
     return out
 
@@ -459,7 +495,7 @@ def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> 
     if not len(sel):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     key = rank[sel].astype(np.int64) * (int(comm.max()) + 1) + comm[sel]
-    o = np.argsort(key, kind="stable")
+    o = stable_order(key)
     s, k, b = sel[o], key[o], batch[sel][o]
     m = len(s)
     new_key = np.ones(m, bool)
