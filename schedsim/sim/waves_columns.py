@@ -244,8 +244,24 @@ def _succ(prog: Program, u: np.ndarray, v: np.ndarray, sid: np.ndarray
 def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # type: ignore[no-untyped-def]
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
     hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them: the loop's int32 buffers
-    (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds."""
+    (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds; in one O(N)
+    pass of the compiled ``kernels`` when it is built (the same arrays)."""
+    from schedsim.sim.waves import compiled_loop
+
     N = len(tmpl)
+    tct = [gm.kernel_ctas(t, cost, sms) if _res_of(t) == 0 else (0, 1, False) for t in tps]
+    tctas = np.array([c[0] for c in tct], I64)
+    twaves = np.array([c[1] for c in tct], I64)
+    tmem = np.array([c[2] for c in tct], I32)
+    ext = getattr(compiled_loop(), "kernels", None)
+    if ext is not None:  # an older build has no kernels(): then numpy below
+        out = [np.empty(N + (k in (1, 10)), np.float64 if k == 7 else I32) for k in range(12)]
+        nb = int(batch.max()) + 1 if N else 0
+        K, Q = ext((N, world, max(nb, 0), C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work), _i32(opq),
+                   _i32(tctas), twaves.astype(np.float64), tmem, *out)
+        kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
+        return (kern, kptr[:K + 1], kidx, ktype[:K], krank[:K], kneed[:K], kleft[:K], ktau[:K], kmem[:K], kq[:K],
+                qptr[:Q + 1], qidx[:K])
     if (batch >= 0).any():
         # kernels numbered by first appearance: a batch's on a rank at its first op (its head), every other op its
         # own; the heads in op order are the kernels in order
@@ -268,10 +284,6 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
         kern = kidx = np.arange(N, dtype=I32)
         kptr = np.arange(N + 1, dtype=I32)
         ktype, krank, kneed, ht, whead, ohead = res, rank, np.ones(N, I32), tmpl, work, opq
-    tct = [gm.kernel_ctas(t, cost, sms) if _res_of(t) == 0 else (0, 1, False) for t in tps]
-    tctas = np.array([c[0] for c in tct], I64)
-    twaves = np.array([c[1] for c in tct], I64)
-    tmem = np.array([c[2] for c in tct], I32)
     comp = ktype == 0
     kleft = _i32(np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0)))
     ktau = np.where(comp, whead / twaves[ht], 0.0)
