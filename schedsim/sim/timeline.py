@@ -362,12 +362,11 @@ class SpanColumns:
     def _json_forms(self) -> tuple[str, str]:
         """How :meth:`json_items` writes the names and the tags: ``("shared" | "parts" | "lists", "keys" |
         "index")`` (module docstring)."""
-        names = "lists"
-        if callable(self._id) and callable(self._name) and (self._coded is not None or self._parts is not None):
-            if self._coded is not None and 4 * len(self._coded[0]) <= len(self.rank):
-                names = "shared"  # names shared by rows: the table once, rows joined from it
-            elif self._name_parts() is not None:
-                names = "parts"
+        names = "lists"  # both coded forms hold id[i] == f"{name[i]}@r{rank[i]}" (the constructor's contract)
+        if self._coded is not None and 4 * len(self._coded[0]) <= len(self.rank):
+            names = "shared"  # names shared by rows: the table once, rows joined from it
+        elif self._name_parts() is not None:
+            names = "parts"
         keyed = self._keyed and self._tag_columns().scalar()  # type: ignore[union-attr]
         return names, "keys" if keyed else "index"
 
