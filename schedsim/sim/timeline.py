@@ -4,10 +4,11 @@ A Timeline is backed by columns (:class:`SpanColumns`: numpy arrays of times, si
 dictionary-encoded stream/kind/resource); the :class:`Span` rows of :attr:`Timeline.spans` are built
 only when something asks for them, so a million-op timeline costs tens of bytes per op, not hundreds.
 
-JSON: ``timeline.json`` (``format: schedsim.timeline``) has two layouts, and
-:meth:`Timeline.read_json` reads both.
+JSON: ``timeline.json`` (``format: schedsim.timeline``) has two layouts, columns (versions 2 and 3) and
+rows (version 1), and :meth:`Timeline.read_json` reads all three versions.
 
-Columns (``version: 2``, ``layout: columns``; what :meth:`Timeline.write_json` writes)::
+Columns (``version: 2``, ``layout: columns``; what :meth:`Timeline.write_json` writes unless a column is
+coded, below)::
 
     {"format": "schedsim.timeline", "version": 2, "layout": "columns",
      "schedule": "allgather_mm8", "source": "predict" | "execute" | "import",
@@ -27,6 +28,27 @@ Every column holds ``n_ops`` entries; row ``i`` of all columns is one op. ``stre
 ``resource`` are dictionary encoded (``values[codes[i]]``). ``tags`` is sparse: only the rows in
 ``index`` have tags. The breakdown of the row layout is not stored: it is
 ``start_s − ready_s`` (wait), ``solo_s`` (work) and ``end_s − start_s − solo_s`` (contention).
+
+Coded columns (``version: 3``, ``layout: columns``): version 2 where ``id``, ``name`` or ``tags`` may instead
+be coded, so that a simulated timeline is written without one Python object per op (a pipeline's 456,704
+distinct names and tag sets are made of a few thousand parts and values)::
+
+     "id": {"format": "{name}@r{rank}"},                 # id[i] = name[i] + "@r" + str(rank[i])
+     "name": {"parts": [{"values": ["F0.", "sendF0.", ...], "codes": [0, 1, ...]},
+                        {"values": ["0", "1", ...], "codes": [...]},
+                        {"values": [".0", ""], "codes": [...]}]},  # name[i] = "".join(values[codes[i]])
+     "tags": {"keys": {"mb": {"values": [0, 1, ...], "codes": [0, 0, 1, ..., -1]},
+                       "phase": {"values": ["F", "I", "W"], "codes": [...]}, ...}}
+
+A name is the concatenation of one value per part (every part's ``codes`` has ``n_ops`` entries). Each tag key
+is a categorical column of its own: row ``i`` has the tag ``key: values[codes[i]]`` when ``codes[i] ≥ 0``
+and lacks the key at -1; values are JSON scalars, and ``1``, ``1.0`` and ``true`` are distinct values. A row's
+tags are its keys in sorted order. Each of the three columns may also come in its version-2 form. The writer
+uses version 3 for a timeline simulated from a Program (:func:`schedsim.sim.engine.simulate`): its tags as
+key columns, a pipeline's names as parts (:mod:`schedsim.coded`); the others, and timelines built from spans,
+are written as version 2, which older readers take. The reader refuses a coded column that is malformed (a
+code out of range, a ``codes`` list of the wrong length, a part value that is not a string, a tag value that is
+a list or object) with a :class:`~schedsim.errors.TraceError` naming the column.
 
 Rows (``version: 1``, the original layout; still read, and written with ``layout="rows"``)::
 
