@@ -17,7 +17,7 @@ those runs and the other (already made) items.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -331,7 +331,7 @@ class TagColumns:
         return cls(out, n)
 
 
-def coded_of(table: Any, ids: np.ndarray, cls: Callable[..., Any]) -> Any:
+def coded_of(table: Any, ids: np.ndarray, cls: Any) -> Any:
     """The per-row :class:`Parts` or :class:`TagColumns` (``cls``) of items ``table[ids[i]]``.
 
     ``table`` is a tuple of items or the lowering's interner (:class:`schedsim.lower.table._Interner`): rows

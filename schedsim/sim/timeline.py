@@ -91,7 +91,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from schedsim.coded import Parts, TagColumns
-
     from schedsim.graph.info import PipelineInfo
 
 try:  # orjson: ~10x faster than json on the float columns, serialises numpy arrays without copies
@@ -214,8 +213,8 @@ class SpanColumns:
         (constructor) when the columns differ in length.
     """
 
-    __slots__ = ("_id", "_name", "_coded", "_tags", "_coded_tags", "_keyed", "_parts", "rank", "stream", "kind", "resource",
-                 "start_s", "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")
+    __slots__ = ("_id", "_name", "_coded", "_tags", "_coded_tags", "_keyed", "_parts", "rank", "stream", "kind",
+                 "resource", "start_s", "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")
 
     def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
                  rank: np.ndarray, stream: Categorical, kind: Categorical, resource: Categorical,
@@ -450,24 +449,13 @@ class SpanColumns:
 
         import numpy as np
 
-        from schedsim.coded import Parts, TagColumns
-
         def col(key: str) -> Any:
             if key not in d:
                 raise TraceError(f"{where}: columns: no {key!r} column", fix="re-run the command that wrote it")
             return d[key]
 
         try:
-            raw_id, raw_name = col("id"), col("name")
-            derived = isinstance(raw_id, dict)
-            if derived and raw_id != {"format": ID_FORMAT}:
-                raise ValueError(f"'id' is neither a list of strings nor {{\"format\": \"{ID_FORMAT}\"}}")
-            if n is None:
-                n = len(col("rank") if derived else raw_id)
-            ids = None if derived else [str(x) for x in raw_id]
-            if ids is not None and len(ids) != n:
-                raise ValueError(f"'id' has {len(ids)} entries, n_ops is {n}")
-            parts = Parts.from_json(raw_name, n, "'name'") if isinstance(raw_name, dict) else None
+            n, ids, parts = _json_ids(col("id"), col("name"), n, col("rank"))
 
             def num(key: str, kind: str, raw: Any = None) -> Any:
                 """A 1-D column of numbers (``kind`` "i": integers, "f": floats, None allowed as NaN); no
@@ -496,28 +484,19 @@ class SpanColumns:
                 if len(floats[c]) and not (floats[c] >= 0).all():
                     raise ValueError(f"{c!r} holds a negative or non-finite value (row "
                                      f"{int(np.argmax(~(floats[c] >= 0)))})")
-            tags: list[dict[str, Any]] | None = [{}] * n
-            t = d.get("tags") or {"index": [], "values": []}
-            coded = None
-            if isinstance(t, dict) and "index" not in t and "values" not in t:  # version 3: a column per key
-                coded, tags, t = TagColumns.from_json(t, n, "'tags'"), None, {"index": [], "values": []}
-            for i, v in zip(t["index"], t["values"], strict=True):
-                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or not isinstance(v, dict):
-                    raise ValueError(f"tags: index {str(i)[:20]} is not a row 0..{n - 1}, or its value is not an "
-                                     "object")
-                tags[i] = v
+            tags, coded = _json_tags(d.get("tags") or {"index": [], "values": []}, n)
             ranks = num("rank", "i")
             ws = d.get("__world_size__")
             if len(ranks) and ws is not None and (ranks.min() < 0 or ranks.max() >= ws):
                 raise ValueError(f"'rank' holds {int(ranks.min() if ranks.min() < 0 else ranks.max())}, outside "
                                  f"0..{ws - 1} (world_size {ws})")
-            names: Any = cache(parts.strings) if parts is not None else [str(x) for x in raw_name]
+            names: Any = cache(parts.strings) if parts is not None else [str(x) for x in col("name")]
             return cls(ids if ids is not None else lambda: _join_ids(names() if callable(names) else names, ranks),
                        names, ranks,
                        cats["stream"], cats["kind"], cats["resource"], floats["start_s"], floats["end_s"],
                        floats["solo_s"], floats["ready_s"], floats["bytes"], floats["flops"], tags,
                        None if d.get("stream_s") is None else np.asarray(d["stream_s"], dtype=np.float64).reshape(-1),
-                       coded_tags=coded, name_parts=parts if derived else None)
+                       coded_tags=coded, name_parts=parts if ids is None else None)
         except TraceError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
@@ -588,6 +567,49 @@ def _coded_json(names: Sequence[str], name_id: np.ndarray, rank: np.ndarray) -> 
         return "".join(quoted[name_id[a:b]].tolist())
 
     return _RawPieces(lambda: rows(ids)), _RawPieces(lambda: rows(nms))
+
+
+def _json_ids(raw_id: Any, raw_name: Any, n: int | None, raw_rank: Any) -> tuple[int, list[str] | None, Parts | None]:
+    """``(n_ops, ids, parts)`` from the ``id`` and ``name`` columns: ``ids`` None when they are the names and ranks
+    (``{"format": ID_FORMAT}``), ``parts`` the names' :class:`~schedsim.coded.Parts` when coded.
+
+    Raises
+    ------
+    ValueError
+        An ``id`` object of another format, a list of the wrong length, malformed parts.
+    """
+    from schedsim.coded import Parts
+
+    derived = isinstance(raw_id, dict)
+    if derived and raw_id != {"format": ID_FORMAT}:
+        raise ValueError(f"'id' is neither a list of strings nor {{\"format\": \"{ID_FORMAT}\"}}")
+    if n is None:
+        n = len(raw_rank if derived else raw_id)
+    ids = None if derived else [str(x) for x in raw_id]
+    if ids is not None and len(ids) != n:
+        raise ValueError(f"'id' has {len(ids)} entries, n_ops is {n}")
+    return n, ids, Parts.from_json(raw_name, n, "'name'") if isinstance(raw_name, dict) else None
+
+
+def _json_tags(t: Any, n: int) -> tuple[list[dict[str, Any]] | None, TagColumns | None]:
+    """``(tags, coded)`` from the ``tags`` column: the per-row dicts of the sparse version-2 form, or the
+    :class:`~schedsim.coded.TagColumns` of the version-3 form (then ``tags`` None).
+
+    Raises
+    ------
+    ValueError
+        An index that is not a row, a value that is not an object, malformed key columns.
+    """
+    from schedsim.coded import TagColumns
+
+    if isinstance(t, dict) and "index" not in t and "values" not in t:  # version 3: a column per key
+        return None, TagColumns.from_json(t, n, "'tags'")
+    tags: list[dict[str, Any]] = [{}] * n
+    for i, v in zip(t["index"], t["values"], strict=True):
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or not isinstance(v, dict):
+            raise ValueError(f"tags: index {str(i)[:20]} is not a row 0..{n - 1}, or its value is not an object")
+        tags[i] = v
+    return tags, None
 
 
 def _join_ids(names: list[str], rank: np.ndarray) -> list[str]:

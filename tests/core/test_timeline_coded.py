@@ -46,8 +46,8 @@ def test_parts_by_hand():
     assert p.strings() == ["F0.12.a", "sendF1.3", "F0.3.a"] and p.take([2, 0]) == ["F0.3.a", "F0.12.a"]
     assert p.reindex(np.array([1, 1])).strings() == ["sendF1.3", "sendF1.3"]
     # rows 0 and 2 from a one-part piece, row 1 from the three parts: the short piece gets empty strings
-    both = Parts.concat([(np.array([1]), p.reindex(np.array([0]))), (np.array([0, 2]), Parts.of_items(["x", "y"],
-                                                                                                        np.array([1, 0])))], 3)
+    short = Parts.of_items(["x", "y"], np.array([1, 0]))
+    both = Parts.concat([(np.array([1]), p.reindex(np.array([0]))), (np.array([0, 2]), short)], 3)
     assert both.strings() == ["y", "F0.12.a", "x"]
 
 
@@ -62,7 +62,8 @@ def test_tag_columns_keep_types_apart_and_build_the_sets():
     d = tc.dicts()
     assert d == [dict(sets[c]) for c in codes] and d[1] is d[4] and type(d[2]["mb"]) is bool
     assert tc.has("stage").tolist() == [False, True, False, False, True, False]
-    cat = TagColumns.concat([(np.array([2, 0]), tc.reindex(np.array([1, 3]))), (np.array([1]), tc.reindex(np.array([2])))], 3)
+    cat = TagColumns.concat([(np.array([2, 0]), tc.reindex(np.array([1, 3]))),
+                             (np.array([1]), tc.reindex(np.array([2])))], 3)
     assert cat.take([0, 1, 2]) == [sets[3], sets[2], sets[1]]
     assert coded_of(tuple(sets), codes, TagColumns).take(range(6)) == [sets[c] for c in codes]
 
@@ -156,7 +157,8 @@ def _v3(tmp_path):  # type: ignore[no-untyped-def]
     (lambda c: c["name"]["parts"][0].update(codes=[10**6] * len(c["rank"])), "'name'.parts[0].codes has codes outside"),
     (lambda c: c["name"]["parts"][1].update(codes=[0, 1]), "'name'.parts[1].codes has 2 entries"),
     (lambda c: c["name"]["parts"][0]["values"].__setitem__(0, 7), "'name'.parts[0].values holds something other"),
-    (lambda c: c["tags"]["keys"]["mb"].update(codes=[-2] * len(c["rank"])), "'tags'.keys['mb'].codes has codes outside"),
+    (lambda c: c["tags"]["keys"]["mb"].update(codes=[-2] * len(c["rank"])),
+     "'tags'.keys['mb'].codes has codes outside"),
     (lambda c: c["tags"]["keys"]["mb"]["values"].append([1, 2]), "'tags'.keys['mb'].values holds a list or object"),
     (lambda c: c["tags"]["keys"].update(stage=5), "'tags'.keys['stage'] is not an object with a 'values' list"),
     (lambda c: c["tags"].update(extra=1), "'tags' is neither"),
