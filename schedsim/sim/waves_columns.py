@@ -260,8 +260,12 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
         K, Q = ext((N, world, max(nb, 0), C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work), _i32(opq),
                    _i32(tctas), twaves.astype(np.float64), tmem, *out)
         kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
-        return (kern, kptr[:K + 1], kidx, ktype[:K], krank[:K], kneed[:K], kleft[:K], ktau[:K], kmem[:K], kq[:K],
-                qptr[:Q + 1], qidx[:K])
+        if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
+            kidx, ktype, krank = kern, res, rank
+        else:  # the per-kernel arrays at their length, not the ops'
+            ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
+                x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
+        return kern, kptr[:K + 1], kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx
     if (batch >= 0).any():
         # kernels numbered by first appearance: a batch's on a rank at its first op (its head), every other op its
         # own; the heads in op order are the kernels in order
