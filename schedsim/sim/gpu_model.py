@@ -392,20 +392,21 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     new_rank[1:] = rank[1:] != rank[:-1]
     switch = np.zeros(n, bool)
     switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
-    call = np.zeros(n)
-    for cls, cost in ((H_KERNEL, op_s), (H_COPY_KERNEL, copy_s)):
-        m = hclass == cls
-        call[m] = cost * repeat[m]
-    call[hclass == H_MEMCPY] = copy_s
-    call[hclass == H_P2P] = p2p_s
-    call[hclass == H_COLL] = coll_s
+    # per host class (H_KERNEL .. H_COLL) its call; a kernel's per repeat, a batch's below
+    call = np.array([op_s, copy_s, copy_s, p2p_s, 0.0, coll_s])[hclass]
+    if not (repeat.strides == (0,) and n and repeat[0] == 1):  # (a broadcast of 1: every op runs once)
+        m = hclass <= H_COPY_KERNEL
+        call[m] *= repeat[m]
     bm = np.flatnonzero(hclass == H_BATCH_P2P)
     if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
         call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
     first = np.zeros(n)
     for first_of, cost in ((hclass == H_KERNEL, first_op), (hclass >= H_P2P, first_comm)):
         idx = np.flatnonzero(first_of)
-        first[idx[_first_per_key(rank[idx])]] = cost
+        r = rank[idx]  # ascending (ops in rank order): a rank's first is where the rank changes
+        at = np.ones(len(idx), bool)
+        at[1:] = r[1:] != r[:-1]
+        first[idx[at]] = cost
     ev = cross_stream_deps * ev_s
     issue, call0 = np.empty(n), np.empty(n)
     ext = _issue_sums()

@@ -65,14 +65,16 @@ def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], 
     n = len(codes)
     if not n:
         return [], np.zeros(0, np.int32)
-    _u, first, inv = gm.unique_keys(np.asarray(codes, I64))
-    order = np.argsort(first, kind="stable")
-    cats = [values[int(codes[first[k]])] for k in order.tolist()]
+    first = np.full(len(values), n, I64)  # codes index ``values``: a table of them, no sort of the rows
+    np.minimum.at(first, codes, np.arange(n, dtype=I64))
+    used = np.flatnonzero(first < n)
+    used = used[np.argsort(first[used], kind="stable")]  # in order of first use
+    cats = [values[int(k)] for k in used.tolist()]
     if len(cats) <= 1:
         return cats, np.zeros(n, np.int32)
-    num = np.empty(len(first), np.int32)
-    num[order] = np.arange(len(first), dtype=np.int32)
-    return cats, num[inv]
+    num = np.zeros(len(values), np.int32)
+    num[used] = np.arange(len(used), dtype=np.int32)
+    return cats, num[codes]
 
 
 #: The template fields every per-template rule reads (:func:`_res_of`, :meth:`CostModel.duration`,
