@@ -393,7 +393,9 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     switch = np.zeros(n, bool)
     switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
     # per host class (H_KERNEL .. H_COLL) its call; a kernel's per repeat, a batch's below
-    call = np.array([op_s, copy_s, copy_s, p2p_s, 0.0, coll_s])[hclass]
+    by_class = np.zeros(max(6, int(hclass.max()) + 1 if n else 0))  # a class past H_COLL calls nothing
+    by_class[:6] = op_s, copy_s, copy_s, p2p_s, 0.0, coll_s
+    call = by_class[hclass]
     if not (repeat.strides == (0,) and n and repeat[0] == 1):  # (a broadcast of 1: every op runs once)
         m = hclass <= H_COPY_KERNEL
         call[m] *= repeat[m]
