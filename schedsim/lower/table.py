@@ -97,8 +97,8 @@ class _Interner:
 
         ``columns`` (optional): the same ``n`` items in coded form (:class:`schedsim.coded.Parts` for names,
         :class:`schedsim.coded.TagColumns` for tag sets; ``columns.take(offsets)`` gives items equal to
-        ``make()``'s): :meth:`column_runs` hands it out, and :meth:`take` / :meth:`item` read a few items from
-        it without making the run."""
+        ``make()``'s), or a function that returns it (called on first use): :meth:`column_runs` hands it out,
+        and :meth:`take` / :meth:`item` read a few items from it without making the run."""
         base = len(self._items)
         if not n:
             return base
@@ -161,6 +161,8 @@ class _Interner:
 
     def column_runs(self) -> list[tuple[int, int, Any]]:
         """``(base, n, columns)`` of each run reserved with ``columns`` (:meth:`reserve`), made or not."""
+        if any(callable(c) for _b, _n, c in self._cols):  # made on first use
+            self._cols = [(b, n, c() if callable(c) else c) for b, n, c in self._cols]
         return list(self._cols)
 
     def item(self, i: int) -> Any:
@@ -177,7 +179,7 @@ class _Interner:
         if not (self._lazy and ids):
             return [items[i] for i in ids]
         a = np.asarray(ids, np.int64)
-        cols = {g[0]: g[2] for g in self._cols}
+        cols = {g[0]: g[2] for g in self.column_runs()}
         got: list[tuple[np.ndarray, list[Any]]] = []
         for seg in [g for g in self._lazy if bool(((a >= g[0]) & (a < g[0] + g[1])).any())]:
             base, n, _make = seg
