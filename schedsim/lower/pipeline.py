@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
@@ -742,7 +743,12 @@ class _FastEmitter:
         # names are new and distinct unless a stage lists an op name twice or an earlier op took one; then they
         # are made and registered for lookup only when needed (a report, an error, a written op naming one)
         if all(len({x for x, _t in lst}) == len(lst) for lst in self.lists) and not _pipeline_like(nm.ids):
-            base = nm.reserve(N, make, _is_pipeline_name)
+            et_es = (self.et * NS + self.es)[op_ev]
+
+            def parts() -> Parts:  # the same names, coded: <label><stage>. + <mb> + <suffix>
+                return Parts([(pre_tab.tolist(), et_es), (js.tolist(), ej_op), (sfx_all, sfx_i)])
+
+            base = nm.reserve(N, make, _is_pipeline_name, columns=parts)
             self.name_id = np.arange(base, base + N, dtype=np.int64)
         else:
             self.name_id = _intern_bulk(nm, make())
@@ -810,9 +816,24 @@ class _FastEmitter:
             return made[0]
 
         self.make_tags_p2p = lambda: list(compress(make(), p2p.tolist()))
+        ph = self.ph
+        cols: list[TagColumns] = []
+
+        def tag_cols() -> TagColumns:
+            """The same tag sets, coded per key (-1: the event has no such tag); made once, on first use."""
+            if not cols:
+                msg_of = np.full(len(et), -1, np.int64)
+                msg_of[p2p] = msg_inv
+                cols.append(TagColumns({
+                    "chunk": (list(range(int(chunk.max()) + 1 if NS else 1)), chunk[es]), "mb": (list(range(M)), ej),
+                    "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msg_str, msg_of),
+                    "pp_op": ([t.value for t in _TYPES], et), "stage": (list(range(NS)), es)}, len(et)))
+            return cols[0]
+
+        self.tag_cols = tag_cols
         # made when read; a compute phase's tag set (not a p2p op's, which no other op shares) is registered
         # for lookup when a written op's or a template's pipeline-like tag set is interned
-        base = table.tags.reserve(self.E, make, _is_pipeline_tags, np.flatnonzero(comp))
+        base = table.tags.reserve(self.E, make, _is_pipeline_tags, np.flatnonzero(comp), columns=tag_cols)
         table.mark_msg_tags(base, p2p)
         self.ev_tag = base + self.idx
         self.p2p_ev = np.flatnonzero(p2p)
@@ -877,7 +898,9 @@ class _FastEmitter:
         table, plan = self.table, self.plan
         N = self.N
         if off:  # a replica after the first: same names, strings and compute tags; new p2p tag sets
-            base = table.tags.reserve(len(self.p2p_ev), self.make_tags_p2p, None, np.zeros(0, np.int64))
+            p2p_ev, tag_cols = self.p2p_ev, self.tag_cols
+            base = table.tags.reserve(len(p2p_ev), self.make_tags_p2p, None, np.zeros(0, np.int64),
+                                      columns=lambda: tag_cols().reindex(p2p_ev))
             table.mark_msg_tags(base, np.ones(len(self.p2p_ev), bool))
             ev_tag = self.ev_tag.copy()
             ev_tag[self.p2p_ev] = base + np.arange(len(self.p2p_ev))

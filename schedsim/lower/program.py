@@ -187,6 +187,32 @@ class Program:
         tails = np.array([f"@r{r}" for r in range(int(self.rank.max()) + 1)], dtype=object)
         return (names[self.name_id] + tails[self.rank]).tolist()  # type: ignore[no-any-return]
 
+    def op_names(self, rows: Any) -> list[str]:
+        """The names of ops ``rows`` (ints), making no lazy run of names for a few of them (the critical path)."""
+        nid = self.name_id[np.asarray(rows, np.int64)].tolist()
+        t = self.name_table
+        if isinstance(t, tuple) or "names" in self.__dict__:
+            names = self.names
+            return [names[k] for k in nid]
+        return t.take(nid)  # type: ignore[no-any-return]
+
+    def name_parts(self) -> Any:
+        """The op names as :class:`schedsim.coded.Parts` (row ``i`` is op ``i``'s name) when a pipeline block
+        coded its names (no name made; the other ops' as one more part of their names), else None."""
+        from schedsim.coded import Parts, coded_of
+
+        t = self.name_table
+        if isinstance(t, tuple) or not any(isinstance(c, Parts) for _b, _n, c in t.column_runs()):
+            return None
+        return coded_of(t, self.name_id, Parts)
+
+    def tag_columns(self) -> Any:
+        """The op tag sets as :class:`schedsim.coded.TagColumns` (row ``i`` is op ``i``'s): a pipeline block's from
+        its per-event columns (no tag set made), the others' from their distinct tag sets."""
+        from schedsim.coded import TagColumns, coded_of
+
+        return coded_of(self.tag_table, self.tags_id, TagColumns)
+
     def op_id(self, i: int) -> str:
         """The id of op ``i``."""
         t, k = self.name_table, int(self.name_id[i])

@@ -37,16 +37,25 @@ class _Interner:
     pipeline block's 456,704 op names cost nothing until a report, an error or an id needs them.
     """
 
-    __slots__ = ("_ids", "_items", "_lazy", "_unreg")
+    __slots__ = ("_ids", "_items", "_lazy", "_unreg", "_cols")
 
     def __init__(self) -> None:
         self._ids: dict[Any, int] = {}
         self._items: list[Any] = []
         self._lazy: list[tuple[int, int, Callable[[], list[Any]]]] = []  # (base, n, make): not made yet
         self._unreg: list[tuple[int, int, Callable[[Any], bool] | None, np.ndarray | None]] = []  # not in _ids
+        self._cols: list[tuple[int, int, Any]] = []  # (base, n, columns) of the runs reserved with columns
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def __iter__(self) -> Any:
+        """Every item in id order (the lazy runs made)."""
+        return iter(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        """Item ``i`` (:meth:`item`), so the interner reads as a sequence."""
+        return self.item(i)
 
     def __eq__(self, other: object) -> bool:
         """Equal to an interner or a sequence holding the same items in the same (id) order."""
@@ -79,17 +88,24 @@ class _Interner:
         return len(self._items) - 1
 
     def reserve(self, n: int, make: Callable[[], list[Any]], may_hold: Callable[[Any], bool] | None = None,
-                register: np.ndarray | None = None) -> int:
+                register: np.ndarray | None = None, columns: Any = None) -> int:
         """Take ids ``base .. base + n - 1`` for ``n`` new items that ``make()`` returns (a list of ``n``) when
         one is first read; returns ``base``. The caller guarantees they differ from every item interned so far
         and from each other. Those at offsets ``register`` (int array; None = all) join the lookup table
         when an item ``x`` with ``may_hold(x)`` true (None: any item) is looked up, so ``may_hold`` must be
-        true for each of them; the others are never found by a lookup (as :meth:`append` 's)."""
+        true for each of them; the others are never found by a lookup (as :meth:`append` 's).
+
+        ``columns`` (optional): the same ``n`` items in coded form (:class:`schedsim.coded.Parts` for names,
+        :class:`schedsim.coded.TagColumns` for tag sets; ``columns.take(offsets)`` gives items equal to
+        ``make()``'s), or a function that returns it (called on first use): :meth:`column_runs` hands it out,
+        and :meth:`take` / :meth:`item` read a few items from it without making the run."""
         base = len(self._items)
         if not n:
             return base
         self._items.extend(repeat(None, n))
         self._lazy.append((base, n, make))
+        if columns is not None:
+            self._cols.append((base, n, columns))
         if register is None or len(register):
             self._unreg.append((base, n, may_hold, register))
         return base
@@ -143,21 +159,40 @@ class _Interner:
             self._make(self._lazy[0])
         return self._items
 
+    def column_runs(self) -> list[tuple[int, int, Any]]:
+        """``(base, n, columns)`` of each run reserved with ``columns`` (:meth:`reserve`), made or not."""
+        if any(callable(c) for _b, _n, c in self._cols):  # made on first use
+            self._cols = [(b, n, c() if callable(c) else c) for b, n, c in self._cols]
+        return list(self._cols)
+
     def item(self, i: int) -> Any:
-        """Item ``i`` (making only the lazy run that holds it)."""
+        """Item ``i`` (making only the lazy run that holds it, or reading it from the run's columns)."""
         if self._lazy:
-            self._fill(i, i + 1)
+            return self.take((i,))[0]
         return self._items[i]
 
     def take(self, ids: Any) -> list[Any]:
-        """Items of ``ids`` (ints), making only the lazy runs that hold them."""
+        """Items of ``ids`` (ints), making only the lazy runs that hold them; from a run's columns (no run made)
+        when the ids in it are under an eighth of it."""
         ids = list(ids)
-        if self._lazy and ids:
-            a = np.asarray(ids, np.int64)
-            for seg in [g for g in self._lazy if bool(((a >= g[0]) & (a < g[0] + g[1])).any())]:
-                self._make(seg)
         items = self._items
-        return [items[i] for i in ids]
+        if not (self._lazy and ids):
+            return [items[i] for i in ids]
+        a = np.asarray(ids, np.int64)
+        cols = {g[0]: g[2] for g in self.column_runs()}
+        got: list[tuple[np.ndarray, list[Any]]] = []
+        for seg in [g for g in self._lazy if bool(((a >= g[0]) & (a < g[0] + g[1])).any())]:
+            base, n, _make = seg
+            at = np.flatnonzero((a >= base) & (a < base + n))
+            if base in cols and 8 * len(at) < n:
+                got.append((at, cols[base].take(a[at] - base)))
+            else:
+                self._make(seg)
+        out = [items[i] for i in ids]
+        for at, vals in got:
+            for k, v in zip(at.tolist(), vals, strict=True):
+                out[k] = v
+        return out
 
 
 def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:

@@ -15,7 +15,9 @@
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
  * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
  * issue_sums(...), rule 1's prefix sums for schedsim.sim.gpu_model.host_issue_columns (arithmetic only), and
- * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic).
+ * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
+ * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source), and
+ * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels.
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
@@ -905,11 +907,218 @@ static PyObject *issue_sums(PyObject *self, PyObject *args) {
     return result;
 }
 
+
+/* ---- succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps): the DAG's successor lists ------------------------ */
+/* The E edges src[e] -> dst[e] (int64, ops 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from
+ * sptr[r] to sptr[r + 1], int32) holds r's distinct successors in ascending order, which is what sorting the
+ * keys src·n + dst and dropping repeats gives (schedsim.sim.waves_columns._succ's numpy path). npred[v]
+ * (int32) counts v's distinct predecessors, xdeps[v] (int64) those on another stream (sid: int64 stream code
+ * per op). sidx needs room for E entries; returns the number of distinct edges. Counting sort by source, then
+ * each row sorted in place (rows are short: insertion sort, qsort past 32 entries). */
+static int int64_or_int32(PyObject *o, Py_buffer *b, int is64, int writable, const char *what) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    int ok = is64 ? b->itemsize == 8 && (!strcmp(f, "l") || !strcmp(f, "q")) : b->itemsize == 4 && !strcmp(f, "i");
+    if (!ok) {
+        PyBuffer_Release(b);
+        PyErr_SetString(PyExc_TypeError, what);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    i32 x = *(const i32 *)a, y = *(const i32 *)b;
+    return (x > y) - (x < y);
+}
+
+static PyObject *succ_csr(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n;
+    PyObject *o[7];
+    if (!PyArg_ParseTuple(args, "nOOOOOOO", &n, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    static const int is64[7] = {1, 1, 1, 0, 0, 0, 1};
+    Py_buffer b[7];
+    int got = 0;
+    for (; got < 7; got++)
+        if (int64_or_int32(o[got], &b[got], is64[got], got >= 3,
+                           "succ_csr: int64 src, dst and sid; writable int32 sptr, sidx, npred and int64 xdeps") < 0)
+            break;
+    PyObject *result = NULL;
+    i64 *cur = NULL;
+    if (got < 7) goto done;
+    i64 E = b[0].len / 8;
+    if (b[1].len / 8 != E || b[2].len / 8 != n || b[3].len / 4 != n + 1 || b[4].len / 4 < E || b[5].len / 4 != n ||
+        b[6].len / 8 != n || E >= ((i64)1 << 31)) {
+        PyErr_SetString(PyExc_ValueError, "succ_csr: arrays of the wrong lengths (or 2**31 edges or more)");
+        goto done;
+    }
+    const i64 *src = b[0].buf, *dst = b[1].buf, *sid = b[2].buf;
+    i32 *sptr = b[3].buf, *sidx = b[4].buf, *npred = b[5].buf;
+    i64 *xdeps = b[6].buf;
+    for (i64 e = 0; e < E; e++)
+        if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
+            PyErr_SetString(PyExc_ValueError, "succ_csr: an edge names an op outside 0..n-1");
+            goto done;
+        }
+    cur = malloc(((size_t)n + 1) * sizeof(i64));
+    if (!cur) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(cur, 0, ((size_t)n + 1) * sizeof(i64));
+    for (i64 e = 0; e < E; e++) cur[src[e] + 1]++;
+    for (i64 r = 0; r < n; r++) cur[r + 1] += cur[r];
+    for (i64 e = 0; e < E; e++) sidx[cur[src[e]]++] = (i32)dst[e]; /* cur[r]: now the end of row r */
+    memset(npred, 0, (size_t)n * sizeof(i32));
+    memset(xdeps, 0, (size_t)n * sizeof(i64));
+    i64 w = 0, a = 0;
+    for (i64 r = 0; r < n; r++) {
+        i64 z = cur[r];
+        i32 *row = sidx + a;
+        i64 len = z - a;
+        if (len > 32) {
+            qsort(row, (size_t)len, sizeof(i32), cmp_i32);
+        } else {
+            for (i64 i = 1; i < len; i++) {
+                i32 x = row[i];
+                i64 j = i - 1;
+                while (j >= 0 && row[j] > x) {
+                    row[j + 1] = row[j];
+                    j--;
+                }
+                row[j + 1] = x;
+            }
+        }
+        sptr[r] = (i32)w;
+        for (i64 i = a; i < z; i++) {
+            i32 v = sidx[i];
+            if (i > a && v == sidx[i - 1]) continue; /* read before any write reaches it: w <= i */
+            sidx[w++] = v;
+            npred[v]++;
+            if (sid[v] != sid[r]) xdeps[v]++;
+        }
+        a = z;
+    }
+    sptr[n] = (i32)w;
+    result = PyLong_FromLongLong(w);
+done:
+    free(cur);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* ---- kernels(...): rules 2, 4, 5's kernel and hardware-queue arrays ---------------------------------------- */
+/* kernels((N, world, nb, C), rank, batch, res, tmpl, work, opq, tctas, twaves, tmem, kern, kptr, kidx, ktype,
+ * krank, kneed, kleft, ktau, kmem, kq, qptr, qidx) -> (K, Q): what schedsim.sim.waves_columns._kernels' numpy
+ * path makes, in O(N). Kernels are numbered by first appearance: an op with batch[i] >= 0 joins the kernel of
+ * its (rank, batch), every other op is its own; kptr/kidx list each kernel's ops in op order, and each kernel
+ * takes its first op's (head's) resource, rank, template and work: kleft = CTAs (compute), members
+ * (communication) or 0; ktau = work / waves (compute) else 0; kmem = memory-bound (compute) else 0. Queues are
+ * numbered by first appearance of (rank, opq[head]) over the kernels, qptr/qidx list each queue's kernels in
+ * order. Per op (N): rank, batch, res, tmpl, opq int32, work float64; per template: tctas, tmem int32, twaves
+ * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr/qptr N+1. */
+static PyObject *kernels(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t N, world, nb, C;
+    PyObject *o[21];
+    if (!PyArg_ParseTuple(args, "(nnnn)OOOOOOOOOOOOOOOOOOOOO", &N, &world, &nb, &C, &o[0], &o[1], &o[2], &o[3],
+                          &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15],
+                          &o[16], &o[17], &o[18], &o[19], &o[20]))
+        return NULL;
+    /* inputs 0-8, outputs 9-20; 'd': float64 */
+    static const char dbl[21] = {0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0};
+    Py_buffer b[21];
+    int got = 0;
+    for (; got < 21; got++)
+        if (typed_buffer(o[got], &b[got], dbl[got] ? "d" : "i", dbl[got] ? 8 : 4, got >= 9,
+                         "kernels: int32 columns, float64 work, waves and ktau, writable outputs") < 0)
+            break;
+    PyObject *result = NULL;
+    i32 *btab = NULL, *qtab = NULL, *cur = NULL;
+    if (got < 21) goto done;
+    i64 T = b[6].len / 4;
+    int bad = N < 0 || world < 1 || nb < 0 || C < 1 || b[7].len / 8 != T || b[8].len / 4 != T ||
+              b[10].len / 4 < N + 1 || b[20].len / 4 < N || b[19].len / 4 < N + 1 || N >= ((i64)1 << 31);
+    for (int k = 0; k < 6; k++) bad |= b[k].len / (k == 4 ? 8 : 4) != N;
+    for (int k = 9; k < 21; k++) bad |= k != 10 && k != 19 && b[k].len / (k == 16 ? 8 : 4) < N;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "kernels: arrays of the wrong lengths");
+        goto done;
+    }
+    const i32 *rank = b[0].buf, *batch = b[1].buf, *res = b[2].buf, *tmpl = b[3].buf, *opq = b[5].buf;
+    const i32 *tctas = b[6].buf, *tmem = b[8].buf;
+    const double *work = b[4].buf, *twaves = b[7].buf;
+    i32 *kern = b[9].buf, *kptr = b[10].buf, *kidx = b[11].buf, *ktype = b[12].buf, *krank = b[13].buf;
+    i32 *kneed = b[14].buf, *kleft = b[15].buf, *kmem = b[17].buf, *kq = b[18].buf, *qptr = b[19].buf;
+    i32 *qidx = b[20].buf;
+    double *ktau = b[16].buf;
+    i64 nbt = nb > 0 ? (i64)world * nb : 0;
+    btab = malloc(((size_t)nbt + 1) * sizeof(i32));
+    qtab = malloc(((size_t)world * C + 1) * sizeof(i32));
+    cur = malloc(((size_t)N + 1) * sizeof(i32));
+    if (!btab || !qtab || !cur) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 k = 0; k < nbt; k++) btab[k] = -1;
+    for (i64 k = 0; k < (i64)world * C; k++) qtab[k] = -1;
+    i32 K = 0, Q = 0;
+    for (i64 i = 0; i < N; i++) {
+        if (rank[i] < 0 || rank[i] >= world || tmpl[i] < 0 || tmpl[i] >= T || opq[i] < 0 || opq[i] >= C ||
+            batch[i] >= nb) {
+            PyErr_SetString(PyExc_ValueError, "kernels: a rank, template, queue or batch out of range");
+            goto done;
+        }
+        if (batch[i] >= 0) {
+            i32 *slot = &btab[(i64)rank[i] * nb + batch[i]];
+            if (*slot < 0) *slot = K++;
+            kern[i] = *slot;
+        } else {
+            kern[i] = K++;
+        }
+    }
+    memset(kneed, 0, (size_t)K * sizeof(i32));
+    for (i64 i = 0; i < N; i++) kneed[kern[i]]++;
+    kptr[0] = 0;
+    for (i32 k = 0; k < K; k++) kptr[k + 1] = kptr[k] + kneed[k];
+    memcpy(cur, kptr, (size_t)K * sizeof(i32));
+    for (i64 i = 0; i < N; i++) kidx[cur[kern[i]]++] = (i32)i;
+    for (i32 k = 0; k < K; k++) {
+        i32 h = kidx[kptr[k]], t = tmpl[h], r = res[h];
+        int comp = r == 0;
+        ktype[k] = r;
+        krank[k] = rank[h];
+        kleft[k] = comp ? tctas[t] : (r == 1 ? kneed[k] : 0);
+        ktau[k] = comp ? work[h] / twaves[t] : 0.0;
+        kmem[k] = comp ? tmem[t] : 0;
+        i32 *slot = &qtab[(i64)rank[h] * C + opq[h]];
+        if (*slot < 0) *slot = Q++;
+        kq[k] = *slot;
+    }
+    memset(cur, 0, ((size_t)Q + 1) * sizeof(i32));
+    for (i32 k = 0; k < K; k++) cur[kq[k] + 1]++;
+    qptr[0] = 0;
+    for (i32 q = 0; q < Q; q++) qptr[q + 1] = qptr[q] + cur[q + 1];
+    memcpy(cur, qptr, (size_t)Q * sizeof(i32));
+    for (i32 k = 0; k < K; k++) qidx[cur[kq[k]]++] = k;
+    result = Py_BuildValue("(ii)", K, Q);
+done:
+    free(btab);
+    free(qtab);
+    free(cur);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
     {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int64 edges)."},
+    {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
+    {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -660,15 +660,15 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     from schedsim.sim.waves_columns import categorical
 
     N = prog.N
-    names = np.array(prog.names + ("",), dtype=object)
     res_code = np.array([0, 1, 2, 2, 2])[run.res] if N else np.zeros(0, np.int64)
-    cols = SpanColumns(
-        prog.ids, lambda: names[prog.name_id].tolist(), prog.rank.astype(np.int64),
+    cols = SpanColumns(  # names, ids and tags stay coded (a pipeline's lazy runs unmade) until read
+        prog.ids, lambda: prog.op_names(np.arange(N)), prog.rank.astype(np.int64),
         categorical(prog.streams, prog.stream_id), categorical(*_kind_codes(run)),
         categorical(("compute", "comm", "copy"), res_code), run.start, run.end, run.work, run.ready_t,
         np.array([t.nbytes for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
         np.array([t.flops for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
-        None, run.stream_t, coded_ids=(prog.names, prog.name_id), coded_tags=(prog.tagsets, prog.tags_id))
+        None, run.stream_t, coded_ids=(prog.name_table, prog.name_id), coded_tags=prog.tag_columns,
+        name_parts=prog.name_parts)
     at = np.zeros(0, np.int64)
     if N:  # from the latest end (lowest index among ties) back along the bindings, in C (_cwaves.walk): the ops
         # on the way but a rendezvous peer standing for its group's op, as _timeline's walk takes them
@@ -679,8 +679,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
         at = out[:n][::-1].astype(np.int64)
         del out
     suffix = [format_op_id("", r) for r in range(prog.world_size)]  # "@r{rank}": ids joined, not formatted per op
-    cp = list(map(str.__add__, map(prog.names.__getitem__, prog.name_id[at].tolist()),
-                  map(suffix.__getitem__, prog.rank[at].tolist())))
+    cp = list(map(str.__add__, prog.op_names(at), map(suffix.__getitem__, prog.rank[at].tolist())))
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)

@@ -270,9 +270,8 @@ def unique_keys(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     in ``values``). Keys in a small range (0 ≤ key < 4n + 64, as rank × stream or rank × queue codes are)
     go through a table of the range, O(n) without a sort; others through ``unique``'s stable sort."""
     n = len(key)
-    if n and int(key.min()) >= 0 and int(key.max()) < 4 * n + 64:
-        first = np.full(int(key.max()) + 1, n, np.int64)
-        np.minimum.at(first, key, np.arange(n, dtype=np.int64))
+    first = _first_table(key)
+    if first is not None:
         vals = np.flatnonzero(first < n)
         code = np.zeros(len(first), np.int64)
         code[vals] = np.arange(len(vals))
@@ -282,10 +281,47 @@ def unique_keys(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return unique(key)
 
 
+def stable_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of non-negative integer keys; keys below 2**16 are sorted as uint16,
+    which numpy's stable sort orders by radix sort in O(n) (rank × queue and rank × communicator codes are)."""
+    if len(key) and int(key.min()) >= 0 and int(key.max()) < 1 << 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    return np.argsort(key, kind="stable")
+
+
+def _first_table(key: np.ndarray) -> np.ndarray | None:
+    """Per value ``0 .. max(key)``, the index of its first occurrence in ``key`` (``len(key)`` where absent), or
+    None when the keys are not in a small range (0 ≤ key < 4n + 64)."""
+    n = len(key)
+    if not (n and int(key.min()) >= 0 and int(key.max()) < 4 * n + 64):
+        return None
+    first = np.full(int(key.max()) + 1, n, np.int64)
+    np.minimum.at(first, key, np.arange(n, dtype=np.int64))
+    return first
+
+
+def first_codes(key: np.ndarray) -> np.ndarray:
+    """Dense codes of the integer array ``key`` numbered by first appearance (int64): equal keys, equal codes;
+    the first distinct key 0, the next 1, ..."""
+    first = _first_table(key)
+    if first is None:
+        _u, f, inv = unique_keys(key)
+        num = np.empty(len(f), np.int64)
+        num[np.argsort(f, kind="stable")] = np.arange(len(f))
+        return num[inv]
+    vals = np.flatnonzero(first < len(key))
+    num = np.zeros(len(first), np.int64)
+    num[vals[np.argsort(first[vals], kind="stable")]] = np.arange(len(vals))
+    return num[key]
+
+
 def _first_per_key(key: np.ndarray) -> np.ndarray:
     """Mask of the first occurrence of each value of ``key`` (int64)."""
     out = np.zeros(len(key), bool)
     if len(key):
+        first = _first_table(key)
+        if first is not None:
+            return first[key] == np.arange(len(key))
         out[unique_keys(key)[1]] = True
     return out
 
@@ -366,20 +402,23 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     new_rank[1:] = rank[1:] != rank[:-1]
     switch = np.zeros(n, bool)
     switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
-    call = np.zeros(n)
-    for cls, cost in ((H_KERNEL, op_s), (H_COPY_KERNEL, copy_s)):
-        m = hclass == cls
-        call[m] = cost * repeat[m]
-    call[hclass == H_MEMCPY] = copy_s
-    call[hclass == H_P2P] = p2p_s
-    call[hclass == H_COLL] = coll_s
+    # per host class (H_KERNEL .. H_COLL) its call; a kernel's per repeat, a batch's below
+    by_class = np.zeros(max(6, int(hclass.max()) + 1 if n else 0))  # a class past H_COLL calls nothing
+    by_class[:6] = op_s, copy_s, copy_s, p2p_s, 0.0, coll_s
+    call = by_class[hclass]
+    if not (repeat.strides == (0,) and n and repeat[0] == 1):  # (a broadcast of 1: every op runs once)
+        m = hclass <= H_COPY_KERNEL
+        call[m] *= repeat[m]
     bm = np.flatnonzero(hclass == H_BATCH_P2P)
     if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
         call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
     first = np.zeros(n)
     for first_of, cost in ((hclass == H_KERNEL, first_op), (hclass >= H_P2P, first_comm)):
         idx = np.flatnonzero(first_of)
-        first[idx[_first_per_key(rank[idx])]] = cost
+        r = rank[idx]  # ascending (ops in rank order): a rank's first is where the rank changes
+        at = np.ones(len(idx), bool)
+        at[1:] = r[1:] != r[:-1]
+        first[idx[at]] = cost
     ev = cross_stream_deps * ev_s
     issue, call0 = np.empty(n), np.empty(n)
     ext = _issue_sums()
@@ -469,7 +508,7 @@ def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> 
     if not len(sel):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     key = rank[sel].astype(np.int64) * (int(comm.max()) + 1) + comm[sel]
-    o = np.argsort(key, kind="stable")
+    o = stable_order(key)
     s, k, b = sel[o], key[o], batch[sel][o]
     m = len(s)
     new_key = np.ones(m, bool)

@@ -4,10 +4,11 @@ A Timeline is backed by columns (:class:`SpanColumns`: numpy arrays of times, si
 dictionary-encoded stream/kind/resource); the :class:`Span` rows of :attr:`Timeline.spans` are built
 only when something asks for them, so a million-op timeline costs tens of bytes per op, not hundreds.
 
-JSON: ``timeline.json`` (``format: schedsim.timeline``) has two layouts, and
-:meth:`Timeline.read_json` reads both.
+JSON: ``timeline.json`` (``format: schedsim.timeline``) has two layouts, columns (versions 2 and 3) and
+rows (version 1), and :meth:`Timeline.read_json` reads all three versions.
 
-Columns (``version: 2``, ``layout: columns``; what :meth:`Timeline.write_json` writes)::
+Columns (``version: 2``, ``layout: columns``; what :meth:`Timeline.write_json` writes unless a column is
+coded, below)::
 
     {"format": "schedsim.timeline", "version": 2, "layout": "columns",
      "schedule": "allgather_mm8", "source": "predict" | "execute" | "import",
@@ -27,6 +28,27 @@ Every column holds ``n_ops`` entries; row ``i`` of all columns is one op. ``stre
 ``resource`` are dictionary encoded (``values[codes[i]]``). ``tags`` is sparse: only the rows in
 ``index`` have tags. The breakdown of the row layout is not stored: it is
 ``start_s − ready_s`` (wait), ``solo_s`` (work) and ``end_s − start_s − solo_s`` (contention).
+
+Coded columns (``version: 3``, ``layout: columns``): version 2 where ``id``, ``name`` or ``tags`` may instead
+be coded, so that a simulated timeline is written without one Python object per op (a pipeline's 456,704
+distinct names and tag sets are made of a few thousand parts and values)::
+
+     "id": {"format": "{name}@r{rank}"},                 # id[i] = name[i] + "@r" + str(rank[i])
+     "name": {"parts": [{"values": ["F0.", "sendF0.", ...], "codes": [0, 1, ...]},
+                        {"values": ["0", "1", ...], "codes": [...]},
+                        {"values": [".0", ""], "codes": [...]}]},  # name[i] = "".join(values[codes[i]])
+     "tags": {"keys": {"mb": {"values": [0, 1, ...], "codes": [0, 0, 1, ..., -1]},
+                       "phase": {"values": ["F", "I", "W"], "codes": [...]}, ...}}
+
+A name is the concatenation of one value per part (every part's ``codes`` has ``n_ops`` entries). Each tag key
+is a categorical column of its own: row ``i`` has the tag ``key: values[codes[i]]`` when ``codes[i] ≥ 0``
+and lacks the key at -1; values are JSON scalars, and ``1``, ``1.0`` and ``true`` are distinct values. A row's
+tags are its keys in sorted order. Each of the three columns may also come in its version-2 form. The writer
+uses version 3 for a timeline simulated from a Program (:func:`schedsim.sim.engine.simulate`): its tags as
+key columns, a pipeline's names as parts (:mod:`schedsim.coded`); the others, and timelines built from spans,
+are written as version 2, which older readers take. The reader refuses a coded column that is malformed (a
+code out of range, a ``codes`` list of the wrong length, a part value that is not a string, a tag value that is
+a list or object) with a :class:`~schedsim.errors.TraceError` naming the column.
 
 Rows (``version: 1``, the original layout; still read, and written with ``layout="rows"``)::
 
@@ -68,6 +90,7 @@ from schedsim.io import atomic_write_bytes, atomic_write_text, atomic_writer, ou
 if TYPE_CHECKING:
     import numpy as np
 
+    from schedsim.coded import Parts, TagColumns
     from schedsim.graph.info import PipelineInfo
 
 try:  # orjson: ~10x faster than json on the float columns, serialises numpy arrays without copies
@@ -114,6 +137,8 @@ Categorical = tuple[list[str], "np.ndarray"]
 #: Above this many spans :attr:`Timeline.makespan_s` builds the columns (one numpy max/min) rather than
 #: walking the rows twice.
 _COLUMNS_FOR_MAKESPAN = 50_000
+#: The ``id`` column of a version-3 file whose ids are the names and ranks (``{"format": ID_FORMAT}``).
+ID_FORMAT = "{name}@r{rank}"
 _FLOAT_COLS = ("start_s", "end_s", "solo_s", "ready_s", "bytes", "flops")
 _CAT_COLS = ("stream", "kind", "resource")
 
@@ -168,13 +193,19 @@ class SpanColumns:
         float64 seconds, shape (n,): when the op's stream reached it (NaN: unknown); None when no op has it.
 
     ``coded_tags`` (constructor, instead of ``tags``): ``(tag_sets, tags_id)``, distinct tag sets as tuples of
-    ``(key, value)`` pairs and each row's index into them; ``tags`` is then built on first access, and the
-    file gets the dicts of the rows that have tags only.
+    ``(key, value)`` pairs and each row's index into them, or a :class:`~schedsim.coded.TagColumns` (one coded
+    column per key), or a function returning one (called when first needed); ``tags`` is then built on first
+    access. The file gets the dicts of the rows that have tags (version 2) from the tuple form, the per-key
+    columns (version 3) from the others when every value is a JSON scalar.
 
-    ``coded_ids`` (constructor, optional): ``(names, name_id)``, a table of distinct names and each row's index
-    into it, such that ``name[i] == names[name_id[i]]`` and ``id[i] == f"{name[i]}@r{rank[i]}"`` (what the
-    simulator has); :meth:`Timeline.write_json` then writes both columns from the table without building the
-    per-row strings.
+    ``coded_ids`` (constructor, optional): ``(names, name_id)``, a table of distinct names (a sequence, or the
+    lowering's interner, whose lazy names are made only when read) and each row's index into it, such that
+    ``name[i] == names[name_id[i]]`` and ``id[i] == f"{name[i]}@r{rank[i]}"`` (what the simulator has);
+    :meth:`Timeline.write_json` then writes both columns from the table without building the per-row strings.
+
+    ``name_parts`` (constructor, optional): the names as :class:`~schedsim.coded.Parts` (or a function returning
+    them or None), with ``id[i] == f"{name[i]}@r{rank[i]}"``: where the names are not shared by rows (a
+    pipeline's), the file gets the parts' codes (version 3) and no per-row string is made.
 
     Raises
     ------
@@ -182,17 +213,20 @@ class SpanColumns:
         (constructor) when the columns differ in length.
     """
 
-    __slots__ = ("_id", "_name", "_coded", "_tags", "_coded_tags", "rank", "stream", "kind", "resource", "start_s",
-                 "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")
+    __slots__ = ("_id", "_name", "_coded", "_tags", "_coded_tags", "_keyed", "_parts", "rank", "stream", "kind",
+                 "resource", "start_s", "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")
 
     def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
                  rank: np.ndarray, stream: Categorical, kind: Categorical, resource: Categorical,
                  start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray, ready_s: np.ndarray, bytes: np.ndarray,
                  flops: np.ndarray, tags: list[dict[str, Any]] | None, stream_s: np.ndarray | None = None, *,
                  coded_ids: tuple[Sequence[str], np.ndarray] | None = None,
-                 coded_tags: tuple[Sequence[tuple[tuple[str, Any], ...]], np.ndarray] | None = None) -> None:
+                 coded_tags: tuple[Sequence[tuple[tuple[str, Any], ...]], np.ndarray] | TagColumns
+                 | Callable[[], TagColumns] | None = None,
+                 name_parts: Parts | Callable[[], Parts] | None = None) -> None:
         self._id, self._name, self.rank = id, name, rank
-        self._coded, self._coded_tags = coded_ids, coded_tags
+        self._coded, self._coded_tags, self._parts = coded_ids, coded_tags, name_parts
+        self._keyed = coded_tags is not None and not isinstance(coded_tags, tuple)  # written as a column per key
         if tags is None and coded_tags is None:
             raise ValueError("SpanColumns: give tags or coded_tags")
         self.stream, self.kind, self.resource = stream, kind, resource
@@ -210,9 +244,14 @@ class SpanColumns:
                              ", ".join(f"{k} has {v}" for k, v in bad.items()))
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickling (and copying) builds the columns still held as functions first: a function may not pickle."""
+        """Pickling (and copying) builds the columns still held as functions first: a function may not pickle
+        (nor the lowering's interner of names, kept as a tuple)."""
         self.id, self.name, self.tags  # noqa: B018 - properties that build and keep the lists
-        return {k: getattr(self, k) for k in self.__slots__}
+        state = {k: getattr(self, k) for k in self.__slots__}
+        state["_coded_tags"], state["_parts"] = self._tag_columns(), self._name_parts()
+        if self._coded is not None and not isinstance(self._coded[0], (tuple, list)):
+            state["_coded"] = (tuple(self._coded[0]), self._coded[1])
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
@@ -230,13 +269,29 @@ class SpanColumns:
         """Per row, its tags (an empty dict when none); from ``coded_tags`` on first access, one dict per
         distinct tag set, shared by its rows."""
         if self._tags is None:
-            import numpy as np
-
-            sets, codes = self._coded_tags  # type: ignore[misc]
-            d = np.empty(len(sets), object)
-            d[:] = list(map(dict, sets))
-            self._tags = d[codes].tolist() if len(codes) else []
+            self._tags = self._tag_columns().dicts()  # type: ignore[union-attr]
         return self._tags
+
+    def _tag_columns(self) -> TagColumns | None:
+        """The coded tags as :class:`~schedsim.coded.TagColumns` (made from the constructor's form on first
+        call and kept); None when the tags came as dicts."""
+        from schedsim.coded import TagColumns
+
+        ct = self._coded_tags
+        if ct is None or isinstance(ct, TagColumns):
+            return ct
+        if isinstance(ct, tuple):
+            ct = TagColumns.of_items(*ct)
+        else:
+            ct = ct()
+        self._coded_tags = ct
+        return ct
+
+    def _name_parts(self) -> Parts | None:
+        """The names as :class:`~schedsim.coded.Parts` when the constructor gave them (made and kept)."""
+        if callable(self._parts):
+            self._parts = self._parts()
+        return self._parts
 
     @property
     def name(self) -> list[str]:
@@ -275,7 +330,10 @@ class SpanColumns:
         """Op ids (``name@rN``) of ``rows`` only; a still-coded id column is not built."""
         if callable(self._id) and self._coded is not None:
             names, name_id = self._coded
-            return [f"{names[int(name_id[i])]}@r{int(self.rank[i])}" for i in rows]
+            nid = name_id[rows].tolist() if len(rows) else []
+            take = getattr(names, "take", None)  # the lowering's interner: a few lazy names made from codes
+            nm = list(take(nid)) if take is not None else [names[k] for k in nid]
+            return [f"{x}@r{r}" for x, r in zip(nm, self.rank[rows].tolist(), strict=True)]
         ids = self.id
         return [ids[i] for i in rows]
 
@@ -285,13 +343,10 @@ class SpanColumns:
         import numpy as np
 
         if self._tags is None and self._coded_tags is not None:
-            sets, codes = self._coded_tags
-            has = np.array([any(k == key for k, _ in ts) for ts in sets], bool)
-            if not has.any():
-                return [], []
-            rows = rows[has[codes[rows]]]
-            dicts = {int(k): dict(sets[int(k)]) for k in np.unique(codes[rows]).tolist()}
-            return rows.tolist(), [dicts[k] for k in codes[rows].tolist()]
+            tc = self._tag_columns()
+            rows = np.asarray(rows, np.int64)
+            rows = rows[tc.has(key)[rows]]  # type: ignore[union-attr]
+            return rows.tolist(), tc.dicts(rows)  # type: ignore[union-attr]
         tags = self.tags
         out = [i for i in rows.tolist() if tags[i] and key in tags[i]]
         return out, [tags[i] for i in out]
@@ -325,13 +380,33 @@ class SpanColumns:
                         [None] * len(self.id) if self.stream_s is None else _optional(self.stream_s)))
 
     # -- JSON ---------------------------------------------------------------
+    def _json_forms(self) -> tuple[str, str]:
+        """How :meth:`json_items` writes the names and the tags: ``("shared" | "parts" | "lists", "keys" |
+        "index")`` (module docstring)."""
+        names = "lists"  # both coded forms hold id[i] == f"{name[i]}@r{rank[i]}" (the constructor's contract)
+        if self._coded is not None and 4 * len(self._coded[0]) <= len(self.rank):
+            names = "shared"  # names shared by rows: the table once, rows joined from it
+        elif self._name_parts() is not None:
+            names = "parts"
+        keyed = self._keyed and self._tag_columns().scalar()  # type: ignore[union-attr]
+        return names, "keys" if keyed else "index"
+
+    def json_version(self) -> int:
+        """The ``version`` of the document :meth:`json_items` makes: 3 when the names or tags are coded
+        (module docstring), else 2."""
+        forms = self._json_forms()
+        return 3 if forms[0] == "parts" or forms[1] == "keys" else 2
+
     def json_items(self) -> Iterator[tuple[str, Any]]:
         """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`)."""
-        if (self._coded is not None and callable(self._id) and callable(self._name)
-                and 4 * len(self._coded[0]) <= len(self.rank)):  # names shared by rows (else per row is cheaper)
-            ids, names = _coded_json(self._coded[0], self._coded[1], self.rank)
+        names, tags = self._json_forms()
+        if names == "shared":
+            ids, nms = _coded_json(self._coded[0], self._coded[1], self.rank)  # type: ignore[index]
             yield "id", ids
-            yield "name", names
+            yield "name", nms
+        elif names == "parts":
+            yield "id", {"format": ID_FORMAT}
+            yield "name", self._name_parts().to_json()  # type: ignore[union-attr]
         else:
             yield "id", self.id
             yield "name", self.name
@@ -343,26 +418,35 @@ class SpanColumns:
             yield c, getattr(self, c)
         if self.stream_s is not None:
             yield "stream_s", self.stream_s
-        if self._tags is None:  # rows with tags by their tag set's code; dicts for those rows only
+        if tags == "keys":  # one coded column per key: no dict per row
+            yield "tags", self._tag_columns().to_json()  # type: ignore[union-attr]
+            return
+        if self._tags is None:  # coded: the dicts of the rows with tags only
             import numpy as np
 
-            sets, codes = self._coded_tags  # type: ignore[misc]
-            some = np.fromiter(map(bool, sets), bool, len(sets))
-            at = np.flatnonzero(some[codes]) if len(codes) else np.zeros(0, np.int64)
-            yield "tags", {"index": at, "values": list(map(dict, map(sets.__getitem__, codes[at].tolist())))}
+            tc = self._tag_columns()
+            some = np.zeros(len(self.rank), bool)
+            for key in tc.keys:  # type: ignore[union-attr]
+                some |= tc.has(key)  # type: ignore[union-attr]
+            at = np.flatnonzero(some)
+            yield "tags", {"index": at, "values": tc.dicts(at)}  # type: ignore[union-attr]
             return
-        idx = list(compress(range(len(self.tags)), self.tags))
-        yield "tags", {"index": idx, "values": [self.tags[i] for i in idx]}
+        tl = self.tags
+        idx = list(compress(range(len(tl)), tl))
+        yield "tags", {"index": idx, "values": [tl[i] for i in idx]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any], n: int | None, where: str) -> SpanColumns:
-        """Columns from the ``columns`` object of a version-2 timeline.
+        """Columns from the ``columns`` object of a version-2 or version-3 timeline (module docstring: ids,
+        names and tags as lists or coded).
 
         Raises
         ------
         TraceError
             A column is missing, has the wrong type or length, or a code is out of range.
         """
+        from functools import cache
+
         import numpy as np
 
         def col(key: str) -> Any:
@@ -371,10 +455,8 @@ class SpanColumns:
             return d[key]
 
         try:
-            ids = [str(x) for x in col("id")]
-            n = len(ids) if n is None else n
-            if len(ids) != n:
-                raise ValueError(f"'id' has {len(ids)} entries, n_ops is {n}")
+            n, ids, parts = _json_ids(col("id"), col("name"), n, col("rank"))
+
             def num(key: str, kind: str, raw: Any = None) -> Any:
                 """A 1-D column of numbers (``kind`` "i": integers, "f": floats, None allowed as NaN); no
                 strings, booleans, nesting or fractions where integers belong."""
@@ -402,22 +484,19 @@ class SpanColumns:
                 if len(floats[c]) and not (floats[c] >= 0).all():
                     raise ValueError(f"{c!r} holds a negative or non-finite value (row "
                                      f"{int(np.argmax(~(floats[c] >= 0)))})")
-            tags: list[dict[str, Any]] = [{}] * n
-            t = d.get("tags") or {"index": [], "values": []}
-            for i, v in zip(t["index"], t["values"], strict=True):
-                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or not isinstance(v, dict):
-                    raise ValueError(f"tags: index {str(i)[:20]} is not a row 0..{n - 1}, or its value is not an "
-                                     "object")
-                tags[i] = v
+            tags, coded = _json_tags(d.get("tags") or {"index": [], "values": []}, n)
             ranks = num("rank", "i")
             ws = d.get("__world_size__")
             if len(ranks) and ws is not None and (ranks.min() < 0 or ranks.max() >= ws):
                 raise ValueError(f"'rank' holds {int(ranks.min() if ranks.min() < 0 else ranks.max())}, outside "
                                  f"0..{ws - 1} (world_size {ws})")
-            return cls(ids, [str(x) for x in col("name")], ranks,
+            names: Any = cache(parts.strings) if parts is not None else [str(x) for x in col("name")]
+            return cls(ids if ids is not None else lambda: _join_ids(names() if callable(names) else names, ranks),
+                       names, ranks,
                        cats["stream"], cats["kind"], cats["resource"], floats["start_s"], floats["end_s"],
                        floats["solo_s"], floats["ready_s"], floats["bytes"], floats["flops"], tags,
-                       None if d.get("stream_s") is None else np.asarray(d["stream_s"], dtype=np.float64).reshape(-1))
+                       None if d.get("stream_s") is None else np.asarray(d["stream_s"], dtype=np.float64).reshape(-1),
+                       coded_tags=coded, name_parts=parts if ids is None else None)
         except TraceError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
@@ -488,6 +567,59 @@ def _coded_json(names: Sequence[str], name_id: np.ndarray, rank: np.ndarray) -> 
         return "".join(quoted[name_id[a:b]].tolist())
 
     return _RawPieces(lambda: rows(ids)), _RawPieces(lambda: rows(nms))
+
+
+def _json_ids(raw_id: Any, raw_name: Any, n: int | None, raw_rank: Any) -> tuple[int, list[str] | None, Parts | None]:
+    """``(n_ops, ids, parts)`` from the ``id`` and ``name`` columns: ``ids`` None when they are the names and ranks
+    (``{"format": ID_FORMAT}``), ``parts`` the names' :class:`~schedsim.coded.Parts` when coded.
+
+    Raises
+    ------
+    ValueError
+        An ``id`` object of another format, a list of the wrong length, malformed parts.
+    """
+    from schedsim.coded import Parts
+
+    derived = isinstance(raw_id, dict)
+    if derived and raw_id != {"format": ID_FORMAT}:
+        raise ValueError(f"'id' is neither a list of strings nor {{\"format\": \"{ID_FORMAT}\"}}")
+    if n is None:
+        n = len(raw_rank if derived else raw_id)
+    ids = None if derived else [str(x) for x in raw_id]
+    if ids is not None and len(ids) != n:
+        raise ValueError(f"'id' has {len(ids)} entries, n_ops is {n}")
+    return n, ids, Parts.from_json(raw_name, n, "'name'") if isinstance(raw_name, dict) else None
+
+
+def _json_tags(t: Any, n: int) -> tuple[list[dict[str, Any]] | None, TagColumns | None]:
+    """``(tags, coded)`` from the ``tags`` column: the per-row dicts of the sparse version-2 form, or the
+    :class:`~schedsim.coded.TagColumns` of the version-3 form (then ``tags`` None).
+
+    Raises
+    ------
+    ValueError
+        An index that is not a row, a value that is not an object, malformed key columns.
+    """
+    from schedsim.coded import TagColumns
+
+    if isinstance(t, dict) and "index" not in t and "values" not in t:  # version 3: a column per key
+        return None, TagColumns.from_json(t, n, "'tags'")
+    tags: list[dict[str, Any]] = [{}] * n
+    for i, v in zip(t["index"], t["values"], strict=True):
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or not isinstance(v, dict):
+            raise ValueError(f"tags: index {str(i)[:20]} is not a row 0..{n - 1}, or its value is not an object")
+        tags[i] = v
+    return tags, None
+
+
+def _join_ids(names: list[str], rank: np.ndarray) -> list[str]:
+    """``f"{names[i]}@r{rank[i]}"`` per row, by one object-array concatenation (the "@rN" strings made once)."""
+    import numpy as np
+
+    if not len(names):
+        return []
+    tails = np.array([f"@r{r}" for r in range(int(rank.max()) + 1)], dtype=object)
+    return (np.fromiter(names, object, len(names)) + tails[rank]).tolist()  # type: ignore[no-any-return]
 
 
 def _check_columns(c: SpanColumns, where: str) -> None:
@@ -651,6 +783,8 @@ class Timeline:
 
     # -- JSON ---------------------------------------------------------------
     def _head(self, version: int) -> dict[str, Any]:
+        if version >= 2:
+            version = self.columns.json_version()
         h = {"format": FORMAT, "version": version, "schedule": self.schedule, "source": self.source,
              "profile": self.profile, "world_size": self.world_size, "launch": self.launch,
              "makespan_s": self.makespan_s, "meta": self.meta}

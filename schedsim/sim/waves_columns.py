@@ -65,14 +65,16 @@ def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], 
     n = len(codes)
     if not n:
         return [], np.zeros(0, np.int32)
-    _u, first, inv = gm.unique_keys(np.asarray(codes, I64))
-    order = np.argsort(first, kind="stable")
-    cats = [values[int(codes[first[k]])] for k in order.tolist()]
+    first = np.full(len(values), n, I64)  # codes index ``values``: a table of them, no sort of the rows
+    np.minimum.at(first, codes, np.arange(n, dtype=I64))
+    used = np.flatnonzero(first < n)
+    used = used[np.argsort(first[used], kind="stable")]  # in order of first use
+    cats = [values[int(k)] for k in used.tolist()]
     if len(cats) <= 1:
         return cats, np.zeros(n, np.int32)
-    num = np.empty(len(first), np.int32)
-    num[order] = np.arange(len(first), dtype=np.int32)
-    return cats, num[inv]
+    num = np.zeros(len(values), np.int32)
+    num[used] = np.arange(len(used), dtype=np.int32)
+    return cats, num[codes]
 
 
 #: The template fields every per-template rule reads (:func:`_res_of`, :meth:`CostModel.duration`,
@@ -103,18 +105,10 @@ def _res_of(tp) -> int:  # type: ignore[no-untyped-def]
 
 def _csr_of(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(ptr int64[n+1], idx): the indices of ``keys`` (values 0..n-1) grouped by value, in order within a value."""
-    idx = np.argsort(keys, kind="stable").astype(I64)
+    idx = gm.stable_order(keys).astype(I64)
     ptr = np.zeros(n + 1, I64)
     np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
     return ptr, idx
-
-
-def _rank_by_first(key: np.ndarray) -> np.ndarray:
-    """Dense codes of ``key`` numbered by first appearance (int64)."""
-    _u, first, inv = gm.unique_keys(key.astype(I64))
-    num = np.empty(len(first), I64)
-    num[np.argsort(first, kind="stable")] = np.arange(len(first))
-    return num[inv]
 
 
 def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
@@ -220,13 +214,24 @@ def _epos_generic(eptr, ends, gptr, gidx, rank):  # type: ignore[no-untyped-def]
     return np.array(ptr, I64), np.array(out, I64)
 
 
-def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _succ(prog: Program, u: np.ndarray, v: np.ndarray, sid: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The DAG's successors plus the communicator-order edges ``u → v``, each row sorted and without repeats
-    (CSR ``ptr, idx``), each op's predecessor count, and each edge's source: one sort of the edge keys
-    ``src·N + dst`` (the Program's stream and dependency edges as they are, without :attr:`Program.succ`'s
-    networkx order)."""
+    (CSR ``ptr, idx``, int32), each op's predecessor count (int32) and how many of them are on another stream
+    than it (``sid``: stream codes; int64): one sort of the edge keys ``src·N + dst`` (the Program's stream and
+    dependency edges as they are, without :attr:`Program.succ`'s networkx order), or the same lists by a
+    counting sort in the compiled ``succ_csr`` when it is built."""
+    from schedsim.sim.waves import compiled_loop
+
     N = prog.N
     e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2)]
+    ext = getattr(compiled_loop(), "succ_csr", None)
+    if ext is not None:  # an older build has no succ_csr: then numpy below
+        src = np.concatenate([x[:, 0] for x in e] + [np.asarray(u, I64)])
+        dst = np.concatenate([x[:, 1] for x in e] + [np.asarray(v, I64)])
+        sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(len(src), I32), np.empty(N, I32), np.empty(N, I64)
+        m = ext(N, src, dst, np.ascontiguousarray(sid, I64), sptr, sidx, npred, xdeps)
+        return sptr, sidx[:m], npred, xdeps
     key = np.concatenate([x[:, 0] * N + x[:, 1] for x in e] + [u * N + v])
     if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):
         key.sort(kind="stable")  # a few sorted runs (stream, dependency, FIFO edges): timsort merges them
@@ -234,17 +239,46 @@ def _succ(prog: Program, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.n
     s, d = np.divmod(key, N) if N else (key, key)
     sptr = np.zeros(N + 1, I64)
     np.cumsum(np.bincount(s, minlength=N), out=sptr[1:])
-    return sptr, d, np.bincount(d, minlength=N).astype(I64), s
+    xdeps = np.bincount(d[sid[s] != sid[d]], minlength=N)
+    return _i32(sptr), _i32(d), _i32(np.bincount(d, minlength=N)), xdeps
 
 
 def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # type: ignore[no-untyped-def]
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
     hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them: the loop's int32 buffers
-    (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds."""
+    (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds; in one O(N)
+    pass of the compiled ``kernels`` when it is built (the same arrays)."""
+    from schedsim.sim.waves import compiled_loop
+
     N = len(tmpl)
+    tct = [gm.kernel_ctas(t, cost, sms) if _res_of(t) == 0 else (0, 1, False) for t in tps]
+    tctas = np.array([c[0] for c in tct], I64)
+    twaves = np.array([c[1] for c in tct], I64)
+    tmem = np.array([c[2] for c in tct], I32)
+    ext = getattr(compiled_loop(), "kernels", None)
+    if ext is not None:  # an older build has no kernels(): then numpy below
+        out = [np.empty(N + (k in (1, 10)), np.float64 if k == 7 else I32) for k in range(12)]
+        nb = int(batch.max()) + 1 if N else 0
+        K, Q = ext((N, world, max(nb, 0), C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work), _i32(opq),
+                   _i32(tctas), twaves.astype(np.float64), tmem, *out)
+        kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
+        if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
+            kidx, ktype, krank = kern, res, rank
+        else:  # the per-kernel arrays at their length, not the ops'
+            ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
+                x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
+        return kern, kptr[:K + 1], kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx
     if (batch >= 0).any():
+        # kernels numbered by first appearance: a batch's on a rank at its first op (its head), every other op its
+        # own; the heads in op order are the kernels in order
         nb = int(batch.max()) + 1
-        kern = _rank_by_first(np.where(batch >= 0, rank.astype(I64) * nb + batch, world * nb + np.arange(N)))
+        bi = np.flatnonzero(batch >= 0)
+        bk = rank[bi].astype(I64) * nb + batch[bi]
+        first = np.full(world * nb, N, I64)
+        np.minimum.at(first, bk, bi)  # each (rank, batch)'s first op
+        head_of = np.arange(N)
+        head_of[bi] = first[bk]
+        kern = (np.cumsum(head_of == np.arange(N)) - 1)[head_of]
         K = int(kern.max()) + 1 if N else 0
         kptr, kidx = _csr_of(kern, K)
         head = kidx[kptr[:-1]]
@@ -256,15 +290,11 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
         kern = kidx = np.arange(N, dtype=I32)
         kptr = np.arange(N + 1, dtype=I32)
         ktype, krank, kneed, ht, whead, ohead = res, rank, np.ones(N, I32), tmpl, work, opq
-    tct = [gm.kernel_ctas(t, cost, sms) if _res_of(t) == 0 else (0, 1, False) for t in tps]
-    tctas = np.array([c[0] for c in tct], I64)
-    twaves = np.array([c[1] for c in tct], I64)
-    tmem = np.array([c[2] for c in tct], I32)
     comp = ktype == 0
     kleft = _i32(np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0)))
     ktau = np.where(comp, whead / twaves[ht], 0.0)
     kmem = np.where(comp, tmem[ht], I32(0))
-    kq = _rank_by_first(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
+    kq = gm.first_codes(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
     Q = int(kq.max()) + 1 if K else 0
     qptr, qidx = _csr_of(kq, Q)
     return kern, kptr, kidx, _i32(ktype), krank, kneed, kleft, ktau, _i32(kmem), _i32(kq), _i32(qptr), _i32(qidx)
@@ -316,11 +346,8 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
     fu, fv = gm.comm_fifo_columns(rank, comm, batch)
     del comm
-    sptr, sidx, npred, src = _succ(prog, fu, fv)
+    sptr, sidx, npred, xdeps = _succ(prog, fu, fv, sid)
     del fu, fv
-    xdeps = np.bincount(sidx[sid[src] != sid[sidx]], minlength=N)
-    del src
-    sptr, sidx, npred = _i32(sptr), _i32(sidx), _i32(npred)
     thc = np.array([gm.host_class(t) for t in tps], I64)
     hcls = np.where(is_p2p, np.where(batch >= 0, gm.H_BATCH_P2P, gm.H_P2P), thc[tmpl] if N else 0)
     trep = np.array([t.repeat for t in tps], I64)

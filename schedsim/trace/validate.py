@@ -147,7 +147,7 @@ def check_dist_info(path: str | Path, dist: dict[str, Any]) -> None:
 
 
 #: Timeline ``version`` values this reader understands.
-TIMELINE_VERSIONS = (1, 2)  # 1: one object per op ("ops"); 2: columns
+TIMELINE_VERSIONS = (1, 2, 3)  # 1: one object per op ("ops"); 2: columns; 3: columns, names and tags coded
 
 
 def check_timeline_doc(d: dict[str, Any], where: str) -> None:

@@ -1,0 +1,361 @@
+"""Coded columns: per-row strings and tag sets as small integer codes into tables of distinct values.
+
+A pipeline of 456,704 ops has as many distinct op names and tag sets, but each is made of a few values that
+repeat: a name is ``<label><stage>.`` + ``<mb>`` + ``<suffix>``, a tag set is ``chunk``, ``mb``, ``phase`` or
+``msg``, ``pp_op`` and ``stage``. Held as one code column per part (per key), such a column costs N integers
+instead of N Python objects, and the timeline file writes it as numbers (``timeline.json`` version 3, see
+:mod:`schedsim.sim.timeline`). The strings and dicts are built only when something reads them.
+
+* :class:`Parts`: strings as the concatenation of categorical parts, ``"".join(values_k[codes_k[i]] for k)``.
+* :class:`TagColumns`: tag sets as one categorical column per key, code -1 where a row lacks the key; a row's
+  tag set is ``tuple(sorted((key, values[code]) ...))``, the form the lowering interns.
+
+The pipeline emitter (:mod:`schedsim.lower.pipeline`) hands both over with its lazy runs of names and tag sets
+(:meth:`schedsim.lower.table._Interner.reserve`); :func:`coded_of` assembles a Program's per-op columns from
+those runs and the other (already made) items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Parts", "TagColumns", "coded_of"]
+
+I32 = np.int32
+#: The JSON scalars a tag value may be (``schedsim.spec.model``: strings, numbers, booleans or null).
+_SCALARS = (str, int, float, bool, type(None))
+_SCALAR_SET = frozenset(_SCALARS)
+
+
+def _obj(xs: Sequence[Any]) -> np.ndarray:
+    """A 1-d object array of ``xs`` (tuples stay elements)."""
+    return np.fromiter(xs, dtype=object, count=len(xs))
+
+
+def _codes(c: Any, n: int, where: str, lo: int, hi: int) -> np.ndarray:
+    """A JSON list of ``n`` integer codes in ``lo .. hi - 1`` as int32.
+
+    Raises
+    ------
+    ValueError
+        Not a flat list of integers, wrong length, or a code outside the range.
+    """
+    a = np.asarray(c)
+    if a.ndim != 1 or (len(a) and a.dtype.kind not in "iu"):
+        raise ValueError(f"{where}.codes is not a flat list of integers")
+    if len(a) != n:
+        raise ValueError(f"{where}.codes has {len(a)} entries, n_ops is {n}")
+    if len(a) and (int(a.min()) < lo or int(a.max()) >= hi):
+        raise ValueError(f"{where}.codes has codes outside {lo}..{hi - 1}")
+    return a.astype(I32)
+
+
+class Parts:
+    """N strings, each the concatenation of one value per part: ``s[i] = "".join(v[c[i]] for v, c in parts)``.
+
+    Parameters
+    ----------
+    parts : list of (values, codes)
+        ``values`` a list of strings, ``codes`` int array of shape (N,) into it (every part the same N).
+
+    Raises
+    ------
+    ValueError
+        Parts of different lengths.
+    """
+
+    __slots__ = ("parts", "n")
+
+    def __init__(self, parts: list[tuple[list[str], np.ndarray]]) -> None:
+        self.parts = [(v if isinstance(v, list) else list(v), np.asarray(c)) for v, c in parts]
+        lens = {len(c) for _v, c in self.parts}
+        if len(lens) > 1:
+            raise ValueError(f"Parts: parts of different lengths {sorted(lens)}")
+        self.n = lens.pop() if lens else 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def take(self, rows: Any) -> list[str]:
+        """The strings of ``rows`` (int indices), in that order."""
+        idx = np.asarray(rows, np.int64)
+        if not self.parts:
+            return [""] * len(idx)
+        acc = None
+        for v, c in self.parts:
+            x = _obj(v)[c[idx]]
+            acc = x if acc is None else acc + x
+        return acc.tolist()  # type: ignore[union-attr,no-any-return]
+
+    def strings(self) -> list[str]:
+        """Every string, in row order."""
+        return self.take(np.arange(self.n))
+
+    def reindex(self, idx: np.ndarray) -> Parts:
+        """Rows ``idx`` of these (int array), as new Parts."""
+        return Parts([(v, c[idx]) for v, c in self.parts])
+
+    @classmethod
+    def of_items(cls, items: Sequence[str], codes: np.ndarray) -> Parts:
+        """One part: the strings ``items`` and each row's index into them."""
+        return cls([(list(items), np.asarray(codes, I32))])
+
+    @staticmethod
+    def concat(pieces: list[tuple[np.ndarray, Parts]], n: int) -> Parts:
+        """N rows from ``(rows, parts)`` pieces that cover ``0 .. n - 1`` once; a piece with fewer parts adds
+        empty strings."""
+        if len(pieces) == 1 and len(pieces[0][0]) == n:
+            return pieces[0][1]
+        K = max((len(p.parts) for _r, p in pieces), default=0)
+        out = []
+        for k in range(K):
+            values: list[str] = []
+            codes = np.zeros(n, I32)
+            for rows, p in pieces:
+                if k < len(p.parts):
+                    v, c = p.parts[k]
+                    codes[rows] = c + len(values)
+                    values.extend(v)
+                else:
+                    codes[rows] = len(values)
+                    values.append("")
+            out.append((values, codes))
+        return Parts(out)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"parts": [{"values": [...], "codes": [...]}, ...]}`` (codes as numpy arrays)."""
+        return {"parts": [{"values": v, "codes": c} for v, c in self.parts]}
+
+    @classmethod
+    def from_json(cls, d: Any, n: int, where: str) -> Parts:
+        """Parts from :meth:`to_json`'s form.
+
+        Raises
+        ------
+        ValueError
+            Not that form: no ``parts`` list, a part without string ``values`` or with codes of the wrong
+            length or out of range.
+        """
+        if not isinstance(d, dict) or not isinstance(d.get("parts"), list) or set(d) != {"parts"}:
+            raise ValueError(f"{where} is neither a list of strings nor {{\"parts\": [...]}}")
+        out = []
+        for k, p in enumerate(d["parts"]):
+            w = f"{where}.parts[{k}]"
+            if not isinstance(p, dict) or not isinstance(p.get("values"), list):
+                raise ValueError(f"{w} is not an object with a 'values' list")
+            if not all(isinstance(x, str) for x in p["values"]):
+                raise ValueError(f"{w}.values holds something other than strings")
+            out.append((p["values"], _codes(p.get("codes"), n, w, 0, len(p["values"]))))
+        if not out and n:
+            raise ValueError(f"{where} has no parts for {n} rows")
+        return cls(out)
+
+
+def _value_key(v: Any) -> tuple[type, Any]:
+    """What tells two tag values apart: the value and its type (``1``, ``1.0`` and ``True`` are equal in Python)."""
+    return type(v), v
+
+
+class TagColumns:
+    """N rows of tags as one categorical column per key.
+
+    Parameters
+    ----------
+    keys : dict
+        key -> ``(values, codes)``: the distinct values of that key and, per row, the index of its value or
+        -1 when the row has no such key (int array of shape (N,), every key the same N).
+    n : int
+        Rows (needed when there are no keys).
+
+    A row's tag set is ``tuple(sorted((key, values[code]) for each key with code >= 0))``; its dict has the
+    keys in sorted order.
+
+    Raises
+    ------
+    ValueError
+        Columns of different lengths.
+    """
+
+    __slots__ = ("keys", "n", "_scalar")
+
+    def __init__(self, keys: dict[str, tuple[list[Any], np.ndarray]], n: int) -> None:
+        self._scalar: bool | None = None
+        self.keys = {k: (v if isinstance(v, list) else list(v), np.asarray(c))
+                     for k, (v, c) in sorted(keys.items())}
+        bad = [k for k, (_v, c) in self.keys.items() if len(c) != n]
+        if bad:
+            raise ValueError(f"TagColumns: key {bad[0]!r} has {len(self.keys[bad[0]][1])} codes for {n} rows")
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def scalar(self) -> bool:
+        """Whether every value is a JSON scalar (what :meth:`to_json` needs; checked once)."""
+        if self._scalar is None:
+            self._scalar = all(set(map(type, v)) <= _SCALAR_SET for v, _c in self.keys.values())
+        return self._scalar
+
+    def has(self, key: str) -> np.ndarray:
+        """Per row, whether it has ``key`` (bool array)."""
+        kc = self.keys.get(key)
+        return np.zeros(self.n, bool) if kc is None else kc[1] >= 0
+
+    def _combos(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(first, inverse)``: rows ``idx`` grouped by their combination of codes (one group per distinct tag
+        set): the position in ``idx`` of each group's first row, and each row's group."""
+        from schedsim.lower.program import unique
+
+        key = np.zeros(len(idx), np.int64)
+        span = 1  # mixed radix while it fits in 62 bits, then re-coded densely
+        for v, c in self.keys.values():
+            r = len(v) + 1
+            if span * r >= 1 << 62:
+                _u, _f, key = unique(key)
+                span = int(key.max()) + 1 if len(key) else 1
+            key = key * r + (c[idx].astype(np.int64) + 1)
+            span *= r
+        _u, first, inv = unique(key)
+        return first, inv
+
+    def _sets(self, idx: np.ndarray) -> list[tuple[tuple[str, Any], ...]]:
+        """The tag sets of rows ``idx``, built per pattern of present keys by zipping the keys' (key, value)
+        pairs (no Python loop per row and key)."""
+        pairs = [(_obj([(k, x) for x in v]), c[idx]) for k, (v, c) in self.keys.items()]
+        pattern = np.zeros(len(idx), np.int64)
+        for j, (_p, c) in enumerate(pairs):
+            pattern |= (c >= 0).astype(np.int64) << j
+        out = np.empty(len(idx), object)
+        for pat in np.unique(pattern).tolist():
+            sel = np.flatnonzero(pattern == pat)
+            cols = [p[c[sel]].tolist() for j, (p, c) in enumerate(pairs) if pat >> j & 1]
+            out[sel] = _obj(list(zip(*cols, strict=True)) if cols else [()] * len(sel))
+        return out.tolist()  # type: ignore[no-any-return]
+
+    def take(self, rows: Any) -> list[tuple[tuple[str, Any], ...]]:
+        """The tag sets (sorted ``(key, value)`` tuples) of ``rows``, in that order."""
+        idx = np.asarray(rows, np.int64)
+        first, inv = self._combos(idx)
+        return _obj(self._sets(idx[first]))[inv].tolist()  # type: ignore[no-any-return]
+
+    def dicts(self, rows: Any = None) -> list[dict[str, Any]]:
+        """Per row of ``rows`` (default: all), its tags as a dict, one dict shared by the rows with equal tags
+        (treat them as read-only)."""
+        idx = np.arange(self.n) if rows is None else np.asarray(rows, np.int64)
+        first, inv = self._combos(idx)
+        return _obj(list(map(dict, self._sets(idx[first]))))[inv].tolist()  # type: ignore[no-any-return]
+
+    def reindex(self, idx: np.ndarray) -> TagColumns:
+        """Rows ``idx`` of these (int array), as new TagColumns."""
+        return TagColumns({k: (v, c[idx]) for k, (v, c) in self.keys.items()}, len(idx))
+
+    @classmethod
+    def of_items(cls, sets: Sequence[tuple[tuple[str, Any], ...]], codes: np.ndarray) -> TagColumns:
+        """From distinct tag sets (tuples of ``(key, value)`` pairs) and each row's index into them.
+
+        Raises
+        ------
+        TypeError
+            A value that cannot be hashed (a list or dict).
+        """
+        codes = np.asarray(codes, np.int64)
+        per: dict[str, tuple[dict[tuple[type, Any], int], list[Any], np.ndarray]] = {}
+        for s, ts in enumerate(sets):
+            for k, v in ts:
+                if k not in per:
+                    per[k] = ({}, [], np.full(len(sets), -1, I32))
+                index, values, at = per[k]
+                vk = _value_key(v)
+                j = index.get(vk)
+                if j is None:
+                    j = index[vk] = len(values)
+                    values.append(v)
+                at[s] = j
+        return cls({k: (values, at[codes]) for k, (_i, values, at) in per.items()}, len(codes))
+
+    @staticmethod
+    def concat(pieces: list[tuple[np.ndarray, TagColumns]], n: int) -> TagColumns:
+        """N rows from ``(rows, tags)`` pieces that cover ``0 .. n - 1`` once; equal values of a key (same type)
+        share one entry."""
+        if len(pieces) == 1 and len(pieces[0][0]) == n:
+            return pieces[0][1]
+        keys = sorted({k for _r, p in pieces for k in p.keys})
+        out = {}
+        for k in keys:
+            index: dict[tuple[type, Any], int] = {}
+            values: list[Any] = []
+            codes = np.full(n, -1, I32)
+            for rows, p in pieces:
+                if k not in p.keys:
+                    continue
+                v, c = p.keys[k]
+                remap = np.full(len(v) + 1, -1, I32)  # code -1 (absent) picks the last entry
+                for j, x in enumerate(v):
+                    m = index.get(_value_key(x))
+                    if m is None:
+                        m = index[_value_key(x)] = len(values)
+                        values.append(x)
+                    remap[j] = m
+                codes[rows] = remap[c]
+            out[k] = (values, codes)
+        return TagColumns(out, n)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"keys": {key: {"values": [...], "codes": [...]}, ...}}`` (codes as numpy arrays, -1 = absent)."""
+        return {"keys": {k: {"values": v, "codes": c} for k, (v, c) in self.keys.items()}}
+
+    @classmethod
+    def from_json(cls, d: Any, n: int, where: str) -> TagColumns:
+        """TagColumns from :meth:`to_json`'s form.
+
+        Raises
+        ------
+        ValueError
+            Not that form: ``keys`` not an object, a key without a ``values`` list of JSON scalars, codes of the
+            wrong length or outside -1 .. len(values) - 1.
+        """
+        if not isinstance(d, dict) or set(d) != {"keys"} or not isinstance(d["keys"], dict):
+            raise ValueError(f"{where} is neither {{\"index\", \"values\"}} nor {{\"keys\": {{...}}}}")
+        out = {}
+        for k, e in d["keys"].items():
+            w = f"{where}.keys[{k!r}]"
+            if not isinstance(e, dict) or not isinstance(e.get("values"), list):
+                raise ValueError(f"{w} is not an object with a 'values' list")
+            if not set(map(type, e["values"])) <= _SCALAR_SET:
+                raise ValueError(f"{w}.values holds a list or object; tag values are strings, numbers, booleans "
+                                 "or null")
+            out[k] = (e["values"], _codes(e.get("codes"), n, w, -1, len(e["values"])))
+        return cls(out, n)
+
+
+def coded_of(table: Any, ids: np.ndarray, cls: Any) -> Any:
+    """The per-row :class:`Parts` or :class:`TagColumns` (``cls``) of items ``table[ids[i]]``.
+
+    ``table`` is a tuple of items or the lowering's interner (:class:`schedsim.lower.table._Interner`): rows
+    whose id falls in a lazy run the interner holds columns of (``cls`` instances) take them from there, no
+    item made; the others read their items (``take``, one per distinct id) into one more piece.
+    """
+    from schedsim.lower.program import unique
+
+    ids = np.asarray(ids, np.int64)
+    n = len(ids)
+    runs = table.column_runs() if hasattr(table, "column_runs") else []
+    pieces = []
+    left = np.ones(n, bool)
+    for base, size, cols in runs:
+        if not isinstance(cols, cls):
+            continue
+        sel = left & (ids >= base) & (ids < base + size)
+        if sel.any():
+            rows = np.flatnonzero(sel)
+            pieces.append((rows, cols.reindex(ids[rows] - base)))
+            left[rows] = False
+    if left.any() or not n:
+        rows = np.flatnonzero(left)
+        u, _first, inv = unique(ids[rows])
+        items = table.take(u.tolist()) if hasattr(table, "column_runs") else [table[i] for i in u.tolist()]
+        pieces.append((rows, cls.of_items(items, inv)))  # type: ignore[attr-defined]
+    return cls.concat(pieces, n)  # type: ignore[attr-defined]

@@ -1,0 +1,214 @@
+"""Coded names and tags (schedsim/coded.py) and the version-3 timeline file that writes them: the parts and
+per-key columns give exactly the strings and tag sets of the object path (by hand, on pipelines, mixed with
+written ops), a simulated pipeline keeps its names and tag sets unmade through simulate and write_json, the
+file round trips (versions 1, 2 and 3 all read), a malformed version-3 column is a TraceError, and the
+compiled successor lists and kernels equal their numpy paths."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from schedsim.coded import Parts, TagColumns, coded_of
+from schedsim.errors import TraceError
+from schedsim.graph.build import graph_of
+from schedsim.hardware.profile import load_profile
+from schedsim.lower import lower
+from schedsim.sim import waves
+from schedsim.sim.engine import simulate
+from schedsim.sim.timeline import Span, SpanColumns, Timeline
+from schedsim.spec.loader import load_schedule, parse_overrides
+from schedsim.spec.model import ScheduleSpec
+from tests.conftest import ROOT
+
+try:
+    from schedsim.sim import _cwaves  # type: ignore[attr-defined]
+except ImportError:
+    _cwaves = None
+
+UNIT = {"forward": [{"kind": "compute", "duration_us": 1}], "backward_input": [{"kind": "compute", "duration_us": 1}],
+        "backward_weight": [{"kind": "compute", "duration_us": 1}]}
+
+
+def pipe(schedule: str = "interleaved_1f1b", ops: list | None = None, dp: int = 1, **kw):  # type: ignore[no-untyped-def]
+    """A 4-stage pipeline of 8 microbatches (``dp`` replicas), with written ``ops`` before it."""
+    blk = {"schedule": schedule, "p": 4, "m": 8, "stage": UNIT, "data_parallel": dp, **kw}
+    return lower(ScheduleSpec.model_validate({"schema_version": 1, "name": "p", "world_size": 4 * dp,
+                                              "pipeline": blk, **({"ops": ops} if ops else {})}))
+
+
+# -- the coded forms by hand ---------------------------------------------------------------------------------
+def test_parts_by_hand():
+    p = Parts([(["F0.", "sendF1."], np.array([0, 1, 0])), (["3", "12"], np.array([1, 0, 0])),
+               (["", ".a"], np.array([1, 0, 1]))])
+    assert p.strings() == ["F0.12.a", "sendF1.3", "F0.3.a"] and p.take([2, 0]) == ["F0.3.a", "F0.12.a"]
+    assert p.reindex(np.array([1, 1])).strings() == ["sendF1.3", "sendF1.3"]
+    # rows 0 and 2 from a one-part piece, row 1 from the three parts: the short piece gets empty strings
+    short = Parts.of_items(["x", "y"], np.array([1, 0]))
+    both = Parts.concat([(np.array([1]), p.reindex(np.array([0]))), (np.array([0, 2]), short)], 3)
+    assert both.strings() == ["y", "F0.12.a", "x"]
+
+
+def test_tag_columns_keep_types_apart_and_build_the_sets():
+    sets = [(), (("mb", 1), ("stage", 0)), (("mb", True),), (("a", "x"), ("mb", 1.0))]
+    codes = np.array([0, 1, 2, 3, 1, 0])
+    tc = TagColumns.of_items(sets, codes)
+    assert tc.keys["mb"][0] == [1, True, 1.0]  # equal in Python, three values in the file
+    assert [type(v) for v in tc.keys["mb"][0]] == [int, bool, float]
+    assert tc.keys["mb"][1].tolist() == [-1, 0, 1, 2, 0, -1] and tc.keys["a"][1].tolist() == [-1, -1, -1, 0, -1, -1]
+    assert tc.take(range(6)) == [sets[c] for c in codes]
+    d = tc.dicts()
+    assert d == [dict(sets[c]) for c in codes] and d[1] is d[4] and type(d[2]["mb"]) is bool
+    assert tc.has("stage").tolist() == [False, True, False, False, True, False]
+    cat = TagColumns.concat([(np.array([2, 0]), tc.reindex(np.array([1, 3]))),
+                             (np.array([1]), tc.reindex(np.array([2])))], 3)
+    assert cat.take([0, 1, 2]) == [sets[3], sets[2], sets[1]]
+    assert coded_of(tuple(sets), codes, TagColumns).take(range(6)) == [sets[c] for c in codes]
+
+
+# -- pipelines: the emitter's coded runs equal the made names and tag sets ------------------------------------
+@pytest.mark.parametrize("schedule, dp, ops", [
+    ("interleaved_1f1b", 1, None), ("1f1b", 2, None), ("zb_h1", 1, None),
+    ("1f1b", 1, [{"name": "w", "kind": "compute", "duration_us": 1, "ranks": [1], "tags": {"mb": "1", "x": True}}]),
+])
+def test_pipeline_coded_runs_equal_the_made_tables(schedule, dp, ops):
+    prog = pipe(schedule, ops, dp, **({"v": 2} if schedule == "interleaved_1f1b" else {}))
+    assert prog.name_table.column_runs() and prog.tag_table.column_runs()
+    parts, tags = prog.name_parts(), prog.tag_columns()
+    assert "names" not in prog.__dict__ and "tagsets" not in prog.__dict__  # nothing made for them
+    assert parts.strings() == [prog.names[k] for k in prog.name_id.tolist()]
+    assert tags.take(range(prog.N)) == [prog.tagsets[k] for k in prog.tags_id.tolist()]
+    if ops:  # the written op's "1" stays a string beside the pipeline's int microbatches
+        assert "1" in tags.keys["mb"][0] and 1 in tags.keys["mb"][0]
+
+
+def test_a_few_lazy_names_come_from_the_parts_without_making_the_run():
+    prog = pipe()
+    got = prog.op_names([0, 5])
+    assert prog.name_table._lazy  # still unmade
+    assert got == ["F0.0.0", "sendF0.2"]  # <label><stage>.<mb>.<op>, <send|recv><F|B><stage>.<mb>
+    assert got == [prog.names[int(prog.name_id[i])] for i in (0, 5)]
+
+
+# -- simulate and the file -----------------------------------------------------------------------------------
+def test_simulated_pipeline_writes_version_3_without_making_names_and_equals_the_object_path(tmp_path):
+    prog = pipe("interleaved_1f1b", v=2)
+    prof = load_profile("h200")
+    tl = simulate(prog, prof, gpu_model="waves")
+    tl.write_json(tmp_path / "t.json")
+    assert prog.name_table._lazy and prog.tag_table._lazy  # simulate and write_json made no name or tag set
+    d = json.loads((tmp_path / "t.json").read_text())
+    assert d["version"] == 3 and d["columns"]["id"] == {"format": "{name}@r{rank}"}
+    assert set(d["columns"]["tags"]["keys"]) == {"chunk", "mb", "msg", "phase", "pp_op", "stage"}
+    ops = prog.ops()  # the object path: one Op per instance
+    back = Timeline.read_json(tmp_path / "t.json")
+    assert back.columns.name == [o.name for o in ops] and back.columns.id == [f"{o.name}@r{o.rank}" for o in ops]
+    assert back.columns.tags == [dict(o.tags) for o in ops]
+    ref = simulate(graph_of(prog), prof, gpu_model="waves")  # the Op-list path
+    assert tl == ref and back.spans == ref.spans and back.critical_path == ref.critical_path  # (JSON: meta's keys str)
+    # the memory curve's reads agree with the dicts
+    rows = np.arange(len(back))
+    got = back.columns.tagged(rows, "phase")
+    assert got == ([i for i, o in enumerate(ops) if "phase" in dict(o.tags)],
+                   [dict(o.tags) for o in ops if "phase" in dict(o.tags)])
+    # written again from what was read: the same document
+    back.write_json(tmp_path / "u.json")
+    assert json.loads((tmp_path / "u.json").read_text()) == d
+
+
+def test_every_layout_reads_to_the_same_timeline(tmp_path):
+    prog = pipe("1f1b")
+    tl = simulate(prog, load_profile("h200"), gpu_model="waves")
+    tl.write_json(tmp_path / "v3.json")
+    tl.write_json(tmp_path / "v1.json", layout="rows")
+    plain = Timeline("p", "predict", 4, launch=tl.launch, profile=tl.profile, spans=list(tl.spans),
+                     critical_path=tl.critical_path, meta=tl.meta)  # spans: the version-2 columns
+    plain.write_json(tmp_path / "v2.json")
+    versions = [json.loads((tmp_path / f"v{v}.json").read_text())["version"] for v in (1, 2, 3)]
+    assert versions == [1, 2, 3]
+    reads = [Timeline.read_json(tmp_path / f"v{v}.json") for v in (1, 2, 3)]
+    assert reads[0] == reads[1] == reads[2] and reads[2].spans == tl.spans
+
+
+def test_tuple_coded_tags_and_shared_names_still_write_version_2(tmp_path):
+    spans = [Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 1.0, tags={"mb": 1}),
+             Span("a@r1", "a", 1, "s", "matmul", "compute", 0.0, 1.0)]
+    c = SpanColumns.from_spans(spans)
+    coded = SpanColumns(lambda: c.id, lambda: c.name, c.rank, c.stream, c.kind, c.resource, c.start_s, c.end_s,
+                        c.solo_s, c.ready_s, c.bytes, c.flops, None, coded_ids=(("a",), np.zeros(2, np.int64)),
+                        coded_tags=(((), (("mb", 1),)), np.array([1, 0])))
+    Timeline("t", "predict", 2, columns=coded).write_json(tmp_path / "t.json")
+    d = json.loads((tmp_path / "t.json").read_text())
+    assert d["version"] == 2 and d["columns"]["tags"] == {"index": [0], "values": [{"mb": 1}]}
+    assert Timeline.read_json(tmp_path / "t.json").spans == spans
+
+
+def _v3(tmp_path):  # type: ignore[no-untyped-def]
+    tl = simulate(pipe("1f1b"), load_profile("h200"), gpu_model="waves")
+    tl.write_json(tmp_path / "ok.json")
+    return json.loads((tmp_path / "ok.json").read_text())
+
+
+@pytest.mark.parametrize("breakage, words", [
+    (lambda c: c.update(id={"format": "{name}"}), "'id' is neither a list of strings nor"),
+    (lambda c: c.update(name={"values": ["a"]}), "'name' is neither a list of strings nor"),
+    (lambda c: c["name"]["parts"][0].update(codes=[10**6] * len(c["rank"])), "'name'.parts[0].codes has codes outside"),
+    (lambda c: c["name"]["parts"][1].update(codes=[0, 1]), "'name'.parts[1].codes has 2 entries"),
+    (lambda c: c["name"]["parts"][0]["values"].__setitem__(0, 7), "'name'.parts[0].values holds something other"),
+    (lambda c: c["tags"]["keys"]["mb"].update(codes=[-2] * len(c["rank"])),
+     "'tags'.keys['mb'].codes has codes outside"),
+    (lambda c: c["tags"]["keys"]["mb"]["values"].append([1, 2]), "'tags'.keys['mb'].values holds a list or object"),
+    (lambda c: c["tags"]["keys"].update(stage=5), "'tags'.keys['stage'] is not an object with a 'values' list"),
+    (lambda c: c["tags"].update(extra=1), "'tags' is neither"),
+    (lambda c: c["tags"]["keys"]["mb"].update(codes=[0.5] * len(c["rank"])), "codes is not a flat list of integers"),
+])
+def test_malformed_version_3_columns_are_trace_errors(tmp_path, breakage, words):
+    d = _v3(tmp_path)
+    breakage(d["columns"])
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(TraceError, match="bad.json: malformed columns") as e:
+        Timeline.read_json(tmp_path / "bad.json")
+    assert words in str(e.value)
+
+
+def test_a_version_3_file_with_a_repeated_id_is_refused(tmp_path):
+    d = _v3(tmp_path)
+    part = d["columns"]["name"]["parts"][2]  # the microbatch number: two ops of one rank made the same
+    part["codes"][2] = part["codes"][0]
+    d["columns"]["name"]["parts"][0]["codes"][2] = d["columns"]["name"]["parts"][0]["codes"][0]
+    d["columns"]["name"]["parts"][1]["codes"][2] = d["columns"]["name"]["parts"][1]["codes"][0]
+    d["columns"]["rank"][2] = d["columns"]["rank"][0]
+    (tmp_path / "dup.json").write_text(json.dumps(d))
+    with pytest.raises(TraceError, match="two ops share the id"):
+        Timeline.read_json(tmp_path / "dup.json")
+
+
+# -- the compiled successor lists and kernels against their numpy paths -----------------------------------------
+class _Without:
+    """The compiled module without ``succ_csr`` and ``kernels`` (an older build): the numpy paths run."""
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        if name in ("succ_csr", "kernels"):
+            raise AttributeError(name)
+        return getattr(_cwaves, name)
+
+
+@pytest.mark.skipif(_cwaves is None, reason="schedsim.sim._cwaves is not built")
+@pytest.mark.parametrize("case", ["interleaved_1f1b", "1f1b", "tp_ffn", "allgather_mm8"])
+def test_compiled_succ_and_kernels_equal_the_numpy_paths(monkeypatch, case):
+    if case in ("tp_ffn", "allgather_mm8"):
+        prog = lower(load_schedule(ROOT / "schedules" / f"{case}.yaml"))
+    else:  # 1F1B: batched exchanges (a kernel of several ops); interleaved: lone send/recv
+        prog = lower(load_schedule(ROOT / "schedules" / "pipeline_schedules.yaml",
+                                   parse_overrides(["p=4", "m=8", f"schedule={case}"])))
+    prof = load_profile("h200x2")
+    monkeypatch.setattr(waves, "_EXT", [_cwaves])
+    fast = simulate(prog, prof, gpu_model="waves")
+    monkeypatch.setattr(waves, "_EXT", [_Without()])
+    slow = simulate(prog, prof, gpu_model="waves")
+    c, s = fast.columns, slow.columns
+    assert c.start_s.tolist() == s.start_s.tolist() and c.end_s.tolist() == s.end_s.tolist()
+    assert c.ready_s.tolist() == s.ready_s.tolist() and c.stream_s.tolist() == s.stream_s.tolist()
+    assert fast.critical_path == slow.critical_path
