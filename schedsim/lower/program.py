@@ -37,7 +37,7 @@ from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
 
-__all__ = ["Program", "DagView", "unique"]
+__all__ = ["Program", "DagView", "stable_order", "unique"]
 
 
 def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -51,6 +51,22 @@ def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     inv = np.empty(len(k), np.int64)
     inv[o] = np.cumsum(new) - 1
     return k[new], o[new], inv
+
+
+def stable_order(key: np.ndarray, space: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of a 1-d array of ints in ``0 .. space - 1``. When ``space`` is small
+    enough for a table (at most ``4·len(key) + 65536``) and the key takes at most 65,536 distinct values (the
+    (rank, stream) pairs of a program, the (src, dst) pairs of its send/recvs), the values are renumbered
+    densely in order and sorted as 16-bit codes, which numpy sorts stably by radix (O(n)); else by argsort."""
+    n = len(key)
+    if n and space <= 4 * n + 65536:
+        seen = np.zeros(space, bool)
+        seen[key] = True
+        code = np.cumsum(seen, dtype=np.int32)
+        if int(code[-1]) <= 65536:
+            code -= 1
+            return np.argsort(code.astype(np.uint16)[key], kind="stable")
+    return np.argsort(key, kind="stable")
 
 
 def _freeze(v: Any) -> Any:
