@@ -99,6 +99,15 @@ def _resolve_deps(cols: _Cols) -> np.ndarray | None:
     """Dependency targets (op indices, one per declared dependency), or None when a rule is broken
     (unknown name, an op depending on itself, two members of one p2p batch, a name used twice on a rank)."""
     c = cols.c
+    nm = c["name"]
+    if len(nm) > 1 and len(cols.dep_op) and bool((nm[1:] > nm[:-1]).all()):
+        # every op its own name, ascending (a pipeline's, interned in issue order): a table from name to op
+        at = np.full(int(nm[-1]) + 1, -1, I64)
+        at[nm] = np.arange(len(nm))
+        dn = cols.dep_name
+        tgt = at[dn] if int(dn.max()) < len(at) else np.full(len(dn), -1, I64)
+        if bool((tgt >= 0).all()) and bool((c["rank"][tgt] == c["rank"][cols.dep_op]).all()):
+            return _no_self_or_batch_deps(cols, tgt)
     nn = max(len(cols.table.names), 1)
     key = c["rank"].astype(I64) * nn + c["name"]
     korder = np.argsort(key, kind="stable")
@@ -111,7 +120,12 @@ def _resolve_deps(cols: _Cols) -> np.ndarray | None:
     pos = np.minimum(np.searchsorted(skey, want), len(skey) - 1)
     if not bool((skey[pos] == want).all()):
         return None
-    tgt = korder[pos]
+    return _no_self_or_batch_deps(cols, korder[pos])
+
+
+def _no_self_or_batch_deps(cols: _Cols, tgt: np.ndarray) -> np.ndarray | None:
+    """``tgt`` (int64), or None when an op depends on itself or on a member of its own p2p batch."""
+    c = cols.c
     if bool((tgt == cols.dep_op).any()):
         return None
     b = c["batch"]

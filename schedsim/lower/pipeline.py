@@ -281,7 +281,8 @@ def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> Step
     rows_typ = np.concatenate([tb, np.where(fw, 4, 6), np.where(fw, 5, 7)])
     rows_st = np.concatenate([sb, sb[sends], peer_st])
     rows_mb = np.concatenate([jb, jb[sends], jb[sends]])
-    o = np.lexsort((rows_sub, rows_key, rows_rank))
+    span = int(rows_key.max()) + 1 if len(rows_key) else 1  # one combined key for (rank, key, sub)
+    o = np.argsort((rows_rank * span + rows_key) * 3 + rows_sub, kind="stable")
     rr, ty = rows_rank[o], rows_typ[o]
     comm = (ty >= 4).astype(np.int64)
     cnt = np.cumsum(comm)
