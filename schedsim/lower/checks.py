@@ -220,9 +220,10 @@ def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple
 
 
 def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
-    """Kahn's sweep over the edges ``src[e] -> dst[e]`` (int arrays of one length) on ``n`` nodes: in C when
-    the compiled module (``schedsim/sim/_cwaves.c``) is built and not disabled by ``SCHEDSIM_NO_EXT=1`` (a
-    pipeline's wait-for graph has a million nodes: ~0.4 s here, ~0.02 s there), else here."""
+    """Kahn's sweep over the edges ``src[e] -> dst[e]`` (int arrays of one length) on ``n`` nodes: in C (int32
+    or int64 edges) when the compiled module (``schedsim/sim/_cwaves.c``) is built and not disabled by
+    ``SCHEDSIM_NO_EXT=1`` (a pipeline's wait-for graph has a million nodes: ~0.4 s here, ~0.01 s there), else
+    here."""
     ext = None
     if os.environ.get("SCHEDSIM_NO_EXT", "") in ("", "0"):
         try:
@@ -232,6 +233,11 @@ def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
         else:
             ext = getattr(_cwaves, "acyclic", None)  # None: built from a _cwaves.c before it had one
     if ext is not None:
+        if src.dtype == np.int32 and dst.dtype == np.int32:  # int64 only for a build from before int32 edges
+            try:
+                return bool(ext(n, np.ascontiguousarray(src), np.ascontiguousarray(dst)))
+            except TypeError:
+                pass
         return bool(ext(n, np.ascontiguousarray(src, I64), np.ascontiguousarray(dst, I64)))
     return _acyclic_python(n, np.stack([src, dst], 1).astype(I64).reshape(-1, 2))
 
@@ -263,10 +269,10 @@ def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, 
     n, parts, useq, u = _wait_for_edges(prog, comm, head, eager, tc)
     if _ordered_by_position(n, parts, useq, prog, u):
         return True
-    k = np.arange(len(useq), dtype=I64)
-    parts.insert(0, (2 * k, 2 * k + 1))  # posted -> done of every unit
-    return _acyclic(n, np.concatenate([a for a, _b in parts]).astype(I64, copy=False),
-                    np.concatenate([b for _a, b in parts]).astype(I64, copy=False))
+    it = _index_type(prog)
+    k = np.arange(0, 2 * len(useq), 2, dtype=it)
+    parts.insert(0, (k, k + 1))  # posted -> done of every unit
+    return _acyclic(n, np.concatenate([a for a, _b in parts], dtype=it), np.concatenate([b for _a, b in parts], dtype=it))
 
 
 def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
