@@ -632,17 +632,23 @@ class _FastEmitter:
         phase_of_flat = np.repeat(np.tile(np.arange(3), NS), nops_tab)
         self.sfx_b = [f".{'FIW'[phf]}{x}" for phf, x in zip(phase_of_flat.tolist(), sfx, strict=True)]
         slot = self.es * 3 + np.maximum(ph, 0)
-        nops = np.where(self.comp, nops_tab[slot], 1)
-        self.first = np.cumsum(nops) - nops
-        self.last = self.first + nops - 1
-        self.N = N = int(nops.sum())
         self.idx = np.arange(E)
-        self.op_ev = op_ev = np.repeat(self.idx, nops)
-        k_in = np.arange(N) - self.first[op_ev]
-        self.flat_i = np.where(self.comp[op_ev], tstart[slot[op_ev]] + k_in,
-                               len(sfx) + np.isin(self.et[op_ev], (5, 7)))
+        recv = (self.et == 5) | (self.et == 7)
+        if bool((nops_tab == 1).all()):  # one op per phase: op k is event k (the arrays shared, never written)
+            self.N = E
+            self.first = self.last = self.op_ev = self.idx
+            self.flat_i = np.where(self.comp, tstart[slot], len(sfx) + recv)
+            self.rank_l = self.er
+        else:
+            nops = np.where(self.comp, nops_tab[slot], 1)
+            self.first = np.cumsum(nops) - nops
+            self.last = self.first + nops - 1
+            self.N = N = int(nops.sum())
+            self.op_ev = op_ev = np.repeat(self.idx, nops)
+            k_in = np.arange(N) - self.first[op_ev]
+            self.flat_i = np.where(self.comp[op_ev], tstart[slot[op_ev]] + k_in, len(sfx) + recv[op_ev])
+            self.rank_l = self.er[op_ev]
         self.tmpl = tmpl_flat[self.flat_i]
-        self.rank_l = self.er[op_ev]
 
     def _key(self, r: np.ndarray, st: np.ndarray, cd: Any, j: np.ndarray) -> np.ndarray:
         """The key of what an event sets or looks up: (rank, stage, code, mb), code F 0, I 1, W 2, SEND_F 3,
@@ -887,10 +893,12 @@ class _FastEmitter:
         # streams: "compute", then each rank's p2p streams in order of first use (the emitter's interning)
         p2p_stream = np.empty(len(self.p2p_ev), np.int64)
         key = (self.p2p_rank * 4 + self.p2p_kind * 2 + self.p2p_dir) * (plan.p + 1) + self.peer_l
-        uk, first_i, inv = np.unique(key, return_index=True, return_inverse=True)
+        uk, inv = _first_seen(key, plan.p * 4 * (plan.p + 1))  # (distinct keys in order of first use)
+        first_i = np.full(len(uk), len(key), np.int64)
+        first_i[inv[::-1]] = np.arange(len(key) - 1, -1, -1)
         sid_of = np.empty(len(uk), np.int64)
         by_rank: dict[int, list[int]] = {}
-        for u in np.argsort(first_i, kind="stable").tolist():
+        for u in range(len(uk)):
             by_rank.setdefault(int(self.p2p_rank[first_i[u]]), []).append(u)
         for r in range(plan.p):
             table.streams("compute")

@@ -3,7 +3,8 @@
 inline actions). Made with the lowering of main at commit fb50fe6 (2026-12-01), before the lowering's
 speed-ups; tests/core/test_lowering_golden.py asserts that today's lowering gives the same.
 
-Usage: python tests/data/make_lowering_golden.py
+Usage: python tests/data/make_lowering_golden.py [ROOT]  (ROOT: the checkout whose lowering writes it, default
+this one)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, sys.argv[1] if __name__ == "__main__" and len(sys.argv) > 1 else str(ROOT))
 
 STAGE = {"forward": [{"name": "a", "kind": "compute", "duration_us": 1}, {"name": "b", "kind": "compute",
                                                                           "duration_us": 2}],
@@ -46,10 +47,15 @@ def cases() -> dict[str, dict[str, Any]]:
                 blk["v"] = v
             add(f"{name}_{mode}", blk)
     add("1f1b_dp2", {"schedule": "1f1b", "p": 4, "m": 8, "tied_embedding_allreduce": True}, dp=2)
+    one = {k: [{"kind": "compute", "duration_us": 1}] for k in ("forward", "backward_input", "backward_weight")}
+    add("interleaved_1f1b_one_op", {"schedule": "interleaved_1f1b", "p": 4, "m": 8, "v": 2, "stage": one})
+    add("zb_h1_one_op_batched", {"schedule": "zb_h1", "p": 4, "m": 8, "p2p": "batched", "stage": one})
     for name, v in (("interleaved_1f1b", 2), ("zb_h1", None), ("gpipe", None)):
         order = generate(name, 4, 8, v)
         acts = {r: " ".join("_" if a is None else str(a) for a in seq) for r, seq in order.items()}
         add(f"custom_{name}", {"schedule": "custom", "p": 4, "m": 8, "actions": acts, "p2p": "overlapped"})
+        add(f"custom_{name}_one_op", {"schedule": "custom", "p": 4, "m": 8, "actions": acts, "p2p": "overlapped",
+                                      "stage": one})
     return out
 
 
