@@ -687,30 +687,31 @@ class _FastEmitter:
                 return None  # an action twice on one rank: only the per-op path follows its overwrites
             sval = val[order]
 
-        def first_found(sel: np.ndarray, cands: list[tuple[int, int, np.ndarray | None]]) -> None:
-            """``dep[sel]``: the first candidate key (stage offset, code, valid mask) set by an earlier event."""
-            got = np.zeros(int(sel.sum()), bool)
-            out = np.full(len(got), -1, np.int64)
-            r_s, s_s, j_s, i_s = er[sel], es[sel], ej[sel], self.idx[sel]
+        def first_found(sel: np.ndarray, cands: list[tuple[int, int, Any]]) -> None:
+            """``dep[sel]``: the first candidate key (stage offset, code, and a rule ``valid(stage)`` or None)
+            set by an earlier event; each candidate is looked up for the events still without one."""
+            pend = np.flatnonzero(sel)
             for ds, cd, valid in cands:
+                if not len(pend):
+                    break
+                r_s, s_s, j_s = er[pend], es[pend], ej[pend]
                 if dense:
                     e = at[((s_s + ds + 1) * 7 + cd) * M + j_s]
-                    ok = (e < i_s) & (er_e[e] == r_s) & ~got
+                    ok = (e < pend) & (er_e[e] == r_s)
                     found = val_e[e]
                 else:
                     q = self._key(r_s, s_s + ds, cd, j_s)
                     i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
-                    ok = (sk[i] == q) & (order[i] < i_s) & ~got
+                    ok = (sk[i] == q) & (order[i] < pend)
                     found = sval[i]
                 if valid is not None:
-                    ok &= valid
-                out[ok] = found[ok]
-                got |= ok
-            dep[sel] = out
+                    ok &= valid(s_s)
+                dep[pend[ok]] = found[ok]
+                pend = pend[~ok]
 
         f, i_ = ph == 0, ph == 1
-        first_found(f, [(0, 4, None), (-1, 0, es[f] > 0)])  # F: its recv, else the previous stage's F here
-        first_found(i_, [(0, 6, None), (1, 1, es[i_] < NS - 1), (0, 0, None)])  # I: recv, next stage's I, own F
+        first_found(f, [(0, 4, None), (-1, 0, lambda st: st > 0)])  # F: its recv, else the previous stage's F
+        first_found(i_, [(0, 6, None), (1, 1, lambda st: st < NS - 1), (0, 0, None)])  # I: recv, next stage's I, F
         first_found((ph == 2) & ~is_b, [(0, 1, None)])  # W: its I
         b1 = np.flatnonzero(is_b & (part == 1))
         dep[b1] = last[b1 - 1]  # a full backward's W part: its I part
@@ -828,13 +829,14 @@ class _FastEmitter:
 
     def _p2p(self) -> None:
         """Per p2p op its peer (pipeline rank), kind (0 send, 1 recv), direction (0 F, 1 B) and rank."""
-        es, et, fwd, p2p = self.es, self.et, self.fwd, ~self.comp
+        es, et, p2p = self.es, self.et, ~self.comp
         s2r = np.array([self.plan.s2r[st] for st in range(self.plan.num_stages)] + [0, 0], np.int64)
-        send = np.isin(et, (4, 6))
-        peer_stage = np.where(send, np.where(fwd, es + 1, es - 1), np.where(fwd, es - 1, es + 1))
-        self.peer_l = s2r[peer_stage[p2p]]
-        self.p2p_kind = np.where(send, 0, 1)[p2p]
-        self.p2p_dir = np.where(fwd, 0, 1)[p2p]
+        t, s = et[p2p], es[p2p]
+        recv = (t == 5) | (t == 7)  # SEND_F 4, RECV_F 5, SEND_B 6, RECV_B 7
+        back = t >= 6
+        self.peer_l = s2r[s + 1 - 2 * (recv ^ back)]  # the next stage for a forward send or a backward recv
+        self.p2p_kind = recv.astype(np.int64)
+        self.p2p_dir = back.astype(np.int64)
         self.p2p_rank = self.er[p2p]
 
     @staticmethod

@@ -59,6 +59,8 @@ def stable_order(key: np.ndarray, space: int) -> np.ndarray:
     (rank, stream) pairs of a program, the (src, dst) pairs of its send/recvs), the values are renumbered
     densely in order and sorted as 16-bit codes, which numpy sorts stably by radix (O(n)); else by argsort."""
     n = len(key)
+    if space <= 65536:
+        return np.argsort(key.astype(np.uint16), kind="stable")
     if n and space <= 4 * n + 65536:
         seen = np.zeros(space, bool)
         seen[key] = True
