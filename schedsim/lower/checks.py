@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
-from schedsim.lower.program import Program, unique
+from schedsim.lower.program import Program, batch_heads, unique
 
 __all__ = ["check_program", "launch_heads"]
 
@@ -60,10 +60,7 @@ def launch_heads(prog: Program, tc: _Templates | None = None) -> tuple[np.ndarra
     b = prog.batch[comm]
     bm = (b >= 0) & tc.mask(prog, P2P_KINDS)[comm]
     if bm.any():
-        nb = int(b.max()) + 1
-        key = prog.rank[comm][bm].astype(I64) * nb + b[bm]
-        _u, first, inv = unique(key)
-        head[bm] = comm[bm][first][inv.reshape(-1)]
+        head[bm] = batch_heads(prog.rank[comm][bm], b[bm], comm[bm])[0]
     return comm, head
 
 
@@ -213,7 +210,7 @@ def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np
 
 def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple[int, int]]:
     """Pairs of distinct group communicators in use that share two or more ranks (rule 4)."""
-    used = unique(cid[cid < len(groups)])[0].tolist()
+    used = np.flatnonzero(np.bincount(cid[cid < len(groups)], minlength=len(groups))).tolist()
     sets = [set(groups[g]) for g in used]
     return [(used[i], used[j]) for i in range(len(used)) for j in range(i + 1, len(used))
             if len(sets[i].intersection(sets[j])) >= 2]

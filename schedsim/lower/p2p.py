@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from schedsim.lower.program import stable_order, unique
+from schedsim.lower.program import batch_heads, stable_order, unique
 
 _P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
 
@@ -27,39 +27,6 @@ def message_name(name: str) -> str:
 __all__ = ["match_p2p", "message_name", "name_warning"]
 
 I64 = np.int64
-
-
-def _issue_pos(rank: np.ndarray, batch: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, bool]:
-    """``(at, ascending)``: issue position of each p2p op (its own index, or its batch's first member's), and
-    whether ``at`` ascends with ``idx`` (each batch's members follow each other among the p2p ops).
-
-    When on every rank the batches come as runs of consecutive p2p ops with ascending batch ids (a pipeline's
-    order: no batch id comes back later), each run is one whole batch: its first member is the run's, found
-    without sorting; otherwise by :func:`~schedsim.lower.program.unique` of (rank, batch)."""
-    at = idx.copy()
-    bm = batch >= 0
-    if not bm.any():
-        return at, True
-    n = len(idx)
-    same_rank = rank[1:] == rank[:-1]
-    cont = np.zeros(n, bool)
-    cont[1:] = same_rank & bm[1:] & (batch[1:] == batch[:-1])
-    starts = np.flatnonzero(~cont)
-    bs = starts[bm[starts]]  # the runs of batched ops
-    sb, sr = batch[bs], rank[bs]
-    nxt = sr[1:] == sr[:-1]  # consecutive batch runs on one rank
-    if bool((sb[1:][nxt] > sb[:-1][nxt]).all()) and _ranks_ascend(rank):
-        at[:] = idx[starts[np.cumsum(~cont) - 1]]
-        return at, True
-    nb = int(batch.max()) + 1
-    key = rank[bm].astype(I64) * nb + batch[bm]
-    _u, first, inv = unique(key)
-    at[bm] = idx[bm][first][inv.reshape(-1)]
-    return at, False
-
-
-def _ranks_ascend(rank: np.ndarray) -> bool:
-    return len(rank) < 2 or bool((rank[1:] >= rank[:-1]).all())
 
 
 def _msg_values(cols: Any, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -99,7 +66,7 @@ def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
     tp = cols.table.templates
     is_send = np.array([t.kind == "send" for t in tp], bool)[c["tmpl"][idx]]
     rank, peer = c["rank"][idx].astype(I64), c["peer"][idx].astype(I64)
-    at, ascending = _issue_pos(c["rank"][idx], c["batch"][idx], idx)
+    at, ascending = batch_heads(c["rank"][idx], c["batch"][idx], idx)
     src = np.where(is_send, rank, peer)
     dst = np.where(is_send, peer, rank)
     W = int(max(rank.max(), peer.max())) + 1
