@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
-from schedsim.lower.program import Program, batch_heads, unique
+from schedsim.lower.program import Program, batch_heads, stable_order, unique
 
 __all__ = ["check_program", "launch_heads"]
 
@@ -122,6 +122,8 @@ def _units(prog: Program, comm: np.ndarray, head: np.ndarray) -> tuple[np.ndarra
     (as ``unique`` of "each op's head" gives them; heads are op indices, so by a mark and a prefix sum)."""
     it = _index_type(prog)
     unit: np.ndarray = np.arange(prog.N, dtype=it)
+    if bool((comm == head).all()):  # every op its own unit (no p2p batch of two or more)
+        return unit, unit
     unit[comm] = head
     mark = np.zeros(prog.N, bool)
     mark[unit] = True
@@ -148,9 +150,10 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
     n = len(uniq)
     useq = prog.seq[uniq].astype(I64)
     parts = []
+    ident = n == prog.N  # each op its own unit: u is the identity
     for e in (prog.stream_edges, prog.dep_edges):  # the DAG's edges between units
         e = np.asarray(e).reshape(-1, 2)
-        ua, ub = u[e[:, 0]], u[e[:, 1]]
+        ua, ub = (e[:, 0].astype(u.dtype), e[:, 1].astype(u.dtype)) if ident else (u[e[:, 0]], u[e[:, 1]])
         keep = ua != ub
         parts.append((2 * ua[keep] + 1, 2 * ub[keep]))
     nc = len(prog.coll_ptr) - 1
@@ -180,7 +183,7 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
     if nc > 0:
         ms = useq[u[prog.coll_idx]]
         key[2 * n:] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
-    return all(bool((key[a] < key[b]).all()) for a, b in parts)
+    return all(bool((key[a] < key[b]).all()) for a, b in reversed(parts))  # p2p (most often backward) early
 
 
 def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool,
@@ -192,11 +195,19 @@ def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np
         return np.zeros(0, I64), np.zeros(0, I64)
     cid, groups = _comm_ids(prog, heads, eager, tc)
     rank = prog.rank[heads].astype(I64)
-    pos = np.arange(len(heads))  # heads are in program order: rank, then issue position
-    o = np.lexsort((pos, cid, rank))
-    same = (rank[o][1:] == rank[o][:-1]) & (cid[o][1:] == cid[o][:-1])
+    # heads are in program order (rank, then issue position): by (rank, communicator), stably
+    C = int(cid.max()) + 1
+    key = rank * C + cid
     uh = u[heads]
-    out = [(2 * uh[o][:-1][same] + 1, 2 * uh[o][1:][same])]
+    if bool((key[1:] >= key[:-1]).all()):  # one communicator per rank, or each's launches already together
+        same = key[1:] == key[:-1]
+        out = [(2 * uh[:-1][same] + 1, 2 * uh[1:][same])]
+    else:
+        o = stable_order(key, prog.world_size * C) if prog.world_size * C < 2**62 else \
+            np.lexsort((np.arange(len(heads)), cid, rank))
+        ko, uo = key[o], uh[o]
+        same = ko[1:] == ko[:-1]
+        out = [(2 * uo[:-1][same] + 1, 2 * uo[1:][same])]
     for a, b in _sharing_pairs(groups, cid):
         for x, y in ((a, b), (b, a)):  # done(last launch of x before it) -> posted(launch of y), on each rank
             ix, iy = np.flatnonzero(cid == x), np.flatnonzero(cid == y)
