@@ -153,9 +153,9 @@ def _stream_edges(cols: _Cols) -> np.ndarray:
     cont = np.zeros(N, bool)
     cont[1:] = ~first[1:] & (b[1:] >= 0) & (b[1:] == b[:-1])
     if not bool(cont.any()):  # no runs: each op's edge comes from the op before it on its stream
-        y = o[~first]
-        xs = np.full(N, -1, I64)
-        xs[y] = o[np.flatnonzero(~first) - 1]
+        xs = np.empty(N, I64)
+        xs[o[1:]] = o[:-1]
+        xs[o[first]] = -1
         ys = np.flatnonzero(xs >= 0)
         return np.stack([xs[ys], ys], axis=1)
     run = np.cumsum(~cont) - 1  # run id per position

@@ -911,18 +911,20 @@ class _FastEmitter:
                 nm = f"pp_{kind}" if plan.mode == "batched" else f"pp_{kind}{d}_r{int(self.peer_l[i]) + off}"
                 sid_of[u] = table.streams(nm)
         p2p_stream[:] = sid_of[inv]
-        comp_op = self.comp[self.op_ev]
-        stream = np.full(N, self.compute_stream, np.int64)
-        peer = np.full(N, -1, np.int64)
-        batch = np.full(N, -1, np.int64)
-        msg = np.full(N, -1, np.int64)
+        ident = N == self.E  # op k is event k
+        comp_op = self.comp if ident else self.comp[self.op_ev]
+        i32 = np.int32  # the table's column type (ids below 2**31)
+        stream = np.full(N, self.compute_stream, i32)
+        peer = np.full(N, -1, i32)
+        batch = np.full(N, -1, i32)
+        msg = np.full(N, -1, i32)
         p2p_ops = np.flatnonzero(~comp_op)
         stream[p2p_ops] = p2p_stream
         peer[p2p_ops] = self.peer_l + off
         batch[p2p_ops] = self.batch_sid
         msg[p2p_ops] = self.msg_sid
-        table.add_block(Block(self.tmpl, self.rank_l + off, self.name_id, ev_tag[self.op_ev], stream, peer, batch,
-                              msg, self.dep_ptr, self.dep_name))
+        table.add_block(Block(self.tmpl, self.rank_l + off, self.name_id, ev_tag if ident else ev_tag[self.op_ev],
+                              stream, peer, batch, msg, self.dep_ptr, self.dep_name))
 
 
 def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, dtype: str) -> None:

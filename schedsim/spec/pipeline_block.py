@@ -500,7 +500,10 @@ def _custom_cols(pb: PipelineSpec) -> PipelinePlan | None:
     c = _order_cols(pb.actions, p)
     if c is None:
         return None
-    stages = np.unique(c.stage[c.typ >= 0])
+    run = c.stage[c.typ >= 0]
+    if not len(run) or int(run.max()) >= len(run):
+        return None  # stages that cannot be 0..N-1: the per-action path words it
+    stages = np.flatnonzero(np.bincount(run))  # the stages run, ascending
     num_stages = len(stages)
     if num_stages < p or num_stages % p or (num_stages and stages[-1] != num_stages - 1):
         return None
