@@ -272,18 +272,17 @@ def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> Step
     bs[bs] = s2r[sb[bs] - 1] != rb[bs]
     sends = fs | bs
     peer_st = np.where(fs, sb + 1, sb - 1)[sends]
-    # rows: the steps (sub-order 0), their sends (1), the recvs on the receivers (2)
-    rows_rank = np.concatenate([rb, rb[sends], s2r[peer_st]])
-    rows_key = np.concatenate([key, key[sends], key[sends]])
-    rows_sub = np.concatenate([np.zeros(len(rb), np.int64), np.ones(int(sends.sum()), np.int64),
-                               np.full(int(sends.sum()), 2, np.int64)])
+    # rows: the steps (sub-order 0), their sends (1), the recvs on the receivers (2), ordered by one combined
+    # key (rank, key, sub-order)
+    span = 3 * (int(key.max()) + 1 if len(key) else 1)
+    ks = key[sends]
+    rows_key = np.concatenate([rb * span + 3 * key, rb[sends] * span + 3 * ks + 1, s2r[peer_st] * span + 3 * ks + 2])
     fw = fs[sends]
     rows_typ = np.concatenate([tb, np.where(fw, 4, 6), np.where(fw, 5, 7)])
     rows_st = np.concatenate([sb, sb[sends], peer_st])
     rows_mb = np.concatenate([jb, jb[sends], jb[sends]])
-    span = int(rows_key.max()) + 1 if len(rows_key) else 1  # one combined key for (rank, key, sub)
-    o = np.argsort((rows_rank * span + rows_key) * 3 + rows_sub, kind="stable")
-    rr, ty = rows_rank[o], rows_typ[o]
+    o = np.argsort(rows_key, kind="stable")
+    rr, ty = rows_key[o] // span, rows_typ[o]
     comm = (ty >= 4).astype(np.int64)
     cnt = np.cumsum(comm)
     first_row = np.searchsorted(rr, np.arange(P))
