@@ -129,8 +129,10 @@ def _no_self_or_batch_deps(cols: _Cols, tgt: np.ndarray) -> np.ndarray | None:
     if bool((tgt == cols.dep_op).any()):
         return None
     b = c["batch"]
-    same = cols.is_p2p[cols.dep_op] & cols.is_p2p[tgt] & (b[cols.dep_op] >= 0) & (b[cols.dep_op] == b[tgt])
-    return None if bool(same.any()) else tgt.astype(I64)
+    pp = np.flatnonzero(cols.is_p2p[cols.dep_op] & cols.is_p2p[tgt])  # a p2p op waiting for one
+    bo = b[cols.dep_op[pp]]
+    same = (bo >= 0) & (bo == b[tgt[pp]])
+    return None if bool(same.any()) else tgt.astype(I64, copy=False)
 
 
 def _stream_edges(cols: _Cols) -> np.ndarray:
@@ -256,7 +258,7 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
     tgt = (tgt1[None, :] + off[:, None]).reshape(-1)
     se1 = _stream_edges(one)
     se = (se1[None, :, :] + off[:, None, None]).reshape(-1, 2)
-    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64) if len(tgt) else np.zeros((0, 2), I64)
+    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64, copy=False) if len(tgt) else np.zeros((0, 2), I64)
     suffix = "#" + ",".join(map(str, every))
     keys = [n + suffix for n in table.names.take(one.c["name"][crow].tolist())]
     cidx = (crow[:, None].astype(I64) + off[None, :]).reshape(-1)
@@ -287,7 +289,7 @@ def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_C
         explain(cols, file, info, check=False)
     assert tgt is not None
     se = _stream_edges(cols)
-    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64) if len(tgt) else np.zeros((0, 2), I64)
+    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64, copy=False) if len(tgt) else np.zeros((0, 2), I64)
     keys, cptr, cidx, ok = _collectives(cols)
     if not ok:
         explain(cols, file, info, check=False)

@@ -93,7 +93,7 @@ def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
     nbytes = np.array([t.nbytes for t in tp], np.float64)[c["tmpl"]]
     if bool((nbytes[s] != nbytes[r]).any()):
         return None, []
-    return np.stack([s, r], axis=1).astype(I64), _name_warnings(cols, s, r, ss, sd, ms)
+    return np.stack([s, r], axis=1).astype(I64, copy=False), _name_warnings(cols, s, r, ss, sd, ms)
 
 
 def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: np.ndarray,
