@@ -278,9 +278,10 @@ def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, 
     if _ordered_by_position(n, parts, useq, prog, u):
         return True
     it = _index_type(prog)
-    k = np.arange(0, 2 * len(useq), 2, dtype=it)
+    k: np.ndarray = np.arange(0, 2 * len(useq), 2, dtype=it)
     parts.insert(0, (k, k + 1))  # posted -> done of every unit
-    return _acyclic(n, np.concatenate([a for a, _b in parts], dtype=it), np.concatenate([b for _a, b in parts], dtype=it))
+    return _acyclic(n, np.concatenate([a for a, _b in parts], dtype=it),
+                    np.concatenate([b for _a, b in parts], dtype=it))
 
 
 def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:

@@ -54,7 +54,6 @@ recomputation, 16-bit).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from itertools import filterfalse
 from pathlib import Path
