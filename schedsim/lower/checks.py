@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
-from schedsim.lower.program import Program, unique
+from schedsim.lower.program import Program, batch_heads, stable_order, unique
 
 __all__ = ["check_program", "launch_heads"]
 
@@ -60,10 +60,7 @@ def launch_heads(prog: Program, tc: _Templates | None = None) -> tuple[np.ndarra
     b = prog.batch[comm]
     bm = (b >= 0) & tc.mask(prog, P2P_KINDS)[comm]
     if bm.any():
-        nb = int(b.max()) + 1
-        key = prog.rank[comm][bm].astype(I64) * nb + b[bm]
-        _u, first, inv = unique(key)
-        head[bm] = comm[bm][first][inv.reshape(-1)]
+        head[bm] = batch_heads(prog.rank[comm][bm], b[bm], comm[bm])[0]
     return comm, head
 
 
@@ -125,6 +122,8 @@ def _units(prog: Program, comm: np.ndarray, head: np.ndarray) -> tuple[np.ndarra
     (as ``unique`` of "each op's head" gives them; heads are op indices, so by a mark and a prefix sum)."""
     it = _index_type(prog)
     unit: np.ndarray = np.arange(prog.N, dtype=it)
+    if bool((comm == head).all()):  # every op its own unit (no p2p batch of two or more)
+        return unit, unit
     unit[comm] = head
     mark = np.zeros(prog.N, bool)
     mark[unit] = True
@@ -151,9 +150,10 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
     n = len(uniq)
     useq = prog.seq[uniq].astype(I64)
     parts = []
+    ident = n == prog.N  # each op its own unit: u is the identity
     for e in (prog.stream_edges, prog.dep_edges):  # the DAG's edges between units
         e = np.asarray(e).reshape(-1, 2)
-        ua, ub = u[e[:, 0]], u[e[:, 1]]
+        ua, ub = (e[:, 0].astype(u.dtype), e[:, 1].astype(u.dtype)) if ident else (u[e[:, 0]], u[e[:, 1]])
         keep = ua != ub
         parts.append((2 * ua[keep] + 1, 2 * ub[keep]))
     nc = len(prog.coll_ptr) - 1
@@ -183,7 +183,7 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
     if nc > 0:
         ms = useq[u[prog.coll_idx]]
         key[2 * n:] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
-    return all(bool((key[a] < key[b]).all()) for a, b in parts)
+    return all(bool((key[a] < key[b]).all()) for a, b in reversed(parts))  # p2p (most often backward) early
 
 
 def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool,
@@ -195,11 +195,19 @@ def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np
         return np.zeros(0, I64), np.zeros(0, I64)
     cid, groups = _comm_ids(prog, heads, eager, tc)
     rank = prog.rank[heads].astype(I64)
-    pos = np.arange(len(heads))  # heads are in program order: rank, then issue position
-    o = np.lexsort((pos, cid, rank))
-    same = (rank[o][1:] == rank[o][:-1]) & (cid[o][1:] == cid[o][:-1])
+    # heads are in program order (rank, then issue position): by (rank, communicator), stably
+    C = int(cid.max()) + 1
+    key = rank * C + cid
     uh = u[heads]
-    out = [(2 * uh[o][:-1][same] + 1, 2 * uh[o][1:][same])]
+    if bool((key[1:] >= key[:-1]).all()):  # one communicator per rank, or each's launches already together
+        same = key[1:] == key[:-1]
+        out = [(2 * uh[:-1][same] + 1, 2 * uh[1:][same])]
+    else:
+        o = stable_order(key, prog.world_size * C) if prog.world_size * C < 2**62 else \
+            np.lexsort((np.arange(len(heads)), cid, rank))
+        ko, uo = key[o], uh[o]
+        same = ko[1:] == ko[:-1]
+        out = [(2 * uo[:-1][same] + 1, 2 * uo[1:][same])]
     for a, b in _sharing_pairs(groups, cid):
         for x, y in ((a, b), (b, a)):  # done(last launch of x before it) -> posted(launch of y), on each rank
             ix, iy = np.flatnonzero(cid == x), np.flatnonzero(cid == y)
@@ -213,16 +221,17 @@ def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np
 
 def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple[int, int]]:
     """Pairs of distinct group communicators in use that share two or more ranks (rule 4)."""
-    used = unique(cid[cid < len(groups)])[0].tolist()
+    used = np.flatnonzero(np.bincount(cid[cid < len(groups)], minlength=len(groups))).tolist()
     sets = [set(groups[g]) for g in used]
     return [(used[i], used[j]) for i in range(len(used)) for j in range(i + 1, len(used))
             if len(sets[i].intersection(sets[j])) >= 2]
 
 
 def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
-    """Kahn's sweep over the edges ``src[e] -> dst[e]`` (int arrays of one length) on ``n`` nodes: in C when
-    the compiled module (``schedsim/sim/_cwaves.c``) is built and not disabled by ``SCHEDSIM_NO_EXT=1`` (a
-    pipeline's wait-for graph has a million nodes: ~0.4 s here, ~0.02 s there), else here."""
+    """Kahn's sweep over the edges ``src[e] -> dst[e]`` (int arrays of one length) on ``n`` nodes: in C (int32
+    or int64 edges) when the compiled module (``schedsim/sim/_cwaves.c``) is built and not disabled by
+    ``SCHEDSIM_NO_EXT=1`` (a pipeline's wait-for graph has a million nodes: ~0.4 s here, ~0.01 s there), else
+    here."""
     ext = None
     if os.environ.get("SCHEDSIM_NO_EXT", "") in ("", "0"):
         try:
@@ -232,6 +241,11 @@ def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
         else:
             ext = getattr(_cwaves, "acyclic", None)  # None: built from a _cwaves.c before it had one
     if ext is not None:
+        if src.dtype == np.int32 and dst.dtype == np.int32:  # int64 only for a build from before int32 edges
+            try:
+                return bool(ext(n, np.ascontiguousarray(src), np.ascontiguousarray(dst)))
+            except TypeError:
+                pass
         return bool(ext(n, np.ascontiguousarray(src, I64), np.ascontiguousarray(dst, I64)))
     return _acyclic_python(n, np.stack([src, dst], 1).astype(I64).reshape(-1, 2))
 
@@ -263,14 +277,17 @@ def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, 
     n, parts, useq, u = _wait_for_edges(prog, comm, head, eager, tc)
     if _ordered_by_position(n, parts, useq, prog, u):
         return True
-    k = np.arange(len(useq), dtype=I64)
-    parts.insert(0, (2 * k, 2 * k + 1))  # posted -> done of every unit
-    return _acyclic(n, np.concatenate([a for a, _b in parts]).astype(I64, copy=False),
-                    np.concatenate([b for _a, b in parts]).astype(I64, copy=False))
+    it = _index_type(prog)
+    k: np.ndarray = np.arange(0, 2 * len(useq), 2, dtype=it)
+    parts.insert(0, (k, k + 1))  # posted -> done of every unit
+    return _acyclic(n, np.concatenate([a for a, _b in parts], dtype=it),
+                    np.concatenate([b for _a, b in parts], dtype=it))
 
 
 def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
     """No member of a p2p batch waits for an op written after the batch's first member."""
+    if bool((comm == head).all()):
+        return True  # no batch of two or more
     h = np.arange(prog.N)
     h[comm] = head
     size = np.bincount(h, minlength=prog.N)

@@ -14,7 +14,7 @@ import numpy as np
 
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
-from schedsim.lower.program import unique
+from schedsim.lower.program import stable_order, unique
 from schedsim.lower.table import Table
 from schedsim.spec.model import COLLECTIVE_KINDS
 
@@ -51,8 +51,12 @@ class _Cols:
         self.dep_op, self.dep_name = dep_op, dep_name
         self.table = table
         self.N = len(rk)
-        rank = self.c["rank"].astype(I64)
-        self.c["seq"] = (np.arange(self.N) - np.searchsorted(rank, rank, "left")).astype(np.int32)
+        rank = self.c["rank"]  # ascending: an op's position on its rank is its index less its rank's first
+        first = np.zeros(int(rank[-1]) + 2 if self.N else 1, I64)
+        np.cumsum(np.bincount(rank, minlength=len(first) - 1), out=first[1:])
+        seq = np.arange(self.N, dtype=np.int32)
+        seq -= first[rank].astype(np.int32)
+        self.c["seq"] = seq
         tp = table.templates
         self.is_p2p = _codes(tp, P2P_KINDS)[self.c["tmpl"]]
         self.is_coll = _codes(tp, COLLECTIVE_KINDS)[self.c["tmpl"]]
@@ -95,6 +99,15 @@ def _resolve_deps(cols: _Cols) -> np.ndarray | None:
     """Dependency targets (op indices, one per declared dependency), or None when a rule is broken
     (unknown name, an op depending on itself, two members of one p2p batch, a name used twice on a rank)."""
     c = cols.c
+    nm = c["name"]
+    if len(nm) > 1 and len(cols.dep_op) and bool((nm[1:] > nm[:-1]).all()):
+        # every op its own name, ascending (a pipeline's, interned in issue order): a table from name to op
+        at = np.full(int(nm[-1]) + 1, -1, I64)
+        at[nm] = np.arange(len(nm))
+        dn = cols.dep_name
+        tgt = at[dn] if int(dn.max()) < len(at) else np.full(len(dn), -1, I64)
+        if bool((tgt >= 0).all()) and bool((c["rank"][tgt] == c["rank"][cols.dep_op]).all()):
+            return _no_self_or_batch_deps(cols, tgt)
     nn = max(len(cols.table.names), 1)
     key = c["rank"].astype(I64) * nn + c["name"]
     korder = np.argsort(key, kind="stable")
@@ -107,44 +120,61 @@ def _resolve_deps(cols: _Cols) -> np.ndarray | None:
     pos = np.minimum(np.searchsorted(skey, want), len(skey) - 1)
     if not bool((skey[pos] == want).all()):
         return None
-    tgt = korder[pos]
+    return _no_self_or_batch_deps(cols, korder[pos])
+
+
+def _no_self_or_batch_deps(cols: _Cols, tgt: np.ndarray) -> np.ndarray | None:
+    """``tgt`` (int64), or None when an op depends on itself or on a member of its own p2p batch."""
+    c = cols.c
     if bool((tgt == cols.dep_op).any()):
         return None
     b = c["batch"]
-    same = cols.is_p2p[cols.dep_op] & cols.is_p2p[tgt] & (b[cols.dep_op] >= 0) & (b[cols.dep_op] == b[tgt])
-    return None if bool(same.any()) else tgt.astype(I64)
+    pp = np.flatnonzero(cols.is_p2p[cols.dep_op] & cols.is_p2p[tgt])  # a p2p op waiting for one
+    bo = b[cols.dep_op[pp]]
+    same = (bo >= 0) & (bo == b[tgt[pp]])
+    return None if bool(same.any()) else tgt.astype(I64, copy=False)
 
 
 def _stream_edges(cols: _Cols) -> np.ndarray:
     """``(x, y)`` edges: consecutive ops on one stream of one rank; the members of one p2p batch that follow
     each other on a stream form a run that takes the edges of the op before it, and the op after the run
-    gets an edge from each member. In the order the object-based build adds them (by ``y``, then ``x``)."""
+    gets an edge from each member. In the order the object-based build adds them (by ``y``, then ``x``).
+
+    Built without a sort of the edges: every op ``y`` has its edges from one run (the one before it on its
+    stream), whose members are ascending op indices, so listing the ops that have one in index order gives
+    the edges sorted by ``(y, x)``; the ops are grouped by (rank, stream) with :func:`stable_order`."""
     c = cols.c
+    N = cols.N
     ns = max(len(cols.table.streams.items), 1)
     key = c["rank"].astype(I64) * ns + c["stream"]
-    o = np.argsort(key, kind="stable")
+    o = stable_order(key, (int(c["rank"].max()) + 1) * ns if N else 1)
     k = key[o]
     b = np.where(cols.is_p2p, c["batch"], -1)[o]
-    first = np.ones(len(o), bool)
+    first = np.ones(N, bool)
     first[1:] = k[1:] != k[:-1]
-    cont = np.zeros(len(o), bool)
+    cont = np.zeros(N, bool)
     cont[1:] = ~first[1:] & (b[1:] >= 0) & (b[1:] == b[:-1])
+    if not bool(cont.any()):  # no runs: each op's edge comes from the op before it on its stream
+        xs = np.empty(N, I64)
+        xs[o[1:]] = o[:-1]
+        xs[o[first]] = -1
+        ys = np.flatnonzero(xs >= 0)
+        return np.stack([xs[ys], ys], axis=1)
     run = np.cumsum(~cont) - 1  # run id per position
     rstart = np.flatnonzero(~cont)
-    rsize = np.diff(np.append(rstart, len(o)))
-    rfirst_in_key = first[rstart]
-    prev = np.where(rfirst_in_key, -1, np.arange(len(rstart)) - 1)  # the run before, on the same stream
+    rsize = np.diff(np.append(rstart, N))
+    prev = np.where(first[rstart], -1, np.arange(len(rstart)) - 1)  # the run before, on the same stream
     pr = prev[run]
-    has = pr >= 0
-    y = np.flatnonzero(has)
-    cnt = rsize[pr[y]]
+    has = np.flatnonzero(pr >= 0)
+    start = np.full(N, -1, I64)  # per op y: the position in o of the run before it, and that run's size
+    start[o[has]] = rstart[pr[has]]
+    size = np.zeros(N, I64)
+    size[o[has]] = rsize[pr[has]]
+    ys = np.flatnonzero(start >= 0)
+    cnt = size[ys]
     tot = int(cnt.sum())
     off = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    xs = o[np.repeat(rstart[pr[y]], cnt) + off]
-    ys = np.repeat(o[y], cnt)
-    e = np.stack([xs, ys], axis=1).astype(I64)
-    # by (y, x): one argsort of the combined key (op indices are < N), not a two-key lexsort
-    return e[np.argsort(e[:, 1] * max(cols.N, 1) + e[:, 0], kind="stable")] if len(e) else e.reshape(0, 2)
+    return np.stack([o[np.repeat(start[ys], cnt) + off], np.repeat(ys, cnt)], axis=1).astype(I64, copy=False)
 
 
 def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
@@ -228,7 +258,7 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
     tgt = (tgt1[None, :] + off[:, None]).reshape(-1)
     se1 = _stream_edges(one)
     se = (se1[None, :, :] + off[:, None, None]).reshape(-1, 2)
-    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64) if len(tgt) else np.zeros((0, 2), I64)
+    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64, copy=False) if len(tgt) else np.zeros((0, 2), I64)
     suffix = "#" + ",".join(map(str, every))
     keys = [n + suffix for n in table.names.take(one.c["name"][crow].tolist())]
     cidx = (crow[:, None].astype(I64) + off[None, :]).reshape(-1)
@@ -259,7 +289,7 @@ def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_C
         explain(cols, file, info, check=False)
     assert tgt is not None
     se = _stream_edges(cols)
-    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64) if len(tgt) else np.zeros((0, 2), I64)
+    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64, copy=False) if len(tgt) else np.zeros((0, 2), I64)
     keys, cptr, cidx, ok = _collectives(cols)
     if not ok:
         explain(cols, file, info, check=False)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from schedsim.lower.program import unique
+from schedsim.lower.program import batch_heads, stable_order, unique
 
 _P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
 
@@ -27,18 +27,6 @@ def message_name(name: str) -> str:
 __all__ = ["match_p2p", "message_name", "name_warning"]
 
 I64 = np.int64
-
-
-def _issue_pos(rank: np.ndarray, batch: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Issue position of each p2p op: its own index, or its batch's first member's."""
-    at = idx.copy()
-    bm = batch >= 0
-    if bm.any():
-        nb = int(batch.max()) + 1
-        key = rank[bm].astype(I64) * nb + batch[bm]
-        _u, first, inv = unique(key)
-        at[bm] = idx[bm][first][inv.reshape(-1)]
-    return at
 
 
 def _msg_values(cols: Any, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -78,12 +66,16 @@ def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
     tp = cols.table.templates
     is_send = np.array([t.kind == "send" for t in tp], bool)[c["tmpl"][idx]]
     rank, peer = c["rank"][idx].astype(I64), c["peer"][idx].astype(I64)
-    at = _issue_pos(c["rank"][idx], c["batch"][idx], idx)
+    at, ascending = batch_heads(c["rank"][idx], c["batch"][idx], idx)
     src = np.where(is_send, rank, peer)
     dst = np.where(is_send, peer, rank)
+    W = int(max(rank.max(), peer.max())) + 1
     sides = []
     for m in (is_send, ~is_send):
-        o = np.lexsort((idx[m], at[m], dst[m], src[m]))
+        if ascending and W * W < 2**62:  # (at, idx) ascend together: a stable sort by (src, dst) alone
+            o = stable_order(src[m] * W + dst[m], W * W)
+        else:
+            o = np.lexsort((idx[m], at[m], dst[m], src[m]))
         sides.append((idx[m][o], src[m][o], dst[m][o]))
     (s, ss, sd), (r, rs, rd) = sides
     if len(s) != len(r) or not (np.array_equal(ss, rs) and np.array_equal(sd, rd)):
@@ -101,7 +93,7 @@ def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
     nbytes = np.array([t.nbytes for t in tp], np.float64)[c["tmpl"]]
     if bool((nbytes[s] != nbytes[r]).any()):
         return None, []
-    return np.stack([s, r], axis=1).astype(I64), _name_warnings(cols, s, r, ss, sd, ms)
+    return np.stack([s, r], axis=1).astype(I64, copy=False), _name_warnings(cols, s, r, ss, sd, ms)
 
 
 def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: np.ndarray,

@@ -273,17 +273,17 @@ def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> Step
     bs[bs] = s2r[sb[bs] - 1] != rb[bs]
     sends = fs | bs
     peer_st = np.where(fs, sb + 1, sb - 1)[sends]
-    # rows: the steps (sub-order 0), their sends (1), the recvs on the receivers (2)
-    rows_rank = np.concatenate([rb, rb[sends], s2r[peer_st]])
-    rows_key = np.concatenate([key, key[sends], key[sends]])
-    rows_sub = np.concatenate([np.zeros(len(rb), np.int64), np.ones(int(sends.sum()), np.int64),
-                               np.full(int(sends.sum()), 2, np.int64)])
+    # rows: the steps (sub-order 0), their sends (1), the recvs on the receivers (2), ordered by one combined
+    # key (rank, key, sub-order)
+    span = 3 * (int(key.max()) + 1 if len(key) else 1)
+    ks = key[sends]
+    rows_key = np.concatenate([rb * span + 3 * key, rb[sends] * span + 3 * ks + 1, s2r[peer_st] * span + 3 * ks + 2])
     fw = fs[sends]
     rows_typ = np.concatenate([tb, np.where(fw, 4, 6), np.where(fw, 5, 7)])
     rows_st = np.concatenate([sb, sb[sends], peer_st])
     rows_mb = np.concatenate([jb, jb[sends], jb[sends]])
-    o = np.lexsort((rows_sub, rows_key, rows_rank))
-    rr, ty = rows_rank[o], rows_typ[o]
+    o = np.argsort(rows_key, kind="stable")
+    rr, ty = rows_key[o] // span, rows_typ[o]
     comm = (ty >= 4).astype(np.int64)
     cnt = np.cumsum(comm)
     first_row = np.searchsorted(rr, np.arange(P))
@@ -632,17 +632,23 @@ class _FastEmitter:
         phase_of_flat = np.repeat(np.tile(np.arange(3), NS), nops_tab)
         self.sfx_b = [f".{'FIW'[phf]}{x}" for phf, x in zip(phase_of_flat.tolist(), sfx, strict=True)]
         slot = self.es * 3 + np.maximum(ph, 0)
-        nops = np.where(self.comp, nops_tab[slot], 1)
-        self.first = np.cumsum(nops) - nops
-        self.last = self.first + nops - 1
-        self.N = N = int(nops.sum())
         self.idx = np.arange(E)
-        self.op_ev = op_ev = np.repeat(self.idx, nops)
-        k_in = np.arange(N) - self.first[op_ev]
-        self.flat_i = np.where(self.comp[op_ev], tstart[slot[op_ev]] + k_in,
-                               len(sfx) + np.isin(self.et[op_ev], (5, 7)))
+        recv = (self.et == 5) | (self.et == 7)
+        if bool((nops_tab == 1).all()):  # one op per phase: op k is event k (the arrays shared, never written)
+            self.N = E
+            self.first = self.last = self.op_ev = self.idx
+            self.flat_i = np.where(self.comp, tstart[slot], len(sfx) + recv)
+            self.rank_l = self.er
+        else:
+            nops = np.where(self.comp, nops_tab[slot], 1)
+            self.first = np.cumsum(nops) - nops
+            self.last = self.first + nops - 1
+            self.N = N = int(nops.sum())
+            self.op_ev = op_ev = np.repeat(self.idx, nops)
+            k_in = np.arange(N) - self.first[op_ev]
+            self.flat_i = np.where(self.comp[op_ev], tstart[slot[op_ev]] + k_in, len(sfx) + recv[op_ev])
+            self.rank_l = self.er[op_ev]
         self.tmpl = tmpl_flat[self.flat_i]
-        self.rank_l = self.er[op_ev]
 
     def _key(self, r: np.ndarray, st: np.ndarray, cd: Any, j: np.ndarray) -> np.ndarray:
         """The key of what an event sets or looks up: (rank, stage, code, mb), code F 0, I 1, W 2, SEND_F 3,
@@ -681,30 +687,31 @@ class _FastEmitter:
                 return None  # an action twice on one rank: only the per-op path follows its overwrites
             sval = val[order]
 
-        def first_found(sel: np.ndarray, cands: list[tuple[int, int, np.ndarray | None]]) -> None:
-            """``dep[sel]``: the first candidate key (stage offset, code, valid mask) set by an earlier event."""
-            got = np.zeros(int(sel.sum()), bool)
-            out = np.full(len(got), -1, np.int64)
-            r_s, s_s, j_s, i_s = er[sel], es[sel], ej[sel], self.idx[sel]
+        def first_found(sel: np.ndarray, cands: list[tuple[int, int, Any]]) -> None:
+            """``dep[sel]``: the first candidate key (stage offset, code, and a rule ``valid(stage)`` or None)
+            set by an earlier event; each candidate is looked up for the events still without one."""
+            pend = np.flatnonzero(sel)
             for ds, cd, valid in cands:
+                if not len(pend):
+                    break
+                r_s, s_s, j_s = er[pend], es[pend], ej[pend]
                 if dense:
                     e = at[((s_s + ds + 1) * 7 + cd) * M + j_s]
-                    ok = (e < i_s) & (er_e[e] == r_s) & ~got
+                    ok = (e < pend) & (er_e[e] == r_s)
                     found = val_e[e]
                 else:
                     q = self._key(r_s, s_s + ds, cd, j_s)
                     i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
-                    ok = (sk[i] == q) & (order[i] < i_s) & ~got
+                    ok = (sk[i] == q) & (order[i] < pend)
                     found = sval[i]
                 if valid is not None:
-                    ok &= valid
-                out[ok] = found[ok]
-                got |= ok
-            dep[sel] = out
+                    ok &= valid(s_s)
+                dep[pend[ok]] = found[ok]
+                pend = pend[~ok]
 
         f, i_ = ph == 0, ph == 1
-        first_found(f, [(0, 4, None), (-1, 0, es[f] > 0)])  # F: its recv, else the previous stage's F here
-        first_found(i_, [(0, 6, None), (1, 1, es[i_] < NS - 1), (0, 0, None)])  # I: recv, next stage's I, own F
+        first_found(f, [(0, 4, None), (-1, 0, lambda st: st > 0)])  # F: its recv, else the previous stage's F
+        first_found(i_, [(0, 6, None), (1, 1, lambda st: st < NS - 1), (0, 0, None)])  # I: recv, next stage's I, F
         first_found((ph == 2) & ~is_b, [(0, 1, None)])  # W: its I
         b1 = np.flatnonzero(is_b & (part == 1))
         dep[b1] = last[b1 - 1]  # a full backward's W part: its I part
@@ -842,13 +849,14 @@ class _FastEmitter:
 
     def _p2p(self) -> None:
         """Per p2p op its peer (pipeline rank), kind (0 send, 1 recv), direction (0 F, 1 B) and rank."""
-        es, et, fwd, p2p = self.es, self.et, self.fwd, ~self.comp
+        es, et, p2p = self.es, self.et, ~self.comp
         s2r = np.array([self.plan.s2r[st] for st in range(self.plan.num_stages)] + [0, 0], np.int64)
-        send = np.isin(et, (4, 6))
-        peer_stage = np.where(send, np.where(fwd, es + 1, es - 1), np.where(fwd, es - 1, es + 1))
-        self.peer_l = s2r[peer_stage[p2p]]
-        self.p2p_kind = np.where(send, 0, 1)[p2p]
-        self.p2p_dir = np.where(fwd, 0, 1)[p2p]
+        t, s = et[p2p], es[p2p]
+        recv = (t == 5) | (t == 7)  # SEND_F 4, RECV_F 5, SEND_B 6, RECV_B 7
+        back = t >= 6
+        self.peer_l = s2r[s + 1 - 2 * (recv ^ back)]  # the next stage for a forward send or a backward recv
+        self.p2p_kind = recv.astype(np.int64)
+        self.p2p_dir = back.astype(np.int64)
         self.p2p_rank = self.er[p2p]
 
     @staticmethod
@@ -909,10 +917,12 @@ class _FastEmitter:
         # streams: "compute", then each rank's p2p streams in order of first use (the emitter's interning)
         p2p_stream = np.empty(len(self.p2p_ev), np.int64)
         key = (self.p2p_rank * 4 + self.p2p_kind * 2 + self.p2p_dir) * (plan.p + 1) + self.peer_l
-        uk, first_i, inv = np.unique(key, return_index=True, return_inverse=True)
+        uk, inv = _first_seen(key, plan.p * 4 * (plan.p + 1))  # (distinct keys in order of first use)
+        first_i = np.full(len(uk), len(key), np.int64)
+        first_i[inv[::-1]] = np.arange(len(key) - 1, -1, -1)
         sid_of = np.empty(len(uk), np.int64)
         by_rank: dict[int, list[int]] = {}
-        for u in np.argsort(first_i, kind="stable").tolist():
+        for u in range(len(uk)):
             by_rank.setdefault(int(self.p2p_rank[first_i[u]]), []).append(u)
         for r in range(plan.p):
             table.streams("compute")
@@ -923,18 +933,20 @@ class _FastEmitter:
                 nm = f"pp_{kind}" if plan.mode == "batched" else f"pp_{kind}{d}_r{int(self.peer_l[i]) + off}"
                 sid_of[u] = table.streams(nm)
         p2p_stream[:] = sid_of[inv]
-        comp_op = self.comp[self.op_ev]
-        stream = np.full(N, self.compute_stream, np.int64)
-        peer = np.full(N, -1, np.int64)
-        batch = np.full(N, -1, np.int64)
-        msg = np.full(N, -1, np.int64)
+        ident = N == self.E  # op k is event k
+        comp_op = self.comp if ident else self.comp[self.op_ev]
+        i32 = np.int32  # the table's column type (ids below 2**31)
+        stream = np.full(N, self.compute_stream, i32)
+        peer = np.full(N, -1, i32)
+        batch = np.full(N, -1, i32)
+        msg = np.full(N, -1, i32)
         p2p_ops = np.flatnonzero(~comp_op)
         stream[p2p_ops] = p2p_stream
         peer[p2p_ops] = self.peer_l + off
         batch[p2p_ops] = self.batch_sid
         msg[p2p_ops] = self.msg_sid
-        table.add_block(Block(self.tmpl, self.rank_l + off, self.name_id, ev_tag[self.op_ev], stream, peer, batch,
-                              msg, self.dep_ptr, self.dep_name))
+        table.add_block(Block(self.tmpl, self.rank_l + off, self.name_id, ev_tag if ident else ev_tag[self.op_ev],
+                              stream, peer, batch, msg, self.dep_ptr, self.dep_name))
 
 
 def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, dtype: str) -> None:

@@ -37,7 +37,7 @@ from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
 
-__all__ = ["Program", "DagView", "unique"]
+__all__ = ["Program", "DagView", "batch_heads", "stable_order", "unique"]
 
 
 def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -51,6 +51,59 @@ def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     inv = np.empty(len(k), np.int64)
     inv[o] = np.cumsum(new) - 1
     return k[new], o[new], inv
+
+
+def stable_order(key: np.ndarray, space: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of a 1-d array of ints in ``0 .. space - 1``. When ``space`` is small
+    enough for a table (at most ``4·len(key) + 65536``) and the key takes at most 65,536 distinct values (the
+    (rank, stream) pairs of a program, the (src, dst) pairs of its send/recvs), the values are renumbered
+    densely in order and sorted as 16-bit codes, which numpy sorts stably by radix (O(n)); else by argsort."""
+    n = len(key)
+    if space <= 65536:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    if n and space <= 4 * n + 65536:
+        seen = np.zeros(space, bool)
+        seen[key] = True
+        code = np.cumsum(seen, dtype=np.int32)
+        if int(code[-1]) <= 65536:
+            code -= 1
+            return np.argsort(code.astype(np.uint16)[key], kind="stable")
+    return np.argsort(key, kind="stable")
+
+
+def batch_heads(rank: np.ndarray, batch: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``(at, ascending)``: per op (of the ops ``idx``, ascending, with their ``rank`` and NCCL ``batch`` id,
+    -1 = none) the index of the first op of its batch on its rank (its own when it has none), as the issue
+    position NCCL posts it at; and whether ``at`` ascends with ``idx`` (each batch's members follow each
+    other among these ops).
+
+    When on every rank the batches come as runs of consecutive p2p ops with ascending batch ids (a pipeline's
+    order: no batch id comes back later), each run is one whole batch: its first member is the run's, found
+    without sorting; otherwise by :func:`unique` of (rank, batch)."""
+    at = idx.copy()
+    bm = batch >= 0
+    if not bm.any():
+        return at, True
+    n = len(idx)
+    same_rank = rank[1:] == rank[:-1]
+    cont = np.zeros(n, bool)
+    cont[1:] = same_rank & bm[1:] & (batch[1:] == batch[:-1])
+    starts = np.flatnonzero(~cont)
+    bs = starts[bm[starts]]  # the runs of batched ops
+    sb, sr = batch[bs], rank[bs]
+    nxt = sr[1:] == sr[:-1]  # consecutive batch runs on one rank
+    if bool((sb[1:][nxt] > sb[:-1][nxt]).all()) and _ranks_ascend(rank):
+        at[:] = idx[starts[np.cumsum(~cont) - 1]]
+        return at, True
+    nb = int(batch.max()) + 1
+    key = rank[bm].astype(np.int64) * nb + batch[bm]
+    _u, first, inv = unique(key)
+    at[bm] = idx[bm][first][inv.reshape(-1)]
+    return at, False
+
+
+def _ranks_ascend(rank: np.ndarray) -> bool:
+    return len(rank) < 2 or bool((rank[1:] >= rank[:-1]).all())
 
 
 def _freeze(v: Any) -> Any:

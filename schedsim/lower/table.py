@@ -407,16 +407,16 @@ class Table:
         singles = self._singles()
         tm_p.append(singles["tmpl"])
         rank_p.append(singles["rank"])
-        tm = np.concatenate(tm_p).astype(I32, copy=False)
-        cols = {"tmpl": tm, "rank": np.concatenate(rank_p).astype(I32, copy=False)}
+        tm = _cat(tm_p, I32)
+        cols = {"tmpl": tm, "rank": _cat(rank_p, I32)}
         nb = base
         for key in ("name", "tags", "stream", "peer", "batch", "msg"):
             rows = {"name": name_p, "tags": tag_p}.get(key)
             head = np.concatenate(rows) if rows else tc[key][tm[:nb]]
-            cols[key] = np.concatenate([head.astype(I32, copy=False), singles[key]])
-        dop_p.append(nb + singles["dep_op"])
+            cols[key] = _cat([head, singles[key]], I32)
+        dop_p.append(nb + singles["dep_op"] if nb else singles["dep_op"])
         dnm_p.append(singles["dep_name"])
-        return cols, np.concatenate(dop_p).astype(np.int64), np.concatenate(dnm_p).astype(I32)
+        return cols, _cat(dop_p, np.int64), _cat(dnm_p, I32)
 
     def _singles(self) -> dict[str, np.ndarray]:
         """The single instances' columns (``tmpl`` .. ``msg`` int32) and declared dependencies (``dep_op``
@@ -440,14 +440,22 @@ class Table:
             parts["dep_name"].append(flat[ptr[at]:ptr[pos]])
             if b is not None:
                 for k in lists:
-                    parts[k].append(np.asarray(getattr(b, k), I32))
+                    parts[k].append(getattr(b, k))
                 parts["dep_cnt"].append(np.diff(b.dep_ptr))
-                parts["dep_name"].append(np.asarray(b.dep_name, I32))
+                parts["dep_name"].append(b.dep_name)
             at = pos
-        out = {k: np.concatenate(v) for k, v in parts.items()}
-        cnt = out.pop("dep_cnt").astype(np.int64)
+        out = {k: _cat(v, I32) for k, v in parts.items() if k != "dep_cnt"}
+        cnt = _cat(parts["dep_cnt"], np.int64)
         out["dep_op"] = np.repeat(np.arange(len(cnt)), cnt)
         return out
+
+
+def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    """``np.concatenate(parts)`` as ``dtype``, without a copy when only one part is not empty (and has it)."""
+    full = [x for x in parts if len(x)]
+    if len(full) == 1:
+        return np.asarray(full[0]).astype(dtype, copy=False).reshape(-1)
+    return np.concatenate(parts, dtype=dtype) if parts else np.zeros(0, dtype)
 
 
 @dataclass(frozen=True)

@@ -704,20 +704,66 @@ release_bufs:
 }
 
 /* ---- acyclic(n, src, dst): Kahn's sweep, for the static checks ------------------------------------------- */
-/* Whether the graph of n nodes and edges src[e] -> dst[e] (int64 buffers of one length) has no cycle: the
- * sweep of schedsim.lower.checks._acyclic (which runs when this module is not built), in C because a pipeline's
- * NCCL wait-for graph has a million nodes. Raises ValueError for a node outside 0..n-1, MemoryError. */
-static int int64_buffer(PyObject *o, Py_buffer *b) {
+/* Whether the graph of n nodes and edges src[e] -> dst[e] (int32 or int64 buffers, both of one type and length)
+ * has no cycle: the sweep of schedsim.lower.checks._acyclic (which runs when this module is not built), in C
+ * because a pipeline's NCCL wait-for graph has a million nodes. Its adjacency, in-degrees and stack are int32
+ * when n and the edge count are below 2**31 (half the fresh pages of int64). Raises ValueError for a node
+ * outside 0..n-1, TypeError for other buffers, MemoryError. */
+static int index_buffer(PyObject *o, Py_buffer *b) {
     if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
     const char *f = b->format ? b->format : "B";
     if (*f == '<' || *f == '=' || *f == '@') f++;
-    if (b->itemsize != 8 || (strcmp(f, "l") && strcmp(f, "q"))) {
+    if (!(b->itemsize == 8 && (!strcmp(f, "l") || !strcmp(f, "q"))) && !(b->itemsize == 4 && (!strcmp(f, "i")
+                                                                                                || !strcmp(f, "l")))) {
         PyBuffer_Release(b);
-        PyErr_SetString(PyExc_TypeError, "acyclic: src and dst must be int64 arrays");
+        PyErr_SetString(PyExc_TypeError, "acyclic: src and dst must be int32 or int64 arrays");
         return -1;
     }
     return 0;
 }
+
+/* kahn_<IT>_<ST>: the sweep with index type IT over edges of type ST; returns the nodes it reached, -1 when out
+ * of memory. The caller has checked every node is in 0..n-1. */
+#define KAHN(NAME, IT, ST)                                                                                        \
+    static i64 NAME(i64 n, i64 E, const ST *src, const ST *dst) {                                              \
+        IT *ptr = calloc((size_t)n + 2, sizeof(IT)), *adj = malloc(((size_t)E + 1) * sizeof(IT));             \
+        IT *indeg = calloc((size_t)n + 1, sizeof(IT)), *stack = malloc(((size_t)n + 1) * sizeof(IT));         \
+        i64 seen = -1;                                                                                          \
+        if (ptr && adj && indeg && stack) {                                                                     \
+            seen = 0;                                                                                           \
+            for (i64 e = 0; e < E; e++) {                                                                       \
+                ptr[src[e] + 2]++;                                                                              \
+                indeg[dst[e]]++;                                                                                \
+            }                                                                                                   \
+            for (i64 v = 2; v < n + 2; v++) ptr[v] += ptr[v - 1];                                               \
+            for (i64 e = 0; e < E; e++) adj[ptr[src[e] + 1]++] = (IT)dst[e]; /* ptr[v + 1]: end of row v */   \
+            i64 top = 0;                                                                                        \
+            for (i64 v = 0; v < n; v++)                                                                         \
+                if (!indeg[v]) stack[top++] = (IT)v;                                                            \
+            while (top) {                                                                                       \
+                IT a = stack[--top];                                                                            \
+                seen++;                                                                                         \
+                for (IT k = ptr[a]; k < ptr[a + 1]; k++)                                                        \
+                    if (!--indeg[adj[k]]) stack[top++] = adj[k];                                                \
+            }                                                                                                   \
+        }                                                                                                       \
+        free(ptr); free(adj); free(indeg); free(stack);                                                         \
+        return seen;                                                                                            \
+    }
+KAHN(kahn_i32_i32, i32, i32)
+KAHN(kahn_i32_i64, i32, i64)
+KAHN(kahn_i64_i32, i64, i32)
+KAHN(kahn_i64_i64, i64, i64)
+
+#define NODES_IN_RANGE(ST)                                                                                        \
+    for (i64 e = 0; e < E; e++) {                                                                               \
+        const ST *s_ = sb.buf, *d_ = db.buf;                                                                    \
+        if (s_[e] < 0 || s_[e] >= n || d_[e] < 0 || d_[e] >= n) {                                               \
+            PyErr_Format(PyExc_ValueError, "acyclic: edge %lld (%lld -> %lld) leaves 0..%lld", (long long)e,    \
+                         (long long)s_[e], (long long)d_[e], (long long)n - 1);                                  \
+            goto done;                                                                                          \
+        }                                                                                                       \
+    }
 
 static PyObject *acyclic(PyObject *self, PyObject *args) {
     (void)self;
@@ -729,54 +775,37 @@ static PyObject *acyclic(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer sb, db;
-    if (int64_buffer(so, &sb) < 0) return NULL;
-    if (int64_buffer(dobj, &db) < 0) {
+    if (index_buffer(so, &sb) < 0) return NULL;
+    if (index_buffer(dobj, &db) < 0) {
         PyBuffer_Release(&sb);
         return NULL;
     }
     PyObject *result = NULL;
-    i64 E = sb.len / 8;
-    const i64 *src = sb.buf, *dst = db.buf;
-    i64 *ptr = NULL, *adj = NULL, *indeg = NULL, *stack = NULL;
-    if (db.len != sb.len) {
-        PyErr_SetString(PyExc_ValueError, "acyclic: src and dst differ in length");
+    int wide = sb.itemsize == 8;
+    i64 E = sb.len / sb.itemsize;
+    if (db.len != sb.len || db.itemsize != sb.itemsize) {
+        PyErr_SetString(PyExc_ValueError, "acyclic: src and dst differ in length or type");
         goto done;
     }
-    for (i64 e = 0; e < E; e++)
-        if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
-            PyErr_Format(PyExc_ValueError, "acyclic: edge %lld (%lld -> %lld) leaves 0..%lld", (long long)e,
-                         (long long)src[e], (long long)dst[e], (long long)n - 1);
-            goto done;
-        }
-    ptr = calloc((size_t)n + 2, sizeof(i64));
-    adj = malloc(((size_t)E + 1) * sizeof(i64));
-    indeg = calloc((size_t)n + 1, sizeof(i64));
-    stack = malloc(((size_t)n + 1) * sizeof(i64));
-    if (!ptr || !adj || !indeg || !stack) {
+    if (wide) {
+        NODES_IN_RANGE(i64)
+    } else {
+        NODES_IN_RANGE(i32)
+    }
+    i64 seen;
+    int narrow = n < INT32_MAX && E < INT32_MAX;
+    Py_BEGIN_ALLOW_THREADS
+    if (narrow)
+        seen = wide ? kahn_i32_i64(n, E, sb.buf, db.buf) : kahn_i32_i32(n, E, sb.buf, db.buf);
+    else
+        seen = wide ? kahn_i64_i64(n, E, sb.buf, db.buf) : kahn_i64_i32(n, E, sb.buf, db.buf);
+    Py_END_ALLOW_THREADS
+    if (seen < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    i64 seen = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (i64 e = 0; e < E; e++) {
-        ptr[src[e] + 2]++;
-        indeg[dst[e]]++;
-    }
-    for (i64 v = 2; v < n + 2; v++) ptr[v] += ptr[v - 1];
-    for (i64 e = 0; e < E; e++) adj[ptr[src[e] + 1]++] = dst[e]; /* ptr[v + 1] ends as the end of row v */
-    i64 top = 0;
-    for (i64 v = 0; v < n; v++)
-        if (!indeg[v]) stack[top++] = v;
-    while (top) {
-        i64 a = stack[--top];
-        seen++;
-        for (i64 k = ptr[a]; k < ptr[a + 1]; k++)
-            if (!--indeg[adj[k]]) stack[top++] = adj[k];
-    }
-    Py_END_ALLOW_THREADS
     result = PyBool_FromLong(seen == n);
 done:
-    free(ptr); free(adj); free(indeg); free(stack);
     PyBuffer_Release(&sb);
     PyBuffer_Release(&db);
     return result;
@@ -1116,7 +1145,7 @@ static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
     {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
-    {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int64 edges)."},
+    {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
     {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
     {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
     {NULL, NULL, 0, NULL},

@@ -54,8 +54,8 @@ recomputation, 16-bit).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from itertools import filterfalse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -287,24 +287,57 @@ class PipelinePlan:
         return self.order
 
 
-_NUM = r"(?:0|[1-9][0-9]*)"
-_CANON = re.compile(rf"(?:(?:{_NUM}[FIBW]{_NUM}|[_.])(?: |$))*")
 _BLANK = bytes.maketrans(b"FIBW_.", b"      ")
+_IDLE = frozenset(("_", "."))
 
 
-def _kind_table() -> np.ndarray:
-    """Per byte value: 0..3 for F, I, B, W; -1 for an idle step (``_`` or ``.``); -9 for anything else."""
+def _byte_tables() -> tuple[np.ndarray, bytes]:
+    """Per byte value: its kind (0..3 for F, I, B, W; -1 for an idle step ``_`` or ``.``; -9 for anything
+    else), and a :meth:`bytes.translate` table to its class (0 a digit, 1 one of F/I/B/W, 2 an idle mark, 3 a
+    space, 4 anything else)."""
     import numpy as np
 
     kind = np.full(256, -9, np.int64)
     kind[list(b"FIBW_.")] = (0, 1, 2, 3, -1, -1)
-    return kind
+    cls = bytearray(b"\x04" * 256)
+    for chars, k in ((b"0123456789", 0), (b"FIBW", 1), (b"_.", 2), (b" ", 3)):
+        for x in chars:
+            cls[x] = k
+    return kind, bytes(cls)
+
+
+def _canonical(u: np.ndarray, c: np.ndarray) -> bool:
+    """Whether the bytes ``u`` (tokens joined by single spaces, none leading or trailing) are all actions in
+    canonical notation (``<stage><F|I|B|W><microbatch>``, decimal numbers without leading zeros) or idle
+    steps (``_``, ``.``): the regular expression ``(((0|[1-9][0-9]*)[FIBW](0|[1-9][0-9]*)|[_.])( |$))*`` on
+    arrays. With the digits left out, such a line alternates one mark (a letter or an idle step) and one
+    space; a letter has digits on both sides and an idle mark spaces. ``c``: the bytes' classes
+    (:func:`_byte_tables`)."""
+    n = len(c)
+    if not n:
+        return True
+    if bool((c == 4).any()):
+        return False
+    marks = c[c != 0]
+    if len(marks) % 2 == 0 or bool((marks[1::2] != 3).any()) or bool((marks[0::2] == 3).any()):
+        return False  # not one mark per token, or a token of digits only
+    if c[0] == 1 or c[-1] == 1 or (n > 1 and ((c[0] == 2 and c[1] != 3) or (c[-1] == 2 and c[-2] != 3))):
+        return False
+    mid, before, after = c[1:-1], c[:-2], c[2:]
+    if bool(((mid == 1) & ((before != 0) | (after != 0))).any()):
+        return False  # a letter without digits on both sides
+    if bool(((mid == 2) & ((before != 3) | (after != 3))).any()):
+        return False  # an idle mark inside a token
+    if (u[0] == ord("0") and n > 1 and c[1] == 0) or bool(((u[1:-1] == ord("0")) & (before != 0) & (after == 0)).any()):
+        return False  # a number with a leading zero
+    return True
 
 
 def _order_cols(actions: Any, p: int) -> OrderCols | None:
     """Inline actions (``{rank: "0F0 0F1 _ 0B0"}``) as columns without making an Action per step; None when
     any token is not a plain F/I/B/W in canonical notation (or an idle step), or the ranks are not 0..p-1:
-    :func:`schedsim.pipeline.parse_order` then reads (and rejects) the order as before."""
+    :func:`schedsim.pipeline.parse_order` then reads (and rejects) the order as before. Every rank's tokens
+    are checked and parsed at once, as the bytes of one line."""
     import numpy as np
 
     if not isinstance(actions, dict):
@@ -316,30 +349,27 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
         rows[int(key)] = row
     if sorted(rows) != list(range(p)) or len(rows) != len(actions):
         return None
-    kinds, nums, counts, texts = [], [], [], {}
-    kind_of = _kind_table()
+    counts, lines, texts = [], [], {}
     for r in range(p):
-        toks = rows[r].replace(",", " ").split()
-        line = " ".join(toks)
-        if not line.isascii() or _CANON.fullmatch(line) is None:
-            return None
-        b = line.encode()
-        u = np.frombuffer(b, np.uint8)
-        k = kind_of[u]
-        k = k[k > -9]
-        nb = int((k >= 0).sum())
-        sm = np.fromstring(b.translate(_BLANK), dtype=np.int64, sep=" ") if nb else np.zeros(0, np.int64)
-        if len(sm) != 2 * nb or len(k) != len(toks):
-            return None
-        kinds.append(k)
-        nums.append(sm)
+        row = rows[r]
+        toks = (row.replace(",", " ") if "," in row else row).split()
         counts.append(len(toks))
-        texts[r] = [t for t in toks if t != "_" and t != "."]
-    typ = np.concatenate(kinds) if kinds else np.zeros(0, np.int64)
-    sm = np.concatenate(nums).reshape(-1, 2) if nums else np.zeros((0, 2), np.int64)
+        lines.append(" ".join(toks))
+        texts[r] = list(filterfalse(_IDLE.__contains__, toks)) if "_" in row or "." in row else toks
+    b = " ".join(filter(None, lines)).encode()
+    u = np.frombuffer(b, np.uint8)
+    kind_of, cls_of = _byte_tables()
+    if not _canonical(u, np.frombuffer(b.translate(cls_of), np.uint8)):
+        return None
+    typ = kind_of[np.frombuffer(b.translate(None, b"0123456789 "), np.uint8)]  # the letters and idle marks
+    busy = typ >= 0
+    nb = int(busy.sum())
+    sm = np.fromstring(b.translate(_BLANK), dtype=np.int64, sep=" ") if nb else np.zeros(0, np.int64)
+    if len(sm) != 2 * nb or len(typ) != sum(counts):
+        return None
+    sm = sm.reshape(-1, 2)
     stage = np.full(len(typ), -1, np.int64)
     mb = np.full(len(typ), -1, np.int64)
-    busy = typ >= 0
     stage[busy], mb[busy] = sm[:, 0], sm[:, 1]
     return OrderCols(np.repeat(np.arange(p), counts), typ, stage, mb, counts, texts)
 
@@ -469,7 +499,10 @@ def _custom_cols(pb: PipelineSpec) -> PipelinePlan | None:
     c = _order_cols(pb.actions, p)
     if c is None:
         return None
-    stages = np.unique(c.stage[c.typ >= 0])
+    run = c.stage[c.typ >= 0]
+    if not len(run) or int(run.max()) >= len(run):
+        return None  # stages that cannot be 0..N-1: the per-action path words it
+    stages = np.flatnonzero(np.bincount(run))  # the stages run, ascending
     num_stages = len(stages)
     if num_stages < p or num_stages % p or (num_stages and stages[-1] != num_stages - 1):
         return None

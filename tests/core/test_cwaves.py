@@ -369,6 +369,8 @@ def test_compiled_acyclic_matches_the_python_sweep(n, pairs):
     G.add_edges_from(e.tolist())
     want = nx.is_directed_acyclic_graph(G)
     assert _cwaves.acyclic(n, np.ascontiguousarray(e[:, 0]), np.ascontiguousarray(e[:, 1])) is want
+    e32 = e.astype(np.int32)  # the checks pass int32 node numbers
+    assert _cwaves.acyclic(n, np.ascontiguousarray(e32[:, 0]), np.ascontiguousarray(e32[:, 1])) is want
     assert _acyclic_python(n, e) is want
 
 
@@ -380,5 +382,9 @@ def test_compiled_acyclic_refuses_bad_input():
         _cwaves.acyclic(3, np.array([0, 3]), np.array([1, 1]))
     with pytest.raises(ValueError, match="differ in length"):
         _cwaves.acyclic(3, np.array([0, 1]), np.array([1]))
-    with pytest.raises(TypeError, match="int64"):
+    with pytest.raises(TypeError, match="int32 or int64"):
         _cwaves.acyclic(3, np.array([0.0]), np.array([1.0]))
+    with pytest.raises(ValueError, match="leaves 0..2"):
+        _cwaves.acyclic(3, np.array([0, -1], np.int32), np.array([1, 1], np.int32))
+    with pytest.raises(ValueError, match="differ in length or type"):
+        _cwaves.acyclic(3, np.array([0, 1], np.int32), np.array([1, 2], np.int64))
