@@ -22,7 +22,7 @@
 # OUT (default benchmarks/accuracy_x2_out, with _part1/_part2 for a part), WORK (scratch, default
 # /tmp/accuracy_x2_work[_partN]), CASES (subset of case names, space-separated), BUDGET (seconds after which
 # remaining cases are skipped, default 380, 520 for a part), ITERS/WARMUP (default 20/5), PYTHON (python3),
-# HOST_REPEAT (default 3: the host-bound sub-ms cases run in that many fresh processes, execute and reference
+# HOST_REPEAT (default 3: the host-bound sub-ms cases and offload run in that many fresh processes, execute and reference
 # alternating, and the summary keeps the median over processes; a process's median moves 5-10 % between processes).
 # Each part fits in one 600 s device call; benchmarks/executor_overhead_table.py turns both parts' summary.csv
 # into the table of benchmarks/executor_overhead.md.
@@ -158,7 +158,7 @@ if in_part 2; then
   for s in gpipe 1f1b interleaved_1f1b zb_h1; do
     run_case "pipeline_${s}_p2" 2 pipeline_schedules "$PIPE --set p=2 --set schedule=$s" "$G" "pipeline_$s.py" ""
   done
-  run_case offload_1gpu 1 offload "$OFF" "--eager $G" offload.py ""
+  run_case offload_1gpu 1 offload "$OFF" "--eager $G" offload.py "" "" $HOST_REPEAT
   run_case small_ops_eager_1gpu 1 small_ops_graph "$SMALL" "--eager $G" small_ops.py "" "" $HOST_REPEAT
   run_case small_ops_graph_1gpu 1 small_ops_graph "$SMALL" "--cuda-graph $G" small_ops.py "--graph" "" $HOST_REPEAT
   # the compare Gantt of allgather_mm8 (predicted over measured) is drawn for this case
