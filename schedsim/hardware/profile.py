@@ -28,6 +28,7 @@ LinkClass = Literal["nvlink", "pcie", "network"]
 GemmDType = DType
 
 
+# Default factories are lambdas, not list or dict: see the note in schedsim.spec.model.
 class _B(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -148,7 +149,7 @@ class GemmTable(_B):
 
     source: str
     entries: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
-        default_factory=list, description="[dtype, m, n, k, time_ms] measured single-GEMM times (batch 1).")
+        default_factory=lambda: [], description="[dtype, m, n, k, time_ms] measured single-GEMM times (batch 1).")
     shape_curve_from: str | None = Field(
         default=None,
         description="Name of another profile whose measured GEMM table supplies the shape-efficiency curve for "
@@ -160,7 +161,7 @@ class CollectiveTables(_B):
 
     source: str
     tables: dict[TableKind, dict[PositiveInt, Annotated[list[tuple[PositiveFloat, PositiveFloat]], Field(min_length=1)]]] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="collective -> group size -> [[size_bytes, busbw_GBps], ...] in the nccl-tests convention "
         "(size = the size column; busbw = algbw * factor). Keys: all_reduce, all_gather, reduce_scatter, "
         "broadcast, reduce, all_to_all, sendrecv, ...",
@@ -205,7 +206,7 @@ class Power(_B):
 
     gemm_slowdown_by_duty: list[tuple[Annotated[float, Field(ge=0, le=1)],
                                       Annotated[float, Field(ge=1)]]] = Field(
-        default_factory=list,
+        default_factory=lambda: [],
         description="[[tensor-core duty 0-1, GEMM time multiplier >= 1], ...] sorted by duty: how much longer every "
         "GEMM takes than the table (timed in bursts at the boost clock) when tensor-core GEMMs keep the GPU busy "
         "that fraction of the time; 1 below the first point, linear between points. Empty: no power model.")

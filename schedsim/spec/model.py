@@ -55,6 +55,9 @@ MAX_FLOPS = 1e30
 MAX_DURATION_US = 1e12
 MAX_REPEAT = 1_000_000
 
+# Default factories are lambdas, not the builtins list and dict: building a model, pydantic inspects each
+# factory's signature, and inspect.signature(list) parses its text signature with tokenize (~2 ms the first
+# time, compiling tokenize's pattern; ~2% of a cold `check`, 2026-12-01).
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -75,12 +78,12 @@ class _OpBase(_Base):
         "collectives and send/recv, 'copy' for memcpy. Ops on one stream of one rank run in the order written.",
     )
     deps: list[str] = Field(
-        default_factory=list,
+        default_factory=lambda: [],
         description="Names of ops on the same rank that must finish first (a CUDA event wait when the "
         "streams differ).",
     )
     tags: dict[str, Any] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="Free-form labels kept in the timeline (e.g. microbatch, stage, phase): strings, numbers, "
         "booleans or null.",
     )
@@ -276,7 +279,7 @@ class ScheduleSpec(_Base):
         "rank's whole iteration is captured once and replayed (one graph launch).",
     )
     env: dict[Literal["CUDA_DEVICE_MAX_CONNECTIONS"], Annotated[int, Field(ge=1, le=32)]] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="Environment the program runs with. CUDA_DEVICE_MAX_CONNECTIONS (1-32, CUDA default 8): "
         "hardware work queues; with 1 (Megatron-LM sets it) kernels start in host issue order whatever their "
         "stream. Overrides the profile's gpu.max_connections; `predict --max-connections` overrides both.",
@@ -287,17 +290,17 @@ class ScheduleSpec(_Base):
         "(catches typos). Omit to allow any.",
     )
     params: dict[str, Any] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="Parameters with defaults; override with `--set name=value`. Fields may use them in "
         "expressions, e.g. `m: M*world_size/chunks`, and strings may use {expr}.",
     )
-    ops: list[AnyOp] = Field(default_factory=list, description="The ops, in program order per rank.")
+    ops: list[AnyOp] = Field(default_factory=lambda: [], description="The ops, in program order per rank.")
     pipeline: _PipelineField | None = Field(
         default=None, description="A pipeline block that expands into ops (see docs/pipelines.md)."
     )
 
     _file: str = PrivateAttr(default="<schedule>")
-    _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=list)
+    _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=lambda: [])
     _layout: Any = PrivateAttr(default=None)  # ops kept as blocks by the loader (schedsim.spec.loader.Layout)
 
     def __getattr__(self, item: str) -> Any:
