@@ -290,7 +290,9 @@ class SpanColumns:
             if not has.any():
                 return [], []
             rows = rows[has[codes[rows]]]
-            dicts = {int(k): dict(sets[int(k)]) for k in np.unique(codes[rows]).tolist()}
+            from schedsim.lower.program import unique  # not np.unique: it imports numpy.ma
+
+            dicts = {int(k): dict(sets[int(k)]) for k in unique(codes[rows])[0].tolist()}
             return rows.tolist(), [dicts[k] for k in codes[rows].tolist()]
         tags = self.tags
         out = [i for i in rows.tolist() if tags[i] and key in tags[i]]

@@ -470,7 +470,9 @@ def _custom_cols(pb: PipelineSpec) -> PipelinePlan | None:
     c = _order_cols(pb.actions, p)
     if c is None:
         return None
-    stages = np.unique(c.stage[c.typ >= 0])
+    from schedsim.lower.program import unique  # not np.unique: it imports numpy.ma
+
+    stages = unique(c.stage[c.typ >= 0])[0]
     num_stages = len(stages)
     if num_stages < p or num_stages % p or (num_stages and stages[-1] != num_stages - 1):
         return None

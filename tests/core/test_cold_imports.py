@@ -1,6 +1,6 @@
 """What the CLI's cold start imports: the entry point loads no numpy, networkx or simulator module, and
-``predict`` (trace.json included) never imports networkx; ``check`` never imports the simulator; the
-pipeline block's models are loaded only for a schedule with a ``pipeline:`` block."""
+``predict`` (trace.json included) never imports networkx or numpy.ma; ``check`` never imports the
+simulator; the pipeline block's models are loaded only for a schedule with a ``pipeline:`` block."""
 
 from __future__ import annotations
 
@@ -44,3 +44,4 @@ def test_check_and_predict_skip_networkx_and_torch(tmp_path: Path, schedule: str
     assert has_block == (schedule == "pipeline_schedules")
     for loaded in (checked, predicted):
         assert ("schedsim.spec.pipeline_block" in loaded) == has_block, loaded
+        assert "numpy.ma" not in loaded  # a plain np.unique imports it (lower.program.unique does not)
