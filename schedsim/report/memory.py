@@ -159,10 +159,12 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
     """Each rank's steps and peak from the events, in the definition's order (:func:`memory_over_time`)."""
     import numpy as np
 
+    from schedsim.lower.program import unique  # not np.unique: it imports numpy.ma
+
     c = tl.columns
     rk, tt, od, dd, op = ev
     # op ids in string order, so that ties sort as the (t, order, delta, id) tuples of the definition do
-    uniq = np.unique(op)
+    uniq = unique(op)[0]
     uniq_ids = c.ids_at(uniq.tolist())
     id_rank = np.empty(len(uniq), np.int64)
     id_rank[np.argsort(np.array(uniq_ids, dtype=object), kind="stable")] = np.arange(len(uniq))
@@ -170,7 +172,7 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
     rk, tt, dd, op = rk[order], tt[order], dd[order], op[order]
     bounds = np.searchsorted(rk, np.arange(int(rk.max()) + 2)) if len(rk) else np.zeros(1, np.int64)
     out: dict[int, dict[str, Any]] = {}
-    for r in sorted(set(np.unique(c.rank).tolist()) | set(np.unique(rk).tolist())):
+    for r in sorted(set(unique(c.rank)[0].tolist()) | set(unique(rk)[0].tolist())):
         base = sum((static.get(r) or {}).values())
         lo, hi = (int(bounds[r]), int(bounds[r + 1])) if r + 1 < len(bounds) else (0, 0)
         ts = np.concatenate(([0.0], tt[lo:hi]))

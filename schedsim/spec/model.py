@@ -16,13 +16,15 @@ size.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, CollectiveKind, DType
-from schedsim.spec.pipeline_block import PipelineSpec
 from schedsim.units import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    from schedsim.spec.pipeline_block import PipelineSpec
 
 __all__ = [
     "ScheduleSpec",
@@ -53,6 +55,9 @@ MAX_FLOPS = 1e30
 MAX_DURATION_US = 1e12
 MAX_REPEAT = 1_000_000
 
+# Default factories are lambdas, not the builtins list and dict: building a model, pydantic inspects each
+# factory's signature, and inspect.signature(list) parses its text signature with tokenize (~2 ms the first
+# time, compiling tokenize's pattern; ~2% of a cold `check`, 2026-12-01).
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -73,12 +78,12 @@ class _OpBase(_Base):
         "collectives and send/recv, 'copy' for memcpy. Ops on one stream of one rank run in the order written.",
     )
     deps: list[str] = Field(
-        default_factory=list,
+        default_factory=lambda: [],
         description="Names of ops on the same rank that must finish first (a CUDA event wait when the "
         "streams differ).",
     )
     tags: dict[str, Any] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="Free-form labels kept in the timeline (e.g. microbatch, stage, phase): strings, numbers, "
         "booleans or null.",
     )
@@ -215,6 +220,37 @@ class MemcpyOp(_OpBase, _SizedMixin):
     direction: Literal["h2d", "d2h", "d2d"] = Field(description="Copy direction; host memory is pinned.")
 
 
+class _PipelineBlock:
+    """The type of :attr:`ScheduleSpec.pipeline`: a :class:`~schedsim.spec.pipeline_block.PipelineSpec`, whose
+    module (30 kB, four models to build) is imported only for a schedule with a ``pipeline:`` block or for the
+    JSON Schema: a schedule of plain ops never loads it (2% of the instructions of a cold ``check`` from
+    bytecode, 4% compiling from source; callgrind, 2026-12-01).
+
+    :meth:`ScheduleSpec._pipeline_block` validates the block, and the core schema here keeps its result as it
+    is (as the ``PipelineSpec`` type did: pydantic does not revalidate a model instance). The JSON Schema is
+    ``PipelineSpec``'s: the core schema carries a reference named like the model's, so the block is one entry
+    of ``$defs``, named ``PipelineSpec``, exactly as when the field was typed with the model.
+    """
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.any_schema(ref="schedsim.spec.pipeline_block.PipelineSpec:lazy")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> Any:
+        from schedsim.spec.pipeline_block import PipelineSpec
+
+        return handler(PipelineSpec.__pydantic_core_schema__)
+
+
+if TYPE_CHECKING:  # type checkers see the model; pydantic, the lazy type
+    _PipelineField = PipelineSpec
+else:
+    _PipelineField = _PipelineBlock
+
+
 AnyOp = Annotated[
     Union[MatmulOp, ComputeOp, CollectiveOp, SendOp, RecvOp, MemcpyOp],
     Field(discriminator="kind"),
@@ -243,7 +279,7 @@ class ScheduleSpec(_Base):
         "rank's whole iteration is captured once and replayed (one graph launch).",
     )
     env: dict[Literal["CUDA_DEVICE_MAX_CONNECTIONS"], Annotated[int, Field(ge=1, le=32)]] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="Environment the program runs with. CUDA_DEVICE_MAX_CONNECTIONS (1-32, CUDA default 8): "
         "hardware work queues; with 1 (Megatron-LM sets it) kernels start in host issue order whatever their "
         "stream. Overrides the profile's gpu.max_connections; `predict --max-connections` overrides both.",
@@ -254,17 +290,17 @@ class ScheduleSpec(_Base):
         "(catches typos). Omit to allow any.",
     )
     params: dict[str, Any] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="Parameters with defaults; override with `--set name=value`. Fields may use them in "
         "expressions, e.g. `m: M*world_size/chunks`, and strings may use {expr}.",
     )
-    ops: list[AnyOp] = Field(default_factory=list, description="The ops, in program order per rank.")
-    pipeline: PipelineSpec | None = Field(
+    ops: list[AnyOp] = Field(default_factory=lambda: [], description="The ops, in program order per rank.")
+    pipeline: _PipelineField | None = Field(
         default=None, description="A pipeline block that expands into ops (see docs/pipelines.md)."
     )
 
     _file: str = PrivateAttr(default="<schedule>")
-    _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=list)
+    _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=lambda: [])
     _layout: Any = PrivateAttr(default=None)  # ops kept as blocks by the loader (schedsim.spec.loader.Layout)
 
     def __getattr__(self, item: str) -> Any:
@@ -349,11 +385,15 @@ class ScheduleSpec(_Base):
     def _pipeline_block(cls, raw: Any, info: ValidationInfo) -> Any:
         """The block as a :class:`PipelineSpec`; a bad key or value is a :class:`SpecError` naming
         ``pipeline.<key>`` and a fix (the file comes from the validation context's ``file``)."""
-        if raw is None or isinstance(raw, PipelineSpec):
+        if raw is None:
             return raw
         from pydantic import ValidationError
 
         from schedsim.errors import SpecError
+        from schedsim.spec.pipeline_block import PipelineSpec
+
+        if isinstance(raw, PipelineSpec):
+            return raw
 
         try:
             return PipelineSpec.model_validate(raw)

@@ -74,6 +74,7 @@ __all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "PipelinePlan", "Stage
            "stage_cost", "block_info", "split_fix", "block_error"]
 
 
+# Default factories are lambdas, not list or dict: see the note in schedsim.spec.model.
 class _B(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -82,8 +83,8 @@ class StageOps(_B):
     """Explicit per-stage cost: op lists (same fields as ordinary ops, without name/ranks/stream/deps)."""
 
     forward: list[dict[str, Any]] = Field(description="Ops of one forward (F) of one stage on one microbatch.")
-    backward_input: list[dict[str, Any]] = Field(default_factory=list, description="Ops of I (input gradient).")
-    backward_weight: list[dict[str, Any]] = Field(default_factory=list, description="Ops of W (weight gradient).")
+    backward_input: list[dict[str, Any]] = Field(default_factory=lambda: [], description="Ops of I (input gradient).")
+    backward_weight: list[dict[str, Any]] = Field(default_factory=lambda: [], description="Ops of W (weight gradient).")
 
 
 class TransformerSpec(_B):

@@ -136,3 +136,17 @@ def test_predict_twice_writes_identical_files(tmp_path):
     svg = [write_figure(fig, tmp_path / f"{d}.svg", "svg").read_bytes() for d in ("a", "b")]
     plt.close(fig)
     assert b"<svg" in svg[0] and b"clip-path" in svg[0] and svg[0] == svg[1]
+
+
+def test_help_lists_every_command_and_a_typo_gets_a_suggestion():
+    """Commands are built only when invoked, yet ``--help`` lists them all in their order, and a mistyped
+    command is answered with the close names."""
+    r = run("--help")
+    assert r.returncode == 0
+    names = ["predict", "check", "schema", "profiles", "sweep", "execute", "calibrate", "compare", "import",
+             "analyze"]
+    at = [r.stdout.find(f"│ {n} ") for n in names]
+    assert -1 not in at and at == sorted(at), at
+    r = run("chek", "x.yaml")
+    assert r.returncode == 2
+    assert "No such command 'chek'. Did you mean 'check', 'schema'?" in r.stderr

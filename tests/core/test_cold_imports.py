@@ -1,5 +1,6 @@
 """What the CLI's cold start imports: the entry point loads no numpy, networkx or simulator module, and
-``predict`` (trace.json included) never imports networkx; ``check`` never imports the simulator."""
+``predict`` (trace.json included) never imports networkx or numpy.ma; ``check`` never imports the
+simulator; the pipeline block's models are loaded only for a schedule with a ``pipeline:`` block."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("numpy", "networkx", "schedsim.sim", "schedsim.graph.build", "rich", "torch")
+HEAVY = ("numpy", "networkx", "schedsim.sim", "schedsim.graph.build", "rich", "torch", "schedsim.spec.pipeline_block")
 
 
 def _loaded(code: str) -> list[str]:
@@ -39,3 +40,8 @@ def test_check_and_predict_skip_networkx_and_torch(tmp_path: Path, schedule: str
     assert (tmp_path / "trace.json").exists()
     assert not any(m.startswith(("networkx", "schedsim.graph.build", "torch")) for m in predicted), predicted
     assert "numpy" in predicted  # the lowering's arrays: the modules above are really what the run loaded
+    has_block = "\npipeline:" in (ROOT / "schedules" / f"{schedule}.yaml").read_text()
+    assert has_block == (schedule == "pipeline_schedules")
+    for loaded in (checked, predicted):
+        assert ("schedsim.spec.pipeline_block" in loaded) == has_block, loaded
+        assert "numpy.ma" not in loaded  # a plain np.unique imports it (lower.program.unique does not)

@@ -140,3 +140,23 @@ def test_table_time_never_drops_below_the_smaller_measured_size():
     assert cm.collective_time("all_reduce", 4096, (0, 1)) == pytest.approx(1024 / 0.1e9)
     # at 8 KiB (3/4 of the way) busbw 0.1 + 0.75 * 0.7 = 0.625 GB/s -> 13.1 µs, above 10.24: the interpolation stands
     assert cm.collective_time("all_reduce", 8192, (0, 1)) == pytest.approx(8192 / 0.625e9)
+
+
+def test_profile_yaml_read_by_libyaml_is_the_reference_parse(tmp_path):
+    """Profiles are parsed by libyaml when PyYAML has it: every shipped profile gives the data the pure-Python
+    parser gives, and a broken file's error is the pure parser's, with its snippet of the line."""
+    import yaml
+
+    from schedsim.hardware.profile import _builtin_dir, _parse_yaml
+
+    for f in sorted(_builtin_dir().glob("*.yaml")):
+        text = f.read_text(encoding="utf-8")
+        assert _parse_yaml(text) == yaml.safe_load(text), f.name
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ngpu: {hbm_GBps: 1\n", encoding="utf-8")
+    with pytest.raises(yaml.YAMLError) as pure:
+        yaml.safe_load(bad.read_text())
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(bad))
+    assert str(e.value) == f"{bad}: invalid YAML: {pure.value}"
+    assert "gpu: {hbm_GBps: 1" in str(e.value)  # the snippet only the pure parser gives

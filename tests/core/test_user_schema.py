@@ -88,3 +88,20 @@ def test_cli_prints_the_user_schema():
     assert out.returncode == 0
     s = json.loads(out.stdout)
     assert {"Foreach", "Group", "OpList"} <= set(s["$defs"]) and "$schema" in s["properties"]
+
+
+def test_expanded_schema_holds_the_pipeline_block_model():
+    """``ScheduleSpec.pipeline`` is typed lazily (its module loads only for a ``pipeline:`` block); its JSON
+    Schema is still the block model's own, one ``$defs`` entry referred to as when the field named the model."""
+    from schedsim.spec.model import ScheduleSpec
+    from schedsim.spec.pipeline_block import PipelineSpec
+
+    full = ScheduleSpec.model_json_schema()
+    own = PipelineSpec.model_json_schema()
+    own_defs = own.pop("$defs")
+    described = ScheduleSpec.model_fields["pipeline"].description
+    assert full["properties"]["pipeline"] == {"anyOf": [{"$ref": "#/$defs/PipelineSpec"}, {"type": "null"}],
+                                              "default": None, "description": described}
+    assert full["$defs"]["PipelineSpec"] == own
+    assert sorted(own_defs) == ["StageOps", "TransformerSpec"]
+    assert {k: full["$defs"][k] for k in own_defs} == own_defs
