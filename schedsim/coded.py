@@ -229,7 +229,9 @@ class TagColumns:
         for j, (_p, c) in enumerate(pairs):
             pattern |= (c >= 0).astype(np.int64) << j
         out = np.empty(len(idx), object)
-        for pat in np.unique(pattern).tolist():
+        from schedsim.lower.program import unique  # not np.unique: it imports numpy.ma
+
+        for pat in unique(pattern)[0].tolist():
             sel = np.flatnonzero(pattern == pat)
             cols = [p[c[sel]].tolist() for j, (p, c) in enumerate(pairs) if pat >> j & 1]
             out[sel] = _obj(list(zip(*cols, strict=True)) if cols else [()] * len(sel))
