@@ -1,0 +1,71 @@
+"""Tag values keep their JSON type through the lowering, the simulator and timeline.json: ``1``, ``1.0`` and
+``true`` (and ``0``, ``0.0``, ``-0.0``, ``false``) are equal in Python, so a table keyed by the tag set merged
+them (an op tagged ``x: true`` came out ``x: 1``). Written ops, ``foreach`` blocks (both loader paths), and a
+pipeline's ops next to written ones with the same values, checked against the tags as written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schedsim.hardware.profile import load_profile
+from schedsim.lower import lower
+from schedsim.sim.engine import simulate
+from schedsim.sim.timeline import Timeline
+from schedsim.spec import loader
+from schedsim.spec.loader import load_text
+
+VALUES = ["1", "true", "1.0", "0.0", "-0.0", "0", "false", "null", '"1"']
+WANT = [1, True, 1.0, 0.0, -0.0, 0, False, None, "1"]
+
+
+def typed(tags: dict) -> list:  # type: ignore[type-arg]
+    """What tells tag values apart in a JSON file: key, type and text (``-0.0`` is not ``0.0``)."""
+    return [(k, type(v).__name__, repr(v)) for k, v in sorted(tags.items())]
+
+
+def written() -> str:
+    ops = "\n".join(f"  - {{name: o{i}, kind: compute, duration_us: 1, tags: {{x: {v}}}}}"
+                    for i, v in enumerate(VALUES))
+    return f"schema_version: 1\nname: t\nworld_size: 1\nops:\n{ops}\n"
+
+
+def foreach() -> str:  # one entry, its tag from the loop value: a block of rows (names o1, oTrue, o1.0, ...)
+    return ("schema_version: 1\nname: t\nworld_size: 1\nops:\n  - foreach: {v: [" + ", ".join(VALUES[:-1]) + "]}\n"
+            "    ops: [{name: \"o{v}\", kind: compute, duration_us: 1, tags: {x: \"{v}\"}}]\n")
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+@pytest.mark.parametrize("text", [written, foreach])
+def test_equal_tag_values_of_different_types_stay_apart(tmp_path, monkeypatch, text, blocks):
+    monkeypatch.setattr(loader, "TEMPLATES", blocks)
+    spec = load_text(text())
+    want = [typed({"x": v}) for v in (WANT if text is written else WANT[:-1])]
+    assert [typed(o.tags) for o in spec.ops] == want  # what the loader gives, the reference
+    prog = lower(spec)
+    assert [typed(dict(prog.tagsets[k])) for k in prog.tags_id.tolist()] == want
+    tl = simulate(prog, load_profile("h200"), gpu_model="waves")
+    assert [typed(s.tags) for s in tl.spans] == want
+    tl.write_json(tmp_path / "t.json")
+    assert json.loads((tmp_path / "t.json").read_text())["version"] == 3
+    assert [typed(s.tags) for s in Timeline.read_json(tmp_path / "t.json").spans] == want
+    tl.write_json(tmp_path / "rows.json", layout="rows")
+    assert [typed(s.tags) for s in Timeline.read_json(tmp_path / "rows.json").spans] == want
+
+
+def test_a_written_op_tagged_like_a_pipeline_op_keeps_its_float_microbatch():
+    """A written op's tag set equal (by Python's ==) to a pipeline compute phase's: both kept as written."""
+    stage = "{kind: compute, duration_us: 1}"
+    text = ("schema_version: 1\nname: t\nworld_size: 2\nops:\n"
+            "  - {name: w, kind: compute, duration_us: 1, ranks: [0], "
+            "tags: {chunk: 0, mb: 0.0, phase: F, pp_op: F, stage: 0}}\n"
+            f"pipeline: {{schedule: 1f1b, p: 2, m: 2, stage: {{forward: [{stage}], backward_input: [{stage}], "
+            f"backward_weight: [{stage}]}}}}\n")
+    prog = lower(load_text(text))
+    tags = [dict(prog.tagsets[k]) for k in prog.tags_id.tolist()]
+    names = prog.op_names(range(prog.N))
+    w = names.index("w")
+    assert typed(tags[w]) == typed({"chunk": 0, "mb": 0.0, "phase": "F", "pp_op": "F", "stage": 0})
+    f0 = names.index("F0.0.0")
+    assert typed(tags[f0]) == typed({"chunk": 0, "mb": 0, "phase": "F", "pp_op": "F", "stage": 0})
