@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from schedsim.graph.ops import tag_value_key
+
 __all__ = ["Parts", "TagColumns", "coded_of"]
 
 I32 = np.int32
@@ -155,8 +157,9 @@ class Parts:
 
 
 def _value_key(v: Any) -> tuple[type, Any]:
-    """What tells two tag values apart: the value and its type (``1``, ``1.0`` and ``True`` are equal in Python)."""
-    return type(v), v
+    """What tells two tag values apart: the type and the value, a float by its text (``1``, ``1.0`` and ``True``
+    are equal in Python, and so are ``0.0`` and ``-0.0``): :func:`schedsim.graph.ops.tag_value_key`."""
+    return tag_value_key(v)
 
 
 class TagColumns:
