@@ -69,3 +69,33 @@ def test_a_written_op_tagged_like_a_pipeline_op_keeps_its_float_microbatch():
     assert typed(tags[w]) == typed({"chunk": 0, "mb": 0.0, "phase": "F", "pp_op": "F", "stage": 0})
     f0 = names.index("F0.0.0")
     assert typed(tags[f0]) == typed({"chunk": 0, "mb": 0, "phase": "F", "pp_op": "F", "stage": 0})
+
+
+BIG = """\
+schema_version: 1
+name: big
+world_size: 1
+ops:
+  - {name: a, kind: compute, duration_us: 1, tags: {x: 18446744073709551616}}
+  - {name: b, kind: compute, duration_us: 1, tags: {x: -1e308}}
+"""
+
+
+def test_a_tag_integer_past_64_bits_is_written_exactly(tmp_path):
+    """orjson writes integers of at most 64 bits; a larger tag value (legal JSON, legal YAML) is written by the
+    standard library instead, every layout and the Perfetto trace, and reads back as the same integer."""
+    from schedsim import api
+    from schedsim.cli import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "big.yaml").write_text(BIG)
+    r = CliRunner().invoke(app, ["predict", str(tmp_path / "big.yaml"), "-o", str(tmp_path / "out"), "--no-gantt"])
+    assert r.exit_code == 0, r.output
+    d = json.loads((tmp_path / "out" / "timeline.json").read_text())
+    assert d["columns"]["tags"]["keys"]["x"]["values"] == [2**64, -1e308]
+    trace = json.loads((tmp_path / "out" / "trace.json").read_text())
+    assert 2**64 in [e.get("args", {}).get("x") for e in trace["traceEvents"] if isinstance(e, dict)]
+    tl = api.predict(api.load(tmp_path / "big.yaml")).timeline
+    for layout in ("columns", "rows"):
+        tl.write_json(tmp_path / f"{layout}.json", layout=layout)
+        assert [s.tags for s in Timeline.read_json(tmp_path / f"{layout}.json").spans] == [{"x": 2**64}, {"x": -1e308}]
