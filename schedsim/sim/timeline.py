@@ -938,10 +938,14 @@ def _json_default(obj: Any) -> Any:
 
 def dumps_json(obj: Any) -> bytes:
     """Compact UTF-8 JSON of ``obj``: numpy arrays as lists, NaN/inf as null, non-string keys as strings,
-    anything else unknown as ``str(obj)``. orjson when installed, else the standard library."""
+    anything else unknown as ``str(obj)``. orjson when installed, else (and for what orjson refuses: an integer
+    past 64 bits, which JSON allows and a tag value may be) the standard library."""
     if _orjson is not None:
         opts = _orjson.OPT_SERIALIZE_NUMPY | _orjson.OPT_NON_STR_KEYS
-        return _orjson.dumps(obj, default=_orjson_default, option=opts)
+        try:
+            return _orjson.dumps(obj, default=_orjson_default, option=opts)
+        except _orjson.JSONEncodeError:
+            pass
     return json.dumps(_finite(obj), default=_json_default, separators=(",", ":")).encode("utf-8")
 
 
