@@ -76,14 +76,16 @@ schema_version: 1
 name: big
 world_size: 1
 ops:
-  - {name: a, kind: compute, duration_us: 1, tags: {x: 18446744073709551616}}
+  - {name: a, kind: compute, duration_us: 1, tags: {x: 18446744073709551617}}
+  - {name: c, kind: compute, duration_us: 1, tags: {x: -9223372036854775809}}
   - {name: b, kind: compute, duration_us: 1, tags: {x: 0.5}}
 """
 
 
 def test_a_tag_integer_past_64_bits_is_written_exactly(tmp_path):
     """orjson writes integers of at most 64 bits; a larger tag value (legal JSON, legal YAML) is written by the
-    standard library instead, every layout and the Perfetto trace, and reads back as the same integer."""
+    standard library instead, every layout and the Perfetto trace, and reads back as the same integer (orjson
+    reads such a literal as a float, 2**64 + 1 as 2.0**64)."""
     from schedsim import api
     from schedsim.cli import app
     from typer.testing import CliRunner
@@ -92,10 +94,11 @@ def test_a_tag_integer_past_64_bits_is_written_exactly(tmp_path):
     r = CliRunner().invoke(app, ["predict", str(tmp_path / "big.yaml"), "-o", str(tmp_path / "out"), "--no-gantt"])
     assert r.exit_code == 0, r.output
     d = json.loads((tmp_path / "out" / "timeline.json").read_text())
-    assert d["columns"]["tags"]["keys"]["x"]["values"] == [2**64, 0.5]
+    assert typed({"x": d["columns"]["tags"]["keys"]["x"]["values"]}) == typed({"x": [2**64 + 1, -2**63 - 1, 0.5]})
     trace = json.loads((tmp_path / "out" / "trace.json").read_text())
-    assert 2**64 in [e.get("args", {}).get("x") for e in trace["traceEvents"] if isinstance(e, dict)]
+    assert 2**64 + 1 in [e.get("args", {}).get("x") for e in trace["traceEvents"] if isinstance(e, dict)]
     tl = api.predict(api.load(tmp_path / "big.yaml")).timeline
     for layout in ("columns", "rows"):
         tl.write_json(tmp_path / f"{layout}.json", layout=layout)
-        assert [s.tags for s in Timeline.read_json(tmp_path / f"{layout}.json").spans] == [{"x": 2**64}, {"x": 0.5}]
+        got = [typed(s.tags) for s in Timeline.read_json(tmp_path / f"{layout}.json").spans]
+        assert got == [typed({"x": 2**64 + 1}), typed({"x": -2**63 - 1}), typed({"x": 0.5})]  # ints, not floats
