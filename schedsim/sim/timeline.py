@@ -906,13 +906,41 @@ class Timeline:
         """
         p = Path(path)
         try:
-            d = loads_json(p.read_bytes())
+            data = p.read_bytes()
+            d = loads_json(data)
+            if _orjson is not None and _tags_may_hold_big_ints(d):
+                d = json.loads(data)  # orjson reads an integer past 64 bits as a float; the standard library exactly
         except FileNotFoundError:
             raise TraceError(f"{p}: no such file") from None
         except (ValueError, UnicodeDecodeError) as e:  # json and orjson decode errors are ValueErrors
             raise TraceError(f"{p}: not valid JSON ({e}); the file may be truncated\n"
                              "  fix: re-run the command that wrote it") from None
         return cls.from_dict(d, where=str(p))
+
+
+def _tags_may_hold_big_ints(d: Any) -> bool:
+    """Whether a parsed timeline document's tag values hold a whole float of magnitude at least 2**63, which is
+    what orjson makes of an integer literal past 64 bits (orjson reads up to 2**64 - 1 and down to -2**63
+    exactly). The value types are collected by C-level maps; only when a float is among them are the floats
+    looked at. A malformed document gives False (the reader's checks word its error)."""
+    from itertools import chain
+
+    c = d.get("columns") if isinstance(d, dict) else None
+    t = c.get("tags") if isinstance(c, dict) else None
+
+    def values() -> Iterator[Any]:
+        if isinstance(t, dict) and "keys" in t:  # version 3: a values list per key
+            return chain.from_iterable(e["values"] for e in t["keys"].values())
+        if isinstance(t, dict):  # version 2: the tagged rows' dicts
+            return chain.from_iterable(map(dict.values, t["values"]))
+        return chain.from_iterable(map(dict.values, (o.get("tags") or {} for o in d.get("ops", ()))))  # version 1
+
+    try:
+        if float not in set(map(type, values())):
+            return False
+        return any(type(x) is float and x.is_integer() and abs(x) >= 2.0**63 for x in values())
+    except (TypeError, AttributeError, KeyError):
+        return False
 
 
 def _span_dict(s: Span) -> dict[str, Any]:

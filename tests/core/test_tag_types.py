@@ -86,9 +86,10 @@ def test_a_tag_integer_past_64_bits_is_written_exactly(tmp_path):
     """orjson writes integers of at most 64 bits; a larger tag value (legal JSON, legal YAML) is written by the
     standard library instead, every layout and the Perfetto trace, and reads back as the same integer (orjson
     reads such a literal as a float, 2**64 + 1 as 2.0**64)."""
+    from typer.testing import CliRunner
+
     from schedsim import api
     from schedsim.cli import app
-    from typer.testing import CliRunner
 
     (tmp_path / "big.yaml").write_text(BIG)
     r = CliRunner().invoke(app, ["predict", str(tmp_path / "big.yaml"), "-o", str(tmp_path / "out"), "--no-gantt"])
