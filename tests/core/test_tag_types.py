@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from schedsim.errors import TraceError
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
 from schedsim.sim.engine import simulate
@@ -103,3 +104,33 @@ def test_a_tag_integer_past_64_bits_is_written_exactly(tmp_path):
         tl.write_json(tmp_path / f"{layout}.json", layout=layout)
         got = [typed(s.tags) for s in Timeline.read_json(tmp_path / f"{layout}.json").spans]
         assert got == [typed({"x": 2**64 + 1}), typed({"x": -2**63 - 1}), typed({"x": 0.5})]  # ints, not floats
+
+
+@pytest.mark.parametrize("layout", ["v3", "v2", "rows"])
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_tag_value_in_a_file_is_refused(tmp_path, layout, token):
+    """NaN and Infinity are not JSON (Python's reader takes them) and no tag holds one (the schedule language
+    refuses them): a file with one was edited, and writing it again would turn the value into null."""
+    tl = simulate(lower(load_text(written())), load_profile("h200"), gpu_model="waves")
+    if layout == "v3":
+        tl.write_json(tmp_path / "t.json")
+        d = json.loads((tmp_path / "t.json").read_text())
+        d["columns"]["tags"]["keys"]["x"]["values"][2] = 12345.678  # the 1.0 of op o2
+        where = "'tags'.keys['x'].values"
+    elif layout == "v2":
+        Timeline("t", "predict", 1, spans=list(tl.spans)).write_json(tmp_path / "t.json")
+        d = json.loads((tmp_path / "t.json").read_text())
+        d["columns"]["tags"]["values"][2]["x"] = 12345.678
+        where = "tags"
+    else:
+        tl.write_json(tmp_path / "t.json", layout="rows")
+        d = json.loads((tmp_path / "t.json").read_text())
+        d["ops"][2]["tags"]["x"] = 12345.678
+        where = "ops[2]"
+    text = json.dumps(d).replace("12345.678", token)
+    assert text.count(token) == 1
+    (tmp_path / "bad.json").write_text(text)
+    with pytest.raises(TraceError, match="bad.json") as e:
+        Timeline.read_json(tmp_path / "bad.json")
+    assert where in str(e.value) and token.lstrip("-") in str(e.value).replace("inf", "Infinity").replace(
+        "nan", "NaN") and "fix:" in str(e.value)
