@@ -17,14 +17,15 @@ those runs and the other (already made) items.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from schedsim.graph.ops import tag_value_key
 
-__all__ = ["Parts", "TagColumns", "coded_of"]
+__all__ = ["Parts", "TagColumns", "coded_of", "non_finite"]
 
 I32 = np.int32
 #: The JSON scalars a tag value may be (``schedsim.spec.model``: strings, numbers, booleans or null).
@@ -154,6 +155,16 @@ class Parts:
         if not out and n:
             raise ValueError(f"{where} has no parts for {n} rows")
         return cls(out)
+
+
+def non_finite(values: Callable[[], Iterable[Any]]) -> float | None:
+    """The first NaN or ±inf float among the values ``values()`` iterates, None when there is none: a JSON file
+    cannot hold one (Python's reader takes the ``NaN`` and ``Infinity`` tokens) and no tag value is one (the
+    schedule language refuses them), so a timeline file with one was edited. The types are collected first by a
+    C-level pass; the values are looked at only when a float is among them."""
+    if float not in set(map(type, values())):
+        return None
+    return next((x for x in values() if type(x) is float and not math.isfinite(x)), None)
 
 
 def _value_key(v: Any) -> tuple[type, Any]:
@@ -330,6 +341,9 @@ class TagColumns:
             if not set(map(type, e["values"])) <= _SCALAR_SET:
                 raise ValueError(f"{w}.values holds a list or object; tag values are strings, numbers, booleans "
                                  "or null")
+            bad = non_finite(lambda vals=e["values"]: vals)
+            if bad is not None:
+                raise ValueError(f"{w}.values holds {bad}, which is not JSON; tag values are finite numbers")
             out[k] = (e["values"], _codes(e.get("codes"), n, w, -1, len(e["values"])))
         return cls(out, n)
 

@@ -48,7 +48,8 @@ uses version 3 for a timeline simulated from a Program (:func:`schedsim.sim.engi
 key columns, a pipeline's names as parts (:mod:`schedsim.coded`); the others, and timelines built from spans,
 are written as version 2, which older readers take. The reader refuses a coded column that is malformed (a
 code out of range, a ``codes`` list of the wrong length, a part value that is not a string, a tag value that is
-a list or object) with a :class:`~schedsim.errors.TraceError` naming the column.
+a list or object) with a :class:`~schedsim.errors.TraceError` naming the column; in every version a tag value
+that is NaN or ±Infinity (not JSON: Python's reader takes the tokens) is refused likewise.
 
 Rows (``version: 1``, the original layout; still read, and written with ``layout="rows"``)::
 
@@ -604,11 +605,18 @@ def _json_tags(t: Any, n: int) -> tuple[list[dict[str, Any]] | None, TagColumns 
 
     if isinstance(t, dict) and "index" not in t and "values" not in t:  # version 3: a column per key
         return None, TagColumns.from_json(t, n, "'tags'")
+    from itertools import chain
+
+    from schedsim.coded import non_finite
+
     tags: list[dict[str, Any]] = [{}] * n
     for i, v in zip(t["index"], t["values"], strict=True):
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or not isinstance(v, dict):
             raise ValueError(f"tags: index {str(i)[:20]} is not a row 0..{n - 1}, or its value is not an object")
         tags[i] = v
+    bad = non_finite(lambda: chain.from_iterable(map(dict.values, t["values"])))
+    if bad is not None:
+        raise ValueError(f"tags: a value is {bad}, which is not JSON; tag values are finite numbers")
     return tags, None
 
 
