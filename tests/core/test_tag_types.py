@@ -104,6 +104,8 @@ def test_a_tag_integer_past_64_bits_is_written_exactly(tmp_path):
         tl.write_json(tmp_path / f"{layout}.json", layout=layout)
         got = [typed(s.tags) for s in Timeline.read_json(tmp_path / f"{layout}.json").spans]
         assert got == [typed({"x": 2**64 + 1}), typed({"x": -2**63 - 1}), typed({"x": 0.5})]  # ints, not floats
+    doc = tl.to_dict()  # the document as dicts, parsed from the same bytes
+    assert typed({"x": doc["columns"]["tags"]["keys"]["x"]["values"]}) == typed({"x": [2**64 + 1, -2**63 - 1, 0.5]})
 
 
 @pytest.mark.parametrize("layout", ["v3", "v2", "rows"])
