@@ -810,7 +810,7 @@ class Timeline:
             Unknown ``layout``.
         """
         if layout == "columns":
-            return loads_json(b"".join(self._column_chunks(metrics)))
+            return _load_doc(b"".join(self._column_chunks(metrics)))
         if layout == "rows":
             return {**self._head(1), "ops": [_span_dict(s) for s in self.spans], "critical_path": self.critical_path,
                     "metrics": metrics or {}}
@@ -914,16 +914,28 @@ class Timeline:
         """
         p = Path(path)
         try:
-            data = p.read_bytes()
-            d = loads_json(data)
-            if _orjson is not None and _tags_may_hold_big_ints(d):
-                d = json.loads(data)  # orjson reads an integer past 64 bits as a float; the standard library exactly
+            d = _load_doc(p.read_bytes())
         except FileNotFoundError:
             raise TraceError(f"{p}: no such file") from None
         except (ValueError, UnicodeDecodeError) as e:  # json and orjson decode errors are ValueErrors
             raise TraceError(f"{p}: not valid JSON ({e}); the file may be truncated\n"
                              "  fix: re-run the command that wrote it") from None
         return cls.from_dict(d, where=str(p))
+
+
+def _load_doc(data: bytes) -> Any:
+    """A timeline document parsed from ``data`` (:func:`loads_json`), read again by the standard library when
+    orjson made a tag integer past 64 bits a float (:func:`_tags_may_hold_big_ints`).
+
+    Raises
+    ------
+    ValueError
+        Not JSON.
+    """
+    d = loads_json(data)
+    if _orjson is not None and _tags_may_hold_big_ints(d):
+        d = json.loads(data)
+    return d
 
 
 def _tags_may_hold_big_ints(d: Any) -> bool:
