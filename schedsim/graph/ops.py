@@ -30,8 +30,8 @@ def tag_value_key(v: Any) -> tuple[type, Any]:
 
 
 class TagSet(tuple):  # type: ignore[type-arg]
-    """A tag set (sorted ``(key, value)`` pairs) holding a boolean or a float: equal only to a tag set of the same
-    keys and values of the same types (:func:`tag_value_key`), so a table keyed by tag sets (the lowering's
+    """A tag set (sorted ``(key, value)`` pairs) that may hold a boolean or a float: equal only to a tag set of the
+    same keys and values of the same types (:func:`tag_value_key`), so a table keyed by tag sets (the lowering's
     interner, a dict of tag sets) keeps ``x: true`` apart from ``x: 1``. Its hash is the tuple's (``1``, ``1.0``
     and ``True`` hash alike), so it may meet a plain tuple in one dict: the comparison then decides."""
 

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from schedsim.errors import SpecError
 from schedsim.expr import ExprError, _short, compile_expr, compile_interpolate, evaluate, interpolate
-from schedsim.graph.ops import TagSet, tag_set
+from schedsim.graph.ops import TagSet
 from schedsim.spec.limits import MAX_YAML_DEPTH
 from schedsim.spec.model import COLLECTIVE_KINDS, NAME_PATTERN, NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
 
@@ -994,7 +994,7 @@ def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:
     except TypeError:
         raise _Abandon from None
     if any(v.dtype.kind in "fbO" if isinstance(v, np.ndarray) else type(v) in (bool, float) for v in tags.values()):
-        rows = [tag_set(dict(r)) for r in rows]  # a boolean or float among the values: kept apart from 1 and 0
+        rows = list(map(TagSet, rows))  # a boolean or float among the values: kept apart from 1 and 0
     return rows
 
 
