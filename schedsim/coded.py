@@ -341,7 +341,7 @@ class TagColumns:
             if not set(map(type, e["values"])) <= _SCALAR_SET:
                 raise ValueError(f"{w}.values holds a list or object; tag values are strings, numbers, booleans "
                                  "or null")
-            bad = non_finite(lambda vals=e["values"]: vals)
+            bad = non_finite(e["values"].__iter__)
             if bad is not None:
                 raise ValueError(f"{w}.values holds {bad}, which is not JSON; tag values are finite numbers")
             out[k] = (e["values"], _codes(e.get("codes"), n, w, -1, len(e["values"])))
