@@ -17,12 +17,15 @@ those runs and the other (already made) items.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Parts", "TagColumns", "coded_of"]
+from schedsim.graph.ops import tag_value_key
+
+__all__ = ["Parts", "TagColumns", "coded_of", "non_finite"]
 
 I32 = np.int32
 #: The JSON scalars a tag value may be (``schedsim.spec.model``: strings, numbers, booleans or null).
@@ -154,9 +157,20 @@ class Parts:
         return cls(out)
 
 
+def non_finite(values: Callable[[], Iterable[Any]]) -> float | None:
+    """The first NaN or ±inf float among the values ``values()`` iterates, None when there is none: a JSON file
+    cannot hold one (Python's reader takes the ``NaN`` and ``Infinity`` tokens) and no tag value is one (the
+    schedule language refuses them), so a timeline file with one was edited. The types are collected first by a
+    C-level pass; the values are looked at only when a float is among them."""
+    if float not in set(map(type, values())):
+        return None
+    return next((x for x in values() if type(x) is float and not math.isfinite(x)), None)
+
+
 def _value_key(v: Any) -> tuple[type, Any]:
-    """What tells two tag values apart: the value and its type (``1``, ``1.0`` and ``True`` are equal in Python)."""
-    return type(v), v
+    """What tells two tag values apart: the type and the value, a float by its text (``1``, ``1.0`` and ``True``
+    are equal in Python, and so are ``0.0`` and ``-0.0``): :func:`schedsim.graph.ops.tag_value_key`."""
+    return tag_value_key(v)
 
 
 class TagColumns:
@@ -329,6 +343,9 @@ class TagColumns:
             if not set(map(type, e["values"])) <= _SCALAR_SET:
                 raise ValueError(f"{w}.values holds a list or object; tag values are strings, numbers, booleans "
                                  "or null")
+            bad = non_finite(e["values"].__iter__)
+            if bad is not None:
+                raise ValueError(f"{w}.values holds {bad}, which is not JSON; tag values are finite numbers")
             out[k] = (e["values"], _codes(e.get("codes"), n, w, -1, len(e["values"])))
         return cls(out, n)
 

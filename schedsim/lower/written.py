@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from schedsim.errors import GraphError
-from schedsim.graph.ops import Op, RankGroup
+from schedsim.graph.ops import Op, RankGroup, tag_set
 from schedsim.kinds import P2P_KINDS
 from schedsim.lower.table import Table
 from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
@@ -144,7 +144,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
                 explicit, ranks = model.__dict__.get("group"), model.ranks
                 g = tuple(sorted(explicit)) if explicit else tuple(sorted(ranks)) if ranks is not None else every
                 proto = op_instance(model, ranks[0] if ranks else 0, 0, stream=stream, group=group_of(g),
-                                    tags=tuple(sorted(model.tags.items())),
+                                    tags=tag_set(model.tags),
                                     source=_source_of(spec, s.sources[j]), spec_index=idx + first[j])
                 tids.append(table.shared_template(proto))
                 rep_ranks.append(all_ranks if ranks is None else np.asarray(ranks, np.int32))
@@ -163,7 +163,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         stream = s.stream or DEFAULT_STREAM.get(s.kind, "comm")
         if s.kind in COLLECTIVE_KINDS and len(group) == 1 and world > 1 and explicit is None:
             raise _lone_collective(spec, s, group, src)
-        tags = tuple(sorted(s.tags.items()))
+        tags = tag_set(s.tags)
         proto = op_instance(s, ranks[0] if ranks else 0, 0, stream=stream, group=group, tags=tags, source=src,
                             spec_index=idx)
         rows[0].append(table.shared_template(proto))

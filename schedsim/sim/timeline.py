@@ -48,7 +48,8 @@ uses version 3 for a timeline simulated from a Program (:func:`schedsim.sim.engi
 key columns, a pipeline's names as parts (:mod:`schedsim.coded`); the others, and timelines built from spans,
 are written as version 2, which older readers take. The reader refuses a coded column that is malformed (a
 code out of range, a ``codes`` list of the wrong length, a part value that is not a string, a tag value that is
-a list or object) with a :class:`~schedsim.errors.TraceError` naming the column.
+a list or object) with a :class:`~schedsim.errors.TraceError` naming the column; in every version a tag value
+that is NaN or ±Infinity (not JSON: Python's reader takes the tokens) is refused likewise.
 
 Rows (``version: 1``, the original layout; still read, and written with ``layout="rows"``)::
 
@@ -604,11 +605,18 @@ def _json_tags(t: Any, n: int) -> tuple[list[dict[str, Any]] | None, TagColumns 
 
     if isinstance(t, dict) and "index" not in t and "values" not in t:  # version 3: a column per key
         return None, TagColumns.from_json(t, n, "'tags'")
+    from itertools import chain
+
+    from schedsim.coded import non_finite
+
     tags: list[dict[str, Any]] = [{}] * n
     for i, v in zip(t["index"], t["values"], strict=True):
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or not isinstance(v, dict):
             raise ValueError(f"tags: index {str(i)[:20]} is not a row 0..{n - 1}, or its value is not an object")
         tags[i] = v
+    bad = non_finite(lambda: chain.from_iterable(map(dict.values, t["values"])))
+    if bad is not None:
+        raise ValueError(f"tags: a value is {bad}, which is not JSON; tag values are finite numbers")
     return tags, None
 
 
@@ -802,7 +810,7 @@ class Timeline:
             Unknown ``layout``.
         """
         if layout == "columns":
-            return loads_json(b"".join(self._column_chunks(metrics)))
+            return _load_doc(b"".join(self._column_chunks(metrics)))
         if layout == "rows":
             return {**self._head(1), "ops": [_span_dict(s) for s in self.spans], "critical_path": self.critical_path,
                     "metrics": metrics or {}}
@@ -906,13 +914,53 @@ class Timeline:
         """
         p = Path(path)
         try:
-            d = loads_json(p.read_bytes())
+            d = _load_doc(p.read_bytes())
         except FileNotFoundError:
             raise TraceError(f"{p}: no such file") from None
         except (ValueError, UnicodeDecodeError) as e:  # json and orjson decode errors are ValueErrors
             raise TraceError(f"{p}: not valid JSON ({e}); the file may be truncated\n"
                              "  fix: re-run the command that wrote it") from None
         return cls.from_dict(d, where=str(p))
+
+
+def _load_doc(data: bytes) -> Any:
+    """A timeline document parsed from ``data`` (:func:`loads_json`), read again by the standard library when
+    orjson made a tag integer past 64 bits a float (:func:`_tags_may_hold_big_ints`).
+
+    Raises
+    ------
+    ValueError
+        Not JSON.
+    """
+    d = loads_json(data)
+    if _orjson is not None and _tags_may_hold_big_ints(d):
+        d = json.loads(data)
+    return d
+
+
+def _tags_may_hold_big_ints(d: Any) -> bool:
+    """Whether a parsed timeline document's tag values hold a whole float of magnitude at least 2**63, which is
+    what orjson makes of an integer literal past 64 bits (orjson reads up to 2**64 - 1 and down to -2**63
+    exactly). The value types are collected by C-level maps; only when a float is among them are the floats
+    looked at. A malformed document gives False (the reader's checks word its error)."""
+    from itertools import chain
+
+    c = d.get("columns") if isinstance(d, dict) else None
+    t = c.get("tags") if isinstance(c, dict) else None
+
+    def values() -> Iterator[Any]:
+        if isinstance(t, dict) and "keys" in t:  # version 3: a values list per key
+            return chain.from_iterable(e["values"] for e in t["keys"].values())
+        if isinstance(t, dict):  # version 2: the tagged rows' dicts
+            return chain.from_iterable(map(dict.values, t["values"]))
+        return chain.from_iterable(map(dict.values, (o.get("tags") or {} for o in d.get("ops", ()))))  # version 1
+
+    try:
+        if float not in set(map(type, values())):
+            return False
+        return any(type(x) is float and x.is_integer() and abs(x) >= 2.0**63 for x in values())
+    except (TypeError, AttributeError, KeyError):
+        return False
 
 
 def _span_dict(s: Span) -> dict[str, Any]:
@@ -938,10 +986,14 @@ def _json_default(obj: Any) -> Any:
 
 def dumps_json(obj: Any) -> bytes:
     """Compact UTF-8 JSON of ``obj``: numpy arrays as lists, NaN/inf as null, non-string keys as strings,
-    anything else unknown as ``str(obj)``. orjson when installed, else the standard library."""
+    anything else unknown as ``str(obj)``. orjson when installed, else (and for what orjson refuses: an integer
+    past 64 bits, which JSON allows and a tag value may be) the standard library."""
     if _orjson is not None:
         opts = _orjson.OPT_SERIALIZE_NUMPY | _orjson.OPT_NON_STR_KEYS
-        return _orjson.dumps(obj, default=_orjson_default, option=opts)
+        try:
+            return _orjson.dumps(obj, default=_orjson_default, option=opts)
+        except _orjson.JSONEncodeError:
+            pass
     return json.dumps(_finite(obj), default=_json_default, separators=(",", ":")).encode("utf-8")
 
 

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from schedsim.errors import SpecError
 from schedsim.expr import ExprError, _short, compile_expr, compile_interpolate, evaluate, interpolate
+from schedsim.graph.ops import TagSet
 from schedsim.spec.limits import MAX_YAML_DEPTH
 from schedsim.spec.model import COLLECTIVE_KINDS, NAME_PATTERN, NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
 
@@ -725,7 +726,7 @@ def _keyable(v: Any) -> Any:
     t = type(v)
     if t is float:
         return (t, repr(v))
-    if t is list or t is LList or t is tuple:
+    if t is list or t is LList or t is tuple or t is TagSet:
         return (list, tuple(_keyable(x) for x in v))
     hash(v)
     return (t, v)
@@ -992,6 +993,8 @@ def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:
         hash(tuple(rows))
     except TypeError:
         raise _Abandon from None
+    if any(v.dtype.kind in "fbO" if isinstance(v, np.ndarray) else type(v) in (bool, float) for v in tags.values()):
+        rows = list(map(TagSet, rows))  # a boolean or float among the values: kept apart from 1 and 0
     return rows
 
 

@@ -150,6 +150,17 @@ def check_dist_info(path: str | Path, dist: dict[str, Any]) -> None:
 TIMELINE_VERSIONS = (1, 2, 3)  # 1: one object per op ("ops"); 2: columns; 3: columns, names and tags coded
 
 
+def _tags_problem(tags: Any) -> str | None:
+    """What is wrong with an op's ``tags`` in a row-layout timeline (not an object, or a NaN/±inf value, which
+    is not JSON and which no tag holds), None when nothing is."""
+    if tags is None:
+        return None
+    if not isinstance(tags, dict):
+        return f"tags is {str(tags)[:60]!r}, not an object"
+    bad = next((x for x in tags.values() if type(x) is float and not math.isfinite(x)), None)
+    return None if bad is None else f"a tag value is {bad}, which is not JSON; tag values are finite numbers"
+
+
 def check_timeline_doc(d: dict[str, Any], where: str) -> None:
     """Refuse a timeline document with an unknown version, a malformed op, ``end_s < start_s``, a
     non-finite time, or two ops with one id.
@@ -208,8 +219,9 @@ def check_timeline_doc(d: dict[str, Any], where: str) -> None:
                                   or v < 0):
                 raise TraceError(f"{where}: ops[{i}] ({oid!r}): {key} is {str(v)[:40]!r}, not a finite number "
                                  ">= 0\n  fix: the file is corrupt or was edited; re-run the command that wrote it")
-        if o.get("tags") is not None and not isinstance(o.get("tags"), dict):
-            raise TraceError(f"{where}: ops[{i}] ({oid!r}): tags is {str(o['tags'])[:60]!r}, not an object\n"
+        bad = _tags_problem(o.get("tags"))
+        if bad:
+            raise TraceError(f"{where}: ops[{i}] ({oid!r}): {bad}\n"
                              "  fix: the file is corrupt or was edited; re-run the command that wrote it")
         if o["end_s"] < o["start_s"]:
             raise TraceError(f"{where}: ops[{i}] ({oid!r}): end_s {o['end_s']!r} is before start_s {o['start_s']!r}\n"

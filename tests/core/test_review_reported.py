@@ -29,9 +29,6 @@ def test_metrics_after_the_spans_are_reassigned_read_the_new_rows() -> None:
     assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
 
 
-@pytest.mark.xfail(strict=True, reason="the lowering interns tag sets by ==/hash, under which 1, True and 1.0 "
-                   "are one key: every op gets the first one's value; fix: key the tag interner by "
-                   "(key, type(value), value) (schedsim/lower/table.py)")
 def test_tag_values_one_true_and_one_point_zero_stay_apart_in_the_timeline() -> None:
     text = """\
 schema_version: 1
