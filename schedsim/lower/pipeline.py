@@ -115,47 +115,18 @@ def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan)
 
 
 def _interleaved_cols(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> StepCols:
-    """:func:`_interleaved_steps` straight into columns (no per-step tuples): each rank's calls flattened, and
-    the ops of one p2p call put in ``_p2p_ops`` order (overlapped) or kept in batch order (batched) by one sort."""
-    from itertools import chain
-
-    from schedsim.pipeline.comms import megatron_interleaved_batched
+    """:func:`_interleaved_steps` straight into columns (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`,
+    no Action objects): the ops of one p2p call in ``_p2p_ops`` order (overlapped) or in batch order (batched),
+    whose batch id is the index of its call in the rank's list."""
+    from schedsim.pipeline.comms import megatron_interleaved_cols
 
     if plan.p == 2 and plan.mode == "batched":
         _interleaved_steps(spec, pb, plan)  # raises its error
     batched = plan.mode == "batched"
-    items: list[Any] = []
-    lens: list[int] = []
-    in_call: list[bool] = []
-    per_rank: list[int] = []  # ops per rank
-    seq_len: list[int] = []  # calls (list entries) per rank
-    for seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size).values():
-        n0 = len(items)
-        is_list = [type(x) is list for x in seq]
-        items.extend(chain.from_iterable(x if isl else (x,) for x, isl in zip(seq, is_list, strict=True)))
-        lens.extend(len(x) if isl else 1 for x, isl in zip(seq, is_list, strict=True))
-        in_call.extend(is_list)
-        per_rank.append(len(items) - n0)
-        seq_len.append(len(seq))
-    i64 = np.int64
-    if not items:
-        z = np.zeros(0, i64)
-        return StepCols(z, z, z, z, z)
-    st, ty, mb = zip(*items, strict=True)
-    typ = np.fromiter(map(_CODE.__getitem__, ty), i64, len(items))
-    n_calls = np.array(lens, i64)
-    rank = np.repeat(np.arange(plan.p), per_rank)
-    call_of = np.repeat(np.arange(len(n_calls)), n_calls)  # global call index (per rank, in issue order)
-    elem = np.arange(len(items)) - np.repeat(np.cumsum(n_calls) - n_calls, n_calls)
-    # Megatron's _p2p_ops: even ranks send_next, recv_prev, send_prev, recv_next; odd ranks the mirror
-    pos = np.array([[0, 0, 0, 0, 0, 1, 2, 3], [0, 0, 0, 0, 1, 0, 3, 2]], i64)  # by rank parity, type code
-    key = elem if batched else pos[rank % 2, typ]
-    o = np.lexsort((key, call_of))
-    comm = np.repeat(np.array(in_call, bool), n_calls)
-    # a batch's id is the index of its call in the rank's list
-    sl = np.array(seq_len, i64)
-    bid = np.where(comm & batched, call_of - (np.cumsum(sl) - sl)[rank], -1)
-    return StepCols(rank[o], typ[o], np.array(st, i64)[o], np.array(mb, i64)[o], bid[o])
+    rank, typ, stage, mb, call = megatron_interleaved_cols(plan.p, plan.m, plan.v, pb.group_size,
+                                                           p2p_ops_order=not batched)
+    bid = np.where(typ >= 4, call, -1) if batched else np.full(len(typ), -1, np.int64)
+    return StepCols(rank, typ, stage, mb, bid)
 
 
 def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
