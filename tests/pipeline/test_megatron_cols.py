@@ -55,3 +55,21 @@ def test_hand_counted_rank_of_a_small_pipeline():
     counts = {c: int((typ[r1] == c).sum()) for c in (0, 2, 4, 5, 6, 7)}
     assert counts == {0: 4, 2: 4, 4: 2, 5: 4, 6: 4, 7: 2}
     assert (typ[r1][:2] == [5, 0]).all() and call[r1][0] == 0 and call[r1][1] == 1  # recv_forward, then F
+
+
+def test_compute_columns_equal_the_generator():
+    """interleaved_1f1b_cols is interleaved_1f1b's order, action by action, and raises its errors."""
+    from schedsim.pipeline.schedules import interleaved_1f1b, interleaved_1f1b_cols
+
+    for p, m, v, g in grid():
+        if m < p:
+            continue
+        want = np.array([(r, CODE[a.type], a.stage, a.microbatch) for r, acts in interleaved_1f1b(p, m, v,
+                         group_size=g).items() for a in acts], np.int64)
+        got = np.stack(interleaved_1f1b_cols(p, m, v, group_size=g), axis=1)
+        assert got.shape == want.shape and (got == want).all(), (p, m, v, g)
+    for bad in ((4, 3, 2, None), (4, 9, 2, 6), (4, 8, 1, None)):  # m < p; 0 < m mod g < p; v < 2
+        with pytest.raises(ValueError) as want_err:
+            interleaved_1f1b(*bad[:3], group_size=bad[3])
+        with pytest.raises(type(want_err.value), match=str(want_err.value)[:40].replace("(", r"\(")):
+            interleaved_1f1b_cols(*bad[:3], group_size=bad[3])
