@@ -621,6 +621,10 @@ class _FastEmitter:
             self.rank_l = self.er[op_ev]
         self.tmpl = tmpl_flat[self.flat_i]
 
+    def _per_op(self, a: np.ndarray) -> np.ndarray:
+        """A per-event column per op (the column itself when op k is event k)."""
+        return a if self.N == self.E else a[self.op_ev]
+
     def _key(self, r: np.ndarray, st: np.ndarray, cd: Any, j: np.ndarray) -> np.ndarray:
         """The key of what an event sets or looks up: (rank, stage, code, mb), code F 0, I 1, W 2, SEND_F 3,
         RECV_F 4, SEND_B 5, RECV_B 6 (stages -1 and NS are valid keys that nothing sets)."""
@@ -693,36 +697,33 @@ class _FastEmitter:
     def _names(self) -> None:
         """Op names (``<label><stage>.<mb>.<op>``, ``B<stage>.<mb>.<I|W>.<op>``, p2p
         ``<send|recv><F|B><stage>.<mb>``), interned in issue order."""
-        NS, M, N, op_ev = self.plan.num_stages, self.M, self.N, self.op_ev
+        NS, M, N = self.plan.num_stages, self.M, self.N
         self.js = js = np.array([str(j) for j in range(M)], dtype=object)
         pre_tab = np.array([f"{lab}{st}." for lab in ("F", "I", "B", "W", "sendF", "recvF", "sendB", "recvB")
                             for st in range(NS)], dtype=object)
-        pre = pre_tab[self.et * NS + self.es]
+        per_op = self._per_op
+        et_es = per_op(self.et * NS + self.es)  # per op: its label and stage, an index into pre_tab
         sfx_all = self.sfx + self.sfx_b + [""]
-        sfx_i = np.where(~self.comp[op_ev], len(sfx_all) - 1,
-                         np.where(self.is_b[op_ev], len(self.sfx) + self.flat_i, self.flat_i))
+        sfx_i = np.where(~per_op(self.comp), len(sfx_all) - 1,
+                         np.where(per_op(self.is_b), len(self.sfx) + self.flat_i, self.flat_i))
         usfx = list(dict.fromkeys(sfx_all))
-        ej_op = self.ej[op_ev]
+        ej_op = per_op(self.ej)
         if len(usfx) * M <= N:  # "<mb><suffix>" made once per (mb, suffix): one concatenation per name
             u_of = {x: i for i, x in enumerate(usfx)}
             sfx_u = np.array([u_of[x] for x in sfx_all], np.int64)[sfx_i]
-            head, tail_code = pre[op_ev], ej_op * len(usfx) + sfx_u
+            tail_code = ej_op * len(usfx) + sfx_u
 
             def make() -> list[str]:
                 tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
-                return (head + tail[tail_code]).tolist()  # type: ignore[no-any-return]
+                return (pre_tab[et_es] + tail[tail_code]).tolist()  # type: ignore[no-any-return]
         else:
-            head, sfx_obj = pre[op_ev] + js[ej_op], np.array(sfx_all, dtype=object)[sfx_i]
-
             def make() -> list[str]:
-                return (head + sfx_obj).tolist()  # type: ignore[no-any-return]
+                return (pre_tab[et_es] + js[ej_op] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()  # type: ignore[no-any-return]
         nm = self.table.names
         # distinct (label, stage, mb, op) give distinct names (stage and mb are digits, the label leads), so the
         # names are new and distinct unless a stage lists an op name twice or an earlier op took one; then they
         # are made and registered for lookup only when needed (a report, an error, a written op naming one)
         if all(len({x for x, _t in lst}) == len(lst) for lst in self.lists) and not _pipeline_like(nm.ids):
-            et_es = (self.et * NS + self.es)[op_ev]
-
             def parts() -> Parts:  # the same names, coded: <label><stage>. + <mb> + <suffix>
                 return Parts([(pre_tab.tolist(), et_es), (js.tolist(), ej_op), (sfx_all, sfx_i)])
 
@@ -770,14 +771,24 @@ class _FastEmitter:
         NS, M, table = self.plan.num_stages, self.M, self.table
         et, es, ej, comp = self.et, self.es, self.ej, self.comp
         chunk = np.array([chunk_of[st] for st in range(NS)], np.int64)
-        self.fwd = fwd = np.isin(et, (4, 5))
-        src = np.where(np.isin(et, (4, 6)), es, np.where(fwd, es - 1, es + 1))
         p2p = ~comp
-        # the message a p2p op carries: <F|B><stage that produced it>.<mb>, one string per message
-        msg_code = ((np.where(fwd, 0, NS + 2) + src + 1) * M + ej)[p2p]
+        self.p2p_ev = p2p_ev = np.flatnonzero(p2p)
+        t, s = et[p2p_ev], es[p2p_ev]
+        # the message a p2p op carries: <F|B><stage that produced it>.<mb>, one string per message (SEND_F 4,
+        # RECV_F 5, SEND_B 6, RECV_B 7: a send's own stage, a recv's neighbour)
+        back = t >= 6
+        src = np.where(t % 2 == 0, s, np.where(back, s + 1, s - 1))
+        msg_code = ((back * (NS + 2) + src + 1) * M + ej[p2p_ev])
         msg_u, msg_inv = _first_seen(msg_code, 2 * (NS + 2) * M)
-        msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
-        msg_str = (msg_tab[msg_u // M] + self.js[msg_u % M]).tolist()
+        strs_made: list[list[str]] = []
+
+        def msg_strs() -> list[str]:
+            """The messages' strings, in order of first appearance (made once, on first use)."""
+            if not strs_made:
+                msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
+                strs_made.append((msg_tab[msg_u // M] + self.js[msg_u % M]).tolist())
+            return strs_made[0]
+
         made: list[list[tuple]] = []  # type: ignore[type-arg]
 
         def make() -> list[tuple]:  # type: ignore[type-arg]
@@ -788,7 +799,7 @@ class _FastEmitter:
                 val_tab = _obj([("pp_op", t.value) for t in _TYPES])  # a compute phase's label (B for both parts)
                 st_pairs = _obj([("stage", st) for st in range(NS)])[es]
                 mid = _obj([("phase", x) for x in "FIW"])[np.maximum(self.ph, 0)]
-                mid[p2p] = _obj([("msg", x) for x in msg_str])[msg_inv]
+                mid[p2p] = _obj([("msg", x) for x in msg_strs()])[msg_inv]
                 made.append(list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[et].tolist(),
                                      st_pairs.tolist(), strict=True)))
             return made[0]
@@ -804,7 +815,7 @@ class _FastEmitter:
                 msg_of[p2p] = msg_inv
                 cols.append(TagColumns({
                     "chunk": (list(range(int(chunk.max()) + 1 if NS else 1)), chunk[es]), "mb": (list(range(M)), ej),
-                    "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msg_str, msg_of),
+                    "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msg_strs(), msg_of),
                     "pp_op": ([t.value for t in _TYPES], et), "stage": (list(range(NS)), es)}, len(et)))
             return cols[0]
 
@@ -814,9 +825,8 @@ class _FastEmitter:
         base = table.tags.reserve(self.E, make, _is_pipeline_tags, np.flatnonzero(comp), columns=tag_cols)
         table.mark_msg_tags(base, p2p)
         self.ev_tag = base + self.idx
-        self.p2p_ev = np.flatnonzero(p2p)
         # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
-        self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p], msg_u, msg_inv, msg_str)
+        self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p_ev], msg_u, msg_inv, msg_strs)
 
     def _p2p(self) -> None:
         """Per p2p op its peer (pipeline rank), kind (0 send, 1 recv), direction (0 F, 1 B) and rank."""
@@ -832,13 +842,15 @@ class _FastEmitter:
 
     @staticmethod
     def _strs(table: Table, bid: np.ndarray, msg_u: np.ndarray, msg_inv: np.ndarray,
-              msg_str: list[str]) -> tuple[np.ndarray, np.ndarray]:
+              msg_strs: Any) -> tuple[np.ndarray, np.ndarray]:
         """Intern the p2p ops' strings as the per-op emitter does (per op its batch name ``b<id>`` when it has
-        one, then its message) and return (batch ids, message ids), -1 where an op has no batch."""
+        one, then its message) and return (batch ids, message ids), -1 where an op has no batch.
+        ``msg_strs()``: the messages' strings (``msg_u``'s, in order of first appearance)."""
         st = table.strs
         has_b = bid >= 0
         n = len(bid)
         if st.ids:  # strings from elsewhere first: intern one by one
+            msg_str = msg_strs()
             seq: list[str] = []
             for b, mi in zip(bid.tolist(), msg_inv.tolist(), strict=True):
                 if b >= 0:
@@ -847,6 +859,9 @@ class _FastEmitter:
             sid = _intern_bulk(st, seq)
             pos_msg = np.cumsum(has_b.astype(np.int64) + 1) - 1
             return np.where(has_b, sid[np.maximum(pos_msg - 1, 0)], -1), sid[pos_msg]
+        if not bool(has_b.any()):  # the messages alone, in order of first appearance: msg_u's order
+            base = st.reserve(len(msg_u), msg_strs, _is_pipeline_str)
+            return np.full(n, -1, np.int64), base + msg_inv
         # first appearance of each string in the op sequence b?, msg, b?, msg, ... (positions 2i and 2i + 1)
         b_u, b_inv = _first_seen(np.where(has_b, bid, 0), max(int(bid.max()) + 1, 1) if n else 1)
         b_first = np.full(len(b_u), 2 * n, np.int64)
@@ -861,7 +876,7 @@ class _FastEmitter:
         b_kept = b_u[keep_b]
 
         def make() -> list[str]:
-            labels = np.array([f"b{x}" for x in b_kept.tolist()] + msg_str, dtype=object)
+            labels = np.array([f"b{x}" for x in b_kept.tolist()] + msg_strs(), dtype=object)
             return labels[order].tolist()  # type: ignore[no-any-return]
 
         # made when read, registered for lookup when a written op's batch or message could be one of them
