@@ -650,10 +650,8 @@ class _FastEmitter:
         k2 = ((es + 1) * 7 + code) * M + ej
         dense = E == 0 or int(np.bincount(k2, minlength=space).max()) <= 1
         if dense:
-            at = np.full(space, E, np.int64)
+            at = np.full(space, E, np.int64)  # E: no event sets the key (read through a clipped take below)
             at[k2] = self.idx
-            val_e = np.append(val, -1)
-            er_e = np.append(er, -1)
         else:
             ks = self._key(er, es, code, ej)
             order = np.argsort(ks, kind="stable")
@@ -672,8 +670,8 @@ class _FastEmitter:
                 r_s, s_s, j_s = er[pend], es[pend], ej[pend]
                 if dense:
                     e = at[((s_s + ds + 1) * 7 + cd) * M + j_s]
-                    ok = (e < pend) & (er_e[e] == r_s)
-                    found = val_e[e]
+                    ok = (e < pend) & (np.take(er, e, mode="clip") == r_s)  # e = E clipped: fails e < pend
+                    found = np.take(val, e, mode="clip")
                 else:
                     q = self._key(r_s, s_s + ds, cd, j_s)
                     i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)

@@ -93,7 +93,8 @@ def batch_heads(rank: np.ndarray, batch: np.ndarray, idx: np.ndarray) -> tuple[n
     sb, sr = batch[bs], rank[bs]
     nxt = sr[1:] == sr[:-1]  # consecutive batch runs on one rank
     if bool((sb[1:][nxt] > sb[:-1][nxt]).all()) and _ranks_ascend(rank):
-        at[:] = idx[starts[np.cumsum(~cont) - 1]]
+        if len(starts) < n:  # a run of two or more: its members take its first's position
+            at[:] = idx[starts[np.cumsum(~cont) - 1]]
         return at, True
     nb = int(batch.max()) + 1
     key = rank[bm].astype(np.int64) * nb + batch[bm]
