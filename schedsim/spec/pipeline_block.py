@@ -353,7 +353,15 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
     counts, lines, texts = [], [], {}
     for r in range(p):
         row = rows[r]
-        toks = (row.replace(",", " ") if "," in row else row).split()
+        line = row.replace(",", " ") if "," in row else row
+        if line[:1] != " " and line[-1:] != " " and "  " not in line and line.isprintable():
+            # white space only single spaces (tabs and the like are not printable): the tokens lie between them
+            counts.append(line.count(" ") + 1 if line else 0)
+            lines.append(line)
+            texts[r] = (" " + line).replace(" _", "").replace(" .", "").split() if "_" in line or "." in line \
+                else line.split()
+            continue
+        toks = line.split()
         counts.append(len(toks))
         lines.append(" ".join(toks))
         texts[r] = list(filterfalse(_IDLE.__contains__, toks)) if "_" in row or "." in row else toks
