@@ -454,6 +454,38 @@ _CODE = {CT.F: 0, CT.I: 1, CT.B: 2, CT.W: 3, CT.SEND_F: 4, CT.RECV_F: 5, CT.SEND
 _TYPES = (CT.F, CT.I, CT.B, CT.W, CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B)
 
 
+#: What the first op of an event waits for, per event class (:data:`_INPUT_CLASS`): the keys tried in order, each
+#: (stage offset, code, rule), the first one set by an earlier event on the event's rank winning (the per-op
+#: emitter's ``_input`` and a send's source). Codes as :meth:`_FastEmitter._key`'s: F 0, I 1, W 2, SEND_F 3,
+#: RECV_F 4, SEND_B 5, RECV_B 6; rule 0 any stage, 1 not on the first stage, 2 not on the last.
+_INPUT_RULES = (
+    ((0, 4, 0), (-1, 0, 1)),  # F: its recv, else the previous stage's F
+    ((0, 6, 0), (1, 1, 2), (0, 0, 0)),  # I (and a full B's I part): its recv, else the next stage's I, else its F
+    ((0, 1, 0),),  # W: its I
+    ((0, 0, 0),),  # SEND_F: the F whose output it carries
+    ((0, 1, 0),),  # SEND_B: the I whose output it carries
+)
+#: The rules as one int64 table (class, candidate, 3), a code of -1 ending a class's list (for the C lookups).
+_INPUT_CANDS = np.array([list(r) + [(0, -1, 0)] * (3 - len(r)) for r in _INPUT_RULES], np.int64)
+#: Event class by (type code, part): F 0; I 1; a full B's I part 1, its W part none (-1: it waits for its I
+#: part); W 2; SEND_F 3; SEND_B 4; recvs none.
+_INPUT_CLASS = np.array([0, -1, 1, -1, 1, -1, 2, -1, 3, -1, -1, -1, 4, -1, -1, -1], np.int64)
+
+
+def _compiled(name: str) -> Any:
+    """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves`, or None when it is not built,
+    lacks it (built from an older ``_cwaves.c``) or ``SCHEDSIM_NO_EXT=1``: the numpy path then runs."""
+    import os
+
+    if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
+        return None
+    try:
+        from schedsim.sim import _cwaves  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return getattr(_cwaves, name, None)
+
+
 @dataclass
 class StepCols:
     """The issue order of every rank as columns, rank-major (rank 0's steps first), in issue order.
@@ -558,6 +590,7 @@ class _FastEmitter:
         self.table, self.plan = table, plan
         self.M = int(c.mb.max()) + 1 if len(c.mb) else 1  # microbatch ids are < M
         self.compute_stream = -1
+        self._dense_ok = True  # cleared when an action repeats on one rank (the per-op emitter takes the order)
 
     @classmethod
     def prepare(cls, table: Table, plan: PipelinePlan, protos: dict[tuple[int, str], list[tuple[str, int]]],
@@ -644,10 +677,25 @@ class _FastEmitter:
         if len(ck) > 1 and int(np.bincount(ck, minlength=NS * 3 * M).max()) > 1:
             return None  # one compute on two ranks: its tag set is shared, which the per-op path interns
         dep = np.full(E, -1, np.int64)
-        # what each event sets, by (stage, code, mb): a dense table when no two ranks set one key (each compute
-        # and each message on one rank: every order but hand-written p2p), else the sorted (rank, key) pairs
+        k2 = ((es + 1) * 7 + code) * M + ej  # the key each event sets, by (stage, code, mb)
+        cls = _INPUT_CLASS[et * 2 + part]
+        ext = _compiled("first_set")
+        if ext is None or not E or not ext(k2, cls, er, es, ej, val, _INPUT_CANDS, _INPUT_CANDS.shape[1], NS, M, dep):
+            self._inputs_numpy(dep, k2, cls, code, val)
+        b1 = np.flatnonzero(is_b & (part == 1))
+        dep[b1] = last[b1 - 1]  # a full backward's W part: its I part
+        return dep if self._dense_ok else None
+
+    def _inputs_numpy(self, dep: np.ndarray, k2: np.ndarray, cls: np.ndarray, code: np.ndarray,
+                      val: np.ndarray) -> None:
+        """:data:`_INPUT_RULES` on arrays (the reference of the compiled ``_cwaves.first_set``): ``dep`` per
+        event; clears ``_dense_ok`` when an action repeats on one rank."""
+        NS, M, E = self.plan.num_stages, self.M, self.E
+        er, es, ej = self.er, self.es, self.ej
+        dep[:] = -1
+        # a dense table of what each event sets when no two ranks set one key (each compute and each message on
+        # one rank: every order but hand-written p2p), else the sorted (rank, key) pairs
         space = (NS + 2) * 7 * M
-        k2 = ((es + 1) * 7 + code) * M + ej
         dense = E == 0 or int(np.bincount(k2, minlength=space).max()) <= 1
         if dense:
             at = np.full(space, E, np.int64)  # E: no event sets the key (read through a clipped take below)
@@ -657,14 +705,12 @@ class _FastEmitter:
             order = np.argsort(ks, kind="stable")
             sk = ks[order]
             if E > 1 and bool((sk[1:] == sk[:-1]).any()):
-                return None  # an action twice on one rank: only the per-op path follows its overwrites
+                self._dense_ok = False  # an action twice on one rank: only the per-op path follows its overwrites
+                return
             sval = val[order]
-
-        def first_found(sel: np.ndarray, cands: list[tuple[int, int, Any]]) -> None:
-            """``dep[sel]``: the first candidate key (stage offset, code, and a rule ``valid(stage)`` or None)
-            set by an earlier event; each candidate is looked up for the events still without one."""
-            pend = np.flatnonzero(sel)
-            for ds, cd, valid in cands:
+        for c, cands in enumerate(_INPUT_RULES):
+            pend = np.flatnonzero(cls == c)
+            for ds, cd, rule in cands:  # each candidate looked up for the events still without one
                 if not len(pend):
                     break
                 r_s, s_s, j_s = er[pend], es[pend], ej[pend]
@@ -677,20 +723,10 @@ class _FastEmitter:
                     i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
                     ok = (sk[i] == q) & (order[i] < pend)
                     found = sval[i]
-                if valid is not None:
-                    ok &= valid(s_s)
+                if rule:
+                    ok &= s_s > 0 if rule == 1 else s_s < NS - 1
                 dep[pend[ok]] = found[ok]
                 pend = pend[~ok]
-
-        f, i_ = ph == 0, ph == 1
-        first_found(f, [(0, 4, None), (-1, 0, lambda st: st > 0)])  # F: its recv, else the previous stage's F
-        first_found(i_, [(0, 6, None), (1, 1, lambda st: st < NS - 1), (0, 0, None)])  # I: recv, next stage's I, F
-        first_found((ph == 2) & ~is_b, [(0, 1, None)])  # W: its I
-        b1 = np.flatnonzero(is_b & (part == 1))
-        dep[b1] = last[b1 - 1]  # a full backward's W part: its I part
-        first_found(et == 4, [(0, 0, None)])  # a send waits for the compute whose output it carries
-        first_found(et == 6, [(0, 1, None)])
-        return dep
 
     def _names(self) -> None:
         """Op names (``<label><stage>.<mb>.<op>``, ``B<stage>.<mb>.<I|W>.<op>``, p2p

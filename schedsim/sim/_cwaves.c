@@ -16,6 +16,7 @@
  * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
  * issue_sums(...), rule 1's prefix sums for schedsim.sim.gpu_model.host_issue_columns (arithmetic only), and
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
+ * first_set(...), the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs),
  * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source), and
  * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels.
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
@@ -811,6 +812,94 @@ done:
     return result;
 }
 
+/* ---- first_set(...): the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs) --- */
+/* first_set(sets, cls, rank, stage, mb, val, cand, K, NS, M, dep) -> bool: for events e = 0 .. E-1 in issue
+ * order, dep[e] = val[s] for the first of its class's candidate keys that an earlier event s on the same rank
+ * set; dep[e] is left as it is when none was. Event e sets the key sets[e] (keys in 0 .. (NS + 2) * 7 * M - 1);
+ * returns False, with dep partly written, as soon as a key is set twice (the caller's sorted case). Its class cls[e] (-1: no lookup) picks the
+ * candidates cand[3 * (cls * K + i) ..] for i < K, each (stage offset, code, rule), a code of -1 ending the
+ * list; rule 0 always applies, 1 only when the event's stage > 0, 2 only when it is < NS - 1. A candidate's key
+ * is ((stage + offset + 1) * 7 + code) * M + mb: what the numpy path (first_found) looks up, event by event.
+ * Buffers int64 (dep writable), one length E but cand. Raises TypeError / ValueError for other buffers or a
+ * key outside the table, MemoryError. */
+static PyObject *first_set(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[8];
+    Py_ssize_t K, NS, M;
+    if (!PyArg_ParseTuple(args, "OOOOOOOnnnO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &K, &NS, &M, &o[7]))
+        return NULL;
+    Py_buffer b[8];
+    int got = 0;
+    PyObject *result = NULL;
+    i64 *at = NULL;
+    for (; got < 8; got++) {
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (got == 7 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(o[got], &b[got], flags) < 0) goto done;
+        const char *f = b[got].format ? b[got].format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') f++;
+        if (b[got].itemsize != 8 || (strcmp(f, "l") && strcmp(f, "q"))) {
+            PyBuffer_Release(&b[got]);
+            PyErr_SetString(PyExc_TypeError, "first_set: buffers must be int64 arrays");
+            goto done;
+        }
+    }
+    i64 E = b[0].len / 8;
+    for (int k = 1; k < 8; k++)
+        if (k != 6 && b[k].len / 8 != E) {
+            PyErr_SetString(PyExc_ValueError, "first_set: per-event buffers differ in length");
+            goto done;
+        }
+    if (K < 0 || NS < 0 || M < 1 || b[6].len / 8 % (3 * (K ? K : 1))) {
+        PyErr_SetString(PyExc_ValueError, "first_set: bad K, NS, M or candidate table");
+        goto done;
+    }
+    const i64 *sets = b[0].buf, *cls = b[1].buf, *rank = b[2].buf, *stage = b[3].buf, *mb = b[4].buf;
+    const i64 *val = b[5].buf, *cand = b[6].buf;
+    i64 *dep = b[7].buf, ncls = K ? b[6].len / 8 / (3 * K) : 0, space = (NS + 2) * 7 * M;
+    at = malloc(((size_t)space + 1) * sizeof(i64));
+    if (!at) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 k = 0; k < space; k++) at[k] = -1;
+    for (i64 e = 0; e < E; e++) {
+        i64 c = cls[e];
+        if (c >= ncls) {
+            PyErr_SetString(PyExc_ValueError, "first_set: a class without candidates");
+            goto done;
+        }
+        for (i64 i = 0; c >= 0 && i < K; i++) {
+            const i64 *q = cand + 3 * (c * K + i);
+            if (q[1] < 0) break;
+            if ((q[2] == 1 && stage[e] <= 0) || (q[2] == 2 && stage[e] >= NS - 1)) continue;
+            i64 key = ((stage[e] + q[0] + 1) * 7 + q[1]) * M + mb[e];
+            if (key < 0 || key >= space) {
+                PyErr_SetString(PyExc_ValueError, "first_set: a candidate key outside the table");
+                goto done;
+            }
+            i64 s = at[key];
+            if (s >= 0 && rank[s] == rank[e]) {
+                dep[e] = val[s];
+                break;
+            }
+        }
+        if (sets[e] < 0 || sets[e] >= space) {
+            PyErr_SetString(PyExc_ValueError, "first_set: a set key outside the table");
+            goto done;
+        }
+        if (at[sets[e]] >= 0) { /* a key set twice: not the dense case */
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        at[sets[e]] = e;
+    }
+    result = Py_NewRef(Py_True);
+done:
+    free(at);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 /* ---- walk(binding, ogrp, i, out): the critical path's walk back from op i, for the timeline ------------------ */
 /* Follows binding[] (the op that released each op; < 0: its host launch, or none) from op i until it leaves the
  * ops or meets one it has seen, and writes to out (int32, length >= len(binding)) every op on the way except a
@@ -1146,6 +1235,7 @@ static PyMethodDef methods[] = {
     {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
+    {"first_set", first_set, METH_VARARGS, "first_set(...) -> bool: the pipeline emitter's input lookups (_FastEmitter._inputs)."},
     {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
     {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
     {NULL, NULL, 0, NULL},

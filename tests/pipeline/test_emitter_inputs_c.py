@@ -1,0 +1,78 @@
+"""The compiled input lookups of the pipeline emitter (``_cwaves.first_set``) against the numpy path
+(:meth:`_FastEmitter._inputs_numpy`, the rules :data:`_INPUT_RULES`): the same dependency of every event, on
+orders of every kind, both p2p modes, several ops per stage phase, and orders the dense table does not take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import schedsim.lower.pipeline as P
+from schedsim.lower.pipeline import expand_pipeline
+from schedsim.lower.table import Table
+from schedsim.pipeline import generate
+from schedsim.spec.model import ScheduleSpec
+
+first_set = P._compiled("first_set")
+pytestmark = pytest.mark.skipif(first_set is None, reason="the compiled module is not built (or disabled)")
+
+STAGE = {"forward": [{"name": "a", "kind": "compute", "duration_us": 1}, {"name": "b", "kind": "compute",
+                                                                          "duration_us": 1}],
+         "backward_input": [{"kind": "compute", "duration_us": 1}],
+         "backward_weight": [{"kind": "compute", "duration_us": 1}]}
+
+
+def _deps(pipeline: dict, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> list:
+    spec = ScheduleSpec.model_validate({"schema_version": 1, "name": "t", "world_size": pipeline["p"],
+                                        "pipeline": {"stage": STAGE, "activation_bytes": 8, **pipeline}})
+    got: list = []
+    real = P._FastEmitter._inputs
+
+    def spy(self):  # type: ignore[no-untyped-def]
+        dep = real(self)
+        got.append(None if dep is None else dep.tolist())
+        return dep
+
+    with monkeypatch.context() as m:
+        m.setattr(P._FastEmitter, "_inputs", spy)
+        if not compiled:
+            m.setattr(P, "_compiled", lambda name: None)
+        expand_pipeline(spec, Table())
+    return got
+
+
+CASES = [{"schedule": "1f1b", "p": 4, "m": 6, "p2p": "batched"}, {"schedule": "1f1b", "p": 3, "m": 5},
+         {"schedule": "interleaved_1f1b", "p": 4, "m": 8, "v": 2}, {"schedule": "zb_h1", "p": 4, "m": 6},
+         {"schedule": "interleaved_zb", "p": 2, "m": 4, "v": 2}, {"schedule": "zbv", "p": 3, "m": 6},
+         {"schedule": "gpipe", "p": 3, "m": 4}, {"schedule": "looped_bfs", "p": 2, "m": 4, "v": 3},
+         {"schedule": "custom", "p": 3, "m": 4, "actions": {r: " ".join(map(str, a)) for r, a in
+                                                              generate("1f1b", 3, 4).items()}},
+         {"schedule": "custom", "p": 2, "m": 1, "actions": {0: "0F0 0SEND_F0 0RECV_B0 0B0",  # the user's p2p
+                                                             1: "1RECV_F0 1F0 1B0 1SEND_B0"}}]
+
+
+@pytest.mark.parametrize("pipeline", CASES)
+def test_compiled_inputs_equal_numpy(pipeline: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = _deps(pipeline, True, monkeypatch)
+    n = _deps(pipeline, False, monkeypatch)
+    assert c == n and c and c[0] is not None and any(x >= 0 for x in c[0])
+
+
+def test_a_key_set_twice_is_refused_and_bad_buffers_raise() -> None:
+    """Two events setting one key: False (the caller's sorted path); a hand-checked lookup otherwise."""
+    i64 = np.int64
+    NS, M = 2, 1
+    # event 0: F of stage 0 on rank 0 (key ((0 + 1) * 7 + 0) * 1 + 0 = 7); event 1: F of stage 1 on rank 0, class F
+    sets, cls = np.array([7, 14], i64), np.array([0, 0], i64)
+    rank, stage, mb, val = np.zeros(2, i64), np.array([0, 1], i64), np.zeros(2, i64), np.array([10, 11], i64)
+    dep = np.full(2, -1, i64)
+    assert first_set(sets, cls, rank, stage, mb, val, P._INPUT_CANDS, 3, NS, M, dep)
+    assert dep.tolist() == [-1, 10]  # stage 1's F waits for stage 0's (no recv on one rank)
+    rank2 = np.array([0, 1], i64)  # on another rank the previous stage's F is not an input
+    dep[:] = -1
+    assert first_set(sets, cls, rank2, stage, mb, val, P._INPUT_CANDS, 3, NS, M, dep) and dep.tolist() == [-1, -1]
+    assert not first_set(np.array([7, 7], i64), cls, rank, stage, mb, val, P._INPUT_CANDS, 3, NS, M, dep)
+    with pytest.raises(TypeError):
+        first_set(sets.astype(np.int32), cls, rank, stage, mb, val, P._INPUT_CANDS, 3, NS, M, dep)
+    with pytest.raises(ValueError):
+        first_set(np.array([7, 99], i64), cls, rank, stage, mb, val, P._INPUT_CANDS, 3, NS, M, dep)
