@@ -34,6 +34,7 @@ from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
+from schedsim.lower.program import compiled
 from schedsim.lower.table import Block, Table
 from schedsim.lower.written import op_instance
 from schedsim.pipeline.actions import COMM_TYPES, Action
@@ -472,20 +473,6 @@ _INPUT_CANDS = np.array([list(r) + [(0, -1, 0)] * (3 - len(r)) for r in _INPUT_R
 _INPUT_CLASS = np.array([0, -1, 1, -1, 1, -1, 2, -1, 3, -1, -1, -1, 4, -1, -1, -1], np.int64)
 
 
-def _compiled(name: str) -> Any:
-    """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves`, or None when it is not built,
-    lacks it (built from an older ``_cwaves.c``) or ``SCHEDSIM_NO_EXT=1``: the numpy path then runs."""
-    import os
-
-    if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
-        return None
-    try:
-        from schedsim.sim import _cwaves  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return getattr(_cwaves, name, None)
-
-
 @dataclass
 class StepCols:
     """The issue order of every rank as columns, rank-major (rank 0's steps first), in issue order.
@@ -679,7 +666,7 @@ class _FastEmitter:
         dep = np.full(E, -1, np.int64)
         k2 = ((es + 1) * 7 + code) * M + ej  # the key each event sets, by (stage, code, mb)
         cls = _INPUT_CLASS[et * 2 + part]
-        ext = _compiled("first_set")
+        ext = compiled("first_set")
         if ext is None or not E or not ext(k2, cls, er, es, ej, val, _INPUT_CANDS, _INPUT_CANDS.shape[1], NS, M, dep):
             self._inputs_numpy(dep, k2, cls, code, val)
         b1 = np.flatnonzero(is_b & (part == 1))

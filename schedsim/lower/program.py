@@ -37,7 +37,22 @@ from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
 
-__all__ = ["Program", "DagView", "batch_heads", "stable_order", "unique"]
+__all__ = ["Program", "DagView", "batch_heads", "compiled", "stable_order", "unique"]
+
+
+def compiled(name: str) -> Any:
+    """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves`; None when it is not built (the
+    simulator says so in one line when it runs), lacks it (built from an older ``_cwaves.c``) or
+    ``SCHEDSIM_NO_EXT=1``: the numpy path then runs."""
+    import os
+
+    if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
+        return None
+    try:
+        from schedsim.sim import _cwaves  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return getattr(_cwaves, name, None)
 
 
 def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -758,96 +758,103 @@ def megatron_interleaved_cols(p: int, m: int, v: int, group_size: int | None = N
 
     i64 = np.int64
     g = p if group_size is None else group_size
-    total = v * m
     tab = np.array(megatron_schedule_table(m, v, g), i64).reshape(-1, 2)
-    mb_t, fc = tab[:, 0], tab[:, 1]  # per forward k: microbatch, chunk (backward k: chunk v - 1 - c)
-    bc = v - 1 - fc
-    out: list[list[Any]] = [[], [], [], [], []]
-    for r in range(p):
-        first, last = r == 0, r == p - 1
-        warm = min(2 * (p - r - 1) + (v - 1) * g, total)
-        rest = total - warm
-
-        def recv_from_prev(k: Any, fwd: bool) -> tuple[Any, Any]:
-            """Megatron's ``recv_tensor_from_previous_stage`` for steps ``k``: (whether, next chunk)."""
-            cid = fc if fwd else bc
-            if first if fwd else last:
-                early = k < p - 1
-                nxt = np.where(early, cid[(k + 1) % total], cid[(k - (p - 1)) % total])
-                recv = ~early & (nxt != (v - 1 if fwd else 0))
-                return recv, nxt + (1 if fwd else -1)
-            return np.ones(len(k), bool), cid[(k + 1) % total]
-
-        # slots: (typ, chunk, mb (-1: a recv's, counted below), valid, call key) per phase, as (rows, slots)
-        rows: list[tuple[Any, ...]] = []
-        key0 = 0
-
-        def phase(slots: list[tuple[Any, Any, Any, Any, int]], n: int) -> None:
-            """Append ``n`` rows of ``slots`` (typ, chunk, mb, valid, call of the slot within its row)."""
-            nonlocal key0
-            if n <= 0:
-                return
-            cols = [np.broadcast_to(np.asarray(x), (n,)) for s in slots for x in s[:4]]
-            arr = [np.stack(cols[i::4], axis=1) for i in range(4)]
-            sub = np.array([s[4] for s in slots], i64)
-            ncall = int(sub.max()) + 1
-            key = key0 + np.arange(n)[:, None] * ncall + sub[None, :]
-            key0 += n * ncall
-            rows.append((*arr, key))
-
-        def send_f(k: Any) -> tuple[Any, Any, Any, Any, int]:
-            return (CODE_SEND_F, fc[k], mb_t[k], ~((fc[k] == v - 1) & last), 0)
-
-        def send_b(k: Any) -> tuple[Any, Any, Any, Any, int]:
-            return (CODE_SEND_B, bc[k], mb_t[k], ~((bc[k] == 0) & first), 0)
-
-        def batch(ops: list[tuple[Any, Any, Any, Any, int]], call: int) -> list[tuple[Any, Any, Any, Any, int]]:
-            """The batch's slots (send_prev, recv_prev, send_next, recv_next order, or ``_p2p_ops``')."""
-            if p2p_ops_order:
-                pos = ({CODE_SEND_F: 0, CODE_RECV_F: 1, CODE_SEND_B: 2, CODE_RECV_B: 3} if r % 2 == 0 else
-                       {CODE_RECV_F: 0, CODE_SEND_F: 1, CODE_RECV_B: 2, CODE_SEND_B: 3})
-                ops = sorted(ops, key=lambda s: pos[s[0]])
-            return [(*s[:4], call) for s in ops]
-
-        if not first:
-            phase([(CODE_RECV_F, 0, -1, True, 0)], 1)
-        k = np.arange(warm)
-        rp, nf = recv_from_prev(k, True)
-        rp &= k != total - 1
-        phase([(CODE_F, fc[k], mb_t[k], True, 0)] + batch([
-            (CODE_RECV_F, nf, -1, rp, 0), send_f(k),
-            (CODE_RECV_B, v - 1, -1, (k == warm - 1) & (rest > 0) & (not last), 0)], 1), warm)
-        k = np.arange(rest)
-        fk = k + warm
-        rp, nf = recv_from_prev(fk, True)
-        rp &= k != rest - 1
-        rn, nb = recv_from_prev(k, False)
-        phase([(CODE_F, fc[fk], mb_t[fk], True, 0), (CODE_B, bc[k], mb_t[k], True, 1)] + batch([
-            send_b(k), (CODE_RECV_F, nf, -1, rp, 0), send_f(fk), (CODE_RECV_B, nb, -1, rn, 0)], 2), rest)
-        if rest <= 0 and not last:
-            phase([(CODE_RECV_B, v - 1, -1, True, 0)], 1)
-        k = np.arange(max(rest, 0), total)
-        rn, nb = recv_from_prev(k, False)
-        rn &= k != total - 1
-        phase([(CODE_B, bc[k], mb_t[k], True, 0)] + batch([send_b(k), (CODE_RECV_B, nb, -1, rn, 0)], 1),
-              total - max(rest, 0))
-        typ, ch, mb, ok, key = (np.concatenate([x[i].reshape(-1) for x in rows]) for i in range(5))
-        typ, ch, mb, key = typ[ok], ch[ok], mb[ok].copy(), key[ok]
-        new = np.ones(len(key), bool)
-        new[1:] = key[1:] != key[:-1]
-        # a recv's microbatch: its count among the rank's earlier recvs of its direction and chunk
-        rv = np.flatnonzero(mb < 0)
-        code = (typ[rv] == CODE_RECV_B) * v + ch[rv]
-        o = np.argsort(code, kind="stable")
-        sc = code[o]
-        start = np.ones(len(sc), bool)
-        start[1:] = sc[1:] != sc[:-1]
-        at = np.flatnonzero(start)
-        cnt = np.arange(len(sc)) - np.repeat(at, np.diff(np.append(at, len(sc))))
-        mb[rv[o]] = cnt
-        for lst, x in zip(out, (np.full(len(typ), r, i64), typ, ch * p + r, mb, np.cumsum(new) - 1), strict=True):
-            lst.append(x.astype(i64, copy=False))
+    cols = [_megatron_rank_cols(p, v, g, r, tab, p2p_ops_order) for r in range(p)]
     if not p:
         z = np.zeros(0, i64)
         return z, z, z, z, z
-    return tuple(np.concatenate(x) for x in out)  # type: ignore[return-value]
+    return tuple(np.concatenate([c[k] for c in cols]).astype(i64, copy=False)  # type: ignore[return-value]
+                 for k in range(5))
+
+
+def _megatron_rank_cols(p: int, v: int, g: int, r: int, tab: Any, p2p_ops_order: bool) -> tuple[Any, ...]:
+    """Rank ``r``'s columns of :func:`megatron_interleaved_cols` (``tab``: the schedule table as an (v·m, 2)
+    array of microbatch and chunk)."""
+    import numpy as np
+
+    i64 = np.int64
+    total = len(tab)
+    mb_t, fc = tab[:, 0], tab[:, 1]  # per forward k: microbatch, chunk (backward k: chunk v - 1 - c)
+    bc = v - 1 - fc
+    first, last = r == 0, r == p - 1
+    warm = min(2 * (p - r - 1) + (v - 1) * g, total)
+    rest = total - warm
+
+    def recv_from_prev(k: Any, fwd: bool) -> tuple[Any, Any]:
+        """Megatron's ``recv_tensor_from_previous_stage`` for steps ``k``: (whether, next chunk)."""
+        cid = fc if fwd else bc
+        if first if fwd else last:
+            early = k < p - 1
+            nxt = np.where(early, cid[(k + 1) % total], cid[(k - (p - 1)) % total])
+            recv = ~early & (nxt != (v - 1 if fwd else 0))
+            return recv, nxt + (1 if fwd else -1)
+        return np.ones(len(k), bool), cid[(k + 1) % total]
+
+    # slots: (typ, chunk, mb (-1: a recv's, counted below), valid, call key) per phase, as (rows, slots)
+    rows: list[tuple[Any, ...]] = []
+    key0 = 0
+
+    def phase(slots: list[tuple[Any, Any, Any, Any, int]], n: int) -> None:
+        """Append ``n`` rows of ``slots`` (typ, chunk, mb, valid, call of the slot within its row)."""
+        nonlocal key0
+        if n <= 0:
+            return
+        cols = [np.broadcast_to(np.asarray(x), (n,)) for s in slots for x in s[:4]]
+        arr = [np.stack(cols[i::4], axis=1) for i in range(4)]
+        sub = np.array([s[4] for s in slots], i64)
+        ncall = int(sub.max()) + 1
+        key = key0 + np.arange(n)[:, None] * ncall + sub[None, :]
+        key0 += n * ncall
+        rows.append((*arr, key))
+
+    def send_f(k: Any) -> tuple[Any, Any, Any, Any, int]:
+        return (CODE_SEND_F, fc[k], mb_t[k], ~((fc[k] == v - 1) & last), 0)
+
+    def send_b(k: Any) -> tuple[Any, Any, Any, Any, int]:
+        return (CODE_SEND_B, bc[k], mb_t[k], ~((bc[k] == 0) & first), 0)
+
+    def batch(ops: list[tuple[Any, Any, Any, Any, int]], call: int) -> list[tuple[Any, Any, Any, Any, int]]:
+        """The batch's slots (send_prev, recv_prev, send_next, recv_next order, or ``_p2p_ops``')."""
+        if p2p_ops_order:
+            pos = ({CODE_SEND_F: 0, CODE_RECV_F: 1, CODE_SEND_B: 2, CODE_RECV_B: 3} if r % 2 == 0 else
+                   {CODE_RECV_F: 0, CODE_SEND_F: 1, CODE_RECV_B: 2, CODE_SEND_B: 3})
+            ops = sorted(ops, key=lambda s: pos[s[0]])
+        return [(*s[:4], call) for s in ops]
+
+    if not first:
+        phase([(CODE_RECV_F, 0, -1, True, 0)], 1)
+    k = np.arange(warm)
+    rp, nf = recv_from_prev(k, True)
+    rp &= k != total - 1
+    phase([(CODE_F, fc[k], mb_t[k], True, 0)] + batch([
+        (CODE_RECV_F, nf, -1, rp, 0), send_f(k),
+        (CODE_RECV_B, v - 1, -1, (k == warm - 1) & (rest > 0) & (not last), 0)], 1), warm)
+    k = np.arange(rest)
+    fk = k + warm
+    rp, nf = recv_from_prev(fk, True)
+    rp &= k != rest - 1
+    rn, nb = recv_from_prev(k, False)
+    phase([(CODE_F, fc[fk], mb_t[fk], True, 0), (CODE_B, bc[k], mb_t[k], True, 1)] + batch([
+        send_b(k), (CODE_RECV_F, nf, -1, rp, 0), send_f(fk), (CODE_RECV_B, nb, -1, rn, 0)], 2), rest)
+    if rest <= 0 and not last:
+        phase([(CODE_RECV_B, v - 1, -1, True, 0)], 1)
+    k = np.arange(max(rest, 0), total)
+    rn, nb = recv_from_prev(k, False)
+    rn &= k != total - 1
+    phase([(CODE_B, bc[k], mb_t[k], True, 0)] + batch([send_b(k), (CODE_RECV_B, nb, -1, rn, 0)], 1),
+          total - max(rest, 0))
+    typ, ch, mb, ok, key = (np.concatenate([x[i].reshape(-1) for x in rows]) for i in range(5))
+    typ, ch, mb, key = typ[ok], ch[ok], mb[ok].copy(), key[ok]
+    new = np.ones(len(key), bool)
+    new[1:] = key[1:] != key[:-1]
+    # a recv's microbatch: its count among the rank's earlier recvs of its direction and chunk
+    rv = np.flatnonzero(mb < 0)
+    code = (typ[rv] == CODE_RECV_B) * v + ch[rv]
+    o = np.argsort(code, kind="stable")
+    sc = code[o]
+    start = np.ones(len(sc), bool)
+    start[1:] = sc[1:] != sc[:-1]
+    at = np.flatnonzero(start)
+    cnt = np.arange(len(sc)) - np.repeat(at, np.diff(np.append(at, len(sc))))
+    mb[rv[o]] = cnt
+    return np.full(len(typ), r, i64), typ, ch * p + r, mb, np.cumsum(new) - 1

@@ -17,6 +17,7 @@
  * issue_sums(...), rule 1's prefix sums for schedsim.sim.gpu_model.host_issue_columns (arithmetic only), and
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
  * first_set(...), the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs),
+ * acyclic_units(n, units, parts), the same sweep over the wait-for graph's edge parts (checks._no_hang),
  * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source), and
  * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels.
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
@@ -812,6 +813,118 @@ done:
     return result;
 }
 
+/* typed_index32(o, b): a C-contiguous int32 buffer of o in b (released by the caller); TypeError otherwise. */
+static int typed_index32(PyObject *o, Py_buffer *b) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b->itemsize != 4 || (strcmp(f, "i") && strcmp(f, "l"))) {
+        PyBuffer_Release(b);
+        PyErr_SetString(PyExc_TypeError, "acyclic_units: parts must be int32 arrays");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- acyclic_units(n, units, parts): Kahn's sweep of the NCCL wait-for graph, edges in parts ------------ */
+/* Whether the graph of n nodes has no cycle, its edges: 2u -> 2u + 1 for every u < units (a unit's "posted ->
+ * done", not stored), and src[e] -> dst[e] of every (src, dst) pair of int32 arrays in the sequence parts (read
+ * where they lie: no concatenation). The sweep of acyclic(), for schedsim.lower.checks._no_hang. Raises
+ * TypeError for parts that are not pairs of int32 arrays of one length (the caller then concatenates),
+ * ValueError for a node outside 0..n-1 or sizes past int32, MemoryError. */
+static PyObject *acyclic_units(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n, units;
+    PyObject *parts;
+    if (!PyArg_ParseTuple(args, "nnO", &n, &units, &parts)) return NULL;
+    PyObject *seq = PySequence_Fast(parts, "acyclic_units: parts must be a sequence of (src, dst) pairs");
+    if (!seq) return NULL;
+    Py_ssize_t np_ = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *bufs = calloc((size_t)(2 * np_ + 1), sizeof(Py_buffer));
+    PyObject *result = NULL;
+    i32 *ptr = NULL, *adj = NULL, *indeg = NULL, *stack = NULL;
+    int got = 0;
+    i64 E = 0;
+    if (!bufs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n < 0 || units < 0 || 2 * (i64)units > (i64)n || n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "acyclic_units: need 0 <= 2 * units <= n < 2**31");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < np_; k++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "acyclic_units: each part must be a (src, dst) tuple");
+            goto done;
+        }
+        for (int j = 0; j < 2; j++) {
+            if (typed_index32(PyTuple_GET_ITEM(pair, j), &bufs[got]) < 0) goto done;
+            got++;
+        }
+        if (bufs[got - 1].len != bufs[got - 2].len) {
+            PyErr_SetString(PyExc_TypeError, "acyclic_units: src and dst of a part differ in length");
+            goto done;
+        }
+        E += bufs[got - 1].len / 4;
+    }
+    if (E >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "acyclic_units: more than 2**31 edges");
+        goto done;
+    }
+    for (int k = 0; k < got; k++) {
+        const i32 *x = bufs[k].buf;
+        for (i64 e = 0; e < bufs[k].len / 4; e++)
+            if (x[e] < 0 || x[e] >= n) {
+                PyErr_Format(PyExc_ValueError, "acyclic_units: node %lld outside 0..%lld", (long long)x[e],
+                             (long long)n - 1);
+                goto done;
+            }
+    }
+    ptr = calloc((size_t)n + 2, sizeof(i32));
+    adj = malloc(((size_t)E + 1) * sizeof(i32));
+    indeg = calloc((size_t)n + 1, sizeof(i32));
+    stack = malloc(((size_t)n + 1) * sizeof(i32));
+    if (!ptr || !adj || !indeg || !stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    i64 seen = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int k = 0; k < got; k += 2) {
+        const i32 *src = bufs[k].buf, *dst = bufs[k + 1].buf;
+        for (i64 e = 0; e < bufs[k].len / 4; e++) {
+            ptr[src[e] + 2]++;
+            indeg[dst[e]]++;
+        }
+    }
+    for (i64 u = 0; u < units; u++) indeg[2 * u + 1]++;
+    for (i64 v = 2; v < (i64)n + 2; v++) ptr[v] += ptr[v - 1];
+    for (int k = 0; k < got; k += 2) {
+        const i32 *src = bufs[k].buf, *dst = bufs[k + 1].buf;
+        for (i64 e = 0; e < bufs[k].len / 4; e++) adj[ptr[src[e] + 1]++] = dst[e]; /* ptr[v + 1]: end of row v */
+    }
+    i64 top = 0;
+    for (i64 v = 0; v < n; v++)
+        if (!indeg[v]) stack[top++] = (i32)v;
+    while (top) {
+        i32 a = stack[--top];
+        seen++;
+        if (a < 2 * units && !(a & 1) && !--indeg[a + 1]) stack[top++] = a + 1;
+        for (i32 k = ptr[a]; k < ptr[a + 1]; k++)
+            if (!--indeg[adj[k]]) stack[top++] = adj[k];
+    }
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(seen == n);
+done:
+    free(ptr); free(adj); free(indeg); free(stack);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&bufs[k]);
+    free(bufs);
+    Py_DECREF(seq);
+    return result;
+}
+
 /* ---- first_set(...): the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs) --- */
 /* first_set(sets, cls, rank, stage, mb, val, cand, K, NS, M, dep) -> bool: for events e = 0 .. E-1 in issue
  * order, dep[e] = val[s] for the first of its class's candidate keys that an earlier event s on the same rank
@@ -1235,6 +1348,7 @@ static PyMethodDef methods[] = {
     {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
+    {"acyclic_units", acyclic_units, METH_VARARGS, "acyclic_units(n, units, parts) -> bool: acyclic() of edge parts."},
     {"first_set", first_set, METH_VARARGS, "first_set(...) -> bool: the pipeline emitter's input lookups (_FastEmitter._inputs)."},
     {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
     {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},

@@ -13,7 +13,7 @@ from schedsim.lower.table import Table
 from schedsim.pipeline import generate
 from schedsim.spec.model import ScheduleSpec
 
-first_set = P._compiled("first_set")
+first_set = P.compiled("first_set")
 pytestmark = pytest.mark.skipif(first_set is None, reason="the compiled module is not built (or disabled)")
 
 STAGE = {"forward": [{"name": "a", "kind": "compute", "duration_us": 1}, {"name": "b", "kind": "compute",
@@ -36,7 +36,7 @@ def _deps(pipeline: dict, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> li
     with monkeypatch.context() as m:
         m.setattr(P._FastEmitter, "_inputs", spy)
         if not compiled:
-            m.setattr(P, "_compiled", lambda name: None)
+            m.setattr(P, "compiled", lambda name: None)
         expand_pipeline(spec, Table())
     return got
 
