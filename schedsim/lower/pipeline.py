@@ -222,11 +222,15 @@ def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> Step
     has = prod >= 0
     pr = np.maximum(prod, 0)
     adj = (rk[pr] > rk).astype(np.int64)
+    rounds = 2 * NS + 64 if max_sweeps is None else max_sweeps
+    ext = compiled("torch_rows") if max_sweeps is None else None  # a bound on the rounds: this path's
+    if ext is not None:
+        return _torch_rows_compiled(ext, plan, prod, adj)
     start = np.cumsum(c.counts) - np.array(c.counts, np.int64)
     k = np.arange(n) - np.repeat(start, c.counts)
     L = max(c.counts) if c.counts else 0
     sweep = k.copy()
-    for _ in range(2 * NS + 64 if max_sweeps is None else max_sweeps):
+    for _ in range(rounds):
         need = np.where(has, sweep[pr] + adj, -1) - k
         g = np.full((P, L), -1, np.int64)
         g[rk, k] = need
@@ -262,6 +266,31 @@ def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> Step
     before = np.concatenate([[0], cnt])[first_row]  # comms on earlier ranks
     bid = np.where(comm > 0, cnt - before[rr], -1)
     return StepCols(rr, ty, rows_st[o], rows_mb[o], bid)
+
+
+def _torch_rows_compiled(ext: Any, plan: PipelinePlan, prod: np.ndarray, adj: np.ndarray) -> StepCols | None:
+    """:func:`_torch_lower_cols` past its producers in C (``_cwaves.torch_rows``): the same sweeps (their least
+    solution, as longest paths in Kahn's order: no bound on rounds), and the rows in the order torch appends
+    them (a counting sort by sweep instead of a sort of the rows); None when a step waits on a cycle."""
+    c = plan.cols
+    assert c is not None
+    NS, i64 = plan.num_stages, np.int64
+    t, st, rk = c.typ, c.stage, c.rank
+    s2r = np.array([plan.s2r[x] for x in range(NS)] + [-1], i64)
+    fs = (t == 0) & (st < NS - 1)  # a forward whose next stage is on another rank sends its output there
+    fs[fs] = s2r[st[fs] + 1] != rk[fs]
+    bs = ((t == 1) | (t == 2)) & (st > 0)  # a backward sends its input gradient to the previous stage's rank
+    bs[bs] = s2r[st[bs] - 1] != rk[bs]
+    send = np.where(fs, 4, np.where(bs, 6, 0)).astype(i64)
+    peer_st = np.where(fs, st + 1, st - 1)
+    rows = int((t >= 0).sum()) + 2 * int((send > 0).sum())
+    out = [np.empty(rows, i64) for _ in range(5)]
+    sweep = np.empty(len(t), i64)
+    counts = np.asarray(c.counts, i64)
+    t, st, mb = (np.ascontiguousarray(x, i64) for x in (t, st, c.mb))
+    if not ext(counts, t, st, mb, prod, adj, send, peer_st, s2r[peer_st], sweep, *out):
+        return None
+    return StepCols(*out)
 
 
 def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:

@@ -18,6 +18,7 @@
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
  * first_set(...), the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs),
  * acyclic_units(n, units, parts), the same sweep over the wait-for graph's edge parts (checks._no_hang),
+ * torch_rows(...), torch's _add_send_recv on an order's columns (schedsim.lower.pipeline._torch_lower_cols),
  * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source), and
  * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels.
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
@@ -813,6 +814,20 @@ done:
     return result;
 }
 
+/* int64_buffer(o, b, writable, what): a C-contiguous int64 buffer of o in b (released by the caller); TypeError
+ * "<what>: buffers must be int64 arrays" otherwise. */
+static int int64_buffer(PyObject *o, Py_buffer *b, int writable, const char *what) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b->itemsize != 8 || (strcmp(f, "l") && strcmp(f, "q"))) {
+        PyBuffer_Release(b);
+        PyErr_Format(PyExc_TypeError, "%s: buffers must be int64 arrays", what);
+        return -1;
+    }
+    return 0;
+}
+
 /* typed_index32(o, b): a C-contiguous int32 buffer of o in b (released by the caller); TypeError otherwise. */
 static int typed_index32(PyObject *o, Py_buffer *b) {
     if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
@@ -925,6 +940,138 @@ done:
     return result;
 }
 
+/* ---- torch_rows(...): torch's _add_send_recv on an order's columns (schedsim.lower.pipeline._torch_lower_cols) */
+/* torch_rows(counts, typ, stage, mb, prod, adj, send, peer_st, peer_rank, sweep, o_rank, o_typ, o_st, o_mb, o_bid)
+ * -> bool. The steps of P ranks (counts[r] each, rank-major, idle steps typ < 0) run in sweeps: step k
+ * of a rank in sweep t_k = max(t_(k-1) + 1, t_prod[k] + adj[k]) (prod[k] < 0: no producer; t_(-1) = -1), the
+ * least solution (the numpy path's fixed point) found as longest paths in Kahn's order: False when a step
+ * waits on a cycle. Then the rows,
+ * in the order torch's sweeps append them (sweep by sweep, ranks ascending: a counting sort by sweep): each
+ * busy step on its rank, after it its send (send[k]: 4 SEND_F or 6 SEND_B; 0 none) and on rank peer_rank[k]
+ * the matching recv (send + 1) at stage peer_st[k]; per rank, a p2p row's batch id counts the rank's p2p rows
+ * from 1 (-1 for a compute). Buffers int64 of one length (the step arrays and sweep, written; counts P; the
+ * o_ arrays the busy steps plus twice the sends). Raises TypeError / ValueError for other buffers, MemoryError. */
+static PyObject *torch_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[15];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11], &o[12], &o[13], &o[14]))
+        return NULL;
+    Py_buffer b[15];
+    int got = 0;
+    PyObject *result = NULL;
+    i64 *start = NULL, *bucket = NULL, *order = NULL, *cur = NULL, *pcnt = NULL;
+    i64 *rk = NULL, *cptr = NULL, *cons = NULL, *indeg = NULL, *stack = NULL;
+    for (; got < 15; got++)
+        if (int64_buffer(o[got], &b[got], got >= 9, "torch_rows") < 0) goto done;
+    const i64 *counts = b[0].buf, *typ = b[1].buf, *stage = b[2].buf, *mb = b[3].buf, *prod = b[4].buf;
+    const i64 *adj = b[5].buf, *send = b[6].buf, *peer_st = b[7].buf, *peer_rank = b[8].buf;
+    i64 *sweep = b[9].buf, *o_rank = b[10].buf, *o_typ = b[11].buf, *o_st = b[12].buf, *o_mb = b[13].buf;
+    i64 *o_bid = b[14].buf;
+    i64 P = b[0].len / 8, n = b[1].len / 8, R = b[10].len / 8;
+    for (int k = 2; k < 10; k++)
+        if (b[k].len / 8 != n) goto bad;
+    for (int k = 11; k < 15; k++)
+        if (b[k].len / 8 != R) goto bad;
+    start = malloc(((size_t)P + 1) * sizeof(i64));
+    cur = calloc((size_t)P + 1, sizeof(i64));
+    pcnt = calloc((size_t)P + 1, sizeof(i64));
+    if (!start || !cur || !pcnt) goto nomem;
+    start[0] = 0;
+    for (i64 r = 0; r < P; r++) start[r + 1] = start[r] + counts[r];
+    if (start[P] != n) goto bad;
+    i64 rows = 0;
+    for (i64 k = 0; k < n; k++) {
+        if (prod[k] >= n || (send[k] && (peer_rank[k] < 0 || peer_rank[k] >= P))) goto bad;
+        if (typ[k] >= 0) rows += send[k] ? 3 : 1;
+    }
+    if (rows != R) goto bad;
+    /* the sweeps as longest paths, by Kahn's order over each step's two inputs (the step before it on its rank,
+     * its producer); a step never reached lies on a wait cycle */
+    rk = malloc(((size_t)n + 1) * sizeof(i64));
+    cptr = calloc((size_t)n + 2, sizeof(i64));
+    cons = malloc(((size_t)n + 1) * sizeof(i64));
+    indeg = malloc(((size_t)n + 1) * sizeof(i64));
+    stack = malloc(((size_t)n + 1) * sizeof(i64));
+    if (!rk || !cptr || !cons || !indeg || !stack) goto nomem;
+    for (i64 r = 0; r < P; r++)
+        for (i64 k = start[r]; k < start[r + 1]; k++) {
+            rk[k] = r;
+            indeg[k] = (k > start[r]) + (prod[k] >= 0);
+        }
+    for (i64 k = 0; k < n; k++)
+        if (prod[k] >= 0) cptr[prod[k] + 2]++;
+    for (i64 k = 2; k < n + 2; k++) cptr[k] += cptr[k - 1];
+    for (i64 k = 0; k < n; k++)
+        if (prod[k] >= 0) cons[cptr[prod[k] + 1]++] = k;
+    i64 top = 0, done_n = 0;
+    for (i64 k = 0; k < n; k++)
+        if (!indeg[k]) stack[top++] = k;
+    while (top) {
+        i64 k = stack[--top];
+        done_n++;
+        i64 t = k > start[rk[k]] ? sweep[k - 1] + 1 : 0;
+        if (prod[k] >= 0 && sweep[prod[k]] + adj[k] > t) t = sweep[prod[k]] + adj[k];
+        sweep[k] = t;
+        if (k + 1 < start[rk[k] + 1] && !--indeg[k + 1]) stack[top++] = k + 1;
+        for (i64 i = cptr[k]; i < cptr[k + 1]; i++)
+            if (!--indeg[cons[i]]) stack[top++] = cons[i];
+    }
+    if (done_n < n) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    /* rows per rank: its busy steps and sends, and the recvs it gets */
+    for (i64 k = 0; k < n; k++)
+        if (typ[k] >= 0 && send[k]) pcnt[peer_rank[k]]++;
+    for (i64 r = 0; r < P; r++)
+        for (i64 k = start[r]; k < start[r + 1]; k++)
+            if (typ[k] >= 0) pcnt[r] += send[k] ? 2 : 1;
+    for (i64 r = 0, acc = 0; r < P; r++) {
+        cur[r] = acc;
+        acc += pcnt[r];
+        pcnt[r] = 0; /* now the rank's p2p rows so far */
+    }
+    /* the busy steps by sweep, ranks ascending within one (counting sort; step order within a rank) */
+    i64 T = 0;
+    for (i64 k = 0; k < n; k++)
+        if (sweep[k] + 1 > T) T = sweep[k] + 1;
+    bucket = calloc((size_t)T + 2, sizeof(i64));
+    order = malloc(((size_t)n + 1) * sizeof(i64));
+    if (!bucket || !order) goto nomem;
+    for (i64 k = 0; k < n; k++)
+        if (typ[k] >= 0) bucket[sweep[k] + 2]++;
+    for (i64 t = 2; t < T + 2; t++) bucket[t] += bucket[t - 1];
+    for (i64 r = 0; r < P; r++)
+        for (i64 k = start[r]; k < start[r + 1]; k++)
+            if (typ[k] >= 0) order[bucket[sweep[k] + 1]++] = k;
+    i64 nbusy = bucket[T];
+    for (i64 i = 0; i < nbusy; i++) {
+        i64 k = order[i], r = rk[k];
+        i64 at = cur[r]++;
+        o_rank[at] = r; o_typ[at] = typ[k]; o_st[at] = stage[k]; o_mb[at] = mb[k]; o_bid[at] = -1;
+        if (send[k]) {
+            at = cur[r]++;
+            o_rank[at] = r; o_typ[at] = send[k]; o_st[at] = stage[k]; o_mb[at] = mb[k]; o_bid[at] = ++pcnt[r];
+            i64 q = peer_rank[k];
+            at = cur[q]++;
+            o_rank[at] = q; o_typ[at] = send[k] + 1; o_st[at] = peer_st[k]; o_mb[at] = mb[k]; o_bid[at] = ++pcnt[q];
+        }
+    }
+    result = Py_NewRef(Py_True);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "torch_rows: inconsistent counts, lengths or indices");
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    free(start); free(cur); free(pcnt); free(bucket); free(order);
+    free(rk); free(cptr); free(cons); free(indeg); free(stack);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 /* ---- first_set(...): the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs) --- */
 /* first_set(sets, cls, rank, stage, mb, val, cand, K, NS, M, dep) -> bool: for events e = 0 .. E-1 in issue
  * order, dep[e] = val[s] for the first of its class's candidate keys that an earlier event s on the same rank
@@ -945,17 +1092,8 @@ static PyObject *first_set(PyObject *self, PyObject *args) {
     int got = 0;
     PyObject *result = NULL;
     i64 *at = NULL;
-    for (; got < 8; got++) {
-        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (got == 7 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(o[got], &b[got], flags) < 0) goto done;
-        const char *f = b[got].format ? b[got].format : "B";
-        if (*f == '<' || *f == '=' || *f == '@') f++;
-        if (b[got].itemsize != 8 || (strcmp(f, "l") && strcmp(f, "q"))) {
-            PyBuffer_Release(&b[got]);
-            PyErr_SetString(PyExc_TypeError, "first_set: buffers must be int64 arrays");
-            goto done;
-        }
-    }
+    for (; got < 8; got++)
+        if (int64_buffer(o[got], &b[got], got == 7, "first_set") < 0) goto done;
     i64 E = b[0].len / 8;
     for (int k = 1; k < 8; k++)
         if (k != 6 && b[k].len / 8 != E) {
@@ -1349,6 +1487,7 @@ static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
     {"acyclic_units", acyclic_units, METH_VARARGS, "acyclic_units(n, units, parts) -> bool: acyclic() of edge parts."},
+    {"torch_rows", torch_rows, METH_VARARGS, "torch_rows(...) -> bool: torch's _add_send_recv rows (_torch_lower_cols)."},
     {"first_set", first_set, METH_VARARGS, "first_set(...) -> bool: the pipeline emitter's input lookups (_FastEmitter._inputs)."},
     {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
     {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
