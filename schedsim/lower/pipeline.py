@@ -635,13 +635,14 @@ class _FastEmitter:
         """One event per p2p action and per compute phase (a full backward B is two: its I part and its W part),
         and the ops of each (a compute phase has its stage's op list for that phase)."""
         NS = self.plan.num_stages
-        cnt = np.where(c.typ == 2, 2, 1)
-        ev = np.repeat(np.arange(len(c.typ)), cnt)
-        self.E = E = len(ev)
-        self.part = np.arange(E) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        self.et, self.es, self.ej, self.er, self.eb = c.typ[ev], c.stage[ev], c.mb[ev], c.rank[ev], c.bid[ev]
+        full_b = c.typ == 2
+        cnt = full_b + 1
+        self.et, self.es, self.ej, self.er, self.eb = (np.repeat(x, cnt) for x in (c.typ, c.stage, c.mb, c.rank, c.bid))
+        self.E = E = len(self.et)
+        self.part = np.zeros(E, np.int64)  # 1: the second event of a full B (its W part)
+        self.part[(np.cumsum(cnt) - 1)[full_b]] = 1
         ph = np.array([0, 1, 1, 2, -1, -1, -1, -1])[self.et]
-        ph[(self.et == 2) & (self.part == 1)] = 2
+        ph[self.part == 1] = 2
         self.ph, self.comp, self.is_b = ph, ph >= 0, self.et == 2
         # op counts, template ids and name suffixes per (stage, phase, k)
         self.lists = lists = [protos[(st, phase)] for st in range(NS) for phase in "FIW"]
@@ -657,7 +658,7 @@ class _FastEmitter:
         if bool((nops_tab == 1).all()):  # one op per phase: op k is event k (the arrays shared, never written)
             self.N = E
             self.first = self.last = self.op_ev = self.idx
-            self.flat_i = np.where(self.comp, tstart[slot], len(sfx) + recv)
+            self.flat_i = np.where(self.comp, slot, len(sfx) + recv)  # tstart is 0, 1, 2, ...
             self.rank_l = self.er
         else:
             nops = np.where(self.comp, nops_tab[slot], 1)
