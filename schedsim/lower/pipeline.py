@@ -648,7 +648,8 @@ class _FastEmitter:
         self.lists = lists = [protos[(st, phase)] for st in range(NS) for phase in "FIW"]
         nops_tab = np.array([len(x) for x in lists], np.int64)
         tstart = np.cumsum(nops_tab) - nops_tab
-        tmpl_flat = np.array([tid for x in lists for _n, tid in x] + [p2p_tmpl["send"], p2p_tmpl["recv"]], np.int64)
+        tmpl_flat = np.array([tid for x in lists for _n, tid in x] + [p2p_tmpl["send"], p2p_tmpl["recv"]],
+                             np.int32)  # the table's id type: the block's column without a copy
         self.sfx = sfx = [f".{nm}" for x in lists for nm, _t in x]
         phase_of_flat = np.repeat(np.tile(np.arange(3), NS), nops_tab)
         self.sfx_b = [f".{'FIW'[phf]}{x}" for phf, x in zip(phase_of_flat.tolist(), sfx, strict=True)]
@@ -779,7 +780,7 @@ class _FastEmitter:
                 return Parts([(pre_tab.tolist(), et_es), (js.tolist(), ej_op), (sfx_all, sfx_i)])
 
             base = nm.reserve(N, make, _is_pipeline_name, columns=parts)
-            self.name_id = np.arange(base, base + N, dtype=np.int64)
+            self.name_id = np.arange(base, base + N, dtype=np.int32)  # the table's id type: no copy when added
         else:
             self.name_id = _intern_bulk(nm, make())
 
@@ -875,7 +876,7 @@ class _FastEmitter:
         # for lookup when a written op's or a template's pipeline-like tag set is interned
         base = table.tags.reserve(self.E, make, _is_pipeline_tags, np.flatnonzero(comp), columns=tag_cols)
         table.mark_msg_tags(base, p2p)
-        self.ev_tag = base + self.idx
+        self.ev_tag = np.arange(base, base + self.E, dtype=np.int32)  # the table's id type
         # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
         self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p_ev], msg_u, msg_inv, msg_strs)
 
