@@ -586,16 +586,17 @@ def _obj(xs: list[Any]) -> np.ndarray:
     return np.fromiter(xs, dtype=object, count=len(xs))
 
 
-def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(uniq, inv)``: the distinct values of ``code`` (ints in 0..space-1) in order of first appearance, and
-    each entry's index into them; dense tables, no sort of ``code``."""
+def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(uniq, inv, first)``: the distinct values of ``code`` (ints in 0..space-1) in order of first appearance,
+    each entry's index into them, and the index of each one's first appearance; dense tables, no sort of
+    ``code``."""
     first = np.full(space, len(code), np.int64)
     first[code[::-1]] = np.arange(len(code) - 1, -1, -1)
     present = np.flatnonzero(first < len(code))
     uniq = present[np.argsort(first[present], kind="stable")]
     rank = np.empty(space, np.int64)
     rank[uniq] = np.arange(len(uniq))
-    return uniq, rank[code]
+    return uniq, rank[code], first[uniq]
 
 
 class _FastEmitter:
@@ -831,7 +832,7 @@ class _FastEmitter:
         back = t >= 6
         src = np.where(t % 2 == 0, s, np.where(back, s + 1, s - 1))
         msg_code = ((back * (NS + 2) + src + 1) * M + ej[p2p_ev])
-        msg_u, msg_inv = _first_seen(msg_code, 2 * (NS + 2) * M)
+        msg_u, msg_inv, msg_first = _first_seen(msg_code, 2 * (NS + 2) * M)
         strs_made: list[list[str]] = []
 
         def msg_strs() -> list[str]:
@@ -878,7 +879,7 @@ class _FastEmitter:
         table.mark_msg_tags(base, p2p)
         self.ev_tag = np.arange(base, base + self.E, dtype=np.int32)  # the table's id type
         # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
-        self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p_ev], msg_u, msg_inv, msg_strs)
+        self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p_ev], msg_u, msg_inv, msg_first, msg_strs)
 
     def _p2p(self) -> None:
         """Per p2p op its peer (pipeline rank), kind (0 send, 1 recv), direction (0 F, 1 B) and rank."""
@@ -893,11 +894,11 @@ class _FastEmitter:
         self.p2p_rank = self.er[p2p]
 
     @staticmethod
-    def _strs(table: Table, bid: np.ndarray, msg_u: np.ndarray, msg_inv: np.ndarray,
+    def _strs(table: Table, bid: np.ndarray, msg_u: np.ndarray, msg_inv: np.ndarray, msg_first: np.ndarray,
               msg_strs: Any) -> tuple[np.ndarray, np.ndarray]:
         """Intern the p2p ops' strings as the per-op emitter does (per op its batch name ``b<id>`` when it has
         one, then its message) and return (batch ids, message ids), -1 where an op has no batch.
-        ``msg_strs()``: the messages' strings (``msg_u``'s, in order of first appearance)."""
+        ``msg_strs()``: the messages' strings (``msg_u``'s, in order of first appearance at ``msg_first``)."""
         st = table.strs
         has_b = bid >= 0
         n = len(bid)
@@ -915,29 +916,23 @@ class _FastEmitter:
             base = st.reserve(len(msg_u), msg_strs, _is_pipeline_str)
             return np.full(n, -1, np.int64), base + msg_inv
         # first appearance of each string in the op sequence b?, msg, b?, msg, ... (positions 2i and 2i + 1)
-        b_u, b_inv = _first_seen(np.where(has_b, bid, 0), max(int(bid.max()) + 1, 1) if n else 1)
-        b_first = np.full(len(b_u), 2 * n, np.int64)
         hb = np.flatnonzero(has_b)
-        b_first[b_inv[hb][::-1]] = 2 * hb[::-1]
-        m_first = np.full(len(msg_u), 2 * n, np.int64)
-        m_first[msg_inv[::-1]] = 2 * np.arange(n - 1, -1, -1) + 1
-        keep_b = b_first < 2 * n
-        firsts = np.concatenate([b_first[keep_b], m_first])
-        order = np.argsort(firsts, kind="stable")
-        nb = int(keep_b.sum())
-        b_kept = b_u[keep_b]
+        b_u, b_inv, b_at = _first_seen(bid[hb], int(bid.max()) + 1)
+        firsts = np.concatenate([2 * hb[b_at], 2 * msg_first + 1])
+        order = np.argsort(firsts)  # distinct values
+        nb = len(b_u)
 
         def make() -> list[str]:
-            labels = np.array([f"b{x}" for x in b_kept.tolist()] + msg_strs(), dtype=object)
+            labels = np.array([f"b{x}" for x in b_u.tolist()] + msg_strs(), dtype=object)
             return labels[order].tolist()  # type: ignore[no-any-return]
 
         # made when read, registered for lookup when a written op's batch or message could be one of them
         base = st.reserve(len(order), make, _is_pipeline_str)
         id_of = np.empty(len(order), np.int64)
         id_of[order] = base + np.arange(len(order))
-        b_id = np.full(len(b_u), -1, np.int64)
-        b_id[np.flatnonzero(keep_b)] = id_of[:nb]
-        return np.where(has_b, b_id[b_inv], -1), id_of[nb:][msg_inv]
+        batch_sid = np.full(n, -1, np.int64)
+        batch_sid[hb] = id_of[:nb][b_inv]
+        return batch_sid, id_of[nb:][msg_inv]
 
     def emit(self, off: int) -> None:
         """Write one replica's ops (ranks ``off`` .. ``off + p - 1``) into the table."""
@@ -955,9 +950,7 @@ class _FastEmitter:
         # streams: "compute", then each rank's p2p streams in order of first use (the emitter's interning)
         p2p_stream = np.empty(len(self.p2p_ev), np.int64)
         key = (self.p2p_rank * 4 + self.p2p_kind * 2 + self.p2p_dir) * (plan.p + 1) + self.peer_l
-        uk, inv = _first_seen(key, plan.p * 4 * (plan.p + 1))  # (distinct keys in order of first use)
-        first_i = np.full(len(uk), len(key), np.int64)
-        first_i[inv[::-1]] = np.arange(len(key) - 1, -1, -1)
+        uk, inv, first_i = _first_seen(key, plan.p * 4 * (plan.p + 1))  # (distinct keys in order of first use)
         sid_of = np.empty(len(uk), np.int64)
         by_rank: dict[int, list[int]] = {}
         for u in range(len(uk)):
