@@ -18,7 +18,12 @@ without a column form (DualPipe's overlapped F&B pairs, torch's UNSHARD/RESHARD)
 columns do not reproduce (an action twice on one rank, one compute on two ranks, a pipeline-like tag set
 interned before the block) go through the reference. Custom inline
 actions are also parsed, checked and lowered to sends/recvs as columns (:func:`schedsim.spec.pipeline_block.plan_of`,
-:func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word.
+:func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word. Megatron's
+interleaved order arrives as columns too (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`).
+
+Two steps have a compiled twin in ``schedsim/sim/_cwaves.c``, used when it is built (:func:`compiled`): the
+input lookups (``first_set``, driven by the rule table :data:`_INPUT_RULES`) and torch's sweeps and rows
+(``torch_rows``). The numpy code stays the reference; tests/pipeline/test_emitter_inputs_c.py pins the two.
 """
 
 from __future__ import annotations
