@@ -794,9 +794,10 @@ class _FastEmitter:
         """Per op its dependency name ids: the input first, then (batched p2p) the last compute before a p2p
         op, or the sends a compute's batch waited for."""
         E, first, name_id, comp, er, idx = self.E, self.first, self.name_id, self.comp, self.er, self.idx
-        d_op = [first[dep >= 0]]
-        d_ord = [np.zeros(int((dep >= 0).sum()), np.int64)]
-        d_nm = [name_id[dep[dep >= 0]]]
+        has = dep >= 0
+        d_op = [first[has]]
+        d_ord = [np.zeros(len(d_op[0]), np.int64)]
+        d_nm = [name_id[dep[has]]]
         if self.plan.mode == "batched" and E:
             # Megatron batch_p2p_sync: a p2p op also waits for the last compute issued before it on its rank
             pc = np.maximum.accumulate(np.where(comp, idx, -1))
@@ -820,7 +821,10 @@ class _FastEmitter:
         if len(d_op) > 1:  # the input dependency, then the others in order
             d_nm_a = d_nm_a[np.lexsort((np.concatenate(d_ord), d_op_a))]
         self.dep_ptr = np.zeros(self.N + 1, np.int64)
-        np.cumsum(np.bincount(d_op_a, minlength=self.N), out=self.dep_ptr[1:])
+        if len(d_op) == 1 and self.N == E:  # at most one dependency per op, op k event k: a prefix count
+            np.cumsum(has, out=self.dep_ptr[1:])
+        else:
+            np.cumsum(np.bincount(d_op_a, minlength=self.N), out=self.dep_ptr[1:])
         self.dep_name = d_nm_a
 
     def _tags(self, chunk_of: dict[int, int]) -> None:
