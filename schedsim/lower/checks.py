@@ -12,7 +12,6 @@ all-pairs form. When a rule fails, the object-based build (:mod:`schedsim.lower.
 
 from __future__ import annotations
 
-import os
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -20,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
-from schedsim.lower.program import Program, batch_heads, stable_order, unique
+from schedsim.lower.program import Program, batch_heads, compiled, stable_order, unique
 
 __all__ = ["check_program", "launch_heads"]
 
@@ -175,6 +174,8 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
     at one position on every rank (an SPMD program); any other graph is left to the sweep. The first part
     (posted -> done of one unit, not in ``parts``) goes forward by construction."""
     n = len(useq)
+    if len(prog.p2p) and not np.array_equal(useq[u[prog.p2p[:, 0]]], useq[u[prog.p2p[:, 1]]]):
+        return False  # a send and its recv at two positions (a pipeline's): one of their edges goes back
     top = int(useq.max()) if n else 0
     key = np.empty(n_nodes, np.int32 if 4 * top + 2 < 2**31 else I64)  # posted 4s, hub 4s + 1, done 4s + 2
     key[0:2 * n:2] = 4 * useq
@@ -232,14 +233,7 @@ def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
     or int64 edges) when the compiled module (``schedsim/sim/_cwaves.c``) is built and not disabled by
     ``SCHEDSIM_NO_EXT=1`` (a pipeline's wait-for graph has a million nodes: ~0.4 s here, ~0.01 s there), else
     here."""
-    ext = None
-    if os.environ.get("SCHEDSIM_NO_EXT", "") in ("", "0"):
-        try:
-            from schedsim.sim import _cwaves  # type: ignore[attr-defined]
-        except ImportError:  # not built: the simulator says so in one line when it runs
-            pass
-        else:
-            ext = getattr(_cwaves, "acyclic", None)  # None: built from a _cwaves.c before it had one
+    ext = compiled("acyclic")
     if ext is not None:
         if src.dtype == np.int32 and dst.dtype == np.int32:  # int64 only for a build from before int32 edges
             try:
@@ -278,6 +272,12 @@ def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, 
     if _ordered_by_position(n, parts, useq, prog, u):
         return True
     it = _index_type(prog)
+    ext = compiled("acyclic_units") if it is np.int32 else None
+    if ext is not None:  # the parts read where they lie, each unit's posted -> done implied
+        try:
+            return bool(ext(n, len(useq), [(a.astype(it, copy=False), b.astype(it, copy=False)) for a, b in parts]))
+        except TypeError:  # an array of another type: concatenated below
+            pass
     k: np.ndarray = np.arange(0, 2 * len(useq), 2, dtype=it)
     parts.insert(0, (k, k + 1))  # posted -> done of every unit
     return _acyclic(n, np.concatenate([a for a, _b in parts], dtype=it),

@@ -18,7 +18,12 @@ without a column form (DualPipe's overlapped F&B pairs, torch's UNSHARD/RESHARD)
 columns do not reproduce (an action twice on one rank, one compute on two ranks, a pipeline-like tag set
 interned before the block) go through the reference. Custom inline
 actions are also parsed, checked and lowered to sends/recvs as columns (:func:`schedsim.spec.pipeline_block.plan_of`,
-:func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word.
+:func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word. Megatron's
+interleaved order arrives as columns too (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`).
+
+Two steps have a compiled twin in ``schedsim/sim/_cwaves.c``, used when it is built (:func:`compiled`): the
+input lookups (``first_set``, driven by the rule table :data:`_INPUT_RULES`) and torch's sweeps and rows
+(``torch_rows``). The numpy code stays the reference; tests/pipeline/test_emitter_inputs_c.py pins the two.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
+from schedsim.lower.program import compiled
 from schedsim.lower.table import Block, Table
 from schedsim.lower.written import op_instance
 from schedsim.pipeline.actions import COMM_TYPES, Action
@@ -115,47 +121,18 @@ def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan)
 
 
 def _interleaved_cols(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> StepCols:
-    """:func:`_interleaved_steps` straight into columns (no per-step tuples): each rank's calls flattened, and
-    the ops of one p2p call put in ``_p2p_ops`` order (overlapped) or kept in batch order (batched) by one sort."""
-    from itertools import chain
-
-    from schedsim.pipeline.comms import megatron_interleaved_batched
+    """:func:`_interleaved_steps` straight into columns (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`,
+    no Action objects): the ops of one p2p call in ``_p2p_ops`` order (overlapped) or in batch order (batched),
+    whose batch id is the index of its call in the rank's list."""
+    from schedsim.pipeline.comms import megatron_interleaved_cols
 
     if plan.p == 2 and plan.mode == "batched":
         _interleaved_steps(spec, pb, plan)  # raises its error
     batched = plan.mode == "batched"
-    items: list[Any] = []
-    lens: list[int] = []
-    in_call: list[bool] = []
-    per_rank: list[int] = []  # ops per rank
-    seq_len: list[int] = []  # calls (list entries) per rank
-    for seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size).values():
-        n0 = len(items)
-        is_list = [type(x) is list for x in seq]
-        items.extend(chain.from_iterable(x if isl else (x,) for x, isl in zip(seq, is_list, strict=True)))
-        lens.extend(len(x) if isl else 1 for x, isl in zip(seq, is_list, strict=True))
-        in_call.extend(is_list)
-        per_rank.append(len(items) - n0)
-        seq_len.append(len(seq))
-    i64 = np.int64
-    if not items:
-        z = np.zeros(0, i64)
-        return StepCols(z, z, z, z, z)
-    st, ty, mb = zip(*items, strict=True)
-    typ = np.fromiter(map(_CODE.__getitem__, ty), i64, len(items))
-    n_calls = np.array(lens, i64)
-    rank = np.repeat(np.arange(plan.p), per_rank)
-    call_of = np.repeat(np.arange(len(n_calls)), n_calls)  # global call index (per rank, in issue order)
-    elem = np.arange(len(items)) - np.repeat(np.cumsum(n_calls) - n_calls, n_calls)
-    # Megatron's _p2p_ops: even ranks send_next, recv_prev, send_prev, recv_next; odd ranks the mirror
-    pos = np.array([[0, 0, 0, 0, 0, 1, 2, 3], [0, 0, 0, 0, 1, 0, 3, 2]], i64)  # by rank parity, type code
-    key = elem if batched else pos[rank % 2, typ]
-    o = np.lexsort((key, call_of))
-    comm = np.repeat(np.array(in_call, bool), n_calls)
-    # a batch's id is the index of its call in the rank's list
-    sl = np.array(seq_len, i64)
-    bid = np.where(comm & batched, call_of - (np.cumsum(sl) - sl)[rank], -1)
-    return StepCols(rank[o], typ[o], np.array(st, i64)[o], np.array(mb, i64)[o], bid[o])
+    rank, typ, stage, mb, call = megatron_interleaved_cols(plan.p, plan.m, plan.v, pb.group_size,
+                                                           p2p_ops_order=not batched)
+    bid = np.where(typ >= 4, call, -1) if batched else np.full(len(typ), -1, np.int64)
+    return StepCols(rank, typ, stage, mb, bid)
 
 
 def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
@@ -250,11 +227,15 @@ def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> Step
     has = prod >= 0
     pr = np.maximum(prod, 0)
     adj = (rk[pr] > rk).astype(np.int64)
+    rounds = 2 * NS + 64 if max_sweeps is None else max_sweeps
+    ext = compiled("torch_rows") if max_sweeps is None else None  # a bound on the rounds: this path's
+    if ext is not None:
+        return _torch_rows_compiled(ext, plan, prod, adj)
     start = np.cumsum(c.counts) - np.array(c.counts, np.int64)
     k = np.arange(n) - np.repeat(start, c.counts)
     L = max(c.counts) if c.counts else 0
     sweep = k.copy()
-    for _ in range(2 * NS + 64 if max_sweeps is None else max_sweeps):
+    for _ in range(rounds):
         need = np.where(has, sweep[pr] + adj, -1) - k
         g = np.full((P, L), -1, np.int64)
         g[rk, k] = need
@@ -290,6 +271,31 @@ def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> Step
     before = np.concatenate([[0], cnt])[first_row]  # comms on earlier ranks
     bid = np.where(comm > 0, cnt - before[rr], -1)
     return StepCols(rr, ty, rows_st[o], rows_mb[o], bid)
+
+
+def _torch_rows_compiled(ext: Any, plan: PipelinePlan, prod: np.ndarray, adj: np.ndarray) -> StepCols | None:
+    """:func:`_torch_lower_cols` past its producers in C (``_cwaves.torch_rows``): the same sweeps (their least
+    solution, as longest paths in Kahn's order: no bound on rounds), and the rows in the order torch appends
+    them (a counting sort by sweep instead of a sort of the rows); None when a step waits on a cycle."""
+    c = plan.cols
+    assert c is not None
+    NS, i64 = plan.num_stages, np.int64
+    t, st, rk = c.typ, c.stage, c.rank
+    s2r = np.array([plan.s2r[x] for x in range(NS)] + [-1], i64)
+    fs = (t == 0) & (st < NS - 1)  # a forward whose next stage is on another rank sends its output there
+    fs[fs] = s2r[st[fs] + 1] != rk[fs]
+    bs = ((t == 1) | (t == 2)) & (st > 0)  # a backward sends its input gradient to the previous stage's rank
+    bs[bs] = s2r[st[bs] - 1] != rk[bs]
+    send = np.where(fs, 4, np.where(bs, 6, 0)).astype(i64)
+    peer_st = np.where(fs, st + 1, st - 1)
+    rows = int((t >= 0).sum()) + 2 * int((send > 0).sum())
+    out = [np.empty(rows, i64) for _ in range(5)]
+    sweep = np.empty(len(t), i64)
+    counts = np.asarray(c.counts, i64)
+    t, st, mb = (np.ascontiguousarray(x, i64) for x in (t, st, c.mb))
+    if not ext(counts, t, st, mb, prod, adj, send, peer_st, s2r[peer_st], sweep, *out):
+        return None
+    return StepCols(*out)
 
 
 def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
@@ -483,6 +489,24 @@ _CODE = {CT.F: 0, CT.I: 1, CT.B: 2, CT.W: 3, CT.SEND_F: 4, CT.RECV_F: 5, CT.SEND
 _TYPES = (CT.F, CT.I, CT.B, CT.W, CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B)
 
 
+#: What the first op of an event waits for, per event class (:data:`_INPUT_CLASS`): the keys tried in order, each
+#: (stage offset, code, rule), the first one set by an earlier event on the event's rank winning (the per-op
+#: emitter's ``_input`` and a send's source). Codes as :meth:`_FastEmitter._key`'s: F 0, I 1, W 2, SEND_F 3,
+#: RECV_F 4, SEND_B 5, RECV_B 6; rule 0 any stage, 1 not on the first stage, 2 not on the last.
+_INPUT_RULES = (
+    ((0, 4, 0), (-1, 0, 1)),  # F: its recv, else the previous stage's F
+    ((0, 6, 0), (1, 1, 2), (0, 0, 0)),  # I (and a full B's I part): its recv, else the next stage's I, else its F
+    ((0, 1, 0),),  # W: its I
+    ((0, 0, 0),),  # SEND_F: the F whose output it carries
+    ((0, 1, 0),),  # SEND_B: the I whose output it carries
+)
+#: The rules as one int64 table (class, candidate, 3), a code of -1 ending a class's list (for the C lookups).
+_INPUT_CANDS = np.array([list(r) + [(0, -1, 0)] * (3 - len(r)) for r in _INPUT_RULES], np.int64)
+#: Event class by (type code, part): F 0; I 1; a full B's I part 1, its W part none (-1: it waits for its I
+#: part); W 2; SEND_F 3; SEND_B 4; recvs none.
+_INPUT_CLASS = np.array([0, -1, 1, -1, 1, -1, 2, -1, 3, -1, -1, -1, 4, -1, -1, -1], np.int64)
+
+
 @dataclass
 class StepCols:
     """The issue order of every rank as columns, rank-major (rank 0's steps first), in issue order.
@@ -567,16 +591,17 @@ def _obj(xs: list[Any]) -> np.ndarray:
     return np.fromiter(xs, dtype=object, count=len(xs))
 
 
-def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(uniq, inv)``: the distinct values of ``code`` (ints in 0..space-1) in order of first appearance, and
-    each entry's index into them; dense tables, no sort of ``code``."""
+def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(uniq, inv, first)``: the distinct values of ``code`` (ints in 0..space-1) in order of first appearance,
+    each entry's index into them, and the index of each one's first appearance; dense tables, no sort of
+    ``code``."""
     first = np.full(space, len(code), np.int64)
     first[code[::-1]] = np.arange(len(code) - 1, -1, -1)
     present = np.flatnonzero(first < len(code))
     uniq = present[np.argsort(first[present], kind="stable")]
     rank = np.empty(space, np.int64)
     rank[uniq] = np.arange(len(uniq))
-    return uniq, rank[code]
+    return uniq, rank[code], first[uniq]
 
 
 class _FastEmitter:
@@ -587,6 +612,7 @@ class _FastEmitter:
         self.table, self.plan = table, plan
         self.M = int(c.mb.max()) + 1 if len(c.mb) else 1  # microbatch ids are < M
         self.compute_stream = -1
+        self._dense_ok = True  # cleared when an action repeats on one rank (the per-op emitter takes the order)
 
     @classmethod
     def prepare(cls, table: Table, plan: PipelinePlan, protos: dict[tuple[int, str], list[tuple[str, int]]],
@@ -615,19 +641,21 @@ class _FastEmitter:
         """One event per p2p action and per compute phase (a full backward B is two: its I part and its W part),
         and the ops of each (a compute phase has its stage's op list for that phase)."""
         NS = self.plan.num_stages
-        cnt = np.where(c.typ == 2, 2, 1)
-        ev = np.repeat(np.arange(len(c.typ)), cnt)
-        self.E = E = len(ev)
-        self.part = np.arange(E) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        self.et, self.es, self.ej, self.er, self.eb = c.typ[ev], c.stage[ev], c.mb[ev], c.rank[ev], c.bid[ev]
+        full_b = c.typ == 2
+        cnt = full_b + 1
+        self.et, self.es, self.ej, self.er, self.eb = (np.repeat(x, cnt) for x in (c.typ, c.stage, c.mb, c.rank, c.bid))
+        self.E = E = len(self.et)
+        self.part = np.zeros(E, np.int64)  # 1: the second event of a full B (its W part)
+        self.part[(np.cumsum(cnt) - 1)[full_b]] = 1
         ph = np.array([0, 1, 1, 2, -1, -1, -1, -1])[self.et]
-        ph[(self.et == 2) & (self.part == 1)] = 2
+        ph[self.part == 1] = 2
         self.ph, self.comp, self.is_b = ph, ph >= 0, self.et == 2
         # op counts, template ids and name suffixes per (stage, phase, k)
         self.lists = lists = [protos[(st, phase)] for st in range(NS) for phase in "FIW"]
         nops_tab = np.array([len(x) for x in lists], np.int64)
         tstart = np.cumsum(nops_tab) - nops_tab
-        tmpl_flat = np.array([tid for x in lists for _n, tid in x] + [p2p_tmpl["send"], p2p_tmpl["recv"]], np.int64)
+        tmpl_flat = np.array([tid for x in lists for _n, tid in x] + [p2p_tmpl["send"], p2p_tmpl["recv"]],
+                             np.int32)  # the table's id type: the block's column without a copy
         self.sfx = sfx = [f".{nm}" for x in lists for nm, _t in x]
         phase_of_flat = np.repeat(np.tile(np.arange(3), NS), nops_tab)
         self.sfx_b = [f".{'FIW'[phf]}{x}" for phf, x in zip(phase_of_flat.tolist(), sfx, strict=True)]
@@ -637,7 +665,7 @@ class _FastEmitter:
         if bool((nops_tab == 1).all()):  # one op per phase: op k is event k (the arrays shared, never written)
             self.N = E
             self.first = self.last = self.op_ev = self.idx
-            self.flat_i = np.where(self.comp, tstart[slot], len(sfx) + recv)
+            self.flat_i = np.where(self.comp, slot, len(sfx) + recv)  # tstart is 0, 1, 2, ...
             self.rank_l = self.er
         else:
             nops = np.where(self.comp, nops_tab[slot], 1)
@@ -649,6 +677,10 @@ class _FastEmitter:
             self.flat_i = np.where(self.comp[op_ev], tstart[slot[op_ev]] + k_in, len(sfx) + recv[op_ev])
             self.rank_l = self.er[op_ev]
         self.tmpl = tmpl_flat[self.flat_i]
+
+    def _per_op(self, a: np.ndarray) -> np.ndarray:
+        """A per-event column per op (the column itself when op k is event k)."""
+        return a if self.N == self.E else a[self.op_ev]
 
     def _key(self, r: np.ndarray, st: np.ndarray, cd: Any, j: np.ndarray) -> np.ndarray:
         """The key of what an event sets or looks up: (rank, stage, code, mb), code F 0, I 1, W 2, SEND_F 3,
@@ -669,94 +701,92 @@ class _FastEmitter:
         if len(ck) > 1 and int(np.bincount(ck, minlength=NS * 3 * M).max()) > 1:
             return None  # one compute on two ranks: its tag set is shared, which the per-op path interns
         dep = np.full(E, -1, np.int64)
-        # what each event sets, by (stage, code, mb): a dense table when no two ranks set one key (each compute
-        # and each message on one rank: every order but hand-written p2p), else the sorted (rank, key) pairs
+        k2 = ((es + 1) * 7 + code) * M + ej  # the key each event sets, by (stage, code, mb)
+        cls = _INPUT_CLASS[et * 2 + part]
+        ext = compiled("first_set")
+        if ext is None or not E or not ext(k2, cls, er, es, ej, val, _INPUT_CANDS, _INPUT_CANDS.shape[1], NS, M, dep):
+            self._inputs_numpy(dep, k2, cls, code, val)
+        b1 = np.flatnonzero(is_b & (part == 1))
+        dep[b1] = last[b1 - 1]  # a full backward's W part: its I part
+        return dep if self._dense_ok else None
+
+    def _inputs_numpy(self, dep: np.ndarray, k2: np.ndarray, cls: np.ndarray, code: np.ndarray,
+                      val: np.ndarray) -> None:
+        """:data:`_INPUT_RULES` on arrays (the reference of the compiled ``_cwaves.first_set``): ``dep`` per
+        event; clears ``_dense_ok`` when an action repeats on one rank."""
+        NS, M, E = self.plan.num_stages, self.M, self.E
+        er, es, ej = self.er, self.es, self.ej
+        dep[:] = -1
+        # a dense table of what each event sets when no two ranks set one key (each compute and each message on
+        # one rank: every order but hand-written p2p), else the sorted (rank, key) pairs
         space = (NS + 2) * 7 * M
-        k2 = ((es + 1) * 7 + code) * M + ej
         dense = E == 0 or int(np.bincount(k2, minlength=space).max()) <= 1
         if dense:
-            at = np.full(space, E, np.int64)
+            at = np.full(space, E, np.int64)  # E: no event sets the key (read through a clipped take below)
             at[k2] = self.idx
-            val_e = np.append(val, -1)
-            er_e = np.append(er, -1)
         else:
             ks = self._key(er, es, code, ej)
             order = np.argsort(ks, kind="stable")
             sk = ks[order]
             if E > 1 and bool((sk[1:] == sk[:-1]).any()):
-                return None  # an action twice on one rank: only the per-op path follows its overwrites
+                self._dense_ok = False  # an action twice on one rank: only the per-op path follows its overwrites
+                return
             sval = val[order]
-
-        def first_found(sel: np.ndarray, cands: list[tuple[int, int, Any]]) -> None:
-            """``dep[sel]``: the first candidate key (stage offset, code, and a rule ``valid(stage)`` or None)
-            set by an earlier event; each candidate is looked up for the events still without one."""
-            pend = np.flatnonzero(sel)
-            for ds, cd, valid in cands:
+        for c, cands in enumerate(_INPUT_RULES):
+            pend = np.flatnonzero(cls == c)
+            for ds, cd, rule in cands:  # each candidate looked up for the events still without one
                 if not len(pend):
                     break
                 r_s, s_s, j_s = er[pend], es[pend], ej[pend]
                 if dense:
                     e = at[((s_s + ds + 1) * 7 + cd) * M + j_s]
-                    ok = (e < pend) & (er_e[e] == r_s)
-                    found = val_e[e]
+                    ok = (e < pend) & (np.take(er, e, mode="clip") == r_s)  # e = E clipped: fails e < pend
+                    found = np.take(val, e, mode="clip")
                 else:
                     q = self._key(r_s, s_s + ds, cd, j_s)
                     i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
                     ok = (sk[i] == q) & (order[i] < pend)
                     found = sval[i]
-                if valid is not None:
-                    ok &= valid(s_s)
+                if rule:
+                    ok &= s_s > 0 if rule == 1 else s_s < NS - 1
                 dep[pend[ok]] = found[ok]
                 pend = pend[~ok]
-
-        f, i_ = ph == 0, ph == 1
-        first_found(f, [(0, 4, None), (-1, 0, lambda st: st > 0)])  # F: its recv, else the previous stage's F
-        first_found(i_, [(0, 6, None), (1, 1, lambda st: st < NS - 1), (0, 0, None)])  # I: recv, next stage's I, F
-        first_found((ph == 2) & ~is_b, [(0, 1, None)])  # W: its I
-        b1 = np.flatnonzero(is_b & (part == 1))
-        dep[b1] = last[b1 - 1]  # a full backward's W part: its I part
-        first_found(et == 4, [(0, 0, None)])  # a send waits for the compute whose output it carries
-        first_found(et == 6, [(0, 1, None)])
-        return dep
 
     def _names(self) -> None:
         """Op names (``<label><stage>.<mb>.<op>``, ``B<stage>.<mb>.<I|W>.<op>``, p2p
         ``<send|recv><F|B><stage>.<mb>``), interned in issue order."""
-        NS, M, N, op_ev = self.plan.num_stages, self.M, self.N, self.op_ev
+        NS, M, N = self.plan.num_stages, self.M, self.N
         self.js = js = np.array([str(j) for j in range(M)], dtype=object)
         pre_tab = np.array([f"{lab}{st}." for lab in ("F", "I", "B", "W", "sendF", "recvF", "sendB", "recvB")
                             for st in range(NS)], dtype=object)
-        pre = pre_tab[self.et * NS + self.es]
+        per_op = self._per_op
+        et_es = per_op(self.et * NS + self.es)  # per op: its label and stage, an index into pre_tab
         sfx_all = self.sfx + self.sfx_b + [""]
-        sfx_i = np.where(~self.comp[op_ev], len(sfx_all) - 1,
-                         np.where(self.is_b[op_ev], len(self.sfx) + self.flat_i, self.flat_i))
+        sfx_i = np.where(~per_op(self.comp), len(sfx_all) - 1,
+                         np.where(per_op(self.is_b), len(self.sfx) + self.flat_i, self.flat_i))
         usfx = list(dict.fromkeys(sfx_all))
-        ej_op = self.ej[op_ev]
+        ej_op = per_op(self.ej)
         if len(usfx) * M <= N:  # "<mb><suffix>" made once per (mb, suffix): one concatenation per name
             u_of = {x: i for i, x in enumerate(usfx)}
             sfx_u = np.array([u_of[x] for x in sfx_all], np.int64)[sfx_i]
-            head, tail_code = pre[op_ev], ej_op * len(usfx) + sfx_u
+            tail_code = ej_op * len(usfx) + sfx_u
 
             def make() -> list[str]:
                 tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
-                return (head + tail[tail_code]).tolist()  # type: ignore[no-any-return]
+                return (pre_tab[et_es] + tail[tail_code]).tolist()  # type: ignore[no-any-return]
         else:
-            head, sfx_obj = pre[op_ev] + js[ej_op], np.array(sfx_all, dtype=object)[sfx_i]
-
             def make() -> list[str]:
-                return (head + sfx_obj).tolist()  # type: ignore[no-any-return]
+                return (pre_tab[et_es] + js[ej_op] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()  # type: ignore[no-any-return]
         nm = self.table.names
         # distinct (label, stage, mb, op) give distinct names (stage and mb are digits, the label leads), so the
         # names are new and distinct unless a stage lists an op name twice or an earlier op took one; then they
         # are made and registered for lookup only when needed (a report, an error, a written op naming one)
         if all(len({x for x, _t in lst}) == len(lst) for lst in self.lists) and not _pipeline_like(nm.ids):
-            et_es = (self.et * NS + self.es)[op_ev]
-
             def parts() -> Parts:  # the same names, coded: <label><stage>. + <mb> + <suffix>
                 return Parts([(pre_tab.tolist(), et_es), (js.tolist(), ej_op), (sfx_all, sfx_i)])
 
             base = nm.reserve(N, make, _is_pipeline_name, columns=parts)
-            self.name_id = np.arange(base, base + N, dtype=np.int64)
+            self.name_id = np.arange(base, base + N, dtype=np.int32)  # the table's id type: no copy when added
         else:
             self.name_id = _intern_bulk(nm, make())
 
@@ -764,9 +794,10 @@ class _FastEmitter:
         """Per op its dependency name ids: the input first, then (batched p2p) the last compute before a p2p
         op, or the sends a compute's batch waited for."""
         E, first, name_id, comp, er, idx = self.E, self.first, self.name_id, self.comp, self.er, self.idx
-        d_op = [first[dep >= 0]]
-        d_ord = [np.zeros(int((dep >= 0).sum()), np.int64)]
-        d_nm = [name_id[dep[dep >= 0]]]
+        has = dep >= 0
+        d_op = [first[has]]
+        d_ord = [np.zeros(len(d_op[0]), np.int64)]
+        d_nm = [name_id[dep[has]]]
         if self.plan.mode == "batched" and E:
             # Megatron batch_p2p_sync: a p2p op also waits for the last compute issued before it on its rank
             pc = np.maximum.accumulate(np.where(comp, idx, -1))
@@ -790,7 +821,10 @@ class _FastEmitter:
         if len(d_op) > 1:  # the input dependency, then the others in order
             d_nm_a = d_nm_a[np.lexsort((np.concatenate(d_ord), d_op_a))]
         self.dep_ptr = np.zeros(self.N + 1, np.int64)
-        np.cumsum(np.bincount(d_op_a, minlength=self.N), out=self.dep_ptr[1:])
+        if len(d_op) == 1 and self.N == E:  # at most one dependency per op, op k event k: a prefix count
+            np.cumsum(has, out=self.dep_ptr[1:])
+        else:
+            np.cumsum(np.bincount(d_op_a, minlength=self.N), out=self.dep_ptr[1:])
         self.dep_name = d_nm_a
 
     def _tags(self, chunk_of: dict[int, int]) -> None:
@@ -799,14 +833,24 @@ class _FastEmitter:
         NS, M, table = self.plan.num_stages, self.M, self.table
         et, es, ej, comp = self.et, self.es, self.ej, self.comp
         chunk = np.array([chunk_of[st] for st in range(NS)], np.int64)
-        self.fwd = fwd = np.isin(et, (4, 5))
-        src = np.where(np.isin(et, (4, 6)), es, np.where(fwd, es - 1, es + 1))
         p2p = ~comp
-        # the message a p2p op carries: <F|B><stage that produced it>.<mb>, one string per message
-        msg_code = ((np.where(fwd, 0, NS + 2) + src + 1) * M + ej)[p2p]
-        msg_u, msg_inv = _first_seen(msg_code, 2 * (NS + 2) * M)
-        msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
-        msg_str = (msg_tab[msg_u // M] + self.js[msg_u % M]).tolist()
+        self.p2p_ev = p2p_ev = np.flatnonzero(p2p)
+        t, s = et[p2p_ev], es[p2p_ev]
+        # the message a p2p op carries: <F|B><stage that produced it>.<mb>, one string per message (SEND_F 4,
+        # RECV_F 5, SEND_B 6, RECV_B 7: a send's own stage, a recv's neighbour)
+        back = t >= 6
+        src = np.where(t % 2 == 0, s, np.where(back, s + 1, s - 1))
+        msg_code = ((back * (NS + 2) + src + 1) * M + ej[p2p_ev])
+        msg_u, msg_inv, msg_first = _first_seen(msg_code, 2 * (NS + 2) * M)
+        strs_made: list[list[str]] = []
+
+        def msg_strs() -> list[str]:
+            """The messages' strings, in order of first appearance (made once, on first use)."""
+            if not strs_made:
+                msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
+                strs_made.append((msg_tab[msg_u // M] + self.js[msg_u % M]).tolist())
+            return strs_made[0]
+
         made: list[list[tuple]] = []  # type: ignore[type-arg]
 
         def make() -> list[tuple]:  # type: ignore[type-arg]
@@ -817,7 +861,7 @@ class _FastEmitter:
                 val_tab = _obj([("pp_op", t.value) for t in _TYPES])  # a compute phase's label (B for both parts)
                 st_pairs = _obj([("stage", st) for st in range(NS)])[es]
                 mid = _obj([("phase", x) for x in "FIW"])[np.maximum(self.ph, 0)]
-                mid[p2p] = _obj([("msg", x) for x in msg_str])[msg_inv]
+                mid[p2p] = _obj([("msg", x) for x in msg_strs()])[msg_inv]
                 made.append(list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[et].tolist(),
                                      st_pairs.tolist(), strict=True)))
             return made[0]
@@ -833,7 +877,7 @@ class _FastEmitter:
                 msg_of[p2p] = msg_inv
                 cols.append(TagColumns({
                     "chunk": (list(range(int(chunk.max()) + 1 if NS else 1)), chunk[es]), "mb": (list(range(M)), ej),
-                    "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msg_str, msg_of),
+                    "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msg_strs(), msg_of),
                     "pp_op": ([t.value for t in _TYPES], et), "stage": (list(range(NS)), es)}, len(et)))
             return cols[0]
 
@@ -842,10 +886,9 @@ class _FastEmitter:
         # for lookup when a written op's or a template's pipeline-like tag set is interned
         base = table.tags.reserve(self.E, make, _is_pipeline_tags, np.flatnonzero(comp), columns=tag_cols)
         table.mark_msg_tags(base, p2p)
-        self.ev_tag = base + self.idx
-        self.p2p_ev = np.flatnonzero(p2p)
+        self.ev_tag = np.arange(base, base + self.E, dtype=np.int32)  # the table's id type
         # strings: per p2p op its batch name ("b<id>", when batched) then its message, in issue order
-        self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p], msg_u, msg_inv, msg_str)
+        self.batch_sid, self.msg_sid = self._strs(table, self.eb[p2p_ev], msg_u, msg_inv, msg_first, msg_strs)
 
     def _p2p(self) -> None:
         """Per p2p op its peer (pipeline rank), kind (0 send, 1 recv), direction (0 F, 1 B) and rank."""
@@ -860,14 +903,16 @@ class _FastEmitter:
         self.p2p_rank = self.er[p2p]
 
     @staticmethod
-    def _strs(table: Table, bid: np.ndarray, msg_u: np.ndarray, msg_inv: np.ndarray,
-              msg_str: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _strs(table: Table, bid: np.ndarray, msg_u: np.ndarray, msg_inv: np.ndarray, msg_first: np.ndarray,
+              msg_strs: Any) -> tuple[np.ndarray, np.ndarray]:
         """Intern the p2p ops' strings as the per-op emitter does (per op its batch name ``b<id>`` when it has
-        one, then its message) and return (batch ids, message ids), -1 where an op has no batch."""
+        one, then its message) and return (batch ids, message ids), -1 where an op has no batch.
+        ``msg_strs()``: the messages' strings (``msg_u``'s, in order of first appearance at ``msg_first``)."""
         st = table.strs
         has_b = bid >= 0
         n = len(bid)
         if st.ids:  # strings from elsewhere first: intern one by one
+            msg_str = msg_strs()
             seq: list[str] = []
             for b, mi in zip(bid.tolist(), msg_inv.tolist(), strict=True):
                 if b >= 0:
@@ -876,30 +921,27 @@ class _FastEmitter:
             sid = _intern_bulk(st, seq)
             pos_msg = np.cumsum(has_b.astype(np.int64) + 1) - 1
             return np.where(has_b, sid[np.maximum(pos_msg - 1, 0)], -1), sid[pos_msg]
+        if not bool(has_b.any()):  # the messages alone, in order of first appearance: msg_u's order
+            base = st.reserve(len(msg_u), msg_strs, _is_pipeline_str)
+            return np.full(n, -1, np.int64), base + msg_inv
         # first appearance of each string in the op sequence b?, msg, b?, msg, ... (positions 2i and 2i + 1)
-        b_u, b_inv = _first_seen(np.where(has_b, bid, 0), max(int(bid.max()) + 1, 1) if n else 1)
-        b_first = np.full(len(b_u), 2 * n, np.int64)
         hb = np.flatnonzero(has_b)
-        b_first[b_inv[hb][::-1]] = 2 * hb[::-1]
-        m_first = np.full(len(msg_u), 2 * n, np.int64)
-        m_first[msg_inv[::-1]] = 2 * np.arange(n - 1, -1, -1) + 1
-        keep_b = b_first < 2 * n
-        firsts = np.concatenate([b_first[keep_b], m_first])
-        order = np.argsort(firsts, kind="stable")
-        nb = int(keep_b.sum())
-        b_kept = b_u[keep_b]
+        b_u, b_inv, b_at = _first_seen(bid[hb], int(bid.max()) + 1)
+        firsts = np.concatenate([2 * hb[b_at], 2 * msg_first + 1])
+        order = np.argsort(firsts)  # distinct values
+        nb = len(b_u)
 
         def make() -> list[str]:
-            labels = np.array([f"b{x}" for x in b_kept.tolist()] + msg_str, dtype=object)
+            labels = np.array([f"b{x}" for x in b_u.tolist()] + msg_strs(), dtype=object)
             return labels[order].tolist()  # type: ignore[no-any-return]
 
         # made when read, registered for lookup when a written op's batch or message could be one of them
         base = st.reserve(len(order), make, _is_pipeline_str)
         id_of = np.empty(len(order), np.int64)
         id_of[order] = base + np.arange(len(order))
-        b_id = np.full(len(b_u), -1, np.int64)
-        b_id[np.flatnonzero(keep_b)] = id_of[:nb]
-        return np.where(has_b, b_id[b_inv], -1), id_of[nb:][msg_inv]
+        batch_sid = np.full(n, -1, np.int64)
+        batch_sid[hb] = id_of[:nb][b_inv]
+        return batch_sid, id_of[nb:][msg_inv]
 
     def emit(self, off: int) -> None:
         """Write one replica's ops (ranks ``off`` .. ``off + p - 1``) into the table."""
@@ -917,9 +959,7 @@ class _FastEmitter:
         # streams: "compute", then each rank's p2p streams in order of first use (the emitter's interning)
         p2p_stream = np.empty(len(self.p2p_ev), np.int64)
         key = (self.p2p_rank * 4 + self.p2p_kind * 2 + self.p2p_dir) * (plan.p + 1) + self.peer_l
-        uk, inv = _first_seen(key, plan.p * 4 * (plan.p + 1))  # (distinct keys in order of first use)
-        first_i = np.full(len(uk), len(key), np.int64)
-        first_i[inv[::-1]] = np.arange(len(key) - 1, -1, -1)
+        uk, inv, first_i = _first_seen(key, plan.p * 4 * (plan.p + 1))  # (distinct keys in order of first use)
         sid_of = np.empty(len(uk), np.int64)
         by_rank: dict[int, list[int]] = {}
         for u in range(len(uk)):

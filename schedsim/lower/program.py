@@ -37,7 +37,22 @@ from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
 
-__all__ = ["Program", "DagView", "batch_heads", "stable_order", "unique"]
+__all__ = ["Program", "DagView", "batch_heads", "compiled", "stable_order", "unique"]
+
+
+def compiled(name: str) -> Any:
+    """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves`; None when it is not built (the
+    simulator says so in one line when it runs), lacks it (built from an older ``_cwaves.c``) or
+    ``SCHEDSIM_NO_EXT=1``: the numpy path then runs."""
+    import os
+
+    if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
+        return None
+    try:
+        from schedsim.sim import _cwaves  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return getattr(_cwaves, name, None)
 
 
 def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -93,7 +108,8 @@ def batch_heads(rank: np.ndarray, batch: np.ndarray, idx: np.ndarray) -> tuple[n
     sb, sr = batch[bs], rank[bs]
     nxt = sr[1:] == sr[:-1]  # consecutive batch runs on one rank
     if bool((sb[1:][nxt] > sb[:-1][nxt]).all()) and _ranks_ascend(rank):
-        at[:] = idx[starts[np.cumsum(~cont) - 1]]
+        if len(starts) < n:  # a run of two or more: its members take its first's position
+            at[:] = idx[starts[np.cumsum(~cont) - 1]]
         return at, True
     nb = int(batch.max()) + 1
     key = rank[bm].astype(np.int64) * nb + batch[bm]

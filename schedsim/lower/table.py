@@ -323,8 +323,7 @@ class Table:
         t = np.asarray(tag_ids, np.int64)
         for base, mask in self._msg_col:
             k = t - base
-            inside = (k >= 0) & (k < len(mask))
-            out[inside] |= mask[k[inside]]
+            out |= (k >= 0) & (k < len(mask)) & np.take(mask, k, mode="clip")
         return out
 
     def add_block(self, block: Block) -> None:

@@ -714,3 +714,147 @@ def torch_add_send_recv(
                 fix="an input of each of these comes later in its producer's list; reorder",
                 order=order, step=0, actions=tuple(stuck.values()))
     return out
+
+
+#: Action type codes of :func:`megatron_interleaved_cols` (those of the lowering's step columns).
+CODE_F, CODE_B, CODE_SEND_F, CODE_RECV_F, CODE_SEND_B, CODE_RECV_B = 0, 2, 4, 5, 6, 7
+
+
+def megatron_interleaved_cols(p: int, m: int, v: int, group_size: int | None = None,
+                              p2p_ops_order: bool = False) -> tuple[Any, Any, Any, Any, Any]:
+    """:func:`megatron_interleaved_batched` as columns, computed per rank with numpy over the step index (no
+    Action objects); tests/pipeline/test_megatron_cols.py asserts it equals the generator's output.
+
+    Each rank's list is laid out as rows of fixed slots, one row per step of a phase, then the empty slots
+    (a recv that does not happen, a send off the pipeline's ends) are dropped:
+
+    - a first ``recv_forward`` (every rank but the first);
+    - warmup step k: ``F(k)``, then the batch (recv_prev, send_next, recv_next);
+    - steady step k: ``F(warm + k)``, ``B(k)``, then the batch (send_prev, recv_prev, send_next, recv_next);
+    - the gradient of the last warmup forward (all ranks warm, every rank but the last);
+    - cooldown step k: ``B(k)``, then the batch (send_prev, recv_next).
+
+    A recv's microbatch is its count among the earlier recvs into the same chunk and direction (Megatron's
+    per-chunk FIFOs), found by one stable sort of the rank's recvs.
+
+    Parameters
+    ----------
+    p, m, v, group_size
+        As :func:`megatron_interleaved_batched`.
+    p2p_ops_order : bool
+        Put the ops of each batch in the order Megatron's ``_p2p_ops`` posts them as lone isend/irecv (even
+        ranks send_next, recv_prev, send_prev, recv_next; odd ranks recv_prev, send_next, recv_next,
+        send_prev) instead of ``_batched_p2p_ops``' order.
+
+    Returns
+    -------
+    (rank, typ, stage, mb, call) : int64 arrays, one entry per action, rank-major, each rank's in issue
+        order. ``typ``: 0 F, 2 B, 4 SEND_F, 5 RECV_F, 6 SEND_B, 7 RECV_B; ``call``: the index, in the rank's
+        list, of the entry the action belongs to (a compute alone, or a batch).
+    """
+    import numpy as np
+
+    from schedsim.pipeline.schedules import megatron_schedule_table
+
+    i64 = np.int64
+    g = p if group_size is None else group_size
+    tab = np.array(megatron_schedule_table(m, v, g), i64).reshape(-1, 2)
+    cols = [_megatron_rank_cols(p, v, g, r, tab, p2p_ops_order) for r in range(p)]
+    if not p:
+        z = np.zeros(0, i64)
+        return z, z, z, z, z
+    return tuple(np.concatenate([c[k] for c in cols]).astype(i64, copy=False)  # type: ignore[return-value]
+                 for k in range(5))
+
+
+def _megatron_rank_cols(p: int, v: int, g: int, r: int, tab: Any, p2p_ops_order: bool) -> tuple[Any, ...]:
+    """Rank ``r``'s columns of :func:`megatron_interleaved_cols` (``tab``: the schedule table as an (v·m, 2)
+    array of microbatch and chunk)."""
+    import numpy as np
+
+    i64 = np.int64
+    total = len(tab)
+    mb_t, fc = tab[:, 0], tab[:, 1]  # per forward k: microbatch, chunk (backward k: chunk v - 1 - c)
+    bc = v - 1 - fc
+    first, last = r == 0, r == p - 1
+    warm = min(2 * (p - r - 1) + (v - 1) * g, total)
+    rest = total - warm
+
+    def recv_from_prev(k: Any, fwd: bool) -> tuple[Any, Any]:
+        """Megatron's ``recv_tensor_from_previous_stage`` for steps ``k``: (whether, next chunk)."""
+        cid = fc if fwd else bc
+        if first if fwd else last:
+            early = k < p - 1
+            nxt = np.where(early, cid[(k + 1) % total], cid[(k - (p - 1)) % total])
+            recv = ~early & (nxt != (v - 1 if fwd else 0))
+            return recv, nxt + (1 if fwd else -1)
+        return np.ones(len(k), bool), cid[(k + 1) % total]
+
+    # slots: (typ, chunk, mb (-1: a recv's, counted below), valid, call key) per phase, as (rows, slots)
+    rows: list[tuple[Any, ...]] = []
+    key0 = 0
+
+    def phase(slots: list[tuple[Any, Any, Any, Any, int]], n: int) -> None:
+        """Append ``n`` rows of ``slots`` (typ, chunk, mb, valid, call of the slot within its row)."""
+        nonlocal key0
+        if n <= 0:
+            return
+        cols = [np.broadcast_to(np.asarray(x), (n,)) for s in slots for x in s[:4]]
+        arr = [np.stack(cols[i::4], axis=1) for i in range(4)]
+        sub = np.array([s[4] for s in slots], i64)
+        ncall = int(sub.max()) + 1
+        key = key0 + np.arange(n)[:, None] * ncall + sub[None, :]
+        key0 += n * ncall
+        rows.append((*arr, key))
+
+    def send_f(k: Any) -> tuple[Any, Any, Any, Any, int]:
+        return (CODE_SEND_F, fc[k], mb_t[k], ~((fc[k] == v - 1) & last), 0)
+
+    def send_b(k: Any) -> tuple[Any, Any, Any, Any, int]:
+        return (CODE_SEND_B, bc[k], mb_t[k], ~((bc[k] == 0) & first), 0)
+
+    def batch(ops: list[tuple[Any, Any, Any, Any, int]], call: int) -> list[tuple[Any, Any, Any, Any, int]]:
+        """The batch's slots (send_prev, recv_prev, send_next, recv_next order, or ``_p2p_ops``')."""
+        if p2p_ops_order:
+            pos = ({CODE_SEND_F: 0, CODE_RECV_F: 1, CODE_SEND_B: 2, CODE_RECV_B: 3} if r % 2 == 0 else
+                   {CODE_RECV_F: 0, CODE_SEND_F: 1, CODE_RECV_B: 2, CODE_SEND_B: 3})
+            ops = sorted(ops, key=lambda s: pos[s[0]])
+        return [(*s[:4], call) for s in ops]
+
+    if not first:
+        phase([(CODE_RECV_F, 0, -1, True, 0)], 1)
+    k = np.arange(warm)
+    rp, nf = recv_from_prev(k, True)
+    rp &= k != total - 1
+    phase([(CODE_F, fc[k], mb_t[k], True, 0)] + batch([
+        (CODE_RECV_F, nf, -1, rp, 0), send_f(k),
+        (CODE_RECV_B, v - 1, -1, (k == warm - 1) & (rest > 0) & (not last), 0)], 1), warm)
+    k = np.arange(rest)
+    fk = k + warm
+    rp, nf = recv_from_prev(fk, True)
+    rp &= k != rest - 1
+    rn, nb = recv_from_prev(k, False)
+    phase([(CODE_F, fc[fk], mb_t[fk], True, 0), (CODE_B, bc[k], mb_t[k], True, 1)] + batch([
+        send_b(k), (CODE_RECV_F, nf, -1, rp, 0), send_f(fk), (CODE_RECV_B, nb, -1, rn, 0)], 2), rest)
+    if rest <= 0 and not last:
+        phase([(CODE_RECV_B, v - 1, -1, True, 0)], 1)
+    k = np.arange(max(rest, 0), total)
+    rn, nb = recv_from_prev(k, False)
+    rn &= k != total - 1
+    phase([(CODE_B, bc[k], mb_t[k], True, 0)] + batch([send_b(k), (CODE_RECV_B, nb, -1, rn, 0)], 1),
+          total - max(rest, 0))
+    typ, ch, mb, ok, key = (np.concatenate([x[i].reshape(-1) for x in rows]) for i in range(5))
+    typ, ch, mb, key = typ[ok], ch[ok], mb[ok].copy(), key[ok]
+    new = np.ones(len(key), bool)
+    new[1:] = key[1:] != key[:-1]
+    # a recv's microbatch: its count among the rank's earlier recvs of its direction and chunk
+    rv = np.flatnonzero(mb < 0)
+    code = (typ[rv] == CODE_RECV_B) * v + ch[rv]
+    o = np.argsort(code, kind="stable")
+    sc = code[o]
+    start = np.ones(len(sc), bool)
+    start[1:] = sc[1:] != sc[:-1]
+    at = np.flatnonzero(start)
+    cnt = np.arange(len(sc)) - np.repeat(at, np.diff(np.append(at, len(sc))))
+    mb[rv[o]] = cnt
+    return np.full(len(typ), r, i64), typ, ch * p + r, mb, np.cumsum(new) - 1

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from schedsim.errors import InsufficientMicrobatchesError, ScheduleConfigError
 from schedsim.pipeline.actions import (
@@ -355,6 +355,17 @@ def interleaved_1f1b(
     >>> " ".join(str(a) for a in o[0] if a.type.value == "F")
     '0F0 0F1 0F2 2F0 2F1 2F2 0F3 0F4 2F3 2F4'
     """
+    g = _interleaved_group(p, m, v, group_size, check_microbatches)
+    table = megatron_schedule_table(m, v, g)
+    order: PipelineOrder = {}
+    for r in range(p):
+        w = min(2 * (p - r - 1) + (v - 1) * g + (1 if overlap_moe_comm else 0), v * m)
+        order[r] = _chunked_1f1b_rank(p, m, v, r, table, w, zero_bubble=False)
+    return order
+
+
+def _interleaved_group(p: int, m: int, v: int, group_size: int | None, check_microbatches: bool) -> int:
+    """The checks of :func:`interleaved_1f1b` (which raise its errors); the microbatch group size."""
     _check_pm(p, m)
     _check_v(v, least=2, schedule="interleaved_1f1b")
     if check_microbatches:
@@ -362,12 +373,35 @@ def interleaved_1f1b(
     g = p if group_size is None else group_size
     if check_microbatches or m >= p:
         _check_group(p, m, g)
-    table = megatron_schedule_table(m, v, g)
-    order: PipelineOrder = {}
+    return g
+
+
+def interleaved_1f1b_cols(p: int, m: int, v: int = 2, *, group_size: int | None = None) -> tuple[Any, ...]:
+    """:func:`interleaved_1f1b` (without ``overlap_moe_comm``) as columns, with numpy per rank over the step
+    index: rank r runs forwards ``0 .. w-1``, then forward ``w + k`` and backward ``k`` alternately, then the
+    remaining backwards (``w`` its warmup). Raises what :func:`interleaved_1f1b` raises.
+
+    Returns
+    -------
+    (rank, typ, stage, mb) : int64 arrays of length ``2·v·m·p``, rank-major, each rank's in order; ``typ``
+        0 for F, 2 for B (the lowering's type codes).
+    """
+    import numpy as np
+
+    g = _interleaved_group(p, m, v, group_size, True)
+    i64 = np.int64
+    tab = np.array(megatron_schedule_table(m, v, g), i64).reshape(-1, 2)
+    total = v * m
+    out: list[list[Any]] = [[], [], [], []]
     for r in range(p):
-        w = min(2 * (p - r - 1) + (v - 1) * g + (1 if overlap_moe_comm else 0), v * m)
-        order[r] = _chunked_1f1b_rank(p, m, v, r, table, w, zero_bubble=False)
-    return order
+        w = min(2 * (p - r - 1) + (v - 1) * g, total)
+        steady = np.stack([np.arange(w, total), np.arange(total - w)], axis=1).reshape(-1)
+        k = np.concatenate([np.arange(w), steady, np.arange(total - w, total)])
+        bwd = np.concatenate([np.zeros(w, bool), np.tile([False, True], total - w), np.ones(w, bool)])
+        chunk = np.where(bwd, v - 1 - tab[k, 1], tab[k, 1])
+        for lst, x in zip(out, (np.full(len(k), r, i64), bwd * i64(2), chunk * p + r, tab[k, 0]), strict=True):
+            lst.append(x)
+    return tuple(np.concatenate(x) if x else np.zeros(0, i64) for x in out)
 
 
 def looped_bfs(p: int, m: int, v: int = 2) -> PipelineOrder:

@@ -16,6 +16,9 @@
  * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
  * issue_sums(...), rule 1's prefix sums for schedsim.sim.gpu_model.host_issue_columns (arithmetic only), and
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
+ * first_set(...), the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs),
+ * acyclic_units(n, units, parts), the same sweep over the wait-for graph's edge parts (checks._no_hang),
+ * torch_rows(...), torch's _add_send_recv on an order's columns (schedsim.lower.pipeline._torch_lower_cols),
  * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source), and
  * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels.
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
@@ -811,6 +814,343 @@ done:
     return result;
 }
 
+/* int64_buffer(o, b, writable, what): a C-contiguous int64 buffer of o in b (released by the caller); TypeError
+ * "<what>: buffers must be int64 arrays" otherwise. */
+static int int64_buffer(PyObject *o, Py_buffer *b, int writable, const char *what) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b->itemsize != 8 || (strcmp(f, "l") && strcmp(f, "q"))) {
+        PyBuffer_Release(b);
+        PyErr_Format(PyExc_TypeError, "%s: buffers must be int64 arrays", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* typed_index32(o, b): a C-contiguous int32 buffer of o in b (released by the caller); TypeError otherwise. */
+static int typed_index32(PyObject *o, Py_buffer *b) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b->itemsize != 4 || (strcmp(f, "i") && strcmp(f, "l"))) {
+        PyBuffer_Release(b);
+        PyErr_SetString(PyExc_TypeError, "acyclic_units: parts must be int32 arrays");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- acyclic_units(n, units, parts): Kahn's sweep of the NCCL wait-for graph, edges in parts ------------ */
+/* Whether the graph of n nodes has no cycle, its edges: 2u -> 2u + 1 for every u < units (a unit's "posted ->
+ * done", not stored), and src[e] -> dst[e] of every (src, dst) pair of int32 arrays in the sequence parts (read
+ * where they lie: no concatenation). The sweep of acyclic(), for schedsim.lower.checks._no_hang. Raises
+ * TypeError for parts that are not pairs of int32 arrays of one length (the caller then concatenates),
+ * ValueError for a node outside 0..n-1 or sizes past int32, MemoryError. */
+static PyObject *acyclic_units(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n, units;
+    PyObject *parts;
+    if (!PyArg_ParseTuple(args, "nnO", &n, &units, &parts)) return NULL;
+    PyObject *seq = PySequence_Fast(parts, "acyclic_units: parts must be a sequence of (src, dst) pairs");
+    if (!seq) return NULL;
+    Py_ssize_t np_ = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *bufs = calloc((size_t)(2 * np_ + 1), sizeof(Py_buffer));
+    PyObject *result = NULL;
+    i32 *ptr = NULL, *adj = NULL, *indeg = NULL, *stack = NULL;
+    int got = 0;
+    i64 E = 0;
+    if (!bufs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n < 0 || units < 0 || 2 * (i64)units > (i64)n || n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "acyclic_units: need 0 <= 2 * units <= n < 2**31");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < np_; k++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "acyclic_units: each part must be a (src, dst) tuple");
+            goto done;
+        }
+        for (int j = 0; j < 2; j++) {
+            if (typed_index32(PyTuple_GET_ITEM(pair, j), &bufs[got]) < 0) goto done;
+            got++;
+        }
+        if (bufs[got - 1].len != bufs[got - 2].len) {
+            PyErr_SetString(PyExc_TypeError, "acyclic_units: src and dst of a part differ in length");
+            goto done;
+        }
+        E += bufs[got - 1].len / 4;
+    }
+    if (E >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "acyclic_units: more than 2**31 edges");
+        goto done;
+    }
+    for (int k = 0; k < got; k++) {
+        const i32 *x = bufs[k].buf;
+        for (i64 e = 0; e < bufs[k].len / 4; e++)
+            if (x[e] < 0 || x[e] >= n) {
+                PyErr_Format(PyExc_ValueError, "acyclic_units: node %lld outside 0..%lld", (long long)x[e],
+                             (long long)n - 1);
+                goto done;
+            }
+    }
+    ptr = calloc((size_t)n + 2, sizeof(i32));
+    adj = malloc(((size_t)E + 1) * sizeof(i32));
+    indeg = calloc((size_t)n + 1, sizeof(i32));
+    stack = malloc(((size_t)n + 1) * sizeof(i32));
+    if (!ptr || !adj || !indeg || !stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    i64 seen = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int k = 0; k < got; k += 2) {
+        const i32 *src = bufs[k].buf, *dst = bufs[k + 1].buf;
+        for (i64 e = 0; e < bufs[k].len / 4; e++) {
+            ptr[src[e] + 2]++;
+            indeg[dst[e]]++;
+        }
+    }
+    for (i64 u = 0; u < units; u++) indeg[2 * u + 1]++;
+    for (i64 v = 2; v < (i64)n + 2; v++) ptr[v] += ptr[v - 1];
+    for (int k = 0; k < got; k += 2) {
+        const i32 *src = bufs[k].buf, *dst = bufs[k + 1].buf;
+        for (i64 e = 0; e < bufs[k].len / 4; e++) adj[ptr[src[e] + 1]++] = dst[e]; /* ptr[v + 1]: end of row v */
+    }
+    i64 top = 0;
+    for (i64 v = 0; v < n; v++)
+        if (!indeg[v]) stack[top++] = (i32)v;
+    while (top) {
+        i32 a = stack[--top];
+        seen++;
+        if (a < 2 * units && !(a & 1) && !--indeg[a + 1]) stack[top++] = a + 1;
+        for (i32 k = ptr[a]; k < ptr[a + 1]; k++)
+            if (!--indeg[adj[k]]) stack[top++] = adj[k];
+    }
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(seen == n);
+done:
+    free(ptr); free(adj); free(indeg); free(stack);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&bufs[k]);
+    free(bufs);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* ---- torch_rows(...): torch's _add_send_recv on an order's columns (schedsim.lower.pipeline._torch_lower_cols) */
+/* torch_rows(counts, typ, stage, mb, prod, adj, send, peer_st, peer_rank, sweep, o_rank, o_typ, o_st, o_mb, o_bid)
+ * -> bool. The steps of P ranks (counts[r] each, rank-major, idle steps typ < 0) run in sweeps: step k
+ * of a rank in sweep t_k = max(t_(k-1) + 1, t_prod[k] + adj[k]) (prod[k] < 0: no producer; t_(-1) = -1), the
+ * least solution (the numpy path's fixed point) found as longest paths in Kahn's order: False when a step
+ * waits on a cycle. Then the rows,
+ * in the order torch's sweeps append them (sweep by sweep, ranks ascending: a counting sort by sweep): each
+ * busy step on its rank, after it its send (send[k]: 4 SEND_F or 6 SEND_B; 0 none) and on rank peer_rank[k]
+ * the matching recv (send + 1) at stage peer_st[k]; per rank, a p2p row's batch id counts the rank's p2p rows
+ * from 1 (-1 for a compute). Buffers int64 of one length (the step arrays and sweep, written; counts P; the
+ * o_ arrays the busy steps plus twice the sends). Raises TypeError / ValueError for other buffers, MemoryError. */
+static PyObject *torch_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[15];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11], &o[12], &o[13], &o[14]))
+        return NULL;
+    Py_buffer b[15];
+    int got = 0;
+    PyObject *result = NULL;
+    i64 *start = NULL, *bucket = NULL, *order = NULL, *cur = NULL, *pcnt = NULL;
+    i64 *rk = NULL, *cptr = NULL, *cons = NULL, *indeg = NULL, *stack = NULL;
+    for (; got < 15; got++)
+        if (int64_buffer(o[got], &b[got], got >= 9, "torch_rows") < 0) goto done;
+    const i64 *counts = b[0].buf, *typ = b[1].buf, *stage = b[2].buf, *mb = b[3].buf, *prod = b[4].buf;
+    const i64 *adj = b[5].buf, *send = b[6].buf, *peer_st = b[7].buf, *peer_rank = b[8].buf;
+    i64 *sweep = b[9].buf, *o_rank = b[10].buf, *o_typ = b[11].buf, *o_st = b[12].buf, *o_mb = b[13].buf;
+    i64 *o_bid = b[14].buf;
+    i64 P = b[0].len / 8, n = b[1].len / 8, R = b[10].len / 8;
+    for (int k = 2; k < 10; k++)
+        if (b[k].len / 8 != n) goto bad;
+    for (int k = 11; k < 15; k++)
+        if (b[k].len / 8 != R) goto bad;
+    start = malloc(((size_t)P + 1) * sizeof(i64));
+    cur = calloc((size_t)P + 1, sizeof(i64));
+    pcnt = calloc((size_t)P + 1, sizeof(i64));
+    if (!start || !cur || !pcnt) goto nomem;
+    start[0] = 0;
+    for (i64 r = 0; r < P; r++) start[r + 1] = start[r] + counts[r];
+    if (start[P] != n) goto bad;
+    i64 rows = 0;
+    for (i64 k = 0; k < n; k++) {
+        if (prod[k] >= n || (send[k] && (peer_rank[k] < 0 || peer_rank[k] >= P))) goto bad;
+        if (typ[k] >= 0) rows += send[k] ? 3 : 1;
+    }
+    if (rows != R) goto bad;
+    /* the sweeps as longest paths, by Kahn's order over each step's two inputs (the step before it on its rank,
+     * its producer); a step never reached lies on a wait cycle */
+    rk = malloc(((size_t)n + 1) * sizeof(i64));
+    cptr = calloc((size_t)n + 2, sizeof(i64));
+    cons = malloc(((size_t)n + 1) * sizeof(i64));
+    indeg = malloc(((size_t)n + 1) * sizeof(i64));
+    stack = malloc(((size_t)n + 1) * sizeof(i64));
+    if (!rk || !cptr || !cons || !indeg || !stack) goto nomem;
+    for (i64 r = 0; r < P; r++)
+        for (i64 k = start[r]; k < start[r + 1]; k++) {
+            rk[k] = r;
+            indeg[k] = (k > start[r]) + (prod[k] >= 0);
+        }
+    for (i64 k = 0; k < n; k++)
+        if (prod[k] >= 0) cptr[prod[k] + 2]++;
+    for (i64 k = 2; k < n + 2; k++) cptr[k] += cptr[k - 1];
+    for (i64 k = 0; k < n; k++)
+        if (prod[k] >= 0) cons[cptr[prod[k] + 1]++] = k;
+    i64 top = 0, done_n = 0;
+    for (i64 k = 0; k < n; k++)
+        if (!indeg[k]) stack[top++] = k;
+    while (top) {
+        i64 k = stack[--top];
+        done_n++;
+        i64 t = k > start[rk[k]] ? sweep[k - 1] + 1 : 0;
+        if (prod[k] >= 0 && sweep[prod[k]] + adj[k] > t) t = sweep[prod[k]] + adj[k];
+        sweep[k] = t;
+        if (k + 1 < start[rk[k] + 1] && !--indeg[k + 1]) stack[top++] = k + 1;
+        for (i64 i = cptr[k]; i < cptr[k + 1]; i++)
+            if (!--indeg[cons[i]]) stack[top++] = cons[i];
+    }
+    if (done_n < n) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    /* rows per rank: its busy steps and sends, and the recvs it gets */
+    for (i64 k = 0; k < n; k++)
+        if (typ[k] >= 0 && send[k]) pcnt[peer_rank[k]]++;
+    for (i64 r = 0; r < P; r++)
+        for (i64 k = start[r]; k < start[r + 1]; k++)
+            if (typ[k] >= 0) pcnt[r] += send[k] ? 2 : 1;
+    for (i64 r = 0, acc = 0; r < P; r++) {
+        cur[r] = acc;
+        acc += pcnt[r];
+        pcnt[r] = 0; /* now the rank's p2p rows so far */
+    }
+    /* the busy steps by sweep, ranks ascending within one (counting sort; step order within a rank) */
+    i64 T = 0;
+    for (i64 k = 0; k < n; k++)
+        if (sweep[k] + 1 > T) T = sweep[k] + 1;
+    bucket = calloc((size_t)T + 2, sizeof(i64));
+    order = malloc(((size_t)n + 1) * sizeof(i64));
+    if (!bucket || !order) goto nomem;
+    for (i64 k = 0; k < n; k++)
+        if (typ[k] >= 0) bucket[sweep[k] + 2]++;
+    for (i64 t = 2; t < T + 2; t++) bucket[t] += bucket[t - 1];
+    for (i64 r = 0; r < P; r++)
+        for (i64 k = start[r]; k < start[r + 1]; k++)
+            if (typ[k] >= 0) order[bucket[sweep[k] + 1]++] = k;
+    i64 nbusy = bucket[T];
+    for (i64 i = 0; i < nbusy; i++) {
+        i64 k = order[i], r = rk[k];
+        i64 at = cur[r]++;
+        o_rank[at] = r; o_typ[at] = typ[k]; o_st[at] = stage[k]; o_mb[at] = mb[k]; o_bid[at] = -1;
+        if (send[k]) {
+            at = cur[r]++;
+            o_rank[at] = r; o_typ[at] = send[k]; o_st[at] = stage[k]; o_mb[at] = mb[k]; o_bid[at] = ++pcnt[r];
+            i64 q = peer_rank[k];
+            at = cur[q]++;
+            o_rank[at] = q; o_typ[at] = send[k] + 1; o_st[at] = peer_st[k]; o_mb[at] = mb[k]; o_bid[at] = ++pcnt[q];
+        }
+    }
+    result = Py_NewRef(Py_True);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "torch_rows: inconsistent counts, lengths or indices");
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    free(start); free(cur); free(pcnt); free(bucket); free(order);
+    free(rk); free(cptr); free(cons); free(indeg); free(stack);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* ---- first_set(...): the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs) --- */
+/* first_set(sets, cls, rank, stage, mb, val, cand, K, NS, M, dep) -> bool: for events e = 0 .. E-1 in issue
+ * order, dep[e] = val[s] for the first of its class's candidate keys that an earlier event s on the same rank
+ * set; dep[e] is left as it is when none was. Event e sets the key sets[e] (keys in 0 .. (NS + 2) * 7 * M - 1);
+ * returns False, with dep partly written, as soon as a key is set twice (the caller's sorted case). Its class cls[e] (-1: no lookup) picks the
+ * candidates cand[3 * (cls * K + i) ..] for i < K, each (stage offset, code, rule), a code of -1 ending the
+ * list; rule 0 always applies, 1 only when the event's stage > 0, 2 only when it is < NS - 1. A candidate's key
+ * is ((stage + offset + 1) * 7 + code) * M + mb: what the numpy path (first_found) looks up, event by event.
+ * Buffers int64 (dep writable), one length E but cand. Raises TypeError / ValueError for other buffers or a
+ * key outside the table, MemoryError. */
+static PyObject *first_set(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[8];
+    Py_ssize_t K, NS, M;
+    if (!PyArg_ParseTuple(args, "OOOOOOOnnnO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &K, &NS, &M, &o[7]))
+        return NULL;
+    Py_buffer b[8];
+    int got = 0;
+    PyObject *result = NULL;
+    i64 *at = NULL;
+    for (; got < 8; got++)
+        if (int64_buffer(o[got], &b[got], got == 7, "first_set") < 0) goto done;
+    i64 E = b[0].len / 8;
+    for (int k = 1; k < 8; k++)
+        if (k != 6 && b[k].len / 8 != E) {
+            PyErr_SetString(PyExc_ValueError, "first_set: per-event buffers differ in length");
+            goto done;
+        }
+    if (K < 0 || NS < 0 || M < 1 || b[6].len / 8 % (3 * (K ? K : 1))) {
+        PyErr_SetString(PyExc_ValueError, "first_set: bad K, NS, M or candidate table");
+        goto done;
+    }
+    const i64 *sets = b[0].buf, *cls = b[1].buf, *rank = b[2].buf, *stage = b[3].buf, *mb = b[4].buf;
+    const i64 *val = b[5].buf, *cand = b[6].buf;
+    i64 *dep = b[7].buf, ncls = K ? b[6].len / 8 / (3 * K) : 0, space = (NS + 2) * 7 * M;
+    at = malloc(((size_t)space + 1) * sizeof(i64));
+    if (!at) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 k = 0; k < space; k++) at[k] = -1;
+    for (i64 e = 0; e < E; e++) {
+        i64 c = cls[e];
+        if (c >= ncls) {
+            PyErr_SetString(PyExc_ValueError, "first_set: a class without candidates");
+            goto done;
+        }
+        for (i64 i = 0; c >= 0 && i < K; i++) {
+            const i64 *q = cand + 3 * (c * K + i);
+            if (q[1] < 0) break;
+            if ((q[2] == 1 && stage[e] <= 0) || (q[2] == 2 && stage[e] >= NS - 1)) continue;
+            i64 key = ((stage[e] + q[0] + 1) * 7 + q[1]) * M + mb[e];
+            if (key < 0 || key >= space) {
+                PyErr_SetString(PyExc_ValueError, "first_set: a candidate key outside the table");
+                goto done;
+            }
+            i64 s = at[key];
+            if (s >= 0 && rank[s] == rank[e]) {
+                dep[e] = val[s];
+                break;
+            }
+        }
+        if (sets[e] < 0 || sets[e] >= space) {
+            PyErr_SetString(PyExc_ValueError, "first_set: a set key outside the table");
+            goto done;
+        }
+        if (at[sets[e]] >= 0) { /* a key set twice: not the dense case */
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        at[sets[e]] = e;
+    }
+    result = Py_NewRef(Py_True);
+done:
+    free(at);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 /* ---- walk(binding, ogrp, i, out): the critical path's walk back from op i, for the timeline ------------------ */
 /* Follows binding[] (the op that released each op; < 0: its host launch, or none) from op i until it leaves the
  * ops or meets one it has seen, and writes to out (int32, length >= len(binding)) every op on the way except a
@@ -1146,6 +1486,9 @@ static PyMethodDef methods[] = {
     {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
+    {"acyclic_units", acyclic_units, METH_VARARGS, "acyclic_units(n, units, parts) -> bool: acyclic() of edge parts."},
+    {"torch_rows", torch_rows, METH_VARARGS, "torch_rows(...) -> bool: torch's _add_send_recv rows (_torch_lower_cols)."},
+    {"first_set", first_set, METH_VARARGS, "first_set(...) -> bool: the pipeline emitter's input lookups (_FastEmitter._inputs)."},
     {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
     {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
     {NULL, NULL, 0, NULL},

@@ -265,7 +265,8 @@ class PipelinePlan:
     """The validated compute order of a block and where its stages run.
 
     ``order`` (rank -> actions) is parsed on first use of :meth:`actions` when the order came as columns
-    (``cols``, from inline custom actions in canonical notation).
+    (``cols``, from inline custom actions in canonical notation), or generated then (``source`` a function:
+    a built-in schedule whose columns are computed directly).
     """
 
     name: str
@@ -284,7 +285,7 @@ class PipelinePlan:
         if self.order is None:
             from schedsim.pipeline import parse_order
 
-            self.order = parse_order(self.source)
+            self.order = self.source() if callable(self.source) else parse_order(self.source)
         return self.order
 
 
@@ -353,7 +354,15 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
     counts, lines, texts = [], [], {}
     for r in range(p):
         row = rows[r]
-        toks = (row.replace(",", " ") if "," in row else row).split()
+        line = row.replace(",", " ") if "," in row else row
+        if line[:1] != " " and line[-1:] != " " and "  " not in line and line.isprintable():
+            # white space only single spaces (tabs and the like are not printable): the tokens lie between them
+            counts.append(line.count(" ") + 1 if line else 0)
+            lines.append(line)
+            texts[r] = (" " + line).replace(" _", "").replace(" .", "").split() if "_" in line or "." in line \
+                else line.split()
+            continue
+        toks = line.split()
         counts.append(len(toks))
         lines.append(" ".join(toks))
         texts[r] = list(filterfalse(_IDLE.__contains__, toks)) if "_" in row or "." in row else toks
@@ -538,6 +547,19 @@ def _refuse_unstated_v(spec: ScheduleSpec, order: dict[int, list[Any]], p: int, 
                    f"0, {p}, ...)", where, "set placement: v in the pipeline block")
 
 
+def _interleaved_plan(pb: PipelineSpec, info: Any, v: int, s2r: dict[int, int]) -> PipelinePlan:
+    """The plan of the built-in interleaved 1F1B from its columns
+    (:func:`schedsim.pipeline.schedules.interleaved_1f1b_cols`, which raises the generator's errors); its
+    Action lists are generated only when read."""
+    from schedsim.pipeline.schedules import interleaved_1f1b_cols
+
+    rank, typ, stage, mb = interleaved_1f1b_cols(pb.p, pb.m, v, group_size=pb.group_size)
+    cols = OrderCols(rank, typ, stage, mb, [2 * v * pb.m] * pb.p, {})
+    cols.texts = _texts_of_cols(cols, list(range(pb.p)))
+    return PipelinePlan(info.name, pb.p, pb.m, v, pb.p * v, s2r, None, cols=cols,
+                        source=lambda: info.generate(pb.p, pb.m, v, group_size=pb.group_size))
+
+
 def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) -> PipelinePlan:
     """Generate (or read) and validate the compute order; every rejection becomes a one-fix error.
 
@@ -552,11 +574,14 @@ def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) ->
         else:
             info = get_schedule(pb.schedule)
             v = info.chunks(pb.v)
-            order = info.generate(pb.p, pb.m, v, group_size=pb.group_size)
             s2r = info.stage_to_rank(pb.p, v) if pb.placement is None else stage_to_rank(pb.placement, pb.p, v)
-            plan = PipelinePlan(info.name, pb.p, pb.m, v, pb.p * v, s2r, order)
-            if not reference and pb.m >= info.min_microbatches(pb.p, v):
-                plan.cols = _cols_of_order(order, pb.p)
+            if not reference and info.name == "interleaved_1f1b" and pb.m >= info.min_microbatches(pb.p, v):
+                plan = _interleaved_plan(pb, info, v, s2r)
+            else:
+                order = info.generate(pb.p, pb.m, v, group_size=pb.group_size)
+                plan = PipelinePlan(info.name, pb.p, pb.m, v, pb.p * v, s2r, order)
+                if not reference and pb.m >= info.min_microbatches(pb.p, v):
+                    plan.cols = _cols_of_order(order, pb.p)
         # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)
         if plan.cols is None or not _cols_valid(plan.cols, plan.p, plan.m, plan.num_stages, plan.s2r):
             validate(plan.actions(), plan.p, plan.m, plan.num_stages, plan.s2r,
