@@ -16,8 +16,11 @@
  * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
  * issue_sums(...), rule 1's prefix sums for schedsim.sim.gpu_model.host_issue_columns (arithmetic only), and
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
- * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source), and
- * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels.
+ * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source),
+ * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels, fifo_edges(...),
+ * rule 7's communicator-order edges, issue_times(...), rule 1's issue times from gpu_model's per-class tables,
+ * and stream_reached(...), when each op's stream reached it (the preparation and post-pass of
+ * schedsim.sim.waves_columns.run_waves_program; each has a numpy form that runs without it).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
@@ -1141,6 +1144,238 @@ done:
     return result;
 }
 
+/* ---- stream_reached(qptr, qidx, khand, kern, call0, deps_t): when each op's stream reached it --------------- */
+/* In place, deps_t[i] = max(deps_t[i], qreach[kern[i]], call0[i]), qreach[k] the time the queue handed over the
+ * kernel before k in its queue (khand of that kernel; 0 for a queue's first): the post-pass of
+ * schedsim.sim.waves_columns.run_waves_program (its numpy form is the fallback), one O(N + K) pass. qptr/qidx
+ * (int32 CSR of the queues' kernels), kern (int32 per op); khand (float64 per kernel), call0, deps_t (float64 per
+ * op, deps_t writable). Raises TypeError for other buffers, ValueError for an index out of range. */
+static PyObject *stream_reached(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    static const char dbl[6] = {0, 0, 1, 0, 1, 1};
+    Py_buffer b[6];
+    int got = 0;
+    for (; got < 6; got++)
+        if (typed_buffer(o[got], &b[got], dbl[got] ? "d" : "i", dbl[got] ? 8 : 4, got == 5,
+                         "stream_reached: int32 qptr, qidx, kern; float64 khand, call0, writable deps_t") < 0)
+            break;
+    PyObject *result = NULL;
+    double *qreach = NULL;
+    if (got < 6) goto done;
+    i64 Q = b[0].len / 4 - 1, L = b[1].len / 4, K = b[2].len / 8, N = b[3].len / 4;
+    const i32 *qptr = b[0].buf, *qidx = b[1].buf, *kern = b[3].buf;
+    const double *khand = b[2].buf, *call0 = b[4].buf;
+    double *deps = b[5].buf;
+    int bad = Q < 0 || b[4].len / 8 != N || b[5].len / 8 != N || (Q >= 0 && (qptr[0] < 0 || qptr[Q] > L));
+    for (i64 q = 0; !bad && q < Q; q++) bad = qptr[q + 1] < qptr[q];
+    for (i64 p = 0; !bad && p < L; p++) bad = qidx[p] < 0 || qidx[p] >= K;
+    for (i64 i = 0; !bad && i < N; i++) bad = kern[i] < 0 || kern[i] >= K;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "stream_reached: a queue, kernel or op index out of range");
+        goto done;
+    }
+    qreach = calloc((size_t)K + 1, sizeof(double));
+    if (!qreach) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 q = 0; q < Q; q++)
+        for (i64 p = qptr[q] + 1; p < qptr[q + 1]; p++) qreach[qidx[p]] = khand[qidx[p - 1]];
+    for (i64 i = 0; i < N; i++) {
+        double d = deps[i], x = qreach[kern[i]];
+        d = x > d ? x : d; /* np.maximum of finite values */
+        x = call0[i];
+        deps[i] = x > d ? x : d;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    free(qreach);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* ---- fifo_edges(rank, comm, batch, u, v): rule 7's communicator-order edges ------------------------------- */
+/* The edges of schedsim.sim.gpu_model.comm_fifo_columns (its numpy form is the reference and the fallback), in
+ * one pass over ops whose ranks ascend: per (rank, communicator) the ops with comm >= 0 in order, consecutive
+ * ops of one batch (batch >= 0, equal) one entry, every op of an entry after every op of the entry before it
+ * (u[e] -> v[e]; the edges in another order than numpy's). rank, comm, batch int64 of one length n; u, v
+ * writable int64 of one length (the room). Returns the number of edges (those past the room not written: call
+ * again with room for them), or -1 when the ranks do not ascend (nothing written that counts). Raises TypeError
+ * for other buffers, ValueError for lengths that differ. */
+static PyObject *fifo_edges(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    Py_buffer b[5];
+    int got = 0;
+    for (; got < 5; got++)
+        if (int64_or_int32(o[got], &b[got], 1, got >= 3, "fifo_edges: int64 rank, comm, batch; writable int64 u, v")
+            < 0)
+            break;
+    PyObject *result = NULL;
+    i64 *st = NULL, *nxt = NULL;
+    if (got < 5) goto done;
+    i64 n = b[0].len / 8, room = b[3].len / 8;
+    if (b[1].len / 8 != n || b[2].len / 8 != n || b[4].len / 8 != room) {
+        PyErr_SetString(PyExc_ValueError, "fifo_edges: arrays of different lengths");
+        goto done;
+    }
+    const i64 *rank = b[0].buf, *comm = b[1].buf, *batch = b[2].buf;
+    i64 *u = b[3].buf, *v = b[4].buf;
+    i64 nc = 0, E = 0;
+    for (i64 i = 0; i < n; i++) {
+        if (comm[i] >= nc) nc = comm[i] + 1;
+        if (i && rank[i] < rank[i - 1]) E = -1;
+    }
+    if (E < 0) {
+        result = PyLong_FromLongLong(-1);
+        goto done;
+    }
+    /* per communicator: the rank its state belongs to, the first op of its previous entry, the first and last op
+     * of its current entry; an entry's ops are chained through nxt */
+    st = malloc(((size_t)nc + 1) * 4 * sizeof(i64));
+    nxt = malloc(((size_t)n + 1) * sizeof(i64));
+    if (!st || !nxt) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 c = 0; c < nc; c++) st[4 * c] = -1;
+    for (i64 i = 0; i < n; i++) {
+        i64 c = comm[i];
+        if (c < 0) continue;
+        i64 *s = st + 4 * c;
+        nxt[i] = -1;
+        if (s[0] != rank[i] || rank[i] < 0) { /* the key's first op (ranks ascend: a state of an earlier rank) */
+            s[0] = rank[i];
+            s[1] = -1;
+            s[2] = s[3] = i;
+            continue;
+        }
+        if (batch[i] >= 0 && batch[i] == batch[s[3]]) { /* joins the current entry */
+            nxt[s[3]] = i;
+            s[3] = i;
+        } else { /* opens an entry: the current one becomes the previous */
+            s[1] = s[2];
+            s[2] = s[3] = i;
+        }
+        for (i64 p = s[1]; p >= 0; p = nxt[p]) {
+            if (E < room) {
+                u[E] = p;
+                v[E] = i;
+            }
+            E++;
+        }
+    }
+    result = PyLong_FromLongLong(E);
+done:
+    free(st);
+    free(nxt);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* ---- issue_times(...): rule 1's host issue times from per-class tables ------------------------------------ */
+/* issue_times(rank, stream, hclass, repeat, batch, xdeps, host_s, by_class, per_repeat, first_group, first_cost,
+ * batch_class, (ev_s, extra, sw_s, batch_s), issue, call0) -> bool: schedsim.sim.gpu_model.host_issue_columns'
+ * columns and sums in one pass over ops whose ranks ascend (False, nothing that counts written, when they do
+ * not: then its numpy form runs). Every rule is in the tables Python makes from gpu_model: an op of host class h
+ * calls by_class[h] seconds, times its repeat when per_repeat[h]; an op of batch_class pays batch_s instead at
+ * the first op of its (rank, batch); the first op of each first_group[h] >= 0 on a rank pays first_cost of that
+ * group. The sums are issue_sums' (same floats, same order). Per op: rank, stream, hclass, batch, xdeps int64,
+ * repeat int64 and host_s float64 (length n, or 1: one value for all); per class: by_class float64, per_repeat
+ * and first_group int32; first_cost float64; issue, call0 writable float64. Raises TypeError for other buffers,
+ * ValueError for a class or group outside the tables, or lengths that differ. */
+static PyObject *issue_times(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[13];
+    Py_ssize_t batch_class;
+    double ev_s, extra, sw_s, batch_s;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOn(dddd)OO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &batch_class, &ev_s, &extra, &sw_s, &batch_s, &o[11], &o[12]))
+        return NULL;
+    /* 'q': int64, 'd': float64, 'i': int32 */
+    static const char kind[13] = {'q', 'q', 'q', 'q', 'q', 'q', 'd', 'd', 'i', 'i', 'd', 'd', 'd'};
+    Py_buffer b[13];
+    int got = 0;
+    for (; got < 13; got++) {
+        int r = kind[got] == 'q'
+                    ? int64_or_int32(o[got], &b[got], 1, 0, "issue_times: int64 op columns")
+                    : typed_buffer(o[got], &b[got], kind[got] == 'd' ? "d" : "i", kind[got] == 'd' ? 8 : 4, got >= 11,
+                                   "issue_times: float64 times and costs, int32 class tables, writable outputs");
+        if (r < 0) break;
+    }
+    PyObject *result = NULL;
+    i64 *bseen = NULL;
+    if (got < 13) goto done;
+    i64 n = b[0].len / 8, nr_ = b[3].len / 8, nh = b[6].len / 8, H = b[7].len / 8, G = b[10].len / 8;
+    int bad = b[1].len / 8 != n || b[2].len / 8 != n || b[4].len / 8 != n || b[5].len / 8 != n ||
+              (nr_ != n && nr_ != 1) || (nh != n && nh != 1) || b[8].len / 4 != H || b[9].len / 4 != H ||
+              b[11].len / 8 != n || b[12].len / 8 != n || G > 8;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "issue_times: arrays of the wrong lengths");
+        goto done;
+    }
+    const i64 *rank = b[0].buf, *stream = b[1].buf, *hcls = b[2].buf, *rep = b[3].buf, *batch = b[4].buf;
+    const i64 *xdeps = b[5].buf;
+    const double *hs = b[6].buf, *by_class = b[7].buf, *first_cost = b[10].buf;
+    const i32 *per_rep = b[8].buf, *fgrp = b[9].buf;
+    double *issue = b[11].buf, *call0 = b[12].buf;
+    i64 nb = 0;
+    for (i64 i = 0; i < n; i++) {
+        if (hcls[i] < 0 || hcls[i] >= H || fgrp[hcls[i]] >= G) {
+            PyErr_SetString(PyExc_ValueError, "issue_times: a host class outside the tables");
+            goto done;
+        }
+        if (i && rank[i] < rank[i - 1]) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        if (batch[i] >= nb) nb = batch[i] + 1;
+    }
+    bseen = malloc(((size_t)nb + 1) * sizeof(i64));
+    if (!bseen) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 k = 0; k < nb; k++) bseen[k] = -1;
+    i64 rstep = nr_ == n ? 1 : 0, hstep = nh == n ? 1 : 0;
+    char seen[8] = {0};
+    double acc = 0.0;
+    for (i64 i = 0; i < n; i++) {
+        int nr = !i || rank[i] != rank[i - 1];
+        if (nr) memset(seen, 0, sizeof seen);
+        i64 h = hcls[i];
+        double call = by_class[h];
+        if (per_rep[h]) call *= (double)rep[i * rstep];
+        if (h == batch_class && batch[i] >= 0 && bseen[batch[i]] != rank[i]) { /* ranks ascend: a stamp */
+            bseen[batch[i]] = rank[i];
+            call = batch_s;
+        }
+        double first = 0.0;
+        i32 g = fgrp[h];
+        if (g >= 0 && !seen[g]) {
+            seen[g] = 1;
+            first = first_cost[g];
+        }
+        double hv = hs[i * hstep];
+        acc = nr ? hv : acc + hv; /* the sums of issue_sums */
+        acc += (double)xdeps[i] * ev_s;
+        acc += extra;
+        acc += !nr && stream[i] != stream[i - 1] ? sw_s : 0.0;
+        call0[i] = acc;
+        acc += call;
+        acc += first;
+        issue[i] = acc;
+    }
+    result = Py_NewRef(Py_True);
+done:
+    free(bseen);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
     {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
@@ -1148,6 +1383,9 @@ static PyMethodDef methods[] = {
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
     {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
     {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
+    {"stream_reached", stream_reached, METH_VARARGS, "stream_reached(qptr, qidx, khand, kern, call0, deps_t): in place."},
+    {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule 1 from per-class tables (ranks ascending)."},
+    {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, u, v) -> edges (-1: ranks not ascending)."},
     {NULL, NULL, 0, NULL},
 };
 

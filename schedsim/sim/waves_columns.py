@@ -174,7 +174,8 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
     cr = rank[gidx[:nc]].astype(I64)
     pr = rank[gidx[nc:]].astype(I64).reshape(-1, 2)  # (sender, receiver)
     cends = np.stack([2 * cr, 2 * cr + 1], 1).reshape(-1)
-    pends = np.sort(np.stack([2 * pr[:, 0], 2 * pr[:, 1] + 1], 1), axis=1).reshape(-1)
+    se, re_ = 2 * pr[:, 0], 2 * pr[:, 1] + 1
+    pends = np.stack([np.minimum(se, re_), np.maximum(se, re_)], 1).reshape(-1)  # each pair's two ends in order
     ends = np.concatenate([cends, pends])
     P = len(pr)
     eptr = np.concatenate([2 * gptr[:C + 1], 2 * nc + 2 * np.arange(1, P + 1)])
@@ -344,7 +345,7 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     N = prog.N
     batch = prog.batch
     comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
-    fu, fv = gm.comm_fifo_columns(rank, comm, batch)
+    fu, fv = _fifo(rank, comm, batch)
     del comm
     sptr, sidx, npred, xdeps = _succ(prog, fu, fv, sid)
     del fu, fv
@@ -355,6 +356,27 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
                                          profile, mode, model_executor)
     return sptr, sidx, npred, issue, call0
+
+
+def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 7's communicator-order edges ``(u, v)`` (int64) of :func:`~schedsim.sim.gpu_model.comm_fifo_columns`,
+    in one compiled pass (``_cwaves.fifo_edges``, the edges in another order, which the successor lists do not
+    keep) when it is built and the ranks ascend (a Program's do), else by that function."""
+    from schedsim.sim.waves import compiled_loop
+
+    ext = getattr(compiled_loop(), "fifo_edges", None)
+    if ext is not None and len(rank):
+        args = [np.ascontiguousarray(a, I64) for a in (rank, comm, batch)]
+        room = len(rank)
+        while True:
+            u, v = np.empty(room, I64), np.empty(room, I64)
+            m = ext(*args, u, v)
+            if m <= room:
+                break
+            room = m  # a batch after a batch: more edges than ops
+        if m >= 0:
+            return u[:m], v[:m]
+    return gm.comm_fifo_columns(rank, comm, batch)
 
 
 def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: HardwareProfile, mode: str
@@ -450,6 +472,10 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         gmem = [gidx[a:b].tolist() for a, b in zip(gptr[:-1].tolist(), gptr[1:].tolist(), strict=True)]
         _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred.tolist(), job_of, gmem, N)
     # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
+    ext = getattr(loop, "stream_reached", None)
+    if ext is not None:  # one compiled pass (an older build has none: numpy below)
+        ext(qptr, qidx, khand, kern, _f64(call0), deps_t)
+        return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t)
     qk = np.diff(qptr)
     if K:
         later = np.ones(len(qidx), bool)

@@ -234,12 +234,12 @@ def test_a_version_3_file_with_a_repeated_id_is_refused(tmp_path):
         Timeline.read_json(tmp_path / "dup.json")
 
 
-# -- the compiled successor lists and kernels against their numpy paths -----------------------------------------
+# -- the compiled preparation (successor lists, kernels, FIFO edges, issue times, stream times) against numpy ------
 class _Without:
-    """The compiled module without ``succ_csr`` and ``kernels`` (an older build): the numpy paths run."""
+    """The compiled module with the loop only (an older build): the numpy paths of the preparation run."""
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        if name in ("succ_csr", "kernels"):
+        if name in ("succ_csr", "kernels", "fifo_edges", "issue_times", "stream_reached"):
             raise AttributeError(name)
         return getattr(_cwaves, name)
 
