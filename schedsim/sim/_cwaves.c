@@ -19,7 +19,8 @@
  * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source),
  * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels, fifo_edges(...),
  * rule 7's communicator-order edges, issue_times(...), rule 1's issue times from gpu_model's per-class tables,
- * and stream_reached(...), when each op's stream reached it (the preparation and post-pass of
+ * rank_codes(...), rule 2's per-rank stream numbering, and stream_reached(...), when each op's stream reached
+ * it (the preparation and post-pass of
  * schedsim.sim.waves_columns.run_waves_program; each has a numpy form that runs without it).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
@@ -1376,6 +1377,70 @@ done:
     return result;
 }
 
+/* ---- rank_codes(rank, key, out): each key numbered by first appearance on its rank ------------------------- */
+/* out[i] = how many distinct keys rank[i]'s ops showed before key[i] first appeared on that rank (0 for the
+ * rank's first key, 1 for its second, ...), in one pass over ops whose ranks ascend; the numbering of
+ * schedsim.sim.gpu_model.stream_queue_columns (numpy's, the fallback). rank, key int64 (key >= 0) of one length;
+ * out writable int64. Returns False (nothing that counts written) when the ranks do not ascend. Raises TypeError
+ * for other buffers, ValueError for a negative key or lengths that differ. */
+static PyObject *rank_codes(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    Py_buffer b[3];
+    int got = 0;
+    for (; got < 3; got++)
+        if (int64_or_int32(o[got], &b[got], 1, got == 2, "rank_codes: int64 rank and key, writable int64 out") < 0)
+            break;
+    PyObject *result = NULL;
+    i64 *stamp = NULL, *code = NULL;
+    if (got < 3) goto done;
+    i64 n = b[0].len / 8, nk = 0;
+    if (b[1].len / 8 != n || b[2].len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "rank_codes: arrays of different lengths");
+        goto done;
+    }
+    const i64 *rank = b[0].buf, *key = b[1].buf;
+    i64 *out = b[2].buf;
+    for (i64 i = 0; i < n; i++) {
+        if (key[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "rank_codes: a negative key");
+            goto done;
+        }
+        if (key[i] >= nk) nk = key[i] + 1;
+        if (i && rank[i] < rank[i - 1]) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+    }
+    stamp = malloc(((size_t)nk + 1) * sizeof(i64));
+    code = malloc(((size_t)nk + 1) * sizeof(i64));
+    if (!stamp || !code) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 k = 0; k < nk; k++) stamp[k] = -1; /* the position of the rank's first op when the key was seen */
+    i64 head = 0, next = 0;
+    for (i64 i = 0; i < n; i++) {
+        if (i && rank[i] != rank[i - 1]) {
+            head = i;
+            next = 0;
+        }
+        i64 k = key[i];
+        if (stamp[k] != head) {
+            stamp[k] = head;
+            code[k] = next++;
+        }
+        out[i] = code[k];
+    }
+    result = Py_NewRef(Py_True);
+done:
+    free(stamp);
+    free(code);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
     {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
@@ -1384,6 +1449,7 @@ static PyMethodDef methods[] = {
     {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
     {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
     {"stream_reached", stream_reached, METH_VARARGS, "stream_reached(qptr, qidx, khand, kern, call0, deps_t): in place."},
+    {"rank_codes", rank_codes, METH_VARARGS, "rank_codes(rank, key, out) -> bool: keys numbered per rank (ranks ascending)."},
     {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule 1 from per-class tables (ranks ascending)."},
     {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, u, v) -> edges (-1: ranks not ascending)."},
     {NULL, NULL, 0, NULL},

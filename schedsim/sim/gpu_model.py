@@ -349,6 +349,11 @@ def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: 
     if not n:
         return np.zeros(0, np.int64)
     rank, stream = rank.astype(np.int64), stream.astype(np.int64)
+    ext = _compiled("rank_codes")
+    if ext is not None and int(stream.min()) >= 0:  # one compiled pass when the ranks ascend (a Program's do)
+        num = np.empty(n, np.int64)
+        if ext(rank, stream, num):
+            return num % max_connections
     _u, first, inv = unique_keys(rank * (int(stream.max()) + 1) + stream)
     order = np.argsort(first, kind="stable")  # the (rank, stream) pairs in order of first appearance
     r = rank[first[order]]

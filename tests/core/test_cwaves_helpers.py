@@ -78,6 +78,21 @@ def test_fifo_edges_are_the_numpy_edges(seed, n, comms, batched):
         assert _cwaves.fifo_edges(rank[::-1].copy(), comm, batch, u, v) == -1
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), sorted_ranks=st.booleans(), conns=st.integers(1, 4))
+def test_stream_queues_compiled_equal_numpy(monkeypatch, seed, n, sorted_ranks, conns):
+    """Rule 2's queues with the compiled per-rank numbering (ranks in order) and without it (numpy) agree."""
+    rng = np.random.default_rng(seed)
+    rank = rng.integers(0, 3, n)
+    if sorted_ranks:
+        rank.sort()
+    stream = rng.integers(0, 7, n)
+    with monkeypatch.context() as m:
+        m.setattr(gm, "_compiled", lambda name: None)
+        want = gm.stream_queue_columns(rank, stream, conns).tolist()
+    assert gm.stream_queue_columns(rank, stream, conns).tolist() == want
+
+
 def test_fifo_edges_and_stream_reached_by_hand():
     """One rank, communicator 0: a lone op, a batch of two, a lone op; ops 1 and 2 wait for op 0, op 3 for both.
     Two queues of kernels: the second kernel of a queue is reached when the first was handed over."""
@@ -92,6 +107,10 @@ def test_fifo_edges_and_stream_reached_by_hand():
     assert deps.tolist() == [1.0, 3.0, 5.0, 8.0]  # op 2 (kernel 2): after kernel 0's hand-over at 5
     with pytest.raises(ValueError, match="out of range"):
         _cwaves.stream_reached(qptr, qidx, khand, np.array([0, 1, 2, 3], np.int32), np.zeros(4), deps)
+    out = np.empty(6, np.int64)  # two ranks: streams numbered by first appearance on each
+    assert _cwaves.rank_codes(np.array([0, 0, 0, 1, 1, 1]), np.array([5, 2, 5, 2, 9, 5]), out)
+    assert out.tolist() == [0, 1, 0, 0, 1, 2]
+    assert not _cwaves.rank_codes(np.array([1, 0, 0, 0, 0, 0]), np.zeros(6, np.int64), out)
 
 
 def test_issue_sums_by_hand():

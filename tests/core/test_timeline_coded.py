@@ -261,3 +261,18 @@ def test_compiled_succ_and_kernels_equal_the_numpy_paths(monkeypatch, case):
     assert c.start_s.tolist() == s.start_s.tolist() and c.end_s.tolist() == s.end_s.tolist()
     assert c.ready_s.tolist() == s.ready_s.tolist() and c.stream_s.tolist() == s.stream_s.tolist()
     assert fast.critical_path == slow.critical_path
+
+
+@pytest.mark.parametrize("n_values, n", [(1, 5), (3, 40), (5, 1), (40, 200), (40, 0)])
+def test_categorical_of_codes_is_the_encoding_of_the_strings(n_values, n):
+    """Few values (a compare per value) and many (a table), some unused, first used out of code order or in it:
+    the categorical of the codes is what the timeline's encoder makes of the strings."""
+    from schedsim.sim.timeline import _encode
+    from schedsim.sim.waves_columns import categorical
+
+    values = tuple(f"v{k}" for k in range(n_values))
+    rng = np.random.default_rng(n_values * 1000 + n)
+    for codes in (rng.integers(0, n_values, n), np.sort(rng.integers(0, n_values, n)), np.arange(n) % n_values):
+        cats, got = categorical(values, codes)
+        want = _encode([values[c] for c in codes.tolist()], n)
+        assert cats == want[0] and got.dtype == np.int32 and got.tolist() == want[1].tolist()
