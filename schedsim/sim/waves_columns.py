@@ -393,7 +393,7 @@ def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.nda
     ext = getattr(compiled_loop(), "fifo_edges", None)
     if ext is not None and len(rank):
         args = [np.ascontiguousarray(a, I64) for a in (rank, comm, batch)]
-        room = len(rank)
+        room = int(np.count_nonzero(comm >= 0))  # an edge per op in an order, unless batches follow batches
         while True:
             u, v = np.empty(room, I64), np.empty(room, I64)
             m = ext(*args, u, v)
