@@ -568,9 +568,10 @@ static void loop(W *w) {
 
 /* ---- Python entry --------------------------------------------------------------------------------------- */
 #define NBUF 44
-/* Version of run()'s argument list; schedsim.sim.waves._LAYOUT must equal it, or Python ignores this build (a
- * stale .so of an editable checkout). Bump both whenever the arguments change. */
-#define LAYOUT 4
+/* Version of the argument lists of run() and the helpers below; schedsim.sim.waves._LAYOUT must equal it, or
+ * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
+ * succ_csr takes pair arrays, fifo_edges writes pairs). */
+#define LAYOUT 5
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
 static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
@@ -941,13 +942,14 @@ static PyObject *issue_sums(PyObject *self, PyObject *args) {
 }
 
 
-/* ---- succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps): the DAG's successor lists ------------------------ */
-/* The E edges src[e] -> dst[e] (int64, ops 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from
- * sptr[r] to sptr[r + 1], int32) holds r's distinct successors in ascending order, which is what sorting the
- * keys src·n + dst and dropping repeats gives (schedsim.sim.waves_columns._succ's numpy path). npred[v]
- * (int32) counts v's distinct predecessors, xdeps[v] (int64) those on another stream (sid: int64 stream code
- * per op). sidx needs room for E entries; returns the number of distinct edges. Counting sort by source, then
- * each row sorted in place (rows are short: insertion sort, qsort past 32 entries). */
+/* ---- succ_csr(n, edges, sid, sptr, sidx, npred, xdeps): the DAG's successor lists ---------------------------- */
+/* The edges (a tuple of int64 arrays, each of (src, dst) pairs one after another, e.g. an (E, 2) array: ops
+ * 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from sptr[r] to sptr[r + 1], int32) holds r's
+ * distinct successors in ascending order, which is what sorting the keys src·n + dst and dropping repeats gives
+ * (schedsim.sim.waves_columns._succ's numpy path). npred[v] (int32) counts v's distinct predecessors, xdeps[v]
+ * (int64) those on another stream (sid: int64 stream code per op). sidx needs room for every edge; returns the
+ * number of distinct edges. Counting sort by source, then each row sorted in place (rows are short: insertion
+ * sort, qsort past 32 entries). */
 static int int64_or_int32(PyObject *o, Py_buffer *b, int is64, int writable, const char *what) {
     if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
     const char *f = b->format ? b->format : "B";
@@ -969,41 +971,65 @@ static int cmp_i32(const void *a, const void *b) {
 static PyObject *succ_csr(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t n;
-    PyObject *o[7];
-    if (!PyArg_ParseTuple(args, "nOOOOOOO", &n, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
-    static const int is64[7] = {1, 1, 1, 0, 0, 0, 1};
-    Py_buffer b[7];
-    int got = 0;
-    for (; got < 7; got++)
-        if (int64_or_int32(o[got], &b[got], is64[got], got >= 3,
-                           "succ_csr: int64 src, dst and sid; writable int32 sptr, sidx, npred and int64 xdeps") < 0)
-            break;
+    PyObject *edges, *o[5];
+    if (!PyArg_ParseTuple(args, "nO!OOOOO", &n, &PyTuple_Type, &edges, &o[0], &o[1], &o[2], &o[3], &o[4]))
+        return NULL;
+    Py_ssize_t ne = PyTuple_GET_SIZE(edges);
+    if (ne > 16) {
+        PyErr_SetString(PyExc_ValueError, "succ_csr: at most 16 edge arrays");
+        return NULL;
+    }
+    static const int is64[5] = {1, 0, 0, 0, 1};
+    Py_buffer b[5], eb[16];
+    int got = 0, egot = 0;
     PyObject *result = NULL;
     i64 *cur = NULL;
-    if (got < 7) goto done;
-    i64 E = b[0].len / 8;
-    if (b[1].len / 8 != E || b[2].len / 8 != n || b[3].len / 4 != n + 1 || b[4].len / 4 < E || b[5].len / 4 != n ||
-        b[6].len / 8 != n || E >= ((i64)1 << 31)) {
+    for (; egot < ne; egot++)
+        if (int64_or_int32(PyTuple_GET_ITEM(edges, egot), &eb[egot], 1, 0, "succ_csr: int64 edge arrays") < 0)
+            goto done;
+    for (; got < 5; got++)
+        if (int64_or_int32(o[got], &b[got], is64[got], got >= 1,
+                           "succ_csr: int64 sid; writable int32 sptr, sidx, npred and int64 xdeps") < 0)
+            goto done;
+    i64 E = 0;
+    for (int k = 0; k < ne; k++) {
+        if ((eb[k].len / 8) % 2) {
+            PyErr_SetString(PyExc_ValueError, "succ_csr: an edge array of an odd length (not pairs)");
+            goto done;
+        }
+        E += eb[k].len / 16;
+    }
+    if (b[0].len / 8 != n || b[1].len / 4 != n + 1 || b[2].len / 4 < E || b[3].len / 4 != n || b[4].len / 8 != n ||
+        E >= ((i64)1 << 31)) {
         PyErr_SetString(PyExc_ValueError, "succ_csr: arrays of the wrong lengths (or 2**31 edges or more)");
         goto done;
     }
-    const i64 *src = b[0].buf, *dst = b[1].buf, *sid = b[2].buf;
-    i32 *sptr = b[3].buf, *sidx = b[4].buf, *npred = b[5].buf;
-    i64 *xdeps = b[6].buf;
-    for (i64 e = 0; e < E; e++)
-        if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
-            PyErr_SetString(PyExc_ValueError, "succ_csr: an edge names an op outside 0..n-1");
-            goto done;
-        }
+    const i64 *sid = b[0].buf;
+    i32 *sptr = b[1].buf, *sidx = b[2].buf, *npred = b[3].buf;
+    i64 *xdeps = b[4].buf;
+    for (int k = 0; k < ne; k++) {
+        const i64 *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / 8; e++)
+            if (pr[e] < 0 || pr[e] >= n) {
+                PyErr_SetString(PyExc_ValueError, "succ_csr: an edge names an op outside 0..n-1");
+                goto done;
+            }
+    }
     cur = malloc(((size_t)n + 1) * sizeof(i64));
     if (!cur) {
         PyErr_NoMemory();
         goto done;
     }
     memset(cur, 0, ((size_t)n + 1) * sizeof(i64));
-    for (i64 e = 0; e < E; e++) cur[src[e] + 1]++;
+    for (int k = 0; k < ne; k++) {
+        const i64 *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / 16; e++) cur[pr[2 * e] + 1]++;
+    }
     for (i64 r = 0; r < n; r++) cur[r + 1] += cur[r];
-    for (i64 e = 0; e < E; e++) sidx[cur[src[e]]++] = (i32)dst[e]; /* cur[r]: now the end of row r */
+    for (int k = 0; k < ne; k++) {
+        const i64 *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / 16; e++) sidx[cur[pr[2 * e]]++] = (i32)pr[2 * e + 1]; /* cur[r]: end of r */
+    }
     memset(npred, 0, (size_t)n * sizeof(i32));
     memset(xdeps, 0, (size_t)n * sizeof(i64));
     i64 w = 0, a = 0;
@@ -1039,6 +1065,7 @@ static PyObject *succ_csr(PyObject *self, PyObject *args) {
 done:
     free(cur);
     for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    for (int k = 0; k < egot; k++) PyBuffer_Release(&eb[k]);
     return result;
 }
 
@@ -1197,34 +1224,35 @@ done:
     return result;
 }
 
-/* ---- fifo_edges(rank, comm, batch, u, v): rule 7's communicator-order edges ------------------------------- */
+/* ---- fifo_edges(rank, comm, batch, out): rule 7's communicator-order edges ------------------------------ */
 /* The edges of schedsim.sim.gpu_model.comm_fifo_columns (its numpy form is the reference and the fallback), in
  * one pass over ops whose ranks ascend: per (rank, communicator) the ops with comm >= 0 in order, consecutive
  * ops of one batch (batch >= 0, equal) one entry, every op of an entry after every op of the entry before it
- * (u[e] -> v[e]; the edges in another order than numpy's). rank, comm, batch int64 of one length n; u, v
- * writable int64 of one length (the room). Returns the number of edges (those past the room not written: call
- * again with room for them), or -1 when the ranks do not ascend (nothing written that counts). Raises TypeError
- * for other buffers, ValueError for lengths that differ. */
+ * (out[2e] -> out[2e + 1]: an (E, 2) array of pairs, as succ_csr reads them; in another order than numpy's).
+ * rank, comm, batch int64 of one length n; out writable int64 of an even length (room for len/2 edges). Returns
+ * the number of edges (those past the room not written: call again with room for them), or -1 when the ranks
+ * do not ascend (nothing written that counts). Raises TypeError for other buffers, ValueError for lengths that
+ * differ. */
 static PyObject *fifo_edges(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *o[5];
-    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
-    Py_buffer b[5];
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    Py_buffer b[4];
     int got = 0;
-    for (; got < 5; got++)
-        if (int64_or_int32(o[got], &b[got], 1, got >= 3, "fifo_edges: int64 rank, comm, batch; writable int64 u, v")
+    for (; got < 4; got++)
+        if (int64_or_int32(o[got], &b[got], 1, got == 3, "fifo_edges: int64 rank, comm, batch; writable int64 out")
             < 0)
             break;
     PyObject *result = NULL;
     i64 *st = NULL, *nxt = NULL;
-    if (got < 5) goto done;
-    i64 n = b[0].len / 8, room = b[3].len / 8;
-    if (b[1].len / 8 != n || b[2].len / 8 != n || b[4].len / 8 != room) {
+    if (got < 4) goto done;
+    i64 n = b[0].len / 8, room = b[3].len / 16;
+    if (b[1].len / 8 != n || b[2].len / 8 != n || (b[3].len / 8) % 2) {
         PyErr_SetString(PyExc_ValueError, "fifo_edges: arrays of different lengths");
         goto done;
     }
     const i64 *rank = b[0].buf, *comm = b[1].buf, *batch = b[2].buf;
-    i64 *u = b[3].buf, *v = b[4].buf;
+    i64 *out = b[3].buf;
     i64 nc = 0, E = 0;
     for (i64 i = 0; i < n; i++) {
         if (comm[i] >= nc) nc = comm[i] + 1;
@@ -1263,8 +1291,8 @@ static PyObject *fifo_edges(PyObject *self, PyObject *args) {
         }
         for (i64 p = s[1]; p >= 0; p = nxt[p]) {
             if (E < room) {
-                u[E] = p;
-                v[E] = i;
+                out[2 * E] = p;
+                out[2 * E + 1] = i;
             }
             E++;
         }
@@ -1447,11 +1475,11 @@ static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
     {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
-    {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
+    {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, edges, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
     {"stream_reached", stream_reached, METH_VARARGS, "stream_reached(qptr, qidx, khand, kern, call0, deps_t): in place."},
     {"rank_codes", rank_codes, METH_VARARGS, "rank_codes(rank, key, out) -> bool: keys numbered per rank (ranks ascending)."},
     {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule 1 from per-class tables (ranks ascending)."},
-    {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, u, v) -> edges (-1: ranks not ascending)."},
+    {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, out) -> edges (-1: ranks not ascending)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -238,25 +238,26 @@ def _epos_generic(eptr, ends, gptr, gidx, rank):  # type: ignore[no-untyped-def]
     return np.array(ptr, I64), np.array(out, I64)
 
 
-def _succ(prog: Program, u: np.ndarray, v: np.ndarray, sid: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The DAG's successors plus the communicator-order edges ``u → v``, each row sorted and without repeats
-    (CSR ``ptr, idx``, int32), each op's predecessor count (int32) and how many of them are on another stream
-    than it (``sid``: stream codes; int64): one sort of the edge keys ``src·N + dst`` (the Program's stream and
-    dependency edges as they are, without :attr:`Program.succ`'s networkx order), or the same lists by a
-    counting sort in the compiled ``succ_csr`` when it is built."""
+def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The DAG's successors plus the communicator-order edges ``fifo`` ((E, 2) int64 pairs), each row sorted and
+    without repeats (CSR ``ptr, idx``, int32), each op's predecessor count (int32) and how many of them are on
+    another stream than it (``sid``: stream codes; int64): one sort of the edge keys ``src·N + dst`` (the
+    Program's stream and dependency edges as they are, without :attr:`Program.succ`'s networkx order), or the same
+    lists by a counting sort in the compiled ``succ_csr`` when it is built (which reads the pair arrays as they
+    are: no copies of the edges)."""
     from schedsim.sim.waves import compiled_loop
 
     N = prog.N
-    e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2)]
+    e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2),
+         fifo.reshape(-1, 2)]
     ext = getattr(compiled_loop(), "succ_csr", None)
     if ext is not None:  # an older build has no succ_csr: then numpy below
-        src = np.concatenate([x[:, 0] for x in e] + [np.asarray(u, I64)])
-        dst = np.concatenate([x[:, 1] for x in e] + [np.asarray(v, I64)])
-        sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(len(src), I32), np.empty(N, I32), np.empty(N, I64)
-        m = ext(N, src, dst, np.ascontiguousarray(sid, I64), sptr, sidx, npred, xdeps)
+        E = sum(len(x) for x in e)
+        sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
+        m = ext(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr, sidx, npred,
+                xdeps)
         return sptr, sidx[:m], npred, xdeps
-    key = np.concatenate([x[:, 0] * N + x[:, 1] for x in e] + [u * N + v])
+    key = np.concatenate([x[:, 0] * N + x[:, 1] for x in e])
     if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):
         key.sort(kind="stable")  # a few sorted runs (stream, dependency, FIFO edges): timsort merges them
         key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # an edge written twice (or also a FIFO edge)
@@ -368,10 +369,10 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     N = prog.N
     batch = prog.batch
     comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
-    fu, fv = _fifo(rank, comm, batch)
+    fifo = _fifo(rank, comm, batch)
     del comm
-    sptr, sidx, npred, xdeps = _succ(prog, fu, fv, sid)
-    del fu, fv
+    sptr, sidx, npred, xdeps = _succ(prog, fifo, sid)
+    del fifo
     # a send/recv's host class is per op: batched or not (Program.batch); the rest per template
     thc = np.array([gm.H_P2P if t.kind in P2P_KINDS else gm.host_class(t) for t in tps], I64)
     hcls = thc[tmpl] if N else np.zeros(0, I64)
@@ -384,10 +385,10 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     return sptr, sidx, npred, issue, call0
 
 
-def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rule 7's communicator-order edges ``(u, v)`` (int64) of :func:`~schedsim.sim.gpu_model.comm_fifo_columns`,
-    in one compiled pass (``_cwaves.fifo_edges``, the edges in another order, which the successor lists do not
-    keep) when it is built and the ranks ascend (a Program's do), else by that function."""
+def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """Rule 7's communicator-order edges of :func:`~schedsim.sim.gpu_model.comm_fifo_columns` as (E, 2) int64
+    pairs ``(before, after)``: in one compiled pass (``_cwaves.fifo_edges``, the edges in another order, which the
+    successor lists do not keep) when it is built and the ranks ascend (a Program's do), else by that function."""
     from schedsim.sim.waves import compiled_loop
 
     ext = getattr(compiled_loop(), "fifo_edges", None)
@@ -395,14 +396,15 @@ def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.nda
         args = [np.ascontiguousarray(a, I64) for a in (rank, comm, batch)]
         room = int(np.count_nonzero(comm >= 0))  # an edge per op in an order, unless batches follow batches
         while True:
-            u, v = np.empty(room, I64), np.empty(room, I64)
-            m = ext(*args, u, v)
+            out = np.empty((room, 2), I64)
+            m = ext(*args, out)
             if m <= room:
                 break
             room = m  # a batch after a batch: more edges than ops
         if m >= 0:
-            return u[:m], v[:m]
-    return gm.comm_fifo_columns(rank, comm, batch)
+            return out[:m]
+    u, v = gm.comm_fifo_columns(rank, comm, batch)
+    return np.stack([u, v], 1)
 
 
 def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: HardwareProfile, mode: str

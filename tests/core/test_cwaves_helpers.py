@@ -67,15 +67,13 @@ def test_fifo_edges_are_the_numpy_edges(seed, n, comms, batched):
     comm = rng.integers(-1, comms, n)
     batch = np.where(rng.random(n) < 0.6, rng.integers(0, 2, n), -1) if batched else np.full(n, -1)
     u0, v0 = gm.comm_fifo_columns(rank, comm, batch)
-    room = 4 * n + 1
-    u, v = np.empty(room, np.int64), np.empty(room, np.int64)
-    m = _cwaves.fifo_edges(rank, comm, batch, u, v)
-    got = sorted(zip(u[:m].tolist(), v[:m].tolist(), strict=True))
-    assert got == sorted(zip(u0.tolist(), v0.tolist(), strict=True))
+    out = np.empty((4 * n + 1, 2), np.int64)
+    m = _cwaves.fifo_edges(rank, comm, batch, out)
+    assert sorted(map(tuple, out[:m].tolist())) == sorted(zip(u0.tolist(), v0.tolist(), strict=True))
     if m:
-        assert _cwaves.fifo_edges(rank, comm, batch, u[:m - 1], v[:m - 1]) == m
+        assert _cwaves.fifo_edges(rank, comm, batch, out[:m - 1]) == m
     if len(set(rank.tolist())) > 1:
-        assert _cwaves.fifo_edges(rank[::-1].copy(), comm, batch, u, v) == -1
+        assert _cwaves.fifo_edges(rank[::-1].copy(), comm, batch, out) == -1
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -96,9 +94,9 @@ def test_stream_queues_compiled_equal_numpy(monkeypatch, seed, n, sorted_ranks, 
 def test_fifo_edges_and_stream_reached_by_hand():
     """One rank, communicator 0: a lone op, a batch of two, a lone op; ops 1 and 2 wait for op 0, op 3 for both.
     Two queues of kernels: the second kernel of a queue is reached when the first was handed over."""
-    u, v = np.empty(8, np.int64), np.empty(8, np.int64)
-    m = _cwaves.fifo_edges(np.zeros(5, np.int64), np.array([0, 0, 0, 0, -1]), np.array([-1, 3, 3, -1, -1]), u, v)
-    assert sorted(zip(u[:m].tolist(), v[:m].tolist(), strict=True)) == [(0, 1), (0, 2), (1, 3), (2, 3)]
+    out = np.empty((8, 2), np.int64)
+    m = _cwaves.fifo_edges(np.zeros(5, np.int64), np.array([0, 0, 0, 0, -1]), np.array([-1, 3, 3, -1, -1]), out)
+    assert sorted(map(tuple, out[:m].tolist())) == [(0, 1), (0, 2), (1, 3), (2, 3)]
     qptr, qidx = np.array([0, 2, 3], np.int32), np.array([0, 2, 1], np.int32)  # queue 0: kernels 0, 2; queue 1: 1
     khand = np.array([5.0, 7.0, 9.0])
     deps = np.array([1.0, 1.0, 1.0, 8.0])
