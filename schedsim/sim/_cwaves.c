@@ -1078,7 +1078,9 @@ done:
  * (communication) or 0; ktau = work / waves (compute) else 0; kmem = memory-bound (compute) else 0. Queues are
  * numbered by first appearance of (rank, opq[head]) over the kernels, qptr/qidx list each queue's kernels in
  * order. Per op (N): rank, batch, res, tmpl, opq int32, work float64; per template: tctas, tmem int32, twaves
- * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr/qptr N+1. */
+ * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr/qptr N+1;
+ * with no batch (nb 0) kidx, ktype and krank may be empty: then every op is its own kernel and they are the op
+ * indices, res and rank, which the caller has. */
 static PyObject *kernels(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t N, world, nb, C;
@@ -1102,7 +1104,11 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     int bad = N < 0 || world < 1 || nb < 0 || C < 1 || b[7].len / 8 != T || b[8].len / 4 != T ||
               b[10].len / 4 < N + 1 || b[20].len / 4 < N || b[19].len / 4 < N + 1 || N >= ((i64)1 << 31);
     for (int k = 0; k < 6; k++) bad |= b[k].len / (k == 4 ? 8 : 4) != N;
-    for (int k = 9; k < 21; k++) bad |= k != 10 && k != 19 && b[k].len / (k == 16 ? 8 : 4) < N;
+    /* no batches: every op its own kernel, in op order; kidx, ktype, krank may then be empty (not written: the
+     * caller reads the op columns) */
+    int lean = nb == 0 && !b[11].len && !b[12].len && !b[13].len;
+    for (int k = 9; k < 21; k++)
+        bad |= k != 10 && k != 19 && !(lean && k >= 11 && k <= 13) && b[k].len / (k == 16 ? 8 : 4) < N;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "kernels: arrays of the wrong lengths");
         goto done;
@@ -1143,13 +1149,17 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     for (i64 i = 0; i < N; i++) kneed[kern[i]]++;
     kptr[0] = 0;
     for (i32 k = 0; k < K; k++) kptr[k + 1] = kptr[k] + kneed[k];
-    memcpy(cur, kptr, (size_t)K * sizeof(i32));
-    for (i64 i = 0; i < N; i++) kidx[cur[kern[i]]++] = (i32)i;
+    if (!lean) {
+        memcpy(cur, kptr, (size_t)K * sizeof(i32));
+        for (i64 i = 0; i < N; i++) kidx[cur[kern[i]]++] = (i32)i;
+    }
     for (i32 k = 0; k < K; k++) {
-        i32 h = kidx[kptr[k]], t = tmpl[h], r = res[h];
+        i32 h = lean ? k : kidx[kptr[k]], t = tmpl[h], r = res[h];
         int comp = r == 0;
-        ktype[k] = r;
-        krank[k] = rank[h];
+        if (!lean) {
+            ktype[k] = r;
+            krank[k] = rank[h];
+        }
         kleft[k] = comp ? tctas[t] : (r == 1 ? kneed[k] : 0);
         ktau[k] = comp ? work[h] / twaves[t] : 0.0;
         kmem[k] = comp ? tmem[t] : 0;

@@ -282,9 +282,11 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     tmem = np.array([c[2] for c in tct], I32)
     ext = getattr(compiled_loop(), "kernels", None)
     if ext is not None:  # an older build has no kernels(): then numpy below
-        out = [np.empty(N + (k in (1, 10)), np.float64 if k == 7 else I32) for k in range(12)]
-        nb = int(batch.max()) + 1 if N else 0
-        K, Q = ext((N, world, max(nb, 0), C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work), _i32(opq),
+        nb = max(int(batch.max()) + 1 if N else 0, 0)
+        # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
+        out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
+               for k in range(12)]
+        K, Q = ext((N, world, nb, C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work), _i32(opq),
                    _i32(tctas), twaves.astype(np.float64), tmem, *out)
         kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
         if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
@@ -367,7 +369,7 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     communicator-order edges as int32 CSR, each op's predecessor count) and ``(issue, call0)`` (float64
     seconds). Its int64 temporaries (communicators, edge keys, host classes) die here, before the loop runs."""
     N = prog.N
-    batch = prog.batch
+    batch = prog.batch.astype(I64)  # once, for the compiled FIFO edges and issue times
     comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
     fifo = _fifo(rank, comm, batch)
     del comm
@@ -466,14 +468,12 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     del is_p2p
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
+    rank32 = _i32(prog.rank)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = _kernels(
-        tps, prog.world_size, tmpl, rank, prog.batch, res, work, opq, rules.max_connections, cost, rules.sms)
+        tps, prog.world_size, tmpl, rank32, prog.batch, res, work, opq, rules.max_connections, cost, rules.sms)
     del opq
     K = len(kptr) - 1
     C = len(prog.coll_ptr) - 1
-    rank32 = _i32(prog.rank)
-    if krank is rank:
-        krank = rank32
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way)]
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
