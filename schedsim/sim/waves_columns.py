@@ -171,9 +171,18 @@ def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray
         if serial:
             lo = np.minimum(rank[lone], peer[lone]).astype(I64)
             hi = np.maximum(rank[lone], peer[lone]).astype(I64)
-            _u, first, inv = gm.unique_keys(lo * world + hi)
-            pc = np.array([codes.setdefault((int(lo[f]), int(hi[f])), len(codes)) for f in first.tolist()], I64)
-            comm[lone] = pc[inv]
+            key = lo * world + hi
+            if world * world <= 4 * len(lone) + 64:  # the pairs in use marked in a table of them: no sort
+                seen = np.zeros(world * world, bool)
+                seen[key] = True
+                tab = np.full(world * world, -1, I64)
+                ks = np.flatnonzero(seen)
+                tab[ks] = [codes.setdefault((k // world, k % world), len(codes)) for k in ks.tolist()]
+                comm[lone] = tab[key]  # (numbered by pair, not by first use: codes only tell pairs apart)
+            else:
+                _u, first, inv = gm.unique_keys(key)
+                pc = np.array([codes.setdefault((int(lo[f]), int(hi[f])), len(codes)) for f in first.tolist()], I64)
+                comm[lone] = pc[inv]
         else:
             comm[lone] = -1
     return comm
@@ -328,8 +337,10 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
 
 
 def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:
-    """``table[tmpl]``, as a read-only broadcast (no memory) when every class has the same value."""
-    if len(table) and bool((table == table[0]).all()):
+    """``table[tmpl]``, as a read-only broadcast (no memory) when every class has the same value (bit for bit:
+    a -0.0 among 0.0 is not the same value)."""
+    bits = table.view(I64) if table.dtype == np.float64 else table
+    if len(table) and bool((bits == bits[0]).all()):
         return np.broadcast_to(table[:1], tmpl.shape)
     return table[tmpl] if len(tmpl) else table[:0]
 
@@ -344,6 +355,8 @@ def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
         i = int(np.flatnonzero((rank < 0) | (rank >= world))[0])
         raise GraphError(f"op {prog.op_id(i)} is on rank {int(rank[i])} but the world_size is {world}",
                          fix=f"put the op on a rank in 0-{world - 1}")
+    if len(work) and bool((work >= 0.0).all()) and np.isfinite(work.max()):  # no NaN, no inf, none below 0
+        return
     bad = np.flatnonzero(~(np.isfinite(work) & (work >= 0.0)))
     if len(bad):
         i = int(bad[0])
