@@ -344,7 +344,7 @@ def coded_of(table: Any, ids: np.ndarray, cls: Any) -> Any:
     ids = np.asarray(ids, np.int64)
     n = len(ids)
     runs = table.column_runs() if hasattr(table, "column_runs") else []
-    pieces = []
+    pieces: list[tuple[np.ndarray, Any]] = []
     left = np.ones(n, bool)
     for base, size, cols in runs:
         if not isinstance(cols, cls):
