@@ -355,18 +355,21 @@ def coded_of(table: Any, ids: np.ndarray, cls: Any) -> Any:
 
     ``table`` is a tuple of items or the lowering's interner (:class:`schedsim.lower.table._Interner`): rows
     whose id falls in a lazy run the interner holds columns of (``cls`` instances) take them from there, no
-    item made; the others read their items (``take``, one per distinct id) into one more piece.
+    item made (the run's own columns, not a copy, when row i is its row i); the others read their items
+    (``take``, one per distinct id) into one more piece.
     """
     from schedsim.lower.program import unique
 
     ids = np.asarray(ids, np.int64)
     n = len(ids)
     runs = table.column_runs() if hasattr(table, "column_runs") else []
-    pieces = []
+    pieces: list[tuple[np.ndarray, Any]] = []
     left = np.ones(n, bool)
     for base, size, cols in runs:
         if not isinstance(cols, cls):
             continue
+        if size == n and not pieces and bool((ids == np.arange(base, base + n)).all()):
+            return cols  # row i is the run's row i (a pipeline's names and tags): its columns as they are
         sel = left & (ids >= base) & (ids < base + size)
         if sel.any():
             rows = np.flatnonzero(sel)

@@ -19,8 +19,12 @@
  * first_set(...), the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs),
  * acyclic_units(n, units, parts), the same sweep over the wait-for graph's edge parts (checks._no_hang),
  * torch_rows(...), torch's _add_send_recv on an order's columns (schedsim.lower.pipeline._torch_lower_cols),
- * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source), and
- * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels.
+ * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source),
+ * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels, fifo_edges(...),
+ * rule 7's communicator-order edges, issue_times(...), rule 1's issue times from gpu_model's per-class tables,
+ * rank_codes(...), rule 2's per-rank stream numbering, and stream_reached(...), when each op's stream reached
+ * it (the preparation and post-pass of
+ * schedsim.sim.waves_columns.run_waves_program; each has a numpy form that runs without it).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
@@ -567,9 +571,10 @@ static void loop(W *w) {
 
 /* ---- Python entry --------------------------------------------------------------------------------------- */
 #define NBUF 44
-/* Version of run()'s argument list; schedsim.sim.waves._LAYOUT must equal it, or Python ignores this build (a
- * stale .so of an editable checkout). Bump both whenever the arguments change. */
-#define LAYOUT 4
+/* Version of the argument lists of run() and the helpers below; schedsim.sim.waves._LAYOUT must equal it, or
+ * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
+ * succ_csr takes pair arrays, fifo_edges writes pairs). */
+#define LAYOUT 5
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
 static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
@@ -1277,13 +1282,14 @@ static PyObject *issue_sums(PyObject *self, PyObject *args) {
 }
 
 
-/* ---- succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps): the DAG's successor lists ------------------------ */
-/* The E edges src[e] -> dst[e] (int64, ops 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from
- * sptr[r] to sptr[r + 1], int32) holds r's distinct successors in ascending order, which is what sorting the
- * keys src·n + dst and dropping repeats gives (schedsim.sim.waves_columns._succ's numpy path). npred[v]
- * (int32) counts v's distinct predecessors, xdeps[v] (int64) those on another stream (sid: int64 stream code
- * per op). sidx needs room for E entries; returns the number of distinct edges. Counting sort by source, then
- * each row sorted in place (rows are short: insertion sort, qsort past 32 entries). */
+/* ---- succ_csr(n, edges, sid, sptr, sidx, npred, xdeps): the DAG's successor lists ---------------------------- */
+/* The edges (a tuple of int64 arrays, each of (src, dst) pairs one after another, e.g. an (E, 2) array: ops
+ * 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from sptr[r] to sptr[r + 1], int32) holds r's
+ * distinct successors in ascending order, which is what sorting the keys src·n + dst and dropping repeats gives
+ * (schedsim.sim.waves_columns._succ's numpy path). npred[v] (int32) counts v's distinct predecessors, xdeps[v]
+ * (int64) those on another stream (sid: int64 stream code per op). sidx needs room for every edge; returns the
+ * number of distinct edges. Counting sort by source, then each row sorted in place (rows are short: insertion
+ * sort, qsort past 32 entries). */
 static int int64_or_int32(PyObject *o, Py_buffer *b, int is64, int writable, const char *what) {
     if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
     const char *f = b->format ? b->format : "B";
@@ -1305,41 +1311,65 @@ static int cmp_i32(const void *a, const void *b) {
 static PyObject *succ_csr(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t n;
-    PyObject *o[7];
-    if (!PyArg_ParseTuple(args, "nOOOOOOO", &n, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
-    static const int is64[7] = {1, 1, 1, 0, 0, 0, 1};
-    Py_buffer b[7];
-    int got = 0;
-    for (; got < 7; got++)
-        if (int64_or_int32(o[got], &b[got], is64[got], got >= 3,
-                           "succ_csr: int64 src, dst and sid; writable int32 sptr, sidx, npred and int64 xdeps") < 0)
-            break;
+    PyObject *edges, *o[5];
+    if (!PyArg_ParseTuple(args, "nO!OOOOO", &n, &PyTuple_Type, &edges, &o[0], &o[1], &o[2], &o[3], &o[4]))
+        return NULL;
+    Py_ssize_t ne = PyTuple_GET_SIZE(edges);
+    if (ne > 16) {
+        PyErr_SetString(PyExc_ValueError, "succ_csr: at most 16 edge arrays");
+        return NULL;
+    }
+    static const int is64[5] = {1, 0, 0, 0, 1};
+    Py_buffer b[5], eb[16];
+    int got = 0, egot = 0;
     PyObject *result = NULL;
     i64 *cur = NULL;
-    if (got < 7) goto done;
-    i64 E = b[0].len / 8;
-    if (b[1].len / 8 != E || b[2].len / 8 != n || b[3].len / 4 != n + 1 || b[4].len / 4 < E || b[5].len / 4 != n ||
-        b[6].len / 8 != n || E >= ((i64)1 << 31)) {
+    for (; egot < ne; egot++)
+        if (int64_or_int32(PyTuple_GET_ITEM(edges, egot), &eb[egot], 1, 0, "succ_csr: int64 edge arrays") < 0)
+            goto done;
+    for (; got < 5; got++)
+        if (int64_or_int32(o[got], &b[got], is64[got], got >= 1,
+                           "succ_csr: int64 sid; writable int32 sptr, sidx, npred and int64 xdeps") < 0)
+            goto done;
+    i64 E = 0;
+    for (int k = 0; k < ne; k++) {
+        if ((eb[k].len / 8) % 2) {
+            PyErr_SetString(PyExc_ValueError, "succ_csr: an edge array of an odd length (not pairs)");
+            goto done;
+        }
+        E += eb[k].len / 16;
+    }
+    if (b[0].len / 8 != n || b[1].len / 4 != n + 1 || b[2].len / 4 < E || b[3].len / 4 != n || b[4].len / 8 != n ||
+        E >= ((i64)1 << 31)) {
         PyErr_SetString(PyExc_ValueError, "succ_csr: arrays of the wrong lengths (or 2**31 edges or more)");
         goto done;
     }
-    const i64 *src = b[0].buf, *dst = b[1].buf, *sid = b[2].buf;
-    i32 *sptr = b[3].buf, *sidx = b[4].buf, *npred = b[5].buf;
-    i64 *xdeps = b[6].buf;
-    for (i64 e = 0; e < E; e++)
-        if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
-            PyErr_SetString(PyExc_ValueError, "succ_csr: an edge names an op outside 0..n-1");
-            goto done;
-        }
+    const i64 *sid = b[0].buf;
+    i32 *sptr = b[1].buf, *sidx = b[2].buf, *npred = b[3].buf;
+    i64 *xdeps = b[4].buf;
+    for (int k = 0; k < ne; k++) {
+        const i64 *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / 8; e++)
+            if (pr[e] < 0 || pr[e] >= n) {
+                PyErr_SetString(PyExc_ValueError, "succ_csr: an edge names an op outside 0..n-1");
+                goto done;
+            }
+    }
     cur = malloc(((size_t)n + 1) * sizeof(i64));
     if (!cur) {
         PyErr_NoMemory();
         goto done;
     }
     memset(cur, 0, ((size_t)n + 1) * sizeof(i64));
-    for (i64 e = 0; e < E; e++) cur[src[e] + 1]++;
+    for (int k = 0; k < ne; k++) {
+        const i64 *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / 16; e++) cur[pr[2 * e] + 1]++;
+    }
     for (i64 r = 0; r < n; r++) cur[r + 1] += cur[r];
-    for (i64 e = 0; e < E; e++) sidx[cur[src[e]]++] = (i32)dst[e]; /* cur[r]: now the end of row r */
+    for (int k = 0; k < ne; k++) {
+        const i64 *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / 16; e++) sidx[cur[pr[2 * e]]++] = (i32)pr[2 * e + 1]; /* cur[r]: end of r */
+    }
     memset(npred, 0, (size_t)n * sizeof(i32));
     memset(xdeps, 0, (size_t)n * sizeof(i64));
     i64 w = 0, a = 0;
@@ -1375,6 +1405,7 @@ static PyObject *succ_csr(PyObject *self, PyObject *args) {
 done:
     free(cur);
     for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    for (int k = 0; k < egot; k++) PyBuffer_Release(&eb[k]);
     return result;
 }
 
@@ -1387,7 +1418,9 @@ done:
  * (communication) or 0; ktau = work / waves (compute) else 0; kmem = memory-bound (compute) else 0. Queues are
  * numbered by first appearance of (rank, opq[head]) over the kernels, qptr/qidx list each queue's kernels in
  * order. Per op (N): rank, batch, res, tmpl, opq int32, work float64; per template: tctas, tmem int32, twaves
- * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr/qptr N+1. */
+ * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr/qptr N+1;
+ * with no batch (nb 0) kidx, ktype and krank may be empty: then every op is its own kernel and they are the op
+ * indices, res and rank, which the caller has. */
 static PyObject *kernels(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t N, world, nb, C;
@@ -1411,7 +1444,11 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     int bad = N < 0 || world < 1 || nb < 0 || C < 1 || b[7].len / 8 != T || b[8].len / 4 != T ||
               b[10].len / 4 < N + 1 || b[20].len / 4 < N || b[19].len / 4 < N + 1 || N >= ((i64)1 << 31);
     for (int k = 0; k < 6; k++) bad |= b[k].len / (k == 4 ? 8 : 4) != N;
-    for (int k = 9; k < 21; k++) bad |= k != 10 && k != 19 && b[k].len / (k == 16 ? 8 : 4) < N;
+    /* no batches: every op its own kernel, in op order; kidx, ktype, krank may then be empty (not written: the
+     * caller reads the op columns) */
+    int lean = nb == 0 && !b[11].len && !b[12].len && !b[13].len;
+    for (int k = 9; k < 21; k++)
+        bad |= k != 10 && k != 19 && !(lean && k >= 11 && k <= 13) && b[k].len / (k == 16 ? 8 : 4) < N;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "kernels: arrays of the wrong lengths");
         goto done;
@@ -1452,13 +1489,17 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     for (i64 i = 0; i < N; i++) kneed[kern[i]]++;
     kptr[0] = 0;
     for (i32 k = 0; k < K; k++) kptr[k + 1] = kptr[k] + kneed[k];
-    memcpy(cur, kptr, (size_t)K * sizeof(i32));
-    for (i64 i = 0; i < N; i++) kidx[cur[kern[i]]++] = (i32)i;
+    if (!lean) {
+        memcpy(cur, kptr, (size_t)K * sizeof(i32));
+        for (i64 i = 0; i < N; i++) kidx[cur[kern[i]]++] = (i32)i;
+    }
     for (i32 k = 0; k < K; k++) {
-        i32 h = kidx[kptr[k]], t = tmpl[h], r = res[h];
+        i32 h = lean ? k : kidx[kptr[k]], t = tmpl[h], r = res[h];
         int comp = r == 0;
-        ktype[k] = r;
-        krank[k] = rank[h];
+        if (!lean) {
+            ktype[k] = r;
+            krank[k] = rank[h];
+        }
         kleft[k] = comp ? tctas[t] : (r == 1 ? kneed[k] : 0);
         ktau[k] = comp ? work[h] / twaves[t] : 0.0;
         kmem[k] = comp ? tmem[t] : 0;
@@ -1481,6 +1522,303 @@ done:
     return result;
 }
 
+/* ---- stream_reached(qptr, qidx, khand, kern, call0, deps_t): when each op's stream reached it --------------- */
+/* In place, deps_t[i] = max(deps_t[i], qreach[kern[i]], call0[i]), qreach[k] the time the queue handed over the
+ * kernel before k in its queue (khand of that kernel; 0 for a queue's first): the post-pass of
+ * schedsim.sim.waves_columns.run_waves_program (its numpy form is the fallback), one O(N + K) pass. qptr/qidx
+ * (int32 CSR of the queues' kernels), kern (int32 per op); khand (float64 per kernel), call0, deps_t (float64 per
+ * op, deps_t writable). Raises TypeError for other buffers, ValueError for an index out of range. */
+static PyObject *stream_reached(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    static const char dbl[6] = {0, 0, 1, 0, 1, 1};
+    Py_buffer b[6];
+    int got = 0;
+    for (; got < 6; got++)
+        if (typed_buffer(o[got], &b[got], dbl[got] ? "d" : "i", dbl[got] ? 8 : 4, got == 5,
+                         "stream_reached: int32 qptr, qidx, kern; float64 khand, call0, writable deps_t") < 0)
+            break;
+    PyObject *result = NULL;
+    double *qreach = NULL;
+    if (got < 6) goto done;
+    i64 Q = b[0].len / 4 - 1, L = b[1].len / 4, K = b[2].len / 8, N = b[3].len / 4;
+    const i32 *qptr = b[0].buf, *qidx = b[1].buf, *kern = b[3].buf;
+    const double *khand = b[2].buf, *call0 = b[4].buf;
+    double *deps = b[5].buf;
+    int bad = Q < 0 || b[4].len / 8 != N || b[5].len / 8 != N || (Q >= 0 && (qptr[0] < 0 || qptr[Q] > L));
+    for (i64 q = 0; !bad && q < Q; q++) bad = qptr[q + 1] < qptr[q];
+    for (i64 p = 0; !bad && p < L; p++) bad = qidx[p] < 0 || qidx[p] >= K;
+    for (i64 i = 0; !bad && i < N; i++) bad = kern[i] < 0 || kern[i] >= K;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "stream_reached: a queue, kernel or op index out of range");
+        goto done;
+    }
+    qreach = calloc((size_t)K + 1, sizeof(double));
+    if (!qreach) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 q = 0; q < Q; q++)
+        for (i64 p = qptr[q] + 1; p < qptr[q + 1]; p++) qreach[qidx[p]] = khand[qidx[p - 1]];
+    for (i64 i = 0; i < N; i++) {
+        double d = deps[i], x = qreach[kern[i]];
+        d = x > d ? x : d; /* np.maximum of finite values */
+        x = call0[i];
+        deps[i] = x > d ? x : d;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    free(qreach);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* ---- fifo_edges(rank, comm, batch, out): rule 7's communicator-order edges ------------------------------ */
+/* The edges of schedsim.sim.gpu_model.comm_fifo_columns (its numpy form is the reference and the fallback), in
+ * one pass over ops whose ranks ascend: per (rank, communicator) the ops with comm >= 0 in order, consecutive
+ * ops of one batch (batch >= 0, equal) one entry, every op of an entry after every op of the entry before it
+ * (out[2e] -> out[2e + 1]: an (E, 2) array of pairs, as succ_csr reads them; in another order than numpy's).
+ * rank, comm, batch int64 of one length n; out writable int64 of an even length (room for len/2 edges). Returns
+ * the number of edges (those past the room not written: call again with room for them), or -1 when the ranks
+ * do not ascend (nothing written that counts). Raises TypeError for other buffers, ValueError for lengths that
+ * differ. */
+static PyObject *fifo_edges(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    Py_buffer b[4];
+    int got = 0;
+    for (; got < 4; got++)
+        if (int64_or_int32(o[got], &b[got], 1, got == 3, "fifo_edges: int64 rank, comm, batch; writable int64 out")
+            < 0)
+            break;
+    PyObject *result = NULL;
+    i64 *st = NULL, *nxt = NULL;
+    if (got < 4) goto done;
+    i64 n = b[0].len / 8, room = b[3].len / 16;
+    if (b[1].len / 8 != n || b[2].len / 8 != n || (b[3].len / 8) % 2) {
+        PyErr_SetString(PyExc_ValueError, "fifo_edges: arrays of different lengths");
+        goto done;
+    }
+    const i64 *rank = b[0].buf, *comm = b[1].buf, *batch = b[2].buf;
+    i64 *out = b[3].buf;
+    i64 nc = 0, E = 0;
+    for (i64 i = 0; i < n; i++) {
+        if (comm[i] >= nc) nc = comm[i] + 1;
+        if (i && rank[i] < rank[i - 1]) E = -1;
+    }
+    if (E < 0) {
+        result = PyLong_FromLongLong(-1);
+        goto done;
+    }
+    /* per communicator: the rank its state belongs to, the first op of its previous entry, the first and last op
+     * of its current entry; an entry's ops are chained through nxt */
+    st = malloc(((size_t)nc + 1) * 4 * sizeof(i64));
+    nxt = malloc(((size_t)n + 1) * sizeof(i64));
+    if (!st || !nxt) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 c = 0; c < nc; c++) st[4 * c] = -1;
+    for (i64 i = 0; i < n; i++) {
+        i64 c = comm[i];
+        if (c < 0) continue;
+        i64 *s = st + 4 * c;
+        nxt[i] = -1;
+        if (s[0] != rank[i] || rank[i] < 0) { /* the key's first op (ranks ascend: a state of an earlier rank) */
+            s[0] = rank[i];
+            s[1] = -1;
+            s[2] = s[3] = i;
+            continue;
+        }
+        if (batch[i] >= 0 && batch[i] == batch[s[3]]) { /* joins the current entry */
+            nxt[s[3]] = i;
+            s[3] = i;
+        } else { /* opens an entry: the current one becomes the previous */
+            s[1] = s[2];
+            s[2] = s[3] = i;
+        }
+        for (i64 p = s[1]; p >= 0; p = nxt[p]) {
+            if (E < room) {
+                out[2 * E] = p;
+                out[2 * E + 1] = i;
+            }
+            E++;
+        }
+    }
+    result = PyLong_FromLongLong(E);
+done:
+    free(st);
+    free(nxt);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* ---- issue_times(...): rule 1's host issue times from per-class tables ------------------------------------ */
+/* issue_times(rank, stream, hclass, repeat, batch, xdeps, host_s, by_class, per_repeat, first_group, first_cost,
+ * batch_class, (ev_s, extra, sw_s, batch_s), issue, call0) -> bool: schedsim.sim.gpu_model.host_issue_columns'
+ * columns and sums in one pass over ops whose ranks ascend (False, nothing that counts written, when they do
+ * not: then its numpy form runs). Every rule is in the tables Python makes from gpu_model: an op of host class h
+ * calls by_class[h] seconds, times its repeat when per_repeat[h]; an op of batch_class pays batch_s instead at
+ * the first op of its (rank, batch); the first op of each first_group[h] >= 0 on a rank pays first_cost of that
+ * group. The sums are issue_sums' (same floats, same order). Per op: rank, stream, hclass, batch, xdeps int64,
+ * repeat int64 and host_s float64 (length n, or 1: one value for all); per class: by_class float64, per_repeat
+ * and first_group int32; first_cost float64; issue, call0 writable float64. Raises TypeError for other buffers,
+ * ValueError for a class or group outside the tables, or lengths that differ. */
+static PyObject *issue_times(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[13];
+    Py_ssize_t batch_class;
+    double ev_s, extra, sw_s, batch_s;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOn(dddd)OO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &batch_class, &ev_s, &extra, &sw_s, &batch_s, &o[11], &o[12]))
+        return NULL;
+    /* 'q': int64, 'd': float64, 'i': int32 */
+    static const char kind[13] = {'q', 'q', 'q', 'q', 'q', 'q', 'd', 'd', 'i', 'i', 'd', 'd', 'd'};
+    Py_buffer b[13];
+    int got = 0;
+    for (; got < 13; got++) {
+        int r = kind[got] == 'q'
+                    ? int64_or_int32(o[got], &b[got], 1, 0, "issue_times: int64 op columns")
+                    : typed_buffer(o[got], &b[got], kind[got] == 'd' ? "d" : "i", kind[got] == 'd' ? 8 : 4, got >= 11,
+                                   "issue_times: float64 times and costs, int32 class tables, writable outputs");
+        if (r < 0) break;
+    }
+    PyObject *result = NULL;
+    i64 *bseen = NULL;
+    if (got < 13) goto done;
+    i64 n = b[0].len / 8, nr_ = b[3].len / 8, nh = b[6].len / 8, H = b[7].len / 8, G = b[10].len / 8;
+    int bad = b[1].len / 8 != n || b[2].len / 8 != n || b[4].len / 8 != n || b[5].len / 8 != n ||
+              (nr_ != n && nr_ != 1) || (nh != n && nh != 1) || b[8].len / 4 != H || b[9].len / 4 != H ||
+              b[11].len / 8 != n || b[12].len / 8 != n || G > 8;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "issue_times: arrays of the wrong lengths");
+        goto done;
+    }
+    const i64 *rank = b[0].buf, *stream = b[1].buf, *hcls = b[2].buf, *rep = b[3].buf, *batch = b[4].buf;
+    const i64 *xdeps = b[5].buf;
+    const double *hs = b[6].buf, *by_class = b[7].buf, *first_cost = b[10].buf;
+    const i32 *per_rep = b[8].buf, *fgrp = b[9].buf;
+    double *issue = b[11].buf, *call0 = b[12].buf;
+    i64 nb = 0;
+    for (i64 i = 0; i < n; i++) {
+        if (hcls[i] < 0 || hcls[i] >= H || fgrp[hcls[i]] >= G) {
+            PyErr_SetString(PyExc_ValueError, "issue_times: a host class outside the tables");
+            goto done;
+        }
+        if (i && rank[i] < rank[i - 1]) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        if (batch[i] >= nb) nb = batch[i] + 1;
+    }
+    bseen = malloc(((size_t)nb + 1) * sizeof(i64));
+    if (!bseen) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 k = 0; k < nb; k++) bseen[k] = -1;
+    i64 rstep = nr_ == n ? 1 : 0, hstep = nh == n ? 1 : 0;
+    char seen[8] = {0};
+    double acc = 0.0;
+    for (i64 i = 0; i < n; i++) {
+        int nr = !i || rank[i] != rank[i - 1];
+        if (nr) memset(seen, 0, sizeof seen);
+        i64 h = hcls[i];
+        double call = by_class[h];
+        if (per_rep[h]) call *= (double)rep[i * rstep];
+        if (h == batch_class && batch[i] >= 0 && bseen[batch[i]] != rank[i]) { /* ranks ascend: a stamp */
+            bseen[batch[i]] = rank[i];
+            call = batch_s;
+        }
+        double first = 0.0;
+        i32 g = fgrp[h];
+        if (g >= 0 && !seen[g]) {
+            seen[g] = 1;
+            first = first_cost[g];
+        }
+        double hv = hs[i * hstep];
+        acc = nr ? hv : acc + hv; /* the sums of issue_sums */
+        acc += (double)xdeps[i] * ev_s;
+        acc += extra;
+        acc += !nr && stream[i] != stream[i - 1] ? sw_s : 0.0;
+        call0[i] = acc;
+        acc += call;
+        acc += first;
+        issue[i] = acc;
+    }
+    result = Py_NewRef(Py_True);
+done:
+    free(bseen);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* ---- rank_codes(rank, key, out): each key numbered by first appearance on its rank ------------------------- */
+/* out[i] = how many distinct keys rank[i]'s ops showed before key[i] first appeared on that rank (0 for the
+ * rank's first key, 1 for its second, ...), in one pass over ops whose ranks ascend; the numbering of
+ * schedsim.sim.gpu_model.stream_queue_columns (numpy's, the fallback). rank, key int64 (key >= 0) of one length;
+ * out writable int64. Returns False (nothing that counts written) when the ranks do not ascend. Raises TypeError
+ * for other buffers, ValueError for a negative key or lengths that differ. */
+static PyObject *rank_codes(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    Py_buffer b[3];
+    int got = 0;
+    for (; got < 3; got++)
+        if (int64_or_int32(o[got], &b[got], 1, got == 2, "rank_codes: int64 rank and key, writable int64 out") < 0)
+            break;
+    PyObject *result = NULL;
+    i64 *stamp = NULL, *code = NULL;
+    if (got < 3) goto done;
+    i64 n = b[0].len / 8, nk = 0;
+    if (b[1].len / 8 != n || b[2].len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "rank_codes: arrays of different lengths");
+        goto done;
+    }
+    const i64 *rank = b[0].buf, *key = b[1].buf;
+    i64 *out = b[2].buf;
+    for (i64 i = 0; i < n; i++) {
+        if (key[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "rank_codes: a negative key");
+            goto done;
+        }
+        if (key[i] >= nk) nk = key[i] + 1;
+        if (i && rank[i] < rank[i - 1]) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+    }
+    stamp = malloc(((size_t)nk + 1) * sizeof(i64));
+    code = malloc(((size_t)nk + 1) * sizeof(i64));
+    if (!stamp || !code) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 k = 0; k < nk; k++) stamp[k] = -1; /* the position of the rank's first op when the key was seen */
+    i64 head = 0, next = 0;
+    for (i64 i = 0; i < n; i++) {
+        if (i && rank[i] != rank[i - 1]) {
+            head = i;
+            next = 0;
+        }
+        i64 k = key[i];
+        if (stamp[k] != head) {
+            stamp[k] = head;
+            code[k] = next++;
+        }
+        out[i] = code[k];
+    }
+    result = Py_NewRef(Py_True);
+done:
+    free(stamp);
+    free(code);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
     {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_model.host_issue_columns)."},
@@ -1490,7 +1828,11 @@ static PyMethodDef methods[] = {
     {"torch_rows", torch_rows, METH_VARARGS, "torch_rows(...) -> bool: torch's _add_send_recv rows (_torch_lower_cols)."},
     {"first_set", first_set, METH_VARARGS, "first_set(...) -> bool: the pipeline emitter's input lookups (_FastEmitter._inputs)."},
     {"kernels", kernels, METH_VARARGS, "kernels(...) -> (K, Q): kernel and queue arrays (waves_columns._kernels)."},
-    {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, src, dst, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
+    {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, edges, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
+    {"stream_reached", stream_reached, METH_VARARGS, "stream_reached(qptr, qidx, khand, kern, call0, deps_t): in place."},
+    {"rank_codes", rank_codes, METH_VARARGS, "rank_codes(rank, key, out) -> bool: keys numbered per rank (ranks ascending)."},
+    {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule 1 from per-class tables (ranks ascending)."},
+    {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, out) -> edges (-1: ranks not ascending)."},
     {NULL, NULL, 0, NULL},
 };
 

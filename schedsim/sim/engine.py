@@ -657,16 +657,16 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
 def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode: str, run) -> Timeline:  # type: ignore[no-untyped-def,type-arg]
     """:func:`_timeline` of a columnar run (:mod:`schedsim.sim.waves_columns`): the span columns from the
     Program's columns and interned tables (no per-op objects but the ids and tag references)."""
-    from schedsim.sim.waves_columns import categorical
+    from schedsim.sim.waves_columns import _per_op, categorical
 
     N = prog.N
-    res_code = np.array([0, 1, 2, 2, 2])[run.res] if N else np.zeros(0, np.int64)
+    res_code = np.array([0, 1, 2, 2, 2], np.int32)[run.res] if N else np.zeros(0, np.int32)
     cols = SpanColumns(  # names, ids and tags stay coded (a pipeline's lazy runs unmade) until read
         prog.ids, lambda: prog.op_names(np.arange(N)), prog.rank.astype(np.int64),
         categorical(prog.streams, prog.stream_id), categorical(*_kind_codes(run)),
         categorical(("compute", "comm", "copy"), res_code), run.start, run.end, run.work, run.ready_t,
-        np.array([t.nbytes for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
-        np.array([t.flops for t in run.tps], np.float64)[run.tmpl] if N else np.zeros(0),
+        _per_op(np.array([t.nbytes for t in run.tps], np.float64), run.tmpl),  # one value: a read-only broadcast
+        _per_op(np.array([t.flops for t in run.tps], np.float64), run.tmpl),
         None, run.stream_t, coded_ids=(prog.name_table, prog.name_id), coded_tags=prog.tag_columns,
         name_parts=prog.name_parts)
     at = np.zeros(0, np.int64)
@@ -692,8 +692,8 @@ def _kind_codes(run) -> tuple[tuple[str, ...], np.ndarray]:  # type: ignore[no-u
     classes (:func:`schedsim.sim.waves_columns.template_classes`; ``Program.kind`` reads every template)."""
     kinds = [t.kind for t in run.tps]
     values = tuple(dict.fromkeys(kinds))
-    return values, np.array([values.index(k) for k in kinds], np.int64)[run.tmpl] if len(run.tmpl) else \
-        np.zeros(0, np.int64)
+    return values, np.array([values.index(k) for k in kinds], np.int32)[run.tmpl] if len(run.tmpl) else \
+        np.zeros(0, np.int32)
 
 
 def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:  # type: ignore[no-untyped-def]

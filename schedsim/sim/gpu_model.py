@@ -349,6 +349,11 @@ def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: 
     if not n:
         return np.zeros(0, np.int64)
     rank, stream = rank.astype(np.int64), stream.astype(np.int64)
+    ext = _compiled("rank_codes")
+    if ext is not None and int(stream.min()) >= 0:  # one compiled pass when the ranks ascend (a Program's do)
+        num = np.empty(n, np.int64)
+        if ext(rank, stream, num):
+            return num % max_connections
     _u, first, inv = unique_keys(rank * (int(stream.max()) + 1) + stream)
     order = np.argsort(first, kind="stable")  # the (rank, stream) pairs in order of first appearance
     r = rank[first[order]]
@@ -393,6 +398,24 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
     extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
     first_op, first_comm = lp.first_op_extra_us * 1e-6, lp.first_collective_extra_us * 1e-6
+    # the rules as per-class tables, read by the compiled pass and the numpy one alike: per host class (H_KERNEL ..
+    # H_COLL; a class past H_COLL calls nothing) its call, whether a kernel's is per repeat, and the group whose
+    # first op on a rank pays a first-call extra (0: kernels, 1: communication); a batch's call is below
+    H = max(6, int(hclass.max()) + 1 if n else 0)
+    by_class = np.zeros(H)
+    by_class[:6] = op_s, copy_s, copy_s, p2p_s, 0.0, coll_s
+    cls = np.arange(H)
+    per_repeat = (cls <= H_COPY_KERNEL).astype(np.int32)
+    first_group = np.where(cls == H_KERNEL, 0, np.where(cls >= H_P2P, 1, -1)).astype(np.int32)
+    first_cost = np.array([first_op, first_comm])
+    ext = _compiled("issue_times")
+    if ext is not None and n:  # one compiled pass when the ranks ascend (a Program's do)
+        issue, call0 = np.empty(n), np.empty(n)
+        ints = (rank, stream, hclass, repeat[:1] if repeat.strides == (0,) else repeat, batch, cross_stream_deps)
+        if ext(*(np.ascontiguousarray(a, np.int64) for a in ints),
+               np.ascontiguousarray(host_s[:1] if host_s.strides == (0,) else host_s, np.float64), by_class,
+               per_repeat, first_group, first_cost, H_BATCH_P2P, (ev_s, extra, sw_s, batch_s), issue, call0):
+            return issue, call0
     rank = rank.astype(np.int64)
     order = None if n < 2 or bool(np.all(rank[1:] >= rank[:-1])) else np.argsort(rank, kind="stable")
     if order is not None:  # the prefix sums run per rank in program order
@@ -402,26 +425,24 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     new_rank[1:] = rank[1:] != rank[:-1]
     switch = np.zeros(n, bool)
     switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
-    # per host class (H_KERNEL .. H_COLL) its call; a kernel's per repeat, a batch's below
-    by_class = np.zeros(max(6, int(hclass.max()) + 1 if n else 0))  # a class past H_COLL calls nothing
-    by_class[:6] = op_s, copy_s, copy_s, p2p_s, 0.0, coll_s
     call = by_class[hclass]
     if not (repeat.strides == (0,) and n and repeat[0] == 1):  # (a broadcast of 1: every op runs once)
-        m = hclass <= H_COPY_KERNEL
+        m = per_repeat[hclass].astype(bool)
         call[m] *= repeat[m]
     bm = np.flatnonzero(hclass == H_BATCH_P2P)
     if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
         call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
     first = np.zeros(n)
-    for first_of, cost in ((hclass == H_KERNEL, first_op), (hclass >= H_P2P, first_comm)):
-        idx = np.flatnonzero(first_of)
+    fg = first_group[hclass]
+    for g, cost in enumerate(first_cost.tolist()):
+        idx = np.flatnonzero(fg == g)
         r = rank[idx]  # ascending (ops in rank order): a rank's first is where the rank changes
         at = np.ones(len(idx), bool)
         at[1:] = r[1:] != r[:-1]
         first[idx[at]] = cost
     ev = cross_stream_deps * ev_s
     issue, call0 = np.empty(n), np.empty(n)
-    ext = _issue_sums()
+    ext = _compiled("issue_sums")
     if ext is not None:  # the sums below in one compiled pass (same floats, same order)
         hs = host_s[:1] if n and host_s.strides == (0,) else host_s  # a broadcast: one value for every op
         ext(new_rank, np.ascontiguousarray(hs, np.float64), np.ascontiguousarray(ev, np.float64), extra, switch,
@@ -459,14 +480,14 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     return issue, call0
 
 
-def _issue_sums():  # type: ignore[no-untyped-def]
-    """The compiled prefix sums of :func:`host_issue_columns` (``_cwaves.issue_sums``), or None when the compiled
-    loop is not in use (:func:`schedsim.sim.waves.compiled_loop`): then numpy's ``cumsum`` adds the same floats
-    in the same order."""
+def _compiled(name: str):  # type: ignore[no-untyped-def]
+    """The compiled function ``name`` of :func:`host_issue_columns` (``_cwaves.issue_times``: the whole rule from
+    its tables; ``issue_sums``: the prefix sums), or None when the compiled loop is not in use
+    (:func:`schedsim.sim.waves.compiled_loop`) or is a build without it: then numpy adds the same floats in the
+    same order."""
     from schedsim.sim.waves import compiled_loop
 
-    mod = compiled_loop()
-    return None if mod is None else mod.issue_sums
+    return getattr(compiled_loop(), name, None)
 
 
 #: Ops per chunk of :func:`host_issue_columns`' prefix sums (a 6 MiB buffer).

@@ -12,10 +12,11 @@ Definitions (per rank, then summed or averaged over ranks):
   communication time hidden under compute. This is HTA's definition
   (facebookresearch/HolisticTraceAnalysis ``communication_analysis.py``).
 
-:func:`compute_metrics` works on the timeline's columns with numpy: one sort by (rank, start), then
-each union is a running maximum of the ends (:func:`merged`: an interval opens a new piece when it
-starts after every earlier one has ended) and each intersection a binary search of one piece list
-in the other (:func:`pieces_intersection`). The list functions :func:`merge`, :func:`length` and
+:func:`compute_metrics` works on the timeline's columns with numpy: the rows grouped by (rank, resource) with
+a radix sort and each group sorted by start unless it already is (one stream's ops are), then each union is a
+running maximum of the ends (:func:`merged`: an interval opens a new piece when it starts after every earlier one
+has ended; the union of all resources is that of their pieces) and each intersection a binary search of one piece
+list in the other (:func:`pieces_intersection`). The list functions :func:`merge`, :func:`length` and
 :func:`intersect_length` are the reference they are tested against.
 
 The result is a :class:`Metrics` (one :class:`RankMetrics` per rank); ``Metrics.to_dict()`` is the
@@ -261,44 +262,56 @@ def _compute(tl: Timeline) -> Metrics:
     """Makespan, per-rank busy/idle, exposed communication, overlap ratio, critical path (:class:`Metrics`)."""
     import numpy as np
 
+    from schedsim.sim.gpu_model import stable_order
+
     makespan = tl.makespan_s
     c = tl.columns
     res_vals, res_codes = c.resource
     code = {name: (res_vals.index(name) if name in res_vals else -2) for name in ("compute", "comm", "copy")}
-    # one sort: by rank, then start; each rank's rows are then a contiguous, start-ordered slice
-    rank = c.rank
-    if len(rank) > 1 and bool((rank[1:] >= rank[:-1]).all()):  # ranks in order (a lowered program's are): the
-        cuts = np.flatnonzero(np.diff(rank)) + 1  # same order by one stable sort of start per rank
-        bd = [0, *cuts.tolist(), len(rank)]
-        order = np.concatenate([a + np.argsort(c.start_s[a:b], kind="stable")
-                                for a, b in zip(bd, bd[1:], strict=False)])
-    else:
-        order = np.lexsort((c.start_s, rank))
-    rank, start, end, res = rank[order], c.start_s[order], c.end_s[order], res_codes[order]
-    ready = c.ready_s[order]
-    cuts = np.flatnonzero(np.diff(rank)) + 1
-    bounds = zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(rank)])).tolist(), strict=False)
+    # rows grouped by (rank, resource) in program order (a radix sort of small keys), then each group by start
+    # (stable: ties stay in program order), where it is not in start order already (one stream's ops are): each
+    # (rank, resource) is a contiguous, start-ordered slice, so the unions below take slices, not masks
+    cls = np.full(len(res_vals) + 1, 3, np.int64)  # 0 compute, 1 comm, 2 copy, 3 anything else
+    for k, name in enumerate(("compute", "comm", "copy")):
+        if code[name] >= 0:
+            cls[code[name]] = k
+    gkey = c.rank.astype(np.int64) * 4 + cls[res_codes]
+    order = stable_order(gkey)
+    gkey, start = gkey[order], c.start_s[order]
+    cuts = np.flatnonzero(gkey[1:] != gkey[:-1]) + 1
+    gb = np.concatenate(([0], cuts, [len(gkey)])).tolist() if len(gkey) else [0]
+    for a, b in zip(gb[:-1], gb[1:], strict=True):
+        s = start[a:b]
+        if b - a > 1 and not bool((s[1:] >= s[:-1]).all()):
+            o = np.argsort(s, kind="stable")
+            order[a:b] = order[a:b][o]
+            start[a:b] = s[o]
+    end, ready = c.end_s[order], c.ready_s[order]
+    per: dict[int, dict[int, tuple[int, int]]] = {}  # rank -> resource -> its slice, ranks ascending
+    for g, k in enumerate(gkey[gb[:-1]].tolist()):
+        per.setdefault(k >> 2, {})[k & 3] = (gb[g], gb[g + 1])
     ranks: dict[int, RankMetrics] = {}
     tot_comm = tot_overlap = tot_exposed = 0.0
-    for a, b in bounds:
-        if a == b:
-            continue
-        s, e, r = start[a:b], end[a:b], res[a:b]
-        is_comp, is_comm, is_copy = r == code["compute"], r == code["comm"], r == code["copy"]
-        comp = merged(s[is_comp], e[is_comp], presorted=True)
-        comm = merged(s[is_comm], e[is_comm], presorted=True)
+    none = (0, 0)
+    for r, groups in per.items():
+        (a0, b0), (a1, b1), (a2, b2) = (groups.get(k, none) for k in range(3))
+        comp = merged(start[a0:b0], end[a0:b0], presorted=True)
+        comm = merged(start[a1:b1], end[a1:b1], presorted=True)
+        copy = merged(start[a2:b2], end[a2:b2], presorted=True)
         lc = float((comm[1] - comm[0]).sum())
         ov = pieces_intersection(comm, comp)
-        allm = is_comp | is_comm | is_copy
+        # the union of all three: of their pieces (the same pieces as of the intervals themselves)
+        ps, pe = (np.concatenate(x) for x in zip(comp, comm, copy, strict=True))
+        busy = union_length(ps, pe) if len(comm[0]) + len(copy[0]) else float((comp[1] - comp[0]).sum())
         # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
         # spinning while the peer is late; nsys shows that span as kernel time
-        rd = ready[a:b][is_comm]
-        kv = union_length(np.where(np.isnan(rd), s[is_comm], rd), e[is_comm])
-        ranks[int(rank[a])] = RankMetrics(
+        rd, sc = ready[a1:b1], start[a1:b1]
+        kv = union_length(np.where(np.isnan(rd), sc, rd), end[a1:b1])
+        ranks[r] = RankMetrics(
             busy_compute_s=float((comp[1] - comp[0]).sum()),
             busy_comm_s=lc,
-            busy_copy_s=union_length(s[is_copy], e[is_copy], presorted=True),
-            idle_s=makespan - union_length(s[allm], e[allm], presorted=True),
+            busy_copy_s=float((copy[1] - copy[0]).sum()),
+            idle_s=makespan - busy,
             exposed_comm_s=lc - ov,
             overlap_ratio=ov / lc if lc > 0 else 0.0,
             comm_share=lc / makespan if makespan > 0 else 0.0,

@@ -46,10 +46,25 @@ and lacks the key at -1; values are JSON scalars, and ``1``, ``1.0`` and ``true`
 tags are its keys in sorted order. Each of the three columns may also come in its version-2 form. The writer
 uses version 3 for a timeline simulated from a Program (:func:`schedsim.sim.engine.simulate`): its tags as
 key columns, a pipeline's names as parts (:mod:`schedsim.coded`); the others, and timelines built from spans,
-are written as version 2, which older readers take. The reader refuses a coded column that is malformed (a
-code out of range, a ``codes`` list of the wrong length, a part value that is not a string, a tag value that is
-a list or object) with a :class:`~schedsim.errors.TraceError` naming the column; in every version a tag value
-that is NaN or ±Infinity (not JSON: Python's reader takes the tokens) is refused likewise.
+are written as version 2, which older readers take.
+
+Version 3 may also write any float column (``start_s``, ``end_s``, ``solo_s``, ``ready_s``, ``bytes``,
+``flops``, ``stream_s``) as a base and the rows that differ from it::
+
+     "ready_s": {"base": "start_s", "index": [4, 9, ...], "values": [0.25, null, ...]},
+     "bytes": {"base": 0.0, "index": [], "values": []}
+
+Row ``i`` of such a column is row ``i`` of the column ``base`` names (one listed before it, in the order above)
+or the number ``base`` (null: NaN), except at the rows of ``index`` (ascending,
+distinct), which hold ``values`` (null: NaN). Equal means bit for bit, so -0.0 and NaN round-trip. The writer
+uses the form where at most half the rows differ: ``ready_s`` against ``start_s`` (ops that did not wait),
+``stream_s`` against ``ready_s``, a column of one value (``bytes`` of a compute-only schedule) against it.
+
+The reader refuses a coded column that is malformed (a code out of range, a ``codes`` list of the wrong length,
+a part value that is not a string, a tag value that is a list or object, a float column's base that is not an
+earlier column, an index that is not ascending rows or not as long as its values) with a
+:class:`~schedsim.errors.TraceError` naming the column; in every version a tag value that is NaN or ±Infinity
+(not JSON: Python's reader takes the tokens) is refused likewise.
 
 Rows (``version: 1``, the original layout; still read, and written with ``layout="rows"``)::
 
@@ -381,26 +396,35 @@ class SpanColumns:
                         [None] * len(self.id) if self.stream_s is None else _optional(self.stream_s)))
 
     # -- JSON ---------------------------------------------------------------
-    def _json_forms(self) -> tuple[str, str]:
-        """How :meth:`json_items` writes the names and the tags: ``("shared" | "parts" | "lists", "keys" |
-        "index")`` (module docstring)."""
+    def _json_forms(self) -> tuple[str, str, dict[str, dict[str, Any]]]:
+        """How :meth:`json_items` writes the names, the tags and the float columns: ``("shared" | "parts" |
+        "lists", "keys" | "index", based)``, ``based`` the float columns written as a base and the rows that
+        differ from it (module docstring), by name."""
         names = "lists"  # both coded forms hold id[i] == f"{name[i]}@r{rank[i]}" (the constructor's contract)
         if self._coded is not None and 4 * len(self._coded[0]) <= len(self.rank):
             names = "shared"  # names shared by rows: the table once, rows joined from it
         elif self._name_parts() is not None:
             names = "parts"
         keyed = self._keyed and self._tag_columns().scalar()  # type: ignore[union-attr]
-        return names, "keys" if keyed else "index"
+        based = {}
+        if names == "parts" or keyed:  # a version-3 document: its float columns may be based too
+            for c, base in _BASES.items():
+                got = _based(getattr(self, c), base, None if base is None else getattr(self, base))
+                if got is not None:
+                    based[c] = got
+        return names, "keys" if keyed else "index", based
 
-    def json_version(self) -> int:
+    def json_version(self, forms: tuple[str, str, dict[str, dict[str, Any]]] | None = None) -> int:
         """The ``version`` of the document :meth:`json_items` makes: 3 when the names or tags are coded
-        (module docstring), else 2."""
-        forms = self._json_forms()
+        (module docstring), else 2. ``forms``: :meth:`_json_forms`' result, when already made."""
+        forms = forms or self._json_forms()
         return 3 if forms[0] == "parts" or forms[1] == "keys" else 2
 
-    def json_items(self) -> Iterator[tuple[str, Any]]:
-        """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`)."""
-        names, tags = self._json_forms()
+    def json_items(self, forms: tuple[str, str, dict[str, dict[str, Any]]] | None = None
+                   ) -> Iterator[tuple[str, Any]]:
+        """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`).
+        ``forms``: :meth:`_json_forms`' result, when already made."""
+        names, tags, based = forms or self._json_forms()
         if names == "shared":
             ids, nms = _coded_json(self._coded[0], self._coded[1], self.rank)  # type: ignore[index]
             yield "id", ids
@@ -416,9 +440,9 @@ class SpanColumns:
             cats, codes = getattr(self, c)
             yield c, {"values": cats, "codes": codes}
         for c in _FLOAT_COLS:
-            yield c, getattr(self, c)
+            yield c, based.get(c, getattr(self, c))
         if self.stream_s is not None:
-            yield "stream_s", self.stream_s
+            yield "stream_s", based.get("stream_s", self.stream_s)
         if tags == "keys":  # one coded column per key: no dict per row
             yield "tags", self._tag_columns().to_json()  # type: ignore[union-attr]
             return
@@ -480,7 +504,7 @@ class SpanColumns:
                 if len(codes) and (codes.min() < 0 or codes.max() >= len(values)):
                     raise ValueError(f"{c!r} has codes outside 0..{len(values) - 1}")
                 cats[c] = (values, codes)
-            floats = {c: num(c, "f") for c in _FLOAT_COLS}
+            floats = _json_floats(d, n, num)
             for c in ("bytes", "flops"):
                 if len(floats[c]) and not (floats[c] >= 0).all():
                     raise ValueError(f"{c!r} holds a negative or non-finite value (row "
@@ -496,7 +520,7 @@ class SpanColumns:
                        names, ranks,
                        cats["stream"], cats["kind"], cats["resource"], floats["start_s"], floats["end_s"],
                        floats["solo_s"], floats["ready_s"], floats["bytes"], floats["flops"], tags,
-                       None if d.get("stream_s") is None else np.asarray(d["stream_s"], dtype=np.float64).reshape(-1),
+                       floats.get("stream_s"),
                        coded_tags=coded, name_parts=parts if ids is None else None)
         except TraceError:
             raise
@@ -505,9 +529,84 @@ class SpanColumns:
                              "  fix: re-run the command that wrote it") from None
 
 
+def _json_floats(d: dict[str, Any], n: int, num: Callable[..., Any]) -> dict[str, np.ndarray]:
+    """The float columns of the ``columns`` object ``d`` (``stream_s`` only when present), plain lists read by
+    ``num`` (their lengths checked by the constructor) and based ones (module docstring) by :func:`_unbase`, in
+    the order a base must come before its column."""
+    floats: dict[str, np.ndarray] = {}
+    for c in (*_FLOAT_COLS, "stream_s"):
+        raw = d.get(c)
+        if isinstance(raw, dict):
+            floats[c] = _unbase(c, raw, floats, n, num)
+        elif c != "stream_s" or raw is not None:
+            floats[c] = num(c, "f")
+    return floats
+
+
+def _unbase(key: str, raw: dict[str, Any], done: dict[str, Any], n: int, num: Callable[..., Any]) -> np.ndarray:
+    """The float column ``key`` from its based form ``raw`` (module docstring), ``done`` the columns read before it.
+
+    Raises
+    ------
+    ValueError
+        Keys other than base/index/values, a base that is not an earlier column or a number, an index that is not
+        ascending rows 0..n-1, index and values of different lengths.
+    """
+    import numpy as np
+
+    if set(raw) != {"base", "index", "values"}:
+        raise ValueError(f"{key!r} is an object without exactly the keys base, index, values")
+    base = raw["base"]
+    if isinstance(base, str):
+        if base not in done:
+            raise ValueError(f"{key!r} has base {base[:40]!r}, not a float column written before it")
+        out = done[base].copy()
+    elif base is None or (isinstance(base, (int, float)) and not isinstance(base, bool)):
+        out = np.full(n, np.nan if base is None else float(base))
+    else:
+        raise ValueError(f"{key!r} has base {str(base)[:40]!r}, neither a column name nor a number")
+    idx = num(key + ".index", "i", raw["index"])
+    vals = num(key + ".values", "f", raw["values"])
+    if len(idx) != len(vals):
+        raise ValueError(f"{key!r} has {len(idx)} index entries and {len(vals)} values")
+    if len(idx) and (idx[0] < 0 or idx[-1] >= n or not bool((idx[1:] > idx[:-1]).all())):
+        raise ValueError(f"{key!r} has an index that is not ascending rows 0..{n - 1}")
+    out[idx] = vals
+    return out  # type: ignore[no-any-return]
+
+
 #: Elements of a numpy column serialised per :func:`dumps_json` call: the pieces (~1 MiB of text) are freed and
 #: their memory reused, where one string per column (19 MiB for a million floats) is paged in afresh each time.
 _JSON_PIECE = 1 << 16
+
+
+#: The float columns a version-3 file may write as a base and the rows that differ (module docstring): against
+#: a column (an op's ready time is its start when it did not wait; its stream reached it when it was ready, unless
+#: the host was late) or, None, against the column's first value (the per-template columns, often one value).
+_BASES: dict[str, str | None] = {"solo_s": None, "ready_s": "start_s", "bytes": None, "flops": None,
+                                 "stream_s": "ready_s"}
+
+
+def _based(a: np.ndarray | None, base_name: str | None, base: np.ndarray | None) -> dict[str, Any] | None:
+    """``{"base", "index", "values"}`` of the float column ``a`` against the column ``base`` (named ``base_name``)
+    or, when ``base`` is None, against ``a[0]``; None when more than half the rows differ (bit for bit)."""
+    import numpy as np
+
+    if a is None or not len(a):
+        return None
+    n = len(a)
+    bits = a.view(np.int64) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.int64)
+    if base is None:
+        diff = bits != bits[0]
+        head = float(a[0])
+        ref: Any = None if head != head else head  # NaN: null, as orjson writes it
+    else:
+        diff = bits != (base.view(np.int64) if base.flags.c_contiguous else np.ascontiguousarray(base).view(np.int64))
+        ref = base_name
+    idx = np.flatnonzero(diff)
+    if 2 * len(idx) > n:
+        return None
+    return {"base": ref, "index": idx, "values": a[idx]}
 
 
 def _array_pieces(a: np.ndarray) -> Iterator[bytes | memoryview]:
@@ -790,9 +889,9 @@ class Timeline:
         return sorted(seen, key=lambda k: (k[0], seen[k]))
 
     # -- JSON ---------------------------------------------------------------
-    def _head(self, version: int) -> dict[str, Any]:
+    def _head(self, version: int, forms: Any = None) -> dict[str, Any]:
         if version >= 2:
-            version = self.columns.json_version()
+            version = self.columns.json_version(forms)
         h = {"format": FORMAT, "version": version, "schedule": self.schedule, "source": self.source,
              "profile": self.profile, "world_size": self.world_size, "launch": self.launch,
              "makespan_s": self.makespan_s, "meta": self.meta}
@@ -818,9 +917,10 @@ class Timeline:
 
     def _column_chunks(self, metrics: dict[str, Any] | None) -> Iterator[bytes | memoryview]:
         """The version-2 document as byte chunks, one per column (never one string for the whole file)."""
-        yield dumps_json(self._head(2))[:-1]
+        forms = self.columns._json_forms()  # made once: the based float columns compare whole columns
+        yield dumps_json(self._head(2, forms))[:-1]
         yield b',"columns":{'
-        for i, (k, v) in enumerate(self.columns.json_items()):
+        for i, (k, v) in enumerate(self.columns.json_items(forms)):
             yield b"%s%s:" % (b"," if i else b"", dumps_json(k))
             if isinstance(v, _RawPieces):
                 yield from v

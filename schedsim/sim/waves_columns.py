@@ -66,15 +66,29 @@ def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], 
     if not n:
         return [], np.zeros(0, np.int32)
     first = np.full(len(values), n, I64)  # codes index ``values``: a table of them, no sort of the rows
-    np.minimum.at(first, codes, np.arange(n, dtype=I64))
+    if len(values) <= _FEW:  # a compare per value (a bool argmax stops at the first True)
+        for k in range(len(values)):
+            eq = codes == k
+            at = int(eq.argmax())
+            if eq[at]:
+                first[k] = at
+    else:
+        np.minimum.at(first, codes, np.arange(n, dtype=I64))
     used = np.flatnonzero(first < n)
     used = used[np.argsort(first[used], kind="stable")]  # in order of first use
     cats = [values[int(k)] for k in used.tolist()]
     if len(cats) <= 1:
         return cats, np.zeros(n, np.int32)
+    if len(used) == len(values) and bool((used == np.arange(len(used))).all()):
+        return cats, codes.astype(np.int32)  # first used in code order: the codes as they are (a copy)
     num = np.zeros(len(values), np.int32)
     num[used] = np.arange(len(used), dtype=np.int32)
     return cats, num[codes]
+
+
+#: Up to this many values :func:`categorical` finds each one's first row by a compare per value (~30 µs per
+#: value at 456,704 rows, against ~1 ms for one ``np.minimum.at`` over the rows).
+_FEW = 32
 
 
 #: The template fields every per-template rule reads (:func:`_res_of`, :meth:`CostModel.duration`,
@@ -124,6 +138,15 @@ def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarra
         dst = np.where(is_send, peer[p], rank[p]).astype(I64)
         W = int(max(src.max(), dst.max())) + 1
         key = (tmpl[p].astype(I64) * W + src) * W + dst
+        span = len(tps) * W * W
+        if span <= 4 * len(p) + 64:  # the keys in use marked in a table of them: no sort, no first rows
+            seen = np.zeros(span, bool)
+            seen[key] = True
+            ks = np.flatnonzero(seen)
+            tab = np.zeros(span)
+            tab[ks] = [cost.duration(replace(tps[k // (W * W)], group=(k // W % W, k % W))) for k in ks.tolist()]
+            dur[p] = tab[key]
+            return dur
         _u, first, inv = gm.unique_keys(key)
         vals = np.array([cost.duration(replace(tps[int(tmpl[p[f]])], group=(int(src[f]), int(dst[f]))))
                          for f in first.tolist()])
@@ -148,9 +171,18 @@ def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray
         if serial:
             lo = np.minimum(rank[lone], peer[lone]).astype(I64)
             hi = np.maximum(rank[lone], peer[lone]).astype(I64)
-            _u, first, inv = gm.unique_keys(lo * world + hi)
-            pc = np.array([codes.setdefault((int(lo[f]), int(hi[f])), len(codes)) for f in first.tolist()], I64)
-            comm[lone] = pc[inv]
+            key = lo * world + hi
+            if world * world <= 4 * len(lone) + 64:  # the pairs in use marked in a table of them: no sort
+                seen = np.zeros(world * world, bool)
+                seen[key] = True
+                tab = np.full(world * world, -1, I64)
+                ks = np.flatnonzero(seen)
+                tab[ks] = [codes.setdefault((k // world, k % world), len(codes)) for k in ks.tolist()]
+                comm[lone] = tab[key]  # (numbered by pair, not by first use: codes only tell pairs apart)
+            else:
+                _u, first, inv = gm.unique_keys(key)
+                pc = np.array([codes.setdefault((int(lo[f]), int(hi[f])), len(codes)) for f in first.tolist()], I64)
+                comm[lone] = pc[inv]
         else:
             comm[lone] = -1
     return comm
@@ -174,7 +206,8 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
     cr = rank[gidx[:nc]].astype(I64)
     pr = rank[gidx[nc:]].astype(I64).reshape(-1, 2)  # (sender, receiver)
     cends = np.stack([2 * cr, 2 * cr + 1], 1).reshape(-1)
-    pends = np.sort(np.stack([2 * pr[:, 0], 2 * pr[:, 1] + 1], 1), axis=1).reshape(-1)
+    se, re_ = 2 * pr[:, 0], 2 * pr[:, 1] + 1
+    pends = np.stack([np.minimum(se, re_), np.maximum(se, re_)], 1).reshape(-1)  # each pair's two ends in order
     ends = np.concatenate([cends, pends])
     P = len(pr)
     eptr = np.concatenate([2 * gptr[:C + 1], 2 * nc + 2 * np.arange(1, P + 1)])
@@ -214,25 +247,26 @@ def _epos_generic(eptr, ends, gptr, gidx, rank):  # type: ignore[no-untyped-def]
     return np.array(ptr, I64), np.array(out, I64)
 
 
-def _succ(prog: Program, u: np.ndarray, v: np.ndarray, sid: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The DAG's successors plus the communicator-order edges ``u → v``, each row sorted and without repeats
-    (CSR ``ptr, idx``, int32), each op's predecessor count (int32) and how many of them are on another stream
-    than it (``sid``: stream codes; int64): one sort of the edge keys ``src·N + dst`` (the Program's stream and
-    dependency edges as they are, without :attr:`Program.succ`'s networkx order), or the same lists by a
-    counting sort in the compiled ``succ_csr`` when it is built."""
+def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The DAG's successors plus the communicator-order edges ``fifo`` ((E, 2) int64 pairs), each row sorted and
+    without repeats (CSR ``ptr, idx``, int32), each op's predecessor count (int32) and how many of them are on
+    another stream than it (``sid``: stream codes; int64): one sort of the edge keys ``src·N + dst`` (the
+    Program's stream and dependency edges as they are, without :attr:`Program.succ`'s networkx order), or the same
+    lists by a counting sort in the compiled ``succ_csr`` when it is built (which reads the pair arrays as they
+    are: no copies of the edges)."""
     from schedsim.sim.waves import compiled_loop
 
     N = prog.N
-    e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2)]
+    e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2),
+         fifo.reshape(-1, 2)]
     ext = getattr(compiled_loop(), "succ_csr", None)
     if ext is not None:  # an older build has no succ_csr: then numpy below
-        src = np.concatenate([x[:, 0] for x in e] + [np.asarray(u, I64)])
-        dst = np.concatenate([x[:, 1] for x in e] + [np.asarray(v, I64)])
-        sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(len(src), I32), np.empty(N, I32), np.empty(N, I64)
-        m = ext(N, src, dst, np.ascontiguousarray(sid, I64), sptr, sidx, npred, xdeps)
+        E = sum(len(x) for x in e)
+        sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
+        m = ext(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr, sidx, npred,
+                xdeps)
         return sptr, sidx[:m], npred, xdeps
-    key = np.concatenate([x[:, 0] * N + x[:, 1] for x in e] + [u * N + v])
+    key = np.concatenate([x[:, 0] * N + x[:, 1] for x in e])
     if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):
         key.sort(kind="stable")  # a few sorted runs (stream, dependency, FIFO edges): timsort merges them
         key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # an edge written twice (or also a FIFO edge)
@@ -257,9 +291,11 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     tmem = np.array([c[2] for c in tct], I32)
     ext = getattr(compiled_loop(), "kernels", None)
     if ext is not None:  # an older build has no kernels(): then numpy below
-        out = [np.empty(N + (k in (1, 10)), np.float64 if k == 7 else I32) for k in range(12)]
-        nb = int(batch.max()) + 1 if N else 0
-        K, Q = ext((N, world, max(nb, 0), C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work), _i32(opq),
+        nb = max(int(batch.max()) + 1 if N else 0, 0)
+        # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
+        out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
+               for k in range(12)]
+        K, Q = ext((N, world, nb, C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work), _i32(opq),
                    _i32(tctas), twaves.astype(np.float64), tmem, *out)
         kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
         if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
@@ -301,8 +337,10 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
 
 
 def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:
-    """``table[tmpl]``, as a read-only broadcast (no memory) when every class has the same value."""
-    if len(table) and bool((table == table[0]).all()):
+    """``table[tmpl]``, as a read-only broadcast (no memory) when every class has the same value (bit for bit:
+    a -0.0 among 0.0 is not the same value)."""
+    bits = table.view(I64) if table.dtype == np.float64 else table
+    if len(table) and bool((bits == bits[0]).all()):
         return np.broadcast_to(table[:1], tmpl.shape)
     return table[tmpl] if len(tmpl) else table[:0]
 
@@ -317,6 +355,8 @@ def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
         i = int(np.flatnonzero((rank < 0) | (rank >= world))[0])
         raise GraphError(f"op {prog.op_id(i)} is on rank {int(rank[i])} but the world_size is {world}",
                          fix=f"put the op on a rank in 0-{world - 1}")
+    if len(work) and bool((work >= 0.0).all()) and np.isfinite(work.max()):  # no NaN, no inf, none below 0
+        return
     bad = np.flatnonzero(~(np.isfinite(work) & (work >= 0.0)))
     if len(bad):
         i = int(bad[0])
@@ -342,19 +382,44 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     communicator-order edges as int32 CSR, each op's predecessor count) and ``(issue, call0)`` (float64
     seconds). Its int64 temporaries (communicators, edge keys, host classes) die here, before the loop runs."""
     N = prog.N
-    batch = prog.batch
+    batch = prog.batch.astype(I64)  # once, for the compiled FIFO edges and issue times
     comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
-    fu, fv = gm.comm_fifo_columns(rank, comm, batch)
+    fifo = _fifo(rank, comm, batch)
     del comm
-    sptr, sidx, npred, xdeps = _succ(prog, fu, fv, sid)
-    del fu, fv
-    thc = np.array([gm.host_class(t) for t in tps], I64)
-    hcls = np.where(is_p2p, np.where(batch >= 0, gm.H_BATCH_P2P, gm.H_P2P), thc[tmpl] if N else 0)
+    sptr, sidx, npred, xdeps = _succ(prog, fifo, sid)
+    del fifo
+    # a send/recv's host class is per op: batched or not (Program.batch); the rest per template
+    thc = np.array([gm.H_P2P if t.kind in P2P_KINDS else gm.host_class(t) for t in tps], I64)
+    hcls = thc[tmpl] if N else np.zeros(0, I64)
+    if N and int(batch.max()) >= 0:
+        hcls[is_p2p & (batch >= 0)] = gm.H_BATCH_P2P
     trep = np.array([t.repeat for t in tps], I64)
     ths = np.array([t.host_s for t in tps], np.float64)
     issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
                                          profile, mode, model_executor)
     return sptr, sidx, npred, issue, call0
+
+
+def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """Rule 7's communicator-order edges of :func:`~schedsim.sim.gpu_model.comm_fifo_columns` as (E, 2) int64
+    pairs ``(before, after)``: in one compiled pass (``_cwaves.fifo_edges``, the edges in another order, which the
+    successor lists do not keep) when it is built and the ranks ascend (a Program's do), else by that function."""
+    from schedsim.sim.waves import compiled_loop
+
+    ext = getattr(compiled_loop(), "fifo_edges", None)
+    if ext is not None and len(rank):
+        args = [np.ascontiguousarray(a, I64) for a in (rank, comm, batch)]
+        room = int(np.count_nonzero(comm >= 0))  # an edge per op in an order, unless batches follow batches
+        while True:
+            out = np.empty((room, 2), I64)
+            m = ext(*args, out)
+            if m <= room:
+                break
+            room = m  # a batch after a batch: more edges than ops
+        if m >= 0:
+            return out[:m]
+    u, v = gm.comm_fifo_columns(rank, comm, batch)
+    return np.stack([u, v], 1)
 
 
 def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: HardwareProfile, mode: str
@@ -416,14 +481,12 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     del is_p2p
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
+    rank32 = _i32(prog.rank)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = _kernels(
-        tps, prog.world_size, tmpl, rank, prog.batch, res, work, opq, rules.max_connections, cost, rules.sms)
+        tps, prog.world_size, tmpl, rank32, prog.batch, res, work, opq, rules.max_connections, cost, rules.sms)
     del opq
     K = len(kptr) - 1
     C = len(prog.coll_ptr) - 1
-    rank32 = _i32(prog.rank)
-    if krank is rank:
-        krank = rank32
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way)]
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
@@ -450,6 +513,10 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         gmem = [gidx[a:b].tolist() for a, b in zip(gptr[:-1].tolist(), gptr[1:].tolist(), strict=True)]
         _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred.tolist(), job_of, gmem, N)
     # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
+    ext = getattr(loop, "stream_reached", None)
+    if ext is not None:  # one compiled pass (an older build has none: numpy below)
+        ext(qptr, qidx, khand, kern, _f64(call0), deps_t)
+        return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t)
     qk = np.diff(qptr)
     if K:
         later = np.ones(len(qidx), bool)

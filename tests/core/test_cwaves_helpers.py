@@ -23,10 +23,10 @@ pytestmark = pytest.mark.skipif(_cwaves is None, reason="schedsim.sim._cwaves is
 PROFILE = load_profile("h200")
 
 
-def _issue(monkeypatch, compiled: bool, cols: tuple, mode: str, executor: bool) -> tuple[bytes, bytes]:  # type: ignore[no-untyped-def,type-arg]
+def _issue(monkeypatch, compiled: tuple[str, ...], cols: tuple, mode: str, executor: bool) -> tuple[bytes, bytes]:  # type: ignore[no-untyped-def,type-arg]
+    """host_issue_columns with only the compiled functions ``compiled`` (issue_times, issue_sums) in use."""
     with monkeypatch.context() as m:
-        if not compiled:
-            m.setattr(gm, "_issue_sums", lambda: None)
+        m.setattr(gm, "_compiled", lambda name: getattr(_cwaves, name) if name in compiled else None)
         issue, call0 = gm.host_issue_columns(*cols, PROFILE, mode, executor)
     return issue.tobytes(), call0.tobytes()
 
@@ -36,21 +36,79 @@ def _issue(monkeypatch, compiled: bool, cols: tuple, mode: str, executor: bool) 
        one_host_s=st.booleans(), executor=st.booleans())
 def test_issue_sums_add_the_same_floats_as_numpy(monkeypatch, seed, n, ranks, sorted_ranks, one_host_s, executor):
     """Any mix of host classes, streams, batches, declared host time (one value broadcast, or per op, with a
-    -0.0 among them) and ranks in or out of order: the compiled sums equal numpy's cumsum to the bit."""
+    -0.0 among them), repeats (one value broadcast, or per op) and ranks in or out of order: the compiled pass
+    from the tables (issue_times, ranks in order) and the compiled sums equal numpy's cumsum to the bit."""
     rng = np.random.default_rng(seed)
     rank = rng.integers(0, ranks, n)
     if sorted_ranks:
         rank.sort()
     stream = rng.integers(0, 3, n)
     hcls = rng.integers(0, 7, n)
-    repeat = rng.integers(1, 4, n)
+    repeat = np.broadcast_to(np.int64(2), (n,)) if one_host_s else rng.integers(1, 4, n)
     host_s = np.broadcast_to(np.float64(2.5e-6), (n,)) if one_host_s else \
         np.where(rng.random(n) < 0.2, -0.0, rng.random(n) * 1e-5)
     batch = np.where(hcls == gm.H_BATCH_P2P, rng.integers(0, 3, n), -1)
     xdeps = rng.integers(0, 3, n)
     cols = (rank, stream, hcls, repeat, host_s, batch, xdeps)
     for mode in ("eager", "cuda_graph"):
-        assert _issue(monkeypatch, True, cols, mode, executor) == _issue(monkeypatch, False, cols, mode, executor)
+        want = _issue(monkeypatch, (), cols, mode, executor)
+        assert _issue(monkeypatch, ("issue_sums",), cols, mode, executor) == want
+        assert _issue(monkeypatch, ("issue_times", "issue_sums"), cols, mode, executor) == want
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 60), comms=st.integers(1, 4), batched=st.booleans())
+def test_fifo_edges_are_the_numpy_edges(seed, n, comms, batched):
+    """Ranks in order, ops in and out of communicators, batches of several ops one after another (more edges than
+    ops): the compiled edges are numpy's (as a set: the successor lists do not keep their order); the count comes
+    back when the room is short, and -1 when the ranks do not ascend."""
+    rng = np.random.default_rng(seed)
+    rank = np.sort(rng.integers(0, 3, n))
+    comm = rng.integers(-1, comms, n)
+    batch = np.where(rng.random(n) < 0.6, rng.integers(0, 2, n), -1) if batched else np.full(n, -1)
+    u0, v0 = gm.comm_fifo_columns(rank, comm, batch)
+    out = np.empty((4 * n + 1, 2), np.int64)
+    m = _cwaves.fifo_edges(rank, comm, batch, out)
+    assert sorted(map(tuple, out[:m].tolist())) == sorted(zip(u0.tolist(), v0.tolist(), strict=True))
+    if m:
+        assert _cwaves.fifo_edges(rank, comm, batch, out[:m - 1]) == m
+    if len(set(rank.tolist())) > 1:
+        assert _cwaves.fifo_edges(rank[::-1].copy(), comm, batch, out) == -1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), sorted_ranks=st.booleans(), conns=st.integers(1, 4))
+def test_stream_queues_compiled_equal_numpy(monkeypatch, seed, n, sorted_ranks, conns):
+    """Rule 2's queues with the compiled per-rank numbering (ranks in order) and without it (numpy) agree."""
+    rng = np.random.default_rng(seed)
+    rank = rng.integers(0, 3, n)
+    if sorted_ranks:
+        rank.sort()
+    stream = rng.integers(0, 7, n)
+    with monkeypatch.context() as m:
+        m.setattr(gm, "_compiled", lambda name: None)
+        want = gm.stream_queue_columns(rank, stream, conns).tolist()
+    assert gm.stream_queue_columns(rank, stream, conns).tolist() == want
+
+
+def test_fifo_edges_and_stream_reached_by_hand():
+    """One rank, communicator 0: a lone op, a batch of two, a lone op; ops 1 and 2 wait for op 0, op 3 for both.
+    Two queues of kernels: the second kernel of a queue is reached when the first was handed over."""
+    out = np.empty((8, 2), np.int64)
+    m = _cwaves.fifo_edges(np.zeros(5, np.int64), np.array([0, 0, 0, 0, -1]), np.array([-1, 3, 3, -1, -1]), out)
+    assert sorted(map(tuple, out[:m].tolist())) == [(0, 1), (0, 2), (1, 3), (2, 3)]
+    qptr, qidx = np.array([0, 2, 3], np.int32), np.array([0, 2, 1], np.int32)  # queue 0: kernels 0, 2; queue 1: 1
+    khand = np.array([5.0, 7.0, 9.0])
+    deps = np.array([1.0, 1.0, 1.0, 8.0])
+    _cwaves.stream_reached(qptr, qidx, khand, np.array([0, 1, 2, 2], np.int32), np.array([0.0, 3.0, 0.0, 0.0]),
+                           deps)
+    assert deps.tolist() == [1.0, 3.0, 5.0, 8.0]  # op 2 (kernel 2): after kernel 0's hand-over at 5
+    with pytest.raises(ValueError, match="out of range"):
+        _cwaves.stream_reached(qptr, qidx, khand, np.array([0, 1, 2, 3], np.int32), np.zeros(4), deps)
+    out = np.empty(6, np.int64)  # two ranks: streams numbered by first appearance on each
+    assert _cwaves.rank_codes(np.array([0, 0, 0, 1, 1, 1]), np.array([5, 2, 5, 2, 9, 5]), out)
+    assert out.tolist() == [0, 1, 0, 0, 1, 2]
+    assert not _cwaves.rank_codes(np.array([1, 0, 0, 0, 0, 0]), np.zeros(6, np.int64), out)
 
 
 def test_issue_sums_by_hand():

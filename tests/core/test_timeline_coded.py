@@ -163,6 +163,16 @@ def _v3(tmp_path):  # type: ignore[no-untyped-def]
     (lambda c: c["tags"]["keys"].update(stage=5), "'tags'.keys['stage'] is not an object with a 'values' list"),
     (lambda c: c["tags"].update(extra=1), "'tags' is neither"),
     (lambda c: c["tags"]["keys"]["mb"].update(codes=[0.5] * len(c["rank"])), "codes is not a flat list of integers"),
+    # float columns as a base and the rows that differ
+    (lambda c: c["ready_s"].update(base="flops"), "'ready_s' has base 'flops', not a float column written before it"),
+    (lambda c: c["ready_s"].update(base="stream_s"), "not a float column written before it"),
+    (lambda c: c["ready_s"].update(base=True), "neither a column name nor a number"),
+    (lambda c: c["ready_s"].update(index=c["ready_s"]["index"][::-1]), "not ascending rows"),
+    (lambda c: c["ready_s"].update(index=[10**9], values=[1.0]), "not ascending rows"),
+    (lambda c: c["ready_s"].update(values=[]), "index entries and 0 values"),
+    (lambda c: c["ready_s"].update(extra=1), "without exactly the keys base, index, values"),
+    (lambda c: c["ready_s"].update(values=["x"] * len(c["ready_s"]["index"])),
+     "'ready_s.values' holds str32 values, not numbers"),
 ])
 def test_malformed_version_3_columns_are_trace_errors(tmp_path, breakage, words):
     d = _v3(tmp_path)
@@ -171,6 +181,45 @@ def test_malformed_version_3_columns_are_trace_errors(tmp_path, breakage, words)
     with pytest.raises(TraceError, match="bad.json: malformed columns") as e:
         Timeline.read_json(tmp_path / "bad.json")
     assert words in str(e.value)
+
+
+def test_based_float_columns_by_hand_round_trip_bit_for_bit(tmp_path):
+    nan = float("nan")
+    c = SpanColumns.from_spans([Span(f"a{i}@r0", f"a{i}", 0, "s", "matmul", "compute", float(i), i + 1.0)
+                                for i in range(4)])
+    c.ready_s[:] = [0.0, -0.0, 1.5, 3.0]  # row 1: -0.0 against start 1.0; row 2 waited; rows 0, 3 equal start
+    c.solo_s[:] = [nan, nan, nan, 2.0]
+    c.bytes[:] = [-0.0, 0.0, 0.0, 0.0]  # the first value is the base: -0.0, and the other three differ from it
+    stream = np.array([0.0, -0.0, 1.5, nan])
+    coded = SpanColumns(c.id, c.name, c.rank, c.stream, c.kind, c.resource, c.start_s, c.end_s, c.solo_s, c.ready_s,
+                        c.bytes, c.flops, None, stream, coded_tags=TagColumns.of_items(((), (("mb", 1),)),
+                                                                                        np.array([1, 0, 0, 0])))
+    Timeline("t", "predict", 1, columns=coded).write_json(tmp_path / "t.json")
+    d = json.loads((tmp_path / "t.json").read_text())
+    assert d["version"] == 3
+    got = {k: d["columns"][k] for k in ("start_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")}
+    assert got == {"start_s": [0.0, 1.0, 2.0, 3.0],
+                   "solo_s": {"base": None, "index": [3], "values": [2.0]},
+                   "ready_s": {"base": "start_s", "index": [1, 2], "values": [-0.0, 1.5]},
+                   "bytes": [-0.0, 0.0, 0.0, 0.0],  # 3 of 4 rows differ from the first: written whole
+                   "flops": {"base": 0.0, "index": [], "values": []},
+                   "stream_s": {"base": "ready_s", "index": [3], "values": [None]}}
+    back = Timeline.read_json(tmp_path / "t.json").columns
+    for k in ("solo_s", "ready_s", "bytes", "flops", "stream_s"):
+        want = stream if k == "stream_s" else getattr(c, k)
+        assert getattr(back, k).view(np.int64).tolist() == np.asarray(want).view(np.int64).tolist(), k
+
+
+def test_a_simulated_pipeline_writes_ready_and_stream_times_based(tmp_path):
+    d = _v3(tmp_path)
+    cols = d["columns"]
+    ready, stream = cols["ready_s"], cols["stream_s"]
+    assert ready["base"] == "start_s" and 0 < len(ready["index"]) <= len(cols["rank"]) // 2
+    assert stream["base"] == "ready_s" and len(stream["index"]) <= len(cols["rank"]) // 2
+    back = Timeline.read_json(tmp_path / "ok.json")
+    tl = simulate(pipe("1f1b"), load_profile("h200"), gpu_model="waves")
+    for k in ("start_s", "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s"):
+        assert np.array_equal(getattr(back.columns, k), getattr(tl.columns, k), equal_nan=True), k
 
 
 def test_a_version_3_file_with_a_repeated_id_is_refused(tmp_path):
@@ -185,12 +234,12 @@ def test_a_version_3_file_with_a_repeated_id_is_refused(tmp_path):
         Timeline.read_json(tmp_path / "dup.json")
 
 
-# -- the compiled successor lists and kernels against their numpy paths -----------------------------------------
+# -- the compiled preparation (successor lists, kernels, FIFO edges, issue times, stream times) against numpy ------
 class _Without:
-    """The compiled module without ``succ_csr`` and ``kernels`` (an older build): the numpy paths run."""
+    """The compiled module with the loop only (an older build): the numpy paths of the preparation run."""
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        if name in ("succ_csr", "kernels"):
+        if name in ("succ_csr", "kernels", "fifo_edges", "issue_times", "stream_reached"):
             raise AttributeError(name)
         return getattr(_cwaves, name)
 
@@ -212,3 +261,18 @@ def test_compiled_succ_and_kernels_equal_the_numpy_paths(monkeypatch, case):
     assert c.start_s.tolist() == s.start_s.tolist() and c.end_s.tolist() == s.end_s.tolist()
     assert c.ready_s.tolist() == s.ready_s.tolist() and c.stream_s.tolist() == s.stream_s.tolist()
     assert fast.critical_path == slow.critical_path
+
+
+@pytest.mark.parametrize("n_values, n", [(1, 5), (3, 40), (5, 1), (40, 200), (40, 0)])
+def test_categorical_of_codes_is_the_encoding_of_the_strings(n_values, n):
+    """Few values (a compare per value) and many (a table), some unused, first used out of code order or in it:
+    the categorical of the codes is what the timeline's encoder makes of the strings."""
+    from schedsim.sim.timeline import _encode
+    from schedsim.sim.waves_columns import categorical
+
+    values = tuple(f"v{k}" for k in range(n_values))
+    rng = np.random.default_rng(n_values * 1000 + n)
+    for codes in (rng.integers(0, n_values, n), np.sort(rng.integers(0, n_values, n)), np.arange(n) % n_values):
+        cats, got = categorical(values, codes)
+        want = _encode([values[c] for c in codes.tolist()], n)
+        assert cats == want[0] and got.dtype == np.int32 and got.tolist() == want[1].tolist()
