@@ -948,7 +948,8 @@ done:
 /* ---- torch_rows(...): torch's _add_send_recv on an order's columns (schedsim.lower.pipeline._torch_lower_cols) */
 /* torch_rows(counts, typ, stage, mb, prod, adj, send, peer_st, peer_rank, sweep, o_rank, o_typ, o_st, o_mb, o_bid)
  * -> bool. The steps of P ranks (counts[r] each, rank-major, idle steps typ < 0) run in sweeps: step k
- * of a rank in sweep t_k = max(t_(k-1) + 1, t_prod[k] + adj[k]) (prod[k] < 0: no producer; t_(-1) = -1), the
+ * of a rank in sweep t_k = max(t_(k-1) + 1, t_prod[k] + adj[k]) (prod[k] < 0: no producer; t_(-1) = -1; adj[k]
+ * 0 or 1, counts[r] >= 0: ValueError otherwise), the
  * least solution (the numpy path's fixed point) found as longest paths in Kahn's order: False when a step
  * waits on a cycle. Then the rows,
  * in the order torch's sweeps append them (sweep by sweep, ranks ascending: a counting sort by sweep): each
@@ -983,11 +984,15 @@ static PyObject *torch_rows(PyObject *self, PyObject *args) {
     pcnt = calloc((size_t)P + 1, sizeof(i64));
     if (!start || !cur || !pcnt) goto nomem;
     start[0] = 0;
-    for (i64 r = 0; r < P; r++) start[r + 1] = start[r] + counts[r];
+    for (i64 r = 0; r < P; r++) {
+        if (counts[r] < 0 || counts[r] > n - start[r]) goto bad; /* each rank's steps inside 0..n-1 */
+        start[r + 1] = start[r] + counts[r];
+    }
     if (start[P] != n) goto bad;
     i64 rows = 0;
     for (i64 k = 0; k < n; k++) {
-        if (prod[k] >= n || (send[k] && (peer_rank[k] < 0 || peer_rank[k] >= P))) goto bad;
+        if (prod[k] >= n || adj[k] < 0 || adj[k] > 1 || (send[k] && (peer_rank[k] < 0 || peer_rank[k] >= P)))
+            goto bad;
         if (typ[k] >= 0) rows += send[k] ? 3 : 1;
     }
     if (rows != R) goto bad;
