@@ -62,7 +62,8 @@ uses the form where at most half the rows differ: ``ready_s`` against ``start_s`
 
 The reader refuses a coded column that is malformed (a code out of range, a ``codes`` list of the wrong length,
 a part value that is not a string, a tag value that is a list or object, a float column's base that is not an
-earlier column, an index that is not ascending rows or not as long as its values) with a
+earlier column, an index that is not ascending rows or not as long as its values, a float column holding
+±Infinity, or negative ``bytes``/``flops``) with a
 :class:`~schedsim.errors.TraceError` naming the column; in every version a tag value that is NaN or ±Infinity
 (not JSON: Python's reader takes the tokens) is refused likewise.
 
@@ -505,10 +506,15 @@ class SpanColumns:
                     raise ValueError(f"{c!r} has codes outside 0..{len(values) - 1}")
                 cats[c] = (values, codes)
             floats = _json_floats(d, n, num)
-            for c in ("bytes", "flops"):
-                if len(floats[c]) and not (floats[c] >= 0).all():
-                    raise ValueError(f"{c!r} holds a negative or non-finite value (row "
-                                     f"{int(np.argmax(~(floats[c] >= 0)))})")
+            for c, a in floats.items():  # Infinity (Python's json reads the token; no writer makes it) nowhere,
+                # NaN (null: unknown) only in the optional times, negatives not in bytes and FLOPs: the row
+                # layout's checks (trace.validate); start/end are checked with their order (_check_columns)
+                bad = ~((a >= 0) & (a < np.inf)) if c in ("bytes", "flops") else np.isinf(a)
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise ValueError(f"{c!r} holds a negative or non-finite value (row {i})" if c in ("bytes", "flops")
+                                     else f"{c!r} holds {float(a[i])!r} (row {i}), not a finite number of seconds "
+                                     "(null: unknown)")
             tags, coded = _json_tags(d.get("tags") or {"index": [], "values": []}, n)
             ranks = num("rank", "i")
             ws = d.get("__world_size__")
@@ -1076,10 +1082,11 @@ def _span_dict(s: Span) -> dict[str, Any]:
 
 
 def _json_default(obj: Any) -> Any:
-    """The stdlib fallback's handler: numpy arrays and scalars as lists and numbers (NaN as null)."""
+    """The stdlib fallback's handler: numpy arrays and scalars as lists and numbers (NaN and ±inf as null, as
+    orjson writes them: the reader refuses the Infinity token in a column)."""
     if hasattr(obj, "tolist"):
         if getattr(obj, "dtype", None) is not None and obj.dtype.kind == "f":
-            return _optional(obj) if obj.ndim == 1 else obj.tolist()
+            return _finite(obj.tolist())
         return obj.tolist()
     return str(obj)
 

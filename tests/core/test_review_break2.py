@@ -88,3 +88,14 @@ def test_an_infinite_float_column_value_is_a_trace_error_naming_the_column(tmp_p
     r = subprocess.run([sys.executable, "-m", "schedsim", "analyze", str(path)], capture_output=True, text=True,
                        timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and col in r.stderr + r.stdout
+
+
+def test_the_standard_library_writer_writes_inf_as_null_like_orjson() -> None:
+    """dumps_json's fallback (an integer past 64 bits in a tag) writes a float array's NaN and ±inf as null, as
+    orjson does, so what it writes the reader takes (it refuses the Infinity token)."""
+    import json
+
+    from schedsim.sim.timeline import dumps_json
+
+    doc = {"big": 2**70, "a": np.array([1.5, np.inf, -np.inf, np.nan, -0.0]), "x": np.float64(np.inf)}
+    assert json.loads(dumps_json(doc)) == {"big": 2**70, "a": [1.5, None, None, None, -0.0], "x": None}
