@@ -10,6 +10,8 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedsim.lower.pipeline import compiled
 
@@ -99,3 +101,124 @@ def test_the_standard_library_writer_writes_inf_as_null_like_orjson() -> None:
 
     doc = {"big": 2**70, "a": np.array([1.5, np.inf, -np.inf, np.nan, -0.0]), "x": np.float64(np.inf)}
     assert json.loads(dumps_json(doc)) == {"big": 2**70, "a": [1.5, None, None, None, -0.0], "x": None}
+
+
+EDGE_SCHEDULES = {
+    # 300 ranks, most without ops; ops written out of rank order; collectives over subgroups; a p2p batch of
+    # two sends to two ranks; a copy; declared streams never used
+    "many_ranks": """
+schema_version: 1
+name: many_ranks
+world_size: 300
+streams: [compute, comm, copy, h2d, main, side, empty]
+ops:
+  - {name: late, kind: compute, duration_us: 5, ranks: [299, 3]}
+  - {name: c0, kind: compute, duration_us: 3, ranks: [0, 150, 3], stream: side}
+  - {name: ar, kind: all_reduce, bytes: 1048576, ranks: [3, 150], group: [3, 150]}
+  - {name: ag, kind: all_gather, bytes: 65536, ranks: [0, 150, 299], group: [0, 150, 299], stream: side}
+  - {name: s, kind: send, peer: 250, bytes: 4096, ranks: [7], p2p_batch: b1}
+  - {name: s2, kind: send, peer: 251, bytes: 4096, ranks: [7], p2p_batch: b1}
+  - {name: r, kind: recv, peer: 7, bytes: 4096, ranks: [250]}
+  - {name: r2, kind: recv, peer: 7, bytes: 4096, ranks: [251]}
+  - {name: cp, kind: memcpy, direction: h2d, bytes: 1048576, ranks: [42]}
+  - {name: mm, kind: matmul, m: 256, n: 256, k: 256, dtype: bf16, ranks: [299, 3], deps: [late]}
+""",
+    # lone send/recv in a ring (even ranks send first) on a second stream, a collective, a batched exchange
+    "lone_ring": """
+schema_version: 1
+name: lone_ring
+world_size: 4
+streams: [compute, comm]
+ops:
+  - {name: f, kind: compute, duration_us: 4}
+  - {name: sa, kind: send, peer: "(rank + 1) % 4", bytes: 8192, stream: comm, when: rank % 2 == 0}
+  - {name: ra, kind: recv, peer: "(rank + 3) % 4", bytes: 8192, stream: comm, when: rank % 2 == 1}
+  - {name: sb, kind: send, peer: "(rank + 1) % 4", bytes: 8192, stream: comm, when: rank % 2 == 1}
+  - {name: rb, kind: recv, peer: "(rank + 3) % 4", bytes: 8192, stream: comm, when: rank % 2 == 0}
+  - {name: ar, kind: all_reduce, bytes: 4194304, deps: [f]}
+  - {name: bx, kind: send, peer: "rank + 1 - 2 * (rank % 2)", bytes: 1024, p2p_batch: x}
+  - {name: by, kind: recv, peer: "rank + 1 - 2 * (rank % 2)", bytes: 1024, p2p_batch: x}
+  - {name: g, kind: compute, duration_us: 1, ranks: [2]}
+""",
+    "one_op": "schema_version: 1\nname: one_op\nworld_size: 1\nops:\n  - {name: x, kind: compute, duration_us: 2}\n",
+}
+
+_HELPERS = ("issue_times", "fifo_edges", "rank_codes", "stream_reached", "succ_csr", "kernels")
+
+
+@pytest.mark.skipif(compiled("succ_csr") is None, reason="compiled extension not built")
+@pytest.mark.parametrize("name", sorted(EDGE_SCHEDULES))
+def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, tmp_path, name) -> None:  # type: ignore[no-untyped-def]
+    """A Program's run with every compiled helper, with the compiled loop but the helpers' numpy forms (their
+    references), and the Python loop on the Op list: one timeline, bit for bit, on edge cases of the helpers."""
+    import types
+
+    from schedsim.graph.build import graph_of
+    from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
+    from schedsim.sim import _cwaves, waves
+    from schedsim.spec.loader import load_schedule
+    from tests.core.test_waves_columns import outcome
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(EDGE_SCHEDULES[name])
+    prog = lower(load_schedule(path))
+    loop_only = types.SimpleNamespace(**{k: getattr(_cwaves, k) for k in dir(_cwaves)
+                                         if not k.startswith("_") and k not in _HELPERS})
+    for prof, kw in (("h200", {}), ("h200", {"max_connections": 1}), ("h200x2", {"max_connections": 32}),
+                     ("pcie2", {"launch": "cuda_graph"}), ("h200", {"model_executor": True})):
+        got = []
+        for mod in (_cwaves, loop_only, None):
+            monkeypatch.setattr(waves, "_EXT", [mod])
+            got.append(outcome(prog if mod is not None else graph_of(prog), load_profile(prof), **kw))
+        assert got[0] == got[1] == got[2], (name, prof, kw)
+        assert not isinstance(got[0][0], str) and len(got[0][0]) == prog.N  # a timeline, every op in it
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2, 299, 20000, 70000]), st.sampled_from(
+    ["compute", "comm", "copy", "host", "other"]), st.sampled_from([0.0, 1.0, 2.5, 3.0]),
+    st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.0]), st.one_of(st.none(), st.sampled_from([0.0, 0.25, 4.0]))),
+    max_size=30))
+def test_metrics_equal_a_recomputation_from_the_spans(rows) -> None:  # type: ignore[no-untyped-def]
+    """compute_metrics' grouping (a radix sort below 2**16 keys, rank × 4 + resource class; an argsort past it:
+    ranks 20000 and 70000) against the definitions recomputed from the spans with plain interval lists:
+    overlapping, zero-length, unsorted and tied starts, resources other than compute/comm/copy (in no union)."""
+    from schedsim.sim.metrics import compute_metrics
+    from schedsim.sim.timeline import Span, Timeline
+
+    spans = [Span(f"o{i}@r{r}", f"o{i}", r, "s", "k", res, a, a + d, None, None if w is None else max(0.0, a - w))
+             for i, (r, res, a, d, w) in enumerate(rows)]
+    tl = Timeline("x", "predict", 70001, spans=spans)
+
+    def union(iv):  # type: ignore[no-untyped-def]
+        out: list[list[float]] = []
+        for a, b in sorted(x for x in iv if x[1] > x[0]):
+            if out and a <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        return out
+
+    def size(iv):  # type: ignore[no-untyped-def]
+        return sum(b - a for a, b in iv)
+
+    # makespan: the latest end, counted from time 0 or from the earliest start when that is before it
+    ms = max((s.end_s for s in spans), default=0.0) - min([0.0, *(s.start_s for s in spans)])
+    got = compute_metrics(tl)
+    assert got["makespan_s"] == pytest.approx(ms)
+    assert sorted(got["ranks"]) == sorted({s.rank for s in spans})
+    for r, m in got["ranks"].items():
+        by = {k: union([(s.start_s, s.end_s) for s in spans if s.rank == r and s.resource == k])
+              for k in ("compute", "comm", "copy")}
+        comm, comp = by["comm"], by["compute"]
+        ov = sum(max(0.0, min(b, d) - max(a, c)) for a, b in comm for c, d in comp)
+        kv = union([(s.ready_s if s.ready_s is not None else s.start_s, s.end_s) for s in spans
+                    if s.rank == r and s.resource == "comm"])
+        want = {"busy_compute_s": size(comp), "busy_comm_s": size(comm), "busy_copy_s": size(by["copy"]),
+                "idle_s": ms - size(union(comp + comm + by["copy"])), "exposed_comm_s": size(comm) - ov,
+                "overlap_ratio": ov / size(comm) if size(comm) > 0 else 0.0,
+                "comm_share": size(comm) / ms if ms > 0 else 0.0,
+                "comm_share_kernel_view": size(kv) / ms if ms > 0 else 0.0}
+        for k, v in want.items():
+            assert m[k] == pytest.approx(v, abs=1e-12), (r, k)
