@@ -1117,7 +1117,7 @@ def _orjson_default(obj: Any) -> Any:
 def _finite(obj: Any) -> Any:
     """NaN and ±inf floats as None (what orjson writes), in nested dicts and lists."""
     if isinstance(obj, float):
-        return obj if obj - obj == 0.0 else None
+        return obj if float(obj) - float(obj) == 0.0 else None  # a numpy scalar's inf - inf would warn
     if isinstance(obj, dict):
         return {k: _finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
