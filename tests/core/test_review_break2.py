@@ -222,3 +222,27 @@ def test_metrics_equal_a_recomputation_from_the_spans(rows) -> None:  # type: ig
                 "comm_share_kernel_view": size(kv) / ms if ms > 0 else 0.0}
         for k, v in want.items():
             assert m[k] == pytest.approx(v, abs=1e-12), (r, k)
+
+
+@pytest.mark.parametrize("edit, words", [
+    # a base column of another length than the rows: once an IndexError from numpy naming no column
+    (lambda c, n: (c.__setitem__("start_s", c["start_s"][:-1]),
+                   c.__setitem__("ready_s", {"base": "start_s", "index": [n - 1], "values": [0.0]})),
+     ["'ready_s'", "'start_s'"]),
+    # a base number past float range: once "OverflowError: int too large to convert to float", no column
+    (lambda c, n: c.__setitem__("solo_s", {"base": 10**400, "index": [], "values": []}), ["'solo_s'"]),
+])
+def test_a_based_column_that_cannot_be_built_names_itself(tmp_path, edit, words) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from schedsim.errors import TraceError
+    from schedsim.sim.timeline import Timeline
+
+    d = json.loads(_v3_text())
+    edit(d["columns"], d["n_ops"])
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(TraceError) as e:
+        Timeline.read_json(path)
+    for w in words:
+        assert w in str(e.value), str(e.value)
