@@ -555,8 +555,8 @@ def _unbase(key: str, raw: dict[str, Any], done: dict[str, Any], n: int, num: Ca
     Raises
     ------
     ValueError
-        Keys other than base/index/values, a base that is not an earlier column or a number, an index that is not
-        ascending rows 0..n-1, index and values of different lengths.
+        Keys other than base/index/values, a base that is not an earlier column of n rows or a float, an index
+        that is not ascending rows 0..n-1, index and values of different lengths.
     """
     import numpy as np
 
@@ -566,9 +566,14 @@ def _unbase(key: str, raw: dict[str, Any], done: dict[str, Any], n: int, num: Ca
     if isinstance(base, str):
         if base not in done:
             raise ValueError(f"{key!r} has base {base[:40]!r}, not a float column written before it")
+        if len(done[base]) != n:
+            raise ValueError(f"{key!r} has base {base!r} of {len(done[base])} rows, not {n}")
         out = done[base].copy()
     elif base is None or (isinstance(base, (int, float)) and not isinstance(base, bool)):
-        out = np.full(n, np.nan if base is None else float(base))
+        try:
+            out = np.full(n, np.nan if base is None else float(base))
+        except OverflowError:
+            raise ValueError(f"{key!r} has base {str(base)[:40]}..., past the float range") from None
     else:
         raise ValueError(f"{key!r} has base {str(base)[:40]!r}, neither a column name nor a number")
     idx = num(key + ".index", "i", raw["index"])
