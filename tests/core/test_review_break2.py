@@ -246,3 +246,34 @@ def test_a_based_column_that_cannot_be_built_names_itself(tmp_path, edit, words)
         Timeline.read_json(path)
     for w in words:
         assert w in str(e.value), str(e.value)
+
+
+@pytest.mark.skipif(compiled("kernels") is None, reason="compiled extension not built")
+def test_kernels_and_first_set_refuse_sizes_whose_tables_overflow() -> None:
+    """kernels sizes its (rank, batch) and (rank, queue) tables world × nb and world × C: 2**32 × 2**32 wrapped
+    to an empty table and rank 1's slot was written past it (a segfault). first_set's K × 3 wrapped likewise
+    (K = 6148914691236517206: 3K = 2 mod 2**64, candidates read past the table). ValueError for both."""
+    r = _survives(
+        """
+        import numpy as np
+        from schedsim.sim import _cwaves as C
+        i32 = lambda *a: np.array(a, np.int32)
+        i64 = lambda *a: np.array(a, np.int64)
+        f = lambda *a: np.array(a, np.float64)
+        outs = [np.zeros(2, np.float64 if k == 7 else np.int32) for k in range(12)]
+        for sizes, batch in (((1, 2**32, 2**32, 1), 0), ((1, 2**32, 0, 2**32), -1)):
+            try:
+                C.kernels(sizes, i32(1), i32(batch), i32(0), i32(0), f(1.0), i32(0), i32(1), f(1.0), i32(0), *outs)
+                print("accepted")
+            except ValueError as e:
+                print("ValueError", str(e).split(":")[0])
+        try:
+            C.first_set(i64(0), i64(0), i64(0), i64(0), i64(0), i64(5), i64(0, 0, 0, 0), 6148914691236517206, 1, 1,
+                        i64(-7))
+            print("accepted")
+        except ValueError as e:
+            print("ValueError", str(e).split(":")[0])
+        """
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["ValueError kernels"] * 2 + ["ValueError first_set"]
