@@ -1090,8 +1090,8 @@ done:
  * candidates cand[3 * (cls * K + i) ..] for i < K, each (stage offset, code, rule), a code of -1 ending the
  * list; rule 0 always applies, 1 only when the event's stage > 0, 2 only when it is < NS - 1. A candidate's key
  * is ((stage + offset + 1) * 7 + code) * M + mb: what the numpy path (first_found) looks up, event by event.
- * Buffers int64 (dep writable), one length E but cand. Raises TypeError / ValueError for other buffers or a
- * key outside the table, MemoryError. */
+ * Buffers int64 (dep writable), one length E but cand. Raises TypeError / ValueError for other buffers, a
+ * key outside the table or K, NS, M past 2**30, MemoryError. */
 static PyObject *first_set(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o[8];
@@ -1110,7 +1110,9 @@ static PyObject *first_set(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "first_set: per-event buffers differ in length");
             goto done;
         }
-    if (K < 0 || NS < 0 || M < 1 || b[6].len / 8 % (3 * (K ? K : 1))) {
+    /* K, NS and M bounded so 3K and the key space (NS + 2) * 7 * M cannot overflow */
+    if (K < 0 || NS < 0 || M < 1 || K > ((i64)1 << 30) || NS > ((i64)1 << 30) || M > ((i64)1 << 30) ||
+        b[6].len / 8 % (3 * (K ? K : 1))) {
         PyErr_SetString(PyExc_ValueError, "first_set: bad K, NS, M or candidate table");
         goto done;
     }
@@ -1133,7 +1135,9 @@ static PyObject *first_set(PyObject *self, PyObject *args) {
             const i64 *q = cand + 3 * (c * K + i);
             if (q[1] < 0) break;
             if ((q[2] == 1 && stage[e] <= 0) || (q[2] == 2 && stage[e] >= NS - 1)) continue;
-            i64 key = ((stage[e] + q[0] + 1) * 7 + q[1]) * M + mb[e];
+            /* unsigned: arbitrary int64 inputs wrap (defined), then fail the range test */
+            i64 key = (i64)((((uint64_t)stage[e] + (uint64_t)q[0] + 1u) * 7u + (uint64_t)q[1]) * (uint64_t)M
+                             + (uint64_t)mb[e]);
             if (key < 0 || key >= space) {
                 PyErr_SetString(PyExc_ValueError, "first_set: a candidate key outside the table");
                 goto done;
@@ -1425,7 +1429,8 @@ done:
  * order. Per op (N): rank, batch, res, tmpl, opq int32, work float64; per template: tctas, tmem int32, twaves
  * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr/qptr N+1;
  * with no batch (nb 0) kidx, ktype and krank may be empty: then every op is its own kernel and they are the op
- * indices, res and rank, which the caller has. */
+ * indices, res and rank, which the caller has. ValueError for wrong lengths, an index out of range, or world,
+ * nb or C past 2**31. */
 static PyObject *kernels(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t N, world, nb, C;
@@ -1446,7 +1451,10 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     i32 *btab = NULL, *qtab = NULL, *cur = NULL;
     if (got < 21) goto done;
     i64 T = b[6].len / 4;
-    int bad = N < 0 || world < 1 || nb < 0 || C < 1 || b[7].len / 8 != T || b[8].len / 4 != T ||
+    /* the (rank, batch) and (rank, queue) tables hold world * nb and world * C slots: sizes whose products
+     * overflow (or past 2**31 each: int32 codes) are refused, not wrapped */
+    int bad = N < 0 || world < 1 || nb < 0 || C < 1 || world >= ((i64)1 << 31) || nb >= ((i64)1 << 31) ||
+              C >= ((i64)1 << 31) || b[7].len / 8 != T || b[8].len / 4 != T ||
               b[10].len / 4 < N + 1 || b[20].len / 4 < N || b[19].len / 4 < N + 1 || N >= ((i64)1 << 31);
     for (int k = 0; k < 6; k++) bad |= b[k].len / (k == 4 ? 8 : 4) != N;
     /* no batches: every op its own kernel, in op order; kidx, ktype, krank may then be empty (not written: the
@@ -1455,7 +1463,7 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     for (int k = 9; k < 21; k++)
         bad |= k != 10 && k != 19 && !(lean && k >= 11 && k <= 13) && b[k].len / (k == 16 ? 8 : 4) < N;
     if (bad) {
-        PyErr_SetString(PyExc_ValueError, "kernels: arrays of the wrong lengths");
+        PyErr_SetString(PyExc_ValueError, "kernels: arrays of the wrong lengths (or world, nb or C past 2**31)");
         goto done;
     }
     const i32 *rank = b[0].buf, *batch = b[1].buf, *res = b[2].buf, *tmpl = b[3].buf, *opq = b[5].buf;
