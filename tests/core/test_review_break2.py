@@ -277,3 +277,31 @@ def test_kernels_and_first_set_refuse_sizes_whose_tables_overflow() -> None:
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["ValueError kernels"] * 2 + ["ValueError first_set"]
+
+
+@pytest.mark.skipif(compiled("rank_codes") is None, reason="compiled extension not built")
+def test_sparse_codes_run_the_numpy_form_not_past_the_compiled_tables() -> None:
+    """rank_codes, fifo_edges and issue_times size a table by the largest key (stream code, communicator code,
+    batch id) + 1: a code near 2**62 wrapped the allocation to a few bytes and the key's slot was written past it
+    (heap corruption; stream_queue_columns takes "any code equal for equal names"). Such codes now leave the
+    work to the numpy form (False / -1): stream_queue_columns with sparse codes equals it on dense codes."""
+    r = _survives(
+        """
+        import numpy as np
+        from schedsim.sim import _cwaves as C
+        from schedsim.sim import gpu_model as gm
+        i = lambda *a: np.array(a, np.int64)
+        big = [2**63 - 1, 2**62, 2**40]
+        print([C.fifo_edges(i(0, 0), i(b, b), i(-1, -1), np.zeros(4, np.int64)) for b in big])
+        print([C.rank_codes(i(0, 0), i(b, 5), np.zeros(2, np.int64)) for b in big])
+        print([C.issue_times(i(0), i(0), i(0), i(1), i(b), i(0), np.zeros(1), np.zeros(1), np.zeros(1, np.int32),
+                             np.full(1, -1, np.int32), np.zeros(0), 0, (1.0, 1.0, 1.0, 1.0), np.zeros(1), np.zeros(1))
+               for b in big])
+        rank, dense = i(0, 0, 0, 1, 1, 2), i(0, 1, 0, 1, 2, 2)
+        sparse = np.array([2**62, 7, 2**40])[dense]
+        print(gm.stream_queue_columns(rank, sparse, 2).tolist(), gm.stream_queue_columns(rank, dense, 2).tolist())
+        """
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["[-1, -1, -1]", "[False, False, False]", "[False, False, False]",
+                                     "[0, 1, 0, 0, 1, 0] [0, 1, 0, 0, 1, 0]"]
