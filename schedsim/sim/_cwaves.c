@@ -1594,7 +1594,7 @@ done:
  * (out[2e] -> out[2e + 1]: an (E, 2) array of pairs, as succ_csr reads them; in another order than numpy's).
  * rank, comm, batch int64 of one length n; out writable int64 of an even length (room for len/2 edges). Returns
  * the number of edges (those past the room not written: call again with room for them), or -1 when the ranks
- * do not ascend (nothing written that counts). Raises TypeError for other buffers, ValueError for lengths that
+ * do not ascend or a code is 4n + 64 or more (sparse: its table is not made; nothing written that counts). Raises TypeError for other buffers, ValueError for lengths that
  * differ. */
 static PyObject *fifo_edges(PyObject *self, PyObject *args) {
     (void)self;
@@ -1618,7 +1618,8 @@ static PyObject *fifo_edges(PyObject *self, PyObject *args) {
     i64 *out = b[3].buf;
     i64 nc = 0, E = 0;
     for (i64 i = 0; i < n; i++) {
-        if (comm[i] >= nc) nc = comm[i] + 1;
+        if (comm[i] >= 4 * n + 64) E = -1; /* sparse codes: a table that large is numpy's job (no wrap) */
+        else if (comm[i] >= nc) nc = comm[i] + 1;
         if (i && rank[i] < rank[i - 1]) E = -1;
     }
     if (E < 0) {
@@ -1672,7 +1673,7 @@ done:
 /* issue_times(rank, stream, hclass, repeat, batch, xdeps, host_s, by_class, per_repeat, first_group, first_cost,
  * batch_class, (ev_s, extra, sw_s, batch_s), issue, call0) -> bool: schedsim.sim.gpu_model.host_issue_columns'
  * columns and sums in one pass over ops whose ranks ascend (False, nothing that counts written, when they do
- * not: then its numpy form runs). Every rule is in the tables Python makes from gpu_model: an op of host class h
+ * not or a batch id is 4n + 64 or more: then its numpy form runs). Every rule is in the tables Python makes from gpu_model: an op of host class h
  * calls by_class[h] seconds, times its repeat when per_repeat[h]; an op of batch_class pays batch_s instead at
  * the first op of its (rank, batch); the first op of each first_group[h] >= 0 on a rank pays first_cost of that
  * group. The sums are issue_sums' (same floats, same order). Per op: rank, stream, hclass, batch, xdeps int64,
@@ -1720,7 +1721,7 @@ static PyObject *issue_times(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "issue_times: a host class outside the tables");
             goto done;
         }
-        if (i && rank[i] < rank[i - 1]) {
+        if ((i && rank[i] < rank[i - 1]) || batch[i] >= 4 * n + 64) { /* sparse batch ids: no table that large */
             result = Py_NewRef(Py_False);
             goto done;
         }
@@ -1772,7 +1773,8 @@ done:
 /* out[i] = how many distinct keys rank[i]'s ops showed before key[i] first appeared on that rank (0 for the
  * rank's first key, 1 for its second, ...), in one pass over ops whose ranks ascend; the numbering of
  * schedsim.sim.gpu_model.stream_queue_columns (numpy's, the fallback). rank, key int64 (key >= 0) of one length;
- * out writable int64. Returns False (nothing that counts written) when the ranks do not ascend. Raises TypeError
+ * out writable int64. Returns False (nothing that counts written) when the ranks do not ascend or a key is 4n + 64
+ * or more (sparse: its table is not made). Raises TypeError
  * for other buffers, ValueError for a negative key or lengths that differ. */
 static PyObject *rank_codes(PyObject *self, PyObject *args) {
     (void)self;
@@ -1798,11 +1800,11 @@ static PyObject *rank_codes(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "rank_codes: a negative key");
             goto done;
         }
-        if (key[i] >= nk) nk = key[i] + 1;
-        if (i && rank[i] < rank[i - 1]) {
+        if (key[i] >= 4 * n + 64 || (i && rank[i] < rank[i - 1])) { /* sparse keys: no table that large */
             result = Py_NewRef(Py_False);
             goto done;
         }
+        if (key[i] >= nk) nk = key[i] + 1;
     }
     stamp = malloc(((size_t)nk + 1) * sizeof(i64));
     code = malloc(((size_t)nk + 1) * sizeof(i64));
