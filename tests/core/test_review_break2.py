@@ -305,3 +305,16 @@ def test_sparse_codes_run_the_numpy_form_not_past_the_compiled_tables() -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["[-1, -1, -1]", "[False, False, False]", "[False, False, False]",
                                      "[0, 1, 0, 0, 1, 0] [0, 1, 0, 0, 1, 0]"]
+
+
+@pytest.mark.skipif(compiled("torch_rows") is None, reason="compiled extension not built")
+def test_torch_rows_refuses_a_send_code_other_than_send_f_or_send_b() -> None:
+    """send[k] is 0, 4 (SEND_F) or 6 (SEND_B); its recv row is send + 1. Any other code (2**63 - 1: send + 1
+    overflowed) is bad input."""
+    i64 = np.int64
+    z = lambda n: np.zeros(n, i64)  # noqa: E731
+    torch_rows = compiled("torch_rows")
+    for code in (5, 2**63 - 1, -4):
+        with pytest.raises(ValueError, match="torch_rows"):
+            torch_rows(np.array([1, 1], i64), z(2), z(2), z(2), np.array([-1, -1], i64), z(2), np.array([code, 0], i64),
+                       np.array([1, 0], i64), np.array([1, 0], i64), z(2), *(z(4) for _ in range(5)))
