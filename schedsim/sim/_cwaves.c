@@ -949,7 +949,7 @@ done:
 /* torch_rows(counts, typ, stage, mb, prod, adj, send, peer_st, peer_rank, sweep, o_rank, o_typ, o_st, o_mb, o_bid)
  * -> bool. The steps of P ranks (counts[r] each, rank-major, idle steps typ < 0) run in sweeps: step k
  * of a rank in sweep t_k = max(t_(k-1) + 1, t_prod[k] + adj[k]) (prod[k] < 0: no producer; t_(-1) = -1; adj[k]
- * 0 or 1, counts[r] >= 0: ValueError otherwise), the
+ * 0 or 1, counts[r] >= 0, send[k] 0, 4 or 6: ValueError otherwise), the
  * least solution (the numpy path's fixed point) found as longest paths in Kahn's order: False when a step
  * waits on a cycle. Then the rows,
  * in the order torch's sweeps append them (sweep by sweep, ranks ascending: a counting sort by sweep): each
@@ -991,7 +991,8 @@ static PyObject *torch_rows(PyObject *self, PyObject *args) {
     if (start[P] != n) goto bad;
     i64 rows = 0;
     for (i64 k = 0; k < n; k++) {
-        if (prod[k] >= n || adj[k] < 0 || adj[k] > 1 || (send[k] && (peer_rank[k] < 0 || peer_rank[k] >= P)))
+        if (prod[k] >= n || adj[k] < 0 || adj[k] > 1 || (send[k] && send[k] != 4 && send[k] != 6) ||
+            (send[k] && (peer_rank[k] < 0 || peer_rank[k] >= P)))
             goto bad;
         if (typ[k] >= 0) rows += send[k] ? 3 : 1;
     }
