@@ -57,7 +57,6 @@ def _v3_text() -> str:
 
     prog = lower(load_schedule(ROOT / "schedules" / "pipeline_schedules.yaml", parse_overrides(["p=2", "m=2"])))
     tl = simulate(prog, load_profile("h200"), gpu_model="waves")
-    import json
     import tempfile
     from pathlib import Path
 
