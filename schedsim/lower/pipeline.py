@@ -875,9 +875,12 @@ class _FastEmitter:
             if not cols:
                 msg_of = np.full(len(et), -1, np.int64)
                 msg_of[p2p] = msg_inv
+                # the messages as parts, <F|B><stage>. + <mb>: no string made until a report reads one
+                msgs = Parts([([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], msg_u // M),
+                              (self.js.tolist(), msg_u % M)])
                 cols.append(TagColumns({
                     "chunk": (list(range(int(chunk.max()) + 1 if NS else 1)), chunk[es]), "mb": (list(range(M)), ej),
-                    "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msg_strs(), msg_of),
+                    "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msgs, msg_of),
                     "pp_op": ([t.value for t in _TYPES], et), "stage": (list(range(NS)), es)}, len(et)))
             return cols[0]
 

@@ -38,12 +38,17 @@ distinct names and tag sets are made of a few thousand parts and values)::
                         {"values": ["0", "1", ...], "codes": [...]},
                         {"values": [".0", ""], "codes": [...]}]},  # name[i] = "".join(values[codes[i]])
      "tags": {"keys": {"mb": {"values": [0, 1, ...], "codes": [0, 0, 1, ..., -1]},
-                       "phase": {"values": ["F", "I", "W"], "codes": [...]}, ...}}
+                       "phase": {"values": ["F", "I", "W"], "codes": [...]},
+                       "msg": {"values": {"parts": [{"values": ["F-1.", "F0.", ...], "codes": [1, ...]},
+                                                    {"values": ["0", "1", ...], "codes": [0, ...]}]},
+                               "codes": [-1, 0, ...]}, ...}}
 
 A name is the concatenation of one value per part (every part's ``codes`` has ``n_ops`` entries). Each tag key
 is a categorical column of its own: row ``i`` has the tag ``key: values[codes[i]]`` when ``codes[i] ≥ 0``
-and lacks the key at -1; values are JSON scalars, and ``1``, ``1.0`` and ``true`` are distinct values. A row's
-tags are its keys in sorted order. Each of the three columns may also come in its version-2 form. The writer
+and lacks the key at -1; values are JSON scalars, and ``1``, ``1.0`` and ``true`` are distinct values. A key's
+``values`` may instead be strings as parts, in the form of ``name`` (``values[k]`` the concatenation of part
+``k``'s values, every part's ``codes`` as long as the first's): a pipeline's messages, 130k distinct strings
+of a few hundred parts, written without one string each. A row's tags are its keys in sorted order. Each of the three columns may also come in its version-2 form. The writer
 uses version 3 for a timeline simulated from a Program (:func:`schedsim.sim.engine.simulate`): its tags as
 key columns, a pipeline's names as parts (:mod:`schedsim.coded`); the others, and timelines built from spans,
 are written as version 2, which older readers take.
@@ -61,7 +66,7 @@ uses the form where at most half the rows differ: ``ready_s`` against ``start_s`
 ``stream_s`` against ``ready_s``, a column of one value (``bytes`` of a compute-only schedule) against it.
 
 The reader refuses a coded column that is malformed (a code out of range, a ``codes`` list of the wrong length,
-a part value that is not a string, a tag value that is a list or object, a float column's base that is not an
+a part value that is not a string (of a name or of a tag key's values), a tag value that is a list or object, a float column's base that is not an
 earlier column, an index that is not ascending rows or not as long as its values, a float column holding
 ±Infinity, or negative ``bytes``/``flops``) with a
 :class:`~schedsim.errors.TraceError` naming the column; in every version a tag value that is NaN or ±Infinity
@@ -1060,8 +1065,8 @@ def _tags_may_hold_big_ints(d: Any) -> bool:
     t = c.get("tags") if isinstance(c, dict) else None
 
     def values() -> Iterator[Any]:
-        if isinstance(t, dict) and "keys" in t:  # version 3: a values list per key
-            return chain.from_iterable(e["values"] for e in t["keys"].values())
+        if isinstance(t, dict) and "keys" in t:  # version 3: a values list per key (parts: strings only)
+            return chain.from_iterable(e["values"] for e in t["keys"].values() if isinstance(e["values"], list))
         if isinstance(t, dict):  # version 2: the tagged rows' dicts
             return chain.from_iterable(map(dict.values, t["values"]))
         return chain.from_iterable(map(dict.values, (o.get("tags") or {} for o in d.get("ops", ()))))  # version 1
