@@ -969,7 +969,7 @@ class Timeline:
                     f.write(chunk)
         elif layout == "rows":
             with atomic_writer(path) as f:
-                f.write(json.dumps(self._head(1), indent=1, default=str)[:-2])
+                f.write(json.dumps(self._head(1), indent=1, default=_row_default)[:-2])
                 f.write(',\n "ops": [')
                 for i, s in enumerate(self.spans):
                     f.write(",\n  " if i else "\n  ")
@@ -1079,6 +1079,14 @@ def _tags_may_hold_big_ints(d: Any) -> bool:
         return False
 
 
+def _row_default(obj: Any) -> Any:
+    """The row layout's handler for its head: a mapping that is not a dict (a pipeline's order) as a dict,
+    anything else as ``str(obj)``."""
+    from collections.abc import Mapping
+
+    return dict(obj) if isinstance(obj, Mapping) else str(obj)
+
+
 def _span_dict(s: Span) -> dict[str, Any]:
     d = {"id": s.id, "name": s.name, "rank": s.rank, "stream": s.stream, "kind": s.kind, "resource": s.resource,
          "start_s": s.start_s, "end_s": s.end_s, "solo_s": s.solo_s, "ready_s": s.ready_s, "bytes": s.bytes,
@@ -1093,7 +1101,12 @@ def _span_dict(s: Span) -> dict[str, Any]:
 
 def _json_default(obj: Any) -> Any:
     """The stdlib fallback's handler: numpy arrays and scalars as lists and numbers (NaN and ±inf as null, as
-    orjson writes them: the reader refuses the Infinity token in a column)."""
+    orjson writes them: the reader refuses the Infinity token in a column), a mapping that is not a dict (a
+    pipeline's :class:`~schedsim.graph.info.ActionTexts`) as a dict."""
+    from collections.abc import Mapping
+
+    if isinstance(obj, Mapping):
+        return dict(obj)
     if hasattr(obj, "tolist"):
         if getattr(obj, "dtype", None) is not None and obj.dtype.kind == "f":
             return _finite(obj.tolist())
@@ -1116,11 +1129,19 @@ def dumps_json(obj: Any) -> bytes:
 
 def _orjson_default(obj: Any) -> Any:
     """What orjson cannot write itself: a numpy array it does not take (non-contiguous, e.g. a strided column)
-    as a contiguous copy, anything else as ``str(obj)``."""
+    as a contiguous copy, a mapping that is not a dict as its JSON (``json_bytes()``, a pipeline's
+    :class:`~schedsim.graph.info.ActionTexts`, as an ``orjson.Fragment``: orjson 3.10 and later) or as a dict,
+    anything else as ``str(obj)``."""
+    from collections.abc import Mapping
+
     import numpy as np
 
     if isinstance(obj, np.ndarray) and not obj.flags.c_contiguous:
         return np.ascontiguousarray(obj)
+    if isinstance(obj, Mapping):
+        raw = getattr(obj, "json_bytes", None)
+        frag = getattr(_orjson, "Fragment", None)
+        return frag(raw()) if raw is not None and frag is not None else dict(obj)
     return str(obj)
 
 

@@ -322,3 +322,31 @@ def test_categorical_of_codes_is_the_encoding_of_the_strings(n_values, n):
         cats, got = categorical(values, codes)
         want = _encode([values[c] for c in codes.tolist()], n)
         assert cats == want[0] and got.dtype == np.int32 and got.tolist() == want[1].tolist()
+
+
+def test_a_custom_orders_action_texts_are_made_on_read_and_written_from_the_lines(tmp_path):
+    """The order of inline custom actions (idle steps among them) stays unmade through lower, simulate and
+    write_json; the file holds what the plain dict writes; to_dict, equality and pickling see the dict."""
+    import pickle
+
+    from schedsim.graph.info import ActionTexts
+
+    acts = {0: "0F0 _ 0F1 0B0 . 0B1", 1: "_ 1F0 1B0 1F1 1B1", 2: "_ _ 2F0 2B0 2F1 2B1 _", 3: "3F0 3B0 _ 3F1 3B1"}
+    want = {0: ["0F0", "0F1", "0B0", "0B1"], 1: ["1F0", "1B0", "1F1", "1B1"], 2: ["2F0", "2B0", "2F1", "2B1"],
+            3: ["3F0", "3B0", "3F1", "3B1"]}
+    prog = lower(ScheduleSpec.model_validate({"schema_version": 1, "name": "c", "world_size": 4, "pipeline": {
+        "schedule": "custom", "p": 4, "m": 2, "stage": UNIT, "actions": acts}}))
+    order = prog.pipeline.order
+    assert isinstance(order, ActionTexts)
+    tl = simulate(prog, load_profile("h200"), gpu_model="waves")
+    tl.write_json(tmp_path / "t.json")
+    assert order._made is None and tl.meta["pipeline"]["order"] is order  # nothing made
+    assert json.loads((tmp_path / "t.json").read_text())["meta"]["pipeline"]["order"] == \
+        {str(r): x for r, x in want.items()}
+    assert order.json_bytes() == json.dumps({str(r): x for r, x in want.items()}, separators=(",", ":")).encode()
+    d = prog.pipeline.to_dict()
+    assert type(d["order"]) is dict and d["order"] == want and order == want and want == order
+    assert pickle.loads(pickle.dumps(order)) == want and type(pickle.loads(pickle.dumps(order))) is dict
+    assert Timeline.read_json(tmp_path / "t.json").pipeline == prog.pipeline
+    tl.write_json(tmp_path / "rows.json", layout="rows")
+    assert Timeline.read_json(tmp_path / "rows.json").pipeline.order == want
