@@ -18,7 +18,7 @@ those runs and the other (already made) items.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -208,7 +208,7 @@ class TagColumns:
 
     __slots__ = ("keys", "n", "_scalar")
 
-    def __init__(self, keys: dict[str, tuple[list[Any], np.ndarray]], n: int) -> None:
+    def __init__(self, keys: Mapping[str, tuple[list[Any] | Parts, np.ndarray]], n: int) -> None:
         self._scalar: bool | None = None
         self.keys = {k: (v if isinstance(v, (list, Parts)) else list(v), np.asarray(c))
                      for k, (v, c) in sorted(keys.items())}
@@ -320,6 +320,7 @@ class TagColumns:
                 off, vals = 0, []
                 codes = np.full(n, -1, I32)
                 for rows, (v, c) in held:
+                    assert isinstance(v, Parts)
                     vals.append((np.arange(off, off + len(v)), v))
                     codes[rows] = np.where(c >= 0, c + off, -1)
                     off += len(v)

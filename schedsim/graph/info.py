@@ -81,7 +81,8 @@ class ActionTexts(Mapping[int, list[str]]):
         for r, line in self._lines.items():
             if "_" in line or "." in line:
                 line = (" " + line).replace(" _", "").replace(" .", "")[1:]
-            out.append('"%d":[%s]' % (r, '"' + line.replace(" ", '","') + '"' if line else ""))
+            texts = '"' + line.replace(" ", '","') + '"' if line else ""
+            out.append(f'"{r}":[{texts}]')
         return ("{" + ",".join(out) + "}").encode()
 
 

@@ -48,10 +48,11 @@ is a categorical column of its own: row ``i`` has the tag ``key: values[codes[i]
 and lacks the key at -1; values are JSON scalars, and ``1``, ``1.0`` and ``true`` are distinct values. A key's
 ``values`` may instead be strings as parts, in the form of ``name`` (``values[k]`` the concatenation of part
 ``k``'s values, every part's ``codes`` as long as the first's): a pipeline's messages, 130k distinct strings
-of a few hundred parts, written without one string each. A row's tags are its keys in sorted order. Each of the three columns may also come in its version-2 form. The writer
-uses version 3 for a timeline simulated from a Program (:func:`schedsim.sim.engine.simulate`): its tags as
-key columns, a pipeline's names as parts (:mod:`schedsim.coded`); the others, and timelines built from spans,
-are written as version 2, which older readers take.
+of a few hundred parts, written without one string each. A row's tags are its keys in sorted order. Each of
+the three columns may also come in its version-2 form. The writer uses version 3 for a timeline simulated from
+a Program (:func:`schedsim.sim.engine.simulate`): its tags as key columns, a pipeline's names as parts
+(:mod:`schedsim.coded`); the others, and timelines built from spans, are written as version 2, which older
+readers take.
 
 Version 3 may also write any float column (``start_s``, ``end_s``, ``solo_s``, ``ready_s``, ``bytes``,
 ``flops``, ``stream_s``) as a base and the rows that differ from it::
@@ -66,9 +67,9 @@ uses the form where at most half the rows differ: ``ready_s`` against ``start_s`
 ``stream_s`` against ``ready_s``, a column of one value (``bytes`` of a compute-only schedule) against it.
 
 The reader refuses a coded column that is malformed (a code out of range, a ``codes`` list of the wrong length,
-a part value that is not a string (of a name or of a tag key's values), a tag value that is a list or object, a float column's base that is not an
-earlier column, an index that is not ascending rows or not as long as its values, a float column holding
-±Infinity, or negative ``bytes``/``flops``) with a
+a part value that is not a string (of a name or of a tag key's values), a tag value that is a list or object,
+a float column's base that is not an earlier column, an index that is not ascending rows or not as long as
+its values, a float column holding ±Infinity, or negative ``bytes``/``flops``) with a
 :class:`~schedsim.errors.TraceError` naming the column; in every version a tag value that is NaN or ±Infinity
 (not JSON: Python's reader takes the tokens) is refused likewise.
 

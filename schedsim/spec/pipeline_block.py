@@ -663,5 +663,5 @@ def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> Pipelin
                         dp=pb.data_parallel, static_memory=memory,
                         stage_to_rank={int(k): int(val) for k, val in plan.s2r.items()}, p2p=plan.mode,
                         activation_bytes=cost.act_bytes, activation_memory_bytes=cost.mem_bytes,
-                        order=texts)
+                        order=texts)  # type: ignore[arg-type]  # an ActionTexts: a Mapping equal to the dict
 

@@ -92,8 +92,8 @@ def test_tag_values_as_parts_are_made_only_for_the_rows_read_and_round_trip():
     assert isinstance(both.keys["msg"][0], Parts) and both.take(range(3)) == tc.take([1, 2, 3])
     mixed = TagColumns.concat([(np.array([0]), tc.reindex(np.array([1]))),
                                (np.array([1]), TagColumns.of_items([(("msg", "x"),)], np.array([0])))], 2)
-    assert mixed.keys["msg"][0] == ["F0.2", "B1.0", "F0.1", "x"] and mixed.take([0, 1]) == [(("mb", 4), ("msg", "F0.1")),
-                                                                            (("msg", "x"),)]
+    assert mixed.keys["msg"][0] == ["F0.2", "B1.0", "F0.1", "x"]  # the parts made: each piece's values kept
+    assert mixed.take([0, 1]) == [(("mb", 4), ("msg", "F0.1")), (("msg", "x"),)]
 
 
 def test_a_pipeline_writes_its_messages_as_parts_and_reads_them_back(tmp_path):
