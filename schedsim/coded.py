@@ -18,7 +18,7 @@ those runs and the other (already made) items.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,8 +133,9 @@ class Parts:
         return {"parts": [{"values": v, "codes": c} for v, c in self.parts]}
 
     @classmethod
-    def from_json(cls, d: Any, n: int, where: str) -> Parts:
-        """Parts from :meth:`to_json`'s form.
+    def from_json(cls, d: Any, n: int | None, where: str) -> Parts:
+        """Parts from :meth:`to_json`'s form; ``n`` the rows expected, None to take the first part's (every
+        other part must have as many).
 
         Raises
         ------
@@ -149,12 +150,22 @@ class Parts:
             w = f"{where}.parts[{k}]"
             if not isinstance(p, dict) or not isinstance(p.get("values"), list):
                 raise ValueError(f"{w} is not an object with a 'values' list")
+            if n is None:
+                n = len(p["codes"]) if isinstance(p.get("codes"), list) else -1
             if not all(isinstance(x, str) for x in p["values"]):
                 raise ValueError(f"{w}.values holds something other than strings")
             out.append((p["values"], _codes(p.get("codes"), n, w, 0, len(p["values"]))))
         if not out and n:
             raise ValueError(f"{where} has no parts for {n} rows")
         return cls(out)
+
+    def items(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(strings, at)`` for rows ``codes`` (int array, entries ≥ 0): the distinct rows' strings (object
+        array) and each entry's index into them; only those strings are made."""
+        from schedsim.lower.program import unique
+
+        u, _first, inv = unique(np.asarray(codes, np.int64))
+        return _obj(self.take(u)), inv
 
 
 def non_finite(values: Callable[[], Iterable[Any]]) -> float | None:
@@ -180,7 +191,9 @@ class TagColumns:
     ----------
     keys : dict
         key -> ``(values, codes)``: the distinct values of that key and, per row, the index of its value or
-        -1 when the row has no such key (int array of shape (N,), every key the same N).
+        -1 when the row has no such key (int array of shape (N,), every key the same N). ``values`` is a list,
+        or :class:`Parts` for string values made of parts (a pipeline's ``msg``, ``F<stage>.`` + ``<mb>``):
+        then a value's string is made only when a row holding it is read.
     n : int
         Rows (needed when there are no keys).
 
@@ -195,9 +208,9 @@ class TagColumns:
 
     __slots__ = ("keys", "n", "_scalar")
 
-    def __init__(self, keys: dict[str, tuple[list[Any], np.ndarray]], n: int) -> None:
+    def __init__(self, keys: Mapping[str, tuple[list[Any] | Parts, np.ndarray]], n: int) -> None:
         self._scalar: bool | None = None
-        self.keys = {k: (v if isinstance(v, list) else list(v), np.asarray(c))
+        self.keys = {k: (v if isinstance(v, (list, Parts)) else list(v), np.asarray(c))
                      for k, (v, c) in sorted(keys.items())}
         bad = [k for k, (_v, c) in self.keys.items() if len(c) != n]
         if bad:
@@ -210,7 +223,8 @@ class TagColumns:
     def scalar(self) -> bool:
         """Whether every value is a JSON scalar (what :meth:`to_json` needs; checked once)."""
         if self._scalar is None:
-            self._scalar = all(set(map(type, v)) <= _SCALAR_SET for v, _c in self.keys.values())
+            self._scalar = all(isinstance(v, Parts) or set(map(type, v)) <= _SCALAR_SET
+                               for v, _c in self.keys.values())
         return self._scalar
 
     def has(self, key: str) -> np.ndarray:
@@ -238,7 +252,7 @@ class TagColumns:
     def _sets(self, idx: np.ndarray) -> list[tuple[tuple[str, Any], ...]]:
         """The tag sets of rows ``idx``, built per pattern of present keys by zipping the keys' (key, value)
         pairs (no Python loop per row and key)."""
-        pairs = [(_obj([(k, x) for x in v]), c[idx]) for k, (v, c) in self.keys.items()]
+        pairs = [_pairs(k, v, c[idx]) for k, (v, c) in self.keys.items()]
         pattern = np.zeros(len(idx), np.int64)
         for j, (_p, c) in enumerate(pairs):
             pattern |= (c >= 0).astype(np.int64) << j
@@ -299,8 +313,19 @@ class TagColumns:
         if len(pieces) == 1 and len(pieces[0][0]) == n:
             return pieces[0][1]
         keys = sorted({k for _r, p in pieces for k in p.keys})
-        out = {}
+        out: dict[str, tuple[list[Any] | Parts, np.ndarray]] = {}
         for k in keys:
+            held = [(rows, p.keys[k]) for rows, p in pieces if k in p.keys]
+            if all(isinstance(v, Parts) for _r, (v, _c) in held):  # parts stay parts, one after the other
+                off, vals = 0, []
+                codes = np.full(n, -1, I32)
+                for rows, (v, c) in held:
+                    assert isinstance(v, Parts)
+                    vals.append((np.arange(off, off + len(v)), v))
+                    codes[rows] = np.where(c >= 0, c + off, -1)
+                    off += len(v)
+                out[k] = (Parts.concat(vals, off), codes)
+                continue
             index: dict[tuple[type, Any], int] = {}
             values: list[Any] = []
             codes = np.full(n, -1, I32)
@@ -308,6 +333,8 @@ class TagColumns:
                 if k not in p.keys:
                     continue
                 v, c = p.keys[k]
+                if isinstance(v, Parts):
+                    v = v.strings()
                 remap = np.full(len(v) + 1, -1, I32)  # code -1 (absent) picks the last entry
                 for j, x in enumerate(v):
                     m = index.get(_value_key(x))
@@ -320,8 +347,10 @@ class TagColumns:
         return TagColumns(out, n)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"keys": {key: {"values": [...], "codes": [...]}, ...}}`` (codes as numpy arrays, -1 = absent)."""
-        return {"keys": {k: {"values": v, "codes": c} for k, (v, c) in self.keys.items()}}
+        """``{"keys": {key: {"values": [...], "codes": [...]}, ...}}`` (codes as numpy arrays, -1 = absent);
+        values held as :class:`Parts` are written in their form, ``{"parts": [...]}``."""
+        return {"keys": {k: {"values": v.to_json() if isinstance(v, Parts) else v, "codes": c}
+                         for k, (v, c) in self.keys.items()}}
 
     @classmethod
     def from_json(cls, d: Any, n: int, where: str) -> TagColumns:
@@ -330,16 +359,20 @@ class TagColumns:
         Raises
         ------
         ValueError
-            Not that form: ``keys`` not an object, a key without a ``values`` list of JSON scalars, codes of the
-            wrong length or outside -1 .. len(values) - 1.
+            Not that form: ``keys`` not an object, a key without a ``values`` list of JSON scalars (or strings
+            as :class:`Parts`, ``{"parts": [...]}``), codes of the wrong length or outside -1 .. len(values) - 1.
         """
         if not isinstance(d, dict) or set(d) != {"keys"} or not isinstance(d["keys"], dict):
             raise ValueError(f"{where} is neither {{\"index\", \"values\"}} nor {{\"keys\": {{...}}}}")
         out = {}
         for k, e in d["keys"].items():
             w = f"{where}.keys[{k!r}]"
+            if isinstance(e, dict) and isinstance(e.get("values"), dict):  # string values as parts
+                vp = Parts.from_json(e["values"], None, f"{w}.values")
+                out[k] = (vp, _codes(e.get("codes"), n, w, -1, len(vp)))
+                continue
             if not isinstance(e, dict) or not isinstance(e.get("values"), list):
-                raise ValueError(f"{w} is not an object with a 'values' list")
+                raise ValueError(f"{w} is not an object with a 'values' list or parts")
             if not set(map(type, e["values"])) <= _SCALAR_SET:
                 raise ValueError(f"{w}.values holds a list or object; tag values are strings, numbers, booleans "
                                  "or null")
@@ -348,6 +381,18 @@ class TagColumns:
                 raise ValueError(f"{w}.values holds {bad}, which is not JSON; tag values are finite numbers")
             out[k] = (e["values"], _codes(e.get("codes"), n, w, -1, len(e["values"])))
         return cls(out, n)
+
+
+def _pairs(key: str, values: list[Any] | Parts, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(pairs, at)``: ``(key, value)`` tuples (object array) and per row the index of its pair, -1 where the
+    row lacks the key (``codes``, int array). From :class:`Parts` values only the rows' values are made."""
+    if not isinstance(values, Parts):
+        return _obj([(key, x) for x in values]), codes
+    has = codes >= 0
+    strs, inv = values.items(codes[has])
+    at = np.full(len(codes), -1, np.int64)
+    at[has] = inv
+    return _obj([(key, x) for x in strs.tolist()]), at
 
 
 def coded_of(table: Any, ids: np.ndarray, cls: Any) -> Any:

@@ -12,13 +12,78 @@ as read-only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from schedsim.results import from_dict, to_dict
 
-__all__ = ["GraphInfo", "PipelineInfo", "StaticMemory"]
+__all__ = ["ActionTexts", "GraphInfo", "PipelineInfo", "StaticMemory"]
+
+
+class ActionTexts(Mapping[int, list[str]]):
+    """Per pipeline rank its compute actions as text (``0F0``, ``1B2``, ...), made on first read: the
+    interleaved 1F1B of pp=32, m=512, v=4 lists 136k actions, which a timeline file writes from the ranks'
+    lines (:meth:`json_bytes`) without one string each. Equal to, and pickled and copied as, the plain dict.
+
+    Parameters
+    ----------
+    make : callable
+        Returns the dict (rank -> list of action texts); called once, on first read.
+    lines : dict[int, str], optional
+        Per rank (the dict's keys, in its order) its steps joined by single spaces, each an action of digits
+        and F/I/B/W or an idle step (``_``, ``.``, left out of the texts): then :meth:`json_bytes` joins the
+        JSON from them.
+    """
+
+    __slots__ = ("_make", "_lines", "_made")
+
+    def __init__(self, make: Callable[[], dict[int, list[str]]], lines: dict[int, str] | None = None) -> None:
+        self._make, self._lines = make, lines
+        self._made: dict[int, list[str]] | None = None
+
+    def made(self) -> dict[int, list[str]]:
+        """The plain dict (made once)."""
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    def __getitem__(self, rank: int) -> list[str]:
+        return self.made()[rank]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.made())
+
+    def __len__(self) -> int:
+        return len(self.made())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ActionTexts):
+            other = other.made()
+        return self.made() == other if isinstance(other, Mapping) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.made())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (self.made(),))
+
+    def json_bytes(self) -> bytes:
+        """The dict's compact JSON (``{"0":["0F0",...],...}``, what orjson writes of it): joined from the lines
+        when they were given and the dict is not made (no string per action), else written from the dict."""
+        if self._made is not None or self._lines is None:
+            from schedsim.sim.timeline import dumps_json
+
+            return dumps_json(self.made())
+        out = []
+        for r, line in self._lines.items():
+            if "_" in line or "." in line:
+                line = (" " + line).replace(" _", "").replace(" .", "")[1:]
+            texts = '"' + line.replace(" ", '","') + '"' if line else ""
+            out.append(f'"{r}":[{texts}]')
+        return ("{" + ",".join(out) + "}").encode()
 
 
 @dataclass(frozen=True)
@@ -78,7 +143,8 @@ class PipelineInfo:
     activation_memory_bytes : int
         Bytes one stage chunk stores per microbatch until its backward ends.
     order : dict[int, list[str]]
-        Per pipeline rank, its compute actions as text (``0F0``, ``1B2``, ...).
+        Per pipeline rank, its compute actions as text (``0F0``, ``1B2``, ...); the lowering gives an
+        :class:`ActionTexts` (made on first read, equal to the dict).
 
     Examples
     --------
@@ -100,9 +166,13 @@ class PipelineInfo:
     activation_memory_bytes: int = 0
     order: dict[int, list[str]] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (keys in field order; ``static_memory`` null without a transformer)."""
+    def to_dict(self, *, lazy_order: bool = False) -> dict[str, Any]:
+        """The JSON form (keys in field order; ``static_memory`` null without a transformer). ``order`` is a
+        plain dict unless ``lazy_order``, which keeps an :class:`ActionTexts` unmade (a timeline's meta: its
+        writer joins the JSON from the lines)."""
         d: dict[str, Any] = to_dict(self)
+        if isinstance(self.order, ActionTexts) and not lazy_order:
+            d["order"] = {r: list(x) for r, x in self.order.items()}
         return d
 
     @classmethod

@@ -591,14 +591,22 @@ def _obj(xs: list[Any]) -> np.ndarray:
     return np.fromiter(xs, dtype=object, count=len(xs))
 
 
+def _by_position(items: np.ndarray, pos: np.ndarray, n: int) -> np.ndarray:
+    """``items`` ordered by ``pos`` (distinct ints in 0..n-1): ``items[np.argsort(pos)]`` by a table of n."""
+    slot = np.full(n, -1, np.int64)
+    slot[pos] = np.arange(len(pos))
+    return items[slot[slot >= 0]]  # type: ignore[no-any-return]
+
+
 def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(uniq, inv, first)``: the distinct values of ``code`` (ints in 0..space-1) in order of first appearance,
-    each entry's index into them, and the index of each one's first appearance; dense tables, no sort of
-    ``code``."""
-    first = np.full(space, len(code), np.int64)
-    first[code[::-1]] = np.arange(len(code) - 1, -1, -1)
-    present = np.flatnonzero(first < len(code))
-    uniq = present[np.argsort(first[present], kind="stable")]
+    each entry's index into them, and the index of each one's first appearance; dense tables, no sort (the
+    first appearances are distinct positions, put in order by a table of them)."""
+    n = len(code)
+    first = np.full(space, n, np.int64)
+    first[code[::-1]] = np.arange(n - 1, -1, -1)
+    present = np.flatnonzero(first < n)
+    uniq = _by_position(present, first[present], n)
     rank = np.empty(space, np.int64)
     rank[uniq] = np.arange(len(uniq))
     return uniq, rank[code], first[uniq]
@@ -875,9 +883,12 @@ class _FastEmitter:
             if not cols:
                 msg_of = np.full(len(et), -1, np.int64)
                 msg_of[p2p] = msg_inv
+                # the messages as parts, <F|B><stage>. + <mb>: no string made until a report reads one
+                msgs = Parts([([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], msg_u // M),
+                              (self.js.tolist(), msg_u % M)])
                 cols.append(TagColumns({
                     "chunk": (list(range(int(chunk.max()) + 1 if NS else 1)), chunk[es]), "mb": (list(range(M)), ej),
-                    "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msg_strs(), msg_of),
+                    "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msgs, msg_of),
                     "pp_op": ([t.value for t in _TYPES], et), "stage": (list(range(NS)), es)}, len(et)))
             return cols[0]
 
@@ -928,7 +939,7 @@ class _FastEmitter:
         hb = np.flatnonzero(has_b)
         b_u, b_inv, b_at = _first_seen(bid[hb], int(bid.max()) + 1)
         firsts = np.concatenate([2 * hb[b_at], 2 * msg_first + 1])
-        order = np.argsort(firsts)  # distinct values
+        order = _by_position(np.arange(len(firsts)), firsts, 2 * n)  # argsort of distinct positions
         nb = len(b_u)
 
         def make() -> list[str]:

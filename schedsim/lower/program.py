@@ -334,14 +334,15 @@ class Program:
                 at[h].append(i)
         return out
 
-    def graph_info(self) -> dict[str, Any]:
+    def graph_info(self, *, lazy_order: bool = False) -> dict[str, Any]:
         """``name``, ``world_size``, ``launch`` (and ``max_connections``, ``pipeline`` when set), as
-        ``G.graph`` holds them."""
+        ``G.graph`` holds them; ``lazy_order``: the pipeline's order left unmade
+        (:meth:`schedsim.graph.info.PipelineInfo.to_dict`)."""
         info: dict[str, Any] = {"name": self.name, "world_size": self.world_size, "launch": self.launch}
         if self.max_connections is not None:
             info["max_connections"] = self.max_connections
         if self.pipeline is not None:
-            info["pipeline"] = self.pipeline.to_dict()
+            info["pipeline"] = self.pipeline.to_dict(lazy_order=lazy_order)
         return info
 
 

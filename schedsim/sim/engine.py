@@ -149,7 +149,7 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         Unknown ``gpu_model``, ``max_connections`` outside 1-32, or ``iteration_gap_s`` negative, NaN or
         infinite.
     """
-    info = G.graph_info() if isinstance(G, Program) else G.graph
+    info = G.graph_info(lazy_order=True) if isinstance(G, Program) else G.graph  # the order: meta, written lazily
     mode = launch or info.get("launch", "eager")
     model = gpu_model or profile.gpu_model
     if model not in GPU_MODELS:

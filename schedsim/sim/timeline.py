@@ -38,15 +38,21 @@ distinct names and tag sets are made of a few thousand parts and values)::
                         {"values": ["0", "1", ...], "codes": [...]},
                         {"values": [".0", ""], "codes": [...]}]},  # name[i] = "".join(values[codes[i]])
      "tags": {"keys": {"mb": {"values": [0, 1, ...], "codes": [0, 0, 1, ..., -1]},
-                       "phase": {"values": ["F", "I", "W"], "codes": [...]}, ...}}
+                       "phase": {"values": ["F", "I", "W"], "codes": [...]},
+                       "msg": {"values": {"parts": [{"values": ["F-1.", "F0.", ...], "codes": [1, ...]},
+                                                    {"values": ["0", "1", ...], "codes": [0, ...]}]},
+                               "codes": [-1, 0, ...]}, ...}}
 
 A name is the concatenation of one value per part (every part's ``codes`` has ``n_ops`` entries). Each tag key
 is a categorical column of its own: row ``i`` has the tag ``key: values[codes[i]]`` when ``codes[i] ≥ 0``
-and lacks the key at -1; values are JSON scalars, and ``1``, ``1.0`` and ``true`` are distinct values. A row's
-tags are its keys in sorted order. Each of the three columns may also come in its version-2 form. The writer
-uses version 3 for a timeline simulated from a Program (:func:`schedsim.sim.engine.simulate`): its tags as
-key columns, a pipeline's names as parts (:mod:`schedsim.coded`); the others, and timelines built from spans,
-are written as version 2, which older readers take.
+and lacks the key at -1; values are JSON scalars, and ``1``, ``1.0`` and ``true`` are distinct values. A key's
+``values`` may instead be strings as parts, in the form of ``name`` (``values[k]`` the concatenation of part
+``k``'s values, every part's ``codes`` as long as the first's): a pipeline's messages, 130k distinct strings
+of a few hundred parts, written without one string each. A row's tags are its keys in sorted order. Each of
+the three columns may also come in its version-2 form. The writer uses version 3 for a timeline simulated from
+a Program (:func:`schedsim.sim.engine.simulate`): its tags as key columns, a pipeline's names as parts
+(:mod:`schedsim.coded`); the others, and timelines built from spans, are written as version 2, which older
+readers take.
 
 Version 3 may also write any float column (``start_s``, ``end_s``, ``solo_s``, ``ready_s``, ``bytes``,
 ``flops``, ``stream_s``) as a base and the rows that differ from it::
@@ -61,9 +67,9 @@ uses the form where at most half the rows differ: ``ready_s`` against ``start_s`
 ``stream_s`` against ``ready_s``, a column of one value (``bytes`` of a compute-only schedule) against it.
 
 The reader refuses a coded column that is malformed (a code out of range, a ``codes`` list of the wrong length,
-a part value that is not a string, a tag value that is a list or object, a float column's base that is not an
-earlier column, an index that is not ascending rows or not as long as its values, a float column holding
-±Infinity, or negative ``bytes``/``flops``) with a
+a part value that is not a string (of a name or of a tag key's values), a tag value that is a list or object,
+a float column's base that is not an earlier column, an index that is not ascending rows or not as long as
+its values, a float column holding ±Infinity, or negative ``bytes``/``flops``) with a
 :class:`~schedsim.errors.TraceError` naming the column; in every version a tag value that is NaN or ±Infinity
 (not JSON: Python's reader takes the tokens) is refused likewise.
 
@@ -964,7 +970,7 @@ class Timeline:
                     f.write(chunk)
         elif layout == "rows":
             with atomic_writer(path) as f:
-                f.write(json.dumps(self._head(1), indent=1, default=str)[:-2])
+                f.write(json.dumps(self._head(1), indent=1, default=_row_default)[:-2])
                 f.write(',\n "ops": [')
                 for i, s in enumerate(self.spans):
                     f.write(",\n  " if i else "\n  ")
@@ -1060,8 +1066,8 @@ def _tags_may_hold_big_ints(d: Any) -> bool:
     t = c.get("tags") if isinstance(c, dict) else None
 
     def values() -> Iterator[Any]:
-        if isinstance(t, dict) and "keys" in t:  # version 3: a values list per key
-            return chain.from_iterable(e["values"] for e in t["keys"].values())
+        if isinstance(t, dict) and "keys" in t:  # version 3: a values list per key (parts: strings only)
+            return chain.from_iterable(e["values"] for e in t["keys"].values() if isinstance(e["values"], list))
         if isinstance(t, dict):  # version 2: the tagged rows' dicts
             return chain.from_iterable(map(dict.values, t["values"]))
         return chain.from_iterable(map(dict.values, (o.get("tags") or {} for o in d.get("ops", ()))))  # version 1
@@ -1072,6 +1078,14 @@ def _tags_may_hold_big_ints(d: Any) -> bool:
         return any(type(x) is float and x.is_integer() and abs(x) >= 2.0**63 for x in values())
     except (TypeError, AttributeError, KeyError):
         return False
+
+
+def _row_default(obj: Any) -> Any:
+    """The row layout's handler for its head: a mapping that is not a dict (a pipeline's order) as a dict,
+    anything else as ``str(obj)``."""
+    from collections.abc import Mapping
+
+    return dict(obj) if isinstance(obj, Mapping) else str(obj)
 
 
 def _span_dict(s: Span) -> dict[str, Any]:
@@ -1088,7 +1102,12 @@ def _span_dict(s: Span) -> dict[str, Any]:
 
 def _json_default(obj: Any) -> Any:
     """The stdlib fallback's handler: numpy arrays and scalars as lists and numbers (NaN and ±inf as null, as
-    orjson writes them: the reader refuses the Infinity token in a column)."""
+    orjson writes them: the reader refuses the Infinity token in a column), a mapping that is not a dict (a
+    pipeline's :class:`~schedsim.graph.info.ActionTexts`) as a dict."""
+    from collections.abc import Mapping
+
+    if isinstance(obj, Mapping):
+        return dict(obj)
     if hasattr(obj, "tolist"):
         if getattr(obj, "dtype", None) is not None and obj.dtype.kind == "f":
             return _finite(obj.tolist())
@@ -1111,11 +1130,19 @@ def dumps_json(obj: Any) -> bytes:
 
 def _orjson_default(obj: Any) -> Any:
     """What orjson cannot write itself: a numpy array it does not take (non-contiguous, e.g. a strided column)
-    as a contiguous copy, anything else as ``str(obj)``."""
+    as a contiguous copy, a mapping that is not a dict as its JSON (``json_bytes()``, a pipeline's
+    :class:`~schedsim.graph.info.ActionTexts`, as an ``orjson.Fragment``: orjson 3.10 and later) or as a dict,
+    anything else as ``str(obj)``."""
+    from collections.abc import Mapping
+
     import numpy as np
 
     if isinstance(obj, np.ndarray) and not obj.flags.c_contiguous:
         return np.ascontiguousarray(obj)
+    if isinstance(obj, Mapping):
+        raw = getattr(obj, "json_bytes", None)
+        frag = getattr(_orjson, "Fragment", None)
+        return frag(raw()) if raw is not None and frag is not None else dict(obj)
     return str(obj)
 
 

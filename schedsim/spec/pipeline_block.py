@@ -54,15 +54,16 @@ recomputation, 16-bit).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import filterfalse
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedsim.errors import SpecError
-from schedsim.graph.info import PipelineInfo
+from schedsim.graph.info import ActionTexts, PipelineInfo
 from schedsim.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -249,7 +250,8 @@ class OrderCols:
     """A compute-only order as columns, rank-major, idle slots included (one row per step of each rank).
 
     ``rank``, ``typ`` (0..3: F, I, B, W; -1 an idle step), ``stage``, ``mb``: int64 arrays of one length;
-    ``counts``: steps per rank; ``texts``: per rank its actions' torch notation (idle steps left out).
+    ``counts``: steps per rank; ``texts``: per rank its actions' torch notation (idle steps left out), made on
+    first read (:class:`schedsim.graph.info.ActionTexts`).
     """
 
     rank: np.ndarray
@@ -257,7 +259,7 @@ class OrderCols:
     stage: np.ndarray
     mb: np.ndarray
     counts: list[int]
-    texts: dict[int, list[str]]
+    texts: Mapping[int, list[str]]
 
 
 @dataclass
@@ -290,7 +292,6 @@ class PipelinePlan:
 
 
 _BLANK = bytes.maketrans(b"FIBW_.", b"      ")
-_IDLE = frozenset(("_", "."))
 
 
 def _byte_tables() -> tuple[np.ndarray, bytes]:
@@ -351,7 +352,7 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
         rows[int(key)] = row
     if sorted(rows) != list(range(p)) or len(rows) != len(actions):
         return None
-    counts, lines, texts = [], [], {}
+    counts, lines, raw = [], [], {}
     for r in range(p):
         row = rows[r]
         line = row.replace(",", " ") if "," in row else row
@@ -359,13 +360,12 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
             # white space only single spaces (tabs and the like are not printable): the tokens lie between them
             counts.append(line.count(" ") + 1 if line else 0)
             lines.append(line)
-            texts[r] = (" " + line).replace(" _", "").replace(" .", "").split() if "_" in line or "." in line \
-                else line.split()
+            raw[r] = line
             continue
         toks = line.split()
         counts.append(len(toks))
         lines.append(" ".join(toks))
-        texts[r] = list(filterfalse(_IDLE.__contains__, toks)) if "_" in row or "." in row else toks
+        raw[r] = lines[-1]
     b = " ".join(filter(None, lines)).encode()
     u = np.frombuffer(b, np.uint8)
     kind_of, cls_of = _byte_tables()
@@ -381,7 +381,13 @@ def _order_cols(actions: Any, p: int) -> OrderCols | None:
     stage = np.full(len(typ), -1, np.int64)
     mb = np.full(len(typ), -1, np.int64)
     stage[busy], mb[busy] = sm[:, 0], sm[:, 1]
-    return OrderCols(np.repeat(np.arange(p), counts), typ, stage, mb, counts, texts)
+    return OrderCols(np.repeat(np.arange(p), counts), typ, stage, mb, counts, ActionTexts(partial(_texts, raw), raw))
+
+
+def _texts(lines: dict[int, str]) -> dict[int, list[str]]:
+    """Per rank the actions of its line (canonical steps joined by single spaces), idle steps left out."""
+    return {r: (" " + x).replace(" _", "").replace(" .", "").split() if "_" in x or "." in x else x.split()
+            for r, x in lines.items()}
 
 
 def _texts_of_cols(c: OrderCols, ranks: list[int]) -> dict[int, list[str]]:
@@ -555,7 +561,7 @@ def _interleaved_plan(pb: PipelineSpec, info: Any, v: int, s2r: dict[int, int]) 
 
     rank, typ, stage, mb = interleaved_1f1b_cols(pb.p, pb.m, v, group_size=pb.group_size)
     cols = OrderCols(rank, typ, stage, mb, [2 * v * pb.m] * pb.p, {})
-    cols.texts = _texts_of_cols(cols, list(range(pb.p)))
+    cols.texts = ActionTexts(lambda: _texts_of_cols(cols, list(range(pb.p))))
     return PipelinePlan(info.name, pb.p, pb.m, v, pb.p * v, s2r, None, cols=cols,
                         source=lambda: info.generate(pb.p, pb.m, v, group_size=pb.group_size))
 
@@ -657,5 +663,5 @@ def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> Pipelin
                         dp=pb.data_parallel, static_memory=memory,
                         stage_to_rank={int(k): int(val) for k, val in plan.s2r.items()}, p2p=plan.mode,
                         activation_bytes=cost.act_bytes, activation_memory_bytes=cost.mem_bytes,
-                        order=texts)
+                        order=texts)  # type: ignore[arg-type]  # an ActionTexts: a Mapping equal to the dict
 

@@ -68,6 +68,45 @@ def test_tag_columns_keep_types_apart_and_build_the_sets():
     assert coded_of(tuple(sets), codes, TagColumns).take(range(6)) == [sets[c] for c in codes]
 
 
+def test_tag_values_as_parts_are_made_only_for_the_rows_read_and_round_trip():
+    made = []
+
+    class Counting(Parts):
+        def take(self, rows):  # type: ignore[no-untyped-def]
+            made.append(np.asarray(rows).tolist())
+            return super().take(rows)
+
+    msgs = Counting([(["F0.", "B1."], np.array([0, 1, 0])), (["0", "1", "2"], np.array([2, 0, 1]))])  # F0.2 B1.0 F0.1
+    tc = TagColumns({"msg": (msgs, np.array([-1, 2, 0, 0, -1])), "mb": ([3, 4], np.array([0, 1, 0, 1, 1]))}, 5)
+    assert tc.scalar()
+    assert tc.take([2, 0]) == [(("mb", 3), ("msg", "F0.2")), (("mb", 3),)] and made == [[0]]  # F0.1 not made
+    assert tc.dicts() == [{"mb": 3}, {"mb": 4, "msg": "F0.1"}, {"mb": 3, "msg": "F0.2"}, {"mb": 4, "msg": "F0.2"},
+                          {"mb": 4}]
+    j = tc.to_json()
+    assert j["keys"]["msg"]["values"]["parts"][0]["values"] == ["F0.", "B1."]  # parts, not strings
+    back = TagColumns.from_json(json.loads(json.dumps(j, default=lambda a: a.tolist())), 5, "'tags'")
+    assert isinstance(back.keys["msg"][0], Parts) and back.take(range(5)) == tc.take(range(5))
+    # two pieces with parts: the values follow one another; with a list piece: made and merged as strings
+    both = TagColumns.concat([(np.array([0, 1]), tc.reindex(np.array([1, 2]))),
+                              (np.array([2]), tc.reindex(np.array([3])))], 3)
+    assert isinstance(both.keys["msg"][0], Parts) and both.take(range(3)) == tc.take([1, 2, 3])
+    mixed = TagColumns.concat([(np.array([0]), tc.reindex(np.array([1]))),
+                               (np.array([1]), TagColumns.of_items([(("msg", "x"),)], np.array([0])))], 2)
+    assert mixed.keys["msg"][0] == ["F0.2", "B1.0", "F0.1", "x"]  # the parts made: each piece's values kept
+    assert mixed.take([0, 1]) == [(("mb", 4), ("msg", "F0.1")), (("msg", "x"),)]
+
+
+def test_a_pipeline_writes_its_messages_as_parts_and_reads_them_back(tmp_path):
+    d = _v3(tmp_path)
+    msg = d["columns"]["tags"]["keys"]["msg"]
+    assert set(msg["values"]) == {"parts"} and len(msg["values"]["parts"]) == 2
+    ops = pipe("1f1b").ops()
+    back = Timeline.read_json(tmp_path / "ok.json")
+    assert back.columns.tags == [dict(o.tags) for o in ops]
+    assert {t["msg"] for t in back.columns.tags if "msg" in t} == {dict(o.tags)["msg"] for o in ops
+                                                                  if "msg" in dict(o.tags)}
+
+
 # -- pipelines: the emitter's coded runs equal the made names and tag sets ------------------------------------
 @pytest.mark.parametrize("schedule, dp, ops", [
     ("interleaved_1f1b", 1, None), ("1f1b", 2, None), ("zb_h1", 1, None),
@@ -163,6 +202,13 @@ def _v3(tmp_path):  # type: ignore[no-untyped-def]
     (lambda c: c["tags"]["keys"].update(stage=5), "'tags'.keys['stage'] is not an object with a 'values' list"),
     (lambda c: c["tags"].update(extra=1), "'tags' is neither"),
     (lambda c: c["tags"]["keys"]["mb"].update(codes=[0.5] * len(c["rank"])), "codes is not a flat list of integers"),
+    (lambda c: c["tags"]["keys"]["msg"]["values"]["parts"][1]["values"].__setitem__(0, 3),
+     "'tags'.keys['msg'].values.parts[1].values holds something other than strings"),
+    (lambda c: c["tags"]["keys"]["msg"]["values"]["parts"][1]["codes"].pop(),
+     "'tags'.keys['msg'].values.parts[1].codes has"),
+    (lambda c: c["tags"]["keys"]["msg"].update(codes=[10**6] * len(c["rank"])),
+     "'tags'.keys['msg'].codes has codes outside"),
+    (lambda c: c["tags"]["keys"]["msg"]["values"].update(extra=1), "'tags'.keys['msg'].values is neither"),
     # float columns as a base and the rows that differ
     (lambda c: c["ready_s"].update(base="flops"), "'ready_s' has base 'flops', not a float column written before it"),
     (lambda c: c["ready_s"].update(base="stream_s"), "not a float column written before it"),
@@ -276,3 +322,31 @@ def test_categorical_of_codes_is_the_encoding_of_the_strings(n_values, n):
         cats, got = categorical(values, codes)
         want = _encode([values[c] for c in codes.tolist()], n)
         assert cats == want[0] and got.dtype == np.int32 and got.tolist() == want[1].tolist()
+
+
+def test_a_custom_orders_action_texts_are_made_on_read_and_written_from_the_lines(tmp_path):
+    """The order of inline custom actions (idle steps among them) stays unmade through lower, simulate and
+    write_json; the file holds what the plain dict writes; to_dict, equality and pickling see the dict."""
+    import pickle
+
+    from schedsim.graph.info import ActionTexts
+
+    acts = {0: "0F0 _ 0F1 0B0 . 0B1", 1: "_ 1F0 1B0 1F1 1B1", 2: "_ _ 2F0 2B0 2F1 2B1 _", 3: "3F0 3B0 _ 3F1 3B1"}
+    want = {0: ["0F0", "0F1", "0B0", "0B1"], 1: ["1F0", "1B0", "1F1", "1B1"], 2: ["2F0", "2B0", "2F1", "2B1"],
+            3: ["3F0", "3B0", "3F1", "3B1"]}
+    prog = lower(ScheduleSpec.model_validate({"schema_version": 1, "name": "c", "world_size": 4, "pipeline": {
+        "schedule": "custom", "p": 4, "m": 2, "stage": UNIT, "actions": acts}}))
+    order = prog.pipeline.order
+    assert isinstance(order, ActionTexts)
+    tl = simulate(prog, load_profile("h200"), gpu_model="waves")
+    tl.write_json(tmp_path / "t.json")
+    assert order._made is None and tl.meta["pipeline"]["order"] is order  # nothing made
+    assert json.loads((tmp_path / "t.json").read_text())["meta"]["pipeline"]["order"] == \
+        {str(r): x for r, x in want.items()}
+    assert order.json_bytes() == json.dumps({str(r): x for r, x in want.items()}, separators=(",", ":")).encode()
+    d = prog.pipeline.to_dict()
+    assert type(d["order"]) is dict and d["order"] == want and order == want and want == order
+    assert pickle.loads(pickle.dumps(order)) == want and type(pickle.loads(pickle.dumps(order))) is dict
+    assert Timeline.read_json(tmp_path / "t.json").pipeline == prog.pipeline
+    tl.write_json(tmp_path / "rows.json", layout="rows")
+    assert Timeline.read_json(tmp_path / "rows.json").pipeline.order == want
