@@ -580,6 +580,10 @@ def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) ->
         else:
             info = get_schedule(pb.schedule)
             v = info.chunks(pb.v)
+            if info.name == "interleaved_1f1b" and pb.p == 1 and v > 1:
+                raise block_error(spec, f"interleaved_1f1b with p=1 puts all {v} chunks on rank 0, so every activation "
+                                  "and gradient would be sent by rank 0 to itself", "pipeline.p",
+                                  "set p >= 2, or use schedule: 1f1b (one rank's chunks are one stage)")
             s2r = info.stage_to_rank(pb.p, v) if pb.placement is None else stage_to_rank(pb.placement, pb.p, v)
             if not reference and info.name == "interleaved_1f1b" and pb.m >= info.min_microbatches(pb.p, v):
                 plan = _interleaved_plan(pb, info, v, s2r)

@@ -133,3 +133,10 @@ def test_p2p_volume_matches_the_measured_nccl_counts():
     assert met["p2p_bytes"][0]["sent"] == 14680064 * 2 and met["p2p_bytes"][0]["recv"] == 14680064 * 2
     assert met["p2p_bytes"][1]["sent"] == 16777216 * 2 and met["p2p_bytes"][2]["recv"] == 16777216 * 2
     assert met["p2p_bytes"][3]["sent"] == 14680064 * 2
+
+
+def test_interleaved_on_one_rank_is_a_configuration_error_not_a_hang():
+    # p=1: both chunks on rank 0, every p2p message from rank 0 to itself (was: the rendezvous check's hang report)
+    with pytest.raises(SpecError) as e:
+        build_graph(load_schedule(DATA / "pp_unit.yaml", {"schedule": "interleaved_1f1b", "p": 1, "m": 4, "v": 2}))
+    assert e.value.path == "pipeline.p" and "p >= 2" in str(e.value) and "1f1b" in str(e.value)
