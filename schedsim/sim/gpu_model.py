@@ -229,8 +229,9 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
     ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them.
     """
     if op.kind == "matmul":
-        one = cost.gemm_ctas(op)  # measured grid, else output tiles times a split-K factor when fewer than SMs
-        if cost.measured_ctas(op) is None and -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
+        measured = cost.measured_ctas(op)  # the grid the profile recorded, run in waves as it is
+        one = measured if measured is not None else cost.gemm_ctas(op)  # else tiles times a split-K factor
+        if measured is None and -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
             one = min(one, sms)  # less than a wave of output tiles (split-K regime): one wave
         # else one CTA per output tile, run in waves (cuBLAS's grid for these shapes, 2xH200 probes)
         mem = False
