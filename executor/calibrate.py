@@ -40,7 +40,9 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
 5. **Contention**: a bf16 GEMM series beside a pinned h2d copy against each
    alone (copy-engine factors), and beside a large all_reduce when world ≥ 2
    (NCCL factors): factor = time together / time alone − 1 over the
-   overlapped part, each side sized to about the other's duration.
+   overlapped part, each side sized to about the other's duration. Duplex
+   copies (CUDA): streams of pinned h2d and d2h copies together against each
+   alone (:func:`duplex_factors`).
 
 Output: the profile YAML (validated as :class:`HardwareProfile`) and a JSON
 of the raw measurements next to it (same stem, ``.json``). What is not
@@ -63,7 +65,7 @@ from executor.calibrate_logs import base_profile_dict, write_profile
 from executor.calibrate_nccl import kernel_events, nccl_beside_gemm
 from schedsim.nccl_tests import format_table
 
-__all__ = ["CalibrateOptions", "run_calibrate", "DEFAULT_GRID"]
+__all__ = ["CalibrateOptions", "run_calibrate", "DEFAULT_GRID", "duplex_factors"]
 
 #: (m, n, k): the shipped h200 table's shapes plus S0's and small ones for the kernel floor.
 DEFAULT_GRID: list[tuple[int, int, int]] = [
@@ -417,6 +419,73 @@ def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
     return res
 
 
+def duplex_factors(solo_h2d: float, solo_d2h: float, both_h2d: float, both_d2h: float) -> tuple[float, float]:
+    """``(h2d_slowdown_beside_d2h, d2h_slowdown_beside_h2d)`` from two equal streams of copies started together.
+
+    ``solo_*``: seconds one direction's stream takes alone; ``both_*``: each stream's seconds when both run. The
+    stream that ends first ran beside the other all along: its factor is both / solo − 1. The later one ran
+    beside it for the first stream's time ``f`` and got ``solo − (both − f)`` of its solo work done then, so its
+    factor is f / that − 1 (the rate factor :func:`schedsim.sim.gpu_model.copy_rate` applies while the reverse
+    engine copies). Negative values (noise) are clamped to 0.
+
+    >>> h, d = duplex_factors(4.0, 4.0, 5.0, 4.4)  # d2h ends first, 10 % slower; h2d did 3.4 of 4.0 in 4.4
+    >>> round(h, 4), round(d, 4)
+    (0.2941, 0.1)
+    """
+    if both_d2h <= both_h2d:
+        first, later_solo, later_both = both_d2h, solo_h2d, both_h2d
+        d = both_d2h / solo_d2h - 1.0
+        h = first / (later_solo - (later_both - first)) - 1.0
+    else:
+        first, later_solo, later_both = both_h2d, solo_d2h, both_d2h
+        h = both_h2d / solo_h2d - 1.0
+        d = first / (later_solo - (later_both - first)) - 1.0
+    return max(0.0, h), max(0.0, d)
+
+
+def _measure_duplex(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[str, float]:
+    """Duplex copy factors (CUDA): a stream of pinned h2d copies and one of d2h copies (8 × 32 MiB each, the
+    chunked copies of offloading; ~40 ms a run, so ``quick`` too), alone and started together by one event,
+    medians of 5;
+    :func:`duplex_factors`. Measured on one H200 (2026-12-01, ``benchmarks/probe_copy_duplex.py``): the factors
+    move between hosts of one machine kind (h2d 0.07-0.35, d2h 0.04-0.09), so measure on the host that runs."""
+    torch = b.torch
+    dev = b.ctx.device
+    mib, reps = 32, 8
+    n = mib * 2**20
+    hin, hout = torch.empty(n, dtype=torch.uint8).pin_memory(), torch.empty(n, dtype=torch.uint8).pin_memory()
+    din, dout = torch.empty(n, dtype=torch.uint8, device=dev), torch.empty(n, dtype=torch.uint8, device=dev)
+    s_h, s_d = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
+
+    def run(h2d: bool, d2h: bool) -> tuple[float, float]:
+        b.sync()
+        go = torch.cuda.Event()
+        go.record()
+        e = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        for on, st, k, dst, src in ((h2d, s_h, 0, din, hin), (d2h, s_d, 2, hout, dout)):
+            if on:
+                st.wait_event(go)
+                with torch.cuda.stream(st):
+                    e[k].record()
+                    for _ in range(reps):
+                        dst.copy_(src, non_blocking=True)
+                    e[k + 1].record()
+        b.sync()
+        return (e[0].elapsed_time(e[1]) * 1e-3 if h2d else 0.0, e[2].elapsed_time(e[3]) * 1e-3 if d2h else 0.0)
+
+    run(True, True)
+    sh = statistics.median(run(True, False)[0] for _ in range(5))
+    sd = statistics.median(run(False, True)[1] for _ in range(5))
+    both = [run(True, True) for _ in range(5)]
+    bh, bd = statistics.median(x[0] for x in both), statistics.median(x[1] for x in both)
+    h, d = duplex_factors(sh, sd, bh, bd)
+    log(f"[duplex] {reps} x {mib} MiB each way: h2d {sh * 1e3:.3f} ms alone, {bh * 1e3:.3f} beside d2h; d2h "
+        f"{sd * 1e3:.3f} alone, {bd * 1e3:.3f} beside h2d: slowdown while both copy h2d {h * 100:.1f}%, "
+        f"d2h {d * 100:.1f}%")
+    return {"h2d_slowdown_beside_d2h": h, "d2h_slowdown_beside_h2d": d, "solo_h2d_s": sh, "solo_d2h_s": sd,
+            "both_h2d_s": bh, "both_d2h_s": bd, "chunk_bytes": float(n), "chunks": float(reps)}
+
+
 def _measure_contention(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[str, float]:
     """Copy-engine (and, with world ≥ 2, NCCL) contention factors, rank 0 for copies, all ranks for NCCL."""
     torch = b.torch
@@ -724,6 +793,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["host"] = host_costs(b, log)
         if ctx.cuda:
             raw["contention_copy"] = _measure_contention(b, o.quick, log)
+            raw["duplex"] = _measure_duplex(b, o.quick, log)
             if not o.quick:
                 from executor.calibrate_power import measure_power
 
@@ -913,6 +983,12 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         cont["compute_slowdown_with_copy"] = round(cc["compute_slowdown_with_copy"], 4)
         cont["copy_slowdown_with_compute"] = round(cc["copy_slowdown_with_compute"], 4)
         srcs.append(f"copy factors measured {where} (bf16 GEMM series beside a pinned h2d copy vs alone)")
+    if "duplex" in raw:
+        dx = raw["duplex"]
+        cont["h2d_slowdown_beside_d2h"] = round(dx["h2d_slowdown_beside_d2h"], 4)
+        cont["d2h_slowdown_beside_h2d"] = round(dx["d2h_slowdown_beside_h2d"], 4)
+        srcs.append(f"duplex factors measured {where} ({int(dx['chunks'])} pinned copies of "
+                    f"{int(dx['chunk_bytes']) >> 20} MiB each way, together vs alone)")
     if "contention_comm" in raw:
         c2 = raw["contention_comm"]
         cont["compute_slowdown_with_comm"] = round(c2["compute_slowdown_with_comm"], 4)

@@ -180,6 +180,11 @@ class Contention(_B):
     comm_slowdown_with_compute: float = Field(ge=0, description="beta: NCCL runs 1/(1+beta) as fast while a kernel runs beside it.")
     compute_slowdown_with_copy: float = Field(default=0.0, ge=0, description="gamma: kernel slowdown from a copy-engine transfer.")
     copy_slowdown_with_compute: float = Field(default=0.0, ge=0, description="delta: copy slowdown from a kernel.")
+    h2d_slowdown_beside_d2h: float = Field(default=0.0, ge=0, description="A pinned host-to-device copy runs "
+                                           "1/(1+x) as fast while a device-to-host copy runs on the same GPU "
+                                           "(both PCIe directions busy; `waves` model).")
+    d2h_slowdown_beside_h2d: float = Field(default=0.0, ge=0, description="A device-to-host copy runs 1/(1+x) as "
+                                           "fast while a host-to-device copy runs on the same GPU.")
     source: str
 
 

@@ -275,7 +275,11 @@ static double rate_of(W *w, i64 j) {
         return rate;
     }
     i64 k = w->job[j].key, r = w->krank[k];
-    if (typ == COPY) return w->copy_tab[w->held[r] > 0];
+    if (typ == COPY) { /* gpu_model.copy_rate's table: engine (0 h2d, 1 d2h, 2 d2d), reverse engine busy, compute */
+        i64 e = w->ktype[k] - 2, rev = e == 0 ? 1 : e == 1 ? 0 : -1;
+        i64 busy = rev >= 0 && w->cqhead[r * 3 + rev] >= 0; /* gpu_model.REVERSE_ENGINE */
+        return w->copy_tab[(e * 2 + busy) * 2 + (w->held[r] > 0)];
+    }
     i64 share = w->kmem[k] ? w->nmem[r] : 0;
     return w->batch_tab[(share * 2 + (w->nccl_n[r] > 0)) * 2 + (w->ncopy[r] > 0)];
 }
@@ -573,8 +577,10 @@ static void loop(W *w) {
 #define NBUF 44
 /* Version of the argument lists of run() and the helpers below; schedsim.sim.waves._LAYOUT must equal it, or
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
- * succ_csr takes pair arrays, fifo_edges writes pairs). */
-#define LAYOUT 5
+ * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine). */
+#define LAYOUT 6
+/* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu_model.rate_tables) */
+#define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
 static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
@@ -627,6 +633,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
     }
     PyObject *result = NULL;
     if (got < NBUF) goto release_bufs;
+    if (bufs[2].len != COPY_TAB * (Py_ssize_t)sizeof(double)) { /* read by index in rate_of */
+        PyErr_Format(PyExc_ValueError, "run: the copy rate table must hold %d entries", COPY_TAB);
+        goto release_bufs;
+    }
     int b = 0;
 #define D(f) (w->f = (double *)ptr[b++])
 #define CD(f) (w->f = (const double *)ptr[b++])

@@ -137,7 +137,10 @@ Rules and their sources
    64 MiB, the GPU-bound point of the same probe).
    Compute CTAs run ``gemm_slowdown_beside_nccl`` times slower while an NCCL
    kernel is resident. Copies run on their copy engine (one per direction) in
-   FIFO order, with the profile's copy contention factors.
+   FIFO order, with the profile's copy contention factors; an h2d and a d2h copy
+   running at once slow each other (``h2d_slowdown_beside_d2h``,
+   ``d2h_slowdown_beside_h2d``: PCIe carries less than twice one direction's
+   bandwidth, :func:`copy_rate`).
 7. **Communicators.** PyTorch's ProcessGroupNCCL runs all ops of one process
    group on one NCCL stream per device, so on each rank the ops of a
    communicator run in issue order, each after the previous ends. A
@@ -181,7 +184,7 @@ from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["BYTES_PER_CTA", "GpuRules", "RateTables", "batch_rate", "comm_factor", "comm_fifo_columns",
+__all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "GpuRules", "REVERSE_ENGINE", "RateTables", "batch_rate", "comm_factor", "comm_fifo_columns",
            "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns", "host_issue_times",
            "graph_fork_columns", "kernel_ctas", "link_ends", "rate_tables", "stream_queue_columns", "stream_queues",
            "transfer_comm_rate"]
@@ -208,6 +211,8 @@ class GpuRules:
     copy_slowdown_with_compute: float
     compute_slowdown_with_copy: float
     cross_stream_s: float = 0.0
+    h2d_beside_d2h: float = 0.0  # contention.h2d_slowdown_beside_d2h
+    d2h_beside_h2d: float = 0.0  # contention.d2h_slowdown_beside_h2d
 
     @classmethod
     def from_profile(cls, profile: HardwareProfile, max_connections: int | None = None) -> GpuRules:
@@ -220,7 +225,9 @@ class GpuRules:
                    p2p_one_way=nc.p2p_one_way_speedup,
                    copy_slowdown_with_compute=profile.contention.copy_slowdown_with_compute,
                    compute_slowdown_with_copy=profile.contention.compute_slowdown_with_copy,
-                   cross_stream_s=profile.gpu.cross_stream_latency_us * 1e-6)
+                   cross_stream_s=profile.gpu.cross_stream_latency_us * 1e-6,
+                   h2d_beside_d2h=profile.contention.h2d_slowdown_beside_d2h,
+                   d2h_beside_h2d=profile.contention.d2h_slowdown_beside_h2d)
 
 
 def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
@@ -598,14 +605,31 @@ def batch_rate(rules: GpuRules, mem_share: int, nccl_resident: bool, copying: bo
     return new
 
 
-def copy_rate(rules: GpuRules, compute_resident: bool) -> float:
-    """Rate of a copy on its copy engine: 1 / (1 + δ) while compute CTAs are resident (``copy_slowdown_with_compute``).
+#: Copy engines of a rank, as ``ktype - 2`` of :class:`schedsim.sim.waves._Kernels`: 0 h2d, 1 d2h, 2 d2d.
+COPY_ENGINES = 3
+#: The engine whose busy state slows each engine down (the reverse PCIe direction; d2d has none).
+REVERSE_ENGINE = (1, 0, -1)
 
-    >>> copy_rate(GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.25, 0.5), True)
-    0.8
+
+def copy_rate(rules: GpuRules, compute_resident: bool, engine: int = 0, reverse_busy: bool = False) -> float:
+    """Rate of a copy on copy engine ``engine`` (0 h2d, 1 d2h, 2 d2d): 1 / (1 + δ) while compute CTAs are
+    resident (``copy_slowdown_with_compute``), times 1 / (1 + ρ) while the reverse direction's engine copies
+    (``reverse_busy``; ρ = ``h2d_slowdown_beside_d2h`` for h2d, ``d2h_slowdown_beside_h2d`` for d2h).
+
+    Source of ρ: pinned 256 MiB copies on one H200 (2026-12-01 08:21 UTC, torch 2.11,
+    ``benchmarks/probe_copy_duplex.py``, ``benchmarks/h200/probe_copy_duplex_2026-12-01_1xh200.json``): alone
+    53-55 GB/s each way; started together, d2h took 4.4 % longer and h2d ran at 1/1.35 of its solo rate while
+    d2h ran (the PCIe link carries ~92 GB/s both ways, not 2 × 54, and d2h keeps its rate). ``calibrate``
+    measures both factors (``executor.calibrate._measure_duplex``).
+
+    >>> r = GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.25, 0.5, h2d_beside_d2h=0.25)
+    >>> copy_rate(r, True), copy_rate(r, False, 0, True), copy_rate(r, False, 1, True)
+    (0.8, 0.8, 1.0)
     """
     d = rules.copy_slowdown_with_compute
-    return 1.0 / (1.0 + d) if compute_resident and d else 1.0
+    rate = 1.0 / (1.0 + d) if compute_resident and d else 1.0
+    rho = (rules.h2d_beside_d2h, rules.d2h_beside_h2d, 0.0)[engine] if reverse_busy else 0.0
+    return rate / (1.0 + rho) if rho else rate
 
 
 def transfer_comm_rate(rules: GpuRules, compute_held: int, nccl_held: int) -> float:
@@ -632,7 +656,7 @@ class RateTables:
 
     comm: list[float]  # [held · (sms // nccl_sms + 1) + nccl_held // nccl_sms]: transfer_comm_rate(...)
     batch: list[float]  # [(mem_share · 2 + nccl_resident) · 2 + copying]: batch_rate(...), mem_share 0..sms
-    copy: list[float]  # [compute resident]: copy_rate(...)
+    copy: list[float]  # [(engine · 2 + reverse busy) · 2 + compute resident]: copy_rate(...)
     one_way: float
 
 
@@ -645,7 +669,8 @@ def rate_tables(rules: GpuRules) -> RateTables | None:
         return None
     comm = [transfer_comm_rate(rules, h, n * ns) for h in range(S + 1) for n in range(S // ns + 1)]
     batch = [batch_rate(rules, m, bool(n), bool(c)) for m in range(S + 1) for n in (0, 1) for c in (0, 1)]
-    return RateTables(comm, batch, [copy_rate(rules, False), copy_rate(rules, True)], rules.p2p_one_way)
+    copy = [copy_rate(rules, bool(h), e, bool(b)) for e in range(COPY_ENGINES) for b in (0, 1) for h in (0, 1)]
+    return RateTables(comm, batch, copy, rules.p2p_one_way)
 
 def link_ends(members: Sequence[Op]) -> tuple[int, ...]:
     """Link directions one transfer uses (rule 6), as ``2·rank + d`` with d = 0 out, 1 in.

@@ -109,7 +109,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
     S, nsm, xlat, one_way = rules.sms, rules.nccl_sms, rules.cross_stream_s, rules.p2p_one_way
     comm_rate = functools.lru_cache(None)(functools.partial(gm.transfer_comm_rate, rules))  # the rule functions,
     batch_rate = functools.lru_cache(None)(functools.partial(gm.batch_rate, rules))  # evaluated once per state
-    copy_rate = (gm.copy_rate(rules, False), gm.copy_rate(rules, True))
+    copy_rate = functools.lru_cache(None)(functools.partial(gm.copy_rate, rules))
     kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues = kn
     K = len(kops)
     kbat = [0] * K  # CTA batches running
@@ -174,8 +174,10 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
             return rate * one_way if rev and not any(nlink[e] for e in rev) else rate
         k = jkey[j]
         r = krank[k]
-        if typ == _COPY:
-            return copy_rate[held[r] > 0]
+        if typ == _COPY:  # the reverse PCIe direction's engine is busy while its FIFO holds a copy
+            e = ktype[k] - 2
+            rev = gm.REVERSE_ENGINE[e]
+            return copy_rate(held[r] > 0, e, rev >= 0 and bool(copyq.get((r, rev + 2))))
         return batch_rate(nmem[r] if kmem[k] else 0, nccl_held[r] > 0, ncopy[r] > 0)
 
     def comm_rates(ranks: list[int]) -> None:
@@ -387,7 +389,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
 
 
 _EXT: list[object] = []  # [module or None] once looked up
-_LAYOUT = 5  # the argument lists of _cwaves.run (and its helpers) that schedsim passes: LAYOUT in _cwaves.c
+_LAYOUT = 6  # the argument lists of _cwaves.run (and its helpers) that schedsim passes: LAYOUT in _cwaves.c
 
 
 def compiled_loop():  # type: ignore[no-untyped-def]
