@@ -95,6 +95,48 @@ def main() -> None:
             "h2d_slowdown_beside_gemm": round(res["h2d_gemm_h2d_s"] / h1 - 1, 4),
             "d2h_slowdown_beside_gemm": round(res["d2h_gemm_d2h_s"] / d1 - 1, 4),
         }
+    # Streams of copies: n back-to-back copies of `mib` MiB on each direction's stream (256 MiB in all), alone and
+    # with the other direction streaming too: the steady rate of chunked copies in both directions.
+    for mib in (8, 32, 128):
+        n, reps = mib * 2**20, 256 // mib
+        hin = torch.empty(n, dtype=torch.uint8).pin_memory()
+        hout = torch.empty(n, dtype=torch.uint8).pin_memory()
+        din = torch.empty(n, dtype=torch.uint8, device=dev)
+        dout = torch.empty(n, dtype=torch.uint8, device=dev)
+
+        def stream(h2d: bool, d2h: bool) -> tuple[float, float]:
+            torch.cuda.synchronize()
+            go = torch.cuda.Event()
+            go.record()
+            e = [ev() for _ in range(4)]
+            for on, s_, k, fn in ((h2d, s_h, 0, lambda: din.copy_(hin, non_blocking=True)),
+                                  (d2h, s_d, 2, lambda: hout.copy_(dout, non_blocking=True))):
+                if not on:
+                    continue
+                s_.wait_event(go)
+                with torch.cuda.stream(s_):
+                    e[k].record()
+                    for _ in range(reps):
+                        fn()
+                    e[k + 1].record()
+            torch.cuda.synchronize()
+            return (e[0].elapsed_time(e[1]) * 1e-3 if h2d else float("nan"),
+                    e[2].elapsed_time(e[3]) * 1e-3 if d2h else float("nan"))
+
+        stream(True, True)
+        solo_h = statistics.median(stream(True, False)[0] for _ in range(5))
+        solo_d = statistics.median(stream(False, True)[1] for _ in range(5))
+        both = [stream(True, True) for _ in range(5)]
+        bh, bd = statistics.median(b[0] for b in both), statistics.median(b[1] for b in both)
+        first, last, solo_later = (bd, bh, solo_h) if bd <= bh else (bh, bd, solo_d)
+        rho_last = first / (solo_later - (last - first)) - 1  # the later one's rate while the other ran
+        out[f"stream_{reps}x{mib}MiB"] = {
+            "solo_h2d_ms": round(solo_h * 1e3, 4), "solo_d2h_ms": round(solo_d * 1e3, 4),
+            "both_h2d_ms": round(bh * 1e3, 4), "both_d2h_ms": round(bd * 1e3, 4),
+            "h2d_slowdown_total": round(bh / solo_h - 1, 4), "d2h_slowdown_total": round(bd / solo_d - 1, 4),
+            "later_direction": "h2d" if bd <= bh else "d2h",
+            "later_rate_slowdown_while_both": round(rho_last, 4),
+        }
     print(json.dumps(out, indent=1))
 
 

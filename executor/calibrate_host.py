@@ -13,8 +13,11 @@ enqueue work). Plain PyTorch, written as a user would:
 ``memcpy_call_us``
     ``dst.copy_(src, non_blocking=True)`` of 4 KiB pinned host → device.
 ``stream_switch_us``
-    the extra host time of a ``with torch.cuda.stream(s):`` context around that matmul, the stream
-    alternating between two streams on every call: (switch + launch) − launch, ≥ 0.
+    the extra host time of a ``torch.cuda.set_stream(s)`` before that matmul, the stream alternating
+    between two streams on every call: (switch + launch) − launch, ≥ 0. The executor and the hand-written
+    references switch this way. The ``with torch.cuda.stream(s):`` context costs more (11.97 µs per switch
+    on one H200, 2026-12-01 08:27 UTC; charged to every small_ops op, it predicted that case +81 % long);
+    it stays in the calibration JSON as ``stream_context_us``.
 ``eager_per_collective_us`` (all ranks)
     ``dist.all_reduce`` of 1 KiB on the current stream, *in a loop that alternates it with the matmul
     above*: (matmul + all_reduce) − matmul. A program that issues collectives also computes between them,
@@ -118,13 +121,22 @@ def host_costs(b: Any, log: Callable[[str], None]) -> dict[str, float]:
 
         res["event_wait_us"] = _loop_us(b, wait)
 
-        def switch() -> None:  # two switches and two launches per call
+        def switch() -> None:  # two switches and two launches per call, as the executor and references switch
+            torch.cuda.set_stream(s0)
+            torch.matmul(a, bb, out=c)
+            torch.cuda.set_stream(s1)
+            torch.matmul(a, bb, out=c)
+
+        def context() -> None:  # the same with the context manager (kept in the JSON only)
             with torch.cuda.stream(s0):
                 torch.matmul(a, bb, out=c)
             with torch.cuda.stream(s1):
                 torch.matmul(a, bb, out=c)
 
+        default = torch.cuda.current_stream(dev)
         res["stream_switch_us"] = max(0.0, _loop_us(b, switch) / 2 - res["eager_per_op_us"])
+        torch.cuda.set_stream(default)
+        res["stream_context_us"] = max(0.0, _loop_us(b, context) / 2 - res["eager_per_op_us"])
         h = torch.zeros(4096, dtype=torch.uint8).pin_memory()
         d = torch.empty(4096, dtype=torch.uint8, device=dev)
         res["memcpy_call_us"] = _loop_us(b, lambda: d.copy_(h, non_blocking=True))

@@ -80,9 +80,10 @@ class Launch(_B):
                                         "stream.wait_event for one cross-stream dependency, µs (default 2.0).")
     memcpy_call_us: float | None = Field(default=None, ge=0, description="Host time of one tensor.copy_ (h2d/d2h) "
                                          "call, µs (default: eager_per_op_us).")
-    stream_switch_us: float = Field(default=0.0, ge=0, description="Extra host time of entering a "
-                                    "`with torch.cuda.stream(s)` context, charged to an op whose stream differs from "
-                                    "the previous op's on its rank, µs (default 0: not measured).")
+    stream_switch_us: float = Field(default=0.0, ge=0, description="Extra host time of switching the "
+                                    "current stream (torch.cuda.set_stream, as the executor and the references do), "
+                                    "charged to an op whose stream differs from the previous op's on its rank, µs "
+                                    "(default 0: not measured).")
     executor_extra_per_op_us: float = Field(default=0.0, ge=0, description="schedsim execute's own extra host cost "
                                             "per op, µs; used only when a prediction models the executor.")
     first_op_extra_us: float = Field(default=0.0, ge=0, description="Extra host time of a rank's first kernel launch "
