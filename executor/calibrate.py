@@ -412,6 +412,7 @@ def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
         res["graph_node_gpu_us"] = t_graph / N * 1e6
         res["solo_event_us"] = t_solo * 1e6
         res["graph_per_op_us"] = max(0.0, t_graph / N - t_solo) * 1e6
+        res.update(_graph_fork_us(torch, dev))
         one = torch.zeros(1, device=dev)
         res["kernel_floor_us"] = b.time_batched(lambda: one.add_(1.0))[0] * 1e6
         res["kernel_floor_single_us"] = b.time_one(lambda: one.add_(1.0), iters=50) * 1e6
@@ -826,6 +827,97 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     return prof or {}
 
 
+#: The graph-edge probe's layer (small_ops_graph's): GEMM T×H×H and a T×H copy on the main stream, a GEMM on an
+#: aux stream after the main GEMM (``fork``) or on its own (``fork_nowait``); GRAPH_LAYERS of them in one graph.
+GRAPH_T, GRAPH_H, GRAPH_LAYERS = 32, 1024, 64
+
+
+def _graph_fork_us(torch: Any, dev: Any) -> dict[str, float]:
+    """GPU µs per layer of GRAPH_LAYERS probe layers captured in one CUDA graph, with and without the aux GEMM's
+    event edge from the main GEMM (median of 30 replays between two events, after 10): ``graph_fork_us``,
+    ``graph_fork_nowait_us``. :func:`graph_edge_us` turns them into ``launch.graph_cross_stream_edge_us``.
+    The probe of ``benchmarks/probe_graph_nodes.py`` (one H200, 2026-12-01 03:13 UTC: 7.94 / 6.65 µs)."""
+    L, T, H, bf = GRAPH_LAYERS, GRAPH_T, GRAPH_H, torch.bfloat16
+
+    def r(*shape: int) -> Any:
+        return torch.rand(*shape, device=dev).to(bf)
+
+    x, w, y = [r(T, H) for _ in range(L)], [r(H, H) for _ in range(L)], [r(T, H) for _ in range(L)]
+    xs, ws, ys = [r(T, H) for _ in range(L)], [r(H, H) for _ in range(L)], [r(T, H) for _ in range(L)]
+    src, dst = [r(T, H) for _ in range(L)], [r(T, H) for _ in range(L)]
+    main_s, aux_s, cap = (torch.cuda.Stream(device=dev) for _ in range(3))
+    ev = [torch.cuda.Event() for _ in range(L)]
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out: dict[str, float] = {}
+    for key, wait in (("graph_fork_us", True), ("graph_fork_nowait_us", False)):
+
+        def body() -> None:
+            for i in range(L):
+                torch.cuda.set_stream(main_s)
+                torch.matmul(x[i], w[i], out=y[i])
+                ev[i].record(main_s)
+                dst[i].copy_(src[i])
+                torch.cuda.set_stream(aux_s)
+                if wait:
+                    aux_s.wait_event(ev[i])
+                torch.matmul(xs[i], ws[i], out=ys[i])
+
+        prev = torch.cuda.current_stream(dev)
+        body()  # warm: pick the kernels before capture
+        torch.cuda.set_stream(prev)
+        torch.cuda.synchronize(dev)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=cap):
+            main_s.wait_stream(cap)
+            aux_s.wait_stream(cap)
+            body()
+            torch.cuda.set_stream(cap)
+            cap.wait_stream(main_s)
+            cap.wait_stream(aux_s)
+        times = []
+        with torch.cuda.stream(cap):
+            for k in range(40):
+                e0.record(cap)
+                g.replay()
+                e1.record(cap)
+                e1.synchronize()
+                if k >= 10:
+                    times.append(e0.elapsed_time(e1) * 1e3 / L)
+        out[key] = statistics.median(times)
+        del g
+    return out
+
+
+def graph_edge_us(profile: dict[str, Any], fork_us: float, nowait_us: float) -> float:
+    """``launch.graph_cross_stream_edge_us``: the measured extra GPU time per layer of the graph-edge probe with
+    the event edge (``fork_us`` − ``nowait_us``, µs) less what the ``waves`` model already predicts for that
+    edge with ``profile`` (a profile dict; the edge term set to 0), at least 0. Both variants are simulated as
+    schedules of GRAPH_LAYERS layers (``launch: cuda_graph``), so the term adds only what the model misses (on
+    one H200, 2026-12-01 03:13 UTC: 1.29 µs measured, 0.11 µs modelled).
+
+    Raises pydantic.ValidationError if ``profile`` is not a valid profile."""
+    from schedsim.hardware.profile import HardwareProfile
+    from schedsim.lower import lower
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    d = json.loads(json.dumps(profile))
+    d["launch"]["graph_cross_stream_edge_us"] = 0.0
+    prof = HardwareProfile.model_validate(d)
+    per_layer = []
+    for deps in (', deps: ["up{i}"]', ""):
+        text = (f"schema_version: 1\nname: graph_edge\nworld_size: 1\nlaunch: cuda_graph\nstreams: [main, aux]\n"
+                f"ops:\n  - foreach: {{i: range({GRAPH_LAYERS})}}\n    ops:\n"
+                f"      - {{name: 'up{{i}}', kind: matmul, m: {GRAPH_T}, n: {GRAPH_H}, k: {GRAPH_H}, dtype: bf16, "
+                f"stream: main}}\n"
+                f"      - {{name: 'act{{i}}', kind: compute, bytes: {4 * GRAPH_T * GRAPH_H}, stream: main}}\n"
+                f"      - {{name: 'side{{i}}', kind: matmul, m: {GRAPH_T}, n: {GRAPH_H}, k: {GRAPH_H}, dtype: bf16, "
+                f"stream: aux{deps}}}\n")
+        tl = simulate(lower(load_text(text, "graph_edge.yaml")), prof)
+        per_layer.append(tl.makespan_s / GRAPH_LAYERS * 1e6)
+    return max(0.0, (fork_us - nowait_us) - (per_layer[0] - per_layer[1]))
+
+
 def p2p_one_way_speedup(one_way_us: dict[int, float], exchange_us: dict[int, float]) -> tuple[float, int] | None:
     """``(speedup, size)``: the two-way exchange's time over the one-way send/recv's time at the largest size
     both sweeps timed (bytes), at least 1.0; None when they share no size or a time is not positive.
@@ -998,6 +1090,17 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         srcs.append(f"NCCL factors from {o.base!r}: {d['contention']['source'][:200]}")
     cont["source"] = "; ".join(srcs)
     d["contention"] = cont
+    base_edge = base_profile_dict(o.base)["launch"].get("graph_cross_stream_edge_us", 0.0)
+    if "graph_fork_us" in L:  # last: the model's own share of the edge is simulated with the profile above
+        edge = graph_edge_us(d, L["graph_fork_us"], L["graph_fork_nowait_us"])
+        d["launch"]["graph_cross_stream_edge_us"] = round(edge, 2)
+        d["launch"]["source"] += (f"; graph_cross_stream_edge_us = GPU time per layer of {GRAPH_LAYERS} "
+                                  f"small_ops_graph layers in one graph, aux GEMM after the main GEMM "
+                                  f"({L['graph_fork_us']:.2f} us) less without that edge "
+                                  f"({L['graph_fork_nowait_us']:.2f} us), less the waves model's own share")
+    elif base_edge:
+        d["launch"]["graph_cross_stream_edge_us"] = base_edge
+        d["launch"]["source"] += f"; graph_cross_stream_edge_us from {o.base!r} (not measured here)"
     return d
 
 

@@ -52,3 +52,28 @@ def test_gemm_grid_is_the_longest_kernels_ctas_of_a_kineto_trace() -> None:
     assert C.longest_kernel_ctas(events) == 128
     assert C.longest_kernel_ctas([{"cat": "kernel", "dur": 1.0, "args": {}}]) is None  # no grid recorded
     assert C.longest_kernel_ctas([]) is None
+
+
+def test_assemble_keeps_the_base_graph_edge_when_not_measured_and_derives_it_when_measured(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
+    raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
+    ctx = SimpleNamespace(cuda=True, device=None)
+    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    assert d["launch"]["graph_cross_stream_edge_us"] == 1.18  # the base h200's, not dropped with the launch dict
+    raw["launch"].update(graph_fork_us=7.94, graph_fork_nowait_us=6.65)  # the 2026-12-01 03:13 probe's layers
+    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    edge = d["launch"]["graph_cross_stream_edge_us"]
+    share = 1.29 - C.graph_edge_us(d, 7.94, 6.65)  # what the model gives the edge itself with this profile
+    assert 0.0 < share < 0.3 and edge == round(1.29 - share, 2)
+    assert HardwareProfile.model_validate(d).launch.graph_cross_stream_edge_us == edge
+
+
+def test_graph_edge_is_the_measured_extra_less_the_models_share_and_never_negative() -> None:
+    from schedsim.hardware.profile import load_profile
+
+    d = load_profile("h200x2").model_dump()
+    base = C.graph_edge_us(d, 7.94, 6.65)
+    assert C.graph_edge_us(d, 8.94, 6.65) == pytest.approx(base + 1.0)  # linear in the measured difference
+    assert C.graph_edge_us(d, 6.65, 6.65) == 0.0  # the model already gives more than nothing: clamped
+    # h200x2's model puts 0.06 us of the 1.29 us on the edge itself (waves, graph launch), so 1.23 is left
+    assert base == pytest.approx(1.229, abs=0.01)
