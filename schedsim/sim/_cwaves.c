@@ -55,17 +55,21 @@ static int ivec_push(ivec *v, i64 x) {
     return 0;
 }
 
-/* ---- heaps: the main event heap ordered by (t, seq), a rank's dispatch FIFO by (t, op, kernel) ----------- */
-typedef struct { double t; i64 a, b, c; } hent; /* main: a = seq, b = job (or -1 - op), c = version */
+/* ---- heaps: the main event heap ordered by (t, seq), a rank's dispatch FIFO by (t, op, kernel) -----------
+ * Both keys are unique (seq counts pushes; an op belongs to one kernel), so the pop order is the total order of
+ * the keys, whatever the heap's shape: 4-ary (half the levels of a binary heap), the smallest child found
+ * without branches (the main heap holds ~2 entries per rank, often at equal times: the comparisons' outcomes
+ * are not predictable). On the 1M-op overlap_gen run (world 64: 5M pops of a ~130-entry heap) heap_pop is
+ * still ~18 % of the loop (a chain of dependent loads and compares); the binary heap with branches was ~30 %. */
+typedef struct { double t; i64 a, b; } hent; /* main: a = seq, b = job (or -1 - op); pend: a = op, b = kernel */
 typedef struct { hent *e; i64 n, cap; } heap_t;
 
+/* (x.t, x.a) < (y.t, y.a) as Python compares the tuples (a NaN time is never less), as 0 or 1, no branch */
 static inline int hless(const hent *x, const hent *y) {
-    if (x->t != y->t) return x->t < y->t;
-    if (x->a != y->a) return x->a < y->a;
-    return x->b < y->b;
+    return (x->t < y->t) | ((x->t == y->t) & (x->a < y->a));
 }
 
-static int heap_push(heap_t *h, double t, i64 a, i64 b, i64 c) {
+static int heap_push(heap_t *h, double t, i64 a, i64 b) {
     if (h->n == h->cap) {
         i64 cap = h->cap ? 2 * h->cap : 16;
         hent *p = realloc(h->e, (size_t)cap * sizeof(hent));
@@ -74,9 +78,9 @@ static int heap_push(heap_t *h, double t, i64 a, i64 b, i64 c) {
         h->cap = cap;
     }
     i64 i = h->n++;
-    hent x = {t, a, b, c};
+    hent x = {t, a, b};
     while (i > 0) {
-        i64 up = (i - 1) >> 1;
+        i64 up = (i - 1) >> 2;
         if (!hless(&x, &h->e[up])) break;
         h->e[i] = h->e[up];
         i = up;
@@ -86,25 +90,35 @@ static int heap_push(heap_t *h, double t, i64 a, i64 b, i64 c) {
 }
 
 static hent heap_pop(heap_t *h) {
-    hent top = h->e[0];
-    hent x = h->e[--h->n];
-    i64 i = 0, n = h->n;
+    hent *e = h->e, top = e[0];
+    i64 n = --h->n, i = 0;
+    if (!n) return top;
+    hent x = e[n];
     for (;;) {
-        i64 l = 2 * i + 1;
-        if (l >= n) break;
-        i64 m = (l + 1 < n && hless(&h->e[l + 1], &h->e[l])) ? l + 1 : l;
-        if (!hless(&h->e[m], &x)) break;
-        h->e[i] = h->e[m];
+        i64 c = 4 * i + 1, m;
+        if (c + 3 < n) { /* four children: a tournament of three branch-free comparisons */
+            i64 m01 = c + hless(&e[c + 1], &e[c]), m23 = c + 2 + hless(&e[c + 3], &e[c + 2]);
+            m = m01 ^ ((m01 ^ m23) & -(i64)hless(&e[m23], &e[m01])); /* m23 if less: no branch to mispredict */
+        } else if (c < n) {
+            m = c;
+            for (i64 d = c + 1; d < n; d++)
+                if (hless(&e[d], &e[m])) m = d;
+        } else {
+            break;
+        }
+        if (!hless(&e[m], &x)) break;
+        e[i] = e[m];
         i = m;
     }
-    if (n) h->e[i] = x;
+    e[i] = x;
     return top;
 }
 
 /* ---- inputs (buffers owned by Python) and state --------------------------------------------------------- */
 typedef struct { /* one job: remaining solo work, rate, time of the last rate change; what it is */
     double rem, rate, last;
-    i64 type, key, sms, ver, seen; /* seen: settle's stamp; next free slot while on the free list */
+    i64 type, key, sms, ver, seen; /* ver: seq of its latest heap entry (the others are stale); seen: settle's
+                                    * stamp, or the next free slot while on the free list */
 } job_t;
 
 typedef struct {
@@ -142,12 +156,13 @@ typedef struct {
     i64 *free_, *held, *nccl_n, *nmem, *ncomm, *ncopy, *nlink, *cqhead, *cqtail;
     double *crate;
     char *intoplace, *indirty;
+    char *lchg; /* an end of the rank changed its transfer count (nlink) since the rank was last settled */
     ivec toplace, dirty;
     ivec *run_job, *run_slot; /* per rank: running jobs, and the member slot of a transfer (its rank's index) */
     heap_t *pend;
     /* jobs: slots of finished jobs are reused (free list), so memory follows the jobs running at once, not the
-     * jobs of the run (millions of CTA batches); a slot's version keeps counting, so the heap entries of its
-     * earlier job stay stale */
+     * jobs of the run (millions of CTA batches); a heap entry is live only while it is its job's latest (ver), so
+     * the entries of a slot's earlier jobs stay stale */
     job_t *job;
     i64 jn, jcap, jfree, njobs;
     heap_t heap;
@@ -190,7 +205,7 @@ static void new_job(W *w, i64 typ, i64 key, i64 sms, double work, i64 r, double 
     } else {
         if (w->jn == w->jcap && grow_jobs(w) < 0) { w->oom = 1; return; }
         j = w->jn++;
-        w->job[j].ver = 0;
+        w->job[j].ver = -1;
     }
     w->njobs++;
     job_t *jb = &w->job[j];
@@ -293,8 +308,8 @@ static void rerate_job(W *w, i64 j, double t) {
         }
         w->job[j].last = t;
         w->job[j].rate = nw;
-        i64 v = ++w->job[j].ver;
-        CHECK(heap_push(&w->heap, t + w->job[j].rem / nw, w->seq++, j, v));
+        w->job[j].ver = w->seq;
+        CHECK(heap_push(&w->heap, t + w->job[j].rem / nw, w->seq++, j));
     }
 }
 
@@ -316,19 +331,31 @@ static void sort_i64(i64 *a, i64 n) {
     }
 }
 
-/* comm_rates + rerate over the sorted dirty ranks, then clear them */
+/* comm_rates + rerate over the sorted dirty ranks, then clear them. A rank's transfers are tracked only when
+ * its comm rate or the transfer count of one of its ends changed since it was last settled (lchg), or a
+ * transfer is new: otherwise every end's value crate / nlink is the one its last track stored, and track
+ * would change nothing (the Python loop tracks them all, to the same values). On the 1M-op overlap_gen run
+ * (world 64) track's divisions were ~7 % of the loop; most events leave the rank's comm rate as it was. */
 static void settle(W *w, double t) {
     ivec *d = &w->dirty;
     if (d->n > 1) sort_i64(d->a, d->n); /* qsort(NULL, 0) is undefined */
     for (i64 p = 0; p < d->n; p++) {
         i64 q = d->a[p];
-        if (w->ncomm[q]) w->crate[q] = w->comm_tab[w->held[q] * w->cstride + w->nccl_n[q]];
+        if (w->ncomm[q]) {
+            double c = w->comm_tab[w->held[q] * w->cstride + w->nccl_n[q]];
+            if (c != w->crate[q]) w->lchg[q] = 1;
+            w->crate[q] = c;
+        }
     }
     for (i64 p = 0; p < d->n; p++) {
         i64 r = d->a[p];
         ivec *rj = &w->run_job[r], *rs = &w->run_slot[r];
-        for (i64 x = 0; x < rj->n; x++)
-            if (w->job[rj->a[x]].type == XFER) track(w, w->job[rj->a[x]].key, rs->a[x]);
+        int changed = w->lchg[r];
+        w->lchg[r] = 0;
+        for (i64 x = 0; x < rj->n; x++) {
+            job_t *jb = &w->job[rj->a[x]];
+            if (jb->type == XFER && (changed || !w->xinit[jb->key])) track(w, jb->key, rs->a[x]);
+        }
     }
     w->stamp++;
     for (i64 p = 0; p < d->n; p++) {
@@ -365,7 +392,10 @@ static void place(W *w, i64 r, double t) {
                     for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++)
                         if (w->gmem_idx[a] != i) w->binding[w->gmem_idx[a]] = i;
                     for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) w->ncomm[w->granks_idx[a]]++;
-                    for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) w->nlink[w->gends_idx[a]]++;
+                    for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) {
+                        w->nlink[w->gends_idx[a]]++;
+                        w->lchg[w->gends_idx[a] >> 1] = 1;
+                    }
                     new_job(w, XFER, g, 0, w->gwork[g], -1, t);
                 }
             }
@@ -420,7 +450,7 @@ static void dispatch(W *w, i64 k, double t) {
                     i64 km = w->kern[w->gmem_idx[a]];
                     w->kwait[km]--;
                     if (w->kwait[km] == w->kops_ptr[km + 1] - w->kops_ptr[km] - 1) {
-                        CHECK(heap_push(&w->pend[w->krank[km]], w->khand[km], w->kops_idx[w->kops_ptr[km]], km, 0));
+                        CHECK(heap_push(&w->pend[w->krank[km]], w->khand[km], w->kops_idx[w->kops_ptr[km]], km));
                         mark_toplace(w, w->krank[km]);
                     }
                 }
@@ -428,7 +458,7 @@ static void dispatch(W *w, i64 k, double t) {
         }
         return;
     }
-    CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k, 0));
+    CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k));
     mark_toplace(w, r);
 }
 
@@ -445,7 +475,7 @@ static void op_ready(W *w, i64 i, double t) {
     w->qhead[key] = h;
 }
 
-static void push_ready(W *w, i64 v, double at) { CHECK(heap_push(&w->heap, at, w->seq++, -1 - v, 0)); }
+static void push_ready(W *w, i64 v, double at) { CHECK(heap_push(&w->heap, at, w->seq++, -1 - v)); }
 
 static void release(W *w, i64 i, double t) {
     w->end[i] = t;
@@ -468,16 +498,17 @@ static void release(W *w, i64 i, double t) {
     }
 }
 
+/* the rank's lists hold a few jobs: a plain loop shifts them (memmove's call cost more, 3 % of the loop) */
 static void run_remove(W *w, i64 q, i64 j) {
     ivec *rj = &w->run_job[q], *rs = &w->run_slot[q];
-    for (i64 p = 0; p < rj->n; p++)
-        if (rj->a[p] == j) {
-            memmove(rj->a + p, rj->a + p + 1, (size_t)(rj->n - p - 1) * sizeof(i64));
-            memmove(rs->a + p, rs->a + p + 1, (size_t)(rs->n - p - 1) * sizeof(i64));
-            rj->n--;
-            rs->n--;
-            return;
-        }
+    i64 n = rj->n, p = 0;
+    while (p < n && rj->a[p] != j) p++;
+    if (p == n) return;
+    for (; p + 1 < n; p++) {
+        rj->a[p] = rj->a[p + 1];
+        rs->a[p] = rs->a[p + 1];
+    }
+    rj->n = rs->n = n - 1;
 }
 
 static void job_done(W *w, i64 j, double t) {
@@ -487,7 +518,10 @@ static void job_done(W *w, i64 j, double t) {
     w->jfree = j;
     if (typ == XFER) {
         i64 g = key;
-        for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) w->nlink[w->gends_idx[a]]--;
+        for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) {
+            w->nlink[w->gends_idx[a]]--;
+            w->lchg[w->gends_idx[a] >> 1] = 1;
+        }
         for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) {
             i64 q = w->granks_idx[a];
             w->ncomm[q]--;
@@ -564,7 +598,7 @@ static void loop(W *w) {
         i64 j = x.b;
         if (j < 0)
             op_ready(w, -1 - j, t);
-        else if (x.c == w->job[j].ver && w->job[j].rate > 0.0)
+        else if (x.a == w->job[j].ver && w->job[j].rate > 0.0)
             job_done(w, j, t);
         else
             continue;
@@ -678,12 +712,13 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->crate = malloc((size_t)R * sizeof(double));
         w->intoplace = calloc((size_t)R, 1);
         w->indirty = calloc((size_t)R, 1);
+        w->lchg = calloc((size_t)R, 1);
         w->run_job = calloc((size_t)R, sizeof(ivec));
         w->run_slot = calloc((size_t)R, sizeof(ivec));
         w->pend = calloc((size_t)R, sizeof(heap_t));
         if (!w->kstarted || !w->kready || !w->gres || !w->garr || !w->xcnt || !w->xmin || !w->xinit || !w->xval ||
             !w->free_ || !w->held || !w->nccl_n || !w->nmem || !w->ncomm || !w->ncopy || !w->nlink ||
-            !w->cqhead || !w->cqtail || !w->crate || !w->intoplace || !w->indirty || !w->run_job ||
+            !w->cqhead || !w->cqtail || !w->crate || !w->intoplace || !w->indirty || !w->lchg || !w->run_job ||
             !w->run_slot || !w->pend) {
             w->oom = 1;
         } else {
@@ -706,7 +741,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         free(w->kstarted); free(w->kready); free(w->gres); free(w->garr); free(w->xcnt); free(w->xmin);
         free(w->xinit); free(w->xval); free(w->free_); free(w->held); free(w->nccl_n); free(w->nmem);
         free(w->ncomm); free(w->ncopy); free(w->nlink); free(w->cqhead); free(w->cqtail); free(w->crate);
-        free(w->intoplace); free(w->indirty);
+        free(w->intoplace); free(w->indirty); free(w->lchg);
         if (w->run_job)
             for (i64 r = 0; r < R; r++) free(w->run_job[r].a);
         if (w->run_slot)
