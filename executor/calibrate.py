@@ -849,28 +849,28 @@ def _graph_fork_us(torch: Any, dev: Any) -> dict[str, float]:
     ev = [torch.cuda.Event() for _ in range(L)]
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     out: dict[str, float] = {}
+
+    def body(wait: bool) -> None:
+        for i in range(L):
+            torch.cuda.set_stream(main_s)
+            torch.matmul(x[i], w[i], out=y[i])
+            ev[i].record(main_s)
+            dst[i].copy_(src[i])
+            torch.cuda.set_stream(aux_s)
+            if wait:
+                aux_s.wait_event(ev[i])
+            torch.matmul(xs[i], ws[i], out=ys[i])
+
     for key, wait in (("graph_fork_us", True), ("graph_fork_nowait_us", False)):
-
-        def body() -> None:
-            for i in range(L):
-                torch.cuda.set_stream(main_s)
-                torch.matmul(x[i], w[i], out=y[i])
-                ev[i].record(main_s)
-                dst[i].copy_(src[i])
-                torch.cuda.set_stream(aux_s)
-                if wait:
-                    aux_s.wait_event(ev[i])
-                torch.matmul(xs[i], ws[i], out=ys[i])
-
         prev = torch.cuda.current_stream(dev)
-        body()  # warm: pick the kernels before capture
+        body(wait)  # warm: pick the kernels before capture
         torch.cuda.set_stream(prev)
         torch.cuda.synchronize(dev)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=cap):
             main_s.wait_stream(cap)
             aux_s.wait_stream(cap)
-            body()
+            body(wait)
             torch.cuda.set_stream(cap)
             cap.wait_stream(main_s)
             cap.wait_stream(aux_s)
@@ -941,6 +941,23 @@ def _sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
+def _set_graph_edge(d: dict[str, Any], L: dict[str, float], base: str) -> None:
+    """``d["launch"]["graph_cross_stream_edge_us"]`` from the launch measurements ``L`` (:func:`graph_edge_us`,
+    with ``d`` otherwise complete: the model's own share is simulated with it), or the ``base`` profile's value
+    when the graph probe did not run (CPU ranks)."""
+    base_edge = base_profile_dict(base)["launch"].get("graph_cross_stream_edge_us", 0.0)
+    if "graph_fork_us" in L:
+        edge = graph_edge_us(d, L["graph_fork_us"], L["graph_fork_nowait_us"])
+        d["launch"]["graph_cross_stream_edge_us"] = round(edge, 2)
+        d["launch"]["source"] += (f"; graph_cross_stream_edge_us = GPU time per layer of {GRAPH_LAYERS} "
+                                  f"small_ops_graph layers in one graph, aux GEMM after the main GEMM "
+                                  f"({L['graph_fork_us']:.2f} us) less without that edge "
+                                  f"({L['graph_fork_nowait_us']:.2f} us), less the waves model's own share")
+    elif base_edge:
+        d["launch"]["graph_cross_stream_edge_us"] = base_edge
+        d["launch"]["source"] += f"; graph_cross_stream_edge_us from {base!r} (not measured here)"
+
+
 def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str) -> dict[str, Any]:
     d = base_profile_dict(o.base)
     date = raw["date"]
@@ -989,7 +1006,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                    f"dist.isend/irecv; batch_p2p_call_us = one "
                    f"batch_isend_irecv of a send+recv; event_wait_us = event.record + stream.wait_event; "
                    f"memcpy_call_us = a 4 KiB copy_; stream_switch_us = (a torch.cuda.set_stream switch + the "
-                   f"matmul launch) - the launch (the context manager's is stream_context_us in the .json); graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
+                   f"matmul launch) - the launch (the context manager's is stream_context_us in the .json); "
+                   f"graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
                    f"graph_per_op_us = GPU time per node of a 300-node graph minus the kernel's back-to-back time; "
                    f"executor_extra_per_op_us = schedsim execute's lean loop ({H['executor_lean_per_op_us']:.2f} "
                    f"us/op) minus the same two-stream probe by hand ({H['by_hand_per_op_us']:.2f} us/op)"
@@ -1090,17 +1108,7 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         srcs.append(f"NCCL factors from {o.base!r}: {d['contention']['source'][:200]}")
     cont["source"] = "; ".join(srcs)
     d["contention"] = cont
-    base_edge = base_profile_dict(o.base)["launch"].get("graph_cross_stream_edge_us", 0.0)
-    if "graph_fork_us" in L:  # last: the model's own share of the edge is simulated with the profile above
-        edge = graph_edge_us(d, L["graph_fork_us"], L["graph_fork_nowait_us"])
-        d["launch"]["graph_cross_stream_edge_us"] = round(edge, 2)
-        d["launch"]["source"] += (f"; graph_cross_stream_edge_us = GPU time per layer of {GRAPH_LAYERS} "
-                                  f"small_ops_graph layers in one graph, aux GEMM after the main GEMM "
-                                  f"({L['graph_fork_us']:.2f} us) less without that edge "
-                                  f"({L['graph_fork_nowait_us']:.2f} us), less the waves model's own share")
-    elif base_edge:
-        d["launch"]["graph_cross_stream_edge_us"] = base_edge
-        d["launch"]["source"] += f"; graph_cross_stream_edge_us from {o.base!r} (not measured here)"
+    _set_graph_edge(d, L, o.base)
     return d
 
 

@@ -184,10 +184,10 @@ from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "GpuRules", "REVERSE_ENGINE", "RateTables", "batch_rate", "comm_factor", "comm_fifo_columns",
-           "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns", "host_issue_times",
-           "graph_fork_columns", "kernel_ctas", "link_ends", "rate_tables", "stream_queue_columns", "stream_queues",
-           "transfer_comm_rate"]
+__all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "GpuRules", "REVERSE_ENGINE", "RateTables", "batch_rate", "comm_factor",
+           "comm_fifo_columns", "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns",
+           "host_issue_times", "graph_fork_columns", "kernel_ctas", "link_ends", "rate_tables", "stream_queue_columns",
+           "stream_queues", "transfer_comm_rate"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0

@@ -175,9 +175,9 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
         k = jkey[j]
         r = krank[k]
         if typ == _COPY:  # the reverse PCIe direction's engine is busy while its FIFO holds a copy
-            e = ktype[k] - 2
-            rev = gm.REVERSE_ENGINE[e]
-            return copy_rate(held[r] > 0, e, rev >= 0 and bool(copyq.get((r, rev + 2))))
+            eng = ktype[k] - 2
+            rv = gm.REVERSE_ENGINE[eng]
+            return copy_rate(held[r] > 0, eng, rv >= 0 and bool(copyq.get((r, rv + 2))))
         return batch_rate(nmem[r] if kmem[k] else 0, nccl_held[r] > 0, ncopy[r] > 0)
 
     def comm_rates(ranks: list[int]) -> None:

@@ -407,26 +407,22 @@ def test_many_rank_collective_runs_at_its_slowest_ends_rate(sim_text):
         assert spans[f"ar@r{r}"] == (0.0, pytest.approx(30 + solo - (20 / 3 + 30 / 7)))
 
 
-@pytest.mark.parametrize("ext", [True, False], ids=["compiled", "python"])
-@pytest.mark.parametrize("d2h_bytes, expect", [
-    # h2d 10 µs solo (100 kB at 10 GB/s), d2h 5 µs solo. Together: d2h at 1/1.25 ends at 6.25; h2d at 1/2 did
-    # 3.125 µs of work by then, the other 6.875 at full rate: ends at 13.125.
-    (50_000, {"H@r0": (0.0, 13.125), "D@r0": (0.0, 6.25)}),
-    # d2h 20 µs solo: h2d at 1/2 ends at 20; d2h at 1/1.25 did 16 of 20 by then, ends at 24.
-    (200_000, {"H@r0": (0.0, 20.0), "D@r0": (0.0, 24.0)}),
-])
-def test_h2d_and_d2h_copies_slow_each_other(sim_text, monkeypatch, ext, d2h_bytes, expect):
+def test_h2d_and_d2h_copies_slow_each_other(sim_text):
     from schedsim.hardware.profile import HardwareProfile
-    from schedsim.sim import waves
 
-    if ext and waves.compiled_loop() is None:
-        pytest.skip("the compiled loop is not built")
-    monkeypatch.setattr(waves, "_EXT", [waves.compiled_loop() if ext else None])
     d = waves_profile().model_dump()
     d["contention"].update(h2d_slowdown_beside_d2h=1.0, d2h_slowdown_beside_h2d=0.25)
-    body = ("  - {name: H, kind: memcpy, direction: h2d, bytes: 100000, stream: a}\n"
-            f"  - {{name: D, kind: memcpy, direction: d2h, bytes: {d2h_bytes}, stream: b}}\n"
-            "  - {name: X, kind: memcpy, direction: d2d, bytes: 10000000, stream: c}\n")  # 20 µs, no reverse
-    spans, _ = sim_text(HEAD % 1 + body, HardwareProfile.model_validate(d))
-    assert {k: v for k, v in spans.items() if k != "X@r0"} == {k: pytest.approx(v) for k, v in expect.items()}
-    assert spans["X@r0"] == pytest.approx((0.0, 20.0))  # d2d: 1e7 B read + written at 1000 GB/s
+    prof = HardwareProfile.model_validate(d)
+    for d2h_bytes, expect in (
+        # h2d 10 µs solo (100 kB at 10 GB/s), d2h 5 µs solo. Together: d2h at 1/1.25 ends at 6.25; h2d at 1/2 did
+        # 3.125 µs of work by then, the other 6.875 at full rate: ends at 13.125.
+        (50_000, {"H@r0": (0.0, 13.125), "D@r0": (0.0, 6.25)}),
+        # d2h 20 µs solo: h2d at 1/2 ends at 20; d2h at 1/1.25 did 16 of 20 by then, ends at 24.
+        (200_000, {"H@r0": (0.0, 20.0), "D@r0": (0.0, 24.0)}),
+    ):
+        body = ("  - {name: H, kind: memcpy, direction: h2d, bytes: 100000, stream: a}\n"
+                f"  - {{name: D, kind: memcpy, direction: d2h, bytes: {d2h_bytes}, stream: b}}\n"
+                "  - {name: X, kind: memcpy, direction: d2d, bytes: 10000000, stream: c}\n")  # no reverse engine
+        spans, _ = sim_text(HEAD % 1 + body, prof)
+        assert {k: v for k, v in spans.items() if k != "X@r0"} == {k: pytest.approx(v) for k, v in expect.items()}
+        assert spans["X@r0"] == pytest.approx((0.0, 20.0))  # d2d: 1e7 B read + written at 1000 GB/s, unslowed
