@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 
+from schedsim._pydantic import plugins_off
 from schedsim.errors import ProfileError
 from schedsim.kinds import DType, TableKind
 
@@ -28,9 +29,10 @@ LinkClass = Literal["nvlink", "pcie", "network"]
 GemmDType = DType
 
 
-# Default factories are lambdas, not list or dict: see the note in schedsim.spec.model.
+# Default factories are lambdas, not list or dict: see the note in schedsim.spec.model. The models are built
+# at the end of the class definitions, with pydantic's plugin discovery off (see schedsim.spec.model).
 class _B(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class GPU(_B):
@@ -269,6 +271,12 @@ class HardwareProfile(_B):
             raise ProfileError(f"profile {self.name!r} has no {cls!r} link for ranks {list(ranks)}"
                                f"\n  fix: add links.{cls} (bandwidth_GBps, latency_us, source) to the profile")
         return self.links[cls]
+
+
+with plugins_off():  # the parts first, so HardwareProfile reuses their schemas
+    for _model in (GPU, Launch, Link, Topology, Memcpy, GemmTable, CollectiveTables, Contention, Nccl, Power,
+                   HardwareProfile):
+        _model.model_rebuild()
 
 
 def _builtin_dir() -> Path:
