@@ -157,7 +157,7 @@ class GemmTable(_B):
         description="Name of another profile whose measured GEMM table supplies the shape-efficiency curve for "
         "shapes this table lacks: rate(shape) = own rate(nearest) * ref rate(shape) / ref rate(nearest).")
     ctas: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveInt]] = Field(
-        default_factory=list,
+        default_factory=lambda: [],
         description="[dtype, m, n, k, ctas]: the CTAs (grid x*y*z) of the kernel the BLAS library launched for "
         "that shape, from a Kineto trace (calibrate on CUDA records it); shapes not listed use the 128x128-tile "
         "rule of CostModel.gemm_ctas.")
