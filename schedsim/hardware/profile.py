@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 
+from schedsim._pydantic import plugins_off
 from schedsim.errors import ProfileError
 from schedsim.kinds import DType, TableKind
 
@@ -28,9 +29,10 @@ LinkClass = Literal["nvlink", "pcie", "network"]
 GemmDType = DType
 
 
-# Default factories are lambdas, not list or dict: see the note in schedsim.spec.model.
+# Default factories are lambdas, not list or dict: see the note in schedsim.spec.model. The models are built
+# at the end of the class definitions, with pydantic's plugin discovery off (see schedsim.spec.model).
 class _B(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class GPU(_B):
@@ -156,7 +158,7 @@ class GemmTable(_B):
         description="Name of another profile whose measured GEMM table supplies the shape-efficiency curve for "
         "shapes this table lacks: rate(shape) = own rate(nearest) * ref rate(shape) / ref rate(nearest).")
     ctas: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveInt]] = Field(
-        default_factory=list,
+        default_factory=lambda: [],
         description="[dtype, m, n, k, ctas]: the CTAs (grid x*y*z) of the kernel the BLAS library launched for "
         "that shape, from a Kineto trace (calibrate on CUDA records it); shapes not listed use the 128x128-tile "
         "rule of CostModel.gemm_ctas.")
@@ -275,6 +277,12 @@ class HardwareProfile(_B):
             raise ProfileError(f"profile {self.name!r} has no {cls!r} link for ranks {list(ranks)}"
                                f"\n  fix: add links.{cls} (bandwidth_GBps, latency_us, source) to the profile")
         return self.links[cls]
+
+
+with plugins_off():  # the parts first, so HardwareProfile reuses their schemas
+    for _model in (GPU, Launch, Link, Topology, Memcpy, GemmTable, CollectiveTables, Contention, Nccl, Power,
+                   HardwareProfile):
+        _model.model_rebuild()
 
 
 def _builtin_dir() -> Path:

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schedsim._pydantic import plugins_off
 from schedsim.errors import SpecError
 from schedsim.graph.info import ActionTexts, PipelineInfo
 from schedsim.units import DTYPE_BYTES
@@ -75,9 +76,10 @@ __all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "PipelinePlan", "Stage
            "stage_cost", "block_info", "split_fix", "block_error"]
 
 
-# Default factories are lambdas, not list or dict: see the note in schedsim.spec.model.
+# Default factories are lambdas, not list or dict: see the note in schedsim.spec.model. The models are built
+# after their definitions, with pydantic's plugin discovery off (see schedsim.spec.model).
 class _B(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class StageOps(_B):
@@ -144,6 +146,11 @@ class PipelineSpec(_B):
         if self.schedule == "custom" and self.actions is None and self.csv is None:
             raise ValueError("schedule: custom needs `actions` or `csv`")
         return self
+
+
+with plugins_off():  # the parts first, so PipelineSpec reuses their schemas
+    for _model in (StageOps, TransformerSpec, PipelineSpec):
+        _model.model_rebuild()
 
 
 # ---------------------------------------------------------------- transformer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +177,34 @@ def test_unclosed_flow_mapping_is_not_blamed_on_braces():
     with pytest.raises(SpecError) as e:
         load("schema_version: 1\nname: t\nops:\n  - {name: a, kind: matmul\n")
     assert "unclosed" in e.value.fix and "quote strings" not in e.value.fix
+
+
+def _marked(x: object) -> object:
+    """``x`` with the marks that :func:`parse_yaml` attached to its mappings and lists, for comparing."""
+    if isinstance(x, dict):
+        return (x.mark, x.key_marks, {k: _marked(v) for k, v in x.items()})  # type: ignore[attr-defined]
+    if isinstance(x, list):
+        return (x.mark, x.item_marks, [_marked(v) for v in x])  # type: ignore[attr-defined]
+    return (type(x), x)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parents[2] / "schedules").glob("*.yaml")))
+def test_libyaml_and_pure_python_parsers_agree(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """parse_yaml composes with libyaml when PyYAML has it: the values, their types and every line and column
+    are those of the pure-Python parser (what parse_yaml uses without libyaml)."""
+    import yaml
+
+    from schedsim.spec.loader import parse_yaml
+
+    text = (Path(__file__).parents[2] / "schedules" / name).read_text()
+    fast = _marked(parse_yaml(text, name))
+    monkeypatch.delattr(yaml, "CSafeLoader")
+    assert _marked(parse_yaml(text, name)) == fast
+
+
+def test_yaml_syntax_error_worded_by_pure_python_parser() -> None:
+    """libyaml refuses the text; the message is the pure-Python parser's (libyaml's would say "did not find
+    expected ',' or '}'")."""
+    with pytest.raises(SpecError) as e:
+        load_text("schema_version: 1\nname: t\nops:\n  - {name: a, kind: matmul\n  - x\n", "s.yaml")
+    assert str(e.value).startswith("s.yaml:6:1: invalid YAML: expected ',' or '}', but got '<stream end>'\n")
