@@ -29,7 +29,7 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as prog:
+                  TimeRemainingColumn(), console=Console(stderr=True, emoji=False), transient=True) as prog:
         yield from prog.track(items, total=total, description=description)
 
 
@@ -41,5 +41,5 @@ def status(description: str, enabled: bool = True) -> Iterator[Any]:
         return
     from rich.console import Console
 
-    with Console(stderr=True).status(description) as st:
+    with Console(stderr=True, emoji=False).status(description) as st:
         yield st

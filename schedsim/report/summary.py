@@ -31,12 +31,13 @@ def fmt_bytes(b: float) -> str:
 
 
 def make_console() -> Any:
-    """A rich Console; when stdout is not a terminal (pipes, CI logs) use 140 columns instead of 80."""
+    """A rich Console; when stdout is not a terminal (pipes, CI logs) use 140 columns instead of 80. Emoji codes
+    stay text: an op named ``mm:smile:x`` is printed as written, not as "mm😄x"."""
     import sys
 
     from rich.console import Console
 
-    con = Console() if sys.stdout.isatty() else Console(width=140)
+    con = Console(emoji=False) if sys.stdout.isatty() else Console(width=140, emoji=False)
 
     def broken_pipe() -> None:  # rich's own handler exits 1; a reader that left (`| head`) is not an error
         raise BrokenPipeError

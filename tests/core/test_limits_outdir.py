@@ -190,3 +190,16 @@ def test_names_that_look_like_rich_markup_print_verbatim(tmp_path: Path) -> None
     res = CliRunner().invoke(app, ["predict", str(f), "-o", str(tmp_path / "o"), "--no-gantt"])
     assert res.exit_code == 0, res.output
     assert "[/x] [bold]" in res.output and "a[b]@r0" in res.output
+
+
+def test_names_that_look_like_emoji_codes_print_verbatim(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    f = tmp_path / "e.yaml"
+    f.write_text('schema_version: 1\nname: "mm:smile:x"\nworld_size: 1\nops:\n'
+                 '  - {name: op, kind: compute, duration_us: 1}\n')  # op names cannot hold ':'; the schedule's can
+    res = CliRunner().invoke(app, ["predict", str(f), "-o", str(tmp_path / "o"), "--no-gantt"])
+    assert res.exit_code == 0, res.output
+    assert "mm:smile:x" in res.output and "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in res.output
