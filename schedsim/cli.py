@@ -387,6 +387,26 @@ app.info.cls = _LazyGroup
 _WORKLOAD_COMMANDS = frozenset({"execute", "calibrate"})
 
 
+def keep_freed_memory() -> bool:
+    """Tell glibc's malloc to keep freed memory for reuse in this process: serve blocks up to 32 MiB (the
+    largest ``M_MMAP_THRESHOLD`` glibc takes) from the heap instead of fresh ``mmap`` s, and return freed heap
+    memory to the OS only above 2 GiB at the top (``M_TRIM_THRESHOLD``), so the arrays a large ``predict``
+    frees and allocates again (each ~8 MB per 1M ops) reuse pages that are already mapped instead of
+    faulting in zeroed ones. On 1M generated ops (2-vCPU VM, 2026-12-01 09:25 UTC, 4 alternated runs) system
+    time fell from 0.33-0.89 s to 0.24-0.31 s, peak RSS rose 350 → 374 MB (392 B/op). Returns whether glibc
+    took both settings (False elsewhere: musl, macOS, Windows), changing nothing then."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes  # already imported by numpy, which every such command loads
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
+
+
 def main() -> None:
     """Console-script entry point (also ``python -m schedsim``).
 
@@ -396,6 +416,7 @@ def main() -> None:
     * the process starts OpenBLAS with one thread (``OPENBLAS_NUM_THREADS=1`` unless set): numpy's import
       starts one BLAS thread per core, which cost ~70 ms CPU of a 0.16 s ``import numpy`` (2-core VM,
       2026-12-01), and schedsim's own arrays never call BLAS. Must run before anything imports numpy.
+    * freed memory stays mapped for reuse (:func:`keep_freed_memory`).
     * the cyclic garbage collector stays off for the whole command, which then exits: a command leaves no
       cyclic garbage worth collecting (none after a ``sweep`` point, 2026-12-01), and each pass rescans the
       modules and models the start-up made. At the end the heap is frozen (:func:`gc.freeze`), so the
@@ -409,6 +430,7 @@ def main() -> None:
         app()
         return
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    keep_freed_memory()
     gc.disable()
     try:
         app()

@@ -203,3 +203,13 @@ def test_names_that_look_like_emoji_codes_print_verbatim(tmp_path: Path) -> None
     res = CliRunner().invoke(app, ["predict", str(f), "-o", str(tmp_path / "o"), "--no-gantt"])
     assert res.exit_code == 0, res.output
     assert "mm:smile:x" in res.output and "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in res.output
+
+
+def test_the_cli_keeps_freed_memory_mapped_on_glibc() -> None:
+    import subprocess
+    import sys
+
+    code = "from schedsim.cli import keep_freed_memory; print(keep_freed_memory())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    libc = __import__("platform").libc_ver()[0]
+    assert out == ("True" if sys.platform.startswith("linux") and libc == "glibc" else "False")
