@@ -427,20 +427,25 @@ def duplex_factors(solo_h2d: float, solo_d2h: float, both_h2d: float, both_d2h: 
     stream that ends first ran beside the other all along: its factor is both / solo − 1. The later one ran
     beside it for the first stream's time ``f`` and got ``solo − (both − f)`` of its solo work done then, so its
     factor is f / that − 1 (the rate factor :func:`schedsim.sim.gpu_model.copy_rate` applies while the reverse
-    engine copies). Negative values (noise) are clamped to 0.
+    engine copies). When the later stream did no measurable work beside the first (it ended ``solo`` or more
+    after it: no finite factor fits), its factor is its whole run's, both / solo − 1, a lower bound. Negative
+    values (noise) are clamped to 0.
 
     >>> h, d = duplex_factors(4.0, 4.0, 5.0, 4.4)  # d2h ends first, 10 % slower; h2d did 3.4 of 4.0 in 4.4
     >>> round(h, 4), round(d, 4)
     (0.2941, 0.1)
     """
+
+    def later(solo: float, both: float, first: float) -> float:
+        done = solo - (both - first)  # solo-seconds of work done while the first stream ran
+        return first / done - 1.0 if done > 0.0 else both / solo - 1.0
+
     if both_d2h <= both_h2d:
-        first, later_solo, later_both = both_d2h, solo_h2d, both_h2d
         d = both_d2h / solo_d2h - 1.0
-        h = first / (later_solo - (later_both - first)) - 1.0
+        h = later(solo_h2d, both_h2d, both_d2h)
     else:
-        first, later_solo, later_both = both_h2d, solo_d2h, both_d2h
         h = both_h2d / solo_h2d - 1.0
-        d = first / (later_solo - (later_both - first)) - 1.0
+        d = later(solo_d2h, both_d2h, both_h2d)
     return max(0.0, h), max(0.0, d)
 
 

@@ -144,7 +144,10 @@ def parse_yaml(text: str, file: str) -> Any:
     4.5 ms, ~1.5% of a cold ``check`` (2026-12-01). A text that fails there in any way (a syntax error, or
     one of the errors below) is read again by the pure-Python parser, so errors are worded exactly as
     before: libyaml's marks lack PyYAML's snippet, and it composes nestings too deep for PyYAML's
-    recursion.
+    recursion. A text with a tab goes straight to the pure-Python parser: libyaml takes a tab between
+    tokens (after ``name:``, after a comma in ``[a, b]``) where that parser refuses it, and a schedule
+    must not be valid only where PyYAML was built with libyaml. A lone surrogate, which libyaml cannot
+    encode, is named by that parser too.
 
     Raises
     ------
@@ -152,11 +155,11 @@ def parse_yaml(text: str, file: str) -> Any:
         On YAML syntax errors, with the line and column of the problem.
     """
     loader = getattr(yaml, "CSafeLoader", None)
-    if loader is not None:
+    if loader is not None and "\t" not in text:
         try:
             node = yaml.compose(text, Loader=loader)
             return LDict() if node is None else _construct(node, file)
-        except (yaml.YAMLError, SpecError, RecursionError):
+        except (yaml.YAMLError, SpecError, RecursionError, UnicodeEncodeError):
             pass
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

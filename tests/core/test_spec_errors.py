@@ -208,3 +208,28 @@ def test_yaml_syntax_error_worded_by_pure_python_parser() -> None:
     with pytest.raises(SpecError) as e:
         load_text("schema_version: 1\nname: t\nops:\n  - {name: a, kind: matmul\n  - x\n", "s.yaml")
     assert str(e.value).startswith("s.yaml:6:1: invalid YAML: expected ',' or '}', but got '<stream end>'\n")
+
+
+@pytest.mark.parametrize("text", ["schema_version: 1\nname:\tt\n", "schema_version: 1\nname: t\t\n",
+                                  "schema_version: 1\nname: t\nstreams: [a,\tb]\n"])
+def test_a_tab_between_tokens_is_refused_with_or_without_libyaml(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """libyaml takes a tab where the pure-Python parser refuses it ("found character '\\t' that cannot start any
+    token"); a schedule must not be valid on one machine and invalid on another, so the tab is refused with the
+    pure-Python parser's error either way."""
+    import yaml
+
+    errors = []
+    for libyaml in (True, False):
+        if not libyaml:
+            monkeypatch.delattr(yaml, "CSafeLoader")
+        with pytest.raises(SpecError) as e:
+            load_text(text, "s.yaml")
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+    assert "found character '\\t' that cannot start any token" in errors[0]
+
+
+def test_a_lone_surrogate_is_a_spec_error() -> None:
+    # libyaml reads UTF-8: encoding the text fails before it parses; the pure-Python parser names the character
+    with pytest.raises(SpecError, match=r"s.yaml: invalid YAML: unacceptable character #xd800"):
+        load_text("schema_version: 1\nname: '\ud800'\n", "s.yaml")

@@ -77,3 +77,16 @@ def test_graph_edge_is_the_measured_extra_less_the_models_share_and_never_negati
     assert C.graph_edge_us(d, 6.65, 6.65) == 0.0  # the model already gives more than nothing: clamped
     # h200x2's model puts 0.06 us of the 1.29 us on the edge itself (waves, graph launch), so 1.23 is left
     assert base == pytest.approx(1.229, abs=0.01)
+
+
+def test_duplex_factor_of_a_stream_that_made_no_progress_beside_the_other_is_not_zero() -> None:
+    # d2h (ends first at 4.4 s) 10 % slower; h2d needed 4.0 s alone and ended 4.1 s or more after d2h: it did no
+    # measurable work while both ran. Its factor is at least its whole run's slowdown, not 0 (the formula's
+    # negative value, clamped) and not a ZeroDivisionError (exactly 4.0 s after), which ended calibrate.
+    for both_h2d in (8.4, 8.5):
+        h, d = C.duplex_factors(4.0, 4.0, both_h2d, 4.4)
+        assert d == pytest.approx(0.1) and h == pytest.approx(both_h2d / 4.0 - 1.0)
+    d, h = C.duplex_factors(4.0, 4.0, 4.4, 8.5)[::-1]  # the same with the directions swapped
+    assert d == pytest.approx(8.5 / 4.0 - 1.0) and h == pytest.approx(0.1)
+    h, d = C.duplex_factors(4.0, 4.0, 5.0, 4.4)  # the docstring's case: work beside the first stream is positive
+    assert (round(h, 4), round(d, 4)) == (0.2941, 0.1)
