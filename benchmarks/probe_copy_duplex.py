@@ -45,6 +45,7 @@ class Bufs:
         event; ``gemm``, a callable, is issued first on the third stream."""
         torch.cuda.synchronize()
         go = torch.cuda.Event()
+        torch.cuda._sleep(2_000_000)  # ~1 ms: every stream is queued before go fires, so they start together
         go.record()
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         if gemm is not None:

@@ -420,6 +420,16 @@ def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
     return res
 
 
+def _start_event(torch: Any) -> Any:
+    """An event recorded on the current stream behind a ~1 ms ``torch.cuda._sleep``: streams that wait for it
+    start together once the host has queued all of them (an event recorded on an idle stream has already fired,
+    so the first stream queued would start ahead of the others)."""
+    go = torch.cuda.Event()
+    torch.cuda._sleep(2_000_000)
+    go.record()
+    return go
+
+
 def duplex_factors(solo_h2d: float, solo_d2h: float, both_h2d: float, both_d2h: float) -> tuple[float, float]:
     """``(h2d_slowdown_beside_d2h, d2h_slowdown_beside_h2d)`` from two equal streams of copies started together.
 
@@ -465,8 +475,7 @@ def _measure_duplex(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[
 
     def run(h2d: bool, d2h: bool) -> tuple[float, float]:
         b.sync()
-        go = torch.cuda.Event()
-        go.record()
+        go = _start_event(torch)
         e = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         for on, st, k, dst, src in ((h2d, s_h, 0, din, hin), (d2h, s_d, 2, hout, dout)):
             if on:
@@ -513,8 +522,7 @@ def _measure_contention(b: _Bench, quick: bool, log: Callable[[str], None]) -> d
     t_series = b.time_one(lambda: [torch.matmul(A, B, out=C) for _ in range(reps)], iters=3)
     for _ in range(5):
         b.sync()
-        go = torch.cuda.Event()
-        go.record()
+        go = _start_event(torch)
         e = [ev() for _ in range(4)]
         s1.wait_event(go)
         s2.wait_event(go)
@@ -559,8 +567,7 @@ def _measure_comm_contention(b: _Bench, quick: bool, log: Callable[[str], None])
     rm, rc = [], []
     for _ in range(5):
         b.ctx.barrier()
-        go = torch.cuda.Event()
-        go.record()
+        go = _start_event(torch)
         e = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         s1.wait_event(go)
         s2.wait_event(go)
