@@ -106,37 +106,52 @@ def memory_over_time(tl: Timeline, graph: Any = None,
 
 
 def _activation_events(tl: Timeline, unit: float) -> _Events | None:
-    """A forward's activations from its start until its chunk's W (or full B) ends, per (rank, stage, mb, chunk)."""
+    """A forward's activations from its start until its chunk's W (or full B) ends, per (rank, stage, mb, chunk).
+
+    On the columns: a row's phase is its ``phase`` tag, or its ``pp_op`` when it has no (or an empty) phase;
+    of the compute rows tagged with a stage, the forwards (phase F) give each key its earliest start (the
+    first such row at a tie: the op the allocation is charged to) and the W rows (or B rows not split into
+    I + W) its latest end."""
     import numpy as np
+
+    from schedsim.sim.pipeline_metrics import code_is, group_of, tag_ints
 
     c = tl.columns
     if not unit or not len(c):
         return None
-    fwd: dict[tuple[int, int, int, int], tuple[float, int]] = {}
-    bwd_end: dict[tuple[int, int, int, int], float] = {}
-    res_vals, res_codes = c.resource
-    comp = res_vals.index("compute") if "compute" in res_vals else -1
-    rank, start, end = c.rank, c.start_s, c.end_s
-    rows, row_tags = c.tagged(np.flatnonzero(res_codes == comp), "stage")
-    for i, t in zip(rows, row_tags, strict=True):
-        key = (int(rank[i]), int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0))
-        ph = t.get("phase") or t.get("pp_op")
-        if ph == "F":
-            if key not in fwd or start[i] < fwd[key][0]:
-                fwd[key] = (float(start[i]), i)
-        elif ph == "W" or (t.get("pp_op") == "B" and ph != "I"):
-            e = float(end[i])
-            bwd_end[key] = max(bwd_end.get(key, e), e)
-    if not fwd:
+    phase_vals, phase = c.tag_column("phase")
+    op_vals, op = c.tag_column("pp_op")
+
+    def is_(value: str) -> Any:  # the row's phase, falling back to pp_op, equals value
+        own = np.array([v == value for v in phase_vals] + [False], bool)[phase]
+        told = np.array([bool(v) for v in phase_vals] + [False], bool)[phase]
+        return own | (~told & np.array([v == value for v in op_vals] + [False], bool)[op])
+
+    staged = code_is(c.resource, "compute") & (c.tag_column("stage")[1] >= 0)
+    f = staged & is_("F")
+    b_full = np.array([v == "B" for v in op_vals] + [False], bool)[op]
+    w = staged & ~f & (is_("W") | (b_full & ~is_("I")))
+    if not f.any():
         return None
-    keys = list(fwd)
-    freed = [k for k in keys if k in bwd_end]
-    n, m = len(keys), len(freed)
-    return (np.array([k[0] for k in keys + freed], np.int64),
-            np.array([fwd[k][0] for k in keys] + [bwd_end[k] for k in freed]),
+    rows = np.flatnonzero(f | w)
+    rank = c.rank.astype(np.int64)
+    key = (rank[rows], tag_ints(c, "stage")[rows], tag_ints(c, "mb")[rows], tag_ints(c, "chunk", 0)[rows])
+    is_f = f[rows]
+    # grouped by key, each key's forwards first, by start then row: a key's first row is the forward its
+    # allocation is charged to (the first row at the earliest start)
+    order = np.lexsort((rows, c.start_s[rows], ~is_f, *key[::-1]))
+    rows, is_f = rows[order], is_f[order]
+    _same, starts = group_of(*(k[order] for k in key))  # already sorted: group_of's order is the identity
+    has_f = is_f[starts]
+    w_end = np.maximum.reduceat(np.where(is_f, -np.inf, c.end_s[rows]), starts)  # -inf: the key has no W
+    freed = has_f & (w_end > -np.inf)
+    first, gone = rows[starts[has_f]], rows[starts[freed]]
+    n, m = len(first), len(gone)
+    return (np.concatenate([rank[first], rank[gone]]),
+            np.concatenate([c.start_s[first], w_end[freed]]),
             np.concatenate([np.ones(n, np.int64), np.zeros(m, np.int64)]),
             np.concatenate([np.full(n, unit), np.full(m, -unit)]),
-            np.array([fwd[k][1] for k in keys + freed], np.int64))
+            np.concatenate([first, gone]))
 
 
 def _buffer_events(tl: Timeline, graph: Any) -> _Events | None:

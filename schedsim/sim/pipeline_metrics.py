@@ -21,13 +21,12 @@ The result is a :class:`PipelineMetrics`; :func:`pipeline_metrics` returns its J
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from schedsim.graph.info import PipelineInfo
 from schedsim.results import from_dict, to_dict
-from schedsim.sim.timeline import Timeline, _decode
+from schedsim.sim.timeline import Timeline
 
 __all__ = ["pipeline_metrics", "PipelineMetrics", "Bubble", "P2PBytes"]
 
@@ -108,63 +107,106 @@ def pipeline_metrics(tl: Timeline) -> dict[str, Any] | None:
     return None if pm is None else pm.to_dict()
 
 
+def tag_ints(c: Any, key: str, missing: int = -1) -> Any:
+    """Per row of the span columns ``c``, its tag ``key`` as an int (``int(value)``), or ``missing`` where the
+    row has no such tag or its value is None (int64 array of shape (N,))."""
+    import numpy as np
+
+    values, codes = c.tag_column(key)
+    table = np.array([missing if v is None else int(v) for v in values] + [missing], np.int64)
+    return table[codes]  # code -1 takes the last entry: missing
+
+
+def tag_is(c: Any, key: str, value: str) -> Any:
+    """Per row of the span columns ``c``, whether its tag ``key`` equals ``value`` (bool array)."""
+    import numpy as np
+
+    values, codes = c.tag_column(key)
+    hit = np.array([v == value for v in values] + [False], bool)
+    return hit[codes]
+
+
+def code_is(cat: Any, *names: str) -> Any:
+    """Per row of the categorical column ``cat`` (``(values, codes)``), whether its value is one of ``names``."""
+    import numpy as np
+
+    values, codes = cat
+    hit = np.array([v in names for v in values] + [False], bool)
+    return hit[codes]
+
+
+def group_of(*cols: Any) -> tuple[Any, Any]:
+    """Rows grouped by equal tuples of the int arrays ``cols`` (all of one length): ``(order, starts)``, the
+    rows sorted by the tuple (ties in row order) and the position in ``order`` where each group starts."""
+    import numpy as np
+
+    order = np.lexsort(cols[::-1])
+    same = np.ones(len(order), bool)  # the row's tuple equals the one before it
+    same[:1] = False
+    for col in cols:
+        s = col[order]
+        same[1:] &= s[1:] == s[:-1]
+    return order, np.flatnonzero(~same)
+
+
 def _compute(tl: Timeline) -> PipelineMetrics | None:
+    """The metrics as columns: sums per rank by ``np.bincount`` (which adds the rows in row order, as the
+    per-row definition in ``tests/core/test_pipeline_metrics.py`` does, so the floats are the same), the
+    forward starts and W ends per (rank, stage, mb) by grouping, and each rank's memory steps as a cumulative
+    sum in the definition's event order (time, frees before allocations)."""
+    import numpy as np
+
     info = tl.pipeline
     if info is None:
         return None
     v = info.v
     unit_bytes = float(info.activation_memory_bytes)
     makespan = tl.makespan_s
-    busy: dict[int, float] = defaultdict(float)
-    fwd_start: dict[tuple[int, int, int], float] = {}
-    bwd_end: dict[tuple[int, int, int], float] = {}
-    sent: dict[int, float] = defaultdict(float)
-    recv: dict[int, float] = defaultdict(float)
-    c = tl.columns  # the rows' fields as lists (no Span objects), in row order
-    rows = zip(c.rank.tolist(), _decode(c.kind), _decode(c.resource), c.start_s.tolist(), c.end_s.tolist(),
-               c.bytes.tolist(), c.tags, strict=True)
-    ranks = set()
-    for rank, kind, resource, start_s, end_s, nbytes, t in rows:
-        ranks.add(rank)
-        if not t or "pp_op" not in t:
-            if resource == "compute":
-                busy[rank] += end_s - start_s
-            continue
-        if kind == "send":
-            sent[rank] += nbytes
-            continue
-        if kind == "recv":
-            recv[rank] += nbytes
-            continue
-        if resource == "compute":
-            busy[rank] += end_s - start_s
-        if "stage" not in t:
-            continue
-        key = (rank, int(t["stage"]), int(t["mb"]))
-        phase = t.get("phase")
-        if phase == "F":
-            fwd_start[key] = min(fwd_start.get(key, start_s), start_s)
-        elif phase == "W":
-            bwd_end[key] = max(bwd_end.get(key, end_s), end_s)
-    events: dict[int, list[tuple[float, int]]] = defaultdict(list)
-    for key, t0 in fwd_start.items():
-        events[key[0]].append((t0, 1))
-        if key in bwd_end:
-            events[key[0]].append((bwd_end[key], -1))
+    c = tl.columns
+    rank = c.rank.astype(np.int64)
+    start, end = c.start_s, c.end_s
+    nr = int(rank.max()) + 1 if len(rank) else 0
+    pp = c.tag_column("pp_op")[1] >= 0
+    send = pp & code_is(c.kind, "send")
+    recv = pp & code_is(c.kind, "recv") & ~send
+    comp = code_is(c.resource, "compute") & ~send & ~recv
+    busy = np.bincount(rank[comp], weights=(end - start)[comp], minlength=nr)
+    sent = np.bincount(rank[send], weights=c.bytes[send], minlength=nr)
+    got = np.bincount(rank[recv], weights=c.bytes[recv], minlength=nr)
+    stage, mb = tag_ints(c, "stage"), tag_ints(c, "mb")
+    staged = pp & ~send & ~recv & (c.tag_column("stage")[1] >= 0) & (mb != -1)
+    fwd = np.flatnonzero(staged & tag_is(c, "phase", "F"))
+    wgt = np.flatnonzero(staged & tag_is(c, "phase", "W"))
+    # one row per (rank, stage, mb) seen in a forward or a W: its first forward start and its last W end
+    rows = np.concatenate([fwd, wgt])
+    is_f = np.concatenate([np.ones(len(fwd), bool), np.zeros(len(wgt), bool)])
+    order, starts = group_of(rank[rows], stage[rows], mb[rows])
+    rows, is_f = rows[order], is_f[order]
+    t_f = np.where(is_f, start[rows], np.inf)
+    t_w = np.where(is_f, -np.inf, end[rows])
+    first_f = np.minimum.reduceat(t_f, starts) if len(rows) else t_f
+    last_w = np.maximum.reduceat(t_w, starts) if len(rows) else t_w
+    has_f = np.isfinite(first_f)
+    has_w = has_f & np.isfinite(last_w)
+    key_rank = rank[rows[starts]]
+    ev_rank = np.concatenate([key_rank[has_f], key_rank[has_w]])
+    ev_t = np.concatenate([first_f[has_f], last_w[has_w]])
+    ev_d = np.concatenate([np.ones(int(has_f.sum()), np.int64), -np.ones(int(has_w.sum()), np.int64)])
+    o = np.lexsort((ev_d, ev_t, ev_rank))  # per rank by (time, delta): frees before allocations at a tie
+    ev_rank, ev_t, cur = ev_rank[o], ev_t[o], np.cumsum(ev_d[o])
+    bounds = np.searchsorted(ev_rank, np.arange(nr + 1))
+    ranks = set(rank.tolist())
     peak_units: dict[int, float] = {}
     mem_tl: dict[int, list[tuple[float, float]]] = {}
     for r in sorted(ranks):
-        cur = peak = 0
-        steps: list[tuple[float, float]] = [(0.0, 0.0)]
-        for t0, d in sorted(events.get(r, []), key=lambda e: (e[0], e[1])):  # frees before allocations at a tie
-            cur += d
-            peak = max(peak, cur)
-            steps.append((t0, cur / v))
-        peak_units[r] = peak / v
-        mem_tl[r] = steps
-    per_ideal = {r: ((makespan - busy[r]) / busy[r] if busy[r] > 0 else 0.0) for r in sorted(ranks)}
-    per_mk = {r: (1 - busy[r] / makespan if makespan > 0 else 0.0) for r in sorted(ranks)}
-    tot_busy = sum(busy[r] for r in ranks)
+        lo, hi = int(bounds[r]), int(bounds[r + 1])
+        level = cur[lo:hi] - (cur[lo - 1] if lo else 0)
+        peak_units[r] = max(0, int(level.max()) if hi > lo else 0) / v
+        mem_tl[r] = [(0.0, 0.0), *zip(ev_t[lo:hi].tolist(), (level / v).tolist(), strict=True)]
+    b, s_l, g_l = busy.tolist(), sent.tolist(), got.tolist()
+    per_ideal = {r: ((makespan - b[r]) / b[r] if b[r] > 0 else 0.0) for r in sorted(ranks)}
+    per_mk = {r: (1 - b[r] / makespan if makespan > 0 else 0.0) for r in sorted(ranks)}
+    tot_busy = sum(b[r] for r in ranks)  # in the set's order, as the per-row definition adds them
     n = len(ranks)
     return PipelineMetrics(
         info=info,
@@ -173,5 +215,5 @@ def _compute(tl: Timeline) -> PipelineMetrics | None:
         peak_memory_units=peak_units,
         peak_memory_bytes={r: u * v * unit_bytes for r, u in peak_units.items()},
         memory_timeline=mem_tl,
-        p2p_bytes={r: P2PBytes(sent[r], recv[r]) for r in sorted(ranks)},
+        p2p_bytes={r: P2PBytes(s_l[r], g_l[r]) for r in sorted(ranks)},
     )

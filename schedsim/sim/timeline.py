@@ -374,6 +374,35 @@ class SpanColumns:
         out = [i for i in rows.tolist() if tags[i] and key in tags[i]]
         return out, [tags[i] for i in out]
 
+    def tag_column(self, key: str) -> tuple[list[Any], np.ndarray]:
+        """The tag ``key`` as a categorical column: ``(values, codes)``, row ``i`` holding ``values[codes[i]]``,
+        or no such tag when ``codes[i]`` is -1 (int array of shape (N,)). From the coded tags without building
+        the per-row dicts; from the dicts (one pass) when the tags came as dicts. Equal values of different
+        types (``1`` and ``1.0``) stay distinct values."""
+        import numpy as np
+
+        from schedsim.coded import Parts
+
+        tc = self._tag_columns() if self._tags is None else None
+        if tc is not None:
+            vc = tc.keys.get(key)
+            if vc is None:
+                return [], np.full(len(self), -1, np.int64)
+            values, codes = vc
+            return (values.strings() if isinstance(values, Parts) else values), codes
+        index: dict[tuple[type, Any], int] = {}
+        values = []
+        codes = np.full(len(self), -1, np.int64)
+        for i, t in enumerate(self.tags):
+            if t and key in t:
+                v = t[key]
+                k = (type(v), v if v.__hash__ is not None else repr(v))
+                if k not in index:
+                    index[k] = len(values)
+                    values.append(v)
+                codes[i] = index[k]
+        return values, codes
+
     def named_by(self, name_id: Any) -> bool:
         """Whether the rows are coded by this very name-id column (a Program's ``name_id``: the timeline was
         simulated from that Program, so row ``i`` is its op ``i``)."""
