@@ -128,6 +128,11 @@ def test_label_set_draws_the_pixels_of_one_text_per_label(monkeypatch, mode):
         canvas.draw()
         bufs.append(np.asarray(canvas.buffer_rgba()).copy())
     assert bufs[0].shape == bufs[1].shape and (bufs[0] == bufs[1]).all()
+    # on a matplotlib with per-glyph rendering (3.11) the label set took its cached-glyph path
+    from matplotlib.ft2font import FT2Font
+
+    if hasattr(FT2Font, "_layout"):
+        assert G._AggGlyphs.of(canvas.get_renderer()) is not None
 
 
 def test_pipeline_of_a_data_parallel_run_reads_the_first_replica_only():
