@@ -197,9 +197,10 @@ class _Interner:
 
 def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order."""
-    interner.touch_all(dict.fromkeys(seq))
+    uniq = dict.fromkeys(seq)  # once: hashing a million fresh strings is most of the cost
+    interner.touch_all(uniq)
     ids, items = interner._ids, interner._items
-    new = list(filterfalse(ids.__contains__, dict.fromkeys(seq)))  # C-level loops, no Python bytecode per item
+    new = list(filterfalse(ids.__contains__, uniq))  # C-level loops, no Python bytecode per item
     ids.update(zip(new, count(len(items))))
     items.extend(new)
     return np.fromiter(map(ids.__getitem__, seq), I32, len(seq))

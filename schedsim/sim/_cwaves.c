@@ -89,11 +89,9 @@ static int heap_push(heap_t *h, double t, i64 a, i64 b) {
     return 0;
 }
 
-static hent heap_pop(heap_t *h) {
-    hent *e = h->e, top = e[0];
-    i64 n = --h->n, i = 0;
-    if (!n) return top;
-    hent x = e[n];
+/* x into the heap's first n entries at i, a hole, and down to where it belongs (the hole's subtree holds the
+ * rest of the heap's order) */
+static void sift_down(hent *e, i64 n, i64 i, hent x) {
     for (;;) {
         i64 c = 4 * i + 1, m;
         if (c + 3 < n) { /* four children: a tournament of three branch-free comparisons */
@@ -111,6 +109,12 @@ static hent heap_pop(heap_t *h) {
         i = m;
     }
     e[i] = x;
+}
+
+static hent heap_pop(heap_t *h) {
+    hent top = h->e[0];
+    i64 n = --h->n;
+    if (n) sift_down(h->e, n, 0, h->e[n]);
     return top;
 }
 
@@ -166,6 +170,7 @@ typedef struct {
     job_t *job;
     i64 jn, jcap, jfree, njobs;
     heap_t heap;
+    int hole; /* the main heap's root is the event being handled, taken but not yet removed (loop, event_push) */
     i64 seq, stamp;
     int oom;
     int stop;         /* a signal handler raised (Ctrl-C): the exception is set */
@@ -173,6 +178,17 @@ typedef struct {
 } W;
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
+
+/* A push onto the main heap. Most events push one entry (the next CTA batch's end): the first push of an event
+ * takes the place of the event's own entry, still at the root (w->hole), with one sift down instead of the pop's
+ * and the push's two sifts. The keys (t, seq) are unique, so the pops come in the same order either way. */
+static int event_push(W *w, double t, i64 a, i64 b) {
+    if (!w->hole) return heap_push(&w->heap, t, a, b);
+    w->hole = 0;
+    hent x = {t, a, b};
+    sift_down(w->heap.e, w->heap.n, 0, x);
+    return 0;
+}
 
 static int grow_jobs(W *w) {
     i64 c = w->jcap ? 2 * w->jcap : 1024;
@@ -309,7 +325,7 @@ static void rerate_job(W *w, i64 j, double t) {
         w->job[j].last = t;
         w->job[j].rate = nw;
         w->job[j].ver = w->seq;
-        CHECK(heap_push(&w->heap, t + w->job[j].rem / nw, w->seq++, j));
+        CHECK(event_push(w, t + w->job[j].rem / nw, w->seq++, j));
     }
 }
 
@@ -475,7 +491,7 @@ static void op_ready(W *w, i64 i, double t) {
     w->qhead[key] = h;
 }
 
-static void push_ready(W *w, i64 v, double at) { CHECK(heap_push(&w->heap, at, w->seq++, -1 - v)); }
+static void push_ready(W *w, i64 v, double at) { CHECK(event_push(w, at, w->seq++, -1 - v)); }
 
 static void release(W *w, i64 i, double t) {
     w->end[i] = t;
@@ -593,17 +609,20 @@ static void loop(W *w) {
             w->ts = PyEval_SaveThread();
             if (w->stop) return;
         }
-        hent x = heap_pop(&w->heap);
+        hent x = w->heap.e[0]; /* popped at the end of the event unless a push took its place (event_push) */
+        w->hole = 1;
         double t = x.t;
         i64 j = x.b;
         if (j < 0)
             op_ready(w, -1 - j, t);
         else if (x.a == w->job[j].ver && w->job[j].rate > 0.0)
             job_done(w, j, t);
-        else
-            continue;
         if (w->toplace.n) place_all(w, t);
         if (w->dirty.n) settle(w, t);
+        if (w->hole) {
+            w->hole = 0;
+            heap_pop(&w->heap);
+        }
     }
 }
 

@@ -184,6 +184,23 @@ def test_tuple_coded_tags_and_shared_names_still_write_version_2(tmp_path):
     assert Timeline.read_json(tmp_path / "t.json").spans == spans
 
 
+def test_names_shared_by_ranks_write_as_one_part_with_ids_by_format(tmp_path):
+    # every rank runs mm{i} and ar{i}: the names are a table a quarter of the rows, written once with a code per
+    # row, and the ids (name@rN) are not written at all; the file reads back to the same ids, names and times
+    spec = load_schedule(ROOT / "benchmarks/data/overlap_gen.yaml", parse_overrides(["world_size=4", "chunks=3"]))
+    tl = simulate(lower(spec), load_profile("h200"))
+    tl.write_json(tmp_path / "t.json")
+    d = json.loads((tmp_path / "t.json").read_text())
+    cols = d["columns"]
+    assert d["version"] == 3 and cols["id"] == {"format": "{name}@r{rank}"}
+    [part] = cols["name"]["parts"]
+    assert sorted(part["values"]) == sorted(f"{k}{i}" for k in ("mm", "ar") for i in range(3))
+    assert [part["values"][c] for c in part["codes"]] == tl.columns.name
+    back = Timeline.read_json(tmp_path / "t.json")
+    assert back.columns.id == tl.columns.id == [f"{s.name}@r{s.rank}" for s in tl.spans]
+    assert back == tl and back.spans == tl.spans
+
+
 def _v3(tmp_path):  # type: ignore[no-untyped-def]
     tl = simulate(pipe("1f1b"), load_profile("h200"), gpu_model="waves")
     tl.write_json(tmp_path / "ok.json")
