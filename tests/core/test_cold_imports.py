@@ -1,6 +1,7 @@
 """What the CLI's cold start imports: the entry point loads no numpy, networkx or simulator module, and
 ``predict`` (trace.json included) never imports networkx or numpy.ma; ``check`` never imports the
-simulator; the pipeline block's models are loaded only for a schedule with a ``pipeline:`` block."""
+simulator; the pipeline block's models (and schedsim.graph.info, for ``check``) are loaded only for a schedule
+with a ``pipeline:`` block."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("numpy", "networkx", "schedsim.sim", "schedsim.graph.build", "rich", "torch", "schedsim.spec.pipeline_block")
+HEAVY = ("numpy", "networkx", "schedsim.sim", "schedsim.graph.build", "schedsim.graph.info", "rich", "torch",
+         "schedsim.spec.pipeline_block")
 
 
 def _loaded(code: str) -> list[str]:
@@ -45,6 +47,8 @@ def test_check_and_predict_skip_networkx_and_torch(tmp_path: Path, schedule: str
     for loaded in (checked, predicted):
         assert ("schedsim.spec.pipeline_block" in loaded) == has_block, loaded
         assert "numpy.ma" not in loaded  # a plain np.unique imports it (lower.program.unique does not)
+    # graph.info's dataclasses (1% of a cold check) only where the block's PipelineInfo is made
+    assert ("schedsim.graph.info" in checked) == has_block, checked
 
 
 @pytest.mark.parametrize("before", [None, "some_plugin"])
