@@ -7,20 +7,59 @@ turns them off for its own validators in the same way). ``PYDANTIC_DISABLE_PLUGI
 ``pydantic.plugin._loader.get_plugins`` each time a validator is built and nothing of it is cached, so setting it
 only while our models are built turns discovery off for them alone: other models in the same process, and
 other programs, see the environment as it was.
+
+Even with discovery off, building a validator imports ``pydantic.plugin._loader``, and that module imports
+:mod:`importlib.metadata` (with :mod:`email`, :mod:`zipfile`, :mod:`csv`, ...): 5% of the instructions of a
+cold ``check`` (callgrind, 2026-12-01), for a scan nobody asks for. :func:`defer_plugin_discovery` puts a
+stand-in under that name that answers "no plugins" while they are disabled and hands over to the real module
+the first time a validator is built with plugins on.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
 
-__all__ = ["plugins_off"]
+__all__ = ["defer_plugin_discovery", "plugins_off"]
+
+_LOADER = "pydantic.plugin._loader"
+
+
+def _get_plugins() -> Iterable[Any]:
+    """``pydantic.plugin._loader.get_plugins`` of the stand-in: no plugins while ``PYDANTIC_DISABLE_PLUGINS``
+    disables them all (the values pydantic 2 takes for that), else the real loader's answer, the real module
+    then replacing the stand-in for good."""
+    if os.getenv("PYDANTIC_DISABLE_PLUGINS") in ("__all__", "1", "true"):
+        return ()
+    import importlib
+
+    if sys.modules.get(_LOADER) is _STAND_IN:
+        del sys.modules[_LOADER]
+    return importlib.import_module(_LOADER).get_plugins()  # type: ignore[no-any-return]
+
+
+_STAND_IN = ModuleType(_LOADER, "schedsim's stand-in for pydantic's plugin loader (see schedsim._pydantic).")
+_STAND_IN.get_plugins = _get_plugins  # type: ignore[attr-defined]
+
+
+def defer_plugin_discovery() -> None:
+    """Let pydantic build validators with plugins disabled without importing its plugin loader: the stand-in
+    described in the module's docstring goes in ``sys.modules``, unless the real loader is already there.
+    pydantic imports the loader by name each time it builds a validator
+    (``pydantic.plugin._schema_validator.create_schema_validator``), so it finds the stand-in; with plugins
+    enabled the result is the real loader's."""
+    sys.modules.setdefault(_LOADER, _STAND_IN)
 
 
 @contextmanager
 def plugins_off() -> Iterator[None]:
-    """``PYDANTIC_DISABLE_PLUGINS=1`` inside the block; the variable as it was (set or not) after it."""
+    """``PYDANTIC_DISABLE_PLUGINS=1`` inside the block; the variable as it was (set or not) after it.
+    Also :func:`defer_plugin_discovery`."""
+    defer_plugin_discovery()
     was = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
     os.environ["PYDANTIC_DISABLE_PLUGINS"] = "1"
     try:

@@ -410,6 +410,10 @@ def keep_freed_memory() -> bool:
 def main() -> None:
     """Console-script entry point (also ``python -m schedsim``).
 
+    pydantic's plugin loader, which imports :mod:`importlib.metadata`, is imported only if a validator is
+    built with plugins enabled (:func:`schedsim._pydantic.defer_plugin_discovery`; typer's and schedsim's
+    are built with them off).
+
     Except for ``execute`` and ``calibrate`` (user work under torchrun, their threads and garbage are the
     user's business):
 
@@ -426,6 +430,9 @@ def main() -> None:
     import gc
     import os
 
+    from schedsim._pydantic import defer_plugin_discovery
+
+    defer_plugin_discovery()  # before typer builds its parameters' validators, the first of the process
     if len(sys.argv) >= 2 and sys.argv[1] in _WORKLOAD_COMMANDS:
         app()
         return

@@ -29,13 +29,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
+
+if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1% of a cold `check` to create
+    from schedsim.graph.info import PipelineInfo
 
 __all__ = ["Program", "DagView", "batch_heads", "compiled", "stable_order", "unique"]
 
