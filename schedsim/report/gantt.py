@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -387,7 +389,6 @@ def _bars(ax: Any, x0: Any, w: Any, y0: Any, h: float, **kw: Any) -> Any:
     """One PolyCollection of the boxes [x0, x0 + w] × [y0, y0 + h] (arrays of one length, or ``y0`` a number):
     what ``Axes.broken_barh`` draws, with the vertices built by numpy rather than a Python loop per box."""
     import numpy as np
-    from matplotlib.collections import PolyCollection
 
     x0 = np.asarray(x0, dtype=float)
     x1 = x0 + np.asarray(w, dtype=float)
@@ -395,9 +396,67 @@ def _bars(ax: Any, x0: Any, w: Any, y0: Any, h: float, **kw: Any) -> Any:
     yb = ya + h
     verts: Any = np.stack([np.stack([x0, ya], 1), np.stack([x0, yb], 1), np.stack([x1, yb], 1),
                            np.stack([x1, ya], 1)], 1)
-    col = PolyCollection(verts, **kw)
+    col = _boxes_class()(verts, **kw)
     ax.add_collection(col)
     return col
+
+
+_Boxes: Any = None
+
+
+def _boxes_class() -> Any:
+    """The PolyCollection of :func:`_bars` (made on first use: matplotlib is imported lazily).
+
+    Agg draws it as any PolyCollection. While its ``compound`` is set (:func:`_compound_boxes`, around a vector
+    output), a collection that is not rasterized draws as one path of all its boxes, filled and stroked once:
+    the SVG backend writes a collection of distinct boxes as one ``<path>`` element per box, each with its own
+    style lookup (~0.2 ms a box; a PP8×DP128 Gantt's 2,794 boxes were 0.58 of its SVG's 0.86 s, 2-vCPU VM,
+    2026-12-01). The boxes of one collection share face, edge and width and do not overlap (one lane and
+    colour), so the figure is the same."""
+    global _Boxes
+    if _Boxes is None:
+        from matplotlib.artist import allow_rasterization
+        from matplotlib.collections import PolyCollection
+        from matplotlib.patches import PathPatch
+        from matplotlib.path import Path
+
+        class Boxes(PolyCollection):
+            compound = False
+
+            @allow_rasterization
+            def draw(self, renderer: Any) -> None:
+                if not self.compound or self.get_rasterized() or not self.get_visible():
+                    super().draw(renderer)
+                    return
+                me: Any = self
+                edge = self.get_edgecolor()
+                patch = PathPatch(Path.make_compound_path(*self.get_paths()), facecolor=self.get_facecolor()[0],
+                                  edgecolor=edge[0] if len(edge) else "none", linewidth=self.get_linewidths()[0],
+                                  antialiased=bool(me._antialiaseds[0]), transform=self.get_transform(),
+                                  joinstyle=self.get_joinstyle() or "round")  # a collection's default join
+                patch.set_figure(self.figure)
+                patch.set_clip_box(self.get_clip_box())
+                patch.set_clip_path(self.get_clip_path())
+                renderer.open_group("boxes", self.get_gid())
+                patch.draw(renderer)
+                renderer.close_group("boxes")
+                self.stale = False
+
+        _Boxes = Boxes
+    return _Boxes
+
+
+@contextmanager
+def _compound_boxes(fig: Any) -> Iterator[None]:
+    """While open, the figure's :func:`_bars` collections draw as one path each (see :func:`_boxes_class`)."""
+    cols = [c for ax in fig.axes for c in ax.collections if _Boxes is not None and isinstance(c, _Boxes)]
+    for c in cols:
+        c.compound = True
+    try:
+        yield
+    finally:
+        for c in cols:
+            c.compound = False
 
 
 def _pixel_runs(x0: Any, w: Any, px: float) -> tuple[Any, Any]:
@@ -464,18 +523,17 @@ class _GanttPen:
                          for r, k in zip((lk // ns).tolist(), lk.tolist(), strict=True)])
         y = y_of[inv.reshape(-1)]
         # colour key: the pipeline action (F/B/I/W, optimizer) of tagged rows, else the kind
+        # (the tags as categorical columns: a lane set of a 214k-op run never builds per-row tag dicts)
         keys = [kv[k] for k in kc[idx].tolist()]
-        chunk = np.zeros(len(idx), dtype=bool)
-        tags = c.tags
-        for j, i in enumerate(idx.tolist()):
-            t = tags[i]
-            if t:
-                op = t.get("pp_op")
-                if op in _PHASES:
-                    keys[j] = str(op)
-                    chunk[j] = bool(t.get("chunk", 0))
-                elif op == "optimizer":
-                    keys[j] = "optimizer"
+        ov, oc = c.tag_column("pp_op")
+        op_key = [str(v) if v in _PHASES else "optimizer" if v == "optimizer" else None for v in ov] + [None]
+        chv, chc = c.tag_column("chunk")
+        op_code = oc[idx]
+        phase = np.array([v in _PHASES for v in ov] + [False], bool)[op_code]
+        chunk = phase & np.array([bool(v) for v in chv] + [False], bool)[chc[idx]]
+        for j, k in enumerate(op_code.tolist()):
+            if op_key[k] is not None:
+                keys[j] = op_key[k]  # type: ignore[call-overload]
         colours: dict[str, int] = {}
         cid = np.empty(len(idx), dtype=np.int64)
         for j, (k, ch) in enumerate(zip(keys, chunk.tolist(), strict=True)):
@@ -509,10 +567,10 @@ class _GanttPen:
             self.boxes_drawn += len(gx)
             self.collections.append(col)
         if self.label_ok and ms > 0:
+            mv, mc = c.tag_column("mb")
             for j in np.flatnonzero(w / ms > self.min_label_frac).tolist():
                 i = int(idx[j])
-                t = tags[i]
-                text = str(t["mb"]) if t and "mb" in t else _cut(c.name[i])
+                text = str(mv[mc[i]]) if mc[i] >= 0 else _cut(c.name[i])
                 self.ax.text(x0[j] + w[j] / 2, int(y[j]), text, ha="center", va="center", fontsize=6, clip_on=True)
 
     def _exposed(self, lbl: str, c: SpanColumns, idx: Any, code: dict[str, int]) -> None:
@@ -584,14 +642,20 @@ def _draw_folded(ax: Any, hidden: dict[str, tuple[Any, Any, Any]], n_folded: int
 
 def _pipeline_rows(tl: Timeline, ranks: Any = None) -> Any:
     """Row indices (numpy int64, ascending) of ``tl.columns`` that are pipeline actions: compute spans tagged
-    with a ``stage`` and a ``pp_op`` in F/B/I/W; only on ``ranks`` (an iterable of ints) when given. The
-    resource and rank filters are numpy; the tags are read for the remaining rows only."""
+    with a ``stage`` and a ``pp_op`` in F/B/I/W; only on ``ranks`` (an iterable of ints) when given. All
+    numpy: the tags are read as categorical columns."""
+    idx = _compute_rows(tl, ranks)
+    return idx[_actions(tl.columns)[idx]]
+
+
+def _actions(c: Any) -> Any:
+    """Per row of the span columns ``c``, whether its tags make it a pipeline action: a ``stage`` and a
+    ``pp_op`` in F/B/I/W (bool array), from the tags' categorical columns."""
     import numpy as np
 
-    idx = _compute_rows(tl, ranks)
-    tags = tl.columns.tags
-    ok = [i for i in idx.tolist() if _is_action(tags[i])]
-    return np.array(ok, dtype=np.int64)
+    ov, oc = c.tag_column("pp_op")
+    _sv, sc = c.tag_column("stage")
+    return np.array([v in _PHASES for v in ov] + [False], bool)[oc] & (sc >= 0)
 
 
 def _compute_rows(tl: Timeline, ranks: Any = None) -> Any:
@@ -608,14 +672,8 @@ def _compute_rows(tl: Timeline, ranks: Any = None) -> Any:
     return np.flatnonzero(m)
 
 
-def _is_action(t: dict[str, Any]) -> bool:
-    """Whether a span's tags make it a pipeline action (a ``stage`` and a ``pp_op`` in F/B/I/W)."""
-    return bool(t) and "stage" in t and t.get("pp_op") in _PHASES
-
-
 def _action_ranks(tl: Timeline) -> list[int]:
-    """The ranks with at least one pipeline action, ascending: each rank's compute rows are read up to its first
-    action (one or a few tag reads per pipeline rank, not one per op)."""
+    """The ranks with at least one pipeline action, ascending (from the tags' categorical columns)."""
     import numpy as np
 
     idx = _compute_rows(tl)
@@ -626,9 +684,8 @@ def _action_ranks(tl: Timeline) -> list[int]:
     r, idx = r[o], idx[o]
     starts = np.flatnonzero(np.concatenate([[True], r[1:] != r[:-1]]))
     ends = np.append(starts[1:], len(r))
-    tags = tl.columns.tags
-    return [int(r[a]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
-            if any(_is_action(tags[i]) for i in idx[a:b].tolist())]
+    act = _actions(tl.columns)[idx]
+    return [int(r[a]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True) if act[a:b].any()]
 
 
 def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
@@ -642,9 +699,8 @@ def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
     rows = _pipeline_rows(tl, ranks)
     c = tl.columns
     boxes: dict[tuple[int, str, int, int], list[Any]] = {}
-    for i, r, a, b in zip(rows.tolist(), c.rank[rows].tolist(), c.start_s[rows].tolist(), c.end_s[rows].tolist(),
-                          strict=True):
-        t = c.tags[i]
+    for t, r, a, b in zip(c.tags_of(rows.tolist()), c.rank[rows].tolist(), c.start_s[rows].tolist(),
+                          c.end_s[rows].tolist(), strict=True):
         key = (r, str(t["pp_op"]), int(t["stage"]), int(t["mb"]))
         box = boxes.get(key)
         if box is None:
@@ -1074,7 +1130,15 @@ def write_gantt(path_stem: str | Path, timelines: list[tuple[str, Timeline]], ti
     2026-12-01).
     """
     fig = draw_gantt(timelines, title, **kw)
-    return [write_figure(fig, Path(f"{path_stem}.{fmt}"), fmt) for fmt in formats]
+    paths = []
+    for fmt in formats:
+        with _compound_boxes(fig) if fmt in _VECTOR else nullcontext():
+            paths.append(write_figure(fig, Path(f"{path_stem}.{fmt}"), fmt))
+    return paths
+
+
+#: Output formats written as vector paths (the others are rasterized by Agg).
+_VECTOR = ("svg", "pdf", "ps", "eps")
 
 
 def write_pipeline(path: str | Path, tl: Timeline, title: str = "", mode: str = "steps",
