@@ -205,3 +205,27 @@ def test_action_ranks_find_ranks_whose_actions_come_after_other_compute():
     assert G._action_ranks(tl) == [0, 2]
     assert G.pipeline_lanes(tl).shown == [0, 2]
     assert [s.id for s in G.pipeline_view(tl).spans] == ["F0.0@r0", "B2.0@r2"]
+
+
+def test_tags_of_gives_the_rows_tags_in_order_from_either_form():
+    # per-row dicts, and the coded tags of a simulated pipeline: each asked row's dict, in the order asked
+    spans = [Span(f"F0.{i}@r0", f"F0.{i}", 0, "s0", "matmul", "compute", i, i + 1,
+                  tags={"pp_op": "F", "stage": 0, "mb": i} if i % 3 else {}) for i in range(7)]
+    rows = [5, 0, 3, 4]
+    want = [{"pp_op": "F", "stage": 0, "mb": 5}, {}, {}, {"pp_op": "F", "stage": 0, "mb": 4}]
+    assert Timeline("t", "predict", 1, spans=spans).columns.tags_of(rows) == want
+
+    from pathlib import Path
+
+    from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_schedule
+
+    sched = Path(__file__).resolve().parents[2] / "schedules" / "pipeline_schedules.yaml"
+    c = simulate(lower(load_schedule(sched)), load_profile("h200x2")).columns
+    assert c._tags is None  # coded
+    rows = [len(c) - 1, 0, len(c) // 2, 3]
+    got = c.tags_of(rows)
+    assert c._tags is None  # only those rows' dicts were built
+    assert got == [c.tags[i] for i in rows] and any(t.get("pp_op") == "F" for t in got)
