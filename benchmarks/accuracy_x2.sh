@@ -24,6 +24,7 @@
 # remaining cases are skipped, default 380, 520 for a part), ITERS/WARMUP (default 20/5), PYTHON (python3),
 # HOST_REPEAT (default 3: the host-bound sub-ms cases and offload run in that many fresh processes, execute and reference
 # alternating, and the summary keeps the median over processes; a process's median moves 5-10 % between processes).
+# HOST_PROCESSES (calibrate --host-processes: fresh processes that measure the host costs; default: calibrate's, 3 on CUDA).
 # Each part fits in one 600 s device call; benchmarks/executor_overhead_table.py turns both parts' summary.csv
 # into the table of benchmarks/executor_overhead.md.
 set -uo pipefail
@@ -90,6 +91,7 @@ if [ -n "$PROFILE" ]; then
   else PROF=$PROFILE; fi
 else
   step "calibrate on $NGPU rank(s)"
+  [ -n "${HOST_PROCESSES:-}" ] && CAL+=(--host-processes "$HOST_PROCESSES")
   timeout 240 $PY -m torch.distributed.run --standalone --nproc-per-node "$NGPU" -m schedsim calibrate "${CAL[@]}" \
     "${DEVOPT[@]}" --name "$PROFNAME" --base h200 --out "$PROF" || echo "calibrate FAILED ($?)"
   [ -f "$PROF" ] || { echo "no calibrated profile: predicting with the shipped h200"; PROF=h200; }

@@ -43,13 +43,17 @@ LABELS = {
 
 
 def read_rows(paths: list[Path]) -> dict[str, dict[str, str]]:
-    """Case → row over all files, later files winning."""
+    """Case → row over all files, later files winning, except that a row of a case that was not run (a
+    one-GPU run skips the 2-GPU cases) never replaces a measured one."""
     rows: dict[str, dict[str, str]] = {}
     for p in paths:
         with open(p, newline="") as f:
             for r in csv.DictReader(f):
-                if r.get("case"):
-                    rows[r["case"]] = r
+                if not r.get("case"):
+                    continue
+                if r.get("status") != "ok" and rows.get(r["case"], {}).get("status") == "ok":
+                    continue
+                rows[r["case"]] = r
     return rows
 
 

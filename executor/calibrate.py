@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from executor.calibrate_host import comm_host_costs, host_costs, tiny_mm
+from executor.calibrate_host import comm_host_costs, fresh_process_costs, host_costs, median_costs, tiny_mm
 from executor.calibrate_logs import base_profile_dict, write_profile
 from executor.calibrate_nccl import kernel_events, nccl_beside_gemm
 from schedsim.nccl_tests import format_table
@@ -98,6 +98,8 @@ class CalibrateOptions:
     quick: bool = False
     backend: str = "auto"
     device: str = "auto"
+    host_processes: int | None = None
+    """Fresh processes that measure the host costs (``None``: 3 on CUDA, 0 on CPU ranks)."""
 
 
 class _Bench:
@@ -804,6 +806,13 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
         raw["host"] = host_costs(b, log)
+        n_fresh = o.host_processes if o.host_processes is not None else (3 if ctx.cuda else 0)
+        if n_fresh > 0:
+            fresh = fresh_process_costs("cuda" if ctx.cuda else "cpu", n_fresh, log)
+            if fresh:
+                raw["host_in_process"] = dict(raw["host"])
+                raw["host_fresh_processes"] = fresh
+                raw["host"].update(median_costs(fresh))
         if ctx.cuda:
             raw["contention_copy"] = _measure_contention(b, o.quick, log)
             raw["duplex"] = _measure_duplex(b, o.quick, log)
@@ -998,6 +1007,11 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         d["gpu"]["hbm_GBps"] = round(max(cp["d2d_GBps"], 0.1), 2)
         d["gpu"]["source"] = f"CPU ranks: memory bandwidth from a host copy; peaks from {o.base!r}; {where}"
     H = raw["host"]
+    n_fresh = len(raw.get("host_fresh_processes") or [])
+    fresh_note = (f"; eager_per_op_us, event_wait_us, stream_switch_us, memcpy_call_us and the executor's extra "
+                  f"are "
+                  f"medians over {n_fresh} fresh processes (calibrate_host.fresh_process_costs; this process's "
+                  f"own figures are host_in_process in the .json)" if n_fresh else "")
     d["launch"] = {
         "eager_per_op_us": round(H["eager_per_op_us"], 2),
         "eager_per_collective_us": round(H["eager_per_collective_us"], 2),
@@ -1011,7 +1025,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         "executor_extra_per_op_us": round(H["executor_extra_per_op_us"], 2),
         **{k: round(H[k], 2) for k in ("first_op_extra_us", "first_collective_extra_us") if k in H},
         "source": (f"measured {where}: host time per call of plain PyTorch (executor/calibrate_host.py), loops of "
-                   f"200 calls with the GPU kept busy: eager_per_op_us = torch.matmul 64x64; eager_per_collective_us"
+                   f"200 calls with the GPU kept busy{fresh_note}: eager_per_op_us = torch.matmul 64x64; "
+                   f"eager_per_collective_us"
                    f" = dist.all_reduce 1 KiB alternating with that matmul (pair - matmul; alone in a loop "
                    f"{H.get('collective_loop_us', float('nan')):.2f}); first_op_extra_us / first_collective_extra_us ="
                    f" first matmul / all_reduce after a synchronize + barrier minus steady; p2p_call_us = one "
@@ -1025,7 +1040,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                    f"us/op) minus the same two-stream probe by hand ({H['by_hand_per_op_us']:.2f} us/op)"
                    if ctx.cuda else
                    f"measured on CPU ranks {where} (host time per call; no events or graphs on CPU ranks: graph "
-                   f"values from {o.base!r}); executor_extra_per_op_us = lean loop minus the same ops by hand"),
+                   f"values from {o.base!r}); executor_extra_per_op_us = lean loop minus the same ops by hand"
+                   f"{fresh_note}"),
     }
     d["gpu"]["max_connections"] = int(os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8"))
     if "nccl" in raw:

@@ -92,6 +92,10 @@ def register(app: Any) -> None:
         quick: bool = typer.Option(False, "--quick", help="Small grid and sweep (CI, smoke tests)."),
         backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo."),
         device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+        host_processes: int | None = typer.Option(
+            None, "--host-processes", min=0,
+            help="Fresh processes that measure the host cost per call by kind; the profile keeps their median "
+                 "(a process's host speed varies from process to process).", show_default="3 on CUDA, 0 on CPU"),
     ) -> None:
         """Measure a hardware profile (under torchrun): GEMMs, collectives, p2p, copies, launch overhead, contention."""
         if from_nccl_tests:
@@ -105,5 +109,6 @@ def register(app: Any) -> None:
         opts = CalibrateOptions(schedules=list(schedules or []), sets=list(set_ or []), out=out, name=name, base=base,
                                 dtypes=[d.strip() for d in dtypes.split(",") if d.strip()], extra_gemms=list(gemm),
                                 grid=grid, max_bytes=int(max_bytes), min_bytes=int(min_bytes), factor=factor,
-                                iters=iters, quick=quick, backend=backend, device=device)
+                                iters=iters, quick=quick, backend=backend, device=device,
+                                host_processes=host_processes)
         run_calibrate(opts)

@@ -84,3 +84,18 @@ def test_a_case_measured_in_several_processes_is_judged_by_their_median(tmp_path
     assert rep["processes"] == 3
     assert rep["meas_s"] == pytest.approx(P * 1.10)
     assert rep["error"] == pytest.approx(1 / 1.10 - 1)
+
+
+def test_overhead_table_a_skipped_case_never_replaces_a_measured_one(tmp_path):
+    """A one-GPU run writes 'skipped' rows for the 2-GPU cases; combined after a 2-GPU run, those keep the
+    measured rows, while a later measured row does replace an earlier one."""
+    mod = _bench_module("executor_overhead_table")
+    cols = "case,status,measured_ms,handwritten_ms,note\n"
+    a, b = tmp_path / "x2.csv", tmp_path / "x1.csv"
+    a.write_text(cols + "tp_ffn_tp2,ok,0.311,0.2301,\noffload_1gpu,ok,6.79,6.51,\n")
+    b.write_text(cols + "tp_ffn_tp2,skipped,,,skipped: needs 2 GPUs\noffload_1gpu,ok,6.38,6.28,\n"
+                 "small_ops_eager_1gpu,skipped,,,skipped: time budget\n")
+    rows = mod.read_rows([a, b])
+    assert rows["tp_ffn_tp2"]["measured_ms"] == "0.311"
+    assert rows["offload_1gpu"]["measured_ms"] == "6.38"
+    assert rows["small_ops_eager_1gpu"]["status"] == "skipped"  # nothing measured before: the skip is kept

@@ -121,8 +121,8 @@ def gloo2_jobs(base: Path) -> dict[str, list[str]]:
                     "--iters", "2", "--warmup", "1", "--no-gantt", "--out", str(base / "pp_unit")],
         "calibrate": ["calibrate", "schedules/tp_ffn.yaml", "--set", "hidden=32", "--set", "ffn=64", "--set",
                       "seq=8", "--set", "batch=2", "--no-grid", "--gemm", "32x32x32", "--quick", "--iters", "3",
-                      "--min-bytes", "1024", "--max-bytes", "16384", "--factor", "16", "--out",
-                      str(base / "cpu_cal.yaml")],
+                      "--min-bytes", "1024", "--max-bytes", "16384", "--factor", "16", "--host-processes", "2",
+                      "--out", str(base / "cpu_cal.yaml")],
         "lean_probe": ["python", str(DATA / "lean_order_probe.py"), str(base / "lean_order")],
         # last: test_lean times how soon the launch exits after this run's last write
         "tp_allreduce": ["execute", "schedules/tp_allreduce_graph.yaml", "--eager", "--set", "input_size=64",

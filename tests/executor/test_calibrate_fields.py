@@ -90,3 +90,33 @@ def test_duplex_factor_of_a_stream_that_made_no_progress_beside_the_other_is_not
     assert d == pytest.approx(8.5 / 4.0 - 1.0) and h == pytest.approx(0.1)
     h, d = C.duplex_factors(4.0, 4.0, 5.0, 4.4)  # the docstring's case: work beside the first stream is positive
     assert (round(h, 4), round(d, 4)) == (0.2941, 0.1)
+
+
+def test_median_costs_per_kind_and_executor_extra_stays_the_difference() -> None:
+    from executor.calibrate_host import median_costs
+
+    runs = [{"eager_per_op_us": 12.0, "executor_lean_per_op_us": 15.0, "by_hand_per_op_us": 14.0,
+             "executor_extra_per_op_us": 1.0, "event_wait_us": 3.0},
+            {"eager_per_op_us": 23.5, "executor_lean_per_op_us": 29.0, "by_hand_per_op_us": 28.5,
+             "executor_extra_per_op_us": 0.5},
+            {"eager_per_op_us": 16.0, "executor_lean_per_op_us": 18.0, "by_hand_per_op_us": 19.0,
+             "executor_extra_per_op_us": 0.0, "event_wait_us": 5.0}]
+    m = median_costs(runs)
+    assert m["eager_per_op_us"] == 16.0 and m["event_wait_us"] == 4.0  # a kind only two processes measured
+    # median lean 18.0 minus median by hand 19.0 is < 0: no extra (not the median of the three extras, 0.5)
+    assert m["executor_extra_per_op_us"] == 0.0
+    assert median_costs([]) == {}
+
+
+def test_fresh_process_is_a_world_of_one_whatever_the_launcher_set(monkeypatch) -> None:
+    """Under torchrun, rank 0's child must not join the parent's process group (it would hang)."""
+    from executor.calibrate_host import fresh_process_costs
+
+    for k, v in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "x"}.items():
+        monkeypatch.setenv(k, v)
+    logs: list[str] = []
+    runs = fresh_process_costs("cpu", 1, logs.append, timeout_s=120)
+    assert len(runs) == 1, logs
+    assert runs[0]["eager_per_op_us"] > 0 and runs[0]["memcpy_call_us"] > 0 and "event_wait_us" not in runs[0]
+    assert logs and logs[0].startswith("[launch] fresh process 1/1: eager_per_op_us")

@@ -117,6 +117,15 @@ def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(gloo2, tmp_pat
     assert any(e[1:4] == (32, 32, 32) for e in p.gemm.entries)
     raw = json.loads(prof.with_suffix(".json").read_text())
     assert all(row["wrong"] == 0 for rows in raw["collectives"].values() for row in rows)
+    # host costs by kind: the median over 2 fresh processes (--host-processes 2), the in-process figures kept
+    fresh = raw["host_fresh_processes"]
+    assert len(fresh) == 2 and "[launch] fresh process 2/2" in r.stdout
+    assert raw["host_in_process"]["eager_per_op_us"] > 0
+    for k in ("eager_per_op_us", "memcpy_call_us"):
+        assert raw["host"][k] == pytest.approx((fresh[0][k] + fresh[1][k]) / 2)
+    assert p.launch.eager_per_op_us == round(raw["host"]["eager_per_op_us"], 2)
+    assert p.launch.memcpy_call_us == round(raw["host"]["memcpy_call_us"], 2)
+    assert "medians over 2 fresh processes" in p.launch.source
     from typer.testing import CliRunner
 
     res = CliRunner().invoke(app, ["predict", "schedules/tp_ffn.yaml", "--set", "tp=2", "--profile", str(prof),
