@@ -6,13 +6,7 @@
 #   OUT=dir REPS=4 [PINS='none core'] [LAUNCHES='eager graph'] bash benchmarks/probe_host_spread.sh
 set -uo pipefail
 OUT=${OUT:-probe_host_spread_out}; REPS=${REPS:-4}; W=/tmp/hs_work; rm -rf $W; mkdir -p "$OUT" $W
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
-export OMP_NUM_THREADS=1
-if [ -d .whl ] && ! python3 -c "import pydantic" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+. benchmarks/device_env.sh  # multicast off, carried wheels, PYTHONPATH
 {
 lscpu | grep -E "Model name|^CPU\(s\)|NUMA|MHz|Thread"
 cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null || echo "no cpufreq governor visible"

@@ -60,7 +60,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from executor.calibrate_host import comm_host_costs, fresh_process_costs, host_costs, median_costs, tiny_mm
+from executor.calibrate_host import (
+    comm_host_costs,
+    fresh_process_costs,
+    host_costs,
+    launch_fields,
+    median_costs,
+    tiny_mm,
+)
 from executor.calibrate_logs import base_profile_dict, write_profile
 from executor.calibrate_nccl import kernel_events, nccl_beside_gemm
 from schedsim.nccl_tests import format_table
@@ -1013,17 +1020,10 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                   f"medians over {n_fresh} fresh processes (calibrate_host.fresh_process_costs; this process's "
                   f"own figures are host_in_process in the .json)" if n_fresh else "")
     d["launch"] = {
-        "eager_per_op_us": round(H["eager_per_op_us"], 2),
-        "eager_per_collective_us": round(H["eager_per_collective_us"], 2),
+        "p2p_call_us": None, "batch_p2p_call_us": None, "event_wait_us": None,  # measured only where they exist
+        **launch_fields(H),
         "graph_launch_us": round(L.get("graph_launch_us", d["launch"]["graph_launch_us"]), 2),
         "graph_per_op_us": round(L.get("graph_per_op_us", d["launch"]["graph_per_op_us"]), 3),
-        "p2p_call_us": round(H["p2p_call_us"], 2) if "p2p_call_us" in H else None,
-        "batch_p2p_call_us": round(H["batch_p2p_call_us"], 2) if "batch_p2p_call_us" in H else None,
-        "event_wait_us": round(H["event_wait_us"], 2) if "event_wait_us" in H else None,
-        "memcpy_call_us": round(H["memcpy_call_us"], 2),
-        **({"stream_switch_us": round(H["stream_switch_us"], 2)} if "stream_switch_us" in H else {}),
-        "executor_extra_per_op_us": round(H["executor_extra_per_op_us"], 2),
-        **{k: round(H[k], 2) for k in ("first_op_extra_us", "first_collective_extra_us") if k in H},
         "source": (f"measured {where}: host time per call of plain PyTorch (executor/calibrate_host.py), loops of "
                    f"200 calls with the GPU kept busy{fresh_note}: eager_per_op_us = torch.matmul 64x64; "
                    f"eager_per_collective_us"

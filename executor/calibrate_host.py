@@ -64,7 +64,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["comm_host_costs", "fresh_process_costs", "host_costs", "median_costs", "tiny_mm"]
+__all__ = ["HOST_FIELDS", "comm_host_costs", "fresh_process_costs", "host_costs", "launch_fields", "measure_here",
+           "median_costs", "tiny_mm"]
+
+#: the profile's ``launch:`` fields that are host costs measured here (µs per call)
+HOST_FIELDS = ("eager_per_op_us", "eager_per_collective_us", "p2p_call_us", "batch_p2p_call_us", "event_wait_us",
+               "memcpy_call_us", "stream_switch_us", "executor_extra_per_op_us", "first_op_extra_us",
+               "first_collective_extra_us")
 
 N = 200
 
@@ -271,6 +277,30 @@ def comm_host_costs(b: Any) -> dict[str, float]:
         y = torch.empty_like(x)
         res["batch_p2p_call_us"] = timed(
             lambda: dist.batch_isend_irecv([dist.P2POp(dist.isend, x, nxt), dist.P2POp(dist.irecv, y, prv)]))
+    return res
+
+
+def launch_fields(costs: dict[str, float]) -> dict[str, float]:
+    """The :data:`HOST_FIELDS` that ``costs`` has, rounded to 0.01 µs: the profile's ``launch:`` values."""
+    return {k: round(float(costs[k]), 2) for k in HOST_FIELDS if k in costs}
+
+
+def measure_here(ctx: Any) -> dict[str, float] | None:
+    """Every rank, together: the host costs of *this* process, as ``schedsim calibrate`` measures them.
+
+    Rank 0 runs :func:`host_costs` (the others wait), then every rank :func:`comm_host_costs` (collective
+    calls, so all ranks take part). Takes about 1–3 s. Returns rank 0's figures on rank 0, ``None``
+    elsewhere.
+    """
+    from executor.calibrate import _Bench
+
+    b = _Bench(ctx, 1)
+    res = host_costs(b, lambda _msg: None) if ctx.rank == 0 else {}
+    ctx.barrier()
+    comm = comm_host_costs(b)
+    if ctx.rank != 0:
+        return None
+    res.update(comm)
     return res
 
 

@@ -43,6 +43,11 @@ def register(app: Any) -> None:
                                                   show_default="the schedule's launch"),
         compare: bool = typer.Option(False, "--compare", help="Also predict with --profile and compare."),
         profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile for --compare."),
+        measure_host: bool = typer.Option(
+            False, "--measure-host",
+            help="After the timed iterations, measure plain PyTorch's host cost per call by kind in this process "
+                 "(as calibrate does; meta.host_costs_us), and with --compare predict with them in place of the "
+                 "profile's: a process's host speed varies between processes, which host-bound schedules show."),
         backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo."),
         device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
         gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw Gantt charts."),
@@ -63,7 +68,7 @@ def register(app: Any) -> None:
 
             raise ExecError(f"--backend {backend} --device {device}: use auto|nccl|gloo and auto|cuda|cpu")
         opts = RunOptions(iters=iters, warmup=warmup, lean_iters=lean_iters, timeout_s=timeout, check=check,
-                          profiler=profiler, nvtx=nvtx, seed=seed)
+                          profiler=profiler, nvtx=nvtx, seed=seed, measure_host=measure_host)
         run_execute(file, set_ or [], out, opts, compare=compare, profile=profile, backend=backend, device=device,
                     gantt=gantt, cuda_graph=cuda_graph, max_connections=max_connections)
 

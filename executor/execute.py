@@ -171,6 +171,7 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
             runner._one = one_with_reset  # type: ignore[method-assign]
         runner.run()
         check_res = checker.verify() if checker is not None else None
+        host_costs = _measure_host(opts, ctx, runner)
         prof_map = None
         if opts.profiler and runner.prof_trace is not None:
             from executor.profiling import map_trace, save_trace
@@ -179,7 +180,7 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
             prof_map = map_trace(trace, [o.name for o in runner.ops])
         payload = {"times": runner.times_dict(), "env": rank_env(ctx), "check": check_res, "profile": prof_map,
                    "notes": runner.notes() if rank == 0 else None, "timing": runner.timing_mode,
-                   "nvtx": getattr(runner, "nvtx_how", None)}
+                   "nvtx": getattr(runner, "nvtx_how", None), "host_costs": host_costs}
         gathered = ctx.gather(payload)
     except (ExecError, KeyboardInterrupt, RuntimeError) as e:
         _fail(e, rank, outdir, G, spec, runner, launch)
@@ -204,6 +205,16 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
         exit_now(2 if err is not None else 0)
     if err is not None:
         raise err
+
+
+def _measure_host(opts: Any, ctx: Any, runner: Any) -> dict[str, float] | None:
+    """With ``--measure-host``: this process's host costs by kind (rank 0's; ``None`` elsewhere or without it)."""
+    if not getattr(opts, "measure_host", False):
+        return None
+    from executor.calibrate_host import measure_here
+
+    runner.phase = "host costs"
+    return measure_here(ctx)
 
 
 def _fail(e: BaseException, rank: int, outdir: Path, G: Any, spec: Any, runner: Any, launch: str) -> None:
@@ -256,6 +267,11 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         "uninstrumented": "compiled flat step list per rank (executor.lean): launches, cross-stream event waits, "
                           "one end event per stream; timed like the hand-written references (benchmarks/handwritten)",
     }
+    host = gathered[0].get("host_costs")
+    if host:
+        meta["host_costs_us"] = dict(host)
+        meta["host_costs"] = ("plain PyTorch's host cost per call by kind, measured in rank 0's process after the "
+                              "timed iterations (--measure-host; executor.calibrate_host.measure_here)")
     if timing == "cuda_graph_replay_total":
         meta["note"] = "per-op times are unavailable inside this CUDA graph: every op spans the whole replay"
     checks = [p["check"] for p in gathered if p.get("check")]
@@ -305,7 +321,20 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         # and with the GPUs' idle between the timed iterations, which sets their steady power state
         from schedsim.sim.power import iteration_gap_of
 
-        pred, _m, ppaths = predict_to_dir(file, sets, profile, outdir / "predicted", launch, gantt,
+        prof: Any = profile
+        if host:  # predict with this process's host costs in place of the profile's (--measure-host)
+            from executor.calibrate_host import launch_fields
+            from schedsim.hardware.profile import HardwareProfile, load_profile
+
+            d = load_profile(profile).model_dump()
+            d["name"] = f"{d['name']}+host_of_this_run"
+            d["launch"].update(launch_fields(host))
+            d["launch"]["source"] = (f"{d['launch']['source']}; host costs per call replaced by those measured in "
+                                     "this run's rank 0 process (--measure-host, meta.host_costs_us)")
+            prof = HardwareProfile.model_validate(d)
+            print(f"--compare predicts with {profile!r} and this process's host costs: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in launch_fields(host).items()), flush=True)
+        pred, _m, ppaths = predict_to_dir(file, sets, prof, outdir / "predicted", launch, gantt,
                                           max_connections=int(conn) if conn else None,
                                           iteration_gap_s=iteration_gap_of(tl.meta, tl.world_size))
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt)

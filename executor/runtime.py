@@ -91,6 +91,10 @@ class RunOptions:
         Real data through ``--check`` bindings, verified after the run.
     nvtx : bool
         NVTX range per op (CUDA only).
+    measure_host : bool
+        After the run, measure the host cost per call by kind in this process
+        (:func:`executor.calibrate_host.host_costs` on rank 0, :func:`~executor.calibrate_host.comm_host_costs`
+        on every rank).
     """
 
     iters: int = 20
@@ -102,6 +106,7 @@ class RunOptions:
     check: bool = False
     nvtx: bool = True
     seed: int = 0
+    measure_host: bool = False
 
 
 def nvtx_fns() -> tuple[Callable[[str], Any], Callable[[], Any], str]:

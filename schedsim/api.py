@@ -29,6 +29,7 @@ from schedsim.results import OMIT_NONE, to_dict
 
 if TYPE_CHECKING:
     from schedsim.compare import Comparison
+    from schedsim.hardware.profile import HardwareProfile
     from schedsim.sim.metrics import Metrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
     from schedsim.sim.timeline import Timeline
@@ -227,14 +228,15 @@ def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
                    "(timeline.json has every op)")
 
 
-def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path | None, launch: str | None,
+def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwareProfile, out: Path | None,
+                   launch: str | None,
                    gantt: bool = True, trace: bool | None = None,
                    **sim: Any) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
     ``schedsim_out/<safe schedule name>``), all or nothing, replacing an earlier run's set whole; the cyclic
     GC is paused throughout (the DAG and timeline are millions of acyclic objects). Returns
-    ``(timeline, metrics, paths written)``.
+    ``(timeline, metrics, paths written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
 
     Raises
     ------
@@ -253,7 +255,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str, out: Path |
 
     with paused_gc():
         spec = load_schedule(file, parse_overrides(sets or []))
-        prof = load_profile(profile)
+        prof = load_profile(profile) if isinstance(profile, str) else profile
         run = simulate_spec(spec, prof, file=file, launch=launch, progress=True,
                             meta={"file": str(file), "set": list(sets or [])}, **sim)
         tl, metrics = run.timeline, run.metrics

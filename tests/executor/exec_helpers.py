@@ -127,7 +127,7 @@ def gloo2_jobs(base: Path) -> dict[str, list[str]]:
         # last: test_lean times how soon the launch exits after this run's last write
         "tp_allreduce": ["execute", "schedules/tp_allreduce_graph.yaml", "--eager", "--set", "input_size=64",
                          "--set", "output_size=64", "--set", "layers=2", "--iters", "2", "--warmup", "1",
-                         "--no-gantt", "--compare", "--out", str(base / "ar"), "--timeout", "30"],
+                         "--no-gantt", "--compare", "--measure-host", "--out", str(base / "ar"), "--timeout", "30"],
     }
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from exec_helpers import torchrun
+from exec_helpers import ROOT, torchrun
 
 from executor.lean import compile_cuda, p2p_batches, tf32_plan
 
@@ -123,6 +123,37 @@ def test_execute_2_ranks_exits_within_seconds_of_its_last_write_and_warns_on_cpu
     assert "calibrate --backend gloo" in r.stdout + r.stderr
     tl = json.loads((out / "timeline.json").read_text())
     assert tl["meta"]["makespan_uninstrumented_s"] > 0
+
+
+def test_measure_host_compares_with_this_process_host_costs(gloo2, tmp_path) -> None:
+    """``--measure-host``: rank 0's host costs by kind land in the meta, and ``--compare`` predicts with them in
+    place of the profile's: the same prediction made here from h200 and those costs agrees to the ns."""
+    from executor.calibrate_host import launch_fields
+    from schedsim.api import predict_to_dir
+    from schedsim.hardware.profile import HardwareProfile, load_profile
+    from schedsim.sim.power import iteration_gap_of
+    from schedsim.sim.timeline import Timeline
+
+    r, base = gloo2["tp_allreduce"]
+    out = base / "ar"
+    assert r.returncode == 0, r.stderr[-3000:]
+    tl = Timeline.read_json(out / "timeline.json")
+    host = tl.meta["host_costs_us"]
+    assert host["eager_per_op_us"] > 0 and host["memcpy_call_us"] > 0 and host["p2p_call_us"] > 0
+    assert "eager_per_collective_us" in host and "first_op_extra_us" in host and "event_wait_us" not in host
+    assert "--compare predicts with 'h200' and this process's host costs: eager_per_op_us" in r.stdout
+    pred = Timeline.read_json(out / "predicted" / "timeline.json")
+    assert pred.profile == "h200+host_of_this_run"
+    d = load_profile("h200").model_dump()
+    d["launch"].update(launch_fields(host))
+    sets = ["input_size=64", "output_size=64", "layers=2"]
+    kw = {"max_connections": None, "iteration_gap_s": iteration_gap_of(tl.meta, tl.world_size)}
+    yml = ROOT / "schedules" / "tp_allreduce_graph.yaml"
+    ours, _m, _p = predict_to_dir(yml, sets, HardwareProfile.model_validate(d), tmp_path / "ours", "eager",
+                                  gantt=False, **kw)
+    plain, _m, _p = predict_to_dir(yml, sets, "h200", tmp_path / "plain", "eager", gantt=False, **kw)
+    assert ours.makespan_s == pytest.approx(pred.makespan_s, rel=0, abs=1e-9)
+    assert plain.makespan_s != pytest.approx(pred.makespan_s, rel=1e-3)  # the host costs did change it
 
 
 @pytest.mark.slow
