@@ -5,7 +5,8 @@
         [--goal-pct 3]
 
 Reads every ``summary.csv`` given (``accuracy_x2_summary.py`` columns; a case in a later file replaces
-the same case in an earlier one, so part 1 and part 2 of a run, or a re-run of one case, combine) and
+the same case in an earlier one, so part 1 and part 2 of a run, or a re-run of one case, combine; a case a
+later run skipped keeps its measured row, while one that ran and failed replaces it) and
 replaces the text between ``<!-- overhead-table:begin -->`` and ``<!-- overhead-table:end -->`` in the
 Markdown file (the markers are appended at the end if absent). The file is written atomically.
 
@@ -51,7 +52,7 @@ def read_rows(paths: list[Path]) -> dict[str, dict[str, str]]:
             for r in csv.DictReader(f):
                 if not r.get("case"):
                     continue
-                if r.get("status") != "ok" and rows.get(r["case"], {}).get("status") == "ok":
+                if (r.get("status") or "").startswith("skipped") and rows.get(r["case"], {}).get("status") == "ok":
                     continue
                 rows[r["case"]] = r
     return rows

@@ -816,10 +816,14 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         n_fresh = o.host_processes if o.host_processes is not None else (3 if ctx.cuda else 0)
         if n_fresh > 0:
             fresh = fresh_process_costs("cuda" if ctx.cuda else "cpu", n_fresh, log)
+            raw["host_fresh_requested"] = n_fresh
             if fresh:
                 raw["host_in_process"] = dict(raw["host"])
                 raw["host_fresh_processes"] = fresh
                 raw["host"].update(median_costs(fresh))
+            else:
+                log(f"[launch] none of the {n_fresh} fresh processes finished: the launch section keeps this "
+                    "process's own host costs")
         if ctx.cuda:
             raw["contention_copy"] = _measure_contention(b, o.quick, log)
             raw["duplex"] = _measure_duplex(b, o.quick, log)
@@ -1014,11 +1018,14 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         d["gpu"]["hbm_GBps"] = round(max(cp["d2d_GBps"], 0.1), 2)
         d["gpu"]["source"] = f"CPU ranks: memory bandwidth from a host copy; peaks from {o.base!r}; {where}"
     H = raw["host"]
-    n_fresh = len(raw.get("host_fresh_processes") or [])
-    fresh_note = (f"; eager_per_op_us, event_wait_us, stream_switch_us, memcpy_call_us and the executor's extra "
-                  f"are "
-                  f"medians over {n_fresh} fresh processes (calibrate_host.fresh_process_costs; this process's "
-                  f"own figures are host_in_process in the .json)" if n_fresh else "")
+    fresh = raw.get("host_fresh_processes") or []
+    fresh_kinds = [k for k in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
+                               "executor_extra_per_op_us") if any(k in f for f in fresh)]
+    fresh_note = (f"; {', '.join(fresh_kinds)} are medians over {len(fresh)} fresh processes "
+                  f"(calibrate_host.fresh_process_costs; this process's own figures are host_in_process in the .json)"
+                  if fresh else
+                  f"; none of the {raw['host_fresh_requested']} fresh processes asked for finished: this process's "
+                  f"own host costs" if raw.get("host_fresh_requested") else "")
     d["launch"] = {
         "p2p_call_us": None, "batch_p2p_call_us": None, "event_wait_us": None,  # measured only where they exist
         **launch_fields(H),

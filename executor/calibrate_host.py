@@ -310,7 +310,7 @@ _LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
 
 
 def fresh_process_costs(device: str, n: int, log: Callable[[str], None],
-                        timeout_s: float = 180.0) -> list[dict[str, float]]:
+                        timeout_s: float = 60.0) -> list[dict[str, float]]:
     """:func:`host_costs` measured in ``n`` fresh processes, one after another.
 
     Each is ``python -m executor.calibrate_host --device DEVICE`` with the launcher's variables
@@ -339,7 +339,11 @@ def fresh_process_costs(device: str, n: int, log: Callable[[str], None],
             log(f"[launch] fresh process {i + 1}/{n} failed (exit {p.returncode}), left out: "
                 f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
             continue
-        costs = {k: float(v) for k, v in json.loads(lines[-1]).items()}
+        try:
+            costs = {str(k): float(v) for k, v in json.loads(lines[-1]).items()}
+        except (ValueError, TypeError, AttributeError) as e:
+            log(f"[launch] fresh process {i + 1}/{n}: unreadable result ({e}), left out")
+            continue
         log(f"[launch] fresh process {i + 1}/{n}: " + ", ".join(f"{k} {v:.2f}" for k, v in costs.items()))
         out.append(costs)
     return out
@@ -370,8 +374,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from executor.calibrate import _Bench
     from executor.dist import setup_dist
+    from schedsim.errors import SchedsimError
 
-    ctx = setup_dist("auto" if args.device != "cpu" else "gloo", args.device, 60.0, [(0,)])
+    try:
+        ctx = setup_dist("auto" if args.device != "cpu" else "gloo", args.device, 60.0, [(0,)])
+    except SchedsimError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         res = host_costs(_Bench(ctx, 1), lambda _msg: None)
     finally:

@@ -98,9 +98,10 @@ def register(app: Any) -> None:
         backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo."),
         device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
         host_processes: int | None = typer.Option(
-            None, "--host-processes", min=0,
-            help="Fresh processes that measure the host cost per call by kind; the profile keeps their median "
-                 "(a process's host speed varies from process to process).", show_default="3 on CUDA, 0 on CPU"),
+            None, "--host-processes", min=0, max=8,
+            help="Fresh processes (0-8, up to 60 s each while the other ranks wait) that measure the host cost per "
+                 "call by kind; the profile keeps their median (a process's host speed varies from process to "
+                 "process).", show_default="3 on CUDA, 0 on CPU"),
     ) -> None:
         """Measure a hardware profile (under torchrun): GEMMs, collectives, p2p, copies, launch overhead, contention."""
         if from_nccl_tests:

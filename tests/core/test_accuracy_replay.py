@@ -97,5 +97,8 @@ def test_overhead_table_a_skipped_case_never_replaces_a_measured_one(tmp_path):
                  "small_ops_eager_1gpu,skipped,,,skipped: time budget\n")
     rows = mod.read_rows([a, b])
     assert rows["tp_ffn_tp2"]["measured_ms"] == "0.311"
+    c = tmp_path / "rerun.csv"
+    c.write_text(cols + "tp_ffn_tp2,failed: timeout,,,\n")  # a re-run that ran and failed is news: it replaces
+    assert mod.read_rows([a, b, c])["tp_ffn_tp2"]["status"] == "failed: timeout"
     assert rows["offload_1gpu"]["measured_ms"] == "6.38"
     assert rows["small_ops_eager_1gpu"]["status"] == "skipped"  # nothing measured before: the skip is kept

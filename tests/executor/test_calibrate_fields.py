@@ -120,3 +120,26 @@ def test_fresh_process_is_a_world_of_one_whatever_the_launcher_set(monkeypatch) 
     assert len(runs) == 1, logs
     assert runs[0]["eager_per_op_us"] > 0 and runs[0]["memcpy_call_us"] > 0 and "event_wait_us" not in runs[0]
     assert logs and logs[0].startswith("[launch] fresh process 1/1: eager_per_op_us")
+
+
+def test_fresh_process_with_unreadable_or_failed_output_is_left_out(monkeypatch) -> None:
+    import subprocess
+
+    from executor import calibrate_host as CH
+
+    outs = iter([subprocess.CompletedProcess([], 0, "{not json\n", ""),
+                 subprocess.CompletedProcess([], 1, "", "Traceback ...\nImportError: no torch\n"),
+                 subprocess.CompletedProcess([], 0, 'noise\n{"eager_per_op_us": 12.5}\n', "")])
+    monkeypatch.setattr(CH.subprocess, "run", lambda *a, **k: next(outs))
+    logs: list[str] = []
+    assert CH.fresh_process_costs("cpu", 3, logs.append) == [{"eager_per_op_us": 12.5}]
+    assert "1/3: unreadable result" in logs[0] and "2/3 failed (exit 1), left out: ImportError: no torch" in logs[1]
+
+
+def test_calibrate_host_main_without_cuda_is_a_clean_error(capsys, monkeypatch) -> None:
+    from executor import calibrate_host as CH
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert CH.main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device cuda: CUDA is not available") and "Traceback" not in err

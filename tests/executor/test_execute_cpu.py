@@ -125,7 +125,9 @@ def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(gloo2, tmp_pat
         assert raw["host"][k] == pytest.approx((fresh[0][k] + fresh[1][k]) / 2)
     assert p.launch.eager_per_op_us == round(raw["host"]["eager_per_op_us"], 2)
     assert p.launch.memcpy_call_us == round(raw["host"]["memcpy_call_us"], 2)
-    assert "medians over 2 fresh processes" in p.launch.source
+    assert "eager_per_op_us, memcpy_call_us, executor_extra_per_op_us are medians over 2 fresh processes" in \
+        p.launch.source  # only the kinds a CPU rank measures
+    assert raw["host_fresh_requested"] == 2
     from typer.testing import CliRunner
 
     res = CliRunner().invoke(app, ["predict", "schedules/tp_ffn.yaml", "--set", "tp=2", "--profile", str(prof),
