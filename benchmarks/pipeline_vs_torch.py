@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import tempfile
 import time
@@ -32,6 +33,9 @@ from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# as the CLI starts (schedsim.cli.main): numpy's OpenBLAS with one thread, whose pool would otherwise spin on
+# the other cores at import and count in this process's CPU time
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 #: The GPU models timed: the unit profile's own (processor sharing, the pipeline papers' ideal kernels; its

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import tempfile
 import time
@@ -22,6 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# as the CLI starts (schedsim.cli.main): numpy's OpenBLAS with one thread, whose pool would otherwise spin on
+# the other cores at import and count in this process's CPU time
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def stages(world: int, chunks: int) -> list[tuple[str, float]]:
