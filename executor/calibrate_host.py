@@ -43,9 +43,10 @@ there (``event_wait_us`` is left out).
 
 **Fresh processes.** The host cost of one call is a property of the *process* as much as of the machine:
 on one H200 host (2026-12-02 03:43–03:51 UTC) small_ops eager took 2.32, 2.57, 3.05, 3.38 and 3.78 ms in
-five fresh ``schedsim execute`` processes (and 2.48–3.98 ms in five hand-written ones), most of each
-one's 20 iterations within ±3 % of its median, while the calibration process, after a minute of GEMM and copy benchmarks,
-measured 23.5 µs per matmul launch: its prediction of that case was +58 % against the median process.
+five fresh ``schedsim execute`` processes (and 2.48–3.98 ms in five hand-written ones), most of each one's
+20 iterations within ±3 % of its median, while the calibration process, after a minute of GEMM and copy
+benchmarks, measured 23.5 µs per matmul launch: its prediction of that case was +58 % against the median
+process.
 So ``schedsim calibrate`` also runs :func:`host_costs` in ``--host-processes`` fresh, short-lived processes
 (``python -m executor.calibrate_host``: the schedule's processes are like those) and writes the median over
 them per kind (:func:`fresh_process_costs`, :func:`median_costs`); the in-process figures stay in the
