@@ -54,7 +54,9 @@ breaks ties, so runs are deterministic (the SimPy ``Environment`` pattern).
     1/(1+beta) while a kernel runs beside them; a collective spanning several
     ranks progresses at the slowest of its ranks' rates;
   - copies share their copy engine (one per direction) and run at 1/(1+delta)
-    beside a kernel.
+    beside a kernel, and an h2d copy at 1/(1+rho_h2d) while the d2h engine copies
+    (d2h at 1/(1+rho_d2h) while h2d copies; ``contention.h2d_slowdown_beside_d2h`` and
+    ``d2h_slowdown_beside_h2d``, :func:`schedsim.sim.gpu_model.copy_rate`).
 
 What it does not model
 ----------------------
@@ -412,6 +414,18 @@ def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float]
         heapq.heappush(heap, (t + jrem[j] / new, next(counter), j, v))
 
 
+def _sharing_copy_rate(cq: list[int], res: int, delta: float, rho: dict[int, float]) -> float:
+    """Rate of a copy on engine ``res`` (2 h2d, 3 d2h, 4 d2d) of a rank whose running jobs per resource are
+    ``cq``: its engine shared by ``cq[res]`` copies, 1/(1+delta) beside a kernel, 1/(1+rho[res]) while the
+    reverse direction's engine copies (:func:`schedsim.sim.gpu_model.copy_rate`)."""
+    new = 1.0 / cq[res]
+    if cq[0]:
+        new /= 1.0 + delta
+    if res != 4 and cq[5 - res] and rho[res]:
+        new /= 1.0 + rho[res]
+    return new
+
+
 def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
     """The processor-sharing loop (module docstring)."""
     ids, ops, N, world, npred, succ = c.ids, c.ops, c.N, c.world, c.npred, c.succ
@@ -422,6 +436,8 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
     cn = profile.contention
     alpha, beta = cn.compute_slowdown_with_comm, cn.comm_slowdown_with_compute
     gamma, delta = cn.compute_slowdown_with_copy, cn.copy_slowdown_with_compute
+    # an h2d (res 2) and a d2h copy (res 3) at once slow each other (gpu_model.copy_rate's ρ): rho[res]
+    rho = {2: cn.h2d_slowdown_beside_d2h, 3: cn.d2h_slowdown_beside_h2d}
 
     # SM demand of compute jobs (fraction of the GPU), see the module docstring
     job_dem = [1.0] * J
@@ -457,6 +473,10 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
     }
     for cres in (2, 3, 4):
         affects[cres] = {cres} | ({0} if gamma else set())
+    if rho[3]:
+        affects[2].add(3)  # the d2h copies' rate follows the h2d engine's
+    if rho[2]:
+        affects[3].add(2)
 
     def rerate(ranks: tuple[int, ...], t: float, changed: int) -> None:
         aff = affects[changed]
@@ -491,9 +511,7 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
                     elif cq[2] or cq[3] or cq[4]:
                         new /= 1.0 + gamma
                 else:
-                    new = 1.0 / cq[res]
-                    if cq[0]:
-                        new /= 1.0 + delta
+                    new = _sharing_copy_rate(cq, res, delta, rho)
             set_rate(j, new, t, jrate, jrem, jlast, jver, heap, counter)
 
     def make_ready(i: int, t: float) -> None:

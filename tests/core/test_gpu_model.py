@@ -426,3 +426,24 @@ def test_h2d_and_d2h_copies_slow_each_other(sim_text):
         spans, _ = sim_text(HEAD % 1 + body, prof)
         assert {k: v for k, v in spans.items() if k != "X@r0"} == {k: pytest.approx(v) for k, v in expect.items()}
         assert spans["X@r0"] == pytest.approx((0.0, 20.0))  # d2d: 1e7 B read + written at 1000 GB/s, unslowed
+
+
+def test_h2d_and_d2h_copies_slow_each_other_in_the_sharing_model_too(sim_text):
+    """The duplex factors apply in the processor-sharing loop as in waves (same hand-computed spans as above)."""
+    from schedsim.hardware.profile import HardwareProfile
+
+    d = waves_profile().model_dump()
+    d["contention"].update(h2d_slowdown_beside_d2h=1.0, d2h_slowdown_beside_h2d=0.25)
+    d["gpu_model"] = "sharing"
+    prof = HardwareProfile.model_validate(d)
+    for d2h_bytes, expect in ((50_000, {"H@r0": (0.0, 13.125), "D@r0": (0.0, 6.25)}),
+                              (200_000, {"H@r0": (0.0, 20.0), "D@r0": (0.0, 24.0)})):
+        body = ("  - {name: H, kind: memcpy, direction: h2d, bytes: 100000, stream: a}\n"
+                f"  - {{name: D, kind: memcpy, direction: d2h, bytes: {d2h_bytes}, stream: b}}\n"
+                "  - {name: X, kind: memcpy, direction: d2d, bytes: 10000000, stream: c}\n")
+        spans, _ = sim_text(HEAD % 1 + body, prof)
+        assert {k: v for k, v in spans.items() if k != "X@r0"} == {k: pytest.approx(v) for k, v in expect.items()}
+        assert spans["X@r0"] == pytest.approx((0.0, 20.0))
+    d["contention"].update(h2d_slowdown_beside_d2h=0.0, d2h_slowdown_beside_h2d=0.0)  # without: 10 and 5 µs
+    spans, _ = sim_text(HEAD % 1 + body.replace("200000", "50000"), HardwareProfile.model_validate(d))
+    assert spans["H@r0"] == pytest.approx((0.0, 10.0)) and spans["D@r0"] == pytest.approx((0.0, 5.0))
