@@ -1128,12 +1128,18 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         cont["compute_slowdown_with_copy"] = round(cc["compute_slowdown_with_copy"], 4)
         cont["copy_slowdown_with_compute"] = round(cc["copy_slowdown_with_compute"], 4)
         srcs.append(f"copy factors measured {where} (bf16 GEMM series beside a pinned h2d copy vs alone)")
+    else:
+        srcs.append(f"copy factors (compute_slowdown_with_copy, copy_slowdown_with_compute) from {o.base!r}: not "
+                    "measured on these ranks")
     if "duplex" in raw:
         dx = raw["duplex"]
         cont["h2d_slowdown_beside_d2h"] = round(dx["h2d_slowdown_beside_d2h"], 4)
         cont["d2h_slowdown_beside_h2d"] = round(dx["d2h_slowdown_beside_h2d"], 4)
         srcs.append(f"duplex factors measured {where} ({int(dx['chunks'])} pinned copies of "
                     f"{int(dx['chunk_bytes']) >> 20} MiB each way, together vs alone)")
+    else:
+        srcs.append(f"duplex factors (h2d_slowdown_beside_d2h, d2h_slowdown_beside_h2d) from {o.base!r}: not "
+                    "measured on these ranks")
     if "contention_comm" in raw:
         c2 = raw["contention_comm"]
         cont["compute_slowdown_with_comm"] = round(c2["compute_slowdown_with_comm"], 4)

@@ -128,6 +128,11 @@ def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(gloo2, tmp_pat
     assert "eager_per_op_us, memcpy_call_us, executor_extra_per_op_us are medians over 2 fresh processes" in \
         p.launch.source  # only the kinds a CPU rank measures
     assert raw["host_fresh_requested"] == 2
+    # what CPU ranks cannot measure comes from the base profile, and the source says so
+    assert "duplex factors (h2d_slowdown_beside_d2h, d2h_slowdown_beside_h2d) from 'h200'" in p.contention.source
+    assert "copy factors (compute_slowdown_with_copy, copy_slowdown_with_compute) from 'h200'" in p.contention.source
+    base = load_profile("h200").contention
+    assert p.contention.h2d_slowdown_beside_d2h == base.h2d_slowdown_beside_d2h
     from typer.testing import CliRunner
 
     res = CliRunner().invoke(app, ["predict", "schedules/tp_ffn.yaml", "--set", "tp=2", "--profile", str(prof),
