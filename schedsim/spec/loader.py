@@ -146,8 +146,11 @@ def parse_yaml(text: str, file: str) -> Any:
     before: libyaml's marks lack PyYAML's snippet, and it composes nestings too deep for PyYAML's
     recursion. A text with a tab goes straight to the pure-Python parser: libyaml takes a tab between
     tokens (after ``name:``, after a comma in ``[a, b]``) where that parser refuses it, and a schedule
-    must not be valid only where PyYAML was built with libyaml. A lone surrogate, which libyaml cannot
-    encode, is named by that parser too.
+    must not be valid only where PyYAML was built with libyaml. So does a byte-order mark (U+FEFF) after the
+    text's first character: libyaml drops it there too, so ``\ufeffname:`` read as the key ``name``, which
+    the pure-Python parser keeps as a key of its own (found by a differential fuzz of the two parsers,
+    2026-12-02; the one other difference it found is the column of an empty value inside ``[ ]``, one apart).
+    A lone surrogate, which libyaml cannot encode, is named by that parser too.
 
     Raises
     ------
@@ -155,7 +158,7 @@ def parse_yaml(text: str, file: str) -> Any:
         On YAML syntax errors, with the line and column of the problem.
     """
     loader = getattr(yaml, "CSafeLoader", None)
-    if loader is not None and "\t" not in text:
+    if loader is not None and "\t" not in text and "\ufeff" not in text[1:]:
         try:
             node = yaml.compose(text, Loader=loader)
             return LDict() if node is None else _construct(node, file)

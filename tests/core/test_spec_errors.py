@@ -229,6 +229,24 @@ def test_a_tab_between_tokens_is_refused_with_or_without_libyaml(monkeypatch: py
     assert "found character '\\t' that cannot start any token" in errors[0]
 
 
+@pytest.mark.parametrize("text", ["# a comment\n\ufeffschema_version: 1\nname: t\n",
+                                  "---\n\ufeffschema_version: 1\nname: t\n"])
+def test_a_byte_order_mark_inside_the_text_reads_the_same_with_or_without_libyaml(
+        monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """libyaml drops a BOM anywhere, so the key read ``schema_version``; the pure-Python parser keeps it in the
+    key. Both now read it as the pure-Python parser does (one schedule, one meaning on every machine), and a
+    BOM at the very start stays a BOM."""
+    import yaml
+
+    from schedsim.spec.loader import parse_yaml
+
+    fast = _marked(parse_yaml(text, "s.yaml"))
+    assert "\ufeffschema_version" in fast[2]
+    assert list(parse_yaml("\ufeffname: t\n", "s.yaml")) == ["name"]
+    monkeypatch.delattr(yaml, "CSafeLoader")
+    assert _marked(parse_yaml(text, "s.yaml")) == fast
+
+
 def test_a_lone_surrogate_is_a_spec_error() -> None:
     # libyaml reads UTF-8: encoding the text fails before it parses; the pure-Python parser names the character
     with pytest.raises(SpecError, match=r"s.yaml: invalid YAML: unacceptable character #xd800"):
