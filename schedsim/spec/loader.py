@@ -147,9 +147,10 @@ def parse_yaml(text: str, file: str) -> Any:
     recursion. A text with a tab goes straight to the pure-Python parser: libyaml takes a tab between
     tokens (after ``name:``, after a comma in ``[a, b]``) where that parser refuses it, and a schedule
     must not be valid only where PyYAML was built with libyaml. So does a byte-order mark (U+FEFF) after the
-    text's first character: libyaml drops it there too, so ``\ufeffname:`` read as the key ``name``, which
-    the pure-Python parser keeps as a key of its own (found by a differential fuzz of the two parsers,
-    2026-12-02; the one other difference it found is the column of an empty value inside ``[ ]``, one apart).
+    text's first character: libyaml drops it before a document's first content too, so ``---`` or a comment
+    line, then ``\ufeffname:``, read as the key ``name``, which the pure-Python parser keeps as a key of its
+    own (found by a differential fuzz of the two parsers, 2026-12-02; the one other difference it found is
+    the column of an empty value inside ``[ ]``, one apart).
     A lone surrogate, which libyaml cannot encode, is named by that parser too.
 
     Raises
