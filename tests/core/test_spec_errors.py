@@ -233,8 +233,8 @@ def test_a_tab_between_tokens_is_refused_with_or_without_libyaml(monkeypatch: py
 def test_a_byte_order_mark_inside_the_text_reads_the_same_with_or_without_libyaml(
         monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     """libyaml drops a BOM before a document's first content, so the key read ``schema_version``; the
-    pure-Python parser keeps it in the key. Both now read it as the pure-Python parser does (one schedule, one meaning on every machine), and a
-    BOM at the very start stays a BOM."""
+    pure-Python parser keeps it in the key. Both now read it as the pure-Python parser does (one schedule,
+    one meaning on every machine), and a BOM at the very start stays a BOM."""
     import yaml
 
     from schedsim.spec.loader import parse_yaml
