@@ -84,8 +84,49 @@ class _Budget:
         self.left = MAX_NODES
 
 
+def _check_expansion(root: yaml.Node, file: str) -> None:
+    """Refuse a document whose aliases expand it past ``MAX_NODES`` nodes, from the composed node graph (shared
+    by its aliases) in one pass over its distinct nodes: a "billion laughs" of 9 levels of 9 aliases is refused
+    at once, where constructing it up to the budget took 9 s (2026-12-02, this VM). Names the root entry
+    whose expansion crosses the limit."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()  # the collections being counted, root to here (a depth-first walk)
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in size:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            size[id(node)] = 1
+            continue
+        kids = [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else node.value
+        if children_done:
+            size[id(node)] = 1 + sum(size[id(c)] for c in kids)
+            on_path.discard(id(node))
+        elif id(node) in on_path:
+            return  # a recursive alias (`&a [*a]`): endless, and _construct refuses it by its depth
+        else:
+            on_path.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in kids if id(c) not in size)
+    if size[id(root)] <= MAX_NODES:
+        return
+    total, at = 1, root
+    entries = [v for _k, v in root.value] if isinstance(root, yaml.MappingNode) else root.value
+    for v in entries:
+        total += size[id(v)]
+        if total > MAX_NODES:
+            at = v
+            break
+    raise SpecError(f"the YAML expands to {size[id(root)]:,} nodes, more than {MAX_NODES:,} (aliases repeated too "
+                    "deep?)", file=file, line=_mark(at)[0], column=_mark(at)[1],
+                    fix="write the schedule with foreach/params instead of nested YAML aliases")
+
+
 def _construct(node: yaml.Node, file: str, budget: _Budget | None = None, depth: int = 0) -> Any:
-    budget = budget or _Budget()
+    if budget is None:
+        _check_expansion(node, file)
+        budget = _Budget()
     budget.left -= 1
     if depth > MAX_YAML_DEPTH:
         raise SpecError(f"the YAML nests lists/mappings more than {MAX_YAML_DEPTH} levels deep", file=file,
