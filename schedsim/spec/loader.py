@@ -87,8 +87,11 @@ class _Budget:
 def _check_expansion(root: yaml.Node, file: str) -> None:
     """Refuse a document whose aliases expand it past ``MAX_NODES`` nodes, from the composed node graph (shared
     by its aliases) in one pass over its distinct nodes: a "billion laughs" of 9 levels of 9 aliases is refused
-    at once, where constructing it up to the budget took 9 s (2026-12-02, this VM). Names the root entry
-    whose expansion crosses the limit."""
+    at once, where constructing it up to the budget took 9 s (2026-12-02, this VM). Counts saturate at
+    ``MAX_NODES + 1`` (a chain of aliases doubling 10,000 times must not build 10,000-bit integers); an alias
+    back to a collection that holds it (``&a [1, *a]``) counts 0 here and is refused by :func:`_construct`'s
+    depth limit. Names the root entry (key or value) whose expansion crosses the limit."""
+    cap = MAX_NODES + 1
     size: dict[int, int] = {}
     on_path: set[int] = set()  # the collections being counted, root to here (a depth-first walk)
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -101,32 +104,28 @@ def _check_expansion(root: yaml.Node, file: str) -> None:
             continue
         kids = [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else node.value
         if children_done:
-            size[id(node)] = 1 + sum(size[id(c)] for c in kids)
+            size[id(node)] = min(cap, 1 + sum(size.get(id(c), 0) for c in kids))  # 0: an alias to an ancestor
             on_path.discard(id(node))
-        elif id(node) in on_path:
-            return  # a recursive alias (`&a [*a]`): endless, and _construct refuses it by its depth
-        else:
+        elif id(node) not in on_path:
             on_path.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in kids if id(c) not in size)
     if size[id(root)] <= MAX_NODES:
         return
     total, at = 1, root
-    entries = [v for _k, v in root.value] if isinstance(root, yaml.MappingNode) else root.value
-    for v in entries:
-        total += size[id(v)]
+    parts = [c for kv in root.value for c in kv] if isinstance(root, yaml.MappingNode) else root.value
+    for c in parts:
+        total += size.get(id(c), 0)
         if total > MAX_NODES:
-            at = v
+            at = c
             break
-    raise SpecError(f"the YAML expands to {size[id(root)]:,} nodes, more than {MAX_NODES:,} (aliases repeated too "
-                    "deep?)", file=file, line=_mark(at)[0], column=_mark(at)[1],
+    raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes (aliases repeated too deep?)", file=file,
+                    line=_mark(at)[0], column=_mark(at)[1],
                     fix="write the schedule with foreach/params instead of nested YAML aliases")
 
 
 def _construct(node: yaml.Node, file: str, budget: _Budget | None = None, depth: int = 0) -> Any:
-    if budget is None:
-        _check_expansion(node, file)
-        budget = _Budget()
+    budget = budget or _Budget()
     budget.left -= 1
     if depth > MAX_YAML_DEPTH:
         raise SpecError(f"the YAML nests lists/mappings more than {MAX_YAML_DEPTH} levels deep", file=file,
@@ -140,6 +139,9 @@ def _construct(node: yaml.Node, file: str, budget: _Budget | None = None, depth:
         d = LDict()
         d.mark = _mark(node)
         for knode, vnode in node.value:
+            if not isinstance(knode, yaml.ScalarNode):  # `? [a, b]`: no schedule key is a list or a mapping
+                raise SpecError("a mapping key is a list or a mapping", file=file, line=_mark(knode)[0],
+                                column=_mark(knode)[1], fix="write the key as a plain name or number")
             key = _construct(knode, file, budget, depth + 1)
             if not isinstance(key, str):
                 key = str(key)
@@ -183,7 +185,8 @@ def parse_yaml(text: str, file: str) -> Any:
     The text is composed by libyaml when PyYAML has it (``CSafeLoader``: the same resolver and constructors,
     the same node marks): 10x faster than the pure-Python parser, which composed allgather_mm8.yaml in
     4.5 ms, ~1.5% of a cold ``check`` (2026-12-01). A text that fails there in any way (a syntax error, or
-    one of the errors below) is read again by the pure-Python parser, so errors are worded exactly as
+    one of the errors below) but an expansion past ``MAX_NODES`` (:func:`_check_expansion`, the same nodes
+    and marks either way) is read again by the pure-Python parser, so errors are worded exactly as
     before: libyaml's marks lack PyYAML's snippet, and it composes nestings too deep for PyYAML's
     recursion. A text with a tab goes straight to the pure-Python parser: libyaml takes a tab between
     tokens (after ``name:``, after a comma in ``[a, b]``) where that parser refuses it, and a schedule
@@ -203,9 +206,18 @@ def parse_yaml(text: str, file: str) -> Any:
     if loader is not None and "\t" not in text and "\ufeff" not in text[1:]:
         try:
             node = yaml.compose(text, Loader=loader)
-            return LDict() if node is None else _construct(node, file)
-        except (yaml.YAMLError, SpecError, RecursionError, UnicodeEncodeError):
-            pass
+        except (yaml.YAMLError, RecursionError, UnicodeEncodeError):
+            node = False
+        if node is None:
+            return LDict()
+        if node is not False:
+            # the same nodes and marks as the pure-Python parser's: an expansion past the limit is refused here,
+            # without composing the text a second time (a 7 MB alias chain took 23 s with the second pass)
+            _check_expansion(node, file)
+            try:
+                return _construct(node, file)
+            except (SpecError, RecursionError):
+                pass
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:  # PyYAML composes nested collections recursively
@@ -225,6 +237,7 @@ def parse_yaml(text: str, file: str) -> Any:
         ) from None
     if node is None:
         return LDict()
+    _check_expansion(node, file)
     return _construct(node, file)
 
 

@@ -295,15 +295,37 @@ def test_recursive_yaml_alias_exit_2(tmp_path):
 def test_yaml_alias_bomb_exit_2_quickly(tmp_path):
     # 9**9 leaves through 8 levels of aliases, refused from the composed node graph before any expansion (the
     # shipped 2,000,000-node limit; constructing up to it took 3-9 s). Node counts by hand: a0 is its sequence
-    # and 9 scalars (10), a_i = 1 + 9 a_(i-1); the root adds itself and 9 keys: 1 + 9 + sum = 490,329,064.
-    # The entries' running total passes 2,000,000 at a6 (1 + 10 + 91 + ... + 5,380,840), line 7.
+    # and 9 scalars (10), a_i = 1 + 9 a_(i-1). The root's running total (itself, then each key and value)
+    # passes 2,000,000 at a6's value (1 + 6 keys + 10 + 91 + ... + 597,871 + 1 key + 5,380,840), line 7.
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 9):
         lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
     f = write(tmp_path, "\n".join(lines) + "\n")
     r = run("check", str(f), timeout=60)
     assert_clean_exit_2(r, "aliases")
-    assert r.stderr.startswith(f"error: {f}:7:5: the YAML expands to 490,329,064 nodes, more than 2,000,000"), r.stderr
+    assert r.stderr.startswith(f"error: {f}:7:5: the YAML expands to more than 2,000,000 nodes"), r.stderr
+    # the same bomb with a recursive alias after it: the cycle counts 0, the bomb is still refused at a6
+    f.write_text("\n".join(lines) + "\nz: &c [1, *c]\n")
+    r = run("check", str(f), timeout=60)
+    assert r.stderr.startswith(f"error: {f}:7:5: the YAML expands to more than 2,000,000 nodes"), r.stderr
+
+
+def test_yaml_alias_chains_and_keys_exit_2_cleanly(tmp_path):
+    # a chain of 4,400 aliases, each doubling: the count saturates instead of growing 4,400-bit integers (whose
+    # formatting raised ValueError). By hand: a_i expands to 2**(i+1) - 1 nodes, so the root's running total
+    # after a_i's value is 1 + 4 (two header entries) + sum of (1 + a_k) = 2**(i+2) + 3, past 2,000,000 first
+    # at i = 19: a19's value, line 22, column 6
+    lines = ["schema_version: 1", "name: t", "a0: &a0 x"]
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 4400)]
+    f = write(tmp_path, "\n".join(lines) + "\n")
+    r = run("check", str(f), timeout=60)
+    assert_clean_exit_2(r, "expands to more than 2,000,000 nodes")
+    assert r.stderr.startswith(f"error: {f}:22:6:"), r.stderr
+    # a list as a mapping key (its string copy of aliased text could take gigabytes): refused where it stands
+    f = write(tmp_path, "schema_version: 1\nname: t\ns: &s xxxx\n? [*s, *s]\n: 1\n")
+    r = run("check", str(f), timeout=60)
+    assert_clean_exit_2(r, "a mapping key is a list or a mapping")
+    assert r.stderr.startswith(f"error: {f}:4:3:"), r.stderr
 
 
 @pytest.mark.parametrize("case", ["peak_zero", "gemm_bad_dtype"])
