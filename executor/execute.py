@@ -209,7 +209,7 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
 
 def _measure_host(opts: Any, ctx: Any, runner: Any) -> dict[str, float] | None:
     """With ``--measure-host``: this process's host costs by kind (rank 0's; ``None`` elsewhere or without it)."""
-    if not getattr(opts, "measure_host", False):
+    if not opts.measure_host:
         return None
     from executor.calibrate_host import measure_here
 

@@ -79,15 +79,10 @@ MAX_NODES = 2_000_000
 """Largest number of YAML nodes a schedule may expand to (guards against alias bombs)."""
 
 
-class _Budget:
-    def __init__(self) -> None:
-        self.left = MAX_NODES
-
-
 def _check_expansion(root: yaml.Node, file: str) -> None:
     """Refuse a document whose aliases expand it past ``MAX_NODES`` nodes, from the composed node graph (shared
     by its aliases) in one pass over its distinct nodes: a "billion laughs" of 9 levels of 9 aliases is refused
-    at once, where constructing it up to the budget took 9 s (2026-12-02, this VM). Counts saturate at
+    at once, where constructing it up to this many nodes took 9 s (2026-12-02, this VM). Counts saturate at
     ``MAX_NODES + 1`` (a chain of aliases doubling 10,000 times must not build 10,000-bit integers); an alias
     back to a collection that holds it (``&a [1, *a]``) counts 0 here and is refused by :func:`_construct`'s
     depth limit. Names the root entry (key or value) whose expansion crosses the limit."""
@@ -124,17 +119,13 @@ def _check_expansion(root: yaml.Node, file: str) -> None:
                     fix="write the schedule with foreach/params instead of nested YAML aliases")
 
 
-def _construct(node: yaml.Node, file: str, budget: _Budget | None = None, depth: int = 0) -> Any:
-    budget = budget or _Budget()
-    budget.left -= 1
+def _construct(node: yaml.Node, file: str, depth: int = 0) -> Any:
+    """The document as :class:`LDict` / :class:`LList` with marks. Its size is bounded by
+    :func:`_check_expansion`, run first on every path; a recursive alias stops at the depth limit."""
     if depth > MAX_YAML_DEPTH:
         raise SpecError(f"the YAML nests lists/mappings more than {MAX_YAML_DEPTH} levels deep", file=file,
                         line=_mark(node)[0], column=_mark(node)[1],
                         fix="write ops as a flat list (use foreach for repetition); check for unclosed [ or {")
-    if budget.left < 0:
-        raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes (aliases repeated too deep?)", file=file,
-                        line=_mark(node)[0], column=_mark(node)[1],
-                        fix="write the schedule with foreach/params instead of nested YAML aliases")
     if isinstance(node, yaml.MappingNode):
         d = LDict()
         d.mark = _mark(node)
@@ -142,7 +133,7 @@ def _construct(node: yaml.Node, file: str, budget: _Budget | None = None, depth:
             if not isinstance(knode, yaml.ScalarNode):  # `? [a, b]`: no schedule key is a list or a mapping
                 raise SpecError("a mapping key is a list or a mapping", file=file, line=_mark(knode)[0],
                                 column=_mark(knode)[1], fix="write the key as a plain name or number")
-            key = _construct(knode, file, budget, depth + 1)
+            key = _construct(knode, file, depth + 1)
             if not isinstance(key, str):
                 key = str(key)
             if key in d:
@@ -150,14 +141,14 @@ def _construct(node: yaml.Node, file: str, budget: _Budget | None = None, depth:
                     f"duplicate key {key!r}", file=file, line=_mark(knode)[0], column=_mark(knode)[1],
                     fix="remove one of the two entries",
                 )
-            d[key] = _construct(vnode, file, budget, depth + 1)
+            d[key] = _construct(vnode, file, depth + 1)
             d.key_marks[key] = _mark(vnode)
         return d
     if isinstance(node, yaml.SequenceNode):
         lst = LList()
         lst.mark = _mark(node)
         for item in node.value:
-            lst.append(_construct(item, file, budget, depth + 1))
+            lst.append(_construct(item, file, depth + 1))
             lst.item_marks.append(_mark(item))
         return lst
     assert isinstance(node, yaml.ScalarNode)
