@@ -143,3 +143,12 @@ def test_calibrate_host_main_without_cuda_is_a_clean_error(capsys, monkeypatch) 
     assert CH.main(["--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --device cuda: CUDA is not available") and "Traceback" not in err
+
+
+def test_host_fields_are_launch_fields_and_launch_fields_rounds_only_those() -> None:
+    from executor.calibrate_host import HOST_FIELDS, launch_fields
+    from schedsim.hardware.profile import Launch
+
+    assert set(HOST_FIELDS) <= set(Launch.model_fields)
+    got = launch_fields({"eager_per_op_us": 12.345, "collective_loop_us": 31.0, "event_wait_us": 2.004})
+    assert got == {"eager_per_op_us": 12.35, "event_wait_us": 2.0}  # measurement-only keys are not profile fields
