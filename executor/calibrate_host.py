@@ -19,12 +19,17 @@ enqueue work). Plain PyTorch, written as a user would:
     on one H200, 2026-12-01 08:27 UTC; charged to every small_ops op, it predicted that case +81 % long);
     it stays in the calibration JSON as ``stream_context_us``.
 ``eager_per_collective_us`` (all ranks)
-    ``dist.all_reduce`` of 1 KiB on the current stream, *in a loop that alternates it with the matmul
-    above*: (matmul + all_reduce) − matmul. A program that issues collectives also computes between them,
-    and there the call costs more than in a loop of collectives alone (2×H200, 2026-12-01: a
-    1024² linear + 4 KiB all_reduce layer took 55-60 µs of host time against 12.3 + 31.2 µs from
-    separate loops, ``benchmarks/probe_post_start.py``). The loop-alone figure is kept in the
-    calibration JSON as ``collective_loop_us``.
+    ``dist.all_reduce`` of 1 KiB on the current stream, in a loop of back-to-back calls (GPU kept busy):
+    ``collective_loop_us``. Until 2026-12-02 it was taken from a loop alternating the call with the 64×64
+    matmul above, (matmul + all_reduce) − matmul (``mixed_pair_us``, still in the calibration JSON), after
+    a 2-GPU probe had timed a layer above the sum of separate loops. Measured against layers of
+    tp_allreduce_graph written by hand and run by ``schedsim execute`` (world 1, 64 layers, eager, one H200,
+    2026-12-02 11:30 and 11:37 UTC, 6 + 6 probe processes and 3 + 3 executor processes,
+    ``benchmarks/probe_collective_host.py``, ``benchmarks/h200/probe_collective_host_2026-12-02.md``), the
+    alternating loop over-predicted the all_reduce's share of a layer by +25 % (median; up to +117 %), the
+    loop alone by a median |error| of 14 %; predicted from each executor process's own costs, the layers
+    came out +35 % (median |error|) against 5.8 %. On 2×H200 (2026-11-30) the loop alone (31.2 µs) was also
+    closer to the executor's 46 µs layers than the alternating loop (59.3 µs).
 ``first_op_extra_us``, ``first_collective_extra_us`` (all ranks)
     the extra host time of the first matmul, and of the first all_reduce right after it, once the
     host has waited for the device (synchronize + barrier, as at the start of an iteration), over
@@ -209,7 +214,7 @@ def _executor_extra(b: Any) -> dict[str, float]:
 
 
 def comm_host_costs(b: Any) -> dict[str, float]:
-    """All ranks (world ≥ 2 for p2p): host µs of one all_reduce call (alternating with a matmul), the first
+    """All ranks (world ≥ 2 for p2p): host µs of one all_reduce call (back to back), the first
     matmul and all_reduce after a synchronize (extra over steady), one unbatched isend/irecv, one
     batch_isend_irecv of a send+recv pair. Returns this rank's figures (rank 0 keeps its own)."""
     torch = b.torch
@@ -222,7 +227,8 @@ def comm_host_costs(b: Any) -> dict[str, float]:
 
     def timed(call: Callable[[], Any]) -> float:
         ts = []
-        for _ in range(4):
+        for _ in range(8):
+            b.sync()
             ctx.barrier()
             if b.cuda:
                 torch.cuda._sleep(20_000_000)
@@ -246,12 +252,13 @@ def comm_host_costs(b: Any) -> dict[str, float]:
 
     res["collective_loop_us"] = timed(ar)
     res["matmul_loop_us"] = timed(mm)
+
     def pair() -> Any:
         mm()
         return ar()
 
-    res["mixed_pair_us"] = timed(pair)
-    res["eager_per_collective_us"] = max(0.0, res["mixed_pair_us"] - res["matmul_loop_us"])
+    res["mixed_pair_us"] = timed(pair)  # the JSON only (the module docstring: eager_per_collective_us)
+    res["eager_per_collective_us"] = res["collective_loop_us"]
     first_mm, first_ar = [], []
     for _ in range(8):
         b.sync()
