@@ -422,6 +422,7 @@ def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
         res["solo_event_us"] = t_solo * 1e6
         res["graph_per_op_us"] = max(0.0, t_graph / N - t_solo) * 1e6
         res.update(_graph_fork_us(torch, dev))
+        res.update(graph_timing_event_us(torch, dev))
         one = torch.zeros(1, device=dev)
         res["kernel_floor_us"] = b.time_batched(lambda: one.add_(1.0))[0] * 1e6
         res["kernel_floor_single_us"] = b.time_one(lambda: one.add_(1.0), iters=50) * 1e6
@@ -920,6 +921,84 @@ def _graph_fork_us(torch: Any, dev: Any) -> dict[str, float]:
     return out
 
 
+def timed_graph_chain(torch: Any, fns: list[Callable[[int], None]], side: Any, reps: int = 20
+                      ) -> dict[str, Any]:
+    """The chain ``fns`` (op ``i`` is ``fns[i](i)``) captured twice on stream ``side`` as one CUDA graph, without
+    and with a pair of external timing events around every op (how ``schedsim execute --cuda-graph`` times an
+    op, :class:`executor.runtime.CudaGraphRunner`), each replayed ``reps`` times (after 3) behind a 1 ms spin:
+    ``plain_per_op`` and ``timed_per_op`` (replay µs / ops, medians), ``spans`` and ``gaps`` (µs, per op, the
+    median over the timed replays of its end event − start event, and of the next op's start event − its end
+    event). ``launch.graph_timing_event_us`` is the mean span less ``plain_per_op`` (:func:`graph_timing_event_us`)."""
+    n = len(fns)
+    out: dict[str, Any] = {}
+    for timed in (False, True):
+        s = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(n)] if timed else []
+        e = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(n)] if timed else []
+        for i, f in enumerate(fns):  # warm the kernels (cuBLAS handles, workspaces) outside the capture
+            f(i)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=side):
+            for i, f in enumerate(fns):
+                if timed:
+                    s[i].record()
+                f(i)
+                if timed:
+                    e[i].record()
+        torch.cuda.synchronize()
+        a0, a1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        tot: list[float] = []
+        spans: list[list[float]] = []
+        gaps: list[list[float]] = []
+        for r in range(reps + 3):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(2_000_000)  # the replay is queued before the GPU reaches it
+            a0.record()
+            g.replay()
+            a1.record()
+            torch.cuda.synchronize()
+            if r < 3:
+                continue
+            tot.append(a0.elapsed_time(a1) * 1e3 / n)
+            if timed:
+                st = [a0.elapsed_time(ev) * 1e3 for ev in s]
+                en = [a0.elapsed_time(ev) * 1e3 for ev in e]
+                spans.append([q - p for p, q in zip(st, en, strict=True)])
+                gaps.append([st[i + 1] - en[i] for i in range(n - 1)])
+        out["timed_per_op" if timed else "plain_per_op"] = statistics.median(tot)
+        if timed:
+            out["spans"] = [statistics.median(col) for col in zip(*spans, strict=True)]
+            out["gaps"] = [statistics.median(col) for col in zip(*gaps, strict=True)]
+        del g
+    return out
+
+
+def graph_timing_event_us(torch: Any, dev: Any, ops: int = 64) -> dict[str, float]:
+    """``launch.graph_timing_event_us``: in one graph, a chain of ``ops`` ops alternating a GRAPH_T×GRAPH_H×GRAPH_H
+    bf16 GEMM and an ``add_`` on GRAPH_T×GRAPH_H (small_ops_graph's), timed as the executor times them (external
+    event pairs, :func:`timed_graph_chain`): the mean span less the untimed graph's time per op, ≥ 0, as
+    ``graph_timing_event_us``; also ``graph_timing_gap_us`` (end event to the next start event, median; not
+    modelled) and ``graph_timed_per_op_us`` / ``graph_plain_per_op_us``. One H200, 2026-12-02 11:41 UTC
+    (``benchmarks/probe_graph_events.py``, GEMM spans 5.50-5.73 µs against 3.51 untimed, ``add_`` 3.14-3.20
+    against 1.02): 2.0-2.2 µs, gaps 1.25-1.28 µs."""
+    bf = torch.bfloat16
+    x = torch.rand(GRAPH_T, GRAPH_H, device=dev).to(bf)
+    w = torch.rand(GRAPH_H, GRAPH_H, device=dev).to(bf)
+    outs = [torch.empty(GRAPH_T, GRAPH_H, device=dev, dtype=bf) for _ in range(ops)]
+
+    def gemm(i: int) -> None:
+        torch.matmul(x, w, out=outs[i])
+
+    def add(i: int) -> None:
+        outs[i].add_(1.0)
+
+    r = timed_graph_chain(torch, [gemm, add] * (ops // 2), torch.cuda.Stream(device=dev))
+    span = statistics.fmean(r["spans"])
+    return {"graph_timing_event_us": max(0.0, span - r["plain_per_op"]), "graph_timing_gap_us":
+            statistics.median(r["gaps"]), "graph_timed_per_op_us": r["timed_per_op"],
+            "graph_plain_per_op_us": r["plain_per_op"]}
+
+
 def graph_edge_us(profile: dict[str, Any], fork_us: float, nowait_us: float) -> float:
     """``launch.graph_cross_stream_edge_us``: the measured extra GPU time per layer of the graph-edge probe with
     the event edge (``fork_us`` − ``nowait_us``, µs) less what the ``waves`` model already predicts for that
@@ -1031,11 +1110,14 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         **launch_fields(H),
         "graph_launch_us": round(L.get("graph_launch_us", d["launch"]["graph_launch_us"]), 2),
         "graph_per_op_us": round(L.get("graph_per_op_us", d["launch"]["graph_per_op_us"]), 3),
+        "graph_timing_event_us": round(L.get("graph_timing_event_us",
+                                             d["launch"].get("graph_timing_event_us", 0.0)), 2),
         "source": (f"measured {where}: host time per call of plain PyTorch (executor/calibrate_host.py), loops of "
                    f"200 calls with the GPU kept busy{fresh_note}: eager_per_op_us = torch.matmul 64x64; "
                    f"eager_per_collective_us"
-                   f" = dist.all_reduce 1 KiB alternating with that matmul (pair - matmul; alone in a loop "
-                   f"{H.get('collective_loop_us', float('nan')):.2f}); first_op_extra_us / first_collective_extra_us ="
+                   f" = dist.all_reduce 1 KiB, calls back to back (alternating with that matmul: pair - matmul "
+                   f"{H.get('mixed_pair_us', float('nan')) - H.get('matmul_loop_us', float('nan')):.2f}, not used); "
+                   f"first_op_extra_us / first_collective_extra_us ="
                    f" first matmul / all_reduce after a synchronize + barrier minus steady; p2p_call_us = one "
                    f"dist.isend/irecv; batch_p2p_call_us = one "
                    f"batch_isend_irecv of a send+recv; event_wait_us = event.record + stream.wait_event; "
@@ -1043,6 +1125,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                    f"matmul launch) - the launch (the context manager's is stream_context_us in the .json); "
                    f"graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
                    f"graph_per_op_us = GPU time per node of a 300-node graph minus the kernel's back-to-back time; "
+                   f"graph_timing_event_us = span between an op's timing events in a 64-op graph (GEMM, add_) "
+                   f"minus the untimed graph's time per op; "
                    f"executor_extra_per_op_us = schedsim execute's lean loop ({H['executor_lean_per_op_us']:.2f} "
                    f"us/op) minus the same two-stream probe by hand ({H['by_hand_per_op_us']:.2f} us/op)"
                    if ctx.cuda else

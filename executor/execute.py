@@ -314,6 +314,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
     if compare:
         from schedsim.api import predict_to_dir
         from schedsim.compare import print_comparison, write_comparison
+        from schedsim.hardware.profile import HardwareProfile, load_profile
 
         # predict with the hardware queues the run had (CUDA_DEVICE_MAX_CONNECTIONS, meta.max_connections):
         # without it, a --max-connections 1 run was compared with an 8-queue prediction (per-op 405 %)
@@ -321,12 +322,11 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         # and with the GPUs' idle between the timed iterations, which sets their steady power state
         from schedsim.sim.power import iteration_gap_of
 
-        prof: Any = profile
+        prof: HardwareProfile = load_profile(profile)
         if host:  # predict with this process's host costs in place of the profile's (--measure-host)
             from executor.calibrate_host import launch_fields
-            from schedsim.hardware.profile import HardwareProfile, load_profile
 
-            d = load_profile(profile).model_dump()
+            d = prof.model_dump()
             d["name"] = f"{d['name']}+host_of_this_run"
             d["launch"].update(launch_fields(host))
             d["launch"]["source"] = (f"{d['launch']['source']}; host costs per call replaced by those measured in "
@@ -334,10 +334,19 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
             prof = HardwareProfile.model_validate(d)
             print(f"--compare predicts with {profile!r} and this process's host costs: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in launch_fields(host).items()), flush=True)
-        pred, _m, ppaths = predict_to_dir(file, sets, prof, outdir / "predicted", launch, gantt,
-                                          max_connections=int(conn) if conn else None,
-                                          iteration_gap_s=iteration_gap_of(tl.meta, tl.world_size))
-        res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt)
+        sim: dict[str, Any] = {"max_connections": int(conn) if conn else None,
+                               "iteration_gap_s": iteration_gap_of(tl.meta, tl.world_size)}
+        pred, _m, ppaths = predict_to_dir(file, sets, prof, outdir / "predicted", launch, gantt, **sim)
+        pred_timed = None
+        if tl.meta.get("timing") == "cuda_graph_external_events":
+            # the ops were timed inside the graph by event pairs, which lengthen every op's span: compare them
+            # with a prediction of that timed graph (the uninstrumented makespan keeps the plain prediction)
+            timed = prof.timed_graph()
+            if timed is not prof:
+                pred_timed, _m, tpaths = predict_to_dir(file, sets, timed, outdir / "predicted_timed", launch,
+                                                        False, False, **sim)
+                paths += tpaths
+        res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt, pred_timed=pred_timed)
         print_comparison(res)
         if profile_note:
             print(profile_note, file=sys.stderr, flush=True)

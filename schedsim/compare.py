@@ -67,11 +67,14 @@ class Pair:
 
 @dataclass(frozen=True)
 class Uninstrumented:
-    """The prediction against the measured makespan without per-op instrumentation (``schedsim execute``)."""
+    """The prediction against the measured makespan without per-op instrumentation (``schedsim execute``);
+    ``pred_s`` is set when that prediction is not the one of :attr:`MakespanError.pred_s` (a timed CUDA graph's
+    ops are compared with a prediction of the timed graph, :func:`compare_timelines`)."""
 
     meas_s: float
     error: float | None
     abs_error_pct: float | None
+    pred_s: float | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -304,14 +307,17 @@ def _warnings(pred: Timeline, meas: Timeline) -> list[str]:
     return warnings
 
 
-def _makespan(ms_p: float, ms_m: float, meas: Timeline) -> MakespanError:
+def _makespan(ms_p: float, ms_m: float, meas: Timeline, ms_untimed: float | None = None) -> MakespanError:
+    """``ms_p`` against the measured makespan ``ms_m``; the uninstrumented one (if ``meas`` has it) against
+    ``ms_untimed`` when given (the untimed prediction of a timed CUDA graph), else against ``ms_p``."""
     err = _rel(ms_p, ms_m)
     un = meas.meta.get("makespan_uninstrumented_s") if isinstance(meas.meta, dict) else None
     unin = None
     if un:
         # schedsim execute also times whole iterations without per-op events/NVTX: the program's own cost
-        eu = _rel(ms_p, float(un))
-        unin = Uninstrumented(float(un), eu, None if eu is None else abs(eu) * 100.0)
+        base = ms_p if ms_untimed is None else ms_untimed
+        eu = _rel(base, float(un))
+        unin = Uninstrumented(float(un), eu, None if eu is None else abs(eu) * 100.0, ms_untimed)
     return MakespanError(ms_p, ms_m, err, None if err is None else abs(err) * 100.0, unin)
 
 
@@ -321,7 +327,8 @@ def _rank_delta(p: Metrics, m: Metrics, r: int, key: str) -> ResourceDelta:
     return ResourceDelta(a, b, _rel(a, b))
 
 
-def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 100000) -> Comparison:
+def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 100000,
+                      pred_timed: Timeline | None = None) -> Comparison:
     """Compare a predicted timeline with a measured one.
 
     Parameters
@@ -332,6 +339,12 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
         ``source="execute"`` or ``"import"``.
     max_ops_listed : int
         Cap on the per-op rows kept in the result (``ops.per_op``).
+    pred_timed : Timeline, optional
+        The prediction of the run *as it was timed op by op*, when that differs from ``pred``: a CUDA graph that
+        ``schedsim execute --cuda-graph`` timed with event pairs around every op
+        (:meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`). The ops, the (instrumented) makespan,
+        the overlap and the per-rank busy times are then compared with it, and the uninstrumented makespan
+        with ``pred``.
 
     Returns
     -------
@@ -350,6 +363,9 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     >>> round(compare_timelines(p, m).makespan.error, 3)
     0.1
     """
+    untimed = None
+    if pred_timed is not None:
+        untimed, pred = Metrics.of(pred).makespan_s, pred_timed
     mp, mm = Metrics.of(pred), Metrics.of(meas)
     pid, mid = pred.by_id(), meas.by_id()
     common = [k for k in pid if k in mid]
@@ -363,7 +379,9 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
         ops = _op_errors(common, pid, mid, max_ops_listed,
                          op_window(pred, stream_reached=stream_reached), op_window(meas, stream_reached=False),
                          span=("stream reached -> end (CUDA events on the op's stream)" if stream_reached
-                               else "start -> end"))
+                               else "start -> end")
+                         + ("; predicted as the timed graph (its timing events' span in every op)"
+                            if untimed is not None else ""))
     overlap = Overlap(Delta(mp.overlap_ratio, mm.overlap_ratio, mp.overlap_ratio - mm.overlap_ratio),
                       *[Delta(getattr(mp, k), getattr(mm, k), _rel(getattr(mp, k), getattr(mm, k)))
                         for k in ("exposed_comm_s", "busy_comm_s")])
@@ -374,7 +392,7 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     return Comparison(
         schedule=Pair(pred.schedule, meas.schedule), source=Pair(pred.source, meas.source),
         launch=Pair(pred.launch, meas.launch), profile=pred.profile, warnings=_warnings(pred, meas),
-        makespan=_makespan(mp.makespan_s, mm.makespan_s, meas),
+        makespan=_makespan(mp.makespan_s, mm.makespan_s, meas, untimed),
         match=Match(mode, len(common), only_p[:20], only_m[:20], len(only_p), len(only_m)),
         ops=ops, overlap=overlap, by_rank=by_rank)
 
@@ -442,9 +460,10 @@ def _graph_of(tl: Timeline) -> Any:
 
 
 def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, title: str = "",
-                     gantt: bool = True) -> tuple[Comparison, list[Path]]:
+                     gantt: bool = True, pred_timed: Timeline | None = None) -> tuple[Comparison, list[Path]]:
     """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines)
-    and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream).
+    and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream). With
+    ``pred_timed`` (:func:`compare_timelines`), the trace and the Gantt show it against the measured ops.
 
     Returns
     -------
@@ -455,7 +474,9 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
 
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    res = compare_timelines(pred, meas)
+    res = compare_timelines(pred, meas, pred_timed=pred_timed)
+    if pred_timed is not None:
+        pred = pred_timed
     paths = [out / "compare.json", out / "compare_trace.json"]
     atomic_write_text(paths[0], json.dumps(res.to_dict(), indent=1, default=str))
     write_chrome_trace(paths[1], [("predicted", pred), ("measured", meas)], graph=_graph_of(pred))
@@ -489,7 +510,8 @@ def print_comparison(res: Comparison, console: Any = None) -> None:
               f"[/bold], error [bold]{_pct(ms.error)}[/bold]")
     if ms.uninstrumented is not None:
         u = ms.uninstrumented
-        con.print(f"makespan without per-op instrumentation: measured [bold]{fmt_time(u.meas_s)}[/bold], error "
+        ptxt = "" if u.pred_s is None else f"predicted [bold]{fmt_time(u.pred_s)}[/bold], "
+        con.print(f"makespan without per-op instrumentation: {ptxt}measured [bold]{fmt_time(u.meas_s)}[/bold], error "
                   f"[bold]{_pct(u.error)}[/bold]")
     m = res.match
     con.print(f"ops matched by id: {m.matched} (only predicted {m.n_only_pred}, only measured "
@@ -521,6 +543,9 @@ def _print_op_errors(con: Any, o: OpErrors) -> None:
     med = o.median_abs_error
     con.print(f"per-op duration error: median |err| {'n/a' if med is None else f'{med * 100:.1f}%'}; "
               f"worst {escape(wtxt)}")
+    if "timed graph" in o.span:
+        con.print("per-op and instrumented makespan: predicted as the timed CUDA graph (every op's span holds "
+                  "its timing events, profile launch.graph_timing_event_us)")
     t = Table(title="by op kind")
     for c in ("kind", "n", "predicted", "measured", "total err", "median |err|"):
         t.add_column(c, justify="right")

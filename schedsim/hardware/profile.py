@@ -93,6 +93,11 @@ class Launch(_B):
                                      "measured (executor/calibrate_host.py measures it).")
     first_collective_extra_us: float = Field(default=0.0, ge=0, description="Extra host time of a rank's first "
                                              "collective or send/recv call of an iteration, µs; default 0.")
+    graph_timing_event_us: float = Field(default=0.0, ge=0, description="GPU time, µs, that the pair of timing "
+                                         "events around an op (external event-record nodes, how schedsim execute "
+                                         "--cuda-graph times each op) adds to the op's span in a graph replay; "
+                                         "used only to predict such a timed replay "
+                                         "(HardwareProfile.timed_graph). Default 0: not measured.")
     source: str
 
     @property
@@ -261,6 +266,22 @@ class HardwareProfile(_B):
         gemm = self.gemm.model_copy(update={"entries": entries})
         gpu = self.gpu.model_copy(update={"peak_tflops": {d: v / factor for d, v in self.gpu.peak_tflops.items()}})
         return self.model_copy(update={"gemm": gemm, "gpu": gpu})
+
+    def timed_graph(self) -> HardwareProfile:
+        """This profile for predicting a CUDA-graph replay timed op by op, as ``schedsim execute --cuda-graph``
+        times it: every graph node's GPU overhead ``launch.graph_per_op_us`` grows by
+        ``launch.graph_timing_event_us``, the span that an op's pair of external event-record nodes adds.
+
+        Source: one H200, 2026-12-02 11:41 UTC (``benchmarks/probe_graph_events.py``, 3 processes, 64-op chains
+        in one graph): a timed op's span exceeded the untimed graph's time per op by 2.0-2.2 µs (32×1024×1024
+        bf16 GEMMs: 3.51 → 5.50-5.73 µs; ``add_``: 1.02 → 3.14-3.20 µs); a further 1.25-1.28 µs passes between
+        one op's end event and the next op's start event, outside every span, and is not modelled. Returns
+        ``self`` when the term is 0 (not measured)."""
+        extra = self.launch.graph_timing_event_us
+        if extra <= 0:
+            return self
+        launch = self.launch.model_copy(update={"graph_per_op_us": self.launch.graph_per_op_us + extra})
+        return self.model_copy(update={"launch": launch, "name": f"{self.name}+timed_graph"})
 
     def link_for(self, ranks: tuple[int, ...]) -> Link:
         """Link class joining ``ranks``: intra-node if they share a node, else inter-node.

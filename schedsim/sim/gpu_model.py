@@ -31,8 +31,11 @@ Rules and their sources
    never waits for the GPU and issue times are prefix sums. A CUDA graph replay
    replaces all of this with one ``graph_launch_us`` (its Python is not
    replayed, so ``host_us`` is skipped) and adds ``graph_per_op_us`` of GPU time
-   per node. The rank's first kernel launch and its first communication call of
-   the iteration add ``first_op_extra_us`` / ``first_collective_extra_us``: the
+   per node. A replay timed op by op, as ``schedsim execute --cuda-graph`` times it
+   (an event pair around every op), adds ``graph_timing_event_us`` per node too
+   (:meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`). The rank's
+   first kernel launch and its first communication call of the iteration add
+   ``first_op_extra_us`` / ``first_collective_extra_us``: the
    host has just waited for the device, and a first call runs cold (2×H200,
    2026-12-01, ``benchmarks/probe_post_start.py``: first 1024² linear 42 µs against
    24 µs later, first 4 KiB all_reduce 82 µs against 45 µs). Host costs: PyTorch

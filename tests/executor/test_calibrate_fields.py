@@ -152,3 +152,16 @@ def test_host_fields_are_launch_fields_and_launch_fields_rounds_only_those() -> 
     assert set(HOST_FIELDS) <= set(Launch.model_fields)
     got = launch_fields({"eager_per_op_us": 12.345, "collective_loop_us": 31.0, "event_wait_us": 2.004})
     assert got == {"eager_per_op_us": 12.35, "event_wait_us": 2.0}  # measurement-only keys are not profile fields
+
+
+def test_assemble_takes_the_measured_timing_event_span_or_keeps_the_bases(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
+    raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())  # predates the measurement
+    ctx = SimpleNamespace(cuda=True, device=None)
+    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    assert d["launch"]["graph_timing_event_us"] == 2.1  # the base h200's
+    raw["launch"].update(graph_timing_event_us=2.046, graph_timing_gap_us=1.28)
+    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    p = HardwareProfile.model_validate(d)
+    assert p.launch.graph_timing_event_us == 2.05 and "graph_timing_event_us = span" in p.launch.source
+    assert p.timed_graph().launch.graph_per_op_us == pytest.approx(p.launch.graph_per_op_us + 2.05)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Held-out one-GPU cases (issue 8): calibrate on this GPU, then `schedsim execute --compare` with that profile of
+# cases outside the accuracy suite's table: tp_allreduce_graph at world 1 (64 layers), as a CUDA graph and eagerly
+# (--measure-host), and small_ops_graph as a CUDA graph (per-op spans of the instrumented graph). ~6 min, one H200.
+#   OUT=dir [EXECS=2] [HOST_PROCESSES=3] bash benchmarks/heldout_x1.sh
+set -uo pipefail
+OUT=${OUT:-heldout_x1_out}; EXECS=${EXECS:-2}; W=/tmp/hx1_work; rm -rf $W; mkdir -p "$OUT" $W
+. benchmarks/device_env.sh  # multicast off, carried wheels, PYTHONPATH
+PROF=$W/h200x1_calibrated.yaml
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim calibrate --no-grid \
+  --dtypes fp32,bf16 --iters 10 --max-bytes 67108864 --factor 4 --gemm 1x1024x1024 --gemm 1x2048x1024 \
+  --gemm 32x1024x1024 --host-processes "${HOST_PROCESSES:-3}" schedules/small_ops_graph.yaml \
+  --name h200x1_calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 || { echo "calibrate failed"; tail -20 $W/calibrate.log; }
+[ -f "$PROF" ] || PROF=h200x2
+TPA="--set world_size=1 --set layers=64"
+for case in "tp_allreduce_graph:$TPA --set launch=cuda_graph:--cuda-graph" \
+            "tp_allreduce_graph:$TPA --set launch=eager:--measure-host" "small_ops_graph::--cuda-graph"; do
+  IFS=: read -r sched sets flags <<< "$case"
+  tag=$sched$( [ "$flags" = "--cuda-graph" ] && echo _graph || echo _eager ); mkdir -p $W/$tag
+  for rep in $(seq "$EXECS"); do
+    d=$W/$tag/x$rep
+    # shellcheck disable=SC2086
+    python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "schedules/$sched.yaml" $sets \
+      $flags --no-gantt --compare --profile "$PROF" --iters 20 --warmup 5 --out "$d" > "$d.log" 2>&1 \
+      || { echo "$tag $rep failed"; tail -5 "$d.log"; continue; }
+    grep -E "without per-op|per-op duration" "$d.log" | sed "s/^/$tag $rep: /"
+  done
+done
+cp "$PROF" "${PROF%.yaml}.json" "$OUT/" 2>/dev/null
+tar czf "$OUT/results.tgz" -C $W . 2>/dev/null

@@ -1,0 +1,60 @@
+"""A CUDA graph timed op by op (``schedsim execute --cuda-graph``): the profile's ``graph_timing_event_us`` in
+every op's span (``HardwareProfile.timed_graph``), and the comparison of such a run's ops with that prediction
+while its uninstrumented makespan keeps the plain one (``compare_timelines(pred_timed=...)``). Hand-computed."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.core.test_gpu_model import HEAD, TINY, waves_profile
+
+
+def test_timed_graph_adds_the_event_pair_to_every_node_and_is_a_no_op_when_unmeasured() -> None:
+    prof = waves_profile(launch={"graph_per_op_us": 0.5, "graph_timing_event_us": 2.0})
+    timed = prof.timed_graph()
+    assert timed.launch.graph_per_op_us == 2.5 and timed.name == "toy+timed_graph"
+    assert prof.launch.graph_per_op_us == 0.5  # the profile itself is unchanged
+    plain = waves_profile(launch={"graph_per_op_us": 0.5})
+    assert plain.launch.graph_timing_event_us == 0.0 and plain.timed_graph() is plain
+
+
+def test_a_timed_graph_chain_holds_the_event_span_in_every_op(sim_text) -> None:
+    # a chain of three 2 µs kernels in one replay (graph_launch_us 10): untimed 10-12, 12-14, 14-16; timed, each
+    # op also holds its 2 µs event pair: 10-14, 14-18, 18-22. Eager launches are unaffected (no graph nodes).
+    body = "".join(f"  - {{name: g{i}, {TINY}}}\n" for i in range(3))
+    prof = waves_profile(launch={"graph_launch_us": 10.0, "graph_timing_event_us": 2.0})
+    spans, _ = sim_text(HEAD % 1 + body, prof, launch="cuda_graph")
+    assert spans == {"g0@r0": (10.0, 12.0), "g1@r0": (12.0, 14.0), "g2@r0": (14.0, 16.0)}
+    spans, tl = sim_text(HEAD % 1 + body, prof.timed_graph(), launch="cuda_graph")
+    assert spans == {"g0@r0": (10.0, 14.0), "g1@r0": (14.0, 18.0), "g2@r0": (18.0, 22.0)}
+    assert tl.makespan_s == pytest.approx(22e-6)
+    spans, _ = sim_text(HEAD % 1 + body, prof.timed_graph())
+    assert spans == {"g0@r0": (0.0, 2.0), "g1@r0": (2.0, 4.0), "g2@r0": (4.0, 6.0)}
+
+
+def _tl(source: str, spans: list[tuple[str, float, float]], **meta: object):
+    from schedsim.sim.timeline import Span, Timeline
+
+    return Timeline("x", source, 1, spans=[Span(f"{n}@r0", n, 0, "s", "matmul", "compute", a, b)
+                                           for n, a, b in spans], meta=dict(meta), launch="cuda_graph")
+
+
+def test_compare_uses_the_timed_prediction_for_ops_and_the_plain_one_for_the_uninstrumented_makespan() -> None:
+    from schedsim.compare import Comparison, compare_timelines
+
+    # measured: two ops of 4 and 5 µs in the timed graph (makespan 9 µs), 5 µs per iteration untimed
+    meas = _tl("execute", [("a", 0.0, 4e-6), ("b", 4e-6, 9e-6)], makespan_uninstrumented_s=5e-6)
+    plain = _tl("predict", [("a", 0.0, 2e-6), ("b", 2e-6, 4e-6)])
+    timed = _tl("predict", [("a", 0.0, 4e-6), ("b", 4e-6, 8e-6)])
+    before = compare_timelines(plain, meas)
+    assert before.ops.median_abs_error == pytest.approx(0.55)  # |2-4|/4 = 0.5, |2-5|/5 = 0.6
+    assert before.makespan.uninstrumented.error == pytest.approx(-0.2) and before.makespan.uninstrumented.pred_s is None
+    res = compare_timelines(plain, meas, pred_timed=timed)
+    assert res.ops.median_abs_error == pytest.approx(0.1)  # a exact, b |4-5|/5 = 0.2
+    assert "timed graph" in res.ops.span
+    assert res.makespan.pred_s == pytest.approx(8e-6) and res.makespan.error == pytest.approx(-1 / 9)
+    u = res.makespan.uninstrumented
+    assert u.pred_s == pytest.approx(4e-6) and u.error == pytest.approx(-0.2) and u.meas_s == 5e-6
+    back = Comparison.from_dict(res.to_dict())
+    assert back.makespan.uninstrumented.pred_s == pytest.approx(4e-6)
+    assert "pred_s" not in before.to_dict()["makespan"]["uninstrumented"]  # omitted when there is one prediction
