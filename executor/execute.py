@@ -6,7 +6,9 @@ Outputs (rank 0, in ``--out``), every file written atomically:
 * ``trace.json``: Chrome/Perfetto trace of it; ``gantt.png``/``.svg`` unless ``--no-gantt``;
 * ``env.json``: GPU, driver, torch, CUDA, NCCL, per-rank devices and the relevant variables;
 * with ``--profiler``: ``kineto_rank<r>.json.gz`` (every rank) and ``timeline_kernels.json``;
-* with ``--compare``: ``predicted/`` (predict's outputs) and ``compare/`` (compare's outputs).
+* with ``--compare``: ``predicted/`` (predict's outputs) and ``compare/`` (compare's outputs); for a CUDA graph
+  timed op by op also ``predicted_timed/`` (the prediction of that timed graph, whose ops ``compare/`` uses:
+  :meth:`schedsim.hardware.profile.HardwareProfile.timed_graph`).
 
 On a failure (timeout, error, Ctrl-C/SIGTERM) every rank that can still act
 writes ``failure_rank<r>.json`` (what failed, where, which ranks were missing)
@@ -346,6 +348,11 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
                 pred_timed, _m, tpaths = predict_to_dir(file, sets, timed, outdir / "predicted_timed", launch,
                                                         False, False, **sim)
                 paths += tpaths
+        stale = outdir / "predicted_timed"
+        if pred_timed is None and (stale / ".schedsim-outputs.json").is_file():  # an earlier graph run's, in this --out
+            import shutil
+
+            shutil.rmtree(stale, ignore_errors=True)
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt, pred_timed=pred_timed)
         print_comparison(res)
         if profile_note:

@@ -95,13 +95,21 @@ def predict(
     max_ops: int | None = MaxOpsOpt,
     trace: bool | None = typer.Option(None, "--trace/--no-trace", help="Write trace.json (Perfetto) "
                                          f"[default: only up to {TRACE_MAX_OPS:,} ops]."),
+    timed_graph: bool = typer.Option(False, "--timed-graph", help="Predict a CUDA graph as schedsim execute "
+                                     "--cuda-graph times it, op by op (the profile's launch.graph_timing_event_us "
+                                     "in every op): the prediction to compare its ops with (compare --pred-timed)."),
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
     from schedsim._gc import paused_gc
 
     _max_ops(max_ops)
+    prof: Any = profile
+    if timed_graph:
+        from schedsim.hardware.profile import load_profile
+
+        prof = load_profile(profile).timed_graph()
     with paused_gc():  # also through the summary: its tables walk the whole timeline
-        tl, metrics, paths = predict_to_dir(file, set_, profile, out, launch.value if launch else None, gantt, trace,
+        tl, metrics, paths = predict_to_dir(file, set_, prof, out, launch.value if launch else None, gantt, trace,
                                             gpu_model=gpu_model.value if gpu_model else None,
                                             max_connections=max_connections, model_executor=model_executor,
                                             iteration_gap_s=iteration_gap_ms * 1e-3)

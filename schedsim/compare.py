@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from schedsim.errors import TraceError
+from schedsim.hardware.profile import TIMED_GRAPH_SUFFIX
 from schedsim.results import OMIT_NONE, from_dict, to_dict
 from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Span, Timeline, atomic_write_text
@@ -304,6 +305,13 @@ def _warnings(pred: Timeline, meas: Timeline) -> list[str]:
         warnings.append(f"different --set values: {sorted(sp)} vs {sorted(sm)}")
     if pred.world_size != meas.world_size:
         warnings.append(f"different world sizes: {pred.world_size} vs {meas.world_size}")
+    timed = (isinstance(pred.meta, dict) and bool(pred.meta.get("timed_graph"))) or str(pred.profile or "").endswith(
+        TIMED_GRAPH_SUFFIX)
+    if (isinstance(meas.meta, dict) and meas.meta.get("timing") == "cuda_graph_external_events"
+            and pred.launch == "cuda_graph" and not timed):
+        warnings.append("the measured ops were timed inside a CUDA graph by event pairs, which lengthen each op; "
+                        "compare them with a prediction of the timed graph (--pred-timed: execute --compare's "
+                        "predicted_timed/, or predict --timed-graph)")
     return warnings
 
 
@@ -571,11 +579,16 @@ def register(app: Any) -> None:
                                            help="Output folder [default: schedsim_out/compare_<schedule>]."),
         fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
         gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the stacked Gantt chart (PNG and SVG)."),
+        pred_timed: Path | None = typer.Option(
+            None, "--pred-timed", help="For a CUDA graph that execute timed op by op: the prediction of that timed "
+            "graph (execute --compare's predicted_timed/, or predict --timed-graph), compared with the ops; PRED "
+            "is then compared with the uninstrumented makespan."),
     ) -> None:
         """Compare predicted and measured timelines: makespan and per-op errors, overlap, Gantt and Perfetto trace."""
         p, m = load_timeline_arg(pred), load_timeline_arg(meas)
+        pt = load_timeline_arg(pred_timed) if pred_timed is not None else None
         outdir = out or Path("schedsim_out") / f"compare_{m.schedule}"
-        res, paths = write_comparison(p, m, outdir, gantt=gantt)
+        res, paths = write_comparison(p, m, outdir, gantt=gantt, pred_timed=pt)
         if fmt == OutFormat.json:
             slim = res.to_dict(per_op=False)
             if "ops" in slim:

@@ -239,6 +239,11 @@ class Power(_B):
         return v
 
 
+#: The name suffix of a profile from :meth:`HardwareProfile.timed_graph`; predictions made with one say so in their
+#: meta (``timed_graph: true``), and a timeline's ``profile`` carries it.
+TIMED_GRAPH_SUFFIX = "+timed_graph"
+
+
 class HardwareProfile(_B):
     """A machine: GPU rates, launch overheads, links, copy engines, measured tables and contention factors."""
 
@@ -276,12 +281,19 @@ class HardwareProfile(_B):
         in one graph): a timed op's span exceeded the untimed graph's time per op by 2.0-2.2 µs (32×1024×1024
         bf16 GEMMs: 3.51 → 5.50-5.73 µs; ``add_``: 1.02 → 3.14-3.20 µs); a further 1.25-1.28 µs passes between
         one op's end event and the next op's start event, outside every span, and is not modelled. Returns
-        ``self`` when the term is 0 (not measured)."""
+        ``self`` when the term is 0 (not measured, or already folded in: the result has it 0, so applying
+        this twice adds it once)."""
         extra = self.launch.graph_timing_event_us
-        if extra <= 0:
+        if extra <= 0 or self.is_timed_graph:
             return self
-        launch = self.launch.model_copy(update={"graph_per_op_us": self.launch.graph_per_op_us + extra})
-        return self.model_copy(update={"launch": launch, "name": f"{self.name}+timed_graph"})
+        launch = self.launch.model_copy(update={"graph_per_op_us": self.launch.graph_per_op_us + extra,
+                                                "graph_timing_event_us": 0.0})
+        return self.model_copy(update={"launch": launch, "name": self.name + TIMED_GRAPH_SUFFIX})
+
+    @property
+    def is_timed_graph(self) -> bool:
+        """True for a profile from :meth:`timed_graph` (its name ends with :data:`TIMED_GRAPH_SUFFIX`)."""
+        return self.name.endswith(TIMED_GRAPH_SUFFIX)
 
     def link_for(self, ranks: tuple[int, ...]) -> Link:
         """Link class joining ``ranks``: intra-node if they share a node, else inter-node.

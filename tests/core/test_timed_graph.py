@@ -4,6 +4,8 @@ while its uninstrumented makespan keeps the plain one (``compare_timelines(pred_
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.core.test_gpu_model import HEAD, TINY, waves_profile
@@ -58,3 +60,54 @@ def test_compare_uses_the_timed_prediction_for_ops_and_the_plain_one_for_the_uni
     back = Comparison.from_dict(res.to_dict())
     assert back.makespan.uninstrumented.pred_s == pytest.approx(4e-6)
     assert "pred_s" not in before.to_dict()["makespan"]["uninstrumented"]  # omitted when there is one prediction
+
+
+def test_timed_graph_applies_once_and_predictions_made_with_it_say_so(tmp_path) -> None:
+    from schedsim.api import predict_to_dir
+    from schedsim.hardware.profile import load_profile
+
+    once = load_profile("h200").timed_graph()
+    assert once.is_timed_graph and once.timed_graph() is once  # the term is folded in once
+    assert once.launch.graph_per_op_us == pytest.approx(1.0 + 2.1) and once.launch.graph_timing_event_us == 0.0
+    tl, _m, _p = predict_to_dir(Path("schedules/small_ops_graph.yaml"), ["layers=2"], once, tmp_path / "t",
+                                "cuda_graph", False, False)
+    plain, _m, _p = predict_to_dir(Path("schedules/small_ops_graph.yaml"), ["layers=2"], "h200", tmp_path / "p",
+                                   "cuda_graph", False, False)
+    assert tl.meta["timed_graph"] is True and "timed_graph" not in plain.meta
+    assert tl.profile == "h200+timed_graph"
+    # six ops in a chain-and-fork graph: every op 2.1 µs longer
+    for a, b in zip(sorted(tl.spans, key=lambda s: s.id), sorted(plain.spans, key=lambda s: s.id), strict=True):
+        assert (a.end_s - a.start_s) - (b.end_s - b.start_s) == pytest.approx(2.1e-6, abs=1e-12)
+
+
+def test_compare_warns_when_a_timed_graph_meets_a_plain_prediction() -> None:
+    from schedsim.compare import compare_timelines
+
+    meas = _tl("execute", [("a", 0.0, 4e-6)], timing="cuda_graph_external_events", makespan_uninstrumented_s=3e-6)
+    plain = _tl("predict", [("a", 0.0, 2e-6)])
+    timed = _tl("predict", [("a", 0.0, 4e-6)], timed_graph=True)
+    assert any("timed inside a CUDA graph" in w for w in compare_timelines(plain, meas).warnings)
+    assert not any("CUDA graph" in w for w in compare_timelines(plain, meas, pred_timed=timed).warnings)
+    assert not any("CUDA graph" in w for w in compare_timelines(timed, meas).warnings)
+    eager = _tl("execute", [("a", 0.0, 4e-6)], timing="cuda_events")
+    assert not compare_timelines(plain, eager).warnings
+
+
+def test_compare_cli_takes_the_timed_prediction(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    meas = _tl("execute", [("a", 0.0, 4e-6), ("b", 4e-6, 9e-6)], timing="cuda_graph_external_events",
+               makespan_uninstrumented_s=5e-6)
+    for name, tl in (("meas", meas), ("plain", _tl("predict", [("a", 0.0, 2e-6), ("b", 2e-6, 4e-6)])),
+                     ("timed", _tl("predict", [("a", 0.0, 4e-6), ("b", 4e-6, 8e-6)], timed_graph=True))):
+        tl.write_json(tmp_path / f"{name}.json")
+    r = subprocess.run([sys.executable, "-m", "schedsim", "compare", str(tmp_path / "plain.json"),
+                        str(tmp_path / "meas.json"), "--pred-timed", str(tmp_path / "timed.json"), "--no-gantt",
+                        "--format", "json", "--out", str(tmp_path / "c")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["ops"]["median_abs_error"] == pytest.approx(0.1)
+    assert d["makespan"]["uninstrumented"]["pred_s"] == pytest.approx(4e-6)
+    assert d["warnings"] == []
