@@ -46,6 +46,11 @@ _BUS_FACTORS = {
 }
 
 
+#: Collectives that the executor calls in place (``dist.all_reduce``, ``dist.broadcast``, ``dist.reduce`` on one
+#: buffer): on a group of one rank NCCL launches nothing for them (:meth:`CostModel.collective_time`).
+ONE_RANK_NOP = frozenset({"all_reduce", "broadcast", "reduce"})
+
+
 def bus_factor(kind: str, n: int) -> float:
     """busbw / algbw for collective ``kind`` over ``n`` ranks (nccl-tests ``doc/PERFORMANCE.md``).
 
@@ -172,9 +177,17 @@ class CostModel:
 
     # -- communication ----------------------------------------------------
     def collective_time(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
-        """Time in seconds of collective ``kind`` moving ``nbytes`` (nccl-tests size) over ``ranks``."""
+        """Time in seconds of collective ``kind`` moving ``nbytes`` (nccl-tests size) over ``ranks``.
+
+        One rank: NCCL runs no collective (``ncclLaunchOneRank``, src/enqueue.cc: "for 1 rank, out-of-place is
+        memcpy to self, and in-place is nop"), so the in-place kinds as the executor calls them (``all_reduce``,
+        ``broadcast``, ``reduce``: :data:`ONE_RANK_NOP`) take 0 s and the others a device-to-device copy of
+        ``nbytes``. One H200, 2026-12-02 12:12 UTC (``benchmarks/heldout_x1.sh``): a 1-rank 8 KiB all_reduce in
+        a graph timed op by op spanned 1.2-1.3 µs, its two timing events' own span."""
         n = len(ranks)
         if n <= 1:
+            if kind in ONE_RANK_NOP:
+                return 0.0
             return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
         table_kind = "sendrecv" if kind in P2P_KINDS else kind
         factor = bus_factor(table_kind, n)

@@ -160,3 +160,14 @@ def test_profile_yaml_read_by_libyaml_is_the_reference_parse(tmp_path):
         load_profile(str(bad))
     assert str(e.value) == f"{bad}: invalid YAML: {pure.value}"
     assert "gpu: {hbm_GBps: 1" in str(e.value)  # the snippet only the pure parser gives
+
+
+def test_one_rank_collectives_are_a_nop_in_place_and_a_copy_out_of_place(toy_profile) -> None:
+    # NCCL on one rank (ncclLaunchOneRank): an in-place all_reduce/broadcast/reduce launches nothing; an
+    # all_gather of 1 MB copies it device to device: toy d2d 1000 GB/s counted read + write, 2e6 B / 1e12 = 2 µs
+    cm = CostModel(toy_profile)
+    for kind in ("all_reduce", "broadcast", "reduce"):
+        assert cm.collective_time(kind, 1e6, (0,)) == 0.0
+    assert cm.collective_time("all_gather", 1e6, (0,)) == pytest.approx(2e-6)
+    assert cm.collective_time("reduce_scatter", 1e6, (3,)) == pytest.approx(2e-6)
+    assert cm.collective_time("all_reduce", 1e6, (0, 1)) > 0.0  # two ranks: a real collective
