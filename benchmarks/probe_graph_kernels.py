@@ -1,0 +1,72 @@
+"""Kernel time in a CUDA graph against back to back on a stream, per shape (issue 8, graph cases).
+
+The GEMM table (``schedsim calibrate``) times a kernel launched back to back on a stream, R launches queued behind
+a spin. A graph replay dispatches its nodes without the stream launch path. For each shape this prints
+(``GRAPH_KERNELS {...}``, µs): ``stream`` (back to back, R = 200, median of 5), ``graph`` (a 64-node chain of
+the kernel in one graph, replay / 64, :func:`executor.calibrate.timed_graph_chain`) and ``timed_span`` (the
+mean span between the timing events around each node of the same chain).
+
+Usage: python benchmarks/probe_graph_kernels.py  (one GPU; exits 2 without CUDA)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: (label, kind, dtype, m, n, k): GEMMs of the one-GPU cases, and elementwise ``add_`` on m x n
+SHAPES = [("mm 16x512x512 bf16", "mm", "bf16", 16, 512, 512), ("mm 32x1024x1024 bf16", "mm", "bf16", 32, 1024, 1024),
+          ("mm 1x1024x1024 fp32", "mm", "fp32", 1, 1024, 1024), ("mm 1x2048x2048 fp32", "mm", "fp32", 1, 2048, 2048),
+          ("mm 64x64x64 bf16", "mm", "bf16", 64, 64, 64), ("add 16x512 bf16", "add", "bf16", 16, 512, 0),
+          ("add 32x1024 bf16", "add", "bf16", 32, 1024, 0)]
+
+
+def main() -> int:
+    import torch
+
+    from executor.calibrate import timed_graph_chain
+
+    if not torch.cuda.is_available():
+        print("probe_graph_kernels: needs CUDA", file=sys.stderr)
+        return 2
+    dev = torch.device("cuda", 0)
+    side = torch.cuda.Stream(device=dev)
+    out: dict[str, dict[str, float]] = {}
+    for label, kind, dt, m, n, k in SHAPES:
+        dtype = torch.bfloat16 if dt == "bf16" else torch.float32
+        if kind == "mm":
+            a = torch.rand(m, k, device=dev).to(dtype)
+            b = torch.rand(k, n, device=dev).to(dtype)
+            outs = [torch.empty(m, n, device=dev, dtype=dtype) for _ in range(64)]
+
+            def f(i: int, a=a, b=b, outs=outs) -> None:  # noqa: ANN001
+                torch.matmul(a, b, out=outs[i])
+        else:
+            outs = [torch.rand(m, n, device=dev).to(dtype) for _ in range(64)]
+
+            def f(i: int, outs=outs) -> None:  # noqa: ANN001
+                outs[i].add_(1.0)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ts = []
+        for _ in range(6):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(4_000_000)
+            e0.record()
+            for i in range(200):
+                f(i % 64)
+            e1.record()
+            torch.cuda.synchronize()
+            ts.append(e0.elapsed_time(e1) * 1e3 / 200)
+        r = timed_graph_chain(torch, [f] * 64, side)
+        out[label] = {"stream": round(statistics.median(ts[1:]), 3), "graph": round(r["plain_per_op"], 3),
+                      "timed_span": round(statistics.fmean(r["spans"]), 3)}
+    print("GRAPH_KERNELS " + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
