@@ -4,7 +4,9 @@ The GEMM table (``schedsim calibrate``) times a kernel launched back to back on 
 a spin. A graph replay dispatches its nodes without the stream launch path. For each shape this prints
 (``GRAPH_KERNELS {...}``, µs): ``stream`` (back to back, R = 200, median of 5), ``graph`` (a 64-node chain of
 the kernel in one graph, replay / 64, :func:`executor.calibrate.timed_graph_chain`) and ``timed_span`` (the
-mean span between the timing events around each node of the same chain).
+mean span between the timing events around each node of the same chain). Then (``GRAPH_LAYERS {...}``) µs per
+layer of small_ops_graph's layer in one graph at T×H = 16×512 and 32×1024: the main stream alone, beside an
+independent aux GEMM, and with the aux GEMM waiting for the main one (``executor.calibrate._graph_fork_us``).
 
 Usage: python benchmarks/probe_graph_kernels.py  (one GPU; exits 2 without CUDA)
 """
@@ -65,6 +67,13 @@ def main() -> int:
         out[label] = {"stream": round(statistics.median(ts[1:]), 3), "graph": round(r["plain_per_op"], 3),
                       "timed_span": round(statistics.fmean(r["spans"]), 3)}
     print("GRAPH_KERNELS " + json.dumps(out), flush=True)
+    # the small_ops layer as a graph (calibrate's graph-edge probe) at two shapes: the main stream alone, with an
+    # independent aux GEMM beside it, and with the aux GEMM waiting for the main one (µs per layer)
+    from executor.calibrate import _graph_fork_us
+
+    layers = {f"T{t} H{h}": {k: round(v, 3) for k, v in _graph_fork_us(torch, dev, t, h, main_only=True).items()}
+              for t, h in ((16, 512), (32, 1024))}
+    print("GRAPH_LAYERS " + json.dumps(layers), flush=True)
     return 0
 
 

@@ -869,12 +869,15 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
 GRAPH_T, GRAPH_H, GRAPH_LAYERS = 32, 1024, 64
 
 
-def _graph_fork_us(torch: Any, dev: Any) -> dict[str, float]:
+def _graph_fork_us(torch: Any, dev: Any, T: int = GRAPH_T, H: int = GRAPH_H, main_only: bool = False
+                   ) -> dict[str, float]:
     """GPU µs per layer of GRAPH_LAYERS probe layers captured in one CUDA graph, with and without the aux GEMM's
     event edge from the main GEMM (median of 30 replays between two events, after 10): ``graph_fork_us``,
-    ``graph_fork_nowait_us``. :func:`graph_edge_us` turns them into ``launch.graph_cross_stream_edge_us``.
-    The probe of ``benchmarks/probe_graph_nodes.py`` (one H200, 2026-12-01 03:13 UTC: 7.94 / 6.65 µs)."""
-    L, T, H, bf = GRAPH_LAYERS, GRAPH_T, GRAPH_H, torch.bfloat16
+    ``graph_fork_nowait_us``; with ``main_only`` also ``graph_main_only_us`` (no aux GEMM at all).
+    :func:`graph_edge_us` turns the first two into ``launch.graph_cross_stream_edge_us``. The probe of
+    ``benchmarks/probe_graph_nodes.py`` (one H200, 2026-12-01 03:13 UTC: 7.94 / 6.65 µs); ``T``×``H`` are the
+    layer's tokens and hidden size (``benchmarks/probe_graph_kernels.py`` varies them)."""
+    L, bf = GRAPH_LAYERS, torch.bfloat16
 
     def r(*shape: int) -> Any:
         return torch.rand(*shape, device=dev).to(bf)
@@ -887,7 +890,7 @@ def _graph_fork_us(torch: Any, dev: Any) -> dict[str, float]:
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     out: dict[str, float] = {}
 
-    def body(wait: bool) -> None:
+    def body(wait: bool | None) -> None:  # None: no aux GEMM
         for i in range(L):
             torch.cuda.set_stream(main_s)
             torch.matmul(x[i], w[i], out=y[i])
@@ -896,9 +899,11 @@ def _graph_fork_us(torch: Any, dev: Any) -> dict[str, float]:
             torch.cuda.set_stream(aux_s)
             if wait:
                 aux_s.wait_event(ev[i])
-            torch.matmul(xs[i], ws[i], out=ys[i])
+            if wait is not None:
+                torch.matmul(xs[i], ws[i], out=ys[i])
 
-    for key, wait in (("graph_fork_us", True), ("graph_fork_nowait_us", False)):
+    variants: list[tuple[str, bool | None]] = [("graph_fork_us", True), ("graph_fork_nowait_us", False)]
+    for key, wait in variants + ([("graph_main_only_us", None)] if main_only else []):
         prev = torch.cuda.current_stream(dev)
         body(wait)  # warm: pick the kernels before capture
         torch.cuda.set_stream(prev)
