@@ -344,7 +344,10 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
             # the ops were timed inside the graph by event pairs, which lengthen every op's span: compare them
             # with a prediction of that timed graph (the uninstrumented makespan keeps the plain prediction)
             timed = prof.timed_graph()
-            if timed is not prof:
+            if timed is prof:
+                print(f"note: profile {prof.name!r} has no launch.graph_timing_event_us: the timed graph's ops are "
+                      "compared with the plain prediction (schedsim calibrate measures it)", file=sys.stderr)
+            else:
                 pred_timed, _m, tpaths = predict_to_dir(file, sets, timed, outdir / "predicted_timed", launch,
                                                         False, False, **sim)
                 paths += tpaths

@@ -256,10 +256,10 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
     with paused_gc():
         spec = load_schedule(file, parse_overrides(sets or []))
         prof = load_profile(profile) if isinstance(profile, str) else profile
-        meta: dict[str, Any] = {"file": str(file), "set": list(sets or [])}
-        if prof.is_timed_graph:  # a prediction of the graph as execute --cuda-graph times it (compare's warning)
-            meta["timed_graph"] = True
-        run = simulate_spec(spec, prof, file=file, launch=launch, progress=True, meta=meta, **sim)
+        run = simulate_spec(spec, prof, file=file, launch=launch, progress=True,
+                            meta={"file": str(file), "set": list(sets or [])}, **sim)
+        if prof.is_timed_graph and run.timeline.launch == "cuda_graph":
+            run.timeline.meta["timed_graph"] = True  # the graph as execute --cuda-graph times it (compare checks)
         tl, metrics = run.timeline, run.metrics
         outdir = out or Path("schedsim_out") / safe_dirname(spec.name)
         write_trace, note = trace_wanted(len(tl), trace)

@@ -107,12 +107,19 @@ def predict(
     if timed_graph:
         from schedsim.hardware.profile import load_profile
 
-        prof = load_profile(profile).timed_graph()
+        base = load_profile(profile)
+        prof = base.timed_graph()
+        if prof is base:
+            print(f"note: profile {base.name!r} has no launch.graph_timing_event_us (not measured): --timed-graph "
+                  "changes nothing (schedsim calibrate measures it)", file=sys.stderr)
     with paused_gc():  # also through the summary: its tables walk the whole timeline
         tl, metrics, paths = predict_to_dir(file, set_, prof, out, launch.value if launch else None, gantt, trace,
                                             gpu_model=gpu_model.value if gpu_model else None,
                                             max_connections=max_connections, model_executor=model_executor,
                                             iteration_gap_s=iteration_gap_ms * 1e-3)
+        if timed_graph and prof is not profile and prof.is_timed_graph and tl.launch != "cuda_graph":
+            print(f"note: --timed-graph changes nothing in {tl.launch} mode (only a CUDA graph is timed by event "
+                  "nodes)", file=sys.stderr)
         _print_predict(tl, metrics, paths, fmt, all_ranks)
 
 

@@ -294,24 +294,49 @@ def op_window(tl: Timeline, *, stream_reached: bool) -> dict[str, tuple[float, f
     return out
 
 
-def _warnings(pred: Timeline, meas: Timeline) -> list[str]:
-    """Why the two timelines may not be comparable: different schedules, ``--set`` values or world sizes."""
-    warnings: list[str] = []
-    if pred.schedule != meas.schedule:
-        warnings.append(f"different schedules: {pred.schedule!r} vs {meas.schedule!r}")
-    sp = pred.meta.get("set") if isinstance(pred.meta, dict) else None
-    sm = meas.meta.get("set") if isinstance(meas.meta, dict) else None
-    if sp is not None and sm is not None and sorted(sp) != sorted(sm):
-        warnings.append(f"different --set values: {sorted(sp)} vs {sorted(sm)}")
-    if pred.world_size != meas.world_size:
-        warnings.append(f"different world sizes: {pred.world_size} vs {meas.world_size}")
-    timed = (isinstance(pred.meta, dict) and bool(pred.meta.get("timed_graph"))) or str(pred.profile or "").endswith(
+def _is_timed_prediction(tl: Timeline) -> bool:
+    """A prediction of a CUDA graph timed op by op (``predict --timed-graph``, ``execute --compare``'s
+    ``predicted_timed/``): ``meta.timed_graph``, or a profile named by :meth:`HardwareProfile.timed_graph`."""
+    return (isinstance(tl.meta, dict) and bool(tl.meta.get("timed_graph"))) or str(tl.profile or "").endswith(
         TIMED_GRAPH_SUFFIX)
-    if (isinstance(meas.meta, dict) and meas.meta.get("timing") == "cuda_graph_external_events"
-            and pred.launch == "cuda_graph" and not timed):
-        warnings.append("the measured ops were timed inside a CUDA graph by event pairs, which lengthen each op; "
-                        "compare them with a prediction of the timed graph (--pred-timed: execute --compare's "
-                        "predicted_timed/, or predict --timed-graph)")
+
+
+def _timed_measurement(tl: Timeline) -> bool:
+    return isinstance(tl.meta, dict) and tl.meta.get("timing") == "cuda_graph_external_events"
+
+
+def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None) -> list[str]:
+    """Why the timelines may not be comparable: different schedules, ``--set`` values or world sizes (of
+    ``pred``, and of ``pred_timed`` when given, against ``meas``), a timed CUDA graph compared with a plain
+    prediction, or a ``pred_timed`` that is not a timed graph's prediction or meets no timed graph."""
+    warnings: list[str] = []
+    for p in (pred,) if pred_timed is None else (pred, pred_timed):
+        tag = "" if p is pred else " (--pred-timed)"
+        if p.schedule != meas.schedule:
+            warnings.append(f"different schedules{tag}: {p.schedule!r} vs {meas.schedule!r}")
+        sp = p.meta.get("set") if isinstance(p.meta, dict) else None
+        sm = meas.meta.get("set") if isinstance(meas.meta, dict) else None
+        if sp is not None and sm is not None and sorted(sp) != sorted(sm):
+            warnings.append(f"different --set values{tag}: {sorted(sp)} vs {sorted(sm)}")
+        if p.world_size != meas.world_size:
+            warnings.append(f"different world sizes{tag}: {p.world_size} vs {meas.world_size}")
+    if pred_timed is None:
+        if _timed_measurement(meas) and pred.launch == "cuda_graph" and not _is_timed_prediction(pred):
+            warnings.append("the measured ops were timed inside a CUDA graph by event pairs, which lengthen each "
+                            "op; compare them with a prediction of the timed graph (--pred-timed: execute "
+                            "--compare's predicted_timed/, or predict --timed-graph with a profile that has "
+                            "launch.graph_timing_event_us)")
+        return warnings
+    if not _timed_measurement(meas):
+        warnings.append(f"--pred-timed given, but the measured run was not timed inside a CUDA graph (timing "
+                        f"{meas.meta.get('timing') if isinstance(meas.meta, dict) else None!r}, launch "
+                        f"{meas.launch!r}): compare with PRED alone")
+    if not _is_timed_prediction(pred_timed):
+        warnings.append("--pred-timed is not a prediction of a timed graph (no meta.timed_graph): make it with "
+                        "predict --timed-graph")
+    if _is_timed_prediction(pred):
+        warnings.append("PRED is a prediction of a timed graph; the plain prediction belongs there, the timed one "
+                        "after --pred-timed")
     return warnings
 
 
@@ -372,6 +397,7 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     0.1
     """
     untimed = None
+    warns = _warnings(pred, meas, pred_timed)
     if pred_timed is not None:
         untimed, pred = Metrics.of(pred).makespan_s, pred_timed
     mp, mm = Metrics.of(pred), Metrics.of(meas)
@@ -399,7 +425,7 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
                for r in sorted(set(mp.ranks) | set(mm.ranks))}
     return Comparison(
         schedule=Pair(pred.schedule, meas.schedule), source=Pair(pred.source, meas.source),
-        launch=Pair(pred.launch, meas.launch), profile=pred.profile, warnings=_warnings(pred, meas),
+        launch=Pair(pred.launch, meas.launch), profile=pred.profile, warnings=warns,
         makespan=_makespan(mp.makespan_s, mm.makespan_s, meas, untimed),
         match=Match(mode, len(common), only_p[:20], only_m[:20], len(only_p), len(only_m)),
         ops=ops, overlap=overlap, by_rank=by_rank)

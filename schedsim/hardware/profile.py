@@ -98,6 +98,8 @@ class Launch(_B):
                                          "--cuda-graph times each op) adds to the op's span in a graph replay; "
                                          "used only to predict such a timed replay "
                                          "(HardwareProfile.timed_graph). Default 0: not measured.")
+    graph_timed: bool = Field(default=False, description="True in a profile from HardwareProfile.timed_graph: "
+                              "graph_timing_event_us is added to every op of a CUDA graph (a graph timed op by op).")
     source: str
 
     @property
@@ -274,26 +276,24 @@ class HardwareProfile(_B):
 
     def timed_graph(self) -> HardwareProfile:
         """This profile for predicting a CUDA-graph replay timed op by op, as ``schedsim execute --cuda-graph``
-        times it: every graph node's GPU overhead ``launch.graph_per_op_us`` grows by
-        ``launch.graph_timing_event_us``, the span that an op's pair of external event-record nodes adds.
+        times it: ``launch.graph_timed`` set, so that every op of a graph also holds
+        ``launch.graph_timing_event_us``, the span its pair of external event-record nodes adds
+        (:func:`schedsim.sim.gpu_model.graph_node_terms`).
 
         Source: one H200, 2026-12-02 11:41 UTC (``benchmarks/probe_graph_events.py``, 3 processes, 64-op chains
         in one graph): a timed op's span exceeded the untimed graph's time per op by 2.0-2.2 µs (32×1024×1024
         bf16 GEMMs: 3.51 → 5.50-5.73 µs; ``add_``: 1.02 → 3.14-3.20 µs); a further 1.25-1.28 µs passes between
         one op's end event and the next op's start event, outside every span, and is not modelled. Returns
-        ``self`` when the term is 0 (not measured, or already folded in: the result has it 0, so applying
-        this twice adds it once)."""
-        extra = self.launch.graph_timing_event_us
-        if extra <= 0 or self.is_timed_graph:
+        ``self`` when the term is 0 (not measured: nothing to add) or the profile is timed already."""
+        if self.launch.graph_timing_event_us <= 0 or self.is_timed_graph:
             return self
-        launch = self.launch.model_copy(update={"graph_per_op_us": self.launch.graph_per_op_us + extra,
-                                                "graph_timing_event_us": 0.0})
+        launch = self.launch.model_copy(update={"graph_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_GRAPH_SUFFIX})
 
     @property
     def is_timed_graph(self) -> bool:
-        """True for a profile from :meth:`timed_graph` (its name ends with :data:`TIMED_GRAPH_SUFFIX`)."""
-        return self.name.endswith(TIMED_GRAPH_SUFFIX)
+        """True for a profile from :meth:`timed_graph` (``launch.graph_timed``)."""
+        return self.launch.graph_timed
 
     def link_for(self, ranks: tuple[int, ...]) -> Link:
         """Link class joining ``ranks``: intra-node if they share a node, else inter-node.

@@ -90,6 +90,7 @@ from schedsim.errors import DeadlockError, GraphError, ProfileError
 from schedsim.graph.ops import Op, format_op_id
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.lower.program import Program
+from schedsim.sim import gpu_model as gm
 from schedsim.sim.gpu_model import graph_fork_columns as gm_graph_fork
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 
@@ -215,7 +216,6 @@ def _run_waves_program(prog: Program, profile: HardwareProfile, mode: str, conns
     """The ``waves`` run straight from the Program's columns (:mod:`schedsim.sim.waves_columns`), with the retry
     of :func:`_run_waves`; None when the compiled loop is not built or the rate tables do not fit (then the
     Op-list path runs)."""
-    from schedsim.sim import gpu_model as gm
     from schedsim.sim.waves import compiled_loop
     from schedsim.sim.waves_columns import run_waves_program
 
@@ -281,7 +281,7 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
     if isinstance(G, Program):
         return _compile_program(G, profile, mode)
     cost = CostModel(profile)
-    node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
+    node_oh = gm.graph_node_terms(profile, mode)
     node_data = G._node  # plain dicts: much faster than the NodeView API at a million nodes
     ids = list(node_data)
     N = len(ids)
@@ -329,11 +329,13 @@ def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float]) -> None
             job_work[i] += float(fx[i])
 
 
-def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: float, job_of: list[int],
+def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[float, float], job_of: list[int],
           job_res: list[int], job_ranks: list[tuple[int, ...]], job_work: list[float]) -> None:
     """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds)."""
     N = len(ops)
     dur = cost.duration
+    node_s, timing_s = node_oh
+    node_work = gm.node_work
     kind_res = _KIND_RES
     for i, op in enumerate(ops):
         res = kind_res.get(op.kind, 1)
@@ -341,14 +343,14 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: float,
             res = _COPY_RES[op.direction or "d2d"]
         job_res[i] = res
         job_ranks[i] = (op.rank,)
-        job_work[i] = dur(op) + node_oh
+        job_work[i] = node_work(dur(op), node_s, timing_s)
     for g, idx in enumerate(gmem):
         j = N + g
         for i in idx:
             job_of[i] = j
         job_res[j] = 1
         job_ranks[j] = tuple(ops[i].rank for i in idx)
-        job_work[j] = dur(ops[idx[0]]) + node_oh
+        job_work[j] = node_work(dur(ops[idx[0]]), node_s, timing_s)
         for i in idx:
             job_work[i] = job_work[j]
 
@@ -356,7 +358,7 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: float,
 def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Compiled:
     """:func:`_compile` from the Program's columns: the same arrays, without networkx."""
     cost = CostModel(profile)
-    node_oh = profile.launch.graph_per_op_us * 1e-6 if mode == "cuda_graph" else 0.0
+    node_oh = gm.graph_node_terms(profile, mode)
     N = prog.N
     ids = prog.ids()
     ops = prog.ops()

@@ -337,6 +337,31 @@ def _first_per_key(key: np.ndarray) -> np.ndarray:
     return out
 
 
+def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float]:
+    """``(node_s, timing_s)``: seconds a CUDA-graph node adds to the op it runs (``launch.graph_per_op_us``) and
+    those the timing events of a graph timed op by op add to every op (``launch.graph_timing_event_us`` when
+    ``launch.graph_timed``, :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`); both 0 unless
+    ``mode`` is ``cuda_graph``. :func:`node_work` applies them."""
+    if mode != "cuda_graph":
+        return 0.0, 0.0
+    lp = profile.launch
+    return lp.graph_per_op_us * 1e-6, (lp.graph_timing_event_us * 1e-6 if lp.graph_timed else 0.0)
+
+
+def node_work(work: float, node_s: float, timing_s: float) -> float:
+    """An op's solo seconds in a graph: its own ``work``, plus ``node_s`` if it runs on the GPU at all (an op of
+    no work, such as a one-rank in-place collective, which NCCL does not launch, is no graph node), plus
+    ``timing_s`` (its timing events, in a timed graph). Always adds, so -0.0 becomes 0.0 as in
+    :func:`node_work_columns`."""
+    return (work + (node_s if work > 0 else 0.0)) + timing_s
+
+
+def node_work_columns(work: np.ndarray, node_s: float, timing_s: float) -> None:
+    """:func:`node_work` on a float array of solo seconds, in place (the same additions, in the same order)."""
+    work += np.where(work > 0, node_s, 0.0)
+    work += timing_s
+
+
 def graph_fork_columns(N: int, src: np.ndarray, dst: np.ndarray, rank: np.ndarray, stream: np.ndarray,
                        profile: HardwareProfile, mode: str) -> np.ndarray:
     """Rule 8: extra solo seconds per op, shape (N,): ``launch.graph_cross_stream_edge_us`` for an op with a DAG

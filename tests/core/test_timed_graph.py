@@ -14,8 +14,13 @@ from tests.core.test_gpu_model import HEAD, TINY, waves_profile
 def test_timed_graph_adds_the_event_pair_to_every_node_and_is_a_no_op_when_unmeasured() -> None:
     prof = waves_profile(launch={"graph_per_op_us": 0.5, "graph_timing_event_us": 2.0})
     timed = prof.timed_graph()
-    assert timed.launch.graph_per_op_us == 2.5 and timed.name == "toy+timed_graph"
-    assert prof.launch.graph_per_op_us == 0.5  # the profile itself is unchanged
+    assert timed.launch.graph_timed and timed.is_timed_graph and timed.name == "toy+timed_graph"
+    assert timed.launch.graph_per_op_us == 0.5 and not prof.launch.graph_timed  # the profile itself is unchanged
+    from schedsim.sim.gpu_model import graph_node_terms
+
+    assert graph_node_terms(timed, "cuda_graph") == pytest.approx((0.5e-6, 2e-6))
+    assert graph_node_terms(prof, "cuda_graph") == pytest.approx((0.5e-6, 0.0))
+    assert graph_node_terms(timed, "eager") == (0.0, 0.0)
     plain = waves_profile(launch={"graph_per_op_us": 0.5})
     assert plain.launch.graph_timing_event_us == 0.0 and plain.timed_graph() is plain
 
@@ -67,8 +72,8 @@ def test_timed_graph_applies_once_and_predictions_made_with_it_say_so(tmp_path) 
     from schedsim.hardware.profile import load_profile
 
     once = load_profile("h200").timed_graph()
-    assert once.is_timed_graph and once.timed_graph() is once  # the term is folded in once
-    assert once.launch.graph_per_op_us == pytest.approx(1.0 + 2.1) and once.launch.graph_timing_event_us == 0.0
+    assert once.is_timed_graph and once.timed_graph() is once  # the term is added once
+    assert once.launch.graph_per_op_us == 1.0 and once.launch.graph_timing_event_us == 2.1
     tl, _m, _p = predict_to_dir(Path("schedules/small_ops_graph.yaml"), ["layers=2"], once, tmp_path / "t",
                                 "cuda_graph", False, False)
     plain, _m, _p = predict_to_dir(Path("schedules/small_ops_graph.yaml"), ["layers=2"], "h200", tmp_path / "p",
@@ -111,3 +116,87 @@ def test_compare_cli_takes_the_timed_prediction(tmp_path) -> None:
     assert d["ops"]["median_abs_error"] == pytest.approx(0.1)
     assert d["makespan"]["uninstrumented"]["pred_s"] == pytest.approx(4e-6)
     assert d["warnings"] == []
+
+
+def test_an_op_without_gpu_work_is_no_graph_node_but_is_timed(sim_text) -> None:
+    # one rank: A (2 µs kernel), an in-place all_reduce (NCCL launches nothing), B (2 µs). Graph launch 10 µs,
+    # 1 µs per node: A 10-13, ar 13-13 (no node), B 13-16. Timed (2 µs events per op): A 10-15, ar 15-17, B 17-22.
+    body = (f"  - {{name: A, {TINY}}}\n"
+            "  - {name: ar, kind: all_reduce, bytes: 1000, stream: s1, deps: [A]}\n"
+            f"  - {{name: B, {TINY}, deps: [ar]}}\n")
+    prof = waves_profile(launch={"graph_launch_us": 10.0, "graph_per_op_us": 1.0, "graph_timing_event_us": 2.0})
+    spans, _ = sim_text(HEAD % 1 + body, prof, launch="cuda_graph")
+    assert spans == {"A@r0": (10.0, 13.0), "ar@r0": (13.0, 13.0), "B@r0": (13.0, 16.0)}
+    spans, _ = sim_text(HEAD % 1 + body, prof.timed_graph(), launch="cuda_graph")
+    assert spans == {"A@r0": (10.0, 15.0), "ar@r0": (15.0, 17.0), "B@r0": (17.0, 22.0)}
+
+
+@pytest.mark.parametrize("launch", ["eager", "cuda_graph"])
+@pytest.mark.parametrize("gpu_model", ["waves", "sharing"])
+def test_one_rank_collectives_agree_between_the_dag_and_program_paths(launch: str, gpu_model: str) -> None:
+    # the Program's columns (compiled or Python loop) and the networkx DAG's Op list give the same timeline for
+    # one-rank no-op collectives and copies beside GEMMs on other streams, timed or not
+    from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    body = (f"  - {{name: A, {TINY}, stream: s1}}\n"
+            "  - {name: ar, kind: all_reduce, bytes: 4096, stream: c, deps: [A]}\n"
+            "  - {name: ag, kind: all_gather, bytes: 4096, stream: c}\n"
+            f"  - {{name: B, {TINY}, stream: s2}}\n"
+            "  - {name: bc, kind: broadcast, bytes: 64, root: 0, stream: c}\n"
+            f"  - {{name: C, {TINY}, deps: [ar, bc]}}\n")
+    prof = waves_profile(launch={"graph_launch_us": 10.0, "graph_per_op_us": 1.0, "graph_timing_event_us": 2.0,
+                                 "eager_per_op_us": 3.0, "eager_per_collective_us": 5.0})
+    for p in (prof, prof.timed_graph()):
+        spec = load_text(HEAD % 1 + body, "t.yaml")
+        a = simulate(build_graph(spec), p, launch=launch, gpu_model=gpu_model)
+        b = simulate(lower(spec), p, launch=launch, gpu_model=gpu_model)
+        got = {s.id: (s.start_s, s.end_s) for s in a.spans}
+        assert got == {s.id: (s.start_s, s.end_s) for s in b.spans}
+        want = 2e-6 if p.is_timed_graph and launch == "cuda_graph" else 0.0
+        assert got["ar@r0"][1] - got["ar@r0"][0] == pytest.approx(want, abs=1e-12)
+
+
+def test_compare_checks_that_the_pred_timed_inputs_belong_together() -> None:
+    from schedsim.compare import compare_timelines
+
+    meas = _tl("execute", [("a", 0.0, 4e-6)], timing="cuda_graph_external_events", makespan_uninstrumented_s=3e-6)
+    plain = _tl("predict", [("a", 0.0, 2e-6)])
+    timed = _tl("predict", [("a", 0.0, 4e-6)], timed_graph=True)
+    assert compare_timelines(plain, meas, pred_timed=timed).warnings == []
+    # an eager measurement, a --pred-timed that is no timed prediction, the two swapped, another schedule
+    eager = _tl("execute", [("a", 0.0, 4e-6)], timing="cuda_events")
+    assert any("not timed inside a CUDA graph" in w for w in compare_timelines(plain, eager, pred_timed=timed).warnings)
+    assert any("is not a prediction of a timed graph" in w
+               for w in compare_timelines(plain, meas, pred_timed=plain).warnings)
+    swapped = compare_timelines(timed, meas, pred_timed=plain).warnings
+    assert any("PRED is a prediction of a timed graph" in w for w in swapped)
+    from schedsim.sim.timeline import Span, Timeline
+
+    other = Timeline("y", "predict", 2, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 2e-6)],
+                     launch="cuda_graph")
+    w = compare_timelines(other, meas, pred_timed=timed).warnings
+    assert "different schedules: 'y' vs 'x'" in w and "different world sizes: 2 vs 1" in w
+
+
+def test_predict_timed_graph_says_when_it_changes_nothing(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "schedsim", "predict", "schedules/small_ops_graph.yaml",
+                               "--set", "layers=2", "--no-gantt", "--timed-graph", "--out", str(tmp_path / "o"),
+                               *args], capture_output=True, text=True)
+
+    r = run("--profile", "pcie2", "--launch", "cuda_graph")  # a profile without the measurement
+    assert r.returncode == 0 and "has no launch.graph_timing_event_us" in r.stderr
+    r = run("--launch", "eager")
+    assert r.returncode == 0 and "changes nothing in eager mode" in r.stderr
+    import json
+
+    assert "timed_graph" not in json.loads((tmp_path / "o" / "timeline.json").read_text())["meta"]
+    r = run("--launch", "cuda_graph")
+    assert r.returncode == 0 and "note:" not in r.stderr
+    assert json.loads((tmp_path / "o" / "timeline.json").read_text())["meta"]["timed_graph"] is True
