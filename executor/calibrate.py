@@ -1121,6 +1121,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         "graph_per_op_us": round(L.get("graph_per_op_us", d["launch"]["graph_per_op_us"]), 3),
         "graph_timing_event_us": round(L.get("graph_timing_event_us",
                                              d["launch"].get("graph_timing_event_us", 0.0)), 2),
+        "graph_timing_gap_us": (round(L["graph_timing_gap_us"], 2) if "graph_timing_gap_us" in L
+                                else d["launch"].get("graph_timing_gap_us")),
         "source": (f"measured {where}: host time per call of plain PyTorch (executor/calibrate_host.py), loops of "
                    f"200 calls with the GPU kept busy{fresh_note}: eager_per_op_us = torch.matmul 64x64; "
                    f"eager_per_collective_us"
@@ -1135,7 +1137,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                    f"graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
                    f"graph_per_op_us = GPU time per node of a 300-node graph minus the kernel's back-to-back time; "
                    f"graph_timing_event_us = span between an op's timing events in a 64-op graph (GEMM, add_) "
-                   f"minus the untimed graph's time per op; "
+                   f"minus the untimed graph's time per op; graph_timing_gap_us = one op's end event to the next "
+                   f"op's start event in that graph; "
                    f"executor_extra_per_op_us = schedsim execute's lean loop ({H['executor_lean_per_op_us']:.2f} "
                    f"us/op) minus the same two-stream probe by hand ({H['by_hand_per_op_us']:.2f} us/op)"
                    if ctx.cuda else

@@ -98,6 +98,11 @@ class Launch(_B):
                                          "--cuda-graph times each op) adds to the op's span in a graph replay; "
                                          "used only to predict such a timed replay "
                                          "(HardwareProfile.timed_graph). Default 0: not measured.")
+    graph_timing_gap_us: float | None = Field(default=None, ge=0, description="GPU time, µs, between two adjacent "
+                                              "timing events in a graph replay (one op's end event and the next "
+                                              "op's start): the whole span of a timed op that runs nothing on the "
+                                              "GPU (a one-rank in-place collective). Default: "
+                                              "graph_timing_event_us.")
     graph_timed: bool = Field(default=False, description="True in a profile from HardwareProfile.timed_graph: "
                               "graph_timing_event_us is added to every op of a CUDA graph (a graph timed op by op).")
     source: str

@@ -329,12 +329,12 @@ def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float]) -> None
             job_work[i] += float(fx[i])
 
 
-def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[float, float], job_of: list[int],
-          job_res: list[int], job_ranks: list[tuple[int, ...]], job_work: list[float]) -> None:
+def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[float, float, float],
+          job_of: list[int], job_res: list[int], job_ranks: list[tuple[int, ...]], job_work: list[float]) -> None:
     """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds)."""
     N = len(ops)
     dur = cost.duration
-    node_s, timing_s = node_oh
+    node_s, timing_s, empty_s = node_oh
     node_work = gm.node_work
     kind_res = _KIND_RES
     for i, op in enumerate(ops):
@@ -343,14 +343,14 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
             res = _COPY_RES[op.direction or "d2d"]
         job_res[i] = res
         job_ranks[i] = (op.rank,)
-        job_work[i] = node_work(dur(op), node_s, timing_s)
+        job_work[i] = node_work(dur(op), node_s, timing_s, empty_s)
     for g, idx in enumerate(gmem):
         j = N + g
         for i in idx:
             job_of[i] = j
         job_res[j] = 1
         job_ranks[j] = tuple(ops[i].rank for i in idx)
-        job_work[j] = node_work(dur(ops[idx[0]]), node_s, timing_s)
+        job_work[j] = node_work(dur(ops[idx[0]]), node_s, timing_s, empty_s)
         for i in idx:
             job_work[i] = job_work[j]
 

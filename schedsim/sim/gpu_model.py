@@ -337,29 +337,35 @@ def _first_per_key(key: np.ndarray) -> np.ndarray:
     return out
 
 
-def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float]:
-    """``(node_s, timing_s)``: seconds a CUDA-graph node adds to the op it runs (``launch.graph_per_op_us``) and
-    those the timing events of a graph timed op by op add to every op (``launch.graph_timing_event_us`` when
-    ``launch.graph_timed``, :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`); both 0 unless
+def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float, float]:
+    """``(node_s, timing_s, empty_s)``: seconds a CUDA-graph node adds to the op it runs
+    (``launch.graph_per_op_us``); those the timing events of a graph timed op by op add to every op that runs a
+    kernel (``launch.graph_timing_event_us``, when ``launch.graph_timed``:
+    :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`); and the span of a timed op that runs nothing
+    (its two events adjacent: ``launch.graph_timing_gap_us``, default the former). One H200, 2026-12-02: 2.0-2.2
+    µs around a kernel, 1.25-1.28 µs between adjacent events (``benchmarks/probe_graph_events.py``), and 1.2-1.3
+    µs measured for one-rank all_reduce ops in timed graphs (``benchmarks/heldout_x1.sh``). All 0 unless
     ``mode`` is ``cuda_graph``. :func:`node_work` applies them."""
-    if mode != "cuda_graph":
-        return 0.0, 0.0
     lp = profile.launch
-    return lp.graph_per_op_us * 1e-6, (lp.graph_timing_event_us * 1e-6 if lp.graph_timed else 0.0)
+    if mode != "cuda_graph":
+        return 0.0, 0.0, 0.0
+    if not lp.graph_timed:
+        return lp.graph_per_op_us * 1e-6, 0.0, 0.0
+    gap = lp.graph_timing_event_us if lp.graph_timing_gap_us is None else lp.graph_timing_gap_us
+    return lp.graph_per_op_us * 1e-6, lp.graph_timing_event_us * 1e-6, gap * 1e-6
 
 
-def node_work(work: float, node_s: float, timing_s: float) -> float:
-    """An op's solo seconds in a graph: its own ``work``, plus ``node_s`` if it runs on the GPU at all (an op of
-    no work, such as a one-rank in-place collective, which NCCL does not launch, is no graph node), plus
-    ``timing_s`` (its timing events, in a timed graph). Always adds, so -0.0 becomes 0.0 as in
-    :func:`node_work_columns`."""
-    return (work + (node_s if work > 0 else 0.0)) + timing_s
+def node_work(work: float, node_s: float, timing_s: float, empty_s: float) -> float:
+    """An op's solo seconds in a graph: its own ``work`` plus, if it runs on the GPU at all, ``node_s`` and
+    ``timing_s`` (its node, and its timing events in a timed graph); an op of no work (a one-rank in-place
+    collective, which NCCL does not launch) is no node and spans ``empty_s`` (adjacent timing events). Always
+    adds, so -0.0 becomes 0.0 as in :func:`node_work_columns`."""
+    return work + ((node_s + timing_s) if work > 0 else empty_s)
 
 
-def node_work_columns(work: np.ndarray, node_s: float, timing_s: float) -> None:
+def node_work_columns(work: np.ndarray, node_s: float, timing_s: float, empty_s: float) -> None:
     """:func:`node_work` on a float array of solo seconds, in place (the same additions, in the same order)."""
-    work += np.where(work > 0, node_s, 0.0)
-    work += timing_s
+    work += np.where(work > 0, node_s + timing_s, empty_s)
 
 
 def graph_fork_columns(N: int, src: np.ndarray, dst: np.ndarray, rank: np.ndarray, stream: np.ndarray,

@@ -451,7 +451,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     """
     N = prog.N
     cost = CostModel(profile)
-    node_s, timing_s = gm.graph_node_terms(profile, mode)
+    node_s, timing_s, empty_s = gm.graph_node_terms(profile, mode)
     tcls, tps = template_classes(prog.templates)  # the rules run once per class of templates
     tmpl = tcls.astype(I32)[prog.tmpl] if N else np.zeros(0, I32)
     del tcls
@@ -462,7 +462,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     res = tres[tmpl] if N else np.zeros(0, I32)
     is_p2p = tp2p[tmpl] if N else np.zeros(0, bool)
     work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p)
-    gm.node_work_columns(work, node_s, timing_s)  # always: -0.0 + 0.0 is 0.0, as the Op-list path gives it
+    gm.node_work_columns(work, node_s, timing_s, empty_s)  # always: -0.0 + 0.0 is 0.0, as the Op-list path gives it
     _check(prog, rank, work)
     gptr, gidx, G = _groups(prog)
     ogrp = np.full(N, -1, I32)

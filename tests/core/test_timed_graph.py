@@ -18,9 +18,9 @@ def test_timed_graph_adds_the_event_pair_to_every_node_and_is_a_no_op_when_unmea
     assert timed.launch.graph_per_op_us == 0.5 and not prof.launch.graph_timed  # the profile itself is unchanged
     from schedsim.sim.gpu_model import graph_node_terms
 
-    assert graph_node_terms(timed, "cuda_graph") == pytest.approx((0.5e-6, 2e-6))
-    assert graph_node_terms(prof, "cuda_graph") == pytest.approx((0.5e-6, 0.0))
-    assert graph_node_terms(timed, "eager") == (0.0, 0.0)
+    assert graph_node_terms(timed, "cuda_graph") == pytest.approx((0.5e-6, 2e-6, 2e-6))  # gap defaults to the span
+    assert graph_node_terms(prof, "cuda_graph") == pytest.approx((0.5e-6, 0.0, 0.0))
+    assert graph_node_terms(timed, "eager") == (0.0, 0.0, 0.0)
     plain = waves_profile(launch={"graph_per_op_us": 0.5})
     assert plain.launch.graph_timing_event_us == 0.0 and plain.timed_graph() is plain
 
@@ -120,15 +120,17 @@ def test_compare_cli_takes_the_timed_prediction(tmp_path) -> None:
 
 def test_an_op_without_gpu_work_is_no_graph_node_but_is_timed(sim_text) -> None:
     # one rank: A (2 µs kernel), an in-place all_reduce (NCCL launches nothing), B (2 µs). Graph launch 10 µs,
-    # 1 µs per node: A 10-13, ar 13-13 (no node), B 13-16. Timed (2 µs events per op): A 10-15, ar 15-17, B 17-22.
+    # 1 µs per node: A 10-13, ar 13-13 (no node), B 13-16. Timed (2 µs of events around a kernel, 0.5 µs between
+    # adjacent events): A 10-15, ar 15-15.5 (its two events adjacent), B 15.5-20.5.
     body = (f"  - {{name: A, {TINY}}}\n"
             "  - {name: ar, kind: all_reduce, bytes: 1000, stream: s1, deps: [A]}\n"
             f"  - {{name: B, {TINY}, deps: [ar]}}\n")
-    prof = waves_profile(launch={"graph_launch_us": 10.0, "graph_per_op_us": 1.0, "graph_timing_event_us": 2.0})
+    prof = waves_profile(launch={"graph_launch_us": 10.0, "graph_per_op_us": 1.0, "graph_timing_event_us": 2.0,
+                                 "graph_timing_gap_us": 0.5})
     spans, _ = sim_text(HEAD % 1 + body, prof, launch="cuda_graph")
     assert spans == {"A@r0": (10.0, 13.0), "ar@r0": (13.0, 13.0), "B@r0": (13.0, 16.0)}
     spans, _ = sim_text(HEAD % 1 + body, prof.timed_graph(), launch="cuda_graph")
-    assert spans == {"A@r0": (10.0, 15.0), "ar@r0": (15.0, 17.0), "B@r0": (17.0, 22.0)}
+    assert spans == {"A@r0": (10.0, 15.0), "ar@r0": (15.0, 15.5), "B@r0": (15.5, 20.5)}
 
 
 @pytest.mark.parametrize("launch", ["eager", "cuda_graph"])

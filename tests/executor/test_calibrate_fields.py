@@ -159,9 +159,10 @@ def test_assemble_takes_the_measured_timing_event_span_or_keeps_the_bases(monkey
     raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())  # predates the measurement
     ctx = SimpleNamespace(cuda=True, device=None)
     d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
-    assert d["launch"]["graph_timing_event_us"] == 2.1  # the base h200's
+    assert d["launch"]["graph_timing_event_us"] == 2.1 and d["launch"]["graph_timing_gap_us"] == 1.26  # the base's
     raw["launch"].update(graph_timing_event_us=2.046, graph_timing_gap_us=1.28)
     d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     p = HardwareProfile.model_validate(d)
     assert p.launch.graph_timing_event_us == 2.05 and "graph_timing_event_us = span" in p.launch.source
     assert p.timed_graph().launch.graph_timed and p.timed_graph().launch.graph_timing_event_us == 2.05
+    assert p.launch.graph_timing_gap_us == 1.28
