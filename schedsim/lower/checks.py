@@ -69,14 +69,12 @@ def _collective_order_ok(prog: Program, tc: _Templates) -> bool:
     if len(ptr) < 2:
         return True
     key_of = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
-    idx = prog.coll_idx
-    g = tc.gid[prog.tmpl]
-    kid = np.zeros(prog.N, I64)
-    kid[idx] = key_of
-    o = idx[np.lexsort((prog.seq[idx], prog.rank[idx], g[idx]))]
-    go, ro, ko = g[o], prog.rank[o], kid[o]
+    idx = prog.coll_idx  # every collective member once: gathered by member, no op-length arrays
+    gi, ri = tc.gid[prog.tmpl[idx]], prog.rank[idx]
+    perm = np.lexsort((prog.seq[idx], ri, gi))
+    go, ro, ko = gi[perm], ri[perm], key_of[perm]
     gstart = np.flatnonzero(np.r_[True, go[1:] != go[:-1]])
-    for a, z in zip(gstart.tolist(), [*gstart[1:].tolist(), len(o)], strict=True):
+    for a, z in zip(gstart.tolist(), [*gstart[1:].tolist(), len(perm)], strict=True):
         rr = ro[a:z]
         cuts = np.flatnonzero(np.r_[True, rr[1:] != rr[:-1]])
         lens = np.diff(np.r_[cuts, z - a])
