@@ -365,6 +365,9 @@ def node_work(work: float, node_s: float, timing_s: float, empty_s: float) -> fl
 
 def node_work_columns(work: np.ndarray, node_s: float, timing_s: float, empty_s: float) -> None:
     """:func:`node_work` on a float array of solo seconds, in place (the same additions, in the same order)."""
+    if not (node_s or timing_s or empty_s):  # eager, or a graph without node costs: one pass, no temporaries
+        work += 0.0
+        return
     work += np.where(work > 0, node_s + timing_s, empty_s)
 
 
