@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from schedsim.compare import compare_timelines
+from schedsim.compare import compare_timelines, timed_graph_measurement
 from schedsim.hardware.profile import load_profile
 from schedsim.sim.engine import simulate
 from schedsim.sim.power import iteration_gap_of
@@ -58,7 +58,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[
     pred = simulate(G, prof, **kw)
     pred.meta.update({"file": str(file), "set": sets})
     timed = None  # a CUDA graph timed op by op: its ops against the timed graph's prediction, as execute does
-    if meta.get("timing") == "cuda_graph_external_events" and prof.timed_graph() is not prof:
+    if timed_graph_measurement(meas) and prof.timed_graph() is not prof:
         timed = simulate(G, prof.timed_graph(), **kw)
     res = compare_timelines(pred, meas, pred_timed=timed).to_dict()  # the compare.json form
     ms = res["makespan"]

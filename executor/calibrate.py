@@ -986,8 +986,9 @@ def graph_timing_event_us(torch: Any, dev: Any, ops: int = 64) -> dict[str, floa
     """``launch.graph_timing_event_us``: in one graph, a chain of ``ops`` ops alternating a GRAPH_T×GRAPH_H×GRAPH_H
     bf16 GEMM and an ``add_`` on GRAPH_T×GRAPH_H (small_ops_graph's), timed as the executor times them (external
     event pairs, :func:`timed_graph_chain`): the mean span less the untimed graph's time per op, ≥ 0, as
-    ``graph_timing_event_us``; also ``graph_timing_gap_us`` (end event to the next start event, median; not
-    modelled) and ``graph_timed_per_op_us`` / ``graph_plain_per_op_us``. One H200, 2026-12-02 11:41 UTC
+    ``graph_timing_event_us``; ``graph_timing_gap_us`` (end event to the next start event, median: the span
+    of a timed op that runs nothing); and ``graph_timed_per_op_us`` / ``graph_plain_per_op_us`` (JSON only).
+    One H200, 2026-12-02 11:41 UTC
     (``benchmarks/probe_graph_events.py``, GEMM spans 5.50-5.73 µs against 3.51 untimed, ``add_`` 3.14-3.20
     against 1.02): 2.0-2.2 µs, gaps 1.25-1.28 µs."""
     bf = torch.bfloat16

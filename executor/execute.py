@@ -315,7 +315,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
               f"(tolerance {c['tol']:.3g})")
     if compare:
         from schedsim.api import predict_to_dir
-        from schedsim.compare import print_comparison, write_comparison
+        from schedsim.compare import print_comparison, timed_graph_measurement, write_comparison
         from schedsim.hardware.profile import HardwareProfile, load_profile
 
         # predict with the hardware queues the run had (CUDA_DEVICE_MAX_CONNECTIONS, meta.max_connections):
@@ -340,7 +340,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
                                "iteration_gap_s": iteration_gap_of(tl.meta, tl.world_size)}
         pred, _m, ppaths = predict_to_dir(file, sets, prof, outdir / "predicted", launch, gantt, **sim)
         pred_timed = None
-        if tl.meta.get("timing") == "cuda_graph_external_events":
+        if timed_graph_measurement(tl):
             # the ops were timed inside the graph by event pairs, which lengthen every op's span: compare them
             # with a prediction of that timed graph (the uninstrumented makespan keeps the plain prediction)
             timed = prof.timed_graph()

@@ -301,7 +301,10 @@ def _is_timed_prediction(tl: Timeline) -> bool:
         TIMED_GRAPH_SUFFIX)
 
 
-def _timed_measurement(tl: Timeline) -> bool:
+def timed_graph_measurement(tl: Timeline) -> bool:
+    """True when ``tl`` is a CUDA graph that ``schedsim execute`` timed op by op (``meta.timing`` is
+    ``cuda_graph_external_events``): its ops hold their timing events' span, so they are compared with a
+    prediction of the timed graph (:meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`)."""
     return isinstance(tl.meta, dict) and tl.meta.get("timing") == "cuda_graph_external_events"
 
 
@@ -321,13 +324,13 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
         if p.world_size != meas.world_size:
             warnings.append(f"different world sizes{tag}: {p.world_size} vs {meas.world_size}")
     if pred_timed is None:
-        if _timed_measurement(meas) and pred.launch == "cuda_graph" and not _is_timed_prediction(pred):
+        if timed_graph_measurement(meas) and pred.launch == "cuda_graph" and not _is_timed_prediction(pred):
             warnings.append("the measured ops were timed inside a CUDA graph by event pairs, which lengthen each "
                             "op; compare them with a prediction of the timed graph (--pred-timed: execute "
                             "--compare's predicted_timed/, or predict --timed-graph with a profile that has "
                             "launch.graph_timing_event_us)")
         return warnings
-    if not _timed_measurement(meas):
+    if not timed_graph_measurement(meas):
         warnings.append(f"--pred-timed given, but the measured run was not timed inside a CUDA graph (timing "
                         f"{meas.meta.get('timing') if isinstance(meas.meta, dict) else None!r}, launch "
                         f"{meas.launch!r}): compare with PRED alone")

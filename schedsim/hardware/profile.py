@@ -104,7 +104,8 @@ class Launch(_B):
                                               "GPU (a one-rank in-place collective). Default: "
                                               "graph_timing_event_us.")
     graph_timed: bool = Field(default=False, description="True in a profile from HardwareProfile.timed_graph: "
-                              "graph_timing_event_us is added to every op of a CUDA graph (a graph timed op by op).")
+                              "every op of a CUDA graph holds its timing events (graph_timing_event_us, or "
+                              "graph_timing_gap_us for an op that runs nothing): a graph timed op by op.")
     source: str
 
     @property
@@ -287,8 +288,9 @@ class HardwareProfile(_B):
 
         Source: one H200, 2026-12-02 11:41 UTC (``benchmarks/probe_graph_events.py``, 3 processes, 64-op chains
         in one graph): a timed op's span exceeded the untimed graph's time per op by 2.0-2.2 µs (32×1024×1024
-        bf16 GEMMs: 3.51 → 5.50-5.73 µs; ``add_``: 1.02 → 3.14-3.20 µs); a further 1.25-1.28 µs passes between
-        one op's end event and the next op's start event, outside every span, and is not modelled. Returns
+        bf16 GEMMs: 3.51 → 5.50-5.73 µs; ``add_``: 1.02 → 3.14-3.20 µs); 1.25-1.28 µs passes between one op's end
+        event and the next op's start event (``launch.graph_timing_gap_us``): that is the whole span of an op
+        that runs nothing, and between ops it lies outside every span and is not modelled. Returns
         ``self`` when the term is 0 (not measured: nothing to add) or the profile is timed already."""
         if self.launch.graph_timing_event_us <= 0 or self.is_timed_graph:
             return self

@@ -91,7 +91,6 @@ from schedsim.graph.ops import Op, format_op_id
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.lower.program import Program
 from schedsim.sim import gpu_model as gm
-from schedsim.sim.gpu_model import graph_fork_columns as gm_graph_fork
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 
 if TYPE_CHECKING:
@@ -317,7 +316,7 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
         sid = np.array([names.setdefault(o.stream, len(names)) for o in ops], np.int64)
         src = np.repeat(np.arange(N, dtype=np.int64), [len(x) for x in succ])
         dst = np.fromiter((j for x in succ for j in x), np.int64, count=len(src))
-        _add_forks(gm_graph_fork(N, src, dst, np.array(ranks, np.int64), sid, profile, mode), job_of, job_work)
+        _add_forks(gm.graph_fork_columns(N, src, dst, np.array(ranks, np.int64), sid, profile, mode), job_of, job_work)
     _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
 
@@ -375,7 +374,8 @@ def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Com
     job_work = [0.0] * J
     _jobs(ops, gmem, cost, node_oh, job_of, job_res, job_ranks, job_work)
     src = np.repeat(np.arange(N, dtype=np.int64), np.diff(ptr))
-    _add_forks(gm_graph_fork(N, src, dst, prog.rank.astype(np.int64), prog.stream_id.astype(np.int64), profile, mode),
+    _add_forks(gm.graph_fork_columns(N, src, dst, prog.rank.astype(np.int64), prog.stream_id.astype(np.int64),
+                                     profile, mode),
                job_of, job_work)
     _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, prog.world_size, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
