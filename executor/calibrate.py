@@ -52,6 +52,7 @@ measured (peak rates, topology, links when world = 1) comes from ``--base``.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -119,6 +120,8 @@ class _Bench:
         self.iters = iters
         self.single_gemm: list[list[Any]] = []
         self.gemm_ctas: list[list[Any]] = []
+        self.gemm_graph: list[list[Any]] = []
+        self.gemm_fork: list[list[Any]] = []
 
     def sync(self) -> None:
         if self.cuda:
@@ -275,11 +278,115 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
             grid = kernel_grid(torch, fns[0])
             if grid:
                 b.gemm_ctas.append([dt, m, n, k, grid])
+            if t < GRAPH_ROW_MAX_S:
+                warm, cold = gemm_graph_times(torch, dev, tdt, m, n, k, l2)
+                b.gemm_graph.append([dt, m, n, k, round(warm * 1e3, 6), round(cold * 1e3, 6)])
+                log(f"[gemm {idx + 1}/{len(shapes)}] as a graph node: {warm * 1e6:.2f} us (operands in L2), "
+                    f"{cold * 1e6:.2f} us (from HBM)")
+                if idx < FORK_ROWS_MAX and 2 * GRAPH_LAYERS * (m * k + k * n + 2 * m * n) * tdt.itemsize < 4e9:
+                    f = _graph_fork_us(torch, dev, main_only=True, mnk=(m, n, k), dtype=tdt)
+                    b.gemm_fork.append([dt, m, n, k, round(f["graph_fork_us"], 4), round(f["graph_main_only_us"], 4)])
+                    log(f"[gemm {idx + 1}/{len(shapes)}] fork probe: {f['graph_fork_us']:.2f} us per layer with "
+                        f"the aux GEMM waiting, {f['graph_main_only_us']:.2f} without it")
         del fns
     if b.cuda:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.cuda.empty_cache()
     return rows
+
+
+#: GEMMs longer than this (seconds, back to back) get no ``gemm.graph`` row: a node's saving and HBM's extra are
+#: then a fraction of a percent of the kernel, and the pool of input sets would cost seconds to time
+GRAPH_ROW_MAX_S = 200e-6
+#: the fork probe (:func:`_graph_fork_us` at a GEMM's shape) runs for the first this many GEMM shapes: those of the
+#: schedules and ``--gemm`` come first, the default grid after them
+FORK_ROWS_MAX = 24
+
+
+def graph_chain_per_node(torch: Any, fns: list[Callable[[], Any]], stream: Any, reps: int = 15) -> float:
+    """Seconds per node of ``fns`` captured in order as one CUDA graph on ``stream``, replayed ``reps`` times (after
+    3) behind a 1 ms spin, the median replay time / nodes."""
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for f in fns:
+            f()
+    torch.cuda.synchronize()
+    a0, a1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for r in range(reps + 3):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(2_000_000)
+        a0.record()
+        g.replay()
+        a1.record()
+        torch.cuda.synchronize()
+        if r >= 3:
+            ts.append(a0.elapsed_time(a1) * 1e-3 / len(fns))
+    del g
+    return float(statistics.median(ts))
+
+
+def gemm_graph_times(torch: Any, dev: Any, dtype: Any, m: int, n: int, k: int, l2: float) -> tuple[float, float]:
+    """``(warm_s, cold_s)`` of one ``torch.matmul(a, b, out=c)`` as a node of a CUDA-graph chain (profile
+    ``gemm.graph``, rule 9 of :mod:`schedsim.sim.gpu_model`): 64 nodes reusing one (a, b), outputs distinct (in
+    L2); and one node per input set of a pool of at least 4x ``l2`` bytes, 8-1024 sets (from HBM, as ``execute``
+    runs a schedule whose buffers exceed L2). One H200, 2026-12-02 (``benchmarks/probe_l2_residency.py``): bf16
+    32x1024x1024 3.49 / 4.45 us."""
+    side = torch.cuda.Stream(device=dev)
+
+    def r(*shape: int) -> Any:
+        return torch.rand(*shape, device=dev).to(dtype)
+
+    a, b = r(m, k), r(k, n)
+    outs = [torch.empty(m, n, device=dev, dtype=dtype) for _ in range(64)]
+    warm = graph_chain_per_node(torch, [functools.partial(torch.matmul, a, b, out=c) for c in outs], side)
+    del outs
+    size = (m * k + k * n + m * n) * dtype.itemsize
+    count = int(min(1024, max(8, -(-4 * l2 // size))))
+    pool = [(r(m, k), r(k, n), torch.empty(m, n, device=dev, dtype=dtype)) for _ in range(count)]
+    cold = graph_chain_per_node(torch, [functools.partial(torch.matmul, x, y, out=z) for x, y, z in pool], side)
+    del pool
+    torch.cuda.empty_cache()
+    return warm, cold
+
+
+def add_graph_times(torch: Any, dev: Any, l2: float) -> dict[str, float]:
+    """µs per ``add_`` on 32x1024 bf16 (64 KiB) back to back and as a graph-chain node, in L2 (64 nodes over 64
+    tensors) and from HBM (one tensor per node over a pool of 4x ``l2``, at most 1024 nodes): ``add_stream_us``,
+    ``add_graph_us``, ``add_graph_cold_us``. ``launch.graph_per_op_us`` = graph - stream; ``gpu.hbm_miss_us`` =
+    cold - graph (rule 9; one H200, 2026-12-02: 1.17 and 1.73 in the graph)."""
+    side = torch.cuda.Stream(device=dev)
+    warm = [torch.rand(32, 1024, device=dev).to(torch.bfloat16) for _ in range(64)]
+    count = int(min(1024, max(64, -(-4 * l2 // (32 * 1024 * 2)))))
+    cold = [torch.rand(32, 1024, device=dev).to(torch.bfloat16) for _ in range(count)]
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(6):  # back to back behind a spin: the host stays ahead (64 launches, ~10 us each)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(4_000_000)
+        s.record()
+        for x in warm:
+            x.add_(1.0)
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) * 1e3 / len(warm))
+    out = {"add_stream_us": float(statistics.median(ts[1:])),
+           "add_graph_us": graph_chain_per_node(torch, [functools.partial(x.add_, 1.0) for x in warm], side) * 1e6,
+           "add_graph_cold_us": graph_chain_per_node(torch, [functools.partial(x.add_, 1.0) for x in cold],
+                                                     side) * 1e6}
+    del warm, cold
+    torch.cuda.empty_cache()
+    return out
+
+
+def _l2_fields(launch: dict[str, float]) -> dict[str, float]:
+    """The profile's ``gpu.l2_bytes`` and ``gpu.hbm_miss_us`` from the launch measurements, {} when not measured."""
+    if "l2_bytes" not in launch:
+        return {}
+    return {"l2_bytes": launch["l2_bytes"], "hbm_miss_us": round(launch["hbm_miss_us"], 3)}
 
 
 def kernel_grid(torch: Any, fn: Callable[[], Any]) -> int | None:
@@ -421,12 +528,18 @@ def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
         res["graph_node_gpu_us"] = t_graph / N * 1e6
         res["solo_event_us"] = t_solo * 1e6
         res["graph_per_op_us"] = max(0.0, t_graph / N - t_solo) * 1e6
-        res.update(_graph_fork_us(torch, dev))
+        res.update(_graph_fork_us(torch, dev, main_only=True))
         try:  # older torch builds lack torch.cuda.Event(external=True); the executor then times whole replays
             res.update(graph_timing_event_us(torch, dev))
         except (TypeError, RuntimeError) as e:
             log(f"[launch] graph timing events not measured ({e.__class__.__name__}: {str(e)[:120]}): "
                 "graph_timing_event_us from the base profile")
+        l2 = float(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
+        if l2 > 0:
+            res["l2_bytes"] = l2
+            res.update(add_graph_times(torch, dev, l2))
+            res["graph_per_op_us"] = res["add_graph_us"] - res["add_stream_us"]
+            res["hbm_miss_us"] = max(0.0, res["add_graph_cold_us"] - res["add_graph_us"])
         one = torch.zeros(1, device=dev)
         res["kernel_floor_us"] = b.time_batched(lambda: one.add_(1.0))[0] * 1e6
         res["kernel_floor_single_us"] = b.time_one(lambda: one.add_(1.0), iters=50) * 1e6
@@ -815,6 +928,8 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["gemm"] = _measure_gemms(b, shapes, log)
         raw["gemm_single_launch"] = b.single_gemm
         raw["gemm_ctas"] = b.gemm_ctas
+        raw["gemm_graph"] = b.gemm_graph
+        raw["gemm_fork"] = b.gemm_fork
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
         raw["host"] = host_costs(b, log)
@@ -869,22 +984,24 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
 GRAPH_T, GRAPH_H, GRAPH_LAYERS = 32, 1024, 64
 
 
-def _graph_fork_us(torch: Any, dev: Any, T: int = GRAPH_T, H: int = GRAPH_H, main_only: bool = False
-                   ) -> dict[str, float]:
+def _graph_fork_us(torch: Any, dev: Any, T: int = GRAPH_T, H: int = GRAPH_H, main_only: bool = False,
+                   mnk: tuple[int, int, int] | None = None, dtype: Any = None) -> dict[str, float]:
     """GPU µs per layer of GRAPH_LAYERS probe layers captured in one CUDA graph, with and without the aux GEMM's
     event edge from the main GEMM (median of 30 replays between two events, after 10): ``graph_fork_us``,
     ``graph_fork_nowait_us``; with ``main_only`` also ``graph_main_only_us`` (no aux GEMM at all).
     :func:`graph_edge_us` turns the first two into ``launch.graph_cross_stream_edge_us``. The probe of
     ``benchmarks/probe_graph_nodes.py`` (one H200, 2026-12-01 03:13 UTC: 7.94 / 6.65 µs); ``T``×``H`` are the
-    layer's tokens and hidden size (``benchmarks/probe_graph_kernels.py`` varies them)."""
-    L, bf = GRAPH_LAYERS, torch.bfloat16
+    layer's tokens and hidden size (``benchmarks/probe_graph_kernels.py`` varies them); ``mnk`` (with ``dtype``, a
+    torch dtype) replaces them by GEMMs (m, k) @ (k, n) and an m×n copy (:func:`gemm_fork_rows`)."""
+    L, bf = GRAPH_LAYERS, dtype or torch.bfloat16
+    m, n, k = mnk or (T, H, H)
 
     def r(*shape: int) -> Any:
         return torch.rand(*shape, device=dev).to(bf)
 
-    x, w, y = [r(T, H) for _ in range(L)], [r(H, H) for _ in range(L)], [r(T, H) for _ in range(L)]
-    xs, ws, ys = [r(T, H) for _ in range(L)], [r(H, H) for _ in range(L)], [r(T, H) for _ in range(L)]
-    src, dst = [r(T, H) for _ in range(L)], [r(T, H) for _ in range(L)]
+    x, w, y = [r(m, k) for _ in range(L)], [r(k, n) for _ in range(L)], [r(m, n) for _ in range(L)]
+    xs, ws, ys = [r(m, k) for _ in range(L)], [r(k, n) for _ in range(L)], [r(m, n) for _ in range(L)]
+    src, dst = [r(m, n) for _ in range(L)], [r(m, n) for _ in range(L)]
     main_s, aux_s, cap = (torch.cuda.Stream(device=dev) for _ in range(3))
     ev = [torch.cuda.Event() for _ in range(L)]
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -1009,12 +1126,15 @@ def graph_timing_event_us(torch: Any, dev: Any, ops: int = 64) -> dict[str, floa
             "graph_plain_per_op_us": r["plain_per_op"]}
 
 
-def graph_edge_us(profile: dict[str, Any], fork_us: float, nowait_us: float) -> float:
-    """``launch.graph_cross_stream_edge_us``: the measured extra GPU time per layer of the graph-edge probe with
-    the event edge (``fork_us`` − ``nowait_us``, µs) less what the ``waves`` model already predicts for that
-    edge with ``profile`` (a profile dict; the edge term set to 0), at least 0. Both variants are simulated as
-    schedules of GRAPH_LAYERS layers (``launch: cuda_graph``), so the term adds only what the model misses (on
-    one H200, 2026-12-01 03:13 UTC: 1.29 µs measured, 0.11 µs modelled).
+def graph_edge_us(profile: dict[str, Any], fork_us: float, base_us: float,
+                  shape: tuple[str, int, int, int] = ("bf16", GRAPH_T, GRAPH_H, GRAPH_H)) -> float:
+    """Rule 8's edge term for a fork at a GEMM of ``shape`` (dtype, m, n, k): the measured extra GPU time per layer
+    of the graph-edge probe (:func:`_graph_fork_us`) with the aux GEMM waiting for the main one (``fork_us``) over
+    the main stream alone (``base_us``), less what the ``waves`` model predicts for the same difference with
+    ``profile`` (a profile dict; its edge terms set to 0), at least 0. Both variants are simulated as schedules of
+    GRAPH_LAYERS layers (``launch: cuda_graph``), so the term adds only what the model misses: one H200,
+    2026-12-02 (``benchmarks/probe_l2_residency.py``, rule 9 in the model): 0.32 / 0.37 / 1.69 / 3.11 / 3.08 µs
+    at bf16 T×H = 8×256, 16×512, 32×1024, 16×2048, 64×2048 (T×H×H GEMMs).
 
     Raises pydantic.ValidationError if ``profile`` is not a valid profile."""
     from schedsim.hardware.profile import HardwareProfile
@@ -1024,19 +1144,20 @@ def graph_edge_us(profile: dict[str, Any], fork_us: float, nowait_us: float) -> 
 
     d = json.loads(json.dumps(profile))
     d["launch"]["graph_cross_stream_edge_us"] = 0.0
+    d["launch"]["graph_fork_edges"] = []
     prof = HardwareProfile.model_validate(d)
+    dt, m, n, k = shape
+    item = 4 if dt in ("fp32", "tf32") else 2
+    mm = f"kind: matmul, m: {m}, n: {n}, k: {k}, dtype: {dt}"
     per_layer = []
-    for deps in (', deps: ["up{i}"]', ""):
+    for side in (f"      - {{name: 'side{{i}}', {mm}, stream: aux, deps: ['up{{i}}']}}\n", ""):
         text = (f"schema_version: 1\nname: graph_edge\nworld_size: 1\nlaunch: cuda_graph\nstreams: [main, aux]\n"
                 f"ops:\n  - foreach: {{i: range({GRAPH_LAYERS})}}\n    ops:\n"
-                f"      - {{name: 'up{{i}}', kind: matmul, m: {GRAPH_T}, n: {GRAPH_H}, k: {GRAPH_H}, dtype: bf16, "
-                f"stream: main}}\n"
-                f"      - {{name: 'act{{i}}', kind: compute, bytes: {4 * GRAPH_T * GRAPH_H}, stream: main}}\n"
-                f"      - {{name: 'side{{i}}', kind: matmul, m: {GRAPH_T}, n: {GRAPH_H}, k: {GRAPH_H}, dtype: bf16, "
-                f"stream: aux{deps}}}\n")
+                f"      - {{name: 'up{{i}}', {mm}, stream: main}}\n"
+                f"      - {{name: 'act{{i}}', kind: compute, bytes: {2 * item * m * n}, stream: main}}\n" + side)
         tl = simulate(lower(load_text(text, "graph_edge.yaml")), prof)
         per_layer.append(tl.makespan_s / GRAPH_LAYERS * 1e6)
-    return max(0.0, (fork_us - nowait_us) - (per_layer[0] - per_layer[1]))
+    return max(0.0, (fork_us - base_us) - (per_layer[0] - per_layer[1]))
 
 
 def p2p_one_way_speedup(one_way_us: dict[int, float], exchange_us: dict[int, float]) -> tuple[float, int] | None:
@@ -1062,18 +1183,31 @@ def _sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _set_graph_edge(d: dict[str, Any], L: dict[str, float], base: str) -> None:
+def fork_edge_rows(d: dict[str, Any], raw_fork: list[list[Any]]) -> list[list[Any]]:
+    """``launch.graph_fork_edges`` rows ``[dtype, m, n, k, us]`` from calibrate's fork probes ``[dtype, m, n, k,
+    fork_us, main_only_us]`` (:func:`graph_edge_us` of each with the complete profile dict ``d``)."""
+    return [[dt, m, n, k, round(graph_edge_us(d, fork, base, (dt, m, n, k)), 3)]
+            for dt, m, n, k, fork, base in raw_fork]
+
+
+def _set_graph_edge(d: dict[str, Any], L: dict[str, float], base: str, raw_fork: list[list[Any]] | None = None) -> None:
     """``d["launch"]["graph_cross_stream_edge_us"]`` from the launch measurements ``L`` (:func:`graph_edge_us`,
     with ``d`` otherwise complete: the model's own share is simulated with it), or the ``base`` profile's value
     when the graph probe did not run (CPU ranks)."""
     base_edge = base_profile_dict(base)["launch"].get("graph_cross_stream_edge_us", 0.0)
     if "graph_fork_us" in L:
-        edge = graph_edge_us(d, L["graph_fork_us"], L["graph_fork_nowait_us"])
+        base_us = L.get("graph_main_only_us", L["graph_fork_nowait_us"])
+        edge = graph_edge_us(d, L["graph_fork_us"], base_us)
         d["launch"]["graph_cross_stream_edge_us"] = round(edge, 2)
         d["launch"]["source"] += (f"; graph_cross_stream_edge_us = GPU time per layer of {GRAPH_LAYERS} "
                                   f"small_ops_graph layers in one graph, aux GEMM after the main GEMM "
-                                  f"({L['graph_fork_us']:.2f} us) less without that edge "
-                                  f"({L['graph_fork_nowait_us']:.2f} us), less the waves model's own share")
+                                  f"({L['graph_fork_us']:.2f} us) less the main stream alone "
+                                  f"({base_us:.2f} us), less the waves model's own share")
+        rows = fork_edge_rows(d, raw_fork or [])
+        if rows:
+            d["launch"]["graph_fork_edges"] = rows
+            d["launch"]["source"] += ("; graph_fork_edges = the same per GEMM shape of the schedules (that GEMM on "
+                                      "both streams and an m x n copy)")
     elif base_edge:
         d["launch"]["graph_cross_stream_edge_us"] = base_edge
         d["launch"]["source"] += f"; graph_cross_stream_edge_us from {base!r} (not measured here)"
@@ -1093,6 +1227,7 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         d["gpu"]["hbm_GBps"] = round(cp["d2d_GBps"], 1)
         if "kernel_floor_us" in L:
             d["gpu"]["kernel_floor_us"] = round(L["kernel_floor_us"], 2)
+        d["gpu"].update(_l2_fields(L))
         from schedsim.hardware.profile import GPU
 
         if "sms" in GPU.model_fields:  # occupancy-aware sharing in the engine
@@ -1100,8 +1235,10 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
 
             d["gpu"]["sms"] = int(torch.cuda.get_device_properties(ctx.device).multi_processor_count)
         d["gpu"]["source"] = (f"peaks: base profile {o.base!r}; hbm_GBps: measured d2d copy (read+write); "
-                              f"kernel_floor_us: back-to-back time of a 1-element add; sms: the device's multiprocessor "
-                              f"count; {where}")
+                              f"kernel_floor_us: back-to-back time of a 1-element add; sms: the device's "
+                              f"multiprocessor "
+                              f"count; l2_bytes: the device's L2_cache_size; hbm_miss_us: a graph node of add_ on "
+                              f"32x1024 bf16 from HBM less in L2; {where}")
     else:
         d["gpu"]["name"] = "CPU (gloo ranks)"
         d["gpu"]["hbm_GBps"] = round(max(cp["d2d_GBps"], 0.1), 2)
@@ -1136,7 +1273,9 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                    f"memcpy_call_us = a 4 KiB copy_; stream_switch_us = (a torch.cuda.set_stream switch + the "
                    f"matmul launch) - the launch (the context manager's is stream_context_us in the .json); "
                    f"graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
-                   f"graph_per_op_us = GPU time per node of a 300-node graph minus the kernel's back-to-back time; "
+                   f"graph_per_op_us = GPU time of an add_ on 32x1024 bf16 as a node of a 64-node graph chain minus "
+                   f"its back-to-back time (negative: a node is shorter; without an L2 size, a 300-node matmul "
+                   f"graph, clamped at 0); "
                    f"graph_timing_event_us = span between an op's timing events in a 64-op graph (GEMM, add_) "
                    f"minus the untimed graph's time per op; graph_timing_gap_us = one op's end event to the next "
                    f"op's start event in that graph; "
@@ -1190,7 +1329,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                            "'fp32' = TF32 off, 'tf32' = TF32 on. Single-launch times are in the .json next to this file"
                            if ctx.cuda else f"measured on CPU {where}",
                  "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None,
-                 "ctas": [list(r) for r in raw.get("gemm_ctas", [])]}
+                 "ctas": [list(r) for r in raw.get("gemm_ctas", [])],
+                 "graph": [list(r) for r in raw.get("gemm_graph", [])]}
     coll = raw.get("collectives")
     if coll:
         n = raw["world_size"]
@@ -1246,7 +1386,7 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         srcs.append(f"NCCL factors from {o.base!r}: {d['contention']['source'][:200]}")
     cont["source"] = "; ".join(srcs)
     d["contention"] = cont
-    _set_graph_edge(d, L, o.base)
+    _set_graph_edge(d, L, o.base, raw.get("gemm_fork") or [])
     return d
 
 

@@ -75,6 +75,10 @@ class CostModel:
             rate = 2.0 * m * n * k / (ms * 1e-3)
             self._gemm.setdefault(dtype, []).append((math.log2(m), math.log2(n), math.log2(k), m, n, k, rate))
         self._ctas: dict[tuple[str, int, int, int], int] = {(d, m, n, k): c for d, m, n, k, c in profile.gemm.ctas}
+        self._fork_rows: dict[tuple[str, int, int, int], float] = {
+            (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
+        self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
+            (d, m, n, k): (w * 1e-3, c * 1e-3) for d, m, n, k, w, c in profile.gemm.graph}
         self._tables: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
         for coll, by_n in profile.collectives.tables.items():
             for n, rows in by_n.items():
@@ -256,6 +260,60 @@ class CostModel:
             t = self.collective_time(kind, op.nbytes, op.group)
         self._cache[key] = t
         return t
+
+    # -- graph nodes and operands from HBM (rule 9 of schedsim.sim.gpu_model) ---------------------------
+    def graph_row(self, op: Op) -> tuple[float, float] | None:
+        """``(warm_s, cold_s)`` of one launch of GEMM ``op`` as a CUDA-graph node (profile ``gemm.graph``, exact
+        (dtype, m·batch, n, k)), or None."""
+        if op.kind != "matmul" or not self._graph_rows:
+            return None
+        return self._graph_rows.get((op.dtype or "fp32", op.m * op.batch, op.n, op.k))
+
+    def graph_node_delta(self, op: Op) -> float:
+        """Seconds a CUDA-graph node changes ``op``'s :meth:`duration` by (negative: shorter), all ``repeat``
+        kernels: a GEMM with a ``gemm.graph`` row takes its measured warm node time, any other kernel adds
+        ``launch.graph_per_op_us`` (rule 1 and 9 of :mod:`schedsim.sim.gpu_model`). Never takes an op below
+        half its duration (an API-built op shorter than the saving)."""
+        if op.kind not in ("matmul", "compute"):  # collectives, p2p and copies: the profile's per-node term
+            return op.repeat * self.profile.launch.graph_per_op_us * 1e-6
+        d = self.duration(op)
+        row = self.graph_row(op)
+        delta = op.repeat * row[0] - d if row is not None else op.repeat * self.profile.launch.graph_per_op_us * 1e-6
+        return max(delta, -0.5 * d)
+
+    def graph_fork_s(self, op: Op) -> float:
+        """Rule 8's seconds for a CUDA-graph fork at ``op``: the ``launch.graph_fork_edges`` row of its GEMM shape
+        (dtype, m·batch, n, k), else ``launch.graph_cross_stream_edge_us``."""
+        if op.kind == "matmul" and self._fork_rows:
+            got = self._fork_rows.get((op.dtype or "fp32", op.m * op.batch, op.n, op.k))
+            if got is not None:
+                return got
+        return self.profile.launch.graph_cross_stream_edge_us * 1e-6
+
+    def cold_extra(self, op: Op) -> float:
+        """Seconds ``op`` takes longer when its operands come from HBM instead of L2 (rule 9): a GEMM with a
+        ``gemm.graph`` row its ``cold - warm``; another GEMM, or a compute kernel the roofline puts at the kernel
+        floor, ``gpu.hbm_miss_us``; anything else 0 (a bandwidth-bound kernel's roofline already uses the HBM rate;
+        collectives and copies are timed from HBM-sized buffers). Once per op, not per ``repeat`` (its repeats
+        reuse the same buffers)."""
+        row = self.graph_row(op)
+        if row is not None:
+            return max(0.0, row[1] - row[0])
+        miss = self.profile.gpu.hbm_miss_us * 1e-6
+        if not miss:
+            return 0.0
+        if op.kind == "matmul":
+            return miss
+        if op.kind == "compute" and op.duration_s is None and self._one(op) <= self._floor:
+            return miss
+        return 0.0
+
+    @staticmethod
+    def footprint(op: Op) -> float:
+        """Bytes of device buffers ``op`` touches each iteration, for a rank's working set (rule 9): ``nbytes``
+        (a GEMM's A, B and C; a compute op's bytes read and written; a copy's or collective's message), 0 for an
+        op given only a duration."""
+        return 0.0 if op.duration_s is not None else float(op.nbytes)
 
     def launch_overhead(self, op: Op, mode: str) -> float:
         """Host time to launch ``op``: eager per-op or per-collective overhead; 0 under a CUDA graph."""

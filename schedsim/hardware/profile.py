@@ -55,6 +55,19 @@ class GPU(_B):
         default=0.0, ge=0,
         description="GPU-side delay, µs, before a kernel released by an op on another stream (an event wait) "
         "reaches the GPU, beyond a same-stream successor's (waves model).")
+    l2_bytes: float | None = Field(
+        default=None, gt=0, description="L2 cache size, bytes (torch.cuda.get_device_properties().L2_cache_size; "
+        "H200: 62,914,560). Enables rule 9 of schedsim.sim.gpu_model (operands from HBM when a rank's buffers "
+        "exceed L2); omit to treat every operand as L2-resident, as the GEMM table measured it.")
+    l2_cold_span: tuple[float, float] = Field(
+        default=(0.45, 0.85), description="[from, to]: fractions of l2_bytes over which a rank's working set goes "
+        "from L2-resident to read from HBM (linear in between; one H200, 2026-12-02, "
+        "benchmarks/probe_l2_residency.py: a graph chain of bf16 32x1024x1024 GEMMs over N weight sets ran 3.66 "
+        "us per GEMM up to 27 MB, 3.89 at 36 MB, 4.26 at 45 MB, 4.35-4.45 from 53 MB).")
+    hbm_miss_us: float = Field(
+        default=0.0, ge=0, description="GPU time, us, a short kernel (one the roofline puts at the kernel floor, "
+        "or a GEMM without a gemm.graph row) adds when its operands come from HBM rather than L2 (rule 9). One "
+        "H200, 2026-12-02: add_ on 32x1024 bf16 in a graph 1.17 -> 1.73 us (0.56).")
     source: str = Field(description="Where these numbers come from.")
 
 
@@ -70,10 +83,20 @@ class Launch(_B):
     eager_per_op_us: float = Field(ge=0, description="Host time to launch one kernel in eager mode, µs.")
     eager_per_collective_us: float = Field(ge=0, description="Host time to launch one NCCL call in eager mode, µs.")
     graph_launch_us: float = Field(ge=0, description="Host time of one cudaGraphLaunch, µs.")
-    graph_per_op_us: float = Field(ge=0, description="GPU-side overhead per graph node, µs.")
+    graph_per_op_us: float = Field(ge=-100, description="GPU time, µs, a kernel's node in a CUDA graph adds to "
+                                   "(negative: saves on) its back-to-back time on a stream (the GEMM table's and "
+                                   "kernel floor's method); one H200, 2026-12-02: -0.75 to -0.90 for every small "
+                                   "kernel measured (benchmarks/h200/timed_graph_and_one_rank_2026-12-02.md). "
+                                   "GEMMs with a gemm.graph row use that row instead.")
     graph_cross_stream_edge_us: float = Field(default=0.0, ge=0, description="GPU-side time, µs, a graph node "
                                               "holds its stream when a node on another stream depends on it (a "
                                               "fork; rule 8 of schedsim.sim.gpu_model). Default 0: not measured.")
+    graph_fork_edges: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, float]] = Field(
+        default_factory=lambda: [],
+        description="[dtype, m, n, k, us]: graph_cross_stream_edge_us for a fork at a GEMM of that shape (calibrate "
+        "measures it per GEMM shape of the schedules: 64 layers of that GEMM, an m x n copy and the same GEMM on "
+        "another stream waiting for the first, less the main stream alone, less the model's own share); forks at "
+        "other ops use graph_cross_stream_edge_us.")
     p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one unbatched dist.isend/irecv, "
                                       "µs (default: eager_per_collective_us).")
     batch_p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one "
@@ -175,6 +198,12 @@ class GemmTable(_B):
         description="[dtype, m, n, k, ctas]: the CTAs (grid x*y*z) of the kernel the BLAS library launched for "
         "that shape, from a Kineto trace (calibrate on CUDA records it); shapes not listed use the 128x128-tile "
         "rule of CostModel.gemm_ctas.")
+    graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
+        default_factory=lambda: [],
+        description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "
+        "operands in L2 (one input set reused) and from HBM (a pool of input sets of at least 4x L2); calibrate "
+        "measures them for the schedules' GEMMs. warm_ms is its time in a graph; cold_ms - warm_ms what HBM "
+        "operands add, in a graph or eagerly (rule 9 of schedsim.sim.gpu_model).")
 
 
 class CollectiveTables(_B):
@@ -276,7 +305,8 @@ class HardwareProfile(_B):
         """This profile with every GEMM ``factor`` times slower: table times × factor, dense peaks / factor
         (the SM clock falls for every kernel class; :mod:`schedsim.sim.power`). ``factor`` >= 1."""
         entries = [(d, m, n, k, t * factor) for d, m, n, k, t in self.gemm.entries]
-        gemm = self.gemm.model_copy(update={"entries": entries})
+        graph = [(d, m, n, k, w * factor, c * factor) for d, m, n, k, w, c in self.gemm.graph]
+        gemm = self.gemm.model_copy(update={"entries": entries, "graph": graph})
         gpu = self.gpu.model_copy(update={"peak_tflops": {d: v / factor for d, v in self.gpu.peak_tflops.items()}})
         return self.model_copy(update={"gemm": gemm, "gpu": gpu})
 

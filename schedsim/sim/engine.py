@@ -310,13 +310,16 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
     job_res = [0] * J
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
-    _jobs(ops, gmem, cost, node_oh, job_of, job_res, job_ranks, job_work)
+    terms = gm.memory_terms(ops, np.arange(N), np.array(ranks, np.int64), world, cost, mode)
+    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work)
     if mode == "cuda_graph":
         names: dict[str, int] = {}
         sid = np.array([names.setdefault(o.stream, len(names)) for o in ops], np.int64)
         src = np.repeat(np.arange(N, dtype=np.int64), [len(x) for x in succ])
         dst = np.fromiter((j for x in succ for j in x), np.int64, count=len(src))
-        _add_forks(gm.graph_fork_columns(N, src, dst, np.array(ranks, np.int64), sid, profile, mode), job_of, job_work)
+        per_op = np.array([cost.graph_fork_s(o) for o in ops], float)
+        _add_forks(gm.graph_fork_columns(N, src, dst, np.array(ranks, np.int64), sid, profile, mode, per_op), job_of,
+                   job_work)
     _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
 
@@ -329,11 +332,14 @@ def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float]) -> None
 
 
 def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[float, float, float],
-          job_of: list[int], job_res: list[int], job_ranks: list[tuple[int, ...]], job_work: list[float]) -> None:
-    """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds)."""
+          terms: tuple[np.ndarray | float, np.ndarray | float], job_of: list[int], job_res: list[int],
+          job_ranks: list[tuple[int, ...]], job_work: list[float]) -> None:
+    """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds); ``terms`` are rule 9's
+    per-op node and HBM seconds (:func:`schedsim.sim.gpu_model.memory_terms`)."""
     N = len(ops)
     dur = cost.duration
-    node_s, timing_s, empty_s = node_oh
+    _node_s, timing_s, empty_s = node_oh
+    node_a, extra_a = (t.tolist() if isinstance(t, np.ndarray) else [t] * N for t in terms)
     node_work = gm.node_work
     kind_res = _KIND_RES
     for i, op in enumerate(ops):
@@ -342,14 +348,15 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
             res = _COPY_RES[op.direction or "d2d"]
         job_res[i] = res
         job_ranks[i] = (op.rank,)
-        job_work[i] = node_work(dur(op), node_s, timing_s, empty_s)
+        job_work[i] = node_work(dur(op), node_a[i], timing_s, empty_s, extra_a[i])
     for g, idx in enumerate(gmem):
         j = N + g
         for i in idx:
             job_of[i] = j
         job_res[j] = 1
         job_ranks[j] = tuple(ops[i].rank for i in idx)
-        job_work[j] = node_work(dur(ops[idx[0]]), node_s, timing_s, empty_s)
+        i0 = idx[0]
+        job_work[j] = node_work(dur(ops[i0]), node_a[i0], timing_s, empty_s, extra_a[i0])
         for i in idx:
             job_work[i] = job_work[j]
 
@@ -372,10 +379,12 @@ def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Com
     job_res = [0] * J
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
-    _jobs(ops, gmem, cost, node_oh, job_of, job_res, job_ranks, job_work)
+    terms = gm.memory_terms(ops, np.arange(N), prog.rank.astype(np.int64), prog.world_size, cost, mode)
+    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work)
     src = np.repeat(np.arange(N, dtype=np.int64), np.diff(ptr))
+    per_op = np.array([cost.graph_fork_s(o) for o in ops], float) if mode == "cuda_graph" else None
     _add_forks(gm.graph_fork_columns(N, src, dst, prog.rank.astype(np.int64), prog.stream_id.astype(np.int64),
-                                     profile, mode),
+                                     profile, mode, per_op),
                job_of, job_work)
     _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, prog.world_size, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)

@@ -165,7 +165,16 @@ Rules and their sources
 8. **Forks in a CUDA graph.** In a graph replay, a node with a dependent on
    another stream of its rank (an event edge: the graph forks there) holds its
    own stream ``launch.graph_cross_stream_edge_us`` longer (added to its solo
-   time, :func:`graph_fork_columns`; collectives and p2p are left as they are).
+   time, :func:`graph_fork_columns`; collectives and p2p are left as they are),
+   or, for a fork at a GEMM whose shape has a ``launch.graph_fork_edges`` row,
+   that row: the term depends on the shape. ``calibrate`` measures both as the
+   GPU time per layer of 64 layers (GEMM, m×n copy, the same GEMM on another
+   stream waiting for the first) over the main stream alone, less what this
+   model gives for that difference; one H200, 2026-12-02, with rule 9 in the
+   model: 0.32 / 0.37 / 1.69 / 3.11 / 3.08 µs at bf16 T×H×H GEMMs of T×H =
+   8×256, 16×512, 32×1024, 16×2048, 64×2048 (``benchmarks/probe_l2_residency.py``).
+   The cause (the aux GEMM released beside the main stream's next GEMM slows it,
+   far more than an aux chain without the edge does) is not modelled as such.
    One H200, 2026-12-01 03:13 UTC (``benchmarks/probe_graph_nodes.py``, 64 layers
    of small_ops_graph's ops in one graph): 7.94 µs per layer when each aux GEMM
    waits for its layer's main GEMM, 6.65 µs when it does not wait, 6.23 µs for the
@@ -173,6 +182,25 @@ Rules and their sources
    already gives 0.11 µs (the aux GEMM's later start), so 1.18 µs per fork.
    And the steady power state (:mod:`schedsim.sim.power`) slows every GEMM
    when tensor cores stay busy.
+9. **Graph nodes and operands from HBM** (:func:`memory_terms`). The GEMM
+   table and the kernel floor are back-to-back times on a stream with operands
+   in L2 (calibrate rotates 3 input sets). In a CUDA graph a GEMM with a
+   ``gemm.graph`` row takes its measured node time; any other kernel adds
+   ``launch.graph_per_op_us`` (negative on H200: a node runs 0.75-0.90 µs shorter
+   than back to back, every small kernel measured on 2026-12-02). ``execute``
+   gives every op its own buffers, so a rank whose working set (the sum of its
+   ops' buffer bytes, :meth:`~schedsim.cost.CostModel.footprint`) exceeds L2
+   reads them from HBM every iteration: each kernel then adds
+   :meth:`~schedsim.cost.CostModel.cold_extra` (the row's cold − warm, else
+   ``gpu.hbm_miss_us`` for a GEMM or a floor-bound kernel), scaled by the
+   rank's cold fraction, 0 below ``gpu.l2_cold_span[0]`` × ``gpu.l2_bytes`` and 1
+   above ``[1]`` × it, linear in between. One H200, 2026-12-02
+   (``benchmarks/probe_l2_residency.py``, graph chains, µs per kernel, L2 →
+   HBM): bf16 16×512×512 2.79 → 3.12, 32×1024×1024 3.49 → 4.45, 64×2048×2048 5.35
+   → 6.41, 16×4096×4096 9.46 → 13.51, 2048³ 23.3 → 24.4; fp32 1×1024×1024 7.72 →
+   12.58; ``add_`` on 32×1024 bf16 1.17 → 1.73; and 64 layers of small_ops_graph
+   (each kernel its own buffers) ran 4.58 / 6.20 / 8.31 µs per layer on the main
+   stream at T×H 16×512 / 32×1024 / 64×2048, the sums of those cold node times.
 """
 
 from __future__ import annotations
@@ -189,7 +217,8 @@ from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "GpuRules", "REVERSE_ENGINE", "RateTables", "batch_rate", "comm_factor",
            "comm_fifo_columns", "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns",
-           "host_issue_times", "graph_fork_columns", "kernel_ctas", "link_ends", "rate_tables", "stream_queue_columns",
+           "host_issue_times", "graph_fork_columns", "kernel_ctas", "l2_cold_fraction", "link_ends", "memory_terms",
+           "rate_tables", "stream_queue_columns",
            "stream_queues", "transfer_comm_rate"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
@@ -355,35 +384,85 @@ def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float,
     return lp.graph_per_op_us * 1e-6, lp.graph_timing_event_us * 1e-6, gap * 1e-6
 
 
-def node_work(work: float, node_s: float, timing_s: float, empty_s: float) -> float:
-    """An op's solo seconds in a graph: its own ``work`` plus, if it runs on the GPU at all, ``node_s`` and
-    ``timing_s`` (its node, and its timing events in a timed graph); an op of no work (a one-rank in-place
-    collective, which NCCL does not launch) is no node and spans ``empty_s`` (adjacent timing events). Always
-    adds, so -0.0 becomes 0.0 as in :func:`node_work_columns`."""
-    return work + ((node_s + timing_s) if work > 0 else empty_s)
+def node_work(work: float, node_s: float, timing_s: float, empty_s: float, extra_s: float = 0.0) -> float:
+    """An op's solo seconds: its own ``work`` plus, if it runs on the GPU at all, ``node_s`` (its graph node,
+    rule 9: :func:`memory_terms`), ``timing_s`` (its timing events in a timed graph) and ``extra_s`` (its operands
+    from HBM, rule 9); an op of no work (a one-rank in-place collective, which NCCL does not launch) is no node and
+    spans ``empty_s`` (adjacent timing events). Always adds, so -0.0 becomes 0.0 as in :func:`node_work_columns`."""
+    return work + ((node_s + timing_s + extra_s) if work > 0 else empty_s)
 
 
-def node_work_columns(work: np.ndarray, node_s: float, timing_s: float, empty_s: float) -> None:
-    """:func:`node_work` on a float array of solo seconds, in place (the same additions, in the same order)."""
-    if not (node_s or timing_s or empty_s):  # eager, or a graph without node costs: one pass, no temporaries
-        work += 0.0
+def node_work_columns(work: np.ndarray, node_s: np.ndarray | float, timing_s: float, empty_s: float,
+                      extra_s: np.ndarray | float = 0.0) -> None:
+    """:func:`node_work` on a float array of solo seconds, in place (the same additions, in the same order);
+    ``node_s`` and ``extra_s`` scalars or arrays of the same shape as ``work``."""
+    if np.isscalar(node_s) and np.isscalar(extra_s) and not (node_s or timing_s or empty_s or extra_s):
+        work += 0.0  # eager without rule 9 terms: one pass, no temporaries
         return
-    work += np.where(work > 0, node_s + timing_s, empty_s)
+    work += np.where(work > 0, (node_s + timing_s) + extra_s, empty_s)
+
+
+def l2_cold_fraction(ws: np.ndarray, profile: HardwareProfile) -> np.ndarray:
+    """Rule 9: fraction (0-1) of a rank's kernels' operands read from HBM, per rank, from its working set ``ws``
+    (bytes, shape (ranks,)): 0 below ``gpu.l2_cold_span[0]`` × ``gpu.l2_bytes``, 1 above ``[1]`` × it, linear
+    between; all 0 when the profile has no ``gpu.l2_bytes``."""
+    g = profile.gpu
+    ws = np.asarray(ws, float)
+    if not g.l2_bytes:
+        return np.zeros_like(ws)
+    lo, hi = g.l2_cold_span
+    x = ws / g.l2_bytes
+    if hi <= lo:
+        return (x > lo).astype(float)
+    return np.clip((x - lo) / (hi - lo), 0.0, 1.0)
+
+
+def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: int, cost: CostModel,
+                 mode: str) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """Rule 9 per op, shape (N,) each, or the scalar 0.0 where no op has the term: ``(node_s, extra_s)``, the
+    seconds its CUDA-graph node adds (0 unless
+    ``mode`` is ``cuda_graph``; :meth:`~schedsim.cost.CostModel.graph_node_delta`) and the seconds its operands
+    from HBM add (:meth:`~schedsim.cost.CostModel.cold_extra` × its rank's :func:`l2_cold_fraction`). Op ``i`` is
+    ``tps[tmpl[i]]`` on rank ``rank[i]`` (an Op list passes ``tmpl = arange(N)``); ranks are 0..world-1."""
+    N = len(tmpl)
+    node: np.ndarray | float = 0.0
+    if mode == "cuda_graph" and N:
+        tnode = np.array([cost.graph_node_delta(t) for t in tps], float)
+        if tnode.any():
+            node = tnode[tmpl]
+    if not cost.profile.gpu.l2_bytes or not N:
+        return node, 0.0
+    textra = np.array([cost.cold_extra(t) for t in tps], float)
+    if not textra.any():
+        return node, 0.0
+    foot = np.array([cost.footprint(t) for t in tps], float)
+    ws = np.bincount(rank, weights=foot[tmpl], minlength=world)
+    cold = l2_cold_fraction(ws, cost.profile)
+    if not cold.any():
+        return node, 0.0
+    return node, textra[tmpl] * cold[rank]
 
 
 def graph_fork_columns(N: int, src: np.ndarray, dst: np.ndarray, rank: np.ndarray, stream: np.ndarray,
-                       profile: HardwareProfile, mode: str) -> np.ndarray:
-    """Rule 8: extra solo seconds per op, shape (N,): ``launch.graph_cross_stream_edge_us`` for an op with a DAG
-    successor on another stream of its rank when ``mode`` is ``cuda_graph``, else 0. ``src``/``dst`` are the
-    DAG's edges (op indices), ``rank``/``stream`` int arrays of shape (N,)."""
+                       profile: HardwareProfile, mode: str, per_op: np.ndarray | None = None) -> np.ndarray:
+    """Rule 8: extra solo seconds per op, shape (N,): for an op with a DAG successor on another stream of its rank
+    when ``mode`` is ``cuda_graph``, ``per_op[i]`` (:meth:`~schedsim.cost.CostModel.graph_fork_s`: the row of its
+    GEMM shape in ``launch.graph_fork_edges``) or, without ``per_op``, ``launch.graph_cross_stream_edge_us``; else
+    0. ``src``/``dst`` are the DAG's edges (op indices), ``rank``/``stream`` int arrays of shape (N,)."""
     extra = profile.launch.graph_cross_stream_edge_us * 1e-6
     out = np.zeros(N)
-    if mode != "cuda_graph" or extra <= 0 or not len(src):
+    if mode != "cuda_graph" or not fork_terms(profile) or not len(src):
         return out
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     fork = src[(rank[src] == rank[dst]) & (stream[src] != stream[dst])]
-    out[fork] = extra
+    out[fork] = extra if per_op is None else per_op[fork]
     return out
+
+
+def fork_terms(profile: HardwareProfile) -> bool:
+    """Whether rule 8 adds anything with ``profile``: an edge term or a per-shape row above 0."""
+    lp = profile.launch
+    return lp.graph_cross_stream_edge_us > 0 or any(r[4] > 0 for r in lp.graph_fork_edges)
 
 
 def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: int) -> np.ndarray:

@@ -422,16 +422,18 @@ def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
     return np.stack([u, v], 1)
 
 
-def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: HardwareProfile, mode: str
-                 ) -> np.ndarray | None:
+def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: HardwareProfile, mode: str,
+                 tps: list[Op], tmpl: np.ndarray, cost: CostModel) -> np.ndarray | None:
     """Rule 8's extra solo seconds (:func:`~schedsim.sim.gpu_model.graph_fork_columns`) over the Program's stream
     and dependency edges (an edge listed twice marks its op once, as the merged DAG does), or None when the
-    rule adds nothing (eager launch, or no per-edge cost in the profile)."""
-    if mode != "cuda_graph" or profile.launch.graph_cross_stream_edge_us * 1e-6 <= 0:
+    rule adds nothing (eager launch, or no per-edge cost in the profile). Op ``i``'s term is that of its
+    template class ``tps[tmpl[i]]`` (:meth:`~schedsim.cost.CostModel.graph_fork_s`)."""
+    if mode != "cuda_graph" or not gm.fork_terms(profile):
         return None
     e = np.concatenate([np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64)
                         .reshape(-1, 2)])
-    return gm.graph_fork_columns(prog.N, e[:, 0], e[:, 1], rank, sid, profile, mode)
+    per_op = np.array([cost.graph_fork_s(t) for t in tps], float)[tmpl] if prog.N else np.zeros(0)
+    return gm.graph_fork_columns(prog.N, e[:, 0], e[:, 1], rank, sid, profile, mode, per_op)
 
 
 def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
@@ -451,7 +453,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     """
     N = prog.N
     cost = CostModel(profile)
-    node_s, timing_s, empty_s = gm.graph_node_terms(profile, mode)
+    _node_s, timing_s, empty_s = gm.graph_node_terms(profile, mode)
     tcls, tps = template_classes(prog.templates)  # the rules run once per class of templates
     tmpl = tcls.astype(I32)[prog.tmpl] if N else np.zeros(0, I32)
     del tcls
@@ -462,7 +464,8 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     res = tres[tmpl] if N else np.zeros(0, I32)
     is_p2p = tp2p[tmpl] if N else np.zeros(0, bool)
     work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p)
-    gm.node_work_columns(work, node_s, timing_s, empty_s)  # always: -0.0 + 0.0 is 0.0, as the Op-list path gives it
+    node_a, extra_a = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)  # rule 9
+    gm.node_work_columns(work, node_a, timing_s, empty_s, extra_a)  # always: -0.0 + 0.0 is 0.0, as the Op list gives
     _check(prog, rank, work)
     gptr, gidx, G = _groups(prog)
     ogrp = np.full(N, -1, I32)
@@ -470,7 +473,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     gwork = work[gidx[gptr[:-1]]] if G else np.zeros(0)
     work[gidx] = np.repeat(gwork, np.diff(gptr))
     res[gidx] = 1
-    fx = _graph_forks(prog, rank, sid, profile, mode)  # rule 8: forks in a CUDA graph (ops outside groups)
+    fx = _graph_forks(prog, rank, sid, profile, mode, tps, tmpl, cost)  # rule 8: graph forks (ops outside groups)
     if fx is not None:
         fx[gidx] = 0.0
         work += fx

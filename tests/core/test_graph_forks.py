@@ -36,3 +36,30 @@ def test_forking_ops_pay_the_edge_cost_in_a_graph_only(as_graph):
     # a profile without the measurement (default 0) leaves graph solos at the table
     bare = prof.model_copy(update={"launch": prof.launch.model_copy(update={"graph_cross_stream_edge_us": 0.0})})
     assert {s.id: s.solo_s for s in simulate(G, bare, launch="cuda_graph").spans} == pytest.approx(table)
+
+
+@pytest.mark.parametrize("as_graph", [False, True], ids=["program", "networkx"])
+def test_a_fork_at_a_gemm_shape_with_a_row_pays_that_row(as_graph):
+    # small_ops_graph's GEMMs are bf16 32x1024x1024; a row of 3 µs for that shape replaces the 1.18 µs constant at
+    # up_i and side2 (both that GEMM); a row for another shape changes nothing
+    prog = lower(load_schedule(ROOT / "schedules" / "small_ops_graph.yaml", parse_overrides(["layers=3"])))
+    G = graph_of(prog) if as_graph else prog
+    prof = load_profile("h200x2")
+    table = {o.id: CostModel(prof).duration(o) for o in prog.ops()}
+    forks = {"up0@r0", "up1@r0", "up2@r0", "side2@r0"}
+
+    def solos(rows):
+        p = prof.model_copy(update={"launch": prof.launch.model_copy(update={"graph_fork_edges": rows})})
+        return {s.id: s.solo_s for s in simulate(G, p, launch="cuda_graph").spans}
+
+    got = solos([("bf16", 32, 1024, 1024, 3.0)])
+    for oid, t in table.items():
+        assert got[oid] == pytest.approx(t + (3e-6 if oid in forks else 0.0), abs=1e-12), oid
+    other = solos([("bf16", 16, 1024, 1024, 3.0)])
+    for oid, t in table.items():
+        assert other[oid] == pytest.approx(t + (1.18e-6 if oid in forks else 0.0), abs=1e-12), oid
+    # rows alone (constant 0) still apply
+    p = prof.model_copy(update={"launch": prof.launch.model_copy(
+        update={"graph_cross_stream_edge_us": 0.0, "graph_fork_edges": [("bf16", 32, 1024, 1024, 2.0)]})})
+    got = {s.id: s.solo_s for s in simulate(G, p, launch="cuda_graph").spans}
+    assert got["up1@r0"] == pytest.approx(table["up1@r0"] + 2e-6, abs=1e-12)

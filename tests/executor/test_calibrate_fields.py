@@ -166,3 +166,22 @@ def test_assemble_takes_the_measured_timing_event_span_or_keeps_the_bases(monkey
     assert p.launch.graph_timing_event_us == 2.05 and "graph_timing_event_us = span" in p.launch.source
     assert p.timed_graph().launch.graph_timed and p.timed_graph().launch.graph_timing_event_us == 2.05
     assert p.launch.graph_timing_gap_us == 1.28
+
+
+def test_fork_rows_are_derived_per_gemm_shape_from_the_main_stream_alone(monkeypatch) -> None:
+    # the fork probe at a GEMM's shape: with the aux GEMM waiting, and the main stream alone; the row is the
+    # measured difference less the model's own (which, for a shape, is what graph_edge_us simulates with that shape)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
+    raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
+    raw["launch"].update(graph_fork_us=7.92, graph_fork_nowait_us=6.61, graph_main_only_us=6.20)
+    raw["gemm_fork"] = [["bf16", 64, 2048, 2048, 30.0, 8.31], ["bf16", 16, 512, 512, 5.0, 5.0]]
+    ctx = SimpleNamespace(cuda=True, device=None)
+    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    rows = d["launch"]["graph_fork_edges"]
+    big = C.graph_edge_us(d, 30.0, 8.31, ("bf16", 64, 2048, 2048))
+    assert rows == [["bf16", 64, 2048, 2048, round(big, 3)], ["bf16", 16, 512, 512, 0.0]]  # none measured: 0
+    assert 0.0 < big < 30.0 - 8.31  # the model's own share taken off
+    assert C.graph_edge_us(d, 31.0, 8.31, ("bf16", 64, 2048, 2048)) == pytest.approx(big + 1.0)
+    # the constant now takes the main stream alone as its base: 7.92 - 6.20 less the model's share
+    assert d["launch"]["graph_cross_stream_edge_us"] == round(C.graph_edge_us(d, 7.92, 6.20), 2)
+    assert HardwareProfile.model_validate(d).launch.graph_fork_edges[0][4] == round(big, 3)
