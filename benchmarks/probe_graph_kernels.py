@@ -13,6 +13,7 @@ Usage: python benchmarks/probe_graph_kernels.py  (one GPU; exits 2 without CUDA)
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -29,6 +30,7 @@ SHAPES = [("mm 16x512x512 bf16", "mm", "bf16", 16, 512, 512), ("mm 32x1024x1024 
 
 def main() -> int:
     import torch
+    from probe_l2_residency import stream_per_launch
 
     from executor.calibrate import timed_graph_chain
 
@@ -52,19 +54,9 @@ def main() -> int:
 
             def f(i: int, outs=outs) -> None:  # noqa: ANN001
                 outs[i].add_(1.0)
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ts = []
-        for _ in range(6):
-            torch.cuda.synchronize()
-            torch.cuda._sleep(4_000_000)
-            e0.record()
-            for i in range(200):
-                f(i % 64)
-            e1.record()
-            torch.cuda.synchronize()
-            ts.append(e0.elapsed_time(e1) * 1e3 / 200)
+        stream_us = stream_per_launch(torch, [functools.partial(f, i) for i in range(64)])
         r = timed_graph_chain(torch, [f] * 64, side)
-        out[label] = {"stream": round(statistics.median(ts[1:]), 3), "graph": round(r["plain_per_op"], 3),
+        out[label] = {"stream": round(stream_us, 3), "graph": round(r["plain_per_op"], 3),
                       "timed_span": round(statistics.fmean(r["spans"]), 3)}
     print("GRAPH_KERNELS " + json.dumps(out), flush=True)
     # the small_ops layer as a graph (calibrate's graph-edge probe) at two shapes: the main stream alone, with an

@@ -36,32 +36,10 @@ SHAPES = [("mm", "bf16", 16, 512, 512), ("mm", "bf16", 32, 1024, 1024), ("mm", "
           ("add", "fp32", 1, 1024, 0)]
 
 
-def _graph_per_node(torch: Any, fns: list[Any], side: Any, reps: int = 15) -> float:
-    """µs per node of ``fns`` captured as one chain graph on ``side``, replayed behind a spin (median)."""
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=side):
-        for f in fns:
-            f()
-    torch.cuda.synchronize()
-    a0, a1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for r in range(reps + 3):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(2_000_000)
-        a0.record()
-        g.replay()
-        a1.record()
-        torch.cuda.synchronize()
-        if r >= 3:
-            ts.append(a0.elapsed_time(a1) * 1e3 / len(fns))
-    del g
-    return statistics.median(ts)
-
-
-def _stream_per_launch(torch: Any, fns: list[Any], R: int = 200) -> float:
+def stream_per_launch(torch: Any, fns: list[Any], R: int = 200) -> float:
+    """µs per launch of ``fns`` (cycled) launched ``R`` times back to back behind a 2 ms spin, median of 5 (after
+    one). The host must keep ahead: for kernels shorter than a launch (~5-10 µs of Python), the spin hides only
+    the first ~200 launches."""
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ts = []
     for _ in range(6):
@@ -78,6 +56,8 @@ def _stream_per_launch(torch: Any, fns: list[Any], R: int = 200) -> float:
 
 def main() -> int:
     import torch
+
+    from executor.calibrate import graph_chain_per_node
 
     if not torch.cuda.is_available():
         print("probe_l2_residency: needs CUDA", file=sys.stderr)
@@ -110,17 +90,17 @@ def main() -> int:
         cold = sets(kind, dtype, m, n, k, cold_n)
         label = f"{kind} {m}x{n}" + (f"x{k}" if kind == "mm" else "") + f" {dt}"
         row = {"bytes": size, "cold_sets": cold_n,
-               "stream_warm": _stream_per_launch(torch, [fn(kind, s) for s in warm]),
-               "stream_cold": _stream_per_launch(torch, [fn(kind, s) for s in cold], R=max(200, min(cold_n, 1024)))}
+               "stream_warm": stream_per_launch(torch, [fn(kind, s) for s in warm]),
+               "stream_cold": stream_per_launch(torch, [fn(kind, s) for s in cold], R=max(200, min(cold_n, 1024)))}
         if kind == "mm":
             a, b, _ = warm[0]
             outs = [torch.empty(m, n, device=dev, dtype=dtype) for _ in range(64)]
-            row["graph_warm"] = _graph_per_node(torch, [(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
-                                                        for c in outs], side)
+            row["graph_warm"] = 1e6 * graph_chain_per_node(torch, [(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
+                                                              for c in outs], side)
             del outs
         else:
-            row["graph_warm"] = _graph_per_node(torch, [fn(kind, warm[0])] * 64, side)
-        row["graph_cold"] = _graph_per_node(torch, [fn(kind, s) for s in cold], side)
+            row["graph_warm"] = 1e6 * graph_chain_per_node(torch, [fn(kind, warm[0])] * 64, side)
+        row["graph_cold"] = 1e6 * graph_chain_per_node(torch, [fn(kind, s) for s in cold], side)
         out[label] = {q: round(v, 3) if isinstance(v, float) else v for q, v in row.items()}
         print(f"{label}: {out[label]}", flush=True)
         del warm, cold
@@ -131,7 +111,7 @@ def main() -> int:
     for N in (4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 64, 128):
         ws = sets("mm", bf, 32, 1024, 1024, N)
         fns = [fn("mm", ws[i % N]) for i in range(max(N, 64))]
-        sweep[str(N * 2 * (32 * 1024 * 2 + 1024 * 1024))] = round(_graph_per_node(torch, fns, side), 3)
+        sweep[str(N * 2 * (32 * 1024 * 2 + 1024 * 1024))] = round(1e6 * graph_chain_per_node(torch, fns, side), 3)
         del ws, fns
     print("L2_SWEEP " + json.dumps(sweep), flush=True)
     from executor.calibrate import _graph_fork_us
