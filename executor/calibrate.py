@@ -122,6 +122,7 @@ class _Bench:
         self.gemm_ctas: list[list[Any]] = []
         self.gemm_graph: list[list[Any]] = []
         self.gemm_fork: list[list[Any]] = []
+        self.gemm_occ: list[list[Any]] = []
 
     def sync(self) -> None:
         if self.cuda:
@@ -275,9 +276,15 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
         rows.append([dt, m, n, k, round(t * 1e3, 5)])
         b.single_gemm.append([dt, m, n, k, round(single * 1e3, 5)])
         if b.cuda:
-            grid = kernel_grid(torch, fns[0])
+            fns[0]()  # warm: the first call may pick or load the kernel
+            torch.cuda.synchronize()
+            events = kernel_events(torch, fns[0])
+            grid = longest_kernel_ctas(events)
             if grid:
                 b.gemm_ctas.append([dt, m, n, k, grid])
+            occ = longest_kernel_ctas_per_sm(events, device_limits(torch, dev))
+            if occ is not None and occ > 1:
+                b.gemm_occ.append([dt, m, n, k, occ])
             if t < GRAPH_ROW_MAX_S:
                 warm, cold = gemm_graph_times(torch, dev, tdt, m, n, k, l2)
                 b.gemm_graph.append([dt, m, n, k, round(warm * 1e3, 6), round(cold * 1e3, 6)])
@@ -417,6 +424,58 @@ def longest_kernel_ctas(events: list[dict[str, Any]]) -> int | None:
     for g in grid:
         n *= int(g)
     return n if n > 0 else None
+
+
+#: sm_90 (H100/H200) per-SM limits of the CUDA occupancy calculation (CUDA C++ Programming Guide, "Technical
+#: Specifications per Compute Capability"): 32 resident blocks, 2048 threads, 65,536 registers allocated per warp in
+#: units of 256, 228 KiB of shared memory with 1 KiB reserved per block; torch's device properties override what
+#: they report
+SM90_LIMITS = {"blocks": 32, "threads": 2048, "regs": 65536, "reg_unit": 256, "smem": 233472, "smem_reserved": 1024}
+
+
+def device_limits(torch: Any, dev: Any) -> dict[str, int]:
+    """:data:`SM90_LIMITS` with the threads, registers and shared memory per SM that ``torch.cuda`` reports."""
+    p = torch.cuda.get_device_properties(dev)
+    lim = dict(SM90_LIMITS)
+    for key, attr in (("threads", "max_threads_per_multi_processor"), ("regs", "regs_per_multiprocessor"),
+                      ("smem", "shared_memory_per_multiprocessor")):
+        v = getattr(p, attr, None)
+        if isinstance(v, int) and v > 0:
+            lim[key] = v
+    return lim
+
+
+def ctas_per_sm(threads: int, regs: int, smem: int, lim: dict[str, int] = SM90_LIMITS) -> int:
+    """How many CTAs of a kernel (``threads`` per block, ``regs`` per thread, ``smem`` bytes of shared memory per
+    block) one SM holds at once: the CUDA occupancy calculation's minimum over blocks, threads (whole warps),
+    registers (per warp, rounded up to the allocation unit) and shared memory (plus the per-block reserve), at least 1.
+
+    >>> ctas_per_sm(256, 202, 49152)  # cutlass simt sgemm 256x128 (one H200, 2026-12-01): registers bind
+    1
+    >>> ctas_per_sm(128, 90, 16384)  # 4 warps of 12 x 256 registers: 5 blocks before shared memory (13) binds
+    5
+    """
+    warps = max(1, -(-threads // 32))
+    reg_warp = -(-max(regs, 1) * 32 // lim["reg_unit"]) * lim["reg_unit"]
+    by_regs = lim["regs"] // (reg_warp * warps)
+    by_smem = lim["smem"] // (smem + lim["smem_reserved"]) if smem > 0 else lim["blocks"]
+    return max(1, min(lim["blocks"], lim["threads"] // (warps * 32), by_regs, by_smem))
+
+
+def longest_kernel_ctas_per_sm(events: list[dict[str, Any]], lim: dict[str, int] = SM90_LIMITS) -> int | None:
+    """:func:`ctas_per_sm` of the longest ``"cat": "kernel"`` event of a Kineto trace (its ``args``: ``block``,
+    ``registers per thread``, ``shared memory``), or None when those are missing."""
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    if not kernels:
+        return None
+    args = max(kernels, key=lambda e: float(e.get("dur", 0.0))).get("args", {})
+    block, regs, smem = args.get("block"), args.get("registers per thread"), args.get("shared memory")
+    if not isinstance(block, list) or not isinstance(regs, (int, float)) or not isinstance(smem, (int, float)):
+        return None
+    threads = 1
+    for b in block:
+        threads *= int(b)
+    return ctas_per_sm(threads, int(regs), int(smem), lim)
 
 
 def _measure_copies(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[str, float]:
@@ -930,6 +989,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["gemm_ctas"] = b.gemm_ctas
         raw["gemm_graph"] = b.gemm_graph
         raw["gemm_fork"] = b.gemm_fork
+        raw["gemm_ctas_per_sm"] = b.gemm_occ
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
         raw["host"] = host_costs(b, log)
@@ -1330,7 +1390,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                            if ctx.cuda else f"measured on CPU {where}",
                  "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None,
                  "ctas": [list(r) for r in raw.get("gemm_ctas", [])],
-                 "graph": [list(r) for r in raw.get("gemm_graph", [])]}
+                 "graph": [list(r) for r in raw.get("gemm_graph", [])],
+                 "ctas_per_sm": [list(r) for r in raw.get("gemm_ctas_per_sm", [])]}
     coll = raw.get("collectives")
     if coll:
         n = raw["world_size"]

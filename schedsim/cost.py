@@ -75,6 +75,8 @@ class CostModel:
             rate = 2.0 * m * n * k / (ms * 1e-3)
             self._gemm.setdefault(dtype, []).append((math.log2(m), math.log2(n), math.log2(k), m, n, k, rate))
         self._ctas: dict[tuple[str, int, int, int], int] = {(d, m, n, k): c for d, m, n, k, c in profile.gemm.ctas}
+        self._occ: dict[tuple[str, int, int, int], int] = {
+            (d, m, n, k): c for d, m, n, k, c in profile.gemm.ctas_per_sm}
         self._fork_rows: dict[tuple[str, int, int, int], float] = {
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
@@ -147,6 +149,13 @@ class CostModel:
         if not self._ctas:
             return None
         return self._ctas.get((op.dtype or "fp32", op.m * op.batch, op.n, op.k))
+
+    def ctas_per_sm(self, op: Op) -> int:
+        """CTAs of GEMM ``op``'s kernel that one SM holds at once: the profile's ``gemm.ctas_per_sm`` row for its
+        (dtype, m·batch, n, k), else 1 (rule 4 of :mod:`schedsim.sim.gpu_model`)."""
+        if not self._occ:
+            return 1
+        return self._occ.get((op.dtype or "fp32", op.m * op.batch, op.n, op.k), 1)
 
     def gemm_ctas(self, op: Op) -> int:
         """CTAs of one launch of GEMM ``op``: the measured grid when the profile has this shape

@@ -198,6 +198,12 @@ class GemmTable(_B):
         description="[dtype, m, n, k, ctas]: the CTAs (grid x*y*z) of the kernel the BLAS library launched for "
         "that shape, from a Kineto trace (calibrate on CUDA records it); shapes not listed use the 128x128-tile "
         "rule of CostModel.gemm_ctas.")
+    ctas_per_sm: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveInt]] = Field(
+        default_factory=lambda: [],
+        description="[dtype, m, n, k, ctas_per_sm]: how many CTAs of that GEMM's kernel one SM holds at once (the "
+        "CUDA occupancy calculation from the kernel's block size, registers and shared memory in a Kineto trace; "
+        "calibrate records shapes above 1). Rule 4 of schedsim.sim.gpu_model then counts ceil(ctas / ctas_per_sm) "
+        "SMs for it; shapes not listed hold one CTA per SM.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "

@@ -101,9 +101,14 @@ Rules and their sources
    second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Other
    kernels: one CTA per 64 KiB moved, at most one wave (elementwise kernels are
    launched wide and grid-stride); a kernel given only ``duration_us`` fills the GPU.
-   Not modelled: CTAs of two kernels sharing one SM (occupancy > 1 CTA per
-   SM: not the case for the fp32 GEMMs above, but an elementwise kernel's small
-   CTAs may fit beside a 202-register GEMM CTA), and, for shapes without a
+   A GEMM whose kernel fits several CTAs on one SM (``gemm.ctas_per_sm``: the
+   CUDA occupancy calculation from its block size, registers and shared memory,
+   which ``calibrate`` reads from a Kineto trace) counts ceil(CTAs / that) SMs:
+   one H200, 2026-12-02, small_ops_graph at fp32 16×1024 (two 128-CTA GEMMs on
+   two streams) ran 12.99 µs per layer against 16.4 predicted with one CTA per
+   SM (``benchmarks/heldout_graph_shapes.sh``). Not modelled: CTAs of two
+   different kernels sharing one SM (an elementwise kernel's small CTAs may fit
+   beside a 202-register GEMM CTA), and, for shapes without a
    measured grid, the real tile width: cuBLAS ran bf16 8192³ as 128×256 tiles, which would
    give that GEMM a half-empty last wave; with it an NCCL kernel beside the
    probe's GEMM queue would start in that wave, 0.05 ms earlier than measured
@@ -272,6 +277,9 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
         one = measured if measured is not None else cost.gemm_ctas(op)  # else tiles times a split-K factor
         if measured is None and -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
             one = min(one, sms)  # less than a wave of output tiles (split-K regime): one wave
+        per_sm = cost.ctas_per_sm(op)
+        if per_sm > 1:  # several CTAs fit on one SM: the kernel holds ceil(ctas / per_sm) SMs' worth of slots
+            one = -(-one // per_sm)
         # else one CTA per output tile, run in waves (cuBLAS's grid for these shapes, 2xH200 probes)
         mem = False
     elif op.duration_s is not None or not op.nbytes:
