@@ -1047,7 +1047,8 @@ GRAPH_T, GRAPH_H, GRAPH_LAYERS = 32, 1024, 64
 def _graph_fork_us(torch: Any, dev: Any, T: int = GRAPH_T, H: int = GRAPH_H, main_only: bool = False,
                    mnk: tuple[int, int, int] | None = None, dtype: Any = None) -> dict[str, float]:
     """GPU µs per layer of GRAPH_LAYERS probe layers captured in one CUDA graph, with and without the aux GEMM's
-    event edge from the main GEMM (median of 30 replays between two events, after 10): ``graph_fork_us``,
+    event edge from the main GEMM (median of 30 replays between two events, after 10, each queued behind a spin):
+    ``graph_fork_us``,
     ``graph_fork_nowait_us``; with ``main_only`` also ``graph_main_only_us`` (no aux GEMM at all).
     :func:`graph_edge_us` turns the first two into ``launch.graph_cross_stream_edge_us``. The probe of
     ``benchmarks/probe_graph_nodes.py`` (one H200, 2026-12-01 03:13 UTC: 7.94 / 6.65 µs); ``T``×``H`` are the
@@ -1096,6 +1097,9 @@ def _graph_fork_us(torch: Any, dev: Any, T: int = GRAPH_T, H: int = GRAPH_H, mai
         times = []
         with torch.cuda.stream(cap):
             for k in range(40):
+                # the replay is queued behind a ~1 ms spin, so the GPU starts it with every node already submitted
+                # (a replay from an idle GPU also times the launch's submission, which grows with the node count)
+                torch.cuda._sleep(2_000_000)
                 e0.record(cap)
                 g.replay()
                 e1.record(cap)
