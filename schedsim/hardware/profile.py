@@ -70,6 +70,13 @@ class GPU(_B):
         "H200, 2026-12-02: add_ on 32x1024 bf16 in a graph 1.17 -> 1.73 us (0.56).")
     source: str = Field(description="Where these numbers come from.")
 
+    @field_validator("l2_cold_span")
+    @classmethod
+    def _span(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 <= v[0] <= v[1]:
+            raise ValueError("must be [from, to] with 0 <= from <= to (fractions of l2_bytes), e.g. [0.45, 0.85]")
+        return v
+
 
 class Launch(_B):
     """Host (CPU thread) cost per call of plain PyTorch, µs; ``graph_per_op_us`` is GPU-side.

@@ -89,3 +89,11 @@ def test_working_sets_are_per_rank() -> None:
     tl = simulate(build_graph(load_text(HEAD % 2 + body, "t.yaml")), prof, launch="eager")
     got = {s.id: round((s.end_s - s.start_s) * 1e6, 6) for s in tl.spans}
     assert got["h@r1"] == 2.0 and got["g0@r0"] == 2.5
+
+
+def test_a_cold_span_out_of_order_is_refused_with_the_format() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"0 <= from <= to"):
+        waves_profile(l2_bytes=1e6, l2_cold_span=(0.9, 0.5))
+    assert waves_profile(l2_bytes=1e6, l2_cold_span=(0.5, 0.5)).gpu.l2_cold_span == (0.5, 0.5)  # a step is allowed
