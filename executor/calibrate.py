@@ -1210,8 +1210,10 @@ def graph_edge_us(profile: dict[str, Any], fork_us: float, base_us: float,
     d["launch"]["graph_cross_stream_edge_us"] = 0.0
     d["launch"]["graph_fork_edges"] = []
     prof = HardwareProfile.model_validate(d)
+    from schedsim.units import DTYPE_BYTES
+
     dt, m, n, k = shape
-    item = 4 if dt in ("fp32", "tf32") else 2
+    item = DTYPE_BYTES.get(dt, 2)
     mm = f"kind: matmul, m: {m}, n: {n}, k: {k}, dtype: {dt}"
     per_layer = []
     for side in (f"      - {{name: 'side{{i}}', {mm}, stream: aux, deps: ['up{{i}}']}}\n", ""):

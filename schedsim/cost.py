@@ -282,9 +282,10 @@ class CostModel:
         """Seconds a CUDA-graph node changes ``op``'s :meth:`duration` by (negative: shorter), all ``repeat``
         kernels: a GEMM with a ``gemm.graph`` row takes its measured warm node time, any other kernel adds
         ``launch.graph_per_op_us`` (rule 1 and 9 of :mod:`schedsim.sim.gpu_model`). Never takes an op below
-        half its duration (an API-built op shorter than the saving)."""
-        if op.kind not in ("matmul", "compute"):  # collectives, p2p and copies: the profile's per-node term
-            return op.repeat * self.profile.launch.graph_per_op_us * 1e-6
+        half its duration (an API-built op shorter than the saving). Collectives, p2p and copies take a positive
+        ``graph_per_op_us`` but not a negative one (that saving was measured on compute kernels, ``add_``)."""
+        if op.kind not in ("matmul", "compute"):  # collectives, p2p, copies: a per-node cost, never the kernels' saving
+            return op.repeat * max(0.0, self.profile.launch.graph_per_op_us) * 1e-6
         d = self.duration(op)
         row = self.graph_row(op)
         delta = op.repeat * row[0] - d if row is not None else op.repeat * self.profile.launch.graph_per_op_us * 1e-6

@@ -27,6 +27,7 @@ GPU_MODELS = ("waves", "sharing")
 
 LinkClass = Literal["nvlink", "pcie", "network"]
 GemmDType = DType
+NonNegFloat = Annotated[float, Field(ge=0)]
 
 
 # Default factories are lambdas, not list or dict: see the note in schedsim.spec.model. The models are built
@@ -98,7 +99,7 @@ class Launch(_B):
     graph_cross_stream_edge_us: float = Field(default=0.0, ge=0, description="GPU-side time, µs, a graph node "
                                               "holds its stream when a node on another stream depends on it (a "
                                               "fork; rule 8 of schedsim.sim.gpu_model). Default 0: not measured.")
-    graph_fork_edges: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, float]] = Field(
+    graph_fork_edges: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, NonNegFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, us]: graph_cross_stream_edge_us for a fork at a GEMM of that shape (calibrate "
         "measures it per GEMM shape of the schedules: 64 layers of that GEMM, an m x n copy and the same GEMM on "

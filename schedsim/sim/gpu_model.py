@@ -468,9 +468,9 @@ def graph_fork_columns(N: int, src: np.ndarray, dst: np.ndarray, rank: np.ndarra
 
 
 def fork_terms(profile: HardwareProfile) -> bool:
-    """Whether rule 8 adds anything with ``profile``: an edge term or a per-shape row above 0."""
+    """Whether rule 8 adds anything with ``profile``: an edge term above 0 or a per-shape row other than 0."""
     lp = profile.launch
-    return lp.graph_cross_stream_edge_us > 0 or any(r[4] > 0 for r in lp.graph_fork_edges)
+    return lp.graph_cross_stream_edge_us > 0 or any(r[4] != 0 for r in lp.graph_fork_edges)
 
 
 def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: int) -> np.ndarray:

@@ -466,7 +466,6 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p)
     node_a, extra_a = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)  # rule 9
     gm.node_work_columns(work, node_a, timing_s, empty_s, extra_a)  # always: -0.0 + 0.0 is 0.0, as the Op list gives
-    _check(prog, rank, work)
     gptr, gidx, G = _groups(prog)
     ogrp = np.full(N, -1, I32)
     ogrp[gidx] = np.repeat(np.arange(G, dtype=I32), np.diff(gptr))
@@ -478,6 +477,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         fx[gidx] = 0.0
         work += fx
         del fx
+    _check(prog, rank, work)  # after every term, as the Op-list path checks its job times
     # rule 7: communicator order; rule 1: host issue times
     sptr, sidx, npred, issue, call0 = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile,
                                                        mode, model_executor)
