@@ -12,6 +12,11 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    L2 cache. Shapes: every matmul of the given schedules, ``--gemm MxNxK``
    extras and, unless ``--no-grid``, a default grid (the shapes of the shipped
    h200 table and S0 of docs/sources.md). ``fp32`` is timed with TF32 off, ``tf32`` with it on.
+   On CUDA, for each shape also: its kernel's grid and CTAs per SM (the occupancy calculation from
+   the Kineto record: ``gemm.ctas``, ``gemm.ctas_per_sm``); for GEMMs under 200 µs its time as a
+   CUDA-graph node with operands in L2 and from HBM (``gemm.graph``, :func:`gemm_graph_times`) and,
+   for the first 24 shapes, the graph-fork probe at that shape (``launch.graph_fork_edges``,
+   :func:`fork_edge_rows`). Rules 4, 8 and 9 of :mod:`schedsim.sim.gpu_model` use them.
 2. **Collectives** (all ranks, world size ≥ 2): all_reduce, all_gather,
    reduce_scatter, all_to_all, broadcast, reduce, a sendrecv ring (one
    ``batch_isend_irecv`` per step) and unbatched one-way p2p over a size sweep;
@@ -29,7 +34,9 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    two-stream probe of tiny ops with cross-stream waits, without per-op timing
    (stream switch, event waits, launch) and with it (plus start/end events and
    NVTX); of a small all_reduce call; of one ``CUDAGraph.replay()``; and the
-   GPU time per node of a graph of tiny kernels minus their back-to-back time.
+   GPU time per node of a graph chain of ``add_`` minus its back-to-back time
+   (``launch.graph_per_op_us``, negative on H200), the same chain from HBM
+   (``gpu.hbm_miss_us``) and the device's L2 size (``gpu.l2_bytes``).
    The profile's ``launch:`` figures are plain PyTorch's host cost per call by
    kind (:mod:`executor.calibrate_host`): what a user's program pays. The
    executor's own extra cost per op is kept apart in
