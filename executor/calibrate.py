@@ -396,10 +396,11 @@ def add_graph_times(torch: Any, dev: Any, l2: float) -> dict[str, float]:
     return out
 
 
-def _l2_fields(launch: dict[str, float]) -> dict[str, float]:
-    """The profile's ``gpu.l2_bytes`` and ``gpu.hbm_miss_us`` from the launch measurements, {} when not measured."""
+def _l2_fields(launch: dict[str, float]) -> dict[str, float | None]:
+    """The profile's ``gpu.l2_bytes`` and ``gpu.hbm_miss_us`` from the launch measurements; when not measured (CPU
+    ranks, no L2 size from torch) ``l2_bytes`` None, so that the base profile's GPU does not lend its L2."""
     if "l2_bytes" not in launch:
-        return {}
+        return {"l2_bytes": None, "hbm_miss_us": 0.0}
     return {"l2_bytes": launch["l2_bytes"], "hbm_miss_us": round(launch["hbm_miss_us"], 3)}
 
 
@@ -1316,6 +1317,7 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         d["gpu"]["name"] = "CPU (gloo ranks)"
         d["gpu"]["hbm_GBps"] = round(max(cp["d2d_GBps"], 0.1), 2)
         d["gpu"]["source"] = f"CPU ranks: memory bandwidth from a host copy; peaks from {o.base!r}; {where}"
+        d["gpu"].update(_l2_fields(L))
     H = raw["host"]
     fresh = raw.get("host_fresh_processes") or []
     fresh_kinds = [k for k in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",

@@ -59,7 +59,10 @@ def test_assemble_keeps_the_base_graph_edge_when_not_measured_and_derives_it_whe
     raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
     ctx = SimpleNamespace(cuda=True, device=None)
     d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
-    assert d["launch"]["graph_cross_stream_edge_us"] == 1.18  # the base h200's, not dropped with the launch dict
+    from schedsim.hardware.profile import load_profile
+
+    base_edge = load_profile("h200").launch.graph_cross_stream_edge_us
+    assert d["launch"]["graph_cross_stream_edge_us"] == base_edge > 0  # the base h200's, kept with the new launch dict
     raw["launch"].update(graph_fork_us=7.94, graph_fork_nowait_us=6.65)  # the 2026-12-01 03:13 probe's layers
     d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     edge = d["launch"]["graph_cross_stream_edge_us"]
