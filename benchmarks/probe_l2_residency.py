@@ -57,7 +57,7 @@ def stream_per_launch(torch: Any, fns: list[Any], R: int = 200) -> float:
 def main() -> int:
     import torch
 
-    from executor.calibrate import graph_chain_per_node
+    from executor.calibrate import gemm_graph_times, graph_chain_per_node, pool_count
 
     if not torch.cuda.is_available():
         print("probe_l2_residency: needs CUDA", file=sys.stderr)
@@ -85,22 +85,18 @@ def main() -> int:
     for kind, dt, m, n, k in SHAPES:
         dtype = torch.bfloat16 if dt == "bf16" else torch.float32
         size = dtype.itemsize * ((m * k + k * n + m * n) if kind == "mm" else m * n)
-        cold_n = int(min(1024, max(8, -(-4 * l2 // size))))
+        cold_n = pool_count(size, l2)
         warm = sets(kind, dtype, m, n, k, 3)
         cold = sets(kind, dtype, m, n, k, cold_n)
         label = f"{kind} {m}x{n}" + (f"x{k}" if kind == "mm" else "") + f" {dt}"
         row = {"bytes": size, "cold_sets": cold_n,
                "stream_warm": stream_per_launch(torch, [fn(kind, s) for s in warm]),
                "stream_cold": stream_per_launch(torch, [fn(kind, s) for s in cold], R=max(200, min(cold_n, 1024)))}
-        if kind == "mm":
-            a, b, _ = warm[0]
-            outs = [torch.empty(m, n, device=dev, dtype=dtype) for _ in range(64)]
-            row["graph_warm"] = 1e6 * graph_chain_per_node(torch, [(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
-                                                              for c in outs], side)
-            del outs
+        if kind == "mm":  # calibrate's own measurement of a gemm.graph row
+            row["graph_warm"], row["graph_cold"] = (1e6 * t for t in gemm_graph_times(torch, dev, dtype, m, n, k, l2))
         else:
             row["graph_warm"] = 1e6 * graph_chain_per_node(torch, [fn(kind, warm[0])] * 64, side)
-        row["graph_cold"] = 1e6 * graph_chain_per_node(torch, [fn(kind, s) for s in cold], side)
+            row["graph_cold"] = 1e6 * graph_chain_per_node(torch, [fn(kind, s) for s in cold], side)
         out[label] = {q: round(v, 3) if isinstance(v, float) else v for q, v in row.items()}
         print(f"{label}: {out[label]}", flush=True)
         del warm, cold

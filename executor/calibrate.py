@@ -64,6 +64,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -135,7 +136,7 @@ class _Bench:
         if self.cuda:
             self.torch.cuda.synchronize(self.ctx.device)
 
-    def time_batched(self, fn: Callable[[], Any], rotate: list[Callable[[], Any]] | None = None,
+    def time_batched(self, fn: Callable[[], Any], rotate: Sequence[Callable[[], Any]] | None = None,
                      target_s: float = 2e-3, reps: int = 5) -> tuple[float, float]:
         """Kernel time when launched back to back: ``(per-launch seconds, single-launch seconds)``.
 
@@ -189,7 +190,7 @@ class _Bench:
         return float(statistics.median(ts))
 
     def time_one(self, fn: Callable[[], Any], iters: int | None = None, warmup: int = 3,
-                 rotate: list[Callable[[], Any]] | None = None) -> float:
+                 rotate: Sequence[Callable[[], Any]] | None = None) -> float:
         """Median seconds of single launches (CUDA events, or perf_counter + sync on CPU)."""
         torch = self.torch
         fns = rotate or [fn]
@@ -317,7 +318,7 @@ GRAPH_ROW_MAX_S = 200e-6
 FORK_ROWS_MAX = 24
 
 
-def graph_chain_per_node(torch: Any, fns: list[Callable[[], Any]], stream: Any, reps: int = 15) -> float:
+def graph_chain_per_node(torch: Any, fns: Sequence[Callable[[], Any]], stream: Any, reps: int = 15) -> float:
     """Seconds per node of ``fns`` captured in order as one CUDA graph on ``stream``, replayed ``reps`` times (after
     3) behind a 1 ms spin, the median replay time / nodes."""
     for f in fns:
@@ -343,6 +344,16 @@ def graph_chain_per_node(torch: Any, fns: list[Callable[[], Any]], stream: Any, 
     return float(statistics.median(ts))
 
 
+def pool_count(set_bytes: float, l2: float, least: int = 8) -> int:
+    """How many input sets of ``set_bytes`` each a chain reads from HBM: enough for 4x the L2 size ``l2`` (bytes),
+    at least ``least``, at most 1024 (one graph node per set).
+
+    >>> pool_count(2228224, 62914560), pool_count(65536, 62914560, 64), pool_count(1e9, 62914560)
+    (113, 1024, 8)
+    """
+    return int(min(1024, max(least, -(-4 * l2 // set_bytes))))
+
+
 def gemm_graph_times(torch: Any, dev: Any, dtype: Any, m: int, n: int, k: int, l2: float) -> tuple[float, float]:
     """``(warm_s, cold_s)`` of one ``torch.matmul(a, b, out=c)`` as a node of a CUDA-graph chain (profile
     ``gemm.graph``, rule 9 of :mod:`schedsim.sim.gpu_model`): 64 nodes reusing one (a, b), outputs distinct (in
@@ -358,8 +369,7 @@ def gemm_graph_times(torch: Any, dev: Any, dtype: Any, m: int, n: int, k: int, l
     outs = [torch.empty(m, n, device=dev, dtype=dtype) for _ in range(64)]
     warm = graph_chain_per_node(torch, [functools.partial(torch.matmul, a, b, out=c) for c in outs], side)
     del outs
-    size = (m * k + k * n + m * n) * dtype.itemsize
-    count = int(min(1024, max(8, -(-4 * l2 // size))))
+    count = pool_count((m * k + k * n + m * n) * dtype.itemsize, l2)
     pool = [(r(m, k), r(k, n), torch.empty(m, n, device=dev, dtype=dtype)) for _ in range(count)]
     cold = graph_chain_per_node(torch, [functools.partial(torch.matmul, x, y, out=z) for x, y, z in pool], side)
     del pool
@@ -367,28 +377,19 @@ def gemm_graph_times(torch: Any, dev: Any, dtype: Any, m: int, n: int, k: int, l
     return warm, cold
 
 
-def add_graph_times(torch: Any, dev: Any, l2: float) -> dict[str, float]:
-    """µs per ``add_`` on 32x1024 bf16 (64 KiB) back to back and as a graph-chain node, in L2 (64 nodes over 64
-    tensors) and from HBM (one tensor per node over a pool of 4x ``l2``, at most 1024 nodes): ``add_stream_us``,
-    ``add_graph_us``, ``add_graph_cold_us``. ``launch.graph_per_op_us`` = graph - stream; ``gpu.hbm_miss_us`` =
-    cold - graph (rule 9; one H200, 2026-12-02: 1.17 and 1.73 in the graph)."""
+def add_graph_times(b: _Bench, l2: float) -> dict[str, float]:
+    """µs per ``add_`` on 32x1024 bf16 (64 KiB) back to back (:meth:`_Bench.time_batched` over 64 tensors, the
+    kernel floor's method) and as a graph-chain node, in L2 (64 nodes over 64 tensors) and from HBM (one tensor per
+    node, :func:`pool_count`): ``add_stream_us``, ``add_graph_us``, ``add_graph_cold_us``.
+    ``launch.graph_per_op_us`` = graph - stream; ``gpu.hbm_miss_us`` = cold - graph (rule 9; one H200,
+    2026-12-02: 1.17 and 1.73 in the graph)."""
+    torch, dev = b.torch, b.ctx.device
     side = torch.cuda.Stream(device=dev)
     warm = [torch.rand(32, 1024, device=dev).to(torch.bfloat16) for _ in range(64)]
-    count = int(min(1024, max(64, -(-4 * l2 // (32 * 1024 * 2)))))
-    cold = [torch.rand(32, 1024, device=dev).to(torch.bfloat16) for _ in range(count)]
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(6):  # back to back behind a spin: the host stays ahead (64 launches, ~10 us each)
-        torch.cuda.synchronize()
-        torch.cuda._sleep(4_000_000)
-        s.record()
-        for x in warm:
-            x.add_(1.0)
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3 / len(warm))
-    out = {"add_stream_us": float(statistics.median(ts[1:])),
-           "add_graph_us": graph_chain_per_node(torch, [functools.partial(x.add_, 1.0) for x in warm], side) * 1e6,
+    cold = [torch.rand(32, 1024, device=dev).to(torch.bfloat16) for _ in range(pool_count(32 * 1024 * 2, l2, 64))]
+    fns = [functools.partial(x.add_, 1.0) for x in warm]
+    out = {"add_stream_us": b.time_batched(fns[0], rotate=fns)[0] * 1e6,
+           "add_graph_us": graph_chain_per_node(torch, fns, side) * 1e6,
            "add_graph_cold_us": graph_chain_per_node(torch, [functools.partial(x.add_, 1.0) for x in cold],
                                                      side) * 1e6}
     del warm, cold
@@ -402,18 +403,6 @@ def _l2_fields(launch: dict[str, float]) -> dict[str, float | None]:
     if "l2_bytes" not in launch:
         return {"l2_bytes": None, "hbm_miss_us": 0.0}
     return {"l2_bytes": launch["l2_bytes"], "hbm_miss_us": round(launch["hbm_miss_us"], 3)}
-
-
-def kernel_grid(torch: Any, fn: Callable[[], Any]) -> int | None:
-    """CTAs (grid x·y·z) of the longest GPU kernel one call of ``fn`` launches, from a Kineto trace
-    (:func:`executor.calibrate_nccl.kernel_events`); None when the trace has no kernel with a grid.
-
-    The longest kernel is the GEMM itself, not a split-K reduction or a memset the library adds. Used by
-    ``calibrate`` for the profile's ``gemm.ctas`` (rule 4 of :mod:`schedsim.sim.gpu_model`).
-    """
-    fn()  # warm: the first call may pick or load the kernel
-    torch.cuda.synchronize()
-    return longest_kernel_ctas(kernel_events(torch, fn))
 
 
 def longest_kernel_ctas(events: list[dict[str, Any]]) -> int | None:
@@ -604,7 +593,7 @@ def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
         l2 = float(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
         if l2 > 0:
             res["l2_bytes"] = l2
-            res.update(add_graph_times(torch, dev, l2))
+            res.update(add_graph_times(b, l2))
             res["graph_per_op_us"] = res["add_graph_us"] - res["add_stream_us"]
             res["hbm_miss_us"] = max(0.0, res["add_graph_cold_us"] - res["add_graph_us"])
         one = torch.zeros(1, device=dev)

@@ -64,6 +64,11 @@ def bus_factor(kind: str, n: int) -> float:
     return _BUS_FACTORS[kind](n)
 
 
+def _shape_key(op: Op) -> tuple[str, int, int, int]:
+    """A GEMM's key in the profile's per-shape rows: (dtype, m·batch, n, k), dtype ``fp32`` when unset."""
+    return (op.dtype or "fp32", op.m * op.batch, op.n, op.k)
+
+
 class CostModel:
     """Solo durations in seconds for ops on one profile. Pure and deterministic; caches by shape."""
 
@@ -148,14 +153,14 @@ class CostModel:
         """
         if not self._ctas:
             return None
-        return self._ctas.get((op.dtype or "fp32", op.m * op.batch, op.n, op.k))
+        return self._ctas.get(_shape_key(op))
 
     def ctas_per_sm(self, op: Op) -> int:
         """CTAs of GEMM ``op``'s kernel that one SM holds at once: the profile's ``gemm.ctas_per_sm`` row for its
         (dtype, m·batch, n, k), else 1 (rule 4 of :mod:`schedsim.sim.gpu_model`)."""
         if not self._occ:
             return 1
-        return self._occ.get((op.dtype or "fp32", op.m * op.batch, op.n, op.k), 1)
+        return self._occ.get(_shape_key(op), 1)
 
     def gemm_ctas(self, op: Op) -> int:
         """CTAs of one launch of GEMM ``op``: the measured grid when the profile has this shape
@@ -276,7 +281,7 @@ class CostModel:
         (dtype, m·batch, n, k)), or None."""
         if op.kind != "matmul" or not self._graph_rows:
             return None
-        return self._graph_rows.get((op.dtype or "fp32", op.m * op.batch, op.n, op.k))
+        return self._graph_rows.get(_shape_key(op))
 
     def graph_node_delta(self, op: Op) -> float:
         """Seconds a CUDA-graph node changes ``op``'s :meth:`duration` by (negative: shorter), all ``repeat``
@@ -295,7 +300,7 @@ class CostModel:
         """Rule 8's seconds for a CUDA-graph fork at ``op``: the ``launch.graph_fork_edges`` row of its GEMM shape
         (dtype, m·batch, n, k), else ``launch.graph_cross_stream_edge_us``."""
         if op.kind == "matmul" and self._fork_rows:
-            got = self._fork_rows.get((op.dtype or "fp32", op.m * op.batch, op.n, op.k))
+            got = self._fork_rows.get(_shape_key(op))
             if got is not None:
                 return got
         return self.profile.launch.graph_cross_stream_edge_us * 1e-6

@@ -331,14 +331,14 @@ def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float]) -> None
             job_work[i] += float(fx[i])
 
 
-def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[float, float, float],
+def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[float, float],
           terms: tuple[np.ndarray | float, np.ndarray | float], job_of: list[int], job_res: list[int],
           job_ranks: list[tuple[int, ...]], job_work: list[float]) -> None:
     """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds); ``terms`` are rule 9's
     per-op node and HBM seconds (:func:`schedsim.sim.gpu_model.memory_terms`)."""
     N = len(ops)
     dur = cost.duration
-    _node_s, timing_s, empty_s = node_oh
+    timing_s, empty_s = node_oh
     node_a, extra_a = (t.tolist() if isinstance(t, np.ndarray) else [t] * N for t in terms)
     node_work = gm.node_work
     kind_res = _KIND_RES

@@ -374,22 +374,20 @@ def _first_per_key(key: np.ndarray) -> np.ndarray:
     return out
 
 
-def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float, float]:
-    """``(node_s, timing_s, empty_s)``: seconds a CUDA-graph node adds to the op it runs
-    (``launch.graph_per_op_us``); those the timing events of a graph timed op by op add to every op that runs a
+def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float]:
+    """``(timing_s, empty_s)``: seconds the timing events of a graph timed op by op add to every op that runs a
     kernel (``launch.graph_timing_event_us``, when ``launch.graph_timed``:
-    :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`); and the span of a timed op that runs nothing
+    :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`), and the span of a timed op that runs nothing
     (its two events adjacent: ``launch.graph_timing_gap_us``, default the former). One H200, 2026-12-02: 2.0-2.2
     µs around a kernel, 1.25-1.28 µs between adjacent events (``benchmarks/probe_graph_events.py``), and 1.2-1.3
-    µs measured for one-rank all_reduce ops in timed graphs (``benchmarks/heldout_x1.sh``). All 0 unless
-    ``mode`` is ``cuda_graph``. :func:`node_work` applies them."""
+    µs measured for one-rank all_reduce ops in timed graphs (``benchmarks/heldout_x1.sh``). Both 0 unless ``mode``
+    is ``cuda_graph`` and the graph is timed. A node's own term is per op (:func:`memory_terms`); :func:`node_work`
+    applies them all."""
     lp = profile.launch
-    if mode != "cuda_graph":
-        return 0.0, 0.0, 0.0
-    if not lp.graph_timed:
-        return lp.graph_per_op_us * 1e-6, 0.0, 0.0
+    if mode != "cuda_graph" or not lp.graph_timed:
+        return 0.0, 0.0
     gap = lp.graph_timing_event_us if lp.graph_timing_gap_us is None else lp.graph_timing_gap_us
-    return lp.graph_per_op_us * 1e-6, lp.graph_timing_event_us * 1e-6, gap * 1e-6
+    return lp.graph_timing_event_us * 1e-6, gap * 1e-6
 
 
 def node_work(work: float, node_s: float, timing_s: float, empty_s: float, extra_s: float = 0.0) -> float:

@@ -453,7 +453,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     """
     N = prog.N
     cost = CostModel(profile)
-    _node_s, timing_s, empty_s = gm.graph_node_terms(profile, mode)
+    timing_s, empty_s = gm.graph_node_terms(profile, mode)
     tcls, tps = template_classes(prog.templates)  # the rules run once per class of templates
     tmpl = tcls.astype(I32)[prog.tmpl] if N else np.zeros(0, I32)
     del tcls
