@@ -83,8 +83,8 @@ Rules and their sources
    SM), so the gain is those free SMs and the hidden tail, not two CTAs sharing
    an SM. Otherwise: ceil(m·batch/128)·ceil(n/128) output tiles of 128×128
    (CUTLASS/cuBLAS's common Hopper tile).
-   With at least a wave of output tiles (tiles ≥ SMs) a GEMM runs one CTA per
-   tile in waves, each CTA lasting solo / ceil(tiles / SMs), so its partial last
+   A measured grid of at least a wave runs one CTA per tile in waves, each CTA
+   lasting solo / ceil(CTAs / SMs), so its partial last
    wave frees SMs for other streams' kernels and a queued kernel fills them: the
    2×H200 probe of 2026-11-30 ran bf16 8192³ as 2048 CTAs of 128×256 (Kineto)
    and a 1024³ GEMM on a third stream ended 0.14 ms *before* the queued second
@@ -92,7 +92,15 @@ Rules and their sources
    2026-11-30) cannot give; and in the allgather_mm runs of 2026-11-30 the
    multi-wave fp32 GEMMs (chunks 2 and 4: 2048 and 512 tiles) kept their solo
    time beside a concurrent all_gather (10.97 ms against 11.13 ms solo) where
-   the persistent rule stretched them by the all_gather's whole time. With
+   the persistent rule stretched them by the all_gather's whole time. Without
+   a measured grid the tile width, hence the last wave's size, is unknown, and
+   the solo time (often a table row or curve of another shape) does not hold
+   the idle SMs a guessed half-empty wave would give away, so a GEMM of at
+   least a wave of 128×128 tiles fills all its waves (ceil(tiles / SMs)·SMs
+   CTAs): S0 on ``pcie2`` (114 SMs, no ``gemm.ctas``), 8 chunks, 75.49 ms
+   measured, was predicted 49.21 ms when the other streams' GEMMs filled each
+   2048×1024×8192 sub-GEMM's guessed 14-CTA second wave, and 76.44 ms with full
+   waves (``tests/core/test_real_input.py``). With
    fewer tiles than SMs the GEMM is split-K
    (:meth:`schedsim.cost.CostModel.gemm_ctas`) and capped at one wave (the
    split factor is a guess, so the wave count is not extrapolated from it). A
@@ -109,10 +117,8 @@ Rules and their sources
    SM (``benchmarks/heldout_graph_shapes.sh``). Not modelled: CTAs of two
    different kernels sharing one SM (an elementwise kernel's small CTAs may fit
    beside a 202-register GEMM CTA), and, for shapes without a
-   measured grid, the real tile width: cuBLAS ran bf16 8192³ as 128×256 tiles, which would
-   give that GEMM a half-empty last wave; with it an NCCL kernel beside the
-   probe's GEMM queue would start in that wave, 0.05 ms earlier than measured
-   (probe_scenarios.md), so the common 128×128 is kept.
+   measured grid, the real tile width and last wave (cuBLAS ran bf16 8192³ as
+   128×256 tiles, a half-empty last wave; ``calibrate`` records such grids).
 5. **HBM.** Memory-bound kernels (roofline: bytes / HBM bandwidth ≥ FLOP /
    peak) resident at once share HBM: each of k runs at 1/k.
 6. **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
@@ -275,8 +281,11 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
     if op.kind == "matmul":
         measured = cost.measured_ctas(op)  # the grid the profile recorded, run in waves as it is
         one = measured if measured is not None else cost.gemm_ctas(op)  # else tiles times a split-K factor
-        if measured is None and -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
-            one = min(one, sms)  # less than a wave of output tiles (split-K regime): one wave
+        if measured is None:
+            if -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
+                one = min(one, sms)  # less than a wave of output tiles (split-K regime): one wave
+            else:  # the tile width is unknown, so is the last wave's size: the kernel fills its waves
+                one = -(-one // sms) * sms
         per_sm = cost.ctas_per_sm(op)
         if per_sm > 1:  # several CTAs fit on one SM: the kernel holds ceil(ctas / per_sm) SMs' worth of slots
             one = -(-one // per_sm)

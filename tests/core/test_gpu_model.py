@@ -47,20 +47,38 @@ def test_small_kernel_on_a_third_stream_waits_for_free_sms(sim_text):
     assert spans == {"A@r0": (0.0, 10.0), "C@r0": (0.0, 2.0)}
 
 
+def _with_ctas(prof, *rows):
+    return prof.model_copy(update={"gemm": prof.gemm.model_copy(update={"ctas": list(rows)})})
+
+
 def test_multi_wave_gemm_frees_sms_in_its_last_wave(sim_text):
-    # 4 SMs: the 6-tile GEMM has at least a wave of output tiles, so it runs as 6 CTAs in 2 waves of 5 µs (was:
-    # persistent, 4 CTAs of 10 µs; the 2xH200 probe of 2026-11-30 disproves that for cuBLAS: a 1024^3 GEMM on a
-    # third stream ended 0.14 ms *before* a queued bf16 8192^3 GEMM of 2048 CTAs, whose partial last wave freed
-    # SMs, benchmarks/h200/probes.md). A: CTAs 0-5 on all 4 SMs, its last 2 at 5-10; B (1 CTA) then takes a
-    # free SM at 5 and ends at 7, before A.
-    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: B, {TINY}, stream: s3}}\n",
-                        waves_profile(sms=4))
+    # 4 SMs, SIX's grid measured as 6 CTAs (gemm.ctas): 2 waves of 5 µs (was: persistent, 4 CTAs of 10 µs; the
+    # 2xH200 probe of 2026-11-30 disproves that for cuBLAS: a 1024^3 GEMM on a third stream ended 0.14 ms *before*
+    # a queued bf16 8192^3 GEMM of 2048 CTAs, whose partial last wave freed SMs, benchmarks/h200/probes.md).
+    # A: CTAs 0-5 on all 4 SMs, its last 2 at 5-10; B (1 CTA) then takes a free SM at 5 and ends at 7, before A.
+    prof = _with_ctas(waves_profile(sms=4), ("fp32", 256, 384, 128, 6))
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: B, {TINY}, stream: s3}}\n", prof)
     assert spans == {"A@r0": (0.0, 10.0), "B@r0": (5.0, 7.0)}
     # C (1 CTA, 2 µs) handed over first holds one SM until 2: A starts 3 CTAs at 0 (end 5), its 4th at 2 (end 7),
     # its last 2 at 5 (end 10): the wave it lost is absorbed by its partial last wave
-    spans, _ = sim_text(HEAD % 1 + f"  - {{name: C, {TINY}, stream: s3}}\n  - {{name: A, {SIX}, stream: s1}}\n",
-                        waves_profile(sms=4))
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: C, {TINY}, stream: s3}}\n  - {{name: A, {SIX}, stream: s1}}\n", prof)
     assert spans == {"C@r0": (0.0, 2.0), "A@r0": (0.0, 10.0)}
+
+
+def test_unmeasured_multi_wave_gemm_fills_its_waves(sim_text):
+    # the same GEMM without a measured grid: its 6 output tiles of 128x128 are at least a wave on 4 SMs, but the
+    # real tile width (hence the last wave's size) is unknown, so the kernel is taken to fill both waves: 8 CTAs
+    # of 5 µs. B finds no free SM until A's second wave retires at 10. (S0, pcie2, 8 chunks: with a half-empty
+    # guessed second wave the other streams' GEMMs filled it, 49.21 ms predicted against 75.49 measured; with
+    # full waves 76.44 ms, tests/core/test_seed_inputs.py.)
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: B, {TINY}, stream: s3}}\n",
+                        waves_profile(sms=4))
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 12.0)}
+    # with fewer tiles than SMs (the split-K regime) the guess stays one wave of what the tiles need: on 8 SMs
+    # SIX's 6 CTAs leave 2 SMs to B at once
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: B, {TINY}, stream: s3}}\n",
+                        waves_profile())
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (0.0, 2.0)}
 
 
 def test_measured_grid_leaves_sms_to_other_streams(sim_text):
@@ -72,7 +90,7 @@ def test_measured_grid_leaves_sms_to_other_streams(sim_text):
     prof = waves_profile()
     spans, _ = sim_text(HEAD % 1 + text, prof)
     assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0), "C@r0": (20.0, 30.0), "D@r0": (30.0, 40.0)}
-    measured = prof.model_copy(update={"gemm": prof.gemm.model_copy(update={"ctas": [("fp32", 256, 512, 1024, 6)]})})
+    measured = _with_ctas(prof, ("fp32", 256, 512, 1024, 6))
     spans, _ = sim_text(HEAD % 1 + text, measured)
     assert spans == {"A@r0": (0.0, 10.0), "B@r0": (0.0, 20.0), "C@r0": (10.0, 30.0), "D@r0": (20.0, 30.0)}
 

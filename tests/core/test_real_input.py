@@ -32,8 +32,18 @@ def test_native_matches_sum_of_single_ops():
 
 
 def test_eight_chunks_within_two_percent_of_measured():
-    # pinned to the processor-sharing model this figure was established with (the waves model: +2.4 %)
+    # the processor-sharing model this figure was established with
     tl, m = predict("schedules/allgather_mm8.yaml", "pcie2", gpu_model="sharing")
+    err = (tl.makespan_s - 75.49e-3) / 75.49e-3
+    assert abs(err) < 0.02, tl.makespan_s
+    assert 0.8 < m["overlap_ratio"] < 0.95
+
+
+def test_eight_chunks_with_the_default_waves_model():
+    # the default GPU model on the same input. pcie2 has no measured GEMM grid: each 2048x1024x8192 sub-GEMM is
+    # 128 tiles of 128x128 on 114 SMs. Taking its guessed half-empty second wave as free SMs let the other
+    # streams' GEMMs fill it (49.21 ms, -34.8 %, until 2026-12-02); an unmeasured grid now fills its waves
+    tl, m = predict("schedules/allgather_mm8.yaml", "pcie2")
     err = (tl.makespan_s - 75.49e-3) / 75.49e-3
     assert abs(err) < 0.02, tl.makespan_s
     assert 0.8 < m["overlap_ratio"] < 0.95
