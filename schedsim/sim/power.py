@@ -3,17 +3,17 @@
 A GPU holds its board power limit by lowering the SM clock. A burst of tensor-core GEMMs runs at the boost clock,
 which is what ``calibrate`` times (bursts of ~2 ms) and what its GEMM table holds; under sustained load the clock
 falls and every GEMM takes longer. The curve is relative to such burst times, so only a profile whose table holds
-them carries one (``h200x2``; not ``h200``, whose table has single event-timed launches, 1.18× the burst for bf16
-4096³, ``tests/core/test_power_profiles.py``). Measured on one H200 (700 W limit, torch 2.11, 2026-12-01 03:00 UTC,
-``benchmarks/probe_power_duty.py``, bf16 4096×16384×4096 with the executor's uniform operands): back to back,
-the first ~40 ms run at the table's speed, then 16.6 % slower while ``nvidia-smi`` shows 1620 MHz instead of
-1980; at a sustained duty cycle of 0.88 the GEMMs are 12 % slower, at 0.73 3.5 %, at 0.59 and below not slower
-(beyond the +3 % every GEMM pays after an idle gap, which the duty curve divides out). fp32 GEMMs (SIMT, no
-tensor cores: 8192×4096×8192, 11 ms each) do not slow down at a duty of 0.99. The curve is one shape's: the same
-probe's bf16 4096³ GEMMs (0.16 ms) ran 1.11–1.12× their burst time at duties 0.57–0.70 and 1.20–1.44× at
-0.42–0.28 (a larger cost after each idle gap), where the curve gives 1.0–1.03×; short GEMMs with idle between
-them are predicted too fast. On 2×H200 the pipeline cases
-(GEMMs ~75 % of each GPU's time) ran their GEMMs 3.6–5.3 % over the table (``benchmarks/accuracy.md``).
+them carries one (``h200x2``, and ``h200`` since its table holds back-to-back times, 2026-12-02; its single event-
+timed launches of 2026-11-29 were 1.18× the burst for bf16 4096³, ``tests/core/test_power_profiles.py``). Measured
+on one H200 (700 W limit, torch 2.11, 2026-12-01 03:00 UTC, ``benchmarks/probe_power_duty.py``, bf16 4096×16384×4096
+with the executor's uniform operands): back to back, the first ~40 ms run at the table's speed, then 16.6 % slower
+while ``nvidia-smi`` shows 1620 MHz instead of 1980; at a sustained duty cycle of 0.88 the GEMMs are 12 % slower, at
+0.73 3.5 %, at 0.59 and below not slower (beyond the +3 % every GEMM pays after an idle gap, which the duty curve
+divides out). fp32 GEMMs (SIMT, no tensor cores: 8192×4096×8192, 11 ms each) do not slow down at a duty of 0.99. The
+curve is one shape's: the same probe's bf16 4096³ GEMMs (0.16 ms) ran 1.11–1.12× their burst time at duties
+0.57–0.70 and 1.20–1.44× at 0.42–0.28 (a larger cost after each idle gap), where the curve gives 1.0–1.03×; short
+GEMMs with idle between them are predicted too fast. On 2×H200 the pipeline cases (GEMMs ~75 % of each GPU's time)
+ran their GEMMs 3.6–5.3 % over the table (``benchmarks/accuracy.md``).
 
 The model (steady state, as a training loop runs iteration after iteration):
 

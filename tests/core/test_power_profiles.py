@@ -42,8 +42,9 @@ def test_h200_profiles_with_a_power_curve_hold_burst_gemm_times(name):
     assert table[("bf16", 4096, 4096, 4096)] == pytest.approx(_burst_ms(), rel=0.05)
 
 
-def test_the_default_h200_table_is_not_burst_timed_and_has_no_curve():
-    h200 = load_profile("h200")
-    table = {tuple(e[:4]): e[4] for e in h200.gemm.entries}
-    assert table[("bf16", 4096, 4096, 4096)] / _burst_ms() > 1.15  # single event-timed launches
-    assert h200.power is None or not h200.power.gemm_slowdown_by_duty
+def test_the_default_h200_holds_burst_times_and_its_curve():
+    # since 2026-12-02 the default h200 carries back-to-back GEMM times (its single event-timed launches of
+    # 2026-11-29 ran 1.0-5.8x over them), so it carries the power curve those times need
+    assert "h200" in _h200_with_curve()
+    table = {tuple(e[:4]): e[4] for e in load_profile("h200").gemm.entries}
+    assert table[("fp32", 2048, 1024, 8192)] == 0.70779  # calibrate, 2xH200, 2026-11-30, back to back
