@@ -26,8 +26,12 @@ How each kind runs
     ``torch.cuda._sleep`` (one spinning thread). On CPU: the host sleeps, then
     spins for the last 2 ms.
     ``flops`` (with or without ``bytes``): a GEMM of that many FLOP in the op's
-    dtype (square-ish, k = n = min(4096, cube root)). ``bytes`` only: a
-    device copy moving that many bytes (half read, half written).
+    dtype (square-ish, k = n = min(4096, cube root)). ``bytes`` only: an
+    elementwise kernel moving that many bytes, ``torch.add(a, b, out=c)`` on
+    three byte tensors of N/3 each (two read, one written: S0's
+    ``output_chunk.add_``), so it runs on the SMs as the model's memory-bound
+    kernel does. Until 2026-12-02 it was ``dst.copy_(src)``, which CUDA runs as
+    a "Memcpy DtoD", not a kernel (``benchmarks/probe_d2d_dispatch.py``).
 collectives
     torch.distributed into preallocated buffers, sized by the nccl-tests size
     column (``Op.nbytes``): ``all_reduce`` in place on S bytes;
@@ -348,12 +352,14 @@ class Materializer:
         raise ExecError(f"{op.source}: op {op.id}: {dt} matmul needs CUDA and torch._scaled_mm/_int_mm\n"
                         "  fix: run on a GPU with a recent torch, or use --set dtype=bf16")
 
-    def _copy_bytes(self, nbytes: float) -> tuple[Callable[[], Any], list[Any]]:
+    def _elementwise_bytes(self, nbytes: float) -> tuple[Callable[[], Any], list[Any]]:
+        """``torch.add(a, b, out=c)`` on three uint8 tensors of ``nbytes`` / 3 each (the op's own buffers)."""
         torch = self.torch
-        half = max(1, int(nbytes // 2))
-        src = self.buffer(("cpsrc",), (half,), torch.uint8, distinct=False)
-        dst = self.buffer(("cpdst",), (half,), torch.uint8)
-        return (lambda: dst.copy_(src)), [src, dst]
+        third = max(1, int(nbytes // 3))
+        a = self.buffer(("ewa",), (third,), torch.uint8)
+        b = self.buffer(("ewb",), (third,), torch.uint8)
+        c = self.buffer(("ewc",), (third,), torch.uint8)
+        return functools.partial(torch.add, a, b, out=c), [a, b, c]
 
     def _compute(self, op: Op, bd: Binding | None) -> OpImpl:
         torch = self.torch
@@ -394,9 +400,8 @@ class Materializer:
 
             return OpImpl(op, run, note=f"GEMM {m}x{side}x{side} for {op.flops:.3g} FLOP",
                           fast=functools.partial(torch.matmul, a, b, out=c), tf32=tf32)
-        fn, ts = self._copy_bytes(op.nbytes)
-        return OpImpl(op, fn, note=f"device copy moving {op.nbytes:.3g} B", tensors=ts,
-                      fast=functools.partial(ts[1].copy_, ts[0]))
+        fn, ts = self._elementwise_bytes(op.nbytes)
+        return OpImpl(op, fn, note=f"elementwise add moving {op.nbytes:.3g} B", tensors=ts, fast=fn)
 
     def _memcpy(self, op: Op, bd: Binding | None) -> OpImpl:
         torch = self.torch
