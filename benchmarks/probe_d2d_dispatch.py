@@ -14,7 +14,9 @@ probe op. Times are CUDA events (A's start before its first GEMM; B's end after 
 
 Probe ops: ``copy`` (``dst.copy_(src)`` of N bytes, read + written = 2N; what ``schedsim execute`` ran for a
 bytes-only ``compute`` op until 2026-12-02), ``add`` (``torch.add(a, b, out=c)``, 3 tensors, read 2 + written 1:
-the S0 ``output_chunk.add_``), ``fill`` (``c.zero_()``). Writes JSON to ``--out`` and prints a table.
+the S0 ``output_chunk.add_``), ``fill`` (``c.zero_()``). Also the host time of one call of each (µs, 400 calls
+queued behind a ``torch.cuda._sleep`` so the GPU never pushes back, median of 5 loops), with a small
+``torch.matmul(out=)`` for reference. Writes JSON to ``--out`` and prints a table.
 """
 
 from __future__ import annotations
@@ -104,11 +106,30 @@ def main() -> None:
         return {"probe_end_ms": statistics.median(ends), "first_gemm_end_ms": statistics.median(firsts),
                 "probe_end_all_ms": ends}
 
+    sx = torch.rand(4096, device=dev)
+    sd = torch.empty_like(sx)
+    sa, sb, sc = (torch.rand(1024, device=dev) for _ in range(3))
+    ma, mb, mc = (torch.rand(32, 32, device=dev) for _ in range(3))
+    small = {"copy_4KiB": lambda: sd.copy_(sx), "add_4KiB": lambda: torch.add(sa, sb, out=sc),
+             "fill_4KiB": lambda: sd.zero_(), "matmul_32": lambda: torch.matmul(ma, mb, out=mc)}
+    res["host_call_us"] = {}
+    for name, fn in small.items():
+        loops = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(50_000_000)  # ~25 ms of spinning: the 400 calls queue behind it
+            t0 = time.perf_counter()
+            for _ in range(400):
+                fn()
+            loops.append((time.perf_counter() - t0) / 400 * 1e6)
+        torch.cuda.synchronize()
+        res["host_call_us"][name] = statistics.median(loops)
     for name, fn in probes.items():
         res["scenarios"][f"beside_multiwave/{name}"] = scenario(big, None, fn)
         res["scenarios"][f"beside_one_wave_queued/{name}"] = scenario(one, one_c, fn)
     print(f"{res['gpu']}, torch {res['torch']}, probe ops of {nb / 1e6:.2f} MB moved")
     print("solo ms: " + ", ".join(f"{k} {v:.4f}" for k, v in res["solo_ms"].items()))
+    print("host us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in res["host_call_us"].items()))
     print(f"{'scenario':40s} {'probe op ends (ms from A start)':>32s} {'A GEMM ends':>12s}")
     for k, v in res["scenarios"].items():
         print(f"{k:40s} {v['probe_end_ms']:32.4f} {v['first_gemm_end_ms']:12.4f}")

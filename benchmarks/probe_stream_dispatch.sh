@@ -5,6 +5,7 @@
 # `schedsim execute --compare --profiler` with the shipped h200: event spans (timeline.json), the GPU's own
 # kernel start/end (Kineto: timeline_kernels.json, profiler_ops.json) and the prediction, to replay offline with
 # benchmarks/accuracy_replay.py and to read which queued kernel the GPU starts when SMs free up.
+# CASES may add so_graph / so_eager: small_ops_graph as a CUDA graph and eagerly (--measure-host).
 #   OUT=dir [PROFILE=h200] [CASES="c4 c8 c16 c8conn1 ms8"] bash benchmarks/probe_stream_dispatch.sh
 set -uo pipefail
 OUT=${OUT:-probe_stream_dispatch_out}; PROFILE=${PROFILE:-h200}; mkdir -p "$OUT"
@@ -26,6 +27,8 @@ for c in $CASES; do
     c4|c8|c16) run "ag_$c" "" allgather_mm $AG --set chunks=${c#c} ;;
     c8conn1) run ag_c8conn1 CUDA_DEVICE_MAX_CONNECTIONS=1 allgather_mm $AG --set chunks=8 --max-connections 1 ;;
     ms8) run ms_c8 "" matmul_streams --set chunks=8 ;;
+    so_graph) run small_ops_graph "" small_ops_graph --cuda-graph ;;  # its act/join: bytes-only compute ops
+    so_eager) run small_ops_eager "" small_ops_graph --eager --measure-host ;;
   esac
 done
 find "$OUT" -name 'kineto_rank*.json.gz' -size +20M -delete

@@ -3,7 +3,7 @@
 No schedsim: plain streams, events and preallocated tensors, written the way a
 person would write each schedule by hand. The kernels are the ones ``schedsim
 execute`` materialises for the same YAML (``torch.matmul(out=)``; a ``compute``
-op with ``bytes`` is a device copy moving that many bytes; ``memcpy`` is
+op with ``bytes`` is an elementwise add moving that many bytes; ``memcpy`` is
 ``copy_(non_blocking=True)`` with pinned host memory), so the only difference
 is the executor's own issue path. Each iteration: synchronise, record a start
 event, issue, record one end event per stream; makespan = latest end − start;
@@ -26,10 +26,11 @@ DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def copy_op(nbytes: int, dev: Any) -> Callable[[], Any]:
-    half = max(1, nbytes // 2)
-    src = torch.randint(0, 4, (half,), dtype=torch.uint8, device=dev)
-    dst = torch.empty(half, dtype=torch.uint8, device=dev)
-    return lambda: dst.copy_(src)
+    third = max(1, nbytes // 3)
+    a = torch.randint(0, 4, (third,), dtype=torch.uint8, device=dev)
+    b = torch.randint(0, 4, (third,), dtype=torch.uint8, device=dev)
+    c = torch.empty(third, dtype=torch.uint8, device=dev)
+    return lambda: torch.add(a, b, out=c)
 
 
 def mm_op(m: int, n: int, k: int, dt: Any, dev: Any) -> Callable[[], Any]:

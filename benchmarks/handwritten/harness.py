@@ -2,8 +2,8 @@
 
 Each reference in this folder is a short plain-PyTorch script that runs one shipped schedule
 family with the same shapes, streams, dtypes and collectives as ``schedsim execute`` runs it
-(the executor's kernels, see ``executor/kernels.py``: a ``compute`` op with ``bytes`` is a
-device copy moving that many bytes, half read and half written; matmuls are
+(the executor's kernels, see ``executor/kernels.py``: a ``compute`` op with ``bytes`` is an
+elementwise add moving that many bytes, two tensors of N/3 read and one written; matmuls are
 ``torch.matmul(a, b, out=c)``; collectives use ``async_op=False`` on the current stream). The
 interleaved 1F1B and ZB-H1 references write each rank's pipeline program as a list of actions and
 issue it with :meth:`Proc.pipeline` (one compute stream, one stream per p2p kind, an event only where
@@ -127,11 +127,13 @@ class Proc:
         return torch.empty(shape, dtype=dtype, device=self.dev)
 
     def copy_op(self, nbytes: float) -> Callable[[], Any]:
-        """The executor's ``compute`` op with ``bytes``: a device copy, half read and half written."""
-        half = max(1, int(nbytes // 2))
-        src = torch.randint(0, 4, (half,), dtype=torch.uint8, generator=self.gen).to(self.dev)
-        dst = torch.empty(half, dtype=torch.uint8, device=self.dev)
-        return lambda: dst.copy_(src)
+        """The executor's ``compute`` op with ``bytes``: ``torch.add(a, b, out=c)`` on three uint8 tensors of
+        N/3 (an elementwise kernel; until 2026-12-02 a device copy, half read and half written)."""
+        third = max(1, int(nbytes // 3))
+        a = torch.randint(0, 4, (third,), dtype=torch.uint8, generator=self.gen).to(self.dev)
+        b = torch.randint(0, 4, (third,), dtype=torch.uint8, generator=self.gen).to(self.dev)
+        c = torch.empty(third, dtype=torch.uint8, device=self.dev)
+        return lambda: torch.add(a, b, out=c)
 
     def pipeline_stage(self, tokens: int, hidden: int, chunks: int = 1) -> tuple[Callable[[], Any], Callable[[], Any],
                                                                                  Callable[[], Any], int]:

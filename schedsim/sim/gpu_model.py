@@ -16,8 +16,9 @@ Rules and their sources
    ops in *program order* (the order of the ops of that rank after lowering:
    hand-written ops as written, then a pipeline block's ops), each costing host
    time by kind (profile ``launch``): a kernel ``eager_per_op_us`` (× ``repeat``;
-   a ``compute`` op given only ``bytes`` is a device ``copy_`` in ``execute`` and
-   the hand-written references, so ``memcpy_call_us``),
+   a ``compute`` op given only ``bytes`` is an elementwise ``torch.add`` in
+   ``execute`` and the hand-written references, a TensorIterator call like a
+   small ``copy_``, so ``memcpy_call_us``: an estimate, not measured for add),
    a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
@@ -307,11 +308,11 @@ H_KERNEL, H_COPY_KERNEL, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
 
 
 def host_class(op: Op) -> int:
-    """Rule 1's call class of ``op``: a kernel launch, a bytes-only ``compute`` (a device ``copy_``), a copy, a
+    """Rule 1's call class of ``op``: a kernel launch, a bytes-only ``compute`` (an elementwise add), a copy, a
     lone send/recv, a member of a ``p2p_batch``, or a collective (the ``H_*`` constants)."""
     kind = op.kind
     if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
-        return H_COPY_KERNEL  # a bytes-only kernel runs as a device copy_ (executor/kernels.py, references)
+        return H_COPY_KERNEL  # a bytes-only kernel: an elementwise torch.add (executor/kernels.py, references)
     if kind in ("matmul", "compute"):
         return H_KERNEL
     if kind == "memcpy":

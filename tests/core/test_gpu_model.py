@@ -392,7 +392,7 @@ def test_cross_stream_release_latency_lets_the_same_stream_kernel_win(sim_text):
 
 
 def test_bytes_only_compute_costs_a_copy_call_on_the_host(sim_text):
-    # eager_per_op_us 5, memcpy_call_us 2: G (GEMM) issued at 5, E (bytes only: a device copy_ in execute and the
+    # eager_per_op_us 5, memcpy_call_us 2: G (GEMM) issued at 5, E (bytes only: an elementwise add in execute and the
     # references) at 5 + 2 = 7, F (duration only: a busy kernel, a launch) at 7 + 5 = 12.
     prof = waves_profile(launch={"eager_per_op_us": 5.0, "memcpy_call_us": 2.0})
     body = (f"  - {{name: G, {TINY}, stream: a}}\n  - {{name: E, kind: compute, bytes: 1000, stream: b}}\n"
