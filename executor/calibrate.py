@@ -131,6 +131,7 @@ class _Bench:
         self.gemm_graph: list[list[Any]] = []
         self.gemm_fork: list[list[Any]] = []
         self.gemm_occ: list[list[Any]] = []
+        self.gemm_reduce: list[list[Any]] = []
 
     def sync(self) -> None:
         if self.cuda:
@@ -290,6 +291,9 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
             grid = longest_kernel_ctas(events)
             if grid:
                 b.gemm_ctas.append([dt, m, n, k, grid])
+            red = reduction_kernel(events, device_limits(torch, dev))
+            if red is not None:
+                b.gemm_reduce.append([dt, m, n, k, red[0], round(red[1], 3)])
             occ = longest_kernel_ctas_per_sm(events, device_limits(torch, dev))
             if occ is not None and occ > 1:
                 b.gemm_occ.append([dt, m, n, k, occ])
@@ -421,6 +425,48 @@ def longest_kernel_ctas(events: list[dict[str, Any]]) -> int | None:
     for g in grid:
         n *= int(g)
     return n if n > 0 else None
+
+
+def reduction_kernel(events: list[dict[str, Any]], lim: dict[str, int] | None = None) -> tuple[int, float] | None:
+    """``(slots, us)`` of the kernels one GEMM call launched after its longest (cuBLAS's split-K reduction), from a
+    Chrome trace (Kineto's export) of that one call: ``slots`` = ceil(grid x·y·z / CTAs per SM) of the longest of
+    them (:func:`ctas_per_sm` from its block, registers and shared memory; 1 per SM when those are missing), the
+    SMs one wave of it holds, and ``us`` the sum of their durations; None when the longest kernel is the last
+    (one kernel) or carries no grid. One H200, 2026-12-02: fp32 1024×512×8192 ran cutlass's simt sgemm (128
+    CTAs) then ``cublasLt::splitKreduce_kernel``, 16×32 CTAs of 512 threads at 32 registers (4 per SM): 128
+    slots, 3.9 µs.
+
+    >>> reduction_kernel([{"cat": "kernel", "ts": 0.0, "dur": 700.0, "args": {"grid": [8, 8, 2]}},
+    ...                   {"cat": "kernel", "ts": 701.0, "dur": 6.3, "args": {"grid": [8, 8, 2]}}])
+    (128, 6.3)
+    >>> reduction_kernel([{"cat": "kernel", "ts": 0.0, "dur": 172.0, "args": {"grid": [16, 1, 8]}},
+    ...                   {"cat": "kernel", "ts": 173.0, "dur": 3.9, "args": {"grid": [16, 32, 1], "block": [32, 16, 1],
+    ...                    "registers per thread": 32, "shared memory": 0}}])
+    (128, 3.9)
+    >>> reduction_kernel([{"cat": "kernel", "ts": 0.0, "dur": 9.0, "args": {"grid": [4, 1, 1]}}]) is None
+    True
+    """
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"
+                      and isinstance(e.get("args", {}).get("grid"), list)), key=lambda e: float(e.get("ts", 0.0)))
+    if len(kernels) < 2:
+        return None
+    main = max(range(len(kernels)), key=lambda i: float(kernels[i].get("dur", 0.0)))
+    after = kernels[main + 1:]
+    if not after:
+        return None
+    args = max(after, key=lambda e: float(e.get("dur", 0.0)))["args"]
+    n = 1
+    for g in args["grid"]:
+        n *= int(g)
+    per_sm = 1
+    block, regs, smem = args.get("block"), args.get("registers per thread"), args.get("shared memory")
+    if isinstance(block, list) and isinstance(regs, (int, float)) and isinstance(smem, (int, float)):
+        threads = 1
+        for b in block:
+            threads *= int(b)
+        per_sm = max(1, ctas_per_sm(threads, int(regs), int(smem), lim or SM90_LIMITS))
+    us = sum(float(e.get("dur", 0.0)) for e in after)
+    return (-(-n // per_sm), us) if n > 0 and us > 0 else None
 
 
 #: sm_90 (H100/H200) per-SM limits of the CUDA occupancy calculation (CUDA C++ Programming Guide, "Technical
@@ -987,6 +1033,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["gemm_graph"] = b.gemm_graph
         raw["gemm_fork"] = b.gemm_fork
         raw["gemm_ctas_per_sm"] = b.gemm_occ
+        raw["gemm_reduce"] = b.gemm_reduce
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
         raw["host"] = host_costs(b, log)
@@ -1395,7 +1442,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                  "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None,
                  "ctas": [list(r) for r in raw.get("gemm_ctas", [])],
                  "graph": [list(r) for r in raw.get("gemm_graph", [])],
-                 "ctas_per_sm": [list(r) for r in raw.get("gemm_ctas_per_sm", [])]}
+                 "ctas_per_sm": [list(r) for r in raw.get("gemm_ctas_per_sm", [])],
+                 "reduce": [list(r) for r in raw.get("gemm_reduce", [])]}
     coll = raw.get("collectives")
     if coll:
         n = raw["world_size"]

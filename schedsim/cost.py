@@ -82,6 +82,8 @@ class CostModel:
         self._ctas: dict[tuple[str, int, int, int], int] = {(d, m, n, k): c for d, m, n, k, c in profile.gemm.ctas}
         self._occ: dict[tuple[str, int, int, int], int] = {
             (d, m, n, k): c for d, m, n, k, c in profile.gemm.ctas_per_sm}
+        self._reduce: dict[tuple[str, int, int, int], tuple[int, float]] = {
+            (d, m, n, k): (c, us * 1e-6) for d, m, n, k, c, us in profile.gemm.reduce}
         self._fork_rows: dict[tuple[str, int, int, int], float] = {
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
@@ -161,6 +163,17 @@ class CostModel:
         if not self._occ:
             return 1
         return self._occ.get(_shape_key(op), 1)
+
+    def reduce_kernel(self, op: Op) -> tuple[int, float] | None:
+        """``(SM slots, seconds alone)`` of GEMM ``op``'s second kernel (cuBLAS's split-K reduction): the profile's
+        ``gemm.reduce`` row for its (dtype, m·batch, n, k), else None (one kernel). Measured by ``schedsim
+        calibrate`` from a Kineto trace; e.g. one H200, 2026-12-02 18:50 UTC: fp32 2048×1024×8192 runs a 128-CTA
+        main kernel (0.70 ms) and a 128-CTA ``split_k`` kernel of 6.3 µs
+        (``benchmarks/h200/stream_dispatch_2026-12-02.md``).
+        """
+        if not self._reduce or op.kind != "matmul":
+            return None
+        return self._reduce.get(_shape_key(op))
 
     def gemm_ctas(self, op: Op) -> int:
         """CTAs of one launch of GEMM ``op``: the measured grid when the profile has this shape

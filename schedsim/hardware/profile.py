@@ -212,6 +212,14 @@ class GemmTable(_B):
         "CUDA occupancy calculation from the kernel's block size, registers and shared memory in a Kineto trace; "
         "calibrate records shapes above 1). Rule 4 of schedsim.sim.gpu_model then counts ceil(ctas / ctas_per_sm) "
         "SMs for it; shapes not listed hold one CTA per SM.")
+    reduce: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveInt,
+                       PositiveFloat]] = Field(
+        default_factory=lambda: [],
+        description="[dtype, m, n, k, slots, us]: the second kernel the BLAS library launches for that GEMM (cuBLAS's "
+        "split-K reduction): the SMs one wave of it holds (its grid over the CTAs one SM fits) and its time alone in "
+        "microseconds, from a Kineto trace (calibrate on CUDA records it). Rule 4b of schedsim.sim.gpu_model "
+        "hands it to the GPU when the main kernel ends; it is part of the table's time. Shapes not listed run as "
+        "one kernel.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "

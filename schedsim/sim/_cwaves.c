@@ -139,6 +139,8 @@ typedef struct {
     const i32 *kops_ptr, *kops_idx, *ktype, *krank, *kmem, *kq;
     i32 *kneed, *kleft;
     const double *ktau;
+    i32 *ktail; /* rule 4b: CTAs of the kernel's reduction still to run; negative once handed over */
+    const double *ktail_tau;
     /* hardware queues */
     const i32 *q_ptr, *q_idx;
     /* per collective / send-recv pair (group) */
@@ -429,7 +431,7 @@ static void place(W *w, i64 r, double t) {
         w->held[r] += s;
         if (w->kmem[k] && !w->kbat[k]) w->nmem[r]++;
         w->kbat[k]++;
-        new_job(w, BATCH, k, s, w->ktau[k], r, t);
+        new_job(w, BATCH, k, s, w->ktail[k] < 0 ? w->ktail_tau[k] : w->ktau[k], r, t);
         if (left - s) return;
         heap_pop(P);
     }
@@ -572,7 +574,15 @@ static void job_done(W *w, i64 j, double t) {
     w->held[r] -= s;
     w->kbat[k]--;
     if (w->kmem[k] && !w->kbat[k]) w->nmem[r]--;
-    if (!w->kbat[k] && !w->kleft[k]) release(w, w->kops_idx[w->kops_ptr[k]], t);
+    if (!w->kbat[k] && !w->kleft[k]) {
+        if (w->ktail[k] > 0) { /* rule 4b: the main kernel is done; its reduction joins the FIFO now */
+            w->kleft[k] = w->ktail[k];
+            w->ktail[k] = -w->ktail[k];
+            CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k));
+        } else {
+            release(w, w->kops_idx[w->kops_ptr[k]], t);
+        }
+    }
     mark_toplace(w, r);
 }
 
@@ -627,22 +637,23 @@ static void loop(W *w) {
 }
 
 /* ---- Python entry --------------------------------------------------------------------------------------- */
-#define NBUF 44
+#define NBUF 46
 /* Version of the argument lists of run() and the helpers below; schedsim.sim.waves._LAYOUT must equal it, or
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
- * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine). */
-#define LAYOUT 6
+ * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
+ * kernels' reductions, ktail and ktail_tau after ktau). */
+#define LAYOUT 7
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu_model.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
-static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
+static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "id" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays;
     if (!PyArg_ParseTuple(args, "OOO", &ints, &floats, &arrays)) return NULL;
     if (!PyTuple_Check(ints) || PyTuple_GET_SIZE(ints) != 6 || !PyTuple_Check(floats) ||
         PyTuple_GET_SIZE(floats) != 2 || !PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != NBUF) {
-        PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[2], arrays[44])");
+        PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[2], arrays[46])");
         return NULL;
     }
     W w0;
@@ -698,6 +709,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     CD(comm_tab); CD(batch_tab); CD(copy_tab);
     I(npred); CI(succ_ptr); CI(succ_idx); CI(sid); CI(orank); CI(ogrp); CI(kern); CD(issue); CD(opwork);
     CI(kops_ptr); CI(kops_idx); CI(ktype); CI(krank); CI(kmem); CI(kq); I(kneed); I(kleft); CD(ktau);
+    I(ktail); CD(ktail_tau);
     CI(q_ptr); CI(q_idx);
     CI(gmem_ptr); CI(gmem_idx); CI(gends_ptr); CI(gends_idx); CI(grev_ptr); CI(grev_idx); CI(granks_ptr);
     CI(granks_idx); CI(epos_ptr); CI(epos_idx); CD(gwork);

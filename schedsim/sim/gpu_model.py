@@ -120,6 +120,20 @@ Rules and their sources
    beside a 202-register GEMM CTA), and, for shapes without a
    measured grid, the real tile width and last wave (cuBLAS ran bf16 8192³ as
    128×256 tiles, a half-empty last wave; ``calibrate`` records such grids).
+   **4b. Split-K reductions.** cuBLAS runs some GEMMs as two kernels: the main
+   one and a reduction of the split-K partials (``..._execute_split_k_kernel``),
+   launched into the same stream. A GEMM with a ``gemm.reduce`` row (its
+   CTAs and time alone, from the Kineto record ``calibrate`` reads) runs its
+   main kernel on the op's time less the reduction's, then hands the reduction
+   to the GPU's dispatch FIFO when the main kernel's last CTA is done; the op
+   ends with it. Beside other streams' GEMMs the reduction waits for SMs like
+   any kernel: one H200, 2026-12-02 18:50 UTC, matmul_streams chunks 8 (fp32
+   2048×1024×8192, 128-CTA main kernel 0.70 ms, 128-CTA reduction 6.3 µs alone)
+   ran its reductions 108–201 µs beside the other streams' GEMMs, and each
+   stream's ``add`` queued behind them (measured add spans 0.93 ms, 2.26 ms
+   predicted with one kernel per GEMM; per-op median 40 % → 17.7 % replayed with
+   the reduction as a kernel of its own,
+   ``benchmarks/h200/stream_dispatch_2026-12-02.md``).
 5. **HBM.** Memory-bound kernels (roofline: bytes / HBM bandwidth ≥ FLOP /
    peak) resident at once share HBM: each of k runs at 1/k.
 6. **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
@@ -229,8 +243,8 @@ from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "GpuRules", "REVERSE_ENGINE", "RateTables", "batch_rate", "comm_factor",
            "comm_fifo_columns", "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns",
-           "host_issue_times", "graph_fork_columns", "kernel_ctas", "l2_cold_fraction", "link_ends", "memory_terms",
-           "rate_tables", "stream_queue_columns",
+           "host_issue_times", "graph_fork_columns", "kernel_ctas", "kernel_tail", "main_work", "l2_cold_fraction",
+           "link_ends", "memory_terms", "rate_tables", "stream_queue_columns",
            "stream_queues", "transfer_comm_rate"]
 
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
@@ -301,6 +315,27 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
         mem = op.nbytes / (g.hbm_GBps * 1e9) >= op.flops / peak
     waves = -(-one // sms)
     return one * op.repeat, waves * op.repeat, mem
+
+
+def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
+    """``(ctas, seconds)`` of GEMM ``op``'s second kernel (rule 4b), ``(0, 0.0)`` when it has none.
+
+    The profile's ``gemm.reduce`` row (:meth:`schedsim.cost.CostModel.reduce_kernel`): its SM slots (grid over
+    CTAs per SM), capped at one wave of ``sms``, each lasting the kernel's time alone; none for ``repeat`` > 1
+    (its kernels run as one job).
+    """
+    if op.kind != "matmul" or op.repeat != 1:
+        return 0, 0.0
+    red = cost.reduce_kernel(op)
+    if red is None:
+        return 0, 0.0
+    return min(red[0], sms), red[1]
+
+
+def main_work(work: float, tail_s: float) -> float:
+    """Seconds of a GEMM's main kernel: its op's ``work`` less its reduction kernel's ``tail_s`` (rule 4b), at
+    least half of ``work`` (a table row shorter than its measured reduction, or a GEMM sped up by a rule)."""
+    return max(work - tail_s, 0.5 * work)
 
 
 #: Host-call classes of rule 1 (:func:`host_class`): what one op's call costs on the host.

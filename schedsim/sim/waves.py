@@ -110,7 +110,8 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
     comm_rate = functools.lru_cache(None)(functools.partial(gm.transfer_comm_rate, rules))  # the rule functions,
     batch_rate = functools.lru_cache(None)(functools.partial(gm.batch_rate, rules))  # evaluated once per state
     copy_rate = functools.lru_cache(None)(functools.partial(gm.copy_rate, rules))
-    kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues = kn
+    kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues, ktail, ktail_tau = kn
+    ktail = list(ktail)  # a reduction still to run: its CTAs; negative once handed over (rule 4b)
     K = len(kops)
     kbat = [0] * K  # CTA batches running
     kstarted = [False] * K
@@ -238,7 +239,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
             if kmem[k] and not kbat[k]:
                 nmem[r] += 1
             kbat[k] += 1
-            new_job(_BATCH, k, s, ktau[k], (r,), t)
+            new_job(_BATCH, k, s, ktail_tau[k] if ktail[k] < 0 else ktau[k], (r,), t)
             if left - s:
                 return
             heapq.heappop(P)
@@ -350,7 +351,12 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
         if kmem[k] and not kbat[k]:
             nmem[r] -= 1
         if not kbat[k] and not kleft[k]:
-            release(kops[k][0], t)
+            if ktail[k] > 0:  # rule 4b: the main kernel is done; its reduction joins the FIFO now
+                kleft[k] = ktail[k]
+                ktail[k] = -ktail[k]
+                push(pend[r], (t, kops[k][0], k))
+            else:
+                release(kops[k][0], t)
         toplace.add(r)
 
     # --- run -------------------------------------------------------------------------------------------------
@@ -389,7 +395,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
 
 
 _EXT: list[object] = []  # [module or None] once looked up
-_LAYOUT = 6  # the argument lists of _cwaves.run (and its helpers) that schedsim passes: LAYOUT in _cwaves.c
+_LAYOUT = 7  # the argument lists of _cwaves.run (and its helpers) that schedsim passes: LAYOUT in _cwaves.c
 
 
 def compiled_loop():  # type: ignore[no-untyped-def]
@@ -453,6 +459,7 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
         array("d", c.job_work[:N]),
         *_csr(kn.kops), array("i", kn.ktype), array("i", kn.krank), array("i", kn.kmem),
         array("i", [qid[key] for key in kn.kq]), array("i", kn.kneed), array("i", kn.kleft), array("d", kn.ktau),
+        array("i", kn.ktail), array("d", kn.ktail_tau),
         *_csr(kn.queues.values()),
         *_csr(gmem), *_csr(gends), *_csr(grev), *_csr(granks), *_csr(epos), array("d", c.job_work[N:]),
         start, end, ready_t, deps_t, khand, binding,
@@ -543,6 +550,8 @@ class _Kernels(NamedTuple):
     kmem: list[bool]  # memory-bound (rule 5)
     kq: list[tuple[int, int]]  # (rank, hardware queue)
     queues: dict[tuple[int, int], list[int]]  # (rank, queue) -> kernels in issue order
+    ktail: list[int]  # compute: CTAs of the second kernel (a split-K reduction, rule 4b), 0 none
+    ktail_tau: list[float]  # its solo seconds (one wave)
 
 
 def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # type: ignore[no-untyped-def]
@@ -588,6 +597,7 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
         kern[i] = k
     K = len(kops)
     ktype, krank, kleft, ktau, kmem = [0] * K, [0] * K, [0] * K, [0.0] * K, [False] * K
+    ktail, ktail_tau = [0] * K, [0.0] * K
     kq: list[tuple[int, int]] = [(0, 0)] * K
     queues: dict[tuple[int, int], list[int]] = {}
     opq = gm.stream_queues(ops, rules.max_connections)
@@ -599,7 +609,10 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
         r = krank[k] = op.rank
         if res == 0:
             ctas, waves, mem = kernel_ctas(op, cost, sms)
-            kleft[k], ktau[k], kmem[k] = ctas, job_work[i] / waves, mem
+            tail, tail_s = gm.kernel_tail(op, cost, sms)
+            work = gm.main_work(job_work[i], tail_s) if tail else job_work[i]
+            kleft[k], ktau[k], kmem[k] = ctas, work / waves, mem
+            ktail[k], ktail_tau[k] = tail, tail_s
         elif res == 1:
             kleft[k] = len(members)
         key = kq[k] = (r, opq[i])
@@ -608,4 +621,4 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
             queues[key] = [k]
         else:
             q.append(k)
-    return _Kernels(kern, kops, ktype, krank, [len(m) for m in kops], kleft, ktau, kmem, kq, queues)
+    return _Kernels(kern, kops, ktype, krank, [len(m) for m in kops], kleft, ktau, kmem, kq, queues, ktail, ktail_tau)

@@ -289,6 +289,12 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     tctas = np.array([c[0] for c in tct], I64)
     twaves = np.array([c[1] for c in tct], I64)
     tmem = np.array([c[2] for c in tct], I32)
+    ttl = [gm.kernel_tail(t, cost, sms) if _res_of(t) == 0 else (0, 0.0) for t in tps]  # rule 4b
+    ttail = np.array([x[0] for x in ttl], I32)
+    ttail_s = np.array([x[1] for x in ttl], np.float64)
+    if ttail.any():  # the main kernel runs the op's work less its reduction's
+        ts = ttail_s[tmpl]
+        work = np.where(ts > 0.0, np.maximum(work - ts, 0.5 * work), work)
     ext = getattr(compiled_loop(), "kernels", None)
     if ext is not None:  # an older build has no kernels(): then numpy below
         nb = max(int(batch.max()) + 1 if N else 0, 0)
@@ -303,7 +309,9 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
         else:  # the per-kernel arrays at their length, not the ops'
             ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
                 x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
-        return kern, kptr[:K + 1], kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx
+        kptr = kptr[:K + 1]
+        ktail, ktail_tau = _tails(ttail, ttail_s, tmpl, kidx, kptr, ktype, K)
+        return kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau
     if (batch >= 0).any():
         # kernels numbered by first appearance: a batch's on a rank at its first op (its head), every other op its
         # own; the heads in op order are the kernels in order
@@ -333,7 +341,19 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     kq = gm.first_codes(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
     Q = int(kq.max()) + 1 if K else 0
     qptr, qidx = _csr_of(kq, Q)
-    return kern, kptr, kidx, _i32(ktype), krank, kneed, kleft, ktau, _i32(kmem), _i32(kq), _i32(qptr), _i32(qidx)
+    ktail, ktail_tau = _tails(ttail, ttail_s, tmpl, kidx, kptr, ktype, K)
+    return (kern, kptr, kidx, _i32(ktype), krank, kneed, kleft, ktau, _i32(kmem), _i32(kq), _i32(qptr), _i32(qidx),
+            ktail, ktail_tau)
+
+
+def _tails(ttail, ttail_s, tmpl, kidx, kptr, ktype, K):  # type: ignore[no-untyped-def]
+    """Per kernel (rule 4b): the CTAs of its reduction kernel (int32, 0 none; written by the loop) and its solo
+    seconds (float64), from its head op's template."""
+    if not ttail.any() or K == 0:
+        return np.zeros(K, I32), np.zeros(K)
+    ht = tmpl[np.asarray(kidx)[np.asarray(kptr)[:-1]]]
+    comp = np.asarray(ktype) == 0
+    return _i32(np.where(comp, ttail[ht], 0)), np.where(comp, ttail_s[ht], 0.0)
 
 
 def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:
@@ -485,7 +505,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
     rank32 = _i32(prog.rank)
-    kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = _kernels(
+    kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau = _kernels(
         tps, prog.world_size, tmpl, rank32, prog.batch, res, work, opq, rules.max_connections, cost, rules.sms)
     del opq
     K = len(kptr) - 1
@@ -501,14 +521,14 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     arrays = (
         _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
         npred, sptr, sidx, sid, rank32, ogrp, kern, _f64(issue), _f64(work),
-        kptr, kidx, ktype, krank, kmem, kq, kneed, kleft, _f64(ktau),
+        kptr, kidx, ktype, krank, kmem, kq, kneed, kleft, _f64(ktau), ktail, _f64(ktail_tau),
         qptr, qidx,
         gptr, gidx, *link[:4], gptr, granks, *link[4:], _f64(gwork),
         start, end, ready_t, deps_t, khand, binding,
         np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32), np.zeros(K, I32),
     )
     loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
-    del arrays, link, kneed0, kleft, ktau, kmem, kq, kneed, sptr, sidx, granks
+    del arrays, link, kneed0, kleft, ktau, kmem, kq, kneed, sptr, sidx, granks, ktail, ktail_tau
     if N and end.min() < 0.0:
         from schedsim.sim.engine import _raise_deadlock
 

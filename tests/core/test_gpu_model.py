@@ -465,3 +465,26 @@ def test_h2d_and_d2h_copies_slow_each_other_in_the_sharing_model_too(sim_text):
     d["contention"].update(h2d_slowdown_beside_d2h=0.0, d2h_slowdown_beside_h2d=0.0)  # without: 10 and 5 µs
     spans, _ = sim_text(HEAD % 1 + body.replace("200000", "50000"), HardwareProfile.model_validate(d))
     assert spans["H@r0"] == pytest.approx((0.0, 10.0)) and spans["D@r0"] == pytest.approx((0.0, 5.0))
+
+
+def _with_reduce(prof, *rows):
+    return prof.model_copy(update={"gemm": prof.gemm.model_copy(update={"reduce": list(rows)})})
+
+
+def test_split_k_reduction_runs_as_a_second_kernel_in_the_fifo(sim_text):
+    # rule 4b. FULL (8 CTAs, 10 us in the table) with a reduction row of 8 CTAs and 2 us: alone, its main kernel
+    # runs 8 us on the 8 SMs, then the reduction one wave of 2 us: the op still spans the table's 10 us
+    prof = _with_reduce(waves_profile(), ("fp32", 256, 512, 1024, 8, 2.0))
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n", prof)
+    assert spans == {"A@r0": (0.0, 10.0)}
+    # B (SIX: 6 CTAs, 10 us, no row) handed over at 0 waits for SMs. A's main kernel ends at 8 and only then hands
+    # its reduction over, behind B in the FIFO: B takes 6 SMs at 8 (ends 18), the reduction the other 2 in four
+    # rounds of 2 us (8-16). One kernel per GEMM gave A [0, 10], B [10, 20]
+    text = f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {SIX}, stream: s2}}\n"
+    spans, _ = sim_text(HEAD % 1 + text, prof)
+    assert spans == {"A@r0": (0.0, 16.0), "B@r0": (8.0, 18.0)}
+    spans, _ = sim_text(HEAD % 1 + text, waves_profile())
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0)}
+    # a repeated GEMM (repeat: 2) runs as one job: no reduction kernel of its own
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, repeat: 2, stream: s1}}\n", prof)
+    assert spans == {"A@r0": (0.0, 20.0)}
