@@ -420,11 +420,28 @@ def longest_kernel_ctas(events: list[dict[str, Any]]) -> int | None:
     kernels = [e for e in events if e.get("cat") == "kernel" and isinstance(e.get("args", {}).get("grid"), list)]
     if not kernels:
         return None
-    grid = max(kernels, key=lambda e: float(e.get("dur", 0.0)))["args"]["grid"]
-    n = 1
-    for g in grid:
-        n *= int(g)
+    n = _grid_ctas(max(kernels, key=lambda e: float(e.get("dur", 0.0)))["args"])
     return n if n > 0 else None
+
+
+def _grid_ctas(args: dict[str, Any]) -> int:
+    """x·y·z of a Kineto kernel record's ``grid``."""
+    n = 1
+    for g in args["grid"]:
+        n *= int(g)
+    return n
+
+
+def _record_ctas_per_sm(args: dict[str, Any], lim: dict[str, int]) -> int | None:
+    """:func:`ctas_per_sm` of a Kineto kernel record (its ``block``, ``registers per thread``, ``shared
+    memory``), None when those are missing."""
+    block, regs, smem = args.get("block"), args.get("registers per thread"), args.get("shared memory")
+    if not isinstance(block, list) or not isinstance(regs, (int, float)) or not isinstance(smem, (int, float)):
+        return None
+    threads = 1
+    for b in block:
+        threads *= int(b)
+    return ctas_per_sm(threads, int(regs), int(smem), lim)
 
 
 def reduction_kernel(events: list[dict[str, Any]], lim: dict[str, int] | None = None) -> tuple[int, float] | None:
@@ -455,16 +472,8 @@ def reduction_kernel(events: list[dict[str, Any]], lim: dict[str, int] | None = 
     if not after:
         return None
     args = max(after, key=lambda e: float(e.get("dur", 0.0)))["args"]
-    n = 1
-    for g in args["grid"]:
-        n *= int(g)
-    per_sm = 1
-    block, regs, smem = args.get("block"), args.get("registers per thread"), args.get("shared memory")
-    if isinstance(block, list) and isinstance(regs, (int, float)) and isinstance(smem, (int, float)):
-        threads = 1
-        for b in block:
-            threads *= int(b)
-        per_sm = max(1, ctas_per_sm(threads, int(regs), int(smem), lim or SM90_LIMITS))
+    n = _grid_ctas(args)
+    per_sm = max(1, _record_ctas_per_sm(args, lim or SM90_LIMITS) or 1)
     us = sum(float(e.get("dur", 0.0)) for e in after)
     return (-(-n // per_sm), us) if n > 0 and us > 0 else None
 
@@ -511,14 +520,7 @@ def longest_kernel_ctas_per_sm(events: list[dict[str, Any]], lim: dict[str, int]
     kernels = [e for e in events if e.get("cat") == "kernel"]
     if not kernels:
         return None
-    args = max(kernels, key=lambda e: float(e.get("dur", 0.0))).get("args", {})
-    block, regs, smem = args.get("block"), args.get("registers per thread"), args.get("shared memory")
-    if not isinstance(block, list) or not isinstance(regs, (int, float)) or not isinstance(smem, (int, float)):
-        return None
-    threads = 1
-    for b in block:
-        threads *= int(b)
-    return ctas_per_sm(threads, int(regs), int(smem), lim)
+    return _record_ctas_per_sm(max(kernels, key=lambda e: float(e.get("dur", 0.0))).get("args", {}), lim)
 
 
 def _measure_copies(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[str, float]:

@@ -243,7 +243,7 @@ from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "GpuRules", "REVERSE_ENGINE", "RateTables", "batch_rate", "comm_factor",
            "comm_fifo_columns", "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns",
-           "host_issue_times", "graph_fork_columns", "kernel_ctas", "kernel_tail", "main_work", "l2_cold_fraction",
+           "host_issue_times", "graph_fork_columns", "kernel_ctas", "kernel_tail", "split_work", "l2_cold_fraction",
            "link_ends", "memory_terms", "rate_tables", "stream_queue_columns",
            "stream_queues", "transfer_comm_rate"]
 
@@ -321,8 +321,8 @@ def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
     """``(ctas, seconds)`` of GEMM ``op``'s second kernel (rule 4b), ``(0, 0.0)`` when it has none.
 
     The profile's ``gemm.reduce`` row (:meth:`schedsim.cost.CostModel.reduce_kernel`): its SM slots (grid over
-    CTAs per SM), capped at one wave of ``sms``, each lasting the kernel's time alone; none for ``repeat`` > 1
-    (its kernels run as one job).
+    CTAs per SM), capped at one wave of ``sms``, each lasting the kernel's time alone (:func:`split_work` bounds
+    it by the op's time); none for ``repeat`` > 1 (its kernels run as one job).
     """
     if op.kind != "matmul" or op.repeat != 1:
         return 0, 0.0
@@ -332,10 +332,17 @@ def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
     return min(red[0], sms), red[1]
 
 
-def main_work(work: float, tail_s: float) -> float:
-    """Seconds of a GEMM's main kernel: its op's ``work`` less its reduction kernel's ``tail_s`` (rule 4b), at
-    least half of ``work`` (a table row shorter than its measured reduction, or a GEMM sped up by a rule)."""
-    return max(work - tail_s, 0.5 * work)
+def split_work(work, tail_s):  # type: ignore[no-untyped-def]
+    """``(main_s, tail_s)``: a GEMM op's ``work`` (seconds; a float or a float64 array) split between its main
+    kernel and its reduction kernel (rule 4b), which together take ``work``. The reduction keeps its measured
+    ``tail_s`` up to half of ``work`` (a row longer than that, or a GEMM a rule made shorter, such as a graph node
+    from L2, would otherwise run the op past its own time).
+
+    >>> [float(x) for x in split_work(10.0, 2.0) + split_work(3.0, 1.824)]
+    [8.0, 2.0, 1.5, 1.5]
+    """
+    tail = np.minimum(tail_s, 0.5 * np.asarray(work))
+    return work - tail, tail
 
 
 #: Host-call classes of rule 1 (:func:`host_class`): what one op's call costs on the host.

@@ -610,7 +610,9 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
         if res == 0:
             ctas, waves, mem = kernel_ctas(op, cost, sms)
             tail, tail_s = gm.kernel_tail(op, cost, sms)
-            work = gm.main_work(job_work[i], tail_s) if tail else job_work[i]
+            work = job_work[i]
+            if tail:
+                work, tail_s = map(float, gm.split_work(work, tail_s))
             kleft[k], ktau[k], kmem[k] = ctas, work / waves, mem
             ktail[k], ktail_tau[k] = tail, tail_s
         elif res == 1:

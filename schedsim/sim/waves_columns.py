@@ -292,9 +292,9 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     ttl = [gm.kernel_tail(t, cost, sms) if _res_of(t) == 0 else (0, 0.0) for t in tps]  # rule 4b
     ttail = np.array([x[0] for x in ttl], I32)
     ttail_s = np.array([x[1] for x in ttl], np.float64)
+    op_tail = None
     if ttail.any():  # the main kernel runs the op's work less its reduction's
-        ts = ttail_s[tmpl]
-        work = np.where(ts > 0.0, np.maximum(work - ts, 0.5 * work), work)
+        work, op_tail = gm.split_work(work, ttail_s[tmpl])
     ext = getattr(compiled_loop(), "kernels", None)
     if ext is not None:  # an older build has no kernels(): then numpy below
         nb = max(int(batch.max()) + 1 if N else 0, 0)
@@ -310,7 +310,7 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
             ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
                 x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
         kptr = kptr[:K + 1]
-        ktail, ktail_tau = _tails(ttail, ttail_s, tmpl, kidx, kptr, ktype, K)
+        ktail, ktail_tau = _tails(ttail, op_tail, tmpl, kidx, kptr, ktype, K)
         return kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau
     if (batch >= 0).any():
         # kernels numbered by first appearance: a batch's on a rank at its first op (its head), every other op its
@@ -341,19 +341,19 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     kq = gm.first_codes(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
     Q = int(kq.max()) + 1 if K else 0
     qptr, qidx = _csr_of(kq, Q)
-    ktail, ktail_tau = _tails(ttail, ttail_s, tmpl, kidx, kptr, ktype, K)
+    ktail, ktail_tau = _tails(ttail, op_tail, tmpl, kidx, kptr, ktype, K)
     return (kern, kptr, kidx, _i32(ktype), krank, kneed, kleft, ktau, _i32(kmem), _i32(kq), _i32(qptr), _i32(qidx),
             ktail, ktail_tau)
 
 
-def _tails(ttail, ttail_s, tmpl, kidx, kptr, ktype, K):  # type: ignore[no-untyped-def]
-    """Per kernel (rule 4b): the CTAs of its reduction kernel (int32, 0 none; written by the loop) and its solo
-    seconds (float64), from its head op's template."""
-    if not ttail.any() or K == 0:
+def _tails(ttail, op_tail, tmpl, kidx, kptr, ktype, K):  # type: ignore[no-untyped-def]
+    """Per kernel (rule 4b): the CTAs of its reduction kernel (int32, 0 none; written by the loop), from its head
+    op's template, and its seconds (float64), the head op's share of :func:`gm.split_work` (``op_tail``)."""
+    if op_tail is None or K == 0:
         return np.zeros(K, I32), np.zeros(K)
-    ht = tmpl[np.asarray(kidx)[np.asarray(kptr)[:-1]]]
+    head = np.asarray(kidx)[np.asarray(kptr)[:-1]]
     comp = np.asarray(ktype) == 0
-    return _i32(np.where(comp, ttail[ht], 0)), np.where(comp, ttail_s[ht], 0.0)
+    return _i32(np.where(comp, ttail[tmpl[head]], 0)), np.where(comp, op_tail[head], 0.0)
 
 
 def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:

@@ -485,6 +485,11 @@ def test_split_k_reduction_runs_as_a_second_kernel_in_the_fifo(sim_text):
     assert spans == {"A@r0": (0.0, 16.0), "B@r0": (8.0, 18.0)}
     spans, _ = sim_text(HEAD % 1 + text, waves_profile())
     assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0)}
+    # a reduction row longer than half the op (8 us of 10) keeps half: main 5 us, reduction 5 us, the op alone
+    # still spans its table's 10 us (before: main max(10 - 8, 5) = 5 plus the full 8, 13 us)
+    long = _with_reduce(waves_profile(), ("fp32", 256, 512, 1024, 8, 8.0))
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n", long)
+    assert spans == {"A@r0": (0.0, 10.0)}
     # a repeated GEMM (repeat: 2) runs as one job: no reduction kernel of its own
     spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, repeat: 2, stream: s1}}\n", prof)
     assert spans == {"A@r0": (0.0, 20.0)}
