@@ -480,17 +480,29 @@ static void dispatch(W *w, i64 k, double t) {
     mark_toplace(w, r);
 }
 
+/* rule 2: a queue hands over its ready items in order; a kernel with a reduction (rule 4b) holds it (qhead
+ * stored as ~h, negative) until the reduction, its next item, is handed over (waves._run_python's drain) */
+static void drain(W *w, i64 key, double t) {
+    i64 h = w->qhead[key], lo = w->q_ptr[key], hi = w->q_ptr[key + 1];
+    if (h < 0) return;
+    while (lo + h < hi && w->kready[w->q_idx[lo + h]]) {
+        i64 k = w->q_idx[lo + h];
+        dispatch(w, k, t);
+        h++;
+        if (w->ktail[k] > 0) {
+            h = ~h;
+            break;
+        }
+    }
+    w->qhead[key] = h;
+}
+
 static void op_ready(W *w, i64 i, double t) {
     w->ready_t[i] = t;
     i64 k = w->kern[i];
     if (--w->kneed[k]) return;
     w->kready[k] = 1;
-    i64 key = w->kq[k], h = w->qhead[key], hi = w->q_ptr[key + 1];
-    while (w->q_ptr[key] + h < hi && w->kready[w->q_idx[w->q_ptr[key] + h]]) { /* rule 2: in order */
-        dispatch(w, w->q_idx[w->q_ptr[key] + h], t);
-        h++;
-    }
-    w->qhead[key] = h;
+    drain(w, w->kq[k], t);
 }
 
 static void push_ready(W *w, i64 v, double at) { CHECK(event_push(w, at, w->seq++, -1 - v)); }
@@ -575,10 +587,13 @@ static void job_done(W *w, i64 j, double t) {
     w->kbat[k]--;
     if (w->kmem[k] && !w->kbat[k]) w->nmem[r]--;
     if (!w->kbat[k] && !w->kleft[k]) {
-        if (w->ktail[k] > 0) { /* rule 4b: the main kernel is done; its reduction joins the FIFO now */
+        if (w->ktail[k] > 0) { /* rule 4b: the main kernel is done; its queue hands the reduction over now */
             w->kleft[k] = w->ktail[k];
             w->ktail[k] = -w->ktail[k];
+            w->khand[k] = t;
             CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k));
+            w->qhead[w->kq[k]] = ~w->qhead[w->kq[k]];
+            drain(w, w->kq[k], t);
         } else {
             release(w, w->kops_idx[w->kops_ptr[k]], t);
         }

@@ -126,7 +126,9 @@ Rules and their sources
    CTAs and time alone, from the Kineto record ``calibrate`` reads) runs its
    main kernel on the op's time less the reduction's, then hands the reduction
    to the GPU's dispatch FIFO when the main kernel's last CTA is done; the op
-   ends with it. Beside other streams' GEMMs the reduction waits for SMs like
+   ends with it. The reduction is its hardware queue's next item (rule 2): a
+   later kernel of a stream sharing that queue (``max_connections`` 1, or more
+   streams than queues) is handed over only after it. Beside other streams' GEMMs the reduction waits for SMs like
    any kernel: one H200, 2026-12-02 18:50 UTC, matmul_streams chunks 8 (fp32
    2048×1024×8192, 128-CTA main kernel 0.70 ms, 128-CTA reduction 6.3 µs alone)
    ran its reductions 108–201 µs beside the other streams' GEMMs, and each

@@ -101,7 +101,8 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
 def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no-untyped-def]
                 issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
     """The reference event loop (rates straight from the rule functions); returns ``(start, end, ready_t,
-    deps_t, binding, khand)`` (seconds; op index or HOST; khand per kernel: when its queue handed it over)."""
+    deps_t, binding, khand)`` (seconds; op index or HOST; khand per kernel: when its queue handed it over, or
+    its reduction (rule 4b), the queue's next item after it)."""
     from schedsim.sim.engine import HOST, set_rate
 
     ops, N, world = c.ops, c.N, c.world
@@ -282,12 +283,23 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
         if kneed[k]:
             return
         kready[k] = True
-        key = kq[k]
+        drain(kq[k], t)
+
+    def drain(key: tuple[int, int], t: float) -> None:
+        """Rule 2: a queue hands over its ready items in order. A kernel with a reduction (rule 4b) holds the
+        queue (``qhead`` negative, ``~h``) until its main kernel ends and the reduction is handed over: the
+        reduction is the queue's next item, so a later kernel of a stream sharing the queue waits behind it."""
         Q = queues[key]
         h = qhead.get(key, 0)
-        while h < len(Q) and kready[Q[h]]:  # rule 2: a queue hands over its items in order
-            dispatch(Q[h], t)
+        if h < 0:
+            return
+        while h < len(Q) and kready[Q[h]]:
+            k = Q[h]
+            dispatch(k, t)
             h += 1
+            if ktail[k] > 0:
+                h = ~h
+                break
         qhead[key] = h
 
     def release(i: int, t: float) -> None:
@@ -351,10 +363,14 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
         if kmem[k] and not kbat[k]:
             nmem[r] -= 1
         if not kbat[k] and not kleft[k]:
-            if ktail[k] > 0:  # rule 4b: the main kernel is done; its reduction joins the FIFO now
+            if ktail[k] > 0:  # rule 4b: the main kernel is done; its queue hands the reduction over now
                 kleft[k] = ktail[k]
                 ktail[k] = -ktail[k]
+                khand[k] = t
                 push(pend[r], (t, kops[k][0], k))
+                key = kq[k]
+                qhead[key] = ~qhead[key]
+                drain(key, t)
             else:
                 release(kops[k][0], t)
         toplace.add(r)

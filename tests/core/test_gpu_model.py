@@ -493,3 +493,29 @@ def test_split_k_reduction_runs_as_a_second_kernel_in_the_fifo(sim_text):
     # a repeated GEMM (repeat: 2) runs as one job: no reduction kernel of its own
     spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, repeat: 2, stream: s1}}\n", prof)
     assert spans == {"A@r0": (0.0, 20.0)}
+
+
+@pytest.mark.parametrize("path", ["python", "compiled", "columns"])
+def test_a_split_k_reduction_is_its_queues_next_item(monkeypatch, path):
+    """Rule 2 with rule 4b: the reduction is issued right behind its main kernel, so a kernel of another stream
+    that shares the hardware queue waits until the queue handed the reduction over. A (FULL, reduction 8 CTAs of
+    2 us) on s1, B (SIX) on s2, one connection: A's main kernel holds the 8 SMs over [0, 8], its reduction is
+    handed over at 8 and runs [8, 10]; only then is B handed over, and it takes 6 SMs at 10: A [0, 10],
+    B [10, 20] (B's stream-reached time 8). Before, B was handed over at 0, took the SMs at 8 ahead of the
+    reduction, and A ran to 16 (and B [8, 18]). With 8 queues B does overtake it (the FIFO test above)."""
+    from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
+    from schedsim.sim import waves
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    if path == "python":
+        monkeypatch.setattr(waves, "_EXT", [None])
+    elif waves.compiled_loop() is None:
+        pytest.skip("schedsim.sim._cwaves is not built")
+    prof = _with_reduce(waves_profile(max_connections=1), ("fp32", 256, 512, 1024, 8, 2.0))
+    text = HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {SIX}, stream: s2}}\n"
+    spec = load_text(text, "t.yaml")
+    tl = simulate(lower(spec) if path == "columns" else build_graph(spec), prof)
+    got = {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6), round(s.stream_s * 1e6, 6)) for s in tl.spans}
+    assert got == {"A@r0": (0.0, 10.0, 0.0), "B@r0": (10.0, 20.0, 8.0)}
