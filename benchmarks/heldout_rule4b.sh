@@ -21,16 +21,7 @@ timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m 
 [ -f "$PROF" ] || PROF=h200
 grep -A4 "^  reduce:" "$PROF" | head -8
 CASES=${CASES:-"ag_c2 ag_c4 ag_c16 ms_c4 ms_c16 so_graph so_eager tpa_graph"}
-run() {  # run TAG SCHEDULE ARGS...
-  local tag=$1 sched=$2; shift 2
-  echo "=== $tag ($(date -u +%H:%M:%S))"
-  timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute \
-    "schedules/$sched.yaml" "$@" --no-gantt --compare --profile "$PROF" --iters 20 --warmup 5 --timeout 60 \
-    --out "$W/$tag" > "$W/$tag.log" 2>&1 || echo "$tag FAILED ($?)"
-  grep -E "without per-op|per-op duration" "$W/$tag.log"
-  rm -f "$W/$tag/trace.json"
-}
-AG="--set world_size=1 --set M=16384"
+. benchmarks/heldout_one_gpu.sh
 for c in $CASES; do
   case $c in
     ag_c*) run "$c" allgather_mm $AG --set chunks=${c#ag_c} --profiler ;;

@@ -1036,6 +1036,12 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["gemm_fork"] = b.gemm_fork
         raw["gemm_ctas_per_sm"] = b.gemm_occ
         raw["gemm_reduce"] = b.gemm_reduce
+        if ctx.cuda:
+            from executor.calibrate_waves import measure_wave_tail, pick_shape
+
+            sms = int(torch.cuda.get_device_properties(ctx.device).multi_processor_count)
+            shape, grid = pick_shape(raw["gemm"], b.gemm_ctas, sms)
+            raw["wave_tail"] = measure_wave_tail(torch, ctx.device, shape, grid, log)
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
         raw["host"] = host_costs(b, log)
@@ -1502,6 +1508,9 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     cont["source"] = "; ".join(srcs)
     d["contention"] = cont
     _set_graph_edge(d, L, o.base, raw.get("gemm_fork") or [])
+    from executor.calibrate_waves import assemble_wave_tail
+
+    assemble_wave_tail(d, raw, where)
     return d
 
 

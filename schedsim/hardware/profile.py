@@ -69,6 +69,13 @@ class GPU(_B):
         default=0.0, ge=0, description="GPU time, us, a short kernel (one the roofline puts at the kernel floor, "
         "or a GEMM without a gemm.graph row) adds when its operands come from HBM rather than L2 (rule 9). One "
         "H200, 2026-12-02: add_ on 32x1024 bf16 in a graph 1.17 -> 1.73 us (0.56).")
+    wave_tail_us: float = Field(
+        default=0.0, ge=0,
+        description="Ragged end of a GEMM's last wave, µs, that a compute kernel waiting for SMs takes back (waves "
+        "model, rule 4c of schedsim.sim.gpu_model): a kernel whose CTAs are all placed runs its main kernel's "
+        "waves of τ seconds at 1 / (1 - min(tail / τ, 0.25)) while a compute kernel waits in its rank's dispatch "
+        "FIFO. Back-to-back table times (one stream) include the ragged end, so 0 reproduces them; schedsim "
+        "calibrate fits it to a GEMM of about one wave run on 8 streams.")
     source: str = Field(description="Where these numbers come from.")
 
     @field_validator("l2_cold_span")

@@ -141,6 +141,7 @@ typedef struct {
     const double *ktau;
     i32 *ktail; /* rule 4b: CTAs of the kernel's reduction still to run; negative once handed over */
     const double *ktail_tau;
+    const double *kgain; /* rule 4c: gpu_model.fill_gain of the kernel's wave time */
     /* hardware queues */
     const i32 *q_ptr, *q_idx;
     /* per collective / send-recv pair (group) */
@@ -160,6 +161,7 @@ typedef struct {
     char *xinit;
     /* ranks */
     i64 *free_, *held, *nccl_n, *nmem, *ncomm, *ncopy, *nlink, *cqhead, *cqtail;
+    i64 *nwait; /* compute kernels in the rank's dispatch FIFO (rule 4c) */
     double *crate;
     char *intoplace, *indirty;
     char *lchg; /* an end of the rank changed its transfer count (nlink) since the rank was last settled */
@@ -314,7 +316,9 @@ static double rate_of(W *w, i64 j) {
         return w->copy_tab[(e * 2 + busy) * 2 + (w->held[r] > 0)];
     }
     i64 share = w->kmem[k] ? w->nmem[r] : 0;
-    return w->batch_tab[(share * 2 + (w->nccl_n[r] > 0)) * 2 + (w->ncopy[r] > 0)];
+    double rate = w->batch_tab[(share * 2 + (w->nccl_n[r] > 0)) * 2 + (w->ncopy[r] > 0)];
+    if (w->nwait[r] && !w->kleft[k] && w->ktail[k] >= 0) rate *= w->kgain[k]; /* rule 4c: its ragged end filled */
+    return rate;
 }
 
 static void rerate_job(W *w, i64 j, double t) {
@@ -434,6 +438,7 @@ static void place(W *w, i64 r, double t) {
         new_job(w, BATCH, k, s, w->ktail[k] < 0 ? w->ktail_tau[k] : w->ktau[k], r, t);
         if (left - s) return;
         heap_pop(P);
+        w->nwait[r]--;
     }
 }
 
@@ -477,7 +482,9 @@ static void dispatch(W *w, i64 k, double t) {
         return;
     }
     CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k));
+    w->nwait[r]++;
     mark_toplace(w, r);
+    mark_dirty(w, r); /* rule 4c: the rank's placed kernels may now have their ragged ends filled */
 }
 
 /* rule 2: a queue hands over its ready items in order; a kernel with a reduction (rule 4b) holds it (qhead
@@ -592,6 +599,7 @@ static void job_done(W *w, i64 j, double t) {
             w->ktail[k] = -w->ktail[k];
             w->khand[k] = t;
             CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k));
+            w->nwait[r]++;
             w->qhead[w->kq[k]] = ~w->qhead[w->kq[k]];
             drain(w, w->kq[k], t);
         } else {
@@ -652,16 +660,16 @@ static void loop(W *w) {
 }
 
 /* ---- Python entry --------------------------------------------------------------------------------------- */
-#define NBUF 46
+#define NBUF 47
 /* Version of the argument lists of run() and the helpers below; schedsim.sim.waves._LAYOUT must equal it, or
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
  * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
- * kernels' reductions, ktail and ktail_tau after ktau). */
-#define LAYOUT 7
+ * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule 4c). */
+#define LAYOUT 8
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu_model.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
-static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "id" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
+static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays;
@@ -716,6 +724,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "run: the copy rate table must hold %d entries", COPY_TAB);
         goto release_bufs;
     }
+    if (bufs[1].len != 4 * ((Py_ssize_t)w->S + 1) * (Py_ssize_t)sizeof(double)) { /* gpu_model.rate_tables */
+        PyErr_SetString(PyExc_ValueError, "run: the batch rate table must hold 4 * (sms + 1) entries");
+        goto release_bufs;
+    }
     int b = 0;
 #define D(f) (w->f = (double *)ptr[b++])
 #define CD(f) (w->f = (const double *)ptr[b++])
@@ -724,7 +736,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     CD(comm_tab); CD(batch_tab); CD(copy_tab);
     I(npred); CI(succ_ptr); CI(succ_idx); CI(sid); CI(orank); CI(ogrp); CI(kern); CD(issue); CD(opwork);
     CI(kops_ptr); CI(kops_idx); CI(ktype); CI(krank); CI(kmem); CI(kq); I(kneed); I(kleft); CD(ktau);
-    I(ktail); CD(ktail_tau);
+    I(ktail); CD(ktail_tau); CD(kgain);
     CI(q_ptr); CI(q_idx);
     CI(gmem_ptr); CI(gmem_idx); CI(gends_ptr); CI(gends_idx); CI(grev_ptr); CI(grev_idx); CI(granks_ptr);
     CI(granks_idx); CI(epos_ptr); CI(epos_idx); CD(gwork);
@@ -752,6 +764,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->nmem = calloc((size_t)R, sizeof(i64));
         w->ncomm = calloc((size_t)R, sizeof(i64));
         w->ncopy = calloc((size_t)R, sizeof(i64));
+        w->nwait = calloc((size_t)R, sizeof(i64));
         w->nlink = calloc((size_t)(2 * R), sizeof(i64));
         w->cqhead = malloc((size_t)(3 * R) * sizeof(i64));
         w->cqtail = calloc((size_t)(3 * R), sizeof(i64));
@@ -763,7 +776,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->run_slot = calloc((size_t)R, sizeof(ivec));
         w->pend = calloc((size_t)R, sizeof(heap_t));
         if (!w->kstarted || !w->kready || !w->gres || !w->garr || !w->xcnt || !w->xmin || !w->xinit || !w->xval ||
-            !w->free_ || !w->held || !w->nccl_n || !w->nmem || !w->ncomm || !w->ncopy || !w->nlink ||
+            !w->free_ || !w->held || !w->nccl_n || !w->nmem || !w->ncomm || !w->ncopy || !w->nwait || !w->nlink ||
             !w->cqhead || !w->cqtail || !w->crate || !w->intoplace || !w->indirty || !w->lchg || !w->run_job ||
             !w->run_slot || !w->pend) {
             w->oom = 1;
@@ -786,7 +799,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
             result = PyLong_FromLongLong(w->njobs);
         free(w->kstarted); free(w->kready); free(w->gres); free(w->garr); free(w->xcnt); free(w->xmin);
         free(w->xinit); free(w->xval); free(w->free_); free(w->held); free(w->nccl_n); free(w->nmem);
-        free(w->ncomm); free(w->ncopy); free(w->nlink); free(w->cqhead); free(w->cqtail); free(w->crate);
+        free(w->ncomm); free(w->ncopy); free(w->nwait); free(w->nlink); free(w->cqhead); free(w->cqtail); free(w->crate);
         free(w->intoplace); free(w->indirty); free(w->lchg);
         if (w->run_job)
             for (i64 r = 0; r < R; r++) free(w->run_job[r].a);

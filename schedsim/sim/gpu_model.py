@@ -136,6 +136,22 @@ Rules and their sources
    predicted with one kernel per GEMM; per-op median 40 % → 17.7 % replayed with
    the reduction as a kernel of its own,
    ``benchmarks/h200/stream_dispatch_2026-12-02.md``).
+   **4c. Ragged wave ends.** A wave's CTAs do not end together; back to back
+   on one stream a kernel's last wave holds its SMs until its slowest CTA
+   ends (the table time includes that), but a compute kernel waiting for SMs
+   takes each one as it frees. So once a kernel has every CTA placed, its
+   main kernel's batches (waves of τ) run at 1 / (1 − min(tail / τ, 0.25))
+   while its rank's dispatch FIFO holds a compute kernel (NCCL kernels, a few
+   SMs each, are not counted; a split-K reduction gets no gain), tail =
+   ``gpu.wave_tail_us``, which ``calibrate`` fits to a GEMM of about one wave
+   run on 8 streams (:func:`executor.calibrate_waves.fit_wave_tail`). The
+   tail is a time, not a fraction of the wave: one H200, 2026-12-02 21:39 UTC,
+   8 streams × 8 fp32 GEMMs against the same 64 back to back, fitted per shape
+   with this model: 1024×512×8192 (0.180 ms) 8.8 µs, 2048×1024×8192 (0.700 ms)
+   8.1 µs, 4096×2048×8192 (two waves, 2.665 ms) 10.7 µs
+   (``benchmarks/h200/wave_tail_2026-12-02.md``). With one connection a
+   stream's next kernel is often not handed over behind another stream's
+   (rule 2), so no gain.
 5. **HBM.** Memory-bound kernels (roofline: bytes / HBM bandwidth ≥ FLOP /
    peak) resident at once share HBM: each of k runs at 1/k.
 6. **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
@@ -273,6 +289,7 @@ class GpuRules:
     cross_stream_s: float = 0.0
     h2d_beside_d2h: float = 0.0  # contention.h2d_slowdown_beside_d2h
     d2h_beside_h2d: float = 0.0  # contention.d2h_slowdown_beside_h2d
+    tail_s: float = 0.0  # gpu.wave_tail_us, in seconds (rule 4c)
 
     @classmethod
     def from_profile(cls, profile: HardwareProfile, max_connections: int | None = None) -> GpuRules:
@@ -287,7 +304,8 @@ class GpuRules:
                    compute_slowdown_with_copy=profile.contention.compute_slowdown_with_copy,
                    cross_stream_s=profile.gpu.cross_stream_latency_us * 1e-6,
                    h2d_beside_d2h=profile.contention.h2d_slowdown_beside_d2h,
-                   d2h_beside_h2d=profile.contention.d2h_slowdown_beside_h2d)
+                   d2h_beside_h2d=profile.contention.d2h_slowdown_beside_h2d,
+                   tail_s=profile.gpu.wave_tail_us * 1e-6)
 
 
 def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
@@ -766,6 +784,7 @@ def batch_rate(rules: GpuRules, mem_share: int, nccl_resident: bool, copying: bo
     """Rate (solo seconds done per second) of a batch of compute CTAs: 1/k beside k − 1 other memory-bound
     kernels when it is memory-bound (rule 5, ``mem_share`` = k, 0 or 1 when alone or compute-bound),
     / ``gemm_slowdown_beside_nccl`` while an NCCL kernel is resident (rule 6), / (1 + γ) while a copy runs.
+    The loops multiply it by the kernel's :func:`fill_gain` while a compute kernel waits (rule 4c).
 
     >>> r = GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.0, 0.5)
     >>> batch_rate(r, 2, True, True) == 1.0 / 2 / 1.5 / 1.5
@@ -785,6 +804,34 @@ def batch_rate(rules: GpuRules, mem_share: int, nccl_resident: bool, copying: bo
 COPY_ENGINES = 3
 #: The engine whose busy state slows each engine down (the reverse PCIe direction; d2d has none).
 REVERSE_ENGINE = (1, 0, -1)
+
+
+#: the most of a wave rule 4c takes back (tail / τ is capped here: a kernel of a few µs does not run at 10×)
+TAIL_CAP = 0.25
+
+
+def fill_gain(rules: GpuRules, tau: float) -> float:
+    """Rule 4c: the rate factor 1 / (1 − min(tail / τ, :data:`TAIL_CAP`)) of a compute kernel whose waves take
+    ``tau`` seconds, applied while every CTA of it is placed and a compute kernel waits for SMs; 1.0 without a
+    ``gpu.wave_tail_us`` or for a kernel of no time.
+
+    >>> r = GpuRules(8, 8, 2, 1.0, 1.0, False, 1.0, 0.0, 0.0, tail_s=8e-6)
+    >>> fill_gain(r, 160e-6) == 1.0 / (1.0 - 0.05), fill_gain(r, 10e-6) == 1.0 / 0.75, fill_gain(r, 0.0)
+    (True, True, 1.0)
+    """
+    if not rules.tail_s or tau <= 0.0:
+        return 1.0
+    return 1.0 / (1.0 - min(rules.tail_s / tau, TAIL_CAP))
+
+
+def fill_gain_columns(rules: GpuRules, ktau: np.ndarray, ktype: np.ndarray) -> np.ndarray:
+    """:func:`fill_gain` per kernel (float64; 1.0 for kernels that are not compute), bit for bit."""
+    ktau = np.asarray(ktau, np.float64)
+    if not rules.tail_s:
+        return np.ones(len(ktau))
+    ok = (np.asarray(ktype) == 0) & (ktau > 0.0)
+    frac = np.minimum(rules.tail_s / np.where(ok, ktau, 1.0), TAIL_CAP)
+    return np.where(ok, 1.0 / (1.0 - frac), 1.0)
 
 
 def copy_rate(rules: GpuRules, compute_resident: bool, engine: int = 0, reverse_busy: bool = False) -> float:

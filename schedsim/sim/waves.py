@@ -98,6 +98,22 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     return _State(start, end, ready_t, binding, stream_t)
 
 
+def _drain(Q: list[int], h: int, kready: list[bool], ktail: list[int], dispatch, t: float) -> int:  # type: ignore[no-untyped-def]
+    """Rule 2: queue ``Q`` hands over its ready kernels in order from its head ``h``; returns the new head. A
+    kernel with a reduction still to come (rule 4b, ``ktail`` > 0) holds the queue: the head comes back as
+    ``~h`` (negative), and nothing moves until the loop, having handed that reduction over, flips it back.
+    The reduction is the queue's next item, so a later kernel of a stream sharing the queue waits behind it."""
+    if h < 0:
+        return h
+    while h < len(Q) and kready[Q[h]]:
+        k = Q[h]
+        dispatch(k, t)
+        h += 1
+        if ktail[k] > 0:
+            return ~h
+    return h
+
+
 def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no-untyped-def]
                 issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
     """The reference event loop (rates straight from the rule functions); returns ``(start, end, ready_t,
@@ -111,7 +127,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
     comm_rate = functools.lru_cache(None)(functools.partial(gm.transfer_comm_rate, rules))  # the rule functions,
     batch_rate = functools.lru_cache(None)(functools.partial(gm.batch_rate, rules))  # evaluated once per state
     copy_rate = functools.lru_cache(None)(functools.partial(gm.copy_rate, rules))
-    kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues, ktail, ktail_tau = kn
+    kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues, ktail, ktail_tau, kgain = kn
     ktail = list(ktail)  # a reduction still to run: its CTAs; negative once handed over (rule 4b)
     K = len(kops)
     kbat = [0] * K  # CTA batches running
@@ -135,6 +151,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
     ncomm = [0] * world  # NCCL transfers in flight
     nlink = [0] * (2 * world)  # transfers in flight per (rank, direction)
     ncopy = [0] * world  # copies in flight
+    nwait = [0] * world  # compute kernels in the dispatch FIFO (rule 4c)
     pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)
     khand = [0.0] * K
     toplace: set[int] = set()
@@ -180,7 +197,10 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
             eng = ktype[k] - 2
             rv = gm.REVERSE_ENGINE[eng]
             return copy_rate(held[r] > 0, eng, rv >= 0 and bool(copyq.get((r, rv + 2))))
-        return batch_rate(nmem[r] if kmem[k] else 0, nccl_held[r] > 0, ncopy[r] > 0)
+        rate = batch_rate(nmem[r] if kmem[k] else 0, nccl_held[r] > 0, ncopy[r] > 0)
+        if nwait[r] and not kleft[k] and ktail[k] >= 0:  # rule 4c: a waiting kernel fills its ragged end
+            rate *= kgain[k]
+        return rate
 
     def comm_rates(ranks: list[int]) -> None:
         """Per-rank SM factor of NCCL transfers (rule 6), before the jobs of ``ranks`` are rerated."""
@@ -244,6 +264,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
             if left - s:
                 return
             heapq.heappop(P)
+            nwait[r] -= 1
 
     def start_copy(k: int, t: float) -> None:
         r = krank[k]
@@ -274,7 +295,9 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
                             toplace.add(krank[km])
             return
         push(pend[r], (t, kops[k][0], k))
+        nwait[r] += 1
         toplace.add(r)
+        dirty.add(r)  # rule 4c: the rank's placed kernels may now have their ragged ends filled
 
     def op_ready(i: int, t: float) -> None:
         ready_t[i] = t
@@ -286,21 +309,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
         drain(kq[k], t)
 
     def drain(key: tuple[int, int], t: float) -> None:
-        """Rule 2: a queue hands over its ready items in order. A kernel with a reduction (rule 4b) holds the
-        queue (``qhead`` negative, ``~h``) until its main kernel ends and the reduction is handed over: the
-        reduction is the queue's next item, so a later kernel of a stream sharing the queue waits behind it."""
-        Q = queues[key]
-        h = qhead.get(key, 0)
-        if h < 0:
-            return
-        while h < len(Q) and kready[Q[h]]:
-            k = Q[h]
-            dispatch(k, t)
-            h += 1
-            if ktail[k] > 0:
-                h = ~h
-                break
-        qhead[key] = h
+        qhead[key] = _drain(queues[key], qhead.get(key, 0), kready, ktail, dispatch, t)
 
     def release(i: int, t: float) -> None:
         end[i] = t
@@ -368,6 +377,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
                 ktail[k] = -ktail[k]
                 khand[k] = t
                 push(pend[r], (t, kops[k][0], k))
+                nwait[r] += 1
                 key = kq[k]
                 qhead[key] = ~qhead[key]
                 drain(key, t)
@@ -411,7 +421,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
 
 
 _EXT: list[object] = []  # [module or None] once looked up
-_LAYOUT = 7  # the argument lists of _cwaves.run (and its helpers) that schedsim passes: LAYOUT in _cwaves.c
+_LAYOUT = 8  # the argument lists of _cwaves.run (and its helpers) that schedsim passes: LAYOUT in _cwaves.c
 
 
 def compiled_loop():  # type: ignore[no-untyped-def]
@@ -475,7 +485,7 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
         array("d", c.job_work[:N]),
         *_csr(kn.kops), array("i", kn.ktype), array("i", kn.krank), array("i", kn.kmem),
         array("i", [qid[key] for key in kn.kq]), array("i", kn.kneed), array("i", kn.kleft), array("d", kn.ktau),
-        array("i", kn.ktail), array("d", kn.ktail_tau),
+        array("i", kn.ktail), array("d", kn.ktail_tau), array("d", kn.kgain),
         *_csr(kn.queues.values()),
         *_csr(gmem), *_csr(gends), *_csr(grev), *_csr(granks), *_csr(epos), array("d", c.job_work[N:]),
         start, end, ready_t, deps_t, khand, binding,
@@ -568,6 +578,7 @@ class _Kernels(NamedTuple):
     queues: dict[tuple[int, int], list[int]]  # (rank, queue) -> kernels in issue order
     ktail: list[int]  # compute: CTAs of the second kernel (a split-K reduction, rule 4b), 0 none
     ktail_tau: list[float]  # its solo seconds (one wave)
+    kgain: list[float]  # compute: gm.fill_gain of its main kernel's wave time (rule 4c), else 1.0
 
 
 def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # type: ignore[no-untyped-def]
@@ -639,4 +650,6 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
             queues[key] = [k]
         else:
             q.append(k)
-    return _Kernels(kern, kops, ktype, krank, [len(m) for m in kops], kleft, ktau, kmem, kq, queues, ktail, ktail_tau)
+    kgain = [gm.fill_gain(rules, t) if ty == 0 else 1.0 for t, ty in zip(ktau, ktype, strict=True)]
+    return _Kernels(kern, kops, ktype, krank, [len(m) for m in kops], kleft, ktau, kmem, kq, queues, ktail, ktail_tau,
+                    kgain)

@@ -522,6 +522,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
         npred, sptr, sidx, sid, rank32, ogrp, kern, _f64(issue), _f64(work),
         kptr, kidx, ktype, krank, kmem, kq, kneed, kleft, _f64(ktau), ktail, _f64(ktail_tau),
+        gm.fill_gain_columns(rules, ktau, ktype),
         qptr, qidx,
         gptr, gidx, *link[:4], gptr, granks, *link[4:], _f64(gwork),
         start, end, ready_t, deps_t, khand, binding,

@@ -519,3 +519,55 @@ def test_a_split_k_reduction_is_its_queues_next_item(monkeypatch, path):
     tl = simulate(lower(spec) if path == "columns" else build_graph(spec), prof)
     got = {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6), round(s.stream_s * 1e6, 6)) for s in tl.spans}
     assert got == {"A@r0": (0.0, 10.0, 0.0), "B@r0": (10.0, 20.0, 8.0)}
+
+
+def _spans(path, monkeypatch, text, prof):  # type: ignore[no-untyped-def]
+    """{op id: (start µs, end µs)} from the Python loop, the compiled loop or the columns path."""
+    from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
+    from schedsim.sim import waves
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    if path == "python":
+        monkeypatch.setattr(waves, "_EXT", [None])
+    elif waves.compiled_loop() is None:
+        pytest.skip("schedsim.sim._cwaves is not built")
+    spec = load_text(text, "t.yaml")
+    tl = simulate(lower(spec) if path == "columns" else build_graph(spec), prof)
+    return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}
+
+
+@pytest.mark.parametrize("path", ["python", "compiled", "columns"])
+def test_a_waiting_gemm_fills_the_ragged_end_of_the_last_wave(monkeypatch, path):
+    """Rule 4c, a 2 us tail on waves of 10 us: f = 0.2. A and B fill the 8 SMs (10 us each alone). B waits in the
+    FIFO while A runs, so A's only wave runs at 1 / 0.8: A [0, 8]; nothing waits behind B: B [8, 18] (no tail:
+    [0, 10], [10, 20])."""
+    prof = waves_profile(wave_tail_us=2.0)
+    two = HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n"
+    assert _spans(path, monkeypatch, two, prof) == {"A@r0": (0.0, 8.0), "B@r0": (8.0, 18.0)}
+    # the tail is a time: 5 us would be half the wave, capped at a quarter (TAIL_CAP): A at 4/3, ends at 7.5
+    assert _spans(path, monkeypatch, two, waves_profile(wave_tail_us=5.0)) == {"A@r0": (0.0, 7.5), "B@r0": (7.5, 17.5)}
+    # A (SIX) takes 6 SMs, B its 2 CTAs on the other 2 at 0 and waits for 6 more. A is filled: ends at 8. B's
+    # first batch is not (B still has CTAs to place): it runs [0, 10]; its other 6 CTAs go at 8, when nothing is
+    # left waiting: [8, 18]. No tail: A [0, 10], B [0, 20].
+    mixed = HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n"
+    assert _spans(path, monkeypatch, mixed, prof) == {"A@r0": (0.0, 8.0), "B@r0": (0.0, 18.0)}
+    assert _spans(path, monkeypatch, mixed, waves_profile()) == {"A@r0": (0.0, 10.0), "B@r0": (0.0, 20.0)}
+    # one stream: the successor is not handed over before A ends, nothing waits, the table times stand
+    one = HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s1}}\n"
+    assert _spans(path, monkeypatch, one, prof) == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0)}
+    # with split-K reductions (rule 4b; 8 CTAs, 2 us) A and B run main kernels of 8 us waves, filled at the cap
+    # (2/8 = 0.25): A's [0, 6] while B waits; B, handed over at 0, is ahead of A's reduction and runs its main
+    # kernel [6, 12] while that reduction waits; the reductions get no gain: A's [12, 14], B's [14, 16]. Without
+    # the tail: A's main [0, 8], B's [8, 16], A's reduction [16, 18], B's [18, 20]
+    red = _with_reduce(prof, ("fp32", 256, 512, 1024, 8, 2.0))
+    assert _spans(path, monkeypatch, two, red) == {"A@r0": (0.0, 14.0), "B@r0": (6.0, 16.0)}
+    red0 = _with_reduce(waves_profile(), ("fp32", 256, 512, 1024, 8, 2.0))
+    assert _spans(path, monkeypatch, two, red0) == {"A@r0": (0.0, 18.0), "B@r0": (8.0, 20.0)}
+    # an NCCL kernel waiting for its 2 SMs does not fill a GEMM's wave end (it needs a few SMs, not every one
+    # that frees): A keeps its 10 us on both ranks, the all_reduce starts at 10 (12 us alone)
+    nccl = HEAD % 2 + (f"  - {{name: A, {FULL}, stream: s1}}\n"
+                       "  - {name: ar, kind: all_reduce, bytes: 1000000, stream: c}\n")
+    got = _spans(path, monkeypatch, nccl, prof)
+    assert got == {"A@r0": (0.0, 10.0), "A@r1": (0.0, 10.0), "ar@r0": (10.0, 22.0), "ar@r1": (10.0, 22.0)}

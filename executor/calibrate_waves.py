@@ -1,0 +1,185 @@
+"""The ragged end of a GEMM's wave, for ``gpu.wave_tail_us`` (``schedsim calibrate``; rule 4c of
+:mod:`schedsim.sim.gpu_model`).
+
+A wave's CTAs do not end together. Back to back on one stream a kernel holds its last wave's SMs until the
+slowest CTA ends, and the GEMM table's times include that. When other streams' GEMMs wait for SMs, each SM is
+taken as it frees, so overlapped GEMMs achieve more than the table's throughput. This measures one GEMM shape
+of about one wave (half the SMs to all of them; fp32 2048×1024×8192, allgather_mm's sub-GEMM, when the
+schedules have none) on rank 0's GPU:
+
+* ``one_stream_ms``: 8·M launches on one stream, queued behind ``torch.cuda._sleep`` so the host is not timed,
+  elapsed / (8·M);
+* ``overlapped_ms``: the same 8·M launches as M on each of 8 streams, every stream released by one event, the
+  elapsed time from that event to the last stream's end;
+
+medians of 5 alternating repetitions. :func:`fit_wave_tail` then finds the tail for which the simulator's
+``waves`` model, given the one-stream time as the shape's table row and its measured grid, predicts the
+overlapped time (bisection), so the fitted tail carries only what the model does not already give overlapped
+GEMMs (SMs a grid leaves free, split-K reductions). One H200, 2026-12-02 21:39 UTC, 8 per stream: fp32
+1024×512×8192 0.168 ms per GEMM overlapped against 0.180 back to back (tail 8.8 µs), 2048×1024×8192 0.678
+against 0.700 (8.1 µs), 4096×2048×8192 2.599 against 2.665 (10.7 µs); ``benchmarks/h200/wave_tail_2026-12-02.md``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+#: the shape measured when no schedule GEMM is about one wave long (fp32 allgather_mm chunks 8's sub-GEMM)
+DEFAULT_SHAPE = ("fp32", 2048, 1024, 8192)
+STREAMS = 8
+
+
+def pick_shape(rows: list[list[Any]], ctas: list[list[Any]], sms: int, min_ms: float = 0.05
+               ) -> tuple[tuple[str, int, int, int], int | None]:
+    """The first measured GEMM (``rows``: ``[dtype, m, n, k, ms]``, schedules' shapes first) whose measured grid
+    (``ctas``: ``[dtype, m, n, k, CTAs]``) is between half the SMs and all of them and that runs at least
+    ``min_ms`` ms; else :data:`DEFAULT_SHAPE` with its grid if measured (else None).
+
+    >>> pick_shape([["bf16", 8, 8, 8, 0.01], ["fp32", 512, 512, 8192, 0.2]], [["fp32", 512, 512, 8192, 128]], 132)
+    (('fp32', 512, 512, 8192), 128)
+    >>> pick_shape([], [], 132)
+    (('fp32', 2048, 1024, 8192), None)
+    """
+    grid = {tuple(r[:4]): int(r[4]) for r in ctas}
+    for r in rows:
+        key = (str(r[0]), int(r[1]), int(r[2]), int(r[3]))
+        g = grid.get(key)
+        if g is not None and sms / 2 <= g <= sms and float(r[4]) >= min_ms:
+            return key, g
+    return DEFAULT_SHAPE, grid.get(DEFAULT_SHAPE)
+
+
+def measure_wave_tail(torch: Any, dev: Any, shape: tuple[str, int, int, int], grid: int | None,
+                      log: Callable[[str], None], per_stream: int = 8, reps: int = 5) -> dict[str, Any]:
+    """``{"dtype", "m", "n", "k", "ctas", "streams", "per_stream", "one_stream_ms", "overlapped_ms"}`` (see the
+    module docstring; ms are per GEMM for one stream and the whole run for the overlapped one; ``ctas`` is
+    ``grid``, or the shape's grid from a Kineto trace when None). Needs CUDA."""
+    from executor.kernels import torch_dtype
+
+    dt, m, n, k = shape
+    tdt = torch_dtype(dt)
+    torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
+    a = torch.rand((m, k), device=dev, dtype=torch.float32).to(tdt)
+    b = torch.rand((k, n), device=dev, dtype=torch.float32).to(tdt)
+    outs = [torch.empty((m, n), device=dev, dtype=tdt) for _ in range(STREAMS)]
+    streams = [torch.cuda.Stream(device=dev) for _ in range(STREAMS)]
+    main = torch.cuda.current_stream(dev)
+    total = STREAMS * per_stream
+    for c in outs:
+        torch.matmul(a, b, out=c)  # warm: the first call may pick or load the kernel
+    torch.cuda.synchronize(dev)
+    if grid is None:  # the shape was not in the GEMM table's runs: its grid from a Kineto trace
+        from executor.calibrate import longest_kernel_ctas
+        from executor.calibrate_nccl import kernel_events
+
+        grid = longest_kernel_ctas(kernel_events(torch, lambda: torch.matmul(a, b, out=outs[0])))
+
+    def one() -> float:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(4_000_000)
+        s.record()
+        for i in range(total):
+            torch.matmul(a, b, out=outs[i % STREAMS])
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) / total
+
+    def overlapped() -> float:
+        s = torch.cuda.Event(enable_timing=True)
+        ends = [torch.cuda.Event(enable_timing=True) for _ in streams]
+        torch.cuda._sleep(4_000_000)
+        s.record()
+        for st, c, e in zip(streams, outs, ends, strict=True):
+            st.wait_event(s)
+            with torch.cuda.stream(st):
+                for _ in range(per_stream):
+                    torch.matmul(a, b, out=c)
+            e.record(st)
+        for e in ends:
+            main.wait_event(e)
+        torch.cuda.synchronize(dev)
+        return max(s.elapsed_time(e) for e in ends)
+
+    ones, overs = [], []
+    for _ in range(reps):
+        ones.append(one())
+        overs.append(overlapped())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    one_ms, over_ms = float(statistics.median(ones)), float(statistics.median(overs))
+    log(f"[waves] {dt} {m}x{n}x{k} ({grid} CTAs): {one_ms:.4f} ms per GEMM back to back on one stream, "
+        f"{over_ms / total:.4f} ms per GEMM as {per_stream} on each of {STREAMS} streams")
+    return {"dtype": dt, "m": m, "n": n, "k": k, "ctas": grid, "streams": STREAMS, "per_stream": per_stream,
+            "one_stream_ms": one_ms, "overlapped_ms": over_ms}
+
+
+def _schedule_text(rec: dict[str, Any]) -> str:
+    dt, m, n, k = rec["dtype"], rec["m"], rec["n"], rec["k"]
+    ops = [f"  - {{name: g{s}_{i}, kind: matmul, m: {m}, n: {n}, k: {k}, dtype: {dt}, stream: s{s}}}"
+           for s in range(int(rec["streams"])) for i in range(int(rec["per_stream"]))]
+    return "schema_version: 1\nname: wave_tail_fit\nworld_size: 1\nops:\n" + "\n".join(ops) + "\n"
+
+
+def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: float = 0.005) -> float:
+    """The ``gpu.wave_tail_us`` (µs, rounded to 0.01) for which the ``waves`` model predicts
+    ``rec["overlapped_ms"]`` for the overlapped run of :func:`measure_wave_tail`, given ``rec["one_stream_ms"]``
+    as the shape's GEMM row and ``grid`` CTAs (if measured) on ``profile`` (a
+    :class:`schedsim.hardware.profile.HardwareProfile`) with host costs and the power curve off (the runs are
+    queued behind a sleep and last milliseconds). 0 when even no tail predicts no more than measured; capped
+    where rule 4c's gain stops growing (:data:`schedsim.sim.gpu_model.TAIL_CAP` of the wave). Bisection on the
+    predicted makespan, which does not rise with the tail.
+    """
+    from schedsim.graph.build import build_graph
+    from schedsim.sim.engine import simulate
+    from schedsim.sim.gpu_model import TAIL_CAP
+    from schedsim.spec.loader import load_text
+
+    key = (rec["dtype"], int(rec["m"]), int(rec["n"]), int(rec["k"]))
+    gemm = profile.gemm
+    entries = [list(e) for e in gemm.entries if tuple(e[:4]) != key] + [[*key, float(rec["one_stream_ms"])]]
+    upd: dict[str, Any] = {"entries": entries}
+    if grid:
+        upd["ctas"] = [list(e) for e in gemm.ctas if tuple(e[:4]) != key] + [[*key, int(grid)]]
+    zero = {f: 0.0 for f in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
+                             "first_op_extra_us", "eager_per_collective_us", "first_collective_extra_us",
+                             "executor_extra_per_op_us")}
+    base = profile.model_copy(update={"gemm": gemm.model_copy(update=upd), "power": None, "gpu_model": "waves",
+                                      "launch": profile.launch.model_copy(update=zero)})
+    G = build_graph(load_text(_schedule_text(rec), "<wave tail fit>"))
+    target = float(rec["overlapped_ms"]) * 1e-3
+
+    def makespan(tail_us: float) -> float:
+        p = base.model_copy(update={"gpu": base.gpu.model_copy(update={"wave_tail_us": tail_us})})
+        return simulate(G, p, launch="eager").makespan_s
+
+    hi = TAIL_CAP * float(rec["one_stream_ms"]) * 1e3  # a longer tail is capped for every wave of this GEMM
+    if makespan(0.0) <= target:
+        return 0.0
+    if makespan(hi) > target:
+        return round(hi, 2)
+    lo = 0.0
+    while hi - lo > tol_us:
+        mid = (lo + hi) / 2
+        if makespan(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return round((lo + hi) / 2, 2)
+
+
+def assemble_wave_tail(d: dict[str, Any], raw: dict[str, Any], where: str) -> None:
+    """Set ``d["gpu"]["wave_tail_us"]`` (the profile dict calibrate assembled, which must validate) from
+    ``raw["wave_tail"]`` (:func:`measure_wave_tail`) with :func:`fit_wave_tail`, and say so in its source;
+    nothing when the probe did not run (CPU ranks)."""
+    from schedsim.hardware.profile import HardwareProfile
+
+    wt = raw.get("wave_tail")
+    if not wt:
+        return
+    tail = fit_wave_tail(HardwareProfile.model_validate(d), wt, wt.get("ctas"))
+    d["gpu"]["wave_tail_us"] = tail
+    d["gpu"]["source"] += (f"; wave_tail_us: fitted {where} (executor/calibrate_waves.py): {wt['dtype']} "
+                           f"{wt['m']}x{wt['n']}x{wt['k']} ({wt.get('ctas')} CTAs) {wt['one_stream_ms']:.4f} ms per "
+                           f"GEMM back to back, {wt['overlapped_ms']:.3f} ms for {wt['per_stream']} on each of "
+                           f"{wt['streams']} streams; the waves model with this tail predicts the latter")

@@ -1,0 +1,73 @@
+"""gpu.wave_tail_us (rule 4c): calibrate's fit finds the tail that the waves model needs to predict an overlapped
+run, and _assemble writes it into the profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from exec_helpers import DATA
+
+from executor import calibrate as C
+from executor.calibrate_waves import _schedule_text, fit_wave_tail, pick_shape
+from schedsim.graph.build import build_graph
+from schedsim.hardware.profile import HardwareProfile, load_profile
+from schedsim.sim.engine import simulate
+from schedsim.spec.loader import load_text
+
+REC = {"dtype": "fp32", "m": 2048, "n": 1024, "k": 8192, "ctas": 128, "streams": 8, "per_stream": 8,
+       "one_stream_ms": 0.708}
+
+
+def _overlapped_ms(tail_us: float) -> float:
+    """What the waves model predicts for REC's overlapped run on h200 with a tail, host costs and power off."""
+    p = load_profile("h200")
+    zero = {k: 0.0 for k in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
+                             "first_op_extra_us", "executor_extra_per_op_us")}
+    key = ("fp32", 2048, 1024, 8192)
+    gemm = p.gemm.model_copy(update={"entries": [e for e in p.gemm.entries if tuple(e[:4]) != key] + [[*key, 0.708]]})
+    p = p.model_copy(update={"gemm": gemm, "power": None, "launch": p.launch.model_copy(update=zero),
+                             "gpu": p.gpu.model_copy(update={"wave_tail_us": tail_us})})
+    return simulate(build_graph(load_text(_schedule_text(REC), "t.yaml")), p, launch="eager").makespan_s * 1e3
+
+
+@pytest.mark.parametrize("tail_us", [2.0, 8.0, 25.0])
+def test_fit_recovers_the_tail_a_run_was_simulated_with(tail_us):
+    rec = dict(REC, overlapped_ms=_overlapped_ms(tail_us))
+    assert fit_wave_tail(load_profile("h200"), rec, 128) == pytest.approx(tail_us, abs=0.011)
+
+
+def test_fit_is_zero_or_capped_outside_the_models_range():
+    # 64 GEMMs 2 % slower than back to back: even no tail predicts less (the grid's 4 free SMs already help)
+    assert fit_wave_tail(load_profile("h200"), dict(REC, overlapped_ms=64 * 0.708 * 1.02), 128) == 0.0
+    assert _overlapped_ms(0.0) < 64 * 0.708
+    # faster than rule 4c can make it: the cap, a quarter of the 0.708 ms wave
+    assert fit_wave_tail(load_profile("h200"), dict(REC, overlapped_ms=1.0), 128) == 177.0
+
+
+def test_pick_shape_takes_a_schedule_gemm_of_about_one_wave():
+    rows = [["bf16", 4096, 4096, 4096, 0.9], ["fp32", 1024, 512, 8192, 0.183], ["fp32", 64, 64, 64, 0.004]]
+    ctas = [["bf16", 4096, 4096, 4096, 512], ["fp32", 1024, 512, 8192, 128], ["fp32", 64, 64, 64, 1]]
+    assert pick_shape(rows, ctas, 132) == (("fp32", 1024, 512, 8192), 128)  # 512 CTAs: four waves, not one
+    assert pick_shape(rows[:1] + rows[2:], ctas, 132) == (("fp32", 2048, 1024, 8192), None)
+
+
+torch = pytest.importorskip("torch")
+
+
+def test_assemble_writes_the_fitted_wave_tail(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
+    raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
+    ctx = SimpleNamespace(cuda=True, device=None)
+    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    base = load_profile("h200").gpu.wave_tail_us  # not measured: the base profile's (8.28 us)
+    assert HardwareProfile.model_validate(d).gpu.wave_tail_us == base > 0
+    raw["wave_tail"] = dict(REC, overlapped_ms=64 * 0.6777)  # one H200, 2026-12-02 21:39 UTC: 0.6777 ms per GEMM
+    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    tail = HardwareProfile.model_validate(d).gpu.wave_tail_us
+    # that raw run predates the gemm.reduce rows, so its tail also carries the reductions' overlap (23 us; 8 us
+    # with this day's calibration, which has them)
+    assert 5.0 < tail < 40.0 and "wave_tail_us: fitted" in d["gpu"]["source"]
+    assert tail == fit_wave_tail(HardwareProfile.model_validate(d), raw["wave_tail"], 128)
