@@ -1037,11 +1037,11 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["gemm_ctas_per_sm"] = b.gemm_occ
         raw["gemm_reduce"] = b.gemm_reduce
         if ctx.cuda:
-            from executor.calibrate_waves import measure_wave_tail, pick_shape
+            from executor.calibrate_waves import measure_wave_tail, pick_shapes
 
             sms = int(torch.cuda.get_device_properties(ctx.device).multi_processor_count)
-            shape, grid = pick_shape(raw["gemm"], b.gemm_ctas, sms)
-            raw["wave_tail"] = measure_wave_tail(torch, ctx.device, shape, grid, log)
+            raw["wave_tail"] = [measure_wave_tail(torch, ctx.device, shape, grid, log)
+                                for shape, grid in pick_shapes(raw["gemm"], b.gemm_ctas, sms)]
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
         raw["host"] = host_costs(b, log)

@@ -187,7 +187,7 @@ def _executor_extra(b: Any) -> dict[str, float]:
     n_ops = len(r.impls)
     try:
         if b.cuda:
-            steps = compile_cuda(torch, r.impls, r.stream_list, r.cross, r.ev_dep, {})
+            steps = compile_cuda(torch, r.impls, r.stream_list, r.cross, r.ev_dep, [])
             dev = b.ctx.device
 
             def lean() -> None:

@@ -31,24 +31,27 @@ DEFAULT_SHAPE = ("fp32", 2048, 1024, 8192)
 STREAMS = 8
 
 
-def pick_shape(rows: list[list[Any]], ctas: list[list[Any]], sms: int, min_ms: float = 0.05
-               ) -> tuple[tuple[str, int, int, int], int | None]:
-    """The first measured GEMM (``rows``: ``[dtype, m, n, k, ms]``, schedules' shapes first) whose measured grid
-    (``ctas``: ``[dtype, m, n, k, CTAs]``) is between half the SMs and all of them and that runs at least
-    ``min_ms`` ms; else :data:`DEFAULT_SHAPE` with its grid if measured (else None).
+def pick_shapes(rows: list[list[Any]], ctas: list[list[Any]], sms: int, min_ms: float = 0.02, max_ms: float = 3.0,
+                limit: int = 12) -> list[tuple[tuple[str, int, int, int], int | None]]:
+    """The measured GEMMs (``rows``: ``[dtype, m, n, k, ms]``, schedules' shapes first) to probe, with their
+    grids: those whose measured grid (``ctas``: ``[dtype, m, n, k, CTAs]``) is at least half the SMs (a GEMM
+    that leaves most SMs free is not waited for) and that run ``min_ms`` to ``max_ms`` ms back to back (64 of
+    them, 5 times, stay within seconds), at most ``limit``; none such: :data:`DEFAULT_SHAPE` with its grid if
+    measured (else None).
 
-    >>> pick_shape([["bf16", 8, 8, 8, 0.01], ["fp32", 512, 512, 8192, 0.2]], [["fp32", 512, 512, 8192, 128]], 132)
-    (('fp32', 512, 512, 8192), 128)
-    >>> pick_shape([], [], 132)
-    (('fp32', 2048, 1024, 8192), None)
+    >>> pick_shapes([["bf16", 8, 8, 8, 0.01], ["fp32", 512, 512, 8192, 0.2]], [["fp32", 512, 512, 8192, 128]], 132)
+    [(('fp32', 512, 512, 8192), 128)]
+    >>> pick_shapes([], [], 132)
+    [(('fp32', 2048, 1024, 8192), None)]
     """
     grid = {tuple(r[:4]): int(r[4]) for r in ctas}
+    out: list[tuple[tuple[str, int, int, int], int | None]] = []
     for r in rows:
         key = (str(r[0]), int(r[1]), int(r[2]), int(r[3]))
         g = grid.get(key)
-        if g is not None and sms / 2 <= g <= sms and float(r[4]) >= min_ms:
-            return key, g
-    return DEFAULT_SHAPE, grid.get(DEFAULT_SHAPE)
+        if g is not None and g >= sms / 2 and min_ms <= float(r[4]) <= max_ms and len(out) < limit:
+            out.append((key, g))
+    return out or [(DEFAULT_SHAPE, grid.get(DEFAULT_SHAPE))]
 
 
 def measure_wave_tail(torch: Any, dev: Any, shape: tuple[str, int, int, int], grid: int | None,
@@ -138,7 +141,7 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
     key = (rec["dtype"], int(rec["m"]), int(rec["n"]), int(rec["k"]))
     gemm = profile.gemm
     entries = [list(e) for e in gemm.entries if tuple(e[:4]) != key] + [[*key, float(rec["one_stream_ms"])]]
-    upd: dict[str, Any] = {"entries": entries}
+    upd: dict[str, Any] = {"entries": entries, "tail": [list(e) for e in gemm.tail if tuple(e[:4]) != key]}
     if grid:
         upd["ctas"] = [list(e) for e in gemm.ctas if tuple(e[:4]) != key] + [[*key, int(grid)]]
     zero = {f: 0.0 for f in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
@@ -169,17 +172,24 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
 
 
 def assemble_wave_tail(d: dict[str, Any], raw: dict[str, Any], where: str) -> None:
-    """Set ``d["gpu"]["wave_tail_us"]`` (the profile dict calibrate assembled, which must validate) from
-    ``raw["wave_tail"]`` (:func:`measure_wave_tail`) with :func:`fit_wave_tail`, and say so in its source;
-    nothing when the probe did not run (CPU ranks)."""
+    """Fit every probe of ``raw["wave_tail"]`` (:func:`measure_wave_tail` records, or one) with
+    :func:`fit_wave_tail` on the profile dict calibrate assembled (which must validate): ``d["gemm"]["tail"]``
+    gets a row per shape, ``d["gpu"]["wave_tail_us"]`` their median (for GEMMs without a row), and the sources
+    say so; nothing when no probe ran (CPU ranks)."""
+    import statistics
+
     from schedsim.hardware.profile import HardwareProfile
 
-    wt = raw.get("wave_tail")
-    if not wt:
+    recs = raw.get("wave_tail") or []
+    recs = [recs] if isinstance(recs, dict) else recs
+    if not recs:
         return
-    tail = fit_wave_tail(HardwareProfile.model_validate(d), wt, wt.get("ctas"))
-    d["gpu"]["wave_tail_us"] = tail
-    d["gpu"]["source"] += (f"; wave_tail_us: fitted {where} (executor/calibrate_waves.py): {wt['dtype']} "
-                           f"{wt['m']}x{wt['n']}x{wt['k']} ({wt.get('ctas')} CTAs) {wt['one_stream_ms']:.4f} ms per "
-                           f"GEMM back to back, {wt['overlapped_ms']:.3f} ms for {wt['per_stream']} on each of "
-                           f"{wt['streams']} streams; the waves model with this tail predicts the latter")
+    prof = HardwareProfile.model_validate(d)
+    rows = [[r["dtype"], int(r["m"]), int(r["n"]), int(r["k"]), fit_wave_tail(prof, r, r.get("ctas"))] for r in recs]
+    d["gemm"]["tail"] = rows
+    d["gpu"]["wave_tail_us"] = round(statistics.median(r[4] for r in rows), 2)
+    how = (f"fitted {where} (executor/calibrate_waves.py): each GEMM {recs[0]['per_stream']} to a stream on "
+           f"{recs[0]['streams']} streams against the same back to back, the tail for which the waves model predicts "
+           "the overlapped time")
+    d["gpu"]["source"] += f"; wave_tail_us: the median of gemm.tail, {how}"
+    d["gemm"]["source"] += f"; tail: {how}"

@@ -107,7 +107,7 @@ def tf32_plan(impls: Sequence[Any]) -> bool | None:
 
 
 def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross: Sequence[Sequence[int]],
-                 dep_events: Sequence[Any], end_events: dict[Any, Any]) -> list[Callable[[], Any]]:
+                 dep_events: Sequence[Any], end_events: Sequence[tuple[Any, Any]]) -> list[Callable[[], Any]]:
     """Flat step list of one uninstrumented CUDA iteration (see the module docstring).
 
     Parameters
@@ -116,7 +116,8 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
     streams : per op, its ``torch.cuda.Stream``
     cross : per op, indices of the ops on *other* streams it must wait for
     dep_events : per op, a ``torch.cuda.Event`` recorded after it when another stream waits on it, else None
-    end_events : stream → event recorded on it after its last op
+    end_events : ``(stream, event)`` pairs: the event is recorded on the stream after its last op (pairs, not a
+        dict keyed by stream: two schedule streams that share a CUDA stream each keep their event)
 
     The caller sets TF32 to :func:`tf32_plan` (when not None) before running the steps, and resets
     the current stream to the default one afterwards.
@@ -136,7 +137,7 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
         steps.append(fast or impl.run)
         if dep_events[i] is not None:
             steps.append(functools.partial(dep_events[i].record, s))
-    for s, ev in end_events.items():
+    for s, ev in end_events:
         steps.append(functools.partial(ev.record, s))
     return steps
 

@@ -61,6 +61,7 @@ from executor.clock import IterationClock
 from executor.dist import ArrivalTracker, DistContext
 from executor.kernels import Binding, Materializer, OpImpl
 from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu, tf32_plan
+from executor.streams import ANCHOR, cuda_streams
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMM_KINDS
 
@@ -545,9 +546,11 @@ class CudaRunner(RankRunner):
     def _init_cuda(self) -> None:
         torch = self.torch
         dev = self.ctx.device
-        self.streams = {s: torch.cuda.Stream(device=dev) for s in self.stream_names}
+        self.streams, note = cuda_streams(torch, dev, [*self.stream_names, ANCHOR])
+        if note:
+            self.log(note)
+        self.anchor_stream = self.streams.pop(ANCHOR)
         self.stream_list = [self.streams[o.stream] for o in self.ops]
-        self.anchor_stream = torch.cuda.Stream(device=dev)
         self.clock = IterationClock(dev, self.ctx.world, self.ctx.ctrl, anchor_stream=self.anchor_stream)
         n = len(self.ops)
         ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
@@ -652,7 +655,7 @@ class CudaRunner(RankRunner):
         torch = self.torch
         if self.lean_cuda is None:
             self.lean_cuda = compile_cuda(torch, self.impls, self.stream_list, self.cross, self.ev_dep,
-                                          {self.streams[s]: self.ev_stream_end[s] for s in self.last_on_stream})
+                                          [(self.streams[s], self.ev_stream_end[s]) for s in self.last_on_stream])
             self.lean_tf32 = tf32_plan(self.impls)
         steps = self.lean_cuda
         if self.lean_tf32 is not None:

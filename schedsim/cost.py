@@ -84,6 +84,9 @@ class CostModel:
             (d, m, n, k): c for d, m, n, k, c in profile.gemm.ctas_per_sm}
         self._reduce: dict[tuple[str, int, int, int], tuple[int, float]] = {
             (d, m, n, k): (c, us * 1e-6) for d, m, n, k, c, us in profile.gemm.reduce}
+        self._tail: dict[tuple[str, int, int, int], float] = {
+            (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.gemm.tail}
+        self._tail_default = profile.gpu.wave_tail_us * 1e-6
         self._fork_rows: dict[tuple[str, int, int, int], float] = {
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
@@ -174,6 +177,18 @@ class CostModel:
         if not self._reduce or op.kind != "matmul":
             return None
         return self._reduce.get(_shape_key(op))
+
+    def wave_tail(self, op: Op) -> float:
+        """Seconds of compute op ``op``'s ragged last-wave end that a waiting compute kernel takes back (rule 4c
+        of :mod:`schedsim.sim.gpu_model`): the profile's ``gemm.tail`` row for a GEMM of that (dtype, m·batch, n,
+        k), else ``gpu.wave_tail_us``. Fitted by ``schedsim calibrate`` from the GEMM on 8 streams against back
+        to back; e.g. one H200, 2026-12-02 21:51 UTC: fp32 1024×512×8192 8.5 µs, bf16 4096×4096×1024 5.6 µs
+        (``benchmarks/h200/wave_tail_2026-12-02.md``)."""
+        if self._tail and op.kind == "matmul":
+            got = self._tail.get(_shape_key(op))
+            if got is not None:
+                return got
+        return self._tail_default
 
     def gemm_ctas(self, op: Op) -> int:
         """CTAs of one launch of GEMM ``op``: the measured grid when the profile has this shape

@@ -72,10 +72,10 @@ class GPU(_B):
     wave_tail_us: float = Field(
         default=0.0, ge=0,
         description="Ragged end of a GEMM's last wave, µs, that a compute kernel waiting for SMs takes back (waves "
-        "model, rule 4c of schedsim.sim.gpu_model): a kernel whose CTAs are all placed runs its main kernel's "
-        "waves of τ seconds at 1 / (1 - min(tail / τ, 0.25)) while a compute kernel waits in its rank's dispatch "
-        "FIFO. Back-to-back table times (one stream) include the ragged end, so 0 reproduces them; schedsim "
-        "calibrate fits it to a GEMM of about one wave run on 8 streams.")
+        "model, rule 4c of schedsim.sim.gpu_model) for GEMMs without a gemm.tail row: a kernel whose CTAs are all "
+        "placed runs its main kernel's waves of τ seconds at 1 / (1 - min(tail / τ, 0.25)) while a compute kernel "
+        "waits in its rank's dispatch FIFO. Back-to-back table times (one stream) include the ragged end, so 0 "
+        "reproduces them; schedsim calibrate sets it to the median of the gemm.tail rows it fits.")
     source: str = Field(description="Where these numbers come from.")
 
     @field_validator("l2_cold_span")
@@ -227,6 +227,11 @@ class GemmTable(_B):
         "microseconds, from a Kineto trace (calibrate on CUDA records it). Rule 4b of schedsim.sim.gpu_model "
         "hands it to the GPU when the main kernel ends; it is part of the table's time. Shapes not listed run as "
         "one kernel.")
+    tail: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, NonNegFloat]] = Field(
+        default_factory=lambda: [],
+        description="[dtype, m, n, k, us]: that GEMM's ragged last-wave end, µs, which a compute kernel waiting for "
+        "SMs takes back (rule 4c of schedsim.sim.gpu_model); calibrate on CUDA fits it per schedule GEMM of at "
+        "least half a wave from the GEMM run 8 to a stream on 8 streams. Shapes not listed use gpu.wave_tail_us.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "

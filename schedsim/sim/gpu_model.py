@@ -289,7 +289,6 @@ class GpuRules:
     cross_stream_s: float = 0.0
     h2d_beside_d2h: float = 0.0  # contention.h2d_slowdown_beside_d2h
     d2h_beside_h2d: float = 0.0  # contention.d2h_slowdown_beside_h2d
-    tail_s: float = 0.0  # gpu.wave_tail_us, in seconds (rule 4c)
 
     @classmethod
     def from_profile(cls, profile: HardwareProfile, max_connections: int | None = None) -> GpuRules:
@@ -304,8 +303,7 @@ class GpuRules:
                    compute_slowdown_with_copy=profile.contention.compute_slowdown_with_copy,
                    cross_stream_s=profile.gpu.cross_stream_latency_us * 1e-6,
                    h2d_beside_d2h=profile.contention.h2d_slowdown_beside_d2h,
-                   d2h_beside_h2d=profile.contention.d2h_slowdown_beside_h2d,
-                   tail_s=profile.gpu.wave_tail_us * 1e-6)
+                   d2h_beside_h2d=profile.contention.d2h_slowdown_beside_h2d)
 
 
 def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
@@ -810,27 +808,27 @@ REVERSE_ENGINE = (1, 0, -1)
 TAIL_CAP = 0.25
 
 
-def fill_gain(rules: GpuRules, tau: float) -> float:
+def fill_gain(tau: float, tail_s: float) -> float:
     """Rule 4c: the rate factor 1 / (1 − min(tail / τ, :data:`TAIL_CAP`)) of a compute kernel whose waves take
-    ``tau`` seconds, applied while every CTA of it is placed and a compute kernel waits for SMs; 1.0 without a
-    ``gpu.wave_tail_us`` or for a kernel of no time.
+    ``tau`` seconds and whose ragged end is ``tail_s`` (:meth:`schedsim.cost.CostModel.wave_tail`), applied
+    while every CTA of it is placed and a compute kernel waits for SMs; 1.0 without a tail or for a kernel of
+    no time.
 
-    >>> r = GpuRules(8, 8, 2, 1.0, 1.0, False, 1.0, 0.0, 0.0, tail_s=8e-6)
-    >>> fill_gain(r, 160e-6) == 1.0 / (1.0 - 0.05), fill_gain(r, 10e-6) == 1.0 / 0.75, fill_gain(r, 0.0)
+    >>> fill_gain(160e-6, 8e-6) == 1.0 / (1.0 - 0.05), fill_gain(10e-6, 8e-6) == 1.0 / 0.75, fill_gain(0.0, 8e-6)
     (True, True, 1.0)
     """
-    if not rules.tail_s or tau <= 0.0:
+    if not tail_s or tau <= 0.0:
         return 1.0
-    return 1.0 / (1.0 - min(rules.tail_s / tau, TAIL_CAP))
+    return 1.0 / (1.0 - min(tail_s / tau, TAIL_CAP))
 
 
-def fill_gain_columns(rules: GpuRules, ktau: np.ndarray, ktype: np.ndarray) -> np.ndarray:
-    """:func:`fill_gain` per kernel (float64; 1.0 for kernels that are not compute), bit for bit."""
+def fill_gain_columns(ktau: np.ndarray, ktype: np.ndarray, tail_s: np.ndarray) -> np.ndarray:
+    """:func:`fill_gain` per kernel (float64; 1.0 for kernels that are not compute), bit for bit; ``tail_s`` per
+    kernel."""
     ktau = np.asarray(ktau, np.float64)
-    if not rules.tail_s:
-        return np.ones(len(ktau))
-    ok = (np.asarray(ktype) == 0) & (ktau > 0.0)
-    frac = np.minimum(rules.tail_s / np.where(ok, ktau, 1.0), TAIL_CAP)
+    tail_s = np.asarray(tail_s, np.float64)
+    ok = (np.asarray(ktype) == 0) & (ktau > 0.0) & (tail_s != 0.0)
+    frac = np.minimum(tail_s / np.where(ok, ktau, 1.0), TAIL_CAP)
     return np.where(ok, 1.0 / (1.0 - frac), 1.0)
 
 

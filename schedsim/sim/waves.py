@@ -650,6 +650,6 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
             queues[key] = [k]
         else:
             q.append(k)
-    kgain = [gm.fill_gain(rules, t) if ty == 0 else 1.0 for t, ty in zip(ktau, ktype, strict=True)]
+    kgain = [gm.fill_gain(ktau[k], cost.wave_tail(ops[kops[k][0]])) if ktype[k] == 0 else 1.0 for k in range(K)]
     return _Kernels(kern, kops, ktype, krank, [len(m) for m in kops], kleft, ktau, kmem, kq, queues, ktail, ktail_tau,
                     kgain)

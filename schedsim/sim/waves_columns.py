@@ -292,6 +292,7 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     ttl = [gm.kernel_tail(t, cost, sms) if _res_of(t) == 0 else (0, 0.0) for t in tps]  # rule 4b
     ttail = np.array([x[0] for x in ttl], I32)
     ttail_s = np.array([x[1] for x in ttl], np.float64)
+    twt = np.array([cost.wave_tail(t) if _res_of(t) == 0 else 0.0 for t in tps], np.float64)  # rule 4c
     op_tail = None
     if ttail.any():  # the main kernel runs the op's work less its reduction's
         work, op_tail = gm.split_work(work, ttail_s[tmpl])
@@ -310,8 +311,9 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
             ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
                 x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
         kptr = kptr[:K + 1]
-        ktail, ktail_tau = _tails(ttail, op_tail, tmpl, kidx, kptr, ktype, K)
-        return kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau
+        ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K)
+        return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
+                kgain)
     if (batch >= 0).any():
         # kernels numbered by first appearance: a batch's on a rank at its first op (its head), every other op its
         # own; the heads in op order are the kernels in order
@@ -341,19 +343,23 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
     kq = gm.first_codes(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
     Q = int(kq.max()) + 1 if K else 0
     qptr, qidx = _csr_of(kq, Q)
-    ktail, ktail_tau = _tails(ttail, op_tail, tmpl, kidx, kptr, ktype, K)
+    ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K)
     return (kern, kptr, kidx, _i32(ktype), krank, kneed, kleft, ktau, _i32(kmem), _i32(kq), _i32(qptr), _i32(qidx),
-            ktail, ktail_tau)
+            ktail, ktail_tau, kgain)
 
 
-def _tails(ttail, op_tail, tmpl, kidx, kptr, ktype, K):  # type: ignore[no-untyped-def]
+def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):  # type: ignore[no-untyped-def]
     """Per kernel (rule 4b): the CTAs of its reduction kernel (int32, 0 none; written by the loop), from its head
-    op's template, and its seconds (float64), the head op's share of :func:`gm.split_work` (``op_tail``)."""
-    if op_tail is None or K == 0:
-        return np.zeros(K, I32), np.zeros(K)
+    op's template, and its seconds (float64), the head op's share of :func:`gm.split_work` (``op_tail``); and
+    (rule 4c) :func:`gm.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
+    if K == 0:
+        return np.zeros(0, I32), np.zeros(0), np.ones(0)
     head = np.asarray(kidx)[np.asarray(kptr)[:-1]]
+    kgain = gm.fill_gain_columns(ktau, ktype, twt[tmpl[head]]) if twt.any() else np.ones(K)
+    if op_tail is None:
+        return np.zeros(K, I32), np.zeros(K), kgain
     comp = np.asarray(ktype) == 0
-    return _i32(np.where(comp, ttail[tmpl[head]], 0)), np.where(comp, op_tail[head], 0.0)
+    return _i32(np.where(comp, ttail[tmpl[head]], 0)), np.where(comp, op_tail[head], 0.0), kgain
 
 
 def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:
@@ -505,7 +511,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
     rank32 = _i32(prog.rank)
-    kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau = _kernels(
+    kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain = _kernels(
         tps, prog.world_size, tmpl, rank32, prog.batch, res, work, opq, rules.max_connections, cost, rules.sms)
     del opq
     K = len(kptr) - 1
@@ -522,14 +528,14 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
         npred, sptr, sidx, sid, rank32, ogrp, kern, _f64(issue), _f64(work),
         kptr, kidx, ktype, krank, kmem, kq, kneed, kleft, _f64(ktau), ktail, _f64(ktail_tau),
-        gm.fill_gain_columns(rules, ktau, ktype),
+        _f64(kgain),
         qptr, qidx,
         gptr, gidx, *link[:4], gptr, granks, *link[4:], _f64(gwork),
         start, end, ready_t, deps_t, khand, binding,
         np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32), np.zeros(K, I32),
     )
     loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
-    del arrays, link, kneed0, kleft, ktau, kmem, kq, kneed, sptr, sidx, granks, ktail, ktail_tau
+    del arrays, link, kneed0, kleft, ktau, kmem, kq, kneed, sptr, sidx, granks, ktail, ktail_tau, kgain
     if N and end.min() < 0.0:
         from schedsim.sim.engine import _raise_deadlock
 

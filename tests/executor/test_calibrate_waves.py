@@ -11,7 +11,7 @@ import pytest
 from exec_helpers import DATA
 
 from executor import calibrate as C
-from executor.calibrate_waves import _schedule_text, fit_wave_tail, pick_shape
+from executor.calibrate_waves import _schedule_text, fit_wave_tail, pick_shapes
 from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.sim.engine import simulate
@@ -27,7 +27,8 @@ def _overlapped_ms(tail_us: float) -> float:
     zero = {k: 0.0 for k in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
                              "first_op_extra_us", "executor_extra_per_op_us")}
     key = ("fp32", 2048, 1024, 8192)
-    gemm = p.gemm.model_copy(update={"entries": [e for e in p.gemm.entries if tuple(e[:4]) != key] + [[*key, 0.708]]})
+    gemm = p.gemm.model_copy(update={"entries": [e for e in p.gemm.entries if tuple(e[:4]) != key] + [[*key, 0.708]],
+                                     "tail": [e for e in p.gemm.tail if tuple(e[:4]) != key]})
     p = p.model_copy(update={"gemm": gemm, "power": None, "launch": p.launch.model_copy(update=zero),
                              "gpu": p.gpu.model_copy(update={"wave_tail_us": tail_us})})
     return simulate(build_graph(load_text(_schedule_text(REC), "t.yaml")), p, launch="eager").makespan_s * 1e3
@@ -47,11 +48,15 @@ def test_fit_is_zero_or_capped_outside_the_models_range():
     assert fit_wave_tail(load_profile("h200"), dict(REC, overlapped_ms=1.0), 128) == 177.0
 
 
-def test_pick_shape_takes_a_schedule_gemm_of_about_one_wave():
-    rows = [["bf16", 4096, 4096, 4096, 0.9], ["fp32", 1024, 512, 8192, 0.183], ["fp32", 64, 64, 64, 0.004]]
-    ctas = [["bf16", 4096, 4096, 4096, 512], ["fp32", 1024, 512, 8192, 128], ["fp32", 64, 64, 64, 1]]
-    assert pick_shape(rows, ctas, 132) == (("fp32", 1024, 512, 8192), 128)  # 512 CTAs: four waves, not one
-    assert pick_shape(rows[:1] + rows[2:], ctas, 132) == (("fp32", 2048, 1024, 8192), None)
+def test_pick_shapes_takes_the_schedule_gemms_of_at_least_half_a_wave():
+    rows = [["bf16", 4096, 4096, 4096, 0.9], ["fp32", 1024, 512, 8192, 0.183], ["fp32", 64, 64, 64, 0.004],
+            ["bf16", 8192, 8192, 8192, 4.2], ["bf16", 256, 256, 4096, 0.03]]
+    ctas = [["bf16", 4096, 4096, 4096, 512], ["fp32", 1024, 512, 8192, 128], ["fp32", 64, 64, 64, 1],
+            ["bf16", 8192, 8192, 8192, 2048], ["bf16", 256, 256, 4096, 16]]
+    # four waves is fine; one CTA, 16 CTAs (most SMs free) and a 4.2 ms GEMM (too long to run 640 times) are not
+    assert pick_shapes(rows, ctas, 132) == [(("bf16", 4096, 4096, 4096), 512), (("fp32", 1024, 512, 8192), 128)]
+    assert pick_shapes(rows[2:], ctas, 132) == [(("fp32", 2048, 1024, 8192), None)]
+    assert len(pick_shapes(rows[:2] * 10, ctas, 132, limit=3)) == 3
 
 
 torch = pytest.importorskip("torch")
@@ -64,10 +69,13 @@ def test_assemble_writes_the_fitted_wave_tail(monkeypatch) -> None:
     d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     base = load_profile("h200").gpu.wave_tail_us  # not measured: the base profile's (8.28 us)
     assert HardwareProfile.model_validate(d).gpu.wave_tail_us == base > 0
-    raw["wave_tail"] = dict(REC, overlapped_ms=64 * 0.6777)  # one H200, 2026-12-02 21:39 UTC: 0.6777 ms per GEMM
+    raw["wave_tail"] = [dict(REC, overlapped_ms=64 * 0.6777),  # one H200, 2026-12-02 21:39 UTC
+                        dict(REC, m=1024, n=512, one_stream_ms=0.1805, overlapped_ms=64 * 0.1684, ctas=128)]
     d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
-    tail = HardwareProfile.model_validate(d).gpu.wave_tail_us
-    # that raw run predates the gemm.reduce rows, so its tail also carries the reductions' overlap (23 us; 8 us
-    # with this day's calibration, which has them)
-    assert 5.0 < tail < 40.0 and "wave_tail_us: fitted" in d["gpu"]["source"]
-    assert tail == fit_wave_tail(HardwareProfile.model_validate(d), raw["wave_tail"], 128)
+    p = HardwareProfile.model_validate(d)
+    rows = {tuple(r[:4]): r[4] for r in p.gemm.tail}
+    assert set(rows) == {("fp32", 2048, 1024, 8192), ("fp32", 1024, 512, 8192)}
+    # that raw run predates the gemm.reduce rows, so its tails also carry the reductions' overlap
+    assert all(2.0 < t < 40.0 for t in rows.values()) and "wave_tail_us: the median" in d["gpu"]["source"]
+    assert p.gpu.wave_tail_us == round(sum(rows.values()) / 2, 2)  # the median of two
+    assert rows[("fp32", 2048, 1024, 8192)] == fit_wave_tail(p, raw["wave_tail"][0], 128)

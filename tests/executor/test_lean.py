@@ -62,13 +62,28 @@ def test_compile_cuda_binds_launches_in_program_order_with_waits_only_across_str
     streams = [s0, s0, s1, s1]
     cross = [[], [], [0], []]  # c (on s1) depends on a (on s0)
     dep = [_Rec("ev_a", log), None, None, None]
-    ends = {s0: _Rec("end0", log), s1: _Rec("end1", log)}
+    ends = [(s0, _Rec("end0", log)), (s1, _Rec("end1", log))]
     for f in compile_cuda(fake, impls, streams, cross, dep, ends):
         f()
     # TF32 is not switched inside the timed steps: the runner sets tf32_plan once before the timed region
     assert fake.backends.cuda.matmul.allow_tf32 is True and tf32_plan(impls) is False
     assert log == ["set(s0)", "fast:a", "ev_a.record(s0)", "fast:b", "set(s1)", "s1.wait(ev_a)", "fast:c", "fast:d",
                    "end0.record(s0)", "end1.record(s1)"]
+
+
+def test_compile_cuda_records_every_end_event_when_two_schedule_streams_share_a_cuda_stream() -> None:
+    """PyTorch's pool hands out 32 streams round robin, so schedule streams 0 and 32 can be one CUDA stream: each
+    still gets its end event recorded (a dict keyed by stream kept one, and the lean loop then waited on an
+    event never recorded: "Both events must be recorded", matmul_streams chunks 32 on one H200, 2026-12-02)."""
+    log: list[str] = []
+    fake = SimpleNamespace(cuda=SimpleNamespace(set_stream=lambda s: log.append(f"set({s})")),
+                           backends=SimpleNamespace(cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=None))))
+    s = _Rec("s", log)
+    impls = [SimpleNamespace(run=lambda: log.append("run"), fast=None, tf32=None)] * 2
+    ends = [(s, _Rec("end_a", log)), (s, _Rec("end_b", log))]
+    for f in compile_cuda(fake, impls, [s, s], [[], []], [None, None], ends):
+        f()
+    assert log[-2:] == ["end_a.record(s)", "end_b.record(s)"]
 
 
 def test_compile_cuda_keeps_run_when_matmuls_disagree_on_tf32() -> None:
@@ -78,7 +93,7 @@ def test_compile_cuda_keeps_run_when_matmuls_disagree_on_tf32() -> None:
     impls = [SimpleNamespace(run=lambda k=k: log.append(f"run{k}"), fast=lambda k=k: log.append(f"fast{k}"), tf32=t)
              for k, t in enumerate([True, False])]
     s = _Rec("s", log)
-    for f in compile_cuda(fake, impls, [s, s], [[], []], [None, None], {}):
+    for f in compile_cuda(fake, impls, [s, s], [[], []], [None, None], []):
         f()
     assert log == ["run0", "run1"] and fake.backends.cuda.matmul.allow_tf32 is None
     assert tf32_plan(impls) is None
