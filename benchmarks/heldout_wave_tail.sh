@@ -6,7 +6,7 @@
 # allgather_mm on one rank (M=16384) at chunks 2, 4, 8, 16 and 8 with one connection; matmul_streams at chunks 4, 8
 # and 16; small_ops_graph as a CUDA graph and eagerly. Keeps every run in OUT/runs.tgz to replay offline
 # (benchmarks/accuracy_replay.py, with and without the fitted f).
-#   OUT=dir [CASES="..."] bash benchmarks/heldout_wave_tail.sh
+#   OUT=dir [PROBE=0] [CASES="..."] bash benchmarks/heldout_wave_tail.sh
 set -uo pipefail
 OUT=${OUT:-heldout_wave_tail_out}; W=/tmp/hwt_work; rm -rf $W; mkdir -p "$OUT" $W
 . benchmarks/device_env.sh
@@ -19,9 +19,9 @@ timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m 
   --host-processes "${HOST_PROCESSES:-3}" --name h200x1_calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 \
   || { echo "calibrate failed"; tail -20 $W/calibrate.log; }
 [ -f "$PROF" ] || PROF=h200
-grep -E "^\[waves\]|wave_tail_fill" $W/calibrate.log "$PROF" | cut -c1-400
+grep -E "^\[waves\]|wave_tail_us|^  tail:" -A3 $W/calibrate.log "$PROF" | cut -c1-300
 echo "=== wave tail at more shapes ($(date -u +%H:%M:%S))"
-timeout 120 python3 - > $W/wave_tail_shapes.log 2>&1 <<'PY'
+[ "${PROBE:-1}" = 0 ] || timeout 120 python3 - > $W/wave_tail_shapes.log 2>&1 <<'PY'
 import json, torch
 from executor.calibrate import longest_kernel_ctas
 from executor.calibrate_nccl import kernel_events
@@ -36,8 +36,8 @@ for shape in [("fp32", 2048, 1024, 8192), ("fp32", 1024, 512, 8192), ("fp32", 40
         out.append(rec)
 json.dump(out, open("/tmp/hwt_work/wave_tail_shapes.json", "w"), indent=1)
 PY
-cat $W/wave_tail_shapes.log
-CASES=${CASES:-"ag_c2 ag_c4 ag_c8 ag_c16 ag_c8_conn1 ms_c4 ms_c8 ms_c16 so_graph so_eager"}
+cat $W/wave_tail_shapes.log 2>/dev/null
+CASES=${CASES:-"ag_c2 ag_c4 ag_c8 ag_c16 ag_c32 ag_c8_conn1 ms_c4 ms_c8 ms_c16 ms_c32 so_graph so_eager"}
 . benchmarks/heldout_one_gpu.sh
 for c in $CASES; do
   case $c in
