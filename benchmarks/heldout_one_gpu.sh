@@ -1,13 +1,14 @@
 # Sourced by the one-GPU held-out scripts (heldout_rule4b.sh, heldout_wave_tail.sh) after PROF and W are set:
 # run TAG SCHEDULE ARGS... executes schedules/SCHEDULE.yaml on one rank with `schedsim execute --compare` against
-# $PROF into $W/TAG (log $W/TAG.log), prints its makespan and per-op lines and drops the bulky trace.json.
+# $PROF into $W/TAG/execute (log $W/TAG.log; the layout benchmarks/accuracy_replay.py reads), prints its makespan
+# and per-op lines and drops the bulky trace.json.
 run() {  # run TAG SCHEDULE ARGS...
   local tag=$1 sched=$2; shift 2
   echo "=== $tag ($(date -u +%H:%M:%S))"
   timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute \
     "schedules/$sched.yaml" "$@" --no-gantt --compare --profile "$PROF" --iters 20 --warmup 5 --timeout 60 \
-    --out "$W/$tag" > "$W/$tag.log" 2>&1 || echo "$tag FAILED ($?)"
+    --out "$W/$tag/execute" > "$W/$tag.log" 2>&1 || echo "$tag FAILED ($?)"
   grep -E "without per-op|per-op duration" "$W/$tag.log"
-  rm -f "$W/$tag/trace.json"
+  rm -f "$W/$tag/execute/trace.json"
 }
 AG="--set world_size=1 --set M=16384"  # allgather_mm on one rank

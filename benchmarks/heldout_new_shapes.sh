@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One GPU, ~8 min: the waves model (rules 4-4c) on chunked GEMM schedules at shapes and dtypes no rule was fitted
+# on (issue 8's held-out check). Calibrates this GPU at the cases' GEMM shapes (calibrate fits their gemm.tail rows,
+# executor/calibrate_waves.py), then `schedsim execute --compare` with that profile:
+#   ms_bf16_c8   matmul_streams dtype=bf16 chunks=8            (2048x1024x8192 bf16 x 64)
+#   ms_M4k_c8    matmul_streams M=4096 chunks=8                (1024x1024x8192 fp32 x 64)
+#   ms_K4k_c16   matmul_streams K=4096 chunks=16               (1024x512x4096 fp32 x 256)
+#   ms_K2k_c8    matmul_streams K=2048 chunks=8                (2048x1024x2048 fp32 x 64)
+#   ag_M8k_c8    allgather_mm world 1 M=8192 N=4096 chunks=8   (1024x512x8192 fp32 x 64)
+#   ag_bf16_c16  allgather_mm world 1 M=16384 dtype=bf16 chunks=16 (1024x512x8192 bf16 x 256)
+# Keeps every run in OUT/runs.tgz (<case>/execute/timeline.json: replay offline with the shipped profile,
+#   python benchmarks/accuracy_replay.py DIR --profile h200).
+#   OUT=dir [CASES="..."] bash benchmarks/heldout_new_shapes.sh
+set -uo pipefail
+OUT=${OUT:-heldout_new_shapes_out}; W=/tmp/hns_work; rm -rf $W; mkdir -p "$OUT" $W
+. benchmarks/device_env.sh
+PROF=$W/h200x1_calibrated.yaml
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+echo "=== calibrate ($(date -u +%H:%M:%S))"
+timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim calibrate --no-grid \
+  --dtypes fp32,bf16 --iters 10 --max-bytes 67108864 --factor 4 --gemm 2048x1024x8192 --gemm 1024x1024x8192 \
+  --gemm 1024x512x4096 --gemm 2048x1024x2048 --gemm 1024x512x8192 \
+  --host-processes "${HOST_PROCESSES:-3}" --name h200x1_calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 \
+  || { echo "calibrate failed"; tail -20 $W/calibrate.log; }
+[ -f "$PROF" ] || PROF=h200
+grep -E "^\[waves\]|wave_tail_us|^  tail:" -A6 "$PROF" | cut -c1-200
+. benchmarks/heldout_one_gpu.sh
+CASES=${CASES:-"ms_bf16_c8 ms_M4k_c8 ms_K4k_c16 ms_K2k_c8 ag_M8k_c8 ag_bf16_c16"}
+for c in $CASES; do
+  case $c in
+    ms_bf16_c8) run "$c" matmul_streams --set dtype=bf16 --set chunks=8 ;;
+    ms_M4k_c8) run "$c" matmul_streams --set M=4096 --set chunks=8 ;;
+    ms_K4k_c16) run "$c" matmul_streams --set K=4096 --set chunks=16 ;;
+    ms_K2k_c8) run "$c" matmul_streams --set K=2048 --set chunks=8 ;;
+    ag_M8k_c8) run "$c" allgather_mm --set world_size=1 --set M=8192 --set N=4096 --set chunks=8 ;;
+    ag_bf16_c16) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=16 ;;
+  esac
+done
+cp "$PROF" "${PROF%.yaml}.json" $W/calibrate.log "$OUT/" 2>/dev/null
+tar czf "$OUT/runs.tgz" -C $W . 2>/dev/null
+echo "=== done ($(date -u +%H:%M:%S))"
