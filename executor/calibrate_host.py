@@ -12,6 +12,11 @@ enqueue work). Plain PyTorch, written as a user would:
     ``ev.record(s0)`` + ``s1.wait_event(ev)``: one cross-stream dependency.
 ``memcpy_call_us``
     ``dst.copy_(src, non_blocking=True)`` of 4 KiB pinned host → device.
+``elementwise_call_us``
+    ``torch.add(x, y, out=z)`` on three 4 KiB uint8 device tensors: how ``execute`` and the hand-written
+    references run a ``compute`` op given only bytes (S0's ``output_chunk.add_``). Until 2026-12-03 the
+    model charged such an op ``memcpy_call_us``; on one H200 the add costs more than the pinned copy
+    (``benchmarks/h200/elementwise_host_2026-12-03.md``).
 ``stream_switch_us``
     the extra host time of a ``torch.cuda.set_stream(s)`` before that matmul, the stream alternating
     between two streams on every call: (switch + launch) − launch, ≥ 0. The executor and the hand-written
@@ -75,8 +80,8 @@ __all__ = ["HOST_FIELDS", "comm_host_costs", "fresh_process_costs", "host_costs"
 
 #: the profile's ``launch:`` fields that are host costs measured here (µs per call)
 HOST_FIELDS = ("eager_per_op_us", "eager_per_collective_us", "p2p_call_us", "batch_p2p_call_us", "event_wait_us",
-               "memcpy_call_us", "stream_switch_us", "executor_extra_per_op_us", "first_op_extra_us",
-               "first_collective_extra_us")
+               "memcpy_call_us", "elementwise_call_us", "stream_switch_us", "executor_extra_per_op_us",
+               "first_op_extra_us", "first_collective_extra_us")
 
 N = 200
 
@@ -171,6 +176,8 @@ def host_costs(b: Any, log: Callable[[str], None]) -> dict[str, float]:
         h = torch.zeros(4096, dtype=torch.uint8)
         d = torch.empty(4096, dtype=torch.uint8)
         res["memcpy_call_us"] = _loop_us(b, lambda: d.copy_(h))
+    x, y, z = (torch.ones(4096, dtype=torch.uint8, device=dev) for _ in range(3))
+    res["elementwise_call_us"] = _loop_us(b, lambda: torch.add(x, y, out=z))
     res.update(_executor_extra(b))
     log("[launch] plain PyTorch host cost per call: " + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
     return res

@@ -141,19 +141,21 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
     key = (rec["dtype"], int(rec["m"]), int(rec["n"]), int(rec["k"]))
     gemm = profile.gemm
     entries = [list(e) for e in gemm.entries if tuple(e[:4]) != key] + [[*key, float(rec["one_stream_ms"])]]
-    upd: dict[str, Any] = {"entries": entries, "tail": [list(e) for e in gemm.tail if tuple(e[:4]) != key]}
+    others = [list(e) for e in gemm.tail if tuple(e[:4]) != key]
+    upd: dict[str, Any] = {"entries": entries, "tail": others}
     if grid:
         upd["ctas"] = [list(e) for e in gemm.ctas if tuple(e[:4]) != key] + [[*key, int(grid)]]
     zero = {f: 0.0 for f in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
-                             "first_op_extra_us", "eager_per_collective_us", "first_collective_extra_us",
-                             "executor_extra_per_op_us")}
+                             "elementwise_call_us", "first_op_extra_us", "eager_per_collective_us",
+                             "first_collective_extra_us", "executor_extra_per_op_us")}
     base = profile.model_copy(update={"gemm": gemm.model_copy(update=upd), "power": None, "gpu_model": "waves",
                                       "launch": profile.launch.model_copy(update=zero)})
     G = build_graph(load_text(_schedule_text(rec), "<wave tail fit>"))
     target = float(rec["overlapped_ms"]) * 1e-3
 
-    def makespan(tail_us: float) -> float:
-        p = base.model_copy(update={"gpu": base.gpu.model_copy(update={"wave_tail_us": tail_us})})
+    def makespan(tail_us: float) -> float:  # the shape's own row (else a neighbour's would stand in) and the default
+        g = base.gemm.model_copy(update={"tail": [*others, [*key, tail_us]]})
+        p = base.model_copy(update={"gpu": base.gpu.model_copy(update={"wave_tail_us": tail_us}), "gemm": g})
         return simulate(G, p, launch="eager").makespan_s
 
     hi = TAIL_CAP * float(rec["one_stream_ms"]) * 1e3  # a longer tail is capped for every wave of this GEMM

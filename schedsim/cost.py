@@ -87,6 +87,7 @@ class CostModel:
         self._tail: dict[tuple[str, int, int, int], float] = {
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.gemm.tail}
         self._tail_default = profile.gpu.wave_tail_us * 1e-6
+        self._tail_near: dict[tuple[str, int, int, int], float] = {}  # nearest-row answers, by shape
         self._fork_rows: dict[tuple[str, int, int, int], float] = {
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
@@ -181,14 +182,32 @@ class CostModel:
     def wave_tail(self, op: Op) -> float:
         """Seconds of compute op ``op``'s ragged last-wave end that a waiting compute kernel takes back (rule 4c
         of :mod:`schedsim.sim.gpu_model`): the profile's ``gemm.tail`` row for a GEMM of that (dtype, m·batch, n,
-        k), else ``gpu.wave_tail_us``. Fitted by ``schedsim calibrate`` from the GEMM on 8 streams against back
-        to back; e.g. one H200, 2026-12-02 21:51 UTC: fp32 1024×512×8192 8.5 µs, bf16 4096×4096×1024 5.6 µs
-        (``benchmarks/h200/wave_tail_2026-12-02.md``)."""
-        if self._tail and op.kind == "matmul":
-            got = self._tail.get(_shape_key(op))
-            if got is not None:
-                return got
-        return self._tail_default
+        k); for a GEMM without one, the row of the nearest measured shape of its dtype (least
+        |Δlog2 m| + |Δlog2 n| + |Δlog2 k|; the mean of the rows tied nearest); else ``gpu.wave_tail_us``.
+        Fitted by ``schedsim calibrate`` from the GEMM on 8 streams against back to back; e.g. one H200,
+        2026-12-02 21:51 UTC: fp32 1024×512×8192 8.5 µs, bf16 4096×4096×1024 5.6 µs
+        (``benchmarks/h200/wave_tail_2026-12-02.md``). Why the nearest row: the tail follows the cuBLAS kernel,
+        which follows dtype and shape, not one constant: bf16 with k = 8192 fitted 0–1 µs where fp32 fitted
+        4–9 µs, and the median default (5.5 µs) predicted bf16 2048×1024×8192 on 8 streams 10–12 % short (one
+        H200, 2026-12-03, ``benchmarks/h200/elementwise_host_2026-12-03.md``)."""
+        if not self._tail or op.kind != "matmul":
+            return self._tail_default
+        key = _shape_key(op)
+        got = self._tail.get(key)
+        if got is None:
+            got = self._tail_near.get(key)
+        if got is None:
+            got = self._tail_near[key] = self._nearest_tail(key)
+        return got
+
+    def _nearest_tail(self, key: tuple[str, int, int, int]) -> float:
+        rows = [(abs(math.log2(m / key[1])) + abs(math.log2(n / key[2])) + abs(math.log2(k / key[3])), t)
+                for (d, m, n, k), t in self._tail.items() if d == key[0] and min(key[1:]) > 0]
+        if not rows:
+            return self._tail_default
+        best = min(r[0] for r in rows)
+        near = [t for dist, t in rows if dist <= best + 1e-9]
+        return sum(near) / len(near)
 
     def gemm_ctas(self, op: Op) -> int:
         """CTAs of one launch of GEMM ``op``: the measured grid when the profile has this shape

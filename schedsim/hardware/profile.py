@@ -91,8 +91,9 @@ class Launch(_B):
 
     The ``None`` fields default as the profile contract says: ``p2p_call_us`` to
     ``eager_per_collective_us``, ``batch_p2p_call_us`` to 1.5 × ``p2p_call_us``,
-    ``event_wait_us`` to 2.0 and ``memcpy_call_us`` to ``eager_per_op_us`` (read
-    them through the ``*_s`` accessors, in seconds).
+    ``event_wait_us`` to 2.0, ``memcpy_call_us`` to ``eager_per_op_us`` and
+    ``elementwise_call_us`` to half of it (read them through the ``*_s`` accessors,
+    in seconds).
     """
 
     eager_per_op_us: float = Field(ge=0, description="Host time to launch one kernel in eager mode, µs.")
@@ -120,6 +121,12 @@ class Launch(_B):
                                         "stream.wait_event for one cross-stream dependency, µs (default 2.0).")
     memcpy_call_us: float | None = Field(default=None, ge=0, description="Host time of one tensor.copy_ (h2d/d2h) "
                                          "call, µs (default: eager_per_op_us).")
+    elementwise_call_us: float | None = Field(default=None, ge=0, description="Host time of one elementwise "
+                                              "torch.add(a, b, out=c), µs: what a bytes-only compute op costs the "
+                                              "host (execute and the references run it so); default: "
+                                              "0.5 x eager_per_op_us (the add / 64x64 matmul ratio, 0.49-0.53 in 6 "
+                                              "fresh processes, one H200, 2026-12-03, "
+                                              "benchmarks/h200/elementwise_host_2026-12-03.md).")
     stream_switch_us: float = Field(default=0.0, ge=0, description="Extra host time of switching the "
                                     "current stream (torch.cuda.set_stream, as the executor and the references do), "
                                     "charged to an op whose stream differs from the previous op's on its rank, µs "
@@ -165,6 +172,11 @@ class Launch(_B):
     def stream_switch_s(self) -> float:
         """Extra host time of one stream switch, seconds."""
         return self.stream_switch_us * 1e-6
+
+    @property
+    def elementwise_call_s(self) -> float:
+        """Host time of one elementwise ``torch.add(a, b, out=c)`` call, seconds."""
+        return (0.5 * self.eager_per_op_us if self.elementwise_call_us is None else self.elementwise_call_us) * 1e-6
 
     @property
     def memcpy_call_s(self) -> float:

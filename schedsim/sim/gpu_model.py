@@ -17,8 +17,10 @@ Rules and their sources
    hand-written ops as written, then a pipeline block's ops), each costing host
    time by kind (profile ``launch``): a kernel ``eager_per_op_us`` (× ``repeat``;
    a ``compute`` op given only ``bytes`` is an elementwise ``torch.add`` in
-   ``execute`` and the hand-written references, a TensorIterator call like a
-   small ``copy_``, so ``memcpy_call_us``: an estimate, not measured for add),
+   ``execute`` and the hand-written references: ``elementwise_call_us``, which
+   ``calibrate`` measures on that call; until 2026-12-03 it was charged the
+   4 KiB pinned ``copy_`` of ``memcpy_call_us``, 2.8× less than the add on one
+   H200, ``benchmarks/h200/elementwise_host_2026-12-03.md``),
    a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
@@ -364,7 +366,7 @@ def split_work(work, tail_s):  # type: ignore[no-untyped-def]
 
 
 #: Host-call classes of rule 1 (:func:`host_class`): what one op's call costs on the host.
-H_KERNEL, H_COPY_KERNEL, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
+H_KERNEL, H_ELEMENTWISE, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
 
 
 def host_class(op: Op) -> int:
@@ -372,7 +374,7 @@ def host_class(op: Op) -> int:
     lone send/recv, a member of a ``p2p_batch``, or a collective (the ``H_*`` constants)."""
     kind = op.kind
     if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
-        return H_COPY_KERNEL  # a bytes-only kernel: an elementwise torch.add (executor/kernels.py, references)
+        return H_ELEMENTWISE  # a bytes-only kernel: an elementwise torch.add (executor/kernels.py, references)
     if kind in ("matmul", "compute"):
         return H_KERNEL
     if kind == "memcpy":
@@ -596,6 +598,7 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
         return np.full(n, lp.graph_launch_us * 1e-6), np.zeros(n)
     op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
     batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
+    add_s = lp.elementwise_call_s
     extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
     first_op, first_comm = lp.first_op_extra_us * 1e-6, lp.first_collective_extra_us * 1e-6
     # the rules as per-class tables, read by the compiled pass and the numpy one alike: per host class (H_KERNEL ..
@@ -603,9 +606,9 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     # first op on a rank pays a first-call extra (0: kernels, 1: communication); a batch's call is below
     H = max(6, int(hclass.max()) + 1 if n else 0)
     by_class = np.zeros(H)
-    by_class[:6] = op_s, copy_s, copy_s, p2p_s, 0.0, coll_s
+    by_class[:6] = op_s, add_s, copy_s, p2p_s, 0.0, coll_s
     cls = np.arange(H)
-    per_repeat = (cls <= H_COPY_KERNEL).astype(np.int32)
+    per_repeat = (cls <= H_ELEMENTWISE).astype(np.int32)
     first_group = np.where(cls == H_KERNEL, 0, np.where(cls >= H_P2P, 1, -1)).astype(np.int32)
     first_cost = np.array([first_op, first_comm])
     ext = _compiled("issue_times")

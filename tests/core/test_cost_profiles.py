@@ -83,6 +83,29 @@ def test_gemm_ctas_from_the_profiles_measured_grid_else_tiles():
     assert cm.gemm_ctas(mm(4096, 4096, 4096)) == 32 * 32  # a wave or more of tiles: one CTA per tile
 
 
+def test_wave_tail_of_a_shape_without_a_row_is_its_nearest_measured_shape_of_the_dtype(toy_profile):
+    d = toy_profile.model_dump()
+    d["gpu"]["wave_tail_us"] = 5.0
+    d["gemm"]["tail"] = [["fp32", 1024, 512, 8192, 8.0], ["fp32", 2048, 1024, 8192, 6.0],
+                         ["fp32", 2048, 2048, 1024, 4.0], ["bf16", 1024, 512, 8192, 0.0]]
+    cm = CostModel(HardwareProfile.model_validate(d))
+
+    def mm(m: int, n: int, k: int, dtype: str = "fp32") -> Op:
+        return Op(name="x", rank=0, kind="matmul", stream="s", seq=0, m=m, n=n, k=k, dtype=dtype,
+                  flops=2.0 * m * n * k)
+
+    assert cm.wave_tail(mm(1024, 512, 8192)) == pytest.approx(8e-6)  # its own row
+    # bf16 2048x1024x8192: the bf16 row (log2 distance 2), not the fp32 one of the same shape nor the 5 µs default
+    assert cm.wave_tail(mm(2048, 1024, 8192, "bf16")) == 0.0
+    # fp32 1024x1024x8192: 1024x512x8192 and 2048x1024x8192 both 1 away: their mean
+    assert cm.wave_tail(mm(1024, 1024, 8192)) == pytest.approx(7e-6)
+    # fp32 2048x1024x2048: 2048x1024x8192 is 2 away, 2048x2048x1024 2 away: (6 + 4) / 2
+    assert cm.wave_tail(mm(2048, 1024, 2048)) == pytest.approx(5e-6)
+    assert cm.wave_tail(mm(64, 64, 64, "fp16")) == pytest.approx(5e-6)  # no row of the dtype: gpu.wave_tail_us
+    add = Op(name="a", rank=0, kind="compute", stream="s", seq=0, nbytes=1e6)
+    assert cm.wave_tail(add) == pytest.approx(5e-6)  # not a GEMM: gpu.wave_tail_us
+
+
 def test_shape_curve_transfer_from_reference_profile():
     p = load_profile("pcie2")
     cm = CostModel(p)

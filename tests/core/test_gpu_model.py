@@ -391,14 +391,22 @@ def test_cross_stream_release_latency_lets_the_same_stream_kernel_win(sim_text):
     assert spans == {"A@r0": (0.0, 10.0), "C@r0": (10.0, 12.0), "B@r0": (10.0, 22.0)}
 
 
-def test_bytes_only_compute_costs_a_copy_call_on_the_host(sim_text):
-    # eager_per_op_us 5, memcpy_call_us 2: G (GEMM) issued at 5, E (bytes only: an elementwise add in execute and the
-    # references) at 5 + 2 = 7, F (duration only: a busy kernel, a launch) at 7 + 5 = 12.
-    prof = waves_profile(launch={"eager_per_op_us": 5.0, "memcpy_call_us": 2.0})
+def test_bytes_only_compute_costs_an_elementwise_call_on_the_host(sim_text):
+    # eager_per_op_us 5, elementwise_call_us 3, memcpy_call_us 2: G (GEMM) issued at 5, E (bytes only: an elementwise
+    # add in execute and the references) at 5 + 3 = 8, F (duration only: a busy kernel, a launch) at 8 + 5 = 13,
+    # C (an h2d copy) at 13 + 2 = 15.
     body = (f"  - {{name: G, {TINY}, stream: a}}\n  - {{name: E, kind: compute, bytes: 1000, stream: b}}\n"
-            "  - {name: F, kind: compute, duration_us: 1, stream: c}\n")
+            "  - {name: F, kind: compute, duration_us: 1, stream: c}\n"
+            "  - {name: C, kind: memcpy, bytes: 4096, direction: h2d, stream: d}\n")
+    prof = waves_profile(launch={"eager_per_op_us": 5.0, "elementwise_call_us": 3.0, "memcpy_call_us": 2.0})
     _, tl = sim_text(HEAD % 1 + body, prof)
-    assert {s.id: round(s.ready_s * 1e6, 6) for s in tl.spans} == {"G@r0": 5.0, "E@r0": 7.0, "F@r0": 12.0}
+    assert {s.id: round(s.ready_s * 1e6, 6) for s in tl.spans} == {"G@r0": 5.0, "E@r0": 8.0, "F@r0": 13.0,
+                                                                    "C@r0": 15.0}
+    # without a measured elementwise call the add costs half a kernel launch: E at 7.5, F at 12.5, C at 14.5
+    prof = waves_profile(launch={"eager_per_op_us": 5.0, "memcpy_call_us": 2.0})
+    _, tl = sim_text(HEAD % 1 + body, prof)
+    assert {s.id: round(s.ready_s * 1e6, 6) for s in tl.spans} == {"G@r0": 5.0, "E@r0": 7.5, "F@r0": 12.5,
+                                                                    "C@r0": 14.5}
 
 
 def test_many_rank_collective_runs_at_its_slowest_ends_rate(sim_text):

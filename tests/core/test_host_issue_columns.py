@@ -19,7 +19,7 @@ def by_loop(rank, stream, hcls, repeat, host_s, batch, deps, model_executor):  #
     """Rule 1 op by op (gpu_model's docstring): per rank, host Python time, event waits, the executor's extra,
     a stream switch, the call (one per p2p batch), a first-call extra; the call starts after the switch."""
     lp = PROFILE.launch
-    call_of = {gm.H_KERNEL: lp.eager_per_op_us * 1e-6, gm.H_COPY_KERNEL: lp.memcpy_call_s,
+    call_of = {gm.H_KERNEL: lp.eager_per_op_us * 1e-6, gm.H_ELEMENTWISE: lp.elementwise_call_s,
                gm.H_MEMCPY: lp.memcpy_call_s, gm.H_P2P: lp.p2p_call_s, gm.H_COLL: lp.eager_per_collective_us * 1e-6}
     issue, call0 = [0.0] * len(rank), [0.0] * len(rank)
     t: dict[int, float] = {}
@@ -37,7 +37,7 @@ def by_loop(rank, stream, hcls, repeat, host_s, batch, deps, model_executor):  #
             c = 0.0 if (r, batch[i]) in paid else lp.batch_p2p_call_s
             paid.add((r, batch[i]))
         else:
-            c = call_of[h] * (repeat[i] if h in (gm.H_KERNEL, gm.H_COPY_KERNEL) else 1)
+            c = call_of[h] * (repeat[i] if h in (gm.H_KERNEL, gm.H_ELEMENTWISE) else 1)
         extra = 0.0
         if h == gm.H_KERNEL and r not in first_k:
             first_k.add(r)

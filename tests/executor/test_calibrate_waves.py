@@ -25,10 +25,10 @@ def _overlapped_ms(tail_us: float) -> float:
     """What the waves model predicts for REC's overlapped run on h200 with a tail, host costs and power off."""
     p = load_profile("h200")
     zero = {k: 0.0 for k in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
-                             "first_op_extra_us", "executor_extra_per_op_us")}
+                             "elementwise_call_us", "first_op_extra_us", "executor_extra_per_op_us")}
     key = ("fp32", 2048, 1024, 8192)
     gemm = p.gemm.model_copy(update={"entries": [e for e in p.gemm.entries if tuple(e[:4]) != key] + [[*key, 0.708]],
-                                     "tail": [e for e in p.gemm.tail if tuple(e[:4]) != key]})
+                                     "tail": [e for e in p.gemm.tail if tuple(e[:4]) != key] + [[*key, tail_us]]})
     p = p.model_copy(update={"gemm": gemm, "power": None, "launch": p.launch.model_copy(update=zero),
                              "gpu": p.gpu.model_copy(update={"wave_tail_us": tail_us})})
     return simulate(build_graph(load_text(_schedule_text(REC), "t.yaml")), p, launch="eager").makespan_s * 1e3
