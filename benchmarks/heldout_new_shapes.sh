@@ -8,24 +8,44 @@
 #   ms_K2k_c8    matmul_streams K=2048 chunks=8                (2048x1024x2048 fp32 x 64)
 #   ag_M8k_c8    allgather_mm world 1 M=8192 N=4096 chunks=8   (1024x512x8192 fp32 x 64)
 #   ag_bf16_c16  allgather_mm world 1 M=16384 dtype=bf16 chunks=16 (1024x512x8192 bf16 x 256)
+# SET=b (the second held-out set, run after the 2026-12-03 rule changes; calibrate at fp32, bf16 and fp16):
+#   ms_fp16_c8   matmul_streams dtype=fp16 chunks=8            (2048x1024x8192 fp16 x 64: no fp16 row anywhere)
+#   ag_bf16_c8   allgather_mm world 1 M=16384 dtype=bf16 chunks=8 (2048x1024x8192 bf16 x 64)
+#   ms_N4k_c8    matmul_streams N=4096 chunks=8                (2048x512x8192 fp32 x 64)
+#   ms_K1k_c8    matmul_streams K=1024 chunks=8                (2048x1024x1024 fp32 x 64)
+#   ag_bf16_c16_mh, so_eager_mh: allgather_mm bf16 chunks 16 and small_ops_graph eager with --measure-host
+# SET=c (host-bound eager cases, run after gemm.call rows: calibrate times each short GEMM's host call), every
+#   case with --measure-host: allgather_mm bf16 chunks 16 (twice) and 32 (512x256x8192 bf16 x 1024),
+#   matmul_streams bf16 chunks 16, small_ops_graph eager, tp_allreduce_graph world 1 eager (64 layers)
 # Keeps every run in OUT/runs.tgz (<case>/execute/timeline.json: replay offline with the shipped profile,
 #   python benchmarks/accuracy_replay.py DIR --profile h200).
-#   OUT=dir [CASES="..."] bash benchmarks/heldout_new_shapes.sh
+#   OUT=dir [SET=a|b] [CASES="..."] bash benchmarks/heldout_new_shapes.sh
 set -uo pipefail
 OUT=${OUT:-heldout_new_shapes_out}; W=/tmp/hns_work; rm -rf $W; mkdir -p "$OUT" $W
 . benchmarks/device_env.sh
 PROF=$W/h200x1_calibrated.yaml
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 echo "=== calibrate ($(date -u +%H:%M:%S))"
+if [ "${SET:-a}" = c ]; then
+  GEMMS="--dtypes fp32,bf16 --gemm 1024x512x8192 --gemm 512x256x8192 schedules/tp_allreduce_graph.yaml"
+  DEFAULT_CASES="ag_bf16_c16_mh ag_bf16_c16_mh2 ag_bf16_c32_mh ms_bf16_c16_mh so_eager_mh tp_ar_eager_mh"
+elif [ "${SET:-a}" = b ]; then
+  GEMMS="--dtypes fp32,bf16,fp16 --gemm 2048x1024x8192 --gemm 2048x512x8192 --gemm 2048x1024x1024 --gemm 1024x512x8192"
+  DEFAULT_CASES="ms_fp16_c8 ag_bf16_c8 ms_N4k_c8 ms_K1k_c8 ag_bf16_c16_mh so_eager_mh"
+else
+  GEMMS="--dtypes fp32,bf16 --gemm 2048x1024x8192 --gemm 1024x1024x8192 --gemm 1024x512x4096 --gemm 2048x1024x2048
+    --gemm 1024x512x8192"
+  DEFAULT_CASES="ms_bf16_c8 ms_M4k_c8 ms_K4k_c16 ms_K2k_c8 ag_M8k_c8 ag_bf16_c16"
+fi
+# shellcheck disable=SC2086
 timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim calibrate --no-grid \
-  --dtypes fp32,bf16 --iters 10 --max-bytes 67108864 --factor 4 --gemm 2048x1024x8192 --gemm 1024x1024x8192 \
-  --gemm 1024x512x4096 --gemm 2048x1024x2048 --gemm 1024x512x8192 \
+  --iters 10 --max-bytes 67108864 --factor 4 $GEMMS schedules/small_ops_graph.yaml \
   --host-processes "${HOST_PROCESSES:-3}" --name h200x1_calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 \
   || { echo "calibrate failed"; tail -20 $W/calibrate.log; }
 [ -f "$PROF" ] || PROF=h200
 grep -E "^\[waves\]|wave_tail_us|^  tail:" -A6 "$PROF" | cut -c1-200
 . benchmarks/heldout_one_gpu.sh
-CASES=${CASES:-"ms_bf16_c8 ms_M4k_c8 ms_K4k_c16 ms_K2k_c8 ag_M8k_c8 ag_bf16_c16"}
+CASES=${CASES:-$DEFAULT_CASES}
 for c in $CASES; do
   case $c in
     ms_bf16_c8) run "$c" matmul_streams --set dtype=bf16 --set chunks=8 ;;
@@ -34,6 +54,15 @@ for c in $CASES; do
     ms_K2k_c8) run "$c" matmul_streams --set K=2048 --set chunks=8 ;;
     ag_M8k_c8) run "$c" allgather_mm --set world_size=1 --set M=8192 --set N=4096 --set chunks=8 ;;
     ag_bf16_c16) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=16 ;;
+    ms_fp16_c8) run "$c" matmul_streams --set dtype=fp16 --set chunks=8 ;;
+    ag_bf16_c8) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=8 ;;
+    ms_N4k_c8) run "$c" matmul_streams --set N=4096 --set chunks=8 ;;
+    ms_K1k_c8) run "$c" matmul_streams --set K=1024 --set chunks=8 ;;
+    ag_bf16_c16_mh*) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=16 --measure-host ;;
+    ag_bf16_c32_mh) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=32 --measure-host ;;
+    ms_bf16_c16_mh) run "$c" matmul_streams --set dtype=bf16 --set chunks=16 --measure-host ;;
+    tp_ar_eager_mh) run "$c" tp_allreduce_graph --set world_size=1 --set layers=64 --eager --measure-host ;;
+    so_eager_mh) run "$c" small_ops_graph --eager --measure-host ;;
   esac
 done
 cp "$PROF" "${PROF%.yaml}.json" $W/calibrate.log "$OUT/" 2>/dev/null

@@ -88,6 +88,7 @@ class CostModel:
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.gemm.tail}
         self._tail_default = profile.gpu.wave_tail_us * 1e-6
         self._tail_near: dict[tuple[str, int, int, int], float] = {}  # nearest-row answers, by shape
+        self._call: dict[tuple[str, int, int, int], float] = {(d, m, n, k): x for d, m, n, k, x in profile.gemm.call}
         self._fork_rows: dict[tuple[str, int, int, int], float] = {
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
@@ -199,6 +200,15 @@ class CostModel:
         if got is None:
             got = self._tail_near[key] = self._nearest_tail(key)
         return got
+
+    def gemm_call_extra(self, op: Op) -> float:
+        """Seconds a GEMM ``op``'s host call costs beyond ``launch.eager_per_op_us`` (one call; rule 1 of
+        :mod:`schedsim.sim.gpu_model`): ``(x - 1) · eager_per_op_us`` with ``x`` its ``gemm.call`` row, else 0 (and
+        0 for every other op). Can be negative (a row below 1)."""
+        if not self._call or op.kind != "matmul":
+            return 0.0
+        x = self._call.get(_shape_key(op))
+        return 0.0 if x is None else (x - 1.0) * self.profile.launch.eager_per_op_us * 1e-6
 
     def _nearest_tail(self, key: tuple[str, int, int, int]) -> float:
         rows = [(abs(math.log2(m / key[1])) + abs(math.log2(n / key[2])) + abs(math.log2(k / key[3])), t)

@@ -243,7 +243,15 @@ class GemmTable(_B):
         default_factory=lambda: [],
         description="[dtype, m, n, k, us]: that GEMM's ragged last-wave end, µs, which a compute kernel waiting for "
         "SMs takes back (rule 4c of schedsim.sim.gpu_model); calibrate on CUDA fits it per schedule GEMM of at "
-        "least half a wave from the GEMM run 8 to a stream on 8 streams. Shapes not listed use gpu.wave_tail_us.")
+        "least half a wave from the GEMM run 8 to a stream on 8 streams. Shapes not listed take the nearest listed "
+        "shape of their dtype (CostModel.wave_tail), and gpu.wave_tail_us when their dtype has none.")
+    call: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
+        default_factory=lambda: [],
+        description="[dtype, m, n, k, x]: the host time of one torch.matmul(a, b, out=c) call of that shape as a "
+        "multiple of launch.eager_per_op_us (the 64x64 call), both timed in one process (calibrate on CUDA: schedule "
+        "GEMMs of at most 0.2 ms, where the host can bound them). bf16 1024x512x8192, whose call launches two "
+        "kernels (split-K, gemm.reduce), cost 1.29x on one H200, 2026-12-03 (call + add less the add's loop; "
+        "benchmarks/h200/elementwise_host_2026-12-03.md). Rule 1 of schedsim.sim.gpu_model; shapes not listed: 1.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "

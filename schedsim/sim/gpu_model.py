@@ -579,10 +579,11 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
 
 def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray,
                        host_s: np.ndarray, batch: np.ndarray, cross_stream_deps: np.ndarray,
-                       profile: HardwareProfile, mode: str, model_executor: bool = False
-                       ) -> tuple[np.ndarray, np.ndarray]:
+                       profile: HardwareProfile, mode: str, model_executor: bool = False,
+                       call_extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(issue, call_start)``: time (s) at which the host has issued each op, and at which its own call began
-    (rule 1), float64 of shape (n,).
+    (rule 1), float64 of shape (n,). ``call_extra`` (s, shape (n,), repeats included) is added to each op's call:
+    a GEMM shape's ``gemm.call`` row (:meth:`schedsim.cost.CostModel.gemm_call_extra`).
 
     Columns of shape (n,), ops in program order per rank: ``rank``; ``stream`` (codes equal for equal names);
     ``hclass`` (:func:`host_class`); ``repeat``; ``host_s`` (declared Python time, s); ``batch`` (code of the
@@ -611,7 +612,9 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     per_repeat = (cls <= H_ELEMENTWISE).astype(np.int32)
     first_group = np.where(cls == H_KERNEL, 0, np.where(cls >= H_P2P, 1, -1)).astype(np.int32)
     first_cost = np.array([first_op, first_comm])
-    ext = _compiled("issue_times")
+    if call_extra is not None and not np.any(call_extra):
+        call_extra = None
+    ext = _compiled("issue_times") if call_extra is None else None
     if ext is not None and n:  # one compiled pass when the ranks ascend (a Program's do)
         issue, call0 = np.empty(n), np.empty(n)
         ints = (rank, stream, hclass, repeat[:1] if repeat.strides == (0,) else repeat, batch, cross_stream_deps)
@@ -624,17 +627,13 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     if order is not None:  # the prefix sums run per rank in program order
         rank, stream, hclass, repeat, host_s, batch, cross_stream_deps = (
             a[order] for a in (rank, stream, hclass, repeat, host_s, batch, cross_stream_deps))
+        if call_extra is not None:
+            call_extra = call_extra[order]
     new_rank = np.ones(n, bool)
     new_rank[1:] = rank[1:] != rank[:-1]
     switch = np.zeros(n, bool)
     switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
-    call = by_class[hclass]
-    if not (repeat.strides == (0,) and n and repeat[0] == 1):  # (a broadcast of 1: every op runs once)
-        m = per_repeat[hclass].astype(bool)
-        call[m] *= repeat[m]
-    bm = np.flatnonzero(hclass == H_BATCH_P2P)
-    if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
-        call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
+    call = _calls(by_class, per_repeat, hclass, repeat, rank, batch, batch_s, call_extra)
     first = np.zeros(n)
     fg = first_group[hclass]
     for g, cost in enumerate(first_cost.tolist()):
@@ -697,18 +696,42 @@ def _compiled(name: str):  # type: ignore[no-untyped-def]
 _ISSUE_CHUNK = 1 << 17
 
 
+def _calls(by_class: np.ndarray, per_repeat: np.ndarray, hclass: np.ndarray, repeat: np.ndarray, rank: np.ndarray,
+           batch: np.ndarray, batch_s: float, call_extra: np.ndarray | None) -> np.ndarray:
+    """Each op's own call (s, shape (n,)) in :func:`host_issue_columns`' numpy pass: its class's, times its
+    repeats where per repeat, plus ``call_extra``; a batch's one call at its first member."""
+    n = len(hclass)
+    call = by_class[hclass]
+    if not (repeat.strides == (0,) and n and repeat[0] == 1):  # (a broadcast of 1: every op runs once)
+        m = per_repeat[hclass].astype(bool)
+        call[m] *= repeat[m]
+    if call_extra is not None:
+        call = call + call_extra
+    bm = np.flatnonzero(hclass == H_BATCH_P2P)
+    if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
+        call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
+    return call
+
+
 def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
-                     model_executor: bool = False, call_start: list[float] | None = None) -> list[float]:
+                     model_executor: bool = False, call_start: list[float] | None = None,
+                     cost: CostModel | None = None) -> list[float]:
     """:func:`host_issue_columns` of a list of ops (program order per rank); ``call_start``, if given, is
-    filled with each op's call start."""
+    filled with each op's call start; ``cost`` (default: one of ``profile``) gives each GEMM's
+    ``gemm.call`` extra."""
     n = len(ops)
     codes: dict[object, int] = {None: -1}
     cols = [(op.rank, codes.setdefault(op.stream, len(codes)), host_class(op), op.repeat, op.host_s,
              codes.setdefault(op.p2p_batch, len(codes))) for op in ops]
     rank, stream, hcls, rep, hs, bat = (np.array(c) for c in zip(*cols, strict=True)) if n else \
         (np.zeros(0, np.int64),) * 6
+    extra = None
+    if profile.gemm.call and mode != "cuda_graph":
+        cm = cost if cost is not None else CostModel(profile)
+        extra = np.array([cm.gemm_call_extra(op) * op.repeat for op in ops], np.float64)
     issue, call0 = host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,
-                                      np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor)
+                                      np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor,
+                                      extra)
     if call_start is not None:
         call_start[:] = call0.tolist()
     return issue.tolist()

@@ -601,7 +601,7 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # ty
             if streams[v] != su:
                 xdeps[v] += 1
     return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
-                                     call_start=call_start)
+                                     call_start=call_start, cost=c.cost)
 
 
 def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]

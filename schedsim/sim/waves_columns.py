@@ -403,7 +403,7 @@ def _f64(a) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.ndarray, sid: np.ndarray,
                      res: np.ndarray, is_p2p: np.ndarray, serial: bool, profile: HardwareProfile, mode: str,
-                     model_executor: bool) -> tuple[np.ndarray, ...]:
+                     model_executor: bool, cost: CostModel) -> tuple[np.ndarray, ...]:
     """Rule 7's communicator order and rule 1's host issue times: ``(sptr, sidx, npred)`` (the DAG plus the
     communicator-order edges as int32 CSR, each op's predecessor count) and ``(issue, call0)`` (float64
     seconds). Its int64 temporaries (communicators, edge keys, host classes) die here, before the loop runs."""
@@ -421,8 +421,12 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
         hcls[is_p2p & (batch >= 0)] = gm.H_BATCH_P2P
     trep = np.array([t.repeat for t in tps], I64)
     ths = np.array([t.host_s for t in tps], np.float64)
+    extra = None
+    if profile.gemm.call and mode != "cuda_graph":  # rule 1: a GEMM shape's host call (gemm.call), per template
+        tce = np.array([cost.gemm_call_extra(t) * t.repeat for t in tps], np.float64)
+        extra = _per_op(tce, tmpl) if np.any(tce) else None
     issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
-                                         profile, mode, model_executor)
+                                         profile, mode, model_executor, extra)
     return sptr, sidx, npred, issue, call0
 
 
@@ -506,7 +510,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     _check(prog, rank, work)  # after every term, as the Op-list path checks its job times
     # rule 7: communicator order; rule 1: host issue times
     sptr, sidx, npred, issue, call0 = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile,
-                                                       mode, model_executor)
+                                                       mode, model_executor, cost)
     del is_p2p
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)

@@ -531,6 +531,12 @@ def test_a_split_k_reduction_is_its_queues_next_item(monkeypatch, path):
 
 def _spans(path, monkeypatch, text, prof):  # type: ignore[no-untyped-def]
     """{op id: (start µs, end µs)} from the Python loop, the compiled loop or the columns path."""
+    tl = _timeline(path, monkeypatch, text, prof)
+    return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}
+
+
+def _timeline(path, monkeypatch, text, prof):  # type: ignore[no-untyped-def]
+    """The timeline of the Python loop, the compiled loop or the columns path."""
     from schedsim.graph.build import build_graph
     from schedsim.lower import lower
     from schedsim.sim import waves
@@ -542,8 +548,7 @@ def _spans(path, monkeypatch, text, prof):  # type: ignore[no-untyped-def]
     elif waves.compiled_loop() is None:
         pytest.skip("schedsim.sim._cwaves is not built")
     spec = load_text(text, "t.yaml")
-    tl = simulate(lower(spec) if path == "columns" else build_graph(spec), prof)
-    return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}
+    return simulate(lower(spec) if path == "columns" else build_graph(spec), prof)
 
 
 @pytest.mark.parametrize("path", ["python", "compiled", "columns"])
@@ -579,3 +584,23 @@ def test_a_waiting_gemm_fills_the_ragged_end_of_the_last_wave(monkeypatch, path)
                        "  - {name: ar, kind: all_reduce, bytes: 1000000, stream: c}\n")
     got = _spans(path, monkeypatch, nccl, prof)
     assert got == {"A@r0": (0.0, 10.0), "A@r1": (0.0, 10.0), "ar@r0": (10.0, 22.0), "ar@r1": (10.0, 22.0)}
+
+
+@pytest.mark.parametrize("path", ["python", "compiled", "columns"])
+def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host(monkeypatch, path):
+    """Rule 1 with ``gemm.call``: eager_per_op_us 5; FULL's row 1.6 (a split-K call launching two kernels), TINY
+    none. A (FULL) is issued at 5 · 1.6 = 8, T (TINY) at 8 + 5 = 13, B (FULL, repeat 2: two calls) at
+    13 + 2 · 8 = 29. All on their own streams with no wait for SMs: each starts when issued (stream_s = its call
+    start: A 0, T 8, B 13). A CUDA graph replay has no per-op calls: every op at graph_launch_us (2)."""
+    d = waves_profile(launch={"eager_per_op_us": 5.0, "graph_launch_us": 2.0}).model_dump()
+    d["gemm"]["call"] = [["fp32", 256, 512, 1024, 1.6]]
+    from schedsim.hardware.profile import HardwareProfile
+
+    prof = HardwareProfile.model_validate(d)
+    text = HEAD % 1 + (f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: T, {TINY}, stream: s2}}\n"
+                       f"  - {{name: B, {FULL}, repeat: 2, stream: s3}}\n")
+    tl = _timeline(path, monkeypatch, text, prof)
+    got = {s.id: (round(s.stream_s * 1e6, 6), round(s.ready_s * 1e6, 6)) for s in tl.spans}
+    assert got == {"A@r0": (0.0, 8.0), "T@r0": (8.0, 13.0), "B@r0": (13.0, 29.0)}
+    graph = _timeline(path, monkeypatch, text.replace("name: g\n", "name: g\nlaunch: cuda_graph\n"), prof)
+    assert {s.id: round(s.ready_s * 1e6, 6) for s in graph.spans} == {"A@r0": 2.0, "T@r0": 2.0, "B@r0": 2.0}
