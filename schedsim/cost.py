@@ -64,6 +64,12 @@ def bus_factor(kind: str, n: int) -> float:
     return _BUS_FACTORS[kind](n)
 
 
+#: 16-bit GEMM dtypes run the same cuBLAS kernel families (grid and tiles): a shape measured in one stands in for
+#: the other where the profile has no row of its own (one H200, 2026-12-03: bf16 and fp16 2048x1024x8192 both ran
+#: 128 CTAs, 44.3 and 46.6 µs; benchmarks/h200/elementwise_host_2026-12-03.md)
+_SIBLING = {"bf16": "fp16", "fp16": "bf16"}
+
+
 def _shape_key(op: Op) -> tuple[str, int, int, int]:
     """A GEMM's key in the profile's per-shape rows: (dtype, m·batch, n, k), dtype ``fp32`` when unset."""
     return (op.dtype or "fp32", op.m * op.batch, op.n, op.k)
@@ -152,7 +158,8 @@ class CostModel:
         return min(1.0, self.gemm_ctas(op) / sms)
 
     def measured_ctas(self, op: Op) -> int | None:
-        """The CTAs the profile's ``gemm.ctas`` records for exactly this GEMM's (dtype, m·batch, n, k), else None.
+        """The CTAs the profile's ``gemm.ctas`` records for exactly this GEMM's (dtype, m·batch, n, k) (for fp16 or
+        bf16 without a row, the other one's at that shape), else None.
 
         Measured by ``schedsim calibrate`` from a Kineto trace (grid x·y·z of the GEMM kernel); e.g. on one H200
         (2026-12-01, torch 2.11, cuBLAS) fp32 2048×1024×8192 ran as 8×8×2 = 128 CTAs (256×128 tiles, split-K 2)
@@ -160,7 +167,11 @@ class CostModel:
         """
         if not self._ctas:
             return None
-        return self._ctas.get(_shape_key(op))
+        key = _shape_key(op)
+        got = self._ctas.get(key)
+        if got is None and key[0] in _SIBLING:  # the other 16-bit dtype's grid (_SIBLING)
+            got = self._ctas.get((_SIBLING[key[0]], *key[1:]))
+        return got
 
     def ctas_per_sm(self, op: Op) -> int:
         """CTAs of GEMM ``op``'s kernel that one SM holds at once: the profile's ``gemm.ctas_per_sm`` row for its
@@ -184,7 +195,8 @@ class CostModel:
         """Seconds of compute op ``op``'s ragged last-wave end that a waiting compute kernel takes back (rule 4c
         of :mod:`schedsim.sim.gpu_model`): the profile's ``gemm.tail`` row for a GEMM of that (dtype, m·batch, n,
         k); for a GEMM without one, the row of the nearest measured shape of its dtype (least
-        |Δlog2 m| + |Δlog2 n| + |Δlog2 k|; the mean of the rows tied nearest); else ``gpu.wave_tail_us``.
+        |Δlog2 m| + |Δlog2 n| + |Δlog2 k|; the mean of the rows tied nearest; fp16 and bf16 stand in for each
+        other when a dtype has no row); else ``gpu.wave_tail_us``.
         Fitted by ``schedsim calibrate`` from the GEMM on 8 streams against back to back; e.g. one H200,
         2026-12-02 21:51 UTC: fp32 1024×512×8192 8.5 µs, bf16 4096×4096×1024 5.6 µs
         (``benchmarks/h200/wave_tail_2026-12-02.md``). Why the nearest row: the tail follows the cuBLAS kernel,
@@ -211,8 +223,11 @@ class CostModel:
         return 0.0 if x is None else (x - 1.0) * self.profile.launch.eager_per_op_us * 1e-6
 
     def _nearest_tail(self, key: tuple[str, int, int, int]) -> float:
+        dtype = key[0]
+        if dtype in _SIBLING and not any(d == dtype for d, *_ in self._tail):
+            dtype = _SIBLING[dtype]  # no row of its own: the other 16-bit dtype's (_SIBLING)
         rows = [(abs(math.log2(m / key[1])) + abs(math.log2(n / key[2])) + abs(math.log2(k / key[3])), t)
-                for (d, m, n, k), t in self._tail.items() if d == key[0] and min(key[1:]) > 0]
+                for (d, m, n, k), t in self._tail.items() if d == dtype and min(key[1:]) > 0]
         if not rows:
             return self._tail_default
         best = min(r[0] for r in rows)

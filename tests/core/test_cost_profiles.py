@@ -80,6 +80,12 @@ def test_gemm_ctas_from_the_profiles_measured_grid_else_tiles():
     # not measured: 128x128 tiles (16*8 = 128 < 132 SMs), split-K by min(ceil(132/128), ceil(8192/256)) = 2
     assert cm.measured_ctas(mm(2048, 1024, 8192, "bf16")) is None
     assert cm.gemm_ctas(mm(2048, 1024, 8192, "bf16")) == 256
+    # a 16-bit GEMM without a row takes the other 16-bit dtype's grid at that shape
+    d = p.model_dump()
+    d["gemm"]["ctas"] = [*d["gemm"]["ctas"], ["bf16", 2048, 1024, 8192, 128]]
+    cm2 = CostModel(HardwareProfile.model_validate(d))
+    assert cm2.measured_ctas(mm(2048, 1024, 8192, "fp16")) == cm2.gemm_ctas(mm(2048, 1024, 8192, "fp16")) == 128
+    assert cm2.measured_ctas(mm(2048, 1024, 8192, "tf32")) is None
     assert cm.gemm_ctas(mm(4096, 4096, 4096)) == 32 * 32  # a wave or more of tiles: one CTA per tile
 
 
@@ -101,7 +107,9 @@ def test_wave_tail_of_a_shape_without_a_row_is_its_nearest_measured_shape_of_the
     assert cm.wave_tail(mm(1024, 1024, 8192)) == pytest.approx(7e-6)
     # fp32 2048x1024x2048: 2048x1024x8192 is 2 away, 2048x2048x1024 2 away: (6 + 4) / 2
     assert cm.wave_tail(mm(2048, 1024, 2048)) == pytest.approx(5e-6)
-    assert cm.wave_tail(mm(64, 64, 64, "fp16")) == pytest.approx(5e-6)  # no row of the dtype: gpu.wave_tail_us
+    # fp16 has no row: bf16's stand in (the 16-bit dtypes share cuBLAS kernels); fp64 has none: gpu.wave_tail_us
+    assert cm.wave_tail(mm(2048, 1024, 8192, "fp16")) == 0.0
+    assert cm.wave_tail(mm(64, 64, 64, "fp64")) == pytest.approx(5e-6)
     add = Op(name="a", rank=0, kind="compute", stream="s", seq=0, nbytes=1e6)
     assert cm.wave_tail(add) == pytest.approx(5e-6)  # not a GEMM: gpu.wave_tail_us
 
