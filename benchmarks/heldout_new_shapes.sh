@@ -42,8 +42,9 @@ timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m 
   --iters 10 --max-bytes 67108864 --factor 4 $GEMMS schedules/small_ops_graph.yaml \
   --host-processes "${HOST_PROCESSES:-3}" --name h200x1_calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 \
   || { echo "calibrate failed"; tail -20 $W/calibrate.log; }
+[ -f "$PROF" ] && cp "$PROF" "${PROF%.yaml}.json" $W/calibrate.log "$OUT/" 2>/dev/null
 [ -f "$PROF" ] || PROF=h200
-grep -E "^\[waves\]|wave_tail_us|^  tail:" -A6 "$PROF" | cut -c1-200
+grep -E "^\[waves\]|wave_tail_us|^  tail:|^  call:" -A6 "$PROF" | cut -c1-200
 . benchmarks/heldout_one_gpu.sh
 CASES=${CASES:-$DEFAULT_CASES}
 for c in $CASES; do

@@ -10,5 +10,6 @@ run() {  # run TAG SCHEDULE ARGS...
     --out "$W/$tag/execute" > "$W/$tag.log" 2>&1 || echo "$tag FAILED ($?)"
   grep -E "without per-op|per-op duration" "$W/$tag.log"
   rm -f "$W/$tag/execute/trace.json"
+  [ -z "${OUT:-}" ] || tar czf "$OUT/runs.tgz" -C "$W" . 2>/dev/null  # so far, in case the call runs out of time
 }
 AG="--set world_size=1 --set M=16384"  # allgather_mm on one rank

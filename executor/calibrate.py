@@ -72,6 +72,7 @@ from typing import Any, Callable
 from executor.calibrate_host import (
     comm_host_costs,
     fresh_process_costs,
+    gemm_call_rows,
     host_costs,
     launch_fields,
     median_costs,
@@ -132,7 +133,6 @@ class _Bench:
         self.gemm_fork: list[list[Any]] = []
         self.gemm_occ: list[list[Any]] = []
         self.gemm_reduce: list[list[Any]] = []
-        self.gemm_call: list[list[Any]] = []
 
     def sync(self) -> None:
         if self.cuda:
@@ -258,14 +258,6 @@ def _gemm_shapes(o: CalibrateOptions, cuda: bool) -> list[tuple[str, int, int, i
     return list(out)
 
 
-def _tiny_call_us(b: _Bench) -> float:
-    """Host µs of one 64×64 matmul call (:func:`executor.calibrate_host.tiny_mm`): the unit of ``gemm.call``."""
-    from executor.calibrate_host import _loop_us, tiny_mm
-
-    ta, tb, tc = tiny_mm(b)
-    return _loop_us(b, lambda: b.torch.matmul(ta, tb, out=tc))
-
-
 def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Callable[[str], None]) -> list[list[Any]]:
     torch = b.torch
     from executor.kernels import torch_dtype
@@ -275,7 +267,6 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
     if b.cuda:
         l2 = float(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 60e6) or 60e6)
     rows = []
-    call_base = None  # host µs of the 64x64 matmul call, the unit of gemm.call rows (measured once, here)
     for idx, (dt, m, n, k) in enumerate(shapes):
         tdt = torch_dtype(dt)
         nbytes = (m * k + k * n + m * n) * tdt.itemsize
@@ -304,13 +295,6 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
             red = reduction_kernel(events, device_limits(torch, dev))
             if red is not None:
                 b.gemm_reduce.append([dt, m, n, k, red[0], round(red[1], 3)])
-            if t <= CALL_ROW_MAX_S:  # its host call, where the host can bound the GEMM (rule 1, gemm.call)
-                from executor.calibrate_host import _loop_us
-
-                call_base = call_base or _tiny_call_us(b)
-                x = _loop_us(b, fns[0]) / call_base
-                b.gemm_call.append([dt, m, n, k, round(x, 3)])
-                log(f"[gemm {idx + 1}/{len(shapes)}] host call {x:.2f}x the 64x64 matmul's {call_base:.2f} us")
             occ = longest_kernel_ctas_per_sm(events, device_limits(torch, dev))
             if occ is not None and occ > 1:
                 b.gemm_occ.append([dt, m, n, k, occ])
@@ -335,7 +319,8 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
 #: then a fraction of a percent of the kernel, and the pool of input sets would cost seconds to time
 GRAPH_ROW_MAX_S = 200e-6
 #: GEMMs up to this long (seconds, back to back) get a ``gemm.call`` row (their host call over the 64x64
-#: matmul's, loops of 200 calls behind a sleep): longer ones keep the GPU busier than any host call
+#: matmul's, loops of 200 calls behind a sleep, median over the fresh host processes like every host cost):
+#: longer ones keep the GPU busier than any host call
 CALL_ROW_MAX_S = 200e-6
 #: the fork probe (:func:`_graph_fork_us` at a GEMM's shape) runs for the first this many GEMM shapes: those of the
 #: schedules and ``--gemm`` come first, the default grid after them
@@ -1056,7 +1041,6 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["gemm_fork"] = b.gemm_fork
         raw["gemm_ctas_per_sm"] = b.gemm_occ
         raw["gemm_reduce"] = b.gemm_reduce
-        raw["gemm_call"] = b.gemm_call
         if ctx.cuda:
             from executor.calibrate_waves import measure_wave_tail, pick_shapes
 
@@ -1065,10 +1049,12 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
                                 for shape, grid in pick_shapes(raw["gemm"], b.gemm_ctas, sms)]
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
-        raw["host"] = host_costs(b, log)
+        # rule 1's gemm.call rows: the host call of each GEMM short enough for the host to bound it
+        calls = [(r[0], r[1], r[2], r[3]) for r in raw["gemm"] if ctx.cuda and r[4] * 1e-3 <= CALL_ROW_MAX_S]
+        raw["host"] = host_costs(b, log, calls)
         n_fresh = o.host_processes if o.host_processes is not None else (3 if ctx.cuda else 0)
         if n_fresh > 0:
-            fresh = fresh_process_costs("cuda" if ctx.cuda else "cpu", n_fresh, log)
+            fresh = fresh_process_costs("cuda" if ctx.cuda else "cpu", n_fresh, log, gemms=calls)
             raw["host_fresh_requested"] = n_fresh
             if fresh:
                 raw["host_in_process"] = dict(raw["host"])
@@ -1469,15 +1455,15 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                            "time capped at 200, elapsed / R, median of 5; R = 1 for long GEMMs, i.e. a single "
                            "event-timed launch, median of --iters), 3 rotating input sets when they fit in 3x L2; "
                            "'fp32' = TF32 off, 'tf32' = TF32 on; call rows: host time of one call over the 64x64 "
-                           "matmul's, loops of 200 calls behind a sleep, GEMMs up to 0.2 ms. Single-launch times are in the "
-                           ".json next to this file"
+                           "matmul's, loops of 200 calls behind a sleep, GEMMs up to 0.2 ms, median over the fresh "
+                           "host processes. Single-launch times are in the .json next to this file"
                            if ctx.cuda else f"measured on CPU {where}",
                  "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None,
                  "ctas": [list(r) for r in raw.get("gemm_ctas", [])],
                  "graph": [list(r) for r in raw.get("gemm_graph", [])],
                  "ctas_per_sm": [list(r) for r in raw.get("gemm_ctas_per_sm", [])],
                  "reduce": [list(r) for r in raw.get("gemm_reduce", [])],
-                 "call": [list(r) for r in raw.get("gemm_call", [])]}
+                 "call": gemm_call_rows(raw["host"])}
     coll = raw.get("collectives")
     if coll:
         n = raw["world_size"]

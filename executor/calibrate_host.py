@@ -65,6 +65,7 @@ calibration JSON (``host_in_process``), every process's in ``host_fresh_processe
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -75,8 +76,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HOST_FIELDS", "comm_host_costs", "fresh_process_costs", "host_costs", "launch_fields", "measure_here",
-           "median_costs", "tiny_mm"]
+__all__ = ["HOST_FIELDS", "comm_host_costs", "fresh_process_costs", "gemm_call_key", "gemm_call_rows", "host_costs",
+           "launch_fields", "measure_here", "median_costs", "tiny_mm"]
 
 #: the profile's ``launch:`` fields that are host costs measured here (µs per call)
 HOST_FIELDS = ("eager_per_op_us", "eager_per_collective_us", "p2p_call_us", "batch_p2p_call_us", "event_wait_us",
@@ -137,12 +138,57 @@ def tiny_mm(b: Any) -> tuple[Any, Any, Any]:
             torch.empty(64, 64, device=dev, dtype=dt))
 
 
-def host_costs(b: Any, log: Callable[[str], None]) -> dict[str, float]:
-    """Rank 0 alone: the per-kind host costs that need no peer (see the module docstring)."""
+def gemm_call_key(dtype: str, m: int, n: int, k: int) -> str:
+    """The key of a GEMM shape's call ratio among :func:`host_costs`' figures: ``gemm_call:bf16:1024x512x8192``.
+
+    >>> gemm_call_key("bf16", 1024, 512, 8192)
+    'gemm_call:bf16:1024x512x8192'
+    """
+    return f"gemm_call:{dtype}:{m}x{n}x{k}"
+
+
+def gemm_call_rows(costs: dict[str, float]) -> list[list[Any]]:
+    """The ``gemm.call`` rows ``[dtype, m, n, k, x]`` among ``costs`` (keys of :func:`gemm_call_key`).
+
+    >>> gemm_call_rows({"eager_per_op_us": 10.0, "gemm_call:bf16:1024x512x8192": 1.2934})
+    [['bf16', 1024, 512, 8192, 1.293]]
+    """
+    rows = []
+    for key, x in costs.items():
+        if key.startswith("gemm_call:"):
+            _, dt, shape = key.split(":")
+            m, n, k = (int(v) for v in shape.split("x"))
+            rows.append([dt, m, n, k, round(float(x), 3)])
+    return rows
+
+
+def _gemm_calls(b: Any, base_us: float, gemms: Sequence[tuple[str, int, int, int]]) -> dict[str, float]:
+    """Host time of one ``torch.matmul(a, b, out=c)`` of each shape over ``base_us`` (the 64×64 call's): the
+    ``gemm.call`` rows of rule 1, loops of :data:`N` calls behind a sleep like every kind here."""
+    from executor.kernels import torch_dtype
+
+    torch, dev = b.torch, b.ctx.device
+    out: dict[str, float] = {}
+    for dt, m, n, k in gemms:
+        tdt = torch_dtype(dt)
+        a = torch.rand((m, k), device=dev, dtype=torch.float32).to(tdt)
+        bb = torch.rand((k, n), device=dev, dtype=torch.float32).to(tdt)
+        c = torch.empty((m, n), device=dev, dtype=tdt)
+        torch.matmul(a, bb, out=c)  # the first call may pick or load the kernel
+        out[gemm_call_key(dt, m, n, k)] = _loop_us(b, functools.partial(torch.matmul, a, bb, out=c)) / base_us
+    return out
+
+
+def host_costs(b: Any, log: Callable[[str], None],
+               gemms: Sequence[tuple[str, int, int, int]] = ()) -> dict[str, float]:
+    """Rank 0 alone: the per-kind host costs that need no peer (see the module docstring), and the call ratio of
+    each of ``gemms`` ((dtype, m, n, k); :func:`gemm_call_key`) on CUDA."""
     torch = b.torch
     dev = b.ctx.device
     a, bb, c = tiny_mm(b)
     res: dict[str, float] = {"eager_per_op_us": _loop_us(b, lambda: torch.matmul(a, bb, out=c))}
+    if b.cuda and gemms:
+        res.update(_gemm_calls(b, res["eager_per_op_us"], gemms))
     if b.cuda:
         s0, s1 = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
         ev = torch.cuda.Event()
@@ -334,9 +380,9 @@ _LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
                  "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def fresh_process_costs(device: str, n: int, log: Callable[[str], None],
-                        timeout_s: float = 60.0) -> list[dict[str, float]]:
-    """:func:`host_costs` measured in ``n`` fresh processes, one after another.
+def fresh_process_costs(device: str, n: int, log: Callable[[str], None], timeout_s: float = 60.0,
+                        gemms: Sequence[tuple[str, int, int, int]] = ()) -> list[dict[str, float]]:
+    """:func:`host_costs` measured in ``n`` fresh processes, one after another (with ``gemms``' call ratios).
 
     Each is ``python -m executor.calibrate_host --device DEVICE`` with the launcher's variables
     (``RANK``, ``MASTER_ADDR``, …) removed, so it is a world of one on ``cuda:0`` of the visible devices
@@ -354,7 +400,8 @@ def fresh_process_costs(device: str, n: int, log: Callable[[str], None],
     out: list[dict[str, float]] = []
     for i in range(n):
         try:
-            p = subprocess.run([sys.executable, "-m", "executor.calibrate_host", "--device", device], env=env,
+            shapes = [a for dt, m, n_, k in gemms for a in ("--gemm", f"{dt}:{m}x{n_}x{k}")]
+            p = subprocess.run([sys.executable, "-m", "executor.calibrate_host", "--device", device, *shapes], env=env,
                                capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
             log(f"[launch] fresh process {i + 1}/{n}: no result within {timeout_s:.0f} s, left out")
@@ -396,7 +443,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m executor.calibrate_host", description=main.__doc__)
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    ap.add_argument("--gemm", action="append", default=[], help="DTYPE:MxNxK whose call ratio to measure")
     args = ap.parse_args(argv)
+    gemms = []
+    for g in args.gemm:
+        dt, shape = g.split(":")
+        m, n, k = (int(v) for v in shape.split("x"))
+        gemms.append((dt, m, n, k))
     from executor.calibrate import _Bench
     from executor.dist import setup_dist
     from schedsim.errors import SchedsimError
@@ -407,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        res = host_costs(_Bench(ctx, 1), lambda _msg: None)
+        res = host_costs(_Bench(ctx, 1), lambda _msg: None, gemms)
     finally:
         import torch.distributed as dist
 

@@ -79,3 +79,23 @@ def test_assemble_writes_the_fitted_wave_tail(monkeypatch) -> None:
     assert all(2.0 < t < 40.0 for t in rows.values()) and "wave_tail_us: the median" in d["gpu"]["source"]
     assert p.gpu.wave_tail_us == round(sum(rows.values()) / 2, 2)  # the median of two
     assert rows[("fp32", 2048, 1024, 8192)] == fit_wave_tail(p, raw["wave_tail"][0], 128)
+
+
+def test_gemm_call_ratios_become_gemm_call_rows(monkeypatch) -> None:
+    """Rule 1's gemm.call: calibrate_host times each short GEMM's call over the 64x64 one (a loop of calls, here
+    a stub returning 26 µs against a 20 µs base: 1.3), and _assemble writes the ratios as gemm.call rows."""
+    from executor import calibrate_host as H
+
+    monkeypatch.setattr(H, "_loop_us", lambda b, fn, **kw: (fn(), 26.0)[1])
+    b = SimpleNamespace(torch=torch, ctx=SimpleNamespace(device="cpu"), cuda=False)
+    got = H._gemm_calls(b, 20.0, [("fp32", 64, 32, 16)])
+    assert got == {"gemm_call:fp32:64x32x16": pytest.approx(1.3)}
+    assert H.gemm_call_rows({"eager_per_op_us": 9.0, **got}) == [["fp32", 64, 32, 16, 1.3]]
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
+    raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
+    raw["host"].update({"gemm_call:bf16:1024x512x8192": 1.2934})
+    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, SimpleNamespace(cuda=True, device=None),
+                    "NVIDIA H200")
+    p = HardwareProfile.model_validate(d)
+    assert p.gemm.call == [("bf16", 1024, 512, 8192, 1.293)]
+    assert "gemm_call" not in str(d["launch"])  # a GEMM's ratio is no launch field
