@@ -13,6 +13,7 @@ Usage (repo root)::
 
     python benchmarks/accuracy_replay.py RUN_DIR [RUN_DIR ...] [--profile P] [--gpu-model waves] [--md OUT.md]
 
+``--process-host`` predicts each case measured with ``execute --measure-host`` with that process's host costs.
 ``--profile`` defaults to each run's own calibrated profile (``RUN_DIR/*_calibrated.yaml``); give a profile
 name (``h200x2``, ``h200``) or path to replay every case with it. Goals (issue 8): makespan error median
 <= 3 %, worst <= 8 %; per-op median error <= 15 %; the uncalibrated ``h200`` within 10 % on makespans.
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from schedsim.compare import compare_timelines, timed_graph_measurement
-from schedsim.hardware.profile import load_profile
+from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.sim.engine import simulate
 from schedsim.sim.power import iteration_gap_of
 from schedsim.sim.timeline import Timeline, atomic_write_text
@@ -42,8 +43,11 @@ def run_profile(run: Path) -> str:
     return str(found[0]) if found else "h200x2"
 
 
-def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[str, Any]:
-    """Predict and compare one measured case folder; returns a table row (times in seconds, errors as fractions)."""
+def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_host: bool = False
+                ) -> dict[str, Any]:
+    """Predict and compare one measured case folder; returns a table row (times in seconds, errors as fractions).
+    ``process_host``: predict with the host costs the case's process measured (``meta.host_costs_us``, written by
+    ``execute --measure-host``) in place of the profile's, as ``execute --measure-host --compare`` does."""
     from schedsim.cli import _build, _load
 
     meas = Timeline.read_json(case / "execute" / "timeline.json")
@@ -52,6 +56,13 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None) -> dict[
     spec = _load(file, sets)
     G = _build(spec, file)
     prof = load_profile(profile)
+    if process_host and meta.get("host_costs_us"):
+        from executor.calibrate_host import launch_fields
+
+        d = prof.model_dump()
+        d["launch"].update(launch_fields(meta["host_costs_us"]))
+        d["name"] = f"{prof.name}+host_of_this_run"
+        prof = HardwareProfile.model_validate(d)
     conns = int(meta["max_connections"]) if meta.get("max_connections") else None
     kw: dict[str, Any] = {"launch": meas.launch, "gpu_model": gpu_model, "max_connections": conns,
           "iteration_gap_s": iteration_gap_of(meta, meas.world_size)}
@@ -118,12 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-model", default=None, help="waves or sharing [default: the profile's]")
     ap.add_argument("--md", type=Path, default=None, help="also write the table as markdown here")
     ap.add_argument("--kinds", action="store_true", help="also print per-kind totals of each case")
+    ap.add_argument("--process-host", action="store_true", help="predict each case with the host costs its process "
+                    "measured (execute --measure-host), where it did")
     a = ap.parse_args(argv)
     rows = []
     for case in cases(a.runs):
         prof = a.profile or run_profile(case.parent)
         try:
-            rows.append(replay_case(case, prof, a.gpu_model))
+            rows.append(replay_case(case, prof, a.gpu_model, a.process_host))
         except Exception as e:  # noqa: BLE001 - one broken case must not hide the others
             print(f"{case}: {type(e).__name__}: {e}", file=sys.stderr)
             continue

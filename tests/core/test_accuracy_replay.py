@@ -102,3 +102,30 @@ def test_overhead_table_a_skipped_case_never_replaces_a_measured_one(tmp_path):
     assert mod.read_rows([a, b, c])["tp_ffn_tp2"]["status"] == "failed: timeout"
     assert rows["offload_1gpu"]["measured_ms"] == "6.38"
     assert rows["small_ops_eager_1gpu"]["status"] == "skipped"  # nothing measured before: the skip is kept
+
+
+def test_process_host_replays_with_the_host_costs_the_run_measured(tmp_path, monkeypatch):
+    """--process-host: a run measured with --measure-host (meta.host_costs_us) is predicted with those costs. The
+    measurement is the prediction made with doubled host costs, so only that replay has no error."""
+    from schedsim.cli import _build, _load
+    from schedsim.hardware.profile import HardwareProfile, load_profile
+    from schedsim.sim.engine import simulate
+
+    monkeypatch.chdir(ROOT)
+    f, sets = Path("schedules/small_ops_graph.yaml"), ["layers=8"]
+    base = load_profile("h200")
+    host = {"eager_per_op_us": 2 * base.launch.eager_per_op_us, "elementwise_call_us": 13.3,
+            "event_wait_us": 4.0, "stream_switch_us": 3.0}
+    d = base.model_dump()
+    d["launch"].update(host)
+    pred = simulate(_build(_load(f, sets), f), HardwareProfile.model_validate(d), launch="eager")
+    meas = pred.__class__(schedule=pred.schedule, source="execute", world_size=1, launch="eager",
+                          spans=pred.spans, meta={"file": str(f), "set": sets, "host_costs_us": host,
+                                                  "makespan_uninstrumented_s": pred.makespan_s})
+    case = tmp_path / "run" / "so" / "execute"
+    case.mkdir(parents=True)
+    meas.write_json(case / "timeline.json")
+    mod = _replay_module()
+    own = mod.replay_case(case.parent, "h200", process_host=True)
+    assert own["error"] == pytest.approx(0.0, abs=1e-9) and own["profile"] == "h200+host_of_this_run"
+    assert mod.replay_case(case.parent, "h200")["error"] < -0.2  # the profile's host: much faster than measured
