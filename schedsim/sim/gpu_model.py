@@ -16,11 +16,13 @@ Rules and their sources
    ops in *program order* (the order of the ops of that rank after lowering:
    hand-written ops as written, then a pipeline block's ops), each costing host
    time by kind (profile ``launch``): a kernel ``eager_per_op_us`` (× ``repeat``;
-   a ``compute`` op given only ``bytes`` is an elementwise ``torch.add`` in
-   ``execute`` and the hand-written references: ``elementwise_call_us``, which
-   ``calibrate`` measures on that call; until 2026-12-03 it was charged the
-   4 KiB pinned ``copy_`` of ``memcpy_call_us``, 2.8× less than the add on one
-   H200, ``benchmarks/h200/elementwise_host_2026-12-03.md``),
+   a GEMM whose shape has a ``gemm.call`` row costs that multiple of it: bf16
+   1024×512×8192, a split-K call of two kernels, 1.31×; a ``compute`` op given
+   only ``bytes`` is an elementwise ``torch.add`` in ``execute`` and the
+   hand-written references: ``elementwise_call_us``, which ``calibrate``
+   measures on that call; until 2026-12-03 it was charged the 4 KiB pinned
+   ``copy_`` of ``memcpy_call_us``, which the add exceeds 1.48× (6 fresh
+   processes, one H200, ``benchmarks/h200/elementwise_host_2026-12-03.md``)),
    a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
