@@ -169,14 +169,42 @@ def _gemm_calls(b: Any, base_us: float, gemms: Sequence[tuple[str, int, int, int
 
     torch, dev = b.torch, b.ctx.device
     out: dict[str, float] = {}
+    tf32 = torch.backends.cuda.matmul.allow_tf32
     for dt, m, n, k in gemms:
+        torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"  # 'tf32' = fp32 tensors on TF32 (calibrate's GEMMs)
         tdt = torch_dtype(dt)
         a = torch.rand((m, k), device=dev, dtype=torch.float32).to(tdt)
         bb = torch.rand((k, n), device=dev, dtype=torch.float32).to(tdt)
         c = torch.empty((m, n), device=dev, dtype=tdt)
         torch.matmul(a, bb, out=c)  # the first call may pick or load the kernel
         out[gemm_call_key(dt, m, n, k)] = _loop_us(b, functools.partial(torch.matmul, a, bb, out=c)) / base_us
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     return out
+
+
+def parse_gemm(text: str) -> tuple[str, int, int, int]:
+    """``DTYPE:MxNxK`` (``--gemm`` of ``python -m executor.calibrate_host``) as ``(dtype, m, n, k)``.
+
+    >>> parse_gemm("bf16:1024x512x8192")
+    ('bf16', 1024, 512, 8192)
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        For any other text, naming the expected form.
+    """
+    import argparse
+    from typing import get_args
+
+    from schedsim.kinds import DType
+
+    dtypes = get_args(DType)
+    dt, _, shape = text.partition(":")
+    dims = shape.split("x")
+    if dt not in dtypes or len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected DTYPE:MxNxK with DTYPE one of "
+                                         f"{', '.join(dtypes)} and positive M, N, K, e.g. bf16:1024x512x8192")
+    return dt, int(dims[0]), int(dims[1]), int(dims[2])
 
 
 def host_costs(b: Any, log: Callable[[str], None],
@@ -443,13 +471,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m executor.calibrate_host", description=main.__doc__)
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    ap.add_argument("--gemm", action="append", default=[], help="DTYPE:MxNxK whose call ratio to measure")
+    ap.add_argument("--gemm", action="append", default=[], type=parse_gemm,
+                    help="DTYPE:MxNxK whose call ratio to measure (repeatable)")
     args = ap.parse_args(argv)
-    gemms = []
-    for g in args.gemm:
-        dt, shape = g.split(":")
-        m, n, k = (int(v) for v in shape.split("x"))
-        gemms.append((dt, m, n, k))
+    gemms = list(args.gemm)
     from executor.calibrate import _Bench
     from executor.dist import setup_dist
     from schedsim.errors import SchedsimError

@@ -31,13 +31,15 @@ DEFAULT_SHAPE = ("fp32", 2048, 1024, 8192)
 STREAMS = 8
 
 
-def pick_shapes(rows: list[list[Any]], ctas: list[list[Any]], sms: int, min_ms: float = 0.02, max_ms: float = 3.0,
+def pick_shapes(rows: list[list[Any]], ctas: list[list[Any]], sms: int, min_ms: float = 0.01, max_ms: float = 3.0,
                 limit: int = 12) -> list[tuple[tuple[str, int, int, int], int | None]]:
     """The measured GEMMs (``rows``: ``[dtype, m, n, k, ms]``, schedules' shapes first) to probe, with their
     grids: those whose measured grid (``ctas``: ``[dtype, m, n, k, CTAs]``) is at least half the SMs (a GEMM
     that leaves most SMs free is not waited for) and that run ``min_ms`` to ``max_ms`` ms back to back (64 of
     them, 5 times, stay within seconds), at most ``limit``; none such: :data:`DEFAULT_SHAPE` with its grid if
-    measured (else None).
+    measured (else None). The floor was 0.02 ms until 2026-12-03: a lease's profile then had no row for the
+    18 µs bf16 GEMMs of allgather_mm bf16 chunks 16, whose tail fell back to the median of its fp32 rows
+    (6.2 µs; the case came out −20.9 %, ``benchmarks/h200/elementwise_host_2026-12-03.md``).
 
     >>> pick_shapes([["bf16", 8, 8, 8, 0.01], ["fp32", 512, 512, 8192, 0.2]], [["fp32", 512, 512, 8192, 128]], 132)
     [(('fp32', 512, 512, 8192), 128)]
@@ -176,7 +178,8 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
 def assemble_wave_tail(d: dict[str, Any], raw: dict[str, Any], where: str) -> None:
     """Fit every probe of ``raw["wave_tail"]`` (:func:`measure_wave_tail` records, or one) with
     :func:`fit_wave_tail` on the profile dict calibrate assembled (which must validate): ``d["gemm"]["tail"]``
-    gets a row per shape, ``d["gpu"]["wave_tail_us"]`` their median (for GEMMs without a row), and the sources
+    gets a row per shape, ``d["gpu"]["wave_tail_us"]`` their median (for GEMMs of a dtype without rows; others
+    take their dtype's nearest row), and the sources
     say so; nothing when no probe ran (CPU ranks)."""
     import statistics
 

@@ -95,6 +95,8 @@ class CostModel:
         self._tail_default = profile.gpu.wave_tail_us * 1e-6
         self._tail_near: dict[tuple[str, int, int, int], float] = {}  # nearest-row answers, by shape
         self._call: dict[tuple[str, int, int, int], float] = {(d, m, n, k): x for d, m, n, k, x in profile.gemm.call}
+        # shapes with any per-shape kernel row: a 16-bit GEMM none of whose rows exist takes its sibling's, all of them
+        self._kernel_shapes = {*self._ctas, *self._occ, *self._reduce, *self._call, *self._tail}
         self._fork_rows: dict[tuple[str, int, int, int], float] = {
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
@@ -157,6 +159,17 @@ class CostModel:
             return 1.0
         return min(1.0, self.gemm_ctas(op) / sms)
 
+    def _kernel_key(self, op: Op) -> tuple[str, int, int, int]:
+        """The key of ``op``'s per-shape kernel rows (grid, occupancy, reduction, host call, tail): its own shape's,
+        or, when fp16 or bf16 has no row of any of these at that shape and the other 16-bit dtype has, the other's
+        (:data:`_SIBLING`): all rows of one kernel come from one measured dtype, never a mix."""
+        key = _shape_key(op)
+        if key[0] in _SIBLING and key not in self._kernel_shapes:
+            other = (_SIBLING[key[0]], *key[1:])
+            if other in self._kernel_shapes:
+                return other
+        return key
+
     def measured_ctas(self, op: Op) -> int | None:
         """The CTAs the profile's ``gemm.ctas`` records for exactly this GEMM's (dtype, m·batch, n, k) (for fp16 or
         bf16 without a row, the other one's at that shape), else None.
@@ -167,10 +180,7 @@ class CostModel:
         """
         if not self._ctas:
             return None
-        key = _shape_key(op)
-        got = self._ctas.get(key)
-        if got is None and key[0] in _SIBLING:  # the other 16-bit dtype's grid (_SIBLING)
-            got = self._ctas.get((_SIBLING[key[0]], *key[1:]))
+        got: int | None = self._ctas.get(self._kernel_key(op))
         return got
 
     def ctas_per_sm(self, op: Op) -> int:
@@ -178,7 +188,8 @@ class CostModel:
         (dtype, m·batch, n, k), else 1 (rule 4 of :mod:`schedsim.sim.gpu_model`)."""
         if not self._occ:
             return 1
-        return self._occ.get(_shape_key(op), 1)
+        got = self._occ.get(self._kernel_key(op))
+        return 1 if got is None else int(got)
 
     def reduce_kernel(self, op: Op) -> tuple[int, float] | None:
         """``(SM slots, seconds alone)`` of GEMM ``op``'s second kernel (cuBLAS's split-K reduction): the profile's
@@ -189,7 +200,8 @@ class CostModel:
         """
         if not self._reduce or op.kind != "matmul":
             return None
-        return self._reduce.get(_shape_key(op))
+        got: tuple[int, float] | None = self._reduce.get(self._kernel_key(op))
+        return got
 
     def wave_tail(self, op: Op) -> float:
         """Seconds of compute op ``op``'s ragged last-wave end that a waiting compute kernel takes back (rule 4c
@@ -205,7 +217,7 @@ class CostModel:
         H200, 2026-12-03, ``benchmarks/h200/elementwise_host_2026-12-03.md``)."""
         if not self._tail or op.kind != "matmul":
             return self._tail_default
-        key = _shape_key(op)
+        key = self._kernel_key(op)
         got = self._tail.get(key)
         if got is None:
             got = self._tail_near.get(key)
@@ -219,7 +231,7 @@ class CostModel:
         0 for every other op). Can be negative (a row below 1)."""
         if not self._call or op.kind != "matmul":
             return 0.0
-        x = self._call.get(_shape_key(op))
+        x = self._call.get(self._kernel_key(op))
         return 0.0 if x is None else (x - 1.0) * self.profile.launch.eager_per_op_us * 1e-6
 
     def _nearest_tail(self, key: tuple[str, int, int, int]) -> float:

@@ -72,10 +72,11 @@ class GPU(_B):
     wave_tail_us: float = Field(
         default=0.0, ge=0,
         description="Ragged end of a GEMM's last wave, µs, that a compute kernel waiting for SMs takes back (waves "
-        "model, rule 4c of schedsim.sim.gpu_model) for GEMMs without a gemm.tail row: a kernel whose CTAs are all "
-        "placed runs its main kernel's waves of τ seconds at 1 / (1 - min(tail / τ, 0.25)) while a compute kernel "
-        "waits in its rank's dispatch FIFO. Back-to-back table times (one stream) include the ragged end, so 0 "
-        "reproduces them; schedsim calibrate sets it to the median of the gemm.tail rows it fits.")
+        "model, rule 4c of schedsim.sim.gpu_model) for compute kernels that are not GEMMs, and GEMMs of a dtype "
+        "with no gemm.tail row (others take their dtype's nearest row, CostModel.wave_tail): a kernel whose CTAs "
+        "are all placed runs its main kernel's waves of τ seconds at 1 / (1 - min(tail / τ, 0.25)) while a "
+        "compute kernel waits in its rank's dispatch FIFO. Back-to-back table times (one stream) include the "
+        "ragged end, so 0 reproduces them; schedsim calibrate sets it to the median of the gemm.tail rows it fits.")
     source: str = Field(description="Where these numbers come from.")
 
     @field_validator("l2_cold_span")
@@ -248,8 +249,9 @@ class GemmTable(_B):
     call: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, x]: the host time of one torch.matmul(a, b, out=c) call of that shape as a "
-        "multiple of launch.eager_per_op_us (the 64x64 call), both timed in one process (calibrate on CUDA: schedule "
-        "GEMMs of at most 0.2 ms, where the host can bound them). bf16 1024x512x8192, whose call launches two "
+        "multiple of launch.eager_per_op_us (the 64x64 call), both timed in one process (calibrate on CUDA: every "
+        "GEMM it times, the schedules', --gemm and the default grid, of at most 0.2 ms, where the host can bound "
+        "them; the median over its fresh host processes). bf16 1024x512x8192, whose call launches two "
         "kernels (split-K, gemm.reduce), cost 1.29x on one H200, 2026-12-03 (call + add less the add's loop; "
         "benchmarks/h200/elementwise_host_2026-12-03.md). Rule 1 of schedsim.sim.gpu_model; shapes not listed: 1.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(

@@ -146,9 +146,12 @@ Rules and their sources
    takes each one as it frees. So once a kernel has every CTA placed, its
    main kernel's batches (waves of τ) run at 1 / (1 − min(tail / τ, 0.25))
    while its rank's dispatch FIFO holds a compute kernel (NCCL kernels, a few
-   SMs each, are not counted; a split-K reduction gets no gain), tail =
-   ``gpu.wave_tail_us``, which ``calibrate`` fits to a GEMM of about one wave
-   run on 8 streams (:func:`executor.calibrate_waves.fit_wave_tail`). The
+   SMs each, are not counted; a split-K reduction gets no gain), tail = the
+   GEMM shape's ``gemm.tail`` row, else the nearest measured shape's of its
+   dtype (:meth:`schedsim.cost.CostModel.wave_tail`), else (no row of the
+   dtype, or not a GEMM) ``gpu.wave_tail_us``; ``calibrate`` fits a row per
+   schedule GEMM of at least half a wave run on 8 streams
+   (:func:`executor.calibrate_waves.fit_wave_tail`). The
    tail is a time, not a fraction of the wave: one H200, 2026-12-02 21:39 UTC,
    8 streams × 8 fp32 GEMMs against the same 64 back to back, fitted per shape
    with this model: 1024×512×8192 (0.180 ms) 8.8 µs, 2048×1024×8192 (0.700 ms)

@@ -80,12 +80,24 @@ def test_gemm_ctas_from_the_profiles_measured_grid_else_tiles():
     # not measured: 128x128 tiles (16*8 = 128 < 132 SMs), split-K by min(ceil(132/128), ceil(8192/256)) = 2
     assert cm.measured_ctas(mm(2048, 1024, 8192, "bf16")) is None
     assert cm.gemm_ctas(mm(2048, 1024, 8192, "bf16")) == 256
-    # a 16-bit GEMM without a row takes the other 16-bit dtype's grid at that shape
+    # a 16-bit GEMM without any kernel row takes the other 16-bit dtype's rows at that shape, all of them
     d = p.model_dump()
     d["gemm"]["ctas"] = [*d["gemm"]["ctas"], ["bf16", 2048, 1024, 8192, 128]]
+    d["gemm"]["ctas_per_sm"] = [["bf16", 2048, 1024, 8192, 2]]
+    d["gemm"]["reduce"] = [["bf16", 2048, 1024, 8192, 32, 4.0]]
+    d["gemm"]["call"] = [["bf16", 2048, 1024, 8192, 1.5]]
+    d["gemm"]["tail"] = [["bf16", 2048, 1024, 8192, 2.0]]
     cm2 = CostModel(HardwareProfile.model_validate(d))
-    assert cm2.measured_ctas(mm(2048, 1024, 8192, "fp16")) == cm2.gemm_ctas(mm(2048, 1024, 8192, "fp16")) == 128
+    f16 = mm(2048, 1024, 8192, "fp16")
+    assert cm2.measured_ctas(f16) == cm2.gemm_ctas(f16) == 128 and cm2.ctas_per_sm(f16) == 2
+    assert cm2.reduce_kernel(f16) == (32, pytest.approx(4e-6)) and cm2.wave_tail(f16) == pytest.approx(2e-6)
+    assert cm2.gemm_call_extra(f16) == pytest.approx(0.5 * p.launch.eager_per_op_us * 1e-6)
     assert cm2.measured_ctas(mm(2048, 1024, 8192, "tf32")) is None
+    # fp16 with a row of its own (here its grid) takes none of bf16's: no mix of two dtypes' kernels
+    d["gemm"]["ctas"] = [*d["gemm"]["ctas"], ["fp16", 2048, 1024, 8192, 256]]
+    cm3 = CostModel(HardwareProfile.model_validate(d))
+    assert cm3.gemm_ctas(f16) == 256 and cm3.ctas_per_sm(f16) == 1 and cm3.reduce_kernel(f16) is None
+    assert cm3.gemm_call_extra(f16) == 0.0
     assert cm.gemm_ctas(mm(4096, 4096, 4096)) == 32 * 32  # a wave or more of tiles: one CTA per tile
 
 

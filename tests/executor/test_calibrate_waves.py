@@ -86,10 +86,15 @@ def test_gemm_call_ratios_become_gemm_call_rows(monkeypatch) -> None:
     a stub returning 26 µs against a 20 µs base: 1.3), and _assemble writes the ratios as gemm.call rows."""
     from executor import calibrate_host as H
 
-    monkeypatch.setattr(H, "_loop_us", lambda b, fn, **kw: (fn(), 26.0)[1])
+    tf32_on = []
+    monkeypatch.setattr(H, "_loop_us", lambda b, fn, **kw: (fn(), tf32_on.append(
+        torch.backends.cuda.matmul.allow_tf32), 26.0)[2])
     b = SimpleNamespace(torch=torch, ctx=SimpleNamespace(device="cpu"), cuda=False)
-    got = H._gemm_calls(b, 20.0, [("fp32", 64, 32, 16)])
-    assert got == {"gemm_call:fp32:64x32x16": pytest.approx(1.3)}
+    before = torch.backends.cuda.matmul.allow_tf32
+    got = H._gemm_calls(b, 20.0, [("fp32", 64, 32, 16), ("tf32", 64, 32, 16)])
+    assert got == {"gemm_call:fp32:64x32x16": pytest.approx(1.3), "gemm_call:tf32:64x32x16": pytest.approx(1.3)}
+    assert tf32_on == [False, True] and torch.backends.cuda.matmul.allow_tf32 == before  # 'tf32' runs on TF32
+    got = {k: v for k, v in got.items() if "fp32" in k}
     assert H.gemm_call_rows({"eager_per_op_us": 9.0, **got}) == [["fp32", 64, 32, 16, 1.3]]
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
     raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
