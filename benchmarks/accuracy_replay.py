@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from schedsim.compare import compare_timelines, timed_graph_measurement
+from schedsim.compare import compare_timelines, timed_eager_measurement, timed_graph_measurement
 from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.sim.engine import simulate
 from schedsim.sim.power import iteration_gap_of
@@ -71,6 +71,8 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
     timed = None  # a CUDA graph timed op by op: its ops against the timed graph's prediction, as execute does
     if timed_graph_measurement(meas) and prof.timed_graph() is not prof:
         timed = simulate(G, prof.timed_graph(), **kw)
+    elif timed_eager_measurement(meas):  # eager ops timed between events that cost the host (the run measured it)
+        timed = simulate(G, prof.timed_eager(float(meta["timing_host_per_op_us"])), model_executor=True, **kw)
     res = compare_timelines(pred, meas, pred_timed=timed).to_dict()  # the compare.json form
     ms = res["makespan"]
     un = ms.get("uninstrumented", {})

@@ -315,7 +315,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
               f"(tolerance {c['tol']:.3g})")
     if compare:
         from schedsim.api import predict_to_dir
-        from schedsim.compare import print_comparison, timed_graph_measurement, write_comparison
+        from schedsim.compare import print_comparison, write_comparison
         from schedsim.hardware.profile import HardwareProfile, load_profile
 
         # predict with the hardware queues the run had (CUDA_DEVICE_MAX_CONNECTIONS, meta.max_connections):
@@ -339,20 +339,10 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         sim: dict[str, Any] = {"max_connections": int(conn) if conn else None,
                                "iteration_gap_s": iteration_gap_of(tl.meta, tl.world_size)}
         pred, _m, ppaths = predict_to_dir(file, sets, prof, outdir / "predicted", launch, gantt, **sim)
-        pred_timed = None
-        if timed_graph_measurement(tl):
-            # the ops were timed inside the graph by event pairs, which lengthen every op's span: compare them
-            # with a prediction of that timed graph (the uninstrumented makespan keeps the plain prediction)
-            timed = prof.timed_graph()
-            if timed is prof:
-                print(f"note: profile {prof.name!r} has no launch.graph_timing_event_us: the timed graph's ops are "
-                      "compared with the plain prediction (schedsim calibrate measures it)", file=sys.stderr)
-            else:
-                pred_timed, _m, tpaths = predict_to_dir(file, sets, timed, outdir / "predicted_timed", launch,
-                                                        False, False, **sim)
-                paths += tpaths
+        pred_timed, tpaths = _timed_prediction(tl, prof, file, sets, outdir / "predicted_timed", launch, sim)
+        paths += tpaths
         stale = outdir / "predicted_timed"
-        if pred_timed is None and (stale / ".schedsim-outputs.json").is_file():  # an earlier graph run's, in this --out
+        if pred_timed is None and (stale / ".schedsim-outputs.json").is_file():  # an earlier run's, in this --out
             import shutil
 
             shutil.rmtree(stale, ignore_errors=True)
@@ -362,6 +352,33 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
             print(profile_note, file=sys.stderr, flush=True)
         paths += ppaths + cpaths
     print("wrote " + ", ".join(str(p) for p in paths), flush=True)
+
+
+def _timed_prediction(tl: Any, prof: Any, file: Path, sets: list[str], out: Path, launch: Any,
+                      sim: dict[str, Any]) -> tuple[Any, list[Path]]:
+    """The prediction of the run as it was timed op by op, written to ``out`` (``(None, [])`` when the plain one
+    stands for it): a CUDA graph timed with event pairs (:meth:`HardwareProfile.timed_graph`), or an eager run
+    whose timing events cost its host time per op, as the run measured (:meth:`HardwareProfile.timed_eager`).
+    The uninstrumented makespan keeps the plain prediction."""
+    from schedsim.api import predict_to_dir
+    from schedsim.compare import timed_eager_measurement, timed_graph_measurement
+
+    if timed_graph_measurement(tl):
+        timed = prof.timed_graph()
+        if timed is prof:
+            print(f"note: profile {prof.name!r} has no launch.graph_timing_event_us: the timed graph's ops are "
+                  "compared with the plain prediction (schedsim calibrate measures it)", file=sys.stderr)
+            return None, []
+        pred, _m, paths = predict_to_dir(file, sets, timed, out, launch, False, False, **sim)
+        return pred, paths
+    if timed_eager_measurement(tl):
+        x = float(tl.meta["timing_host_per_op_us"])
+        print(f"--compare: the timed iterations' events cost the host {x:.2f} us per op (issue loop, timed less "
+              "uninstrumented): per-op spans against predicted_timed/", flush=True)
+        pred, _m, paths = predict_to_dir(file, sets, prof.timed_eager(x), out, launch, False, False,
+                                         model_executor=True, **sim)
+        return pred, paths
+    return None, []
 
 
 def meta_ms(x: float | None) -> str:

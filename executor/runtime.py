@@ -146,6 +146,8 @@ class _Times:
     start_s: list[list[float]] = field(default_factory=list)
     end_s: list[list[float]] = field(default_factory=list)
     lean: list[list[float]] = field(default_factory=list)
+    issue_s: list[float] = field(default_factory=list)  # host seconds to issue each timed iteration (eager CUDA)
+    lean_issue_s: list[float] = field(default_factory=list)  # the same for each uninstrumented iteration
 
 
 class RankRunner:
@@ -241,6 +243,7 @@ class RankRunner:
         self.iteration = -opts.warmup
         self.phase = "warm-up"
         self.times = _Times()
+        self.last_issue_s: float | None = None  # set by an eager CUDA iteration: its host issue loop's seconds
         self.timing_mode = "cuda_events" if ctx.cuda else "host_perf_counter"
         self.profile_iters = 2
         self.prof_trace: Any = None
@@ -345,7 +348,10 @@ class RankRunner:
         self.phase = "timed"
         for k in range(o.iters):
             self.iteration = k
+            self.last_issue_s = None
             a, st, en = self._one(record=True)
+            if self.last_issue_s is not None:
+                self.times.issue_s.append(self.last_issue_s)
             self.times.anchors_ns.append(a)
             self.times.start_s.append(st)
             self.times.end_s.append(en)
@@ -355,7 +361,10 @@ class RankRunner:
         self.phase = "uninstrumented"
         for k in range(lean):
             self.iteration = o.iters + k
+            self.last_issue_s = None
             self.times.lean.append(list(self._lean()))
+            if self.last_issue_s is not None:
+                self.times.lean_issue_s.append(self.last_issue_s)
 
     # -- phases ------------------------------------------------------------------
     def run(self) -> _Times:
@@ -409,7 +418,7 @@ class RankRunner:
         """What this rank sends to rank 0 (see :data:`executor.timing.RankTimes`)."""
         t = self.times
         return {"rank": self.ctx.rank, "ids": self.ids, "anchors_ns": t.anchors_ns, "start_s": t.start_s,
-                "end_s": t.end_s, "lean": t.lean,
+                "end_s": t.end_s, "lean": t.lean, "issue_s": t.issue_s, "lean_issue_s": t.lean_issue_s,
                 "late_starts": self.clock.late_starts if self.clock is not None else 0}
 
     def notes(self) -> dict[str, str]:
@@ -645,6 +654,7 @@ class CudaRunner(RankRunner):
             self._issue_cuda(timed=True, profile=profile)
         finally:
             torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
+        self.last_issue_s = (time.perf_counter_ns() - issue) * 1e-9  # the host's issue of the timed ops
         self._wait_cuda([(i, self.ev_end[i]) for i in self.last_on_stream.values()], issue)
         ea = self.ev_anchor
         st = [ea.elapsed_time(e) * 1e-3 for e in self.ev_start]
@@ -667,6 +677,7 @@ class CudaRunner(RankRunner):
                 f()
         finally:
             torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
+        self.last_issue_s = (time.perf_counter_ns() - issue) * 1e-9  # the lean loop's issue, same clock
         evs = list(self.ev_stream_end.values())
         self._wait_cuda([(-1, e) for e in evs], issue)
         return anchor, max(self.ev_anchor.elapsed_time(e) * 1e-3 for e in evs)

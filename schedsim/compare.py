@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from schedsim.errors import TraceError
-from schedsim.hardware.profile import TIMED_GRAPH_SUFFIX
+from schedsim.hardware.profile import TIMED_EAGER_SUFFIX, TIMED_GRAPH_SUFFIX
 from schedsim.results import OMIT_NONE, from_dict, to_dict
 from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Span, Timeline, atomic_write_text
@@ -301,6 +301,20 @@ def _is_timed_prediction(tl: Timeline) -> bool:
         TIMED_GRAPH_SUFFIX)
 
 
+def _is_timed_eager_prediction(tl: Timeline) -> bool:
+    """A prediction of an eager run timed op by op (``execute --compare``'s ``predicted_timed/`` of an eager run):
+    a profile named by :meth:`HardwareProfile.timed_eager`."""
+    return str(tl.profile or "").endswith(TIMED_EAGER_SUFFIX)
+
+
+def timed_eager_measurement(tl: Timeline) -> bool:
+    """True when ``tl`` is an eager CUDA run that ``schedsim execute`` timed op by op and that measured what the
+    timing costs its host per op (``meta.timing_host_per_op_us``): its ops are compared with a prediction of the
+    timed run (:meth:`~schedsim.hardware.profile.HardwareProfile.timed_eager`)."""
+    return (tl.launch == "eager" and isinstance(tl.meta, dict)
+            and isinstance(tl.meta.get("timing_host_per_op_us"), int | float))
+
+
 def timed_graph_measurement(tl: Timeline) -> bool:
     """True when ``tl`` is a CUDA graph that ``schedsim execute`` timed op by op (``meta.timing`` is
     ``cuda_graph_external_events``): its ops hold their timing events' span, so they are compared with a
@@ -330,15 +344,19 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
                             "--compare's predicted_timed/, or predict --timed-graph with a profile that has "
                             "launch.graph_timing_event_us)")
         return warnings
-    if not timed_graph_measurement(meas):
-        warnings.append(f"--pred-timed given, but the measured run was not timed inside a CUDA graph (timing "
-                        f"{meas.meta.get('timing') if isinstance(meas.meta, dict) else None!r}, launch "
+    if timed_eager_measurement(meas):
+        if not _is_timed_eager_prediction(pred_timed):
+            warnings.append("--pred-timed is not a prediction of a timed eager run (its profile is not named "
+                            f"'...{TIMED_EAGER_SUFFIX}'): use execute --compare's predicted_timed/")
+    elif not timed_graph_measurement(meas):
+        warnings.append(f"--pred-timed given, but the measured run was not timed op by op with a known cost "
+                        f"(timing {meas.meta.get('timing') if isinstance(meas.meta, dict) else None!r}, launch "
                         f"{meas.launch!r}): compare with PRED alone")
-    if not _is_timed_prediction(pred_timed):
+    elif not _is_timed_prediction(pred_timed):
         warnings.append("--pred-timed is not a prediction of a timed graph (no meta.timed_graph): make it with "
                         "predict --timed-graph")
-    if _is_timed_prediction(pred):
-        warnings.append("PRED is a prediction of a timed graph; the plain prediction belongs there, the timed one "
+    if _is_timed_prediction(pred) or _is_timed_eager_prediction(pred):
+        warnings.append("PRED is a prediction of a timed run; the plain prediction belongs there, the timed one "
                         "after --pred-timed")
     return warnings
 
@@ -378,7 +396,9 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     pred_timed : Timeline, optional
         The prediction of the run *as it was timed op by op*, when that differs from ``pred``: a CUDA graph that
         ``schedsim execute --cuda-graph`` timed with event pairs around every op
-        (:meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`). The ops, the (instrumented) makespan,
+        (:meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`), or an eager run whose timing events
+        cost its host measurable time per op (:meth:`~schedsim.hardware.profile.HardwareProfile.timed_eager`).
+        The ops, the (instrumented) makespan,
         the overlap and the per-rank busy times are then compared with it, and the uninstrumented makespan
         with ``pred``.
 
@@ -417,8 +437,10 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
                          op_window(pred, stream_reached=stream_reached), op_window(meas, stream_reached=False),
                          span=("stream reached -> end (CUDA events on the op's stream)" if stream_reached
                                else "start -> end")
-                         + ("; predicted as the timed graph (its timing events' span in every op)"
-                            if untimed is not None else ""))
+                         + ("" if untimed is None else
+                            "; predicted as the timed eager run (its timing events' host time per op)"
+                            if _is_timed_eager_prediction(pred) else
+                            "; predicted as the timed graph (its timing events' span in every op)"))
     overlap = Overlap(Delta(mp.overlap_ratio, mm.overlap_ratio, mp.overlap_ratio - mm.overlap_ratio),
                       *[Delta(getattr(mp, k), getattr(mm, k), _rel(getattr(mp, k), getattr(mm, k)))
                         for k in ("exposed_comm_s", "busy_comm_s")])
@@ -583,6 +605,9 @@ def _print_op_errors(con: Any, o: OpErrors) -> None:
     if "timed graph" in o.span:
         con.print("per-op and instrumented makespan: predicted as the timed CUDA graph (every op's span holds "
                   "its timing events, profile launch.graph_timing_event_us)")
+    elif "timed eager" in o.span:
+        con.print("per-op and instrumented makespan: predicted as the timed eager run (the host time its timing "
+                  "events cost per op, measured by this run: meta.timing_host_per_op_us)")
     t = Table(title="by op kind")
     for c in ("kind", "n", "predicted", "measured", "total err", "median |err|"):
         t.add_column(c, justify="right")

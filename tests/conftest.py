@@ -56,8 +56,8 @@ def sim_text():
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
-    def run(text: str, profile, launch=None):
-        tl = simulate(build_graph(load_text(text, "t.yaml")), profile, launch=launch)
+    def run(text: str, profile, launch=None, model_executor=False):
+        tl = simulate(build_graph(load_text(text, "t.yaml")), profile, launch=launch, model_executor=model_executor)
         return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}, tl
 
     return run

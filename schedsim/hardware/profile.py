@@ -335,6 +335,8 @@ class Power(_B):
 #: The name suffix of a profile from :meth:`HardwareProfile.timed_graph`; predictions made with one say so in their
 #: meta (``timed_graph: true``), and a timeline's ``profile`` carries it.
 TIMED_GRAPH_SUFFIX = "+timed_graph"
+#: name suffix of a profile from :meth:`HardwareProfile.timed_eager`
+TIMED_EAGER_SUFFIX = "+timed_eager"
 
 
 class HardwareProfile(_B):
@@ -382,6 +384,27 @@ class HardwareProfile(_B):
             return self
         launch = self.launch.model_copy(update={"graph_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_GRAPH_SUFFIX})
+
+    def timed_eager(self, per_op_us: float) -> HardwareProfile:
+        """This profile for predicting an eager run timed op by op, as ``schedsim execute`` times it (an event
+        record before and after every op): ``launch.executor_extra_per_op_us`` set to ``per_op_us``, the host time
+        per op that timing adds, which the run itself measures (``meta.timing_host_per_op_us``,
+        :func:`executor.timing.timing_host_per_op_us`); simulate it with ``model_executor=True``. Name suffix
+        :data:`TIMED_EAGER_SUFFIX`.
+
+        Why: in a host-bound eager run the timing events are host time the uninstrumented run does not pay
+        (allgather_mm bf16 chunks 16 on one H200, 2026-12-03: 9.18 ms timed against 6.30 uninstrumented), so a
+        prediction of the uninstrumented run queues ops on the GPU that the timed run issued late and ran at once
+        (per-op median 181 % on that case; 34 % with 5 µs per op added;
+        ``benchmarks/h200/elementwise_host_2026-12-03.md``).
+
+        >>> from schedsim.hardware.profile import load_profile
+        >>> p = load_profile("h200").timed_eager(5.0)
+        >>> p.name, p.launch.executor_extra_per_op_us
+        ('h200+timed_eager', 5.0)
+        """
+        launch = self.launch.model_copy(update={"executor_extra_per_op_us": max(0.0, float(per_op_us))})
+        return self.model_copy(update={"launch": launch, "name": self.name + TIMED_EAGER_SUFFIX})
 
     @property
     def is_timed_graph(self) -> bool:

@@ -175,11 +175,12 @@ def test_compare_checks_that_the_pred_timed_inputs_belong_together() -> None:
     assert compare_timelines(plain, meas, pred_timed=timed).warnings == []
     # an eager measurement, a --pred-timed that is no timed prediction, the two swapped, another schedule
     eager = _tl("execute", [("a", 0.0, 4e-6)], timing="cuda_events")
-    assert any("not timed inside a CUDA graph" in w for w in compare_timelines(plain, eager, pred_timed=timed).warnings)
+    assert any("not timed op by op with a known cost" in w
+               for w in compare_timelines(plain, eager, pred_timed=timed).warnings)
     assert any("is not a prediction of a timed graph" in w
                for w in compare_timelines(plain, meas, pred_timed=plain).warnings)
     swapped = compare_timelines(timed, meas, pred_timed=plain).warnings
-    assert any("PRED is a prediction of a timed graph" in w for w in swapped)
+    assert any("PRED is a prediction of a timed run" in w for w in swapped)
     from schedsim.sim.timeline import Span, Timeline
 
     other = Timeline("y", "predict", 2, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 2e-6)],
@@ -207,3 +208,41 @@ def test_predict_timed_graph_says_when_it_changes_nothing(tmp_path) -> None:
     r = run("--launch", "cuda_graph")
     assert r.returncode == 0 and "note:" not in r.stderr
     assert json.loads((tmp_path / "o" / "timeline.json").read_text())["meta"]["timed_graph"] is True
+
+
+def test_an_eager_run_timed_op_by_op_is_compared_with_its_timed_prediction(sim_text) -> None:
+    """An eager run's timing events cost its host time per op, which the run measures (meta.timing_host_per_op_us);
+    ``HardwareProfile.timed_eager`` adds it to every op's issue. Host-bound toy: eager_per_op_us 5, three TINY
+    (2 µs) kernels on one stream. Plain: issued at 5, 10, 15; each runs at once: [5, 7], [10, 12], [15, 17]. Timed
+    with 3 µs per op: issued at 8, 16, 24: [8, 10], [16, 18], [24, 26]. compare then holds the ops against the
+    timed prediction and the uninstrumented makespan against the plain one, without warnings."""
+    from schedsim.compare import compare_timelines, timed_eager_measurement
+    from schedsim.hardware.profile import TIMED_EAGER_SUFFIX
+
+    body = "".join(f"  - {{name: g{i}, {TINY}, stream: s}}\n" for i in range(3))
+    prof = waves_profile(launch={"eager_per_op_us": 5.0})
+    spans, plain = sim_text(HEAD % 1 + body, prof)
+    assert spans == {"g0@r0": (5.0, 7.0), "g1@r0": (10.0, 12.0), "g2@r0": (15.0, 17.0)}
+    timed_prof = prof.timed_eager(3.0)
+    assert timed_prof.name == "toy" + TIMED_EAGER_SUFFIX and prof.launch.executor_extra_per_op_us == 0.0
+    spans, timed = sim_text(HEAD % 1 + body, timed_prof, model_executor=True)
+    assert spans == {"g0@r0": (8.0, 10.0), "g1@r0": (16.0, 18.0), "g2@r0": (24.0, 26.0)}
+    from schedsim.compare import op_window
+    from schedsim.sim.timeline import Timeline
+
+    win = op_window(timed, stream_reached=True)  # what execute records: stream reached (the start event) -> end
+    meas = Timeline("g", "execute", 1, launch="eager",
+                    spans=[s._replace(start_s=win[s.id][0], ready_s=s.stream_s, stream_s=None) for s in timed.spans],
+                    meta={"timing": "cuda_events", "timing_host_per_op_us": 3.0,
+                          "makespan_uninstrumented_s": plain.makespan_s})
+    assert timed_eager_measurement(meas)
+    res = compare_timelines(plain, meas, pred_timed=timed)
+    assert res.warnings == [] and res.ops.median_abs_error == pytest.approx(0.0, abs=1e-9)
+    assert "timed eager" in res.ops.span and res.makespan.uninstrumented.error == pytest.approx(0.0, abs=1e-9)
+    # without the timing cost measured, a --pred-timed has nothing to stand for; a graph-timed one does not fit
+    meas.meta.pop("timing_host_per_op_us")
+    assert any("not timed op by op" in w for w in compare_timelines(plain, meas, pred_timed=timed).warnings)
+    meas.meta["timing_host_per_op_us"] = 3.0
+    graph_timed = _tl("predict", [("g0", 0.0, 2e-6)], timed_graph=True)
+    assert any("not a prediction of a timed eager run" in w
+               for w in compare_timelines(plain, meas, pred_timed=graph_timed).warnings)
