@@ -140,22 +140,28 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
 def timing_host_per_op_us(per_rank: list[RankTimes]) -> float | None:
     """Host µs per op that timing an eager CUDA iteration adds: per rank, the median host time of issuing a timed
     iteration (an event record before and after every op, in the instrumented loop) less the median of an
-    uninstrumented one (the lean step list), over the rank's ops; the median over ranks, at least 0. None when no
-    rank recorded both (CPU ranks, CUDA graphs).
+    uninstrumented one (the lean step list), over the rank's ops; the median over the ranks that qualify, at
+    least 0. A rank qualifies when its uninstrumented issue took at least half its uninstrumented iteration
+    (``lean`` end): the host bounds it, so the GPU queue is short and no call waited for room in it (in a
+    GPU-bound run a long timed loop can fill CUDA's launch queue and wait there, which is no host cost; the
+    timing cost does not shape such a run's ops either). None when no rank qualifies (CPU ranks, CUDA graphs,
+    GPU-bound runs).
 
     Why: in a host-bound eager run those events are host time the uninstrumented run does not pay (allgather_mm
     bf16 chunks 16 on one H200, 2026-12-03: 9.18 ms timed against 6.30 ms uninstrumented, 5.4 µs per op), so
     its ops are compared with a prediction of the timed run (:meth:`schedsim.hardware.profile.HardwareProfile.
     timed_eager`), as a timed CUDA graph's are.
 
-    >>> timing_host_per_op_us([{"ids": ["a", "b"], "issue_s": [30e-6, 32e-6, 31e-6], "lean_issue_s": [20e-6, 22e-6]},
-    ...                        {"ids": ["c"], "issue_s": [], "lean_issue_s": [1e-6]}])
+    >>> timing_host_per_op_us([{"ids": ["a", "b"], "issue_s": [30e-6, 32e-6, 31e-6], "lean_issue_s": [20e-6, 22e-6],
+    ...                         "lean": [[0, 25e-6], [0, 26e-6]]},
+    ...                        {"ids": ["c"], "issue_s": [9e-6], "lean_issue_s": [1e-6], "lean": [[0, 1e-3]]}])
     5.0
     """
     per_op = []
     for r in per_rank:
         timed, lean, n = r.get("issue_s") or [], r.get("lean_issue_s") or [], len(r.get("ids") or [])
-        if timed and lean and n:
+        ends = [it[1] for it in r.get("lean") or []]
+        if timed and lean and n and ends and _median(lean) >= 0.5 * _median(ends):
             per_op.append(max(0.0, (_median(timed) - _median(lean)) / n * 1e6))
     return round(_median(per_op), 3) if per_op else None
 

@@ -47,3 +47,24 @@ def test_rank_local_timeline_is_partial() -> None:
           "end_s": [[0.001, 0.002]], "lean": []}
     tl = rank_local_timeline(G, r0, schedule="t", launch="eager", meta={"error": "x"})
     assert tl.meta["partial"] is True and len(tl.spans) == 2 and tl.makespan_s == pytest.approx(0.002)
+
+
+def test_timing_cost_per_op_is_measured_only_where_the_host_bounds_the_run():
+    """meta.timing_host_per_op_us: (timed issue − uninstrumented issue) / ops, per rank, median over ranks, from
+    ranks whose uninstrumented issue took at least half their uninstrumented iteration (host-bound: no call
+    waited for room in CUDA's launch queue). Rank 0: 4 ops, issue 100 → 60 µs of an 80 µs iteration: 10 µs/op.
+    Rank 1: 4 ops, 160 → 40 µs of a 50 µs iteration: 30 µs/op. Median 20. A GPU-bound rank (issue 10 µs of a
+    1 ms iteration, its timed loop stalled in a full queue) is left out; with no rank left, None."""
+    from executor.timing import timing_host_per_op_us
+
+    ids = ["a", "b", "c", "d"]
+    r0 = {"ids": ids, "issue_s": [100e-6, 99e-6, 101e-6], "lean_issue_s": [60e-6, 60e-6], "lean": [[0, 80e-6]] * 2}
+    r1 = {"ids": ids, "issue_s": [160e-6], "lean_issue_s": [40e-6], "lean": [[5, 50e-6]]}
+    gpu_bound = {"ids": ids, "issue_s": [900e-6], "lean_issue_s": [10e-6], "lean": [[0, 1e-3]]}
+    assert timing_host_per_op_us([r0, r1]) == pytest.approx(20.0)
+    assert timing_host_per_op_us([r0, r1, gpu_bound]) == pytest.approx(20.0)
+    assert timing_host_per_op_us([gpu_bound]) is None
+    cpu = {"ids": ids, "issue_s": [], "lean_issue_s": [], "lean": [[0, 1e-3]]}  # CPU ranks record no issue loop
+    assert timing_host_per_op_us([cpu]) is None
+    # the timed loop faster than the lean one (noise): no negative cost
+    assert timing_host_per_op_us([dict(r0, issue_s=[50e-6])]) == 0.0
