@@ -634,9 +634,10 @@ def register(app: Any) -> None:
         fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
         gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the stacked Gantt chart (PNG and SVG)."),
         pred_timed: Path | None = typer.Option(
-            None, "--pred-timed", help="For a CUDA graph that execute timed op by op: the prediction of that timed "
-            "graph (execute --compare's predicted_timed/, or predict --timed-graph), compared with the ops; PRED "
-            "is then compared with the uninstrumented makespan."),
+            None, "--pred-timed", help="For a run that execute timed op by op (a CUDA graph, or an eager run whose "
+            "timing cost it measured): the prediction of the run as timed (execute --compare's predicted_timed/, "
+            "or predict --timed-graph), compared with the ops; PRED is then compared with the uninstrumented "
+            "makespan."),
     ) -> None:
         """Compare predicted and measured timelines: makespan and per-op errors, overlap, Gantt and Perfetto trace."""
         p, m = load_timeline_arg(pred), load_timeline_arg(meas)
