@@ -343,6 +343,11 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
                             "op; compare them with a prediction of the timed graph (--pred-timed: execute "
                             "--compare's predicted_timed/, or predict --timed-graph with a profile that has "
                             "launch.graph_timing_event_us)")
+        if timed_eager_measurement(meas) and pred.launch == "eager" and not _is_timed_eager_prediction(pred):
+            warnings.append(f"the measured eager ops were timed in a loop that cost the host "
+                            f"{meas.meta['timing_host_per_op_us']:g} us per op more than the uninstrumented run; "
+                            "compare them with a prediction of the run as timed (--pred-timed: execute "
+                            "--compare's predicted_timed/)")
         return warnings
     if timed_eager_measurement(meas):
         if not _is_timed_eager_prediction(pred_timed):
@@ -440,6 +445,8 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
                          + ("" if untimed is None else
                             "; predicted as the timed eager run (its timing events' host time per op)"
                             if _is_timed_eager_prediction(pred) else
+                            "; predicted by --pred-timed"
+                            if timed_eager_measurement(meas) and not _is_timed_prediction(pred) else
                             "; predicted as the timed graph (its timing events' span in every op)"))
     overlap = Overlap(Delta(mp.overlap_ratio, mm.overlap_ratio, mp.overlap_ratio - mm.overlap_ratio),
                       *[Delta(getattr(mp, k), getattr(mm, k), _rel(getattr(mp, k), getattr(mm, k)))

@@ -390,7 +390,9 @@ class HardwareProfile(_B):
         record before and after every op): ``launch.executor_extra_per_op_us`` set to ``per_op_us``, the host time
         per op that timing adds, which the run itself measures (``meta.timing_host_per_op_us``,
         :func:`executor.timing.timing_host_per_op_us`); simulate it with ``model_executor=True``. Name suffix
-        :data:`TIMED_EAGER_SUFFIX`.
+        :data:`TIMED_EAGER_SUFFIX`. The plain prediction models plain PyTorch's calls and ``per_op_us`` is the
+        timed loop over the lean one, so the lean loop's own extra over plain PyTorch (the profile's
+        ``executor_extra_per_op_us``, 0.05–1.6 µs measured) is left out of both.
 
         Why: in a host-bound eager run the timing events are host time the uninstrumented run does not pay
         (allgather_mm bf16 chunks 16 on one H200, 2026-12-03: 9.18 ms timed against 6.30 uninstrumented), so a

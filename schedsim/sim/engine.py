@@ -185,7 +185,7 @@ def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict
                 return tl
         c = _compile(G, profile, mode)
         if model == "sharing":
-            st = _run_sharing(c, profile, mode)
+            st = _run_sharing(c, profile, mode, model_executor)
         else:
             st, note = _run_waves(G, profile, mode, c, conns, model_executor)
             if note:
@@ -437,7 +437,7 @@ def _sharing_copy_rate(cq: list[int], res: int, delta: float, rho: dict[int, flo
     return new
 
 
-def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
+def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str, model_executor: bool = False) -> _State:
     """The processor-sharing loop (module docstring)."""
     ids, ops, N, world, npred, succ = c.ids, c.ops, c.N, c.world, c.npred, c.succ
     job_of, gmem, job_res, job_ranks, job_work, cost = (c.job_of, c.gmem, c.job_res, c.job_ranks, c.job_work,
@@ -457,7 +457,7 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
             if op.kind == "matmul":
                 job_dem[i] = cost.gemm_demand(op)
 
-    issue = _sharing_issue_times(ops, job_res, profile, mode, world)
+    issue = _sharing_issue_times(ops, job_res, profile, mode, world, model_executor)
 
     # --- state ----------------------------------------------------------------
     start = [0.0] * N
@@ -623,15 +623,17 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str) -> _State:
 
 
 def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwareProfile, mode: str,
-                         world: int) -> list[float]:
+                         world: int, model_executor: bool = False) -> list[float]:
     """Host issue time (s) of each op in the ``sharing`` model: per-op or per-collective launch cost plus
-    ``host_us``, in program order per rank; one graph launch under ``cuda_graph``."""
+    ``host_us`` (and ``executor_extra_per_op_us`` with ``model_executor``, as in ``waves``' rule 1), in program
+    order per rank; one graph launch under ``cuda_graph``."""
     lp = profile.launch
     if mode == "cuda_graph":
         return [lp.graph_launch_us * 1e-6] * len(ops)
     issue = [0.0] * len(ops)
     host = [0.0] * world
-    op_oh, coll_oh = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6
+    ex = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
+    op_oh, coll_oh = lp.eager_per_op_us * 1e-6 + ex, lp.eager_per_collective_us * 1e-6 + ex
     for i, op in enumerate(ops):
         r = op.rank
         h = host[r] + op.host_s + (coll_oh if job_res[i] == 1 else op_oh)

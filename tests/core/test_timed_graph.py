@@ -227,6 +227,13 @@ def test_an_eager_run_timed_op_by_op_is_compared_with_its_timed_prediction(sim_t
     assert timed_prof.name == "toy" + TIMED_EAGER_SUFFIX and prof.launch.executor_extra_per_op_us == 0.0
     spans, timed = sim_text(HEAD % 1 + body, timed_prof, model_executor=True)
     assert spans == {"g0@r0": (8.0, 10.0), "g1@r0": (16.0, 18.0), "g2@r0": (24.0, 26.0)}
+    from schedsim.hardware.profile import HardwareProfile
+
+    d = timed_prof.model_dump()
+    d["gpu_model"] = "sharing"  # the sharing model's host issue takes the same per-op extra: 8, 16, 24
+    issued = {s.id: round(s.ready_s * 1e6, 6) for s in sim_text(HEAD % 1 + body, HardwareProfile.model_validate(d),
+                                                              model_executor=True)[1].spans}
+    assert issued == {"g0@r0": 8.0, "g1@r0": 16.0, "g2@r0": 24.0}
     from schedsim.compare import op_window
     from schedsim.sim.timeline import Timeline
 
@@ -239,10 +246,13 @@ def test_an_eager_run_timed_op_by_op_is_compared_with_its_timed_prediction(sim_t
     res = compare_timelines(plain, meas, pred_timed=timed)
     assert res.warnings == [] and res.ops.median_abs_error == pytest.approx(0.0, abs=1e-9)
     assert "timed eager" in res.ops.span and res.makespan.uninstrumented.error == pytest.approx(0.0, abs=1e-9)
+    # the plain prediction alone: a warning that names the measured cost
+    assert any("cost the host 3 us per op" in w for w in compare_timelines(plain, meas).warnings)
     # without the timing cost measured, a --pred-timed has nothing to stand for; a graph-timed one does not fit
     meas.meta.pop("timing_host_per_op_us")
     assert any("not timed op by op" in w for w in compare_timelines(plain, meas, pred_timed=timed).warnings)
     meas.meta["timing_host_per_op_us"] = 3.0
     graph_timed = _tl("predict", [("g0", 0.0, 2e-6)], timed_graph=True)
-    assert any("not a prediction of a timed eager run" in w
-               for w in compare_timelines(plain, meas, pred_timed=graph_timed).warnings)
+    wrong = compare_timelines(plain, meas, pred_timed=graph_timed)
+    assert any("not a prediction of a timed eager run" in w for w in wrong.warnings)
+    assert "timed graph" in wrong.ops.span  # the span says which prediction the ops met
