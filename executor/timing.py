@@ -142,9 +142,9 @@ def timing_host_per_op_us(per_rank: list[RankTimes]) -> float | None:
     iteration (the instrumented loop: an event record before and after every op, NVTX ranges when on, its
     per-op Python) less the median of an uninstrumented one (the lean step list), over the rank's ops; the median
     over the ranks that qualify, at least 0. A rank qualifies when its uninstrumented issue took at least half
-    its uninstrumented iteration (``lean`` end): the host bounds it, so the GPU queue is short and no call waited for room in it (in a
-    GPU-bound run a long timed loop can fill CUDA's launch queue and wait there, which is no host cost; the
-    timing cost does not shape such a run's ops either). None when no rank qualifies (CPU ranks, CUDA graphs,
+    its uninstrumented iteration (``lean`` end): the host bounds it, so the GPU queue is short and no call
+    waited for room in it (in a GPU-bound run a long timed loop can fill CUDA's launch queue and wait there,
+    which is no host cost; the timing cost does not shape such a run's ops either). None when no rank qualifies (CPU ranks, CUDA graphs,
     GPU-bound runs).
 
     Why: in a host-bound eager run those events are host time the uninstrumented run does not pay (allgather_mm
