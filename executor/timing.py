@@ -144,8 +144,8 @@ def timing_host_per_op_us(per_rank: list[RankTimes]) -> float | None:
     over the ranks that qualify, at least 0. A rank qualifies when its uninstrumented issue took at least half
     its uninstrumented iteration (``lean`` end): the host bounds it, so the GPU queue is short and no call
     waited for room in it (in a GPU-bound run a long timed loop can fill CUDA's launch queue and wait there,
-    which is no host cost; the timing cost does not shape such a run's ops either). None when no rank qualifies (CPU ranks, CUDA graphs,
-    GPU-bound runs).
+    which is no host cost; the timing cost does not shape such a run's ops either). None when no rank
+    qualifies (CPU ranks, CUDA graphs, GPU-bound runs).
 
     Why: in a host-bound eager run those events are host time the uninstrumented run does not pay (allgather_mm
     bf16 chunks 16 on one H200, 2026-12-03: 9.18 ms timed against 6.30 ms uninstrumented, 5.4 µs per op), so
