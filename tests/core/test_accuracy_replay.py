@@ -129,3 +129,31 @@ def test_process_host_replays_with_the_host_costs_the_run_measured(tmp_path, mon
     own = mod.replay_case(case.parent, "h200", process_host=True)
     assert own["error"] == pytest.approx(0.0, abs=1e-9) and own["profile"] == "h200+host_of_this_run"
     assert mod.replay_case(case.parent, "h200")["error"] < -0.2  # the profile's host: much faster than measured
+
+
+def test_a_timed_eager_run_replays_against_the_prediction_of_the_run_as_timed(tmp_path, monkeypatch):
+    """An eager run that measured its timing cost (meta.timing_host_per_op_us): the replay holds its ops against
+    HardwareProfile.timed_eager of that cost (no error when the measurement is that prediction) and its
+    uninstrumented makespan against the plain prediction."""
+    from schedsim.cli import _build, _load
+    from schedsim.compare import op_window
+    from schedsim.hardware.profile import load_profile
+    from schedsim.sim.engine import simulate
+
+    monkeypatch.chdir(ROOT)
+    f, sets = Path("schedules/small_ops_graph.yaml"), ["layers=8"]
+    G = _build(_load(f, sets), f)
+    plain = simulate(G, load_profile("h200"), launch="eager")
+    timed = simulate(G, load_profile("h200").timed_eager(4.0), launch="eager", model_executor=True)
+    assert timed.makespan_s > plain.makespan_s  # a host-bound case: the timing cost shows
+    win = op_window(timed, stream_reached=True)
+    meas = timed.__class__(schedule=timed.schedule, source="execute", world_size=1, launch="eager",
+                           spans=[s._replace(start_s=win[s.id][0], ready_s=s.stream_s, stream_s=None, solo_s=None)
+                                  for s in timed.spans],
+                           meta={"file": str(f), "set": sets, "timing": "cuda_events", "timing_host_per_op_us": 4.0,
+                                 "makespan_uninstrumented_s": plain.makespan_s})
+    case = tmp_path / "run" / "so" / "execute"
+    case.mkdir(parents=True)
+    meas.write_json(case / "timeline.json")
+    row = _replay_module().replay_case(case.parent, "h200")
+    assert row["op_median"] == pytest.approx(0.0, abs=1e-9) and row["error"] == pytest.approx(0.0, abs=1e-9)
