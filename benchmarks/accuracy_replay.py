@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from schedsim.compare import compare_timelines, timed_eager_measurement, timed_graph_measurement
-from schedsim.hardware.profile import HardwareProfile, load_profile
+from schedsim.compare import compare_timelines, timed_profile
+from schedsim.hardware.profile import load_profile
 from schedsim.sim.engine import simulate
 from schedsim.sim.power import iteration_gap_of
 from schedsim.sim.timeline import Timeline, atomic_write_text
@@ -57,22 +57,18 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
     G = _build(spec, file)
     prof = load_profile(profile)
     if process_host and meta.get("host_costs_us"):
-        from executor.calibrate_host import launch_fields
+        from executor.calibrate_host import with_host_costs
 
-        d = prof.model_dump()
-        d["launch"].update(launch_fields(meta["host_costs_us"]))
-        d["name"] = f"{prof.name}+host_of_this_run"
-        prof = HardwareProfile.model_validate(d)
+        prof = with_host_costs(prof, meta["host_costs_us"])
     conns = int(meta["max_connections"]) if meta.get("max_connections") else None
     kw: dict[str, Any] = {"launch": meas.launch, "gpu_model": gpu_model, "max_connections": conns,
           "iteration_gap_s": iteration_gap_of(meta, meas.world_size)}
     pred = simulate(G, prof, **kw)
     pred.meta.update({"file": str(file), "set": sets})
-    timed = None  # a CUDA graph timed op by op: its ops against the timed graph's prediction, as execute does
-    if timed_graph_measurement(meas) and prof.timed_graph() is not prof:
-        timed = simulate(G, prof.timed_graph(), **kw)
-    elif timed_eager_measurement(meas):  # eager ops timed between events that cost the host (the run measured it)
-        timed = simulate(G, prof.timed_eager(float(meta["timing_host_per_op_us"])), model_executor=True, **kw)
+    timed = None  # a run timed op by op: its ops against the prediction of the run as timed, as execute does
+    got = timed_profile(meas, prof)  # a timed graph, or eager ops timed by events that cost the host
+    if got is not None:
+        timed = simulate(G, got[0], model_executor=got[1], **kw)
     res = compare_timelines(pred, meas, pred_timed=timed).to_dict()  # the compare.json form
     ms = res["makespan"]
     un = ms.get("uninstrumented", {})

@@ -25,7 +25,6 @@ OUT=${OUT:-heldout_new_shapes_out}; W=/tmp/hns_work; rm -rf $W; mkdir -p "$OUT" 
 . benchmarks/device_env.sh
 PROF=$W/h200x1_calibrated.yaml
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-echo "=== calibrate ($(date -u +%H:%M:%S))"
 if [ "${SET:-a}" = c ]; then
   GEMMS="--dtypes fp32,bf16 --gemm 1024x512x8192 --gemm 512x256x8192 schedules/tp_allreduce_graph.yaml"
   DEFAULT_CASES="ag_bf16_c16_mh ag_bf16_c16_mh2 ag_bf16_c32_mh ms_bf16_c16_mh so_eager_mh tp_ar_eager_mh"
@@ -37,15 +36,11 @@ else
     --gemm 1024x512x8192"
   DEFAULT_CASES="ms_bf16_c8 ms_M4k_c8 ms_K4k_c16 ms_K2k_c8 ag_M8k_c8 ag_bf16_c16"
 fi
-# shellcheck disable=SC2086
-timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim calibrate --no-grid \
-  --iters 10 --max-bytes 67108864 --factor 4 $GEMMS schedules/small_ops_graph.yaml \
-  --host-processes "${HOST_PROCESSES:-3}" --name h200x1_calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 \
-  || { echo "calibrate failed"; tail -20 $W/calibrate.log; }
-[ -f "$PROF" ] && cp "$PROF" "${PROF%.yaml}.json" $W/calibrate.log "$OUT/" 2>/dev/null
-[ -f "$PROF" ] || PROF=h200
-grep -E "^\[waves\]|wave_tail_us|^  tail:|^  call:" -A6 "$PROF" | cut -c1-200
 . benchmarks/heldout_one_gpu.sh
+# shellcheck disable=SC2086
+calibrate_one_gpu $GEMMS schedules/small_ops_graph.yaml
+[ "$PROF" = h200 ] || cp "$PROF" "${PROF%.yaml}.json" $W/calibrate.log "$OUT/" 2>/dev/null
+grep -E "^\[waves\]|wave_tail_us|^  tail:|^  call:" -A6 "$PROF" | cut -c1-200
 CASES=${CASES:-$DEFAULT_CASES}
 for c in $CASES; do
   case $c in

@@ -11,17 +11,12 @@ OUT=${OUT:-heldout_rule4b_out}; W=/tmp/h4b_work; rm -rf $W; mkdir -p "$OUT" $W
 . benchmarks/device_env.sh
 PROF=$W/h200x1_calibrated.yaml
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-echo "=== calibrate ($(date -u +%H:%M:%S))"
-timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim calibrate --no-grid \
-  --dtypes fp32,bf16 --iters 10 --max-bytes 67108864 --factor 4 --gemm 8192x4096x8192 --gemm 4096x2048x8192 \
-  --gemm 2048x1024x8192 --gemm 1024x512x8192 --gemm 512x256x8192 --gemm 1x1024x1024 schedules/small_ops_graph.yaml \
-  schedules/tp_allreduce_graph.yaml \
-  --host-processes "${HOST_PROCESSES:-3}" --name h200x1_calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 \
-  || { echo "calibrate failed"; tail -20 $W/calibrate.log; }
-[ -f "$PROF" ] || PROF=h200
+. benchmarks/heldout_one_gpu.sh
+calibrate_one_gpu --dtypes fp32,bf16 --gemm 8192x4096x8192 --gemm 4096x2048x8192 --gemm 2048x1024x8192 \
+  --gemm 1024x512x8192 --gemm 512x256x8192 --gemm 1x1024x1024 schedules/small_ops_graph.yaml \
+  schedules/tp_allreduce_graph.yaml
 grep -A4 "^  reduce:" "$PROF" | head -8
 CASES=${CASES:-"ag_c2 ag_c4 ag_c16 ms_c4 ms_c16 so_graph so_eager tpa_graph"}
-. benchmarks/heldout_one_gpu.sh
 for c in $CASES; do
   case $c in
     ag_c*) run "$c" allgather_mm $AG --set chunks=${c#ag_c} --profiler ;;

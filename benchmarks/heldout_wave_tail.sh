@@ -12,13 +12,9 @@ OUT=${OUT:-heldout_wave_tail_out}; W=/tmp/hwt_work; rm -rf $W; mkdir -p "$OUT" $
 . benchmarks/device_env.sh
 PROF=$W/h200x1_calibrated.yaml
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-echo "=== calibrate ($(date -u +%H:%M:%S))"
-timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim calibrate --no-grid \
-  --dtypes fp32,bf16 --iters 10 --max-bytes 67108864 --factor 4 --gemm 2048x1024x8192 --gemm 1024x512x8192 \
-  --gemm 4096x2048x8192 --gemm 512x256x8192 schedules/small_ops_graph.yaml \
-  --host-processes "${HOST_PROCESSES:-3}" --name h200x1_calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 \
-  || { echo "calibrate failed"; tail -20 $W/calibrate.log; }
-[ -f "$PROF" ] || PROF=h200
+. benchmarks/heldout_one_gpu.sh
+calibrate_one_gpu --dtypes fp32,bf16 --gemm 2048x1024x8192 --gemm 1024x512x8192 --gemm 4096x2048x8192 \
+  --gemm 512x256x8192 schedules/small_ops_graph.yaml
 grep -E "^\[waves\]|wave_tail_us|^  tail:" -A3 $W/calibrate.log "$PROF" | cut -c1-300
 echo "=== wave tail at more shapes ($(date -u +%H:%M:%S))"
 [ "${PROBE:-1}" = 0 ] || timeout 120 python3 - > $W/wave_tail_shapes.log 2>&1 <<'PY'
@@ -38,7 +34,6 @@ json.dump(out, open("/tmp/hwt_work/wave_tail_shapes.json", "w"), indent=1)
 PY
 cat $W/wave_tail_shapes.log 2>/dev/null
 CASES=${CASES:-"ag_c2 ag_c4 ag_c8 ag_c16 ag_c32 ag_c8_conn1 ms_c4 ms_c8 ms_c16 ms_c32 so_graph so_eager"}
-. benchmarks/heldout_one_gpu.sh
 for c in $CASES; do
   case $c in
     ag_c8_conn1) run "$c" allgather_mm $AG --set chunks=8 --max-connections 1 ;;

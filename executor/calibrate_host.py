@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["HOST_FIELDS", "comm_host_costs", "fresh_process_costs", "gemm_call_key", "gemm_call_rows", "host_costs",
-           "launch_fields", "measure_here", "median_costs", "tiny_mm"]
+           "launch_fields", "measure_here", "median_costs", "parse_gemm", "tiny_mm", "with_host_costs"]
 
 #: the profile's ``launch:`` fields that are host costs measured here (µs per call)
 HOST_FIELDS = ("eager_per_op_us", "eager_per_collective_us", "p2p_call_us", "batch_p2p_call_us", "event_wait_us",
@@ -153,13 +153,8 @@ def gemm_call_rows(costs: dict[str, float]) -> list[list[Any]]:
     >>> gemm_call_rows({"eager_per_op_us": 10.0, "gemm_call:bf16:1024x512x8192": 1.2934})
     [['bf16', 1024, 512, 8192, 1.293]]
     """
-    rows = []
-    for key, x in costs.items():
-        if key.startswith("gemm_call:"):
-            _, dt, shape = key.split(":")
-            m, n, k = (int(v) for v in shape.split("x"))
-            rows.append([dt, m, n, k, round(float(x), 3)])
-    return rows
+    return [[*parse_gemm(key.removeprefix("gemm_call:")), round(float(x), 3)]
+            for key, x in costs.items() if key.startswith("gemm_call:")]
 
 
 def _gemm_calls(b: Any, base_us: float, gemms: Sequence[tuple[str, int, int, int]]) -> dict[str, float]:
@@ -372,6 +367,20 @@ def comm_host_costs(b: Any) -> dict[str, float]:
 def launch_fields(costs: dict[str, float]) -> dict[str, float]:
     """The :data:`HOST_FIELDS` that ``costs`` has, rounded to 0.01 µs: the profile's ``launch:`` values."""
     return {k: round(float(costs[k]), 2) for k in HOST_FIELDS if k in costs}
+
+
+def with_host_costs(profile: Any, costs: dict[str, float]) -> Any:
+    """``profile`` (a :class:`schedsim.hardware.profile.HardwareProfile`) with its ``launch:`` host costs replaced
+    by ``costs`` (a process's own, ``meta.host_costs_us`` of ``execute --measure-host``; :func:`launch_fields`),
+    named ``<name>+host_of_this_run``, its source saying so."""
+    from schedsim.hardware.profile import HardwareProfile
+
+    d = profile.model_dump()
+    d["name"] = f"{d['name']}+host_of_this_run"
+    d["launch"].update(launch_fields(costs))
+    d["launch"]["source"] = (f"{d['launch']['source']}; host costs per call replaced by those measured in the "
+                             "run's rank 0 process (--measure-host, meta.host_costs_us)")
+    return HardwareProfile.model_validate(d)
 
 
 def measure_here(ctx: Any) -> dict[str, float] | None:

@@ -326,14 +326,9 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
 
         prof: HardwareProfile = load_profile(profile)
         if host:  # predict with this process's host costs in place of the profile's (--measure-host)
-            from executor.calibrate_host import launch_fields
+            from executor.calibrate_host import launch_fields, with_host_costs
 
-            d = prof.model_dump()
-            d["name"] = f"{d['name']}+host_of_this_run"
-            d["launch"].update(launch_fields(host))
-            d["launch"]["source"] = (f"{d['launch']['source']}; host costs per call replaced by those measured in "
-                                     "this run's rank 0 process (--measure-host, meta.host_costs_us)")
-            prof = HardwareProfile.model_validate(d)
+            prof = with_host_costs(prof, host)
             print(f"--compare predicts with {profile!r} and this process's host costs: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in launch_fields(host).items()), flush=True)
         sim: dict[str, Any] = {"max_connections": int(conn) if conn else None,
@@ -356,29 +351,24 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
 
 def _timed_prediction(tl: Any, prof: Any, file: Path, sets: list[str], out: Path, launch: Any,
                       sim: dict[str, Any]) -> tuple[Any, list[Path]]:
-    """The prediction of the run as it was timed op by op, written to ``out`` (``(None, [])`` when the plain one
-    stands for it): a CUDA graph timed with event pairs (:meth:`HardwareProfile.timed_graph`), or an eager run
-    whose timing events cost its host time per op, as the run measured (:meth:`HardwareProfile.timed_eager`).
-    The uninstrumented makespan keeps the plain prediction."""
+    """The prediction of the run as it was timed op by op (:func:`schedsim.compare.timed_profile`), written to
+    ``out``; ``(None, [])`` when the plain one stands for it. The uninstrumented makespan keeps the plain one."""
     from schedsim.api import predict_to_dir
-    from schedsim.compare import timed_eager_measurement, timed_graph_measurement
+    from schedsim.compare import timed_eager_measurement, timed_graph_measurement, timed_profile
 
-    if timed_graph_measurement(tl):
-        timed = prof.timed_graph()
-        if timed is prof:
+    got = timed_profile(tl, prof)
+    if got is None:
+        if timed_graph_measurement(tl):
             print(f"note: profile {prof.name!r} has no launch.graph_timing_event_us: the timed graph's ops are "
                   "compared with the plain prediction (schedsim calibrate measures it)", file=sys.stderr)
-            return None, []
-        pred, _m, paths = predict_to_dir(file, sets, timed, out, launch, False, False, **sim)
-        return pred, paths
+        return None, []
     if timed_eager_measurement(tl):
-        x = float(tl.meta["timing_host_per_op_us"])
-        print(f"--compare: the timed iterations' events cost the host {x:.2f} us per op (issue loop, timed less "
-              "uninstrumented): per-op spans against predicted_timed/", flush=True)
-        pred, _m, paths = predict_to_dir(file, sets, prof.timed_eager(x), out, launch, False, False,
-                                         model_executor=True, **sim)
-        return pred, paths
-    return None, []
+        print(f"--compare: the timed iterations' events cost the host {tl.meta['timing_host_per_op_us']:.2f} us "
+              "per op (issue loop, timed less uninstrumented): per-op spans against predicted_timed/", flush=True)
+    timed, model_executor = got
+    pred, _m, paths = predict_to_dir(file, sets, timed, out, launch, False, False, model_executor=model_executor,
+                                     **sim)
+    return pred, paths
 
 
 def meta_ms(x: float | None) -> str:

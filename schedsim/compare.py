@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from schedsim.errors import TraceError
-from schedsim.hardware.profile import TIMED_EAGER_SUFFIX, TIMED_GRAPH_SUFFIX
+from schedsim.hardware.profile import TIMED_EAGER_SUFFIX, TIMED_GRAPH_SUFFIX, HardwareProfile
 from schedsim.results import OMIT_NONE, from_dict, to_dict
 from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Span, Timeline, atomic_write_text
@@ -313,6 +313,20 @@ def timed_eager_measurement(tl: Timeline) -> bool:
     timed run (:meth:`~schedsim.hardware.profile.HardwareProfile.timed_eager`)."""
     return (tl.launch == "eager" and isinstance(tl.meta, dict)
             and isinstance(tl.meta.get("timing_host_per_op_us"), int | float))
+
+
+def timed_profile(meas: Timeline, profile: HardwareProfile) -> tuple[HardwareProfile, bool] | None:
+    """``(profile, model_executor)`` that predict ``meas`` as it was timed op by op, for its ops: a CUDA graph
+    timed with event pairs (:meth:`HardwareProfile.timed_graph`; None when the profile has no
+    ``graph_timing_event_us``), an eager run that measured its timing cost per op
+    (:meth:`HardwareProfile.timed_eager`, simulated with ``model_executor``); None when the plain prediction
+    stands for the run. ``execute --compare`` and ``benchmarks/accuracy_replay.py`` both use it."""
+    if timed_graph_measurement(meas):
+        timed = profile.timed_graph()
+        return None if timed is profile else (timed, False)
+    if timed_eager_measurement(meas):
+        return profile.timed_eager(float(meas.meta["timing_host_per_op_us"])), True
+    return None
 
 
 def timed_graph_measurement(tl: Timeline) -> bool:
