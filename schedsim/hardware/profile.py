@@ -152,6 +152,9 @@ class Launch(_B):
     graph_timed: bool = Field(default=False, description="True in a profile from HardwareProfile.timed_graph: "
                               "every op of a CUDA graph holds its timing events (graph_timing_event_us, or "
                               "graph_timing_gap_us for an op that runs nothing): a graph timed op by op.")
+    eager_timed: bool = Field(default=False, description="True in a profile from HardwareProfile.timed_eager: "
+                              "every op of an eager run holds its pair of timing events on the GPU too "
+                              "(graph_timing_event_us, or graph_timing_gap_us for an op that runs nothing).")
     source: str
 
     @property
@@ -400,12 +403,20 @@ class HardwareProfile(_B):
         (per-op median 181 % on that case; 34 % with 5 µs per op added;
         ``benchmarks/h200/elementwise_host_2026-12-03.md``).
 
+        On the GPU the events of an eager op cost what they cost in a graph: ``launch.eager_timed`` is set, so that
+        every op also holds ``launch.graph_timing_event_us`` (:func:`schedsim.sim.gpu_model.graph_node_terms`).
+        allgather_mm bf16 chunks 16, timed eager on one H200, 2026-12-03 07:24 UTC, where the GPU ran the chunk
+        GEMMs back to back: each span exceeded the untimed kernel by 2.1-3.2 µs (``add_`` 4.3-4.8 µs against 2.3;
+        1024×512×8192 bf16 GEMMs 21-24 against 20.3), and 1.3-1.6 µs passed between one op's end event and the
+        next op's start event, as in a timed graph (2.0-2.2 and 1.25-1.28 µs there, :meth:`timed_graph`).
+
         >>> from schedsim.hardware.profile import load_profile
         >>> p = load_profile("h200").timed_eager(5.0)
-        >>> p.name, p.launch.executor_extra_per_op_us
-        ('h200+timed_eager', 5.0)
+        >>> p.name, p.launch.executor_extra_per_op_us, p.launch.eager_timed
+        ('h200+timed_eager', 5.0, True)
         """
-        launch = self.launch.model_copy(update={"executor_extra_per_op_us": max(0.0, float(per_op_us))})
+        launch = self.launch.model_copy(update={"executor_extra_per_op_us": max(0.0, float(per_op_us)),
+                                                "eager_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_EAGER_SUFFIX})
 
     @property

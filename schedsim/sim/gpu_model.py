@@ -457,11 +457,14 @@ def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float]
     :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`), and the span of a timed op that runs nothing
     (its two events adjacent: ``launch.graph_timing_gap_us``, default the former). One H200, 2026-12-02: 2.0-2.2
     µs around a kernel, 1.25-1.28 µs between adjacent events (``benchmarks/probe_graph_events.py``), and 1.2-1.3
-    µs measured for one-rank all_reduce ops in timed graphs (``benchmarks/heldout_x1.sh``). Both 0 unless ``mode``
-    is ``cuda_graph`` and the graph is timed. A node's own term is per op (:func:`memory_terms`); :func:`node_work`
-    applies them all."""
+    µs measured for one-rank all_reduce ops in timed graphs (``benchmarks/heldout_x1.sh``). An eager run timed op
+    by op (``launch.eager_timed``: :meth:`~schedsim.hardware.profile.HardwareProfile.timed_eager`) holds the same
+    terms: its events are the same stream operations, launched by the host instead of the graph (2.1-3.2 µs and
+    1.3-1.6 µs on one H200, 2026-12-03). Both 0 unless the run is timed that way (a graph in ``cuda_graph`` mode,
+    an eager run in ``eager`` mode). A node's own term is per op (:func:`memory_terms`); :func:`node_work` applies
+    them all."""
     lp = profile.launch
-    if mode != "cuda_graph" or not lp.graph_timed:
+    if not (lp.graph_timed if mode == "cuda_graph" else lp.eager_timed):
         return 0.0, 0.0
     gap = lp.graph_timing_event_us if lp.graph_timing_gap_us is None else lp.graph_timing_gap_us
     return lp.graph_timing_event_us * 1e-6, gap * 1e-6

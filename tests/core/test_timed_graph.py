@@ -227,6 +227,11 @@ def test_an_eager_run_timed_op_by_op_is_compared_with_its_timed_prediction(sim_t
     assert timed_prof.name == "toy" + TIMED_EAGER_SUFFIX and prof.launch.executor_extra_per_op_us == 0.0
     spans, timed = sim_text(HEAD % 1 + body, timed_prof, model_executor=True)
     assert spans == {"g0@r0": (8.0, 10.0), "g1@r0": (16.0, 18.0), "g2@r0": (24.0, 26.0)}
+    # the events cost the GPU too, as in a timed graph: 1 µs each op (graph_timing_event_us), only when timed
+    ev_prof = waves_profile(launch={"eager_per_op_us": 5.0, "graph_timing_event_us": 1.0})
+    assert sim_text(HEAD % 1 + body, ev_prof)[0] == {"g0@r0": (5.0, 7.0), "g1@r0": (10.0, 12.0), "g2@r0": (15.0, 17.0)}
+    spans_ev, _ = sim_text(HEAD % 1 + body, ev_prof.timed_eager(3.0), model_executor=True)
+    assert spans_ev == {"g0@r0": (8.0, 11.0), "g1@r0": (16.0, 19.0), "g2@r0": (24.0, 27.0)}
     from schedsim.hardware.profile import HardwareProfile
 
     d = timed_prof.model_dump()
