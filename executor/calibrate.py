@@ -1372,7 +1372,7 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     H = raw["host"]
     fresh = raw.get("host_fresh_processes") or []
     fresh_kinds = [k for k in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
-                               "elementwise_call_us",
+                               "elementwise_call_us", "call_launch_fraction",
                                "executor_extra_per_op_us") if any(k in f for f in fresh)]
     fresh_note = (f"; {', '.join(fresh_kinds)} are medians over {len(fresh)} fresh processes "
                   f"(calibrate_host.fresh_process_costs; this process's own figures are host_in_process in the .json)"
@@ -1398,7 +1398,9 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                    f"dist.isend/irecv; batch_p2p_call_us = one "
                    f"batch_isend_irecv of a send+recv; event_wait_us = event.record + stream.wait_event; "
                    f"memcpy_call_us = a 4 KiB copy_; elementwise_call_us = torch.add(x, y, out=z) of 4 KiB uint8 "
-                   f"(a bytes-only compute op); stream_switch_us = (a torch.cuda.set_stream switch + the "
+                   f"(a bytes-only compute op); call_launch_fraction = (host time from a start event's record to "
+                   f"the kernel's launch) / the call, a bf16 2048^3 matmul on an idle GPU against back to back; "
+                   f"stream_switch_us = (a torch.cuda.set_stream switch + the "
                    f"matmul launch) - the launch (the context manager's is stream_context_us in the .json); "
                    f"graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
                    f"graph_per_op_us = GPU time of an add_ on 32x1024 bf16 as a node of a 64-node graph chain minus "

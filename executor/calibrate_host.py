@@ -44,6 +44,10 @@ enqueue work). Plain PyTorch, written as a user would:
     one unbatched ``dist.isend`` (even ranks) / ``dist.irecv`` (odd ranks) of 1 KiB.
 ``batch_p2p_call_us`` (all ranks, world ≥ 2)
     one ``dist.batch_isend_irecv`` of a send and a recv with the neighbour.
+``call_launch_fraction`` (CUDA; a fraction, not µs)
+    where inside a ``torch.matmul`` call its kernel reaches the GPU, as a fraction of the call's host time
+    (:func:`_launch_fraction`): a kernel can start before its own call returns (rule 1 of
+    :mod:`schedsim.sim.gpu_model`, :func:`~schedsim.sim.gpu_model.kernel_release`).
 ``executor_extra_per_op_us``
     the executor's lean issue path (:mod:`executor.lean`) over a two-stream probe of tiny ops
     with cross-stream waits, minus the same probe written by hand, per op (≥ 0).
@@ -82,7 +86,7 @@ __all__ = ["HOST_FIELDS", "comm_host_costs", "fresh_process_costs", "gemm_call_k
 #: the profile's ``launch:`` fields that are host costs measured here (µs per call)
 HOST_FIELDS = ("eager_per_op_us", "eager_per_collective_us", "p2p_call_us", "batch_p2p_call_us", "event_wait_us",
                "memcpy_call_us", "elementwise_call_us", "stream_switch_us", "executor_extra_per_op_us",
-               "first_op_extra_us", "first_collective_extra_us")
+               "first_op_extra_us", "first_collective_extra_us", "call_launch_fraction")
 
 N = 200
 
@@ -177,6 +181,45 @@ def _gemm_calls(b: Any, base_us: float, gemms: Sequence[tuple[str, int, int, int
     return out
 
 
+def _launch_fraction(b: Any) -> dict[str, float]:
+    """Where inside its call a matmul reaches the GPU (``call_launch_fraction``; CUDA only).
+
+    A bf16 2048×2048×2048 ``torch.matmul(a, b, out=c)`` (its kernel outlasts the rest of its call, so its end
+    event is the kernel's end) between a start and an end event, 24 times on an idle GPU (synchronised before
+    each) and 24 times back to back behind a sleep (the start event fires as the previous kernel ends). The
+    idle window less the busy one is the host time from the start event's record to the kernel's launch
+    (the GPU's wake-up latency is in both the event and the kernel, so it cancels); over the call's own host
+    time (a loop of calls, as every kind here) it is the fraction. Medians; the first of each set dropped.
+    Returns the fraction (clamped to 0.05–1) and its parts (µs) for the JSON."""
+    torch, dev = b.torch, b.ctx.device
+    a = torch.rand((2048, 2048), device=dev, dtype=torch.float32).to(torch.bfloat16)
+    bb = torch.rand((2048, 2048), device=dev, dtype=torch.float32).to(torch.bfloat16)
+    c = torch.empty((2048, 2048), device=dev, dtype=torch.bfloat16)
+    call = functools.partial(torch.matmul, a, bb, out=c)
+    call()
+    call_us = _loop_us(b, call, n=50)
+    n = 24
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    idle = []
+    for e0, e1 in ev:
+        b.sync()
+        e0.record()
+        call()
+        e1.record()
+        b.sync()
+        idle.append(e0.elapsed_time(e1) * 1e3)
+    torch.cuda._sleep(5_000_000)
+    for e0, e1 in ev:
+        e0.record()
+        call()
+        e1.record()
+    b.sync()
+    busy = [e0.elapsed_time(e1) * 1e3 for e0, e1 in ev]
+    offset = statistics.median(idle[1:]) - statistics.median(busy[1:])
+    return {"call_launch_fraction": min(1.0, max(0.05, offset / call_us)), "launch_probe_call_us": call_us,
+            "launch_probe_offset_us": offset, "launch_probe_kernel_us": statistics.median(busy[1:])}
+
+
 def parse_gemm(text: str) -> tuple[str, int, int, int]:
     """``DTYPE:MxNxK`` (``--gemm`` of ``python -m executor.calibrate_host``) as ``(dtype, m, n, k)``.
 
@@ -241,6 +284,7 @@ def host_costs(b: Any, log: Callable[[str], None],
         h = torch.zeros(4096, dtype=torch.uint8).pin_memory()
         d = torch.empty(4096, dtype=torch.uint8, device=dev)
         res["memcpy_call_us"] = _loop_us(b, lambda: d.copy_(h, non_blocking=True))
+        res.update(_launch_fraction(b))
     else:
         h = torch.zeros(4096, dtype=torch.uint8)
         d = torch.empty(4096, dtype=torch.uint8)

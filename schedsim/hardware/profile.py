@@ -139,6 +139,10 @@ class Launch(_B):
                                      "measured (executor/calibrate_host.py measures it).")
     first_collective_extra_us: float = Field(default=0.0, ge=0, description="Extra host time of a rank's first "
                                              "collective or send/recv call of an iteration, µs; default 0.")
+    call_launch_fraction: float = Field(default=1.0, gt=0, le=1, description="Fraction of a call's host time "
+                                        "after which its kernel reaches the GPU (the launch happens inside the "
+                                        "call; the rest is the call's return path). Default 1: at its return "
+                                        "(not measured); executor/calibrate_host.py measures it on a matmul.")
     graph_timing_event_us: float = Field(default=0.0, ge=0, description="GPU time, µs, that the pair of timing "
                                          "events around an op (external event-record nodes, how schedsim execute "
                                          "--cuda-graph times each op) adds to the op's span in a graph replay; "

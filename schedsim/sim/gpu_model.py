@@ -268,7 +268,8 @@ from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "GpuRules", "REVERSE_ENGINE", "RateTables", "batch_rate", "comm_factor",
            "comm_fifo_columns", "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns",
-           "host_issue_times", "graph_fork_columns", "kernel_ctas", "kernel_tail", "split_work", "l2_cold_fraction",
+           "host_issue_times", "kernel_release", "end_event_bound", "graph_fork_columns", "kernel_ctas",
+           "kernel_tail", "split_work", "l2_cold_fraction",
            "link_ends", "memory_terms", "rate_tables", "stream_queue_columns",
            "stream_queues", "transfer_comm_rate"]
 
@@ -719,6 +720,40 @@ def _calls(by_class: np.ndarray, per_repeat: np.ndarray, hclass: np.ndarray, rep
     if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
         call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
     return call
+
+
+def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str) -> np.ndarray:
+    """Rule 1, the launch inside the call: when each op's work reaches the GPU, seconds, shape (n,), from
+    :func:`host_issue_columns`' ``issue`` (the call returned) and ``call0`` (the call began):
+    ``call0 + f · (issue − call0)`` with ``f`` = ``launch.call_launch_fraction``. A PyTorch call launches its
+    kernel part-way through (dispatch, argument checks and the BLAS heuristic before ``cuLaunchKernel``; the
+    output's bookkeeping and the return after it), so a kernel can start while its own call is still running.
+    ``issue`` itself (``f`` = 1, the default) in ``cuda_graph`` mode, where nothing is called per op.
+
+    Source: timed eager runs on one H200, 2026-12-03 09:23-09:26 UTC (``benchmarks/heldout_new_shapes.sh``
+    SET=c): on an idle GPU a GEMM's start event preceded the end of its kernel by 23-37 µs where the call alone
+    took 21-22 µs and the kernel 11-20 µs, so the kernel began 0.5-0.7 of the way through the call (allgather_mm
+    bf16 chunks 16 and 32, small_ops_graph eager); ``calibrate`` measures ``f`` (executor/calibrate_host.py)."""
+    f = profile.launch.call_launch_fraction
+    if mode == "cuda_graph" or f >= 1.0:
+        return issue
+    return call0 + f * (issue - call0)
+
+
+def end_event_bound(end: np.ndarray, issue: np.ndarray, profile: HardwareProfile, mode: str) -> np.ndarray:
+    """An eager run timed op by op (``launch.eager_timed``): each op's end, seconds, shape (n,), no earlier than
+    its end event's record, which the host makes after the call returned (``issue``), half the timing cost per
+    op later (``launch.executor_extra_per_op_us`` of :meth:`~schedsim.hardware.profile.HardwareProfile.
+    timed_eager`: a record before the call and one after). ``end`` itself otherwise.
+
+    So an op whose kernel is shorter than its own call spans the call on an idle GPU, as measured: one H200,
+    2026-12-03 09:23-09:26 UTC, timing cost 2.1-12.5 µs per op: ``add`` ops of allgather_mm bf16 chunks 32 9.7 µs
+    (call 8.7 + 1.0; kernel 2.3), one-rank all_reduce ops of tp_allreduce_graph 37.1 µs (call 31.5 + 6.2; no
+    kernel)."""
+    lp = profile.launch
+    if mode == "cuda_graph" or not lp.eager_timed:
+        return end
+    return np.maximum(end, issue + 0.5 * lp.executor_extra_per_op_us * 1e-6)
 
 
 def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],

@@ -73,7 +73,8 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     rules = gm.GpuRules.from_profile(profile, max_connections)
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
     call0: list[float] = []
-    succ, issue = _order_and_issue(c, profile, mode, serial, model_executor, call0)
+    succ, done = _order_and_issue(c, profile, mode, serial, model_executor, call0)
+    issue = gm.kernel_release(np.asarray(done, np.float64), np.asarray(call0, np.float64), profile, mode).tolist()
     kn = _kernels(c, rules)
     ops, gmem = c.ops, c.gmem
     tab = gm.rate_tables(rules)  # None for a GPU of thousands of SMs: then the Python loop
@@ -95,6 +96,8 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
             qreach[Q[1:]] = np.asarray(khand)[Q[:-1]]
     stream_t = np.maximum(np.maximum(np.asarray(deps_t, np.float64), np.asarray(call0, np.float64)),
                           qreach[np.asarray(kn.kern, np.int64)])
+    if N and profile.launch.eager_timed:
+        end = gm.end_event_bound(np.asarray(end, np.float64), np.asarray(done, np.float64), profile, mode).tolist()
     return _State(start, end, ready_t, binding, stream_t)
 
 

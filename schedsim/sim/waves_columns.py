@@ -528,9 +528,10 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     start, ready_t, deps_t, khand = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(K)
     end, binding = np.full(N, -1.0), np.full(N, -1, I32)
     kneed0 = kneed.copy()
+    release = gm.kernel_release(issue, call0, profile, mode)  # rule 1: the kernel launches inside its call
     arrays = (
         _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
-        npred, sptr, sidx, sid, rank32, ogrp, kern, _f64(issue), _f64(work),
+        npred, sptr, sidx, sid, rank32, ogrp, kern, _f64(release), _f64(work),
         kptr, kidx, ktype, krank, kmem, kq, kneed, kleft, _f64(ktau), ktail, _f64(ktail_tau),
         _f64(kgain),
         qptr, qidx,
@@ -546,6 +547,9 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         job_of = np.where(ogrp >= 0, N + ogrp.astype(I64), np.arange(N)).tolist()
         gmem = [gidx[a:b].tolist() for a, b in zip(gptr[:-1].tolist(), gptr[1:].tolist(), strict=True)]
         _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred.tolist(), job_of, gmem, N)
+    if N and profile.launch.eager_timed:  # a timed eager run: no op ends before its end event's record
+        end = gm.end_event_bound(end, issue, profile, mode)
+    del issue
     # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
     ext = getattr(loop, "stream_reached", None)
     if ext is not None:  # one compiled pass (an older build has none: numpy below)

@@ -172,6 +172,39 @@ def test_stream_reached_time_is_the_host_call_start_or_the_dependencies(sim_text
     assert {s.id: round(s.stream_s * 1e6, 6) for s in tl.spans} == {"A@r0": 0.0, "B@r0": 2.0, "C@r0": 2.0}
 
 
+def test_a_kernel_reaches_the_gpu_part_way_through_its_call(sim_text):
+    # calls of 10 µs back to back: [0, 10], [10, 20], [20, 30]. launch.call_launch_fraction 0.4: each kernel (2 µs)
+    # is launched 4 µs into its call: [4, 6], [14, 16], [24, 26]; at 1 (the default) at the call's return:
+    # [10, 12], [20, 22], [30, 32]. The stream is reached at the call's start either way (0, 10, 20). A graph
+    # replay calls nothing per op: its nodes are all issued at graph_launch_us (5), back to back.
+    body = "".join(f"  - {{name: g{i}, {TINY}}}\n" for i in range(3))
+    prof = waves_profile(launch={"eager_per_op_us": 10.0, "call_launch_fraction": 0.4, "graph_launch_us": 5.0})
+    spans, tl = sim_text(HEAD % 1 + body, prof)
+    assert spans == {"g0@r0": (4.0, 6.0), "g1@r0": (14.0, 16.0), "g2@r0": (24.0, 26.0)}
+    assert [round(s.stream_s * 1e6, 6) for s in tl.spans] == [0.0, 10.0, 20.0]
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(launch={"eager_per_op_us": 10.0}))
+    assert spans == {"g0@r0": (10.0, 12.0), "g1@r0": (20.0, 22.0), "g2@r0": (30.0, 32.0)}
+    spans, _ = sim_text(HEAD % 1 + body, prof, launch="cuda_graph")
+    assert spans == {"g0@r0": (5.0, 7.0), "g1@r0": (7.0, 9.0), "g2@r0": (9.0, 11.0)}
+
+
+def test_a_timed_eager_op_ends_no_earlier_than_its_end_event_record(sim_text):
+    # an eager run timed op by op with 6 µs of timing per op (HardwareProfile.timed_eager: the host pays it before
+    # each 10 µs call): calls [6, 16], [22, 32], [38, 48]. Each 2 µs kernel runs at the call's return ([16, 18], ...)
+    # but its end event is recorded half the timing cost after the return, so the op ends at 19, 35, 51. With
+    # the launch 0.5 into the call the kernel runs [11, 13] and still ends at 19. Untimed, nothing of the kind.
+    body = "".join(f"  - {{name: g{i}, {TINY}}}\n" for i in range(3))
+    prof = waves_profile(launch={"eager_per_op_us": 10.0})
+    spans, _ = sim_text(HEAD % 1 + body, prof.timed_eager(6.0), model_executor=True)
+    assert spans == {"g0@r0": (16.0, 19.0), "g1@r0": (32.0, 35.0), "g2@r0": (48.0, 51.0)}
+    half = waves_profile(launch={"eager_per_op_us": 10.0, "call_launch_fraction": 0.5})
+    spans, tl = sim_text(HEAD % 1 + body, half.timed_eager(6.0), model_executor=True)
+    assert spans == {"g0@r0": (11.0, 19.0), "g1@r0": (27.0, 35.0), "g2@r0": (43.0, 51.0)}
+    assert [round(s.stream_s * 1e6, 6) for s in tl.spans] == [6.0, 22.0, 38.0]  # the start event: the call began
+    spans, _ = sim_text(HEAD % 1 + body, half, model_executor=True)  # the plain executor model: no end events
+    assert spans == {"g0@r0": (5.0, 7.0), "g1@r0": (15.0, 17.0), "g2@r0": (25.0, 27.0)}
+
+
 def test_stream_switch_costs_host_time(sim_text):
     # 5 µs per launch, 4 µs per stream switch (the rank's first op is free): A on s1 at 5; B on s2 at 5 + 4 + 5 =
     # 14; C on s2 again at 19 (no switch); D back on s1 at 19 + 4 + 5 = 28. The kernels are 2 µs each.

@@ -99,12 +99,12 @@ def test_every_gpu_model_scenario_runs_the_same_from_columns(case):
     """Each scenario of test_gpu_model.py, its assertions run on the columnar path, which must also equal the
     Op-list path."""
 
-    def sim_text(text: str, profile, launch=None):  # type: ignore[no-untyped-def]
+    def sim_text(text: str, profile, launch=None, model_executor=False):  # type: ignore[no-untyped-def]
         spec = load_text(text, "t.yaml")
         build_graph(spec)  # raises what the scenario expects, as the Op-list path does
         prog = lower(spec)
-        same(prog, profile, launch=launch)
-        tl = simulate(prog, profile, launch=launch)
+        same(prog, profile, launch=launch, model_executor=model_executor)
+        tl = simulate(prog, profile, launch=launch, model_executor=model_executor)
         return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}, tl
 
     case(sim_text)
