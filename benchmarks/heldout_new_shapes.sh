@@ -17,15 +17,24 @@
 # SET=c (host-bound eager cases, run after gemm.call rows: calibrate times each short GEMM's host call), every
 #   case with --measure-host: allgather_mm bf16 chunks 16 (twice) and 32 (512x256x8192 bf16 x 1024),
 #   matmul_streams bf16 chunks 16, small_ops_graph eager, tp_allreduce_graph world 1 eager (64 layers)
+# SET=d (the launch inside the call, launch.call_launch_fraction, and the end-event bound of timed eager runs,
+#   2026-12-03; none of these shapes or dtypes was looked at while building them), every case with --measure-host:
+#   matmul_streams fp16 chunks 16 and bf16 chunks 8, allgather_mm fp16 chunks 16, small_ops_graph eager at
+#   T=64 and at H=2048, tp_allreduce_graph world 1 eager at 32 layers of 8 tokens, and
+#   small_ops_graph as a timed CUDA graph (unchanged by both: a check)
 # Keeps every run in OUT/runs.tgz (<case>/execute/timeline.json: replay offline with the shipped profile,
 #   python benchmarks/accuracy_replay.py DIR --profile h200).
-#   OUT=dir [SET=a|b] [CASES="..."] bash benchmarks/heldout_new_shapes.sh
+#   OUT=dir [SET=a|b|c|d] [CASES="..."] bash benchmarks/heldout_new_shapes.sh
 set -uo pipefail
 OUT=${OUT:-heldout_new_shapes_out}; W=/tmp/hns_work; rm -rf $W; mkdir -p "$OUT" $W
 . benchmarks/device_env.sh
 PROF=$W/h200x1_calibrated.yaml
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-if [ "${SET:-a}" = c ]; then
+if [ "${SET:-a}" = d ]; then
+  GEMMS="--dtypes fp32,bf16,fp16 --gemm 1024x512x8192 --gemm 2048x1024x8192 --gemm 64x1024x1024 --gemm 32x2048x2048
+    --gemm 8x2048x1024 schedules/tp_allreduce_graph.yaml"
+  DEFAULT_CASES="ms_fp16_c16_mh ag_fp16_c16_mh ms_bf16_c8_mh so_T64_mh so_H2k_mh tp_ar_t8_mh so_graph"
+elif [ "${SET:-a}" = c ]; then
   GEMMS="--dtypes fp32,bf16 --gemm 1024x512x8192 --gemm 512x256x8192 schedules/tp_allreduce_graph.yaml"
   DEFAULT_CASES="ag_bf16_c16_mh ag_bf16_c16_mh2 ag_bf16_c32_mh ms_bf16_c16_mh so_eager_mh tp_ar_eager_mh"
 elif [ "${SET:-a}" = b ]; then
@@ -59,6 +68,13 @@ for c in $CASES; do
     ms_bf16_c16_mh) run "$c" matmul_streams --set dtype=bf16 --set chunks=16 --measure-host ;;
     tp_ar_eager_mh) run "$c" tp_allreduce_graph --set world_size=1 --set layers=64 --eager --measure-host ;;
     so_eager_mh) run "$c" small_ops_graph --eager --measure-host ;;
+    ms_fp16_c16_mh) run "$c" matmul_streams --set dtype=fp16 --set chunks=16 --measure-host ;;
+    ag_fp16_c16_mh) run "$c" allgather_mm $AG --set dtype=fp16 --set chunks=16 --measure-host ;;
+    ms_bf16_c8_mh) run "$c" matmul_streams --set dtype=bf16 --set chunks=8 --measure-host ;;
+    so_T64_mh) run "$c" small_ops_graph --set T=64 --eager --measure-host ;;
+    so_H2k_mh) run "$c" small_ops_graph --set H=2048 --eager --measure-host ;;
+    tp_ar_t8_mh) run "$c" tp_allreduce_graph --set world_size=1 --set layers=32 --set tokens=8 --eager --measure-host ;;
+    so_graph) run "$c" small_ops_graph --cuda-graph ;;
   esac
 done
 cp "$PROF" "${PROF%.yaml}.json" $W/calibrate.log "$OUT/" 2>/dev/null
