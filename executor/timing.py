@@ -132,6 +132,9 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
     extra = timing_host_per_op_us(per_rank)
     if extra is not None:
         meta["timing_host_per_op_us"] = extra
+    if any(r.get("lean_issue_s") for r in per_rank):  # eager CUDA: the host's issue of an uninstrumented iteration
+        meta["host_issue_uninstrumented_s"] = [_median(r["lean_issue_s"]) if r.get("lean_issue_s") else None
+                                               for r in per_rank]
     world = int(G.graph.get("world_size", len(per_rank)))
     return Timeline(schedule=schedule, source="execute", world_size=world, launch=launch, profile=None,
                     spans=spans, critical_path=_critical_path(G, spans), meta=meta)

@@ -205,6 +205,7 @@ class Comparison:
     ops: OpErrors | None = field(default=None, metadata=OMIT_NONE)
     overlap: Overlap | None = None
     by_rank: dict[int, RankComparison] = field(default_factory=dict)
+    host_issue: dict[int, Delta] | None = field(default=None, metadata=OMIT_NONE)
 
     def to_dict(self, *, per_op: bool = True) -> dict[str, Any]:
         """The JSON form (``compare.json``); without ``per_op`` the per-op rows are left out."""
@@ -440,6 +441,7 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     """
     untimed = None
     warns = _warnings(pred, meas, pred_timed)
+    host_issue = _host_issue(pred, meas)
     if pred_timed is not None:
         untimed, pred = Metrics.of(pred).makespan_s, pred_timed
     mp, mm = Metrics.of(pred), Metrics.of(meas)
@@ -474,7 +476,22 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
         launch=Pair(pred.launch, meas.launch), profile=pred.profile, warnings=warns,
         makespan=_makespan(mp.makespan_s, mm.makespan_s, meas, untimed),
         match=Match(mode, len(common), only_p[:20], only_m[:20], len(only_p), len(only_m)),
-        ops=ops, overlap=overlap, by_rank=by_rank)
+        ops=ops, overlap=overlap, by_rank=by_rank, host_issue=host_issue)
+
+
+def _host_issue(pred: Timeline, meas: Timeline) -> dict[int, Delta] | None:
+    """Per rank, the host's issue of one uninstrumented iteration: the prediction's ``meta.host_issue_s`` (when its
+    host returned from the rank's last call) against ``schedsim execute``'s ``meta.host_issue_uninstrumented_s``
+    (median host time of the lean loop's issue; eager CUDA runs), seconds; None unless both sides have it. In a
+    host-bound run this separates the host's speed (a host cost per call off) from the GPU side of the model."""
+    p = pred.meta.get("host_issue_s") if isinstance(pred.meta, dict) else None
+    m = meas.meta.get("host_issue_uninstrumented_s") if isinstance(meas.meta, dict) else None
+    if not (isinstance(p, list) and isinstance(m, list)):
+        return None
+    num = int | float
+    out = {r: Delta(float(a), float(b), _rel(float(a), float(b)))
+           for r, (a, b) in enumerate(zip(p, m, strict=False)) if isinstance(a, num) and isinstance(b, num)}
+    return out or None
 
 
 def _op_errors(common: list[str], pid: dict[str, Span], mid: dict[str, Span], cap: int,
@@ -593,6 +610,11 @@ def print_comparison(res: Comparison, console: Any = None) -> None:
         ptxt = "" if u.pred_s is None else f"predicted [bold]{fmt_time(u.pred_s)}[/bold], "
         con.print(f"makespan without per-op instrumentation: {ptxt}measured [bold]{fmt_time(u.meas_s)}[/bold], error "
                   f"[bold]{_pct(u.error)}[/bold]")
+    if res.host_issue:
+        shown = sorted(res.host_issue.items(), key=lambda kv: -abs(kv[1].error or 0.0))[:4]
+        con.print("host issue of an uninstrumented iteration: " + "; ".join(
+            f"rank {r} predicted {fmt_time(d.pred)}, measured {fmt_time(d.meas)} ({_pct(d.error)})" for r, d in shown)
+            + ("" if len(res.host_issue) <= 4 else f" (the {len(shown)} ranks furthest off)"))
     m = res.match
     con.print(f"ops matched by id: {m.matched} (only predicted {m.n_only_pred}, only measured "
               f"{m.n_only_meas}); comparison mode: {m.mode}")

@@ -29,7 +29,8 @@ breaks ties, so runs are deterministic (the SimPy ``Environment`` pattern).
 
 * **Issue.** In eager mode each rank's host launches its ops in program order,
   each costing the profile's launch overhead; an op cannot start before its
-  launch call returns. In ``cuda_graph`` mode one graph launch covers the
+  launch call has launched it (``launch.call_launch_fraction`` of the call in;
+  default at its return). In ``cuda_graph`` mode one graph launch covers the
   iteration and each op pays a small per-node GPU overhead instead.
 * **Ready.** An op is ready when it is issued, every dependency has finished
   (a cross-stream dependency is an event wait) and the previous op on its
@@ -273,6 +274,7 @@ class _State(NamedTuple):
     binding: Sequence[int]
     stream_t: Sequence[float] | np.ndarray | None = None  # waves: when the stream reached each op (deps done,
     # host at its call)
+    host_s: np.ndarray | None = None  # waves: per rank, when its host returned from its last call (shape (world,))
 
 
 def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _Compiled:
@@ -646,7 +648,7 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
     """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
     op to finish) and metadata."""
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
-    start, end, ready_t, binding, stream_t = state
+    start, end, ready_t, binding, stream_t, host_s = state
     empty: dict = {}  # shared, never mutated
     res_name = ("compute", "comm", "copy", "copy", "copy")
     tag_dicts: dict[tuple, dict] = {(): empty}  # type: ignore[type-arg]  # one dict per distinct tag set
@@ -681,8 +683,17 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
             i = b
         cp.reverse()
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
+    _host_meta(meta, host_s, mode)
     return Timeline(schedule=str(info.get("name", "")), source="predict", world_size=world, launch=mode,
                     profile=profile.name, critical_path=cp, meta=meta, columns=cols)
+
+
+def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str) -> None:  # type: ignore[type-arg]
+    """``meta["host_issue_s"]``: per rank, seconds from the iteration's start until its host returned from its
+    last call (rule 1 of :mod:`schedsim.sim.gpu_model`; eager runs of the ``waves`` model), which ``compare``
+    holds against ``schedsim execute``'s ``meta.host_issue_uninstrumented_s``."""
+    if host_s is not None and mode == "eager":
+        meta["host_issue_s"] = [float(x) for x in host_s]
 
 
 def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode: str, run) -> Timeline:  # type: ignore[no-untyped-def,type-arg]
@@ -712,6 +723,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     suffix = [format_op_id("", r) for r in range(prog.world_size)]  # "@r{rank}": ids joined, not formatted per op
     cp = list(map(str.__add__, prog.op_names(at), map(suffix.__getitem__, prog.rank[at].tolist())))
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
+    _host_meta(meta, run.host_s, mode)
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)
     tl._cp_rows = (list(cp), np.sort(at))

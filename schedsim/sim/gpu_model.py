@@ -31,7 +31,12 @@ Rules and their sources
    8.7 µs = 18.4 µs for a switch + ``add_`` − 9.7 µs for the ``add_`` alone, 2×H200,
    2026-11-30, ``benchmarks/h200/probes.md``; the rank's first op is issued in
    its stream's context for free) and the op's declared ``host_us`` (Python time
-   before the call). A kernel cannot start before its call returned. The
+   before the call). A kernel reaches the GPU part-way through its call,
+   ``launch.call_launch_fraction`` of the call's host time in (default 1: at its
+   return; ``calibrate`` measures it: a matmul's launch comes before the output's
+   bookkeeping and the return, :func:`kernel_release`); in an eager run timed op
+   by op an op also ends no earlier than its end event's record, after its call
+   (:func:`end_event_bound`). The
    language has no host-blocking op (``.item()``, ``synchronize``), so the host
    never waits for the GPU and issue times are prefix sums. A CUDA graph replay
    replaces all of this with one ``graph_launch_us`` (its Python is not
@@ -268,8 +273,8 @@ from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "GpuRules", "REVERSE_ENGINE", "RateTables", "batch_rate", "comm_factor",
            "comm_fifo_columns", "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns",
-           "host_issue_times", "kernel_release", "end_event_bound", "graph_fork_columns", "kernel_ctas",
-           "kernel_tail", "split_work", "l2_cold_fraction",
+           "host_issue_times", "host_end_per_rank", "kernel_release", "end_event_bound", "graph_fork_columns",
+           "kernel_ctas", "kernel_tail", "split_work", "l2_cold_fraction",
            "link_ends", "memory_terms", "rate_tables", "stream_queue_columns",
            "stream_queues", "transfer_comm_rate"]
 
@@ -754,6 +759,22 @@ def end_event_bound(end: np.ndarray, issue: np.ndarray, profile: HardwareProfile
     if mode == "cuda_graph" or not lp.eager_timed:
         return end
     return np.maximum(end, issue + 0.5 * lp.executor_extra_per_op_us * 1e-6)
+
+
+def host_end_per_rank(issue: np.ndarray, rank: np.ndarray, world: int) -> np.ndarray:
+    """Per rank (shape (world,)), seconds: when its host returned from its last call, the latest of ``issue``
+    (:func:`host_issue_columns`, shape (n,)) over its ops; 0 for a rank without ops."""
+    out = np.zeros(world)
+    if not len(issue):
+        return out
+    rank = np.asarray(rank)
+    cut = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+    if bool(np.all(rank[cut] > rank[cut - 1])):  # ranks ascending (a Program's are): one max per run of a rank
+        starts = np.concatenate(([0], cut))
+        out[rank[starts]] = np.maximum.reduceat(issue, starts)
+    else:
+        np.maximum.at(out, rank.astype(np.int64), issue)
+    return out
 
 
 def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],

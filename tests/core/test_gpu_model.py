@@ -182,6 +182,7 @@ def test_a_kernel_reaches_the_gpu_part_way_through_its_call(sim_text):
     spans, tl = sim_text(HEAD % 1 + body, prof)
     assert spans == {"g0@r0": (4.0, 6.0), "g1@r0": (14.0, 16.0), "g2@r0": (24.0, 26.0)}
     assert [round(s.stream_s * 1e6, 6) for s in tl.spans] == [0.0, 10.0, 20.0]
+    assert tl.meta["host_issue_s"] == [pytest.approx(30e-6)]  # the host returned from its last call at 30
     spans, _ = sim_text(HEAD % 1 + body, waves_profile(launch={"eager_per_op_us": 10.0}))
     assert spans == {"g0@r0": (10.0, 12.0), "g1@r0": (20.0, 22.0), "g2@r0": (30.0, 32.0)}
     spans, _ = sim_text(HEAD % 1 + body, prof, launch="cuda_graph")

@@ -68,3 +68,26 @@ def test_timing_cost_per_op_is_measured_only_where_the_host_bounds_the_run():
     assert timing_host_per_op_us([cpu]) is None
     # the timed loop faster than the lean one (noise): no negative cost
     assert timing_host_per_op_us([dict(r0, issue_s=[50e-6])]) == 0.0
+
+
+def test_the_hosts_uninstrumented_issue_is_kept_per_rank_and_compared_with_the_prediction():
+    """meta.host_issue_uninstrumented_s: each rank's median lean issue time (None for a rank that recorded none);
+    compare holds it against the prediction's meta.host_issue_s, rank by rank, and round-trips it."""
+    from schedsim.compare import Comparison, compare_timelines
+
+    G = build_graph(load_text(TEXT, "t.yaml"))
+    base = {"anchors_ns": [0], "start_s": [[0.0, 0.001]], "end_s": [[0.001, 0.002]], "lean": [[0, 0.002]]}
+    r0 = {"rank": 0, "ids": ["mm@r0", "ar@r0"], **base, "lean_issue_s": [40e-6, 30e-6, 50e-6]}
+    r1 = {"rank": 1, "ids": ["mm@r1", "ar@r1"], **base}
+    meas = assemble_timeline(G, [r0, r1], schedule="t", launch="eager")
+    assert meas.meta["host_issue_uninstrumented_s"] == [pytest.approx(40e-6), None]
+    pred = assemble_timeline(G, [dict(r0, lean_issue_s=[]), r1], schedule="t", launch="eager")
+    assert "host_issue_uninstrumented_s" not in pred.meta  # no rank recorded an issue loop (CPU ranks)
+    pred = pred.__class__(schedule="t", source="predict", world_size=2, launch="eager", spans=list(pred.spans),
+                          meta={"host_issue_s": [30e-6, 20e-6]})
+    res = compare_timelines(pred, meas)
+    assert list(res.host_issue) == [0]  # rank 1 measured nothing
+    d = res.host_issue[0]
+    assert (d.pred, d.meas, d.error) == (pytest.approx(30e-6), pytest.approx(40e-6), pytest.approx(-0.25))
+    assert Comparison.from_dict(res.to_dict()).host_issue == res.host_issue
+    assert compare_timelines(pred, pred).host_issue is None  # a prediction measures no issue loop
