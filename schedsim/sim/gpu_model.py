@@ -727,22 +727,29 @@ def _calls(by_class: np.ndarray, per_repeat: np.ndarray, hclass: np.ndarray, rep
     return call
 
 
-def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str) -> np.ndarray:
-    """Rule 1, the launch inside the call: when each op's work reaches the GPU, seconds, shape (n,), from
-    :func:`host_issue_columns`' ``issue`` (the call returned) and ``call0`` (the call began):
-    ``call0 + f · (issue − call0)`` with ``f`` = ``launch.call_launch_fraction``. A PyTorch call launches its
-    kernel part-way through (dispatch, argument checks and the BLAS heuristic before ``cuLaunchKernel``; the
-    output's bookkeeping and the return after it), so a kernel can start while its own call is still running.
-    ``issue`` itself (``f`` = 1, the default) in ``cuda_graph`` mode, where nothing is called per op.
+def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str,
+                   call_extra: np.ndarray | None = None) -> np.ndarray:
+    """Rule 1, the launch inside the call: when each op's (first) kernel reaches the GPU, seconds, shape (n,),
+    from :func:`host_issue_columns`' ``issue`` (the call returned), ``call0`` (the call began) and
+    ``call_extra`` (its ``gemm.call`` extra, s, shape (n,)): ``call0 + f · (issue − call0 − call_extra)`` with
+    ``f`` = ``launch.call_launch_fraction``. A PyTorch call launches its kernel part-way through (dispatch,
+    argument checks and the BLAS heuristic before ``cuLaunchKernel``; the output's bookkeeping and the return
+    after it), so a kernel can start while its own call is still running; a GEMM whose call costs more than the
+    one-kernel call (a split-K GEMM launches its reduction kernel after the main one) spends that extra after
+    its main kernel's launch. ``issue`` itself (``f`` = 1, the default, and no extra) and in ``cuda_graph``
+    mode, where nothing is called per op.
 
-    Source: timed eager runs on one H200, 2026-12-03 09:23-09:26 UTC (``benchmarks/heldout_new_shapes.sh``
-    SET=c): on an idle GPU a GEMM's start event preceded the end of its kernel by 23-37 µs where the call alone
-    took 21-22 µs and the kernel 11-20 µs, so the kernel began 0.5-0.7 of the way through the call (allgather_mm
-    bf16 chunks 16 and 32, small_ops_graph eager); ``calibrate`` measures ``f`` (executor/calibrate_host.py)."""
+    Source: timed eager runs on one H200, 2026-12-03 09:23-09:40 UTC (``benchmarks/heldout_new_shapes.sh``
+    SET=c, d): on an idle GPU the window from a GEMM's start event to its end was 23-37 µs for split-K GEMMs
+    (bf16/fp16 1024×512×8192: call 1.26-1.44 × the one-kernel call, kernel 11-20 µs, so the main kernel began
+    about half-way through the call), while one-kernel GEMMs (bf16 32×2048×2048, fp32 8×2048×1024) fitted a
+    launch at 0.8-1 of the call; ``calibrate`` measures ``f`` on a one-kernel bf16 2048³ matmul
+    (executor/calibrate_host.py: 0.78-0.97 in six fresh processes that day)."""
     f = profile.launch.call_launch_fraction
-    if mode == "cuda_graph" or f >= 1.0:
+    if mode == "cuda_graph" or (f >= 1.0 and call_extra is None):
         return issue
-    return call0 + f * (issue - call0)
+    pre = issue - call0 if call_extra is None else issue - call0 - call_extra
+    return call0 + f * pre
 
 
 def end_event_bound(end: np.ndarray, issue: np.ndarray, profile: HardwareProfile, mode: str) -> np.ndarray:
@@ -779,10 +786,10 @@ def host_end_per_rank(issue: np.ndarray, rank: np.ndarray, world: int) -> np.nda
 
 def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
                      model_executor: bool = False, call_start: list[float] | None = None,
-                     cost: CostModel | None = None) -> list[float]:
+                     cost: CostModel | None = None, release: list[float] | None = None) -> list[float]:
     """:func:`host_issue_columns` of a list of ops (program order per rank); ``call_start``, if given, is
-    filled with each op's call start; ``cost`` (default: one of ``profile``) gives each GEMM's
-    ``gemm.call`` extra."""
+    filled with each op's call start, ``release`` with when its kernel reaches the GPU (:func:`kernel_release`);
+    ``cost`` (default: one of ``profile``) gives each GEMM's ``gemm.call`` extra."""
     n = len(ops)
     codes: dict[object, int] = {None: -1}
     cols = [(op.rank, codes.setdefault(op.stream, len(codes)), host_class(op), op.repeat, op.host_s,
@@ -798,6 +805,8 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
                                       extra)
     if call_start is not None:
         call_start[:] = call0.tolist()
+    if release is not None:
+        release[:] = kernel_release(issue, call0, profile, mode, extra).tolist()
     return issue.tolist()
 
 

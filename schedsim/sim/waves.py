@@ -73,8 +73,8 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     rules = gm.GpuRules.from_profile(profile, max_connections)
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
     call0: list[float] = []
-    succ, done = _order_and_issue(c, profile, mode, serial, model_executor, call0)
-    issue = gm.kernel_release(np.asarray(done, np.float64), np.asarray(call0, np.float64), profile, mode).tolist()
+    issue: list[float] = []  # when each op's kernel reaches the GPU (rule 1: part-way through its call)
+    succ, done = _order_and_issue(c, profile, mode, serial, model_executor, call0, issue)
     kn = _kernels(c, rules)
     ops, gmem = c.ops, c.gmem
     tab = gm.rate_tables(rules)  # None for a GPU of thousands of SMs: then the Python loop
@@ -586,8 +586,8 @@ class _Kernels(NamedTuple):
 
 
 def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # type: ignore[no-untyped-def]
-                     model_executor: bool, call_start: list[float] | None = None
-                     ) -> tuple[list[list[int]], list[float]]:
+                     model_executor: bool, call_start: list[float] | None = None,
+                     release: list[float] | None = None) -> tuple[list[list[int]], list[float]]:
     """Successor lists in program order plus the communicator-order edges (rule 7; ``c.npred`` grows),
     and the host issue time of each op (rule 1)."""
     ops, N = c.ops, c.N
@@ -605,7 +605,7 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # ty
             if streams[v] != su:
                 xdeps[v] += 1
     return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
-                                     call_start=call_start, cost=c.cost)
+                                     call_start=call_start, cost=c.cost, release=release)
 
 
 def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]

@@ -406,8 +406,9 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
                      res: np.ndarray, is_p2p: np.ndarray, serial: bool, profile: HardwareProfile, mode: str,
                      model_executor: bool, cost: CostModel) -> tuple[np.ndarray, ...]:
     """Rule 7's communicator order and rule 1's host issue times: ``(sptr, sidx, npred)`` (the DAG plus the
-    communicator-order edges as int32 CSR, each op's predecessor count) and ``(issue, call0)`` (float64
-    seconds). Its int64 temporaries (communicators, edge keys, host classes) die here, before the loop runs."""
+    communicator-order edges as int32 CSR, each op's predecessor count) and ``(issue, call0, release)`` (float64
+    seconds: the call returned, began, and launched its kernel).
+    Its int64 temporaries (communicators, edge keys, host classes) die here, before the loop runs."""
     N = prog.N
     batch = prog.batch.astype(I64)  # once, for the compiled FIFO edges and issue times
     comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
@@ -428,7 +429,7 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
         extra = _per_op(tce, tmpl) if np.any(tce) else None
     issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
                                          profile, mode, model_executor, extra)
-    return sptr, sidx, npred, issue, call0
+    return sptr, sidx, npred, issue, call0, gm.kernel_release(issue, call0, profile, mode, extra)
 
 
 def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
@@ -510,8 +511,8 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         del fx
     _check(prog, rank, work)  # after every term, as the Op-list path checks its job times
     # rule 7: communicator order; rule 1: host issue times
-    sptr, sidx, npred, issue, call0 = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile,
-                                                       mode, model_executor, cost)
+    sptr, sidx, npred, issue, call0, release = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial,
+                                                                profile, mode, model_executor, cost)
     del is_p2p
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
@@ -529,7 +530,6 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     start, ready_t, deps_t, khand = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(K)
     end, binding = np.full(N, -1.0), np.full(N, -1, I32)
     kneed0 = kneed.copy()
-    release = gm.kernel_release(issue, call0, profile, mode)  # rule 1: the kernel launches inside its call
     arrays = (
         _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
         npred, sptr, sidx, sid, rank32, ogrp, kern, _f64(release), _f64(work),

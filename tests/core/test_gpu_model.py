@@ -624,7 +624,9 @@ def test_a_waiting_gemm_fills_the_ragged_end_of_the_last_wave(monkeypatch, path)
 def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host(monkeypatch, path):
     """Rule 1 with ``gemm.call``: eager_per_op_us 5; FULL's row 1.6 (a split-K call launching two kernels), TINY
     none. A (FULL) is issued at 5 · 1.6 = 8, T (TINY) at 8 + 5 = 13, B (FULL, repeat 2: two calls) at
-    13 + 2 · 8 = 29. All on their own streams with no wait for SMs: each starts when issued (stream_s = its call
+    13 + 2 · 8 = 29. A call's extra over the one-kernel call (the split-K reduction's launch) comes after its main
+    kernel's launch (rule 1, gpu_model.kernel_release): A's kernel reaches the GPU at 8 − 3 = 5, T's at 13, B's at
+    29 − 2 · 3 = 23. All on their own streams with no wait for SMs: each is ready then (stream_s = its call
     start: A 0, T 8, B 13). A CUDA graph replay has no per-op calls: every op at graph_launch_us (2)."""
     d = waves_profile(launch={"eager_per_op_us": 5.0, "graph_launch_us": 2.0}).model_dump()
     d["gemm"]["call"] = [["fp32", 256, 512, 1024, 1.6]]
@@ -635,6 +637,7 @@ def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host
                        f"  - {{name: B, {FULL}, repeat: 2, stream: s3}}\n")
     tl = _timeline(path, monkeypatch, text, prof)
     got = {s.id: (round(s.stream_s * 1e6, 6), round(s.ready_s * 1e6, 6)) for s in tl.spans}
-    assert got == {"A@r0": (0.0, 8.0), "T@r0": (8.0, 13.0), "B@r0": (13.0, 29.0)}
+    assert got == {"A@r0": (0.0, 5.0), "T@r0": (8.0, 13.0), "B@r0": (13.0, 23.0)}
+    assert tl.meta["host_issue_s"] == [pytest.approx(29e-6)]  # the host itself returns from B's calls at 29
     graph = _timeline(path, monkeypatch, text.replace("name: g\n", "name: g\nlaunch: cuda_graph\n"), prof)
     assert {s.id: round(s.ready_s * 1e6, 6) for s in graph.spans} == {"A@r0": 2.0, "T@r0": 2.0, "B@r0": 2.0}
