@@ -19,7 +19,7 @@ run() {  # run TAG SCHEDULE ARGS...
   timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute \
     "schedules/$sched.yaml" "$@" --no-gantt --compare --profile "$PROF" --iters 20 --warmup 5 --timeout 60 \
     --out "$W/$tag/execute" > "$W/$tag.log" 2>&1 || echo "$tag FAILED ($?)"
-  grep -E "without per-op|per-op duration|events cost the host|predicted_timed" "$W/$tag.log"
+  grep -E "without per-op|per-op duration|events cost the host|host issue of" "$W/$tag.log"
   rm -f "$W/$tag/execute/trace.json"
   [ -z "${OUT:-}" ] || tar czf "$OUT/runs.tgz" -C "$W" . 2>/dev/null  # so far, in case the call runs out of time
 }
