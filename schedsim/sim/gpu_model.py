@@ -736,8 +736,9 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     argument checks and the BLAS heuristic before ``cuLaunchKernel``; the output's bookkeeping and the return
     after it), so a kernel can start while its own call is still running; a GEMM whose call costs more than the
     one-kernel call (a split-K GEMM launches its reduction kernel after the main one) spends that extra after
-    its main kernel's launch. ``issue`` itself (``f`` = 1, the default, and no extra) and in ``cuda_graph``
-    mode, where nothing is called per op.
+    its main kernel's launch (an extra below 0, a call cheaper than the 64×64 one, counts as 0).
+    ``issue`` itself (``f`` = 1, the default, and no extra) and in ``cuda_graph`` mode, where nothing is called
+    per op.
 
     Source: timed eager runs on one H200, 2026-12-03 09:23-09:40 UTC (``benchmarks/heldout_new_shapes.sh``
     SET=c, d): on an idle GPU the window from a GEMM's start event to its end was 23-37 µs for split-K GEMMs
@@ -748,7 +749,8 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     f = profile.launch.call_launch_fraction
     if mode == "cuda_graph" or (f >= 1.0 and call_extra is None):
         return issue
-    pre = issue - call0 if call_extra is None else issue - call0 - call_extra
+    # a call cheaper than the one-kernel call (a row below 1) launches at f of itself: never after it returned
+    pre = issue - call0 if call_extra is None else issue - call0 - np.maximum(call_extra, 0.0)
     return call0 + f * pre
 
 

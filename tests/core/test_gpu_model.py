@@ -189,6 +189,21 @@ def test_a_kernel_reaches_the_gpu_part_way_through_its_call(sim_text):
     assert spans == {"g0@r0": (5.0, 7.0), "g1@r0": (7.0, 9.0), "g2@r0": (9.0, 11.0)}
 
 
+def test_a_split_k_call_launches_its_main_kernel_before_the_extra_and_a_cheap_call_within_itself(sim_text):
+    # eager_per_op_us 10, call_launch_fraction 0.5. FULL with a call row 1.6: the call is [0, 16]; its main kernel
+    # is launched half-way through the one-kernel part (10), at 5, and the 6 µs extra (the reduction's launch)
+    # follows: FULL runs [5, 15] (10 µs). A row of 0.6 (a call cheaper than the 64×64 one, [0, 6]) launches
+    # half-way through itself, at 3 (never after its return): [3, 13].
+    from schedsim.hardware.profile import HardwareProfile
+
+    text = HEAD % 1 + f"  - {{name: A, {FULL}}}\n"
+    for row, want in ((1.6, (5.0, 15.0)), (0.6, (3.0, 13.0))):
+        d = waves_profile(launch={"eager_per_op_us": 10.0, "call_launch_fraction": 0.5}).model_dump()
+        d["gemm"]["call"] = [["fp32", 256, 512, 1024, row]]
+        spans, tl = sim_text(text, HardwareProfile.model_validate(d))
+        assert spans == {"A@r0": want} and tl.meta["host_issue_s"] == [pytest.approx(row * 10e-6)]
+
+
 def test_a_timed_eager_op_ends_no_earlier_than_its_end_event_record(sim_text):
     # an eager run timed op by op with 6 µs of timing per op (HardwareProfile.timed_eager: the host pays it before
     # each 10 µs call): calls [6, 16], [22, 32], [38, 48]. Each 2 µs kernel runs at the call's return ([16, 18], ...)
