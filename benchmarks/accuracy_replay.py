@@ -82,7 +82,15 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
             "max_connections": meta.get("max_connections"), "processes": max(1, len(procs)), "pred_s": plain_s,
             "meas_s": un.get("meas_s", ms["meas_s"]), "error": un.get("error", ms["error"]),
             "op_median": ops.get("median_abs_error"), "worst_id": w.get("id"), "worst_error": w.get("error"),
+            "host_error": _worst_host_error(res.get("host_issue")),
             "by_kind": ops.get("by_kind", {})}
+
+
+def _worst_host_error(host: dict[Any, Any] | None) -> float | None:
+    """The host issue error (compare.json's ``host_issue``: predicted against measured issue time of an
+    uninstrumented iteration, per rank) furthest from 0, or None when the run did not record it."""
+    errs = [d["error"] for d in (host or {}).values() if d.get("error") is not None]
+    return max(errs, key=abs) if errs else None
 
 
 def cases(runs: list[Path]) -> list[Path]:
@@ -101,13 +109,15 @@ def _p(x: float | None, signed: bool = True) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown table of the rows plus the goal summary."""
-    out = ["| case | run | profile | launch | predicted ms | measured ms | makespan err | per-op median | worst op |",
-           "|---|---|---|---|---:|---:|---:|---:|---|"]
+    out = ["| case | run | profile | launch | predicted ms | measured ms | makespan err | host issue err | per-op median "
+           "| worst op |",
+           "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         worst = "" if r["worst_id"] is None else f"{r['worst_id']} {_p(r['worst_error'])}"
         launch = r["launch"] + (f", conn={r['max_connections']}" if r["max_connections"] else "")
         out.append(f"| {r['case']} | {r['run']} | {r['profile']} | {launch} | {r['pred_s'] * 1e3:.3f} | "
-                   f"{r['meas_s'] * 1e3:.3f} | {_p(r['error'])} | {_p(r['op_median'], False)} | {worst} |")
+                   f"{r['meas_s'] * 1e3:.3f} | {_p(r['error'])} | {_p(r.get('host_error'))} | "
+                   f"{_p(r['op_median'], False)} | {worst} |")
     errs = [abs(r["error"]) for r in rows if r["error"] is not None]
     meds = [r["op_median"] for r in rows if r["op_median"] is not None]
     if errs:

@@ -151,9 +151,11 @@ def test_a_timed_eager_run_replays_against_the_prediction_of_the_run_as_timed(tm
                            spans=[s._replace(start_s=win[s.id][0], ready_s=s.stream_s, stream_s=None, solo_s=None)
                                   for s in timed.spans],
                            meta={"file": str(f), "set": sets, "timing": "cuda_events", "timing_host_per_op_us": 4.0,
-                                 "makespan_uninstrumented_s": plain.makespan_s})
+                                 "makespan_uninstrumented_s": plain.makespan_s,
+                                 "host_issue_uninstrumented_s": [1.25 * plain.meta["host_issue_s"][0]]})
     case = tmp_path / "run" / "so" / "execute"
     case.mkdir(parents=True)
     meas.write_json(case / "timeline.json")
     row = _replay_module().replay_case(case.parent, "h200")
     assert row["op_median"] == pytest.approx(0.0, abs=1e-9) and row["error"] == pytest.approx(0.0, abs=1e-9)
+    assert row["host_error"] == pytest.approx(-0.2)  # the host measured 1.25x the predicted issue time
