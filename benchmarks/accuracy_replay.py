@@ -109,8 +109,8 @@ def _p(x: float | None, signed: bool = True) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown table of the rows plus the goal summary."""
-    out = ["| case | run | profile | launch | predicted ms | measured ms | makespan err | host issue err | per-op median "
-           "| worst op |",
+    out = ["| case | run | profile | launch | predicted ms | measured ms | makespan err | host issue err "
+           "| per-op median | worst op |",
            "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         worst = "" if r["worst_id"] is None else f"{r['worst_id']} {_p(r['worst_error'])}"
