@@ -745,7 +745,8 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     (bf16/fp16 1024×512×8192: call 1.26-1.44 × the one-kernel call, kernel 11-20 µs, so the main kernel began
     about half-way through the call), while one-kernel GEMMs (bf16 32×2048×2048, fp32 8×2048×1024) fitted a
     launch at 0.8-1 of the call; ``calibrate`` measures ``f`` on a one-kernel bf16 2048³ matmul
-    (executor/calibrate_host.py: 0.78-0.97 in six fresh processes that day)."""
+    (executor/calibrate_host.py: 0.87-1.0 in calibrate's process and its three fresh ones, 0.78-0.97 in six
+    ``execute --measure-host`` processes that day)."""
     f = profile.launch.call_launch_fraction
     if mode == "cuda_graph" or (f >= 1.0 and call_extra is None):
         return issue
@@ -758,7 +759,8 @@ def end_event_bound(end: np.ndarray, issue: np.ndarray, profile: HardwareProfile
     """An eager run timed op by op (``launch.eager_timed``): each op's end, seconds, shape (n,), no earlier than
     its end event's record, which the host makes after the call returned (``issue``), half the timing cost per
     op later (``launch.executor_extra_per_op_us`` of :meth:`~schedsim.hardware.profile.HardwareProfile.
-    timed_eager`: a record before the call and one after). ``end`` itself otherwise.
+    timed_eager`: a record before the call and one after). ``end`` itself otherwise. Applied to the reported
+    ends after the event loop: the ops of its rank that wait for it are issued by its host later still.
 
     So an op whose kernel is shorter than its own call spans the call on an idle GPU, as measured: one H200,
     2026-12-03 09:23-09:26 UTC, timing cost 2.1-12.5 µs per op: ``add`` ops of allgather_mm bf16 chunks 32 9.7 µs
