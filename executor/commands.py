@@ -32,6 +32,10 @@ def register(app: Any) -> None:
                                        help="Uninstrumented iterations, each timed as a whole (no per-op events): "
                                        "their median is makespan_uninstrumented_s. -1 runs as many as --iters; "
                                        "0 skips them."),
+        host_call_iters: int = typer.Option(5, "--host-call-iters", min=0,
+                                            help="Uninstrumented eager CUDA iterations, after the others, that "
+                                            "read the host clock after each op's call (meta.host_call_end_s: "
+                                            "where the host's issue time goes, op by op). 0 skips them."),
         timeout: float = typer.Option(300.0, "--timeout", min=0.1,
                                       help="Seconds an op may take from its issue before the run fails, naming it."),
         check: bool = typer.Option(False, "--check",
@@ -68,7 +72,8 @@ def register(app: Any) -> None:
 
             raise ExecError(f"--backend {backend} --device {device}: use auto|nccl|gloo and auto|cuda|cpu")
         opts = RunOptions(iters=iters, warmup=warmup, lean_iters=lean_iters, timeout_s=timeout, check=check,
-                          profiler=profiler, nvtx=nvtx, seed=seed, measure_host=measure_host)
+                          profiler=profiler, nvtx=nvtx, seed=seed, measure_host=measure_host,
+                          host_call_iters=host_call_iters)
         run_execute(file, set_ or [], out, opts, compare=compare, profile=profile, backend=backend, device=device,
                     gantt=gantt, cuda_graph=cuda_graph, max_connections=max_connections)
 

@@ -107,7 +107,8 @@ def tf32_plan(impls: Sequence[Any]) -> bool | None:
 
 
 def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross: Sequence[Sequence[int]],
-                 dep_events: Sequence[Any], end_events: Sequence[tuple[Any, Any]]) -> list[Callable[[], Any]]:
+                 dep_events: Sequence[Any], end_events: Sequence[tuple[Any, Any]],
+                 owners: list[int] | None = None) -> list[Callable[[], Any]]:
     """Flat step list of one uninstrumented CUDA iteration (see the module docstring).
 
     Parameters
@@ -118,6 +119,8 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
     dep_events : per op, a ``torch.cuda.Event`` recorded after it when another stream waits on it, else None
     end_events : ``(stream, event)`` pairs: the event is recorded on the stream after its last op (pairs, not a
         dict keyed by stream: two schedule streams that share a CUDA stream each keep their event)
+    owners : when given, filled with the op index of each step (-1 for the end events' records), so that a
+        caller can time each op's call (:meth:`executor.runtime.CudaRunner` ``host_calls``)
 
     The caller sets TF32 to :func:`tf32_plan` (when not None) before running the steps, and resets
     the current stream to the default one afterwards.
@@ -137,8 +140,12 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
         steps.append(fast or impl.run)
         if dep_events[i] is not None:
             steps.append(functools.partial(dep_events[i].record, s))
+        if owners is not None:
+            owners.extend([i] * (len(steps) - len(owners)))
     for s, ev in end_events:
         steps.append(functools.partial(ev.record, s))
+    if owners is not None:
+        owners.extend([-1] * (len(steps) - len(owners)))
     return steps
 
 

@@ -96,6 +96,10 @@ class RunOptions:
         After the run, measure the host cost per call by kind in this process
         (:func:`executor.calibrate_host.host_costs` on rank 0, :func:`~executor.calibrate_host.comm_host_costs`
         on every rank).
+    host_call_iters : int
+        Uninstrumented eager CUDA iterations, after the lean ones, whose issue loop also reads the host clock
+        after each op's call (``meta.host_call_end_s``: when each op's call returned, the median over these
+        iterations; a ``perf_counter_ns`` per op, about 0.1 µs). Not part of any makespan. 0 to skip.
     """
 
     iters: int = 20
@@ -108,6 +112,7 @@ class RunOptions:
     nvtx: bool = True
     seed: int = 0
     measure_host: bool = False
+    host_call_iters: int = 5
 
 
 def nvtx_fns() -> tuple[Callable[[str], Any], Callable[[], Any], str]:
@@ -148,6 +153,7 @@ class _Times:
     lean: list[list[float]] = field(default_factory=list)
     issue_s: list[float] = field(default_factory=list)  # host seconds to issue each timed iteration (eager CUDA)
     lean_issue_s: list[float] = field(default_factory=list)  # the same for each uninstrumented iteration
+    host_call_end_s: list[list[float]] = field(default_factory=list)  # per stamped iteration, per op (eager CUDA)
 
 
 class RankRunner:
@@ -236,6 +242,7 @@ class RankRunner:
         self.batches = p2p_batches(self.ops)
         self._bind_batches()
         self.lean_cuda: list[Callable[[], Any]] | None = None
+        self.lean_owner: list[int] = []  # op index of each lean step (compile_cuda's owners)
         self.lean_tf32: bool | None = None
         self.lean_cpu: list[Any] | None = None
         self.tracker = ArrivalTracker(ctx.store, rank) if ctx.world > 1 else None
@@ -365,6 +372,17 @@ class RankRunner:
             self.times.lean.append(list(self._lean()))
             if self.last_issue_s is not None:
                 self.times.lean_issue_s.append(self.last_issue_s)
+        for k in range(self._host_call_iters(o)):
+            self.iteration = o.iters + lean + k
+            self.times.host_call_end_s.append(self._lean_stamped())
+
+    def _host_call_iters(self, o: RunOptions) -> int:
+        """How many stamped iterations (:attr:`RunOptions.host_call_iters`) this runner runs: none but eager
+        CUDA's (every rank runs the same count: the aligned start of each iteration needs all of them)."""
+        return 0
+
+    def _lean_stamped(self) -> list[float]:
+        raise NotImplementedError
 
     # -- phases ------------------------------------------------------------------
     def run(self) -> _Times:
@@ -390,7 +408,7 @@ class RankRunner:
             if was_enabled:
                 gc.enable()
             gc.unfreeze()
-        base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters)
+        base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
         if o.profiler:
             self.phase = "profiled"
             self.prof_trace = self._profile(base)
@@ -419,6 +437,7 @@ class RankRunner:
         t = self.times
         return {"rank": self.ctx.rank, "ids": self.ids, "anchors_ns": t.anchors_ns, "start_s": t.start_s,
                 "end_s": t.end_s, "lean": t.lean, "issue_s": t.issue_s, "lean_issue_s": t.lean_issue_s,
+                "host_call_end_s": t.host_call_end_s,
                 "late_starts": self.clock.late_starts if self.clock is not None else 0}
 
     def notes(self) -> dict[str, str]:
@@ -661,13 +680,43 @@ class CudaRunner(RankRunner):
         en = [ea.elapsed_time(e) * 1e-3 for e in self.ev_end]
         return anchor, st, en
 
+    def _compile_lean(self) -> list[Any]:
+        if self.lean_cuda is None:
+            self.lean_owner = []
+            self.lean_cuda = compile_cuda(self.torch, self.impls, self.stream_list, self.cross, self.ev_dep,
+                                          [(self.streams[s], self.ev_stream_end[s]) for s in self.last_on_stream],
+                                          owners=self.lean_owner)
+            self.lean_tf32 = tf32_plan(self.impls)
+        return self.lean_cuda
+
+    def _lean_stamped(self) -> list[float]:
+        """One uninstrumented iteration that reads the host clock after every step: per op, seconds from the
+        start of the issue loop to its call's return (its last step: the call, or the event record after it)."""
+        torch = self.torch
+        steps = self._compile_lean()
+        owner = self.lean_owner
+        if self.lean_tf32 is not None:
+            self.mat._set_tf32(self.lean_tf32)
+        stamps = [0] * len(steps)
+        clock = time.perf_counter_ns
+        self._begin_cuda(observable=False)
+        issue = clock()
+        try:
+            for j, f in enumerate(steps):
+                f()
+                stamps[j] = clock()
+        finally:
+            torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
+        self._wait_cuda([(-1, e) for e in self.ev_stream_end.values()], issue)
+        out = [0.0] * len(self.ops)
+        for j, i in enumerate(owner):
+            if i >= 0:
+                out[i] = (stamps[j] - issue) * 1e-9
+        return out
+
     def _iter_cuda_lean(self) -> tuple[int, float]:
         torch = self.torch
-        if self.lean_cuda is None:
-            self.lean_cuda = compile_cuda(torch, self.impls, self.stream_list, self.cross, self.ev_dep,
-                                          [(self.streams[s], self.ev_stream_end[s]) for s in self.last_on_stream])
-            self.lean_tf32 = tf32_plan(self.impls)
-        steps = self.lean_cuda
+        steps = self._compile_lean()
         if self.lean_tf32 is not None:
             self.mat._set_tf32(self.lean_tf32)  # outside the timed region, as a script sets it at the top
         anchor = self._begin_cuda(observable=False)
@@ -687,6 +736,9 @@ class CudaRunner(RankRunner):
 
     def _lean(self) -> tuple[int, float]:
         return self._iter_cuda_lean()
+
+    def _host_call_iters(self, o: RunOptions) -> int:
+        return max(0, o.host_call_iters)
 
     def _profile_one(self) -> None:
         self._iter_cuda(True, profile=True)
@@ -800,6 +852,9 @@ class CudaGraphRunner(CudaRunner):
         if self.lean_graph is not None:
             return self._replay(self.lean_graph)
         return self._iter_cuda_lean()
+
+    def _host_call_iters(self, o: RunOptions) -> int:
+        return 0  # a replay has no per-op host calls
 
     def _profile_one(self) -> None:
         self._iter_graph()

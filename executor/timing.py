@@ -48,7 +48,9 @@ RankTimes = dict[str, Any]
 (one wall-clock anchor per timed iteration); ``start_s`` / ``end_s`` (per
 iteration, a list of per-op times in seconds relative to the anchor);
 ``lean`` (per uninstrumented iteration, ``[anchor_ns, end_s]``); ``issue_s`` / ``lean_issue_s`` (eager CUDA: host
-seconds to issue each timed / uninstrumented iteration); ``late_starts`` (iterations,
+seconds to issue each timed / uninstrumented iteration); ``host_call_end_s`` (eager CUDA: per stamped
+uninstrumented iteration, per op in ``ids`` order, seconds from the start of the issue loop to the op's call
+returning); ``late_starts`` (iterations,
 warm-up included, this rank began after the aligned start of :mod:`executor.clock`).
 """
 
@@ -135,9 +137,31 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
     if any(r.get("lean_issue_s") for r in per_rank):  # eager CUDA: the host's issue of an uninstrumented iteration
         meta["host_issue_uninstrumented_s"] = [_median(r["lean_issue_s"]) if r.get("lean_issue_s") else None
                                                for r in per_rank]
+    calls = host_call_ends(per_rank)
+    if calls:
+        meta["host_call_end_s"] = calls
     world = int(G.graph.get("world_size", len(per_rank)))
     return Timeline(schedule=schedule, source="execute", world_size=world, launch=launch, profile=None,
                     spans=spans, critical_path=_critical_path(G, spans), meta=meta)
+
+
+def host_call_ends(per_rank: list[RankTimes]) -> dict[str, float]:
+    """``{op id: seconds}``: when each op's call returned on its rank's host, from the start of the rank's issue
+    loop of an uninstrumented iteration, median over the stamped iterations (``host_call_end_s``), rounded to
+    0.1 µs; empty when no rank stamped any (CPU ranks, CUDA graphs, ``--host-call-iters 0``). What the model's
+    host thread (rule 1 of :mod:`schedsim.sim.gpu_model`) predicts as the op's issue time plus its call.
+
+    >>> host_call_ends([{"ids": ["a@r0", "b@r0"], "host_call_end_s": [[10e-6, 31e-6], [12e-6, 29e-6], [11e-6, 30e-6]]}])
+    {'a@r0': 1.1e-05, 'b@r0': 3e-05}
+    """
+    out: dict[str, float] = {}
+    for r in per_rank:
+        its = [it for it in r.get("host_call_end_s") or [] if it]
+        if not its:
+            continue
+        for j, op in enumerate(r.get("ids") or []):
+            out[op] = round(_median([it[j] for it in its]), 7)
+    return out
 
 
 def timing_host_per_op_us(per_rank: list[RankTimes]) -> float | None:
