@@ -62,6 +62,7 @@ import datetime
 import functools
 import json
 import os
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -289,7 +290,7 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
             fns[0]()  # warm: the first call may pick or load the kernel
             torch.cuda.synchronize()
             events = kernel_events(torch, fns[0])
-            grid = longest_kernel_ctas(events)
+            grid = longest_kernel_ctas(events, m, n, int(torch.cuda.get_device_properties(dev).multi_processor_count))
             if grid:
                 b.gemm_ctas.append([dt, m, n, k, grid])
             red = reduction_kernel(events, device_limits(torch, dev))
@@ -414,19 +415,59 @@ def _l2_fields(launch: dict[str, float]) -> dict[str, float | None]:
     return {"l2_bytes": launch["l2_bytes"], "hbm_miss_us": round(launch["hbm_miss_us"], 3)}
 
 
-def longest_kernel_ctas(events: list[dict[str, Any]]) -> int | None:
-    """x·y·z of the ``grid`` of the longest ``"cat": "kernel"`` event of a Chrome trace (Kineto's export), or
-    None when no kernel event carries a grid.
+def longest_kernel_ctas(events: list[dict[str, Any]], m: int | None = None, n: int | None = None,
+                        sms: int | None = None) -> int | None:
+    """Work units (rule 4's CTAs) of the longest ``"cat": "kernel"`` event of a Chrome trace (Kineto's export):
+    x·y·z of its ``grid``, or None when no kernel event carries a grid. A *persistent* GEMM (a grid of at least
+    ``sms`` CTAs, each looping over output tiles) with more output tiles of ``m``×``n`` than CTAs counts its
+    tiles (:func:`persistent_tiles`): its CTAs with one tile fewer exit a tile's time early and free their SMs
+    for other streams' kernels, as a last partial wave would. One H200, 2026-12-03
+    (``benchmarks/probe_dispatch_order.py``): bf16 4096×2048×8192 ran ``nvjet_sm90_tst_256x128_..._coopA`` as
+    132 CTAs over 256 tiles, and a GEMM queued on another stream started on 8 SMs half-way through it.
 
     >>> longest_kernel_ctas([{"cat": "kernel", "dur": 9.0, "args": {"grid": [8, 8, 2]}},
     ...                      {"cat": "kernel", "dur": 1.0, "args": {"grid": [64, 1, 1]}}, {"cat": "cpu_op"}])
     128
+    >>> longest_kernel_ctas([{"cat": "kernel", "dur": 170.0, "name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
+    ...                       "args": {"grid": [2, 66, 1]}}], 4096, 2048, 132)
+    256
     """
     kernels = [e for e in events if e.get("cat") == "kernel" and isinstance(e.get("args", {}).get("grid"), list)]
     if not kernels:
         return None
-    n = _grid_ctas(max(kernels, key=lambda e: float(e.get("dur", 0.0)))["args"])
-    return n if n > 0 else None
+    top = max(kernels, key=lambda e: float(e.get("dur", 0.0)))
+    g = _grid_ctas(top["args"])
+    if g <= 0:
+        return None
+    if m is not None and n is not None and sms and g >= sms:
+        return max(g, persistent_tiles(str(top.get("name", "")), m, n) or 0)
+    return g
+
+
+#: tile size in a GEMM kernel's name: cuBLAS's nvjet (``nvjet_sm90_tst_256x128_...``), xmma
+#: (``..._tilesize256x128x8_...``) and CUTLASS (``cutlass_80_simt_sgemm_256x128_8x4_...``)
+_TILE_RE = re.compile(r"(?:_tst_|tilesize|gemm_)(\d+)x(\d+)(?:x\d+)?_")
+
+
+def persistent_tiles(name: str, m: int, n: int) -> int | None:
+    """Output tiles of an ``m``×``n`` GEMM (torch's row-major ``m``×``k`` @ ``k``×``n``; cuBLAS computes the
+    column-major transpose, so the name's first tile size spans ``n``) for the tile size in kernel ``name``
+    (:data:`_TILE_RE`); None for a split-K kernel (its CTAs share tiles) or a name without a tile size.
+
+    >>> persistent_tiles("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 4096, 2048)
+    256
+    >>> persistent_tiles("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_splitK_NNT", 2048, 1024) is None
+    True
+    >>> persistent_tiles("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1", 2048, 1024)
+    64
+    """
+    if "splitk" in name.lower():
+        return None
+    hit = _TILE_RE.search(name)
+    if hit is None:
+        return None
+    ta, tb = int(hit.group(1)), int(hit.group(2))
+    return -(-n // ta) * -(-m // tb)
 
 
 def _grid_ctas(args: dict[str, Any]) -> int:

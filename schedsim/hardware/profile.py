@@ -56,6 +56,12 @@ class GPU(_B):
         default=0.0, ge=0,
         description="GPU-side delay, µs, before a kernel released by an op on another stream (an event wait) "
         "reaches the GPU, beyond a same-stream successor's (waves model).")
+    sm_stream_GBps: float | None = Field(
+        default=None, gt=0,
+        description="HBM bandwidth, GB/s, one SM reaches in an elementwise kernel that holds few SMs (waves rule "
+        "5: a memory-bound kernel's CTAs run up to sms x this / hbm_GBps times their full-GPU speed). One H200, "
+        "2026-12-03: 69 (bf16 add_ of 12.6 and 50.3 MB on the 4 SMs a 128-CTA GEMM leaves free: 0.275 TB/s; "
+        "benchmarks/probe_dispatch_order.py). None: such CTAs keep their full-GPU speed.")
     l2_bytes: float | None = Field(
         default=None, gt=0, description="L2 cache size, bytes (torch.cuda.get_device_properties().L2_cache_size; "
         "H200: 62,914,560). Enables rule 9 of schedsim.sim.gpu_model (operands from HBM when a rank's buffers "

@@ -128,7 +128,7 @@ typedef struct { /* one job: remaining solo work, rate, time of the last rate ch
 typedef struct {
     /* sizes and scalars */
     i64 N, K, G, world, S, nsm, cstride; /* cstride: S / nsm + 1, the comm table's row length */
-    double one_way, xlat;
+    double one_way, xlat, mem_boost;
     /* tables (gpu_model.rate_tables) */
     const double *comm_tab, *batch_tab, *copy_tab;
     /* per op */
@@ -160,7 +160,8 @@ typedef struct {
     double *xmin, *xval;
     char *xinit;
     /* ranks */
-    i64 *free_, *held, *nccl_n, *nmem, *ncomm, *ncopy, *nlink, *cqhead, *cqtail;
+    i64 *free_, *held, *nccl_n, *ncomm, *ncopy, *nlink, *cqhead, *cqtail;
+    double *nmem; /* HBM load of the memory-bound CTAs resident (rule 5: gpu_model.mem_rate) */
     i64 *nwait; /* compute kernels in the rank's dispatch FIFO (rule 4c) */
     double *crate;
     char *intoplace, *indirty;
@@ -315,8 +316,11 @@ static double rate_of(W *w, i64 j) {
         i64 busy = rev >= 0 && w->cqhead[r * 3 + rev] >= 0; /* gpu_model.REVERSE_ENGINE */
         return w->copy_tab[(e * 2 + busy) * 2 + (w->held[r] > 0)];
     }
-    i64 share = w->kmem[k] ? w->nmem[r] : 0;
-    double rate = w->batch_tab[(share * 2 + (w->nccl_n[r] > 0)) * 2 + (w->ncopy[r] > 0)];
+    double rate = w->batch_tab[(w->nccl_n[r] > 0) * 2 + (w->ncopy[r] > 0)];
+    if (w->kmem[k]) { /* rule 5: gpu_model.mem_rate */
+        double f = 1.0 / w->nmem[r];
+        rate *= f < w->mem_boost ? f : w->mem_boost;
+    }
     if (w->nwait[r] && !w->kleft[k] && w->ktail[k] >= 0) rate *= w->kgain[k]; /* rule 4c: its ragged end filled */
     return rate;
 }
@@ -433,7 +437,7 @@ static void place(W *w, i64 r, double t) {
             w->start[w->kops_idx[w->kops_ptr[k]]] = t;
         }
         w->held[r] += s;
-        if (w->kmem[k] && !w->kbat[k]) w->nmem[r]++;
+        if (w->kmem[k]) w->nmem[r] += (double)s / (double)w->kmem[k];
         w->kbat[k]++;
         new_job(w, BATCH, k, s, w->ktail[k] < 0 ? w->ktail_tau[k] : w->ktau[k], r, t);
         if (left - s) return;
@@ -592,7 +596,7 @@ static void job_done(W *w, i64 j, double t) {
     w->free_[r] += s;
     w->held[r] -= s;
     w->kbat[k]--;
-    if (w->kmem[k] && !w->kbat[k]) w->nmem[r]--;
+    if (w->kmem[k]) w->nmem[r] -= (double)s / (double)w->kmem[k];
     if (!w->kbat[k] && !w->kleft[k]) {
         if (w->ktail[k] > 0) { /* rule 4b: the main kernel is done; its queue hands the reduction over now */
             w->kleft[k] = w->ktail[k];
@@ -675,8 +679,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays;
     if (!PyArg_ParseTuple(args, "OOO", &ints, &floats, &arrays)) return NULL;
     if (!PyTuple_Check(ints) || PyTuple_GET_SIZE(ints) != 6 || !PyTuple_Check(floats) ||
-        PyTuple_GET_SIZE(floats) != 2 || !PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != NBUF) {
-        PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[2], arrays[46])");
+        PyTuple_GET_SIZE(floats) != 3 || !PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != NBUF) {
+        PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[3], arrays[46])");
         return NULL;
     }
     W w0;
@@ -695,6 +699,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     w->cstride = w->S / w->nsm + 1;
     w->one_way = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 0));
     w->xlat = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 1));
+    w->mem_boost = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 2));
     if (PyErr_Occurred()) return NULL;
 
     if (w->N >= INT32_MAX || w->K >= INT32_MAX || w->G >= INT32_MAX || w->world >= INT32_MAX) {
@@ -724,8 +729,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "run: the copy rate table must hold %d entries", COPY_TAB);
         goto release_bufs;
     }
-    if (bufs[1].len != 4 * ((Py_ssize_t)w->S + 1) * (Py_ssize_t)sizeof(double)) { /* gpu_model.rate_tables */
-        PyErr_SetString(PyExc_ValueError, "run: the batch rate table must hold 4 * (sms + 1) entries");
+    if (bufs[1].len != 4 * (Py_ssize_t)sizeof(double)) { /* gpu_model.rate_tables */
+        PyErr_SetString(PyExc_ValueError, "run: the batch rate table must hold 4 entries");
         goto release_bufs;
     }
     int b = 0;
@@ -761,7 +766,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->free_ = calloc((size_t)R, sizeof(i64));
         w->held = calloc((size_t)R, sizeof(i64));
         w->nccl_n = calloc((size_t)R, sizeof(i64));
-        w->nmem = calloc((size_t)R, sizeof(i64));
+        w->nmem = calloc((size_t)R, sizeof(double));
         w->ncomm = calloc((size_t)R, sizeof(i64));
         w->ncopy = calloc((size_t)R, sizeof(i64));
         w->nwait = calloc((size_t)R, sizeof(i64));

@@ -164,8 +164,24 @@ Rules and their sources
    (``benchmarks/h200/wave_tail_2026-12-02.md``). With one connection a
    stream's next kernel is often not handed over behind another stream's
    (rule 2), so no gain.
-5. **HBM.** Memory-bound kernels (roofline: bytes / HBM bandwidth ≥ FLOP /
-   peak) resident at once share HBM: each of k runs at 1/k.
+5. **HBM.** A memory-bound kernel (roofline: bytes / HBM bandwidth ≥ FLOP /
+   peak; a bytes-only ``compute`` op, PyTorch's elementwise ``add_``) runs as
+   one CTA per 64 KiB moved, in up to 8 waves (PyTorch launches one block per
+   few KiB, not a grid-stride loop: a 50.3 MB bf16 ``add_`` ran 8,187 blocks,
+   one H200, 2026-12-03), so that the SMs a GEMM frees are taken by its last
+   CTAs a fraction of its time at a time. The memory-bound kernels resident
+   on a GPU share HBM: with each holding ``h`` of the ``w`` SMs it holds alone
+   (min(its CTAs, SMs)), their CTAs run ``min(β, 1 / Σ h/w)`` times their solo
+   speed (:func:`mem_rate`), β = SMs · ``gpu.sm_stream_GBps`` / ``gpu.hbm_GBps``
+   (at least 1): two kernels that each saturate HBM alone run at 1/2, one
+   kernel on the few SMs other streams' GEMMs leave free streams faster per SM
+   than its share of HBM. One H200, 2026-12-03 (``benchmarks/probe_dispatch_order.py``): bf16
+   ``add_`` of 12.6 and 50.3 MB on the 4 SMs a 128-CTA GEMM left free moved
+   0.275 TB/s (69 GB/s per SM; 31.5 GB/s is an SM's share of 4.16 TB/s), and
+   in allgather_mm bf16 chunks 4 an add beside a 132-CTA GEMM ran on the 8 SMs
+   the GEMM's one-tile CTAs freed half-way and ended 2 µs after the GEMM.
+   Until 2026-12-03 each of k memory-bound kernels resident at once ran at
+   1/k, and a bytes-only kernel was one wave.
 6. **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
    each on its own SM: NCCL issues 689 and 181) from when they are placed until
    the collective ends. A kernel joins its GPU's dispatch FIFO once every rank
@@ -271,13 +287,17 @@ from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "GpuRules", "REVERSE_ENGINE", "RateTables", "batch_rate", "comm_factor",
+__all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "MEM_WAVES", "mem_rate", "mem_boost", "GpuRules", "REVERSE_ENGINE",
+           "RateTables", "batch_rate", "comm_factor",
            "comm_fifo_columns", "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns",
            "host_issue_times", "host_end_per_rank", "kernel_release", "end_event_bound", "graph_fork_columns",
            "kernel_ctas", "kernel_tail", "split_work", "l2_cold_fraction",
            "link_ends", "memory_terms", "rate_tables", "stream_queue_columns",
            "stream_queues", "transfer_comm_rate"]
 
+#: Most waves of a memory-bound kernel (rule 5): the granularity at which it takes SMs as they free up (more
+#: waves cost the loop more events and change the end by at most a wave's time).
+MEM_WAVES = 8
 #: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
 
@@ -302,6 +322,7 @@ class GpuRules:
     cross_stream_s: float = 0.0
     h2d_beside_d2h: float = 0.0  # contention.h2d_slowdown_beside_d2h
     d2h_beside_h2d: float = 0.0  # contention.d2h_slowdown_beside_h2d
+    mem_boost: float = 1.0  # rule 5's β: sms · gpu.sm_stream_GBps / gpu.hbm_GBps, at least 1
 
     @classmethod
     def from_profile(cls, profile: HardwareProfile, max_connections: int | None = None) -> GpuRules:
@@ -316,13 +337,22 @@ class GpuRules:
                    compute_slowdown_with_copy=profile.contention.compute_slowdown_with_copy,
                    cross_stream_s=profile.gpu.cross_stream_latency_us * 1e-6,
                    h2d_beside_d2h=profile.contention.h2d_slowdown_beside_d2h,
-                   d2h_beside_h2d=profile.contention.d2h_slowdown_beside_h2d)
+                   d2h_beside_h2d=profile.contention.d2h_slowdown_beside_h2d,
+                   mem_boost=mem_boost(profile, sms))
 
 
-def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
-    """``(ctas, waves, memory_bound)`` of a compute op (rule 4), over all ``repeat`` kernels.
+def mem_boost(profile: HardwareProfile, sms: int) -> float:
+    """Rule 5's β: how many times its full-GPU speed a memory-bound CTA can run on few SMs, SMs ·
+    ``gpu.sm_stream_GBps`` / ``gpu.hbm_GBps``, at least 1 (1 when the profile has no ``sm_stream_GBps``)."""
+    g = profile.gpu
+    return 1.0 if not g.sm_stream_GBps else max(1.0, sms * g.sm_stream_GBps / g.hbm_GBps)
 
-    ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them.
+
+def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
+    """``(ctas, waves, width)`` of a compute op (rule 4), over all ``repeat`` kernels.
+
+    ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them. ``width``:
+    0 for a compute-bound kernel, else (memory-bound, rule 5) the SMs one kernel holds alone, min(CTAs, sms).
     """
     if op.kind == "matmul":
         measured = cost.measured_ctas(op)  # the grid the profile recorded, run in waves as it is
@@ -336,14 +366,15 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, bool]:
         if per_sm > 1:  # several CTAs fit on one SM: the kernel holds ceil(ctas / per_sm) SMs' worth of slots
             one = -(-one // per_sm)
         # else one CTA per output tile, run in waves (cuBLAS's grid for these shapes, 2xH200 probes)
-        mem = False
+        mem = 0
     elif op.duration_s is not None or not op.nbytes:
-        one, mem = sms, False
+        one, mem = sms, 0
     else:
-        one = max(1, min(sms, math.ceil(op.nbytes / BYTES_PER_CTA)))
         g = cost.profile.gpu
         peak = g.peak_tflops.get(op.dtype or "fp32", g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency
-        mem = op.nbytes / (g.hbm_GBps * 1e9) >= op.flops / peak
+        bound = op.nbytes / (g.hbm_GBps * 1e9) >= op.flops / peak
+        one = max(1, min(sms * (MEM_WAVES if bound else 1), math.ceil(op.nbytes / BYTES_PER_CTA)))
+        mem = min(one, sms) if bound else 0
     waves = -(-one // sms)
     return one * op.repeat, waves * op.repeat, mem
 
@@ -881,24 +912,35 @@ def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> flo
     return 1.0 + (slowdown - 1.0) * min(1.0, compute_sms / max(1, free_for_compute))
 
 
-def batch_rate(rules: GpuRules, mem_share: int, nccl_resident: bool, copying: bool) -> float:
-    """Rate (solo seconds done per second) of a batch of compute CTAs: 1/k beside k − 1 other memory-bound
-    kernels when it is memory-bound (rule 5, ``mem_share`` = k, 0 or 1 when alone or compute-bound),
-    / ``gemm_slowdown_beside_nccl`` while an NCCL kernel is resident (rule 6), / (1 + γ) while a copy runs.
-    The loops multiply it by the kernel's :func:`fill_gain` while a compute kernel waits (rule 4c).
+def batch_rate(rules: GpuRules, nccl_resident: bool, copying: bool) -> float:
+    """Rate (solo seconds done per second) of a batch of compute CTAs: / ``gemm_slowdown_beside_nccl`` while an
+    NCCL kernel is resident (rule 6), / (1 + γ) while a copy runs. The loops multiply it by :func:`mem_rate`
+    when the kernel is memory-bound (rule 5) and by the kernel's :func:`fill_gain` while a compute kernel waits
+    (rule 4c).
 
     >>> r = GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.0, 0.5)
-    >>> batch_rate(r, 2, True, True) == 1.0 / 2 / 1.5 / 1.5
+    >>> batch_rate(r, True, True) == 1.0 / 1.5 / 1.5
     True
     """
     new = 1.0
-    if mem_share > 1:
-        new /= mem_share
     if nccl_resident and rules.gemm_slowdown_beside_nccl != 1.0:
         new /= rules.gemm_slowdown_beside_nccl
     if copying and rules.compute_slowdown_with_copy:
         new /= 1.0 + rules.compute_slowdown_with_copy
     return new
+
+
+def mem_rate(rules: GpuRules, load: float) -> float:
+    """Rule 5's factor on a memory-bound CTA's rate: min(β, 1 / ``load``), ``load`` = Σ over the GPU's resident
+    memory-bound kernels of (SMs it holds / its full width, min(its CTAs, SMs)): the share of HBM they would
+    take at full speed (1 for one kernel holding all it can hold), β = :attr:`GpuRules.mem_boost`.
+
+    >>> r = GpuRules(132, 8, 2, 3.0, 1.5, False, 1.0, 0.0, 0.5, mem_boost=2.28)
+    >>> mem_rate(r, 8 / 132), mem_rate(r, 1.0), mem_rate(r, 2.0)  # few SMs; alone on all; two full kernels
+    (2.28, 1.0, 0.5)
+    """
+    f = 1.0 / load
+    return f if f < rules.mem_boost else rules.mem_boost
 
 
 #: Copy engines of a rank, as ``ktype - 2`` of :class:`schedsim.sim.waves._Kernels`: 0 h2d, 1 d2h, 2 d2d.
@@ -979,22 +1021,23 @@ class RateTables:
     """
 
     comm: list[float]  # [held · (sms // nccl_sms + 1) + nccl_held // nccl_sms]: transfer_comm_rate(...)
-    batch: list[float]  # [(mem_share · 2 + nccl_resident) · 2 + copying]: batch_rate(...), mem_share 0..sms
+    batch: list[float]  # [nccl_resident · 2 + copying]: batch_rate(...)
     copy: list[float]  # [(engine · 2 + reverse busy) · 2 + compute resident]: copy_rate(...)
     one_way: float
+    mem_boost: float  # rule 5's β (mem_rate)
 
 
 def rate_tables(rules: GpuRules) -> RateTables | None:
     """Tabulate :func:`transfer_comm_rate`, :func:`batch_rate` and :func:`copy_rate` for every state of an
-    ``rules.sms``-SM GPU (NCCL kernels hold multiples of ``nccl_sms`` SMs; at most one memory-bound kernel
-    per SM, so ``mem_share`` ≤ sms); None when the comm table would exceed :data:`MAX_TABLE` entries."""
+    ``rules.sms``-SM GPU (NCCL kernels hold multiples of ``nccl_sms`` SMs); None when the comm table would
+    exceed :data:`MAX_TABLE` entries."""
     S, ns = rules.sms, rules.nccl_sms
     if (S + 1) * (S // ns + 1) > MAX_TABLE:
         return None
     comm = [transfer_comm_rate(rules, h, n * ns) for h in range(S + 1) for n in range(S // ns + 1)]
-    batch = [batch_rate(rules, m, bool(n), bool(c)) for m in range(S + 1) for n in (0, 1) for c in (0, 1)]
+    batch = [batch_rate(rules, bool(n), bool(c)) for n in (0, 1) for c in (0, 1)]
     copy = [copy_rate(rules, bool(h), e, bool(b)) for e in range(COPY_ENGINES) for b in (0, 1) for h in (0, 1)]
-    return RateTables(comm, batch, copy, rules.p2p_one_way)
+    return RateTables(comm, batch, copy, rules.p2p_one_way, rules.mem_boost)
 
 def link_ends(members: Sequence[Op]) -> tuple[int, ...]:
     """Link directions one transfer uses (rule 6), as ``2·rank + d`` with d = 0 out, 1 in.

@@ -151,7 +151,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
     free = [S] * world
     held = [0] * world  # SMs held by compute CTAs
     nccl_held = [0] * world  # SMs held by resident NCCL kernels
-    nmem = [0] * world  # memory-bound kernels with CTAs resident
+    nmem = [0.0] * world  # HBM load of the memory-bound CTAs resident (rule 5: gpu_model.mem_rate)
     ncomm = [0] * world  # NCCL transfers in flight
     nlink = [0] * (2 * world)  # transfers in flight per (rank, direction)
     ncopy = [0] * world  # copies in flight
@@ -201,7 +201,8 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
             eng = ktype[k] - 2
             rv = gm.REVERSE_ENGINE[eng]
             return copy_rate(held[r] > 0, eng, rv >= 0 and bool(copyq.get((r, rv + 2))))
-        rate = batch_rate(nmem[r] if kmem[k] else 0, nccl_held[r] > 0, ncopy[r] > 0)
+        # rule 5: the GPU's memory-bound CTAs share HBM
+        rate = batch_rate(nccl_held[r] > 0, ncopy[r] > 0) * (gm.mem_rate(rules, nmem[r]) if kmem[k] else 1.0)
         if nwait[r] and not kleft[k] and ktail[k] >= 0:  # rule 4c: a waiting kernel fills its ragged end
             rate *= kgain[k]
         return rate
@@ -261,8 +262,8 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
                 kstarted[k] = True
                 start[kops[k][0]] = t
             held[r] += s
-            if kmem[k] and not kbat[k]:
-                nmem[r] += 1
+            if kmem[k]:
+                nmem[r] += s / kmem[k]
             kbat[k] += 1
             new_job(_BATCH, k, s, ktail_tau[k] if ktail[k] < 0 else ktau[k], (r,), t)
             if left - s:
@@ -373,8 +374,8 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
         free[r] += s
         held[r] -= s
         kbat[k] -= 1
-        if kmem[k] and not kbat[k]:
-            nmem[r] -= 1
+        if kmem[k]:
+            nmem[r] -= s / kmem[k]
         if not kbat[k] and not kleft[k]:
             if ktail[k] > 0:  # rule 4b: the main kernel is done; its queue hands the reduction over now
                 kleft[k] = ktail[k]
@@ -495,7 +496,8 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
         start, end, ready_t, deps_t, khand, binding,
         zeros("i", K), array("i", map(len, kn.kops)), zeros("i", len(qid)), zeros("i", K),
     )
-    compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
+    compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms),
+                        (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays)
     if N and min(end) < 0.0:
         c.npred[:] = npred.tolist()  # what is left, for the deadlock message
     return start, end, ready_t, deps_t, binding, khand  # array.array: indexable like the Python loop's lists
@@ -577,7 +579,7 @@ class _Kernels(NamedTuple):
     kneed: list[int]  # ops not yet ready
     kleft: list[int]  # compute: CTAs not yet placed; NCCL: ops not yet ended
     ktau: list[float]  # compute: solo seconds of one wave
-    kmem: list[bool]  # memory-bound (rule 5)
+    kmem: list[int]  # memory-bound (rule 5): the SMs one kernel holds alone; 0: compute-bound
     kq: list[tuple[int, int]]  # (rank, hardware queue)
     queues: dict[tuple[int, int], list[int]]  # (rank, queue) -> kernels in issue order
     ktail: list[int]  # compute: CTAs of the second kernel (a split-K reduction, rule 4b), 0 none
@@ -627,7 +629,7 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
             kops.append([i])
         kern[i] = k
     K = len(kops)
-    ktype, krank, kleft, ktau, kmem = [0] * K, [0] * K, [0] * K, [0.0] * K, [False] * K
+    ktype, krank, kleft, ktau, kmem = [0] * K, [0] * K, [0] * K, [0.0] * K, [0] * K
     ktail, ktail_tau = [0] * K, [0.0] * K
     kq: list[tuple[int, int]] = [(0, 0)] * K
     queues: dict[tuple[int, int], list[int]] = {}

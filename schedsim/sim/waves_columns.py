@@ -540,7 +540,8 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         start, end, ready_t, deps_t, khand, binding,
         np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32), np.zeros(K, I32),
     )
-    loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms), (tab.one_way, rules.cross_stream_s), arrays)
+    loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms),
+             (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays)
     del arrays, link, kneed0, kleft, ktau, kmem, kq, kneed, sptr, sidx, granks, ktail, ktail_tau, kgain
     if N and end.min() < 0.0:
         from schedsim.sim.engine import _raise_deadlock

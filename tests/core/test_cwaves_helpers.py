@@ -176,4 +176,4 @@ def test_the_loop_refuses_an_int64_index_buffer():
     arrays = [np.zeros(1, np.float64 if k == "d" else np.int32) for k in kinds]
     arrays[4] = np.zeros(1, np.int64)  # succ_ptr
     with pytest.raises(TypeError, match="array 4 must be a contiguous int32 buffer"):
-        _cwaves.run((0, 0, 0, 1, 132, 16), (1.0, 0.0), tuple(arrays))
+        _cwaves.run((0, 0, 0, 1, 132, 16), (1.0, 0.0, 1.0), tuple(arrays))

@@ -408,13 +408,35 @@ def test_bad_max_connections_is_a_clear_error():
 
 
 def test_memory_bound_kernels_share_hbm(sim_text):
-    # 1e6 B at 1000 GB/s = 1 µs each, 16 CTAs each on a 32-SM GPU: both resident, each at 1/2: [0, 2] both.
+    # 1e6 B at 1000 GB/s = 1 µs each, 16 CTAs each (one per 64 KiB) on a 38-SM GPU: both resident, each
+    # holding all it holds alone (16 of width 16), so the HBM load is 2 and each runs at 1/2: [0, 2] both.
     # A 6-CTA GEMM beside them is compute-bound and keeps its full rate: [0, 10].
     body = ("  - {name: a, kind: compute, bytes: 1000000, stream: s1}\n"
             "  - {name: b, kind: compute, bytes: 1000000, stream: s2}\n"
             f"  - {{name: G, {SIX}, stream: s3}}\n")
     spans, _ = sim_text(HEAD % 1 + body, waves_profile(sms=38))
     assert spans == {"a@r0": (0.0, 2.0), "b@r0": (0.0, 2.0), "G@r0": (0.0, 10.0)}
+
+
+def test_memory_bound_kernel_on_the_sms_a_gemm_leaves_free(sim_text):
+    # rule 5. 8 SMs; A (6 CTAs, 10 µs) leaves 2 free. m moves 1e6 B (1 µs alone at 1000 GB/s): 16 CTAs of
+    # 64 KiB, width 8, 2 waves of 0.5 µs. On 2 SMs, at its full-GPU speed: 8 rounds of 2 CTAs, [0, 4].
+    body = f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: m, kind: compute, bytes: 1000000, stream: s2}}\n"
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile())
+    assert spans == {"A@r0": (0.0, 10.0), "m@r0": (0.0, 4.0)}
+    # an SM streams 250 GB/s on its own: beta = 8 * 250 / 1000 = 2, and the HBM load of 2 CTAs is 2/8, so
+    # they run min(2, 8/2) = 2x: rounds of 0.25 µs, [0, 2]
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(sm_stream_GBps=250.0))
+    assert spans == {"A@r0": (0.0, 10.0), "m@r0": (0.0, 2.0)}
+
+
+def test_memory_bound_kernel_takes_freed_sms_a_wave_at_a_time(sim_text):
+    # rule 5's waves. m moves 4e6 B (4 µs): 62 CTAs of 64 KiB, 8 waves of 0.5 µs on 8 SMs. Beside A it runs
+    # 2 at a time until A ends at 10 (40 done), then its last 22 on 8 SMs in 3 rounds: [0, 11.5]. As one wave
+    # (the rule until 2026-12-03: 8 CTAs of 4 µs) its last 2 CTAs would start at 10 and end at 14.
+    body = f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: m, kind: compute, bytes: 4000000, stream: s2}}\n"
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile())
+    assert spans == {"A@r0": (0.0, 10.0), "m@r0": (0.0, 11.5)}
 
 
 def test_gemm_slowdown_beside_nccl(sim_text):

@@ -188,3 +188,23 @@ def test_fork_rows_are_derived_per_gemm_shape_from_the_main_stream_alone(monkeyp
     # the constant now takes the main stream alone as its base: 7.92 - 6.20 less the model's share
     assert d["launch"]["graph_cross_stream_edge_us"] == round(C.graph_edge_us(d, 7.92, 6.20), 2)
     assert HardwareProfile.model_validate(d).launch.graph_fork_edges[0][4] == round(big, 3)
+
+
+def test_a_persistent_gemm_counts_its_output_tiles() -> None:
+    # one H200, 2026-12-03 (benchmarks/probe_dispatch_order.py): cuBLAS ran bf16 4096x2048x8192 as 132 CTAs (one
+    # per SM) over 256x128 tiles: (2048 / 256) * (4096 / 128) = 256 tiles, so 124 CTAs run 2 tiles, 8 run one
+    # and free their SMs half-way, as a 256-CTA kernel's partial second wave would
+    big = [{"cat": "kernel", "name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "dur": 170.0,
+            "args": {"grid": [2, 66, 1]}}]
+    assert C.longest_kernel_ctas(big, 4096, 2048, 132) == 256
+    assert C.longest_kernel_ctas(big) == 132  # without the shape: the grid
+    # a grid of fewer CTAs than SMs is no persistent kernel: 128 CTAs of 128x128 tiles, one each
+    one_each = [{"cat": "kernel", "name": "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "dur": 43.0,
+                 "args": {"grid": [2, 64, 1]}}]
+    assert C.longest_kernel_ctas(one_each, 2048, 1024, 132) == 128
+    # split-K: its CTAs share tiles, the grid counts (a split-K nvjet as a persistent grid keeps 132)
+    split = [{"cat": "kernel", "name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_splitK_NNT", "dur": 338.0,
+              "args": {"grid": [2, 66, 1]}}]
+    assert C.longest_kernel_ctas(split, 2048, 1024, 132) == 132
+    assert C.persistent_tiles("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>", 8192, 4096) == 1024
+    assert C.persistent_tiles("at::native::vectorized_elementwise_kernel<8>", 64, 64) is None
