@@ -25,15 +25,23 @@
 # SET=e (after the split-K launch order and the shipped call_launch_fraction; cases no change looked at), every
 #   case with --measure-host: matmul_streams bf16 chunks 32, allgather_mm fp16 chunks 8 and bf16 chunks 4,
 #   small_ops_graph eager at T=16 and at T=128, tp_allreduce_graph world 1 eager at 48 layers of 32 tokens
+# SET=f (after rule 5's memory-bound waves and few-SM boost, calibrate's persistent-GEMM tile count and the
+#   executor's spinning wait; cases no change looked at besides the first three, re-run to check the host fix):
+#   allgather_mm bf16 chunks 4 and fp16 chunks 8, matmul_streams bf16 chunks 8 (looked at), then allgather_mm bf16
+#   chunks 2 and 8, matmul_streams fp16 chunks 4, small_ops_graph eager T=32 (held out)
 # Keeps every run in OUT/runs.tgz (<case>/execute/timeline.json: replay offline with the shipped profile,
 #   python benchmarks/accuracy_replay.py DIR --profile h200).
-#   OUT=dir [SET=a|b|c|d|e] [CASES="..."] bash benchmarks/heldout_new_shapes.sh
+#   OUT=dir [SET=a|b|c|d|e|f] [CASES="..."] bash benchmarks/heldout_new_shapes.sh
 set -uo pipefail
 OUT=${OUT:-heldout_new_shapes_out}; W=/tmp/hns_work; rm -rf $W; mkdir -p "$OUT" $W
 . benchmarks/device_env.sh
 PROF=$W/h200x1_calibrated.yaml
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-if [ "${SET:-a}" = e ]; then
+if [ "${SET:-a}" = f ]; then
+  GEMMS="--dtypes bf16,fp16 --gemm 8192x4096x8192 --gemm 4096x2048x8192 --gemm 2048x1024x8192
+    schedules/small_ops_graph.yaml"
+  DEFAULT_CASES="ag_bf16_c4_mh ag_fp16_c8_mh ms_bf16_c8_mh ag_bf16_c2_mh ag_bf16_c8_mh ms_fp16_c4_mh so_T32_mh"
+elif [ "${SET:-a}" = e ]; then
   GEMMS="--dtypes fp32,bf16,fp16 --gemm 512x256x8192 --gemm 2048x1024x8192 --gemm 4096x2048x8192 --gemm 16x1024x1024
     --gemm 128x1024x1024 --gemm 32x2048x1024 schedules/tp_allreduce_graph.yaml"
   DEFAULT_CASES="ms_bf16_c32_mh ag_fp16_c8_mh ag_bf16_c4_mh so_T16_mh so_T128_mh tp_ar_t32_mh"
@@ -87,6 +95,10 @@ for c in $CASES; do
     ag_bf16_c4_mh) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=4 --measure-host ;;
     so_T16_mh) run "$c" small_ops_graph --set T=16 --eager --measure-host ;;
     so_T128_mh) run "$c" small_ops_graph --set T=128 --eager --measure-host ;;
+    ag_bf16_c2_mh) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=2 --measure-host ;;
+    ag_bf16_c8_mh) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=8 --measure-host ;;
+    ms_fp16_c4_mh) run "$c" matmul_streams --set dtype=fp16 --set chunks=4 --measure-host ;;
+    so_T32_mh) run "$c" small_ops_graph --set T=32 --eager --measure-host ;;
     tp_ar_t32_mh) run "$c" tp_allreduce_graph --set world_size=1 --set layers=48 --set tokens=32 --eager --measure-host ;;
   esac
 done
