@@ -38,8 +38,7 @@ OUT=${OUT:-heldout_new_shapes_out}; W=/tmp/hns_work; rm -rf $W; mkdir -p "$OUT" 
 PROF=$W/h200x1_calibrated.yaml
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 if [ "${SET:-a}" = f ]; then
-  GEMMS="--dtypes bf16,fp16 --gemm 8192x4096x8192 --gemm 4096x2048x8192 --gemm 2048x1024x8192
-    schedules/small_ops_graph.yaml"
+  GEMMS="--dtypes bf16,fp16 --gemm 8192x4096x8192 --gemm 4096x2048x8192 --gemm 2048x1024x8192"
   DEFAULT_CASES="ag_bf16_c4_mh ag_fp16_c8_mh ms_bf16_c8_mh ag_bf16_c2_mh ag_bf16_c8_mh ms_fp16_c4_mh so_T32_mh"
 elif [ "${SET:-a}" = e ]; then
   GEMMS="--dtypes fp32,bf16,fp16 --gemm 512x256x8192 --gemm 2048x1024x8192 --gemm 4096x2048x8192 --gemm 16x1024x1024
