@@ -84,7 +84,12 @@ Rules and their sources
    after the other, and a small kernel on a third stream waits for free SMs.
 4. **CTA counts.** GEMM: the grid (x·y·z) the BLAS library launched for that
    shape when the profile records it (``gemm.ctas``; ``calibrate`` reads it from
-   a Kineto trace), run in ceil(CTAs / SMs) waves. One H200, 2026-12-01
+   a Kineto trace), run in ceil(CTAs / SMs) waves; for a persistent kernel (a
+   grid of one CTA per SM looping over more output tiles) ``calibrate`` records
+   the tiles, whose last partial "wave" is the CTAs with one tile fewer exiting
+   early: one H200, 2026-12-03, bf16 4096×2048×8192 ran 132 CTAs over 256 tiles
+   and a GEMM queued on another stream started on 8 SMs half-way through it
+   (``benchmarks/h200/dispatch_order_2026-12-03.md``). One H200, 2026-12-01
    (``benchmarks/h200/probe_coresidence_2026-12-01_1xh200.json``): allgather_mm's
    fp32 2048×1024×8192 and 1024×512×8192 ran as 128 CTAs (256×128 tiles with
    split-K 2 and 8), so 4 of 132 SMs stay free for other streams, and 8 or 16
