@@ -1083,11 +1083,12 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["gemm_ctas_per_sm"] = b.gemm_occ
         raw["gemm_reduce"] = b.gemm_reduce
         if ctx.cuda:
-            from executor.calibrate_waves import measure_wave_tail, pick_shapes
+            from executor.calibrate_waves import measure_sm_stream, measure_wave_tail, pick_shapes
 
             sms = int(torch.cuda.get_device_properties(ctx.device).multi_processor_count)
             raw["wave_tail"] = [measure_wave_tail(torch, ctx.device, shape, grid, log)
                                 for shape, grid in pick_shapes(raw["gemm"], b.gemm_ctas, sms)]
+            raw["sm_stream"] = measure_sm_stream(torch, ctx.device, sms, log)
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
         # rule 1's gemm.call rows: the host call of each GEMM short enough for the host to bound it
@@ -1566,6 +1567,18 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     from executor.calibrate_waves import assemble_wave_tail
 
     assemble_wave_tail(d, raw, where)
+    _set_sm_stream(d, raw.get("sm_stream"), where)
     return d
+
+
+def _set_sm_stream(d: dict[str, Any], rec: dict[str, Any] | None, where: str) -> None:
+    """``gpu.sm_stream_GBps`` from :func:`executor.calibrate_waves.measure_sm_stream`'s record, its source said;
+    the base profile's value stays when none was measured (CPU ranks, no free SM)."""
+    if not rec:
+        return
+    d["gpu"]["sm_stream_GBps"] = rec["GBps_per_sm"]
+    d["gpu"]["source"] += (f"; sm_stream_GBps: measured {where} (executor/calibrate_waves.measure_sm_stream): an "
+                           f"add_ of {rec['bytes'] / 1e6:.1f} MB on the {rec['free_sms']} SMs a {rec['gemm_ctas']}-"
+                           f"CTA bf16 GEMM leaves free, per SM, median of {rec['runs']}")
 
 

@@ -198,3 +198,67 @@ def assemble_wave_tail(d: dict[str, Any], raw: dict[str, Any], where: str) -> No
            "the overlapped time")
     d["gpu"]["source"] += f"; wave_tail_us: the median of gemm.tail, {how}"
     d["gemm"]["source"] += f"; tail: {how}"
+
+
+#: rule 5's probe: a bf16 GEMM long enough to hold its SMs for a few hundred µs (one H200: 128 CTAs of split-K
+#: 256x128 tiles, 339 µs, 4 SMs free) and an elementwise add_ moving this many bytes (read 2, write 1) beside it
+SM_STREAM_GEMM = (2048, 1024, 65536)
+SM_STREAM_BYTES = 12.6e6
+
+
+def measure_sm_stream(torch: Any, dev: Any, sms: int, log: Callable[[str], None], reps: int = 5
+                      ) -> dict[str, Any] | None:
+    """``gpu.sm_stream_GBps`` (rule 5 of :mod:`schedsim.sim.gpu_model`): the HBM bandwidth one SM streams in an
+    elementwise ``add_`` that holds only the SMs a GEMM on another stream leaves free. The GEMM
+    (:data:`SM_STREAM_GEMM`, bf16) is launched, the host spins 50 µs so that it holds its SMs, then the add
+    (:data:`SM_STREAM_BYTES`) on a second stream between two events; GB/s = bytes / its time / free SMs (SMs −
+    the GEMM's grid from a Kineto trace), the median of ``reps``, counting only repetitions whose add ended
+    before the GEMM (else it had more SMs than those). One H200, 2026-12-03: 4 free SMs, 12.6 and 50.3 MB at
+    0.275 TB/s, 69 GB/s per SM (``benchmarks/probe_dispatch_order.py``). None when the grid leaves no SM free
+    or no repetition qualifies. Needs CUDA."""
+    import time
+
+    from executor.calibrate import longest_kernel_ctas
+    from executor.calibrate_nccl import kernel_events
+
+    m, n, k = SM_STREAM_GEMM
+    bf = torch.bfloat16
+    a, b = torch.randn(m, k, device=dev, dtype=bf), torch.randn(k, n, device=dev, dtype=bf)
+    c = torch.empty(m, n, device=dev, dtype=bf)
+    x, y = (torch.randn(int(SM_STREAM_BYTES / 6), device=dev, dtype=bf) for _ in range(2))
+    torch.matmul(a, b, out=c)
+    x.add_(y)
+    torch.cuda.synchronize(dev)
+    grid = longest_kernel_ctas(kernel_events(torch, lambda: torch.matmul(a, b, out=c)))
+    free = sms - (grid or sms)
+    if free <= 0:
+        log(f"[sm_stream] bf16 {m}x{n}x{k} holds every SM ({grid} CTAs): not measured")
+        return None
+    s1, s2 = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
+    rates = []
+    for _ in range(reps):
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        torch.cuda.synchronize(dev)
+        with torch.cuda.stream(s1):
+            ev[0].record(s1)
+            torch.matmul(a, b, out=c)
+            ev[1].record(s1)
+        t_end = time.perf_counter() + 50e-6
+        while time.perf_counter() < t_end:
+            pass
+        with torch.cuda.stream(s2):
+            ev[2].record(s2)
+            x.add_(y)
+            ev[3].record(s2)
+        torch.cuda.synchronize(dev)
+        t = ev[2].elapsed_time(ev[3]) * 1e-3
+        if ev[0].elapsed_time(ev[3]) < ev[0].elapsed_time(ev[1]) and t > 0:
+            rates.append(x.numel() * 3 * x.element_size() / t / free / 1e9)
+    if not rates:
+        log("[sm_stream] the add never ran inside the GEMM: not measured")
+        return None
+    gbps = statistics.median(rates)
+    log(f"[sm_stream] add_ of {SM_STREAM_BYTES / 1e6:.1f} MB on the {free} SMs a {grid}-CTA GEMM leaves free: "
+        f"{gbps:.1f} GB/s per SM ({len(rates)}/{reps} repetitions inside the GEMM)")
+    return {"free_sms": free, "gemm_ctas": grid, "bytes": SM_STREAM_BYTES, "GBps_per_sm": round(gbps, 2),
+            "runs": len(rates)}

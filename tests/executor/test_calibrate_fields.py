@@ -208,3 +208,12 @@ def test_a_persistent_gemm_counts_its_output_tiles() -> None:
     assert C.longest_kernel_ctas(split, 2048, 1024, 132) == 132
     assert C.persistent_tiles("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>", 8192, 4096) == 1024
     assert C.persistent_tiles("at::native::vectorized_elementwise_kernel<8>", 64, 64) is None
+
+
+def test_sm_stream_record_sets_the_profile_field_and_says_where() -> None:
+    d = {"gpu": {"sm_stream_GBps": 69.0, "source": "base"}}
+    C._set_sm_stream(d, None, "here")  # not measured (CPU ranks, a GEMM holding every SM): the base's stays
+    assert d["gpu"] == {"sm_stream_GBps": 69.0, "source": "base"}
+    C._set_sm_stream(d, {"free_sms": 4, "gemm_ctas": 128, "bytes": 12.6e6, "GBps_per_sm": 71.3, "runs": 5}, "here")
+    assert d["gpu"]["sm_stream_GBps"] == 71.3
+    assert "12.6 MB on the 4 SMs a 128-CTA bf16 GEMM leaves free" in d["gpu"]["source"]
