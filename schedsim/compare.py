@@ -160,6 +160,30 @@ class Delta:
 
 
 @dataclass(frozen=True)
+class OpCall:
+    """One op's host call (seconds from its rank's previous call returning to its own), both sides."""
+
+    id: str
+    pred_s: float
+    meas_s: float
+
+
+@dataclass(frozen=True)
+class HostCalls:
+    """Per op, the host's call of an uninstrumented iteration (``meta.host_call_end_s`` on both sides): how
+    many ops, the median |relative error| of their call times, and the ``largest`` excesses (measured − predicted),
+    at most :data:`HOST_CALLS_SHOWN`."""
+
+    n: int
+    median_abs_error: float
+    largest: list[OpCall]
+
+
+#: ops :class:`HostCalls` names as the largest excesses
+HOST_CALLS_SHOWN = 3
+
+
+@dataclass(frozen=True)
 class Overlap:
     """Overlap ratio (error = pred − meas), exposed and busy communication (seconds, summed over ranks)."""
 
@@ -206,6 +230,7 @@ class Comparison:
     overlap: Overlap | None = None
     by_rank: dict[int, RankComparison] = field(default_factory=dict)
     host_issue: dict[int, Delta] | None = field(default=None, metadata=OMIT_NONE)
+    host_calls: HostCalls | None = field(default=None, metadata=OMIT_NONE)
 
     def to_dict(self, *, per_op: bool = True) -> dict[str, Any]:
         """The JSON form (``compare.json``); without ``per_op`` the per-op rows are left out."""
@@ -442,6 +467,7 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     untimed = None
     warns = _warnings(pred, meas, pred_timed)
     host_issue = _host_issue(pred, meas)
+    host_calls = _host_calls(pred, meas)
     if pred_timed is not None:
         untimed, pred = Metrics.of(pred).makespan_s, pred_timed
     mp, mm = Metrics.of(pred), Metrics.of(meas)
@@ -476,7 +502,7 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
         launch=Pair(pred.launch, meas.launch), profile=pred.profile, warnings=warns,
         makespan=_makespan(mp.makespan_s, mm.makespan_s, meas, untimed),
         match=Match(mode, len(common), only_p[:20], only_m[:20], len(only_p), len(only_m)),
-        ops=ops, overlap=overlap, by_rank=by_rank, host_issue=host_issue)
+        ops=ops, overlap=overlap, by_rank=by_rank, host_issue=host_issue, host_calls=host_calls)
 
 
 def _host_issue(pred: Timeline, meas: Timeline) -> dict[int, Delta] | None:
@@ -492,6 +518,42 @@ def _host_issue(pred: Timeline, meas: Timeline) -> dict[int, Delta] | None:
     out = {r: Delta(float(a), float(b), _rel(float(a), float(b)))
            for r, (a, b) in enumerate(zip(p, m, strict=False)) if isinstance(a, num) and isinstance(b, num)}
     return out or None
+
+
+def _host_calls(pred: Timeline, meas: Timeline) -> HostCalls | None:
+    """:class:`HostCalls` from both sides' ``meta.host_call_end_s`` (``{op id: s}`` in each rank's program
+    order: a prediction of an eager run, ``schedsim execute``'s stamped iterations); a call's time is its end
+    less the previous op's of its rank (the first op's: its end); None unless both sides have it.
+
+    >>> from schedsim.sim.timeline import Timeline
+    >>> p = Timeline("x", "predict", 1, meta={"host_call_end_s": {"a@r0": 10e-6, "b@r0": 20e-6, "c@r0": 25e-6}})
+    >>> m = Timeline("x", "execute", 1, meta={"host_call_end_s": {"a@r0": 40e-6, "b@r0": 50e-6, "c@r0": 55e-6}})
+    >>> hc = _host_calls(p, m)
+    >>> hc.n, round(hc.median_abs_error, 3), [(c.id, round(c.meas_s * 1e6, 1)) for c in hc.largest][:1]
+    (3, 0.0, [('a@r0', 40.0)])
+    """
+    p = pred.meta.get("host_call_end_s") if isinstance(pred.meta, dict) else None
+    m = meas.meta.get("host_call_end_s") if isinstance(meas.meta, dict) else None
+    if not (isinstance(p, dict) and isinstance(m, dict)):
+        return None
+
+    def calls(ends: dict[str, float]) -> dict[str, float]:
+        last: dict[str, float] = {}
+        out = {}
+        for op, t in ends.items():
+            r = op.rsplit("@", 1)[-1]
+            out[op] = float(t) - last.get(r, 0.0)
+            last[r] = float(t)
+        return out
+
+    cp, cm = calls(p), calls(m)
+    common = [op for op in cm if op in cp]
+    if not common:
+        return None
+    errs = [abs(e) for op in common if (e := _rel(cp[op], cm[op])) is not None]
+    top = sorted(common, key=lambda op: cp[op] - cm[op])[:HOST_CALLS_SHOWN]
+    return HostCalls(len(common), float(statistics.median(errs)) if errs else 0.0,
+                     [OpCall(op, cp[op], cm[op]) for op in top if cm[op] > cp[op]])
 
 
 def _op_errors(common: list[str], pid: dict[str, Span], mid: dict[str, Span], cap: int,
@@ -615,6 +677,12 @@ def print_comparison(res: Comparison, console: Any = None) -> None:
         con.print("host issue of an uninstrumented iteration: " + "; ".join(
             f"rank {r} predicted {fmt_time(d.pred)}, measured {fmt_time(d.meas)} ({_pct(d.error)})" for r, d in shown)
             + ("" if len(res.host_issue) <= 4 else f" (the {len(shown)} ranks furthest off)"))
+    hc = res.host_calls
+    if hc is not None:
+        far = ", ".join(f"{c.id} {fmt_time(c.meas_s)} vs {fmt_time(c.pred_s)}" for c in hc.largest)
+        con.print(f"host calls of an uninstrumented iteration, op by op: median |err| "
+                  f"{hc.median_abs_error * 100:.1f}% over {hc.n} ops"
+                  + (f"; measured longest beyond the prediction: {far}" if far else ""))
     m = res.match
     con.print(f"ops matched by id: {m.matched} (only predicted {m.n_only_pred}, only measured "
               f"{m.n_only_meas}); comparison mode: {m.mode}")

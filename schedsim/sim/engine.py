@@ -81,7 +81,7 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -275,6 +275,7 @@ class _State(NamedTuple):
     stream_t: Sequence[float] | np.ndarray | None = None  # waves: when the stream reached each op (deps done,
     # host at its call)
     host_s: np.ndarray | None = None  # waves: per rank, when its host returned from its last call (shape (world,))
+    host_call: np.ndarray | None = None  # waves: per op, when its host call returned (shape (N,))
 
 
 def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _Compiled:
@@ -648,7 +649,7 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
     """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
     op to finish) and metadata."""
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
-    start, end, ready_t, binding, stream_t, host_s = state
+    start, end, ready_t, binding, stream_t, host_s, host_call = state
     empty: dict = {}  # shared, never mutated
     res_name = ("compute", "comm", "copy", "copy", "copy")
     tag_dicts: dict[tuple, dict] = {(): empty}  # type: ignore[type-arg]  # one dict per distinct tag set
@@ -683,17 +684,27 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
             i = b
         cp.reverse()
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
-    _host_meta(meta, host_s, mode)
+    _host_meta(meta, host_s, mode, None if "pipeline" in info else host_call, ids)
     return Timeline(schedule=str(info.get("name", "")), source="predict", world_size=world, launch=mode,
                     profile=profile.name, critical_path=cp, meta=meta, columns=cols)
 
 
-def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str) -> None:  # type: ignore[type-arg]
+#: the most ops whose host call ends a prediction's meta lists (``host_call_end_s``): what ``execute`` runs
+HOST_CALL_META_MAX = 20_000
+
+
+def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.ndarray | None = None,  # type: ignore[type-arg]
+               ids: Any = None) -> None:
     """``meta["host_issue_s"]``: per rank, seconds from the iteration's start until its host returned from its
     last call (rule 1 of :mod:`schedsim.sim.gpu_model`; eager runs of the ``waves`` model), which ``compare``
-    holds against ``schedsim execute``'s ``meta.host_issue_uninstrumented_s``."""
+    holds against ``schedsim execute``'s ``meta.host_issue_uninstrumented_s``; and, for up to
+    :data:`HOST_CALL_META_MAX` ops, ``meta["host_call_end_s"]`` (``{op id: seconds}``, when each op's call
+    returned), against ``execute``'s own (``ids``: a list, or a callable giving it)."""
     if host_s is not None and mode == "eager":
         meta["host_issue_s"] = [float(x) for x in host_s]
+        if host_call is not None and 0 < len(host_call) <= HOST_CALL_META_MAX and ids is not None:
+            names = ids() if callable(ids) else ids
+            meta["host_call_end_s"] = {str(i): round(float(t), 9) for i, t in zip(names, host_call, strict=True)}
 
 
 def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode: str, run) -> Timeline:  # type: ignore[no-untyped-def,type-arg]
@@ -723,7 +734,8 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     suffix = [format_op_id("", r) for r in range(prog.world_size)]  # "@r{rank}": ids joined, not formatted per op
     cp = list(map(str.__add__, prog.op_names(at), map(suffix.__getitem__, prog.rank[at].tolist())))
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
-    _host_meta(meta, run.host_s, mode)
+    # per-op host calls, not for a pipeline block (its op names are made on demand; _timeline does the same)
+    _host_meta(meta, run.host_s, mode, None if "pipeline" in info else run.host_call, prog.ids)
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)
     tl._cp_rows = (list(cp), np.sort(at))

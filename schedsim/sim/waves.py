@@ -98,8 +98,9 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
                           qreach[np.asarray(kn.kern, np.int64)])
     if N and profile.launch.eager_timed:
         end = gm.end_event_bound(np.asarray(end, np.float64), np.asarray(done, np.float64), profile, mode).tolist()
+    done_a = np.asarray(done, np.float64)
     return _State(start, end, ready_t, binding, stream_t, gm.host_end_per_rank(
-        np.asarray(done, np.float64), np.asarray([o.rank for o in ops], np.int64), c.world))
+        done_a, np.asarray([o.rank for o in ops], np.int64), c.world), done_a)
 
 
 def _drain(Q: list[int], h: int, kready: list[bool], ktail: list[int], dispatch, t: float) -> int:  # type: ignore[no-untyped-def]

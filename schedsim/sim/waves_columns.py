@@ -58,6 +58,7 @@ class ProgramRun(NamedTuple):
     binding: np.ndarray  # int64: op that released it, or HOST
     stream_t: np.ndarray
     host_s: np.ndarray | None = None  # per rank: when its host returned from its last call (shape (world,))
+    host_call: np.ndarray | None = None  # per op: when its host call returned (eager, at most 20,000 ops)
 
 
 def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -552,12 +553,13 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     if N and profile.launch.eager_timed:  # a timed eager run: no op ends before its end event's record
         end = gm.end_event_bound(end, issue, profile, mode)
     host_s = gm.host_end_per_rank(issue, prog.rank, prog.world_size)
+    host_call = issue if N <= 20_000 else None  # engine.HOST_CALL_META_MAX
     del issue
     # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
     ext = getattr(loop, "stream_reached", None)
     if ext is not None:  # one compiled pass (an older build has none: numpy below)
         ext(qptr, qidx, khand, kern, _f64(call0), deps_t)
-        return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s)
+        return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)
     qk = np.diff(qptr)
     if K:
         later = np.ones(len(qidx), bool)
@@ -569,4 +571,4 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         del qreach
     np.maximum(deps_t, call0, out=deps_t)
     stream_t = deps_t
-    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, stream_t, host_s)
+    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, stream_t, host_s, host_call)

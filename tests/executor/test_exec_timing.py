@@ -91,3 +91,37 @@ def test_the_hosts_uninstrumented_issue_is_kept_per_rank_and_compared_with_the_p
     assert (d.pred, d.meas, d.error) == (pytest.approx(30e-6), pytest.approx(40e-6), pytest.approx(-0.25))
     assert Comparison.from_dict(res.to_dict()).host_issue == res.host_issue
     assert compare_timelines(pred, pred).host_issue is None  # a prediction measures no issue loop
+
+
+def test_each_ops_host_call_is_stamped_predicted_and_compared():
+    """meta.host_call_end_s: execute's stamped iterations give each op's call end (median per op); the waves
+    prediction of an eager run gives its own; compare holds the call times (end less the rank's previous end)
+    against each other, names the ops whose measured call most exceeds the prediction, and round-trips."""
+    from schedsim.compare import Comparison, compare_timelines
+    from schedsim.hardware.profile import load_profile
+    from schedsim.sim.engine import simulate
+
+    G = build_graph(load_text(TEXT, "t.yaml"))
+    base = {"anchors_ns": [0], "start_s": [[0.0, 0.001]], "end_s": [[0.001, 0.002]], "lean": [[0, 0.002]]}
+    r0 = {"rank": 0, "ids": ["mm@r0", "ar@r0"], **base, "host_call_end_s": [[20e-6, 90e-6], [22e-6, 95e-6],
+                                                                            [21e-6, 91e-6]]}
+    r1 = {"rank": 1, "ids": ["mm@r1", "ar@r1"], **base}
+    meas = assemble_timeline(G, [r0, r1], schedule="t", launch="eager")
+    assert meas.meta["host_call_end_s"] == {"mm@r0": pytest.approx(21e-6), "ar@r0": pytest.approx(91e-6)}
+    prof = load_profile("h200")
+    pred = simulate(G, prof, launch="eager", gpu_model="waves")
+    calls = pred.meta["host_call_end_s"]  # rule 1 by hand: a kernel launch, then a collective call on the
+    L = prof.launch  # communication stream (a stream switch and an event wait for mm on the compute stream)
+    mm = (L.eager_per_op_us + L.first_op_extra_us) * 1e-6
+    assert calls["mm@r0"] == pytest.approx(mm)
+    ar = L.eager_per_collective_us + L.first_collective_extra_us + L.stream_switch_us + L.event_wait_us
+    assert calls["ar@r0"] == pytest.approx(mm + ar * 1e-6)
+    res = compare_timelines(pred, meas)
+    hc = res.host_calls
+    assert hc is not None and hc.n == 2  # rank 1 stamped nothing
+    want = sorted([("mm@r0", calls["mm@r0"], 21e-6), ("ar@r0", calls["ar@r0"] - calls["mm@r0"], 70e-6)],
+                  key=lambda t: t[1] - t[2])
+    assert [(c.id, c.pred_s, c.meas_s) for c in hc.largest] == [
+        (i, pytest.approx(p), pytest.approx(m)) for i, p, m in want if m > p]
+    assert Comparison.from_dict(res.to_dict()).host_calls == hc
+    assert compare_timelines(pred, pred).host_calls.median_abs_error == 0.0
