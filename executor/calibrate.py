@@ -1452,7 +1452,10 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                    f"minus the untimed graph's time per op; graph_timing_gap_us = one op's end event to the next "
                    f"op's start event in that graph; "
                    f"executor_extra_per_op_us = schedsim execute's lean loop ({H['executor_lean_per_op_us']:.2f} "
-                   f"us/op) minus the same two-stream probe by hand ({H['by_hand_per_op_us']:.2f} us/op)"
+                   f"us/op) minus the same two-stream probe by hand ({H['by_hand_per_op_us']:.2f} us/op); "
+                   f"cold_first_call_us = the first add, 64x64 matmul and 1 KiB all_reduce after the host waited "
+                   f"~2 ms for the GPU, less the same first calls after a synchronize (the add: less its steady "
+                   f"call; executor/calibrate_host._cold_first_calls)"
                    if ctx.cuda else
                    f"measured on CPU ranks {where} (host time per call; no events or graphs on CPU ranks: graph "
                    f"values from {o.base!r}); executor_extra_per_op_us = lean loop minus the same ops by hand"

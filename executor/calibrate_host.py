@@ -379,22 +379,11 @@ def comm_host_costs(b: Any) -> dict[str, float]:
 
     res["mixed_pair_us"] = timed(pair)  # the JSON only (the module docstring: eager_per_collective_us)
     res["eager_per_collective_us"] = res["collective_loop_us"]
-    first_mm, first_ar = [], []
-    for _ in range(8):
-        b.sync()
-        ctx.barrier()
-        t0 = time.perf_counter()
-        mm()
-        t1 = time.perf_counter()
-        w = ar()
-        t2 = time.perf_counter()
-        if w is not None:
-            w.wait()
-        first_mm.append(t1 - t0)
-        first_ar.append(t2 - t1)
-    b.sync()
+    first_mm, first_ar = _first_call_times(b, [mm, ar], 8)
     res["first_op_extra_us"] = max(0.0, statistics.median(first_mm[1:]) * 1e6 - res["matmul_loop_us"])
     res["first_collective_extra_us"] = max(0.0, statistics.median(first_ar[1:]) * 1e6 - res["eager_per_collective_us"])
+    if b.cuda:
+        res.update(_cold_first_calls(b, mm, ar, first_mm, first_ar))
     if ctx.world >= 2:
         r, n = ctx.rank, ctx.world
         if n % 2 == 0:
@@ -408,9 +397,71 @@ def comm_host_costs(b: Any) -> dict[str, float]:
     return res
 
 
-def launch_fields(costs: dict[str, float]) -> dict[str, float]:
-    """The :data:`HOST_FIELDS` that ``costs`` has, rounded to 0.01 µs: the profile's ``launch:`` values."""
-    return {k: round(float(costs[k]), 2) for k in HOST_FIELDS if k in costs}
+def _first_call_times(b: Any, calls: list[Callable[[], Any]], reps: int, sleep_cycles: int = 0) -> list[list[float]]:
+    """Host seconds of each of ``calls``, run in order after a synchronize and barrier (and, with
+    ``sleep_cycles``, after the host waited for a sleep kernel that long): one list per call over ``reps``
+    repetitions; the works a call returns are waited for after the last call."""
+    out: list[list[float]] = [[] for _ in calls]
+    for _ in range(reps):
+        b.sync()
+        b.ctx.barrier()
+        if sleep_cycles:
+            b.torch.cuda._sleep(sleep_cycles)
+            b.sync()  # the host waits for the GPU, as at the end of a GPU-bound iteration
+        works = []
+        t = time.perf_counter()
+        for j, f in enumerate(calls):
+            w = f()
+            t2 = time.perf_counter()
+            out[j].append(t2 - t)
+            t = t2
+            if w is not None:
+                works.append(w)
+        for w in works:
+            w.wait()
+    b.sync()
+    return out
+
+
+#: GPU cycles of the sleep kernel before each cold first call (about 2 ms on an H200 at 1.98 GHz: the host's
+#: wait at the end of a GPU-bound iteration of the 2026-12-03 runs, 1.2-2.6 ms)
+COLD_SLEEP_CYCLES = 4_000_000
+#: the three kinds of ``launch.cold_first_call_us`` and the keys :func:`comm_host_costs` gives them
+COLD_KINDS = {"kernel": "cold_kernel_extra_us", "collective": "cold_collective_extra_us",
+              "elementwise": "cold_elementwise_extra_us"}
+
+
+def _cold_first_calls(b: Any, mm: Callable[[], Any], ar: Callable[[], Any], first_mm: list[float],
+                      first_ar: list[float]) -> dict[str, float]:
+    """``launch.cold_first_call_us`` (as :data:`COLD_KINDS` keys, µs): the first add, matmul and all_reduce after
+    the host waited ~2 ms for the GPU (a sleep kernel, then a synchronize), less the same first calls after a
+    synchronize and barrier alone (``first_mm`` / ``first_ar``, seconds) and less an add's steady call. What
+    ``schedsim execute`` measures at the start of an iteration after a GPU-bound one (one H200, 2026-12-03,
+    ``meta.host_call_end_s``: kernel +19-33 µs, collective +24-59, elementwise +11-20). CUDA only."""
+    torch = b.torch
+    x = torch.zeros(1024, device=b.ctx.device)
+    y = torch.ones(1024, device=b.ctx.device)
+    z = torch.empty_like(x)
+
+    def add() -> None:
+        torch.add(x, y, out=z)
+
+    steady_add = _loop_us(b, add, n=200, reps=5)
+    c_add, c_mm, c_ar = _first_call_times(b, [add, mm, ar], 6, COLD_SLEEP_CYCLES)
+    cold = {"elementwise": c_add, "kernel": c_mm, "collective": c_ar}
+    warm = {"elementwise": steady_add * 1e-6, "kernel": statistics.median(first_mm[1:]),
+            "collective": statistics.median(first_ar[1:])}
+    return {COLD_KINDS[k]: max(0.0, (statistics.median(v[1:]) - warm[k]) * 1e6) for k, v in cold.items()}
+
+
+def launch_fields(costs: dict[str, float]) -> dict[str, Any]:
+    """The :data:`HOST_FIELDS` that ``costs`` has, rounded to 0.01 µs: the profile's ``launch:`` values; and
+    ``cold_first_call_us`` from the :data:`COLD_KINDS` keys it has."""
+    out: dict[str, Any] = {k: round(float(costs[k]), 2) for k in HOST_FIELDS if k in costs}
+    cold = {kind: round(float(costs[key]), 2) for kind, key in COLD_KINDS.items() if key in costs}
+    if cold:
+        out["cold_first_call_us"] = cold
+    return out
 
 
 def with_host_costs(profile: Any, costs: dict[str, float]) -> Any:

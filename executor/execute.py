@@ -330,7 +330,8 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
 
             prof = with_host_costs(prof, host)
             print(f"--compare predicts with {profile!r} and this process's host costs: "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in launch_fields(host).items()), flush=True)
+                  + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                              for k, v in launch_fields(host).items()), flush=True)
         sim: dict[str, Any] = {"max_connections": int(conn) if conn else None,
                                "iteration_gap_s": iteration_gap_of(tl.meta, tl.world_size)}
         pred, _m, ppaths = predict_to_dir(file, sets, prof, outdir / "predicted", launch, gantt, **sim)

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+)
 
 from schedsim._pydantic import plugins_off
 from schedsim.errors import ProfileError
@@ -145,6 +154,16 @@ class Launch(_B):
                                      "measured (executor/calibrate_host.py measures it).")
     first_collective_extra_us: float = Field(default=0.0, ge=0, description="Extra host time of a rank's first "
                                              "collective or send/recv call of an iteration, µs; default 0.")
+    cold_first_call_us: dict[Literal["kernel", "collective", "elementwise"], NonNegativeFloat] = Field(
+        default_factory=lambda: {},
+        description="More host time, µs, of a rank's first kernel launch, collective call and elementwise call "
+        "of an iteration when the host waited cold_wait_us or longer for the GPU before it (the previous "
+        "iteration GPU-bound: its first calls run cold), on top of first_op_extra_us / first_collective_extra_us. "
+        "One H200, 2026-12-03 (schedsim execute's meta.host_call_end_s, five GPU-bound runs waiting 1.2-2.6 ms): "
+        "kernel 19-33, collective 24 (all_reduce) to 59 (all_gather), elementwise 11-20. Empty: none.")
+    cold_wait_us: float = Field(default=250.0, gt=0, description="Host wait for the GPU at an iteration's end, "
+                                "µs, from which cold_first_call_us applies (measured: none at 0-7 µs of wait, "
+                                "all at 1.2-2.6 ms; 250 is a guess between).")
     call_launch_fraction: float = Field(default=1.0, gt=0, le=1, description="Fraction of a call's host time "
                                         "after which its kernel reaches the GPU (the launch happens inside the "
                                         "call; the rest is the call's return path). Default 1: at its return "

@@ -294,7 +294,8 @@ from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "MEM_WAVES", "mem_rate", "mem_boost", "GpuRules", "REVERSE_ENGINE",
            "RateTables", "batch_rate", "comm_factor",
-           "comm_fifo_columns", "comm_fifo_edges", "communicator", "copy_rate", "host_class", "host_issue_columns",
+           "comm_fifo_columns", "comm_fifo_edges", "host_waited", "communicator", "copy_rate", "host_class",
+           "host_issue_columns",
            "host_issue_times", "host_end_per_rank", "kernel_release", "end_event_bound", "graph_fork_columns",
            "kernel_ctas", "kernel_tail", "split_work", "l2_cold_fraction",
            "link_ends", "memory_terms", "rate_tables", "stream_queue_columns",
@@ -630,10 +631,12 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
 def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray,
                        host_s: np.ndarray, batch: np.ndarray, cross_stream_deps: np.ndarray,
                        profile: HardwareProfile, mode: str, model_executor: bool = False,
-                       call_extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       call_extra: np.ndarray | None = None, cold: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(issue, call_start)``: time (s) at which the host has issued each op, and at which its own call began
     (rule 1), float64 of shape (n,). ``call_extra`` (s, shape (n,), repeats included) is added to each op's call:
-    a GEMM shape's ``gemm.call`` row (:meth:`schedsim.cost.CostModel.gemm_call_extra`).
+    a GEMM shape's ``gemm.call`` row (:meth:`schedsim.cost.CostModel.gemm_call_extra`). ``cold``: the host
+    waited for the GPU before this iteration, so its first kernel, collective and elementwise calls also pay
+    ``launch.cold_first_call_us`` (:func:`host_waited`).
 
     Columns of shape (n,), ops in program order per rank: ``rank``; ``stream`` (codes equal for equal names);
     ``hclass`` (:func:`host_class`); ``repeat``; ``host_s`` (declared Python time, s); ``batch`` (code of the
@@ -660,8 +663,11 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     by_class[:6] = op_s, add_s, copy_s, p2p_s, 0.0, coll_s
     cls = np.arange(H)
     per_repeat = (cls <= H_ELEMENTWISE).astype(np.int32)
-    first_group = np.where(cls == H_KERNEL, 0, np.where(cls >= H_P2P, 1, -1)).astype(np.int32)
-    first_cost = np.array([first_op, first_comm])
+    first_group = np.where(cls == H_KERNEL, 0, np.where(cls >= H_P2P, 1, np.where(cls == H_ELEMENTWISE, 2, -1)))
+    first_group = first_group.astype(np.int32)
+    cf = lp.cold_first_call_us if cold else {}
+    first_cost = np.array([first_op + cf.get("kernel", 0.0) * 1e-6, first_comm + cf.get("collective", 0.0) * 1e-6,
+                           cf.get("elementwise", 0.0) * 1e-6])
     if call_extra is not None and not np.any(call_extra):
         call_extra = None
     ext = _compiled("issue_times") if call_extra is None else None
@@ -824,9 +830,28 @@ def host_end_per_rank(issue: np.ndarray, rank: np.ndarray, world: int) -> np.nda
     return out
 
 
+def host_waited(end: np.ndarray, host_end: np.ndarray, profile: HardwareProfile, mode: str) -> bool:
+    """Whether a prediction's host waited ``launch.cold_wait_us`` or longer for the GPU at the iteration's end
+    (``end``: the ops' ends; ``host_end``: :func:`host_end_per_rank`), so that the next iteration's first calls
+    run cold (``launch.cold_first_call_us``, rule 1); False in a graph replay or without those costs. What
+    ``schedsim execute`` and the hand-written references measure: every iteration starts after the GPU is done.
+
+    >>> from schedsim.hardware.profile import load_profile
+    >>> p = load_profile("h200")
+    >>> end, host = np.array([3e-3]), np.array([1e-3])
+    >>> host_waited(end, host, p, "eager"), host_waited(host, host, p, "eager"), host_waited(end, host, p, "cuda_graph")
+    (True, False, False)
+    """
+    lp = profile.launch
+    if mode != "eager" or not any(lp.cold_first_call_us.values()) or not len(end):
+        return False
+    return float(np.max(end)) - float(np.max(host_end)) >= lp.cold_wait_us * 1e-6
+
+
 def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
                      model_executor: bool = False, call_start: list[float] | None = None,
-                     cost: CostModel | None = None, release: list[float] | None = None) -> list[float]:
+                     cost: CostModel | None = None, release: list[float] | None = None,
+                     cold: bool = False) -> list[float]:
     """:func:`host_issue_columns` of a list of ops (program order per rank); ``call_start``, if given, is
     filled with each op's call start, ``release`` with when its kernel reaches the GPU (:func:`kernel_release`);
     ``cost`` (default: one of ``profile``) gives each GEMM's ``gemm.call`` extra."""
@@ -842,7 +867,7 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
         extra = np.array([cm.gemm_call_extra(op) * op.repeat for op in ops], np.float64)
     issue, call0 = host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,
                                       np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor,
-                                      extra)
+                                      extra, cold)
     if call_start is not None:
         call_start[:] = call0.tolist()
     if release is not None:

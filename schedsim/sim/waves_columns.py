@@ -405,7 +405,7 @@ def _f64(a) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.ndarray, sid: np.ndarray,
                      res: np.ndarray, is_p2p: np.ndarray, serial: bool, profile: HardwareProfile, mode: str,
-                     model_executor: bool, cost: CostModel) -> tuple[np.ndarray, ...]:
+                     model_executor: bool, cost: CostModel, cold: bool = False) -> tuple[np.ndarray, ...]:
     """Rule 7's communicator order and rule 1's host issue times: ``(sptr, sidx, npred)`` (the DAG plus the
     communicator-order edges as int32 CSR, each op's predecessor count) and ``(issue, call0, release)`` (float64
     seconds: the call returned, began, and launched its kernel).
@@ -429,7 +429,7 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
         tce = np.array([cost.gemm_call_extra(t) * t.repeat for t in tps], np.float64)
         extra = _per_op(tce, tmpl) if np.any(tce) else None
     issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
-                                         profile, mode, model_executor, extra)
+                                         profile, mode, model_executor, extra, cold)
     return sptr, sidx, npred, issue, call0, gm.kernel_release(issue, call0, profile, mode, extra)
 
 
@@ -471,7 +471,21 @@ def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: Hard
 
 def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
                       tab: gm.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:  # type: ignore[no-untyped-def]
-    """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring).
+    """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring); an iteration after which the host
+    waited for the GPU is run again with cold first calls (rule 1, :func:`schedsim.sim.gpu_model.host_waited`),
+    up to :data:`schedsim.sim.waves.COLD_RERUN_MAX` ops, as :func:`schedsim.sim.waves.run_waves` does.
+    """
+    from schedsim.sim.waves import COLD_RERUN_MAX
+
+    run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False)
+    if prog.N <= COLD_RERUN_MAX and run.host_s is not None and gm.host_waited(run.end, run.host_s, profile, mode):
+        run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True)
+    return run
+
+
+def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,  # type: ignore[no-untyped-def]
+                      tab: gm.RateTables, serial: bool, model_executor: bool, loop, cold: bool) -> ProgramRun:
+    """One pass of :func:`run_waves_program` (``cold``: the iteration's first calls run cold, rule 1).
 
     Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
     int64 temporary of the preparation is freed before the loop starts, so a run holds about 4 float64 and
@@ -513,7 +527,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     _check(prog, rank, work)  # after every term, as the Op-list path checks its job times
     # rule 7: communicator order; rule 1: host issue times
     sptr, sidx, npred, issue, call0, release = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial,
-                                                                profile, mode, model_executor, cost)
+                                                                profile, mode, model_executor, cost, cold)
     del is_p2p
     # rules 2, 4, 5: kernels; rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)

@@ -149,6 +149,24 @@ def test_host_thread_bounds_200_tiny_gemms_eagerly_not_in_a_graph(sim_text):
     assert spans["g0@r0"] == (10.0, 12.0) and tl.makespan_s == pytest.approx(410e-6)
 
 
+def test_first_calls_run_cold_after_a_gpu_bound_iteration(sim_text):
+    # rule 1, launch.cold_first_call_us. A (10 µs GEMM) called at 0-1 µs: the GPU ends at 11, 10 µs after the
+    # host's last call. With cold_wait_us 5 the host waited: the iteration runs again with A's first-kernel call
+    # 1 + 4 = 5 µs, the elementwise m's first call 1 + 2 = 3 µs: A [5, 15], m (1e6 B: 1 µs, after A) [15, 16].
+    body = f"  - {{name: A, {FULL}}}\n  - {{name: m, kind: compute, bytes: 1000000, deps: [A]}}\n"
+    cold = {"kernel": 4.0, "elementwise": 2.0}
+    launch = {"eager_per_op_us": 1.0, "elementwise_call_us": 1.0, "cold_first_call_us": cold, "cold_wait_us": 5.0}
+    spans, tl = sim_text(HEAD % 1 + body, waves_profile(launch=launch))
+    assert spans == {"A@r0": (5.0, 15.0), "m@r0": (15.0, 16.0)}
+    assert tl.meta["host_call_end_s"] == {"A@r0": pytest.approx(5e-6), "m@r0": pytest.approx(8e-6)}
+    # a wait shorter than cold_wait_us (here 11 - 2 = 9 < 20): warm first calls, A [1, 11], m [11, 12]
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(launch={**launch, "cold_wait_us": 20.0}))
+    assert spans == {"A@r0": (1.0, 11.0), "m@r0": (11.0, 12.0)}
+    # a graph replay has no per-op calls: nothing runs cold
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(launch={**launch, "graph_launch_us": 1.0}), launch="cuda_graph")
+    assert spans["A@r0"][0] == 1.0
+
+
 def test_host_us_and_event_waits_delay_issue(sim_text):
     # host: A at 5; B waits on A from another stream: 2 µs event wait + 3 µs declared Python + 5 µs launch = 15
     prof = waves_profile(launch={"eager_per_op_us": 5.0})
