@@ -29,15 +29,21 @@
 #   executor's spinning wait; cases no change looked at besides the first three, re-run to check the host fix):
 #   allgather_mm bf16 chunks 4 and fp16 chunks 8, matmul_streams bf16 chunks 8 (looked at), then allgather_mm bf16
 #   chunks 2 and 8, matmul_streams fp16 chunks 4, small_ops_graph eager T=32 (held out)
+# SET=g (after the cold first calls of rule 1 and calibrate measuring them and sm_stream_GBps; cases no change
+#   looked at): allgather_mm bf16 chunks 16 and fp16 chunks 2, matmul_streams bf16 chunks 4, tp_allreduce world 1
+#   eager 8 layers of 2048 tokens (fp32, no table row), small_ops_graph eager T=256
 # Keeps every run in OUT/runs.tgz (<case>/execute/timeline.json: replay offline with the shipped profile,
 #   python benchmarks/accuracy_replay.py DIR --profile h200).
-#   OUT=dir [SET=a|b|c|d|e|f] [CASES="..."] bash benchmarks/heldout_new_shapes.sh
+#   OUT=dir [SET=a|b|c|d|e|f|g] [CASES="..."] bash benchmarks/heldout_new_shapes.sh
 set -uo pipefail
 OUT=${OUT:-heldout_new_shapes_out}; W=/tmp/hns_work; rm -rf $W; mkdir -p "$OUT" $W
 . benchmarks/device_env.sh
 PROF=$W/h200x1_calibrated.yaml
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-if [ "${SET:-a}" = f ]; then
+if [ "${SET:-a}" = g ]; then
+  GEMMS="--dtypes bf16,fp16 --gemm 1024x512x8192 --gemm 4096x2048x8192 --gemm 8192x4096x8192"
+  DEFAULT_CASES="ag_bf16_c16_g ms_bf16_c4_g ag_fp16_c2_g tp_ar_t2048_g so_T256_g"
+elif [ "${SET:-a}" = f ]; then
   GEMMS="--dtypes bf16,fp16 --gemm 8192x4096x8192 --gemm 4096x2048x8192 --gemm 2048x1024x8192"
   DEFAULT_CASES="ag_bf16_c4_mh ag_fp16_c8_mh ms_bf16_c8_mh ag_bf16_c2_mh ag_bf16_c8_mh ms_fp16_c4_mh so_T32_mh"
 elif [ "${SET:-a}" = e ]; then
@@ -94,6 +100,11 @@ for c in $CASES; do
     ag_bf16_c4_mh) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=4 --measure-host ;;
     so_T16_mh) run "$c" small_ops_graph --set T=16 --eager --measure-host ;;
     so_T128_mh) run "$c" small_ops_graph --set T=128 --eager --measure-host ;;
+    ag_bf16_c16_g) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=16 --measure-host ;;
+    ms_bf16_c4_g) run "$c" matmul_streams --set dtype=bf16 --set chunks=4 --measure-host ;;
+    ag_fp16_c2_g) run "$c" allgather_mm $AG --set dtype=fp16 --set chunks=2 --measure-host ;;
+    tp_ar_t2048_g) run "$c" tp_allreduce_graph --set world_size=1 --set layers=8 --set tokens=2048 --eager --measure-host ;;
+    so_T256_g) run "$c" small_ops_graph --set T=256 --eager --measure-host ;;
     ag_bf16_c2_mh) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=2 --measure-host ;;
     ag_bf16_c8_mh) run "$c" allgather_mm $AG --set dtype=bf16 --set chunks=8 --measure-host ;;
     ms_fp16_c4_mh) run "$c" matmul_streams --set dtype=fp16 --set chunks=4 --measure-host ;;
