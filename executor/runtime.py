@@ -68,8 +68,6 @@ from schedsim.kinds import COMM_KINDS
 __all__ = ["RunOptions", "RankRunner", "CpuRunner", "CudaRunner", "CudaGraphRunner", "nvtx_fns"]
 
 _COMM_KINDS = frozenset(COMM_KINDS)
-#: seconds :meth:`CudaRunner._wait_cuda` spins on its events before it sleeps between polls
-SPIN_S = 0.25
 
 
 @dataclass
@@ -641,27 +639,24 @@ class CudaRunner(RankRunner):
         return self.clock.start(self.streams.values())
 
     def _wait_cuda(self, events: list[tuple[int, Any]], issue_ns: int) -> None:
-        """Poll events until all complete; on the deadline, name the stuck op.
+        """Poll events until all complete, sleeping between polls (20 µs, backing off to 1 ms); on the deadline,
+        name the stuck op.
 
-        The first :data:`SPIN_S` seconds spin (query after query), as the hand-written references'
-        ``event.synchronize()`` does (CUDA's default schedule spins while a process has fewer contexts than
-        cores); only then does the poll sleep, backing off to 1 ms. A thread that slept through a GPU-bound
-        iteration issued the next one's first calls cold: one H200, 2026-12-03 (``meta.host_call_end_s``), the
-        first add, all_gather and matmul of allgather_mm bf16 chunks 4 took 35, 88 and 48 µs more than their
-        steady calls, 150 µs of host time the references do not pay."""
+        Not a spin: one H200, 2026-12-03 (``benchmarks/h200/dispatch_order_2026-12-03.md``), spinning for the
+        first 0.25 s made the first calls of the next iteration about a third cheaper, but the uninstrumented
+        iterations of five of twelve GPU-bound runs 9-12 % longer than the timed ones that precede them (before:
+        0-2 % shorter; the cause is not measured: the GPU's power state without idle between iterations, which
+        the profiles' power curves were measured with, is one candidate), so the wait stays as every earlier
+        measurement had it."""
         deadline = issue_ns + int(self.opts.timeout_s * 1e9)
-        spin_until = time.perf_counter_ns() + int(SPIN_S * 1e9)
         sleep = 2e-5
         pending = list(events)
         while pending:
             pending = [(i, e) for i, e in pending if not e.query()]
             if not pending:
                 break
-            now = time.perf_counter_ns()
-            if now > deadline:
-                self._timeout(self._stuck_cuda(), (now - issue_ns) * 1e-9)
-            if now < spin_until:
-                continue
+            if time.perf_counter_ns() > deadline:
+                self._timeout(self._stuck_cuda(), (time.perf_counter_ns() - issue_ns) * 1e-9)
             time.sleep(sleep)
             sleep = min(sleep * 2, 1e-3)
 
