@@ -48,7 +48,14 @@ Rules and their sources
    ``first_op_extra_us`` / ``first_collective_extra_us``: the
    host has just waited for the device, and a first call runs cold (2×H200,
    2026-12-01, ``benchmarks/probe_post_start.py``: first 1024² linear 42 µs against
-   24 µs later, first 4 KiB all_reduce 82 µs against 45 µs). Host costs: PyTorch
+   24 µs later, first 4 KiB all_reduce 82 µs against 45 µs). After an iteration in
+   which the host waited ``cold_wait_us`` or longer for the GPU (every
+   iteration ``execute`` times starts after the last one's end), the first
+   kernel, collective and elementwise calls also add ``cold_first_call_us``
+   (:func:`host_waited`; the loops run such an iteration a second time, cold):
+   one H200, 2026-12-03, ``execute``'s ``meta.host_call_end_s`` showed first calls
+   +0–8 µs after host-bound iterations and +19–59 µs after GPU-bound ones
+   (``benchmarks/h200/dispatch_order_2026-12-03.md``). Host costs: PyTorch
    eager add ≈ 8 µs host (A100, flagos-ai/Torch-FL PR 27), c10d collective calls
    89–131 µs (pytorch issue 138773); measured on 2×H200 on 2026-11-30 by
    ``schedsim calibrate`` for the ``h200x2`` profile.
