@@ -523,7 +523,8 @@ def _host_issue(pred: Timeline, meas: Timeline) -> dict[int, Delta] | None:
 def _host_calls(pred: Timeline, meas: Timeline) -> HostCalls | None:
     """:class:`HostCalls` from both sides' ``meta.host_call_end_s`` (``{op id: s}`` in each rank's program
     order: a prediction of an eager run, ``schedsim execute``'s stamped iterations); a call's time is its end
-    less the previous op's of its rank (the first op's: its end); None unless both sides have it.
+    less the previous op's of its rank (the first op's: its end), compared for the ops whose previous op is the
+    same on both sides; None unless both sides have such ops.
 
     >>> from schedsim.sim.timeline import Timeline
     >>> p = Timeline("x", "predict", 1, meta={"host_call_end_s": {"a@r0": 10e-6, "b@r0": 20e-6, "c@r0": 25e-6}})
@@ -531,23 +532,29 @@ def _host_calls(pred: Timeline, meas: Timeline) -> HostCalls | None:
     >>> hc = _host_calls(p, m)
     >>> hc.n, round(hc.median_abs_error, 3), [(c.id, round(c.meas_s * 1e6, 1)) for c in hc.largest][:1]
     (3, 0.0, [('a@r0', 40.0)])
+    >>> del m.meta["host_call_end_s"]["b@r0"]  # c@r0 follows a@r0 on one side only: not comparable
+    >>> _host_calls(p, m).n
+    1
     """
     p = pred.meta.get("host_call_end_s") if isinstance(pred.meta, dict) else None
     m = meas.meta.get("host_call_end_s") if isinstance(meas.meta, dict) else None
     if not (isinstance(p, dict) and isinstance(m, dict)):
         return None
 
-    def calls(ends: dict[str, float]) -> dict[str, float]:
-        last: dict[str, float] = {}
-        out = {}
+    def calls(ends: dict[str, float]) -> dict[str, tuple[str | None, float]]:
+        last: dict[str, tuple[str, float]] = {}
+        out: dict[str, tuple[str | None, float]] = {}
         for op, t in ends.items():
             r = op.rsplit("@", 1)[-1]
-            out[op] = float(t) - last.get(r, 0.0)
-            last[r] = float(t)
+            prev = last.get(r)
+            out[op] = (None, float(t)) if prev is None else (prev[0], float(t) - prev[1])
+            last[r] = (op, float(t))
         return out
 
-    cp, cm = calls(p), calls(m)
-    common = [op for op in cm if op in cp]
+    pp, pm = calls(p), calls(m)
+    # an op's call is its end less its rank's previous op's: compared where both sides have the same previous op
+    common = [op for op in pm if op in pp and pp[op][0] == pm[op][0]]
+    cp, cm = {op: pp[op][1] for op in common}, {op: pm[op][1] for op in common}
     if not common:
         return None
     errs = [abs(e) for op in common if (e := _rel(cp[op], cm[op])) is not None]

@@ -449,12 +449,37 @@ def test_memory_bound_kernel_on_the_sms_a_gemm_leaves_free(sim_text):
 
 
 def test_memory_bound_kernel_takes_freed_sms_a_wave_at_a_time(sim_text):
-    # rule 5's waves. m moves 4e6 B (4 µs): 62 CTAs of 64 KiB, 8 waves of 0.5 µs on 8 SMs. Beside A it runs
-    # 2 at a time until A ends at 10 (40 done), then its last 22 on 8 SMs in 3 rounds: [0, 11.5]. As one wave
-    # (the rule until 2026-12-03: 8 CTAs of 4 µs) its last 2 CTAs would start at 10 and end at 14.
+    # rule 5's waves. m moves 4e6 B (4 µs): 62 chunks of 64 KiB, capped at 4 waves of 8 CTAs (1 µs each) on 8
+    # SMs. Beside A it runs 2 at a time until A ends at 10 (20 done), then its last 12 on 8 SMs in 2 rounds:
+    # [0, 12]. As one wave (the rule until 2026-12-03: 8 CTAs of 4 µs) its last 2 would start at 10, end at 14.
     body = f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: m, kind: compute, bytes: 4000000, stream: s2}}\n"
     spans, _ = sim_text(HEAD % 1 + body, waves_profile())
-    assert spans == {"A@r0": (0.0, 10.0), "m@r0": (0.0, 11.5)}
+    assert spans == {"A@r0": (0.0, 10.0), "m@r0": (0.0, 12.0)}
+
+
+def test_a_lone_memory_bound_kernel_takes_its_solo_time_launched_once_or_repeated(sim_text):
+    # rule 5 with beta = 2 (8 SMs, an SM streams 250 of 1000 GB/s): 9 chunks of 64 KiB (0.589824 µs at
+    # 1000 GB/s) fill 2 whole waves, so no partial wave runs boosted and the kernel takes bytes / HBM; repeated,
+    # the launches' waves follow each other; a kernel narrower than the GPU holds its 4 SMs for all 3 launches
+    # (pooled, its 12 CTAs would share HBM 3 ways: the same 0.786432 µs). A GEMM of 1 CTA (TINY, 2 µs) launched
+    # 3 times takes 6 µs, not 2 (until 2026-12-03 its 3 pooled CTAs ran side by side).
+    prof = waves_profile(sm_stream_GBps=250.0)
+    kib = 65536
+    for nbytes, rep, want in ((9 * kib, 1, 0.589824), (9 * kib, 2, 1.179648), (9 * kib, 4, 2.359296),
+                              (4 * kib, 3, 0.786432)):
+        spans, _ = sim_text(HEAD % 1 + f"  - {{name: m, kind: compute, bytes: {nbytes}, repeat: {rep}}}\n", prof)
+        assert spans["m@r0"][0] == 0.0 and spans["m@r0"][1] == pytest.approx(want), (nbytes, rep)
+    spans, _ = sim_text(HEAD % 1 + f"  - {{name: g, {TINY}, repeat: 3}}\n", prof)
+    assert spans["g@r0"] == (0.0, 6.0)
+
+
+def test_a_huge_repeat_keeps_one_launchs_ctas(sim_text):
+    # 1e9 B (1 ms at 1000 GB/s) x 1e6 launches on 300 SMs: pooled, 2,400 x 1e6 CTAs would overflow the loops'
+    # int32 counts; one launch's 2,400 CTAs (8 waves) each last 1e6 times longer: 1000 s, on every path
+    body = ("  - {name: m, kind: compute, bytes: 1000000000, repeat: 1000000}\n"
+            "  - {name: n, kind: compute, bytes: 1000, stream: s2}\n")
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(sms=300))
+    assert spans["m@r0"][1] == pytest.approx(1e9)
 
 
 def test_gemm_slowdown_beside_nccl(sim_text):
