@@ -1582,6 +1582,6 @@ def _set_sm_stream(d: dict[str, Any], rec: dict[str, Any] | None, where: str) ->
     d["gpu"]["sm_stream_GBps"] = rec["GBps_per_sm"]
     d["gpu"]["source"] += (f"; sm_stream_GBps: measured {where} (executor/calibrate_waves.measure_sm_stream): an "
                            f"add_ of {rec['bytes'] / 1e6:.1f} MB on the {rec['free_sms']} SMs a {rec['gemm_ctas']}-"
-                           f"CTA bf16 GEMM leaves free, per SM, median of {rec['runs']}")
+                           f"CTA bf16 GEMM leaves free, per SM, its Kineto span, median of {rec['runs']}")
 
 

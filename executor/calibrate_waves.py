@@ -211,11 +211,12 @@ def measure_sm_stream(torch: Any, dev: Any, sms: int, log: Callable[[str], None]
     """``gpu.sm_stream_GBps`` (rule 5 of :mod:`schedsim.sim.gpu_model`): the HBM bandwidth one SM streams in an
     elementwise ``add_`` that holds only the SMs a GEMM on another stream leaves free. The GEMM
     (:data:`SM_STREAM_GEMM`, bf16) is launched, the host spins 50 µs so that it holds its SMs, then the add
-    (:data:`SM_STREAM_BYTES`) on a second stream between two events; GB/s = bytes / its time / free SMs (SMs −
-    the GEMM's grid from a Kineto trace), the median of ``reps``, counting only repetitions whose add ended
-    before the GEMM (else it had more SMs than those). One H200, 2026-12-03: 4 free SMs, 12.6 and 50.3 MB at
-    0.275 TB/s, 69 GB/s per SM (``benchmarks/probe_dispatch_order.py``). None when the grid leaves no SM free
-    or no repetition qualifies. Needs CUDA."""
+    (:data:`SM_STREAM_BYTES`) goes on a second stream; a Kineto trace gives both kernels' spans, and GB/s = bytes /
+    the add's span / free SMs (SMs − the GEMM's grid), the median of ``reps``, counting only repetitions whose add
+    ran inside the GEMM. One H200, 2026-12-03: 4 free SMs, 12.6 and 50.3 MB at 0.275 TB/s, 69 GB/s per SM
+    (``benchmarks/probe_dispatch_order.py``); timed by CUDA events around the add instead, calibrate read 45.7
+    (the window holds the add's launch and its wait for the SMs). None when the grid leaves no SM free, the
+    trace has no kernel spans or no repetition qualifies. Needs CUDA."""
     import time
 
     from executor.calibrate import longest_kernel_ctas
@@ -235,30 +236,33 @@ def measure_sm_stream(torch: Any, dev: Any, sms: int, log: Callable[[str], None]
         log(f"[sm_stream] bf16 {m}x{n}x{k} holds every SM ({grid} CTAs): not measured")
         return None
     s1, s2 = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
-    rates = []
-    for _ in range(reps):
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-        torch.cuda.synchronize(dev)
+
+    def both() -> None:
         with torch.cuda.stream(s1):
-            ev[0].record(s1)
             torch.matmul(a, b, out=c)
-            ev[1].record(s1)
         t_end = time.perf_counter() + 50e-6
         while time.perf_counter() < t_end:
             pass
         with torch.cuda.stream(s2):
-            ev[2].record(s2)
             x.add_(y)
-            ev[3].record(s2)
+
+    rates = []
+    for _ in range(reps):
         torch.cuda.synchronize(dev)
-        t = ev[2].elapsed_time(ev[3]) * 1e-3
-        if ev[0].elapsed_time(ev[3]) < ev[0].elapsed_time(ev[1]) and t > 0:
-            rates.append(x.numel() * 3 * x.element_size() / t / free / 1e9)
+        ks = [e for e in kernel_events(torch, both) if e.get("cat") == "kernel"]
+        adds = [e for e in ks if "elementwise" in str(e.get("name", ""))]
+        if not ks or len(adds) != 1:
+            continue
+        gemm = max(ks, key=lambda e: float(e.get("dur", 0.0)))
+        ad = adds[0]
+        t0, t1 = float(ad["ts"]), float(ad["ts"]) + float(ad["dur"])
+        if float(gemm["ts"]) <= t0 and t1 <= float(gemm["ts"]) + float(gemm["dur"]) and ad["dur"] > 0:
+            rates.append(x.numel() * 3 * x.element_size() / (float(ad["dur"]) * 1e-6) / free / 1e9)
     if not rates:
-        log("[sm_stream] the add never ran inside the GEMM: not measured")
+        log("[sm_stream] no add ran inside the GEMM in a Kineto trace: not measured")
         return None
     gbps = statistics.median(rates)
     log(f"[sm_stream] add_ of {SM_STREAM_BYTES / 1e6:.1f} MB on the {free} SMs a {grid}-CTA GEMM leaves free: "
-        f"{gbps:.1f} GB/s per SM ({len(rates)}/{reps} repetitions inside the GEMM)")
+        f"{gbps:.1f} GB/s per SM ({len(rates)}/{reps} repetitions inside the GEMM, Kineto spans)")
     return {"free_sms": free, "gemm_ctas": grid, "bytes": SM_STREAM_BYTES, "GBps_per_sm": round(gbps, 2),
             "runs": len(rates)}
