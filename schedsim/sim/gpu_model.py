@@ -181,13 +181,15 @@ Rules and their sources
    one CTA per 64 KiB moved, in up to 4 waves (PyTorch launches one block per
    few KiB, not a grid-stride loop: a 50.3 MB bf16 ``add_`` ran 8,187 blocks,
    one H200, 2026-12-03), so that the SMs a GEMM frees are taken by its last
-   CTAs a fraction of its time at a time. The memory-bound kernels resident
+   CTAs a fraction of its time at a time; wider than the GPU, it fills whole
+   waves, so that alone it takes its solo time. The memory-bound kernels resident
    on a GPU share HBM: with each holding ``h`` of the ``w`` SMs it holds alone
    (min(its CTAs, SMs)), their CTAs run ``min(β, 1 / Σ h/w)`` times their solo
    speed (:func:`mem_rate`), β = SMs · ``gpu.sm_stream_GBps`` / ``gpu.hbm_GBps``
    (at least 1): two kernels that each saturate HBM alone run at 1/2, one
    kernel on the few SMs other streams' GEMMs leave free streams faster per SM
-   than its share of HBM. One H200, 2026-12-03 (``benchmarks/probe_dispatch_order.py``): bf16
+   than its share of HBM. One H200, 2026-12-03
+   (``benchmarks/probe_dispatch_order.py``): bf16
    ``add_`` of 12.6 and 50.3 MB on the 4 SMs a 128-CTA GEMM left free moved
    0.275 TB/s (69 GB/s per SM; 31.5 GB/s is an SM's share of 4.16 TB/s), and
    in allgather_mm bf16 chunks 4 an add beside a 132-CTA GEMM ran on the 8 SMs
