@@ -700,41 +700,35 @@ class CudaRunner(RankRunner):
     def _lean_stamped(self) -> list[float]:
         """One uninstrumented iteration that reads the host clock after every step: per op, seconds from the
         start of the issue loop to its call's return (its last step: the call, or the event record after it)."""
-        torch = self.torch
-        steps = self._compile_lean()
-        owner = self.lean_owner
-        if self.lean_tf32 is not None:
-            self.mat._set_tf32(self.lean_tf32)
-        stamps = [0] * len(steps)
-        clock = time.perf_counter_ns
-        self._begin_cuda(observable=False)
-        issue = clock()
-        try:
-            for j, f in enumerate(steps):
-                f()
-                stamps[j] = clock()
-        finally:
-            torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
-        self._wait_cuda([(-1, e) for e in self.ev_stream_end.values()], issue)
+        stamps = [0] * len(self._compile_lean())
+        self._iter_cuda_lean(stamps)
         out = [0.0] * len(self.ops)
-        for j, i in enumerate(owner):
+        for j, i in enumerate(self.lean_owner):
             if i >= 0:
-                out[i] = (stamps[j] - issue) * 1e-9
+                out[i] = stamps[j] * 1e-9
         return out
 
-    def _iter_cuda_lean(self) -> tuple[int, float]:
+    def _iter_cuda_lean(self, stamps: list[int] | None = None) -> tuple[int, float]:
+        """One uninstrumented iteration: ``(anchor_ns, end_s)``; with ``stamps`` (one per step), each step's
+        return in ns from the start of the issue loop is written there (:meth:`_lean_stamped`)."""
         torch = self.torch
         steps = self._compile_lean()
         if self.lean_tf32 is not None:
             self.mat._set_tf32(self.lean_tf32)  # outside the timed region, as a script sets it at the top
         anchor = self._begin_cuda(observable=False)
-        issue = time.perf_counter_ns()
+        clock = time.perf_counter_ns
+        issue = clock()
         try:
-            for f in steps:
-                f()
+            if stamps is None:
+                for f in steps:
+                    f()
+            else:
+                for j, f in enumerate(steps):
+                    f()
+                    stamps[j] = clock() - issue
         finally:
             torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
-        self.last_issue_s = (time.perf_counter_ns() - issue) * 1e-9  # the lean loop's issue, same clock
+        self.last_issue_s = (clock() - issue) * 1e-9  # the lean loop's issue, same clock
         evs = list(self.ev_stream_end.values())
         self._wait_cuda([(-1, e) for e in evs], issue)
         return anchor, max(self.ev_anchor.elapsed_time(e) * 1e-3 for e in evs)

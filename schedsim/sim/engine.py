@@ -689,20 +689,16 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
                     profile=profile.name, critical_path=cp, meta=meta, columns=cols)
 
 
-#: the most ops whose host call ends a prediction's meta lists (``host_call_end_s``): what ``execute`` runs
-HOST_CALL_META_MAX = 20_000
-
-
 def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.ndarray | None = None,  # type: ignore[type-arg]
                ids: Any = None) -> None:
     """``meta["host_issue_s"]``: per rank, seconds from the iteration's start until its host returned from its
     last call (rule 1 of :mod:`schedsim.sim.gpu_model`; eager runs of the ``waves`` model), which ``compare``
     holds against ``schedsim execute``'s ``meta.host_issue_uninstrumented_s``; and, for up to
-    :data:`HOST_CALL_META_MAX` ops, ``meta["host_call_end_s"]`` (``{op id: seconds}``, when each op's call
-    returned), against ``execute``'s own (``ids``: a list, or a callable giving it)."""
+    :data:`~schedsim.sim.gpu_model.HOST_CALL_META_MAX` ops, ``meta["host_call_end_s"]`` (``{op id: seconds}``,
+    when each op's call returned), against ``execute``'s own (``ids``: a list, or a callable giving it)."""
     if host_s is not None and mode == "eager":
         meta["host_issue_s"] = [float(x) for x in host_s]
-        if host_call is not None and 0 < len(host_call) <= HOST_CALL_META_MAX and ids is not None:
+        if host_call is not None and 0 < len(host_call) <= gm.HOST_CALL_META_MAX and ids is not None:
             names = ids() if callable(ids) else ids
             meta["host_call_end_s"] = {str(i): round(float(t), 9) for i, t in zip(names, host_call, strict=True)}
 

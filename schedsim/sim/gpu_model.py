@@ -837,6 +837,10 @@ def end_event_bound(end: np.ndarray, issue: np.ndarray, profile: HardwareProfile
     return np.maximum(end, issue + 0.5 * lp.executor_extra_per_op_us * 1e-6)
 
 
+#: the most ops whose host call ends a prediction's meta lists (``host_call_end_s``; what ``execute`` runs)
+HOST_CALL_META_MAX = 20_000
+
+
 def host_end_per_rank(issue: np.ndarray, rank: np.ndarray, world: int) -> np.ndarray:
     """Per rank (shape (world,)), seconds: when its host returned from its last call, the latest of ``issue``
     (:func:`host_issue_columns`, shape (n,)) over its ops; 0 for a rank without ops."""
