@@ -30,15 +30,14 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from schedsim.graph.info import GraphInfo
-from schedsim.io import atomic_write_text
+from schedsim.io import atomic_writer
 from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
-from schedsim.sim.timeline import Span, Timeline
+from schedsim.sim.timeline import Span, Timeline, dumps_json
 
 __all__ = ["ProgramFlows", "chrome_trace", "write_chrome_trace"]
 
@@ -318,6 +317,22 @@ class _Writer:
                                 "args": {"bytes_per_s": round(v, 3)}})
 
 
+_CHUNK = 20_000  # events serialised per orjson call: bounds the bytes held at once while writing
+
+
 def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]], graph: Any = None) -> None:
-    """Write :func:`chrome_trace` atomically; open the file in ui.perfetto.dev or chrome://tracing."""
-    atomic_write_text(path, json.dumps(chrome_trace(timelines, graph), separators=(",", ":")))
+    """Write :func:`chrome_trace` atomically; open the file in ui.perfetto.dev or chrome://tracing.
+
+    The events are serialised with :func:`~schedsim.sim.timeline.dumps_json` (orjson) in chunks of
+    ``_CHUNK`` and streamed into the temporary file, so no single JSON string of the whole trace is built.
+    """
+    trace = chrome_trace(timelines, graph)
+    events = trace.pop("traceEvents")
+    with atomic_writer(path, "wb") as f:
+        f.write(b'{"traceEvents":[')
+        for i in range(0, len(events), _CHUNK):
+            if i:
+                f.write(b",")
+            f.write(dumps_json(events[i:i + _CHUNK])[1:-1])
+        f.write(b"],")
+        f.write(dumps_json(trace)[1:])

@@ -333,3 +333,20 @@ def test_committed_notebook_is_executed_and_current():
     first = "".join(code[0]["outputs"][0]["text"])
     run = api.predict(api.load(ROOT / "schedules" / "pipeline_schedules.yaml", p=4, m=8, schedule="1f1b"))
     assert f"makespan {run.makespan_s * 1e3:.3f} ms" in first
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 20_000])
+def test_streamed_trace_file_is_the_trace_dict(pp_run, tmp_path, monkeypatch, chunk):
+    """trace.json is written in orjson chunks: whatever the chunk size, the file parses to exactly the dict that
+    :func:`chrome_trace` builds (chunk 1 and 7 put a boundary between every few events)."""
+    import json
+
+    from schedsim.report import chrome
+
+    _spec, G, tl = pp_run
+    monkeypatch.setattr(chrome, "_CHUNK", chunk)
+    chrome.write_chrome_trace(tmp_path / "t.json", [("predicted", tl)], G)
+    want = json.loads(json.dumps(chrome_trace([("predicted", tl)], G)))
+    got = json.loads((tmp_path / "t.json").read_bytes())
+    assert len(got["traceEvents"]) == len(want["traceEvents"]) > 3 * 7
+    assert got == want
