@@ -74,6 +74,10 @@ def from_dict(tp: type[T], data: Any) -> T:
     return typing.cast(T, _read(tp, data))
 
 
+#: Element types that :func:`_read` passes through as they are.
+_PLAIN: frozenset[Any] = frozenset({Any, str, float, bool})
+
+
 def _read(tp: Any, v: Any) -> Any:
     if v is None or tp is Any:
         return v
@@ -95,6 +99,8 @@ def _read(tp: Any, v: Any) -> Any:
         return {(_read(kt, k) if kt is not str else k): _read(vt, x) for k, x in v.items()}
     if origin is list:
         (et,) = args or (Any,)
+        if et in _PLAIN:  # what _read returns unchanged: one copy, not a call per element (long action lists)
+            return list(v)
         return [_read(et, x) for x in v]
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:

@@ -25,6 +25,7 @@ overlap each other or the legend (which sits right of the axes).
 
 from __future__ import annotations
 
+import functools
 import io
 from collections import defaultdict
 from collections.abc import Iterator
@@ -88,6 +89,7 @@ def _color(key: str) -> str:
     return KIND_COLORS.get(key, _OTHER)
 
 
+@functools.lru_cache(maxsize=256)
 def _lighten(c: str, f: float = 0.45) -> str:
     r, g, b = (int(c[i:i + 2], 16) for i in (1, 3, 5))
     return "#%02X%02X%02X" % tuple(int(x + (255 - x) * f) for x in (r, g, b))
@@ -858,10 +860,16 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
         y = ypos[s.rank]
         groups[(y, c)].append((a, b - a))
         labels.append((a, b, y, str(s.tags["mb"]), "white" if chunk == 0 else "black"))
+    import numpy as np
+
     for (y, c), bars in groups.items():
-        wide = min(w for _a, w in bars) * unit_px >= 4
-        ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=c, edgecolor="white" if wide else "none",
-                       linewidth=0.6 if wide else 0.0)
+        xw = np.array(sorted(bars), dtype=float).reshape(-1, 2)
+        x0, w = xw[:, 0], xw[:, 1]
+        wide = float(w.min()) * unit_px >= 4
+        if not wide:  # narrow boxes without edges: sub-pixel gaps closed, one box per solid run of pixels
+            x0, w = _pixel_runs(x0, w, 1.0 / unit_px)
+        _bars(ax, x0, w, y - 0.4, 0.8, facecolors=c, edgecolors="white" if wide else "none",
+              linewidths=0.6 if wide else 0.0)
     items: list[tuple[float, float, str, float, str]] = []
     for a, b, y, text, tc in labels:
         box_px = (b - a) * unit_px
