@@ -118,12 +118,23 @@ def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: 
     kstart = np.searchsorted(key, key, "left")
     kend = np.searchsorted(key, key, "right")
     tp = cols.table.templates
+    by_name: dict[int, dict[str, int]] = {}  # per (src, dst) group (its first row): message name -> first recv
+
+    def recv_named(k: int, name: str) -> int | None:
+        g = int(kstart[k])
+        m = by_name.get(g)
+        if m is None:  # built once per group: the whole check stays linear in the number of pairs
+            m = by_name[g] = {}
+            for x in r[g:int(kend[k])].tolist():
+                m.setdefault(mname(int(x)), int(x))
+        return m.get(name)
+
     for k in cand.tolist():
         a, b = int(s[k]), int(r[k])
         na, nb = mname(a), mname(b)
         if not (na and nb and na != nb):
             continue
-        other = next((int(x) for x in r[kstart[k]:kend[k]] if mname(int(x)) == na), None)
+        other = recv_named(k, na)
         if other is None:
             continue
         src, dst = int(ss[k]), int(sd[k])
