@@ -156,13 +156,13 @@ def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
 
 
 def _lowered_steps(plan: PipelinePlan, columns: bool = True) -> Steps | StepCols:
-    """The p2p of every schedule but interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's
+    """The p2p of every schedule but Megatron's interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's
     (as :class:`StepCols` when ``columns`` and the order has a column form)."""
     from schedsim.pipeline import add_p2p
     from schedsim.pipeline.actions import COMM_TYPES
     from schedsim.pipeline.comms import align_recvs, torch_add_send_recv
 
-    torch_run = plan.name not in ("1f1b", "interleaved_1f1b")
+    torch_run = plan.name not in ("1f1b", "interleaved_1f1b") or plan.torch_rules
     if columns and torch_run and plan.cols is not None:  # a compute-only order as columns (no p2p of the user's)
         cols = _torch_lower_cols(plan)
         if cols is not None:
@@ -1000,28 +1000,79 @@ class _FastEmitter:
                               stream, peer, batch, msg, self.dep_ptr, self.dep_name))
 
 
-def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, dtype: str) -> None:
-    """An all_reduce of the block (tied embedding, data-parallel gradients) on every rank of ``group``."""
-    proto = Op(name=name, rank=group[0], kind="all_reduce", stream="compute", seq=0, group=group,
+def _collective(table: Table, name: str, group: tuple[int, ...], nbytes: float, dtype: str, stream: str = "compute",
+                deps: dict[int, tuple[str, ...]] | None = None) -> None:
+    """An all_reduce of the block (tied embedding, data-parallel gradients) on every rank of ``group``, on
+    ``stream``; ``deps``: per rank, the names its instance waits for."""
+    proto = Op(name=name, rank=group[0], kind="all_reduce", stream=stream, seq=0, group=group,
                nbytes=float(nbytes), dtype=dtype, tags=(("pp_op", "allreduce"),), source="pipeline")
     t = table.template(proto)
     for rr in group:
-        table.add_one(t, rr, name, table.tag_id(proto.tags), "compute")
+        table.add_one(t, rr, name, table.tag_id(proto.tags), stream, (deps or {}).get(rr, ()))
+
+
+#: Stream of the data-parallel gradient all-reduce: the data-parallel group's NCCL stream.
+DP_STREAM = "dp_comm"
+
+
+def _last_compute(plan: PipelinePlan, protos: dict[tuple[int, str], list[tuple[str, int]]]) -> dict[int, str]:
+    """Per pipeline rank, the name of its last compute op (named as the emitters name it: ``F<s>.<mb>.<op>``,
+    ``I``/``W`` likewise, ``B<s>.<mb>.W.<op>`` for a full backward's last part): the gradients of the rank's
+    stages are complete when it ends (every compute op runs on the one ``compute`` stream)."""
+    last: dict[int, tuple[int, int, int]] = {}  # rank -> (type code 0..3 F, I, B, W; stage; microbatch)
+    c = plan.cols
+    if c is not None:
+        busy = np.flatnonzero(c.typ >= 0)
+        for i in busy[np.r_[c.rank[busy][1:] != c.rank[busy][:-1], True]].tolist():  # each rank's last busy row
+            last[int(c.rank[i])] = (int(c.typ[i]), int(c.stage[i]), int(c.mb[i]))
+    else:
+        code = {CT.F: 0, CT.I: 1, CT.B: 2, CT.W: 3}
+        for r, acts in plan.actions().items():
+            subs = [x for a in acts if a is not None for x in a.sub_actions if x.type in code]
+            if subs:
+                last[r] = (code[subs[-1].type], subs[-1].stage, subs[-1].microbatch)
+    out = {}
+    for r, (typ, st, j) in last.items():
+        phase = "FIWW"[typ]  # a full backward ends with its W part
+        op = protos[(st, phase)][-1][0]
+        out[r] = f"B{st}.{j}.W.{op}" if typ == 2 else f"{phase}{st}.{j}.{op}"
+    return out
+
+
+def _dp_tail(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: Table,
+             protos: dict[tuple[int, str], list[tuple[str, int]]]) -> None:
+    """The data-parallel gradient all-reduce of each pipeline rank across the ``data_parallel`` replicas,
+    after its last compute op, on :data:`DP_STREAM`; each replica's end of step (:func:`_end_of_step`)
+    waits for it. Megatron-LM's ``finalize_model_grads`` (``megatron/core/distributed/finalize_model_grads.py``)
+    runs the data-parallel all-reduce (``finish_grad_sync``), then the embedding all-reduce between the first
+    and last stage, and ``train_step`` then the optimizer step. Size: ``grad_allreduce_bytes``, else 2 bytes ×
+    the parameters the rank's stages hold, the embedding on the first stage and the output layer on the last
+    included (``megatron/core/models/gpt/gpt_model.py``: ``pre_process`` builds the embedding,
+    ``post_process`` the output layer, a copy of the word embedding when tied)."""
+    p, dp = plan.p, pb.data_parallel
+    last = _last_compute(plan, protos)
+    for r in range(p):
+        gbytes = pb.grad_allreduce_bytes if pb.grad_allreduce_bytes is not None else 2 * cost.rank_params(plan.s2r, r)
+        _collective(table, f"dp_grad_allreduce_r{r}", tuple(d * p + r for d in range(dp)), gbytes, cost.dtype,
+                    DP_STREAM, {d * p + r: (last[r],) for d in range(dp) if r in last})
 
 
 def _end_of_step(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: Table, off: int) -> None:
-    """Per replica: the tied-embedding all_reduce between first and last stage, and the optimizer step."""
+    """Per replica: the tied-embedding all_reduce between first and last stage, and the optimizer step, on the
+    compute stream, after the rank's data-parallel gradient all-reduce (:func:`_dp_tail`) when there is one."""
     p, s2r, num_stages = plan.p, plan.s2r, plan.num_stages
+    dp = pb.data_parallel > 1
     if pb.tied_embedding_allreduce and cost.emb_bytes and p > 1:
         grp = tuple(sorted({off + s2r[0], off + s2r[num_stages - 1]}))
-        _collective(table, "tied_embedding_allreduce", grp, cost.emb_bytes, cost.dtype)
+        _collective(table, "tied_embedding_allreduce", grp, cost.emb_bytes, cost.dtype,
+                    deps={rr: (f"dp_grad_allreduce_r{rr - off}",) for rr in grp} if dp else None)
     if pb.optimizer and cost.params_stage:
         for r in range(p):
-            nst = sum(1 for st_ in range(num_stages) if s2r[st_] == r)
             proto = Op(name="optimizer_step", rank=off + r, kind="compute", stream="compute", seq=0,
-                       nbytes=float(18 * cost.params_stage * nst), dtype="fp32", tags=(("pp_op", "optimizer"),),
+                       nbytes=float(18 * cost.rank_params(s2r, r)), dtype="fp32", tags=(("pp_op", "optimizer"),),
                        source="pipeline")
-            table.add_one(table.template(proto), off + r, proto.name, table.tag_id(proto.tags), "compute")
+            table.add_one(table.template(proto), off + r, proto.name, table.tag_id(proto.tags), "compute",
+                          (f"dp_grad_allreduce_r{r}",) if dp else ())
 
 
 def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False) -> PipelineInfo:
@@ -1045,7 +1096,8 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
         raise block_error(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = "
                           f"{p} × {dp} = {p * dp}", "world_size", f"set world_size: {p * dp}")
     plan = plan_of(spec, pb, reference=reference)
-    if plan.name == "interleaved_1f1b":
+    megatron = plan.name == "interleaved_1f1b" and not plan.torch_rules  # torch's name: torch's p2p
+    if megatron:
         steps = _interleaved_steps(spec, pb, plan) if reference else _interleaved_cols(spec, pb, plan)
     else:
         steps = _lowered_steps(plan)
@@ -1058,8 +1110,7 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
     cols = None if reference else _step_cols(steps, plan)
     fast = None if cols is None else _FastEmitter.prepare(table, plan, protos, p2p_tmpl, chunk_of, cols)
     if fast is None and isinstance(steps, StepCols):  # the per-op emitter takes actions
-        steps = _interleaved_steps(spec, pb, plan) if plan.name == "interleaved_1f1b" else \
-            _lowered_steps(plan, columns=False)
+        steps = _interleaved_steps(spec, pb, plan) if megatron else _lowered_steps(plan, columns=False)
     for d in range(dp):
         off = d * p
         if fast is not None:
@@ -1069,11 +1120,8 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
                 em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
                 for act, batch_id in steps[r]:  # type: ignore[index]
                     em.action(act, batch_id)
-        _end_of_step(pb, plan, cost, table, off)
     if dp > 1:
-        num_stages = plan.num_stages
-        for r in range(p):
-            nst = sum(1 for st_ in range(num_stages) if plan.s2r[st_] == r)
-            gbytes = pb.grad_allreduce_bytes if pb.grad_allreduce_bytes is not None else 2 * cost.params_stage * nst
-            _collective(table, f"dp_grad_allreduce_r{r}", tuple(d * p + r for d in range(dp)), gbytes, cost.dtype)
+        _dp_tail(pb, plan, cost, table, protos)
+    for d in range(dp):
+        _end_of_step(pb, plan, cost, table, d * p)
     return block_info(pb, plan, cost)

@@ -130,7 +130,18 @@ Rules and their sources
    SMs free up (its span stretches: the ~2× of an H100 GEMM pushed into a
    second wave by a 24-CTA all_gather, NVIDIA forum thread 337991). Other
    kernels: one CTA per 64 KiB moved, at most one wave (elementwise kernels are
-   launched wide and grid-stride); a kernel given only ``duration_us`` fills the GPU.
+   launched wide and grid-stride). A ``compute`` op given ``duration_us`` (or FLOP without bytes) is a kernel
+   of unknown grid, often a measured stage time of many kernels (Zero Bubble's T_F / T_B / T_W, DualPipe's
+   per-chunk times), measured with its pipeline's NCCL kernels beside it. It runs as one wave of
+   SMs − ``nccl.sms_per_collective`` CTAs, each lasting its duration: alone it takes its duration, and an
+   NCCL kernel of its rank (one CTA per channel, each on its own SM, as few SMs as the links need: NCCL
+   issues 689 and 181) starts beside it at once instead of waiting for it, and, already resident, does not
+   push part of it into a second wave (which doubles a kernel's time: the ~2× of an H100 GEMM of exactly
+   one wave beside a 24-CTA all_gather, NVIDIA forum thread 337991, is a property of a known full-wave
+   grid, not of an unknown one). Two NCCL kernels resident beside it at once still hold back its last
+   ``nccl.sms_per_collective`` CTAs (not modelled otherwise). Filling the GPU instead made ZB-H1 slower
+   than 1F1B with equal measured F, B and W times (``tests/core/test_gpu_model.py``), against the 0.868×
+   PaddlePaddle issue 62865 measured.
    A GEMM whose kernel fits several CTAs on one SM (``gemm.ctas_per_sm``: the
    CUDA occupancy calculation from its block size, registers and shared memory,
    which ``calibrate`` reads from a Kineto trace) counts ceil(CTAs / that) SMs:
@@ -389,8 +400,8 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
             one = -(-one // per_sm)
         # else one CTA per output tile, run in waves (cuBLAS's grid for these shapes, 2xH200 probes)
         mem = 0
-    elif op.duration_s is not None or not op.nbytes:
-        one, mem = sms, 0
+    elif op.duration_s is not None or not op.nbytes:  # a kernel of unknown grid: one wave beside one NCCL kernel
+        one, mem = max(1, sms - min(cost.profile.nccl.sms_per_collective, sms)), 0
     else:
         g = cost.profile.gpu
         peak = g.peak_tflops.get(op.dtype or "fp32", g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency

@@ -1214,6 +1214,8 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None, *, 
             continue
         elif k == "world_size" and "world_size" in overrides:
             out[k] = overrides["world_size"]
+        elif k == "pipeline" and isinstance(v, dict):
+            out[k] = _eval_pipeline(v, env, ctx, km.get(k))
         else:
             out[k] = _eval_value(k, v, env, ctx, km.get(k), k)
     if "world_size" not in out and "world_size" in env:
@@ -1230,6 +1232,57 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None, *, 
         out["ops"] = ops
     out["__env__"] = env
     return out
+
+
+#: The name a ``pipeline:`` block's fields other than those that set its order (:data:`_ORDER_KEYS`) may use
+#: for its chunks (virtual stages) per rank.
+CHUNKS_NAME = "chunks_per_rank"
+#: The fields of a ``pipeline:`` block that decide its chunks per rank, evaluated without :data:`CHUNKS_NAME`.
+_ORDER_KEYS = frozenset({"schedule", "p", "m", "v", "group_size", "placement", "actions", "csv"})
+
+
+def _eval_pipeline(block: Any, env: dict[str, Any], ctx: _Ctx, mark: Mark | None) -> Any:
+    """Evaluate a ``pipeline:`` block: the fields that set its order first, then the others (``stage`` ops,
+    sizes) with :data:`CHUNKS_NAME` bound to the block's chunks per rank (:func:`_block_chunks`), so that ops
+    describing a rank's share of the model can split it over the chunks of any schedule (a stage is one
+    chunk: a schedule of v chunks per rank runs the ``stage`` ops v times per microbatch on each rank)."""
+    if CHUNKS_NAME in env:
+        raise ctx.err(f"parameter {CHUNKS_NAME!r} has the name the pipeline block gives its chunks per rank",
+                      mark, f"params.{CHUNKS_NAME}", fix=f"rename the parameter; inside the pipeline block "
+                      f"{CHUNKS_NAME} is the schedule's chunks (virtual stages) per rank")
+    first = LDict({k: val for k, val in block.items() if k in _ORDER_KEYS})
+    first.mark, first.key_marks = getattr(block, "mark", mark), dict(getattr(block, "key_marks", {}))
+    out = _eval_value("pipeline", first, env, ctx, mark, "pipeline")
+    chunks = _block_chunks(out)
+    sub = {**env, CHUNKS_NAME: chunks} if chunks is not None else env
+    rest = LDict({k: val for k, val in block.items() if k not in _ORDER_KEYS})
+    rest.mark, rest.key_marks = first.mark, first.key_marks
+    later = _eval_value("pipeline", rest, sub, ctx, mark, "pipeline")
+    done = LDict({k: out[k] if k in out else later[k] for k in block})  # the keys in their written order
+    done.mark, done.key_marks = out.mark, {**out.key_marks, **later.key_marks}
+    return done
+
+
+def _block_chunks(blk: Mapping[str, Any]) -> int | None:
+    """Chunks per rank of an evaluated ``pipeline:`` block: the built-in schedule's (its ``v`` or default), for
+    ``custom`` inline actions the stages they run over ``p``; None when unknown (the block's validation
+    then words what is wrong, and a stage op using :data:`CHUNKS_NAME` gets an unknown-name error)."""
+    import re
+
+    from schedsim.pipeline import get_schedule
+
+    v, p = blk.get("v"), blk.get("p")
+    try:
+        if blk.get("schedule") != "custom":
+            return int(get_schedule(str(blk.get("schedule"))).chunks(v if isinstance(v, int) else None))
+        acts = blk.get("actions")
+        if isinstance(acts, dict) and isinstance(p, int) and p > 0:
+            text = " ".join(" ".join(map(str, a)) if isinstance(a, list) else str(a) for a in acts.values())
+            stages = {int(x) for x in re.findall(r"(?<![0-9])([0-9]+)[FIBW]", text)}
+            return max(1, len(stages) // p) if stages else None
+    except (ValueError, TypeError):
+        return None
+    return None
 
 
 def _locate(doc: Any, loc: tuple[Any, ...]) -> tuple[Mark | None, str, Any, Any]:

@@ -55,7 +55,7 @@ recomputation, 16-bit).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -288,6 +288,7 @@ class PipelinePlan:
     mode: str = ""
     cols: OrderCols | None = None
     source: Any = None
+    torch_rules: bool = False  # interleaved 1F1B named as torch names it: torch's group size, order and p2p
 
     def actions(self) -> dict[int, list[Any]]:
         """The order as per-rank action lists (None = an idle step)."""
@@ -573,6 +574,25 @@ def _interleaved_plan(pb: PipelineSpec, info: Any, v: int, s2r: dict[int, int]) 
                         source=lambda: info.generate(pb.p, pb.m, v, group_size=pb.group_size))
 
 
+def _torch_interleaved_plan(pb: PipelineSpec, info: Any, v: int, s2r: dict[int, int],
+                            reference: bool) -> PipelinePlan:
+    """The plan of ``schedule: Interleaved1F1B`` (torch's name): what torch's ``ScheduleInterleaved1F1B``
+    accepts and runs (``torch/distributed/pipelining/schedules.py``; pytorch PR 129597, "flexible PP"):
+    ``rounds = max(1, m // p)`` microbatch groups of ``m // rounds`` (:func:`schedsim.pipeline.torch_group_size`,
+    which raises torch's error when ``m % rounds != 0``), any ``m >= 1`` (torch has no ``m >= p`` check for
+    it: p = 4 runs m = 3, 6 and 10), its order (the Megatron table with that group size,
+    ``tests/pipeline/test_pipeline_torch_parity.py``) and, in the lowering, torch's sends and recvs
+    (``_add_send_recv``)."""
+    from schedsim.pipeline import torch_group_size
+
+    g = pb.group_size if pb.group_size is not None else torch_group_size(pb.p, pb.m)
+    order = info.generate(pb.p, pb.m, v, group_size=g, check_microbatches=False)
+    plan = PipelinePlan(info.name, pb.p, pb.m, v, pb.p * v, s2r, order, torch_rules=True)
+    if not reference:
+        plan.cols = _cols_of_order(order, pb.p)
+    return plan
+
+
 def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) -> PipelinePlan:
     """Generate (or read) and validate the compute order; every rejection becomes a one-fix error.
 
@@ -592,7 +612,9 @@ def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) ->
                                   "and gradient would be sent by rank 0 to itself", "pipeline.p",
                                   "set p >= 2, or use schedule: 1f1b (one rank's chunks are one stage)")
             s2r = info.stage_to_rank(pb.p, v) if pb.placement is None else stage_to_rank(pb.placement, pb.p, v)
-            if not reference and info.name == "interleaved_1f1b" and pb.m >= info.min_microbatches(pb.p, v):
+            if info.name == "interleaved_1f1b" and pb.schedule == info.torch_name:
+                plan = _torch_interleaved_plan(pb, info, v, s2r, reference)
+            elif not reference and info.name == "interleaved_1f1b" and pb.m >= info.min_microbatches(pb.p, v):
                 plan = _interleaved_plan(pb, info, v, s2r)
             else:
                 order = info.generate(pb.p, pb.m, v, group_size=pb.group_size)
@@ -602,7 +624,7 @@ def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) ->
         # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)
         if plan.cols is None or not _cols_valid(plan.cols, plan.p, plan.m, plan.num_stages, plan.s2r):
             validate(plan.actions(), plan.p, plan.m, plan.num_stages, plan.s2r,
-                     schedule=None if plan.name == "custom" else plan.name, check_p2p=False)
+                     schedule=None if plan.name == "custom" or plan.torch_rules else plan.name, check_p2p=False)
             plan.cols = None  # accepted all the same: the per-action paths take it from here
     except ValueError as e:
         from schedsim.errors import SchedsimError
@@ -621,7 +643,13 @@ def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) ->
 
 @dataclass
 class StageCost:
-    """Per-stage op lists and the sizes the block derives from its model."""
+    """Per-stage op lists and the sizes the block derives from its model.
+
+    ``params_stage``: parameters of one stage's transformer layers; ``params``: per stage, every parameter it
+    holds (its layers, the word and position embedding on the first stage, the final LayerNorm and the output
+    layer on the last: :func:`schedsim.pipeline.memory.stage_params`), empty without a ``transformer``;
+    ``emb_bytes``: the word embedding's bytes (V·h·element size), what the tied-embedding all-reduce moves.
+    """
 
     templates: dict[int, dict[str, list[dict[str, Any]]]]
     act_bytes: int
@@ -629,6 +657,11 @@ class StageCost:
     params_stage: int = 0
     emb_bytes: int = 0
     dtype: str = "fp16"
+    params: dict[int, int] = field(default_factory=dict)
+
+    def rank_params(self, s2r: Mapping[int, int], rank: int) -> int:
+        """Parameters held by the stages ``s2r`` places on ``rank`` (0 without a ``transformer``)."""
+        return sum(n for st, n in self.params.items() if s2r[st] == rank)
 
 
 def stage_cost(spec: ScheduleSpec, pb: PipelineSpec, num_stages: int) -> StageCost:
@@ -644,13 +677,17 @@ def stage_cost(spec: ScheduleSpec, pb: PipelineSpec, num_stages: int) -> StageCo
     if t.layers % num_stages:
         raise block_error(spec, f"{t.layers} layers do not split evenly over {num_stages} stages",
                    "pipeline.transformer.layers", f"use a multiple of p·v = {num_stages}")
+    from schedsim.pipeline.memory import stage_params
+
     lps = t.layers // num_stages
     e = DTYPE_BYTES[t.dtype]
+    held = stage_params(num_stages, lps, _params_per_layer(t), hidden=t.hidden, seq=t.seq, vocab=t.vocab)
     return StageCost(
         {s: _transformer_stage(t, lps, s == 0, s == num_stages - 1) for s in range(num_stages)},
         pb.activation_bytes if pb.activation_bytes is not None else t.seq * t.micro_batch * t.hidden * e,
         pb.activation_memory_bytes if pb.activation_memory_bytes is not None else lps * _act_memory_per_layer(t),
-        lps * _params_per_layer(t), (t.vocab or 0) * t.hidden * e, t.dtype)
+        lps * _params_per_layer(t), (t.vocab or 0) * t.hidden * e, t.dtype,
+        {s: sum(d.values()) for s, d in held.items()})
 
 
 def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> PipelineInfo:

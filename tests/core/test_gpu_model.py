@@ -721,3 +721,57 @@ def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host
     assert tl.meta["host_issue_s"] == [pytest.approx(29e-6)]  # the host itself returns from B's calls at 29
     graph = _timeline(path, monkeypatch, text.replace("name: g\n", "name: g\nlaunch: cuda_graph\n"), prof)
     assert {s.id: round(s.ready_s * 1e6, 6) for s in graph.spans} == {"A@r0": 2.0, "T@r0": 2.0, "B@r0": 2.0}
+
+
+DUR = "kind: compute, duration_us: 10"  # a kernel of unknown grid (rule 4): 8 − 2 = 6 CTAs of 10 µs
+
+
+@pytest.mark.parametrize("path", ["python", "compiled", "columns"])
+def test_a_duration_only_op_leaves_room_for_an_nccl_kernel(monkeypatch, path):
+    """Rule 4: a ``compute`` op given only a duration holds SMs − sms_per_collective = 6 of the 8 SMs, in one
+    wave. With slowdown_beside_gemm 1.5 the all_reduce (12 µs alone, 2 SMs) runs at 1 / (1 + 0.5·min(1, 6/6))
+    = 2/3 while D's 6 CTAs are resident: 10 · 2/3 = 20/3 µs of its 12 by 10, the other 16/3 alone, so it ends
+    at 10 + 16/3 = 15.333 µs. Both start at 0 in either issue order, and D keeps its 10 µs (when it filled the
+    GPU, the all_reduce issued after it started at 10, and D issued after the resident all_reduce ran its last
+    2 CTAs in a second wave: [0, 20])."""
+    prof = waves_profile(nccl={"slowdown_beside_gemm": 1.5})
+    end = pytest.approx(10 + 16 / 3)
+    ar = "  - {name: ar, kind: all_reduce, bytes: 1000000, stream: c}\n"
+    d = f"  - {{name: D, {DUR}, stream: s1}}\n"
+    for text in (HEAD % 2 + d + ar, HEAD % 2 + ar + d):
+        got = _spans(path, monkeypatch, text, prof)
+        assert got == {"D@r0": (0.0, 10.0), "D@r1": (0.0, 10.0), "ar@r0": (0.0, end), "ar@r1": (0.0, end)}
+    # a resident send/recv (11 µs alone) does not split it either; alone it takes its duration
+    p2p = ("  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 1000000, stream: c}\n"
+           "  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 1000000, stream: c}\n")
+    got = _spans(path, monkeypatch, HEAD % 2 + p2p + d, waves_profile())
+    assert got["D@r0"] == got["D@r1"] == (0.0, 10.0) and got["s@r0"] == got["r@r1"] == (0.0, 11.0)
+    assert _spans(path, monkeypatch, HEAD % 1 + d, waves_profile()) == {"D@r0": (0.0, 10.0)}
+    # two of them on two streams still share the GPU: E takes the 2 SMs D leaves free at 0, the rest at 10
+    two = HEAD % 1 + d + f"  - {{name: E, {DUR}, stream: s2}}\n"
+    assert _spans(path, monkeypatch, two, waves_profile()) == {"D@r0": (0.0, 10.0), "E@r0": (0.0, 20.0)}
+
+
+def _stage_times_pipeline(schedule: str) -> float:
+    """Makespan (s) on ``h200`` of a 4-stage pipeline of 16 microbatches whose stages are given as measured
+    times only (F = I = W = 1 ms, as the Zero Bubble paper feeds its schedules), 8 MiB activations."""
+    from schedsim import api
+
+    text = ("schema_version: 1\nname: zb\nworld_size: 4\npipeline:\n"
+            f"  schedule: {schedule}\n  p: 4\n  m: 16\n  activation_bytes: 8388608\n  stage:\n"
+            "    forward: [{name: fwd, kind: compute, duration_us: 1000}]\n"
+            "    backward_input: [{name: dgrad, kind: compute, duration_us: 1000}]\n"
+            "    backward_weight: [{name: wgrad, kind: compute, duration_us: 1000}]\n")
+    return float(api.predict(api.load_text(text), "h200").timeline.makespan_s)
+
+
+def test_zb_h1_beats_1f1b_with_measured_stage_times():
+    """With stages given as durations (kernels of unknown grid, rule 4), ZB-H1 comes out faster than 1F1B, as
+    measured (PaddlePaddle issue 62865: 0.868×), and each is near its closed form (Qi et al., arXiv 2401.10241):
+    1F1B (m + p − 1)(F + B + W) = 19 · 3 = 57 ms, ZB-H1 m(F + B + W) + (p − 1)(F + B − W) = 48 + 3 = 51 ms, plus
+    the p2p time on the critical path. When such an op filled the GPU, ZB-H1's overlapped sends and recvs
+    split it into two waves: ZB-H1 64.3 ms against 1F1B 58.1 ms."""
+    zb, base = _stage_times_pipeline("zb_h1"), _stage_times_pipeline("1f1b")
+    assert 57e-3 <= base <= 57e-3 * 1.03
+    assert 51e-3 <= zb <= 51e-3 * 1.03
+    assert zb / base < 0.9

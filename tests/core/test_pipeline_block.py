@@ -140,3 +140,79 @@ def test_interleaved_on_one_rank_is_a_configuration_error_not_a_hang():
     with pytest.raises(SpecError) as e:
         build_graph(load_schedule(DATA / "pp_unit.yaml", {"schedule": "interleaved_1f1b", "p": 1, "m": 4, "v": 2}))
     assert e.value.path == "pipeline.p" and "p >= 2" in str(e.value) and "1f1b" in str(e.value)
+
+
+def _flops_per_rank(path, **params) -> dict[int, float]:
+    """FLOP of the compute ops of each rank (2·m·n·k·batch·repeat per GEMM)."""
+    G = build_graph(load_schedule(path, params))
+    out: dict[int, float] = {}
+    for _, d in G.nodes(data=True):
+        op = d["op"]
+        if op.kind == "matmul":
+            out[op.rank] = out.get(op.rank, 0.0) + 2.0 * op.m * op.n * op.k * op.batch * op.repeat
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "interleaved_1f1b", "looped_bfs", "interleaved_zb", "zb_h1", "zbv",
+                                      "dualpipev"])
+def test_the_shipped_pipeline_example_does_the_same_work_per_rank_under_every_schedule(schedule):
+    # per rank and microbatch: fwd 2·T·4h·h, dgrad 2·T·h·4h, wgrad 2·h·4h·T (T = h = 4096), in v chunks of 1/v
+    # each: 3 · 8·4096³ FLOP per microbatch, 8 microbatches. looped_bfs and interleaved_zb (2 chunks per rank)
+    # ran the full GEMMs in each chunk, twice the work (57.8 / 46.0 ms against 23.9 for 1f1b).
+    path = Path(__file__).resolve().parents[2] / "schedules" / "pipeline_schedules.yaml"
+    want = 8 * 3 * 8.0 * 4096 ** 3
+    assert _flops_per_rank(path, schedule="1f1b") == {r: want for r in range(4)}
+    assert _flops_per_rank(path, schedule=schedule) == {r: want for r in range(4)}
+
+
+def test_chunks_per_rank_is_the_blocks_chunk_count():
+    text = ("schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: %s\n  p: 2\n%s"
+            "  activation_memory_bytes: 1200/chunks_per_rank\n"
+            "  stage:\n    forward: [{kind: compute, duration_us: 12/chunks_per_rank}]\n"
+            "    backward_input: [{kind: compute, duration_us: 1}]\n")
+    m4 = "  m: 4\n"
+    for sched, extra, v in (("1f1b", m4, 1), ("interleaved_1f1b", m4 + "  v: 3\n", 3), ("looped_bfs", m4, 2),
+                            ("custom", "  actions: {0: '0F0 2F0 2B0 0B0', 1: '1F0 3F0 3B0 1B0'}\n  m: 1\n", 2)):
+        spec = load_text(text % (sched, extra), "c.yaml")
+        assert spec.pipeline.stage.forward[0]["duration_us"] == 12 / v
+        assert spec.pipeline.activation_memory_bytes == 1200 // v
+    with pytest.raises(SpecError, match="chunks_per_rank") as e:
+        load_text("schema_version: 1\nname: c\nworld_size: 2\nparams: {chunks_per_rank: 2}\n"
+                  + (text % ("1f1b", "  m: 4\n"))[len("schema_version: 1\nname: c\nworld_size: 2\n"):], "c.yaml")
+    assert "rename the parameter" in str(e.value)
+
+
+def test_data_parallel_tail_reduces_every_parameter_before_the_optimizer_step():
+    """p = 2, data_parallel = 2, 4 layers (2 per stage) of h = 64, ffn 256: 4h² + 2·h·ffn + 4h = 49,408 parameters
+    a layer, 98,816 a stage. The first stage adds the word and position embedding V·h + s·h = 64,000 + 1,024, the
+    last the output layer and final LayerNorm V·h + 2h = 64,000 + 128 (Megatron-LM gpt_model.py: pre_process /
+    post_process). Gradient all-reduce: 2 bytes a parameter, 327,680 B on rank 0 and 325,888 B on rank 1 (was
+    197,632 on both: the embedding and the output layer left out); optimizer step 18 bytes a parameter. Order
+    (Megatron finalize_model_grads, then the optimizer step): the data-parallel all-reduce on its own stream
+    after the rank's last compute op, then the tied-embedding all-reduce and the optimizer step, which wait for
+    it (was: after the optimizer step, on the compute stream)."""
+    text = ("schema_version: 1\nname: dp\nworld_size: 4\npipeline:\n  schedule: 1f1b\n  p: 2\n  m: 2\n"
+            "  data_parallel: 2\n  optimizer: true\n  tied_embedding_allreduce: true\n"
+            "  transformer: {layers: 4, hidden: 64, ffn: 256, heads: 4, seq: 16, vocab: 1000, dtype: bf16}\n")
+    G = build_graph(load_text(text, "dp.yaml"))
+    ops = {oid: d["op"] for oid, d in G.nodes(data=True)}
+    held = {0: 98816 + 64000 + 1024, 1: 98816 + 64000 + 128}
+    for rank in range(4):
+        r = rank % 2  # pipeline rank; ranks 2, 3 are the second replica
+        ar = ops[f"dp_grad_allreduce_r{r}@r{rank}"]
+        assert ar.nbytes == 2 * held[r] and ar.group == (r, r + 2) and ar.stream == "dp_comm"
+        last = "B0.1.W.embedding_wgrad" if r == 0 else "B1.1.W.qkv_wgrad"  # 1F1B ends with B of microbatch 1
+        assert ar.deps == (last,)
+        mine = sorted((op.seq, op.name) for op in ops.values() if op.rank == rank)
+        tail = [n for _, n in mine if not n.startswith(("F", "B", "send", "recv"))]
+        assert tail == [f"dp_grad_allreduce_r{r}", "tied_embedding_allreduce", "optimizer_step"]
+        opt = ops[f"optimizer_step@r{rank}"]
+        assert opt.nbytes == 18 * held[r] and opt.deps == (f"dp_grad_allreduce_r{r}",)
+        assert ops[f"tied_embedding_allreduce@r{rank}"].deps == (f"dp_grad_allreduce_r{r}",)
+    tl = simulate(G, UNIT)
+    span = {s.id: s for s in tl.spans}
+    for rank in range(4):
+        r = rank % 2
+        ar, opt = span[f"dp_grad_allreduce_r{r}@r{rank}"], span[f"optimizer_step@r{rank}"]
+        compute_end = max(s.end_s for s in tl.spans if s.rank == rank and s.id[0] in "FB")
+        assert compute_end <= ar.start_s and ar.end_s <= opt.start_s

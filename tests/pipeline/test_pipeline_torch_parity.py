@@ -315,3 +315,52 @@ def test_torch_lowering_matches_add_send_recv_op_for_op(name, p, m, v):
         theirs = ts._add_send_recv({r: list(a) for r, a in _to_torch(order).items()}, lambda s: mapping[s], len(mapping))
     assert {r: [str(a) for a in acts] for r, acts in ours.items()} == \
         {r: [str(a) for a in theirs[r]] for r in sorted(theirs)}
+
+
+def _block_order(schedule: str, p: int, m: int) -> dict[int, list[str]]:
+    """Per rank, the compute and p2p ops a ``pipeline:`` block lowers to, in program order, in torch's notation
+    (``2F0``, ``2B0``, ``2SEND_F0``, ``6RECV_B1``)."""
+    import re
+
+    from schedsim.api import load_text, lower_spec
+
+    text = (f"schema_version: 1\nname: il\nworld_size: {p}\npipeline:\n  schedule: {schedule}\n  p: {p}\n  m: {m}\n"
+            "  stage:\n    forward: [{kind: compute, duration_us: 1}]\n"
+            "    backward_input: [{kind: compute, duration_us: 1}]\n"
+            "    backward_weight: [{kind: compute, duration_us: 1}]\n")
+    out: dict[int, list[str]] = {r: [] for r in range(p)}
+    for op in lower_spec(load_text(text)).ops():
+        if x := re.fullmatch(r"(F|B)(\d+)\.(\d+)\.(?:I\.)?0", op.name):  # a full B's I part opens it
+            out[op.rank].append(f"{x[2]}{x[1]}{x[3]}")
+        elif y := re.fullmatch(r"(send|recv)(F|B)(\d+)\.(\d+)", op.name):
+            out[op.rank].append(f"{y[3]}{y[1].upper()}_{y[2]}{y[4]}")
+    return out
+
+
+@pytest.mark.parametrize("m", [3, 6, 10, 8])
+def test_a_block_named_interleaved1f1b_runs_what_torch_runs(m):
+    """pytorch PR 129597: torch's ScheduleInterleaved1F1B runs m = 10, 6 and 3 on 4 ranks (rounds = max(1, m // p)
+    groups of m // rounds), which the block refused under torch's own name (Megatron's m mod group_size and
+    m >= p rules). Named as torch names it, the block runs torch's compute order, and its sends and recvs are
+    torch's ``_add_send_recv`` of that order, op for op."""
+    theirs = {r: [a for a in acts if a is not None] for r, acts in enumerate(_torch_ops("Interleaved1F1B", 4, m, 2))}
+    mapping = stage_to_rank("loop", 4, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lowered = ts._add_send_recv({r: list(a) for r, a in theirs.items()}, lambda s: mapping[s], len(mapping))
+    ours = _block_order("Interleaved1F1B", 4, m)
+    assert ours == {r: [str(a) for a in lowered[r]] for r in sorted(lowered)}
+    assert {r: [a for a in acts if "_" not in a] for r, acts in ours.items()} == \
+        {r: [str(a) for a in acts] for r, acts in theirs.items()}
+
+
+def test_a_block_named_interleaved1f1b_refuses_what_torch_refuses():
+    # m = 9 on 4 ranks: rounds 2 does not divide 9; torch raises "multiple of the number of rounds"
+    with pytest.raises(ValueError, match="multiple of the number of rounds"):
+        _torch_ops("Interleaved1F1B", 4, 9, 2)
+    with pytest.raises(PipelineScheduleError, match="multiple of rounds") as e:
+        _block_order("Interleaved1F1B", 4, 9)
+    assert "m=8 or m=10" in str(e.value)
+    # Megatron's name keeps Megatron's rules (its group size p: m mod p must be 0 or >= p)
+    with pytest.raises(PipelineScheduleError, match="m mod group_size"):
+        _block_order("interleaved_1f1b", 4, 10)
