@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["merge", "length", "intersect_length", "merged", "union_length", "pieces_intersection", "compute_metrics",
-           "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "union_by_group", "SEGMENT_LABELS", "critical_path_segments", "SEGMENT_KINDS"]
+           "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments", "SEGMENT_KINDS",
+           "SEGMENT_LABELS", "union_by_group"]
 
 Interval = tuple[float, float]
 
@@ -346,9 +347,9 @@ class Metrics:
     ``ranks`` maps rank → :class:`RankMetrics`; ``busy_comm_s`` and ``exposed_comm_s`` are summed over
     ranks, ``overlap_ratio`` (and ``copy_overlap_ratio``, None without copies) is taken over all ranks;
     ``critical_path`` lists op ids and ``critical_path_s`` the time on it by segment kind (seconds; the
-    resources its ops ran on and the waits, :func:`critical_path_segments`), which sums to the makespan. :func:`schedsim.api.simulate_spec` adds
-    ``pipeline`` (pipeline schedules, without the memory steps) and ``memory_peak`` (when the memory
-    curve applies); they are absent from the JSON form while None.
+    resources its ops ran on and the waits, :func:`critical_path_segments`), which sums to the makespan.
+    :func:`schedsim.api.simulate_spec` adds ``pipeline`` (pipeline schedules, without the memory steps) and
+    ``memory_peak`` (when the memory curve applies); they are absent from the JSON form while None.
 
     >>> from schedsim.sim.timeline import Span, Timeline
     >>> tl = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 2.0)])
