@@ -111,3 +111,26 @@ def test_overlap_of_copies_is_reported_apart_from_communication() -> None:
     assert m.ranks[0].idle_s == 0.0 and m.ranks[0].compute_idle_s(m.makespan_s) == 1.0
     off = api.predict(api.load(ROOT / "schedules" / "offload.yaml")).metrics
     assert off.busy_comm_s == 0.0 and off.copy_overlap_ratio is not None and off.copy_overlap_ratio > 0.1
+
+
+def test_the_gantt_exposed_bands_are_the_exposed_communication(predicted) -> None:  # type: ignore[no-untyped-def]
+    """The red bands of the Gantt, per rank, cover exactly ``exposed_comm_s`` (docs/metrics.md)."""
+    import numpy as np
+
+    from schedsim.report.gantt import EXPOSED_GID, draw_gantt
+    from schedsim.sim.metrics import union_length
+
+    tl, metrics, _out = predicted
+    fig = draw_gantt([("predicted", tl)], max_lanes=10_000)
+    bands: dict[int, list[np.ndarray]] = {}
+    for col in fig.axes[0].collections:
+        gid = col.get_gid() or ""
+        if gid.startswith(EXPOSED_GID):
+            xs = np.array([p.vertices[:, 0] for p in col.get_paths()])  # ms
+            bands.setdefault(int(gid[len(EXPOSED_GID):]), []).append(xs)
+    # a rank with several comm lanes draws a band under each: the rank's exposed time is their union
+    got = {r: union_length(np.concatenate([x.min(1) for x in v]), np.concatenate([x.max(1) for x in v]))
+           for r, v in bands.items()}
+    want = {r: d.exposed_comm_s * 1e3 for r, d in metrics.ranks.items() if d.exposed_comm_s > 1e-15}
+    assert got.keys() == want.keys()
+    assert all(got[r] == pytest.approx(want[r], rel=1e-9, abs=1e-12) for r in want)
