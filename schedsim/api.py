@@ -228,13 +228,56 @@ def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
                    "(timeline.json has every op)")
 
 
+#: The longest suffix (profile and overrides) :func:`default_outdir_name` keeps readable before it shortens it.
+OUTDIR_SUFFIX_MAX = 80
+
+
+def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any]) -> str:
+    """The folder ``predict`` writes into when no ``--out`` is given: ``<schedule>@<profile>`` and the ``--set``
+    overrides sorted by key, ``k=v`` joined by commas, so runs with different settings or profiles keep separate
+    folders and one setting always gets the same one (the order of ``--set`` does not matter).
+
+    The schedule name is made safe by :func:`schedsim.report.outdir.safe_dirname`. In the suffix, characters
+    outside ``A-Z a-z 0-9 _ . + -`` become ``_``; where that changed anything, or the suffix is longer than
+    :data:`OUTDIR_SUFFIX_MAX`, it is cut and 8 hex digits of the SHA-1 of the exact suffix are added, so two
+    settings never share a folder.
+
+    >>> default_outdir_name("allgather_mm8", "h200", {"chunks": 8})
+    'allgather_mm8@h200,chunks=8'
+    >>> default_outdir_name("x", "h200", {"dtype": "fp16", "chunks": 4})
+    'x@h200,chunks=4,dtype=fp16'
+    >>> default_outdir_name("x", "h200", {"path": "a/b"}).startswith("x@h200,path=a_b-")
+    True
+    """
+    import hashlib
+    import json
+    import re
+
+    from schedsim.report.outdir import safe_dirname
+
+    def raw(v: Any) -> str:
+        return json.dumps(v) if isinstance(v, bool) or v is None else str(v)
+
+    def token(t: str) -> str:  # no token starts with a dot, so "..", "." stay plain names
+        return re.sub(r"^\.", "_", re.sub(r"[^A-Za-z0-9_.+-]", "_", t))
+
+    items = sorted((raw(k), raw(v)) for k, v in overrides.items())
+    exact = ",".join([raw(profile)] + [f"{k}={v}" for k, v in items])
+    safe = ",".join([token(raw(profile))] + [f"{token(k)}={token(v)}" for k, v in items])
+    changed = any(token(t) != t for t in [raw(profile)] + [x for kv in items for x in kv])
+    if changed or len(safe) > OUTDIR_SUFFIX_MAX:
+        digest = hashlib.sha1(exact.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        safe = f"{safe[:OUTDIR_SUFFIX_MAX - 9]}-{digest}"
+    return f"{safe_dirname(schedule)}@{safe}"
+
+
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwareProfile, out: Path | None,
                    launch: str | None,
                    gantt: bool = True, trace: bool | None = None,
                    **sim: Any) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
-    ``schedsim_out/<safe schedule name>``), all or nothing, replacing an earlier run's set whole; the cyclic
+    ``schedsim_out/<name>@<profile>[,k=v...]``, :func:`default_outdir_name`), all or nothing, replacing an earlier run's set whole; the cyclic
     GC is paused throughout (the DAG and timeline are millions of acyclic objects). Returns
     ``(timeline, metrics, paths written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
 
@@ -250,7 +293,6 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
     from schedsim._gc import paused_gc
     from schedsim.hardware.profile import load_profile
     from schedsim.io import output_set
-    from schedsim.report.outdir import safe_dirname
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     with paused_gc():
@@ -261,7 +303,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
         if prof.is_timed_graph and run.timeline.launch == "cuda_graph":
             run.timeline.meta["timed_graph"] = True  # the graph as execute --cuda-graph times it (compare checks)
         tl, metrics = run.timeline, run.metrics
-        outdir = out or Path("schedsim_out") / safe_dirname(spec.name)
+        outdir = out or Path("schedsim_out") / default_outdir_name(spec.name, prof.name, parse_overrides(sets or []))
         write_trace, note = trace_wanted(len(tl), trace)
         if note:
             print(note, file=sys.stderr)

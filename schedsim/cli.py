@@ -76,7 +76,8 @@ def predict(
     file: Path = typer.Argument(..., help="Schedule YAML."),
     profile: str = ProfileOpt,
     set_: list[str] | None = SetOpt,
-    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/<schedule name>)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: "
+                                    "schedsim_out/<schedule name>@<profile>,<k=v of --set, sorted>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
     launch: Launch | None = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
@@ -143,7 +144,8 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:
         mp = metrics.memory_peak
         print(f"peak memory {fmt_bytes(mp.bytes)} on rank {mp.rank} at {fmt_time(mp.t_s)}, "
               f"when {mp.op or 'the step starts'} allocates")
-    print("wrote " + ", ".join(str(p) for p in paths))
+    folders = list(dict.fromkeys(str(p.parent) for p in paths))
+    print(f"wrote {', '.join(folders)}{'/' if len(folders) == 1 else ''}: " + ", ".join(p.name for p in paths))
 
 
 @_command
