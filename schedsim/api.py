@@ -277,9 +277,10 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
                    **sim: Any) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
-    ``schedsim_out/<name>@<profile>[,k=v...]``, :func:`default_outdir_name`), all or nothing, replacing an earlier run's set whole; the cyclic
-    GC is paused throughout (the DAG and timeline are millions of acyclic objects). Returns
-    ``(timeline, metrics, paths written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
+    ``schedsim_out/<name>@<profile>[,k=v...]``, :func:`default_outdir_name`), all or nothing, replacing an
+    earlier run's set whole; the cyclic GC is paused throughout (the DAG and timeline are millions of acyclic
+    objects). Returns ``(timeline, metrics, paths written)``. ``profile`` is a profile name or YAML path, or a
+    loaded profile.
 
     Raises
     ------
