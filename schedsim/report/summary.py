@@ -73,8 +73,9 @@ def pick_ranks(ranks: list[Any], score: dict[Any, float], all_ranks: bool, k: in
 
 
 def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: int = 12,
-                  all_ranks: bool = False) -> None:
-    """Print the header, the per-rank table and the critical path.
+                  all_ranks: bool = False, makespan_label: str = "makespan") -> None:
+    """Print the header, the per-rank table and the critical path; ``makespan_label`` names the makespan (an
+    executed run has several: :func:`schedsim.compare.measured_makespans`).
 
     Past :data:`MAX_RANK_ROWS` ranks the table holds the 3 worst and 3 best ranks by idle + exposed
     communication time, after a totals row; ``all_ranks`` prints every rank.
@@ -87,7 +88,7 @@ def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: i
     con.print(f"[bold]{escape(_clip(str(tl.schedule)))}[/bold]  source={escape(_clip(str(tl.source)))}  "
               f"profile={escape(str(tl.profile))}  launch={escape(str(tl.launch))}  "
               f"ranks={tl.world_size}  ops={metrics.ops}")
-    con.print(f"makespan [bold]{fmt_time(metrics.makespan_s)}[/bold]   exposed comm (sum over ranks) "
+    con.print(f"{escape(makespan_label)} [bold]{fmt_time(metrics.makespan_s)}[/bold]   exposed comm (sum over ranks) "
               f"{fmt_time(metrics.exposed_comm_s)}   overlap ratio {_ratio(metrics.overlap_ratio, metrics.busy_comm_s)}"
               + ("" if metrics.copy_overlap_ratio is None else f"   copy overlap {metrics.copy_overlap_ratio:.3f}"))
     t = Table(title=None, show_lines=False)
