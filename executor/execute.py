@@ -146,6 +146,9 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
     note = cpu_profile_note(prof, profile, ctx.cuda) if compare else None
     if note:
         log(note)
+    from executor.dist import warn_oversubscribed
+
+    warn_oversubscribed(ctx.cuda, rank)
     signal.signal(signal.SIGTERM, _sigterm)
     runner = None
     try:
