@@ -164,7 +164,8 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     schedules of more than 20,000 ops; ``meta`` is added to ``timeline.meta`` first. ``metrics``
     gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
-    ``timeline.meta["memory"]``.
+    ``timeline.meta["memory"]``, and the guesses the numbers rest on (:func:`schedsim.notes.guesses`) to
+    ``timeline.meta["warnings"]``.
     """
     from schedsim.lower.program import DagView
     from schedsim.report.memory import memory_over_time, static_memory
@@ -177,6 +178,11 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
         tl = simulate(prog, profile, launch=launch, **sim)
     tl.meta.update(meta or {})
+    from schedsim.notes import guesses
+
+    said = guesses(prog, profile)  # where the numbers rest on a guess, the output says so (once per kind)
+    if said:
+        tl.meta["warnings"] = [*tl.meta.get("warnings", []), *said]
     peak = None
     mem = memory_over_time(tl, DagView(prog), static_memory(prog.pipeline, spec.pipeline, tl.world_size))
     if mem is not None:

@@ -125,8 +125,10 @@ def predict(
 
 
 def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:  # type: ignore[no-untyped-def]
-    for w in tl.meta.get("warnings", []):
-        print(f"warning: {w}", file=sys.stderr)
+    from schedsim.notes import summarize
+
+    for line in summarize(tl.meta.get("warnings", [])):  # one line per kind of warning
+        print(line, file=sys.stderr)
     if fmt == OutFormat.json:
         print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(),
                           "files": [str(p) for p in paths]}, indent=1))
@@ -159,8 +161,10 @@ def check(
     _max_ops(max_ops)
     spec = _load(file, set_)
     prog = lower_spec(spec, file)  # the checked Program; no networkx graph is needed here
-    for w in prog.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    from schedsim.notes import summarize
+
+    for line in summarize(prog.warnings):  # one line per kind of warning
+        print(line, file=sys.stderr)
     print(f"ok: {file}: {spec.name}: {prog.N} ops on {prog.world_size} rank(s), "
           f"{len(prog.coll_keys)} collective(s), {len(prog.p2p)} send/recv pair(s)")
 
