@@ -360,18 +360,36 @@ def _tl(x: Run | Timeline) -> Timeline:
     return x.timeline if isinstance(x, Run) else x
 
 
+def shown(fig: Any) -> Any:
+    """``fig`` (a matplotlib Figure), displayable by Jupyter as the last expression of a cell: a Figure made
+    without pyplot (as schedsim's charts are) has no rich display unless ``%matplotlib inline`` registered one,
+    and shows as ``<Figure size ...>`` text; this gives it ``_repr_png_`` (IPython's rich display protocol, a PNG
+    of the figure as ``savefig`` draws it). Every ``plot_*`` of this module returns its figure through it."""
+    import io
+
+    def _repr_png_() -> bytes:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=fig.dpi)
+        return buf.getvalue()
+
+    fig._repr_png_ = _repr_png_
+    return fig
+
+
 def plot_gantt(*runs: Run | Timeline, title: str = "", labels: list[str] | None = None) -> Any:
-    """Gantt Figure of one or more runs (stacked lane by lane, e.g. predicted and measured)."""
+    """Gantt Figure of one or more runs (stacked lane by lane, e.g. predicted and measured); displays in
+    Jupyter (:func:`shown`)."""
     from schedsim.report.gantt import draw_gantt
 
     tls = [_tl(r) for r in runs]
     names = labels or ([t.source for t in tls] if len({t.source for t in tls}) == len(tls)
                        else [f"{t.source} {i}" for i, t in enumerate(tls)])
-    return draw_gantt(list(zip(names, tls, strict=False)), title)
+    return shown(draw_gantt(list(zip(names, tls, strict=False)), title))
 
 
 def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> Any:
-    """Pipeline Figure: ``mode="steps"`` (the papers' unit steps) or ``"time"``.
+    """Pipeline Figure: ``mode="steps"`` (the papers' unit steps) or ``"time"``; displays in Jupyter
+    (:func:`shown`).
 
     A measured timeline (``import``) whose range names carry pipeline actions (executor, torch
     pipelining, Megatron: :data:`schedsim.trace.analyze.PIPELINE_NAME_PATTERNS`) is tagged first, as
@@ -394,11 +412,12 @@ def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> 
         if not tag_pipeline(tl) or not pipeline_view(tl).spans:
             raise SchedsimError(f"{tl.schedule}: no pipeline actions (F/B/I/W) in this timeline",
                                 fix="draw it with plot_gantt")
-    return draw_pipeline(tl, title or tl.schedule, mode=mode)
+    return shown(draw_pipeline(tl, title or tl.schedule, mode=mode))
 
 
 def plot_memory(run: Run | Timeline, title: str = "") -> Any:
-    """Memory-over-time Figure of a run with ``meta["memory"]`` (from :func:`predict`).
+    """Memory-over-time Figure of a run with ``meta["memory"]`` (from :func:`predict`); displays in Jupyter
+    (:func:`shown`).
 
     Raises
     ------
@@ -415,7 +434,7 @@ def plot_memory(run: Run | Timeline, title: str = "") -> Any:
     curves = {int(r): [(t, b) for t, b in d["steps"]] for r, d in mem["ranks"].items()}
     static = {int(r): sum(d.get("static", {}).values()) for r, d in mem["ranks"].items()}
     peaks = {int(r): (d["peak_bytes"], d["peak_op"] or "start") for r, d in mem["ranks"].items()}
-    return draw_memory(curves, tl.makespan_s, title or tl.schedule, peaks, static=static)
+    return shown(draw_memory(curves, tl.makespan_s, title or tl.schedule, peaks, static=static))
 
 
 def to_pandas(run: Run | Timeline) -> Any:
