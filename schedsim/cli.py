@@ -23,8 +23,12 @@ from schedsim.api import build as _build  # noqa: F401  (scripts and tests take 
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError
 
+#: Help is plain text (click's formatter), not rich markup: markup read "[default: ...]" in a help string as a tag
+#: and deleted it, and rich's option tables cut words with "…" at 80 columns; plain help wraps at the terminal width.
+HELP_MARKUP: Any = None
+
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Predict and execute comm/compute schedules of GPU clusters.")
+                  rich_markup_mode=HELP_MARKUP, help="Predict and execute comm/compute schedules of GPU clusters.")
 
 #: This module's commands by name, built into click commands only when invoked (or listed by --help), as
 #: :data:`_EXTENSIONS` are: typer turns every parameter of every registered command into a click parameter
@@ -197,9 +201,14 @@ def profiles() -> None:
     """List the shipped hardware profiles and where their numbers come from."""
     from schedsim.hardware.profile import list_profiles, load_profile
 
+    import shutil
+    import textwrap
+
+    width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)  # wrapped whole, never cut mid-word
     for name in list_profiles():
         p = load_profile(name)
-        print(f"{name:18s} {p.gpu.name}: {p.description.strip()[:150]}")
+        print(f"{name}  ({p.gpu.name})")
+        print(textwrap.fill(" ".join(p.description.split()), width, initial_indent="    ", subsequent_indent="    "))
 
 
 def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
@@ -366,7 +375,7 @@ _EXTENSIONS = {"execute": "executor.commands", "calibrate": "executor.commands",
 def _extension_command(name: str) -> Any:
     """The click command ``name``: one of :data:`_OWN`, or of its extension module (None when that module is
     not installed)."""
-    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=HELP_MARKUP)
     if name in _OWN:
         sub.command()(_OWN[name])
         return typer.main.get_command(sub)
@@ -383,6 +392,18 @@ def _extension_command(name: str) -> Any:
 
 class _LazyGroup(typer.core.TyperGroup):
     """The top-level group: :data:`_OWN` and :data:`_EXTENSIONS`, each built on first use."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list with each command's first sentence whole, wrapped to the terminal (click cuts it
+        with "..." to fit one line)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def list_commands(self, ctx: Any) -> list[str]:
         own = super().list_commands(ctx)
