@@ -199,10 +199,10 @@ def schema(out: Path | None = typer.Option(None, "--out", "-o", help="Write to a
 @handle_errors
 def profiles() -> None:
     """List the shipped hardware profiles and where their numbers come from."""
-    from schedsim.hardware.profile import list_profiles, load_profile
-
     import shutil
     import textwrap
+
+    from schedsim.hardware.profile import list_profiles, load_profile
 
     width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)  # wrapped whole, never cut mid-word
     for name in list_profiles():
