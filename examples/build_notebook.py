@@ -21,8 +21,12 @@ CELLS: list[tuple[str, str]] = [
     ("markdown", "# schedsim API tour\n\nLoad a pipeline schedule, predict it on the H200 profile, draw the "
                  "paper-style pipeline figure, the Gantt chart and memory over time, sweep the schedule and compare "
                  "two predictions. Built and executed by `examples/build_notebook.py`."),
-    ("code", "from schedsim import api\n"
-             "spec = api.load('schedules/pipeline_schedules.yaml', p=4, m=8, schedule='1f1b')\n"
+    ("code", "from pathlib import Path\n"
+             "from schedsim import api\n"
+             "# this checkout's schedules/, whether Jupyter starts here (examples/) or at the repository root\n"
+             "SCHEDULES = next(p / 'schedules' for p in [Path.cwd(), *Path.cwd().parents]\n"
+             "                 if (p / 'schedules').is_dir())\n"
+             "spec = api.load(SCHEDULES / 'pipeline_schedules.yaml', p=4, m=8, schedule='1f1b')\n"
              "run = api.predict(spec, profile='h200')\n"
              "print(f'makespan {run.makespan_s * 1e3:.3f} ms')\n"
              "print('bubble (idle fraction):', round(run.metrics.pipeline.bubble_of_makespan.overall, 4))\n"
@@ -30,11 +34,11 @@ CELLS: list[tuple[str, str]] = [
     ("code", "api.plot_pipeline(run)"),
     ("code", "api.plot_gantt(run, title='1F1B, p=4, m=8')"),
     ("code", "api.plot_memory(run)"),
-    ("code", "rows = api.sweep('schedules/pipeline_schedules.yaml', p=[4], m=[8],\n"
+    ("code", "rows = api.sweep(SCHEDULES / 'pipeline_schedules.yaml', p=[4], m=[8],\n"
              "                 schedule=['1f1b', 'interleaved_1f1b', 'zb_h1', 'zbv', 'dualpipev'])\n"
              "for r in rows:\n"
              "    print(f\"{r['setting']['schedule']:>17}: {r['makespan_s'] * 1e3:7.3f} ms  bubble {r['bubble_ratio']:.3f}\")"),
-    ("code", "zbv = api.predict(api.load('schedules/pipeline_schedules.yaml', p=4, m=8, schedule='zbv'))\n"
+    ("code", "zbv = api.predict(api.load(SCHEDULES / 'pipeline_schedules.yaml', p=4, m=8, schedule='zbv'))\n"
              "res = api.compare(zbv, run.timeline)\n"
              "print('makespan error of zbv against 1f1b:', f\"{res.makespan.error * 100:+.1f}%\")"),
 ]

@@ -64,6 +64,7 @@ import json
 import os
 import re
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -1072,6 +1073,9 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     dev_name = torch.cuda.get_device_properties(ctx.device).name if ctx.cuda else "CPU"
     raw["device"] = dev_name
     log(f"schedsim calibrate on {world} rank(s), {dev_name}, backend {ctx.backend}")
+    from executor.dist import warn_oversubscribed
+
+    warn_oversubscribed(ctx.cuda, ctx.rank)
     if ctx.rank == 0:
         shapes = _gemm_shapes(o, ctx.cuda)
         log(f"[gemm] {len(shapes)} shapes")
@@ -1380,6 +1384,52 @@ def _set_graph_edge(d: dict[str, Any], L: dict[str, float], base: str, raw_fork:
         d["launch"]["source"] += f"; graph_cross_stream_edge_us from {base!r} (not measured here)"
 
 
+def measured_peaks(rows: list[list[Any]]) -> dict[str, float]:
+    """Per dtype, the highest rate (TFLOP/s, 2·m·n·k over the time) of the GEMM table rows
+    ``[dtype, m, n, k, time_ms]``: what a machine without a datasheet figure (CPU ranks) was measured to reach.
+
+    >>> measured_peaks([["fp32", 1024, 1024, 1024, 10.0], ["fp32", 2048, 2048, 2048, 40.0]])
+    {'fp32': 0.429}
+    """
+    out: dict[str, float] = {}
+    for dt, m, n, k, t_ms in rows:
+        if t_ms > 0:
+            out[dt] = max(out.get(dt, 0.0), round(2.0 * m * n * k / (t_ms * 1e-3) / 1e12, 3))
+    return out
+
+
+def _cpu_gpu_fields(g: dict[str, Any], gemm_rows: list[list[Any]], base: str, where: str) -> None:
+    """The ``gpu`` section of a profile measured on CPU ranks, in place: no field of the base profile's GPU that
+    describes that GPU stays. ``peak_tflops`` holds only the dtypes the GEMM table measured, each at its best
+    measured rate (``gemm_efficiency`` 1: the roofline fallback is then that rate), so a dtype the run did not
+    measure falls back to the fp32 rate (:mod:`schedsim.cost`'s rule) rather than the base GPU's datasheet peak;
+    ``sms``, ``sm_stream_GBps`` (SM occupancy, rule 5 of :mod:`schedsim.sim.gpu_model`) are left out; a warning
+    names what was dropped."""
+    peaks = measured_peaks(gemm_rows)
+    dropped = sorted(set(g.get("peak_tflops", {})) - set(peaks))
+    g["peak_tflops"] = peaks or {"fp32": 1e-3}
+    g["gemm_efficiency"] = 1.0
+    gone = [k for k in ("sms", "sm_stream_GBps") if g.get(k) is not None]
+    for k in gone:
+        g[k] = None
+    g["source"] = (f"CPU ranks: memory bandwidth from a host copy; peak_tflops = the best measured GEMM rate per "
+                   f"dtype ({', '.join(peaks) or 'none measured: 1 GFLOP/s placeholder'}); not measured, so left "
+                   f"out: the base profile {base!r}'s peaks for {', '.join(dropped) or 'no other dtype'} and its "
+                   f"{', '.join(gone) or 'SM fields'}; {where}")
+    print(f"warning: calibrate on CPU ranks: {base!r}'s GPU figures are not copied: peak_tflops only for the "
+          f"measured {', '.join(peaks) or '(none)'}" + (f" (left out: {', '.join(dropped)})" if dropped else "")
+          + (f"; {', '.join(gone)} left out" if gone else ""), file=sys.stderr, flush=True)
+
+
+def _warn_base_peaks(base_gpu: str, gpu: str, base: str) -> None:
+    """Warn when the profile keeps the base profile's ``peak_tflops`` (calibrate does not measure peaks) for
+    another GPU than the base's (names differ in their first two words: "NVIDIA H200" vs "NVIDIA A100")."""
+    if base_gpu.split()[:2] != gpu.split()[:2]:
+        print(f"warning: calibrate: peak_tflops (the roofline for GEMMs outside the measured table) copied from "
+              f"base profile {base!r} ({base_gpu}), not measured on {gpu}: pass --base with a profile of this GPU, "
+              "or edit gpu.peak_tflops", file=sys.stderr, flush=True)
+
+
 def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str) -> dict[str, Any]:
     d = base_profile_dict(o.base)
     date = raw["date"]
@@ -1390,7 +1440,9 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     cp = raw["copies"]
     L = raw["launch"]
     if ctx.cuda:
+        base_gpu = d["gpu"]["name"]
         d["gpu"]["name"] = dev_name if dev_name.startswith("NVIDIA") else f"NVIDIA {dev_name}"
+        _warn_base_peaks(base_gpu, d["gpu"]["name"], o.base)
         d["gpu"]["hbm_GBps"] = round(cp["d2d_GBps"], 1)
         if "kernel_floor_us" in L:
             d["gpu"]["kernel_floor_us"] = round(L["kernel_floor_us"], 2)
@@ -1409,8 +1461,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     else:
         d["gpu"]["name"] = "CPU (gloo ranks)"
         d["gpu"]["hbm_GBps"] = round(max(cp["d2d_GBps"], 0.1), 2)
-        d["gpu"]["source"] = f"CPU ranks: memory bandwidth from a host copy; peaks from {o.base!r}; {where}"
         d["gpu"].update(_l2_fields(L))
+        _cpu_gpu_fields(d["gpu"], raw["gemm"], o.base, where)
     H = raw["host"]
     fresh = raw.get("host_fresh_processes") or []
     fresh_kinds = [k for k in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",

@@ -24,13 +24,47 @@ from typing import Any
 from executor import ExecError
 
 __all__ = ["DistContext", "check_world_size", "env_world", "setup_dist", "ArrivalTracker", "run_with_deadline",
-           "exit_now", "wait_for_all_ranks"]
+           "exit_now", "wait_for_all_ranks", "oversubscription_warning", "warn_oversubscribed"]
 
 
 def env_world() -> tuple[int, int, int]:
     """``(rank, world_size, local_rank)`` from the torchrun environment; ``(0, 1, 0)`` without it."""
     return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
             int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def oversubscription_warning(cuda: bool, local_ranks: int | None = None, cores: int | None = None) -> str | None:
+    """A warning when CPU ranks (gloo on CPU) outnumber this host's cores, else None: each rank then waits for a
+    core as well as for its ops, so measured times hold time-slicing the schedule does not have.
+
+    ``local_ranks`` defaults to torchrun's ``LOCAL_WORLD_SIZE`` (else ``WORLD_SIZE``), ``cores`` to the cores
+    this process may run on (``os.sched_getaffinity``, else ``os.cpu_count``). GPU ranks are not judged: their
+    ops run on the GPU.
+
+    >>> oversubscription_warning(False, 4, 2)[:60]
+    'warning: 4 CPU ranks on 2 cores: oversubscribed, measured ti'
+    >>> oversubscription_warning(False, 2, 2) is None and oversubscription_warning(True, 8, 2) is None
+    True
+    """
+    if cuda:
+        return None
+    n = local_ranks if local_ranks is not None else int(os.environ.get("LOCAL_WORLD_SIZE",
+                                                                       os.environ.get("WORLD_SIZE", "1")))
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if n <= cores:
+        return None
+    return (f"warning: {n} CPU ranks on {cores} cores: oversubscribed, measured times include waiting for a core "
+            f"(fix: run at most {cores} ranks on this host, or on GPUs)")
+
+
+def warn_oversubscribed(cuda: bool, rank: int) -> None:
+    """Print :func:`oversubscription_warning` on stderr, once per run (rank 0)."""
+    import sys
+
+    w = oversubscription_warning(cuda)
+    if w and rank == 0:
+        print(w, file=sys.stderr, flush=True)
 
 
 def check_world_size(spec_world: int, run_world: int, file: str, has_param: bool) -> None:

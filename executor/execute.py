@@ -146,6 +146,9 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
     note = cpu_profile_note(prof, profile, ctx.cuda) if compare else None
     if note:
         log(note)
+    from executor.dist import warn_oversubscribed
+
+    warn_oversubscribed(ctx.cuda, rank)
     signal.signal(signal.SIGTERM, _sigterm)
     runner = None
     try:
@@ -304,11 +307,10 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
             ktl.write_json(outdir / "timeline_kernels.json", Metrics.of(ktl).to_dict())
             paths.append(outdir / "timeline_kernels.json")
         paths += sorted(outdir.glob("kineto_rank*.json.gz"))
-    print_summary(tl, metrics)
-    extra = f"median iteration makespan {meta_ms(tl.meta.get('makespan_median_s'))}"
-    if "makespan_uninstrumented_s" in tl.meta:
-        extra += f"; uninstrumented {meta_ms(tl.meta['makespan_uninstrumented_s'])}"
-    print(extra)
+    from schedsim.compare import makespan_lines
+
+    print_summary(tl, metrics, makespan_label="timeline makespan (median op times, instrumented)")
+    print("\n".join(makespan_lines(tl.meta, tl.makespan_s)))
     if checks:
         c = tl.meta["check"]
         print(f"check {'PASSED' if c['ok'] else 'FAILED'}: {c['what']}: max relative error {c['max_rel_err']:.3g} "

@@ -164,7 +164,8 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     schedules of more than 20,000 ops; ``meta`` is added to ``timeline.meta`` first. ``metrics``
     gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
-    ``timeline.meta["memory"]``.
+    ``timeline.meta["memory"]``, and the guesses the numbers rest on (:func:`schedsim.notes.guesses`) to
+    ``timeline.meta["warnings"]``.
     """
     from schedsim.lower.program import DagView
     from schedsim.report.memory import memory_over_time, static_memory
@@ -177,6 +178,11 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
         tl = simulate(prog, profile, launch=launch, **sim)
     tl.meta.update(meta or {})
+    from schedsim.notes import guesses
+
+    said = guesses(prog, profile)  # where the numbers rest on a guess, the output says so (once per kind)
+    if said:
+        tl.meta["warnings"] = [*tl.meta.get("warnings", []), *said]
     peak = None
     mem = memory_over_time(tl, DagView(prog), static_memory(prog.pipeline, spec.pipeline, tl.world_size))
     if mem is not None:
@@ -228,15 +234,59 @@ def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
                    "(timeline.json has every op)")
 
 
+#: The longest suffix (profile and overrides) :func:`default_outdir_name` keeps readable before it shortens it.
+OUTDIR_SUFFIX_MAX = 80
+
+
+def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any]) -> str:
+    """The folder ``predict`` writes into when no ``--out`` is given: ``<schedule>@<profile>`` and the ``--set``
+    overrides sorted by key, ``k=v`` joined by commas, so runs with different settings or profiles keep separate
+    folders and one setting always gets the same one (the order of ``--set`` does not matter).
+
+    The schedule name is made safe by :func:`schedsim.report.outdir.safe_dirname`. In the suffix, characters
+    outside ``A-Z a-z 0-9 _ . + -`` become ``_``; where that changed anything, or the suffix is longer than
+    :data:`OUTDIR_SUFFIX_MAX`, it is cut and 8 hex digits of the SHA-1 of the exact suffix are added, so two
+    settings never share a folder.
+
+    >>> default_outdir_name("allgather_mm8", "h200", {"chunks": 8})
+    'allgather_mm8@h200,chunks=8'
+    >>> default_outdir_name("x", "h200", {"dtype": "fp16", "chunks": 4})
+    'x@h200,chunks=4,dtype=fp16'
+    >>> default_outdir_name("x", "h200", {"path": "a/b"}).startswith("x@h200,path=a_b-")
+    True
+    """
+    import hashlib
+    import json
+    import re
+
+    from schedsim.report.outdir import safe_dirname
+
+    def raw(v: Any) -> str:
+        return json.dumps(v) if isinstance(v, bool) or v is None else str(v)
+
+    def token(t: str) -> str:  # no token starts with a dot, so "..", "." stay plain names
+        return re.sub(r"^\.", "_", re.sub(r"[^A-Za-z0-9_.+-]", "_", t))
+
+    items = sorted((raw(k), raw(v)) for k, v in overrides.items())
+    exact = ",".join([raw(profile)] + [f"{k}={v}" for k, v in items])
+    safe = ",".join([token(raw(profile))] + [f"{token(k)}={token(v)}" for k, v in items])
+    changed = any(token(t) != t for t in [raw(profile)] + [x for kv in items for x in kv])
+    if changed or len(safe) > OUTDIR_SUFFIX_MAX:
+        digest = hashlib.sha1(exact.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        safe = f"{safe[:OUTDIR_SUFFIX_MAX - 9]}-{digest}"
+    return f"{safe_dirname(schedule)}@{safe}"
+
+
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwareProfile, out: Path | None,
                    launch: str | None,
                    gantt: bool = True, trace: bool | None = None,
                    **sim: Any) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
-    ``schedsim_out/<safe schedule name>``), all or nothing, replacing an earlier run's set whole; the cyclic
-    GC is paused throughout (the DAG and timeline are millions of acyclic objects). Returns
-    ``(timeline, metrics, paths written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
+    ``schedsim_out/<name>@<profile>[,k=v...]``, :func:`default_outdir_name`), all or nothing, replacing an
+    earlier run's set whole; the cyclic GC is paused throughout (the DAG and timeline are millions of acyclic
+    objects). Returns ``(timeline, metrics, paths written)``. ``profile`` is a profile name or YAML path, or a
+    loaded profile.
 
     Raises
     ------
@@ -250,7 +300,6 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
     from schedsim._gc import paused_gc
     from schedsim.hardware.profile import load_profile
     from schedsim.io import output_set
-    from schedsim.report.outdir import safe_dirname
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     with paused_gc():
@@ -261,7 +310,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
         if prof.is_timed_graph and run.timeline.launch == "cuda_graph":
             run.timeline.meta["timed_graph"] = True  # the graph as execute --cuda-graph times it (compare checks)
         tl, metrics = run.timeline, run.metrics
-        outdir = out or Path("schedsim_out") / safe_dirname(spec.name)
+        outdir = out or Path("schedsim_out") / default_outdir_name(spec.name, prof.name, parse_overrides(sets or []))
         write_trace, note = trace_wanted(len(tl), trace)
         if note:
             print(note, file=sys.stderr)
@@ -311,18 +360,36 @@ def _tl(x: Run | Timeline) -> Timeline:
     return x.timeline if isinstance(x, Run) else x
 
 
+def shown(fig: Any) -> Any:
+    """``fig`` (a matplotlib Figure), displayable by Jupyter as the last expression of a cell: a Figure made
+    without pyplot (as schedsim's charts are) has no rich display unless ``%matplotlib inline`` registered one,
+    and shows as ``<Figure size ...>`` text; this gives it ``_repr_png_`` (IPython's rich display protocol, a PNG
+    of the figure as ``savefig`` draws it). Every ``plot_*`` of this module returns its figure through it."""
+    import io
+
+    def _repr_png_() -> bytes:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=fig.dpi)
+        return buf.getvalue()
+
+    fig._repr_png_ = _repr_png_
+    return fig
+
+
 def plot_gantt(*runs: Run | Timeline, title: str = "", labels: list[str] | None = None) -> Any:
-    """Gantt Figure of one or more runs (stacked lane by lane, e.g. predicted and measured)."""
+    """Gantt Figure of one or more runs (stacked lane by lane, e.g. predicted and measured); displays in
+    Jupyter (:func:`shown`)."""
     from schedsim.report.gantt import draw_gantt
 
     tls = [_tl(r) for r in runs]
     names = labels or ([t.source for t in tls] if len({t.source for t in tls}) == len(tls)
                        else [f"{t.source} {i}" for i, t in enumerate(tls)])
-    return draw_gantt(list(zip(names, tls, strict=False)), title)
+    return shown(draw_gantt(list(zip(names, tls, strict=False)), title))
 
 
 def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> Any:
-    """Pipeline Figure: ``mode="steps"`` (the papers' unit steps) or ``"time"``.
+    """Pipeline Figure: ``mode="steps"`` (the papers' unit steps) or ``"time"``; displays in Jupyter
+    (:func:`shown`).
 
     A measured timeline (``import``) whose range names carry pipeline actions (executor, torch
     pipelining, Megatron: :data:`schedsim.trace.analyze.PIPELINE_NAME_PATTERNS`) is tagged first, as
@@ -345,11 +412,12 @@ def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> 
         if not tag_pipeline(tl) or not pipeline_view(tl).spans:
             raise SchedsimError(f"{tl.schedule}: no pipeline actions (F/B/I/W) in this timeline",
                                 fix="draw it with plot_gantt")
-    return draw_pipeline(tl, title or tl.schedule, mode=mode)
+    return shown(draw_pipeline(tl, title or tl.schedule, mode=mode))
 
 
 def plot_memory(run: Run | Timeline, title: str = "") -> Any:
-    """Memory-over-time Figure of a run with ``meta["memory"]`` (from :func:`predict`).
+    """Memory-over-time Figure of a run with ``meta["memory"]`` (from :func:`predict`); displays in Jupyter
+    (:func:`shown`).
 
     Raises
     ------
@@ -366,7 +434,7 @@ def plot_memory(run: Run | Timeline, title: str = "") -> Any:
     curves = {int(r): [(t, b) for t, b in d["steps"]] for r, d in mem["ranks"].items()}
     static = {int(r): sum(d.get("static", {}).values()) for r, d in mem["ranks"].items()}
     peaks = {int(r): (d["peak_bytes"], d["peak_op"] or "start") for r, d in mem["ranks"].items()}
-    return draw_memory(curves, tl.makespan_s, title or tl.schedule, peaks, static=static)
+    return shown(draw_memory(curves, tl.makespan_s, title or tl.schedule, peaks, static=static))
 
 
 def to_pandas(run: Run | Timeline) -> Any:

@@ -23,8 +23,12 @@ from schedsim.api import build as _build  # noqa: F401  (scripts and tests take 
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError
 
+#: Help is plain text (click's formatter), not rich markup: markup read "[default: ...]" in a help string as a tag
+#: and deleted it, and rich's option tables cut words with "…" at 80 columns; plain help wraps at the terminal width.
+HELP_MARKUP: Any = None
+
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Predict and execute comm/compute schedules of GPU clusters.")
+                  rich_markup_mode=HELP_MARKUP, help="Predict and execute comm/compute schedules of GPU clusters.")
 
 #: This module's commands by name, built into click commands only when invoked (or listed by --help), as
 #: :data:`_EXTENSIONS` are: typer turns every parameter of every registered command into a click parameter
@@ -76,7 +80,8 @@ def predict(
     file: Path = typer.Argument(..., help="Schedule YAML."),
     profile: str = ProfileOpt,
     set_: list[str] | None = SetOpt,
-    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: schedsim_out/<schedule name>)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: "
+                                    "schedsim_out/<schedule name>@<profile>,<k=v of --set, sorted>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
     launch: Launch | None = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
@@ -124,8 +129,10 @@ def predict(
 
 
 def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:  # type: ignore[no-untyped-def]
-    for w in tl.meta.get("warnings", []):
-        print(f"warning: {w}", file=sys.stderr)
+    from schedsim.notes import summarize
+
+    for line in summarize(tl.meta.get("warnings", [])):  # one line per kind of warning
+        print(line, file=sys.stderr)
     if fmt == OutFormat.json:
         print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(),
                           "files": [str(p) for p in paths]}, indent=1))
@@ -143,7 +150,8 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:
         mp = metrics.memory_peak
         print(f"peak memory {fmt_bytes(mp.bytes)} on rank {mp.rank} at {fmt_time(mp.t_s)}, "
               f"when {mp.op or 'the step starts'} allocates")
-    print("wrote " + ", ".join(str(p) for p in paths))
+    folders = list(dict.fromkeys(str(p.parent) for p in paths))
+    print(f"wrote {', '.join(folders)}{'/' if len(folders) == 1 else ''}: " + ", ".join(p.name for p in paths))
 
 
 @_command
@@ -157,8 +165,10 @@ def check(
     _max_ops(max_ops)
     spec = _load(file, set_)
     prog = lower_spec(spec, file)  # the checked Program; no networkx graph is needed here
-    for w in prog.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    from schedsim.notes import summarize
+
+    for line in summarize(prog.warnings):  # one line per kind of warning
+        print(line, file=sys.stderr)
     print(f"ok: {file}: {spec.name}: {prog.N} ops on {prog.world_size} rank(s), "
           f"{len(prog.coll_keys)} collective(s), {len(prog.p2p)} send/recv pair(s)")
 
@@ -189,11 +199,16 @@ def schema(out: Path | None = typer.Option(None, "--out", "-o", help="Write to a
 @handle_errors
 def profiles() -> None:
     """List the shipped hardware profiles and where their numbers come from."""
+    import shutil
+    import textwrap
+
     from schedsim.hardware.profile import list_profiles, load_profile
 
+    width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)  # wrapped whole, never cut mid-word
     for name in list_profiles():
         p = load_profile(name)
-        print(f"{name:18s} {p.gpu.name}: {p.description.strip()[:150]}")
+        print(f"{name}  ({p.gpu.name})")
+        print(textwrap.fill(" ".join(p.description.split()), width, initial_indent="    ", subsequent_indent="    "))
 
 
 def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
@@ -360,7 +375,7 @@ _EXTENSIONS = {"execute": "executor.commands", "calibrate": "executor.commands",
 def _extension_command(name: str) -> Any:
     """The click command ``name``: one of :data:`_OWN`, or of its extension module (None when that module is
     not installed)."""
-    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=HELP_MARKUP)
     if name in _OWN:
         sub.command()(_OWN[name])
         return typer.main.get_command(sub)
@@ -377,6 +392,18 @@ def _extension_command(name: str) -> Any:
 
 class _LazyGroup(typer.core.TyperGroup):
     """The top-level group: :data:`_OWN` and :data:`_EXTENSIONS`, each built on first use."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list with each command's first sentence whole, wrapped to the terminal (click cuts it
+        with "..." to fit one line)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def list_commands(self, ctx: Any) -> list[str]:
         own = super().list_commands(ctx)

@@ -10,7 +10,8 @@ if TYPE_CHECKING:
     from schedsim.sim.metrics import Metrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
-__all__ = ["print_summary", "print_pipeline", "fmt_time", "fmt_bytes", "pick_ranks", "make_console"]
+__all__ = ["print_summary", "print_pipeline", "fmt_time", "fmt_bytes", "pick_ranks", "make_console",
+           "critical_path_parts"]
 
 
 def fmt_time(s: float) -> str:
@@ -72,8 +73,9 @@ def pick_ranks(ranks: list[Any], score: dict[Any, float], all_ranks: bool, k: in
 
 
 def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: int = 12,
-                  all_ranks: bool = False) -> None:
-    """Print the header, the per-rank table and the critical path.
+                  all_ranks: bool = False, makespan_label: str = "makespan") -> None:
+    """Print the header, the per-rank table and the critical path; ``makespan_label`` names the makespan (an
+    executed run has several: :func:`schedsim.compare.measured_makespans`).
 
     Past :data:`MAX_RANK_ROWS` ranks the table holds the 3 worst and 3 best ranks by idle + exposed
     communication time, after a totals row; ``all_ranks`` prints every rank.
@@ -86,34 +88,59 @@ def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: i
     con.print(f"[bold]{escape(_clip(str(tl.schedule)))}[/bold]  source={escape(_clip(str(tl.source)))}  "
               f"profile={escape(str(tl.profile))}  launch={escape(str(tl.launch))}  "
               f"ranks={tl.world_size}  ops={metrics.ops}")
-    con.print(f"makespan [bold]{fmt_time(metrics.makespan_s)}[/bold]   exposed comm (sum over ranks) "
-              f"{fmt_time(metrics.exposed_comm_s)}   overlap ratio {metrics.overlap_ratio:.3f}")
+    con.print(f"{escape(makespan_label)} [bold]{fmt_time(metrics.makespan_s)}[/bold]   exposed comm (sum over ranks) "
+              f"{fmt_time(metrics.exposed_comm_s)}   overlap ratio {_ratio(metrics.overlap_ratio, metrics.busy_comm_s)}"
+              + ("" if metrics.copy_overlap_ratio is None else f"   copy overlap {metrics.copy_overlap_ratio:.3f}"))
     t = Table(title=None, show_lines=False)
-    for col in ("rank", "busy compute", "busy comm", "busy copy", "idle", "exposed comm", "overlap", "comm share"):
+    copies = metrics.copy_overlap_ratio is not None
+    cols = ["rank", "busy compute", "busy comm", "busy copy", "idle", "compute idle", "exposed comm", "overlap"]
+    for col in cols + (["copy overlap"] if copies else []) + ["comm share"]:
         t.add_column(col, justify="right")
     ranks = metrics.ranks
+    ms = metrics.makespan_s
     score = {r: d.idle_s + d.exposed_comm_s for r, d in ranks.items()}
     rows, left = pick_ranks(list(ranks), score, all_ranks, tie={r: d.exposed_comm_s for r, d in ranks.items()})
-    keys = ("busy_compute_s", "busy_comm_s", "busy_copy_s", "idle_s", "exposed_comm_s")
+    keys = ("busy_compute_s", "busy_comm_s", "busy_copy_s", "idle_s", "compute_idle_s", "exposed_comm_s")
+
+    def val(d: Any, k: str) -> float:
+        return float(d.compute_idle_s(ms) if k == "compute_idle_s" else getattr(d, k))
+
     if left:
         n = len(ranks)
-        tot = {k: sum(getattr(d, k) for d in ranks.values()) for k in keys}
-        t.add_row(f"mean of {n}", *[fmt_time(tot[k] / n) for k in keys], f"{metrics.overlap_ratio:.3f}", "",
-                  end_section=True)
+        tot = {k: sum(val(d, k) for d in ranks.values()) for k in keys}
+        t.add_row(f"mean of {n}", *[fmt_time(tot[k] / n) for k in keys],
+                  _ratio(metrics.overlap_ratio, metrics.busy_comm_s),
+                  *([_ratio(metrics.copy_overlap_ratio, 1.0)] if copies else []), "", end_section=True)
     for i, r in enumerate(rows):
         d = ranks[r]
         tag = "" if not left else (" worst" if i < 3 else " best")
-        t.add_row(f"{r}{tag}", *[fmt_time(getattr(d, k)) for k in keys], f"{d.overlap_ratio:.3f}",
-                  f"{d.comm_share:.3f}")
+        t.add_row(f"{r}{tag}", *[fmt_time(val(d, k)) for k in keys], _ratio(d.overlap_ratio, d.busy_comm_s),
+                  *([_ratio(d.copy_overlap_ratio, 1.0)] if copies else []), f"{d.comm_share:.3f}")
     con.print(t)
+    con.print("idle: nothing runs on the rank; compute idle: no compute runs (the pipeline bubble); overlap: share "
+              "of comm under compute (– without comm); definitions in docs/metrics.md")
     if left:
         con.print(f"({left} more ranks; worst/best by idle + exposed comm, then exposed comm; --all-ranks prints all)")
     cp = metrics.critical_path
     if cp:
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
         shown = [escape(_clip(x)) for x in shown]  # rich wraps a 150k-character op name in quadratic time
-        parts = ", ".join(f"{k} {fmt_time(v)}" for k, v in metrics.critical_path_s.items())
-        con.print(f"critical path ({len(cp)} ops; {parts}): " + " → ".join(shown))
+        con.print(f"critical path ({len(cp)} ops; {critical_path_parts(metrics, fmt_time)}): " + " → ".join(shown))
+
+
+def _ratio(x: float | None, of: float) -> str:
+    """A ratio to 3 decimals, or "–" where it is undefined (``of``, its denominator, is 0, or ``x`` is None)."""
+    return "–" if x is None or of <= 0 else f"{x:.3f}"
+
+
+def critical_path_parts(metrics: Metrics, fmt: Any) -> str:
+    """The critical path's time by segment kind (``Metrics.critical_path_s``, labelled as
+    :data:`schedsim.sim.metrics.SEGMENT_LABELS` names them) and their sum, the makespan, formatted by ``fmt``
+    (seconds → text)."""
+    from schedsim.sim.metrics import SEGMENT_LABELS
+
+    parts = ", ".join(f"{SEGMENT_LABELS.get(k, k)} {fmt(v)}" for k, v in metrics.critical_path_s.items())
+    return f"{parts}; sum {fmt(sum(metrics.critical_path_s.values()))} = makespan"
 
 
 def print_pipeline(pm: PipelineMetrics, console: Any = None, all_ranks: bool = False) -> None:
@@ -126,7 +153,7 @@ def print_pipeline(pm: PipelineMetrics, console: Any = None, all_ranks: bool = F
     from rich.markup import escape
 
     con.print(f"pipeline {escape(info.schedule)}: p={info.p} v={info.v} m={info.m} p2p={info.p2p}  "
-              f"bubble: {pm.bubble_of_makespan.overall:.4f} of makespan (idle fraction), "
+              f"bubble: {pm.bubble_of_makespan.overall:.4f} of makespan (compute idle fraction), "
               f"{pm.bubble_of_ideal.overall:.4f} of ideal compute ((p-1)/m convention)")
     t = Table()
     for col in ("rank", "bubble/makespan", "bubble/ideal", "peak act. (mb units)", "peak act. (MiB)",

@@ -734,7 +734,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     _host_meta(meta, run.host_s, mode, None if "pipeline" in info else run.host_call, prog.ids)
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)
-    tl._cp_rows = (list(cp), np.sort(at))
+    tl._cp_rows = (list(cp), at)  # in path order; critical_rows() sorts them
     return tl
 
 

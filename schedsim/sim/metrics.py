@@ -10,7 +10,17 @@ Definitions (per rank, then summed or averaged over ranks):
   (union(comm) minus union(compute)).
 * **overlap ratio**: |union(comm) ∩ union(compute)| / |union(comm)|, the share of
   communication time hidden under compute. This is HTA's definition
-  (facebookresearch/HolisticTraceAnalysis ``communication_analysis.py``).
+  (facebookresearch/HolisticTraceAnalysis ``communication_analysis.py``); as in HTA
+  (``hta/utils/utils.py``, ``get_kernel_type``: NCCL kernels are COMMUNICATION, Memcpy/Memset MEMORY), copies
+  are not communication: 0 where a rank has no communication (tables print "–").
+* **copy overlap**: |union(copy) ∩ union(compute)| / |union(copy)|, the same for copies (offload: h2d/d2h
+  hidden under GEMMs); None where a rank has no copies.
+* **critical path**: :func:`critical_path_segments`, the path's ops and what it waited for between them
+  (host issue, an event wait, SMs, a peer, a copy engine), contiguous from the timeline's start to its end,
+  so its segments sum to the makespan; ``critical_path_s`` sums them by kind.
+
+``docs/metrics.md`` gives every definition with its formula; the summary table, ``timeline.json``'s
+``metrics``, ``analyze`` and the charts all read them from here.
 
 :func:`compute_metrics` works on the timeline's columns with numpy: the rows grouped by (rank, resource) with
 a radix sort and each group sorted by start unless it already is (one stream's ops are), then each union is a
@@ -25,7 +35,6 @@ The result is a :class:`Metrics` (one :class:`RankMetrics` per rank); ``Metrics.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +46,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["merge", "length", "intersect_length", "merged", "union_length", "pieces_intersection", "compute_metrics",
-           "Metrics", "RankMetrics", "MemoryPeak"]
+           "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments", "SEGMENT_KINDS",
+           "SEGMENT_LABELS", "union_by_group"]
 
 Interval = tuple[float, float]
 
@@ -136,6 +146,28 @@ def union_length(start: np.ndarray, end: np.ndarray, *, presorted: bool = False)
     return float((b - a).sum())
 
 
+def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
+    """Length of the union of the intervals [start_i, end_i) of each group (``group``: ints in 0 .. n-1, e.g.
+    ranks), as a float64 array of shape (n,): :func:`union_length` per group, the rows sorted once.
+
+    >>> import numpy as np
+    >>> union_by_group(np.array([1, 0, 1]), np.array([0.0, 1.0, 1.0]), np.array([2.0, 2.0, 3.0]), 2).tolist()
+    [1.0, 3.0]
+    """
+    import numpy as np
+
+    out = np.zeros(n, np.float64)
+    if not len(group):
+        return out
+    o = np.lexsort((start, group))
+    g, s, e = group[o], start[o], end[o]
+    bounds = np.searchsorted(g, np.arange(n + 1))
+    for k in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
+        a, b = int(bounds[k]), int(bounds[k + 1])
+        out[k] = union_length(s[a:b], e[a:b], presorted=True)
+    return out
+
+
 def pieces_intersection(x: Pieces, y: Pieces) -> float:
     """Length of the intersection of two :func:`merged` piece lists; numpy's :func:`intersect_length`.
 
@@ -159,12 +191,123 @@ def pieces_intersection(x: Pieces, y: Pieces) -> float:
     return float(over[over > 0].sum())
 
 
+#: The kinds of :class:`PathSegment`, in the order ``critical_path_s`` lists them: the three resources an op on the
+#: path runs on, then what the path waited for (``docs/metrics.md``).
+SEGMENT_KINDS = ("compute", "comm", "copy", "host_issue", "wait_dependency", "wait_sms", "wait_peer",
+                 "wait_copy_engine", "gap")
+#: How tables name each segment kind.
+SEGMENT_LABELS = {"compute": "compute", "comm": "comm", "copy": "copy", "host_issue": "host issue",
+                  "wait_dependency": "waiting for a dependency", "wait_sms": "waiting for SMs",
+                  "wait_peer": "waiting for a peer", "wait_copy_engine": "waiting for a copy engine",
+                  "gap": "unattributed gap"}
+
+
+@dataclass(frozen=True)
+class PathSegment:
+    """One piece of the critical path: ``kind`` (one of :data:`SEGMENT_KINDS`), from ``start_s`` to ``end_s``
+    (seconds), and the op it runs or waits for (``op``, its id)."""
+
+    kind: str
+    start_s: float
+    end_s: float
+    op: str
+
+
+def _path_rows(tl: Timeline) -> np.ndarray:
+    """Rows of :attr:`Timeline.critical_path`'s ops in path order (int64)."""
+    import numpy as np
+
+    order = tl.critical_path_order()
+    if order is not None:
+        return order
+    rows = tl.critical_rows()
+    pos = {op: k for k, op in enumerate(tl.critical_path)}
+    ids = tl.columns.id
+    return rows[np.argsort([pos[ids[i]] for i in rows.tolist()], kind="stable")]
+
+
+def _segment_arrays(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The critical path as segments, in arrays: ``(kind, start, end, row)``, kind an index into
+    :data:`SEGMENT_KINDS` (int64), start/end in seconds, row the op's row (int64), in time order, zero-length
+    segments included. See :func:`critical_path_segments` for the rules."""
+    import numpy as np
+
+    c = tl.columns
+    rows = _path_rows(tl)
+    t0 = min(0.0, float(c.start_s.min())) if len(c) else 0.0
+    t_end = t0 + tl.makespan_s
+    n = len(rows)
+    k_res = {"compute": 0, "comm": 1, "copy": 2}
+    res_vals, res_codes = c.resource
+    res = np.array([k_res.get(v, 0) for v in res_vals] + [0], np.int64)[res_codes[rows]] if n else \
+        np.zeros(0, np.int64)
+    s, e = c.start_s[rows], c.end_s[rows]
+    # covered: the time the path has reached before each op (the timeline's start, then the ends so far)
+    cov = np.maximum.accumulate(np.concatenate(([t0], e)))
+    a = cov[:-1]
+    s = np.maximum(s, a)
+    e = np.maximum(e, s)
+    rd = c.ready_s[rows]
+    known = ~np.isnan(rd)
+    r = np.where(known, np.clip(np.where(known, rd, 0.0), a, s), a)
+    first = np.zeros(n, bool)
+    first[:1] = True
+    wait_in = np.where(first, 3, 4)  # up to ready: the host (the path's first op), else the dependency's event
+    wait_ready = np.where(known, np.array([5, 6, 7], np.int64)[res], 8)  # ready to start: by resource; unknown: gap
+    kind = np.stack([wait_in, wait_ready, res], axis=1).ravel()
+    lo = np.stack([a, r, s], axis=1).ravel()
+    hi = np.stack([r, s, e], axis=1).ravel()
+    row = np.repeat(rows, 3)
+    tail = cov[-1]
+    if tail < t_end:  # the path ends before the timeline does (an imported chain): the rest is a gap
+        kind, lo, hi = np.append(kind, 8), np.append(lo, tail), np.append(hi, t_end)
+        row = np.append(row, rows[-1] if n else -1)
+    return kind, lo, hi, row
+
+
+def critical_path_segments(tl: Timeline) -> list[PathSegment]:
+    """The critical path of ``tl`` as contiguous segments from the timeline's start to its end: their lengths
+    sum to ``tl.makespan_s`` (to float rounding), zero-length segments left out.
+
+    Each op of :attr:`Timeline.critical_path` (its ops in path order, each released by the one before it:
+    the simulator's binding walk, :mod:`schedsim.sim.engine`) contributes, from where the path had reached:
+
+    * ``host_issue`` (the path's first op) or ``wait_dependency`` (the others): until the op was ready
+      (``ready_s``): its host call had not yet launched it (the walk stops at an op its host released),
+      or the cross-stream event wait of its dependency resolved later (rule 3, :mod:`schedsim.sim.gpu_model`);
+    * ``wait_sms`` (compute), ``wait_peer`` (communication: its group's other ranks and its NCCL kernel's
+      SMs) or ``wait_copy_engine`` (copy): ready until it started;
+    * its run, named by its resource (``compute``, ``comm``, ``copy``), until it ended.
+
+    Where ``ready_s`` is unknown (imported timelines) the wait before an op is a ``gap``, as is any time after
+    the path's last op (a chain that does not end at the makespan). Times in seconds; definitions in
+    ``docs/metrics.md``.
+
+    >>> from schedsim.sim.timeline import Span, Timeline
+    >>> a = Span("a@r0", "a", 0, "s", "matmul", "compute", 1.0, 3.0, ready_s=0.5)
+    >>> b = Span("b@r0", "b", 0, "c", "all_reduce", "comm", 4.0, 6.0, ready_s=3.5)
+    >>> tl = Timeline("x", "predict", 1, spans=[a, b], critical_path=["a@r0", "b@r0"])
+    >>> [(p.kind, p.start_s, p.end_s) for p in critical_path_segments(tl)]  # doctest: +NORMALIZE_WHITESPACE
+    [('host_issue', 0.0, 0.5), ('wait_sms', 0.5, 1.0), ('compute', 1.0, 3.0), ('wait_dependency', 3.0, 3.5),
+     ('wait_peer', 3.5, 4.0), ('comm', 4.0, 6.0)]
+    """
+    if not tl.critical_path or len(tl) == 0:
+        return []
+    kind, lo, hi, row = _segment_arrays(tl)
+    keep = (hi > lo).nonzero()[0].tolist()
+    ids = tl.columns.id
+    kl, ll, hl, rl = kind.tolist(), lo.tolist(), hi.tolist(), row.tolist()
+    return [PathSegment(SEGMENT_KINDS[kl[i]], ll[i], hl[i], ids[rl[i]]) for i in keep]
+
+
 @dataclass(frozen=True)
 class RankMetrics:
     """One rank's share of :class:`Metrics` (seconds, or fractions where named so).
 
-    ``busy_*_s``: length of the union of that resource's intervals; ``idle_s``: makespan − union of all;
-    ``exposed_comm_s``: communication under no compute; ``overlap_ratio``: hidden share of communication;
+    ``busy_*_s``: length of the union of that resource's intervals; ``idle_s``: makespan − union of all
+    (nothing runs: not the pipeline bubble, which is makespan − busy compute); ``exposed_comm_s``:
+    communication under no compute; ``overlap_ratio``: hidden share of communication (0 without any);
+    ``copy_overlap_ratio``: hidden share of copies (None without any, and in files written before it);
     ``comm_share``: busy_comm / makespan; ``comm_share_kernel_view``: the same with each communication op
     counted from when its stream reached it (``ready_s``), as nsys shows an NCCL kernel spinning while its
     peer is late.
@@ -178,6 +321,12 @@ class RankMetrics:
     overlap_ratio: float
     comm_share: float
     comm_share_kernel_view: float
+    copy_overlap_ratio: float | None = None
+
+    def compute_idle_s(self, makespan_s: float) -> float:
+        """Seconds of ``makespan_s`` in which no compute runs on the rank (makespan − busy compute): the
+        pipeline bubble's numerator (:mod:`schedsim.sim.pipeline_metrics`, ``bubble_of_makespan``)."""
+        return makespan_s - self.busy_compute_s
 
 
 @dataclass(frozen=True)
@@ -196,10 +345,11 @@ class Metrics:
     """Metrics of one timeline (module docstring for the definitions).
 
     ``ranks`` maps rank → :class:`RankMetrics`; ``busy_comm_s`` and ``exposed_comm_s`` are summed over
-    ranks, ``overlap_ratio`` is taken over all ranks; ``critical_path`` lists op ids and
-    ``critical_path_s`` the time on it by resource (seconds). :func:`schedsim.api.simulate_spec` adds
-    ``pipeline`` (pipeline schedules, without the memory steps) and ``memory_peak`` (when the memory
-    curve applies); they are absent from the JSON form while None.
+    ranks, ``overlap_ratio`` (and ``copy_overlap_ratio``, None without copies) is taken over all ranks;
+    ``critical_path`` lists op ids and ``critical_path_s`` the time on it by segment kind (seconds; the
+    resources its ops ran on and the waits, :func:`critical_path_segments`), which sums to the makespan.
+    :func:`schedsim.api.simulate_spec` adds ``pipeline`` (pipeline schedules, without the memory steps) and
+    ``memory_peak`` (when the memory curve applies); they are absent from the JSON form while None.
 
     >>> from schedsim.sim.timeline import Span, Timeline
     >>> tl = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 2.0)])
@@ -220,6 +370,7 @@ class Metrics:
     critical_path_s: dict[str, float]
     pipeline: PipelineMetrics | None = field(default=None, metadata=OMIT_NONE)
     memory_peak: MemoryPeak | None = field(default=None, metadata=OMIT_NONE)
+    copy_overlap_ratio: float | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def of(cls, tl: Timeline) -> Metrics:
@@ -291,7 +442,7 @@ def _compute(tl: Timeline) -> Metrics:
     for g, k in enumerate(gkey[gb[:-1]].tolist()):
         per.setdefault(k >> 2, {})[k & 3] = (gb[g], gb[g + 1])
     ranks: dict[int, RankMetrics] = {}
-    tot_comm = tot_overlap = tot_exposed = 0.0
+    tot_comm = tot_overlap = tot_exposed = tot_copy = tot_copy_ov = 0.0
     none = (0, 0)
     for r, groups in per.items():
         (a0, b0), (a1, b1), (a2, b2) = (groups.get(k, none) for k in range(3))
@@ -300,6 +451,8 @@ def _compute(tl: Timeline) -> Metrics:
         copy = merged(start[a2:b2], end[a2:b2], presorted=True)
         lc = float((comm[1] - comm[0]).sum())
         ov = pieces_intersection(comm, comp)
+        lcp = float((copy[1] - copy[0]).sum())
+        ovc = pieces_intersection(copy, comp) if lcp > 0 else 0.0
         # the union of all three: of their pieces (the same pieces as of the intervals themselves)
         ps, pe = (np.concatenate(x) for x in zip(comp, comm, copy, strict=True))
         busy = union_length(ps, pe) if len(comm[0]) + len(copy[0]) else float((comp[1] - comp[0]).sum())
@@ -310,24 +463,28 @@ def _compute(tl: Timeline) -> Metrics:
         ranks[r] = RankMetrics(
             busy_compute_s=float((comp[1] - comp[0]).sum()),
             busy_comm_s=lc,
-            busy_copy_s=float((copy[1] - copy[0]).sum()),
+            busy_copy_s=lcp,
             idle_s=makespan - busy,
             exposed_comm_s=lc - ov,
             overlap_ratio=ov / lc if lc > 0 else 0.0,
             comm_share=lc / makespan if makespan > 0 else 0.0,
             comm_share_kernel_view=kv / makespan if makespan > 0 else 0.0,
+            copy_overlap_ratio=ovc / lcp if lcp > 0 else None,
         )
         tot_comm += lc
         tot_overlap += ov
         tot_exposed += lc - ov
-    cp_time: dict[str, float] = defaultdict(float)
-    if tl.critical_path:
-        rows = tl.critical_rows()
-        if len(rows):
-            dur = c.end_s[rows] - c.start_s[rows]
-            sums = np.bincount(res_codes[rows], weights=dur, minlength=len(res_vals))
-            present = np.bincount(res_codes[rows], minlength=len(res_vals))
-            cp_time.update({res_vals[k]: float(sums[k]) for k in range(len(res_vals)) if present[k]})
+        tot_copy += lcp
+        tot_copy_ov += ovc
+    cp_time: dict[str, float] = {}
+    if tl.critical_path and len(tl):
+        kind, lo, hi, _row = _segment_arrays(tl)
+        sums = np.bincount(kind, weights=hi - lo, minlength=len(SEGMENT_KINDS))
+        present = np.bincount(kind, minlength=len(SEGMENT_KINDS))
+        # the resources the path's ops run on, and every wait that took time
+        cp_time = {SEGMENT_KINDS[k]: float(sums[k]) for k in range(len(SEGMENT_KINDS))
+                   if present[k] and (k < 3 or sums[k] > 0)}
     return Metrics(makespan_s=makespan, ops=len(tl), busy_comm_s=tot_comm, exposed_comm_s=tot_exposed,
                    overlap_ratio=tot_overlap / tot_comm if tot_comm > 0 else 0.0, ranks=ranks,
-                   critical_path=list(tl.critical_path), critical_path_s=dict(cp_time))
+                   critical_path=list(tl.critical_path), critical_path_s=cp_time,
+                   copy_overlap_ratio=tot_copy_ov / tot_copy if tot_copy > 0 else None)

@@ -2,6 +2,10 @@
 
 * **Bubble ratio**, both conventions, per rank and overall:
 
+  Here busy is the rank's busy compute (the union of its compute ops' intervals, ``RankMetrics.busy_compute_s``
+  of :mod:`schedsim.sim.metrics`) and idle = makespan − busy its compute idle (``RankMetrics.compute_idle_s``),
+  not ``RankMetrics.idle_s``, in which communication counts as busy (``docs/metrics.md``).
+
   - ``bubble_of_ideal`` = idle / ideal compute = (makespan − busy) / busy. With equal
     stage times this is the Megatron paper's (p−1)/m, or (p−1)/(v·m) interleaved
     (Narayanan et al., SC'21, arXiv 2104.04473, §2.2);
@@ -150,8 +154,9 @@ def group_of(*cols: Any) -> tuple[Any, Any]:
 
 
 def _compute(tl: Timeline) -> PipelineMetrics | None:
-    """The metrics as columns: sums per rank by ``np.bincount`` (which adds the rows in row order, as the
-    per-row definition in ``tests/core/test_pipeline_metrics.py`` does, so the floats are the same), the
+    """The metrics as columns: busy compute per rank as a union (:func:`schedsim.sim.metrics.union_by_group`),
+    p2p bytes by ``np.bincount`` (which adds the rows in row order, as the per-row definition in
+    ``tests/core/test_pipeline_metrics_columns.py`` does, so the floats are the same), the
     forward starts and W ends per (rank, stage, mb) by grouping, and each rank's memory steps as a cumulative
     sum in the definition's event order (time, frees before allocations)."""
     import numpy as np
@@ -170,7 +175,9 @@ def _compute(tl: Timeline) -> PipelineMetrics | None:
     send = pp & code_is(c.kind, "send")
     recv = pp & code_is(c.kind, "recv") & ~send
     comp = code_is(c.resource, "compute") & ~send & ~recv
-    busy = np.bincount(rank[comp], weights=(end - start)[comp], minlength=nr)
+    from schedsim.sim.metrics import union_by_group
+
+    busy = union_by_group(rank[comp], start[comp], end[comp], nr)  # busy compute, as Metrics has it
     sent = np.bincount(rank[send], weights=c.bytes[send], minlength=nr)
     got = np.bincount(rank[recv], weights=c.bytes[recv], minlength=nr)
     stage, mb = tag_ints(c, "stage"), tag_ints(c, "mb")

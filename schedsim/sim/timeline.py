@@ -859,7 +859,7 @@ class Timeline:
         self._makespan: float | None = None
         self.critical_path: list[str] = critical_path if critical_path is not None else []
         self.meta: dict[str, Any] = meta if meta is not None else {}
-        self._cp_rows: tuple[list[str], np.ndarray] | None = None  # (critical_path as it was, its rows)
+        self._cp_rows: tuple[list[str], np.ndarray] | None = None  # (critical_path as it was, rows in path order)
 
     def critical_rows(self) -> np.ndarray:
         """Rows (int64, ascending) of the ops whose id is on :attr:`critical_path`: from the simulator when it
@@ -868,10 +868,16 @@ class Timeline:
 
         known = self._cp_rows
         if known is not None and known[0] == self.critical_path:
-            return known[1]
+            return np.sort(known[1])
         on_path = set(self.critical_path)  # a membership scan, cheaper than an id → row dict of every op
         c = self.columns
         return np.flatnonzero(np.fromiter(map(on_path.__contains__, c.id), dtype=bool, count=len(c)))
+
+    def critical_path_order(self) -> np.ndarray | None:
+        """Rows (int64) of the :attr:`critical_path` ops in path order when the simulator gave them and the path
+        is unchanged since, else None (:func:`schedsim.sim.metrics.critical_path_segments` then maps the ids)."""
+        known = self._cp_rows
+        return known[1] if known is not None and known[0] == self.critical_path else None
 
     @property
     def spans(self) -> list[Span]:

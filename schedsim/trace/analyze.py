@@ -316,22 +316,18 @@ def tag_pipeline(tl: Timeline) -> int:
     return n
 
 
-def pipeline_bubbles(tl: Timeline) -> dict[int, float] | None:
-    """Bubble ratio per rank of a pipeline-tagged timeline: 1 − (time any compute op runs) / makespan,
-    the idle-fraction convention of :mod:`schedsim.sim.pipeline_metrics`, which also counts compute
-    outside F/B/I/W (optimizer step, embedding) as busy; so ``analyze`` of a predicted timeline
-    prints the bubble ``predict`` does. Ranks without pipeline actions are left out; None without tags."""
-    from schedsim.sim.metrics import length, merge
-
+def pipeline_bubbles(tl: Timeline, metrics: Metrics | None = None) -> dict[int, float] | None:
+    """Bubble ratio per rank of a pipeline-tagged timeline: compute idle / makespan (``docs/metrics.md``), from
+    ``metrics`` (:class:`Metrics` of ``tl``, computed when not given), the idle-fraction convention of
+    :mod:`schedsim.sim.pipeline_metrics`, which also counts compute outside F/B/I/W (optimizer step,
+    embedding) as busy; so ``analyze`` of a predicted timeline prints the bubble ``predict`` does. Ranks
+    without pipeline actions are left out; None without tags."""
     pp_ranks = {s.rank for s in tl.spans if s.tags and s.tags.get("pp_op") in ("F", "B", "I", "W")}
     if not pp_ranks:
         return None
-    busy: dict[int, list[tuple[float, float]]] = {r: [] for r in pp_ranks}
-    for s in tl.spans:
-        if s.rank in pp_ranks and s.resource == "compute":
-            busy[s.rank].append((s.start_s, s.end_s))
-    mk = tl.makespan_s
-    return {r: (1.0 - length(merge(iv)) / mk if mk > 0 else 0.0) for r, iv in sorted(busy.items())}
+    m = metrics or Metrics.of(tl)
+    mk = m.makespan_s
+    return {r: (m.ranks[r].compute_idle_s(mk) / mk if mk > 0 else 0.0) for r in sorted(pp_ranks)}
 
 
 def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
@@ -460,8 +456,9 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
                    f"{_fmt_t(d.exposed_comm_s):>13} {d.overlap_ratio:>8.3f}")
     if left:
         out.append(f"... {left} more ranks (worst 3 and best 3 by idle + exposed comm shown; --full prints all)")
-    out.append(f"all  overlap ratio {m.overlap_ratio:.3f}, exposed comm {_fmt_t(m.exposed_comm_s)}")
-    bub = pipeline_bubbles(tl)
+    out.append(f"all  overlap ratio {m.overlap_ratio:.3f}, exposed comm {_fmt_t(m.exposed_comm_s)}"
+               + ("" if m.copy_overlap_ratio is None else f", copy overlap {m.copy_overlap_ratio:.3f}"))
+    bub = pipeline_bubbles(tl, m)
     if bub:
         out += ["", "## pipeline bubble per rank (idle fraction of the makespan: no compute op running)"]
         brows, bleft = pick_ranks(list(bub), bub, full)
@@ -473,14 +470,10 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     out += ["", "## critical path" + (" (last-finishing chain on one rank; cross-rank waits not followed)"
                                       if tl.source == "import" else "")]
     if cp:
-        byid = tl.by_id()
-        busy = sum(byid[c].end_s - byid[c].start_s for c in cp if c in byid)
-        parts = ", ".join(f"{k} {_fmt_t(v)}" for k, v in m.critical_path_s.items())
+        from schedsim.report.summary import critical_path_parts
+
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["..."] + cp[-max_cp // 2:]
-        first, last = byid.get(cp[0]), byid.get(cp[-1])
-        length = (last.end_s - first.start_s) if first and last else busy
-        out.append(f"{len(cp)} ops over {_fmt_t(length)}: busy {_fmt_t(busy)} ({parts}), "
-                   f"gaps {_fmt_t(max(0.0, length - busy))}")
+        out.append(f"{len(cp)} ops: {critical_path_parts(m, _fmt_t)}")
         out.append(" -> ".join(shown))
     else:
         out.append("(none)")

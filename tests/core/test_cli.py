@@ -145,7 +145,7 @@ def test_help_lists_every_command_and_a_typo_gets_a_suggestion():
     assert r.returncode == 0
     names = ["predict", "check", "schema", "profiles", "sweep", "execute", "calibrate", "compare", "import",
              "analyze"]
-    at = [r.stdout.find(f"│ {n} ") for n in names]
+    at = [r.stdout.find(f"\n  {n} ") for n in names]
     assert -1 not in at and at == sorted(at), at
     r = run("chek", "x.yaml")
     assert r.returncode == 2

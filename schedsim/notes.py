@@ -1,0 +1,123 @@
+"""Warnings with a kind, printed one line per kind, and the guesses a prediction rests on.
+
+* :class:`Note`: a warning's text (a ``str``, so every list of warnings keeps working) with its ``kind``.
+  :func:`kind_of` gives any warning's kind: a Note's own, else the text with its particulars (quoted names, op ids
+  ``name@rN``, numbers) blanked, so warnings that differ only in those are one kind.
+* :func:`summarize`: one line per kind, in order of first appearance: the first warning's text and, when the kind
+  came more than once, how many times (``check`` and ``predict`` print these; never silence, never a flood).
+  A warning's first line is its text; a ``fix:`` line may follow.
+* :func:`guesses`: where a predicted number depends on a guess rather than a measurement of the profile, one
+  Note per kind of guess, naming how many ops it touches (``predict`` adds them to ``timeline.meta["warnings"]``):
+  a GEMM of a dtype the profile's GEMM table has no rows for (timed by the roofline, ``gpu.peak_tflops`` times
+  ``gpu.gemm_efficiency``, :mod:`schedsim.cost`), of a dtype without its own peak either (the fp32 peak then
+  stands in), and a collective of a kind and group size without a busbw table (alpha-beta on the link's
+  latency and bandwidth).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["Note", "kind_of", "summarize", "guesses"]
+
+_PARTICULARS = re.compile(r"'[^']*'|\"[^\"]*\"|\S+@r\d+|\d+(?:[.,]\d+)*(?:e[+-]?\d+)?")
+
+
+class Note(str):
+    """A warning: its text, and ``kind`` (a short stable key, e.g. ``"gemm-roofline"``).
+
+    >>> n = Note("3 matmul ops: roofline", "gemm-roofline")
+    >>> n, n.kind, n == "3 matmul ops: roofline"
+    ('3 matmul ops: roofline', 'gemm-roofline', True)
+    """
+
+    kind: str
+
+    def __new__(cls, text: str, kind: str) -> Note:
+        self = super().__new__(cls, text)
+        self.kind = kind
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (sweep's worker processes) keep the kind
+        return (Note, (str(self), self.kind))
+
+
+def kind_of(w: str) -> str:
+    """The kind of warning ``w``: a :class:`Note`'s ``kind``, else its first line with quoted names, op ids and
+    numbers blanked.
+
+    >>> kind_of("send 'a@r0' and recv 'b@r1' pair by order") == kind_of("send 'c@r2' and recv 'd@r3' pair by order")
+    True
+    """
+    k = getattr(w, "kind", None)
+    return k if isinstance(k, str) else _PARTICULARS.sub("…", str(w).split("\n", 1)[0])
+
+
+def summarize(warnings: Iterable[str]) -> list[str]:
+    """One warning per kind (:func:`kind_of`), in order of first appearance: ``warning: <its text>``, or
+    ``warning (N of this kind, the first shown): <the first one's text>`` when there were several.
+
+    >>> summarize(["op 'a' is late", "op 'b' is late", "no table"])
+    ["warning (2 of this kind, the first shown): op 'a' is late", 'warning: no table']
+    """
+    first: dict[str, str] = {}
+    count: dict[str, int] = {}
+    for w in warnings:
+        k = kind_of(w)
+        first.setdefault(k, str(w))
+        count[k] = count.get(k, 0) + 1
+    return [(f"warning ({count[k]} of this kind, the first shown): " if count[k] > 1 else "warning: ") + first[k]
+            for k in first]
+
+
+def guesses(prog: Any, profile: Any) -> list[Note]:
+    """The guesses the prediction of the Program ``prog`` on ``profile`` (a HardwareProfile) rests on, one Note
+    per kind (module docstring), each naming the ops (instances) it touches and the fix; empty when every GEMM
+    and collective has measured rows.
+
+    Raises nothing: a template the cost model cannot read is left to the simulator's own errors.
+    """
+    import numpy as np
+
+    counts = np.bincount(prog.tmpl, minlength=len(prog.templates)).tolist() if prog.N else [0] * len(prog.templates)
+    tables = {d for d, *_ in profile.gemm.entries}
+    peaks = set(profile.gpu.peak_tflops)
+    coll_tables = {(k, int(n)) for k, by_n in profile.collectives.tables.items() for n in by_n}
+    roof: dict[str, int] = {}
+    no_peak: dict[str, int] = {}
+    alpha: dict[tuple[str, int], int] = {}
+    from schedsim.kinds import COLLECTIVE_KINDS, P2P_KINDS
+
+    for t, n_inst in zip(prog.templates, counts, strict=True):
+        if not n_inst:
+            continue
+        if t.kind == "matmul":
+            dt = t.dtype or "fp32"
+            if dt not in tables and not profile.gemm.shape_curve_from:
+                roof[dt] = roof.get(dt, 0) + n_inst
+                if dt not in peaks:
+                    no_peak[dt] = no_peak.get(dt, 0) + n_inst
+        elif t.kind in COLLECTIVE_KINDS or t.kind in P2P_KINDS:
+            size = len(t.group) if t.group else 2
+            key = ("sendrecv" if t.kind in P2P_KINDS else t.kind, size)
+            if size > 1 and key not in coll_tables:
+                alpha[key] = alpha.get(key, 0) + n_inst
+    out: list[Note] = []
+    if roof:
+        what = ", ".join(f"{n} {dt}" for dt, n in roof.items())
+        out.append(Note(f"a guess: {what} matmul op(s) have no measured GEMM rows on profile {profile.name!r}: "
+                        f"timed by the roofline (gpu.peak_tflops x gemm_efficiency {profile.gpu.gemm_efficiency}) "
+                        f"(fix: calibrate those dtypes, or choose a profile that measured them)", "gemm-roofline"))
+    if no_peak:
+        what = ", ".join(f"{n} {dt}" for dt, n in no_peak.items())
+        out.append(Note(f"a guess: {what} matmul op(s) have no gpu.peak_tflops of their dtype on profile "
+                        f"{profile.name!r}: the fp32 peak stands in (fix: add the dtype's peak to the profile)",
+                        "peak-fallback"))
+    if alpha:
+        what = ", ".join(f"{n} {k} op(s) on {g} ranks" for (k, g), n in alpha.items())
+        out.append(Note(f"a guess: {what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
+                        f"latency and bandwidth (fix: calibrate --from-nccl-tests with that group size)",
+                        "collective-alpha-beta"))
+    return out

@@ -1,0 +1,72 @@
+"""check and predict print one line per kind of warning, with a count, and a prediction that rests on a guess says
+so once (issue 33)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from schedsim import api
+from schedsim.hardware.profile import load_profile
+from schedsim.notes import Note, guesses, kind_of, summarize
+from tests.core.test_cli import run
+
+MISORDERED = """\
+schema_version: 1
+name: w
+world_size: 2
+ops:
+  - {name: x0, kind: send, peer: 1, bytes: 4096, stream: a, ranks: [0]}
+  - {name: x1, kind: send, peer: 1, bytes: 4096, stream: a, ranks: [0]}
+  - {name: x2, kind: send, peer: 1, bytes: 4096, stream: a, ranks: [0]}
+  - {name: x3, kind: send, peer: 1, bytes: 4096, stream: a, ranks: [0]}
+  - {name: x3, kind: recv, peer: 0, bytes: 4096, stream: a, ranks: [1]}
+  - {name: x2, kind: recv, peer: 0, bytes: 4096, stream: a, ranks: [1]}
+  - {name: x1, kind: recv, peer: 0, bytes: 4096, stream: a, ranks: [1]}
+  - {name: x0, kind: recv, peer: 0, bytes: 4096, stream: a, ranks: [1]}
+"""
+
+BF16_ON_FP32_TABLE = """\
+schema_version: 1
+name: g
+world_size: 1
+ops:
+  - foreach: {i: range(6)}
+    ops:
+      - {name: "mm{i}", kind: matmul, m: 1024, n: 1024, k: 1024, dtype: bf16, stream: s}
+"""
+
+
+def test_check_prints_one_line_per_kind_with_its_count(tmp_path: Path) -> None:
+    f = tmp_path / "w.yaml"
+    f.write_text(MISORDERED)
+    r = run("check", str(f))
+    assert r.returncode == 0, r.stderr
+    starts = [line for line in r.stderr.splitlines() if line.startswith("warning")]
+    assert len(starts) == 1  # 4 misordered pairs, one kind: one warning, not four
+    assert starts[0].startswith("warning (4 of this kind, the first shown): ") and "NCCL pairs send" in starts[0]
+
+
+def test_predict_says_once_that_a_gemm_without_table_rows_is_a_roofline_guess(tmp_path: Path) -> None:
+    f = tmp_path / "g.yaml"
+    f.write_text(BF16_ON_FP32_TABLE)
+    r = run("predict", str(f), "--profile", "rtx3090_pcie1x4", "--out", str(tmp_path / "o"), "--no-gantt")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if "a guess" in line]
+    assert len(lines) == 1 and "6 bf16 matmul op(s)" in lines[0] and "roofline" in lines[0]
+
+
+def test_guesses_name_each_kind_once_with_the_ops_it_touches() -> None:
+    run_ = api.predict(api.load(Path(__file__).resolve().parents[2] / "schedules" / "tp_ffn.yaml"))
+    notes = guesses(run_.program, load_profile("h200"))
+    assert [n.kind for n in notes] == ["collective-alpha-beta"]
+    assert "4 all_reduce op(s) on 4 ranks" in notes[0]
+    assert run_.timeline.meta["warnings"] == notes  # the timeline carries them (timeline.json, predict's stderr)
+
+
+def test_kinds_group_by_note_kind_else_by_text_without_particulars() -> None:
+    assert kind_of(Note("anything", "k")) == "k"
+    assert kind_of("op 'a@r0' waits 3.5 us") == kind_of("op 'b@r7' waits 12 us")
+    assert kind_of("op waits") != kind_of("op hangs")
+    assert summarize([]) == []  # nothing to say: nothing printed
+    many = [f"rank {r}: late by {r} us" for r in range(1000)]
+    assert summarize(many) == ["warning (1000 of this kind, the first shown): rank 0: late by 0 us"]
