@@ -385,7 +385,9 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
     narrower than the GPU (or one whose launches would pool past :data:`MAX_POOLED_CTAS` CTAs) keeps one
     launch's CTAs and waves, each CTA lasting all its launches. ``width``: 0 for a compute-bound kernel, else
     (memory-bound, rule 5) the SMs one kernel holds alone, min(CTAs, sms); a memory-bound kernel of more CTAs
-    than SMs fills its waves, so that alone it takes its solo time.
+    than SMs fills its waves, so that alone it takes its solo time. A ``compute`` op of unknown grid (given
+    ``duration_us``, or FLOP without bytes) is one wave of sms − ``nccl.sms_per_collective`` CTAs (at least 1):
+    room for one NCCL kernel beside it (rule 4).
     """
     if op.kind == "matmul":
         measured = cost.measured_ctas(op)  # the grid the profile recorded, run in waves as it is

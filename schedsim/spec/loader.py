@@ -1214,10 +1214,8 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None, *, 
             continue
         elif k == "world_size" and "world_size" in overrides:
             out[k] = overrides["world_size"]
-        elif k == "pipeline" and isinstance(v, dict):
-            out[k] = _eval_pipeline(v, env, ctx, km.get(k))
         else:
-            out[k] = _eval_value(k, v, env, ctx, km.get(k), k)
+            out[k] = _eval_top(k, v, env, ctx, km.get(k))
     if "world_size" not in out and "world_size" in env:
         out["world_size"] = env["world_size"]
     if isinstance(out.get("world_size"), int):
@@ -1239,6 +1237,13 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None, *, 
 CHUNKS_NAME = "chunks_per_rank"
 #: The fields of a ``pipeline:`` block that decide its chunks per rank, evaluated without :data:`CHUNKS_NAME`.
 _ORDER_KEYS = frozenset({"schedule", "p", "m", "v", "group_size", "placement", "actions", "csv"})
+
+
+def _eval_top(key: str, value: Any, env: dict[str, Any], ctx: _Ctx, mark: Mark | None) -> Any:
+    """Evaluate one top-level value (a ``pipeline:`` block by :func:`_eval_pipeline`)."""
+    if key == "pipeline" and isinstance(value, dict):
+        return _eval_pipeline(value, env, ctx, mark)
+    return _eval_value(key, value, env, ctx, mark, key)
 
 
 def _eval_pipeline(block: Any, env: dict[str, Any], ctx: _Ctx, mark: Mark | None) -> Any:
