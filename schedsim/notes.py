@@ -72,6 +72,14 @@ def summarize(warnings: Iterable[str]) -> list[str]:
             for k in first]
 
 
+def _note(message: str, fix: str, kind: str) -> Note:
+    """A Note whose text is ``message`` and its ``fix`` line, worded as errors word theirs
+    (:meth:`schedsim.errors.SchedsimError.format`)."""
+    from schedsim.errors import SchedsimError
+
+    return Note(SchedsimError(message, fix=fix).format(), kind)
+
+
 def guesses(prog: Any, profile: Any) -> list[Note]:
     """The guesses the prediction of the Program ``prog`` on ``profile`` (a HardwareProfile) rests on, one Note
     per kind (module docstring), each naming the ops (instances) it touches and the fix; empty when every GEMM
@@ -107,17 +115,17 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
     out: list[Note] = []
     if roof:
         what = ", ".join(f"{n} {dt}" for dt, n in roof.items())
-        out.append(Note(f"a guess: {what} matmul op(s) have no measured GEMM rows on profile {profile.name!r}: "
-                        f"timed by the roofline (gpu.peak_tflops x gemm_efficiency {profile.gpu.gemm_efficiency}) "
-                        f"(fix: calibrate those dtypes, or choose a profile that measured them)", "gemm-roofline"))
+        out.append(_note(f"a guess: {what} matmul op(s) have no measured GEMM rows on profile {profile.name!r}: "
+                         f"timed by the roofline (gpu.peak_tflops x gemm_efficiency {profile.gpu.gemm_efficiency})",
+                         "calibrate those dtypes, or choose a profile that measured them", "gemm-roofline"))
     if no_peak:
         what = ", ".join(f"{n} {dt}" for dt, n in no_peak.items())
-        out.append(Note(f"a guess: {what} matmul op(s) have no gpu.peak_tflops of their dtype on profile "
-                        f"{profile.name!r}: the fp32 peak stands in (fix: add the dtype's peak to the profile)",
-                        "peak-fallback"))
+        out.append(_note(f"a guess: {what} matmul op(s) have no gpu.peak_tflops of their dtype on profile "
+                         f"{profile.name!r}: the fp32 peak stands in", "add the dtype's peak to the profile",
+                         "peak-fallback"))
     if alpha:
         what = ", ".join(f"{n} {k} op(s) on {g} ranks" for (k, g), n in alpha.items())
-        out.append(Note(f"a guess: {what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
-                        f"latency and bandwidth (fix: calibrate --from-nccl-tests with that group size)",
-                        "collective-alpha-beta"))
+        out.append(_note(f"a guess: {what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
+                         "latency and bandwidth", "calibrate --from-nccl-tests with that group size",
+                         "collective-alpha-beta"))
     return out
