@@ -22,6 +22,8 @@ from typing import Any
 
 __all__ = ["Note", "kind_of", "summarize", "guesses"]
 
+#: How a guess's note begins (:func:`guesses`).
+ESTIMATE = "an estimate, not a measurement: "
 _PARTICULARS = re.compile(r"'[^']*'|\"[^\"]*\"|\S+@r\d+|\d+(?:[.,]\d+)*(?:e[+-]?\d+)?")
 
 
@@ -115,17 +117,17 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
     out: list[Note] = []
     if roof:
         what = ", ".join(f"{n} {dt}" for dt, n in roof.items())
-        out.append(_note(f"a guess: {what} matmul op(s) have no measured GEMM rows on profile {profile.name!r}: "
+        out.append(_note(f"{ESTIMATE}{what} matmul op(s) have no measured GEMM rows on profile {profile.name!r}: "
                          f"timed by the roofline (gpu.peak_tflops x gemm_efficiency {profile.gpu.gemm_efficiency})",
                          "calibrate those dtypes, or choose a profile that measured them", "gemm-roofline"))
     if no_peak:
         what = ", ".join(f"{n} {dt}" for dt, n in no_peak.items())
-        out.append(_note(f"a guess: {what} matmul op(s) have no gpu.peak_tflops of their dtype on profile "
+        out.append(_note(f"{ESTIMATE}{what} matmul op(s) have no gpu.peak_tflops of their dtype on profile "
                          f"{profile.name!r}: the fp32 peak stands in", "add the dtype's peak to the profile",
                          "peak-fallback"))
     if alpha:
         what = ", ".join(f"{n} {k} op(s) on {g} ranks" for (k, g), n in alpha.items())
-        out.append(_note(f"a guess: {what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
+        out.append(_note(f"{ESTIMATE}{what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
                          "latency and bandwidth", "calibrate --from-nccl-tests with that group size",
                          "collective-alpha-beta"))
     return out

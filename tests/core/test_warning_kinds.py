@@ -51,7 +51,7 @@ def test_predict_says_once_that_a_gemm_without_table_rows_is_a_roofline_guess(tm
     f.write_text(BF16_ON_FP32_TABLE)
     r = run("predict", str(f), "--profile", "rtx3090_pcie1x4", "--out", str(tmp_path / "o"), "--no-gantt")
     assert r.returncode == 0, r.stderr
-    lines = [line for line in r.stderr.splitlines() if "a guess" in line]
+    lines = [line for line in r.stderr.splitlines() if "an estimate, not a measurement" in line]
     assert len(lines) == 1 and "6 bf16 matmul op(s)" in lines[0] and "roofline" in lines[0]
 
 
