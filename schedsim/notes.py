@@ -10,8 +10,8 @@
   Note per kind of guess, naming how many ops it touches (``predict`` adds them to ``timeline.meta["warnings"]``):
   a GEMM of a dtype the profile's GEMM table has no rows for (timed by the roofline, ``gpu.peak_tflops`` times
   ``gpu.gemm_efficiency``, :mod:`schedsim.cost`), of a dtype without its own peak either (the fp32 peak then
-  stands in), and a collective of a kind and group size without a busbw table (alpha-beta on the link's
-  latency and bandwidth).
+  stands in), a collective of a kind and group size without a busbw table (alpha-beta on the link's
+  latency and bandwidth), and a profile whose sections' sources mark values ASSUMED.
 """
 
 from __future__ import annotations
@@ -130,4 +130,21 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
         out.append(_note(f"{ESTIMATE}{what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
                          "latency and bandwidth", "calibrate --from-nccl-tests with that group size",
                          "collective-alpha-beta"))
+    assumed = _assumed_sections(profile.model_dump(mode="json"))
+    if assumed:
+        out.append(_note(f"{ESTIMATE}profile {profile.name!r} holds values its sources mark ASSUMED, in "
+                         f"{', '.join(assumed)}: numbers that use them are not measured",
+                         "calibrate this machine (schedsim calibrate) to replace them", "profile-assumed"))
     return out
+
+
+def _assumed_sections(d: Any, path: str = "") -> list[str]:
+    """The dotted paths of the sections of a profile dict whose ``source`` says ``ASSUMED``.
+
+    >>> _assumed_sections({"gpu": {"source": "ASSUMED datasheet"}, "links": {"nvlink": {"source": "measured"}}})
+    ['gpu']
+    """
+    if isinstance(d, dict):
+        here = [path] if path and "ASSUMED" in str(d.get("source", "")) else []
+        return here + [p for k, v in d.items() for p in _assumed_sections(v, f"{path}.{k}" if path else str(k))]
+    return []

@@ -70,3 +70,10 @@ def test_kinds_group_by_note_kind_else_by_text_without_particulars() -> None:
     assert summarize([]) == []  # nothing to say: nothing printed
     many = [f"rank {r}: late by {r} us" for r in range(1000)]
     assert summarize(many) == ["warning (1000 of this kind, the first shown): rank 0: late by 0 us"]
+
+
+def test_a_profile_with_assumed_values_is_named_once() -> None:
+    run_ = api.predict(api.load(Path(__file__).resolve().parents[2] / "schedules" / "allgather_mm8.yaml"), "pcie2")
+    notes = [n for n in run_.timeline.meta["warnings"] if getattr(n, "kind", "") == "profile-assumed"]
+    assert len(notes) == 1 and "gpu, links.pcie, links.network, memcpy" in notes[0]
+    assert not [n for n in run_.timeline.meta["warnings"] if getattr(n, "kind", "") == "collective-alpha-beta"]
