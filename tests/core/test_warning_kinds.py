@@ -52,7 +52,9 @@ def test_predict_says_once_that_a_gemm_without_table_rows_is_a_roofline_guess(tm
     r = run("predict", str(f), "--profile", "rtx3090_pcie1x4", "--out", str(tmp_path / "o"), "--no-gantt")
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stderr.splitlines() if "an estimate, not a measurement" in line]
-    assert len(lines) == 1 and "6 bf16 matmul op(s)" in lines[0] and "roofline" in lines[0]
+    gemm = [line for line in lines if "matmul" in line]
+    assert len(gemm) == 1 and "6 bf16 matmul op(s)" in gemm[0] and "roofline" in gemm[0]
+    assert len(lines) == 2 and "ASSUMED" in lines[1]  # each kind once: the roofline, the profile's assumed values
 
 
 def test_guesses_name_each_kind_once_with_the_ops_it_touches() -> None:
