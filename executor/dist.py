@@ -54,8 +54,11 @@ def oversubscription_warning(cuda: bool, local_ranks: int | None = None, cores: 
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if n <= cores:
         return None
-    return (f"warning: {n} CPU ranks on {cores} cores: oversubscribed, measured times include waiting for a core "
-            f"(fix: run at most {cores} ranks on this host, or on GPUs)")
+    from schedsim.errors import SchedsimError
+
+    return "warning: " + SchedsimError(f"{n} CPU ranks on {cores} cores: oversubscribed, measured times include "
+                                       "waiting for a core", fix=f"run at most {cores} ranks on this host, or on "
+                                       "GPUs").format()
 
 
 def warn_oversubscribed(cuda: bool, rank: int) -> None:

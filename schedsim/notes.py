@@ -10,8 +10,8 @@
   Note per kind of guess, naming how many ops it touches (``predict`` adds them to ``timeline.meta["warnings"]``):
   a GEMM of a dtype the profile's GEMM table has no rows for (timed by the roofline, ``gpu.peak_tflops`` times
   ``gpu.gemm_efficiency``, :mod:`schedsim.cost`), of a dtype without its own peak either (the fp32 peak then
-  stands in), and a collective of a kind and group size without a busbw table (alpha-beta on the link's
-  latency and bandwidth).
+  stands in), a collective of a kind and group size without a busbw table (alpha-beta on the link's
+  latency and bandwidth), and a profile whose sections' sources mark values ASSUMED.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any
 
 __all__ = ["Note", "kind_of", "summarize", "guesses"]
 
+#: How a guess's note begins (:func:`guesses`).
+ESTIMATE = "an estimate, not a measurement: "
 _PARTICULARS = re.compile(r"'[^']*'|\"[^\"]*\"|\S+@r\d+|\d+(?:[.,]\d+)*(?:e[+-]?\d+)?")
 
 
@@ -72,6 +74,14 @@ def summarize(warnings: Iterable[str]) -> list[str]:
             for k in first]
 
 
+def _note(message: str, fix: str, kind: str) -> Note:
+    """A Note whose text is ``message`` and its ``fix`` line, worded as errors word theirs
+    (:meth:`schedsim.errors.SchedsimError.format`)."""
+    from schedsim.errors import SchedsimError
+
+    return Note(SchedsimError(message, fix=fix).format(), kind)
+
+
 def guesses(prog: Any, profile: Any) -> list[Note]:
     """The guesses the prediction of the Program ``prog`` on ``profile`` (a HardwareProfile) rests on, one Note
     per kind (module docstring), each naming the ops (instances) it touches and the fix; empty when every GEMM
@@ -107,17 +117,34 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
     out: list[Note] = []
     if roof:
         what = ", ".join(f"{n} {dt}" for dt, n in roof.items())
-        out.append(Note(f"a guess: {what} matmul op(s) have no measured GEMM rows on profile {profile.name!r}: "
-                        f"timed by the roofline (gpu.peak_tflops x gemm_efficiency {profile.gpu.gemm_efficiency}) "
-                        f"(fix: calibrate those dtypes, or choose a profile that measured them)", "gemm-roofline"))
+        out.append(_note(f"{ESTIMATE}{what} matmul op(s) have no measured GEMM rows on profile {profile.name!r}: "
+                         f"timed by the roofline (gpu.peak_tflops x gemm_efficiency {profile.gpu.gemm_efficiency})",
+                         "calibrate those dtypes, or choose a profile that measured them", "gemm-roofline"))
     if no_peak:
         what = ", ".join(f"{n} {dt}" for dt, n in no_peak.items())
-        out.append(Note(f"a guess: {what} matmul op(s) have no gpu.peak_tflops of their dtype on profile "
-                        f"{profile.name!r}: the fp32 peak stands in (fix: add the dtype's peak to the profile)",
-                        "peak-fallback"))
+        out.append(_note(f"{ESTIMATE}{what} matmul op(s) have no gpu.peak_tflops of their dtype on profile "
+                         f"{profile.name!r}: the fp32 peak stands in", "add the dtype's peak to the profile",
+                         "peak-fallback"))
     if alpha:
         what = ", ".join(f"{n} {k} op(s) on {g} ranks" for (k, g), n in alpha.items())
-        out.append(Note(f"a guess: {what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
-                        f"latency and bandwidth (fix: calibrate --from-nccl-tests with that group size)",
-                        "collective-alpha-beta"))
+        out.append(_note(f"{ESTIMATE}{what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
+                         "latency and bandwidth", "calibrate --from-nccl-tests with that group size",
+                         "collective-alpha-beta"))
+    assumed = _assumed_sections(profile.model_dump(mode="json"))
+    if assumed:
+        out.append(_note(f"{ESTIMATE}profile {profile.name!r} holds values its sources mark ASSUMED, in "
+                         f"{', '.join(assumed)}: numbers that use them are not measured",
+                         "calibrate this machine (schedsim calibrate) to replace them", "profile-assumed"))
     return out
+
+
+def _assumed_sections(d: Any, path: str = "") -> list[str]:
+    """The dotted paths of the sections of a profile dict whose ``source`` says ``ASSUMED``.
+
+    >>> _assumed_sections({"gpu": {"source": "ASSUMED datasheet"}, "links": {"nvlink": {"source": "measured"}}})
+    ['gpu']
+    """
+    if isinstance(d, dict):
+        here = [path] if path and "ASSUMED" in str(d.get("source", "")) else []
+        return here + [p for k, v in d.items() for p in _assumed_sections(v, f"{path}.{k}" if path else str(k))]
+    return []

@@ -66,9 +66,10 @@ KIND_COLORS = {
 _OTHER = "#AAAAAA"
 EXPOSED = "#E00000"
 MAKESPAN_GID = "makespan"
-#: ``gid`` prefix of a rank's exposed-communication bands (``exposed_comm@r<rank>``): their union per rank is its
-#: ``RankMetrics.exposed_comm_s`` (docs/metrics.md; ``tests/core/test_metrics_agree.py`` checks it).
-EXPOSED_GID = "exposed_comm@r"
+#: ``gid`` prefix of a rank's exposed-communication bands (``boxes_exposed_comm_r<rank>_<n>``, an SVG group id: an
+#: XML name, unique): their union per rank is its ``RankMetrics.exposed_comm_s`` (docs/metrics.md;
+#: ``tests/core/test_metrics_agree.py`` checks it).
+EXPOSED_GID = "boxes_exposed_comm_r"
 #: gid of the Gantt's note naming the ranks shown and folded (only when ranks are folded)
 LANES_GID = "lanes-note"
 _PHASES = ("F", "B", "I", "W")
@@ -602,7 +603,7 @@ class _GanttPen:
                 self.boxes_drawn += len(e)
                 self.collections.append(_bars(self.ax, e[:, 0], e[:, 1] - e[:, 0], self.lay.ypos[(r, st, lbl)] + 0.38,
                                               0.1, facecolors=EXPOSED, edgecolor="none", linewidth=0.0,
-                                              gid=f"{EXPOSED_GID}{r}"))
+                                              gid=f"{EXPOSED_GID}{r}_{len(self.collections)}"))
 
 
 def _merged_per_rank(rank: Any, start: Any, end: Any) -> tuple[Any, Any]:

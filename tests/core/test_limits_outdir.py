@@ -145,7 +145,8 @@ def test_closed_stdout_pipe_exits_0_quietly(tmp_path: Path) -> None:
         p.stdout.close()  # the reader leaves, like `| head -c 10`
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-        assert err == b"", err
+        # nothing but the run's own warnings (predict names the estimates its numbers rest on): no traceback
+        assert all(line.startswith((b"warning", b"  fix:")) for line in err.splitlines()), err
 
 
 def test_nccl_rows_with_bad_values_are_refused() -> None:

@@ -51,8 +51,10 @@ def test_predict_says_once_that_a_gemm_without_table_rows_is_a_roofline_guess(tm
     f.write_text(BF16_ON_FP32_TABLE)
     r = run("predict", str(f), "--profile", "rtx3090_pcie1x4", "--out", str(tmp_path / "o"), "--no-gantt")
     assert r.returncode == 0, r.stderr
-    lines = [line for line in r.stderr.splitlines() if "a guess" in line]
-    assert len(lines) == 1 and "6 bf16 matmul op(s)" in lines[0] and "roofline" in lines[0]
+    lines = [line for line in r.stderr.splitlines() if "an estimate, not a measurement" in line]
+    gemm = [line for line in lines if "matmul" in line]
+    assert len(gemm) == 1 and "6 bf16 matmul op(s)" in gemm[0] and "roofline" in gemm[0]
+    assert len(lines) == 2 and "ASSUMED" in lines[1]  # each kind once: the roofline, the profile's assumed values
 
 
 def test_guesses_name_each_kind_once_with_the_ops_it_touches() -> None:
@@ -70,3 +72,10 @@ def test_kinds_group_by_note_kind_else_by_text_without_particulars() -> None:
     assert summarize([]) == []  # nothing to say: nothing printed
     many = [f"rank {r}: late by {r} us" for r in range(1000)]
     assert summarize(many) == ["warning (1000 of this kind, the first shown): rank 0: late by 0 us"]
+
+
+def test_a_profile_with_assumed_values_is_named_once() -> None:
+    run_ = api.predict(api.load(Path(__file__).resolve().parents[2] / "schedules" / "allgather_mm8.yaml"), "pcie2")
+    notes = [n for n in run_.timeline.meta["warnings"] if getattr(n, "kind", "") == "profile-assumed"]
+    assert len(notes) == 1 and "gpu, links.pcie, links.network, memcpy" in notes[0]
+    assert not [n for n in run_.timeline.meta["warnings"] if getattr(n, "kind", "") == "collective-alpha-beta"]

@@ -28,6 +28,10 @@ def test_execute_check_profiler_compare_2_ranks(gloo2) -> None:
     out = base / "ag8"
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "check PASSED" in r.stdout
+    # one makespan, the uninstrumented iteration's, the others labelled; compare says which one it judges
+    assert [line.split(",")[1].strip()[:34] for line in r.stdout.splitlines() if line.startswith("makespan: ")] == \
+        ["the uninstrumented iteration (medi"]
+    assert "makespan (this is the one that counts)" in r.stdout
     from schedsim.sim.timeline import Timeline
 
     tl = Timeline.read_json(out / "timeline.json")
