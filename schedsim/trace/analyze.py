@@ -354,23 +354,26 @@ def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
     Raises
     ------
     TraceError
-        A file that is not readable JSON.
+        A file that is not readable JSON (read with the guards of
+        :class:`~schedsim.trace.jsonstream.TraceEventStream`), or a range whose ``ts``/``dur`` is not a time
+        (:func:`~schedsim.trace.validate.check_event_times`).
     """
-    import gzip
-
     from schedsim.sim.timeline import Span
+    from schedsim.trace.jsonstream import TraceEventStream
+    from schedsim.trace.validate import check_event_times
 
     raw: list[tuple[int, str, float, float]] = []
     for fi, p in enumerate(paths):
-        try:
-            with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as e:
-            raise TraceError(f"{p}: not a readable Kineto JSON trace: {e}") from None
-        dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+        stream = TraceEventStream(p)
+        evs = []
+        for e in stream:
+            if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == "user_annotation":
+                check_event_times(p, stream.n_events, e, None)
+                if isinstance(e.get("ts"), (int, float)):
+                    evs.append(e)
+        hdr = stream.header
+        dist = hdr["distributedInfo"] if isinstance(hdr.get("distributedInfo"), dict) else {}
         rank = int(dist["rank"]) if isinstance(dist.get("rank"), int) else fi
-        evs = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
-               and e.get("cat") == "user_annotation" and isinstance(e.get("ts"), (int, float))]
         iters = [e for e in evs if str(e.get("name", "")).startswith("schedsim_iter")]
         lo, hi = -math.inf, math.inf
         if iters:

@@ -741,13 +741,14 @@ def nvtx_nccl_meta(text: str) -> dict[str, Any]:
 def nvtx_events(path: str | Path) -> list[tuple[str | None, int, int, int | None]]:
     """Every NVTX event of an nsys SQLite export as ``(text, eventType, start_ns, end_ns)``.
 
-    The text is ``COALESCE(text, StringIds.value via textId)``, so ranges of
+    The text is ``COALESCE(text, StringIds.value via textId)``, cut to :data:`MAX_NAME_CHARS`, so ranges of
     the ``nvtx`` package (registered strings) are named too. Ordered by start.
 
     Raises
     ------
     TraceError
-        Not an SQLite export, or no ``NVTX_EVENTS`` table (capture without ``-t nvtx``).
+        Not an SQLite export, no ``NVTX_EVENTS`` table (capture without ``-t nvtx``), or more events than
+        :func:`~schedsim.trace.validate.max_trace_events`.
     """
     p = Path(path)
     db = _Db(_open(p), p)
@@ -757,7 +758,13 @@ def nvtx_events(path: str | Path) -> list[tuple[str | None, int, int, int | None
         db.need("NVTX_EVENTS", ["start", "eventType"], "NVTX events")
         text, join = _nvtx_text(db)
         end = "n.end" if "end" in db.cols("NVTX_EVENTS") else "NULL"
-        return [(t, int(e), int(s), None if x is None else int(x)) for s, x, e, t in db.rows(
-            f"SELECT n.start, {end}, n.eventType, {text} FROM NVTX_EVENTS n {join} ORDER BY n.start, n.rowid")]
+        cap = max_trace_events()
+        out: list[tuple[str | None, int, int, int | None]] = []
+        for s, x, e, t in db.rows(f"SELECT n.start, {end}, n.eventType, {text} FROM NVTX_EVENTS n {join} "
+                                  "ORDER BY n.start, n.rowid"):
+            if len(out) >= cap:
+                raise too_many_events(p, "NVTX events", cap)
+            out.append((t, int(e), int(s), None if x is None else int(x)))
+        return out
     finally:
         db.conn.close()

@@ -368,3 +368,19 @@ def test_gzip_trace_still_reads(tmp_path):
     with gzip.open(p, "wt", encoding="utf-8") as f:
         f.write(json.dumps({"traceEvents": [kernel("a", 10, 5)]}))
     assert [s.name for s in import_kineto(p).timeline.spans] == ["a"]
+
+
+def test_cpu_only_trace_ranges_are_read_with_the_trace_reader(tmp_path):
+    # A CPU-only profile (gloo ranks) falls back to its record_function ranges, which were read a second way
+    # (json.load, no size or special-file guard) that took only a top-level object: a trace in Chrome's JSON
+    # Array Format, which the importer reads, raised AttributeError there. F0.0.0 10-15 us, B0.0.0 20-30 us.
+    def ann(name: str, ts: object, dur: object) -> dict:
+        return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    evs = [ann("F0.0.0", 10, 5), ann("B0.0.0", 20, 10)]
+    for path in (kineto_file(tmp_path / "obj.json", evs), tmp_path / "arr.json"):
+        if path.name == "arr.json":
+            path.write_text(json.dumps(evs))
+        _k, res = load_any([path])
+        assert [(s.name, s.start_s, s.end_s) for s in res.timeline.spans] == [
+            ("F0.0.0", 0.0, pytest.approx(5e-6)), ("B0.0.0", pytest.approx(10e-6), pytest.approx(20e-6))]
