@@ -217,9 +217,9 @@ class TraceEventStream:
                 self._fill(at_least=len(self._s) - self._i)
                 continue
             except ValueError:  # an integer of more digits than int() converts (sys.get_int_max_str_digits)
-                raise self._err(f"an integer of more than {getattr(sys, 'get_int_max_str_digits', lambda: 4300)():,} digits, too long to be a "
-                                "trace value\n  fix: the trace is corrupt or was edited; re-export it from the "
-                                "profiler") from None
+                digits = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+                raise self._err(f"an integer of more than {digits:,} digits, too long to be a trace value\n"
+                                "  fix: the trace is corrupt or was edited; re-export it from the profiler") from None
             if not self._eof and (end >= len(self._s) or (
                     not isinstance(obj, (dict, list, str)) and self._s[end] not in _DELIM
                     and len(self._s) - end < 64)):

@@ -502,7 +502,7 @@ def _split_devices(acc: _Read, op_ranges: list[OpRange], files: list[Path]) -> i
             op_ranges[i] = o._replace(rank=acts[o.members[0]].rank)
         else:
             op_ranges[i] = o._replace(rank=first[o.rank])
-    acc.rpc[:] = [(first.get(r, r), *rest) for r, *rest in acc.rpc]
+    acc.rpc[:] = [(first.get(r, r), th, ts, dur, tags) for r, th, ts, dur, tags in acc.rpc]
     acc.rank_info = info
     acc.warnings.append(f"one process drove several GPUs in {'; '.join(multi)}: each GPU is its own rank of the "
                         f"timeline ({len(new)} ranks, numbered by file rank, then device)")

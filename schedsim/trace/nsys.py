@@ -145,7 +145,8 @@ class _Db:
         if missing:
             raise TraceError(f"{self.path}: table {table} lacks column(s) {', '.join(missing)} needed for {why} "
                              f"(it has: {term_safe(', '.join(have), limit=300)}); this nsys export schema is not "
-                             "supported", fix="export the report with `nsys export --type sqlite` of nsys 2021 or later")
+                             "supported",
+                             fix="export the report with `nsys export --type sqlite` of nsys 2021 or later")
 
     def col_or_null(self, table: str, col: str, alias: str | None = None) -> str:
         return f"{col}" if col in self.cols(table) else f"NULL AS {alias or col}"
@@ -376,8 +377,9 @@ def _ranks(db: _Db, present: list[str], rank0: int, multi: bool) -> _Ranks:
                                  "raise the environment variable SCHEDSIM_MAX_RANKS")
     pnames: dict[int, str] = {}
     if "PROCESSES" in db.tables and {"pid", "name"} <= set(db.cols("PROCESSES")):
+        pids = {p for _d, p in pairs}
         pnames = {int(pid): name for pid, name in db.rows(f"SELECT pid, substr(name, 1, {MAX_NAME_CHARS}) FROM "
-                                                          "PROCESSES LIMIT 1000000") if pid is not None}
+                                                          "PROCESSES") if pid in pids}
     kernel_devs: set[tuple[int, int]] = set()
     if _K in db.tables:
         gp = "globalPid" if "globalPid" in db.cols(_K) else "NULL"
@@ -544,7 +546,7 @@ def _nvtx_ranges(db: _Db, pid_to_device: dict[int, int], cap: int, warnings: lis
     db.need(T, ["start", "end", "eventType"], "NVTX ranges")
     text, join = _nvtx_text(db)
     tid = "n.globalTid" if "globalTid" in db.cols(T) else "NULL"
-    ranges = []
+    ranges: list[_Range] = []
     backwards = 0
     for start, end, etype, txt, gtid in db.rows(
             f"SELECT n.start, n.end, n.eventType, {text}, {tid} FROM [{T}] n {join} "
@@ -658,12 +660,12 @@ def _link_nvtx(db: _Db, shift: int, acts: list[Activity], kern: _Kernels, pid_to
     for i, mem in sorted(sw.members.items()):
         start, end, etype, txt, dev, _p, thread = ranges[i]
         txt = str(txt)
-        kern = [m for m in mem if acts[m].cat == "kernel"]
-        if etype == NVTX_PUSHPOP and kern and txt.startswith("nccl"):
+        in_range = [m for m in mem if acts[m].cat == "kernel"]
+        if etype == NVTX_PUSHPOP and in_range and txt.startswith("nccl"):
             out.nvtx_kernel.append((dev, txt, f"NVTX Kernel Thread {thread}", sw.reg.get(i, 0)))
             meta = nvtx_nccl_meta(txt)
             if meta:
-                for m in kern:
+                for m in in_range:
                     if is_nccl_kernel(acts[m].name):
                         out.tags[m] = {**out.tags.get(m, {}), **meta}
         name = match_op(txt, ops)

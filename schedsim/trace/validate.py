@@ -29,7 +29,8 @@ from typing import Any
 from schedsim.errors import TraceError
 
 __all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_header", "check_dist_info",
-           "check_input_file", "check_ranks_agree", "max_trace_bytes", "max_trace_events", "too_many_events", "check_timeline_doc", "check_stream_order", "term_safe"]
+           "check_input_file", "check_ranks_agree", "max_trace_bytes", "max_trace_events", "too_many_events",
+           "check_timeline_doc", "check_stream_order", "term_safe"]
 
 MAX_DUR_US = 1e12
 MAX_SPREAD_US = 1e12
@@ -92,11 +93,7 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
     """
     bad = None
     if gpu:
-        missing = [k for k in ("ts", "dur") if e.get(k) is None]
-        if missing:
-            raise TraceError(f"{path}: event #{index} ({_name(e)}): no {' and no '.join(missing)}; a GPU event "
-                             "needs ts and dur (µs), or its time would be made up\n  fix: the trace is corrupt or was "
-                             "edited; re-export it from the profiler, or remove this event")
+        _require_times(path, index, e)
     for key in ("ts", "dur"):  # numbers; long decimals come as their text (the reader keeps them exact)
         v = e.get(key)
         if v is None:  # no dur is 0; no ts is the reader's "malformed event" error
@@ -140,8 +137,9 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
 
 
 #: Largest trace file read whole (bytes of JSON text, after gunzip). Kineto JSON of a profiled step is tens
-#: of MB to a few GB; the reader streams about 10^7 bytes/s on one core, so 8 GiB is already ~15 minutes.
-#: Raised with the environment variable SCHEDSIM_MAX_TRACE_BYTES.
+#: of MB to a few GB; the reader streams 8-11 MB/s on one core (the two HTA traces in shared/data/traces,
+#: 9.8 and 1.8 MB), so 8 GiB is already about 15 minutes. Raised with the environment variable
+#: SCHEDSIM_MAX_TRACE_BYTES.
 MAX_TRACE_BYTES = 8 << 30
 
 
@@ -246,6 +244,15 @@ def check_ranks_agree(files: list[Path], ranks: list[int], worlds: list[int | No
     if len(files) > w0:
         raise TraceError(f"{len(files)} trace files for a world_size of {w0} (from {f0})",
                          fix="pass at most one trace file per rank of one run")
+
+
+def _require_times(path: str | Path, index: int, e: dict[str, Any]) -> None:
+    """Refuse a GPU event without ``ts`` or ``dur`` (a kernel without ``dur`` would count as 0 µs)."""
+    missing = [k for k in ("ts", "dur") if e.get(k) is None]
+    if missing:
+        raise TraceError(f"{path}: event #{index} ({_name(e)}): no {' and no '.join(missing)}; a GPU event "
+                         "needs ts and dur (µs), or its time would be made up\n  fix: the trace is corrupt or was "
+                         "edited; re-export it from the profiler, or remove this event")
 
 
 def check_header(path: str | Path, hdr: dict[str, Any]) -> None:
