@@ -476,10 +476,15 @@ def _split_devices(acc: _Read, op_ranges: list[OpRange], files: list[Path]) -> i
     per-rank busy times and shares count two GPUs against one makespan. Ranks are then numbered in
     (file rank, device) order; ``rank_info`` of each says its file, ``distributed_rank`` and ``device``.
     Activities, op ranges and ``record_param_comms`` (CPU side: the process's first device) are renumbered.
-    Without such a file nothing changes and the world size is the largest of ``distributedInfo.world_size``
-    and the number of files.
+    A file splits when kernels ran on more than one of its devices (a peer copy seen on another device does
+    not split it). Without such a file nothing changes and the world size is the largest of
+    ``distributedInfo.world_size`` and the number of files.
     """
-    if all(len(info["devices"]) <= 1 for info in acc.rank_info.values()):
+    kernel_devs: dict[int, set[int]] = defaultdict(set)
+    for a in acc.acts:
+        if a.cat == "kernel":
+            kernel_devs[a.rank].add(a.device)
+    if all(len(d) <= 1 for d in kernel_devs.values()):
         return max(acc.world, len(acc.rank_info), 1)
     new: dict[tuple[int, int], int] = {}
     first: dict[int, int] = {}

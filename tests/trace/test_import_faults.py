@@ -384,3 +384,11 @@ def test_cpu_only_trace_ranges_are_read_with_the_trace_reader(tmp_path):
         _k, res = load_any([path])
         assert [(s.name, s.start_s, s.end_s) for s in res.timeline.spans] == [
             ("F0.0.0", 0.0, pytest.approx(5e-6)), ("B0.0.0", pytest.approx(10e-6), pytest.approx(20e-6))]
+
+
+def test_a_peer_copy_on_another_device_does_not_split_the_rank(tmp_path):
+    # kernels on device 0 only; one memcpy recorded on device 1 (a peer copy): still one rank
+    copy = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP", "pid": 1, "tid": 9, "ts": 30, "dur": 5,
+            "args": {"device": 1, "stream": 9, "bytes": 64}}
+    tl = import_kineto(kineto_file(tmp_path / "p.json", [kernel("a", 10, 5), kernel("b", 20, 5), copy])).timeline
+    assert tl.world_size == 1 and {s.rank for s in tl.spans} == {0}
