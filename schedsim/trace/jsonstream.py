@@ -175,10 +175,12 @@ class TraceEventStream:
     def _offset(self) -> int:
         return self._consumed + self._i
 
-    def _err(self, msg: str) -> TraceError:
-        head, sep, fix = msg.partition("\n  fix:")
-        return TraceError(f"{self.path}: {head} (at character {self._offset()}, after {self.n_events} events)"
-                          f"{sep}{fix}")
+    def _err(self, msg: str, fix: str | None = None) -> TraceError:
+        head, sep, glued = msg.partition("\n  fix:")
+        where = f"{self.path}: {head} (at character {self._offset()}, after {self.n_events} events)"
+        if fix is not None:
+            return TraceError(where, fix=fix)
+        return TraceError(f"{where}{sep}{glued}")
 
     def _skip_ws(self) -> str:
         """Skip whitespace; return the next character without consuming it ('' at EOF)."""
@@ -218,8 +220,8 @@ class TraceEventStream:
                 continue
             except ValueError:  # an integer of more digits than int() converts (sys.get_int_max_str_digits)
                 digits = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
-                raise self._err(f"an integer of more than {digits:,} digits, too long to be a trace value\n"
-                                "  fix: the trace is corrupt or was edited; re-export it from the profiler") from None
+                raise self._err(f"an integer of more than {digits:,} digits, too long to be a trace value",
+                                fix="the trace is corrupt or was edited; re-export it from the profiler") from None
             if not self._eof and (end >= len(self._s) or (
                     not isinstance(obj, (dict, list, str)) and self._s[end] not in _DELIM
                     and len(self._s) - end < 64)):

@@ -52,6 +52,7 @@ from schedsim.trace.jsonstream import TraceEventStream
 from schedsim.trace.nsys import shape_size
 from schedsim.trace.validate import (
     check_event_times,
+    check_gpu_times,
     check_header,
     check_ranks_agree,
     check_stream_order,
@@ -267,8 +268,9 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
             continue
         c = cat.lower() if isinstance(cat, str) else ""
         if c in _CHECKED:
-            check_event_times(path, stream.n_events, e, None if f.ref is None else f.ref / 1000.0,  # ref is in ns
-                              gpu=c in _GPU)
+            if c in _GPU:
+                check_gpu_times(path, stream.n_events, e)
+            check_event_times(path, stream.n_events, e, None if f.ref is None else f.ref / 1000.0)  # ref is in ns
         try:
             _take(e, c, f, acc, stream.n_events)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:

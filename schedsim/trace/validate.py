@@ -28,8 +28,9 @@ from typing import Any
 
 from schedsim.errors import TraceError
 
-__all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_header", "check_dist_info",
-           "check_input_file", "check_ranks_agree", "max_trace_bytes", "max_trace_events", "too_many_events",
+__all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_gpu_times", "check_header",
+           "check_dist_info", "check_input_file", "check_ranks_agree", "max_trace_bytes", "max_trace_events",
+           "too_many_events",
            "check_timeline_doc", "check_stream_order", "term_safe"]
 
 MAX_DUR_US = 1e12
@@ -44,8 +45,8 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff
 
 
 def term_safe(text: Any, limit: int | None = None) -> str:
-    """``text`` with every control character, lone surrogate and bidi override written as a ``\\xNN`` /
-    ``\\uNNNN`` escape, so a name read from a trace cannot drive the terminal; cut to ``limit`` characters
+    r"""``text`` with every control character, lone surrogate and bidi override written as a ``\xNN`` /
+    ``\uNNNN`` escape, so a name read from a trace cannot drive the terminal; cut to ``limit`` characters
     (``...`` appended) when given.
 
     Examples
@@ -68,9 +69,9 @@ def _name(e: Any) -> str:
     return f"{term_safe(e.get('cat'), limit=40)} '{term_safe(e.get('name', '?'), limit=80)}'"
 
 
-def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: float | None, gpu: bool = False) -> None:
-    """Refuse an event whose ``ts``/``dur`` (µs) is missing (GPU events), not finite, negative, or past the bounds
-    above.
+def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: float | None) -> None:
+    """Refuse an event whose ``ts``/``dur`` (µs) is not finite, negative, or past the bounds above
+    (:func:`check_gpu_times` refuses a GPU event without them).
 
     Parameters
     ----------
@@ -83,17 +84,12 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
         named in the error. Values that are not numbers are left to the reader's own error.
     ref : float or None
         The file's first GPU ``ts`` (µs), or None before the first one.
-    gpu : bool
-        A GPU activity or annotation: ``ts`` and ``dur`` must both be present (a kernel without ``dur``
-        would count as 0 µs).
 
     Raises
     ------
     TraceError
     """
     bad = None
-    if gpu:
-        _require_times(path, index, e)
     for key in ("ts", "dur"):  # numbers; long decimals come as their text (the reader keeps them exact)
         v = e.get(key)
         if v is None:  # no dur is 0; no ts is the reader's "malformed event" error
@@ -137,8 +133,8 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
 
 
 #: Largest trace file read whole (bytes of JSON text, after gunzip). Kineto JSON of a profiled step is tens
-#: of MB to a few GB; the reader streams 8-11 MB/s on one core (the two HTA traces in shared/data/traces,
-#: 9.8 and 1.8 MB), so 8 GiB is already about 15 minutes. Raised with the environment variable
+#: of MB to a few GB; the reader streams 8-11 MB/s on one core (two of HTA's sample traces, 9.8 and 1.8 MB of
+#: JSON), so 8 GiB is already about 15 minutes. Raised with the environment variable
 #: SCHEDSIM_MAX_TRACE_BYTES.
 MAX_TRACE_BYTES = 8 << 30
 
@@ -246,13 +242,20 @@ def check_ranks_agree(files: list[Path], ranks: list[int], worlds: list[int | No
                          fix="pass at most one trace file per rank of one run")
 
 
-def _require_times(path: str | Path, index: int, e: dict[str, Any]) -> None:
-    """Refuse a GPU event without ``ts`` or ``dur`` (a kernel without ``dur`` would count as 0 µs)."""
+def check_gpu_times(path: str | Path, index: int, e: dict[str, Any]) -> None:
+    """Refuse a GPU activity or annotation without ``ts`` or ``dur`` (a kernel without ``dur`` would count as
+    0 µs); ``index`` and the event are named as in :func:`check_event_times`.
+
+    Raises
+    ------
+    TraceError
+    """
     missing = [k for k in ("ts", "dur") if e.get(k) is None]
     if missing:
         raise TraceError(f"{path}: event #{index} ({_name(e)}): no {' and no '.join(missing)}; a GPU event "
-                         "needs ts and dur (µs), or its time would be made up\n  fix: the trace is corrupt or was "
-                         "edited; re-export it from the profiler, or remove this event")
+                         "needs ts and dur (µs), or its time would be made up",
+                         fix="the trace is corrupt or was edited; re-export it from the profiler, or remove this "
+                             "event")
 
 
 def check_header(path: str | Path, hdr: dict[str, Any]) -> None:
