@@ -127,8 +127,24 @@ def input_dims_nelems(dims: Any) -> int | None:
     return shape_size(conv(dims))
 
 
+def _nelems(tags: dict[str, Any], key: str) -> int:
+    """An element count tag (``in_nelems``/``out_nelems``): 0 when absent.
+
+    Raises
+    ------
+    ValueError
+        Not a non-negative integer (or its decimal text); the reader reports the event as malformed.
+    """
+    v = tags.get(key)
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, (int, str)) or not str(v).isdigit():
+        raise ValueError(f"{key} is {term_safe(v, limit=40)!r}, not a count of elements")
+    return int(v)
+
+
 def _msg_bytes(tags: dict[str, Any]) -> float:
-    n = max(int(tags.get("in_nelems") or 0), int(tags.get("out_nelems") or 0))
+    n = max(_nelems(tags, "in_nelems"), _nelems(tags, "out_nelems"))
     dt = str(tags.get("dtype") or "").lower().replace("torch.", "")
     return float(n * DTYPE_BYTES.get(dt, 0))
 
@@ -334,12 +350,20 @@ def _take(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None
         name = e.get("name")
         if name == "record_param_comms":
             args = e.get("args") or {}
-            acc.rpc.append((f.pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]), _ns(e.get("dur") or 0),
-                            {COLLECTIVE_ARGS[k]: v for k, v in args.items() if k in COLLECTIVE_ARGS}))
+            tags = {COLLECTIVE_ARGS[k]: v for k, v in args.items() if k in COLLECTIVE_ARGS}
+            _msg_bytes(tags)  # refuses element counts that are not counts
+            acc.rpc.append((f.pos_rank, _thread(e), _ns(e["ts"]), _ns(e.get("dur") or 0), tags))
         elif isinstance(name, str) and name.startswith("nccl:"):
             args = e.get("args") or {}
-            acc.nccl_cpu.append((f.pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]), _ns(e.get("dur") or 0),
+            acc.nccl_cpu.append((f.pos_rank, _thread(e), _ns(e["ts"]), _ns(e.get("dur") or 0),
                                  name, args.get("Input Dims")))
+
+
+def _thread(e: dict[str, Any]) -> tuple[Any, Any]:
+    """A CPU event's (pid, tid), as a key: values that are not numbers or strings become '?'."""
+    pid, tid = e.get("pid"), e.get("tid")
+    ok = (int, float, str, type(None))
+    return (pid if isinstance(pid, ok) else "?", tid if isinstance(tid, ok) else "?")
 
 
 def _gpu_activity(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None:
@@ -542,7 +566,7 @@ def _nccl_rows(acc: _Read, label: Callable[[int, int], str]) -> dict[str, list[t
         if n is None:
             for rts, rdur, tags in rpc_by_thread.get((rank, th), []):
                 if rts <= ts + dur and ts <= rts + rdur and tags.get("in_nelems") is not None:
-                    n = int(tags["in_nelems"])
+                    n = _nelems(tags, "in_nelems")
                     break
         if n is not None:
             rows.setdefault(label(rank, dev_of_rank.get(rank, 0)), []).append((name, n))

@@ -392,3 +392,26 @@ def test_a_peer_copy_on_another_device_does_not_split_the_rank(tmp_path):
             "args": {"device": 1, "stream": 9, "bytes": 64}}
     tl = import_kineto(kineto_file(tmp_path / "p.json", [kernel("a", 10, 5), kernel("b", 20, 5), copy])).timeline
     assert tl.world_size == 1 and {s.rank for s in tl.spans} == {0}
+
+
+@pytest.mark.parametrize("edit,why", [
+    (lambda d: d.update(baseTimeNanoseconds=10**400), "baseTimeNanoseconds is"),
+    (lambda d: next(e for e in d["traceEvents"] if e["name"] == "record_param_comms")["args"].update(
+        {"In msg nelems": "NaN"}), "in_nelems is 'NaN', not a count of elements"),
+])
+def test_hostile_header_and_collective_values_are_refused(tmp_path, edit, why):
+    # Found by fuzzing: an integer past 1e308 in baseTimeNanoseconds raised OverflowError, and a count of "NaN"
+    # in record_param_comms raised ValueError after the file was read; both were tracebacks.
+    doc = kineto_doc(0)
+    edit(doc)
+    p = write_kineto(tmp_path / "h.json", doc)
+    with pytest.raises(TraceError, match=why):
+        import_kineto(p)
+
+
+def test_cpu_event_with_an_object_as_thread_still_imports(tmp_path):
+    # Found by fuzzing: a dict as a CPU range's tid made the (pid, tid) key unhashable (TypeError)
+    doc = kineto_doc(0, iterations=1)
+    next(e for e in doc["traceEvents"] if e["name"] == "record_param_comms")["tid"] = {"a": 1}
+    res = import_kineto(write_kineto(tmp_path / "t.json", doc))
+    assert res.timeline.meta["kernel_count"] == 3
