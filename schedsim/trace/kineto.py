@@ -139,7 +139,7 @@ def _nelems(tags: dict[str, Any], key: str) -> int:
     if v is None:
         return 0
     if isinstance(v, bool) or not isinstance(v, (int, str)) or not str(v).isdigit():
-        raise ValueError(f"{key} is {term_safe(v, limit=40)!r}, not a count of elements")
+        raise ValueError(f"{key} is '{term_safe(v, limit=40)}', not a count of elements")
     return int(v)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import re
 import sqlite3
 from collections import defaultdict
@@ -224,7 +225,7 @@ def import_nsys(
         db = _Db(_open(p), p)
         base = 0
         if "TARGET_INFO_SESSION_START_TIME" in db.tables and "utcEpochNs" in db.cols("TARGET_INFO_SESSION_START_TIME"):
-            base = int(db.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME") or 0)
+            base = _epoch_ns(db, db.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME"))
         elif len(files) > 1:
             warnings.append(f"{p}: no TARGET_INFO_SESSION_START_TIME; its times are not aligned with the other files")
         bases.append(base)
@@ -261,6 +262,23 @@ def import_nsys(
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].stem, world_size=max(1, len(rank_info)),
                         meta=meta, ops=ops, iteration=iteration)
     return ImportResult(tl, kernel_rows, nccl_rows, warnings)
+
+
+def _epoch_ns(db: _Db, raw: Any) -> int:
+    """``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` as integer ns (0 when NULL).
+
+    Raises
+    ------
+    TraceError
+        A value that is not a finite number of ns.
+    """
+    if raw is None:
+        return 0
+    if isinstance(raw, int) or (isinstance(raw, float) and math.isfinite(raw)):
+        return int(raw)
+    raise TraceError(f"{db.path}: TARGET_INFO_SESSION_START_TIME.utcEpochNs is '{term_safe(raw, limit=40)}', not a "
+                     "time in ns", fix="re-export the report with `nsys export --type sqlite`; the file is corrupt "
+                     "or was edited")
 
 
 @dataclass
@@ -419,7 +437,7 @@ def _bounded(col: str) -> str:
 
 def _negative(db: _Db, table: str, rowid: int, name: str, start: int, end: int) -> TraceError:
     """The error for an activity that ends before it starts (it would give a negative span and makespan)."""
-    return TraceError(f"{db.path}: {table} row {rowid} ({term_safe(name, limit=80)!r}) ends at {end} ns, before "
+    return TraceError(f"{db.path}: {table} row {rowid} ('{term_safe(name, limit=80)}') ends at {end} ns, before "
                       f"it starts at {start} ns", fix="the export is corrupt or was edited; re-export the report with "
                       f"`nsys export --type sqlite`, or delete that row (SELECT * FROM {table} WHERE rowid = {rowid})")
 

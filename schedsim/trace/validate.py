@@ -155,7 +155,7 @@ def max_trace_bytes() -> int:
     except ValueError:
         val = 0
     if val <= 0:
-        raise TraceError(f"SCHEDSIM_MAX_TRACE_BYTES={term_safe(raw, limit=40)!r} is not a positive integer",
+        raise TraceError(f"SCHEDSIM_MAX_TRACE_BYTES='{term_safe(raw, limit=40)}' is not a positive integer",
                          fix="set it to a number of bytes, or unset it")
     return val
 

@@ -415,3 +415,15 @@ def test_cpu_event_with_an_object_as_thread_still_imports(tmp_path):
     next(e for e in doc["traceEvents"] if e["name"] == "record_param_comms")["tid"] = {"a": 1}
     res = import_kineto(write_kineto(tmp_path / "t.json", doc))
     assert res.timeline.meta["kernel_count"] == 3
+
+
+def test_nsys_session_start_that_is_not_a_time_is_refused(tmp_path):
+    # Found by fuzzing: text in utcEpochNs raised ValueError from int() (a traceback)
+    p = tmp_path / "t.sqlite"
+    make_nsys_db(p)
+    conn = sqlite3.connect(p)
+    conn.execute(f"UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'x{ESC}[2J'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(TraceError, match=r"utcEpochNs is 'x\\x1b\[2J', not a time in ns"):
+        import_nsys(p)
