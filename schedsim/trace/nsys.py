@@ -56,6 +56,7 @@ EXPORT_HINT = ("export it to SQLite first:\n"
 _COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP"}
 NVTX_PUSHPOP = 59
+_REEXPORT = "export the report again with `nsys export --type sqlite` (a copy cut short or damaged does not read)"
 NVTX_STARTEND = 60
 #: Longest name or range text read (characters; SQL ``substr``): a CUTLASS kernel's demangled name runs to a
 #: few thousand, an ``emit_nvtx`` range with the shapes of many inputs to some tens of thousands.
@@ -86,8 +87,9 @@ def _open(path: Path) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as e:
-        raise TraceError(f"{path}: unreadable SQLite file ({term_safe(e, limit=200)}); it may be truncated") from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # a corrupt schema's message may not be UTF-8
+        raise TraceError(f"{path}: unreadable SQLite file ({term_safe(e, limit=200)}); it may be truncated",
+                         fix=_REEXPORT) from None
     conn.text_factory = _text  # names that are not UTF-8 read with U+FFFD instead of failing the import
     return conn
 
@@ -119,9 +121,9 @@ class _Db:
     def q(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:
             return self.conn.execute(sql, args)
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
             raise TraceError(f"{self.path}: SQLite error ({term_safe(e, limit=200)}) in: {sql[:120]}; the file may be "
-                             "truncated or corrupt") from None
+                             "truncated or corrupt", fix=_REEXPORT) from None
 
     def rows(self, sql: str, args: tuple[Any, ...] = ()):  # type: ignore[no-untyped-def]
         cur = self.q(sql, args)
@@ -131,9 +133,9 @@ class _Db:
                 if not batch:
                     return
                 yield from batch
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
             raise TraceError(f"{self.path}: SQLite error while reading ({term_safe(e, limit=200)}); the file may be "
-                             "truncated or corrupt") from None
+                             "truncated or corrupt", fix=_REEXPORT) from None
 
     def cols(self, table: str) -> list[str]:
         if table not in self._cols:

@@ -427,3 +427,19 @@ def test_nsys_session_start_that_is_not_a_time_is_refused(tmp_path):
     conn.close()
     with pytest.raises(TraceError, match=r"utcEpochNs is 'x\\x1b\[2J', not a time in ns"):
         import_nsys(p)
+
+
+def test_nsys_damaged_schema_whose_message_is_not_utf8_is_refused(tmp_path):
+    # Found by fuzzing: SQLite's "malformed database schema ... near ..." quoted a byte that is not UTF-8, and
+    # the sqlite3 module raised UnicodeDecodeError while building its own error (a traceback)
+    p = tmp_path / "schema.sqlite"
+    conn = sqlite3.connect(p)
+    conn.execute("CREATE TABLE Tmark (a INTEGER, b TEXT)")
+    conn.commit()
+    conn.close()
+    data = p.read_bytes()
+    i = data.index(b"Tmark (a") + 6
+    p.write_bytes(data[:i] + b"\xf6" + data[i + 1:])
+    with pytest.raises(TraceError, match="unreadable SQLite file") as e:
+        import_nsys(p)
+    assert "nsys export --type sqlite" in (e.value.fix or "")
