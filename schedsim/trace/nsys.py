@@ -361,6 +361,7 @@ def _read_one(db: _Db, shift: int, rank0: int, ops: dict[str, dict[str, Any]] | 
         raise TraceError(f"{db.path}: none of the tables {_K}, {_MC}, {_MS} exist, so the capture has no GPU "
                          "activity\n  fix: profile with `nsys profile -t cuda,nvtx ...` and export with "
                          "`nsys export --type sqlite`")
+    _check_shapes(db, present)
     out = _FileRead()
     ranks = _ranks(db, present, rank0, multi)
     out.rank_info = ranks.info
@@ -380,6 +381,20 @@ def _read_one(db: _Db, shift: int, rank0: int, ops: dict[str, dict[str, Any]] | 
     return out
 
 
+def _check_shapes(db: _Db, present: list[str]) -> None:
+    """Refuse, before reading any row, a table this reader reads that lacks a column it needs (the views were
+    refused when the file was opened, :class:`_Db`)."""
+    for t in present:
+        db.need(t, ["start", "end", "deviceId", "streamId"], "GPU activities")
+    if "NVTX_EVENTS" in db.tables:
+        db.need("NVTX_EVENTS", ["start", "end", "eventType"], "NVTX ranges")
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in db.tables:
+            db.need("CUPTI_ACTIVITY_KIND_RUNTIME", ["start", "globalTid", "correlationId"],
+                    "linking NVTX ranges to kernels")
+    if "StringIds" in db.tables:
+        db.need("StringIds", ["id", "value"], "kernel and range names")
+
+
 def _ranks(db: _Db, present: list[str], rank0: int, multi: bool) -> _Ranks:
     """Distinct (device, pid) pairs of the activity tables, one rank each in (device, pid) order."""
     pairs: set[tuple[int, int]] = set()
@@ -387,7 +402,6 @@ def _ranks(db: _Db, present: list[str], rank0: int, multi: bool) -> _Ranks:
 
     max_ranks = limit("SCHEDSIM_MAX_RANKS")
     for t in present:
-        db.need(t, ["start", "end", "deviceId", "streamId"], "GPU activities")
         gp = "globalPid" if "globalPid" in db.cols(t) else "NULL"
         for dev, g in db.rows(f"SELECT DISTINCT deviceId, {gp} FROM [{t}]"):
             pairs.add((int(dev if dev is not None else 0), _pid(g)))

@@ -443,3 +443,19 @@ def test_nsys_damaged_schema_whose_message_is_not_utf8_is_refused(tmp_path):
     with pytest.raises(TraceError, match="unreadable SQLite file") as e:
         import_nsys(p)
     assert "nsys export --type sqlite" in (e.value.fix or "")
+
+
+def test_nsys_table_shapes_are_checked_before_any_row_is_read(tmp_path, monkeypatch):
+    # a runtime table without correlationId was found only after every kernel had been read
+    p = tmp_path / "shape.sqlite"
+    make_tiny_db(p, [{"start": 0, "end": 10, "name": "k"}], nvtx=[(0, 5, "r")])
+    conn = sqlite3.connect(p)
+    conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME DROP COLUMN correlationId")
+    conn.commit()
+    conn.close()
+    read: list[str] = []
+    real = nsys_mod._read_kernels
+    monkeypatch.setattr(nsys_mod, "_read_kernels", lambda *a, **k: read.append("kernels") or real(*a, **k))
+    with pytest.raises(TraceError, match="CUPTI_ACTIVITY_KIND_RUNTIME lacks column.*correlationId"):
+        import_nsys(p)
+    assert read == []
