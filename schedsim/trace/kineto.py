@@ -15,7 +15,11 @@ from facebookresearch/HolisticTraceAnalysis, ``tests/data``):
 Time base: an event's absolute time is ``baseTimeNanoseconds + ts·1000`` (ts in
 µs; traces without ``baseTimeNanoseconds`` carry epoch µs in ``ts``), so the
 files of several ranks line up on the wall clock; the rank is
-``distributedInfo.rank`` (else the file's position). Files are streamed with
+``distributedInfo.rank`` (else the file's position), and the files of one import must agree on
+``world_size`` (:func:`~schedsim.trace.validate.check_ranks_agree`). A file whose kernels ran on several
+GPUs (one process driving devices 0 and 1) gives one rank per GPU (:func:`_split_devices`), so
+stream ids stay per device. GPU events need ``ts`` and ``dur``
+(:func:`~schedsim.trace.validate.check_gpu_times`). Files are streamed with
 :class:`~schedsim.trace.jsonstream.TraceEventStream`; CPU events other than the
 few above are dropped as they are read.
 

@@ -16,6 +16,13 @@ long as the columns used here exist; a missing required column is reported by
 table and name. Rows are read through cursors; only the kernels themselves are
 held in memory.
 
+The tables read must be plain tables (a view or virtual table is refused when the file is opened: a
+view can compute rows without end), their needed columns are checked before any row is read, names are
+cut to :data:`MAX_NAME_CHARS`, and at most :func:`~schedsim.trace.validate.max_trace_events` activities or
+ranges are kept. An activity that ends before it starts is an error naming its table and rowid. The
+kernels of one CUDA graph launch share the launch's ``correlationId``; all of them belong to the NVTX
+ranges around the launch.
+
 Process and device: PID = ``globalPid / 0x1000000 % 0x1000000``. Each distinct
 (device, process) pair becomes one rank, in device order; several files (one
 per rank, e.g. one per MPI rank) are placed on one time base through
