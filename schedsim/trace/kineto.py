@@ -60,6 +60,7 @@ from schedsim.trace.validate import (
     check_header,
     check_ranks_agree,
     check_stream_order,
+    decodable,
     max_trace_events,
     term_safe,
     too_many_events,
@@ -347,20 +348,27 @@ def _take(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None
     elif c == "gpu_user_annotation":
         args = e.get("args") or {}
         st = args.get("stream", e.get("tid"))
-        acc.annots.append((f.pos_rank, str(e.get("name")), int(args.get("device", e.get("pid", 0)) or 0),
+        acc.annots.append((f.pos_rank, decodable(e.get("name")), int(args.get("device", e.get("pid", 0)) or 0),
                            None if st is None or isinstance(st, (bool, dict, list)) else str(st), _ns(e["ts"]),
                            _ns(e["dur"]), args.get("External id")))
     elif c in ("user_annotation", "cpu_op"):
         name = e.get("name")
         if name == "record_param_comms":
             args = e.get("args") or {}
-            tags = {COLLECTIVE_ARGS[k]: v for k, v in args.items() if k in COLLECTIVE_ARGS}
+            tags = _collective_tags(args)
             _msg_bytes(tags)  # refuses element counts that are not counts
             acc.rpc.append((f.pos_rank, _thread(e), _ns(e["ts"]), _ns(e.get("dur") or 0), tags))
         elif isinstance(name, str) and name.startswith("nccl:"):
             args = e.get("args") or {}
             acc.nccl_cpu.append((f.pos_rank, _thread(e), _ns(e["ts"]), _ns(e.get("dur") or 0),
-                                 name, args.get("Input Dims")))
+                                 decodable(name), args.get("Input Dims")))
+
+
+def _collective_tags(args: dict[str, Any]) -> dict[str, Any]:
+    """The collective arguments of an event (:data:`COLLECTIVE_ARGS`) as span tags; text made encodable
+    (:func:`~schedsim.trace.validate.decodable`)."""
+    return {tag: decodable(args[k]) if isinstance(args[k], str) else args[k]
+            for k, tag in COLLECTIVE_ARGS.items() if k in args}
 
 
 def _thread(e: dict[str, Any]) -> tuple[Any, Any]:
@@ -380,7 +388,7 @@ def _gpu_activity(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int)
     st = acc.streams.get(st0)
     if st is None:
         st = acc.streams[st0] = str(st0)
-    name = str(e.get("name", "?"))
+    name = decodable(e.get("name", "?"))
     tags = None
     nbytes = 0.0
     if c in _KERNEL:
@@ -389,7 +397,7 @@ def _gpu_activity(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int)
         cat_s = "kernel"
         if is_nccl_kernel(name):
             tags = {"kernel": name}
-            tags.update({v: args[k] for k, v in COLLECTIVE_ARGS.items() if k in args})
+            tags.update(_collective_tags(args))
             nbytes = _msg_bytes(tags)
         name = short
     else:

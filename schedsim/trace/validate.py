@@ -31,7 +31,7 @@ from schedsim.errors import TraceError
 __all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_gpu_times", "check_header",
            "check_dist_info", "check_input_file", "check_ranks_agree", "max_trace_bytes", "max_trace_events",
            "too_many_events",
-           "check_timeline_doc", "check_stream_order", "term_safe"]
+           "check_timeline_doc", "check_stream_order", "decodable", "term_safe"]
 
 MAX_DUR_US = 1e12
 MAX_SPREAD_US = 1e12
@@ -60,6 +60,22 @@ def term_safe(text: Any, limit: int | None = None) -> str:
     if limit is not None and len(s) > limit:
         s = s[:max(limit - 3, 0)] + "..."
     return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", s)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def decodable(text: Any) -> str:
+    r"""``str(text)`` with each lone surrogate (JSON's ``"\ud800"`` decodes to one) replaced by U+FFFD, so the
+    name can be encoded as UTF-8: written to a file, drawn in a chart or printed.
+
+    Examples
+    --------
+    >>> decodable("k\ud800x") == "k\ufffdx", decodable(7)
+    (True, '7')
+    """
+    s = text if isinstance(text, str) else str(text)
+    return s if s.isascii() else _SURROGATE.sub("\ufffd", s)
 
 
 def _name(e: Any) -> str:

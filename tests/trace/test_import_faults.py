@@ -459,3 +459,14 @@ def test_nsys_table_shapes_are_checked_before_any_row_is_read(tmp_path, monkeypa
     with pytest.raises(TraceError, match="CUPTI_ACTIVITY_KIND_RUNTIME lacks column.*correlationId"):
         import_nsys(p)
     assert read == []
+
+
+def test_lone_surrogates_in_names_become_replacement_characters(tmp_path):
+    # JSON's "\ud800" decodes to a lone surrogate, which no UTF-8 output can hold: the chart of such a trace
+    # failed with a TypeError from matplotlib (a traceback)
+    ann = {"ph": "X", "cat": "gpu_user_annotation", "name": "mm0\udfff", "pid": 0, "tid": 7, "ts": 10, "dur": 5}
+    p = kineto_file(tmp_path / "s.json", [kernel("k\ud800x", 10, 5), ann])
+    tl = import_kineto(p).timeline
+    assert [s.name for s in tl.spans] == ["k\ufffdx"]
+    code, out = cli("analyze", p, "--charts", tmp_path / "charts")
+    assert code == 0 and (tmp_path / "charts" / "gantt.png").is_file()
