@@ -470,3 +470,18 @@ def test_lone_surrogates_in_names_become_replacement_characters(tmp_path):
     assert [s.name for s in tl.spans] == ["k\ufffdx"]
     code, out = cli("analyze", p, "--charts", tmp_path / "charts")
     assert code == 0 and (tmp_path / "charts" / "gantt.png").is_file()
+
+
+@pytest.mark.parametrize("name", ["KINETO_AR", "KINETO_SR", "NSYS_REAL"])
+def test_every_share_of_the_real_traces_is_at_most_one(name):
+    # kernels on one stream never overlap, so no row's share, no busy share and no per-rank time passes 1
+    import conftest
+
+    _k, res = load_any([conftest.need(getattr(conftest, name))])
+    d = analysis_dict(res)
+    shares = [r["share"] for rows in d["kernel_share"].values() for r in rows]
+    assert shares and all(0 < s <= 1 for s in shares)
+    assert all(0 < b <= 1 for b in d["kernel_busy_share"].values())
+    mk = d["metrics"]["makespan_s"]
+    assert all(r[k] <= mk * (1 + 1e-9) for r in d["metrics"]["ranks"].values()
+               for k in ("busy_compute_s", "busy_comm_s", "busy_copy_s", "idle_s"))
