@@ -212,7 +212,7 @@ def import_kineto(
 
     kernel_rows = _kernel_rows(acc, label) if keep_kernel_rows else {}
     nccl_rows = _nccl_rows(acc, label)
-    world = _split_devices(acc, op_ranges, files)
+    world = _split_devices(acc, op_ranges)
     acts = acc.acts
     meta: dict[str, Any] = {"trace_format": "kineto", "files": [str(p) for p in files], "ranks": acc.rank_info,
                             "kernel_count": sum(1 for a in acts if a.cat == "kernel"),
@@ -296,9 +296,9 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
             _take(e, c, f, acc, stream.n_events)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:
             raise TraceError(f"{path}: event #{stream.n_events}: malformed {term_safe(cat, limit=40)} event "
-                             f"({err.__class__.__name__}: {term_safe(err, limit=120)}): {_excerpt(e)}\n"
-                             "  fix: re-export the trace from the profiler") from None
-        if len(acc.acts) >= acc.cap or len(acc.annots) >= acc.cap or len(acc.nccl_cpu) + len(acc.rpc) >= acc.cap:
+                             f"({err.__class__.__name__}: {term_safe(err, limit=120)}): {_excerpt(e)}",
+                             fix="re-export the trace from the profiler") from None
+        if len(acc.acts) > acc.cap or len(acc.annots) > acc.cap or len(acc.nccl_cpu) + len(acc.rpc) > acc.cap:
             raise too_many_events(path, "GPU activities or ranges of one kind", acc.cap)
     check_stream_order(path, f.lanes, acc.warnings)
     f.lanes.clear()
@@ -506,7 +506,7 @@ def _device_lanes(acts: list[Activity]) -> dict[tuple[int, int, str | None], lis
     return out
 
 
-def _split_devices(acc: _Read, op_ranges: list[OpRange], files: list[Path]) -> int:
+def _split_devices(acc: _Read, op_ranges: list[OpRange]) -> int:
     """Give each GPU its own timeline rank when a file's process drove several; return the world size.
 
     A process that drives several GPUs (one Kineto file with activities on devices 0 and 1) would otherwise
@@ -514,9 +514,10 @@ def _split_devices(acc: _Read, op_ranges: list[OpRange], files: list[Path]) -> i
     per-rank busy times and shares count two GPUs against one makespan. Ranks are then numbered in
     (file rank, device) order; ``rank_info`` of each says its file, ``distributed_rank`` and ``device``.
     Activities, op ranges and ``record_param_comms`` (CPU side: the process's first device) are renumbered.
-    A file splits when kernels ran on more than one of its devices (a peer copy seen on another device does
-    not split it). Without such a file nothing changes and the world size is the largest of
-    ``distributedInfo.world_size`` and the number of files.
+    A file splits, one rank per device it has activities on, when kernels ran on more than one of its
+    devices (a peer copy seen on another device does not split it); any other file stays one rank. Without
+    a file that splits nothing changes and the world size is the largest of ``distributedInfo.world_size``
+    and the number of files.
     """
     kernel_devs: dict[int, set[int]] = defaultdict(set)
     for a in acc.acts:
@@ -531,11 +532,14 @@ def _split_devices(acc: _Read, op_ranges: list[OpRange], files: list[Path]) -> i
     for r in sorted(acc.rank_info):
         old = acc.rank_info[r]
         devs = old["devices"] or [0]
-        if len(devs) > 1:
-            multi.append(f"{old['file']} (devices {', '.join(map(str, devs))})")
+        first[r] = len(info)
+        if len(kernel_devs.get(r, ())) <= 1:
+            new.update({(r, d): first[r] for d in devs})
+            info[first[r]] = {**old, "distributed_rank": r}
+            continue
+        multi.append(f"{old['file']} (devices {', '.join(map(str, devs))})")
         for d in devs:
-            new[(r, d)] = len(new)
-            first.setdefault(r, new[(r, d)])
+            new[(r, d)] = len(info)
             info[new[(r, d)]] = {**old, "devices": [d], "device": d, "distributed_rank": r}
     acts = acc.acts
     for i, a in enumerate(acts):
@@ -548,8 +552,8 @@ def _split_devices(acc: _Read, op_ranges: list[OpRange], files: list[Path]) -> i
     acc.rpc[:] = [(first.get(r, r), th, ts, dur, tags) for r, th, ts, dur, tags in acc.rpc]
     acc.rank_info = info
     acc.warnings.append(f"one process drove several GPUs in {'; '.join(multi)}: each GPU is its own rank of the "
-                        f"timeline ({len(new)} ranks, numbered by file rank, then device)")
-    return len(new)
+                        f"timeline ({len(info)} ranks, numbered by file rank, then device)")
+    return len(info)
 
 
 def _kernel_rows(acc: _Read, label: Callable[[int, int], str]) -> dict[str, list[tuple[str, str, float, float]]]:

@@ -485,3 +485,17 @@ def test_every_share_of_the_real_traces_is_at_most_one(name):
     mk = d["metrics"]["makespan_s"]
     assert all(r[k] <= mk * (1 + 1e-9) for r in d["metrics"]["ranks"].values()
                for k in ("busy_compute_s", "busy_comm_s", "busy_copy_s", "idle_s"))
+
+
+def test_two_files_one_driving_two_gpus(tmp_path):
+    # rank 0's process drove devices 0 and 1; rank 1's drove device 2 and saw a peer copy on device 3:
+    # timeline ranks 0 (dev 0), 1 (dev 1), 2 (rank 1: devices 2 and 3)
+    copy = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP", "pid": 3, "tid": 9, "ts": 1030, "dur": 5,
+            "args": {"device": 3, "stream": 9, "bytes": 64}}
+    a = kineto_file(tmp_path / "r0.json", two_gpu_events(), rank=0, world=2)
+    b = kineto_file(tmp_path / "r1.json", [kernel("E", 1000, 20, dev=2), copy], rank=1, world=2)
+    tl = import_kineto([a, b]).timeline
+    assert tl.world_size == 3
+    assert {(s.rank, s.name) for s in tl.spans} == {(0, "A"), (0, "B"), (0, "C"), (1, "A"), (1, "D"), (2, "E"),
+                                                    (2, "Memcpy PtoP")}
+    assert {r: i["distributed_rank"] for r, i in tl.meta["ranks"].items()} == {0: 0, 1: 0, 2: 1}
