@@ -51,7 +51,7 @@ from schedsim.trace.common import (
     match_op,
     short_kernel_name,
 )
-from schedsim.trace.validate import check_input_file, max_trace_events, term_safe, too_many_events
+from schedsim.trace.validate import MAX_DUR_US, check_input_file, max_trace_events, term_safe, too_many_events
 
 __all__ = ["EXPORT_HINT", "import_nsys", "nvtx_events", "nvtx_sizes_nelems"]
 
@@ -63,6 +63,7 @@ EXPORT_HINT = ("export it to SQLite first:\n"
 _COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP"}
 NVTX_PUSHPOP = 59
+_MAX_DUR_NS = MAX_DUR_US * 1000
 _REEXPORT = "export the report again with `nsys export --type sqlite` (a copy cut short or damaged does not read)"
 NVTX_STARTEND = 60
 #: Longest name or range text read (characters; SQL ``substr``): a CUTLASS kernel's demangled name runs to a
@@ -458,11 +459,14 @@ def _bounded(col: str) -> str:
     return f"CASE WHEN typeof({col}) = 'text' THEN substr({col}, 1, {MAX_NAME_CHARS}) ELSE {col} END"
 
 
-def _negative(db: _Db, table: str, rowid: int, name: str, start: int, end: int) -> TraceError:
-    """The error for an activity that ends before it starts (it would give a negative span and makespan)."""
-    return TraceError(f"{db.path}: {table} row {rowid} ('{term_safe(name, limit=80)}') ends at {end} ns, before "
-                      f"it starts at {start} ns", fix="the export is corrupt or was edited; re-export the report with "
-                      f"`nsys export --type sqlite`, or delete that row (SELECT * FROM {table} WHERE rowid = {rowid})")
+def _bad_span(db: _Db, table: str, rowid: int, name: str, start: int, end: int) -> TraceError:
+    """The error for an activity that ends before it starts (it would give a negative span and makespan) or
+    lasts longer than :data:`~schedsim.trace.validate.MAX_DUR_US` (no profiled GPU activity runs 11.6 days)."""
+    what = (f"ends at {end} ns, before it starts at {start} ns" if end < start else
+            f"lasts {end - start:,} ns ({start} to {end}), longer than any profiled GPU activity")
+    return TraceError(f"{db.path}: {table} row {rowid} ('{term_safe(name, limit=80)}') {what}",
+                      fix="the export is corrupt or was edited; re-export the report with `nsys export --type "
+                          f"sqlite`, or delete that row (SELECT * FROM {table} WHERE rowid = {rowid})")
 
 
 def _read_kernels(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], keep_rows: bool,
@@ -491,8 +495,8 @@ def _read_kernels(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], keep
         name = str(raw) if raw is not None else "?"
         if not short:
             name = short_kernel_name(name)
-        if end < start:
-            raise _negative(db, _K, rowid, name, start, end)
+        if not 0 <= end - start <= _MAX_DUR_NS:
+            raise _bad_span(db, _K, rowid, name, start, end)
         if len(acts) >= cap:
             raise too_many_events(db.path, "GPU activities (kernels, memcpys, memsets)", cap)
         if gnode is not None:
@@ -538,8 +542,8 @@ def _read_copies(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], kern:
             dev = int(dev if dev is not None else 0)
             pid = _pid(gpid)
             name = f"Memcpy {_COPY_KIND.get(ck, 'Unknown')}" if cat == "memcpy" else "Memset"
-            if end < start:
-                raise _negative(db, t, rowid, name, start, end)
+            if not 0 <= end - start <= _MAX_DUR_NS:
+                raise _bad_span(db, t, rowid, name, start, end)
             if len(acts) >= cap:
                 raise too_many_events(db.path, "GPU activities (kernels, memcpys, memsets)", cap)
             if corr is not None:

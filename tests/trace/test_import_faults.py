@@ -499,3 +499,11 @@ def test_two_files_one_driving_two_gpus(tmp_path):
     assert {(s.rank, s.name) for s in tl.spans} == {(0, "A"), (0, "B"), (0, "C"), (1, "A"), (1, "D"), (2, "E"),
                                                     (2, "Memcpy PtoP")}
     assert {r: i["distributed_rank"] for r, i in tl.meta["ranks"].items()} == {0: 0, 1: 0, 2: 1}
+
+
+def test_nsys_kernel_lasting_years_is_refused(tmp_path):
+    # Kineto refuses a dur past 1e12 us (validate.MAX_DUR_US); an nsys row 2^62 ns long (146 years) was read
+    p = tmp_path / "long.sqlite"
+    make_tiny_db(p, [{"start": 1_000, "end": 1_000 + 2**62, "name": "k"}])
+    with pytest.raises(TraceError, match=r"KERNEL row 1 \('k'\) lasts 4,611,686,018,427,387,904 ns"):
+        import_nsys(p)
