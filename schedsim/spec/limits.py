@@ -33,6 +33,8 @@ op instances              2,000,000          ``--max-ops N`` / ``SCHEDSIM_MAX_OP
 ranks (``world_size``)    100,000            ``SCHEDSIM_MAX_RANKS``
 characters                200,000,000        ``SCHEDSIM_MAX_CHARS``
 streams per rank          100,000            ``SCHEDSIM_MAX_STREAMS``
+trace events kept         10,000,000         ``SCHEDSIM_MAX_TRACE_EVENTS`` (GPU activities, ranges;
+                                             per kind, per import)
 YAML nesting depth        64                 (fixed; write ops flat)
 ========================  =================  ==============================
 
@@ -59,6 +61,8 @@ DEFAULTS: dict[str, int] = {
     "SCHEDSIM_MAX_RANKS": 100_000,
     "SCHEDSIM_MAX_CHARS": 200_000_000,
     "SCHEDSIM_MAX_STREAMS": 100_000,
+    # a kept trace activity costs about 300 B (schedsim.trace.common.Activity and its table row): 3 GB at the cap
+    "SCHEDSIM_MAX_TRACE_EVENTS": 10_000_000,
 }
 
 #: Deepest nesting of YAML mappings/lists a schedule may use (PyYAML and the loader recurse per level).
@@ -69,6 +73,7 @@ _KNOB = {
     "SCHEDSIM_MAX_RANKS": "the environment variable SCHEDSIM_MAX_RANKS={n}",
     "SCHEDSIM_MAX_CHARS": "the environment variable SCHEDSIM_MAX_CHARS={n}",
     "SCHEDSIM_MAX_STREAMS": "the environment variable SCHEDSIM_MAX_STREAMS={n}",
+    "SCHEDSIM_MAX_TRACE_EVENTS": "the environment variable SCHEDSIM_MAX_TRACE_EVENTS={n}",
 }
 
 

@@ -4,9 +4,14 @@ Two tables that pipeline studies print from nsys traces of Megatron-LM runs, com
 timeline:
 
 * **kernel time share**: per device, kernels grouped by
-  ``{name}_{Stream N}``; share = the group's summed duration divided by
-  (last kernel start − first kernel start); then min, max and mean duration
-  in µs, sorted by share; the last line is the sum of the shares. Kernels
+  ``{name}_{Stream N}``; share = the group's summed duration divided by the
+  device's kernel window (last kernel end − first kernel start); then min, max and mean duration
+  in µs, sorted by share; the last line is the device's busy share, the fraction of the window in which
+  any kernel runs (the union of the kernels' intervals). A group runs on one stream, whose kernels run one
+  after another, so each share is at most 1, and so is the busy share; the sum of the rows is not printed,
+  as kernels of concurrent streams would count twice in it. (S4's script, ``docs/sources.md``, divides by
+  last *start* − first start and prints the rows' sum, which passes 1 on a device whose last kernel is long
+  or whose streams overlap.) Kernels
   whose nsys ``shortName`` is ``Kernel`` are named after the first field (up to
   the first comma) of the outermost NVTX range that launched them.
 * **NCCL volume**: per device, the element counts of the
@@ -58,6 +63,21 @@ def _header(device: str) -> str:
     return f"{SEP}{device}{SEP}"
 
 
+def _kernel_groups(rows: list[tuple[str, str, float, float]]) -> tuple[dict[str, list[float]], float, float]:
+    """One device's kernels grouped by ``{name}_{tid}`` in start order (durations in µs), its kernel window
+    (last end − first start, µs) and its busy time (union of the kernels' intervals, µs)."""
+    from schedsim.sim.metrics import length, merge
+
+    v = sorted(((f"{name}_{tid}", ts, dur) for name, tid, ts, dur in rows), key=lambda x: x[1])
+    durs: dict[str, list[float]] = {}
+    for name, _ts, dur in v:
+        durs.setdefault(name, []).append(dur)
+    if not v:
+        return durs, 0.0, 0.0
+    window = max(ts + dur for _n, ts, dur in v) - v[0][1]
+    return durs, window, length(merge([(ts, ts + dur) for _n, ts, dur in v]))
+
+
 def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]]]) -> list[str]:
     """Lines of the kernel time share table (module docstring).
 
@@ -71,31 +91,18 @@ def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]
     -------
     list of str
         A header per device, ``"{share:7.2f} min:{:10.2f} max:{:10.2f} avg:{:10.2f} {name}_{tid}"``
-        rows, and the summed share.
+        rows, and the busy share; ``nan`` on a device whose kernel window is 0.
     """
     lines: list[str] = []
     for device, rows in kernel_rows.items():
         lines.append(_header(device))
-        v = sorted(((f"{name}_{tid}", ts, dur) for name, tid, ts, dur in rows), key=lambda x: x[1])
-        total: dict[str, float] = {}
-        durs: dict[str, list[float]] = {}
-        beg, end = float("inf"), 0.0
-        for name, ts, dur in v:
-            if name not in total:
-                total[name] = 0
-                durs[name] = []
-            total[name] += dur
-            durs[name].append(dur)
-            beg = min(beg, ts)
-            end = max(end, ts)
-        span = end - beg
-        total_percent = 0.0
+        durs, window, busy = _kernel_groups(rows)
+        total = {name: math.fsum(d) for name, d in durs.items()}
         for name, dur in sorted(total.items(), key=lambda d: d[1], reverse=True):
-            share = dur / span if span > 0 else float("nan")
-            total_percent += share
+            share = dur / window if window > 0 else float("nan")
             d = durs[name]
             lines.append(f"{share:7.2f} min:{min(d):10.2f} max:{max(d):10.2f} avg:{math.fsum(d) / len(d):10.2f} {name}")
-        lines.append(f"{total_percent:7.2f}")
+        lines.append(f"{busy / window if window > 0 else float('nan'):7.2f}")
     return lines
 
 
@@ -155,16 +162,17 @@ def detect_format(path: str | Path) -> str:
     Raises
     ------
     TraceError
-        Missing or empty file, or content that is none of these.
+        Missing or empty file, not a regular file (a FIFO or device), or content that is none of these.
     """
+    from schedsim.trace.validate import check_input_file
+
     p = Path(path)
     if p.suffix.lower() in (".nsys-rep", ".qdrep"):
         return "nsys-rep"
+    check_input_file(p)
     try:
         with open(p, "rb") as f:
             head = f.read(16)
-    except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
     if head.startswith(b"SQLite format 3"):
@@ -244,13 +252,11 @@ def analysis_dict(res: ImportResult) -> dict[str, Any]:
     tl = res.timeline
     m = Metrics.of(tl).to_dict()
     kt: dict[str, list[dict[str, Any]]] = {}
+    busy_share: dict[str, float | None] = {}
     for device, rows in res.kernel_rows.items():
-        groups: dict[str, list[float]] = {}
-        ts = [r[2] for r in rows]
-        span = (max(ts) - min(ts)) if ts else 0.0
-        for name, tid, _ts, dur in rows:
-            groups.setdefault(f"{name}_{tid}", []).append(dur)
-        kt[device] = sorted(({"name": k, "share": (sum(v) / span if span > 0 else None), "total_us": sum(v),
+        groups, window, busy = _kernel_groups(rows)
+        busy_share[device] = busy / window if window > 0 else None
+        kt[device] = sorted(({"name": k, "share": (sum(v) / window if window > 0 else None), "total_us": sum(v),
                               "count": len(v), "min_us": min(v), "max_us": max(v), "avg_us": sum(v) / len(v)}
                              for k, v in groups.items()), key=lambda d: -d["total_us"])
     nv: dict[str, dict[str, int]] = {}
@@ -259,7 +265,7 @@ def analysis_dict(res: ImportResult) -> dict[str, Any]:
             nv.setdefault(device, {})
             nv[device][name] = nv[device].get(name, 0) + n
     return {"schedule": tl.schedule, "source": tl.source, "world_size": tl.world_size, "spans": len(tl.spans),
-            "kernel_share": kt, "nccl_volume_elements": nv, "metrics": m,
+            "kernel_share": kt, "kernel_busy_share": busy_share, "nccl_volume_elements": nv, "metrics": m,
             "pipeline_bubble": pipeline_bubbles(tl), "warnings": res.warnings}
 
 
@@ -344,23 +350,26 @@ def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
     Raises
     ------
     TraceError
-        A file that is not readable JSON.
+        A file that is not readable JSON (read with the guards of
+        :class:`~schedsim.trace.jsonstream.TraceEventStream`), or a range whose ``ts``/``dur`` is not a time
+        (:func:`~schedsim.trace.validate.check_event_times`).
     """
-    import gzip
-
     from schedsim.sim.timeline import Span
+    from schedsim.trace.jsonstream import TraceEventStream
+    from schedsim.trace.validate import check_event_times
 
     raw: list[tuple[int, str, float, float]] = []
     for fi, p in enumerate(paths):
-        try:
-            with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as e:
-            raise TraceError(f"{p}: not a readable Kineto JSON trace: {e}") from None
-        dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+        stream = TraceEventStream(p)
+        evs = []
+        for e in stream:
+            if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == "user_annotation":
+                check_event_times(p, stream.n_events, e, None)
+                if isinstance(e.get("ts"), (int, float)):
+                    evs.append(e)
+        hdr = stream.header
+        dist = hdr["distributedInfo"] if isinstance(hdr.get("distributedInfo"), dict) else {}
         rank = int(dist["rank"]) if isinstance(dist.get("rank"), int) else fi
-        evs = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
-               and e.get("cat") == "user_annotation" and isinstance(e.get("ts"), (int, float))]
         iters = [e for e in evs if str(e.get("name", "")).startswith("schedsim_iter")]
         lo, hi = -math.inf, math.inf
         if iters:
@@ -427,7 +436,7 @@ def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total
 
 def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: int = 10) -> str:
     """The text ``schedsim analyze`` prints: kernel-share and NCCL-volume tables, then overlap/idle per rank
-    and the critical path.
+    and the critical path. Control characters in names are escaped (:func:`schedsim.trace.validate.term_safe`).
 
     Unless ``full``, each of the two tables keeps its ``top`` largest rows for the first and last two devices,
     and the per-rank table the 3 worst and 3 best ranks (:func:`schedsim.report.summary.pick_ranks`).
@@ -438,7 +447,8 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     m = Metrics.of(tl)
     out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m.ranks)} rank(s), "
             f"makespan {_fmt_t(m.makespan_s)}"), "",
-           "## kernel time share (share of the first-to-last kernel start span, min/max/avg in us, name)"]
+           "## kernel time share (share of the device's first-kernel-start to last-kernel-end window, min/max/avg "
+           "in us, name; last line: busy share, any kernel running)"]
     out += _cap_devices({d: kernel_share_table({d: rows}) for d, rows in res.kernel_rows.items()}, full, top)
     out += ["", "## NCCL volume per collective, elements"]
     devs = list(res.kernel_rows) + [d for d in res.nccl_rows if d not in res.kernel_rows]
@@ -479,7 +489,9 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
         out.append("(none)")
     for w in res.warnings:
         out.append(f"warning: {w}")
-    return "\n".join(out)
+    from schedsim.trace.validate import term_safe
+
+    return "\n".join(term_safe(line) for line in out)  # kernel, range and op names come from the trace
 
 
 def to_json(res: ImportResult) -> str:

@@ -53,8 +53,10 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
           f"{tl.meta.get('memcpy_count', 0)} memcpy, {tl.meta.get('memset_count', 0)} memset; "
           f"{n_ops} schedule ops) on {len(metrics.ranks)} rank(s); makespan {fmt_time(metrics.makespan_s)}, "
           f"overlap ratio {metrics.overlap_ratio:.3f}")
+    from schedsim.trace.validate import term_safe
+
     for w in res.warnings:
-        print(f"warning: {w}")
+        print(f"warning: {term_safe(w)}")  # warnings quote names from the trace
     print(f"wrote {target}")
 
 

@@ -29,7 +29,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from schedsim.errors import TraceError
 from schedsim.sim.timeline import Span, Timeline
 
 __all__ = [
@@ -430,12 +429,3 @@ def last_finishing_chain(spans: list[Span]) -> list[str]:
     path.reverse()
     return path
 
-
-def check_rank_unique(ranks: list[int], files: list[Path]) -> None:
-    """Raise TraceError when two trace files claim the same rank."""
-    seen: dict[int, Path] = {}
-    for r, f in zip(ranks, files, strict=False):
-        if r in seen:
-            raise TraceError(f"{f}: rank {r} is also claimed by {seen[r]}\n"
-                             "  fix: pass one trace file per rank")
-        seen[r] = f

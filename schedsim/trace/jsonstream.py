@@ -49,13 +49,15 @@ PROGRESS_EVERY = 2_000_000
 
 
 class _BoundedGzip(io.RawIOBase):
-    """A gzip stream that raises TraceError once more than ``limit`` bytes have come out of it."""
+    """A gzip stream that raises TraceError once more than ``limit`` bytes have come out of it (``ratio``: the
+    limit is the gzip-ratio bound, else the size cap :func:`schedsim.trace.validate.max_trace_bytes`)."""
 
-    def __init__(self, path: Path, limit: int) -> None:
+    def __init__(self, path: Path, limit: int, ratio: bool = True) -> None:
         self._g = gzip.open(path, "rb")
         self._left = limit
         self._limit = limit
         self._path = path
+        self._ratio = ratio
 
     def readable(self) -> bool:
         return True
@@ -63,6 +65,10 @@ class _BoundedGzip(io.RawIOBase):
     def readinto(self, b: Any) -> int:
         n = self._g.readinto(b)
         self._left -= n
+        if self._left < 0 and not self._ratio:
+            raise TraceError(f"{self._path}: decompresses to more than {self._limit:,} bytes, past the limit for one "
+                             "trace", fix="profile fewer steps (torch.profiler schedule with active=1), or raise the "
+                             "limit with the environment variable SCHEDSIM_MAX_TRACE_BYTES")
         if self._left < 0:
             raise TraceError(f"{self._path}: decompresses to more than {self._limit:,} bytes, over "
                              f"{MAX_GZIP_RATIO}x its compressed size; not a plausible trace (a gzip bomb?)\n"
@@ -82,19 +88,24 @@ def open_text(path: str | Path) -> TextIO:
     Raises
     ------
     TraceError
-        If the file does not exist or cannot be opened.
+        If the file does not exist, cannot be opened, is not a regular file (a FIFO or device), or is larger
+        than :func:`schedsim.trace.validate.max_trace_bytes` (for gzip: decompresses to more).
     """
+    from schedsim.trace.validate import check_input_file, max_trace_bytes
+
     p = Path(path)
+    cap = max_trace_bytes()
+    size = check_input_file(p)
     try:
         with open(p, "rb") as f:
             magic = f.read(2)
-    except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
     if magic == b"\x1f\x8b":
-        limit = p.stat().st_size * MAX_GZIP_RATIO + GZIP_SLACK
-        return io.TextIOWrapper(io.BufferedReader(_BoundedGzip(p, limit)), encoding="utf-8")
+        by_ratio = size * MAX_GZIP_RATIO + GZIP_SLACK
+        return io.TextIOWrapper(io.BufferedReader(_BoundedGzip(p, min(by_ratio, cap), ratio=by_ratio <= cap)),
+                                encoding="utf-8")
+    check_input_file(p, cap)
     return open(p, encoding="utf-8")
 
 
@@ -164,10 +175,12 @@ class TraceEventStream:
     def _offset(self) -> int:
         return self._consumed + self._i
 
-    def _err(self, msg: str) -> TraceError:
-        head, sep, fix = msg.partition("\n  fix:")
-        return TraceError(f"{self.path}: {head} (at character {self._offset()}, after {self.n_events} events)"
-                          f"{sep}{fix}")
+    def _err(self, msg: str, fix: str | None = None) -> TraceError:
+        head, sep, glued = msg.partition("\n  fix:")
+        where = f"{self.path}: {head} (at character {self._offset()}, after {self.n_events} events)"
+        if fix is not None:
+            return TraceError(where, fix=fix)
+        return TraceError(f"{where}{sep}{glued}")
 
     def _skip_ws(self) -> str:
         """Skip whitespace; return the next character without consuming it ('' at EOF)."""
@@ -205,6 +218,10 @@ class TraceEventStream:
                     raise self._err(f"malformed JSON ({e.msg}) in a value longer than {MAX_VALUE_CHARS} characters") from None
                 self._fill(at_least=len(self._s) - self._i)
                 continue
+            except ValueError:  # an integer of more digits than int() converts (sys.get_int_max_str_digits)
+                digits = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+                raise self._err(f"an integer of more than {digits:,} digits, too long to be a trace value",
+                                fix="the trace is corrupt or was edited; re-export it from the profiler") from None
             if not self._eof and (end >= len(self._s) or (
                     not isinstance(obj, (dict, list, str)) and self._s[end] not in _DELIM
                     and len(self._s) - end < 64)):

@@ -15,7 +15,11 @@ from facebookresearch/HolisticTraceAnalysis, ``tests/data``):
 Time base: an event's absolute time is ``baseTimeNanoseconds + ts·1000`` (ts in
 µs; traces without ``baseTimeNanoseconds`` carry epoch µs in ``ts``), so the
 files of several ranks line up on the wall clock; the rank is
-``distributedInfo.rank`` (else the file's position). Files are streamed with
+``distributedInfo.rank`` (else the file's position), and the files of one import must agree on
+``world_size`` (:func:`~schedsim.trace.validate.check_ranks_agree`). A file whose kernels ran on several
+GPUs (one process driving devices 0 and 1) gives one rank per GPU (:func:`_split_devices`), so
+stream ids stay per device. GPU events need ``ts`` and ``dur``
+(:func:`~schedsim.trace.validate.check_gpu_times`). Files are streamed with
 :class:`~schedsim.trace.jsonstream.TraceEventStream`; CPU events other than the
 few above are dropped as they are read.
 
@@ -44,14 +48,23 @@ from schedsim.trace.common import (
     ImportResult,
     OpRange,
     build_timeline,
-    check_rank_unique,
     is_nccl_kernel,
     match_op,
     short_kernel_name,
 )
 from schedsim.trace.jsonstream import TraceEventStream
 from schedsim.trace.nsys import shape_size
-from schedsim.trace.validate import check_event_times, check_header, check_stream_order
+from schedsim.trace.validate import (
+    check_event_times,
+    check_gpu_times,
+    check_header,
+    check_ranks_agree,
+    check_stream_order,
+    decodable,
+    max_trace_events,
+    term_safe,
+    too_many_events,
+)
 
 
 def _keep_long(text: str) -> float | str:
@@ -95,7 +108,8 @@ COLLECTIVE_ARGS = {
 _KERNEL = {"kernel"}
 _MEMCPY = {"gpu_memcpy", "memcpy"}
 _MEMSET = {"gpu_memset", "memset"}
-_CHECKED = _KERNEL | _MEMCPY | _MEMSET | {"gpu_user_annotation", "user_annotation", "cpu_op"}
+_GPU = _KERNEL | _MEMCPY | _MEMSET | {"gpu_user_annotation"}
+_CHECKED = _GPU | {"user_annotation", "cpu_op"}
 
 
 def input_dims_nelems(dims: Any) -> int | None:
@@ -118,8 +132,24 @@ def input_dims_nelems(dims: Any) -> int | None:
     return shape_size(conv(dims))
 
 
+def _nelems(tags: dict[str, Any], key: str) -> int:
+    """An element count tag (``in_nelems``/``out_nelems``): 0 when absent.
+
+    Raises
+    ------
+    ValueError
+        Not a non-negative integer (or its decimal text); the reader reports the event as malformed.
+    """
+    v = tags.get(key)
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, (int, str)) or not str(v).isdigit():
+        raise ValueError(f"{key} is '{term_safe(v, limit=40)}', not a count of elements")
+    return int(v)
+
+
 def _msg_bytes(tags: dict[str, Any]) -> float:
-    n = max(int(tags.get("in_nelems") or 0), int(tags.get("out_nelems") or 0))
+    n = max(_nelems(tags, "in_nelems"), _nelems(tags, "out_nelems"))
     dt = str(tags.get("dtype") or "").lower().replace("torch.", "")
     return float(n * DTYPE_BYTES.get(dt, 0))
 
@@ -164,10 +194,10 @@ def import_kineto(
     files = [Path(p) for p in (paths if isinstance(paths, list) else [paths])]
     if not files:
         raise TraceError("no trace file given")
-    acc = _Read()
+    acc = _Read(cap=max_trace_events())
     for fi, path in enumerate(files):
         _read_file(path, fi, acc, len(files))
-    check_rank_unique(acc.ranks, files)
+    check_ranks_agree(files, acc.ranks, acc.worlds)
     if not acc.acts:
         raise TraceError(f"{files[0]}: no GPU events (kernel, gpu_memcpy, gpu_memset) in the trace; "
                          "was the profiler run with ProfilerActivity.CUDA?")
@@ -182,6 +212,7 @@ def import_kineto(
 
     kernel_rows = _kernel_rows(acc, label) if keep_kernel_rows else {}
     nccl_rows = _nccl_rows(acc, label)
+    world = _split_devices(acc, op_ranges)
     acts = acc.acts
     meta: dict[str, Any] = {"trace_format": "kineto", "files": [str(p) for p in files], "ranks": acc.rank_info,
                             "kernel_count": sum(1 for a in acts if a.cat == "kernel"),
@@ -190,12 +221,12 @@ def import_kineto(
                             "origin_ns": base0, "warnings": acc.warnings,
                             "record_param_comms": [dict(t, rank=r) for r, _th, _ts, _d, t in acc.rpc][:10_000]}
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].name.split(".")[0],
-                        world_size=max(acc.world, len(acc.rank_info), 1), meta=meta, ops=ops, iteration=iteration)
+                        world_size=world, meta=meta, ops=ops, iteration=iteration)
     return ImportResult(tl, kernel_rows, nccl_rows, acc.warnings)
 
 
-#: A ``gpu_user_annotation``: rank, name, device, stream, ts (ns), dur (ns), External id.
-_Annot = tuple[int, str, int, str, int, int, Any]
+#: A ``gpu_user_annotation``: rank, name, device, stream (None: none written), ts (ns), dur (ns), External id.
+_Annot = tuple[int, str, int, str | None, int, int, Any]
 #: A CPU ``nccl:*`` range: rank, (pid, tid), ts (ns), dur (ns), name, Input Dims.
 _NcclCpu = tuple[int, tuple[Any, Any], int, int, str, Any]
 #: A ``record_param_comms`` event: rank, (pid, tid), ts (ns), dur (ns), collective tags.
@@ -225,6 +256,8 @@ class _Read:
     streams: dict[Any, str] = field(default_factory=dict)
     full_names: dict[str, str] = field(default_factory=dict)
     world: int = 0
+    worlds: list[int | None] = field(default_factory=list)
+    cap: int = 10_000_000
 
 
 @dataclass
@@ -256,12 +289,17 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
             continue
         c = cat.lower() if isinstance(cat, str) else ""
         if c in _CHECKED:
+            if c in _GPU:
+                check_gpu_times(path, stream.n_events, e)
             check_event_times(path, stream.n_events, e, None if f.ref is None else f.ref / 1000.0)  # ref is in ns
         try:
             _take(e, c, f, acc, stream.n_events)
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
-            raise TraceError(f"{path}: event #{stream.n_events}: malformed {cat} event ({err.__class__.__name__}: "
-                             f"{err}): {str(e)[:200]}\n  fix: re-export the trace from the profiler") from None
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:
+            raise TraceError(f"{path}: event #{stream.n_events}: malformed {term_safe(cat, limit=40)} event "
+                             f"({err.__class__.__name__}: {term_safe(err, limit=120)}): {_excerpt(e)}",
+                             fix="re-export the trace from the profiler") from None
+        if len(acc.acts) > acc.cap or len(acc.annots) > acc.cap or len(acc.nccl_cpu) + len(acc.rpc) > acc.cap:
+            raise too_many_events(path, "GPU activities or ranges of one kind", acc.cap)
     check_stream_order(path, f.lanes, acc.warnings)
     f.lanes.clear()
     hdr = stream.header
@@ -273,6 +311,7 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
             acc.warnings.append(f"{path}: no distributedInfo.rank; using its position {fi} as the rank")
         rank = fi
     acc.world = max(acc.world, int(dist.get("world_size") or 0))
+    acc.worlds.append(dist.get("world_size") if isinstance(dist.get("world_size"), int) else None)
     base = hdr.get("baseTimeNanoseconds")
     ref = f.ref if f.ref is not None else 0
     acc.refs.append(ref)
@@ -285,6 +324,14 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
     acc.rank_info[rank] = {"file": str(path), "devices": devices, "process": f.pname,
                            "schemaVersion": hdr.get("schemaVersion"), "events": stream.n_events,
                            "nccl_version": dist.get("nccl_version"), "pg_config": dist.get("pg_config")}
+
+
+def _excerpt(e: Any) -> str:
+    """The first 200 characters of an event's text, escaped (:func:`term_safe`); '?' if it cannot be written."""
+    try:
+        return term_safe(str(e)[:200])
+    except (RecursionError, ValueError):  # nested too deep for repr, or an integer too long to print
+        return "?"
 
 
 def _process_name(e: dict[str, Any], f: _File) -> None:
@@ -300,32 +347,48 @@ def _take(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None
         _gpu_activity(e, c, f, acc, n_event)
     elif c == "gpu_user_annotation":
         args = e.get("args") or {}
-        acc.annots.append((f.pos_rank, str(e.get("name")), int(args.get("device", e.get("pid", 0)) or 0),
-                           str(args.get("stream", e.get("tid", "?"))), _ns(e["ts"]), _ns(e.get("dur") or 0),
-                           args.get("External id")))
+        st = args.get("stream", e.get("tid"))
+        acc.annots.append((f.pos_rank, decodable(e.get("name")), int(args.get("device", e.get("pid", 0)) or 0),
+                           None if st is None or isinstance(st, (bool, dict, list)) else str(st), _ns(e["ts"]),
+                           _ns(e["dur"]), args.get("External id")))
     elif c in ("user_annotation", "cpu_op"):
         name = e.get("name")
         if name == "record_param_comms":
             args = e.get("args") or {}
-            acc.rpc.append((f.pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]), _ns(e.get("dur") or 0),
-                            {COLLECTIVE_ARGS[k]: v for k, v in args.items() if k in COLLECTIVE_ARGS}))
+            tags = _collective_tags(args)
+            _msg_bytes(tags)  # refuses element counts that are not counts
+            acc.rpc.append((f.pos_rank, _thread(e), _ns(e["ts"]), _ns(e.get("dur") or 0), tags))
         elif isinstance(name, str) and name.startswith("nccl:"):
             args = e.get("args") or {}
-            acc.nccl_cpu.append((f.pos_rank, (e.get("pid"), e.get("tid")), _ns(e["ts"]), _ns(e.get("dur") or 0),
-                                 name, args.get("Input Dims")))
+            acc.nccl_cpu.append((f.pos_rank, _thread(e), _ns(e["ts"]), _ns(e.get("dur") or 0),
+                                 decodable(name), args.get("Input Dims")))
+
+
+def _collective_tags(args: dict[str, Any]) -> dict[str, Any]:
+    """The collective arguments of an event (:data:`COLLECTIVE_ARGS`) as span tags; text made encodable
+    (:func:`~schedsim.trace.validate.decodable`)."""
+    return {tag: decodable(args[k]) if isinstance(args[k], str) else args[k]
+            for k, tag in COLLECTIVE_ARGS.items() if k in args}
+
+
+def _thread(e: dict[str, Any]) -> tuple[Any, Any]:
+    """A CPU event's (pid, tid), as a key: values that are not numbers or strings become '?'."""
+    pid, tid = e.get("pid"), e.get("tid")
+    ok = (int, float, str, type(None))
+    return (pid if isinstance(pid, ok) else "?", tid if isinstance(tid, ok) else "?")
 
 
 def _gpu_activity(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None:
     """A kernel, memcpy or memset: an :class:`Activity` (NCCL kernels tagged with their collective args)."""
     args = e.get("args") or {}
     ts = _ns(e["ts"])
-    dur = _ns(e.get("dur") or 0)
+    dur = _ns(e["dur"])
     dev = int(args.get("device", e.get("pid", 0)) or 0)
     st0 = args.get("stream", e.get("tid", "?"))
     st = acc.streams.get(st0)
     if st is None:
         st = acc.streams[st0] = str(st0)
-    name = str(e.get("name", "?"))
+    name = decodable(e.get("name", "?"))
     tags = None
     nbytes = 0.0
     if c in _KERNEL:
@@ -334,7 +397,7 @@ def _gpu_activity(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int)
         cat_s = "kernel"
         if is_nccl_kernel(name):
             tags = {"kernel": name}
-            tags.update({v: args[k] for k, v in COLLECTIVE_ARGS.items() if k in args})
+            tags.update(_collective_tags(args))
             nbytes = _msg_bytes(tags)
         name = short
     else:
@@ -346,7 +409,7 @@ def _gpu_activity(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int)
     acc.acts.append(Activity(f.pos_rank, dev, st, name, cat_s, rel, rel + dur, nbytes, tags))
     f.lanes[(f.pos_rank, dev, st)].append((ts, ts + dur, name, n_event))
     acc.raw_ts.append(float(e["ts"]))
-    acc.raw_dur.append(float(e.get("dur") or 0.0))
+    acc.raw_dur.append(float(e["dur"]))
 
 
 def _renumber(acc: _Read, first: int, starts: tuple[int, int, int], rank: int) -> None:
@@ -389,32 +452,108 @@ def _op_ranges(acc: _Read, ops: dict[str, dict[str, Any]] | None, shift_ns: dict
     """Annotations named after schedule ops → op ranges over the activities of their lane inside them
     (1 ns slack); the parts of one annotation (same External id) are merged. Without ``ops``, annotations
     named like a pipeline action or a pipeline send/recv (:func:`pipeline_range_name`: the executor's
-    ``F0.3.0``, ``sendF0.3``, torch pipelining's ``PP:0F3``, Megatron's ``forward-compute``) count as ops too."""
+    ``F0.3.0``, ``sendF0.3``, torch pipelining's ``PP:0F3``, Megatron's ``forward-compute``) count as ops too.
+
+    An annotation with no stream number, or one no activity of its device ran on, takes the activities of
+    every stream of its device inside its window; one warning counts them."""
     cand = [a for a in acc.annots if match_op(a[1], ops) is not None
             or (ops is None and pipeline_range_name(a[1]))]
     if not cand:
         return []
     acts = acc.acts
     ref_of = dict(zip(acc.ranks, acc.refs, strict=False))
-    lanes: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    lanes: dict[tuple[int, int, str | None], list[int]] = defaultdict(list)
     for i, a in enumerate(acts):
         lanes[(a.rank, a.device, a.stream)].append(i)
+    by_device = None
     starts = {k: [acts[i].start_ns for i in v] for k, v in lanes.items()}
     merged: dict[tuple[int, str, Any], list[tuple[float, float, list[int]]]] = defaultdict(list)
+    no_stream = 0
     for rank, name, dev, st, ts, dur, ext in cand:
-        key = (rank, dev, st)
+        key: tuple[int, int, str | None] = (rank, dev, st)
+        if key not in lanes:  # no stream number, or none of the device's: the device's work in the window
+            no_stream += 1
+            if by_device is None:
+                by_device = _device_lanes(acts)
+                lanes.update(by_device)
+                starts.update({k: [acts[i].start_ns for i in v] for k, v in by_device.items()})
+            key = (rank, dev, None)
         s0 = float(ts - ref_of[rank]) + shift_ns.get(rank, 0.0)
         s1 = s0 + dur
         lo = bisect.bisect_left(starts.get(key, []), s0 - 1.0)
         hi = bisect.bisect_right(starts.get(key, []), s1 + 1.0)
         mem = [j for j in lanes.get(key, [])[lo:hi] if acts[j].end_ns <= s1 + 1.0]
         merged[(rank, name, ext if ext is not None else (st, ts))].append((s0, s1, mem))
+    if no_stream:
+        acc.warnings.append(f"{no_stream} gpu_user_annotation range(s) named after ops have no stream number, or "
+                            "one no GPU activity of their device ran on; each took the GPU work of every stream "
+                            "of its device inside its time window")
     out = []
     for (rank, name, _ext), parts in merged.items():
         mem = sorted({j for _a, _b, m in parts for j in m})
         out.append(OpRange(match_op(name, ops) or name, rank, min(p[0] for p in parts), max(p[1] for p in parts),
                            mem, name))
     return out
+
+
+def _device_lanes(acts: list[Activity]) -> dict[tuple[int, int, str | None], list[int]]:
+    """Activity indices per (rank, device), by start time, under the stream key None."""
+    out: dict[tuple[int, int, str | None], list[int]] = defaultdict(list)
+    for i, a in enumerate(acts):
+        out[(a.rank, a.device, None)].append(i)
+    for v in out.values():
+        v.sort(key=lambda i: acts[i].start_ns)
+    return out
+
+
+def _split_devices(acc: _Read, op_ranges: list[OpRange]) -> int:
+    """Give each GPU its own timeline rank when a file's process drove several; return the world size.
+
+    A process that drives several GPUs (one Kineto file with activities on devices 0 and 1) would otherwise
+    put both GPUs' streams in one rank, where stream 7 of device 0 and stream 7 of device 1 are one lane and
+    per-rank busy times and shares count two GPUs against one makespan. Ranks are then numbered in
+    (file rank, device) order; ``rank_info`` of each says its file, ``distributed_rank`` and ``device``.
+    Activities, op ranges and ``record_param_comms`` (CPU side: the process's first device) are renumbered.
+    A file splits, one rank per device it has activities on, when kernels ran on more than one of its
+    devices (a peer copy seen on another device does not split it); any other file stays one rank. Without
+    a file that splits nothing changes and the world size is the largest of ``distributedInfo.world_size``
+    and the number of files.
+    """
+    kernel_devs: dict[int, set[int]] = defaultdict(set)
+    for a in acc.acts:
+        if a.cat == "kernel":
+            kernel_devs[a.rank].add(a.device)
+    if all(len(d) <= 1 for d in kernel_devs.values()):
+        return max(acc.world, len(acc.rank_info), 1)
+    new: dict[tuple[int, int], int] = {}
+    first: dict[int, int] = {}
+    info: dict[int, dict[str, Any]] = {}
+    multi = []
+    for r in sorted(acc.rank_info):
+        old = acc.rank_info[r]
+        devs = old["devices"] or [0]
+        first[r] = len(info)
+        if len(kernel_devs.get(r, ())) <= 1:
+            new.update({(r, d): first[r] for d in devs})
+            info[first[r]] = {**old, "distributed_rank": r}
+            continue
+        multi.append(f"{old['file']} (devices {', '.join(map(str, devs))})")
+        for d in devs:
+            new[(r, d)] = len(info)
+            info[new[(r, d)]] = {**old, "devices": [d], "device": d, "distributed_rank": r}
+    acts = acc.acts
+    for i, a in enumerate(acts):
+        acts[i] = a._replace(rank=new[(a.rank, a.device)])
+    for i, o in enumerate(op_ranges):
+        if o.members:
+            op_ranges[i] = o._replace(rank=acts[o.members[0]].rank)
+        else:
+            op_ranges[i] = o._replace(rank=first[o.rank])
+    acc.rpc[:] = [(first.get(r, r), th, ts, dur, tags) for r, th, ts, dur, tags in acc.rpc]
+    acc.rank_info = info
+    acc.warnings.append(f"one process drove several GPUs in {'; '.join(multi)}: each GPU is its own rank of the "
+                        f"timeline ({len(info)} ranks, numbered by file rank, then device)")
+    return len(info)
 
 
 def _kernel_rows(acc: _Read, label: Callable[[int, int], str]) -> dict[str, list[tuple[str, str, float, float]]]:
@@ -443,7 +582,7 @@ def _nccl_rows(acc: _Read, label: Callable[[int, int], str]) -> dict[str, list[t
         if n is None:
             for rts, rdur, tags in rpc_by_thread.get((rank, th), []):
                 if rts <= ts + dur and ts <= rts + rdur and tags.get("in_nelems") is not None:
-                    n = int(tags["in_nelems"])
+                    n = _nelems(tags, "in_nelems")
                     break
         if n is not None:
             rows.setdefault(label(rank, dev_of_rank.get(rank, 0)), []).append((name, n))

@@ -16,6 +16,13 @@ long as the columns used here exist; a missing required column is reported by
 table and name. Rows are read through cursors; only the kernels themselves are
 held in memory.
 
+The tables read must be plain tables (a view or virtual table is refused when the file is opened: a
+view can compute rows without end), their needed columns are checked before any row is read, names are
+cut to :data:`MAX_NAME_CHARS`, and at most :func:`~schedsim.trace.validate.max_trace_events` activities or
+ranges are kept. An activity that ends before it starts is an error naming its table and rowid. The
+kernels of one CUDA graph launch share the launch's ``correlationId``; all of them belong to the NVTX
+ranges around the launch.
+
 Process and device: PID = ``globalPid / 0x1000000 % 0x1000000``. Each distinct
 (device, process) pair becomes one rank, in device order; several files (one
 per rank, e.g. one per MPI rank) are placed on one time base through
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import re
 import sqlite3
 from collections import defaultdict
@@ -43,6 +51,7 @@ from schedsim.trace.common import (
     match_op,
     short_kernel_name,
 )
+from schedsim.trace.validate import MAX_DUR_US, check_input_file, max_trace_events, term_safe, too_many_events
 
 __all__ = ["EXPORT_HINT", "import_nsys", "nvtx_events", "nvtx_sizes_nelems"]
 
@@ -54,7 +63,17 @@ EXPORT_HINT = ("export it to SQLite first:\n"
 _COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
               8: "DtoD", 9: "HtoH", 10: "PtoP"}
 NVTX_PUSHPOP = 59
+_MAX_DUR_NS = MAX_DUR_US * 1000
+_REEXPORT = "export the report again with `nsys export --type sqlite` (a copy cut short or damaged does not read)"
 NVTX_STARTEND = 60
+#: Longest name or range text read (characters; SQL ``substr``): a CUTLASS kernel's demangled name runs to a
+#: few thousand, an ``emit_nvtx`` range with the shapes of many inputs to some tens of thousands.
+MAX_NAME_CHARS = 32_768
+#: The tables this reader reads; each must be a plain table with rowids (no view, virtual table or
+#: WITHOUT ROWID table: a view can compute without end, and nsys writes none).
+READ_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+               "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "StringIds", "TARGET_INFO_SESSION_START_TIME",
+               "PROCESSES")
 
 
 def _open(path: Path) -> sqlite3.Connection:
@@ -62,11 +81,10 @@ def _open(path: Path) -> sqlite3.Connection:
     if suffix in (".nsys-rep", ".qdrep"):
         raise TraceError(f"{path}: this is an Nsight Systems report, not its SQLite export; "
                          + EXPORT_HINT.format(stem=path.with_suffix("").name, name=path.name))
+    check_input_file(path)
     try:
         with open(path, "rb") as f:
             head = f.read(16)
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
     if head != b"SQLite format 3\x00":
@@ -77,9 +95,15 @@ def _open(path: Path) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as e:
-        raise TraceError(f"{path}: unreadable SQLite file ({e}); it may be truncated") from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # a corrupt schema's message may not be UTF-8
+        raise TraceError(f"{path}: unreadable SQLite file ({term_safe(e, limit=200)}); it may be truncated",
+                         fix=_REEXPORT) from None
+    conn.text_factory = _text  # names that are not UTF-8 read with U+FFFD instead of failing the import
     return conn
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
 
 
 class _Db:
@@ -88,14 +112,26 @@ class _Db:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
-        self.tables = {r[0] for r in self.q("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
         self._cols: dict[str, list[str]] = {}
+        self.tables: set[str] = set()
+        for name, typ, odd in self.q(
+                "SELECT name, type, upper(substr(sql, 1, 40)) LIKE 'CREATE VIRTUAL%' OR instr(upper(sql), "
+                "'WITHOUT ROWID') > 0 FROM sqlite_master WHERE type IN ('table', 'view')"):
+            if name not in READ_TABLES:
+                continue
+            if typ != "table" or odd:
+                what = "a view" if typ != "table" else "a virtual or WITHOUT ROWID table"
+                raise TraceError(f"{path}: {name} is {what}, not a table as `nsys export --type sqlite` writes it; "
+                                 "reading it could compute without end",
+                                 fix="pass the SQLite file nsys exported, unedited")
+            self.tables.add(name)
 
     def q(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:
             return self.conn.execute(sql, args)
-        except sqlite3.DatabaseError as e:
-            raise TraceError(f"{self.path}: SQLite error ({e}) in: {sql[:120]}; the file may be truncated or corrupt") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+            raise TraceError(f"{self.path}: SQLite error ({term_safe(e, limit=200)}) in: {sql[:120]}; the file may be "
+                             "truncated or corrupt", fix=_REEXPORT) from None
 
     def rows(self, sql: str, args: tuple[Any, ...] = ()):  # type: ignore[no-untyped-def]
         cur = self.q(sql, args)
@@ -105,8 +141,9 @@ class _Db:
                 if not batch:
                     return
                 yield from batch
-        except sqlite3.DatabaseError as e:
-            raise TraceError(f"{self.path}: SQLite error while reading ({e}); the file may be truncated or corrupt") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+            raise TraceError(f"{self.path}: SQLite error while reading ({term_safe(e, limit=200)}); the file may be "
+                             "truncated or corrupt", fix=_REEXPORT) from None
 
     def cols(self, table: str) -> list[str]:
         if table not in self._cols:
@@ -118,7 +155,9 @@ class _Db:
         missing = [c for c in cols if c not in have]
         if missing:
             raise TraceError(f"{self.path}: table {table} lacks column(s) {', '.join(missing)} needed for {why} "
-                             f"(it has: {', '.join(have)}); this nsys export schema is not supported")
+                             f"(it has: {term_safe(', '.join(have), limit=300)}); this nsys export schema is not "
+                             "supported",
+                             fix="export the report with `nsys export --type sqlite` of nsys 2021 or later")
 
     def col_or_null(self, table: str, col: str, alias: str | None = None) -> str:
         return f"{col}" if col in self.cols(table) else f"NULL AS {alias or col}"
@@ -127,7 +166,8 @@ class _Db:
         if "StringIds" not in self.tables:
             raise TraceError(f"{self.path}: table StringIds is missing (names are stored there); "
                              "re-export with `nsys export --type sqlite`")
-        return {int(i): v for i, v in self.rows(f"SELECT id, value FROM StringIds WHERE id IN ({sub_sql})")}
+        return {int(i): v for i, v in self.rows(f"SELECT id, substr(value, 1, {MAX_NAME_CHARS}) FROM StringIds "
+                                                  f"WHERE id IN ({sub_sql})")}
 
     def scalar(self, sql: str) -> Any:
         row = self.q(sql).fetchone()
@@ -195,7 +235,7 @@ def import_nsys(
         db = _Db(_open(p), p)
         base = 0
         if "TARGET_INFO_SESSION_START_TIME" in db.tables and "utcEpochNs" in db.cols("TARGET_INFO_SESSION_START_TIME"):
-            base = int(db.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME") or 0)
+            base = _epoch_ns(db, db.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME"))
         elif len(files) > 1:
             warnings.append(f"{p}: no TARGET_INFO_SESSION_START_TIME; its times are not aligned with the other files")
         bases.append(base)
@@ -234,6 +274,23 @@ def import_nsys(
     return ImportResult(tl, kernel_rows, nccl_rows, warnings)
 
 
+def _epoch_ns(db: _Db, raw: Any) -> int:
+    """``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` as integer ns (0 when NULL).
+
+    Raises
+    ------
+    TraceError
+        A value that is not a finite number of ns.
+    """
+    if raw is None:
+        return 0
+    if isinstance(raw, int) or (isinstance(raw, float) and math.isfinite(raw)):
+        return int(raw)
+    raise TraceError(f"{db.path}: TARGET_INFO_SESSION_START_TIME.utcEpochNs is '{term_safe(raw, limit=40)}', not a "
+                     "time in ns", fix="re-export the report with `nsys export --type sqlite`; the file is corrupt "
+                     "or was edited")
+
+
 @dataclass
 class _FileRead:
     """What one SQLite export adds to an import; ``op_ranges`` index ``acts`` (this file's list)."""
@@ -264,6 +321,23 @@ class _Kernels:
     by_corr: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
     table: list[tuple[int, int, int, str, int, int]] = field(default_factory=list)
     generic: dict[int, int] = field(default_factory=dict)
+    more: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    graph_kernels: int = 0
+
+    def index(self, pid: int, corr: int, idx: int) -> None:
+        """Note that activity ``idx`` was launched by call ``corr`` of process ``pid``. The kernels of one CUDA
+        graph launch (``cudaGraphLaunch``) share its correlationId, so a call may launch several: the first is
+        in ``by_corr``, the others in ``more``."""
+        have = self.by_corr[pid].setdefault(corr, idx)
+        if have != idx:
+            self.more.setdefault((pid, corr), []).append(idx)
+
+    def launched(self, pid: int, corr: int) -> list[int]:
+        """The activities call ``corr`` of process ``pid`` launched (none, one, or a graph's kernels)."""
+        a = self.by_corr.get(pid, {}).get(corr)
+        if a is None:
+            return []
+        return [a, *self.more.get((pid, corr), ())]
 
 
 @dataclass
@@ -295,14 +369,19 @@ def _read_one(db: _Db, shift: int, rank0: int, ops: dict[str, dict[str, Any]] | 
         raise TraceError(f"{db.path}: none of the tables {_K}, {_MC}, {_MS} exist, so the capture has no GPU "
                          "activity\n  fix: profile with `nsys profile -t cuda,nvtx ...` and export with "
                          "`nsys export --type sqlite`")
+    _check_shapes(db, present)
     out = _FileRead()
     ranks = _ranks(db, present, rank0, multi)
     out.rank_info = ranks.info
-    kern = _read_kernels(db, ranks, shift, out.acts, keep_kernel_rows)
-    _read_copies(db, ranks, shift, out.acts, kern.by_corr)
+    cap = max_trace_events()
+    kern = _read_kernels(db, ranks, shift, out.acts, keep_kernel_rows, cap)
+    _read_copies(db, ranks, shift, out.acts, kern, cap)
+    if kern.graph_kernels:
+        for info in out.rank_info.values():
+            info["graph_kernels"] = kern.graph_kernels
     links = _NvtxLinks()
     if "NVTX_EVENTS" in db.tables:
-        links = _link_nvtx(db, shift, out.acts, kern.by_corr, ranks.pid_to_device, kern.generic, ops)
+        links = _link_nvtx(db, shift, out.acts, kern, ranks.pid_to_device, ops, cap)
     for a, extra in links.tags.items():
         out.acts[a] = out.acts[a]._replace(tags={**(out.acts[a].tags or {}), **extra})
     out.op_ranges, out.warnings = links.op_ranges, links.warnings
@@ -310,17 +389,39 @@ def _read_one(db: _Db, shift: int, rank0: int, ops: dict[str, dict[str, Any]] | 
     return out
 
 
+def _check_shapes(db: _Db, present: list[str]) -> None:
+    """Refuse, before reading any row, a table this reader reads that lacks a column it needs (the views were
+    refused when the file was opened, :class:`_Db`)."""
+    for t in present:
+        db.need(t, ["start", "end", "deviceId", "streamId"], "GPU activities")
+    if "NVTX_EVENTS" in db.tables:
+        db.need("NVTX_EVENTS", ["start", "end", "eventType"], "NVTX ranges")
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in db.tables:
+            db.need("CUPTI_ACTIVITY_KIND_RUNTIME", ["start", "globalTid", "correlationId"],
+                    "linking NVTX ranges to kernels")
+    if "StringIds" in db.tables:
+        db.need("StringIds", ["id", "value"], "kernel and range names")
+
+
 def _ranks(db: _Db, present: list[str], rank0: int, multi: bool) -> _Ranks:
     """Distinct (device, pid) pairs of the activity tables, one rank each in (device, pid) order."""
     pairs: set[tuple[int, int]] = set()
+    from schedsim.spec.limits import limit
+
+    max_ranks = limit("SCHEDSIM_MAX_RANKS")
     for t in present:
-        db.need(t, ["start", "end", "deviceId", "streamId"], "GPU activities")
         gp = "globalPid" if "globalPid" in db.cols(t) else "NULL"
         for dev, g in db.rows(f"SELECT DISTINCT deviceId, {gp} FROM [{t}]"):
             pairs.add((int(dev if dev is not None else 0), _pid(g)))
+            if len(pairs) > max_ranks:
+                raise TraceError(f"{db.path}: more than {max_ranks:,} (device, process) pairs in {t}, each a rank, "
+                                 "past the limit of ranks", fix="the file is corrupt or was edited; if you mean it, "
+                                 "raise the environment variable SCHEDSIM_MAX_RANKS")
     pnames: dict[int, str] = {}
     if "PROCESSES" in db.tables and {"pid", "name"} <= set(db.cols("PROCESSES")):
-        pnames = {int(pid): name for pid, name in db.rows("SELECT pid, name FROM PROCESSES") if pid is not None}
+        pids = {p for _d, p in pairs}
+        pnames = {int(pid): name for pid, name in db.rows(f"SELECT pid, substr(name, 1, {MAX_NAME_CHARS}) FROM "
+                                                          "PROCESSES") if pid in pids}
     kernel_devs: set[tuple[int, int]] = set()
     if _K in db.tables:
         gp = "globalPid" if "globalPid" in db.cols(_K) else "NULL"
@@ -350,26 +451,56 @@ def _kernel_name_columns(db: _Db) -> tuple[str, str, dict[int, str]]:
     strings: dict[int, str] = {}
     if kind and kind[0] == "integer":
         strings = db.strings(f"SELECT {name_col} FROM [{_K}] UNION SELECT {full_col} FROM [{_K}]")
-    return name_col, full_col, strings
+    return _bounded(name_col), _bounded(full_col), strings
 
 
-def _read_kernels(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], keep_rows: bool) -> _Kernels:
-    """Append the kernels to ``acts``; NCCL kernels carry their full (demangled) name in ``tags.kernel``."""
+def _bounded(col: str) -> str:
+    """SQL for column ``col`` with a text value cut to :data:`MAX_NAME_CHARS` (ids and numbers kept as they are)."""
+    return f"CASE WHEN typeof({col}) = 'text' THEN substr({col}, 1, {MAX_NAME_CHARS}) ELSE {col} END"
+
+
+def _bad_span(db: _Db, table: str, rowid: int, name: str, start: int, end: int) -> TraceError:
+    """The error for an activity that ends before it starts (it would give a negative span and makespan) or
+    lasts longer than :data:`~schedsim.trace.validate.MAX_DUR_US` (no profiled GPU activity runs 11.6 days)."""
+    what = (f"ends at {end} ns, before it starts at {start} ns" if end < start else
+            f"lasts {end - start:,} ns ({start} to {end}), longer than any profiled GPU activity")
+    return TraceError(f"{db.path}: {table} row {rowid} ('{term_safe(name, limit=80)}') {what}",
+                      fix="the export is corrupt or was edited; re-export the report with `nsys export --type "
+                          f"sqlite`, or delete that row (SELECT * FROM {table} WHERE rowid = {rowid})")
+
+
+def _read_kernels(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], keep_rows: bool,
+                  cap: int) -> _Kernels:
+    """Append the kernels to ``acts``; NCCL kernels carry their full (demangled) name in ``tags.kernel``.
+
+    Raises
+    ------
+    TraceError
+        A kernel that ends before it starts, or more than ``cap`` activities.
+    """
     out = _Kernels()
     if _K not in db.tables:
         return out
     name_col, full_col, strings = _kernel_name_columns(db)
-    sel = (f"SELECT start, end, deviceId, streamId, {db.col_or_null(_K, 'correlationId')}, "
-           f"{db.col_or_null(_K, 'globalPid')}, {name_col}, {full_col} FROM [{_K}]")
+    short = "shortName" in db.cols(_K)
+    sel = (f"SELECT rowid, start, end, deviceId, streamId, {db.col_or_null(_K, 'correlationId')}, "
+           f"{db.col_or_null(_K, 'globalPid')}, {name_col}, {full_col}, {db.col_or_null(_K, 'graphNodeId')} "
+           f"FROM [{_K}]")
     full_names: dict[str, str] = {}
     streams: dict[Any, str] = {}
-    for seq, (start, end, dev, stream, corr, gpid, nid, fid) in enumerate(db.rows(sel)):
+    for seq, (rowid, start, end, dev, stream, corr, gpid, nid, fid, gnode) in enumerate(db.rows(sel)):
         if start is None or end is None:
             continue
         raw = strings.get(nid, nid) if isinstance(nid, int) else nid
         name = str(raw) if raw is not None else "?"
-        if name_col != "shortName":
+        if not short:
             name = short_kernel_name(name)
+        if not 0 <= end - start <= _MAX_DUR_NS:
+            raise _bad_span(db, _K, rowid, name, start, end)
+        if len(acts) >= cap:
+            raise too_many_events(db.path, "GPU activities (kernels, memcpys, memsets)", cap)
+        if gnode is not None:
+            out.graph_kernels += 1
         if name not in full_names:
             full = strings.get(fid, fid) if isinstance(fid, int) else fid
             full_names[name] = str(full) if full is not None else name
@@ -383,7 +514,7 @@ def _read_kernels(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], keep
         acts.append(Activity(ranks.rank_of[(dev, pid)], dev, st, name, "kernel", float(start + shift),
                              float(end + shift), 0.0, tags))
         if corr is not None:
-            out.by_corr[pid][int(corr)] = idx
+            out.index(pid, int(corr), idx)
         if keep_rows:
             if name == "Kernel":
                 out.generic[idx] = len(out.table)
@@ -391,22 +522,32 @@ def _read_kernels(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], keep
     return out
 
 
-def _read_copies(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], by_corr: dict[int, dict[int, int]]) -> None:
-    """Append the memcpy and memset activities to ``acts`` and index them by correlationId."""
+def _read_copies(db: _Db, ranks: _Ranks, shift: int, acts: list[Activity], kern: _Kernels, cap: int) -> None:
+    """Append the memcpy and memset activities to ``acts`` and index them by correlationId.
+
+    Raises
+    ------
+    TraceError
+        A copy that ends before it starts, or more than ``cap`` activities.
+    """
     for t, cat in ((_MC, "memcpy"), (_MS, "memset")):
         if t not in db.tables:
             continue
         kind_col = db.col_or_null(t, "copyKind") if cat == "memcpy" else "NULL"
-        sel = (f"SELECT start, end, deviceId, streamId, {db.col_or_null(t, 'correlationId')}, "
+        sel = (f"SELECT rowid, start, end, deviceId, streamId, {db.col_or_null(t, 'correlationId')}, "
                f"{db.col_or_null(t, 'globalPid')}, {db.col_or_null(t, 'bytes')}, {kind_col} FROM [{t}]")
-        for start, end, dev, stream, corr, gpid, nbytes, ck in db.rows(sel):
+        for rowid, start, end, dev, stream, corr, gpid, nbytes, ck in db.rows(sel):
             if start is None or end is None:
                 continue
             dev = int(dev if dev is not None else 0)
             pid = _pid(gpid)
             name = f"Memcpy {_COPY_KIND.get(ck, 'Unknown')}" if cat == "memcpy" else "Memset"
+            if not 0 <= end - start <= _MAX_DUR_NS:
+                raise _bad_span(db, t, rowid, name, start, end)
+            if len(acts) >= cap:
+                raise too_many_events(db.path, "GPU activities (kernels, memcpys, memsets)", cap)
             if corr is not None:
-                by_corr[pid][int(corr)] = len(acts)
+                kern.index(pid, int(corr), len(acts))
             acts.append(Activity(ranks.rank_of[(dev, pid)], dev, str(stream), name, cat, float(start + shift),
                                  float(end + shift), float(nbytes or 0)))
 
@@ -437,26 +578,47 @@ def _table_rows(out: _FileRead, kern: _Kernels, links: _NvtxLinks, label_of: dic
 _Range = tuple[int, int, int, Any, int, int, int]
 
 
-def _nvtx_ranges(db: _Db, pid_to_device: dict[int, int]) -> list[_Range]:
-    """Push/pop and start/end ranges of processes that ran GPU work, by start (then row) order."""
+def _nvtx_ranges(db: _Db, pid_to_device: dict[int, int], cap: int, warnings: list[str]) -> list[_Range]:
+    """Push/pop and start/end ranges of processes that ran GPU work, by start (then row) order; texts cut to
+    :data:`MAX_NAME_CHARS`. Ranges that end before they start are skipped, with one warning counting them.
+
+    Raises
+    ------
+    TraceError
+        More than ``cap`` ranges.
+    """
     T = "NVTX_EVENTS"
     db.need(T, ["start", "end", "eventType"], "NVTX ranges")
-    cols = db.cols(T)
-    text = "n.text" if "text" in cols else "NULL"
-    join = ""
-    if "textId" in cols and "StringIds" in db.tables:
-        text = f"COALESCE({text}, s.value)"
-        join = "LEFT JOIN StringIds s ON n.textId = s.id"
-    tid = "n.globalTid" if "globalTid" in cols else "NULL"
-    ranges = []
+    text, join = _nvtx_text(db)
+    tid = "n.globalTid" if "globalTid" in db.cols(T) else "NULL"
+    ranges: list[_Range] = []
+    backwards = 0
     for start, end, etype, txt, gtid in db.rows(
             f"SELECT n.start, n.end, n.eventType, {text}, {tid} FROM [{T}] n {join} "
             f"WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL AND n.start IS NOT NULL "
             f"ORDER BY n.start, n.rowid"):
         dev = pid_to_device.get(_pid(gtid))
         if dev is not None:
+            if end < start:
+                backwards += 1
+                continue
+            if len(ranges) >= cap:
+                raise too_many_events(db.path, "NVTX ranges", cap)
             ranges.append((int(start), int(end), int(etype), txt, dev, _pid(gtid), int(gtid or 0) % 0x1000000))
+    if backwards:
+        warnings.append(f"{db.path}: {backwards} NVTX range(s) end before they start; skipped")
     return ranges
+
+
+def _nvtx_text(db: _Db) -> tuple[str, str]:
+    """SQL for an NVTX event's text (``COALESCE(text, StringIds.value via textId)``, cut to
+    :data:`MAX_NAME_CHARS`) and the join it needs, over ``NVTX_EVENTS n``."""
+    cols = db.cols("NVTX_EVENTS")
+    text = "n.text" if "text" in cols else "NULL"
+    join = ""
+    if "textId" in cols and "StringIds" in db.tables:
+        text, join = f"COALESCE({text}, s.value)", "LEFT JOIN StringIds s ON n.textId = s.id"
+    return f"substr({text}, 1, {MAX_NAME_CHARS})", join
 
 
 @dataclass
@@ -471,8 +633,8 @@ class _Sweep:
     best: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def _sweep_calls(db: _Db, ranges: list[_Range], by_corr: dict[int, dict[int, int]], pid_to_device: dict[int, int],
-                 generic_kernel: dict[int, int], interesting: list[bool]) -> _Sweep:
+def _sweep_calls(db: _Db, ranges: list[_Range], kern: _Kernels, pid_to_device: dict[int, int],
+                 interesting: list[bool]) -> _Sweep:
     """Walk the runtime calls in time order; a call belongs to a range when range.start < call.start <
     range.end, on the device of the calling process."""
     sw = _Sweep()
@@ -496,9 +658,9 @@ def _sweep_calls(db: _Db, ranges: list[_Range], by_corr: dict[int, dict[int, int
         for i in open_:
             if ranges[i][2] == NVTX_PUSHPOP and i not in sw.reg:
                 sw.reg[i] = len(sw.reg)
-        a = by_corr.get(pid, {}).get(int(corr)) if corr is not None else None
-        if a is not None:
-            _note_launch(sw, a, open_, ranges, generic_kernel, interesting)
+        if corr is not None:
+            for a in kern.launched(pid, int(corr)):  # a CUDA graph launch starts all of the graph's kernels
+                _note_launch(sw, a, open_, ranges, kern.generic, interesting)
     return sw
 
 
@@ -515,17 +677,18 @@ def _note_launch(sw: _Sweep, a: int, open_: list[int], ranges: list[_Range], gen
                 sw.best[a] = c
 
 
-def _link_nvtx(db: _Db, shift: int, acts: list[Activity], by_corr: dict[int, dict[int, int]],
-               pid_to_device: dict[int, int], generic_kernel: dict[int, int],
-               ops: dict[str, dict[str, Any]] | None) -> _NvtxLinks:
+def _link_nvtx(db: _Db, shift: int, acts: list[Activity], kern: _Kernels, pid_to_device: dict[int, int],
+               ops: dict[str, dict[str, Any]] | None, cap: int) -> _NvtxLinks:
     """Link NVTX ranges to the activities launched inside them (:class:`_NvtxLinks`).
 
     A runtime call belongs to a range when range.start < call.start < range.end (ties broken by the rows'
     order), per device (through the calling process); the call's ``correlationId`` names its kernel. A kernel
-    called "Kernel" is named after the earliest-registered push/pop range around its launch.
+    called "Kernel" is named after the earliest-registered push/pop range around its launch. A CUDA graph
+    launch belongs to the ranges around it with every kernel and copy of the graph (they share its
+    correlationId).
     """
     out = _NvtxLinks()
-    ranges = _nvtx_ranges(db, pid_to_device)
+    ranges = _nvtx_ranges(db, pid_to_device, cap, out.warnings)
     if not ranges:
         return out
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in db.tables:
@@ -535,19 +698,19 @@ def _link_nvtx(db: _Db, shift: int, acts: list[Activity], by_corr: dict[int, dic
     db.need("CUPTI_ACTIVITY_KIND_RUNTIME", ["start", "globalTid", "correlationId"], "linking NVTX ranges to kernels")
     interesting = [txt is not None and (str(txt).startswith("nccl") or match_op(txt, ops) is not None)
                    for _s, _e, _t, txt, _d, _p, _tid in ranges]
-    sw = _sweep_calls(db, ranges, by_corr, pid_to_device, generic_kernel, interesting)
+    sw = _sweep_calls(db, ranges, kern, pid_to_device, interesting)
     for a, (_r, i) in sw.best.items():
         if ranges[i][3] is not None:
             out.region0[a] = str(ranges[i][3])
     for i, mem in sorted(sw.members.items()):
         start, end, etype, txt, dev, _p, thread = ranges[i]
         txt = str(txt)
-        kern = [m for m in mem if acts[m].cat == "kernel"]
-        if etype == NVTX_PUSHPOP and kern and txt.startswith("nccl"):
+        in_range = [m for m in mem if acts[m].cat == "kernel"]
+        if etype == NVTX_PUSHPOP and in_range and txt.startswith("nccl"):
             out.nvtx_kernel.append((dev, txt, f"NVTX Kernel Thread {thread}", sw.reg.get(i, 0)))
             meta = nvtx_nccl_meta(txt)
             if meta:
-                for m in kern:
+                for m in in_range:
                     if is_nccl_kernel(acts[m].name):
                         out.tags[m] = {**out.tags.get(m, {}), **meta}
         name = match_op(txt, ops)
@@ -625,13 +788,14 @@ def nvtx_nccl_meta(text: str) -> dict[str, Any]:
 def nvtx_events(path: str | Path) -> list[tuple[str | None, int, int, int | None]]:
     """Every NVTX event of an nsys SQLite export as ``(text, eventType, start_ns, end_ns)``.
 
-    The text is ``COALESCE(text, StringIds.value via textId)``, so ranges of
+    The text is ``COALESCE(text, StringIds.value via textId)``, cut to :data:`MAX_NAME_CHARS`, so ranges of
     the ``nvtx`` package (registered strings) are named too. Ordered by start.
 
     Raises
     ------
     TraceError
-        Not an SQLite export, or no ``NVTX_EVENTS`` table (capture without ``-t nvtx``).
+        Not an SQLite export, no ``NVTX_EVENTS`` table (capture without ``-t nvtx``), or more events than
+        :func:`~schedsim.trace.validate.max_trace_events`.
     """
     p = Path(path)
     db = _Db(_open(p), p)
@@ -639,13 +803,15 @@ def nvtx_events(path: str | Path) -> list[tuple[str | None, int, int, int | None
         if "NVTX_EVENTS" not in db.tables:
             raise TraceError(f"{p}: no NVTX_EVENTS table; profile with `nsys profile -t cuda,nvtx`")
         db.need("NVTX_EVENTS", ["start", "eventType"], "NVTX events")
-        cols = db.cols("NVTX_EVENTS")
-        text = "n.text" if "text" in cols else "NULL"
-        join = ""
-        if "textId" in cols and "StringIds" in db.tables:
-            text, join = f"COALESCE({text}, s.value)", "LEFT JOIN StringIds s ON n.textId = s.id"
-        end = "n.end" if "end" in cols else "NULL"
-        return [(t, int(e), int(s), None if x is None else int(x)) for s, x, e, t in db.rows(
-            f"SELECT n.start, {end}, n.eventType, {text} FROM NVTX_EVENTS n {join} ORDER BY n.start, n.rowid")]
+        text, join = _nvtx_text(db)
+        end = "n.end" if "end" in db.cols("NVTX_EVENTS") else "NULL"
+        cap = max_trace_events()
+        out: list[tuple[str | None, int, int, int | None]] = []
+        for s, x, e, t in db.rows(f"SELECT n.start, {end}, n.eventType, {text} FROM NVTX_EVENTS n {join} "
+                                  "ORDER BY n.start, n.rowid"):
+            if len(out) >= cap:
+                raise too_many_events(p, "NVTX events", cap)
+            out.append((t, int(e), int(s), None if x is None else int(x)))
+        return out
     finally:
         db.conn.close()

@@ -20,26 +20,74 @@ Bounds on Kineto times (µs, as written in the file):
 from __future__ import annotations
 
 import math
+import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
 from schedsim.errors import TraceError
 
-__all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_header", "check_dist_info",
-           "check_timeline_doc", "check_stream_order"]
+__all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_gpu_times", "check_header",
+           "check_dist_info", "check_input_file", "check_ranks_agree", "max_trace_bytes", "max_trace_events",
+           "too_many_events",
+           "check_timeline_doc", "check_stream_order", "decodable", "term_safe"]
 
 MAX_DUR_US = 1e12
 MAX_SPREAD_US = 1e12
 MAX_TS_US = 1e17
 
 
+#: Characters a name read from a trace may not carry to the terminal: C0 and C1 controls (ESC starts terminal
+#: escape sequences), DEL, lone surrogates (not encodable, so printing them fails) and the bidirectional
+#: overrides/isolates of Unicode TR#9 (they reorder what the terminal shows).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def term_safe(text: Any, limit: int | None = None) -> str:
+    r"""``text`` with every control character, lone surrogate and bidi override written as a ``\xNN`` /
+    ``\uNNNN`` escape, so a name read from a trace cannot drive the terminal; cut to ``limit`` characters
+    (``...`` appended) when given.
+
+    Examples
+    --------
+    >>> term_safe("gemm\x1b[31m\n")
+    'gemm\\x1b[31m\\x0a'
+    >>> term_safe("x" * 10, limit=6)
+    'xxx...'
+    """
+    s = text if isinstance(text, str) else str(text)
+    if limit is not None and len(s) > limit:
+        s = s[:max(limit - 3, 0)] + "..."
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", s)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def decodable(text: Any) -> str:
+    r"""``str(text)`` with each lone surrogate (JSON's ``"\ud800"`` decodes to one) replaced by U+FFFD, so the
+    name can be encoded as UTF-8: written to a file, drawn in a chart or printed.
+
+    Examples
+    --------
+    >>> decodable("k\ud800x") == "k\ufffdx", decodable(7)
+    (True, '7')
+    """
+    s = text if isinstance(text, str) else str(text)
+    return s if s.isascii() else _SURROGATE.sub("\ufffd", s)
+
+
 def _name(e: Any) -> str:
-    n = str(e.get("name", "?")) if isinstance(e, dict) else "?"
-    return n if len(n) <= 80 else n[:77] + "..."
+    """The event's category and name, quoted and escaped (:func:`term_safe`), for error messages."""
+    if not isinstance(e, dict):
+        return "?"
+    return f"{term_safe(e.get('cat'), limit=40)} '{term_safe(e.get('name', '?'), limit=80)}'"
 
 
 def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: float | None) -> None:
-    """Refuse an event whose ``ts``/``dur`` (µs) is not finite, negative, or past the bounds above.
+    """Refuse an event whose ``ts``/``dur`` (µs) is not finite, negative, or past the bounds above
+    (:func:`check_gpu_times` refuses a GPU event without them).
 
     Parameters
     ----------
@@ -70,7 +118,7 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
             except ValueError:
                 bad = f"{key} is {v[:40]!r}, not a number of µs"
         if bad:
-            raise TraceError(f"{path}: event #{index} ({e.get('cat')} {_name(e)!r}): {bad}\n"
+            raise TraceError(f"{path}: event #{index} ({_name(e)}): {bad}\n"
                              "  fix: the trace is corrupt or was edited; re-export it from the profiler, or remove "
                              "this event")
     if e.get("ts") is None:
@@ -95,9 +143,135 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
         bad = (f"ts is {ts:g} µs, {abs(ts - ref):g} µs away from the file's first GPU event at {ref:g} µs "
                f"(more than {MAX_SPREAD_US:g} µs)")
     if bad is not None:
-        raise TraceError(f"{path}: event #{index} ({e.get('cat')} {_name(e)!r}): {bad}\n"
+        raise TraceError(f"{path}: event #{index} ({_name(e)}): {bad}\n"
                          "  fix: the trace is corrupt or was edited; re-export it from the profiler, or remove "
                          "this event")
+
+
+#: Largest trace file read whole (bytes of JSON text, after gunzip). Kineto JSON of a profiled step is tens
+#: of MB to a few GB; the reader streams 8-11 MB/s on one core (two of HTA's sample traces, 9.8 and 1.8 MB of
+#: JSON), so 8 GiB is already about 15 minutes. Raised with the environment variable
+#: SCHEDSIM_MAX_TRACE_BYTES.
+MAX_TRACE_BYTES = 8 << 30
+
+
+def max_trace_bytes() -> int:
+    """:data:`MAX_TRACE_BYTES`, or the environment's ``SCHEDSIM_MAX_TRACE_BYTES`` (a positive integer).
+
+    Raises
+    ------
+    TraceError
+        The environment variable is not a positive integer.
+    """
+    raw = os.environ.get("SCHEDSIM_MAX_TRACE_BYTES", "").strip()
+    if not raw:
+        return MAX_TRACE_BYTES
+    try:
+        val = int(raw.replace("_", ""))
+    except ValueError:
+        val = 0
+    if val <= 0:
+        raise TraceError(f"SCHEDSIM_MAX_TRACE_BYTES='{term_safe(raw, limit=40)}' is not a positive integer",
+                         fix="set it to a number of bytes, or unset it")
+    return val
+
+
+def check_input_file(path: str | Path, max_bytes: int | None = None) -> int:
+    """Refuse a trace path that is not a regular file (a FIFO or device would block or never end) or is larger
+    than ``max_bytes``; return its size in bytes.
+
+    Raises
+    ------
+    TraceError
+        No such file, not readable, not a regular file, or too large.
+    """
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise TraceError(f"{p}: is {what}, not a trace file; reading it could block or never end",
+                         fix="pass the trace file itself (copy a stream to a file first)")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise TraceError(f"{p}: {st.st_size:,} bytes, past the limit of {max_bytes:,} bytes for one trace",
+                         fix="profile fewer steps (torch.profiler schedule with active=1), or raise the limit with "
+                             "the environment variable SCHEDSIM_MAX_TRACE_BYTES")
+    return st.st_size
+
+
+def max_trace_events() -> int:
+    """How many events of one kind (GPU activities, ranges) an import keeps at most: the limit
+    ``SCHEDSIM_MAX_TRACE_EVENTS`` of :mod:`schedsim.spec.limits` (10,000,000 by default)."""
+    from schedsim.spec.limits import limit
+
+    return limit("SCHEDSIM_MAX_TRACE_EVENTS")
+
+
+def too_many_events(path: str | Path, what: str, cap: int) -> TraceError:
+    """The error for a trace holding more than ``cap`` events of kind ``what`` (:func:`max_trace_events`)."""
+    return TraceError(f"{path}: more than {cap:,} {what}, past the limit for one import",
+                      fix="profile fewer steps, or raise the limit with the environment variable "
+                          f"SCHEDSIM_MAX_TRACE_EVENTS={cap * 2}")
+
+
+def check_ranks_agree(files: list[Path], ranks: list[int], worlds: list[int | None]) -> None:
+    """Refuse trace files of one import whose ``distributedInfo`` contradict each other: two ``world_size``
+    values, two files with one rank, a rank at or past the ``world_size`` another file gives, or more files
+    than ``world_size`` ranks.
+
+    Parameters
+    ----------
+    files, ranks, worlds : lists, one entry per file
+        The file, its rank (``distributedInfo.rank`` or its position) and its ``distributedInfo.world_size``
+        (None when absent).
+
+    Raises
+    ------
+    TraceError
+        Naming both files and the fix.
+    """
+    seen: dict[int, Path] = {}
+    for r, f in zip(ranks, files, strict=True):
+        if r in seen:
+            raise TraceError(f"{f}: rank {r} is also claimed by {seen[r]}", fix="pass one trace file per rank")
+        seen[r] = f
+    known = [(w, f) for w, f in zip(worlds, files, strict=True) if w is not None]
+    if not known:
+        return
+    w0, f0 = known[0]
+    for w, f in known[1:]:
+        if w != w0:
+            raise TraceError(f"{f}: distributedInfo.world_size is {w}, but {f0} says {w0}; the files are not of "
+                             "one run", fix="pass the trace files of one run (one per rank)")
+    for r, f in zip(ranks, files, strict=True):
+        if r >= w0:
+            raise TraceError(f"{f}: rank {r} is outside 0..{w0 - 1} (world_size {w0}, from {f0})",
+                             fix="pass the trace files of one run; each rank's file names its rank in "
+                                 "distributedInfo")
+    if len(files) > w0:
+        raise TraceError(f"{len(files)} trace files for a world_size of {w0} (from {f0})",
+                         fix="pass at most one trace file per rank of one run")
+
+
+def check_gpu_times(path: str | Path, index: int, e: dict[str, Any]) -> None:
+    """Refuse a GPU activity or annotation without ``ts`` or ``dur`` (a kernel without ``dur`` would count as
+    0 µs); ``index`` and the event are named as in :func:`check_event_times`.
+
+    Raises
+    ------
+    TraceError
+    """
+    missing = [k for k in ("ts", "dur") if e.get(k) is None]
+    if missing:
+        raise TraceError(f"{path}: event #{index} ({_name(e)}): no {' and no '.join(missing)}; a GPU event "
+                         "needs ts and dur (µs), or its time would be made up",
+                         fix="the trace is corrupt or was edited; re-export it from the profiler, or remove this "
+                             "event")
 
 
 def check_header(path: str | Path, hdr: dict[str, Any]) -> None:
@@ -115,7 +289,7 @@ def check_header(path: str | Path, hdr: dict[str, Any]) -> None:
     check_dist_info(path, dist or {})
     base = hdr.get("baseTimeNanoseconds")
     if base is not None and (isinstance(base, bool) or not isinstance(base, (int, float))
-                             or not math.isfinite(base) or not 0 <= base < 1e20):
+                             or not 0 <= base < 1e20):  # also NaN and inf; an int past 1e308 compares exactly
         raise TraceError(f"{path}: baseTimeNanoseconds is {str(base)[:60]!r}, not a time in ns since the epoch\n"
                          "  fix: re-export the trace, or remove baseTimeNanoseconds (ts is then taken as epoch µs)")
 

@@ -148,3 +148,45 @@ def make_nsys_db(
     conn.commit()
     conn.close()
     return expect
+
+
+def make_tiny_db(path: Path, kernels: list[dict[str, Any]], *, runtime: list[tuple[int, int, int]] = (),
+                 nvtx: list[tuple[int, int, str]] = (), graph_cols: bool = False, pid: int = 100,
+                 views: tuple[str, ...] = ()) -> None:
+    """A one-process export of the documented schema with exactly the given rows.
+
+    ``kernels``: dicts with start, end (ns), name and optional deviceId (0), streamId (7), correlationId,
+    graphNodeId; ``runtime``: (start, end, correlationId) launch calls of thread 1; ``nvtx``: start/end ranges
+    (start, end, text) of thread 1. Tables named in ``views`` are written as a view over a hidden table of the
+    same rows (the shape a hostile file takes).
+    """
+    cols = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "shortName", "demangledName"]
+    if graph_cols:
+        cols += ["graphNodeId", "graphId"]
+    names: dict[str, int] = {}
+    rows = []
+    for k in kernels:
+        sid = names.setdefault(k["name"], len(names) + 1)
+        row = [k["start"], k["end"], k.get("deviceId", 0), k.get("streamId", 7), k.get("correlationId"), gpid(pid),
+               sid, sid]
+        if graph_cols:
+            row += [k.get("graphNodeId"), 1 if k.get("graphNodeId") is not None else None]
+        rows.append(tuple(row))
+    conn = sqlite3.connect(path)
+
+    def table(name: str, ddl: str, data: list[tuple[Any, ...]]) -> None:
+        real = f"_{name}" if name in views else name
+        conn.execute(f"CREATE TABLE {real} ({ddl})")
+        if data:
+            conn.executemany(f"INSERT INTO {real} VALUES ({', '.join('?' * len(data[0]))})", data)
+        if name in views:
+            conn.execute(f"CREATE VIEW {name} AS SELECT * FROM {real}")
+
+    table("StringIds", "id INTEGER PRIMARY KEY, value TEXT NOT NULL", [(i, s) for s, i in names.items()])
+    table("CUPTI_ACTIVITY_KIND_KERNEL", ", ".join(cols), rows)
+    table("CUPTI_ACTIVITY_KIND_RUNTIME", "start INTEGER, end INTEGER, globalTid INTEGER, correlationId INTEGER",
+          [(s, e, gtid(pid, 1), c) for s, e, c in runtime])
+    table("NVTX_EVENTS", "start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER",
+          [(s, e, 60, t, gtid(pid, 1)) for s, e, t in nvtx])
+    conn.commit()
+    conn.close()

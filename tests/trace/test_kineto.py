@@ -187,7 +187,8 @@ class TestBrokenFiles:
 
     def test_malformed_event_field(self, tmp_path):
         p = tmp_path / "m.json"
-        p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "dur": 1}]}))
+        p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1,
+                                                  "args": {"device": "gpu0"}}]}))
         with pytest.raises(TraceError, match="malformed kernel event"):
             import_kineto(p)
 

@@ -60,8 +60,9 @@ class TestRealPerlmutterCapture:
         assert last.duration_s == pytest.approx((1965496577 - 1947782617) * 1e-9, abs=1e-12)
 
     def test_kernel_share_table_by_hand(self):
-        # 5 saxpy kernels of 17700.81..17733.42 us (mean 17714.70); first start 924922186 ns, last start
-        # 1947782617 ns -> span 1022860.431 us; share = 5 * 17714.70 / 1022860.431 = 0.0866 -> "0.09"
+        # 5 saxpy kernels of 17700.81..17733.42 us (mean 17714.70), one stream; first start 924922186 ns, last
+        # end 1965496577 ns -> window 1040574.391 us; share = 5 * 17714.70 / 1040574.391 = 0.0851 -> "0.09", and
+        # so is the busy share (one stream, no overlap)
         r = import_nsys(need(NSYS_REAL))
         bar = "-" * 29
         assert kernel_share_table(r.kernel_rows) == [
@@ -79,30 +80,32 @@ class TestSchemaBuiltCapture:
     def test_kernel_share_and_nccl_tables_by_hand(self, synth_db):
         path, _exp = synth_db
         r = import_nsys(path)
-        # Device 0 (nsysdb.make_nsys_db, rank 0): kernel starts run from 1_003_000 ns (first "Kernel") to
-        # 2_123_000 ns (the all_gather), a span of 1120 us. Per name: all_reduce 2 x 150 us = 300 us -> 0.27;
-        # the three "Kernel"s (renamed after the outer NVTX range) 20 + 21 + 22 = 63 us -> 0.06; all_gather 60 us
-        # -> 0.05; sgemm 40 us -> 0.04; send 30 us -> 0.03; elementwise 3 + 3.007 + 3.014 + 5 = 14.021 us -> 0.01
-        # (mean 3.505 -> 3.51); sum 507.021 / 1120 = 0.45. Device 1 is shifted by 1 us, its "Kernel"s are
-        # 0.333 us longer and its all_reduces 155 us: 518.021 / 1120 = 0.46.
+        # Device 0 (nsysdb.make_nsys_db, rank 0): kernels run from 1_003_000 ns (first "Kernel") to 2_183_000 ns
+        # (end of the all_gather), a window of 1180 us. Per name: all_reduce 2 x 150 us = 300 us -> 0.25; the three
+        # "Kernel"s (renamed after the outer NVTX range) 20 + 21 + 22 = 63 us -> 0.05; all_gather 60 us -> 0.05;
+        # sgemm 40 us -> 0.03; send 30 us -> 0.03; elementwise 3 + 3.007 + 3.014 + 5 = 14.021 us -> 0.01 (mean
+        # 3.505 -> 3.51). Last line, the busy share: the first three elementwise kernels run inside the "Kernel"s,
+        # so the union is 63 + 300 + 30 + (40 + 5) + 60 = 498 us -> 498 / 1180 = 0.42. Device 1 is shifted by 1 us,
+        # its "Kernel"s are 0.333 us longer and its all_reduces 155 us: 310 / 1180 -> 0.26, busy 508.999 / 1180
+        # -> 0.43.
         bar = "-" * 29
         assert kernel_share_table(r.kernel_rows) == [
             f"{bar}Device 0{bar}",
-            "   0.27 min:    150.00 max:    150.00 avg:    150.00 ncclKernel_AllReduce_RING_LL_Sum_float_Stream 20",
-            "   0.06 min:     20.00 max:     22.00 avg:     21.00 iteration 0_Stream 7",
+            "   0.25 min:    150.00 max:    150.00 avg:    150.00 ncclKernel_AllReduce_RING_LL_Sum_float_Stream 20",
+            "   0.05 min:     20.00 max:     22.00 avg:     21.00 iteration 0_Stream 7",
             "   0.05 min:     60.00 max:     60.00 avg:     60.00 ncclDevKernel_AllGather_RING_LL_Stream 20",
-            "   0.04 min:     40.00 max:     40.00 avg:     40.00 ampere_sgemm_128x64_nn_Stream 7",
+            "   0.03 min:     40.00 max:     40.00 avg:     40.00 ampere_sgemm_128x64_nn_Stream 7",
             "   0.03 min:     30.00 max:     30.00 avg:     30.00 ncclDevKernel_SendRecv_Stream 20",
             "   0.01 min:      3.00 max:      5.00 avg:      3.51 elementwise_kernel_Stream 7",
-            "   0.45",
+            "   0.42",
             f"{bar}Device 1{bar}",
-            "   0.28 min:    155.00 max:    155.00 avg:    155.00 ncclKernel_AllReduce_RING_LL_Sum_float_Stream 20",
-            "   0.06 min:     20.33 max:     22.33 avg:     21.33 iteration 0_Stream 7",
+            "   0.26 min:    155.00 max:    155.00 avg:    155.00 ncclKernel_AllReduce_RING_LL_Sum_float_Stream 20",
+            "   0.05 min:     20.33 max:     22.33 avg:     21.33 iteration 0_Stream 7",
             "   0.05 min:     60.00 max:     60.00 avg:     60.00 ncclDevKernel_AllGather_RING_LL_Stream 20",
-            "   0.04 min:     40.00 max:     40.00 avg:     40.00 ampere_sgemm_128x64_nn_Stream 7",
+            "   0.03 min:     40.00 max:     40.00 avg:     40.00 ampere_sgemm_128x64_nn_Stream 7",
             "   0.03 min:     30.00 max:     30.00 avg:     30.00 ncclDevKernel_SendRecv_Stream 20",
             "   0.01 min:      3.00 max:      5.00 avg:      3.51 elementwise_kernel_Stream 7",
-            "   0.46",
+            "   0.43",
         ]
         # element counts: all_reduce of [[1024, 4096]] twice = 2 * 4_194_304; send of [[3], [3]] = 3 * 3
         assert nccl_volume_table(r.nccl_rows, list(r.kernel_rows)) == [
