@@ -17,6 +17,9 @@
   t = steps·alpha + factor·S / B_link, with steps 2(n−1) for all_reduce and n−1
   otherwise (ring algorithms; Thakur et al., IJHPCA 2005).
 * **send/recv**: the ``sendrecv`` table for 2 ranks, else alpha + S / B_link.
+* **Cluster topologies**: a profile with ``topology.scale_up`` (and ``nics``) times collectives and send/recv
+  with NCCL's own model on that topology instead (:mod:`schedsim.network`), except groups inside one node that
+  have a measured table (or ``topology.nccl_within_node`` false), which keep the rules above.
 * **memcpy**: latency + bytes / copy-engine bandwidth of the direction.
 """
 
@@ -28,6 +31,7 @@ import math
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS
+from schedsim.network import CollectiveCost, NcclNetwork
 
 __all__ = ["CostModel", "bus_factor"]
 
@@ -108,6 +112,7 @@ class CostModel:
                 self._tables[(coll, int(n))] = ([math.log(s) for s, _ in rows], [bw * 1e9 for _, bw in rows])
         self._cache: dict[tuple[object, ...], float] = {}
         self._ref: CostModel | None = None
+        self._net = NcclNetwork(profile) if profile.topology.scale_up is not None else None
 
     # -- compute ---------------------------------------------------------
     def gemm_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:
@@ -292,6 +297,10 @@ class CostModel:
                 return 0.0
             return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
         table_kind = "sendrecv" if kind in P2P_KINDS else kind
+        if self._net is not None:
+            got = self.network_cost(kind, nbytes, ranks)
+            if got is not None:
+                return got.seconds
         factor = bus_factor(table_kind, n)
         tab = self._tables.get((table_kind, n))
         if tab is not None and nbytes > 0:
@@ -321,6 +330,21 @@ class CostModel:
         else:
             steps = n - 1
         return steps * link.latency_us * 1e-6 + factor * nbytes / (link.bandwidth_GBps * 1e9)
+
+    def network_cost(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> CollectiveCost | None:
+        """The NCCL model's cost of collective or p2p ``kind`` over ``ranks`` (two or more; a send/recv's are
+        ``(src, dst)``) with its algorithm and protocol, on a profile with ``topology.scale_up``
+        (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group inside one node that
+        the profile leaves to its tables (a measured table for the kind and size, or
+        ``topology.nccl_within_node`` false)."""
+        if self._net is None or len(ranks) < 2:
+            return None
+        if kind in P2P_KINDS:
+            shape = self._net.shape(ranks)
+            if shape.nodes == 1 and (("sendrecv", 2) in self._tables or not self.profile.topology.nccl_within_node):
+                return None
+            return self._net.p2p(ranks[0], ranks[-1], nbytes)
+        return self._net.collective(kind, nbytes, ranks, has_table=(kind, len(ranks)) in self._tables)
 
     def _memcpy(self, op: Op) -> float:
         mc = self.profile.memcpy

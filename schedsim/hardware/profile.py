@@ -19,10 +19,13 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from schedsim._pydantic import plugins_off
@@ -225,12 +228,127 @@ class Link(_B):
     source: str
 
 
+#: GPU generations NCCL's tuning tables distinguish (``NCCL_NUM_COMPCAPS`` of src/graph/tuning.cc, NCCL 2.30.7)
+GpuArch = Literal["volta", "ampere", "hopper", "blackwell"]
+
+
+class ScaleUp(_B):
+    """The scale-up domain of a node: NVLink through NVSwitch, direct NVLink, or PCIe (:mod:`schedsim.network`)."""
+
+    kind: Literal["nvswitch", "nvlink", "pcie"] = Field(description="How the GPUs of a node reach each other.")
+    bandwidth_GBps: float = Field(gt=0, description="Per-GPU, one-direction bandwidth, GB/s, in NCCL's topology "
+                                  "units: NVLink links x NCCL's per-link figure (src/graph/topo.h: SM80_NVLINK_BW 20, "
+                                  "SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1; H100 SXM 18 x 20.6 = 370.8), or the "
+                                  "PCIe figure (PCI_BW 12 for Gen3 x16, 24 Gen4, 48 Gen5).")
+    nvls: bool = Field(default=False, description="NVLink SHARP (NVLS) available: an NVSwitch of Hopper or later "
+                       "with multicast (NCCL_NVLS_ENABLE).")
+    p2p: bool = Field(default=True, description="PCIe peer-to-peer between GPUs (false: through host memory).")
+    latency_us: float = Field(default=0.0, ge=0, description="Latency added per intra-node step, µs, beyond "
+                              "NCCL's hwLat (default 0: NCCL's own figures).")
+    source: str
+
+
+class Nics(_B):
+    """The scale-out NICs of one node and which GPU uses which (rail-optimised: local GPU i on NIC i)."""
+
+    per_node: int = Field(gt=0, description="Compute NICs per node.")
+    bandwidth_Gbps: float = Field(gt=0, description="Line rate of one NIC, Gb/s (NCCL: speed / 8000 GB/s; "
+                                  "400 Gb/s NDR -> 50 GB/s).")
+    gpu_to_nic: list[NonNegativeInt] | None = Field(
+        default=None, description="Local GPU i uses NIC gpu_to_nic[i]; default: GPU i on NIC i * per_node // "
+        "gpus_per_node (rail-optimised when per_node == gpus_per_node).")
+    rail_optimized: bool = Field(default=True, description="NIC i of every node sits on leaf (rail) i, so rail "
+                                 "traffic crosses one switch; false: traffic between nodes on different leaves "
+                                 "crosses the spine.")
+    latency_us: float = Field(default=0.0, ge=0, description="NIC latency, µs, added to NCCL's network hop "
+                              "(graph->latencyInter; NCCL's IB and socket plugins report 0).")
+    source: str
+
+    @field_validator("gpu_to_nic")
+    @classmethod
+    def _nic_exists(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        n = info.data.get("per_node")
+        if v is not None and n is not None:
+            bad = [x for x in v if x >= n]
+            if bad:
+                raise ValueError(f"rail to a missing NIC: NIC {bad[0]} named but the node has per_node = {n} NICs "
+                                 f"(0..{n - 1})")
+        return v
+
+
+class Fabric(_B):
+    """The scale-out fabric between NICs: one switch, or leaf/spine with an oversubscription ratio."""
+
+    kind: Literal["single_switch", "leaf_spine"] = "leaf_spine"
+    nodes_per_leaf: int | None = Field(default=None, gt=0, description="Nodes under one leaf (per rail); groups "
+                                       "within one leaf do not cross the spine. None: every node on one leaf.")
+    oversubscription: float = Field(default=1.0, ge=1.0, description="Leaf down / up bandwidth ratio: traffic "
+                                    "that crosses the spine gets 1/oversubscription of the NIC rate.")
+    latency_us: float = Field(default=0.0, ge=0, description="Latency per switch hop, µs, added to NCCL's network "
+                              "latency (default 0: NCCL's own figures hold the switch).")
+    source: str
+
+
 class Topology(_B):
-    """Ranks r and q share a node when r // gpus_per_node == q // gpus_per_node; which link class each side uses."""
+    """Ranks r and q share a node when r // gpus_per_node == q // gpus_per_node; which link class each side uses.
+
+    With ``scale_up`` (and ``nics`` for more than one node) collectives follow NCCL's own tuning model on this
+    topology (:mod:`schedsim.network`); without, the link classes of ``links`` (alpha-beta) and the tables.
+    ``placement`` maps rank r to GPU ``placement[r]`` (node = GPU // gpus_per_node); default GPU r.
+    """
 
     gpus_per_node: int = Field(gt=0)
     intra_node_link: LinkClass = "nvlink"
     inter_node_link: LinkClass = "network"
+    nodes: int | None = Field(default=None, gt=0, description="Nodes of the cluster (None: as many as the "
+                              "schedule's world needs).")
+    arch: GpuArch | None = Field(default=None, description="GPU generation for NCCL's tuning constants.")
+    cpu_vendor: Literal["intel", "amd"] = Field(default="intel", description="Host CPU vendor (NCCL's llMaxBws "
+                                                "row and network post overhead for groups across nodes).")
+    scale_up: ScaleUp | None = None
+    nics: Nics | None = None
+    fabric: Fabric | None = None
+    nccl_within_node: bool = Field(default=True, description="Groups inside one node use the NCCL model too; "
+                                   "false: they keep links and the collective tables (as calibrated), and only "
+                                   "groups across nodes use the NCCL model.")
+    placement: list[NonNegativeInt] | None = Field(default=None, description="GPU of rank r (global index "
+                                                    "node * gpus_per_node + local GPU); default: rank r on GPU r.")
+
+    @field_validator("nics")
+    @classmethod
+    def _rails(cls, v: Nics | None, info: ValidationInfo) -> Nics | None:
+        g = info.data.get("gpus_per_node")
+        if v is not None and v.gpu_to_nic is not None and g is not None and len(v.gpu_to_nic) != g:
+            raise ValueError(f"gpu_to_nic names {len(v.gpu_to_nic)} GPUs but gpus_per_node is {g}: give one NIC "
+                             "per local GPU")
+        return v
+
+    @field_validator("placement")
+    @classmethod
+    def _placement(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if v is None:
+            return v
+        g, nodes = info.data.get("gpus_per_node"), info.data.get("nodes")
+        if g is not None and nodes is not None:
+            world = g * nodes
+            if len(v) > world:
+                raise ValueError(f"{len(v)} ranks placed but nodes x gpus_per_node = {nodes} x {g} = {world} GPUs")
+            bad = [x for x in v if x >= world]
+            if bad:
+                raise ValueError(f"GPU {bad[0]} is beyond the {world} GPUs of nodes x gpus_per_node")
+        if len(set(v)) != len(v):
+            dup = next(x for x in v if v.count(x) > 1)
+            raise ValueError(f"GPU {dup} is placed twice: each rank needs a GPU of its own")
+        return v
+
+    @model_validator(mode="after")
+    def _cluster(self) -> Topology:
+        if self.scale_up is not None and self.arch is None:
+            raise ValueError("scale_up needs arch (volta, ampere, hopper or blackwell) for NCCL's tuning constants")
+        if self.nics is not None and self.scale_up is None:
+            raise ValueError("nics needs scale_up: the NCCL model of a group across nodes runs its intra-node part "
+                             "on the scale-up domain")
+        return self
 
 
 class Memcpy(_B):
@@ -341,7 +459,21 @@ class Nccl(_B):
     unbatched_p2p_serialized: bool = Field(default=True, description="Unbatched send/recv share the default "
                                            "process group's communicator (PyTorch eager init) and run in issue "
                                            "order with its other ops; false: one communicator per pair (lazy init).")
+    algo: str | None = Field(default=None, description="NCCL_ALGO as NCCL reads it (src/graph/tuning.cc "
+                             "parseList): e.g. 'ring', '^nvls,nvlstree', 'ring;allreduce:tree'; restricts the "
+                             "algorithms the NCCL model chooses from (topology.scale_up profiles).")
+    proto: str | None = Field(default=None, description="NCCL_PROTO as NCCL reads it: e.g. 'Simple', '^LL128', "
+                              "'LL,Simple;allreduce:LL128'.")
     source: str = "defaults (not measured)"
+
+    @field_validator("algo", "proto")
+    @classmethod
+    def _nccl_list(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None:
+            from schedsim.network.tuning import parse_nccl_list
+
+            parse_nccl_list(v, "algo" if info.field_name == "algo" else "proto")  # raises ValueError, naming the token
+        return v
 
 
 class Power(_B):
@@ -471,8 +603,8 @@ class HardwareProfile(_B):
 
 
 with plugins_off():  # the parts first, so HardwareProfile reuses their schemas
-    for _model in (GPU, Launch, Link, Topology, Memcpy, GemmTable, CollectiveTables, Contention, Nccl, Power,
-                   HardwareProfile):
+    for _model in (GPU, Launch, Link, ScaleUp, Nics, Fabric, Topology, Memcpy, GemmTable, CollectiveTables,
+                   Contention, Nccl, Power, HardwareProfile):
         _model.model_rebuild()
 
 

@@ -1,0 +1,257 @@
+"""schedsim.network: NCCL's algorithms and protocols on a cluster topology, times computed by hand.
+
+Every expected time below is worked out from the constants of NCCL 2.30.7's src/graph/tuning.cc and
+search.cc (copied in schedsim/network/tuning.py) in the comment beside it, not read back from the code.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from schedsim.cost import CostModel
+from schedsim.errors import ProfileError
+from schedsim.hardware.profile import HardwareProfile, load_profile
+from schedsim.network import NcclNetwork
+from schedsim.network.tuning import Graph, nvls_graph, parse_nccl_list, ring_graph
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
+MiB = 1 << 20
+
+
+def profile(topology: dict[str, Any], nccl: dict[str, Any] | None = None) -> HardwareProfile:
+    """dgx_a100's compute with ``topology`` (and ``nccl`` overrides)."""
+    d = copy.deepcopy(BASE)
+    d["name"] = "test"
+    d["topology"] = topology
+    if nccl:
+        d["nccl"] = {**d["nccl"], **nccl}
+    return HardwareProfile.model_validate(d)
+
+
+def hopper(gpus: int, nics: int, **extra: Any) -> dict[str, Any]:
+    """A Hopper node of ``gpus`` GPUs on NVSwitch (370.8 GB/s, NVLS) and ``nics`` 400 Gb/s NICs."""
+    return {"gpus_per_node": gpus, "arch": "hopper", "cpu_vendor": "intel",
+            "scale_up": {"kind": "nvswitch", "bandwidth_GBps": 370.8, "nvls": True, "source": "test"},
+            "nics": {"per_node": nics, "bandwidth_Gbps": 400, "source": "test"}, **extra}
+
+
+def forced(topo: dict[str, Any], algo: str, proto: str) -> NcclNetwork:
+    return NcclNetwork(profile(topo, {"algo": algo, "proto": proto}))
+
+
+def us(cost: Any) -> float:
+    return float(cost.seconds * 1e6)
+
+
+# ---- the channel search ---------------------------------------------------------------------------------------
+
+def test_ring_graph_2x2_hopper():
+    # sm90SpeedArrayInter from maxBw = 50 (the NIC): 48 -> min(NVLink 370.8//48 = 7, NICs 2 x 50//48 = 2) = 2 ch,
+    # 96; 45..30 give less; 24 (24/48 = .5 > .49) gives 4 x 24 = 96, not more; 22/48 < .49 stops. Dup (48 >= 25,
+    # 2 channels): 4 x 24. Pass 2: 30 fits 2 channels only. -> 4 x 24
+    assert ring_graph("hopper", 370.8, 2, 2, 50.0, True) == Graph(4, 24.0, 24.0)
+
+
+def test_ring_graph_ampere_one_node_doubles_channels():
+    # speedArrayIntra 40: 240 // 40 = 6 channels = 240 >= totalBw: done; dup (40 >= 25, Ampere): 12 x 20
+    assert ring_graph("ampere", 240.0, 8, 8, 25.0, False) == Graph(12, 20.0, 20.0)
+
+
+def test_ring_graph_hopper_across_nodes_keeps_8_channels():
+    # 48: NVLink 370.8 // 48 = 7 -> 336; 45: 8 (NVLink 8, NICs 8) -> 360 best; Hopper, 45 < 50, 8 > 4: no dup
+    assert ring_graph("hopper", 370.8, 8, 8, 50.0, True) == Graph(8, 45.0, 45.0)
+
+
+def test_nvls_graph_across_nodes():
+    # heads = min(32, 2 GPUs, 2 NICs) = 2; (2 + 1) x 48 <= 370.8 and 48 <= 50: 48; no faster inter speed <= 50
+    assert nvls_graph("hopper", 370.8, 2, 2, 50.0, True) == Graph(2, 48.0, 48.0)
+    assert nvls_graph("ampere", 240.0, 8, 8, 25.0, False) is None
+
+
+# ---- each algorithm and protocol, 2 nodes x 2 GPUs ------------------------------------------------------------
+TOPO22 = hopper(2, 2)
+R4 = (0, 1, 2, 3)
+
+
+def test_ring_simple_all_reduce_2x2():
+    # bus = 4 ch x 24 = 96, x n/nsteps = 4/6 -> 64 GB/s. lat = 8.4 + (6 - 2 inter steps) x max(3.4, 3 x 1.0 net
+    # overhead) + 2 x 14.0 = 50.0; ring plateau (16 MiB / (4 ch x 4 ranks) >= 64): x 1.4 = 70.0
+    got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 16 * MiB, R4)
+    assert got is not None and (got.algo, got.proto) == ("ring", "Simple")
+    assert us(got) == pytest.approx(70.0 + 16 * MiB / (1000 * 64.0), rel=1e-9)
+
+
+def test_ring_ll128_all_reduce_2x2():
+    # bus = min(96 x .92, 4 x 36.7) = 88.32, x 4/6 = 58.88. lat = 14.0 + 4 x max(1.9, 1.0) + 2 x 4.0 = 29.6
+    got = forced(TOPO22, "ring", "LL128").collective("all_reduce", 1 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(29.6 + MiB / (1000 * 58.88), rel=1e-9)
+
+
+def test_ring_ll_all_reduce_2x2():
+    # bus = min(llMaxBw Intel 2 nodes 39.0, 96 x .5 = 48) = 39, x 4/6 = 26. lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7
+    got = forced(TOPO22, "ring", "LL").collective("all_reduce", 4096, R4)
+    assert got is not None and us(got) == pytest.approx(16.0 + 4096 / (1000 * 26.0), rel=1e-9)
+
+
+def test_tree_ll_all_reduce_2x2():
+    # bus = min(96 x .92, 4 x 41.4) = 88.32; LL: min(88.32 / 3.8, 39.0) = 23.2421; x .5 = 11.6211; correction
+    # log2(4096 / 64) = 6 -> LL .7. lat = 6.8 + 2 x ((2 - 1) x .6 + log2(2) x 5.0) = 18.0
+    got = forced(TOPO22, "tree", "LL").collective("all_reduce", 4096, R4)
+    bw = min(88.32 / 3.8, 39.0) * .5 * .7
+    assert got is not None and us(got) == pytest.approx(18.0 + 4096 / (1000 * bw), rel=1e-9)
+
+
+def test_tree_simple_and_ll128_all_reduce_2x2():
+    # Simple: bw 88.32 x .5 = 44.16, correction log2(1 MiB / 64) = 14 -> .5; lat 8.4 + 2 x (4.0 + 14.0) = 44.4
+    got = forced(TOPO22, "tree", "Simple").collective("all_reduce", MiB, R4)
+    assert got is not None and us(got) == pytest.approx(44.4 + MiB / (1000 * 44.16 * .5), rel=1e-9)
+    # LL128: min(88.32 x 120/128, 4 x 36.7) = 82.8 x .5 = 41.4, correction [1][14] = .6; lat 14 + 2 x (1.25 + 8.5)
+    got = forced(TOPO22, "tree", "LL128").collective("all_reduce", MiB, R4)
+    assert got is not None and us(got) == pytest.approx(33.5 + MiB / (1000 * 41.4 * .6), rel=1e-9)
+
+
+def test_nvls_tree_all_reduce_2x2():
+    # NVLS graph 2 x 48/48: intra 48 x .85 x 1/2 x 2 = 40.8; inter 48 x 2 = 96; cap 57.7 -> 40.8; bus 81.6 x 4/6
+    # = 54.4. lat = 0 + 25 (NVLink NVLS-tree) + 2 x log2(2) x 20.9 (net) = 66.8
+    got = forced(TOPO22, "nvlstree", "Simple").collective("all_reduce", 16 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * 54.4), rel=1e-9)
+
+
+def test_nvls_one_node_all_reduce_8_gpus():
+    # NVLS graph 8 x 40 (9 x 40 <= 370.8), bw_inter raised to 60; intra 40 x .85 x 7/8 x 2 = 59.5 < 60; bus 8 x
+    # 59.5 = 476, x 8/14 = 272 GB/s; lat = 25 (NVLink NVLS Simple)
+    got = NcclNetwork(profile(hopper(8, 8))).collective("all_reduce", 8 << 30, tuple(range(8)))
+    assert got is not None and (got.algo, got.proto) == ("nvls", "Simple")
+    assert us(got) == pytest.approx(25.0 + (8 << 30) / (1000 * 272.0), rel=1e-9)
+
+
+def test_ring_all_gather_and_pat_one_gpu_per_node():
+    topo = hopper(1, 1)
+    ranks = (0, 1, 2, 3)  # 4 nodes x 1 GPU
+    # ring graph: NIC only, 48 -> 1 ch; dup -> 2 x 24. 4 nodes > 2: bw_inter 24, bus 48 x 4/3 = 64.
+    # ppn 1: inter latency is tree's, 14.0; lat = 8.4 + 0 intra steps + 3 x 14.0 = 50.4
+    ring = forced(topo, "ring", "Simple").collective("all_gather", 8 * MiB, ranks)
+    assert ring is not None and us(ring) == pytest.approx(50.4 + 8 * MiB / (1000 * 64.0), rel=1e-9)
+    # PAT (1 GPU per node): bus 48 x .75 = 36, no algbw conversion; lat = 8.0 + log2(4) x 14 / 3.5 + 4 x 2.8 = 27.2
+    pat = forced(topo, "pat", "Simple").collective("all_gather", 8 * MiB, ranks)
+    assert pat is not None and us(pat) == pytest.approx(27.2 + 8 * MiB / (1000 * 36.0), rel=1e-9)
+
+
+def test_nccl_picks_the_least_time():
+    net = NcclNetwork(profile(TOPO22))
+    # 4 KiB: ring LL 16.0 + 4096 / 26000 = 16.16 us, less than tree LL's 18.50 and every other pair's latency
+    small = net.collective("all_reduce", 4096, R4)
+    assert small is not None and (small.algo, small.proto) == ("ring", "LL")
+    assert us(small) == pytest.approx(16.0 + 4096 / (1000 * 26.0), rel=1e-9)
+    # 16 MiB: ring LL128 29.6 + 16 MiB / 58.88 = 314.5 us; ring Simple 332.1, NVLS-tree 375.2, tree LL128 483,
+    # tree Simple 542, ring LL 645
+    big = net.collective("all_reduce", 16 * MiB, R4)
+    assert big is not None and (big.algo, big.proto) == ("ring", "LL128")
+    assert us(big) == pytest.approx(29.6 + 16 * MiB / (1000 * 58.88), rel=1e-9)
+
+
+# ---- send/recv and all_to_all through the NICs ----------------------------------------------------------------
+
+def test_p2p_across_nodes_through_the_nic_and_inside_over_nvlink():
+    net = NcclNetwork(profile(TOPO22))
+    # across: Simple (> 16 KiB): 8.4 + 14.0 = 22.4 us, the NIC's 50 GB/s
+    assert us(net.p2p(0, 2, MiB)) == pytest.approx(22.4 + MiB / 50_000, rel=1e-9)
+    # inside: 8.4 + 3.4 = 11.8 us; one-node ring graph 12 x 30 = 360 GB/s
+    assert us(net.p2p(0, 1, MiB)) == pytest.approx(11.8 + MiB / 360_000, rel=1e-9)
+    # LL (<= 16 KiB) across: 6.6 + 2.7 us, 50 x .5 = 25 GB/s
+    assert us(net.p2p(0, 2, 4096)) == pytest.approx(9.3 + 4096 / 25_000, rel=1e-9)
+
+
+def test_all_to_all_2x2():
+    # 4 MiB over 4 ranks: 1 MiB per peer; 1 MiB to the node's other GPU at 360 GB/s, 2 MiB through the node's 2
+    # NICs shared by its 2 GPUs (50 GB/s each); latency the slower tier's Simple step, 22.4 us
+    got = NcclNetwork(profile(TOPO22)).collective("all_to_all", 4 * MiB, R4)
+    assert got is not None and got.algo == "p2p"
+    assert us(got) == pytest.approx(22.4 + max(MiB / 360_000, 2 * MiB / 50_000), rel=1e-9)
+
+
+def test_placement_moves_ranks_across_nodes():
+    # placed 0 -> GPU 0, 1 -> GPU 2 (node 1): the pair crosses nodes
+    net = NcclNetwork(profile(hopper(2, 2, placement=[0, 2, 1, 3], nodes=2)))
+    assert net.shape((0, 1)).nodes == 2 and net.shape((0, 2)).nodes == 1
+    assert us(net.p2p(0, 1, MiB)) == pytest.approx(22.4 + MiB / 50_000, rel=1e-9)
+
+
+def test_oversubscribed_spine_slows_groups_across_leaves():
+    topo = hopper(2, 2, fabric={"nodes_per_leaf": 1, "oversubscription": 2.0, "source": "test"})
+    # two leaves: the NIC's 50 GB/s halves to 25
+    assert us(NcclNetwork(profile(topo)).p2p(0, 2, MiB)) == pytest.approx(22.4 + MiB / 25_000, rel=1e-9)
+
+
+# ---- the simulator's view, overrides, unchanged profiles ------------------------------------------------------
+
+def test_cost_model_uses_the_network_and_keeps_one_node_tables_on_h200():
+    h200 = CostModel(load_profile("h200"))
+    # inside one node: links.nvlink alpha-beta as before: 2(n-1) x 6 us + 2(n-1)/n x S / 360 GB/s
+    assert h200.collective_time("all_reduce", 64 * MiB, tuple(range(8))) == pytest.approx(
+        14 * 6e-6 + 1.75 * 64 * MiB / 360e9, rel=1e-12)
+    assert h200.network_cost("all_reduce", 64 * MiB, tuple(range(8))) is None
+    # across 2 nodes: the NCCL model (NVLS-tree on Hopper with NVLS)
+    got = h200.network_cost("all_reduce", 8 << 30, tuple(range(16)))
+    assert got is not None and got.algo == "nvls_tree"
+    assert h200.collective_time("all_reduce", 8 << 30, tuple(range(16))) == got.seconds
+
+
+def test_pcie_profiles_keep_the_link_model():
+    for name in ("pcie2", "rtx3090_pcie1x4"):
+        cm = CostModel(load_profile(name))
+        assert cm.network_cost("all_reduce", MiB, (0, 1)) is None
+
+
+def test_parse_nccl_list_follows_ncclparselist():
+    assert parse_nccl_list("ring", "algo")["allreduce"] == frozenset({"ring"})
+    got = parse_nccl_list("^LL128;allreduce:LL128", "proto")
+    assert got["allreduce"] == frozenset({"LL128"}) and got["allgather"] == frozenset({"LL", "Simple"})
+    with pytest.raises(ValueError, match="all entries except the first"):
+        parse_nccl_list("ring;tree", "algo")
+
+
+def test_overrides_that_leave_nothing_are_an_error():
+    net = NcclNetwork(profile(TOPO22, {"algo": "nvls"}))  # NVLS needs CollNet across nodes
+    with pytest.raises(ProfileError, match="nccl.algo / nccl.proto leave all_reduce no algorithm"):
+        net.collective("all_reduce", MiB, R4)
+
+
+# ---- self-contradicting topologies ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    ({"nodes": 2, "placement": [0, 1, 2, 3, 4]}, "topology.placement", "5 ranks placed but"),
+    ({"nodes": 2, "placement": [0, 9]}, "topology.placement", "GPU 9 is beyond the 4 GPUs"),
+    ({"placement": [0, 0]}, "topology.placement", "GPU 0 is placed twice"),
+    ({"nics": {"per_node": 2, "bandwidth_Gbps": 400, "gpu_to_nic": [0, 2], "source": "t"}},
+     "topology.nics.gpu_to_nic", "rail to a missing NIC: NIC 2"),
+    ({"nics": {"per_node": 2, "bandwidth_Gbps": 400, "gpu_to_nic": [0], "source": "t"}},
+     "topology.nics", "gpu_to_nic names 1 GPUs but gpus_per_node is 2"),
+    ({"arch": None}, "topology", "scale_up needs arch"),
+])
+def test_bad_topology_names_the_field_and_exits_2(tmp_path: Path, change: dict[str, Any], field: str, words: str):
+    d = copy.deepcopy(BASE)
+    d["topology"] = {**hopper(2, 2), **change}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(d))
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(path))
+    assert f"{field}: " in str(e.value) and words in str(e.value)
+    sched = ROOT / "schedules" / next(p.name for p in sorted((ROOT / "schedules").glob("*.yaml")))
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(sched), "--profile", str(path),
+                          "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and field in out.stderr
+
+
+def test_rank_beyond_the_nodes_is_an_error():
+    net = NcclNetwork(profile(hopper(2, 2, nodes=2)))
+    with pytest.raises(ProfileError, match="topology.nodes: rank 4 needs GPU 4, more GPUs than 2 nodes x 2 hold"):
+        net.collective("all_reduce", MiB, (0, 1, 2, 3, 4))
