@@ -331,6 +331,16 @@ class CostModel:
             steps = n - 1
         return steps * link.latency_us * 1e-6 + factor * nbytes / (link.bandwidth_GBps * 1e9)
 
+    @property
+    def network(self) -> NcclNetwork | None:
+        """The NCCL model of a profile with ``topology.scale_up``, else None."""
+        return self._net
+
+    def has_table(self, kind: str, n: int) -> bool:
+        """Whether the profile has a measured busbw table for collective ``kind`` (``sendrecv`` for send/recv)
+        over ``n`` ranks."""
+        return (kind, n) in self._tables
+
     def network_cost(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> CollectiveCost | None:
         """The NCCL model's cost of collective or p2p ``kind`` over ``ranks`` (two or more; a send/recv's are
         ``(src, dst)``) with its algorithm and protocol, on a profile with ``topology.scale_up``

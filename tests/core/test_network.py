@@ -255,3 +255,20 @@ def test_rank_beyond_the_nodes_is_an_error():
     net = NcclNetwork(profile(hopper(2, 2, nodes=2)))
     with pytest.raises(ProfileError, match="topology.nodes: rank 4 needs GPU 4, more GPUs than 2 nodes x 2 hold"):
         net.collective("all_reduce", MiB, (0, 1, 2, 3, 4))
+
+
+def test_predict_explain_prints_the_choice_per_collective(tmp_path: Path):
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(ROOT / "schedules/megatron_gpt_pp4.yaml"),
+                          "--profile", "dgx_h100", "--explain", "--format", "json", "--no-gantt", "-o",
+                          str(tmp_path / "o")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    rows = __import__("json").loads(out.stdout)["explain"]
+    ar = [r for r in rows if r["kind"] == "all_reduce"]
+    # the tied-embedding all_reduce of 206,045,187 fp16 elements between ranks 0 and 3 of one node: one-node ring
+    # graph 12 x 30 -> 360 GB/s, x n/nsteps = 2/2; lat 8.4 + 2 x 3.4 = 15.2 us
+    assert [(r["group"], r["nodes"], r["algo"], r["proto"]) for r in ar] == [("0,3", 1, "ring", "Simple")]
+    assert ar[0]["time_us"] == pytest.approx(15.2 + 412_090_368 / 360_000, rel=1e-9)
+    sends = {r["group"] for r in rows if r["kind"] == "send"}
+    assert sends == {"0->1", "1->0", "1->2", "2->1", "2->3", "3->2"}
+    # send: Simple (256 KiB > 16 KiB), 8.4 + 3.4 us + 262144 B / 360 GB/s
+    assert all(r["time_us"] == pytest.approx(11.8 + 262_144 / 360_000, rel=1e-9) for r in rows if r["kind"] == "send")
