@@ -135,7 +135,8 @@ def _explain_rows(file: Path, sets: list[str] | None, profile: Any) -> list[dict
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     prof = load_profile(profile) if isinstance(profile, str) else profile
-    return explain_rows(lower_spec(load_schedule(file, parse_overrides(sets or [])), file), CostModel(prof))
+    spec = load_schedule(file, parse_overrides(sets or []))
+    return explain_rows(lower_spec(spec, file), CostModel(prof.with_nccl_env(spec.env)))
 
 
 def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type: ignore[no-untyped-def]

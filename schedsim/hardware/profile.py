@@ -580,6 +580,14 @@ class HardwareProfile(_B):
                                                 "eager_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_EAGER_SUFFIX})
 
+    def with_nccl_env(self, env: dict[str, Any]) -> HardwareProfile:
+        """This profile with a schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` (its ``env``) in place of ``nccl.algo`` /
+        ``nccl.proto``, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets neither."""
+        upd = {f: env[k] for k, f in (("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto")) if k in env}
+        if not upd:
+            return self
+        return self.model_copy(update={"nccl": self.nccl.model_copy(update=upd)})
+
     @property
     def is_timed_graph(self) -> bool:
         """True for a profile from :meth:`timed_graph` (``launch.graph_timed``)."""

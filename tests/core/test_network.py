@@ -272,3 +272,44 @@ def test_predict_explain_prints_the_choice_per_collective(tmp_path: Path):
     assert sends == {"0->1", "1->0", "1->2", "2->1", "2->3", "3->2"}
     # send: Simple (256 KiB > 16 KiB), 8.4 + 3.4 us + 262144 B / 360 GB/s
     assert all(r["time_us"] == pytest.approx(11.8 + 262_144 / 360_000, rel=1e-9) for r in rows if r["kind"] == "send")
+
+
+SCHED = """schema_version: 1
+name: env
+world_size: 16
+launch: cuda_graph
+{env}
+ops:
+  - name: ar
+    kind: all_reduce
+    shape: [4194304]
+    dtype: fp32
+"""
+
+
+def _ar_span_us(env: str) -> float:
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(SCHED.format(env=env), "env.yaml"), load_profile("dgx_h100"))
+    (ar,) = [s for s in run.timeline.spans if s.rank == 0 and s.kind == "all_reduce"]
+    return float((ar.end_s - ar.start_s) * 1e6)
+
+
+def test_schedule_env_nccl_algo_proto_override_the_profile():
+    forced_us = us(forced(hopper(8, 8), "ring", "Simple").collective("all_reduce", 16 * MiB, tuple(range(16))))
+    free_us = us(NcclNetwork(load_profile("dgx_h100")).collective("all_reduce", 16 * MiB, tuple(range(16))))
+    assert forced_us != pytest.approx(free_us, rel=1e-3)  # the override changes the choice at this size
+    # a solo all_reduce in a CUDA graph: its span is the NCCL model's time (plus the per-node graph term)
+    extra = load_profile("dgx_h100").launch.graph_per_op_us
+    assert _ar_span_us("env: {NCCL_ALGO: ring, NCCL_PROTO: Simple}") == pytest.approx(forced_us + max(0.0, extra),
+                                                                                      rel=1e-6)
+    assert _ar_span_us("") == pytest.approx(free_us + max(0.0, extra), rel=1e-6)
+
+
+def test_schedule_env_bad_nccl_algo_is_a_spec_error():
+    from schedsim.errors import SpecError
+    from schedsim.spec.loader import load_text
+
+    with pytest.raises(SpecError, match="unknown NCCL algo 'rings'"):
+        load_text(SCHED.format(env="env: {NCCL_ALGO: rings}"), "env.yaml")
