@@ -235,21 +235,23 @@ GpuArch = Literal["volta", "ampere", "hopper", "blackwell"]
 class ScaleUp(_B):
     """The scale-up domain of a node: NVLink through NVSwitch, direct NVLink, or PCIe (:mod:`schedsim.network`)."""
 
-    kind: Literal["nvswitch", "nvlink", "pcie"] = Field(description="How the GPUs of a node reach each other.")
+    kind: Literal["nvswitch", "nvlink", "pcie"] = Field(description="How the GPUs of a node reach each other; "
+                                                       "pcie: NCCL's PCI latencies, no LL128.")
     bandwidth_GBps: float = Field(gt=0, description="Per-GPU, one-direction bandwidth, GB/s, in NCCL's topology "
                                   "units: NVLink links x NCCL's per-link figure (src/graph/topo.h: SM80_NVLINK_BW 20, "
                                   "SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1; H100 SXM 18 x 20.6 = 370.8), or the "
-                                  "PCIe figure (PCI_BW 12 for Gen3 x16, 24 Gen4, 48 Gen5).")
+                                  "PCIe path's (PCI_BW 12 for Gen3 x16, 24 Gen4, 48 Gen5; without peer-to-peer the "
+                                  "path through host memory, which NCCL's SHM transport takes).")
     nvls: bool = Field(default=False, description="NVLink SHARP (NVLS) available: an NVSwitch of Hopper or later "
                        "with multicast (NCCL_NVLS_ENABLE).")
-    p2p: bool = Field(default=True, description="PCIe peer-to-peer between GPUs (false: through host memory).")
     latency_us: float = Field(default=0.0, ge=0, description="Latency added per intra-node step, µs, beyond "
                               "NCCL's hwLat (default 0: NCCL's own figures).")
     source: str
 
 
 class Nics(_B):
-    """The scale-out NICs of one node and which GPU uses which (rail-optimised: local GPU i on NIC i)."""
+    """The scale-out NICs of one node and which GPU uses which (rail-optimised: local GPU i on NIC i, NIC i of
+    every node on rail i; NCCL's rings pair same-rail NICs, so rails cross the spine only between leaves)."""
 
     per_node: int = Field(gt=0, description="Compute NICs per node.")
     bandwidth_Gbps: float = Field(gt=0, description="Line rate of one NIC, Gb/s (NCCL: speed / 8000 GB/s; "
@@ -257,9 +259,6 @@ class Nics(_B):
     gpu_to_nic: list[NonNegativeInt] | None = Field(
         default=None, description="Local GPU i uses NIC gpu_to_nic[i]; default: GPU i on NIC i * per_node // "
         "gpus_per_node (rail-optimised when per_node == gpus_per_node).")
-    rail_optimized: bool = Field(default=True, description="NIC i of every node sits on leaf (rail) i, so rail "
-                                 "traffic crosses one switch; false: traffic between nodes on different leaves "
-                                 "crosses the spine.")
     latency_us: float = Field(default=0.0, ge=0, description="NIC latency, µs, added to NCCL's network hop "
                               "(graph->latencyInter; NCCL's IB and socket plugins report 0).")
     source: str
@@ -279,7 +278,8 @@ class Nics(_B):
 class Fabric(_B):
     """The scale-out fabric between NICs: one switch, or leaf/spine with an oversubscription ratio."""
 
-    kind: Literal["single_switch", "leaf_spine"] = "leaf_spine"
+    kind: Literal["single_switch", "leaf_spine"] = Field(default="leaf_spine", description="single_switch: every "
+                                                        "node on one switch (nodes_per_leaf ignored).")
     nodes_per_leaf: int | None = Field(default=None, gt=0, description="Nodes under one leaf (per rail); groups "
                                        "within one leaf do not cross the spine. None: every node on one leaf.")
     oversubscription: float = Field(default=1.0, ge=1.0, description="Leaf down / up bandwidth ratio: traffic "

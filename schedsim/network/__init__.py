@@ -139,7 +139,7 @@ class NcclNetwork:
             g = self.gpu_of(r)
             per_node.setdefault(g // self.gpn, []).append(g % self.gpn)
         fab = self.topo.fabric
-        per_leaf = fab.nodes_per_leaf if fab is not None and fab.nodes_per_leaf else None
+        per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" else None
         leaves = len({nd // per_leaf for nd in per_node}) if per_leaf else 1
         nics = min(len({self.nic_of(x) for x in loc}) for loc in per_node.values())
         got = GroupShape(len(ranks), len(per_node), max(len(v) for v in per_node.values()), nics, leaves)
@@ -184,7 +184,7 @@ class NcclNetwork:
             if self.up.nvls else None
         hw: Literal["nvlink", "pci"] = "pci" if self.up.kind == "pcie" else "nvlink"
         t = TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
-                      self._lat_inter(shape), ll128=hw == "nvlink")
+                      self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us)
         table = tune(func, t)
         if self.algos is not None or self.protos is not None:
             table = {(a, p): v for (a, p), v in table.items()

@@ -225,7 +225,8 @@ def nvls_graph(arch: str, up_bw: float, local_gpus: int, nics: int, nic_bw: floa
 class TuneInput:
     """What ``ncclTopoTuneModel`` reads of a communicator: ``ranks`` over ``nodes`` (``ppn = ranks / nodes``),
     the GPU ``arch``, ``intra_hw`` (``nvlink`` or ``pci``), the CPU vendor, the ring/tree and NVLS graphs,
-    ``lat_inter`` (``graph->latencyInter``, µs) and whether LL128 is allowed (NVLink or better inside, Hopper:
+    ``lat_inter`` (``graph->latencyInter``, µs), ``lat_intra`` (µs added to every intra-node hwLat; not in NCCL,
+    0 there) and whether LL128 is allowed (NVLink or better inside, Hopper:
     any NIC path up to PXN; before: up to PXB)."""
 
     ranks: int
@@ -237,6 +238,7 @@ class TuneInput:
     nvls: Graph | None
     lat_inter: float = 0.0
     ll128: bool = True
+    lat_intra: float = 0.0
 
 
 def _p(proto: str) -> int:
@@ -304,7 +306,7 @@ def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
     n, nodes, pi = t.ranks, t.nodes, _p(p)
     ppn = n / nodes
     lat = _BASE_LAT[a][pi]
-    intra_lat = _HW_LAT[t.intra_hw][a][pi]
+    intra_lat = _HW_LAT[t.intra_hw][a][pi] + t.lat_intra
     inter_lat = _HW_LAT["net"]["tree" if ppn == 1 else a][pi] + t.lat_inter
     if p == "Simple":
         inter_lat += t.lat_inter  # the flush

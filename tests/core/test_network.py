@@ -186,9 +186,21 @@ def test_placement_moves_ranks_across_nodes():
 
 
 def test_oversubscribed_spine_slows_groups_across_leaves():
-    topo = hopper(2, 2, fabric={"nodes_per_leaf": 1, "oversubscription": 2.0, "source": "test"})
-    # two leaves: the NIC's 50 GB/s halves to 25
-    assert us(NcclNetwork(profile(topo)).p2p(0, 2, MiB)) == pytest.approx(22.4 + MiB / 25_000, rel=1e-9)
+    topo = hopper(2, 2, fabric={"nodes_per_leaf": 1, "oversubscription": 2.0, "latency_us": 1.0, "source": "test"})
+    # two leaves: the NIC's 50 GB/s halves to 25; three switch hops of 1 us join the network step
+    assert us(NcclNetwork(profile(topo)).p2p(0, 2, MiB)) == pytest.approx(25.4 + MiB / 25_000, rel=1e-9)
+    one = hopper(2, 2, fabric={"kind": "single_switch", "nodes_per_leaf": 1, "oversubscription": 2.0,
+                               "latency_us": 1.0, "source": "test"})
+    # one switch: no spine, one hop
+    assert us(NcclNetwork(profile(one)).p2p(0, 2, MiB)) == pytest.approx(23.4 + MiB / 50_000, rel=1e-9)
+
+
+def test_scale_up_latency_adds_to_every_intra_node_step():
+    topo = hopper(8, 8)
+    topo["scale_up"] = {**topo["scale_up"], "latency_us": 0.5}
+    # one-node ring Simple all_reduce over 8: 8.4 + 14 steps x (3.4 + 0.5); 12 x 30 = 360 GB/s x 8/14
+    got = forced(topo, "ring", "Simple").collective("all_reduce", 64 * MiB, tuple(range(8)))
+    assert got is not None and us(got) == pytest.approx(8.4 + 14 * 3.9 + 64 * MiB / (1000 * 360 * 8 / 14), rel=1e-9)
 
 
 # ---- the simulator's view, overrides, unchanged profiles ------------------------------------------------------
