@@ -13,7 +13,8 @@
   broadcast, reduce and send/recv. A measured busbw-vs-size table for the
   collective and group size is interpolated linearly in log(size); below its
   smallest size alpha-beta with the smallest size's busbw (capped at that size's time), above
-  its largest the last busbw. Without a table: alpha-beta on the link class,
+  its largest the last busbw. Tables are measured inside one node: a group whose ranks span nodes
+  (rank // ``topology.gpus_per_node``) does not use them. Without a table: alpha-beta on the link class,
   t = steps·alpha + factor·S / B_link, with steps 2(n−1) for all_reduce and n−1
   otherwise (ring algorithms; Thakur et al., IJHPCA 2005).
 * **send/recv**: the ``sendrecv`` table for 2 ranks, else alpha + S / B_link.
@@ -303,6 +304,9 @@ class CostModel:
                 return got.seconds
         factor = bus_factor(table_kind, n)
         tab = self._tables.get((table_kind, n))
+        gpn = self.profile.topology.gpus_per_node
+        if tab is not None and len({r // gpn for r in ranks}) > 1:
+            tab = None  # measured inside one node: a group across nodes takes the inter-node link instead
         if tab is not None and nbytes > 0:
             xs, bws = tab
             x = math.log(nbytes)

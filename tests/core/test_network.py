@@ -352,3 +352,11 @@ def test_two_flows_share_the_senders_nic():
         run = simulate_spec(load_text(text, "nic.yaml"), load_profile("dgx_h100"))
         spans = {s.id: (s.end_s - s.start_s) * 1e6 for s in run.timeline.spans}
         assert spans and all(v == pytest.approx(expect, rel=1e-9) for v in spans.values()), spans
+
+
+def test_one_node_tables_do_not_time_a_group_across_nodes():
+    # h200x2 has a measured 2-rank all_reduce table (NVLink, one node). Ranks 0 and 8 sit on two nodes: alpha-beta
+    # on links.network (10 us, 50 GB/s): 2(n-1) = 2 steps + 2(n-1)/n x S / B
+    cm = CostModel(load_profile("h200x2"))
+    assert cm.collective_time("all_reduce", 64 * MiB, (0, 8)) == pytest.approx(2 * 10e-6 + 64 * MiB / 50e9, rel=1e-12)
+    assert cm.collective_time("all_reduce", 64 * MiB, (0, 1)) < 64 * MiB / 200e9  # the NVLink table inside a node
