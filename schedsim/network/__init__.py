@@ -245,10 +245,11 @@ class NcclNetwork:
 
     def spread(self, kind: str, nbytes: float, shape: GroupShape) -> CollectiveCost:
         """all_to_all, scatter or gather of ``nbytes`` (nccl-tests size) as NCCL runs them, grouped send/recv:
-        a rank moves ``nbytes · (n-1)/n``; the part for its node's ``local - 1`` peers goes over the scale-up
-        domain, the rest through the NICs its node's ranks share (``nics`` of them for ``local`` ranks), the
-        two at once: t = latency + max(intra bytes / B_intra, inter bytes / B_inter). Latency: one p2p step
-        of the slowest tier used (:meth:`_p2p_terms`)."""
+        a rank (for scatter and gather, the root) moves ``nbytes · (n-1)/n``; the part for its node's
+        ``local - 1`` peers goes over the scale-up domain, the rest through NICs, the two at once:
+        t = latency + max(intra bytes / B_intra, inter bytes / B_inter). B_inter: all_to_all's ranks share
+        their node's ``nics`` NICs (``nics / local`` of one each); the root of scatter or gather has its NIC to
+        itself. Latency: one p2p step of the slowest tier used (:meth:`_p2p_terms`)."""
         n = shape.ranks
         per_peer = nbytes / n
         intra_bytes = per_peer * (shape.local - 1)
@@ -258,7 +259,8 @@ class NcclNetwork:
         lat = lat_i
         if inter_bytes > 0:
             lat_n, bw_n, proto = self._p2p_terms(per_peer, True, shape)
-            bw_n *= shape.nics / shape.local
+            if kind == "all_to_all":
+                bw_n *= min(1.0, shape.nics / shape.local)
             t = max(t, inter_bytes / (1000.0 * bw_n))
             lat = max(lat, lat_n)
         return CollectiveCost((lat + t) * 1e-6, "p2p", proto)

@@ -178,6 +178,16 @@ def test_all_to_all_2x2():
     assert us(got) == pytest.approx(22.4 + max(MiB / 360_000, 2 * MiB / 50_000), rel=1e-9)
 
 
+def test_shared_nics_slow_all_to_all_but_not_a_scatter_root():
+    # 2 nodes x 2 GPUs on ONE NIC per node (both GPUs on NIC 0): all_to_all's 2 MiB per rank across nodes share
+    # it (25 GB/s each); a scatter's root alone uses the NIC's 50 GB/s
+    net = NcclNetwork(profile(hopper(2, 1)))
+    got = net.collective("all_to_all", 4 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(22.4 + max(MiB / 360_000, 2 * MiB / 25_000), rel=1e-9)
+    got = net.collective("scatter", 4 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(22.4 + max(MiB / 360_000, 2 * MiB / 50_000), rel=1e-9)
+
+
 def test_placement_moves_ranks_across_nodes():
     # placed 0 -> GPU 0, 1 -> GPU 2 (node 1): the pair crosses nodes
     net = NcclNetwork(profile(hopper(2, 2, placement=[0, 2, 1, 3], nodes=2)))
