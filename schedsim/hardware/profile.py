@@ -8,6 +8,7 @@ in ``schedsim/hardware/profiles/*.yaml`` and are chosen with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -580,7 +581,7 @@ class HardwareProfile(_B):
                                                 "eager_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_EAGER_SUFFIX})
 
-    def with_nccl_env(self, env: dict[str, Any]) -> HardwareProfile:
+    def with_nccl_env(self, env: Mapping[Any, Any]) -> HardwareProfile:
         """This profile with a schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` (its ``env``) in place of ``nccl.algo`` /
         ``nccl.proto``, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets neither."""
         upd = {f: env[k] for k, f in (("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto")) if k in env}
