@@ -68,6 +68,10 @@ ROWS = [
         from_busbw("all_reduce", 8, 4 * GiB, 475.0),
         "NVIDIA/nccl-tests#272 (2024-11-27): 8x H200 NVLink 4, all_reduce_perf -b 64k -e 4G, peak busbw 475 GB/s",
         topology={"nccl_within_node": True}),
+    *[Row("8xH20 1 node", "dgx_h100", "all_reduce", 1, 8, size, t,
+          "deepseek-ai/DeepEP#303: all_reduce_perf on 8 H20 in one node (NVLink 4, 18 links like H100), "
+          f"out-of-place {size} B {t} us", topology=H20_NODE)
+      for size, t in ((8, 12.49), (1024, 16.38), (4096, 16.69))],
     Row("16xH100 2 nodes, 8x400G IB", "dgx_h100", "all_reduce", 2, 8, 8 * GiB, 41_100.0,
         "issue 35 of this project (391 GB/s busbw at 8 GiB; published run, source not recorded there)"),
     Row("16xH100 2 nodes, 8x400G IB", "dgx_h100", "all_to_all", 2, 8, 8 * GiB,
