@@ -304,8 +304,9 @@ class Topology(_B):
     nodes: int | None = Field(default=None, gt=0, description="Nodes of the cluster (None: as many as the "
                               "schedule's world needs).")
     arch: GpuArch | None = Field(default=None, description="GPU generation for NCCL's tuning constants.")
-    cpu_vendor: Literal["intel", "amd"] = Field(default="intel", description="Host CPU vendor (NCCL's llMaxBws "
-                                                "row and network post overhead for groups across nodes).")
+    cpu_vendor: Literal["intel", "amd", "arm"] = Field(default="intel", description="Host CPU vendor (NCCL's "
+                                                       "llMaxBws row and network post overhead for groups across "
+                                                       "nodes; only AMD differs there, so arm counts as intel).")
     scale_up: ScaleUp | None = None
     nics: Nics | None = None
     fabric: Fabric | None = None

@@ -370,3 +370,14 @@ def test_one_node_tables_do_not_time_a_group_across_nodes():
     cm = CostModel(load_profile("h200x2"))
     assert cm.collective_time("all_reduce", 64 * MiB, (0, 8)) == pytest.approx(2 * 10e-6 + 64 * MiB / 50e9, rel=1e-12)
     assert cm.collective_time("all_reduce", 64 * MiB, (0, 1)) < 64 * MiB / 200e9  # the NVLink table inside a node
+
+
+def test_gb200_nvl72_runs_a_rack_as_one_nvlink_domain():
+    cm = CostModel(load_profile("gb200_nvl72"))
+    rack = cm.network_cost("all_reduce", 1 << 30, tuple(range(72)))
+    two = cm.network_cost("all_reduce", 1 << 30, tuple(range(144)))
+    assert rack is not None and two is not None
+    assert (rack.algo, two.algo) == ("nvls", "nvls_tree")
+    # NVLS graph: 32 heads at 20 GB/s ((32 + 1) x 20 <= 721.8; 22 would not fit), bw_inter raised to 30 (< 40);
+    # intra 20 x .74 x 31/32 x 2 = 28.675 < 30; bus 32 x 28.675, x 72/142; latency 25 us (NVLink NVLS Simple)
+    assert rack.seconds * 1e6 == pytest.approx(25.0 + (1 << 30) / (1000 * 32 * 28.675 * 72 / 142), rel=1e-9)
