@@ -38,7 +38,7 @@ from schedsim.network.tuning import (
 if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape"]
+__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "rank_nodes"]
 
 #: NCCL_P2P_LL_THRESHOLD default (src/transport/p2p.cc, src/enqueue.cc): send/recv of at most this many bytes
 #: use LL, larger ones Simple
@@ -264,3 +264,18 @@ class NcclNetwork:
             t = max(t, inter_bytes / (1000.0 * bw_n))
             lat = max(lat, lat_n)
         return CollectiveCost((lat + t) * 1e-6, "p2p", proto)
+
+
+def rank_nodes(profile: HardwareProfile, world: int) -> list[int] | None:
+    """Node of each of ``world`` ranks on a profile with a cluster topology (``topology.scale_up``), for the
+    simulator's link tiers (:func:`schedsim.sim.gpu_model.link_ends`); None on other profiles.
+
+    Raises
+    ------
+    ProfileError
+        As :meth:`NcclNetwork.gpu_of`.
+    """
+    if profile.topology.scale_up is None:
+        return None
+    net = NcclNetwork(profile)
+    return [net.gpu_of(r) // net.gpn for r in range(world)]
