@@ -444,3 +444,17 @@ def test_link_tiers_columns_compiled_and_python_loops_agree(monkeypatch):
         py = spans(graph_of(prog))
         monkeypatch.undo()
         assert cols == ops == py, group
+
+
+def test_a_world_larger_than_the_cluster_exits_2_naming_topology_nodes(tmp_path: Path):
+    d = copy.deepcopy(BASE)
+    d["topology"] = hopper(2, 2, nodes=1)
+    prof = tmp_path / "small.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    sched = tmp_path / "s.yaml"
+    sched.write_text(TIERS.format(group=list(range(8))))  # 16 ranks on 1 node x 2 GPUs
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(sched), "--profile", str(prof),
+                          "--no-gantt", "-o", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ")
+    assert "topology.nodes: rank 2 needs GPU 2, more GPUs than 1 nodes x 2 hold" in out.stderr
+    assert "Traceback" not in out.stderr
