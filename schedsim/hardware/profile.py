@@ -646,6 +646,35 @@ def _parse_yaml(text: str) -> Any:
     return yaml.safe_load(text)
 
 
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``over``: mappings merge key by key, anything else (lists, numbers, text) replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _on_base(p: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A profile's fields over those of its ``base:`` (a shipped profile's name): one profile that derives from
+    another (dgx_h100 from h200: the same GH100 compute) states only what differs.
+
+    Raises
+    ------
+    ProfileError
+        ``base`` is not a shipped profile, or is itself derived (one level only).
+    """
+    name = data.pop("base")
+    src = _builtin_dir() / f"{name}.yaml" if isinstance(name, str) else None
+    if src is None or not src.exists():
+        raise ProfileError(f"{p}: base: {name!r} is not a shipped profile",
+                           fix=f"name one of {', '.join(list_profiles())}")
+    base = _parse_yaml(src.read_text(encoding="utf-8"))
+    if not isinstance(base, dict) or "base" in base:
+        raise ProfileError(f"{p}: base: {name!r} is itself derived from another profile",
+                           fix="derive from a profile that states all its fields")
+    return _merge(base, data)
+
+
 @lru_cache(maxsize=16)
 def load_profile(name_or_path: str) -> HardwareProfile:
     """Load a shipped profile by name, or a profile YAML by path.
@@ -678,6 +707,8 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         raise ProfileError(f"{p}: invalid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ProfileError(f"{p}: a profile must be a YAML mapping\n  fix: see schedsim/hardware/profiles/h200.yaml")
+    if "base" in data:
+        data = _on_base(p, data)
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as e:

@@ -458,3 +458,21 @@ def test_a_world_larger_than_the_cluster_exits_2_naming_topology_nodes(tmp_path:
     assert out.returncode == 2 and out.stderr.startswith("error: ")
     assert "topology.nodes: rank 2 needs GPU 2, more GPUs than 1 nodes x 2 hold" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_profile_derives_from_its_base(tmp_path: Path):
+    h200, dgx = load_profile("h200"), load_profile("dgx_h100")
+    # dgx_h100 states only what differs from h200: the GEMM table and launch rows are h200's
+    assert dgx.gemm == h200.gemm and dgx.launch == h200.launch and dgx.power == h200.power
+    assert (dgx.gpu.hbm_GBps, h200.gpu.hbm_GBps) == (2905.0, 4159.7) and dgx.gpu.sms == h200.gpu.sms == 132
+    # mappings merge key by key: topology.fabric gains nodes_per_leaf, keeps the rest stated
+    assert dgx.topology.fabric is not None and dgx.topology.fabric.nodes_per_leaf == 32
+    assert dgx.topology.nccl_within_node and not h200.topology.nccl_within_node
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: h201\nname: x\n")
+    with pytest.raises(ProfileError, match="base: 'h201' is not a shipped profile"):
+        load_profile(str(bad))
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("base: dgx_h100\nname: x\n")
+    with pytest.raises(ProfileError, match="base: 'dgx_h100' is itself derived"):
+        load_profile(str(deep))
