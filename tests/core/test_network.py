@@ -476,3 +476,14 @@ def test_a_profile_derives_from_its_base(tmp_path: Path):
     deep.write_text("base: dgx_h100\nname: x\n")
     with pytest.raises(ProfileError, match="base: 'dgx_h100' is itself derived"):
         load_profile(str(deep))
+
+
+def test_execute_exports_the_schedules_nccl_env(monkeypatch):
+    from executor.execute import _nccl_env
+
+    monkeypatch.delenv("NCCL_ALGO", raising=False)
+    monkeypatch.setenv("NCCL_PROTO", "LL")  # set by the user: kept
+    _nccl_env({"NCCL_ALGO": "ring", "NCCL_PROTO": "Simple", "CUDA_DEVICE_MAX_CONNECTIONS": 1})
+    import os
+
+    assert (os.environ["NCCL_ALGO"], os.environ["NCCL_PROTO"]) == ("ring", "LL")
