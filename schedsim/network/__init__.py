@@ -3,7 +3,7 @@
 The simulator asks one question, through :class:`schedsim.cost.CostModel`: how long does this collective
 (or send/recv) take on these ranks, alone. A profile whose ``topology`` has a ``scale_up`` domain (and
 ``nics`` across nodes) answers it here, with NCCL's own cost model (:mod:`schedsim.network.tuning`, NCCL
-2.30.7) on that topology; other profiles keep the link classes and tables of :mod:`schedsim.cost`.
+2.30.7) on that topology; other profiles keep the link classes and tables of :mod:`schedsim.network.links`.
 
 Interface
 ---------
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "rank_nodes"]
 
-#: NCCL_P2P_LL_THRESHOLD default (src/transport/p2p.cc, src/enqueue.cc): send/recv of at most this many bytes
-#: use LL, larger ones Simple
+#: NCCL_P2P_LL_THRESHOLD default (src/enqueue.cc, NCCL 2.30.7): NCCL sends with LL when the bytes are at most
+#: nChannels x this, else Simple; taken here with one channel (NCCL's p2p channel count per size is not modelled)
 P2P_LL_THRESHOLD = 16384
 
 
@@ -218,8 +218,8 @@ class NcclNetwork:
         return CollectiveCost(best[0] * 1e-6, best[1], best[2])
 
     def _p2p_terms(self, nbytes_per_peer: float, inter: bool, shape: GroupShape) -> tuple[float, float, str]:
-        """(latency µs, bandwidth GB/s, protocol) of one send/recv stream: LL up to :data:`P2P_LL_THRESHOLD`,
-        else Simple; latency NCCL's ring baseLat plus one hwLat step of the tier (an assumption: tuning.cc has
+        """(latency µs, bandwidth GB/s, protocol) of one send/recv stream: LL up to :data:`P2P_LL_THRESHOLD`
+        bytes, else Simple; latency NCCL's ring baseLat plus one hwLat step of the tier (an assumption: tuning.cc has
         no p2p entry), bandwidth the ring graph's channels × speed inside a node (NVLink) or the rank's NIC
         across nodes; LL at half of it, at most llMaxBw."""
         proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
