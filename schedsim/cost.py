@@ -251,36 +251,40 @@ class CostModel:
             if kind in ONE_RANK_NOP:
                 return 0.0
             return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
+        nodes = None
         if self._net is not None:
             got = self.network_cost(kind, nbytes, ranks)
             if got is not None:
                 return got.seconds
-        return self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks)
+            nodes = self._net.shape(ranks).nodes  # with the profile's placement
+        return self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
 
     @property
     def network(self) -> NcclNetwork | None:
         """The NCCL model of a profile with ``topology.scale_up``, else None."""
         return self._net
 
-    def has_table(self, kind: str, n: int) -> bool:
-        """Whether the profile has a measured busbw table for collective ``kind`` (``sendrecv`` for send/recv)
-        over ``n`` ranks."""
-        return self._links.has(kind, n)
+    def has_table(self, kind: str, ranks: tuple[int, ...]) -> bool:
+        """Whether a measured busbw table of the profile times collective ``kind`` (``sendrecv`` for send/recv)
+        over ``ranks``: one for that group size, measured over as many nodes as the ranks span."""
+        nodes = self._net.shape(ranks).nodes if self._net is not None else len(
+            {r // self.profile.topology.gpus_per_node for r in ranks})
+        return self._links.covers(kind, len(ranks), nodes)
 
     def network_cost(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> CollectiveCost | None:
         """The NCCL model's cost of collective or p2p ``kind`` over ``ranks`` (two or more; a send/recv's are
         ``(src, dst)``) with its algorithm and protocol, on a profile with ``topology.scale_up``
-        (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group inside one node that
-        the profile leaves to its tables (a measured table for the kind and size, or
+        (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the profile leaves to
+        its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside one node with
         ``topology.nccl_within_node`` false)."""
         if self._net is None or len(ranks) < 2:
             return None
         if kind in P2P_KINDS:
             shape = self._net.shape(ranks)
-            if shape.nodes == 1 and (self._links.has("sendrecv", 2) or not self.profile.topology.nccl_within_node):
+            if self.has_table("sendrecv", ranks) or (shape.nodes == 1 and not self.profile.topology.nccl_within_node):
                 return None
             return self._net.p2p(ranks[0], ranks[-1], nbytes)
-        return self._net.collective(kind, nbytes, ranks, has_table=self._links.has(kind, len(ranks)))
+        return self._net.collective(kind, nbytes, ranks, has_table=self.has_table(kind, ranks))
 
     def _memcpy(self, op: Op) -> float:
         mc = self.profile.memcpy

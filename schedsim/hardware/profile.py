@@ -424,6 +424,11 @@ class CollectiveTables(_B):
         "(size = the size column; busbw = algbw * factor). Keys: all_reduce, all_gather, reduce_scatter, "
         "broadcast, reduce, all_to_all, sendrecv, ...",
     )
+    nodes: dict[TableKind, dict[PositiveInt, PositiveInt]] = Field(
+        default_factory=lambda: {},
+        description="collective -> group size -> nodes its table was measured over (calibrate --from-nccl-tests "
+        "records it from the log's hosts); not listed: 1. A table times only groups that span that many nodes.",
+    )
 
 
 class Contention(_B):

@@ -9,8 +9,8 @@ Interface
 ---------
 ``NcclNetwork(profile).collective(kind, nbytes, ranks) -> CollectiveCost | None``
     ``kind`` a schedsim collective kind, ``nbytes`` the nccl-tests size column (bytes), ``ranks`` global
-    ranks. None when the profile leaves the group to the tables (inside one node with
-    ``topology.nccl_within_node`` false, or a measured table for it).
+    ranks. None when the profile leaves the group to its tables (``has_table``: a measured table for that
+    kind, size and number of nodes; or inside one node with ``topology.nccl_within_node`` false).
 ``NcclNetwork(profile).p2p(src, dst, nbytes) -> CollectiveCost``
     One send/recv of ``nbytes`` from rank ``src`` to ``dst``.
 
@@ -200,7 +200,7 @@ class NcclNetwork:
         all_to_all, scatter and gather: :meth:`spread`. None: left to the profile's tables (see module doc).
         """
         shape = self.shape(ranks)
-        if shape.nodes == 1 and (has_table or not self.topo.nccl_within_node):
+        if has_table or (shape.nodes == 1 and not self.topo.nccl_within_node):
             return None
         func = COLL_FUNCS.get(kind)
         if func is None:

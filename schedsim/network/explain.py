@@ -36,7 +36,7 @@ def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
             algo, proto, t = got.algo, got.proto, got.seconds
         else:
             table_kind = "sendrecv" if kind in P2P_KINDS else kind
-            algo = "table" if cost.has_table(table_kind, len(ranks)) else "links"
+            algo = "table" if cost.has_table(table_kind, ranks) else "links"
             proto, t = "-", cost.collective_time(kind, nbytes, ranks)
         net = cost.network
         nodes = net.shape(ranks).nodes if net is not None and len(ranks) > 1 else None

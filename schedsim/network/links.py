@@ -4,8 +4,9 @@ nccl-tests convention (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``): algbw = S / t,
 factor 2(n−1)/n for all_reduce, (n−1)/n for all_gather, reduce_scatter, all_to_all, scatter and gather, 1 for
 broadcast, reduce and send/recv. A measured busbw-vs-size table for the collective and group size is
 interpolated linearly in log(size); below its smallest size alpha-beta with the smallest size's busbw (capped
-at that size's time), above its largest the last busbw. Tables are measured inside one node: a group whose
-ranks span nodes (rank // ``topology.gpus_per_node``) does not use them. Without a table: alpha-beta on the
+at that size's time), above its largest the last busbw. A table times only groups that span as many nodes as
+it was measured over (``collectives.nodes``, default 1; nodes: rank // ``topology.gpus_per_node``, or the
+caller's count). Without a table: alpha-beta on the
 link class, t = steps·alpha + factor·S / B_link, with steps 2(n−1) for all_reduce, 1 for send/recv and n−1
 otherwise (ring algorithms; Thakur et al., IJHPCA 2005).
 """
@@ -64,14 +65,22 @@ class LinkTables:
             for n, rows in by_n.items():
                 rows = sorted(rows)
                 self._tables[(coll, int(n))] = ([math.log(s) for s, _ in rows], [bw * 1e9 for _, bw in rows])
+        self._nodes: dict[tuple[str, int], int] = {(coll, int(n)): int(k)
+                                                   for coll, by_n in profile.collectives.nodes.items()
+                                                   for n, k in by_n.items()}
 
     def has(self, kind: str, n: int) -> bool:
         """Whether the profile has a table for ``kind`` (``sendrecv`` for send/recv) over ``n`` ranks."""
         return (kind, n) in self._tables
 
-    def time(self, table_kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
+    def covers(self, kind: str, n: int, nodes: int) -> bool:
+        """Whether a table for ``kind`` over ``n`` ranks exists and was measured over ``nodes`` nodes."""
+        return (kind, n) in self._tables and self._nodes.get((kind, n), 1) == nodes
+
+    def time(self, table_kind: str, nbytes: float, ranks: tuple[int, ...], nodes: int | None = None) -> float:
         """Seconds of ``table_kind`` (a collective kind, or ``sendrecv``) of ``nbytes`` (nccl-tests size) over
-        ``ranks`` (two or more), by the module's rules.
+        ``ranks`` (two or more), by the module's rules; ``nodes`` the nodes the ranks span (default: by
+        rank // ``gpus_per_node``).
 
         Raises
         ------
@@ -81,9 +90,12 @@ class LinkTables:
         n = len(ranks)
         factor = bus_factor(table_kind, n)
         tab = self._tables.get((table_kind, n))
-        gpn = self.profile.topology.gpus_per_node
-        if tab is not None and len({r // gpn for r in ranks}) > 1:
-            tab = None  # measured inside one node: a group across nodes takes the inter-node link instead
+        if tab is not None:
+            if nodes is None:
+                gpn = self.profile.topology.gpus_per_node
+                nodes = len({r // gpn for r in ranks})
+            if self._nodes.get((table_kind, n), 1) != nodes:
+                tab = None  # measured over another number of nodes: the link classes instead
         if tab is not None and nbytes > 0:
             xs, bws = tab
             x = math.log(nbytes)

@@ -487,3 +487,34 @@ def test_execute_exports_the_schedules_nccl_env(monkeypatch):
     import os
 
     assert (os.environ["NCCL_ALGO"], os.environ["NCCL_PROTO"]) == ("ring", "LL")
+
+
+TWO_HOST_LOG = """# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20
+#  Rank  0 Group  0 Pid   6899 on nodeA device  0 [0000:04:00] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid   6900 on nodeA device  1 [0000:05:00] NVIDIA H100 80GB HBM3
+#  Rank  2 Group  0 Pid   6733 on nodeB device  0 [0000:04:00] NVIDIA H100 80GB HBM3
+#  Rank  3 Group  0 Pid   6734 on nodeB device  1 [0000:05:00] NVIDIA H100 80GB HBM3
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+     1048576        262144     float     sum      -1    203.2    5.16    7.74      0    207.2    5.06    7.59      0
+     2097152        524288     float     sum      -1    254.0    8.26   12.39      0    252.9    8.29   12.44      0
+"""
+
+
+def test_a_multi_node_table_times_only_groups_over_as_many_nodes(tmp_path: Path):
+    from executor.calibrate_logs import profile_from_nccl_tests
+    from schedsim.nccl_tests import parse_nccl_tests
+
+    log = parse_nccl_tests(TWO_HOST_LOG, collective="all_reduce")
+    assert (log.nranks, log.nodes) == (4, 2)
+    f = tmp_path / "ar.log"
+    f.write_text(TWO_HOST_LOG)
+    d = profile_from_nccl_tests([f], out=tmp_path / "p.yaml", name="p", base="h200x2", collective="all_reduce",
+                                nranks=None)
+    assert d["collectives"]["nodes"] == {"all_reduce": {4: 2}}
+    cm = CostModel(load_profile(str(tmp_path / "p.yaml")))
+    # over 2 nodes x 2 ranks: the table, busbw 7.74 GB/s at 1 MiB (x 2(n-1)/n = 1.5)
+    assert cm.collective_time("all_reduce", MiB, (0, 1, 8, 9)) == pytest.approx(MiB * 1.5 / 7.74e9, rel=1e-9)
+    # 4 ranks inside one node: not this table (links.nvlink alpha-beta of h200x2)
+    link = cm.profile.links["nvlink"]
+    assert cm.collective_time("all_reduce", MiB, (0, 1, 2, 3)) == pytest.approx(
+        6 * link.latency_us * 1e-6 + 1.5 * MiB / (link.bandwidth_GBps * 1e9), rel=1e-9)
