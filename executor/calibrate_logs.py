@@ -83,7 +83,15 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
             if not tab:
                 continue
             tables.setdefault(str(log.collective), {})[int(log.nranks)] = tab  # type: ignore[arg-type]
-            srcs.append(f"{p.name} ({log.collective}, {log.nranks} ranks, {len(tab)} sizes)")
+            nodes_of = d["collectives"].setdefault("nodes", {}).setdefault(str(log.collective), {})
+            k = log.nodes or 1
+            if k > 1:  # a multi-node log's table times only groups over as many nodes
+                nodes_of[int(log.nranks or 0)] = k
+            else:
+                nodes_of.pop(int(log.nranks or 0), None)
+            where = f", {k} nodes" if k > 1 else ""
+            srcs.append(f"{p.name} ({log.collective}, {log.nranks} ranks{where}, {len(tab)} sizes)")
+    d["collectives"]["nodes"] = {k: v for k, v in d["collectives"].get("nodes", {}).items() if v}
     d["collectives"]["tables"] = tables
     d["collectives"]["source"] = "nccl-tests logs (out-of-place busbw): " + "; ".join(srcs)
     d["description"] = (d.get("description", "")

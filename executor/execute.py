@@ -100,6 +100,14 @@ def cpu_profile_note(prof: Any, profile: str, cuda: bool) -> str | None:
             f"--profile cpu.yaml")
 
 
+def _nccl_env(env: Any) -> None:
+    """Export the schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` (its ``env``, as the prediction takes it) before NCCL
+    initialises, unless the environment already sets them (NCCL reads the process environment at init)."""
+    for key in ("NCCL_ALGO", "NCCL_PROTO"):
+        if key in env and key not in os.environ:
+            os.environ[key] = str(env[key])
+
+
 def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, compare: bool, profile: str,
                 backend: str, device: str, gantt: bool, cuda_graph: bool | None,
                 max_connections: int | None = None) -> None:
@@ -139,6 +147,7 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
 
     from executor.dist import setup_dist
 
+    _nccl_env(spec.env)
     ctx = setup_dist(backend, device, opts.timeout_s, _groups_in_order(G))
     if opts.cuda_graph and not ctx.cuda:
         raise ExecError("--cuda-graph needs CUDA (streams and graphs do not exist on CPU ranks)\n"

@@ -103,6 +103,8 @@ def predict(
     timed_graph: bool = typer.Option(False, "--timed-graph", help="Predict a CUDA graph as schedsim execute "
                                      "--cuda-graph times it, op by op (the profile's launch.graph_timing_event_us "
                                      "in every op): the prediction to compare its ops with (compare --pred-timed)."),
+    explain: bool = typer.Option(False, "--explain", help="Also print each collective's and send's NCCL algorithm "
+                                 "and protocol (NCCL's tuning model on a profile with topology.scale_up) and time."),
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
     from schedsim._gc import paused_gc
@@ -125,17 +127,33 @@ def predict(
         if timed_graph and prof is not profile and prof.is_timed_graph and tl.launch != "cuda_graph":
             print(f"note: --timed-graph changes nothing in {tl.launch} mode (only a CUDA graph is timed by event "
                   "nodes)", file=sys.stderr)
-        _print_predict(tl, metrics, paths, fmt, all_ranks)
+        rows = _explain_rows(file, set_, prof) if explain else None
+        _print_predict(tl, metrics, paths, fmt, all_ranks, rows)
 
 
-def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:  # type: ignore[no-untyped-def]
+def _explain_rows(file: Path, sets: list[str] | None, profile: Any) -> list[dict[str, Any]]:
+    """``--explain``'s rows (:func:`schedsim.network.explain.explain_rows`) for the schedule ``file``."""
+    from schedsim.api import lower_spec
+    from schedsim.cost import CostModel
+    from schedsim.hardware.profile import load_profile
+    from schedsim.network.explain import explain_rows
+    from schedsim.spec.loader import load_schedule, parse_overrides
+
+    prof = load_profile(profile) if isinstance(profile, str) else profile
+    spec = load_schedule(file, parse_overrides(sets or []))
+    return explain_rows(lower_spec(spec, file), CostModel(prof.with_nccl_env(spec.env)))
+
+
+def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type: ignore[no-untyped-def]
+                   explain: list[dict[str, Any]] | None = None) -> None:
     from schedsim.notes import summarize
 
     for line in summarize(tl.meta.get("warnings", [])):  # one line per kind of warning
         print(line, file=sys.stderr)
     if fmt == OutFormat.json:
         print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(),
-                          "files": [str(p) for p in paths]}, indent=1))
+                          "files": [str(p) for p in paths], **({"explain": explain} if explain is not None else {})},
+                         indent=1))
         return
     from schedsim.report.summary import print_summary
 
@@ -150,6 +168,10 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:
         mp = metrics.memory_peak
         print(f"peak memory {fmt_bytes(mp.bytes)} on rank {mp.rank} at {fmt_time(mp.t_s)}, "
               f"when {mp.op or 'the step starts'} allocates")
+    if explain is not None:
+        from schedsim.network.explain import format_explain
+
+        print("\ncommunication (NCCL algorithm/protocol chosen, time alone):\n" + format_explain(explain))
     folders = list(dict.fromkeys(str(p.parent) for p in paths))
     print(f"wrote {', '.join(folders)}{'/' if len(folders) == 1 else ''}: " + ", ".join(p.name for p in paths))
 

@@ -7,62 +7,25 @@
   time = max(kernel floor, FLOP / rate). With no entry for the dtype it falls
   back to a roofline: max(floor, FLOP / (peak·efficiency), bytes / HBM bw).
 * **Generic compute**: ``duration_us`` if given, else the same roofline.
-* **Collectives**: nccl-tests convention (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``):
-  algbw = S / t, busbw = algbw × factor with factor 2(n−1)/n for all_reduce,
-  (n−1)/n for all_gather, reduce_scatter, all_to_all, scatter and gather, 1 for
-  broadcast, reduce and send/recv. A measured busbw-vs-size table for the
-  collective and group size is interpolated linearly in log(size); below its
-  smallest size alpha-beta with the smallest size's busbw (capped at that size's time), above
-  its largest the last busbw. Without a table: alpha-beta on the link class,
-  t = steps·alpha + factor·S / B_link, with steps 2(n−1) for all_reduce and n−1
-  otherwise (ring algorithms; Thakur et al., IJHPCA 2005).
-* **send/recv**: the ``sendrecv`` table for 2 ranks, else alpha + S / B_link.
+* **Collectives and send/recv**: :mod:`schedsim.network`. On a profile with ``topology.scale_up`` (and
+  ``nics``), NCCL's own model on that topology (:class:`schedsim.network.NcclNetwork`), except groups inside
+  one node that have a measured table (or ``topology.nccl_within_node`` false); otherwise, and for those, the
+  profile's nccl-tests busbw tables and link classes (:class:`schedsim.network.links.LinkTables`). One rank:
+  :meth:`CostModel.collective_time`.
 * **memcpy**: latency + bytes / copy-engine bandwidth of the direction.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS
+from schedsim.network import CollectiveCost, NcclNetwork
+from schedsim.network.links import ONE_RANK_NOP, LinkTables, bus_factor
 
 __all__ = ["CostModel", "bus_factor"]
-
-_BUS_FACTORS = {
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "send": lambda n: 1.0,
-    "recv": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-}
-
-
-#: Collectives that the executor calls in place (``dist.all_reduce``, ``dist.broadcast``, ``dist.reduce`` on one
-#: buffer): on a group of one rank NCCL launches nothing for them (:meth:`CostModel.collective_time`).
-ONE_RANK_NOP = frozenset({"all_reduce", "broadcast", "reduce"})
-
-
-def bus_factor(kind: str, n: int) -> float:
-    """busbw / algbw for collective ``kind`` over ``n`` ranks (nccl-tests ``doc/PERFORMANCE.md``).
-
-    Examples
-    --------
-    >>> bus_factor("all_reduce", 4)
-    1.5
-    >>> bus_factor("all_gather", 2)
-    0.5
-    """
-    return _BUS_FACTORS[kind](n)
-
 
 #: 16-bit GEMM dtypes run the same cuBLAS kernel families (grid and tiles): a shape measured in one stands in for
 #: the other where the profile has no row of its own (one H200, 2026-12-03: bf16 and fp16 2048x1024x8192 both ran
@@ -101,13 +64,10 @@ class CostModel:
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
             (d, m, n, k): (w * 1e-3, c * 1e-3) for d, m, n, k, w, c in profile.gemm.graph}
-        self._tables: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-        for coll, by_n in profile.collectives.tables.items():
-            for n, rows in by_n.items():
-                rows = sorted(rows)
-                self._tables[(coll, int(n))] = ([math.log(s) for s, _ in rows], [bw * 1e9 for _, bw in rows])
+        self._links = LinkTables(profile)
         self._cache: dict[tuple[object, ...], float] = {}
         self._ref: CostModel | None = None
+        self._net = NcclNetwork(profile) if profile.topology.scale_up is not None else None
 
     # -- compute ---------------------------------------------------------
     def gemm_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:
@@ -291,36 +251,40 @@ class CostModel:
             if kind in ONE_RANK_NOP:
                 return 0.0
             return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
-        table_kind = "sendrecv" if kind in P2P_KINDS else kind
-        factor = bus_factor(table_kind, n)
-        tab = self._tables.get((table_kind, n))
-        if tab is not None and nbytes > 0:
-            xs, bws = tab
-            x = math.log(nbytes)
-            if x <= xs[0]:
-                # below the smallest measured size: alpha-beta with that size's busbw
-                link = self.profile.link_for(ranks)
-                steps = 1 if table_kind == "sendrecv" else (2 * (n - 1) if table_kind == "all_reduce" else n - 1)
-                return min(steps * link.latency_us * 1e-6 + nbytes * factor / bws[0], math.exp(xs[0]) * factor / bws[0])
-            if x >= xs[-1]:
-                bw = bws[-1]
-            else:
-                i = bisect.bisect_right(xs, x)
-                f = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-                bw = bws[i - 1] + f * (bws[i] - bws[i - 1])
-                # busbw rises ~linearly with size where latency dominates, so between two latency-bound points
-                # the interpolated time can dip below both (7.25 us at 1 KiB, 9.1 at 16 KiB on 2xH200, 4.2 at
-                # 4 KiB); a larger message never finishes sooner, so the time is at least the lower point's
-                return max(nbytes * factor / bw, math.exp(xs[i - 1]) * factor / bws[i - 1])
-            return nbytes * factor / bw
-        link = self.profile.link_for(ranks)
-        if table_kind == "sendrecv":
-            steps = 1
-        elif table_kind == "all_reduce":
-            steps = 2 * (n - 1)
-        else:
-            steps = n - 1
-        return steps * link.latency_us * 1e-6 + factor * nbytes / (link.bandwidth_GBps * 1e9)
+        nodes = None
+        if self._net is not None:
+            got = self.network_cost(kind, nbytes, ranks)
+            if got is not None:
+                return got.seconds
+            nodes = self._net.shape(ranks).nodes  # with the profile's placement
+        return self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
+
+    @property
+    def network(self) -> NcclNetwork | None:
+        """The NCCL model of a profile with ``topology.scale_up``, else None."""
+        return self._net
+
+    def has_table(self, kind: str, ranks: tuple[int, ...]) -> bool:
+        """Whether a measured busbw table of the profile times collective ``kind`` (``sendrecv`` for send/recv)
+        over ``ranks``: one for that group size, measured over as many nodes as the ranks span."""
+        nodes = self._net.shape(ranks).nodes if self._net is not None else len(
+            {r // self.profile.topology.gpus_per_node for r in ranks})
+        return self._links.covers(kind, len(ranks), nodes)
+
+    def network_cost(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> CollectiveCost | None:
+        """The NCCL model's cost of collective or p2p ``kind`` over ``ranks`` (two or more; a send/recv's are
+        ``(src, dst)``) with its algorithm and protocol, on a profile with ``topology.scale_up``
+        (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the profile leaves to
+        its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside one node with
+        ``topology.nccl_within_node`` false)."""
+        if self._net is None or len(ranks) < 2:
+            return None
+        if kind in P2P_KINDS:
+            shape = self._net.shape(ranks)
+            if self.has_table("sendrecv", ranks) or (shape.nodes == 1 and not self.profile.topology.nccl_within_node):
+                return None
+            return self._net.p2p(ranks[0], ranks[-1], nbytes)
+        return self._net.collective(kind, nbytes, ranks, has_table=self.has_table(kind, ranks))
 
     def _memcpy(self, op: Op) -> float:
         mc = self.profile.memcpy

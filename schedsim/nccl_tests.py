@@ -28,7 +28,8 @@ Which collective a log holds comes from the binary name in the text
 (``all_reduce_perf``, ``./build/all_gather_perf`` or ``# Collective test
 starting: sendrecv_perf``), else the file name, else the ``collective``
 argument. The group size comes from the ``# Rank N ...`` device lines, else
-``nThread × nGpus`` of the header, else the ``nranks`` argument.
+``nThread × nGpus`` of the header, else the ``nranks`` argument; the number of
+nodes from the hosts those lines name (``... on HOST device ...``).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ class NcclTestsLog:
     rows: list[NcclTestsRow] = field(default_factory=list)
     avg_busbw_GBps: float | None = None
     source: str = "<text>"
+    nodes: int | None = None  # hosts named in the '# Rank N ... on HOST device' lines; None without them
 
     def table(self) -> list[tuple[int, float]]:
         """``[[size_bytes, busbw_GBps], ...]`` rows for a profile's ``collectives.tables``.
@@ -241,6 +243,7 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
         mt = re.search(r"nThread\s+(\d+)\s+nGpus\s+(\d+)", text)
         if mt:
             n = int(mt.group(1)) * int(mt.group(2))
+    hosts = set(re.findall(r"#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device", text))
     avg = None
     ma = re.search(r"Avg bus bandwidth\s*:\s*([-+\d.eE]+)", text)
     if ma:
@@ -313,7 +316,8 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
                             "binary such as all_reduce_perf (rows: size count type redop root time algbw busbw "
                             "#wrong ...)")
     rows.sort(key=lambda r: r.size_bytes)
-    return NcclTestsLog(collective=coll, nranks=n, rows=rows, avg_busbw_GBps=avg, source=source)
+    return NcclTestsLog(collective=coll, nranks=n, rows=rows, avg_busbw_GBps=avg, source=source,
+                        nodes=len(hosts) or None)
 
 
 def read_nccl_tests(path: str | Path, *, collective: str | None = None,

@@ -8,6 +8,7 @@ in ``schedsim/hardware/profiles/*.yaml`` and are chosen with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -19,10 +20,13 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from schedsim._pydantic import plugins_off
@@ -225,12 +229,128 @@ class Link(_B):
     source: str
 
 
+#: GPU generations NCCL's tuning tables distinguish (``NCCL_NUM_COMPCAPS`` of src/graph/tuning.cc, NCCL 2.30.7)
+GpuArch = Literal["volta", "ampere", "hopper", "blackwell"]
+
+
+class ScaleUp(_B):
+    """The scale-up domain of a node: NVLink through NVSwitch, direct NVLink, or PCIe (:mod:`schedsim.network`)."""
+
+    kind: Literal["nvswitch", "nvlink", "pcie"] = Field(description="How the GPUs of a node reach each other; "
+                                                       "pcie: NCCL's PCI latencies, no LL128.")
+    bandwidth_GBps: float = Field(gt=0, description="Per-GPU, one-direction bandwidth, GB/s, in NCCL's topology "
+                                  "units: NVLink links x NCCL's per-link figure (src/graph/topo.h: SM80_NVLINK_BW 20, "
+                                  "SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1; H100 SXM 18 x 20.6 = 370.8), or the "
+                                  "PCIe path's (PCI_BW 12 for Gen3 x16, 24 Gen4, 48 Gen5; without peer-to-peer the "
+                                  "path through host memory, which NCCL's SHM transport takes).")
+    nvls: bool = Field(default=False, description="NVLink SHARP (NVLS) available: an NVSwitch of Hopper or later "
+                       "with multicast (NCCL_NVLS_ENABLE).")
+    latency_us: float = Field(default=0.0, ge=0, description="Latency added per intra-node step, µs, beyond "
+                              "NCCL's hwLat (default 0: NCCL's own figures).")
+    source: str
+
+
+class Nics(_B):
+    """The scale-out NICs of one node and which GPU uses which (rail-optimised: local GPU i on NIC i, NIC i of
+    every node on rail i; NCCL's rings pair same-rail NICs, so rails cross the spine only between leaves)."""
+
+    per_node: int = Field(gt=0, description="Compute NICs per node.")
+    bandwidth_Gbps: float = Field(gt=0, description="Line rate of one NIC, Gb/s (NCCL: speed / 8000 GB/s; "
+                                  "400 Gb/s NDR -> 50 GB/s).")
+    gpu_to_nic: list[NonNegativeInt] | None = Field(
+        default=None, description="Local GPU i uses NIC gpu_to_nic[i]; default: GPU i on NIC i * per_node // "
+        "gpus_per_node (rail-optimised when per_node == gpus_per_node).")
+    latency_us: float = Field(default=0.0, ge=0, description="NIC latency, µs, added to NCCL's network hop "
+                              "(graph->latencyInter; NCCL's IB and socket plugins report 0).")
+    source: str
+
+    @field_validator("gpu_to_nic")
+    @classmethod
+    def _nic_exists(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        n = info.data.get("per_node")
+        if v is not None and n is not None:
+            bad = [x for x in v if x >= n]
+            if bad:
+                raise ValueError(f"rail to a missing NIC: NIC {bad[0]} named but the node has per_node = {n} NICs "
+                                 f"(0..{n - 1})")
+        return v
+
+
+class Fabric(_B):
+    """The scale-out fabric between NICs: one switch, or leaf/spine with an oversubscription ratio."""
+
+    kind: Literal["single_switch", "leaf_spine"] = Field(default="leaf_spine", description="single_switch: every "
+                                                        "node on one switch (nodes_per_leaf ignored).")
+    nodes_per_leaf: int | None = Field(default=None, gt=0, description="Nodes under one leaf (per rail); groups "
+                                       "within one leaf do not cross the spine. None: every node on one leaf.")
+    oversubscription: float = Field(default=1.0, ge=1.0, description="Leaf down / up bandwidth ratio: traffic "
+                                    "that crosses the spine gets 1/oversubscription of the NIC rate.")
+    latency_us: float = Field(default=0.0, ge=0, description="Latency per switch hop, µs, added to NCCL's network "
+                              "latency (default 0: NCCL's own figures hold the switch).")
+    source: str
+
+
 class Topology(_B):
-    """Ranks r and q share a node when r // gpus_per_node == q // gpus_per_node; which link class each side uses."""
+    """Ranks r and q share a node when r // gpus_per_node == q // gpus_per_node; which link class each side uses.
+
+    With ``scale_up`` (and ``nics`` for more than one node) collectives follow NCCL's own tuning model on this
+    topology (:mod:`schedsim.network`); without, the link classes of ``links`` (alpha-beta) and the tables.
+    ``placement`` maps rank r to GPU ``placement[r]`` (node = GPU // gpus_per_node); default GPU r.
+    """
 
     gpus_per_node: int = Field(gt=0)
     intra_node_link: LinkClass = "nvlink"
     inter_node_link: LinkClass = "network"
+    nodes: int | None = Field(default=None, gt=0, description="Nodes of the cluster (None: as many as the "
+                              "schedule's world needs).")
+    arch: GpuArch | None = Field(default=None, description="GPU generation for NCCL's tuning constants.")
+    cpu_vendor: Literal["intel", "amd", "arm"] = Field(default="intel", description="Host CPU vendor (NCCL's "
+                                                       "llMaxBws row and network post overhead for groups across "
+                                                       "nodes; only AMD differs there, so arm counts as intel).")
+    scale_up: ScaleUp | None = None
+    nics: Nics | None = None
+    fabric: Fabric | None = None
+    nccl_within_node: bool = Field(default=True, description="Groups inside one node use the NCCL model too; "
+                                   "false: they keep links and the collective tables (as calibrated), and only "
+                                   "groups across nodes use the NCCL model.")
+    placement: list[NonNegativeInt] | None = Field(default=None, description="GPU of rank r (global index "
+                                                    "node * gpus_per_node + local GPU); default: rank r on GPU r.")
+
+    @field_validator("nics")
+    @classmethod
+    def _rails(cls, v: Nics | None, info: ValidationInfo) -> Nics | None:
+        g = info.data.get("gpus_per_node")
+        if v is not None and v.gpu_to_nic is not None and g is not None and len(v.gpu_to_nic) != g:
+            raise ValueError(f"gpu_to_nic names {len(v.gpu_to_nic)} GPUs but gpus_per_node is {g}: give one NIC "
+                             "per local GPU")
+        return v
+
+    @field_validator("placement")
+    @classmethod
+    def _placement(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if v is None:
+            return v
+        g, nodes = info.data.get("gpus_per_node"), info.data.get("nodes")
+        if g is not None and nodes is not None:
+            world = g * nodes
+            if len(v) > world:
+                raise ValueError(f"{len(v)} ranks placed but nodes x gpus_per_node = {nodes} x {g} = {world} GPUs")
+            bad = [x for x in v if x >= world]
+            if bad:
+                raise ValueError(f"GPU {bad[0]} is beyond the {world} GPUs of nodes x gpus_per_node")
+        if len(set(v)) != len(v):
+            dup = next(x for x in v if v.count(x) > 1)
+            raise ValueError(f"GPU {dup} is placed twice: each rank needs a GPU of its own")
+        return v
+
+    @model_validator(mode="after")
+    def _cluster(self) -> Topology:
+        if self.scale_up is not None and self.arch is None:
+            raise ValueError("scale_up needs arch (volta, ampere, hopper or blackwell) for NCCL's tuning constants")
+        if self.nics is not None and self.scale_up is None:
+            raise ValueError("nics needs scale_up: the NCCL model of a group across nodes runs its intra-node part "
+                             "on the scale-up domain")
+        return self
 
 
 class Memcpy(_B):
@@ -304,6 +424,11 @@ class CollectiveTables(_B):
         "(size = the size column; busbw = algbw * factor). Keys: all_reduce, all_gather, reduce_scatter, "
         "broadcast, reduce, all_to_all, sendrecv, ...",
     )
+    nodes: dict[TableKind, dict[PositiveInt, PositiveInt]] = Field(
+        default_factory=lambda: {},
+        description="collective -> group size -> nodes its table was measured over (calibrate --from-nccl-tests "
+        "records it from the log's hosts); not listed: 1. A table times only groups that span that many nodes.",
+    )
 
 
 class Contention(_B):
@@ -341,7 +466,21 @@ class Nccl(_B):
     unbatched_p2p_serialized: bool = Field(default=True, description="Unbatched send/recv share the default "
                                            "process group's communicator (PyTorch eager init) and run in issue "
                                            "order with its other ops; false: one communicator per pair (lazy init).")
+    algo: str | None = Field(default=None, description="NCCL_ALGO as NCCL reads it (src/graph/tuning.cc "
+                             "parseList): e.g. 'ring', '^nvls,nvlstree', 'ring;allreduce:tree'; restricts the "
+                             "algorithms the NCCL model chooses from (topology.scale_up profiles).")
+    proto: str | None = Field(default=None, description="NCCL_PROTO as NCCL reads it: e.g. 'Simple', '^LL128', "
+                              "'LL,Simple;allreduce:LL128'.")
     source: str = "defaults (not measured)"
+
+    @field_validator("algo", "proto")
+    @classmethod
+    def _nccl_list(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None:
+            from schedsim.network.tuning import parse_nccl_list
+
+            parse_nccl_list(v, "algo" if info.field_name == "algo" else "proto")  # raises ValueError, naming the token
+        return v
 
 
 class Power(_B):
@@ -448,6 +587,14 @@ class HardwareProfile(_B):
                                                 "eager_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_EAGER_SUFFIX})
 
+    def with_nccl_env(self, env: Mapping[Any, Any]) -> HardwareProfile:
+        """This profile with a schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` (its ``env``) in place of ``nccl.algo`` /
+        ``nccl.proto``, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets neither."""
+        upd = {f: env[k] for k, f in (("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto")) if k in env}
+        if not upd:
+            return self
+        return self.model_copy(update={"nccl": self.nccl.model_copy(update=upd)})
+
     @property
     def is_timed_graph(self) -> bool:
         """True for a profile from :meth:`timed_graph` (``launch.graph_timed``)."""
@@ -471,8 +618,8 @@ class HardwareProfile(_B):
 
 
 with plugins_off():  # the parts first, so HardwareProfile reuses their schemas
-    for _model in (GPU, Launch, Link, Topology, Memcpy, GemmTable, CollectiveTables, Contention, Nccl, Power,
-                   HardwareProfile):
+    for _model in (GPU, Launch, Link, ScaleUp, Nics, Fabric, Topology, Memcpy, GemmTable, CollectiveTables,
+                   Contention, Nccl, Power, HardwareProfile):
         _model.model_rebuild()
 
 
@@ -502,6 +649,35 @@ def _parse_yaml(text: str) -> Any:
         except yaml.YAMLError:
             pass
     return yaml.safe_load(text)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``over``: mappings merge key by key, anything else (lists, numbers, text) replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _on_base(p: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A profile's fields over those of its ``base:`` (a shipped profile's name): one profile that derives from
+    another (dgx_h100 from h200: the same GH100 compute) states only what differs.
+
+    Raises
+    ------
+    ProfileError
+        ``base`` is not a shipped profile, or is itself derived (one level only).
+    """
+    name = data.pop("base")
+    src = _builtin_dir() / f"{name}.yaml" if isinstance(name, str) else None
+    if src is None or not src.exists():
+        raise ProfileError(f"{p}: base: {name!r} is not a shipped profile",
+                           fix=f"name one of {', '.join(list_profiles())}")
+    base = _parse_yaml(src.read_text(encoding="utf-8"))
+    if not isinstance(base, dict) or "base" in base:
+        raise ProfileError(f"{p}: base: {name!r} is itself derived from another profile",
+                           fix="derive from a profile that states all its fields")
+    return _merge(base, data)
 
 
 @lru_cache(maxsize=16)
@@ -536,6 +712,8 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         raise ProfileError(f"{p}: invalid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ProfileError(f"{p}: a profile must be a YAML mapping\n  fix: see schedsim/hardware/profiles/h200.yaml")
+    if "base" in data:
+        data = _on_base(p, data)
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as e:

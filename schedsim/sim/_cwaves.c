@@ -260,7 +260,7 @@ static void track(W *w, i64 g, i64 slot) {
         w->xinit[g] = 1;
         double m = 0.0;
         for (i64 p = 0; p < ne; p++) {
-            vals[p] = w->crate[ends[p] >> 1] / (double)w->nlink[ends[p]];
+            vals[p] = w->crate[ends[p] >> 2] / (double)w->nlink[ends[p]];
             if (p == 0 || vals[p] < m) m = vals[p];
         }
         i64 cnt = 0;
@@ -275,7 +275,7 @@ static void track(W *w, i64 g, i64 slot) {
     for (i64 pp = w->epos_ptr[ms]; pp < w->epos_ptr[ms + 1]; pp++) {
         i64 p = w->epos_idx[pp];
         i64 e = ends[p];
-        double nv = w->crate[e >> 1] / (double)w->nlink[e];
+        double nv = w->crate[e >> 2] / (double)w->nlink[e];
         double old = vals[p];
         if (nv == old) continue;
         vals[p] = nv;
@@ -420,7 +420,7 @@ static void place(W *w, i64 r, double t) {
                     for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) w->ncomm[w->granks_idx[a]]++;
                     for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) {
                         w->nlink[w->gends_idx[a]]++;
-                        w->lchg[w->gends_idx[a] >> 1] = 1;
+                        w->lchg[w->gends_idx[a] >> 2] = 1;
                     }
                     new_job(w, XFER, g, 0, w->gwork[g], -1, t);
                 }
@@ -561,7 +561,7 @@ static void job_done(W *w, i64 j, double t) {
         i64 g = key;
         for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) {
             w->nlink[w->gends_idx[a]]--;
-            w->lchg[w->gends_idx[a] >> 1] = 1;
+            w->lchg[w->gends_idx[a] >> 2] = 1;
         }
         for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) {
             i64 q = w->granks_idx[a];
@@ -770,7 +770,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->ncomm = calloc((size_t)R, sizeof(i64));
         w->ncopy = calloc((size_t)R, sizeof(i64));
         w->nwait = calloc((size_t)R, sizeof(i64));
-        w->nlink = calloc((size_t)(2 * R), sizeof(i64));
+        w->nlink = calloc((size_t)(4 * R), sizeof(i64)); /* 4·rank + 2·tier + direction */
         w->cqhead = malloc((size_t)(3 * R) * sizeof(i64));
         w->cqtail = calloc((size_t)(3 * R), sizeof(i64));
         w->crate = malloc((size_t)R * sizeof(double));

@@ -225,10 +225,12 @@ Rules and their sources
    collective issued beside a queue of wave-filling GEMMs waits for the running
    GEMM, then runs at 1.05–1.07× its solo time ahead of the next GEMM (2×H200,
    2026-11-30, ``benchmarks/h200/probes.md``), so ``h200x2`` sets 1.06. Links are
-   full duplex (NVLink, PCIe): a rank's link has an out and an in direction
+   full duplex (NVLink, PCIe, NICs): a rank's link has an out and an in direction
    (:func:`link_ends`); a send uses its rank's out and its peer's in, a collective
    both directions of every rank, and k transfers on one direction share it at
-   1/k each. So a batched send+recv pair runs in one exchange time, which is what
+   1/k each. On a cluster topology a rank has two links, its scale-up link and its
+   NIC: transfers between nodes use the NIC (a collective across nodes both).
+   So a batched send+recv pair runs in one exchange time, which is what
    the ``sendrecv`` table holds (calibrate times a batch_isend_irecv ring), while
    two sends of one rank share its link (measured on 2×H200, 2026-11-30: batched
    exchange 271.6 µs at 64 MiB ≈ 1.3× one way, unbatched 428.6 µs ≈ 2×). A
@@ -1109,17 +1111,27 @@ def rate_tables(rules: GpuRules) -> RateTables | None:
     copy = [copy_rate(rules, bool(h), e, bool(b)) for e in range(COPY_ENGINES) for b in (0, 1) for h in (0, 1)]
     return RateTables(comm, batch, copy, rules.p2p_one_way, rules.mem_boost)
 
-def link_ends(members: Sequence[Op]) -> tuple[int, ...]:
-    """Link directions one transfer uses (rule 6), as ``2·rank + d`` with d = 0 out, 1 in.
+def link_ends(members: Sequence[Op], node: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Link directions one transfer uses (rule 6), as ``4·rank + 2·tier + d`` with d = 0 out, 1 in; tier 0 is the
+    rank's scale-up link (NVLink, PCIe), tier 1 its NIC.
 
-    ``members`` are the ops of one collective, or a send/recv pair ``(send, recv)``.
+    ``members`` are the ops of one collective, or a send/recv pair ``(send, recv)``. ``node`` (rank -> node; None
+    on a profile without a cluster topology, where every transfer is tier 0): a send/recv between two nodes uses
+    the sender's NIC out and the receiver's NIC in; a collective whose ranks span nodes uses both tiers of every
+    member (NCCL runs it hierarchically: its intra-node part on the scale-up links, the rest through the NICs);
+    one inside a node tier 0. So an intra-node collective and a send between nodes do not share a link. Each
+    GPU is taken to have a NIC of its own (rail-optimised); GPUs that share one NIC do not slow each other here.
 
     >>> from schedsim.graph.ops import Op
     >>> s = Op(name="s", rank=0, kind="send", stream="x", seq=0, deps=(), group=(0, 1), peer=1, nbytes=1.0)
     >>> r = Op(name="r", rank=1, kind="recv", stream="x", seq=0, deps=(), group=(0, 1), peer=0, nbytes=1.0)
     >>> link_ends([s, r])
-    (0, 3)
+    (0, 5)
+    >>> link_ends([s, r], node=[0, 1])
+    (2, 7)
     """
     if members and members[0].kind in ("send", "recv"):
-        return tuple(sorted(2 * op.rank + (op.kind == "recv") for op in members))  # (sender out, receiver in)
-    return tuple(2 * op.rank + d for op in members for d in (0, 1))
+        t = 2 if node is not None and node[members[0].rank] != node[members[-1].rank] else 0
+        return tuple(sorted(4 * op.rank + t + (op.kind == "recv") for op in members))  # (sender out, receiver in)
+    tiers = (0, 2) if node is not None and len({node[op.rank] for op in members}) > 1 else (0,)
+    return tuple(4 * op.rank + t + d for op in members for t in tiers for d in (0, 1))

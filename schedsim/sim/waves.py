@@ -96,7 +96,10 @@ def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial
     kn = _kernels(c, rules)
     ops, gmem = c.ops, c.gmem
     tab = gm.rate_tables(rules)  # None for a GPU of thousands of SMs: then the Python loop
-    gends = [gm.link_ends([ops[i] for i in m]) for m in gmem]  # link directions each transfer uses (rule 6)
+    from schedsim.network import rank_nodes
+
+    node = rank_nodes(profile, c.world)  # None without a cluster topology: one link tier
+    gends = [gm.link_ends([ops[i] for i in m], node) for m in gmem]  # link directions each transfer uses (rule 6)
     grev = [tuple(e ^ 1 for e in ends) if rules.p2p_one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
             for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
     if tab is not None and compiled_loop() is not None:
@@ -172,7 +175,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
     nccl_held = [0] * world  # SMs held by resident NCCL kernels
     nmem = [0.0] * world  # HBM load of the memory-bound CTAs resident (rule 5: gpu_model.mem_rate)
     ncomm = [0] * world  # NCCL transfers in flight
-    nlink = [0] * (2 * world)  # transfers in flight per (rank, direction)
+    nlink = [0] * (4 * world)  # transfers in flight per (rank, link tier, direction): gm.link_ends
     ncopy = [0] * world  # copies in flight
     nwait = [0] * world  # compute kernels in the dispatch FIFO (rule 4c)
     pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)
@@ -493,7 +496,7 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
     for ends, rk in zip(gends, granks, strict=True):
         pos: dict[int, list[int]] = {}
         for p, e in enumerate(ends):
-            pos.setdefault(e >> 1, []).append(p)
+            pos.setdefault(e >> 2, []).append(p)
         epos.extend(pos[r] for r in rk)
 
     def zeros(code: str, n: int) -> array:
@@ -556,7 +559,7 @@ class _LinkMin:
         crate, nlink, ends = self.crate, self.nlink, self.gends[g]
         vals = self.xval[j]
         if vals is None:  # a new transfer: all its ranks are dirty and their crate fresh
-            vals = self.xval[j] = [crate[e >> 1] / nlink[e] for e in ends]
+            vals = self.xval[j] = [crate[e >> 2] / nlink[e] for e in ends]
             m = min(vals)
             self.xmin[j] = m
             self.xcnt[j] = vals.count(m)
@@ -565,12 +568,12 @@ class _LinkMin:
         if pos is None:
             pos = self.xpos[g] = {}
             for p, e in enumerate(ends):
-                pos.setdefault(e >> 1, []).append(p)
+                pos.setdefault(e >> 2, []).append(p)
         m = self.xmin[j]
         cnt = self.xcnt[j]
         for p in pos[r]:
             e = ends[p]
-            new = crate[e >> 1] / nlink[e]
+            new = crate[e >> 2] / nlink[e]
             old = vals[p]
             if new == old:
                 continue

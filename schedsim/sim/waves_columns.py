@@ -199,40 +199,55 @@ def _groups(prog: Program) -> tuple[np.ndarray, np.ndarray, int]:
     return ptr, np.concatenate([np.asarray(prog.coll_idx, I64), pairs]), C + P
 
 
-def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one_way: float
-               ) -> tuple[np.ndarray, ...]:
-    """Rule 6's link ends (``2·rank + d``) of every transfer as CSR, the reverse ends of send/recv (when
+def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one_way: float,
+               node: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """Rule 6's link ends (``4·rank + 2·tier + d``) of every transfer as CSR, the reverse ends of send/recv (when
     ``one_way`` ≠ 1), and per member slot the positions of its rank's ends in its group's (CSR), as
-    :func:`schedsim.sim.gpu_model.link_ends` and the loop's lookup give them."""
+    :func:`schedsim.sim.gpu_model.link_ends` (``node``: rank -> node, or None for one tier) and the loop's
+    lookup give them."""
     nc = int(gptr[C])
     cr = rank[gidx[:nc]].astype(I64)
     pr = rank[gidx[nc:]].astype(I64).reshape(-1, 2)  # (sender, receiver)
-    cends = np.stack([2 * cr, 2 * cr + 1], 1).reshape(-1)
-    se, re_ = 2 * pr[:, 0], 2 * pr[:, 1] + 1
+    sizes = np.diff(gptr[:C + 1]).astype(I64)
+    span = np.zeros(C, bool)
+    if node is not None and nc:
+        nd = node[cr]
+        nz = sizes > 0
+        starts = gptr[:C][nz].astype(I64)
+        span[nz] = np.minimum.reduceat(nd, starts) != np.maximum.reduceat(nd, starts)
+    k = np.where(span, 4, 2).astype(I64)  # ends per member: 2 (scale-up link) or 4 (and the NIC)
+    km = np.repeat(k, sizes)
+    first = np.cumsum(km) - km  # each member's first end, over all collective ends
+    off = np.arange(int(km.sum()), dtype=I64) - np.repeat(first, km)  # 0..km-1 within a member: 2·tier + d
+    cends = np.repeat(4 * cr, km) + off
+    t = 2 * (node[pr[:, 0]] != node[pr[:, 1]]).astype(I64) if node is not None and len(pr) else 0
+    se, re_ = 4 * pr[:, 0] + t, 4 * pr[:, 1] + t + 1
     pends = np.stack([np.minimum(se, re_), np.maximum(se, re_)], 1).reshape(-1)  # each pair's two ends in order
     ends = np.concatenate([cends, pends])
     P = len(pr)
-    eptr = np.concatenate([2 * gptr[:C + 1], 2 * nc + 2 * np.arange(1, P + 1)])
+    cptr = np.concatenate([np.zeros(1, I64), np.cumsum(k * sizes)])
+    eptr = np.concatenate([cptr, cptr[-1] + 2 * np.arange(1, P + 1)])
     if one_way != 1.0:
         rev = pends ^ 1
         rptr = np.concatenate([np.zeros(C + 1, I64), 2 * np.arange(1, P + 1)])
     else:
         rev, rptr = np.zeros(0, I64), np.zeros(C + P + 1, I64)
-    gid = np.repeat(np.arange(C), np.diff(gptr[:C + 1]))
+    gid = np.repeat(np.arange(C), sizes)
     dup = np.zeros(0, bool)
     if nc:
-        k = np.sort(gid * (int(cr.max()) + 1) + cr, kind="stable")  # sorted runs: timsort merges them
-        dup = k[1:] == k[:-1]
+        key = np.sort(gid * (int(cr.max()) + 1) + cr, kind="stable")  # sorted runs: timsort merges them
+        dup = key[1:] == key[:-1]
     if dup.any() or (P and (pr[:, 0] == pr[:, 1]).any()):
         return (eptr, ends, rptr, rev, *_epos_generic(eptr, ends, gptr, gidx, rank))
-    # distinct ranks per group: a collective member p owns ends 2p, 2p+1; a send owns the lower end when its
-    # rank is below the receiver's
-    slot = np.arange(nc) - np.repeat(gptr[:C], np.diff(gptr[:C + 1]))
-    cpos = np.stack([2 * slot, 2 * slot + 1], 1).reshape(-1)
+    # distinct ranks per group: collective member slot s of a group with k ends per member owns positions
+    # k·s .. k·s + k - 1; a send owns the lower end when its rank is below the receiver's
+    slot = np.arange(nc) - np.repeat(gptr[:C], sizes)
+    cpos = np.repeat(km * slot, km) + off
     up = (pr[:, 0] > pr[:, 1]).astype(I64)
     ppos = np.stack([up, 1 - up], 1).reshape(-1)
     pos = np.concatenate([cpos, ppos])
-    pptr = np.concatenate([2 * np.arange(nc + 1), 2 * nc + np.arange(1, 2 * P + 1)])
+    nce = int(km.sum())
+    pptr = np.concatenate([np.zeros(1, I64), np.cumsum(km), nce + np.arange(1, 2 * P + 1)])
     return eptr, ends, rptr, rev, pptr, pos
 
 
@@ -244,7 +259,7 @@ def _epos_generic(eptr, ends, gptr, gidx, rank):  # type: ignore[no-untyped-def]
     for g in range(len(gp) - 1):
         ge = en[ep[g]:ep[g + 1]]
         for m in range(gp[g], gp[g + 1]):
-            out.extend(p for p, e in enumerate(ge) if e >> 1 == rk[m])
+            out.extend(p for p, e in enumerate(ge) if e >> 2 == rk[m])
             ptr.append(len(out))
     return np.array(ptr, I64), np.array(out, I64)
 
@@ -537,7 +552,11 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     del opq
     K = len(kptr) - 1
     C = len(prog.coll_ptr) - 1
-    link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way)]
+    from schedsim.network import rank_nodes
+
+    node = rank_nodes(profile, prog.world_size)  # None without a cluster topology: one link tier
+    link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
+                                        None if node is None else np.asarray(node, I64))]
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
     del rank

@@ -282,17 +282,34 @@ class ScheduleSpec(_Base):
         description="'eager': the host launches each op (per-op launch overhead). 'cuda_graph': each "
         "rank's whole iteration is captured once and replayed (one graph launch).",
     )
-    env: dict[Literal["CUDA_DEVICE_MAX_CONNECTIONS"], Annotated[int, Field(ge=1, le=32)]] = Field(
+    env: dict[Literal["CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NCCL_PROTO"], int | str] = Field(
         default_factory=lambda: {},
         description="Environment the program runs with. CUDA_DEVICE_MAX_CONNECTIONS (1-32, CUDA default 8): "
         "hardware work queues; with 1 (Megatron-LM sets it) kernels start in host issue order whatever their "
-        "stream. Overrides the profile's gpu.max_connections; `predict --max-connections` overrides both.",
+        "stream. Overrides the profile's gpu.max_connections; `predict --max-connections` overrides both. "
+        "NCCL_ALGO, NCCL_PROTO (NCCL's syntax, e.g. 'ring', '^LL128'): the algorithms and protocols NCCL may "
+        "choose; override the profile's nccl.algo / nccl.proto (profiles with topology.scale_up).",
     )
     streams: list[str] | None = Field(
         default=None,
         description="Streams ops may use. When given, an op on an undeclared stream is an error "
         "(catches typos). Omit to allow any.",
     )
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, int | str]) -> dict[str, int | str]:
+        conns = v.get("CUDA_DEVICE_MAX_CONNECTIONS")
+        if conns is not None and (not isinstance(conns, int) or not 1 <= conns <= 32):
+            raise ValueError(f"CUDA_DEVICE_MAX_CONNECTIONS must be an integer 1-32 (got {conns!r})")
+        for key, what in (("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto")):
+            if key in v:
+                if not isinstance(v[key], str):
+                    raise ValueError(f"{key} must be a string such as 'ring' or '^LL128' (got {v[key]!r})")
+                from schedsim.network.tuning import parse_nccl_list
+
+                parse_nccl_list(str(v[key]), "algo" if what == "algo" else "proto")  # ValueError names the token
+        return v
     params: dict[str, Any] = Field(
         default_factory=lambda: {},
         description="Parameters with defaults; override with `--set name=value`. Fields may use them in "

@@ -1,0 +1,281 @@
+"""The communication model: collective and point-to-point times on a cluster topology.
+
+The simulator asks one question, through :class:`schedsim.cost.CostModel`: how long does this collective
+(or send/recv) take on these ranks, alone. A profile whose ``topology`` has a ``scale_up`` domain (and
+``nics`` across nodes) answers it here, with NCCL's own cost model (:mod:`schedsim.network.tuning`, NCCL
+2.30.7) on that topology; other profiles keep the link classes and tables of :mod:`schedsim.network.links`.
+
+Interface
+---------
+``NcclNetwork(profile).collective(kind, nbytes, ranks) -> CollectiveCost | None``
+    ``kind`` a schedsim collective kind, ``nbytes`` the nccl-tests size column (bytes), ``ranks`` global
+    ranks. None when the profile leaves the group to its tables (``has_table``: a measured table for that
+    kind, size and number of nodes; or inside one node with ``topology.nccl_within_node`` false).
+``NcclNetwork(profile).p2p(src, dst, nbytes) -> CollectiveCost``
+    One send/recv of ``nbytes`` from rank ``src`` to ``dst``.
+
+Ranks sit on GPUs in order, or as ``topology.placement`` says; node = GPU // ``gpus_per_node``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from schedsim.errors import ProfileError
+from schedsim.network.tuning import (
+    COLL_FUNCS,
+    Graph,
+    TuneInput,
+    algo_time,
+    nvls_graph,
+    p2p_step,
+    parse_nccl_list,
+    ring_graph,
+    tune,
+)
+
+if TYPE_CHECKING:
+    from schedsim.hardware.profile import HardwareProfile
+
+__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "rank_nodes"]
+
+#: NCCL_P2P_LL_THRESHOLD default (src/enqueue.cc, NCCL 2.30.7): NCCL sends with LL when the bytes are at most
+#: nChannels x this, else Simple; taken here with one channel (NCCL's p2p channel count per size is not modelled)
+P2P_LL_THRESHOLD = 16384
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    """A collective's or send/recv's solo time in seconds, and the NCCL algorithm and protocol it runs
+    (``p2p`` for send/recv and the collectives NCCL builds from them: all_to_all, scatter, gather)."""
+
+    seconds: float
+    algo: str
+    proto: str
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """Where a group's ranks sit: ``nodes`` spanned, ``local`` (most ranks on one node), ``nics`` (fewest
+    distinct NICs its ranks use on a node), ``leaves`` (fabric leaves spanned)."""
+
+    ranks: int
+    nodes: int
+    local: int
+    nics: int
+    leaves: int
+
+
+class NcclNetwork:
+    """NCCL's tuning model on a profile's ``topology`` (``scale_up`` required; ``nics`` for groups across
+    nodes). Pure; caches by group shape.
+
+    Raises
+    ------
+    ProfileError
+        A rank without a GPU (beyond ``placement`` or ``nodes`` × ``gpus_per_node``), a group across nodes
+        on a profile without ``topology.nics``, or ``nccl.algo`` / ``nccl.proto`` leaving a collective no
+        algorithm.
+    """
+
+    def __init__(self, profile: HardwareProfile) -> None:
+        topo = profile.topology
+        if topo.scale_up is None or topo.arch is None:
+            raise ProfileError(f"profile {profile.name!r}: topology.scale_up and topology.arch are needed for the "
+                               "NCCL model", fix="add topology.scale_up (kind, bandwidth_GBps, source) and "
+                               "topology.arch")
+        self.profile = profile
+        self.topo = topo
+        self.up = topo.scale_up
+        self.arch: str = topo.arch
+        self.gpn = topo.gpus_per_node
+        self.algos = parse_nccl_list(profile.nccl.algo, "algo") if profile.nccl.algo else None
+        self.protos = parse_nccl_list(profile.nccl.proto, "proto") if profile.nccl.proto else None
+        self._shapes: dict[tuple[int, ...], GroupShape] = {}
+        self._tune: dict[tuple[GroupShape, str], tuple[dict[tuple[str, str], tuple[float, float]], Graph]] = {}
+
+    # -- placement -------------------------------------------------------------------------------------------
+    def gpu_of(self, rank: int) -> int:
+        """Global GPU index of ``rank`` (``placement[rank]``, else ``rank``).
+
+        Raises
+        ------
+        ProfileError
+            ``rank`` beyond ``topology.placement`` or beyond ``nodes`` × ``gpus_per_node`` GPUs.
+        """
+        pl = self.topo.placement
+        if pl is not None:
+            if rank >= len(pl):
+                raise ProfileError(f"profile {self.profile.name!r}: topology.placement: rank {rank} has no GPU "
+                                   f"(placement lists {len(pl)} ranks)",
+                                   fix="give every rank of the schedule a GPU in topology.placement")
+            gpu = pl[rank]
+        else:
+            gpu = rank
+        nodes = self.topo.nodes
+        if nodes is not None and gpu >= nodes * self.gpn:
+            raise ProfileError(f"profile {self.profile.name!r}: topology.nodes: rank {rank} needs GPU {gpu}, more "
+                               f"GPUs than {nodes} nodes x {self.gpn} hold",
+                               fix="raise topology.nodes or run the schedule on fewer ranks")
+        return gpu
+
+    def nic_of(self, local_gpu: int) -> int:
+        """NIC index a node's GPU ``local_gpu`` uses (``nics.gpu_to_nic``, else rail-optimised spread)."""
+        nics = self.topo.nics
+        if nics is None:
+            return 0
+        if nics.gpu_to_nic is not None:
+            return nics.gpu_to_nic[local_gpu]
+        return local_gpu * nics.per_node // self.gpn
+
+    def shape(self, ranks: tuple[int, ...]) -> GroupShape:
+        """The :class:`GroupShape` of ``ranks``."""
+        got = self._shapes.get(ranks)
+        if got is not None:
+            return got
+        per_node: dict[int, list[int]] = {}
+        for r in ranks:
+            g = self.gpu_of(r)
+            per_node.setdefault(g // self.gpn, []).append(g % self.gpn)
+        fab = self.topo.fabric
+        per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" else None
+        leaves = len({nd // per_leaf for nd in per_node}) if per_leaf else 1
+        nics = min(len({self.nic_of(x) for x in loc}) for loc in per_node.values())
+        got = GroupShape(len(ranks), len(per_node), max(len(v) for v in per_node.values()), nics, leaves)
+        self._shapes[ranks] = got
+        return got
+
+    # -- per-tier figures --------------------------------------------------------------------------------------
+    def _nic_bw(self, shape: GroupShape) -> float:
+        """GB/s of one NIC as NCCL counts it (line rate / 8), divided by the fabric's oversubscription when the
+        group crosses leaves."""
+        nics = self.topo.nics
+        if nics is None:
+            return 0.0
+        bw = nics.bandwidth_Gbps / 8.0
+        fab = self.topo.fabric
+        if fab is not None and shape.leaves > 1:
+            bw /= fab.oversubscription
+        return bw
+
+    def _lat_inter(self, shape: GroupShape) -> float:
+        """µs added to NCCL's network hop: the NIC's latency and one switch hop (three across leaves)."""
+        nics, fab = self.topo.nics, self.topo.fabric
+        lat = nics.latency_us if nics is not None else 0.0
+        if fab is not None:
+            lat += fab.latency_us * (3 if shape.leaves > 1 else 1)
+        return lat
+
+    def _tables(self, shape: GroupShape, func: str) -> tuple[dict[tuple[str, str], tuple[float, float]], Graph]:
+        got = self._tune.get((shape, func))
+        if got is None:
+            got = self._tune[(shape, func)] = self._tune_for(shape, func)
+        return got
+
+    def _tune_for(self, shape: GroupShape, func: str) -> tuple[dict[tuple[str, str], tuple[float, float]], Graph]:
+        multi = shape.nodes > 1
+        if multi and self.topo.nics is None:
+            raise ProfileError(f"profile {self.profile.name!r}: a group spans {shape.nodes} nodes but the profile "
+                               "has no topology.nics", fix="add topology.nics (per_node, bandwidth_Gbps, source)")
+        nic_bw = self._nic_bw(shape)
+        ring = ring_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw, multi)
+        nvls = nvls_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw, multi) \
+            if self.up.nvls else None
+        hw: Literal["nvlink", "pci"] = "pci" if self.up.kind == "pcie" else "nvlink"
+        t = TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
+                      self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us)
+        table = tune(func, t)
+        if self.algos is not None or self.protos is not None:
+            table = {(a, p): v for (a, p), v in table.items()
+                     if (self.algos is None or a in self.algos[func])
+                     and (self.protos is None or p in self.protos[func])}
+        return table, ring
+
+    # -- the interface -------------------------------------------------------------------------------------------
+    def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], *, has_table: bool = False
+                   ) -> CollectiveCost | None:
+        """Solo time of collective ``kind`` of ``nbytes`` (nccl-tests size) over ``ranks`` (two or more), and
+        the algorithm and protocol NCCL picks: the least ``ncclTopoGetAlgoTime`` among those enabled.
+        all_to_all, scatter and gather: :meth:`spread`. None: left to the profile's tables (see module doc).
+        """
+        shape = self.shape(ranks)
+        if has_table or (shape.nodes == 1 and not self.topo.nccl_within_node):
+            return None
+        func = COLL_FUNCS.get(kind)
+        if func is None:
+            return self.spread(kind, nbytes, shape)
+        table, ring = self._tables(shape, func)
+        best: tuple[float, str, str] | None = None
+        for (a, p), (lat, bw) in table.items():
+            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels, self.arch)
+            if best is None or t < best[0]:
+                best = (t, a, p)
+        if best is None:
+            raise ProfileError(f"profile {self.profile.name!r}: nccl.algo / nccl.proto leave {kind} no algorithm "
+                               f"and protocol on {shape.ranks} ranks over {shape.nodes} nodes",
+                               fix="allow ring and Simple (NCCL fails such a call with ncclInvalidUsage)")
+        return CollectiveCost(best[0] * 1e-6, best[1], best[2])
+
+    def _p2p_terms(self, nbytes_per_peer: float, inter: bool, shape: GroupShape) -> tuple[float, float, str]:
+        """(latency µs, bandwidth GB/s, protocol) of one send/recv stream: LL up to :data:`P2P_LL_THRESHOLD`
+        bytes, else Simple; latency NCCL's ring baseLat plus one hwLat step of the tier (an assumption: tuning.cc has
+        no p2p entry), bandwidth the ring graph's channels × speed inside a node (NVLink) or the rank's NIC
+        across nodes; LL at half of it, at most llMaxBw."""
+        proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
+        if inter:
+            lat, ll_cap = p2p_step("net", proto, self.arch)
+            lat += self._lat_inter(shape)
+            bw = self._nic_bw(shape)
+        else:
+            lat, ll_cap = p2p_step("pci" if self.up.kind == "pcie" else "nvlink", proto, self.arch)
+            lat += self.up.latency_us
+            g = ring_graph(self.arch, self.up.bandwidth_GBps, 2, 1, 0.0, False)
+            bw = g.channels * g.bw_intra
+        if proto == "LL":
+            bw = min(bw * .5, ll_cap)
+        return lat, bw, proto
+
+    def p2p(self, src: int, dst: int, nbytes: float) -> CollectiveCost:
+        """One send/recv of ``nbytes`` from rank ``src`` to rank ``dst``: across nodes through the sender's
+        NIC (rail; NCCL's PXN), inside a node over the scale-up domain (:meth:`_p2p_terms`)."""
+        shape = self.shape((src, dst) if src != dst else (src,))
+        lat, bw, proto = self._p2p_terms(nbytes, shape.nodes > 1, shape)
+        return CollectiveCost((lat + nbytes / (1000.0 * bw)) * 1e-6, "p2p", proto)
+
+    def spread(self, kind: str, nbytes: float, shape: GroupShape) -> CollectiveCost:
+        """all_to_all, scatter or gather of ``nbytes`` (nccl-tests size) as NCCL runs them, grouped send/recv:
+        a rank (for scatter and gather, the root) moves ``nbytes · (n-1)/n``; the part for its node's
+        ``local - 1`` peers goes over the scale-up domain, the rest through NICs, the two at once:
+        t = latency + max(intra bytes / B_intra, inter bytes / B_inter). B_inter: all_to_all's ranks share
+        their node's ``nics`` NICs (``nics / local`` of one each); the root of scatter or gather has its NIC to
+        itself. Latency: one p2p step of the slowest tier used (:meth:`_p2p_terms`)."""
+        n = shape.ranks
+        per_peer = nbytes / n
+        intra_bytes = per_peer * (shape.local - 1)
+        inter_bytes = per_peer * (n - shape.local)
+        lat_i, bw_i, proto = self._p2p_terms(per_peer, False, shape)
+        t = intra_bytes / (1000.0 * bw_i)
+        lat = lat_i
+        if inter_bytes > 0:
+            lat_n, bw_n, proto = self._p2p_terms(per_peer, True, shape)
+            if kind == "all_to_all":
+                bw_n *= min(1.0, shape.nics / shape.local)
+            t = max(t, inter_bytes / (1000.0 * bw_n))
+            lat = max(lat, lat_n)
+        return CollectiveCost((lat + t) * 1e-6, "p2p", proto)
+
+
+def rank_nodes(profile: HardwareProfile, world: int) -> list[int] | None:
+    """Node of each of ``world`` ranks on a profile with a cluster topology (``topology.scale_up``), for the
+    simulator's link tiers (:func:`schedsim.sim.gpu_model.link_ends`); None on other profiles.
+
+    Raises
+    ------
+    ProfileError
+        As :meth:`NcclNetwork.gpu_of`.
+    """
+    if profile.topology.scale_up is None:
+        return None
+    net = NcclNetwork(profile)
+    return [net.gpu_of(r) // net.gpn for r in range(world)]

@@ -1,0 +1,78 @@
+"""``predict --explain``: the algorithm and protocol each collective and send/recv of a schedule runs.
+
+One row per distinct (kind, size, group) of the lowered Program (for send/recv: per (size, sender,
+receiver)), with the time :class:`schedsim.cost.CostModel` gives it alone and where it came from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schedsim.cost import CostModel
+from schedsim.kinds import COLLECTIVE_KINDS, P2P_KINDS
+
+__all__ = ["explain_rows", "format_explain"]
+
+
+def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
+    """Rows ``{kind, bytes, ranks, group, nodes, algo, proto, time_us}`` for ``program``'s communication
+    (``ranks`` a count, ``group`` as text).
+
+    ``algo`` / ``proto`` are NCCL's (:class:`schedsim.network.NcclNetwork`) on a profile with
+    ``topology.scale_up``; otherwise ``table`` (a measured busbw table of the profile) or ``links``
+    (alpha-beta on the profile's link class), and ``-``. ``nodes`` is None where the profile has no
+    cluster topology. Sends are listed, not their recvs (one transfer).
+    """
+    seen: set[tuple[Any, ...]] = set()
+    rows: list[dict[str, Any]] = []
+
+    def add(kind: str, nbytes: float, ranks: tuple[int, ...]) -> None:
+        key = (kind, nbytes, ranks)
+        if key in seen:
+            return
+        seen.add(key)
+        got = cost.network_cost(kind, nbytes, ranks)
+        if got is not None:
+            algo, proto, t = got.algo, got.proto, got.seconds
+        else:
+            table_kind = "sendrecv" if kind in P2P_KINDS else kind
+            algo = "table" if cost.has_table(table_kind, ranks) else "links"
+            proto, t = "-", cost.collective_time(kind, nbytes, ranks)
+        net = cost.network
+        nodes = net.shape(ranks).nodes if net is not None and len(ranks) > 1 else None
+        rows.append({"kind": kind, "bytes": int(nbytes), "ranks": len(ranks), "group": _group(kind, ranks),
+                     "nodes": nodes, "algo": algo, "proto": proto, "time_us": t * 1e6})
+
+    for t in program.templates:
+        if t.kind in COLLECTIVE_KINDS:
+            add(t.kind, t.nbytes, tuple(t.group))
+    sends = [i for i, t in enumerate(program.templates) if t.kind == "send"]
+    if sends:
+        import numpy as np
+
+        mask = np.isin(program.tmpl, sends)
+        for k, r, q in {(int(a), int(b), int(c)) for a, b, c in
+                        zip(program.tmpl[mask], program.rank[mask], program.peer[mask], strict=True)}:
+            add("send", program.templates[k].nbytes, (r, q))
+    rows.sort(key=lambda x: (x["kind"], x["bytes"], x["ranks"], x["group"]))
+    return rows
+
+
+def _group(kind: str, ranks: tuple[int, ...]) -> str:
+    """``src->dst`` for a send; ``a..b`` for consecutive ranks; else the first ranks, then ``...``."""
+    if kind in P2P_KINDS:
+        return f"{ranks[0]}->{ranks[-1]}"
+    if ranks and list(ranks) == list(range(ranks[0], ranks[0] + len(ranks))):
+        return f"{ranks[0]}..{ranks[-1]}"
+    head = ",".join(str(r) for r in ranks[:4])
+    return head + (",..." if len(ranks) > 4 else "")
+
+
+def format_explain(rows: list[dict[str, Any]]) -> str:
+    """The rows as a text table (one line per row, a header first)."""
+    lines = [f"{'collective':15} {'bytes':>14} {'ranks':18} {'nodes':>5}  {'algo/proto':18} {'time (us)':>11}"]
+    for r in rows:
+        nodes = "-" if r["nodes"] is None else str(r["nodes"])
+        lines.append(f"{r['kind']:15} {r['bytes']:>14,} {r['group']:18} {nodes:>5}  "
+                     f"{r['algo'] + '/' + r['proto']:18} {r['time_us']:>11.2f}")
+    return "\n".join(lines)

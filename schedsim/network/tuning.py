@@ -1,0 +1,372 @@
+"""NCCL's own cost model: its algorithms, protocols, channel search and tuning constants (NCCL 2.30.7).
+
+Everything here follows ``src/graph/tuning.cc`` (``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``) and
+``src/graph/search.cc`` (``ncclTopoCompute``, ``ncclTopoDupChannels``) of NVIDIA/nccl at v2.30.7
+(``makefiles/version.mk``; commit 5067397c). The constants are NCCL's, copied, not fitted.
+
+Per (collective, algorithm, protocol) NCCL keeps a latency ``lat`` in µs and a bandwidth ``bw`` in GB/s
+and predicts ``time_us = lat + nBytes / (1000 · bw)``; it runs the (algorithm, protocol) of least time that
+``NCCL_ALGO`` / ``NCCL_PROTO`` allow. ``nBytes`` is the nccl-tests size column (``ncclFuncMaxSendRecvCount``:
+the whole gathered buffer for all_gather and reduce_scatter).
+
+Simplifications, stated:
+
+* The channel search (``ncclTopoCompute``) is reduced to its bandwidth budget: a channel at speed ``s``
+  takes ``s`` of every GPU's scale-up bandwidth and ``s`` of one NIC; the speeds tried, the ``.49`` stop
+  rule, channel duplication and pass 2's speed increase are NCCL's. The tree graph takes the ring's
+  channels and speed (NCCL searches it separately; on the topologies shipped they agree).
+* NCCL's GPU-to-NIC PCIe paths are taken to be faster than the NIC.
+* CollNet (SHARP in the fabric) is not modelled; as in NCCL without a CollNet plugin, NVLS is then
+  single-node only and NVLS-tree serves all_reduce across nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ALGOS", "PROTOS", "Graph", "TuneInput", "parse_nccl_list", "tune", "algo_time", "ring_graph",
+           "nvls_graph", "COLL_FUNCS", "p2p_step"]
+
+Algo = Literal["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
+Proto = Literal["LL", "LL128", "Simple"]
+#: NCCL's algorithm and protocol order and names (``ncclAlgoStr``, ``ncclProtoStr``, src/init.cc)
+ALGOS: tuple[Algo, ...] = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+PROTOS: tuple[Proto, ...] = ("LL", "LL128", "Simple")
+_ALGO_NAMES = {"tree": "tree", "ring": "ring", "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain",
+               "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
+#: NCCL function names (``ncclFuncStr``) of the collectives NCCL tunes, by schedsim kind
+COLL_FUNCS = {"broadcast": "broadcast", "reduce": "reduce", "all_gather": "allgather",
+              "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}
+_ARCHS = ("volta", "ampere", "hopper", "blackwell")
+
+# ---- tuning.cc constants (ncclTunerConstantsDefaults), µs and GB/s -------------------------------------------
+_BASE_LAT: dict[str, tuple[float, float, float]] = {
+    "tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0), "collnet_chain": (0, 0, 0),
+    "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (8.0, 8.0, 8.0)}
+_HW_LAT: dict[str, dict[str, tuple[float, float, float]]] = {
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
+               "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25), "pat": (0, 0, 4.0)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
+            "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
+    "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
+            "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)}}
+_NVLS_EFF = (0.0, 0.0, 0.85, 0.74)
+_LL_MAX_BW = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (2 * 141.0, 2 * 45.0, 2 * 35.0))
+_PER_CH_RING_LL128 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0))
+_PER_CH_TREE_LL128 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
+_PER_CH_TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
+_PER_CH_NVLS_TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
+#: ``treeCorrectionFactor`` (tuning.cc), per protocol, for log2(nBytes / 64) = 0..23
+_TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9))
+
+# ---- search.cc: speeds tried per channel, GB/s ------------------------------------------------------------------
+_SPEED_INTRA = {"pre": (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
+                "hopper": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+                "blackwell": (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)}
+_SPEED_INTER = {"pre": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4,
+                        1.2, 0.24, 0.12),
+                "hopper": (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2,
+                           0.24, 0.12),
+                "blackwell": (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0,
+                              6.0, 3.0, 2.4, 1.2, 0.24, 0.12)}
+_MAX_RING_CHANNELS = 32  # ringGraph->maxChannels = MAXCHANNELS / 2 (src/init.cc; MAXCHANNELS 64, device.h)
+_MAX_NVLS_ARITY = 32  # NCCL_MAX_NVLS_ARITY (device.h)
+
+
+def parse_nccl_list(text: str, what: Literal["algo", "proto"]) -> dict[str, frozenset[str]]:
+    """The enabled set per NCCL function of an ``NCCL_ALGO`` / ``NCCL_PROTO`` string, as ``parseList`` of
+    tuning.cc reads it: ``"a,b"``, ``"^a"`` (all but), ``"a;allreduce:b"`` (a prefix applies to one function;
+    only the first entry may lack one). Names are case-insensitive.
+
+    Returns
+    -------
+    dict
+        NCCL function name (``allreduce``, ...) -> the algorithms (schedsim names: ``nvls_tree``, ...) or
+        protocols (``LL``, ``LL128``, ``Simple``) it may use.
+
+    Raises
+    ------
+    ValueError
+        An unknown element or prefix, or a later entry without a prefix (NCCL's ncclInvalidUsage).
+
+    >>> sorted(parse_nccl_list("^nvls,nvlstree", "algo")["allreduce"])
+    ['collnet_chain', 'collnet_direct', 'pat', 'ring', 'tree']
+    >>> sorted(parse_nccl_list("LL,Simple;allreduce:LL128", "proto")["allreduce"])
+    ['LL128']
+    """
+    names: dict[str, str] = (dict(_ALGO_NAMES) if what == "algo"
+                             else {p.lower(): p for p in PROTOS})
+    funcs = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce", "sendrecv", "send", "recv")
+    out = {f: frozenset(names.values()) for f in funcs}
+    for i, entry in enumerate(text.split(";")):
+        prefix, sep, elems = entry.partition(":")
+        if not sep:
+            if i:
+                raise ValueError(f"{text!r}: all entries except the first must have a prefix (function:)")
+            prefix, elems = "", entry
+        negate = elems.startswith("^")
+        chosen = set()
+        for tok in elems.lstrip("^").split(","):
+            key = tok.strip().lower()
+            if key not in names:
+                raise ValueError(f"unknown NCCL {what} {tok.strip()!r}; one of {', '.join(sorted(names))}")
+            chosen.add(names[key])
+        got = frozenset(set(names.values()) - chosen) if negate else frozenset(chosen)
+        if prefix and prefix.lower() not in funcs:
+            raise ValueError(f"unknown NCCL function prefix {prefix!r}; one of {', '.join(funcs)}")
+        for f in funcs:
+            if not prefix or f == prefix.lower():
+                out[f] = got
+    return out
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One NCCL graph after the search: ``channels`` at ``bw_intra`` / ``bw_inter`` GB/s each."""
+
+    channels: int
+    bw_intra: float
+    bw_inter: float
+
+
+def _arch_row(arch: str) -> str:
+    return "blackwell" if arch == "blackwell" else "hopper" if arch == "hopper" else "pre"
+
+
+def ring_graph(arch: str, up_bw: float, local_gpus: int, nics: int, nic_bw: float, multi_node: bool) -> Graph:
+    """Ring channels and per-channel speed as ``ncclTopoCompute`` finds them, on a bandwidth budget.
+
+    A channel at speed ``s`` takes ``s`` of each GPU's scale-up bandwidth ``up_bw`` (when ``local_gpus`` > 1)
+    and, across nodes, ``s`` of one of the ``nics`` NICs of ``nic_bw`` GB/s. Pass 1 starts at the fastest
+    speed of NCCL's array (``sm90SpeedArrayInter`` ...) not above ``maxBw`` (the NIC, or ``up_bw`` in one node)
+    and keeps the most ``channels · s``; it tries slower speeds while the next is above .49 of the best.
+    ``ncclTopoDupChannels`` then doubles the channels at half speed when ``s`` >= 25 (Hopper on: not when
+    ``s`` < 50 with more than 4 channels); pass 2 raises the speed while the channels still fit.
+
+    >>> ring_graph("hopper", 370.8, 8, 8, 50.0, False)   # DGX H100, one node: 12 channels of 30 GB/s
+    Graph(channels=12, bw_intra=30.0, bw_inter=30.0)
+    >>> ring_graph("hopper", 370.8, 8, 8, 50.0, True)    # across nodes, 8x 400 Gb/s NICs
+    Graph(channels=8, bw_intra=45.0, bw_inter=45.0)
+    """
+    speeds = (_SPEED_INTER if multi_node else _SPEED_INTRA)[_arch_row(arch)]
+    total = up_bw if local_gpus > 1 else (nic_bw * nics if multi_node else 5000.0)
+    max_bw = nic_bw if multi_node else (up_bw if local_gpus > 1 else 5000.0)
+
+    def fit(s: float) -> int:
+        n = _MAX_RING_CHANNELS
+        if local_gpus > 1:
+            n = min(n, int(up_bw // s + 1e-9))
+        if multi_node:
+            n = min(n, nics * int(nic_bw // s + 1e-9))
+        return max(n, 0)
+
+    i = 0
+    while i < len(speeds) - 1 and (speeds[i] > max_bw or speeds[i] > total):
+        i += 1
+    best_n, best_s = 0, 0.0
+    while True:
+        s = speeds[i]
+        n = fit(s)
+        if n * s > best_n * best_s:
+            best_n, best_s = n, s
+        if best_n == _MAX_RING_CHANNELS or best_n * best_s >= total:
+            break
+        if i + 1 < len(speeds) and (best_n == 0 or speeds[i + 1] / best_s > .49):
+            i += 1
+        else:
+            break
+    if best_n == 0:
+        return Graph(1, 0.1, 0.1)  # NCCL's fallback: "falling back to simple order", bwIntra 0.1
+    n, s = best_n, best_s
+    late = arch in ("hopper", "blackwell")
+    if s >= 25.0 and not (late and s < 50.0 and n > 4):
+        dup = min(2 * n, _MAX_RING_CHANNELS)
+        s /= -(-dup // n)
+        n = dup
+    j = next((k for k, v in enumerate(speeds) if v <= s), len(speeds) - 1)
+    while j > 0 and fit(speeds[j - 1]) >= n and speeds[j - 1] <= max_bw:
+        j -= 1
+        s = speeds[j]
+    return Graph(n, s, s)
+
+
+def nvls_graph(arch: str, up_bw: float, local_gpus: int, nics: int, nic_bw: float, multi_node: bool) -> Graph | None:
+    """The NVLS graph (``NCCL_TOPO_PATTERN_NVLS``): one channel per head GPU (at most ``NCCL_MAX_NVLS_ARITY``;
+    across nodes one head per NIC), each at the fastest speed for which a GPU's NVSwitch link carries its own
+    head channel twice and every other once (``ncclTopoSearchTryNvls``): ``(heads + 1) · s <= up_bw``. Pass 2
+    raises ``bw_inter`` while it stays below ``2 · bw_intra`` (and, across nodes, within the NIC).
+    None before Hopper (NCCL: ``ccMin < 90``).
+
+    >>> nvls_graph("hopper", 370.8, 8, 8, 50.0, False)
+    Graph(channels=8, bw_intra=40.0, bw_inter=60.0)
+    """
+    if arch not in ("hopper", "blackwell") or local_gpus < 2:
+        return None
+    speeds = (_SPEED_INTER if multi_node else _SPEED_INTRA)[_arch_row(arch)]
+    heads = min(_MAX_NVLS_ARITY, local_gpus, nics if multi_node else local_gpus)
+    cap = nic_bw if multi_node else math.inf
+    ok = [s for s in speeds if (heads + 1) * s <= up_bw + 1e-9 and s <= cap]
+    if not ok:
+        return None
+    s = ok[0]
+    inter = s
+    for v in reversed(speeds):
+        if inter < v < 2 * s and v <= cap:
+            inter = v
+    return Graph(heads, s, inter)
+
+
+@dataclass(frozen=True)
+class TuneInput:
+    """What ``ncclTopoTuneModel`` reads of a communicator: ``ranks`` over ``nodes`` (``ppn = ranks / nodes``),
+    the GPU ``arch``, ``intra_hw`` (``nvlink`` or ``pci``), the CPU vendor, the ring/tree and NVLS graphs,
+    ``lat_inter`` (``graph->latencyInter``, µs), ``lat_intra`` (µs added to every intra-node hwLat; not in NCCL,
+    0 there) and whether LL128 is allowed (NVLink or better inside, Hopper:
+    any NIC path up to PXN; before: up to PXB)."""
+
+    ranks: int
+    nodes: int
+    arch: str
+    intra_hw: Literal["nvlink", "pci"]
+    cpu_vendor: str
+    ring: Graph
+    nvls: Graph | None
+    lat_inter: float = 0.0
+    ll128: bool = True
+    lat_intra: float = 0.0
+
+
+def _p(proto: str) -> int:
+    return PROTOS.index(proto)  # type: ignore[arg-type]
+
+
+def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
+    """Whether ``ncclTopoTuneModel`` fills (and leaves enabled) algorithm ``a`` with protocol ``p`` for ``coll``:
+    broadcast and reduce run ring only; all_gather and reduce_scatter ring, NVLS or PAT; all_reduce no PAT;
+    NVLS, NVLS-tree and PAT only Simple; NVLS-tree off on one node, NVLS off across nodes (no CollNet), PAT
+    only with one GPU per node; LL128 only where ``t.ll128``; NVLS graphs need 2 channels."""
+    if coll in ("broadcast", "reduce") and a != "ring":
+        return False
+    if coll in ("reducescatter", "allgather") and a not in ("pat", "ring", "nvls"):
+        return False
+    if (coll == "allreduce" and a == "pat") or (a == "nvls_tree" and t.nodes == 1) or (a == "nvls" and t.nodes > 1):
+        return False
+    if a == "pat" and t.nodes != t.ranks:
+        return False
+    if a in ("nvls", "nvls_tree", "pat") and p != "Simple":
+        return False
+    if a in ("nvls", "nvls_tree") and (t.nvls is None or t.nvls.channels < 2):
+        return False
+    return not (p == "LL128" and not t.ll128)
+
+
+def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
+    """``comm->bandwidths[coll][a][p]`` (GB/s, algorithm bandwidth) as ``ncclTopoTuneModel`` computes it."""
+    n, nodes = t.ranks, t.nodes
+    cc = _ARCHS.index(t.arch)
+    idx2 = nodes - 1 if nodes <= 2 else 2
+    ll_max = _LL_MAX_BW[cc if nodes == 1 else (1 if t.cpu_vendor == "amd" else 0)][idx2]
+    g = t.nvls if a in ("nvls", "nvls_tree") and t.nvls is not None else t.ring
+    bw = g.bw_intra if nodes <= 2 else g.bw_inter
+    if a in ("nvls", "nvls_tree"):
+        ppn = n / nodes
+        intra = g.bw_intra * _NVLS_EFF[cc] * (g.channels - 1) / g.channels
+        intra *= 2.0 if coll == "allreduce" else (ppn - 1) / ppn
+        inter = g.bw_inter * (2 if nodes <= 2 and a == "nvls_tree" else 1)
+        bw = min(intra, inter, _PER_CH_NVLS_TREE[cc][idx2] if a == "nvls_tree" else math.inf)
+    bus = g.channels * bw
+    if a == "ring" and p == "LL":
+        bus = min(ll_max, bus * .5)
+    if a == "ring" and p == "LL128":
+        bus = min(bus * 0.92, g.channels * _PER_CH_RING_LL128[cc][idx2])
+    if a == "tree" and coll == "allreduce":
+        bus = min(bus * .92, g.channels * _PER_CH_TREE[cc][idx2])
+    if a == "tree" and p == "LL":
+        bus = min(bus / 3.8, ll_max)
+    if a == "tree" and p == "LL128":
+        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), g.channels * _PER_CH_TREE_LL128[cc][idx2])
+    if a == "pat":
+        bus *= .75
+    if not (a != "ring" and coll in ("allgather", "reducescatter")):
+        bus *= n / _nsteps(coll, n) if a in ("ring", "nvls", "nvls_tree") else .5
+    return bus
+
+
+def _nsteps(coll: str, n: int) -> int:
+    return 2 * (n - 1) if coll == "allreduce" else (n - 1 if coll in ("reducescatter", "allgather") else n)
+
+
+def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
+    """``comm->latencies[coll][a][p]`` (µs) as ``ncclTopoTuneModel`` computes it."""
+    n, nodes, pi = t.ranks, t.nodes, _p(p)
+    ppn = n / nodes
+    lat = _BASE_LAT[a][pi]
+    intra_lat = _HW_LAT[t.intra_hw][a][pi] + t.lat_intra
+    inter_lat = _HW_LAT["net"]["tree" if ppn == 1 else a][pi] + t.lat_inter
+    if p == "Simple":
+        inter_lat += t.lat_inter  # the flush
+    if a == "ring":
+        if coll in ("reduce", "broadcast"):
+            return lat + _HW_LAT[t.intra_hw if nodes == 1 else "net"][a][pi]  # graphs[ring]->sameChannels
+        overhead = 0.0
+        if nodes > 1:
+            overhead = (2.0 if t.cpu_vendor == "amd" else 1.0) * (3 if p == "Simple" else 1)  # getNetOverhead
+        inter_steps = 0 if nodes == 1 else (2 * (nodes - 1) if coll == "allreduce" else nodes - 1)
+        return lat + (_nsteps(coll, n) - inter_steps) * max(intra_lat, overhead) + inter_steps * inter_lat
+    if a == "tree":
+        return lat + (2 * ((n // nodes - 1) * intra_lat + _log2i(nodes) * inter_lat) if coll == "allreduce" else 0.0)
+    if a == "nvls":
+        return intra_lat + (inter_lat if nodes > 1 else 0.0)
+    if a == "nvls_tree":
+        return lat + intra_lat + 2 * _log2i(nodes) * inter_lat
+    return lat + _log2i(nodes) * (inter_lat / 3.5) + n * 2.8  # PAT
+
+
+def tune(coll: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
+    """``(latency µs, bandwidth GB/s)`` per enabled (algorithm, protocol) of NCCL function ``coll``
+    (``allreduce``, ``allgather``, ``reducescatter``, ``broadcast``, ``reduce``), as ``ncclTopoTuneModel``
+    sets ``comm->latencies`` and ``comm->bandwidths`` (bandwidth already converted to algorithm bandwidth:
+    ``× nRanks / nsteps`` for ring, NVLS and NVLS-tree, ``× .5`` for tree). Pairs NCCL disables are left out.
+    CollNet is not modelled.
+    """
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for a in ("tree", "ring", "nvls", "nvls_tree", "pat"):
+        for p in PROTOS:
+            if _enabled(coll, a, p, t):
+                bw = _bandwidth(coll, a, p, t)
+                if bw > 0:
+                    out[(a, p)] = (_latency(coll, a, p, t), bw)
+    return out
+
+
+def p2p_step(tier: Literal["nvlink", "pci", "net"], proto: str, arch: str) -> tuple[float, float]:
+    """``(latency µs, LL bandwidth cap GB/s)`` of one send/recv step on ``tier``: ring's baseLat plus one hwLat
+    of the tier for ``proto`` (an assumption: tuning.cc has no send/recv entry; NCCL runs p2p on ring-like
+    channels), and the one-node llMaxBw of ``arch``."""
+    pi = _p(proto)
+    return _BASE_LAT["ring"][pi] + _HW_LAT[tier]["ring"][pi], _LL_MAX_BW[_ARCHS.index(arch)][0]
+
+
+def _log2i(x: int) -> int:
+    """NCCL's ``log2i``: floor(log2(x)) for x >= 1, 0 below."""
+    return max(0, int(x).bit_length() - 1)
+
+
+def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: float, nodes: int, ranks: int,
+              channels: int, arch: str) -> float:
+    """``ncclTopoGetAlgoTime`` for one op (``numPipeOps`` 1), in µs: ``lat + nBytes / (1000 · bw)``, with the
+    tree correction factor for all_reduce by log2(nBytes / 64) and the ring plateau (``lat × 1.4``, 1.9 before
+    Ampere) for Simple all_reduce across nodes once ``nBytes / (nChannels · nRanks) >= 64``."""
+    log_size = _log2i(int(nbytes) >> 6) if int(nbytes) >> 6 else -1
+    if algo == "tree" and coll == "allreduce" and 0 <= log_size < 23:
+        bw *= _TREE_CORRECTION[_p(proto)][log_size]
+    if (algo == "nvls_tree" and coll == "allreduce" and 0 <= log_size < 24 and arch == "blackwell"):
+        bw *= _TREE_CORRECTION[_p(proto)][log_size]
+    if algo == "ring" and proto == "Simple" and nodes > 1 and coll == "allreduce" and nbytes / (channels * ranks) >= 64:
+        lat *= 1.9 if arch == "volta" else 1.4
+    return lat + nbytes / (1000.0 * bw)

@@ -1,0 +1,520 @@
+"""schedsim.network: NCCL's algorithms and protocols on a cluster topology, times computed by hand.
+
+Every expected time below is worked out from the constants of NCCL 2.30.7's src/graph/tuning.cc and
+search.cc (copied in schedsim/network/tuning.py) in the comment beside it, not read back from the code.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from schedsim.cost import CostModel
+from schedsim.errors import ProfileError
+from schedsim.hardware.profile import HardwareProfile, load_profile
+from schedsim.network import NcclNetwork
+from schedsim.network.tuning import Graph, nvls_graph, parse_nccl_list, ring_graph
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
+MiB = 1 << 20
+
+
+def profile(topology: dict[str, Any], nccl: dict[str, Any] | None = None) -> HardwareProfile:
+    """dgx_a100's compute with ``topology`` (and ``nccl`` overrides)."""
+    d = copy.deepcopy(BASE)
+    d["name"] = "test"
+    d["topology"] = topology
+    if nccl:
+        d["nccl"] = {**d["nccl"], **nccl}
+    return HardwareProfile.model_validate(d)
+
+
+def hopper(gpus: int, nics: int, **extra: Any) -> dict[str, Any]:
+    """A Hopper node of ``gpus`` GPUs on NVSwitch (370.8 GB/s, NVLS) and ``nics`` 400 Gb/s NICs."""
+    return {"gpus_per_node": gpus, "arch": "hopper", "cpu_vendor": "intel",
+            "scale_up": {"kind": "nvswitch", "bandwidth_GBps": 370.8, "nvls": True, "source": "test"},
+            "nics": {"per_node": nics, "bandwidth_Gbps": 400, "source": "test"}, **extra}
+
+
+def forced(topo: dict[str, Any], algo: str, proto: str) -> NcclNetwork:
+    return NcclNetwork(profile(topo, {"algo": algo, "proto": proto}))
+
+
+def us(cost: Any) -> float:
+    return float(cost.seconds * 1e6)
+
+
+# ---- the channel search ---------------------------------------------------------------------------------------
+
+def test_ring_graph_2x2_hopper():
+    # sm90SpeedArrayInter from maxBw = 50 (the NIC): 48 -> min(NVLink 370.8//48 = 7, NICs 2 x 50//48 = 2) = 2 ch,
+    # 96; 45..30 give less; 24 (24/48 = .5 > .49) gives 4 x 24 = 96, not more; 22/48 < .49 stops. Dup (48 >= 25,
+    # 2 channels): 4 x 24. Pass 2: 30 fits 2 channels only. -> 4 x 24
+    assert ring_graph("hopper", 370.8, 2, 2, 50.0, True) == Graph(4, 24.0, 24.0)
+
+
+def test_ring_graph_ampere_one_node_doubles_channels():
+    # speedArrayIntra 40: 240 // 40 = 6 channels = 240 >= totalBw: done; dup (40 >= 25, Ampere): 12 x 20
+    assert ring_graph("ampere", 240.0, 8, 8, 25.0, False) == Graph(12, 20.0, 20.0)
+
+
+def test_ring_graph_hopper_across_nodes_keeps_8_channels():
+    # 48: NVLink 370.8 // 48 = 7 -> 336; 45: 8 (NVLink 8, NICs 8) -> 360 best; Hopper, 45 < 50, 8 > 4: no dup
+    assert ring_graph("hopper", 370.8, 8, 8, 50.0, True) == Graph(8, 45.0, 45.0)
+
+
+def test_nvls_graph_across_nodes():
+    # heads = min(32, 2 GPUs, 2 NICs) = 2; (2 + 1) x 48 <= 370.8 and 48 <= 50: 48; no faster inter speed <= 50
+    assert nvls_graph("hopper", 370.8, 2, 2, 50.0, True) == Graph(2, 48.0, 48.0)
+    assert nvls_graph("ampere", 240.0, 8, 8, 25.0, False) is None
+
+
+# ---- each algorithm and protocol, 2 nodes x 2 GPUs ------------------------------------------------------------
+TOPO22 = hopper(2, 2)
+R4 = (0, 1, 2, 3)
+
+
+def test_ring_simple_all_reduce_2x2():
+    # bus = 4 ch x 24 = 96, x n/nsteps = 4/6 -> 64 GB/s. lat = 8.4 + (6 - 2 inter steps) x max(3.4, 3 x 1.0 net
+    # overhead) + 2 x 14.0 = 50.0; ring plateau (16 MiB / (4 ch x 4 ranks) >= 64): x 1.4 = 70.0
+    got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 16 * MiB, R4)
+    assert got is not None and (got.algo, got.proto) == ("ring", "Simple")
+    assert us(got) == pytest.approx(70.0 + 16 * MiB / (1000 * 64.0), rel=1e-9)
+
+
+def test_ring_ll128_all_reduce_2x2():
+    # bus = min(96 x .92, 4 x 36.7) = 88.32, x 4/6 = 58.88. lat = 14.0 + 4 x max(1.9, 1.0) + 2 x 4.0 = 29.6
+    got = forced(TOPO22, "ring", "LL128").collective("all_reduce", 1 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(29.6 + MiB / (1000 * 58.88), rel=1e-9)
+
+
+def test_ring_ll_all_reduce_2x2():
+    # bus = min(llMaxBw Intel 2 nodes 39.0, 96 x .5 = 48) = 39, x 4/6 = 26. lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7
+    got = forced(TOPO22, "ring", "LL").collective("all_reduce", 4096, R4)
+    assert got is not None and us(got) == pytest.approx(16.0 + 4096 / (1000 * 26.0), rel=1e-9)
+
+
+def test_tree_ll_all_reduce_2x2():
+    # bus = min(96 x .92, 4 x 41.4) = 88.32; LL: min(88.32 / 3.8, 39.0) = 23.2421; x .5 = 11.6211; correction
+    # log2(4096 / 64) = 6 -> LL .7. lat = 6.8 + 2 x ((2 - 1) x .6 + log2(2) x 5.0) = 18.0
+    got = forced(TOPO22, "tree", "LL").collective("all_reduce", 4096, R4)
+    bw = min(88.32 / 3.8, 39.0) * .5 * .7
+    assert got is not None and us(got) == pytest.approx(18.0 + 4096 / (1000 * bw), rel=1e-9)
+
+
+def test_tree_simple_and_ll128_all_reduce_2x2():
+    # Simple: bw 88.32 x .5 = 44.16, correction log2(1 MiB / 64) = 14 -> .5; lat 8.4 + 2 x (4.0 + 14.0) = 44.4
+    got = forced(TOPO22, "tree", "Simple").collective("all_reduce", MiB, R4)
+    assert got is not None and us(got) == pytest.approx(44.4 + MiB / (1000 * 44.16 * .5), rel=1e-9)
+    # LL128: min(88.32 x 120/128, 4 x 36.7) = 82.8 x .5 = 41.4, correction [1][14] = .6; lat 14 + 2 x (1.25 + 8.5)
+    got = forced(TOPO22, "tree", "LL128").collective("all_reduce", MiB, R4)
+    assert got is not None and us(got) == pytest.approx(33.5 + MiB / (1000 * 41.4 * .6), rel=1e-9)
+
+
+def test_nvls_tree_all_reduce_2x2():
+    # NVLS graph 2 x 48/48: intra 48 x .85 x 1/2 x 2 = 40.8; inter 48 x 2 = 96; cap 57.7 -> 40.8; bus 81.6 x 4/6
+    # = 54.4. lat = 0 + 25 (NVLink NVLS-tree) + 2 x log2(2) x 20.9 (net) = 66.8
+    got = forced(TOPO22, "nvlstree", "Simple").collective("all_reduce", 16 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * 54.4), rel=1e-9)
+
+
+def test_nvls_one_node_all_reduce_8_gpus():
+    # NVLS graph 8 x 40 (9 x 40 <= 370.8), bw_inter raised to 60; intra 40 x .85 x 7/8 x 2 = 59.5 < 60; bus 8 x
+    # 59.5 = 476, x 8/14 = 272 GB/s; lat = 25 (NVLink NVLS Simple)
+    got = NcclNetwork(profile(hopper(8, 8))).collective("all_reduce", 8 << 30, tuple(range(8)))
+    assert got is not None and (got.algo, got.proto) == ("nvls", "Simple")
+    assert us(got) == pytest.approx(25.0 + (8 << 30) / (1000 * 272.0), rel=1e-9)
+
+
+def test_ring_all_gather_and_pat_one_gpu_per_node():
+    topo = hopper(1, 1)
+    ranks = (0, 1, 2, 3)  # 4 nodes x 1 GPU
+    # ring graph: NIC only, 48 -> 1 ch; dup -> 2 x 24. 4 nodes > 2: bw_inter 24, bus 48 x 4/3 = 64.
+    # ppn 1: inter latency is tree's, 14.0; lat = 8.4 + 0 intra steps + 3 x 14.0 = 50.4
+    ring = forced(topo, "ring", "Simple").collective("all_gather", 8 * MiB, ranks)
+    assert ring is not None and us(ring) == pytest.approx(50.4 + 8 * MiB / (1000 * 64.0), rel=1e-9)
+    # PAT (1 GPU per node): bus 48 x .75 = 36, no algbw conversion; lat = 8.0 + log2(4) x 14 / 3.5 + 4 x 2.8 = 27.2
+    pat = forced(topo, "pat", "Simple").collective("all_gather", 8 * MiB, ranks)
+    assert pat is not None and us(pat) == pytest.approx(27.2 + 8 * MiB / (1000 * 36.0), rel=1e-9)
+
+
+def test_nccl_picks_the_least_time():
+    net = NcclNetwork(profile(TOPO22))
+    # 4 KiB: ring LL 16.0 + 4096 / 26000 = 16.16 us, less than tree LL's 18.50 and every other pair's latency
+    small = net.collective("all_reduce", 4096, R4)
+    assert small is not None and (small.algo, small.proto) == ("ring", "LL")
+    assert us(small) == pytest.approx(16.0 + 4096 / (1000 * 26.0), rel=1e-9)
+    # 16 MiB: ring LL128 29.6 + 16 MiB / 58.88 = 314.5 us; ring Simple 332.1, NVLS-tree 375.2, tree LL128 483,
+    # tree Simple 542, ring LL 645
+    big = net.collective("all_reduce", 16 * MiB, R4)
+    assert big is not None and (big.algo, big.proto) == ("ring", "LL128")
+    assert us(big) == pytest.approx(29.6 + 16 * MiB / (1000 * 58.88), rel=1e-9)
+
+
+# ---- send/recv and all_to_all through the NICs ----------------------------------------------------------------
+
+def test_p2p_across_nodes_through_the_nic_and_inside_over_nvlink():
+    net = NcclNetwork(profile(TOPO22))
+    # across: Simple (> 16 KiB): 8.4 + 14.0 = 22.4 us, the NIC's 50 GB/s
+    assert us(net.p2p(0, 2, MiB)) == pytest.approx(22.4 + MiB / 50_000, rel=1e-9)
+    # inside: 8.4 + 3.4 = 11.8 us; one-node ring graph 12 x 30 = 360 GB/s
+    assert us(net.p2p(0, 1, MiB)) == pytest.approx(11.8 + MiB / 360_000, rel=1e-9)
+    # LL (<= 16 KiB) across: 6.6 + 2.7 us, 50 x .5 = 25 GB/s
+    assert us(net.p2p(0, 2, 4096)) == pytest.approx(9.3 + 4096 / 25_000, rel=1e-9)
+
+
+def test_all_to_all_2x2():
+    # 4 MiB over 4 ranks: 1 MiB per peer; 1 MiB to the node's other GPU at 360 GB/s, 2 MiB through the node's 2
+    # NICs shared by its 2 GPUs (50 GB/s each); latency the slower tier's Simple step, 22.4 us
+    got = NcclNetwork(profile(TOPO22)).collective("all_to_all", 4 * MiB, R4)
+    assert got is not None and got.algo == "p2p"
+    assert us(got) == pytest.approx(22.4 + max(MiB / 360_000, 2 * MiB / 50_000), rel=1e-9)
+
+
+def test_shared_nics_slow_all_to_all_but_not_a_scatter_root():
+    # 2 nodes x 2 GPUs on ONE NIC per node (both GPUs on NIC 0): all_to_all's 2 MiB per rank across nodes share
+    # it (25 GB/s each); a scatter's root alone uses the NIC's 50 GB/s
+    net = NcclNetwork(profile(hopper(2, 1)))
+    got = net.collective("all_to_all", 4 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(22.4 + max(MiB / 360_000, 2 * MiB / 25_000), rel=1e-9)
+    got = net.collective("scatter", 4 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(22.4 + max(MiB / 360_000, 2 * MiB / 50_000), rel=1e-9)
+
+
+def test_placement_moves_ranks_across_nodes():
+    # placed 0 -> GPU 0, 1 -> GPU 2 (node 1): the pair crosses nodes
+    net = NcclNetwork(profile(hopper(2, 2, placement=[0, 2, 1, 3], nodes=2)))
+    assert net.shape((0, 1)).nodes == 2 and net.shape((0, 2)).nodes == 1
+    assert us(net.p2p(0, 1, MiB)) == pytest.approx(22.4 + MiB / 50_000, rel=1e-9)
+
+
+def test_oversubscribed_spine_slows_groups_across_leaves():
+    topo = hopper(2, 2, fabric={"nodes_per_leaf": 1, "oversubscription": 2.0, "latency_us": 1.0, "source": "test"})
+    # two leaves: the NIC's 50 GB/s halves to 25; three switch hops of 1 us join the network step
+    assert us(NcclNetwork(profile(topo)).p2p(0, 2, MiB)) == pytest.approx(25.4 + MiB / 25_000, rel=1e-9)
+    one = hopper(2, 2, fabric={"kind": "single_switch", "nodes_per_leaf": 1, "oversubscription": 2.0,
+                               "latency_us": 1.0, "source": "test"})
+    # one switch: no spine, one hop
+    assert us(NcclNetwork(profile(one)).p2p(0, 2, MiB)) == pytest.approx(23.4 + MiB / 50_000, rel=1e-9)
+
+
+def test_scale_up_latency_adds_to_every_intra_node_step():
+    topo = hopper(8, 8)
+    topo["scale_up"] = {**topo["scale_up"], "latency_us": 0.5}
+    # one-node ring Simple all_reduce over 8: 8.4 + 14 steps x (3.4 + 0.5); 12 x 30 = 360 GB/s x 8/14
+    got = forced(topo, "ring", "Simple").collective("all_reduce", 64 * MiB, tuple(range(8)))
+    assert got is not None and us(got) == pytest.approx(8.4 + 14 * 3.9 + 64 * MiB / (1000 * 360 * 8 / 14), rel=1e-9)
+
+
+# ---- the simulator's view, overrides, unchanged profiles ------------------------------------------------------
+
+def test_cost_model_uses_the_network_and_keeps_one_node_tables_on_h200():
+    h200 = CostModel(load_profile("h200"))
+    # inside one node: links.nvlink alpha-beta as before: 2(n-1) x 6 us + 2(n-1)/n x S / 360 GB/s
+    assert h200.collective_time("all_reduce", 64 * MiB, tuple(range(8))) == pytest.approx(
+        14 * 6e-6 + 1.75 * 64 * MiB / 360e9, rel=1e-12)
+    assert h200.network_cost("all_reduce", 64 * MiB, tuple(range(8))) is None
+    # across 2 nodes: the NCCL model (NVLS-tree on Hopper with NVLS)
+    got = h200.network_cost("all_reduce", 8 << 30, tuple(range(16)))
+    assert got is not None and got.algo == "nvls_tree"
+    assert h200.collective_time("all_reduce", 8 << 30, tuple(range(16))) == got.seconds
+
+
+def test_pcie_profiles_keep_the_link_model():
+    for name in ("pcie2", "rtx3090_pcie1x4"):
+        cm = CostModel(load_profile(name))
+        assert cm.network_cost("all_reduce", MiB, (0, 1)) is None
+
+
+def test_parse_nccl_list_follows_ncclparselist():
+    assert parse_nccl_list("ring", "algo")["allreduce"] == frozenset({"ring"})
+    got = parse_nccl_list("^LL128;allreduce:LL128", "proto")
+    assert got["allreduce"] == frozenset({"LL128"}) and got["allgather"] == frozenset({"LL", "Simple"})
+    with pytest.raises(ValueError, match="all entries except the first"):
+        parse_nccl_list("ring;tree", "algo")
+
+
+def test_overrides_that_leave_nothing_are_an_error():
+    net = NcclNetwork(profile(TOPO22, {"algo": "nvls"}))  # NVLS needs CollNet across nodes
+    with pytest.raises(ProfileError, match="nccl.algo / nccl.proto leave all_reduce no algorithm"):
+        net.collective("all_reduce", MiB, R4)
+
+
+# ---- self-contradicting topologies ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    ({"nodes": 2, "placement": [0, 1, 2, 3, 4]}, "topology.placement", "5 ranks placed but"),
+    ({"nodes": 2, "placement": [0, 9]}, "topology.placement", "GPU 9 is beyond the 4 GPUs"),
+    ({"placement": [0, 0]}, "topology.placement", "GPU 0 is placed twice"),
+    ({"nics": {"per_node": 2, "bandwidth_Gbps": 400, "gpu_to_nic": [0, 2], "source": "t"}},
+     "topology.nics.gpu_to_nic", "rail to a missing NIC: NIC 2"),
+    ({"nics": {"per_node": 2, "bandwidth_Gbps": 400, "gpu_to_nic": [0], "source": "t"}},
+     "topology.nics", "gpu_to_nic names 1 GPUs but gpus_per_node is 2"),
+    ({"arch": None}, "topology", "scale_up needs arch"),
+])
+def test_bad_topology_names_the_field_and_exits_2(tmp_path: Path, change: dict[str, Any], field: str, words: str):
+    d = copy.deepcopy(BASE)
+    d["topology"] = {**hopper(2, 2), **change}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(d))
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(path))
+    assert f"{field}: " in str(e.value) and words in str(e.value)
+    sched = ROOT / "schedules" / next(p.name for p in sorted((ROOT / "schedules").glob("*.yaml")))
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(sched), "--profile", str(path),
+                          "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and field in out.stderr
+
+
+def test_rank_beyond_the_nodes_is_an_error():
+    net = NcclNetwork(profile(hopper(2, 2, nodes=2)))
+    with pytest.raises(ProfileError, match="topology.nodes: rank 4 needs GPU 4, more GPUs than 2 nodes x 2 hold"):
+        net.collective("all_reduce", MiB, (0, 1, 2, 3, 4))
+
+
+def test_predict_explain_prints_the_choice_per_collective(tmp_path: Path):
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(ROOT / "schedules/megatron_gpt_pp4.yaml"),
+                          "--profile", "dgx_h100", "--explain", "--format", "json", "--no-gantt", "-o",
+                          str(tmp_path / "o")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    rows = __import__("json").loads(out.stdout)["explain"]
+    ar = [r for r in rows if r["kind"] == "all_reduce"]
+    # the tied-embedding all_reduce of 206,045,187 fp16 elements between ranks 0 and 3 of one node: one-node ring
+    # graph 12 x 30 -> 360 GB/s, x n/nsteps = 2/2; lat 8.4 + 2 x 3.4 = 15.2 us
+    assert [(r["group"], r["nodes"], r["algo"], r["proto"]) for r in ar] == [("0,3", 1, "ring", "Simple")]
+    assert ar[0]["time_us"] == pytest.approx(15.2 + 412_090_368 / 360_000, rel=1e-9)
+    sends = {r["group"] for r in rows if r["kind"] == "send"}
+    assert sends == {"0->1", "1->0", "1->2", "2->1", "2->3", "3->2"}
+    # send: Simple (256 KiB > 16 KiB), 8.4 + 3.4 us + 262144 B / 360 GB/s
+    assert all(r["time_us"] == pytest.approx(11.8 + 262_144 / 360_000, rel=1e-9) for r in rows if r["kind"] == "send")
+
+
+SCHED = """schema_version: 1
+name: env
+world_size: 16
+launch: cuda_graph
+{env}
+ops:
+  - name: ar
+    kind: all_reduce
+    shape: [4194304]
+    dtype: fp32
+"""
+
+
+def _ar_span_us(env: str) -> float:
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(SCHED.format(env=env), "env.yaml"), load_profile("dgx_h100"))
+    (ar,) = [s for s in run.timeline.spans if s.rank == 0 and s.kind == "all_reduce"]
+    return float((ar.end_s - ar.start_s) * 1e6)
+
+
+def test_schedule_env_nccl_algo_proto_override_the_profile():
+    forced_us = us(forced(hopper(8, 8), "ring", "Simple").collective("all_reduce", 16 * MiB, tuple(range(16))))
+    free_us = us(NcclNetwork(load_profile("dgx_h100")).collective("all_reduce", 16 * MiB, tuple(range(16))))
+    assert forced_us != pytest.approx(free_us, rel=1e-3)  # the override changes the choice at this size
+    # a solo all_reduce in a CUDA graph: its span is the NCCL model's time (plus the per-node graph term)
+    extra = load_profile("dgx_h100").launch.graph_per_op_us
+    assert _ar_span_us("env: {NCCL_ALGO: ring, NCCL_PROTO: Simple}") == pytest.approx(forced_us + max(0.0, extra),
+                                                                                      rel=1e-6)
+    assert _ar_span_us("") == pytest.approx(free_us + max(0.0, extra), rel=1e-6)
+
+
+def test_schedule_env_bad_nccl_algo_is_a_spec_error():
+    from schedsim.errors import SpecError
+    from schedsim.spec.loader import load_text
+
+    with pytest.raises(SpecError, match="unknown NCCL algo 'rings'"):
+        load_text(SCHED.format(env="env: {NCCL_ALGO: rings}"), "env.yaml")
+
+
+NIC2 = """schema_version: 1
+name: nic
+world_size: 16
+launch: cuda_graph
+ops:
+  - {name: s8, kind: send, ranks: [0], peer: 8, bytes: 67108864, stream: a, p2p_batch: b0}
+  - {name: r8, kind: recv, ranks: [8], peer: 0, bytes: 67108864, stream: a}
+"""
+NIC2_SECOND = ("  - {name: s9, kind: send, ranks: [0], peer: 9, bytes: 67108864, stream: a, p2p_batch: b0}\n"
+               "  - {name: r9, kind: recv, ranks: [9], peer: 0, bytes: 67108864, stream: a}\n")
+
+
+def test_two_flows_share_the_senders_nic():
+    """Rank 0 (node 0) sends 64 MiB to ranks 8 and 9 (node 1) at once: on DGX H100 each GPU has its own NIC
+    (rail-optimised), so both flows leave through rank 0's NIC, whose out direction they share at 1/2 each
+    (rule 6 of schedsim.sim.gpu_model: k transfers on one link direction). Solo: 22.4 us (Simple p2p step
+    across nodes) + 64 MiB / 50 GB/s = 1364.577 us; together both take 2 x that."""
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    solo = 22.4 + 67108864 / 50_000
+    for text, expect in ((NIC2, solo), (NIC2 + NIC2_SECOND, 2 * solo)):
+        run = simulate_spec(load_text(text, "nic.yaml"), load_profile("dgx_h100"))
+        spans = {s.id: (s.end_s - s.start_s) * 1e6 for s in run.timeline.spans}
+        assert spans and all(v == pytest.approx(expect, rel=1e-9) for v in spans.values()), spans
+
+
+def test_one_node_tables_do_not_time_a_group_across_nodes():
+    # h200x2 has a measured 2-rank all_reduce table (NVLink, one node). Ranks 0 and 8 sit on two nodes: alpha-beta
+    # on links.network (10 us, 50 GB/s): 2(n-1) = 2 steps + 2(n-1)/n x S / B
+    cm = CostModel(load_profile("h200x2"))
+    assert cm.collective_time("all_reduce", 64 * MiB, (0, 8)) == pytest.approx(2 * 10e-6 + 64 * MiB / 50e9, rel=1e-12)
+    assert cm.collective_time("all_reduce", 64 * MiB, (0, 1)) < 64 * MiB / 200e9  # the NVLink table inside a node
+
+
+def test_gb200_nvl72_runs_a_rack_as_one_nvlink_domain():
+    cm = CostModel(load_profile("gb200_nvl72"))
+    rack = cm.network_cost("all_reduce", 1 << 30, tuple(range(72)))
+    two = cm.network_cost("all_reduce", 1 << 30, tuple(range(144)))
+    assert rack is not None and two is not None
+    assert (rack.algo, two.algo) == ("nvls", "nvls_tree")
+    # NVLS graph: 32 heads at 20 GB/s ((32 + 1) x 20 <= 721.8; 22 would not fit), bw_inter raised to 30 (< 40);
+    # intra 20 x .74 x 31/32 x 2 = 28.675 < 30; bus 32 x 28.675, x 72/142; latency 25 us (NVLink NVLS Simple)
+    assert rack.seconds * 1e6 == pytest.approx(25.0 + (1 << 30) / (1000 * 32 * 28.675 * 72 / 142), rel=1e-9)
+
+
+TIERS = """schema_version: 1
+name: tiers
+world_size: 16
+launch: cuda_graph
+ops:
+  - {{name: ar, kind: all_reduce, ranks: {group}, group: {group}, bytes: 67108864, stream: c}}
+  - {{name: s8, kind: send, ranks: [0], peer: 8, bytes: 67108864, stream: p}}
+  - {{name: r8, kind: recv, ranks: [8], peer: 0, bytes: 67108864, stream: p}}
+"""
+
+
+def _tier_spans(group: list[int]) -> dict[str, float]:
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(TIERS.format(group=group), "tiers.yaml"), load_profile("dgx_h100"))
+    return {s.id: (s.end_s - s.start_s) * 1e6 for s in run.timeline.spans if s.rank in (0, 8)}
+
+
+def test_an_intra_node_collective_and_a_send_across_nodes_use_different_links():
+    # rank 0's all_reduce over ranks 0..7 runs on NVLink (tier 0), its send to rank 8 through its NIC (tier 1):
+    # both keep their solo times (before link tiers they shared one rank link at 1/2 each)
+    cm = CostModel(load_profile("dgx_h100"))
+    ar = cm.collective_time("all_reduce", 67108864, tuple(range(8)))
+    send = 22.4 + 67108864 / 50_000  # us: Simple p2p step across nodes + 64 MiB / 50 GB/s
+    spans = _tier_spans(list(range(8)))
+    assert spans["ar@r0"] == pytest.approx(ar * 1e6, rel=1e-9)
+    assert spans["s8@r0"] == pytest.approx(send, rel=1e-9) and spans["r8@r8"] == pytest.approx(send, rel=1e-9)
+
+
+def test_a_collective_across_nodes_shares_the_nic_with_a_send():
+    # the 16-rank all_reduce spans both nodes: it uses rank 0's NIC out (and rank 8's NIC in) like the send, so
+    # while both run each gets 1/2. With solo times a < b the first ends at 2a, the second at a + b.
+    cm = CostModel(load_profile("dgx_h100"))
+    a = cm.collective_time("all_reduce", 67108864, tuple(range(16))) * 1e6
+    b = 22.4 + 67108864 / 50_000
+    lo, hi = sorted((a, b))
+    spans = _tier_spans(list(range(16)))
+    got = sorted((spans["ar@r0"], spans["s8@r0"]))
+    assert got == [pytest.approx(2 * lo, rel=1e-9), pytest.approx(lo + hi, rel=1e-9)]
+
+
+def test_link_tiers_columns_compiled_and_python_loops_agree(monkeypatch):
+    from schedsim.graph.build import graph_of
+    from schedsim.lower import lower
+    from schedsim.sim import waves
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    prof = load_profile("dgx_h100")
+    for group in (list(range(8)), list(range(16)), [0, 8]):
+        prog = lower(load_text(TIERS.format(group=group), "tiers.yaml"))
+
+        def spans(g: Any) -> list[tuple[str, float, float]]:
+            return sorted((s.id, s.start_s, s.end_s) for s in simulate(g, prof, gpu_model="waves").spans)
+
+        cols, ops = spans(prog), spans(graph_of(prog))
+        monkeypatch.setattr(waves, "_EXT", [None])
+        py = spans(graph_of(prog))
+        monkeypatch.undo()
+        assert cols == ops == py, group
+
+
+def test_a_world_larger_than_the_cluster_exits_2_naming_topology_nodes(tmp_path: Path):
+    d = copy.deepcopy(BASE)
+    d["topology"] = hopper(2, 2, nodes=1)
+    prof = tmp_path / "small.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    sched = tmp_path / "s.yaml"
+    sched.write_text(TIERS.format(group=list(range(8))))  # 16 ranks on 1 node x 2 GPUs
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(sched), "--profile", str(prof),
+                          "--no-gantt", "-o", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ")
+    assert "topology.nodes: rank 2 needs GPU 2, more GPUs than 1 nodes x 2 hold" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_profile_derives_from_its_base(tmp_path: Path):
+    h200, dgx = load_profile("h200"), load_profile("dgx_h100")
+    # dgx_h100 states only what differs from h200: the GEMM table and launch rows are h200's
+    assert dgx.gemm == h200.gemm and dgx.launch == h200.launch and dgx.power == h200.power
+    assert (dgx.gpu.hbm_GBps, h200.gpu.hbm_GBps) == (2905.0, 4159.7) and dgx.gpu.sms == h200.gpu.sms == 132
+    # mappings merge key by key: topology.fabric gains nodes_per_leaf, keeps the rest stated
+    assert dgx.topology.fabric is not None and dgx.topology.fabric.nodes_per_leaf == 32
+    assert dgx.topology.nccl_within_node and not h200.topology.nccl_within_node
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: h201\nname: x\n")
+    with pytest.raises(ProfileError, match="base: 'h201' is not a shipped profile"):
+        load_profile(str(bad))
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("base: dgx_h100\nname: x\n")
+    with pytest.raises(ProfileError, match="base: 'dgx_h100' is itself derived"):
+        load_profile(str(deep))
+
+
+def test_execute_exports_the_schedules_nccl_env(monkeypatch):
+    from executor.execute import _nccl_env
+
+    monkeypatch.delenv("NCCL_ALGO", raising=False)
+    monkeypatch.setenv("NCCL_PROTO", "LL")  # set by the user: kept
+    _nccl_env({"NCCL_ALGO": "ring", "NCCL_PROTO": "Simple", "CUDA_DEVICE_MAX_CONNECTIONS": 1})
+    import os
+
+    assert (os.environ["NCCL_ALGO"], os.environ["NCCL_PROTO"]) == ("ring", "LL")
+
+
+TWO_HOST_LOG = """# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20
+#  Rank  0 Group  0 Pid   6899 on nodeA device  0 [0000:04:00] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid   6900 on nodeA device  1 [0000:05:00] NVIDIA H100 80GB HBM3
+#  Rank  2 Group  0 Pid   6733 on nodeB device  0 [0000:04:00] NVIDIA H100 80GB HBM3
+#  Rank  3 Group  0 Pid   6734 on nodeB device  1 [0000:05:00] NVIDIA H100 80GB HBM3
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+     1048576        262144     float     sum      -1    203.2    5.16    7.74      0    207.2    5.06    7.59      0
+     2097152        524288     float     sum      -1    254.0    8.26   12.39      0    252.9    8.29   12.44      0
+"""
+
+
+def test_a_multi_node_table_times_only_groups_over_as_many_nodes(tmp_path: Path):
+    from executor.calibrate_logs import profile_from_nccl_tests
+    from schedsim.nccl_tests import parse_nccl_tests
+
+    log = parse_nccl_tests(TWO_HOST_LOG, collective="all_reduce")
+    assert (log.nranks, log.nodes) == (4, 2)
+    f = tmp_path / "ar.log"
+    f.write_text(TWO_HOST_LOG)
+    d = profile_from_nccl_tests([f], out=tmp_path / "p.yaml", name="p", base="h200x2", collective="all_reduce",
+                                nranks=None)
+    assert d["collectives"]["nodes"] == {"all_reduce": {4: 2}}
+    cm = CostModel(load_profile(str(tmp_path / "p.yaml")))
+    # over 2 nodes x 2 ranks: the table, busbw 7.74 GB/s at 1 MiB (x 2(n-1)/n = 1.5)
+    assert cm.collective_time("all_reduce", MiB, (0, 1, 8, 9)) == pytest.approx(MiB * 1.5 / 7.74e9, rel=1e-9)
+    # 4 ranks inside one node: not this table (links.nvlink alpha-beta of h200x2)
+    link = cm.profile.links["nvlink"]
+    assert cm.collective_time("all_reduce", MiB, (0, 1, 2, 3)) == pytest.approx(
+        6 * link.latency_us * 1e-6 + 1.5 * MiB / (link.bandwidth_GBps * 1e9), rel=1e-9)
