@@ -131,11 +131,24 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
                          "latency and bandwidth", "calibrate --from-nccl-tests with that group size",
                          "collective-alpha-beta"))
     assumed = _assumed_sections(profile.model_dump(mode="json"))
+    if not _spans_nodes(prog, profile):  # the scale-out tier times nothing on one node
+        assumed = [a for a in assumed if not a.startswith(("topology.nics", "topology.fabric"))]
     if assumed:
         out.append(_note(f"{ESTIMATE}profile {profile.name!r} holds values its sources mark ASSUMED, in "
                          f"{', '.join(assumed)}: numbers that use them are not measured",
                          "calibrate this machine (schedsim calibrate) to replace them", "profile-assumed"))
     return out
+
+
+def _spans_nodes(prog: Any, profile: Any) -> bool:
+    """Whether the ranks of ``prog`` sit on more than one node of ``profile``'s topology (rank r on GPU
+    ``placement[r]``, else GPU r; node = GPU // gpus_per_node). No topology: False."""
+    topo = getattr(profile, "topology", None)
+    g = getattr(topo, "gpus_per_node", 0) if topo is not None else 0
+    if not g:
+        return False
+    gpus = list(getattr(topo, "placement", None) or [])[:prog.world_size] or range(prog.world_size)
+    return len({int(x) // g for x in gpus}) > 1
 
 
 def _assumed_sections(d: Any, path: str = "") -> list[str]:

@@ -79,3 +79,15 @@ def test_a_profile_with_assumed_values_is_named_once() -> None:
     notes = [n for n in run_.timeline.meta["warnings"] if getattr(n, "kind", "") == "profile-assumed"]
     assert len(notes) == 1 and "gpu, links.pcie, links.network, memcpy" in notes[0]
     assert not [n for n in run_.timeline.meta["warnings"] if getattr(n, "kind", "") == "collective-alpha-beta"]
+
+
+def test_assumed_scale_out_figures_are_named_only_when_ranks_span_nodes() -> None:
+    """h200's NIC and fabric figures are ASSUMED: a 2-rank schedule on one node uses none of them (no note), the
+    same schedule placed on two nodes does (one profile-assumed note naming the NIC section)."""
+    prog = api.predict(api.load(Path(__file__).resolve().parents[2] / "schedules" / "tp_ffn.yaml")).program
+    prof = load_profile("h200")
+    assert "profile-assumed" not in [n.kind for n in guesses(prog, prof)]
+    topo = prof.topology.model_copy(update={"placement": [0, 8], "nodes": 2})
+    notes = guesses(prog, prof.model_copy(update={"topology": topo}))
+    assumed = [n for n in notes if n.kind == "profile-assumed"]
+    assert len(assumed) == 1 and "topology.nics" in str(assumed[0])
