@@ -150,15 +150,7 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
         return _UNOPS[type(node.op)](_ev(node.operand, env))
     if isinstance(node, ast.BoolOp):
-        # Python's rule (Language Reference 6.11, "Boolean operations"): evaluate left to right, stop at the
-        # first operand that decides the result (falsy for `and`, truthy for `or`) and return that operand
-        # itself, not a bool: `tile or 8192` is 8192 when tile is 0, else tile
-        is_and = isinstance(node.op, ast.And)
-        for v in node.values[:-1]:
-            val = _ev(v, env)
-            if bool(val) != is_and:
-                return val
-        return _ev(node.values[-1], env)
+        return _ev_boolop(node, env)
     if isinstance(node, ast.Compare):
         left = _ev(node.left, env)
         for op, comp in zip(node.ops, node.comparators, strict=False):
@@ -181,6 +173,18 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
             raise ExprError(f"only the functions {', '.join(sorted(FUNCTIONS))} may be called")
         return FUNCTIONS[node.func.id](*[_ev(a, env) for a in node.args])
     raise ExprError(f"{type(node).__name__} is not allowed in an expression")
+
+
+def _ev_boolop(node: ast.BoolOp, env: Mapping[str, Any]) -> Any:
+    """Python's rule (Language Reference 6.11, "Boolean operations"): evaluate left to right, stop at the first
+    operand that decides the result (falsy for ``and``, truthy for ``or``) and return that operand itself, not a
+    bool: ``tile or 8192`` is 8192 when ``tile`` is 0, else ``tile``."""
+    is_and = isinstance(node.op, ast.And)
+    for v in node.values[:-1]:
+        val = _ev(v, env)
+        if bool(val) != is_and:
+            return val
+    return _ev(node.values[-1], env)
 
 
 def evaluate(text: str, env: Mapping[str, Any]) -> Any:
