@@ -1,0 +1,52 @@
+"""NCCL-hang checks (issue #33): schedules NCCL runs that schedsim refused, and schedules NCCL hangs on that
+schedsim accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedsim.api import load_text, predict
+from schedsim.errors import DeadlockError
+
+A2A = """\
+schema_version: 1
+name: moe
+world_size: 4
+params: {hot: 4}
+ops:
+  - name: a2a
+    kind: all_to_all
+    bytes: "{2**24 * (hot if rank == 2 else 1)}"
+    stream: comm
+"""
+
+
+def _span(run, name: str, rank: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    s = next(s for s in run.timeline.spans if s.id == f"{name}@r{rank}")
+    return s.start_s, s.end_s
+
+
+@pytest.mark.parametrize("gpu_model", ["sharing", "waves"])
+def test_all_to_all_with_a_size_per_rank_runs_and_takes_its_largest_members_time(gpu_model: str) -> None:
+    """MoE with a hot expert: rank 2 sends 64 MiB, the others 16 MiB. NCCL runs all_to_all as grouped
+    send/recv with a count per peer, so this is no hang; the collective ends with its largest transfer: the same
+    time as 64 MiB on every rank, longer than 16 MiB on every rank."""
+    hot = predict(load_text(A2A, "moe.yaml"), "h200", gpu_model=gpu_model)
+    all_small = predict(load_text(A2A, "moe.yaml", hot=1), "h200", gpu_model=gpu_model)
+    every = predict(load_text(A2A.replace("(hot if rank == 2 else 1)", "hot"), "moe.yaml"), "h200",
+                    gpu_model=gpu_model)
+    d = [_span(hot, "a2a", r)[1] - _span(hot, "a2a", r)[0] for r in range(4)]
+    big = _span(every, "a2a", 0)[1] - _span(every, "a2a", 0)[0]
+    small = _span(all_small, "a2a", 0)[1] - _span(all_small, "a2a", 0)[0]
+    assert d == pytest.approx([big] * 4) and big > 2 * small
+
+
+def test_collectives_that_differ_in_kind_are_still_refused() -> None:
+    text = A2A.replace("kind: all_to_all", "kind: \"{'all_to_all' if rank else 'all_gather'}\"")
+    with pytest.raises(DeadlockError, match="NCCL would hang or corrupt data"):
+        predict(load_text(text, "moe.yaml"), "h200")
+
+
+def test_all_reduce_with_a_size_per_rank_is_still_refused() -> None:
+    with pytest.raises(DeadlockError, match="NCCL would hang or corrupt data"):
+        predict(load_text(A2A.replace("all_to_all", "all_reduce"), "moe.yaml"), "h200")
