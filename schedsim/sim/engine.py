@@ -87,10 +87,10 @@ import numpy as np
 
 from schedsim._gc import paused_gc
 from schedsim.cost import CostModel
-from schedsim.kinds import PER_RANK_SIZE
 from schedsim.errors import DeadlockError, GraphError, ProfileError
 from schedsim.graph.ops import Op, format_op_id
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
+from schedsim.kinds import PER_RANK_SIZE
 from schedsim.lower.program import Program
 from schedsim.sim import gpu_model as gm
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
