@@ -335,10 +335,79 @@ def check_program(prog: Program) -> list[str]:
     if not ok:
         _reference(prog, check=True)
         raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
+    split = _split_batch_warning(prog, comm, head, tc)
     if _cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc):
         G = _reference(prog, check=True)
-        return [w for w in G.graph.get("warnings", []) if w not in prog.warnings]
-    return []
+        return [w for w in G.graph.get("warnings", []) if w not in prog.warnings] + ([split] if split else [])
+    return [split] if split else []
+
+
+#: Send/recv ops in one p2p batch above which NCCL may split the group into several kernel launches; torch's
+#: ``batch_isend_irecv`` chunks a larger batch for this reason (``TORCH_NCCL_BATCH_P2P_CHUNK_SIZE``, default 256:
+#: pytorch/pytorch PR #174942).
+NCCL_SPLIT_OPS = 256
+
+
+def _split_batch_warning(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> str | None:
+    """A "may hang" warning for a p2p batch that NCCL may launch as several kernels, split differently on its
+    peers (pytorch/pytorch#174288, NVIDIA/Megatron-LM#7189).
+
+    NCCL packs a group's send/recv into one kernel launch while its work batches fit the kernel's argument
+    budget (``scheduleP2pTasksToPlan`` and ``ncclTestBudget`` in NVIDIA/nccl ``src/enqueue.cc``: 4 KiB of kernel
+    arguments, ``ncclMaxKernelArgsSize`` in ``src/include/device.h``, of 16-byte ``ncclDevWorkBatch``es); the rest
+    goes to the next launch, which starts when the first ends. ``ncclAddWorkBatchToPlan`` opens a new work
+    batch on each channel for every p2p epoch (a pass that takes at most one send and one recv per peer) and
+    every 8 rounds (``NCCL_MAX_DEV_WORK_P2P_PER_BATCH``), so where a group is cut depends on each rank's own
+    ops and on the channels NCCL chose (topology): ranks whose batches differ can put a send and its recv in
+    launches that wait on each other. Warned, not refused (the cut needs the channel count), for a batch of
+    more than :data:`NCCL_SPLIT_OPS` ops with two or more peers whose peers' batches have another shape
+    (ops per (peer − rank) mod world and direction)."""
+    is_p2p = tc.mask(prog, P2P_KINDS)[comm]
+    pc, ph = comm[is_p2p], head[is_p2p]
+    if len(pc) <= NCCL_SPLIT_OPS:
+        return None
+    uh, cnt = np.unique(ph, return_counts=True)
+    big = uh[cnt > NCCL_SPLIT_OPS]
+    if not len(big):
+        return None
+    head_of = dict(zip(pc.tolist(), ph.tolist(), strict=True))
+    partner: dict[int, int] = {}
+    for s_, r_ in prog.p2p.tolist():
+        partner[s_], partner[r_] = r_, s_
+    members: dict[int, list[int]] = {}
+    for o, h in zip(pc.tolist(), ph.tolist(), strict=True):
+        members.setdefault(h, []).append(o)
+    W, send = prog.world_size, OP_KINDS.index("send")
+
+    def shape(h: int) -> dict[tuple[int, bool], int]:
+        r = int(prog.rank[h])
+        out: dict[tuple[int, bool], int] = {}
+        for o in members[h]:
+            k = ((int(prog.peer[o]) - r) % W, bool(tc.kind[prog.tmpl[o]] == send))
+            out[k] = out.get(k, 0) + 1
+        return out
+
+    for h in big.tolist():
+        mine = members[h]
+        if len({int(prog.peer[o]) for o in mine}) < 2:
+            continue
+        sh = shape(h)
+        for o in mine:
+            ph2 = head_of.get(partner.get(o, -1), -1)
+            if ph2 >= 0 and shape(ph2) != sh:
+                from schedsim.errors import SchedsimError
+
+                name, other = prog.op_names([h, ph2])
+                return SchedsimError(
+                    f"may hang: p2p batch of {name!r} on rank {int(prog.rank[h])} holds {len(mine)} send/recv ops "
+                    f"with {len({int(prog.peer[x]) for x in mine})} peers; NCCL may launch a group this large as "
+                    "several kernels, cut where its kernel-argument budget runs out (NVIDIA/nccl src/enqueue.cc), "
+                    f"and rank {int(prog.rank[ph2])}'s batch (of {other!r}) has another shape, so a send and its recv "
+                    "can land in launches that wait on each other (pytorch/pytorch#174288)",
+                    fix=f"split the batch into batches of at most {NCCL_SPLIT_OPS} ops that pair the same ranks on "
+                        "both sides (torch's batch_isend_irecv does so from pytorch PR #174942; "
+                        "TORCH_NCCL_BATCH_P2P_CHUNK_SIZE)").format()
+    return None
 
 
 def _eager_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> bool:

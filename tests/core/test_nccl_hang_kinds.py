@@ -50,3 +50,38 @@ def test_collectives_that_differ_in_kind_are_still_refused() -> None:
 def test_all_reduce_with_a_size_per_rank_is_still_refused() -> None:
     with pytest.raises(DeadlockError, match="NCCL would hang or corrupt data"):
         predict(load_text(A2A.replace("all_to_all", "all_reduce"), "moe.yaml"), "h200")
+
+
+def _batch_schedule(counts: dict[tuple[int, int], int], world: int = 8) -> str:
+    """One p2p batch per rank: ``counts[(i, j)]`` sends from rank i to rank j (and as many recvs on j)."""
+    lines = ["schema_version: 1", "name: big_batch", f"world_size: {world}", "ops:"]
+    for (i, j), c in sorted(counts.items()):
+        lines += [f"  - foreach: {{k: range({c})}}", "    ops:",
+                  f"      - {{name: \"s{i}_{j}_{{k}}\", kind: send, peer: {j}, bytes: 4096, p2p_batch: big, "
+                  f"ranks: [{i}], stream: comm}}",
+                  f"      - {{name: \"r{i}_{j}_{{k}}\", kind: recv, peer: {i}, bytes: 4096, p2p_batch: big, "
+                  f"ranks: [{j}], stream: comm}}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_one_batch_of_many_ops_that_ranks_shape_differently_warns() -> None:
+    """pytorch#174288's kind: 8 ranks, one batch each of 250 to 450 send/recv ops with per-pair counts that
+    differ (expert rebalancing), so NCCL can cut the ranks' groups into launches at different ops."""
+    from schedsim.lower import lower
+
+    counts = {(i, j): 15 + (i * 7 + j * 3) % 13 for i in range(8) for j in range(8) if i != j}
+    prog = lower(load_text(_batch_schedule(counts), "b.yaml"))
+    w = [x for x in prog.warnings if "NCCL may launch a group this large as several kernels" in x]
+    assert len(w) == 1 and w[0].startswith("may hang: p2p batch of 's0_1_0' on rank 0 holds")
+    assert "\n  fix: split the batch into batches of at most 256 ops" in w[0]
+
+
+def test_large_batches_of_one_shape_on_every_rank_do_not_warn() -> None:
+    """A ring exchange of 140 ops each way per neighbour (280 ops a rank): every rank's batch has the same
+    shape, so NCCL cuts every rank's group at the same place. And a small asymmetric batch: one launch."""
+    from schedsim.lower import lower
+
+    ring = {(i, (i + d) % 8): 140 for i in range(8) for d in (1, 7)}
+    assert not [x for x in lower(load_text(_batch_schedule(ring), "r.yaml")).warnings if "several kernels" in x]
+    small = {(i, j): 1 + (i * 7 + j * 3) % 5 for i in range(8) for j in range(8) if i != j}
+    assert not [x for x in lower(load_text(_batch_schedule(small), "s.yaml")).warnings if "several kernels" in x]
