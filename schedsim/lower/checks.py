@@ -136,12 +136,37 @@ def _dag_edges(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     return e[:, 0], e[:, 1]
 
 
+def _first_launches(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
+                    ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]:
+    """``(first, cid, groups)``: the head op of each rank's first launch on each group communicator it uses
+    (rule 6 of :mod:`schedsim.graph.nccl`), that launch's communicator id, and the ranks of each id."""
+    heads = comm[comm == head]
+    if not len(heads):
+        return heads, heads, []
+    cid, groups = _comm_ids(prog, heads, eager, tc)
+    g = cid < len(groups)
+    key = prog.rank[heads][g].astype(I64) * (int(cid.max()) + 1) + cid[g]
+    _k, first = np.unique(key, return_index=True)
+    return heads[g][first], cid[g][first], groups
+
+
+def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> bool:
+    """Under lazy communicator creation, every rank of a group communicator that some rank calls calls it."""
+    if prog.nccl_init != "lazy":
+        return True
+    first, cid, groups = _first_launches(prog, comm, head, False, tc)
+    have = np.bincount(cid, minlength=len(groups)) if len(cid) else np.zeros(len(groups), I64)
+    return all(int(have[c]) in (0, len(groups[c])) for c in range(len(groups)))
+
+
 def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
-                    ) -> tuple[int, list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
-    """``(nodes, parts, useq, u)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
-    done", 2n + c the hub of collective c; its edges as parts ``(from, to)`` but posted -> done of every unit
-    (``(2·k, 2·k + 1)`` for k < n, which :func:`_no_hang` adds when it needs them); ``useq`` is each unit's
-    position on its rank, ``u`` each op's unit (a p2p batch is one unit). Node numbers are
+                    ) -> tuple[int, list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray, np.ndarray]:
+    """``(nodes, parts, useq, u, lazy)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
+    done", 2n + c the hub of collective c, then one hub per lazily created communicator (rule 6 of
+    :mod:`schedsim.graph.nccl`: posted(first launch of each rank on it) -> hub -> done(each)); its edges as
+    parts ``(from, to)`` but posted -> done of every unit (``(2·k, 2·k + 1)`` for k < n, which :func:`_no_hang`
+    adds when it needs them); ``useq`` is each unit's position on its rank, ``u`` each op's unit (a p2p batch
+    is one unit), ``lazy`` the largest ``useq`` of each lazy hub's members. Node numbers are
     :func:`_index_type`."""
     uniq, u = _units(prog, comm, head)
     n = len(uniq)
@@ -162,11 +187,21 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
         us, ur = u[prog.p2p[:, 0]], u[prog.p2p[:, 1]]
         parts += [(2 * us, 2 * ur + 1), (2 * ur, 2 * us + 1)]
     parts.append(_communicator_order(prog, comm, head, u, eager, tc))
-    return 2 * n + max(nc, 0), parts, useq, u
+    lazy = np.zeros(0, I64)
+    if prog.nccl_init == "lazy":
+        first, cid, _groups = _first_launches(prog, comm, head, eager, tc)
+        if len(first):
+            hid, hub_of = np.unique(cid, return_inverse=True)
+            hub = (2 * n + max(nc, 0) + hub_of).astype(u.dtype)
+            fu = u[first]
+            parts += [(2 * fu, hub), (hub, 2 * fu + 1)]
+            lazy = np.full(len(hid), -1, I64)
+            np.maximum.at(lazy, hub_of, useq[fu])
+    return 2 * n + max(nc, 0) + len(lazy), parts, useq, u, lazy
 
 
 def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]], useq: np.ndarray,
-                         prog: Program, u: np.ndarray) -> bool:
+                         prog: Program, u: np.ndarray, lazy: np.ndarray) -> bool:
     """Whether every edge goes forward in the order "unit position, posted before hub before done": then the
     graph is acyclic without a sweep. It holds when each collective's members, and each send/recv pair, sit
     at one position on every rank (an SPMD program); any other graph is left to the sweep. The first part
@@ -181,7 +216,8 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
     nc = len(prog.coll_ptr) - 1
     if nc > 0:
         ms = useq[u[prog.coll_idx]]
-        key[2 * n:] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
+        key[2 * n:2 * n + nc] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
+    key[2 * n + max(nc, 0):] = 4 * lazy + 1
     return all(bool((key[a] < key[b]).all()) for a, b in reversed(parts))  # p2p (most often backward) early
 
 
@@ -266,8 +302,8 @@ def _acyclic_python(n: int, edges: np.ndarray) -> bool:
 
 
 def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool = False) -> bool:
-    n, parts, useq, u = _wait_for_edges(prog, comm, head, eager, tc)
-    if _ordered_by_position(n, parts, useq, prog, u):
+    n, parts, useq, u, lazy = _wait_for_edges(prog, comm, head, eager, tc)
+    if _ordered_by_position(n, parts, useq, prog, u, lazy):
         return True
     it = _index_type(prog)
     ext = compiled("acyclic_units") if it is np.int32 else None
@@ -330,8 +366,8 @@ def check_program(prog: Program) -> list[str]:
     """
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
-    ok = (_forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _no_hang(prog, comm, head, tc)
-          and _batch_inputs_ok(prog, comm, head))
+    ok = (_forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
+          and _no_hang(prog, comm, head, tc) and _batch_inputs_ok(prog, comm, head))
     if not ok:
         _reference(prog, check=True)
         raise AssertionError("the array checks found a fault that the object-based build does not; please report it")

@@ -85,3 +85,55 @@ def test_large_batches_of_one_shape_on_every_rank_do_not_warn() -> None:
     assert not [x for x in lower(load_text(_batch_schedule(ring), "r.yaml")).warnings if "several kernels" in x]
     small = {(i, j): 1 + (i * 7 + j * 3) % 5 for i in range(8) for j in range(8) if i != j}
     assert not [x for x in lower(load_text(_batch_schedule(small), "s.yaml")).warnings if "several kernels" in x]
+
+
+RIPPLE = """\
+schema_version: 1
+name: ripple
+world_size: 4
+{init}
+ops:
+  - {{name: s01, kind: send, peer: 1, bytes: 4096, ranks: [0], p2p_batch: b0}}
+  - {{name: r01, kind: recv, peer: 0, bytes: 4096, ranks: [1], p2p_batch: b0}}
+  - {{name: f1, kind: compute, duration_us: 10, ranks: [1], deps: [r01]}}
+  - {{name: s12, kind: send, peer: 2, bytes: 4096, ranks: [1], deps: [f1]}}
+  - {{name: r12, kind: recv, peer: 1, bytes: 4096, ranks: [2]}}
+  - {{name: s23, kind: send, peer: 3, bytes: 4096, ranks: [2], p2p_batch: b1, deps: [r12]}}
+  - {{name: r23, kind: recv, peer: 2, bytes: 4096, ranks: [3], p2p_batch: b1}}
+"""
+
+
+def test_first_batched_call_that_waits_on_another_ranks_first_call_hangs_under_lazy_init() -> None:
+    """pytorch#74701's kind: ranks 0 and 1 make their first call on the world communicator (a batch), which a
+    lazily initialised process group creates then and which waits for all four ranks; rank 2 makes its first
+    call (the batch s23) only after its lone recv r12, whose send s12 follows rank 1's first batch: a cycle.
+    Created eagerly (device_id), the communicator exists and the same program runs."""
+    with pytest.raises(DeadlockError, match="lazily initialised process group creates then") as e:
+        predict(load_text(RIPPLE.format(init=""), "ripple.yaml"), "h200")
+    assert "nccl_init: eager" in str(e.value)
+    run = predict(load_text(RIPPLE.format(init="nccl_init: eager"), "ripple.yaml"), "h200")
+    assert run.makespan_s > 0
+
+
+def test_a_rank_that_never_calls_a_lazily_created_communicator_hangs_the_others() -> None:
+    """Ranks 0 and 1 exchange in a batch (the world communicator); ranks 2 and 3 never call it: lazily created,
+    its ncclCommInitRank on ranks 0 and 1 waits for them forever."""
+    text = RIPPLE.format(init="").split("  - {name: s12")[0]
+    with pytest.raises(DeadlockError, match=r"rank\(s\) \[2, 3\] never call it"):
+        predict(load_text(text, "pair.yaml"), "h200")
+    assert predict(load_text(text.replace("world_size: 4\n", "world_size: 4\nnccl_init: eager\n"), "pair.yaml"),
+                   "h200").makespan_s > 0
+
+
+def test_first_batches_that_every_rank_posts_at_once_run_under_lazy_init() -> None:
+    """Every rank's first call on the world communicator is posted with nothing before it (1F1B's first
+    step): the creation completes."""
+    text = """\
+schema_version: 1
+name: chain
+world_size: 4
+ops:
+  - {name: s, kind: send, peer: "rank + 1", bytes: 4096, p2p_batch: b, ranks: [0, 1, 2]}
+  - {name: r, kind: recv, peer: "rank - 1", bytes: 4096, p2p_batch: b, ranks: [1, 2, 3]}
+"""
+    assert predict(load_text(text, "chain.yaml"), "h200").makespan_s > 0
