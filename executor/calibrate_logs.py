@@ -11,7 +11,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["profile_from_nccl_tests", "write_profile", "base_profile_dict"]
+__all__ = ["profile_from_nccl_tests", "write_profile", "base_profile_dict", "check_profile_name"]
+
+
+def check_profile_name(name: str) -> str:
+    """``name`` if it can name a profile: not empty, and no control, format or line-separator character.
+
+    A profile's name is printed in tables, summaries and the profile's own header comment; a newline (or a
+    Unicode line break, which YAML also reads as one, YAML 1.2 section 5.4) would break them.
+
+    Raises
+    ------
+    SchedsimError
+        ``--name: ...`` with a fix.
+    """
+    import unicodedata
+
+    from schedsim.errors import SchedsimError
+
+    bad = sorted({c for c in name if unicodedata.category(c)[0] == "C" or unicodedata.category(c) in ("Zl", "Zp")})
+    if not name.strip() or bad:
+        what = "is empty" if not name.strip() else "holds " + ", ".join(repr(c) for c in bad)
+        raise SchedsimError(f"--name: the profile name {name!r} {what}",
+                            fix="pass a name of printable characters, e.g. --name h200_nccl")
+    return name
 
 
 def base_profile_dict(base: str) -> dict[str, Any]:
@@ -53,8 +76,11 @@ def write_profile(d: dict[str, Any], out: Path, header: str = "") -> None:
 
     _Dumper.add_representer(tuple, _tuple)
     _Dumper.add_representer(list, _list)
+    check_profile_name(str(d.get("name", "")))
     text = yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=200, allow_unicode=True)
-    atomic_write_text(out, (header.rstrip() + "\n" if header else "") + text)
+    # every line of the header a comment, whatever it holds (a line break in it must not end the comment)
+    comment = "".join(f"# {x.removeprefix('#').lstrip()}\n" for x in header.splitlines()) if header.strip() else ""
+    atomic_write_text(out, comment + text)
 
 
 def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, base: str, collective: str | None,
@@ -66,31 +92,46 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
     SchedsimError
         A log cannot be read or parsed.
     """
-    from schedsim.nccl_tests import format_table, read_nccl_tests
+    import sys
+
+    from schedsim.errors import SchedsimError
+    from schedsim.nccl_tests import format_table, read_nccl_tests, skipped_warning
 
     d = base_profile_dict(base)
-    d["name"] = name or out.stem
+    d["name"] = check_profile_name(name or out.stem)
     tables: dict[str, dict[int, list[list[float]]]] = {k: {int(n): [list(r) for r in rows] for n, rows in v.items()}
                                                        for k, v in d["collectives"]["tables"].items()}
     srcs = []
+    seen: dict[tuple[str, int], str] = {}
     for p in logs:
-        for log in read_nccl_tests(p, collective=collective, nranks=nranks):
+        file_logs = read_nccl_tests(p, collective=collective, nranks=nranks)
+        warning = skipped_warning(file_logs)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+        for log in file_logs:
             rows = [{"size": r.size_bytes, "count": r.count, "type": r.dtype, "redop": r.redop or "none",
                      "root": -1 if r.root is None else r.root, "time_us": r.oop_time_us, "algbw": r.oop_algbw_GBps,
                      "busbw": r.oop_busbw_GBps, "wrong": r.oop_wrong} for r in log.rows]
             print(format_table(rows, f"{log.collective} over {log.nranks} ranks, from {p}"))
             tab = [[float(s), float(b)] for s, b in log.table()]
+            key = (str(log.collective), int(log.nranks or 0))
+            where = f"{p}:{log.rows[0].line}"
             if not tab:
-                continue
-            tables.setdefault(str(log.collective), {})[int(log.nranks)] = tab  # type: ignore[arg-type]
-            nodes_of = d["collectives"].setdefault("nodes", {}).setdefault(str(log.collective), {})
+                raise SchedsimError(f"{where}: every busbw of this {key[0]} table is 0.00, so it gives no table",
+                                    fix="pass a run that reaches sizes with a nonzero busbw (nccl-tests -e 1G)")
+            if key in seen:
+                raise SchedsimError(f"{where}: a second {key[0]} table over {key[1]} ranks (the first: {seen[key]})",
+                                    fix="pass one log per collective and group size")
+            seen[key] = where
+            tables.setdefault(key[0], {})[key[1]] = tab
+            nodes_of = d["collectives"].setdefault("nodes", {}).setdefault(key[0], {})
             k = log.nodes or 1
             if k > 1:  # a multi-node log's table times only groups over as many nodes
-                nodes_of[int(log.nranks or 0)] = k
+                nodes_of[key[1]] = k
             else:
-                nodes_of.pop(int(log.nranks or 0), None)
-            where = f", {k} nodes" if k > 1 else ""
-            srcs.append(f"{p.name} ({log.collective}, {log.nranks} ranks{where}, {len(tab)} sizes)")
+                nodes_of.pop(key[1], None)
+            on_nodes = f", {k} nodes" if k > 1 else ""
+            srcs.append(f"{p.name} ({log.collective}, {log.nranks} ranks{on_nodes}, {len(tab)} sizes)")
     d["collectives"]["nodes"] = {k: v for k, v in d["collectives"].get("nodes", {}).items() if v}
     d["collectives"]["tables"] = tables
     d["collectives"]["source"] = "nccl-tests logs (out-of-place busbw): " + "; ".join(srcs)

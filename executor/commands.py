@@ -8,7 +8,7 @@ the commands, and ``calibrate --from-nccl-tests`` needs none.
 # no "from __future__ import annotations": typer evaluates the command signatures
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["register"]
 
@@ -23,8 +23,8 @@ def register(app: Any) -> None:
     @handle_errors
     def execute(
         file: Path = typer.Argument(..., help="Schedule YAML (the same file predict takes)."),
-        set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a schedule parameter (repeatable)."),
-        out: Optional[Path] = typer.Option(None, "--out", "-o",
+        set_: list[str] | None = typer.Option(None, "--set", help="Override a schedule parameter (repeatable)."),
+        out: Path | None = typer.Option(None, "--out", "-o",
                                            help="Output folder.", show_default="schedsim_out/<name>_execute"),
         iters: int = typer.Option(20, "--iters", min=1, help="Timed iterations; the median is kept per op."),
         warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed warm-up iterations."),
@@ -42,7 +42,7 @@ def register(app: Any) -> None:
                                    help="Run on real data and verify against the unchunked reference."),
         profiler: bool = typer.Option(False, "--profiler", help="Two more iterations under torch.profiler; Kineto "
                                       "trace per rank and kernel times mapped to ops."),
-        cuda_graph: Optional[bool] = typer.Option(None, "--cuda-graph/--eager",
+        cuda_graph: bool | None = typer.Option(None, "--cuda-graph/--eager",
                                                   help="Capture the iteration in a CUDA graph and replay it.",
                                                   show_default="the schedule's launch"),
         compare: bool = typer.Option(False, "--compare", help="Also predict with --profile and compare."),
@@ -57,7 +57,7 @@ def register(app: Any) -> None:
         gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw Gantt charts."),
         seed: int = typer.Option(0, "--seed", help="Seed of the random input data."),
         nvtx: bool = typer.Option(True, "--nvtx/--no-nvtx", help="NVTX range per op (CUDA)."),
-        max_connections: Optional[int] = typer.Option(None, "--max-connections",
+        max_connections: int | None = typer.Option(None, "--max-connections",
                                                       help="Set CUDA_DEVICE_MAX_CONNECTIONS (hardware work queues, "
                                                       "1-32) before CUDA starts; 1 = kernels start in issue order, "
                                                       "as under Megatron. Recorded in the timeline's meta.",
@@ -80,18 +80,18 @@ def register(app: Any) -> None:
     @app.command()
     @handle_errors
     def calibrate(
-        schedules: Optional[list[Path]] = typer.Argument(None, help="Schedules whose GEMM shapes to measure "
+        schedules: list[Path] | None = typer.Argument(None, help="Schedules whose GEMM shapes to measure "
                                                          "(besides the default grid)."),
-        set_: Optional[list[str]] = typer.Option(None, "--set", help="Parameter overrides for those schedules."),
+        set_: list[str] | None = typer.Option(None, "--set", help="Parameter overrides for those schedules."),
         out: Path = typer.Option(Path("calibrated.yaml"), "--out", "-o", help="Profile YAML to write."),
-        name: Optional[str] = typer.Option(None, "--name", help="Profile name.", show_default="the --out file stem"),
+        name: str | None = typer.Option(None, "--name", help="Profile name.", show_default="the --out file stem"),
         base: str = typer.Option(DEFAULT_PROFILE, "--base",
                                  help="Profile supplying what is not measured (peaks, links, topology)."),
-        from_nccl_tests: Optional[list[Path]] = typer.Option(None, "--from-nccl-tests",
+        from_nccl_tests: list[Path] | None = typer.Option(None, "--from-nccl-tests",
                                                              help="Build collective tables from nccl-tests logs "
                                                              "(no torch, no GPU needed)."),
-        collective: Optional[str] = typer.Option(None, "--collective", help="Collective of a log that does not say."),
-        ranks: Optional[int] = typer.Option(None, "--ranks", help="Group size of a log that does not say."),
+        collective: str | None = typer.Option(None, "--collective", help="Collective of a log that does not say."),
+        ranks: int | None = typer.Option(None, "--ranks", help="Group size of a log that does not say."),
         dtypes: str = typer.Option("fp32,tf32,bf16,fp16", "--dtypes", help="GEMM dtypes (comma-separated)."),
         gemm: list[str] = typer.Option([], "--gemm", help="Extra GEMM shape MxNxK (repeatable)."),
         grid: bool = typer.Option(True, "--grid/--no-grid", help="Measure the default GEMM grid too."),
@@ -109,11 +109,15 @@ def register(app: Any) -> None:
                  "process).", show_default="3 on CUDA, 0 on CPU"),
     ) -> None:
         """Measure a hardware profile (under torchrun): GEMMs, collectives, p2p, copies, launch overhead, contention."""
+        from executor.calibrate_logs import check_profile_name
+
+        check_profile_name(name or out.stem)  # before any measurement: the name ends up in the profile's header
         if from_nccl_tests:
             from executor.calibrate_logs import profile_from_nccl_tests
 
             # `--from-nccl-tests a.log b.log`: click gives b.log to the SCHEDULES argument; read every file named
-            profile_from_nccl_tests(list(from_nccl_tests) + list(schedules or []), out=out, name=name, base=base, collective=collective, nranks=ranks)
+            profile_from_nccl_tests(list(from_nccl_tests) + list(schedules or []), out=out, name=name, base=base,
+                                    collective=collective, nranks=ranks)
             return
         from executor.calibrate import CalibrateOptions, run_calibrate
 

@@ -1,11 +1,15 @@
 """Cost model: the solo (uncontended) duration of each op, from a hardware profile.
 
-* **GEMM** (``matmul``): the measured table of the profile, for the op's dtype.
-  An exact shape returns its measured time. Otherwise the achieved FLOP/s is
-  interpolated by inverse-distance weighting (power 2) of log(FLOP/s) over the
-  4 nearest measured shapes in (log2 m, log2 n, log2 k) space, and
-  time = max(kernel floor, FLOP / rate). With no entry for the dtype it falls
-  back to a roofline: max(floor, FLOP / (peak·efficiency), bytes / HBM bw).
+* **GEMM** (``matmul``): the measured table of the profile, for the op's dtype, as a time surface that never
+  decreases as m, n or k grows (:class:`_GemmSurface`). On the grid of every measured m, n and k value, each
+  node's estimate is the achieved FLOP/s interpolated by inverse-distance weighting (power 2) of log(FLOP/s) over
+  the 4 nearest measured shapes in (log2 m, log2 n, log2 k) space, held between the measured times of the shapes
+  below and above it; the grid is then made monotone by L∞ isotonic regression of log time (:func:`_isotonic`),
+  and a shape is read off it by multilinear interpolation of log time in log2 m, n, k (outside the measured
+  values of an axis the FLOP/s of the nearest node stays: time in proportion to that dimension). A measured shape
+  returns its measured time unless the table contradicts itself (a larger shape measured faster: noise at the
+  latency floor), where the times move to the monotone fit. time = max(kernel floor, surface). With no entry
+  for the dtype it falls back to a roofline: max(floor, FLOP / (peak·efficiency), bytes / HBM bw).
 * **Generic compute**: ``duration_us`` if given, else the same roofline.
 * **Collectives and send/recv**: :mod:`schedsim.network`. On a profile with ``topology.scale_up`` (and
   ``nics``), NCCL's own model on that topology (:class:`schedsim.network.NcclNetwork`), except groups inside
@@ -17,11 +21,15 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+from typing import Any
 
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS
+from schedsim.monotone import isotonic as _isotonic
 from schedsim.network import CollectiveCost, NcclNetwork
 from schedsim.network.links import ONE_RANK_NOP, LinkTables, bus_factor
 
@@ -36,6 +44,92 @@ _SIBLING = {"bf16": "fp16", "fp16": "bf16"}
 def _shape_key(op: Op) -> tuple[str, int, int, int]:
     """A GEMM's key in the profile's per-shape rows: (dtype, m·batch, n, k), dtype ``fp32`` when unset."""
     return (op.dtype or "fp32", op.m * op.batch, op.n, op.k)
+
+
+def _idw_times(shapes: Any, fit: Any) -> Any:
+    """Seconds at ``shapes`` (rows log2 m, log2 n, log2 k) from measured ``fit`` rows (log2 m, log2 n, log2 k,
+    seconds): 2·m·n·k over the FLOP/s interpolated by inverse-distance weighting (power 2) of log(FLOP/s) over
+    the 4 nearest measured shapes (a measured shape gives its own time)."""
+    import numpy as np
+
+    log_rate = np.log(2.0) + (fit[:, 0] + fit[:, 1] + fit[:, 2]) * np.log(2.0) - np.log(fit[:, 3])
+    d2 = ((shapes[:, None, :] - fit[None, :, :3]) ** 2).sum(axis=2)
+    near = np.argsort(d2, axis=1, kind="stable")[:, :4]
+    dn = np.take_along_axis(d2, near, axis=1)
+    exact = dn[:, 0] == 0.0
+    w = 1.0 / np.where(dn == 0.0, 1.0, dn)
+    lr = (w * log_rate[near]).sum(axis=1) / w.sum(axis=1)
+    lr = np.where(exact, log_rate[near[:, 0]], lr)
+    return np.exp(np.log(2.0) + shapes.sum(axis=1) * np.log(2.0) - lr)
+
+
+def _transfer_times(shapes: Any, fit: Any, ref: _GemmSurface) -> Any:
+    """Seconds at ``shapes``: the reference surface's time there times own/reference time of the own nearest
+    measured shape (``gemm.shape_curve_from``)."""
+    import numpy as np
+
+    d2 = ((shapes[:, None, :] - fit[None, :, :3]) ** 2).sum(axis=2)
+    near = fit[np.argmin(d2, axis=1)]
+    ref_at = np.array([ref.time(*(2.0 ** s)) for s in shapes])
+    ref_near = np.array([ref.time(*(2.0 ** r[:3])) for r in near])
+    return ref_at * near[:, 3] / ref_near
+
+
+class _GemmSurface:
+    """One dtype's GEMM time surface, non-decreasing in m, n and k (the module docstring gives the rule).
+
+    ``measured``: (m, n, k, seconds) rows; ``estimate(shapes, fit)`` gives the seconds at grid nodes (rows of
+    log2 m, n, k) from the monotone fit of the measured rows; ``extra_axes`` (log2 m, n and k arrays) adds
+    node values per axis.
+    """
+
+    def __init__(self, measured: list[tuple[int, int, int, float]], estimate: Any,
+                 extra_axes: tuple[Any, ...] = ()) -> None:
+        import numpy as np
+
+        pts = np.array([[math.log2(m), math.log2(n), math.log2(k), t] for m, n, k, t in measured])
+        le = (pts[:, None, :3] <= pts[None, :, :3]).all(axis=2)  # le[i, j]: shape i <= shape j on every axis
+        lt = np.log(pts[:, 3])
+        # the measured times, made monotone among themselves first (a no-op where they already are)
+        fit_t = np.exp((np.where(le, lt[:, None], -np.inf).max(axis=0) + np.where(le.T, lt[:, None], np.inf)
+                        .min(axis=0)) / 2)
+        fit = np.column_stack([pts[:, :3], fit_t])
+        self.axes = tuple(np.unique(np.concatenate([pts[:, a], *extra_axes[a:a + 1]])) for a in range(3))
+        grid = np.stack(np.meshgrid(*self.axes, indexing="ij"), axis=-1).reshape(-1, 3)
+        est = np.log(estimate(grid, fit))
+        # held between the measured times below and above each node, so that the fit keeps measured shapes
+        below = (fit[None, :, :3] <= grid[:, None, :]).all(axis=2)
+        above = (fit[None, :, :3] >= grid[:, None, :]).all(axis=2)
+        lf = np.log(fit[:, 3])
+        est = np.clip(est, np.where(below, lf, -np.inf).max(axis=1), np.where(above, lf, np.inf).min(axis=1))
+        self.log_t = _isotonic(est.reshape(tuple(len(a) for a in self.axes)))
+        self._ax = [a.tolist() for a in self.axes]
+
+    def time(self, m: float, n: float, k: float) -> float:
+        """Seconds of an m×n×k GEMM: multilinear interpolation of log time in log2 m, n, k; outside the nodes of
+        an axis the time is in proportion to that dimension (the edge node's FLOP/s)."""
+        corners: list[tuple[int, float]] = []  # per axis: (lower index, weight of the upper one)
+        extra = 0.0
+        for q, ax in zip((math.log2(m), math.log2(n), math.log2(k)), self._ax, strict=True):
+            if q <= ax[0]:
+                corners.append((0, 0.0))
+                extra += q - ax[0]
+            elif q >= ax[-1]:
+                corners.append((len(ax) - 1, 0.0))
+                extra += q - ax[-1]
+            else:
+                i = bisect.bisect_right(ax, q) - 1
+                corners.append((i, (q - ax[i]) / (ax[i + 1] - ax[i])))
+        val = 0.0
+        for bits in itertools.product((0, 1), repeat=3):
+            w = 1.0
+            idx = []
+            for b, (i, f) in zip(bits, corners, strict=True):
+                w *= f if b else 1.0 - f
+                idx.append(i + b if b else i)
+            if w:
+                val += w * float(self.log_t[tuple(idx)])
+        return math.exp(val) * 2.0 ** extra
 
 
 class CostModel:
@@ -65,45 +159,47 @@ class CostModel:
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
             (d, m, n, k): (w * 1e-3, c * 1e-3) for d, m, n, k, w, c in profile.gemm.graph}
         self._links = LinkTables(profile)
+        self._surfaces: dict[str, _GemmSurface | None] = {}
         self._cache: dict[tuple[object, ...], float] = {}
         self._ref: CostModel | None = None
         self._net = NcclNetwork(profile) if profile.topology.scale_up is not None else None
 
     # -- compute ---------------------------------------------------------
     def gemm_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:
-        """Interpolated GEMM rate in FLOP/s, or None if the table has no entry for ``dtype``."""
+        """GEMM rate in FLOP/s, 2·m·n·k / :meth:`gemm_time`, or None if the table has no entry for ``dtype``."""
+        t = self.gemm_time(dtype, m, n, k)
+        return None if t is None else 2.0 * m * n * k / t
+
+    def gemm_time(self, dtype: str, m: int, n: int, k: int) -> float | None:
+        """Seconds of an m×n×k GEMM (m, n, k >= 1) from the profile's table (module docstring), before the kernel
+        floor; never less for a larger m, n or k. None if the table has no entry for ``dtype``."""
+        surf = self._surface(dtype)
+        return None if surf is None else surf.time(m, n, k)
+
+    def _surface(self, dtype: str) -> _GemmSurface | None:
+        if dtype not in self._surfaces:
+            self._surfaces[dtype] = self._build_surface(dtype)
+        return self._surfaces[dtype]
+
+    def _build_surface(self, dtype: str) -> _GemmSurface | None:
+        """The dtype's surface. With ``gemm.shape_curve_from``, a node's estimate is the reference profile's time
+        there scaled by the own nearest measured shape's time over the reference's time of that shape (the shape
+        curve of the reference, the level of this GPU)."""
         pts = self._gemm.get(dtype)
         if not pts:
             return None
-        lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
-        ds = []
-        for p in pts:
-            d2 = (p[0] - lm) ** 2 + (p[1] - ln) ** 2 + (p[2] - lk) ** 2
-            if d2 == 0.0:
-                return p[6]
-            ds.append((d2, p[6]))
-        ds.sort()
-        near = ds[:4]
-        wsum = sum(1.0 / d for d, _ in near)
-        return math.exp(sum(math.log(r) / d for d, r in near) / wsum)
-
-    def _transfer_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:
-        """Own nearest measured rate scaled by the reference profile's shape-efficiency ratio."""
+        own = [(p[3], p[4], p[5], 2.0 * p[3] * p[4] * p[5] / p[6]) for p in pts]
         ref_name = self.profile.gemm.shape_curve_from
-        pts = self._gemm.get(dtype)
-        if not ref_name or not pts:
-            return None
-        if self._ref is None:
-            from schedsim.hardware.profile import load_profile
+        if ref_name:
+            if self._ref is None:
+                from schedsim.hardware.profile import load_profile
 
-            self._ref = CostModel(load_profile(ref_name))
-        lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
-        near = min(pts, key=lambda p: (p[0] - lm) ** 2 + (p[1] - ln) ** 2 + (p[2] - lk) ** 2)
-        a = self._ref.gemm_rate(dtype, m, n, k)
-        b = self._ref.gemm_rate(dtype, near[3], near[4], near[5])
-        if a is None or b is None:
-            return None
-        return near[6] * a / b
+                self._ref = CostModel(load_profile(ref_name))
+            ref = self._ref._surface(dtype)
+            if ref is not None:
+                return _GemmSurface(own, estimate=lambda shapes, fit: _transfer_times(shapes, fit, ref),
+                                    extra_axes=(ref.axes[0], ref.axes[1], ref.axes[2]))
+        return _GemmSurface(own, estimate=_idw_times)
 
     def gemm_demand(self, op: Op) -> float:
         """Fraction of the GPU's SMs a GEMM occupies, in (0, 1] (1 when the profile lacks ``gpu.sms``).
@@ -230,12 +326,10 @@ class CostModel:
         dtype = op.dtype or "fp32"
         if op.m * op.batch * op.n * op.k == 0:  # an empty GEMM (API-built graphs; the schema needs sizes >= 1)
             return self._floor
-        rate = self._transfer_rate(dtype, op.m * op.batch, op.n, op.k)
-        if rate is None:
-            rate = self.gemm_rate(dtype, op.m * op.batch, op.n, op.k)
-        if rate is None:
+        t = self.gemm_time(dtype, op.m * op.batch, op.n, op.k)
+        if t is None:
             return self._roofline(op.flops, op.nbytes, dtype)
-        return max(self._floor, op.flops / rate)
+        return max(self._floor, t)
 
     # -- communication ----------------------------------------------------
     def collective_time(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:

@@ -9,6 +9,9 @@ Allowed: int/float/str/bool literals, names bound in the environment,
 ``+ - * / // % **``, unary ``+ -``, comparisons (also ``in``), ``and or not``, ``x if c else y``,
 lists/tuples, subscripts, and the functions in :data:`FUNCTIONS` (``sizeof(dtype)`` gives bytes per element).
 
+``and`` / ``or``, ``not``, chained comparisons and ``x if c else y`` follow Python (Language Reference 6.10-6.13):
+``and`` / ``or`` stop at the deciding operand and return it, so ``tile or 8192`` is 8192 when ``tile`` is 0.
+
 A ``/`` whose result is integral yields an ``int``, so ``8192*2/8`` is ``2048``.
 """
 
@@ -147,10 +150,7 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
         return _UNOPS[type(node.op)](_ev(node.operand, env))
     if isinstance(node, ast.BoolOp):
-        vals = [_ev(v, env) for v in node.values]
-        if isinstance(node.op, ast.And):
-            return all(vals)
-        return any(vals)
+        return _ev_boolop(node, env)
     if isinstance(node, ast.Compare):
         left = _ev(node.left, env)
         for op, comp in zip(node.ops, node.comparators, strict=False):
@@ -173,6 +173,18 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
             raise ExprError(f"only the functions {', '.join(sorted(FUNCTIONS))} may be called")
         return FUNCTIONS[node.func.id](*[_ev(a, env) for a in node.args])
     raise ExprError(f"{type(node).__name__} is not allowed in an expression")
+
+
+def _ev_boolop(node: ast.BoolOp, env: Mapping[str, Any]) -> Any:
+    """Python's rule (Language Reference 6.11, "Boolean operations"): evaluate left to right, stop at the first
+    operand that decides the result (falsy for ``and``, truthy for ``or``) and return that operand itself, not a
+    bool: ``tile or 8192`` is 8192 when ``tile`` is 0, else ``tile``."""
+    is_and = isinstance(node.op, ast.And)
+    for v in node.values[:-1]:
+        val = _ev(v, env)
+        if bool(val) != is_and:
+            return val
+    return _ev(node.values[-1], env)
 
 
 def evaluate(text: str, env: Mapping[str, Any]) -> Any:
@@ -468,11 +480,18 @@ def _vec_compare(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n:
 
 
 def _vec_boolop(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:
+    """``a and b and c`` / ``a or b or c`` per iteration, as :func:`_ev` does it: the operand that decides,
+    itself. Every operand is evaluated for every iteration (one :func:`_ev` would skip does not change the
+    value chosen; one that raises sends the caller to per-iteration evaluation)."""
     import numpy as np
 
-    truths = [_truth(_vec(v, env, loop, n), n) for v in node.values]  # all evaluated, as _ev does
-    red = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
-    return _bools(red.reduce(truths))
+    vals = [_vec(v, env, loop, n) for v in node.values]
+    is_and = isinstance(node.op, ast.And)
+    out = _as_array(vals[-1], n)
+    for v in reversed(vals[:-1]):  # the first deciding operand wins: fold from the right
+        decides = _truth(v, n) != is_and
+        out = np.where(decides, _as_array(v, n), out)
+    return _Vec(out, all(_is_num(v) for v in vals))
 
 
 def _vec_ifexp(node: Any, env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> _Vec:

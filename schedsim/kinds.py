@@ -21,6 +21,7 @@ from typing import Literal, get_args
 __all__ = [
     "COLLECTIVE_KINDS",
     "COMM_KINDS",
+    "PER_RANK_SIZE",
     "COMPUTE_KINDS",
     "DTYPES",
     "OP_KINDS",
@@ -56,6 +57,9 @@ COMPUTE_KINDS: tuple[str, ...] = get_args(ComputeKind)
 P2P_KINDS: tuple[str, ...] = get_args(P2PKind)
 COLLECTIVE_KINDS: tuple[str, ...] = get_args(CollectiveKind)
 COMM_KINDS: tuple[str, ...] = COLLECTIVE_KINDS + P2P_KINDS
+#: Collectives whose members may each have a size of their own: all_to_all, which NCCL runs as grouped send/recv
+#: with a count per peer (torch ``all_to_all_single`` with split sizes), so ranks' totals differ (MoE).
+PER_RANK_SIZE: tuple[str, ...] = ("all_to_all",)
 OP_KINDS: tuple[str, ...] = get_args(OpKind)
 TABLE_KINDS: tuple[str, ...] = get_args(TableKind)
 #: Collectives as imported traces name them: the schedule's, plus NCCL's barrier.

@@ -2,34 +2,51 @@
 
 Pure Python: ``schedsim calibrate --from-nccl-tests LOG`` uses it without torch.
 
-Formats accepted (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``, ``src/common.cu``):
+The reader is strict. Every data row is read exactly as nccl-tests prints it, or the whole log is refused
+(:class:`~schedsim.errors.SchedsimError`, ``FILE:LINE: what`` and a ``fix``): a profile built from a row
+read wrongly would give wrong predictions without a word.
 
-* **current** (about 2022 on): data rows are
-  ``size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong``,
-  out-of-place first, then in-place; ``#wrong`` may be ``N/A``; ``-C 1`` names
-  the time column ``cputime`` (same position);
-* **old** (before about 2020): no ``root`` column (and no ``redop`` for
-  gather-type tests), the correctness column is ``error`` printed as ``%5.0le``
-  (``0e+00``);
-* **glued text**: logs pasted through a tool that lost the newlines, as in S4 of
-  docs/sources.md, where the in-place ``#wrong`` of one row runs into the size of the next
-  (``... 0.00 016 4 float ...`` is ``#wrong = 0`` then size 16) and the last
-  header line runs into the first row (``(GB/s)8 2 float``).
+**Columns.** The ``# size count type ...`` header line of the log names them (NVIDIA/nccl-tests
+``src/util.cu`` ``writeResultHeader``, ``writeBenchmarkLinePreamble``, ``writeBenchmarkLineBody``, v2.19;
+before about 2022 ``src/common.cu`` ``print_header``), and every row must have exactly those columns:
 
-How rows are found without trusting newlines: the text is split on
-whitespace and every *type* token (``float``, ``half``, ``bfloat16``,
-``int8`` ...) preceded by an integer count and a token ending in digits is a
-row anchor. When a glued token has to be split between ``#wrong`` and the next
-size, the split chosen is the one whose size equals ``count × sizeof(type)``
-(the nccl-tests definition of the size column), else one whose size is a
-multiple of ``count``.
+* current: ``size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong``, out-of-place
+  first, then in-place; ``-C 1`` names the time column ``cputime``; per-iteration timing adds
+  ``i_min i_max i_p99 i_cv%`` after each ``#wrong``, and ``-T`` a date and time at the end of the row;
+* old: no ``root`` (and for some tests no ``redop``) column, the correctness column ``error``
+  (``%5.0le``, e.g. ``0e+00``) or ``res``, and ``bytes`` / ``N`` / ``op`` for size / count / redop;
+* the table ``schedsim calibrate`` prints (:func:`format_table`): one half, out-of-place.
 
-Which collective a log holds comes from the binary name in the text
-(``all_reduce_perf``, ``./build/all_gather_perf`` or ``# Collective test
-starting: sendrecv_perf``), else the file name, else the ``collective``
-argument. The group size comes from the ``# Rank N ...`` device lines, else
-``nThread × nGpus`` of the header, else the ``nranks`` argument; the number of
-nodes from the hosts those lines name (``... on HOST device ...``).
+A row without a header before it is read as the layout of its number of cells: 13 (current), 9 (current, one
+half), 12 (old, no root) or 11 (old, no redop either).
+
+**Cells** (the ``printf`` formats of those functions): size and count ``%12li`` (decimal integers without a
+sign, so ``1e6`` or ``-1048576`` is refused, not read as 6 or as 1048576); root ``%6i`` (-1 where none); time,
+algbw and busbw ``getFloatStr`` (``%.2f``, ``%.1f`` or ``%.0f``, else ``%.1e`` / ``%.0e``: no sign); ``#wrong``
+``%6g`` of a count, or ``N/A``; type and redop the names of ``test_typenames`` / ``test_opnames``.
+
+**Refused besides:** a nonzero ``#wrong`` or ``Out of bounds values``; a zero time; a size twice or out of
+order, or rows of several types or ops in one run (``-d all``, ``-o all``, ``-N``); a busbw that is not
+algbw × the nccl-tests bus factor of the collective and group size read (:func:`schedsim.cost.bus_factor`,
+within the printed rounding: the log's collective or group size is not the one read); a run (a ``# nThread``
+header or a binary name) without rows; a ``--collective`` or ``--ranks`` that the log contradicts.
+
+**Skipped:** a line that is neither a comment (``#``) nor a row (its first word does not begin with a digit,
+sign or point: the command line, ``NCCL INFO`` lines). :attr:`NcclTestsLog.skipped` lists them; the command
+warns once per file (:func:`skipped_warning`).
+
+**Glued text.** Logs pasted through a tool that lost the newlines, as in S4 of docs/sources.md, run rows
+together on one line: the in-place ``#wrong`` of one row runs into the size of the next (``... 0.00 016 4
+float ...`` is ``#wrong = 0`` then size 16), and the units header line into the first row
+(``(GB/s)8 2 float``). A line holding several whole rows is read row by row, and a ``#wrong`` cell runs into
+the next size only where the split is exact: ``#wrong`` is ``0``, ``N/A`` or ``Xe±DD`` (no printed size
+starts with ``0``); anything else there is refused.
+
+Which collective a log holds comes from the binary name in the text (``all_reduce_perf``,
+``./build/all_gather_perf`` or ``# Collective test starting: sendrecv_perf``), else the file name, else the
+``collective`` argument. The group size comes from the ``# Rank N ...`` device lines, else
+``nThread × nGpus`` of the header, else the ``nranks`` argument; the number of nodes from the hosts those lines
+name (``... on HOST device ...``).
 """
 
 from __future__ import annotations
@@ -43,14 +60,15 @@ from typing import Any
 from schedsim.errors import SchedsimError
 
 __all__ = ["NcclTestsRow", "NcclTestsLog", "parse_nccl_tests", "read_nccl_tests", "format_table",
-           "COLLECTIVE_OF_BINARY"]
+           "skipped_warning", "COLLECTIVE_OF_BINARY"]
 
-#: nccl-tests type names and their sizes in bytes (``src/common.cu`` ``test_typenames``).
+#: nccl-tests type names and their sizes in bytes (``src/common.cu`` ``test_typenames``, current and old).
 TYPE_BYTES: dict[str, int] = {
     "int8": 1, "char": 1, "uint8": 1, "int32": 4, "int": 4, "uint32": 4, "int64": 8, "uint64": 8,
     "half": 2, "float16": 2, "float": 4, "float32": 4, "double": 8, "float64": 8, "bfloat16": 2,
     "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
 }
+#: ``src/common.cu`` ``test_opnames`` (``none`` where a test has no reduction; ``premulsum`` in some versions).
 _REDOPS = {"sum", "prod", "max", "min", "avg", "none", "premulsum", "mulsum", "all"}
 
 #: nccl-tests binary → schedsim collective key (the profile's ``collectives.tables`` keys).
@@ -67,7 +85,34 @@ COLLECTIVE_OF_BINARY: dict[str, str] = {
     "hypercube_perf": "hypercube",
 }
 _BIN_RE = re.compile(r"\b(" + "|".join(COLLECTIVE_OF_BINARY) + r")\b")
-_NUM_RE = re.compile(r"^[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf|infinity)$", re.IGNORECASE)
+_CALIBRATE_RE = re.compile(r"#\s*(all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|sendrecv|scatter|"
+                           r"gather)\s+over\s+(\d+)\s+ranks?\b")
+
+# cell formats (see the module docstring)
+_INT = re.compile(r"0|[1-9]\d*")
+_ROOT = re.compile(r"-1|0|[1-9]\d*")
+_FLOAT = re.compile(r"(?:0|[1-9]\d*)(?:\.\d+)?|\d(?:\.\d+)?e[+-]\d{2,3}")
+_WRONG = re.compile(r"N/A|0|[1-9]\d*|\d(?:\.\d+)?e[+-]\d{2,3}")
+_GLUED = re.compile(r"(N/A|0|\d(?:\.\d+)?e[+-]\d\d)(0|[1-9]\d*)")  # a #wrong run into the next row's size
+_DATE, _CLOCK = re.compile(r"\d{4}-\d\d-\d\d"), re.compile(r"\d\d:\d\d:\d\d")
+_NUMLIKE = re.compile(r"[-+]?(?:\d|\.\d)")  # a row's first word begins so; any other line is not a row
+
+#: header word → column role
+_COLUMNS = {"size": "size", "bytes": "size", "count": "count", "N": "count", "type": "type", "redop": "redop",
+            "op": "redop", "root": "root", "time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw",
+            "#wrong": "wrong", "error": "error", "res": "error", "i_min": "extra", "i_max": "extra",
+            "i_p99": "extra", "i_cv%": "extra", "timestamp": "stamp"}
+_CELL = {"size": (_INT, "a byte count (a decimal integer without sign or exponent, nccl-tests %12li)"),
+         "count": (_INT, "an element count (a decimal integer without sign or exponent, nccl-tests %12li)"),
+         "root": (_ROOT, "a root rank (-1 or a rank, nccl-tests %6i)"),
+         "time": (_FLOAT, "a time in us (a number without sign, nccl-tests getFloatStr)"),
+         "algbw": (_FLOAT, "a bandwidth in GB/s (a number without sign, nccl-tests getFloatStr)"),
+         "busbw": (_FLOAT, "a bandwidth in GB/s (a number without sign, nccl-tests getFloatStr)"),
+         "extra": (_FLOAT, "a number without sign (nccl-tests getFloatStr)"),
+         "wrong": (_WRONG, "a count of wrong elements or N/A (nccl-tests %6g)"),
+         "error": (_WRONG, "an error magnitude such as 0e+00 (nccl-tests %5.0le)")}
+_FIX_ROW = ("nccl-tests prints every row in these formats, so this one was changed or corrupted: re-run nccl-tests "
+            "or correct the row (the whole log is refused so that no row is read wrongly)")
 
 
 @dataclass(frozen=True)
@@ -92,6 +137,8 @@ class NcclTestsRow:
         Out-of-place ``#wrong`` (None for ``N/A``).
     ip_time_us, ip_algbw_GBps, ip_busbw_GBps, ip_wrong : float or None
         The same for in-place (None if the row has no in-place half).
+    line : int
+        1-based line of the row in its file (0 when unknown).
     """
 
     size_bytes: int
@@ -107,6 +154,7 @@ class NcclTestsRow:
     ip_algbw_GBps: float | None = None
     ip_busbw_GBps: float | None = None
     ip_wrong: float | None = None
+    line: int = field(default=0, compare=False)
 
     @property
     def busbw_GBps(self) -> float:
@@ -116,13 +164,17 @@ class NcclTestsRow:
 
 @dataclass
 class NcclTestsLog:
-    """A parsed log: which collective, over how many ranks, and its rows in size order."""
+    """A parsed log: which collective, over how many ranks, and its rows in size order.
+
+    ``skipped`` holds ``(line, text)`` of the lines of this run that were neither comments nor rows.
+    """
 
     collective: str | None
     nranks: int | None
     rows: list[NcclTestsRow] = field(default_factory=list)
     avg_busbw_GBps: float | None = None
     source: str = "<text>"
+    skipped: list[tuple[int, str]] = field(default_factory=list)
     nodes: int | None = None  # hosts named in the '# Rank N ... on HOST device' lines; None without them
 
     def table(self) -> list[tuple[int, float]]:
@@ -134,66 +186,349 @@ class NcclTestsLog:
         return [(r.size_bytes, r.busbw_GBps) for r in self.rows if r.busbw_GBps > 0]
 
 
-def _value(tok: str) -> float | None:
-    """A numeric cell, or None for ``N/A``. Raises ValueError otherwise."""
-    if tok.upper() == "N/A":
+def skipped_warning(logs: list[NcclTestsLog]) -> str | None:
+    """One warning line for the skipped lines of ``logs`` (one file's runs), or None if none was skipped."""
+    skipped = [s for log in logs for s in log.skipped]
+    if not skipped:
         return None
-    if _NUM_RE.match(tok):
-        return float(tok)
-    raise ValueError(tok)
+    line, text = skipped[0]
+    short = text if len(text) <= 60 else text[:57] + "..."
+    return (f"{logs[0].source}: skipped {len(skipped)} line(s) that are neither '#' comments nor table rows "
+            f"(first: line {line}: {short!r})")
 
 
-def _is_cell(tok: str) -> bool:
-    try:
-        _value(tok)
-        return True
-    except ValueError:
-        return False
+@dataclass(frozen=True)
+class _Layout:
+    """The columns of a table (roles of :data:`_COLUMNS`), the header words, and where the header was."""
+
+    roles: tuple[str, ...]
+    words: tuple[str, ...]
+    line: int
+
+    @property
+    def halves(self) -> int:
+        return self.roles.count("time")
 
 
-def _split_glued(tok: str, count: int, tbytes: int) -> tuple[str, int] | None:
-    """Split a size token that may carry the previous row's ``#wrong`` in front of it.
-
-    Returns ``(prefix, size)``: the prefix is ``""`` when nothing was glued.
-    """
-    m = re.search(r"(\d+)$", tok)
-    if not m:
-        return None
-    digits = m.group(1)
-    head = tok[: m.start()]
-    head = re.sub(r"^.*\)", "", head)  # "(GB/s)8": a header word glued in front
-    want = count * tbytes
-    cands = [(head + digits[:i], int(digits[i:])) for i in range(len(digits)) if digits[i:] and
-             (digits[i] != "0" or i == len(digits) - 1)]
-    for pre, size in cands:  # exact: size = count * sizeof(type)
-        if size == want:
-            return pre, size
-    for pre, size in cands:  # a multiple of count (older versions printed per-rank counts)
-        if count and size % count == 0 and size // count in (1, 2, 4, 8, 16):
-            return pre, size
-    return head, int(digits)
+def _default(words: str) -> _Layout:
+    w = tuple(words.split())
+    return _Layout(tuple(_COLUMNS[x] for x in w), w, 0)
 
 
-_CALIBRATE_RE = re.compile(r"#\s*(all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|sendrecv|scatter|gather)\s+over\s+(\d+)\s+ranks?\b")
+#: Layouts for rows with no header before them, by their number of cells: current (two halves, one half) and
+#: old (no root; no redop either).
+_DEFAULT = {13: _default("size count type redop root time algbw busbw #wrong time algbw busbw #wrong"),
+            9: _default("size count type redop root time algbw busbw #wrong"),
+            12: _default("size count type redop time algbw busbw error time algbw busbw error"),
+            11: _default("size count type time algbw busbw error time algbw busbw error")}
 
-class _NoRows(SchedsimError):
-    """A text holds no data row (a log with several runs may have empty ones)."""
+
+def _bad(src: str, line: int, what: str, fix: str = _FIX_ROW) -> SchedsimError:
+    return SchedsimError(f"{src}:{line}: {what}", fix=fix)
 
 
-def _row_problems(r: NcclTestsRow) -> list[str]:
-    """What is wrong with one row: non-finite or negative times and bandwidths, a nonzero ``#wrong``."""
-    out = []
-    where = f"row size {r.size_bytes} B ({r.count} {r.dtype})"
-    for half, vals in (("out-of-place", (r.oop_time_us, r.oop_algbw_GBps, r.oop_busbw_GBps, r.oop_wrong)),
-                       ("in-place", (r.ip_time_us, r.ip_algbw_GBps, r.ip_busbw_GBps, r.ip_wrong))):
-        for col, v in zip(("time", "algbw", "busbw", "#wrong"), vals, strict=False):
-            if v is None:
+def _layout(words: list[str], src: str, line: int) -> _Layout:
+    """The layout named by header words (from ``size``/``bytes`` on). Raises if nccl-tests never printed it."""
+    roles = [_COLUMNS[w] for w in words]
+    ok = roles[:3] == ["size", "count", "type"]
+    i = 3
+    for opt in ("redop", "root"):
+        if i < len(roles) and roles[i] == opt:
+            i += 1
+    halves = 0
+    while ok and i < len(roles) and roles[i] == "time":
+        ok = roles[i:i + 4] in (["time", "algbw", "busbw", "wrong"], ["time", "algbw", "busbw", "error"])
+        i += 4
+        while i < len(roles) and roles[i] == "extra":
+            i += 1
+        halves += 1
+    if i < len(roles) and roles[i] == "stamp":
+        i += 1
+    if not ok or halves not in (1, 2) or i != len(roles):
+        raise _bad(src, line, f"the column header {' '.join(words)!r} is not one nccl-tests prints",
+                   fix="keep the header lines nccl-tests printed ('# size count type redop root time algbw busbw "
+                       "#wrong ...'); schedsim reads the rows by their columns")
+    return _Layout(tuple(roles), tuple(words), line)
+
+
+def _header_at(toks: list[str]) -> int | None:
+    """Index of a column header (``size count type`` or ``bytes N type``) in a comment line's words."""
+    for i in range(len(toks) - 2):
+        if toks[i] in ("size", "bytes") and toks[i + 1] in ("count", "N") and toks[i + 2] == "type":
+            return i
+    return None
+
+
+def _resolution(tok: str) -> float:
+    """Half a unit of the last printed digit of a number cell (``0.01`` → 0.005, ``1.2e+07`` → 5e5)."""
+    mant, _, exp = tok.partition("e")
+    decimals = len(mant.partition(".")[2])
+    return 0.5 * 10.0 ** (-decimals + (int(exp) if exp else 0))
+
+
+def _read_rows(toks: list[str], lay: _Layout, src: str, line: int) -> list[tuple[NcclTestsRow, list[str]]]:
+    """The rows of one line's row words (several where rows were glued): each row and its bandwidth cells."""
+    out: list[tuple[NcclTestsRow, list[str]]] = []
+    toks = list(toks)
+    names = lay.words
+    n = len(lay.roles)
+    i = 0
+    while i < len(toks):
+        cells: dict[str, list[str]] = {}
+        for c, role in enumerate(lay.roles):
+            if i >= len(toks):
+                raise _bad(src, line, f"a row ends after {c} of the {n} columns of the table header"
+                           + (f" (line {lay.line})" if lay.line else "") + f": {' '.join(names)}")
+            tok = toks[i]
+            if role == "stamp":
+                if i + 1 >= len(toks) or not (_DATE.fullmatch(tok) and _CLOCK.fullmatch(toks[i + 1])):
+                    raise _bad(src, line, f"{tok!r} is not the timestamp (YYYY-MM-DD HH:MM:SS) of column {c + 1}")
+                i += 2
                 continue
-            if not math.isfinite(v) or v < 0:
-                out.append(f"{where}: {half} {col} is {v:g}")
-            elif col == "#wrong" and v >= 1 and v == int(v):  # old logs' max-error column may be e.g. 2e-07
-                out.append(f"{where}: {half} #wrong is {v:g} (NCCL returned wrong results)")
+            if role == "type":
+                if tok not in TYPE_BYTES:
+                    raise _bad(src, line, f"type {tok!r} (column {c + 1}) is not an nccl-tests type name; known: "
+                               + ", ".join(TYPE_BYTES))
+            elif role == "redop":
+                if tok not in _REDOPS:
+                    raise _bad(src, line, f"redop {tok!r} (column {c + 1}) is not an nccl-tests op name; known: "
+                               + ", ".join(sorted(_REDOPS)))
+            else:
+                pat, desc = _CELL[role]
+                if not pat.fullmatch(tok):
+                    g = _GLUED.fullmatch(tok) if role in ("wrong", "error") and c == n - 1 else None
+                    if g is None or i + 1 >= len(toks):
+                        raise _bad(src, line, _cell_problem(lay, c, tok, desc))
+                    tok = toks[i] = g.group(1)
+                    toks.insert(i + 1, g.group(2))  # the next row's size
+            cells.setdefault(role, []).append(tok)
+            i += 1
+        out.append((_row(cells, lay, src, line), cells["algbw"] + cells["busbw"]))
     return out
+
+
+def _cell_problem(lay: _Layout, c: int, tok: str, desc: str) -> str:
+    """What is wrong with cell ``c`` of a row: ``out-of-place busbw is nan: ...``, ``size '1e6' ...``."""
+    role = lay.roles[c]
+    half = ""
+    if role not in ("size", "count", "root"):
+        half = ("in-place " if lay.roles[:c + 1].count("time") == 2 else "out-of-place ")
+    try:
+        v = float(tok)
+    except ValueError:
+        v = None
+    if v is not None and (not math.isfinite(v) or v < 0) and role not in ("size", "count", "root"):
+        return f"{half}{lay.words[c]} is {v:g} (column {c + 1}): the run failed or the row was corrupted"
+    what = f"{half}{lay.words[c]} {tok!r} (column {c + 1}) is not {desc}"
+    if role in ("size", "count") and v is not None:
+        what += (" (a negative size is not a size)" if v < 0 else
+                 " (nccl-tests prints these as whole numbers, never with a point or an exponent)")
+    return what
+
+
+def _num(tok: str) -> float | None:
+    return None if tok == "N/A" else float(tok)
+
+
+def _row(cells: dict[str, list[str]], lay: _Layout, src: str, line: int) -> NcclTestsRow:
+    t, a, b, w = cells["time"], cells["algbw"], cells["busbw"], cells.get("wrong", cells.get("error", []))
+    for tt in t:
+        if float(tt) <= 0:
+            raise _bad(src, line, f"time {tt} us: a measured time is never zero")
+    if "wrong" in cells:
+        for half, x in zip(("out-of-place", "in-place"), cells["wrong"], strict=False):
+            if x != "N/A" and float(x) != 0:
+                raise _bad(src, line, f"{half} #wrong is {x}: NCCL returned wrong results, so its times do not "
+                           "count", fix="fix the system and re-run nccl-tests (check with -c 1); a run with wrong "
+                           "results is not a calibration")
+    ip = lay.halves == 2
+    return NcclTestsRow(
+        size_bytes=int(cells["size"][0]), count=int(cells["count"][0]), dtype=cells["type"][0],
+        redop=cells["redop"][0] if "redop" in cells else None,
+        root=int(cells["root"][0]) if "root" in cells else None,
+        oop_time_us=float(t[0]), oop_algbw_GBps=float(a[0]), oop_busbw_GBps=float(b[0]), oop_wrong=_num(w[0]),
+        ip_time_us=float(t[1]) if ip else None, ip_algbw_GBps=float(a[1]) if ip else None,
+        ip_busbw_GBps=float(b[1]) if ip else None, ip_wrong=_num(w[1]) if ip else None, line=line)
+
+
+@dataclass
+class _Run:
+    """One run of a binary in a file, as read so far."""
+
+    start: int
+    binary: str | None = None
+    binary_line: int = 0
+    title: tuple[str, int] | None = None  # `schedsim calibrate`'s "# all_reduce over 2 ranks"
+    header_n: int | None = None
+    has_header: bool = False
+    rank_ids: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    layout: _Layout | None = None
+    rows: list[tuple[NcclTestsRow, list[str]]] = field(default_factory=list)
+    avg: float | None = None
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def started(self) -> bool:
+        return bool(self.rows) or self.has_header
+
+
+def _scan(text: str, src: str) -> list[_Run]:
+    """Split ``text`` into runs and read every row (see the module docstring)."""
+    runs = [_Run(start=1)]
+    for ln, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s:
+            continue
+        run = runs[-1]
+        mb = _BIN_RE.search(s)
+        if mb and "concluded" not in s:  # "# Collective test concluded: X" ends a run; it starts none
+            if run.started:
+                run = _Run(start=ln)
+                runs.append(run)
+            if run.binary not in (None, mb.group(1)):
+                raise _bad(src, ln, f"{mb.group(1)} after {run.binary} (line {run.binary_line}) with no table "
+                           "between them", fix="pass a log in which each binary's run has its table")
+            run.binary, run.binary_line = mb.group(1), ln
+        if not s.startswith("#"):
+            if _NUMLIKE.match(s):
+                run.rows.extend(_read_rows(s.split(), _layout_for(run, s.split(), src, ln), src, ln))
+            else:
+                run.skipped.append((ln, s))
+            continue
+        if re.search(r"#\s*nThread\b", s):
+            if run.started:
+                run = _Run(start=ln)
+                runs.append(run)
+            run.has_header = True
+            mt = re.search(r"nThread\s+(\d+)\s+nGpus\s+(\d+)", s)
+            if mt:
+                run.header_n = int(mt.group(1)) * int(mt.group(2))
+        _comment(run, s, src, ln)
+    return runs
+
+
+def _comment(run: _Run, s: str, src: str, ln: int) -> None:
+    """Read a ``#`` line into ``run``: title, ``# Rank`` lines, footer figures, the column header and any rows
+    glued after the units header."""
+    mc = _CALIBRATE_RE.search(s)
+    if mc:
+        run.title = (mc.group(1), int(mc.group(2)))
+    run.rank_ids.update(int(x) for x in re.findall(r"#\s*Rank\s+(\d+)\s+Group", s))
+    run.hosts.update(re.findall(r"#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device", s))
+    ma = re.search(r"Avg bus bandwidth\s*:\s*(\S+)", s)
+    if ma:
+        try:
+            run.avg = float(ma.group(1))
+        except ValueError:
+            raise _bad(src, ln, f"Avg bus bandwidth {ma.group(1)!r} is not a number") from None
+    mo = re.search(r"Out of bounds values\s*:\s*(\d+)", s)
+    if mo and int(mo.group(1)):
+        raise _bad(src, ln, f"{mo.group(1)} out-of-bounds values: NCCL returned wrong results, so the run's "
+                   "times do not count", fix="fix the system and re-run nccl-tests; a run with wrong results is "
+                   "not a calibration")
+    toks = s.split()
+    h = _header_at(toks)
+    if h is not None:
+        j = h
+        while j < len(toks) and toks[j] in _COLUMNS:
+            j += 1
+        run.layout = _layout(toks[h:j], src, ln)
+    rest = _after_units(toks)
+    if rest:  # rows glued to the header line
+        run.rows.extend(_read_rows(rest, _layout_for(run, rest, src, ln), src, ln))
+
+
+def _after_units(toks: list[str]) -> list[str]:
+    """Row words glued after the units header (``# (B) (elements) ... (GB/s)8 2 float ...``), up to the next
+    ``#``; empty if none."""
+    if "(B)" not in toks:
+        return []
+    j = toks.index("(B)")
+    while j + 1 < len(toks) and toks[j + 1].startswith("("):
+        j += 1
+    tail = toks[j][toks[j].rindex(")") + 1:] if ")" in toks[j] else ""
+    rest = ([tail] if tail else []) + toks[j + 1:]
+    stop = next((k for k, t in enumerate(rest) if t.startswith("#")), len(rest))
+    return rest[:stop]
+
+
+def _layout_for(run: _Run, toks: list[str], src: str, ln: int) -> _Layout:
+    if run.layout is not None:
+        return run.layout
+    if len(toks) in _DEFAULT:
+        return _DEFAULT[len(toks)]
+    raise _bad(src, ln, f"a row of {len(toks)} words with no column header before it",
+               fix="keep the header lines nccl-tests printed ('# size count type redop root time algbw busbw "
+                   "#wrong ...'): without them only rows of 13, 12, 11 or 9 columns can be read")
+
+
+def _finish(run: _Run, src: str, collective: str | None, nranks: int | None, by_name: str | None) -> NcclTestsLog:
+    """The log of a run that has rows: its collective (the text's, else ``collective``, else ``by_name``, the file
+    name's), group size and checked rows."""
+    where = f"{src}:{run.start}"
+    coll = COLLECTIVE_OF_BINARY[run.binary] if run.binary else (run.title[0] if run.title else None)
+    if collective is not None and coll is not None and collective != coll:
+        raise SchedsimError(f"{where}: the log holds {coll} (line {run.binary_line or run.start}), not the "
+                            f"{collective} given", fix=f"drop --collective {collective}, or pass the {collective} log")
+    coll = coll or collective or by_name
+    n: int | None = len(run.rank_ids) or (run.title[1] if run.title else None)
+    if nranks is not None and n is not None and nranks != n:
+        raise SchedsimError(f"{where}: the log lists {n} ranks, not the {nranks} given",
+                            fix=f"drop --ranks {nranks}, or pass the log of a {nranks}-rank run")
+    n = n or nranks or run.header_n
+    rows = [r for r, _ in run.rows]
+    for (prev, _), (r, _) in zip(run.rows, run.rows[1:], strict=False):
+        if (r.dtype, r.redop) != (prev.dtype, prev.redop):
+            raise _bad(src, r.line, f"rows of type {prev.dtype}/{prev.redop} (line {prev.line}) and "
+                       f"{r.dtype}/{r.redop} in one run: one busbw table needs one type and one op",
+                       fix="run nccl-tests with one -d type and one -o op, or keep one type's rows")
+        if r.size_bytes <= prev.size_bytes:
+            raise _bad(src, r.line, f"size {r.size_bytes} B after {prev.size_bytes} B (line {prev.line}): "
+                       "nccl-tests prints each size once, growing", fix="pass one cycle of one run (-N 1), or "
+                       "delete the repeated rows")
+    if coll is not None and n is not None:
+        _check_bus_factor(run, coll, n, src)
+    return NcclTestsLog(collective=coll, nranks=n, rows=rows, avg_busbw_GBps=run.avg, source=src,
+                        skipped=run.skipped, nodes=len(run.hosts) or None)
+
+
+def _check_bus_factor(run: _Run, coll: str, n: int, src: str) -> None:
+    """busbw = algbw × bus factor (nccl-tests ``src/<coll>.cu`` ``GetBw``) within the printed rounding."""
+    from schedsim.cost import bus_factor
+
+    try:
+        f = bus_factor(coll, n)
+    except KeyError:  # hypercube: no factor schedsim knows
+        return
+    for r, cells in run.rows:
+        h = len(cells) // 2
+        for a, b in zip(cells[:h], cells[h:], strict=True):
+            if abs(float(b) - float(a) * f) > _resolution(b) + _resolution(a) * f + 1e-9:
+                raise _bad(src, r.line, f"busbw {b} GB/s is not algbw {a} x {f:g}, the nccl-tests bus factor of "
+                           f"{coll} over {n} ranks: the log is not the {coll} over {n} ranks it was read as",
+                           fix="pass --collective and --ranks as the run was (a header that lists fewer ranks than "
+                               "ran, or another binary's log), or re-run nccl-tests")
+
+
+def _parse_runs(text: str, src: str, collective: str | None, nranks: int | None,
+                by_name: str | None = None) -> list[NcclTestsLog]:
+    runs = _scan(text, src)
+    logs = []
+    for run in runs:
+        if not run.rows:
+            if run.started:
+                raise _bad(src, run.start, f"the run of {run.binary or 'an nccl-tests binary'} starting here has "
+                           "no table rows (it failed or the log was cut)", fix="pass a complete log, or delete "
+                           "that run's lines")
+            continue
+        logs.append(_finish(run, src, collective, nranks, by_name))
+    if not logs:
+        raise SchedsimError(f"{src}: no nccl-tests data rows found", fix="pass the output of an nccl-tests binary "
+                            "such as all_reduce_perf (rows: size count type redop root time algbw busbw #wrong "
+                            "...); lines with a prefix (mpirun --tag-output, timestamps) must have it removed")
+    logs[0].skipped = [s for r in runs if not r.rows for s in r.skipped] + logs[0].skipped
+    return logs
 
 
 def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | None = None,
@@ -203,7 +538,7 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
     Parameters
     ----------
     text : str
-        The log, with or without its newlines (see the module docstring).
+        The log (see the module docstring for what is read and what is refused).
     collective : str, optional
         Collective key to use if the text does not name the binary.
     nranks : int, optional
@@ -218,7 +553,8 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
     Raises
     ------
     SchedsimError
-        If no data row is found.
+        ``SOURCE:LINE: ...`` for a row or header that is not exactly as nccl-tests prints it, a failed run, or
+        a contradiction (module docstring); no rows; several runs (use :func:`read_nccl_tests`).
 
     Examples
     --------
@@ -227,97 +563,10 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, nranks: int | 
     >>> (log.nranks, log.rows[0].size_bytes, log.rows[0].oop_busbw_GBps)
     (2, 1024, 0.1)
     """
-    coll = collective
-    m = _BIN_RE.search(text)
-    if m:
-        coll = COLLECTIVE_OF_BINARY[m.group(1)]
-    n = nranks
-    mc = _CALIBRATE_RE.search(text)  # the title `schedsim calibrate` prints: "# all_reduce over 2 ranks (nccl), ..."
-    if mc:
-        coll = coll or mc.group(1)
-        n = n or int(mc.group(2))
-    rank_ids = set(int(x) for x in re.findall(r"#\s*Rank\s+(\d+)\s+Group", text))
-    if rank_ids and n is None:
-        n = len(rank_ids)
-    if n is None:
-        mt = re.search(r"nThread\s+(\d+)\s+nGpus\s+(\d+)", text)
-        if mt:
-            n = int(mt.group(1)) * int(mt.group(2))
-    hosts = set(re.findall(r"#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device", text))
-    avg = None
-    ma = re.search(r"Avg bus bandwidth\s*:\s*([-+\d.eE]+)", text)
-    if ma:
-        avg = float(ma.group(1))
-
-    toks = text.split()
-    anchors: list[int] = []
-    for i, t in enumerate(toks):
-        if t in TYPE_BYTES and i >= 2 and toks[i - 1].isdigit() and re.search(r"\d$", toks[i - 2]):
-            anchors.append(i)
-    rows: list[NcclTestsRow] = []
-    problems: list[str] = []
-    glued_prefix: dict[int, str] = {}
-    sizes: dict[int, int] = {}
-    for a in anchors:
-        count = int(toks[a - 1])
-        sp = _split_glued(toks[a - 2], count, TYPE_BYTES[toks[a]])
-        if sp is None:
-            continue
-        glued_prefix[a], sizes[a] = sp
-    for k, a in enumerate(anchors):
-        if a not in sizes:
-            continue
-        dtype = toks[a]
-        count = int(toks[a - 1])
-        j = a + 1
-        redop: str | None = None
-        root: int | None = None
-        if j < len(toks) and toks[j].lower() in _REDOPS:
-            redop = toks[j]
-            j += 1
-        stop = anchors[k + 1] - 2 if k + 1 < len(anchors) else len(toks)
-        cells: list[str] = []
-        while j < stop and _is_cell(toks[j]):
-            cells.append(toks[j])
-            j += 1
-        nxt = anchors[k + 1] if k + 1 < len(anchors) else None
-        tail = glued_prefix.get(nxt, "") if nxt is not None else ""
-        if tail:
-            cells.append(tail)
-        # a leading integer cell before 8 (or 4) values is the root column
-        if len(cells) in (9, 5) and re.fullmatch(r"-?\d+", cells[0]):
-            root = int(cells[0])
-            cells = cells[1:]
-        if len(cells) > 8:  # -I 1 and other extra columns: the last 8 per the reference advice
-            cells = cells[-8:]
-        if len(cells) < 4:
-            continue
-        try:
-            vals = [_value(c) for c in cells]
-        except ValueError:
-            continue
-        oop = vals[:4]
-        ip = vals[4:8] if len(vals) >= 8 else [None, None, None, None]
-        if oop[0] is None or oop[1] is None or oop[2] is None:
-            continue
-        row = NcclTestsRow(size_bytes=sizes[a], count=count, dtype=dtype, redop=redop, root=root,
-                           oop_time_us=oop[0], oop_algbw_GBps=oop[1], oop_busbw_GBps=oop[2], oop_wrong=oop[3],
-                           ip_time_us=ip[0], ip_algbw_GBps=ip[1], ip_busbw_GBps=ip[2], ip_wrong=ip[3])
-        problems.extend(_row_problems(row))
-        rows.append(row)
-    if problems:
-        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise SchedsimError(f"{source}: {len(problems)} bad value(s) in nccl-tests rows: " + "; ".join(problems[:5])
-                            + more + "\n  fix: a nan/inf/negative time or bandwidth, or a nonzero #wrong, means the "
-                            "run failed or was corrupted; re-run nccl-tests (check -c 1 correctness output) and pass "
-                            "a clean log, or delete those rows")
-    if not rows:
-        raise _NoRows(f"{source}: no nccl-tests data rows found", fix="pass the output of an nccl-tests "
-                            "binary such as all_reduce_perf (rows: size count type redop root time algbw busbw "
-                            "#wrong ...)")
-    rows.sort(key=lambda r: r.size_bytes)
-    return NcclTestsLog(collective=coll, nranks=n, rows=rows, avg_busbw_GBps=avg, source=source,
-                        nodes=len(hosts) or None)
+    logs = _parse_runs(text, source, collective, nranks)
+    if len(logs) > 1:
+        raise SchedsimError(f"{source}: {len(logs)} runs in one text", fix="read it with read_nccl_tests")
+    return logs[0]
 
 
 def read_nccl_tests(path: str | Path, *, collective: str | None = None,
@@ -327,46 +576,32 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
     Raises
     ------
     SchedsimError
-        Missing file, no data rows, or no way to tell the collective or group size.
+        Missing or unreadable file; anything :func:`parse_nccl_tests` refuses; no way to tell the collective
+        or group size.
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8", errors="replace")
+        data = p.read_bytes()
     except FileNotFoundError:
         raise SchedsimError(f"{p}: no such file", fix="pass the path of an nccl-tests log") from None
     except OSError as e:
         raise SchedsimError(f"{p}: cannot read ({e.strerror or e})", fix="pass the path of an nccl-tests log "
                             "file") from None
-    if collective is None:
-        stem = _BIN_RE.search(p.name)
-        if stem:
-            collective = COLLECTIVE_OF_BINARY[stem.group(1)]
-    # split at each "# nThread" header: one run per header
-    starts = [m.start() for m in re.finditer(r"#\s*nThread", text)]
-    for k in range(1, len(starts)):
-        # the binary name (``./build/all_gather_perf ...``) of run k comes before its header: keep it with run k,
-        # or run k would take the file's or the previous run's collective
-        names = list(_BIN_RE.finditer(text, starts[k - 1], starts[k]))
-        if names:
-            starts[k] = text.rfind("\n", starts[k - 1], names[-1].start()) + 1
-    chunks = [text] if len(starts) <= 1 else [text[a:b] for a, b in zip([0] + starts[1:], starts[1:] + [len(text)], strict=True)]
-    logs = []
-    for c in chunks:
-        try:
-            log = parse_nccl_tests(c, collective=collective, nranks=nranks, source=str(p))
-        except _NoRows:
-            if len(chunks) > 1:
-                continue
-            raise
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise SchedsimError(f"{p}:{line}: not UTF-8 text (byte {e.start})", fix="pass the text log nccl-tests "
+                            "printed") from None
+    stem = _BIN_RE.search(p.name)
+    logs = _parse_runs(text, str(p), collective, nranks, COLLECTIVE_OF_BINARY[stem.group(1)] if stem else None)
+    for log in logs:
         if log.collective is None:
             raise SchedsimError(f"{p}: cannot tell which collective the log measured",
                                 fix="pass --collective all_reduce (or all_gather, reduce_scatter, ...)")
         if log.nranks is None:
             raise SchedsimError(f"{p}: cannot tell the number of ranks (no '# Rank N' lines or 'nGpus' header)",
                                 fix="pass --ranks N")
-        logs.append(log)
-    if not logs:
-        raise SchedsimError(f"{p}: no nccl-tests data rows found")
     return logs
 
 

@@ -45,6 +45,7 @@ def check_graph(G: nx.DiGraph) -> None:
 
     G.graph["issue_order"] = issue_order(G)
     check_collective_order(G)
+    _check_lazy_init(G)
     cyc = find_hang(G)
     if cyc is None:
         from schedsim.graph.nccl import cross_communicator_order
@@ -86,6 +87,35 @@ def _eager_init_hang(G: nx.DiGraph) -> str | None:
             + grid)
 
 
+def _check_lazy_init(G: nx.DiGraph) -> None:
+    """Rule 6 of :mod:`schedsim.graph.nccl`: under lazy communicator creation every rank of a group
+    communicator that some rank launches on must launch on it too.
+
+    Raises
+    ------
+    DeadlockError
+    """
+    from schedsim.graph.nccl import issue_grid, lazy_init_missing
+
+    got = lazy_init_missing(G)
+    if got is None:
+        return
+    comm, users, missing = got
+    order = G.graph.get("issue_order") or {}
+    grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in order.items()}, set())
+    def show(rs: list[int]) -> str:
+        return str(rs) if len(rs) <= 8 else f"[{', '.join(map(str, rs[:6]))}, ..., {rs[-1]}] ({len(rs)} ranks)"
+
+    raise DeadlockError(
+        f"rank(s) {show(users)} make NCCL calls on the communicator of ranks {show(list(comm[1]))} (batched "
+        "send/recv or collectives on them), which a lazily initialised process group creates at each rank's first "
+        f"call on it and which waits for all its ranks; rank(s) {show(missing)} never call it, so the others wait "
+        "forever (pytorch/pytorch#74701)",
+        fix="initialise the process group eagerly (`nccl_init: eager`: init_process_group(device_id=...)), or have "
+            "every rank of the group make a call on it first (e.g. a barrier or all_reduce on all ranks)",
+        detail=grid)
+
+
 def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
     """A :class:`DeadlockError` naming each wait of a wait-for cycle, with the issue grid and a fix."""
     from schedsim.graph.nccl import issue_grid
@@ -118,12 +148,19 @@ def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
             chain.append(ua.split("+")[0])
         elif a % 2 == 0 and b % 2 == 1 and a // 2 != b // 2:
             kind = why.get((a, b), "p2p")
-            steps.append(f"{name(b)} completes only once {name(a)} is posted "
-                         f"({'its send/recv partner' if kind == 'p2p' else 'a member of the same collective'})")
+            reasons.add(kind)
+            partner = {"p2p": "its send/recv partner", "lazy init": "the first call of another rank on the same "
+                       "communicator, which a lazily initialised process group creates then, waiting for all its "
+                       "ranks"}.get(kind, "a member of the same collective")
+            steps.append(f"{name(b)} completes only once {name(a)} is posted ({partner})")
             named += [*ub.split("+"), *ua.split("+")]
         for u in (ua, ub):
             marked.update(u.split("+"))
-    if "communicators share ranks" in reasons:
+    if "lazy init" in reasons:
+        fix = ("initialise the process group eagerly (`nccl_init: eager`: init_process_group(device_id=...)), or make "
+               "the first call on that communicator one that every rank of it reaches without waiting on another "
+               "(pytorch/pytorch#74701)")
+    elif "communicators share ranks" in reasons:
         fix = ("issue the collectives of communicators that share two or more ranks in one relative order on every "
                "rank (NCCL documentation, 'Using multiple NCCL communicators concurrently')")
     elif "same communicator" in reasons:

@@ -30,6 +30,14 @@ Rules (:func:`wait_for_graph`)
        concurrently": otherwise the kernels can wait on each other and deadlock).
     5. A batch is posted as one unit, after everything its members depend on, and completes when
        every member completed.
+    6. Under lazy communicator creation (the schedule's ``nccl_init: lazy``, torch's default: no
+       ``device_id`` given to ``init_process_group``), each rank creates a group communicator at its
+       first launch on it, and the creation (``ncclCommInitRank``) returns only once every rank of
+       the communicator has called it: each rank's first launch on it completes only once every
+       rank's first launch on it is posted, and a rank that never launches on it leaves the others
+       waiting (pytorch/pytorch#74701: "if batch_isend_irecv is the first collective call in the
+       group, all ranks of the group are expected to participate in this call"; the
+       ``batch_isend_irecv`` documentation says the same).
 
 Each launch becomes two nodes, *posted* and *done*; an edge means "cannot happen before". A cycle
 is a hang. The graph is exact for these rules (no contraction), so it does not report a pipeline
@@ -47,7 +55,8 @@ import networkx as nx
 from schedsim.kinds import COMM_KINDS, P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS
 
-__all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang", "cross_communicator_order"]
+__all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang", "cross_communicator_order",
+           "lazy_init_missing"]
 
 Comm = tuple[Any, ...]
 
@@ -194,8 +203,52 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False
                     if explain:
                         why.setdefault((2 * pu + 1, 2 * u), "communicators share ranks")
             last[comm] = u
+    _lazy_hubs(G, world, eager, unit_of, n, adj, hubs, why)
     adj.extend(hubs)  # hub nodes are 2n, 2n+1, ... (find_hang folds them out of a reported cycle)
     return adj, labels, why
+
+
+def _lazy_hubs(G: nx.DiGraph, world: int, eager: bool, unit_of: dict[str, int], n: int, adj: list[list[int]],
+               hubs: list[list[int]], why: dict[tuple[int, int], str]) -> None:
+    """Rule 6: per group communicator, one hub node that the first launch of each of its ranks posts to and
+    that each of those launches' done waits for (a lazily created communicator is a rendezvous); nothing under
+    ``nccl_init: eager``."""
+    if G.graph.get("nccl_init", "lazy") != "lazy":
+        return
+    firsts: dict[Comm, list[int]] = {}
+    for launches in (G.graph.get("issue_order") or issue_order(G)).values():
+        seen: set[Comm] = set()
+        for launch in launches:
+            comm = communicator(G.nodes[launch[0]]["op"], world, eager)
+            if comm is not None and comm[0] == "group" and comm not in seen:
+                seen.add(comm)
+                firsts.setdefault(comm, []).append(unit_of[launch[0]])
+    for members in firsts.values():
+        hubs.append([2 * y + 1 for y in members])
+        hub = 2 * n + len(hubs) - 1
+        for x in members:
+            adj[2 * x].append(hub)
+        why[(hub, -1)] = "lazy init"
+
+
+def lazy_init_missing(G: nx.DiGraph) -> tuple[Comm, list[int], list[int]] | None:
+    """Under lazy communicator creation (``G.graph["nccl_init"]``, default ``"lazy"``): a group communicator
+    that some of its ranks call and others never do, as ``(comm, ranks that call it, ranks that never do)``;
+    those that call it wait in its creation forever (rule 6). None if there is none."""
+    if G.graph.get("nccl_init", "lazy") != "lazy":
+        return None
+    world = int(G.graph.get("world_size", 1))
+    users: dict[Comm, set[int]] = {}
+    for r, launches in (G.graph.get("issue_order") or issue_order(G)).items():
+        for launch in launches:
+            comm = communicator(G.nodes[launch[0]]["op"], world)
+            if comm is not None and comm[0] == "group":
+                users.setdefault(comm, set()).add(int(r))
+    for comm, rs in users.items():
+        missing = sorted(set(comm[1]) - rs)
+        if missing:
+            return comm, sorted(rs), missing
+    return None
 
 
 #: Collectives with more members than this get one hub node in the wait-for graph instead of all pairs.
@@ -250,7 +303,7 @@ def find_hang(G: nx.DiGraph, eager: bool = False) -> list[tuple[int, int]] | Non
         for a, b in cyc:
             if a >= n2:
                 folded[-1] = (folded[-1][0], b)
-                why.setdefault(folded[-1], "collective")
+                why.setdefault(folded[-1], why.get((a, -1), "collective"))
             else:
                 folded.append((a, b))
         cyc = folded

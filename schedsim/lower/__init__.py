@@ -47,6 +47,8 @@ def lower(spec: Any, check: bool = True) -> Program:
         info: dict[str, Any] = {"name": spec.name, "world_size": spec.world_size, "launch": spec.launch}
         if conns is not None:
             info["max_connections"] = conns
+        if spec.nccl_init != "lazy":
+            info["nccl_init"] = spec.nccl_init
         if pipeline is not None:
             info["pipeline"] = pipeline  # G.graph's form (to_dict) only when the reference build words an error
         cols, linked = link(table, spec._file, info, check)
@@ -54,7 +56,7 @@ def lower(spec: Any, check: bool = True) -> Program:
         prog = Program(spec.name, spec.world_size, spec.launch, spec._file, conns, pipeline, tuple(table.templates),
                        table.names, table.tags, tuple(table.streams.items),
                        table.strs, c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],
-                       c["peer"], c["batch"], c["msg"], **linked)
+                       c["peer"], c["batch"], c["msg"], **linked, nccl_init=spec.nccl_init)
         if check:
             from schedsim.lower.checks import check_program
 

@@ -136,12 +136,37 @@ def _dag_edges(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     return e[:, 0], e[:, 1]
 
 
+def _first_launches(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
+                    ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]:
+    """``(first, cid, groups)``: the head op of each rank's first launch on each group communicator it uses
+    (rule 6 of :mod:`schedsim.graph.nccl`), that launch's communicator id, and the ranks of each id."""
+    heads = comm[comm == head]
+    if not len(heads):
+        return heads, heads, []
+    cid, groups = _comm_ids(prog, heads, eager, tc)
+    g = cid < len(groups)
+    key = prog.rank[heads][g].astype(I64) * (int(cid.max()) + 1) + cid[g]
+    _k, first = np.unique(key, return_index=True)
+    return heads[g][first], cid[g][first], groups
+
+
+def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> bool:
+    """Under lazy communicator creation, every rank of a group communicator that some rank calls calls it."""
+    if prog.nccl_init != "lazy":
+        return True
+    first, cid, groups = _first_launches(prog, comm, head, False, tc)
+    have = np.bincount(cid, minlength=len(groups)) if len(cid) else np.zeros(len(groups), I64)
+    return all(int(have[c]) in (0, len(groups[c])) for c in range(len(groups)))
+
+
 def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
-                    ) -> tuple[int, list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
-    """``(nodes, parts, useq, u)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
-    done", 2n + c the hub of collective c; its edges as parts ``(from, to)`` but posted -> done of every unit
-    (``(2·k, 2·k + 1)`` for k < n, which :func:`_no_hang` adds when it needs them); ``useq`` is each unit's
-    position on its rank, ``u`` each op's unit (a p2p batch is one unit). Node numbers are
+                    ) -> tuple[int, list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray, np.ndarray]:
+    """``(nodes, parts, useq, u, lazy)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
+    done", 2n + c the hub of collective c, then one hub per lazily created communicator (rule 6 of
+    :mod:`schedsim.graph.nccl`: posted(first launch of each rank on it) -> hub -> done(each)); its edges as
+    parts ``(from, to)`` but posted -> done of every unit (``(2·k, 2·k + 1)`` for k < n, which :func:`_no_hang`
+    adds when it needs them); ``useq`` is each unit's position on its rank, ``u`` each op's unit (a p2p batch
+    is one unit), ``lazy`` the largest ``useq`` of each lazy hub's members. Node numbers are
     :func:`_index_type`."""
     uniq, u = _units(prog, comm, head)
     n = len(uniq)
@@ -162,11 +187,21 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
         us, ur = u[prog.p2p[:, 0]], u[prog.p2p[:, 1]]
         parts += [(2 * us, 2 * ur + 1), (2 * ur, 2 * us + 1)]
     parts.append(_communicator_order(prog, comm, head, u, eager, tc))
-    return 2 * n + max(nc, 0), parts, useq, u
+    lazy = np.zeros(0, I64)
+    if prog.nccl_init == "lazy":
+        first, cid, _groups = _first_launches(prog, comm, head, eager, tc)
+        if len(first):
+            hid, hub_of = np.unique(cid, return_inverse=True)
+            hub = (2 * n + max(nc, 0) + hub_of).astype(u.dtype)
+            fu = u[first]
+            parts += [(2 * fu, hub), (hub, 2 * fu + 1)]
+            lazy = np.full(len(hid), -1, I64)
+            np.maximum.at(lazy, hub_of, useq[fu])
+    return 2 * n + max(nc, 0) + len(lazy), parts, useq, u, lazy
 
 
 def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]], useq: np.ndarray,
-                         prog: Program, u: np.ndarray) -> bool:
+                         prog: Program, u: np.ndarray, lazy: np.ndarray) -> bool:
     """Whether every edge goes forward in the order "unit position, posted before hub before done": then the
     graph is acyclic without a sweep. It holds when each collective's members, and each send/recv pair, sit
     at one position on every rank (an SPMD program); any other graph is left to the sweep. The first part
@@ -181,7 +216,8 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
     nc = len(prog.coll_ptr) - 1
     if nc > 0:
         ms = useq[u[prog.coll_idx]]
-        key[2 * n:] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
+        key[2 * n:2 * n + nc] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
+    key[2 * n + max(nc, 0):] = 4 * lazy + 1
     return all(bool((key[a] < key[b]).all()) for a, b in reversed(parts))  # p2p (most often backward) early
 
 
@@ -266,8 +302,8 @@ def _acyclic_python(n: int, edges: np.ndarray) -> bool:
 
 
 def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool = False) -> bool:
-    n, parts, useq, u = _wait_for_edges(prog, comm, head, eager, tc)
-    if _ordered_by_position(n, parts, useq, prog, u):
+    n, parts, useq, u, lazy = _wait_for_edges(prog, comm, head, eager, tc)
+    if _ordered_by_position(n, parts, useq, prog, u, lazy):
         return True
     it = _index_type(prog)
     ext = compiled("acyclic_units") if it is np.int32 else None
@@ -330,15 +366,84 @@ def check_program(prog: Program) -> list[str]:
     """
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
-    ok = (_forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _no_hang(prog, comm, head, tc)
-          and _batch_inputs_ok(prog, comm, head))
+    ok = (_forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
+          and _no_hang(prog, comm, head, tc) and _batch_inputs_ok(prog, comm, head))
     if not ok:
         _reference(prog, check=True)
         raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
+    split = _split_batch_warning(prog, comm, head, tc)
     if _cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc):
         G = _reference(prog, check=True)
-        return [w for w in G.graph.get("warnings", []) if w not in prog.warnings]
-    return []
+        return [w for w in G.graph.get("warnings", []) if w not in prog.warnings] + ([split] if split else [])
+    return [split] if split else []
+
+
+#: Send/recv ops in one p2p batch above which NCCL may split the group into several kernel launches; torch's
+#: ``batch_isend_irecv`` chunks a larger batch for this reason (``TORCH_NCCL_BATCH_P2P_CHUNK_SIZE``, default 256:
+#: pytorch/pytorch PR #174942).
+NCCL_SPLIT_OPS = 256
+
+
+def _split_batch_warning(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> str | None:
+    """A "may hang" warning for a p2p batch that NCCL may launch as several kernels, split differently on its
+    peers (pytorch/pytorch#174288, NVIDIA/Megatron-LM#7189).
+
+    NCCL packs a group's send/recv into one kernel launch while its work batches fit the kernel's argument
+    budget (``scheduleP2pTasksToPlan`` and ``ncclTestBudget`` in NVIDIA/nccl ``src/enqueue.cc``: 4 KiB of kernel
+    arguments, ``ncclMaxKernelArgsSize`` in ``src/include/device.h``, of 16-byte ``ncclDevWorkBatch``es); the rest
+    goes to the next launch, which starts when the first ends. ``ncclAddWorkBatchToPlan`` opens a new work
+    batch on each channel for every p2p epoch (a pass that takes at most one send and one recv per peer) and
+    every 8 rounds (``NCCL_MAX_DEV_WORK_P2P_PER_BATCH``), so where a group is cut depends on each rank's own
+    ops and on the channels NCCL chose (topology): ranks whose batches differ can put a send and its recv in
+    launches that wait on each other. Warned, not refused (the cut needs the channel count), for a batch of
+    more than :data:`NCCL_SPLIT_OPS` ops with two or more peers whose peers' batches have another shape
+    (ops per (peer − rank) mod world and direction)."""
+    is_p2p = tc.mask(prog, P2P_KINDS)[comm]
+    pc, ph = comm[is_p2p], head[is_p2p]
+    if len(pc) <= NCCL_SPLIT_OPS:
+        return None
+    uh, cnt = np.unique(ph, return_counts=True)
+    big = uh[cnt > NCCL_SPLIT_OPS]
+    if not len(big):
+        return None
+    head_of = dict(zip(pc.tolist(), ph.tolist(), strict=True))
+    partner: dict[int, int] = {}
+    for s_, r_ in prog.p2p.tolist():
+        partner[s_], partner[r_] = r_, s_
+    members: dict[int, list[int]] = {}
+    for o, h in zip(pc.tolist(), ph.tolist(), strict=True):
+        members.setdefault(h, []).append(o)
+    W, send = prog.world_size, OP_KINDS.index("send")
+
+    def shape(h: int) -> dict[tuple[int, bool], int]:
+        r = int(prog.rank[h])
+        out: dict[tuple[int, bool], int] = {}
+        for o in members[h]:
+            k = ((int(prog.peer[o]) - r) % W, bool(tc.kind[prog.tmpl[o]] == send))
+            out[k] = out.get(k, 0) + 1
+        return out
+
+    for h in big.tolist():
+        mine = members[h]
+        if len({int(prog.peer[o]) for o in mine}) < 2:
+            continue
+        sh = shape(h)
+        for o in mine:
+            ph2 = head_of.get(partner.get(o, -1), -1)
+            if ph2 >= 0 and shape(ph2) != sh:
+                from schedsim.errors import SchedsimError
+
+                name, other = prog.op_names([h, ph2])
+                return SchedsimError(
+                    f"may hang: p2p batch of {name!r} on rank {int(prog.rank[h])} holds {len(mine)} send/recv ops "
+                    f"with {len({int(prog.peer[x]) for x in mine})} peers; NCCL may launch a group this large as "
+                    "several kernels, cut where its kernel-argument budget runs out (NVIDIA/nccl src/enqueue.cc), "
+                    f"and rank {int(prog.rank[ph2])}'s batch (of {other!r}) has another shape, so a send and its recv "
+                    "can land in launches that wait on each other (pytorch/pytorch#174288)",
+                    fix=f"split the batch into batches of at most {NCCL_SPLIT_OPS} ops that pair the same ranks on "
+                        "both sides (torch's batch_isend_irecv does so from pytorch PR #174942; "
+                        "TORCH_NCCL_BATCH_P2P_CHUNK_SIZE)").format()
+    return None
 
 
 def _eager_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from schedsim.graph.ops import Op
-from schedsim.kinds import P2P_KINDS
+from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import stable_order, unique
 from schedsim.lower.table import Table
 from schedsim.spec.model import COLLECTIVE_KINDS
@@ -196,7 +196,9 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
         t_gid[t] = gids.setdefault(g, len(gids))
         if len(groups) < len(gids):
             groups.append(g)
-        t_sig[t] = sigs.setdefault((p.kind, p.nbytes, p.root, p.dtype), len(sigs))
+        # all_to_all: a size per rank (reference._check_collectives says why)
+        t_sig[t] = sigs.setdefault((p.kind, None if p.kind in PER_RANK_SIZE else p.nbytes, p.root, p.dtype),
+                                   len(sigs))
     nn = max(len(cols.table.names), 1)
     ck = c["name"][idx].astype(I64) + nn * t_gid[c["tmpl"][idx]]
     uk, first, inv = unique(ck)

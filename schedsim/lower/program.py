@@ -166,6 +166,7 @@ class Program:
     p2p: np.ndarray
     warnings: tuple[str, ...] = ()
     checked: bool = False
+    nccl_init: str = "lazy"  # the schedule's `nccl_init`
 
     def __post_init__(self) -> None:
         for v in self.__dict__.values():
@@ -345,6 +346,8 @@ class Program:
             info["max_connections"] = self.max_connections
         if self.pipeline is not None:
             info["pipeline"] = self.pipeline.to_dict(lazy_order=lazy_order)
+        if self.nccl_init != "lazy":
+            info["nccl_init"] = self.nccl_init
         return info
 
 

@@ -18,7 +18,7 @@ import networkx as nx
 
 from schedsim.errors import DeadlockError, GraphError
 from schedsim.graph.ops import Op, format_op_id
-from schedsim.kinds import P2P_KINDS
+from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.p2p import message_name
 from schedsim.spec.model import COLLECTIVE_KINDS
 
@@ -134,7 +134,13 @@ def _dep_edges(ops: list[Op], names_on_rank: dict[int, dict[str, Op]]
 
 
 def _check_collectives(G: nx.DiGraph, ops: list[Op], collectives: dict[str, list[str]]) -> None:
-    """Every collective has one kind, size, dtype and root, and is issued on every rank of its group."""
+    """Every collective has one kind, size, dtype and root, and is issued on every rank of its group.
+
+    An all_to_all may have a size per rank (:data:`schedsim.kinds.PER_RANK_SIZE`): NCCL runs it as grouped
+    send/recv (``ncclGroupStart``; one ``ncclSend`` and ``ncclRecv`` per peer, each with its own count: torch
+    ``all_to_all_single`` with ``input_split_sizes``), so the ranks' totals need not agree (an MoE layer with a hot
+    expert); what must agree is each pair's, which a rank's total does not state. It is timed by its largest
+    member (:func:`schedsim.sim.engine.simulate`)."""
     def grid(marked: set[str], ranks: Sequence[int]) -> str:
         from schedsim.graph.nccl import grid_of_ops
 
@@ -145,7 +151,8 @@ def _check_collectives(G: nx.DiGraph, ops: list[Op], collectives: dict[str, list
         first = G.nodes[members[0]]["op"]
         for mid in members[1:]:
             o = G.nodes[mid]["op"]
-            if (o.kind, o.nbytes, o.root, o.dtype) != (first.kind, first.nbytes, first.root, first.dtype):
+            same_size = o.nbytes == first.nbytes or (o.kind == first.kind and o.kind in PER_RANK_SIZE)
+            if (o.kind, o.root, o.dtype) != (first.kind, first.root, first.dtype) or not same_size:
                 raise DeadlockError(
                     f"{o.source}: collective {o.name!r} over group {list(first.group)} is {_a(o.kind)} of "
                     f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but {_a(first.kind)} of "

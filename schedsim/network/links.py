@@ -3,7 +3,7 @@
 nccl-tests convention (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``): algbw = S / t, busbw = algbw × factor with
 factor 2(n−1)/n for all_reduce, (n−1)/n for all_gather, reduce_scatter, all_to_all, scatter and gather, 1 for
 broadcast, reduce and send/recv. A measured busbw-vs-size table for the collective and group size is
-interpolated linearly in log(size); below its smallest size alpha-beta with the smallest size's busbw (capped
+interpolated linearly in log(size), its times first made non-decreasing in size (:func:`schedsim.monotone.isotonic_1d`); below its smallest size alpha-beta with the smallest size's busbw (capped
 at that size's time), above its largest the last busbw. A table times only groups that span as many nodes as
 it was measured over (``collectives.nodes``, default 1; nodes: rank // ``topology.gpus_per_node``, or the
 caller's count). Without a table: alpha-beta on the
@@ -16,6 +16,8 @@ from __future__ import annotations
 import bisect
 import math
 from typing import TYPE_CHECKING
+
+from schedsim.monotone import isotonic_1d
 
 if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
@@ -64,7 +66,12 @@ class LinkTables:
         for coll, by_n in profile.collectives.tables.items():
             for n, rows in by_n.items():
                 rows = sorted(rows)
-                self._tables[(coll, int(n))] = ([math.log(s) for s, _ in rows], [bw * 1e9 for _, bw in rows])
+                # busbw from the monotone fit of the times (size / busbw; the bus factor is common to all rows):
+                # a table measured with a larger size finishing sooner, as small sizes do, would predict a drop
+                t = [s / (bw * 1e9) for s, bw in rows]
+                fit = [math.exp(x) for x in isotonic_1d([math.log(x) for x in t])]
+                self._tables[(coll, int(n))] = ([math.log(s) for s, _ in rows],
+                                                [s / ft for (s, _), ft in zip(rows, fit, strict=True)])
         self._nodes: dict[tuple[str, int], int] = {(coll, int(n)): int(k)
                                                    for coll, by_n in profile.collectives.nodes.items()
                                                    for n, k in by_n.items()}

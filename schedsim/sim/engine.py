@@ -90,6 +90,7 @@ from schedsim.cost import CostModel
 from schedsim.errors import DeadlockError, GraphError, ProfileError
 from schedsim.graph.ops import Op, format_op_id
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
+from schedsim.kinds import PER_RANK_SIZE
 from schedsim.lower.program import Program
 from schedsim.sim import gpu_model as gm
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
@@ -360,6 +361,8 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
         job_ranks[j] = tuple(ops[i].rank for i in idx)
         i0 = idx[0]
         job_work[j] = node_work(dur(ops[i0]), node_a[i0], timing_s, empty_s, extra_a[i0])
+        if ops[i0].kind in PER_RANK_SIZE:  # a size per member: the largest transfer ends the collective
+            job_work[j] = max(job_work[i] for i in idx)
         for i in idx:
             job_work[i] = job_work[j]
 

@@ -31,7 +31,7 @@ import numpy as np
 from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import P2P_KINDS
+from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program
 from schedsim.sim import gpu_model as gm
 
@@ -532,6 +532,11 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     ogrp = np.full(N, -1, I32)
     ogrp[gidx] = np.repeat(np.arange(G, dtype=I32), np.diff(gptr))
     gwork = work[gidx[gptr[:-1]]] if G else np.zeros(0)
+    C = len(prog.coll_ptr) - 1
+    if C > 0 and any(t.kind in PER_RANK_SIZE for t in tps):  # a size per member: the largest transfer ends it
+        big = np.maximum.reduceat(work[gidx], gptr[:-1])[:C]
+        per = np.array([t.kind in PER_RANK_SIZE for t in tps], bool)[tmpl[gidx[gptr[:C]]]]
+        gwork[:C] = np.where(per, big, gwork[:C])
     work[gidx] = np.repeat(gwork, np.diff(gptr))
     res[gidx] = 1
     fx = _graph_forks(prog, rank, sid, profile, mode, tps, tmpl, cost)  # rule 8: graph forks (ops outside groups)

@@ -282,6 +282,14 @@ class ScheduleSpec(_Base):
         description="'eager': the host launches each op (per-op launch overhead). 'cuda_graph': each "
         "rank's whole iteration is captured once and replayed (one graph launch).",
     )
+    nccl_init: Literal["lazy", "eager"] = Field(
+        default="lazy",
+        description="When the program's process group creates its NCCL communicators. 'lazy' (torch's default: "
+        "init_process_group without device_id): each rank creates a communicator at its first call on it, and "
+        "the creation (ncclCommInitRank) waits for every rank of the communicator, so a first batched send/recv "
+        "that only some ranks reach hangs (pytorch/pytorch#74701, the batch_isend_irecv docs). 'eager' "
+        "(init_process_group(device_id=...)): created at init.",
+    )
     env: dict[Literal["CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NCCL_PROTO"], int | str] = Field(
         default_factory=lambda: {},
         description="Environment the program runs with. CUDA_DEVICE_MAX_CONNECTIONS (1-32, CUDA default 8): "

@@ -532,13 +532,15 @@ def test_many_rank_collective_runs_at_its_slowest_ends_rate(sim_text):
     # incremental minimum of the waves loop (a new minimum, ties leaving it, the last end at it rising).
     p = waves_profile(nccl={"slowdown_beside_gemm": 3.0})
     d = p.model_dump()
-    d["gemm"]["entries"].append(["fp32", 256, 256, 128, 0.030])
+    # a 4-CTA GEMM of 30 µs; 512x128x128, not 256x256x128, which is no larger than 256x384x128 (10 µs): a table
+    # where a smaller GEMM is slower is made monotone by the cost model (schedsim.cost._isotonic)
+    d["gemm"]["entries"].append(["fp32", 512, 128, 128, 0.030])
     from schedsim.hardware.profile import HardwareProfile
 
     text = ("  - {name: ar, kind: all_reduce, bytes: 1000000, stream: c}\n"
             f"  - {{name: A, {SIX}, ranks: [3, 6], stream: g}}\n"
             f"  - {{name: B, {SIX}, ranks: [6], stream: g}}\n"
-            "  - {name: Q, kind: matmul, m: 256, n: 256, k: 128, ranks: [5], stream: g}\n")
+            "  - {name: Q, kind: matmul, m: 512, n: 128, k: 128, ranks: [5], stream: g}\n")
     spans, tl = sim_text(HEAD % 8 + text, HardwareProfile.model_validate(d))
     assert spans["A@r3"] == (0.0, 10.0) and spans["B@r6"] == (10.0, 20.0) and spans["Q@r5"] == (0.0, 30.0)
     solo = next(s.solo_s for s in tl.spans if s.id == "ar@r0") * 1e6

@@ -341,6 +341,7 @@ NIC2 = """schema_version: 1
 name: nic
 world_size: 16
 launch: cuda_graph
+nccl_init: eager  # rank 0's batch alone on the world communicator: lazily created, ranks 1-15 would never join
 ops:
   - {name: s8, kind: send, ranks: [0], peer: 8, bytes: 67108864, stream: a, p2p_batch: b0}
   - {name: r8, kind: recv, ranks: [8], peer: 0, bytes: 67108864, stream: a}

@@ -104,11 +104,13 @@ def test_the_standard_library_writer_writes_inf_as_null_like_orjson() -> None:
 
 EDGE_SCHEDULES = {
     # 300 ranks, most without ops; ops written out of rank order; collectives over subgroups; a p2p batch of
-    # two sends to two ranks; a copy; declared streams never used
+    # two sends to two ranks; a copy; declared streams never used (communicators created eagerly: lazily, the
+    # batch's world communicator would wait for the 297 ranks that never call it)
     "many_ranks": """
 schema_version: 1
 name: many_ranks
 world_size: 300
+nccl_init: eager
 streams: [compute, comm, copy, h2d, main, side, empty]
 ops:
   - {name: late, kind: compute, duration_us: 5, ranks: [299, 3]}

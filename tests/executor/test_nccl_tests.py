@@ -132,7 +132,7 @@ OLD = """\
 #       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
 #        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
            8             2   float     sum    20.10    0.00    0.00  0e+00    20.00    0.00    0.00  0e+00
-          64            16   float     sum    21.10    0.00    0.00  0e+00    21.00    0.00    0.01  0e+00
+          64            16   float     sum    21.10    0.00    0.00  0e+00    21.00    0.00    0.00  2e-07
 """
 
 
@@ -156,7 +156,7 @@ def test_old_format_without_root() -> None:
     log = parse_nccl_tests(OLD, collective="reduce_scatter")
     assert log.nranks == 4
     assert [(r.size_bytes, r.root, r.oop_wrong) for r in log.rows] == [(8, None, 0.0), (64, None, 0.0)]
-    assert log.rows[1].ip_busbw_GBps == 0.01
+    assert (log.rows[1].ip_time_us, log.rows[1].ip_busbw_GBps, log.rows[1].ip_wrong) == (21.0, 0.0, 2e-07)
 
 
 def test_no_rows_is_an_error() -> None:

@@ -1,0 +1,149 @@
+"""Cost model property (issue #33): a solo time never decreases as a GEMM's m, n or k grows, or as the bytes
+of a collective, a send/recv or a copy grow, on every shipped profile and dtype.
+
+Equal values may differ in the last bits (a multilinear weight sum of equal corners), so "never decreases"
+is checked to a relative 1e-12."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedsim.cost import CostModel
+from schedsim.graph.ops import Op
+from schedsim.hardware.profile import HardwareProfile, list_profiles, load_profile
+from schedsim.kinds import COLLECTIVE_KINDS, DTYPES, P2P_KINDS
+from tests.conftest import toy_profile_dict
+
+PROFILES = list_profiles()
+_MODELS: dict[str, CostModel] = {}
+
+
+def model(name: str) -> CostModel:
+    if name not in _MODELS:
+        _MODELS[name] = CostModel(load_profile(name))
+    return _MODELS[name]
+
+
+def mm(m: int, n: int, k: int, dtype: str, batch: int = 1) -> Op:
+    return Op(name="x", rank=0, kind="matmul", stream="s", seq=0, m=m, n=n, k=k, dtype=dtype, batch=batch,
+              flops=2.0 * m * n * k * batch, nbytes=2.0 * batch * (m * k + k * n + m * n))
+
+
+def no_drop(small: float, big: float) -> bool:
+    return big >= small * (1 - 1e-12)
+
+
+SIZE = st.integers(1, 1 << 17)
+
+
+def test_issue_example_h200_fp16_chunk() -> None:
+    """The issue's pair: fp16 256x6144x12288 was 0.207 ms and 512x6144x12288 0.095 ms on the h200 profile."""
+    cm = model("h200")
+    t = [cm.duration(mm(m, 6144, 12288, "fp16")) for m in (128, 256, 384, 512, 1024, 2048, 4096)]
+    assert all(no_drop(a, b) for a, b in zip(t, t[1:], strict=False)), t
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(dtype=st.sampled_from(DTYPES), m=SIZE, n=SIZE, k=SIZE, axis=st.integers(0, 3),
+       grow=st.integers(1, 1 << 12))
+def test_gemm_time_never_decreases_in_m_n_k(profile: str, dtype: str, m: int, n: int, k: int, axis: int,
+                                             grow: int) -> None:
+    cm = model(profile)
+    shape = [m, n, k, 1]
+    big = list(shape)
+    big[axis] += grow
+    assert no_drop(cm.duration(mm(*shape[:3], dtype, batch=shape[3])),
+                   cm.duration(mm(*big[:3], dtype, batch=big[3]))), (shape, big)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_gemm_time_never_decreases_along_every_measured_axis_value(profile: str) -> None:
+    """Walk each axis over every measured value (and the midpoints between them), the other two at every
+    measured pair: the grid a sweep of chunk sizes crosses."""
+    cm = model(profile)
+    for dtype in DTYPES:
+        rows = [e for e in load_profile(profile).gemm.entries if e[0] == dtype]
+        if not rows:
+            continue
+        vals = [sorted({r[a] for r in rows}) for a in (1, 2, 3)]
+        for a in range(3):
+            walk = sorted({*vals[a], *((x + y) // 2 for x, y in zip(vals[a], vals[a][1:], strict=False))})
+            for r in rows:
+                ts = []
+                for v in walk:
+                    shape = [r[1], r[2], r[3]]
+                    shape[a] = v
+                    ts.append(cm.duration(mm(*shape, dtype)))
+                assert all(no_drop(x, y) for x, y in zip(ts, ts[1:], strict=False)), (dtype, a, r)
+
+
+def _comm(kind: str, nbytes: float, ranks: tuple[int, ...]) -> Op:
+    if kind in P2P_KINDS:
+        return Op(name="x", rank=ranks[0], kind=kind, stream="c", seq=0, nbytes=nbytes, group=ranks[:2],
+                  peer=ranks[1])
+    return Op(name="x", rank=0, kind=kind, stream="c", seq=0, nbytes=nbytes, group=ranks)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(kind=st.sampled_from(COLLECTIVE_KINDS + P2P_KINDS + ("memcpy",)), n=st.sampled_from([1, 2, 4, 8, 16]),
+       nbytes=st.floats(1.0, 2.0**34), grow=st.floats(1.0, 2.0**20), direction=st.sampled_from(["h2d", "d2h", "d2d"]))
+def test_comm_and_copy_time_never_decreases_in_bytes(profile: str, kind: str, n: int, nbytes: float, grow: float,
+                                                     direction: str) -> None:
+    cm = model(profile)
+    if kind == "memcpy":
+        a, b = (Op(name="x", rank=0, kind="memcpy", stream="c", seq=0, nbytes=x, direction=direction)
+                for x in (nbytes, nbytes + grow))
+    else:
+        ranks = tuple(range(max(n, 2))) if kind in P2P_KINDS else tuple(range(n))
+        a, b = _comm(kind, nbytes, ranks), _comm(kind, nbytes + grow, ranks)
+    assert no_drop(cm.duration(a), cm.duration(b)), (kind, n, nbytes, grow)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_table_times_never_decrease_across_every_measured_size(profile: str) -> None:
+    """Every collective table of the profile, walked over its sizes and the points between (where a measured
+    table whose larger size finished sooner dropped before)."""
+    cm = model(profile)
+    for coll, by_n in load_profile(profile).collectives.tables.items():
+        kind = "send" if coll == "sendrecv" else coll
+        if kind not in COLLECTIVE_KINDS + P2P_KINDS:
+            continue
+        for n, rows in by_n.items():
+            sizes = sorted(s for s, _ in rows)
+            walk = sorted({*sizes, *(s * f for s in sizes for f in (0.5, 0.99, 1.01, 1.5))})
+            ts = [cm.duration(_comm(kind, s, tuple(range(max(int(n), 2))))) for s in walk]
+            assert all(no_drop(x, y) for x, y in zip(ts, ts[1:], strict=False)), (coll, n)
+
+
+def test_table_whose_larger_size_finished_sooner_is_made_monotone() -> None:
+    """Times 10.24 µs at 1 KiB and 5.12 µs at 4 KiB (busbw 0.1 and 0.8 GB/s over 2 ranks, all_reduce factor 1):
+    the L∞ isotonic fit puts both at their geometric mean, sqrt(10.24 · 5.12) = 7.24 µs (in log time: the
+    mean of the two logs); the 16 KiB point (20.48 µs) stays."""
+    d = toy_profile_dict()
+    d["collectives"]["tables"] = {"all_reduce": {2: [[1024.0, 0.1], [4096.0, 0.8], [16384.0, 0.8]]}}
+    cm = CostModel(HardwareProfile.model_validate(d))
+    mid = (10.24e-6 * 5.12e-6) ** 0.5
+    assert cm.collective_time("all_reduce", 1024, (0, 1)) == pytest.approx(mid)
+    assert cm.collective_time("all_reduce", 4096, (0, 1)) == pytest.approx(mid)
+    assert cm.collective_time("all_reduce", 2048, (0, 1)) == pytest.approx(mid)
+    assert cm.collective_time("all_reduce", 16384, (0, 1)) == pytest.approx(20.48e-6)
+
+
+def test_gemm_table_whose_larger_shape_ran_faster_is_made_monotone() -> None:
+    """Two measured shapes where the larger ran faster (0.2 ms at 1024^3, 0.1 ms at 1024x1024x2048): both take
+    the geometric mean, sqrt(0.2 · 0.1) ms; a shape in between too. A third, consistent shape keeps its time."""
+    d = toy_profile_dict()
+    d["gemm"]["entries"] = [["fp32", 1024, 1024, 1024, 0.2], ["fp32", 1024, 1024, 2048, 0.1],
+                            ["fp32", 4096, 4096, 4096, 3.2]]
+    cm = CostModel(HardwareProfile.model_validate(d))
+    mid = (0.2e-3 * 0.1e-3) ** 0.5
+    assert cm.duration(mm(1024, 1024, 1024, "fp32")) == pytest.approx(mid)
+    assert cm.duration(mm(1024, 1024, 2048, "fp32")) == pytest.approx(mid)
+    assert cm.duration(mm(1024, 1024, 1500, "fp32")) == pytest.approx(mid)
+    assert cm.duration(mm(4096, 4096, 4096, "fp32")) == pytest.approx(3.2e-3)
+    # beyond the largest measured k the FLOP/s stays: twice the k, twice the time
+    assert cm.duration(mm(4096, 4096, 8192, "fp32")) == pytest.approx(6.4e-3)

@@ -1,0 +1,139 @@
+"""NCCL-hang checks (issue #33): schedules NCCL runs that schedsim refused, and schedules NCCL hangs on that
+schedsim accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedsim.api import load_text, predict
+from schedsim.errors import DeadlockError
+
+A2A = """\
+schema_version: 1
+name: moe
+world_size: 4
+params: {hot: 4}
+ops:
+  - name: a2a
+    kind: all_to_all
+    bytes: "{2**24 * (hot if rank == 2 else 1)}"
+    stream: comm
+"""
+
+
+def _span(run, name: str, rank: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    s = next(s for s in run.timeline.spans if s.id == f"{name}@r{rank}")
+    return s.start_s, s.end_s
+
+
+@pytest.mark.parametrize("gpu_model", ["sharing", "waves"])
+def test_all_to_all_with_a_size_per_rank_runs_and_takes_its_largest_members_time(gpu_model: str) -> None:
+    """MoE with a hot expert: rank 2 sends 64 MiB, the others 16 MiB. NCCL runs all_to_all as grouped
+    send/recv with a count per peer, so this is no hang; the collective ends with its largest transfer: the same
+    time as 64 MiB on every rank, longer than 16 MiB on every rank."""
+    hot = predict(load_text(A2A, "moe.yaml"), "h200", gpu_model=gpu_model)
+    all_small = predict(load_text(A2A, "moe.yaml", hot=1), "h200", gpu_model=gpu_model)
+    every = predict(load_text(A2A.replace("(hot if rank == 2 else 1)", "hot"), "moe.yaml"), "h200",
+                    gpu_model=gpu_model)
+    d = [_span(hot, "a2a", r)[1] - _span(hot, "a2a", r)[0] for r in range(4)]
+    big = _span(every, "a2a", 0)[1] - _span(every, "a2a", 0)[0]
+    small = _span(all_small, "a2a", 0)[1] - _span(all_small, "a2a", 0)[0]
+    assert d == pytest.approx([big] * 4) and big > 2 * small
+
+
+def test_collectives_that_differ_in_kind_are_still_refused() -> None:
+    text = A2A.replace("kind: all_to_all", "kind: \"{'all_to_all' if rank else 'all_gather'}\"")
+    with pytest.raises(DeadlockError, match="NCCL would hang or corrupt data"):
+        predict(load_text(text, "moe.yaml"), "h200")
+
+
+def test_all_reduce_with_a_size_per_rank_is_still_refused() -> None:
+    with pytest.raises(DeadlockError, match="NCCL would hang or corrupt data"):
+        predict(load_text(A2A.replace("all_to_all", "all_reduce"), "moe.yaml"), "h200")
+
+
+def _batch_schedule(counts: dict[tuple[int, int], int], world: int = 8) -> str:
+    """One p2p batch per rank: ``counts[(i, j)]`` sends from rank i to rank j (and as many recvs on j)."""
+    lines = ["schema_version: 1", "name: big_batch", f"world_size: {world}", "ops:"]
+    for (i, j), c in sorted(counts.items()):
+        lines += [f"  - foreach: {{k: range({c})}}", "    ops:",
+                  f"      - {{name: \"s{i}_{j}_{{k}}\", kind: send, peer: {j}, bytes: 4096, p2p_batch: big, "
+                  f"ranks: [{i}], stream: comm}}",
+                  f"      - {{name: \"r{i}_{j}_{{k}}\", kind: recv, peer: {i}, bytes: 4096, p2p_batch: big, "
+                  f"ranks: [{j}], stream: comm}}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_one_batch_of_many_ops_that_ranks_shape_differently_warns() -> None:
+    """pytorch#174288's kind: 8 ranks, one batch each of 250 to 450 send/recv ops with per-pair counts that
+    differ (expert rebalancing), so NCCL can cut the ranks' groups into launches at different ops."""
+    from schedsim.lower import lower
+
+    counts = {(i, j): 15 + (i * 7 + j * 3) % 13 for i in range(8) for j in range(8) if i != j}
+    prog = lower(load_text(_batch_schedule(counts), "b.yaml"))
+    w = [x for x in prog.warnings if "NCCL may launch a group this large as several kernels" in x]
+    assert len(w) == 1 and w[0].startswith("may hang: p2p batch of 's0_1_0' on rank 0 holds")
+    assert "\n  fix: split the batch into batches of at most 256 ops" in w[0]
+
+
+def test_large_batches_of_one_shape_on_every_rank_do_not_warn() -> None:
+    """A ring exchange of 140 ops each way per neighbour (280 ops a rank): every rank's batch has the same
+    shape, so NCCL cuts every rank's group at the same place. And a small asymmetric batch: one launch."""
+    from schedsim.lower import lower
+
+    ring = {(i, (i + d) % 8): 140 for i in range(8) for d in (1, 7)}
+    assert not [x for x in lower(load_text(_batch_schedule(ring), "r.yaml")).warnings if "several kernels" in x]
+    small = {(i, j): 1 + (i * 7 + j * 3) % 5 for i in range(8) for j in range(8) if i != j}
+    assert not [x for x in lower(load_text(_batch_schedule(small), "s.yaml")).warnings if "several kernels" in x]
+
+
+RIPPLE = """\
+schema_version: 1
+name: ripple
+world_size: 4
+{init}
+ops:
+  - {{name: s01, kind: send, peer: 1, bytes: 4096, ranks: [0], p2p_batch: b0}}
+  - {{name: r01, kind: recv, peer: 0, bytes: 4096, ranks: [1], p2p_batch: b0}}
+  - {{name: f1, kind: compute, duration_us: 10, ranks: [1], deps: [r01]}}
+  - {{name: s12, kind: send, peer: 2, bytes: 4096, ranks: [1], deps: [f1]}}
+  - {{name: r12, kind: recv, peer: 1, bytes: 4096, ranks: [2]}}
+  - {{name: s23, kind: send, peer: 3, bytes: 4096, ranks: [2], p2p_batch: b1, deps: [r12]}}
+  - {{name: r23, kind: recv, peer: 2, bytes: 4096, ranks: [3], p2p_batch: b1}}
+"""
+
+
+def test_first_batched_call_that_waits_on_another_ranks_first_call_hangs_under_lazy_init() -> None:
+    """pytorch#74701's kind: ranks 0 and 1 make their first call on the world communicator (a batch), which a
+    lazily initialised process group creates then and which waits for all four ranks; rank 2 makes its first
+    call (the batch s23) only after its lone recv r12, whose send s12 follows rank 1's first batch: a cycle.
+    Created eagerly (device_id), the communicator exists and the same program runs."""
+    with pytest.raises(DeadlockError, match="lazily initialised process group creates then") as e:
+        predict(load_text(RIPPLE.format(init=""), "ripple.yaml"), "h200")
+    assert "nccl_init: eager" in str(e.value)
+    run = predict(load_text(RIPPLE.format(init="nccl_init: eager"), "ripple.yaml"), "h200")
+    assert run.makespan_s > 0
+
+
+def test_a_rank_that_never_calls_a_lazily_created_communicator_hangs_the_others() -> None:
+    """Ranks 0 and 1 exchange in a batch (the world communicator); ranks 2 and 3 never call it: lazily created,
+    its ncclCommInitRank on ranks 0 and 1 waits for them forever."""
+    text = RIPPLE.format(init="").split("  - {name: s12")[0]
+    with pytest.raises(DeadlockError, match=r"rank\(s\) \[2, 3\] never call it"):
+        predict(load_text(text, "pair.yaml"), "h200")
+    assert predict(load_text(text.replace("world_size: 4\n", "world_size: 4\nnccl_init: eager\n"), "pair.yaml"),
+                   "h200").makespan_s > 0
+
+
+def test_first_batches_that_every_rank_posts_at_once_run_under_lazy_init() -> None:
+    """Every rank's first call on the world communicator is posted with nothing before it (1F1B's first
+    step): the creation completes."""
+    text = """\
+schema_version: 1
+name: chain
+world_size: 4
+ops:
+  - {name: s, kind: send, peer: "rank + 1", bytes: 4096, p2p_batch: b, ranks: [0, 1, 2]}
+  - {name: r, kind: recv, peer: "rank - 1", bytes: 4096, p2p_batch: b, ranks: [1, 2, 3]}
+"""
+    assert predict(load_text(text, "chain.yaml"), "h200").makespan_s > 0
