@@ -94,7 +94,9 @@ class _GemmSurface:
         fit_t = np.exp((np.where(le, lt[:, None], -np.inf).max(axis=0) + np.where(le.T, lt[:, None], np.inf)
                         .min(axis=0)) / 2)
         fit = np.column_stack([pts[:, :3], fit_t])
-        self.axes = tuple(np.unique(np.concatenate([pts[:, a], *extra_axes[a:a + 1]])) for a in range(3))
+        # sorted distinct values without np.unique, whose module imports numpy.ma (a cold-start cost)
+        self.axes = tuple(np.array(sorted(set(np.concatenate([pts[:, a], *extra_axes[a:a + 1]]).tolist())))
+                          for a in range(3))
         grid = np.stack(np.meshgrid(*self.axes, indexing="ij"), axis=-1).reshape(-1, 3)
         est = np.log(estimate(grid, fit))
         # held between the measured times below and above each node, so that the fit keeps measured shapes

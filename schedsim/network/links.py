@@ -3,7 +3,8 @@
 nccl-tests convention (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``): algbw = S / t, busbw = algbw × factor with
 factor 2(n−1)/n for all_reduce, (n−1)/n for all_gather, reduce_scatter, all_to_all, scatter and gather, 1 for
 broadcast, reduce and send/recv. A measured busbw-vs-size table for the collective and group size is
-interpolated linearly in log(size), its times first made non-decreasing in size (:func:`schedsim.monotone.isotonic_1d`); below its smallest size alpha-beta with the smallest size's busbw (capped
+interpolated linearly in log(size), its times first made non-decreasing in size
+(:func:`schedsim.monotone.isotonic_1d`); below its smallest size alpha-beta with the smallest size's busbw (capped
 at that size's time), above its largest the last busbw. A table times only groups that span as many nodes as
 it was measured over (``collectives.nodes``, default 1; nodes: rank // ``topology.gpus_per_node``, or the
 caller's count). Without a table: alpha-beta on the

@@ -420,6 +420,7 @@ PER_RANK = """\
 schema_version: 1
 name: per_rank
 world_size: 4
+nccl_init: eager  # ranks 0 and 1 batch on the world communicator alone: lazily created it would hang
 params: {n: 6}
 ops:
   - foreach: {i: range(n)}
