@@ -30,7 +30,7 @@ from typing import Any
 from schedsim.compare import compare_timelines, timed_profile
 from schedsim.hardware.profile import load_profile
 from schedsim.sim.engine import simulate
-from schedsim.sim.power import iteration_gap_of
+from schedsim.sim.power import iteration_gap_of, sustained_of
 from schedsim.sim.timeline import Timeline, atomic_write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the suite's summary module, next to this file
@@ -62,7 +62,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
         prof = with_host_costs(prof, meta["host_costs_us"])
     conns = int(meta["max_connections"]) if meta.get("max_connections") else None
     kw: dict[str, Any] = {"launch": meas.launch, "gpu_model": gpu_model, "max_connections": conns,
-          "iteration_gap_s": iteration_gap_of(meta, meas.world_size)}
+          "iteration_gap_s": iteration_gap_of(meta, meas.world_size), "sustained_s": sustained_of(meta)}
     pred = simulate(G, prof, **kw)
     pred.meta.update({"file": str(file), "set": sets})
     timed = None  # a run timed op by op: its ops against the prediction of the run as timed, as execute does

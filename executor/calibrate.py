@@ -1491,7 +1491,10 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         d["power"] = {"gemm_slowdown_by_duty": pw["curve"],
                       "source": f"measured {where} (executor/calibrate_power.py): bf16 {shape} GEMMs back to back "
                                 f"and at duty cycles {duties}, sustained time over burst time, the idle-gap cost "
-                                "of the lowest duty divided out"}
+                                "of the lowest duty divided out; onset_s: when the back-to-back GEMMs first ran "
+                                "slower by half the steady slowdown"}
+        if pw.get("onset_s") is not None:
+            d["power"]["onset_s"] = pw["onset_s"]
     d["memcpy"] = {"h2d_GBps": round(cp["h2d_GBps"], 2), "d2h_GBps": round(cp["d2h_GBps"], 2),
                    "d2d_GBps": round(cp["d2d_GBps"], 1), "latency_us": round(cp["latency_us"], 2),
                    "source": f"measured {where}: pinned host buffers, {8 if o.quick else 256} MiB copies, median "

@@ -210,13 +210,9 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
 
 
 def _measure_host(opts: Any, ctx: Any, runner: Any) -> dict[str, float] | None:
-    """With ``--measure-host``: this process's host costs by kind (rank 0's; ``None`` elsewhere or without it)."""
-    if not opts.measure_host:
-        return None
-    from executor.calibrate_host import measure_here
-
-    runner.phase = "host costs"
-    return measure_here(ctx)
+    """With ``--measure-host``: this process's host costs by kind, measured by the runner after its timed
+    iterations and before any profiled one (rank 0's; ``None`` elsewhere or without it)."""
+    return getattr(runner, "host_costs", None) if opts.measure_host else None
 
 
 def _fail(e: BaseException, rank: int, outdir: Path, G: Any, spec: Any, runner: Any, launch: str) -> None:
@@ -322,7 +318,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         # without it, a --max-connections 1 run was compared with an 8-queue prediction (per-op 405 %)
         conn = tl.meta.get("max_connections")
         # and with the GPUs' idle between the timed iterations, which sets their steady power state
-        from schedsim.sim.power import iteration_gap_of
+        from schedsim.sim.power import iteration_gap_of, sustained_of
 
         prof: HardwareProfile = load_profile(profile)
         if host:  # predict with this process's host costs in place of the profile's (--measure-host)
@@ -333,7 +329,8 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
                   + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                               for k, v in launch_fields(host).items()), flush=True)
         sim: dict[str, Any] = {"max_connections": int(conn) if conn else None,
-                               "iteration_gap_s": iteration_gap_of(tl.meta, tl.world_size)}
+                               "iteration_gap_s": iteration_gap_of(tl.meta, tl.world_size),
+                               "sustained_s": sustained_of(tl.meta)}
         pred, _m, ppaths = predict_to_dir(file, sets, prof, outdir / "predicted", launch, gantt, **sim)
         pred_timed, tpaths = _timed_prediction(tl, prof, file, sets, outdir / "predicted_timed", launch, sim)
         paths += tpaths
