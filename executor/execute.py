@@ -290,12 +290,13 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
                              title=f"{spec.name} measured ({ctx.backend}, {launch}): makespan "
                                    f"{tl.makespan_s * 1e3:.3f} ms")
     maps = {p["times"]["rank"]: p["profile"] for p in gathered if p.get("profile")}
+    ktl = None
     if maps:
         from executor.profiling import kernel_timeline
 
         atomic_write_text(outdir / "profiler_ops.json", json.dumps(maps, indent=1))
         paths.append(outdir / "profiler_ops.json")
-        ktl = kernel_timeline(tl, maps)
+        ktl = kernel_timeline(tl, maps, {n: list(G.predecessors(n)) for n in G.nodes})
         if ktl is not None:
             ktl.write_json(outdir / "timeline_kernels.json", Metrics.of(ktl).to_dict())
             paths.append(outdir / "timeline_kernels.json")
@@ -311,7 +312,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
               f"(tolerance {c['tol']:.3g})")
     if compare:
         from schedsim.api import predict_to_dir
-        from schedsim.compare import print_comparison, write_comparison
+        from schedsim.compare import print_comparison, print_op_errors, write_comparison
         from schedsim.hardware.profile import HardwareProfile, load_profile
 
         # predict with the hardware queues the run had (CUDA_DEVICE_MAX_CONNECTIONS, meta.max_connections):
@@ -341,6 +342,11 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
             shutil.rmtree(stale, ignore_errors=True)
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt, pred_timed=pred_timed)
         print_comparison(res)
+        if ktl is not None:  # each op's span from when it got the GPU, and its wait (docs/metrics_spans.md)
+            kres, kpaths = write_comparison(pred, ktl, outdir / "compare_kernels", gantt=gantt)
+            cpaths += kpaths
+            if kres.ops is not None:
+                print_op_errors(kres.ops)
         if profile_note:
             print(profile_note, file=sys.stderr, flush=True)
         paths += ppaths + cpaths
