@@ -3,10 +3,12 @@
 # for every case `schedsim execute --compare --profiler` with that profile (the Kineto iterations give each op's
 # kernel span, docs/metrics_spans.md) and, where one exists, its hand-written PyTorch reference
 # (benchmarks/handwritten/, timed by the same clock); host-bound eager cases once more with --measure-host (the
-# process's own host costs against calibrate's). Then OUT/summary.{csv,md} (benchmarks/accuracy_x2_summary.py)
+# process's own host costs against calibrate's; that process and a second reference process are the case's rep2/,
+# and the case's makespans are the medians over its processes). Then OUT/summary.{csv,md} (benchmarks/accuracy_x2_summary.py)
 # and OUT/runs.tgz (every case's timelines, compare.json, profiler_ops.json: replayed offline by
-# benchmarks/one_gpu_table.py).
+# python3 benchmarks/accuracy_replay.py RUN --profile RUN/calibrated.yaml).
 #   OUT=dir [BUDGET=540] [CASES="name ..."] [WAIT_AB=1|2] [PROFILE=calibrated.yaml] bash benchmarks/one_gpu_suite.sh
+# CAL_GEMMS: calibrate's shape arguments (default: every case's); HOST_PROCESSES: its --host-processes (3).
 # PROFILE: skip calibration (a profile this kind calibrated earlier) and measure only the power onset
 # (OUT/runs.tgz: power.json). benchmarks/probe_profiler_host.py runs first (OUT/runs.tgz: probe_profiler_host.json).
 # Cases (shipped one-GPU cases first, then held out; ref = hand-written reference):
@@ -41,10 +43,10 @@ else
 echo "=== calibrate ($(date -u +%H:%M:%S))"
 timeout 200 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim calibrate --no-grid \
   --dtypes fp32,bf16,fp16 --iters 10 --max-bytes 67108864 --factor 4 \
-  --gemm 4096x4096x4096 --gemm 2048x2048x2048 --gemm 32x1024x1024 --gemm 64x1024x1024 \
+  ${CAL_GEMMS:---gemm 4096x4096x4096 --gemm 2048x2048x2048 --gemm 32x1024x1024 --gemm 64x1024x1024 \
   --gemm 1x1024x1024 --gemm 1x2048x1024 --gemm 1x2048x2048 --gemm 16384x8192x8192 --gemm 4096x2048x8192 \
-  --gemm 2048x1024x8192 --gemm 1024x512x8192 --gemm 4096x4096x512 --gemm 4096x512x4096 \
-  schedules/offload.yaml --host-processes 3 --name calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 \
+  --gemm 2048x1024x8192 --gemm 1024x512x8192 --gemm 4096x4096x512 --gemm 4096x512x4096 schedules/offload.yaml} \
+  --host-processes "${HOST_PROCESSES:-3}" --name calibrated --base h200 --out "$PROF" > $W/calibrate.log 2>&1 \
   || { echo "calibrate failed"; tail -20 $W/calibrate.log; }
 fi
 [ -f "$PROF" ] || PROF=h200
@@ -72,8 +74,12 @@ case_() {
     # shellcheck disable=SC2086
     timeout 100 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "$sched" \
       $sets $xf --no-gantt --compare --measure-host --profile "$PROF" --iters 20 --warmup 5 --timeout 60 \
-      --out "$d/mh/execute" > "$d/mh.log" 2>&1 || echo "$tag --measure-host FAILED ($?)"
+      --out "$d/rep2/execute" > "$d/mh.log" 2>&1 || echo "$tag --measure-host FAILED ($?)"
     grep -E "without per-op|predicts with" "$d/mh.log"
+    # a second reference process: host-bound processes differ by up to a third (benchmarks/executor_overhead.md)
+    [ -n "$ref" ] && { timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
+      "benchmarks/handwritten/$ref" $sets $rf --iters 20 --warmup 25 --out "$d/rep2/handwritten.json" \
+      > "$d/ref2.log" 2>&1 || echo "$tag ref 2 FAILED ($?)"; tail -1 "$d/ref2.log"; }
   fi
   python3 benchmarks/accuracy_x2_summary.py case "$d" "$tag" > /dev/null || true
   find "$d" -name trace.json -delete; find "$d" -name 'kineto_rank*.json.gz' -delete

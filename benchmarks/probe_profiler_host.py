@@ -36,7 +36,7 @@ for _ in range(3):
 before = loop_us()
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
     for _ in range(3):
-        loop_us(reps=1)
+        loop_us(reps=2)
 after = loop_us()
 time.sleep(2.0)
 later = loop_us()

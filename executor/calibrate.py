@@ -259,6 +259,18 @@ def _gemm_shapes(o: CalibrateOptions, cuda: bool) -> list[tuple[str, int, int, i
     return list(out)
 
 
+#: A GEMM shape whose timing kept the GPU busy this long (seconds) is followed by :data:`GEMM_REST_S` of idle
+#: before the next shape is timed: under longer sustained load the board's power limiter lowers the clock (after
+#: ~40 ms of back-to-back bf16 GEMMs on one H200, 2026-12-01, and 38.8 ms on one H100, 2026-12-06,
+#: ``power.onset_s``), and the table holds burst times (:mod:`schedsim.sim.power`). Without the rest, on one H100
+#: (2026-12-06, two calibrations) fp32 4096×2048×8192, timed right after 0.5 s of fp32 16384×8192×8192, read
+#: 2.97 and 3.20 ms where the same calibrations' back-to-back waves probe gave 2.63 ms and the first of them ran
+#: 2.65 ms in ``execute`` (Kineto), and matmul_streams (16 of them on 4 streams) was predicted 11-20 % long.
+GEMM_REST_AFTER_S = 0.03
+#: seconds of idle that let the limiter forget a sustained load (within a second on H200: calibrate_power)
+GEMM_REST_S = 1.0
+
+
 def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Callable[[str], None]) -> list[list[Any]]:
     torch = b.torch
     from executor.kernels import torch_dtype
@@ -268,7 +280,10 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
     if b.cuda:
         l2 = float(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 60e6) or 60e6)
     rows = []
+    busy_s = 0.0  # GPU seconds the previous shape's timing kept the GEMMs running
     for idx, (dt, m, n, k) in enumerate(shapes):
+        if b.cuda and busy_s >= GEMM_REST_AFTER_S:
+            time.sleep(GEMM_REST_S)
         tdt = torch_dtype(dt)
         nbytes = (m * k + k * n + m * n) * tdt.itemsize
         sets = 3 if nbytes * 3 < 3 * l2 else 1
@@ -281,6 +296,7 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
         if b.cuda:
             torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
         t, single = b.time_batched(fns[0], rotate=fns)
+        busy_s = single * (3 + b.iters) + (0.0 if t == single else 5 * 2e-3)  # time_one, then time_batched
         tf = 2.0 * m * n * k / t / 1e12
         log(f"[gemm {idx + 1}/{len(shapes)}] {dt:5s} {m}x{n}x{k}: {t * 1e3:.4f} ms ({tf:.1f} TFLOP/s)"
             + (f"; single launch {single * 1e3:.4f} ms" if single != t else ""))
