@@ -179,11 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-model", default=None, help="waves or sharing [default: the profile's]")
     ap.add_argument("--md", type=Path, default=None, help="also write the table as markdown here")
     ap.add_argument("--kinds", action="store_true", help="also print per-kind totals of each case")
+    ap.add_argument("--exclude", default=None, help="leave out cases whose name contains this (e.g. _sleep: the "
+                    "wait A/B runs of benchmarks/one_gpu_suite.sh)")
     ap.add_argument("--process-host", action="store_true", help="predict each case with the host costs its process "
                     "measured (execute --measure-host), where it did")
     a = ap.parse_args(argv)
     rows = []
     for case in cases(a.runs):
+        if a.exclude and a.exclude in case.name:
+            continue
         prof = a.profile or run_profile(case.parent)
         try:
             rows.append(replay_case(case, prof, a.gpu_model, a.process_host))

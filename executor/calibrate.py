@@ -1088,6 +1088,11 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     dev_name = torch.cuda.get_device_properties(ctx.device).name if ctx.cuda else "CPU"
     raw["device"] = dev_name
     log(f"schedsim calibrate on {world} rank(s), {dev_name}, backend {ctx.backend}")
+    # the host cost of communication calls first, while this process is as fresh as the ones that execute: after
+    # the GEMM, copy and power measurements (which run torch.profiler) it read 20.4 µs per all_reduce call on one
+    # H100 (2026-12-06) where four executing processes, world 1, measured 14.5-15.3 (--measure-host) and
+    # tp_allreduce eager (96 layers) was predicted 11 % long
+    comm_host = comm_host_costs(b)
     if ctx.rank == 0:
         shapes = _gemm_shapes(o, ctx.cuda)
         log(f"[gemm] {len(shapes)} shapes")
@@ -1129,7 +1134,6 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
 
                 raw["power"] = measure_power(b.torch, ctx.device, log)
     ctx.barrier()
-    comm_host = comm_host_costs(b)
     if ctx.rank == 0:
         raw["host"].update(comm_host)
         log("[launch] communication calls, host time: " + ", ".join(f"{k} {v:.2f} us" for k, v in comm_host.items()))
