@@ -1088,10 +1088,10 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     dev_name = torch.cuda.get_device_properties(ctx.device).name if ctx.cuda else "CPU"
     raw["device"] = dev_name
     log(f"schedsim calibrate on {world} rank(s), {dev_name}, backend {ctx.backend}")
-    # the host cost of communication calls first, while this process is as fresh as the ones that execute: after
-    # the GEMM, copy and power measurements (which run torch.profiler) it read 20.4 µs per all_reduce call on one
-    # H100 (2026-12-06) where four executing processes, world 1, measured 14.5-15.3 (--measure-host) and
-    # tp_allreduce eager (96 layers) was predicted 11 % long
+    # the host cost of communication calls first, before the GEMM measurements run torch.profiler (after it, a
+    # process's launches cost ~20 % more: benchmarks/probe_profiler_host.py): measured last, it read 20.4 µs per
+    # all_reduce call on one H100 (2026-12-06) where four executing processes, world 1, measured 14.5-15.3
+    # (--measure-host); measured first, 15.2
     comm_host = comm_host_costs(b)
     if ctx.rank == 0:
         shapes = _gemm_shapes(o, ctx.cuda)
@@ -1400,6 +1400,20 @@ def _set_graph_edge(d: dict[str, Any], L: dict[str, float], base: str, raw_fork:
         d["launch"]["source"] += f"; graph_cross_stream_edge_us from {base!r} (not measured here)"
 
 
+def _power_section(pw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The profile's ``power:`` section from :func:`executor.calibrate_power.measure_power`'s result ``pw``."""
+    shape = "x".join(map(str, pw["shape"]))
+    duties = ", ".join(f"{float(v):.2f}" for k, v in sorted(pw["achieved"].items()) if k != "1.0")
+    out = {"gemm_slowdown_by_duty": pw["curve"],
+           "source": f"measured {where} (executor/calibrate_power.py): bf16 {shape} GEMMs back to back "
+                     f"and at duty cycles {duties}, sustained time over burst time, the idle-gap cost "
+                     "of the lowest duty divided out; onset_s: when the back-to-back GEMMs first ran "
+                     "slower by half the steady slowdown"}
+    if pw.get("onset_s") is not None:
+        out["onset_s"] = pw["onset_s"]
+    return out
+
+
 def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str) -> dict[str, Any]:
     d = base_profile_dict(o.base)
     date = raw["date"]
@@ -1505,16 +1519,7 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     if not ctx.cuda:
         d.pop("power", None)  # a CPU profile has no GPU power limit
     if "power" in raw:
-        pw = raw["power"]
-        shape = "x".join(map(str, pw["shape"]))
-        duties = ", ".join(f"{float(v):.2f}" for k, v in sorted(pw["achieved"].items()) if k != "1.0")
-        d["power"] = {"gemm_slowdown_by_duty": pw["curve"],
-                      "source": f"measured {where} (executor/calibrate_power.py): bf16 {shape} GEMMs back to back "
-                                f"and at duty cycles {duties}, sustained time over burst time, the idle-gap cost "
-                                "of the lowest duty divided out; onset_s: when the back-to-back GEMMs first ran "
-                                "slower by half the steady slowdown"}
-        if pw.get("onset_s") is not None:
-            d["power"]["onset_s"] = pw["onset_s"]
+        d["power"] = _power_section(raw["power"], where)
     d["memcpy"] = {"h2d_GBps": round(cp["h2d_GBps"], 2), "d2h_GBps": round(cp["d2h_GBps"], 2),
                    "d2d_GBps": round(cp["d2d_GBps"], 1), "latency_us": round(cp["latency_us"], 2),
                    "source": f"measured {where}: pinned host buffers, {8 if o.quick else 256} MiB copies, median "

@@ -115,5 +115,6 @@ def measure_power(torch: Any, dev: Any, log: Callable[[str], None], shape: tuple
     curve = curve_from({round(achieved[d], 3): r for d, r in points.items()})  # at the duty each level reached
     log(f"[power] bf16 {m}x{n}x{k}: burst {burst * 1e3:.4f} ms; onset {onset}; sustained/burst " + ", ".join(
         f"duty {achieved[d]:.2f}: {r:.3f}" for d, r in sorted(points.items())) + f"; curve {curve}")
-    return {"shape": [m, n, k], "burst_ms": burst * 1e3, "onset_s": onset, "points": {str(d): r for d, r in points.items()},
+    return {"shape": [m, n, k], "burst_ms": burst * 1e3, "onset_s": onset,
+            "points": {str(d): r for d, r in points.items()},
             "achieved": {str(d): v for d, v in achieved.items()}, "curve": curve}

@@ -51,7 +51,7 @@ WAIT = os.environ.get("SCHEDSIM_WAIT", "spin")
 """How the host waits for an iteration's end events (env ``SCHEDSIM_WAIT``): ``spin`` (default) polls them
 without sleeping, as ``torch.cuda.Event.synchronize`` does under CUDA's default scheduling (it spins while the
 process has fewer CUDA contexts than CPU cores: ``cudaDeviceScheduleAuto``, CUDA Runtime API); ``sleep`` polls
-with sleeps of 20 µs doubling to 1 ms between polls, the executor's wait until 2026-12-06, kept to compare."""
+with sleeps of 20 µs doubling to 1 ms between polls (the executor's former wait), kept to compare."""
 
 
 def wait_events(events: Iterable[Any], deadline_ns: int | None = None, how: str | None = None) -> list[Any]:

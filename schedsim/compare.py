@@ -54,7 +54,8 @@ from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Span, Timeline, atomic_write_text
 
 __all__ = ["compare_timelines", "event_timed", "op_window", "write_comparison", "load_timeline_arg",
-           "print_comparison", "print_op_errors", "register", "Comparison", "Pair", "MakespanError", "Uninstrumented", "Match",
+           "print_comparison", "print_op_errors", "register", "Comparison", "Pair", "MakespanError", "Uninstrumented",
+           "Match",
            "OpErrors", "OpRow", "WorstOp", "KindErrors", "Delta", "Overlap", "ResourceDelta", "RankComparison"]
 
 

@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 from schedsim.hardware.profile import Power, load_profile
-from schedsim.sim.power import (TOLERANCE, below_onset, iteration_gap_of, slowdown_at, steady_state, sustained_of,
-                                 tensor_duty)
+from schedsim.sim.power import (
+    TOLERANCE,
+    below_onset,
+    iteration_gap_of,
+    slowdown_at,
+    steady_state,
+    sustained_of,
+    tensor_duty,
+)
 from schedsim.sim.timeline import Span, Timeline
 
 ROOT = Path(__file__).resolve().parents[2]
