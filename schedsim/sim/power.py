@@ -26,7 +26,11 @@ The model (steady state, as a training loop runs iteration after iteration):
 * the multiplier is a fixed point: GEMMs slowed by ``f`` raise the duty, which raises ``f``; the simulation is
   repeated with every GEMM's time multiplied by ``f`` (:meth:`HardwareProfile.with_gemm_slowdown`) until ``f``
   moves by less than 0.2 % (at most :data:`MAX_PASSES` simulations; one when the profile has no curve, when
-  no GEMM runs on tensor cores, or when the duty stays below the curve's first point).
+  no GEMM runs on tensor cores, or when the duty stays below the curve's first point);
+* a run that has not yet kept its GPU busy for the limiter's burst (``power.onset_s``, measured by ``calibrate``
+  on back-to-back GEMMs) runs at the table's speed: a measured run of few short iterations (``schedsim
+  execute``'s warm-up, timed and uninstrumented iterations, :func:`sustained_of`) is predicted without the
+  slowdown (:func:`below_onset`).
 """
 
 from __future__ import annotations
@@ -138,8 +142,8 @@ def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwarePr
 def below_onset(duty: float, sustained_s: float | None, onset_s: float | None) -> bool:
     """True when a run at tensor-core ``duty`` that had kept the GPU under load for ``sustained_s`` seconds stays
     within the limiter's burst, ``onset_s`` seconds of back-to-back GEMMs: ``sustained_s · duty < onset_s``
-    (the energy over the limit grows with the busy time, so a lower duty reaches the onset later). False when
-    either is None (steady state).
+    (an assumption: the limiter reacts to the GEMMs' busy time, so a lower duty reaches the onset later; only
+    back-to-back onsets are measured). False when either is None (steady state).
 
     Why: on one H100 (2026-12-06) two 4096³ bf16 GEMMs per iteration at a duty of 0.91 ran at the table's 164 µs
     in ``schedsim execute``'s 24 ms of iterations, where the steady curve gave 1.13×; on one H200 back-to-back
