@@ -8,7 +8,9 @@ Outputs (rank 0, in ``--out``), every file written atomically:
 * with ``--profiler``: ``kineto_rank<r>.json.gz`` (every rank) and ``timeline_kernels.json``;
 * with ``--compare``: ``predicted/`` (predict's outputs) and ``compare/`` (compare's outputs); for a CUDA graph
   timed op by op also ``predicted_timed/`` (the prediction of that timed graph, whose ops ``compare/`` uses:
-  :meth:`schedsim.hardware.profile.HardwareProfile.timed_graph`).
+  :meth:`schedsim.hardware.profile.HardwareProfile.timed_graph`); with ``--profiler`` too, ``compare_kernels/``:
+  the prediction against ``timeline_kernels.json``, each op's span from when it got the GPU and its wait apart
+  (``docs/metrics_spans.md``).
 
 On a failure (timeout, error, Ctrl-C/SIGTERM) every rank that can still act
 writes ``failure_rank<r>.json`` (what failed, where, which ranks were missing)
