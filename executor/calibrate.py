@@ -260,6 +260,18 @@ def _gemm_shapes(o: CalibrateOptions, cuda: bool) -> list[tuple[str, int, int, i
     return list(out)
 
 
+#: A GEMM shape whose timing kept the GPU busy this long (seconds) is followed by :data:`GEMM_REST_S` of idle
+#: before the next shape is timed: under longer sustained load the board's power limiter lowers the clock (after
+#: ~40 ms of back-to-back bf16 GEMMs on one H200, 2026-12-01, and 38.8 ms on one H100, 2026-12-06,
+#: ``power.onset_s``), and the table holds burst times (:mod:`schedsim.sim.power`). Without the rest, on one H100
+#: (2026-12-06, two calibrations) fp32 4096×2048×8192, timed right after 0.5 s of fp32 16384×8192×8192, read
+#: 2.97 and 3.20 ms where the same calibrations' back-to-back waves probe gave 2.63 ms and the first of them ran
+#: 2.65 ms in ``execute`` (Kineto), and matmul_streams (16 of them on 4 streams) was predicted 11-20 % long.
+GEMM_REST_AFTER_S = 0.03
+#: seconds of idle that let the limiter forget a sustained load (within a second on H200: calibrate_power)
+GEMM_REST_S = 1.0
+
+
 def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Callable[[str], None]) -> list[list[Any]]:
     torch = b.torch
     from executor.kernels import torch_dtype
@@ -269,7 +281,10 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
     if b.cuda:
         l2 = float(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 60e6) or 60e6)
     rows = []
+    busy_s = 0.0  # GPU seconds the previous shape's timing kept the GEMMs running
     for idx, (dt, m, n, k) in enumerate(shapes):
+        if b.cuda and busy_s >= GEMM_REST_AFTER_S:
+            time.sleep(GEMM_REST_S)
         tdt = torch_dtype(dt)
         nbytes = (m * k + k * n + m * n) * tdt.itemsize
         sets = 3 if nbytes * 3 < 3 * l2 else 1
@@ -282,6 +297,7 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
         if b.cuda:
             torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
         t, single = b.time_batched(fns[0], rotate=fns)
+        busy_s = single * (3 + b.iters) + (0.0 if t == single else 5 * 2e-3)  # time_one, then time_batched
         tf = 2.0 * m * n * k / t / 1e12
         log(f"[gemm {idx + 1}/{len(shapes)}] {dt:5s} {m}x{n}x{k}: {t * 1e3:.4f} ms ({tf:.1f} TFLOP/s)"
             + (f"; single launch {single * 1e3:.4f} ms" if single != t else ""))
@@ -1076,6 +1092,11 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     from executor.dist import warn_oversubscribed
 
     warn_oversubscribed(ctx.cuda, ctx.rank)
+    # the host cost of communication calls first, before the GEMM measurements run torch.profiler (after it, a
+    # process's launches cost ~20 % more: benchmarks/probe_profiler_host.py): measured last, it read 20.4 µs per
+    # all_reduce call on one H100 (2026-12-06) where four executing processes, world 1, measured 14.5-15.3
+    # (--measure-host); measured first, 15.2
+    comm_host = comm_host_costs(b)
     if ctx.rank == 0:
         shapes = _gemm_shapes(o, ctx.cuda)
         log(f"[gemm] {len(shapes)} shapes")
@@ -1117,7 +1138,6 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
 
                 raw["power"] = measure_power(b.torch, ctx.device, log)
     ctx.barrier()
-    comm_host = comm_host_costs(b)
     if ctx.rank == 0:
         raw["host"].update(comm_host)
         log("[launch] communication calls, host time: " + ", ".join(f"{k} {v:.2f} us" for k, v in comm_host.items()))
@@ -1430,6 +1450,20 @@ def _warn_base_peaks(base_gpu: str, gpu: str, base: str) -> None:
               "or edit gpu.peak_tflops", file=sys.stderr, flush=True)
 
 
+def _power_section(pw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The profile's ``power:`` section from :func:`executor.calibrate_power.measure_power`'s result ``pw``."""
+    shape = "x".join(map(str, pw["shape"]))
+    duties = ", ".join(f"{float(v):.2f}" for k, v in sorted(pw["achieved"].items()) if k != "1.0")
+    out = {"gemm_slowdown_by_duty": pw["curve"],
+           "source": f"measured {where} (executor/calibrate_power.py): bf16 {shape} GEMMs back to back "
+                     f"and at duty cycles {duties}, sustained time over burst time, the idle-gap cost "
+                     "of the lowest duty divided out; onset_s: when the back-to-back GEMMs first ran "
+                     "slower by half the steady slowdown"}
+    if pw.get("onset_s") is not None:
+        out["onset_s"] = pw["onset_s"]
+    return out
+
+
 def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str) -> dict[str, Any]:
     d = base_profile_dict(o.base)
     date = raw["date"]
@@ -1537,13 +1571,7 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     if not ctx.cuda:
         d.pop("power", None)  # a CPU profile has no GPU power limit
     if "power" in raw:
-        pw = raw["power"]
-        shape = "x".join(map(str, pw["shape"]))
-        duties = ", ".join(f"{float(v):.2f}" for k, v in sorted(pw["achieved"].items()) if k != "1.0")
-        d["power"] = {"gemm_slowdown_by_duty": pw["curve"],
-                      "source": f"measured {where} (executor/calibrate_power.py): bf16 {shape} GEMMs back to back "
-                                f"and at duty cycles {duties}, sustained time over burst time, the idle-gap cost "
-                                "of the lowest duty divided out"}
+        d["power"] = _power_section(raw["power"], where)
     d["memcpy"] = {"h2d_GBps": round(cp["h2d_GBps"], 2), "d2h_GBps": round(cp["d2h_GBps"], 2),
                    "d2d_GBps": round(cp["d2d_GBps"], 1), "latency_us": round(cp["latency_us"], 2),
                    "source": f"measured {where}: pinned host buffers, {8 if o.quick else 256} MiB copies, median "

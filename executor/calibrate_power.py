@@ -6,7 +6,8 @@ longer, as a function of the duty cycle, on rank 0's GPU, with one bf16 GEMM (de
 executor's uniform operands):
 
 * back to back for ``seconds``: the median over the last 40 % of the window, over the burst time (the median of
-  the GEMMs that start in the first 30 ms) is the multiplier at duty 1;
+  the GEMMs that start in the first 30 ms) is the multiplier at duty 1, and when the GEMMs first run slower
+  by half that is the onset (:func:`onset_of`, the profile's ``power.onset_s``);
 * for each duty d < 1: one GEMM between two events, the host waits for its end, then keeps the GPU idle for
   t·(1 − d)/d; the steady median over the burst time. Every GEMM after an idle gap pays a small extra cost
   that does not depend on the duty (+3 % on one H200, 2026-12-01, ``benchmarks/probe_power_duty.py``): the
@@ -46,6 +47,23 @@ def curve_from(points: dict[float, float]) -> list[list[float]]:
     return out[last_one:]
 
 
+def onset_of(at: list[float], dur: list[float], burst: float, steady: float, window: int = 5) -> float | None:
+    """Seconds from the first of back-to-back GEMMs (start times ``at``, durations ``dur``, seconds) until the
+    median of ``window`` consecutive GEMMs first exceeds the burst time by half the steady slowdown
+    (``steady`` = steady / burst); None when the steady slowdown is under 2 % (no onset to see).
+
+    >>> onset_of([0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06], [1.0] * 4 + [1.2] * 3, 1.0, 1.2, window=3)
+    0.04
+    """
+    if steady < 1.02 or len(dur) < window:
+        return None
+    limit = burst * (1 + (steady - 1) / 2)
+    for i in range(len(dur) - window + 1):
+        if statistics.median(dur[i:i + window]) > limit:
+            return round(at[i + window // 2], 4)
+    return None
+
+
 def measure_power(torch: Any, dev: Any, log: Callable[[str], None], shape: tuple[int, int, int] = (4096, 16384, 4096),
                   seconds: float = 1.2) -> dict[str, Any]:
     """``{"shape", "burst_ms", "points": {duty: steady / burst}, "achieved": {duty: measured duty}, "curve"}``;
@@ -80,6 +98,7 @@ def measure_power(torch: Any, dev: Any, log: Callable[[str], None], shape: tuple
     at = [ev[0].elapsed_time(ev[i]) / 1e3 for i in range(count)]
     burst = statistics.median([d for t, d in zip(at, dur, strict=True) if t < 0.03] or dur[:3])
     points = {1.0: statistics.median(dur[int(0.6 * count):]) / burst}
+    onset = onset_of(at, dur, burst, points[1.0])
     achieved = {1.0: 1.0}
     for duty in DUTIES:
         time.sleep(1.0)
@@ -94,7 +113,8 @@ def measure_power(torch: Any, dev: Any, log: Callable[[str], None], shape: tuple
         points[duty] = statistics.median(d for t, d in seq if t >= 0.6 * seconds) / burst
         achieved[duty] = sum(d for _, d in seq) / (time.perf_counter() - t0)
     curve = curve_from({round(achieved[d], 3): r for d, r in points.items()})  # at the duty each level reached
-    log(f"[power] bf16 {m}x{n}x{k}: burst {burst * 1e3:.4f} ms; sustained/burst " + ", ".join(
+    log(f"[power] bf16 {m}x{n}x{k}: burst {burst * 1e3:.4f} ms; onset {onset}; sustained/burst " + ", ".join(
         f"duty {achieved[d]:.2f}: {r:.3f}" for d, r in sorted(points.items())) + f"; curve {curve}")
-    return {"shape": [m, n, k], "burst_ms": burst * 1e3, "points": {str(d): r for d, r in points.items()},
+    return {"shape": [m, n, k], "burst_ms": burst * 1e3, "onset_s": onset,
+            "points": {str(d): r for d, r in points.items()},
             "achieved": {str(d): v for d, v in achieved.items()}, "curve": curve}

@@ -40,11 +40,45 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["START_MARGIN_S", "IterationClock", "aligned_start_ns"]
+__all__ = ["START_MARGIN_S", "WAIT", "IterationClock", "aligned_start_ns", "wait_events"]
 
 START_MARGIN_S = float(os.environ.get("SCHEDSIM_START_MARGIN_S", "0.002"))
 """Seconds between the latest rank's clock read and the common start (env ``SCHEDSIM_START_MARGIN_S``,
 default 2 ms: several times the all-gather's exit skew measured above, so late starts are rare)."""
+
+
+WAIT = os.environ.get("SCHEDSIM_WAIT", "spin")
+"""How the host waits for an iteration's end events (env ``SCHEDSIM_WAIT``): ``spin`` (default) polls them
+without sleeping, as ``torch.cuda.Event.synchronize`` does under CUDA's default scheduling (it spins while the
+process has fewer CUDA contexts than CPU cores: ``cudaDeviceScheduleAuto``, CUDA Runtime API); ``sleep`` polls
+with sleeps of 20 µs doubling to 1 ms between polls (the executor's former wait), kept to compare."""
+
+
+def wait_events(events: Iterable[Any], deadline_ns: int | None = None, how: str | None = None) -> list[Any]:
+    """Wait until every event of ``events`` (objects with ``query()``) has completed; return those still pending
+    when ``perf_counter_ns()`` passed ``deadline_ns`` (empty when all completed; no deadline when None).
+
+    The wait of ``schedsim execute`` (every CUDA iteration kind). ``how`` (default :data:`WAIT`): ``"spin"``
+    polls without sleeping, as the hand-written references' ``Event.synchronize()`` spins, so that both leave an
+    iteration alike and start the next one from an equally warm host; ``"sleep"`` sleeps between polls.
+
+    >>> class Done:
+    ...     def query(self): return True
+    >>> wait_events([Done(), Done()])
+    []
+    """
+    pending = list(events)
+    spin = (how or WAIT) != "sleep"
+    sleep = 2e-5
+    clock = time.perf_counter_ns
+    while pending:
+        pending = [e for e in pending if not e.query()]
+        if not pending or (deadline_ns is not None and clock() > deadline_ns):
+            break
+        if not spin:
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1e-3)
+    return pending
 
 
 def aligned_start_ns(clocks_ns: Iterable[int], margin_s: float = START_MARGIN_S) -> int:

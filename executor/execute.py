@@ -8,7 +8,9 @@ Outputs (rank 0, in ``--out``), every file written atomically:
 * with ``--profiler``: ``kineto_rank<r>.json.gz`` (every rank) and ``timeline_kernels.json``;
 * with ``--compare``: ``predicted/`` (predict's outputs) and ``compare/`` (compare's outputs); for a CUDA graph
   timed op by op also ``predicted_timed/`` (the prediction of that timed graph, whose ops ``compare/`` uses:
-  :meth:`schedsim.hardware.profile.HardwareProfile.timed_graph`).
+  :meth:`schedsim.hardware.profile.HardwareProfile.timed_graph`); with ``--profiler`` too, ``compare_kernels/``:
+  the prediction against ``timeline_kernels.json``, each op's span from when it got the GPU and its wait apart
+  (``docs/metrics_spans.md``).
 
 On a failure (timeout, error, Ctrl-C/SIGTERM) every rank that can still act
 writes ``failure_rank<r>.json`` (what failed, where, which ranks were missing)
@@ -222,13 +224,9 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
 
 
 def _measure_host(opts: Any, ctx: Any, runner: Any) -> dict[str, float] | None:
-    """With ``--measure-host``: this process's host costs by kind (rank 0's; ``None`` elsewhere or without it)."""
-    if not opts.measure_host:
-        return None
-    from executor.calibrate_host import measure_here
-
-    runner.phase = "host costs"
-    return measure_here(ctx)
+    """With ``--measure-host``: this process's host costs by kind, measured by the runner after its timed
+    iterations and before any profiled one (rank 0's; ``None`` elsewhere or without it)."""
+    return getattr(runner, "host_costs", None) if opts.measure_host else None
 
 
 def _fail(e: BaseException, rank: int, outdir: Path, G: Any, spec: Any, runner: Any, launch: str) -> None:
@@ -306,12 +304,13 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
                              title=f"{spec.name} measured ({ctx.backend}, {launch}): makespan "
                                    f"{tl.makespan_s * 1e3:.3f} ms")
     maps = {p["times"]["rank"]: p["profile"] for p in gathered if p.get("profile")}
+    ktl = None
     if maps:
         from executor.profiling import kernel_timeline
 
         atomic_write_text(outdir / "profiler_ops.json", json.dumps(maps, indent=1))
         paths.append(outdir / "profiler_ops.json")
-        ktl = kernel_timeline(tl, maps)
+        ktl = kernel_timeline(tl, maps, {n: list(G.predecessors(n)) for n in G.nodes})
         if ktl is not None:
             ktl.write_json(outdir / "timeline_kernels.json", Metrics.of(ktl).to_dict())
             paths.append(outdir / "timeline_kernels.json")
@@ -326,14 +325,14 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
               f"(tolerance {c['tol']:.3g})")
     if compare:
         from schedsim.api import predict_to_dir
-        from schedsim.compare import print_comparison, write_comparison
+        from schedsim.compare import print_comparison, print_op_errors, write_comparison
         from schedsim.hardware.profile import HardwareProfile, load_profile
 
         # predict with the hardware queues the run had (CUDA_DEVICE_MAX_CONNECTIONS, meta.max_connections):
         # without it, a --max-connections 1 run was compared with an 8-queue prediction (per-op 405 %)
         conn = tl.meta.get("max_connections")
         # and with the GPUs' idle between the timed iterations, which sets their steady power state
-        from schedsim.sim.power import iteration_gap_of
+        from schedsim.sim.power import iteration_gap_of, sustained_of
 
         prof: HardwareProfile = load_profile(profile)
         if host:  # predict with this process's host costs in place of the profile's (--measure-host)
@@ -344,7 +343,8 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
                   + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                               for k, v in launch_fields(host).items()), flush=True)
         sim: dict[str, Any] = {"max_connections": int(conn) if conn else None,
-                               "iteration_gap_s": iteration_gap_of(tl.meta, tl.world_size)}
+                               "iteration_gap_s": iteration_gap_of(tl.meta, tl.world_size),
+                               "sustained_s": sustained_of(tl.meta)}
         pred, _m, ppaths = predict_to_dir(file, sets, prof, outdir / "predicted", launch, gantt, **sim)
         pred_timed, tpaths = _timed_prediction(tl, prof, file, sets, outdir / "predicted_timed", launch, sim)
         paths += tpaths
@@ -355,6 +355,11 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
             shutil.rmtree(stale, ignore_errors=True)
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt, pred_timed=pred_timed)
         print_comparison(res)
+        if ktl is not None:  # each op's span from when it got the GPU, and its wait (docs/metrics_spans.md)
+            kres, kpaths = write_comparison(pred, ktl, outdir / "compare_kernels", gantt=gantt)
+            cpaths += kpaths
+            if kres.ops is not None:
+                print_op_errors(kres.ops)
         if profile_note:
             print(profile_note, file=sys.stderr, flush=True)
         paths += ppaths + cpaths

@@ -119,12 +119,18 @@ def map_trace(trace: dict[str, Any], op_names: list[str], *, iteration: str | No
     return {"iteration": win["name"] if win else None, "ops": out, "unmapped_kernels": unmapped}
 
 
-def kernel_timeline(base: Timeline, maps: dict[int, dict[str, Any]]) -> Timeline | None:
-    """A timeline whose spans are the mapped kernel intervals (first kernel start → last kernel end).
+def kernel_timeline(base: Timeline, maps: dict[int, dict[str, Any]],
+                    preds: dict[str, list[str]] | None = None) -> Timeline | None:
+    """A timeline whose spans are the mapped kernel intervals (first kernel start → last kernel end): each op's
+    span from when it got the GPU (docs/metrics_spans.md).
 
     Each rank's kernel times are shifted so that its earliest kernel starts
     where its earliest op starts in ``base`` (the event-timed timeline): Kineto
-    and the CUDA events share no origin. Returns None when no op has kernels.
+    and the CUDA events share no origin. With ``preds`` (op id → the ids it waits for on its rank: dependencies
+    and the op before it on its stream, e.g. the DAG's predecessors), each span also gets ``stream_s``, when its
+    stream reached it in the profiled iteration: the latest of its call's start (Kineto's host annotation, on the
+    same clock as the kernels) and its predecessors' kernel ends, so ``start_s − stream_s`` is its wait (the
+    launch and any time queued for SMs). Returns None when no op has kernels.
     """
     spans = []
     for r, m in maps.items():
@@ -136,14 +142,21 @@ def kernel_timeline(base: Timeline, maps: dict[int, dict[str, Any]]) -> Timeline
             continue
         t0 = min(v["gpu_start_us"] for v in ops.values())
         b0 = min(s.start_s for s in mine)
+        name_of = {s.id: s.name for s in mine}
         for s in mine:
             v = ops.get(s.name)
             if v is None:
                 continue
             st = b0 + (v["gpu_start_us"] - t0) * 1e-6
             en = b0 + (v["gpu_end_us"] - t0) * 1e-6
+            reach = None
+            if preds is not None:
+                ends = [ops[name_of[p]]["gpu_end_us"] for p in preds.get(s.id, ())
+                        if p in name_of and name_of[p] in ops]
+                at = max([float(v["cpu_start_us"]), *ends])
+                reach = min(st, b0 + (at - t0) * 1e-6)
             spans.append(Span(s.id, s.name, s.rank, s.stream, s.kind, s.resource, st, en, None, None, s.bytes,
-                              s.flops, {**s.tags, "gpu_busy_us": round(v["gpu_busy_us"], 3)}))
+                              s.flops, {**s.tags, "gpu_busy_us": round(v["gpu_busy_us"], 3)}, reach))
     if not spans:
         return None
     return Timeline(schedule=base.schedule, source="execute", world_size=base.world_size, launch=base.launch,

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from executor import ExecError, ExecTimeout
-from executor.clock import IterationClock
+from executor.clock import IterationClock, wait_events
 from executor.dist import ArrivalTracker, DistContext
 from executor.kernels import Binding, Materializer, OpImpl
 from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu, tf32_plan
@@ -254,6 +254,7 @@ class RankRunner:
         self.timing_mode = "cuda_events" if ctx.cuda else "host_perf_counter"
         self.profile_iters = 2
         self.prof_trace: Any = None
+        self.host_costs: dict[str, float] | None = None  # --measure-host: measure_here after the timed iterations
 
     def _bind_batches(self) -> None:
         """Turn each ``p2p: batched`` group into one ``batch_isend_irecv`` (see :mod:`executor.lean`).
@@ -409,6 +410,14 @@ class RankRunner:
                 gc.enable()
             gc.unfreeze()
         base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
+        if o.measure_host:  # before the profiler: once torch.profiler has run, the process's launches cost more
+            # (one H100, 2026-12-06, benchmarks/probe_profiler_host.py: 10.65 µs per matmul call before a profiler
+            # session, 12.87 after it and 12.80 two seconds later; measured after the profiled iterations, three
+            # executing processes read 13.3 µs where their uninstrumented iterations had issued 10.3-10.9 per op)
+            from executor.calibrate_host import measure_here
+
+            self.phase = "host costs"
+            self.host_costs = measure_here(self.ctx)
         if o.profiler:
             self.phase = "profiled"
             self.prof_trace = self._profile(base)
@@ -639,26 +648,11 @@ class CudaRunner(RankRunner):
         return self.clock.start(self.streams.values())
 
     def _wait_cuda(self, events: list[tuple[int, Any]], issue_ns: int) -> None:
-        """Poll events until all complete, sleeping between polls (20 µs, backing off to 1 ms); on the deadline,
-        name the stuck op.
-
-        Not a spin: one H200, 2026-12-03 (``benchmarks/h200/dispatch_order_2026-12-03.md``), spinning for the
-        first 0.25 s made the first calls of the next iteration about a third cheaper, but the uninstrumented
-        iterations of five of twelve GPU-bound runs 9-12 % longer than the timed ones that precede them (before:
-        0-2 % shorter; the cause is not measured: the GPU's power state without idle between iterations, which
-        the profiles' power curves were measured with, is one candidate), so the wait stays as every earlier
-        measurement had it."""
+        """Wait until all ``events`` complete (:func:`executor.clock.wait_events`, the hand-written references'
+        wait: spinning unless ``SCHEDSIM_WAIT=sleep``); on the deadline, name the stuck op."""
         deadline = issue_ns + int(self.opts.timeout_s * 1e9)
-        sleep = 2e-5
-        pending = list(events)
-        while pending:
-            pending = [(i, e) for i, e in pending if not e.query()]
-            if not pending:
-                break
-            if time.perf_counter_ns() > deadline:
-                self._timeout(self._stuck_cuda(), (time.perf_counter_ns() - issue_ns) * 1e-9)
-            time.sleep(sleep)
-            sleep = min(sleep * 2, 1e-3)
+        if wait_events([e for _i, e in events], deadline):
+            self._timeout(self._stuck_cuda(), (time.perf_counter_ns() - issue_ns) * 1e-9)
 
     def _stuck_cuda(self) -> int:
         """The op to blame: a comm op that started but did not end, else the first op not ended."""

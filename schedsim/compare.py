@@ -54,9 +54,9 @@ from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Span, Timeline, atomic_write_text
 
 __all__ = ["compare_timelines", "event_timed", "op_window", "write_comparison", "load_timeline_arg",
-           "print_comparison", "register", "Comparison", "Pair", "MakespanError", "Uninstrumented", "Match",
-           "OpErrors", "OpRow", "WorstOp", "KindErrors", "Delta", "Overlap", "ResourceDelta", "RankComparison",
-           "measured_makespans", "makespan_lines", "MAKESPAN_LABELS"]
+           "print_comparison", "print_op_errors", "register", "Comparison", "Pair", "MakespanError",
+           "Uninstrumented", "Match", "OpErrors", "OpRow", "WorstOp", "KindErrors", "Delta", "Overlap",
+           "ResourceDelta", "RankComparison", "measured_makespans", "makespan_lines", "MAKESPAN_LABELS"]
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,8 @@ class OpRow:
     meas_start_s: float
     meas_dur_s: float
     error: float | None
+    pred_wait_s: float | None = field(default=None, metadata=OMIT_NONE)
+    meas_wait_s: float | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,9 @@ class KindErrors:
 
 @dataclass(frozen=True)
 class OpErrors:
-    """Per-op duration errors (matching by id only); ``span`` says which window was compared."""
+    """Per-op duration errors (matching by id only); ``span`` says which window was compared. When both sides
+    know when each op got the GPU and when its stream reached it, ``wait_median_abs_diff_s`` is the median over
+    ops of |predicted − measured wait| (seconds; the wait is ``start_s − stream_s``, docs/metrics_spans.md)."""
 
     median_abs_error: float | None
     mean_abs_error: float | None
@@ -199,6 +203,7 @@ class OpErrors:
     by_kind: dict[str, KindErrors]
     per_op: list[OpRow]
     span: str
+    wait_median_abs_diff_s: float | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -534,14 +539,15 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
         stream_reached = event_timed(meas) and not event_timed(pred)
         ops = _op_errors(common, pid, mid, max_ops_listed,
                          op_window(pred, stream_reached=stream_reached), op_window(meas, stream_reached=False),
-                         span=("stream reached -> end (CUDA events on the op's stream)" if stream_reached
-                               else "start -> end")
+                         span=("stream reached -> end: wait + span (CUDA events on the op's stream)" if stream_reached
+                               else "got the GPU -> end: span")
                          + ("" if untimed is None else
                             "; predicted as the timed eager run (its timing events' host time per op)"
                             if _is_timed_eager_prediction(pred) else
                             "; predicted by --pred-timed"
                             if timed_eager_measurement(meas) and not _is_timed_prediction(pred) else
-                            "; predicted as the timed graph (its timing events' span in every op)"))
+                            "; predicted as the timed graph (its timing events' span in every op)"),
+                         waits=not stream_reached)
     overlap = Overlap(Delta(mp.overlap_ratio, mm.overlap_ratio, mp.overlap_ratio - mm.overlap_ratio),
                       *[Delta(getattr(mp, k), getattr(mm, k), _rel(getattr(mp, k), getattr(mm, k)))
                         for k in ("exposed_comm_s", "busy_comm_s")])
@@ -615,15 +621,25 @@ def _host_calls(pred: Timeline, meas: Timeline) -> HostCalls | None:
                      [OpCall(op, cp[op], cm[op]) for op in top if cm[op] > cp[op]])
 
 
+def _wait(s: Span) -> float | None:
+    """An op's wait (docs/metrics_spans.md): from its stream reaching it to its start on the GPU, None unknown."""
+    return None if s.stream_s is None else max(0.0, s.start_s - s.stream_s)
+
+
 def _op_errors(common: list[str], pid: dict[str, Span], mid: dict[str, Span], cap: int,
-               wp: dict[str, tuple[float, float]], wm: dict[str, tuple[float, float]], span: str) -> OpErrors:
+               wp: dict[str, tuple[float, float]], wm: dict[str, tuple[float, float]], span: str,
+               waits: bool = False) -> OpErrors:
     rows = []
     by_kind: dict[str, list[tuple[float, float, float | None]]] = {}
+    wdiff = []
     for k in common:
         b = mid[k]
         (ps, pe), (ms, me) = wp[k], wm[k]
         e = _rel(pe - ps, me - ms)
-        rows.append(OpRow(k, b.kind, b.rank, b.stream, ps, pe - ps, ms, me - ms, e))
+        pw, mw = (_wait(pid[k]), _wait(b)) if waits else (None, None)
+        if pw is not None and mw is not None:
+            wdiff.append(abs(pw - mw))
+        rows.append(OpRow(k, b.kind, b.rank, b.stream, ps, pe - ps, ms, me - ms, e, pw, mw))
         by_kind.setdefault(b.kind, []).append((pe - ps, me - ms, e))
     errs = [abs(r.error) for r in rows if r.error is not None]
     worst = max((r for r in rows if r.error is not None), key=lambda r: abs(r.error or 0.0), default=None)
@@ -638,7 +654,8 @@ def _op_errors(common: list[str], pid: dict[str, Span], mid: dict[str, Span], ca
         mean_abs_error=statistics.fmean(errs) if errs else None,
         worst=None if worst is None else WorstOp(worst.id, worst.kind, worst.pred_dur_s, worst.meas_dur_s,
                                                  worst.error),
-        by_kind=kinds, per_op=rows[:cap], span=span)
+        by_kind=kinds, per_op=rows[:cap], span=span,
+        wait_median_abs_diff_s=float(statistics.median(wdiff)) if wdiff else None)
 
 
 def load_timeline_arg(path: str | Path) -> Timeline:
@@ -765,6 +782,13 @@ def print_comparison(res: Comparison, console: Any = None) -> None:
     con.print(t)
 
 
+def print_op_errors(o: OpErrors, console: Any = None) -> None:
+    """Print the per-op lines of a comparison (its span, median and worst error, wait) to ``console`` (rich)."""
+    from rich.console import Console
+
+    _print_op_errors(console or Console(), o)
+
+
 def _print_op_errors(con: Any, o: OpErrors) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -774,8 +798,11 @@ def _print_op_errors(con: Any, o: OpErrors) -> None:
     w = o.worst
     wtxt = f"{w.id} ({w.kind}): {fmt_time(w.pred_s)} vs {fmt_time(w.meas_s)}, {_pct(w.error)}" if w else "n/a"
     med = o.median_abs_error
-    con.print(f"per-op duration error: median |err| {'n/a' if med is None else f'{med * 100:.1f}%'}; "
-              f"worst {escape(wtxt)}")
+    con.print(f"per-op duration error ({escape(o.span.split(';')[0])}): median |err| "
+              f"{'n/a' if med is None else f'{med * 100:.1f}%'}; worst {escape(wtxt)}")
+    if o.wait_median_abs_diff_s is not None:
+        con.print(f"per-op wait (stream reached -> got the GPU): median |predicted - measured| "
+                  f"{fmt_time(o.wait_median_abs_diff_s)}")
     if "timed graph" in o.span:
         con.print("per-op and instrumented makespan: predicted as the timed CUDA graph (every op's span holds "
                   "its timing events, profile launch.graph_timing_event_us)")

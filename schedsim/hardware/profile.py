@@ -492,6 +492,11 @@ class Power(_B):
         description="[[tensor-core duty 0-1, GEMM time multiplier >= 1], ...] sorted by duty: how much longer every "
         "GEMM takes than the table (timed in bursts at the boost clock) when tensor-core GEMMs keep the GPU busy "
         "that fraction of the time; 1 below the first point, linear between points. Empty: no power model.")
+    onset_s: float | None = Field(
+        default=None, ge=0,
+        description="Seconds of back-to-back tensor-core GEMMs that run at the table's speed before the limiter "
+        "lowers the clock (None: the slowdown holds from the start). A run whose GPU had been under load for "
+        "less than this, times its duty, before the iterations measured runs them at the table's speed.")
     source: str = "not measured"
 
     @field_validator("gemm_slowdown_by_duty")

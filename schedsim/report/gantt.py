@@ -65,6 +65,9 @@ KIND_COLORS = {
 }
 _OTHER = "#AAAAAA"
 EXPOSED = "#E00000"
+#: colour of an op's wait segment: its stream had reached it (``stream_s``) but it had not got the GPU
+#: (``start_s``) (docs/metrics_spans.md)
+WAIT = "#B0B0B0"
 MAKESPAN_GID = "makespan"
 #: ``gid`` prefix of a rank's exposed-communication bands (``boxes_exposed_comm_r<rank>_<n>``, an SVG group id: an
 #: XML name, unique): their union per rank is its ``RankMetrics.exposed_comm_s`` (docs/metrics.md;
@@ -294,6 +297,8 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
                sorted(pen.kinds_used.items(), key=lambda kv: (rank_of.get(kv[0].split(" ")[0], 99), kv[0]))]
     if pen.exposed_drawn:
         handles.append(Patch(facecolor=EXPOSED, label="exposed comm"))
+    if pen.wait_drawn:
+        handles.append(Patch(facecolor=WAIT, label="wait (stream reached, no SMs yet)"))
     if folded:
         handles.append(Patch(facecolor="#777777", label="others: busy share"))
     _legend(ax, handles)
@@ -494,6 +499,7 @@ class _GanttPen:
         self.px_per_ms, self.lane_px, self.label_ok, self.min_label_frac = px_per_ms, lane_px, label_ok, min_label_frac
         self.kinds_used: dict[str, str] = {}
         self.exposed_drawn = False
+        self.wait_drawn = False
         self.boxes_drawn = 0
         self.collections: list[Any] = []
 
@@ -552,6 +558,7 @@ class _GanttPen:
         x0 = c.start_s[idx] * 1e3
         w = (c.end_s[idx] - c.start_s[idx]) * 1e3
         wide = w * self.px_per_ms >= 4
+        self._waits(c, idx, y)
         # one collection per (lane, colour, chunk, edge), in order of first use (the draw order of before)
         gk = ((y * max(1, len(colours)) + cid) * 2 + chunk) * 2 + wide
         _u, first, ginv, counts = np.unique(gk, return_index=True, return_inverse=True, return_counts=True)
@@ -578,6 +585,23 @@ class _GanttPen:
                 i = int(idx[j])
                 text = str(mv[mc[i]]) if mc[i] >= 0 else _cut(c.name[i])
                 self.ax.text(x0[j] + w[j] / 2, int(y[j]), text, ha="center", va="center", fontsize=6, clip_on=True)
+
+    def _waits(self, c: SpanColumns, idx: Any, y: Any) -> None:
+        """Each op's wait, from its stream reaching it (``stream_s``) to its start on the GPU, as a thin grey band
+        in the middle of its lane; drawn only for timelines that know both (predictions, Kineto kernel spans)."""
+        import numpy as np
+
+        if c.stream_s is None:
+            return
+        st = c.stream_s[idx]
+        wait = c.start_s[idx] - st
+        m = np.isfinite(st) & (wait * self.px_per_ms * 1e3 >= 1.0)  # at least a pixel wide
+        if not m.any():
+            return
+        self.wait_drawn = True
+        self.boxes_drawn += int(m.sum())
+        self.collections.append(_bars(self.ax, st[m] * 1e3, wait[m] * 1e3, y[m] - 0.08, 0.16, facecolors=WAIT,
+                                      edgecolor="none", linewidth=0.0))
 
     def _exposed(self, lbl: str, c: SpanColumns, idx: Any, code: dict[str, int]) -> None:
         """Each shown comm lane's busy time not covered by any compute of its rank, as a red band under it."""

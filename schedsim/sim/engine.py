@@ -109,7 +109,8 @@ _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
 def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str | None = None,
              gpu_model: str | None = None, max_connections: int | None = None,
-             model_executor: bool = False, iteration_gap_s: float = 0.0) -> Timeline:
+             model_executor: bool = False, iteration_gap_s: float = 0.0,
+             sustained_s: float | None = None) -> Timeline:
     """Simulate the DAG ``G`` on ``profile``.
 
     Parameters
@@ -132,6 +133,10 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
     iteration_gap_s : float
         Seconds the GPUs idle between iterations, for the steady power state (``waves`` with a profile
         ``power`` curve, :mod:`schedsim.sim.power`): 0 (default) for iterations issued back to back.
+    sustained_s : float, optional
+        Seconds the GPUs had run such iterations before the ones predicted (a measured run's warm-up and timed
+        iterations, :func:`schedsim.sim.power.sustained_of`); None (default): the steady state. Under the
+        profile's ``power.onset_s`` (times the duty) no GEMM slowdown applies.
 
     Returns
     -------
@@ -168,7 +173,7 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         from schedsim.sim.power import steady_state
 
         return steady_state(lambda p: _simulate_once(G, p, info, mode, model, conns, model_executor), profile,
-                            iteration_gap_s, repeat=_repeats(G))
+                            iteration_gap_s, repeat=_repeats(G), sustained_s=sustained_s)
     return _simulate_once(G, profile, info, mode, model, conns, model_executor)
 
 

@@ -26,7 +26,11 @@ The model (steady state, as a training loop runs iteration after iteration):
 * the multiplier is a fixed point: GEMMs slowed by ``f`` raise the duty, which raises ``f``; the simulation is
   repeated with every GEMM's time multiplied by ``f`` (:meth:`HardwareProfile.with_gemm_slowdown`) until ``f``
   moves by less than 0.2 % (at most :data:`MAX_PASSES` simulations; one when the profile has no curve, when
-  no GEMM runs on tensor cores, or when the duty stays below the curve's first point).
+  no GEMM runs on tensor cores, or when the duty stays below the curve's first point);
+* a run that has not yet kept its GPU busy for the limiter's burst (``power.onset_s``, measured by ``calibrate``
+  on back-to-back GEMMs) runs at the table's speed: a measured run of few short iterations (``schedsim
+  execute``'s warm-up, timed and uninstrumented iterations, :func:`sustained_of`) is predicted without the
+  slowdown (:func:`below_onset`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import numpy as np
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.sim.timeline import Timeline
 
-__all__ = ["tensor_duty", "slowdown_at", "steady_state", "MAX_PASSES"]
+__all__ = ["tensor_duty", "slowdown_at", "steady_state", "below_onset", "sustained_of", "MAX_PASSES"]
 
 #: Simulations at most per prediction (the fixed point converges in 2–3 on the shipped schedules).
 MAX_PASSES = 4
@@ -95,17 +99,20 @@ def slowdown_at(curve: list[tuple[float, float]], duty: float) -> float:
 
 
 def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwareProfile, gap_s: float = 0.0,
-                 repeat: np.ndarray | None = None) -> Timeline:
+                 repeat: np.ndarray | None = None, sustained_s: float | None = None) -> Timeline:
     """Simulate with ``run(profile)`` and repeat with GEMMs slowed to the steady power state (module doc).
 
     ``gap_s`` (seconds, >= 0) is how long the GPU idles between iterations: 0 for a training loop that issues
     iteration after iteration; ``schedsim execute`` synchronizes and aligns the ranks' start between its timed
     iterations (2 ms margin plus a clock all-gather, ``executor/clock.py``) and records the period it ran at
     (``meta["uninstrumented_period_s"]``), from which ``compare`` takes the gap. ``repeat``: kernels per span,
-    as :func:`tensor_duty` takes them.
+    as :func:`tensor_duty` takes them. ``sustained_s``: seconds the GPU had run iterations like these before the
+    ones predicted (None: long enough for the steady state, as in training); when that times the duty is under
+    the profile's ``power.onset_s`` (the burst the limiter allows), no slowdown applies (:func:`below_onset`).
 
     The returned timeline's ``meta`` gets ``power`` = ``{"tensor_duty", "gemm_slowdown", "passes"}`` when the
-    profile has a curve and a slowdown applies (``gemm_slowdown`` 1.0 otherwise is left out).
+    profile has a curve and a slowdown applies (``gemm_slowdown`` 1.0 otherwise is left out), and
+    ``{"tensor_duty", "gemm_slowdown": 1.0, "sustained_s", "onset_s"}`` when the run stayed below the onset.
     """
     tl = run(profile)
     curve = list(profile.power.gemm_slowdown_by_duty) if profile.power else []
@@ -113,6 +120,11 @@ def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwarePr
         return tl
     fp32 = profile.gpu.peak_tflops.get("fp32", 0.0) * 1e12
     f, duty, passes = 1.0, tensor_duty(tl, fp32, gap_s, below=curve[0][0], repeat=repeat), 1
+    onset = profile.power.onset_s if profile.power else None
+    if below_onset(duty, sustained_s, onset):
+        tl.meta["power"] = {"tensor_duty": round(duty, 4), "gemm_slowdown": 1.0, "sustained_s": sustained_s,
+                            "onset_s": onset}
+        return tl
     while passes < MAX_PASSES:
         nf = slowdown_at(curve, duty)
         if abs(nf - f) <= TOLERANCE * f:
@@ -125,6 +137,37 @@ def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwarePr
         tl.meta["power"] = {"tensor_duty": round(duty, 4), "gemm_slowdown": round(f, 4), "passes": passes,
                             "iteration_gap_s": gap_s}
     return tl
+
+
+def below_onset(duty: float, sustained_s: float | None, onset_s: float | None) -> bool:
+    """True when a run at tensor-core ``duty`` that had kept the GPU under load for ``sustained_s`` seconds stays
+    within the limiter's burst, ``onset_s`` seconds of back-to-back GEMMs: ``sustained_s · duty < onset_s``
+    (an assumption: the limiter reacts to the GEMMs' busy time, so a lower duty reaches the onset later; only
+    back-to-back onsets are measured). False when either is None (steady state).
+
+    Why: on one H100 (2026-12-06) two 4096³ bf16 GEMMs per iteration at a duty of 0.91 ran at the table's 164 µs
+    in ``schedsim execute``'s 24 ms of iterations, where the steady curve gave 1.13×; on one H200 back-to-back
+    GEMMs ran ~40 ms at the table's speed before slowing (``benchmarks/probe_power_duty.py``, 2026-12-01).
+
+    >>> below_onset(0.9, 0.024, 0.04), below_onset(0.9, 2.0, 0.04), below_onset(0.9, None, 0.04)
+    (True, False, False)
+    """
+    return sustained_s is not None and onset_s is not None and sustained_s * duty < onset_s
+
+
+def sustained_of(meta: dict) -> float | None:  # type: ignore[type-arg]
+    """Seconds a ``schedsim execute`` run kept its GPU iterating before the middle of its uninstrumented iterations
+    (timeline ``meta``): ``(warmup + iters + uninstrumented / 2) × uninstrumented_period_s``; None when the
+    run did not record the period or the counts.
+
+    >>> sustained_of({"warmup": 5, "iters": 20, "makespan_uninstrumented_iters_s": [0.1] * 20,
+    ...               "uninstrumented_period_s": 0.0004})
+    0.014
+    """
+    per, lean = meta.get("uninstrumented_period_s"), meta.get("makespan_uninstrumented_iters_s")
+    if not per or not lean or meta.get("warmup") is None or meta.get("iters") is None:
+        return None
+    return round((int(meta["warmup"]) + int(meta["iters"]) + len(lean) / 2) * float(per), 9)
 
 
 #: ``executor/clock.py``'s default start margin (s): the least idle between two of execute's timed iterations.

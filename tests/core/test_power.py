@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from schedsim.hardware.profile import Power, load_profile
-from schedsim.sim.power import TOLERANCE, iteration_gap_of, slowdown_at, steady_state, tensor_duty
+from schedsim.sim.power import (
+    TOLERANCE,
+    below_onset,
+    iteration_gap_of,
+    slowdown_at,
+    steady_state,
+    sustained_of,
+    tensor_duty,
+)
 from schedsim.sim.timeline import Span, Timeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,3 +144,46 @@ def test_calibrates_curve_divides_out_the_idle_gap_cost_and_is_monotone():
     # a dip is flattened (non-decreasing), and leading points at 1.0 collapse into the last of them
     assert curve_from({0.3: 1.05, 0.5: 1.04, 0.7: 1.10, 0.9: 1.08, 1.0: 1.2}) == [
         [0.5, 1.0], [0.7, round(1.10 / 1.05, 4)], [0.9, round(1.10 / 1.05, 4)], [1.0, 1.2]]
+
+
+def test_a_run_shorter_than_the_limiters_onset_keeps_the_tables_speed():
+    """Issue 39: the limiter lowers the clock only after ``power.onset_s`` of load. The one-rank run of
+    test_the_fixed_point_by_hand (first-pass duty 2/3) with an onset of 40 ms: after 50 ms of such iterations
+    (50 · 2/3 = 33.3 ms of GEMM time < 40) one simulation and no slowdown; after 70 ms (46.7 > 40) the steady
+    state as before; with the steady state asked for (sustained_s None) likewise."""
+    power = Power(gemm_slowdown_by_duty=[(0.5, 1.0), (1.0, 1.2)], onset_s=0.04)
+    base = load_profile("h200x2").model_copy(update={"power": power})
+    t0 = base.gemm.entries[0][4]
+    seen = []
+
+    def run(p):
+        f = p.gemm.entries[0][4] / t0
+        seen.append(f)
+        return Timeline("t", "predict", 1, spans=[_mm(0, 0, 0, f), _other(1, 0, f, f + 0.5)])
+
+    tl = steady_state(run, base, sustained_s=0.05)
+    assert seen == [1.0] and tl.meta["power"] == {"tensor_duty": pytest.approx(2 / 3, abs=1e-4),
+                                                  "gemm_slowdown": 1.0, "sustained_s": 0.05, "onset_s": 0.04}
+    for sustained in (0.07, None):
+        seen.clear()
+        tl = steady_state(run, base, sustained_s=sustained)
+        assert len(seen) == 3 and tl.meta["power"]["gemm_slowdown"] == pytest.approx(1.0728, rel=1e-3)
+
+
+def test_sustained_load_of_a_measured_run():
+    # 5 warm-up + 20 timed + half of 20 uninstrumented iterations at a 0.37 ms period
+    meta = {"warmup": 5, "iters": 20, "makespan_uninstrumented_iters_s": [3.5e-4] * 20,
+            "uninstrumented_period_s": 3.7e-4}
+    assert sustained_of(meta) == pytest.approx(35 * 3.7e-4)
+    assert sustained_of({"warmup": 5, "iters": 20}) is None
+    assert below_onset(0.9, 0.0129, 0.04) and not below_onset(0.9, 0.05, 0.04)
+    assert not below_onset(0.9, 0.0129, None) and not below_onset(0.9, None, 0.04)
+
+
+def test_calibrates_onset_is_when_the_gemms_first_run_half_the_slowdown_slower():
+    from executor.calibrate_power import onset_of
+
+    at = [i * 0.01 for i in range(10)]  # 10 ms GEMMs back to back: 1.0 ms burst, 1.2 steady from the 5th on
+    dur = [1.0, 1.0, 1.0, 1.0, 1.05, 1.2, 1.2, 1.2, 1.2, 1.2]
+    assert onset_of(at, dur, 1.0, 1.2, window=3) == 0.05  # windows [1.05, 1.2, 1.2] median 1.2 > 1.1: its middle
+    assert onset_of(at, dur, 1.0, 1.01) is None  # no slowdown to see

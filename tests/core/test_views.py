@@ -350,3 +350,31 @@ def test_streamed_trace_file_is_the_trace_dict(pp_run, tmp_path, monkeypatch, ch
     got = json.loads((tmp_path / "t.json").read_bytes())
     assert len(got["traceEvents"]) == len(want["traceEvents"]) > 3 * 7
     assert got == want
+
+
+def test_gantt_draws_each_ops_wait_before_its_bar():
+    """docs/metrics_spans.md: an op whose stream reached it at 1 ms but that got the GPU at 3 ms gets a grey band
+    over [1, 3] ms in its lane (and the legend entry); an op without ``stream_s`` or without a wait gets none."""
+    import numpy as np
+
+    from schedsim.report.gantt import WAIT
+
+    tl = Timeline("w", "predict", 1, spans=[
+        Span("a@r0", "a", 0, "s", "matmul", "compute", 3e-3, 5e-3, stream_s=1e-3),
+        Span("b@r0", "b", 0, "s", "matmul", "compute", 5e-3, 6e-3, stream_s=5e-3)])
+    fig = draw_gantt([("predicted", tl)])
+    ax = fig.axes[0]
+    grey = [c for c in ax.collections if np.allclose(c.get_facecolor()[0][:3], matplotlib_rgb(WAIT))]
+    assert len(grey) == 1 and len(grey[0].get_paths()) == 1
+    xs = grey[0].get_paths()[0].vertices[:, 0]
+    assert (xs.min(), xs.max()) == pytest.approx((1.0, 3.0))
+    assert "wait (stream reached, no SMs yet)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plain = draw_gantt([("measured", Timeline("w", "execute", 1, spans=[Span("a@r0", "a", 0, "s", "matmul",
+                                                                             "compute", 3e-3, 5e-3)]))])
+    assert "wait (stream reached, no SMs yet)" not in [t.get_text() for t in plain.axes[0].get_legend().get_texts()]
+
+
+def matplotlib_rgb(c: str) -> tuple[float, float, float]:
+    from matplotlib.colors import to_rgb
+
+    return to_rgb(c)

@@ -97,3 +97,28 @@ def test_a_start_far_ahead_unsynchronised_clocks_is_capped_and_counted(fake_time
     cap = check + 1_000_000 + 50_000_000  # spun at most margin + 50 ms past the check, not 10 s
     assert cap <= anchor <= cap + fake_time.tick
     assert c.late_starts == 1
+
+
+class _Ev:
+    """An event that completes after ``n`` queries."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def query(self) -> bool:
+        self.n -= 1
+        return self.n < 0
+
+
+def test_wait_events_spins_until_every_event_completed_or_the_deadline() -> None:
+    from executor.clock import wait_events
+
+    evs = [_Ev(3), _Ev(50)]
+    t0 = time.perf_counter()
+    assert wait_events(evs, how="spin") == [] and evs[1].n < 0
+    assert time.perf_counter() - t0 < 0.01  # 50 polls without sleeping
+    never = _Ev(10**9)
+    assert wait_events([_Ev(0), never], deadline_ns=time.perf_counter_ns() + 2_000_000, how="spin") == [never]
+    slept = _Ev(3)
+    t0 = time.perf_counter()
+    assert wait_events([slept], how="sleep") == [] and time.perf_counter() - t0 >= 20e-6 + 40e-6 + 80e-6

@@ -155,3 +155,46 @@ def test_event_timed_prefers_stream_reached_time():
     w = op_window(Timeline("x", "predict", 1, spans=[s]), stream_reached=True)["a@r0"]
     assert w[1] - w[0] == pytest.approx(16e-6)
     assert op_window(Timeline("x", "predict", 1, spans=[s]), stream_reached=False)["a@r0"] == (22e-6, 26e-6)
+
+
+def test_kernel_timed_measurement_compares_spans_from_the_gpu_and_waits_apart():
+    """docs/metrics_spans.md: against a measurement that knows when each op got the GPU (Kineto kernels with
+    ``stream_s``), an op's span is start -> end on both sides and its wait (start - stream_s) is compared apart.
+
+    Predicted: a stream reached at 1, got the SMs at 3, ends 5 (span 2, wait 2); b reached 5, start 5, end 8
+    (span 3, wait 0). Measured: a reached 1, start 1.5, end 3.5 (span 2, wait 0.5); b reached 3.5, start 4, end
+    6 (span 2, wait 0.5). Span errors 0 and +50 %; waits differ by 1.5 and 0.5: median 1.0."""
+    pred = Timeline("x", "predict", 1, spans=[
+        Span("a@r0", "a", 0, "s", "matmul", "compute", 3.0, 5.0, ready_s=1.0, stream_s=1.0),
+        Span("b@r0", "b", 0, "s", "compute", "compute", 5.0, 8.0, ready_s=5.0, stream_s=5.0)])
+    meas = Timeline("x", "execute", 1, meta={"timing": "kineto kernels (first start .. last end per op)"}, spans=[
+        Span("a@r0", "a", 0, "s", "matmul", "compute", 1.5, 3.5, stream_s=1.0),
+        Span("b@r0", "b", 0, "s", "compute", "compute", 4.0, 6.0, stream_s=3.5)])
+    ops = compare_timelines(pred, meas).ops
+    rows = {r.id: r for r in ops.per_op}
+    assert rows["a@r0"].error == pytest.approx(0.0) and rows["b@r0"].error == pytest.approx(0.5)
+    assert (rows["a@r0"].pred_wait_s, rows["a@r0"].meas_wait_s) == pytest.approx((2.0, 0.5))
+    assert ops.wait_median_abs_diff_s == pytest.approx(1.0) and ops.span.startswith("got the GPU")
+    # against CUDA events (stream reached -> end, no kernel start) the wait and span are compared together
+    ev = compare_timelines(pred, Timeline("x", "execute", 1, meta={"timing": "cuda_events"}, spans=[
+        Span("a@r0", "a", 0, "s", "matmul", "compute", 1.0, 3.5), Span("b@r0", "b", 0, "s", "compute", "compute",
+                                                                         3.5, 6.0)])).ops
+    assert ev.wait_median_abs_diff_s is None and ev.span.startswith("stream reached")
+    assert {r.id: r.pred_dur_s for r in ev.per_op} == pytest.approx({"a@r0": 4.0, "b@r0": 3.0})
+
+
+def test_kernel_timeline_stream_reached_is_the_call_or_the_predecessors_end():
+    """executor.profiling.kernel_timeline with predecessors: Kineto µs, a's call at 100, kernel 110-150; b (after a
+    on its stream) called at 120, kernel 160-170: b's stream reached it at a's end, 150, so its wait is 10 µs;
+    a's wait is 10 µs from its call. Shifted so that a starts where the event timeline's first op starts (2.0)."""
+    from executor.profiling import kernel_timeline
+
+    base = Timeline("x", "execute", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 2.0, 3.0),
+                                              Span("b@r0", "b", 0, "s", "compute", "compute", 3.0, 4.0)])
+    maps = {0: {"ops": {"a": {"cpu_start_us": 100.0, "gpu_start_us": 110.0, "gpu_end_us": 150.0, "gpu_busy_us": 40},
+                        "b": {"cpu_start_us": 120.0, "gpu_start_us": 160.0, "gpu_end_us": 170.0, "gpu_busy_us": 10}}}}
+    k = {s.id: s for s in kernel_timeline(base, maps, {"b@r0": ["a@r0"]}).spans}
+    assert (k["a@r0"].start_s, k["a@r0"].end_s) == pytest.approx((2.0, 2.0 + 40e-6))
+    assert k["a@r0"].stream_s == pytest.approx(2.0 - 10e-6)
+    assert k["b@r0"].stream_s == pytest.approx(2.0 + 40e-6) and k["b@r0"].start_s == pytest.approx(2.0 + 50e-6)
+    assert kernel_timeline(base, maps).spans[0].stream_s is None  # without predecessors: unknown
