@@ -261,9 +261,13 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
                     g = job_of[i] - N
                     gres[g] += 1
                     if gres[g] == len(gmem[g]):
+                        b = i  # the member that released the group: of those placed now, the last to be ready
                         for m in gmem[g]:
-                            if m != i:
-                                binding[m] = i
+                            if start[m] == t and ready_t[m] > ready_t[b]:
+                                b = m
+                        for m in gmem[g]:
+                            if m != b:
+                                binding[m] = b
                         rk = c.job_ranks[N + g]
                         for q in rk:
                             ncomm[q] += 1
@@ -445,7 +449,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
 
 
 _EXT: list[object] = []  # [module or None] once looked up
-_LAYOUT = 8  # the argument lists of _cwaves.run (and its helpers) that schedsim passes: LAYOUT in _cwaves.c
+_LAYOUT = 9  # the argument lists of _cwaves.run (and its helpers) that schedsim passes, and what their results mean: LAYOUT in _cwaves.c
 
 
 def compiled_loop():  # type: ignore[no-untyped-def]
