@@ -159,8 +159,9 @@ def test_megatron_pp4_path_leaves_the_host_when_the_host_is_faster(megatron) -> 
     # throughout and the path is the pipeline's own: host time under 0.5 % of the makespan.
     p = load_profile("h200")
     lp = p.launch.model_copy(update={"eager_per_op_us": p.launch.eager_per_op_us / 2,
-                                     "elementwise_call_us": p.launch.elementwise_call_us / 2})
-    half = api.simulate_spec(api.load(ROOT / "schedules" / "megatron_gpt_pp4.yaml"), p.model_copy(update={"launch": lp}))
+                                     "elementwise_call_us": p.launch.elementwise_call_s * 1e6 / 2})
+    half = api.simulate_spec(api.load(ROOT / "schedules" / "megatron_gpt_pp4.yaml"),
+                             p.model_copy(update={"launch": lp}))
     m = half.metrics
     assert m.critical_path_s.get("host_issue", 0.0) < 0.005 * m.makespan_s
     assert {int(x.rsplit("@r", 1)[1]) for x in m.critical_path} == {0, 1, 2, 3}
