@@ -279,12 +279,13 @@ def _host_calls(tl: Timeline, x: int, t0: float, ready: float) -> tuple[np.ndarr
     them, each from the end of the call before it (``t0`` for the rank's first) to the end of its own (its
     ``host_s``, event waits, stream switch and the call: rule 1 of :mod:`schedsim.sim.gpu_model`), then ``x``
     itself up to ``ready`` (its kernel's launch, part-way through its call). Contiguous from ``t0`` to ``ready``.
-    None where :attr:`Timeline.host_call_end_s` is unknown. The host issues a rank's ops back to back and never
+    None where :attr:`Timeline.host_call_end_s` is unknown, and for a CUDA graph replay (one launch call for
+    every op: the first op's wait stays one segment). The host issues a rank's ops back to back and never
     waits for the GPU (rule 1: no host-blocking op), so the chain runs from the iteration's start."""
     import numpy as np
 
     h = tl.host_call_end_s
-    if h is None or len(h) != len(tl):
+    if h is None or len(h) != len(tl) or tl.launch == "cuda_graph":
         return None
     rank = tl.columns.rank
     before = np.flatnonzero(rank[:x] == rank[x])

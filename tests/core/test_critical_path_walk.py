@@ -29,16 +29,16 @@ def _segments(tl) -> list[tuple[str, float, float, str]]:  # type: ignore[no-unt
 
 
 def _every_loop(monkeypatch: pytest.MonkeyPatch, text: str, profile: HardwareProfile,
-                sharing: bool = True) -> list:  # type: ignore[type-arg]
+                sharing: bool = True, launch: str | None = None) -> list:  # type: ignore[type-arg]
     """Timelines of ``text`` from the ``waves`` model's Python loop and compiled one (when built) on the op list
     and on the Program's columns, and (``sharing``) from the ``sharing`` model."""
     out = []
     for ext in ([None] if _cwaves is None else [None, _cwaves]):
         monkeypatch.setattr(waves, "_EXT", [ext])
-        out.append(simulate(build_graph(load_text(text, "t.yaml")), profile, gpu_model="waves"))
-        out.append(simulate(api.lower_spec(load_text(text, "t.yaml")), profile, gpu_model="waves"))
+        out.append(simulate(build_graph(load_text(text, "t.yaml")), profile, gpu_model="waves", launch=launch))
+        out.append(simulate(api.lower_spec(load_text(text, "t.yaml")), profile, gpu_model="waves", launch=launch))
     if sharing:
-        out.append(simulate(api.lower_spec(load_text(text, "t.yaml")), profile, gpu_model="sharing"))
+        out.append(simulate(api.lower_spec(load_text(text, "t.yaml")), profile, gpu_model="sharing", launch=launch))
     monkeypatch.undo()
     return out
 
@@ -78,6 +78,21 @@ def test_the_path_walks_back_through_the_host_calls_that_launched_it(monkeypatch
         m = Metrics.of(tl)
         assert critical_path_host(tl) == ["a@r0", "b@r0"]
         assert m.critical_path_s == pytest.approx({"compute": 1 * US, "host_issue": 30 * US})
+
+
+def test_a_cuda_graph_replay_is_one_host_call(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # One graph launch (5 µs) issues every op: a (1 µs, s1) and b (10 µs, s2) start at 5 µs and share the GPU at
+    # 1/2 each (the toy GPU gives no SM count: test_sim_golden), so a ends at 7 and b at 7 + 9 = 16 µs. b's wait
+    # for the host is the launch, one segment named by b (not by a, which the launch issued at the same instant).
+    d = toy_profile_dict()
+    d["launch"].update(graph_launch_us=5.0)
+    text = HEAD % 1 + (
+        "  - {name: a, kind: compute, duration_us: 1, stream: s1}\n"
+        "  - {name: b, kind: compute, duration_us: 10, stream: s2}\n")
+    for tl in _every_loop(monkeypatch, text, HardwareProfile.model_validate(d), sharing=False, launch="cuda_graph"):
+        assert tl.critical_path == ["b@r0"]
+        assert _segments(tl) == [("host_issue", 0.0, 5.0, "b@r0"), ("compute", 5.0, 16.0, "b@r0")]
+        assert critical_path_host(tl) == []
 
 
 def test_a_dependency_on_another_stream_is_waited_on_the_gpu_not_the_host(monkeypatch) -> None:  # type: ignore[no-untyped-def]
