@@ -125,6 +125,12 @@ def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: i
     if cp:
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
         shown = [escape(_clip(x)) for x in shown]  # rich wraps a 150k-character op name in quadratic time
+        from schedsim.sim.metrics import critical_path_host
+
+        host = critical_path_host(tl)
+        if host:  # the host calls the first op waited for: the first and last of them
+            calls = [escape(_clip(x)) for x in (host if len(host) <= 2 else [host[0], "…", host[-1]])]
+            shown = [f"host calls ({len(host)}: {' → '.join(calls)})", *shown]
         con.print(f"critical path ({len(cp)} ops; {critical_path_parts(metrics, fmt_time)}): " + " → ".join(shown))
 
 

@@ -415,8 +415,14 @@ static void place(W *w, i64 r, double t) {
                 i64 g = w->ogrp[i];
                 w->gres[g]++;
                 if (w->gres[g] == w->gmem_ptr[g + 1] - w->gmem_ptr[g]) {
+                    /* the member that released the group: of those placed now, the last to be ready */
+                    i64 b = i;
+                    for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++) {
+                        i64 m = w->gmem_idx[a];
+                        if (w->start[m] == t && w->ready_t[m] > w->ready_t[b]) b = m;
+                    }
                     for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++)
-                        if (w->gmem_idx[a] != i) w->binding[w->gmem_idx[a]] = i;
+                        if (w->gmem_idx[a] != b) w->binding[w->gmem_idx[a]] = (i32)b;
                     for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) w->ncomm[w->granks_idx[a]]++;
                     for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) {
                         w->nlink[w->gends_idx[a]]++;
@@ -669,7 +675,7 @@ static void loop(W *w) {
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
  * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
  * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule 4c). */
-#define LAYOUT 8
+#define LAYOUT 9
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu_model.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */

@@ -281,7 +281,7 @@ class _State(NamedTuple):
     stream_t: Sequence[float] | np.ndarray | None = None  # waves: when the stream reached each op (deps done,
     # host at its call)
     host_s: np.ndarray | None = None  # waves: per rank, when its host returned from its last call (shape (world,))
-    host_call: np.ndarray | None = None  # waves: per op, when its host call returned (shape (N,))
+    host_call: np.ndarray | None = None  # per op, when its host call returned (shape (N,))
 
 
 def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _Compiled:
@@ -629,7 +629,7 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str, model_execut
                 make_ready(v, t)
     if done < N:
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
-    return _State(start, end, ready_t, binding)
+    return _State(start, end, ready_t, binding, host_call=np.asarray(issue, np.float64))
 
 
 
@@ -693,8 +693,10 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
         cp.reverse()
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     _host_meta(meta, host_s, mode, None if "pipeline" in info else host_call, ids)
-    return Timeline(schedule=str(info.get("name", "")), source="predict", world_size=world, launch=mode,
-                    profile=profile.name, critical_path=cp, meta=meta, columns=cols)
+    tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=world, launch=mode,
+                  profile=profile.name, critical_path=cp, meta=meta, columns=cols)
+    tl.host_call_end_s = None if host_call is None else np.asarray(host_call, np.float64)
+    return tl
 
 
 def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.ndarray | None = None,  # type: ignore[type-arg]
@@ -743,6 +745,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)
     tl._cp_rows = (list(cp), at)  # in path order; critical_rows() sorts them
+    tl.host_call_end_s = run.host_call
     return tl
 
 

@@ -17,7 +17,8 @@ Definitions (per rank, then summed or averaged over ranks):
   hidden under GEMMs); None where a rank has no copies.
 * **critical path**: :func:`critical_path_segments`, the path's ops and what it waited for between them
   (host issue, an event wait, SMs, a peer, a copy engine), contiguous from the timeline's start to its end,
-  so its segments sum to the makespan; ``critical_path_s`` sums them by kind.
+  so its segments sum to the makespan; ``critical_path_s`` sums them by kind, and :func:`critical_path_host`
+  names the host calls before the path's first op.
 
 ``docs/metrics.md`` gives every definition with its formula; the summary table, ``timeline.json``'s
 ``metrics``, ``analyze`` and the charts all read them from here.
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["merge", "length", "intersect_length", "merged", "union_length", "pieces_intersection", "compute_metrics",
-           "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments", "SEGMENT_KINDS",
+           "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments", "critical_path_host",
+           "SEGMENT_KINDS",
            "SEGMENT_LABELS", "union_by_group"]
 
 Interval = tuple[float, float]
@@ -226,10 +228,11 @@ def _path_rows(tl: Timeline) -> np.ndarray:
     return rows[np.argsort([pos[ids[i]] for i in rows.tolist()], kind="stable")]
 
 
-def _segment_arrays(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _segment_arrays(tl: Timeline, host_calls: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The critical path as segments, in arrays: ``(kind, start, end, row)``, kind an index into
     :data:`SEGMENT_KINDS` (int64), start/end in seconds, row the op's row (int64), in time order, zero-length
-    segments included. See :func:`critical_path_segments` for the rules."""
+    segments included. See :func:`critical_path_segments` for the rules; ``host_calls=False`` keeps the first
+    op's wait for its host as one segment."""
     import numpy as np
 
     c = tl.columns
@@ -258,11 +261,38 @@ def _segment_arrays(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     lo = np.stack([a, r, s], axis=1).ravel()
     hi = np.stack([r, s, e], axis=1).ravel()
     row = np.repeat(rows, 3)
+    host = _host_calls(tl, int(rows[0]), float(a[0]), float(r[0])) if host_calls and n and r[0] > a[0] else None
+    if host is not None:  # the first op's wait for its host: the host's calls up to it, one segment each
+        h_row, h_lo, h_hi = host
+        kind, lo, hi, row = (np.concatenate((x, y[1:])) for x, y in
+                             ((np.full(len(h_row), 3, np.int64), kind), (h_lo, lo), (h_hi, hi), (h_row, row)))
     tail = cov[-1]
     if tail < t_end:  # the path ends before the timeline does (an imported chain): the rest is a gap
         kind, lo, hi = np.append(kind, 8), np.append(lo, tail), np.append(hi, t_end)
         row = np.append(row, rows[-1] if n else -1)
     return kind, lo, hi, row
+
+
+def _host_calls(tl: Timeline, x: int, t0: float, ready: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The host calls that row ``x`` (the path's first op, launched by its host at ``ready``) waited for, as
+    ``(rows, start, end)`` (int64, seconds, seconds): every earlier op of its rank in the order its host issued
+    them, each from the end of the call before it (``t0`` for the rank's first) to the end of its own (its
+    ``host_s``, event waits, stream switch and the call: rule 1 of :mod:`schedsim.sim.gpu_model`), then ``x``
+    itself up to ``ready`` (its kernel's launch, part-way through its call). Contiguous from ``t0`` to ``ready``.
+    None where :attr:`Timeline.host_call_end_s` is unknown, and for a CUDA graph replay (one launch call for
+    every op: the first op's wait stays one segment). The host issues a rank's ops back to back and never
+    waits for the GPU (rule 1: no host-blocking op), so the chain runs from the iteration's start."""
+    import numpy as np
+
+    h = tl.host_call_end_s
+    if h is None or len(h) != len(tl) or tl.launch == "cuda_graph":
+        return None
+    rank = tl.columns.rank
+    before = np.flatnonzero(rank[:x] == rank[x])
+    before = before[np.argsort(h[before], kind="stable")]  # the host's issue order (program order, ties kept)
+    ends = np.clip(h[before], t0, ready)
+    lo = np.concatenate(([t0], ends))
+    return np.append(before, x).astype(np.int64), lo, np.append(ends, ready)
 
 
 def critical_path_segments(tl: Timeline) -> list[PathSegment]:
@@ -273,8 +303,11 @@ def critical_path_segments(tl: Timeline) -> list[PathSegment]:
     the simulator's binding walk, :mod:`schedsim.sim.engine`) contributes, from where the path had reached:
 
     * ``host_issue`` (the path's first op) or ``wait_dependency`` (the others): until the op was ready
-      (``ready_s``): its host call had not yet launched it (the walk stops at an op its host released),
-      or the cross-stream event wait of its dependency resolved later (rule 3, :mod:`schedsim.sim.gpu_model`);
+      (``ready_s``): its host call had not yet launched it (the walk leaves the GPU at an op its host
+      released), or the cross-stream event wait of its dependency resolved later (rule 3,
+      :mod:`schedsim.sim.gpu_model`). The first op's wait is cut into its rank's host calls before it, one
+      ``host_issue`` segment each, named by the call's op (:attr:`Timeline.host_call_end_s`; one segment where
+      it is unknown);
     * ``wait_sms`` (compute), ``wait_peer`` (communication: its group's other ranks and its NCCL kernel's
       SMs) or ``wait_copy_engine`` (copy): ready until it started;
     * its run, named by its resource (``compute``, ``comm``, ``copy``), until it ended.
@@ -298,6 +331,18 @@ def critical_path_segments(tl: Timeline) -> list[PathSegment]:
     ids = tl.columns.id
     kl, ll, hl, rl = kind.tolist(), lo.tolist(), hi.tolist(), row.tolist()
     return [PathSegment(SEGMENT_KINDS[kl[i]], ll[i], hl[i], ids[rl[i]]) for i in keep]
+
+
+def critical_path_host(tl: Timeline) -> list[str]:
+    """Ids of the host calls the critical path's first op waited for (its rank's ops issued before it, in issue
+    order: the ``host_issue`` segments of :func:`critical_path_segments` before the first op's own); empty where
+    the path starts on the GPU or the timeline does not know its host calls."""
+    if not tl.critical_path or len(tl) == 0:
+        return []
+    kind, lo, hi, row = _segment_arrays(tl)
+    first = int(row[int((kind != 3).argmax())])  # the path's first op: its own call is on the path already
+    ids = tl.columns.id
+    return [ids[i] for i in row[(kind == 3) & (hi > lo) & (row != first)].tolist()]
 
 
 @dataclass(frozen=True)
@@ -347,7 +392,8 @@ class Metrics:
     ``ranks`` maps rank → :class:`RankMetrics`; ``busy_comm_s`` and ``exposed_comm_s`` are summed over
     ranks, ``overlap_ratio`` (and ``copy_overlap_ratio``, None without copies) is taken over all ranks;
     ``critical_path`` lists op ids and ``critical_path_s`` the time on it by segment kind (seconds; the
-    resources its ops ran on and the waits, :func:`critical_path_segments`), which sums to the makespan.
+    resources its ops ran on and the waits, :func:`critical_path_segments`), which sums to the makespan (the
+    host's calls before the path's first op: :func:`critical_path_host`).
     :func:`schedsim.api.simulate_spec` adds ``pipeline`` (pipeline schedules, without the memory steps) and
     ``memory_peak`` (when the memory curve applies); they are absent from the JSON form while None.
 
@@ -478,7 +524,9 @@ def _compute(tl: Timeline) -> Metrics:
         tot_copy_ov += ovc
     cp_time: dict[str, float] = {}
     if tl.critical_path and len(tl):
-        kind, lo, hi, _row = _segment_arrays(tl)
+        # the first op's wait for its host in one piece: the same sums, bit for bit, whether or not the timeline
+        # knows its host calls (timeline.json does not keep them)
+        kind, lo, hi, _row = _segment_arrays(tl, host_calls=False)
         sums = np.bincount(kind, weights=hi - lo, minlength=len(SEGMENT_KINDS))
         present = np.bincount(kind, minlength=len(SEGMENT_KINDS))
         # the resources the path's ops run on, and every wait that took time

@@ -860,6 +860,10 @@ class Timeline:
         self.critical_path: list[str] = critical_path if critical_path is not None else []
         self.meta: dict[str, Any] = meta if meta is not None else {}
         self._cp_rows: tuple[list[str], np.ndarray] | None = None  # (critical_path as it was, rows in path order)
+        #: Per row, when the op's host call returned (seconds, float64, shape (n,)): the simulator's issue times
+        #: (rule 1 of :mod:`schedsim.sim.gpu_model`), which the critical path's host calls are cut from
+        #: (:func:`schedsim.sim.metrics.critical_path_segments`); None when unknown (not stored in timeline.json).
+        self.host_call_end_s: np.ndarray | None = None
 
     def critical_rows(self) -> np.ndarray:
         """Rows (int64, ascending) of the ops whose id is on :attr:`critical_path`: from the simulator when it
@@ -890,7 +894,7 @@ class Timeline:
     @spans.setter
     def spans(self, value: Iterable[Span]) -> None:
         self._spans, self._cols, self._makespan = list(value), None, None
-        self._cp_rows = None  # the simulator's critical-path rows belong to the old spans
+        self._cp_rows = self.host_call_end_s = None  # the simulator's per-row arrays belong to the old spans
 
     @property
     def columns(self) -> SpanColumns:

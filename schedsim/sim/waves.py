@@ -124,6 +124,16 @@ def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial
         done_a, np.asarray([o.rank for o in ops], np.int64), c.world), done_a)
 
 
+def _releaser(members: list[int], i: int, t: float, start: list[float], ready_t: list[float]) -> int:
+    """The member that released a rendezvous completed at ``t`` (seconds) by placing member ``i``: of the members
+    placed at ``t``, the last to be ready (``i`` among equals), as ``_cwaves.c`` picks it."""
+    b = i
+    for m in members:
+        if start[m] == t and ready_t[m] > ready_t[b]:
+            b = m
+    return b
+
+
 def _drain(Q: list[int], h: int, kready: list[bool], ktail: list[int], dispatch, t: float) -> int:  # type: ignore[no-untyped-def]
     """Rule 2: queue ``Q`` hands over its ready kernels in order from its head ``h``; returns the new head. A
     kernel with a reduction still to come (rule 4b, ``ktail`` > 0) holds the queue: the head comes back as
@@ -264,9 +274,10 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
                     g = job_of[i] - N
                     gres[g] += 1
                     if gres[g] == len(gmem[g]):
+                        b = _releaser(gmem[g], i, t, start, ready_t)
                         for m in gmem[g]:
-                            if m != i:
-                                binding[m] = i
+                            if m != b:
+                                binding[m] = b
                         rk = c.job_ranks[N + g]
                         for q in rk:
                             ncomm[q] += 1
@@ -448,7 +459,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
 
 
 _EXT: list[object] = []  # [module or None] once looked up
-_LAYOUT = 8  # the argument lists of _cwaves.run (and its helpers) that schedsim passes: LAYOUT in _cwaves.c
+_LAYOUT = 9  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
 
 
 def compiled_loop():  # type: ignore[no-untyped-def]

@@ -58,7 +58,7 @@ class ProgramRun(NamedTuple):
     binding: np.ndarray  # int64: op that released it, or HOST
     stream_t: np.ndarray
     host_s: np.ndarray | None = None  # per rank: when its host returned from its last call (shape (world,))
-    host_call: np.ndarray | None = None  # per op: when its host call returned (gm.HOST_CALL_META_MAX ops at most)
+    host_call: np.ndarray | None = None  # per op: when its host call returned (the critical path's host calls)
 
 
 def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -591,8 +591,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     if N and profile.launch.eager_timed:  # a timed eager run: no op ends before its end event's record
         end = gm.end_event_bound(end, issue, profile, mode)
     host_s = gm.host_end_per_rank(issue, prog.rank, prog.world_size)
-    host_call = issue if N <= gm.HOST_CALL_META_MAX else None
-    del issue
+    host_call = issue
     # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
     ext = getattr(loop, "stream_reached", None)
     if ext is not None:  # one compiled pass (an older build has none: numpy below)

@@ -11,7 +11,7 @@ import pytest
 
 from schedsim import api
 from schedsim.report.summary import fmt_time, print_summary
-from schedsim.sim.metrics import SEGMENT_KINDS, Metrics, critical_path_segments
+from schedsim.sim.metrics import SEGMENT_KINDS, Metrics, critical_path_host, critical_path_segments
 from schedsim.sim.timeline import Span, Timeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,10 @@ def test_the_critical_path_sums_to_the_makespan_in_contiguous_segments(predicted
     assert sum(metrics.critical_path_s.values()) == pytest.approx(tl.makespan_s, rel=1e-9)
     assert set(metrics.critical_path_s) <= set(SEGMENT_KINDS)
     on_path = set(tl.critical_path)
-    assert {s.op for s in segs} <= on_path  # every segment runs or waits for an op of the path
+    calls = [s for s in segs if s.kind == "host_issue" and s.op != tl.critical_path[0]]  # before the first op
+    assert [s.op for s in calls] == critical_path_host(tl)
+    assert segs[:len(calls)] == calls  # they open the path, from its start
+    assert {s.op for s in segs if s not in calls} <= on_path  # every other segment runs or waits for a path op
 
 
 def test_summary_json_and_pipeline_table_agree(predicted) -> None:  # type: ignore[no-untyped-def]

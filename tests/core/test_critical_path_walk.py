@@ -1,0 +1,185 @@
+"""The critical path's walk (issue 33): through the last rank to reach a rendezvous, and through the host's calls
+when the host launched the path's first op late; hand-computed timelines on the toy profile (conftest), the
+Python and compiled loops and the Program's columns alike, and Megatron GPT PP4 (1F1B, batched p2p)."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedsim import api
+from schedsim.graph.build import build_graph
+from schedsim.hardware.profile import HardwareProfile, load_profile
+from schedsim.sim import waves
+from schedsim.sim.engine import simulate
+from schedsim.sim.metrics import Metrics, critical_path_host, critical_path_segments
+from schedsim.spec.loader import load_text
+from tests.conftest import ROOT, toy_profile_dict
+
+try:
+    from schedsim.sim import _cwaves  # type: ignore[attr-defined]
+except ImportError:  # not built: the Python loop alone
+    _cwaves = None
+
+HEAD = "schema_version: 1\nname: g\nworld_size: %d\nops:\n"
+US = 1e-6
+
+
+def _segments(tl) -> list[tuple[str, float, float, str]]:  # type: ignore[no-untyped-def]
+    return [(s.kind, round(s.start_s / US, 6), round(s.end_s / US, 6), s.op) for s in critical_path_segments(tl)]
+
+
+def _every_loop(monkeypatch: pytest.MonkeyPatch, text: str, profile: HardwareProfile,
+                sharing: bool = True, launch: str | None = None) -> list:  # type: ignore[type-arg]
+    """Timelines of ``text`` from the ``waves`` model's Python loop and compiled one (when built) on the op list
+    and on the Program's columns, and (``sharing``) from the ``sharing`` model."""
+    out = []
+    for ext in ([None] if _cwaves is None else [None, _cwaves]):
+        monkeypatch.setattr(waves, "_EXT", [ext])
+        out.append(simulate(build_graph(load_text(text, "t.yaml")), profile, gpu_model="waves", launch=launch))
+        out.append(simulate(api.lower_spec(load_text(text, "t.yaml")), profile, gpu_model="waves", launch=launch))
+    if sharing:
+        out.append(simulate(api.lower_spec(load_text(text, "t.yaml")), profile, gpu_model="sharing", launch=launch))
+    monkeypatch.undo()
+    return out
+
+
+def test_a_rendezvous_is_released_by_the_last_rank_to_reach_it(monkeypatch, toy_profile) -> None:  # type: ignore[no-untyped-def]
+    # all_reduce of 1e6 B over 2 ranks: 2 µs + 10 µs = 12 µs (test_sim_golden). Rank 1 reaches it at 0, rank 0
+    # after 30 µs of work; both NCCL kernels take SMs at 30 µs, rank 1's last. The path runs through rank 0's work,
+    # not through rank 1's early arrival and a 30 µs wait for its peer.
+    text = HEAD % 2 + ("  - {name: work, kind: compute, duration_us: 30, ranks: [0]}\n"
+                       "  - {name: ar, kind: all_reduce, bytes: 1000000, stream: compute}\n")
+    for tl in _every_loop(monkeypatch, text, toy_profile):
+        assert tl.critical_path == ["work@r0", "ar@r0"]
+        assert _segments(tl) == [("compute", 0.0, 30.0, "work@r0"), ("comm", 30.0, 42.0, "ar@r0")]
+
+
+def _host_profile() -> HardwareProfile:
+    """The toy profile with a 10 µs kernel launch call (the kernel reaches the GPU at its return) and 2 µs per
+    cross-stream event record + wait."""
+    d = toy_profile_dict()
+    d["launch"].update(eager_per_op_us=10.0, call_launch_fraction=1.0, event_wait_us=2.0)
+    return HardwareProfile.model_validate(d)
+
+
+def test_the_path_walks_back_through_the_host_calls_that_launched_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # One rank, three 1 µs kernels on one stream, each call 10 µs: the host returns at 10, 20, 30 µs and each kernel
+    # runs [10, 11], [20, 21], [30, 31]. c waited for its host, which was issuing a, then b, then c: three host
+    # segments of 10 µs, each named by the call it made, then c's run.
+    text = HEAD % 1 + ("  - {name: a, kind: compute, duration_us: 1}\n"
+                       "  - {name: b, kind: compute, duration_us: 1}\n"
+                       "  - {name: c, kind: compute, duration_us: 1}\n")
+    for tl in _every_loop(monkeypatch, text, _host_profile()):
+        assert {s.id: (round(s.start_s / US, 6), round(s.end_s / US, 6)) for s in tl.spans} == {
+            "a@r0": (10.0, 11.0), "b@r0": (20.0, 21.0), "c@r0": (30.0, 31.0)}
+        assert tl.critical_path == ["c@r0"]
+        assert _segments(tl) == [("host_issue", 0.0, 10.0, "a@r0"), ("host_issue", 10.0, 20.0, "b@r0"),
+                                 ("host_issue", 20.0, 30.0, "c@r0"), ("compute", 30.0, 31.0, "c@r0")]
+        m = Metrics.of(tl)
+        assert critical_path_host(tl) == ["a@r0", "b@r0"]
+        assert m.critical_path_s == pytest.approx({"compute": 1 * US, "host_issue": 30 * US})
+
+
+def test_a_cuda_graph_replay_is_one_host_call(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # One graph launch (5 µs) issues every op: a (1 µs, s1) and b (10 µs, s2) start at 5 µs and share the GPU at
+    # 1/2 each (the toy GPU gives no SM count: test_sim_golden), so a ends at 7 and b at 7 + 9 = 16 µs. b's wait
+    # for the host is the launch, one segment named by b (not by a, which the launch issued at the same instant).
+    d = toy_profile_dict()
+    d["launch"].update(graph_launch_us=5.0)
+    text = HEAD % 1 + (
+        "  - {name: a, kind: compute, duration_us: 1, stream: s1}\n"
+        "  - {name: b, kind: compute, duration_us: 10, stream: s2}\n")
+    for tl in _every_loop(monkeypatch, text, HardwareProfile.model_validate(d), sharing=False, launch="cuda_graph"):
+        assert tl.critical_path == ["b@r0"]
+        assert _segments(tl) == [("host_issue", 0.0, 5.0, "b@r0"), ("compute", 5.0, 16.0, "b@r0")]
+        assert critical_path_host(tl) == []
+
+
+def test_a_dependency_on_another_stream_is_waited_on_the_gpu_not_the_host(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # a (50 µs) on s1, b on s2 after a: the host records and waits an event (2 µs) and
+    # returns from b's call at 10 + 2 + 10 = 22 µs without waiting for a (rule 1: no host-blocking op). b waits on
+    # the GPU until a ends at 60 µs: the path is a's host call, a, then b.
+    text = HEAD % 1 + ("  - {name: a, kind: compute, duration_us: 50, stream: s1}\n"
+                       "  - {name: b, kind: compute, duration_us: 1, stream: s2, deps: [a]}\n")
+    for tl in _every_loop(monkeypatch, text, _host_profile(), sharing=False):  # sharing: no event-wait cost
+        assert tl.critical_path == ["a@r0", "b@r0"]
+        assert _segments(tl) == [("host_issue", 0.0, 10.0, "a@r0"), ("compute", 10.0, 60.0, "a@r0"),
+                                 ("compute", 60.0, 61.0, "b@r0")]
+        assert tl.host_call_end_s.tolist() == pytest.approx([10 * US, 22 * US])
+
+
+PP2 = """schema_version: 1
+name: pp2
+world_size: 2
+pipeline:
+  schedule: 1f1b
+  p: 2
+  m: 2
+  p2p: batched
+  stage:
+    forward: [{kind: compute, duration_us: 30}]
+    backward_input: [{kind: compute, duration_us: 30}]
+    backward_weight: [{kind: compute, duration_us: 30}]
+"""
+
+
+def test_batched_p2p_with_batch_p2p_sync_walks_through_both_stages(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # 1F1B, p=2, m=2, batched p2p: every call 10 µs (kernel, batch), no event-wait cost, stages of 30 µs, a
+    # zero-byte p2p 1 µs (the link's latency). Rank 0's host launches F0.0 at 10 µs; its send meets rank 1's recv
+    # (posted at 10 µs, so rank 0 arrives last) at 40 µs. Rank 1 runs F, B (I, W) of mb 0; batch_p2p_sync posts its
+    # next batch (send B of mb 0, recv F of mb 1) after that compute, at 131 µs: rank 1 arrives last, and so on.
+    # Makespan 10 + 30 + 1 + 3·30 + 1 + 3·30 + 1 + 2·30 = 283 µs, every microsecond on the path.
+    d = toy_profile_dict()
+    d["launch"].update(eager_per_op_us=10.0, call_launch_fraction=1.0, event_wait_us=0.0, p2p_call_us=10.0,
+                       batch_p2p_call_us=10.0)
+    for tl in _every_loop(monkeypatch, PP2, HardwareProfile.model_validate(d), sharing=False):
+        assert _segments(tl) == [
+            ("host_issue", 0.0, 10.0, "F0.0.0@r0"), ("compute", 10.0, 40.0, "F0.0.0@r0"),
+            ("comm", 40.0, 41.0, "sendF0.0@r0"), ("compute", 41.0, 71.0, "F1.0.0@r1"),
+            ("compute", 71.0, 101.0, "B1.0.I.0@r1"), ("compute", 101.0, 131.0, "B1.0.W.0@r1"),
+            ("comm", 131.0, 132.0, "recvF1.1@r1"), ("compute", 132.0, 162.0, "F1.1.0@r1"),
+            ("compute", 162.0, 192.0, "B1.1.I.0@r1"), ("compute", 192.0, 222.0, "B1.1.W.0@r1"),
+            ("comm", 222.0, 223.0, "sendB1.1@r1"), ("compute", 223.0, 253.0, "B0.1.I.0@r0"),
+            ("compute", 253.0, 283.0, "B0.1.W.0@r0")]
+        assert critical_path_host(tl) == []
+
+
+@pytest.fixture(scope="module")
+def megatron() -> api.Run:
+    return api.simulate_spec(api.load(ROOT / "schedules" / "megatron_gpt_pp4.yaml"), load_profile("h200"))
+
+
+def test_megatron_pp4_path_runs_through_every_stage(megatron) -> None:  # type: ignore[no-untyped-def]
+    tl, m = megatron.timeline, megatron.metrics
+    segs = critical_path_segments(tl)
+    ranks = {int(s.op.rsplit("@r", 1)[1]) for s in segs if s.kind != "host_issue"}
+    assert ranks == {0, 1, 2, 3}  # the last backward ripples from stage 3 back to stage 0
+    assert "wait_peer" not in m.critical_path_s  # each p2p and the tied all-reduce: through the last to arrive
+    # the host segments are the calls of one rank's host, back to back from the start, each the call's own cost
+    host = [s for s in segs if s.kind == "host_issue"]
+    r = {s.op.rsplit("@r", 1)[1] for s in host}
+    assert len(r) == 1 and host[0].start_s == 0.0
+    assert [s.op for s in host[:-1]] == critical_path_host(tl) and host[-1].op == m.critical_path[0]
+    h = tl.host_call_end_s
+    row = {i: k for k, i in enumerate(tl.columns.id)}
+    for s in host[:-1]:
+        assert s.end_s == h[row[s.op]]
+    # bound: at most the host's whole issue time on that rank (its calls, summed)
+    assert m.critical_path_s["host_issue"] <= tl.meta["host_issue_s"][int(r.pop())]
+
+
+def test_megatron_pp4_path_leaves_the_host_when_the_host_is_faster(megatron) -> None:  # type: ignore[no-untyped-def]
+    # With the h200 launch costs the rank-3 host (562 calls, 41.8 ms, an 8-layer op's call 8 x 13.29 µs) is behind
+    # its GPU at F3.15.fc1 and the strict path starts in it; with the kernel calls halved the host is ahead
+    # throughout and the path is the pipeline's own: host time under 0.5 % of the makespan.
+    p = load_profile("h200")
+    lp = p.launch.model_copy(update={"eager_per_op_us": p.launch.eager_per_op_us / 2,
+                                     "elementwise_call_us": p.launch.elementwise_call_s * 1e6 / 2})
+    half = api.simulate_spec(api.load(ROOT / "schedules" / "megatron_gpt_pp4.yaml"),
+                             p.model_copy(update={"launch": lp}))
+    m = half.metrics
+    assert m.critical_path_s.get("host_issue", 0.0) < 0.005 * m.makespan_s
+    assert {int(x.rsplit("@r", 1)[1]) for x in m.critical_path} == {0, 1, 2, 3}
+    assert m.critical_path[0].startswith("F0.0.")  # the first microbatch's forward on the first stage
+    # halving the host's kernel calls gains under 1 % of the makespan: the host was binding by that little
+    assert half.metrics.makespan_s == pytest.approx(megatron.metrics.makespan_s, rel=0.01)
