@@ -1,6 +1,6 @@
 """``python -m schedsim`` (also the entry under ``torchrun -m schedsim execute``)."""
 
-from schedsim.cli import main
-
 if __name__ == "__main__":
+    from schedsim.cli import main
+
     main()

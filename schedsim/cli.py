@@ -347,8 +347,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the schedsim version and exit.")) -> None:
+                                       help="Print the schedsim version and exit."),
+          debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error (also "
+                                     "SCHEDSIM_DEBUG=1).")) -> None:
     """Predict and execute comm/compute schedules of GPU clusters."""
+    if debug:
+        import os
+
+        os.environ["SCHEDSIM_DEBUG"] = "1"  # read by cliutil.handle_errors, and by executor ranks started from here
 
 
 #: Commands defined in other modules, imported only when invoked (or listed by --help): the cold start of
@@ -441,7 +447,54 @@ def main() -> None:
       modules and models the start-up made. At the end the heap is frozen (:func:`gc.freeze`), so the
       interpreter's exit does not walk it once more either. Together ~7% of the instructions of a cold
       ``check`` (callgrind, 2026-12-01).
+
+    Nothing ends in a traceback: an exception no command handled (a bug) prints one ``error:`` line and a
+    "please report" line and exits 1 (the traceback only with ``--debug`` or ``SCHEDSIM_DEBUG=1``), Ctrl-C exits
+    130, a reader that left (``| head``) exits 0; printing never fails on the text printed (:func:`_safe_streams`).
     """
+    _safe_streams()
+    try:
+        _run_app()
+    except KeyboardInterrupt:
+        from schedsim.cliutil import _print_err
+
+        _print_err("interrupted")
+        sys.exit(130)
+    except BrokenPipeError:
+        from schedsim.cliutil import _quiet_stdout
+
+        _quiet_stdout()
+        sys.exit(0)
+    except Exception as e:  # a bug outside any command's own handler (start-up, option parsing)
+        from schedsim.cliutil import debugging, report_bug
+
+        if debugging():
+            raise
+        report_bug(e)
+        sys.exit(1)
+
+
+def _safe_streams() -> None:
+    """Make printing never fail on what is printed: characters the terminal's encoding lacks (``PYTHONIOENCODING
+    =ascii``) and lone surrogates print as backslash escapes; a closed stdout or stderr (``>&-``) becomes
+    /dev/null."""
+    import os
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            try:
+                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the process)
+            except OSError:
+                continue
+            stream = getattr(sys, name)
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+def _run_app() -> None:
     import gc
     import os
 

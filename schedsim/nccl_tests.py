@@ -323,16 +323,13 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
     Raises
     ------
     SchedsimError
-        Missing file, no data rows, or no way to tell the collective or group size.
+        Missing file, not a regular UTF-8 file within the size cap (:func:`schedsim.io.read_text_input`), no data
+        rows, or no way to tell the collective or group size.
     """
+    from schedsim.io import read_text_input
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise SchedsimError(f"{p}: no such file", fix="pass the path of an nccl-tests log") from None
-    except OSError as e:
-        raise SchedsimError(f"{p}: cannot read ({e.strerror or e})", fix="pass the path of an nccl-tests log "
-                            "file") from None
+    text = read_text_input(p, "nccl-tests log")  # a regular UTF-8 file within the size cap
     if collective is None:
         stem = _BIN_RE.search(p.name)
         if stem:

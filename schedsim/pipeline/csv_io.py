@@ -110,13 +110,15 @@ def read_csv(path: str | os.PathLike[str] | IO[str], *, format: CsvFormat = "com
     ------
     ValueError
         See :func:`loads_csv`; the message is prefixed with the file name.
-    OSError
-        The file cannot be opened.
+    SchedsimError
+        The file is missing, not a regular file, past the size cap or not UTF-8
+        (:func:`schedsim.io.read_text_input`).
     """
     if hasattr(path, "read"):
         return loads_csv(path.read(), format=format)  # type: ignore[union-attr]
-    with open(path, newline="") as fh:
-        text = fh.read()
+    from schedsim.io import read_text_input
+
+    text = read_text_input(path, "csv")  # a regular UTF-8 file within the size cap
     try:
         return loads_csv(text, format=format)
     except ValueError as exc:

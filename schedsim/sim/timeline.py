@@ -1072,16 +1072,16 @@ class Timeline:
         Raises
         ------
         TraceError
-            Missing, truncated or malformed file.
+            Missing, not a regular file, past the size cap (:func:`schedsim.io.read_input`), truncated or
+            malformed.
         """
+        from schedsim.io import parse_json, read_input
+
         p = Path(path)
-        try:
-            d = _load_doc(p.read_bytes())
-        except FileNotFoundError:
-            raise TraceError(f"{p}: no such file") from None
-        except (ValueError, UnicodeDecodeError) as e:  # json and orjson decode errors are ValueErrors
-            raise TraceError(f"{p}: not valid JSON ({e}); the file may be truncated\n"
-                             "  fix: re-run the command that wrote it") from None
+        data = read_input(p, "timeline")  # a regular file within the size cap
+        d = parse_json(data, p, "timeline")  # the depth limit; a clean error naming the line of bad JSON
+        if _orjson is not None and _tags_may_hold_big_ints(d):
+            d = json.loads(data)
         return cls.from_dict(d, where=str(p))
 
 
