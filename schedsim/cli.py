@@ -20,8 +20,8 @@ import typer
 
 from schedsim.api import TRACE_MAX_OPS, SweepRow, lower_spec, predict_to_dir
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
-from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
-from schedsim.errors import SchedsimError
+from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors, warn
+from schedsim.errors import SchedsimError, printable
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict and execute comm/compute schedules of GPU clusters.")
@@ -125,7 +125,7 @@ def predict(
 
 def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:  # type: ignore[no-untyped-def]
     for w in tl.meta.get("warnings", []):
-        print(f"warning: {w}", file=sys.stderr)
+        warn(w)
     if fmt == OutFormat.json:
         print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(),
                           "files": [str(p) for p in paths]}, indent=1))
@@ -142,8 +142,8 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:
 
         mp = metrics.memory_peak
         print(f"peak memory {fmt_bytes(mp.bytes)} on rank {mp.rank} at {fmt_time(mp.t_s)}, "
-              f"when {mp.op or 'the step starts'} allocates")
-    print("wrote " + ", ".join(str(p) for p in paths))
+              f"when {printable(mp.op or 'the step starts', 200)} allocates")
+    print("wrote " + ", ".join(printable(p) for p in paths))
 
 
 @_command
@@ -158,8 +158,8 @@ def check(
     spec = _load(file, set_)
     prog = lower_spec(spec, file)  # the checked Program; no networkx graph is needed here
     for w in prog.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    print(f"ok: {file}: {spec.name}: {prog.N} ops on {prog.world_size} rank(s), "
+        warn(w)
+    print(f"ok: {printable(file)}: {printable(spec.name, 200)}: {prog.N} ops on {prog.world_size} rank(s), "
           f"{len(prog.coll_keys)} collective(s), {len(prog.p2p)} send/recv pair(s)")
 
 
@@ -197,15 +197,16 @@ def profiles() -> None:
 
 
 def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
-    import yaml
+    from schedsim.errors import printable
+    from schedsim.spec.loader import parse_value
 
     axes = []
     for item in items:
         if "=" not in item:
-            raise SchedsimError(f"--set {item!r} is not key=v1,v2,...\n  fix: write e.g. --set chunks=1,2,4,8")
+            raise SchedsimError(f"--set {printable(item, 80)!r} is not key=v1,v2,...\n  fix: write e.g. --set chunks=1,2,4,8")
         k, v = item.split("=", 1)
         k = k.strip()
-        vals = [yaml.safe_load(x) for x in v.split(",") if x.strip() != ""]
+        vals = [parse_value(x, f"--set {printable(k, 80)}") for x in v.split(",") if x.strip() != ""]
         if not vals:
             raise SchedsimError(f"--set {item!r} gives no values\n  fix: write e.g. --set {k}=1,2,4")
         if k in [a for a, _ in axes]:
@@ -313,13 +314,14 @@ def sweep(
     if fmt == OutFormat.json:
         print(json.dumps(rows, indent=1))
         return
+    from rich.markup import escape
     from rich.table import Table
 
     from schedsim.report.summary import fmt_time, make_console
 
     t = Table()
     for k, _ in axes:
-        t.add_column(k)
+        t.add_column(escape(printable(k, 80)))
     for col in ("makespan", "exposed comm", "overlap"):
         t.add_column(col, justify="right")
     has_mem = any("peak_memory_bytes" in r for r in rows)
@@ -327,14 +329,14 @@ def sweep(
         t.add_column("peak act. memory", justify="right")
         t.add_column("bubble", justify="right")
     for r in rows:
-        cells = [str(r["setting"][k]) for k, _ in axes] + [fmt_time(r["makespan_s"]), fmt_time(r["exposed_comm_s"]),
+        cells = [escape(printable(r["setting"][k], 80)) for k, _ in axes] + [fmt_time(r["makespan_s"]), fmt_time(r["exposed_comm_s"]),
                                                             f"{r['overlap_ratio']:.3f}"]
         if has_mem:
             cells += [f"{r.get('peak_memory_bytes', 0) / 2**20:.1f} MiB", f"{r.get('bubble_ratio') or 0:.3f}"]
         t.add_row(*cells)
     make_console().print(t)
     kept = f" and {len(rows)} timeline_*.json" if keep_timelines else ""
-    print(f"wrote {outdir / 'sweep.json'}, {outdir / 'sweep.png'}{kept}")
+    print(f"wrote {printable(outdir / 'sweep.json')}, {printable(outdir / 'sweep.png')}{kept}")
 
 
 def _version(value: bool) -> None:

@@ -17,7 +17,7 @@ import typer
 
 from schedsim.errors import SchedsimError
 
-__all__ = ["DEFAULT_PROFILE", "OutFormat", "debugging", "handle_errors", "print_error", "report_bug"]
+__all__ = ["DEFAULT_PROFILE", "OutFormat", "debugging", "handle_errors", "print_error", "report_bug", "warn"]
 
 DEFAULT_PROFILE = "h200"
 
@@ -54,6 +54,14 @@ def _print_err(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):  # stderr closed: nothing left to tell
         pass
+
+
+def warn(text: object) -> None:
+    """Print ``warning: <text>`` on stderr, control characters escaped (:func:`~schedsim.errors.printable`) and
+    cut to :data:`MAX_ERROR_LINE` characters."""
+    from schedsim.errors import printable
+
+    _print_err("warning: " + printable(text, MAX_ERROR_LINE))
 
 
 def report_bug(e: BaseException) -> None:

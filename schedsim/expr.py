@@ -73,6 +73,28 @@ def _charge(n: int, what: str) -> None:
                         "and characters in all; write a smaller range or list (raise with --max-ops)")
 
 
+#: A printf field of ``str % args``: its width and precision (``%-2000000000d``, ``%.9999999f``, ``%*d``).
+_PRINTF_FIELD = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d*)(?:\.(\*|\d*))?[hlL]?[diouxXeEfFgGcrsa%]")
+
+
+def _charge_format(fmt: str, args: Any) -> None:
+    """Charge ``fmt % args`` to the budget before it is built: the format's own characters, each field's
+    width and precision, and each argument's text (a width from the arguments, ``*``, is refused)."""
+    total = len(fmt)
+    for m in _PRINTF_FIELD.finditer(fmt):
+        width, prec = m.group(1), m.group(2)
+        if width == "*" or prec == "*":
+            raise ExprError("a printf width or precision from the arguments (%*d) is not allowed")
+        for digits in (width, prec):
+            if digits:
+                if len(digits) > 7:
+                    raise ExprError(f"a printf field of {len(digits)}-digit width or precision is too wide")
+                total += int(digits)
+    for a in args if isinstance(args, (list, tuple)) else (args,):
+        total += len(a) if isinstance(a, (str, list)) else 0
+    _charge(total, f"the formatted string {_short(fmt, 40)}")
+
+
 def _limit_elements(limit: Any) -> int:
     return max(MAX_ELEMENTS, limit("SCHEDSIM_MAX_OPS"))
 
@@ -138,6 +160,8 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
                 _charge(len(seq) * max(times, 0), "a repeated string or list")
         if isinstance(node.op, ast.Add) and isinstance(left, (str, list)) and isinstance(right, (str, list)):
             _charge(len(left) + len(right), "a concatenation")
+        if isinstance(node.op, ast.Mod) and isinstance(left, str):
+            _charge_format(left, right)
         try:
             return _BINOPS[type(node.op)](left, right)
         except ZeroDivisionError:

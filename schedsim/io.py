@@ -142,6 +142,7 @@ INPUT_MAX_BYTES: dict[str, int] = {
     "nccl-tests log": 256 << 20,
     "kineto": 8 << 30,
     "nsys": 32 << 30,
+    "trace": 32 << 30,  # a file of one of the trace kinds, before its kind is known (``analyze``)
 }
 
 #: Deepest nesting of JSON arrays/objects an input may use (orjson's own limit is 1024; the standard library's
@@ -160,7 +161,7 @@ def _error_class(kind: str) -> type[Exception]:
     from schedsim.errors import ProfileError, SchedsimError, SpecError, TraceError
 
     return {"schedule": SpecError, "profile": ProfileError, "timeline": TraceError, "kineto": TraceError,
-            "nsys": TraceError}.get(kind, SchedsimError)
+            "nsys": TraceError, "trace": TraceError}.get(kind, SchedsimError)
 
 
 def input_error(kind: str, path: str | Path, message: str, fix: str, line: int | None = None,
@@ -228,14 +229,14 @@ def _describe_mode(mode: int) -> str:
 
 
 def check_input(path: str | Path, kind: str) -> os.stat_result:
-    """Check that ``path`` is a regular file of at most :func:`max_input_bytes` bytes, without opening it (for
+    """Check that ``path`` is a regular, non-empty file of at most :func:`max_input_bytes` bytes, without opening it (for
     readers that open by name, such as SQLite); returns its ``os.stat`` result.
 
     Raises
     ------
     SchedsimError
         Of ``kind``'s class (see :func:`input_error`): missing, unreadable, not a regular file (a folder, FIFO,
-        device or socket), or past the size cap; the message names the path and the fix.
+        device or socket), empty, or past the size cap; the message names the path and the fix.
     """
     import stat
 
@@ -250,6 +251,8 @@ def check_input(path: str | Path, kind: str) -> os.stat_result:
     if not stat.S_ISREG(st.st_mode):
         raise input_error(kind, path, f"is {_describe_mode(st.st_mode)}, not a regular file",
                           f"pass a regular {kind} file (save a stream to a file first)")
+    if st.st_size == 0:
+        raise input_error(kind, path, "is empty", f"pass a {kind} file with content (was it written completely?)")
     cap = max_input_bytes(kind)
     if st.st_size > cap:
         raise input_error(kind, path, f"is {st.st_size:,} bytes, past the {cap:,}-byte limit of a {kind} file",
@@ -362,8 +365,8 @@ def parse_json(data: bytes | str, where: str | Path, kind: str, *, max_depth: in
     Raises
     ------
     SchedsimError
-        Of ``kind``'s class: not JSON (the message names the line and column and quotes at most a short
-        escaped excerpt), or nested too deep.
+        Of ``kind``'s class: not UTF-8, not JSON (the message names the line and column and quotes at most a
+        short escaped excerpt), or nested too deep.
     """
     import json
 
@@ -384,14 +387,13 @@ def parse_json(data: bytes | str, where: str | Path, kind: str, *, max_depth: in
         except RecursionError:
             err = "depth"
     if orjson is None or err == "?":  # NaN/Infinity tokens, which orjson refuses, or a real error
+        text = decode_utf8(data, where, kind) if isinstance(data, bytes) else data  # json.loads guesses UTF-16/32
         try:
-            doc = json.loads(data)
+            doc = json.loads(text)
             err = None
         except json.JSONDecodeError as e:
             excerpt = printable(e.doc[max(0, e.pos - 30):e.pos + 30], 80)
             err = f"not valid JSON at line {e.lineno}, column {e.colno}: {e.msg} (near {excerpt!r})"
-        except UnicodeDecodeError as e:
-            err = f"not UTF-8 text at byte offset {e.start:,}"
         except RecursionError:
             err = "depth"
         except ValueError as e:  # an integer past Python's digit limit

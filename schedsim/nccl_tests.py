@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schedsim.errors import SchedsimError
+from schedsim.errors import SchedsimError, printable
 
 __all__ = ["NcclTestsRow", "NcclTestsLog", "parse_nccl_tests", "read_nccl_tests", "format_table",
            "COLLECTIVE_OF_BINARY"]
@@ -351,6 +351,11 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
             if len(chunks) > 1:
                 continue
             raise
+        except SchedsimError:
+            raise
+        except (ValueError, OverflowError) as e:  # a number past Python's 4,300-digit int limit, or past a float
+            raise SchedsimError(f"{p}: a number in the log cannot be read ({e.__class__.__name__}: "
+                                f"{printable(e, 120)})", fix="pass the log nccl-tests wrote, unedited") from None
         if log.collective is None:
             raise SchedsimError(f"{p}: cannot tell which collective the log measured",
                                 fix="pass --collective all_reduce (or all_gather, reduce_scatter, ...)")

@@ -103,6 +103,7 @@ call fires (what ``schedsim execute`` measures as an op's start).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import compress
 from pathlib import Path
@@ -1043,6 +1044,7 @@ class Timeline:
         from schedsim.trace.validate import check_timeline_doc
 
         check_timeline_doc(d, where)
+        _check_meta(d.get("meta"), where)
         head = {"schedule": d.get("schedule", "?"), "source": d.get("source", "?"),
                 "world_size": int(d.get("world_size", 1)), "launch": d.get("launch", "eager"),
                 "profile": d.get("profile"), "critical_path": list(d.get("critical_path", [])),
@@ -1083,6 +1085,55 @@ class Timeline:
         if _orjson is not None and _tags_may_hold_big_ints(d):
             d = json.loads(data)
         return cls.from_dict(d, where=str(p))
+
+
+#: ``meta`` entries read as text, as a list of texts, as a flag (``meta`` is free-form otherwise; see
+#: :func:`_check_meta`).
+_META_TEXT = ("file", "timing", "note", "gpu_model")
+_META_TEXTS = ("warnings", "set")
+_META_FLAG = ("timed_graph",)
+
+
+def _meta_numbers_ok(v: Any) -> bool:
+    """Whether ``v`` is null, a finite number, or a list / dict of those (one level of nesting)."""
+    def num(x: Any) -> bool:
+        return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x))
+
+    if isinstance(v, dict):
+        return all(num(x) for x in v.values())
+    if isinstance(v, list):
+        return all(num(x) for x in v)
+    return num(v)
+
+
+def _check_meta(meta: Any, where: str) -> None:
+    """Refuse a ``meta`` whose entries the readers use as numbers or texts hold something else: an entry named
+    ``*_s``, ``*_us``, ``*_ns`` or ``*_ms``, or ``iterations``, ``iteration``, ``max_connections``, must be a
+    finite number (or a list/dict of them, as ``host_call_end_s``), :data:`_META_TEXT` a string,
+    :data:`_META_TEXTS` a list of strings, :data:`_META_FLAG` a boolean.
+
+    Raises
+    ------
+    TraceError
+        Naming the file and the entry.
+    """
+    if not isinstance(meta, dict):
+        return  # absent (None); a meta of another type is refused by check_timeline_doc
+    for k, v in meta.items():
+        ok = True
+        if k.endswith(("_s", "_us", "_ns", "_ms")) or k in ("iterations", "iteration", "max_connections"):
+            ok = _meta_numbers_ok(v)
+        elif k in _META_TEXT:
+            ok = v is None or isinstance(v, str)
+        elif k in _META_TEXTS:
+            ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+        elif k in _META_FLAG:
+            ok = v is None or isinstance(v, bool)
+        if not ok:
+            from schedsim.errors import printable
+
+            raise TraceError(f"{where}: meta.{printable(k, 60)} is {printable(repr(v), 60)}, not what schedsim "
+                             "writes there", fix="the file is corrupt or was edited; re-run the command that wrote it")
 
 
 def _load_doc(data: bytes) -> Any:

@@ -162,6 +162,11 @@ def _construct(node: yaml.Node, file: str, depth: int = 0) -> Any:
     assert isinstance(node, yaml.ScalarNode)
     try:
         return _scalar(node)
+    except ValueError:  # an integer of more than 4,300 digits (Python's int limit; no schedule number needs it)
+        _SCALAR_LOADER.constructed_objects.clear()
+        raise SpecError(f"a number of {len(node.value):,} characters is too long to read", file=file,
+                        line=_mark(node)[0], column=_mark(node)[1],
+                        fix="write the number in at most 4,300 digits (or as a float: 1e30)") from None
     except yaml.YAMLError as e:  # an unknown tag (`!foo`), a bad !!int ...
         _SCALAR_LOADER.constructed_objects.clear()
         raise SpecError(f"invalid YAML value: {getattr(e, 'problem', None) or e}", file=file,
@@ -273,14 +278,21 @@ def parse_value(text: str, where: str) -> Any:
     SpecError
         Naming ``where``: an alias bomb, nesting past the depth limit, or a recursive alias.
     """
+    bad = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:  # bytes of the command line that are not UTF-8 (Python keeps them as lone surrogates)
+        raise SpecError(f"the value holds bytes that are not UTF-8 text ({bad.encode('utf-8', 'surrogateescape')!r})",
+                        file=where, fix="write the value in UTF-8 (check the terminal's encoding)")
+    deep = SpecError(f"the value nests lists/mappings more than {MAX_YAML_DEPTH} levels deep", file=where,
+                     fix="write a flat value, e.g. --set chunks=4 or --set sizes=[1,2,4]")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         node = yaml.compose(text, Loader=loader)
-    except yaml.YAMLError:
+    except yaml.YAMLError as e:
+        if "nesting depth" in str(e):  # libyaml's own limit (1000 levels)
+            raise deep from None
         return text
     except RecursionError:
-        raise SpecError(f"the value nests lists/mappings more than {MAX_YAML_DEPTH} levels deep", file=where,
-                        fix="write a flat value, e.g. --set chunks=4 or --set sizes=[1,2,4]") from None
+        raise deep from None
     if node is None:
         return None
     _check_expansion(node, where, text)
