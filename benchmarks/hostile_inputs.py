@@ -24,6 +24,7 @@ import gzip
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -55,7 +56,8 @@ class Case:
     ``args`` may hold ``{in}`` (the case's input folder, where ``files`` are created) and ``{out}`` (its output
     folder, the only place the run may write). ``want`` holds the exit codes that are right; ``proc`` runs the
     case as a subprocess (closed streams, encodings, signals), with ``shell`` as a shell command line instead
-    of argv when given. ``control`` names control characters that must not reach the terminal raw.
+    of argv when given, and ``interrupt_after_s`` sends it SIGINT. ``control`` names control characters that
+    must not reach the terminal raw.
     """
 
     id: str
@@ -66,6 +68,7 @@ class Case:
     proc: bool = False
     shell: str | None = None
     control: str = "\x1b\r"
+    interrupt_after_s: float | None = None  # send SIGINT (Ctrl-C) this long after the start
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -262,7 +265,7 @@ def nccl_defects() -> dict[str, Content]:
         "time_1e999": head + row.replace("72.00", "1e999"),
         "esc_in_header": "\x1b[2J# nThread 1\r\n" + NCCL_LOG,
         "no_rows": "# nothing here\n",
-        "1M_rows": head + row * 200_000,
+        "200k_rows": head + row * 200_000,
         "garbage_rows": head + "a b c d e f g h i\n" * 100,
     }
 
@@ -486,12 +489,13 @@ def process_cases() -> Iterator[Case]:
     yield Case("proc/python_m/bad_input", ["check", "{in}/bad.yaml"], (2,), files, proc=True)
     yield Case("proc/debug_env/bad_input", ["check", "{in}/bad.yaml"], (2,), files, {"SCHEDSIM_DEBUG": "1"},
                proc=True)
-    yield Case("proc/sigint/predict", [], (130,), {**files, "big.yaml": _big_schedule()}, proc=True,
-               shell="{py} predict {in}/big.yaml -o {out} --no-gantt & pid=$!; sleep 1.5; kill -INT $pid; wait $pid")
+    for after in (0.3, 1.0):  # in the start-up, in the simulation
+        yield Case(f"proc/sigint/predict_after_{after}s", ["predict", "{in}/big.yaml", "-o", "{out}"], (130,),
+                   {**files, "big.yaml": _big_schedule()}, proc=True, interrupt_after_s=after)
 
 
 def _big_schedule() -> str:
-    return ("schema_version: 1\nname: big\nworld_size: 8\nops:\n  - foreach: {i: range(60000)}\n    ops:\n"
+    return ("schema_version: 1\nname: big\nworld_size: 8\nops:\n  - foreach: {i: range(200000)}\n    ops:\n"
             "      - {name: 'mm{i}', kind: matmul, m: 64, n: 64, k: 64, dtype: bf16}\n")
 
 
@@ -513,6 +517,12 @@ def data_dir_cases() -> Iterator[Case]:
         else:
             args = ["compare", "{in}/meas.json", f, "-o", "{out}", "--no-gantt"]
         yield Case(f"data/{p.name}", args, (2,), files)
+
+
+#: Cases that reach the Kineto / nsys readers themselves (schedsim/trace/kineto.py, nsys.py, jsonstream.py), whose
+#: own messages are hardened separately (issue 32, the trace readers): expected to fail until then.
+TRACE_READER_OWNED = {"timeline/top_level_list/analyze", "kineto/not_utf8/import", "kineto/png_header/import",
+                      "nsys/random_binary/import"}
 
 
 def cases() -> list[Case]:
@@ -609,12 +619,20 @@ def run_subprocess(case: Case, ind: Path, out: Path, timeout: float = CASE_TIMEO
     else:
         cmd = [sys.executable, "-m", "schedsim", *expand(case.args, ind, out)]
         shell = False
-    try:
-        r = subprocess.run(cmd, shell=shell, executable="/bin/bash" if shell else None, cwd=cwd, env=env,
-                           capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, "", ""
-    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+    with subprocess.Popen(cmd, shell=shell, executable="/bin/bash" if shell else None, cwd=cwd, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        try:
+            if case.interrupt_after_s is not None:
+                try:
+                    p.wait(case.interrupt_after_s)
+                except subprocess.TimeoutExpired:
+                    p.send_signal(signal.SIGINT)
+            so, se = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            return None, "", ""
+    return p.returncode, so.decode("utf-8", "replace"), se.decode("utf-8", "replace")
 
 
 def main() -> None:

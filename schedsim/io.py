@@ -133,13 +133,14 @@ def output_set(outdir: str | Path, replaces: tuple[str, ...] = ()) -> Iterator[P
 
 #: Largest input of each kind, in bytes (``SCHEDSIM_MAX_INPUT_BYTES`` overrides them all). Sized well above the
 #: largest valid input of the kind the tools are timed on: a 1M-op literal schedule is ~70 MB, a 1M-op timeline
-#: (row layout) ~250 MB, a 1M-event Kineto trace ~130 MB; a profile, a `--set` file or a log are kilobytes.
+#: (row layout) ~250 MB, a 1M-event Kineto trace ~130 MB; a profile or a pipeline CSV is kilobytes, and an
+#: nccl-tests log of all 12 binaries ~50 kB (4 MiB, ~45,000 rows, parse in ~5 s).
 INPUT_MAX_BYTES: dict[str, int] = {
     "schedule": 512 << 20,
     "profile": 16 << 20,
     "csv": 256 << 20,
     "timeline": 4 << 30,
-    "nccl-tests log": 256 << 20,
+    "nccl-tests log": 4 << 20,
     "kineto": 8 << 30,
     "nsys": 32 << 30,
     "trace": 32 << 30,  # a file of one of the trace kinds, before its kind is known (``analyze``)
