@@ -193,7 +193,7 @@ def schedule_defects() -> dict[str, Content]:
         "mnk_2p40": head + "name: n\n" + op % (2**40, 2**40, 2**40),
         "mnk_past_2p40": head + "name: n\n" + op % (2**40 + 1, 1, 1),
         "mnk_2p63": head + "name: n\n" + op % (2**63, 1, 1),
-        "bytes_2p63": head + "name: n\nops:\n  - {name: c, kind: memcpy, bytes: %d}\n" % 2**63,
+        "bytes_2p63": head + f"name: n\nops:\n  - {{name: c, kind: memcpy, bytes: {2**63}}}\n",
         "string_budget_format": head + "name: n\nparams:\n  s: \"{'%2000000000d' % 1}\"\nops:\n"
                                 "  - {name: o, kind: compute, duration_us: 1}\n",
         "string_budget_repeat": head + "name: n\nparams:\n  s: \"{'a' * 10**10}\"\nops:\n"
@@ -231,6 +231,11 @@ def json_defects(valid: dict[str, Any]) -> dict[str, Content]:
         "meta_huge": json.dumps({**valid, "meta": {f"k{i}": "v" * 100 for i in range(20000)}}),
         "meta_numbers_wrong": json.dumps({**valid, "meta": {"world_size": "x", "max_connections": [1],
                                                              "uninstrumented_period_s": {"a": 1}}}),
+        "meta_sections_wrong": json.dumps({**valid, "meta": {"memory": "x", "power": [1], "pipeline": 5,
+                                                              "check": "y", "iteration": "z", "host_costs": 1}}),
+        "meta_memory_ranks_wrong": json.dumps({**valid, "meta": {"memory": {"ranks": {"0": 5}}}}),
+        "meta_host_calls_nested": json.dumps({**valid, "meta": {"host_call_end_s": {"mm@r0": {"a": 1}},
+                                                                 "host_issue_s": [[1]]}}),
         "ops_not_list": json.dumps({**valid, "ops": {"a": 1}}),
         "op_name_esc": json.dumps({**valid, "ops": [{**op, "name": "m\x1b[2Jm\r"}]}),
         "op_name_lone_surrogate": text.replace('"name": "mm"', '"name": "m\\ud800m"'),
@@ -253,6 +258,8 @@ def csv_defects() -> dict[str, Content]:
         "100k_columns": ",".join(["0F0"] * 100_000) + "\n",
         "huge_microbatch": "0F99999999999999999999999,0B0\n1F0,1B0\n",
         "nul_in_cell": "0F0,0F1\x00,0B0,0B1\n1F0,1B0,1F1,1B1\n",
+        "cell_200kB": "0F0," + "x" * 200_000 + ",0B0,0B1\n1F0,1B0,1F1,1B1\n",
+        "unrelated_file": "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n" * 50,
     }
 
 
@@ -368,7 +375,8 @@ EITHER = {"whitespace", "esc_in_text", "bom_mid_text", "tab_indent", "bidi_in_va
           "billion_laughs", "alias_chain_2000", "1MB_value_bad_type", "top_level_list", "top_level_scalar",
           "key_is_list", "esc_in_name", "esc_in_op_name", "esc_in_stream", "bidi_in_name", "nonascii_name",
           "meta_list", "meta_string", "meta_warnings_not_list", "meta_warnings_esc", "meta_iterations_text",
-          "meta_huge", "meta_numbers_wrong", "op_name_esc", "op_name_lone_surrogate", "op_name_1MB", "schedule_esc",
+          "meta_huge", "meta_numbers_wrong", "meta_sections_wrong", "meta_host_calls_nested",
+          "meta_memory_ranks_wrong", "op_name_esc", "op_name_lone_surrogate", "op_name_1MB", "schedule_esc",
           "tags_deep", "json_depth_300", "int_past_2p64", "esc_in_cell", "esc_in_header", "mnk_2p40"}
 
 #: Defects that must be refused (exit 2) in every slot.
@@ -464,6 +472,51 @@ def env_cases() -> Iterator[Case]:
                 yield Case(f"env/{var}/{vname}/{cmd}", list(commands[cmd]), (2,), _base_files("env"), {var: value})
 
 
+#: The commands that write files, each with its output path (``{o}``) and its inputs.
+WRITERS: dict[str, list[str]] = {
+    "predict": ["predict", "{in}/good.yaml", "-o", "{o}", "--no-gantt"],
+    "sweep": ["sweep", "{in}/good.yaml", "--set", "x=1,2", "-o", "{o}"],
+    "compare": ["compare", "{in}/pred.json", "{in}/meas.json", "-o", "{o}", "--no-gantt"],
+    "import": ["import", "kineto", "{in}/k.json", "-o", "{o}"],
+    "calibrate": ["calibrate", "--from-nccl-tests", "{in}/nccl.log", "-o", "{o}.yaml"],
+    "analyze_chrome": ["analyze", "{in}/pred.json", "--chrome", "{o}.json"],
+    "schema": ["schema", "-o", "{o}.json"],
+}
+#: The commands that read a file named on the command line, with ``{f}`` for it.
+READERS: dict[str, list[str]] = {
+    "check": ["check", "{f}"], "predict_profile": ["predict", "{in}/good.yaml", "-p", "{f}.yaml", "-o", "{out}"],
+    "compare": ["compare", "{f}", "{in}/meas.json", "-o", "{out}"], "analyze": ["analyze", "{f}"],
+    "import": ["import", "kineto", "{f}", "-o", "{out}"], "import_nsys": ["import", "nsys", "{f}", "-o", "{out}"],
+    "calibrate": ["calibrate", "--from-nccl-tests", "{f}", "-o", "{out}/p.yaml"],
+    "analyze_ops": ["analyze", "{in}/k.json", "--ops", "{f}"],
+}
+
+
+def path_cases() -> Iterator[Case]:
+    """Names on the command line: paths with control characters (echoed in ``wrote ...`` and in errors), a
+    profile name that is none, a folder whose timeline.json is a FIFO."""
+    files = _base_files("paths")
+    for cmd, argv in WRITERS.items():
+        o = "{out}/\x1b[2Jo\rut"
+        yield Case(f"path/esc_in_output/{cmd}", [a.replace("{o}", o) for a in argv], (0,), files)
+    for cmd, argv in READERS.items():
+        f = "{in}/\x1b]0;t\x07\x1b[2Jmissing\r"
+        yield Case(f"path/esc_in_missing_input/{cmd}", [a.replace("{f}", f) for a in argv], (2,), files)
+    for name in ("\x1b[2Jh200", "h200\r", "../../etc/passwd", "-"):
+        yield Case(f"path/profile_name/{name.encode('unicode_escape').decode()}",
+                   ["predict", "{in}/good.yaml", "-p", name, "-o", "{out}", "--no-gantt"], (2,), files)
+    fifo_dir = {**files, "run/timeline.json": FIFO}
+    yield Case("path/folder_holding_fifo/compare_pred", ["compare", "{in}/run", "{in}/meas.json", "-o", "{out}"],
+               (2,), fifo_dir)
+    yield Case("path/folder_holding_fifo/compare_meas", ["compare", "{in}/pred.json", "{in}/run", "-o", "{out}"],
+               (2,), fifo_dir)
+    yield Case("path/nccl_logs_one_fifo/calibrate", ["calibrate", "--from-nccl-tests", "{in}/nccl.log",
+                                                    "--from-nccl-tests", "{in}/f.log", "-o", "{out}/p.yaml"],
+               (2,), {**files, "f.log": FIFO})
+    yield Case("path/kineto_ranks_one_fifo/import", ["import", "kineto", "{in}/k.json", "{in}/f.json", "-o",
+                                                     "{out}"], (2,), {**files, "f.json": FIFO})
+
+
 def process_cases() -> Iterator[Case]:
     """The process's own streams and signals: run as subprocesses."""
     files = {"good.yaml": SCHEDULE, "bad.yaml": SCHEDULE.replace("ops:", "opz:"),
@@ -527,7 +580,7 @@ TRACE_READER_OWNED = {"timeline/top_level_list/analyze", "kineto/not_utf8/import
 
 def cases() -> list[Case]:
     """The whole corpus."""
-    return [*file_cases(), *set_cases(), *env_cases(), *data_dir_cases(), *process_cases()]
+    return [*file_cases(), *set_cases(), *env_cases(), *path_cases(), *data_dir_cases(), *process_cases()]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -541,6 +594,7 @@ def make_inputs(case: Case, where: Path) -> tuple[Path, Path]:
     ind.mkdir(parents=True)
     for name, content in case.files.items():
         p = ind / name
+        p.parent.mkdir(parents=True, exist_ok=True)
         if content == FIFO:
             os.mkfifo(p)
         elif content == DIR:

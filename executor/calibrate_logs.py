@@ -66,6 +66,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
     SchedsimError
         A log cannot be read or parsed.
     """
+    from schedsim.errors import printable
     from schedsim.nccl_tests import format_table, read_nccl_tests
 
     d = base_profile_dict(base)
@@ -78,7 +79,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
             rows = [{"size": r.size_bytes, "count": r.count, "type": r.dtype, "redop": r.redop or "none",
                      "root": -1 if r.root is None else r.root, "time_us": r.oop_time_us, "algbw": r.oop_algbw_GBps,
                      "busbw": r.oop_busbw_GBps, "wrong": r.oop_wrong} for r in log.rows]
-            print(format_table(rows, f"{log.collective} over {log.nranks} ranks, from {p}"))
+            print(printable(format_table(rows, f"{log.collective} over {log.nranks} ranks, from {p}"), newlines=True))
             tab = [[float(s), float(b)] for s, b in log.table()]
             if not tab:
                 continue
@@ -90,5 +91,5 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
                         + f" Collective tables from nccl-tests logs: {', '.join(srcs)}.").strip()
     write_profile(d, out, f"# {d['name']}: profile {base!r} with collective tables from nccl-tests logs "
                   "(schedsim calibrate --from-nccl-tests)")
-    print(f"wrote {out}")
+    print(f"wrote {printable(out)}")
     return d

@@ -203,7 +203,8 @@ def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
     axes = []
     for item in items:
         if "=" not in item:
-            raise SchedsimError(f"--set {printable(item, 80)!r} is not key=v1,v2,...\n  fix: write e.g. --set chunks=1,2,4,8")
+            raise SchedsimError(f"--set {printable(item, 80)!r} is not key=v1,v2,...",
+                                fix="write e.g. --set chunks=1,2,4,8")
         k, v = item.split("=", 1)
         k = k.strip()
         vals = [parse_value(x, f"--set {printable(k, 80)}") for x in v.split(",") if x.strip() != ""]

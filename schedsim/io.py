@@ -230,8 +230,8 @@ def _describe_mode(mode: int) -> str:
 
 
 def check_input(path: str | Path, kind: str) -> os.stat_result:
-    """Check that ``path`` is a regular, non-empty file of at most :func:`max_input_bytes` bytes, without opening it (for
-    readers that open by name, such as SQLite); returns its ``os.stat`` result.
+    """Check that ``path`` is a regular, non-empty file of at most :func:`max_input_bytes` bytes, without opening
+    it (for readers that open by name, such as SQLite); returns its ``os.stat`` result.
 
     Raises
     ------

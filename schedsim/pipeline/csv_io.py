@@ -41,10 +41,20 @@ CsvFormat = Literal["compute_only", "compute_comms"]
 _IDLE_TOKENS = frozenset({"", "_", "."})
 
 
+#: Longest cell read as an action; a longer one is quoted only in part (an action is a few characters, and a
+#: cell of an unrelated file must not be echoed whole).
+MAX_CELL = 200
+
+
 def _parse_cell(cell: str, where: str) -> ScheduleAction | None:
     text = cell.strip()
     if text in _IDLE_TOKENS:
         return None
+    if len(text) > MAX_CELL:
+        from schedsim.errors import printable
+
+        raise ValueError(f"{where}: a cell of {len(text):,} characters ({printable(text, 40)!r}) is not a pipeline "
+                         "action (is it the right file?)")
     try:
         return parse_action(text)
     except ValueError as exc:
@@ -87,8 +97,12 @@ def loads_csv(text: str, *, format: CsvFormat = "compute_only") -> PipelineOrder
         p2p action under compute_only.
     """
     order: PipelineOrder = {}
-    for rank, row in enumerate(csv.reader(io.StringIO(text))):
-        order[rank] = [_parse_cell(cell, f"row {rank} (rank {rank}), column {col}") for col, cell in enumerate(row)]
+    try:
+        for rank, row in enumerate(csv.reader(io.StringIO(text))):
+            order[rank] = [_parse_cell(cell, f"row {rank} (rank {rank}), column {col}")
+                           for col, cell in enumerate(row)]
+    except csv.Error as e:  # a field past the csv module's limit (131,072 characters), a NUL ...
+        raise ValueError(f"row {len(order)}: not CSV ({e})") from None
     _check_format(order, format, "csv")
     return order
 

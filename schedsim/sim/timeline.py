@@ -1087,11 +1087,16 @@ class Timeline:
         return cls.from_dict(d, where=str(p))
 
 
-#: ``meta`` entries read as text, as a list of texts, as a flag (``meta`` is free-form otherwise; see
-#: :func:`_check_meta`).
+#: ``meta`` entries the readers take as numbers (or lists / dicts of numbers), as text, as a list of texts, as a
+#: flag (``meta`` is free-form otherwise; see :func:`_check_meta`).
+_META_NUMBERS = ("host_call_end_s", "host_costs_us", "host_issue_s", "host_issue_uninstrumented_s",
+                 "makespan_iters_s", "makespan_median_s", "makespan_uninstrumented_iters_s",
+                 "makespan_uninstrumented_s", "timing_host_per_op_us", "uninstrumented_period_s", "iterations",
+                 "max_connections", "t0_ns")
 _META_TEXT = ("file", "timing", "note", "gpu_model")
 _META_TEXTS = ("warnings", "set")
 _META_FLAG = ("timed_graph",)
+_META_SECTIONS = ("memory", "power", "pipeline", "check", "iteration", "host_costs")
 
 
 def _meta_numbers_ok(v: Any) -> bool:
@@ -1107,10 +1112,10 @@ def _meta_numbers_ok(v: Any) -> bool:
 
 
 def _check_meta(meta: Any, where: str) -> None:
-    """Refuse a ``meta`` whose entries the readers use as numbers or texts hold something else: an entry named
-    ``*_s``, ``*_us``, ``*_ns`` or ``*_ms``, or ``iterations``, ``iteration``, ``max_connections``, must be a
-    finite number (or a list/dict of them, as ``host_call_end_s``), :data:`_META_TEXT` a string,
-    :data:`_META_TEXTS` a list of strings, :data:`_META_FLAG` a boolean.
+    """Refuse a ``meta`` whose entries the readers use as numbers or texts hold something else: each of
+    :data:`_META_NUMBERS` must be a finite number (or a list/dict of them, as ``host_call_end_s``),
+    :data:`_META_TEXT` a string, :data:`_META_TEXTS` a list of strings, :data:`_META_FLAG` a boolean,
+    :data:`_META_SECTIONS` an object.
 
     Raises
     ------
@@ -1121,7 +1126,7 @@ def _check_meta(meta: Any, where: str) -> None:
         return  # absent (None); a meta of another type is refused by check_timeline_doc
     for k, v in meta.items():
         ok = True
-        if k.endswith(("_s", "_us", "_ns", "_ms")) or k in ("iterations", "iteration", "max_connections"):
+        if k in _META_NUMBERS:
             ok = _meta_numbers_ok(v)
         elif k in _META_TEXT:
             ok = v is None or isinstance(v, str)
@@ -1129,6 +1134,11 @@ def _check_meta(meta: Any, where: str) -> None:
             ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
         elif k in _META_FLAG:
             ok = v is None or isinstance(v, bool)
+        elif k in _META_SECTIONS:
+            ok = v is None or isinstance(v, dict)
+            if ok and k == "memory" and v is not None:  # {"ranks": {rank: {...}}} (schedsim.report.memory)
+                ranks = v.get("ranks") or {}
+                ok = isinstance(ranks, dict) and all(isinstance(x, dict) for x in ranks.values())
         if not ok:
             from schedsim.errors import printable
 

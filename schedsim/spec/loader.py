@@ -122,8 +122,8 @@ def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
         if total - written > MAX_NODES:
             at = c
             break
-    raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes beyond those written (aliases repeated too deep?)",
-                    file=file, line=_mark(at)[0], column=_mark(at)[1],
+    raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes beyond those written (aliases repeated too "
+                    "deep?)", file=file, line=_mark(at)[0], column=_mark(at)[1],
                     fix="write the schedule with foreach/params instead of nested YAML aliases")
 
 

@@ -116,7 +116,8 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.kineto import import_kineto
 
         with status(f"importing {len(files)} Kineto trace(s)"):
-            res = import_kineto(_check_inputs(files, "kineto"), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
+            res = import_kineto(_check_inputs(files, "kineto"), ops=_ops(ops), iteration=iteration,
+                                keep_kernel_rows=False)
         _finish_import(res, out, fmt)
 
     app.add_typer(imp, name="import")
@@ -154,4 +155,4 @@ def register(app: typer.Typer) -> None:
         if fmt != _Fmt.json:
             for p in (chrome, charts):
                 if p is not None:
-                    print(f"wrote {p}")
+                    print(f"wrote {printable(p)}")

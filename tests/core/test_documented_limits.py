@@ -162,8 +162,8 @@ def test_character_limit_at_and_past_the_knob(tmp_path: Path, monkeypatch: pytes
     ("len('a' * 1000001)", False),
 ])
 def test_expression_budget_at_and_past(tmp_path: Path, expr: str, ok: bool) -> None:
-    f = write(tmp_path, H + "world_size: 1\nparams:\n  s: \"{%s}\"\nops:\n"
-              "  - {name: o, kind: compute, duration_us: '{s * 0 + 1}'}\n" % expr)
+    f = write(tmp_path, H + f"world_size: 1\nparams:\n  s: \"{{{expr}}}\"\nops:\n"
+              "  - {name: o, kind: compute, duration_us: '{s * 0 + 1}'}\n")
     if ok:
         code, text = run(["check", f])
         assert code == 0, text
