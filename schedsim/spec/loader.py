@@ -214,11 +214,17 @@ def parse_yaml(text: str, file: str) -> Any:
     SpecError
         On YAML syntax errors, with the line and column of the problem.
     """
+    too_deep = SpecError(f"the YAML nests lists/mappings too deep (more than about {MAX_YAML_DEPTH} levels are "
+                         "refused)", file=file, fix="write ops as a flat list; check for unclosed [ or {")
     loader = getattr(yaml, "CSafeLoader", None)
     if loader is not None and "\t" not in text and "\ufeff" not in text[1:]:
         try:
             node = yaml.compose(text, Loader=loader)
-        except (yaml.YAMLError, RecursionError, UnicodeEncodeError):
+        except yaml.YAMLError as e:
+            if "maximum nesting depth" in str(e):  # libyaml's own limit, 1000 levels: no second parse (~1 s)
+                raise too_deep from None
+            node = False
+        except (RecursionError, UnicodeEncodeError):
             node = False
         if node is None:
             return LDict()
@@ -233,8 +239,7 @@ def parse_yaml(text: str, file: str) -> Any:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:  # PyYAML composes nested collections recursively
-        raise SpecError(f"the YAML nests lists/mappings too deep (more than about {MAX_YAML_DEPTH} levels are "
-                        "refused)", file=file, fix="write ops as a flat list; check for unclosed [ or {") from None
+        raise too_deep from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)
