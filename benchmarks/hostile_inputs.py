@@ -190,7 +190,8 @@ def schedule_defects() -> dict[str, Content]:
         "esc_in_stream": head + "name: n\nops:\n  - {name: o, kind: compute, duration_us: 1, stream: \"s\\e[1m\"}\n",
         "bidi_in_name": head + "name: \"a\u202eb\"\nops:\n  - {name: o, kind: compute, duration_us: 1}\n",
         "surrogate_in_name": head + "name: \"a\\udcffb\"\nops:\n  - {name: o, kind: compute, duration_us: 1}\n",
-        "surrogate_in_stream": head + "name: n\nops:\n  - {name: o, kind: compute, duration_us: 1, stream: \"s\\ud800\"}\n",
+        "surrogate_in_stream": head + "name: n\nops:\n  - {name: o, kind: compute, duration_us: 1, "
+                               "stream: \"s\\ud800\"}\n",
         "nonascii_name": head + "name: \"schéma_日本\"\nops:\n  - {name: o, kind: compute, duration_us: 1}\n",
         "mnk_2p40": head + "name: n\n" + op % (2**40, 2**40, 2**40),
         "mnk_past_2p40": head + "name: n\n" + op % (2**40 + 1, 1, 1),
@@ -375,7 +376,8 @@ EITHER = {"whitespace", "esc_in_text", "bom_mid_text", "tab_indent", "bidi_in_va
           "lone_surrogate_escape", "python_tag", "unknown_tag", "int_5000_digits", "float_1e999", "duplicate_key",
           "recursive_alias", "recursive_map_alias", "flow_depth_70", "map_depth_3000", "block_depth_500",
           "billion_laughs", "alias_chain_2000", "1MB_value_bad_type", "top_level_list", "top_level_scalar",
-          "key_is_list", "esc_in_name", "esc_in_op_name", "esc_in_stream", "bidi_in_name", "surrogate_in_name", "surrogate_in_stream", "esc_in_profile_names", "nonascii_name",
+          "key_is_list", "esc_in_name", "esc_in_op_name", "esc_in_stream", "bidi_in_name", "surrogate_in_name",
+          "surrogate_in_stream", "esc_in_profile_names", "nonascii_name",
           "meta_list", "meta_string", "meta_warnings_not_list", "meta_warnings_esc", "meta_iterations_text",
           "meta_huge", "meta_numbers_wrong", "meta_sections_wrong", "meta_host_calls_nested",
           "meta_memory_ranks_wrong", "op_name_esc", "op_name_lone_surrogate", "op_name_1MB", "schedule_esc",
@@ -546,7 +548,7 @@ def process_cases() -> Iterator[Case]:
     yield Case("proc/python_m/bad_input", ["check", "{in}/bad.yaml"], (2,), files, proc=True)
     yield Case("proc/debug_env/bad_input", ["check", "{in}/bad.yaml"], (2,), files, {"SCHEDSIM_DEBUG": "1"},
                proc=True)
-    for after in (0.3, 1.0):  # in the start-up, in the simulation
+    for after in (0.5, 1.5):  # in the start-up (imports), in the work
         yield Case(f"proc/sigint/predict_after_{after}s", ["predict", "{in}/big.yaml", "-o", "{out}"], (130,),
                    {**files, "big.yaml": _big_schedule()}, proc=True, interrupt_after_s=after)
 

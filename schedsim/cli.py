@@ -330,7 +330,8 @@ def sweep(
         t.add_column("peak act. memory", justify="right")
         t.add_column("bubble", justify="right")
     for r in rows:
-        cells = [escape(printable(r["setting"][k], 80)) for k, _ in axes] + [fmt_time(r["makespan_s"]), fmt_time(r["exposed_comm_s"]),
+        cells = [escape(printable(r["setting"][k], 80)) for k, _ in axes] + [fmt_time(r["makespan_s"]),
+                                                                            fmt_time(r["exposed_comm_s"]),
                                                             f"{r['overlap_ratio']:.3f}"]
         if has_mem:
             cells += [f"{r.get('peak_memory_bytes', 0) / 2**20:.1f} MiB", f"{r.get('bubble_ratio') or 0:.3f}"]

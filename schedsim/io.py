@@ -146,6 +146,8 @@ INPUT_MAX_BYTES: dict[str, int] = {
     "trace": 32 << 30,  # a file of one of the trace kinds, before its kind is known (``analyze``)
 }
 
+StrPath = str | os.PathLike[str]
+
 #: Deepest nesting of JSON arrays/objects an input may use (orjson's own limit is 1024; the standard library's
 #: parser recurses per level, and so do the readers after it).
 MAX_JSON_DEPTH = 256
@@ -165,7 +167,7 @@ def _error_class(kind: str) -> type[Exception]:
             "nsys": TraceError, "trace": TraceError}.get(kind, SchedsimError)
 
 
-def input_error(kind: str, path: str | Path, message: str, fix: str, line: int | None = None,
+def input_error(kind: str, path: StrPath, message: str, fix: str, line: int | None = None,
                 column: int | None = None) -> Exception:
     """The error of ``kind``'s reader (:class:`~schedsim.errors.SpecError` for a schedule,
     :class:`~schedsim.errors.ProfileError` for a profile, :class:`~schedsim.errors.TraceError` for a timeline or
@@ -229,7 +231,7 @@ def _describe_mode(mode: int) -> str:
     return "not a regular file"
 
 
-def check_input(path: str | Path, kind: str) -> os.stat_result:
+def check_input(path: StrPath, kind: str) -> os.stat_result:
     """Check that ``path`` is a regular, non-empty file of at most :func:`max_input_bytes` bytes, without opening
     it (for readers that open by name, such as SQLite); returns its ``os.stat`` result.
 
@@ -262,7 +264,7 @@ def check_input(path: str | Path, kind: str) -> os.stat_result:
     return st
 
 
-def open_input(path: str | Path, kind: str) -> Any:
+def open_input(path: StrPath, kind: str) -> Any:
     """Open an input file for reading in binary after :func:`check_input`; a stream for readers that parse as
     they read (a gzip trace). Opened with ``O_NONBLOCK`` (a FIFO swapped in after the check cannot block the
     open) and checked again on the open descriptor.
@@ -292,7 +294,7 @@ def open_input(path: str | Path, kind: str) -> Any:
         raise
 
 
-def read_input(path: str | Path, kind: str) -> bytes:
+def read_input(path: StrPath, kind: str) -> bytes:
     """The bytes of an input file, read under :func:`open_input`'s checks (at most the size cap, even of a file
     that grows while it is read).
 
@@ -314,7 +316,7 @@ def read_input(path: str | Path, kind: str) -> bytes:
     return data
 
 
-def decode_utf8(data: bytes, where: str | Path, kind: str) -> str:
+def decode_utf8(data: bytes, where: StrPath, kind: str) -> str:
     """``data`` decoded as strict UTF-8 (a leading byte-order mark kept, as Python's ``utf-8`` codec keeps it).
 
     Raises
@@ -333,7 +335,7 @@ def decode_utf8(data: bytes, where: str | Path, kind: str) -> str:
                           line, col) from None
 
 
-def read_text_input(path: str | Path, kind: str) -> str:
+def read_text_input(path: StrPath, kind: str) -> str:
     """:func:`read_input` decoded by :func:`decode_utf8`. The one way schedsim reads a text input."""
     return decode_utf8(read_input(path, kind), path, kind)
 
@@ -357,7 +359,7 @@ def json_depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return True
 
 
-def parse_json(data: bytes | str, where: str | Path, kind: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def parse_json(data: bytes | str, where: StrPath, kind: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """Parse a JSON input (orjson when installed, else the standard library): the one JSON parser of inputs.
 
     Numbers past a float (``1e999``) stay infinite for the reader to refuse; an integer of more than 4,300

@@ -37,7 +37,7 @@ def _ops(path: Path | None) -> dict[str, dict[str, Any]] | None:
     return load_op_names(path)
 
 
-def _check_inputs(files: list[Path], kind: str) -> list[Path]:
+def _check_inputs(files: list[Path], kind: str) -> list[str | Path]:
     """``files``, each checked by :func:`schedsim.io.check_input` (a regular, non-empty file within the size cap
     of ``kind``) before any reader opens it: a FIFO or a device never reaches the trace readers."""
     from schedsim.io import check_input
