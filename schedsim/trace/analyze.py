@@ -351,17 +351,22 @@ def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
     TraceError
         A file that is not readable JSON.
     """
-    import gzip
-
+    from schedsim.io import check_input
     from schedsim.sim.timeline import Span
+    from schedsim.trace.jsonstream import open_text
 
     raw: list[tuple[int, str, float, float]] = []
     for fi, p in enumerate(paths):
+        check_input(p, "kineto")  # a regular file within the size cap
         try:
-            with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as fh:
+            with open_text(p) as fh:  # a gzip trace bounded as the Kineto reader bounds it
                 doc = json.load(fh)
-        except (OSError, ValueError) as e:
-            raise TraceError(f"{p}: not a readable Kineto JSON trace: {e}") from None
+        except (OSError, ValueError, EOFError, RecursionError) as e:
+            raise TraceError(f"{p}: not a readable Kineto JSON trace: {e.__class__.__name__}",
+                             fix="pass the trace torch.profiler wrote (.json or .json.gz)") from None
+        if not isinstance(doc, dict):
+            raise TraceError(f"{p}: not a Kineto trace (the JSON is not an object)",
+                             fix="pass the trace torch.profiler wrote (.json or .json.gz)")
         dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
         rank = int(dist["rank"]) if isinstance(dist.get("rank"), int) else fi
         evs = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
