@@ -95,7 +95,7 @@ pipeline:
   activation_bytes: 1024
   stage:
     forward: [{{name: fwd, kind: compute, duration_us: 10}}]
-    backward: [{{name: bwd, kind: compute, duration_us: 10}}]
+    backward_input: [{{name: bwd, kind: compute, duration_us: 10}}]
 """
 
 PIPELINE_CSV = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"
@@ -144,6 +144,7 @@ def file_defects(valid: str) -> dict[str, Content]:
         "one_2MB_line": big_line,
         "esc_in_text": "\x1b[2J\x1b[31mred\r" + valid,
         "lone_surrogate_bytes": valid.encode()[:10] + b"\xed\xa0\x80" + valid.encode()[10:],
+        "unrelated_text": UNRELATED,
     }
 
 
@@ -439,6 +440,8 @@ def file_cases() -> Iterator[Case]:
         defects = _slot_defects(slot, valid)
         defects["size_cap"] = valid if valid else "x" * 200  # with SCHEDSIM_MAX_INPUT_BYTES=64
         for cmd, argv in commands.items():
+            if valid and cmd != "execute":  # the slot's valid file is taken: its defects test what they say
+                yield Case(f"{slot}/valid/{cmd}", argv("{in}/" + name), (0,), {**_base_files(slot), name: valid})
             for defect, content in defects.items():
                 if (slot, cmd) not in FULL and defect not in DISCIPLINE:
                     continue
@@ -637,6 +640,11 @@ def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
     return snap
 
 
+#: An unrelated text file (a passwd file's lines); its first line must never be echoed whole.
+UNRELATED_FIRST = "root:x:0:0:root:/root:/bin/bash-" + "secret" * 4
+UNRELATED = UNRELATED_FIRST + "\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n" * 20
+
+
 def verdict(case: Case, rc: int | None, out: str, err: str, before: dict[str, Any], after: dict[str, Any],
             out_dir: Path) -> list[str]:
     """What is wrong with a run (empty: it passed)."""
@@ -656,6 +664,8 @@ def verdict(case: Case, rc: int | None, out: str, err: str, before: dict[str, An
             bad.append("no fix: line")
     if rc == 1 and "please report" not in err:
         bad.append("exit 1 without a bug report")
+    if UNRELATED_FIRST in text:
+        bad.append("the first line of an unrelated file echoed")
     if len(err) > MAX_STDERR:
         bad.append(f"{len(err):,} characters of stderr")
     raw = [c for c in case.control if c in text]  # never a terminal here: rich writes no colour codes

@@ -369,7 +369,7 @@ def parse_json(data: bytes | str, where: StrPath, kind: str, *, max_depth: int =
     ------
     SchedsimError
         Of ``kind``'s class: not UTF-8, not JSON (the message names the line and column and quotes at most a
-        short escaped excerpt), or nested too deep.
+        short escaped excerpt, none of a file that is no JSON document at all), or nested too deep.
     """
     import json
 
@@ -395,8 +395,11 @@ def parse_json(data: bytes | str, where: StrPath, kind: str, *, max_depth: int =
             doc = json.loads(text)
             err = None
         except json.JSONDecodeError as e:
-            excerpt = printable(e.doc[max(0, e.pos - 30):e.pos + 30], 80)
-            err = f"not valid JSON at line {e.lineno}, column {e.colno}: {e.msg} (near {excerpt!r})"
+            if e.doc.lstrip()[:1] not in ("{", "["):  # another kind of file: nothing of it is quoted
+                err = "not JSON (it does not start with { or [; is it the right file?)"
+            else:  # a JSON document broken at some point: a short escaped excerpt around it
+                excerpt = printable(e.doc[max(0, e.pos - 30):e.pos + 30], 80)
+                err = f"not valid JSON at line {e.lineno}, column {e.colno}: {e.msg} (near {excerpt!r})"
         except RecursionError:
             err = "depth"
         except ValueError as e:  # an integer past Python's digit limit

@@ -41,9 +41,9 @@ CsvFormat = Literal["compute_only", "compute_comms"]
 _IDLE_TOKENS = frozenset({"", "_", "."})
 
 
-#: Longest cell read as an action; a longer one is quoted only in part (an action is a few characters, and a
-#: cell of an unrelated file must not be echoed whole).
-MAX_CELL = 200
+#: Longest cell read as an action (the longest action, an overlapped pair such as ``(0F7;7B3)OVERLAP_F_B``, has
+#: 20 characters); a longer one is refused and quoted only in part: a line of an unrelated file is not echoed.
+MAX_CELL = 32
 
 
 def _parse_cell(cell: str, where: str) -> ScheduleAction | None:
@@ -53,7 +53,7 @@ def _parse_cell(cell: str, where: str) -> ScheduleAction | None:
     if len(text) > MAX_CELL:
         from schedsim.errors import printable
 
-        raise ValueError(f"{where}: a cell of {len(text):,} characters ({printable(text, 40)!r}) is not a pipeline "
+        raise ValueError(f"{where}: a cell of {len(text):,} characters ({printable(text, 20)!r}) is not a pipeline "
                          "action (is it the right file?)")
     try:
         return parse_action(text)
