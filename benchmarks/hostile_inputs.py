@@ -549,6 +549,10 @@ def process_cases() -> Iterator[Case]:
             yield Case(f"proc/encoding_{enc}/{cmd[0]}/{what}", cmd, (2,) if what.endswith("missing") else (0,),
                        files, {"PYTHONIOENCODING": enc, "LC_ALL": "C"}, proc=True)
     yield Case("proc/python_m/bad_input", ["check", "{in}/bad.yaml"], (2,), files, proc=True)
+    for what, argv in (("unknown_option", ["predict", "{in}/good.yaml", "--\x1b[2Jbogus"]),
+                       ("missing_argument", ["predict"]), ("bad_choice", ["predict", "{in}/good.yaml", "--format", "x"]),
+                       ("no_such_command", ["\x1b[2Jpredikt"]), ("bad_int", ["sweep", "{in}/good.yaml", "-j", "x"])):
+        yield Case(f"proc/usage/{what}", argv, (2,), files, proc=True)
     yield Case("proc/debug_env/bad_input", ["check", "{in}/bad.yaml"], (2,), files, {"SCHEDSIM_DEBUG": "1"},
                proc=True)
     for after in (0.5, 1.5):  # in the start-up (imports), in the work

@@ -506,12 +506,30 @@ def _run_app() -> None:
 
     defer_plugin_discovery()  # before typer builds its parameters' validators, the first of the process
     if len(sys.argv) >= 2 and sys.argv[1] in _WORKLOAD_COMMANDS:
-        app()
+        _app()
         return
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     keep_freed_memory()
     gc.disable()
     try:
-        app()
+        _app()
     finally:
         gc.freeze()
+
+
+def _app() -> None:
+    """Run :data:`app` and exit with its code; a usage error (an unknown option, a missing argument, a bad value
+    of an option) is worded as every bad input is, ``error:`` and ``fix:`` lines and exit 2, and Ctrl-C outside a
+    command exits 130."""
+    from schedsim.cliutil import print_error
+
+    try:
+        rc = app(standalone_mode=False)
+    except typer.Abort:  # Ctrl-C (or end of input) outside a command's own handler
+        raise KeyboardInterrupt from None
+    except typer.TyperException as e:  # click's UsageError and its kin
+        ctx = getattr(e, "ctx", None)
+        cmd = ctx.command_path if ctx is not None else "schedsim"
+        print_error(f"{e.format_message() if hasattr(e, 'format_message') else e}\n  fix: see `{cmd} --help`")
+        sys.exit(getattr(e, "exit_code", 2) or 2)
+    sys.exit(rc if isinstance(rc, int) else 0)
