@@ -550,7 +550,8 @@ def process_cases() -> Iterator[Case]:
                        files, {"PYTHONIOENCODING": enc, "LC_ALL": "C"}, proc=True)
     yield Case("proc/python_m/bad_input", ["check", "{in}/bad.yaml"], (2,), files, proc=True)
     for what, argv in (("unknown_option", ["predict", "{in}/good.yaml", "--\x1b[2Jbogus"]),
-                       ("missing_argument", ["predict"]), ("bad_choice", ["predict", "{in}/good.yaml", "--format", "x"]),
+                       ("missing_argument", ["predict"]),
+                       ("bad_choice", ["predict", "{in}/good.yaml", "--format", "x"]),
                        ("no_such_command", ["\x1b[2Jpredikt"]), ("bad_int", ["sweep", "{in}/good.yaml", "-j", "x"])):
         yield Case(f"proc/usage/{what}", argv, (2,), files, proc=True)
     yield Case("proc/debug_env/bad_input", ["check", "{in}/bad.yaml"], (2,), files, {"SCHEDSIM_DEBUG": "1"},

@@ -27,9 +27,10 @@ class OutFormat(str, Enum):
     json = "json"
 
 
-#: Longest error text printed, characters: an error quoting a megabyte-long value must not flood the terminal
+#: Longest error text printed, characters (a pipeline grid of hundreds of steps fits): an error quoting a
+#: megabyte-long value must not flood the terminal
 #: (each line is also cut, see :func:`print_error`).
-MAX_ERROR_CHARS = 20_000
+MAX_ERROR_CHARS = 100_000
 MAX_ERROR_LINE = 2_000
 
 

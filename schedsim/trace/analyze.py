@@ -361,13 +361,13 @@ def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
         try:
             with open_text(p) as fh:  # a gzip trace bounded as the Kineto reader bounds it
                 doc = json.load(fh)
-        except (OSError, ValueError, EOFError, RecursionError) as e:
-            raise TraceError(f"{p}: not a readable Kineto JSON trace: {e.__class__.__name__}",
+        except (OSError, ValueError, EOFError, RecursionError) as exc:
+            raise TraceError(f"{p}: not a readable Kineto JSON trace: {exc.__class__.__name__}",
                              fix="pass the trace torch.profiler wrote (.json or .json.gz)") from None
         if not isinstance(doc, dict):
             raise TraceError(f"{p}: not a Kineto trace (the JSON is not an object)",
                              fix="pass the trace torch.profiler wrote (.json or .json.gz)")
-        dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+        dist: Any = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
         rank = int(dist["rank"]) if isinstance(dist.get("rank"), int) else fi
         evs = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"
                and e.get("cat") == "user_annotation" and isinstance(e.get("ts"), (int, float))]
