@@ -1,7 +1,8 @@
 """Generated hostile inputs too big or too slow for the unit tests (issue 12, second review), timed through
 the CLI, one subprocess each (hang guard 60 s), as a table: case, exit code, seconds, traceback?, message.
 
-Kinds: a 1M-event Kineto trace (128 MB; time it), 10,000 literal streams and 20,000 templated streams on one
+Kinds: a 1M-event Kineto trace (128 MB; time it), a literal schedule of 400,000 written ops (25 MB), a GEMM of
+m = n = k = 2**40 (the documented maximum), 10,000 literal streams and 20,000 templated streams on one
 rank (Gantt lane folding), a 900 kB stream name and a 400 kB schedule/op name (label cutting), a 1M-rank
 all_reduce at the rank limit, foreach loops with a `when:` that filters every iteration (the expander's own
 speed), a loop range depending on the outer variable at full size, a 1 MB parameter string in 3000 op names.
@@ -47,6 +48,12 @@ def _yaml(tmp: Path) -> dict[str, tuple[str, int]]:
         "foreach_inner_range_of_outer_2000x2000": (
             H + "world_size: 1\nops:\n  - foreach: {i: range(2000)}\n    ops:\n      - foreach: {j: range(i*0+2000)}"
             "\n        ops:\n          - {name: 'a{i}_{j}', kind: compute, duration_us: 1}\n", 2),
+        # issue 32: a literal schedule is no alias bomb, however long (before: refused after 16.6 s at 400k ops)
+        "literal_400k_ops": (H + "world_size: 1\nops:\n" + "".join(
+            f"  - {{name: o{i}, kind: compute, duration_us: 1, stream: s{i % 4}}}\n" for i in range(400_000)), 0),
+        # issue 32: the documented maximum of a GEMM dimension, all three at once (before: int64 overflow)
+        "matmul_mnk_2p40": (H + "world_size: 1\nops:\n  - {name: mm, kind: matmul, m: 1099511627776, "
+                            "n: 1099511627776, k: 1099511627776, dtype: bf16}\n", 0),
         "param_1MB_string_in_3000_names": (
             H + "world_size: 1\nparams:\n  big: \"{'a'*1000000}\"\nops:\n  - foreach: {i: range(3000)}\n    ops:\n"
             "      - {name: '{big}{i}', kind: compute, duration_us: 1}\n", 2),

@@ -82,6 +82,7 @@ from executor.calibrate_host import (
 )
 from executor.calibrate_logs import base_profile_dict, write_profile
 from executor.calibrate_nccl import kernel_events, nccl_beside_gemm
+from schedsim.errors import printable
 from schedsim.nccl_tests import format_table
 
 __all__ = ["CalibrateOptions", "run_calibrate", "DEFAULT_GRID", "duplex_factors"]
@@ -224,7 +225,7 @@ class _Bench:
 def _log(ctx: Any) -> Callable[[str], None]:
     def log(msg: str) -> None:
         if ctx.rank == 0:
-            print(msg, flush=True)
+            print(printable(msg, newlines=True), flush=True)
 
     return log
 

@@ -94,7 +94,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
     """
     import sys
 
-    from schedsim.errors import SchedsimError
+    from schedsim.errors import SchedsimError, printable
     from schedsim.nccl_tests import format_table, read_nccl_tests, skipped_warning
 
     d = base_profile_dict(base)
@@ -112,7 +112,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
             rows = [{"size": r.size_bytes, "count": r.count, "type": r.dtype, "redop": r.redop or "none",
                      "root": -1 if r.root is None else r.root, "time_us": r.oop_time_us, "algbw": r.oop_algbw_GBps,
                      "busbw": r.oop_busbw_GBps, "wrong": r.oop_wrong} for r in log.rows]
-            print(format_table(rows, f"{log.collective} over {log.nranks} ranks, from {p}"))
+            print(printable(format_table(rows, f"{log.collective} over {log.nranks} ranks, from {p}"), newlines=True))
             tab = [[float(s), float(b)] for s, b in log.table()]
             key = (str(log.collective), int(log.nranks or 0))
             where = f"{p}:{log.rows[0].line}"
@@ -139,5 +139,5 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
                         + f" Collective tables from nccl-tests logs: {', '.join(srcs)}.").strip()
     write_profile(d, out, f"# {d['name']}: profile {base!r} with collective tables from nccl-tests logs "
                   "(schedsim calibrate --from-nccl-tests)")
-    print(f"wrote {out}")
+    print(f"wrote {printable(out)}")
     return d

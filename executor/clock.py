@@ -35,16 +35,15 @@ clock itself.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["START_MARGIN_S", "WAIT", "IterationClock", "aligned_start_ns", "wait_events"]
+__all__ = ["START_MARGIN_S", "WAIT", "IterationClock", "aligned_start_ns", "start_margin_s", "wait_events"]
 
-START_MARGIN_S = float(os.environ.get("SCHEDSIM_START_MARGIN_S", "0.002"))
-"""Seconds between the latest rank's clock read and the common start (env ``SCHEDSIM_START_MARGIN_S``,
-default 2 ms: several times the all-gather's exit skew measured above, so late starts are rare)."""
+START_MARGIN_S = 0.002
+"""Default seconds between the latest rank's clock read and the common start (:func:`start_margin_s`): 2 ms,
+several times the all-gather's exit skew measured above, so late starts are rare."""
 
 
 WAIT = os.environ.get("SCHEDSIM_WAIT", "spin")
@@ -81,13 +80,28 @@ def wait_events(events: Iterable[Any], deadline_ns: int | None = None, how: str 
     return pending
 
 
-def aligned_start_ns(clocks_ns: Iterable[int], margin_s: float = START_MARGIN_S) -> int:
-    """The common start (ns, wall clock): the latest rank's clock read plus ``margin_s`` seconds.
+def start_margin_s() -> float:
+    """Seconds between the latest rank's clock read and the common start: ``SCHEDSIM_START_MARGIN_S`` (0 to 10 s),
+    else :data:`START_MARGIN_S`.
+
+    Raises
+    ------
+    SchedsimError
+        The variable is not a number from 0 to 10.
+    """
+    from schedsim.io import env_number
+
+    return float(env_number("SCHEDSIM_START_MARGIN_S", START_MARGIN_S, low=0.0, high=10.0))
+
+
+def aligned_start_ns(clocks_ns: Iterable[int], margin_s: float | None = None) -> int:
+    """The common start (ns, wall clock): the latest rank's clock read plus ``margin_s`` seconds
+    (default :func:`start_margin_s`).
 
     >>> aligned_start_ns([1_000_000_000, 1_000_300_000], 0.002)
     1002300000
     """
-    return max(int(c) for c in clocks_ns) + round(margin_s * 1e9)
+    return max(int(c) for c in clocks_ns) + round((start_margin_s() if margin_s is None else margin_s) * 1e9)
 
 
 class IterationClock:
@@ -104,12 +118,12 @@ class IterationClock:
         which must then be gloo.
     anchor_stream : torch.cuda.Stream, optional
         Where the anchor event is recorded (CUDA); a new stream if None.
-    margin_s : float
-        See :data:`START_MARGIN_S`.
+    margin_s : float, optional
+        See :func:`start_margin_s` (its value when None).
     """
 
     def __init__(self, device: Any, world: int, group: Any = None, anchor_stream: Any = None,
-                 margin_s: float = START_MARGIN_S) -> None:
+                 margin_s: float | None = None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -118,7 +132,7 @@ class IterationClock:
         self.cuda = device.type == "cuda"
         self.world = world
         self.group = group
-        self.margin_s = margin_s
+        self.margin_s = start_margin_s() if margin_s is None else margin_s
         self.late_starts = 0
         self._mine = torch.zeros(1, dtype=torch.int64)
         self._all = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]

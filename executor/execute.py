@@ -110,6 +110,19 @@ def _nccl_env(env: Any) -> None:
             os.environ[key] = str(env[key])
 
 
+def _teardown_s() -> float:
+    """``SCHEDSIM_TEARDOWN_S``: seconds a rank waits for the process-group teardown (default 5, at most 1 hour).
+
+    Raises
+    ------
+    SchedsimError
+        The variable is not a number from 0 to 3600.
+    """
+    from schedsim.io import env_number
+
+    return float(env_number("SCHEDSIM_TEARDOWN_S", 5.0, low=0.0, high=3600.0))
+
+
 def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, compare: bool, profile: str,
                 backend: str, device: str, gantt: bool, cuda_graph: bool | None,
                 max_connections: int | None = None) -> None:
@@ -127,6 +140,10 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
     SchedsimError
         Bad schedule, world-size mismatch, unsupported op, missing profile (before anything runs).
     """
+    from executor.clock import start_margin_s
+
+    teardown_s = _teardown_s()  # a bad SCHEDSIM_* number is refused before anything runs
+    start_margin_s()
     if max_connections is not None:
         if max_connections < 1 or max_connections > 32:
             raise ExecError(f"--max-connections {max_connections}: CUDA accepts 1 to 32\n  fix: use 1 (issue order, "
@@ -213,7 +230,7 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
     if rank == 0 and fails:
         err = ExecError(f"--check failed: {fails[0]['what']}: relative error {fails[0]['rel_err']:.3g} > "
                         f"tolerance {fails[0]['tol']:.3g} on {len(fails)} rank(s)")
-    if not ctx.close(deadline_s=float(os.environ.get("SCHEDSIM_TEARDOWN_S", "5"))):
+    if not ctx.close(deadline_s=teardown_s):
         print(f"rank {rank}: process-group teardown did not return within the deadline (SCHEDSIM_TEARDOWN_S); "
               "leaving without it", file=sys.stderr)
         if err is not None:

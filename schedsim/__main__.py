@@ -1,6 +1,19 @@
-"""``python -m schedsim`` (also the entry under ``torchrun -m schedsim execute``)."""
+"""``python -m schedsim`` (also the entry under ``torchrun -m schedsim execute``) and the ``schedsim`` console
+script: :func:`schedsim.cli.main`, with Ctrl-C during its import (a second or so of numpy, pydantic and typer)
+ending as it does later, exit 130 without a traceback."""
 
-from schedsim.cli import main
+import sys
+
+
+def main() -> None:
+    """Import the command line and run it (:func:`schedsim.cli.main`)."""
+    try:
+        from schedsim.cli import main as cli_main
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        raise SystemExit(130) from None
+    cli_main()
+
 
 if __name__ == "__main__":
     main()

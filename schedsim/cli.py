@@ -20,8 +20,8 @@ import typer
 
 from schedsim.api import TRACE_MAX_OPS, SweepRow, lower_spec, predict_to_dir
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
-from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
-from schedsim.errors import SchedsimError
+from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors, warn
+from schedsim.errors import SchedsimError, printable
 
 #: Help is plain text (click's formatter), not rich markup: markup read "[default: ...]" in a help string as a tag
 #: and deleted it, and rich's option tables cut words with "…" at 80 columns; plain help wraps at the terminal width.
@@ -149,7 +149,7 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type:
     from schedsim.notes import summarize
 
     for line in summarize(tl.meta.get("warnings", [])):  # one line per kind of warning
-        print(line, file=sys.stderr)
+        print(printable(line, 2000, newlines=True), file=sys.stderr)
     if fmt == OutFormat.json:
         print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(),
                           "files": [str(p) for p in paths], **({"explain": explain} if explain is not None else {})},
@@ -167,13 +167,14 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type:
 
         mp = metrics.memory_peak
         print(f"peak memory {fmt_bytes(mp.bytes)} on rank {mp.rank} at {fmt_time(mp.t_s)}, "
-              f"when {mp.op or 'the step starts'} allocates")
+              f"when {printable(mp.op or 'the step starts', 200)} allocates")
     if explain is not None:
         from schedsim.network.explain import format_explain
 
         print("\ncommunication (NCCL algorithm/protocol chosen, time alone):\n" + format_explain(explain))
     folders = list(dict.fromkeys(str(p.parent) for p in paths))
-    print(f"wrote {', '.join(folders)}{'/' if len(folders) == 1 else ''}: " + ", ".join(p.name for p in paths))
+    print(f"wrote {', '.join(printable(f) for f in folders)}{'/' if len(folders) == 1 else ''}: "
+          + ", ".join(printable(p.name) for p in paths))
 
 
 @_command
@@ -190,8 +191,8 @@ def check(
     from schedsim.notes import summarize
 
     for line in summarize(prog.warnings):  # one line per kind of warning
-        print(line, file=sys.stderr)
-    print(f"ok: {file}: {spec.name}: {prog.N} ops on {prog.world_size} rank(s), "
+        print(printable(line, 2000, newlines=True), file=sys.stderr)
+    print(f"ok: {printable(file)}: {printable(spec.name, 200)}: {prog.N} ops on {prog.world_size} rank(s), "
           f"{len(prog.coll_keys)} collective(s), {len(prog.p2p)} send/recv pair(s)")
 
 
@@ -234,15 +235,17 @@ def profiles() -> None:
 
 
 def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
-    import yaml
+    from schedsim.errors import printable
+    from schedsim.spec.loader import parse_value
 
     axes = []
     for item in items:
         if "=" not in item:
-            raise SchedsimError(f"--set {item!r} is not key=v1,v2,...\n  fix: write e.g. --set chunks=1,2,4,8")
+            raise SchedsimError(f"--set {printable(item, 80)!r} is not key=v1,v2,...",
+                                fix="write e.g. --set chunks=1,2,4,8")
         k, v = item.split("=", 1)
         k = k.strip()
-        vals = [yaml.safe_load(x) for x in v.split(",") if x.strip() != ""]
+        vals = [parse_value(x, f"--set {printable(k, 80)}") for x in v.split(",") if x.strip() != ""]
         if not vals:
             raise SchedsimError(f"--set {item!r} gives no values\n  fix: write e.g. --set {k}=1,2,4")
         if k in [a for a, _ in axes]:
@@ -350,13 +353,14 @@ def sweep(
     if fmt == OutFormat.json:
         print(json.dumps(rows, indent=1))
         return
+    from rich.markup import escape
     from rich.table import Table
 
     from schedsim.report.summary import fmt_time, make_console
 
     t = Table()
     for k, _ in axes:
-        t.add_column(k)
+        t.add_column(escape(printable(k, 80)))
     for col in ("makespan", "exposed comm", "overlap"):
         t.add_column(col, justify="right")
     has_mem = any("peak_memory_bytes" in r for r in rows)
@@ -364,14 +368,15 @@ def sweep(
         t.add_column("peak act. memory", justify="right")
         t.add_column("bubble", justify="right")
     for r in rows:
-        cells = [str(r["setting"][k]) for k, _ in axes] + [fmt_time(r["makespan_s"]), fmt_time(r["exposed_comm_s"]),
+        cells = [escape(printable(r["setting"][k], 80)) for k, _ in axes] + [fmt_time(r["makespan_s"]),
+                                                                            fmt_time(r["exposed_comm_s"]),
                                                             f"{r['overlap_ratio']:.3f}"]
         if has_mem:
             cells += [f"{r.get('peak_memory_bytes', 0) / 2**20:.1f} MiB", f"{r.get('bubble_ratio') or 0:.3f}"]
         t.add_row(*cells)
     make_console().print(t)
     kept = f" and {len(rows)} timeline_*.json" if keep_timelines else ""
-    print(f"wrote {outdir / 'sweep.json'}, {outdir / 'sweep.png'}{kept}")
+    print(f"wrote {printable(outdir / 'sweep.json')}, {printable(outdir / 'sweep.png')}{kept}")
 
 
 def _version(value: bool) -> None:
@@ -384,8 +389,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the schedsim version and exit.")) -> None:
+                                       help="Print the schedsim version and exit."),
+          debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error (also "
+                                     "SCHEDSIM_DEBUG=1).")) -> None:
     """Predict and execute comm/compute schedules of GPU clusters."""
+    if debug:
+        import os
+
+        os.environ["SCHEDSIM_DEBUG"] = "1"  # read by cliutil.handle_errors, and by executor ranks started from here
 
 
 #: Commands defined in other modules, imported only when invoked (or listed by --help): the cold start of
@@ -490,7 +501,54 @@ def main() -> None:
       modules and models the start-up made. At the end the heap is frozen (:func:`gc.freeze`), so the
       interpreter's exit does not walk it once more either. Together ~7% of the instructions of a cold
       ``check`` (callgrind, 2026-12-01).
+
+    Nothing ends in a traceback: an exception no command handled (a bug) prints one ``error:`` line and a
+    "please report" line and exits 1 (the traceback only with ``--debug`` or ``SCHEDSIM_DEBUG=1``), Ctrl-C exits
+    130, a reader that left (``| head``) exits 0; printing never fails on the text printed (:func:`_safe_streams`).
     """
+    _safe_streams()
+    try:
+        _run_app()
+    except KeyboardInterrupt:
+        from schedsim.cliutil import _print_err
+
+        _print_err("interrupted")
+        sys.exit(130)
+    except BrokenPipeError:
+        from schedsim.cliutil import _quiet_stdout
+
+        _quiet_stdout()
+        sys.exit(0)
+    except Exception as e:  # a bug outside any command's own handler (start-up, option parsing)
+        from schedsim.cliutil import debugging, report_bug
+
+        if debugging():
+            raise
+        report_bug(e)
+        sys.exit(1)
+
+
+def _safe_streams() -> None:
+    """Make printing never fail on what is printed: characters the terminal's encoding lacks (``PYTHONIOENCODING
+    =ascii``) and lone surrogates print as backslash escapes; a closed stdout or stderr (``>&-``) becomes
+    /dev/null."""
+    import os
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            try:
+                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the process)
+            except OSError:
+                continue
+            stream = getattr(sys, name)
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+def _run_app() -> None:
     import gc
     import os
 
@@ -498,12 +556,30 @@ def main() -> None:
 
     defer_plugin_discovery()  # before typer builds its parameters' validators, the first of the process
     if len(sys.argv) >= 2 and sys.argv[1] in _WORKLOAD_COMMANDS:
-        app()
+        _app()
         return
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     keep_freed_memory()
     gc.disable()
     try:
-        app()
+        _app()
     finally:
         gc.freeze()
+
+
+def _app() -> None:
+    """Run :data:`app` and exit with its code; a usage error (an unknown option, a missing argument, a bad value
+    of an option) is worded as every bad input is, ``error:`` and ``fix:`` lines and exit 2, and Ctrl-C outside a
+    command exits 130."""
+    from schedsim.cliutil import print_error
+
+    try:
+        rc = app(standalone_mode=False)
+    except typer.Abort:  # Ctrl-C (or end of input) outside a command's own handler
+        raise KeyboardInterrupt from None
+    except typer.TyperException as e:  # click's UsageError and its kin
+        ctx = getattr(e, "ctx", None)
+        cmd = ctx.command_path if ctx is not None else "schedsim"
+        print_error(f"{e.format_message() if hasattr(e, 'format_message') else e}\n  fix: see `{cmd} --help`")
+        sys.exit(getattr(e, "exit_code", 2) or 2)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -17,7 +17,7 @@ import typer
 
 from schedsim.errors import SchedsimError
 
-__all__ = ["DEFAULT_PROFILE", "OutFormat", "handle_errors"]
+__all__ = ["DEFAULT_PROFILE", "OutFormat", "debugging", "handle_errors", "print_error", "report_bug", "warn"]
 
 DEFAULT_PROFILE = "h200"
 
@@ -27,8 +27,57 @@ class OutFormat(str, Enum):
     json = "json"
 
 
+#: Longest error text printed, characters (a pipeline grid of hundreds of steps fits): an error quoting a
+#: megabyte-long value must not flood the terminal
+#: (each line is also cut, see :func:`print_error`).
+MAX_ERROR_CHARS = 100_000
+MAX_ERROR_LINE = 2_000
+
+
+def debugging() -> bool:
+    """Whether tracebacks are wanted: ``schedsim --debug ...`` or ``SCHEDSIM_DEBUG`` set to anything but 0."""
+    import os
+
+    return os.environ.get("SCHEDSIM_DEBUG", "") not in ("", "0")
+
+
+def print_error(text: object) -> None:
+    """Print ``error: <text>`` on stderr, control characters escaped (:func:`~schedsim.errors.printable`), each
+    line cut to :data:`MAX_ERROR_LINE` characters and the whole to :data:`MAX_ERROR_CHARS`."""
+    from schedsim.errors import printable
+
+    lines = [printable(ln, MAX_ERROR_LINE) for ln in printable(text, MAX_ERROR_CHARS, newlines=True).split("\n")]
+    _print_err("error: " + "\n".join(lines))
+
+
+def _print_err(text: str) -> None:
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):  # stderr closed: nothing left to tell
+        pass
+
+
+def warn(text: object) -> None:
+    """Print ``warning: <text>`` on stderr, control characters escaped (:func:`~schedsim.errors.printable`) and
+    cut to :data:`MAX_ERROR_LINE` characters."""
+    from schedsim.errors import printable
+
+    _print_err("warning: " + printable(text, MAX_ERROR_LINE))
+
+
+def report_bug(e: BaseException) -> None:
+    """Print an unexpected exception (a bug of schedsim) as one ``error:`` line and a "please report" line."""
+    from schedsim import __version__
+
+    print_error(f"internal error: {type(e).__name__}: {e}")
+    _print_err(f"  please report this bug (schedsim {__version__}, Python {sys.version.split()[0]}) with the command "
+               "line and its input; `schedsim --debug ...` (or SCHEDSIM_DEBUG=1) shows the traceback")
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator: turn SchedsimError into ``error: ...`` on stderr and exit code 2."""
+    """Decorator: a :class:`SchedsimError` or an :class:`OSError` becomes ``error: ...`` (:func:`print_error`) on
+    stderr and exit code 2; Ctrl-C exit 130; a closed stdout (`| head`) exit 0; any other exception a bug report
+    (:func:`report_bug`) and exit 1, with its traceback only when :func:`debugging`."""
 
     @functools.wraps(fn)
     def wrapper(*a: Any, **kw: Any) -> Any:
@@ -40,7 +89,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             _quiet_stdout()
             raise typer.Exit(0) from None
         except SchedsimError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print_error(e)
             raise typer.Exit(2) from None
         except OSError as e:  # an output or input path the OS refuses: the user's to fix
             import errno
@@ -51,13 +100,18 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                        "files (outputs are written all or nothing)")
             else:
                 fix = "choose a path you can write (and that is not a file where a folder is needed, or the reverse)"
-            err = SchedsimError(f"{where}{e.strerror or e}", fix=fix)
-            print(f"error: {err}", file=sys.stderr)
+            print_error(SchedsimError(f"{where}{e.strerror or e}", fix=fix))
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            print("interrupted; outputs are written all or nothing, so none of this run's files were kept",
-                  file=sys.stderr)
+            _print_err("interrupted; outputs are written all or nothing, so none of this run's files were kept")
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, typer.TyperException, SystemExit):  # typer's own ways out
+            raise
+        except Exception as e:
+            if debugging():
+                raise
+            report_bug(e)
+            raise typer.Exit(1) from None
 
     return wrapper
 

@@ -42,12 +42,11 @@ The result is a :class:`Comparison` (frozen dataclasses all the way down); ``Com
 
 import json
 import statistics
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from schedsim.errors import TraceError
+from schedsim.errors import TraceError, printable
 from schedsim.hardware.profile import TIMED_EAGER_SUFFIX, TIMED_GRAPH_SUFFIX, HardwareProfile
 from schedsim.results import OMIT_NONE, from_dict, to_dict
 from schedsim.sim.metrics import Metrics
@@ -793,10 +792,11 @@ def _print_op_errors(con: Any, o: OpErrors) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from schedsim.report.summary import fmt_time
+    from schedsim.report.summary import _clip, fmt_time
 
     w = o.worst
-    wtxt = f"{w.id} ({w.kind}): {fmt_time(w.pred_s)} vs {fmt_time(w.meas_s)}, {_pct(w.error)}" if w else "n/a"
+    wtxt = f"{_clip(w.id)} ({_clip(w.kind)}): {fmt_time(w.pred_s)} vs {fmt_time(w.meas_s)}, {_pct(w.error)}" if w \
+        else "n/a"
     med = o.median_abs_error
     con.print(f"per-op duration error ({escape(o.span.split(';')[0])}): median |err| "
               f"{'n/a' if med is None else f'{med * 100:.1f}%'}; worst {escape(wtxt)}")
@@ -823,7 +823,7 @@ def register(app: Any) -> None:
     """Add the ``compare`` command to the typer app of :mod:`schedsim.cli`."""
     import typer
 
-    from schedsim.cliutil import OutFormat, handle_errors
+    from schedsim.cliutil import OutFormat, handle_errors, warn
 
     @app.command()
     @handle_errors
@@ -852,6 +852,6 @@ def register(app: Any) -> None:
             print(json.dumps({**slim, "files": [str(x) for x in paths]}, indent=1, default=str))
             return
         for w in res.warnings:
-            print(f"warning: the two timelines may not be comparable: {w}", file=sys.stderr)
+            warn(f"the two timelines may not be comparable: {w}")
         print_comparison(res)
-        print("wrote " + ", ".join(str(x) for x in paths))
+        print("wrote " + ", ".join(printable(x) for x in paths))

@@ -44,7 +44,43 @@ __all__ = [
     "SpecError",
     "TraceError",
     "format_pipeline_order",
+    "printable",
 ]
+
+
+def _escape_table() -> dict[int, str]:
+    """Code points :func:`printable` escapes: C0 and C1 controls and DEL (ESC starts terminal escape sequences,
+    CR rewrites a line), the bidirectional overrides and isolates (Unicode TR #36; they reorder what a terminal
+    shows), and lone surrogates (not encodable: they would crash a print)."""
+    cps = [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A),
+           *range(0xD800, 0xE000)]
+    return {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in cps}
+
+
+_ESCAPES = _escape_table()
+_ESCAPES_KEEP_NL = {**_ESCAPES}
+del _ESCAPES_KEEP_NL[0x0A]
+
+
+def printable(text: object, limit: int | None = None, *, newlines: bool = False) -> str:
+    """``str(text)`` safe to show on a terminal: control characters, bidi overrides and lone surrogates escaped
+    as ``\\x1b`` / ``\\u202e`` (other Unicode kept), newlines too unless ``newlines``; cut to at most ``limit``
+    characters with a note of how many were cut. The one function that every message, table and summary
+    passes names and strings from an input through.
+
+    Examples
+    --------
+    >>> printable("a\\x1b[2Jb\\rc")
+    'a\\\\x1b[2Jb\\\\x0dc'
+    >>> printable("x" * 100, 20)
+    'xxxxxxxxxxxxx… (+87)'
+    """
+    s = text if isinstance(text, str) else str(text)
+    s = s.translate(_ESCAPES_KEEP_NL if newlines else _ESCAPES)
+    if limit is not None and len(s) > limit:
+        keep = max(limit - 4 - len(str(len(s))), 0)  # room for the note "… (+N)"
+        s = s[:keep] + f"… (+{len(s) - keep})"
+    return s
 
 
 class SchedsimError(Exception):

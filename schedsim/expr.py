@@ -76,6 +76,49 @@ def _charge(n: int, what: str) -> None:
                         "and characters in all; write a smaller range or list (raise with --max-ops)")
 
 
+#: A printf field of ``str % args``: its width and precision (``%-2000000000d``, ``%.9999999f``, ``%*d``).
+_PRINTF_FIELD = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d*)(?:\.(\*|\d*))?[hlL]?[diouxXeEfFgGcrsa%]")
+
+
+def _charge_binop(op: ast.operator, left: Any, right: Any) -> None:
+    """Charge the strings and lists ``left op right`` builds to the budget before it is built: a repeat
+    (``'a' * n``, at most 1,000,000 elements), a concatenation, a ``str % args`` format (:func:`_charge_format`).
+
+    Raises
+    ------
+    ExprError
+        Past the budget.
+    """
+    if isinstance(op, ast.Mult) and (isinstance(left, (str, list)) or isinstance(right, (str, list))):
+        seq, times = (left, right) if isinstance(left, (str, list)) else (right, left)
+        if isinstance(times, int) and len(seq) * max(times, 0) > 1_000_000:
+            raise ExprError("a repeated string or list longer than 1,000,000 elements")
+        if isinstance(times, int):
+            _charge(len(seq) * max(times, 0), "a repeated string or list")
+    if isinstance(op, ast.Add) and isinstance(left, (str, list)) and isinstance(right, (str, list)):
+        _charge(len(left) + len(right), "a concatenation")
+    if isinstance(op, ast.Mod) and isinstance(left, str):
+        _charge_format(left, right)
+
+
+def _charge_format(fmt: str, args: Any) -> None:
+    """Charge ``fmt % args`` to the budget before it is built: the format's own characters, each field's
+    width and precision, and each argument's text (a width from the arguments, ``*``, is refused)."""
+    total = len(fmt)
+    for m in _PRINTF_FIELD.finditer(fmt):
+        width, prec = m.group(1), m.group(2)
+        if width == "*" or prec == "*":
+            raise ExprError("a printf width or precision from the arguments (%*d) is not allowed")
+        for digits in (width, prec):
+            if digits:
+                if len(digits) > 7:
+                    raise ExprError(f"a printf field of {len(digits)}-digit width or precision is too wide")
+                total += int(digits)
+    for a in args if isinstance(args, (list, tuple)) else (args,):
+        total += len(a) if isinstance(a, (str, list)) else 0
+    _charge(total, f"the formatted string {_short(fmt, 40)}")
+
+
 def _limit_elements(limit: Any) -> int:
     return max(MAX_ELEMENTS, limit("SCHEDSIM_MAX_OPS"))
 
@@ -133,14 +176,7 @@ def _ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
         if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and isinstance(left, (int, float)):
             if abs(right) > 64 or (isinstance(left, int) and left.bit_length() * abs(right) > 4096):
                 raise ExprError("power too large (exponent > 64 or a result over 4096 bits)")
-        if isinstance(node.op, ast.Mult) and (isinstance(left, (str, list)) or isinstance(right, (str, list))):
-            seq, times = (left, right) if isinstance(left, (str, list)) else (right, left)
-            if isinstance(times, int) and len(seq) * max(times, 0) > 1_000_000:
-                raise ExprError("a repeated string or list longer than 1,000,000 elements")
-            if isinstance(times, int):
-                _charge(len(seq) * max(times, 0), "a repeated string or list")
-        if isinstance(node.op, ast.Add) and isinstance(left, (str, list)) and isinstance(right, (str, list)):
-            _charge(len(left) + len(right), "a concatenation")
+        _charge_binop(node.op, left, right)
         try:
             return _BINOPS[type(node.op)](left, right)
         except ZeroDivisionError:

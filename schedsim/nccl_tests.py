@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schedsim.errors import SchedsimError
+from schedsim.errors import SchedsimError, printable
 
 __all__ = ["NcclTestsRow", "NcclTestsLog", "parse_nccl_tests", "read_nccl_tests", "format_table",
            "skipped_warning", "COLLECTIVE_OF_BINARY"]
@@ -576,25 +576,19 @@ def read_nccl_tests(path: str | Path, *, collective: str | None = None,
     Raises
     ------
     SchedsimError
-        Missing or unreadable file; anything :func:`parse_nccl_tests` refuses; no way to tell the collective
-        or group size.
+        Missing file, not a regular UTF-8 file within the size cap (:func:`schedsim.io.read_text_input`), no data
+        rows, or no way to tell the collective or group size.
     """
+    from schedsim.io import read_text_input
+
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise SchedsimError(f"{p}: no such file", fix="pass the path of an nccl-tests log") from None
-    except OSError as e:
-        raise SchedsimError(f"{p}: cannot read ({e.strerror or e})", fix="pass the path of an nccl-tests log "
-                            "file") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise SchedsimError(f"{p}:{line}: not UTF-8 text (byte {e.start})", fix="pass the text log nccl-tests "
-                            "printed") from None
+    text = read_text_input(p, "nccl-tests log")  # a regular UTF-8 file within the size cap
     stem = _BIN_RE.search(p.name)
-    logs = _parse_runs(text, str(p), collective, nranks, COLLECTIVE_OF_BINARY[stem.group(1)] if stem else None)
+    try:
+        logs = _parse_runs(text, str(p), collective, nranks, COLLECTIVE_OF_BINARY[stem.group(1)] if stem else None)
+    except (ValueError, OverflowError) as e:  # a number past Python's 4,300-digit int limit, or past a float
+        raise SchedsimError(f"{p}: a number in the log cannot be read ({e.__class__.__name__}: "
+                            f"{printable(e, 120)})", fix="pass the log nccl-tests wrote, unedited") from None
     for log in logs:
         if log.collective is None:
             raise SchedsimError(f"{p}: cannot tell which collective the log measured",

@@ -14,7 +14,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -637,23 +636,23 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in _builtin_dir().glob("*.yaml"))
 
 
-def _parse_yaml(text: str) -> Any:
-    """``yaml.safe_load(text)``, parsed by libyaml when PyYAML has it (``CSafeLoader``: the same constructors;
-    for h200.yaml it saves 6% of the instructions of a cold ``predict``, callgrind 2026-12-01).
+def _parse_yaml(text: str, where: str) -> Any:
+    """The profile's YAML as plain dicts and lists, parsed under the guards of a schedule file
+    (:func:`schedsim.spec.loader.parse_yaml`: libyaml when PyYAML has it, the alias-expansion and depth limits,
+    recursive aliases refused).
 
     Raises
     ------
-    yaml.YAMLError
-        From the pure-Python parser, which reads the text again when libyaml refuses it, so a broken file's
-        message is PyYAML's usual one (with the snippet that libyaml's marks lack).
+    ProfileError
+        Invalid YAML, an alias bomb, nesting too deep; naming ``where``, the line and column.
     """
-    loader = getattr(yaml, "CSafeLoader", None)
-    if loader is not None:
-        try:
-            return yaml.load(text, Loader=loader)
-        except yaml.YAMLError:
-            pass
-    return yaml.safe_load(text)
+    from schedsim.errors import SpecError
+    from schedsim.spec.loader import _strip, parse_yaml
+
+    try:
+        return _strip(parse_yaml(text, where))
+    except SpecError as e:
+        raise ProfileError(str(e)) from None
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -706,15 +705,9 @@ def load_profile(name_or_path: str) -> HardwareProfile:
             raise ProfileError(f"unknown profile {name_or_path!r}\n  fix: "
                                + (f"did you mean {close[0]!r}? " if close else "")
                                + f"shipped profiles: {', '.join(names)}; or pass a path to a profile YAML")
-    try:
-        data = _parse_yaml(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"{p}: no such profile file\n  fix: check the path, or use one of {', '.join(list_profiles())}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{p}: cannot read the profile ({e.__class__.__name__})\n"
-                           "  fix: pass a UTF-8 profile YAML file (see schedsim/hardware/profiles/h200.yaml)") from None
-    except yaml.YAMLError as e:
-        raise ProfileError(f"{p}: invalid YAML: {e}") from None
+    from schedsim.io import read_text_input
+
+    data = _parse_yaml(read_text_input(p, "profile"), str(p))
     if not isinstance(data, dict):
         raise ProfileError(f"{p}: a profile must be a YAML mapping\n  fix: see schedsim/hardware/profiles/h200.yaml")
     if "base" in data:

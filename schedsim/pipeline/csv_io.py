@@ -41,10 +41,20 @@ CsvFormat = Literal["compute_only", "compute_comms"]
 _IDLE_TOKENS = frozenset({"", "_", "."})
 
 
+#: Longest cell read as an action (the longest action, an overlapped pair such as ``(0F7;7B3)OVERLAP_F_B``, has
+#: 20 characters); a longer one is refused and quoted only in part: a line of an unrelated file is not echoed.
+MAX_CELL = 32
+
+
 def _parse_cell(cell: str, where: str) -> ScheduleAction | None:
     text = cell.strip()
     if text in _IDLE_TOKENS:
         return None
+    if len(text) > MAX_CELL:
+        from schedsim.errors import printable
+
+        raise ValueError(f"{where}: a cell of {len(text):,} characters ({printable(text, 20)!r}) is not a pipeline "
+                         "action (is it the right file?)")
     try:
         return parse_action(text)
     except ValueError as exc:
@@ -87,8 +97,12 @@ def loads_csv(text: str, *, format: CsvFormat = "compute_only") -> PipelineOrder
         p2p action under compute_only.
     """
     order: PipelineOrder = {}
-    for rank, row in enumerate(csv.reader(io.StringIO(text))):
-        order[rank] = [_parse_cell(cell, f"row {rank} (rank {rank}), column {col}") for col, cell in enumerate(row)]
+    try:
+        for rank, row in enumerate(csv.reader(io.StringIO(text))):
+            order[rank] = [_parse_cell(cell, f"row {rank} (rank {rank}), column {col}")
+                           for col, cell in enumerate(row)]
+    except csv.Error as e:  # a field past the csv module's limit (131,072 characters), a NUL ...
+        raise ValueError(f"row {len(order)}: not CSV ({e})") from None
     _check_format(order, format, "csv")
     return order
 
@@ -110,13 +124,15 @@ def read_csv(path: str | os.PathLike[str] | IO[str], *, format: CsvFormat = "com
     ------
     ValueError
         See :func:`loads_csv`; the message is prefixed with the file name.
-    OSError
-        The file cannot be opened.
+    SchedsimError
+        The file is missing, not a regular file, past the size cap or not UTF-8
+        (:func:`schedsim.io.read_text_input`).
     """
     if hasattr(path, "read"):
         return loads_csv(path.read(), format=format)  # type: ignore[union-attr]
-    with open(path, newline="") as fh:
-        text = fh.read()
+    from schedsim.io import read_text_input
+
+    text = read_text_input(path, "csv")  # a regular UTF-8 file within the size cap
     try:
         return loads_csv(text, format=format)
     except ValueError as exc:

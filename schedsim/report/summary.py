@@ -48,7 +48,11 @@ def make_console() -> Any:
 
 
 def _clip(text: str, n: int = 80) -> str:
-    """``text`` cut to ``n`` characters with an ellipsis in the middle (names are shown whole in the files)."""
+    """``text`` safe for a terminal (:func:`schedsim.errors.printable`: control characters escaped) and cut to
+    ``n`` characters with an ellipsis in the middle (names are shown whole in the files)."""
+    from schedsim.errors import printable
+
+    text = printable(text)
     return text if len(text) <= n else text[: n // 2 - 1] + "…" + text[-(n // 2):]
 
 
@@ -86,7 +90,7 @@ def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: i
     from rich.markup import escape  # names are the user's text: "[/x]" must print, not raise MarkupError
 
     con.print(f"[bold]{escape(_clip(str(tl.schedule)))}[/bold]  source={escape(_clip(str(tl.source)))}  "
-              f"profile={escape(str(tl.profile))}  launch={escape(str(tl.launch))}  "
+              f"profile={escape(_clip(str(tl.profile)))}  launch={escape(_clip(str(tl.launch)))}  "
               f"ranks={tl.world_size}  ops={metrics.ops}")
     con.print(f"{escape(makespan_label)} [bold]{fmt_time(metrics.makespan_s)}[/bold]   exposed comm (sum over ranks) "
               f"{fmt_time(metrics.exposed_comm_s)}   overlap ratio {_ratio(metrics.overlap_ratio, metrics.busy_comm_s)}"
@@ -158,7 +162,7 @@ def print_pipeline(pm: PipelineMetrics, console: Any = None, all_ranks: bool = F
     info = pm.info
     from rich.markup import escape
 
-    con.print(f"pipeline {escape(info.schedule)}: p={info.p} v={info.v} m={info.m} p2p={info.p2p}  "
+    con.print(f"pipeline {escape(_clip(str(info.schedule)))}: p={info.p} v={info.v} m={info.m} p2p={info.p2p}  "
               f"bubble: {pm.bubble_of_makespan.overall:.4f} of makespan (compute idle fraction), "
               f"{pm.bubble_of_ideal.overall:.4f} of ideal compute ((p-1)/m convention)")
     t = Table()

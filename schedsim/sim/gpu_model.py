@@ -389,7 +389,9 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
     (memory-bound, rule 5) the SMs one kernel holds alone, min(CTAs, sms); a memory-bound kernel of more CTAs
     than SMs fills its waves, so that alone it takes its solo time. A ``compute`` op of unknown grid (given
     ``duration_us``, or FLOP without bytes) is one wave of sms − ``nccl.sms_per_collective`` CTAs (at least 1):
-    room for one NCCL kernel beside it (rule 4).
+    room for one NCCL kernel beside it (rule 4). A kernel of more than :data:`MAX_POOLED_CTAS` CTAs counts as
+    that many (in whole waves): it fills the GPU for its whole solo time either way, and the loops count CTAs
+    in int32.
     """
     if op.kind == "matmul":
         measured = cost.measured_ctas(op)  # the grid the profile recorded, run in waves as it is
@@ -414,6 +416,8 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
         if bound and one > sms:  # whole waves: a lone kernel's partial last wave would run boosted (rule 5)
             one = -(-one // sms) * sms
         mem = min(one, sms) if bound else 0
+    if one > MAX_POOLED_CTAS:  # a kernel of past 2**24 CTAs (m = n = 2**40: 2**66 tiles) fills the GPU in whole
+        one = max(sms, MAX_POOLED_CTAS // sms * sms)  # waves all the same: as many as the int32 loops count
     waves = -(-one // sms)
     if op.repeat > 1 and one >= sms and one * op.repeat <= MAX_POOLED_CTAS:
         return one * op.repeat, waves * op.repeat, mem  # the launches' waves one after another

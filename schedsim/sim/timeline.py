@@ -103,6 +103,7 @@ call fires (what ``schedsim execute`` measures as an op's start).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import compress
 from pathlib import Path
@@ -1053,6 +1054,7 @@ class Timeline:
         from schedsim.trace.validate import check_timeline_doc
 
         check_timeline_doc(d, where)
+        _check_meta(d.get("meta"), where)
         head = {"schedule": d.get("schedule", "?"), "source": d.get("source", "?"),
                 "world_size": int(d.get("world_size", 1)), "launch": d.get("launch", "eager"),
                 "profile": d.get("profile"), "critical_path": list(d.get("critical_path", [])),
@@ -1082,17 +1084,76 @@ class Timeline:
         Raises
         ------
         TraceError
-            Missing, truncated or malformed file.
+            Missing, not a regular file, past the size cap (:func:`schedsim.io.read_input`), truncated or
+            malformed.
         """
+        from schedsim.io import parse_json, read_input
+
         p = Path(path)
-        try:
-            d = _load_doc(p.read_bytes())
-        except FileNotFoundError:
-            raise TraceError(f"{p}: no such file") from None
-        except (ValueError, UnicodeDecodeError) as e:  # json and orjson decode errors are ValueErrors
-            raise TraceError(f"{p}: not valid JSON ({e}); the file may be truncated\n"
-                             "  fix: re-run the command that wrote it") from None
+        data = read_input(p, "timeline")  # a regular file within the size cap
+        d = parse_json(data, p, "timeline")  # the depth limit; a clean error naming the line of bad JSON
+        if _orjson is not None and _tags_may_hold_big_ints(d):
+            d = json.loads(data)
         return cls.from_dict(d, where=str(p))
+
+
+#: ``meta`` entries the readers take as numbers (or lists / dicts of numbers), as text, as a list of texts, as a
+#: flag (``meta`` is free-form otherwise; see :func:`_check_meta`).
+_META_NUMBERS = ("host_call_end_s", "host_costs_us", "host_issue_s", "host_issue_uninstrumented_s",
+                 "makespan_iters_s", "makespan_median_s", "makespan_uninstrumented_iters_s",
+                 "makespan_uninstrumented_s", "timing_host_per_op_us", "uninstrumented_period_s", "iterations",
+                 "max_connections", "t0_ns")
+_META_TEXT = ("file", "timing", "note", "gpu_model")
+_META_TEXTS = ("warnings", "set")
+_META_FLAG = ("timed_graph",)
+_META_SECTIONS = ("memory", "power", "pipeline", "check", "iteration", "host_costs")
+
+
+def _meta_numbers_ok(v: Any) -> bool:
+    """Whether ``v`` is null, a finite number, or a list / dict of those (one level of nesting)."""
+    def num(x: Any) -> bool:
+        return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x))
+
+    if isinstance(v, dict):
+        return all(num(x) for x in v.values())
+    if isinstance(v, list):
+        return all(num(x) for x in v)
+    return num(v)
+
+
+def _check_meta(meta: Any, where: str) -> None:
+    """Refuse a ``meta`` whose entries the readers use as numbers or texts hold something else: each of
+    :data:`_META_NUMBERS` must be a finite number (or a list/dict of them, as ``host_call_end_s``),
+    :data:`_META_TEXT` a string, :data:`_META_TEXTS` a list of strings, :data:`_META_FLAG` a boolean,
+    :data:`_META_SECTIONS` an object.
+
+    Raises
+    ------
+    TraceError
+        Naming the file and the entry.
+    """
+    if not isinstance(meta, dict):
+        return  # absent (None); a meta of another type is refused by check_timeline_doc
+    for k, v in meta.items():
+        ok = True
+        if k in _META_NUMBERS:
+            ok = _meta_numbers_ok(v)
+        elif k in _META_TEXT:
+            ok = v is None or isinstance(v, str)
+        elif k in _META_TEXTS:
+            ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+        elif k in _META_FLAG:
+            ok = v is None or isinstance(v, bool)
+        elif k in _META_SECTIONS:
+            ok = v is None or isinstance(v, dict)
+            if ok and k == "memory" and v is not None:  # {"ranks": {rank: {...}}} (schedsim.report.memory)
+                ranks = v.get("ranks") or {}
+                ok = isinstance(ranks, dict) and all(isinstance(x, dict) for x in ranks.values())
+        if not ok:
+            from schedsim.errors import printable
+
+            raise TraceError(f"{where}: meta.{printable(k, 60)} is {printable(repr(v), 60)}, not what schedsim "
+                             "writes there", fix="the file is corrupt or was edited; re-run the command that wrote it")
 
 
 def _load_doc(data: bytes) -> Any:

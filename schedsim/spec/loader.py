@@ -38,13 +38,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from schedsim.errors import SpecError
+from schedsim.errors import SpecError, printable
 from schedsim.expr import ExprError, _short, compile_expr, compile_interpolate, evaluate, interpolate
 from schedsim.graph.ops import TagSet
 from schedsim.spec.limits import MAX_YAML_DEPTH
 from schedsim.spec.model import COLLECTIVE_KINDS, NAME_PATTERN, NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
 
-__all__ = ["load_schedule", "load_text", "parse_overrides", "expand"]
+__all__ = ["load_schedule", "load_text", "parse_overrides", "parse_value", "expand"]
 
 Mark = tuple[int, int]
 
@@ -76,17 +76,24 @@ def _mark(node: yaml.Node) -> Mark:
 
 
 MAX_NODES = 2_000_000
-"""Largest number of YAML nodes a schedule may expand to (guards against alias bombs)."""
+"""Most YAML nodes that aliases may add to a schedule (or a ``--set`` value, or a profile) when expanded,
+beyond the nodes written in the text (guards against alias bombs; a long literal schedule is not one)."""
 
 
-def _check_expansion(root: yaml.Node, file: str) -> None:
-    """Refuse a document whose aliases expand it past ``MAX_NODES`` nodes, from the composed node graph (shared
-    by its aliases) in one pass over its distinct nodes: a "billion laughs" of 9 levels of 9 aliases is refused
-    at once, where constructing it up to this many nodes took 9 s (2026-12-02, this VM). Counts saturate at
-    ``MAX_NODES + 1`` (a chain of aliases doubling 10,000 times must not build 10,000-bit integers); an alias
-    back to a collection that holds it (``&a [1, *a]``) counts 0 here and is refused by :func:`_construct`'s
-    depth limit. Names the root entry (key or value) whose expansion crosses the limit."""
-    cap = MAX_NODES + 1
+def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
+    """Refuse a document whose aliases expand it by more than ``MAX_NODES`` nodes beyond the distinct nodes of
+    its text (``text``: what was composed into ``root``), from the composed node graph (shared by its aliases)
+    in one pass over its distinct nodes: a "billion laughs" of 9 levels of 9 aliases is refused at once, where
+    constructing it up to this many nodes took 9 s (2026-12-02, this VM), and a literal schedule of a million
+    written ops is not refused whatever its size. A text without ``&`` has no anchors, hence no aliases, and is
+    not walked at all. Counts saturate past ``MAX_NODES`` plus the most nodes the text can hold (two per
+    character: a mapping and its first key start at the same place), so a chain of aliases doubling 10,000
+    times builds no 10,000-bit integers; an alias back to a collection that holds it (``&a [1, *a]``) counts 0
+    here and is refused by :func:`_construct`'s depth limit. Names the root entry (key or value) whose
+    expansion crosses the limit."""
+    if "&" not in text:
+        return
+    cap = MAX_NODES + 2 * len(text) + 3
     size: dict[int, int] = {}
     on_path: set[int] = set()  # the collections being counted, root to here (a depth-first walk)
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -105,17 +112,18 @@ def _check_expansion(root: yaml.Node, file: str) -> None:
             on_path.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in kids if id(c) not in size)
-    if size[id(root)] <= MAX_NODES:
+    written = len(size)  # the distinct nodes: what the text holds without its aliases expanded
+    if size[id(root)] - written <= MAX_NODES:
         return
     total, at = 1, root
     parts = [c for kv in root.value for c in kv] if isinstance(root, yaml.MappingNode) else root.value
     for c in parts:
         total += size.get(id(c), 0)
-        if total > MAX_NODES:
+        if total - written > MAX_NODES:
             at = c
             break
-    raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes (aliases repeated too deep?)", file=file,
-                    line=_mark(at)[0], column=_mark(at)[1],
+    raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes beyond those written (aliases repeated too "
+                    "deep?)", file=file, line=_mark(at)[0], column=_mark(at)[1],
                     fix="write the schedule with foreach/params instead of nested YAML aliases")
 
 
@@ -154,6 +162,11 @@ def _construct(node: yaml.Node, file: str, depth: int = 0) -> Any:
     assert isinstance(node, yaml.ScalarNode)
     try:
         return _scalar(node)
+    except ValueError:  # an integer of more than 4,300 digits (Python's int limit; no schedule number needs it)
+        _SCALAR_LOADER.constructed_objects.clear()
+        raise SpecError(f"a number of {len(node.value):,} characters is too long to read", file=file,
+                        line=_mark(node)[0], column=_mark(node)[1],
+                        fix="write the number in at most 4,300 digits (or as a float: 1e30)") from None
     except yaml.YAMLError as e:  # an unknown tag (`!foo`), a bad !!int ...
         _SCALAR_LOADER.constructed_objects.clear()
         raise SpecError(f"invalid YAML value: {getattr(e, 'problem', None) or e}", file=file,
@@ -164,7 +177,15 @@ def _construct(node: yaml.Node, file: str, depth: int = 0) -> Any:
 _SCALAR_LOADER = yaml.SafeLoader("")
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
 def _scalar(node: yaml.ScalarNode) -> Any:
+    """The value of a scalar node, as ``yaml.safe_load`` makes it; a string (the tag the resolver gave most
+    scalars of a schedule) is the node's text itself, as ``SafeConstructor.construct_yaml_str`` returns it,
+    without a pass through the constructor (half the time of constructing a literal schedule's scalars)."""
+    if node.tag == _STR_TAG:
+        return node.value
     value = _SCALAR_LOADER.construct_object(node, deep=True)
     _SCALAR_LOADER.constructed_objects.clear()
     return value
@@ -193,18 +214,24 @@ def parse_yaml(text: str, file: str) -> Any:
     SpecError
         On YAML syntax errors, with the line and column of the problem.
     """
+    too_deep = SpecError(f"the YAML nests lists/mappings too deep (more than about {MAX_YAML_DEPTH} levels are "
+                         "refused)", file=file, fix="write ops as a flat list; check for unclosed [ or {")
     loader = getattr(yaml, "CSafeLoader", None)
     if loader is not None and "\t" not in text and "\ufeff" not in text[1:]:
         try:
             node = yaml.compose(text, Loader=loader)
-        except (yaml.YAMLError, RecursionError, UnicodeEncodeError):
+        except yaml.YAMLError as e:
+            if "maximum nesting depth" in str(e):  # libyaml's own limit, 1000 levels: no second parse (~1 s)
+                raise too_deep from None
+            node = False
+        except (RecursionError, UnicodeEncodeError):
             node = False
         if node is None:
             return LDict()
         if node is not False:
             # the same nodes and marks as the pure-Python parser's: an expansion past the limit is refused here,
             # without composing the text a second time (a 7 MB alias chain took 23 s with the second pass)
-            _check_expansion(node, file)
+            _check_expansion(node, file, text)
             try:
                 return _construct(node, file)
             except (SpecError, RecursionError):
@@ -212,8 +239,7 @@ def parse_yaml(text: str, file: str) -> Any:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:  # PyYAML composes nested collections recursively
-        raise SpecError(f"the YAML nests lists/mappings too deep (more than about {MAX_YAML_DEPTH} levels are "
-                        "refused)", file=file, fix="write ops as a flat list; check for unclosed [ or {") from None
+        raise too_deep from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)
@@ -228,7 +254,7 @@ def parse_yaml(text: str, file: str) -> Any:
         ) from None
     if node is None:
         return LDict()
-    _check_expansion(node, file)
+    _check_expansion(node, file, text)
     return _construct(node, file)
 
 
@@ -248,14 +274,43 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise SpecError(f"--set {item!r} is not key=value", fix="write e.g. --set chunks=4")
+            raise SpecError(f"--set {_short(item)} is not key=value", fix="write e.g. --set chunks=4")
         k, v = item.split("=", 1)
         k = k.strip()
-        try:
-            out[k] = yaml.safe_load(v) if v.strip() else ""
-        except yaml.YAMLError:
-            out[k] = v
+        out[k] = parse_value(v, f"--set {printable(k, 80)}") if v.strip() else ""
     return out
+
+
+def parse_value(text: str, where: str) -> Any:
+    """One value written on the command line (``--set k=VALUE``), read as YAML under the guards of a schedule
+    file (:func:`_check_expansion`'s alias limit, the depth limit, recursive aliases refused): a scalar, or a
+    list/mapping. Text that is not YAML (``a: b: c``) stays the string as written.
+
+    Raises
+    ------
+    SpecError
+        Naming ``where``: an alias bomb, nesting past the depth limit, or a recursive alias.
+    """
+    bad = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:  # bytes of the command line that are not UTF-8 (Python keeps them as lone surrogates)
+        raise SpecError(f"the value holds bytes that are not UTF-8 text ({bad.encode('utf-8', 'surrogateescape')!r})",
+                        file=where, fix="write the value in UTF-8 (check the terminal's encoding)")
+    deep = SpecError(f"the value nests lists/mappings more than {MAX_YAML_DEPTH} levels deep", file=where,
+                     fix="write a flat value, e.g. --set chunks=4 or --set sizes=[1,2,4]")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        node = yaml.compose(text, Loader=loader)
+    except yaml.YAMLError as e:
+        if "nesting depth" in str(e):  # libyaml's own limit (1000 levels)
+            raise deep from None
+        return text
+    except RecursionError:
+        raise deep from None
+    if node is None:
+        return None
+    _check_expansion(node, where, text)
+    value = _construct(node, where)
+    return _strip(value) if isinstance(value, (LDict, LList)) else value
 
 
 class _Ctx:
@@ -1506,16 +1561,11 @@ def load_schedule(path: str | Path, overrides: Mapping[str, Any] | None = None) 
     Raises
     ------
     SpecError
-        If the file is missing, is not valid YAML, or breaks a rule of the
-        schedule language. The message names the file, line, column, field
-        path and a fix.
+        If the file is missing, not a regular file, past its size cap, not UTF-8
+        (:func:`schedsim.io.read_text_input`), is not valid YAML, or breaks a rule
+        of the schedule language. The message names the file, line, column,
+        field path and a fix.
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError("no such file", file=str(path), fix="check the path; shipped schedules are in schedules/") from None
-    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as e:
-        raise SpecError(f"cannot read the file: {e.__class__.__name__}", file=str(path),
-                        fix="pass a UTF-8 YAML schedule file") from None
-    return load_text(text, str(path), overrides)
+    from schedsim.io import read_text_input
+
+    return load_text(read_text_input(path, "schedule"), str(path), overrides)

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedsim._pydantic import plugins_off
-from schedsim.errors import SpecError
+from schedsim.errors import SchedsimError, SpecError
 from schedsim.graph.info import ActionTexts, PipelineInfo
 from schedsim.units import DTYPE_BYTES
 
@@ -489,9 +489,9 @@ def _custom_order(spec: ScheduleSpec, pb: PipelineSpec, reference: bool = False)
         base = Path(spec._file).parent if spec._file and spec._file != "<schedule>" else Path(".")
         try:
             order = read_csv(base / pb.csv, format="compute_comms")  # SEND/RECV cells: issued as written
-        except (OSError, UnicodeDecodeError) as e:
-            raise block_error(spec, f"cannot read pipeline csv {str(base / pb.csv)!r}: {e.__class__.__name__}",
-                       "pipeline.csv", "give a torch pipeline CSV path relative to the schedule file") from None
+        except SchedsimError as e:  # missing, not a regular file, too large, not UTF-8 (schedsim.io)
+            raise block_error(spec, f"cannot read pipeline csv: {e.message}", "pipeline.csv",
+                              e.fix or "give a torch pipeline CSV path relative to the schedule file") from None
     else:
         order = parse_order(pb.actions or {})  # type: ignore[arg-type]
     stages = sorted({sub.stage for acts in order.values() for a in acts if a is not None for sub in a.sub_actions})
@@ -627,8 +627,6 @@ def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) ->
                      schedule=None if plan.name == "custom" or plan.torch_rules else plan.name, check_p2p=False)
             plan.cols = None  # accepted all the same: the per-action paths take it from here
     except ValueError as e:
-        from schedsim.errors import SchedsimError
-
         if isinstance(e, SchedsimError):
             if e.fix is None and "fix" not in e.message:  # a rejection always says what to do
                 e.fix = ("give each stage one F and one B (or I then W) per microbatch 0..m-1, on the rank its "

@@ -156,39 +156,41 @@ def rows_from_timeline(tl: Timeline) -> tuple[dict[str, list[tuple[str, str, flo
     return krows, nrows
 
 
+_DETECT_FIX = ("pass a timeline.json, an nsys SQLite export (nsys export --type sqlite) or a Kineto trace "
+               "(.json or .json.gz)")
+
+
 def detect_format(path: str | Path) -> str:
     """``"nsys"``, ``"nsys-rep"``, ``"timeline"`` or ``"kineto"`` from a file's first bytes.
 
     Raises
     ------
     TraceError
-        Missing or empty file, not a regular file (a FIFO or device), or content that is none of these.
+        Missing, empty or not a regular file, past the size cap (:func:`schedsim.io.check_input`), or content
+        that is none of these.
     """
     from schedsim.trace.validate import check_input_file
 
     p = Path(path)
     if p.suffix.lower() in (".nsys-rep", ".qdrep"):
         return "nsys-rep"
-    check_input_file(p)
-    try:
-        with open(p, "rb") as f:
-            head = f.read(16)
-    except OSError as e:
-        raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
+    from schedsim.io import open_input
+
+    with open_input(p, "trace") as f:  # a regular, non-empty file within the size cap: never a FIFO or device
+        head = f.read(16)
     if head.startswith(b"SQLite format 3"):
         return "nsys"
-    if not head:
-        raise TraceError(f"{p}: empty file")
     from schedsim.trace.jsonstream import open_text
 
     try:
         with open_text(p) as f:
             text = f.read(4096)
     except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise TraceError(f"{p}: neither an nsys SQLite export nor a JSON trace ({e.__class__.__name__}: {e})") from None
+        raise TraceError(f"{p}: neither an nsys SQLite export nor a JSON trace ({e.__class__.__name__}: {e})",
+                         fix=_DETECT_FIX) from None
     stripped = text.lstrip()
     if not stripped.startswith(("{", "[")):
-        raise TraceError(f"{p}: neither an nsys SQLite export (.sqlite) nor a JSON trace or timeline")
+        raise TraceError(f"{p}: neither an nsys SQLite export (.sqlite) nor a JSON trace or timeline", fix=_DETECT_FIX)
     compact = stripped[:200].replace(" ", "").replace("\n", "")
     if '"format":"schedsim.timeline"' in compact:
         return "timeline"

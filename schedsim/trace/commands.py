@@ -14,6 +14,8 @@ from typing import Any
 
 import typer
 
+from schedsim.errors import printable
+
 __all__ = ["register", "write_timeline_json"]
 
 
@@ -33,6 +35,16 @@ def _ops(path: Path | None) -> dict[str, dict[str, Any]] | None:
     from schedsim.trace.common import load_op_names
 
     return load_op_names(path)
+
+
+def _check_inputs(files: list[Path], kind: str) -> list[str | Path]:
+    """``files``, each checked by :func:`schedsim.io.check_input` (a regular, non-empty file within the size cap
+    of ``kind``) before any reader opens it: a FIFO or a device never reaches the trace readers."""
+    from schedsim.io import check_input
+
+    for f in files:
+        check_input(f, kind)
+    return list(files)
 
 
 def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
@@ -56,8 +68,8 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
     from schedsim.trace.validate import term_safe
 
     for w in res.warnings:
-        print(f"warning: {term_safe(w)}")  # warnings quote names from the trace
-    print(f"wrote {target}")
+        print(f"warning: {printable(w, 2000)}")
+    print(f"wrote {printable(target)}")
 
 
 OutOpt = typer.Option(..., "--out", "-o", help="Output folder; timeline.json is written there.")
@@ -89,7 +101,7 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.nsys import import_nsys
 
         with status(f"importing {len(files)} nsys export(s)"):
-            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
+            res = import_nsys(_check_inputs(files, "nsys"), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
         _finish_import(res, out, fmt)
 
     @imp.command("kineto")
@@ -106,7 +118,8 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.kineto import import_kineto
 
         with status(f"importing {len(files)} Kineto trace(s)"):
-            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
+            res = import_kineto(_check_inputs(files, "kineto"), ops=_ops(ops), iteration=iteration,
+                                keep_kernel_rows=False)
         _finish_import(res, out, fmt)
 
     app.add_typer(imp, name="import")
@@ -140,8 +153,8 @@ def register(app: typer.Typer) -> None:
             from schedsim.report.chrome import write_chrome_trace
 
             write_chrome_trace(chrome, [(res.timeline.source, res.timeline)])
-        print(to_json(res) if fmt == _Fmt.json else format_report(res, full=full))
+        print(to_json(res) if fmt == _Fmt.json else printable(format_report(res, full=full), newlines=True))
         if fmt != _Fmt.json:
             for p in (chrome, charts):
                 if p is not None:
-                    print(f"wrote {p}")
+                    print(f"wrote {printable(p)}")

@@ -188,23 +188,24 @@ def test_table_time_never_drops_below_the_smaller_measured_size():
 
 
 def test_profile_yaml_read_by_libyaml_is_the_reference_parse(tmp_path):
-    """Profiles are parsed by libyaml when PyYAML has it: every shipped profile gives the data the pure-Python
-    parser gives, and a broken file's error is the pure parser's, with its snippet of the line."""
+    """Profiles are parsed by the schedule files' guarded parser (libyaml when PyYAML has it): every shipped
+    profile gives the profile the pure-Python parser gives (mapping keys are read as strings, as in schedules;
+    the model turns table keys back into rank counts), and a broken file's error names its line and column."""
     import yaml
 
-    from schedsim.hardware.profile import _builtin_dir, _parse_yaml
+    from schedsim.hardware.profile import HardwareProfile, _builtin_dir, _parse_yaml
 
     for f in sorted(_builtin_dir().glob("*.yaml")):
         text = f.read_text(encoding="utf-8")
-        assert _parse_yaml(text) == yaml.safe_load(text), f.name
+        assert HardwareProfile.model_validate(_parse_yaml(text, str(f))) == \
+            HardwareProfile.model_validate(yaml.safe_load(text)), f.name
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ngpu: {hbm_GBps: 1\n", encoding="utf-8")
     with pytest.raises(yaml.YAMLError) as pure:
         yaml.safe_load(bad.read_text())
     with pytest.raises(ProfileError) as e:
         load_profile(str(bad))
-    assert str(e.value) == f"{bad}: invalid YAML: {pure.value}"
-    assert "gpu: {hbm_GBps: 1" in str(e.value)  # the snippet only the pure parser gives
+    assert str(e.value).startswith(f"{bad}:3:1: invalid YAML: {pure.value.problem}\n  fix: "), str(e.value)
 
 
 def test_one_rank_collectives_are_a_nop_in_place_and_a_copy_out_of_place(toy_profile) -> None:
