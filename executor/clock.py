@@ -35,6 +35,7 @@ clock itself.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -66,8 +67,14 @@ def wait_events(events: Iterable[Any], deadline_ns: int | None = None, how: str 
     >>> wait_events([Done(), Done()])
     []
     """
+    how = how or WAIT
+    if how not in ("spin", "sleep"):
+        from schedsim.errors import SchedsimError
+
+        raise SchedsimError(f"SCHEDSIM_WAIT={how!r} is neither 'spin' nor 'sleep'",
+                            fix="unset SCHEDSIM_WAIT (spin), or set it to sleep")
     pending = list(events)
-    spin = (how or WAIT) != "sleep"
+    spin = how != "sleep"
     sleep = 2e-5
     clock = time.perf_counter_ns
     while pending:

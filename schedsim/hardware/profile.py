@@ -677,7 +677,7 @@ def _on_base(p: Path, data: dict[str, Any]) -> dict[str, Any]:
     if src is None or not src.exists():
         raise ProfileError(f"{p}: base: {name!r} is not a shipped profile",
                            fix=f"name one of {', '.join(list_profiles())}")
-    base = _parse_yaml(src.read_text(encoding="utf-8"))
+    base = _parse_yaml(src.read_text(encoding="utf-8"), str(src))
     if not isinstance(base, dict) or "base" in base:
         raise ProfileError(f"{p}: base: {name!r} is itself derived from another profile",
                            fix="derive from a profile that states all its fields")

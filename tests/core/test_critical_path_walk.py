@@ -181,5 +181,5 @@ def test_megatron_pp4_path_leaves_the_host_when_the_host_is_faster(megatron) -> 
     assert m.critical_path_s.get("host_issue", 0.0) < 0.005 * m.makespan_s
     assert {int(x.rsplit("@r", 1)[1]) for x in m.critical_path} == {0, 1, 2, 3}
     assert m.critical_path[0].startswith("F0.0.")  # the first microbatch's forward on the first stage
-    # halving the host's kernel calls gains under 1 % of the makespan: the host was binding by that little
-    assert half.metrics.makespan_s == pytest.approx(megatron.metrics.makespan_s, rel=0.01)
+    # halving the host's kernel calls gains under 3 % of the makespan: the host was binding by that little
+    assert half.metrics.makespan_s == pytest.approx(megatron.metrics.makespan_s, rel=0.03)

@@ -70,7 +70,8 @@ def makespan(tmp_path: Path, text: str, *more: str) -> float:
 def test_the_documented_values() -> None:
     # docs/schedule_language.md "Limits" and the field descriptions state these numbers
     assert DEFAULTS == {"SCHEDSIM_MAX_OPS": 2_000_000, "SCHEDSIM_MAX_RANKS": 100_000,
-                        "SCHEDSIM_MAX_CHARS": 200_000_000, "SCHEDSIM_MAX_STREAMS": 100_000}
+                        "SCHEDSIM_MAX_CHARS": 200_000_000, "SCHEDSIM_MAX_STREAMS": 100_000,
+                        "SCHEDSIM_MAX_TRACE_EVENTS": 10_000_000}
     assert (MAX_DIM, MAX_BYTES, MAX_FLOPS, MAX_DURATION_US, MAX_REPEAT) == (2**40, 2**60, 1e30, 1e12, 10**6)
     assert MAX_YAML_DEPTH == 64 and MAX_ELEMENTS == 2_000_000
 

@@ -149,7 +149,7 @@ def test_at_least_30_malformed_cases() -> None:
 def test_non_utf8_log_is_refused_at_its_line(tmp_path: Path) -> None:
     text = ("\n".join(HEAD + ROWS[:2]) + "\n").encode() + b"  \xff\xfe garbage\n"
     res, log, out = calibrate(tmp_path, text)
-    assert res.exit_code == 2 and f"error: {log}:{HL + 3}: not UTF-8" in res.output, res.output
+    assert res.exit_code == 2 and f"error: {log}:{HL + 3}:3: not UTF-8" in res.output, res.output
     assert not out.exists()
 
 

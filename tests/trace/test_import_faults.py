@@ -308,7 +308,7 @@ def test_a_fifo_is_refused_without_blocking(tmp_path, argv):
     r = subprocess.run([sys.executable, "-m", "schedsim", *argv, str(fifo), *out], capture_output=True, text=True,
                        timeout=20)
     assert r.returncode == 2, r.stderr
-    assert "is a FIFO (named pipe), not a trace file" in r.stderr and "fix:" in r.stderr
+    assert "is a FIFO (named pipe), not a regular file" in r.stderr and "fix:" in r.stderr
 
 
 class TestKinetoGuards:
