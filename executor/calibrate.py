@@ -80,7 +80,7 @@ from executor.calibrate_host import (
     median_costs,
     tiny_mm,
 )
-from executor.calibrate_logs import base_profile_dict, write_profile
+from executor.calibrate_logs import base_profile_dict, default_profile_name, write_profile
 from executor.calibrate_nccl import kernel_events, nccl_beside_gemm
 from schedsim.errors import printable
 from schedsim.nccl_tests import format_table
@@ -1469,7 +1469,7 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     d = base_profile_dict(o.base)
     date = raw["date"]
     where = f"{dev_name}, {date}, torch {raw['torch']}"
-    d["name"] = o.name or Path(o.out).stem
+    d["name"] = default_profile_name(o.name, Path(o.out))
     d["description"] = (f"Measured by schedsim calibrate on {where} ({raw['world_size']} rank(s), {raw['backend']}). "
                         f"Unmeasured parts from profile {o.base!r}: {d.get('description', '').strip()[:300]}")
     cp = raw["copies"]

@@ -37,6 +37,22 @@ def check_profile_name(name: str) -> str:
     return name
 
 
+def default_profile_name(name: str | None, out: Path) -> str:
+    """The profile's name: ``name`` (``--name``) checked by :func:`check_profile_name`, else the output file's
+    stem with every character a name may not hold replaced by ``_`` (``profile`` if nothing is left).
+
+    >>> default_profile_name(None, Path("h100\x1b[2J.yaml")), default_profile_name("mine", Path("x.yaml"))
+    ('h100_[2J', 'mine')
+    """
+    import unicodedata
+
+    if name is not None:
+        return check_profile_name(name)
+    stem = "".join("_" if unicodedata.category(c)[0] == "C" or unicodedata.category(c) in ("Zl", "Zp") else c
+                   for c in out.stem).strip()
+    return stem or "profile"
+
+
 def base_profile_dict(base: str) -> dict[str, Any]:
     """The base profile as a plain dict (validated through :func:`schedsim.hardware.profile.load_profile`)."""
     from schedsim.hardware.profile import load_profile
@@ -98,7 +114,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
     from schedsim.nccl_tests import format_table, read_nccl_tests, skipped_warning
 
     d = base_profile_dict(base)
-    d["name"] = check_profile_name(name or out.stem)
+    d["name"] = default_profile_name(name, out)
     tables: dict[str, dict[int, list[list[float]]]] = {k: {int(n): [list(r) for r in rows] for n, rows in v.items()}
                                                        for k, v in d["collectives"]["tables"].items()}
     srcs = []

@@ -109,9 +109,9 @@ def register(app: Any) -> None:
                  "process).", show_default="3 on CUDA, 0 on CPU"),
     ) -> None:
         """Measure a hardware profile (under torchrun): GEMMs, collectives, p2p, copies, launch overhead, contention."""
-        from executor.calibrate_logs import check_profile_name
+        from executor.calibrate_logs import default_profile_name
 
-        check_profile_name(name or out.stem)  # before any measurement: the name ends up in the profile's header
+        default_profile_name(name, out)  # before any measurement: the name ends up in the profile's header
         if from_nccl_tests:
             from executor.calibrate_logs import profile_from_nccl_tests
 

@@ -169,8 +169,6 @@ def detect_format(path: str | Path) -> str:
         Missing, empty or not a regular file, past the size cap (:func:`schedsim.io.check_input`), or content
         that is none of these.
     """
-    from schedsim.trace.validate import check_input_file
-
     p = Path(path)
     if p.suffix.lower() in (".nsys-rep", ".qdrep"):
         return "nsys-rep"
@@ -438,7 +436,7 @@ def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total
 
 def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: int = 10) -> str:
     """The text ``schedsim analyze`` prints: kernel-share and NCCL-volume tables, then overlap/idle per rank
-    and the critical path. Control characters in names are escaped (:func:`schedsim.trace.validate.term_safe`).
+    and the critical path. Control characters in names are escaped (:func:`schedsim.errors.printable`).
 
     Unless ``full``, each of the two tables keeps its ``top`` largest rows for the first and last two devices,
     and the per-rank table the 3 worst and 3 best ranks (:func:`schedsim.report.summary.pick_ranks`).
@@ -491,9 +489,9 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
         out.append("(none)")
     for w in res.warnings:
         out.append(f"warning: {w}")
-    from schedsim.trace.validate import term_safe
+    from schedsim.errors import printable
 
-    return "\n".join(term_safe(line) for line in out)  # kernel, range and op names come from the trace
+    return "\n".join(printable(line) for line in out)  # kernel, range and op names come from the trace
 
 
 def to_json(res: ImportResult) -> str:

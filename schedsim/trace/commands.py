@@ -65,8 +65,6 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
           f"{tl.meta.get('memcpy_count', 0)} memcpy, {tl.meta.get('memset_count', 0)} memset; "
           f"{n_ops} schedule ops) on {len(metrics.ranks)} rank(s); makespan {fmt_time(metrics.makespan_s)}, "
           f"overlap ratio {metrics.overlap_ratio:.3f}")
-    from schedsim.trace.validate import term_safe
-
     for w in res.warnings:
         print(f"warning: {printable(w, 2000)}")
     print(f"wrote {printable(target)}")

@@ -50,7 +50,7 @@ PROGRESS_EVERY = 2_000_000
 
 class _BoundedGzip(io.RawIOBase):
     """A gzip stream that raises TraceError once more than ``limit`` bytes have come out of it (``ratio``: the
-    limit is the gzip-ratio bound, else the size cap :func:`schedsim.trace.validate.max_trace_bytes`)."""
+    limit is the gzip-ratio bound, else the size cap :func:`schedsim.io.max_input_bytes` of ``kineto``)."""
 
     def __init__(self, path: Path, limit: int, ratio: bool = True) -> None:
         self._g = gzip.open(path, "rb")
@@ -68,7 +68,7 @@ class _BoundedGzip(io.RawIOBase):
         if self._left < 0 and not self._ratio:
             raise TraceError(f"{self._path}: decompresses to more than {self._limit:,} bytes, past the limit for one "
                              "trace", fix="profile fewer steps (torch.profiler schedule with active=1), or raise the "
-                             "limit with the environment variable SCHEDSIM_MAX_TRACE_BYTES")
+                             "limit with the environment variable SCHEDSIM_MAX_INPUT_BYTES")
         if self._left < 0:
             raise TraceError(f"{self._path}: decompresses to more than {self._limit:,} bytes, over "
                              f"{MAX_GZIP_RATIO}x its compressed size; not a plausible trace (a gzip bomb?)\n"
@@ -89,13 +89,13 @@ def open_text(path: str | Path) -> TextIO:
     ------
     TraceError
         If the file does not exist, cannot be opened, is not a regular file (a FIFO or device), or is larger
-        than :func:`schedsim.trace.validate.max_trace_bytes` (for gzip: decompresses to more).
+        than :func:`schedsim.io.max_input_bytes` of ``kineto`` (for gzip: decompresses to more).
     """
-    from schedsim.trace.validate import check_input_file, max_trace_bytes
+    from schedsim.io import check_input, max_input_bytes
 
     p = Path(path)
-    cap = max_trace_bytes()
-    size = check_input_file(p)
+    cap = max_input_bytes("kineto")
+    size = check_input(p, "kineto").st_size  # a regular, non-empty file within the size cap
     try:
         with open(p, "rb") as f:
             magic = f.read(2)
@@ -105,7 +105,6 @@ def open_text(path: str | Path) -> TextIO:
         by_ratio = size * MAX_GZIP_RATIO + GZIP_SLACK
         return io.TextIOWrapper(io.BufferedReader(_BoundedGzip(p, min(by_ratio, cap), ratio=by_ratio <= cap)),
                                 encoding="utf-8")
-    check_input_file(p, cap)
     return open(p, encoding="utf-8")
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schedsim.errors import TraceError
+from schedsim.errors import TraceError, printable
 from schedsim.trace.common import (
     DTYPE_BYTES,
     Activity,
@@ -62,7 +62,6 @@ from schedsim.trace.validate import (
     check_stream_order,
     decodable,
     max_trace_events,
-    term_safe,
     too_many_events,
 )
 
@@ -144,7 +143,7 @@ def _nelems(tags: dict[str, Any], key: str) -> int:
     if v is None:
         return 0
     if isinstance(v, bool) or not isinstance(v, (int, str)) or not str(v).isdigit():
-        raise ValueError(f"{key} is '{term_safe(v, limit=40)}', not a count of elements")
+        raise ValueError(f"{key} is '{printable(v, 40)}', not a count of elements")
     return int(v)
 
 
@@ -199,8 +198,9 @@ def import_kineto(
         _read_file(path, fi, acc, len(files))
     check_ranks_agree(files, acc.ranks, acc.worlds)
     if not acc.acts:
-        raise TraceError(f"{files[0]}: no GPU events (kernel, gpu_memcpy, gpu_memset) in the trace; "
-                         "was the profiler run with ProfilerActivity.CUDA?")
+        raise TraceError(f"{files[0]}: no GPU events (kernel, gpu_memcpy, gpu_memset) in the trace",
+                         fix="profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], or pass a "
+                             "schedsim timeline.json to analyze/compare instead")
     base0 = min(acc.bases)
     shift_ns = {rank: float(b - base0) for rank, b in zip(acc.ranks, acc.bases, strict=False)}
     _shift(acc.acts, shift_ns)
@@ -295,8 +295,8 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
         try:
             _take(e, c, f, acc, stream.n_events)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:
-            raise TraceError(f"{path}: event #{stream.n_events}: malformed {term_safe(cat, limit=40)} event "
-                             f"({err.__class__.__name__}: {term_safe(err, limit=120)}): {_excerpt(e)}",
+            raise TraceError(f"{path}: event #{stream.n_events}: malformed {printable(cat, 40)} event "
+                             f"({err.__class__.__name__}: {printable(err, 120)}): {_excerpt(e)}",
                              fix="re-export the trace from the profiler") from None
         if len(acc.acts) > acc.cap or len(acc.annots) > acc.cap or len(acc.nccl_cpu) + len(acc.rpc) > acc.cap:
             raise too_many_events(path, "GPU activities or ranges of one kind", acc.cap)
@@ -327,9 +327,9 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
 
 
 def _excerpt(e: Any) -> str:
-    """The first 200 characters of an event's text, escaped (:func:`term_safe`); '?' if it cannot be written."""
+    """The first 200 characters of an event's text, escaped (:func:`schedsim.errors.printable`); '?' if it cannot be written."""
     try:
-        return term_safe(str(e)[:200])
+        return printable(str(e)[:200])
     except (RecursionError, ValueError):  # nested too deep for repr, or an integer too long to print
         return "?"
 

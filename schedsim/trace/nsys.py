@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schedsim.errors import TraceError
+from schedsim.errors import TraceError, printable
+from schedsim.io import check_input
 from schedsim.trace.common import (
     Activity,
     ImportResult,
@@ -51,7 +52,7 @@ from schedsim.trace.common import (
     match_op,
     short_kernel_name,
 )
-from schedsim.trace.validate import MAX_DUR_US, check_input_file, max_trace_events, term_safe, too_many_events
+from schedsim.trace.validate import MAX_DUR_US, max_trace_events, too_many_events
 
 __all__ = ["EXPORT_HINT", "import_nsys", "nvtx_events", "nvtx_sizes_nelems"]
 
@@ -81,7 +82,7 @@ def _open(path: Path) -> sqlite3.Connection:
     if suffix in (".nsys-rep", ".qdrep"):
         raise TraceError(f"{path}: this is an Nsight Systems report, not its SQLite export; "
                          + EXPORT_HINT.format(stem=path.with_suffix("").name, name=path.name))
-    check_input_file(path)
+    check_input(path, "nsys")  # a regular file within the size cap: never a FIFO or device
     try:
         with open(path, "rb") as f:
             head = f.read(16)
@@ -96,7 +97,7 @@ def _open(path: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # a corrupt schema's message may not be UTF-8
-        raise TraceError(f"{path}: unreadable SQLite file ({term_safe(e, limit=200)}); it may be truncated",
+        raise TraceError(f"{path}: unreadable SQLite file ({printable(e, 200)}); it may be truncated",
                          fix=_REEXPORT) from None
     conn.text_factory = _text  # names that are not UTF-8 read with U+FFFD instead of failing the import
     return conn
@@ -130,7 +131,7 @@ class _Db:
         try:
             return self.conn.execute(sql, args)
         except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
-            raise TraceError(f"{self.path}: SQLite error ({term_safe(e, limit=200)}) in: {sql[:120]}; the file may be "
+            raise TraceError(f"{self.path}: SQLite error ({printable(e, 200)}) in: {sql[:120]}; the file may be "
                              "truncated or corrupt", fix=_REEXPORT) from None
 
     def rows(self, sql: str, args: tuple[Any, ...] = ()):  # type: ignore[no-untyped-def]
@@ -142,7 +143,7 @@ class _Db:
                     return
                 yield from batch
         except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
-            raise TraceError(f"{self.path}: SQLite error while reading ({term_safe(e, limit=200)}); the file may be "
+            raise TraceError(f"{self.path}: SQLite error while reading ({printable(e, 200)}); the file may be "
                              "truncated or corrupt", fix=_REEXPORT) from None
 
     def cols(self, table: str) -> list[str]:
@@ -155,7 +156,7 @@ class _Db:
         missing = [c for c in cols if c not in have]
         if missing:
             raise TraceError(f"{self.path}: table {table} lacks column(s) {', '.join(missing)} needed for {why} "
-                             f"(it has: {term_safe(', '.join(have), limit=300)}); this nsys export schema is not "
+                             f"(it has: {printable(', '.join(have), 300)}); this nsys export schema is not "
                              "supported",
                              fix="export the report with `nsys export --type sqlite` of nsys 2021 or later")
 
@@ -286,7 +287,7 @@ def _epoch_ns(db: _Db, raw: Any) -> int:
         return 0
     if isinstance(raw, int) or (isinstance(raw, float) and math.isfinite(raw)):
         return int(raw)
-    raise TraceError(f"{db.path}: TARGET_INFO_SESSION_START_TIME.utcEpochNs is '{term_safe(raw, limit=40)}', not a "
+    raise TraceError(f"{db.path}: TARGET_INFO_SESSION_START_TIME.utcEpochNs is '{printable(raw, 40)}', not a "
                      "time in ns", fix="re-export the report with `nsys export --type sqlite`; the file is corrupt "
                      "or was edited")
 
@@ -464,7 +465,7 @@ def _bad_span(db: _Db, table: str, rowid: int, name: str, start: int, end: int) 
     lasts longer than :data:`~schedsim.trace.validate.MAX_DUR_US` (no profiled GPU activity runs 11.6 days)."""
     what = (f"ends at {end} ns, before it starts at {start} ns" if end < start else
             f"lasts {end - start:,} ns ({start} to {end}), longer than any profiled GPU activity")
-    return TraceError(f"{db.path}: {table} row {rowid} ('{term_safe(name, limit=80)}') {what}",
+    return TraceError(f"{db.path}: {table} row {rowid} ('{printable(name, 80)}') {what}",
                       fix="the export is corrupt or was edited; re-export the report with `nsys export --type "
                           f"sqlite`, or delete that row (SELECT * FROM {table} WHERE rowid = {rowid})")
 

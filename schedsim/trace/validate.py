@@ -20,46 +20,20 @@ Bounds on Kineto times (µs, as written in the file):
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
-from schedsim.errors import TraceError
+from schedsim.errors import TraceError, printable
 
 __all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_gpu_times", "check_header",
-           "check_dist_info", "check_input_file", "check_ranks_agree", "max_trace_bytes", "max_trace_events",
+           "check_dist_info", "check_ranks_agree", "max_trace_events",
            "too_many_events",
-           "check_timeline_doc", "check_stream_order", "decodable", "term_safe"]
+           "check_timeline_doc", "check_stream_order", "decodable"]
 
 MAX_DUR_US = 1e12
 MAX_SPREAD_US = 1e12
 MAX_TS_US = 1e17
-
-
-#: Characters a name read from a trace may not carry to the terminal: C0 and C1 controls (ESC starts terminal
-#: escape sequences), DEL, lone surrogates (not encodable, so printing them fails) and the bidirectional
-#: overrides/isolates of Unicode TR#9 (they reorder what the terminal shows).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def term_safe(text: Any, limit: int | None = None) -> str:
-    r"""``text`` with every control character, lone surrogate and bidi override written as a ``\xNN`` /
-    ``\uNNNN`` escape, so a name read from a trace cannot drive the terminal; cut to ``limit`` characters
-    (``...`` appended) when given.
-
-    Examples
-    --------
-    >>> term_safe("gemm\x1b[31m\n")
-    'gemm\\x1b[31m\\x0a'
-    >>> term_safe("x" * 10, limit=6)
-    'xxx...'
-    """
-    s = text if isinstance(text, str) else str(text)
-    if limit is not None and len(s) > limit:
-        s = s[:max(limit - 3, 0)] + "..."
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", s)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -79,10 +53,10 @@ def decodable(text: Any) -> str:
 
 
 def _name(e: Any) -> str:
-    """The event's category and name, quoted and escaped (:func:`term_safe`), for error messages."""
+    """The event's category and name, quoted and escaped (:func:`schedsim.errors.printable`), for error messages."""
     if not isinstance(e, dict):
         return "?"
-    return f"{term_safe(e.get('cat'), limit=40)} '{term_safe(e.get('name', '?'), limit=80)}'"
+    return f"{printable(e.get('cat'), 40)} '{printable(e.get('name', '?'), 80)}'"
 
 
 def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: float | None) -> None:
@@ -146,62 +120,6 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
         raise TraceError(f"{path}: event #{index} ({_name(e)}): {bad}\n"
                          "  fix: the trace is corrupt or was edited; re-export it from the profiler, or remove "
                          "this event")
-
-
-#: Largest trace file read whole (bytes of JSON text, after gunzip). Kineto JSON of a profiled step is tens
-#: of MB to a few GB; the reader streams 8-11 MB/s on one core (two of HTA's sample traces, 9.8 and 1.8 MB of
-#: JSON), so 8 GiB is already about 15 minutes. Raised with the environment variable
-#: SCHEDSIM_MAX_TRACE_BYTES.
-MAX_TRACE_BYTES = 8 << 30
-
-
-def max_trace_bytes() -> int:
-    """:data:`MAX_TRACE_BYTES`, or the environment's ``SCHEDSIM_MAX_TRACE_BYTES`` (a positive integer).
-
-    Raises
-    ------
-    TraceError
-        The environment variable is not a positive integer.
-    """
-    raw = os.environ.get("SCHEDSIM_MAX_TRACE_BYTES", "").strip()
-    if not raw:
-        return MAX_TRACE_BYTES
-    try:
-        val = int(raw.replace("_", ""))
-    except ValueError:
-        val = 0
-    if val <= 0:
-        raise TraceError(f"SCHEDSIM_MAX_TRACE_BYTES='{term_safe(raw, limit=40)}' is not a positive integer",
-                         fix="set it to a number of bytes, or unset it")
-    return val
-
-
-def check_input_file(path: str | Path, max_bytes: int | None = None) -> int:
-    """Refuse a trace path that is not a regular file (a FIFO or device would block or never end) or is larger
-    than ``max_bytes``; return its size in bytes.
-
-    Raises
-    ------
-    TraceError
-        No such file, not readable, not a regular file, or too large.
-    """
-    p = Path(path)
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
-    except OSError as e:
-        raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
-    if not stat.S_ISREG(st.st_mode):
-        what = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
-        raise TraceError(f"{p}: is {what}, not a trace file; reading it could block or never end",
-                         fix="pass the trace file itself (copy a stream to a file first)")
-    if max_bytes is not None and st.st_size > max_bytes:
-        raise TraceError(f"{p}: {st.st_size:,} bytes, past the limit of {max_bytes:,} bytes for one trace",
-                         fix="profile fewer steps (torch.profiler schedule with active=1), or raise the limit with "
-                             "the environment variable SCHEDSIM_MAX_TRACE_BYTES")
-    return st.st_size
 
 
 def max_trace_events() -> int:

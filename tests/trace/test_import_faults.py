@@ -314,14 +314,14 @@ def test_a_fifo_is_refused_without_blocking(tmp_path, argv):
 class TestKinetoGuards:
     def test_a_file_past_the_size_cap_is_refused(self, tmp_path, monkeypatch):
         p = write_kineto(tmp_path / "r.json", kineto_doc(0))
-        monkeypatch.setenv("SCHEDSIM_MAX_TRACE_BYTES", str(p.stat().st_size - 1))
-        with pytest.raises(TraceError, match="bytes, past the limit of"):
+        monkeypatch.setenv("SCHEDSIM_MAX_INPUT_BYTES", str(p.stat().st_size - 1))
+        with pytest.raises(TraceError, match="-byte limit of a kineto file"):
             import_kineto(p)
 
     def test_a_gzip_decompressing_past_the_size_cap_is_refused(self, tmp_path, monkeypatch):
         doc = kineto_doc(0)
         p = write_kineto(tmp_path / "r.json.gz", doc)
-        monkeypatch.setenv("SCHEDSIM_MAX_TRACE_BYTES", str(len(json.dumps(doc, indent=1)) // 2))
+        monkeypatch.setenv("SCHEDSIM_MAX_INPUT_BYTES", str(len(json.dumps(doc, indent=1)) // 2))
         with pytest.raises(TraceError, match="decompresses to more than .* past the limit for one trace"):
             import_kineto(p)
 
