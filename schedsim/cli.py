@@ -20,7 +20,7 @@ import typer
 
 from schedsim.api import TRACE_MAX_OPS, SweepRow, lower_spec, predict_to_dir
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
-from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors, warn
+from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError, printable
 
 #: Help is plain text (click's formatter), not rich markup: markup read "[default: ...]" in a help string as a tag

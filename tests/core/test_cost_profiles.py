@@ -187,6 +187,15 @@ def test_table_time_never_drops_below_the_smaller_measured_size():
     assert cm.collective_time("all_reduce", 8192, (0, 1)) == pytest.approx(8192 / 0.625e9)
 
 
+def _str_keys(x):  # type: ignore[no-untyped-def]
+    """``x`` with every mapping key as a string (the guarded parser reads keys as schedules do)."""
+    if isinstance(x, dict):
+        return {str(k): _str_keys(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_str_keys(v) for v in x]
+    return x
+
+
 def test_profile_yaml_read_by_libyaml_is_the_reference_parse(tmp_path):
     """Profiles are parsed by the schedule files' guarded parser (libyaml when PyYAML has it): every shipped
     profile gives the profile the pure-Python parser gives (mapping keys are read as strings, as in schedules;
@@ -197,8 +206,11 @@ def test_profile_yaml_read_by_libyaml_is_the_reference_parse(tmp_path):
 
     for f in sorted(_builtin_dir().glob("*.yaml")):
         text = f.read_text(encoding="utf-8")
-        assert HardwareProfile.model_validate(_parse_yaml(text, str(f))) == \
-            HardwareProfile.model_validate(yaml.safe_load(text)), f.name
+        ours, pure = _parse_yaml(text, str(f)), yaml.safe_load(text)
+        if "base" in pure:  # a derived profile (dgx_h100 on h200): the parses agree; load_profile merges the base
+            assert ours == _str_keys(pure), f.name
+            continue
+        assert HardwareProfile.model_validate(ours) == HardwareProfile.model_validate(pure), f.name
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ngpu: {hbm_GBps: 1\n", encoding="utf-8")
     with pytest.raises(yaml.YAMLError) as pure:
