@@ -109,6 +109,10 @@ def register(app: Any) -> None:
                  "process).", show_default="3 on CUDA, 0 on CPU"),
     ) -> None:
         """Measure a hardware profile (under torchrun): GEMMs, collectives, p2p, copies, launch overhead, contention."""
+        from schedsim.io import output_target, refuse_input
+
+        output_target(out, "--out")  # a device or folder is refused before anything is measured
+        refuse_input(out, [*(from_nccl_tests or []), *(schedules or [])], "--out")
         if from_nccl_tests:
             from executor.calibrate_logs import profile_from_nccl_tests
 

@@ -203,9 +203,6 @@ def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None, *
     return simulate_spec(spec, prof, launch=launch, **sim)
 
 
-#: Files predict may write; one left by an earlier run that this run did not write is removed.
-PREDICT_FILES = ("timeline.json", "trace.json", "gantt.png", "gantt.svg", "pipeline.png", "memory.png")
-
 #: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
 #: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
 #: much as the simulation (6.7 s of 38 CPU-s at 1M ops, 2-core machine, 2026-11-30).
@@ -234,14 +231,16 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
                    **sim: Any) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
-    ``schedsim_out/<safe schedule name>``), all or nothing, replacing an earlier run's set whole; the cyclic
+    ``schedsim_out/<safe schedule name>``), all or nothing, replacing an earlier predict's set whole and no other
+    file (:func:`schedsim.io.output_set`); the cyclic
     GC is paused throughout (the DAG and timeline are millions of acyclic objects). Returns
     ``(timeline, metrics, paths written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
 
     Raises
     ------
     SchedsimError
-        Bad schedule, profile or overrides (the message names the file).
+        Bad schedule, profile or overrides (the message names the file); ``out`` is not a folder, or holds a
+        file of a name predict writes that is not predict's own earlier output.
     OSError
         ``out`` cannot be written.
     """
@@ -266,7 +265,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
         if note:
             print(note, file=sys.stderr)
         names = ["timeline.json"] + (["trace.json"] if write_trace else [])
-        with output_set(outdir, PREDICT_FILES) as stage:
+        with output_set(outdir, "predict", inputs=[file], expect=names) as stage:
             tl.write_json(stage / "timeline.json", metrics.to_dict())
             if write_trace:
                 from schedsim.report.chrome import ProgramFlows, write_chrome_trace

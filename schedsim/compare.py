@@ -43,6 +43,7 @@ The result is a :class:`Comparison` (frozen dataclasses all the way down); ``Com
 import json
 import statistics
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -626,35 +627,45 @@ def _graph_of(tl: Timeline) -> Any:
 
 
 def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, title: str = "",
-                     gantt: bool = True, pred_timed: Timeline | None = None) -> tuple[Comparison, list[Path]]:
+                     gantt: bool = True, pred_timed: Timeline | None = None,
+                     inputs: Iterable[str | Path] = ()) -> tuple[Comparison, list[Path]]:
     """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines)
-    and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream). With
-    ``pred_timed`` (:func:`compare_timelines`), the trace and the Gantt show it against the measured ops.
+    and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream) into ``outdir``,
+    as compare's set of files (:func:`schedsim.io.output_set`: all or nothing, replacing only compare's own
+    earlier files, never one of ``inputs``). With ``pred_timed`` (:func:`compare_timelines`), the trace and
+    the Gantt show it against the measured ops.
 
     Returns
     -------
     (Comparison, list of Path)
         The :func:`compare_timelines` result and the files written.
+
+    Raises
+    ------
+    SchedsimError
+        ``outdir`` is not a folder or holds a file of those names that compare did not write.
     """
+    from schedsim.io import output_set
     from schedsim.report.chrome import write_chrome_trace
 
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
     res = compare_timelines(pred, meas, pred_timed=pred_timed)
     if pred_timed is not None:
         pred = pred_timed
-    paths = [out / "compare.json", out / "compare_trace.json"]
-    atomic_write_text(paths[0], json.dumps(res.to_dict(), indent=1, default=str))
-    write_chrome_trace(paths[1], [("predicted", pred), ("measured", meas)], graph=_graph_of(pred))
-    if gantt:
-        from schedsim.report.gantt import write_gantt
+    names = ["compare.json", "compare_trace.json"]
+    with output_set(out, "compare", inputs=inputs, expect=names) as stage:
+        atomic_write_text(stage / names[0], json.dumps(res.to_dict(), indent=1, default=str))
+        write_chrome_trace(stage / names[1], [("predicted", pred), ("measured", meas)], graph=_graph_of(pred))
+        if gantt:
+            from schedsim.report.gantt import write_gantt
 
-        e = res.makespan.error
-        etxt = "n/a" if e is None else f"{e * 100:+.1f}%"
-        t = title or (f"{meas.schedule}: predicted {res.makespan.pred_s * 1e3:.3f} ms vs measured "
-                      f"{res.makespan.meas_s * 1e3:.3f} ms ({etxt})")
-        paths += write_gantt(out / "compare_gantt", [("predicted", pred), ("measured", meas)], title=t)
-    return res, paths
+            e = res.makespan.error
+            etxt = "n/a" if e is None else f"{e * 100:+.1f}%"
+            t = title or (f"{meas.schedule}: predicted {res.makespan.pred_s * 1e3:.3f} ms vs measured "
+                          f"{res.makespan.meas_s * 1e3:.3f} ms ({etxt})")
+            names += [p.name for p in write_gantt(stage / "compare_gantt", [("predicted", pred), ("measured", meas)],
+                                                  title=t)]
+    return res, [out / n for n in names]
 
 
 def _pct(x: float | None) -> str:
@@ -761,7 +772,8 @@ def register(app: Any) -> None:
         p, m = load_timeline_arg(pred), load_timeline_arg(meas)
         pt = load_timeline_arg(pred_timed) if pred_timed is not None else None
         outdir = out or Path("schedsim_out") / f"compare_{m.schedule}"
-        res, paths = write_comparison(p, m, outdir, gantt=gantt, pred_timed=pt)
+        res, paths = write_comparison(p, m, outdir, gantt=gantt, pred_timed=pt,
+                                      inputs=[x for x in (pred, meas, pred_timed) if x is not None])
         if fmt == OutFormat.json:
             slim = res.to_dict(per_op=False)
             if "ops" in slim:

@@ -35,14 +35,16 @@ def _ops(path: Path | None) -> dict[str, dict[str, Any]] | None:
     return load_op_names(path)
 
 
-def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
+def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
+    from schedsim.io import output_set
     from schedsim.report.summary import fmt_time
     from schedsim.sim.metrics import Metrics
 
     tl = res.timeline
     metrics = Metrics.of(tl)
     target = out / "timeline.json"
-    write_timeline_json(tl, target, metrics.to_dict())
+    with output_set(out, "import", inputs=inputs, expect=("timeline.json",)) as stage:
+        write_timeline_json(tl, stage / "timeline.json", metrics.to_dict())
     n_ops = sum(1 for s in tl.spans if "#" not in s.id)
     if fmt == _Fmt.json:
         print(json.dumps({"timeline": str(target), "spans": len(tl.spans), "ops": n_ops,
@@ -88,7 +90,7 @@ def register(app: typer.Typer) -> None:
 
         with status(f"importing {len(files)} nsys export(s)"):
             res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
-        _finish_import(res, out, fmt)
+        _finish_import(res, out, fmt, [*files, *([ops] if ops else [])])
 
     @imp.command("kineto")
     @handle_errors
@@ -105,7 +107,7 @@ def register(app: typer.Typer) -> None:
 
         with status(f"importing {len(files)} Kineto trace(s)"):
             res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
-        _finish_import(res, out, fmt)
+        _finish_import(res, out, fmt, [*files, *([ops] if ops else [])])
 
     app.add_typer(imp, name="import")
 
@@ -122,9 +124,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Kernel time shares and NCCL volumes, overlap, idle time, critical path, and the
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
+        from schedsim.io import output_dir, output_target, refuse_input
         from schedsim.report.progress import status
         from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
 
+        inputs = [*files, *([ops] if ops else [])]
+        if chrome is not None:  # refused before the reading, not after it
+            output_target(chrome, "--chrome")
+            refuse_input(chrome, inputs, "--chrome")
+        if charts is not None:
+            output_dir(charts, "--charts", create=False)
         with status(f"reading {len(files)} file(s)"):
             _kind, res = load_any(list(files), ops=_ops(ops))
         tag_pipeline(res.timeline)
@@ -132,14 +141,16 @@ def register(app: typer.Typer) -> None:
             from schedsim.io import output_set
             from schedsim.report.charts import write_charts
 
-            with output_set(charts) as stage:
+            with output_set(charts, "analyze", inputs=inputs) as stage:
                 write_charts(stage, res.timeline, f"{res.timeline.schedule} ({res.timeline.source})", formats=("png",))
         if chrome is not None:
             from schedsim.report.chrome import write_chrome_trace
 
             write_chrome_trace(chrome, [(res.timeline.source, res.timeline)])
+        from schedsim.io import STDOUT_NAMES
+
         print(to_json(res) if fmt == _Fmt.json else format_report(res, full=full))
         if fmt != _Fmt.json:
             for p in (chrome, charts):
-                if p is not None:
+                if p is not None and str(p) not in STDOUT_NAMES:
                     print(f"wrote {p}")
