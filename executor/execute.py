@@ -47,12 +47,14 @@ def _sigterm(_signum: int, _frame: Any) -> None:
 
 
 def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile: str, device: str,
-              cuda_graph: bool | None, rank: int, world: int, out: Path | None = None) -> tuple[Any, Any, Any]:
+              cuda_graph: bool | None, rank: int, world: int, out: Path | None = None,
+              parent: bool = False) -> tuple[Any, Any, Any]:
     """Everything that can be checked before any process group exists: the schedule, its graph, the
     world size, --cuda-graph without CUDA, the --compare profile, the output folder (``out``, default
     ``schedsim_out/<name>_execute``: a folder or nothing). Returns ``(spec, G, profile)``.
 
-    On bad input in one process the :class:`SchedsimError` is raised (the CLI prints it and exits 2).
+    On bad input in one process, or in the ``parent`` that starts ``world`` ranks
+    (:mod:`executor.launch`), the :class:`SchedsimError` is raised (the CLI prints it and exits 2).
     Under torchrun rank 0 prints it, every rank waits for the others
     (:func:`executor.dist.wait_for_all_ranks`) and all leave at once with exit 2, so torchrun sees
     exit 2 from every rank and one message.
@@ -65,7 +67,7 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
     try:
         spec = load_schedule(file, parse_overrides(sets or []))
         G = build_graph(spec)
-        check_world_size(spec.world_size, world, str(file), "world_size" in spec.params)
+        check_world_size(spec.world_size, world, str(file), "world_size" in spec.params, started=not parent)
         from schedsim.io import output_dir
 
         output_dir(out or default_outdir(spec), create=False)
@@ -79,7 +81,7 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
 
             prof = load_profile(profile)
     except SchedsimError as e:
-        if world <= 1:
+        if world <= 1 or parent:
             raise
         from executor.dist import exit_now, wait_for_all_ranks
 
