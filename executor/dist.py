@@ -23,8 +23,8 @@ from typing import Any
 
 from executor import ExecError
 
-__all__ = ["DistContext", "check_world_size", "env_world", "resolve_backend", "setup_dist", "ArrivalTracker", "run_with_deadline",
-           "exit_now", "wait_for_all_ranks"]
+__all__ = ["DistContext", "check_world_size", "env_world", "resolve_backend", "setup_dist", "ArrivalTracker",
+           "run_with_deadline", "exit_now", "wait_for_all_ranks"]
 
 
 def env_world() -> tuple[int, int, int]:
