@@ -209,10 +209,12 @@ def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None, *
 TRACE_MAX_OPS = 100_000
 
 
-def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
-    """Whether to write trace.json for ``n_ops`` ops: ``trace`` True/False is the user's choice (``--trace`` /
-    ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write, note), the note
-    being the one line to print when a large run's trace is skipped.
+def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
+                 instead: str = "timeline.json has every op") -> tuple[bool, str | None]:
+    """Whether to write trace.json (``name``) for ``n_ops`` ops: ``trace`` True/False is the user's choice
+    (``--trace`` / ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write,
+    note), the note being the one line to print when a large run's trace is skipped (``instead``: where the
+    ops are).
 
     >>> trace_wanted(10, None), trace_wanted(10**6, True)
     ((True, None), (True, None))
@@ -221,8 +223,7 @@ def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
         return trace, None
     if n_ops <= TRACE_MAX_OPS:
         return True, None
-    return False, (f"note: trace.json skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it "
-                   "(timeline.json has every op)")
+    return False, f"note: {name} skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it ({instead})"
 
 
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwareProfile, out: Path | None,
