@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from schedsim.io import atomic_write_bytes
+from schedsim.sim.metrics import merge_per_group
 from schedsim.sim.timeline import Span, SpanColumns, Timeline
 
 __all__ = ["KIND_COLORS", "color_key", "draw_gantt", "draw_pipeline", "draw_memory", "write_gantt",
@@ -563,7 +564,7 @@ class _GanttPen:
         rc = c.resource[1][idx]
         sv, sc = c.stream
         sel = idx[rc == code.get("compute", -1)]
-        comp = _union(c.rank[sel], c.start_s[sel], c.end_s[sel])
+        comp = merge_per_group(c.rank[sel], c.start_s[sel], c.end_s[sel])
         sel = idx[rc == code.get("comm", -1)]
         # the comm lanes, numbered in order of first use (a lane may gather several streams)
         pair = c.rank[sel] * max(1, len(sv)) + sc[sel]
@@ -575,7 +576,7 @@ class _GanttPen:
             r = int(c.rank[j])
             lane_ids[g] = lane_of.setdefault((r, self.lay.lane_st(r, sv[int(sc[j])])), len(lane_of))
         lanes = list(lane_of)
-        lg, ls, le = _union(lane_ids[inv.reshape(-1)], c.start_s[sel], c.end_s[sel])
+        lg, ls, le = merge_per_group(lane_ids[inv.reshape(-1)], c.start_s[sel], c.end_s[sel])
         cuts = np.searchsorted(lg, np.arange(len(lanes) + 1))
         ccuts = np.searchsorted(comp[0], np.asarray([r for r, _ in lanes] + [0], comp[0].dtype))
         ccuts_end = np.searchsorted(comp[0], np.asarray([r for r, _ in lanes] + [0], comp[0].dtype), side="right")
@@ -588,33 +589,6 @@ class _GanttPen:
                 self.boxes_drawn += len(e)
                 self.collections.append(_bars(self.ax, e[:, 0], e[:, 1] - e[:, 0], self.lay.ypos[(r, st, lbl)] + 0.38,
                                               0.1, facecolors=EXPOSED, edgecolor="none", linewidth=0.0))
-
-
-def _union(group: Any, start: Any, end: Any) -> tuple[Any, Any, Any]:
-    """Per group, the union of the intervals [start_i, end_i) as :func:`schedsim.sim.metrics.merge` gives it
-    (touching ones joined, empty ones dropped; the same floats): ``(group, start, end)`` arrays of the merged
-    pieces, sorted by group, then start. One sort, and one running maximum per group.
-
-    >>> import numpy as np
-    >>> g, s, e = _union(np.array([1, 0, 0, 0]), np.array([0.0, 1.0, 0.0, 5.0]), np.array([9.0, 3.0, 2.0, 6.0]))
-    >>> g.tolist(), s.tolist(), e.tolist()
-    ([0, 0, 1], [0.0, 5.0, 0.0], [3.0, 6.0, 9.0])
-    """
-    import numpy as np
-
-    keep = end > start
-    group, start, end = group[keep], start[keep], end[keep]
-    o = np.lexsort((end, start, group))
-    group, start, end = group[o], start[o], end[o]
-    if not len(group):
-        return group, start, end
-    heads = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    reach = np.empty_like(end)
-    for a, b in zip(heads.tolist(), [*heads[1:].tolist(), len(end)], strict=True):
-        np.maximum.accumulate(end[a:b], out=reach[a:b])
-    opens = np.r_[True, (group[1:] != group[:-1]) | (start[1:] > reach[:-1])]
-    first = np.flatnonzero(opens)
-    return group[first], start[first], reach[np.r_[first[1:] - 1, len(end) - 1]]
 
 
 def _minus(a_start: Any, a_end: Any, b_start: Any, b_end: Any) -> tuple[Any, Any]:
@@ -639,31 +613,6 @@ def _minus(a_start: Any, a_end: Any, b_start: Any, b_end: Any) -> tuple[Any, Any
     return lo[keep], hi[keep]
 
 
-def _merged_per_rank(rank: Any, start: Any, end: Any) -> tuple[Any, Any]:
-    """Each rank's union of intervals [start_i, end_i) (touching ones joined, empty ones dropped), all ranks'
-    pieces in one pair of arrays (starts, ends): :func:`schedsim.sim.metrics.merge` per rank, in numpy.
-    Ranks are kept apart by sorting on (rank, start) and restarting the running end at each new rank."""
-    import numpy as np
-
-    keep = end > start
-    rank, start, end = rank[keep], start[keep], end[keep]
-    if len(start) == 0:
-        return start, end
-    o = np.lexsort((start, rank))
-    rank, start, end = rank[o], start[o], end[o]
-    new_rank = np.empty(len(rank), dtype=bool)
-    new_rank[0] = True
-    np.not_equal(rank[1:], rank[:-1], out=new_rank[1:])
-    # the running maximum of end within a rank: offset each rank past the previous one's times
-    span = float(end.max() - start.min()) + 1.0
-    off = np.cumsum(new_rank) * (2.0 * span)
-    reach = np.maximum.accumulate(end + off) - off
-    opens = new_rank.copy()
-    opens[1:] |= start[1:] > reach[:-1]
-    first = np.flatnonzero(opens)
-    return start[first], reach[np.append(first[1:] - 1, len(start) - 1)]
-
-
 def _draw_folded(ax: Any, hidden: dict[str, tuple[Any, Any, Any]], n_folded: int, base: int,
                  end_s: float, bins: int) -> None:
     """The folded ranks' compute and comm busy share over time, as two grey bands from lane ``base``."""
@@ -671,7 +620,7 @@ def _draw_folded(ax: Any, hidden: dict[str, tuple[Any, Any, Any]], n_folded: int
 
     edges = np.linspace(0.0, end_s, bins + 1)
     for j, resname in enumerate(("compute", "comm")):
-        a, b = _merged_per_rank(*hidden[resname])
+        _g, a, b = merge_per_group(*hidden[resname])
         share = np.clip(busy_share((a, b), n_folded, edges), 0.0, 1.0)
         ax.imshow(share[None, :], aspect="auto", cmap="Greys", vmin=0.0, vmax=1.0, interpolation="nearest",
                   extent=(0.0, edges[-1] * 1e3, base + j + 0.38, base + j - 0.38))

@@ -25,6 +25,7 @@ ranges without ``sizes`` are skipped.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -58,7 +59,8 @@ def _header(device: str) -> str:
     return f"{SEP}{device}{SEP}"
 
 
-def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]]]) -> list[str]:
+def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]]],
+                       limit: int | None = None) -> list[str]:
     """Lines of the kernel time share table (module docstring).
 
     Parameters
@@ -66,37 +68,70 @@ def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]
     kernel_rows : dict
         Device label → ``(kernel name, tid, ts_us, dur_us)`` in (stream, then trace) order; the
         stable sort by start time is done here.
+    limit : int, optional
+        Rows to write per device; past it one ``"  ... N more rows (--full)"`` line stands for the rest (the
+        summed share still counts every row).
 
     Returns
     -------
     list of str
         A header per device, ``"{share:7.2f} min:{:10.2f} max:{:10.2f} avg:{:10.2f} {name}_{tid}"``
         rows, and the summed share.
+
+    Notes
+    -----
+    Array passes over the rows: a group of one kernel takes its numbers from the arrays, a larger group sums its
+    durations in start order one by one and averages them with :func:`math.fsum`, so the numbers are those of a
+    loop over the sorted rows, bit for bit (a million kernels cost a few passes, not a million dict updates).
     """
     lines: list[str] = []
     for device, rows in kernel_rows.items():
         lines.append(_header(device))
-        v = sorted(((f"{name}_{tid}", ts, dur) for name, tid, ts, dur in rows), key=lambda x: x[1])
-        total: dict[str, float] = {}
-        durs: dict[str, list[float]] = {}
-        beg, end = float("inf"), 0.0
-        for name, ts, dur in v:
-            if name not in total:
-                total[name] = 0
-                durs[name] = []
-            total[name] += dur
-            durs[name].append(dur)
-            beg = min(beg, ts)
-            end = max(end, ts)
-        span = end - beg
-        total_percent = 0.0
-        for name, dur in sorted(total.items(), key=lambda d: d[1], reverse=True):
-            share = dur / span if span > 0 else float("nan")
-            total_percent += share
-            d = durs[name]
-            lines.append(f"{share:7.2f} min:{min(d):10.2f} max:{max(d):10.2f} avg:{math.fsum(d) / len(d):10.2f} {name}")
-        lines.append(f"{total_percent:7.2f}")
+        lines += _share_lines(rows, limit)
     return lines
+
+
+def _share_lines(rows: list[tuple[str, str, float, float]], limit: int | None) -> list[str]:
+    """One device's rows of :func:`kernel_share_table`, then its summed share."""
+    import functools
+    import operator
+
+    import numpy as np
+
+    n = len(rows)
+    if not n:
+        return [f"{0.0:7.2f}"]
+    names, tids, ts_l, dur_l = zip(*rows, strict=True)
+    keys: dict[str, int] = {}
+    group = np.fromiter((keys.setdefault(f"{a}_{b}", len(keys)) for a, b in zip(names, tids, strict=True)),
+                        np.int64, n)
+    ts, dur = np.array(ts_l, dtype=float), np.array(dur_l, dtype=float)
+    o = np.argsort(ts, kind="stable")
+    g_o, d_o = group[o], dur[o]
+    uniq, first = np.unique(g_o, return_index=True)
+    in_order = uniq[np.argsort(first, kind="stable")]  # the groups in order of first start
+    by_group = np.argsort(g_o, kind="stable")  # each group's rows in start order
+    d_g = d_o[by_group]
+    counts = np.bincount(g_o, minlength=len(keys))
+    starts = np.cumsum(counts) - counts
+    total = d_g[starts] + 0.0  # 0 + d: a group of one
+    low, high, avg = d_g[starts].copy(), d_g[starts].copy(), d_g[starts].copy()
+    for g in np.flatnonzero(counts > 1).tolist():
+        d = d_g[starts[g]:starts[g] + counts[g]].tolist()
+        total[g], low[g], high[g] = functools.reduce(operator.add, d, 0), min(d), max(d)
+        avg[g] = math.fsum(d) / len(d)
+    span = max(0.0, float(ts.max())) - float(ts.min())
+    ranked = in_order[np.argsort(-total[in_order], kind="stable")]
+    share = total[ranked] / span if span > 0 else np.full(len(ranked), math.nan)
+    names_of = list(keys)
+    shown = ranked if limit is None else ranked[:limit]
+    out = [f"{sh:7.2f} min:{lo:10.2f} max:{hi:10.2f} avg:{av:10.2f} {names_of[g]}"
+           for sh, lo, hi, av, g in zip(share[:len(shown)].tolist(), low[shown].tolist(), high[shown].tolist(),
+                                        avg[shown].tolist(), shown.tolist(), strict=True)]
+    if len(shown) < len(ranked):
+        out.append(f"  ... {len(ranked) - len(shown)} more rows (--full)")
+    out.append(f"{functools.reduce(operator.add, share.tolist(), 0.0):7.2f}")
+    return out
 
 
 def nccl_volume_table(nccl_rows: dict[str, list[tuple[str, int]]], devices: list[str] | None = None) -> list[str]:
@@ -132,20 +167,41 @@ def rows_from_timeline(tl: Timeline) -> tuple[dict[str, list[tuple[str, str, flo
     NCCL rows come from comm spans with an ``in_nelems`` tag (named
     ``nccl:{collective}``), else their ``bytes`` (named ``{kind} (bytes)``).
     """
+    import numpy as np
+
+    c = tl.columns
     krows: dict[str, list[tuple[str, str, float, float]]] = {}
     nrows: dict[str, list[tuple[str, int]]] = {}
-    for s in sorted(tl.spans, key=lambda s: (s.rank, f"Stream {s.stream}")):
-        if s.resource == "copy":
-            continue
-        label = f"Rank {s.rank}"
-        krows.setdefault(label, []).append((s.name, f"Stream {s.stream}", round(s.start_s * 1e6, 3),
-                                            round((s.end_s - s.start_s) * 1e6, 3)))
-        if s.resource == "comm":
-            n = s.tags.get("in_nelems") if s.tags else None
-            if n is not None:
-                nrows.setdefault(label, []).append((f"nccl:{s.tags.get('collective') or s.kind}", int(n)))
-            elif s.bytes:
-                nrows.setdefault(label, []).append((f"{s.kind} (bytes)", int(s.bytes)))
+    sv, sc = c.stream
+    rv, rc = c.resource
+    kv, kc = c.kind
+    tids = [f"Stream {v}" for v in sv]
+    tid_rank = np.argsort(np.argsort(np.array(tids, dtype=object), kind="stable"), kind="stable")
+    code = {name: i for i, name in enumerate(rv)}
+    rows = np.flatnonzero(rc != code.get("copy", -1))
+    # by rank, then stream label, then row: the order the spans were sorted in (a stable sort on that key)
+    rows = rows[np.lexsort((rows, tid_rank[sc[rows]] if len(sv) else rows, c.rank[rows]))]
+    names, ranks, scodes = c.name, c.rank[rows].tolist(), sc[rows].tolist()
+    ts = list(map(round, (c.start_s[rows] * 1e6).tolist(), itertools.repeat(3)))
+    dur = list(map(round, ((c.end_s[rows] - c.start_s[rows]) * 1e6).tolist(), itertools.repeat(3)))
+    is_comm = (rc[rows] == code.get("comm", -1)).tolist()
+    nel_v, nel_c = c.tag_column("in_nelems")
+    col_v, col_c = c.tag_column("collective")
+    nel, col, kinds, nbytes = (nel_c[rows].tolist(), col_c[rows].tolist(), kc[rows].tolist(),
+                               c.bytes[rows].tolist())
+    label = ""
+    for j, (i, r, k) in enumerate(zip(rows.tolist(), ranks, scodes, strict=True)):
+        if not j or r != ranks[j - 1]:
+            label = f"Rank {r}"
+            kl, nl = krows.setdefault(label, []), nrows.get(label)
+        kl.append((names[i], tids[k], ts[j], dur[j]))
+        if is_comm[j]:
+            n = nel_v[nel[j]] if nel[j] >= 0 else None
+            row = ((f"nccl:{(col_v[col[j]] if col[j] >= 0 else None) or kv[kinds[j]]}", int(n)) if n is not None
+                   else (f"{kv[kinds[j]]} (bytes)", int(nbytes[j])) if nbytes[j] else None)
+            if row is not None:
+                nl = nrows.setdefault(label, []) if nl is None else nl
+                nl.append(row)
     return krows, nrows
 
 
@@ -258,7 +314,7 @@ def analysis_dict(res: ImportResult) -> dict[str, Any]:
         for name, n in nrows:
             nv.setdefault(device, {})
             nv[device][name] = nv[device].get(name, 0) + n
-    return {"schedule": tl.schedule, "source": tl.source, "world_size": tl.world_size, "spans": len(tl.spans),
+    return {"schedule": tl.schedule, "source": tl.source, "world_size": tl.world_size, "spans": len(tl),
             "kernel_share": kt, "nccl_volume_elements": nv, "metrics": m,
             "pipeline_bubble": pipeline_bubbles(tl), "warnings": res.warnings}
 
@@ -282,12 +338,25 @@ PIPELINE_NAME_PATTERNS = (
 )
 
 
+#: The characters a name that :data:`PIPELINE_NAME_PATTERNS` match can start with.
+_PIPELINE_FIRST = frozenset("FBIWPf" "b")
+
+
 def tag_pipeline(tl: Timeline) -> int:
     """Give pipeline tags (``pp_op``, ``stage``, ``mb``, ``phase``) to spans whose names carry a pipeline
     action (:data:`PIPELINE_NAME_PATTERNS`); returns how many spans were tagged. Spans that already
     have the tags are kept as they are. The executor's B ops are split into phases by their
     ``.I.`` / ``.W.`` part, as the pipeline block names them.
     """
+    import numpy as np
+
+    c = tl.columns
+    _v, tagged = c.tag_column("pp_op")
+    # only names that can start a pattern can match (the first characters of PIPELINE_NAME_PATTERNS): on the
+    # columns, no Span row is built for a timeline with none (a million "mm{i}" / "ar{i}" ops)
+    names = c.name
+    if not any(names[i][:1] in _PIPELINE_FIRST for i in np.flatnonzero(tagged < 0).tolist()):
+        return 0
     count: dict[tuple[int, str], int] = {}
     n = 0
     spans = list(tl.spans)
@@ -321,17 +390,26 @@ def pipeline_bubbles(tl: Timeline) -> dict[int, float] | None:
     the idle-fraction convention of :mod:`schedsim.sim.pipeline_metrics`, which also counts compute
     outside F/B/I/W (optimizer step, embedding) as busy; so ``analyze`` of a predicted timeline
     prints the bubble ``predict`` does. Ranks without pipeline actions are left out; None without tags."""
-    from schedsim.sim.metrics import length, merge
+    import numpy as np
 
-    pp_ranks = {s.rank for s in tl.spans if s.tags and s.tags.get("pp_op") in ("F", "B", "I", "W")}
-    if not pp_ranks:
+    from schedsim.sim.metrics import length, merge_per_group
+
+    c = tl.columns
+    ov, oc = c.tag_column("pp_op")
+    act = np.array([v in ("F", "B", "I", "W") for v in ov] + [False], bool)[oc]
+    pp_ranks = np.unique(c.rank[act])
+    if not len(pp_ranks):
         return None
-    busy: dict[int, list[tuple[float, float]]] = {r: [] for r in pp_ranks}
-    for s in tl.spans:
-        if s.rank in pp_ranks and s.resource == "compute":
-            busy[s.rank].append((s.start_s, s.end_s))
+    rv, rc = c.resource
+    sel = np.isin(c.rank, pp_ranks) & (rc == (rv.index("compute") if "compute" in rv else -1))
+    g, s, e = merge_per_group(c.rank[sel], c.start_s[sel], c.end_s[sel])
+    cuts = np.searchsorted(g, pp_ranks).tolist() + [len(g)]
     mk = tl.makespan_s
-    return {r: (1.0 - length(merge(iv)) / mk if mk > 0 else 0.0) for r, iv in sorted(busy.items())}
+    out = {}
+    for j, r in enumerate(pp_ranks.tolist()):
+        iv = list(zip(s[cuts[j]:cuts[j + 1]].tolist(), e[cuts[j]:cuts[j + 1]].tolist(), strict=True))
+        out[r] = 1.0 - length(iv) / mk if mk > 0 else 0.0
+    return out
 
 
 def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
@@ -440,10 +518,14 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
 
     tl = res.timeline
     m = Metrics.of(tl)
-    out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m.ranks)} rank(s), "
+    out = [(f"# {tl.schedule}: {len(tl)} spans on {len(m.ranks)} rank(s), "
             f"makespan {_fmt_t(m.makespan_s)}"), "",
            "## kernel time share (share of the first-to-last kernel start span, min/max/avg in us, name)"]
-    out += _cap_devices({d: kernel_share_table({d: rows}) for d, rows in res.kernel_rows.items()}, full, top)
+    kdevs = list(res.kernel_rows)
+    kept = kdevs if full or len(kdevs) <= 4 else kdevs[:2] + kdevs[-2:]  # as _cap_devices keeps them
+    out += kernel_share_table({d: res.kernel_rows[d] for d in kept}, limit=None if full else top)
+    if len(kept) < len(kdevs):
+        out.append(f"... {len(kdevs) - len(kept)} more devices (--full)")
     out += ["", "## NCCL volume per collective, elements"]
     devs = list(res.kernel_rows) + [d for d in res.nccl_rows if d not in res.kernel_rows]
     nv = {d: nccl_volume_table({d: res.nccl_rows.get(d, [])}, devices=[d]) for d in devs}
@@ -473,12 +555,15 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     out += ["", "## critical path" + (" (last-finishing chain on one rank; cross-rank waits not followed)"
                                       if tl.source == "import" else "")]
     if cp:
-        byid = tl.by_id()
-        busy = sum(byid[c].end_s - byid[c].start_s for c in cp if c in byid)
+        rows = tl.critical_rows()  # the path's rows, by id (no dict of every op)
+        cols = tl.columns
+        at = dict(zip(cols.ids_at(rows.tolist()), zip(cols.start_s[rows].tolist(), cols.end_s[rows].tolist(),
+                                                        strict=True), strict=True))
+        busy = sum(at[c][1] - at[c][0] for c in cp if c in at)
         parts = ", ".join(f"{k} {_fmt_t(v)}" for k, v in m.critical_path_s.items())
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["..."] + cp[-max_cp // 2:]
-        first, last = byid.get(cp[0]), byid.get(cp[-1])
-        length = (last.end_s - first.start_s) if first and last else busy
+        first, last = at.get(cp[0]), at.get(cp[-1])
+        length = (last[1] - first[0]) if first and last else busy
         out.append(f"{len(cp)} ops over {_fmt_t(length)}: busy {_fmt_t(busy)} ({parts}), "
                    f"gaps {_fmt_t(max(0.0, length - busy))}")
         out.append(" -> ".join(shown))

@@ -1,6 +1,6 @@
-"""Issue 32 item 5: compare works on the timelines' columns (no Span rows, no dicts of spans); its numbers are
-those of the row-by-row compare it replaced, bit for bit (tests/data/compare_golden.json, written by that compare:
-tests/data/make_compare_golden.py)."""
+"""Issue 32 item 5: compare and analyze work on the timelines' columns (no Span rows, no dicts of spans); their
+numbers are those of the row-by-row code they replaced, bit for bit (tests/data/compare_golden.json, written by that
+code: tests/data/make_compare_golden.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from schedsim.sim.timeline import Span, Timeline  # noqa: E402
 GOLDEN = json.loads((DATA / "compare_golden.json").read_text())
 
 
-@pytest.mark.parametrize("case", sorted(GOLDEN))
+@pytest.mark.parametrize("case", sorted(k for k in GOLDEN if k != "analyze"))
 def test_compare_gives_the_row_by_row_numbers(case: str) -> None:
     pred, meas = cases()[case]
     got = json.loads(json.dumps(compare_timelines(pred, meas).to_dict(), sort_keys=True))
@@ -71,3 +71,21 @@ def test_windows_take_the_latest_arrival_of_each_rendezvous() -> None:
                  "mm@r0": (1e-6, 5e-6), "x@r0": (5e-6, 6e-6)}
     s, e = _windows(Timeline("x", "predict", 2, spans=spans), stream_reached=False)
     assert np.array_equal(s, [x.start_s for x in spans]) and np.array_equal(e, [x.end_s for x in spans])
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN["analyze"]))
+def test_analyze_gives_the_row_by_row_report(case: str) -> None:
+    from make_compare_golden import analyze_golden
+
+    assert json.loads(json.dumps(analyze_golden()[case])) == GOLDEN["analyze"][case]
+
+
+def test_analyze_of_a_timeline_without_pipeline_names_builds_no_span_rows() -> None:
+    from schedsim.trace.analyze import format_report, pipeline_bubbles, rows_from_timeline, tag_pipeline
+    from schedsim.trace.common import ImportResult
+
+    pred = cases()["ag8_event_timed"][0]
+    tl = Timeline.from_dict(json.loads(json.dumps(pred.to_dict())))
+    assert tag_pipeline(tl) == 0 and pipeline_bubbles(tl) is None
+    text = format_report(ImportResult(tl, *rows_from_timeline(tl), []))
+    assert "## critical path" in text and tl._spans is None

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from schedsim.report.gantt import _minus, _union
+from schedsim.report.gantt import _minus
 from schedsim.sim.metrics import intersect_length, length, merge
+from schedsim.sim.metrics import merge_per_group as _union
 
 
 def test_union_is_merge_per_group_and_minus_is_the_uncovered_part() -> None:

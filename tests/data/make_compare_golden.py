@@ -1,8 +1,10 @@
 """Write tests/data/compare_golden.json: :meth:`Comparison.to_dict` of :func:`schedsim.compare.compare_timelines`
 for each case of :func:`cases` (predicted timelines of shipped schedules against measured ones derived from them:
-event-timed, with ops missing, added, repeated, of zero duration, a pipeline's send/recv, ranks matched by kind).
-Made with the row-by-row compare of main at commit 57a1fa8 (2026-12-06), before compare worked on columns;
-tests/core/test_compare_columns.py asserts that today's compare gives the same numbers, bit for bit.
+event-timed, with ops missing, added, repeated, of zero duration, a pipeline's send/recv, ranks matched by kind),
+and under ``"analyze"`` what ``schedsim analyze`` prints of each timeline of the cases (the report with
+``--full``, and ``--format json``). Made with the row-by-row compare and analyze of main at commit 57a1fa8
+(2026-12-06), before they worked on columns; tests/core/test_compare_columns.py asserts that today's give the
+same numbers, bit for bit.
 
 Usage: python tests/data/make_compare_golden.py [ROOT]  (ROOT: the checkout whose compare writes it, default this
 one)
@@ -69,10 +71,45 @@ def cases() -> dict[str, tuple[Any, Any]]:
     }
 
 
+def analyze_cases() -> dict[str, Any]:
+    """``{name: timeline}``: every timeline of :func:`cases`, and a pipeline run whose names carry the actions
+    untagged (as the executor's ranges do), so that analyze tags them."""
+    out = {}
+    for k, (p, m) in cases().items():
+        if k not in ("ag8_plain_dup", "ag8_self"):  # (a file never holds an id twice; ag8_self's are ag8's)
+            out[f"{k}.pred"], out[f"{k}.meas"] = p, m
+    ag = cases()["ag8_event_timed"][1]  # kernels named by kind, as a trace names them: many rows per group
+    out["ag8_kernel_names"] = type(ag)(ag.schedule, "import", ag.world_size, ag.launch,
+                                       spans=[s._replace(id=f"k{i}@r{s.rank}", name=s.kind,
+                                                         tags={"in_nelems": 1000 + i % 3} if s.resource == "comm"
+                                                         else s.tags)
+                                              for i, s in enumerate(ag.spans)])
+    pp = cases()["pp_event_timed"][1]
+    out["pp_untagged"] = type(pp)(pp.schedule, "execute", pp.world_size, pp.launch,
+                                  spans=[s._replace(tags={k: v for k, v in (s.tags or {}).items()
+                                                          if k not in ("pp_op", "stage", "mb", "phase")})
+                                         for s in pp.spans])
+    return out
+
+
+def analyze_golden() -> dict[str, Any]:
+    from schedsim.trace.analyze import format_report, rows_from_timeline, tag_pipeline, to_json
+    from schedsim.trace.common import ImportResult
+
+    out = {}
+    for k, tl in analyze_cases().items():
+        tl = type(tl).from_dict(json.loads(json.dumps(tl.to_dict())))  # as analyze reads it: a fresh copy
+        tag_pipeline(tl)
+        kr, nr = rows_from_timeline(tl)
+        res = ImportResult(tl, kr, nr, [])
+        out[k] = {"report": format_report(res, full=True), "json": json.loads(to_json(res))}
+    return out
+
+
 def golden() -> dict[str, Any]:
     from schedsim.compare import compare_timelines
 
-    return {k: compare_timelines(p, m).to_dict() for k, (p, m) in cases().items()}
+    return {**{k: compare_timelines(p, m).to_dict() for k, (p, m) in cases().items()}, "analyze": analyze_golden()}
 
 
 if __name__ == "__main__":
