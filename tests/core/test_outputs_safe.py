@@ -285,3 +285,16 @@ def test_a_held_lock_is_waited_for_a_bounded_time_and_named(tmp_path: Path) -> N
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by the refused runs too
     finally:
         os.close(fd)
+
+
+def test_library_writers_refuse_special_files_too(tmp_path: Path) -> None:
+    # write_csv truncated whatever it was given (open(path, "w")): a FIFO blocked, a device was written to
+    from schedsim.errors import SchedsimError
+    from schedsim.pipeline import write_csv
+
+    fifo = tmp_path / "f.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(SchedsimError, match="is a FIFO"):
+        write_csv({0: [None]}, fifo)
+    write_csv({0: [None], 1: [None]}, tmp_path / "ok.csv")
+    assert (tmp_path / "ok.csv").read_bytes() == b"\"\"\r\n\"\"\r\n"  # csv: an empty cell per idle step
