@@ -63,7 +63,7 @@ def register(app: Any) -> None:
                                                       "1-32) before CUDA starts; 1 = kernels start in issue order, "
                                                       "as under Megatron. Recorded in the timeline's meta.",
                                                       show_default="the environment's, else CUDA's 8"),
-        nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, max=1024,
+        nproc_per_node: int | None = typer.Option(None, "--nproc-per-node", min=1, max=1024,
                                                      help="Start this many ranks on this machine (through torch's "
                                                      "launcher, as torchrun does) after checking the input here: "
                                                      "bad input exits 2 before any rank starts. Without it, run "

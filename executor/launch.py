@@ -85,7 +85,7 @@ def launch_ranks(nproc: int, argv: list[str], *, file: Path, backend: str, devic
 
     if _under_launcher():
         raise ExecError("--nproc-per-node is for starting the ranks; this process is already a rank of a torchrun "
-                        "launch\n  fix: drop --nproc-per-node (torchrun -m schedsim execute FILE), or run schedsim "
+                        "launch", fix="drop --nproc-per-node (torchrun -m schedsim execute FILE), or run schedsim "
                         "execute --nproc-per-node N FILE without torchrun")
     check(nproc)
     import torch
@@ -95,7 +95,7 @@ def launch_ranks(nproc: int, argv: list[str], *, file: Path, backend: str, devic
     _b, cuda = resolve_backend(backend, device, torch.cuda.is_available())
     if cuda and nproc > torch.cuda.device_count():
         raise ExecError(f"--nproc-per-node {nproc}: this machine has {torch.cuda.device_count()} CUDA device(s), one "
-                        f"per rank is needed\n  fix: start at most {torch.cuda.device_count()} rank(s) here, or run "
+                        "per rank is needed", fix=f"start at most {torch.cuda.device_count()} rank(s) here, or run "
                         "on CPU ranks with --device cpu")
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

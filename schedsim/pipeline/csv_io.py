@@ -174,7 +174,8 @@ def write_csv(
         return
     from schedsim.io import atomic_write_bytes
 
-    atomic_write_bytes(path, text.encode("utf-8"))  # all or nothing; a FIFO or device is refused, - is stdout
+    # all or nothing; a FIFO or device is refused, - is standard output
+    atomic_write_bytes(os.fspath(path), text.encode("utf-8"))
 
 
 def _tokens(row: str | Iterable[str]) -> list[str]:

@@ -555,10 +555,10 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     out += ["", "## critical path" + (" (last-finishing chain on one rank; cross-rank waits not followed)"
                                       if tl.source == "import" else "")]
     if cp:
-        rows = tl.critical_rows()  # the path's rows, by id (no dict of every op)
+        cp_rows = tl.critical_rows()  # the path's rows, by id (no dict of every op)
         cols = tl.columns
-        at = dict(zip(cols.ids_at(rows.tolist()), zip(cols.start_s[rows].tolist(), cols.end_s[rows].tolist(),
-                                                        strict=True), strict=True))
+        at = dict(zip(cols.ids_at(cp_rows.tolist()), zip(cols.start_s[cp_rows].tolist(),
+                                                           cols.end_s[cp_rows].tolist(), strict=True), strict=True))
         busy = sum(at[c][1] - at[c][0] for c in cp if c in at)
         parts = ", ".join(f"{k} {_fmt_t(v)}" for k, v in m.critical_path_s.items())
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["..."] + cp[-max_cp // 2:]
