@@ -324,6 +324,7 @@ def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path]
         with _commit_lock(out):  # two runs into one folder: one whole set after the other, never a mix
             m = od.Manifest.read(out)
             od.check_targets(out, command, written, m, inputs)
+            m.moving(out, command, written)  # a run killed between moves leaves files the next one knows
             for f in staged:
                 os.replace(f, out / f.name)
             od.finish_set(out, command, written, m)

@@ -148,18 +148,25 @@ def _plain_name(name: object) -> bool:
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+def _hashes(h: object) -> list[str]:
+    """A manifest record's hashes: one string, or a list of them (a set being moved in); [] when malformed."""
+    hs = [h] if isinstance(h, str) else h if isinstance(h, list) and len(h) <= 2 else []
+    return hs if all(isinstance(x, str) and _SHA256.fullmatch(x) for x in hs) else []
+
+
 @dataclass
 class Manifest:
     """What schedsim recorded writing into one output folder: per command, file name -> SHA-256 of the
     content it wrote (``.schedsim-outputs.json``: ``{"format": "schedsim.outputs", "version": 2, "sets":
-    {command: {name: sha256}}}``).
+    {command: {name: sha256}}}``; while a set is being moved in, a name's value is the list of its earlier and
+    its new hash, so that a run killed between two moves leaves files the next run still knows as its own).
 
     A record proves nothing by itself (anyone can write this file): a file is taken for schedsim's only when
     its content still hashes to what the record says (:meth:`holds`). So a planted or stale manifest can
     make schedsim keep a file, never remove or replace one the user wrote.
     """
 
-    sets: dict[str, dict[str, str]] = field(default_factory=dict)
+    sets: dict[str, dict[str, str | list[str]]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, out: Path) -> Manifest:
@@ -184,8 +191,7 @@ class Manifest:
             _warn(f"ignoring {p}: not a manifest this schedsim wrote (no \"format\": \"{MANIFEST_FORMAT}\" with "
                   "sets of content hashes); no file is removed or replaced because of it")
             return cls()
-        return cls({str(cmd): {n: h for n, h in files.items() if _plain_name(n) and isinstance(h, str)
-                               and _SHA256.fullmatch(h)}
+        return cls({str(cmd): {n: h for n, h in files.items() if _plain_name(n) and _hashes(h)}
                     for cmd, files in sets.items() if isinstance(files, dict)})
 
     def owner(self, name: str) -> str | None:
@@ -197,9 +203,17 @@ class Manifest:
         want = self.sets.get(command, {}).get(name)
         p = out / name
         try:
-            return want is not None and stat.S_ISREG(p.lstat().st_mode) and file_digest(p) == want
+            return want is not None and stat.S_ISREG(p.lstat().st_mode) and file_digest(p) in _hashes(want)
         except OSError:
             return False
+
+    def moving(self, out: Path, command: str, written: Mapping[str, str]) -> None:
+        """Record, before the moves, that ``command``'s files ``written`` (name -> new hash) may hold either
+        their earlier or their new content (written to ``out`` at once)."""
+        files = self.sets.setdefault(command, {})
+        for name, h in written.items():
+            files[name] = sorted({*_hashes(files.get(name, [])), h})
+        self.write(out)
 
     def write(self, out: Path) -> None:
         """Write atomically to ``out/.schedsim-outputs.json``."""
@@ -292,7 +306,7 @@ def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Ma
                 pass
         elif os.path.lexists(p):
             _warn(f"kept {p}: {command} wrote a file of that name earlier, but this one is not what it wrote")
-    m.sets[command] = dict(written)
+    m.sets[command] = {n: h for n, h in written.items()}
     for cmd in list(m.sets):  # forget records of files that are gone
         m.sets[cmd] = {n: h for n, h in m.sets[cmd].items() if os.path.lexists(out / n)}
     m.write(out)

@@ -298,3 +298,22 @@ def test_library_writers_refuse_special_files_too(tmp_path: Path) -> None:
         write_csv({0: [None]}, fifo)
     write_csv({0: [None], 1: [None]}, tmp_path / "ok.csv")
     assert (tmp_path / "ok.csv").read_bytes() == b"\"\"\r\n\"\"\r\n"  # csv: an empty cell per idle step
+
+
+def test_a_run_killed_between_two_moves_leaves_files_the_next_run_knows(tmp_path: Path) -> None:
+    # the moves of a set are atomic one file at a time: a SIGKILL between two of them leaves a new timeline.json
+    # beside the old trace.json. The manifest was written first with both hashes of each name, so the next run
+    # takes both for its own (before: a file of the new content, unrecorded, refused the folder)
+    from schedsim.report.outdir import Manifest, file_digest
+
+    d = tmp_path / "p"
+    assert run(["predict", str(SCHED), "--out", str(d), "--no-gantt"]).exit_code == 0
+    new = tmp_path / "new.json"
+    new.write_text('{"format": "schedsim.timeline", "killed": "mid-set"}')
+    m = Manifest.read(d)
+    m.moving(d, "predict", {"timeline.json": file_digest(new), "trace.json": "0" * 64})
+    os.replace(new, d / "timeline.json")  # the first move, then the kill
+    r = run(["predict", str(SCHED), "--out", str(d), "--no-gantt"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((d / "timeline.json").read_text())["format"] == "schedsim.timeline"
+    assert all(isinstance(h, str) for h in json.loads((d / MANIFEST).read_text())["sets"]["predict"].values())
