@@ -1156,10 +1156,11 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         name = prof["name"]
         write_profile(prof, o.out, f"# {name}: measured by `schedsim calibrate` on {raw['date']} ({dev_name}, torch "
                       f"{raw['torch']}, {world} rank(s)); base profile {o.base!r} for what was not measured.")
-        from schedsim.io import atomic_write_text
+        from schedsim.io import atomic_write_text, output_target
 
-        atomic_write_text(Path(o.out).with_suffix(".json"), json.dumps(raw, indent=1))
-        log(f"wrote {o.out} and {Path(o.out).with_suffix('.json')}")
+        if isinstance(output_target(o.out), Path):  # the raw measurements go beside a profile file, not to stdout
+            atomic_write_text(Path(o.out).with_suffix(".json"), json.dumps(raw, indent=1))
+            log(f"wrote {o.out} and {Path(o.out).with_suffix('.json')}")
     ctx.barrier()
     ctx.close()
     return prof or {}

@@ -22,6 +22,7 @@ def register(app: Any) -> None:
     @app.command()
     @handle_errors
     def execute(
+        ctx: typer.Context,
         file: Path = typer.Argument(..., help="Schedule YAML (the same file predict takes)."),
         set_: list[str] | None = typer.Option(None, "--set", help="Override a schedule parameter (repeatable)."),
         out: Path | None = typer.Option(None, "--out", "-o",
@@ -62,8 +63,16 @@ def register(app: Any) -> None:
                                                       "1-32) before CUDA starts; 1 = kernels start in issue order, "
                                                       "as under Megatron. Recorded in the timeline's meta.",
                                                       show_default="the environment's, else CUDA's 8"),
+        nproc_per_node: int | None = typer.Option(None, "--nproc-per-node", min=1, max=1024,
+                                                     help="Start this many ranks on this machine (through torch's "
+                                                     "launcher, as torchrun does) after checking the input here: "
+                                                     "bad input exits 2 before any rank starts. Without it, run "
+                                                     "under torchrun (several nodes) or as one rank."),
     ) -> None:
-        """Run a schedule for real (under torchrun): NCCL streams on GPUs, gloo on CPUs; write the measured timeline."""
+        """Run a schedule for real: NCCL streams on GPUs, gloo on CPUs; write the measured timeline.
+
+        Start it with ``schedsim execute --nproc-per-node N FILE`` (one machine), or ``torchrun ... -m schedsim
+        execute FILE`` (several machines)."""
         from executor.execute import run_execute
         from executor.runtime import RunOptions
 
@@ -74,6 +83,16 @@ def register(app: Any) -> None:
         opts = RunOptions(iters=iters, warmup=warmup, lean_iters=lean_iters, timeout_s=timeout, check=check,
                           profiler=profiler, nvtx=nvtx, seed=seed, measure_host=measure_host,
                           host_call_iters=host_call_iters)
+        if nproc_per_node is not None:
+            from executor.execute import _precheck
+            from executor.launch import launch_ranks, rank_argv
+
+            def precheck(world: int) -> None:
+                _precheck(file, set_ or [], opts, compare=compare, profile=profile, device=device,
+                          cuda_graph=cuda_graph, rank=0, world=world, out=out, parent=True)
+
+            launch_ranks(nproc_per_node, rank_argv(ctx), file=file, backend=backend, device=device, check=precheck)
+            return
         run_execute(file, set_ or [], out, opts, compare=compare, profile=profile, backend=backend, device=device,
                     gantt=gantt, cuda_graph=cuda_graph, max_connections=max_connections)
 
@@ -112,6 +131,10 @@ def register(app: Any) -> None:
         from executor.calibrate_logs import default_profile_name
 
         default_profile_name(name, out)  # before any measurement: the name ends up in the profile's header
+        from schedsim.io import output_target, refuse_input
+
+        output_target(out, "--out")  # a device or folder is refused before anything is measured
+        refuse_input(out, [*(from_nccl_tests or []), *(schedules or [])], "--out")
         if from_nccl_tests:
             from executor.calibrate_logs import profile_from_nccl_tests
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from executor import ExecError
 
-__all__ = ["DistContext", "check_world_size", "env_world", "setup_dist", "ArrivalTracker", "run_with_deadline",
-           "exit_now", "wait_for_all_ranks", "oversubscription_warning", "warn_oversubscribed"]
+__all__ = ["DistContext", "check_world_size", "env_world", "resolve_backend", "setup_dist", "ArrivalTracker",
+           "run_with_deadline", "exit_now", "wait_for_all_ranks", "oversubscription_warning", "warn_oversubscribed"]
 
 
 def env_world() -> tuple[int, int, int]:
@@ -70,18 +70,21 @@ def warn_oversubscribed(cuda: bool, rank: int) -> None:
         print(w, file=sys.stderr, flush=True)
 
 
-def check_world_size(spec_world: int, run_world: int, file: str, has_param: bool) -> None:
-    """Raise :class:`ExecError` if torchrun started a different number of processes than the schedule has ranks.
+def check_world_size(spec_world: int, run_world: int, file: str, has_param: bool, started: bool = True) -> None:
+    """Raise :class:`ExecError` if torchrun started (``started``; else: ``--nproc-per-node`` asks for) a different
+    number of processes than the schedule has ranks.
 
     Called before any process group exists, so no collective can hang on it.
     """
     if spec_world == run_world:
         return
-    fix = f"run torchrun --nproc-per-node {spec_world} (or --nnodes × --nproc-per-node = {spec_world})"
+    fix = (f"run schedsim execute --nproc-per-node {spec_world} FILE (or torchrun with --nnodes × --nproc-per-node "
+           f"= {spec_world})")
     if has_param:
         fix += f", or pass --set world_size={run_world} (the schedule takes world_size as a parameter)"
-    raise ExecError(f"{file}: the schedule has world_size {spec_world} but {run_world} process(es) were started "
-                    f"(WORLD_SIZE={run_world})\n  fix: {fix}")
+    how = (f"{run_world} process(es) were started (WORLD_SIZE={run_world})" if started
+           else f"--nproc-per-node {run_world} asks for {run_world} rank(s)")
+    raise ExecError(f"{file}: the schedule has world_size {spec_world} but {how}\n  fix: {fix}")
 
 
 @dataclass
@@ -210,6 +213,32 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
+def resolve_backend(backend: str, device: str, cuda_available: bool) -> tuple[str, bool]:
+    """``(backend, whether the ranks use CUDA)`` for ``--backend`` and ``--device`` (see :func:`setup_dist`).
+
+    Raises
+    ------
+    ExecError
+        NCCL or CUDA asked for but not available.
+
+    Examples
+    --------
+    >>> resolve_backend("auto", "auto", False)
+    ('gloo', False)
+    >>> resolve_backend("auto", "auto", True)
+    ('nccl', True)
+    """
+    want_cuda = device == "cuda" or (device == "auto" and backend != "gloo" and cuda_available)
+    if want_cuda and not cuda_available:
+        raise ExecError("--device cuda: CUDA is not available in this torch build or machine\n"
+                        "  fix: run on a GPU machine, or use --device cpu (gloo)")
+    if backend == "auto":
+        backend = "nccl" if want_cuda else "gloo"
+    if backend == "nccl" and not want_cuda:
+        raise ExecError("--backend nccl needs CUDA\n  fix: use --backend gloo on CPU")
+    return backend, want_cuda
+
+
 def setup_dist(backend: str, device: str, timeout_s: float, group_list: list[tuple[int, ...]]) -> DistContext:
     """Initialise torch.distributed for the executor.
 
@@ -232,14 +261,7 @@ def setup_dist(backend: str, device: str, timeout_s: float, group_list: list[tup
     import torch.distributed as dist
 
     rank, world, local_rank = env_world()
-    want_cuda = device == "cuda" or (device == "auto" and backend != "gloo" and torch.cuda.is_available())
-    if want_cuda and not torch.cuda.is_available():
-        raise ExecError("--device cuda: CUDA is not available in this torch build or machine\n"
-                        "  fix: run on a GPU machine, or use --device cpu (gloo)")
-    if backend == "auto":
-        backend = "nccl" if want_cuda else "gloo"
-    if backend == "nccl" and not want_cuda:
-        raise ExecError("--backend nccl needs CUDA\n  fix: use --backend gloo on CPU")
+    backend, want_cuda = resolve_backend(backend, device, torch.cuda.is_available())
     if want_cuda:
         torch.cuda.set_device(local_rank)
         dev = torch.device("cuda", local_rank)

@@ -49,11 +49,14 @@ def _sigterm(_signum: int, _frame: Any) -> None:
 
 
 def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile: str, device: str,
-              cuda_graph: bool | None, rank: int, world: int) -> tuple[Any, Any, Any]:
+              cuda_graph: bool | None, rank: int, world: int, out: Path | None = None,
+              parent: bool = False) -> tuple[Any, Any, Any]:
     """Everything that can be checked before any process group exists: the schedule, its graph, the
-    world size, --cuda-graph without CUDA, the --compare profile. Returns ``(spec, G, profile)``.
+    world size, --cuda-graph without CUDA, the --compare profile, the output folder (``out``, default
+    ``schedsim_out/<name>_execute``: a folder or nothing). Returns ``(spec, G, profile)``.
 
-    On bad input in one process the :class:`SchedsimError` is raised (the CLI prints it and exits 2).
+    On bad input in one process, or in the ``parent`` that starts ``world`` ranks
+    (:mod:`executor.launch`), the :class:`SchedsimError` is raised (the CLI prints it and exits 2).
     Under torchrun rank 0 prints it, every rank waits for the others
     (:func:`executor.dist.wait_for_all_ranks`) and all leave at once with exit 2, so torchrun sees
     exit 2 from every rank and one message.
@@ -66,7 +69,10 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
     try:
         spec = load_schedule(file, parse_overrides(sets or []))
         G = build_graph(spec)
-        check_world_size(spec.world_size, world, str(file), "world_size" in spec.params)
+        check_world_size(spec.world_size, world, str(file), "world_size" in spec.params, started=not parent)
+        from schedsim.io import output_dir
+
+        output_dir(out or default_outdir(spec), create=False)
         graph = bool(cuda_graph) if cuda_graph is not None else spec.launch == "cuda_graph"
         if graph and device == "cpu":
             raise ExecError("--cuda-graph needs CUDA (streams and graphs do not exist on CPU ranks)\n"
@@ -77,7 +83,7 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
 
             prof = load_profile(profile)
     except SchedsimError as e:
-        if world <= 1:
+        if world <= 1 or parent:
             raise
         from executor.dist import exit_now, wait_for_all_ranks
 
@@ -87,6 +93,13 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
         wait_for_all_ranks("bad_input", world)
         exit_now(2)
     return spec, G, prof
+
+
+def default_outdir(spec: Any) -> Path:
+    """``schedsim_out/<name>_execute``: execute's output folder when ``--out`` is not given."""
+    from schedsim.report.outdir import safe_dirname
+
+    return Path("schedsim_out") / f"{safe_dirname(spec.name)}_execute"
 
 
 def cpu_profile_note(prof: Any, profile: str, cuda: bool) -> str | None:
@@ -158,10 +171,10 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
             print(msg, flush=True)
 
     spec, G, prof = _precheck(file, sets, opts, compare=compare, profile=profile, device=device,
-                              cuda_graph=cuda_graph, rank=rank, world=world)
+                              cuda_graph=cuda_graph, rank=rank, world=world, out=out)
     opts.cuda_graph = bool(cuda_graph) if cuda_graph is not None else spec.launch == "cuda_graph"
     launch = "cuda_graph" if opts.cuda_graph else "eager"
-    outdir = Path(out) if out else Path("schedsim_out") / f"{spec.name}_execute"
+    outdir = Path(out) if out else default_outdir(spec)
     outdir.mkdir(parents=True, exist_ok=True)
 
     from executor.dist import setup_dist
@@ -309,28 +322,33 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
                          "tol": checks[0]["tol"], "what": checks[0]["what"]}
     tl = assemble_timeline(G, [p["times"] for p in gathered], schedule=spec.name, launch=launch, meta=meta)
     metrics = Metrics.of(tl)
-    paths = [outdir / "timeline.json", outdir / "trace.json", outdir / "env.json"]
-    tl.write_json(paths[0], metrics.to_dict())
-    write_chrome_trace(paths[1], [("measured", tl)], graph=G)  # the DAG it ran: dependency and p2p flows
-    env = {**genv, "ranks": [p["env"] for p in gathered], "timing": timing, "nvtx_ranges": gathered[0].get("nvtx")}
-    atomic_write_text(paths[2], json.dumps(env, indent=1))
-    if gantt:
-        from schedsim.report.gantt import write_gantt
-
-        paths += write_gantt(outdir / "gantt", [("measured", tl)],
-                             title=f"{spec.name} measured ({ctx.backend}, {launch}): makespan "
-                                   f"{tl.makespan_s * 1e3:.3f} ms")
+    names = ["timeline.json", "trace.json", "env.json"]
     maps = {p["times"]["rank"]: p["profile"] for p in gathered if p.get("profile")}
-    ktl = None
-    if maps:
-        from executor.profiling import kernel_timeline
+    from schedsim.io import output_set
 
-        atomic_write_text(outdir / "profiler_ops.json", json.dumps(maps, indent=1))
-        paths.append(outdir / "profiler_ops.json")
-        ktl = kernel_timeline(tl, maps, {n: list(G.predecessors(n)) for n in G.nodes})
-        if ktl is not None:
-            ktl.write_json(outdir / "timeline_kernels.json", Metrics.of(ktl).to_dict())
-            paths.append(outdir / "timeline_kernels.json")
+    ktl = None
+    with output_set(outdir, "execute", inputs=[file], expect=names) as stage:  # execute's own set, all or nothing
+        tl.write_json(stage / names[0], metrics.to_dict())
+        write_chrome_trace(stage / names[1], [("measured", tl)], graph=G)  # the DAG it ran: dependency and p2p flows
+        env = {**genv, "ranks": [p["env"] for p in gathered], "timing": timing, "nvtx_ranges": gathered[0].get("nvtx")}
+        atomic_write_text(stage / names[2], json.dumps(env, indent=1))
+        if gantt:
+            from schedsim.report.gantt import write_gantt
+
+            names += [p.name for p in write_gantt(stage / "gantt", [("measured", tl)],
+                                                  title=f"{spec.name} measured ({ctx.backend}, {launch}): makespan "
+                                                        f"{tl.makespan_s * 1e3:.3f} ms")]
+        if maps:
+            from executor.profiling import kernel_timeline
+
+            atomic_write_text(stage / "profiler_ops.json", json.dumps(maps, indent=1))
+            names.append("profiler_ops.json")
+            ktl = kernel_timeline(tl, maps, {n: list(G.predecessors(n)) for n in G.nodes})
+            if ktl is not None:
+                ktl.write_json(stage / "timeline_kernels.json", Metrics.of(ktl).to_dict())
+                names.append("timeline_kernels.json")
+    paths = [outdir / n for n in names]
+    if maps:
         paths += sorted(outdir.glob("kineto_rank*.json.gz"))
     from schedsim.compare import makespan_lines
 
@@ -365,15 +383,15 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         pred, _m, ppaths = predict_to_dir(file, sets, prof, outdir / "predicted", launch, gantt, **sim)
         pred_timed, tpaths = _timed_prediction(tl, prof, file, sets, outdir / "predicted_timed", launch, sim)
         paths += tpaths
-        stale = outdir / "predicted_timed"
-        if pred_timed is None and (stale / ".schedsim-outputs.json").is_file():  # an earlier run's, in this --out
-            import shutil
+        if pred_timed is None and (outdir / "predicted_timed").is_dir():  # an earlier run's, in this --out
+            from schedsim.report.outdir import retire_set
 
-            shutil.rmtree(stale, ignore_errors=True)
-        res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt, pred_timed=pred_timed)
+            retire_set(outdir / "predicted_timed", "predict")
+        res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt, pred_timed=pred_timed,
+                                       inputs=[file])
         print_comparison(res)
         if ktl is not None:  # each op's span from when it got the GPU, and its wait (docs/metrics_spans.md)
-            kres, kpaths = write_comparison(pred, ktl, outdir / "compare_kernels", gantt=gantt)
+            kres, kpaths = write_comparison(pred, ktl, outdir / "compare_kernels", gantt=gantt, inputs=[file])
             cpaths += kpaths
             if kres.ops is not None:
                 print_op_errors(kres.ops)

@@ -210,19 +210,18 @@ def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None, *
     return simulate_spec(spec, prof, launch=launch, **sim)
 
 
-#: Files predict may write; one left by an earlier run that this run did not write is removed.
-PREDICT_FILES = ("timeline.json", "trace.json", "gantt.png", "gantt.svg", "pipeline.png", "memory.png")
-
 #: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
 #: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
 #: much as the simulation (6.7 s of 38 CPU-s at 1M ops, 2-core machine, 2026-11-30).
 TRACE_MAX_OPS = 100_000
 
 
-def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
-    """Whether to write trace.json for ``n_ops`` ops: ``trace`` True/False is the user's choice (``--trace`` /
-    ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write, note), the note
-    being the one line to print when a large run's trace is skipped.
+def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
+                 instead: str = "timeline.json has every op") -> tuple[bool, str | None]:
+    """Whether to write trace.json (``name``) for ``n_ops`` ops: ``trace`` True/False is the user's choice
+    (``--trace`` / ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write,
+    note), the note being the one line to print when a large run's trace is skipped (``instead``: where the
+    ops are).
 
     >>> trace_wanted(10, None), trace_wanted(10**6, True)
     ((True, None), (True, None))
@@ -231,8 +230,7 @@ def trace_wanted(n_ops: int, trace: bool | None) -> tuple[bool, str | None]:
         return trace, None
     if n_ops <= TRACE_MAX_OPS:
         return True, None
-    return False, (f"note: trace.json skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it "
-                   "(timeline.json has every op)")
+    return False, f"note: {name} skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it ({instead})"
 
 
 #: The longest suffix (profile and overrides) :func:`default_outdir_name` keeps readable before it shortens it.
@@ -285,14 +283,15 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
     ``schedsim_out/<name>@<profile>[,k=v...]``, :func:`default_outdir_name`), all or nothing, replacing an
-    earlier run's set whole; the cyclic GC is paused throughout (the DAG and timeline are millions of acyclic
-    objects). Returns ``(timeline, metrics, paths written)``. ``profile`` is a profile name or YAML path, or a
-    loaded profile.
+    earlier predict's set whole and no other file (:func:`schedsim.io.output_set`); the cyclic GC is paused
+    throughout (the DAG and timeline are millions of acyclic objects). Returns ``(timeline, metrics, paths
+    written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
 
     Raises
     ------
     SchedsimError
-        Bad schedule, profile or overrides (the message names the file).
+        Bad schedule, profile or overrides (the message names the file); ``out`` is not a folder, or holds a
+        file of a name predict writes that is not predict's own earlier output.
     OSError
         ``out`` cannot be written.
     """
@@ -316,7 +315,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
         if note:
             print(note, file=sys.stderr)
         names = ["timeline.json"] + (["trace.json"] if write_trace else [])
-        with output_set(outdir, PREDICT_FILES) as stage:
+        with output_set(outdir, "predict", inputs=[file], expect=names) as stage:
             tl.write_json(stage / "timeline.json", metrics.to_dict())
             if write_trace:
                 from schedsim.report.chrome import ProgramFlows, write_chrome_trace

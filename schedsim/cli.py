@@ -202,6 +202,10 @@ def schema(out: Path | None = typer.Option(None, "--out", "-o", help="Write to a
            expanded: bool = typer.Option(False, "--expanded", help="The schema of the spec after expansion "
                                          "(what the pydantic models check) instead of what users write.")) -> None:
     """Print the JSON Schema of schedule files as written (for editors; see docs/schedule_language.md)."""
+    if out:
+        from schedsim.io import output_target
+
+        output_target(out, "--out")
     if expanded:
         from schedsim.spec.model import ScheduleSpec
 
@@ -341,7 +345,7 @@ def sweep(
 
     outdir = out or Path("schedsim_out") / f"sweep_{safe_dirname(file.stem)}"
 
-    with output_set(outdir, ("sweep.json", "sweep.png")) as stage:
+    with output_set(outdir, "sweep", inputs=[file], expect=("sweep.json", "sweep.png")) as stage:
         found = _sweep_rows(file, points, profile, stage if keep_timelines else None, jobs or os.cpu_count() or 1)
         keys = [k for k, _ in axes]
         rows = [dataclasses.replace(row, setting=dict(zip(keys, combo, strict=True))).to_dict()

@@ -694,7 +694,8 @@ def _graph_of(tl: Timeline) -> Any:
 
 
 def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, title: str = "",
-                     gantt: bool = True, pred_timed: Timeline | None = None) -> tuple[Comparison, list[Path]]:
+                     gantt: bool = True, pred_timed: Timeline | None = None,
+                     inputs: Any = ()) -> tuple[Comparison, list[Path]]:
     """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines)
     and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream). With
     ``pred_timed`` (:func:`compare_timelines`), the trace and the Gantt show it against the measured ops.

@@ -181,13 +181,17 @@ def write_csv(
     ------
     ValueError
         Ranks are not 0..n-1.
+    SchedsimError
+        ``path`` names a folder, FIFO or device (:func:`schedsim.io.output_target`).
     """
     text = dumps_csv(order)
     if hasattr(path, "write"):
         path.write(text)  # type: ignore[union-attr]
         return
-    with open(path, "w", newline="") as fh:
-        fh.write(text)
+    from schedsim.io import atomic_write_bytes
+
+    # all or nothing; a FIFO or device is refused, - is standard output
+    atomic_write_bytes(os.fspath(path), text.encode("utf-8"))
 
 
 def _tokens(row: str | Iterable[str]) -> list[str]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from schedsim.io import atomic_write_bytes
-from schedsim.sim.metrics import merge
+from schedsim.sim.metrics import merge_per_group
 from schedsim.sim.timeline import Span, SpanColumns, Timeline
 
 __all__ = ["KIND_COLORS", "color_key", "draw_gantt", "draw_pipeline", "draw_memory", "write_gantt",
@@ -136,25 +136,6 @@ def _legend(ax: Any, handles: list[Any]) -> None:
     if handles:
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0,
                   frameon=False)
-
-
-def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Parts of the merged intervals ``a`` not covered by the merged intervals ``b``."""
-    out = []
-    j = 0
-    for s, e in a:
-        cur = s
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < e:
-            out.append((cur, e))
-    return out
 
 
 def choose_ranks(ranks: list[int], lanes_of: dict[int, int], max_lanes: int,
@@ -536,25 +517,28 @@ class _GanttPen:
         y = y_of[inv.reshape(-1)]
         # colour key: the pipeline action (F/B/I/W, optimizer) of tagged rows, else the kind
         # (the tags as categorical columns: a lane set of a 214k-op run never builds per-row tag dicts)
-        keys = [kv[k] for k in kc[idx].tolist()]
         ov, oc = c.tag_column("pp_op")
         op_key = [str(v) if v in _PHASES else "optimizer" if v == "optimizer" else None for v in ov] + [None]
         chv, chc = c.tag_column("chunk")
         op_code = oc[idx]
         phase = np.array([v in _PHASES for v in ov] + [False], bool)[op_code]
         chunk = phase & np.array([bool(v) for v in chv] + [False], bool)[chc[idx]]
-        for j, k in enumerate(op_code.tolist()):
-            if op_key[k] is not None:
-                keys[j] = op_key[k]  # type: ignore[call-overload]
+        # one colour decision per distinct (action, kind, later chunk), taken in the order of the rows' first use
+        # (the colours' and the legend's order); each row then takes its combination's colour
+        combo = (op_code.astype(np.int64) % (len(ov) + 1) * max(1, len(kv)) + kc[idx]) * 2 + chunk
+        _u, first, inv = np.unique(combo, return_index=True, return_inverse=True)
         colours: dict[str, int] = {}
-        cid = np.empty(len(idx), dtype=np.int64)
-        for j, (k, ch) in enumerate(zip(keys, chunk.tolist(), strict=True)):
+        cid_of = np.empty(len(first), dtype=np.int64)
+        for g in np.argsort(first, kind="stable").tolist():
+            j = int(first[g])
+            k = op_key[int(op_code[j])] or kv[int(kc[idx[j]])]
             col = _color(k)
-            if ch:
+            if chunk[j]:
                 col = _lighten(col)
                 k = f"{k} (later chunk)"
             self.kinds_used.setdefault(k, col)
-            cid[j] = colours.setdefault(col, len(colours))
+            cid_of[g] = colours.setdefault(col, len(colours))
+        cid = cid_of[inv.reshape(-1)]
         x0 = c.start_s[idx] * 1e3
         w = (c.end_s[idx] - c.start_s[idx]) * 1e3
         wide = w * self.px_per_ms >= 4
@@ -609,50 +593,55 @@ class _GanttPen:
 
         rc = c.resource[1][idx]
         sv, sc = c.stream
-        comp: dict[int, list[tuple[float, float]]] = defaultdict(list)
         sel = idx[rc == code.get("compute", -1)]
-        for r, a, b in zip(c.rank[sel].tolist(), c.start_s[sel].tolist(), c.end_s[sel].tolist(), strict=True):
-            comp[r].append((a, b))
-        comm: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+        comp = merge_per_group(c.rank[sel], c.start_s[sel], c.end_s[sel])
         sel = idx[rc == code.get("comm", -1)]
-        for r, k, a, b in zip(c.rank[sel].tolist(), sc[sel].tolist(), c.start_s[sel].tolist(), c.end_s[sel].tolist(),
-                              strict=True):
-            comm[(r, self.lay.lane_st(r, sv[k]))].append((a, b))
-        merged_comp = {r: merge(v) for r, v in comp.items()}
-        for (r, st), iv in comm.items():
-            ex = _subtract(merge(iv), merged_comp.get(r, []))
-            if ex:
+        # the comm lanes, numbered in order of first use (a lane may gather several streams)
+        pair = c.rank[sel] * max(1, len(sv)) + sc[sel]
+        _u, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+        lane_of: dict[tuple[int, str], int] = {}
+        lane_ids = np.empty(len(first), np.int64)
+        for g in np.argsort(first, kind="stable").tolist():
+            j = int(sel[first[g]])
+            r = int(c.rank[j])
+            lane_ids[g] = lane_of.setdefault((r, self.lay.lane_st(r, sv[int(sc[j])])), len(lane_of))
+        lanes = list(lane_of)
+        lg, ls, le = merge_per_group(lane_ids[inv.reshape(-1)], c.start_s[sel], c.end_s[sel])
+        cuts = np.searchsorted(lg, np.arange(len(lanes) + 1))
+        ccuts = np.searchsorted(comp[0], np.asarray([r for r, _ in lanes] + [0], comp[0].dtype))
+        ccuts_end = np.searchsorted(comp[0], np.asarray([r for r, _ in lanes] + [0], comp[0].dtype), side="right")
+        for i, (r, st) in enumerate(lanes):
+            a, b = ccuts[i], ccuts_end[i]
+            xs, xe = _minus(ls[cuts[i]:cuts[i + 1]], le[cuts[i]:cuts[i + 1]], comp[1][a:b], comp[2][a:b])
+            if len(xs):
                 self.exposed_drawn = True
-                e = np.array(ex) * 1e3
+                e = np.stack([xs, xe], axis=1) * 1e3
                 self.boxes_drawn += len(e)
                 self.collections.append(_bars(self.ax, e[:, 0], e[:, 1] - e[:, 0], self.lay.ypos[(r, st, lbl)] + 0.38,
                                               0.1, facecolors=EXPOSED, edgecolor="none", linewidth=0.0,
                                               gid=f"{EXPOSED_GID}{r}_{len(self.collections)}"))
 
 
-def _merged_per_rank(rank: Any, start: Any, end: Any) -> tuple[Any, Any]:
-    """Each rank's union of intervals [start_i, end_i) (touching ones joined, empty ones dropped), all ranks'
-    pieces in one pair of arrays (starts, ends): :func:`schedsim.sim.metrics.merge` per rank, in numpy.
-    Ranks are kept apart by sorting on (rank, start) and restarting the running end at each new rank."""
+def _minus(a_start: Any, a_end: Any, b_start: Any, b_end: Any) -> tuple[Any, Any]:
+    """The parts of the merged intervals ``a`` not covered by the merged intervals ``b`` (sorted, disjoint), as
+    ``a`` intersected with the gaps of ``b``, positive lengths only, sorted; all by array passes.
+
+    >>> import numpy as np
+    >>> s, e = _minus(np.array([0.0, 5.0]), np.array([4.0, 6.0]), np.array([1.0, 3.0]), np.array([2.0, 5.5]))
+    >>> s.tolist(), e.tolist()
+    ([0.0, 2.0, 5.5], [1.0, 3.0, 6.0])
+    """
     import numpy as np
 
-    keep = end > start
-    rank, start, end = rank[keep], start[keep], end[keep]
-    if len(start) == 0:
-        return start, end
-    o = np.lexsort((start, rank))
-    rank, start, end = rank[o], start[o], end[o]
-    new_rank = np.empty(len(rank), dtype=bool)
-    new_rank[0] = True
-    np.not_equal(rank[1:], rank[:-1], out=new_rank[1:])
-    # the running maximum of end within a rank: offset each rank past the previous one's times
-    span = float(end.max() - start.min()) + 1.0
-    off = np.cumsum(new_rank) * (2.0 * span)
-    reach = np.maximum.accumulate(end + off) - off
-    opens = new_rank.copy()
-    opens[1:] |= start[1:] > reach[:-1]
-    first = np.flatnonzero(opens)
-    return start[first], reach[np.append(first[1:] - 1, len(start) - 1)]
+    gap_s = np.r_[-np.inf, b_end]
+    gap_e = np.r_[b_start, np.inf]
+    k0 = np.searchsorted(gap_e, a_start, side="right")
+    n = np.maximum(np.searchsorted(gap_s, a_end, side="left") - k0, 0)
+    row = np.repeat(np.arange(len(a_start)), n)
+    k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n) + np.repeat(k0, n)
+    lo, hi = np.maximum(a_start[row], gap_s[k]), np.minimum(a_end[row], gap_e[k])
+    keep = lo < hi
+    return lo[keep], hi[keep]
 
 
 def _draw_folded(ax: Any, hidden: dict[str, tuple[Any, Any, Any]], n_folded: int, base: int,
@@ -662,7 +651,7 @@ def _draw_folded(ax: Any, hidden: dict[str, tuple[Any, Any, Any]], n_folded: int
 
     edges = np.linspace(0.0, end_s, bins + 1)
     for j, resname in enumerate(("compute", "comm")):
-        a, b = _merged_per_rank(*hidden[resname])
+        _g, a, b = merge_per_group(*hidden[resname])
         share = np.clip(busy_share((a, b), n_folded, edges), 0.0, 1.0)
         ax.imshow(share[None, :], aspect="auto", cmap="Greys", vmin=0.0, vmax=1.0, interpolation="nearest",
                   extent=(0.0, edges[-1] * 1e3, base + j + 0.38, base + j - 0.38))

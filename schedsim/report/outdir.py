@@ -4,12 +4,14 @@
   name. Names that are already safe stay as they are; any other name (non-ASCII
   ``訓練``, ``.``, ``..``, ``a/b``) becomes its ASCII slug plus 8 hex digits of
   the SHA-1 of the original name, so two names never share a folder by accident.
-* :func:`finish_set`: after a set of outputs is moved into a folder, remove the
-  files an earlier run wrote there that this run did not (a predict of a
-  non-pipeline schedule into a folder that held a pipeline's ``pipeline.png``
-  and ``memory.png``). Only files schedsim wrote are removed: the ones listed
-  in the folder's manifest :data:`MANIFEST`, and the ``replaces`` names the
-  command passes (its own output names, for folders written before manifests).
+* :class:`Manifest`, :func:`check_targets`, :func:`finish_set`: each command
+  (predict, sweep, analyze, import, compare, execute) keeps its own set of
+  files in a folder, recorded with their SHA-256 in :data:`MANIFEST`. A command
+  replaces a file only when it is its own earlier output, unchanged since
+  (anything else there of a name it writes, another command's file or a user's,
+  makes it refuse the folder with a fix), and after moving a set in it removes
+  only the files of its own earlier set, again only when their content is what
+  it recorded. A manifest names files; it never makes schedsim delete one.
 * :func:`clean_stale_staging`: remove ``.schedsim-staging-*`` folders left by
   runs that were killed (their process is gone, or the folder is older than
   :data:`STALE_AFTER_S`). Folders of runs still going are kept, so concurrent
@@ -23,15 +25,23 @@ import json
 import os
 import re
 import shutil
+import stat
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["MANIFEST", "STAGING_PREFIX", "STALE_AFTER_S", "MAX_PNG_PX", "safe_dirname", "staging_prefix",
-           "clean_stale_staging", "finish_set", "capped_figsize", "written_by_schedsim"]
+__all__ = ["MANIFEST", "STAGING_PREFIX", "STALE_AFTER_S", "MAX_PNG_PX", "Manifest", "safe_dirname", "staging_prefix",
+           "clean_stale_staging", "check_targets", "describe_mode", "file_digest", "finish_set", "retire_set",
+           "capped_figsize"]
 
-#: Hidden file listing the outputs of the last run written into a folder (JSON list of file names).
+#: Hidden file recording, per command, the files schedsim wrote into a folder and their content hashes
+#: (:class:`Manifest`).
 MANIFEST = ".schedsim-outputs.json"
+MANIFEST_FORMAT = "schedsim.outputs"
+#: A manifest larger than this is not one schedsim wrote (a few hundred bytes per file listed).
+MANIFEST_MAX_BYTES = 16 << 20
 STAGING_PREFIX = ".schedsim-staging-"
 #: A staging folder older than this is removed even if its process id is alive (that pid was reused).
 STALE_AFTER_S = 24 * 3600.0
@@ -80,7 +90,7 @@ def clean_stale_staging(out: Path, now: float | None = None) -> list[Path]:
     is older than :data:`STALE_AFTER_S`; one without a pid, when older than :data:`STALE_UNKNOWN_S`.
     """
     now = time.time() if now is None else now
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(out.iterdir())
     except OSError:
@@ -104,58 +114,220 @@ def clean_stale_staging(out: Path, now: float | None = None) -> list[Path]:
     return removed
 
 
-def written_by_schedsim(out: Path) -> bool:
-    """Whether ``out`` already holds a schedsim output set: a manifest, or (folders written before manifests)
-    a ``timeline.json`` whose head says ``"format": "schedsim.timeline"``.
+def file_digest(path: Path) -> str:
+    """SHA-256 (hex) of the file at ``path``, read in 1 MiB blocks.
 
-    Only then may a command remove the ``replaces`` names it finds there: in any other folder a
-    ``memory.png`` or ``gantt.png`` is the user's own file (issue 12 review: ``--out .`` in a project folder
-    deleted the user's ``memory.png``).
+    Raises
+    ------
+    OSError
+        ``path`` cannot be read.
     """
-    if (out / MANIFEST).is_file():
-        return True
-    try:
-        with open(out / "timeline.json", "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    return re.search(rb'"format"\s*:\s*"schedsim\.timeline"', head) is not None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
-def finish_set(out: Path, written: Iterable[str], replaces: Iterable[str] = ()) -> None:
-    """Record ``written`` in ``out``'s manifest and remove earlier outputs this run did not write.
+_WARNED: set[str] = set()
 
-    Parameters
-    ----------
-    out : Path
-        The output folder.
-    written : iterable of str
-        File names this run moved into ``out``.
-    replaces : iterable of str
-        File names the command may write; any left from an earlier run are removed too (for folders
-        that have no manifest yet). Pass them only when :func:`written_by_schedsim` held before this run
-        moved its files in.
+
+def _warn(msg: str) -> None:
+    """Print ``warning: msg`` on stderr, once per process."""
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        print(f"warning: {msg}", file=sys.stderr)
+
+
+def _plain_name(name: object) -> bool:
+    """A file name a manifest may list: one path component, not hidden schedsim state."""
+    return (isinstance(name, str) and name not in ("", ".", "..", MANIFEST) and "/" not in name and os.sep not in name
+            and "\0" not in name and not name.startswith(STAGING_PREFIX))
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _hashes(h: object) -> list[str]:
+    """A manifest record's hashes: one string, or a list of them (a set being moved in); [] when malformed."""
+    hs = [h] if isinstance(h, str) else h if isinstance(h, list) and len(h) <= 2 else []
+    return hs if all(isinstance(x, str) and _SHA256.fullmatch(x) for x in hs) else []
+
+
+@dataclass
+class Manifest:
+    """What schedsim recorded writing into one output folder: per command, file name -> SHA-256 of the
+    content it wrote (``.schedsim-outputs.json``: ``{"format": "schedsim.outputs", "version": 2, "sets":
+    {command: {name: sha256}}}``; while a set is being moved in, a name's value is the list of its earlier and
+    its new hash, so that a run killed between two moves leaves files the next run still knows as its own).
+
+    A record proves nothing by itself (anyone can write this file): a file is taken for schedsim's only when
+    its content still hashes to what the record says (:meth:`holds`). So a planted or stale manifest can
+    make schedsim keep a file, never remove or replace one the user wrote.
     """
-    from schedsim.sim.timeline import atomic_write_text
 
-    new = sorted(set(written))
-    old: set[str] = set(replaces)
-    try:
-        listed = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-        if isinstance(listed, list):
-            old |= {x for x in listed if isinstance(x, str)}
-    except (OSError, ValueError):
-        pass
-    for name in old - set(new):
-        if "/" in name or os.sep in name or name in (".", "..", MANIFEST) or name.startswith(STAGING_PREFIX):
-            continue  # a manifest is data: never follow it out of the folder
+    sets: dict[str, dict[str, str | list[str]]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, out: Path) -> Manifest:
+        """The manifest of ``out``; an empty one when there is none. One that is not a version-2 schedsim
+        manifest (an older schedsim's list of names, anything else) is ignored with a warning on stderr."""
+        p = out / MANIFEST
+        try:
+            if not stat.S_ISREG(p.lstat().st_mode):
+                _warn(f"ignoring {p}: not a regular file; no file is removed or replaced because of it")
+                return cls()
+            if p.lstat().st_size > MANIFEST_MAX_BYTES:
+                raise ValueError(f"over {MANIFEST_MAX_BYTES:,} bytes")
+            doc = json.loads(p.read_bytes())
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError, RecursionError) as e:
+            _warn(f"ignoring {p}: not a manifest schedsim wrote ({type(e).__name__}); no file is removed or "
+                  "replaced because of it")
+            return cls()
+        sets = doc.get("sets") if isinstance(doc, dict) and doc.get("format") == MANIFEST_FORMAT else None
+        if not isinstance(sets, dict):
+            _warn(f"ignoring {p}: not a manifest this schedsim wrote (no \"format\": \"{MANIFEST_FORMAT}\" with "
+                  "sets of content hashes); no file is removed or replaced because of it")
+            return cls()
+        return cls({str(cmd): {n: h for n, h in files.items() if _plain_name(n) and _hashes(h)}
+                    for cmd, files in sets.items() if isinstance(files, dict)})
+
+    def owner(self, name: str) -> str | None:
+        """The command whose set lists ``name`` (the first, if a hand-edited manifest lists it twice)."""
+        return next((cmd for cmd, files in self.sets.items() if name in files), None)
+
+    def holds(self, out: Path, command: str, name: str) -> bool:
+        """Whether ``out/name`` is a regular file whose content is what ``command`` recorded writing."""
+        want = self.sets.get(command, {}).get(name)
         p = out / name
         try:
-            if p.is_file() or p.is_symlink():
-                p.unlink()
+            return want is not None and stat.S_ISREG(p.lstat().st_mode) and file_digest(p) in _hashes(want)
         except OSError:
-            pass
-    atomic_write_text(out / MANIFEST, json.dumps(new))
+            return False
+
+    def moving(self, out: Path, command: str, written: Mapping[str, str]) -> None:
+        """Record, before the moves, that ``command``'s files ``written`` (name -> new hash) may hold either
+        their earlier or their new content (written to ``out`` at once)."""
+        files = self.sets.setdefault(command, {})
+        for name, h in written.items():
+            files[name] = sorted({*_hashes(files.get(name, [])), h})
+        self.write(out)
+
+    def write(self, out: Path) -> None:
+        """Write atomically to ``out/.schedsim-outputs.json``."""
+        from schedsim.io import atomic_write_text
+
+        doc = {"format": MANIFEST_FORMAT, "version": 2, "sets": {c: dict(sorted(f.items()))
+                                                                  for c, f in sorted(self.sets.items()) if f}}
+        atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1))
+
+
+def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manifest | None = None,
+                  inputs: Iterable[str | Path] = ()) -> None:
+    """Refuse, before anything is moved, to write ``names`` into ``out`` over anything but ``command``'s own
+    earlier outputs.
+
+    A name may be written when nothing is there, or when the file there is one ``command`` wrote earlier and
+    nobody changed since (:meth:`Manifest.holds`). Anything else is another command's output (``analyze
+    --charts`` into a ``predict`` folder), a user's file, a file a user edited, a folder, link or device, or one
+    of the files this command reads.
+
+    Raises
+    ------
+    SchedsimError
+        Naming the first such file, with a fix (exit 2 on the command line).
+    """
+    from schedsim.errors import SchedsimError
+
+    m = Manifest.read(out) if manifest is None else manifest
+    ins = [Path(i) for i in inputs]
+    for name in names:
+        p = out / name
+        try:
+            st = p.lstat()
+        except FileNotFoundError:
+            continue
+        where = f"{command}: {p}"
+        elsewhere = "write to another folder" + (" with --out" if command != "analyze" else "")
+        if not stat.S_ISREG(st.st_mode):
+            raise SchedsimError(f"{where}: is {describe_mode(st.st_mode)}, not a file {command} wrote; not replaced",
+                                fix=f"move it away, or {elsewhere}")
+        for i in ins:
+            try:
+                same = os.path.samefile(i, p)
+            except OSError:
+                same = False
+            if same:
+                raise SchedsimError(f"{where}: is the input {command} reads ({i}); not replaced", fix=elsewhere)
+        if m.holds(out, command, name):
+            continue
+        other = m.owner(name)
+        if other is not None and other != command and m.holds(out, other, name):
+            raise SchedsimError(f"{where}: holds `{other}`'s output of that name; {command} does not replace "
+                                "another command's files", fix=f"{elsewhere} (e.g. {out / command})")
+        raise SchedsimError(f"{where}: exists and schedsim did not record writing it (or it changed since); not "
+                            "replaced", fix=f"move or rename it, or {elsewhere}")
+
+
+def describe_mode(mode: int) -> str:
+    """``a folder``, ``a symbolic link``, ``a FIFO``, ... for an ``st_mode``.
+
+    >>> describe_mode(stat.S_IFIFO)
+    'a FIFO'
+    """
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return what
+    return "a special file"
+
+
+def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Manifest | None = None) -> list[str]:
+    """Record ``written`` (name -> SHA-256) as ``command``'s set in ``out``'s manifest and remove the files of
+    ``command``'s earlier set that this run did not write (a predict of a non-pipeline schedule into a folder
+    that held a pipeline's ``pipeline.png``). Returns the names removed.
+
+    Only a file whose content still hashes to what ``command`` recorded is removed: another command's files,
+    a user's files, files a user changed and anything a planted or foreign manifest names are kept (with a
+    warning when a record no longer matches). Call it holding the folder's lock, after the moves.
+    """
+    m = Manifest.read(out) if manifest is None else manifest
+    removed: list[str] = []
+    for name in sorted(set(m.sets.get(command, {})) - set(written)):
+        p = out / name
+        if m.holds(out, command, name):
+            try:
+                p.unlink()
+                removed.append(name)
+            except OSError:
+                pass
+        elif os.path.lexists(p):
+            _warn(f"kept {p}: {command} wrote a file of that name earlier, but this one is not what it wrote")
+    m.sets[command] = {n: h for n, h in written.items()}
+    for cmd in list(m.sets):  # forget records of files that are gone
+        m.sets[cmd] = {n: h for n, h in m.sets[cmd].items() if os.path.lexists(out / n)}
+    m.write(out)
+    return removed
+
+
+def retire_set(out: Path, command: str) -> list[str]:
+    """Remove ``command``'s earlier set from ``out`` (``execute --compare`` whose run needs no
+    ``predicted_timed/`` any more), under the folder's lock, by :func:`finish_set` of nothing: only files
+    whose content is what was recorded go. The folder itself goes too when nothing else is left in it.
+    Returns the names removed."""
+    from schedsim.io import _commit_lock
+
+    with _commit_lock(out):
+        if not (out / MANIFEST).is_file():
+            return []
+        removed = finish_set(out, command, {})
+        if not any(Manifest.read(out).sets.values()) and [p.name for p in out.iterdir()] == [MANIFEST]:
+            (out / MANIFEST).unlink()
+            out.rmdir()
+    return removed
 
 
 #: Largest width or height of a PNG schedsim draws (pixels); a 200-point sweep asked for 13,530 px.

@@ -46,10 +46,9 @@ from schedsim.sim.timeline import Timeline
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["merge", "length", "intersect_length", "merged", "union_length", "pieces_intersection", "compute_metrics",
-           "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments", "critical_path_host",
-           "SEGMENT_KINDS",
-           "SEGMENT_LABELS", "union_by_group"]
+__all__ = ["merge", "merge_per_group", "length", "intersect_length", "merged", "union_length", "pieces_intersection",
+           "compute_metrics", "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments",
+           "critical_path_host", "SEGMENT_KINDS", "SEGMENT_LABELS", "union_by_group"]
 
 Interval = tuple[float, float]
 
@@ -72,6 +71,34 @@ def merge(iv: list[Interval]) -> list[Interval]:
         else:
             out.append((a, b))
     return out
+
+
+def merge_per_group(group: Any, start: Any, end: Any) -> tuple[Any, Any, Any]:
+    """Per group, the union of the intervals [start_i, end_i) as :func:`merge` gives it (touching ones joined,
+    empty ones dropped; the same floats): ``(group, start, end)`` arrays (shape (k,)) of the merged pieces,
+    sorted by group, then start. One sort, and one running maximum per group.
+
+    >>> import numpy as np
+    >>> g, s, e = merge_per_group(np.array([1, 0, 0, 0]), np.array([0.0, 1.0, 0.0, 5.0]),
+    ...                           np.array([9.0, 3.0, 2.0, 6.0]))
+    >>> g.tolist(), s.tolist(), e.tolist()
+    ([0, 0, 1], [0.0, 5.0, 0.0], [3.0, 6.0, 9.0])
+    """
+    import numpy as np
+
+    keep = end > start
+    group, start, end = group[keep], start[keep], end[keep]
+    o = np.lexsort((end, start, group))
+    group, start, end = group[o], start[o], end[o]
+    if not len(group):
+        return group, start, end
+    heads = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    reach = np.empty_like(end)
+    for a, b in zip(heads.tolist(), [*heads[1:].tolist(), len(end)], strict=True):
+        np.maximum.accumulate(end[a:b], out=reach[a:b])
+    opens = np.r_[True, (group[1:] != group[:-1]) | (start[1:] > reach[:-1])]
+    first = np.flatnonzero(opens)
+    return group[first], start[first], reach[np.r_[first[1:] - 1, len(end) - 1]]
 
 
 def length(iv: list[Interval]) -> float:

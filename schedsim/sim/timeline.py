@@ -1231,17 +1231,19 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
-def dumps_json(obj: Any) -> bytes:
-    """Compact UTF-8 JSON of ``obj``: numpy arrays as lists, NaN/inf as null, non-string keys as strings,
-    anything else unknown as ``str(obj)``. orjson when installed, else (and for what orjson refuses: an integer
-    past 64 bits, which JSON allows and a tag value may be) the standard library."""
+def dumps_json(obj: Any, indent: bool = False) -> bytes:
+    """Compact UTF-8 JSON of ``obj`` (``indent``: two spaces per level, for files people read): numpy arrays as
+    lists, NaN/inf as null, non-string keys as strings, anything else unknown as ``str(obj)``. orjson when
+    installed, else (and for what orjson refuses: an integer past 64 bits, which JSON allows and a tag value may
+    be) the standard library."""
     if _orjson is not None:
-        opts = _orjson.OPT_SERIALIZE_NUMPY | _orjson.OPT_NON_STR_KEYS
+        opts = _orjson.OPT_SERIALIZE_NUMPY | _orjson.OPT_NON_STR_KEYS | (_orjson.OPT_INDENT_2 if indent else 0)
         try:
             return _orjson.dumps(obj, default=_orjson_default, option=opts)
         except _orjson.JSONEncodeError:
             pass
-    return json.dumps(_finite(obj), default=_json_default, separators=(",", ":")).encode("utf-8")
+    return json.dumps(_finite(obj), default=_json_default, **({"indent": 2} if indent else {"separators": (",", ":")})
+                      ).encode("utf-8")
 
 
 def _orjson_default(obj: Any) -> Any:

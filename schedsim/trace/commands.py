@@ -47,14 +47,16 @@ def _check_inputs(files: list[Path], kind: str) -> list[str | Path]:
     return list(files)
 
 
-def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
+def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
+    from schedsim.io import output_set
     from schedsim.report.summary import fmt_time
     from schedsim.sim.metrics import Metrics
 
     tl = res.timeline
     metrics = Metrics.of(tl)
     target = out / "timeline.json"
-    write_timeline_json(tl, target, metrics.to_dict())
+    with output_set(out, "import", inputs=inputs, expect=("timeline.json",)) as stage:
+        write_timeline_json(tl, stage / "timeline.json", metrics.to_dict())
     n_ops = sum(1 for s in tl.spans if "#" not in s.id)
     if fmt == _Fmt.json:
         print(json.dumps({"timeline": str(target), "spans": len(tl.spans), "ops": n_ops,
@@ -100,7 +102,7 @@ def register(app: typer.Typer) -> None:
 
         with status(f"importing {len(files)} nsys export(s)"):
             res = import_nsys(_check_inputs(files, "nsys"), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
-        _finish_import(res, out, fmt)
+        _finish_import(res, out, fmt, [*files, *([ops] if ops else [])])
 
     @imp.command("kineto")
     @handle_errors
@@ -118,7 +120,7 @@ def register(app: typer.Typer) -> None:
         with status(f"importing {len(files)} Kineto trace(s)"):
             res = import_kineto(_check_inputs(files, "kineto"), ops=_ops(ops), iteration=iteration,
                                 keep_kernel_rows=False)
-        _finish_import(res, out, fmt)
+        _finish_import(res, out, fmt, [*files, *([ops] if ops else [])])
 
     app.add_typer(imp, name="import")
 
@@ -135,9 +137,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Kernel time shares and NCCL volumes, overlap, idle time, critical path, and the
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
+        from schedsim.io import output_dir, output_target, refuse_input
         from schedsim.report.progress import status
         from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
 
+        inputs = [*files, *([ops] if ops else [])]
+        if chrome is not None:  # refused before the reading, not after it
+            output_target(chrome, "--chrome")
+            refuse_input(chrome, inputs, "--chrome")
+        if charts is not None:
+            output_dir(charts, "--charts", create=False)
         with status(f"reading {len(files)} file(s)"):
             _kind, res = load_any(list(files), ops=_ops(ops))
         tag_pipeline(res.timeline)
@@ -145,14 +154,16 @@ def register(app: typer.Typer) -> None:
             from schedsim.io import output_set
             from schedsim.report.charts import write_charts
 
-            with output_set(charts) as stage:
+            with output_set(charts, "analyze", inputs=inputs) as stage:
                 write_charts(stage, res.timeline, f"{res.timeline.schedule} ({res.timeline.source})", formats=("png",))
         if chrome is not None:
             from schedsim.report.chrome import write_chrome_trace
 
             write_chrome_trace(chrome, [(res.timeline.source, res.timeline)])
+        from schedsim.io import STDOUT_NAMES
+
         print(to_json(res) if fmt == _Fmt.json else printable(format_report(res, full=full), newlines=True))
         if fmt != _Fmt.json:
             for p in (chrome, charts):
-                if p is not None:
+                if p is not None and str(p) not in STDOUT_NAMES:
                     print(f"wrote {printable(p)}")

@@ -59,10 +59,12 @@ def test_small_charts_have_no_note():
 
 
 def test_merged_per_rank_keeps_ranks_apart_and_joins_touching_intervals():
+    from schedsim.sim.metrics import merge_per_group
+
     rank = np.array([1, 0, 0, 0, 1, 2])
     start = np.array([0.5, 1.0, 0.0, 5.0, 0.8, 3.0])
     end = np.array([1.0, 2.0, 1.0, 6.0, 0.9, 3.0])  # rank 2's interval is empty
-    a, b = G._merged_per_rank(rank, start, end)
+    _g, a, b = merge_per_group(rank, start, end)
     assert a.tolist() == [0.0, 5.0, 0.5] and b.tolist() == [2.0, 6.0, 1.0]
     # the same as busy_share of the (start, end) pairs
     edges = np.array([0.0, 1.0, 2.0, 6.0])

@@ -271,13 +271,15 @@ def test_predict_into_a_folder_of_the_users_own_files_removes_none(tmp_path: Pat
     assert run(["predict", str(sched), "--out", str(proj), "--no-gantt"]).exit_code == 0
     assert all((proj / n).read_text() == "mine" for n in ("memory.png", "pipeline.png", "gantt.svg"))
     assert (proj / "timeline.json").exists()
-    # a folder schedsim wrote before manifests (a schedsim timeline.json, no manifest) is still replaced whole
+    # a folder schedsim wrote before manifests held content hashes (a timeline.json, no record of writing it): its
+    # files are the user's now; predict refuses to replace them (issue 32) and removes none
     old = tmp_path / "old"
     old.mkdir()
     (old / "timeline.json").write_text('{"format": "schedsim.timeline", "version": 1, "ops": []}')
     (old / "pipeline.png").write_text("stale")
-    assert run(["predict", str(sched), "--out", str(old), "--no-gantt"]).exit_code == 0
-    assert not (old / "pipeline.png").exists()
+    r = run(["predict", str(sched), "--out", str(old), "--no-gantt"])
+    assert r.exit_code == 2 and "timeline.json: exists and schedsim did not record writing it" in r.output
+    assert (old / "pipeline.png").read_text() == "stale" and '"version": 1' in (old / "timeline.json").read_text()
 
 
 def test_a_set_is_moved_in_under_the_folders_lock(tmp_path: Path) -> None:
@@ -294,7 +296,7 @@ def test_a_set_is_moved_in_under_the_folders_lock(tmp_path: Path) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)
 
     def other_run() -> None:
-        with output_set(tmp_path, ("a.json",)) as st:
+        with output_set(tmp_path, "t") as st:
             (st / "a.json").write_text("x")
 
     t = threading.Thread(target=other_run)

@@ -102,22 +102,25 @@ def test_safe_dirname_distinct_and_safe() -> None:
 
 
 def test_output_set_replaces_the_set_whole(tmp_path: Path) -> None:
+    import hashlib
+
     from schedsim.sim.timeline import output_set
 
     (tmp_path / "notes.txt").write_text("mine")
-    with output_set(tmp_path, ("a.json", "b.png", "c.png")) as st:
+    with output_set(tmp_path, "t") as st:
         for n in ("a.json", "b.png", "c.png"):
             (st / n).write_text(n)
-    with output_set(tmp_path, ("a.json", "b.png", "c.png")) as st:
+    with output_set(tmp_path, "t") as st:
         (st / "a.json").write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == [MANIFEST, "a.json", "notes.txt"]
-    assert json.loads((tmp_path / MANIFEST).read_text()) == ["a.json"]
-    # the manifest lists what was written: a later set of other names removes it, never a user's file
-    finish_set(tmp_path, ["z.txt"], ())
+    assert json.loads((tmp_path / MANIFEST).read_text())["sets"] == {
+        "t": {"a.json": hashlib.sha256(b"new").hexdigest()}}
+    # the manifest records what was written: a later set of other names removes it, never a user's file
+    finish_set(tmp_path, "t", {"z.txt": "0" * 64})
     assert sorted(p.name for p in tmp_path.iterdir()) == [MANIFEST, "notes.txt"]
-    (tmp_path / MANIFEST).write_text(json.dumps(["../outside", "notes.txt/.."]))
-    finish_set(tmp_path, [], ())
-    assert (tmp_path / "notes.txt").exists()
+    (tmp_path / MANIFEST).write_text(json.dumps(["../outside", "notes.txt/..", "notes.txt"]))
+    finish_set(tmp_path, "t", {})
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_stale_staging_cleaned_live_ones_kept(tmp_path: Path) -> None:
