@@ -166,3 +166,88 @@ def test_schema_lists_the_block() -> None:
 
 def test_dedent_guard() -> None:  # the fixture is valid as written
     assert load_text(textwrap.dedent(TINY)).training is not None
+
+
+# ---------------------------------------------------------------- lowering: hand-counted tiny configuration
+def _ops(text: str) -> list:  # type: ignore[type-arg]
+    from schedsim.api import lower_spec
+
+    return lower_spec(load_text(text)).ops()
+
+
+def test_tiny_config_op_counts_and_collectives() -> None:
+    """2 layers, tp=2, pp=2, dp=2, m=4 (gbs 8, b 1), by hand.
+
+    Stage 0 (one layer): F = embedding + its TP all-reduce + 12 kernels + 2 all-reduces = 16; I = 13 + 2 = 15;
+    W = 4 wgrads + embedding wgrad = 5; × 4 microbatches = 144, + 4 sendF + 4 recvB, + DP all-reduce, tied
+    embedding all-reduce, optimizer step = 155. Stage 1: F = 14 + final LN, logits, cross-entropy and its 3
+    all-reduces = 20; I = logits dgrad + its all-reduce + 15 = 17; W = logits wgrad + 4 = 5; × 4 = 168 + 8 + 3
+    = 179. Ranks 0-3 are pp stage 0 (tp fastest, then dp), 4-7 stage 1."""
+    ops = _ops(TINY)
+    per_rank = {r: sum(1 for o in ops if o.rank == r) for r in range(8)}
+    assert per_rank == {0: 155, 1: 155, 2: 155, 3: 155, 4: 179, 5: 179, 6: 179, 7: 179}
+    tp_ops = [o for o in ops if o.kind == "all_reduce" and ".tp_" in o.name]
+    # every TP all-reduce is s·b·h·2 bytes = 32·64·2 on the TP group (r, r^1)
+    assert {o.nbytes for o in tp_ops if "ce_allreduce" not in o.name} == {32 * 64 * 2}
+    assert {o.nbytes for o in tp_ops if "ce_allreduce" in o.name} == {32 * 4}
+    assert all(o.group == (o.rank & ~1, o.rank | 1) for o in tp_ops)
+    assert sum(1 for o in tp_ops if o.rank == 0) == 4 * 5 and sum(1 for o in tp_ops if o.rank == 4) == 4 * 8
+    # DP gradient all-reduce: fp32 (bf16 training) of the TP rank's parameters. Per layer 12h² + 13h = 49,984
+    # (Megatron's GPT layer with biases); stage 0 adds V·h + s·h = 1024·64 + 32·64, stage 1 V·h + 2h; / tp = 2
+    dp = {o.rank: o for o in ops if o.name == "dp_grad_all_reduce"}
+    assert dp[0].nbytes == (49_984 + 1024 * 64 + 32 * 64) / 2 * 4 and dp[0].group == (0, 2)
+    assert dp[5].nbytes == (49_984 + 1024 * 64 + 2 * 64) / 2 * 4 and dp[5].group == (5, 7)
+    emb = {o.rank: o for o in ops if o.name == "embedding_grad_allreduce"}
+    assert emb[1].group == (1, 5) and emb[1].nbytes == 1024 * 64 / 2 * 4
+    sends = [o for o in ops if o.kind == "send"]
+    assert {(o.rank, o.peer) for o in sends} == {(0, 4), (1, 5), (2, 6), (3, 7), (4, 0), (5, 1), (6, 2), (7, 3)}
+    assert {o.nbytes for o in sends} == {32 * 64 * 2}
+
+
+def test_sequence_parallel_swaps_all_reduce_for_gather_scatter() -> None:
+    """With SP: per layer an all-gather before QKV and fc1 and a reduce-scatter after proj and fc2 (forward),
+    their conjugates in the backward; p2p messages s/tp·b·h."""
+    ops = _ops(_edit("pp: 2", "pp: 2\n  sequence_parallel: true"))
+    r0 = [o for o in ops if o.rank == 0 and o.name.startswith("F0.0.")]
+    names = [o.name.removeprefix("F0.0.") for o in r0 if o.kind in ("all_gather", "reduce_scatter", "all_reduce")]
+    assert names == ["tp_embedding", "l0.tp_ag_attn", "l0.tp_rs_attn", "l0.tp_ag_mlp", "l0.tp_rs_mlp"]
+    assert [o.kind for o in r0 if o.name.endswith("tp_embedding")] == ["reduce_scatter"]
+    b0 = [o.name.removeprefix("B0.0.I.") for o in ops if o.rank == 0 and o.name.startswith("B0.0.I.")
+          and o.kind in ("all_gather", "reduce_scatter")]
+    assert b0 == ["l0.tp_ag_fc2_dgrad", "l0.tp_rs_fc1_dgrad", "l0.tp_ag_proj_dgrad", "l0.tp_rs_qkv_dgrad"]
+    assert {o.nbytes for o in ops if o.kind == "send"} == {32 * 64 * 2 / 2}
+
+
+def test_recompute_and_distributed_optimizer() -> None:
+    """Full recompute reruns the layer forward (kernels and TP collectives) before its backward; selective only
+    the attention core; the distributed optimizer reduce-scatters gradients, steps on 1/dp, all-gathers params;
+    overlap_grad_reduce issues each chunk's reduction after its last backward, before the rank's last op."""
+    full = _ops(_edit("pp: 2", "pp: 2\n  recompute_granularity: full\n  recompute_method: uniform\n"
+                      "  recompute_num_layers: 1"))
+    re = [o.name.removeprefix("B0.0.I.") for o in full if o.rank == 0 and o.name.startswith("B0.0.I.l0.re_")]
+    assert len(re) == 12 + 2 and re[:2] == ["l0.re_ln1", "l0.re_qkv"]
+    sel = _ops(_edit("pp: 2", "pp: 2\n  recompute_granularity: selective"))
+    assert [o.name for o in sel if o.rank == 0 and o.name.startswith("B0.0.I.l0.re_")] == \
+        ["B0.0.I.l0.re_scores", "B0.0.I.l0.re_softmax", "B0.0.I.l0.re_attn_v"]
+    dist = _ops(_edit("pp: 2", "pp: 2\n  use_distributed_optimizer: true\n  overlap_grad_reduce: true"))
+    r0 = [o for o in dist if o.rank == 0]
+    rs = [i for i, o in enumerate(r0) if o.kind == "reduce_scatter"]
+    ag = [o for o in r0 if o.name == "dp_param_allgather"]
+    assert len(rs) == 1 and r0[rs[0]].name == "dp_grad_reduce_scatter_s0" and r0[rs[0]].group == (0, 2)
+    assert r0[rs[0]].stream == "dp_comm" and rs[0] < len(r0) - 3  # issued before the step's tail
+    assert len(ag) == 1 and ag[0].nbytes == (49_984 + 1024 * 64 + 32 * 64) / 2 * 2
+    opt_plain = next(o for o in _ops(TINY) if o.rank == 0 and o.name == "optimizer_step")
+    opt_dist = next(o for o in r0 if o.name == "optimizer_step")
+    assert opt_dist.nbytes == pytest.approx(opt_plain.nbytes / 2)
+
+
+def test_interleaved_with_virtual_stages_predicts(tmp_path: Path) -> None:
+    """num_layers_per_virtual_pipeline_stage gives Megatron's interleaved 1F1B; predict runs it to the end."""
+    text = _edit("num_layers: 2", "num_layers: 4\n  num_layers_per_virtual_pipeline_stage: 1")
+    text = text.replace("global_batch_size: 8", "global_batch_size: 8")
+    ops = _ops(text)
+    assert {o.name.split(".")[0] for o in ops if o.rank == 0 and o.name[0] == "F"} == {"F0", "F2"}
+    p = tmp_path / "i.yaml"
+    p.write_text(text)
+    r = CliRunner().invoke(app, ["predict", str(p), "--out", str(tmp_path / "o"), "--no-trace"])
+    assert r.exit_code == 0, r.stderr[-2000:]
