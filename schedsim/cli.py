@@ -134,7 +134,8 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:
     for line in summarize(tl.meta.get("warnings", [])):  # one line per kind of warning
         print(line, file=sys.stderr)
     if fmt == OutFormat.json:
-        print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(),
+        extra = {"training": tl.meta["training"]} if "training" in tl.meta else {}
+        print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(), **extra,
                           "files": [str(p) for p in paths]}, indent=1))
         return
     from schedsim.report.summary import print_summary
@@ -144,6 +145,10 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool) -> None:
         from schedsim.report.summary import print_pipeline
 
         print_pipeline(metrics.pipeline, all_ranks=all_ranks)
+    if "training" in tl.meta:
+        from schedsim.report.training import print_training
+
+        print_training(tl.meta["training"])
     if metrics.memory_peak is not None:
         from schedsim.report.summary import fmt_bytes, fmt_time
 

@@ -251,3 +251,31 @@ def test_interleaved_with_virtual_stages_predicts(tmp_path: Path) -> None:
     p.write_text(text)
     r = CliRunner().invoke(app, ["predict", str(p), "--out", str(tmp_path / "o"), "--no-trace"])
     assert r.exit_code == 0, r.stderr[-2000:]
+
+
+def test_predict_reports_megatron_figures(tmp_path: Path) -> None:
+    """predict's training figures: TFLOP/s per GPU = Megatron's FLOPs / iteration / GPUs, MFU over the profile's
+    bf16 peak, and per rank busy compute + exposed TP + PP + DP + bubble = the iteration (nothing counted twice)."""
+    import json
+
+    from schedsim.hardware.profile import load_profile
+
+    p = tmp_path / "s.yaml"
+    p.write_text(_edit("pp: 2", "pp: 2\n  overlap_grad_reduce: true"))
+    r = CliRunner().invoke(app, ["predict", str(p), "--out", str(tmp_path / "o"), "--no-trace", "--format", "json"])
+    assert r.exit_code == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    tr = d["training"]
+    spec = load_text(p.read_text())
+    t = spec.training
+    assert t is not None
+    flops = model_flops(t, training_plan(t, 8))
+    it = d["metrics"]["makespan_s"]
+    assert tr["iteration_s"] == it and tr["flops"] == flops
+    assert tr["tflops_per_gpu"] == pytest.approx(flops / it / 8 / 1e12, rel=1e-12)
+    peak = load_profile("h200").gpu.peak_tflops["bf16"]
+    assert tr["mfu"] == pytest.approx(tr["tflops_per_gpu"] / peak, rel=1e-12)
+    busy = sum(x["busy_compute_s"] for x in d["metrics"]["ranks"].values()) / 8
+    total = busy + sum(tr["exposed_s"].values()) + tr["bubble_s"]
+    assert total == pytest.approx(it, rel=1e-9)
+    assert tr["exposed_s"]["tp"] > 0 and tr["exposed_s"]["pp"] > 0 and tr["exposed_s"]["dp"] > 0
