@@ -267,8 +267,8 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     assert isinstance(steps, dict)
     ns = pplan.num_stages
     ranks = _Ranks(spec, table, t, plan, ns)
-    e = DTYPE_BYTES[plan.dtype]
-    act_bytes = t.seq_length * t.micro_batch_size * t.hidden_size * e // (plan.tp if plan.sp else 1)
+    elem = DTYPE_BYTES[plan.dtype]
+    act_bytes = t.seq_length * t.micro_batch_size * t.hidden_size * elem // (plan.tp if plan.sp else 1)
     p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(act_bytes),
                                      dtype=plan.dtype, source="training")) for k in ("send", "recv")}
     rank_stages = {r: sorted(st for st, rr in pplan.s2r.items() if rr == r) for r in range(plan.pp)}
@@ -316,10 +316,10 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     stage_end = {i: s for s, i in last_bwd[p_].items()}
     for i, (act, bid) in enumerate(steps[p_]):
         em.action(act, bid)
-        s = stage_end.get(i)
-        if s is not None and multi and t.overlap_grad_reduce:
-            done = em.prev_of[(s, "W", max(sub.microbatch for sub in act.sub_actions if sub.stage == s))]
-            grads.append(ranks.one(reduce, f"dp_grad_{reduce}_s{s}", g, dp_group, params[s] * grad_e,
+        end = stage_end.get(i)
+        if end is not None and multi and t.overlap_grad_reduce:
+            done = em.prev_of[(end, "W", max(sub.microbatch for sub in act.sub_actions if sub.stage == end))]
+            grads.append(ranks.one(reduce, f"dp_grad_{reduce}_s{end}", g, dp_group, params[end] * grad_e,
                                    plan.grad_dtype, (done,)))
     last = () if em.last_compute is None else (em.last_compute,)
     if multi and not t.overlap_grad_reduce:

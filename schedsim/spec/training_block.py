@@ -167,18 +167,36 @@ def training_plan(t: TrainingSpec, world_size: int) -> TrainingPlan:
 def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
     """Every rule Megatron would refuse, as (field, message, fix); the first broken one is reported."""
     tp, pp, cp = t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.context_parallel_size
-    out: list[tuple[str, str, str]] = []
     model = tp * pp * cp
     if world_size % model:
-        out.append(("tensor_model_parallel_size", f"world_size ({world_size}) is not divisible by tp ({tp}) × pp "
-                    f"({pp}) × cp ({cp}) (Megatron-LM parallel_state.initialize_model_parallel)",
-                    f"set world_size to a multiple of {model}, or change tp/pp/cp"))
-        return out
+        return [("tensor_model_parallel_size", f"world_size ({world_size}) is not divisible by tp ({tp}) × pp "
+                 f"({pp}) × cp ({cp}) (Megatron-LM parallel_state.initialize_model_parallel)",
+                 f"set world_size to a multiple of {model}, or change tp/pp/cp")]
     dp = world_size // model
+    return [*_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
+            *_recompute_rules(t)]
+
+
+def _size_rules(t: TrainingSpec, world_size: int, dp: int) -> list[tuple[str, str, str]]:
+    """dp as given, and the global batch (Megatron's ``num_microbatches_calculator.py``)."""
+    out = []
+    model = world_size // dp
     if t.data_parallel_size is not None and t.data_parallel_size != dp:
         out.append(("data_parallel_size", f"dp ({t.data_parallel_size}) disagrees with world_size / (tp·pp·cp) = "
                     f"{world_size} / {model} = {dp} (Megatron derives dp; it is not an argument)",
                     f"set dp: {dp} or world_size: {t.data_parallel_size * model}"))
+    mbs, gbs = t.micro_batch_size, t.global_batch_size
+    if gbs is not None and gbs % (mbs * dp):
+        out.append(("global_batch_size", f"global batch size ({gbs}) is not divisible by micro batch size ({mbs}) "
+                    f"times data parallel size ({dp}) (Megatron-LM num_microbatches_calculator.py)",
+                    f"use a multiple of {mbs * dp}, e.g. {(gbs // (mbs * dp) or 1) * mbs * dp}"))
+    return out
+
+
+def _model_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Heads and query groups over tp (Megatron's ``transformer_config.py``, ``arguments.py``)."""
+    out = []
+    tp = t.tensor_model_parallel_size
     h, a = t.hidden_size, t.num_attention_heads
     g = t.num_query_groups or a
     if h % a:
@@ -195,7 +213,13 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
     if a % g:
         out.append(("num_query_groups", f"num_attention_heads ({a}) is not a multiple of num_query_groups ({g})",
                     "give query groups that divide the heads"))
-    L = t.num_layers
+    return out
+
+
+def _layer_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Layers over pp and virtual stages (Megatron's ``arguments.py``)."""
+    out = []
+    L, pp = t.num_layers, t.pipeline_model_parallel_size
     if L % pp:
         out.append(("num_layers", f"Number of layers should be divisible by the pipeline-model-parallel size: "
                     f"{L} layers over pp={pp} (Megatron-LM arguments.py)",
@@ -210,7 +234,13 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
             out.append(("pipeline_model_parallel_size", "When interleaved schedule is used, pipeline-model-parallel "
                         "size should be greater than 1 (Megatron-LM arguments.py)",
                         "set pp > 1, or remove num_layers_per_virtual_pipeline_stage"))
-    if t.sequence_parallel and tp == 1:
+    return out
+
+
+def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Sequence parallelism, overlap flags, precision, experts (Megatron's ``arguments.py``)."""
+    out = []
+    if t.sequence_parallel and t.tensor_model_parallel_size == 1:
         out.append(("sequence_parallel", "sequence parallelism needs tensor parallelism: with tp = 1 Megatron-LM "
                     "turns it off (arguments.py: 'Disabling sequence parallelism because tensor model "
                     "parallelism is disabled'), so the schedule would not be what you wrote",
@@ -218,18 +248,25 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
     if t.tp_comm_overlap and not t.sequence_parallel:
         out.append(("tp_comm_overlap", "Tensor parallel communication/GEMM overlap can happen only when sequence "
                     "parallelism is enabled (Megatron-LM arguments.py)", "set sequence_parallel: true"))
-    mbs = t.micro_batch_size
-    gbs = t.global_batch_size
-    if gbs is not None and gbs % (mbs * dp):
-        out.append(("global_batch_size", f"global batch size ({gbs}) is not divisible by micro batch size ({mbs}) "
-                    f"times data parallel size ({dp}) (Megatron-LM num_microbatches_calculator.py)",
-                    f"use a multiple of {mbs * dp}, e.g. {(gbs // (mbs * dp) or 1) * mbs * dp}"))
     if t.overlap_param_gather and not t.use_distributed_optimizer:
         out.append(("overlap_param_gather", "--overlap-param-gather only supported with distributed optimizer "
                     "(Megatron-LM arguments.py)", "set use_distributed_optimizer: true"))
     if t.overlap_param_gather and not t.overlap_grad_reduce:
         out.append(("overlap_param_gather", "Must use --overlap-param-gather with --overlap-grad-reduce "
                     "(Megatron-LM arguments.py)", "set overlap_grad_reduce: true"))
+    if t.bf16 and t.fp16:
+        out.append(("fp16", "--fp16 and --bf16 are both set (Megatron-LM arguments.py: assert not args.fp16)",
+                    "keep one of them"))
+    if t.num_experts is not None and t.num_experts % t.expert_model_parallel_size:
+        out.append(("expert_model_parallel_size", f"num_experts ({t.num_experts}) must be a multiple of "
+                    f"expert_model_parallel_size ({t.expert_model_parallel_size}) (Megatron-LM arguments.py)",
+                    "use an ep dividing num_experts"))
+    return out
+
+
+def _recompute_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Recomputation settings (Megatron's ``transformer_config.py``)."""
+    out = []
     rg, rm = t.recompute_granularity, t.recompute_method
     if rg == "selective" and rm is not None:
         out.append(("recompute_method", "recompute method is not yet supported for selective recomputing "
@@ -245,13 +282,6 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
         out.append(("recompute_method", "recompute_method is set but recompute_granularity is not (Megatron-LM "
                     "transformer_config.py: the method applies to full recomputation)",
                     "add recompute_granularity: full, or remove recompute_method"))
-    if t.bf16 and t.fp16:
-        out.append(("fp16", "--fp16 and --bf16 are both set (Megatron-LM arguments.py: assert not args.fp16)",
-                    "keep one of them"))
-    if t.num_experts is not None and t.num_experts % t.expert_model_parallel_size:
-        out.append(("expert_model_parallel_size", f"num_experts ({t.num_experts}) must be a multiple of "
-                    f"expert_model_parallel_size ({t.expert_model_parallel_size}) (Megatron-LM arguments.py)",
-                    "use an ep dividing num_experts"))
     return out
 
 
@@ -304,13 +334,15 @@ def model_flops(t: TrainingSpec, plan: TrainingPlan) -> float:
         (1 + plan.groups / a + s / h) + (plan.ffn / h) * k * gate + plan.vocab / (2 * L * h))
 
 
-def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan) -> float:
-    """Stored activations of one layer and microbatch, bytes (Korthikanti et al. 2022 Table 2; module docstring)."""
+def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | None = "as set") -> float:
+    """Stored activations of one layer and microbatch, bytes (Korthikanti et al. 2022 Table 2; module docstring),
+    for the block's ``recompute_granularity`` or the one given (``None``: no recomputation)."""
     s, b, h, a, tp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp
     sbh = s * b * h
-    if t.recompute_granularity == "full":
+    rg = t.recompute_granularity if granularity == "as set" else granularity
+    if rg == "full":
         return 2 * sbh / (tp if plan.sp else 1)
-    attn = 0.0 if t.recompute_granularity == "selective" else 5 * a * s / h
+    attn = 0.0 if rg == "selective" else 5 * a * s / h
     if plan.sp:
         return sbh / tp * (34 + attn)
     return sbh * (10 + 24 / tp + attn / tp)
@@ -331,12 +363,16 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for the sources."""
     lps = t.num_layers // plan.pp
     n = (lps * _params_per_layer(t, plan) + plan.vocab * t.hidden_size + t.seq_length * t.hidden_size) / plan.tp
-    pb, gb, ob = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
-    if t.use_distributed_optimizer:
-        ob = ob / (plan.dp * plan.cp)
+    pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
+    ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)
     p, v, m = plan.pp, plan.v, plan.m
     inflight = min(m, p) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
-    act = act_bytes_per_layer(t, plan) * inflight
+    per_layer = act_bytes_per_layer(t, plan)
+    lpc = lps // v  # layers per chunk; recompute_method block recomputes the first recompute_num_layers of each
+    if t.recompute_granularity == "full" and t.recompute_method == "block" and (t.recompute_num_layers or 0) < lpc:
+        k = t.recompute_num_layers or 0
+        per_layer = (k * per_layer + (lpc - k) * act_bytes_per_layer(t, plan, None)) / lpc
+    act = per_layer * inflight
     out = {"params": n * pb, "grads": n * gb, "optimizer": n * ob, "activations": act}
     out["total"] = sum(out.values())
     return out

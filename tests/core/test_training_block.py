@@ -279,3 +279,16 @@ def test_predict_reports_megatron_figures(tmp_path: Path) -> None:
     total = busy + sum(tr["exposed_s"].values()) + tr["bubble_s"]
     assert total == pytest.approx(it, rel=1e-9)
     assert tr["exposed_s"]["tp"] > 0 and tr["exposed_s"]["pp"] > 0 and tr["exposed_s"]["dp"] > 0
+
+
+def test_block_recompute_mixes_stored_layers() -> None:
+    """recompute_method block keeps full activations of the layers past recompute_num_layers (per chunk)."""
+    base = dict(num_layers=8, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1024,
+                micro_batch_size=1, global_batch_size=4, pp=2, bf16=True)
+    blk = TrainingSpec(**base, recompute_granularity="full", recompute_method="block",  # type: ignore[arg-type]
+                       recompute_num_layers=1)
+    plan = training_plan(blk, 2)
+    sbh = 32 * 64
+    none = sbh * (10 + 24 + 5 * 4 * 32 / 64)
+    # 4 layers per stage: 1 stores its input (2sbh), 3 everything; the first stage holds min(m=4, p=2) microbatches
+    assert memory_per_rank(blk, plan)["activations"] == pytest.approx((2 * sbh + 3 * none) / 4 * 4 * 2, rel=1e-12)
