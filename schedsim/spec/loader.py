@@ -1222,7 +1222,7 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None, *, 
         env["world_size"] = out["world_size"]
     from schedsim.spec.limits import check_expansion  # bound the work before doing it
 
-    check_expansion(data, env, file, out.get("pipeline"))
+    check_expansion(data, env, file, out.get("pipeline"), out.get("training"))
     if "ops" in data:
         ops = LList()
         ops.mark = km.get("ops")

@@ -292,3 +292,20 @@ def test_block_recompute_mixes_stored_layers() -> None:
     none = sbh * (10 + 24 + 5 * 4 * 32 / 64)
     # 4 layers per stage: 1 stores its input (2sbh), 3 everything; the first stage holds min(m=4, p=2) microbatches
     assert memory_per_rank(blk, plan)["activations"] == pytest.approx((2 * sbh + 3 * none) / 4 * 4 * 2, rel=1e-12)
+
+
+def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
+    """The loader's expansion bound counts the training block (world × m × (50 per layer of a stage + 8)), so a
+    175B-sized step is refused before lowering unless the limit is raised; the estimate is not below the real
+    count of a lowered block."""
+    from schedsim.spec.limits import _training_ops
+
+    big = TINY.replace("world_size: 8", "world_size: 64").replace("num_layers: 2", "num_layers: 96") \
+        .replace("global_batch_size: 8", "global_batch_size: 64").replace("tp: 2", "tp: 8").replace("pp: 2", "pp: 8")
+    code, err = _check(tmp_path, big)
+    assert code == 2 and "training: the schedule expands to too many op instances" in err
+    assert "about 2,490,368" in err  # 64 ranks × 64 microbatches × (50 · 12 + 8)
+    tb = load_text(TINY).training
+    assert tb is not None
+    assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \
+        >= len(_ops(TINY)) == 1336
