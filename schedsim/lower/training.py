@@ -283,7 +283,7 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     info = block_info(pb.model_copy(update={"transformer": None, "stage": None}), pplan, cost)
     from dataclasses import replace
 
-    return replace(info, dp=spec.world_size // plan.pp)
+    return replace(info, dp=spec.world_size // plan.pp, rank_stride=plan.tp * plan.cp * plan.dp)
 
 
 def _coords(plan: TrainingPlan, g: int) -> tuple[int, int, int, int]:

@@ -309,3 +309,18 @@ def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
     assert tb is not None
     assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \
         >= len(_ops(TINY)) == 1336
+
+
+def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
+    """In Megatron's order the first replica's pipeline ranks are 0 and tp·cp·dp = 4, not 0 and 1; the
+    pipeline picture's lanes and the PipelineInfo's JSON form say so (rank_stride)."""
+    from schedsim.api import predict
+    from schedsim.graph.info import PipelineInfo
+    from schedsim.report.gantt import pipeline_lanes
+
+    run = predict(load_text(TINY), "h200")
+    info = run.timeline.pipeline
+    assert info is not None and info.rank_stride == 4 and info.p == 2
+    assert pipeline_lanes(run.timeline).shown == [0, 4]
+    assert PipelineInfo.from_dict(info.to_dict()) == info
+    assert "rank_stride" not in PipelineInfo(p=2).to_dict()  # a pipeline block's JSON is as before
