@@ -39,7 +39,11 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
 model parallelism or context parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS
 to 1"), unless the schedule's ``env`` says otherwise.
 
-Not modelled yet (issue 36): the gradient-norm all-reduce, buckets finer than a chunk, the all-gather of the
+The optimizer step is preceded by its synchronisations: under fp16 the loss scaler's found-inf all-reduce, then
+the gradient norm's (``--clip-grad``), each one fp32 value over the model-parallel ranks (every rank with the
+distributed optimizer).
+
+Not modelled yet (issue 36): buckets finer than a chunk, the all-gather of the
 sequence-parallel input that the weight gradient redoes, uneven first/last stages, context and expert
 parallelism and TP communication overlap (refused by :func:`schedsim.spec.training_block.check_training`).
 """
@@ -70,6 +74,8 @@ __all__ = ["expand_training", "stage_lists", "TP_TAG", "DP_TAG"]
 
 #: Tags of the data-parallel (and tied-embedding) gradient reductions and the parameter all-gather.
 DP_TAG = (("comm", "dp"),)
+#: Tags of the optimizer's found-inf and gradient-norm all-reduces.
+OPT_TAG = (("comm", "optimizer"),)
 #: Tag the report reads to tell TP collectives apart (they also carry their action's pipeline tags).
 TP_TAG = "tp_"
 DP_STREAM = "dp_comm"
@@ -204,6 +210,9 @@ class _Ranks:
     def template(self, op: Op) -> int:
         return self.table.template(op)
 
+    def spec_world(self) -> range:
+        return range(self.spec.world_size)
+
     def stage_protos(self, stages: list[int], group: tuple[int, ...]) -> dict[tuple[int, str], list[tuple[str, int]]]:
         """(stage, phase) -> [(op name, template id)] for a TP group (its collectives' templates name it)."""
         key = (*stages, -1, *group)
@@ -330,6 +339,15 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
         emb = plan.vocab * t.hidden_size / plan.tp * grad_e
         wait = (ranks.one("all_reduce", "embedding_grad_allreduce", g, grp, emb, plan.grad_dtype, wait,
                           stream="compute"),)
+    # the optimizer's synchronisations (megatron/core/optimizer/optimizer.py): under fp16 the found-inf flag of the
+    # loss scaler, then the gradient norm of --clip-grad (default 1.0), each one fp32 all-reduce over the
+    # grad-stats group: the model-parallel ranks, or with the distributed optimizer every rank of its instance
+    # (distrib_optimizer.py get_grad_stats_parallel_group)
+    stats = tuple(range(len(ranks.spec_world()))) if t.use_distributed_optimizer else \
+        tuple(sorted(plan.rank(x, c_, d_, y) for x in range(plan.tp) for y in range(plan.pp)))
+    if len(stats) > 1:
+        for name in (("optimizer_found_inf",) if plan.dtype == "fp16" else ()) + ("optimizer_grad_norm",):
+            wait = (ranks.one("all_reduce", name, g, stats, 4, "fp32", wait, stream="compute", tags=OPT_TAG),)
     # fused Adam on the rank's shard: reads grad, fp32 master, two moments; writes those three and the parameter
     moved = (grad_e + 3 * 4 + 3 * 4 + param_e) * mine / shard
     opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute",

@@ -180,12 +180,17 @@ def test_tiny_config_op_counts_and_collectives() -> None:
 
     Stage 0 (one layer): F = embedding + its TP all-reduce + 12 kernels + 2 all-reduces = 16; I = 13 + 2 = 15;
     W = 4 wgrads + embedding wgrad = 5; × 4 microbatches = 144, + 4 sendF + 4 recvB, + DP all-reduce, tied
-    embedding all-reduce, optimizer step = 155. Stage 1: F = 14 + final LN, logits, cross-entropy and its 3
-    all-reduces = 20; I = logits dgrad + its all-reduce + 15 = 17; W = logits wgrad + 4 = 5; × 4 = 168 + 8 + 3
-    = 179. Ranks 0-3 are pp stage 0 (tp fastest, then dp), 4-7 stage 1."""
+    embedding all-reduce, gradient-norm all-reduce (bf16: no found-inf), optimizer step = 156. Stage 1: F = 14 +
+    final LN, logits, cross-entropy and its 3 all-reduces = 20; I = logits dgrad + its all-reduce + 15 = 17;
+    W = logits wgrad + 4 = 5; × 4 = 168 + 8 + 4 = 180. Ranks 0-3 are pp stage 0 (tp fastest, then dp), 4-7
+    stage 1."""
     ops = _ops(TINY)
     per_rank = {r: sum(1 for o in ops if o.rank == r) for r in range(8)}
-    assert per_rank == {0: 155, 1: 155, 2: 155, 3: 155, 4: 179, 5: 179, 6: 179, 7: 179}
+    assert per_rank == {0: 156, 1: 156, 2: 156, 3: 156, 4: 180, 5: 180, 6: 180, 7: 180}
+    norm = {o.rank: o for o in ops if o.name == "optimizer_grad_norm"}
+    assert norm[0].group == (0, 1, 4, 5) and norm[6].group == (2, 3, 6, 7) and norm[0].nbytes == 4  # tp × pp
+    fp16 = [o.name for o in _ops(_edit("bf16: true", "fp16: true")) if o.rank == 3][-3:]
+    assert fp16 == ["optimizer_found_inf", "optimizer_grad_norm", "optimizer_step"]  # the loss scaler's check first
     tp_ops = [o for o in ops if o.kind == "all_reduce" and ".tp_" in o.name]
     # every TP all-reduce is s·b·h·2 bytes = 32·64·2 on the TP group (r, r^1)
     assert {o.nbytes for o in tp_ops if "ce_allreduce" not in o.name} == {32 * 64 * 2}
@@ -234,8 +239,9 @@ def test_recompute_and_distributed_optimizer() -> None:
     rs = [i for i, o in enumerate(r0) if o.kind == "reduce_scatter"]
     ag = [o for o in r0 if o.name == "dp_param_allgather"]
     assert len(rs) == 1 and r0[rs[0]].name == "dp_grad_reduce_scatter_s0" and r0[rs[0]].group == (0, 2)
-    assert r0[rs[0]].stream == "dp_comm" and rs[0] < len(r0) - 3  # issued before the step's tail
+    assert r0[rs[0]].stream == "dp_comm" and rs[0] < len(r0) - 4  # issued before the step's tail
     assert len(ag) == 1 and ag[0].nbytes == (49_984 + 1024 * 64 + 32 * 64) / 2 * 2
+    assert next(o for o in r0 if o.name == "optimizer_grad_norm").group == tuple(range(8))  # the whole instance
     opt_plain = next(o for o in _ops(TINY) if o.rank == 0 and o.name == "optimizer_step")
     opt_dist = next(o for o in r0 if o.name == "optimizer_step")
     assert opt_dist.nbytes == pytest.approx(opt_plain.nbytes / 2)
@@ -308,7 +314,7 @@ def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
     tb = load_text(TINY).training
     assert tb is not None
     assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \
-        >= len(_ops(TINY)) == 1336
+        >= len(_ops(TINY)) == 1344
 
 
 def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
