@@ -342,7 +342,8 @@ class _Emitter:
     """Writes one rank's ops of one replica into the table, tracking what each new op waits for (by name id).
 
     A pipeline rank ``r``'s peer is global rank ``off + r``, or ``ranks[r]`` when ``ranks`` is given (the
-    training block's Megatron layout, :mod:`schedsim.lower.training`)."""
+    training block's Megatron layout, :mod:`schedsim.lower.training`, which also places its data-parallel
+    gradient buckets between a backward's ops through ``on_op``)."""
 
     table: Table
     plan: PipelinePlan
@@ -360,6 +361,7 @@ class _Emitter:
     p2p_consts: dict[tuple[Any, int], tuple[Any, ...]] = field(default_factory=dict)  # (type, stage) -> shared
     compute_stream: int = -1
     ranks: tuple[int, ...] = ()
+    on_op: Any = None  # called after each compute op as on_op(stage, mb, phase, op name, name id)
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -486,6 +488,8 @@ class _Emitter:
                 oname = names(f"{label}{s}.{j}.{tname}" if label == phase else f"B{s}.{j}.{phase}.{tname}")
                 table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
                 first = ()
+                if self.on_op is not None:
+                    self.on_op(s, j, phase, tname, oname)
             self.last_compute = oname
             self.prev_of[(s, phase, j)] = oname
         if parts[0][1] == "B":  # a full backward hands its input gradient on when the whole B is done

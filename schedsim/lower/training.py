@@ -26,14 +26,15 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
 * **data parallelism** (Megatron ``distributed/``, ``finalize_model_grads.py``): the gradients of the rank's
   parameters (``/tp``), in fp32 under bf16, all-reduced over the data-parallel group (dp × cp ranks with the
   same tp and pp coordinates) or, with ``use_distributed_optimizer``, reduce-scattered. With
-  ``overlap_grad_reduce`` each model chunk's reduction is issued right after the chunk's last backward (one
-  bucket per chunk), on stream ``dp_comm``, so later backward work overlaps it; without, one reduction after
-  the rank's last compute. Then the word-embedding gradient all-reduce between the first and last pipeline
-  stage (tied embeddings, ``pp > 1``), the optimizer step (fused Adam: reads the gradient, the fp32 master
-  weight and two moments, writes the three and the parameter copy, on the rank's shard with the distributed
-  optimizer) and, with the distributed optimizer, the parameter all-gather over the data-parallel group (with
-  ``overlap_param_gather`` issued at the start of the step on ``dp_comm``, as the next step's forward would
-  dispatch it, without holding the first forward back).
+  ``overlap_grad_reduce`` they are reduced in Megatron's buckets (:meth:`_Ranks.buckets`: 40 M parameters or
+  more in the first model chunk, one bucket per later chunk), each issued on stream ``dp_comm`` right after the
+  last microbatch's weight gradient that completes it, so the rest of the backward overlaps it; without, one
+  reduction after the rank's last compute. Then the word-embedding gradient all-reduce between the first and
+  last pipeline stage (tied embeddings, ``pp > 1``), the optimizer's synchronisations, the optimizer step
+  (fused Adam: reads the gradient, the fp32 master weight and two moments, writes the three and the parameter
+  copy, on the rank's shard with the distributed optimizer) and, with the distributed optimizer, the parameter
+  all-gather over the data-parallel group (with ``overlap_param_gather`` issued at the start of the step on
+  ``dp_comm``, as the next step's forward would dispatch it, without holding the first forward back).
 
 ``CUDA_DEVICE_MAX_CONNECTIONS`` is 1 when ``tp > 1`` (Megatron-LM ``arguments.py`` asserts it: "Using tensor
 model parallelism or context parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS
@@ -43,7 +44,7 @@ The optimizer step is preceded by its synchronisations: under fp16 the loss scal
 the gradient norm's (``--clip-grad``), each one fp32 value over the model-parallel ranks (every rank with the
 distributed optimizer).
 
-Not modelled yet (issue 36): buckets finer than a chunk, the all-gather of the
+Not modelled yet (issue 36): the all-gather of the
 sequence-parallel input that the weight gradient redoes, uneven first/last stages, context and expert
 parallelism and TP communication overlap (refused by :func:`schedsim.spec.training_block.check_training`).
 """
@@ -57,7 +58,6 @@ from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.lower.pipeline import _Emitter, _interleaved_steps, _lowered_steps, _stage_proto
 from schedsim.lower.table import Table
-from schedsim.pipeline.actions import ComputationType as CT
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
     PipelineSpec,
@@ -188,16 +188,6 @@ def _stage_params(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[
     return {s: sum(d.values()) / plan.tp for s, d in held.items()}
 
 
-def _last_backward(steps: list[tuple[Any, int | None]]) -> dict[int, int]:
-    """Per stage, the index in ``steps`` of the action holding its last backward (B or W) sub-action."""
-    last: dict[int, int] = {}
-    for i, (act, _bid) in enumerate(steps):
-        for sub in act.sub_actions:
-            if sub.type in (CT.B, CT.W):
-                last[sub.stage] = i
-    return last
-
-
 class _Ranks:
     """Templates and ids shared by the ranks of one lowering."""
 
@@ -212,6 +202,33 @@ class _Ranks:
 
     def spec_world(self) -> range:
         return range(self.spec.world_size)
+
+    def buckets(self, stage: int, bucketing: bool) -> dict[str, tuple[int, float]]:
+        """The gradient buckets of a stage chunk with ``overlap_grad_reduce``: W op name -> (bucket index,
+        parameters of the TP rank in the bucket), the bucket's reduction issued after that op of the last
+        microbatch's backward. Megatron's DDP fills buckets of ``max(4·10⁷, 10⁶·dp)`` parameters in backward
+        order (``megatron/core/distributed/distributed_data_parallel.py``), a layer's parameters ready after its
+        last weight gradient; without ``bucketing`` (model chunks after the first: ``megatron/training/
+        training.py`` ``get_model``, ``disable_bucketing=(model_chunk_idx > 0)``) one bucket per chunk."""
+        from schedsim.pipeline.memory import stage_params
+        from schedsim.spec.training_block import _params_per_layer
+
+        t, plan = self.t, self.plan
+        ns = len(self.lists)
+        held = stage_params(ns, t.num_layers // ns, _params_per_layer(t, plan), hidden=t.hidden_size,
+                            seq=t.seq_length, vocab=plan.vocab)[stage]
+        lps = t.num_layers // ns
+        own = {"logits_wgrad": held["lm_head"], "embedding_wgrad": held["embedding"]}
+        size = max(40_000_000, 1_000_000 * plan.dp * plan.cp) if bucketing else float("inf")
+        out: dict[str, tuple[int, float]] = {}
+        acc = 0.0
+        names = [str(o["name"]) for o in self.lists[stage]["W"]]
+        for name in names:
+            acc += own.get(name, held["layers"] / lps if name.endswith("qkv_wgrad") else 0) / plan.tp
+            if acc >= size or (name == names[-1] and acc):
+                out[name] = (len(out), acc)
+                acc = 0.0
+        return out
 
     def stage_protos(self, stages: list[int], group: tuple[int, ...]) -> dict[tuple[int, str], list[tuple[str, int]]]:
         """(stage, phase) -> [(op name, template id)] for a TP group (its collectives' templates name it)."""
@@ -283,9 +300,8 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     rank_stages = {r: sorted(st for st, rr in pplan.s2r.items() if rr == r) for r in range(plan.pp)}
     chunk_of = {st: rank_stages[r].index(st) for st, r in pplan.s2r.items()}
     params = _stage_params(t, plan, ns)
-    last_bwd = {r: _last_backward(steps[r]) for r in range(plan.pp)}
     for g in range(spec.world_size):
-        _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params, last_bwd)
+        _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
     from schedsim.spec.training_block import act_bytes_per_layer
 
     cost = StageCost({}, act_bytes, int(act_bytes_per_layer(t, plan) * (t.num_layers // ns)), dtype=plan.dtype)
@@ -304,7 +320,7 @@ def _coords(plan: TrainingPlan, g: int) -> tuple[int, int, int, int]:
 
 def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[Any, int | None]]],
                p2p_tmpl: dict[str, int], chunk_of: dict[int, int], rank_stages: dict[int, list[int]],
-               params: dict[int, float], last_bwd: dict[int, dict[int, int]]) -> None:
+               params: dict[int, float]) -> None:
     """One global rank's step: its pipeline rank's actions with TP collectives, then the data-parallel tail."""
     t, plan = ranks.t, ranks.plan
     t_, c_, d_, p_ = _coords(plan, g)
@@ -322,14 +338,19 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
         for s in rank_stages[p_]:
             ranks.one("all_gather", f"dp_param_allgather_s{s}", g, dp_group, params[s] * param_e, plan.dtype, ())
     grads: list[int] = []
-    stage_end = {i: s for s, i in last_bwd[p_].items()}
-    for i, (act, bid) in enumerate(steps[p_]):
+    if multi and t.overlap_grad_reduce:
+        bounds = {s: ranks.buckets(s, chunk_of[s] == 0) for s in rank_stages[p_]}
+        last_mb = pplan.m - 1  # both Megatron schedules run a chunk's backwards in microbatch order
+
+        def bucket(s: int, j: int, phase: str, name: str, nid: int) -> None:
+            b = bounds[s].get(name) if phase == "W" and j == last_mb else None
+            if b is not None:
+                grads.append(ranks.one(reduce, f"dp_grad_{reduce}_s{s}_b{b[0]}", g, dp_group, b[1] * grad_e,
+                                       plan.grad_dtype, (nid,)))
+
+        em.on_op = bucket
+    for act, bid in steps[p_]:
         em.action(act, bid)
-        end = stage_end.get(i)
-        if end is not None and multi and t.overlap_grad_reduce:
-            done = em.prev_of[(end, "W", max(sub.microbatch for sub in act.sub_actions if sub.stage == end))]
-            grads.append(ranks.one(reduce, f"dp_grad_{reduce}_s{end}", g, dp_group, params[end] * grad_e,
-                                   plan.grad_dtype, (done,)))
     last = () if em.last_compute is None else (em.last_compute,)
     if multi and not t.overlap_grad_reduce:
         grads.append(ranks.one(reduce, f"dp_grad_{reduce}", g, dp_group, mine * grad_e, plan.grad_dtype, last))

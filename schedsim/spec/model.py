@@ -22,9 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 
 from schedsim._pydantic import plugins_off
 from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, CollectiveKind, DType
-from schedsim.units import DTYPE_BYTES
-
 from schedsim.spec.training_block import TrainingSpec
+from schedsim.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
     from schedsim.spec.pipeline_block import PipelineSpec

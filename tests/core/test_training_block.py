@@ -238,7 +238,7 @@ def test_recompute_and_distributed_optimizer() -> None:
     r0 = [o for o in dist if o.rank == 0]
     rs = [i for i, o in enumerate(r0) if o.kind == "reduce_scatter"]
     ag = [o for o in r0 if o.name == "dp_param_allgather"]
-    assert len(rs) == 1 and r0[rs[0]].name == "dp_grad_reduce_scatter_s0" and r0[rs[0]].group == (0, 2)
+    assert len(rs) == 1 and r0[rs[0]].name == "dp_grad_reduce_scatter_s0_b0" and r0[rs[0]].group == (0, 2)
     assert r0[rs[0]].stream == "dp_comm" and rs[0] < len(r0) - 4  # issued before the step's tail
     assert len(ag) == 1 and ag[0].nbytes == (49_984 + 1024 * 64 + 32 * 64) / 2 * 2
     assert next(o for o in r0 if o.name == "optimizer_grad_norm").group == tuple(range(8))  # the whole instance
@@ -330,3 +330,20 @@ def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
     assert pipeline_lanes(run.timeline).shown == [0, 4]
     assert PipelineInfo.from_dict(info.to_dict()) == info
     assert "rank_stride" not in PipelineInfo(p=2).to_dict()  # a pipeline block's JSON is as before
+
+
+def test_gradient_buckets_follow_megatrons_ddp() -> None:
+    """overlap_grad_reduce: buckets of at least 40 M parameters in backward order (Megatron's DDP), each reduced
+    right after the weight gradient of the last microbatch that completes it. h = 1280: a layer holds 12h² + 13h
+    = 19,677,440 parameters; the W order is logits (V·h + 2h = 1,313,280), layers 3, 2 (40,668,160 ≥ 40 M: bucket
+    0), layers 1, 0 and the embedding (V·h + s·h = 1,351,680: bucket 1, 40,706,560), fp32 gradients under bf16."""
+    text = TINY.replace("world_size: 8", "world_size: 2").replace("num_layers: 2", "num_layers: 4") \
+        .replace("hidden_size: 64", "hidden_size: 1280").replace("num_attention_heads: 4", "num_attention_heads: 10") \
+        .replace("global_batch_size: 8", "global_batch_size: 2").replace("tp: 2", "tp: 1") \
+        .replace("pp: 2", "pp: 1\n  overlap_grad_reduce: true")
+    r0 = [o for o in _ops(text) if o.rank == 0]
+    names = [o.name for o in r0]
+    b0, b1 = names.index("dp_grad_all_reduce_s0_b0"), names.index("dp_grad_all_reduce_s0_b1")
+    assert names[b0 - 1] == "B0.0.W.l2.qkv_wgrad" and names[b1 - 1] == "B0.0.W.embedding_wgrad"
+    assert r0[b0].nbytes == 40_668_160 * 4 and r0[b1].nbytes == 40_706_560 * 4
+    assert r0[b0].group == (0, 1) and r0[b0].stream == "dp_comm"
