@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedsim.errors import SpecError
+from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.lower.pipeline import _Emitter, _interleaved_steps, _lowered_steps, _stage_proto
@@ -66,6 +66,7 @@ from schedsim.spec.pipeline_block import (
     _layer_ops,
     block_info,
     plan_of,
+    split_fix,
 )
 from schedsim.spec.training_block import TrainingPlan, TrainingSpec, training_plan
 from schedsim.units import DTYPE_BYTES
@@ -287,9 +288,15 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     try:
         pplan = plan_of(spec, pb, reference=True)
         steps = _interleaved_steps(spec, pb, pplan) if plan.v > 1 else _lowered_steps(pplan, columns=False)
-    except SpecError as e:
-        raise SpecError(f"{e.message} (the pipeline of pp={plan.pp}, v={plan.v}, m={plan.m} microbatches)",
-                        file=spec._file, path="training.global_batch_size", fix=e.fix) from None
+    except SchedsimError as e:  # the generators' rules on m: said in the block's terms
+        head = split_fix(e.message if isinstance(e, SpecError) else e.reason if isinstance(  # type: ignore[attr-defined]
+            e, PipelineScheduleError) else str(e), custom=False)[0]
+        per = t.micro_batch_size * plan.dp
+        m2 = -(-plan.m // plan.pp) * plan.pp
+        raise SpecError(f"{head} (m = global_batch_size / (micro_batch_size · dp) = {plan.m}, pp = {plan.pp}, "
+                        f"v = {plan.v})", file=spec._file, path="training.global_batch_size",
+                        fix=f"use global_batch_size: {m2 * per} (m = {m2}, a multiple of pp), or fewer virtual "
+                        "stages") from None
     assert isinstance(steps, dict)
     ns = pplan.num_stages
     ranks = _Ranks(spec, table, t, plan, ns)

@@ -347,3 +347,17 @@ def test_gradient_buckets_follow_megatrons_ddp() -> None:
     assert names[b0 - 1] == "B0.0.W.l2.qkv_wgrad" and names[b1 - 1] == "B0.0.W.embedding_wgrad"
     assert r0[b0].nbytes == 40_668_160 * 4 and r0[b1].nbytes == 40_706_560 * 4
     assert r0[b0].group == (0, 1) and r0[b0].stream == "dp_comm"
+
+
+def test_interleaving_with_too_few_microbatches_names_the_global_batch(tmp_path: Path) -> None:
+    """The interleaved generator's rule on m (Megatron's) is said on training.global_batch_size with a global
+    batch that satisfies it, not in the pipeline block's terms."""
+    text = _edit("num_layers: 2", "num_layers: 4\n  num_layers_per_virtual_pipeline_stage: 1") \
+        .replace("global_batch_size: 8", "global_batch_size: 6")  # dp 2: m = 3, not a multiple of pp = 2
+    code, err = _check(tmp_path, text)
+    assert code == 2
+    first, fix = err.splitlines()[:2]
+    assert "training.global_batch_size: interleaved 1F1B needs m mod group_size to be 0 or >= p" in first
+    assert "(m = global_batch_size / (micro_batch_size · dp) = 3, pp = 2, v = 2)" in first
+    assert fix == "  fix: use global_batch_size: 8 (m = 4, a multiple of pp), or fewer virtual stages"
+    assert "Traceback" not in err
