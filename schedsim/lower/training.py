@@ -8,7 +8,7 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   p2p placement (:func:`schedsim.spec.pipeline_block.plan_of`, :mod:`schedsim.lower.pipeline`'s emitter), the
   pipeline peers being the ranks that differ only in their pp coordinate. p2p messages are ``s·b·h`` elements
   (``s/tp·b·h`` with sequence parallelism);
-* **each stage**: its layers' kernels on one TP rank (:func:`schedsim.spec.pipeline_block._layer_ops` with
+* **each stage**: its layers (Megatron's uneven first/last stages included) as kernels on one TP rank (:func:`schedsim.spec.pipeline_block._layer_ops` with
   ``tp``), layer by layer, the first stage adding the vocabulary-parallel embedding and the last the final
   LayerNorm's output layer (logits ``V/tp`` columns) and cross-entropy;
 * **TP collectives** on the TP group, on the compute stream (Megatron's ``tensor_parallel/mappings.py``
@@ -45,7 +45,7 @@ the gradient norm's (``--clip-grad``), each one fp32 value over the model-parall
 distributed optimizer).
 
 Not modelled yet (issue 36): the all-gather of the
-sequence-parallel input that the weight gradient redoes, uneven first/last stages, context and expert
+sequence-parallel input that the weight gradient redoes, context and expert
 parallelism and TP communication overlap (refused by :func:`schedsim.spec.training_block.check_training`).
 """
 
@@ -132,7 +132,7 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
     s, b, h, V = t.seq_length, t.micro_batch_size, t.hidden_size, plan.vocab
     T = s * b
     act = T * h * e
-    lps = t.num_layers // num_stages
+    lps = plan.stage_layers[stage]
     fwd = _with_tp(layer["F"], "F", plan, act, plan.dtype)
     bwd = _with_tp(layer["I"], "I", plan, act, plan.dtype)
     core = [o for o in layer["F"] if o["name"] in ("scores", "softmax", "attn_v")]
@@ -177,16 +177,21 @@ def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
                            vocab=plan.vocab, swiglu=t.swiglu)
 
 
-def _stage_params(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, float]:
-    """Parameters one TP rank holds per stage chunk (layers, embedding on the first, output layer on the last
-    when untied or, tied, Megatron's copy of the word embedding there): :func:`schedsim.pipeline.memory.stage_params`
-    over :func:`schedsim.spec.training_block._params_per_layer`, divided by tp."""
+def _held(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, dict[str, int]]:
+    """Parameters of the whole model per stage chunk, split as :func:`schedsim.pipeline.memory.stage_params`
+    splits them (layers, embedding on the first, output layer on the last when untied or, tied, Megatron's copy
+    of the word embedding there), with each stage's own layer count (uneven first/last stages)."""
     from schedsim.pipeline.memory import stage_params
     from schedsim.spec.training_block import _params_per_layer
 
-    held = stage_params(num_stages, t.num_layers // num_stages, _params_per_layer(t, plan), hidden=t.hidden_size,
-                        seq=t.seq_length, vocab=plan.vocab)
-    return {s: sum(d.values()) / plan.tp for s, d in held.items()}
+    per = _params_per_layer(t, plan)
+    held = stage_params(num_stages, 1, per, hidden=t.hidden_size, seq=t.seq_length, vocab=plan.vocab)
+    return {s: {**d, "layers": per * plan.stage_layers[s]} for s, d in held.items()}
+
+
+def _stage_params(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, float]:
+    """Parameters one TP rank holds per stage chunk (:func:`_held` divided by tp)."""
+    return {s: sum(d.values()) / plan.tp for s, d in _held(t, plan, num_stages).items()}
 
 
 class _Ranks:
@@ -211,14 +216,9 @@ class _Ranks:
         order (``megatron/core/distributed/distributed_data_parallel.py``), a layer's parameters ready after its
         last weight gradient; without ``bucketing`` (model chunks after the first: ``megatron/training/
         training.py`` ``get_model``, ``disable_bucketing=(model_chunk_idx > 0)``) one bucket per chunk."""
-        from schedsim.pipeline.memory import stage_params
-        from schedsim.spec.training_block import _params_per_layer
-
         t, plan = self.t, self.plan
-        ns = len(self.lists)
-        held = stage_params(ns, t.num_layers // ns, _params_per_layer(t, plan), hidden=t.hidden_size,
-                            seq=t.seq_length, vocab=plan.vocab)[stage]
-        lps = t.num_layers // ns
+        held = _held(t, plan, len(self.lists))[stage]
+        lps = plan.stage_layers[stage]
         own = {"logits_wgrad": held["lm_head"], "embedding_wgrad": held["embedding"]}
         size = max(40_000_000, 1_000_000 * plan.dp * plan.cp) if bucketing else float("inf")
         out: dict[str, tuple[int, float]] = {}
@@ -311,7 +311,7 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
         _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
     from schedsim.spec.training_block import act_bytes_per_layer
 
-    cost = StageCost({}, act_bytes, int(act_bytes_per_layer(t, plan) * (t.num_layers // ns)), dtype=plan.dtype)
+    cost = StageCost({}, act_bytes, int(act_bytes_per_layer(t, plan) * plan.stage_layers[0]), dtype=plan.dtype)
     info = block_info(pb.model_copy(update={"transformer": None, "stage": None}), pplan, cost)
     from dataclasses import replace
 

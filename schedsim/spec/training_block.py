@@ -86,6 +86,10 @@ class TrainingSpec(BaseModel):
     data_parallel_size: int | None = Field(default=None, gt=0, validation_alias=_alias("data_parallel_size"),
                                            description="Optional check: world_size / (tp·pp·cp).")
     num_layers_per_virtual_pipeline_stage: int | None = Field(default=None, gt=0)
+    decoder_first_pipeline_num_layers: int | None = Field(default=None, gt=0, description="Layers of the first "
+                                                          "pipeline stage (uneven pipeline parallelism).")
+    decoder_last_pipeline_num_layers: int | None = Field(default=None, gt=0, description="Layers of the last "
+                                                         "pipeline stage (uneven pipeline parallelism).")
     context_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("context_parallel_size"))
     expert_model_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("expert_model_parallel_size"))
     num_experts: int | None = Field(default=None, gt=0)
@@ -129,6 +133,7 @@ class TrainingPlan:
     vocab: int
     ffn: int
     groups: int
+    stage_layers: tuple[int, ...] = ()  # layers of each of the p·v stages (uneven first/last stages)
 
     @property
     def schedule(self) -> str:
@@ -156,11 +161,19 @@ def training_plan(t: TrainingSpec, world_size: int) -> TrainingPlan:
         v = max(1, t.num_layers // pp // t.num_layers_per_virtual_pipeline_stage)
     unit = t.make_vocab_size_divisible_by * tp
     dtype = _dtype(t)
+    first, last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
+    if (first or last) and pp > 1:  # Megatron's uneven split: the middle stages share what is left evenly
+        middle = pp - (first is not None) - (last is not None)
+        rest = t.num_layers - (first or 0) - (last or 0)
+        each = rest // middle if middle else 0
+        layers = tuple([first or each] + [each] * (pp - 2) + [last or each])
+    else:
+        layers = (t.num_layers // (pp * v),) * (pp * v)
     return TrainingPlan(tp=tp, pp=pp, cp=cp, dp=dp, v=v, m=max(1, gbs // (t.micro_batch_size * dp)),
                         global_batch=gbs, sp=t.sequence_parallel and tp > 1, dtype=dtype,
                         grad_dtype="fp32" if dtype in ("bf16", "fp32") else "fp16",
                         vocab=-(-t.vocab_size // unit) * unit, ffn=t.ffn_hidden_size or 4 * t.hidden_size,
-                        groups=t.num_query_groups or t.num_attention_heads)
+                        groups=t.num_query_groups or t.num_attention_heads, stage_layers=layers)
 
 
 # ---------------------------------------------------------------- Megatron's validation
@@ -220,6 +233,9 @@ def _layer_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     """Layers over pp and virtual stages (Megatron's ``arguments.py``)."""
     out = []
     L, pp = t.num_layers, t.pipeline_model_parallel_size
+    first, last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
+    if first is not None or last is not None:
+        return _uneven_rules(t, first, last)
     if L % pp:
         out.append(("num_layers", f"Number of layers should be divisible by the pipeline-model-parallel size: "
                     f"{L} layers over pp={pp} (Megatron-LM arguments.py)",
@@ -235,6 +251,27 @@ def _layer_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
                         "size should be greater than 1 (Megatron-LM arguments.py)",
                         "set pp > 1, or remove num_layers_per_virtual_pipeline_stage"))
     return out
+
+
+def _uneven_rules(t: TrainingSpec, first: int | None, last: int | None) -> list[tuple[str, str, str]]:
+    """Uneven first/last stages (Megatron-LM ``arguments.py``; ``transformer_config.py``
+    ``num_layers_in_first/last_pipeline_stage``)."""
+    L, pp = t.num_layers, t.pipeline_model_parallel_size
+    key = "decoder_first_pipeline_num_layers" if first is not None else "decoder_last_pipeline_num_layers"
+    if t.num_layers_per_virtual_pipeline_stage is not None:
+        return [("num_layers_per_virtual_pipeline_stage", "please use --num-virtual-stages-per-pipeline-rank to "
+                 "specify virtual pipeline parallel degree when enable uneven pipeline parallelism (Megatron-LM "
+                 "arguments.py; that argument is not modelled yet)", "remove num_layers_per_virtual_pipeline_stage")]
+    if pp == 1:
+        return [(key, "uneven pipeline stages need pipeline parallelism (pp > 1)", f"remove {key}, or set pp > 1")]
+    middle = pp - (first is not None) - (last is not None)
+    rest = L - (first or 0) - (last or 0)
+    if rest < 0 or (middle == 0 and rest) or (middle and (rest % middle or rest == 0)):
+        return [(key, f"the {rest} layers left after the first ({first}) and last ({last}) stages do not split "
+                 f"evenly over the {middle} middle pipeline stage(s) (Megatron-LM transformer_config.py, uneven "
+                 "pipeline parallelism)", f"choose first and last stage layers that leave a positive multiple of "
+                 f"{middle or 1} layers")]
+    return []
 
 
 def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
@@ -361,7 +398,7 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     """Bytes per GPU of the first pipeline stage (the most loaded: embedding and the most microbatches in
     flight): ``params``, ``grads``, ``optimizer`` (Megatron's distributed-optimizer table) and ``activations``
     (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for the sources."""
-    lps = t.num_layers // plan.pp
+    lps = plan.stage_layers[0] * plan.v  # the first pipeline rank's layers
     n = (lps * _params_per_layer(t, plan) + plan.vocab * t.hidden_size + t.seq_length * t.hidden_size) / plan.tp
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
     ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)

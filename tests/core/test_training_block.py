@@ -361,3 +361,20 @@ def test_interleaving_with_too_few_microbatches_names_the_global_batch(tmp_path:
     assert "(m = global_batch_size / (micro_batch_size · dp) = 3, pp = 2, v = 2)" in first
     assert fix == "  fix: use global_batch_size: 8 (m = 4, a multiple of pp), or fewer virtual stages"
     assert "Traceback" not in err
+
+
+def test_uneven_first_and_last_stages(tmp_path: Path) -> None:
+    """decoder_first_pipeline_num_layers: the first stage runs its own count, the other stages share the rest
+    (Megatron's uneven pipeline parallelism); its gradients are sized by its layers; bad splits are refused."""
+    text = _edit("num_layers: 2", "num_layers: 5\n  decoder_first_pipeline_num_layers: 3")
+    ops = _ops(text)
+    f0 = {o.name.split(".")[2] for o in ops if o.rank == 0 and o.name.startswith("F0.0.l")}
+    f1 = {o.name.split(".")[2] for o in ops if o.rank == 4 and o.name.startswith("F1.0.l")}
+    assert f0 == {"l0", "l1", "l2"} and f1 == {"l0", "l1", "logits"}
+    dp = {o.rank: o.nbytes for o in ops if o.name == "dp_grad_all_reduce"}
+    assert dp[0] == (3 * 49_984 + 1024 * 64 + 32 * 64) / 2 * 4 and dp[4] == (2 * 49_984 + 1024 * 64 + 2 * 64) / 2 * 4
+    code, err = _check(tmp_path, _edit("num_layers: 2", "num_layers: 4\n  decoder_first_pipeline_num_layers: 4"))
+    assert code == 2 and "training.decoder_first_pipeline_num_layers: the 0 layers left" in err
+    code, err = _check(tmp_path, _edit("num_layers: 2", "num_layers: 4\n  decoder_last_pipeline_num_layers: 1\n"
+                                       "  num_layers_per_virtual_pipeline_stage: 1"))
+    assert code == 2 and "please use --num-virtual-stages-per-pipeline-rank" in err
