@@ -8,9 +8,10 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   p2p placement (:func:`schedsim.spec.pipeline_block.plan_of`, :mod:`schedsim.lower.pipeline`'s emitter), the
   pipeline peers being the ranks that differ only in their pp coordinate. p2p messages are ``s·b·h`` elements
   (``s/tp·b·h`` with sequence parallelism);
-* **each stage**: its layers (Megatron's uneven first/last stages included) as kernels on one TP rank (:func:`schedsim.spec.pipeline_block._layer_ops` with
-  ``tp``), layer by layer, the first stage adding the vocabulary-parallel embedding and the last the final
-  LayerNorm's output layer (logits ``V/tp`` columns) and cross-entropy;
+* **each stage**: its layers (Megatron's uneven first/last stages included) as kernels on one TP rank
+  (:func:`schedsim.spec.pipeline_block._layer_ops` with ``tp``), layer by layer, the first stage adding the
+  vocabulary-parallel embedding and the last the final LayerNorm's output layer (logits ``V/tp`` columns) and
+  cross-entropy;
 * **TP collectives** on the TP group, on the compute stream (Megatron's ``tensor_parallel/mappings.py``
   calls them synchronously on the current stream): without sequence parallelism an all-reduce after the
   row-parallel projection and fc2 in the forward and after the column-parallel QKV and fc1 data gradients in
