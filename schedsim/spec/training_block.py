@@ -47,7 +47,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from schedsim._pydantic import plugins_off
 from schedsim.errors import SpecError
 
-__all__ = ["TrainingSpec", "TrainingPlan", "check_training", "training_plan", "model_flops", "memory_per_rank",
+__all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops", "memory_per_rank",
            "act_bytes_per_layer", "ALIASES"]
 
 #: Short alias -> Megatron argument.
@@ -337,6 +337,12 @@ def _unmodelled(t: TrainingSpec) -> list[tuple[str, str, str]]:
     return out
 
 
+def refusal(t: TrainingSpec, world_size: int) -> tuple[str, str, str] | None:
+    """The first rule ``t`` breaks on ``world_size`` ranks, as (field, Megatron's reason, fix), or None."""
+    broken = _rules(t, world_size) or _unmodelled(t)
+    return broken[0] if broken else None
+
+
 def check_training(t: TrainingSpec, world_size: int, doc: Any, file: str) -> None:
     """Refuse a block Megatron-LM would refuse (its reason, quoted), or one this version cannot lower.
 
@@ -347,10 +353,10 @@ def check_training(t: TrainingSpec, world_size: int, doc: Any, file: str) -> Non
     SpecError
         ``FILE:LINE:COL: training.<field>: <Megatron's reason>`` and a fix.
     """
-    broken = _rules(t, world_size) or _unmodelled(t)
-    if not broken:
+    broken = refusal(t, world_size)
+    if broken is None:
         return
-    field, msg, fix = broken[0]
+    field, msg, fix = broken
     marks = getattr(doc, "key_marks", {}) or {}
     short = next((k for k, v in ALIASES.items() if v == field), None)
     mark = marks.get(field) or (marks.get(short) if short else None) or getattr(doc, "mark", None)
