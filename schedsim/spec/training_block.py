@@ -47,8 +47,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from schedsim._pydantic import plugins_off
 from schedsim.errors import SpecError
 
-__all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops", "memory_per_rank",
-           "act_bytes_per_layer", "ALIASES"]
+__all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops",
+           "memory_per_rank", "act_bytes_per_layer", "ALIASES"]
 
 #: Short alias -> Megatron argument.
 ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size", "dp": "data_parallel_size",
