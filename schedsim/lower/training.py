@@ -45,8 +45,11 @@ The optimizer step is preceded by its synchronisations: under fp16 the loss scal
 the gradient norm's (``--clip-grad``), each one fp32 value over the model-parallel ranks (every rank with the
 distributed optimizer).
 
-Not modelled yet (issue 36): the all-gather of the
-sequence-parallel input that the weight gradient redoes, context and expert
+Not modelled yet (issue 36): Megatron issues the backward's TP collectives asynchronously (the data gradient's
+all-reduce or reduce-scatter overlaps the weight-gradient GEMM, ``tensor_parallel/layers.py``
+``LinearWithGradAccumulationAndAsyncCommunication``); here they run between the data-gradient GEMMs on the
+compute stream, all weight gradients after them, so backward TP communication is exposed in full. Also not yet:
+the all-gather of the sequence-parallel input that the weight gradient redoes, context and expert
 parallelism and TP communication overlap (refused by :func:`schedsim.spec.training_block.check_training`).
 """
 
