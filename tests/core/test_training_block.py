@@ -3,7 +3,6 @@ and collective sizes on a hand-counted tiny configuration, the FLOPs (MFU) and m
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -162,10 +161,6 @@ def test_schema_lists_the_block() -> None:
     r = CliRunner().invoke(app, ["schema"])
     assert r.exit_code == 0
     assert "tensor_model_parallel_size" in r.stdout
-
-
-def test_dedent_guard() -> None:  # the fixture is valid as written
-    assert load_text(textwrap.dedent(TINY)).training is not None
 
 
 # ---------------------------------------------------------------- lowering: hand-counted tiny configuration
