@@ -310,6 +310,10 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
         if prof.is_timed_graph and run.timeline.launch == "cuda_graph":
             run.timeline.meta["timed_graph"] = True  # the graph as execute --cuda-graph times it (compare checks)
         tl, metrics = run.timeline, run.metrics
+        if spec.training is not None:  # what users compare with their Megatron logs (timeline.json's meta too)
+            from schedsim.report.training import training_report
+
+            tl.meta["training"] = training_report(spec, tl, prof).to_dict()
         outdir = out or Path("schedsim_out") / default_outdir_name(spec.name, prof.name, parse_overrides(sets or []))
         write_trace, note = trace_wanted(len(tl), trace)
         if note:

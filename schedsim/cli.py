@@ -151,7 +151,8 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type:
     for line in summarize(tl.meta.get("warnings", [])):  # one line per kind of warning
         print(printable(line, 2000, newlines=True), file=sys.stderr)
     if fmt == OutFormat.json:
-        print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(),
+        extra = {"training": tl.meta["training"]} if "training" in tl.meta else {}
+        print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(), **extra,
                           "files": [str(p) for p in paths], **({"explain": explain} if explain is not None else {})},
                          indent=1))
         return
@@ -162,6 +163,10 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type:
         from schedsim.report.summary import print_pipeline
 
         print_pipeline(metrics.pipeline, all_ranks=all_ranks)
+    if "training" in tl.meta:
+        from schedsim.report.training import print_training
+
+        print_training(tl.meta["training"])
     if metrics.memory_peak is not None:
         from schedsim.report.summary import fmt_bytes, fmt_time
 
@@ -381,6 +386,98 @@ def sweep(
     make_console().print(t)
     kept = f" and {len(rows)} timeline_*.json" if keep_timelines else ""
     print(f"wrote {printable(outdir / 'sweep.json')}, {printable(outdir / 'sweep.png')}{kept}")
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SchedsimError(f"--{what} {text!r} is not a list of integers", fix=f"write e.g. --{what} 1,2,4") from None
+    if not vals or min(vals) < 1:
+        raise SchedsimError(f"--{what} {text!r} needs positive integers", fix=f"write e.g. --{what} 1,2,4")
+    return vals
+
+
+@_command
+@handle_errors
+def search(
+    file: Path = typer.Argument(..., help="Schedule YAML with a training: block."),
+    profile: str = ProfileOpt,
+    memory_gib: float = typer.Option(80.0, "--memory-gib", min=0.0, help="Memory per GPU a configuration may use."),
+    tp: str = typer.Option("", "--tp", help="Tensor-parallel sizes to try (default 1,2,4,8 up to world size)."),
+    pp: str = typer.Option("", "--pp", help="Pipeline sizes to try (default powers of 2 up to world size)."),
+    micro_batch_size: str = typer.Option("1,2,4", "--micro-batch-size", help="Micro batch sizes to try."),
+    recompute: str = typer.Option("none,selective,full", "--recompute", help="Recomputation choices to try."),
+    vpp_layers: str = typer.Option("", "--vpp-layers", help="Layers per virtual pipeline stage to try besides none."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Configurations simulated in parallel processes (0: one "
+                             "per CPU)."),
+    top: int = typer.Option(20, "--top", min=1, help="Rows of the table."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: "
+                                    "schedsim_out/search_<schedule>)."),
+    fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
+    max_ops: int | None = MaxOpsOpt,
+) -> None:
+    """Rank a training block's Megatron configurations (tp, pp, micro batch, virtual stages, recompute) by
+    predicted iteration time under a memory limit; write search.json and the time-vs-memory Pareto plot."""
+    import os
+
+    _max_ops(max_ops)
+    from schedsim.hardware.profile import load_profile
+    from schedsim.search import RECOMPUTE, candidates, write_plot
+    from schedsim.search import search as run_search
+
+    spec = _load(file, None)
+    if spec.training is None:
+        raise SchedsimError(f"{file}: search needs a training: block", fix="add a training: block (see "
+                            "docs/schedule_language.md, section training)")
+    prof = load_profile(profile)
+    world = spec.world_size
+    bad = [r for r in recompute.split(",") if r not in RECOMPUTE]
+    if bad:
+        raise SchedsimError(f"--recompute {bad[0]!r} is not a choice", fix="use none, selective and/or full")
+    pow2 = [1 << k for k in range(world.bit_length()) if 1 << k <= world]
+    points = candidates(spec.training, world, tps=_ints(tp, "tp") if tp else [x for x in pow2 if x <= 8],
+                        pps=_ints(pp, "pp") if pp else pow2, mbss=_ints(micro_batch_size, "micro-batch-size"),
+                        recomputes=recompute.split(","),
+                        vpps=[None, *(_ints(vpp_layers, "vpp-layers") if vpp_layers else [])],
+                        memory_limit=memory_gib * 2**30)
+    done = run_search(spec.name, world, points, profile,
+                      jobs or os.cpu_count() or 1)
+    from schedsim.io import atomic_write_text, output_set
+    from schedsim.report.outdir import safe_dirname
+
+    outdir = out or Path("schedsim_out") / f"search_{safe_dirname(file.stem)}"
+    rows = [p.to_dict() for p in done]
+    with output_set(outdir, ("search.json", "search.png")) as stage:
+        atomic_write_text(stage / "search.json", json.dumps(rows, indent=1))
+        write_plot(stage / "search.png", done, f"{spec.name} on {prof.name}: {world} GPUs, ≤ {memory_gib:g} GiB")
+    if fmt == OutFormat.json:
+        print(json.dumps(rows, indent=1))
+        return
+    _print_search(done, top)
+    print(f"wrote {outdir / 'search.json'}, {outdir / 'search.png'}")
+
+
+def _print_search(done: list[Any], top: int) -> None:
+    from rich.table import Table
+
+    from schedsim.report.summary import fmt_time, make_console
+
+    t = Table()
+    for col in ("tp", "pp", "dp", "micro batch", "vpp layers", "recompute", "iteration", "TFLOP/s/GPU", "MFU",
+                "memory", "Pareto"):
+        t.add_column(col, justify="right")
+    ran = [p for p in done if p.status == "simulated"]
+    for p in ran[:top]:
+        s = p.setting
+        t.add_row(str(s["tp"]), str(s["pp"]), str(s["dp"]), str(s["micro_batch_size"]), str(s["vpp_layers"] or "-"),
+                  s["recompute"], fmt_time(p.iteration_s), f"{p.tflops_per_gpu:.1f}", f"{100 * p.mfu:.1f} %",
+                  f"{p.memory_bytes / 2**30:.1f} GiB", "*" if p.pareto else "")
+    make_console().print(t)
+    refused = sum(p.status == "refused" for p in done)
+    over = sum(p.status == "over memory" for p in done)
+    print(f"{len(done)} configurations: {len(ran)} simulated, {refused} refused by Megatron's rules, {over} over the "
+          "memory limit (search.json gives each one's reason)")
 
 
 def _version(value: bool) -> None:

@@ -145,6 +145,10 @@ class PipelineInfo:
     order : dict[int, list[str]]
         Per pipeline rank, its compute actions as text (``0F0``, ``1B2``, ...); the lowering gives an
         :class:`ActionTexts` (made on first read, equal to the dict).
+    rank_stride : int
+        Global rank of pipeline rank r of the first replica: ``r · rank_stride`` (1: replicas of p consecutive
+        ranks, as a ``pipeline:`` block places them; tp·cp·dp for a ``training:`` block, Megatron's order).
+        Left out of the JSON form when 1.
 
     Examples
     --------
@@ -165,12 +169,19 @@ class PipelineInfo:
     activation_bytes: int = 0
     activation_memory_bytes: int = 0
     order: dict[int, list[str]] = field(default_factory=dict)
+    rank_stride: int = 1
+
+    def first_replica(self, rank: int) -> bool:
+        """Whether global ``rank`` runs a pipeline rank of the first replica (see ``rank_stride``)."""
+        return rank % self.rank_stride == 0 and rank // self.rank_stride < self.p
 
     def to_dict(self, *, lazy_order: bool = False) -> dict[str, Any]:
         """The JSON form (keys in field order; ``static_memory`` null without a transformer). ``order`` is a
         plain dict unless ``lazy_order``, which keeps an :class:`ActionTexts` unmade (a timeline's meta: its
         writer joins the JSON from the lines)."""
         d: dict[str, Any] = to_dict(self)
+        if self.rank_stride == 1:
+            d.pop("rank_stride", None)
         if isinstance(self.order, ActionTexts) and not lazy_order:
             d["order"] = {r: list(x) for r, x in self.order.items()}
         return d

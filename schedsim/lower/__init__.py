@@ -44,6 +44,12 @@ def lower(spec: Any, check: bool = True) -> Program:
 
             pipeline = expand_pipeline(spec, table)
         conns = spec.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+        if spec.training is not None:
+            from schedsim.lower.training import expand_training
+
+            pipeline = expand_training(spec, table)
+            if conns is None and spec.training.tensor_model_parallel_size > 1:
+                conns = 1  # Megatron-LM requires it with TP (schedsim.lower.training)
         info: dict[str, Any] = {"name": spec.name, "world_size": spec.world_size, "launch": spec.launch}
         if conns is not None:
             info["max_connections"] = conns

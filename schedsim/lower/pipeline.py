@@ -339,7 +339,11 @@ def _stage_templates(spec: ScheduleSpec, cost: StageCost, num_stages: int,
 
 @dataclass
 class _Emitter:
-    """Writes one rank's ops of one replica into the table, tracking what each new op waits for (by name id)."""
+    """Writes one rank's ops of one replica into the table, tracking what each new op waits for (by name id).
+
+    A pipeline rank ``r``'s peer is global rank ``off + r``, or ``ranks[r]`` when ``ranks`` is given (the
+    training block's Megatron layout, :mod:`schedsim.lower.training`, which also places its data-parallel
+    gradient buckets between a backward's ops through ``on_op``)."""
 
     table: Table
     plan: PipelinePlan
@@ -356,9 +360,14 @@ class _Emitter:
     batches: dict[int, int] = field(default_factory=dict)  # batch id -> id of its name "b<id>"
     p2p_consts: dict[tuple[Any, int], tuple[Any, ...]] = field(default_factory=dict)  # (type, stage) -> shared
     compute_stream: int = -1
+    ranks: tuple[int, ...] = ()
+    on_op: Any = None  # called after each compute op as on_op(stage, mb, phase, op name, name id)
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
+
+    def _global(self, peer: int) -> int:
+        return self.ranks[peer] if self.ranks else peer + self.off
 
     def action(self, act: Any, batch_id: int | None) -> None:
         """Emit the ops of one action (a compute, a send/recv, or DualPipe's overlapped F&B pair)."""
@@ -379,7 +388,7 @@ class _Emitter:
         key = (kind, d, peer)
         sid = self.streams.get(key)
         if sid is None:
-            name = f"pp_{kind}" if self.plan.mode == "batched" else f"pp_{kind}{d}_r{peer + self.off}"
+            name = f"pp_{kind}" if self.plan.mode == "batched" else f"pp_{kind}{d}_r{self._global(peer)}"
             sid = self.streams[key] = self.table.streams(name)
         return sid
 
@@ -404,7 +413,7 @@ class _Emitter:
         d = "F" if fwd else "B"
         src_phase = ("F" if fwd else "I") if kind == "send" else None
         src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)  # the message: who produced it
-        c = (self.p2p_tmpl[kind], self._stream(kind, d, peer), peer + self.off, f"{kind}{d}{s}.",
+        c = (self.p2p_tmpl[kind], self._stream(kind, d, peer), self._global(peer), f"{kind}{d}{s}.",
              f"{d}{src_stage}.", src_phase, _VALUE[typ], self.chunk_of[s], kind == "send")
         self.p2p_consts[(typ, s)] = c
         return c
@@ -479,6 +488,8 @@ class _Emitter:
                 oname = names(f"{label}{s}.{j}.{tname}" if label == phase else f"B{s}.{j}.{phase}.{tname}")
                 table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
                 first = ()
+                if self.on_op is not None:
+                    self.on_op(s, j, phase, tname, oname)
             self.last_compute = oname
             self.prev_of[(s, phase, j)] = oname
         if parts[0][1] == "B":  # a full backward hands its input gradient on when the whole B is done

@@ -40,7 +40,7 @@ def write_charts(outdir: str | Path, tl: Timeline, title: str, formats: tuple[st
         p = pinfo.p if pinfo is not None else 0
         ranks = {int(r): d for r, d in mem["ranks"].items()}
         if p and len(ranks) > p:  # data-parallel replicas repeat the first replica's curves
-            ranks = {r: d for r, d in ranks.items() if r < p}
+            ranks = {r: d for r, d in ranks.items() if pinfo is not None and pinfo.first_replica(r)}
         curves = {r: [(t, b) for t, b in d["steps"]] for r, d in ranks.items()}
         peaks = {r: (d["peak_bytes"], d["peak_op"] or "start") for r, d in ranks.items()}
         paths.append(write_memory_plot(out / "memory.png", curves, tl.makespan_s,

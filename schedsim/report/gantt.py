@@ -754,7 +754,7 @@ def pipeline_lanes(tl: Timeline, max_lanes: int = 32) -> PipelineLanes:
     ranks = _action_ranks(tl)
     note = ""
     if info is not None and p and len(ranks) > p:
-        ranks = [r for r in ranks if r < p]
+        ranks = [r for r in ranks if info.first_replica(r)]
         note = f" (data-parallel replica 0 of {info.dp})"
     shown, _folded = choose_ranks(ranks, {r: 1 for r in ranks}, max_lanes)
     return PipelineLanes(shown, pipeline_view(tl, shown), note)
@@ -897,7 +897,8 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     _centred_labels(ax, items)
     ax.set_yticks(range(n))
     s2r = info.stage_to_rank if info is not None else {}
-    ax.set_yticklabels([f"rank {r}" + (f" (stage {_stages_of(s2r, r)})" if s2r else "") for r in shown],
+    stride = info.rank_stride if info is not None else 1
+    ax.set_yticklabels([f"rank {r}" + (f" (stage {_stages_of(s2r, r // stride)})" if s2r else "") for r in shown],
                        fontsize=7)
     ax.set_ylim(n - 0.5, -0.6)
     ax.set_xlim(0, xmax * 1.02)

@@ -274,8 +274,23 @@ def _pipeline_ops(pb: Mapping[str, Any]) -> int:
     return p * dp * v * m * 3 * (per_stage + 2)
 
 
+def _training_ops(tb: Mapping[str, Any], world: int) -> int:
+    """Op instances of a ``training:`` block (:mod:`schedsim.lower.training`): on each of the ``world`` ranks,
+    per microbatch, its ``num_layers / pp`` layers at about 50 ops (forward and backward kernels, TP collectives
+    and a recomputed forward), plus the p2p and the step's tail."""
+    def num(*keys: str, default: int = 1) -> int:
+        v = next((tb[k] for k in keys if k in tb), default)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
+
+    tp, pp = num("tensor_model_parallel_size", "tp"), num("pipeline_model_parallel_size", "pp")
+    cp, mbs = num("context_parallel_size", "cp"), num("micro_batch_size")
+    dp = max(1, world // (tp * pp * cp))
+    m = max(1, num("global_batch_size", default=mbs * dp) // (mbs * dp))
+    return world * m * (50 * -(-num("num_layers") // pp) + 8)
+
+
 def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,
-                    pipeline: Any = None) -> dict[str, int]:
+                    pipeline: Any = None, training: Any = None) -> dict[str, int]:
     """Estimate the expansion of a schedule document and refuse it past the limits.
 
     Parameters
@@ -288,6 +303,8 @@ def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,
         Named in errors.
     pipeline : mapping, optional
         The pipeline block with its numbers evaluated.
+    training : mapping, optional
+        The training block with its numbers evaluated.
 
     Returns
     -------
@@ -306,9 +323,12 @@ def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,
     ops, chars = estimate_ops(data.get("ops"), env, world)
     if isinstance(pipeline, Mapping):
         ops += _pipeline_ops(pipeline)
+    if isinstance(training, Mapping):
+        ops += _training_ops(training, world)
     if ops > limit("SCHEDSIM_MAX_OPS"):
         raise _refuse(file, "the schedule expands to too many op instances (summed over ranks)", ops,
-                      "SCHEDSIM_MAX_OPS", "ops" if "ops" in data else "pipeline")
+                      "SCHEDSIM_MAX_OPS", "ops" if "ops" in data else "training" if training is not None else
+                      "pipeline")
     streams = estimate_streams(data.get("ops"), env)
     if streams > limit("SCHEDSIM_MAX_STREAMS"):
         raise _refuse(file, "the schedule uses too many streams per rank", streams, "SCHEDSIM_MAX_STREAMS", "ops")

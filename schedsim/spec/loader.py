@@ -1277,7 +1277,7 @@ def expand(data: Any, file: str, overrides: Mapping[str, Any] | None = None, *, 
         env["world_size"] = out["world_size"]
     from schedsim.spec.limits import check_expansion  # bound the work before doing it
 
-    check_expansion(data, env, file, out.get("pipeline"))
+    check_expansion(data, env, file, out.get("pipeline"), out.get("training"))
     if "ops" in data:
         ops = LList()
         ops.mark = km.get("ops")
@@ -1385,7 +1385,11 @@ def _locate(doc: Any, loc: tuple[Any, ...]) -> tuple[Mark | None, str, Any, Any]
     return mark, "".join(parts), parent, last
 
 
-def _valid_keys(parent: Any) -> list[str]:
+def _valid_keys(parent: Any, loc: tuple[Any, ...] = ()) -> list[str]:
+    if loc[:1] == ("training",) and len(loc) == 2:
+        from schedsim.spec.training_block import ALIASES, TrainingSpec
+
+        return [*TrainingSpec.model_fields, *ALIASES]
     if isinstance(parent, dict) and "kind" in parent and parent["kind"] in OP_MODELS:
         return list(OP_MODELS[parent["kind"]].model_fields)
     if isinstance(parent, dict) and "schema_version" in parent or parent is None:
@@ -1415,7 +1419,7 @@ def _to_spec_error(e: ValidationError, doc: Any, file: str) -> SpecError:
     msg = err["msg"]
     fix = _FIXES.get(typ)
     if typ == "extra_forbidden":
-        valid = [k for k in _valid_keys(parent if isinstance(parent, dict) else None) if k != "kind"]
+        valid = [k for k in _valid_keys(parent if isinstance(parent, dict) else None, loc) if k != "kind"]
         s = _suggest(str(last), valid)
         msg = f"unknown key {last!r}"
         fix = f"did you mean {s!r}?" if s else "valid keys: " + ", ".join(valid)

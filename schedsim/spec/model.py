@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 
 from schedsim._pydantic import plugins_off
 from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, CollectiveKind, DType
+from schedsim.spec.training_block import TrainingSpec
 from schedsim.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -327,6 +328,11 @@ class ScheduleSpec(_Base):
     pipeline: _PipelineField | None = Field(
         default=None, description="A pipeline block that expands into ops (see docs/pipelines.md)."
     )
+    training: TrainingSpec | None = Field(
+        default=None, description="One Megatron-LM training step in Megatron's argument names (tp, pp, dp, "
+        "micro/global batch, recompute, distributed optimizer...); lowers to every rank's ops "
+        "(schedsim.spec.training_block)."
+    )
 
     _file: str = PrivateAttr(default="<schedule>")
     _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=lambda: [])
@@ -443,8 +449,11 @@ class ScheduleSpec(_Base):
 
     @model_validator(mode="after")
     def _need_ops(self) -> Any:
-        if not self.ops and self.pipeline is None:
-            raise ValueError("the schedule has no ops: add an `ops:` list (or a `pipeline:` block)")
+        if not self.ops and self.pipeline is None and self.training is None:
+            raise ValueError("the schedule has no ops: add an `ops:` list (or a `pipeline:` or `training:` block)")
+        if self.pipeline is not None and self.training is not None:
+            raise ValueError("a schedule has one `pipeline:` or one `training:` block, not both (the training block "
+                             "makes its own pipeline)")
         return self
 
 
@@ -477,6 +486,10 @@ def _numeric_fields() -> frozenset[str]:
     # numeric keys of the pipeline block (schedsim.spec.pipeline_block)
     out |= {"p", "m", "v", "group_size", "layers", "hidden", "ffn", "heads", "seq", "micro_batch", "vocab",
             "activation_bytes", "activation_memory_bytes", "data_parallel", "grad_allreduce_bytes"}
+    # numeric keys of the training block (schedsim.spec.training_block), aliases included
+    from schedsim.spec.training_block import ALIASES, TrainingSpec
+
+    out |= {k for k, f in TrainingSpec.model_fields.items() if numeric(f.annotation)} | set(ALIASES)
     return frozenset(out)
 
 

@@ -154,11 +154,21 @@ with plugins_off():  # the parts first, so PipelineSpec reuses their schemas
 
 
 # ---------------------------------------------------------------- transformer
-def _layer_ops(t: TransformerSpec) -> dict[str, list[dict[str, Any]]]:
+def _layer_ops(t: TransformerSpec, tp: int = 1, sp: bool = False,
+               groups: int | None = None) -> dict[str, list[dict[str, Any]]]:
+    """One layer's kernels per phase (F, I, W) on one of ``tp`` tensor-parallel ranks (Megatron-LM's column-
+    parallel QKV and fc1, row-parallel projection and fc2: the heads, ``ffn`` and the QKV columns divided by
+    ``tp``); with sequence parallelism (``sp``) the LayerNorms, residuals and the activation they touch hold
+    ``s/tp`` tokens, otherwise every TP rank runs them on the whole sequence (Korthikanti et al. 2022 §4.2.2).
+    ``groups``: query groups g (GQA: QKV has ``h + 2·h·g/a`` columns; default a). The TP collectives are not
+    here: :mod:`schedsim.lower.training` places them."""
     s, b, h, f, a = t.seq, t.micro_batch, t.hidden, t.ffn, t.heads
     e = DTYPE_BYTES[t.dtype]
     T = s * b
+    Tn = T // tp if sp else T  # tokens of the LayerNorms and residuals on one TP rank
     f1 = 2 * f if t.swiglu else f
+    qkv = (h + 2 * h * (groups or a) // a) // tp
+    ba = b * a // tp
     dt = t.dtype
 
     def mm(name: str, m: int, n: int, k: int, batch: int = 1) -> dict[str, Any]:
@@ -168,21 +178,21 @@ def _layer_ops(t: TransformerSpec) -> dict[str, list[dict[str, Any]]]:
         return {"name": name, "kind": "compute", "bytes": nbytes, "dtype": dt}
 
     fwd = [
-        ew("ln1", 2 * T * h * e), mm("qkv", T, 3 * h, h), mm("scores", s, s, h // a, b * a),
-        ew("softmax", 3 * b * a * s * s * e), mm("attn_v", s, h // a, s, b * a), mm("proj", T, h, h),
-        ew("residual1", 3 * T * h * e), ew("ln2", 2 * T * h * e), mm("fc1", T, f1, h),
-        ew("act", (f1 + f) * T * e),  # GeLU reads f, writes f; SwiGLU reads 2f, writes f
-        mm("fc2", T, h, f), ew("residual2", 3 * T * h * e),
+        ew("ln1", 2 * Tn * h * e), mm("qkv", T, qkv, h), mm("scores", s, s, h // a, ba),
+        ew("softmax", 3 * ba * s * s * e), mm("attn_v", s, h // a, s, ba), mm("proj", T, h, h // tp),
+        ew("residual1", 3 * Tn * h * e), ew("ln2", 2 * Tn * h * e), mm("fc1", T, f1 // tp, h),
+        ew("act", (f1 + f) // tp * T * e),  # GeLU reads f, writes f; SwiGLU reads 2f, writes f
+        mm("fc2", T, h, f // tp), ew("residual2", 3 * Tn * h * e),
     ]
     bwd_i = [
-        ew("residual2_bwd", 3 * T * h * e), mm("fc2_dgrad", T, f, h), ew("act_bwd", 3 * T * f1 * e),
-        mm("fc1_dgrad", T, h, f1), ew("ln2_bwd", 4 * T * h * e), mm("proj_dgrad", T, h, h),
-        mm("attn_v_dgrad", s, s, h // a, b * a), mm("attn_v_dgrad_v", s, h // a, s, b * a),
-        ew("softmax_bwd", 4 * b * a * s * s * e), mm("scores_dgrad_q", s, h // a, s, b * a),
-        mm("scores_dgrad_k", s, h // a, s, b * a), mm("qkv_dgrad", T, h, 3 * h), ew("ln1_bwd", 4 * T * h * e),
+        ew("residual2_bwd", 3 * Tn * h * e), mm("fc2_dgrad", T, f // tp, h), ew("act_bwd", 3 * T * f1 // tp * e),
+        mm("fc1_dgrad", T, h, f1 // tp), ew("ln2_bwd", 4 * Tn * h * e), mm("proj_dgrad", T, h // tp, h),
+        mm("attn_v_dgrad", s, s, h // a, ba), mm("attn_v_dgrad_v", s, h // a, s, ba),
+        ew("softmax_bwd", 4 * ba * s * s * e), mm("scores_dgrad_q", s, h // a, s, ba),
+        mm("scores_dgrad_k", s, h // a, s, ba), mm("qkv_dgrad", T, h, qkv), ew("ln1_bwd", 4 * Tn * h * e),
     ]
-    bwd_w = [mm("fc2_wgrad", f, h, T), mm("fc1_wgrad", h, f1, T), mm("proj_wgrad", h, h, T),
-             mm("qkv_wgrad", h, 3 * h, T)]
+    bwd_w = [mm("fc2_wgrad", f // tp, h, T), mm("fc1_wgrad", h, f1 // tp, T), mm("proj_wgrad", h // tp, h, T),
+             mm("qkv_wgrad", h, qkv, T)]
     return {"F": fwd, "I": bwd_i, "W": bwd_w}
 
 

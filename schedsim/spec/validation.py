@@ -89,6 +89,15 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
                 raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {group}",  # type: ignore[union-attr]
                           f"set root to one of {group}")
     _unique_names(spec, n, err)
+    _training_rules(spec, doc, file)
+
+
+def _training_rules(spec: ScheduleSpec, doc: Any, file: str) -> None:
+    """Megatron's validation of a ``training:`` block (:func:`schedsim.spec.training_block.check_training`)."""
+    if spec.training is not None:
+        from schedsim.spec.training_block import check_training
+
+        check_training(spec.training, spec.world_size, doc.get("training"), file)
 
 
 def _unique_names(spec: ScheduleSpec, n: int, err: Any) -> None:

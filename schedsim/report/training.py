@@ -1,0 +1,145 @@
+"""What a user compares with a Megatron-LM log, for a schedule with a ``training:`` block.
+
+* **iteration time**: the predicted makespan of one step (Megatron's ``elapsed time per iteration``);
+* **TFLOP/s per GPU**: Megatron's ``num_floating_point_operations`` for the global batch
+  (:func:`schedsim.spec.training_block.model_flops`) / iteration time / GPUs, as Megatron's
+  ``throughput per GPU (TFLOP/s/GPU)`` log line computes it (``megatron/training/training.py``
+  ``training_log``);
+* **MFU**: that rate over the profile's dense peak for the parameters' dtype (``gpu.peak_tflops``);
+* **exposed communication by kind**, seconds, mean over ranks: time a rank's TP collectives (``tp``), pipeline
+  send/recv (``pp``) and data-parallel gradient and parameter collectives (``dp``: the reductions, the tied
+  embedding all-reduce, the distributed optimizer's all-gather) run while none of its compute does, each kind
+  counting only what the kinds before it (tp, pp, dp) and compute do not already cover;
+* **bubble**: mean over ranks of the time nothing runs on a rank (no compute, no communication);
+* **memory per GPU** of the first pipeline stage, :func:`schedsim.spec.training_block.memory_per_rank`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TrainingReport", "training_report", "print_training", "exposed_by_kind"]
+
+KINDS = ("tp", "pp", "dp", "other")
+
+
+@dataclass(frozen=True)
+class TrainingReport:
+    """One step's figures (module docstring); seconds, FLOP, bytes."""
+
+    world: int
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    v: int
+    m: int
+    micro_batch: int
+    global_batch: int
+    schedule: str
+    dtype: str
+    iteration_s: float
+    flops: float
+    tflops_per_gpu: float
+    peak_tflops: float
+    mfu: float
+    exposed_s: dict[str, float]
+    bubble_s: float
+    memory: dict[str, float]
+    recompute: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        return asdict(self)
+
+
+def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
+    """Exposed communication per kind (``tp``, ``pp``, ``dp``, ``other``) and the bubble, each the mean over
+    ranks in seconds (module docstring). TP collectives are the collectives tagged with a pipeline action
+    (they run inside F/I/W/B), pp the sends and recvs, dp those tagged ``comm: dp``."""
+    from schedsim.sim.metrics import merged, union_length
+
+    c = tl.columns
+    res_vals, res_codes = c.resource
+    kind_vals, kind_codes = c.kind
+    comm_code = res_vals.index("comm") if "comm" in res_vals else -9
+    comp_code = res_vals.index("compute") if "compute" in res_vals else -9
+    is_p2p = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k in ("send", "recv")])
+    cv, cc = c.tag_column("comm")
+    is_dp = np.isin(cc, [i for i, v in enumerate(cv) if v == "dp"])
+    pv, pc = c.tag_column("pp_op")
+    in_action = np.isin(pc, [i for i, v in enumerate(pv) if v in ("F", "I", "W", "B")])
+    comm = res_codes == comm_code
+    cls = np.full(len(res_codes), -1, np.int64)
+    cls[res_codes == comp_code] = 0
+    cls[comm] = 4  # other
+    cls[comm & in_action & ~is_p2p] = 1
+    cls[comm & is_p2p] = 2
+    cls[comm & is_dp] = 3
+    makespan = tl.makespan_s
+    ranks = np.unique(c.rank)
+    tot = dict.fromkeys(KINDS, 0.0)
+    bubble = 0.0
+    for r in ranks.tolist():
+        on = c.rank == r
+        s_all, e_all = c.start_s[on], c.end_s[on]
+        k_all = cls[on]
+        keep = k_all == 0
+        covered = union_length(s_all[keep], e_all[keep])
+        for code, kind in zip((1, 2, 3, 4), KINDS, strict=True):
+            keep = keep | (k_all == code)
+            now = union_length(s_all[keep], e_all[keep])
+            tot[kind] += now - covered
+            covered = now
+        a, b = merged(s_all[k_all >= 0], e_all[k_all >= 0])
+        bubble += makespan - float((b - a).sum())
+    n = max(1, len(ranks))
+    return {k: v / n for k, v in tot.items()}, bubble / n
+
+
+def training_report(spec: Any, tl: Any, profile: Any) -> TrainingReport:
+    """The figures of a simulated training step (``spec`` with a ``training:`` block, its timeline, the
+    profile it ran on)."""
+    from schedsim.spec.training_block import memory_per_rank, model_flops, training_plan
+
+    t = spec.training
+    plan = training_plan(t, spec.world_size)
+    flops = model_flops(t, plan)
+    it = tl.makespan_s
+    world = spec.world_size
+    peak = float(profile.gpu.peak_tflops.get(plan.dtype, 0.0))
+    rate = flops / it / world / 1e12 if it > 0 else 0.0
+    exposed, bubble = exposed_by_kind(tl)
+    rc = t.recompute_granularity or "none"
+    if t.recompute_granularity == "full":
+        rc += f" ({t.recompute_method}, {t.recompute_num_layers})"
+    return TrainingReport(world=world, tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp, v=plan.v, m=plan.m,
+                          micro_batch=t.micro_batch_size, global_batch=plan.global_batch, schedule=plan.schedule,
+                          dtype=plan.dtype, iteration_s=it, flops=flops, tflops_per_gpu=rate, peak_tflops=peak,
+                          mfu=rate / peak if peak else 0.0, exposed_s=exposed, bubble_s=bubble,
+                          memory=memory_per_rank(t, plan), recompute=rc)
+
+
+def print_training(d: dict[str, Any]) -> None:
+    """Print a :class:`TrainingReport`'s JSON form as four lines."""
+    from schedsim.report.summary import fmt_bytes, fmt_time
+
+    print(f"training: {d['world']} GPUs = tp {d['tp']} × pp {d['pp']} × dp {d['dp']} (cp {d['cp']}), "
+          f"{d['schedule']}{' v=' + str(d['v']) if d['v'] > 1 else ''}, m={d['m']} microbatches of "
+          f"{d['micro_batch']}, global batch {d['global_batch']}, {d['dtype']}, recompute {d['recompute']}")
+    print(f"  iteration time {fmt_time(d['iteration_s'])}   {d['tflops_per_gpu']:.1f} TFLOP/s per GPU "
+          f"(Megatron's num_floating_point_operations: {d['flops']:.4g} FLOP per step)   MFU {100 * d['mfu']:.1f} % "
+          f"of {d['peak_tflops']:.0f} TFLOP/s {d['dtype']} peak")
+    ex = d["exposed_s"]
+    print("  exposed communication (mean over ranks): " + ", ".join(
+        f"{k.upper()} {fmt_time(ex[k])}" for k in ("tp", "pp", "dp") if k in ex)
+        + (f", other {fmt_time(ex['other'])}" if ex.get("other") else "") + f"; bubble (nothing runs) "
+        f"{fmt_time(d['bubble_s'])}")
+    mem = d["memory"]
+    print("  memory per GPU, first pipeline stage: " + ", ".join(
+        f"{k} {fmt_bytes(mem[k])}" for k in ("params", "grads", "optimizer", "activations"))
+        + f"; total {fmt_bytes(mem['total'])} (Megatron's distributed-optimizer bytes/param, Korthikanti et al. "
+        "2022 activations)")

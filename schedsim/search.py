@@ -1,0 +1,168 @@
+"""``schedsim search``: the Megatron-LM configurations of a ``training:`` block, ranked by predicted iteration
+time under a memory limit, with the time-vs-memory Pareto front.
+
+The block's model, batch and world size stay; the search varies tp, pp, the micro batch size, the virtual
+stage size (``num_layers_per_virtual_pipeline_stage``) and the recomputation (``none``, ``selective``,
+``full`` with ``uniform`` / 1). dp follows (world / (tp · pp)). Sequence parallelism is kept as written, and
+off where tp = 1 (as Megatron turns it off). A candidate is
+
+* *refused* when Megatron's validation refuses it (:func:`schedsim.spec.training_block.refusal`, its reason
+  kept), or when the interleaved schedule's rules on m refuse it at lowering;
+* *over memory* when :func:`schedsim.spec.training_block.memory_per_rank`'s total (parameters, gradients,
+  optimizer states, activations of the first pipeline stage) passes the limit;
+* otherwise *simulated* (:func:`run_point`, in ``jobs`` local processes) on the profile.
+
+A simulated point is on the Pareto front when no other simulated point is both faster and lighter
+(:func:`pareto`). Points run in worker processes; each worker rebuilds its schedule from the block's plain
+form, so the results do not depend on ``jobs``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["SearchPoint", "candidates", "run_point", "pareto", "search"]
+
+RECOMPUTE: dict[str, dict[str, Any]] = {
+    "none": {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None},
+    "selective": {"recompute_granularity": "selective", "recompute_method": None, "recompute_num_layers": None},
+    "full": {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+}
+"""The ``--recompute`` choices as Megatron arguments (``full``: every layer, one per checkpoint)."""
+
+
+@dataclass
+class SearchPoint:
+    """One configuration: its ``setting`` (tp, pp, dp, micro_batch_size, vpp_layers, recompute), the block's
+    plain form, its static memory estimate (bytes) and its outcome: ``status`` ``refused`` / ``over memory`` /
+    ``simulated`` (``reason`` for the first two), and when simulated ``iteration_s``, ``tflops_per_gpu``,
+    ``mfu`` and ``pareto``."""
+
+    setting: dict[str, Any]
+    block: dict[str, Any] = field(repr=False)
+    memory_bytes: float = 0.0
+    status: str = "simulated"
+    reason: str = ""
+    iteration_s: float = 0.0
+    tflops_per_gpu: float = 0.0
+    mfu: float = 0.0
+    pareto: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON form (the block left out)."""
+        d = asdict(self)
+        d.pop("block")
+        return d
+
+
+def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: list[int],
+               recomputes: list[str], vpps: list[int | None], memory_limit: float) -> list[SearchPoint]:
+    """Every combination of the axes, each refused, over memory, or left to simulate (module docstring).
+    ``block`` is the schedule's :class:`~schedsim.spec.training_block.TrainingSpec`; ``memory_limit`` bytes."""
+    from schedsim.spec.training_block import memory_per_rank, refusal, training_plan
+
+    out = []
+    for tp, pp, mbs, rc, vl in itertools.product(tps, pps, mbss, recomputes, vpps):
+        sp = bool(block.sequence_parallel and tp > 1)
+        upd = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "micro_batch_size": mbs,
+               "num_layers_per_virtual_pipeline_stage": vl, "data_parallel_size": None, "sequence_parallel": sp,
+               "tp_comm_overlap": block.tp_comm_overlap and sp, **RECOMPUTE[rc]}
+        t = block.model_copy(update=upd)
+        dp = world // (tp * pp * t.context_parallel_size) if world % (tp * pp * t.context_parallel_size) == 0 else 0
+        pt = SearchPoint({"tp": tp, "pp": pp, "dp": dp, "micro_batch_size": mbs, "vpp_layers": vl, "recompute": rc},
+                         t.model_dump(exclude_none=True))
+        why = refusal(t, world)
+        if why is not None:
+            pt.status, pt.reason = "refused", f"{why[0]}: {why[1]}"
+        else:
+            pt.memory_bytes = memory_per_rank(t, training_plan(t, world))["total"]
+            if pt.memory_bytes > memory_limit:
+                pt.status = "over memory"
+                pt.reason = f"{pt.memory_bytes / 2**30:.1f} GiB > {memory_limit / 2**30:.1f} GiB"
+        out.append(pt)
+    return out
+
+
+def run_point(name: str, world: int, block: dict[str, Any], profile: str) -> dict[str, Any] | str:
+    """Simulate one configuration (module level, for worker processes): its iteration time, TFLOP/s per GPU and
+    MFU, or the error message (a refusal at lowering)."""
+    import yaml
+
+    from schedsim.api import lower_spec
+    from schedsim.errors import SchedsimError
+    from schedsim.hardware.profile import load_profile
+    from schedsim.report.training import training_report
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    text = yaml.safe_dump({"schema_version": 1, "name": name, "world_size": world, "training": block},
+                          sort_keys=False)
+    try:
+        spec = load_text(text, f"<search {name}>")
+        prof = load_profile(profile)
+        tl = simulate(lower_spec(spec), prof)
+    except SchedsimError as e:
+        return e.message
+    rep = training_report(spec, tl, prof)
+    return {"iteration_s": rep.iteration_s, "tflops_per_gpu": rep.tflops_per_gpu, "mfu": rep.mfu}
+
+
+def pareto(points: list[SearchPoint]) -> None:
+    """Mark the simulated points no other simulated point beats on both iteration time and memory."""
+    done = sorted((p for p in points if p.status == "simulated"), key=lambda p: (p.iteration_s, p.memory_bytes))
+    best = float("inf")
+    for p in done:
+        p.pareto = p.memory_bytes < best
+        best = min(best, p.memory_bytes)
+
+
+def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs: int = 1) -> list[SearchPoint]:
+    """Simulate the points left to simulate (``jobs`` processes, a progress bar on a terminal), mark the Pareto
+    front; returns every point, the simulated ones first by iteration time, then the others."""
+    from schedsim.report.progress import track
+
+    todo = [p for p in points if p.status == "simulated"]
+    if jobs <= 1 or len(todo) <= 1:
+        results = [run_point(name, world, p.block, profile) for p in track(todo, "search", total=len(todo))]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as ex:
+            futs = [ex.submit(run_point, name, world, p.block, profile) for p in todo]
+            results = [f.result() for f in track(futs, "search", total=len(futs))]
+    for p, r in zip(todo, results, strict=True):
+        if isinstance(r, str):
+            p.status, p.reason = "refused", r
+        else:
+            p.iteration_s, p.tflops_per_gpu, p.mfu = r["iteration_s"], r["tflops_per_gpu"], r["mfu"]
+    pareto(points)
+    ran = sorted((p for p in points if p.status == "simulated"), key=lambda p: p.iteration_s)
+    return ran + [p for p in points if p.status != "simulated"]
+
+
+def write_plot(path: Any, points: list[SearchPoint], title: str) -> None:
+    """Iteration time against memory per GPU of the simulated points, the Pareto front joined (PNG)."""
+    from matplotlib.figure import Figure
+
+    from schedsim.report.gantt import write_figure
+
+    fig = Figure(figsize=(7, 4.5), dpi=120)
+    ax = fig.subplots()
+    sim = [p for p in points if p.status == "simulated"]
+    ax.scatter([p.memory_bytes / 2**30 for p in sim], [p.iteration_s for p in sim], s=14, color="0.6",
+               label="configuration")
+    front = sorted((p for p in sim if p.pareto), key=lambda p: p.memory_bytes)
+    ax.plot([p.memory_bytes / 2**30 for p in front], [p.iteration_s for p in front], "o-", color="C3",
+            label="Pareto front")
+    for p in front:
+        s = p.setting
+        ax.annotate(f"tp{s['tp']} pp{s['pp']} b{s['micro_batch_size']} {s['recompute']}",
+                    (p.memory_bytes / 2**30, p.iteration_s), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("memory per GPU, first pipeline stage (GiB)")
+    ax.set_ylabel("iteration time (s)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    write_figure(fig, path)

@@ -1,0 +1,421 @@
+"""The ``training:`` block of a schedule: one Megatron-LM training step, written in Megatron's argument names.
+
+The keys are Megatron-LM's command-line arguments in snake_case (``--tensor-model-parallel-size 8`` is
+``tensor_model_parallel_size: 8``, with the short aliases ``tp``, ``pp``, ``dp``, ``cp``, ``ep``), so a
+launch script's arguments can be pasted. :func:`check_training` applies Megatron's own validation, with
+Megatron's reasons, naming the key and its line; :func:`training_plan` derives the sizes the lowering
+(:mod:`schedsim.lower.training`) and the report need.
+
+Derived sizes (Megatron-LM ``megatron/training/arguments.py`` ``validate_args``):
+
+* data-parallel size ``dp = world_size / (tp · pp · cp)``;
+* microbatches per step ``m = global_batch_size / (micro_batch_size · dp)``
+  (``megatron/core/num_microbatches_calculator.py``);
+* virtual stages per rank ``v = num_layers / pp / num_layers_per_virtual_pipeline_stage`` (interleaved 1F1B
+  when v > 1, else 1F1B);
+* padded vocabulary: ``vocab_size`` rounded up to a multiple of ``make_vocab_size_divisible_by · tp``
+  (``megatron/training/tokenizer/tokenizer.py`` ``_vocab_size_with_padding``);
+* gradients are reduced in fp32 under bf16 (``arguments.py``: "bfloat16 requires gradient accumulation and
+  all-reduce to be done in fp32"), in the parameters' type otherwise.
+
+Formulas the report uses, each with its source:
+
+* model FLOPs per step, Megatron's ``num_floating_point_operations`` (``megatron/training/training.py``):
+  ``12·B·s·L·h²·((1 + g/a + s/h)·1 + (f/h)·k·gate + V/(2·L·h))`` with B the global batch, g the query groups,
+  k the experts a token is routed to (1 dense), gate 3/2 with SwiGLU; for a GPT with f = 4h and g = a it is
+  Narayanan et al. 2021 (arXiv 2104.04473) eq. 3 without recomputation's extra forward:
+  ``72·B·s·L·h²·(1 + s/6h + V/12Lh)``. MFU = that / (iteration time · GPUs · the profile's dense peak);
+* static bytes per parameter (Megatron-LM ``docs/source/api-guide/dist_optimizer.md``, "Data flow"
+  table): bf16 parameters with fp32 gradients 2 + 4 + 12 (weights, gradients, fp32 master weight and Adam
+  moments), fp16 2 + 2 + 16 (the optimizer also holds an fp32 gradient copy), fp32 4 + 4 + 8; the
+  distributed optimizer divides the optimizer part by dp (6 + 12/d, 4 + 16/d, 8 + 8/d);
+* activations per layer and microbatch (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, 16-bit):
+  no recomputation ``s·b·h·(10 + 24/t + 5·a·s/(h·t))``, with sequence parallelism
+  ``s·b·h/t·(34 + 5·a·s/h)``, selective recomputation ``s·b·h·(10 + 24/t)`` (with SP ``34·s·b·h/t``),
+  full recomputation ``2·s·b·h`` (the layer input; ``/t`` with SP). The first pipeline stage holds
+  ``min(m, p)`` microbatches of its ``L/p`` layers under 1F1B, ``L/p · (p + (p−1)/v)`` layer-microbatches
+  interleaved (Korthikanti et al. §4.2.3: ``L·(1 + (p−1)/(p·v))``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from schedsim._pydantic import plugins_off
+from schedsim.errors import SpecError
+
+__all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops",
+           "memory_per_rank", "act_bytes_per_layer", "ALIASES"]
+
+#: Short alias -> Megatron argument.
+ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size", "dp": "data_parallel_size",
+           "cp": "context_parallel_size", "ep": "expert_model_parallel_size"}
+
+
+def _alias(name: str) -> Any:
+    short = next((k for k, v in ALIASES.items() if v == name), None)
+    return AliasChoices(name, short) if short else None
+
+
+class TrainingSpec(BaseModel):
+    """The ``training:`` block: Megatron-LM arguments in snake_case (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True,
+                              defer_build=True)
+
+    num_layers: int = Field(gt=0, description="--num-layers L.")
+    hidden_size: int = Field(gt=0, description="--hidden-size h.")
+    ffn_hidden_size: int | None = Field(default=None, gt=0, description="--ffn-hidden-size f (default 4h).")
+    num_attention_heads: int = Field(gt=0, description="--num-attention-heads a.")
+    num_query_groups: int | None = Field(default=None, gt=0, description="--num-query-groups g (GQA; default a).")
+    seq_length: int = Field(gt=0, description="--seq-length s.")
+    vocab_size: int = Field(default=50257, gt=0, description="Tokenizer vocabulary before padding (GPT-2: 50257).")
+    make_vocab_size_divisible_by: int = Field(default=128, gt=0, description="Padding unit of the vocabulary "
+                                              "(times tp), Megatron's default 128.")
+    swiglu: bool = Field(default=False, description="--swiglu: fc1 has 2·f columns.")
+    untie_embeddings_and_output_weights: bool = Field(default=False, description="Untied output layer (no "
+                                                      "embedding all-reduce between first and last stage).")
+    micro_batch_size: int = Field(gt=0, description="--micro-batch-size b.")
+    global_batch_size: int | None = Field(default=None, gt=0, description="--global-batch-size (default b·dp).")
+    tensor_model_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("tensor_model_parallel_size"))
+    pipeline_model_parallel_size: int = Field(default=1, gt=0,
+                                              validation_alias=_alias("pipeline_model_parallel_size"))
+    data_parallel_size: int | None = Field(default=None, gt=0, validation_alias=_alias("data_parallel_size"),
+                                           description="Optional check: world_size / (tp·pp·cp).")
+    num_layers_per_virtual_pipeline_stage: int | None = Field(default=None, gt=0)
+    decoder_first_pipeline_num_layers: int | None = Field(default=None, gt=0, description="Layers of the first "
+                                                          "pipeline stage (uneven pipeline parallelism).")
+    decoder_last_pipeline_num_layers: int | None = Field(default=None, gt=0, description="Layers of the last "
+                                                         "pipeline stage (uneven pipeline parallelism).")
+    context_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("context_parallel_size"))
+    expert_model_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("expert_model_parallel_size"))
+    num_experts: int | None = Field(default=None, gt=0)
+    moe_router_topk: int = Field(default=2, gt=0)
+    sequence_parallel: bool = False
+    recompute_granularity: Literal["full", "selective"] | None = None
+    recompute_method: Literal["uniform", "block"] | None = None
+    recompute_num_layers: int | None = Field(default=None, gt=0)
+    use_distributed_optimizer: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    bf16: bool = Field(default=False, description="--bf16 (params_dtype bf16).")
+    fp16: bool = Field(default=False, description="--fp16 (params_dtype fp16).")
+    params_dtype: Literal["fp32", "bf16", "fp16"] = Field(default="fp32", description="Megatron's default fp32; "
+                                                          "--bf16 / --fp16 set it.")
+
+    def field_of(self, key: str) -> str:
+        """The field a written key sets (an alias gives its Megatron name)."""
+        return ALIASES.get(key, key)
+
+
+with plugins_off():
+    TrainingSpec.model_rebuild()
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Sizes derived from a validated block (Megatron's ``validate_args``; see the module docstring)."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    v: int
+    m: int
+    global_batch: int
+    sp: bool
+    dtype: str
+    grad_dtype: str
+    vocab: int
+    ffn: int
+    groups: int
+    stage_layers: tuple[int, ...] = ()  # layers of each of the p·v stages (uneven first/last stages)
+
+    @property
+    def schedule(self) -> str:
+        """``interleaved_1f1b`` with virtual stages, else ``1f1b`` (Megatron's ``get_forward_backward_func``)."""
+        return "interleaved_1f1b" if self.v > 1 else "1f1b"
+
+    def rank(self, t: int, c: int, d: int, p: int) -> int:
+        """Global rank of (tp, cp, dp, pp) coordinates in Megatron's default order ``tp-cp-ep-dp-pp``, tp
+        fastest (``megatron/core/parallel_state.py`` ``initialize_model_parallel(order='tp-cp-ep-dp-pp')``,
+        ``RankGenerator``; ep does not enter the dense ranks)."""
+        return t + self.tp * (c + self.cp * (d + self.dp * p))
+
+
+def _dtype(t: TrainingSpec) -> str:
+    return "bf16" if t.bf16 else "fp16" if t.fp16 else t.params_dtype
+
+
+def training_plan(t: TrainingSpec, world_size: int) -> TrainingPlan:
+    """The derived sizes; call after :func:`check_training` (no checks here)."""
+    tp, pp, cp = t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.context_parallel_size
+    dp = max(1, world_size // (tp * pp * cp))
+    gbs = t.global_batch_size or t.micro_batch_size * dp
+    v = 1
+    if t.num_layers_per_virtual_pipeline_stage:
+        v = max(1, t.num_layers // pp // t.num_layers_per_virtual_pipeline_stage)
+    unit = t.make_vocab_size_divisible_by * tp
+    dtype = _dtype(t)
+    first, last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
+    if (first or last) and pp > 1:  # Megatron's uneven split: the middle stages share what is left evenly
+        middle = pp - (first is not None) - (last is not None)
+        rest = t.num_layers - (first or 0) - (last or 0)
+        each = rest // middle if middle else 0
+        layers = tuple([first or each] + [each] * (pp - 2) + [last or each])
+    else:
+        layers = (t.num_layers // (pp * v),) * (pp * v)
+    return TrainingPlan(tp=tp, pp=pp, cp=cp, dp=dp, v=v, m=max(1, gbs // (t.micro_batch_size * dp)),
+                        global_batch=gbs, sp=t.sequence_parallel and tp > 1, dtype=dtype,
+                        grad_dtype="fp32" if dtype in ("bf16", "fp32") else "fp16",
+                        vocab=-(-t.vocab_size // unit) * unit, ffn=t.ffn_hidden_size or 4 * t.hidden_size,
+                        groups=t.num_query_groups or t.num_attention_heads, stage_layers=layers)
+
+
+# ---------------------------------------------------------------- Megatron's validation
+def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
+    """Every rule Megatron would refuse, as (field, message, fix); the first broken one is reported."""
+    tp, pp, cp = t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.context_parallel_size
+    model = tp * pp * cp
+    if world_size % model:
+        return [("tensor_model_parallel_size", f"world_size ({world_size}) is not divisible by tp ({tp}) × pp "
+                 f"({pp}) × cp ({cp}) (Megatron-LM parallel_state.initialize_model_parallel)",
+                 f"set world_size to a multiple of {model}, or change tp/pp/cp")]
+    dp = world_size // model
+    return [*_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
+            *_recompute_rules(t)]
+
+
+def _size_rules(t: TrainingSpec, world_size: int, dp: int) -> list[tuple[str, str, str]]:
+    """dp as given, and the global batch (Megatron's ``num_microbatches_calculator.py``)."""
+    out = []
+    model = world_size // dp
+    if t.data_parallel_size is not None and t.data_parallel_size != dp:
+        out.append(("data_parallel_size", f"dp ({t.data_parallel_size}) disagrees with world_size / (tp·pp·cp) = "
+                    f"{world_size} / {model} = {dp} (Megatron derives dp; it is not an argument)",
+                    f"set dp: {dp} or world_size: {t.data_parallel_size * model}"))
+    mbs, gbs = t.micro_batch_size, t.global_batch_size
+    if gbs is not None and gbs % (mbs * dp):
+        out.append(("global_batch_size", f"global batch size ({gbs}) is not divisible by micro batch size ({mbs}) "
+                    f"times data parallel size ({dp}) (Megatron-LM num_microbatches_calculator.py)",
+                    f"use a multiple of {mbs * dp}, e.g. {(gbs // (mbs * dp) or 1) * mbs * dp}"))
+    return out
+
+
+def _model_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Heads and query groups over tp (Megatron's ``transformer_config.py``, ``arguments.py``)."""
+    out = []
+    tp = t.tensor_model_parallel_size
+    h, a = t.hidden_size, t.num_attention_heads
+    g = t.num_query_groups or a
+    if h % a:
+        out.append(("num_attention_heads", f"hidden_size ({h}) is not divisible by num_attention_heads ({a}) "
+                    "(Megatron-LM arguments.py: kv_channels = hidden_size // num_attention_heads)",
+                    "choose heads that divide hidden_size"))
+    if a % tp:
+        out.append(("num_attention_heads", f"num_attention_heads ({a}) must be a multiple of "
+                    f"tensor_model_parallel_size ({tp}) (Megatron-LM transformer_config.py: each TP rank holds "
+                    "whole heads)", f"use tp dividing {a}, or a multiple of {tp} heads"))
+    if g % tp:
+        out.append(("num_query_groups", f"num_query_groups ({g}) must be a multiple of tensor_model_parallel_size "
+                    f"({tp}) (Megatron-LM transformer_config.py)", f"use tp dividing {g}"))
+    if a % g:
+        out.append(("num_query_groups", f"num_attention_heads ({a}) is not a multiple of num_query_groups ({g})",
+                    "give query groups that divide the heads"))
+    return out
+
+
+def _layer_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Layers over pp and virtual stages (Megatron's ``arguments.py``)."""
+    out = []
+    L, pp = t.num_layers, t.pipeline_model_parallel_size
+    first, last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
+    if first is not None or last is not None:
+        return _uneven_rules(t, first, last)
+    if L % pp:
+        out.append(("num_layers", f"Number of layers should be divisible by the pipeline-model-parallel size: "
+                    f"{L} layers over pp={pp} (Megatron-LM arguments.py)",
+                    f"use a multiple of {pp} layers (e.g. {L - L % pp or pp}), or a pp dividing {L}"))
+    vl = t.num_layers_per_virtual_pipeline_stage
+    if vl is not None and not L % pp:
+        if (L // pp) % vl:
+            out.append(("num_layers_per_virtual_pipeline_stage", f"number of layers per pipeline stage ({L // pp}) "
+                        f"must be divisible by number of layers per virtual pipeline stage ({vl}) (Megatron-LM "
+                        "arguments.py)", f"use a divisor of {L // pp}"))
+        elif L // pp // vl > 1 and pp == 1:
+            out.append(("pipeline_model_parallel_size", "When interleaved schedule is used, pipeline-model-parallel "
+                        "size should be greater than 1 (Megatron-LM arguments.py)",
+                        "set pp > 1, or remove num_layers_per_virtual_pipeline_stage"))
+    return out
+
+
+def _uneven_rules(t: TrainingSpec, first: int | None, last: int | None) -> list[tuple[str, str, str]]:
+    """Uneven first/last stages (Megatron-LM ``arguments.py``; ``transformer_config.py``
+    ``num_layers_in_first/last_pipeline_stage``)."""
+    L, pp = t.num_layers, t.pipeline_model_parallel_size
+    key = "decoder_first_pipeline_num_layers" if first is not None else "decoder_last_pipeline_num_layers"
+    if t.num_layers_per_virtual_pipeline_stage is not None:
+        return [("num_layers_per_virtual_pipeline_stage", "please use --num-virtual-stages-per-pipeline-rank to "
+                 "specify virtual pipeline parallel degree when enable uneven pipeline parallelism (Megatron-LM "
+                 "arguments.py; that argument is not modelled yet)", "remove num_layers_per_virtual_pipeline_stage")]
+    if pp == 1:
+        return [(key, "uneven pipeline stages need pipeline parallelism (pp > 1)", f"remove {key}, or set pp > 1")]
+    middle = pp - (first is not None) - (last is not None)
+    rest = L - (first or 0) - (last or 0)
+    if rest < 0 or (middle == 0 and rest) or (middle and (rest % middle or rest == 0)):
+        return [(key, f"the {rest} layers left after the first ({first}) and last ({last}) stages do not split "
+                 f"evenly over the {middle} middle pipeline stage(s) (Megatron-LM transformer_config.py, uneven "
+                 "pipeline parallelism)", f"choose first and last stage layers that leave a positive multiple of "
+                 f"{middle or 1} layers")]
+    return []
+
+
+def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Sequence parallelism, overlap flags, precision, experts (Megatron's ``arguments.py``)."""
+    out = []
+    if t.sequence_parallel and t.tensor_model_parallel_size == 1:
+        out.append(("sequence_parallel", "sequence parallelism needs tensor parallelism: with tp = 1 Megatron-LM "
+                    "turns it off (arguments.py: 'Disabling sequence parallelism because tensor model "
+                    "parallelism is disabled'), so the schedule would not be what you wrote",
+                    "set sequence_parallel: false, or tp > 1"))
+    if t.tp_comm_overlap and not t.sequence_parallel:
+        out.append(("tp_comm_overlap", "Tensor parallel communication/GEMM overlap can happen only when sequence "
+                    "parallelism is enabled (Megatron-LM arguments.py)", "set sequence_parallel: true"))
+    if t.overlap_param_gather and not t.use_distributed_optimizer:
+        out.append(("overlap_param_gather", "--overlap-param-gather only supported with distributed optimizer "
+                    "(Megatron-LM arguments.py)", "set use_distributed_optimizer: true"))
+    if t.overlap_param_gather and not t.overlap_grad_reduce:
+        out.append(("overlap_param_gather", "Must use --overlap-param-gather with --overlap-grad-reduce "
+                    "(Megatron-LM arguments.py)", "set overlap_grad_reduce: true"))
+    if t.bf16 and t.fp16:
+        out.append(("fp16", "--fp16 and --bf16 are both set (Megatron-LM arguments.py: assert not args.fp16)",
+                    "keep one of them"))
+    if t.num_experts is not None and t.num_experts % t.expert_model_parallel_size:
+        out.append(("expert_model_parallel_size", f"num_experts ({t.num_experts}) must be a multiple of "
+                    f"expert_model_parallel_size ({t.expert_model_parallel_size}) (Megatron-LM arguments.py)",
+                    "use an ep dividing num_experts"))
+    return out
+
+
+def _recompute_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Recomputation settings (Megatron's ``transformer_config.py``)."""
+    out = []
+    rg, rm = t.recompute_granularity, t.recompute_method
+    if rg == "selective" and rm is not None:
+        out.append(("recompute_method", "recompute method is not yet supported for selective recomputing "
+                    "granularity (Megatron-LM transformer_config.py)", "remove recompute_method"))
+    if rg == "full" and rm is None:
+        out.append(("recompute_method", 'Using recompute_granularity: full so recompute_method must be "block" or '
+                    '"uniform" (Megatron-LM transformer_config.py)', "add recompute_method: uniform"))
+    if rg == "full" and t.recompute_num_layers is None:
+        out.append(("recompute_num_layers", "When using recompute_granularity: full recompute_num_layers must be "
+                    "between 1 and num_layers_per_pipeline_rank (Megatron-LM transformer_config.py)",
+                    "add recompute_num_layers: 1"))
+    if rg is None and rm is not None:
+        out.append(("recompute_method", "recompute_method is set but recompute_granularity is not (Megatron-LM "
+                    "transformer_config.py: the method applies to full recomputation)",
+                    "add recompute_granularity: full, or remove recompute_method"))
+    return out
+
+
+def _unmodelled(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Settings Megatron accepts but this lowering does not model yet (refused rather than mispredicted)."""
+    out = []
+    if t.context_parallel_size > 1:
+        out.append(("context_parallel_size", "context parallelism (ring attention p2p) is not modelled yet "
+                    "(issue 36)", "set context_parallel_size: 1"))
+    if t.num_experts is not None or t.expert_model_parallel_size > 1:
+        out.append(("num_experts", "mixture-of-experts layers (EP all-to-all) are not modelled yet (issue 36)",
+                    "remove num_experts / expert_model_parallel_size"))
+    if t.tp_comm_overlap:
+        out.append(("tp_comm_overlap", "TP communication/GEMM overlap (userbuffers) is not modelled yet "
+                    "(issue 36)", "set tp_comm_overlap: false"))
+    return out
+
+
+def refusal(t: TrainingSpec, world_size: int) -> tuple[str, str, str] | None:
+    """The first rule ``t`` breaks on ``world_size`` ranks, as (field, Megatron's reason, fix), or None."""
+    broken = _rules(t, world_size) or _unmodelled(t)
+    return broken[0] if broken else None
+
+
+def check_training(t: TrainingSpec, world_size: int, doc: Any, file: str) -> None:
+    """Refuse a block Megatron-LM would refuse (its reason, quoted), or one this version cannot lower.
+
+    ``doc`` is the loader's evaluated ``training`` mapping (its ``key_marks`` give each key's line).
+
+    Raises
+    ------
+    SpecError
+        ``FILE:LINE:COL: training.<field>: <Megatron's reason>`` and a fix.
+    """
+    broken = refusal(t, world_size)
+    if broken is None:
+        return
+    field, msg, fix = broken
+    marks = getattr(doc, "key_marks", {}) or {}
+    short = next((k for k, v in ALIASES.items() if v == field), None)
+    mark = marks.get(field) or (marks.get(short) if short else None) or getattr(doc, "mark", None)
+    key = field if field in marks or short not in marks else short
+    raise SpecError(msg, file=file, line=mark[0] if mark else None, column=mark[1] if mark else None,
+                    path=f"training.{key}", fix=fix)
+
+
+# ---------------------------------------------------------------- what users compare with their logs
+def model_flops(t: TrainingSpec, plan: TrainingPlan) -> float:
+    """FLOP of one step, Megatron-LM's ``num_floating_point_operations(args, global_batch)``
+    (``megatron/training/training.py``; see the module docstring). Recomputation is not counted (model FLOPs)."""
+    h, L, s = t.hidden_size, t.num_layers, t.seq_length
+    a = t.num_attention_heads
+    k = t.moe_router_topk if t.num_experts else 1
+    gate = 1.5 if t.swiglu else 1.0
+    return 12.0 * plan.global_batch * s * L * h * h * (
+        (1 + plan.groups / a + s / h) + (plan.ffn / h) * k * gate + plan.vocab / (2 * L * h))
+
+
+def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | None = "as set") -> float:
+    """Stored activations of one layer and microbatch, bytes (Korthikanti et al. 2022 Table 2; module docstring),
+    for the block's ``recompute_granularity`` or the one given (``None``: no recomputation)."""
+    s, b, h, a, tp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp
+    sbh = s * b * h
+    rg = t.recompute_granularity if granularity == "as set" else granularity
+    if rg == "full":
+        return 2 * sbh / (tp if plan.sp else 1)
+    attn = 0.0 if rg == "selective" else 5 * a * s / h
+    if plan.sp:
+        return sbh / tp * (34 + attn)
+    return sbh * (10 + 24 / tp + attn / tp)
+
+
+def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
+    """Parameters of one GPT layer (Megatron ``--transformer-impl local``: QKV with GQA, projection, MLP, biases,
+    two LayerNorms), the same count as :func:`schedsim.spec.pipeline_block._params_per_layer` when g = a."""
+    h, f = t.hidden_size, plan.ffn
+    kv = 2 * h * plan.groups // t.num_attention_heads
+    f1 = 2 * f if t.swiglu else f
+    return (h * (h + kv) + (h + kv)) + (h * h + h) + (h * f1 + f1) + (f * h + h) + 4 * h
+
+
+def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
+    """Bytes per GPU of the first pipeline stage (the most loaded: embedding and the most microbatches in
+    flight): ``params``, ``grads``, ``optimizer`` (Megatron's distributed-optimizer table) and ``activations``
+    (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for the sources."""
+    lps = plan.stage_layers[0] * plan.v  # the first pipeline rank's layers
+    n = (lps * _params_per_layer(t, plan) + plan.vocab * t.hidden_size + t.seq_length * t.hidden_size) / plan.tp
+    pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
+    ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)
+    p, v, m = plan.pp, plan.v, plan.m
+    inflight = min(m, p) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
+    per_layer = act_bytes_per_layer(t, plan)
+    lpc = lps // v  # layers per chunk; recompute_method block recomputes the first recompute_num_layers of each
+    if t.recompute_granularity == "full" and t.recompute_method == "block" and (t.recompute_num_layers or 0) < lpc:
+        k = t.recompute_num_layers or 0
+        per_layer = (k * per_layer + (lpc - k) * act_bytes_per_layer(t, plan, None)) / lpc
+    act = per_layer * inflight
+    out = {"params": n * pb, "grads": n * gb, "optimizer": n * ob, "activations": act}
+    out["total"] = sum(out.values())
+    return out

@@ -1,0 +1,70 @@
+"""``schedsim search`` (issue 36): candidates refused with Megatron's reasons or over the memory limit, the
+Pareto front, and the command's ranking, files and independence from --jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_training_block import TINY
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+from schedsim.search import SearchPoint, candidates, pareto
+from schedsim.spec.loader import load_text
+
+
+def _block():  # type: ignore[no-untyped-def]
+    t = load_text(TINY).training
+    assert t is not None
+    return t
+
+
+def test_candidates_refused_and_derived() -> None:
+    """tp ∈ {1, 2, 3} × pp ∈ {1, 2} on 8 GPUs: tp 3 is refused with Megatron's reason; dp = 8 / (tp · pp)."""
+    pts = candidates(_block(), 8, tps=[1, 2, 3], pps=[1, 2], mbss=[1], recomputes=["none"], vpps=[None],
+                     memory_limit=2**40)
+    assert [(p.setting["tp"], p.setting["pp"], p.setting["dp"], p.status) for p in pts] == [
+        (1, 1, 8, "simulated"), (1, 2, 4, "simulated"), (2, 1, 4, "simulated"), (2, 2, 2, "simulated"),
+        (3, 1, 0, "refused"), (3, 2, 0, "refused")]
+    assert pts[4].reason.startswith("tensor_model_parallel_size: world_size (8) is not divisible by tp (3)")
+    assert pts[1].block["pipeline_model_parallel_size"] == 2 and "data_parallel_size" not in pts[1].block
+    tight = candidates(_block(), 8, tps=[2], pps=[2], mbss=[1], recomputes=["none", "full"], vpps=[None],
+                       memory_limit=1.0)
+    assert [p.status for p in tight] == ["over memory", "over memory"]
+    assert tight[1].block["recompute_granularity"] == "full" and tight[1].block["recompute_method"] == "uniform"
+    assert tight[1].memory_bytes < tight[0].memory_bytes  # full recomputation stores less
+
+
+def test_pareto_front_by_hand() -> None:
+    """(time, memory): (1, 5) (2, 3) (3, 4) (4, 1): the third is beaten by the second on both."""
+    pts = [SearchPoint({}, {}, memory_bytes=m, iteration_s=t) for t, m in ((3, 4), (1, 5), (4, 1), (2, 3))]
+    pareto(pts)
+    assert [(p.iteration_s, p.pareto) for p in pts] == [(3, False), (1, True), (4, True), (2, True)]
+
+
+def test_search_command_ranks_and_writes(tmp_path: Path) -> None:
+    """The command ranks the simulated configurations by iteration time, marks the front, writes search.json
+    and search.png, and gives the same rows with 2 worker processes as with 1."""
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY)
+    args = ["search", str(p), "--tp", "1,2,3", "--pp", "1,2", "--micro-batch-size", "1", "--recompute",
+            "none,selective", "--format", "json"]
+    r1 = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert r1.exit_code == 0, r1.stderr[-2000:]
+    rows = json.loads(r1.stdout)
+    ran = [x for x in rows if x["status"] == "simulated"]
+    assert len(rows) == 12 and len(ran) == 8
+    assert [x["iteration_s"] for x in ran] == sorted(x["iteration_s"] for x in ran)
+    assert ran[0]["pareto"] and all(x["reason"] for x in rows if x["status"] != "simulated")
+    assert (tmp_path / "a" / "search.json").exists() and (tmp_path / "a" / "search.png").exists()
+    r2 = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b"), "--jobs", "2"])
+    assert r2.exit_code == 0, r2.stderr[-2000:]
+    assert json.loads(r2.stdout) == rows
+
+
+def test_search_needs_a_training_block(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text("schema_version: 1\nname: x\nworld_size: 1\nops:\n  - {name: a, kind: compute, duration_us: 1}\n")
+    r = CliRunner().invoke(app, ["search", str(p), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "search needs a training: block" in r.stderr and "fix:" in r.stderr

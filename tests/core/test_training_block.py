@@ -1,0 +1,375 @@
+"""The ``training:`` block (issue 36): Megatron-LM arguments, Megatron's validation, the lowering's op counts
+and collective sizes on a hand-counted tiny configuration, the FLOPs (MFU) and memory formulas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+from schedsim.spec.loader import load_text
+from schedsim.spec.training_block import (
+    TrainingSpec,
+    act_bytes_per_layer,
+    memory_per_rank,
+    model_flops,
+    training_plan,
+)
+
+TINY = """\
+schema_version: 1
+name: tiny
+world_size: 8
+training:
+  num_layers: 2
+  hidden_size: 64
+  num_attention_heads: 4
+  seq_length: 32
+  vocab_size: 1000
+  micro_batch_size: 1
+  global_batch_size: 8
+  tp: 2
+  pp: 2
+  bf16: true
+"""
+
+
+def _check(tmp_path: Path, text: str) -> tuple[int, str]:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    r = CliRunner().invoke(app, ["check", str(p)])
+    return r.exit_code, r.stderr if r.exit_code else r.stdout
+
+
+def _edit(old: str, new: str) -> str:
+    assert old in TINY
+    return TINY.replace(old, new)
+
+
+@pytest.mark.parametrize(("old", "new", "line", "field", "words"), [
+    ("tp: 2", "tp: 3", 12, "training.tp", "world_size (8) is not divisible by tp (3)"),
+    ("num_attention_heads: 4", "num_attention_heads: 1", 7, "training.num_attention_heads",
+     "num_attention_heads (1) must be a multiple of tensor_model_parallel_size (2)"),
+    ("num_layers: 2", "num_layers: 3", 5, "training.num_layers",
+     "Number of layers should be divisible by the pipeline-model-parallel size"),
+    ("global_batch_size: 8", "global_batch_size: 7", 11, "training.global_batch_size",
+     "global batch size (7) is not divisible by micro batch size (1) times data parallel size (2)"),
+    ("tp: 2\n  pp: 2", "tp: 1\n  pp: 2\n  dp: 4\n  sequence_parallel: true", 15, "training.sequence_parallel",
+     "Disabling sequence parallelism because tensor model parallelism is disabled"),
+    ("pp: 2", "pp: 2\n  tp_comm_overlap: true", 14, "training.tp_comm_overlap",
+     "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled"),
+    ("pp: 2", "pp: 2\n  dp: 4", 14, "training.dp", "dp (4) disagrees with world_size / (tp·pp·cp) = 8 / 4 = 2"),
+    ("pp: 2", "pp: 2\n  recompute_granularity: full\n  recompute_num_layers: 1", None,
+     "training.recompute_method", 'recompute_method must be "block" or "uniform"'),
+    ("num_layers: 2", "num_layers: 4\n  num_layers_per_virtual_pipeline_stage: 3", 6,
+     "training.num_layers_per_virtual_pipeline_stage",
+     "number of layers per pipeline stage (2) must be divisible by number of layers per virtual pipeline stage (3)"),
+    ("pp: 2", "pp: 2\n  overlap_param_gather: true\n  overlap_grad_reduce: true", 14, "training.overlap_param_gather",
+     "--overlap-param-gather only supported with distributed optimizer"),
+])
+def test_megatron_refusals(tmp_path: Path, old: str, new: str, line: int | None, field: str, words: str) -> None:
+    """A configuration Megatron refuses exits 2 with Megatron's reason, the key's line and a fix."""
+    code, err = _check(tmp_path, _edit(old, new))
+    assert code == 2, err
+    first = err.splitlines()[0]
+    assert first.startswith(f"error: {tmp_path / 's.yaml'}:"), first
+    assert words in first, first
+    assert f": {field}" in first, first
+    # a key not written (a missing recompute_method) has no line of its own: the block's first line is named
+    assert f"s.yaml:{line if line is not None else 5}:" in first, first
+    assert err.splitlines()[1].startswith("  fix: "), err
+    assert "Traceback" not in err
+
+
+def test_unknown_key_suggests_megatron_name(tmp_path: Path) -> None:
+    code, err = _check(tmp_path, _edit("tp: 2", "tensor_model_paralel_size: 2"))
+    assert code == 2
+    assert "training.tensor_model_paralel_size: unknown key" in err
+    assert "did you mean 'tensor_model_parallel_size'?" in err
+
+
+def test_aliases_and_derived_sizes() -> None:
+    """tp/pp/dp aliases set Megatron's fields; dp = world / (tp·pp·cp), m = gbs / (b·dp), padded vocab."""
+    spec = load_text(_edit("global_batch_size: 8", "global_batch_size: 16"))
+    t = spec.training
+    assert t is not None and t.tensor_model_parallel_size == 2 and t.pipeline_model_parallel_size == 2
+    plan = training_plan(t, spec.world_size)
+    assert (plan.dp, plan.m, plan.v, plan.schedule) == (2, 8, 1, "1f1b")
+    assert plan.vocab == 1024  # 1000 rounded up to a multiple of 128 · tp = 256
+    assert plan.grad_dtype == "fp32"  # bf16: gradients reduced in fp32
+    # Megatron's rank order tp-cp-ep-dp-pp: tp fastest, pp slowest
+    assert [plan.rank(t_, 0, d, p) for p in range(2) for d in range(2) for t_ in range(2)] == list(range(8))
+    assert plan.rank(1, 0, 0, 1) == 5 and plan.rank(0, 0, 1, 0) == 2
+
+
+def test_model_flops_is_megatrons_formula() -> None:
+    """num_floating_point_operations for a GPT with f = 4h, g = a: 72·B·s·L·h²·(1 + s/6h + V/12Lh), by hand."""
+    t = TrainingSpec(num_layers=24, hidden_size=2304, num_attention_heads=24, seq_length=2048,
+                     vocab_size=51200, micro_batch_size=1, global_batch_size=512, tp=1, bf16=True)
+    plan = training_plan(t, 32)
+    B, s, L, h, V = 512, 2048, 24, 2304, 51200  # 51200 is already a multiple of 128
+    assert plan.vocab == V
+    by_hand = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert model_flops(t, plan) == pytest.approx(by_hand, rel=1e-12)
+    # SwiGLU with f = 8h/3 ... the MLP term (f/h)·(3/2); GQA g/a replaces the 1 of the K,V projection
+    t2 = t.model_copy(update={"swiglu": True, "ffn_hidden_size": 6144, "num_query_groups": 8})
+    p2 = training_plan(t2, 32)
+    by_hand2 = 12 * B * s * L * h * h * ((1 + 8 / 24 + s / h) + (6144 / h) * 1.5 + V / (2 * L * h))
+    assert model_flops(t2, p2) == pytest.approx(by_hand2, rel=1e-12)
+
+
+def test_activation_memory_is_korthikanti_table2() -> None:
+    """Korthikanti et al. 2022 Table 2, per layer: GPT-3 175B shapes (s=2048, h=12288, a=96), b=1, t=8."""
+    base = dict(num_layers=96, hidden_size=12288, num_attention_heads=96, seq_length=2048, vocab_size=51200,
+                micro_batch_size=1, global_batch_size=64, tp=8, pp=8, bf16=True)
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    sbh = s * b * h
+    cases = {
+        (False, None): sbh * (10 + 24 / t + 5 * a * s / (h * t)),
+        (True, None): sbh / t * (34 + 5 * a * s / h),
+        (False, "selective"): sbh * (10 + 24 / t),
+        (True, "selective"): 34 * sbh / t,
+    }
+    for (sp, rg), want in cases.items():
+        spec = TrainingSpec(**base, sequence_parallel=sp, recompute_granularity=rg)  # type: ignore[arg-type]
+        assert act_bytes_per_layer(spec, training_plan(spec, 64)) == pytest.approx(want, rel=1e-12)
+    full = TrainingSpec(**base, recompute_granularity="full", recompute_method="uniform",  # type: ignore[arg-type]
+                        recompute_num_layers=1)
+    assert act_bytes_per_layer(full, training_plan(full, 64)) == 2 * sbh
+    # the paper's §4.2.3 check: 175B with SP + selective is 34·sbh/t per layer; 12 layers per stage, 8 in flight
+    sel = TrainingSpec(**base, sequence_parallel=True, recompute_granularity="selective")  # type: ignore[arg-type]
+    mem = memory_per_rank(sel, training_plan(sel, 64))
+    assert mem["activations"] == pytest.approx(34 * sbh / t * 12 * 8, rel=1e-12)
+
+
+def test_static_bytes_per_param_follow_megatrons_table() -> None:
+    """Megatron's distributed-optimizer table: bf16 params + fp32 grads 18 B/param, 6 + 12/d distributed."""
+    t = TrainingSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1024,
+                     micro_batch_size=1, global_batch_size=4, bf16=True)
+    plan = training_plan(t, 4)
+    m = memory_per_rank(t, plan)
+    n = m["params"] / 2
+    assert (m["params"] + m["grads"] + m["optimizer"]) / n == pytest.approx(18)
+    d = t.model_copy(update={"use_distributed_optimizer": True})
+    md = memory_per_rank(d, training_plan(d, 4))
+    assert (md["params"] + md["grads"] + md["optimizer"]) / n == pytest.approx(6 + 12 / 4)
+
+
+def test_schema_lists_the_block() -> None:
+    r = CliRunner().invoke(app, ["schema"])
+    assert r.exit_code == 0
+    assert "tensor_model_parallel_size" in r.stdout
+
+
+# ---------------------------------------------------------------- lowering: hand-counted tiny configuration
+def _ops(text: str) -> list:  # type: ignore[type-arg]
+    from schedsim.api import lower_spec
+
+    return lower_spec(load_text(text)).ops()
+
+
+def test_tiny_config_op_counts_and_collectives() -> None:
+    """2 layers, tp=2, pp=2, dp=2, m=4 (gbs 8, b 1), by hand.
+
+    Stage 0 (one layer): F = embedding + its TP all-reduce + 12 kernels + 2 all-reduces = 16; I = 13 + 2 = 15;
+    W = 4 wgrads + embedding wgrad = 5; × 4 microbatches = 144, + 4 sendF + 4 recvB, + DP all-reduce, tied
+    embedding all-reduce, gradient-norm all-reduce (bf16: no found-inf), optimizer step = 156. Stage 1: F = 14 +
+    final LN, logits, cross-entropy and its 3 all-reduces = 20; I = logits dgrad + its all-reduce + 15 = 17;
+    W = logits wgrad + 4 = 5; × 4 = 168 + 8 + 4 = 180. Ranks 0-3 are pp stage 0 (tp fastest, then dp), 4-7
+    stage 1."""
+    ops = _ops(TINY)
+    per_rank = {r: sum(1 for o in ops if o.rank == r) for r in range(8)}
+    assert per_rank == {0: 156, 1: 156, 2: 156, 3: 156, 4: 180, 5: 180, 6: 180, 7: 180}
+    norm = {o.rank: o for o in ops if o.name == "optimizer_grad_norm"}
+    assert norm[0].group == (0, 1, 4, 5) and norm[6].group == (2, 3, 6, 7) and norm[0].nbytes == 4  # tp × pp
+    fp16 = [o.name for o in _ops(_edit("bf16: true", "fp16: true")) if o.rank == 3][-3:]
+    assert fp16 == ["optimizer_found_inf", "optimizer_grad_norm", "optimizer_step"]  # the loss scaler's check first
+    tp_ops = [o for o in ops if o.kind == "all_reduce" and ".tp_" in o.name]
+    # every TP all-reduce is s·b·h·2 bytes = 32·64·2 on the TP group (r, r^1)
+    assert {o.nbytes for o in tp_ops if "ce_allreduce" not in o.name} == {32 * 64 * 2}
+    assert {o.nbytes for o in tp_ops if "ce_allreduce" in o.name} == {32 * 4}
+    assert all(o.group == (o.rank & ~1, o.rank | 1) for o in tp_ops)
+    assert sum(1 for o in tp_ops if o.rank == 0) == 4 * 5 and sum(1 for o in tp_ops if o.rank == 4) == 4 * 8
+    # DP gradient all-reduce: fp32 (bf16 training) of the TP rank's parameters. Per layer 12h² + 13h = 49,984
+    # (Megatron's GPT layer with biases); stage 0 adds V·h + s·h = 1024·64 + 32·64, stage 1 V·h + 2h; / tp = 2
+    dp = {o.rank: o for o in ops if o.name == "dp_grad_all_reduce"}
+    assert dp[0].nbytes == (49_984 + 1024 * 64 + 32 * 64) / 2 * 4 and dp[0].group == (0, 2)
+    assert dp[5].nbytes == (49_984 + 1024 * 64 + 2 * 64) / 2 * 4 and dp[5].group == (5, 7)
+    emb = {o.rank: o for o in ops if o.name == "embedding_grad_allreduce"}
+    assert emb[1].group == (1, 5) and emb[1].nbytes == 1024 * 64 / 2 * 4
+    sends = [o for o in ops if o.kind == "send"]
+    assert {(o.rank, o.peer) for o in sends} == {(0, 4), (1, 5), (2, 6), (3, 7), (4, 0), (5, 1), (6, 2), (7, 3)}
+    assert {o.nbytes for o in sends} == {32 * 64 * 2}
+
+
+def test_sequence_parallel_swaps_all_reduce_for_gather_scatter() -> None:
+    """With SP: per layer an all-gather before QKV and fc1 and a reduce-scatter after proj and fc2 (forward),
+    their conjugates in the backward; p2p messages s/tp·b·h."""
+    ops = _ops(_edit("pp: 2", "pp: 2\n  sequence_parallel: true"))
+    r0 = [o for o in ops if o.rank == 0 and o.name.startswith("F0.0.")]
+    names = [o.name.removeprefix("F0.0.") for o in r0 if o.kind in ("all_gather", "reduce_scatter", "all_reduce")]
+    assert names == ["tp_embedding", "l0.tp_ag_attn", "l0.tp_rs_attn", "l0.tp_ag_mlp", "l0.tp_rs_mlp"]
+    assert [o.kind for o in r0 if o.name.endswith("tp_embedding")] == ["reduce_scatter"]
+    b0 = [o.name.removeprefix("B0.0.I.") for o in ops if o.rank == 0 and o.name.startswith("B0.0.I.")
+          and o.kind in ("all_gather", "reduce_scatter")]
+    assert b0 == ["l0.tp_ag_fc2_dgrad", "l0.tp_rs_fc1_dgrad", "l0.tp_ag_proj_dgrad", "l0.tp_rs_qkv_dgrad"]
+    assert {o.nbytes for o in ops if o.kind == "send"} == {32 * 64 * 2 / 2}
+
+
+def test_recompute_and_distributed_optimizer() -> None:
+    """Full recompute reruns the layer forward (kernels and TP collectives) before its backward; selective only
+    the attention core; the distributed optimizer reduce-scatters gradients, steps on 1/dp, all-gathers params;
+    overlap_grad_reduce issues each chunk's reduction after its last backward, before the rank's last op."""
+    full = _ops(_edit("pp: 2", "pp: 2\n  recompute_granularity: full\n  recompute_method: uniform\n"
+                      "  recompute_num_layers: 1"))
+    re = [o.name.removeprefix("B0.0.I.") for o in full if o.rank == 0 and o.name.startswith("B0.0.I.l0.re_")]
+    assert len(re) == 12 + 2 and re[:2] == ["l0.re_ln1", "l0.re_qkv"]
+    sel = _ops(_edit("pp: 2", "pp: 2\n  recompute_granularity: selective"))
+    assert [o.name for o in sel if o.rank == 0 and o.name.startswith("B0.0.I.l0.re_")] == \
+        ["B0.0.I.l0.re_scores", "B0.0.I.l0.re_softmax", "B0.0.I.l0.re_attn_v"]
+    dist = _ops(_edit("pp: 2", "pp: 2\n  use_distributed_optimizer: true\n  overlap_grad_reduce: true"))
+    r0 = [o for o in dist if o.rank == 0]
+    rs = [i for i, o in enumerate(r0) if o.kind == "reduce_scatter"]
+    ag = [o for o in r0 if o.name == "dp_param_allgather"]
+    assert len(rs) == 1 and r0[rs[0]].name == "dp_grad_reduce_scatter_s0_b0" and r0[rs[0]].group == (0, 2)
+    assert r0[rs[0]].stream == "dp_comm" and rs[0] < len(r0) - 4  # issued before the step's tail
+    assert len(ag) == 1 and ag[0].nbytes == (49_984 + 1024 * 64 + 32 * 64) / 2 * 2
+    assert next(o for o in r0 if o.name == "optimizer_grad_norm").group == tuple(range(8))  # the whole instance
+    opt_plain = next(o for o in _ops(TINY) if o.rank == 0 and o.name == "optimizer_step")
+    opt_dist = next(o for o in r0 if o.name == "optimizer_step")
+    assert opt_dist.nbytes == pytest.approx(opt_plain.nbytes / 2)
+
+
+def test_interleaved_with_virtual_stages_predicts(tmp_path: Path) -> None:
+    """num_layers_per_virtual_pipeline_stage gives Megatron's interleaved 1F1B; predict runs it to the end."""
+    text = _edit("num_layers: 2", "num_layers: 4\n  num_layers_per_virtual_pipeline_stage: 1")
+    text = text.replace("global_batch_size: 8", "global_batch_size: 8")
+    ops = _ops(text)
+    assert {o.name.split(".")[0] for o in ops if o.rank == 0 and o.name[0] == "F"} == {"F0", "F2"}
+    p = tmp_path / "i.yaml"
+    p.write_text(text)
+    r = CliRunner().invoke(app, ["predict", str(p), "--out", str(tmp_path / "o"), "--no-trace"])
+    assert r.exit_code == 0, r.stderr[-2000:]
+
+
+def test_predict_reports_megatron_figures(tmp_path: Path) -> None:
+    """predict's training figures: TFLOP/s per GPU = Megatron's FLOPs / iteration / GPUs, MFU over the profile's
+    bf16 peak, and per rank busy compute + exposed TP + PP + DP + bubble = the iteration (nothing counted twice)."""
+    import json
+
+    from schedsim.hardware.profile import load_profile
+
+    p = tmp_path / "s.yaml"
+    p.write_text(_edit("pp: 2", "pp: 2\n  overlap_grad_reduce: true"))
+    r = CliRunner().invoke(app, ["predict", str(p), "--out", str(tmp_path / "o"), "--no-trace", "--format", "json"])
+    assert r.exit_code == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    tr = d["training"]
+    spec = load_text(p.read_text())
+    t = spec.training
+    assert t is not None
+    flops = model_flops(t, training_plan(t, 8))
+    it = d["metrics"]["makespan_s"]
+    assert tr["iteration_s"] == it and tr["flops"] == flops
+    assert tr["tflops_per_gpu"] == pytest.approx(flops / it / 8 / 1e12, rel=1e-12)
+    peak = load_profile("h200").gpu.peak_tflops["bf16"]
+    assert tr["mfu"] == pytest.approx(tr["tflops_per_gpu"] / peak, rel=1e-12)
+    busy = sum(x["busy_compute_s"] for x in d["metrics"]["ranks"].values()) / 8
+    total = busy + sum(tr["exposed_s"].values()) + tr["bubble_s"]
+    assert total == pytest.approx(it, rel=1e-9)
+    assert tr["exposed_s"]["tp"] > 0 and tr["exposed_s"]["pp"] > 0 and tr["exposed_s"]["dp"] > 0
+
+
+def test_block_recompute_mixes_stored_layers() -> None:
+    """recompute_method block keeps full activations of the layers past recompute_num_layers (per chunk)."""
+    base = dict(num_layers=8, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1024,
+                micro_batch_size=1, global_batch_size=4, pp=2, bf16=True)
+    blk = TrainingSpec(**base, recompute_granularity="full", recompute_method="block",  # type: ignore[arg-type]
+                       recompute_num_layers=1)
+    plan = training_plan(blk, 2)
+    sbh = 32 * 64
+    none = sbh * (10 + 24 + 5 * 4 * 32 / 64)
+    # 4 layers per stage: 1 stores its input (2sbh), 3 everything; the first stage holds min(m=4, p=2) microbatches
+    assert memory_per_rank(blk, plan)["activations"] == pytest.approx((2 * sbh + 3 * none) / 4 * 4 * 2, rel=1e-12)
+
+
+def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
+    """The loader's expansion bound counts the training block (world × m × (50 per layer of a stage + 8)), so a
+    175B-sized step is refused before lowering unless the limit is raised; the estimate is not below the real
+    count of a lowered block."""
+    from schedsim.spec.limits import _training_ops
+
+    big = TINY.replace("world_size: 8", "world_size: 64").replace("num_layers: 2", "num_layers: 96") \
+        .replace("global_batch_size: 8", "global_batch_size: 64").replace("tp: 2", "tp: 8").replace("pp: 2", "pp: 8")
+    code, err = _check(tmp_path, big)
+    assert code == 2 and "training: the schedule expands to too many op instances" in err
+    assert "about 2,490,368" in err  # 64 ranks × 64 microbatches × (50 · 12 + 8)
+    tb = load_text(TINY).training
+    assert tb is not None
+    assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \
+        >= len(_ops(TINY)) == 1344
+
+
+def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
+    """In Megatron's order the first replica's pipeline ranks are 0 and tp·cp·dp = 4, not 0 and 1; the
+    pipeline picture's lanes and the PipelineInfo's JSON form say so (rank_stride)."""
+    from schedsim.api import predict
+    from schedsim.graph.info import PipelineInfo
+    from schedsim.report.gantt import pipeline_lanes
+
+    run = predict(load_text(TINY), "h200")
+    info = run.timeline.pipeline
+    assert info is not None and info.rank_stride == 4 and info.p == 2
+    assert pipeline_lanes(run.timeline).shown == [0, 4]
+    assert PipelineInfo.from_dict(info.to_dict()) == info
+    assert "rank_stride" not in PipelineInfo(p=2).to_dict()  # a pipeline block's JSON is as before
+
+
+def test_gradient_buckets_follow_megatrons_ddp() -> None:
+    """overlap_grad_reduce: buckets of at least 40 M parameters in backward order (Megatron's DDP), each reduced
+    right after the weight gradient of the last microbatch that completes it. h = 1280: a layer holds 12h² + 13h
+    = 19,677,440 parameters; the W order is logits (V·h + 2h = 1,313,280), layers 3, 2 (40,668,160 ≥ 40 M: bucket
+    0), layers 1, 0 and the embedding (V·h + s·h = 1,351,680: bucket 1, 40,706,560), fp32 gradients under bf16."""
+    text = TINY.replace("world_size: 8", "world_size: 2").replace("num_layers: 2", "num_layers: 4") \
+        .replace("hidden_size: 64", "hidden_size: 1280").replace("num_attention_heads: 4", "num_attention_heads: 10") \
+        .replace("global_batch_size: 8", "global_batch_size: 2").replace("tp: 2", "tp: 1") \
+        .replace("pp: 2", "pp: 1\n  overlap_grad_reduce: true")
+    r0 = [o for o in _ops(text) if o.rank == 0]
+    names = [o.name for o in r0]
+    b0, b1 = names.index("dp_grad_all_reduce_s0_b0"), names.index("dp_grad_all_reduce_s0_b1")
+    assert names[b0 - 1] == "B0.0.W.l2.qkv_wgrad" and names[b1 - 1] == "B0.0.W.embedding_wgrad"
+    assert r0[b0].nbytes == 40_668_160 * 4 and r0[b1].nbytes == 40_706_560 * 4
+    assert r0[b0].group == (0, 1) and r0[b0].stream == "dp_comm"
+
+
+def test_interleaving_with_too_few_microbatches_names_the_global_batch(tmp_path: Path) -> None:
+    """The interleaved generator's rule on m (Megatron's) is said on training.global_batch_size with a global
+    batch that satisfies it, not in the pipeline block's terms."""
+    text = _edit("num_layers: 2", "num_layers: 4\n  num_layers_per_virtual_pipeline_stage: 1") \
+        .replace("global_batch_size: 8", "global_batch_size: 6")  # dp 2: m = 3, not a multiple of pp = 2
+    code, err = _check(tmp_path, text)
+    assert code == 2
+    first, fix = err.splitlines()[:2]
+    assert "training.global_batch_size: interleaved 1F1B needs m mod group_size to be 0 or >= p" in first
+    assert "(m = global_batch_size / (micro_batch_size · dp) = 3, pp = 2, v = 2)" in first
+    assert fix == "  fix: use global_batch_size: 8 (m = 4, a multiple of pp), or fewer virtual stages"
+    assert "Traceback" not in err
+
+
+def test_uneven_first_and_last_stages(tmp_path: Path) -> None:
+    """decoder_first_pipeline_num_layers: the first stage runs its own count, the other stages share the rest
+    (Megatron's uneven pipeline parallelism); its gradients are sized by its layers; bad splits are refused."""
+    text = _edit("num_layers: 2", "num_layers: 5\n  decoder_first_pipeline_num_layers: 3")
+    ops = _ops(text)
+    f0 = {o.name.split(".")[2] for o in ops if o.rank == 0 and o.name.startswith("F0.0.l")}
+    f1 = {o.name.split(".")[2] for o in ops if o.rank == 4 and o.name.startswith("F1.0.l")}
+    assert f0 == {"l0", "l1", "l2"} and f1 == {"l0", "l1", "logits"}
+    dp = {o.rank: o.nbytes for o in ops if o.name == "dp_grad_all_reduce"}
+    assert dp[0] == (3 * 49_984 + 1024 * 64 + 32 * 64) / 2 * 4 and dp[4] == (2 * 49_984 + 1024 * 64 + 2 * 64) / 2 * 4
+    code, err = _check(tmp_path, _edit("num_layers: 2", "num_layers: 4\n  decoder_first_pipeline_num_layers: 4"))
+    assert code == 2 and "training.decoder_first_pipeline_num_layers: the 0 layers left" in err
+    code, err = _check(tmp_path, _edit("num_layers: 2", "num_layers: 4\n  decoder_last_pipeline_num_layers: 1\n"
+                                       "  num_layers_per_virtual_pipeline_stage: 1"))
+    assert code == 2 and "please use --num-virtual-stages-per-pipeline-rank" in err
