@@ -448,7 +448,7 @@ def search(
 
     outdir = out or Path("schedsim_out") / f"search_{safe_dirname(file.stem)}"
     rows = [p.to_dict() for p in done]
-    with output_set(outdir, ("search.json", "search.png")) as stage:
+    with output_set(outdir, "search", inputs=[file], expect=("search.json", "search.png")) as stage:
         atomic_write_text(stage / "search.json", json.dumps(rows, indent=1))
         write_plot(stage / "search.png", done, f"{spec.name} on {prof.name}: {world} GPUs, ≤ {memory_gib:g} GiB")
     if fmt == OutFormat.json:
