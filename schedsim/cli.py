@@ -45,6 +45,7 @@ def _command(fn: Any) -> Any:
 class GpuModel(str, Enum):
     waves = "waves"
     sharing = "sharing"
+    replay = "replay"
 
 
 class Launch(str, Enum):

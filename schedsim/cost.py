@@ -6,7 +6,8 @@
   4 nearest measured shapes in (log2 m, log2 n, log2 k) space, and
   time = max(kernel floor, FLOP / rate). With no entry for the dtype it falls
   back to a roofline: max(floor, FLOP / (peak·efficiency), bytes / HBM bw).
-* **Generic compute**: ``duration_us`` if given, else the same roofline.
+* **Generic compute**: ``duration_us`` if given, else the same roofline. A copy, collective or send/recv given
+  ``duration_us`` (a replay of an imported trace) takes it too.
 * **Collectives**: nccl-tests convention (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``):
   algbw = S / t, busbw = algbw × factor with factor 2(n−1)/n for all_reduce,
   (n−1)/n for all_gather, reduce_scatter, all_to_all, scatter and gather, 1 for
@@ -335,6 +336,8 @@ class CostModel:
 
     def _one(self, op: Op) -> float:
         kind = op.kind
+        if op.duration_s is not None and kind != "matmul":  # a measured duration (compute, or a replayed trace's op)
+            return op.duration_s
         if kind == "matmul":
             key: tuple[object, ...] = (kind, op.dtype, op.m, op.n, op.k, op.batch)
         elif kind == "compute":

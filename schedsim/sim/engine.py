@@ -14,6 +14,12 @@ profile's ``gpu_model``, default ``waves``):
   2026-11-30 run concurrent kernels (benchmarks/h200/probes.md).
 * ``sharing`` (this module, below): processor sharing, every running kernel
   slowed equally. Kept selectable while the ``waves`` model proves itself.
+* ``replay`` (:func:`_run_replay`): the replay of a recorded run (``schedsim import ... --out DIR`` writes
+  ``DIR/schedule.yaml`` with measured durations). No contention: an op runs its solo duration (the recorded one,
+  which already holds the contention of the run) as soon as it is ready; the host issues each rank's ops at
+  the prefix sums of their ``host_us`` alone (the recorded gaps between launch calls already hold the calls'
+  cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as below. The
+  dependency-only replay of Lumos (Liang et al., MLSys 2025) and of HTA's critical-path analysis.
 
 Both compile the DAG to arrays once (:func:`_compile`) and share the timeline
 assembly and critical-path walk (:func:`_timeline`). A :class:`Program` simulated
@@ -185,7 +191,9 @@ def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict
                     tl.meta["warnings"] = [note]
                 return tl
         c = _compile(G, profile, mode)
-        if model == "sharing":
+        if model == "replay":
+            st = _run_replay(c, mode)
+        elif model == "sharing":
             st = _run_sharing(c, profile, mode, model_executor)
         else:
             st, note = _run_waves(G, profile, mode, c, conns, model_executor)
@@ -623,6 +631,69 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str, model_execut
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
     return _State(start, end, ready_t, binding)
 
+
+
+def _run_replay(c: _Compiled, mode: str) -> _State:
+    """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
+    is ready; ready = issued (prefix sums of ``host_s`` per rank, 0 under ``cuda_graph``), every predecessor done
+    and, for a rendezvous, every member ready (then all start at the last one's time)."""
+    ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
+    issue = [0.0] * N
+    if mode != "cuda_graph":
+        host = [0.0] * c.world
+        for i, op in enumerate(ops):
+            host[op.rank] += op.host_s
+            issue[i] = host[op.rank]
+    start, end, ready_t = [0.0] * N, [0.0] * N, [0.0] * N
+    binding = [HOST] * N
+    gready = [0] * len(gmem)
+    glast = [-1] * len(gmem)
+    heap: list[tuple[float, int, int]] = []
+    counter = itertools.count()
+
+    def make_ready(i: int, t: float) -> None:
+        ready_t[i] = t
+        j = job_of[i]
+        if j < N:
+            start[i] = t
+            heapq.heappush(heap, (t + job_work[i], next(counter), i))
+            return
+        g = j - N
+        gready[g] += 1
+        if glast[g] < 0 or t >= ready_t[glast[g]]:
+            glast[g] = i
+        if gready[g] == len(gmem[g]):
+            last = glast[g]
+            t0 = ready_t[last]
+            for m in gmem[g]:
+                start[m] = t0
+                if m != last:
+                    binding[m] = last
+            heapq.heappush(heap, (t0 + job_work[j], next(counter), j))
+
+    def release(v: int, t: float, by: int) -> None:
+        if issue[v] > t:
+            make_ready(v, issue[v])
+        else:
+            binding[v] = by
+            make_ready(v, t)
+
+    for i in range(N):
+        if npred[i] == 0:
+            release(i, 0.0, HOST)
+    done = 0
+    while heap:
+        t, _s, j = heapq.heappop(heap)
+        for i in (gmem[j - N] if j >= N else (j,)):
+            end[i] = t
+            done += 1
+            for v in succ[i]:
+                npred[v] -= 1
+                if npred[v] == 0:
+                    release(v, t, i)
+    if done < N:
+        _raise_deadlock(c.ids, ops, end, npred, job_of, gmem, N)
+    return _State(start, end, ready_t, binding)
 
 
 def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwareProfile, mode: str,

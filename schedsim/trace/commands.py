@@ -43,9 +43,11 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
     metrics = Metrics.of(tl)
     target = out / "timeline.json"
     write_timeline_json(tl, target, metrics.to_dict())
+    sched = _write_schedule(res, out, tl)
     n_ops = sum(1 for s in tl.spans if "#" not in s.id)
     if fmt == _Fmt.json:
-        print(json.dumps({"timeline": str(target), "spans": len(tl.spans), "ops": n_ops,
+        print(json.dumps({"timeline": str(target), "schedule": str(out / "schedule.yaml"), "spans": len(tl.spans),
+                          "ops": n_ops, "schedule_guesses": sched.guesses if sched else [],
                           "ranks": sorted(metrics.ranks), "makespan_s": metrics.makespan_s,
                           "overlap_ratio": metrics.overlap_ratio, "warnings": res.warnings}, indent=1))
         return
@@ -57,10 +59,34 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
 
     for w in res.warnings:
         print(f"warning: {term_safe(w)}")  # warnings quote names from the trace
-    print(f"wrote {target}")
+    if sched is not None:
+        for n in sched.notes:
+            print(f"note: {n}")
+        print(f"wrote {target}, {out / 'schedule.yaml'} ({sched.n_ops} ops, {sched.n_deps} cross-stream waits; "
+              f"replay: schedsim replay {out / 'schedule.yaml'})")
+    else:
+        print(f"wrote {target}")
 
 
-OutOpt = typer.Option(..., "--out", "-o", help="Output folder; timeline.json is written there.")
+def _write_schedule(res: Any, out: Path, tl: Any) -> Any:
+    """``out/schedule.yaml``, the replay schedule (:mod:`schedsim.trace.to_schedule`); its guesses once on stderr."""
+    if res.replay is None:
+        return None
+    import sys
+
+    from schedsim.trace.to_schedule import write_replay_schedule
+    from schedsim.trace.validate import term_safe
+
+    files = tl.meta.get("files") or []
+    got = write_replay_schedule(res.replay, out / "schedule.yaml", name=f"{tl.schedule}_replay",
+                                source=", ".join(Path(f).name for f in files))
+    if got.guesses:
+        print(f"warning: schedule.yaml: dependencies guessed: {term_safe('; '.join(got.guesses))}", file=sys.stderr)
+    return got
+
+
+OutOpt = typer.Option(..., "--out", "-o", help="Output folder; timeline.json and schedule.yaml (the run as a "
+                                                 "schedule to replay) are written there.")
 OpsOpt = typer.Option(None, "--ops", help="Predicted timeline.json or schedule YAML whose op names the "
                                           "NVTX ranges / user annotations carry (names of the form name@rN "
                                           "are always recognised).")
@@ -89,7 +115,8 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.nsys import import_nsys
 
         with status(f"importing {len(files)} nsys export(s)"):
-            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
+            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False,
+                              keep_runtime=True)
         _finish_import(res, out, fmt)
 
     @imp.command("kineto")
@@ -106,7 +133,8 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.kineto import import_kineto
 
         with status(f"importing {len(files)} Kineto trace(s)"):
-            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
+            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False,
+                                keep_runtime=True)
         _finish_import(res, out, fmt)
 
     app.add_typer(imp, name="import")

@@ -46,6 +46,7 @@ from schedsim.trace.common import (
     Activity,
     ImportResult,
     OpRange,
+    ReplayInput,
     build_timeline,
     is_nccl_kernel,
     match_op,
@@ -185,6 +186,7 @@ def import_nsys(
     iteration: int = -1,
     schedule: str | None = None,
     keep_kernel_rows: bool = True,
+    keep_runtime: bool = False,
 ) -> ImportResult:
     """Read one or more Nsight Systems SQLite exports into one Timeline.
 
@@ -206,12 +208,15 @@ def import_nsys(
     keep_kernel_rows : bool
         Also collect the kernel-share and NCCL-volume table rows (``analyze`` needs them; an
         import does not, and skipping them saves memory on big traces).
+    keep_runtime : bool
+        Also return the activities for a replay schedule (``ImportResult.replay``). The CUPTI runtime rows are
+        not read yet, so :mod:`schedsim.trace.to_schedule` guesses launch order and cross-stream waits.
 
     Returns
     -------
     ImportResult
         Timeline (times in s from the earliest GPU activity), per-kernel
-        rows (µs) and NCCL volume rows.
+        rows (µs) and NCCL volume rows; ``replay`` with ``keep_runtime``.
 
     Raises
     ------
@@ -269,9 +274,11 @@ def import_nsys(
                             "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
                             "memset_count": sum(1 for a in acts if a.cat == "memset"),
                             "warnings": warnings}
+    replay = (ReplayInput(list(acts), [None] * len(acts), [], [], max(1, len(rank_info)), "nsys")
+              if keep_runtime else None)
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].stem, world_size=max(1, len(rank_info)),
                         meta=meta, ops=ops, iteration=iteration)
-    return ImportResult(tl, kernel_rows, nccl_rows, warnings)
+    return ImportResult(tl, kernel_rows, nccl_rows, warnings, replay)
 
 
 def _epoch_ns(db: _Db, raw: Any) -> int:
