@@ -139,6 +139,23 @@ def register(app: typer.Typer) -> None:
 
     app.add_typer(imp, name="import")
 
+    @app.command("replay")
+    @handle_errors
+    def replay_cmd(
+        schedule: Path = typer.Argument(..., help="schedule.yaml written by `schedsim import kineto|nsys ... --out DIR`."),
+        what_if: list[str] = typer.Option([], "--what-if", help="PATTERN*FACTOR: scale the recorded durations of "
+                                          "nccl, kernel, memcpy, memset ops, an op kind, or kernels whose name "
+                                          "matches a glob ('*gemm*'). Repeatable."),
+        host_gaps: float = typer.Option(1.0, "--host-gaps", help="Factor on the recorded host gaps (0 drops them)."),
+        recost_comm: bool = typer.Option(False, "--recost-comm", help="Collectives take the profile's cost model "
+                                         "instead of their recorded durations."),
+        profile: str = typer.Option("h200", "--profile", "-p", help="Profile for --recost-comm."),
+        fmt: _Fmt = FmtOpt,
+    ) -> None:
+        """Replay an imported run (recorded durations and launch times) against its trace, and what-ifs of it:
+        how each rank's makespan moves."""
+        _replay(schedule, what_if, host_gaps, recost_comm, profile, fmt)
+
     @app.command("analyze")
     @handle_errors
     def analyze_cmd(
@@ -173,3 +190,35 @@ def register(app: typer.Typer) -> None:
             for p in (chrome, charts):
                 if p is not None:
                     print(f"wrote {p}")
+
+
+def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: bool, profile: str, fmt: _Fmt) -> None:
+    """``schedsim replay``: the replay against the recorded times, then the what-if's per-rank makespans."""
+    from schedsim.api import load, simulate_spec
+    from schedsim.errors import SpecError
+    from schedsim.hardware.profile import load_profile
+    from schedsim.report.summary import fmt_time
+    from schedsim.trace.replay import parse_what_if, replay_report, what_if_spec
+
+    if not (0.0 <= host_gaps < float("inf")):
+        raise SpecError(f"--host-gaps {host_gaps}: not a factor >= 0", fix="pass e.g. 0 (drop the gaps) or 0.5")
+    prof = load_profile(profile)
+    spec = load(schedule)
+    base = replay_report(simulate_spec(spec, prof, file=schedule, gpu_model="replay").timeline, str(schedule))
+    out: dict[str, Any] = {"trace_makespan_s": base.trace_makespan_s, "replay_makespan_s": base.replay_makespan_s,
+                           "error": base.error, "start_error_median": base.start_error_median}
+    lines = [f"trace makespan {fmt_time(base.trace_makespan_s)}, replay {fmt_time(base.replay_makespan_s)} "
+             f"({base.error:+.2%}); per-op start error median {base.start_error_median:.2%} of the makespan"]
+    scales = [parse_what_if(w) for w in what_if]
+    if scales or host_gaps != 1.0 or recost_comm:
+        spec2, changes = what_if_spec(spec, scales, host_gaps, recost_comm, str(schedule))
+        new = replay_report(simulate_spec(spec2, prof, file=schedule, gpu_model="replay").timeline)
+        out["what_if"] = {"changes": changes, "makespan_s": new.replay_makespan_s,
+                          "ranks": {r: {"before_s": base.per_rank_s[r], "after_s": t}
+                                    for r, t in sorted(new.per_rank_s.items())}}
+        lines += [f"what-if: {c}" for c in changes]
+        for r, t in sorted(new.per_rank_s.items()):
+            b = base.per_rank_s[r]
+            lines.append(f"  rank {r}: makespan {fmt_time(b)} -> {fmt_time(t)} ({t / b - 1.0:+.1%})" if b > 0 else
+                         f"  rank {r}: makespan {fmt_time(b)} -> {fmt_time(t)}")
+    print(json.dumps(out, indent=1) if fmt == _Fmt.json else "\n".join(lines))

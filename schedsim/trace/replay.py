@@ -84,7 +84,7 @@ def _matches(op: Any, w: WhatIf) -> bool:
 
 
 def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
-                 recost_comm: bool = False) -> tuple[Any, list[str]]:
+                 recost_comm: bool = False, file: str | None = None) -> tuple[Any, list[str]]:
     """The spec with the what-ifs applied, and one line per change (what, how many ops, recorded µs before →
     after, summed over ranks).
 
@@ -105,8 +105,8 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
                 after += op.duration_us * w.factor
                 ops[i] = op.model_copy(update={"duration_us": op.duration_us * w.factor})
         if not n:
-            raise SpecError(f"--what-if {w.pattern}*{w.factor:g}: no op with a recorded duration matches "
-                            f"{w.pattern!r}", fix="use nccl, kernel, memcpy, memset, an op kind or a glob on the "
+            raise SpecError(f"{w.pattern}*{w.factor:g}: no op with a recorded duration matches "
+                            f"{w.pattern!r}", file=file, path="--what-if", fix="use nccl, kernel, memcpy, memset, an op kind or a glob on the "
                                                   "kernel name ('*gemm*')")
         lines.append(f"{w.pattern}*{w.factor:g}: {n} ops, {before:,.1f} µs -> {after:,.1f} µs of GPU time")
     if host_gaps != 1.0:
@@ -149,7 +149,7 @@ class ReplayReport:
     per_rank_s: dict[int, float]
 
 
-def replay_report(tl: Any) -> ReplayReport:
+def replay_report(tl: Any, file: str | None = None) -> ReplayReport:
     """Hold a replayed Timeline against the recorded ``start_us`` / ``end_us`` tags of its ops.
 
     Raises
@@ -159,7 +159,7 @@ def replay_report(tl: Any) -> ReplayReport:
     """
     spans = [s for s in tl.spans if "start_us" in (s.tags or {})]
     if not spans:
-        raise SpecError("the schedule's ops carry no recorded start_us/end_us tags",
+        raise SpecError("the schedule's ops carry no recorded start_us/end_us tags", file=file,
                         fix="replay a schedule written by `schedsim import kineto|nsys FILES --out DIR`")
     rec0 = min(s.tags["start_us"] for s in spans) * 1e-6
     rec1 = max(s.tags["end_us"] for s in spans) * 1e-6

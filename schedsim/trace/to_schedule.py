@@ -243,7 +243,7 @@ def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[
                 n += 1
                 break
             k -= 1
-    if n:
+    if n or len({a.stream for a in acts}) > 1:
         guesses.append(f"rank {r}: no event record/wait rows; {n} cross-stream wait(s) guessed from timing (an op "
                        f"that started > {GAP_NS / 1000:g} µs after its issue and stream predecessor waits for the op "
                        "of another stream that ended just before)")

@@ -1,0 +1,188 @@
+"""An imported trace as a schedule (schedsim.trace.to_schedule), its replay (the ``replay`` GPU model) and
+what-ifs (schedsim.trace.replay), on the hand-built Kineto traces of ``replaygen`` (times derived there)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+from replaygen import rank_doc, write
+from typer.testing import CliRunner
+
+from schedsim import api
+from schedsim.hardware.profile import load_profile
+from schedsim.sim.timeline import Timeline
+from schedsim.trace.commands import register
+from schedsim.trace.kineto import import_kineto
+from schedsim.trace.replay import parse_what_if, replay_report, what_if_spec
+from schedsim.trace.to_schedule import build_replay_schedule
+
+runner = CliRunner()
+H200 = load_profile("h200")
+
+
+def _schedule(tmp_path: Path, *docs: dict[str, Any]) -> tuple[str, Any]:
+    files = [write(tmp_path / f"r{i}.json", d) for i, d in enumerate(docs)]
+    res = import_kineto(files, keep_runtime=True, keep_kernel_rows=False)
+    assert res.replay is not None
+    got = build_replay_schedule(res.replay, name="fx")
+    return got.text, got
+
+
+def _ops(text: str) -> list[tuple[Any, ...]]:
+    doc = yaml.safe_load(text)
+    return [(o["name"], o["ranks"][0], o["stream"], o["kind"], o["duration_us"], o.get("host_us", 0.0),
+             o.get("deps", [])) for o in doc["ops"]]
+
+
+def _replay(text: str, tmp_path: Path, **what: Any) -> Any:
+    p = tmp_path / "schedule.yaml"
+    p.write_text(text)
+    spec = api.load(p)
+    if what:
+        spec, _lines = what_if_spec(spec, **what)
+    return api.simulate_spec(spec, H200, gpu_model="replay").timeline
+
+
+class TestSchedule:
+    def test_ops_streams_durations_host_gaps_and_deps(self, tmp_path: Path) -> None:
+        # issue = min(call end, GPU start): 1005, 1015, 1021, 1027, 1207 -> host_us 0, 10, 6, 6, 180;
+        # B waits for A (cuda_sync row), D waits for AR (device sync: the other stream's last op before it)
+        text, got = _schedule(tmp_path, rank_doc(0, sync=True))
+        assert _ops(text) == [
+            ("k0", 0, "s7", "compute", 100.0, 0.0, []),
+            ("k1", 0, "s20", "compute", 50.0, 10.0, ["k0"]),
+            ("k2", 0, "s7", "compute", 30.0, 6.0, []),
+            ("all_reduce_pg0_0", 0, "s20", "compute", 40.0, 6.0, []),
+            ("k4", 0, "s7", "compute", 20.0, 180.0, ["all_reduce_pg0_0"]),
+        ]
+        doc = yaml.safe_load(text)
+        assert doc["ops"][3]["tags"] == {"nccl": "all_reduce", "peers": "absent", "pg": "0", "seq": 0,
+                                         "bytes": 4194304.0, "start_us": 155.0, "end_us": 195.0}
+        assert got.guesses == [] and any("peers" in n for n in got.notes)
+        assert text.startswith("# Replay of an imported kineto trace")
+
+    def test_wait_without_cuda_sync_rows_is_paired_from_runtime_rows_and_said(self, tmp_path: Path) -> None:
+        text, got = _schedule(tmp_path, rank_doc(0, cuda_sync=False))
+        assert [o[6] for o in _ops(text)] == [[], ["k0"], [], []]
+        assert len(got.guesses) == 1 and "cudaStreamWaitEvent" in got.guesses[0]
+        assert "# guessed: rank 0: 1 event wait(s)" in text
+
+    def test_collective_matched_across_ranks(self, tmp_path: Path) -> None:
+        # rank 1's B is 40 µs, so it reaches the all-reduce at 1150 and its kernel runs 50 µs (10 µs waiting)
+        text, got = _schedule(tmp_path, rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50))
+        doc = yaml.safe_load(text)
+        ars = [o for o in doc["ops"] if o["name"] == "all_reduce_pg0_0"]
+        assert [(o["ranks"], o["kind"], o["group"], o["bytes"], o["duration_us"]) for o in ars] == [
+            ([0], "all_reduce", [0, 1], 4194304, 40.0), ([1], "all_reduce", [0, 1], 4194304, 40.0)]
+        assert doc["world_size"] == 2 and any("matched" in n for n in got.notes)
+
+
+class TestReplay:
+    def test_gpu_bound_replay_is_the_trace(self, tmp_path: Path) -> None:
+        # A 0-100, B and C after A (100-150, 100-130), AR after B 150-190: 190 µs = 1200 - 1010 in the trace
+        text, _ = _schedule(tmp_path, rank_doc(0))
+        tl = _replay(text, tmp_path)
+        rep = replay_report(tl)
+        assert rep.trace_makespan_s == pytest.approx(190e-6, abs=1e-12)
+        assert rep.replay_makespan_s == pytest.approx(190e-6, abs=1e-12)
+        assert rep.start_error_median == pytest.approx(0.0, abs=1e-9)
+        starts = {s.name: round(s.start_s * 1e6, 6) for s in tl.spans}
+        assert starts == {"k0": 0.0, "k1": 100.0, "k2": 100.0, "all_reduce_pg0_0": 150.0}
+
+    def test_two_ranks_rendezvous(self, tmp_path: Path) -> None:
+        text, _ = _schedule(tmp_path, rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50))
+        rep = replay_report(_replay(text, tmp_path))
+        assert rep.replay_makespan_s == pytest.approx(190e-6, abs=1e-12)
+        assert rep.per_rank_s == pytest.approx({0: 190e-6, 1: 190e-6}, abs=1e-12)
+
+    def test_host_bound_op_waits_for_its_launch(self, tmp_path: Path) -> None:
+        # D is issued at 202 (1207 - 1005), after AR's end at 190: it starts at 202, not 190
+        text, _ = _schedule(tmp_path, rank_doc(0, sync=True))
+        d = next(s for s in _replay(text, tmp_path).spans if s.name == "k4")
+        assert d.start_s == pytest.approx(202e-6, abs=1e-12)
+
+    def test_no_contention_in_replay(self, tmp_path: Path) -> None:
+        p = tmp_path / "two.yaml"
+        p.write_text("schema_version: 1\nname: two\nworld_size: 1\nops:\n"
+                     "- {name: a, kind: compute, stream: s1, duration_us: 10}\n"
+                     "- {name: b, kind: compute, stream: s2, duration_us: 10}\n"
+                     "- {name: c, kind: memcpy, direction: h2d, bytes: 1, stream: s3, duration_us: 7}\n")
+        tl = api.simulate_spec(api.load(p), H200, gpu_model="replay").timeline
+        assert {s.name: (s.start_s, round(s.end_s * 1e6, 9)) for s in tl.spans} == {
+            "a": (0.0, 10.0), "b": (0.0, 10.0), "c": (0.0, 7.0)}
+
+
+class TestWhatIf:
+    def test_scale_nccl(self, tmp_path: Path) -> None:
+        text, _ = _schedule(tmp_path, rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50))
+        rep = replay_report(_replay(text, tmp_path, scales=[parse_what_if("nccl*0.5")]))
+        assert rep.per_rank_s == pytest.approx({0: 170e-6, 1: 170e-6}, abs=1e-12)
+
+    def test_drop_host_gaps(self, tmp_path: Path) -> None:
+        text, _ = _schedule(tmp_path, rank_doc(0, sync=True))
+        d = next(s for s in _replay(text, tmp_path, scales=[], host_gaps=0.0).spans if s.name == "k4")
+        assert d.start_s == pytest.approx(190e-6, abs=1e-12)
+
+    def test_recost_comm_takes_the_profile(self, tmp_path: Path) -> None:
+        text, _ = _schedule(tmp_path, rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50))
+        p = tmp_path / "s.yaml"
+        p.write_text(text)
+        spec, lines = what_if_spec(api.load(p), [], recost_comm=True)
+        ar = [o for o in spec.ops if o.kind == "all_reduce"]
+        assert len(ar) == 2 and all(o.duration_us is None for o in ar)
+        assert lines == ["collectives re-costed with the profile: 2 ops"]
+        from schedsim.cost import CostModel
+
+        want = CostModel(H200).collective_time("all_reduce", 4194304.0, (0, 1))
+        tl = api.simulate_spec(spec, H200, gpu_model="replay").timeline
+        got = [s.end_s - s.start_s for s in tl.spans if s.kind == "all_reduce"]
+        assert got == pytest.approx([want, want])
+
+    @pytest.mark.parametrize("bad", ["nccl", "nccl*x", "*0.5", "nccl*-1"])
+    def test_bad_what_if(self, bad: str) -> None:
+        from schedsim.errors import SpecError
+
+        with pytest.raises(SpecError, match="PATTERN"):
+            parse_what_if(bad)
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def _cb() -> None:
+        pass
+
+    register(app)
+    return app
+
+
+class TestRoundTrip:
+    def test_import_schedule_replay_compare(self, tmp_path: Path) -> None:
+        f = write(tmp_path / "r0.json", rank_doc(0))
+        out = tmp_path / "imp"
+        r = runner.invoke(_app(), ["import", "kineto", str(f), "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        assert (out / "schedule.yaml").exists() and (out / "timeline.json").exists()
+        r = runner.invoke(_app(), ["replay", str(out / "schedule.yaml"), "--what-if", "kernel*2", "--format", "json"])
+        assert r.exit_code == 0, r.output
+        got = json.loads(r.output)
+        assert got["trace_makespan_s"] == pytest.approx(190e-6) and got["replay_makespan_s"] == pytest.approx(190e-6)
+        # kernels doubled: A 0-200, B 200-300, AR 300-340
+        assert got["what_if"]["ranks"]["0"]["after_s"] == pytest.approx(340e-6)
+        tl = Timeline.read_json(out / "timeline.json")  # the imported trace
+        spans = sorted(tl.spans, key=lambda s: s.start_s)
+        assert spans[-1].end_s - spans[0].start_s == pytest.approx(got["replay_makespan_s"])
+
+    def test_bad_what_if_exits_2(self, tmp_path: Path) -> None:
+        f = write(tmp_path / "r0.json", rank_doc(0))
+        out = tmp_path / "imp"
+        assert runner.invoke(_app(), ["import", "kineto", str(f), "--out", str(out)]).exit_code == 0
+        r = runner.invoke(_app(), ["replay", str(out / "schedule.yaml"), "--what-if", "memcpy*2"])
+        assert r.exit_code == 2
+        assert "error: " in r.output and "no op with a recorded duration matches 'memcpy'" in r.output
