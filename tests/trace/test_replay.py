@@ -8,20 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 import yaml
 from replaygen import rank_doc, write
-from typer.testing import CliRunner
+from test_cli_compare import run
 
 from schedsim import api
 from schedsim.hardware.profile import load_profile
 from schedsim.sim.timeline import Timeline
-from schedsim.trace.commands import register
 from schedsim.trace.kineto import import_kineto
 from schedsim.trace.replay import parse_what_if, replay_report, what_if_spec
 from schedsim.trace.to_schedule import build_replay_schedule
 
-runner = CliRunner()
 H200 = load_profile("h200")
 
 
@@ -151,25 +148,14 @@ class TestWhatIf:
             parse_what_if(bad)
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _cb() -> None:
-        pass
-
-    register(app)
-    return app
-
-
 class TestRoundTrip:
     def test_import_schedule_replay_compare(self, tmp_path: Path) -> None:
         f = write(tmp_path / "r0.json", rank_doc(0))
         out = tmp_path / "imp"
-        r = runner.invoke(_app(), ["import", "kineto", str(f), "--out", str(out)])
+        r = run("import", "kineto", str(f), "--out", str(out))
         assert r.exit_code == 0, r.output
         assert (out / "schedule.yaml").exists() and (out / "timeline.json").exists()
-        r = runner.invoke(_app(), ["replay", str(out / "schedule.yaml"), "--what-if", "kernel*2", "--format", "json"])
+        r = run("replay", str(out / "schedule.yaml"), "--what-if", "kernel*2", "--format", "json")
         assert r.exit_code == 0, r.output
         got = json.loads(r.output)
         assert got["trace_makespan_s"] == pytest.approx(190e-6) and got["replay_makespan_s"] == pytest.approx(190e-6)
@@ -182,7 +168,7 @@ class TestRoundTrip:
     def test_bad_what_if_exits_2(self, tmp_path: Path) -> None:
         f = write(tmp_path / "r0.json", rank_doc(0))
         out = tmp_path / "imp"
-        assert runner.invoke(_app(), ["import", "kineto", str(f), "--out", str(out)]).exit_code == 0
-        r = runner.invoke(_app(), ["replay", str(out / "schedule.yaml"), "--what-if", "memcpy*2"])
+        assert run("import", "kineto", str(f), "--out", str(out)).exit_code == 0
+        r = run("replay", str(out / "schedule.yaml"), "--what-if", "memcpy*2")
         assert r.exit_code == 2
         assert "error: " in r.output and "no op with a recorded duration matches 'memcpy'" in r.output
