@@ -42,9 +42,11 @@ by ``correlation`` id; without them, GPU start order), named ``k<n>`` (kernel), 
 
 Every guess is listed in a comment at the top of ``schedule.yaml`` and printed once on stderr.
 
-Large traces: the ops are written one per line, as JSON flow mappings (valid YAML), which the loader reads
-with its C parser when present. No ``foreach``: a trace repeats layers with different recorded durations, so
-a loop would need one list parameter per field and gives nothing back.
+Large traces: ``schedule.yaml`` holds the header and ``ops_file: schedule.ops.json``, a sibling JSON list of
+the ops, one a line, which the loader appends to the written ops (:func:`schedsim.spec.loader._ops_file`):
+JSON parses in C, where YAML costs about 0.5 ms an op and refuses documents of more than 2,000,000 nodes
+(~100k ops of ~20 nodes). No ``foreach``: a trace repeats layers with different recorded durations, so a
+loop would need one list parameter per field and gives nothing back.
 
 Not done: CUDA-graph launches as graphs (their kernels are plain ops), critical path with host segments,
 the Chakra execution-trace export (MLCommons ``et_def.proto``: building it needs the protobuf compiler and the
@@ -63,7 +65,10 @@ from typing import Any, NamedTuple
 from schedsim.kinds import COLLECTIVE_KINDS
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
-__all__ = ["GAP_NS", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
+__all__ = ["GAP_NS", "OPS_FILE", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
+
+#: The ops of a replay schedule, beside ``schedule.yaml`` (its ``ops_file:``).
+OPS_FILE = "schedule.ops.json"
 
 #: Slack (ns) of the timing guess: an op starting this much after its issue and stream predecessor is held by
 #: something else; an op of another stream that ended within it before is taken for the holder.
@@ -80,7 +85,9 @@ class ReplaySchedule(NamedTuple):
     Attributes
     ----------
     text : str
-        ``schedule.yaml``.
+        ``schedule.yaml``: header comment, top-level keys and ``ops_file: schedule.ops.json``.
+    ops_json : str
+        ``schedule.ops.json``: the ops, a JSON list, one op a line.
     guesses : list[str]
         Dependencies or times that were guessed, one line each (also in the file's header comment).
     notes : list[str]
@@ -90,6 +97,7 @@ class ReplaySchedule(NamedTuple):
     """
 
     text: str
+    ops_json: str
     guesses: list[str]
     notes: list[str]
     n_ops: int
@@ -142,10 +150,15 @@ def _stream_index(ro: _RankOps) -> dict[str, list[int]]:
 
 
 def _last_before(positions: list[int], launch: list[float], t: float) -> int | None:
-    """The last op (index into the rank's list) of ``positions`` launched before ``t``."""
-    ts = [launch[i] for i in positions]
-    k = bisect.bisect_left(ts, t) - 1
-    return positions[k] if k >= 0 else None
+    """The last op (index into the rank's list) of ``positions`` (ascending) launched before ``t``."""
+    lo, hi = 0, len(positions)
+    while lo < hi:  # bisect over launch[positions[k]] without building the list (ops launch in order)
+        mid = (lo + hi) // 2
+        if launch[positions[mid]] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return positions[lo - 1] if lo > 0 else None
 
 
 def _first_after(launch: list[float], t: float, stream: str | None, acts: list[Activity]) -> int | None:
@@ -188,9 +201,9 @@ def _event_deps(r: int, ro: _RankOps, rep: ReplayInput, deps: dict[int, set[int]
                 c = _first_after(launch, x.ts_ns, None, ro.acts)
                 if not before or c is None:
                     continue
-                cands = [i for i in range(bisect.bisect_left(launch, before[-1])) if ro.acts[i].stream != ro.acts[c].stream]
-                if cands:
-                    deps[c].add(cands[-1])
+                p = _last_other(ro.acts, bisect.bisect_left(launch, before[-1]), ro.acts[c].stream)
+                if p is not None:
+                    deps[c].add(p)
                     n_guess += 1
         if n_guess:
             guesses.append(f"rank {r}: {n_guess} event wait(s) from cudaEventRecord/cudaStreamWaitEvent rows without "
@@ -199,6 +212,14 @@ def _event_deps(r: int, ro: _RankOps, rep: ReplayInput, deps: dict[int, set[int]
                            "before the record")
     _sync_deps(rt, ro, streams, deps)
     return had
+
+
+def _last_other(acts: list[Activity], k: int, stream: str) -> int | None:
+    """The last op before position ``k`` on a stream other than ``stream``."""
+    for i in range(k - 1, -1, -1):
+        if acts[i].stream != stream:
+            return i
+    return None
 
 
 def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]], deps: dict[int, set[int]]) -> None:
@@ -353,7 +374,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
             if dl:
                 op["deps"] = [names[j] for j in dl]
                 n_deps += len(dl)
-            lines.append("- " + json.dumps(op, ensure_ascii=False))
+            lines.append(json.dumps(op, ensure_ascii=False))
             n_ops += 1
     if absent:
         notes.append(f"{absent} NCCL kernel(s) whose peers are not in the import (one rank of a multi-rank run, or "
@@ -370,9 +391,9 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
     head += [f"# note: {n}" for n in notes]
     body = ["schema_version: 1", f"name: {json.dumps(name)}",
             f"description: {json.dumps('replay of ' + (source or name) + ' (' + rep.source + ')')}",
-            f"world_size: {world}", "ops:" if lines else "ops: []"]
-    text = "\n".join(head + body + lines) + "\n"
-    return ReplaySchedule(text, guesses, notes, n_ops, n_deps)
+            f"world_size: {world}", f"ops_file: {OPS_FILE}"]
+    text = "\n".join(head + body) + "\n"
+    return ReplaySchedule(text, "[\n" + ",\n".join(lines) + "\n]\n", guesses, notes, n_ops, n_deps)
 
 
 def _op_kind(a: Activity) -> str:
@@ -396,9 +417,11 @@ def _direction(name: str) -> str:
 
 
 def write_replay_schedule(rep: ReplayInput, path: str | Path, *, name: str, source: str = "") -> ReplaySchedule:
-    """Build the replay schedule (:func:`build_replay_schedule`) and write it to ``path`` atomically."""
+    """Build the replay schedule (:func:`build_replay_schedule`) and write it to ``path`` and its ops to
+    :data:`OPS_FILE` beside it, each atomically (the ops first)."""
     from schedsim.io import atomic_write_text
 
     got = build_replay_schedule(rep, name=name, source=source)
+    atomic_write_text(Path(path).parent / OPS_FILE, got.ops_json)
     atomic_write_text(path, got.text)
     return got

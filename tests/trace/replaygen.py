@@ -66,3 +66,39 @@ def rank_doc(rank: int = 0, world: int = 2, *, ar_start: float = 1160.0, ar_us: 
 def write(path: Path, doc: dict[str, Any]) -> Path:
     path.write_text(json.dumps(doc))
     return path
+
+
+def layers_doc(layers: int, *, rank: int = 0, launch_us: float = 4.0, a_us: float = 30.0, b_us: float = 12.0,
+               c_us: float = 9.0) -> dict[str, Any]:
+    """A multi-stream run of ``layers`` repeats: the host launches every ``launch_us`` µs (calls of 2 µs) A on
+    stream 7, records an event, makes stream 20 wait for it and launches B there, then C on stream 7. The GPU
+    runs each op at max(its launch call's end, its stream predecessor's end, for B: A's end) (launch latency 0),
+    so the trace is what a replay must reproduce exactly (``cuda_sync`` rows included)."""
+    ev: list[dict[str, Any]] = []
+    t_host = 1000.0
+    end = {7: 0.0, 20: 0.0}
+    corr = 1
+    for _ in range(layers):
+        ev.append(_rt("cudaLaunchKernel", t_host, 2, corr))
+        a0 = max(t_host + 2, end[7])
+        ev.append(_k("void gemm<float>(float*)", 7, a0, a_us, corr))
+        end[7] = a_end = a0 + a_us
+        rec = corr + 1
+        ev.append(_rt("cudaEventRecord", t_host + 2.5, 0.5, rec))
+        ev.append(_rt("cudaStreamWaitEvent", t_host + 3, 0.5, corr + 2))
+        ev.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 20, "ts": t_host + 3,
+                   "dur": 0, "args": {"device": 0, "stream": 20, "correlation": corr + 2, "wait_on_stream": 7,
+                                      "wait_on_cuda_event_record_corr_id": rec}})
+        t_host += launch_us
+        ev.append(_rt("cudaLaunchKernel", t_host, 2, corr + 3))
+        b0 = max(t_host + 2, end[20], a_end)
+        ev.append(_k("void ew<float>(float*)", 20, b0, b_us, corr + 3))
+        end[20] = b0 + b_us
+        t_host += launch_us
+        ev.append(_rt("cudaLaunchKernel", t_host, 2, corr + 4))
+        c0 = max(t_host + 2, end[7])
+        ev.append(_k("void ew<float>(float*)", 7, c0, c_us, corr + 4))
+        end[7] = c0 + c_us
+        t_host += launch_us
+        corr += 5
+    return {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 1}, "traceEvents": ev}

@@ -17,28 +17,31 @@ from schedsim.hardware.profile import load_profile
 from schedsim.sim.timeline import Timeline
 from schedsim.trace.kineto import import_kineto
 from schedsim.trace.replay import parse_what_if, replay_report, what_if_spec
-from schedsim.trace.to_schedule import build_replay_schedule
+from schedsim.trace.to_schedule import write_replay_schedule
 
 H200 = load_profile("h200")
 
 
-def _schedule(tmp_path: Path, *docs: dict[str, Any]) -> tuple[str, Any]:
+def _schedule(tmp_path: Path, *docs: dict[str, Any]) -> tuple[Path, Any]:
     files = [write(tmp_path / f"r{i}.json", d) for i, d in enumerate(docs)]
     res = import_kineto(files, keep_runtime=True, keep_kernel_rows=False)
     assert res.replay is not None
-    got = build_replay_schedule(res.replay, name="fx")
-    return got.text, got
+    got = write_replay_schedule(res.replay, tmp_path / "schedule.yaml", name="fx")
+    return tmp_path / "schedule.yaml", got
 
 
-def _ops(text: str) -> list[tuple[Any, ...]]:
-    doc = yaml.safe_load(text)
+def _doc(p: Path) -> dict[str, Any]:
+    doc = yaml.safe_load(p.read_text())
+    doc["ops"] = json.loads((p.parent / doc.pop("ops_file")).read_text())
+    return doc
+
+
+def _ops(p: Path) -> list[tuple[Any, ...]]:
     return [(o["name"], o["ranks"][0], o["stream"], o["kind"], o["duration_us"], o.get("host_us", 0.0),
-             o.get("deps", [])) for o in doc["ops"]]
+             o.get("deps", [])) for o in _doc(p)["ops"]]
 
 
-def _replay(text: str, tmp_path: Path, **what: Any) -> Any:
-    p = tmp_path / "schedule.yaml"
-    p.write_text(text)
+def _replay(p: Path, tmp_path: Path, **what: Any) -> Any:
     spec = api.load(p)
     if what:
         spec, _lines = what_if_spec(spec, **what)
@@ -57,22 +60,22 @@ class TestSchedule:
             ("all_reduce_pg0_0", 0, "s20", "compute", 40.0, 6.0, []),
             ("k4", 0, "s7", "compute", 20.0, 180.0, ["all_reduce_pg0_0"]),
         ]
-        doc = yaml.safe_load(text)
+        doc = _doc(text)
         assert doc["ops"][3]["tags"] == {"nccl": "all_reduce", "peers": "absent", "pg": "0", "seq": 0,
                                          "bytes": 4194304.0, "start_us": 155.0, "end_us": 195.0}
         assert got.guesses == [] and any("peers" in n for n in got.notes)
-        assert text.startswith("# Replay of an imported kineto trace")
+        assert text.read_text().startswith("# Replay of an imported kineto trace")
 
     def test_wait_without_cuda_sync_rows_is_paired_from_runtime_rows_and_said(self, tmp_path: Path) -> None:
         text, got = _schedule(tmp_path, rank_doc(0, cuda_sync=False))
         assert [o[6] for o in _ops(text)] == [[], ["k0"], [], []]
         assert len(got.guesses) == 1 and "cudaStreamWaitEvent" in got.guesses[0]
-        assert "# guessed: rank 0: 1 event wait(s)" in text
+        assert "# guessed: rank 0: 1 event wait(s)" in text.read_text()
 
     def test_collective_matched_across_ranks(self, tmp_path: Path) -> None:
         # rank 1's B is 40 µs, so it reaches the all-reduce at 1150 and its kernel runs 50 µs (10 µs waiting)
         text, got = _schedule(tmp_path, rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50))
-        doc = yaml.safe_load(text)
+        doc = _doc(text)
         ars = [o for o in doc["ops"] if o["name"] == "all_reduce_pg0_0"]
         assert [(o["ranks"], o["kind"], o["group"], o["bytes"], o["duration_us"]) for o in ars] == [
             ([0], "all_reduce", [0, 1], 4194304, 40.0), ([1], "all_reduce", [0, 1], 4194304, 40.0)]
@@ -127,9 +130,7 @@ class TestWhatIf:
 
     def test_recost_comm_takes_the_profile(self, tmp_path: Path) -> None:
         text, _ = _schedule(tmp_path, rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50))
-        p = tmp_path / "s.yaml"
-        p.write_text(text)
-        spec, lines = what_if_spec(api.load(p), [], recost_comm=True)
+        spec, lines = what_if_spec(api.load(text), [], recost_comm=True)
         ar = [o for o in spec.ops if o.kind == "all_reduce"]
         assert len(ar) == 2 and all(o.duration_us is None for o in ar)
         assert lines == ["collectives re-costed with the profile: 2 ops"]
