@@ -3,7 +3,7 @@
 In: the DAG from :func:`schedsim.graph.build_graph` and a hardware profile.
 Out: a :class:`~schedsim.sim.timeline.Timeline`.
 
-Two GPU execution models, chosen by ``gpu_model`` (argument, else the
+Three GPU execution models, chosen by ``gpu_model`` (argument, else the
 profile's ``gpu_model``, default ``waves``):
 
 * ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.sim.gpu_model`, event loop compiled in
@@ -633,17 +633,35 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str, model_execut
 
 
 
+def _rendezvous(members: list[int], last: int, ready_t: list[float], start: list[float], binding: list[int]) -> float:
+    """Start every member of a rendezvous at the last one's ready time (it binds the others); that time."""
+    t0 = ready_t[last]
+    for m in members:
+        start[m] = t0
+        if m != last:
+            binding[m] = last
+    return t0
+
+
+def _replay_issue_times(ops: list[Op], world: int, mode: str) -> list[float]:
+    """Host issue time (s) of each op in the ``replay`` model: the prefix sums of ``host_s`` per rank in program
+    order (no launch costs: a recorded gap holds its call); 0 under ``cuda_graph``."""
+    issue = [0.0] * len(ops)
+    if mode == "cuda_graph":
+        return issue
+    host = [0.0] * world
+    for i, op in enumerate(ops):
+        host[op.rank] += op.host_s
+        issue[i] = host[op.rank]
+    return issue
+
+
 def _run_replay(c: _Compiled, mode: str) -> _State:
     """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
     is ready; ready = issued (prefix sums of ``host_s`` per rank, 0 under ``cuda_graph``), every predecessor done
     and, for a rendezvous, every member ready (then all start at the last one's time)."""
     ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
-    issue = [0.0] * N
-    if mode != "cuda_graph":
-        host = [0.0] * c.world
-        for i, op in enumerate(ops):
-            host[op.rank] += op.host_s
-            issue[i] = host[op.rank]
+    issue = _replay_issue_times(ops, c.world, mode)
     start, end, ready_t = [0.0] * N, [0.0] * N, [0.0] * N
     binding = [HOST] * N
     gready = [0] * len(gmem)
@@ -663,12 +681,7 @@ def _run_replay(c: _Compiled, mode: str) -> _State:
         if glast[g] < 0 or t >= ready_t[glast[g]]:
             glast[g] = i
         if gready[g] == len(gmem[g]):
-            last = glast[g]
-            t0 = ready_t[last]
-            for m in gmem[g]:
-                start[m] = t0
-                if m != last:
-                    binding[m] = last
+            t0 = _rendezvous(gmem[g], glast[g], ready_t, start, binding)
             heapq.heappush(heap, (t0 + job_work[j], next(counter), j))
 
     def release(v: int, t: float, by: int) -> None:

@@ -43,7 +43,7 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
     metrics = Metrics.of(tl)
     target = out / "timeline.json"
     write_timeline_json(tl, target, metrics.to_dict())
-    sched = _write_schedule(res, out, tl)
+    sched = _write_schedule(res, out, tl, say=fmt != _Fmt.json)  # json: the guesses are in its output
     n_ops = sum(1 for s in tl.spans if "#" not in s.id)
     if fmt == _Fmt.json:
         print(json.dumps({"timeline": str(target), "schedule": str(out / "schedule.yaml"), "spans": len(tl.spans),
@@ -68,8 +68,9 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
         print(f"wrote {target}")
 
 
-def _write_schedule(res: Any, out: Path, tl: Any) -> Any:
-    """``out/schedule.yaml``, the replay schedule (:mod:`schedsim.trace.to_schedule`); its guesses once on stderr."""
+def _write_schedule(res: Any, out: Path, tl: Any, say: bool = True) -> Any:
+    """``out/schedule.yaml``, the replay schedule (:mod:`schedsim.trace.to_schedule`); with ``say``, its guesses
+    once on stderr."""
     if res.replay is None:
         return None
     import sys
@@ -80,7 +81,7 @@ def _write_schedule(res: Any, out: Path, tl: Any) -> Any:
     files = tl.meta.get("files") or []
     got = write_replay_schedule(res.replay, out / "schedule.yaml", name=f"{tl.schedule}_replay",
                                 source=", ".join(Path(f).name for f in files))
-    if got.guesses:
+    if got.guesses and say:
         print(f"warning: schedule.yaml: dependencies guessed: {term_safe('; '.join(got.guesses))}", file=sys.stderr)
     return got
 
@@ -142,7 +143,8 @@ def register(app: typer.Typer) -> None:
     @app.command("replay")
     @handle_errors
     def replay_cmd(
-        schedule: Path = typer.Argument(..., help="schedule.yaml written by `schedsim import kineto|nsys ... --out DIR`."),
+        schedule: Path = typer.Argument(..., help="schedule.yaml written by `schedsim import kineto|nsys ... "
+                                        "--out DIR`."),
         what_if: list[str] = typer.Option([], "--what-if", help="PATTERN*FACTOR: scale the recorded durations of "
                                           "nccl, kernel, memcpy, memset ops, an op kind, or kernels whose name "
                                           "matches a glob ('*gemm*'). Repeatable."),

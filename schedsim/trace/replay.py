@@ -105,9 +105,9 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
                 after += op.duration_us * w.factor
                 ops[i] = op.model_copy(update={"duration_us": op.duration_us * w.factor})
         if not n:
-            raise SpecError(f"{w.pattern}*{w.factor:g}: no op with a recorded duration matches "
-                            f"{w.pattern!r}", file=file, path="--what-if", fix="use nccl, kernel, memcpy, memset, an op kind or a glob on the "
-                                                  "kernel name ('*gemm*')")
+            raise SpecError(f"{w.pattern}*{w.factor:g}: no op with a recorded duration matches {w.pattern!r}",
+                            file=file, path="--what-if",
+                            fix="use nccl, kernel, memcpy, memset, an op kind or a glob on the kernel name ('*gemm*')")
         lines.append(f"{w.pattern}*{w.factor:g}: {n} ops, {before:,.1f} µs -> {after:,.1f} µs of GPU time")
     if host_gaps != 1.0:
         tot = sum(op.host_us for op in ops)
@@ -121,8 +121,8 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
                 n += 1
             elif "nccl" in (op.tags or {}):
                 kept += 1
-        lines.append(f"collectives re-costed with the profile: {n} ops"
-                     + (f"; {kept} NCCL ops whose peers were not imported keep their recorded duration" if kept else ""))
+        kept_txt = f"; {kept} NCCL ops whose peers were not imported keep their recorded duration" if kept else ""
+        lines.append(f"collectives re-costed with the profile: {n} ops{kept_txt}")
     return spec.model_copy(update={"ops": ops}), lines
 
 

@@ -48,9 +48,11 @@ JSON parses in C, where YAML costs about 0.5 ms an op and refuses documents of m
 (~100k ops of ~20 nodes). No ``foreach``: a trace repeats layers with different recorded durations, so a
 loop would need one list parameter per field and gives nothing back.
 
-Not done: CUDA-graph launches as graphs (their kernels are plain ops), critical path with host segments,
-the Chakra execution-trace export (MLCommons ``et_def.proto``: building it needs the protobuf compiler and the
-schema at run time, neither of which schedsim depends on).
+Not done: CUDA-graph launches as graphs (their kernels are plain ops); host waits for the GPU as such (a
+synchronisation's wait is part of the next op's ``host_us``, so on a host-bound run a GPU what-if moves nothing
+unless the host gaps go: the language has no host-blocking op); the critical path with host segments; the
+Chakra execution-trace export (MLCommons ``et_def.proto``): it needs the ``protobuf`` package, which schedsim
+does not depend on, and a vendored copy of the schema; not attempted in this first version.
 """
 
 from __future__ import annotations
@@ -182,7 +184,7 @@ def _event_deps(r: int, ro: _RankOps, rep: ReplayInput, deps: dict[int, set[int]
     for s in syncs:
         rec = by_corr.get(s.record_corr)
         wait = by_corr.get(s.corr)
-        prod_pos = streams.get(s.wait_stream)
+        prod_pos = streams.get(s.wait_stream or "")
         if rec is None or not prod_pos:
             continue
         p = _last_before(prod_pos, launch, rec.ts_ns)

@@ -173,3 +173,34 @@ class TestRoundTrip:
         r = run("replay", str(out / "schedule.yaml"), "--what-if", "memcpy*2")
         assert r.exit_code == 2
         assert "error: " in r.output and "no op with a recorded duration matches 'memcpy'" in r.output
+
+    def test_guesses_said_once_on_stderr_and_in_json(self, tmp_path: Path) -> None:
+        f = write(tmp_path / "r0.json", rank_doc(0, cuda_sync=False))
+        r = run("import", "kineto", str(f), "--out", str(tmp_path / "a"))
+        assert r.exit_code == 0 and r.output.count("dependencies guessed") == 1
+        r = run("import", "kineto", str(f), "--out", str(tmp_path / "b"), "--format", "json")
+        got = json.loads(r.output)
+        assert len(got["schedule_guesses"]) == 1 and "cudaStreamWaitEvent" in got["schedule_guesses"][0]
+
+
+class TestOpsFile:
+    def test_ops_file_appends_after_written_ops(self, tmp_path: Path) -> None:
+        (tmp_path / "o.json").write_text('[{"name": "b", "kind": "compute", "duration_us": 5, "deps": ["a"]}]')
+        p = tmp_path / "s.yaml"
+        p.write_text("schema_version: 1\nname: s\nworld_size: 1\nops_file: o.json\n"
+                     "ops:\n- {name: a, kind: compute, duration_us: 3, stream: x}\n")
+        tl = api.simulate_spec(api.load(p), H200, gpu_model="replay").timeline
+        assert {s.name: round(s.end_s * 1e6, 9) for s in tl.spans} == {"a": 3.0, "b": 8.0}
+
+    @pytest.mark.parametrize("content, why", [(None, "cannot read it as JSON"), ("{}", "not a JSON list"),
+                                              ("[1]", "not a JSON list")])
+    def test_bad_ops_file(self, tmp_path: Path, content: str | None, why: str) -> None:
+        from schedsim.errors import SpecError
+
+        if content is not None:
+            (tmp_path / "o.json").write_text(content)
+        p = tmp_path / "s.yaml"
+        p.write_text("schema_version: 1\nname: s\nworld_size: 1\nops_file: o.json\nops: []\n")
+        with pytest.raises(SpecError, match=why) as e:
+            api.load(p)
+        assert e.value.file == str(p) and e.value.path == "ops_file"
