@@ -643,25 +643,57 @@ def _rendezvous(members: list[int], last: int, ready_t: list[float], start: list
     return t0
 
 
-def _replay_issue_times(ops: list[Op], world: int, mode: str) -> list[float]:
-    """Host issue time (s) of each op in the ``replay`` model: the prefix sums of ``host_s`` per rank in program
-    order (no launch costs: a recorded gap holds its call); 0 under ``cuda_graph``."""
-    issue = [0.0] * len(ops)
-    if mode == "cuda_graph":
-        return issue
-    host = [0.0] * world
-    for i, op in enumerate(ops):
-        host[op.rank] += op.host_s
-        issue[i] = host[op.rank]
-    return issue
+#: Tag of an imported op launched right after a host synchronisation (:mod:`schedsim.trace.to_schedule`): the
+#: host time (µs) from the previous issue to the synchronising call. The ``replay`` model's host then waits for
+#: the op's predecessors (the synchronised work) before spending the op's ``host_us``.
+HOST_WAIT_TAG = "host_wait_before_us"
+
+
+class _ReplayHost:
+    """The host threads of the ``replay`` model: each rank issues its ops in program order, op i at
+    ``clock + host_s`` (no launch costs: a recorded gap holds its call); an op tagged :data:`HOST_WAIT_TAG` is
+    issued at ``max(clock + that tag, end of its predecessors) + host_s`` (the host blocked in a
+    synchronisation), so the host stalls until they end. Under ``cuda_graph`` every op is issued at 0."""
+
+    def __init__(self, ops: list[Op], world: int, mode: str) -> None:
+        self.order: list[list[int]] = [[] for _ in range(world)]
+        self.before: dict[int, float] = {}
+        graph = mode == "cuda_graph"
+        self.host_s = [0.0 if graph else op.host_s for op in ops]
+        for i, op in enumerate(ops):
+            self.order[op.rank].append(i)
+            b = dict(op.tags).get(HOST_WAIT_TAG) if op.tags and not graph else None
+            if isinstance(b, (int, float)):
+                self.before[i] = float(b) * 1e-6
+        self.ptr = [0] * world
+        self.clock = [0.0] * world
+        self.issue: list[float | None] = [None] * len(ops)
+
+    def advance(self, r: int, npred: list[int], pred_end: list[float], issued: Any) -> None:
+        """Issue rank ``r``'s ops until one waits for unfinished work; ``issued(i)`` for each issued op whose
+        predecessors are done."""
+        order, k, clock = self.order[r], self.ptr[r], self.clock[r]
+        while k < len(order):
+            i = order[k]
+            b = self.before.get(i)
+            if b is not None and npred[i] > 0:
+                break
+            clock = (clock if b is None else max(clock + b, pred_end[i])) + self.host_s[i]
+            self.issue[i] = clock
+            k += 1
+            if npred[i] == 0:
+                issued(i)
+        self.ptr[r], self.clock[r] = k, clock
 
 
 def _run_replay(c: _Compiled, mode: str) -> _State:
     """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
-    is ready; ready = issued (prefix sums of ``host_s`` per rank, 0 under ``cuda_graph``), every predecessor done
-    and, for a rendezvous, every member ready (then all start at the last one's time)."""
+    is ready; ready = issued (:class:`_ReplayHost`), every predecessor done and, for a rendezvous, every member
+    ready (then all start at the last one's time)."""
     ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
-    issue = _replay_issue_times(ops, c.world, mode)
+    host = _ReplayHost(ops, c.world, mode)
+    pred_end = [0.0] * N
+    last_pred = [HOST] * N
     start, end, ready_t = [0.0] * N, [0.0] * N, [0.0] * N
     binding = [HOST] * N
     gready = [0] * len(gmem)
@@ -684,16 +716,17 @@ def _run_replay(c: _Compiled, mode: str) -> _State:
             t0 = _rendezvous(gmem[g], glast[g], ready_t, start, binding)
             heapq.heappush(heap, (t0 + job_work[j], next(counter), j))
 
-    def release(v: int, t: float, by: int) -> None:
-        if issue[v] > t:
-            make_ready(v, issue[v])
+    def release(v: int) -> None:  # issued, predecessors done
+        iv = host.issue[v]
+        assert iv is not None
+        if iv > pred_end[v]:
+            make_ready(v, iv)
         else:
-            binding[v] = by
-            make_ready(v, t)
+            binding[v] = last_pred[v]
+            make_ready(v, pred_end[v])
 
-    for i in range(N):
-        if npred[i] == 0:
-            release(i, 0.0, HOST)
+    for r in range(c.world):
+        host.advance(r, npred, pred_end, release)
     done = 0
     while heap:
         t, _s, j = heapq.heappop(heap)
@@ -702,8 +735,13 @@ def _run_replay(c: _Compiled, mode: str) -> _State:
             done += 1
             for v in succ[i]:
                 npred[v] -= 1
+                if t >= pred_end[v]:
+                    pred_end[v], last_pred[v] = t, i
                 if npred[v] == 0:
-                    release(v, t, i)
+                    if host.issue[v] is not None:
+                        release(v)
+                    else:
+                        host.advance(ops[v].rank, npred, pred_end, release)
     if done < N:
         _raise_deadlock(c.ids, ops, end, npred, job_of, gmem, N)
     return _State(start, end, ready_t, binding)

@@ -62,7 +62,7 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt) -> None:
     if sched is not None:
         for n in sched.notes:
             print(f"note: {n}")
-        print(f"wrote {target}, {out / 'schedule.yaml'} ({sched.n_ops} ops, {sched.n_deps} cross-stream waits; "
+        print(f"wrote {target}, {out / 'schedule.yaml'} ({sched.n_ops} ops, {sched.n_deps} waits on other ops; "
               f"replay: schedsim replay {out / 'schedule.yaml'})")
     else:
         print(f"wrote {target}")

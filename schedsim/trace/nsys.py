@@ -407,17 +407,24 @@ def _read_one(db: _Db, shift: int, rank0: int, ops: dict[str, dict[str, Any]] | 
     return out
 
 
+#: Host synchronisations a replay schedule orders launches by (:mod:`schedsim.trace.to_schedule`).
+_HOST_SYNC = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"})
+
+
 def _launch_calls(db: _Db, shift: int, out: _FileRead, kern: _Kernels) -> None:
     """For a replay schedule: each activity's (pid, correlationId) and the runtime calls that launched them
-    (start + ``shift`` ns, duration, name), on the rank of their activity. Nothing without the runtime table."""
+    (start + ``shift`` ns, duration, name without its ``_v3020`` suffix), on the rank of their activity, and the
+    host synchronisations of the processes that launched them. Nothing without the runtime table."""
     out.corr = [None] * len(out.acts)
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in db.tables or not {"start", "end", "globalTid", "correlationId"} <= set(
             db.cols("CUPTI_ACTIVITY_KIND_RUNTIME")):
         return
+    rank_of_pid: dict[int, int] = {}
     for pid, by in kern.by_corr.items():
         for c in by:
             for i in kern.launched(pid, c):
                 out.corr[i] = (pid, c)
+                rank_of_pid.setdefault(pid, out.acts[i].rank)
     name = ("(SELECT value FROM StringIds WHERE id = nameId)" if "StringIds" in db.tables
             and "nameId" in db.cols("CUPTI_ACTIVITY_KIND_RUNTIME") else "NULL")
     for t0, t1, gtid, corr, nm in db.rows(f"SELECT start, end, globalTid, correlationId, {name} FROM "
@@ -426,9 +433,13 @@ def _launch_calls(db: _Db, shift: int, out: _FileRead, kern: _Kernels) -> None:
             continue
         key = (_pid(gtid), int(corr))
         got = kern.launched(*key)
+        name = re.sub(r"_v\d+$", "", str(nm or "cudaLaunchKernel"))  # cudaDeviceSynchronize_v3020
         if got:
-            out.runtime.append(RuntimeRow(out.acts[got[0]].rank, str(nm or "cudaLaunchKernel"),
-                                          float(t0 + shift), float((t1 or t0) - t0), key, gtid))
+            out.runtime.append(RuntimeRow(out.acts[got[0]].rank, name, float(t0 + shift), float((t1 or t0) - t0),
+                                          key, gtid))
+        elif name in _HOST_SYNC and key[0] in rank_of_pid:
+            out.runtime.append(RuntimeRow(rank_of_pid[key[0]], name, float(t0 + shift), float((t1 or t0) - t0), key,
+                                          gtid))
 
 
 def _check_shapes(db: _Db, present: list[str]) -> None:

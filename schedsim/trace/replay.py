@@ -10,7 +10,9 @@ What-ifs (applied to the validated spec, op by op; :func:`what_if_spec`):
 * ``PATTERN*FACTOR`` scales the recorded duration of the ops PATTERN names: ``nccl`` (NCCL kernels, collectives
   and send/recv), ``kernel`` (compute kernels), ``memcpy``, ``memset``, an op kind (``all_reduce``), or a
   glob on the kernel name (``*gemm*``, case-insensitive);
-* ``host_gaps``: a factor on every op's ``host_us`` (0 drops the host gaps: a GPU-bound what-if);
+* ``host_gaps``: a factor on every op's host time (``host_us``, and before a synchronisation the tag
+  ``host_wait_before_us``; 0 drops the host gaps: a GPU-bound what-if). The host's waits in synchronisations are
+  not host time: they follow the replayed GPU work;
 * ``recost_comm``: collectives matched across ranks drop their recorded duration and take the profile's cost
   model; NCCL ops whose peers were not imported keep theirs (said in the output).
 
@@ -27,6 +29,7 @@ from typing import Any
 
 from schedsim.errors import SpecError
 from schedsim.kinds import COMM_KINDS
+from schedsim.sim.engine import HOST_WAIT_TAG
 
 __all__ = ["ReplayReport", "WhatIf", "parse_what_if", "replay_report", "what_if_spec"]
 
@@ -110,9 +113,10 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
                             fix="use nccl, kernel, memcpy, memset, an op kind or a glob on the kernel name ('*gemm*')")
         lines.append(f"{w.pattern}*{w.factor:g}: {n} ops, {before:,.1f} µs -> {after:,.1f} µs of GPU time")
     if host_gaps != 1.0:
-        tot = sum(op.host_us for op in ops)
-        ops = [op.model_copy(update={"host_us": op.host_us * host_gaps}) if op.host_us else op for op in ops]
-        lines.append(f"host gaps x{host_gaps:g}: {tot:,.1f} µs -> {tot * host_gaps:,.1f} µs of host time")
+        tot = sum(op.host_us + (op.tags or {}).get(HOST_WAIT_TAG, 0.0) for op in ops)
+        ops = [_scale_host(op, host_gaps) for op in ops]
+        lines.append(f"host gaps x{host_gaps:g}: {tot:,.1f} µs -> {tot * host_gaps:,.1f} µs of host time "
+                     "(waits in host synchronisations excluded: they follow the GPU)")
     if recost_comm:
         n = kept = 0
         for i, op in enumerate(ops):
@@ -124,6 +128,15 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
         kept_txt = f"; {kept} NCCL ops whose peers were not imported keep their recorded duration" if kept else ""
         lines.append(f"collectives re-costed with the profile: {n} ops{kept_txt}")
     return spec.model_copy(update={"ops": ops}), lines
+
+
+def _scale_host(op: Any, f: float) -> Any:
+    """``op`` with its host time (``host_us`` and the time before a synchronisation) times ``f``."""
+    tags = op.tags or {}
+    if HOST_WAIT_TAG in tags:
+        new_tags = {**tags, HOST_WAIT_TAG: tags[HOST_WAIT_TAG] * f}
+        return op.model_copy(update={"host_us": op.host_us * f, "tags": new_tags})
+    return op.model_copy(update={"host_us": op.host_us * f}) if op.host_us else op
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ by ``correlation`` id; without them, GPU start order), named ``k<n>`` (kernel), 
   multi-rank run, send/recv) a ``compute`` op with the recorded duration, tagged ``nccl: <kind>`` and
   ``peers: absent``: its peers' timing is inside the recorded duration;
 * ``host_us``: the host time between this op's issue and the previous one's on the rank (the first op's: from
-  the earliest issue of any rank), where an op's issue is min(its launch call's return, its GPU start). The
+  the earliest issue of any rank), where an op's issue is min(its launch call's return, its GPU start) (a
+  blocking ``cudaMemcpy``: its call's start, the call then waits for it). The
   ``replay`` model issues ops at the prefix sums of ``host_us`` only, so replay issue times are the recorded
   ones and a host-bound run replays host-bound;
 * ``tags``: the kernel name (or NCCL kind, process group and sequence number) and the recorded ``start_us`` /
@@ -35,7 +36,10 @@ by ``correlation`` id; without them, GPU start order), named ``k<n>`` (kernel), 
     after the wait waits for the last op launched before the record on another stream (guessed);
   - host synchronisations (``cudaDeviceSynchronize``: every stream's last op launched before it;
     ``cudaStreamSynchronize`` / ``cudaEventSynchronize``, whose stream the trace does not give: the op that
-    ended last before the call returned): the first op launched after the call waits for them;
+    ended last before the call returned; a blocking ``cudaMemcpy``: its copy): the first op launched after the
+    call waits for them, and so does the host: that op's tag ``host_wait_before_us`` is the host time before the
+    call and its ``host_us`` the time after the synchronised work ended, so a what-if that makes the GPU faster
+    makes the host's wait shorter;
   - with no event rows at all (nsys, or a trace without them): an op that started more than
     :data:`GAP_NS` after both its issue and its stream predecessor's end, within :data:`GAP_NS` of the end of
     an op of another stream launched before it, waits for that op (guessed from timing).
@@ -65,6 +69,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from schedsim.kinds import COLLECTIVE_KINDS
+from schedsim.sim.engine import HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
 __all__ = ["GAP_NS", "OPS_FILE", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
@@ -110,6 +115,7 @@ class _RankOps(NamedTuple):
     acts: list[Activity]      # in launch order
     issue: list[float]        # ns
     launch: list[float]       # call start, ns (GPU start where guessed)
+    corr: list[Any]           # correlation id of each (None: none)
 
 
 def _launch_rows(rep: ReplayInput) -> dict[tuple[int, Any], RuntimeRow]:
@@ -121,27 +127,34 @@ def _launch_rows(rep: ReplayInput) -> dict[tuple[int, Any], RuntimeRow]:
 def _order(rep: ReplayInput, guesses: list[str]) -> dict[int, _RankOps]:
     """Each rank's activities in launch order, with issue and launch times (ns)."""
     rows = _launch_rows(rep)
-    by_rank: dict[int, list[tuple[float, float, float, Activity]]] = defaultdict(list)
+    by_rank: dict[int, list[tuple[float, float, float, Activity, Any]]] = defaultdict(list)
     unmatched: dict[int, int] = defaultdict(int)
     for a, c in zip(rep.acts, rep.corr, strict=True):
         row = rows.get((a.rank, c)) if c is not None else None
         if row is None:
             unmatched[a.rank] += 1
-            by_rank[a.rank].append((a.start_ns, a.start_ns, a.start_ns, a))
+            by_rank[a.rank].append((a.start_ns, a.start_ns, a.start_ns, a, None))
         else:
-            by_rank[a.rank].append((row.ts_ns, min(row.ts_ns + row.dur_ns, a.start_ns), a.start_ns, a))
+            # a blocking copy is enqueued at its call's start, and the call then waits for it (and the stream)
+            issued = row.ts_ns if _blocking_copy(row.name) else min(row.ts_ns + row.dur_ns, a.start_ns)
+            by_rank[a.rank].append((row.ts_ns, issued, a.start_ns, a, c))
     out = {}
     for r, lst in sorted(by_rank.items()):
         lst.sort(key=lambda x: (x[0], x[2]))
         issue = [x[1] for x in lst]
         for i in range(1, len(issue)):  # host order: never issued before the op ahead
             issue[i] = max(issue[i], issue[i - 1])
-        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst])
+        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst])
         if unmatched[r]:
             what = "all" if unmatched[r] == len(lst) else f"{unmatched[r]} of {len(lst)}"
             guesses.append(f"rank {r}: {what} GPU ops have no launch call in the trace (no cuda_runtime row of "
                            "their correlation id): their launch order and issue time are their GPU start")
     return out
+
+
+def _blocking_copy(name: str) -> bool:
+    """A ``cudaMemcpy``/``cudaMemset`` without ``Async``: the host returns when the copy is done."""
+    return name.startswith(("cudaMemcpy", "cudaMemset")) and "Async" not in name
 
 
 def _stream_index(ro: _RankOps) -> dict[str, list[int]]:
@@ -172,7 +185,8 @@ def _first_after(launch: list[float], t: float, stream: str | None, acts: list[A
     return None
 
 
-def _event_deps(r: int, ro: _RankOps, rep: ReplayInput, deps: dict[int, set[int]], guesses: list[str]) -> bool:
+def _event_deps(r: int, ro: _RankOps, rep: ReplayInput, deps: dict[int, set[int]], guesses: list[str],
+                gates: dict[int, float]) -> bool:
     """Event record → wait and host-sync dependencies of rank ``r`` from its runtime and sync rows. Returns
     whether the rank had any event rows (else the timing guess runs)."""
     rt = sorted((x for x in rep.runtime if x.rank == r), key=lambda x: x.ts_ns)
@@ -212,7 +226,7 @@ def _event_deps(r: int, ro: _RankOps, rep: ReplayInput, deps: dict[int, set[int]
                            "stream ids (no cuda_sync rows): each wait paired with its thread's latest record; the "
                            "first op launched after the wait waits for the last op of another stream launched "
                            "before the record")
-    _sync_deps(rt, ro, streams, deps)
+    _sync_deps(rt, ro, streams, deps, gates)
     return had
 
 
@@ -224,26 +238,28 @@ def _last_other(acts: list[Activity], k: int, stream: str) -> int | None:
     return None
 
 
-def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]], deps: dict[int, set[int]]) -> None:
-    """Host synchronisations: the first op launched after the call waits for the synced work (module docstring)."""
+def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]], deps: dict[int, set[int]],
+               gates: dict[int, float]) -> None:
+    """Host synchronisations: the first op launched after the call waits for the synced work (module docstring),
+    and its host waited: ``gates[op] = the call's start`` (ns; the first such call since the previous launch)."""
     launch = ro.launch
+    by_corr = {c: i for i, c in enumerate(ro.corr) if c is not None}
     for x in rt:
-        if x.name not in _SYNC:
+        blocking_copy = _blocking_copy(x.name) and x.corr in by_corr
+        if x.name not in _SYNC and not blocking_copy:
             continue
         c = _first_after(launch, x.ts_ns + x.dur_ns, None, ro.acts)
         if c is None:
             continue
-        if x.name == "cudaDeviceSynchronize":
-            for st, pos in streams.items():
-                p = _last_before(pos, launch, x.ts_ns)
-                if p is not None and st != ro.acts[c].stream:
-                    deps[c].add(p)
-            continue
-        done = [i for i in range(bisect.bisect_left(launch, x.ts_ns)) if ro.acts[i].end_ns <= x.ts_ns + x.dur_ns]
-        if done:
-            p = max(done, key=lambda i: ro.acts[i].end_ns)
-            if ro.acts[p].stream != ro.acts[c].stream:
-                deps[c].add(p)
+        gates[c] = min(gates.get(c, x.ts_ns), x.ts_ns)
+        if blocking_copy:
+            synced = [by_corr[x.corr]]
+        elif x.name == "cudaDeviceSynchronize":
+            synced = [p for pos in streams.values() if (p := _last_before(pos, launch, x.ts_ns)) is not None]
+        else:
+            done = [i for i in range(bisect.bisect_left(launch, x.ts_ns)) if ro.acts[i].end_ns <= x.ts_ns + x.dur_ns]
+            synced = [max(done, key=lambda i: ro.acts[i].end_ns)] if done else []
+        deps[c].update(p for p in synced if p != c)
 
 
 def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[str]) -> None:
@@ -326,9 +342,11 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
     notes: list[str] = []
     ranks = _order(rep, guesses)
     deps: dict[int, dict[int, set[int]]] = {}
+    gates: dict[int, dict[int, float]] = {}
     for r, ro in ranks.items():
         d: dict[int, set[int]] = defaultdict(set)
-        if not _event_deps(r, ro, rep, d, guesses):
+        gates[r] = {}
+        if not _event_deps(r, ro, rep, d, guesses, gates[r]):
             _timing_deps(r, ro, d, guesses)
         deps[r] = d
     colls = _coll_keys(ranks)
@@ -342,6 +360,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
     for r, ro in ranks.items():
         names = [_op_name(a, i, colls.get((r, i))) for i, a in enumerate(ro.acts)]
         prev = t0
+        stream_end: dict[str, float] = {}
         for i, a in enumerate(ro.acts):
             op: dict[str, Any] = {"name": names[i], "ranks": [r], "stream": f"s{a.stream}"}
             dur = _fmt((a.end_ns - a.start_ns) / 1000.0)
@@ -368,11 +387,10 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
             op["duration_us"] = dur
             op.setdefault("tags", {}).update(start_us=_fmt((a.start_ns - t0) / 1000.0),
                                              end_us=_fmt((a.end_ns - t0) / 1000.0))
-            h = _fmt((ro.issue[i] - prev) / 1000.0)
-            prev = ro.issue[i]
-            if h > 0:
-                op["host_us"] = h
             dl = sorted(deps[r].get(i, ()))
+            _host_fields(op, ro, i, prev, gates[r].get(i), dl, stream_end.get(a.stream))
+            prev = ro.issue[i]
+            stream_end[a.stream] = a.end_ns
             if dl:
                 op["deps"] = [names[j] for j in dl]
                 n_deps += len(dl)
@@ -396,6 +414,25 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
             f"world_size: {world}", f"ops_file: {OPS_FILE}"]
     text = "\n".join(head + body) + "\n"
     return ReplaySchedule(text, "[\n" + ",\n".join(lines) + "\n]\n", guesses, notes, n_ops, n_deps)
+
+
+def _host_fields(op: dict[str, Any], ro: _RankOps, i: int, prev: float, gate: float | None, deps: list[int],
+                 stream_end: float | None) -> None:
+    """``host_us`` of op ``i`` (µs from the previous issue ``prev``, ns); after a host synchronisation that started
+    at ``gate`` (ns), the tag ``host_wait_before_us`` (previous issue to the call) and ``host_us`` from the moment
+    both that time and the end of its predecessors (``deps``, the stream's previous op ending at ``stream_end``)
+    had passed, as the ``replay`` model's host waits (:class:`schedsim.sim.engine._ReplayHost`)."""
+    issue = ro.issue[i]
+    if gate is None:
+        h = _fmt((issue - prev) / 1000.0)
+    else:
+        before = max(0.0, gate - prev)
+        ends = [ro.acts[j].end_ns for j in deps] + ([stream_end] if stream_end is not None else [])
+        waited = max([prev + before, *ends])
+        h = _fmt(max(0.0, issue - waited) / 1000.0)
+        op["tags"][HOST_WAIT_TAG] = _fmt(before / 1000.0)
+    if h > 0:
+        op["host_us"] = h
 
 
 def _op_kind(a: Activity) -> str:

@@ -50,19 +50,21 @@ def _replay(p: Path, tmp_path: Path, **what: Any) -> Any:
 
 class TestSchedule:
     def test_ops_streams_durations_host_gaps_and_deps(self, tmp_path: Path) -> None:
-        # issue = min(call end, GPU start): 1005, 1015, 1021, 1027, 1207 -> host_us 0, 10, 6, 6, 180;
-        # B waits for A (cuda_sync row), D waits for AR (device sync: the other stream's last op before it)
+        # issue = min(call end, GPU start): 1005, 1015, 1021, 1027, 1207 -> host_us 0, 10, 6, 6; B waits for A
+        # (cuda_sync row); D follows the device sync (1030, returned 1200): it and the host wait for every
+        # stream's last op (C, AR); host time before the sync 1030 - 1027 = 3, after the synced work 1207 - 1200
         text, got = _schedule(tmp_path, rank_doc(0, sync=True))
         assert _ops(text) == [
             ("k0", 0, "s7", "compute", 100.0, 0.0, []),
             ("k1", 0, "s20", "compute", 50.0, 10.0, ["k0"]),
             ("k2", 0, "s7", "compute", 30.0, 6.0, []),
             ("all_reduce_pg0_0", 0, "s20", "compute", 40.0, 6.0, []),
-            ("k4", 0, "s7", "compute", 20.0, 180.0, ["all_reduce_pg0_0"]),
+            ("k4", 0, "s7", "compute", 20.0, 7.0, ["k2", "all_reduce_pg0_0"]),
         ]
         doc = _doc(text)
         assert doc["ops"][3]["tags"] == {"nccl": "all_reduce", "peers": "absent", "pg": "0", "seq": 0,
                                          "bytes": 4194304.0, "start_us": 155.0, "end_us": 195.0}
+        assert doc["ops"][4]["tags"]["host_wait_before_us"] == 3.0
         assert got.guesses == [] and any("peers" in n for n in got.notes)
         assert text.read_text().startswith("# Replay of an imported kineto trace")
 
@@ -100,11 +102,21 @@ class TestReplay:
         assert rep.replay_makespan_s == pytest.approx(190e-6, abs=1e-12)
         assert rep.per_rank_s == pytest.approx({0: 190e-6, 1: 190e-6}, abs=1e-12)
 
-    def test_host_bound_op_waits_for_its_launch(self, tmp_path: Path) -> None:
-        # D is issued at 202 (1207 - 1005), after AR's end at 190: it starts at 202, not 190
+    def test_host_waits_in_the_sync_then_launches(self, tmp_path: Path) -> None:
+        # the host reaches the sync at 22 + 3, waits for AR's replayed end (190), spends 7: D at 197 = 1207 - 1010
+        # of the trace (both from their first start), and the makespan is the trace's 217 = 1227 - 1010
         text, _ = _schedule(tmp_path, rank_doc(0, sync=True))
-        d = next(s for s in _replay(text, tmp_path).spans if s.name == "k4")
-        assert d.start_s == pytest.approx(202e-6, abs=1e-12)
+        tl = _replay(text, tmp_path)
+        d = next(s for s in tl.spans if s.name == "k4")
+        assert d.start_s == pytest.approx(197e-6, abs=1e-12)
+        rep = replay_report(tl)
+        assert rep.replay_makespan_s == pytest.approx(217e-6, abs=1e-12) == rep.trace_makespan_s
+
+    def test_faster_gpu_shortens_the_hosts_wait(self, tmp_path: Path) -> None:
+        # all_reduce halved: it ends at 170, the host launches D at 177
+        text, _ = _schedule(tmp_path, rank_doc(0, sync=True))
+        d = next(s for s in _replay(text, tmp_path, scales=[parse_what_if("nccl*0.5")]).spans if s.name == "k4")
+        assert d.start_s == pytest.approx(177e-6, abs=1e-12)
 
     def test_no_contention_in_replay(self, tmp_path: Path) -> None:
         p = tmp_path / "two.yaml"
