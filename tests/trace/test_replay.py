@@ -216,3 +216,12 @@ class TestOpsFile:
         with pytest.raises(SpecError, match=why) as e:
             api.load(p)
         assert e.value.file == str(p) and e.value.path == "ops_file"
+
+
+def test_measured_collective_is_not_called_an_estimate(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    body = "schema_version: 1\nname: s\nworld_size: 2\nops:\n- {name: ar, kind: all_reduce, bytes: 1024%s}\n"
+    p.write_text(body % ", duration_us: 50")
+    assert not [w for w in api.simulate_spec(api.load(p), H200).timeline.meta.get("warnings", []) if "busbw" in str(w)]
+    p.write_text(body % "")
+    assert [w for w in api.simulate_spec(api.load(p), H200).timeline.meta.get("warnings", []) if "busbw" in str(w)]
