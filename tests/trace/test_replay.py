@@ -225,3 +225,16 @@ def test_measured_collective_is_not_called_an_estimate(tmp_path: Path) -> None:
     assert not [w for w in api.simulate_spec(api.load(p), H200).timeline.meta.get("warnings", []) if "busbw" in str(w)]
     p.write_text(body % "")
     assert [w for w in api.simulate_spec(api.load(p), H200).timeline.meta.get("warnings", []) if "busbw" in str(w)]
+
+
+def test_nsys_launch_calls_order_the_replay(synth_db: Any, tmp_path: Path) -> None:
+    from schedsim.trace.nsys import import_nsys
+
+    path, exp = synth_db
+    res = import_nsys([path], keep_runtime=True)
+    assert res.replay is not None and len(res.replay.acts) == exp["kernels"] + exp["memcpys"]
+    got = write_replay_schedule(res.replay, tmp_path / "schedule.yaml", name="s")
+    assert not [g for g in got.guesses if "no launch call" in g]  # every activity joined to its cudaLaunchKernel
+    rep = replay_report(api.simulate_spec(api.load(tmp_path / "schedule.yaml"), H200, gpu_model="replay").timeline)
+    assert rep.replay_makespan_s == pytest.approx(rep.trace_makespan_s, rel=1e-9)
+    assert rep.start_error_median < 1e-3
