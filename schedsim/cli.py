@@ -45,6 +45,7 @@ def _command(fn: Any) -> Any:
 class GpuModel(str, Enum):
     waves = "waves"
     sharing = "sharing"
+    replay = "replay"
 
 
 class Launch(str, Enum):
@@ -503,7 +504,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 #: Commands defined in other modules, imported only when invoked (or listed by --help): the cold start of
 #: ``check`` and ``predict`` pays for none of them.
 _EXTENSIONS = {"execute": "executor.commands", "calibrate": "executor.commands", "compare": "schedsim.compare",
-               "import": "schedsim.trace.commands", "analyze": "schedsim.trace.commands"}
+               "import": "schedsim.trace.commands", "analyze": "schedsim.trace.commands",
+               "replay": "schedsim.trace.commands"}
 
 
 def _extension_command(name: str) -> Any:

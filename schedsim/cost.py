@@ -10,7 +10,8 @@
   returns its measured time unless the table contradicts itself (a larger shape measured faster: noise at the
   latency floor), where the times move to the monotone fit. time = max(kernel floor, surface). With no entry
   for the dtype it falls back to a roofline: max(floor, FLOP / (peak·efficiency), bytes / HBM bw).
-* **Generic compute**: ``duration_us`` if given, else the same roofline.
+* **Generic compute**: ``duration_us`` if given, else the same roofline. A copy, collective or send/recv given
+  ``duration_us`` (a replay of an imported trace) takes it too.
 * **Collectives and send/recv**: :mod:`schedsim.network`. On a profile with ``topology.scale_up`` (and
   ``nics``), NCCL's own model on that topology (:class:`schedsim.network.NcclNetwork`), except groups inside
   one node that have a measured table (or ``topology.nccl_within_node`` false); otherwise, and for those, the
@@ -395,6 +396,8 @@ class CostModel:
 
     def _one(self, op: Op) -> float:
         kind = op.kind
+        if op.duration_s is not None and kind != "matmul":  # a measured duration (compute, or a replayed trace's op)
+            return op.duration_s
         if kind == "matmul":
             key: tuple[object, ...] = (kind, op.dtype, op.m, op.n, op.k, op.batch)
         elif kind == "compute":

@@ -109,7 +109,7 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
                 roof[dt] = roof.get(dt, 0) + n_inst
                 if dt not in peaks:
                     no_peak[dt] = no_peak.get(dt, 0) + n_inst
-        elif t.kind in COLLECTIVE_KINDS or t.kind in P2P_KINDS:
+        elif (t.kind in COLLECTIVE_KINDS or t.kind in P2P_KINDS) and t.duration_s is None:  # measured: no guess
             size = len(t.group) if t.group else 2
             key = ("sendrecv" if t.kind in P2P_KINDS else t.kind, size)
             if size > 1 and key not in coll_tables:

@@ -35,7 +35,7 @@ from schedsim.kinds import DType, TableKind
 __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS"]
 
 #: Simulator GPU execution models (``gpu_model`` of a profile, ``predict --gpu-model``).
-GPU_MODELS = ("waves", "sharing")
+GPU_MODELS = ("waves", "sharing", "replay")
 
 LinkClass = Literal["nvlink", "pcie", "network"]
 GemmDType = DType
@@ -528,9 +528,10 @@ class HardwareProfile(_B):
     collectives: CollectiveTables
     contention: Contention
     nccl: Nccl = Field(default_factory=Nccl)
-    gpu_model: Literal["waves", "sharing"] = Field(
+    gpu_model: Literal["waves", "sharing", "replay"] = Field(
         default="waves", description="GPU execution model of the simulator: 'waves' (CTAs in waves, FIFO block "
-        "dispatch, hardware queues; :mod:`schedsim.sim.gpu_model`) or 'sharing' (processor sharing).")
+        "dispatch, hardware queues; :mod:`schedsim.sim.gpu_model`), 'sharing' (processor sharing) or 'replay' "
+        "(recorded durations, no contention: replaying an imported trace; :mod:`schedsim.sim.engine`).")
     power: Power | None = Field(default=None, description="Sustained-load GEMM slowdown (waves model); "
                                 "omit for none.")
 

@@ -35,6 +35,9 @@ def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, .
     kind = s.kind  # type: ignore[attr-defined]
     common = dict(name=s.name, rank=r, kind=kind, stream=stream, seq=seq, deps=tuple(s.deps),  # type: ignore[attr-defined]
                   tags=tags, source=source, spec_index=spec_index, host_s=s.host_us * 1e-6)  # type: ignore[attr-defined]
+    measured = getattr(s, "duration_us", None)  # a copy, collective or p2p with a measured duration (a replay)
+    if measured is not None and kind not in ("compute", "matmul"):
+        common["duration_s"] = measured * 1e-6
     if kind == "matmul":
         b = s.batch  # type: ignore[attr-defined]
         mm, nn, kk = s.m, s.n, s.k  # type: ignore[attr-defined]

@@ -3,7 +3,7 @@
 In: the DAG from :func:`schedsim.graph.build_graph` and a hardware profile.
 Out: a :class:`~schedsim.sim.timeline.Timeline`.
 
-Two GPU execution models, chosen by ``gpu_model`` (argument, else the
+Three GPU execution models, chosen by ``gpu_model`` (argument, else the
 profile's ``gpu_model``, default ``waves``):
 
 * ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.sim.gpu_model`, event loop compiled in
@@ -14,6 +14,12 @@ profile's ``gpu_model``, default ``waves``):
   2026-11-30 run concurrent kernels (benchmarks/h200/probes.md).
 * ``sharing`` (this module, below): processor sharing, every running kernel
   slowed equally. Kept selectable while the ``waves`` model proves itself.
+* ``replay`` (:func:`_run_replay`): the replay of a recorded run (``schedsim import ... --out DIR`` writes
+  ``DIR/schedule.yaml`` with measured durations). No contention: an op runs its solo duration (the recorded one,
+  which already holds the contention of the run) as soon as it is ready; the host issues each rank's ops at
+  the prefix sums of their ``host_us`` alone (the recorded gaps between launch calls already hold the calls'
+  cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as below. The
+  dependency-only replay of Lumos (Liang et al., MLSys 2025) and of HTA's critical-path analysis.
 
 Both compile the DAG to arrays once (:func:`_compile`) and share the timeline
 assembly and critical-path walk (:func:`_timeline`). A :class:`Program` simulated
@@ -191,7 +197,9 @@ def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict
                     tl.meta["warnings"] = [note]
                 return tl
         c = _compile(G, profile, mode)
-        if model == "sharing":
+        if model == "replay":
+            st = _run_replay(c, mode)
+        elif model == "sharing":
             st = _run_sharing(c, profile, mode, model_executor)
         else:
             st, note = _run_waves(G, profile, mode, c, conns, model_executor)
@@ -631,6 +639,120 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str, model_execut
         _raise_deadlock(ids, ops, end, npred, job_of, gmem, N)
     return _State(start, end, ready_t, binding, host_call=np.asarray(issue, np.float64))
 
+
+
+def _rendezvous(members: list[int], last: int, ready_t: list[float], start: list[float], binding: list[int]) -> float:
+    """Start every member of a rendezvous at the last one's ready time (it binds the others); that time."""
+    t0 = ready_t[last]
+    for m in members:
+        start[m] = t0
+        if m != last:
+            binding[m] = last
+    return t0
+
+
+#: Tag of an imported op launched right after a host synchronisation (:mod:`schedsim.trace.to_schedule`): the
+#: host time (µs) from the previous issue to the synchronising call. The ``replay`` model's host then waits for
+#: the op's predecessors (the synchronised work) before spending the op's ``host_us``.
+HOST_WAIT_TAG = "host_wait_before_us"
+
+
+class _ReplayHost:
+    """The host threads of the ``replay`` model: each rank issues its ops in program order, op i at
+    ``clock + host_s`` (no launch costs: a recorded gap holds its call); an op tagged :data:`HOST_WAIT_TAG` is
+    issued at ``max(clock + that tag, end of its predecessors) + host_s`` (the host blocked in a
+    synchronisation), so the host stalls until they end. Under ``cuda_graph`` every op is issued at 0."""
+
+    def __init__(self, ops: list[Op], world: int, mode: str) -> None:
+        self.order: list[list[int]] = [[] for _ in range(world)]
+        self.before: dict[int, float] = {}
+        graph = mode == "cuda_graph"
+        self.host_s = [0.0 if graph else op.host_s for op in ops]
+        for i, op in enumerate(ops):
+            self.order[op.rank].append(i)
+            b = dict(op.tags).get(HOST_WAIT_TAG) if op.tags and not graph else None
+            if isinstance(b, (int, float)):
+                self.before[i] = float(b) * 1e-6
+        self.ptr = [0] * world
+        self.clock = [0.0] * world
+        self.issue: list[float | None] = [None] * len(ops)
+
+    def advance(self, r: int, npred: list[int], pred_end: list[float], issued: Any) -> None:
+        """Issue rank ``r``'s ops until one waits for unfinished work; ``issued(i)`` for each issued op whose
+        predecessors are done."""
+        order, k, clock = self.order[r], self.ptr[r], self.clock[r]
+        while k < len(order):
+            i = order[k]
+            b = self.before.get(i)
+            if b is not None and npred[i] > 0:
+                break
+            clock = (clock if b is None else max(clock + b, pred_end[i])) + self.host_s[i]
+            self.issue[i] = clock
+            k += 1
+            if npred[i] == 0:
+                issued(i)
+        self.ptr[r], self.clock[r] = k, clock
+
+
+def _run_replay(c: _Compiled, mode: str) -> _State:
+    """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
+    is ready; ready = issued (:class:`_ReplayHost`), every predecessor done and, for a rendezvous, every member
+    ready (then all start at the last one's time)."""
+    ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
+    host = _ReplayHost(ops, c.world, mode)
+    pred_end = [0.0] * N
+    last_pred = [HOST] * N
+    start, end, ready_t = [0.0] * N, [0.0] * N, [0.0] * N
+    binding = [HOST] * N
+    gready = [0] * len(gmem)
+    glast = [-1] * len(gmem)
+    heap: list[tuple[float, int, int]] = []
+    counter = itertools.count()
+
+    def make_ready(i: int, t: float) -> None:
+        ready_t[i] = t
+        j = job_of[i]
+        if j < N:
+            start[i] = t
+            heapq.heappush(heap, (t + job_work[i], next(counter), i))
+            return
+        g = j - N
+        gready[g] += 1
+        if glast[g] < 0 or t >= ready_t[glast[g]]:
+            glast[g] = i
+        if gready[g] == len(gmem[g]):
+            t0 = _rendezvous(gmem[g], glast[g], ready_t, start, binding)
+            heapq.heappush(heap, (t0 + job_work[j], next(counter), j))
+
+    def release(v: int) -> None:  # issued, predecessors done
+        iv = host.issue[v]
+        assert iv is not None
+        if iv > pred_end[v]:
+            make_ready(v, iv)
+        else:
+            binding[v] = last_pred[v]
+            make_ready(v, pred_end[v])
+
+    for r in range(c.world):
+        host.advance(r, npred, pred_end, release)
+    done = 0
+    while heap:
+        t, _s, j = heapq.heappop(heap)
+        for i in (gmem[j - N] if j >= N else (j,)):
+            end[i] = t
+            done += 1
+            for v in succ[i]:
+                npred[v] -= 1
+                if t >= pred_end[v]:
+                    pred_end[v], last_pred[v] = t, i
+                if npred[v] == 0:
+                    if host.issue[v] is not None:
+                        release(v)
+                    else:
+                        host.advance(ops[v].rank, npred, pred_end, release)
+    if done < N:
+        _raise_deadlock(c.ids, ops, end, npred, job_of, gmem, N)
+    return _State(start, end, ready_t, binding)
 
 
 def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwareProfile, mode: str,

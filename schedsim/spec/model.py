@@ -118,6 +118,10 @@ def _short_repr(x: Any, n: int = 40) -> str:
 
 class _SizedMixin(_Base):
     bytes: int | None = Field(default=None, ge=0, le=MAX_BYTES, description="Message size in bytes (see `buffer`).")
+    duration_us: float | None = Field(
+        default=None, ge=0, le=MAX_DURATION_US,
+        description="Measured duration in microseconds (a replay of an imported trace, `schedsim import ... --out "
+        "DIR` writes it): the op takes it instead of the profile's cost model. Omit to model the op.")
     shape: list[int] | None = Field(default=None, description="Message shape; size = prod(shape) * dtype bytes.")
     dtype: DType = Field(default="fp32", description="Element type of the message.")
 

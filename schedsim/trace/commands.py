@@ -55,11 +55,16 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
     tl = res.timeline
     metrics = Metrics.of(tl)
     target = out / "timeline.json"
-    with output_set(out, "import", inputs=inputs, expect=("timeline.json",)) as stage:
+    names: tuple[str, ...] = ("timeline.json",)
+    if res.replay is not None:  # the run as a schedule to replay, and its ops file
+        names += ("schedule.yaml", "schedule.ops.json")
+    with output_set(out, "import", inputs=inputs, expect=names) as stage:
         write_timeline_json(tl, stage / "timeline.json", metrics.to_dict())
+        sched = _write_schedule(res, stage, tl, say=fmt != _Fmt.json)  # json: the guesses are in its output
     n_ops = sum(1 for s in tl.spans if "#" not in s.id)
     if fmt == _Fmt.json:
-        print(json.dumps({"timeline": str(target), "spans": len(tl.spans), "ops": n_ops,
+        print(json.dumps({"timeline": str(target), "schedule": str(out / "schedule.yaml"), "spans": len(tl.spans),
+                          "ops": n_ops, "schedule_guesses": sched.guesses if sched else [],
                           "ranks": sorted(metrics.ranks), "makespan_s": metrics.makespan_s,
                           "overlap_ratio": metrics.overlap_ratio, "warnings": res.warnings}, indent=1))
         return
@@ -69,10 +74,35 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
           f"overlap ratio {metrics.overlap_ratio:.3f}")
     for w in res.warnings:
         print(f"warning: {printable(w, 2000)}")
-    print(f"wrote {printable(target)}")
+    if sched is not None:
+        for n in sched.notes:
+            print(f"note: {printable(n, 2000)}")
+        print(f"wrote {printable(target)}, {printable(out / 'schedule.yaml')} ({sched.n_ops} ops, {sched.n_deps} "
+              f"waits on other ops; replay: schedsim replay {printable(out / 'schedule.yaml')})")
+    else:
+        print(f"wrote {printable(target)}")
 
 
-OutOpt = typer.Option(..., "--out", "-o", help="Output folder; timeline.json is written there.")
+def _write_schedule(res: Any, out: Path, tl: Any, say: bool = True) -> Any:
+    """``out/schedule.yaml``, the replay schedule (:mod:`schedsim.trace.to_schedule`); with ``say``, its guesses
+    once on stderr."""
+    if res.replay is None:
+        return None
+    import sys
+
+    from schedsim.trace.to_schedule import write_replay_schedule
+
+    files = tl.meta.get("files") or []
+    got = write_replay_schedule(res.replay, out / "schedule.yaml", name=f"{tl.schedule}_replay",
+                                source=", ".join(Path(f).name for f in files))
+    if got.guesses and say:
+        print(f"warning: schedule.yaml: dependencies guessed: {printable('; '.join(got.guesses), 2000)}",
+              file=sys.stderr)
+    return got
+
+
+OutOpt = typer.Option(..., "--out", "-o", help="Output folder; timeline.json and schedule.yaml (the run as a "
+                                                 "schedule to replay) are written there.")
 OpsOpt = typer.Option(None, "--ops", help="Predicted timeline.json or schedule YAML whose op names the "
                                           "NVTX ranges / user annotations carry (names of the form name@rN "
                                           "are always recognised).")
@@ -101,7 +131,8 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.nsys import import_nsys
 
         with status(f"importing {len(files)} nsys export(s)"):
-            res = import_nsys(_check_inputs(files, "nsys"), ops=_ops(ops), iteration=iteration, keep_kernel_rows=False)
+            res = import_nsys(_check_inputs(files, "nsys"), ops=_ops(ops), iteration=iteration,
+                              keep_kernel_rows=False, keep_runtime=True)
         _finish_import(res, out, fmt, [*files, *([ops] if ops else [])])
 
     @imp.command("kineto")
@@ -119,10 +150,28 @@ def register(app: typer.Typer) -> None:
 
         with status(f"importing {len(files)} Kineto trace(s)"):
             res = import_kineto(_check_inputs(files, "kineto"), ops=_ops(ops), iteration=iteration,
-                                keep_kernel_rows=False)
+                                keep_kernel_rows=False, keep_runtime=True)
         _finish_import(res, out, fmt, [*files, *([ops] if ops else [])])
 
     app.add_typer(imp, name="import")
+
+    @app.command("replay")
+    @handle_errors
+    def replay_cmd(
+        schedule: Path = typer.Argument(..., help="schedule.yaml written by `schedsim import kineto|nsys ... "
+                                        "--out DIR`."),
+        what_if: list[str] = typer.Option([], "--what-if", help="PATTERN*FACTOR: scale the recorded durations of "
+                                          "nccl, kernel, memcpy, memset ops, an op kind, or kernels whose name "
+                                          "matches a glob ('*gemm*'). Repeatable."),
+        host_gaps: float = typer.Option(1.0, "--host-gaps", help="Factor on the recorded host gaps (0 drops them)."),
+        recost_comm: bool = typer.Option(False, "--recost-comm", help="Collectives take the profile's cost model "
+                                         "instead of their recorded durations."),
+        profile: str = typer.Option("h200", "--profile", "-p", help="Profile for --recost-comm."),
+        fmt: _Fmt = FmtOpt,
+    ) -> None:
+        """Replay an imported run (recorded durations and launch times) against its trace, and what-ifs of it:
+        how each rank's makespan moves."""
+        _replay(schedule, what_if, host_gaps, recost_comm, profile, fmt)
 
     @app.command("analyze")
     @handle_errors
@@ -167,3 +216,35 @@ def register(app: typer.Typer) -> None:
             for p in (chrome, charts):
                 if p is not None and str(p) not in STDOUT_NAMES:
                     print(f"wrote {printable(p)}")
+
+
+def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: bool, profile: str, fmt: _Fmt) -> None:
+    """``schedsim replay``: the replay against the recorded times, then the what-if's per-rank makespans."""
+    from schedsim.api import load, simulate_spec
+    from schedsim.errors import SpecError
+    from schedsim.hardware.profile import load_profile
+    from schedsim.report.summary import fmt_time
+    from schedsim.trace.replay import parse_what_if, replay_report, what_if_spec
+
+    if not (0.0 <= host_gaps < float("inf")):
+        raise SpecError(f"--host-gaps {host_gaps}: not a factor >= 0", fix="pass e.g. 0 (drop the gaps) or 0.5")
+    prof = load_profile(profile)
+    spec = load(schedule)
+    base = replay_report(simulate_spec(spec, prof, file=schedule, gpu_model="replay").timeline, str(schedule))
+    out: dict[str, Any] = {"trace_makespan_s": base.trace_makespan_s, "replay_makespan_s": base.replay_makespan_s,
+                           "error": base.error, "start_error_median": base.start_error_median}
+    lines = [f"trace makespan {fmt_time(base.trace_makespan_s)}, replay {fmt_time(base.replay_makespan_s)} "
+             f"({base.error:+.2%}); per-op start error median {base.start_error_median:.2%} of the makespan"]
+    scales = [parse_what_if(w) for w in what_if]
+    if scales or host_gaps != 1.0 or recost_comm:
+        spec2, changes = what_if_spec(spec, scales, host_gaps, recost_comm, str(schedule))
+        new = replay_report(simulate_spec(spec2, prof, file=schedule, gpu_model="replay").timeline)
+        out["what_if"] = {"changes": changes, "makespan_s": new.replay_makespan_s,
+                          "ranks": {r: {"before_s": base.per_rank_s[r], "after_s": t}
+                                    for r, t in sorted(new.per_rank_s.items())}}
+        lines += [f"what-if: {c}" for c in changes]
+        for r, t in sorted(new.per_rank_s.items()):
+            b = base.per_rank_s[r]
+            lines.append(f"  rank {r}: makespan {fmt_time(b)} -> {fmt_time(t)} ({t / b - 1.0:+.1%})" if b > 0 else
+                         f"  rank {r}: makespan {fmt_time(b)} -> {fmt_time(t)}")
+    print(json.dumps(out, indent=1) if fmt == _Fmt.json else "\n".join(lines))

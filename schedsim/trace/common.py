@@ -36,6 +36,9 @@ __all__ = [
     "Activity",
     "ImportResult",
     "OpRange",
+    "ReplayInput",
+    "RuntimeRow",
+    "SyncRow",
     "build_timeline",
     "collective_kind",
     "is_nccl_kernel",
@@ -91,6 +94,45 @@ class OpRange(NamedTuple):
     text: str
 
 
+class RuntimeRow(NamedTuple):
+    """One host-side CUDA runtime call (``cudaLaunchKernel``, ``cudaEventRecord``, ``cudaStreamSynchronize`` ...).
+    Times are ns on the importer's time base; ``corr`` is the CUPTI correlation id its GPU activity carries."""
+
+    rank: int
+    name: str
+    ts_ns: float
+    dur_ns: float
+    corr: Any
+    thread: Any
+
+
+class SyncRow(NamedTuple):
+    """One CUPTI synchronisation record (Kineto ``cuda_sync``): ``Stream Wait Event`` of ``stream`` on the event
+    recorded on ``wait_stream`` by the runtime call of correlation ``record_corr``; ``corr`` is the wait's own
+    runtime call."""
+
+    rank: int
+    name: str
+    stream: str
+    ts_ns: float
+    wait_stream: str | None
+    record_corr: Any
+    corr: Any
+
+
+class ReplayInput(NamedTuple):
+    """What :mod:`schedsim.trace.to_schedule` builds a replay schedule from: the activities (ns, one time base)
+    with their correlation ids (``corr[i]`` of ``acts[i]``, None where the trace has none), the runtime rows, the
+    synchronisation rows, the world size and the trace format (``kineto`` or ``nsys``)."""
+
+    acts: list[Activity]
+    corr: list[Any]
+    runtime: list[RuntimeRow]
+    syncs: list[SyncRow]
+    world_size: int
+    source: str
+
+
 class ImportResult(NamedTuple):
     """What an importer returns: the timeline and, for ``analyze``, the rows of its kernel-share and
     NCCL-volume tables.
@@ -107,12 +149,15 @@ class ImportResult(NamedTuple):
         Per device label: ``(collective range name, element count)``.
     warnings : list[str]
         Things the importer skipped or guessed.
+    replay : ReplayInput or None
+        With ``keep_runtime``: the input of a replay schedule.
     """
 
     timeline: Timeline
     kernel_rows: dict[str, list[tuple[str, str, float, float]]]
     nccl_rows: dict[str, list[tuple[str, int]]]
     warnings: list[str]
+    replay: ReplayInput | None = None
 
 
 def is_nccl_kernel(name: str) -> bool:

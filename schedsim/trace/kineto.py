@@ -47,6 +47,9 @@ from schedsim.trace.common import (
     Activity,
     ImportResult,
     OpRange,
+    ReplayInput,
+    RuntimeRow,
+    SyncRow,
     build_timeline,
     is_nccl_kernel,
     match_op,
@@ -109,6 +112,12 @@ _MEMCPY = {"gpu_memcpy", "memcpy"}
 _MEMSET = {"gpu_memset", "memset"}
 _GPU = _KERNEL | _MEMCPY | _MEMSET | {"gpu_user_annotation"}
 _CHECKED = _GPU | {"user_annotation", "cpu_op"}
+#: Runtime calls a replay schedule orders ops by (:mod:`schedsim.trace.to_schedule`).
+REPLAY_RUNTIME = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                            "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy", "cudaMemset", "cudaEventRecord",
+                            "cudaEventRecordWithFlags", "cudaStreamWaitEvent", "cudaDeviceSynchronize",
+                            "cudaStreamSynchronize", "cudaEventSynchronize", "cudaGraphLaunch",
+                            "cudaLaunchCooperativeKernel"})
 
 
 def input_dims_nelems(dims: Any) -> int | None:
@@ -160,6 +169,7 @@ def import_kineto(
     iteration: int = -1,
     schedule: str | None = None,
     keep_kernel_rows: bool = True,
+    keep_runtime: bool = False,
 ) -> ImportResult:
     """Read Kineto trace files (``.json`` or ``.json.gz``), one per rank, into one Timeline.
 
@@ -177,12 +187,18 @@ def import_kineto(
         Timeline ``schedule`` field (default: first file's stem).
     keep_kernel_rows : bool
         Also collect the per-kernel rows of ``analyze``'s kernel-share and NCCL-volume tables (more memory).
+    keep_runtime : bool
+        Also keep what a replay schedule needs (``ImportResult.replay``, a
+        :class:`~schedsim.trace.common.ReplayInput`): every activity (ns, common time base) with its
+        ``correlation`` id, the ``cuda_runtime`` rows (launches, event record/wait, synchronisations) and the
+        ``cuda_sync`` rows (``Stream Wait Event``: waiting ``stream``, ``wait_on_stream``,
+        ``wait_on_cuda_event_record_corr_id``; PyTorch's ``enable_cuda_sync_events``).
 
     Returns
     -------
     ImportResult
         Timeline (s from the earliest GPU event), kernel rows (µs) and NCCL
-        volume rows per device.
+        volume rows per device; ``replay`` with ``keep_runtime``.
 
     Raises
     ------
@@ -214,6 +230,7 @@ def import_kineto(
     nccl_rows = _nccl_rows(acc, label)
     world = _split_devices(acc, op_ranges)
     acts = acc.acts
+    replay = _replay_input(acc, shift_ns, world) if keep_runtime else None
     meta: dict[str, Any] = {"trace_format": "kineto", "files": [str(p) for p in files], "ranks": acc.rank_info,
                             "kernel_count": sum(1 for a in acts if a.cat == "kernel"),
                             "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
@@ -222,7 +239,21 @@ def import_kineto(
                             "record_param_comms": [dict(t, rank=r) for r, _th, _ts, _d, t in acc.rpc][:10_000]}
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].name.split(".")[0],
                         world_size=world, meta=meta, ops=ops, iteration=iteration)
-    return ImportResult(tl, kernel_rows, nccl_rows, acc.warnings)
+    return ImportResult(tl, kernel_rows, nccl_rows, acc.warnings, replay)
+
+
+def _replay_input(acc: _Read, shift_ns: dict[int, float], world: int) -> ReplayInput:
+    """The activities and runtime rows of the import on one time base (ns from the first file's first GPU
+    event), for :mod:`schedsim.trace.to_schedule`. Runtime rows keep their file's rank (a file that drove
+    several GPUs split into ranks has them on its first one)."""
+    ref_of = dict(zip(acc.ranks, acc.refs, strict=False))
+
+    def rel(rank: int, ts: int) -> float:
+        return float(ts - ref_of.get(rank, 0)) + shift_ns.get(rank, 0.0)
+
+    runtime = [RuntimeRow(r, name, rel(r, ts), float(dur), corr, tid) for r, name, ts, dur, corr, tid in acc.runtime]
+    syncs = [SyncRow(r, name, st, rel(r, ts), wait_st, rec, corr) for r, name, st, ts, wait_st, rec, corr in acc.syncs]
+    return ReplayInput(list(acc.acts), list(acc.corr), runtime, syncs, world, "kineto")
 
 
 #: A ``gpu_user_annotation``: rank, name, device, stream (None: none written), ts (ns), dur (ns), External id.
@@ -258,6 +289,11 @@ class _Read:
     world: int = 0
     worlds: list[int | None] = field(default_factory=list)
     cap: int = 10_000_000
+    corr: list[Any] = field(default_factory=list)  # each activity's correlation id (None: none written)
+    #: ``cuda_runtime`` rows: rank, name, ts (ns), dur (ns), correlation, thread
+    runtime: list[tuple[int, str, int, int, Any, Any]] = field(default_factory=list)
+    #: ``cuda_sync`` rows: rank, name, stream, ts (ns), wait_on_stream, record correlation, correlation
+    syncs: list[tuple[int, str, str, int, str | None, Any, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -279,7 +315,7 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
     stream._dec = json.JSONDecoder(parse_float=_keep_long)  # exact timestamps (module docstring)
     f = _File(path, fi)
     first = len(acc.acts)
-    starts = (len(acc.annots), len(acc.nccl_cpu), len(acc.rpc))
+    starts = (len(acc.annots), len(acc.nccl_cpu), len(acc.rpc), len(acc.runtime), len(acc.syncs))
     for e in stream:
         if not isinstance(e, dict):
             continue
@@ -351,6 +387,17 @@ def _take(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None
         acc.annots.append((f.pos_rank, decodable(e.get("name")), int(args.get("device", e.get("pid", 0)) or 0),
                            None if st is None or isinstance(st, (bool, dict, list)) else str(st), _ns(e["ts"]),
                            _ns(e["dur"]), args.get("External id")))
+    elif c == "cuda_runtime" or c == "cuda_driver":
+        if e.get("name") in REPLAY_RUNTIME:
+            args = e.get("args") or {}
+            acc.runtime.append((f.pos_rank, e["name"], _ns(e["ts"]), _ns(e.get("dur") or 0), args.get("correlation"),
+                                _thread(e)))
+    elif c == "cuda_sync":
+        args = e.get("args") or {}
+        ws = args.get("wait_on_stream")
+        acc.syncs.append((f.pos_rank, str(e.get("name")), str(args.get("stream", e.get("tid"))), _ns(e["ts"]),
+                          None if ws is None or ws == -1 else str(ws), args.get("wait_on_cuda_event_record_corr_id"),
+                          args.get("correlation")))
     elif c in ("user_annotation", "cpu_op"):
         name = e.get("name")
         if name == "record_param_comms":
@@ -407,16 +454,17 @@ def _gpu_activity(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int)
         f.ref = ts
     rel = float(ts - f.ref)
     acc.acts.append(Activity(f.pos_rank, dev, st, name, cat_s, rel, rel + dur, nbytes, tags))
+    acc.corr.append(args.get("correlation"))
     f.lanes[(f.pos_rank, dev, st)].append((ts, ts + dur, name, n_event))
     acc.raw_ts.append(float(e["ts"]))
     acc.raw_dur.append(float(e["dur"]))
 
 
-def _renumber(acc: _Read, first: int, starts: tuple[int, int, int], rank: int) -> None:
+def _renumber(acc: _Read, first: int, starts: tuple[int, ...], rank: int) -> None:
     """Give the file's events (activities from ``first``, the lists from ``starts``) its header's rank."""
     for i in range(first, len(acc.acts)):
         acc.acts[i] = acc.acts[i]._replace(rank=rank)
-    lists: tuple[list[Any], ...] = (acc.annots, acc.nccl_cpu, acc.rpc)
+    lists: tuple[list[Any], ...] = (acc.annots, acc.nccl_cpu, acc.rpc, acc.runtime, acc.syncs)
     for lst, start in zip(lists, starts, strict=True):
         for i in range(start, len(lst)):
             lst[i] = (rank, *lst[i][1:])

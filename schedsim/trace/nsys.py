@@ -47,6 +47,8 @@ from schedsim.trace.common import (
     Activity,
     ImportResult,
     OpRange,
+    ReplayInput,
+    RuntimeRow,
     build_timeline,
     is_nccl_kernel,
     match_op,
@@ -186,6 +188,7 @@ def import_nsys(
     iteration: int = -1,
     schedule: str | None = None,
     keep_kernel_rows: bool = True,
+    keep_runtime: bool = False,
 ) -> ImportResult:
     """Read one or more Nsight Systems SQLite exports into one Timeline.
 
@@ -207,12 +210,17 @@ def import_nsys(
     keep_kernel_rows : bool
         Also collect the kernel-share and NCCL-volume table rows (``analyze`` needs them; an
         import does not, and skipping them saves memory on big traces).
+    keep_runtime : bool
+        Also return the activities for a replay schedule (``ImportResult.replay``) with the
+        ``CUPTI_ACTIVITY_KIND_RUNTIME`` calls that launched them (joined by correlationId), which give the launch
+        order and times. Event record/wait and synchronisation calls are not read: cross-stream waits are
+        guessed from timing (:mod:`schedsim.trace.to_schedule`).
 
     Returns
     -------
     ImportResult
         Timeline (times in s from the earliest GPU activity), per-kernel
-        rows (µs) and NCCL volume rows.
+        rows (µs) and NCCL volume rows; ``replay`` with ``keep_runtime``.
 
     Raises
     ------
@@ -232,6 +240,8 @@ def import_nsys(
     rank_info: dict[int, dict[str, Any]] = {}
     bases: list[int] = []
     conns = []
+    corr: list[Any] = []
+    runtime: list[RuntimeRow] = []
     for p in files:
         db = _Db(_open(p), p)
         base = 0
@@ -242,12 +252,14 @@ def import_nsys(
         bases.append(base)
         conns.append(db)
     base0 = min(bases)
-    for db, base in zip(conns, bases, strict=False):
+    for fi, (db, base) in enumerate(zip(conns, bases, strict=False)):
         try:
             got = _read_one(db, base - base0, len(rank_info), ops, multi=len(files) > 1,
-                            keep_kernel_rows=keep_kernel_rows)
+                            keep_kernel_rows=keep_kernel_rows, keep_runtime=keep_runtime)
             offset = len(acts)  # the file's activity indices, in its op ranges, follow the earlier files'
             acts += got.acts
+            corr += [None if c is None else (fi, *c) for c in got.corr] if keep_runtime else []
+            runtime += [r._replace(corr=(fi, *r.corr)) for r in got.runtime]
             op_ranges += [r._replace(members=[m + offset for m in r.members]) for r in got.op_ranges]
             for rows, new in ((kernel_rows, got.kernel_rows), (nccl_rows, got.nccl_rows)):
                 for label, lst in new.items():
@@ -270,9 +282,11 @@ def import_nsys(
                             "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
                             "memset_count": sum(1 for a in acts if a.cat == "memset"),
                             "warnings": warnings}
+    replay = (ReplayInput(list(acts), corr, runtime, [], max(1, len(rank_info)), "nsys")
+              if keep_runtime else None)
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].stem, world_size=max(1, len(rank_info)),
                         meta=meta, ops=ops, iteration=iteration)
-    return ImportResult(tl, kernel_rows, nccl_rows, warnings)
+    return ImportResult(tl, kernel_rows, nccl_rows, warnings, replay)
 
 
 def _epoch_ns(db: _Db, raw: Any) -> int:
@@ -298,6 +312,8 @@ class _FileRead:
 
     acts: list[Activity] = field(default_factory=list)
     op_ranges: list[OpRange] = field(default_factory=list)
+    corr: list[Any] = field(default_factory=list)  # keep_runtime: (pid, correlationId) of each activity, or None
+    runtime: list[RuntimeRow] = field(default_factory=list)  # keep_runtime: the runtime calls that launched them
     kernel_rows: dict[str, list[tuple[str, str, float, float]]] = field(default_factory=dict)
     nccl_rows: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     rank_info: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -362,7 +378,7 @@ _K, _MC, _MS = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPT
 
 
 def _read_one(db: _Db, shift: int, rank0: int, ops: dict[str, dict[str, Any]] | None, multi: bool,
-              keep_kernel_rows: bool = True) -> _FileRead:
+              keep_kernel_rows: bool = True, keep_runtime: bool = False) -> _FileRead:
     """Read one export: its ranks (numbered from ``rank0``), activities (times + ``shift`` ns), op ranges and
     analyze's table rows."""
     present = [t for t in (_K, _MC, _MS) if t in db.tables]
@@ -380,6 +396,8 @@ def _read_one(db: _Db, shift: int, rank0: int, ops: dict[str, dict[str, Any]] | 
     if kern.graph_kernels:
         for info in out.rank_info.values():
             info["graph_kernels"] = kern.graph_kernels
+    if keep_runtime:
+        _launch_calls(db, shift, out, kern)
     links = _NvtxLinks()
     if "NVTX_EVENTS" in db.tables:
         links = _link_nvtx(db, shift, out.acts, kern, ranks.pid_to_device, ops, cap)
@@ -388,6 +406,41 @@ def _read_one(db: _Db, shift: int, rank0: int, ops: dict[str, dict[str, Any]] | 
     out.op_ranges, out.warnings = links.op_ranges, links.warnings
     _table_rows(out, kern, links, ranks.label_of)
     return out
+
+
+#: Host synchronisations a replay schedule orders launches by (:mod:`schedsim.trace.to_schedule`).
+_HOST_SYNC = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"})
+
+
+def _launch_calls(db: _Db, shift: int, out: _FileRead, kern: _Kernels) -> None:
+    """For a replay schedule: each activity's (pid, correlationId) and the runtime calls that launched them
+    (start + ``shift`` ns, duration, name without its ``_v3020`` suffix), on the rank of their activity, and the
+    host synchronisations of the processes that launched them. Nothing without the runtime table."""
+    out.corr = [None] * len(out.acts)
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in db.tables or not {"start", "end", "globalTid", "correlationId"} <= set(
+            db.cols("CUPTI_ACTIVITY_KIND_RUNTIME")):
+        return
+    rank_of_pid: dict[int, int] = {}
+    for pid, by in kern.by_corr.items():
+        for c in by:
+            for i in kern.launched(pid, c):
+                out.corr[i] = (pid, c)
+                rank_of_pid.setdefault(pid, out.acts[i].rank)
+    name = ("(SELECT value FROM StringIds WHERE id = nameId)" if "StringIds" in db.tables
+            and "nameId" in db.cols("CUPTI_ACTIVITY_KIND_RUNTIME") else "NULL")
+    for t0, t1, gtid, corr, nm in db.rows(f"SELECT start, end, globalTid, correlationId, {name} FROM "
+                                          "[CUPTI_ACTIVITY_KIND_RUNTIME]"):
+        if t0 is None or corr is None:
+            continue
+        key = (_pid(gtid), int(corr))
+        got = kern.launched(*key)
+        name = re.sub(r"_v\d+$", "", str(nm or "cudaLaunchKernel"))  # cudaDeviceSynchronize_v3020
+        if got:
+            out.runtime.append(RuntimeRow(out.acts[got[0]].rank, name, float(t0 + shift), float((t1 or t0) - t0),
+                                          key, gtid))
+        elif name in _HOST_SYNC and key[0] in rank_of_pid:
+            out.runtime.append(RuntimeRow(rank_of_pid[key[0]], name, float(t0 + shift), float((t1 or t0) - t0), key,
+                                          gtid))
 
 
 def _check_shapes(db: _Db, present: list[str]) -> None:

@@ -1,0 +1,187 @@
+"""Replay an imported schedule (:mod:`schedsim.trace.to_schedule`) and ask what-ifs of it.
+
+``schedsim replay DIR/schedule.yaml [--what-if 'nccl*0.5'] [--host-gaps 0] [--recost-comm]`` simulates the
+schedule with the ``replay`` GPU model (recorded durations and launch times, no contention;
+:mod:`schedsim.sim.engine`), holds it against the recorded times each op carries (tags ``start_us`` /
+``end_us``), and, with a what-if, simulates the changed schedule and prints how each rank's makespan moves.
+
+What-ifs (applied to the validated spec, op by op; :func:`what_if_spec`):
+
+* ``PATTERN*FACTOR`` scales the recorded duration of the ops PATTERN names: ``nccl`` (NCCL kernels, collectives
+  and send/recv), ``kernel`` (compute kernels), ``memcpy``, ``memset``, an op kind (``all_reduce``), or a
+  glob on the kernel name (``*gemm*``, case-insensitive);
+* ``host_gaps``: a factor on every op's host time (``host_us``, and before a synchronisation the tag
+  ``host_wait_before_us``; 0 drops the host gaps: a GPU-bound what-if). The host's waits in synchronisations are
+  not host time: they follow the replayed GPU work;
+* ``recost_comm``: collectives matched across ranks drop their recorded duration and take the profile's cost
+  model; NCCL ops whose peers were not imported keep theirs (said in the output).
+
+Makespan here is last end − first start over the ranks (as a trace's is), so the host time before the first
+kernel does not count.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from schedsim.errors import SpecError
+from schedsim.kinds import COMM_KINDS
+from schedsim.sim.engine import HOST_WAIT_TAG
+
+__all__ = ["ReplayReport", "WhatIf", "parse_what_if", "replay_report", "what_if_spec"]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One ``PATTERN*FACTOR`` scaling."""
+
+    pattern: str
+    factor: float
+
+
+def parse_what_if(text: str) -> WhatIf:
+    """``'nccl*0.5'`` → ``WhatIf('nccl', 0.5)`` (the factor follows the last ``*``).
+
+    Raises
+    ------
+    SpecError
+        No ``*``, an empty pattern, or a factor that is not a finite number ≥ 0.
+
+    Examples
+    --------
+    >>> parse_what_if("nccl*0.5"), parse_what_if("*gemm**2")
+    (WhatIf(pattern='nccl', factor=0.5), WhatIf(pattern='*gemm*', factor=2.0))
+    """
+    pat, sep, fac = text.rpartition("*")
+    try:
+        f = float(fac)
+    except ValueError:
+        f = -1.0
+    if not sep or not pat or not (0.0 <= f < float("inf")):
+        raise SpecError(f"--what-if {text!r}: not PATTERN*FACTOR",
+                        fix="write e.g. 'nccl*0.5', 'kernel*0.8', 'memcpy*2' or '*gemm**0.5' (factor >= 0)")
+    return WhatIf(pat, f)
+
+
+def _category(op: Any) -> str:
+    tags = op.tags or {}
+    if op.kind in COMM_KINDS or "nccl" in tags:
+        return "nccl"
+    if op.kind == "memcpy":
+        return "memcpy"
+    if "memset" in tags:
+        return "memset"
+    return "kernel"
+
+
+def _matches(op: Any, w: WhatIf) -> bool:
+    p = w.pattern.lower()
+    tags = op.tags or {}
+    if p in (_category(op), op.kind, str(tags.get("nccl", ""))):
+        return True
+    name = str(tags.get("kernel", "")).lower()
+    return bool(name) and fnmatch.fnmatchcase(name, p)
+
+
+def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
+                 recost_comm: bool = False, file: str | None = None) -> tuple[Any, list[str]]:
+    """The spec with the what-ifs applied, and one line per change (what, how many ops, recorded µs before →
+    after, summed over ranks).
+
+    Raises
+    ------
+    SpecError
+        A pattern that names no op.
+    """
+    ops = list(spec.ops)
+    lines: list[str] = []
+    for w in scales:
+        n = 0
+        before = after = 0.0
+        for i, op in enumerate(ops):
+            if op.duration_us is not None and _matches(op, w):
+                n += 1
+                before += op.duration_us
+                after += op.duration_us * w.factor
+                ops[i] = op.model_copy(update={"duration_us": op.duration_us * w.factor})
+        if not n:
+            raise SpecError(f"{w.pattern}*{w.factor:g}: no op with a recorded duration matches {w.pattern!r}",
+                            file=file, path="--what-if",
+                            fix="use nccl, kernel, memcpy, memset, an op kind or a glob on the kernel name ('*gemm*')")
+        lines.append(f"{w.pattern}*{w.factor:g}: {n} ops, {before:,.1f} µs -> {after:,.1f} µs of GPU time")
+    if host_gaps != 1.0:
+        tot = sum(op.host_us + (op.tags or {}).get(HOST_WAIT_TAG, 0.0) for op in ops)
+        ops = [_scale_host(op, host_gaps) for op in ops]
+        lines.append(f"host gaps x{host_gaps:g}: {tot:,.1f} µs -> {tot * host_gaps:,.1f} µs of host time "
+                     "(waits in host synchronisations excluded: they follow the GPU)")
+    if recost_comm:
+        n = kept = 0
+        for i, op in enumerate(ops):
+            if op.kind in COMM_KINDS and op.duration_us is not None:
+                ops[i] = op.model_copy(update={"duration_us": None})
+                n += 1
+            elif "nccl" in (op.tags or {}):
+                kept += 1
+        kept_txt = f"; {kept} NCCL ops whose peers were not imported keep their recorded duration" if kept else ""
+        lines.append(f"collectives re-costed with the profile: {n} ops{kept_txt}")
+    return spec.model_copy(update={"ops": ops}), lines
+
+
+def _scale_host(op: Any, f: float) -> Any:
+    """``op`` with its host time (``host_us`` and the time before a synchronisation) times ``f``."""
+    tags = op.tags or {}
+    if HOST_WAIT_TAG in tags:
+        new_tags = {**tags, HOST_WAIT_TAG: tags[HOST_WAIT_TAG] * f}
+        return op.model_copy(update={"host_us": op.host_us * f, "tags": new_tags})
+    return op.model_copy(update={"host_us": op.host_us * f}) if op.host_us else op
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """A replay held against the recorded run.
+
+    Attributes
+    ----------
+    trace_makespan_s, replay_makespan_s : float
+        Last end − first start over all ranks (recorded, replayed).
+    error : float
+        replay / trace − 1.
+    start_error_median : float
+        Median over ops of |replay start − recorded start| (each from its first start) / trace makespan.
+    per_rank_s : dict[int, float]
+        Each rank's replayed last end − the first start of any rank.
+    """
+
+    trace_makespan_s: float
+    replay_makespan_s: float
+    error: float
+    start_error_median: float
+    per_rank_s: dict[int, float]
+
+
+def replay_report(tl: Any, file: str | None = None) -> ReplayReport:
+    """Hold a replayed Timeline against the recorded ``start_us`` / ``end_us`` tags of its ops.
+
+    Raises
+    ------
+    SpecError
+        The timeline's ops carry no recorded times (not a schedule written by ``schedsim import``).
+    """
+    spans = [s for s in tl.spans if "start_us" in (s.tags or {})]
+    if not spans:
+        raise SpecError("the schedule's ops carry no recorded start_us/end_us tags", file=file,
+                        fix="replay a schedule written by `schedsim import kineto|nsys FILES --out DIR`")
+    rec0 = min(s.tags["start_us"] for s in spans) * 1e-6
+    rec1 = max(s.tags["end_us"] for s in spans) * 1e-6
+    rep0 = min(s.start_s for s in tl.spans)
+    rep1 = max(s.end_s for s in tl.spans)
+    trace_ms, replay_ms = rec1 - rec0, rep1 - rep0
+    errs = [abs((s.start_s - rep0) - (s.tags["start_us"] * 1e-6 - rec0)) for s in spans]
+    per_rank: dict[int, float] = {}
+    for s in tl.spans:
+        per_rank[s.rank] = max(per_rank.get(s.rank, 0.0), s.end_s - rep0)
+    return ReplayReport(trace_ms, replay_ms, replay_ms / trace_ms - 1.0 if trace_ms > 0 else 0.0,
+                        statistics.median(errs) / trace_ms if trace_ms > 0 else 0.0, per_rank)

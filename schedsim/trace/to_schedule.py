@@ -1,0 +1,466 @@
+"""An imported trace as a schedule: ``schedsim import kineto|nsys FILES --out DIR`` writes ``DIR/schedule.yaml``.
+
+The schedule replays the run: ``schedsim predict DIR/schedule.yaml --gpu-model replay`` (or
+``schedsim replay DIR/schedule.yaml``) runs every op for its recorded duration, issued at its recorded launch
+time, ordered as the CUDA runtime ordered it (:mod:`schedsim.sim.engine`, ``replay`` model).
+
+What each op holds
+------------------
+One op per GPU activity (kernel, memcpy, memset), on its rank (``ranks: [r]``) and stream (``s<id>``), in
+*launch order* (the host order of the runtime calls that launched them: Kineto's ``cuda_runtime`` rows joined
+by ``correlation`` id; without them, GPU start order), named ``k<n>`` (kernel), ``cp<n>`` (memcpy), ``ms<n>``
+(memset) or ``nccl<n>`` / ``<collective>_<pg>_<seq>`` (NCCL), ``n`` the op's position on its rank:
+
+* ``duration_us``: the recorded duration (end − start, exact ns). Kernels and memsets are ``compute`` ops,
+  copies ``memcpy`` ops with their ``direction`` and ``bytes``;
+* NCCL kernels: when every rank of the collective's process group is imported, one ``all_reduce`` (...) entry
+  per rank with ``group``, ``bytes`` (``In/Out msg nelems`` × dtype) and ``duration_us`` the *shortest*
+  rank's (the last rank to arrive runs the transfer alone; the others' kernels also spin waiting for it);
+  matched across ranks by (process group, collective, sequence number on that group). Otherwise (one rank of a
+  multi-rank run, send/recv) a ``compute`` op with the recorded duration, tagged ``nccl: <kind>`` and
+  ``peers: absent``: its peers' timing is inside the recorded duration;
+* ``host_us``: the host time between this op's issue and the previous one's on the rank (the first op's: from
+  the earliest issue of any rank), where an op's issue is min(its launch call's return, its GPU start) (a
+  blocking ``cudaMemcpy``: its call's start, the call then waits for it). The
+  ``replay`` model issues ops at the prefix sums of ``host_us`` only, so replay issue times are the recorded
+  ones and a host-bound run replays host-bound;
+* ``tags``: the kernel name (or NCCL kind, process group and sequence number) and the recorded ``start_us`` /
+  ``end_us`` (µs from the earliest issue), which :mod:`schedsim.trace.replay` holds the replay against;
+* ``deps`` (same rank, another stream; stream order is implicit):
+
+  - event record → wait: Kineto ``cuda_sync`` "Stream Wait Event" rows name the waiting stream, the recording
+    stream and the correlation of the ``cudaEventRecord``: the first op launched on the waiting stream after
+    the ``cudaStreamWaitEvent`` waits for the last op launched on the recording stream before the record;
+  - without ``cuda_sync`` rows but with ``cudaEventRecord`` / ``cudaStreamWaitEvent`` runtime rows (which carry
+    no stream): the wait pairs with the latest record of its host thread before it; the first op launched
+    after the wait waits for the last op launched before the record on another stream (guessed);
+  - host synchronisations (``cudaDeviceSynchronize``: every stream's last op launched before it;
+    ``cudaStreamSynchronize`` / ``cudaEventSynchronize``, whose stream the trace does not give: the op that
+    ended last before the call returned; a blocking ``cudaMemcpy``: its copy): the first op launched after the
+    call waits for them, and so does the host: that op's tag ``host_wait_before_us`` is the host time before the
+    call and its ``host_us`` the time after the synchronised work ended, so a what-if that makes the GPU faster
+    makes the host's wait shorter;
+  - with no event rows at all (nsys, or a trace without them): an op that started more than
+    :data:`GAP_NS` after both its issue and its stream predecessor's end, within :data:`GAP_NS` of the end of
+    an op of another stream launched before it, waits for that op (guessed from timing).
+
+Every guess is listed in a comment at the top of ``schedule.yaml`` and printed once on stderr.
+
+Large traces: ``schedule.yaml`` holds the header and ``ops_file: schedule.ops.json``, a sibling JSON list of
+the ops, one a line, which the loader appends to the written ops (:func:`schedsim.spec.loader._ops_file`):
+JSON parses in C, where YAML costs about 0.5 ms an op and refuses documents of more than 2,000,000 nodes
+(~100k ops of ~20 nodes). No ``foreach``: a trace repeats layers with different recorded durations, so a
+loop would need one list parameter per field and gives nothing back.
+
+Not done: CUDA-graph launches as graphs (their kernels are plain ops); host waits for the GPU as such (a
+synchronisation's wait is part of the next op's ``host_us``, so on a host-bound run a GPU what-if moves nothing
+unless the host gaps go: the language has no host-blocking op); the critical path with host segments; the
+Chakra execution-trace export (MLCommons ``et_def.proto``): it needs the ``protobuf`` package, which schedsim
+does not depend on, and a vendored copy of the schema; not attempted in this first version.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from schedsim.kinds import COLLECTIVE_KINDS
+from schedsim.sim.engine import HOST_WAIT_TAG
+from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
+
+__all__ = ["GAP_NS", "OPS_FILE", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
+
+#: The ops of a replay schedule, beside ``schedule.yaml`` (its ``ops_file:``).
+OPS_FILE = "schedule.ops.json"
+
+#: Slack (ns) of the timing guess: an op starting this much after its issue and stream predecessor is held by
+#: something else; an op of another stream that ended within it before is taken for the holder.
+GAP_NS = 2000.0
+
+_LAUNCH = ("Launch", "Memcpy", "Memset")
+_SYNC = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"}
+_PG_SAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+class ReplaySchedule(NamedTuple):
+    """The schedule text and what it rests on.
+
+    Attributes
+    ----------
+    text : str
+        ``schedule.yaml``: header comment, top-level keys and ``ops_file: schedule.ops.json``.
+    ops_json : str
+        ``schedule.ops.json``: the ops, a JSON list, one op a line.
+    guesses : list[str]
+        Dependencies or times that were guessed, one line each (also in the file's header comment).
+    notes : list[str]
+        How collectives were handled (recorded duration with absent peers, matched across ranks).
+    n_ops, n_deps : int
+        Ops and inferred cross-stream dependencies written.
+    """
+
+    text: str
+    ops_json: str
+    guesses: list[str]
+    notes: list[str]
+    n_ops: int
+    n_deps: int
+
+
+class _RankOps(NamedTuple):
+    acts: list[Activity]      # in launch order
+    issue: list[float]        # ns
+    launch: list[float]       # call start, ns (GPU start where guessed)
+    corr: list[Any]           # correlation id of each (None: none)
+
+
+def _launch_rows(rep: ReplayInput) -> dict[tuple[int, Any], RuntimeRow]:
+    prefixes = tuple(f"{p}{x}" for p in ("cuda", "cu") for x in _LAUNCH)
+    return {(r.rank, r.corr): r for r in rep.runtime
+            if r.corr is not None and (r.name.startswith(prefixes) or r.name == "cudaGraphLaunch")}
+
+
+def _order(rep: ReplayInput, guesses: list[str]) -> dict[int, _RankOps]:
+    """Each rank's activities in launch order, with issue and launch times (ns)."""
+    rows = _launch_rows(rep)
+    by_rank: dict[int, list[tuple[float, float, float, Activity, Any]]] = defaultdict(list)
+    unmatched: dict[int, int] = defaultdict(int)
+    for a, c in zip(rep.acts, rep.corr, strict=True):
+        row = rows.get((a.rank, c)) if c is not None else None
+        if row is None:
+            unmatched[a.rank] += 1
+            by_rank[a.rank].append((a.start_ns, a.start_ns, a.start_ns, a, None))
+        else:
+            # a blocking copy is enqueued at its call's start, and the call then waits for it (and the stream)
+            issued = row.ts_ns if _blocking_copy(row.name) else min(row.ts_ns + row.dur_ns, a.start_ns)
+            by_rank[a.rank].append((row.ts_ns, issued, a.start_ns, a, c))
+    out = {}
+    for r, lst in sorted(by_rank.items()):
+        lst.sort(key=lambda x: (x[0], x[2]))
+        issue = [x[1] for x in lst]
+        for i in range(1, len(issue)):  # host order: never issued before the op ahead
+            issue[i] = max(issue[i], issue[i - 1])
+        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst])
+        if unmatched[r]:
+            what = "all" if unmatched[r] == len(lst) else f"{unmatched[r]} of {len(lst)}"
+            guesses.append(f"rank {r}: {what} GPU ops have no launch call in the trace (no cuda_runtime row of "
+                           "their correlation id): their launch order and issue time are their GPU start")
+    return out
+
+
+def _blocking_copy(name: str) -> bool:
+    """A ``cudaMemcpy``/``cudaMemset`` without ``Async``: the host returns when the copy is done."""
+    return name.startswith(("cudaMemcpy", "cudaMemset")) and "Async" not in name
+
+
+def _stream_index(ro: _RankOps) -> dict[str, list[int]]:
+    idx: dict[str, list[int]] = defaultdict(list)
+    for i, a in enumerate(ro.acts):
+        idx[a.stream].append(i)
+    return idx
+
+
+def _last_before(positions: list[int], launch: list[float], t: float) -> int | None:
+    """The last op (index into the rank's list) of ``positions`` (ascending) launched before ``t``."""
+    lo, hi = 0, len(positions)
+    while lo < hi:  # bisect over launch[positions[k]] without building the list (ops launch in order)
+        mid = (lo + hi) // 2
+        if launch[positions[mid]] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return positions[lo - 1] if lo > 0 else None
+
+
+def _first_after(launch: list[float], t: float, stream: str | None, acts: list[Activity]) -> int | None:
+    k = bisect.bisect_right(launch, t)
+    while k < len(launch):
+        if stream is None or acts[k].stream == stream:
+            return k
+        k += 1
+    return None
+
+
+def _event_deps(r: int, ro: _RankOps, rep: ReplayInput, deps: dict[int, set[int]], guesses: list[str],
+                gates: dict[int, float]) -> bool:
+    """Event record → wait and host-sync dependencies of rank ``r`` from its runtime and sync rows. Returns
+    whether the rank had any event rows (else the timing guess runs)."""
+    rt = sorted((x for x in rep.runtime if x.rank == r), key=lambda x: x.ts_ns)
+    by_corr = {x.corr: x for x in rt if x.corr is not None}
+    streams = _stream_index(ro)
+    launch = ro.launch
+    syncs = [s for s in rep.syncs if s.rank == r and s.name == "Stream Wait Event" and s.wait_stream is not None]
+    had = bool(syncs)
+    for s in syncs:
+        rec = by_corr.get(s.record_corr)
+        wait = by_corr.get(s.corr)
+        prod_pos = streams.get(s.wait_stream or "")
+        if rec is None or not prod_pos:
+            continue
+        p = _last_before(prod_pos, launch, rec.ts_ns)
+        c = _first_after(launch, wait.ts_ns if wait is not None else s.ts_ns, s.stream, ro.acts)
+        if p is not None and c is not None and ro.acts[p].stream != ro.acts[c].stream:
+            deps[c].add(p)
+    if not syncs:
+        recs: dict[Any, list[float]] = defaultdict(list)
+        n_guess = 0
+        for x in rt:
+            if x.name.startswith("cudaEventRecord"):
+                recs[x.thread].append(x.ts_ns)
+            elif x.name == "cudaStreamWaitEvent":
+                had = True
+                before = recs.get(x.thread)
+                c = _first_after(launch, x.ts_ns, None, ro.acts)
+                if not before or c is None:
+                    continue
+                p = _last_other(ro.acts, bisect.bisect_left(launch, before[-1]), ro.acts[c].stream)
+                if p is not None:
+                    deps[c].add(p)
+                    n_guess += 1
+        if n_guess:
+            guesses.append(f"rank {r}: {n_guess} event wait(s) from cudaEventRecord/cudaStreamWaitEvent rows without "
+                           "stream ids (no cuda_sync rows): each wait paired with its thread's latest record; the "
+                           "first op launched after the wait waits for the last op of another stream launched "
+                           "before the record")
+    _sync_deps(rt, ro, streams, deps, gates)
+    return had
+
+
+def _last_other(acts: list[Activity], k: int, stream: str) -> int | None:
+    """The last op before position ``k`` on a stream other than ``stream``."""
+    for i in range(k - 1, -1, -1):
+        if acts[i].stream != stream:
+            return i
+    return None
+
+
+def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]], deps: dict[int, set[int]],
+               gates: dict[int, float]) -> None:
+    """Host synchronisations: the first op launched after the call waits for the synced work (module docstring),
+    and its host waited: ``gates[op] = the call's start`` (ns; the first such call since the previous launch)."""
+    launch = ro.launch
+    by_corr = {c: i for i, c in enumerate(ro.corr) if c is not None}
+    for x in rt:
+        blocking_copy = _blocking_copy(x.name) and x.corr in by_corr
+        if x.name not in _SYNC and not blocking_copy:
+            continue
+        c = _first_after(launch, x.ts_ns + x.dur_ns, None, ro.acts)
+        if c is None:
+            continue
+        gates[c] = min(gates.get(c, x.ts_ns), x.ts_ns)
+        if blocking_copy:
+            synced = [by_corr[x.corr]]
+        elif x.name == "cudaDeviceSynchronize":
+            synced = [p for pos in streams.values() if (p := _last_before(pos, launch, x.ts_ns)) is not None]
+        else:
+            done = [i for i in range(bisect.bisect_left(launch, x.ts_ns)) if ro.acts[i].end_ns <= x.ts_ns + x.dur_ns]
+            synced = [max(done, key=lambda i: ro.acts[i].end_ns)] if done else []
+        deps[c].update(p for p in synced if p != c)
+
+
+def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[str]) -> None:
+    """The timing guess (module docstring) for a rank without event rows."""
+    acts, issue = ro.acts, ro.issue
+    prev_end: dict[str, float] = {}
+    ends = sorted((a.end_ns, i) for i, a in enumerate(acts))
+    end_t = [e for e, _ in ends]
+    n = 0
+    for i, a in enumerate(acts):
+        bound = max(issue[i], prev_end.get(a.stream, -1e300))
+        prev_end[a.stream] = a.end_ns
+        if a.start_ns <= bound + GAP_NS:
+            continue
+        k = bisect.bisect_right(end_t, a.start_ns) - 1
+        while k >= 0 and a.start_ns - end_t[k] <= GAP_NS:
+            j = ends[k][1]
+            if j < i and acts[j].stream != a.stream:
+                deps[i].add(j)
+                n += 1
+                break
+            k -= 1
+    if n or len({a.stream for a in acts}) > 1:
+        guesses.append(f"rank {r}: no event record/wait rows; {n} cross-stream wait(s) guessed from timing (an op "
+                       f"that started > {GAP_NS / 1000:g} µs after its issue and stream predecessor waits for the op "
+                       "of another stream that ended just before)")
+
+
+def _coll_keys(ranks: dict[int, _RankOps]) -> dict[tuple[int, int], tuple[str, str, int, list[int]]]:
+    """(rank, index) of each NCCL collective kernel → (kind, process group, sequence number, group ranks)."""
+    out = {}
+    for r, ro in ranks.items():
+        seq: dict[tuple[str, str], int] = defaultdict(int)
+        for i, a in enumerate(ro.acts):
+            if a.cat != "kernel" or not is_nccl_kernel(a.name):
+                continue
+            tags = a.tags or {}
+            kind = collective_kind(a.name, tags.get("collective"))
+            pg = str(tags.get("pg_name", "default"))
+            n = seq[(pg, kind)]
+            seq[(pg, kind)] = n + 1
+            out[(r, i)] = (kind, pg, n, _group_ranks(tags))
+    return out
+
+
+def _group_ranks(tags: dict[str, Any]) -> list[int]:
+    txt = tags.get("pg_ranks")
+    if isinstance(txt, str):
+        try:
+            got = json.loads(txt)
+            if isinstance(got, list) and got and all(isinstance(x, int) for x in got):
+                return sorted(got)
+        except ValueError:
+            pass
+    n = tags.get("group_size")
+    return list(range(n)) if isinstance(n, int) and n > 0 else []
+
+
+def _fmt(x: float) -> float:
+    return round(x, 3)
+
+
+def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> ReplaySchedule:
+    """The replay schedule of an import (module docstring).
+
+    Parameters
+    ----------
+    rep : ReplayInput
+        From ``import_kineto(..., keep_runtime=True)`` or ``import_nsys(..., keep_runtime=True)``.
+    name : str
+        The schedule's ``name``.
+    source : str
+        What was imported (file names), for the header comment.
+
+    Returns
+    -------
+    ReplaySchedule
+    """
+    guesses: list[str] = []
+    notes: list[str] = []
+    ranks = _order(rep, guesses)
+    deps: dict[int, dict[int, set[int]]] = {}
+    gates: dict[int, dict[int, float]] = {}
+    for r, ro in ranks.items():
+        d: dict[int, set[int]] = defaultdict(set)
+        gates[r] = {}
+        if not _event_deps(r, ro, rep, d, guesses, gates[r]):
+            _timing_deps(r, ro, d, guesses)
+        deps[r] = d
+    colls = _coll_keys(ranks)
+    present = set(ranks)
+    groups: dict[tuple[str, str, int], dict[int, int]] = defaultdict(dict)
+    for (r, i), (kind, pg, n, _g) in colls.items():
+        groups[(kind, pg, n)][r] = i
+    t0 = min((ro.issue[0] for ro in ranks.values() if ro.issue), default=0.0)
+    lines: list[str] = []
+    n_ops = n_deps = absent = matched = 0
+    for r, ro in ranks.items():
+        names = [_op_name(a, i, colls.get((r, i))) for i, a in enumerate(ro.acts)]
+        prev = t0
+        stream_end: dict[str, float] = {}
+        for i, a in enumerate(ro.acts):
+            op: dict[str, Any] = {"name": names[i], "ranks": [r], "stream": f"s{a.stream}"}
+            dur = _fmt((a.end_ns - a.start_ns) / 1000.0)
+            key = colls.get((r, i))
+            kind = _op_kind(a)
+            if key is not None:
+                ckind, pg, n, grp = key
+                members = groups[(ckind, pg, n)]
+                if ckind in COLLECTIVE_KINDS and len(grp) > 1 and set(grp) <= present and set(members) >= set(grp):
+                    matched += 1
+                    dur = min(_fmt((ranks[q].acts[j].end_ns - ranks[q].acts[j].start_ns) / 1000.0)
+                              for q, j in members.items())
+                    op.update(kind=ckind, group=grp, bytes=int(a.bytes))
+                    op["tags"] = {"pg": pg, "seq": n}
+                else:
+                    absent += 1
+                    op.update(kind="compute")
+                    op["tags"] = {"nccl": ckind, "peers": "absent", "pg": pg, "seq": n, "bytes": a.bytes}
+            elif kind == "memcpy":
+                op.update(kind="memcpy", direction=_direction(a.name), bytes=int(a.bytes))
+            else:
+                op.update(kind="compute")
+                op["tags"] = {"kernel": a.name} if a.cat == "kernel" else {"memset": True, "bytes": a.bytes}
+            op["duration_us"] = dur
+            op.setdefault("tags", {}).update(start_us=_fmt((a.start_ns - t0) / 1000.0),
+                                             end_us=_fmt((a.end_ns - t0) / 1000.0))
+            dl = sorted(deps[r].get(i, ()))
+            _host_fields(op, ro, i, prev, gates[r].get(i), dl, stream_end.get(a.stream))
+            prev = ro.issue[i]
+            stream_end[a.stream] = a.end_ns
+            if dl:
+                op["deps"] = [names[j] for j in dl]
+                n_deps += len(dl)
+            lines.append(json.dumps(op, ensure_ascii=False))
+            n_ops += 1
+    if absent:
+        notes.append(f"{absent} NCCL kernel(s) whose peers are not in the import (one rank of a multi-rank run, or "
+                     "send/recv) are compute ops of their recorded duration, tagged peers: absent; the peers' "
+                     "timing is inside that duration")
+    if matched:
+        notes.append(f"{matched} collective entries matched across ranks by (process group, collective, sequence); "
+                     "each runs the shortest rank's recorded duration after the last rank arrives")
+    world = max(rep.world_size, max(ranks, default=0) + 1) if matched else max(ranks, default=0) + 1
+    head = [f"# Replay of an imported {rep.source} trace{': ' + source if source else ''}.",
+            "# schedsim predict THIS --gpu-model replay  (recorded durations and launch times; schedsim replay THIS",
+            "# runs it and the what-ifs). Written by schedsim import; see schedsim/trace/to_schedule.py."]
+    head += [f"# guessed: {g}" for g in guesses] or ["# guessed: nothing (launch order and waits from runtime rows)"]
+    head += [f"# note: {n}" for n in notes]
+    body = ["schema_version: 1", f"name: {json.dumps(name)}",
+            f"description: {json.dumps('replay of ' + (source or name) + ' (' + rep.source + ')')}",
+            f"world_size: {world}", f"ops_file: {OPS_FILE}"]
+    text = "\n".join(head + body) + "\n"
+    return ReplaySchedule(text, "[\n" + ",\n".join(lines) + "\n]\n", guesses, notes, n_ops, n_deps)
+
+
+def _host_fields(op: dict[str, Any], ro: _RankOps, i: int, prev: float, gate: float | None, deps: list[int],
+                 stream_end: float | None) -> None:
+    """``host_us`` of op ``i`` (µs from the previous issue ``prev``, ns); after a host synchronisation that started
+    at ``gate`` (ns), the tag ``host_wait_before_us`` (previous issue to the call) and ``host_us`` from the moment
+    both that time and the end of its predecessors (``deps``, the stream's previous op ending at ``stream_end``)
+    had passed, as the ``replay`` model's host waits (:class:`schedsim.sim.engine._ReplayHost`)."""
+    issue = ro.issue[i]
+    if gate is None:
+        h = _fmt((issue - prev) / 1000.0)
+    else:
+        before = max(0.0, gate - prev)
+        ends = [ro.acts[j].end_ns for j in deps] + ([stream_end] if stream_end is not None else [])
+        waited = max([prev + before, *ends])
+        h = _fmt(max(0.0, issue - waited) / 1000.0)
+        op["tags"][HOST_WAIT_TAG] = _fmt(before / 1000.0)
+    if h > 0:
+        op["host_us"] = h
+
+
+def _op_kind(a: Activity) -> str:
+    return "memcpy" if a.cat == "memcpy" else "compute"
+
+
+def _op_name(a: Activity, i: int, coll: tuple[str, str, int, list[int]] | None) -> str:
+    if coll is not None:
+        kind, pg, n, _g = coll
+        return f"{kind}_pg{_PG_SAFE.sub('_', pg)}_{n}" if kind in COLLECTIVE_KINDS else f"nccl{i}"
+    return {"memcpy": "cp", "memset": "ms"}.get(a.cat, "k") + str(i)
+
+
+def _direction(name: str) -> str:
+    n = name.replace(" ", "").lower()
+    if "htod" in n or "h2d" in n:
+        return "h2d"
+    if "dtoh" in n or "d2h" in n:
+        return "d2h"
+    return "d2d"
+
+
+def write_replay_schedule(rep: ReplayInput, path: str | Path, *, name: str, source: str = "") -> ReplaySchedule:
+    """Build the replay schedule (:func:`build_replay_schedule`) and write it to ``path`` and its ops to
+    :data:`OPS_FILE` beside it, each atomically (the ops first)."""
+    from schedsim.io import atomic_write_text
+
+    got = build_replay_schedule(rep, name=name, source=source)
+    atomic_write_text(Path(path).parent / OPS_FILE, got.ops_json)
+    atomic_write_text(path, got.text)
+    return got
