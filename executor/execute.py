@@ -10,7 +10,7 @@ Outputs (rank 0, in ``--out``), every file written atomically:
   timed op by op also ``predicted_timed/`` (the prediction of that timed graph, whose ops ``compare/`` uses:
   :meth:`schedsim.hardware.profile.HardwareProfile.timed_graph`); with ``--profiler`` too, ``compare_kernels/``:
   the prediction against ``timeline_kernels.json``, each op's span from when it got the GPU and its wait apart
-  (``docs/metrics_spans.md``).
+  (``docs/metrics.md, "Per-op spans"``).
 
 On a failure (timeout, error, Ctrl-C/SIGTERM) every rank that can still act
 writes ``failure_rank<r>.json`` (what failed, where, which ranks were missing)
@@ -390,7 +390,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt, pred_timed=pred_timed,
                                        inputs=[file])
         print_comparison(res)
-        if ktl is not None:  # each op's span from when it got the GPU, and its wait (docs/metrics_spans.md)
+        if ktl is not None:  # each op's span from when it got the GPU, and its wait (docs/metrics.md, "Per-op spans")
             kres, kpaths = write_comparison(pred, ktl, outdir / "compare_kernels", gantt=gantt, inputs=[file])
             cpaths += kpaths
             if kres.ops is not None:

@@ -122,7 +122,7 @@ def map_trace(trace: dict[str, Any], op_names: list[str], *, iteration: str | No
 def kernel_timeline(base: Timeline, maps: dict[int, dict[str, Any]],
                     preds: dict[str, list[str]] | None = None) -> Timeline | None:
     """A timeline whose spans are the mapped kernel intervals (first kernel start → last kernel end): each op's
-    span from when it got the GPU (docs/metrics_spans.md).
+    span from when it got the GPU (docs/metrics.md, "Per-op spans").
 
     Each rank's kernel times are shifted so that its earliest kernel starts
     where its earliest op starts in ``base`` (the event-timed timeline): Kineto

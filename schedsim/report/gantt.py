@@ -66,7 +66,7 @@ KIND_COLORS = {
 _OTHER = "#AAAAAA"
 EXPOSED = "#E00000"
 #: colour of an op's wait segment: its stream had reached it (``stream_s``) but it had not got the GPU
-#: (``start_s``) (docs/metrics_spans.md)
+#: (``start_s``) (docs/metrics.md, "Per-op spans")
 WAIT = "#B0B0B0"
 MAKESPAN_GID = "makespan"
 #: ``gid`` prefix of a rank's exposed-communication bands (``boxes_exposed_comm_r<rank>_<n>``, an SVG group id: an

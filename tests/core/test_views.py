@@ -353,8 +353,8 @@ def test_streamed_trace_file_is_the_trace_dict(pp_run, tmp_path, monkeypatch, ch
 
 
 def test_gantt_draws_each_ops_wait_before_its_bar():
-    """docs/metrics_spans.md: an op whose stream reached it at 1 ms but that got the GPU at 3 ms gets a grey band
-    over [1, 3] ms in its lane (and the legend entry); an op without ``stream_s`` or without a wait gets none."""
+    """docs/metrics.md, "Per-op spans": an op whose stream reached it at 1 ms but that got the GPU at 3 ms gets a grey
+    band over [1, 3] ms in its lane (and the legend entry); an op without ``stream_s`` or without a wait gets none."""
     import numpy as np
 
     from schedsim.report.gantt import WAIT

@@ -158,7 +158,7 @@ def test_event_timed_prefers_stream_reached_time():
 
 
 def test_kernel_timed_measurement_compares_spans_from_the_gpu_and_waits_apart():
-    """docs/metrics_spans.md: against a measurement that knows when each op got the GPU (Kineto kernels with
+    """docs/metrics.md, "Per-op spans": against a measurement that knows when each op got the GPU (Kineto kernels with
     ``stream_s``), an op's span is start -> end on both sides and its wait (start - stream_s) is compared apart.
 
     Predicted: a stream reached at 1, got the SMs at 3, ends 5 (span 2, wait 2); b reached 5, start 5, end 8
