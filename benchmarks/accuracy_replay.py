@@ -95,7 +95,8 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
 
 def _kernel_spans(case: Path, meas: Timeline, pred: Timeline, G: Any) -> dict[str, Any]:
     """compare.json's ``ops`` of the prediction against the case's Kineto kernel spans (``profiler_ops.json`` of
-    ``execute --profiler``): each op from when it got the GPU, and its wait (docs/metrics.md, "Per-op spans"); {} without."""
+    ``execute --profiler``): each op from when it got the GPU, and its wait (docs/metrics.md, "Per-op spans");
+    {} without."""
     from executor.profiling import kernel_timeline
 
     f = case / "execute" / "profiler_ops.json"

@@ -363,7 +363,8 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
 
 
 def _excerpt(e: Any) -> str:
-    """The first 200 characters of an event's text, escaped (:func:`schedsim.errors.printable`); '?' if it cannot be written."""
+    """The first 200 characters of an event's text, escaped (:func:`schedsim.errors.printable`); '?' if it cannot
+    be written."""
     try:
         return printable(str(e)[:200])
     except (RecursionError, ValueError):  # nested too deep for repr, or an integer too long to print
