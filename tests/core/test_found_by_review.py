@@ -114,11 +114,6 @@ ops:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="nccl_init: lazy (the default) refuses only first batched p2p calls on the "
-                   "world communicator; three subgroup communicators whose first calls the ranks make in a cycle "
-                   "(rank 0: {0,1} then {0,2}; rank 1: {1,2} then {0,1}; rank 2: {0,2} then {1,2}) deadlock in the "
-                   "hosts' blocking ncclCommInitRank, yet check prints only the eager 'may hang' warning and predict "
-                   "gives 84.2 us")
 def test_lazy_creation_of_subgroup_communicators_in_a_cycle_hangs() -> None:
     from schedsim.errors import DeadlockError
 
