@@ -174,7 +174,9 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type:
         mp = metrics.memory_peak
         print(f"peak memory {fmt_bytes(mp.bytes)} on rank {mp.rank} at {fmt_time(mp.t_s)}, "
               f"when {printable(mp.op or 'the step starts', 200)} allocates")
-    if explain is not None:
+    if explain == []:
+        print("\ncommunication: none (the schedule has no collective, send or recv)")
+    elif explain is not None:
         from schedsim.network.explain import format_explain
 
         print("\ncommunication (NCCL algorithm/protocol chosen, time alone):\n" + format_explain(explain))
