@@ -81,8 +81,8 @@ def predict(
     profile: str = ProfileOpt,
     set_: list[str] | None = SetOpt,
     out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: "
-                                    "schedsim_out/<schedule name>@<profile>,<k=v of --set, sorted>,<--option=v of the options "
-                                    "that change the prediction>)."),
+                                    "schedsim_out/<schedule name>@<profile>,<k=v of --set, sorted>,<--option=v of "
+                                    "the options that change the prediction>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
     launch: Launch | None = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
