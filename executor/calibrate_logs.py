@@ -127,7 +127,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
         for log in file_logs:
             rows = [{"size": r.size_bytes, "count": r.count, "type": r.dtype, "redop": r.redop or "none",
                      "root": -1 if r.root is None else r.root, "time_us": r.oop_time_us, "algbw": r.oop_algbw_GBps,
-                     "busbw": r.oop_busbw_GBps, "wrong": r.oop_wrong} for r in log.rows]
+                     "busbw": r.oop_busbw_GBps, "wrong": r.oop_wrong, "ip_busbw": r.ip_busbw_GBps} for r in log.rows]
             print(printable(format_table(rows, f"{log.collective} over {log.nranks} ranks, from {p}"), newlines=True))
             tab = [[float(s), float(b)] for s, b in log.table()]
             key = (str(log.collective), int(log.nranks or 0))

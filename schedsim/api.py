@@ -237,10 +237,13 @@ def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
 OUTDIR_SUFFIX_MAX = 80
 
 
-def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any]) -> str:
-    """The folder ``predict`` writes into when no ``--out`` is given: ``<schedule>@<profile>`` and the ``--set``
-    overrides sorted by key, ``k=v`` joined by commas, so runs with different settings or profiles keep separate
-    folders and one setting always gets the same one (the order of ``--set`` does not matter).
+def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any],
+                        options: dict[str, Any] | None = None) -> str:
+    """The folder ``predict`` writes into when no ``--out`` is given: ``<schedule>@<profile>``, the ``--set``
+    overrides sorted by key, ``k=v``, then the command-line ``options`` that change the prediction (``--launch``,
+    ``--gpu-model``, ...; :func:`predict_options`) as ``--k=v`` in the given order, all joined by commas, so runs
+    with different settings or profiles keep separate folders and one setting always gets the same one (the
+    order of ``--set`` does not matter). ``profile`` is :func:`profile_tag`'s name of the profile.
 
     The schedule name is made safe by :func:`schedsim.report.outdir.safe_dirname`. In the suffix, characters
     outside ``A-Z a-z 0-9 _ . + -`` become ``_``; where that changed anything, or the suffix is longer than
@@ -253,6 +256,8 @@ def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any]) 
     'x@h200,chunks=4,dtype=fp16'
     >>> default_outdir_name("x", "h200", {"path": "a/b"}).startswith("x@h200,path=a_b-")
     True
+    >>> default_outdir_name("x", "h200", {"chunks": 4}, {"launch": "cuda_graph", "max-connections": 1})
+    'x@h200,chunks=4,--launch=cuda_graph,--max-connections=1'
     """
     import hashlib
     import json
@@ -267,6 +272,7 @@ def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any]) 
         return re.sub(r"^\.", "_", re.sub(r"[^A-Za-z0-9_.+-]", "_", t))
 
     items = sorted((raw(k), raw(v)) for k, v in overrides.items())
+    items += [(f"--{raw(k)}", raw(v)) for k, v in (options or {}).items()]
     exact = ",".join([raw(profile)] + [f"{k}={v}" for k, v in items])
     safe = ",".join([token(raw(profile))] + [f"{token(k)}={token(v)}" for k, v in items])
     changed = any(token(t) != t for t in [raw(profile)] + [x for kv in items for x in kv])
@@ -276,15 +282,54 @@ def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any]) 
     return f"{safe_dirname(schedule)}@{safe}"
 
 
+def profile_tag(prof: HardwareProfile) -> str:
+    """The profile's part of :func:`default_outdir_name`: its name where it equals the shipped profile of that
+    name (or that profile's :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`), else the name and 8
+    hex digits of the SHA-1 of its content (the JSON of every field, keys sorted): a profile file that keeps
+    ``name: dgx_h100`` but changes a field gets a folder of its own, and the same content always the same one."""
+    import hashlib
+    import json
+
+    from schedsim.hardware.profile import list_profiles, load_profile
+
+    if prof.name in list_profiles():
+        shipped = load_profile(prof.name)
+        if prof == (shipped.timed_graph() if prof.is_timed_graph else shipped):
+            return prof.name
+    text = json.dumps(prof.model_dump(mode="json"), sort_keys=True)
+    return f"{prof.name}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+def predict_options(launch: str | None, prof: HardwareProfile, **sim: Any) -> dict[str, Any]:
+    """The options of :func:`predict_to_dir` that change the prediction, as :func:`default_outdir_name` names
+    them (the ``schedsim predict`` flag without ``--``): ``launch``, ``gpu-model``, ``max-connections``, where
+    given; ``timed-graph`` (a :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph` profile),
+    ``model-executor`` where on; ``iteration-gap-ms`` where not 0."""
+    opts: dict[str, Any] = {}
+    if launch is not None:
+        opts["launch"] = launch
+    if sim.get("gpu_model") is not None:
+        opts["gpu-model"] = sim["gpu_model"]
+    if sim.get("max_connections") is not None:
+        opts["max-connections"] = sim["max_connections"]
+    if prof.is_timed_graph:
+        opts["timed-graph"] = True
+    if sim.get("model_executor"):
+        opts["model-executor"] = True
+    if sim.get("iteration_gap_s"):
+        opts["iteration-gap-ms"] = f"{sim['iteration_gap_s'] * 1e3:g}"
+    return opts
+
+
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwareProfile, out: Path | None,
                    launch: str | None,
                    gantt: bool = True, trace: bool | None = None,
                    **sim: Any) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
-    ``schedsim_out/<name>@<profile>[,k=v...]``, :func:`default_outdir_name`), all or nothing, replacing an
-    earlier predict's set whole and no other file (:func:`schedsim.io.output_set`); the cyclic GC is paused
-    throughout (the DAG and timeline are millions of acyclic objects). Returns ``(timeline, metrics, paths
+    ``schedsim_out/<name>@<profile>[,k=v...][,--option=v...]``, :func:`default_outdir_name`), all or nothing,
+    replacing an earlier predict's set whole and no other file (:func:`schedsim.io.output_set`); the cyclic GC is
+    paused throughout (the DAG and timeline are millions of acyclic objects). Returns ``(timeline, metrics, paths
     written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
 
     Raises
@@ -314,7 +359,8 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
             from schedsim.report.training import training_report
 
             tl.meta["training"] = training_report(spec, tl, prof).to_dict()
-        outdir = out or Path("schedsim_out") / default_outdir_name(spec.name, prof.name, parse_overrides(sets or []))
+        outdir = out or Path("schedsim_out") / default_outdir_name(
+            spec.name, profile_tag(prof), parse_overrides(sets or []), predict_options(launch, prof, **sim))
         write_trace, note = trace_wanted(len(tl), trace)
         if note:
             print(note, file=sys.stderr)

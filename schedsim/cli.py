@@ -82,7 +82,8 @@ def predict(
     profile: str = ProfileOpt,
     set_: list[str] | None = SetOpt,
     out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: "
-                                    "schedsim_out/<schedule name>@<profile>,<k=v of --set, sorted>)."),
+                                    "schedsim_out/<schedule name>@<profile>,<k=v of --set, sorted>,<--option=v of "
+                                    "the options that change the prediction>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
     launch: Launch | None = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
@@ -174,7 +175,9 @@ def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type:
         mp = metrics.memory_peak
         print(f"peak memory {fmt_bytes(mp.bytes)} on rank {mp.rank} at {fmt_time(mp.t_s)}, "
               f"when {printable(mp.op or 'the step starts', 200)} allocates")
-    if explain is not None:
+    if explain == []:
+        print("\ncommunication: none (the schedule has no collective, send or recv)")
+    elif explain is not None:
         from schedsim.network.explain import format_explain
 
         print("\ncommunication (NCCL algorithm/protocol chosen, time alone):\n" + format_explain(explain))

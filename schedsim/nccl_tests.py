@@ -28,7 +28,10 @@ algbw and busbw ``getFloatStr`` (``%.2f``, ``%.1f`` or ``%.0f``, else ``%.1e`` /
 **Refused besides:** a nonzero ``#wrong`` or ``Out of bounds values``; a zero time; a size twice or out of
 order, or rows of several types or ops in one run (``-d all``, ``-o all``, ``-N``); a busbw that is not
 algbw × the nccl-tests bus factor of the collective and group size read (:func:`schedsim.cost.bus_factor`,
-within the printed rounding: the log's collective or group size is not the one read); a run (a ``# nThread``
+within the printed rounding: the log's collective or group size is not the one read); an algbw that is not
+size / time within the printed rounding of both (nccl-tests ``GetBw``; not checked for ``-C 1``'s cputime nor
+hypercube); a count that is not size / type size exactly (/ ranks too for all_gather, reduce_scatter,
+all_to_all, scatter, gather and hypercube, whose count column is per rank in nccl-tests); a run (a ``# nThread``
 header or a binary name) without rows; a ``--collective`` or ``--ranks`` that the log contradicts.
 
 **Skipped:** a line that is neither a comment (``#``) nor a row (its first word does not begin with a digit,
@@ -266,9 +269,21 @@ def _resolution(tok: str) -> float:
     return 0.5 * 10.0 ** (-decimals + (int(exp) if exp else 0))
 
 
-def _read_rows(toks: list[str], lay: _Layout, src: str, line: int) -> list[tuple[NcclTestsRow, list[str]]]:
-    """The rows of one line's row words (several where rows were glued): each row and its bandwidth cells."""
-    out: list[tuple[NcclTestsRow, list[str]]] = []
+@dataclass(frozen=True)
+class _Cells:
+    """A row's time, algbw and busbw cells as printed (out-of-place first); ``cputime`` where the time column is
+    ``-C 1``'s CPU time, which nccl-tests does not compute the bandwidths from."""
+
+    time: list[str]
+    algbw: list[str]
+    busbw: list[str]
+    cputime: bool
+
+
+def _read_rows(toks: list[str], lay: _Layout, src: str, line: int) -> list[tuple[NcclTestsRow, _Cells]]:
+    """The rows of one line's row words (several where rows were glued): each row and its time and bandwidth
+    cells."""
+    out: list[tuple[NcclTestsRow, _Cells]] = []
     toks = list(toks)
     names = lay.words
     n = len(lay.roles)
@@ -303,7 +318,8 @@ def _read_rows(toks: list[str], lay: _Layout, src: str, line: int) -> list[tuple
                     toks.insert(i + 1, g.group(2))  # the next row's size
             cells.setdefault(role, []).append(tok)
             i += 1
-        out.append((_row(cells, lay, src, line), cells["algbw"] + cells["busbw"]))
+        out.append((_row(cells, lay, src, line), _Cells(cells["time"], cells["algbw"], cells["busbw"],
+                                                         "cputime" in lay.words)))
     return out
 
 
@@ -364,7 +380,7 @@ class _Run:
     rank_ids: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     layout: _Layout | None = None
-    rows: list[tuple[NcclTestsRow, list[str]]] = field(default_factory=list)
+    rows: list[tuple[NcclTestsRow, _Cells]] = field(default_factory=list)
     avg: float | None = None
     skipped: list[tuple[int, str]] = field(default_factory=list)
 
@@ -489,6 +505,8 @@ def _finish(run: _Run, src: str, collective: str | None, nranks: int | None, by_
                        "delete the repeated rows")
     if coll is not None and n is not None:
         _check_bus_factor(run, coll, n, src)
+        _check_count(run, coll, n, src)
+    _check_algbw(run, coll, src)
     return NcclTestsLog(collective=coll, nranks=n, rows=rows, avg_busbw_GBps=run.avg, source=src,
                         skipped=run.skipped, nodes=len(run.hosts) or None)
 
@@ -502,13 +520,53 @@ def _check_bus_factor(run: _Run, coll: str, n: int, src: str) -> None:
     except KeyError:  # hypercube: no factor schedsim knows
         return
     for r, cells in run.rows:
-        h = len(cells) // 2
-        for a, b in zip(cells[:h], cells[h:], strict=True):
+        for a, b in zip(cells.algbw, cells.busbw, strict=True):
             if abs(float(b) - float(a) * f) > _resolution(b) + _resolution(a) * f + 1e-9:
                 raise _bad(src, r.line, f"busbw {b} GB/s is not algbw {a} x {f:g}, the nccl-tests bus factor of "
                            f"{coll} over {n} ranks: the log is not the {coll} over {n} ranks it was read as",
                            fix="pass --collective and --ranks as the run was (a header that lists fewer ranks than "
                                "ran, or another binary's log), or re-run nccl-tests")
+
+
+#: Collectives whose nccl-tests count column is the per-rank count, size / (type size × ranks): the tests'
+#: ``GetCollByteCount`` pass ``paramcount = count / nranks`` and print ``max(sendBytes, recvBytes)`` as the size
+#: (nccl-tests v2.19 ``src/common.cu`` ``TimeTest``, ``src/all_gather.cu`` and the others).
+_PER_RANK_COUNT = {"all_gather", "reduce_scatter", "all_to_all", "scatter", "gather", "hypercube"}
+
+
+def _check_count(run: _Run, coll: str, n: int, src: str) -> None:
+    """count × type size (× ranks for :data:`_PER_RANK_COUNT`, in a log nccl-tests printed; ``schedsim
+    calibrate``'s tables count the whole buffer) = size, exactly: both are whole numbers nccl-tests derives from one
+    element count."""
+    ours = run.binary is None and run.title is not None  # "# all_gather over 8 ranks ..., schedsim calibrate"
+    k = n if coll in _PER_RANK_COUNT and not ours else 1
+    for r, _cells in run.rows:
+        per = TYPE_BYTES[r.dtype]
+        if r.count * per * k != r.size_bytes:
+            how = f"{per} B per {r.dtype}" + (f" x {n} ranks" if k > 1 else "")
+            want = r.size_bytes / (per * k)
+            raise _bad(src, r.line, f"count {r.count} is not size {r.size_bytes} B / ({how}) = {want:g}: nccl-tests "
+                       f"prints the count of the size it ran" + (f" ({coll}'s count per rank)" if k > 1 else ""),
+                       fix=f"re-run nccl-tests or correct the row; if the log is not the {coll} over {n} ranks it was "
+                           "read as, pass --collective and --ranks as the run was")
+
+
+def _check_algbw(run: _Run, coll: str | None, src: str) -> None:
+    """algbw = size / time (nccl-tests ``src/<coll>.cu`` ``GetBw``: the bytes of the size column over the time
+    column; GB/s = B / (us × 1e3)) within the printed rounding of both; not for hypercube (size × (n-1)/n) and
+    not where the time column is ``-C 1``'s CPU time."""
+    if coll == "hypercube":
+        return
+    for r, cells in run.rows:
+        if cells.cputime:
+            continue
+        for half, t, a in zip(("out-of-place", "in-place"), cells.time, cells.algbw, strict=False):
+            tf, rt, af, ra = float(t), _resolution(t), float(a), _resolution(a)
+            lo = r.size_bytes / ((tf + rt) * 1e3)  # the algbw of the longest time that prints as t
+            hi = r.size_bytes / ((tf - rt) * 1e3) if tf > rt else math.inf
+            if af + ra < lo * (1 - 1e-9) or af - ra > hi * (1 + 1e-9):
+                raise _bad(src, r.line, f"{half} algbw {a} GB/s is not size / time = {r.size_bytes} B / {t} us = "
+                           f"{r.size_bytes / (tf * 1e3):.4g} GB/s (nccl-tests GetBw), within the printed rounding")
 
 
 def _parse_runs(text: str, src: str, collective: str | None, nranks: int | None,
@@ -603,7 +661,12 @@ def format_table(rows: list[dict[str, Any]], title: str = "") -> str:
     """Format rows as an nccl-tests-style table.
 
     Each row dict has ``size`` (B), ``count``, ``type``, ``redop``, ``root``,
-    ``time_us``, ``algbw`` and ``busbw`` (GB/s) and ``wrong`` (int or None).
+    ``time_us``, ``algbw`` and ``busbw`` (GB/s) and ``wrong`` (int or None): the out-of-place half; and
+    optionally ``ip_busbw`` (GB/s), the in-place busbw of a log that has one (not printed).
+
+    The footer ``# Avg bus bandwidth`` is nccl-tests' figure (``src/common.cu``: the mean of the busbw of every
+    timed half, out-of-place and in-place, of every row) where every row gives ``ip_busbw``; otherwise it is the
+    mean of the out-of-place busbw alone and says so (``(out-of-place only)``). NaN busbw are left out.
     """
     out = []
     if title:
@@ -619,7 +682,8 @@ def format_table(rows: list[dict[str, Any]], title: str = "") -> str:
         wrong = "N/A" if r.get("wrong") is None else str(int(r["wrong"]))
         out.append(f"  {int(r['size']):12d} {int(r['count']):12d} {r['type']:>8s} {r.get('redop', 'none'):>6s} "
                    f"{int(r.get('root', -1)):6d} {ts} {r['algbw']:8.2f} {r['busbw']:8.2f} {wrong:>6s}")
-    bws = [r["busbw"] for r in rows if not math.isnan(r["busbw"])]
+    both = bool(rows) and all(r.get("ip_busbw") is not None for r in rows)
+    bws = [b for r in rows for b in ([r["busbw"], r["ip_busbw"]] if both else [r["busbw"]]) if not math.isnan(b)]
     if bws:
-        out.append(f"# Avg bus bandwidth    : {sum(bws) / len(bws):.4f}")
+        out.append(f"# Avg bus bandwidth    : {sum(bws) / len(bws):.4f}" + ("" if both else " (out-of-place only)"))
     return "\n".join(out)

@@ -154,12 +154,17 @@ def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
                        "ranks"}.get(kind, "a member of the same collective")
             steps.append(f"{name(b)} completes only once {name(a)} is posted ({partner})")
             named += [*ub.split("+"), *ua.split("+")]
+        elif a % 2 == 0 and b % 2 == 0:  # posted(a) -> lazy creation hub -> posted(b) (rule 6)
+            reasons.add("lazy init")
+            steps.append(f"{name(b)} is issued only once {name(a)} is posted (its rank's host waits in the lazy "
+                         "creation of a communicator, ncclCommInitRank, until every rank of it calls it)")
+            named += [*ub.split("+"), *ua.split("+")]
         for u in (ua, ub):
             marked.update(u.split("+"))
     if "lazy init" in reasons:
         fix = ("initialise the process group eagerly (`nccl_init: eager`: init_process_group(device_id=...)), or make "
-               "the first call on that communicator one that every rank of it reaches without waiting on another "
-               "(pytorch/pytorch#74701)")
+               "the first call on that communicator one that every rank of it reaches without waiting on another, and "
+               "make every rank call its communicators for the first time in one order (pytorch/pytorch#74701)")
     elif "communicators share ranks" in reasons:
         fix = ("issue the collectives of communicators that share two or more ranks in one relative order on every "
                "rank (NCCL documentation, 'Using multiple NCCL communicators concurrently')")

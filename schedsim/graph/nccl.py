@@ -37,7 +37,11 @@ Rules (:func:`wait_for_graph`)
        rank's first launch on it is posted, and a rank that never launches on it leaves the others
        waiting (pytorch/pytorch#74701: "if batch_isend_irecv is the first collective call in the
        group, all ranks of the group are expected to participate in this call"; the
-       ``batch_isend_irecv`` documentation says the same).
+       ``batch_isend_irecv`` documentation says the same). The creation blocks the rank's host thread
+       (pytorch/pytorch#108378: "ProcessGroupNCCL lazily performs a rendezvous on the first usage of a
+       communicator"; NCCL docs, communicator creation: "all ranks must call" it): every later launch of that
+       rank, on any stream, is issued only after it, so ranks whose first calls on communicators form
+       a cycle (rank 0: {0,1} then {0,2}; rank 1: {1,2} then {0,1}; rank 2: {0,2} then {1,2}) hang.
 
 Each launch becomes two nodes, *posted* and *done*; an edge means "cannot happen before". A cycle
 is a hang. The graph is exact for these rules (no contraction), so it does not report a pipeline
@@ -216,19 +220,32 @@ def _lazy_hubs(G: nx.DiGraph, world: int, eager: bool, unit_of: dict[str, int], 
     if G.graph.get("nccl_init", "lazy") != "lazy":
         return
     firsts: dict[Comm, list[int]] = {}
+    host: list[tuple[int, Comm | None]] = []  # every launch's unit in host order, with the comm it creates
     for launches in (G.graph.get("issue_order") or issue_order(G)).values():
         seen: set[Comm] = set()
+        host.append((-1, None))  # a rank boundary
         for launch in launches:
             comm = communicator(G.nodes[launch[0]]["op"], world, eager)
             if comm is not None and comm[0] == "group" and comm not in seen:
                 seen.add(comm)
                 firsts.setdefault(comm, []).append(unit_of[launch[0]])
-    for members in firsts.values():
+                host.append((unit_of[launch[0]], comm))
+            else:
+                host.append((unit_of[launch[0]], None))
+    hub_of: dict[Comm, int] = {}
+    for comm, members in firsts.items():
         hubs.append([2 * y + 1 for y in members])
         hub = 2 * n + len(hubs) - 1
+        hub_of[comm] = hub
         for x in members:
             adj[2 * x].append(hub)
         why[(hub, -1)] = "lazy init"
+    # the creation blocks the rank's host: every later launch of the rank is issued only once it returned
+    cur = -1
+    for u, created in host:
+        if u >= 0 and cur >= 0:
+            hubs[cur - 2 * n].append(2 * u)
+        cur = -1 if u < 0 else hub_of[created] if created is not None else cur
 
 
 def lazy_init_missing(G: nx.DiGraph) -> tuple[Comm, list[int], list[int]] | None:

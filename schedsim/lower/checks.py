@@ -194,10 +194,29 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
             hid, hub_of = np.unique(cid, return_inverse=True)
             hub = (2 * n + max(nc, 0) + hub_of).astype(u.dtype)
             fu = u[first]
-            parts += [(2 * fu, hub), (hub, 2 * fu + 1)]
+            parts += [(2 * fu, hub), (hub, 2 * fu + 1), _host_waits(prog, comm, head, first, hub, u)]
             lazy = np.full(len(hid), -1, I64)
             np.maximum.at(lazy, hub_of, useq[fu])
     return 2 * n + max(nc, 0) + len(lazy), parts, useq, u, lazy
+
+
+def _host_waits(prog: Program, comm: np.ndarray, head: np.ndarray, first: np.ndarray, hub: np.ndarray,
+                u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 6's host order: ``hub -> posted(launch)`` for every launch of a rank after its first launch on a
+    lazily created communicator, from the hub of the latest such first launch before it (the creation blocks
+    the rank's host until every rank of the communicator called it). ``first`` are head ops (ascending within
+    each rank as :func:`_first_launches` gives them per communicator), ``hub`` their hub nodes."""
+    heads = comm[comm == head]  # every launch, by rank then issue position
+    o = np.argsort(first, kind="stable")
+    at = np.searchsorted(heads, first[o])  # each first launch's position among the launches
+    mark = np.full(len(heads), -1, I64)
+    mark[at] = np.arange(len(at))
+    last = np.maximum.accumulate(mark)  # the latest first launch at or before each launch
+    prev = np.r_[-1, last[:-1]]
+    rank = prog.rank[heads]
+    ok = prev >= 0
+    ok[ok] = rank[at[prev[ok]]] == rank[ok]
+    return hub[o][prev[ok]], (2 * u[heads[ok]]).astype(hub.dtype)
 
 
 def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]], useq: np.ndarray,

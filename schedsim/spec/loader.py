@@ -1310,6 +1310,9 @@ def _eval_pipeline(block: Any, env: dict[str, Any], ctx: _Ctx, mark: Mark | None
         raise ctx.err(f"parameter {CHUNKS_NAME!r} has the name the pipeline block gives its chunks per rank",
                       mark, f"params.{CHUNKS_NAME}", fix=f"rename the parameter; inside the pipeline block "
                       f"{CHUNKS_NAME} is the schedule's chunks (virtual stages) per rank")
+    for k, val in block.items():
+        if k in _ORDER_KEYS and _uses_chunks(val):
+            raise _chunks_in_order_field(ctx.file, k, getattr(block, "key_marks", {}).get(k, mark))
     first = LDict({k: val for k, val in block.items() if k in _ORDER_KEYS})
     first.mark, first.key_marks = getattr(block, "mark", mark), dict(getattr(block, "key_marks", {}))
     out = _eval_value("pipeline", first, env, ctx, mark, "pipeline")
@@ -1321,6 +1324,28 @@ def _eval_pipeline(block: Any, env: dict[str, Any], ctx: _Ctx, mark: Mark | None
     done = LDict({k: out[k] if k in out else later[k] for k in block})  # the keys in their written order
     done.mark, done.key_marks = out.mark, {**out.key_marks, **later.key_marks}
     return done
+
+
+def _uses_chunks(val: Any) -> bool:
+    """Whether a (nested) value of a pipeline field names :data:`CHUNKS_NAME` (a string holding it as a word)."""
+    import re
+
+    if isinstance(val, str):
+        return re.search(rf"\b{CHUNKS_NAME}\b", val) is not None
+    if isinstance(val, Mapping):
+        return any(_uses_chunks(v) for v in val.values())
+    if isinstance(val, list):
+        return any(_uses_chunks(v) for v in val)
+    return False
+
+
+def _chunks_in_order_field(file: str, key: str, mark: Mark | None) -> SpecError:
+    """The error for :data:`CHUNKS_NAME` in a field of :data:`_ORDER_KEYS` (which decide its value)."""
+    return SpecError(f"{CHUNKS_NAME} cannot be used in {key}: the fields {', '.join(sorted(_ORDER_KEYS))} decide "
+                     "the chunks per rank, so they are evaluated before it exists", file=file,
+                     line=mark[0] if mark else None, column=mark[1] if mark else None, path=f"pipeline.{key}",
+                     fix=f"write {key} as a number or an expression of params; use {CHUNKS_NAME} in the stage ops "
+                         "and the sizes (activation_memory_bytes, ...) of the pipeline block")
 
 
 def _block_chunks(blk: Mapping[str, Any]) -> int | None:
@@ -1459,6 +1484,26 @@ def _to_spec_error(e: ValidationError, doc: Any, file: str) -> SpecError:
                      path=path or None, fix=fix)
 
 
+def _pipeline_line(e: SpecError, doc: Any) -> SpecError:
+    """``e``, an error of the ``pipeline:`` block's validation (path ``pipeline.<key>...``, no line), with the
+    line and column of that key's value and the value it got; for a field of :data:`_ORDER_KEYS` whose value
+    (from a parameter, e.g. ``--set m=chunks_per_rank``) names :data:`CHUNKS_NAME`, the error that says it cannot
+    be used there. Any other error unchanged."""
+    blk = doc.get("pipeline") if isinstance(doc, Mapping) else None
+    parts = (e.path or "").split(".")
+    if e.line is not None or parts[0] != "pipeline" or len(parts) < 2 or not isinstance(blk, LDict):
+        return e
+    key = parts[1]
+    mark = blk.key_marks.get(key, blk.mark)
+    if key in _ORDER_KEYS and _uses_chunks(blk.get(key)):
+        return _chunks_in_order_field(e.file or "<schedule>", key, mark)
+    got = blk.get(key)
+    msg = e.message + (f" (got {printable(repr(got), 60)})" if len(parts) == 2 and not isinstance(got, (dict, list))
+                       else "")
+    return SpecError(msg, file=e.file, line=mark[0] if mark else None, column=mark[1] if mark else None,
+                     path=e.path, fix=e.fix, detail=e.detail)
+
+
 def _strip(doc: Any) -> Any:
     """Plain dicts and lists, without the loader's ``__path__`` / ``__env__`` keys (scalars are not recursed into)."""
     if isinstance(doc, dict):
@@ -1487,6 +1532,8 @@ def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | 
         spec = ScheduleSpec.model_validate(_strip(doc), context={"file": file, "sources": op_sources(doc)})
     except ValidationError as e:
         raise _to_spec_error(e, doc, file) from None
+    except SpecError as e:
+        raise _pipeline_line(e, doc) from None
     from schedsim.spec.validation import check_spec  # cross-field rules
 
     check_spec(spec, doc, file)

@@ -236,7 +236,7 @@ def test_row_timeline_rank_must_be_an_integer_of_the_run(tmp_path: Path) -> None
 _RUN = ("{bin}\n# nThread 1 nGpus 2 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
         "validation: 1 graph: 0\n#\n#  out-of-place  in-place\n#  size count type redop root time algbw busbw #wrong "
         "time algbw busbw #wrong\n#  (B) (elements) (us) (GB/s) (GB/s) (us) (GB/s) (GB/s)\n"
-        "        1024           256     float    {op}      -1    {t:.2f}    {ab:.2f}    {bw:.2f}      0     9.00    "
+        "        1024           {c}     float    {op}      -1    {t:.2f}    {ab:.2f}    {bw:.2f}      0     9.00    "
         "0.11    {ib:.2f}      0\n")
 
 
@@ -245,9 +245,11 @@ def test_nccl_tests_log_with_two_collectives_keeps_each_runs_name(tmp_path: Path
     # so the second run took the file name's collective (all_reduce) and its all_gather rows became all_reduce rows
     log = tmp_path / "all_reduce_perf.log"
     # busbw = algbw x 2(n-1)/n for all_reduce, x (n-1)/n for all_gather (nccl-tests), n = 2
-    log.write_text(_RUN.format(bin="./build/all_reduce_perf -b 8 -e 1024", op="sum", t=10.0, ab=0.10, bw=0.10, ib=0.11)
+    # count: 1024 B of floats, per rank for all_gather (nccl-tests paramcount = count / nranks)
+    log.write_text(_RUN.format(bin="./build/all_reduce_perf -b 8 -e 1024", op="sum", t=10.0, ab=0.10, bw=0.10, ib=0.11,
+                               c=256)
                    + _RUN.format(bin="./build/all_gather_perf -b 8 -e 1024", op="none", t=50.0, ab=0.02, bw=0.01,
-                                 ib=0.06))
+                                 ib=0.06, c=128))
     r = run(["calibrate", "--from-nccl-tests", str(log), "--out", str(tmp_path / "p.yaml")])
     assert r.exit_code == 0, r.output
     assert "# all_reduce over 2 ranks" in r.output and "# all_gather over 2 ranks" in r.output

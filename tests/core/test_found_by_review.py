@@ -114,11 +114,6 @@ ops:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="nccl_init: lazy (the default) refuses only first batched p2p calls on the "
-                   "world communicator; three subgroup communicators whose first calls the ranks make in a cycle "
-                   "(rank 0: {0,1} then {0,2}; rank 1: {1,2} then {0,1}; rank 2: {0,2} then {1,2}) deadlock in the "
-                   "hosts' blocking ncclCommInitRank, yet check prints only the eager 'may hang' warning and predict "
-                   "gives 84.2 us")
 def test_lazy_creation_of_subgroup_communicators_in_a_cycle_hangs() -> None:
     from schedsim.errors import DeadlockError
 
@@ -138,9 +133,6 @@ def test_h200_two_node_all_reduce_no_faster_than_one_node() -> None:
     assert (1 << 30) * 2 * 15 / 16 / two <= (1 << 30) * 2 * 7 / 8 / one
 
 
-@pytest.mark.xfail(strict=True, reason="predict's default folder (api.default_outdir_name) holds the profile's name "
-                   "and the --set overrides only: --launch cuda_graph, --gpu-model sharing, --max-connections and a "
-                   "profile file named like a shipped one (name: dgx_h100) all overwrite schedsim_out/<name>@<profile>")
 def test_default_output_folder_differs_by_launch_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     f = tmp_path / "mm.yaml"

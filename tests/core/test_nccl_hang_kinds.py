@@ -137,3 +137,55 @@ ops:
   - {name: r, kind: recv, peer: "rank - 1", bytes: 4096, p2p_batch: b, ranks: [1, 2, 3]}
 """
     assert predict(load_text(text, "chain.yaml"), "h200").makespan_s > 0
+
+
+def _array_no_hang(text: str) -> bool:
+    """The array form's wait-for sweep alone (:mod:`schedsim.lower.checks`), without the object-based build."""
+    from schedsim.lower import lower
+    from schedsim.lower.checks import _no_hang, _Templates, launch_heads
+
+    prog = lower(load_text(text, "s.yaml"), check=False)
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    return _no_hang(prog, comm, head, tc)
+
+
+FIRST_CALLS = """\
+schema_version: 1
+name: first_calls
+world_size: 3
+{init}
+ops:
+  - {{name: a01, kind: all_reduce, bytes: 1048576, ranks: [0], group: [0, 1], stream: s0}}
+  - {{name: a02, kind: all_reduce, bytes: 1048576, ranks: [0], group: [0, 2], stream: s1}}
+  - {{name: {r1a}, kind: all_reduce, bytes: 1048576, ranks: [1], group: {g1a}, stream: s0}}
+  - {{name: {r1b}, kind: all_reduce, bytes: 1048576, ranks: [1], group: {g1b}, stream: s1}}
+  - {{name: a02, kind: all_reduce, bytes: 1048576, ranks: [2], group: [0, 2], stream: s0}}
+  - {{name: a12, kind: all_reduce, bytes: 1048576, ranks: [2], group: [1, 2], stream: s1}}
+"""
+CYCLE = {"r1a": "a12", "g1a": "[1, 2]", "r1b": "a01", "g1b": "[0, 1]"}  # rank 1: {1,2} then {0,1}
+ONE_ORDER = {"r1a": "a01", "g1a": "[0, 1]", "r1b": "a12", "g1b": "[1, 2]"}  # {0,1} < {0,2} < {1,2} on all
+
+
+def test_first_calls_on_subgroup_communicators_in_a_cycle_hang_under_lazy_init() -> None:
+    """Each rank's first call on a lazily created communicator blocks its host in ncclCommInitRank until every
+    rank of it has called it (pytorch#74701; torch creates communicators at first use without ``device_id``), so
+    later launches of that rank, on any stream, wait: rank 0 waits in {0,1} for rank 1, which waits in {1,2} for
+    rank 2, which waits in {0,2} for rank 0. Both the array sweep and the object-based build refuse it."""
+    text = FIRST_CALLS.format(init="", **CYCLE)
+    assert not _array_no_hang(text)
+    with pytest.raises(DeadlockError, match="host waits in the lazy creation") as e:
+        predict(load_text(text, "cycle.yaml"), "h200")
+    assert "a02@r0" in str(e.value) and "a01@r1" in str(e.value) and "a12@r2" in str(e.value)
+
+
+def test_first_calls_in_one_order_or_eager_creation_run() -> None:
+    """The same communicators created in one order on every rank ({0,1}, {0,2}, {1,2}) complete; with eager
+    creation (``device_id``) the cyclic order makes no host wait (only NCCL's 'may hang' warning remains)."""
+    ok = FIRST_CALLS.format(init="", **ONE_ORDER)
+    assert _array_no_hang(ok)
+    assert predict(load_text(ok, "ok.yaml"), "h200").makespan_s > 0
+    eager = FIRST_CALLS.format(init="nccl_init: eager", **CYCLE)
+    assert _array_no_hang(eager)
+    run = predict(load_text(eager, "eager.yaml"), "h200")
+    assert run.makespan_s > 0 and any("may hang" in w for w in run.program.warnings)

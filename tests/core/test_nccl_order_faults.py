@@ -84,9 +84,9 @@ def test_a_collective_in_a_when_group_only_some_ranks_take_is_a_hang():
         build_graph(load_text(WHEN_GROUP.format(upto=1)))
 
 
-def _tri(orders: dict[int, tuple[str, str]], same_stream: bool = False) -> str:
+def _tri(orders: dict[int, tuple[str, str]], same_stream: bool = False, init: str = "eager") -> str:
     groups = {"A": "[0, 1]", "B": "[1, 2]", "C": "[0, 2]"}
-    out = "schema_version: 1\nname: tri\nworld_size: 3\nops:\n"
+    out = f"schema_version: 1\nname: tri\nworld_size: 3\nnccl_init: {init}\nops:\n"
     for r, names in orders.items():
         for k, n in enumerate(names):
             st = "s" if same_stream else f"s{k}"
@@ -96,7 +96,9 @@ def _tri(orders: dict[int, tuple[str, str]], same_stream: bool = False) -> str:
 
 def test_three_communicators_in_a_cyclic_order_may_hang():
     """Pairwise each two communicators share one rank (rule 4 does not apply), but the orders form a cycle:
-    a 'may hang' warning with the grid; one global order (A, B, C) gets none; on one stream it is a hang."""
+    created eagerly, a 'may hang' warning with the grid; one global order (A, B, C) gets none; on one stream it is
+    a hang; created lazily (torch's default), these are each rank's first calls on them, which block its host
+    until every rank of the communicator calls it: a hang (rule 6)."""
     cyc = {0: ("A", "C"), 1: ("B", "A"), 2: ("C", "B")}
     G = build_graph(load_text(_tri(cyc)))
     (w,) = [x for x in G.graph["warnings"] if "may hang" in x]
@@ -105,6 +107,8 @@ def test_three_communicators_in_a_cyclic_order_may_hang():
     assert not [x for x in G.graph["warnings"] if "may hang" in x]
     with pytest.raises(DeadlockError):
         build_graph(load_text(_tri(cyc, same_stream=True)))
+    with pytest.raises(DeadlockError, match="lazy creation"):
+        build_graph(load_text(_tri(cyc, init="lazy")))
 
 
 def _around(recv_batch: bool, sizes: tuple[int, int, int], rsizes: tuple[int, int, int]) -> str:

@@ -296,6 +296,19 @@ def test_predict_explain_prints_the_choice_per_collective(tmp_path: Path):
     assert all(r["time_us"] == pytest.approx(11.8 + 262_144 / 360_000, rel=1e-9) for r in rows if r["kind"] == "send")
 
 
+def test_predict_explain_without_communication_says_so(tmp_path: Path):
+    """A schedule of compute only: --explain prints one line saying there is no communication, no empty table."""
+    from tests.core.test_cli import run
+
+    f = tmp_path / "mm.yaml"
+    f.write_text("schema_version: 1\nname: mm\nworld_size: 1\nops:\n"
+                 "  - {name: mm, kind: matmul, m: 1024, n: 4096, k: 4096, dtype: bf16}\n")
+    r = run("predict", str(f), "--explain", "--no-gantt", "--no-trace", "-o", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    assert "communication: none (the schedule has no collective, send or recv)" in r.stdout
+    assert "algo/proto" not in r.stdout and "NCCL algorithm/protocol chosen" not in r.stdout
+
+
 SCHED = """schema_version: 1
 name: env
 world_size: 16

@@ -34,3 +34,47 @@ def test_the_folder_name_is_stable_and_safe() -> None:
     assert weird != default_outdir_name("s", "../p", {"k": "a/b,c_d"})  # shortened names stay distinct
     long = default_outdir_name("s", "h200", {f"k{i}": "v" * 20 for i in range(10)})
     assert len(long) <= len("s@") + 80
+
+
+MM = """\
+schema_version: 1
+name: mm
+world_size: 1
+ops:
+  - {name: mm, kind: matmul, m: 1024, n: 4096, k: 4096, dtype: bf16}
+"""
+
+
+def test_every_option_that_changes_the_prediction_names_its_own_folder(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """--launch, --gpu-model, --max-connections (and a profile file that keeps a shipped profile's name but not its
+    content) change the prediction, so each writes its own folder; the same options write the same one."""
+    import copy
+
+    import yaml
+
+    from schedsim.api import predict_to_dir
+    from schedsim.hardware.profile import load_profile
+
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "mm.yaml"
+    f.write_text(MM)
+
+    def folder(profile: str = "h200", launch: str | None = None, **sim: object) -> str:
+        paths = predict_to_dir(f, None, profile, None, launch, gantt=False, trace=False, **sim)[2]
+        return paths[0].parent.as_posix()
+
+    assert folder() == "schedsim_out/mm@h200" == folder()
+    assert folder(launch="cuda_graph") == "schedsim_out/mm@h200,--launch=cuda_graph"
+    assert folder(gpu_model="sharing") == "schedsim_out/mm@h200,--gpu-model=sharing"
+    assert folder(max_connections=1) == "schedsim_out/mm@h200,--max-connections=1"
+    assert folder(launch="eager", max_connections=1) == "schedsim_out/mm@h200,--launch=eager,--max-connections=1"
+    d = copy.deepcopy(load_profile("dgx_h100").model_dump(mode="json"))
+    same = tmp_path / "same.yaml"
+    same.write_text(yaml.safe_dump(d))
+    assert folder(str(same)) == "schedsim_out/mm@dgx_h100"  # the shipped content: the shipped folder
+    d["topology"]["gpus_per_node"] = 4
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(d))
+    other = folder(str(changed))
+    assert other.startswith("schedsim_out/mm@dgx_h100-") and len(other) == len("schedsim_out/mm@dgx_h100-") + 8
+    assert folder(str(changed)) == other

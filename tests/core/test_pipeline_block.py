@@ -182,6 +182,35 @@ def test_chunks_per_rank_is_the_blocks_chunk_count():
     assert "rename the parameter" in str(e.value)
 
 
+@pytest.mark.parametrize("field,line", [("p", 6), ("m", 7), ("v", 8), ("group_size", 9)])
+def test_chunks_per_rank_in_a_field_that_decides_it_names_the_field_line_and_fix(field, line):
+    """p, m, v, group_size (and schedule, placement, actions, csv) decide the chunks per rank, so they are
+    evaluated before chunks_per_rank exists: written there, or reaching them through a parameter (--set), the error
+    names the file, the line and column of the value, the field, and where chunks_per_rank can be used."""
+    lines = ["schema_version: 1", "name: c", "world_size: 2", "pipeline:", "  schedule: interleaved_1f1b", "  p: 2",
+             "  m: 4", "  v: 2", "  group_size: 2", "  stage:", "    forward: [{kind: compute, duration_us: 12}]",
+             "    backward_input: [{kind: compute, duration_us: 1}]"]
+    lines[line - 1] = f"  {field}: chunks_per_rank"
+    with pytest.raises(SpecError) as e:
+        load_text("\n".join(lines) + "\n", "c.yaml")
+    want = f"c.yaml:{line}:{len(field) + 5}: pipeline.{field}: chunks_per_rank cannot be used in {field}"
+    assert e.value.format().startswith(want), e.value.format()
+    assert "use chunks_per_rank in the stage ops" in e.value.fix
+    lines[line - 1] = f"  {field}: x"
+    with pytest.raises(SpecError) as e:  # a parameter holding the name, as --set x=chunks_per_rank gives it
+        load_text("\n".join(lines[:3] + ["params: {x: 2}"] + lines[3:]) + "\n", "c.yaml", {"x": "chunks_per_rank"})
+    assert e.value.format().startswith(f"c.yaml:{line + 1}:{len(field) + 5}: pipeline.{field}: chunks_per_rank "
+                                       f"cannot be used in {field}"), e.value.format()
+
+
+def test_a_pipeline_field_of_the_wrong_type_names_its_line_and_value():
+    text = "schema_version: 1\nname: c\nworld_size: 2\nparams: {m: 4}\npipeline:\n  schedule: 1f1b\n  p: 2\n  m: m\n"
+    with pytest.raises(SpecError) as e:
+        load_text(text, "c.yaml", {"m": "abc"})
+    assert e.value.format().startswith("c.yaml:8:6: pipeline.m: Input should be a valid integer"), e.value.format()
+    assert "(got 'abc')" in e.value.message
+
+
 def test_data_parallel_tail_reduces_every_parameter_before_the_optimizer_step():
     """p = 2, data_parallel = 2, 4 layers (2 per stage) of h = 64, ffn 256: 4h² + 2·h·ffn + 4h = 49,408 parameters
     a layer, 98,816 a stage. The first stage adds the word and position embedding V·h + s·h = 64,000 + 1,024, the

@@ -131,8 +131,8 @@ OLD = """\
 #                                                     out-of-place                       in-place
 #       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
 #        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-           8             2   float     sum    20.10    0.00    0.00  0e+00    20.00    0.00    0.00  0e+00
-          64            16   float     sum    21.10    0.00    0.00  0e+00    21.00    0.00    0.00  2e-07
+          16             1   float     sum    20.10    0.00    0.00  0e+00    20.00    0.00    0.00  0e+00
+          64             4   float     sum    21.10    0.00    0.00  0e+00    21.00    0.00    0.00  2e-07
 """
 
 
@@ -155,7 +155,8 @@ def test_current_format_glued_into_one_line() -> None:
 def test_old_format_without_root() -> None:
     log = parse_nccl_tests(OLD, collective="reduce_scatter")
     assert log.nranks == 4
-    assert [(r.size_bytes, r.root, r.oop_wrong) for r in log.rows] == [(8, None, 0.0), (64, None, 0.0)]
+    # reduce_scatter's count column is the count per rank (nccl-tests paramcount = count / nranks): 64 B = 4 x 4 B x 4
+    assert [(r.size_bytes, r.count, r.root, r.oop_wrong) for r in log.rows] == [(16, 1, None, 0.0), (64, 4, None, 0.0)]
     assert (log.rows[1].ip_time_us, log.rows[1].ip_busbw_GBps, log.rows[1].ip_wrong) == (21.0, 0.0, 2e-07)
 
 
@@ -179,6 +180,31 @@ def test_format_table_round_trips() -> None:
     assert (log.rows[0].size_bytes, log.rows[0].oop_time_us, log.rows[0].oop_busbw_GBps) == (1024, 12.5, 0.12)
 
 
+def test_format_table_avg_bus_bandwidth_is_nccl_tests_own() -> None:
+    """nccl-tests' '# Avg bus bandwidth' is the mean busbw over both halves of every row (src/common.cu: bw[0] +=
+    busBw and bw_count[0]++ per timed half): (1 + 3 + 2 + 4) / 4 = 2.5, not the out-of-place mean 1.5; a table
+    without in-place halves says its mean is of the out-of-place half only."""
+    rows = [{"size": 1024 * 4**i, "count": 256 * 4**i, "type": "float", "redop": "sum", "root": -1, "time_us": t,
+             "algbw": 1024 * 4**i / (t * 1e3), "busbw": b, "wrong": 0, "ip_busbw": ib}
+            for i, (t, b, ib) in enumerate([(1.024, 1.0, 3.0), (2.048, 2.0, 4.0)])]
+    text = format_table(rows, "all_reduce over 2 ranks")
+    assert text.splitlines()[-1] == "# Avg bus bandwidth    : 2.5000"
+    assert parse_nccl_tests(text).avg_busbw_GBps == 2.5
+    one_half = format_table([{k: v for k, v in r.items() if k != "ip_busbw"} for r in rows])
+    assert one_half.splitlines()[-1] == "# Avg bus bandwidth    : 1.5000 (out-of-place only)"
+
+
+def test_calibrates_own_all_gather_table_counts_the_whole_buffer() -> None:
+    """schedsim calibrate prints count = size / 4 for every collective (the buffer it ran); nccl-tests' all_gather
+    prints the count per rank. Each is read by its own convention, and the other refused."""
+    rows = [{"size": 4096, "count": 1024, "type": "float", "redop": "none", "root": -1, "time_us": 20.48,
+             "algbw": 0.2, "busbw": 0.15, "wrong": 0}]
+    assert parse_nccl_tests(format_table(rows, "all_gather over 4 ranks (nccl), schedsim calibrate")).rows[0].count \
+        == 1024
+    with pytest.raises(SchedsimError, match=r"count 1024 is not size 4096 B / \(4 B per float x 4 ranks\) = 256"):
+        parse_nccl_tests("./build/all_gather_perf\n" + format_table(rows), nranks=4)
+
+
 def test_calibrate_from_nccl_tests_cli(tmp_path, rtx3090_log) -> None:
     """No torch needed: the profile gets the experiment's table and predict accepts it."""
     from exec_helpers import schedsim
@@ -186,7 +212,9 @@ def test_calibrate_from_nccl_tests_cli(tmp_path, rtx3090_log) -> None:
     out = tmp_path / "p3090.yaml"
     r = schedsim(["calibrate", "--from-nccl-tests", str(rtx3090_log), "--base", "rtx3090_pcie1x4", "--out", str(out)])
     assert r.returncode == 0, r.stderr
-    assert "Avg bus bandwidth" in r.stdout
+    avg = sum(_bw(s, t, 8)[1] for s, ts in RTX3090_ALL_REDUCE_US.items() for t in ts) / 50  # the log's 1.16643
+    echoed = float(r.stdout.split("# Avg bus bandwidth    : ")[1].split()[0])
+    assert echoed == pytest.approx(avg, abs=0.005)  # the mean of the printed (2-decimal) busbw of both halves
     from schedsim.hardware.profile import load_profile
 
     prof = load_profile(str(out))

@@ -18,13 +18,15 @@ FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 
 def row(size: int, t: float, n: int = 4, coll: str = "all_reduce", *, wrong: str = "0", dtype: str = "float",
         redop: str = "sum", t_ip: float | None = None) -> str:
     """One row as nccl-tests v2.19 prints it (writeBenchmarkLinePreamble / writeBenchmarkLineBody): algbw = S/t,
-    busbw = algbw x the bus factor, both %6.2f."""
+    busbw = algbw x the bus factor, both %6.2f; count S / type size, per rank for all_gather (its
+    GetCollByteCount's paramcount = count / nranks)."""
     tb = {"float": 4, "half": 2}[dtype]
+    per = n if coll == "all_gather" else 1
     t_ip = t if t_ip is None else t_ip
     a, a2 = size / (t * 1e3), size / (t_ip * 1e3)
     f = FACTOR[coll](n)
-    return (f"{size:12d}  {size // tb:12d}  {dtype:>8s}  {redop:>6s}  {-1:6d}  {t:7.2f}  {a:6.2f}  {a * f:6.2f}  "
-            f"{wrong:>6s}  {t_ip:7.2f}  {a2:6.2f}  {a2 * f:6.2f}  {wrong:>6s}")
+    return (f"{size:12d}  {size // tb // per:12d}  {dtype:>8s}  {redop:>6s}  {-1:6d}  {t:7.2f}  {a:6.2f}  "
+            f"{a * f:6.2f}  {wrong:>6s}  {t_ip:7.2f}  {a2:6.2f}  {a2 * f:6.2f}  {wrong:>6s}")
 
 
 HEAD = ["# nThread 1 nGpus 4 minBytes 1024 maxBytes 16777216 step: 16(factor) warmup iters: 5 iters: 20 agg "
@@ -127,6 +129,18 @@ REFUSED: list[tuple[str, list[str], list[str], int, str]] = [
      "'06.12.2026' is not the timestamp (YYYY-MM-DD HH:MM:SS)"),
     ("stamp_column_missing", HEAD[:-2] + [HEAD[-2] + " timestamp"] + HEAD[-1:] + ROWS, [], HL + 1,
      "a row ends after 13 of the 14 columns"),
+    # 1 MiB in 20.00 us is 52.43 GB/s (nccl-tests GetBw: algbw = size / time), not 99.00; busbw = 99.00 x 1.5 agrees
+    ("algbw_not_size_over_time", lines_with(2, f"{2**20:12d}  {2**18:12d}     float     sum      -1    20.00   99.00  "
+                                               "148.50       0    20.00   52.43   78.64       0"), [], HL + 3,
+     "out-of-place algbw 99.00 GB/s is not size / time = 1048576 B / 20.00 us = 52.43 GB/s"),
+    # in-place 1 MiB in 21.00 us prints 49.93 GB/s (49.92-49.94 for 21.00 +- 0.005 us): 50.00 is more than rounding
+    ("algbw_in_place_off_by_more_than_rounding", lines_with(2, row(2**20, 20.0, t_ip=21.0).replace(
+        "49.93   74.90", "50.00   75.00")), [], HL + 3, "in-place algbw 50.00 GB/s is not size / time"),
+    ("count_not_size_over_type_size", lines_with(2, row(2**20, 20.0).replace(f"{2**18:12d}", f"{2**18 + 1:12d}", 1)),
+     [], HL + 3, "count 262145 is not size 1048576 B / (4 B per float) = 262144"),
+    ("all_gather_count_of_the_whole_buffer", ["./build/all_gather_perf -b 1K -e 16M -f 16 -g 4"] + HEAD
+     + [row(s, t, coll="all_gather", redop="none").replace(f"{s // 16:12d}", f"{s // 4:12d}", 1) for s, t in SIZES_US]
+     + FOOT, [], HL + 2, "count 256 is not size 1024 B / (4 B per float x 4 ranks) = 64"),
 ]
 
 
