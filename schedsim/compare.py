@@ -309,13 +309,10 @@ class Comparison:
             elif rows:
                 fields = dataclasses.fields(OpRow)
                 names = [f.name for f in fields]
+                omit = {f.name for f in fields if f.metadata.get("omit_none")}  # left out when None, as to_dict
                 get = operator.attrgetter(*names)
-                d["ops"]["per_op"] = [dict(zip(names, get(r), strict=True)) for r in rows]
-                for f in fields:  # as to_dict leaves them out: an OMIT_NONE field that is None
-                    if f.metadata.get("omit_none"):
-                        for row in d["ops"]["per_op"]:
-                            if row[f.name] is None:
-                                del row[f.name]
+                d["ops"]["per_op"] = [{k: v for k, v in zip(names, get(r), strict=True)
+                                       if v is not None or k not in omit} for r in rows]
         return d
 
     @classmethod
