@@ -199,7 +199,8 @@ class KindErrors:
 class OpErrors:
     """Per-op duration errors (matching by id only); ``span`` says which window was compared. When both sides
     know when each op got the GPU and when its stream reached it, ``wait_median_abs_diff_s`` is the median over
-    ops of |predicted − measured wait| (seconds; the wait is ``start_s − stream_s``, docs/metrics_spans.md)."""
+    ops of |predicted − measured wait| (seconds; the wait is ``start_s − stream_s``, docs/metrics.md, "Per-op
+    spans")."""
 
     median_abs_error: float | None
     mean_abs_error: float | None
@@ -721,8 +722,9 @@ def _rel_cols(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 
 
 def _waits(tl: Timeline) -> np.ndarray:
-    """Each row's wait (docs/metrics_spans.md): from its stream reaching the op (``stream_s``) to its start on
-    the GPU, ``max(0, start_s - stream_s)`` in seconds (float64, shape (n,)); NaN where ``stream_s`` is unknown."""
+    """Each row's wait (docs/metrics.md, "Per-op spans"): from its stream reaching the op (``stream_s``) to its
+    start on the GPU, ``max(0, start_s - stream_s)`` in seconds (float64, shape (n,)); NaN where ``stream_s`` is
+    unknown."""
     c = tl.columns
     if c.stream_s is None:
         return np.full(len(c), np.nan)
