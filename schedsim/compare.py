@@ -41,16 +41,21 @@ The result is a :class:`Comparison` (frozen dataclasses all the way down); ``Com
 # no "from __future__ import annotations": typer evaluates the command signatures
 
 import json
+import math
 import statistics
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+import numpy as np
 
 from schedsim.errors import TraceError, printable
 from schedsim.hardware.profile import TIMED_EAGER_SUFFIX, TIMED_GRAPH_SUFFIX, HardwareProfile
 from schedsim.results import OMIT_NONE, from_dict, to_dict
 from schedsim.sim.metrics import Metrics
-from schedsim.sim.timeline import Span, Timeline, atomic_write_text
+from schedsim.sim.timeline import Timeline, atomic_write_bytes, dumps_json
 
 __all__ = ["compare_timelines", "event_timed", "op_window", "write_comparison", "load_timeline_arg",
            "print_comparison", "print_op_errors", "register", "Comparison", "Pair", "MakespanError",
@@ -194,7 +199,8 @@ class KindErrors:
 class OpErrors:
     """Per-op duration errors (matching by id only); ``span`` says which window was compared. When both sides
     know when each op got the GPU and when its stream reached it, ``wait_median_abs_diff_s`` is the median over
-    ops of |predicted − measured wait| (seconds; the wait is ``start_s − stream_s``, docs/metrics_spans.md)."""
+    ops of |predicted − measured wait| (seconds; the wait is ``start_s − stream_s``, docs/metrics.md, "Per-op
+    spans")."""
 
     median_abs_error: float | None
     mean_abs_error: float | None
@@ -288,10 +294,26 @@ class Comparison:
     host_calls: HostCalls | None = field(default=None, metadata=OMIT_NONE)
 
     def to_dict(self, *, per_op: bool = True) -> dict[str, Any]:
-        """The JSON form (``compare.json``); without ``per_op`` the per-op rows are left out."""
-        d: dict[str, Any] = to_dict(self)
-        if not per_op and "ops" in d:
-            del d["ops"]["per_op"]
+        """The JSON form (``compare.json``); without ``per_op`` the per-op rows are left out. The per-op rows
+        (up to 100,000) are made in one pass of plain field reads, not by the generic walk of
+        :func:`schedsim.results.to_dict` (which gives the same dicts)."""
+        import dataclasses
+        import operator
+
+        ops = self.ops
+        rows = ops.per_op if ops is not None else []
+        d: dict[str, Any] = to_dict(dataclasses.replace(self, ops=dataclasses.replace(ops, per_op=[]))
+                                    if ops is not None and rows else self)
+        if "ops" in d:
+            if not per_op:
+                del d["ops"]["per_op"]
+            elif rows:
+                fields = dataclasses.fields(OpRow)
+                names = [f.name for f in fields]
+                omit = {f.name for f in fields if f.metadata.get("omit_none")}  # left out when None, as to_dict
+                get = operator.attrgetter(*names)
+                d["ops"]["per_op"] = [{k: v for k, v in zip(names, get(r), strict=True)
+                                       if v is not None or k not in omit} for r in rows]
         return d
 
     @classmethod
@@ -330,24 +352,9 @@ def event_timed(tl: Timeline) -> bool:
     return isinstance(tl.meta, dict) and tl.meta.get("timing") in EVENT_TIMINGS
 
 
-def _group_key(s: Span) -> tuple[str, str] | None:
-    """The rendezvous an op belongs to: a collective's name, a send/recv's message (``tags.msg``)."""
-    if s.kind in _LOCAL_KINDS:
-        return None
-    if s.kind in ("send", "recv"):
-        msg = s.tags.get("msg") if s.tags else None
-        return None if msg is None else ("p2p", str(msg))
-    return ("coll", s.name)
-
-
 def op_window(tl: Timeline, *, stream_reached: bool) -> dict[str, tuple[float, float]]:
-    """``{op id: (start_s, end_s)}`` of every span, as the other side of the comparison measures it.
-
-    With ``stream_reached`` the start is when the op's stream reached it: ``stream_s`` (predicted by
-    ``waves``: dependencies done and the host at the start of the op's call), else ``ready_s``; for a
-    collective or send/recv the latest of these over its group (same collective name on every rank; a send
-    and its recv share ``tags.msg``), capped at ``end_s``; a span with neither keeps ``start_s``. This is what CUDA events recorded on the op's stream measure
-    (``executor/timing.py``). Without it, ``(start_s, end_s)``.
+    """``{op id: (start_s, end_s)}`` of every span, as the other side of the comparison measures it
+    (:func:`_windows`, by id; an id that repeats keeps its last row).
 
     >>> from schedsim.sim.timeline import Span, Timeline
     >>> a = Span("ag@r0", "ag", 0, "nccl", "all_gather", "comm", 3.0, 5.0, ready_s=1.0)
@@ -355,24 +362,45 @@ def op_window(tl: Timeline, *, stream_reached: bool) -> dict[str, tuple[float, f
     >>> op_window(Timeline("x", "predict", 2, spans=[a, b]), stream_reached=True)["ag@r0"]
     (2.0, 5.0)
     """
+    start, end = _windows(tl, stream_reached=stream_reached)
+    return dict(zip(tl.columns.id, zip(start.tolist(), end.tolist(), strict=True), strict=True))
+
+
+def _windows(tl: Timeline, *, stream_reached: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``tl.columns``, ``(start_s, end_s)`` arrays (float64, shape (n,)) of each op's window as the
+    other side of the comparison measures it.
+
+    With ``stream_reached`` the start is when the op's stream reached it: ``stream_s`` (predicted by
+    ``waves``: dependencies done and the host at the start of the op's call), else ``ready_s``; for a
+    collective or send/recv the latest of these over its rendezvous (same collective name on every rank; a
+    send and its recv share ``tags.msg``), capped at ``end_s``; a row with neither keeps ``start_s``. This is
+    what CUDA events recorded on the op's stream measure (``executor/timing.py``). Without it, ``(start_s,
+    end_s)``. Column operations throughout: a million ops cost a few numpy passes and one dict of rendezvous.
+    """
+    c = tl.columns
     if not stream_reached:
-        return {s.id: (s.start_s, s.end_s) for s in tl.spans}
-    arrive: dict[tuple[str, str], float] = {}
-    for s in tl.spans:
-        g = _group_key(s)
-        a = s.ready_s if s.stream_s is None else s.stream_s
-        if g is not None and a is not None:
-            arrive[g] = max(arrive.get(g, a), a)
-    out = {}
-    for s in tl.spans:
-        a = s.ready_s if s.stream_s is None else s.stream_s
-        if a is None:
-            out[s.id] = (s.start_s, s.end_s)
-            continue
-        g = _group_key(s)
-        t0 = arrive.get(g, a) if g is not None else a
-        out[s.id] = (min(t0, s.end_s), s.end_s)
-    return out
+        return c.start_s, c.end_s
+    a = c.ready_s if c.stream_s is None else np.where(np.isnan(c.stream_s), c.ready_s, c.stream_s)
+    kinds, kc = c.kind
+    local = np.array([k in _LOCAL_KINDS for k in kinds], bool)[kc] if kinds else np.zeros(len(c), bool)
+    p2p = np.array([k in ("send", "recv") for k in kinds], bool)[kc] if kinds else np.zeros(len(c), bool)
+    group = np.full(len(c), -1, np.int64)  # the rendezvous of each row (-1: none)
+    keys: dict[tuple[str, str], int] = {}
+    coll = np.flatnonzero(~local & ~p2p)
+    if len(coll):
+        names = c.name
+        group[coll] = [keys.setdefault(("coll", names[i]), len(keys)) for i in coll.tolist()]
+    values, codes = c.tag_column("msg")
+    msg = np.flatnonzero(p2p & (codes >= 0))
+    if len(msg):
+        of_value = np.array([keys.setdefault(("p2p", str(v)), len(keys)) for v in values], np.int64)
+        group[msg] = of_value[codes[msg]]
+    met = (group >= 0) & ~np.isnan(a)
+    arrive = np.full(len(keys), -np.inf)
+    np.maximum.at(arrive, group[met], a[met])
+    t0 = a.copy()
+    t0[met] = arrive[group[met]]
+    return np.where(np.isnan(a), c.start_s, np.minimum(t0, c.end_s)), c.end_s
 
 
 def _is_timed_prediction(tl: Timeline) -> bool:
@@ -527,17 +555,14 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     if pred_timed is not None:
         untimed, pred = Metrics.of(pred).makespan_s, pred_timed
     mp, mm = Metrics.of(pred), Metrics.of(meas)
-    pid, mid = pred.by_id(), meas.by_id()
-    common = [k for k in pid if k in mid]
-    only_p = [k for k in pid if k not in mid]
-    only_m = [k for k in mid if k not in pid]
-    share = len(common) / max(1, min(len(pid), len(mid)))
-    mode = "id" if common and share >= MIN_MATCH_SHARE else "kind"
+    m = _match(pred, meas)
+    share = m.n / max(1, min(m.n_p, m.n_m))
+    mode = "id" if m.n and share >= MIN_MATCH_SHARE else "kind"
     ops = None
     if mode == "id":
         stream_reached = event_timed(meas) and not event_timed(pred)
-        ops = _op_errors(common, pid, mid, max_ops_listed,
-                         op_window(pred, stream_reached=stream_reached), op_window(meas, stream_reached=False),
+        ops = _op_errors(m, pred, meas, max_ops_listed, _windows(pred, stream_reached=stream_reached),
+                         _windows(meas, stream_reached=False),
                          span=("stream reached -> end: wait + span (CUDA events on the op's stream)" if stream_reached
                                else "got the GPU -> end: span")
                          + ("" if untimed is None else
@@ -558,7 +583,7 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
         schedule=Pair(pred.schedule, meas.schedule), source=Pair(pred.source, meas.source),
         launch=Pair(pred.launch, meas.launch), profile=pred.profile, warnings=warns,
         makespan=_makespan(mp.makespan_s, mm.makespan_s, meas, untimed),
-        match=Match(mode, len(common), only_p[:20], only_m[:20], len(only_p), len(only_m)),
+        match=Match(mode, m.n, m.only_p, m.only_m, m.n_p - m.n, m.n_m - m.n),
         ops=ops, overlap=overlap, by_rank=by_rank, host_issue=host_issue, host_calls=host_calls)
 
 
@@ -620,41 +645,140 @@ def _host_calls(pred: Timeline, meas: Timeline) -> HostCalls | None:
                      [OpCall(op, cp[op], cm[op]) for op in top if cm[op] > cp[op]])
 
 
-def _wait(s: Span) -> float | None:
-    """An op's wait (docs/metrics_spans.md): from its stream reaching it to its start on the GPU, None unknown."""
-    return None if s.stream_s is None else max(0.0, s.start_s - s.stream_s)
+@dataclass
+class _Matched:
+    """The ops of two timelines matched by id, as rows of their columns.
+
+    ``n_p``/``n_m``: distinct ids on each side; ``rows_p``/``rows_m``: the rows of the matched ops on each side
+    (int64, shape (n,)), in the order the predicted side first names them; ``keys[key_at[i]]`` is the id of
+    matched op ``i``; ``only_p``/``only_m``: the first 20 unmatched ids of each side. An id that repeats on a side
+    stands for its last row there, as in :meth:`Timeline.by_id`.
+    """
+
+    n_p: int
+    n_m: int
+    keys: list[str]
+    key_at: np.ndarray
+    rows_p: np.ndarray
+    rows_m: np.ndarray
+    only_p: list[str]
+    only_m: list[str]
+
+    @property
+    def n(self) -> int:
+        return len(self.rows_p)
 
 
-def _op_errors(common: list[str], pid: dict[str, Span], mid: dict[str, Span], cap: int,
-               wp: dict[str, tuple[float, float]], wm: dict[str, tuple[float, float]], span: str,
-               waits: bool = False) -> OpErrors:
+def _match(pred: Timeline, meas: Timeline, listed: int = 20) -> _Matched:
+    """Match the ops of ``pred`` and ``meas`` by id, on their id columns (no Span rows are built).
+
+    Ids are matched by their string hashes (one sorted int64 array and a binary search, then the matched
+    strings compared, so a hash collision cannot pair two ops); where a side repeats an id (or two of its ids
+    share a hash), by dicts of ids instead, as :meth:`Timeline.by_id`.
+    """
+    ip, im = pred.columns.id, meas.columns.id
+    hp = np.fromiter(map(hash, ip), np.int64, len(ip))
+    by_hash = np.argsort(hp, kind="stable")
+    sp = hp[by_hash]
+    if len(ip) and len(im) and not (sp[1:] == sp[:-1]).any():  # no id repeats on the predicted side
+        if ip == im:  # the same ids in the same order (a prediction against a run of its own schedule)
+            rows = np.arange(len(ip))
+            return _Matched(len(ip), len(im), ip, rows, rows, rows, [], [])
+        hm = np.fromiter(map(hash, im), np.int64, len(im))
+        order = np.argsort(hm, kind="stable")
+        sm = hm[order]
+        if not (sm[1:] == sm[:-1]).any():
+            pos = np.empty(len(ip), np.int64)
+            pos[by_hash] = np.minimum(np.searchsorted(sm, sp), len(sm) - 1)  # sorted queries: one sweep
+            hit = sm[pos] == hp
+            rows_p = np.flatnonzero(hit)
+            rows_m = order[pos[hit]]
+            if (np.array(ip, dtype=object)[rows_p] == np.array(im, dtype=object)[rows_m]).all():  # no collision
+                taken = np.zeros(len(im), bool)
+                taken[rows_m] = True
+                return _Matched(len(ip), len(im), ip, rows_p, rows_p, rows_m,
+                                [ip[i] for i in np.flatnonzero(~hit)[:listed].tolist()],
+                                [im[i] for i in np.flatnonzero(~taken)[:listed].tolist()])
+    import itertools
+
+    pos_p = {k: i for i, k in enumerate(ip)}
+    pos_m = {k: i for i, k in enumerate(im)}
+    keys = list(pos_p)
+    at = np.fromiter((pos_m.get(k, -1) for k in keys), np.int64, len(keys))
+    found = at >= 0
+    return _Matched(len(pos_p), len(pos_m), keys, np.flatnonzero(found),
+                    np.fromiter(pos_p.values(), np.int64, len(keys))[found], at[found],
+                    [keys[i] for i in np.flatnonzero(~found)[:listed].tolist()],
+                    list(itertools.islice((k for k in pos_m if k not in pos_p), listed)))
+
+
+def _rel_cols(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """:func:`_rel` element by element (float64 arrays of one shape); NaN where :func:`_rel` gives None."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = (pred - meas) / meas
+    tiny = np.abs(meas) < _TINY
+    e[tiny] = np.where(np.abs(pred[tiny]) >= _TINY, np.nan, 0.0)
+    return e
+
+
+def _waits(tl: Timeline) -> np.ndarray:
+    """Each row's wait (docs/metrics.md, "Per-op spans"): from its stream reaching the op (``stream_s``) to its
+    start on the GPU, ``max(0, start_s - stream_s)`` in seconds (float64, shape (n,)); NaN where ``stream_s`` is
+    unknown."""
+    c = tl.columns
+    if c.stream_s is None:
+        return np.full(len(c), np.nan)
+    return np.maximum(0.0, c.start_s - c.stream_s)  # NaN stays NaN: np.maximum propagates it
+
+
+def _op_errors(m: _Matched, pred: Timeline, meas: Timeline, cap: int, wp: tuple[np.ndarray, np.ndarray],
+               wm: tuple[np.ndarray, np.ndarray], span: str, waits: bool = False) -> OpErrors:
+    """:class:`OpErrors` of the matched ops from the windows ``wp``/``wm`` (per row of each side's columns, as
+    :func:`_windows` gives them); kind, rank and stream are the measured op's. With ``waits``, each op's
+    predicted and measured wait (:func:`_waits`) and the median |difference| over the ops that have both.
+    Column operations; Python objects only for the first ``cap`` rows listed. The sums and the mean add in the
+    order of the rows as the Python built-ins do (``sum``, :func:`math.fsum` as :func:`statistics.fmean`), so
+    the numbers are those of a row-by-row loop, bit for bit."""
+    ps, pe = wp[0][m.rows_p], wp[1][m.rows_p]
+    ms, me = wm[0][m.rows_m], wm[1][m.rows_m]
+    pd, md = pe - ps, me - ms
+    e = _rel_cols(pd, md)
+    none = np.full(m.n, np.nan)
+    pw, mw = (_waits(pred)[m.rows_p], _waits(meas)[m.rows_m]) if waits else (none, none)
+    has = ~np.isnan(e)
+    kinds, kc = meas.columns.kind
+    kc = kc[m.rows_m]
+    errs = np.abs(e[has])
+    worst = None
+    if len(errs):
+        w = int(np.flatnonzero(has)[int(np.argmax(errs))])
+        worst = WorstOp(m.keys[int(m.key_at[w])], kinds[int(kc[w])], float(pd[w]), float(md[w]),
+                        float(e[w]))
+    by_kind = {}
+    for code in np.unique(kc).tolist():
+        sel = kc == code
+        tp, tm = sum(pd[sel].tolist()), sum(md[sel].tolist())
+        ke = np.abs(e[sel & has])
+        by_kind[kinds[code]] = KindErrors(int(sel.sum()), tp, tm, _rel(tp, tm),
+                                          float(np.median(ke)) if len(ke) else None)
     rows = []
-    by_kind: dict[str, list[tuple[float, float, float | None]]] = {}
-    wdiff = []
-    for k in common:
-        b = mid[k]
-        (ps, pe), (ms, me) = wp[k], wm[k]
-        e = _rel(pe - ps, me - ms)
-        pw, mw = (_wait(pid[k]), _wait(b)) if waits else (None, None)
-        if pw is not None and mw is not None:
-            wdiff.append(abs(pw - mw))
-        rows.append(OpRow(k, b.kind, b.rank, b.stream, ps, pe - ps, ms, me - ms, e, pw, mw))
-        by_kind.setdefault(b.kind, []).append((pe - ps, me - ms, e))
-    errs = [abs(r.error) for r in rows if r.error is not None]
-    worst = max((r for r in rows if r.error is not None), key=lambda r: abs(r.error or 0.0), default=None)
-    kinds = {}
-    for kind, lst in sorted(by_kind.items()):
-        tp = sum(x[0] for x in lst)
-        tm = sum(x[1] for x in lst)
-        ke = [abs(x[2]) for x in lst if x[2] is not None]
-        kinds[kind] = KindErrors(len(lst), tp, tm, _rel(tp, tm), statistics.median(ke) if ke else None)
+    if cap > 0:
+        top = slice(0, cap)
+        ids = [m.keys[i] for i in m.key_at[top].tolist()]
+        streams, sc = meas.columns.stream
+        ranks = meas.columns.rank[m.rows_m[top]].tolist()
+        el = [None if x != x else x for x in e[top].tolist()]
+        rows = list(map(OpRow, ids, [kinds[k] for k in kc[top].tolist()], ranks,
+                        [streams[k] for k in sc[m.rows_m[top]].tolist()], ps[top].tolist(), pd[top].tolist(),
+                        ms[top].tolist(), md[top].tolist(), el,
+                        [None if x != x else x for x in pw[top].tolist()],
+                        [None if x != x else x for x in mw[top].tolist()]))
+    both = ~np.isnan(pw) & ~np.isnan(mw)
     return OpErrors(
-        median_abs_error=statistics.median(errs) if errs else None,
-        mean_abs_error=statistics.fmean(errs) if errs else None,
-        worst=None if worst is None else WorstOp(worst.id, worst.kind, worst.pred_dur_s, worst.meas_dur_s,
-                                                 worst.error),
-        by_kind=kinds, per_op=rows[:cap], span=span,
-        wait_median_abs_diff_s=float(statistics.median(wdiff)) if wdiff else None)
+        median_abs_error=float(np.median(errs)) if len(errs) else None,
+        mean_abs_error=math.fsum(errs.tolist()) / len(errs) if len(errs) else None,
+        worst=worst, by_kind=dict(sorted(by_kind.items())), per_op=rows, span=span,
+        wait_median_abs_diff_s=float(np.median(np.abs(pw[both] - mw[both]))) if both.any() else None)
 
 
 def load_timeline_arg(path: str | Path) -> Timeline:
@@ -676,54 +800,73 @@ def load_timeline_arg(path: str | Path) -> Timeline:
 
 def _graph_of(tl: Timeline) -> Any:
     """The DAG a predicted timeline was simulated from, rebuilt from its ``meta`` (``file`` and ``set``, which
-    ``predict`` records), so the comparison trace can draw dependency arrows; None when the schedule file is
+    ``predict`` records) as the trace reads it (:class:`schedsim.report.chrome.ProgramFlows` of its checked
+    Program, no networkx), so the comparison trace can draw dependency arrows; None when the schedule file is
     gone or no longer builds (the trace then has send→recv and collective arrows only)."""
-    f = tl.meta.get("file")
-    if not f or not Path(f).is_file():
+    f = tl.meta.get("file") if isinstance(tl.meta, dict) else None
+    if not isinstance(f, str) or not Path(f).is_file():
         return None
+    from schedsim.api import lower_spec
     from schedsim.errors import SchedsimError
-    from schedsim.graph.build import build_graph
+    from schedsim.report.chrome import ProgramFlows
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     try:
-        G = build_graph(load_schedule(Path(f), parse_overrides(list(tl.meta.get("set") or []))))
+        prog = lower_spec(load_schedule(Path(f), parse_overrides(list(tl.meta.get("set") or []))), f)
     except (SchedsimError, OSError):
         return None
-    ids = {s.id for s in tl.spans[:1000]}
-    return G if ids <= set(G.nodes) else None  # the file changed since: its ops are not this timeline's
+    ids = set(tl.columns.ids_at(list(range(min(1000, len(tl))))))
+    return ProgramFlows(prog) if ids <= set(prog.ids()) else None  # the file changed: not this timeline's ops
 
 
 def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, title: str = "",
                      gantt: bool = True, pred_timed: Timeline | None = None,
-                     inputs: Any = ()) -> tuple[Comparison, list[Path]]:
-    """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines)
-    and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream). With
-    ``pred_timed`` (:func:`compare_timelines`), the trace and the Gantt show it against the measured ops.
+                     inputs: Iterable[str | Path] = (), trace: bool | None = None) -> tuple[Comparison, list[Path]]:
+    """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines; ``trace`` None:
+    only up to :data:`schedsim.api.TRACE_MAX_OPS` ops in the two, as predict's trace.json)
+    and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream) into ``outdir``,
+    as compare's set of files (:func:`schedsim.io.output_set`: all or nothing, replacing only compare's own
+    earlier files, never one of ``inputs``). With ``pred_timed`` (:func:`compare_timelines`), the trace and
+    the Gantt show it against the measured ops.
 
     Returns
     -------
     (Comparison, list of Path)
         The :func:`compare_timelines` result and the files written.
+
+    Raises
+    ------
+    SchedsimError
+        ``outdir`` is not a folder or holds a file of those names that compare did not write.
     """
+    from schedsim.io import output_set
     from schedsim.report.chrome import write_chrome_trace
 
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
     res = compare_timelines(pred, meas, pred_timed=pred_timed)
     if pred_timed is not None:
         pred = pred_timed
-    paths = [out / "compare.json", out / "compare_trace.json"]
-    atomic_write_text(paths[0], json.dumps(res.to_dict(), indent=1, default=str))
-    write_chrome_trace(paths[1], [("predicted", pred), ("measured", meas)], graph=_graph_of(pred))
-    if gantt:
-        from schedsim.report.gantt import write_gantt
+    from schedsim.api import trace_wanted
 
-        e = res.makespan.error
-        etxt = "n/a" if e is None else f"{e * 100:+.1f}%"
-        t = title or (f"{meas.schedule}: predicted {res.makespan.pred_s * 1e3:.3f} ms vs measured timeline "
-                      f"{res.makespan.meas_s * 1e3:.3f} ms ({etxt})")
-        paths += write_gantt(out / "compare_gantt", [("predicted", pred), ("measured", meas)], title=t)
-    return res, paths
+    write_trace, note = trace_wanted(len(pred) + len(meas), trace, "compare_trace.json",
+                                     "compare.json has the per-op errors")
+    if note:
+        print(note, file=sys.stderr)
+    names = ["compare.json"] + (["compare_trace.json"] if write_trace else [])
+    with output_set(out, "compare", inputs=inputs, expect=names) as stage:
+        atomic_write_bytes(stage / names[0], dumps_json(res.to_dict(), indent=True))
+        if write_trace:
+            write_chrome_trace(stage / names[1], [("predicted", pred), ("measured", meas)], graph=_graph_of(pred))
+        if gantt:
+            from schedsim.report.gantt import write_gantt
+
+            e = res.makespan.error
+            etxt = "n/a" if e is None else f"{e * 100:+.1f}%"
+            t = title or (f"{meas.schedule}: predicted {res.makespan.pred_s * 1e3:.3f} ms vs measured timeline "
+                          f"{res.makespan.meas_s * 1e3:.3f} ms ({etxt})")
+            names += [p.name for p in write_gantt(stage / "compare_gantt", [("predicted", pred), ("measured", meas)],
+                                                  title=t)]
+    return res, [out / n for n in names]
 
 
 def _pct(x: float | None) -> str:
@@ -835,6 +978,8 @@ def register(app: Any) -> None:
                                            help="Output folder [default: schedsim_out/compare_<schedule>]."),
         fmt: OutFormat = typer.Option(OutFormat.table, "--format", help="table for people, json for machines."),
         gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the stacked Gantt chart (PNG and SVG)."),
+        trace: bool | None = typer.Option(None, "--trace/--no-trace", help="Write compare_trace.json (Perfetto) "
+                                             "[default: only up to 100,000 ops in the two timelines]."),
         pred_timed: Path | None = typer.Option(
             None, "--pred-timed", help="For a run that execute timed op by op (a CUDA graph, or an eager run whose "
             "timing cost it measured): the prediction of the run as timed (execute --compare's predicted_timed/, "
@@ -845,7 +990,8 @@ def register(app: Any) -> None:
         p, m = load_timeline_arg(pred), load_timeline_arg(meas)
         pt = load_timeline_arg(pred_timed) if pred_timed is not None else None
         outdir = out or Path("schedsim_out") / f"compare_{m.schedule}"
-        res, paths = write_comparison(p, m, outdir, gantt=gantt, pred_timed=pt)
+        res, paths = write_comparison(p, m, outdir, gantt=gantt, pred_timed=pt, trace=trace,
+                                      inputs=[x for x in (pred, meas, pred_timed) if x is not None])
         if fmt == OutFormat.json:
             slim = res.to_dict(per_op=False)
             if "ops" in slim:

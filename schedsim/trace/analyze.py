@@ -30,11 +30,12 @@ ranges without ``sizes`` are skipped.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from schedsim.errors import TraceError
 from schedsim.sim.metrics import Metrics
@@ -63,22 +64,63 @@ def _header(device: str) -> str:
     return f"{SEP}{device}{SEP}"
 
 
-def _kernel_groups(rows: list[tuple[str, str, float, float]]) -> tuple[dict[str, list[float]], float, float]:
-    """One device's kernels grouped by ``{name}_{tid}`` in start order (durations in µs), its kernel window
-    (last end − first start, µs) and its busy time (union of the kernels' intervals, µs)."""
-    from schedsim.sim.metrics import length, merge
+class _KernelGroups(NamedTuple):
+    """One device's kernels grouped by ``{name}_{tid}`` (:func:`_kernel_groups`): ``names[g]`` is group ``g``'s
+    name; ``ranked`` the group codes by summed duration, largest first (ties in order of first start); ``count``,
+    ``total``, ``low``, ``high``, ``avg`` per group code (µs; int64/float64 arrays of shape (groups,)); ``window``
+    the device's kernel window (last kernel end − first kernel start, µs) and ``busy`` the time any kernel runs
+    in it (union of the kernels' intervals, µs)."""
 
-    v = sorted(((f"{name}_{tid}", ts, dur) for name, tid, ts, dur in rows), key=lambda x: x[1])
-    durs: dict[str, list[float]] = {}
-    for name, _ts, dur in v:
-        durs.setdefault(name, []).append(dur)
-    if not v:
-        return durs, 0.0, 0.0
-    window = max(ts + dur for _n, ts, dur in v) - v[0][1]
-    return durs, window, length(merge([(ts, ts + dur) for _n, ts, dur in v]))
+    names: list[str]
+    ranked: Any
+    count: Any
+    total: Any
+    low: Any
+    high: Any
+    avg: Any
+    window: float
+    busy: float
 
 
-def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]]]) -> list[str]:
+def _kernel_groups(rows: list[tuple[str, str, float, float]]) -> _KernelGroups:
+    """Group one device's ``(kernel name, tid, ts_us, dur_us)`` rows (:class:`_KernelGroups`).
+
+    Array passes over the rows: a group of one kernel takes its numbers from the arrays, a larger group adds its
+    durations (in start order) with :func:`math.fsum`; the busy time is
+    :func:`schedsim.sim.metrics.union_length` of ``[ts, ts + dur)``. A million kernels cost a few numpy passes,
+    not a million dict updates.
+    """
+    import numpy as np
+
+    from schedsim.sim.metrics import union_length
+
+    n = len(rows)
+    if not n:
+        none = np.zeros(0)
+        return _KernelGroups([], np.zeros(0, np.int64), np.zeros(0, np.int64), none, none, none, none, 0.0, 0.0)
+    names, tids, ts_l, dur_l = zip(*rows, strict=True)
+    keys: dict[str, int] = {}
+    group = np.fromiter((keys.setdefault(f"{a}_{b}", len(keys)) for a, b in zip(names, tids, strict=True)),
+                        np.int64, n)
+    ts, dur = np.array(ts_l, dtype=float), np.array(dur_l, dtype=float)
+    o = np.argsort(ts, kind="stable")
+    g_o, d_o = group[o], dur[o]
+    uniq, first = np.unique(g_o, return_index=True)
+    in_order = uniq[np.argsort(first, kind="stable")]  # the groups in order of first start
+    d_g = d_o[np.argsort(g_o, kind="stable")]  # each group's rows together, in start order
+    count = np.bincount(g_o, minlength=len(keys))
+    starts = np.cumsum(count) - count
+    total, low, high = d_g[starts].copy(), d_g[starts].copy(), d_g[starts].copy()
+    for g in np.flatnonzero(count > 1).tolist():
+        d = d_g[starts[g]:starts[g] + count[g]].tolist()
+        total[g], low[g], high[g] = math.fsum(d), min(d), max(d)
+    end = ts + dur
+    return _KernelGroups(list(keys), in_order[np.argsort(-total[in_order], kind="stable")], count, total, low, high,
+                         total / count, float(end.max() - ts.min()), union_length(ts, end))
+
+
+def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]]],
+                       limit: int | None = None) -> list[str]:
     """Lines of the kernel time share table (module docstring).
 
     Parameters
@@ -86,6 +128,9 @@ def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]
     kernel_rows : dict
         Device label → ``(kernel name, tid, ts_us, dur_us)`` in (stream, then trace) order; the
         stable sort by start time is done here.
+    limit : int, optional
+        Rows to write per device; past it one ``"  ... N more rows (--full)"`` line stands for the rest (the
+        busy share still counts every kernel).
 
     Returns
     -------
@@ -93,16 +138,20 @@ def kernel_share_table(kernel_rows: dict[str, list[tuple[str, str, float, float]
         A header per device, ``"{share:7.2f} min:{:10.2f} max:{:10.2f} avg:{:10.2f} {name}_{tid}"``
         rows, and the busy share; ``nan`` on a device whose kernel window is 0.
     """
+    import numpy as np
+
     lines: list[str] = []
     for device, rows in kernel_rows.items():
         lines.append(_header(device))
-        durs, window, busy = _kernel_groups(rows)
-        total = {name: math.fsum(d) for name, d in durs.items()}
-        for name, dur in sorted(total.items(), key=lambda d: d[1], reverse=True):
-            share = dur / window if window > 0 else float("nan")
-            d = durs[name]
-            lines.append(f"{share:7.2f} min:{min(d):10.2f} max:{max(d):10.2f} avg:{math.fsum(d) / len(d):10.2f} {name}")
-        lines.append(f"{busy / window if window > 0 else float('nan'):7.2f}")
+        k = _kernel_groups(rows)
+        shown = k.ranked if limit is None else k.ranked[:limit]
+        share = k.total[shown] / k.window if k.window > 0 else np.full(len(shown), math.nan)
+        lines += [f"{sh:7.2f} min:{lo:10.2f} max:{hi:10.2f} avg:{av:10.2f} {k.names[g]}"
+                  for sh, lo, hi, av, g in zip(share.tolist(), k.low[shown].tolist(), k.high[shown].tolist(),
+                                               k.avg[shown].tolist(), shown.tolist(), strict=True)]
+        if len(shown) < len(k.ranked):
+            lines.append(f"  ... {len(k.ranked) - len(shown)} more rows (--full)")
+        lines.append(f"{k.busy / k.window if k.window > 0 else math.nan:7.2f}")
     return lines
 
 
@@ -139,20 +188,41 @@ def rows_from_timeline(tl: Timeline) -> tuple[dict[str, list[tuple[str, str, flo
     NCCL rows come from comm spans with an ``in_nelems`` tag (named
     ``nccl:{collective}``), else their ``bytes`` (named ``{kind} (bytes)``).
     """
+    import numpy as np
+
+    c = tl.columns
     krows: dict[str, list[tuple[str, str, float, float]]] = {}
     nrows: dict[str, list[tuple[str, int]]] = {}
-    for s in sorted(tl.spans, key=lambda s: (s.rank, f"Stream {s.stream}")):
-        if s.resource == "copy":
-            continue
-        label = f"Rank {s.rank}"
-        krows.setdefault(label, []).append((s.name, f"Stream {s.stream}", round(s.start_s * 1e6, 3),
-                                            round((s.end_s - s.start_s) * 1e6, 3)))
-        if s.resource == "comm":
-            n = s.tags.get("in_nelems") if s.tags else None
-            if n is not None:
-                nrows.setdefault(label, []).append((f"nccl:{s.tags.get('collective') or s.kind}", int(n)))
-            elif s.bytes:
-                nrows.setdefault(label, []).append((f"{s.kind} (bytes)", int(s.bytes)))
+    sv, sc = c.stream
+    rv, rc = c.resource
+    kv, kc = c.kind
+    tids = [f"Stream {v}" for v in sv]
+    tid_rank = np.argsort(np.argsort(np.array(tids, dtype=object), kind="stable"), kind="stable")
+    code = {name: i for i, name in enumerate(rv)}
+    rows = np.flatnonzero(rc != code.get("copy", -1))
+    # by rank, then stream label, then row: the order the spans were sorted in (a stable sort on that key)
+    rows = rows[np.lexsort((rows, tid_rank[sc[rows]] if len(sv) else rows, c.rank[rows]))]
+    names, ranks, scodes = c.name, c.rank[rows].tolist(), sc[rows].tolist()
+    ts = list(map(round, (c.start_s[rows] * 1e6).tolist(), itertools.repeat(3)))
+    dur = list(map(round, ((c.end_s[rows] - c.start_s[rows]) * 1e6).tolist(), itertools.repeat(3)))
+    is_comm = (rc[rows] == code.get("comm", -1)).tolist()
+    nel_v, nel_c = c.tag_column("in_nelems")
+    col_v, col_c = c.tag_column("collective")
+    nel, col, kinds, nbytes = (nel_c[rows].tolist(), col_c[rows].tolist(), kc[rows].tolist(),
+                               c.bytes[rows].tolist())
+    label = ""
+    for j, (i, r, k) in enumerate(zip(rows.tolist(), ranks, scodes, strict=True)):
+        if not j or r != ranks[j - 1]:
+            label = f"Rank {r}"
+            kl, nl = krows.setdefault(label, []), nrows.get(label)
+        kl.append((names[i], tids[k], ts[j], dur[j]))
+        if is_comm[j]:
+            n = nel_v[nel[j]] if nel[j] >= 0 else None
+            row = ((f"nccl:{(col_v[col[j]] if col[j] >= 0 else None) or kv[kinds[j]]}", int(n)) if n is not None
+                   else (f"{kv[kinds[j]]} (bytes)", int(nbytes[j])) if nbytes[j] else None)
+            if row is not None:
+                nl = nrows.setdefault(label, []) if nl is None else nl
+                nl.append(row)
     return krows, nrows
 
 
@@ -254,17 +324,19 @@ def analysis_dict(res: ImportResult) -> dict[str, Any]:
     kt: dict[str, list[dict[str, Any]]] = {}
     busy_share: dict[str, float | None] = {}
     for device, rows in res.kernel_rows.items():
-        groups, window, busy = _kernel_groups(rows)
-        busy_share[device] = busy / window if window > 0 else None
-        kt[device] = sorted(({"name": k, "share": (sum(v) / window if window > 0 else None), "total_us": sum(v),
-                              "count": len(v), "min_us": min(v), "max_us": max(v), "avg_us": sum(v) / len(v)}
-                             for k, v in groups.items()), key=lambda d: -d["total_us"])
+        k = _kernel_groups(rows)
+        w = k.window
+        busy_share[device] = k.busy / w if w > 0 else None
+        kt[device] = [{"name": k.names[g], "share": (t / w if w > 0 else None), "total_us": t, "count": c,
+                       "min_us": lo, "max_us": hi, "avg_us": av}
+                      for g, t, c, lo, hi, av in zip(k.ranked.tolist(), *(a[k.ranked].tolist() for a in (
+                          k.total, k.count, k.low, k.high, k.avg)), strict=True)]
     nv: dict[str, dict[str, int]] = {}
     for device, nrows in res.nccl_rows.items():
         for name, n in nrows:
             nv.setdefault(device, {})
             nv[device][name] = nv[device].get(name, 0) + n
-    return {"schedule": tl.schedule, "source": tl.source, "world_size": tl.world_size, "spans": len(tl.spans),
+    return {"schedule": tl.schedule, "source": tl.source, "world_size": tl.world_size, "spans": len(tl),
             "kernel_share": kt, "kernel_busy_share": busy_share, "nccl_volume_elements": nv, "metrics": m,
             "pipeline_bubble": pipeline_bubbles(tl), "warnings": res.warnings}
 
@@ -288,12 +360,25 @@ PIPELINE_NAME_PATTERNS = (
 )
 
 
+#: The characters a name that :data:`PIPELINE_NAME_PATTERNS` match can start with.
+_PIPELINE_FIRST = frozenset("FBIWPf" "b")
+
+
 def tag_pipeline(tl: Timeline) -> int:
     """Give pipeline tags (``pp_op``, ``stage``, ``mb``, ``phase``) to spans whose names carry a pipeline
     action (:data:`PIPELINE_NAME_PATTERNS`); returns how many spans were tagged. Spans that already
     have the tags are kept as they are. The executor's B ops are split into phases by their
     ``.I.`` / ``.W.`` part, as the pipeline block names them.
     """
+    import numpy as np
+
+    c = tl.columns
+    _v, tagged = c.tag_column("pp_op")
+    # only names that can start a pattern can match (the first characters of PIPELINE_NAME_PATTERNS): on the
+    # columns, no Span row is built for a timeline with none (a million "mm{i}" / "ar{i}" ops)
+    names = c.name
+    if not any(names[i][:1] in _PIPELINE_FIRST for i in np.flatnonzero(tagged < 0).tolist()):
+        return 0
     count: dict[tuple[int, str], int] = {}
     n = 0
     spans = list(tl.spans)
@@ -327,13 +412,18 @@ def pipeline_bubbles(tl: Timeline, metrics: Metrics | None = None) -> dict[int, 
     ``metrics`` (:class:`Metrics` of ``tl``, computed when not given), the idle-fraction convention of
     :mod:`schedsim.sim.pipeline_metrics`, which also counts compute outside F/B/I/W (optimizer step,
     embedding) as busy; so ``analyze`` of a predicted timeline prints the bubble ``predict`` does. Ranks
-    without pipeline actions are left out; None without tags."""
-    pp_ranks = {s.rank for s in tl.spans if s.tags and s.tags.get("pp_op") in ("F", "B", "I", "W")}
+    without pipeline actions (a ``pp_op`` tag of F, B, I or W, read from the tag column) are left out; None
+    without tags."""
+    import numpy as np
+
+    ov, oc = tl.columns.tag_column("pp_op")
+    act = np.array([v in ("F", "B", "I", "W") for v in ov] + [False], bool)[oc]  # code -1: no tag
+    pp_ranks = np.unique(tl.columns.rank[act]).tolist()
     if not pp_ranks:
         return None
     m = metrics or Metrics.of(tl)
     mk = m.makespan_s
-    return {r: (m.ranks[r].compute_idle_s(mk) / mk if mk > 0 else 0.0) for r in sorted(pp_ranks)}
+    return {r: (m.ranks[r].compute_idle_s(mk) / mk if mk > 0 else 0.0) for r in pp_ranks}
 
 
 def kineto_ranges_timeline(paths: list[Path]) -> Timeline:
@@ -416,10 +506,15 @@ def _p2p_msg(name: str) -> str | None:
     return f"{m['op']}{st}.{m['mb']}"
 
 
+def _kept_devices(devs: list[str], full: bool) -> tuple[list[str], list[str]]:
+    """``(devs, the devices whose tables are printed)``: all when ``full`` or at most 4, else the first and
+    last 2."""
+    return devs, (devs if full or len(devs) <= 4 else devs[:2] + devs[-2:])
+
+
 def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total: bool = True) -> list[str]:
     """Per-device tables: all when ``full``, else the first ``top`` rows of the first and last 2 devices."""
-    devs = list(lines_of)
-    keep = devs if full or len(devs) <= 4 else devs[:2] + devs[-2:]
+    devs, keep = _kept_devices(list(lines_of), full)
     out: list[str] = []
     for d in keep:
         ls = lines_of[d]
@@ -445,11 +540,14 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
 
     tl = res.timeline
     m = Metrics.of(tl)
-    out = [(f"# {tl.schedule}: {len(tl.spans)} spans on {len(m.ranks)} rank(s), "
+    out = [(f"# {tl.schedule}: {len(tl)} spans on {len(m.ranks)} rank(s), "
             f"makespan {_fmt_t(m.makespan_s)}"), "",
            "## kernel time share (share of the device's first-kernel-start to last-kernel-end window, min/max/avg "
            "in us, name; last line: busy share, any kernel running)"]
-    out += _cap_devices({d: kernel_share_table({d: rows}) for d, rows in res.kernel_rows.items()}, full, top)
+    kdevs, kept = _kept_devices(list(res.kernel_rows), full)
+    out += kernel_share_table({d: res.kernel_rows[d] for d in kept}, limit=None if full else top)
+    if len(kept) < len(kdevs):
+        out.append(f"... {len(kdevs) - len(kept)} more devices (--full)")
     out += ["", "## NCCL volume per collective, elements"]
     devs = list(res.kernel_rows) + [d for d in res.nccl_rows if d not in res.kernel_rows]
     nv = {d: nccl_volume_table({d: res.nccl_rows.get(d, [])}, devices=[d]) for d in devs}

@@ -2,9 +2,11 @@
 for each case of :func:`cases` (predicted timelines of shipped schedules against measured ones derived from them:
 event-timed, with ops missing, added, repeated, of zero duration, a pipeline's send/recv, ranks matched by kind),
 and under ``"analyze"`` what ``schedsim analyze`` prints of each timeline of the cases (the report with
-``--full``, and ``--format json``). Made with the row-by-row compare and analyze of main at commit 57a1fa8
-(2026-12-06), before they worked on columns; tests/core/test_compare_columns.py asserts that today's give the
-same numbers, bit for bit.
+``--full``, and ``--format json``). Made with the row-by-row compare and analyze of main at commit c23972a
+(per-op waits and span labels, the makespan verdict, the kernel window to the last kernel end with the busy
+share, bubbles from Metrics; analyze's JSON summing each kernel group with math.fsum, as its table does),
+before they worked on columns; tests/core/test_compare_columns.py asserts that
+today's give the same numbers, bit for bit.
 
 Usage: python tests/data/make_compare_golden.py [ROOT]  (ROOT: the checkout whose compare writes it, default this
 one)
@@ -29,9 +31,10 @@ def _predict(path: str, *sets: str) -> Any:
 
 
 def _measured(pred: Any, *, timing: str | None, drop: int = 0, extra: bool = False, dup: bool = False,
-              zero: bool = False) -> Any:
+              zero: bool = False, stream: bool = False) -> Any:
     """A measured-looking timeline from ``pred``: times stretched op by op (a fixed, varied factor), ``stream_s``
-    removed, ``drop`` ops left out every 7th op, an op added, one op's id repeated, one op of zero duration."""
+    removed (with ``stream``: scaled as ``ready_s``, so each op has a measured wait), ``drop`` ops left out every
+    7th op, an op added, one op's id repeated, one op of zero duration."""
     from schedsim.sim.timeline import Span, Timeline
 
     spans = []
@@ -43,7 +46,8 @@ def _measured(pred: Any, *, timing: str | None, drop: int = 0, extra: bool = Fal
         if zero and i == 2:
             en = st
         spans.append(Span(s.id, s.name, s.rank, s.stream, s.kind, s.resource, st, en, None,
-                          None if s.ready_s is None else s.ready_s * 1.01, s.bytes, s.flops, s.tags))
+                          None if s.ready_s is None else s.ready_s * 1.01, s.bytes, s.flops, s.tags,
+                          None if s.stream_s is None or not stream else s.stream_s * 1.005))
     if extra:
         spans.append(Span("extra@r0", "extra", 0, "s9", "compute", "compute", 0.0, 1e-4))
     if dup:
@@ -64,7 +68,7 @@ def cases() -> dict[str, tuple[Any, Any]]:
     pp = _predict("tests/data/pp_unit.yaml")
     return {
         "ag8_event_timed": (ag, _measured(ag, timing="cuda_events", drop=1, extra=True, zero=True)),
-        "ag8_plain_dup": (ag, _measured(ag, timing=None, dup=True)),
+        "ag8_plain_dup": (ag, _measured(ag, timing=None, dup=True, stream=True)),
         "ag8_self": (ag, ag),
         "pp_event_timed": (pp, _measured(pp, timing="cuda_events", drop=1)),
         "pp_by_kind": (pp, _renamed(_measured(pp, timing=None))),
