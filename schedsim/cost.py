@@ -353,7 +353,38 @@ class CostModel:
             if got is not None:
                 return got.seconds
             nodes = self._net.shape(ranks).nodes  # with the profile's placement
-        return self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
+        t = self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
+        return t if kind in P2P_KINDS else max(t, self._node_floor(kind, nbytes, ranks))
+
+    def _node_floor(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
+        """A lower bound, in seconds, on collective ``kind`` of ``nbytes`` over ``ranks`` when they span several nodes
+        (else 0): the time at which its bus bandwidth equals that of the same collective on the ranks of its fullest
+        node alone, ``t_local · bus_factor(kind, n) / bus_factor(kind, local)`` (nccl-tests busbw, ``bus_factor``).
+
+        Why: busbw is the rate a GPU's own links carry the collective's traffic (nccl-tests ``doc/PERFORMANCE.md``);
+        a group across nodes still runs its node's part over the same scale-up links, and the NICs only add a
+        slower tier, so its busbw cannot exceed the node's (published: 8x H100 all_reduce ~480 GB/s busbw in one
+        node, 391 GB/s over two, ``benchmarks/network_published.py``). The two tiers can disagree otherwise: ``h200`` times one node with
+        ``links.nvlink`` and its table (``nccl_within_node: false``: 1 GiB all_reduce on 8 ranks 5.30 ms, busbw
+        354 GB/s) but nodes with the NCCL model (NVLS-tree, 4.43 ms on 16 ranks). NCCL's model is not used for
+        the node instead because on the measured 2-rank all_reduce of ``h200x2`` (same GPU and NVLink) it is
+        18-20 % fast at 64 MiB and 1 GiB (201.6 vs 250.4 µs, 3.00 vs 3.68 ms), where the table is the measurement.
+        """
+        if self._net is not None:
+            gpu_node = [self._net.gpu_of(r) // self._net.gpn for r in ranks]
+        else:
+            gpn = self.profile.topology.gpus_per_node
+            gpu_node = [r // gpn for r in ranks] if gpn else [0] * len(ranks)
+        by_node: dict[int, list[int]] = {}
+        for r, nd in zip(ranks, gpu_node, strict=True):
+            by_node.setdefault(nd, []).append(r)
+        if len(by_node) < 2:
+            return 0.0
+        local = max(by_node.values(), key=len)
+        if len(local) < 2:
+            return 0.0
+        lf = bus_factor(kind, len(local))
+        return self.collective_time(kind, nbytes, tuple(local)) * bus_factor(kind, len(ranks)) / lf if lf else 0.0
 
     @property
     def network(self) -> NcclNetwork | None:
@@ -372,7 +403,8 @@ class CostModel:
         ``(src, dst)``) with its algorithm and protocol, on a profile with ``topology.scale_up``
         (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the profile leaves to
         its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside one node with
-        ``topology.nccl_within_node`` false)."""
+        ``topology.nccl_within_node`` false). A collective across nodes takes at least the time of the same one on
+        its fullest node's ranks (:meth:`_node_floor`)."""
         if self._net is None or len(ranks) < 2:
             return None
         if kind in P2P_KINDS:
@@ -380,7 +412,12 @@ class CostModel:
             if self.has_table("sendrecv", ranks) or (shape.nodes == 1 and not self.profile.topology.nccl_within_node):
                 return None
             return self._net.p2p(ranks[0], ranks[-1], nbytes)
-        return self._net.collective(kind, nbytes, ranks, has_table=self.has_table(kind, ranks))
+        got = self._net.collective(kind, nbytes, ranks, has_table=self.has_table(kind, ranks))
+        if got is not None:
+            floor = self._node_floor(kind, nbytes, ranks)
+            if floor > got.seconds:
+                got = CollectiveCost(floor, got.algo, got.proto)
+        return got
 
     def _memcpy(self, op: Op) -> float:
         mc = self.profile.memcpy

@@ -126,10 +126,6 @@ def test_lazy_creation_of_subgroup_communicators_in_a_cycle_hangs() -> None:
         api.predict(api.load_text(CYCLIC_FIRST_CALLS, "cycle.yaml"), "h200")
 
 
-@pytest.mark.xfail(strict=True, reason="h200 times one-node groups with links.nvlink (alpha-beta, nccl_within_node: "
-                   "false) and groups across nodes with the NCCL model: a 1 GiB all_reduce on 16 ranks over 2 nodes "
-                   "(4.43 ms, busbw 454 GB/s) beats the same all_reduce on the 8 ranks of one node (5.30 ms, busbw "
-                   "354 GB/s); crossing the NICs cannot raise the bus bandwidth above the node's own")
 def test_h200_two_node_all_reduce_no_faster_than_one_node() -> None:
     cost = CostModel(load_profile("h200"))
     one = cost.collective_time("all_reduce", 1 << 30, tuple(range(8)))

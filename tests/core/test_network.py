@@ -519,3 +519,25 @@ def test_a_multi_node_table_times_only_groups_over_as_many_nodes(tmp_path: Path)
     link = cm.profile.links["nvlink"]
     assert cm.collective_time("all_reduce", MiB, (0, 1, 2, 3)) == pytest.approx(
         6 * link.latency_us * 1e-6 + 1.5 * MiB / (link.bandwidth_GBps * 1e9), rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["h200", "h200x2", "h200_calibrated", "dgx_h100", "dgx_a100", "gb200_nvl72",
+                                  "pcie2", "rtx3090_pcie1x4"])
+def test_crossing_the_node_boundary_never_raises_busbw(name: str) -> None:
+    """Every shipped profile: a collective over ``g + k`` ranks (past one node of ``g`` GPUs) has busbw at most
+    that of the same size on the node's ``g`` ranks (nccl-tests busbw = bytes x bus factor / time), so never
+    less time for all_reduce; h200 broke it (one node by links.nvlink 5.30 ms, two by NVLS-tree 4.43 ms at 1 GiB)."""
+    from schedsim.cost import bus_factor
+
+    prof = load_profile(name)
+    cost = CostModel(prof)
+    g = prof.topology.gpus_per_node
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"):
+        for nbytes in (1 << 10, 1 << 20, 1 << 26, 1 << 30):
+            one = cost.collective_time(kind, nbytes, tuple(range(g)))
+            for n in (g + 1, 2 * g):
+                many = cost.collective_time(kind, nbytes, tuple(range(n)))
+                assert nbytes * bus_factor(kind, n) / many <= nbytes * bus_factor(kind, g) / one * (1 + 1e-9), \
+                    (kind, nbytes, n, many, one)
+                if kind == "all_reduce":
+                    assert many >= one
