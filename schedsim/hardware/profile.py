@@ -248,6 +248,18 @@ class ScaleUp(_B):
                               "NCCL's hwLat (default 0: NCCL's own figures).")
     source: str
 
+    @model_validator(mode="after")
+    def _nvls_needs_nvswitch(self) -> ScaleUp:
+        """NVLS is NVSwitch multicast: NCCL enables it only where the GPU reports multicast support
+        (``ncclNvlsInit``, src/transport/nvls.cc: ``CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED``, which needs an
+        NVSwitch fabric) and its topology search finds NVLS channels through an NVSwitch node
+        (``ncclTopoSearchTryNvls``, src/graph/search.cc; none found: "disabling NVLS"). PCIe or direct NVLink
+        has neither."""
+        if self.nvls and self.kind != "nvswitch":
+            raise ValueError(f"nvls: true needs kind: nvswitch, not {self.kind} (NVLink SHARP is NVSwitch "
+                             "multicast; NCCL enables NVLS only on an NVSwitch)")
+        return self
+
 
 class Nics(_B):
     """The scale-out NICs of one node and which GPU uses which (rail-optimised: local GPU i on NIC i, NIC i of

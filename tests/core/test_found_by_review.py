@@ -74,16 +74,15 @@ def test_lone_gemm_span_never_decreases_in_m() -> None:
     assert spans[1] >= spans[0]
 
 
-@pytest.mark.xfail(strict=True, reason="profile: topology.scale_up kind pcie (or nvlink without a switch) with "
-                   "nvls: true is accepted and NVLS-tree is chosen; NVLS needs NVSwitch (NCCL: NVLS only with an "
-                   "NVSwitch and multicast)")
 def test_nvls_on_pcie_is_refused_or_ignored(tmp_path: Path) -> None:
-    f = _profile_with(tmp_path, "pcie_nvls", scale_up={"kind": "pcie", "bandwidth_GBps": 24.0, "nvls": True})
-    try:
-        prof = load_profile(str(f))
-    except Exception:
-        return  # refused: fine
-    got = NcclNetwork(prof).collective("all_reduce", 1 << 30, tuple(range(16)))
+    from schedsim.errors import ProfileError
+
+    for kind in ("pcie", "nvlink"):  # NVLS is NVSwitch multicast: refused on PCIe and on direct NVLink
+        f = _profile_with(tmp_path, f"{kind}_nvls", scale_up={"kind": kind, "bandwidth_GBps": 24.0, "nvls": True})
+        with pytest.raises(ProfileError, match=rf"topology\.scale_up.*nvls: true needs kind: nvswitch, not {kind}"):
+            load_profile(str(f))
+    f = _profile_with(tmp_path, "pcie_plain", scale_up={"kind": "pcie", "bandwidth_GBps": 24.0, "nvls": False})
+    got = NcclNetwork(load_profile(str(f))).collective("all_reduce", 1 << 30, tuple(range(16)))
     assert got is not None and got.algo not in ("nvls", "nvls_tree")
 
 
