@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import yaml
 
 from schedsim.cost import CostModel
@@ -541,3 +543,37 @@ def test_crossing_the_node_boundary_never_raises_busbw(name: str) -> None:
                     (kind, nbytes, n, many, one)
                 if kind == "all_reduce":
                     assert many >= one
+
+
+def test_ring_graph_fallback_never_outruns_the_links():
+    # no NCCL speed (slowest 0.12 GB/s across nodes) fits a 0.001 Gb/s NIC: one channel at the NIC's 1.25e-4 GB/s,
+    # not NCCL's 0.1; in one node, one channel at a 0.05 GB/s scale-up link
+    assert ring_graph("hopper", 370.8, 8, 8, 0.001 / 8, True) == Graph(1, 0.000125, 0.000125)
+    assert ring_graph("hopper", 0.05, 8, 8, 50.0, False) == Graph(1, 0.05, 0.05)
+
+
+_KINDS_INTO_NODE = {"all_reduce": lambda n: 2.0 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                    "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpn=st.sampled_from([1, 2, 4, 8]), nics=st.integers(1, 8), nic_exp=st.floats(-3.0, 3.5),
+       up_exp=st.floats(-2.0, 3.3), kind=st.sampled_from(["nvswitch", "nvlink", "pcie"]), nvls=st.booleans(),
+       arch=st.sampled_from(["volta", "ampere", "hopper", "blackwell"]), nodes=st.integers(2, 8),
+       size_exp=st.integers(0, 34), coll=st.sampled_from(sorted(_KINDS_INTO_NODE) + ["all_to_all"]))
+def test_no_collective_beats_the_nics_of_a_node(gpn: int, nics: int, nic_exp: float, up_exp: float, kind: str,
+                                                nvls: bool, arch: str, nodes: int, size_exp: int, coll: str) -> None:
+    """Random topologies: a collective over ``nodes`` full nodes takes at least the bytes one node must receive
+    (all_reduce 2S(N-1)/N, all_gather / reduce_scatter S(N-1)/N, broadcast / reduce S; all_to_all: its ``gpn``
+    ranks' S/n to each of the n - gpn ranks elsewhere) over the line rate of all its NICs."""
+    nic_Gbps = 10.0 ** nic_exp
+    topo = {"gpus_per_node": gpn, "arch": arch, "cpu_vendor": "intel",
+            "scale_up": {"kind": kind, "bandwidth_GBps": 10.0 ** up_exp, "nvls": nvls and kind == "nvswitch",
+                         "source": "test"},
+            "nics": {"per_node": nics, "bandwidth_Gbps": nic_Gbps, "source": "test"}}
+    net = NcclNetwork(profile(topo))
+    size, n = float(1 << size_exp), nodes * gpn
+    got = net.collective(coll, size, tuple(range(n)))
+    assert got is not None
+    into = gpn * (n - gpn) * size / n / n if coll == "all_to_all" else _KINDS_INTO_NODE[coll](nodes) * size
+    assert got.seconds >= into / (nics * nic_Gbps / 8 * 1e9) * (1 - 1e-9), (got, into)
