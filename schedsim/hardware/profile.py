@@ -675,24 +675,42 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _on_base(p: Path, data: dict[str, Any]) -> dict[str, Any]:
-    """A profile's fields over those of its ``base:`` (a shipped profile's name): one profile that derives from
-    another (dgx_h100 from h200: the same GH100 compute) states only what differs.
+#: How many ``base:`` links a profile may chain (a profile, its base, that one's base ...).
+MAX_BASE_DEPTH = 8
+
+
+def _on_base(p: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A profile's fields over those of its ``base:``, itself resolved the same way: one profile that derives from
+    another (dgx_h100 from h200: the same GH100 compute) states only what differs. ``base`` is a shipped
+    profile's name, or a path to a profile YAML (relative to the deriving file's folder); a base may have its
+    own base, up to :data:`MAX_BASE_DEPTH` links. ``seen``: the files of the chain so far.
 
     Raises
     ------
     ProfileError
-        ``base`` is not a shipped profile, or is itself derived (one level only).
+        ``base`` is neither a shipped profile nor a file, the chain returns to a profile already in it (naming
+        the cycle), or is longer than :data:`MAX_BASE_DEPTH`.
     """
     name = data.pop("base")
-    src = _builtin_dir() / f"{name}.yaml" if isinstance(name, str) else None
+    chain = (*seen, p.resolve())
+    src: Path | None = None
+    if isinstance(name, str):
+        src = _builtin_dir() / f"{name}.yaml" if not Path(name).suffix else p.parent / name
     if src is None or not src.exists():
-        raise ProfileError(f"{p}: base: {name!r} is not a shipped profile",
-                           fix=f"name one of {', '.join(list_profiles())}")
+        raise ProfileError(f"{p}: base: {name!r} is not a shipped profile or a profile file",
+                           fix=f"name one of {', '.join(list_profiles())}, or a profile YAML's path")
+    if src.resolve() in chain:
+        loop = " -> ".join(str(x) for x in (*chain, src.resolve()))
+        raise ProfileError(f"{p}: base: {name!r} makes a cycle of bases: {loop}",
+                           fix="end the chain at a profile without base:")
+    if len(chain) > MAX_BASE_DEPTH:
+        raise ProfileError(f"{p}: base: {name!r}: more than {MAX_BASE_DEPTH} profiles chained by base:",
+                           fix="derive from a profile nearer the end of the chain")
     base = _parse_yaml(src.read_text(encoding="utf-8"), str(src))
-    if not isinstance(base, dict) or "base" in base:
-        raise ProfileError(f"{p}: base: {name!r} is itself derived from another profile",
-                           fix="derive from a profile that states all its fields")
+    if not isinstance(base, dict):
+        raise ProfileError(f"{src}: a profile must be a YAML mapping", fix="see schedsim/hardware/profiles/h200.yaml")
+    if "base" in base:
+        base = _on_base(src, base, chain)
     return _merge(base, data)
 
 

@@ -36,7 +36,7 @@ ops:
 
 
 def _profile_with(tmp_path: Path, name: str, **topo: object) -> Path:
-    """dgx_h100 with topology fields replaced (``base: dgx_h100`` is refused, so the resolved profile is written)."""
+    """dgx_h100 with topology fields replaced, the resolved profile written out."""
     d = copy.deepcopy(load_profile("dgx_h100").model_dump(mode="json"))
     d["name"] = name
     for key, val in topo.items():

@@ -475,10 +475,34 @@ def test_a_profile_derives_from_its_base(tmp_path: Path):
     bad.write_text("base: h201\nname: x\n")
     with pytest.raises(ProfileError, match="base: 'h201' is not a shipped profile"):
         load_profile(str(bad))
+
+
+def test_bases_chain_with_cycles_and_depth_refused(tmp_path: Path):
+    # dgx_h100 derives from h200; a profile on dgx_h100 gets h200's GEMM table, dgx_h100's HBM, its own NICs
     deep = tmp_path / "deep.yaml"
-    deep.write_text("base: dgx_h100\nname: x\n")
-    with pytest.raises(ProfileError, match="base: 'dgx_h100' is itself derived"):
-        load_profile(str(deep))
+    deep.write_text("base: dgx_h100\nname: x\ntopology: {nics: {bandwidth_Gbps: 200}}\n")
+    got, h200, dgx = load_profile(str(deep)), load_profile("h200"), load_profile("dgx_h100")
+    assert got.gemm == h200.gemm and got.gpu.hbm_GBps == dgx.gpu.hbm_GBps == 2905.0
+    assert got.topology.nics is not None and got.topology.nics.bandwidth_Gbps == 200
+    assert got.topology.nics.per_node == 8 and got.name == "x"
+    # a chain of files: c on b on deep
+    (tmp_path / "b.yaml").write_text("base: deep.yaml\nname: b\n")
+    (tmp_path / "c.yaml").write_text("base: b.yaml\nname: c\ngpu: {sms: 100}\n")
+    c = load_profile(str(tmp_path / "c.yaml"))
+    assert (c.name, c.gpu.sms, c.gpu.hbm_GBps, c.topology.nics.bandwidth_Gbps if c.topology.nics else 0) == \
+        ("c", 100, 2905.0, 200)
+    # a cycle is refused, naming it
+    (tmp_path / "p.yaml").write_text("base: q.yaml\nname: p\n")
+    (tmp_path / "q.yaml").write_text("base: p.yaml\nname: q\n")
+    with pytest.raises(ProfileError, match=r"base: 'p.yaml' makes a cycle of bases: .*p.yaml -> .*q.yaml -> .*p.yaml"):
+        load_profile(str(tmp_path / "p.yaml"))
+    # depth: 9 files chained onto h200 exceed MAX_BASE_DEPTH 8
+    (tmp_path / "l0.yaml").write_text("base: h200\nname: l0\n")
+    for i in range(1, 10):
+        (tmp_path / f"l{i}.yaml").write_text(f"base: l{i - 1}.yaml\nname: l{i}\n")
+    assert load_profile(str(tmp_path / "l7.yaml")).name == "l7"
+    with pytest.raises(ProfileError, match="more than 8 profiles chained by base:"):
+        load_profile(str(tmp_path / "l8.yaml"))
 
 
 def test_execute_exports_the_schedules_nccl_env(monkeypatch):
