@@ -603,12 +603,16 @@ class HardwareProfile(_B):
                                                 "eager_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_EAGER_SUFFIX})
 
-    def with_nccl_env(self, env: Mapping[Any, Any]) -> HardwareProfile:
+    def with_nccl_env(self, env: Mapping[Any, Any], where: Mapping[str, str] | None = None) -> HardwareProfile:
         """This profile with a schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` (its ``env``) in place of ``nccl.algo`` /
-        ``nccl.proto``, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets neither."""
-        upd = {f: env[k] for k, f in (("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto")) if k in env}
+        ``nccl.proto``, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets neither.
+        ``where``: each key's place in the schedule (``file:line: env.NCCL_ALGO``), kept in ``nccl.source`` after
+        :data:`SCHEDULE_ENV_SOURCE` so errors about these settings name the schedule, not the profile."""
+        upd: dict[str, Any] = {f: env[k] for k, f in (("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto")) if k in env}
         if not upd:
             return self
+        places = [(where or {}).get(k, f"env.{k}") for k in ("NCCL_ALGO", "NCCL_PROTO") if k in env]
+        upd["source"] = SCHEDULE_ENV_SOURCE + " and ".join(places)
         return self.model_copy(update={"nccl": self.nccl.model_copy(update=upd)})
 
     @property
@@ -674,6 +678,10 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
+
+#: How ``nccl.source`` begins when a schedule's ``env`` set ``nccl.algo`` / ``nccl.proto``
+#: (:meth:`HardwareProfile.with_nccl_env`); the places in the schedule follow it.
+SCHEDULE_ENV_SOURCE = "the schedule's "
 
 #: How many ``base:`` links a profile may chain (a profile, its base, that one's base ...).
 MAX_BASE_DEPTH = 8

@@ -245,8 +245,25 @@ def test_parse_nccl_list_follows_ncclparselist():
 
 def test_overrides_that_leave_nothing_are_an_error():
     net = NcclNetwork(profile(TOPO22, {"algo": "nvls"}))  # NVLS needs CollNet across nodes
-    with pytest.raises(ProfileError, match="nccl.algo / nccl.proto leave all_reduce no algorithm"):
+    with pytest.raises(ProfileError, match=r"profile 'test': nccl.algo / nccl.proto \('nvls' / None\) leave "
+                       "all_reduce no algorithm"):
         net.collective("all_reduce", MiB, R4)
+
+
+def test_schedule_env_that_leaves_nothing_names_the_schedule_line(tmp_path: Path):
+    # PAT runs only all_gather / reduce_scatter with one GPU per node: a schedule's NCCL_ALGO=PAT leaves a
+    # 16-rank all_reduce nothing; the error names the schedule's env line, not the profile
+    f = tmp_path / "pat.yaml"
+    f.write_text("schema_version: 1\nname: pat\nworld_size: 16\nenv:\n  NCCL_PROTO: Simple\n  NCCL_ALGO: PAT\n"
+                 "ops:\n  - {name: ar, kind: all_reduce, bytes: 1048576}\n")
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(f), "--profile", "dgx_h100", "--out",
+                          str(tmp_path / "o"), "--no-gantt"], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    first, fix = out.stderr.strip().splitlines()[:2]
+    assert first.startswith(f"error: {f}:6: env.NCCL_ALGO and {f}:5: env.NCCL_PROTO: NCCL_ALGO / NCCL_PROTO "
+                            "('PAT' / 'Simple') leave all_reduce no algorithm"), first
+    assert "profile 'dgx_h100'" not in first and fix.strip().startswith("fix: let the schedule's env:")
+    assert "Traceback" not in out.stderr
 
 
 # ---- self-contradicting topologies ----------------------------------------------------------------------------
