@@ -364,8 +364,8 @@ class CostModel:
         Why: busbw is the rate a GPU's own links carry the collective's traffic (nccl-tests ``doc/PERFORMANCE.md``);
         a group across nodes still runs its node's part over the same scale-up links, and the NICs only add a
         slower tier, so its busbw cannot exceed the node's (published: 8x H100 all_reduce ~480 GB/s busbw in one
-        node, 391 GB/s over two, ``benchmarks/network_published.py``). The two tiers can disagree otherwise: ``h200`` times one node with
-        ``links.nvlink`` and its table (``nccl_within_node: false``: 1 GiB all_reduce on 8 ranks 5.30 ms, busbw
+        node, 391 GB/s over two, ``benchmarks/network_published.py``). The two tiers can disagree otherwise:
+        ``h200`` times one node with ``links.nvlink`` and its table (``nccl_within_node: false``: 1 GiB all_reduce on 8 ranks 5.30 ms, busbw
         354 GB/s) but nodes with the NCCL model (NVLS-tree, 4.43 ms on 16 ranks). NCCL's model is not used for
         the node instead because on the measured 2-rank all_reduce of ``h200x2`` (same GPU and NVLink) it is
         18-20 % fast at 64 MiB and 1 GiB (201.6 vs 250.4 µs, 3.00 vs 3.68 ms), where the table is the measurement.
@@ -384,7 +384,9 @@ class CostModel:
         if len(local) < 2:
             return 0.0
         lf = bus_factor(kind, len(local))
-        return self.collective_time(kind, nbytes, tuple(local)) * bus_factor(kind, len(ranks)) / lf if lf else 0.0
+        if not lf:
+            return 0.0
+        return self.collective_time(kind, nbytes, tuple(local)) * bus_factor(kind, len(ranks)) / lf
 
     @property
     def network(self) -> NcclNetwork | None:

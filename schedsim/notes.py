@@ -112,15 +112,10 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
                 roof[dt] = roof.get(dt, 0) + n_inst
                 if dt not in peaks:
                     no_peak[dt] = no_peak.get(dt, 0) + n_inst
-        elif t.kind in COLLECTIVE_KINDS or t.kind in P2P_KINDS:
-            size = len(t.group) if t.group else 2
-            key = ("sendrecv" if t.kind in P2P_KINDS else t.kind, size)
-            if size < 2:
-                continue
-            if _nccl_model_times(t, profile, cost_box):
-                nccl[key] = nccl.get(key, 0) + n_inst
-            elif key not in coll_tables:
-                alpha[key] = alpha.get(key, 0) + n_inst
+        elif (t.kind in COLLECTIVE_KINDS or t.kind in P2P_KINDS) and (len(t.group) if t.group else 2) > 1:
+            key = ("sendrecv" if t.kind in P2P_KINDS else t.kind, len(t.group) if t.group else 2)
+            into = nccl if _nccl_model_times(t, profile, cost_box) else alpha if key not in coll_tables else {}
+            into[key] = into.get(key, 0) + n_inst
     out: list[Note] = []
     if roof:
         what = ", ".join(f"{n} {dt}" for dt, n in roof.items())

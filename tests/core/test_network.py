@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-import yaml
 
 from schedsim.cost import CostModel
 from schedsim.errors import ProfileError
