@@ -361,14 +361,15 @@ class CostModel:
         (else 0): the time at which its bus bandwidth equals that of the same collective on the ranks of its fullest
         node alone, ``t_local · bus_factor(kind, n) / bus_factor(kind, local)`` (nccl-tests busbw, ``bus_factor``).
 
-        Why: busbw is the rate a GPU's own links carry the collective's traffic (nccl-tests ``doc/PERFORMANCE.md``);
-        a group across nodes still runs its node's part over the same scale-up links, and the NICs only add a
-        slower tier, so its busbw cannot exceed the node's (published: 8x H100 all_reduce ~480 GB/s busbw in one
-        node, 391 GB/s over two, ``benchmarks/network_published.py``). The two tiers can disagree otherwise:
-        ``h200`` times one node with ``links.nvlink`` and its table (``nccl_within_node: false``: 1 GiB all_reduce on 8 ranks 5.30 ms, busbw
-        354 GB/s) but nodes with the NCCL model (NVLS-tree, 4.43 ms on 16 ranks). NCCL's model is not used for
-        the node instead because on the measured 2-rank all_reduce of ``h200x2`` (same GPU and NVLink) it is
-        18-20 % fast at 64 MiB and 1 GiB (201.6 vs 250.4 µs, 3.00 vs 3.68 ms), where the table is the measurement.
+        Why: busbw is the rate a GPU's own links carry the collective's traffic (nccl-tests
+        ``doc/PERFORMANCE.md``); a group across nodes still runs its node's part over the same scale-up links, and
+        the NICs only add a slower tier, so its busbw cannot exceed the node's (published: 8x H100 all_reduce
+        ~480 GB/s busbw in one node, 391 GB/s over two; ``benchmarks/network_published.py``). The two tiers can
+        disagree otherwise: ``h200`` times one node with ``links.nvlink`` and its table (``nccl_within_node:
+        false``; 1 GiB all_reduce on 8 ranks 5.30 ms, busbw 354 GB/s) but nodes with the NCCL model (NVLS-tree,
+        4.43 ms on 16 ranks). NCCL's model is not used for the node instead because on the measured 2-rank
+        all_reduce of ``h200x2`` (same GPU and NVLink) it is 18-20 % fast at 64 MiB and 1 GiB (201.6 vs 250.4 µs,
+        3.00 vs 3.68 ms), where the table is the measurement.
         """
         if self._net is not None:
             gpu_node = [self._net.gpu_of(r) // self._net.gpn for r in ranks]
