@@ -26,6 +26,7 @@ import itertools
 import math
 from typing import Any
 
+from schedsim.errors import ProfileError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS
@@ -364,12 +365,12 @@ class CostModel:
         Why: busbw is the rate a GPU's own links carry the collective's traffic (nccl-tests
         ``doc/PERFORMANCE.md``); a group across nodes still runs its node's part over the same scale-up links, and
         the NICs only add a slower tier, so its busbw cannot exceed the node's (published: 8x H100 all_reduce
-        ~480 GB/s busbw in one node, 391 GB/s over two; ``benchmarks/network_published.py``). The two tiers can
-        disagree otherwise: ``h200`` times one node with ``links.nvlink`` and its table (``nccl_within_node:
-        false``; 1 GiB all_reduce on 8 ranks 5.30 ms, busbw 354 GB/s) but nodes with the NCCL model (NVLS-tree,
-        4.43 ms on 16 ranks). NCCL's model is not used for the node instead because on the measured 2-rank
-        all_reduce of ``h200x2`` (same GPU and NVLink) it is 18-20 % fast at 64 MiB and 1 GiB (201.6 vs 250.4 µs,
-        3.00 vs 3.68 ms), where the table is the measurement.
+        ~480 GB/s busbw in one node, 391 GB/s over two; ``benchmarks/network_published.py``). The tiers can
+        disagree otherwise: a profile that times one node by its tables or link classes and nodes by the NCCL model
+        (``topology.nccl_within_node: false``), or one whose ``links.network`` outruns ``links.pcie`` (``pcie2``:
+        a 1 GiB all_reduce on 8 ranks of one node 245.8 ms by ``links.pcie``, on 9 ranks over two nodes 152.9 ms
+        by ``links.network``, without this bound). 0 where ``nccl.algo`` / ``nccl.proto`` leave the node's ranks
+        alone no algorithm (``NCCL_ALGO=NVLSTree`` runs only across nodes).
         """
         if self._net is not None:
             gpu_node = [self._net.gpu_of(r) // self._net.gpn for r in ranks]
@@ -387,7 +388,11 @@ class CostModel:
         lf = bus_factor(kind, len(local))
         if not lf:
             return 0.0
-        return self.collective_time(kind, nbytes, tuple(local)) * bus_factor(kind, len(ranks)) / lf
+        try:
+            t_local = self.collective_time(kind, nbytes, tuple(local))
+        except ProfileError:  # NCCL_ALGO / NCCL_PROTO allow the node's ranks alone nothing (NVLSTree): no bound
+            return 0.0
+        return t_local * bus_factor(kind, len(ranks)) / lf
 
     @property
     def network(self) -> NcclNetwork | None:

@@ -217,12 +217,15 @@ def test_scale_up_latency_adds_to_every_intra_node_step():
 
 # ---- the simulator's view, overrides, unchanged profiles ------------------------------------------------------
 
-def test_cost_model_uses_the_network_and_keeps_one_node_tables_on_h200():
+def test_cost_model_uses_the_network_on_h200_inside_and_across_nodes():
     h200 = CostModel(load_profile("h200"))
-    # inside one node: links.nvlink alpha-beta as before: 2(n-1) x 6 us + 2(n-1)/n x S / 360 GB/s
+    # inside one node (nccl_within_node): NVLS, graph 8 channels at 40 GB/s ((8 + 1) x 40 <= 370.8), busbw per
+    # channel 40 x .85 x 7/8 x 2 = 59.5, x 8 channels x 8/14 (allreduce steps) = 272 GB/s algbw; latency NVLS's
+    # NVLink hwLat 25 us
+    got = h200.network_cost("all_reduce", 64 * MiB, tuple(range(8)))
+    assert got is not None and (got.algo, got.proto) == ("nvls", "Simple")
     assert h200.collective_time("all_reduce", 64 * MiB, tuple(range(8))) == pytest.approx(
-        14 * 6e-6 + 1.75 * 64 * MiB / 360e9, rel=1e-12)
-    assert h200.network_cost("all_reduce", 64 * MiB, tuple(range(8))) is None
+        25e-6 + 64 * MiB / (8 * 40 * .85 * 7 / 8 * 2 * 8 / 14 * 1e9), rel=1e-12)
     # across 2 nodes: the NCCL model (NVLS-tree on Hopper with NVLS)
     got = h200.network_cost("all_reduce", 8 << 30, tuple(range(16)))
     assert got is not None and got.algo == "nvls_tree"
@@ -487,7 +490,7 @@ def test_a_profile_derives_from_its_base(tmp_path: Path):
     assert (dgx.gpu.hbm_GBps, h200.gpu.hbm_GBps) == (2905.0, 4159.7) and dgx.gpu.sms == h200.gpu.sms == 132
     # mappings merge key by key: topology.fabric gains nodes_per_leaf, keeps the rest stated
     assert dgx.topology.fabric is not None and dgx.topology.fabric.nodes_per_leaf == 32
-    assert dgx.topology.nccl_within_node and not h200.topology.nccl_within_node
+    assert dgx.topology.nccl_within_node
     bad = tmp_path / "bad.yaml"
     bad.write_text("base: h201\nname: x\n")
     with pytest.raises(ProfileError, match="base: 'h201' is not a shipped profile"):
