@@ -175,7 +175,8 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     prog = lower_spec(spec, file)
-    profile = profile.with_nccl_env(spec.env)  # the schedule's NCCL_ALGO / NCCL_PROTO over the profile's
+    # the schedule's NCCL_ALGO / NCCL_PROTO over the profile's
+    profile = profile.with_nccl_env(spec.env, spec.env_sources())
     with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
         tl = simulate(prog, profile, launch=launch, **sim)
     tl.meta.update(meta or {})

@@ -143,7 +143,7 @@ def _explain_rows(file: Path, sets: list[str] | None, profile: Any) -> list[dict
 
     prof = load_profile(profile) if isinstance(profile, str) else profile
     spec = load_schedule(file, parse_overrides(sets or []))
-    return explain_rows(lower_spec(spec, file), CostModel(prof.with_nccl_env(spec.env)))
+    return explain_rows(lower_spec(spec, file), CostModel(prof.with_nccl_env(spec.env, spec.env_sources())))
 
 
 def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type: ignore[no-untyped-def]

@@ -27,6 +27,7 @@ import itertools
 import math
 from typing import Any
 
+from schedsim.errors import ProfileError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS
@@ -354,7 +355,45 @@ class CostModel:
             if got is not None:
                 return got.seconds
             nodes = self._net.shape(ranks).nodes  # with the profile's placement
-        return self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
+        t = self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
+        return t if kind in P2P_KINDS else max(t, self._node_floor(kind, nbytes, ranks))
+
+    def _node_floor(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
+        """A lower bound, in seconds, on collective ``kind`` of ``nbytes`` over ``ranks`` when they span several nodes
+        (else 0): the time at which its bus bandwidth equals that of the same collective on the ranks of its fullest
+        node alone, ``t_local · bus_factor(kind, n) / bus_factor(kind, local)`` (nccl-tests busbw, ``bus_factor``).
+
+        Why: busbw is the rate a GPU's own links carry the collective's traffic (nccl-tests
+        ``doc/PERFORMANCE.md``); a group across nodes still runs its node's part over the same scale-up links, and
+        the NICs only add a slower tier, so its busbw cannot exceed the node's (published: 8x H100 all_reduce
+        ~480 GB/s busbw in one node, 391 GB/s over two; ``benchmarks/network_published.py``). The tiers can
+        disagree otherwise: a profile that times one node by its tables or link classes and nodes by the NCCL model
+        (``topology.nccl_within_node: false``), or one whose ``links.network`` outruns ``links.pcie`` (``pcie2``:
+        a 1 GiB all_reduce on 8 ranks of one node 245.8 ms by ``links.pcie``, on 9 ranks over two nodes 152.9 ms
+        by ``links.network``, without this bound). 0 where ``nccl.algo`` / ``nccl.proto`` leave the node's ranks
+        alone no algorithm (``NCCL_ALGO=NVLSTree`` runs only across nodes).
+        """
+        if self._net is not None:
+            gpu_node = [self._net.gpu_of(r) // self._net.gpn for r in ranks]
+        else:
+            gpn = self.profile.topology.gpus_per_node
+            gpu_node = [r // gpn for r in ranks] if gpn else [0] * len(ranks)
+        by_node: dict[int, list[int]] = {}
+        for r, nd in zip(ranks, gpu_node, strict=True):
+            by_node.setdefault(nd, []).append(r)
+        if len(by_node) < 2:
+            return 0.0
+        local = max(by_node.values(), key=len)
+        if len(local) < 2:
+            return 0.0
+        lf = bus_factor(kind, len(local))
+        if not lf:
+            return 0.0
+        try:
+            t_local = self.collective_time(kind, nbytes, tuple(local))
+        except ProfileError:  # NCCL_ALGO / NCCL_PROTO allow the node's ranks alone nothing (NVLSTree): no bound
+            return 0.0
+        return t_local * bus_factor(kind, len(ranks)) / lf
 
     @property
     def network(self) -> NcclNetwork | None:
@@ -373,7 +412,8 @@ class CostModel:
         ``(src, dst)``) with its algorithm and protocol, on a profile with ``topology.scale_up``
         (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the profile leaves to
         its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside one node with
-        ``topology.nccl_within_node`` false)."""
+        ``topology.nccl_within_node`` false). A collective across nodes takes at least the time of the same one on
+        its fullest node's ranks (:meth:`_node_floor`)."""
         if self._net is None or len(ranks) < 2:
             return None
         if kind in P2P_KINDS:
@@ -381,7 +421,12 @@ class CostModel:
             if self.has_table("sendrecv", ranks) or (shape.nodes == 1 and not self.profile.topology.nccl_within_node):
                 return None
             return self._net.p2p(ranks[0], ranks[-1], nbytes)
-        return self._net.collective(kind, nbytes, ranks, has_table=self.has_table(kind, ranks))
+        got = self._net.collective(kind, nbytes, ranks, has_table=self.has_table(kind, ranks))
+        if got is not None:
+            floor = self._node_floor(kind, nbytes, ranks)
+            if floor > got.seconds:
+                got = CollectiveCost(floor, got.algo, got.proto)
+        return got
 
     def _memcpy(self, op: Op) -> float:
         mc = self.profile.memcpy

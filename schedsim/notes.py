@@ -11,7 +11,8 @@
   a GEMM of a dtype the profile's GEMM table has no rows for (timed by the roofline, ``gpu.peak_tflops`` times
   ``gpu.gemm_efficiency``, :mod:`schedsim.cost`), of a dtype without its own peak either (the fp32 peak then
   stands in), a collective of a kind and group size without a busbw table (alpha-beta on the link's
-  latency and bandwidth), and a profile whose sections' sources mark values ASSUMED.
+  latency and bandwidth), a collective NCCL's tuning model times (:mod:`schedsim.network`) on a topology whose
+  figures are published or assumed, and a profile whose sections' sources mark values ASSUMED.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
     roof: dict[str, int] = {}
     no_peak: dict[str, int] = {}
     alpha: dict[tuple[str, int], int] = {}
+    nccl: dict[tuple[str, int], int] = {}
+    cost_box: list[Any] = []  # the CostModel, built on the first collective a topology may time
     from schedsim.kinds import COLLECTIVE_KINDS, P2P_KINDS
 
     for t, n_inst in zip(prog.templates, counts, strict=True):
@@ -109,11 +112,11 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
                 roof[dt] = roof.get(dt, 0) + n_inst
                 if dt not in peaks:
                     no_peak[dt] = no_peak.get(dt, 0) + n_inst
-        elif (t.kind in COLLECTIVE_KINDS or t.kind in P2P_KINDS) and t.duration_s is None:  # measured: no guess
-            size = len(t.group) if t.group else 2
-            key = ("sendrecv" if t.kind in P2P_KINDS else t.kind, size)
-            if size > 1 and key not in coll_tables:
-                alpha[key] = alpha.get(key, 0) + n_inst
+        elif (t.kind in COLLECTIVE_KINDS or t.kind in P2P_KINDS) and t.duration_s is None \
+                and (len(t.group) if t.group else 2) > 1:  # a measured duration is no guess
+            key = ("sendrecv" if t.kind in P2P_KINDS else t.kind, len(t.group) if t.group else 2)
+            into = nccl if _nccl_model_times(t, profile, cost_box) else alpha if key not in coll_tables else {}
+            into[key] = into.get(key, 0) + n_inst
     out: list[Note] = []
     if roof:
         what = ", ".join(f"{n} {dt}" for dt, n in roof.items())
@@ -130,6 +133,13 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
         out.append(_note(f"{ESTIMATE}{what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
                          "latency and bandwidth", "calibrate --from-nccl-tests with that group size",
                          "collective-alpha-beta"))
+    unmeasured = _unmeasured_tiers(profile, _spans_nodes(prog, profile))
+    if nccl and unmeasured:
+        what = ", ".join(f"{n} {k} op(s) on {g} ranks" for (k, g), n in nccl.items())
+        out.append(_note(f"{ESTIMATE}{what}: timed by NCCL's tuning model (schedsim.network) on profile "
+                         f"{profile.name!r}'s topology, whose {', '.join(unmeasured)} figures are published or "
+                         "assumed, not measured on this machine",
+                         "calibrate --from-nccl-tests with logs of this machine", "collective-nccl-model"))
     assumed = _assumed_sections(profile.model_dump(mode="json"))
     if not _spans_nodes(prog, profile):  # the scale-out tier times nothing on one node
         assumed = [a for a in assumed if not a.startswith(("topology.nics", "topology.fabric"))]
@@ -138,6 +148,35 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
                          f"{', '.join(assumed)}: numbers that use them are not measured",
                          "calibrate this machine (schedsim calibrate) to replace them", "profile-assumed"))
     return out
+
+
+def _nccl_model_times(t: Any, profile: Any, cost_box: list[Any]) -> bool:
+    """Whether the NCCL model (:meth:`schedsim.cost.CostModel.network_cost`) times collective or send/recv
+    template ``t`` on ``profile``, not its tables or link classes. ``cost_box`` caches the CostModel."""
+    if getattr(profile.topology, "scale_up", None) is None:
+        return False
+    from schedsim.errors import ProfileError
+
+    if not cost_box:
+        from schedsim.cost import CostModel
+
+        cost_box.append(CostModel(profile))
+    ranks = tuple(t.group) if t.group else (t.rank, t.peer if t.peer is not None else t.rank)
+    try:
+        return bool(cost_box[0].network_cost(t.kind, t.nbytes, ranks) is not None)
+    except ProfileError:  # a rank without a GPU: left to the simulator's own error
+        return False
+
+
+def _unmeasured_tiers(profile: Any, spans: bool) -> list[str]:
+    """The topology tiers the NCCL model reads (``topology.scale_up``; ``nics`` and ``fabric`` when the ranks
+    ``spans`` nodes) whose ``source`` says ``PUBLISHED`` or ``ASSUMED``."""
+    topo = profile.topology
+    tiers = [("topology.scale_up", topo.scale_up)]
+    if spans:
+        tiers += [("topology.nics", topo.nics), ("topology.fabric", topo.fabric)]
+    return [name for name, tier in tiers
+            if tier is not None and ("PUBLISHED" in tier.source or "ASSUMED" in tier.source)]
 
 
 def _spans_nodes(prog: Any, profile: Any) -> bool:

@@ -248,6 +248,18 @@ class ScaleUp(_B):
                               "NCCL's hwLat (default 0: NCCL's own figures).")
     source: str
 
+    @model_validator(mode="after")
+    def _nvls_needs_nvswitch(self) -> ScaleUp:
+        """NVLS is NVSwitch multicast: NCCL enables it only where the GPU reports multicast support
+        (``ncclNvlsInit``, src/transport/nvls.cc: ``CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED``, which needs an
+        NVSwitch fabric) and its topology search finds NVLS channels through an NVSwitch node
+        (``ncclTopoSearchTryNvls``, src/graph/search.cc; none found: "disabling NVLS"). PCIe or direct NVLink
+        has neither."""
+        if self.nvls and self.kind != "nvswitch":
+            raise ValueError(f"nvls: true needs kind: nvswitch, not {self.kind} (NVLink SHARP is NVSwitch "
+                             "multicast; NCCL enables NVLS only on an NVSwitch)")
+        return self
+
 
 class Nics(_B):
     """The scale-out NICs of one node and which GPU uses which (rail-optimised: local GPU i on NIC i, NIC i of
@@ -592,12 +604,16 @@ class HardwareProfile(_B):
                                                 "eager_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_EAGER_SUFFIX})
 
-    def with_nccl_env(self, env: Mapping[Any, Any]) -> HardwareProfile:
+    def with_nccl_env(self, env: Mapping[Any, Any], where: Mapping[str, str] | None = None) -> HardwareProfile:
         """This profile with a schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` (its ``env``) in place of ``nccl.algo`` /
-        ``nccl.proto``, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets neither."""
-        upd = {f: env[k] for k, f in (("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto")) if k in env}
+        ``nccl.proto``, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets neither.
+        ``where``: each key's place in the schedule (``file:line: env.NCCL_ALGO``), kept in ``nccl.source`` after
+        :data:`SCHEDULE_ENV_SOURCE` so errors about these settings name the schedule, not the profile."""
+        upd: dict[str, Any] = {f: env[k] for k, f in (("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto")) if k in env}
         if not upd:
             return self
+        places = [(where or {}).get(k, f"env.{k}") for k in ("NCCL_ALGO", "NCCL_PROTO") if k in env]
+        upd["source"] = SCHEDULE_ENV_SOURCE + " and ".join(places)
         return self.model_copy(update={"nccl": self.nccl.model_copy(update=upd)})
 
     @property
@@ -664,24 +680,46 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _on_base(p: Path, data: dict[str, Any]) -> dict[str, Any]:
-    """A profile's fields over those of its ``base:`` (a shipped profile's name): one profile that derives from
-    another (dgx_h100 from h200: the same GH100 compute) states only what differs.
+#: How ``nccl.source`` begins when a schedule's ``env`` set ``nccl.algo`` / ``nccl.proto``
+#: (:meth:`HardwareProfile.with_nccl_env`); the places in the schedule follow it.
+SCHEDULE_ENV_SOURCE = "the schedule's "
+
+#: How many ``base:`` links a profile may chain (a profile, its base, that one's base ...).
+MAX_BASE_DEPTH = 8
+
+
+def _on_base(p: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A profile's fields over those of its ``base:``, itself resolved the same way: one profile that derives from
+    another (dgx_h100 from h200: the same GH100 compute) states only what differs. ``base`` is a shipped
+    profile's name, or a path to a profile YAML (relative to the deriving file's folder); a base may have its
+    own base, up to :data:`MAX_BASE_DEPTH` links. ``seen``: the files of the chain so far.
 
     Raises
     ------
     ProfileError
-        ``base`` is not a shipped profile, or is itself derived (one level only).
+        ``base`` is neither a shipped profile nor a file, the chain returns to a profile already in it (naming
+        the cycle), or is longer than :data:`MAX_BASE_DEPTH`.
     """
     name = data.pop("base")
-    src = _builtin_dir() / f"{name}.yaml" if isinstance(name, str) else None
+    chain = (*seen, p.resolve())
+    src: Path | None = None
+    if isinstance(name, str):
+        src = _builtin_dir() / f"{name}.yaml" if not Path(name).suffix else p.parent / name
     if src is None or not src.exists():
-        raise ProfileError(f"{p}: base: {name!r} is not a shipped profile",
-                           fix=f"name one of {', '.join(list_profiles())}")
+        raise ProfileError(f"{p}: base: {name!r} is not a shipped profile or a profile file",
+                           fix=f"name one of {', '.join(list_profiles())}, or a profile YAML's path")
+    if src.resolve() in chain:
+        loop = " -> ".join(str(x) for x in (*chain, src.resolve()))
+        raise ProfileError(f"{p}: base: {name!r} makes a cycle of bases: {loop}",
+                           fix="end the chain at a profile without base:")
+    if len(chain) > MAX_BASE_DEPTH:
+        raise ProfileError(f"{p}: base: {name!r}: more than {MAX_BASE_DEPTH} profiles chained by base:",
+                           fix="derive from a profile nearer the end of the chain")
     base = _parse_yaml(src.read_text(encoding="utf-8"), str(src))
-    if not isinstance(base, dict) or "base" in base:
-        raise ProfileError(f"{p}: base: {name!r} is itself derived from another profile",
-                           fix="derive from a profile that states all its fields")
+    if not isinstance(base, dict):
+        raise ProfileError(f"{src}: a profile must be a YAML mapping", fix="see schedsim/hardware/profiles/h200.yaml")
+    if "base" in base:
+        base = _on_base(src, base, chain)
     return _merge(base, data)
 
 

@@ -212,9 +212,19 @@ class NcclNetwork:
             if best is None or t < best[0]:
                 best = (t, a, p)
         if best is None:
-            raise ProfileError(f"profile {self.profile.name!r}: nccl.algo / nccl.proto leave {kind} no algorithm "
-                               f"and protocol on {shape.ranks} ranks over {shape.nodes} nodes",
-                               fix="allow ring and Simple (NCCL fails such a call with ncclInvalidUsage)")
+            from schedsim.hardware.profile import SCHEDULE_ENV_SOURCE
+
+            src = self.profile.nccl.source
+            if src.startswith(SCHEDULE_ENV_SOURCE):  # set by the schedule's env: name that, not the profile
+                where, what = src[len(SCHEDULE_ENV_SOURCE):], "NCCL_ALGO / NCCL_PROTO"
+                fix = (f"let the schedule's env: NCCL_ALGO / NCCL_PROTO allow an algorithm {kind} has here, e.g. "
+                       f"'ring' and 'Simple' (NCCL fails such a call with ncclInvalidUsage), or remove them")
+            else:
+                where, what = f"profile {self.profile.name!r}", "nccl.algo / nccl.proto"
+                fix = "allow ring and Simple (NCCL fails such a call with ncclInvalidUsage)"
+            raise ProfileError(f"{where}: {what} ({self.profile.nccl.algo!r} / {self.profile.nccl.proto!r}) leave "
+                               f"{kind} no algorithm and protocol on {shape.ranks} ranks over {shape.nodes} nodes",
+                               fix=fix)
         return CollectiveCost(best[0] * 1e-6, best[1], best[2])
 
     def _p2p_terms(self, nbytes_per_peer: float, inter: bool, shape: GroupShape) -> tuple[float, float, str]:

@@ -146,7 +146,9 @@ def ring_graph(arch: str, up_bw: float, local_gpus: int, nics: int, nic_bw: floa
     speed of NCCL's array (``sm90SpeedArrayInter`` ...) not above ``maxBw`` (the NIC, or ``up_bw`` in one node)
     and keeps the most ``channels · s``; it tries slower speeds while the next is above .49 of the best.
     ``ncclTopoDupChannels`` then doubles the channels at half speed when ``s`` >= 25 (Hopper on: not when
-    ``s`` < 50 with more than 4 channels); pass 2 raises the speed while the channels still fit.
+    ``s`` < 50 with more than 4 channels); pass 2 raises the speed while the channels still fit. No speed fits
+    (links slower than NCCL's slowest): one channel at NCCL's fallback 0.1 GB/s, or at the NIC's or scale-up
+    bandwidth where that is less (NCCL's figure would outrun the links).
 
     >>> ring_graph("hopper", 370.8, 8, 8, 50.0, False)   # DGX H100, one node: 12 channels of 30 GB/s
     Graph(channels=12, bw_intra=30.0, bw_inter=30.0)
@@ -180,8 +182,9 @@ def ring_graph(arch: str, up_bw: float, local_gpus: int, nics: int, nic_bw: floa
             i += 1
         else:
             break
-    if best_n == 0:
-        return Graph(1, 0.1, 0.1)  # NCCL's fallback: "falling back to simple order", bwIntra 0.1
+    if best_n == 0:  # NCCL's fallback, "falling back to simple order" at bwIntra 0.1, but never above the links
+        s = min(0.1, nic_bw if multi_node else math.inf, up_bw if local_gpus > 1 else math.inf)
+        return Graph(1, s, s)
     n, s = best_n, best_s
     late = arch in ("hopper", "blackwell")
     if s >= 25.0 and not (late and s < 50.0 and n > 4):

@@ -1529,7 +1529,8 @@ def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | 
     try:
         from schedsim.spec.validation import op_sources
 
-        spec = ScheduleSpec.model_validate(_strip(doc), context={"file": file, "sources": op_sources(doc)})
+        spec = ScheduleSpec.model_validate(_strip(doc), context={"file": file, "sources": op_sources(doc),
+                                                                 "env_lines": _env_lines(doc)})
     except ValidationError as e:
         raise _to_spec_error(e, doc, file) from None
     except SpecError as e:
@@ -1573,6 +1574,12 @@ def _ops_file(data: Any, file: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _env_lines(doc: Any) -> dict[str, int]:
+    """The line of each key of the document's ``env:`` mapping (for errors that name a setting there)."""
+    env = doc.get("env") if isinstance(doc, dict) else None
+    return {str(k): m[0] for k, m in getattr(env, "key_marks", {}).items() if m}
+
+
 def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     """The spec of an expanded document holding :class:`Block` s, its ``ops`` kept as a :class:`Layout`; None
     when a rule is broken (the caller loads the schedule by the general path, which raises the error).
@@ -1598,7 +1605,8 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     rep_doc["ops"] = rep_ops
     sources = op_sources(rep_doc)
     try:
-        spec = ScheduleSpec.model_validate(_strip(rep_doc), context={"file": file, "sources": sources})
+        spec = ScheduleSpec.model_validate(_strip(rep_doc), context={"file": file, "sources": sources,
+                                                                     "env_lines": _env_lines(doc)})
         check_spec(spec, rep_doc, file)
     except (ValidationError, SpecError):
         return None

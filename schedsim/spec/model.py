@@ -341,6 +341,7 @@ class ScheduleSpec(_Base):
     _file: str = PrivateAttr(default="<schedule>")
     _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=lambda: [])
     _layout: Any = PrivateAttr(default=None)  # ops kept as blocks by the loader (schedsim.spec.loader.Layout)
+    _env_lines: dict[str, int] = PrivateAttr(default_factory=lambda: {})  # line of each env key, from the loader
 
     def __getattr__(self, item: str) -> Any:
         """``ops`` of a spec the loader kept as a layout of ``foreach`` blocks: built on first access."""
@@ -404,6 +405,12 @@ class ScheduleSpec(_Base):
         if isinstance(context, dict):
             self._file = str(context.get("file", self._file))
             self._sources = list(context.get("sources", ()))
+            self._env_lines = dict(context.get("env_lines", {}))
+
+    def env_sources(self) -> dict[str, str]:
+        """``file:line: env.KEY`` of each setting of ``env`` (``file: env.KEY`` without a known line)."""
+        lines = self._env_lines
+        return {k: f"{self._file}:{lines[k]}: env.{k}" if k in lines else f"{self._file}: env.{k}" for k in self.env}
 
     def source_of(self, index: int) -> str:
         """``file:line`` and field path of op ``index`` (for error messages)."""

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schedsim.cost import CostModel
 from schedsim.errors import ProfileError
@@ -215,12 +217,15 @@ def test_scale_up_latency_adds_to_every_intra_node_step():
 
 # ---- the simulator's view, overrides, unchanged profiles ------------------------------------------------------
 
-def test_cost_model_uses_the_network_and_keeps_one_node_tables_on_h200():
+def test_cost_model_uses_the_network_on_h200_inside_and_across_nodes():
     h200 = CostModel(load_profile("h200"))
-    # inside one node: links.nvlink alpha-beta as before: 2(n-1) x 6 us + 2(n-1)/n x S / 360 GB/s
+    # inside one node (nccl_within_node): NVLS, graph 8 channels at 40 GB/s ((8 + 1) x 40 <= 370.8), busbw per
+    # channel 40 x .85 x 7/8 x 2 = 59.5, x 8 channels x 8/14 (allreduce steps) = 272 GB/s algbw; latency NVLS's
+    # NVLink hwLat 25 us
+    got = h200.network_cost("all_reduce", 64 * MiB, tuple(range(8)))
+    assert got is not None and (got.algo, got.proto) == ("nvls", "Simple")
     assert h200.collective_time("all_reduce", 64 * MiB, tuple(range(8))) == pytest.approx(
-        14 * 6e-6 + 1.75 * 64 * MiB / 360e9, rel=1e-12)
-    assert h200.network_cost("all_reduce", 64 * MiB, tuple(range(8))) is None
+        25e-6 + 64 * MiB / (8 * 40 * .85 * 7 / 8 * 2 * 8 / 14 * 1e9), rel=1e-12)
     # across 2 nodes: the NCCL model (NVLS-tree on Hopper with NVLS)
     got = h200.network_cost("all_reduce", 8 << 30, tuple(range(16)))
     assert got is not None and got.algo == "nvls_tree"
@@ -243,8 +248,25 @@ def test_parse_nccl_list_follows_ncclparselist():
 
 def test_overrides_that_leave_nothing_are_an_error():
     net = NcclNetwork(profile(TOPO22, {"algo": "nvls"}))  # NVLS needs CollNet across nodes
-    with pytest.raises(ProfileError, match="nccl.algo / nccl.proto leave all_reduce no algorithm"):
+    with pytest.raises(ProfileError, match=r"profile 'test': nccl.algo / nccl.proto \('nvls' / None\) leave "
+                       "all_reduce no algorithm"):
         net.collective("all_reduce", MiB, R4)
+
+
+def test_schedule_env_that_leaves_nothing_names_the_schedule_line(tmp_path: Path):
+    # PAT runs only all_gather / reduce_scatter with one GPU per node: a schedule's NCCL_ALGO=PAT leaves a
+    # 16-rank all_reduce nothing; the error names the schedule's env line, not the profile
+    f = tmp_path / "pat.yaml"
+    f.write_text("schema_version: 1\nname: pat\nworld_size: 16\nenv:\n  NCCL_PROTO: Simple\n  NCCL_ALGO: PAT\n"
+                 "ops:\n  - {name: ar, kind: all_reduce, bytes: 1048576}\n")
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(f), "--profile", "dgx_h100", "--out",
+                          str(tmp_path / "o"), "--no-gantt"], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    first, fix = out.stderr.strip().splitlines()[:2]
+    assert first.startswith(f"error: {f}:6: env.NCCL_ALGO and {f}:5: env.NCCL_PROTO: NCCL_ALGO / NCCL_PROTO "
+                            "('PAT' / 'Simple') leave all_reduce no algorithm"), first
+    assert "profile 'dgx_h100'" not in first and fix.strip().startswith("fix: let the schedule's env:")
+    assert "Traceback" not in out.stderr
 
 
 # ---- self-contradicting topologies ----------------------------------------------------------------------------
@@ -481,15 +503,39 @@ def test_a_profile_derives_from_its_base(tmp_path: Path):
     assert (dgx.gpu.hbm_GBps, h200.gpu.hbm_GBps) == (2905.0, 4159.7) and dgx.gpu.sms == h200.gpu.sms == 132
     # mappings merge key by key: topology.fabric gains nodes_per_leaf, keeps the rest stated
     assert dgx.topology.fabric is not None and dgx.topology.fabric.nodes_per_leaf == 32
-    assert dgx.topology.nccl_within_node and not h200.topology.nccl_within_node
+    assert dgx.topology.nccl_within_node
     bad = tmp_path / "bad.yaml"
     bad.write_text("base: h201\nname: x\n")
     with pytest.raises(ProfileError, match="base: 'h201' is not a shipped profile"):
         load_profile(str(bad))
+
+
+def test_bases_chain_with_cycles_and_depth_refused(tmp_path: Path):
+    # dgx_h100 derives from h200; a profile on dgx_h100 gets h200's GEMM table, dgx_h100's HBM, its own NICs
     deep = tmp_path / "deep.yaml"
-    deep.write_text("base: dgx_h100\nname: x\n")
-    with pytest.raises(ProfileError, match="base: 'dgx_h100' is itself derived"):
-        load_profile(str(deep))
+    deep.write_text("base: dgx_h100\nname: x\ntopology: {nics: {bandwidth_Gbps: 200}}\n")
+    got, h200, dgx = load_profile(str(deep)), load_profile("h200"), load_profile("dgx_h100")
+    assert got.gemm == h200.gemm and got.gpu.hbm_GBps == dgx.gpu.hbm_GBps == 2905.0
+    assert got.topology.nics is not None and got.topology.nics.bandwidth_Gbps == 200
+    assert got.topology.nics.per_node == 8 and got.name == "x"
+    # a chain of files: c on b on deep
+    (tmp_path / "b.yaml").write_text("base: deep.yaml\nname: b\n")
+    (tmp_path / "c.yaml").write_text("base: b.yaml\nname: c\ngpu: {sms: 100}\n")
+    c = load_profile(str(tmp_path / "c.yaml"))
+    assert (c.name, c.gpu.sms, c.gpu.hbm_GBps, c.topology.nics.bandwidth_Gbps if c.topology.nics else 0) == \
+        ("c", 100, 2905.0, 200)
+    # a cycle is refused, naming it
+    (tmp_path / "p.yaml").write_text("base: q.yaml\nname: p\n")
+    (tmp_path / "q.yaml").write_text("base: p.yaml\nname: q\n")
+    with pytest.raises(ProfileError, match=r"base: 'p.yaml' makes a cycle of bases: .*p.yaml -> .*q.yaml -> .*p.yaml"):
+        load_profile(str(tmp_path / "p.yaml"))
+    # depth: 9 files chained onto h200 exceed MAX_BASE_DEPTH 8
+    (tmp_path / "l0.yaml").write_text("base: h200\nname: l0\n")
+    for i in range(1, 10):
+        (tmp_path / f"l{i}.yaml").write_text(f"base: l{i - 1}.yaml\nname: l{i}\n")
+    assert load_profile(str(tmp_path / "l7.yaml")).name == "l7"
+    with pytest.raises(ProfileError, match="more than 8 profiles chained by base:"):
+        load_profile(str(tmp_path / "l8.yaml"))
 
 
 def test_execute_exports_the_schedules_nccl_env(monkeypatch):
@@ -532,3 +578,59 @@ def test_a_multi_node_table_times_only_groups_over_as_many_nodes(tmp_path: Path)
     link = cm.profile.links["nvlink"]
     assert cm.collective_time("all_reduce", MiB, (0, 1, 2, 3)) == pytest.approx(
         6 * link.latency_us * 1e-6 + 1.5 * MiB / (link.bandwidth_GBps * 1e9), rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["h200", "h200x2", "h200_calibrated", "dgx_h100", "dgx_a100", "gb200_nvl72",
+                                  "pcie2", "rtx3090_pcie1x4"])
+def test_crossing_the_node_boundary_never_raises_busbw(name: str) -> None:
+    """Every shipped profile: a collective over ``g + k`` ranks (past one node of ``g`` GPUs) has busbw at most
+    that of the same size on the node's ``g`` ranks (nccl-tests busbw = bytes x bus factor / time), so never
+    less time for all_reduce; h200 broke it (one node by links.nvlink 5.30 ms, two by NVLS-tree 4.43 ms at 1 GiB)."""
+    from schedsim.cost import bus_factor
+
+    prof = load_profile(name)
+    cost = CostModel(prof)
+    g = prof.topology.gpus_per_node
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"):
+        for nbytes in (1 << 10, 1 << 20, 1 << 26, 1 << 30):
+            one = cost.collective_time(kind, nbytes, tuple(range(g)))
+            for n in (g + 1, 2 * g):
+                many = cost.collective_time(kind, nbytes, tuple(range(n)))
+                assert nbytes * bus_factor(kind, n) / many <= nbytes * bus_factor(kind, g) / one * (1 + 1e-9), \
+                    (kind, nbytes, n, many, one)
+                if kind == "all_reduce":
+                    assert many >= one
+
+
+def test_ring_graph_fallback_never_outruns_the_links():
+    # no NCCL speed (slowest 0.12 GB/s across nodes) fits a 0.001 Gb/s NIC: one channel at the NIC's 1.25e-4 GB/s,
+    # not NCCL's 0.1; in one node, one channel at a 0.05 GB/s scale-up link
+    assert ring_graph("hopper", 370.8, 8, 8, 0.001 / 8, True) == Graph(1, 0.000125, 0.000125)
+    assert ring_graph("hopper", 0.05, 8, 8, 50.0, False) == Graph(1, 0.05, 0.05)
+
+
+_KINDS_INTO_NODE = {"all_reduce": lambda n: 2.0 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                    "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpn=st.sampled_from([1, 2, 4, 8]), nics=st.integers(1, 8), nic_exp=st.floats(-3.0, 3.5),
+       up_exp=st.floats(-2.0, 3.3), kind=st.sampled_from(["nvswitch", "nvlink", "pcie"]), nvls=st.booleans(),
+       arch=st.sampled_from(["volta", "ampere", "hopper", "blackwell"]), nodes=st.integers(2, 8),
+       size_exp=st.integers(0, 34), coll=st.sampled_from(sorted(_KINDS_INTO_NODE) + ["all_to_all"]))
+def test_no_collective_beats_the_nics_of_a_node(gpn: int, nics: int, nic_exp: float, up_exp: float, kind: str,
+                                                nvls: bool, arch: str, nodes: int, size_exp: int, coll: str) -> None:
+    """Random topologies: a collective over ``nodes`` full nodes takes at least the bytes one node must receive
+    (all_reduce 2S(N-1)/N, all_gather / reduce_scatter S(N-1)/N, broadcast / reduce S; all_to_all: its ``gpn``
+    ranks' S/n to each of the n - gpn ranks elsewhere) over the line rate of all its NICs."""
+    nic_Gbps = 10.0 ** nic_exp
+    topo = {"gpus_per_node": gpn, "arch": arch, "cpu_vendor": "intel",
+            "scale_up": {"kind": kind, "bandwidth_GBps": 10.0 ** up_exp, "nvls": nvls and kind == "nvswitch",
+                         "source": "test"},
+            "nics": {"per_node": nics, "bandwidth_Gbps": nic_Gbps, "source": "test"}}
+    net = NcclNetwork(profile(topo))
+    size, n = float(1 << size_exp), nodes * gpn
+    got = net.collective(coll, size, tuple(range(n)))
+    assert got is not None
+    into = gpn * (n - gpn) * size / n / n if coll == "all_to_all" else _KINDS_INTO_NODE[coll](nodes) * size
+    assert got.seconds >= into / (nics * nic_Gbps / 8 * 1e9) * (1 - 1e-9), (got, into)
