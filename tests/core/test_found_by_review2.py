@@ -1,0 +1,188 @@
+"""Faults found by review (breaker2) of issues 32, 36 and 37, each a minimal reproduction that fails today.
+
+Each test asserts what the issue or the documented model says; the ``reason`` names the fault. The lead turns them
+into fixes. Commands run as ``python -m schedsim`` in a subprocess with a timeout, so a hang fails the test instead
+of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schedsim.spec.training_block import TrainingSpec, memory_per_rank, training_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from replaygen import rank_doc, write  # noqa: E402
+
+
+def _cli(*args: object, cwd: Path, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """``schedsim ARGS`` in ``cwd``; a run past ``timeout`` comes back with returncode -9 and its output so far."""
+    try:
+        return subprocess.run([sys.executable, "-m", "schedsim", *map(str, args)], cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, "SCHEDSIM_DEBUG": ""})
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        return subprocess.CompletedProcess(e.cmd, -9, out, err)
+
+
+def _imported(tmp_path: Path, trace_name: str = "r0.json") -> Path:
+    """``schedsim import kineto`` of the one-rank hand-built trace (replaygen, with a device sync); returns the
+    output folder holding schedule.yaml and schedule.ops.json."""
+    write(tmp_path / trace_name, rank_doc(0, 1, sync=True))
+    r = _cli("import", "kineto", trace_name, "--out", "imp", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return tmp_path / "imp"
+
+
+def _with_ops_file(tmp_path: Path, ops_file: str) -> Path:
+    """An imported schedule.yaml whose ``ops_file:`` names ``ops_file`` instead."""
+    imp = _imported(tmp_path)
+    text = (imp / "schedule.yaml").read_text()
+    (imp / "schedule.yaml").write_text(text.replace("ops_file: schedule.ops.json", f"ops_file: {ops_file}"))
+    return imp / "schedule.yaml"
+
+
+# ------------------------------------------------------------------ issue 32 discipline on issue 37's new input
+@pytest.mark.xfail(strict=True, reason="spec/loader.py _ops_file reads ops_file with Path.read_text, not through "
+                   "schedsim.io's guarded reader: a FIFO named there blocks predict forever (issue 32 item 2: FIFOs "
+                   "refused)")
+def test_ops_file_naming_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    sched = _with_ops_file(tmp_path, "fifo.json")
+    os.mkfifo(sched.parent / "fifo.json")
+    r = _cli("predict", sched, "--out", tmp_path / "o", "--no-gantt", cwd=tmp_path, timeout=20)
+    assert r.returncode == 2 and "FIFO" in r.stderr, (r.returncode, r.stderr[-500:])
+
+
+@pytest.mark.xfail(strict=True, reason="ops_file has no size cap: SCHEDSIM_MAX_INPUT_BYTES (and the schedule's "
+                   "512 MiB) is not applied to it, so an endless stream such as /dev/zero is read into memory until "
+                   "killed (issue 32 item 2: a size cap on every input path)")
+def test_ops_file_past_the_input_size_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sched = _with_ops_file(tmp_path, "schedule.ops.json")
+    ops = sched.parent / "schedule.ops.json"
+    ops.write_text(ops.read_text() + " " * 200_000)  # valid JSON, 200 kB
+    assert sched.stat().st_size < 4000
+    monkeypatch.setenv("SCHEDSIM_MAX_INPUT_BYTES", "50000")  # above the profile (23 kB) and schedule.yaml
+    r = _cli("predict", sched, "--out", tmp_path / "o", "--no-gantt", cwd=tmp_path, timeout=20)
+    assert r.returncode == 2 and "error:" in r.stderr, (r.returncode, r.stderr[-500:])
+
+
+@pytest.mark.xfail(strict=True, reason="ops_file JSON is parsed without the depth limit (schedsim.io.parse_json): "
+                   "100,000 nested [ ends in 'internal error: RecursionError', exit 1, instead of a bad-input error")
+def test_deep_ops_file_is_bad_input_not_an_internal_error(tmp_path: Path) -> None:
+    sched = _with_ops_file(tmp_path, "deep.json")
+    (sched.parent / "deep.json").write_text("[" * 100_000)
+    r = _cli("predict", sched, "--out", tmp_path / "o", "--no-gantt", cwd=tmp_path)
+    assert r.returncode == 2 and "internal error" not in r.stderr, r.stderr[-500:]
+
+
+# ------------------------------------------------------------------ issue 37: import's schedule.yaml
+@pytest.mark.xfail(strict=True, reason="trace/to_schedule.py writes the trace's file name raw into schedule.yaml's "
+                   "header comment: a newline in it starts a YAML line, so the name's text becomes top-level keys "
+                   "(here launch: cuda_graph, which silently changes the replay; with world_size: the file no longer "
+                   "loads)")
+def test_trace_file_name_cannot_inject_keys_into_the_written_schedule(tmp_path: Path) -> None:
+    imp = _imported(tmp_path, "t\nlaunch: cuda_graph\n#.json")
+    r = _cli("replay", imp / "schedule.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "launch:" not in [line.split(" ")[0] for line in (imp / "schedule.yaml").read_text().splitlines()]
+    assert "replay 217.0 µs (-0.00%)" in r.stdout + r.stderr  # the run as recorded (replaygen's sync trace)
+
+
+@pytest.mark.xfail(strict=True, reason="replay reads the recorded start_us/end_us tags without checking they are "
+                   "numbers: a string there ends in 'internal error: TypeError', exit 1, instead of a bad-input "
+                   "error naming the op and tag, exit 2")
+def test_replay_of_a_non_numeric_recorded_time_is_bad_input(tmp_path: Path) -> None:
+    imp = _imported(tmp_path)
+    ops = json.loads((imp / "schedule.ops.json").read_text())
+    ops[0]["tags"]["start_us"] = "abc"
+    (imp / "schedule.ops.json").write_text(json.dumps(ops))
+    r = _cli("replay", imp / "schedule.yaml", cwd=tmp_path)
+    assert r.returncode == 2 and "internal error" not in r.stderr and "start_us" in r.stderr, r.stderr[-500:]
+
+
+@pytest.mark.xfail(strict=True, reason="replay --host-gaps accepts 1e308: host time becomes inf and replay prints "
+                   "'makespan 217.0 µs -> inf s (+inf%)' with exit 0")
+def test_replay_refuses_a_host_gap_factor_that_overflows(tmp_path: Path) -> None:
+    imp = _imported(tmp_path)
+    r = _cli("replay", imp / "schedule.yaml", "--host-gaps", "1e308", cwd=tmp_path)
+    assert r.returncode == 2 and "inf" not in r.stdout, r.stdout[-500:]
+
+
+# ------------------------------------------------------------------ issue 36: training block
+BASE = """\
+schema_version: 1
+name: tb
+world_size: 8
+training:
+  num_layers: 8
+  hidden_size: 1024
+  num_attention_heads: 16
+  seq_length: 1024
+  micro_batch_size: 1
+  bf16: true
+  tp: 2
+  pp: 2
+"""
+
+
+def _spec(**kw: object) -> TrainingSpec:
+    base: dict[str, object] = dict(num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                                   micro_batch_size=1, global_batch_size=16, bf16=True)
+    base.update(kw)
+    return TrainingSpec(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.xfail(strict=True, reason="memory_per_rank leaves out the untied output layer: with pp = 1 the one "
+                   "stage holds both the embedding and the output layer (V·h more parameters), so params, grads and "
+                   "optimizer per GPU are the same tied or untied (search's --memory-gib filter uses them)")
+def test_untied_output_layer_counts_in_memory_when_one_stage_holds_it() -> None:
+    tied, untied = _spec(tp=1, pp=1), _spec(tp=1, pp=1, untie_embeddings_and_output_weights=True)
+    p_t, p_u = training_plan(tied, 8), training_plan(untied, 8)
+    extra = p_u.vocab * 1024 * 2  # V·h bf16 weights (V padded to 50304)
+    assert memory_per_rank(untied, p_u)["params"] == pytest.approx(memory_per_rank(tied, p_t)["params"] + extra)
+
+
+@pytest.mark.xfail(strict=True, reason="memory_per_rank: full recompute with recompute_method uniform stores one "
+                   "layer input per recompute_num_layers-layer group (Megatron transformer_block.py "
+                   "_checkpointed_forward), but the activations are 2sbh per layer whatever recompute_num_layers is")
+def test_uniform_recompute_stores_one_input_per_group_of_layers() -> None:
+    one = _spec(tp=2, pp=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    four = _spec(tp=2, pp=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=4)
+    a1 = memory_per_rank(one, training_plan(one, 8))["activations"]
+    a4 = memory_per_rank(four, training_plan(four, 8))["activations"]
+    assert a4 < a1
+
+
+@pytest.mark.xfail(strict=True, reason="1F1B with fewer microbatches than stages is refused citing torch's "
+                   "Schedule1F1B, but Megatron's forward_backward_pipelining_without_interleaving runs it "
+                   "(num_warmup_microbatches = min(pp - rank - 1, num_microbatches)); issue 36 asks for Megatron's "
+                   "refusals only")
+def test_megatron_1f1b_with_fewer_microbatches_than_stages_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(BASE + "  global_batch_size: 2\n")  # dp 2, m = 1 < pp = 2
+    r = _cli("predict", "t.yaml", "--out", "o", "--no-gantt", cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr[-500:]
+
+
+@pytest.mark.xfail(strict=True, reason="a training size past an op field's range is reported on the lowered op "
+                   "('pipeline.stage.F[3]: ... at n', fix: 'stage ops take the fields of ordinary ops'), a field the "
+                   "user never wrote, instead of on training.hidden_size")
+def test_huge_hidden_size_is_reported_on_the_training_field(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(BASE.replace("hidden_size: 1024", "hidden_size: 1099511627776")
+                                     + "  global_batch_size: 16\n")
+    r = _cli("predict", "t.yaml", "--out", "o", "--no-gantt", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "hidden_size" in r.stderr and "pipeline.stage" not in r.stderr, r.stderr[-500:]
+
+
+@pytest.mark.xfail(strict=True, reason="training fields coerce other types silently (pydantic lax mode): tp: true "
+                   "runs as tp 1 and bf16: \"yes\" as --bf16; Megatron's argparse refuses both")
+def test_training_sizes_and_flags_refuse_other_types(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(BASE.replace("tp: 2", "tp: true") + "  global_batch_size: 16\n")
+    r = _cli("predict", "t.yaml", "--out", "o", "--no-gantt", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2, r.stdout[-300:]
