@@ -194,8 +194,8 @@ def test_training_sizes_and_flags_refuse_other_types(tmp_path: Path) -> None:
                    "namespace, is alive elsewhere. Its staging folder is removed mid-run, atomic_writer's mkdir "
                    "recreates it, and the run moves in a partial set with exit 0 (measured: predict says 'wrote "
                    "nfs/: timeline.json, trace.json, ...' and neither file is there)")
-def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_whole_set(tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_set(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from schedsim.io import atomic_write_text, output_set
     from schedsim.report import outdir as od
 
