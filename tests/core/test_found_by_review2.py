@@ -233,3 +233,29 @@ def test_fp32_activations_take_more_memory_than_bf16() -> None:
     a16 = memory_per_rank(bf16, training_plan(bf16, 8))["activations"]
     a32 = memory_per_rank(fp32, training_plan(fp32, 8))["activations"]
     assert a32 > 1.5 * a16
+
+
+MC = """\
+schema_version: 1
+name: mc
+world_size: 1
+ops:
+  - {name: A, kind: compute, stream: s1, duration_us: 1000}
+  - {name: B, kind: compute, stream: s2, duration_us: 10, deps: [A]}
+  - {name: C, kind: compute, stream: s3, duration_us: 1000}
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="the replay GPU model (engine._run_replay) ignores max_connections, and "
+                   "predict --gpu-model replay --max-connections N accepts it silently: issue 37's what-if 'change "
+                   "CUDA_DEVICE_MAX_CONNECTIONS' gives 1.010 ms for 1 and 8 connections, though with one hardware "
+                   "queue C (launched after B, which waits for A) cannot start before A ends (about 2.01 ms)")
+def test_replay_what_if_of_one_connection_queues_behind_a_blocked_launch() -> None:
+    from schedsim import api
+    from schedsim.hardware.profile import load_profile
+
+    spec, prof = api.load_text(MC), load_profile("h200")
+    one = api.simulate_spec(spec, prof, gpu_model="replay", max_connections=1).timeline.makespan_s
+    eight = api.simulate_spec(spec, prof, gpu_model="replay", max_connections=8).timeline.makespan_s
+    assert eight == pytest.approx(1.010e-3, rel=0.02)
+    assert one > 1.9e-3
