@@ -1,0 +1,303 @@
+"""Faults found by review (breaker2) of issues 32, 36 and 37, each a minimal reproduction that fails today.
+
+Each test asserts what the issue or the documented model says; the ``reason`` names the fault. The lead turns them
+into fixes. Commands run as ``python -m schedsim`` in a subprocess with a timeout, so a hang fails the test instead
+of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schedsim.spec.training_block import TrainingSpec, memory_per_rank, training_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from replaygen import rank_doc, write  # noqa: E402
+
+
+def _cli(*args: object, cwd: Path, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """``schedsim ARGS`` in ``cwd``; a run past ``timeout`` comes back with returncode -9 and its output so far."""
+    try:
+        return subprocess.run([sys.executable, "-m", "schedsim", *map(str, args)], cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, "SCHEDSIM_DEBUG": ""})
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        return subprocess.CompletedProcess(e.cmd, -9, out, err)
+
+
+def _imported(tmp_path: Path, trace_name: str = "r0.json") -> Path:
+    """``schedsim import kineto`` of the one-rank hand-built trace (replaygen, with a device sync); returns the
+    output folder holding schedule.yaml and schedule.ops.json."""
+    write(tmp_path / trace_name, rank_doc(0, 1, sync=True))
+    r = _cli("import", "kineto", trace_name, "--out", "imp", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return tmp_path / "imp"
+
+
+def _with_ops_file(tmp_path: Path, ops_file: str) -> Path:
+    """An imported schedule.yaml whose ``ops_file:`` names ``ops_file`` instead."""
+    imp = _imported(tmp_path)
+    text = (imp / "schedule.yaml").read_text()
+    (imp / "schedule.yaml").write_text(text.replace("ops_file: schedule.ops.json", f"ops_file: {ops_file}"))
+    return imp / "schedule.yaml"
+
+
+# ------------------------------------------------------------------ issue 32 discipline on issue 37's new input
+@pytest.mark.xfail(strict=True, reason="spec/loader.py _ops_file reads ops_file with Path.read_text, not through "
+                   "schedsim.io's guarded reader: a FIFO named there blocks predict forever (issue 32 item 2: FIFOs "
+                   "refused)")
+def test_ops_file_naming_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    sched = _with_ops_file(tmp_path, "fifo.json")
+    os.mkfifo(sched.parent / "fifo.json")
+    r = _cli("predict", sched, "--out", tmp_path / "o", "--no-gantt", cwd=tmp_path, timeout=20)
+    assert r.returncode == 2 and "FIFO" in r.stderr, (r.returncode, r.stderr[-500:])
+
+
+@pytest.mark.xfail(strict=True, reason="ops_file has no size cap: SCHEDSIM_MAX_INPUT_BYTES (and the schedule's "
+                   "512 MiB) is not applied to it, so an endless stream such as /dev/zero is read into memory until "
+                   "killed (issue 32 item 2: a size cap on every input path)")
+def test_ops_file_past_the_input_size_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sched = _with_ops_file(tmp_path, "schedule.ops.json")
+    ops = sched.parent / "schedule.ops.json"
+    ops.write_text(ops.read_text() + " " * 200_000)  # valid JSON, 200 kB
+    assert sched.stat().st_size < 4000
+    monkeypatch.setenv("SCHEDSIM_MAX_INPUT_BYTES", "50000")  # above the profile (23 kB) and schedule.yaml
+    r = _cli("predict", sched, "--out", tmp_path / "o", "--no-gantt", cwd=tmp_path, timeout=20)
+    assert r.returncode == 2 and "error:" in r.stderr, (r.returncode, r.stderr[-500:])
+
+
+@pytest.mark.xfail(strict=True, reason="ops_file JSON is parsed without the depth limit (schedsim.io.parse_json): "
+                   "100,000 nested [ ends in 'internal error: RecursionError', exit 1, instead of a bad-input error")
+def test_deep_ops_file_is_bad_input_not_an_internal_error(tmp_path: Path) -> None:
+    sched = _with_ops_file(tmp_path, "deep.json")
+    (sched.parent / "deep.json").write_text("[" * 100_000)
+    r = _cli("predict", sched, "--out", tmp_path / "o", "--no-gantt", cwd=tmp_path)
+    assert r.returncode == 2 and "internal error" not in r.stderr, r.stderr[-500:]
+
+
+# ------------------------------------------------------------------ issue 37: import's schedule.yaml
+@pytest.mark.xfail(strict=True, reason="trace/to_schedule.py writes the trace's file name raw into schedule.yaml's "
+                   "header comment: a newline in it starts a YAML line, so the name's text becomes top-level keys "
+                   "(here launch: cuda_graph, which silently changes the replay; with world_size: the file no longer "
+                   "loads)")
+def test_trace_file_name_cannot_inject_keys_into_the_written_schedule(tmp_path: Path) -> None:
+    imp = _imported(tmp_path, "t\nlaunch: cuda_graph\n#.json")
+    r = _cli("replay", imp / "schedule.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "launch:" not in [line.split(" ")[0] for line in (imp / "schedule.yaml").read_text().splitlines()]
+    assert "replay 217.0 µs (-0.00%)" in r.stdout + r.stderr  # the run as recorded (replaygen's sync trace)
+
+
+@pytest.mark.xfail(strict=True, reason="replay reads the recorded start_us/end_us tags without checking they are "
+                   "numbers: a string there ends in 'internal error: TypeError', exit 1, instead of a bad-input "
+                   "error naming the op and tag, exit 2")
+def test_replay_of_a_non_numeric_recorded_time_is_bad_input(tmp_path: Path) -> None:
+    imp = _imported(tmp_path)
+    ops = json.loads((imp / "schedule.ops.json").read_text())
+    ops[0]["tags"]["start_us"] = "abc"
+    (imp / "schedule.ops.json").write_text(json.dumps(ops))
+    r = _cli("replay", imp / "schedule.yaml", cwd=tmp_path)
+    assert r.returncode == 2 and "internal error" not in r.stderr and "start_us" in r.stderr, r.stderr[-500:]
+
+
+@pytest.mark.xfail(strict=True, reason="replay --host-gaps accepts 1e308: host time becomes inf and replay prints "
+                   "'makespan 217.0 µs -> inf s (+inf%)' with exit 0")
+def test_replay_refuses_a_host_gap_factor_that_overflows(tmp_path: Path) -> None:
+    imp = _imported(tmp_path)
+    r = _cli("replay", imp / "schedule.yaml", "--host-gaps", "1e308", cwd=tmp_path)
+    assert r.returncode == 2 and "inf" not in r.stdout, r.stdout[-500:]
+
+
+# ------------------------------------------------------------------ issue 36: training block
+BASE = """\
+schema_version: 1
+name: tb
+world_size: 8
+training:
+  num_layers: 8
+  hidden_size: 1024
+  num_attention_heads: 16
+  seq_length: 1024
+  micro_batch_size: 1
+  bf16: true
+  tp: 2
+  pp: 2
+"""
+
+
+def _spec(**kw: object) -> TrainingSpec:
+    base: dict[str, object] = dict(num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                                   micro_batch_size=1, global_batch_size=16, bf16=True)
+    base.update(kw)
+    return TrainingSpec(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.xfail(strict=True, reason="memory_per_rank leaves out the untied output layer: with pp = 1 the one "
+                   "stage holds both the embedding and the output layer (V·h more parameters), so params, grads and "
+                   "optimizer per GPU are the same tied or untied (search's --memory-gib filter uses them)")
+def test_untied_output_layer_counts_in_memory_when_one_stage_holds_it() -> None:
+    tied, untied = _spec(tp=1, pp=1), _spec(tp=1, pp=1, untie_embeddings_and_output_weights=True)
+    p_t, p_u = training_plan(tied, 8), training_plan(untied, 8)
+    extra = p_u.vocab * 1024 * 2  # V·h bf16 weights (V padded to 50304)
+    assert memory_per_rank(untied, p_u)["params"] == pytest.approx(memory_per_rank(tied, p_t)["params"] + extra)
+
+
+@pytest.mark.xfail(strict=True, reason="memory_per_rank: full recompute with recompute_method uniform stores one "
+                   "layer input per recompute_num_layers-layer group (Megatron transformer_block.py "
+                   "_checkpointed_forward), but the activations are 2sbh per layer whatever recompute_num_layers is")
+def test_uniform_recompute_stores_one_input_per_group_of_layers() -> None:
+    one = _spec(tp=2, pp=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    four = _spec(tp=2, pp=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=4)
+    a1 = memory_per_rank(one, training_plan(one, 8))["activations"]
+    a4 = memory_per_rank(four, training_plan(four, 8))["activations"]
+    assert a4 < a1
+
+
+@pytest.mark.xfail(strict=True, reason="1F1B with fewer microbatches than stages is refused citing torch's "
+                   "Schedule1F1B, but Megatron's forward_backward_pipelining_without_interleaving runs it "
+                   "(num_warmup_microbatches = min(pp - rank - 1, num_microbatches)); issue 36 asks for Megatron's "
+                   "refusals only")
+def test_megatron_1f1b_with_fewer_microbatches_than_stages_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(BASE + "  global_batch_size: 2\n")  # dp 2, m = 1 < pp = 2
+    r = _cli("predict", "t.yaml", "--out", "o", "--no-gantt", cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr[-500:]
+
+
+@pytest.mark.xfail(strict=True, reason="a training size past an op field's range is reported on the lowered op "
+                   "('pipeline.stage.F[3]: ... at n', fix: 'stage ops take the fields of ordinary ops'), a field the "
+                   "user never wrote, instead of on training.hidden_size")
+def test_huge_hidden_size_is_reported_on_the_training_field(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(BASE.replace("hidden_size: 1024", "hidden_size: 1099511627776")
+                                     + "  global_batch_size: 16\n")
+    r = _cli("predict", "t.yaml", "--out", "o", "--no-gantt", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "hidden_size" in r.stderr and "pipeline.stage" not in r.stderr, r.stderr[-500:]
+
+
+@pytest.mark.xfail(strict=True, reason="training fields coerce other types silently (pydantic lax mode): tp: true "
+                   "runs as tp 1 and bf16: \"yes\" as --bf16; Megatron's argparse refuses both")
+def test_training_sizes_and_flags_refuse_other_types(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(BASE.replace("tp: 2", "tp: true") + "  global_batch_size: 16\n")
+    r = _cli("predict", "t.yaml", "--out", "o", "--no-gantt", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2, r.stdout[-300:]
+
+
+# ------------------------------------------------------------------ issue 32: output sets
+@pytest.mark.xfail(strict=True, reason="clean_stale_staging takes a staging folder for stale when its pid is not "
+                   "alive *here*; a run on another host of a shared (NFS) folder, or in another container's pid "
+                   "namespace, is alive elsewhere. Its staging folder is removed mid-run, atomic_writer's mkdir "
+                   "recreates it, and the run moves in a partial set with exit 0 (measured: predict says 'wrote "
+                   "nfs/: timeline.json, trace.json, ...' and neither file is there)")
+def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_set(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from schedsim.io import atomic_write_text, output_set
+    from schedsim.report import outdir as od
+
+    out = tmp_path / "o"
+    try:
+        with output_set(out, "predict") as stage:
+            atomic_write_text(stage / "timeline.json", "{}")
+            with monkeypatch.context() as m:  # another machine's schedsim, writing into the same folder
+                m.setattr(od.os, "getpid", lambda: 1)
+                m.setattr(od, "_alive", lambda pid: False)
+                od.clean_stale_staging(out)
+            atomic_write_text(stage / "gantt.svg", "<svg/>")
+    except Exception:
+        return  # failing the run is an honest answer
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["gantt.svg", "timeline.json"]
+
+
+@pytest.mark.xfail(strict=True, reason="clean_stale_staging rmtree's any folder whose name starts "
+                   "'.schedsim-staging-<pid>-' with a dead pid, whatever it holds; schedsim never checks it made it "
+                   "(issue 32: a file is removed only if this schedsim wrote it)")
+def test_a_folder_schedsim_did_not_make_is_not_removed_as_staging(tmp_path: Path) -> None:
+    from schedsim.report.outdir import clean_stale_staging
+
+    mine = tmp_path / ".schedsim-staging-999999-mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    clean_stale_staging(tmp_path)
+    assert (mine / "notes.txt").read_text() == "precious"
+
+
+@pytest.mark.xfail(strict=True, reason="act_bytes_per_layer uses Korthikanti et al.'s 16-bit table for every dtype: "
+                   "an fp32 run (no --bf16/--fp16) stores 4-byte activations, yet reports the same 496 MiB as bf16")
+def test_fp32_activations_take_more_memory_than_bf16() -> None:
+    bf16, fp32 = _spec(tp=2, pp=2), _spec(tp=2, pp=2, bf16=False)
+    a16 = memory_per_rank(bf16, training_plan(bf16, 8))["activations"]
+    a32 = memory_per_rank(fp32, training_plan(fp32, 8))["activations"]
+    assert a32 > 1.5 * a16
+
+
+MC = """\
+schema_version: 1
+name: mc
+world_size: 1
+ops:
+  - {name: A, kind: compute, stream: s1, duration_us: 1000}
+  - {name: B, kind: compute, stream: s2, duration_us: 10, deps: [A]}
+  - {name: C, kind: compute, stream: s3, duration_us: 1000}
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="the replay GPU model (engine._run_replay) ignores max_connections, and "
+                   "predict --gpu-model replay --max-connections N accepts it silently: issue 37's what-if 'change "
+                   "CUDA_DEVICE_MAX_CONNECTIONS' gives 1.010 ms for 1 and 8 connections, though with one hardware "
+                   "queue C (launched after B, which waits for A) cannot start before A ends (about 2.01 ms)")
+def test_replay_what_if_of_one_connection_queues_behind_a_blocked_launch() -> None:
+    from schedsim import api
+    from schedsim.hardware.profile import load_profile
+
+    spec, prof = api.load_text(MC), load_profile("h200")
+    one = api.simulate_spec(spec, prof, gpu_model="replay", max_connections=1).timeline.makespan_s
+    eight = api.simulate_spec(spec, prof, gpu_model="replay", max_connections=8).timeline.makespan_s
+    assert eight == pytest.approx(1.010e-3, rel=0.02)
+    assert one > 1.9e-3
+
+
+@pytest.mark.xfail(strict=True, reason="Manifest.read ignores a .schedsim-outputs.json that is a symbolic link ('no "
+                   "file is removed or replaced because of it'), but Manifest.write goes through atomic_writer, "
+                   "which follows links: the file the link points to, outside the output folder, is replaced by the "
+                   "manifest")
+def test_a_manifest_name_that_is_a_link_never_overwrites_the_link_target(tmp_path: Path) -> None:
+    from schedsim.io import output_set
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".schedsim-outputs.json").symlink_to(notes)
+    try:
+        with output_set(out, "search") as stage:
+            (stage / "search.json").write_text("[]")
+    except Exception:
+        pass  # refusing the folder is fine
+    assert notes.read_text() == "my notes"
+
+
+@pytest.mark.xfail(strict=True, reason="import names the timeline's spans by kernel (gemm#0@r0) and schedule.yaml's "
+                   "ops k0, k1, ... so `compare` of the replay against the imported timeline matches no op by id "
+                   "('ops matched by id: 0 (only predicted 5, only measured 5)'); issue 37: compare shows where the "
+                   "replay differs, op by op")
+def test_compare_of_the_replay_against_its_import_matches_every_op(tmp_path: Path) -> None:
+    imp = _imported(tmp_path)
+    r = _cli("predict", imp / "schedule.yaml", "--gpu-model", "replay", "--no-gantt", "--out", "rep", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = _cli("compare", "rep/timeline.json", imp / "timeline.json", "--out", "cmp", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "ops matched by id: 5 " in r.stdout, [ln for ln in r.stdout.splitlines() if "matched" in ln]
+
+
+@pytest.mark.xfail(strict=True, reason="the op limit (--max-ops / SCHEDSIM_MAX_OPS, 2,000,000 by default) is checked "
+                   "while expanding the YAML, before ops_file's rows are appended: a schedule.ops.json of any length "
+                   "is simulated (here 5 ops under --max-ops 2)")
+def test_max_ops_counts_the_ops_file(tmp_path: Path) -> None:
+    imp = _imported(tmp_path)
+    r = _cli("predict", imp / "schedule.yaml", "--max-ops", "2", "--no-gantt", "--out", "o", cwd=tmp_path)
+    assert r.returncode == 2 and "max-ops" in r.stderr, r.stdout[-300:]
