@@ -825,30 +825,29 @@ def _check_columns(c: SpanColumns, where: str) -> None:
         i = int(np.argmax(back))
         raise TraceError(f"{where}: op {i} ({c.id[i]!r}): end_s {float(c.end_s[i])!r} is before start_s "
                          f"{float(c.start_s[i])!r}", fix=fix)
-    if not _derived_ids_distinct(c) and len(set(c.id)) != len(c.id):
+    if not _ids_distinct(c) and len(set(c.id)) != len(c.id):
         seen: set[str] = set()
         dup = next(x for x in c.id if x in seen or seen.add(x))  # type: ignore[func-returns-value]
         raise TraceError(f"{where}: two ops share the id {dup!r}", fix=fix)
 
 
-def _derived_ids_distinct(c: SpanColumns) -> bool:
-    """Whether ``c``'s ids are shown distinct without making them: ids derived as ``f"{name}@r{rank}"`` (one
-    id per (name, rank) pair: the rank is the digits after the last ``@r``) from names coded as one part of
-    distinct values, so distinct (code, rank) pairs are distinct ids. False means not shown (the strings are
-    then compared)."""
+def _ids_distinct(c: SpanColumns) -> bool:
+    """Whether ``c``'s ids are shown distinct by numbers, not a set of strings. Ids derived as
+    ``f"{name}@r{rank}"`` (one id per (name, rank) pair: the rank is the digits after the last ``@r``) from
+    names coded as one part of distinct values: distinct (code, rank) pairs, without making the ids. Otherwise
+    distinct string hashes (equal strings hash alike; the hashes stay cached for matching, as
+    :func:`schedsim.compare._match`). False means not shown (two ids share a hash or a pair): the strings are
+    then compared."""
     import numpy as np
 
     from schedsim.coded import Parts
 
     p = c._parts
-    if not callable(c._id) or not isinstance(p, Parts) or len(p.parts) != 1:
-        return False
-    values, codes = p.parts[0]
-    if len(set(values)) != len(values):
-        return False
-    if not len(codes):
-        return True
-    key = np.sort(codes.astype(np.int64) * (int(c.rank.max()) + 1) + c.rank)  # a sort: np.unique hashes slowly
+    if callable(c._id) and isinstance(p, Parts) and len(p.parts) == 1 and len(set(p.parts[0][0])) == len(p.parts[0][0]):
+        key = p.parts[0][1].astype(np.int64) * (int(c.rank.max(initial=0)) + 1) + c.rank
+    else:
+        key = np.fromiter(map(hash, c.id), np.int64, len(c))
+    key.sort()  # a sort: np.unique's hash path is several times slower on a million rows
     return bool((key[1:] != key[:-1]).all())
 
 

@@ -319,6 +319,18 @@ def test_one_part_names_that_repeat_an_id_are_refused(tmp_path, how):
         Timeline.read_json(path)
 
 
+def test_ids_written_as_a_list_read_back_and_a_repeat_among_them_is_refused(tmp_path):
+    path, d = _one_part_file(tmp_path)
+    ids = Timeline.read_json(path).columns.id
+    d["columns"]["id"] = list(ids)
+    path.write_text(json.dumps(d))
+    assert Timeline.read_json(path).columns.id == ids
+    d["columns"]["id"][-1] = ids[0]
+    path.write_text(json.dumps(d))
+    with pytest.raises(TraceError, match=f"two ops share the id '{ids[0]}'"):
+        Timeline.read_json(path)
+
+
 def test_from_dict_takes_the_columns_only_when_told_to_consume(tmp_path):
     path, d = _one_part_file(tmp_path)
     kept = Timeline.from_dict(d, where="t")
