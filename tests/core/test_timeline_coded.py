@@ -299,7 +299,8 @@ def test_reading_one_part_names_checks_the_ids_distinct_without_making_them(tmp_
     back = Timeline.read_json(path)
     assert callable(back.columns._id)  # not built by the read
     [part] = d["columns"]["name"]["parts"]
-    assert back.columns.id == [f"{part['values'][c]}@r{r}" for c, r in zip(part["codes"], d["columns"]["rank"], strict=True)]
+    pairs = zip(part["codes"], d["columns"]["rank"], strict=True)
+    assert back.columns.id == [f"{part['values'][c]}@r{r}" for c, r in pairs]
 
 
 @pytest.mark.parametrize("how", ["same code and rank", "same value under another code"])
