@@ -516,7 +516,8 @@ class SpanColumns:
     @classmethod
     def from_json(cls, d: dict[str, Any], n: int | None, where: str) -> SpanColumns:
         """Columns from the ``columns`` object of a version-2 or version-3 timeline (module docstring: ids,
-        names and tags as lists or coded).
+        names and tags as lists or coded). ``d`` is taken over: each column's entry is removed once read, so
+        its parsed list can be freed (the caller passes a copy of the document's object).
 
         Raises
         ------
@@ -534,6 +535,7 @@ class SpanColumns:
 
         try:
             n, ids, parts = _json_ids(col("id"), col("name"), n, col("rank"))
+            d.pop("id")
 
             def num(key: str, kind: str, raw: Any = None) -> Any:
                 """A 1-D column of numbers (``kind`` "i": integers, "f": floats, None allowed as NaN); no
@@ -548,7 +550,7 @@ class SpanColumns:
                 if a.dtype.kind not in ("iu" if kind == "i" else "iuf") and len(a):
                     raise ValueError(f"{key!r} holds {a.dtype.name} values, not "
                                      + ("integers" if kind == "i" else "numbers"))
-                return a.astype(np.int64 if kind == "i" else np.float64)
+                return a.astype(np.int64 if kind == "i" else np.float64, copy=False)
 
             cats = {}
             for c in _CAT_COLS:
@@ -557,6 +559,7 @@ class SpanColumns:
                 if len(codes) and (codes.min() < 0 or codes.max() >= len(values)):
                     raise ValueError(f"{c!r} has codes outside 0..{len(values) - 1}")
                 cats[c] = (values, codes)
+                del d[c], v
             floats = _json_floats(d, n, num)
             for c, a in floats.items():  # Infinity (Python's json reads the token; no writer makes it) nowhere,
                 # NaN (null: unknown) only in the optional times, negatives not in bytes and FLOPs: the row
@@ -569,11 +572,12 @@ class SpanColumns:
                                      "(null: unknown)")
             tags, coded = _json_tags(d.get("tags") or {"index": [], "values": []}, n)
             ranks = num("rank", "i")
+            del d["rank"]
             ws = d.get("__world_size__")
             if len(ranks) and ws is not None and (ranks.min() < 0 or ranks.max() >= ws):
                 raise ValueError(f"'rank' holds {int(ranks.min() if ranks.min() < 0 else ranks.max())}, outside "
                                  f"0..{ws - 1} (world_size {ws})")
-            names: Any = cache(parts.strings) if parts is not None else [str(x) for x in col("name")]
+            names: Any = cache(parts.strings) if parts is not None else _strs(d.pop("name"))
             return cls(ids if ids is not None else lambda: _join_ids(names() if callable(names) else names, ranks),
                        names, ranks,
                        cats["stream"], cats["kind"], cats["resource"], floats["start_s"], floats["end_s"],
@@ -598,6 +602,7 @@ def _json_floats(d: dict[str, Any], n: int, num: Callable[..., Any]) -> dict[str
             floats[c] = _unbase(c, raw, floats, n, num)
         elif c != "stream_s" or raw is not None:
             floats[c] = num(c, "f")
+        d.pop(c, None)  # the parsed list, freed now that its array is made
     return floats
 
 
@@ -748,7 +753,7 @@ def _json_ids(raw_id: Any, raw_name: Any, n: int | None, raw_rank: Any) -> tuple
         raise ValueError(f"'id' is neither a list of strings nor {{\"format\": \"{ID_FORMAT}\"}}")
     if n is None:
         n = len(raw_rank if derived else raw_id)
-    ids = None if derived else [str(x) for x in raw_id]
+    ids = None if derived else _strs(raw_id)
     if ids is not None and len(ids) != n:
         raise ValueError(f"'id' has {len(ids)} entries, n_ops is {n}")
     return n, ids, Parts.from_json(raw_name, n, "'name'") if isinstance(raw_name, dict) else None
@@ -782,6 +787,14 @@ def _json_tags(t: Any, n: int) -> tuple[list[dict[str, Any]] | None, TagColumns 
     return tags, None
 
 
+def _strs(raw: Any) -> list[str]:
+    """``raw`` itself when it is a list of strings (one C-level pass over the types), else ``[str(x) for x in
+    raw]``."""
+    if type(raw) is list and set(map(type, raw)) <= {str}:
+        return raw
+    return [str(x) for x in raw]
+
+
 def _join_ids(names: list[str], rank: np.ndarray) -> list[str]:
     """``f"{names[i]}@r{rank[i]}"`` per row, by one object-array concatenation (the "@rN" strings made once)."""
     import numpy as np
@@ -812,10 +825,30 @@ def _check_columns(c: SpanColumns, where: str) -> None:
         i = int(np.argmax(back))
         raise TraceError(f"{where}: op {i} ({c.id[i]!r}): end_s {float(c.end_s[i])!r} is before start_s "
                          f"{float(c.start_s[i])!r}", fix=fix)
-    if len(set(c.id)) != len(c.id):
+    if not _ids_distinct(c) and len(set(c.id)) != len(c.id):
         seen: set[str] = set()
         dup = next(x for x in c.id if x in seen or seen.add(x))  # type: ignore[func-returns-value]
         raise TraceError(f"{where}: two ops share the id {dup!r}", fix=fix)
+
+
+def _ids_distinct(c: SpanColumns) -> bool:
+    """Whether ``c``'s ids are shown distinct by numbers, not a set of strings. Ids derived as
+    ``f"{name}@r{rank}"`` (one id per (name, rank) pair: the rank is the digits after the last ``@r``) from
+    names coded as one part of distinct values: distinct (code, rank) pairs, without making the ids. Otherwise
+    distinct string hashes (equal strings hash alike; the hashes stay cached for matching, as
+    :func:`schedsim.compare._match`). False means not shown (two ids share a hash or a pair): the strings are
+    then compared."""
+    import numpy as np
+
+    from schedsim.coded import Parts
+
+    p = c._parts
+    if callable(c._id) and isinstance(p, Parts) and len(p.parts) == 1 and len(set(p.parts[0][0])) == len(p.parts[0][0]):
+        key = p.parts[0][1].astype(np.int64) * (int(c.rank.max(initial=0)) + 1) + c.rank
+    else:
+        key = np.fromiter(map(hash, c.id), np.int64, len(c))
+    key.sort()  # a sort: np.unique's hash path is several times slower on a million rows
+    return bool((key[1:] != key[:-1]).all())
 
 
 class Timeline:
@@ -1040,8 +1073,10 @@ class Timeline:
             raise ValueError(f"layout must be 'columns' or 'rows', not {layout!r}")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, where: str = "<timeline>") -> Timeline:
-        """Build a Timeline from its JSON dict, either layout.
+    def from_dict(cls, d: dict[str, Any], *, where: str = "<timeline>", consume: bool = False) -> Timeline:
+        """Build a Timeline from its JSON dict, either layout. With ``consume`` the dict is the caller's no
+        longer: its ``columns`` entry is taken out and each parsed list dropped once its array is made, so a
+        million-row column's Python floats are freed while the next column is read (lower peak memory).
 
         Raises
         ------
@@ -1061,8 +1096,8 @@ class Timeline:
                 "meta": d.get("meta", {})}
         if "columns" in d:
             n = d.get("n_ops")
-            cols = SpanColumns.from_json({**d["columns"], "__world_size__": head["world_size"]},
-                                         None if n is None else int(n), where)
+            raw = {**(d.pop("columns") if consume else d["columns"]), "__world_size__": head["world_size"]}
+            cols = SpanColumns.from_json(raw, None if n is None else int(n), where)
             _check_columns(cols, where)
             return cls(**head, columns=cols)
         try:
@@ -1094,7 +1129,8 @@ class Timeline:
         d = parse_json(data, p, "timeline")  # the depth limit; a clean error naming the line of bad JSON
         if _orjson is not None and _tags_may_hold_big_ints(d):
             d = json.loads(data)
-        return cls.from_dict(d, where=str(p))
+        del data  # the file's bytes, freed before the columns are built
+        return cls.from_dict(d, where=str(p), consume=True)
 
 
 #: ``meta`` entries the readers take as numbers (or lists / dicts of numbers), as text, as a list of texts, as a

@@ -285,6 +285,62 @@ def test_a_simulated_pipeline_writes_ready_and_stream_times_based(tmp_path):
         assert np.array_equal(getattr(back.columns, k), getattr(tl.columns, k), equal_nan=True), k
 
 
+def _one_part_file(tmp_path):
+    """overlap_gen on 4 ranks, 3 chunks: names as one part, ids by format; (path, parsed document)."""
+    spec = load_schedule(ROOT / "benchmarks/data/overlap_gen.yaml", parse_overrides(["world_size=4", "chunks=3"]))
+    simulate(lower(spec), load_profile("h200")).write_json(tmp_path / "t.json")
+    return tmp_path / "t.json", json.loads((tmp_path / "t.json").read_text())
+
+
+def test_reading_one_part_names_checks_the_ids_distinct_without_making_them(tmp_path):
+    # the repeated-id check proves distinct (code, rank) pairs of distinct names distinct ids: the id strings
+    # are made only when first read, and are then the name@rN of every row
+    path, d = _one_part_file(tmp_path)
+    back = Timeline.read_json(path)
+    assert callable(back.columns._id)  # not built by the read
+    [part] = d["columns"]["name"]["parts"]
+    pairs = zip(part["codes"], d["columns"]["rank"], strict=True)
+    assert back.columns.id == [f"{part['values'][c]}@r{r}" for c, r in pairs]
+
+
+@pytest.mark.parametrize("how", ["same code and rank", "same value under another code"])
+def test_one_part_names_that_repeat_an_id_are_refused(tmp_path, how):
+    path, d = _one_part_file(tmp_path)
+    [part] = d["columns"]["name"]["parts"]
+    ranks = d["columns"]["rank"]
+    j = next(i for i in range(1, len(ranks)) if part["codes"][i] != part["codes"][0])
+    ranks[j] = ranks[0]
+    if how == "same code and rank":
+        part["codes"][j] = part["codes"][0]
+    else:  # a second value equal to row 0's name: distinct codes, one id (the strings must be compared)
+        part["values"].append(part["values"][part["codes"][0]])
+        part["codes"][j] = len(part["values"]) - 1
+    path.write_text(json.dumps(d))
+    with pytest.raises(TraceError, match="two ops share the id"):
+        Timeline.read_json(path)
+
+
+def test_ids_written_as_a_list_read_back_and_a_repeat_among_them_is_refused(tmp_path):
+    path, d = _one_part_file(tmp_path)
+    ids = Timeline.read_json(path).columns.id
+    d["columns"]["id"] = list(ids)
+    path.write_text(json.dumps(d))
+    assert Timeline.read_json(path).columns.id == ids
+    d["columns"]["id"][-1] = ids[0]
+    path.write_text(json.dumps(d))
+    with pytest.raises(TraceError, match=f"two ops share the id '{ids[0]}'"):
+        Timeline.read_json(path)
+
+
+def test_from_dict_takes_the_columns_only_when_told_to_consume(tmp_path):
+    path, d = _one_part_file(tmp_path)
+    kept = Timeline.from_dict(d, where="t")
+    assert "columns" in d and d["columns"]["rank"] == kept.columns.rank.tolist()
+    taken = Timeline.from_dict(d, where="t", consume=True)
+    assert "columns" not in d
+    assert taken.columns.id == kept.columns.id and np.array_equal(taken.columns.start_s, kept.columns.start_s)
+
+
 def test_a_version_3_file_with_a_repeated_id_is_refused(tmp_path):
     d = _v3(tmp_path)
     part = d["columns"]["name"]["parts"][2]  # the microbatch number: two ops of one rank made the same
