@@ -1,6 +1,7 @@
 """Write tests/data/compare_golden.json: :meth:`Comparison.to_dict` of :func:`schedsim.compare.compare_timelines`
 for each case of :func:`cases` (predicted timelines of shipped schedules against measured ones derived from them:
-event-timed, with ops missing, added, repeated, of zero duration, a pipeline's send/recv, ranks matched by kind),
+event-timed, with ops missing, added, repeated, of zero duration, a pipeline's send/recv, ranks matched by kind;
+predicted on ``h200x2``, a profile whose predictions of these schedules did not change after c23972a),
 and under ``"analyze"`` what ``schedsim analyze`` prints of each timeline of the cases (the report with
 ``--full``, and ``--format json``). Made with the row-by-row compare and analyze of main at commit c23972a
 (per-op waits and span labels, the makespan verdict, the kernel window to the last kernel end with the busy
@@ -27,7 +28,7 @@ def _predict(path: str, *sets: str) -> Any:
     from schedsim.api import load, predict
 
     kw = dict(s.split("=", 1) for s in sets)
-    return predict(load(ROOT / path, **{k: int(v) for k, v in kw.items()}), "h200").timeline
+    return predict(load(ROOT / path, **{k: int(v) for k, v in kw.items()}), "h200x2").timeline  # a profile held fixed
 
 
 def _measured(pred: Any, *, timing: str | None, drop: int = 0, extra: bool = False, dup: bool = False,
