@@ -191,6 +191,86 @@ def _scalar(node: yaml.ScalarNode) -> Any:
     return value
 
 
+class _Unsettled(Exception):
+    """:func:`_construct_events` met what it leaves to the composing path (an alias, an error of any kind)."""
+
+
+def _construct_events(text: str, loader: Any) -> Any:
+    """The document of an anchor-free ``text`` as :func:`_construct` makes it from the composed node graph (the
+    same values, marks, key order, string keys), built from libyaml's parse events without composing the graph:
+    the graph of a literal schedule holds nine nodes and eighteen marks per op, 5 GB at a million ops, where the
+    events pass one at a time. Tags of lists and mappings are ignored, as :func:`_construct` ignores them; a
+    scalar's tag is resolved as the composer resolves it. Anything :func:`_construct` would refuse (a
+    duplicate key, a list or mapping as a key, nesting past ``MAX_YAML_DEPTH``, a value it cannot construct),
+    an alias, a second document or a syntax error raises :class:`_Unsettled`, and the caller composes the text
+    so that the error is worded as before.
+
+    Raises
+    ------
+    _Unsettled
+        As above.
+    """
+    unset = object()
+    root: Any = unset
+    stack: list[Any] = []  # the open collections, outermost first
+    keys: list[Any] = []  # per open mapping: its key waiting for a value (unset before a key is read)
+    resolve = _SCALAR_LOADER.resolve
+    try:
+        for ev in yaml.parse(text, Loader=loader):
+            cls = type(ev)
+            if cls is yaml.MappingEndEvent or cls is yaml.SequenceEndEvent:
+                stack.pop()
+                keys.pop()
+                continue
+            if cls is yaml.ScalarEvent:
+                tag = ev.tag
+                if tag is None or tag == "!":
+                    tag = resolve(yaml.ScalarNode, ev.value, ev.implicit)
+                value: Any = ev.value if tag == _STR_TAG else _scalar(
+                    yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, style=ev.style))
+            elif cls is yaml.MappingStartEvent:
+                value = LDict()
+            elif cls is yaml.SequenceStartEvent:
+                value = LList()
+            elif cls is yaml.AliasEvent:
+                raise _Unsettled
+            elif cls is yaml.DocumentStartEvent and root is not unset:  # a second document
+                raise _Unsettled
+            else:  # the stream's and the document's start and end
+                continue
+            mark = (ev.start_mark.line + 1, ev.start_mark.column + 1)
+            if len(stack) > MAX_YAML_DEPTH:
+                raise _Unsettled
+            if not stack:
+                root = value
+            else:
+                top = stack[-1]
+                if type(top) is LList:
+                    top.append(value)
+                    top.item_marks.append(mark)
+                elif keys[-1] is unset:
+                    if cls is not yaml.ScalarEvent:
+                        raise _Unsettled
+                    key = value if isinstance(value, str) else str(value)
+                    if key in top:
+                        raise _Unsettled
+                    keys[-1] = key
+                else:
+                    top[keys[-1]] = value
+                    top.key_marks[keys[-1]] = mark
+                    keys[-1] = unset
+            if cls is not yaml.ScalarEvent:
+                value.mark = mark
+                stack.append(value)
+                keys.append(unset)
+    except _Unsettled:
+        raise
+    except Exception:  # noqa: BLE001 - whatever failed is worded by the composing path
+        _SCALAR_LOADER.constructed_objects.clear()
+        raise _Unsettled from None
+    return LDict() if root is unset else root
+
+
 def parse_yaml(text: str, file: str) -> Any:
     """Parse YAML text into nested :class:`LDict` / :class:`LList` with source marks.
 
@@ -218,6 +298,11 @@ def parse_yaml(text: str, file: str) -> Any:
                          "refused)", file=file, fix="write ops as a flat list; check for unclosed [ or {")
     loader = getattr(yaml, "CSafeLoader", None)
     if loader is not None and "\t" not in text and "\ufeff" not in text[1:]:
+        if "&" not in text:  # no anchor, hence no alias to expand: built from the parse events
+            try:
+                return _construct_events(text, loader)
+            except _Unsettled:
+                pass
         try:
             node = yaml.compose(text, Loader=loader)
         except yaml.YAMLError as e:
