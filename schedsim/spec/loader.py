@@ -178,6 +178,7 @@ _SCALAR_LOADER = yaml.SafeLoader("")
 
 
 _STR_TAG = "tag:yaml.org,2002:str"
+_SHARED_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "null"))
 
 
 def _scalar(node: yaml.ScalarNode) -> Any:
@@ -215,9 +216,15 @@ def _construct_events(text: str, loader: Any) -> Any:
     stack: list[Any] = []  # the open collections, outermost first
     keys: list[Any] = []  # per open mapping: its key waiting for a value (unset before a key is read)
     resolve = _SCALAR_LOADER.resolve
+    seen: dict[tuple[str, Any, str | None], Any] = {}  # (text, implicit, tag) -> value, for values not str
+    tags: dict[tuple[str, Any], str] = {}  # (text, implicit) -> the tag the resolver gives a plain scalar
+    parser = loader(text)
     try:
-        for ev in yaml.parse(text, Loader=loader):
+        while True:
+            ev = parser.get_event()
             cls = type(ev)
+            if cls is yaml.StreamEndEvent:
+                break
             if cls is yaml.MappingEndEvent or cls is yaml.SequenceEndEvent:
                 stack.pop()
                 keys.pop()
@@ -225,9 +232,20 @@ def _construct_events(text: str, loader: Any) -> Any:
             if cls is yaml.ScalarEvent:
                 tag = ev.tag
                 if tag is None or tag == "!":
-                    tag = resolve(yaml.ScalarNode, ev.value, ev.implicit)
-                value: Any = ev.value if tag == _STR_TAG else _scalar(
-                    yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, style=ev.style))
+                    tag = tags.get((ev.value, ev.implicit))
+                    if tag is None:
+                        tag = resolve(yaml.ScalarNode, ev.value, ev.implicit)
+                        if len(tags) < 4096:
+                            tags[ev.value, ev.implicit] = tag
+                if tag == _STR_TAG:
+                    value: Any = ev.value
+                else:  # an int, float, bool, null ... is immutable: one constructed value per distinct text
+                    at = (ev.value, ev.implicit, tag)
+                    value = seen.get(at, seen)
+                    if value is seen:
+                        value = _scalar(yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, style=ev.style))
+                        if tag in _SHARED_TAGS and len(seen) < 4096:
+                            seen[at] = value
             elif cls is yaml.MappingStartEvent:
                 value = LDict()
             elif cls is yaml.SequenceStartEvent:
@@ -268,6 +286,8 @@ def _construct_events(text: str, loader: Any) -> Any:
     except Exception:  # noqa: BLE001 - whatever failed is worded by the composing path
         _SCALAR_LOADER.constructed_objects.clear()
         raise _Unsettled from None
+    finally:
+        parser.dispose()
     return LDict() if root is unset else root
 
 
