@@ -218,7 +218,10 @@ def _construct_events(text: str, loader: Any) -> Any:
     resolve = _SCALAR_LOADER.resolve
     seen: dict[tuple[str, Any, str | None], Any] = {}  # (text, implicit, tag) -> value, for values not str
     tags: dict[tuple[str, Any], str] = {}  # (text, implicit) -> the tag the resolver gives a plain scalar
-    parser = loader(text)
+    try:
+        parser = loader(text)
+    except Exception:  # noqa: BLE001 - a lone surrogate, which libyaml cannot encode
+        raise _Unsettled from None
     try:
         while True:
             ev = parser.get_event()
@@ -639,6 +642,13 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         if not isinstance(item, dict):
             raise ctx.err("each op must be a mapping", m, p, fix="write '- name: x\\n  kind: matmul ...'")
         km = getattr(item, "key_marks", {})
+        op = _literal_op(item, km, m)
+        if op is not None:  # nothing to evaluate: no per-entry plan (a literal schedule of a million ops)
+            ctx.count(op, op.mark, p)
+            op["__path__"] = p
+            out.append(op)
+            out.item_marks.append(op.mark)
+            continue
         plan = ctx.plan(item)
         per_rank = "rank" not in env and "ops" not in item and "foreach" not in item and plan.uses_rank
         if ("ops" in item or "foreach" in item) and "rank" not in env and _RANK.search(str(item.get("when", ""))):
@@ -735,6 +745,47 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         op["__path__"] = p
         out.append(op)
         out.item_marks.append(op.mark)
+
+
+def _literal(key: str, v: Any) -> bool:
+    """Whether a scalar field value is its own value in every environment: not a string, or a string of no
+    ``{expr}`` and no ``rank`` outside a numeric field (``NUMERIC_FIELDS`` are expressions even unbraced)."""
+    if isinstance(v, str):
+        return key not in NUMERIC_FIELDS and "{" not in v and "rank" not in v
+    return not isinstance(v, (list, dict))
+
+
+def _literal_op(item: Mapping[str, Any], km: Mapping[str, Mark], m: Mark | None) -> LDict | None:
+    """The op entry ``item`` as :func:`_expand_ops` expands it where no field holds an expression (scalars and
+    lists of scalars, ``ranks`` as ints; no ``when``, ``ops``, ``foreach``): the same values, types and marks
+    as the compiled fields of :class:`_Plan` give, without compiling them. None for any other entry."""
+    op = LDict()
+    op.mark = getattr(item, "mark", m)
+    for k, v in item.items():
+        if k in ("when", "ops", "foreach"):
+            return None
+        if k == "ranks":  # as _compile_ranks
+            if v is None or v == "all":
+                v = None
+            elif isinstance(v, int):
+                v = [v]
+            elif isinstance(v, list) and not any(isinstance(y, (str, list, dict)) for y in v):
+                v = list(v)
+            else:
+                return None
+        elif isinstance(v, list):  # as _compile_field's run_list
+            if not all(_literal(k, x) for x in v):
+                return None
+            sub = LList(v)
+            sub.mark = getattr(v, "mark", m)
+            sub.item_marks = list(getattr(v, "item_marks", []))
+            v = sub
+        elif not _literal(k, v):
+            return None
+        op[k] = v
+        op.key_marks[k] = km.get(k, m)
+    op.key_marks["__source__"] = m  # type: ignore[assignment]
+    return op
 
 
 def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[str, Any], ctx: _Ctx,
