@@ -211,13 +211,7 @@ def _construct_events(text: str, loader: Any) -> Any:
     _Unsettled
         As above.
     """
-    unset = object()
-    root: Any = unset
-    stack: list[Any] = []  # the open collections, outermost first
-    keys: list[Any] = []  # per open mapping: its key waiting for a value (unset before a key is read)
-    resolve = _SCALAR_LOADER.resolve
-    seen: dict[tuple[str, Any, str | None], Any] = {}  # (text, implicit, tag) -> value, for values not str
-    tags: dict[tuple[str, Any], str] = {}  # (text, implicit) -> the tag the resolver gives a plain scalar
+    build = _EventTree()
     try:
         parser = loader(text)
     except Exception:  # noqa: BLE001 - a lone surrogate, which libyaml cannot encode
@@ -229,61 +223,16 @@ def _construct_events(text: str, loader: Any) -> Any:
             if cls is yaml.StreamEndEvent:
                 break
             if cls is yaml.MappingEndEvent or cls is yaml.SequenceEndEvent:
-                stack.pop()
-                keys.pop()
-                continue
-            if cls is yaml.ScalarEvent:
-                tag = ev.tag
-                if tag is None or tag == "!":
-                    tag = tags.get((ev.value, ev.implicit))
-                    if tag is None:
-                        tag = resolve(yaml.ScalarNode, ev.value, ev.implicit)
-                        if len(tags) < 4096:
-                            tags[ev.value, ev.implicit] = tag
-                if tag == _STR_TAG:
-                    value: Any = ev.value
-                else:  # an int, float, bool, null ... is immutable: one constructed value per distinct text
-                    at = (ev.value, ev.implicit, tag)
-                    value = seen.get(at, seen)
-                    if value is seen:
-                        value = _scalar(yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, style=ev.style))
-                        if tag in _SHARED_TAGS and len(seen) < 4096:
-                            seen[at] = value
+                build.stack.pop()
+                build.keys.pop()
+            elif cls is yaml.ScalarEvent:
+                build.add(build.scalar(ev), ev, False)
             elif cls is yaml.MappingStartEvent:
-                value = LDict()
+                build.add(LDict(), ev, True)
             elif cls is yaml.SequenceStartEvent:
-                value = LList()
-            elif cls is yaml.AliasEvent:
-                raise _Unsettled
-            elif cls is yaml.DocumentStartEvent and root is not unset:  # a second document
-                raise _Unsettled
-            else:  # the stream's and the document's start and end
-                continue
-            mark = (ev.start_mark.line + 1, ev.start_mark.column + 1)
-            if len(stack) > MAX_YAML_DEPTH:
-                raise _Unsettled
-            if not stack:
-                root = value
-            else:
-                top = stack[-1]
-                if type(top) is LList:
-                    top.append(value)
-                    top.item_marks.append(mark)
-                elif keys[-1] is unset:
-                    if cls is not yaml.ScalarEvent:
-                        raise _Unsettled
-                    key = value if isinstance(value, str) else str(value)
-                    if key in top:
-                        raise _Unsettled
-                    keys[-1] = key
-                else:
-                    top[keys[-1]] = value
-                    top.key_marks[keys[-1]] = mark
-                    keys[-1] = unset
-            if cls is not yaml.ScalarEvent:
-                value.mark = mark
-                stack.append(value)
-                keys.append(unset)
+                build.add(LList(), ev, True)
+            elif cls is yaml.AliasEvent or (cls is yaml.DocumentStartEvent and build.root is not _UNSET):
+                raise _Unsettled  # an alias, a second document
     except _Unsettled:
         raise
     except Exception:  # noqa: BLE001 - whatever failed is worded by the composing path
@@ -291,7 +240,65 @@ def _construct_events(text: str, loader: Any) -> Any:
         raise _Unsettled from None
     finally:
         parser.dispose()
-    return LDict() if root is unset else root
+    return LDict() if build.root is _UNSET else build.root
+
+
+_UNSET = object()
+
+
+class _EventTree:
+    """The document :func:`_construct_events` builds, one event at a time."""
+
+    def __init__(self) -> None:
+        self.root: Any = _UNSET
+        self.stack: list[Any] = []  # the open collections, outermost first
+        self.keys: list[Any] = []  # per open collection: a mapping's key waiting for its value, else _UNSET
+        self.tags: dict[tuple[str, Any], str] = {}  # (text, implicit) -> the tag resolved for a plain scalar
+        self.seen: dict[tuple[str, Any, str], Any] = {}  # (text, implicit, tag) -> value, for values not str
+
+    def scalar(self, ev: Any) -> Any:
+        """The value of a scalar event, as :func:`_scalar` makes it of the composed node."""
+        tag = ev.tag
+        if tag is None or tag == "!":
+            tag = self.tags.get((ev.value, ev.implicit))
+            if tag is None:
+                tag = _SCALAR_LOADER.resolve(yaml.ScalarNode, ev.value, ev.implicit)
+                if len(self.tags) < 4096:
+                    self.tags[ev.value, ev.implicit] = tag
+        if tag == _STR_TAG:
+            return ev.value
+        at = (ev.value, ev.implicit, tag)  # an int, float, bool, null is immutable: one value per distinct text
+        value = self.seen.get(at, self.seen)
+        if value is self.seen:
+            value = _scalar(yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, style=ev.style))
+            if tag in _SHARED_TAGS and len(self.seen) < 4096:
+                self.seen[at] = value
+        return value
+
+    def add(self, value: Any, ev: Any, collection: bool) -> None:
+        """Put ``value`` in the open collection (a mapping's key, or the value of its waiting key)."""
+        mark = (ev.start_mark.line + 1, ev.start_mark.column + 1)
+        stack, keys = self.stack, self.keys
+        if len(stack) > MAX_YAML_DEPTH:
+            raise _Unsettled
+        if not stack:
+            self.root = value
+        elif type(stack[-1]) is LList:
+            stack[-1].append(value)
+            stack[-1].item_marks.append(mark)
+        elif keys[-1] is _UNSET:
+            key = value if isinstance(value, str) else str(value)
+            if collection or key in stack[-1]:
+                raise _Unsettled
+            keys[-1] = key
+        else:
+            stack[-1][keys[-1]] = value
+            stack[-1].key_marks[keys[-1]] = mark
+            keys[-1] = _UNSET
+        if collection:
+            value.mark = mark
+            stack.append(value)
+            keys.append(_UNSET)
 
 
 def parse_yaml(text: str, file: str) -> Any:
@@ -755,7 +762,7 @@ def _literal(key: str, v: Any) -> bool:
     return not isinstance(v, (list, dict))
 
 
-def _literal_op(item: Mapping[str, Any], km: Mapping[str, Mark], m: Mark | None) -> LDict | None:
+def _literal_op(item: Mapping[str, Any], km: Mapping[str, Any], m: Mark | None) -> LDict | None:
     """The op entry ``item`` as :func:`_expand_ops` expands it where no field holds an expression (scalars and
     lists of scalars, ``ranks`` as ints; no ``when``, ``ops``, ``foreach``): the same values, types and marks
     as the compiled fields of :class:`_Plan` give, without compiling them. None for any other entry."""
