@@ -318,6 +318,9 @@ def parse_yaml(text: str, file: str) -> Any:
     own (found by a differential fuzz of the two parsers, 2026-12-02; the one other difference it found is
     the column of an empty value inside ``[ ]``, one apart).
     A lone surrogate, which libyaml cannot encode, is named by that parser too.
+    A text without ``&`` (no anchor, hence no alias) is built from libyaml's parse events by
+    :func:`_construct_events`, without composing its node graph; whatever that leaves (an error, an alias)
+    takes the composing path below, so values, marks and errors are the same either way.
 
     Raises
     ------
