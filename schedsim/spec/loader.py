@@ -685,20 +685,14 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             if not cond:
                 continue
         if "ops" in item and "foreach" not in item:
-            extra = set(item) - {"ops", "when"}
-            if extra:
-                k = sorted(extra)[0]
-                raise ctx.err(f"unknown key {k!r} in a group of ops", km.get(k, m), f"{p}.{k}",
-                              fix="a group holds only `ops:` and `when:` (and `foreach:` to repeat it); put op fields "
-                              "on the ops inside it")
+            _only_keys(item, {"ops", "when"}, "a group of ops", ctx, m, p,
+                       "a group holds only `ops:` and `when:` (and `foreach:` to repeat it); put op fields on the ops "
+                       "inside it")
             _expand_ops(item["ops"], env, ctx, p + ".ops", out)  # a conditional group (`when:` + `ops:`)
             continue
         if "foreach" in item:
-            extra = set(item) - {"foreach", "ops", "when"}
-            if extra:
-                k = sorted(extra)[0]
-                raise ctx.err(f"unknown key {k!r} in a foreach block", km.get(k, m), f"{p}.{k}",
-                              fix="a foreach block holds only `foreach:`, `ops:` and optionally `when:`")
+            _only_keys(item, {"foreach", "ops", "when"}, "a foreach block", ctx, m, p,
+                       "a foreach block holds only `foreach:`, `ops:` and optionally `when:`")
             loops = item["foreach"]
             if not isinstance(loops, dict) or not loops:
                 raise ctx.err("`foreach` must map loop variables to ranges or lists", km.get("foreach", m), p + ".foreach",
@@ -755,6 +749,15 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         op["__path__"] = p
         out.append(op)
         out.item_marks.append(op.mark)
+
+
+def _only_keys(item: Mapping[str, Any], allowed: set[str], what: str, ctx: _Ctx, m: Mark | None, p: str,
+               fix: str) -> None:
+    """Refuse the first key of ``item`` (in sorted order) outside ``allowed``, as unknown in ``what``."""
+    extra = set(item) - allowed
+    if extra:
+        k = sorted(extra)[0]
+        raise ctx.err(f"unknown key {k!r} in {what}", getattr(item, "key_marks", {}).get(k, m), f"{p}.{k}", fix=fix)
 
 
 def _literal(key: str, v: Any) -> bool:
