@@ -77,12 +77,18 @@ def _mark(node: yaml.Node) -> Mark:
 
 MAX_NODES = 2_000_000
 """Most YAML nodes that aliases may add to a schedule (or a ``--set`` value, or a profile) when expanded,
-beyond the nodes written in the text (guards against alias bombs; a long literal schedule is not one)."""
+beyond the nodes written in the text and ``ALIAS_NODES`` per alias written (guards against alias bombs; a
+long literal schedule is not one, nor one whose every op repeats a small aliased list)."""
+
+ALIAS_NODES = 16
+"""Nodes each alias written may add beyond ``MAX_NODES`` (``deps: *d`` of up to 15 names in every op of a
+schedule within ``SCHEDSIM_MAX_OPS``): at most 8 per character of text (an alias is 2 characters or more),
+so what the allowance adds stays linear in the text, where nested aliases grow exponentially."""
 
 
 def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
-    """Refuse a document whose aliases expand it by more than ``MAX_NODES`` nodes beyond the distinct nodes of
-    its text (``text``: what was composed into ``root``), from the composed node graph (shared by its aliases)
+    """Refuse a document whose aliases expand it by more than ``MAX_NODES`` nodes, plus ``ALIAS_NODES`` per
+    alias written, beyond the distinct nodes of its text (``text``: what was composed into ``root``), from the composed node graph (shared by its aliases)
     in one pass over its distinct nodes: a "billion laughs" of 9 levels of 9 aliases is refused at once, where
     constructing it up to this many nodes took 9 s (2026-12-02, this VM), and a literal schedule of a million
     written ops is not refused whatever its size. A text without ``&`` has no anchors, hence no aliases, and is
@@ -93,7 +99,8 @@ def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
     expansion crosses the limit."""
     if "&" not in text:
         return
-    cap = MAX_NODES + 2 * len(text) + 3
+    cap = MAX_NODES + (2 + ALIAS_NODES) * len(text) + 3
+    refs = 0  # references from collections to their items, each alias one more
     size: dict[int, int] = {}
     on_path: set[int] = set()  # the collections being counted, root to here (a depth-first walk)
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -106,6 +113,7 @@ def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
             continue
         kids = [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else node.value
         if children_done:
+            refs += len(kids)
             size[id(node)] = min(cap, 1 + sum(size.get(id(c), 0) for c in kids))  # 0: an alias to an ancestor
             on_path.discard(id(node))
         elif id(node) not in on_path:
@@ -113,13 +121,14 @@ def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
             stack.append((node, True))
             stack.extend((c, False) for c in kids if id(c) not in size)
     written = len(size)  # the distinct nodes: what the text holds without its aliases expanded
-    if size[id(root)] - written <= MAX_NODES:
+    allowed = MAX_NODES + ALIAS_NODES * (refs - (written - 1))  # refs - (written - 1): the aliases written
+    if size[id(root)] - written <= allowed:
         return
     total, at = 1, root
     parts = [c for kv in root.value for c in kv] if isinstance(root, yaml.MappingNode) else root.value
     for c in parts:
         total += size.get(id(c), 0)
-        if total - written > MAX_NODES:
+        if total - written > allowed:
             at = c
             break
     raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes beyond those written (aliases repeated too "

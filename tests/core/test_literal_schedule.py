@@ -104,3 +104,25 @@ def test_literal_ops_expand_as_compiled_ops(monkeypatch: pytest.MonkeyPatch) -> 
 ])
 def test_which_entries_are_literal(item: dict[str, Any], literal: bool) -> None:
     assert (L._literal_op(L.LDict(item), {}, (1, 1)) is not None) is literal
+
+
+def _aliased_deps(n_ops: int, n_deps: int) -> str:
+    names = ", ".join(f"a{j}" for j in range(n_deps))
+    head = "".join(f"  - {{name: a{j}, kind: compute, duration_us: 1}}\n" for j in range(n_deps))
+    return ("schema_version: 1\nname: h\nworld_size: 1\nops:\n" + head
+            + f"  - {{name: b, kind: compute, duration_us: 1, deps: &d [{names}]}}\n"
+            + "".join(f"  - {{name: o{i}, kind: compute, duration_us: 1, deps: *d}}\n" for i in range(n_ops)))
+
+
+def test_an_alias_per_op_is_allowed_past_the_node_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """300 ops of `deps: *d` (a list of 4 names: 5 nodes each, 1,500 in all) pass a limit of 1,000 expanded
+    nodes: each alias written may add ALIAS_NODES (16) more. Nested aliases are still refused."""
+    monkeypatch.setattr(L, "MAX_NODES", 1000)
+    doc = L.parse_yaml(_aliased_deps(300, 4), "f.yaml")
+    assert len(doc["ops"]) == 305 and doc["ops"][-1]["deps"] == ["a0", "a1", "a2", "a3"]
+    with pytest.raises(SpecError, match="more than 1,000 nodes"):
+        L.parse_yaml(_aliased_deps(100, 40), "f.yaml")  # 100 aliases of 41 nodes: 4,100 > 1,000 + 100 × 16
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcd", "bcde", strict=True))
+    with pytest.raises(SpecError, match="more than 1,000 nodes"):
+        L.parse_yaml(bomb, "f.yaml")
