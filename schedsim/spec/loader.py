@@ -77,12 +77,18 @@ def _mark(node: yaml.Node) -> Mark:
 
 MAX_NODES = 2_000_000
 """Most YAML nodes that aliases may add to a schedule (or a ``--set`` value, or a profile) when expanded,
-beyond the nodes written in the text (guards against alias bombs; a long literal schedule is not one)."""
+beyond the nodes written in the text and ``ALIAS_NODES`` per alias written (guards against alias bombs; a
+long literal schedule is not one, nor one whose every op repeats a small aliased list)."""
+
+ALIAS_NODES = 16
+"""Nodes each alias written may add beyond ``MAX_NODES`` (``deps: *d`` of up to 15 names in every op of a
+schedule within ``SCHEDSIM_MAX_OPS``): at most 8 per character of text (an alias is 2 characters or more),
+so what the allowance adds stays linear in the text, where nested aliases grow exponentially."""
 
 
 def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
-    """Refuse a document whose aliases expand it by more than ``MAX_NODES`` nodes beyond the distinct nodes of
-    its text (``text``: what was composed into ``root``), from the composed node graph (shared by its aliases)
+    """Refuse a document whose aliases expand it by more than ``MAX_NODES`` nodes, plus ``ALIAS_NODES`` per
+    alias written, beyond the distinct nodes of its text (``text``: what was composed into ``root``), from the composed node graph (shared by its aliases)
     in one pass over its distinct nodes: a "billion laughs" of 9 levels of 9 aliases is refused at once, where
     constructing it up to this many nodes took 9 s (2026-12-02, this VM), and a literal schedule of a million
     written ops is not refused whatever its size. A text without ``&`` has no anchors, hence no aliases, and is
@@ -93,7 +99,8 @@ def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
     expansion crosses the limit."""
     if "&" not in text:
         return
-    cap = MAX_NODES + 2 * len(text) + 3
+    cap = MAX_NODES + (2 + ALIAS_NODES) * len(text) + 3
+    refs = 0  # references from collections to their items, each alias one more
     size: dict[int, int] = {}
     on_path: set[int] = set()  # the collections being counted, root to here (a depth-first walk)
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -106,6 +113,7 @@ def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
             continue
         kids = [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else node.value
         if children_done:
+            refs += len(kids)
             size[id(node)] = min(cap, 1 + sum(size.get(id(c), 0) for c in kids))  # 0: an alias to an ancestor
             on_path.discard(id(node))
         elif id(node) not in on_path:
@@ -113,13 +121,14 @@ def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
             stack.append((node, True))
             stack.extend((c, False) for c in kids if id(c) not in size)
     written = len(size)  # the distinct nodes: what the text holds without its aliases expanded
-    if size[id(root)] - written <= MAX_NODES:
+    allowed = MAX_NODES + ALIAS_NODES * (refs - (written - 1))  # refs - (written - 1): the aliases written
+    if size[id(root)] - written <= allowed:
         return
     total, at = 1, root
     parts = [c for kv in root.value for c in kv] if isinstance(root, yaml.MappingNode) else root.value
     for c in parts:
         total += size.get(id(c), 0)
-        if total - written > MAX_NODES:
+        if total - written > allowed:
             at = c
             break
     raise SpecError(f"the YAML expands to more than {MAX_NODES:,} nodes beyond those written (aliases repeated too "
@@ -178,6 +187,7 @@ _SCALAR_LOADER = yaml.SafeLoader("")
 
 
 _STR_TAG = "tag:yaml.org,2002:str"
+_SHARED_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "null"))
 
 
 def _scalar(node: yaml.ScalarNode) -> Any:
@@ -189,6 +199,115 @@ def _scalar(node: yaml.ScalarNode) -> Any:
     value = _SCALAR_LOADER.construct_object(node, deep=True)
     _SCALAR_LOADER.constructed_objects.clear()
     return value
+
+
+class _Unsettled(Exception):
+    """:func:`_construct_events` met what it leaves to the composing path (an alias, an error of any kind)."""
+
+
+def _construct_events(text: str, loader: Any) -> Any:
+    """The document of an anchor-free ``text`` as :func:`_construct` makes it from the composed node graph (the
+    same values, marks, key order, string keys), built from libyaml's parse events without composing the graph:
+    the graph of a literal schedule holds nine nodes and eighteen marks per op, 5 GB at a million ops, where the
+    events pass one at a time. Tags of lists and mappings are ignored, as :func:`_construct` ignores them; a
+    scalar's tag is resolved as the composer resolves it. Anything :func:`_construct` would refuse (a
+    duplicate key, a list or mapping as a key, nesting past ``MAX_YAML_DEPTH``, a value it cannot construct),
+    an alias, a second document or a syntax error raises :class:`_Unsettled`, and the caller composes the text
+    so that the error is worded as before.
+
+    Raises
+    ------
+    _Unsettled
+        As above.
+    """
+    build = _EventTree()
+    try:
+        parser = loader(text)
+    except Exception:  # noqa: BLE001 - a lone surrogate, which libyaml cannot encode
+        raise _Unsettled from None
+    try:
+        while True:
+            ev = parser.get_event()
+            cls = type(ev)
+            if cls is yaml.StreamEndEvent:
+                break
+            if cls is yaml.MappingEndEvent or cls is yaml.SequenceEndEvent:
+                build.stack.pop()
+                build.keys.pop()
+            elif cls is yaml.ScalarEvent:
+                build.add(build.scalar(ev), ev, False)
+            elif cls is yaml.MappingStartEvent:
+                build.add(LDict(), ev, True)
+            elif cls is yaml.SequenceStartEvent:
+                build.add(LList(), ev, True)
+            elif cls is yaml.AliasEvent or (cls is yaml.DocumentStartEvent and build.root is not _UNSET):
+                raise _Unsettled  # an alias, a second document
+    except _Unsettled:
+        raise
+    except Exception:  # noqa: BLE001 - whatever failed is worded by the composing path
+        _SCALAR_LOADER.constructed_objects.clear()
+        raise _Unsettled from None
+    finally:
+        parser.dispose()
+    return LDict() if build.root is _UNSET else build.root
+
+
+_UNSET = object()
+
+
+class _EventTree:
+    """The document :func:`_construct_events` builds, one event at a time."""
+
+    def __init__(self) -> None:
+        self.root: Any = _UNSET
+        self.stack: list[Any] = []  # the open collections, outermost first
+        self.keys: list[Any] = []  # per open collection: a mapping's key waiting for its value, else _UNSET
+        self.tags: dict[tuple[str, Any], str] = {}  # (text, implicit) -> the tag resolved for a plain scalar
+        self.seen: dict[tuple[str, Any, str], Any] = {}  # (text, implicit, tag) -> value, for values not str
+
+    def scalar(self, ev: Any) -> Any:
+        """The value of a scalar event, as :func:`_scalar` makes it of the composed node."""
+        tag = ev.tag
+        if tag is None or tag == "!":
+            tag = self.tags.get((ev.value, ev.implicit))
+            if tag is None:
+                tag = _SCALAR_LOADER.resolve(yaml.ScalarNode, ev.value, ev.implicit)
+                if len(self.tags) < 4096:
+                    self.tags[ev.value, ev.implicit] = tag
+        if tag == _STR_TAG:
+            return ev.value
+        at = (ev.value, ev.implicit, tag)  # an int, float, bool, null is immutable: one value per distinct text
+        value = self.seen.get(at, self.seen)
+        if value is self.seen:
+            value = _scalar(yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, style=ev.style))
+            if tag in _SHARED_TAGS and len(self.seen) < 4096:
+                self.seen[at] = value
+        return value
+
+    def add(self, value: Any, ev: Any, collection: bool) -> None:
+        """Put ``value`` in the open collection (a mapping's key, or the value of its waiting key)."""
+        mark = (ev.start_mark.line + 1, ev.start_mark.column + 1)
+        stack, keys = self.stack, self.keys
+        if len(stack) > MAX_YAML_DEPTH:
+            raise _Unsettled
+        if not stack:
+            self.root = value
+        elif type(stack[-1]) is LList:
+            stack[-1].append(value)
+            stack[-1].item_marks.append(mark)
+        elif keys[-1] is _UNSET:
+            key = value if isinstance(value, str) else str(value)
+            if collection or key in stack[-1]:
+                raise _Unsettled
+            keys[-1] = key
+        else:
+            stack[-1][keys[-1]] = value
+            stack[-1].key_marks[keys[-1]] = mark
+            keys[-1] = _UNSET
+        if collection:
+            value.mark = mark
+            stack.append(value)
+            keys.append(_UNSET)
 
 
 def parse_yaml(text: str, file: str) -> Any:
@@ -208,6 +327,9 @@ def parse_yaml(text: str, file: str) -> Any:
     own (found by a differential fuzz of the two parsers, 2026-12-02; the one other difference it found is
     the column of an empty value inside ``[ ]``, one apart).
     A lone surrogate, which libyaml cannot encode, is named by that parser too.
+    A text without ``&`` (no anchor, hence no alias) is built from libyaml's parse events by
+    :func:`_construct_events`, without composing its node graph; whatever that leaves (an error, an alias)
+    takes the composing path below, so values, marks and errors are the same either way.
 
     Raises
     ------
@@ -218,6 +340,11 @@ def parse_yaml(text: str, file: str) -> Any:
                          "refused)", file=file, fix="write ops as a flat list; check for unclosed [ or {")
     loader = getattr(yaml, "CSafeLoader", None)
     if loader is not None and "\t" not in text and "\ufeff" not in text[1:]:
+        if "&" not in text:  # no anchor, hence no alias to expand: built from the parse events
+            try:
+                return _construct_events(text, loader)
+            except _Unsettled:
+                pass
         try:
             node = yaml.compose(text, Loader=loader)
         except yaml.YAMLError as e:
@@ -534,6 +661,13 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         if not isinstance(item, dict):
             raise ctx.err("each op must be a mapping", m, p, fix="write '- name: x\\n  kind: matmul ...'")
         km = getattr(item, "key_marks", {})
+        op = _literal_op(item, km, m)
+        if op is not None:  # nothing to evaluate: no per-entry plan (a literal schedule of a million ops)
+            ctx.count(op, op.mark, p)
+            op["__path__"] = p
+            out.append(op)
+            out.item_marks.append(op.mark)
+            continue
         plan = ctx.plan(item)
         per_rank = "rank" not in env and "ops" not in item and "foreach" not in item and plan.uses_rank
         if ("ops" in item or "foreach" in item) and "rank" not in env and _RANK.search(str(item.get("when", ""))):
@@ -560,20 +694,14 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             if not cond:
                 continue
         if "ops" in item and "foreach" not in item:
-            extra = set(item) - {"ops", "when"}
-            if extra:
-                k = sorted(extra)[0]
-                raise ctx.err(f"unknown key {k!r} in a group of ops", km.get(k, m), f"{p}.{k}",
-                              fix="a group holds only `ops:` and `when:` (and `foreach:` to repeat it); put op fields "
-                              "on the ops inside it")
+            _only_keys(item, {"ops", "when"}, "a group of ops", ctx, m, p,
+                       "a group holds only `ops:` and `when:` (and `foreach:` to repeat it); put op fields on the ops "
+                       "inside it")
             _expand_ops(item["ops"], env, ctx, p + ".ops", out)  # a conditional group (`when:` + `ops:`)
             continue
         if "foreach" in item:
-            extra = set(item) - {"foreach", "ops", "when"}
-            if extra:
-                k = sorted(extra)[0]
-                raise ctx.err(f"unknown key {k!r} in a foreach block", km.get(k, m), f"{p}.{k}",
-                              fix="a foreach block holds only `foreach:`, `ops:` and optionally `when:`")
+            _only_keys(item, {"foreach", "ops", "when"}, "a foreach block", ctx, m, p,
+                       "a foreach block holds only `foreach:`, `ops:` and optionally `when:`")
             loops = item["foreach"]
             if not isinstance(loops, dict) or not loops:
                 raise ctx.err("`foreach` must map loop variables to ranges or lists", km.get("foreach", m), p + ".foreach",
@@ -630,6 +758,56 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
         op["__path__"] = p
         out.append(op)
         out.item_marks.append(op.mark)
+
+
+def _only_keys(item: Mapping[str, Any], allowed: set[str], what: str, ctx: _Ctx, m: Mark | None, p: str,
+               fix: str) -> None:
+    """Refuse the first key of ``item`` (in sorted order) outside ``allowed``, as unknown in ``what``."""
+    extra = set(item) - allowed
+    if extra:
+        k = sorted(extra)[0]
+        raise ctx.err(f"unknown key {k!r} in {what}", getattr(item, "key_marks", {}).get(k, m), f"{p}.{k}", fix=fix)
+
+
+def _literal(key: str, v: Any) -> bool:
+    """Whether a scalar field value is its own value in every environment: not a string, or a string of no
+    ``{expr}`` and no ``rank`` outside a numeric field (``NUMERIC_FIELDS`` are expressions even unbraced)."""
+    if isinstance(v, str):
+        return key not in NUMERIC_FIELDS and "{" not in v and "rank" not in v
+    return not isinstance(v, (list, dict))
+
+
+def _literal_op(item: Mapping[str, Any], km: Mapping[str, Any], m: Mark | None) -> LDict | None:
+    """The op entry ``item`` as :func:`_expand_ops` expands it where no field holds an expression (scalars and
+    lists of scalars, ``ranks`` as ints; no ``when``, ``ops``, ``foreach``): the same values, types and marks
+    as the compiled fields of :class:`_Plan` give, without compiling them. None for any other entry."""
+    op = LDict()
+    op.mark = getattr(item, "mark", m)
+    for k, v in item.items():
+        if k in ("when", "ops", "foreach"):
+            return None
+        if k == "ranks":  # as _compile_ranks
+            if v is None or v == "all":
+                v = None
+            elif isinstance(v, int):
+                v = [v]
+            elif isinstance(v, list) and not any(isinstance(y, (str, list, dict)) for y in v):
+                v = list(v)
+            else:
+                return None
+        elif isinstance(v, list):  # as _compile_field's run_list
+            if not all(_literal(k, x) for x in v):
+                return None
+            sub = LList(v)
+            sub.mark = getattr(v, "mark", m)
+            sub.item_marks = list(getattr(v, "item_marks", []))
+            v = sub
+        elif not _literal(k, v):
+            return None
+        op[k] = v
+        op.key_marks[k] = km.get(k, m)
+    op.key_marks["__source__"] = m  # type: ignore[assignment]
+    return op
 
 
 def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[str, Any], ctx: _Ctx,

@@ -313,14 +313,15 @@ def test_yaml_alias_bomb_exit_2_quickly(tmp_path):
 def test_yaml_alias_chains_and_keys_exit_2_cleanly(tmp_path):
     # a chain of 4,400 aliases, each doubling: the count saturates instead of growing 4,400-bit integers (whose
     # formatting raised ValueError). By hand: a_i expands to 2**(i+1) - 1 nodes, so the root's running total
-    # after a_i's value is 1 + 4 (two header entries) + sum of (1 + a_k) = 2**(i+2) + 3, past 2,000,000 first
-    # at i = 19: a19's value, line 22, column 6
+    # after a_i's value is 1 + 4 (two header entries) + sum of (1 + a_k) = 2**(i+2) + 3; the limit is 2,000,000
+    # plus 16 per alias written (8,798 aliases: 2,140,768) beyond the 8,805 nodes written, passed first at
+    # i = 20 (4,194,307; at i = 19, 2,097,155 - 8,805 = 2,088,350): a20's value, line 23, column 6
     lines = ["schema_version: 1", "name: t", "a0: &a0 x"]
     lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 4400)]
     f = write(tmp_path, "\n".join(lines) + "\n")
     r = run("check", str(f), timeout=60)
     assert_clean_exit_2(r, "expands to more than 2,000,000 nodes")
-    assert r.stderr.startswith(f"error: {f}:22:6:"), r.stderr
+    assert r.stderr.startswith(f"error: {f}:23:6:"), r.stderr
     # a list as a mapping key (its string copy of aliased text could take gigabytes): refused where it stands
     f = write(tmp_path, "schema_version: 1\nname: t\ns: &s xxxx\n? [*s, *s]\n: 1\n")
     r = run("check", str(f), timeout=60)
