@@ -221,7 +221,7 @@ class Manifest:
 
         doc = {"format": MANIFEST_FORMAT, "version": 2, "sets": {c: dict(sorted(f.items()))
                                                                   for c, f in sorted(self.sets.items()) if f}}
-        atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1))
+        atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1), follow_links=False)  # never a link's target
 
 
 def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manifest | None = None,
@@ -232,7 +232,8 @@ def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manif
     A name may be written when nothing is there, or when the file there is one ``command`` wrote earlier and
     nobody changed since (:meth:`Manifest.holds`). Anything else is another command's output (``analyze
     --charts`` into a ``predict`` folder), a user's file, a file a user edited, a folder, link or device, or one
-    of the files this command reads.
+    of the files this command reads. A :data:`MANIFEST` that is not a regular file (a link to a user's file)
+    refuses the whole folder: writing the manifest would replace it.
 
     Raises
     ------
@@ -241,6 +242,14 @@ def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manif
     """
     from schedsim.errors import SchedsimError
 
+    try:
+        mmode = (out / MANIFEST).lstat().st_mode
+    except OSError:
+        mmode = stat.S_IFREG
+    if not stat.S_ISREG(mmode):
+        raise SchedsimError(f"{command}: {out / MANIFEST}: is {describe_mode(mmode)}, not the file of its outputs "
+                            "schedsim keeps there; the folder is not written", fix="move it away, or write to "
+                            "another folder" + (" with --out" if command != "analyze" else ""))
     m = Manifest.read(out) if manifest is None else manifest
     ins = [Path(i) for i in inputs]
     for name in names:

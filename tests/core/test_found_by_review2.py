@@ -261,10 +261,6 @@ def test_replay_what_if_of_one_connection_queues_behind_a_blocked_launch() -> No
     assert one > 1.9e-3
 
 
-@pytest.mark.xfail(strict=True, reason="Manifest.read ignores a .schedsim-outputs.json that is a symbolic link ('no "
-                   "file is removed or replaced because of it'), but Manifest.write goes through atomic_writer, "
-                   "which follows links: the file the link points to, outside the output folder, is replaced by the "
-                   "manifest")
 def test_a_manifest_name_that_is_a_link_never_overwrites_the_link_target(tmp_path: Path) -> None:
     from schedsim.io import output_set
 

@@ -1,0 +1,48 @@
+"""Files schedsim keeps for itself in an output folder (the manifest, staging folders) are never written through
+a link, never taken from a user, and a run whose staging folder vanished fails instead of moving in a partial set."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from schedsim.errors import SchedsimError
+from schedsim.io import atomic_write_text, output_set
+from schedsim.report import outdir as od
+
+
+def test_manifest_write_replaces_a_link_itself_not_its_target(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / od.MANIFEST).symlink_to(notes)
+    od.Manifest({"predict": {"a.json": "0" * 64}}).write(out)
+    assert notes.read_text() == "my notes"
+    assert not (out / od.MANIFEST).is_symlink()
+    assert od.Manifest.read(out).sets == {"predict": {"a.json": "0" * 64}}
+
+
+def test_output_set_refuses_a_folder_whose_manifest_is_a_link(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / od.MANIFEST).symlink_to(notes)
+    with pytest.raises(SchedsimError, match="symbolic link"), output_set(out, "predict") as stage:
+        atomic_write_text(stage / "t.json", "{}")
+    assert notes.read_text() == "my notes" and (out / od.MANIFEST).is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == [od.MANIFEST]
+
+
+def test_a_file_written_in_a_staging_folder_replaces_a_link_there_not_its_target(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    stage = tmp_path / f"{od.STAGING_PREFIX}1-x"
+    stage.mkdir()
+    (stage / "t.json").symlink_to(notes)
+    atomic_write_text(stage / "t.json", "{}")
+    assert notes.read_text() == "my notes" and (stage / "t.json").read_text() == "{}"
+    assert not (stage / "t.json").is_symlink()
