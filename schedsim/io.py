@@ -130,6 +130,14 @@ def _staging_root(p: Path) -> Path | None:
     return next((a for a in p.parents if a.name.startswith(STAGING_PREFIX)), None)
 
 
+def _staging_gone(stage: Path) -> Exception:
+    """The error of a run whose staging folder another process removed (exit 2): its set is incomplete."""
+    from schedsim.errors import SchedsimError
+
+    return SchedsimError(f"staging folder {stage} was removed while this run wrote into it (by another process); "
+                         "nothing of this run is moved in", fix="run the command again")
+
+
 @contextmanager
 def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = True) -> Iterator[Any]:
     """Open a temporary file beside ``path``; on success give it the umask's mode and rename it into place.
@@ -159,10 +167,7 @@ def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = Tru
         return
     p = Path(target)
     if staging is not None and not staging.is_dir():
-        from schedsim.errors import SchedsimError
-
-        raise SchedsimError(f"staging folder {staging} was removed while this run wrote into it (by another "
-                            "process); nothing of this run is moved in", fix="run the command again")
+        raise _staging_gone(staging)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
@@ -359,8 +364,11 @@ def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path]
     od.clean_stale_staging(out)
     stage = Path(tempfile.mkdtemp(prefix=od.staging_prefix(), dir=out))
     try:
+        od.mark_staging(stage)
         yield stage
-        staged = sorted(stage.iterdir())
+        if od.staging_owner(stage) is None:
+            raise _staging_gone(stage)
+        staged = sorted(f for f in stage.iterdir() if f.name != od.STAGING_MARKER)
         written = {f.name: od.file_digest(f) for f in staged}
         with _commit_lock(out):  # two runs into one folder: one whole set after the other, never a mix
             m = od.Manifest.read(out)

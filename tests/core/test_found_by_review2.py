@@ -189,11 +189,6 @@ def test_training_sizes_and_flags_refuse_other_types(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ issue 32: output sets
-@pytest.mark.xfail(strict=True, reason="clean_stale_staging takes a staging folder for stale when its pid is not "
-                   "alive *here*; a run on another host of a shared (NFS) folder, or in another container's pid "
-                   "namespace, is alive elsewhere. Its staging folder is removed mid-run, atomic_writer's mkdir "
-                   "recreates it, and the run moves in a partial set with exit 0 (measured: predict says 'wrote "
-                   "nfs/: timeline.json, trace.json, ...' and neither file is there)")
 def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_set(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from schedsim.io import atomic_write_text, output_set
@@ -213,9 +208,6 @@ def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_set(tmp_pat
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["gantt.svg", "timeline.json"]
 
 
-@pytest.mark.xfail(strict=True, reason="clean_stale_staging rmtree's any folder whose name starts "
-                   "'.schedsim-staging-<pid>-' with a dead pid, whatever it holds; schedsim never checks it made it "
-                   "(issue 32: a file is removed only if this schedsim wrote it)")
 def test_a_folder_schedsim_did_not_make_is_not_removed_as_staging(tmp_path: Path) -> None:
     from schedsim.report.outdir import clean_stale_staging
 

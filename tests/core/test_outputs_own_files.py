@@ -46,3 +46,27 @@ def test_a_file_written_in_a_staging_folder_replaces_a_link_there_not_its_target
     atomic_write_text(stage / "t.json", "{}")
     assert notes.read_text() == "my notes" and (stage / "t.json").read_text() == "{}"
     assert not (stage / "t.json").is_symlink()
+
+
+def test_a_run_whose_staging_folder_was_removed_fails_and_moves_nothing_in(tmp_path: Path) -> None:
+    import shutil
+
+    out = tmp_path / "o"
+    with pytest.raises(SchedsimError, match="was removed while this run wrote"), output_set(out, "predict") as stage:
+        atomic_write_text(stage / "timeline.json", "{}")
+        shutil.rmtree(stage)  # another host's cleaner
+        atomic_write_text(stage / "gantt.svg", "<svg/>")  # not recreated
+    assert list(out.iterdir()) == []
+    with pytest.raises(SchedsimError, match="was removed while this run wrote"), output_set(out, "predict") as stage:
+        atomic_write_text(stage / "timeline.json", "{}")
+        shutil.rmtree(stage)  # removed after the last write: the set is not moved in either
+    assert list(out.iterdir()) == []
+
+
+def test_a_staging_folder_of_this_run_is_marked_and_kept(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    with output_set(out, "predict") as stage:
+        assert od.staging_owner(stage) == (os.getpid(), od.host_id())
+        assert od.clean_stale_staging(out) == []
+        atomic_write_text(stage / "timeline.json", "{}")
+    assert sorted(p.name for p in out.iterdir()) == [od.MANIFEST, "timeline.json"]
