@@ -50,9 +50,6 @@ def _with_ops_file(tmp_path: Path, ops_file: str) -> Path:
 
 
 # ------------------------------------------------------------------ issue 32 discipline on issue 37's new input
-@pytest.mark.xfail(strict=True, reason="spec/loader.py _ops_file reads ops_file with Path.read_text, not through "
-                   "schedsim.io's guarded reader: a FIFO named there blocks predict forever (issue 32 item 2: FIFOs "
-                   "refused)")
 def test_ops_file_naming_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
     sched = _with_ops_file(tmp_path, "fifo.json")
     os.mkfifo(sched.parent / "fifo.json")
@@ -60,9 +57,6 @@ def test_ops_file_naming_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None
     assert r.returncode == 2 and "FIFO" in r.stderr, (r.returncode, r.stderr[-500:])
 
 
-@pytest.mark.xfail(strict=True, reason="ops_file has no size cap: SCHEDSIM_MAX_INPUT_BYTES (and the schedule's "
-                   "512 MiB) is not applied to it, so an endless stream such as /dev/zero is read into memory until "
-                   "killed (issue 32 item 2: a size cap on every input path)")
 def test_ops_file_past_the_input_size_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sched = _with_ops_file(tmp_path, "schedule.ops.json")
     ops = sched.parent / "schedule.ops.json"
@@ -73,8 +67,6 @@ def test_ops_file_past_the_input_size_cap_is_refused(tmp_path: Path, monkeypatch
     assert r.returncode == 2 and "error:" in r.stderr, (r.returncode, r.stderr[-500:])
 
 
-@pytest.mark.xfail(strict=True, reason="ops_file JSON is parsed without the depth limit (schedsim.io.parse_json): "
-                   "100,000 nested [ ends in 'internal error: RecursionError', exit 1, instead of a bad-input error")
 def test_deep_ops_file_is_bad_input_not_an_internal_error(tmp_path: Path) -> None:
     sched = _with_ops_file(tmp_path, "deep.json")
     (sched.parent / "deep.json").write_text("[" * 100_000)
@@ -282,9 +274,6 @@ def test_compare_of_the_replay_against_its_import_matches_every_op(tmp_path: Pat
     assert "ops matched by id: 5 " in r.stdout, [ln for ln in r.stdout.splitlines() if "matched" in ln]
 
 
-@pytest.mark.xfail(strict=True, reason="the op limit (--max-ops / SCHEDSIM_MAX_OPS, 2,000,000 by default) is checked "
-                   "while expanding the YAML, before ops_file's rows are appended: a schedule.ops.json of any length "
-                   "is simulated (here 5 ops under --max-ops 2)")
 def test_max_ops_counts_the_ops_file(tmp_path: Path) -> None:
     imp = _imported(tmp_path)
     r = _cli("predict", imp / "schedule.yaml", "--max-ops", "2", "--no-gantt", "--out", "o", cwd=tmp_path)
