@@ -75,10 +75,6 @@ def test_deep_ops_file_is_bad_input_not_an_internal_error(tmp_path: Path) -> Non
 
 
 # ------------------------------------------------------------------ issue 37: import's schedule.yaml
-@pytest.mark.xfail(strict=True, reason="trace/to_schedule.py writes the trace's file name raw into schedule.yaml's "
-                   "header comment: a newline in it starts a YAML line, so the name's text becomes top-level keys "
-                   "(here launch: cuda_graph, which silently changes the replay; with world_size: the file no longer "
-                   "loads)")
 def test_trace_file_name_cannot_inject_keys_into_the_written_schedule(tmp_path: Path) -> None:
     imp = _imported(tmp_path, "t\nlaunch: cuda_graph\n#.json")
     r = _cli("replay", imp / "schedule.yaml", cwd=tmp_path)

@@ -70,3 +70,29 @@ def test_a_staging_folder_of_this_run_is_marked_and_kept(tmp_path: Path) -> None
         assert od.clean_stale_staging(out) == []
         atomic_write_text(stage / "timeline.json", "{}")
     assert sorted(p.name for p in out.iterdir()) == [od.MANIFEST, "timeline.json"]
+
+
+@pytest.mark.parametrize("brk", ["\n", "\r", "\x85", "\u2028", "\u2029"])
+def test_every_yaml_line_break_in_an_input_name_is_escaped_in_the_written_schedule(tmp_path: Path, brk: str) -> None:
+    import sys
+
+    import yaml
+
+    from schedsim.errors import printable
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+    from replaygen import rank_doc, write
+
+    from schedsim import api
+
+    name = f"t{brk}world_size: 99{brk}#.json"
+    write(tmp_path / name, rank_doc(0, 1, sync=True))
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "schedsim", "import", "kineto", name, "--out", "imp"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "imp" / "schedule.yaml").read_bytes().decode("utf-8")
+    assert f"trace: t{printable(brk)}world_size: 99{printable(brk)}#.json." in text.splitlines()[0]
+    assert yaml.safe_load(text)["world_size"] == 1
+    assert api.load(tmp_path / "imp" / "schedule.yaml").world_size == 1
