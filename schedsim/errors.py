@@ -51,8 +51,10 @@ __all__ = [
 def _escape_table() -> dict[int, str]:
     """Code points :func:`printable` escapes: C0 and C1 controls and DEL (ESC starts terminal escape sequences,
     CR rewrites a line), the bidirectional overrides and isolates (Unicode TR #36; they reorder what a terminal
-    shows), and lone surrogates (not encodable: they would crash a print)."""
-    cps = [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A),
+    shows), the line and paragraph separators U+2028/U+2029 (line breaks to YAML 1.1 and many viewers; with
+    C0's LF/CR and C1's NEL every YAML line break is escaped), and lone surrogates (not encodable: they would
+    crash a print)."""
+    cps = [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A),
            *range(0xD800, 0xE000)]
     return {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in cps}
 

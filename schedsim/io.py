@@ -99,20 +99,64 @@ class _Sink(io.RawIOBase):
         return len(b)
 
 
-@contextmanager
-def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[Any]:
-    """Open a temporary file beside ``path``; on success give it the umask's mode and rename it into place.
-
-    A reader never sees a half-written file; on any exception (Ctrl-C included) the temporary file is
-    removed and ``path`` keeps what it had. ``path`` goes through :func:`output_target`: ``-`` writes to
-    standard output, ``/dev/null`` nowhere, and a special file is refused.
+def _own_file_target(path: str | Path) -> Path:
+    """Where a file schedsim keeps for itself (an output folder's manifest, a file inside a staging folder) is
+    written: ``path`` itself, never a link's target. A link there is replaced as the link (``os.replace`` renames
+    over the link, not through it).
 
     Raises
     ------
     SchedsimError
         ``path`` is a folder, FIFO, socket or device.
     """
-    target = output_target(path)
+    from schedsim.errors import SchedsimError
+    from schedsim.report.outdir import describe_mode
+
+    p = Path(path)
+    try:
+        mode = p.lstat().st_mode
+    except OSError:
+        return p
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return p
+    raise SchedsimError(f"output {path}: is {describe_mode(mode)}, not a regular file; schedsim replaces only "
+                        "regular files", fix="move it away, or write to another folder")
+
+
+def _staging_root(p: Path) -> Path | None:
+    """The staging folder (``.schedsim-staging-*``) that ``p`` lies in, if any."""
+    from schedsim.report.outdir import STAGING_PREFIX
+
+    return next((a for a in p.parents if a.name.startswith(STAGING_PREFIX)), None)
+
+
+def _staging_gone(stage: Path) -> Exception:
+    """The error of a run whose staging folder another process removed (exit 2): its set is incomplete."""
+    from schedsim.errors import SchedsimError
+
+    return SchedsimError(f"staging folder {stage} was removed while this run wrote into it (by another process); "
+                         "nothing of this run is moved in", fix="run the command again")
+
+
+@contextmanager
+def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = True) -> Iterator[Any]:
+    """Open a temporary file beside ``path``; on success give it the umask's mode and rename it into place.
+
+    A reader never sees a half-written file; on any exception (Ctrl-C included) the temporary file is
+    removed and ``path`` keeps what it had. ``path`` goes through :func:`output_target`: ``-`` writes to
+    standard output, ``/dev/null`` nowhere, and a special file is refused. With ``follow_links=False``, and for
+    every file inside a staging folder of :func:`output_set`, a symbolic link at ``path`` is replaced itself,
+    never the file it points to. A staging folder is never created here: one that is gone (removed by another
+    process) fails the write.
+
+    Raises
+    ------
+    SchedsimError
+        ``path`` is a folder, FIFO, socket or device, or its staging folder was removed.
+    """
+    staging = _staging_root(Path(path))
+    own = not follow_links or staging is not None
+    target = _own_file_target(path) if own else output_target(path)
     if target == "stdout" or target == "null":
         if target == "null":
             f: Any = _Sink() if "b" in mode else io.TextIOWrapper(io.BufferedWriter(_Sink()), encoding="utf-8")
@@ -122,13 +166,15 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[Any]:
         f.flush()
         return
     p = Path(target)
+    if staging is not None and not staging.is_dir():
+        raise _staging_gone(staging)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
-        if str(output_target(p)) != str(p):  # replaced by something else while we wrote: leave it alone
+        if str(_own_file_target(p) if own else output_target(p)) != str(p):  # replaced while we wrote: leave it
             raise OSError(f"{p} changed into a special file while schedsim wrote it; not replaced")
         os.replace(tmp, p)
     except BaseException:
@@ -139,13 +185,13 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[Any]:
         raise
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, *, follow_links: bool = True) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
 
     A reader never sees a half-written file, and an interrupted write leaves
-    the old file (or none) in place.
+    the old file (or none) in place. ``follow_links`` as in :func:`atomic_writer`.
     """
-    with atomic_writer(path, "wb") as f:
+    with atomic_writer(path, "wb", follow_links=follow_links) as f:
         f.write(data)
 
 
@@ -155,9 +201,9 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+def atomic_write_text(path: str | Path, text: str, *, follow_links: bool = True) -> None:
     """Text version of :func:`atomic_write_bytes` (UTF-8)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), follow_links=follow_links)
 
 
 #: Seconds a command waits for another process's lock on its output folder before it gives up (exit 2);
@@ -318,8 +364,11 @@ def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path]
     od.clean_stale_staging(out)
     stage = Path(tempfile.mkdtemp(prefix=od.staging_prefix(), dir=out))
     try:
+        od.mark_staging(stage)
         yield stage
-        staged = sorted(stage.iterdir())
+        if od.staging_owner(stage) is None:
+            raise _staging_gone(stage)
+        staged = sorted(f for f in stage.iterdir() if f.name != od.STAGING_MARKER)
         written = {f.name: od.file_digest(f) for f in staged}
         with _commit_lock(out):  # two runs into one folder: one whole set after the other, never a mix
             m = od.Manifest.read(out)

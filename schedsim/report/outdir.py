@@ -13,9 +13,11 @@
   only the files of its own earlier set, again only when their content is what
   it recorded. A manifest names files; it never makes schedsim delete one.
 * :func:`clean_stale_staging`: remove ``.schedsim-staging-*`` folders left by
-  runs that were killed (their process is gone, or the folder is older than
-  :data:`STALE_AFTER_S`). Folders of runs still going are kept, so concurrent
-  runs into one folder stay safe.
+  runs that were killed (their process is gone from this host, or the folder is
+  older than :data:`STALE_AFTER_S`). Only folders holding schedsim's marker
+  (:func:`mark_staging`) are ever removed, and a pid is judged only when the
+  marker names this host, boot and pid namespace: folders of runs still going,
+  here or on another machine sharing the folder, are kept.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["MANIFEST", "STAGING_PREFIX", "STALE_AFTER_S", "MAX_PNG_PX", "Manifest", "safe_dirname", "staging_prefix",
+__all__ = ["MANIFEST", "STAGING_PREFIX", "STAGING_MARKER", "STALE_AFTER_S", "MAX_PNG_PX", "Manifest", "safe_dirname",
+           "staging_prefix", "mark_staging", "staging_owner", "host_id",
            "clean_stale_staging", "check_targets", "describe_mode", "file_digest", "finish_set", "retire_set",
            "capped_figsize"]
 
@@ -45,8 +48,9 @@ MANIFEST_MAX_BYTES = 16 << 20
 STAGING_PREFIX = ".schedsim-staging-"
 #: A staging folder older than this is removed even if its process id is alive (that pid was reused).
 STALE_AFTER_S = 24 * 3600.0
-#: A staging folder without a process id in its name (older schedsim) is removed after this long.
-STALE_UNKNOWN_S = 3600.0
+#: The file inside each staging folder saying which run made it (:func:`mark_staging`).
+STAGING_MARKER = STAGING_PREFIX + "owner.json"
+STAGING_FORMAT = "schedsim.staging"
 _SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
@@ -73,6 +77,53 @@ def staging_prefix() -> str:
     return f"{STAGING_PREFIX}{os.getpid()}-"
 
 
+def host_id() -> str:
+    """This machine, boot and pid namespace: ``HOSTNAME|BOOT_ID|PID_NS`` (the boot id from
+    ``/proc/sys/kernel/random/boot_id``, the namespace from ``/proc/self/ns/pid``; a part that cannot be read is
+    empty). Two processes may compare pids only when their host ids are equal."""
+    import socket
+
+    def first(read: Callable[[], str]) -> str:
+        try:
+            return read().strip()
+        except OSError:
+            return ""
+
+    boot = first(lambda: Path("/proc/sys/kernel/random/boot_id").read_text())
+    ns = first(lambda: os.readlink("/proc/self/ns/pid"))
+    return f"{socket.gethostname()}|{boot}|{ns}"
+
+
+def mark_staging(stage: Path) -> None:
+    """Write the marker of a staging folder this process just made: ``{"format": "schedsim.staging", "folder":
+    NAME, "pid": PID, "host": host_id()}`` in :data:`STAGING_MARKER` (created exclusively).
+
+    Raises
+    ------
+    OSError
+        The marker cannot be created.
+    """
+    doc = {"format": STAGING_FORMAT, "folder": stage.name, "pid": os.getpid(), "host": host_id()}
+    with open(stage / STAGING_MARKER, "x", encoding="utf-8") as f:
+        json.dump(doc, f)
+
+
+def staging_owner(stage: Path) -> tuple[int, str] | None:
+    """``(pid, host_id)`` of the run that made ``stage``, from its marker; None when ``stage`` holds no marker
+    schedsim wrote for it (then it is not schedsim's folder, and is never removed)."""
+    p = stage / STAGING_MARKER
+    try:
+        if not stat.S_ISREG(p.lstat().st_mode) or p.lstat().st_size > 4096:
+            return None
+        doc = json.loads(p.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not (isinstance(doc, dict) and doc.get("format") == STAGING_FORMAT and doc.get("folder") == stage.name
+            and type(doc.get("pid")) is int and isinstance(doc.get("host"), str)):
+        return None
+    return doc["pid"], doc["host"]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -86,8 +137,11 @@ def _alive(pid: int) -> bool:
 def clean_stale_staging(out: Path, now: float | None = None) -> list[Path]:
     """Remove the staging folders in ``out`` left by killed runs; returns those removed.
 
-    A folder named ``.schedsim-staging-<pid>-*`` is stale when no process ``pid`` runs on this host or it
-    is older than :data:`STALE_AFTER_S`; one without a pid, when older than :data:`STALE_UNKNOWN_S`.
+    Only a folder named ``.schedsim-staging-*`` holding the marker of the run that made it
+    (:func:`staging_owner`) is considered; anything else of such a name is a user's and is left alone. It is
+    stale when older than :data:`STALE_AFTER_S`, or when its marker names this host, boot and pid namespace
+    (:func:`host_id`) and its pid is neither this process nor alive. A run of another host or container (a
+    folder on NFS) is judged by age only.
     """
     now = time.time() if now is None else now
     removed: list[Path] = []
@@ -95,20 +149,20 @@ def clean_stale_staging(out: Path, now: float | None = None) -> list[Path]:
         entries = list(out.iterdir())
     except OSError:
         return removed
+    here = None
     for d in entries:
         if not d.name.startswith(STAGING_PREFIX) or not d.is_dir() or d.is_symlink():
+            continue
+        owner = staging_owner(d)
+        if owner is None:
             continue
         try:
             age = now - d.stat().st_mtime
         except OSError:
             continue
-        m = re.match(r"(\d+)-", d.name[len(STAGING_PREFIX):])
-        if m:
-            pid = int(m.group(1))
-            stale = age > STALE_AFTER_S or (pid != os.getpid() and not _alive(pid))
-        else:
-            stale = age > STALE_UNKNOWN_S
-        if stale:
+        pid, host = owner
+        here = host_id() if here is None else here
+        if age > STALE_AFTER_S or (host == here and pid != os.getpid() and not _alive(pid)):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed
@@ -221,7 +275,7 @@ class Manifest:
 
         doc = {"format": MANIFEST_FORMAT, "version": 2, "sets": {c: dict(sorted(f.items()))
                                                                   for c, f in sorted(self.sets.items()) if f}}
-        atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1))
+        atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1), follow_links=False)  # never a link's target
 
 
 def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manifest | None = None,
@@ -232,7 +286,8 @@ def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manif
     A name may be written when nothing is there, or when the file there is one ``command`` wrote earlier and
     nobody changed since (:meth:`Manifest.holds`). Anything else is another command's output (``analyze
     --charts`` into a ``predict`` folder), a user's file, a file a user edited, a folder, link or device, or one
-    of the files this command reads.
+    of the files this command reads. A :data:`MANIFEST` that is not a regular file (a link to a user's file)
+    refuses the whole folder: writing the manifest would replace it.
 
     Raises
     ------
@@ -241,6 +296,14 @@ def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manif
     """
     from schedsim.errors import SchedsimError
 
+    try:
+        mmode = (out / MANIFEST).lstat().st_mode
+    except OSError:
+        mmode = stat.S_IFREG
+    if not stat.S_ISREG(mmode):
+        raise SchedsimError(f"{command}: {out / MANIFEST}: is {describe_mode(mmode)}, not the file of its outputs "
+                            "schedsim keeps there; the folder is not written", fix="move it away, or write to "
+                            "another folder" + (" with --out" if command != "analyze" else ""))
     m = Manifest.read(out) if manifest is None else manifest
     ins = [Path(i) for i in inputs]
     for name in names:

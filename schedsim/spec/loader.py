@@ -1698,6 +1698,12 @@ def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | 
     rows = _ops_file(data, file)
     doc = expand(data, file, overrides, blocks=True)
     if rows:
+        from schedsim.spec.limits import _refuse, limit
+
+        n = len(doc.get("ops") or ()) + len(rows)
+        if n > limit("SCHEDSIM_MAX_OPS"):  # the expansion counted the written ops only
+            raise _refuse(file, "the ops and the ops_file's rows are too many op entries", n, "SCHEDSIM_MAX_OPS",
+                          "ops_file")
         doc["ops"] = [*(doc.get("ops") or []), *rows]
     if any(isinstance(x, Block) for x in doc.get("ops") or ()):
         spec = _load_blocks(doc, file)
@@ -1726,10 +1732,14 @@ def _ops_file(data: Any, file: str) -> list[dict[str, Any]]:
     parses in C, so a trace of 10^5-10^6 ops loads in seconds where YAML nodes cost ~0.5 ms an op, and
     the YAML node limit does not apply to it.
 
+    The file is read as a schedule input (:func:`schedsim.io.read_input`: regular files only, the schedule's size
+    cap or ``SCHEDSIM_MAX_INPUT_BYTES``) and parsed by :func:`schedsim.io.parse_json` (its depth limit); its rows
+    count in the op limit (``--max-ops``, :func:`load_text`).
+
     Raises
     ------
     SpecError
-        The key is not a path, the file is missing or not a JSON list of mappings.
+        The key is not a path, the file is missing, special, too large, not JSON or not a list of mappings.
     """
     if not isinstance(data, dict) or "ops_file" not in data:
         return []
@@ -1739,13 +1749,14 @@ def _ops_file(data: Any, file: str) -> list[dict[str, Any]]:
                         fix="write e.g. ops_file: schedule.ops.json")
     base = Path(file).parent if file != "<string>" else Path.cwd()
     target = base / rel
-    try:
-        import json
+    from schedsim.io import parse_json, read_input
 
-        rows = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise SpecError(f"ops_file {rel}: cannot read it as JSON ({e.__class__.__name__}: {str(e)[:120]})",
-                        file=file, path="ops_file", fix="point ops_file at a JSON list of ops") from None
+    try:
+        rows = parse_json(read_input(target, "schedule"), target, "schedule")
+    except SpecError as e:  # worded on the schedule's ops_file field, with the JSON file's line when known
+        at = "".join(f":{n}" for n in (e.line, e.column) if n is not None)
+        raise SpecError(f"{printable(rel)}{at}: {e.message}", file=file, path="ops_file",
+                        fix=e.fix) from None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise SpecError(f"ops_file {rel}: not a JSON list of op mappings", file=file, path="ops_file",
                         fix="write a JSON list of op mappings ({\"name\": ..., \"kind\": ...})")

@@ -23,11 +23,12 @@ kernel does not count.
 from __future__ import annotations
 
 import fnmatch
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from schedsim.errors import SpecError
+from schedsim.errors import SpecError, printable
 from schedsim.kinds import COMM_KINDS
 from schedsim.sim.engine import HOST_WAIT_TAG
 
@@ -94,7 +95,7 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
     Raises
     ------
     SpecError
-        A pattern that names no op.
+        A pattern that names no op, or a factor that makes an op's time overflow (not a finite number of µs).
     """
     ops = list(spec.ops)
     lines: list[str] = []
@@ -106,6 +107,7 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
                 n += 1
                 before += op.duration_us
                 after += op.duration_us * w.factor
+                _check_scaled(op, "duration_us", op.duration_us * w.factor, "--what-if", file)
                 ops[i] = op.model_copy(update={"duration_us": op.duration_us * w.factor})
         if not n:
             raise SpecError(f"{w.pattern}*{w.factor:g}: no op with a recorded duration matches {w.pattern!r}",
@@ -115,6 +117,8 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
     if host_gaps != 1.0:
         tot = sum(op.host_us + (op.tags or {}).get(HOST_WAIT_TAG, 0.0) for op in ops)
         ops = [_scale_host(op, host_gaps) for op in ops]
+        for op in ops:
+            _check_scaled(op, "host_us", op.host_us + (op.tags or {}).get(HOST_WAIT_TAG, 0.0), "--host-gaps", file)
         lines.append(f"host gaps x{host_gaps:g}: {tot:,.1f} µs -> {tot * host_gaps:,.1f} µs of host time "
                      "(waits in host synchronisations excluded: they follow the GPU)")
     if recost_comm:
@@ -128,6 +132,19 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
         kept_txt = f"; {kept} NCCL ops whose peers were not imported keep their recorded duration" if kept else ""
         lines.append(f"collectives re-costed with the profile: {n} ops{kept_txt}")
     return spec.model_copy(update={"ops": ops}), lines
+
+
+def _check_scaled(op: Any, field: str, value: float, option: str, file: str | None) -> None:
+    """Refuse a what-if whose factor makes ``op``'s ``field`` (µs) overflow to infinity.
+
+    Raises
+    ------
+    SpecError
+        ``value`` is not finite (exit 2), naming the op and the option.
+    """
+    if not math.isfinite(value):
+        raise SpecError(f"op {printable(op.name, 80)}: {field} times the factor overflows (not a finite number of "
+                        "µs)", file=file, path=option, fix=f"pass a smaller {option} factor")
 
 
 def _scale_host(op: Any, f: float) -> Any:
@@ -168,12 +185,21 @@ def replay_report(tl: Any, file: str | None = None) -> ReplayReport:
     Raises
     ------
     SpecError
-        The timeline's ops carry no recorded times (not a schedule written by ``schedsim import``).
+        The timeline's ops carry no recorded times (not a schedule written by ``schedsim import``), or a recorded
+        ``start_us`` / ``end_us`` / ``host_wait_before_us`` tag is not a finite number.
     """
     spans = [s for s in tl.spans if "start_us" in (s.tags or {})]
     if not spans:
         raise SpecError("the schedule's ops carry no recorded start_us/end_us tags", file=file,
                         fix="replay a schedule written by `schedsim import kineto|nsys FILES --out DIR`")
+    for s in spans:
+        for tag in ("start_us", "end_us", *([HOST_WAIT_TAG] if HOST_WAIT_TAG in s.tags else [])):
+            v = s.tags.get(tag)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise SpecError(f"op {printable(s.name, 80)}: recorded tag {tag} is {printable(repr(v), 40)}, not a "
+                                "finite number of µs", file=file, path=f"tags.{tag}",
+                                fix="replay the schedule.yaml and schedule.ops.json that `schedsim import` wrote, "
+                                "unedited (or re-import the trace)")
     rec0 = min(s.tags["start_us"] for s in spans) * 1e-6
     rec1 = max(s.tags["end_us"] for s in spans) * 1e-6
     rep0 = min(s.start_s for s in tl.spans)

@@ -68,6 +68,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from schedsim.errors import printable
 from schedsim.kinds import COLLECTIVE_KINDS
 from schedsim.sim.engine import HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
@@ -404,11 +405,14 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
         notes.append(f"{matched} collective entries matched across ranks by (process group, collective, sequence); "
                      "each runs the shortest rank's recorded duration after the last rank arrives")
     world = max(rep.world_size, max(ranks, default=0) + 1) if matched else max(ranks, default=0) + 1
-    head = [f"# Replay of an imported {rep.source} trace{': ' + source if source else ''}.",
+    # input text (file names, kernel names in guesses and notes) goes into comments escaped: no line break in it
+    # can end a comment and start a YAML key
+    head = [f"# Replay of an imported {printable(rep.source)} trace{': ' + printable(source) if source else ''}.",
             "# schedsim predict THIS --gpu-model replay  (recorded durations and launch times; schedsim replay THIS",
             "# runs it and the what-ifs). Written by schedsim import; see schedsim/trace/to_schedule.py."]
-    head += [f"# guessed: {g}" for g in guesses] or ["# guessed: nothing (launch order and waits from runtime rows)"]
-    head += [f"# note: {n}" for n in notes]
+    head += [f"# guessed: {printable(g)}" for g in guesses] or ["# guessed: nothing (launch order and waits from "
+                                                                 "runtime rows)"]
+    head += [f"# note: {printable(n)}" for n in notes]
     body = ["schema_version: 1", f"name: {json.dumps(name)}",
             f"description: {json.dumps('replay of ' + (source or name) + ' (' + rep.source + ')')}",
             f"world_size: {world}", f"ops_file: {OPS_FILE}"]

@@ -50,9 +50,6 @@ def _with_ops_file(tmp_path: Path, ops_file: str) -> Path:
 
 
 # ------------------------------------------------------------------ issue 32 discipline on issue 37's new input
-@pytest.mark.xfail(strict=True, reason="spec/loader.py _ops_file reads ops_file with Path.read_text, not through "
-                   "schedsim.io's guarded reader: a FIFO named there blocks predict forever (issue 32 item 2: FIFOs "
-                   "refused)")
 def test_ops_file_naming_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
     sched = _with_ops_file(tmp_path, "fifo.json")
     os.mkfifo(sched.parent / "fifo.json")
@@ -60,9 +57,6 @@ def test_ops_file_naming_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None
     assert r.returncode == 2 and "FIFO" in r.stderr, (r.returncode, r.stderr[-500:])
 
 
-@pytest.mark.xfail(strict=True, reason="ops_file has no size cap: SCHEDSIM_MAX_INPUT_BYTES (and the schedule's "
-                   "512 MiB) is not applied to it, so an endless stream such as /dev/zero is read into memory until "
-                   "killed (issue 32 item 2: a size cap on every input path)")
 def test_ops_file_past_the_input_size_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sched = _with_ops_file(tmp_path, "schedule.ops.json")
     ops = sched.parent / "schedule.ops.json"
@@ -73,8 +67,6 @@ def test_ops_file_past_the_input_size_cap_is_refused(tmp_path: Path, monkeypatch
     assert r.returncode == 2 and "error:" in r.stderr, (r.returncode, r.stderr[-500:])
 
 
-@pytest.mark.xfail(strict=True, reason="ops_file JSON is parsed without the depth limit (schedsim.io.parse_json): "
-                   "100,000 nested [ ends in 'internal error: RecursionError', exit 1, instead of a bad-input error")
 def test_deep_ops_file_is_bad_input_not_an_internal_error(tmp_path: Path) -> None:
     sched = _with_ops_file(tmp_path, "deep.json")
     (sched.parent / "deep.json").write_text("[" * 100_000)
@@ -83,10 +75,6 @@ def test_deep_ops_file_is_bad_input_not_an_internal_error(tmp_path: Path) -> Non
 
 
 # ------------------------------------------------------------------ issue 37: import's schedule.yaml
-@pytest.mark.xfail(strict=True, reason="trace/to_schedule.py writes the trace's file name raw into schedule.yaml's "
-                   "header comment: a newline in it starts a YAML line, so the name's text becomes top-level keys "
-                   "(here launch: cuda_graph, which silently changes the replay; with world_size: the file no longer "
-                   "loads)")
 def test_trace_file_name_cannot_inject_keys_into_the_written_schedule(tmp_path: Path) -> None:
     imp = _imported(tmp_path, "t\nlaunch: cuda_graph\n#.json")
     r = _cli("replay", imp / "schedule.yaml", cwd=tmp_path)
@@ -95,9 +83,6 @@ def test_trace_file_name_cannot_inject_keys_into_the_written_schedule(tmp_path: 
     assert "replay 217.0 µs (-0.00%)" in r.stdout + r.stderr  # the run as recorded (replaygen's sync trace)
 
 
-@pytest.mark.xfail(strict=True, reason="replay reads the recorded start_us/end_us tags without checking they are "
-                   "numbers: a string there ends in 'internal error: TypeError', exit 1, instead of a bad-input "
-                   "error naming the op and tag, exit 2")
 def test_replay_of_a_non_numeric_recorded_time_is_bad_input(tmp_path: Path) -> None:
     imp = _imported(tmp_path)
     ops = json.loads((imp / "schedule.ops.json").read_text())
@@ -107,8 +92,6 @@ def test_replay_of_a_non_numeric_recorded_time_is_bad_input(tmp_path: Path) -> N
     assert r.returncode == 2 and "internal error" not in r.stderr and "start_us" in r.stderr, r.stderr[-500:]
 
 
-@pytest.mark.xfail(strict=True, reason="replay --host-gaps accepts 1e308: host time becomes inf and replay prints "
-                   "'makespan 217.0 µs -> inf s (+inf%)' with exit 0")
 def test_replay_refuses_a_host_gap_factor_that_overflows(tmp_path: Path) -> None:
     imp = _imported(tmp_path)
     r = _cli("replay", imp / "schedule.yaml", "--host-gaps", "1e308", cwd=tmp_path)
@@ -189,11 +172,6 @@ def test_training_sizes_and_flags_refuse_other_types(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ issue 32: output sets
-@pytest.mark.xfail(strict=True, reason="clean_stale_staging takes a staging folder for stale when its pid is not "
-                   "alive *here*; a run on another host of a shared (NFS) folder, or in another container's pid "
-                   "namespace, is alive elsewhere. Its staging folder is removed mid-run, atomic_writer's mkdir "
-                   "recreates it, and the run moves in a partial set with exit 0 (measured: predict says 'wrote "
-                   "nfs/: timeline.json, trace.json, ...' and neither file is there)")
 def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_set(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from schedsim.io import atomic_write_text, output_set
@@ -213,9 +191,6 @@ def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_set(tmp_pat
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["gantt.svg", "timeline.json"]
 
 
-@pytest.mark.xfail(strict=True, reason="clean_stale_staging rmtree's any folder whose name starts "
-                   "'.schedsim-staging-<pid>-' with a dead pid, whatever it holds; schedsim never checks it made it "
-                   "(issue 32: a file is removed only if this schedsim wrote it)")
 def test_a_folder_schedsim_did_not_make_is_not_removed_as_staging(tmp_path: Path) -> None:
     from schedsim.report.outdir import clean_stale_staging
 
@@ -261,10 +236,6 @@ def test_replay_what_if_of_one_connection_queues_behind_a_blocked_launch() -> No
     assert one > 1.9e-3
 
 
-@pytest.mark.xfail(strict=True, reason="Manifest.read ignores a .schedsim-outputs.json that is a symbolic link ('no "
-                   "file is removed or replaced because of it'), but Manifest.write goes through atomic_writer, "
-                   "which follows links: the file the link points to, outside the output folder, is replaced by the "
-                   "manifest")
 def test_a_manifest_name_that_is_a_link_never_overwrites_the_link_target(tmp_path: Path) -> None:
     from schedsim.io import output_set
 
@@ -294,9 +265,6 @@ def test_compare_of_the_replay_against_its_import_matches_every_op(tmp_path: Pat
     assert "ops matched by id: 5 " in r.stdout, [ln for ln in r.stdout.splitlines() if "matched" in ln]
 
 
-@pytest.mark.xfail(strict=True, reason="the op limit (--max-ops / SCHEDSIM_MAX_OPS, 2,000,000 by default) is checked "
-                   "while expanding the YAML, before ops_file's rows are appended: a schedule.ops.json of any length "
-                   "is simulated (here 5 ops under --max-ops 2)")
 def test_max_ops_counts_the_ops_file(tmp_path: Path) -> None:
     imp = _imported(tmp_path)
     r = _cli("predict", imp / "schedule.yaml", "--max-ops", "2", "--no-gantt", "--out", "o", cwd=tmp_path)

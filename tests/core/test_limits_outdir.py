@@ -124,17 +124,26 @@ def test_output_set_replaces_the_set_whole(tmp_path: Path) -> None:
 
 
 def test_stale_staging_cleaned_live_ones_kept(tmp_path: Path) -> None:
+    from schedsim.report.outdir import STAGING_MARKER, host_id
+
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
     stale = tmp_path / f".schedsim-staging-{dead_pid}-abc"
     live = tmp_path / f".schedsim-staging-{os.getpid()}-def"
-    old_style = tmp_path / ".schedsim-staging-xyz"
-    for d in (stale, live, old_style):
+    elsewhere = tmp_path / f".schedsim-staging-{dead_pid}-ghi"  # the same dead pid, on another host (NFS)
+    unmarked = tmp_path / ".schedsim-staging-xyz"  # not made by schedsim: never removed
+    for d, pid, host in ((stale, dead_pid, host_id()), (live, os.getpid(), host_id()),
+                         (elsewhere, dead_pid, "node7|boot|pid:[1]"), (unmarked, None, None)):
         d.mkdir()
         (d / "timeline.json").write_text("x" * 1000)
+        if pid is not None:
+            (d / STAGING_MARKER).write_text(json.dumps({"format": "schedsim.staging", "folder": d.name, "pid": pid,
+                                                        "host": host}))
     removed = clean_stale_staging(tmp_path)
-    assert removed == [stale] and live.exists() and old_style.exists()
-    assert clean_stale_staging(tmp_path, now=time.time() + 7200) == [old_style]
+    assert removed == [stale] and live.exists() and elsewhere.exists() and unmarked.exists()
+    assert clean_stale_staging(tmp_path, now=time.time() + 7200) == []
+    assert sorted(clean_stale_staging(tmp_path, now=time.time() + 2 * 86400)) == sorted([live, elsewhere])
+    assert unmarked.exists()
 
 
 def test_closed_stdout_pipe_exits_0_quietly(tmp_path: Path) -> None:

@@ -204,7 +204,8 @@ class TestOpsFile:
         tl = api.simulate_spec(api.load(p), H200, gpu_model="replay").timeline
         assert {s.name: round(s.end_s * 1e6, 9) for s in tl.spans} == {"a": 3.0, "b": 8.0}
 
-    @pytest.mark.parametrize("content, why", [(None, "cannot read it as JSON"), ("{}", "not a JSON list"),
+    @pytest.mark.parametrize("content, why", [(None, "no such file"), ("[{", "not valid JSON at line 1"),
+                                              ("{}", "not a JSON list"),
                                               ("[1]", "not a JSON list")])
     def test_bad_ops_file(self, tmp_path: Path, content: str | None, why: str) -> None:
         from schedsim.errors import SpecError
