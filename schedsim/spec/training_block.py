@@ -32,7 +32,12 @@ Formulas the report uses, each with its source:
 * activations per layer and microbatch (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, 16-bit):
   no recomputation ``s·b·h·(10 + 24/t + 5·a·s/(h·t))``, with sequence parallelism
   ``s·b·h/t·(34 + 5·a·s/h)``, selective recomputation ``s·b·h·(10 + 24/t)`` (with SP ``34·s·b·h/t``),
-  full recomputation ``2·s·b·h`` (the layer input; ``/t`` with SP). The first pipeline stage holds
+  full recomputation ``2·s·b·h`` (the layer input; ``/t`` with SP); in fp32 the non-mask bytes double
+  (:func:`act_bytes_per_layer`). Full recomputation follows Megatron-LM ``transformer_block.py``
+  ``_checkpointed_forward``: ``uniform`` checkpoints groups of ``recompute_num_layers`` layers (one stored
+  input per group), ``block`` the first ``recompute_num_layers`` layers one by one; the backward's re-run
+  forward holds one checkpointed group's full activations at once (its peak is added once). The first
+  pipeline stage holds
   ``min(m, p)`` microbatches of its ``L/p`` layers under 1F1B, ``L/p · (p + (p−1)/v)`` layer-microbatches
   interleaved (Korthikanti et al. §4.2.3: ``L·(1 + (p−1)/(p·v))``).
 """
@@ -46,6 +51,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from schedsim._pydantic import plugins_off
 from schedsim.errors import SpecError
+from schedsim.units import DTYPE_BYTES
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops",
            "memory_per_rank", "act_bytes_per_layer", "ALIASES"]
@@ -378,17 +384,31 @@ def model_flops(t: TrainingSpec, plan: TrainingPlan) -> float:
 
 
 def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | None = "as set") -> float:
-    """Stored activations of one layer and microbatch, bytes (Korthikanti et al. 2022 Table 2; module docstring),
-    for the block's ``recompute_granularity`` or the one given (``None``: no recomputation)."""
+    """Stored activations of one layer and microbatch, bytes, for the block's ``recompute_granularity`` or the one
+    given (``None``: no recomputation).
+
+    Korthikanti et al. 2022 (arXiv 2205.05198) §4.1 and Table 2 count 16-bit activations (2 bytes an element)
+    and 1-byte dropout masks: per layer ``34·sbh + 5·a·s²·b``, of which the masks are ``2·sbh + a·s²·b``
+    (the attention-output and MLP dropout masks, and the softmax dropout mask). With ``r`` = the activation
+    dtype's bytes / 2 (Megatron keeps activations in ``params_dtype``: r = 1 under --bf16/--fp16, 2 in fp32) the
+    table becomes, bytes:
+
+    * no recomputation: ``sbh·(8r + 2 + 24r/t) + a·s²·b·(4r + 1)/t``; with sequence parallelism
+      ``sbh/t·(32r + 2) + a·s²·b·(4r + 1)/t`` (r = 1: the paper's ``sbh·(10 + 24/t + 5as/(ht))`` and
+      ``sbh/t·(34 + 5as/h)``);
+    * selective recomputation: the same without the ``a·s²·b`` terms;
+    * full recomputation: the layer input, ``2r·sbh`` (``/t`` with SP).
+    """
     s, b, h, a, tp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp
     sbh = s * b * h
+    r = DTYPE_BYTES[plan.dtype] / 2
     rg = t.recompute_granularity if granularity == "as set" else granularity
     if rg == "full":
-        return 2 * sbh / (tp if plan.sp else 1)
-    attn = 0.0 if rg == "selective" else 5 * a * s / h
+        return 2 * r * sbh / (tp if plan.sp else 1)
+    attn = 0.0 if rg == "selective" else a * s * s * b * (4 * r + 1) / tp
     if plan.sp:
-        return sbh / tp * (34 + attn)
-    return sbh * (10 + 24 / tp + attn / tp)
+        return sbh / tp * (32 * r + 2) + attn
+    return sbh * (8 * r + 2 + 24 * r / tp) + attn
 
 
 def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
@@ -403,19 +423,28 @@ def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
 def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     """Bytes per GPU of the first pipeline stage (the most loaded: embedding and the most microbatches in
     flight): ``params``, ``grads``, ``optimizer`` (Megatron's distributed-optimizer table) and ``activations``
-    (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for the sources."""
+    (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for the sources.
+    With pp = 1 the one stage also holds the untied output layer (``V·h/t`` more parameters, Megatron-LM
+    ``gpt_model.py`` ``output_layer`` when ``untie_embeddings_and_output_weights``)."""
     lps = plan.stage_layers[0] * plan.v  # the first pipeline rank's layers
     n = (lps * _params_per_layer(t, plan) + plan.vocab * t.hidden_size + t.seq_length * t.hidden_size) / plan.tp
+    if plan.pp == 1 and t.untie_embeddings_and_output_weights:  # the one stage also holds the output layer
+        n += plan.vocab * t.hidden_size / plan.tp
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
     ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)
     p, v, m = plan.pp, plan.v, plan.m
     inflight = min(m, p) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
     per_layer = act_bytes_per_layer(t, plan)
     lpc = lps // v  # layers per chunk; recompute_method block recomputes the first recompute_num_layers of each
-    if t.recompute_granularity == "full" and t.recompute_method == "block" and (t.recompute_num_layers or 0) < lpc:
-        k = t.recompute_num_layers or 0
+    k = t.recompute_num_layers or 0
+    peak = 0.0
+    if t.recompute_granularity == "full" and t.recompute_method == "block" and k < lpc:
         per_layer = (k * per_layer + (lpc - k) * act_bytes_per_layer(t, plan, None)) / lpc
-    act = per_layer * inflight
+    elif t.recompute_granularity == "full" and t.recompute_method == "uniform" and k > 1:
+        per_layer *= -(-lpc // k) / lpc  # one stored input per group of k layers
+    if t.recompute_granularity == "full":  # backward re-runs one checkpointed group's forward: its activations live
+        peak = (min(k, lpc) if t.recompute_method == "uniform" else 1) * act_bytes_per_layer(t, plan, None)
+    act = per_layer * inflight + peak
     out = {"params": n * pb, "grads": n * gb, "optimizer": n * ob, "activations": act}
     out["total"] = sum(out.values())
     return out

@@ -139,9 +139,6 @@ def _spec(**kw: object) -> TrainingSpec:
     return TrainingSpec(**base)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, reason="memory_per_rank leaves out the untied output layer: with pp = 1 the one "
-                   "stage holds both the embedding and the output layer (V·h more parameters), so params, grads and "
-                   "optimizer per GPU are the same tied or untied (search's --memory-gib filter uses them)")
 def test_untied_output_layer_counts_in_memory_when_one_stage_holds_it() -> None:
     tied, untied = _spec(tp=1, pp=1), _spec(tp=1, pp=1, untie_embeddings_and_output_weights=True)
     p_t, p_u = training_plan(tied, 8), training_plan(untied, 8)
@@ -149,15 +146,20 @@ def test_untied_output_layer_counts_in_memory_when_one_stage_holds_it() -> None:
     assert memory_per_rank(untied, p_u)["params"] == pytest.approx(memory_per_rank(tied, p_t)["params"] + extra)
 
 
-@pytest.mark.xfail(strict=True, reason="memory_per_rank: full recompute with recompute_method uniform stores one "
-                   "layer input per recompute_num_layers-layer group (Megatron transformer_block.py "
-                   "_checkpointed_forward), but the activations are 2sbh per layer whatever recompute_num_layers is")
 def test_uniform_recompute_stores_one_input_per_group_of_layers() -> None:
-    one = _spec(tp=2, pp=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-    four = _spec(tp=2, pp=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=4)
-    a1 = memory_per_rank(one, training_plan(one, 8))["activations"]
-    a4 = memory_per_rank(four, training_plan(four, 8))["activations"]
-    assert a4 < a1
+    """Megatron transformer_block.py _checkpointed_forward, uniform: one 2sbh input stored per group of N layers
+    and microbatch in flight, plus the backward's re-run of one group (N layers of Korthikanti's no-recompute
+    sbh·(10 + 24/t) + 5as²b/t). Here s = h = 1024, b = 1, a = 16, t = 2: 62·sbh a layer; the first of pp = 2
+    stages has 4 layers and min(m, p) = 2 microbatches in flight (8 layer-microbatches)."""
+    sbh = 1024 * 1 * 1024
+
+    def act(n: int) -> float:
+        t = _spec(tp=2, pp=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=n)
+        return memory_per_rank(t, training_plan(t, 8))["activations"]
+
+    assert act(1) == pytest.approx(8 * 2 * sbh + 1 * 62 * sbh)
+    assert act(2) == pytest.approx(8 * 2 * sbh / 2 + 2 * 62 * sbh)
+    assert act(4) == pytest.approx(8 * 2 * sbh / 4 + 4 * 62 * sbh)
 
 
 @pytest.mark.xfail(strict=True, reason="1F1B with fewer microbatches than stages is refused citing torch's "
@@ -226,13 +228,14 @@ def test_a_folder_schedsim_did_not_make_is_not_removed_as_staging(tmp_path: Path
     assert (mine / "notes.txt").read_text() == "precious"
 
 
-@pytest.mark.xfail(strict=True, reason="act_bytes_per_layer uses Korthikanti et al.'s 16-bit table for every dtype: "
-                   "an fp32 run (no --bf16/--fp16) stores 4-byte activations, yet reports the same 496 MiB as bf16")
 def test_fp32_activations_take_more_memory_than_bf16() -> None:
     bf16, fp32 = _spec(tp=2, pp=2), _spec(tp=2, pp=2, bf16=False)
     a16 = memory_per_rank(bf16, training_plan(bf16, 8))["activations"]
     a32 = memory_per_rank(fp32, training_plan(fp32, 8))["activations"]
     assert a32 > 1.5 * a16
+    sbh, as2b = 1024 * 1024, 16 * 1024 * 1024  # Korthikanti Table 2 with 4-byte values, 1-byte dropout masks
+    assert a16 == pytest.approx(8 * (sbh * (10 + 24 / 2) + 5 * as2b / 2))  # 8 layer-microbatches in flight
+    assert a32 == pytest.approx(8 * (sbh * (18 + 48 / 2) + 9 * as2b / 2))
 
 
 MC = """\
