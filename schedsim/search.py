@@ -72,7 +72,7 @@ def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: 
         t = block.model_copy(update=upd)
         dp = world // (tp * pp * t.context_parallel_size) if world % (tp * pp * t.context_parallel_size) == 0 else 0
         pt = SearchPoint({"tp": tp, "pp": pp, "dp": dp, "micro_batch_size": mbs, "vpp_layers": vl, "recompute": rc},
-                         t.model_dump(exclude_none=True))
+                         t.model_dump(exclude_none=True, exclude_unset=True))
         why = refusal(t, world)
         if why is not None:
             pt.status, pt.reason = "refused", f"{why[0]}: {why[1]}"

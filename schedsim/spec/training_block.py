@@ -69,8 +69,10 @@ def _alias(name: str) -> Any:
 class TrainingSpec(BaseModel):
     """The ``training:`` block: Megatron-LM arguments in snake_case (see the module docstring)."""
 
+    #: strict: Megatron's argparse takes ``type=int`` sizes and ``store_true`` flags, so ``tp: true``,
+    #: ``num_layers: 8.0`` or ``bf16: "yes"`` are refused rather than coerced (pydantic's strict mode).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True,
-                              defer_build=True)
+                              defer_build=True, strict=True)
 
     num_layers: int = Field(gt=0, description="--num-layers L.")
     hidden_size: int = Field(gt=0, description="--hidden-size h.")
@@ -300,6 +302,12 @@ def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     if t.bf16 and t.fp16:
         out.append(("fp16", "--fp16 and --bf16 are both set (Megatron-LM arguments.py: assert not args.fp16)",
                     "keep one of them"))
+    explicit = t.params_dtype if "params_dtype" in t.model_fields_set else None
+    flag = "bf16" if t.bf16 else "fp16" if t.fp16 else None
+    if explicit is not None and explicit != (flag or explicit):
+        out.append(("params_dtype", f"params_dtype {explicit} contradicts --{flag}, which sets params_dtype to "
+                    f"{flag} (Megatron-LM arguments.py: args.params_dtype = torch.half under --fp16, torch.bfloat16 "
+                    "under --bf16)", f"set params_dtype: {flag}, or remove it (--{flag} sets it)"))
     if t.num_experts is not None and t.num_experts % t.expert_model_parallel_size:
         out.append(("expert_model_parallel_size", f"num_experts ({t.num_experts}) must be a multiple of "
                     f"expert_model_parallel_size ({t.expert_model_parallel_size}) (Megatron-LM arguments.py)",

@@ -182,12 +182,25 @@ def test_huge_hidden_size_is_reported_on_the_training_field(tmp_path: Path) -> N
     assert r.returncode == 2 and "hidden_size" in r.stderr and "pipeline.stage" not in r.stderr, r.stderr[-500:]
 
 
-@pytest.mark.xfail(strict=True, reason="training fields coerce other types silently (pydantic lax mode): tp: true "
-                   "runs as tp 1 and bf16: \"yes\" as --bf16; Megatron's argparse refuses both")
 def test_training_sizes_and_flags_refuse_other_types(tmp_path: Path) -> None:
-    (tmp_path / "t.yaml").write_text(BASE.replace("tp: 2", "tp: true") + "  global_batch_size: 16\n")
-    r = _cli("predict", "t.yaml", "--out", "o", "--no-gantt", cwd=tmp_path, timeout=60)
-    assert r.returncode == 2, r.stdout[-300:]
+    cases = {"tp: 2": ("tp: true", "t.yaml:11:7: training.tp: Input should be a valid integer"),
+             "bf16: true": ('bf16: "yes"', "t.yaml:10:9: training.bf16: Input should be a valid boolean"),
+             "num_layers: 8": ("num_layers: 8.0", "t.yaml:5:15: training.num_layers: Input should be a valid "
+                               "integer")}
+    for old, (new, where) in cases.items():
+        (tmp_path / "t.yaml").write_text(BASE.replace(old, new) + "  global_batch_size: 16\n")
+        r = _cli("check", "t.yaml", cwd=tmp_path, timeout=60)
+        assert r.returncode == 2 and where in r.stderr and "fix:" in r.stderr, r.stderr[-300:]
+
+
+def test_params_dtype_contradicting_the_precision_flag_is_refused(tmp_path: Path) -> None:
+    """Megatron-LM arguments.py sets params_dtype from --fp16 / --bf16; a different params_dtype is refused."""
+    (tmp_path / "t.yaml").write_text(BASE + "  global_batch_size: 16\n  params_dtype: fp16\n")
+    r = _cli("check", "t.yaml", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "t.yaml:14:17: training.params_dtype: params_dtype fp16 contradicts --bf16" \
+        in r.stderr, r.stderr[-300:]
+    (tmp_path / "t.yaml").write_text(BASE + "  global_batch_size: 16\n  params_dtype: bf16\n")
+    assert _cli("check", "t.yaml", cwd=tmp_path, timeout=60).returncode == 0
 
 
 # ------------------------------------------------------------------ issue 32: output sets
