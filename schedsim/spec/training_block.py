@@ -190,12 +190,47 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
     tp, pp, cp = t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.context_parallel_size
     model = tp * pp * cp
     if world_size % model:
-        return [("tensor_model_parallel_size", f"world_size ({world_size}) is not divisible by tp ({tp}) × pp "
+        culprit = next((f for f, x in (("pipeline_model_parallel_size", pp), ("context_parallel_size", cp))
+                        if world_size % x), "tensor_model_parallel_size")
+        return [*_limit_rules(t), (culprit, f"world_size ({world_size}) is not divisible by tp ({tp}) × pp "
                  f"({pp}) × cp ({cp}) (Megatron-LM parallel_state.initialize_model_parallel)",
                  f"set world_size to a multiple of {model}, or change tp/pp/cp")]
     dp = world_size // model
-    return [*_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
+    return [*_limit_rules(t), *_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
             *_recompute_rules(t)]
+
+
+def _limit_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """The op limits of ``docs/schedule_language.md`` ("Sizes": ``m``, ``n``, ``k`` up to 2^40, ``bytes`` up to
+    2^60; :data:`schedsim.spec.model.MAX_DIM`, ``MAX_BYTES``) applied to the block's own fields, so that a size too
+    large is named where it was written rather than on a lowered op. The lowered layer's largest GEMM dimensions
+    are the tokens ``s·b``, the QKV width ``3h``, fc1's ``f`` (``2f`` with SwiGLU) and the padded vocabulary;
+    its largest tensors ``s·b·max(h, 2f, V)`` and the attention scores ``b·a·s²``, taken here at 16 bytes an
+    element (4-byte values, up to four per kernel) so that every lowered op stays within the bytes limit."""
+    from schedsim.spec.model import MAX_BYTES, MAX_DIM
+
+    s, b, h, a = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads
+    f = t.ffn_hidden_size or 4 * h
+    ffn_key = "ffn_hidden_size" if t.ffn_hidden_size else "hidden_size"
+    tok_key = "seq_length" if s >= b else "micro_batch_size"
+    dims = [(tok_key, "tokens s·b", s * b), ("hidden_size", "QKV width 3h", 3 * h),
+            (ffn_key, "fc1 width " + ("2f" if t.swiglu else "f"), f * (2 if t.swiglu else 1)),
+            ("vocab_size", "vocabulary", t.vocab_size + t.make_vocab_size_divisible_by * t.tensor_model_parallel_size)]
+    for key, what, val in dims:
+        if val > MAX_DIM:
+            return [(key, f"{key} ({getattr(t, key)}) gives the lowered GEMMs a {what} of {val}, past the limit "
+                     f"of 2^40 on m, n, k (docs/schedule_language.md, Sizes)",
+                     f"use {key} <= {int(MAX_DIM * getattr(t, key) // val)}")]
+    width = max(h, 2 * f, t.vocab_size)
+    wide = max((("hidden_size", h), (ffn_key, 2 * f), ("vocab_size", t.vocab_size)), key=lambda kv: kv[1])[0]
+    tensors = [("seq_length", "attention scores b·a·s²", b * a * s * s),
+               (wide if width >= s * b else tok_key, "activation s·b·max(h, 2f, V)", s * b * width)]
+    for key, what, n in tensors:
+        if 16 * n > MAX_BYTES:
+            return [(key, f"{key} ({getattr(t, key)}) gives {what} = {n} elements, past the limit of 2^60 bytes "
+                     "an op (docs/schedule_language.md, Sizes; 16 bytes an element counted)",
+                     f"use a smaller {key}")]
+    return []
 
 
 def _size_rules(t: TrainingSpec, world_size: int, dp: int) -> list[tuple[str, str, str]]:
@@ -211,6 +246,15 @@ def _size_rules(t: TrainingSpec, world_size: int, dp: int) -> list[tuple[str, st
         out.append(("global_batch_size", f"global batch size ({gbs}) is not divisible by micro batch size ({mbs}) "
                     f"times data parallel size ({dp}) (Megatron-LM num_microbatches_calculator.py)",
                     f"use a multiple of {mbs * dp}, e.g. {(gbs // (mbs * dp) or 1) * mbs * dp}"))
+    pp, vl, L = t.pipeline_model_parallel_size, t.num_layers_per_virtual_pipeline_stage, t.num_layers
+    m = (gbs or mbs * dp) // (mbs * dp)
+    if not out and vl is not None and pp > 1 and not L % pp and L // pp // vl > 1 and m % pp:
+        out.append(("global_batch_size", f"number of microbatches ({m} = global_batch_size / (micro_batch_size · "
+                    f"dp)) is not divisible by pipeline-model-parallel-size ({pp}) when using interleaved schedule "
+                    "(Megatron-LM schedules.py forward_backward_pipelining_with_interleaving, with its default "
+                    "microbatch_group_size_per_vp_stage = pp)",
+                    f"use global_batch_size: {(-(-m // pp) * pp) * mbs * dp} (m a multiple of {pp}), or remove "
+                    "num_layers_per_virtual_pipeline_stage (1F1B runs any m)"))
     return out
 
 

@@ -162,24 +162,56 @@ def test_uniform_recompute_stores_one_input_per_group_of_layers() -> None:
     assert act(4) == pytest.approx(8 * 2 * sbh / 4 + 4 * 62 * sbh)
 
 
-@pytest.mark.xfail(strict=True, reason="1F1B with fewer microbatches than stages is refused citing torch's "
-                   "Schedule1F1B, but Megatron's forward_backward_pipelining_without_interleaving runs it "
-                   "(num_warmup_microbatches = min(pp - rank - 1, num_microbatches)); issue 36 asks for Megatron's "
-                   "refusals only")
 def test_megatron_1f1b_with_fewer_microbatches_than_stages_is_accepted(tmp_path: Path) -> None:
     (tmp_path / "t.yaml").write_text(BASE + "  global_batch_size: 2\n")  # dp 2, m = 1 < pp = 2
     r = _cli("predict", "t.yaml", "--out", "o", "--no-gantt", cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stderr[-500:]
 
 
-@pytest.mark.xfail(strict=True, reason="a training size past an op field's range is reported on the lowered op "
-                   "('pipeline.stage.F[3]: ... at n', fix: 'stage ops take the fields of ordinary ops'), a field the "
-                   "user never wrote, instead of on training.hidden_size")
 def test_huge_hidden_size_is_reported_on_the_training_field(tmp_path: Path) -> None:
     (tmp_path / "t.yaml").write_text(BASE.replace("hidden_size: 1024", "hidden_size: 1099511627776")
                                      + "  global_batch_size: 16\n")
     r = _cli("predict", "t.yaml", "--out", "o", "--no-gantt", cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and "hidden_size" in r.stderr and "pipeline.stage" not in r.stderr, r.stderr[-500:]
+    assert "t.yaml:6:16: training.hidden_size: " in r.stderr and "fix: use hidden_size <= 366503875925" in r.stderr
+
+
+def test_sizes_past_the_op_limits_name_the_training_field_and_line(tmp_path: Path) -> None:
+    """seq_length 2^40: the attention scores b·a·s² pass 2^60 bytes (docs/schedule_language.md, Sizes); pp 24 on 8
+    GPUs: world_size is not divisible by tp·pp·cp, and pp is the factor that does not divide it."""
+    (tmp_path / "t.yaml").write_text(BASE.replace("seq_length: 1024", "seq_length: 1099511627776")
+                                     + "  global_batch_size: 16\n")
+    r = _cli("check", "t.yaml", cwd=tmp_path)
+    assert r.returncode == 2 and "t.yaml:8:15: training.seq_length: " in r.stderr, r.stderr[-500:]
+    (tmp_path / "t.yaml").write_text(BASE.replace("world_size: 8", "world_size: 8\nparams: {pp: 2}")
+                                     .replace("pp: 2\n", "pp: pp\n") + "  global_batch_size: 16\n")
+    r = _cli("check", "t.yaml", "--set", "pp=24", cwd=tmp_path)
+    assert r.returncode == 2 and "t.yaml:13:7: training.pp: world_size (8) is not divisible" in r.stderr, r.stderr
+
+
+def test_interleaved_microbatches_not_a_multiple_of_pp_are_refused_at_their_line(tmp_path: Path) -> None:
+    """Megatron's interleaved schedule (default microbatch group pp) needs m % pp == 0: refused on
+    global_batch_size with file:line:col; 1F1B (no virtual stages) runs the same m (previous test)."""
+    (tmp_path / "t.yaml").write_text(BASE.replace("pp: 2", "pp: 4") + "  global_batch_size: 2\n"
+                                     "  num_layers_per_virtual_pipeline_stage: 1\n")
+    r = _cli("check", "t.yaml", cwd=tmp_path)
+    assert r.returncode == 2 and "t.yaml:13:22: training.global_batch_size: number of microbatches (2" in r.stderr
+    assert "fix: use global_batch_size: 4" in r.stderr, r.stderr
+
+
+def test_megatron_1f1b_order_with_fewer_microbatches_than_stages() -> None:
+    """Megatron forward_backward_pipelining_without_interleaving, p = 4, m = 2: rank r warms up
+    min(p - r - 1, m) forwards, then 1F1B, then drains (hand-written)."""
+    from schedsim.lower.training import _transformer
+    from schedsim.spec.loader import load_text
+    from schedsim.spec.pipeline_block import PipelineSpec, plan_of
+
+    spec = load_text(BASE.replace("pp: 2", "pp: 4") + "  global_batch_size: 2\n")
+    assert spec.training is not None
+    tr = _transformer(spec.training, training_plan(spec.training, 8))
+    plan = plan_of(spec, PipelineSpec(schedule="1f1b", p=4, m=2, transformer=tr), reference=True, megatron=True)
+    got = {r: " ".join(str(a) for a in acts if a is not None) for r, acts in plan.actions().items()}
+    assert got == {0: "0F0 0F1 0B0 0B1", 1: "1F0 1F1 1B0 1B1", 2: "2F0 2F1 2B0 2B1", 3: "3F0 3B0 3F1 3B1"}
 
 
 def test_training_sizes_and_flags_refuse_other_types(tmp_path: Path) -> None:

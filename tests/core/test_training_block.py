@@ -354,9 +354,10 @@ def test_interleaving_with_too_few_microbatches_names_the_global_batch(tmp_path:
     code, err = _check(tmp_path, text)
     assert code == 2
     first, fix = err.splitlines()[:2]
-    assert "training.global_batch_size: interleaved 1F1B needs m mod group_size to be 0 or >= p" in first
-    assert "(m = global_batch_size / (micro_batch_size · dp) = 3, pp = 2, v = 2)" in first
-    assert fix == "  fix: use global_batch_size: 8 (m = 4, a multiple of pp), or fewer virtual stages"
+    assert "s.yaml:12:22: training.global_batch_size: number of microbatches (3 = global_batch_size / " \
+        "(micro_batch_size · dp)) is not divisible by pipeline-model-parallel-size (2)" in first
+    assert fix == ("  fix: use global_batch_size: 8 (m a multiple of 2), or remove "
+                   "num_layers_per_virtual_pipeline_stage (1F1B runs any m)")
     assert "Traceback" not in err
 
 
