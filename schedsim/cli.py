@@ -399,7 +399,7 @@ def _ints(text: str, what: str) -> list[int]:
         raise SchedsimError(f"--{what} {text!r} is not a list of integers", fix=f"write e.g. --{what} 1,2,4") from None
     if not vals or min(vals) < 1:
         raise SchedsimError(f"--{what} {text!r} needs positive integers", fix=f"write e.g. --{what} 1,2,4")
-    return vals
+    return list(dict.fromkeys(vals))  # each value once: a repeated one is the same configuration
 
 
 @_command
@@ -442,7 +442,7 @@ def search(
     pow2 = [1 << k for k in range(world.bit_length()) if 1 << k <= world]
     points = candidates(spec.training, world, tps=_ints(tp, "tp") if tp else [x for x in pow2 if x <= 8],
                         pps=_ints(pp, "pp") if pp else pow2, mbss=_ints(micro_batch_size, "micro-batch-size"),
-                        recomputes=recompute.split(","),
+                        recomputes=list(dict.fromkeys(recompute.split(","))),
                         vpps=[None, *(_ints(vpp_layers, "vpp-layers") if vpp_layers else [])],
                         memory_limit=memory_gib * 2**30)
     done = run_search(spec.name, world, points, profile,
@@ -480,8 +480,9 @@ def _print_search(done: list[Any], top: int) -> None:
     make_console().print(t)
     refused = sum(p.status == "refused" for p in done)
     over = sum(p.status == "over memory" for p in done)
+    big = sum(p.status == "over max-ops" for p in done)
     print(f"{len(done)} configurations: {len(ran)} simulated, {refused} refused by Megatron's rules, {over} over the "
-          "memory limit (search.json gives each one's reason)")
+          f"memory limit, {big} past --max-ops (too many ops to simulate; search.json gives each one's reason)")
 
 
 def _version(value: bool) -> None:

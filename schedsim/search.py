@@ -8,6 +8,9 @@ off where tp = 1 (as Megatron turns it off). A candidate is
 
 * *refused* when Megatron's validation refuses it (:func:`schedsim.spec.training_block.refusal`, its reason
   kept), or when the interleaved schedule's rules on m refuse it at lowering;
+* *over max-ops* when its lowering would pass the op limit (``--max-ops`` / ``SCHEDSIM_MAX_OPS``, the
+  loader's own estimate :func:`schedsim.spec.limits.check_expansion`): a limit of this tool, not a refusal of
+  Megatron's, so counted apart;
 * *over memory* when :func:`schedsim.spec.training_block.memory_per_rank`'s total (parameters, gradients,
   optimizer states, activations of the first pipeline stage) passes the limit;
 * otherwise *simulated* (:func:`run_point`, in ``jobs`` local processes) on the profile.
@@ -36,9 +39,9 @@ RECOMPUTE: dict[str, dict[str, Any]] = {
 @dataclass
 class SearchPoint:
     """One configuration: its ``setting`` (tp, pp, dp, micro_batch_size, vpp_layers, recompute), the block's
-    plain form, its static memory estimate (bytes) and its outcome: ``status`` ``refused`` / ``over memory`` /
-    ``simulated`` (``reason`` for the first two), and when simulated ``iteration_s``, ``tflops_per_gpu``,
-    ``mfu`` and ``pareto``."""
+    plain form, its static memory estimate (bytes) and its outcome: ``status`` ``refused`` / ``over max-ops``
+    / ``over memory`` / ``simulated`` (``reason`` for the first three), and when simulated ``iteration_s``,
+    ``tflops_per_gpu``, ``mfu`` and ``pareto``."""
 
     setting: dict[str, Any]
     block: dict[str, Any] = field(repr=False)
@@ -61,6 +64,7 @@ def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: 
                recomputes: list[str], vpps: list[int | None], memory_limit: float) -> list[SearchPoint]:
     """Every combination of the axes, each refused, over memory, or left to simulate (module docstring).
     ``block`` is the schedule's :class:`~schedsim.spec.training_block.TrainingSpec`; ``memory_limit`` bytes."""
+    from schedsim.spec.limits import _training_ops, limit
     from schedsim.spec.training_block import memory_per_rank, refusal, training_plan
 
     out = []
@@ -72,10 +76,13 @@ def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: 
         t = block.model_copy(update=upd)
         dp = world // (tp * pp * t.context_parallel_size) if world % (tp * pp * t.context_parallel_size) == 0 else 0
         pt = SearchPoint({"tp": tp, "pp": pp, "dp": dp, "micro_batch_size": mbs, "vpp_layers": vl, "recompute": rc},
-                         t.model_dump(exclude_none=True))
+                         t.model_dump(exclude_none=True, exclude_unset=True))
         why = refusal(t, world)
         if why is not None:
             pt.status, pt.reason = "refused", f"{why[0]}: {why[1]}"
+        elif (ops := _training_ops(pt.block, world)) > limit("SCHEDSIM_MAX_OPS"):
+            pt.status = "over max-ops"
+            pt.reason = f"about {ops:,} op instances, past the limit of {limit('SCHEDSIM_MAX_OPS'):,} (--max-ops)"
         else:
             pt.memory_bytes = memory_per_rank(t, training_plan(t, world))["total"]
             if pt.memory_bytes > memory_limit:

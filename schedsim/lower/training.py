@@ -290,7 +290,7 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     pb = PipelineSpec(schedule=plan.schedule, p=plan.pp, m=plan.m, v=plan.v if plan.v > 1 else None, transformer=tr,
                       p2p=None)
     try:
-        pplan = plan_of(spec, pb, reference=True)
+        pplan = plan_of(spec, pb, reference=True, megatron=True)
         steps = _interleaved_steps(spec, pb, pplan) if plan.v > 1 else _lowered_steps(pplan, columns=False)
     except SchedsimError as e:  # the generators' rules on m: said in the block's terms
         head = split_fix(e.message if isinstance(e, SpecError) else e.reason if isinstance(  # type: ignore[attr-defined]

@@ -1606,6 +1606,9 @@ _FIXES = {
     "int_parsing": "write an integer (expressions like M/chunks must divide evenly)",
     "int_from_float": "the expression gave a fraction; choose sizes that divide evenly or use // for floor division",
     "greater_than": "use a positive value",
+    "int_type": "write a whole number such as 2 (no true/false, no 2.0: Megatron's argparse takes type=int; use // "
+                "in expressions)",
+    "bool_type": "write true or false",
     "literal_error": "use one of the allowed values listed above",
     "missing": "add this field",
     "float_parsing": "write a number",

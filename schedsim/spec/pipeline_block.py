@@ -603,11 +603,13 @@ def _torch_interleaved_plan(pb: PipelineSpec, info: Any, v: int, s2r: dict[int, 
     return plan
 
 
-def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) -> PipelinePlan:
+def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False, megatron: bool = False) -> PipelinePlan:
     """Generate (or read) and validate the compute order; every rejection becomes a one-fix error.
 
     With ``reference``, inline custom actions are parsed and checked one Action at a time (the path the
-    columnar one is tested against).
+    columnar one is tested against). With ``megatron`` (the ``training:`` block), 1F1B follows Megatron-LM's
+    ``forward_backward_pipelining_without_interleaving``, which runs any m >= 1 (``num_warmup_microbatches =
+    min(pp - rank - 1, num_microbatches)``), instead of torch ``Schedule1F1B``'s m >= p.
     """
     from schedsim.pipeline import get_schedule, stage_to_rank, validate
 
@@ -627,14 +629,17 @@ def plan_of(spec: ScheduleSpec, pb: PipelineSpec, *, reference: bool = False) ->
             elif not reference and info.name == "interleaved_1f1b" and pb.m >= info.min_microbatches(pb.p, v):
                 plan = _interleaved_plan(pb, info, v, s2r)
             else:
-                order = info.generate(pb.p, pb.m, v, group_size=pb.group_size)
+                order = info.generate(pb.p, pb.m, v, group_size=pb.group_size,
+                                      check_microbatches=not (megatron and info.name == "1f1b"))
                 plan = PipelinePlan(info.name, pb.p, pb.m, v, pb.p * v, s2r, order)
                 if not reference and pb.m >= info.min_microbatches(pb.p, v):
                     plan.cols = _cols_of_order(order, pb.p)
+        megatron_m = megatron and plan.name == "1f1b" and plan.m < plan.p  # Megatron's rule, not torch's m >= p
         # cross-rank p2p wait cycles are found by the DAG's rendezvous check (with this grid attached)
         if plan.cols is None or not _cols_valid(plan.cols, plan.p, plan.m, plan.num_stages, plan.s2r):
             validate(plan.actions(), plan.p, plan.m, plan.num_stages, plan.s2r,
-                     schedule=None if plan.name == "custom" or plan.torch_rules else plan.name, check_p2p=False)
+                     schedule=None if plan.name == "custom" or plan.torch_rules or megatron_m else plan.name,
+                     check_p2p=False)
             plan.cols = None  # accepted all the same: the per-action paths take it from here
     except ValueError as e:
         if isinstance(e, SchedsimError):

@@ -32,7 +32,12 @@ Formulas the report uses, each with its source:
 * activations per layer and microbatch (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, 16-bit):
   no recomputation ``s·b·h·(10 + 24/t + 5·a·s/(h·t))``, with sequence parallelism
   ``s·b·h/t·(34 + 5·a·s/h)``, selective recomputation ``s·b·h·(10 + 24/t)`` (with SP ``34·s·b·h/t``),
-  full recomputation ``2·s·b·h`` (the layer input; ``/t`` with SP). The first pipeline stage holds
+  full recomputation ``2·s·b·h`` (the layer input; ``/t`` with SP); in fp32 the non-mask bytes double
+  (:func:`act_bytes_per_layer`). Full recomputation follows Megatron-LM ``transformer_block.py``
+  ``_checkpointed_forward``: ``uniform`` checkpoints groups of ``recompute_num_layers`` layers (one stored
+  input per group), ``block`` the first ``recompute_num_layers`` layers one by one; the backward's re-run
+  forward holds one checkpointed group's full activations at once (its peak is added once). The first
+  pipeline stage holds
   ``min(m, p)`` microbatches of its ``L/p`` layers under 1F1B, ``L/p · (p + (p−1)/v)`` layer-microbatches
   interleaved (Korthikanti et al. §4.2.3: ``L·(1 + (p−1)/(p·v))``).
 """
@@ -46,6 +51,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from schedsim._pydantic import plugins_off
 from schedsim.errors import SpecError
+from schedsim.units import DTYPE_BYTES
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops",
            "memory_per_rank", "act_bytes_per_layer", "ALIASES"]
@@ -63,8 +69,10 @@ def _alias(name: str) -> Any:
 class TrainingSpec(BaseModel):
     """The ``training:`` block: Megatron-LM arguments in snake_case (see the module docstring)."""
 
+    #: strict: Megatron's argparse takes ``type=int`` sizes and ``store_true`` flags, so ``tp: true``,
+    #: ``num_layers: 8.0`` or ``bf16: "yes"`` are refused rather than coerced (pydantic's strict mode).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True,
-                              defer_build=True)
+                              defer_build=True, strict=True)
 
     num_layers: int = Field(gt=0, description="--num-layers L.")
     hidden_size: int = Field(gt=0, description="--hidden-size h.")
@@ -182,12 +190,47 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
     tp, pp, cp = t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.context_parallel_size
     model = tp * pp * cp
     if world_size % model:
-        return [("tensor_model_parallel_size", f"world_size ({world_size}) is not divisible by tp ({tp}) × pp "
+        culprit = next((f for f, x in (("pipeline_model_parallel_size", pp), ("context_parallel_size", cp))
+                        if world_size % x), "tensor_model_parallel_size")
+        return [*_limit_rules(t), (culprit, f"world_size ({world_size}) is not divisible by tp ({tp}) × pp "
                  f"({pp}) × cp ({cp}) (Megatron-LM parallel_state.initialize_model_parallel)",
                  f"set world_size to a multiple of {model}, or change tp/pp/cp")]
     dp = world_size // model
-    return [*_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
+    return [*_limit_rules(t), *_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
             *_recompute_rules(t)]
+
+
+def _limit_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """The op limits of ``docs/schedule_language.md`` ("Sizes": ``m``, ``n``, ``k`` up to 2^40, ``bytes`` up to
+    2^60; :data:`schedsim.spec.model.MAX_DIM`, ``MAX_BYTES``) applied to the block's own fields, so that a size too
+    large is named where it was written rather than on a lowered op. The lowered layer's largest GEMM dimensions
+    are the tokens ``s·b``, the QKV width ``3h``, fc1's ``f`` (``2f`` with SwiGLU) and the padded vocabulary;
+    its largest tensors ``s·b·max(h, 2f, V)`` and the attention scores ``b·a·s²``, taken here at 16 bytes an
+    element (4-byte values, up to four per kernel) so that every lowered op stays within the bytes limit."""
+    from schedsim.spec.model import MAX_BYTES, MAX_DIM
+
+    s, b, h, a = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads
+    f = t.ffn_hidden_size or 4 * h
+    ffn_key = "ffn_hidden_size" if t.ffn_hidden_size else "hidden_size"
+    tok_key = "seq_length" if s >= b else "micro_batch_size"
+    dims = [(tok_key, "tokens s·b", s * b), ("hidden_size", "QKV width 3h", 3 * h),
+            (ffn_key, "fc1 width " + ("2f" if t.swiglu else "f"), f * (2 if t.swiglu else 1)),
+            ("vocab_size", "vocabulary", t.vocab_size + t.make_vocab_size_divisible_by * t.tensor_model_parallel_size)]
+    for key, what, val in dims:
+        if val > MAX_DIM:
+            return [(key, f"{key} ({getattr(t, key)}) gives the lowered GEMMs a {what} of {val}, past the limit "
+                     f"of 2^40 on m, n, k (docs/schedule_language.md, Sizes)",
+                     f"use {key} <= {int(MAX_DIM * getattr(t, key) // val)}")]
+    width = max(h, 2 * f, t.vocab_size)
+    wide = max((("hidden_size", h), (ffn_key, 2 * f), ("vocab_size", t.vocab_size)), key=lambda kv: kv[1])[0]
+    tensors = [("seq_length", "attention scores b·a·s²", b * a * s * s),
+               (wide if width >= s * b else tok_key, "activation s·b·max(h, 2f, V)", s * b * width)]
+    for key, what, n in tensors:
+        if 16 * n > MAX_BYTES:
+            return [(key, f"{key} ({getattr(t, key)}) gives {what} = {n} elements, past the limit of 2^60 bytes "
+                     "an op (docs/schedule_language.md, Sizes; 16 bytes an element counted)",
+                     f"use a smaller {key}")]
+    return []
 
 
 def _size_rules(t: TrainingSpec, world_size: int, dp: int) -> list[tuple[str, str, str]]:
@@ -203,6 +246,15 @@ def _size_rules(t: TrainingSpec, world_size: int, dp: int) -> list[tuple[str, st
         out.append(("global_batch_size", f"global batch size ({gbs}) is not divisible by micro batch size ({mbs}) "
                     f"times data parallel size ({dp}) (Megatron-LM num_microbatches_calculator.py)",
                     f"use a multiple of {mbs * dp}, e.g. {(gbs // (mbs * dp) or 1) * mbs * dp}"))
+    pp, vl, L = t.pipeline_model_parallel_size, t.num_layers_per_virtual_pipeline_stage, t.num_layers
+    m = (gbs or mbs * dp) // (mbs * dp)
+    if not out and vl is not None and pp > 1 and not L % pp and L // pp // vl > 1 and m % pp:
+        out.append(("global_batch_size", f"number of microbatches ({m} = global_batch_size / (micro_batch_size · "
+                    f"dp)) is not divisible by pipeline-model-parallel-size ({pp}) when using interleaved schedule "
+                    "(Megatron-LM schedules.py forward_backward_pipelining_with_interleaving, with its default "
+                    "microbatch_group_size_per_vp_stage = pp)",
+                    f"use global_batch_size: {(-(-m // pp) * pp) * mbs * dp} (m a multiple of {pp}), or remove "
+                    "num_layers_per_virtual_pipeline_stage (1F1B runs any m)"))
     return out
 
 
@@ -294,6 +346,12 @@ def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     if t.bf16 and t.fp16:
         out.append(("fp16", "--fp16 and --bf16 are both set (Megatron-LM arguments.py: assert not args.fp16)",
                     "keep one of them"))
+    explicit = t.params_dtype if "params_dtype" in t.model_fields_set else None
+    flag = "bf16" if t.bf16 else "fp16" if t.fp16 else None
+    if explicit is not None and explicit != (flag or explicit):
+        out.append(("params_dtype", f"params_dtype {explicit} contradicts --{flag}, which sets params_dtype to "
+                    f"{flag} (Megatron-LM arguments.py: args.params_dtype = torch.half under --fp16, torch.bfloat16 "
+                    "under --bf16)", f"set params_dtype: {flag}, or remove it (--{flag} sets it)"))
     if t.num_experts is not None and t.num_experts % t.expert_model_parallel_size:
         out.append(("expert_model_parallel_size", f"num_experts ({t.num_experts}) must be a multiple of "
                     f"expert_model_parallel_size ({t.expert_model_parallel_size}) (Megatron-LM arguments.py)",
@@ -378,17 +436,31 @@ def model_flops(t: TrainingSpec, plan: TrainingPlan) -> float:
 
 
 def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | None = "as set") -> float:
-    """Stored activations of one layer and microbatch, bytes (Korthikanti et al. 2022 Table 2; module docstring),
-    for the block's ``recompute_granularity`` or the one given (``None``: no recomputation)."""
+    """Stored activations of one layer and microbatch, bytes, for the block's ``recompute_granularity`` or the one
+    given (``None``: no recomputation).
+
+    Korthikanti et al. 2022 (arXiv 2205.05198) §4.1 and Table 2 count 16-bit activations (2 bytes an element)
+    and 1-byte dropout masks: per layer ``34·sbh + 5·a·s²·b``, of which the masks are ``2·sbh + a·s²·b``
+    (the attention-output and MLP dropout masks, and the softmax dropout mask). With ``r`` = the activation
+    dtype's bytes / 2 (Megatron keeps activations in ``params_dtype``: r = 1 under --bf16/--fp16, 2 in fp32) the
+    table becomes, bytes:
+
+    * no recomputation: ``sbh·(8r + 2 + 24r/t) + a·s²·b·(4r + 1)/t``; with sequence parallelism
+      ``sbh/t·(32r + 2) + a·s²·b·(4r + 1)/t`` (r = 1: the paper's ``sbh·(10 + 24/t + 5as/(ht))`` and
+      ``sbh/t·(34 + 5as/h)``);
+    * selective recomputation: the same without the ``a·s²·b`` terms;
+    * full recomputation: the layer input, ``2r·sbh`` (``/t`` with SP).
+    """
     s, b, h, a, tp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp
     sbh = s * b * h
+    r = DTYPE_BYTES[plan.dtype] / 2
     rg = t.recompute_granularity if granularity == "as set" else granularity
     if rg == "full":
-        return 2 * sbh / (tp if plan.sp else 1)
-    attn = 0.0 if rg == "selective" else 5 * a * s / h
+        return 2 * r * sbh / (tp if plan.sp else 1)
+    attn = 0.0 if rg == "selective" else a * s * s * b * (4 * r + 1) / tp
     if plan.sp:
-        return sbh / tp * (34 + attn)
-    return sbh * (10 + 24 / tp + attn / tp)
+        return sbh / tp * (32 * r + 2) + attn
+    return sbh * (8 * r + 2 + 24 * r / tp) + attn
 
 
 def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
@@ -403,19 +475,28 @@ def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
 def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     """Bytes per GPU of the first pipeline stage (the most loaded: embedding and the most microbatches in
     flight): ``params``, ``grads``, ``optimizer`` (Megatron's distributed-optimizer table) and ``activations``
-    (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for the sources."""
+    (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for the sources.
+    With pp = 1 the one stage also holds the untied output layer (``V·h/t`` more parameters, Megatron-LM
+    ``gpt_model.py`` ``output_layer`` when ``untie_embeddings_and_output_weights``)."""
     lps = plan.stage_layers[0] * plan.v  # the first pipeline rank's layers
     n = (lps * _params_per_layer(t, plan) + plan.vocab * t.hidden_size + t.seq_length * t.hidden_size) / plan.tp
+    if plan.pp == 1 and t.untie_embeddings_and_output_weights:  # the one stage also holds the output layer
+        n += plan.vocab * t.hidden_size / plan.tp
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
     ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)
     p, v, m = plan.pp, plan.v, plan.m
     inflight = min(m, p) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
     per_layer = act_bytes_per_layer(t, plan)
     lpc = lps // v  # layers per chunk; recompute_method block recomputes the first recompute_num_layers of each
-    if t.recompute_granularity == "full" and t.recompute_method == "block" and (t.recompute_num_layers or 0) < lpc:
-        k = t.recompute_num_layers or 0
+    k = t.recompute_num_layers or 0
+    peak = 0.0
+    if t.recompute_granularity == "full" and t.recompute_method == "block" and k < lpc:
         per_layer = (k * per_layer + (lpc - k) * act_bytes_per_layer(t, plan, None)) / lpc
-    act = per_layer * inflight
+    elif t.recompute_granularity == "full" and t.recompute_method == "uniform" and k > 1:
+        per_layer *= -(-lpc // k) / lpc  # one stored input per group of k layers
+    if t.recompute_granularity == "full":  # backward re-runs one checkpointed group's forward: its activations live
+        peak = (min(k, lpc) if t.recompute_method == "uniform" else 1) * act_bytes_per_layer(t, plan, None)
+    act = per_layer * inflight + peak
     out = {"params": n * pb, "grads": n * gb, "optimizer": n * ob, "activations": act}
     out["total"] = sum(out.values())
     return out
