@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,16 @@ def gloo2(tmp_path_factory):
 def gloo3(tmp_path_factory):
     """The 3-rank commands of ``exec_helpers.gloo3_jobs``, run in one torchrun launch: name → (Job, base folder)."""
     return _shared_launch(tmp_path_factory, "gloo3", 3)
+
+
+@pytest.fixture(autouse=True)
+def _schedsim_environment_restored():  # type: ignore[no-untyped-def]
+    """Every test leaves the ``SCHEDSIM_*`` environment as it found it: a CLI run in process applies
+    ``--max-ops`` through ``SCHEDSIM_MAX_OPS`` (so that executor ranks see it), which would otherwise hold for
+    every later test of the session."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("SCHEDSIM_")}
+    yield
+    for k in [k for k in os.environ if k.startswith("SCHEDSIM_") and k not in before]:
+        del os.environ[k]
+    os.environ.update(before)
+
