@@ -263,11 +263,9 @@ def _gemm_shapes(o: CalibrateOptions, cuda: bool) -> list[tuple[str, int, int, i
 
 #: A GEMM shape whose timing kept the GPU busy this long (seconds) is followed by :data:`GEMM_REST_S` of idle
 #: before the next shape is timed: under longer sustained load the board's power limiter lowers the clock (after
-#: ~40 ms of back-to-back bf16 GEMMs on one H200, 2026-12-01, and 38.8 ms on one H100, 2026-12-06,
-#: ``power.onset_s``), and the table holds burst times (:mod:`schedsim.sim.power`). Without the rest, on one H100
-#: (2026-12-06, two calibrations) fp32 4096×2048×8192, timed right after 0.5 s of fp32 16384×8192×8192, read
-#: 2.97 and 3.20 ms where the same calibrations' back-to-back waves probe gave 2.63 ms and the first of them ran
-#: 2.65 ms in ``execute`` (Kineto), and matmul_streams (16 of them on 4 streams) was predicted 11-20 % long.
+#: ``power.onset_s``, ~40 ms of back-to-back bf16 GEMMs on H200 and H100), and the table holds burst times
+#: (:mod:`schedsim.sim.power`). Without the rest a GEMM timed right after a long one reads 12-20 % slow
+#: (measurements: docs/validation.md, "Evidence cited by the code").
 GEMM_REST_AFTER_S = 0.03
 #: seconds of idle that let the limiter forget a sustained load (within a second on H200: calibrate_power)
 GEMM_REST_S = 1.0
@@ -1094,9 +1092,8 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
 
     warn_oversubscribed(ctx.cuda, ctx.rank)
     # the host cost of communication calls first, before the GEMM measurements run torch.profiler (after it, a
-    # process's launches cost ~20 % more: benchmarks/probe_profiler_host.py): measured last, it read 20.4 µs per
-    # all_reduce call on one H100 (2026-12-06) where four executing processes, world 1, measured 14.5-15.3
-    # (--measure-host); measured first, 15.2
+    # process's launches cost ~20 % more: benchmarks/probe_profiler_host.py; docs/validation.md, "Evidence cited
+    # by the code")
     comm_host = comm_host_costs(b)
     if ctx.rank == 0:
         shapes = _gemm_shapes(o, ctx.cuda)

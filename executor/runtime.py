@@ -411,9 +411,7 @@ class RankRunner:
             gc.unfreeze()
         base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
         if o.measure_host:  # before the profiler: once torch.profiler has run, the process's launches cost more
-            # (one H100, 2026-12-06, benchmarks/probe_profiler_host.py: 10.65 µs per matmul call before a profiler
-            # session, 12.87 after it and 12.80 two seconds later; measured after the profiled iterations, three
-            # executing processes read 13.3 µs where their uninstrumented iterations had issued 10.3-10.9 per op)
+            # (~20 % more per call: benchmarks/probe_profiler_host.py; docs/validation.md, "Evidence cited by the code")
             from executor.calibrate_host import measure_here
 
             self.phase = "host costs"

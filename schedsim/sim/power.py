@@ -145,9 +145,9 @@ def below_onset(duty: float, sustained_s: float | None, onset_s: float | None) -
     (an assumption: the limiter reacts to the GEMMs' busy time, so a lower duty reaches the onset later; only
     back-to-back onsets are measured). False when either is None (steady state).
 
-    Why: on one H100 (2026-12-06) two 4096³ bf16 GEMMs per iteration at a duty of 0.91 ran at the table's 164 µs
-    in ``schedsim execute``'s 24 ms of iterations, where the steady curve gave 1.13×; on one H200 back-to-back
-    GEMMs ran ~40 ms at the table's speed before slowing (``benchmarks/probe_power_duty.py``, 2026-12-01).
+    Why: short runs of GEMMs at a high duty run at the table's (burst) speed, where the steady curve predicts them
+    ~1.13× slower; back-to-back GEMMs run ~40 ms at that speed before slowing (``benchmarks/probe_power_duty.py``;
+    docs/validation.md, "Evidence cited by the code").
 
     >>> below_onset(0.9, 0.024, 0.04), below_onset(0.9, 2.0, 0.04), below_onset(0.9, None, 0.04)
     (True, False, False)

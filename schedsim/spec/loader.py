@@ -90,7 +90,7 @@ def _check_expansion(root: yaml.Node, file: str, text: str) -> None:
     """Refuse a document whose aliases expand it by more than ``MAX_NODES`` nodes, plus ``ALIAS_NODES`` per
     alias written, beyond the distinct nodes of its text (``text``: what was composed into ``root``), from the composed node graph (shared by its aliases)
     in one pass over its distinct nodes: a "billion laughs" of 9 levels of 9 aliases is refused at once, where
-    constructing it up to this many nodes took 9 s (2026-12-02, this VM), and a literal schedule of a million
+    constructing it up to this many nodes takes seconds, and a literal schedule of a million
     written ops is not refused whatever its size. A text without ``&`` has no anchors, hence no aliases, and is
     not walked at all. Counts saturate past ``MAX_NODES`` plus the most nodes the text can hold (two per
     character: a mapping and its first key start at the same place), so a chain of aliases doubling 10,000
