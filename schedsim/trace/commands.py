@@ -37,16 +37,6 @@ def _ops(path: Path | None) -> dict[str, dict[str, Any]] | None:
     return load_op_names(path)
 
 
-def _check_inputs(files: list[Path], kind: str) -> list[str | Path]:
-    """``files``, each checked by :func:`schedsim.io.check_input` (a regular, non-empty file within the size cap
-    of ``kind``) before any reader opens it: a FIFO or a device never reaches the trace readers."""
-    from schedsim.io import check_input
-
-    for f in files:
-        check_input(f, kind)
-    return list(files)
-
-
 def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
     from schedsim.io import output_set
     from schedsim.report.summary import fmt_time
@@ -131,7 +121,7 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.nsys import import_nsys
 
         with status(f"importing {len(files)} nsys export(s)"):
-            res = import_nsys(_check_inputs(files, "nsys"), ops=_ops(ops), iteration=iteration,
+            res = import_nsys(list(files), ops=_ops(ops), iteration=iteration,
                               keep_kernel_rows=False, keep_runtime=True)
         _finish_import(res, out, fmt, [*files, *([ops] if ops else [])])
 
@@ -149,7 +139,7 @@ def register(app: typer.Typer) -> None:
         from schedsim.trace.kineto import import_kineto
 
         with status(f"importing {len(files)} Kineto trace(s)"):
-            res = import_kineto(_check_inputs(files, "kineto"), ops=_ops(ops), iteration=iteration,
+            res = import_kineto(list(files), ops=_ops(ops), iteration=iteration,
                                 keep_kernel_rows=False, keep_runtime=True)
         _finish_import(res, out, fmt, [*files, *([ops] if ops else [])])
 
