@@ -620,7 +620,11 @@ def main() -> None:
         from schedsim.cliutil import _print_err
 
         _print_err("interrupted")
-        sys.exit(130)
+        _exit_interrupted()
+    except SystemExit as e:
+        if e.code == 130:  # a command's own Ctrl-C handler already said what was kept
+            _exit_interrupted()
+        raise
     except BrokenPipeError:
         from schedsim.cliutil import _quiet_stdout
 
@@ -633,6 +637,24 @@ def main() -> None:
             raise
         report_bug(e)
         sys.exit(1)
+
+
+def _exit_interrupted() -> None:
+    """End the process with exit code 130 now, whatever state a Ctrl-C left the interpreter in.
+
+    CPython re-raises SIGINT at exit (the process then dies of the signal, ``returncode == -2`` to a parent)
+    whenever a KeyboardInterrupt escaped some nested evaluation on its way to our handler, even though the
+    handler caught it (``_Py_UnhandledKeyboardInterrupt``, Modules/main.c, bpo-1054041). The outputs were
+    already dealt with by the command's own handler, so flushing the two streams is all that is left to do.
+    """
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(130)
 
 
 def _safe_streams() -> None:
