@@ -311,11 +311,9 @@ def settle_costs(res: dict[str, float]) -> dict[str, float]:
     switch loops' cost per call (``switch_call_us`` / ``context_call_us``: a switch and a launch) less it, >= 0.
 
     Why the lower: whatever slows a loop down from outside the call (the collector, a thread of the process, the
-    CPU) only adds time, and a figure taken in such a spell is charged to every call of the prediction, and the
-    switch's cost is that of a launch less this figure. One H100, 2026-12-06 04:3x UTC, execute --measure-host of
-    small_ops_graph eager (benchmarks/one_gpu_suite.sh, so_eager rep2): the first loop 15.03 µs per call, the
-    same call timed later in the process 10.64 (``matmul_loop_us``), the switch 0 (clamped) against 1.0-1.2 in
-    the suite's other processes; predicted with the first figure, that process's makespan came out +24 %
+    CPU) only adds time, a figure taken in such a spell is charged to every call of the prediction, and the
+    switch's cost is a launch's less this figure. Source: one H100 execute --measure-host process whose first
+    loop ran 15.03 µs per call and the same call 10.64 later, its switch clamped to 0, its own prediction +24 %
     (docs/validation.md, "Host-bound eager runs").
 
     >>> settle_costs({"eager_per_op_us": 15.0, "eager_per_op_again_us": 10.5, "switch_call_us": 11.7})
