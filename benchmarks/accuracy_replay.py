@@ -78,6 +78,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
     if len(procs) > 1:
         un = {"meas_s": statistics.median(procs), "error": plain_s / statistics.median(procs) - 1}
     ops = res.get("ops", {})
+    own = process_host_rows(case, G, load_profile(profile), kw) if process_host else []
     w = ops.get("worst") or {}
     span = _kernel_spans(case, meas, pred, G)
     hw = _handwritten_s(case)
@@ -90,7 +91,85 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
             "meas_s": un.get("meas_s", ms["meas_s"]), "error": un.get("error", ms["error"]),
             "op_median": ops.get("median_abs_error"), "worst_id": w.get("id"), "worst_error": w.get("error"),
             "host_error": _worst_host_error(res.get("host_issue")),
-            "by_kind": ops.get("by_kind", {})}
+            "by_kind": ops.get("by_kind", {}), "process_host": own,
+            "host_calls": host_call_misses(case, G, pred)}
+
+
+def _processes(case: Path) -> list[Path]:
+    """The case's measured processes: ``execute/`` and each ``rep<N>/execute/`` with a timeline."""
+    return [d / "execute" for d in [case, *sorted(case.glob("rep*"))] if (d / "execute" / "timeline.json").is_file()]
+
+
+def process_host_rows(case: Path, G: Any, prof: Any, kw: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each process of the case that measured its own host costs (``execute --measure-host``:
+    ``meta.host_costs_us``), predicted with them against its own uninstrumented makespan and host issue, as
+    that process's ``--compare`` did: ``[{"process", "pred_s", "meas_s", "error", "host_error"}]`` (seconds,
+    fractions). The suite (benchmarks/one_gpu_suite.sh) runs that process as ``rep2/``. The figures are settled
+    as ``measure_here`` settles them (:func:`executor.calibrate_host.settle_costs`; runs measured before it did
+    have their later timing of the reference call as ``matmul_loop_us``)."""
+    from executor.calibrate_host import settle_costs, with_host_costs
+
+    out = []
+    for d in _processes(case):
+        meta = Timeline.read_json(d / "timeline.json").meta
+        if not meta.get("host_costs_us") or not meta.get("makespan_uninstrumented_s"):
+            continue
+        pred = simulate(G, with_host_costs(prof, settle_costs(dict(meta["host_costs_us"]))), **kw)
+        meas_s = float(meta["makespan_uninstrumented_s"])
+        issue = (meta.get("host_issue_uninstrumented_s") or [None])[0]
+        pred_issue = (pred.meta.get("host_issue_s") or [None])[0]
+        out.append({"process": d.parent.name, "pred_s": pred.makespan_s, "meas_s": meas_s,
+                    "error": pred.makespan_s / meas_s - 1,
+                    "host_error": None if not issue or pred_issue is None else pred_issue / issue - 1})
+    return out
+
+
+def host_call_misses(case: Path, G: Any, pred: Timeline) -> dict[str, list[float]]:
+    """Per call class, the measured less the predicted host time of each call of an uninstrumented iteration
+    (seconds), pooled over the case's processes: a call's time is its ``meta.host_call_end_s`` less the previous
+    call's on its rank (the rank's first call: from the iteration's start), on both sides. The class is
+    ``"KIND after PREVIOUS_KIND"`` (``"KIND first"`` for the rank's first call), the op kinds of ``G``. Empty
+    where either side lacks the per-call times (a CUDA graph, a pipeline block)."""
+    got = pred.meta.get("host_call_end_s") or {}
+    out: dict[str, list[float]] = {}
+    if not got:
+        return out
+    kind = {n: d["op"].kind for n, d in G.nodes(data=True)}
+    for d in _processes(case):
+        meas = Timeline.read_json(d / "timeline.json").meta.get("host_call_end_s") or {}
+        prev: dict[int, str] = {}  # rank -> the previous op id
+        for op in meas:
+            r = int(op.rsplit("@r", 1)[1])
+            p = prev.get(r)
+            prev[r] = op
+            if op not in got or (p is not None and p not in got):
+                continue
+            m = meas[op] - (meas[p] if p else 0.0)
+            g = got[op] - (got[p] if p else 0.0)
+            cls = f"{kind.get(op, '?')} " + (f"after {kind.get(p, '?')}" if p else "first")
+            out.setdefault(cls, []).append(m - g)
+    return out
+
+
+def host_call_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per case and call class, the calls' count and the median of measured less predicted host time
+    per call (µs): where a host model misses, by the call and the call before it (:func:`host_call_misses`)."""
+    out = ["| case | call | calls | measured - predicted, median |", "|---|---|---:|---:|"]
+    for r in rows:
+        for cls, diffs in sorted(r.get("host_calls", {}).items()):
+            out.append(f"| {r['case']} | {cls} | {len(diffs)} | {statistics.median(diffs) * 1e6:+.2f} µs |")
+    return "\n".join(out)
+
+
+def process_host_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: each process predicted with its own measured host costs (:func:`process_host_rows`)."""
+    out = ["| case | process | predicted ms | measured ms | makespan err | host issue err |",
+           "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        for p in r.get("process_host", []):
+            out.append(f"| {r['case']} | {p['process']} | {p['pred_s'] * 1e3:.3f} | {p['meas_s'] * 1e3:.3f} | "
+                       f"{_p(p['error'])} | {_p(p['host_error'])} |")
+    return "\n".join(out)
 
 
 def _kernel_spans(case: Path, meas: Timeline, pred: Timeline, G: Any) -> dict[str, Any]:
@@ -183,7 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exclude", default=None, help="leave out cases whose name contains this (e.g. _sleep: the "
                     "wait A/B runs of benchmarks/one_gpu_suite.sh)")
     ap.add_argument("--process-host", action="store_true", help="predict each case with the host costs its process "
-                    "measured (execute --measure-host), where it did")
+                    "measured (execute --measure-host), where it did; and print each such process (execute/, rep<N>/) "
+                    "predicted with its own host costs against its own makespan")
+    ap.add_argument("--host-calls", action="store_true", help="also print, per case, measured less predicted host "
+                    "time per call by op kind and the kind of the call before it")
     a = ap.parse_args(argv)
     rows = []
     for case in cases(a.runs):
@@ -201,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {r['case']:<24} {kind:<12} n={d['n']:<4} pred {d['pred_total_s'] * 1e3:9.3f} ms  meas "
                       f"{d['meas_total_s'] * 1e3:9.3f} ms  median |err| {_p(d['median_abs_error'], False)}")
     md = table(rows)
+    if a.process_host:
+        md += "\n\n" + process_host_table(rows)
+    if a.host_calls:
+        md += "\n\n" + host_call_table(rows)
     print(md)
     if a.md:
         atomic_write_text(a.md, md + "\n")

@@ -50,7 +50,6 @@ not reached it.
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ from executor.dist import ArrivalTracker, DistContext
 from executor.kernels import Binding, Materializer, OpImpl
 from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu, tf32_plan
 from executor.streams import ANCHOR, cuda_streams
+from schedsim._gc import frozen_gc
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMM_KINDS
 
@@ -399,23 +399,16 @@ class RankRunner:
             self.iteration = -o.warmup + k
             self._one(record=False)
         self._prepare()
-        gc.collect()  # the executor holds the spec, the DAG and the prediction, a hand-written script does not:
-        gc.freeze()  # move them out of the collector's reach and keep collections out of the timed loops
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self._timed(o)
-        finally:
-            if was_enabled:
-                gc.enable()
-            gc.unfreeze()
+        with frozen_gc():  # the executor holds the spec, the DAG and the prediction, a hand-written script does
+            self._timed(o)  # not: out of the collector's reach, collections out of the timed loops
         base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
         if o.measure_host:  # before the profiler: once torch.profiler has run, the process's launches cost more
             # (~20 % more per call: benchmarks/probe_profiler_host.py; docs/validation.md, "Evidence cited by the code")
             from executor.calibrate_host import measure_here
 
             self.phase = "host costs"
-            self.host_costs = measure_here(self.ctx)
+            with frozen_gc():  # the collector of the timed loops, whose host costs these are
+                self.host_costs = measure_here(self.ctx)
         if o.profiler:
             self.phase = "profiled"
             self.prof_trace = self._profile(base)

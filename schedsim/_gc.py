@@ -1,4 +1,5 @@
-"""``paused_gc``: pause the cyclic garbage collector while building or simulating big DAGs.
+"""``paused_gc``: pause the cyclic garbage collector while building or simulating big DAGs; ``frozen_gc``: also
+keep what is alive out of its reach, around host-timed loops.
 
 Building a million-op DAG allocates millions of small acyclic objects; each allocation burst
 triggers generational GC passes that rescan everything alive, which can dominate run time.
@@ -11,7 +12,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["paused_gc"]
+__all__ = ["frozen_gc", "paused_gc"]
 
 
 @contextmanager
@@ -24,3 +25,18 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+@contextmanager
+def frozen_gc() -> Iterator[None]:
+    """Collect, freeze what is alive (``gc.freeze``: no later collection scans it) and disable the collector
+    inside the block; unfreeze and restore it after. ``schedsim execute`` times its iterations this way (it holds
+    the spec, the DAG and the prediction, which a hand-written script does not), and so measures its own host
+    costs (``--measure-host``) under the same collector as the iterations it predicts."""
+    gc.collect()
+    gc.freeze()
+    try:
+        with paused_gc():
+            yield
+    finally:
+        gc.unfreeze()

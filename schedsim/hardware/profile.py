@@ -132,6 +132,14 @@ class Launch(_B):
         "measures it per GEMM shape of the schedules: 64 layers of that GEMM, an m x n copy and the same GEMM on "
         "another stream waiting for the first, less the main stream alone, less the model's own share); forks at "
         "other ops use graph_cross_stream_edge_us.")
+    kernel_gap_us: float | None = Field(default=None, ge=0, description="GPU time, µs, between a kernel's end "
+                                        "and the start of the next kernel queued behind it on its stream (the "
+                                        "dispatch gap). Every back-to-back time (the GEMM table, the kernel floor, "
+                                        "the elementwise rates) holds it once per kernel; a kernel's Kineto span "
+                                        "does not. An eager kernel's predicted span therefore starts this much "
+                                        "into its time (docs/metrics.md, 'Per-op spans'). Default: "
+                                        "-graph_per_op_us where that is negative (a graph node runs that much "
+                                        "shorter than back to back: the gap a graph does not pay), else 0.")
     p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one unbatched dist.isend/irecv, "
                                       "µs (default: eager_per_collective_us).")
     batch_p2p_call_us: float | None = Field(default=None, ge=0, description="Host time of one "
@@ -198,6 +206,12 @@ class Launch(_B):
     def batch_p2p_call_s(self) -> float:
         """Host time of one batch_isend_irecv call, seconds."""
         return 1.5 * self.p2p_call_s if self.batch_p2p_call_us is None else self.batch_p2p_call_us * 1e-6
+
+    @property
+    def kernel_gap_s(self) -> float:
+        """The dispatch gap between two kernels back to back on a stream, seconds (``kernel_gap_us``, default
+        ``max(0, -graph_per_op_us)``)."""
+        return (max(0.0, -self.graph_per_op_us) if self.kernel_gap_us is None else self.kernel_gap_us) * 1e-6
 
     @property
     def event_wait_s(self) -> float:

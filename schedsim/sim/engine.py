@@ -178,9 +178,48 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
     if model == "waves" and profile.power is not None and profile.power.gemm_slowdown_by_duty:
         from schedsim.sim.power import steady_state
 
-        return steady_state(lambda p: _simulate_once(G, p, info, mode, model, conns, model_executor), profile,
-                            iteration_gap_s, repeat=_repeats(G), sustained_s=sustained_s)
-    return _simulate_once(G, profile, info, mode, model, conns, model_executor)
+        tl = steady_state(lambda p: _simulate_once(G, p, info, mode, model, conns, model_executor), profile,
+                          iteration_gap_s, repeat=_repeats(G), sustained_s=sustained_s)
+    else:
+        tl = _simulate_once(G, profile, info, mode, model, conns, model_executor)
+    if mode == "eager" and model != "replay":
+        kernel_gaps(tl, _table_kernels(G), profile.launch.kernel_gap_s)
+    return tl
+
+
+def kernel_gaps(tl: Timeline, kernels: np.ndarray, gap_s: float) -> None:
+    """Start each eager kernel's span ``gap_s`` into its time (``launch.kernel_gap_us``; at most half of it), in
+    place: the back-to-back tables the kernel's time comes from hold the dispatch gap before it, which the
+    GPU spends between the previous kernel's end and this one's first CTA, and which a Kineto kernel span does
+    not hold (docs/metrics.md, "Per-op spans"). Its end, its ``stream_s`` and every other op stay, so the gap
+    becomes part of the op's wait and the makespan does not move. ``kernels``: bool, shape (N,), the rows timed
+    by such a table (:func:`_table_kernels`).
+
+    >>> from schedsim.sim.timeline import Span
+    >>> tl = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 4e-6),
+    ...                                         Span("b@r0", "b", 0, "s", "compute", "compute", 4e-6, 5e-6)])
+    >>> kernel_gaps(tl, np.array([True, True]), 1e-6)
+    >>> [(round(s.start_s * 1e6, 3), round(s.end_s * 1e6, 3)) for s in tl.spans]
+    [(1.0, 4.0), (4.5, 5.0)]
+    """
+    if gap_s <= 0 or not len(tl) or not kernels.any():
+        return
+    c = tl.columns
+    start, end = np.asarray(c.start_s, np.float64), np.asarray(c.end_s, np.float64)
+    shift = np.where(kernels & (end > start), np.minimum(gap_s, 0.5 * (end - start)), 0.0)
+    c.start_s = start + shift
+    tl._spans = None  # rows are rebuilt from the shifted columns
+
+
+def _table_kernels(G: nx.DiGraph | Program) -> np.ndarray:  # type: ignore[type-arg]
+    """Per op, in the order of the timeline's spans (bool, shape (N,)): a kernel timed by a back-to-back table
+    (a GEMM, or a ``compute`` op not given ``duration_us``: a measured stage time holds no gap of its own)."""
+    def table(op: Op) -> bool:
+        return op.kind in ("matmul", "compute") and op.duration_s is None
+
+    if isinstance(G, Program):
+        return np.array([table(t) for t in G.templates], bool)[G.tmpl] if len(G.tmpl) else np.zeros(0, bool)
+    return np.fromiter((table(d["op"]) for d in G._node.values()), bool, count=len(G))
 
 
 def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict, mode: str, model: str,  # type: ignore[type-arg]

@@ -78,7 +78,9 @@ Rules and their sources
    of C CTAs alone runs in ceil(C / SMs) waves, so each CTA lasts
    solo_time / waves (NVIDIA "Matrix multiplication background" guide: a partial
    last wave costs a full wave). Start = first CTA placed, end = last CTA done
-   (as CUPTI reports). An op whose last dependency to end is on another
+   (as CUPTI reports); an eager kernel whose time is a back-to-back table's
+   reports its start ``launch.kernel_gap_us`` later (the dispatch gap the table
+   holds, :func:`schedsim.sim.engine.kernel_gaps`). An op whose last dependency to end is on another
    stream of its rank (an event wait) is handed over ``gpu.cross_stream_latency_us``
    later than a same-stream successor would be: the queue resolves the wait
    (2×H200, 2026-11-30: 6.05 µs from a GEMM's end to the start event of its

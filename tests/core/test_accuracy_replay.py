@@ -159,3 +159,61 @@ def test_a_timed_eager_run_replays_against_the_prediction_of_the_run_as_timed(tm
     row = _replay_module().replay_case(case.parent, "h200")
     assert row["op_median"] == pytest.approx(0.0, abs=1e-9) and row["error"] == pytest.approx(0.0, abs=1e-9)
     assert row["host_error"] == pytest.approx(-0.2)  # the host measured 1.25x the predicted issue time
+
+
+def test_each_measure_host_process_is_replayed_with_its_own_costs(tmp_path, monkeypatch):
+    """--process-host on the suite's layout: the --measure-host process is rep2/ (execute/ measured without it).
+    That process, predicted with its own settled costs, has no error when it ran as that prediction; its first
+    64x64 loop (19.0 µs, slowed) gives way to its later timing of the same call (matmul_loop_us)."""
+    from schedsim.cli import _build, _load
+    from schedsim.hardware.profile import HardwareProfile, load_profile
+    from schedsim.sim.engine import simulate
+
+    monkeypatch.chdir(ROOT)
+    f, sets = Path("schedules/small_ops_graph.yaml"), ["layers=8"]
+    G = _build(_load(f, sets), f)
+    base = load_profile("h200")
+    d = base.model_dump()
+    d["launch"].update({"eager_per_op_us": 12.0, "elementwise_call_us": 6.0})
+    ran = simulate(G, HardwareProfile.model_validate(d), launch="eager")
+    host = {"eager_per_op_us": 19.0, "matmul_loop_us": 12.0, "elementwise_call_us": 6.0}
+    for sub, meta in (("execute", {}), ("rep2/execute", {"host_costs_us": host})):
+        case = tmp_path / "run" / "so" / sub
+        case.mkdir(parents=True)
+        ran.__class__(schedule=ran.schedule, source="execute", world_size=1, launch="eager", spans=ran.spans,
+                      meta={"file": str(f), "set": sets, "makespan_uninstrumented_s": ran.makespan_s,
+                            "host_issue_uninstrumented_s": ran.meta["host_issue_s"],
+                            "host_call_end_s": ran.meta["host_call_end_s"], **meta}
+                      ).write_json(case / "timeline.json")
+    mod = _replay_module()
+    row = mod.replay_case(tmp_path / "run" / "so", "h200", process_host=True)
+    (own,) = row["process_host"]
+    assert own["process"] == "rep2"
+    assert own["error"] == pytest.approx(0.0, abs=1e-9) and own["host_error"] == pytest.approx(0.0, abs=1e-9)
+    assert "| so | rep2 |" in mod.process_host_table([row])
+
+
+def test_host_call_misses_by_call_and_the_call_before(tmp_path, monkeypatch):
+    """--host-calls: measured less predicted host time per call, classed by op kind and the previous call's kind.
+    A measurement whose third call (an act, after a matmul) returned 2 µs late, everything after it too: that
+    call is 2 µs long, every other call as predicted."""
+    from schedsim.cli import _build, _load
+    from schedsim.hardware.profile import load_profile
+    from schedsim.sim.engine import simulate
+
+    monkeypatch.chdir(ROOT)
+    f, sets = Path("schedules/small_ops_graph.yaml"), ["layers=2"]
+    G = _build(_load(f, sets), f)
+    pred = simulate(G, load_profile("h200"), launch="eager")
+    ends = dict(pred.meta["host_call_end_s"])
+    ids = list(ends)
+    assert ids[:3] == ["up0@r0", "act0@r0", "side0@r0"]
+    late = {k: v + (2e-6 if i >= 1 else 0.0) for i, (k, v) in enumerate(ends.items())}
+    case = tmp_path / "run" / "so" / "execute"
+    case.mkdir(parents=True)
+    pred.__class__(schedule=pred.schedule, source="execute", world_size=1, launch="eager", spans=pred.spans,
+                   meta={"file": str(f), "set": sets, "host_call_end_s": late}).write_json(case / "timeline.json")
+    got = _replay_module().host_call_misses(case.parent, G, pred)
+    assert sorted(got) == ["compute after matmul", "matmul after compute", "matmul after matmul", "matmul first"]
+    assert got["compute after matmul"] == pytest.approx([2e-6, 0.0, 0.0])  # act0, act1, join
+    assert got["matmul first"] == [0.0] and all(x == pytest.approx(0.0) for x in got["matmul after matmul"])
