@@ -31,11 +31,12 @@ The model (steady state, as a training loop runs iteration after iteration):
   need not grow with ``f``: a GEMM made long enough by ``f`` leaves the host waiting for the GPU, so the next
   iteration's first call runs cold (:mod:`schedsim.sim.gpu_model` rule 1) and the makespan jumps, the duty falls.
   Where a pass asks for less than the one before (``f`` overshot), the iteration bisects between the largest
-  ``f`` known too small and the smallest known large enough to :data:`BRACKET` (at most :data:`MAX_BISECT` more simulations) and
-  returns the latter's run. Why the least: of two GEMMs the larger's least fixed point gives the longer span
-  (any span large enough for the larger GEMM's duty is large enough for the smaller's), so a GEMM's predicted
-  time never falls as m, n or k grow, to the tolerance; stopping wherever the passes ran out let a lone bf16
-  5652×4096×4096 GEMM on ``h200`` take 258.8 µs and a 5660-row one 252.3 µs (``tests/core/test_cost_monotone.py``);
+  ``f`` known too small and the smallest known large enough, to :data:`BRACKET` (at most :data:`MAX_BISECT`
+  more simulations), and returns the latter's run. Why the least: of two GEMMs the larger's least fixed point
+  gives the longer span (any span large enough for the larger GEMM's duty is large enough for the smaller's), so
+  a GEMM's predicted time never falls as m, n or k grow, to the tolerance; stopping wherever the passes ran
+  out let a lone bf16 5652×4096×4096 GEMM on ``h200`` take 258.8 µs and a 5660-row one 252.3 µs
+  (``tests/core/test_cost_monotone.py``);
 * a run that has not yet kept its GPU busy for the limiter's burst (``power.onset_s``, measured by ``calibrate``
   on back-to-back GEMMs) runs at the table's speed: a measured run of few short iterations (``schedsim
   execute``'s warm-up, timed and uninstrumented iterations, :func:`sustained_of`) is predicted without the
