@@ -189,3 +189,71 @@ def test_first_calls_in_one_order_or_eager_creation_run() -> None:
     assert _array_no_hang(eager)
     run = predict(load_text(eager, "eager.yaml"), "h200")
     assert run.makespan_s > 0 and any("may hang" in w for w in run.program.warnings)
+
+
+SKIP = """\
+schema_version: 1
+name: skip_connection
+world_size: 4
+ops:
+  - {{name: f0, kind: compute, duration_us: 100, ranks: [0]}}
+  - {{name: s01, kind: send, peer: 1, bytes: 1048576, ranks: [0], p2p_batch: {out0}, deps: [f0], stream: comm}}
+  - {{name: s02, kind: send, peer: 2, bytes: 1048576, ranks: [0], p2p_batch: {out0b}, deps: [f0], stream: comm}}
+  - {{name: r01, kind: recv, peer: 0, bytes: 1048576, ranks: [1], p2p_batch: in, stream: comm}}
+  - {{name: f1, kind: compute, duration_us: 100, ranks: [1], deps: [{f1_dep}]}}
+  - {{name: s12, kind: send, peer: 2, bytes: 1048576, ranks: [1], p2p_batch: out, deps: [f1], stream: comm}}
+  - {{name: r02, kind: recv, peer: 0, bytes: 1048576, ranks: [2], p2p_batch: {in2}, stream: comm}}
+  - {{name: r12, kind: recv, peer: 1, bytes: 1048576, ranks: [2], p2p_batch: in, stream: comm}}
+  - {{name: f2, kind: compute, duration_us: 100, ranks: [2], deps: [r02, r12]}}
+  - {{name: s23, kind: send, peer: 3, bytes: 1048576, ranks: [2], p2p_batch: out, deps: [f2], stream: comm}}
+  - {{name: r23, kind: recv, peer: 2, bytes: 1048576, ranks: [3], p2p_batch: in, stream: comm}}
+  - {{name: f3, kind: compute, duration_us: 100, ranks: [3], deps: [r23]}}
+"""
+PIPPY_969 = {"out0": "out", "out0b": "out", "in2": "in", "f1_dep": "r01"}  # as PiPPy batched in March 2024
+
+
+def _skip(**change: str) -> str:
+    return SKIP.format(**{**PIPPY_969, **change})
+
+
+def _grouped_no_hang(text: str) -> bool:
+    """The array form's wait-for sweep with rule 7 (multi-peer batches) alone."""
+    from schedsim.lower import lower
+    from schedsim.lower.checks import _no_hang, _Templates, launch_heads
+
+    prog = lower(load_text(text, "s.yaml"), check=False)
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    return _no_hang(prog, comm, head, tc, grouped=True)
+
+
+def test_a_batch_over_several_peers_that_a_peer_answers_only_after_computing_may_hang() -> None:
+    """pytorch/PiPPy#969 (4 stages, a skip connection from stage 0 to stage 2): stage 0 batches its sends to
+    stages 1 and 2, stage 2 batches its recvs from 0 and 1, and stage 1 sends to 2 only after computing on what
+    it received from 0. NCCL ran each batch as one kernel and hung: stage 2's batch waits for stage 1's send,
+    which waits for stage 1's recv, which the batch of stage 0 (waiting on stage 2's) does not complete. schedsim
+    warns "may hang", names the wait and the fix (batch per peer), and still predicts."""
+    text = _skip()
+    assert not _grouped_no_hang(text) and _array_no_hang(text)  # a hang only under rule 7
+    run = predict(load_text(text, "skip.yaml"), "h200")
+    (w,) = [x for x in run.program.warnings if "PiPPy#969" in x]
+    assert w.startswith("may hang: a batch of send/recv with two or more peers (batch_isend_irecv) is one NCCL")
+    assert "s12@r1" in w and "r01@r1" in w and "\n  fix: batch the send/recv per peer" in w
+    assert "*s12" in w and "*r01" in w  # the issue grid marks the blocking ops
+    assert run.makespan_s > 0
+
+
+@pytest.mark.parametrize("change", [
+    {"in2": "in0"},  # PiPPy PR #1000: stage 2 batches per peer (recv from 0 and recv from 1 apart)
+    {"out0b": "out_skip", "in2": "in0"},  # every stage batches per peer
+    {"s12": "in"},  # stage 1 posts its send to 2 in one batch with its recv from 0 (a third multi-peer batch)
+])
+def test_batches_over_several_peers_that_every_peer_answers_at_once_do_not_warn(change: dict[str, str]) -> None:
+    """The same pipeline with per-peer batches on stage 2 (PiPPy's fix), or with stage 1's send posted with its
+    recv, before anything waits: every op matched with a multi-peer batch is posted without waiting for one."""
+    text = _skip(**{k: v for k, v in change.items() if k != "s12"})
+    if change.get("s12"):
+        text = text.replace("ranks: [1], p2p_batch: out, deps: [f1],", "ranks: [1], p2p_batch: in,")
+    assert _grouped_no_hang(text)
+    run = predict(load_text(text, "skip.yaml"), "h200")
+    assert not [x for x in run.program.warnings if "may hang" in x]
