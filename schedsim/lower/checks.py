@@ -160,18 +160,13 @@ def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templa
 
 
 def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> np.ndarray:
-    """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of :mod:`schedsim.graph.nccl`)."""
-    b = comm[prog.batch[comm] >= 0]
-    if not len(b):
-        return b
-    sel = tc.mask(prog, P2P_KINDS)[b]
-    h = head[prog.batch[comm] >= 0][sel]
-    if not len(h):
-        return h
-    W = prog.world_size + 1
-    key = np.unique(h.astype(I64) * W + prog.peer[b[sel]])  # (batch head, peer) once each
-    hs, cnt = np.unique(key // W, return_counts=True)
-    return hs[cnt >= 2]
+    """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of :mod:`schedsim.graph.nccl`):
+    those with a member whose peer is not the head's."""
+    inb = comm != head  # members after the first of a batch of two or more (a batch's head is a p2p op)
+    if not inb.any():
+        return comm[:0]
+    m, h = comm[inb], head[inb]
+    return np.unique(h[prog.peer[m] != prog.peer[h]])
 
 
 def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates,
@@ -416,14 +411,16 @@ def check_program(prog: Program) -> list[str]:
     """
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
-    ok = (_forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
-          and _no_hang(prog, comm, head, tc) and _batch_inputs_ok(prog, comm, head))
+    ok = _forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
+    multi = bool(len(_multi_peer_heads(prog, comm, head, tc)))
+    # rule 7 only adds nodes and edges: without a hang under it there is none without it (one sweep, not two)
+    grouped_ok = ok and multi and _no_hang(prog, comm, head, tc, grouped=True)
+    ok = ok and (grouped_ok or _no_hang(prog, comm, head, tc)) and _batch_inputs_ok(prog, comm, head)
     if not ok:
         _reference(prog, check=True)
         raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
     split = _split_batch_warning(prog, comm, head, tc)
-    if _cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc) or (
-            len(_multi_peer_heads(prog, comm, head, tc)) and not _no_hang(prog, comm, head, tc, grouped=True)):
+    if _cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc) or (multi and not grouped_ok):
         G = _reference(prog, check=True)
         return [w for w in G.graph.get("warnings", []) if w not in prog.warnings] + ([split] if split else [])
     return [split] if split else []
