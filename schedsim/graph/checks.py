@@ -106,13 +106,16 @@ def _multi_peer_batch_hang(G: nx.DiGraph) -> str | None:
     cyc = find_hang(G, grouped=True)
     if cyc is None:
         return None
-    text = str(_explain_hang(G, cyc)).replace("ranks would wait on each other forever: ", "", 1)
-    steps, grid = text.partition("\n  fix: ")[0], text.partition("\n\n")[2]
-    return ("may hang: a batch of send/recv with two or more peers (batch_isend_irecv) is one NCCL kernel, which "
-            "may serve one peer's transfer only after another's, so its ops and the ops matched with them complete "
-            f"only once all of them are posted (pytorch/PiPPy#969), and then {steps}"
-            "\n  fix: batch the send/recv per peer (one batch_isend_irecv per peer, as PiPPy PR #1000 does), or post "
-            "every op matched with the batch before anything that waits for it\n\n" + grid)
+    from schedsim.errors import SchedsimError
+
+    hang = _explain_hang(G, cyc)
+    steps = hang.message.replace("ranks would wait on each other forever: ", "", 1)
+    return SchedsimError(
+        "may hang: a batch of send/recv with two or more peers (batch_isend_irecv) is one NCCL kernel, which may "
+        "serve one peer's transfer only after another's, so its ops and the ops matched with them complete only "
+        f"once all of them are posted (pytorch/PiPPy#969), and then {steps}",
+        fix="batch the send/recv per peer (one batch_isend_irecv per peer, as PiPPy PR #1000 does), or post every "
+            "op matched with the batch before anything that waits for it", detail=hang.detail).format()
 
 
 def _check_lazy_init(G: nx.DiGraph) -> None:
