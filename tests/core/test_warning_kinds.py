@@ -121,3 +121,9 @@ def test_a_data_parallel_all_reduce_of_stage_op_lists_without_a_size_says_it_mov
     assert "\n  fix: give the size" in note
     sized = api.lower_spec(api.load_text(DP_STAGE.format(extra="  grad_allreduce_bytes: 8388608\n"), "dp.yaml"))
     assert not [n for n in guesses(sized, prof) if n.kind == "comm-zero-bytes"]
+    # one replica without activation_bytes: 1F1B with m = 2 on 2 stages sends 2 activations and 2 gradients
+    no_act = DP_STAGE.format(extra="").replace("  activation_bytes: 1048576\n", "").replace(
+        "data_parallel: 2", "data_parallel: 1").replace("world_size: 4", "world_size: 2")
+    pp = api.lower_spec(api.load_text(no_act, "pp.yaml"))
+    (note,) = [n for n in guesses(pp, prof) if n.kind == "comm-zero-bytes"]
+    assert note.startswith("4 send, 4 recv op(s) move 0 bytes")
