@@ -12,7 +12,9 @@
   ``gpu.gemm_efficiency``, :mod:`schedsim.cost`), of a dtype without its own peak either (the fp32 peak then
   stands in), a collective of a kind and group size without a busbw table (alpha-beta on the link's
   latency and bandwidth), a collective NCCL's tuning model times (:mod:`schedsim.network`) on a topology whose
-  figures are published or assumed, and a profile whose sections' sources mark values ASSUMED.
+  figures are published or assumed, and a profile whose sections' sources mark values ASSUMED; and
+  communication ops that move 0 bytes (no size was given: a pipeline block of ``stage`` op lists has no parameter
+  count for its data-parallel all-reduce), whose time is no transfer's.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
     no_peak: dict[str, int] = {}
     alpha: dict[tuple[str, int], int] = {}
     nccl: dict[tuple[str, int], int] = {}
+    empty: dict[str, int] = {}
     cost_box: list[Any] = []  # the CostModel, built on the first collective a topology may time
     from schedsim.kinds import COLLECTIVE_KINDS, P2P_KINDS
 
@@ -117,7 +120,16 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
             key = ("sendrecv" if t.kind in P2P_KINDS else t.kind, len(t.group) if t.group else 2)
             into = nccl if _nccl_model_times(t, profile, cost_box) else alpha if key not in coll_tables else {}
             into[key] = into.get(key, 0) + n_inst
+            if not t.nbytes:
+                empty[t.kind] = empty.get(t.kind, 0) + n_inst
     out: list[Note] = []
+    if empty:
+        what = ", ".join(f"{n} {k}" for k, n in empty.items())
+        out.append(_note(f"{what} op(s) move 0 bytes: timed as a launch that moves nothing (a pipeline block's "
+                         "send/recv without `activation_bytes`, or its data-parallel all_reduce of `stage` op lists "
+                         "without `grad_allreduce_bytes`, has no size to move)",
+                         "give the size: `bytes:` on the op; in a pipeline block `activation_bytes` and "
+                         "`grad_allreduce_bytes`, or a `transformer`", "comm-zero-bytes"))
     if roof:
         what = ", ".join(f"{n} {dt}" for dt, n in roof.items())
         out.append(_note(f"{ESTIMATE}{what} matmul op(s) have no measured GEMM rows on profile {profile.name!r}: "

@@ -53,9 +53,9 @@ def check_graph(G: nx.DiGraph) -> None:
         w = cross_communicator_order(G)
         if w is not None:
             G.graph.setdefault("warnings", []).append(w)
-        w = _eager_init_hang(G)
-        if w is not None:
-            G.graph.setdefault("warnings", []).append(w)
+        for w in (_eager_init_hang(G), _multi_peer_batch_hang(G)):
+            if w is not None:
+                G.graph.setdefault("warnings", []).append(w)
         return
     check_acyclic(G)
     raise _explain_hang(G, cyc)
@@ -85,6 +85,37 @@ def _eager_init_hang(G: nx.DiGraph) -> str | None:
             "\n  fix: issue the send/recv and the collectives in one order on both ranks, or batch the send/recv "
             "(`p2p_batch`); a lazily initialised group (no device_id) gives the pair a communicator of its own\n\n"
             + grid)
+
+
+def _multi_peer_batch_hang(G: nx.DiGraph) -> str | None:
+    """A "may hang" warning when the schedule hangs once a batch of send/recv with two or more peers waits for all
+    of them (rule 7 of :mod:`schedsim.graph.nccl`; pytorch/PiPPy#969): a peer posts its op matched with the batch
+    only after something that waits for the batch. Warned, not refused: NCCL's documentation says the calls of
+    a group progress independently, and whether one peer's transfer waits behind another's depends on NCCL's p2p
+    schedule (as the split of a large batch does, :func:`schedsim.lower.checks._split_batch_warning`)."""
+    from schedsim.graph.nccl import find_hang
+
+    peers: dict[tuple[int, object], set[int | None]] = defaultdict(set)
+    for s, r in G.graph.get("p2p", []):
+        for oid in (s, r):
+            op = G.nodes[oid]["op"]
+            if op.nccl_group is not None:
+                peers[(op.rank, op.nccl_group)].add(op.peer)
+    if all(len(ps) < 2 for ps in peers.values()):
+        return None  # no batch with two or more peers: rule 7 adds nothing
+    cyc = find_hang(G, grouped=True)
+    if cyc is None:
+        return None
+    from schedsim.errors import SchedsimError
+
+    hang = _explain_hang(G, cyc)
+    steps = hang.message.replace("ranks would wait on each other forever: ", "", 1)
+    return SchedsimError(
+        "may hang: a batch of send/recv with two or more peers (batch_isend_irecv) is one NCCL kernel, which may "
+        "serve one peer's transfer only after another's, so its ops and the ops matched with them complete only "
+        f"once all of them are posted (pytorch/PiPPy#969), and then {steps}",
+        fix="batch the send/recv per peer (one batch_isend_irecv per peer, as PiPPy PR #1000 does), or post every "
+            "op matched with the batch before anything that waits for it", detail=hang.detail).format()
 
 
 def _check_lazy_init(G: nx.DiGraph) -> None:
@@ -149,9 +180,11 @@ def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
         elif a % 2 == 0 and b % 2 == 1 and a // 2 != b // 2:
             kind = why.get((a, b), "p2p")
             reasons.add(kind)
-            partner = {"p2p": "its send/recv partner", "lazy init": "the first call of another rank on the same "
-                       "communicator, which a lazily initialised process group creates then, waiting for all its "
-                       "ranks"}.get(kind, "a member of the same collective")
+            partner = {"p2p": "its send/recv partner", "multi-peer batch": "one rendezvous with it: a batch with two "
+                       "or more peers, or an op matched with one",
+                       "lazy init": "the first call of another rank on the same communicator, which a lazily "
+                       "initialised process group creates then, waiting for all its ranks"
+                       }.get(kind, "a member of the same collective")
             steps.append(f"{name(b)} completes only once {name(a)} is posted ({partner})")
             named += [*ub.split("+"), *ua.split("+")]
         elif a % 2 == 0 and b % 2 == 0:  # posted(a) -> lazy creation hub -> posted(b) (rule 6)

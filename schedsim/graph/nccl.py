@@ -43,6 +43,17 @@ Rules (:func:`wait_for_graph`)
        rank, on any stream, is issued only after it, so ranks whose first calls on communicators form
        a cycle (rank 0: {0,1} then {0,2}; rank 1: {1,2} then {0,1}; rank 2: {0,2} then {1,2}) hang.
 
+    7. A batch with two or more peers is one NCCL kernel whose transfers NCCL may serve in any order: its
+       p2p schedule visits the peers round by round, and a transfer can wait behind another peer's
+       (pytorch/PiPPy#969: stage 0 batched its sends to stages 1 and 2, stage 2 batched its recvs from 0
+       and 1, and stage 1 sent to 2 only after computing on what it received from 0: it hung; PiPPy PR
+       #1000 batches per peer). So none of its ops, nor the ops matched with them, is sure to complete
+       before all of them are posted, and where a matched op is itself in such a batch, that batch's
+       matched ops join in: one rendezvous per group of batches linked that way (:func:`multi_peer_hubs`).
+       NCCL's documentation says the calls of a group progress independently, so this is a "may hang"
+       warning (:func:`schedsim.graph.checks.check_graph`), not an error; the graph has the rule only when
+       asked (``grouped``).
+
 Each launch becomes two nodes, *posted* and *done*; an edge means "cannot happen before". A cycle
 is a hang. The graph is exact for these rules (no contraction), so it does not report a pipeline
 whose batches chain across many ranks as a deadlock.
@@ -55,12 +66,13 @@ from collections import defaultdict
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from schedsim.kinds import COMM_KINDS, P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS
 
 __all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang", "cross_communicator_order",
-           "lazy_init_missing"]
+           "lazy_init_missing", "multi_peer_hubs"]
 
 Comm = tuple[Any, ...]
 
@@ -118,9 +130,40 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
     return out
 
 
-def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False
+def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 7's rendezvous: ``(unit, hub)`` memberships (int64 arrays of one length, each pair once; hubs numbered
+    from 0), given the units of each matched send/recv pair (``us[i]``, ``ur[i]``) and ``multi`` (bool, per unit:
+    a batch with two or more peers). A pair with a multi-peer batch on either side puts both its units in that
+    batch's hub; pairs of two such batches merge their hubs. A unit that is no such batch joins every hub it
+    touches without merging them (its own wait is only for its partner)."""
+    am, bm = multi[us], multi[ur]
+    keep = am | bm
+    us, ur, am, bm = us[keep], ur[keep], am[keep], bm[keep]
+    if not len(us):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.get(x, x) != x:
+            parent[x] = parent.get(parent[x], parent[x])
+            x = parent[x]
+        return x
+
+    both = am & bm
+    for a, b in zip(us[both].tolist(), ur[both].tolist(), strict=True):
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    root = np.array([find(a if m else b) for a, b, m in zip(us.tolist(), ur.tolist(), am.tolist(), strict=True)],
+                    np.int64)
+    hub = np.unique(root, return_inverse=True)[1].reshape(-1)
+    pairs = np.unique(np.stack([np.concatenate([us, ur]), np.concatenate([hub, hub])], 1), axis=0)
+    return pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
+
+
+def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, grouped: bool = False
                    ) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
-    """The posted/done wait-for graph of ``G`` (rules 1-5 of the module docstring).
+    """The posted/done wait-for graph of ``G`` (rules 1-6 of the module docstring, and 7 when ``grouped``).
 
     ``explain`` also fills ``why`` (slower; used only to word an error). ``eager``: lone send/recv on the
     world's communicator (:func:`communicator`).
@@ -208,6 +251,7 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False
                         why.setdefault((2 * pu + 1, 2 * u), "communicators share ranks")
             last[comm] = u
     _lazy_hubs(G, world, eager, unit_of, n, adj, hubs, why)
+    _multi_peer_hubs(G, grouped, unit_of, n, adj, hubs, why)
     adj.extend(hubs)  # hub nodes are 2n, 2n+1, ... (find_hang folds them out of a reported cycle)
     return adj, labels, why
 
@@ -248,6 +292,32 @@ def _lazy_hubs(G: nx.DiGraph, world: int, eager: bool, unit_of: dict[str, int], 
         cur = -1 if u < 0 else hub_of[created] if created is not None else cur
 
 
+def _multi_peer_hubs(G: nx.DiGraph, grouped: bool, unit_of: dict[str, int], n: int, adj: list[list[int]],
+                     hubs: list[list[int]], why: dict[tuple[int, int], str]) -> None:
+    """Rule 7 (:func:`multi_peer_hubs`), when ``grouped``: per hub, posted(member) -> hub -> done(member)."""
+    pairs = G.graph.get("p2p", [])
+    if not grouped or not pairs:
+        return
+    peers: dict[int, set[int]] = defaultdict(set)
+    for oid, data in G.nodes(data=True):
+        op = data["op"]
+        if op.nccl_group is not None and op.kind in P2P_KINDS:
+            peers[unit_of[oid]].add(op.peer)
+    multi = np.zeros(n, bool)
+    multi[[u for u, ps in peers.items() if len(ps) >= 2]] = True
+    if not multi.any():
+        return
+    us = np.array([unit_of[s] for s, _r in pairs], np.int64)
+    ur = np.array([unit_of[r] for _s, r in pairs], np.int64)
+    units, hub_of = multi_peer_hubs(us, ur, multi)
+    base = 2 * n + len(hubs)
+    hubs.extend([] for _ in range(int(hub_of.max()) + 1 if len(hub_of) else 0))
+    for u, h in zip(units.tolist(), hub_of.tolist(), strict=True):
+        adj[2 * u].append(base + h)
+        hubs[base + h - 2 * n].append(2 * u + 1)
+        why[(base + h, -1)] = "multi-peer batch"
+
+
 def lazy_init_missing(G: nx.DiGraph) -> tuple[Comm, list[int], list[int]] | None:
     """Under lazy communicator creation (``G.graph["nccl_init"]``, default ``"lazy"``): a group communicator
     that some of its ranks call and others never do, as ``(comm, ranks that call it, ranks that never do)``;
@@ -285,12 +355,13 @@ def _world_group(world: int) -> Any:
     return RankGroup(range(world))
 
 
-def find_hang(G: nx.DiGraph, eager: bool = False) -> list[tuple[int, int]] | None:
+def find_hang(G: nx.DiGraph, eager: bool = False, grouped: bool = False) -> list[tuple[int, int]] | None:
     """A cycle of the wait-for graph as a list of edges ``(a, b)``, or None when NCCL cannot hang.
 
-    One Kahn sweep (linear in ops + edges); a cycle is extracted from what is left only on failure.
+    One Kahn sweep (linear in ops + edges); a cycle is extracted from what is left only on failure. ``eager`` and
+    ``grouped`` as :func:`wait_for_graph` takes them.
     """
-    adj, labels, why = wait_for_graph(G, eager=eager)
+    adj, labels, why = wait_for_graph(G, eager=eager, grouped=grouped)
     N = len(adj)
     indeg = [0] * N
     for outs in adj:
@@ -311,7 +382,7 @@ def find_hang(G: nx.DiGraph, eager: bool = False) -> list[tuple[int, int]] | Non
     H = nx.DiGraph()
     H.add_edges_from((a, b) for a in left for b in adj[a] if b in left)
     cyc = [(int(a), int(b)) for a, b in nx.find_cycle(H)]
-    why = wait_for_graph(G, explain=True, eager=eager)[2]
+    why = wait_for_graph(G, explain=True, eager=eager, grouped=grouped)[2]
     n2 = 2 * len(labels)
     if any(b >= n2 for _a, b in cyc):  # fold hub nodes: posted(x) -> hub -> done(y) is the wait x -> y
         while cyc[0][0] >= n2:

@@ -159,14 +159,27 @@ def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templa
     return all(int(have[c]) in (0, len(groups[c])) for c in range(len(groups)))
 
 
-def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
+def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> np.ndarray:
+    """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of :mod:`schedsim.graph.nccl`):
+    those with a member whose peer is not the head's."""
+    inb = comm != head  # members after the first of a batch of two or more (a batch's head is a p2p op)
+    if not inb.any():
+        return comm[:0]
+    m, h = comm[inb], head[inb]
+    return np.unique(h[prog.peer[m] != prog.peer[h]])
+
+
+def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates,
+                    grouped: bool = False
                     ) -> tuple[int, list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray, np.ndarray]:
     """``(nodes, parts, useq, u, lazy)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
     done", 2n + c the hub of collective c, then one hub per lazily created communicator (rule 6 of
     :mod:`schedsim.graph.nccl`: posted(first launch of each rank on it) -> hub -> done(each)); its edges as
     parts ``(from, to)`` but posted -> done of every unit (``(2·k, 2·k + 1)`` for k < n, which :func:`_no_hang`
     adds when it needs them); ``useq`` is each unit's position on its rank, ``u`` each op's unit (a p2p batch
-    is one unit), ``lazy`` the largest ``useq`` of each lazy hub's members. Node numbers are
+    is one unit), ``lazy`` the largest ``useq`` of each lazy hub's members. ``grouped``: rule 7's hubs too, after
+    the lazy ones (:func:`schedsim.graph.nccl.multi_peer_hubs`), their members' largest ``useq`` after
+    ``lazy``'s. Node numbers are
     :func:`_index_type`."""
     uniq, u = _units(prog, comm, head)
     n = len(uniq)
@@ -197,6 +210,18 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
             parts += [(2 * fu, hub), (hub, 2 * fu + 1), _host_waits(prog, comm, head, first, hub, u)]
             lazy = np.full(len(hid), -1, I64)
             np.maximum.at(lazy, hub_of, useq[fu])
+    if grouped and len(prog.p2p):  # rule 7: one hub per rendezvous of multi-peer batches, after the lazy ones
+        multi = np.zeros(n, bool)
+        multi[u[_multi_peer_heads(prog, comm, head, tc)]] = True
+        if multi.any():
+            from schedsim.graph.nccl import multi_peer_hubs
+
+            mu, mh = multi_peer_hubs(u[prog.p2p[:, 0]].astype(I64), u[prog.p2p[:, 1]].astype(I64), multi)
+            hub = (2 * n + max(nc, 0) + len(lazy) + mh).astype(u.dtype)
+            parts += [((2 * mu).astype(u.dtype), hub), (hub, (2 * mu + 1).astype(u.dtype))]
+            top = np.full(int(mh.max()) + 1, -1, I64)
+            np.maximum.at(top, mh, useq[mu])
+            lazy = np.concatenate([lazy, top])
     return 2 * n + max(nc, 0) + len(lazy), parts, useq, u, lazy
 
 
@@ -320,8 +345,9 @@ def _acyclic_python(n: int, edges: np.ndarray) -> bool:
     return seen == n
 
 
-def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool = False) -> bool:
-    n, parts, useq, u, lazy = _wait_for_edges(prog, comm, head, eager, tc)
+def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool = False,
+             grouped: bool = False) -> bool:
+    n, parts, useq, u, lazy = _wait_for_edges(prog, comm, head, eager, tc, grouped)
     if _ordered_by_position(n, parts, useq, prog, u, lazy):
         return True
     it = _index_type(prog)
@@ -385,13 +411,16 @@ def check_program(prog: Program) -> list[str]:
     """
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
-    ok = (_forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
-          and _no_hang(prog, comm, head, tc) and _batch_inputs_ok(prog, comm, head))
+    ok = _forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
+    multi = bool(len(_multi_peer_heads(prog, comm, head, tc)))
+    # rule 7 only adds nodes and edges: without a hang under it there is none without it (one sweep, not two)
+    grouped_ok = ok and multi and _no_hang(prog, comm, head, tc, grouped=True)
+    ok = ok and (grouped_ok or _no_hang(prog, comm, head, tc)) and _batch_inputs_ok(prog, comm, head)
     if not ok:
         _reference(prog, check=True)
         raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
     split = _split_batch_warning(prog, comm, head, tc)
-    if _cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc):
+    if _cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc) or (multi and not grouped_ok):
         G = _reference(prog, check=True)
         return [w for w in G.graph.get("warnings", []) if w not in prog.warnings] + ([split] if split else [])
     return [split] if split else []

@@ -4,6 +4,8 @@ schedsim accepted."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schedsim.api import load_text, predict
 from schedsim.errors import DeadlockError
@@ -189,3 +191,110 @@ def test_first_calls_in_one_order_or_eager_creation_run() -> None:
     assert _array_no_hang(eager)
     run = predict(load_text(eager, "eager.yaml"), "h200")
     assert run.makespan_s > 0 and any("may hang" in w for w in run.program.warnings)
+
+
+SKIP = """\
+schema_version: 1
+name: skip_connection
+world_size: 4
+ops:
+  - {{name: f0, kind: compute, duration_us: 100, ranks: [0]}}
+  - {{name: s01, kind: send, peer: 1, bytes: 1048576, ranks: [0], p2p_batch: {out0}, deps: [f0], stream: comm}}
+  - {{name: s02, kind: send, peer: 2, bytes: 1048576, ranks: [0], p2p_batch: {out0b}, deps: [f0], stream: comm}}
+  - {{name: r01, kind: recv, peer: 0, bytes: 1048576, ranks: [1], p2p_batch: in, stream: comm}}
+  - {{name: f1, kind: compute, duration_us: 100, ranks: [1], deps: [{f1_dep}]}}
+  - {{name: s12, kind: send, peer: 2, bytes: 1048576, ranks: [1], p2p_batch: out, deps: [f1], stream: comm}}
+  - {{name: r02, kind: recv, peer: 0, bytes: 1048576, ranks: [2], p2p_batch: {in2}, stream: comm}}
+  - {{name: r12, kind: recv, peer: 1, bytes: 1048576, ranks: [2], p2p_batch: in, stream: comm}}
+  - {{name: f2, kind: compute, duration_us: 100, ranks: [2], deps: [r02, r12]}}
+  - {{name: s23, kind: send, peer: 3, bytes: 1048576, ranks: [2], p2p_batch: out, deps: [f2], stream: comm}}
+  - {{name: r23, kind: recv, peer: 2, bytes: 1048576, ranks: [3], p2p_batch: in, stream: comm}}
+  - {{name: f3, kind: compute, duration_us: 100, ranks: [3], deps: [r23]}}
+"""
+PIPPY_969 = {"out0": "out", "out0b": "out", "in2": "in", "f1_dep": "r01"}  # as PiPPy batched in March 2024
+
+
+def _skip(**change: str) -> str:
+    return SKIP.format(**{**PIPPY_969, **change})
+
+
+def _grouped_no_hang(text: str) -> bool:
+    """The array form's wait-for sweep with rule 7 (multi-peer batches) alone."""
+    from schedsim.lower import lower
+    from schedsim.lower.checks import _no_hang, _Templates, launch_heads
+
+    prog = lower(load_text(text, "s.yaml"), check=False)
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    return _no_hang(prog, comm, head, tc, grouped=True)
+
+
+def test_a_batch_over_several_peers_that_a_peer_answers_only_after_computing_may_hang() -> None:
+    """pytorch/PiPPy#969 (4 stages, a skip connection from stage 0 to stage 2): stage 0 batches its sends to
+    stages 1 and 2, stage 2 batches its recvs from 0 and 1, and stage 1 sends to 2 only after computing on what
+    it received from 0. NCCL ran each batch as one kernel and hung: stage 2's batch waits for stage 1's send,
+    which waits for stage 1's recv, which the batch of stage 0 (waiting on stage 2's) does not complete. schedsim
+    warns "may hang", names the wait and the fix (batch per peer), and still predicts."""
+    text = _skip()
+    assert not _grouped_no_hang(text) and _array_no_hang(text)  # a hang only under rule 7
+    run = predict(load_text(text, "skip.yaml"), "h200")
+    (w,) = [x for x in run.program.warnings if "PiPPy#969" in x]
+    assert w.startswith("may hang: a batch of send/recv with two or more peers (batch_isend_irecv) is one NCCL")
+    assert "s12@r1" in w and "r01@r1" in w and "\n  fix: batch the send/recv per peer" in w
+    assert "*s12" in w and "*r01" in w  # the issue grid marks the blocking ops
+    assert run.makespan_s > 0
+
+
+@pytest.mark.parametrize("change", [
+    {"in2": "in0"},  # PiPPy PR #1000: stage 2 batches per peer (recv from 0 and recv from 1 apart)
+    {"out0b": "out_skip", "in2": "in0"},  # every stage batches per peer
+    {"s12": "in"},  # stage 1 posts its send to 2 in one batch with its recv from 0 (a third multi-peer batch)
+])
+def test_batches_over_several_peers_that_every_peer_answers_at_once_do_not_warn(change: dict[str, str]) -> None:
+    """The same pipeline with per-peer batches on stage 2 (PiPPy's fix), or with stage 1's send posted with its
+    recv, before anything waits: every op matched with a multi-peer batch is posted without waiting for one."""
+    text = _skip(**{k: v for k, v in change.items() if k != "s12"})
+    if change.get("s12"):
+        text = text.replace("ranks: [1], p2p_batch: out, deps: [f1],", "ranks: [1], p2p_batch: in,")
+    assert _grouped_no_hang(text)
+    run = predict(load_text(text, "skip.yaml"), "h200")
+    assert not [x for x in run.program.warnings if "may hang" in x]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(msgs=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 2), st.sampled_from(["", "a", "b"]),
+                               st.sampled_from(["", "a", "b"]), st.booleans()), min_size=1, max_size=7))
+def test_rule_7_in_arrays_and_in_the_object_based_graph_agree(msgs: list[tuple[int, int, str, str, bool]]) -> None:
+    """Random send/recv on 3 ranks, each in a batch or alone, some sends after a compute on the rank's last recv:
+    the array sweep with rule 7 and :func:`schedsim.graph.nccl.find_hang` with ``grouped`` give one verdict
+    (the array verdict decides whether the warning is worded; the object-based graph words it)."""
+    from schedsim.errors import SchedsimError
+    from schedsim.graph.nccl import find_hang, issue_order
+    from schedsim.lower import lower
+    from schedsim.lower.checks import _no_hang, _Templates, launch_heads
+    from schedsim.lower.reference import graph_from_ops
+
+    lines = ["schema_version: 1", "name: r", "world_size: 3", "nccl_init: eager", "ops:"]
+    last_recv: dict[int, str] = {}
+    for i, (src, d, bs, br, wait) in enumerate(msgs):
+        dst = (src + d) % 3
+        if wait and src in last_recv:
+            lines.append(f"  - {{name: c{i}, kind: compute, duration_us: 1, ranks: [{src}], deps: [{last_recv[src]}]}}")
+            deps = f", deps: [c{i}]"
+        else:
+            deps = ""
+        bsend = f", p2p_batch: {bs}{i if bs and wait else ''}" if bs else ""
+        lines.append(f"  - {{name: s{i}, kind: send, peer: {dst}, bytes: 4096, ranks: [{src}]{bsend}{deps}}}")
+        lines.append(f"  - {{name: r{i}, kind: recv, peer: {src}, bytes: 4096, ranks: [{dst}]"
+                     f"{f', p2p_batch: {br}' if br else ''}}}")
+        last_recv[dst] = f"r{i}"
+    try:
+        prog = lower(load_text("\n".join(lines) + "\n", "r.yaml"), check=False)
+        tc = _Templates.of(prog)
+        comm, head = launch_heads(prog, tc)
+        arrays = _no_hang(prog, comm, head, tc, grouped=True)
+        G = graph_from_ops(prog.ops(), prog.graph_info(), "r.yaml", check=False)
+    except SchedsimError:
+        return  # a schedule the language refuses (a batch member waiting for an op written after the batch)
+    G.graph["issue_order"] = issue_order(G)
+    assert arrays == (find_hang(G, grouped=True) is None), lines

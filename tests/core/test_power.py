@@ -83,6 +83,31 @@ def test_the_fixed_point_by_hand():
     assert "power" not in steady_state(run, base, gap_s=1e-3).meta and seen == [1.0]
 
 
+def test_the_least_fixed_point_where_the_duty_falls_as_gemms_slow():
+    """One rank: a GEMM of 1 ms × f, then 0.2 ms idle, or 0.6 ms once f >= 1.1 (a GEMM long enough that the
+    next iteration's first call runs cold). Curve (0.5, 1) – (1, 1.2). Below 1.1 the duty f / (f + 0.2) >= 0.846
+    asks for f >= 1.138; from 1.1 on f / (f + 0.6) <= 0.662 asks for at most 1.065: no f is its own answer, and
+    the least f whose duty asks for no more than f is 1.1. Passes: 1 -> 1.1333 (overshoots: asks 1.0615) ->
+    1.0615 (asks 1.1366, too small) -> bisection of [1.0615, 1.1333] down to 1.1 within the bracket; its run is
+    returned. Stopping where the passes ran out (four) returned 1.1366's run: no fixed point either, and the
+    side of the jump the passes end on depends on the GEMM's size."""
+    from schedsim.sim.power import BRACKET
+
+    base = load_profile("h200x2").model_copy(update={"power": Power(gemm_slowdown_by_duty=[(0.5, 1.0), (1.0, 1.2)])})
+    t0 = base.gemm.entries[0][4]
+
+    def run(p):
+        f = p.gemm.entries[0][4] / t0
+        idle = 0.6 if f >= 1.1 else 0.2
+        return Timeline("t", "predict", 1, spans=[_mm(0, 0, 0, f), _other(1, 0, f, f + idle)])
+
+    tl = steady_state(run, base)
+    f = tl.meta["power"]["gemm_slowdown"]
+    assert 1.1 - 1e-4 <= f <= 1.1 * (1 + BRACKET) + 1e-4
+    assert tl.spans[0].end_s * 1e3 == pytest.approx(f, rel=1e-3) and tl.spans[0].end_s * 1e3 >= 1.1 - 1e-12
+    assert tl.meta["power"]["passes"] > 4
+
+
 def test_with_gemm_slowdown_scales_the_table_and_the_roofline():
     p = load_profile("h200x2")
     q = p.with_gemm_slowdown(1.25)

@@ -91,3 +91,39 @@ def test_assumed_scale_out_figures_are_named_only_when_ranks_span_nodes() -> Non
     notes = guesses(prog, prof.model_copy(update={"topology": topo}))
     assumed = [n for n in notes if n.kind == "profile-assumed"]
     assert len(assumed) == 1 and "topology.nics" in str(assumed[0])
+
+
+DP_STAGE = """\
+schema_version: 1
+name: dp
+world_size: 4
+pipeline:
+  schedule: 1f1b
+  p: 2
+  m: 2
+  data_parallel: 2
+  activation_bytes: 1048576
+{extra}  stage:
+    forward: [{{name: f, kind: compute, duration_us: 10}}]
+    backward_input: [{{name: b, kind: compute, duration_us: 10}}]
+    backward_weight: [{{name: w, kind: compute, duration_us: 10}}]
+"""
+
+
+def test_a_data_parallel_all_reduce_of_stage_op_lists_without_a_size_says_it_moves_nothing() -> None:
+    """A pipeline block of ``stage`` op lists has no parameter count, so its data-parallel gradient all-reduce
+    (one per pipeline rank, 2 members each: 4 op instances) moves 0 bytes: said once, with the fix; given
+    ``grad_allreduce_bytes`` it moves them and nothing is said."""
+    prof = load_profile("h200")
+    bare = api.lower_spec(api.load_text(DP_STAGE.format(extra=""), "dp.yaml"))
+    (note,) = [n for n in guesses(bare, prof) if n.kind == "comm-zero-bytes"]
+    assert note.startswith("4 all_reduce op(s) move 0 bytes") and "grad_allreduce_bytes" in note
+    assert "\n  fix: give the size" in note
+    sized = api.lower_spec(api.load_text(DP_STAGE.format(extra="  grad_allreduce_bytes: 8388608\n"), "dp.yaml"))
+    assert not [n for n in guesses(sized, prof) if n.kind == "comm-zero-bytes"]
+    # one replica without activation_bytes: 1F1B with m = 2 on 2 stages sends 2 activations and 2 gradients
+    no_act = DP_STAGE.format(extra="").replace("  activation_bytes: 1048576\n", "").replace(
+        "data_parallel: 2", "data_parallel: 1").replace("world_size: 4", "world_size: 2")
+    pp = api.lower_spec(api.load_text(no_act, "pp.yaml"))
+    (note,) = [n for n in guesses(pp, prof) if n.kind == "comm-zero-bytes"]
+    assert note.startswith("4 send, 4 recv op(s) move 0 bytes")
