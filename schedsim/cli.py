@@ -48,6 +48,11 @@ class GpuModel(str, Enum):
     replay = "replay"
 
 
+class Durations(str, Enum):
+    modeled = "modeled"
+    recorded = "recorded"
+
+
 class Launch(str, Enum):
     eager = "eager"
     cuda_graph = "cuda_graph"
@@ -90,6 +95,10 @@ def predict(
     all_ranks: bool = typer.Option(False, "--all-ranks", help="Print every rank (default: totals, worst and best)."),
     gpu_model: GpuModel | None = typer.Option(None, "--gpu-model", help="GPU execution model (default: the "
                                                  "profile's gpu_model, waves)."),
+    durations: Durations | None = typer.Option(None, "--durations", help="recorded: replay the ops' recorded "
+                                               "duration_us and host_us (the replay GPU model); modeled: the "
+                                               "profile's GPU model [default: the schedule's durations field, "
+                                               "recorded in schedules written by schedsim import]."),
     max_connections: int | None = typer.Option(None, "--max-connections", min=1, max=32,
                                                   help="CUDA_DEVICE_MAX_CONNECTIONS (1-32); overrides the schedule's "
                                                   "env and the profile."),
@@ -124,6 +133,7 @@ def predict(
     with paused_gc():  # also through the summary: its tables walk the whole timeline
         tl, metrics, paths = predict_to_dir(file, set_, prof, out, launch.value if launch else None, gantt, trace,
                                             gpu_model=gpu_model.value if gpu_model else None,
+                                            durations=durations.value if durations else None,
                                             max_connections=max_connections, model_executor=model_executor,
                                             iteration_gap_s=iteration_gap_ms * 1e-3)
         if timed_graph and prof is not profile and prof.is_timed_graph and tl.launch != "cuda_graph":

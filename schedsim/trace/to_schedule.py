@@ -1,8 +1,9 @@
 """An imported trace as a schedule: ``schedsim import kineto|nsys FILES --out DIR`` writes ``DIR/schedule.yaml``.
 
-The schedule replays the run: ``schedsim predict DIR/schedule.yaml --gpu-model replay`` (or
+The schedule replays the run: it declares ``durations: recorded``, so ``schedsim predict DIR/schedule.yaml`` (or
 ``schedsim replay DIR/schedule.yaml``) runs every op for its recorded duration, issued at its recorded launch
-time, ordered as the CUDA runtime ordered it (:mod:`schedsim.sim.engine`, ``replay`` model).
+time, ordered as the CUDA runtime ordered it (:mod:`schedsim.sim.engine`, ``replay`` model);
+``predict --durations modeled`` (or ``--gpu-model waves``) predicts the same ops with the profile's model.
 
 What each op holds
 ------------------
@@ -408,14 +409,15 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
     # input text (file names, kernel names in guesses and notes) goes into comments escaped: no line break in it
     # can end a comment and start a YAML key
     head = [f"# Replay of an imported {printable(rep.source)} trace{': ' + printable(source) if source else ''}.",
-            "# schedsim predict THIS --gpu-model replay  (recorded durations and launch times; schedsim replay THIS",
-            "# runs it and the what-ifs). Written by schedsim import; see schedsim/trace/to_schedule.py."]
+            "# schedsim predict THIS  (durations: recorded: the replay GPU model, recorded durations and launch times;",
+            "# --durations modeled predicts it with the profile's model instead; schedsim replay THIS holds it against",
+            "# the trace and runs the what-ifs). Written by schedsim import; see schedsim/trace/to_schedule.py."]
     head += [f"# guessed: {printable(g)}" for g in guesses] or ["# guessed: nothing (launch order and waits from "
                                                                  "runtime rows)"]
     head += [f"# note: {printable(n)}" for n in notes]
     body = ["schema_version: 1", f"name: {json.dumps(name)}",
             f"description: {json.dumps('replay of ' + (source or name) + ' (' + rep.source + ')')}",
-            f"world_size: {world}", f"ops_file: {OPS_FILE}"]
+            f"world_size: {world}", "durations: recorded", f"ops_file: {OPS_FILE}"]
     text = "\n".join(head + body) + "\n"
     return ReplaySchedule(text, "[\n" + ",\n".join(lines) + "\n]\n", guesses, notes, n_ops, n_deps)
 
