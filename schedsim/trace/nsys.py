@@ -282,10 +282,10 @@ def import_nsys(
                             "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
                             "memset_count": sum(1 for a in acts if a.cat == "memset"),
                             "warnings": warnings}
-    replay = (ReplayInput(list(acts), corr, runtime, [], max(1, len(rank_info)), "nsys")
+    replay = (ReplayInput(list(acts), corr, runtime, [], max(1, len(rank_info)), "nsys", [])
               if keep_runtime else None)
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].stem, world_size=max(1, len(rank_info)),
-                        meta=meta, ops=ops, iteration=iteration)
+                        meta=meta, ops=ops, iteration=iteration, span_ids=None if replay is None else replay.span_ids)
     return ImportResult(tl, kernel_rows, nccl_rows, warnings, replay)
 
 

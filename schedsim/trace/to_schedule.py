@@ -25,8 +25,11 @@ by ``correlation`` id; without them, GPU start order), named ``k<n>`` (kernel), 
   blocking ``cudaMemcpy``: its call's start, the call then waits for it). The
   ``replay`` model issues ops at the prefix sums of ``host_us`` only, so replay issue times are the recorded
   ones and a host-bound run replays host-bound;
-* ``tags``: the kernel name (or NCCL kind, process group and sequence number) and the recorded ``start_us`` /
-  ``end_us`` (µs from the earliest issue), which :mod:`schedsim.trace.replay` holds the replay against;
+* ``tags``: the kernel name (or NCCL kind, process group and sequence number), the recorded ``start_us`` /
+  ``end_us`` (µs from the earliest issue), which :mod:`schedsim.trace.replay` holds the replay against, and
+  ``trace_id``, the id of the op's span in the imported ``timeline.json``, by which ``schedsim compare`` of the
+  replay against that timeline matches ops (none for kernels folded into ``--ops`` ranges or outside the kept
+  ``--iteration``);
 * ``deps`` (same rank, another stream; stream order is implicit):
 
   - event record → wait: Kineto ``cuda_sync`` "Stream Wait Event" rows name the waiting stream, the recording
@@ -74,7 +77,11 @@ from schedsim.kinds import COLLECTIVE_KINDS
 from schedsim.sim.engine import HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
-__all__ = ["GAP_NS", "OPS_FILE", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
+__all__ = ["GAP_NS", "OPS_FILE", "TRACE_ID_TAG", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
+
+#: Tag of a replay op: the id of the span it replays in the imported ``timeline.json`` (``{kernel}#{n}@r{rank}``),
+#: by which ``schedsim compare`` matches the replay's ops with the trace's (:func:`schedsim.compare.as_trace_ids`).
+TRACE_ID_TAG = "trace_id"
 
 #: The ops of a replay schedule, beside ``schedule.yaml`` (its ``ops_file:``).
 OPS_FILE = "schedule.ops.json"
@@ -118,6 +125,7 @@ class _RankOps(NamedTuple):
     issue: list[float]        # ns
     launch: list[float]       # call start, ns (GPU start where guessed)
     corr: list[Any]           # correlation id of each (None: none)
+    ids: list[str | None]     # its span id in the imported timeline (None: none)
 
 
 def _launch_rows(rep: ReplayInput) -> dict[tuple[int, Any], RuntimeRow]:
@@ -129,24 +137,25 @@ def _launch_rows(rep: ReplayInput) -> dict[tuple[int, Any], RuntimeRow]:
 def _order(rep: ReplayInput, guesses: list[str]) -> dict[int, _RankOps]:
     """Each rank's activities in launch order, with issue and launch times (ns)."""
     rows = _launch_rows(rep)
-    by_rank: dict[int, list[tuple[float, float, float, Activity, Any]]] = defaultdict(list)
+    by_rank: dict[int, list[tuple[float, float, float, Activity, Any, str | None]]] = defaultdict(list)
     unmatched: dict[int, int] = defaultdict(int)
-    for a, c in zip(rep.acts, rep.corr, strict=True):
+    sids = rep.span_ids if rep.span_ids and len(rep.span_ids) == len(rep.acts) else [None] * len(rep.acts)
+    for a, c, sid in zip(rep.acts, rep.corr, sids, strict=True):
         row = rows.get((a.rank, c)) if c is not None else None
         if row is None:
             unmatched[a.rank] += 1
-            by_rank[a.rank].append((a.start_ns, a.start_ns, a.start_ns, a, None))
+            by_rank[a.rank].append((a.start_ns, a.start_ns, a.start_ns, a, None, sid))
         else:
             # a blocking copy is enqueued at its call's start, and the call then waits for it (and the stream)
             issued = row.ts_ns if _blocking_copy(row.name) else min(row.ts_ns + row.dur_ns, a.start_ns)
-            by_rank[a.rank].append((row.ts_ns, issued, a.start_ns, a, c))
+            by_rank[a.rank].append((row.ts_ns, issued, a.start_ns, a, c, sid))
     out = {}
     for r, lst in sorted(by_rank.items()):
         lst.sort(key=lambda x: (x[0], x[2]))
         issue = [x[1] for x in lst]
         for i in range(1, len(issue)):  # host order: never issued before the op ahead
             issue[i] = max(issue[i], issue[i - 1])
-        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst])
+        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst], [x[5] for x in lst])
         if unmatched[r]:
             what = "all" if unmatched[r] == len(lst) else f"{unmatched[r]} of {len(lst)}"
             guesses.append(f"rank {r}: {what} GPU ops have no launch call in the trace (no cuda_runtime row of "
@@ -389,6 +398,8 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
             op["duration_us"] = dur
             op.setdefault("tags", {}).update(start_us=_fmt((a.start_ns - t0) / 1000.0),
                                              end_us=_fmt((a.end_ns - t0) / 1000.0))
+            if ro.ids[i] is not None:
+                op["tags"][TRACE_ID_TAG] = ro.ids[i]
             dl = sorted(deps[r].get(i, ()))
             _host_fields(op, ro, i, prev, gates[r].get(i), dl, stream_end.get(a.stream))
             prev = ro.issue[i]

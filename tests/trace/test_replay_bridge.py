@@ -70,3 +70,35 @@ class TestPredictReplaysByDefault:
         assert r.exit_code == 2
         assert "error: " in r.output and "--durations modeled contradicts --gpu-model replay" in r.output
         assert "fix:" in r.output
+
+
+class TestCompareReplayWithImport:
+    def test_ops_match_by_id_and_the_held_op_shows(self, tmp_path: Path) -> None:
+        """replaygen's rank with the all-reduce started at 1300 µs, held by nothing the trace records: the replay
+        starts it when B ends (1160 µs). From A's start (1010 µs = 0): measured AR 290-330 µs, replayed 150-190 µs;
+        every other op where it was. compare matches all 4 ops by their imported ids and its per-op rows say so."""
+        imp = _import(tmp_path, write(tmp_path / "r0.json", rank_doc(0, world=1, ar_start=1300.0)))
+        assert run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--no-gantt").exit_code == 0
+        r = run("compare", str(tmp_path / "p"), str(imp), "-o", str(tmp_path / "c"), "--no-gantt", "--format", "json")
+        assert r.exit_code == 0, r.output
+        got = json.loads((tmp_path / "c" / "compare.json").read_text())
+        assert got["match"]["mode"] == "id" and got["match"]["matched"] == 4
+        assert got["match"]["n_only_pred"] == 0 and got["match"]["n_only_meas"] == 0
+        assert not any("different schedules" in w for w in got["warnings"])
+        rows = {row["id"]: row for row in got["ops"]["per_op"]}
+        imported = {s.id for s in Timeline.read_json(imp / "timeline.json").spans}
+        assert set(rows) == imported
+        ar = next(v for k, v in rows.items() if k.startswith("ncclKernel_AllReduce"))
+        assert ar["meas_start_s"] == pytest.approx(290e-6) and ar["pred_start_s"] == pytest.approx(150e-6)
+        assert ar["pred_dur_s"] == pytest.approx(ar["meas_dur_s"]) == pytest.approx(40e-6)
+        others = [v for k, v in rows.items() if v is not ar]
+        assert all(v["pred_start_s"] == pytest.approx(v["meas_start_s"], abs=1e-9) for v in others)
+        assert got["makespan"]["pred_s"] == pytest.approx(190e-6) and got["makespan"]["meas_s"] == pytest.approx(330e-6)
+
+    def test_a_plain_prediction_keeps_its_ids(self, tmp_path: Path) -> None:
+        """Only a timeline whose spans carry trace_id tags is renamed (a hand-written schedule's prediction is not)."""
+        from schedsim.compare import as_trace_ids
+        from schedsim.sim.timeline import Span
+
+        plain = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "compute", "compute", 0.0, 1.0)])
+        assert as_trace_ids(plain, Timeline("x", "import", 1)) is plain
