@@ -83,8 +83,11 @@ def _write_schedule(res: Any, out: Path, tl: Any, say: bool = True) -> Any:
     from schedsim.trace.to_schedule import write_replay_schedule
 
     files = tl.meta.get("files") or []
+    ranks = tl.meta.get("ranks") or {}
     got = write_replay_schedule(res.replay, out / "schedule.yaml", name=f"{tl.schedule}_replay",
-                                source=", ".join(Path(f).name for f in files))
+                                source=", ".join(Path(f).name for f in files),
+                                files={int(r): str(v["file"]) for r, v in ranks.items()
+                                       if isinstance(v, dict) and isinstance(v.get("file"), str)})
     if got.guesses and say:
         print(f"warning: schedule.yaml: dependencies guessed: {printable('; '.join(got.guesses), 2000)}",
               file=sys.stderr)

@@ -72,8 +72,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from schedsim.errors import printable
-from schedsim.kinds import COLLECTIVE_KINDS
+from schedsim.errors import TraceError, printable
+from schedsim.kinds import COLLECTIVE_KINDS, PER_RANK_SIZE
 from schedsim.sim.engine import HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
@@ -329,11 +329,65 @@ def _group_ranks(tags: dict[str, Any]) -> list[int]:
     return list(range(n)) if isinstance(n, int) and n > 0 else []
 
 
+_FIX_ONE_RUN = ("pass the trace files of one run, one per rank (each names its rank in distributedInfo); a file of "
+                "another run or job mixed in makes its collectives disagree")
+
+
+def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], tuple[str, str, int, list[int]]],
+                       groups: dict[tuple[str, str, int], dict[int, int]], files: dict[int, str]) -> None:
+    """Refuse collectives of the imported ranks that contradict each other: one process group with two member
+    lists (``Process Group Ranks``), matched counterparts (same process group, collective, sequence number) that
+    move different sizes (``In msg nelems`` × ``dtype``; all_to_all's members may differ), or two ranks whose
+    collectives on one process group come in different orders (NCCL runs a communicator's collectives in one
+    order on every rank; compared where the ranks have as many of them).
+
+    Raises
+    ------
+    TraceError
+        Naming both ranks' files, the field and the collective.
+    """
+    def where(r: int) -> str:
+        return f"{files[r]} (rank {r})" if r in files else f"rank {r}"
+
+    members: dict[str, tuple[int, list[int]]] = {}
+    order: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for (r, _i), (kind, pg, _n, grp) in sorted(colls.items()):
+        if kind not in COLLECTIVE_KINDS:
+            continue
+        order[pg][r].append(kind)
+        if not grp:
+            continue
+        seen = members.setdefault(pg, (r, grp))
+        if seen[1] != grp:
+            raise TraceError(f"{where(r)}: process group {printable(pg, 80)} has ranks {grp} (kernel arg Process "
+                             f"Group Ranks), but {where(seen[0])} gives {seen[1]}", fix=_FIX_ONE_RUN)
+    for (kind, pg, n), got in groups.items():
+        if kind not in COLLECTIVE_KINDS or kind in PER_RANK_SIZE or len(got) < 2:
+            continue
+        (r0, i0), *rest = sorted(got.items())
+        a0 = ranks[r0].acts[i0]
+        for r, i in rest:
+            a = ranks[r].acts[i]
+            if a.bytes != a0.bytes:
+                raise TraceError(f"{where(r)}: {kind} #{n} on process group {printable(pg, 80)} moves "
+                                 f"{a.bytes:,.0f} bytes (In msg nelems x dtype), but on {where(r0)} it moves "
+                                 f"{a0.bytes:,.0f}; the members of one collective move one size", fix=_FIX_ONE_RUN)
+    for pg, by_rank in order.items():
+        (r0, k0), *rest = sorted(by_rank.items())
+        for r, k in rest:
+            if len(k) == len(k0) and k != k0:
+                j = next(x for x in range(len(k)) if k[x] != k0[x])
+                raise TraceError(f"{where(r)}: collective #{j} on process group {printable(pg, 80)} is {k[j]}, but on "
+                                 f"{where(r0)} it is {k0[j]} (kernel arg Collective name); NCCL runs a process "
+                                 "group's collectives in one order on every rank", fix=_FIX_ONE_RUN)
+
+
 def _fmt(x: float) -> float:
     return round(x, 3)
 
 
-def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> ReplaySchedule:
+def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
+                          files: dict[int, str] | None = None) -> ReplaySchedule:
     """The replay schedule of an import (module docstring).
 
     Parameters
@@ -344,10 +398,17 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
         The schedule's ``name``.
     source : str
         What was imported (file names), for the header comment.
+    files : dict, optional
+        Rank → its trace file, for the errors.
 
     Returns
     -------
     ReplaySchedule
+
+    Raises
+    ------
+    TraceError
+        Collectives of the imported ranks that contradict each other (:func:`_check_collectives`).
     """
     guesses: list[str] = []
     notes: list[str] = []
@@ -365,6 +426,8 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
     groups: dict[tuple[str, str, int], dict[int, int]] = defaultdict(dict)
     for (r, i), (kind, pg, n, _g) in colls.items():
         groups[(kind, pg, n)][r] = i
+    _check_collectives(ranks, colls, groups, files or {})
+    missing: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)  # (pg, rank lacking it) -> collectives
     t0 = min((ro.issue[0] for ro in ranks.values() if ro.issue), default=0.0)
     lines: list[str] = []
     n_ops = n_deps = absent = matched = 0
@@ -388,6 +451,9 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
                     op["tags"] = {"pg": pg, "seq": n}
                 else:
                     absent += 1
+                    if len(present) > 1:  # a multi-rank import: say which ranks' rows are missing
+                        for q in sorted(set(grp) - set(members)):
+                            missing[(pg, q)].add((ckind, n))
                     op.update(kind="compute")
                     op["tags"] = {"nccl": ckind, "peers": "absent", "pg": pg, "seq": n, "bytes": a.bytes}
             elif kind == "memcpy":
@@ -409,6 +475,14 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
                 n_deps += len(dl)
             lines.append(json.dumps(op, ensure_ascii=False))
             n_ops += 1
+    by_pg: dict[str, list[str]] = defaultdict(list)
+    for (pg, q), ns in sorted(missing.items()):
+        by_pg[pg].append(f"rank {q} ({'not imported' if q not in present else 'no kernel in its trace'}) "
+                         f"for {len(ns)}")
+    for pg, what in by_pg.items():
+        guesses.append(f"process group {pg}: collectives with members missing ({'; '.join(what)}): no rendezvous "
+                       "across ranks; each imported rank runs its own kernel's recorded duration from when it is "
+                       "ready (the absent members' arrival is inside that duration)")
     if absent:
         notes.append(f"{absent} NCCL kernel(s) whose peers are not in the import (one rank of a multi-rank run, or "
                      "send/recv) are compute ops of their recorded duration, tagged peers: absent; the peers' "
@@ -472,12 +546,13 @@ def _direction(name: str) -> str:
     return "d2d"
 
 
-def write_replay_schedule(rep: ReplayInput, path: str | Path, *, name: str, source: str = "") -> ReplaySchedule:
+def write_replay_schedule(rep: ReplayInput, path: str | Path, *, name: str, source: str = "",
+                          files: dict[int, str] | None = None) -> ReplaySchedule:
     """Build the replay schedule (:func:`build_replay_schedule`) and write it to ``path`` and its ops to
     :data:`OPS_FILE` beside it, each atomically (the ops first)."""
     from schedsim.io import atomic_write_text
 
-    got = build_replay_schedule(rep, name=name, source=source)
+    got = build_replay_schedule(rep, name=name, source=source, files=files)
     atomic_write_text(Path(path).parent / OPS_FILE, got.ops_json)
     atomic_write_text(path, got.text)
     return got

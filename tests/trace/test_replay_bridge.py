@@ -102,3 +102,77 @@ class TestCompareReplayWithImport:
 
         plain = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "compute", "compute", 0.0, 1.0)])
         assert as_trace_ids(plain, Timeline("x", "import", 1)) is plain
+
+
+def _nccl(doc: dict[str, Any]) -> dict[str, Any]:
+    """The NCCL kernel event of a replaygen rank."""
+    return next(e for e in doc["traceEvents"] if e["name"].startswith("ncclKernel"))
+
+
+def _two_ranks(tmp_path: Path, change: dict[str, Any] | None = None, world: int = 2,
+               drop_rank1_nccl: bool = False) -> list[Path]:
+    d0, d1 = rank_doc(0, world=world), rank_doc(1, world=world)
+    if change:
+        _nccl(d1)["args"].update(change)
+    if drop_rank1_nccl:
+        d1["traceEvents"].remove(_nccl(d1))
+    return [write(tmp_path / "r0.json", d0), write(tmp_path / "r1.json", d1)]
+
+
+class TestContradictoryTraces:
+    @pytest.mark.parametrize(("change", "says"), [
+        ({"In msg nelems": 1 << 19, "Out msg nelems": 1 << 19},
+         "all_reduce #0 on process group 0 moves 2,097,152 bytes (In msg nelems x dtype), but on "),
+        ({"Process Group Ranks": "[0, 1, 2]", "Group size": 3},
+         "process group 0 has ranks [0, 1, 2] (kernel arg Process Group Ranks), but "),
+        ({"Collective name": "allgather"},
+         "collective #0 on process group 0 is all_gather, but on "),
+    ])
+    def test_collectives_that_disagree_exit_2(self, tmp_path: Path, change: dict[str, Any], says: str) -> None:
+        files = _two_ranks(tmp_path, change)
+        r = run("import", "kineto", *map(str, files), "--out", str(tmp_path / "imp"))
+        assert r.exit_code == 2, r.output
+        first = r.output.strip().splitlines()[0]
+        assert first.startswith(f"error: {files[1]} (rank 1): ") and says in first and f"{files[0]} (rank 0)" in first
+        assert "fix: pass the trace files of one run" in r.output and "Traceback" not in r.output
+        assert not (tmp_path / "imp" / "schedule.yaml").exists() and not (tmp_path / "imp" / "timeline.json").exists()
+
+    def test_two_files_of_one_rank_and_two_world_sizes_exit_2(self, tmp_path: Path) -> None:
+        a = write(tmp_path / "a.json", rank_doc(0))
+        b = write(tmp_path / "b.json", rank_doc(0))
+        r = run("import", "kineto", str(a), str(b), "--out", str(tmp_path / "x"))
+        assert r.exit_code == 2 and f"error: {b}: rank 0 is also claimed by {a}" in r.output
+        c = write(tmp_path / "c.json", rank_doc(1, world=4))
+        r = run("import", "kineto", str(a), str(c), "--out", str(tmp_path / "y"))
+        assert r.exit_code == 2 and f"error: {c}: distributedInfo.world_size is 4, but {a} says 2" in r.output
+
+
+class TestMissingRowsImport:
+    def test_rank_not_imported_is_a_guess_in_the_comment_and_on_stderr(self, tmp_path: Path) -> None:
+        """A process group of ranks 0-2 with ranks 0 and 1 imported: the all-reduce keeps each rank's recorded
+        duration, and the schedule says which rank was missing and how the dependency was replaced."""
+        files = _two_ranks(tmp_path, {"Process Group Ranks": "[0, 1, 2]", "Group size": 3}, world=3)
+        d0 = json.loads(files[0].read_text())
+        _nccl(d0)["args"].update({"Process Group Ranks": "[0, 1, 2]", "Group size": 3})
+        write(files[0], d0)
+        r = run("import", "kineto", *map(str, files), "--out", str(tmp_path / "imp"))
+        assert r.exit_code == 0, r.output
+        said = "process group 0: collectives with members missing (rank 2 (not imported) for 1): no rendezvous"
+        assert said in r.stderr
+        head = [x for x in (tmp_path / "imp" / "schedule.yaml").read_text().splitlines() if x.startswith("#")]
+        assert any(x.startswith("# guessed: " + said) for x in head)
+
+    def test_rank_without_the_kernel_is_a_guess(self, tmp_path: Path) -> None:
+        files = _two_ranks(tmp_path, drop_rank1_nccl=True)
+        r = run("import", "kineto", *map(str, files), "--out", str(tmp_path / "imp"))
+        assert r.exit_code == 0, r.output
+        assert "rank 1 (no kernel in its trace) for 1" in r.stderr
+        assert "rank 1 (no kernel in its trace) for 1" in (tmp_path / "imp" / "schedule.yaml").read_text()
+
+    def test_no_runtime_rows_still_imports_and_says_so(self, tmp_path: Path) -> None:
+        doc = rank_doc(0, world=1)
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e["cat"] != "cuda_runtime"]
+        r = run("import", "kineto", str(write(tmp_path / "r0.json", doc)), "--out", str(tmp_path / "imp"))
+        assert r.exit_code == 0, r.output
+        said = "rank 0: all GPU ops have no launch call in the trace"
+        assert said in r.stderr and said in (tmp_path / "imp" / "schedule.yaml").read_text()
