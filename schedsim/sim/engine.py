@@ -18,8 +18,10 @@ profile's ``gpu_model``, default ``waves``):
   ``DIR/schedule.yaml`` with measured durations). No contention: an op runs its solo duration (the recorded one,
   which already holds the contention of the run) as soon as it is ready; the host issues each rank's ops at
   the prefix sums of their ``host_us`` alone (the recorded gaps between launch calls already hold the calls'
-  cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as below. The
-  dependency-only replay of Lumos (Liang et al., MLSys 2025) and of HTA's critical-path analysis.
+  cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as below; hardware
+  queues (``CUDA_DEVICE_MAX_CONNECTIONS``, rule 2 of :mod:`schedsim.sim.gpu_model`) only where the schedule's
+  ``env`` or ``max_connections`` names them. The dependency-only replay of Lumos (Liang et al., MLSys 2025) and
+  of HTA's critical-path analysis.
 
 Both compile the DAG to arrays once (:func:`_compile`) and share the timeline
 assembly and critical-path walk (:func:`_timeline`). A :class:`Program` simulated
@@ -132,7 +134,8 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         Overrides the profile's ``gpu_model``.
     max_connections : int, optional
         ``CUDA_DEVICE_MAX_CONNECTIONS`` (1-32); overrides the schedule's ``env`` and the profile's
-        ``gpu.max_connections`` (``waves`` only).
+        ``gpu.max_connections`` (``waves``; ``replay`` applies only this argument or the schedule's ``env``:
+        without them it has no queue limit, the recorded waits holding the run's).
     model_executor : bool
         Add the profile's ``launch.executor_extra_per_op_us`` per op (predict what ``schedsim execute``
         measures rather than plain PyTorch; ``waves`` only).
@@ -198,7 +201,7 @@ def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict
                 return tl
         c = _compile(G, profile, mode)
         if model == "replay":
-            st = _run_replay(c, mode)
+            st = _run_replay(c, mode, conns)
         elif model == "sharing":
             st = _run_sharing(c, profile, mode, model_executor)
         else:
@@ -694,12 +697,37 @@ class _ReplayHost:
         self.ptr[r], self.clock[r] = k, clock
 
 
-def _run_replay(c: _Compiled, mode: str) -> _State:
+def _queue_order(ops: list[Op], conns: int | None) -> list[int]:
+    """Per op, the previous op of its rank's hardware queue in issue (program) order, or -1 (none, or no queue
+    limit: ``conns`` None). Stream ``s`` of a rank (numbered by first appearance) uses queue ``s mod conns``
+    (rule 2 of :mod:`schedsim.sim.gpu_model`, :func:`~schedsim.sim.gpu_model.stream_queues`)."""
+    prev = [-1] * len(ops)
+    if conns is None:
+        return prev
+    last: dict[tuple[int, int], int] = {}
+    for i, (op, q) in enumerate(zip(ops, gm.stream_queues(ops, int(conns)), strict=True)):
+        prev[i] = last.get((op.rank, q), -1)
+        last[(op.rank, q)] = i
+    return prev
+
+
+def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
     """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
     is ready; ready = issued (:class:`_ReplayHost`), every predecessor done and, for a rendezvous, every member
-    ready (then all start at the last one's time)."""
+    ready (then all start at the last one's time). With ``conns`` (``CUDA_DEVICE_MAX_CONNECTIONS``: the
+    schedule's ``env`` or ``max_connections``; none by default, as the recorded waits hold the run's), ready also
+    needs the op ahead of it in its hardware queue handed to the GPU, which in a replay is its start (rule 2 of
+    :mod:`schedsim.sim.gpu_model`: an op not yet ready holds up the ops behind it in its queue)."""
     ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
     host = _ReplayHost(ops, c.world, mode)
+    qprev = _queue_order(ops, conns)
+    qnext = [-1] * N
+    for i, p in enumerate(qprev):
+        if p >= 0:
+            qnext[p] = i
+    # when the op ahead in the queue started (0 where there is none; None until it has)
+    qgate: list[float | None] = [0.0 if p < 0 else None for p in qprev]
+    parked: dict[int, float] = {}  # ready ops waiting for the op ahead in their queue: the time they were ready
     pred_end = [0.0] * N
     last_pred = [HOST] * N
     start, end, ready_t = [0.0] * N, [0.0] * N, [0.0] * N
@@ -709,12 +737,26 @@ def _run_replay(c: _Compiled, mode: str) -> _State:
     heap: list[tuple[float, int, int]] = []
     counter = itertools.count()
 
+    def hand_over(i: int, t: float) -> None:  # op i starts at t: the op behind it in its queue may follow
+        k = qnext[i]
+        if k >= 0:
+            qgate[k] = t
+            if k in parked:
+                make_ready(k, parked.pop(k))
+
     def make_ready(i: int, t: float) -> None:
+        gate = qgate[i]
+        if gate is None:
+            parked[i] = t
+            return
+        if gate > t:  # held behind the op ahead in its hardware queue
+            binding[i], t = qprev[i], gate
         ready_t[i] = t
         j = job_of[i]
         if j < N:
             start[i] = t
             heapq.heappush(heap, (t + job_work[i], next(counter), i))
+            hand_over(i, t)
             return
         g = j - N
         gready[g] += 1
@@ -723,6 +765,8 @@ def _run_replay(c: _Compiled, mode: str) -> _State:
         if gready[g] == len(gmem[g]):
             t0 = _rendezvous(gmem[g], glast[g], ready_t, start, binding)
             heapq.heappush(heap, (t0 + job_work[j], next(counter), j))
+            for m in gmem[g]:
+                hand_over(m, t0)
 
     def release(v: int) -> None:  # issued, predecessors done
         iv = host.issue[v]

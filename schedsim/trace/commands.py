@@ -155,7 +155,8 @@ def register(app: typer.Typer) -> None:
                                         "--out DIR`."),
         what_if: list[str] = typer.Option([], "--what-if", help="PATTERN*FACTOR: scale the recorded durations of "
                                           "nccl, kernel, memcpy, memset ops, an op kind, or kernels whose name "
-                                          "matches a glob ('*gemm*'). Repeatable."),
+                                          "matches a glob ('*gemm*'); max_connections=N: replay with N hardware "
+                                          "queues (CUDA_DEVICE_MAX_CONNECTIONS). Repeatable."),
         host_gaps: float = typer.Option(1.0, "--host-gaps", help="Factor on the recorded host gaps (0 drops them)."),
         recost_comm: bool = typer.Option(False, "--recost-comm", help="Collectives take the profile's cost model "
                                          "instead of their recorded durations."),
@@ -217,7 +218,7 @@ def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: b
     from schedsim.errors import SpecError
     from schedsim.hardware.profile import load_profile
     from schedsim.report.summary import fmt_time
-    from schedsim.trace.replay import parse_what_if, replay_report, what_if_spec
+    from schedsim.trace.replay import Connections, WhatIf, parse_what_if, replay_report, what_if_spec
 
     if not (0.0 <= host_gaps < float("inf")):
         raise SpecError(f"--host-gaps {host_gaps}: not a factor >= 0", fix="pass e.g. 0 (drop the gaps) or 0.5")
@@ -228,10 +229,18 @@ def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: b
                            "error": base.error, "start_error_median": base.start_error_median}
     lines = [f"trace makespan {fmt_time(base.trace_makespan_s)}, replay {fmt_time(base.replay_makespan_s)} "
              f"({base.error:+.2%}); per-op start error median {base.start_error_median:.2%} of the makespan"]
-    scales = [parse_what_if(w) for w in what_if]
-    if scales or host_gaps != 1.0 or recost_comm:
+    parsed = [parse_what_if(w) for w in what_if]
+    scales = [w for w in parsed if isinstance(w, WhatIf)]
+    conns = [w.n for w in parsed if isinstance(w, Connections)][-1:]  # the last one given
+    if parsed or host_gaps != 1.0 or recost_comm:
         spec2, changes = what_if_spec(spec, scales, host_gaps, recost_comm, str(schedule))
-        new = replay_report(simulate_spec(spec2, prof, file=schedule, gpu_model="replay").timeline)
+        if conns:
+            was = spec.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+            changes.append(f"CUDA_DEVICE_MAX_CONNECTIONS {was if was is not None else 'not declared (no queue limit)'}"
+                           f" -> {conns[0]}: stream k of a rank on hardware queue k mod {conns[0]}; an op that "
+                           "waits holds up the ops launched after it on its queue")
+        new = replay_report(simulate_spec(spec2, prof, file=schedule, gpu_model="replay",
+                                          max_connections=conns[0] if conns else None).timeline)
         out["what_if"] = {"changes": changes, "makespan_s": new.replay_makespan_s,
                           "ranks": {r: {"before_s": base.per_rank_s[r], "after_s": t}
                                     for r, t in sorted(new.per_rank_s.items())}}

@@ -176,3 +176,73 @@ class TestMissingRowsImport:
         assert r.exit_code == 0, r.output
         said = "rank 0: all GPU ops have no launch call in the trace"
         assert said in r.stderr and said in (tmp_path / "imp" / "schedule.yaml").read_text()
+
+
+def _two_streams_doc() -> dict[str, Any]:
+    """The host launches (calls of 2 µs) A on stream 7 at 1000 µs (GPU 1002-1102), B on stream 7 at 1004 (behind
+    A: 1102-1112), C on stream 20 at 1008 (1010-1060), recorded with more connections than streams."""
+    from replaygen import _k, _rt
+
+    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
+        _rt("cudaLaunchKernel", 1000, 2, 1), _k("void gemm<float>(float*)", 7, 1002, 100, 1),
+        _rt("cudaLaunchKernel", 1004, 2, 2), _k("void ew<float>(float*)", 7, 1102, 10, 2),
+        _rt("cudaLaunchKernel", 1008, 2, 3), _k("void other<float>(float*)", 20, 1010, 50, 3)]}
+
+
+class TestMaxConnectionsWhatIf:
+    """Hand-computed (µs from A's issue, 1002): replayed as recorded A 0-100, B 100-110, C 8-58: rank makespan
+    110. With one connection C (stream 20) shares the queue of stream 7 and waits behind B, which waits for A:
+    C is handed over when B starts, 100-150, makespan 150. With 2 connections each stream has its own: 110."""
+
+    @pytest.mark.parametrize(("n", "after_us"), [(1, 150.0), (2, 110.0), (8, 110.0)])
+    def test_one_connection_serialises_the_streams(self, tmp_path: Path, n: int, after_us: float) -> None:
+        imp = _import(tmp_path, write(tmp_path / "r0.json", _two_streams_doc()))
+        r = run("replay", str(imp / "schedule.yaml"), "--what-if", f"max_connections={n}", "--format", "json")
+        assert r.exit_code == 0, r.output
+        got = json.loads(r.stdout)
+        assert got["replay_makespan_s"] == pytest.approx(110e-6)
+        rank = got["what_if"]["ranks"]["0"]
+        assert rank["before_s"] == pytest.approx(110e-6) and rank["after_s"] == pytest.approx(after_us * 1e-6)
+        assert got["what_if"]["changes"][-1].startswith(
+            f"CUDA_DEVICE_MAX_CONNECTIONS not declared (no queue limit) -> {n}: ")
+
+    def test_table_names_the_change_and_the_rank(self, tmp_path: Path) -> None:
+        imp = _import(tmp_path, write(tmp_path / "r0.json", _two_streams_doc()))
+        r = run("replay", str(imp / "schedule.yaml"), "--what-if", "CUDA_DEVICE_MAX_CONNECTIONS=1")
+        assert r.exit_code == 0, r.output
+        assert "what-if: CUDA_DEVICE_MAX_CONNECTIONS not declared (no queue limit) -> 1" in r.stdout
+        assert "rank 0: makespan 110.0 µs -> 150.0 µs (+36.4%)" in r.stdout
+
+    def test_schedule_env_and_predict_option_apply_to_the_replay(self, tmp_path: Path) -> None:
+        imp = _import(tmp_path, write(tmp_path / "r0.json", _two_streams_doc()))
+        text = (imp / "schedule.yaml").read_text()
+        r = run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "a"), "--no-gantt", "--max-connections",
+                "1", "--format", "json")
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["metrics"]["makespan_s"] == pytest.approx(150e-6)
+        (imp / "schedule.yaml").write_text(text + "env: {CUDA_DEVICE_MAX_CONNECTIONS: 1}\n")
+        r = run("replay", str(imp / "schedule.yaml"), "--what-if", "max_connections=8", "--format", "json")
+        assert r.exit_code == 0, r.output
+        got = json.loads(r.stdout)
+        assert got["replay_makespan_s"] == pytest.approx(150e-6)
+        assert got["what_if"]["ranks"]["0"]["after_s"] == pytest.approx(110e-6)
+        assert got["what_if"]["changes"][-1].startswith("CUDA_DEVICE_MAX_CONNECTIONS 1 -> 8: ")
+
+    @pytest.mark.parametrize("bad", ["max_connections=0", "max_connections=33", "max_connections=x"])
+    def test_bad_count_exits_2(self, tmp_path: Path, bad: str) -> None:
+        imp = _import(tmp_path, write(tmp_path / "r0.json", _two_streams_doc()))
+        r = run("replay", str(imp / "schedule.yaml"), "--what-if", bad)
+        assert r.exit_code == 2 and "CUDA_DEVICE_MAX_CONNECTIONS must be an integer 1-32" in r.output
+
+    def test_collective_in_one_queue(self, tmp_path: Path) -> None:
+        """replaygen's two ranks (A, C on stream 7; B, then the matched all-reduce on stream 20) with one
+        connection: queue order A, B, C, AR; B waits for A (0-100 µs from A's start, B 100-150), C is handed over
+        when B starts (100-130), AR after B (150-190): the recorded times, so the makespan stays 190 µs."""
+        files = [write(tmp_path / f"r{r}.json", rank_doc(r)) for r in (0, 1)]
+        imp = _import(tmp_path, *files)
+        r = run("replay", str(imp / "schedule.yaml"), "--what-if", "max_connections=1", "--format", "json")
+        assert r.exit_code == 0, r.output
+        got = json.loads(r.stdout)["what_if"]
+        assert got["makespan_s"] == pytest.approx(190e-6)
+        assert {k: v["after_s"] for k, v in got["ranks"].items()} == pytest.approx(
+            {k: v["before_s"] for k, v in got["ranks"].items()})
