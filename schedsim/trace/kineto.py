@@ -116,7 +116,7 @@ _CHECKED = _GPU | {"user_annotation", "cpu_op"}
 REPLAY_RUNTIME = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                             "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy", "cudaMemset", "cudaEventRecord",
                             "cudaEventRecordWithFlags", "cudaStreamWaitEvent", "cudaDeviceSynchronize",
-                            "cudaStreamSynchronize", "cudaEventSynchronize", "cudaGraphLaunch",
+                            "cudaStreamSynchronize", "cudaEventSynchronize", "cudaGraphLaunch", "cuGraphLaunch",
                             "cudaLaunchCooperativeKernel"})
 
 

@@ -8,8 +8,8 @@ schedule with the ``replay`` GPU model (recorded durations and launch times, no 
 What-ifs (applied to the validated spec, op by op; :func:`what_if_spec`):
 
 * ``PATTERN*FACTOR`` scales the recorded duration of the ops PATTERN names: ``nccl`` (NCCL kernels, collectives
-  and send/recv), ``kernel`` (compute kernels), ``memcpy``, ``memset``, an op kind (``all_reduce``), or a
-  glob on the kernel name (``*gemm*``, case-insensitive);
+  and send/recv), ``kernel`` (compute kernels), ``memcpy``, ``memset``, ``graph`` (ops of CUDA-graph launches),
+  an op kind (``all_reduce``), or a glob on the kernel name (``*gemm*``, case-insensitive);
 * ``host_gaps``: a factor on every op's host time (``host_us``, and before a synchronisation the tag
   ``host_wait_before_us``; 0 drops the host gaps: a GPU-bound what-if). The host's waits in synchronisations are
   not host time: they follow the replayed GPU work;
@@ -110,7 +110,7 @@ def _category(op: Any) -> str:
 def _matches(op: Any, w: WhatIf) -> bool:
     p = w.pattern.lower()
     tags = op.tags or {}
-    if p in (_category(op), op.kind, str(tags.get("nccl", ""))):
+    if p in (_category(op), op.kind, str(tags.get("nccl", ""))) or (p == "graph" and "graph" in tags):
         return True
     name = str(tags.get("kernel", "")).lower()
     return bool(name) and fnmatch.fnmatchcase(name, p)

@@ -56,11 +56,16 @@ JSON parses in C, where YAML costs about 0.5 ms an op and refuses documents of m
 (~100k ops of ~20 nodes). No ``foreach``: a trace repeats layers with different recorded durations, so a
 loop would need one list parameter per field and gives nothing back.
 
-Not done: CUDA-graph launches as graphs (their kernels are plain ops); host waits for the GPU as such (a
-synchronisation's wait is part of the next op's ``host_us``, so on a host-bound run a GPU what-if moves nothing
-unless the host gaps go: the language has no host-blocking op); the critical path with host segments; the
-Chakra execution-trace export (MLCommons ``et_def.proto``): it needs the ``protobuf`` package, which schedsim
-does not depend on, and a vendored copy of the schema; not attempted in this first version.
+CUDA-graph launches (``cudaGraphLaunch``): the language's ``launch: cuda_graph`` is one graph per rank and
+iteration, with modeled node costs, so an import keeps ``launch: eager`` and marks the graphs on the ops instead:
+each op a graph launch ran carries ``graph: K`` (the rank's K-th launch), all of a launch's ops are issued at
+one instant (the launch call's return, or its first node's start if earlier; ``host_us`` 0 after the first),
+and waits between a graph's streams, which leave no runtime rows, are guessed from timing as above. What the
+schema lacks: the GPU's own gaps between a graph's nodes (node launch latency, µs each) are not replayed.
+
+Not done: host waits for the GPU as such (a synchronisation's wait is part of the next op's ``host_us``, so on a
+host-bound run a GPU what-if moves nothing unless the host gaps go: the language has no host-blocking op); the
+critical path with host segments.
 """
 
 from __future__ import annotations
@@ -77,11 +82,14 @@ from schedsim.kinds import COLLECTIVE_KINDS, PER_RANK_SIZE
 from schedsim.sim.engine import HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
-__all__ = ["GAP_NS", "OPS_FILE", "TRACE_ID_TAG", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
+__all__ = ["GAP_NS", "GRAPH_TAG", "OPS_FILE", "TRACE_ID_TAG", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
 
 #: Tag of a replay op: the id of the span it replays in the imported ``timeline.json`` (``{kernel}#{n}@r{rank}``),
 #: by which ``schedsim compare`` matches the replay's ops with the trace's (:func:`schedsim.compare.as_trace_ids`).
 TRACE_ID_TAG = "trace_id"
+
+#: Tag of a replay op launched by a CUDA-graph launch: the rank's ordinal of that launch (0, 1, ...).
+GRAPH_TAG = "graph"
 
 #: The ops of a replay schedule, beside ``schedule.yaml`` (its ``ops_file:``).
 OPS_FILE = "schedule.ops.json"
@@ -91,6 +99,7 @@ OPS_FILE = "schedule.ops.json"
 GAP_NS = 2000.0
 
 _LAUNCH = ("Launch", "Memcpy", "Memset")
+_GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
 _SYNC = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"}
 _PG_SAFE = re.compile(r"[^A-Za-z0-9_]")
 
@@ -126,12 +135,13 @@ class _RankOps(NamedTuple):
     launch: list[float]       # call start, ns (GPU start where guessed)
     corr: list[Any]           # correlation id of each (None: none)
     ids: list[str | None]     # its span id in the imported timeline (None: none)
+    graph: list[int | None]   # the rank's ordinal of the CUDA-graph launch that ran it (None: launched alone)
 
 
 def _launch_rows(rep: ReplayInput) -> dict[tuple[int, Any], RuntimeRow]:
     prefixes = tuple(f"{p}{x}" for p in ("cuda", "cu") for x in _LAUNCH)
     return {(r.rank, r.corr): r for r in rep.runtime
-            if r.corr is not None and (r.name.startswith(prefixes) or r.name == "cudaGraphLaunch")}
+            if r.corr is not None and r.name.startswith(prefixes + _GRAPH_LAUNCH)}
 
 
 def _order(rep: ReplayInput, guesses: list[str]) -> dict[int, _RankOps]:
@@ -140,14 +150,21 @@ def _order(rep: ReplayInput, guesses: list[str]) -> dict[int, _RankOps]:
     by_rank: dict[int, list[tuple[float, float, float, Activity, Any, str | None]]] = defaultdict(list)
     unmatched: dict[int, int] = defaultdict(int)
     sids = rep.span_ids if rep.span_ids and len(rep.span_ids) == len(rep.acts) else [None] * len(rep.acts)
+    first: dict[tuple[int, Any], float] = {}  # a graph launch's first node start: the graph is issued at once
+    for a, c in zip(rep.acts, rep.corr, strict=True):
+        row = rows.get((a.rank, c)) if c is not None else None
+        if row is not None and row.name.startswith(_GRAPH_LAUNCH):
+            first[(a.rank, c)] = min(first.get((a.rank, c), a.start_ns), a.start_ns)
     for a, c, sid in zip(rep.acts, rep.corr, sids, strict=True):
         row = rows.get((a.rank, c)) if c is not None else None
         if row is None:
             unmatched[a.rank] += 1
             by_rank[a.rank].append((a.start_ns, a.start_ns, a.start_ns, a, None, sid))
         else:
-            # a blocking copy is enqueued at its call's start, and the call then waits for it (and the stream)
-            issued = row.ts_ns if _blocking_copy(row.name) else min(row.ts_ns + row.dur_ns, a.start_ns)
+            # a blocking copy is enqueued at its call's start, and the call then waits for it (and the stream);
+            # every node of a graph launch at the launch (its return, or its first node's start if earlier)
+            issued = (row.ts_ns if _blocking_copy(row.name) else
+                      min(row.ts_ns + row.dur_ns, first.get((a.rank, c), a.start_ns)))
             by_rank[a.rank].append((row.ts_ns, issued, a.start_ns, a, c, sid))
     out = {}
     for r, lst in sorted(by_rank.items()):
@@ -155,7 +172,13 @@ def _order(rep: ReplayInput, guesses: list[str]) -> dict[int, _RankOps]:
         issue = [x[1] for x in lst]
         for i in range(1, len(issue)):  # host order: never issued before the op ahead
             issue[i] = max(issue[i], issue[i - 1])
-        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst], [x[5] for x in lst])
+        graph: list[int | None] = []
+        ordinal: dict[Any, int] = {}
+        for x in lst:
+            g = (r, x[4]) in first
+            graph.append(ordinal.setdefault(x[4], len(ordinal)) if g else None)
+        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst], [x[5] for x in lst],
+                          graph)
         if unmatched[r]:
             what = "all" if unmatched[r] == len(lst) else f"{unmatched[r]} of {len(lst)}"
             guesses.append(f"rank {r}: {what} GPU ops have no launch call in the trace (no cuda_runtime row of "
@@ -273,8 +296,10 @@ def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]]
         deps[c].update(p for p in synced if p != c)
 
 
-def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[str]) -> None:
-    """The timing guess (module docstring) for a rank without event rows."""
+def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[str],
+                 graph_only: bool = False) -> None:
+    """The timing guess (module docstring) for a rank without event rows; ``graph_only``: for the nodes of its
+    CUDA-graph launches only (a graph's edges between its streams leave no runtime rows)."""
     acts, issue = ro.acts, ro.issue
     prev_end: dict[str, float] = {}
     ends = sorted((a.end_ns, i) for i, a in enumerate(acts))
@@ -283,7 +308,7 @@ def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[
     for i, a in enumerate(acts):
         bound = max(issue[i], prev_end.get(a.stream, -1e300))
         prev_end[a.stream] = a.end_ns
-        if a.start_ns <= bound + GAP_NS:
+        if a.start_ns <= bound + GAP_NS or (graph_only and ro.graph[i] is None):
             continue
         k = bisect.bisect_right(end_t, a.start_ns) - 1
         while k >= 0 and a.start_ns - end_t[k] <= GAP_NS:
@@ -293,6 +318,12 @@ def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[
                 n += 1
                 break
             k -= 1
+    if graph_only:
+        if n:
+            guesses.append(f"rank {r}: {n} cross-stream wait(s) between nodes of CUDA-graph launches guessed from "
+                           f"timing (a node that started > {GAP_NS / 1000:g} µs after its launch and stream "
+                           "predecessor waits for the node of another stream that ended just before)")
+        return
     if n or len({a.stream for a in acts}) > 1:
         guesses.append(f"rank {r}: no event record/wait rows; {n} cross-stream wait(s) guessed from timing (an op "
                        f"that started > {GAP_NS / 1000:g} µs after its issue and stream predecessor waits for the op "
@@ -420,6 +451,8 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
         gates[r] = {}
         if not _event_deps(r, ro, rep, d, guesses, gates[r]):
             _timing_deps(r, ro, d, guesses)
+        elif any(g is not None for g in ro.graph):
+            _timing_deps(r, ro, d, guesses, graph_only=True)
         deps[r] = d
     colls = _coll_keys(ranks)
     present = set(ranks)
@@ -430,7 +463,8 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
     missing: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)  # (pg, rank lacking it) -> collectives
     t0 = min((ro.issue[0] for ro in ranks.values() if ro.issue), default=0.0)
     lines: list[str] = []
-    n_ops = n_deps = absent = matched = 0
+    n_ops = n_deps = absent = matched = n_graph = 0
+    launches: set[tuple[int, int]] = set()
     for r, ro in ranks.items():
         names = [_op_name(a, i, colls.get((r, i))) for i, a in enumerate(ro.acts)]
         prev = t0
@@ -466,6 +500,10 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
                                              end_us=_fmt((a.end_ns - t0) / 1000.0))
             if ro.ids[i] is not None:
                 op["tags"][TRACE_ID_TAG] = ro.ids[i]
+            if ro.graph[i] is not None:
+                op["tags"][GRAPH_TAG] = ro.graph[i]
+                n_graph += 1
+                launches.add((r, ro.graph[i]))
             dl = sorted(deps[r].get(i, ()))
             _host_fields(op, ro, i, prev, gates[r].get(i), dl, stream_end.get(a.stream))
             prev = ro.issue[i]
@@ -483,6 +521,11 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
         guesses.append(f"process group {pg}: collectives with members missing ({'; '.join(what)}): no rendezvous "
                        "across ranks; each imported rank runs its own kernel's recorded duration from when it is "
                        "ready (the absent members' arrival is inside that duration)")
+    if n_graph:
+        notes.append(f"{n_graph} ops of {len(launches)} CUDA-graph launch(es) (cudaGraphLaunch), tagged {GRAPH_TAG}: K "
+                     "(the rank's K-th launch): each launch's ops are issued at once, at the launch (host_us 0 after "
+                     "its first op), and run as the graph ran them (stream order, the waits of its streams); the "
+                     "GPU's gaps between a graph's nodes are not replayed")
     if absent:
         notes.append(f"{absent} NCCL kernel(s) whose peers are not in the import (one rank of a multi-rank run, or "
                      "send/recv) are compute ops of their recorded duration, tagged peers: absent; the peers' "

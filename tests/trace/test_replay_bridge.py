@@ -246,3 +246,49 @@ class TestMaxConnectionsWhatIf:
         assert got["makespan_s"] == pytest.approx(190e-6)
         assert {k: v["after_s"] for k, v in got["ranks"].items()} == pytest.approx(
             {k: v["before_s"] for k, v in got["ranks"].items()})
+
+
+def _graph_doc() -> dict[str, Any]:
+    """An eager kernel ``pre`` (s7, call 1000 µs, GPU 1002-1012), an event record/wait pair (no op on another
+    stream to wait for), a cudaGraphLaunch at 1020 returning at 1030 whose nodes ran g1 (s7, 1025-1045), g2 (s7,
+    1047-1057) and g3 (s9, 1058-1068: the graph's edge from g2), then an eager ``post`` (s7, call 1080, GPU
+    1082-1092)."""
+    from replaygen import _k, _rt
+
+    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
+        _rt("cudaLaunchKernel", 1000, 2, 1), _k("void pre(float*)", 7, 1002, 10, 1),
+        _rt("cudaEventRecord", 1013, 1, 2), _rt("cudaStreamWaitEvent", 1015, 1, 3),
+        _rt("cudaGraphLaunch", 1020, 10, 4), _k("void g1(float*)", 7, 1025, 20, 4),
+        _k("void g2(float*)", 7, 1047, 10, 4), _k("void g3(float*)", 9, 1058, 10, 4),
+        _rt("cudaLaunchKernel", 1080, 2, 5), _k("void post(float*)", 7, 1082, 10, 5)]}
+
+
+class TestGraphLaunches:
+    def test_a_launch_is_issued_at_once_and_tagged(self, tmp_path: Path) -> None:
+        """Issue (µs): pre 1002, every node of the launch min(1030, first node 1025) = 1025, post 1082: host_us
+        0, 23, 0, 0, 57. g3 waits for g2 (guessed from timing: the rank has event rows, the graph's edges none)."""
+        imp = _import(tmp_path, write(tmp_path / "r0.json", _graph_doc()))
+        ops = json.loads((imp / "schedule.ops.json").read_text())
+        assert [(o["tags"].get("kernel"), o.get("host_us", 0.0), o["tags"].get("graph"), o.get("deps", []))
+                for o in ops] == [("pre", 0.0, None, []), ("g1", 23.0, 0, []), ("g2", 0.0, 0, []),
+                                  ("g3", 0.0, 0, ["k2"]), ("post", 57.0, None, [])]
+        text = (imp / "schedule.yaml").read_text()
+        assert "# note: 3 ops of 1 CUDA-graph launch(es) (cudaGraphLaunch), tagged graph: K" in text
+        assert "1 cross-stream wait(s) between nodes of CUDA-graph launches guessed from timing" in text
+
+    def test_replay_and_graph_what_if(self, tmp_path: Path) -> None:
+        """From pre's start: pre 0-10, g1 23-43, g2 43-53 (recorded 45-55: the GPU's 2 µs between nodes is not
+        replayed), g3 53-63, post 80-90: makespan 90 as recorded. 'graph*2': g1 23-63, g2 63-83, g3 83-103, post
+        after g2 83-93: 103."""
+        imp = _import(tmp_path, write(tmp_path / "r0.json", _graph_doc()))
+        assert run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--no-gantt").exit_code == 0
+        tl = Timeline.read_json(tmp_path / "p" / "timeline.json")
+        t0 = min(s.start_s for s in tl.spans)
+        got = {s.tags["kernel"]: (round((s.start_s - t0) * 1e6, 6), round((s.end_s - t0) * 1e6, 6)) for s in tl.spans}
+        assert got == {"pre": (0, 10), "g1": (23, 43), "g2": (43, 53), "g3": (53, 63), "post": (80, 90)}
+        r = run("replay", str(imp / "schedule.yaml"), "--what-if", "graph*2", "--format", "json")
+        assert r.exit_code == 0, r.output
+        w = json.loads(r.stdout)["what_if"]
+        assert w["ranks"]["0"]["before_s"] == pytest.approx(90e-6) and w["ranks"]["0"]["after_s"] == pytest.approx(
+            103e-6)
+        assert w["changes"][0] == "graph*2: 3 ops, 40.0 µs -> 80.0 µs of GPU time"
