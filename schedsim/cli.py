@@ -519,7 +519,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 #: ``check`` and ``predict`` pays for none of them.
 _EXTENSIONS = {"execute": "executor.commands", "calibrate": "executor.commands", "compare": "schedsim.compare",
                "import": "schedsim.trace.commands", "analyze": "schedsim.trace.commands",
-               "replay": "schedsim.trace.commands"}
+               "replay": "schedsim.trace.commands", "export": "schedsim.trace.commands"}
 
 
 def _extension_command(name: str) -> Any:

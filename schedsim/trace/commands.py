@@ -1,4 +1,5 @@
-"""CLI: ``schedsim import nsys|kineto FILE... --out DIR`` and ``schedsim analyze TIMELINE|TRACE``.
+"""CLI: ``schedsim import nsys|kineto FILE... --out DIR``, ``schedsim analyze TIMELINE|TRACE``, ``schedsim replay``
+and ``schedsim export chakra SCHEDULE --out DIR``.
 
 Registered into :data:`schedsim.cli.app` by :func:`register` (the core calls it
 when this module exists). Errors are :class:`~schedsim.errors.TraceError`
@@ -147,6 +148,38 @@ def register(app: typer.Typer) -> None:
         _finish_import(res, out, fmt, [*files, *([ops] if ops else [])])
 
     app.add_typer(imp, name="import")
+
+    exp = typer.Typer(no_args_is_help=True, help="Export a schedule in another tool's format.")
+
+    @exp.command("chakra")
+    @handle_errors
+    def export_chakra_cmd(
+        schedule: Path = typer.Argument(..., help="Schedule YAML (one written by schedsim import replays the run)."),
+        out: Path = typer.Option(..., "--out", "-o", help="Output folder: <name>.<rank>.et per rank (and "
+                                 "comm_group.json for collectives on part of the ranks)."),
+        profile: str = typer.Option("h200", "--profile", "-p", help="Profile that times the ops a schedule does "
+                                    "not give a recorded duration."),
+        set_: list[str] = typer.Option([], "--set", help="Override a schedule parameter: name=value."),
+        fmt: _Fmt = FmtOpt,
+    ) -> None:
+        """Write an MLCommons Chakra execution trace (ASTRA-sim's input) of a schedule: one node per op with its
+        simulated (or recorded) duration and the ops it waits for."""
+        from schedsim.api import simulate_spec
+        from schedsim.hardware.profile import load_profile
+        from schedsim.spec.loader import load_schedule, parse_overrides
+        from schedsim.trace.chakra import export_chakra, messages
+
+        messages()  # refuse a missing protobuf before simulating
+        spec = load_schedule(schedule, parse_overrides(set_))
+        run = simulate_spec(spec, load_profile(profile), file=schedule)
+        got = export_chakra(run, out, inputs=[schedule])
+        if fmt == _Fmt.json:
+            print(json.dumps({"files": [str(f) for f in got.files], "nodes": got.nodes}, indent=1))
+            return
+        print(f"wrote {len(got.files)} file(s) into {printable(out)}: {sum(got.nodes.values())} Chakra nodes on "
+              f"{len(got.nodes)} rank(s) ({', '.join(printable(f.name) for f in got.files)})")
+
+    app.add_typer(exp, name="export")
 
     @app.command("replay")
     @handle_errors

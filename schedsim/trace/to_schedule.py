@@ -404,12 +404,12 @@ def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], 
                                  f"{a.bytes:,.0f} bytes (In msg nelems x dtype), but on {where(r0)} it moves "
                                  f"{a0.bytes:,.0f}; the members of one collective move one size", fix=_FIX_ONE_RUN)
     for pg, by_rank in order.items():
-        (r0, k0), *rest = sorted(by_rank.items())
-        for r, k in rest:
-            if len(k) == len(k0) and k != k0:
-                j = next(x for x in range(len(k)) if k[x] != k0[x])
-                raise TraceError(f"{where(r)}: collective #{j} on process group {printable(pg, 80)} is {k[j]}, but on "
-                                 f"{where(r0)} it is {k0[j]} (kernel arg Collective name); NCCL runs a process "
+        (q0, seq0), *others = sorted(by_rank.items())
+        for q, seq in others:
+            if len(seq) == len(seq0) and seq != seq0:
+                j = next(x for x in range(len(seq)) if seq[x] != seq0[x])
+                raise TraceError(f"{where(q)}: collective #{j} on process group {printable(pg, 80)} is {seq[j]}, but "
+                                 f"on {where(q0)} it is {seq0[j]} (kernel arg Collective name); NCCL runs a process "
                                  "group's collectives in one order on every rank", fix=_FIX_ONE_RUN)
 
 
@@ -500,10 +500,11 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
                                              end_us=_fmt((a.end_ns - t0) / 1000.0))
             if ro.ids[i] is not None:
                 op["tags"][TRACE_ID_TAG] = ro.ids[i]
-            if ro.graph[i] is not None:
-                op["tags"][GRAPH_TAG] = ro.graph[i]
+            g = ro.graph[i]
+            if g is not None:
+                op["tags"][GRAPH_TAG] = g
                 n_graph += 1
-                launches.add((r, ro.graph[i]))
+                launches.add((r, g))
             dl = sorted(deps[r].get(i, ()))
             _host_fields(op, ro, i, prev, gates[r].get(i), dl, stream_end.get(a.stream))
             prev = ro.issue[i]

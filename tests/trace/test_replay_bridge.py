@@ -292,3 +292,93 @@ class TestGraphLaunches:
         assert w["ranks"]["0"]["before_s"] == pytest.approx(90e-6) and w["ranks"]["0"]["after_s"] == pytest.approx(
             103e-6)
         assert w["changes"][0] == "graph*2: 3 ops, 40.0 µs -> 80.0 µs of GPU time"
+
+
+class TestChakraExport:
+    def test_round_trip_of_a_two_rank_replay(self, tmp_path: Path) -> None:
+        """replaygen's two ranks: per rank A (k0, 0-100 µs), B (k1, after A by event: 100-150), C (k2, after A on
+        its stream: 100-130), the matched all-reduce (after B on its stream: 150-190, 4 MiB): 4 nodes a rank,
+        read back with the same descriptors."""
+        from schedsim.trace.chakra import COLL_TYPES, NODE_TYPES, read_et
+
+        imp = _import(tmp_path, *[write(tmp_path / f"r{r}.json", rank_doc(r)) for r in (0, 1)])
+        r = run("export", "chakra", str(imp / "schedule.yaml"), "--out", str(tmp_path / "et"), "--format", "json")
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["nodes"] == {"0": 4, "1": 4}
+        for rank in (0, 1):
+            meta, nodes = read_et((tmp_path / "et" / f"r0_replay.{rank}.et").read_bytes())
+            assert meta.version == "0.0.4"
+            got = [(n.id, n.name, n.type, list(n.data_deps), n.start_time_micros, n.duration_micros) for n in nodes]
+            comp, coll = NODE_TYPES["COMP_NODE"], NODE_TYPES["COMM_COLL_NODE"]
+            assert got == [(0, f"k0@r{rank}", comp, [], 0, 100), (1, f"k1@r{rank}", comp, [0], 100, 50),
+                           (2, f"k2@r{rank}", comp, [0], 100, 30),
+                           (3, f"all_reduce_pg0_0@r{rank}", coll, [1], 150, 40)]
+            attrs = {a.name: getattr(a, a.WhichOneof("value")) for a in nodes[3].attr}
+            assert attrs == {"is_cpu_op": False, "comm_type": COLL_TYPES["all_reduce"], "comm_size": 4 << 20}
+
+    def test_wire_format_is_et_def_proto(self) -> None:
+        """A node encoded by hand from et_def.proto's field numbers (id 1, name 2, type 3, data_deps 5 packed,
+        duration_micros 7; AttributeProto name 1, bool_val 27) equals the export's bytes, framed by a varint
+        length as Chakra's protolib.encodeMessage frames it."""
+        import io
+
+        from schedsim.trace.chakra import messages, write_et
+
+        m = messages()
+        node = m.Node(id=1, name="k0", type=4, data_deps=[0, 300], duration_micros=100)
+        node.attr.append(m.AttributeProto(name="is_cpu_op", bool_val=True))
+        body = (b"\x08\x01" b"\x12\x02k0" b"\x18\x04" b"\x2a\x03\x00\xac\x02" b"\x38\x64"
+                b"\x52\x0e" b"\x0a\x09is_cpu_op" b"\xd8\x01\x01")
+        fh = io.BytesIO()
+        write_et(fh, m.GlobalMetadata(version="0.0.4"), [node])
+        assert fh.getvalue() == b"\x07\x0a\x050.0.4" + bytes([len(body)]) + body
+
+    def test_send_recv_and_partial_groups(self, tmp_path: Path) -> None:
+        """A send 0→1 and its recv carry src 0, dst 1, size and tag 0; an all-gather of ranks 0-1 of 3 names group
+        "1" in comm_group.json."""
+        from schedsim.trace.chakra import NODE_TYPES, read_et
+
+        sched = tmp_path / "s.yaml"
+        sched.write_text("schema_version: 1\nname: p2p\nworld_size: 3\nops:\n"
+                         "  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 1024, duration_us: 5}\n"
+                         "  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 1024, duration_us: 5}\n"
+                         "  - {name: ag, kind: all_gather, ranks: [0, 1], bytes: 2048, duration_us: 7}\n"
+                         "  - {name: c, kind: compute, ranks: [2], duration_us: 3}\n")
+        r = run("export", "chakra", str(sched), "--out", str(tmp_path / "et"))
+        assert r.exit_code == 0, r.output
+        assert json.loads((tmp_path / "et" / "comm_group.json").read_text()) == {"1": [0, 1]}
+        _m, n0 = read_et((tmp_path / "et" / "p2p.0.et").read_bytes())
+        _m, n1 = read_et((tmp_path / "et" / "p2p.1.et").read_bytes())
+        _m, n2 = read_et((tmp_path / "et" / "p2p.2.et").read_bytes())
+
+        def attrs(n: Any) -> dict[str, Any]:
+            return {a.name: getattr(a, a.WhichOneof("value")) for a in n.attr}
+
+        assert n0[0].type == NODE_TYPES["COMM_SEND_NODE"] and n1[0].type == NODE_TYPES["COMM_RECV_NODE"]
+        for n in (n0[0], n1[0]):
+            assert {k: v for k, v in attrs(n).items() if k.startswith("comm_")} == {
+                "comm_src": 0, "comm_dst": 1, "comm_size": 1024, "comm_tag": 0}
+        assert attrs(n0[1])["pg_name"] == "1" and list(n0[1].data_deps) == [0]
+        assert [n.type for n in n2] == [NODE_TYPES["COMP_NODE"]] and n2[0].duration_micros == 3
+
+    def test_without_protobuf_exit_2(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        import sys
+
+        from schedsim.trace import chakra
+
+        monkeypatch.setattr(chakra, "_CACHE", [])
+        monkeypatch.setitem(sys.modules, "google.protobuf", None)
+        sched = tmp_path / "s.yaml"
+        sched.write_text("schema_version: 1\nname: x\nworld_size: 1\nops:\n  - {name: c, kind: compute, "
+                         "duration_us: 3}\n")
+        r = run("export", "chakra", str(sched), "--out", str(tmp_path / "et"))
+        assert r.exit_code == 2
+        assert "the Chakra export needs the protobuf package" in r.output and "schedsim[chakra]" in r.output
+        assert not (tmp_path / "et").exists()
+
+    def test_truncated_file_is_refused(self, tmp_path: Path) -> None:
+        from schedsim.errors import SchedsimError
+        from schedsim.trace.chakra import read_et
+
+        with pytest.raises(SchedsimError, match="runs past the end"):
+            read_et(b"\x07\x0a\x050.0")
