@@ -87,7 +87,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -697,18 +697,49 @@ class _ReplayHost:
         self.ptr[r], self.clock[r] = k, clock
 
 
-def _queue_order(ops: list[Op], conns: int | None) -> list[int]:
-    """Per op, the previous op of its rank's hardware queue in issue (program) order, or -1 (none, or no queue
-    limit: ``conns`` None). Stream ``s`` of a rank (numbered by first appearance) uses queue ``s mod conns``
-    (rule 2 of :mod:`schedsim.sim.gpu_model`, :func:`~schedsim.sim.gpu_model.stream_queues`)."""
-    prev = [-1] * len(ops)
-    if conns is None:
-        return prev
-    last: dict[tuple[int, int], int] = {}
-    for i, (op, q) in enumerate(zip(ops, gm.stream_queues(ops, int(conns)), strict=True)):
-        prev[i] = last.get((op.rank, q), -1)
-        last[(op.rank, q)] = i
-    return prev
+class _ReplayQueues:
+    """The hardware queues of the ``replay`` model (rule 2 of :mod:`schedsim.sim.gpu_model`): stream ``s`` of a
+    rank (numbered by first appearance, :func:`~schedsim.sim.gpu_model.stream_queues`) uses queue ``s mod conns``,
+    which hands its ops to the GPU in issue (program) order; in a replay an op is handed over when it starts, so
+    an op may start only once the op ahead of it in its queue has (an op ready before that is parked, and binds to
+    the op ahead). No queue limit when ``conns`` is None."""
+
+    def __init__(self, ops: list[Op], conns: int | None) -> None:
+        self.prev = [-1] * len(ops)
+        self.next = [-1] * len(ops)
+        if conns is not None:
+            last: dict[tuple[int, int], int] = {}
+            for i, (op, q) in enumerate(zip(ops, gm.stream_queues(ops, int(conns)), strict=True)):
+                p = last.get((op.rank, q), -1)
+                self.prev[i] = p
+                if p >= 0:
+                    self.next[p] = i
+                last[(op.rank, q)] = i
+        # when the op ahead in the queue started (0 where there is none; None until it has)
+        self.gate: list[float | None] = [0.0 if p < 0 else None for p in self.prev]
+        self.parked: dict[int, float] = {}  # ready ops behind an op not yet started: when they were ready
+
+    def submit(self, i: int, t: float, binding: list[int], go: Callable[[int, float], None]) -> None:
+        """Op ``i`` is ready at ``t``: ``go(i, time)`` with the time it may start as far as its queue goes
+        (``binding[i]`` the op ahead where that holds it), or park it until the op ahead starts."""
+        gate = self.gate[i]
+        if gate is None:
+            self.parked[i] = t
+        elif gate > t:
+            binding[i] = self.prev[i]
+            go(i, gate)
+        else:
+            go(i, t)
+
+    def started(self, members: Sequence[int], t: float, binding: list[int], go: Callable[[int, float], None]) -> None:
+        """Ops ``members`` start at ``t``: the op behind each in its queue may follow (:meth:`submit` again if it
+        was parked)."""
+        for i in members:
+            k = self.next[i]
+            if k >= 0:
+                self.gate[k] = t
+                if k in self.parked:
+                    self.submit(k, self.parked.pop(k), binding, go)
 
 
 def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
@@ -720,14 +751,7 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
     :mod:`schedsim.sim.gpu_model`: an op not yet ready holds up the ops behind it in its queue)."""
     ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
     host = _ReplayHost(ops, c.world, mode)
-    qprev = _queue_order(ops, conns)
-    qnext = [-1] * N
-    for i, p in enumerate(qprev):
-        if p >= 0:
-            qnext[p] = i
-    # when the op ahead in the queue started (0 where there is none; None until it has)
-    qgate: list[float | None] = [0.0 if p < 0 else None for p in qprev]
-    parked: dict[int, float] = {}  # ready ops waiting for the op ahead in their queue: the time they were ready
+    queues = _ReplayQueues(ops, conns)
     pred_end = [0.0] * N
     last_pred = [HOST] * N
     start, end, ready_t = [0.0] * N, [0.0] * N, [0.0] * N
@@ -737,26 +761,13 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
     heap: list[tuple[float, int, int]] = []
     counter = itertools.count()
 
-    def hand_over(i: int, t: float) -> None:  # op i starts at t: the op behind it in its queue may follow
-        k = qnext[i]
-        if k >= 0:
-            qgate[k] = t
-            if k in parked:
-                make_ready(k, parked.pop(k))
-
-    def make_ready(i: int, t: float) -> None:
-        gate = qgate[i]
-        if gate is None:
-            parked[i] = t
-            return
-        if gate > t:  # held behind the op ahead in its hardware queue
-            binding[i], t = qprev[i], gate
+    def make_ready(i: int, t: float) -> None:  # ready and past the op ahead in its hardware queue
         ready_t[i] = t
         j = job_of[i]
         if j < N:
             start[i] = t
             heapq.heappush(heap, (t + job_work[i], next(counter), i))
-            hand_over(i, t)
+            queues.started((i,), t, binding, make_ready)
             return
         g = j - N
         gready[g] += 1
@@ -765,17 +776,16 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
         if gready[g] == len(gmem[g]):
             t0 = _rendezvous(gmem[g], glast[g], ready_t, start, binding)
             heapq.heappush(heap, (t0 + job_work[j], next(counter), j))
-            for m in gmem[g]:
-                hand_over(m, t0)
+            queues.started(gmem[g], t0, binding, make_ready)
 
     def release(v: int) -> None:  # issued, predecessors done
         iv = host.issue[v]
         assert iv is not None
         if iv > pred_end[v]:
-            make_ready(v, iv)
+            queues.submit(v, iv, binding, make_ready)
         else:
             binding[v] = last_pred[v]
-            make_ready(v, pred_end[v])
+            queues.submit(v, pred_end[v], binding, make_ready)
 
     for r in range(c.world):
         host.advance(r, npred, pred_end, release)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -419,8 +419,7 @@ def build_timeline(
     del raw
     counters: dict[tuple[int, str], int] = defaultdict(int)
     kinds: dict[tuple[str, str, bool], tuple[str, str]] = {}
-    if span_ids is not None:
-        span_ids[:] = [None] * len(acts)
+    put_id = _id_sink(span_ids, len(acts))
     for i, a in enumerate(acts):
         if i in folded:
             continue
@@ -436,8 +435,7 @@ def build_timeline(
         n = counters[(a.rank, a.name)]
         counters[(a.rank, a.name)] = n + 1
         sid = f"{a.name}#{n}@r{a.rank}"
-        if span_ids is not None:
-            span_ids[i] = sid
+        put_id(i, sid)
         spans.append(Span(sid, a.name, a.rank, a.stream, kr[0], kr[1],
                           (a.start_ns - t0) * 1e-9, (a.end_ns - t0) * 1e-9, None, None, a.bytes, 0.0, a.tags or {}))
         acts[i] = None  # type: ignore[call-overload]  # free as we go
@@ -448,6 +446,15 @@ def build_timeline(
                   spans=spans, meta=meta)
     tl.critical_path = last_finishing_chain(spans)
     return tl
+
+
+def _id_sink(span_ids: list[str | None] | None, n: int) -> Callable[[int, str], None]:
+    """Where :func:`build_timeline` puts activity ``i``'s span id: ``span_ids`` sized to ``n`` (None each), or
+    nowhere."""
+    if span_ids is None:
+        return lambda _i, _sid: None
+    span_ids[:] = [None] * n
+    return span_ids.__setitem__
 
 
 def last_finishing_chain(spans: list[Span]) -> list[str]:

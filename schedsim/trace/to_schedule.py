@@ -82,7 +82,8 @@ from schedsim.kinds import COLLECTIVE_KINDS, PER_RANK_SIZE
 from schedsim.sim.engine import HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
-__all__ = ["GAP_NS", "GRAPH_TAG", "OPS_FILE", "TRACE_ID_TAG", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
+__all__ = ["GAP_NS", "GRAPH_TAG", "OPS_FILE", "TRACE_ID_TAG", "ReplaySchedule", "build_replay_schedule",
+           "write_replay_schedule"]
 
 #: Tag of a replay op: the id of the span it replays in the imported ``timeline.json`` (``{kernel}#{n}@r{rank}``),
 #: by which ``schedsim compare`` matches the replay's ops with the trace's (:func:`schedsim.compare.as_trace_ids`).
@@ -177,8 +178,8 @@ def _order(rep: ReplayInput, guesses: list[str]) -> dict[int, _RankOps]:
         for x in lst:
             g = (r, x[4]) in first
             graph.append(ordinal.setdefault(x[4], len(ordinal)) if g else None)
-        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst], [x[5] for x in lst],
-                          graph)
+        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst],
+                          [x[5] for x in lst], graph)
         if unmatched[r]:
             what = "all" if unmatched[r] == len(lst) else f"{unmatched[r]} of {len(lst)}"
             guesses.append(f"rank {r}: {what} GPU ops have no launch call in the trace (no cuda_runtime row of "
@@ -463,8 +464,8 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
     missing: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)  # (pg, rank lacking it) -> collectives
     t0 = min((ro.issue[0] for ro in ranks.values() if ro.issue), default=0.0)
     lines: list[str] = []
-    n_ops = n_deps = absent = matched = n_graph = 0
-    launches: set[tuple[int, int]] = set()
+    n_ops = n_deps = absent = matched = 0
+    launches: dict[tuple[int, int], int] = defaultdict(int)  # (rank, graph launch) -> its ops
     for r, ro in ranks.items():
         names = [_op_name(a, i, colls.get((r, i))) for i, a in enumerate(ro.acts)]
         prev = t0
@@ -486,8 +487,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
                 else:
                     absent += 1
                     if len(present) > 1:  # a multi-rank import: say which ranks' rows are missing
-                        for q in sorted(set(grp) - set(members)):
-                            missing[(pg, q)].add((ckind, n))
+                        _tally_missing(missing, pg, set(grp) - set(members), (ckind, n))
                     op.update(kind="compute")
                     op["tags"] = {"nccl": ckind, "peers": "absent", "pg": pg, "seq": n, "bytes": a.bytes}
             elif kind == "memcpy":
@@ -498,13 +498,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
             op["duration_us"] = dur
             op.setdefault("tags", {}).update(start_us=_fmt((a.start_ns - t0) / 1000.0),
                                              end_us=_fmt((a.end_ns - t0) / 1000.0))
-            if ro.ids[i] is not None:
-                op["tags"][TRACE_ID_TAG] = ro.ids[i]
-            g = ro.graph[i]
-            if g is not None:
-                op["tags"][GRAPH_TAG] = g
-                n_graph += 1
-                launches.add((r, g))
+            _trace_tags(op["tags"], ro, i, r, launches)
             dl = sorted(deps[r].get(i, ()))
             _host_fields(op, ro, i, prev, gates[r].get(i), dl, stream_end.get(a.stream))
             prev = ro.issue[i]
@@ -514,19 +508,12 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
                 n_deps += len(dl)
             lines.append(json.dumps(op, ensure_ascii=False))
             n_ops += 1
-    by_pg: dict[str, list[str]] = defaultdict(list)
-    for (pg, q), ns in sorted(missing.items()):
-        by_pg[pg].append(f"rank {q} ({'not imported' if q not in present else 'no kernel in its trace'}) "
-                         f"for {len(ns)}")
-    for pg, what in by_pg.items():
-        guesses.append(f"process group {pg}: collectives with members missing ({'; '.join(what)}): no rendezvous "
-                       "across ranks; each imported rank runs its own kernel's recorded duration from when it is "
-                       "ready (the absent members' arrival is inside that duration)")
-    if n_graph:
-        notes.append(f"{n_graph} ops of {len(launches)} CUDA-graph launch(es) (cudaGraphLaunch), tagged {GRAPH_TAG}: K "
-                     "(the rank's K-th launch): each launch's ops are issued at once, at the launch (host_us 0 after "
-                     "its first op), and run as the graph ran them (stream order, the waits of its streams); the "
-                     "GPU's gaps between a graph's nodes are not replayed")
+    guesses += _missing_guesses(missing, present)
+    if launches:
+        notes.append(f"{sum(launches.values())} ops of {len(launches)} CUDA-graph launch(es) (cudaGraphLaunch), "
+                     f"tagged {GRAPH_TAG}: K (the rank's K-th launch): each launch's ops are issued at once, at the "
+                     "launch (host_us 0 after its first op), and run as the graph ran them (stream order, the waits "
+                     "of its streams); the GPU's gaps between a graph's nodes are not replayed")
     if absent:
         notes.append(f"{absent} NCCL kernel(s) whose peers are not in the import (one rank of a multi-rank run, or "
                      "send/recv) are compute ops of their recorded duration, tagged peers: absent; the peers' "
@@ -549,6 +536,36 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
             f"world_size: {world}", "durations: recorded", f"ops_file: {OPS_FILE}"]
     text = "\n".join(head + body) + "\n"
     return ReplaySchedule(text, "[\n" + ",\n".join(lines) + "\n]\n", guesses, notes, n_ops, n_deps)
+
+
+def _trace_tags(tags: dict[str, Any], ro: _RankOps, i: int, r: int, launches: dict[tuple[int, int], int]) -> None:
+    """Op ``i`` of rank ``r``: its imported span id (tag ``trace_id``) and CUDA-graph launch (tag ``graph``,
+    counted in ``launches``)."""
+    if ro.ids[i] is not None:
+        tags[TRACE_ID_TAG] = ro.ids[i]
+    g = ro.graph[i]
+    if g is not None:
+        tags[GRAPH_TAG] = g
+        launches[(r, g)] += 1
+
+
+def _tally_missing(missing: dict[tuple[str, int], set[tuple[str, int]]], pg: str, ranks: set[int],
+                   coll: tuple[str, int]) -> None:
+    """Record that collective ``coll`` (kind, sequence number) of process group ``pg`` lacks ``ranks``."""
+    for q in ranks:
+        missing[(pg, q)].add(coll)
+
+
+def _missing_guesses(missing: dict[tuple[str, int], set[tuple[str, int]]], present: set[int]) -> list[str]:
+    """One guess line per process group whose collectives lack members (a multi-rank import): which ranks, for
+    how many collectives, and how the rendezvous was replaced."""
+    by_pg: dict[str, list[str]] = defaultdict(list)
+    for (pg, q), ns in sorted(missing.items()):
+        by_pg[pg].append(f"rank {q} ({'not imported' if q not in present else 'no kernel in its trace'}) "
+                         f"for {len(ns)}")
+    return [f"process group {pg}: collectives with members missing ({'; '.join(what)}): no rendezvous across "
+            "ranks; each imported rank runs its own kernel's recorded duration from when it is ready (the absent "
+            "members' arrival is inside that duration)" for pg, what in by_pg.items()]
 
 
 def _host_fields(op: dict[str, Any], ro: _RankOps, i: int, prev: float, gate: float | None, deps: list[int],
