@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from replaygen import rank_doc, write
+from replaygen import graph_doc, rank_doc, two_streams_doc, write
 from typer.testing import CliRunner
 
 from schedsim.cli import app
@@ -178,17 +178,6 @@ class TestMissingRowsImport:
         assert said in r.stderr and said in (tmp_path / "imp" / "schedule.yaml").read_text()
 
 
-def _two_streams_doc() -> dict[str, Any]:
-    """The host launches (calls of 2 µs) A on stream 7 at 1000 µs (GPU 1002-1102), B on stream 7 at 1004 (behind
-    A: 1102-1112), C on stream 20 at 1008 (1010-1060), recorded with more connections than streams."""
-    from replaygen import _k, _rt
-
-    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
-        _rt("cudaLaunchKernel", 1000, 2, 1), _k("void gemm<float>(float*)", 7, 1002, 100, 1),
-        _rt("cudaLaunchKernel", 1004, 2, 2), _k("void ew<float>(float*)", 7, 1102, 10, 2),
-        _rt("cudaLaunchKernel", 1008, 2, 3), _k("void other<float>(float*)", 20, 1010, 50, 3)]}
-
-
 class TestMaxConnectionsWhatIf:
     """Hand-computed (µs from A's issue, 1002): replayed as recorded A 0-100, B 100-110, C 8-58: rank makespan
     110. With one connection C (stream 20) shares the queue of stream 7 and waits behind B, which waits for A:
@@ -196,7 +185,7 @@ class TestMaxConnectionsWhatIf:
 
     @pytest.mark.parametrize(("n", "after_us"), [(1, 150.0), (2, 110.0), (8, 110.0)])
     def test_one_connection_serialises_the_streams(self, tmp_path: Path, n: int, after_us: float) -> None:
-        imp = _import(tmp_path, write(tmp_path / "r0.json", _two_streams_doc()))
+        imp = _import(tmp_path, write(tmp_path / "r0.json", two_streams_doc()))
         r = run("replay", str(imp / "schedule.yaml"), "--what-if", f"max_connections={n}", "--format", "json")
         assert r.exit_code == 0, r.output
         got = json.loads(r.stdout)
@@ -207,14 +196,14 @@ class TestMaxConnectionsWhatIf:
             f"CUDA_DEVICE_MAX_CONNECTIONS not declared (no queue limit) -> {n}: ")
 
     def test_table_names_the_change_and_the_rank(self, tmp_path: Path) -> None:
-        imp = _import(tmp_path, write(tmp_path / "r0.json", _two_streams_doc()))
+        imp = _import(tmp_path, write(tmp_path / "r0.json", two_streams_doc()))
         r = run("replay", str(imp / "schedule.yaml"), "--what-if", "CUDA_DEVICE_MAX_CONNECTIONS=1")
         assert r.exit_code == 0, r.output
         assert "what-if: CUDA_DEVICE_MAX_CONNECTIONS not declared (no queue limit) -> 1" in r.stdout
         assert "rank 0: makespan 110.0 µs -> 150.0 µs (+36.4%)" in r.stdout
 
     def test_schedule_env_and_predict_option_apply_to_the_replay(self, tmp_path: Path) -> None:
-        imp = _import(tmp_path, write(tmp_path / "r0.json", _two_streams_doc()))
+        imp = _import(tmp_path, write(tmp_path / "r0.json", two_streams_doc()))
         text = (imp / "schedule.yaml").read_text()
         r = run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "a"), "--no-gantt", "--max-connections",
                 "1", "--format", "json")
@@ -230,7 +219,7 @@ class TestMaxConnectionsWhatIf:
 
     @pytest.mark.parametrize("bad", ["max_connections=0", "max_connections=33", "max_connections=x"])
     def test_bad_count_exits_2(self, tmp_path: Path, bad: str) -> None:
-        imp = _import(tmp_path, write(tmp_path / "r0.json", _two_streams_doc()))
+        imp = _import(tmp_path, write(tmp_path / "r0.json", two_streams_doc()))
         r = run("replay", str(imp / "schedule.yaml"), "--what-if", bad)
         assert r.exit_code == 2 and "CUDA_DEVICE_MAX_CONNECTIONS must be an integer 1-32" in r.output
 
@@ -248,26 +237,11 @@ class TestMaxConnectionsWhatIf:
             {k: v["before_s"] for k, v in got["ranks"].items()})
 
 
-def _graph_doc() -> dict[str, Any]:
-    """An eager kernel ``pre`` (s7, call 1000 µs, GPU 1002-1012), an event record/wait pair (no op on another
-    stream to wait for), a cudaGraphLaunch at 1020 returning at 1030 whose nodes ran g1 (s7, 1025-1045), g2 (s7,
-    1047-1057) and g3 (s9, 1058-1068: the graph's edge from g2), then an eager ``post`` (s7, call 1080, GPU
-    1082-1092)."""
-    from replaygen import _k, _rt
-
-    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
-        _rt("cudaLaunchKernel", 1000, 2, 1), _k("void pre(float*)", 7, 1002, 10, 1),
-        _rt("cudaEventRecord", 1013, 1, 2), _rt("cudaStreamWaitEvent", 1015, 1, 3),
-        _rt("cudaGraphLaunch", 1020, 10, 4), _k("void g1(float*)", 7, 1025, 20, 4),
-        _k("void g2(float*)", 7, 1047, 10, 4), _k("void g3(float*)", 9, 1058, 10, 4),
-        _rt("cudaLaunchKernel", 1080, 2, 5), _k("void post(float*)", 7, 1082, 10, 5)]}
-
-
 class TestGraphLaunches:
     def test_a_launch_is_issued_at_once_and_tagged(self, tmp_path: Path) -> None:
         """Issue (µs): pre 1002, every node of the launch min(1030, first node 1025) = 1025, post 1082: host_us
         0, 23, 0, 0, 57. g3 waits for g2 (guessed from timing: the rank has event rows, the graph's edges none)."""
-        imp = _import(tmp_path, write(tmp_path / "r0.json", _graph_doc()))
+        imp = _import(tmp_path, write(tmp_path / "r0.json", graph_doc()))
         ops = json.loads((imp / "schedule.ops.json").read_text())
         assert [(o["tags"].get("kernel"), o.get("host_us", 0.0), o["tags"].get("graph"), o.get("deps", []))
                 for o in ops] == [("pre", 0.0, None, []), ("g1", 23.0, 0, []), ("g2", 0.0, 0, []),
@@ -280,7 +254,7 @@ class TestGraphLaunches:
         """From pre's start: pre 0-10, g1 23-43, g2 43-53 (recorded 45-55: the GPU's 2 µs between nodes is not
         replayed), g3 53-63, post 80-90: makespan 90 as recorded. 'graph*2': g1 23-63, g2 63-83, g3 83-103, post
         after g2 83-93: 103."""
-        imp = _import(tmp_path, write(tmp_path / "r0.json", _graph_doc()))
+        imp = _import(tmp_path, write(tmp_path / "r0.json", graph_doc()))
         assert run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--no-gantt").exit_code == 0
         tl = Timeline.read_json(tmp_path / "p" / "timeline.json")
         t0 = min(s.start_s for s in tl.spans)
