@@ -400,7 +400,7 @@ def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], 
         a0 = ranks[r0].acts[i0]
         for r, i in rest:
             a = ranks[r].acts[i]
-            if a.bytes != a0.bytes:
+            if a.bytes != a0.bytes and a.bytes > 0 and a0.bytes > 0:  # 0: a kernel without the size args
                 raise TraceError(f"{where(r)}: {kind} #{n} on process group {printable(pg, 80)} moves "
                                  f"{a.bytes:,.0f} bytes (In msg nelems x dtype), but on {where(r0)} it moves "
                                  f"{a0.bytes:,.0f}; the members of one collective move one size", fix=_FIX_ONE_RUN)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import KINETO_AR, KINETO_SR, NSYS_REAL, need
 from replaygen import graph_doc, rank_doc, two_streams_doc, write
 from typer.testing import CliRunner
 
@@ -53,6 +54,18 @@ class TestPredictReplaysByDefault:
         assert r.exit_code == 0, r.output
         modeled = replay_report(Timeline.read_json(tmp_path / "m" / "timeline.json"))
         assert abs(modeled.error) > 0.05  # the modeled GPU is not the recorded run
+
+    @pytest.mark.parametrize(("kind", "path"), [("kineto", KINETO_AR), ("kineto", KINETO_SR), ("nsys", NSYS_REAL)])
+    def test_shared_real_traces_within_the_goal(self, tmp_path: Path, kind: str, path: Path) -> None:
+        """The real traces of ../shared/data/traces (skipped where absent), each predicted with no option: makespan
+        within 5 % (the issue's worst case) and per-op start error median within 5 % of the makespan."""
+        out = tmp_path / "imp"
+        r = run("import", kind, str(need(path)), "--out", str(out))
+        assert r.exit_code == 0, r.output
+        r = run("predict", str(out / "schedule.yaml"), "-o", str(tmp_path / "p"), "--no-gantt", "--no-trace")
+        assert r.exit_code == 0, r.output
+        rep = replay_report(Timeline.read_json(tmp_path / "p" / "timeline.json"))
+        assert abs(rep.error) <= 0.05 and rep.start_error_median <= 0.05
 
     def test_synthetic_trace_replays_exactly(self, tmp_path: Path) -> None:
         """replaygen's rank: A 1010-1110, B 1110-1160, C 1110-1140, AR 1160-1200 (µs): makespan 190 µs."""
@@ -136,6 +149,15 @@ class TestContradictoryTraces:
         assert first.startswith(f"error: {files[1]} (rank 1): ") and says in first and f"{files[0]} (rank 0)" in first
         assert "fix: pass the trace files of one run" in r.output and "Traceback" not in r.output
         assert not (tmp_path / "imp" / "schedule.yaml").exists() and not (tmp_path / "imp" / "timeline.json").exists()
+
+    def test_a_counterpart_without_size_args_is_no_contradiction(self, tmp_path: Path) -> None:
+        files = _two_ranks(tmp_path)
+        d1 = json.loads(files[1].read_text())
+        for k in ("In msg nelems", "Out msg nelems", "dtype"):
+            _nccl(d1)["args"].pop(k)
+        write(files[1], d1)
+        r = run("import", "kineto", *map(str, files), "--out", str(tmp_path / "imp"))
+        assert r.exit_code == 0, r.output
 
     def test_two_files_of_one_rank_and_two_world_sizes_exit_2(self, tmp_path: Path) -> None:
         a = write(tmp_path / "a.json", rank_doc(0))
