@@ -952,6 +952,10 @@ def print_comparison(res: Comparison, console: Any = None) -> None:
               f"{m.n_only_meas}); comparison mode: {m.mode}")
     if res.ops is not None:
         _print_op_errors(con, res.ops)
+        if res.source.meas == "import":
+            line = start_differences(res.ops.per_op)
+            if line:
+                con.print(escape(line))
     ov = res.overlap
     if ov is not None:
         con.print(f"overlap ratio: predicted {ov.overlap_ratio.pred:.3f}, measured {ov.overlap_ratio.meas:.3f}; "
@@ -964,6 +968,38 @@ def print_comparison(res: Comparison, console: Any = None) -> None:
         t.add_row(str(r), *[f"{fmt_time(d.pred_s)} / {fmt_time(d.meas_s)}"
                             for d in (row.compute, row.comm, row.copy, row.idle)])
     con.print(t)
+
+
+def start_differences(rows: list[OpRow]) -> str:
+    """One line on where ops start, predicted against an imported trace (a replay of it, say), each side's times
+    from its own first start: the median |difference| and the op furthest off, with why a replay can differ there
+    (an op replayed earlier than recorded was held in the run by something no trace row records; one replayed later
+    by a wait or issue of the replay that the run did not have). Empty without rows.
+
+    >>> r = [OpRow("a@r0", "compute", 0, "s", 0.0, 1.0, 0.0, 1.0, 0.0), OpRow("b@r0", "compute", 0, "s", 1.0, 1.0,
+    ...      3.0, 1.0, 0.0)]
+    >>> line = start_differences(r)
+    >>> line.split("; ")[0]
+    'op starts (each side from its first): median |predicted - measured| 1000.000 ms'
+    >>> line.split("; ")[1]
+    'furthest b@r0, predicted at 1000.000 ms, measured at 3000.000 ms (earlier than recorded: in the run something no \
+trace row records held it)'
+    """
+    if not rows:
+        return ""
+    from schedsim.report.summary import fmt_time
+
+    p0 = min(r.pred_start_s for r in rows)
+    m0 = min(r.meas_start_s for r in rows)
+    diffs = [(r.pred_start_s - p0) - (r.meas_start_s - m0) for r in rows]
+    k = max(range(len(rows)), key=lambda i: abs(diffs[i]))
+    far = rows[k]
+    why = ("earlier than recorded: in the run something no trace row records held it" if diffs[k] < 0 else
+           "later than recorded: a wait or issue time of the prediction that the run did not have")
+    return (f"op starts (each side from its first): median |predicted - measured| "
+            f"{fmt_time(statistics.median(abs(d) for d in diffs))}; furthest {far.id}, predicted at "
+            f"{fmt_time(far.pred_start_s - p0)}, measured at {fmt_time(far.meas_start_s - m0)}"
+            + (f" ({why})" if diffs[k] else ""))
 
 
 def print_op_errors(o: OpErrors, console: Any = None) -> None:

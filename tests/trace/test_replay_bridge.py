@@ -107,6 +107,12 @@ class TestCompareReplayWithImport:
         others = [v for k, v in rows.items() if v is not ar]
         assert all(v["pred_start_s"] == pytest.approx(v["meas_start_s"], abs=1e-9) for v in others)
         assert got["makespan"]["pred_s"] == pytest.approx(190e-6) and got["makespan"]["meas_s"] == pytest.approx(330e-6)
+        r = run("compare", str(tmp_path / "p"), str(imp), "-o", str(tmp_path / "c2"), "--no-gantt")
+        assert r.exit_code == 0, r.output
+        said = " ".join(r.stdout.split())  # rich wraps long lines
+        assert ("op starts (each side from its first): median |predicted - measured| 0.0 µs; furthest "
+                "ncclKernel_AllReduce_RING_LL_Sum_float#0@r0, predicted at 150.0 µs, measured at 290.0 µs (earlier "
+                "than recorded: in the run something no trace row records held it)") in said
 
     def test_a_plain_prediction_keeps_its_ids(self, tmp_path: Path) -> None:
         """Only a timeline whose spans carry trace_id tags is renamed (a hand-written schedule's prediction is not)."""
