@@ -54,7 +54,7 @@ from schedsim.trace.common import (
     match_op,
     short_kernel_name,
 )
-from schedsim.trace.validate import MAX_DUR_US, max_trace_events, too_many_events
+from schedsim.trace.validate import MAX_DUR_US, check_processes_distinct, max_trace_events, too_many_events
 
 __all__ = ["EXPORT_HINT", "import_nsys", "nvtx_events", "nvtx_sizes_nelems"]
 
@@ -274,6 +274,7 @@ def import_nsys(
                              "is corrupt or was edited") from None
         finally:
             db.conn.close()
+    check_processes_distinct(rank_info, {str(p): b for p, b in zip(files, bases, strict=True)})
     if not acts:
         raise TraceError(f"{files[0]}: no kernels, memcpys or memsets in the capture; "
                          "was nsys run with `-t cuda`?")

@@ -175,6 +175,23 @@ class TestContradictoryTraces:
         assert r.exit_code == 2 and f"error: {c}: distributedInfo.world_size is 4, but {a} says 2" in r.output
 
 
+class TestNsysSameCaptureTwice:
+    def test_one_file_twice_exit_2(self, tmp_path: Path, synth_db: Any) -> None:
+        db, _exp = synth_db
+        r = run("import", "nsys", str(db), str(db), "--out", str(tmp_path / "imp"))
+        assert r.exit_code == 2 and f"error: {db}: process " in r.output and "(the same capture twice)" in r.output
+        assert "fix: pass each rank's nsys export once" in r.output
+
+    def test_a_copy_of_a_capture_exit_2(self, tmp_path: Path) -> None:
+        """Two files of one session start, process and device (the real export and a copy of it)."""
+        import shutil
+
+        copy = tmp_path / "copy.sqlite"
+        shutil.copy(need(NSYS_REAL), copy)
+        r = run("import", "nsys", str(NSYS_REAL), str(copy), "--out", str(tmp_path / "imp"))
+        assert r.exit_code == 2 and f"error: {copy}: process " in r.output and str(NSYS_REAL) in r.output
+
+
 class TestMissingRowsImport:
     def test_rank_not_imported_is_a_guess_in_the_comment_and_on_stderr(self, tmp_path: Path) -> None:
         """A process group of ranks 0-2 with ranks 0 and 1 imported: the all-reduce keeps each rank's recorded
