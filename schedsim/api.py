@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from schedsim.sim.pipeline_metrics import PipelineMetrics
     from schedsim.sim.timeline import Timeline
 
-__all__ = ["Run", "SweepRow", "load", "load_text", "build", "lower_spec", "simulate_spec", "predict", "predict_to_dir",
+__all__ = ["Run", "SweepRow", "load", "load_text", "build", "lower_spec", "gpu_model_of", "simulate_spec", "predict",
+           "predict_to_dir",
            "trace_wanted", "sweep",
            "compare", "plot_gantt", "plot_pipeline", "plot_memory", "to_pandas"]
 

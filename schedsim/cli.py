@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from schedsim.api import TRACE_MAX_OPS, SweepRow, lower_spec, predict_to_dir
+from schedsim.api import TRACE_MAX_OPS, SweepRow, gpu_model_of, lower_spec, predict_to_dir
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError, printable
@@ -289,7 +289,8 @@ def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -
 
     with paused_gc():
         try:
-            tl = simulate(lower_spec(_load(file, sets), file), load_profile(profile))
+            spec = _load(file, sets)
+            tl = simulate(lower_spec(spec, file), load_profile(profile), gpu_model=gpu_model_of(spec))
         except SchedsimError as e:  # returned, not raised: a worker's exception may not unpickle
             return str(e)
         tl.meta.update({"file": str(file), "set": list(sets)})

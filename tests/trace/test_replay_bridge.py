@@ -76,6 +76,15 @@ class TestPredictReplaysByDefault:
         t0 = min(s.start_s for s in tl.spans)
         assert max(s.end_s for s in tl.spans) - t0 == pytest.approx(190e-6)
 
+    def test_sweep_replays_too(self, tmp_path: Path) -> None:
+        """sweep decides the GPU model as predict does: each point of an imported schedule is its replay."""
+        imp = _import(tmp_path, write(tmp_path / "r0.json", rank_doc(0, world=1)))
+        with open(imp / "schedule.yaml", "a") as f:
+            f.write("params: {x: 1}\n")
+        r = run("sweep", str(imp / "schedule.yaml"), "--set", "x=1,2", "-o", str(tmp_path / "sw"), "--format", "json")
+        assert r.exit_code == 0, r.output
+        assert [p["makespan_s"] for p in json.loads(r.stdout)] == pytest.approx([190e-6, 190e-6])
+
     def test_contradicting_options_exit_2(self, tmp_path: Path) -> None:
         imp = _import(tmp_path, write(tmp_path / "r0.json", rank_doc(0, world=1)))
         r = run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--durations", "modeled",
