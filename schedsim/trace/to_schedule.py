@@ -48,7 +48,14 @@ by ``correlation`` id; without them, GPU start order), named ``k<n>`` (kernel), 
     :data:`GAP_NS` after both its issue and its stream predecessor's end, within :data:`GAP_NS` of the end of
     an op of another stream launched before it, waits for that op (guessed from timing).
 
-Every guess is listed in a comment at the top of ``schedule.yaml`` and printed once on stderr.
+Every guess is listed in a comment at the top of ``schedule.yaml`` and printed once on stderr; so are the
+collectives of a multi-rank import that lack members (a rank of their process group not imported, or imported
+without that kernel): each imported member keeps its own recorded duration, with no rendezvous.
+
+Contradictions are errors (:class:`~schedsim.errors.TraceError`, exit 2, naming both ranks' files): a process
+group with two member lists, members of one collective (same process group, kind and sequence number) moving
+different sizes (all_to_all excepted; a kernel without the size args compared with nothing), or two ranks whose
+collectives on one process group come in different orders (compared where they have as many).
 
 Large traces: ``schedule.yaml`` holds the header and ``ops_file: schedule.ops.json``, a sibling JSON list of
 the ops, one a line, which the loader appends to the written ops (:func:`schedsim.spec.loader._ops_file`):
