@@ -267,34 +267,33 @@ def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None
         t0, t1 = float(starts[row]), float(ends[row])
         n = msgs.Node(id=local[i], name=ids[i], start_time_micros=_us(t0), duration_micros=_us(t1 - t0),
                       data_deps=sorted(set(preds[i])))
-        attr = [msgs.AttributeProto(name="is_cpu_op", bool_val=False)]
+        attr: list[dict[str, Any]] = [{"name": "is_cpu_op", "bool_val": False}]
         if op.kind in COLL_TYPES:
             n.type = NODE_TYPES["COMM_COLL_NODE"]
-            attr += [msgs.AttributeProto(name="comm_type", int64_val=COLL_TYPES[op.kind]),
-                     msgs.AttributeProto(name="comm_size", uint64_val=int(op.nbytes))]
+            attr += [{"name": "comm_type", "int64_val": COLL_TYPES[op.kind]},
+                     {"name": "comm_size", "uint64_val": int(op.nbytes)}]
             grp = tuple(sorted(op.group)) if op.group else tuple(range(world))
             if grp != tuple(range(world)):
                 pg = groups.setdefault(grp, str(len(groups) + 1))
-                attr.append(msgs.AttributeProto(name="pg_name", string_val=pg))
+                attr.append({"name": "pg_name", "string_val": pg})
         elif op.kind in ("send", "recv"):
             src, dst = (op.rank, op.peer) if op.kind == "send" else (op.peer, op.rank)
             tally = sent if op.kind == "send" else got
             tag = tally[(src, dst)]
             tally[(src, dst)] += 1
             n.type = NODE_TYPES["COMM_SEND_NODE" if op.kind == "send" else "COMM_RECV_NODE"]
-            attr += [msgs.AttributeProto(name="comm_src", int32_val=int(src)),
-                     msgs.AttributeProto(name="comm_dst", int32_val=int(dst)),
-                     msgs.AttributeProto(name="comm_size", uint64_val=int(op.nbytes)),
-                     msgs.AttributeProto(name="comm_tag", int32_val=tag)]
+            attr += [{"name": "comm_src", "int32_val": int(src)}, {"name": "comm_dst", "int32_val": int(dst)},
+                     {"name": "comm_size", "uint64_val": int(op.nbytes)}, {"name": "comm_tag", "int32_val": tag}]
         else:
             n.type = NODE_TYPES["COMP_NODE"]
             if op.flops > 0:
-                attr.append(msgs.AttributeProto(name="num_ops", uint64_val=int(op.flops)))
+                attr.append({"name": "num_ops", "uint64_val": int(op.flops)})
             if op.nbytes > 0:
-                attr.append(msgs.AttributeProto(name="tensor_size", uint64_val=int(op.nbytes)))
+                attr.append({"name": "tensor_size", "uint64_val": int(op.nbytes)})
             if op.kind == "memcpy":
-                attr.append(msgs.AttributeProto(name="memcpy", string_val=str(op.direction)))
-        n.attr.extend(attr)
+                attr.append({"name": "memcpy", "string_val": str(op.direction)})
+        for a in attr:
+            n.attr.add(**a)
         nodes[op.rank].append(n)
     stem = safe_dirname(tl.schedule or "schedule")
     names = [f"{stem}.{r}.et" for r in range(world)] + (["comm_group.json"] if groups else [])
