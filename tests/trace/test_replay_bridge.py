@@ -322,6 +322,24 @@ class TestGraphLaunches:
         assert w["changes"][0] == "graph*2: 3 ops, 40.0 µs -> 80.0 µs of GPU time"
 
 
+def test_nsys_graph_launch_is_issued_at_once(tmp_path: Path) -> None:
+    """An nsys export (ns): kernel k (stream 7, call 100-200, GPU 150-250) launched alone, then a cudaGraphLaunch
+    (call 500-600, correlation 5) whose nodes g1 (550-650) and g2 (700-800) ran on stream 7: k is issued at 150,
+    both nodes at min(600, 550) = 550, so g1's host_us is 0.4 µs, g2's 0, and both carry graph: 0."""
+    from nsysdb import make_tiny_db
+
+    db = tmp_path / "g.sqlite"
+    make_tiny_db(db, [{"start": 150, "end": 250, "name": "k", "correlationId": 4},
+                      {"start": 550, "end": 650, "name": "g1", "correlationId": 5},
+                      {"start": 700, "end": 800, "name": "g2", "correlationId": 5}],
+                 runtime=[(100, 200, 4, "cudaLaunchKernel_v7000"), (500, 600, 5, "cudaGraphLaunch_v10000")])
+    r = run("import", "nsys", str(db), "--out", str(tmp_path / "imp"))
+    assert r.exit_code == 0, r.output
+    ops = json.loads((tmp_path / "imp" / "schedule.ops.json").read_text())
+    assert [(o["tags"]["kernel"], o.get("host_us", 0.0), o["tags"].get("graph")) for o in ops] == [
+        ("k", 0.0, None), ("g1", 0.4, 0), ("g2", 0.0, 0)]
+
+
 class TestChakraExport:
     def test_round_trip_of_a_two_rank_replay(self, tmp_path: Path) -> None:
         """replaygen's two ranks: per rank A (k0, 0-100 µs), B (k1, after A by event: 100-150), C (k2, after A on
