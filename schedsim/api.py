@@ -334,8 +334,9 @@ def profile_tag(prof: HardwareProfile) -> str:
 def predict_options(launch: str | None, prof: HardwareProfile, **sim: Any) -> dict[str, Any]:
     """The options of :func:`predict_to_dir` that change the prediction, as :func:`default_outdir_name` names
     them (the ``schedsim predict`` flag without ``--``): ``launch``, ``gpu-model``, ``durations``,
-    ``max-connections``, where given; ``timed-graph`` (a :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph` profile),
-    ``model-executor`` where on; ``iteration-gap-ms`` where not 0."""
+    ``max-connections``, where given; ``timed-graph`` (a
+    :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph` profile), ``model-executor`` where on;
+    ``iteration-gap-ms`` where not 0."""
     opts: dict[str, Any] = {}
     if launch is not None:
         opts["launch"] = launch
