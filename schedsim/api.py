@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from schedsim.errors import SchedsimError
+from schedsim.errors import SchedsimError, SpecError
 from schedsim.results import OMIT_NONE, to_dict
 
 if TYPE_CHECKING:
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from schedsim.sim.pipeline_metrics import PipelineMetrics
     from schedsim.sim.timeline import Timeline
 
-__all__ = ["Run", "SweepRow", "load", "load_text", "build", "lower_spec", "simulate_spec", "predict", "predict_to_dir",
+__all__ = ["Run", "SweepRow", "load", "load_text", "build", "lower_spec", "gpu_model_of", "simulate_spec", "predict",
+           "predict_to_dir",
            "trace_wanted", "sweep",
            "compare", "plot_gantt", "plot_pipeline", "plot_memory", "to_pandas"]
 
@@ -155,6 +156,34 @@ def lower_spec(spec: Any, file: str | Path | None = None) -> Any:
         raise
 
 
+def gpu_model_of(spec: Any, gpu_model: str | None = None, durations: str | None = None,
+                 file: str | Path | None = None) -> str | None:
+    """The GPU model a prediction of ``spec`` runs: ``gpu_model`` where given, else ``replay`` where the
+    durations are ``recorded`` (``durations``, else the schedule's ``durations`` field, which ``schedsim
+    import`` writes), else None (the profile's ``gpu_model``).
+
+    Raises
+    ------
+    SpecError
+        ``durations`` and ``gpu_model`` both given and contradicting each other (``recorded`` is the ``replay``
+        model; ``modeled`` any other).
+
+    >>> from types import SimpleNamespace as N
+    >>> gpu_model_of(N(durations="recorded")), gpu_model_of(N(durations="recorded"), "waves")
+    ('replay', 'waves')
+    >>> gpu_model_of(N(durations="modeled")) is None, gpu_model_of(N(durations="modeled"), None, "recorded")
+    (True, 'replay')
+    """
+    if gpu_model is not None:
+        if durations is not None and (gpu_model == "replay") != (durations == "recorded"):
+            raise SpecError(f"--durations {durations} contradicts --gpu-model {gpu_model} (recorded durations are "
+                            "the replay model)", file=str(file) if file is not None else None,
+                            fix="pass one of them: --durations recorded (= --gpu-model replay) or --durations "
+                            "modeled with --gpu-model waves|sharing")
+        return gpu_model
+    return "replay" if (durations or getattr(spec, "durations", "modeled")) == "recorded" else None
+
+
 def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, launch: str | None = None,
                   progress: bool = False, meta: dict[str, Any] | None = None, **sim: Any) -> Run:
     """The chain after loading: :func:`build` → simulate → metrics, pipeline metrics and memory curve.
@@ -174,6 +203,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     from schedsim.sim.metrics import MemoryPeak, Metrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
+    sim["gpu_model"] = gpu_model_of(spec, sim.get("gpu_model"), sim.pop("durations", None), file)
     prog = lower_spec(spec, file)
     # the schedule's NCCL_ALGO / NCCL_PROTO over the profile's
     profile = profile.with_nccl_env(spec.env, spec.env_sources())
@@ -303,14 +333,17 @@ def profile_tag(prof: HardwareProfile) -> str:
 
 def predict_options(launch: str | None, prof: HardwareProfile, **sim: Any) -> dict[str, Any]:
     """The options of :func:`predict_to_dir` that change the prediction, as :func:`default_outdir_name` names
-    them (the ``schedsim predict`` flag without ``--``): ``launch``, ``gpu-model``, ``max-connections``, where
-    given; ``timed-graph`` (a :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph` profile),
-    ``model-executor`` where on; ``iteration-gap-ms`` where not 0."""
+    them (the ``schedsim predict`` flag without ``--``): ``launch``, ``gpu-model``, ``durations``,
+    ``max-connections``, where given; ``timed-graph`` (a
+    :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph` profile), ``model-executor`` where on;
+    ``iteration-gap-ms`` where not 0."""
     opts: dict[str, Any] = {}
     if launch is not None:
         opts["launch"] = launch
     if sim.get("gpu_model") is not None:
         opts["gpu-model"] = sim["gpu_model"]
+    if sim.get("durations") is not None:
+        opts["durations"] = sim["durations"]
     if sim.get("max_connections") is not None:
         opts["max-connections"] = sim["max_connections"]
     if prof.is_timed_graph:

@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from schedsim.api import TRACE_MAX_OPS, SweepRow, lower_spec, predict_to_dir
+from schedsim.api import TRACE_MAX_OPS, SweepRow, gpu_model_of, lower_spec, predict_to_dir
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError, printable
@@ -46,6 +46,11 @@ class GpuModel(str, Enum):
     waves = "waves"
     sharing = "sharing"
     replay = "replay"
+
+
+class Durations(str, Enum):
+    modeled = "modeled"
+    recorded = "recorded"
 
 
 class Launch(str, Enum):
@@ -90,6 +95,10 @@ def predict(
     all_ranks: bool = typer.Option(False, "--all-ranks", help="Print every rank (default: totals, worst and best)."),
     gpu_model: GpuModel | None = typer.Option(None, "--gpu-model", help="GPU execution model (default: the "
                                                  "profile's gpu_model, waves)."),
+    durations: Durations | None = typer.Option(None, "--durations", help="recorded: replay the ops' recorded "
+                                               "duration_us and host_us (the replay GPU model); modeled: the "
+                                               "profile's GPU model [default: the schedule's durations field, "
+                                               "recorded in schedules written by schedsim import]."),
     max_connections: int | None = typer.Option(None, "--max-connections", min=1, max=32,
                                                   help="CUDA_DEVICE_MAX_CONNECTIONS (1-32); overrides the schedule's "
                                                   "env and the profile."),
@@ -124,6 +133,7 @@ def predict(
     with paused_gc():  # also through the summary: its tables walk the whole timeline
         tl, metrics, paths = predict_to_dir(file, set_, prof, out, launch.value if launch else None, gantt, trace,
                                             gpu_model=gpu_model.value if gpu_model else None,
+                                            durations=durations.value if durations else None,
                                             max_connections=max_connections, model_executor=model_executor,
                                             iteration_gap_s=iteration_gap_ms * 1e-3)
         if timed_graph and prof is not profile and prof.is_timed_graph and tl.launch != "cuda_graph":
@@ -279,7 +289,8 @@ def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -
 
     with paused_gc():
         try:
-            tl = simulate(lower_spec(_load(file, sets), file), load_profile(profile))
+            spec = _load(file, sets)
+            tl = simulate(lower_spec(spec, file), load_profile(profile), gpu_model=gpu_model_of(spec))
         except SchedsimError as e:  # returned, not raised: a worker's exception may not unpickle
             return str(e)
         tl.meta.update({"file": str(file), "set": list(sets)})
@@ -509,7 +520,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 #: ``check`` and ``predict`` pays for none of them.
 _EXTENSIONS = {"execute": "executor.commands", "calibrate": "executor.commands", "compare": "schedsim.compare",
                "import": "schedsim.trace.commands", "analyze": "schedsim.trace.commands",
-               "replay": "schedsim.trace.commands"}
+               "replay": "schedsim.trace.commands", "export": "schedsim.trace.commands"}
 
 
 def _extension_command(name: str) -> Any:

@@ -30,7 +30,9 @@ What is compared
 * **Per rank, by resource**: the busy time of compute, communication and copy
   and the idle time. This is always reported, and it is *the* comparison when
   the ops cannot be matched by id (an imported trace names kernels, not schedule
-  ops): then ``match.mode`` is ``"kind"``.
+  ops): then ``match.mode`` is ``"kind"``. A replay of an imported schedule
+  (``schedsim import`` then ``predict``) is matched with the imported timeline by
+  the ``trace_id`` tag each of its ops carries (:func:`as_trace_ids`).
 
 Errors are signed: positive means the prediction is too long.
 
@@ -445,6 +447,43 @@ def timed_graph_measurement(tl: Timeline) -> bool:
     return isinstance(tl.meta, dict) and tl.meta.get("timing") == "cuda_graph_external_events"
 
 
+#: The tag of a replayed op naming its span in the imported timeline (:data:`schedsim.trace.to_schedule.TRACE_ID_TAG`).
+TRACE_ID_TAG = "trace_id"
+
+
+def as_trace_ids(tl: Timeline, other: Timeline) -> Timeline:
+    """``tl`` with the id of every span that carries a ``trace_id`` tag replaced by that tag (and its critical
+    path renamed alike), when ``other`` is an imported timeline and ``tl`` is not: the replay of an imported
+    schedule (its ops ``k12``, ``cp3``, ...) compared with the import, op by op, under the imported span ids
+    (``{kernel}#{n}@r{rank}``). Otherwise ``tl`` itself.
+
+    >>> from schedsim.sim.timeline import Span
+    >>> p = Timeline("x", "predict", 1, spans=[Span("k0@r0", "k0", 0, "s7", "compute", "compute", 0.0, 1.0,
+    ...                                         tags={"trace_id": "gemm#0@r0"})], critical_path=["k0@r0"])
+    >>> got = as_trace_ids(p, Timeline("x", "import", 1))
+    >>> [s.id for s in got.spans], got.critical_path
+    (['gemm#0@r0'], ['gemm#0@r0'])
+    """
+    if other.source != "import" or tl.source == "import":
+        return tl
+    values, codes = tl.columns.tag_column(TRACE_ID_TAG)
+    if not values:
+        return tl
+    ids = tl.columns.id
+    new = [str(values[c]) if c >= 0 else i for i, c in zip(ids, codes.tolist(), strict=True)]
+    renamed = dict(zip(ids, new, strict=True))
+    out = Timeline(tl.schedule, tl.source, tl.world_size, tl.launch, tl.profile,
+                   [s._replace(id=n) for s, n in zip(tl.spans, new, strict=True)],
+                   [renamed.get(x, x) for x in tl.critical_path], tl.meta)
+    out.host_call_end_s = tl.host_call_end_s
+    return out
+
+
+def _replayed(pred: Timeline, meas: Timeline) -> bool:
+    """``pred`` is the replay of the import ``meas`` (its spans carry ``trace_id`` tags)."""
+    return meas.source == "import" and pred.source != "import" and bool(pred.columns.tag_column(TRACE_ID_TAG)[0])
+
+
 def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None) -> list[str]:
     """Why the timelines may not be comparable: different schedules, ``--set`` values or world sizes (of
     ``pred``, and of ``pred_timed`` when given, against ``meas``), a timed CUDA graph compared with a plain
@@ -452,7 +491,7 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
     warnings: list[str] = []
     for p in (pred,) if pred_timed is None else (pred, pred_timed):
         tag = "" if p is pred else " (--pred-timed)"
-        if p.schedule != meas.schedule:
+        if p.schedule != meas.schedule and not (_replayed(p, meas) and p.schedule == f"{meas.schedule}_replay"):
             warnings.append(f"different schedules{tag}: {p.schedule!r} vs {meas.schedule!r}")
         sp = p.meta.get("set") if isinstance(p.meta, dict) else None
         sm = meas.meta.get("set") if isinstance(meas.meta, dict) else None
@@ -549,6 +588,7 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     0.1
     """
     untimed = None
+    pred, meas = as_trace_ids(pred, meas), as_trace_ids(meas, pred)
     warns = _warnings(pred, meas, pred_timed)
     host_issue = _host_issue(pred, meas)
     host_calls = _host_calls(pred, meas)
@@ -843,6 +883,7 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
     from schedsim.report.chrome import write_chrome_trace
 
     out = Path(outdir)
+    pred, meas = as_trace_ids(pred, meas), as_trace_ids(meas, pred)  # the trace and Gantt under the same ids
     res = compare_timelines(pred, meas, pred_timed=pred_timed)
     if pred_timed is not None:
         pred = pred_timed
@@ -911,6 +952,10 @@ def print_comparison(res: Comparison, console: Any = None) -> None:
               f"{m.n_only_meas}); comparison mode: {m.mode}")
     if res.ops is not None:
         _print_op_errors(con, res.ops)
+        if res.source.meas == "import":
+            line = start_differences(res.ops.per_op)
+            if line:
+                con.print(escape(line))
     ov = res.overlap
     if ov is not None:
         con.print(f"overlap ratio: predicted {ov.overlap_ratio.pred:.3f}, measured {ov.overlap_ratio.meas:.3f}; "
@@ -923,6 +968,38 @@ def print_comparison(res: Comparison, console: Any = None) -> None:
         t.add_row(str(r), *[f"{fmt_time(d.pred_s)} / {fmt_time(d.meas_s)}"
                             for d in (row.compute, row.comm, row.copy, row.idle)])
     con.print(t)
+
+
+def start_differences(rows: list[OpRow]) -> str:
+    """One line on where ops start, predicted against an imported trace (a replay of it, say), each side's times
+    from its own first start: the median |difference| and the op furthest off, with why a replay can differ there
+    (an op replayed earlier than recorded was held in the run by something no trace row records; one replayed later
+    by a wait or issue of the replay that the run did not have). Empty without rows.
+
+    >>> r = [OpRow("a@r0", "compute", 0, "s", 0.0, 1.0, 0.0, 1.0, 0.0), OpRow("b@r0", "compute", 0, "s", 1.0, 1.0,
+    ...      3.0, 1.0, 0.0)]
+    >>> line = start_differences(r)
+    >>> line.split("; ")[0]
+    'op starts (each side from its first): median |predicted - measured| 1000.000 ms'
+    >>> line.split("; ")[1]
+    'furthest b@r0, predicted at 1000.000 ms, measured at 3000.000 ms (earlier than recorded: in the run something no \
+trace row records held it)'
+    """
+    if not rows:
+        return ""
+    from schedsim.report.summary import fmt_time
+
+    p0 = min(r.pred_start_s for r in rows)
+    m0 = min(r.meas_start_s for r in rows)
+    diffs = [(r.pred_start_s - p0) - (r.meas_start_s - m0) for r in rows]
+    k = max(range(len(rows)), key=lambda i: abs(diffs[i]))
+    far = rows[k]
+    why = ("earlier than recorded: in the run something no trace row records held it" if diffs[k] < 0 else
+           "later than recorded: a wait or issue time of the prediction that the run did not have")
+    return (f"op starts (each side from its first): median |predicted - measured| "
+            f"{fmt_time(statistics.median(abs(d) for d in diffs))}; furthest {far.id}, predicted at "
+            f"{fmt_time(far.pred_start_s - p0)}, measured at {fmt_time(far.meas_start_s - m0)}"
+            + (f" ({why})" if diffs[k] else ""))
 
 
 def print_op_errors(o: OpErrors, console: Any = None) -> None:

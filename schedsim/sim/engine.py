@@ -18,8 +18,10 @@ profile's ``gpu_model``, default ``waves``):
   ``DIR/schedule.yaml`` with measured durations). No contention: an op runs its solo duration (the recorded one,
   which already holds the contention of the run) as soon as it is ready; the host issues each rank's ops at
   the prefix sums of their ``host_us`` alone (the recorded gaps between launch calls already hold the calls'
-  cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as below. The
-  dependency-only replay of Lumos (Liang et al., MLSys 2025) and of HTA's critical-path analysis.
+  cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as below; hardware
+  queues (``CUDA_DEVICE_MAX_CONNECTIONS``, rule 2 of :mod:`schedsim.sim.gpu_model`) only where the schedule's
+  ``env`` or ``max_connections`` names them. The dependency-only replay of Lumos (Liang et al., MLSys 2025) and
+  of HTA's critical-path analysis.
 
 Both compile the DAG to arrays once (:func:`_compile`) and share the timeline
 assembly and critical-path walk (:func:`_timeline`). A :class:`Program` simulated
@@ -85,7 +87,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -132,7 +134,8 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         Overrides the profile's ``gpu_model``.
     max_connections : int, optional
         ``CUDA_DEVICE_MAX_CONNECTIONS`` (1-32); overrides the schedule's ``env`` and the profile's
-        ``gpu.max_connections`` (``waves`` only).
+        ``gpu.max_connections`` (``waves``; ``replay`` applies only this argument or the schedule's ``env``:
+        without them it has no queue limit, the recorded waits holding the run's).
     model_executor : bool
         Add the profile's ``launch.executor_extra_per_op_us`` per op (predict what ``schedsim execute``
         measures rather than plain PyTorch; ``waves`` only).
@@ -237,7 +240,7 @@ def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict
                 return tl
         c = _compile(G, profile, mode)
         if model == "replay":
-            st = _run_replay(c, mode)
+            st = _run_replay(c, mode, conns)
         elif model == "sharing":
             st = _run_sharing(c, profile, mode, model_executor)
         else:
@@ -733,12 +736,61 @@ class _ReplayHost:
         self.ptr[r], self.clock[r] = k, clock
 
 
-def _run_replay(c: _Compiled, mode: str) -> _State:
+class _ReplayQueues:
+    """The hardware queues of the ``replay`` model (rule 2 of :mod:`schedsim.sim.gpu_model`): stream ``s`` of a
+    rank (numbered by first appearance, :func:`~schedsim.sim.gpu_model.stream_queues`) uses queue ``s mod conns``,
+    which hands its ops to the GPU in issue (program) order; in a replay an op is handed over when it starts, so
+    an op may start only once the op ahead of it in its queue has (an op ready before that is parked, and binds to
+    the op ahead). No queue limit when ``conns`` is None."""
+
+    def __init__(self, ops: list[Op], conns: int | None) -> None:
+        self.prev = [-1] * len(ops)
+        self.next = [-1] * len(ops)
+        if conns is not None:
+            last: dict[tuple[int, int], int] = {}
+            for i, (op, q) in enumerate(zip(ops, gm.stream_queues(ops, int(conns)), strict=True)):
+                p = last.get((op.rank, q), -1)
+                self.prev[i] = p
+                if p >= 0:
+                    self.next[p] = i
+                last[(op.rank, q)] = i
+        # when the op ahead in the queue started (0 where there is none; None until it has)
+        self.gate: list[float | None] = [0.0 if p < 0 else None for p in self.prev]
+        self.parked: dict[int, float] = {}  # ready ops behind an op not yet started: when they were ready
+
+    def submit(self, i: int, t: float, binding: list[int], go: Callable[[int, float], None]) -> None:
+        """Op ``i`` is ready at ``t``: ``go(i, time)`` with the time it may start as far as its queue goes
+        (``binding[i]`` the op ahead where that holds it), or park it until the op ahead starts."""
+        gate = self.gate[i]
+        if gate is None:
+            self.parked[i] = t
+        elif gate > t:
+            binding[i] = self.prev[i]
+            go(i, gate)
+        else:
+            go(i, t)
+
+    def started(self, members: Sequence[int], t: float, binding: list[int], go: Callable[[int, float], None]) -> None:
+        """Ops ``members`` start at ``t``: the op behind each in its queue may follow (:meth:`submit` again if it
+        was parked)."""
+        for i in members:
+            k = self.next[i]
+            if k >= 0:
+                self.gate[k] = t
+                if k in self.parked:
+                    self.submit(k, self.parked.pop(k), binding, go)
+
+
+def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
     """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
     is ready; ready = issued (:class:`_ReplayHost`), every predecessor done and, for a rendezvous, every member
-    ready (then all start at the last one's time)."""
+    ready (then all start at the last one's time). With ``conns`` (``CUDA_DEVICE_MAX_CONNECTIONS``: the
+    schedule's ``env`` or ``max_connections``; none by default, as the recorded waits hold the run's), ready also
+    needs the op ahead of it in its hardware queue handed to the GPU, which in a replay is its start (rule 2 of
+    :mod:`schedsim.sim.gpu_model`: an op not yet ready holds up the ops behind it in its queue)."""
     ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
     host = _ReplayHost(ops, c.world, mode)
+    queues = _ReplayQueues(ops, conns)
     pred_end = [0.0] * N
     last_pred = [HOST] * N
     start, end, ready_t = [0.0] * N, [0.0] * N, [0.0] * N
@@ -748,12 +800,13 @@ def _run_replay(c: _Compiled, mode: str) -> _State:
     heap: list[tuple[float, int, int]] = []
     counter = itertools.count()
 
-    def make_ready(i: int, t: float) -> None:
+    def make_ready(i: int, t: float) -> None:  # ready and past the op ahead in its hardware queue
         ready_t[i] = t
         j = job_of[i]
         if j < N:
             start[i] = t
             heapq.heappush(heap, (t + job_work[i], next(counter), i))
+            queues.started((i,), t, binding, make_ready)
             return
         g = j - N
         gready[g] += 1
@@ -762,15 +815,16 @@ def _run_replay(c: _Compiled, mode: str) -> _State:
         if gready[g] == len(gmem[g]):
             t0 = _rendezvous(gmem[g], glast[g], ready_t, start, binding)
             heapq.heappush(heap, (t0 + job_work[j], next(counter), j))
+            queues.started(gmem[g], t0, binding, make_ready)
 
     def release(v: int) -> None:  # issued, predecessors done
         iv = host.issue[v]
         assert iv is not None
         if iv > pred_end[v]:
-            make_ready(v, iv)
+            queues.submit(v, iv, binding, make_ready)
         else:
             binding[v] = last_pred[v]
-            make_ready(v, pred_end[v])
+            queues.submit(v, pred_end[v], binding, make_ready)
 
     for r in range(c.world):
         host.advance(r, npred, pred_end, release)

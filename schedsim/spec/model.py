@@ -287,6 +287,13 @@ class ScheduleSpec(_Base):
         description="'eager': the host launches each op (per-op launch overhead). 'cuda_graph': each "
         "rank's whole iteration is captured once and replayed (one graph launch).",
     )
+    durations: Literal["modeled", "recorded"] = Field(
+        default="modeled",
+        description="'modeled': op times come from the profile's GPU model (gpu_model, waves by default). "
+        "'recorded': the ops' duration_us and host_us are a recorded run's (schedsim import writes it): predict "
+        "replays them with the 'replay' GPU model (each op its duration_us from the moment it is ready, issued at "
+        "the prefix sums of host_us, no contention). `predict --durations` or `--gpu-model` overrides it.",
+    )
     nccl_init: Literal["lazy", "eager"] = Field(
         default="lazy",
         description="When the program's process group creates its NCCL communicators. 'lazy' (torch's default: "

@@ -1,4 +1,5 @@
-"""CLI: ``schedsim import nsys|kineto FILE... --out DIR`` and ``schedsim analyze TIMELINE|TRACE``.
+"""CLI: ``schedsim import nsys|kineto FILE... --out DIR``, ``schedsim analyze TIMELINE|TRACE``, ``schedsim replay``
+and ``schedsim export chakra SCHEDULE --out DIR``.
 
 Registered into :data:`schedsim.cli.app` by :func:`register` (the core calls it
 when this module exists). Errors are :class:`~schedsim.errors.TraceError`
@@ -83,8 +84,11 @@ def _write_schedule(res: Any, out: Path, tl: Any, say: bool = True) -> Any:
     from schedsim.trace.to_schedule import write_replay_schedule
 
     files = tl.meta.get("files") or []
+    ranks = tl.meta.get("ranks") or {}
     got = write_replay_schedule(res.replay, out / "schedule.yaml", name=f"{tl.schedule}_replay",
-                                source=", ".join(Path(f).name for f in files))
+                                source=", ".join(Path(f).name for f in files),
+                                files={int(r): str(v["file"]) for r, v in ranks.items()
+                                       if isinstance(v, dict) and isinstance(v.get("file"), str)})
     if got.guesses and say:
         print(f"warning: schedule.yaml: dependencies guessed: {printable('; '.join(got.guesses), 2000)}",
               file=sys.stderr)
@@ -145,6 +149,38 @@ def register(app: typer.Typer) -> None:
 
     app.add_typer(imp, name="import")
 
+    exp = typer.Typer(no_args_is_help=True, help="Export a schedule in another tool's format.")
+
+    @exp.command("chakra")
+    @handle_errors
+    def export_chakra_cmd(
+        schedule: Path = typer.Argument(..., help="Schedule YAML (one written by schedsim import replays the run)."),
+        out: Path = typer.Option(..., "--out", "-o", help="Output folder: <name>.<rank>.et per rank (and "
+                                 "comm_group.json for collectives on part of the ranks)."),
+        profile: str = typer.Option("h200", "--profile", "-p", help="Profile that times the ops a schedule does "
+                                    "not give a recorded duration."),
+        set_: list[str] = typer.Option([], "--set", help="Override a schedule parameter: name=value."),
+        fmt: _Fmt = FmtOpt,
+    ) -> None:
+        """Write an MLCommons Chakra execution trace (ASTRA-sim's input) of a schedule: one node per op with its
+        simulated (or recorded) duration and the ops it waits for."""
+        from schedsim.api import simulate_spec
+        from schedsim.hardware.profile import load_profile
+        from schedsim.spec.loader import load_schedule, parse_overrides
+        from schedsim.trace.chakra import export_chakra, messages
+
+        messages()  # refuse a missing protobuf before simulating
+        spec = load_schedule(schedule, parse_overrides(set_))
+        run = simulate_spec(spec, load_profile(profile), file=schedule)
+        got = export_chakra(run, out, inputs=[schedule])
+        if fmt == _Fmt.json:
+            print(json.dumps({"files": [str(f) for f in got.files], "nodes": got.nodes}, indent=1))
+            return
+        print(f"wrote {len(got.files)} file(s) into {printable(out)}: {sum(got.nodes.values())} Chakra nodes on "
+              f"{len(got.nodes)} rank(s) ({', '.join(printable(f.name) for f in got.files)})")
+
+    app.add_typer(exp, name="export")
+
     @app.command("replay")
     @handle_errors
     def replay_cmd(
@@ -152,7 +188,8 @@ def register(app: typer.Typer) -> None:
                                         "--out DIR`."),
         what_if: list[str] = typer.Option([], "--what-if", help="PATTERN*FACTOR: scale the recorded durations of "
                                           "nccl, kernel, memcpy, memset ops, an op kind, or kernels whose name "
-                                          "matches a glob ('*gemm*'). Repeatable."),
+                                          "matches a glob ('*gemm*'); max_connections=N: replay with N hardware "
+                                          "queues (CUDA_DEVICE_MAX_CONNECTIONS). Repeatable."),
         host_gaps: float = typer.Option(1.0, "--host-gaps", help="Factor on the recorded host gaps (0 drops them)."),
         recost_comm: bool = typer.Option(False, "--recost-comm", help="Collectives take the profile's cost model "
                                          "instead of their recorded durations."),
@@ -214,7 +251,7 @@ def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: b
     from schedsim.errors import SpecError
     from schedsim.hardware.profile import load_profile
     from schedsim.report.summary import fmt_time
-    from schedsim.trace.replay import parse_what_if, replay_report, what_if_spec
+    from schedsim.trace.replay import Connections, WhatIf, parse_what_if, replay_report, what_if_spec
 
     if not (0.0 <= host_gaps < float("inf")):
         raise SpecError(f"--host-gaps {host_gaps}: not a factor >= 0", fix="pass e.g. 0 (drop the gaps) or 0.5")
@@ -225,10 +262,18 @@ def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: b
                            "error": base.error, "start_error_median": base.start_error_median}
     lines = [f"trace makespan {fmt_time(base.trace_makespan_s)}, replay {fmt_time(base.replay_makespan_s)} "
              f"({base.error:+.2%}); per-op start error median {base.start_error_median:.2%} of the makespan"]
-    scales = [parse_what_if(w) for w in what_if]
-    if scales or host_gaps != 1.0 or recost_comm:
+    parsed = [parse_what_if(w) for w in what_if]
+    scales = [w for w in parsed if isinstance(w, WhatIf)]
+    conns = [w.n for w in parsed if isinstance(w, Connections)][-1:]  # the last one given
+    if parsed or host_gaps != 1.0 or recost_comm:
         spec2, changes = what_if_spec(spec, scales, host_gaps, recost_comm, str(schedule))
-        new = replay_report(simulate_spec(spec2, prof, file=schedule, gpu_model="replay").timeline)
+        if conns:
+            was = spec.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+            changes.append(f"CUDA_DEVICE_MAX_CONNECTIONS {was if was is not None else 'not declared (no queue limit)'}"
+                           f" -> {conns[0]}: stream k of a rank on hardware queue k mod {conns[0]}; an op that "
+                           "waits holds up the ops launched after it on its queue")
+        new = replay_report(simulate_spec(spec2, prof, file=schedule, gpu_model="replay",
+                                          max_connections=conns[0] if conns else None).timeline)
         out["what_if"] = {"changes": changes, "makespan_s": new.replay_makespan_s,
                           "ranks": {r: {"before_s": base.per_rank_s[r], "after_s": t}
                                     for r, t in sorted(new.per_rank_s.items())}}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -131,6 +131,9 @@ class ReplayInput(NamedTuple):
     syncs: list[SyncRow]
     world_size: int
     source: str
+    #: The id of ``acts[i]``'s span in the imported timeline (``{kernel}#{n}@r{rank}``, :func:`build_timeline`'s
+    #: ``span_ids``), None where it has none (folded into a named range, or outside the kept iteration).
+    span_ids: list[str | None] | None = None
 
 
 class ImportResult(NamedTuple):
@@ -338,6 +341,7 @@ def build_timeline(
     meta: dict[str, Any],
     ops: dict[str, dict[str, Any]] | None = None,
     iteration: int = -1,
+    span_ids: list[str | None] | None = None,
 ) -> Timeline:
     """Assemble the imported Timeline.
 
@@ -355,6 +359,9 @@ def build_timeline(
         When the ops repeat (several iterations in one capture), which
         occurrence to keep: ``0`` first, ``-1`` last. The timeline is then
         cut to that iteration's window.
+    span_ids : list, optional
+        Filled with the span id of each activity (``span_ids[i]`` of ``acts[i]``; None for one folded into an op
+        range or outside the kept window), for the replay schedule's ``trace_id`` tags.
 
     Returns
     -------
@@ -412,6 +419,7 @@ def build_timeline(
     del raw
     counters: dict[tuple[int, str], int] = defaultdict(int)
     kinds: dict[tuple[str, str, bool], tuple[str, str]] = {}
+    put_id = _id_sink(span_ids, len(acts))
     for i, a in enumerate(acts):
         if i in folded:
             continue
@@ -426,7 +434,9 @@ def build_timeline(
                 kinds[kkey] = kr
         n = counters[(a.rank, a.name)]
         counters[(a.rank, a.name)] = n + 1
-        spans.append(Span(f"{a.name}#{n}@r{a.rank}", a.name, a.rank, a.stream, kr[0], kr[1],
+        sid = f"{a.name}#{n}@r{a.rank}"
+        put_id(i, sid)
+        spans.append(Span(sid, a.name, a.rank, a.stream, kr[0], kr[1],
                           (a.start_ns - t0) * 1e-9, (a.end_ns - t0) * 1e-9, None, None, a.bytes, 0.0, a.tags or {}))
         acts[i] = None  # type: ignore[call-overload]  # free as we go
     acts.clear()
@@ -436,6 +446,15 @@ def build_timeline(
                   spans=spans, meta=meta)
     tl.critical_path = last_finishing_chain(spans)
     return tl
+
+
+def _id_sink(span_ids: list[str | None] | None, n: int) -> Callable[[int, str], None]:
+    """Where :func:`build_timeline` puts activity ``i``'s span id: ``span_ids`` sized to ``n`` (None each), or
+    nowhere."""
+    if span_ids is None:
+        return lambda _i, _sid: None
+    span_ids[:] = [None] * n
+    return span_ids.__setitem__
 
 
 def last_finishing_chain(spans: list[Span]) -> list[str]:

@@ -116,7 +116,7 @@ _CHECKED = _GPU | {"user_annotation", "cpu_op"}
 REPLAY_RUNTIME = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                             "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy", "cudaMemset", "cudaEventRecord",
                             "cudaEventRecordWithFlags", "cudaStreamWaitEvent", "cudaDeviceSynchronize",
-                            "cudaStreamSynchronize", "cudaEventSynchronize", "cudaGraphLaunch",
+                            "cudaStreamSynchronize", "cudaEventSynchronize", "cudaGraphLaunch", "cuGraphLaunch",
                             "cudaLaunchCooperativeKernel"})
 
 
@@ -238,7 +238,8 @@ def import_kineto(
                             "origin_ns": base0, "warnings": acc.warnings,
                             "record_param_comms": [dict(t, rank=r) for r, _th, _ts, _d, t in acc.rpc][:10_000]}
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].name.split(".")[0],
-                        world_size=world, meta=meta, ops=ops, iteration=iteration)
+                        world_size=world, meta=meta, ops=ops, iteration=iteration,
+                        span_ids=None if replay is None else replay.span_ids)
     return ImportResult(tl, kernel_rows, nccl_rows, acc.warnings, replay)
 
 
@@ -253,7 +254,7 @@ def _replay_input(acc: _Read, shift_ns: dict[int, float], world: int) -> ReplayI
 
     runtime = [RuntimeRow(r, name, rel(r, ts), float(dur), corr, tid) for r, name, ts, dur, corr, tid in acc.runtime]
     syncs = [SyncRow(r, name, st, rel(r, ts), wait_st, rec, corr) for r, name, st, ts, wait_st, rec, corr in acc.syncs]
-    return ReplayInput(list(acc.acts), list(acc.corr), runtime, syncs, world, "kineto")
+    return ReplayInput(list(acc.acts), list(acc.corr), runtime, syncs, world, "kineto", [])
 
 
 #: A ``gpu_user_annotation``: rank, name, device, stream (None: none written), ts (ns), dur (ns), External id.

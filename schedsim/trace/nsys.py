@@ -54,7 +54,7 @@ from schedsim.trace.common import (
     match_op,
     short_kernel_name,
 )
-from schedsim.trace.validate import MAX_DUR_US, max_trace_events, too_many_events
+from schedsim.trace.validate import MAX_DUR_US, check_processes_distinct, max_trace_events, too_many_events
 
 __all__ = ["EXPORT_HINT", "import_nsys", "nvtx_events", "nvtx_sizes_nelems"]
 
@@ -274,6 +274,7 @@ def import_nsys(
                              "is corrupt or was edited") from None
         finally:
             db.conn.close()
+    check_processes_distinct(rank_info, {str(p): b for p, b in zip(files, bases, strict=True)})
     if not acts:
         raise TraceError(f"{files[0]}: no kernels, memcpys or memsets in the capture; "
                          "was nsys run with `-t cuda`?")
@@ -282,10 +283,10 @@ def import_nsys(
                             "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
                             "memset_count": sum(1 for a in acts if a.cat == "memset"),
                             "warnings": warnings}
-    replay = (ReplayInput(list(acts), corr, runtime, [], max(1, len(rank_info)), "nsys")
+    replay = (ReplayInput(list(acts), corr, runtime, [], max(1, len(rank_info)), "nsys", [])
               if keep_runtime else None)
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].stem, world_size=max(1, len(rank_info)),
-                        meta=meta, ops=ops, iteration=iteration)
+                        meta=meta, ops=ops, iteration=iteration, span_ids=None if replay is None else replay.span_ids)
     return ImportResult(tl, kernel_rows, nccl_rows, warnings, replay)
 
 

@@ -8,13 +8,20 @@ schedule with the ``replay`` GPU model (recorded durations and launch times, no 
 What-ifs (applied to the validated spec, op by op; :func:`what_if_spec`):
 
 * ``PATTERN*FACTOR`` scales the recorded duration of the ops PATTERN names: ``nccl`` (NCCL kernels, collectives
-  and send/recv), ``kernel`` (compute kernels), ``memcpy``, ``memset``, an op kind (``all_reduce``), or a
-  glob on the kernel name (``*gemm*``, case-insensitive);
+  and send/recv), ``kernel`` (compute kernels), ``memcpy``, ``memset``, ``graph`` (ops of CUDA-graph launches),
+  an op kind (``all_reduce``), or a glob on the kernel name (``*gemm*``, case-insensitive);
 * ``host_gaps``: a factor on every op's host time (``host_us``, and before a synchronisation the tag
   ``host_wait_before_us``; 0 drops the host gaps: a GPU-bound what-if). The host's waits in synchronisations are
   not host time: they follow the replayed GPU work;
 * ``recost_comm``: collectives matched across ranks drop their recorded duration and take the profile's cost
-  model; NCCL ops whose peers were not imported keep theirs (said in the output).
+  model; NCCL ops whose peers were not imported keep theirs (said in the output);
+* ``max_connections=N`` (or ``CUDA_DEVICE_MAX_CONNECTIONS=N``, 1-32): replay with N hardware queues per rank:
+  stream ``s`` of a rank (numbered by first launch) on queue ``s mod N``, and an op waiting for its stream
+  predecessor or an event holds up the ops launched after it on its queue (rule 2 of
+  :mod:`schedsim.sim.gpu_model`; :func:`schedsim.sim.engine._run_replay`). The baseline replay has the queues
+  the schedule's ``env`` declares (``CUDA_DEVICE_MAX_CONNECTIONS``, which ``import`` cannot read from a trace:
+  write it into ``schedule.yaml`` for a run made with 1), else none: the recorded waits hold the run's. A false
+  dependency of the recorded run that the import guessed from timing (no event rows) stays a dependency.
 
 Makespan here is last end − first start over the ranks (as a trace's is), so the host time before the first
 kernel does not count.
@@ -32,7 +39,7 @@ from schedsim.errors import SpecError, printable
 from schedsim.kinds import COMM_KINDS
 from schedsim.sim.engine import HOST_WAIT_TAG
 
-__all__ = ["ReplayReport", "WhatIf", "parse_what_if", "replay_report", "what_if_spec"]
+__all__ = ["Connections", "ReplayReport", "WhatIf", "parse_what_if", "replay_report", "what_if_spec"]
 
 
 @dataclass(frozen=True)
@@ -43,27 +50,49 @@ class WhatIf:
     factor: float
 
 
-def parse_what_if(text: str) -> WhatIf:
-    """``'nccl*0.5'`` → ``WhatIf('nccl', 0.5)`` (the factor follows the last ``*``).
+@dataclass(frozen=True)
+class Connections:
+    """``max_connections=N``: replay with ``CUDA_DEVICE_MAX_CONNECTIONS`` N (1-32)."""
+
+    n: int
+
+
+_CONNS = ("max_connections", "cuda_device_max_connections")
+
+
+def parse_what_if(text: str) -> WhatIf | Connections:
+    """``'nccl*0.5'`` → ``WhatIf('nccl', 0.5)`` (the factor follows the last ``*``); ``'max_connections=1'`` (or
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1``) → ``Connections(1)``.
 
     Raises
     ------
     SpecError
-        No ``*``, an empty pattern, or a factor that is not a finite number ≥ 0.
+        No ``*``, an empty pattern, or a factor that is not a finite number ≥ 0; a connection count that is not
+        an integer 1-32 (CUDA's range).
 
     Examples
     --------
     >>> parse_what_if("nccl*0.5"), parse_what_if("*gemm**2")
     (WhatIf(pattern='nccl', factor=0.5), WhatIf(pattern='*gemm*', factor=2.0))
+    >>> parse_what_if("max_connections=1"), parse_what_if("CUDA_DEVICE_MAX_CONNECTIONS=8")
+    (Connections(n=1), Connections(n=8))
     """
+    key, eq, val = text.partition("=")
+    if eq and key.strip().lower() in _CONNS:
+        v = val.strip()
+        if not (v.isdigit() and 1 <= int(v) <= 32):
+            raise SpecError(f"--what-if {text!r}: CUDA_DEVICE_MAX_CONNECTIONS must be an integer 1-32",
+                            fix="write e.g. 'max_connections=1' or 'max_connections=8'")
+        return Connections(int(v))
     pat, sep, fac = text.rpartition("*")
     try:
         f = float(fac)
     except ValueError:
         f = -1.0
     if not sep or not pat or not (0.0 <= f < float("inf")):
-        raise SpecError(f"--what-if {text!r}: not PATTERN*FACTOR",
-                        fix="write e.g. 'nccl*0.5', 'kernel*0.8', 'memcpy*2' or '*gemm**0.5' (factor >= 0)")
+        raise SpecError(f"--what-if {text!r}: not PATTERN*FACTOR or max_connections=N",
+                        fix="write e.g. 'nccl*0.5', 'kernel*0.8', 'memcpy*2', '*gemm**0.5' (factor >= 0) or "
+                        "'max_connections=1'")
     return WhatIf(pat, f)
 
 
@@ -81,7 +110,7 @@ def _category(op: Any) -> str:
 def _matches(op: Any, w: WhatIf) -> bool:
     p = w.pattern.lower()
     tags = op.tags or {}
-    if p in (_category(op), op.kind, str(tags.get("nccl", ""))):
+    if p in (_category(op), op.kind, str(tags.get("nccl", ""))) or (p == "graph" and "graph" in tags):
         return True
     name = str(tags.get("kernel", "")).lower()
     return bool(name) and fnmatch.fnmatchcase(name, p)

@@ -1,8 +1,9 @@
 """An imported trace as a schedule: ``schedsim import kineto|nsys FILES --out DIR`` writes ``DIR/schedule.yaml``.
 
-The schedule replays the run: ``schedsim predict DIR/schedule.yaml --gpu-model replay`` (or
+The schedule replays the run: it declares ``durations: recorded``, so ``schedsim predict DIR/schedule.yaml`` (or
 ``schedsim replay DIR/schedule.yaml``) runs every op for its recorded duration, issued at its recorded launch
-time, ordered as the CUDA runtime ordered it (:mod:`schedsim.sim.engine`, ``replay`` model).
+time, ordered as the CUDA runtime ordered it (:mod:`schedsim.sim.engine`, ``replay`` model);
+``predict --durations modeled`` (or ``--gpu-model waves``) predicts the same ops with the profile's model.
 
 What each op holds
 ------------------
@@ -24,8 +25,11 @@ by ``correlation`` id; without them, GPU start order), named ``k<n>`` (kernel), 
   blocking ``cudaMemcpy``: its call's start, the call then waits for it). The
   ``replay`` model issues ops at the prefix sums of ``host_us`` only, so replay issue times are the recorded
   ones and a host-bound run replays host-bound;
-* ``tags``: the kernel name (or NCCL kind, process group and sequence number) and the recorded ``start_us`` /
-  ``end_us`` (µs from the earliest issue), which :mod:`schedsim.trace.replay` holds the replay against;
+* ``tags``: the kernel name (or NCCL kind, process group and sequence number), the recorded ``start_us`` /
+  ``end_us`` (µs from the earliest issue), which :mod:`schedsim.trace.replay` holds the replay against, and
+  ``trace_id``, the id of the op's span in the imported ``timeline.json``, by which ``schedsim compare`` of the
+  replay against that timeline matches ops (none for kernels folded into ``--ops`` ranges or outside the kept
+  ``--iteration``);
 * ``deps`` (same rank, another stream; stream order is implicit):
 
   - event record → wait: Kineto ``cuda_sync`` "Stream Wait Event" rows name the waiting stream, the recording
@@ -44,7 +48,14 @@ by ``correlation`` id; without them, GPU start order), named ``k<n>`` (kernel), 
     :data:`GAP_NS` after both its issue and its stream predecessor's end, within :data:`GAP_NS` of the end of
     an op of another stream launched before it, waits for that op (guessed from timing).
 
-Every guess is listed in a comment at the top of ``schedule.yaml`` and printed once on stderr.
+Every guess is listed in a comment at the top of ``schedule.yaml`` and printed once on stderr; so are the
+collectives of a multi-rank import that lack members (a rank of their process group not imported, or imported
+without that kernel): each imported member keeps its own recorded duration, with no rendezvous.
+
+Contradictions are errors (:class:`~schedsim.errors.TraceError`, exit 2, naming both ranks' files): a process
+group with two member lists, members of one collective (same process group, kind and sequence number) moving
+different sizes (all_to_all excepted; a kernel without the size args compared with nothing), or two ranks whose
+collectives on one process group come in different orders (compared where they have as many).
 
 Large traces: ``schedule.yaml`` holds the header and ``ops_file: schedule.ops.json``, a sibling JSON list of
 the ops, one a line, which the loader appends to the written ops (:func:`schedsim.spec.loader._ops_file`):
@@ -52,11 +63,16 @@ JSON parses in C, where YAML costs about 0.5 ms an op and refuses documents of m
 (~100k ops of ~20 nodes). No ``foreach``: a trace repeats layers with different recorded durations, so a
 loop would need one list parameter per field and gives nothing back.
 
-Not done: CUDA-graph launches as graphs (their kernels are plain ops); host waits for the GPU as such (a
-synchronisation's wait is part of the next op's ``host_us``, so on a host-bound run a GPU what-if moves nothing
-unless the host gaps go: the language has no host-blocking op); the critical path with host segments; the
-Chakra execution-trace export (MLCommons ``et_def.proto``): it needs the ``protobuf`` package, which schedsim
-does not depend on, and a vendored copy of the schema; not attempted in this first version.
+CUDA-graph launches (``cudaGraphLaunch``): the language's ``launch: cuda_graph`` is one graph per rank and
+iteration, with modeled node costs, so an import keeps ``launch: eager`` and marks the graphs on the ops instead:
+each op a graph launch ran carries ``graph: K`` (the rank's K-th launch), all of a launch's ops are issued at
+one instant (the launch call's return, or its first node's start if earlier; ``host_us`` 0 after the first),
+and waits between a graph's streams, which leave no runtime rows, are guessed from timing as above. What the
+schema lacks: the GPU's own gaps between a graph's nodes (node launch latency, µs each) are not replayed.
+
+Not done: host waits for the GPU as such (a synchronisation's wait is part of the next op's ``host_us``, so on a
+host-bound run a GPU what-if moves nothing unless the host gaps go: the language has no host-blocking op); the
+critical path with host segments.
 """
 
 from __future__ import annotations
@@ -68,12 +84,20 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from schedsim.errors import printable
-from schedsim.kinds import COLLECTIVE_KINDS
+from schedsim.errors import TraceError, printable
+from schedsim.kinds import COLLECTIVE_KINDS, PER_RANK_SIZE
 from schedsim.sim.engine import HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
-__all__ = ["GAP_NS", "OPS_FILE", "ReplaySchedule", "build_replay_schedule", "write_replay_schedule"]
+__all__ = ["GAP_NS", "GRAPH_TAG", "OPS_FILE", "TRACE_ID_TAG", "ReplaySchedule", "build_replay_schedule",
+           "write_replay_schedule"]
+
+#: Tag of a replay op: the id of the span it replays in the imported ``timeline.json`` (``{kernel}#{n}@r{rank}``),
+#: by which ``schedsim compare`` matches the replay's ops with the trace's (:func:`schedsim.compare.as_trace_ids`).
+TRACE_ID_TAG = "trace_id"
+
+#: Tag of a replay op launched by a CUDA-graph launch: the rank's ordinal of that launch (0, 1, ...).
+GRAPH_TAG = "graph"
 
 #: The ops of a replay schedule, beside ``schedule.yaml`` (its ``ops_file:``).
 OPS_FILE = "schedule.ops.json"
@@ -83,6 +107,7 @@ OPS_FILE = "schedule.ops.json"
 GAP_NS = 2000.0
 
 _LAUNCH = ("Launch", "Memcpy", "Memset")
+_GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
 _SYNC = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"}
 _PG_SAFE = re.compile(r"[^A-Za-z0-9_]")
 
@@ -117,35 +142,51 @@ class _RankOps(NamedTuple):
     issue: list[float]        # ns
     launch: list[float]       # call start, ns (GPU start where guessed)
     corr: list[Any]           # correlation id of each (None: none)
+    ids: list[str | None]     # its span id in the imported timeline (None: none)
+    graph: list[int | None]   # the rank's ordinal of the CUDA-graph launch that ran it (None: launched alone)
 
 
 def _launch_rows(rep: ReplayInput) -> dict[tuple[int, Any], RuntimeRow]:
     prefixes = tuple(f"{p}{x}" for p in ("cuda", "cu") for x in _LAUNCH)
     return {(r.rank, r.corr): r for r in rep.runtime
-            if r.corr is not None and (r.name.startswith(prefixes) or r.name == "cudaGraphLaunch")}
+            if r.corr is not None and r.name.startswith(prefixes + _GRAPH_LAUNCH)}
 
 
 def _order(rep: ReplayInput, guesses: list[str]) -> dict[int, _RankOps]:
     """Each rank's activities in launch order, with issue and launch times (ns)."""
     rows = _launch_rows(rep)
-    by_rank: dict[int, list[tuple[float, float, float, Activity, Any]]] = defaultdict(list)
+    by_rank: dict[int, list[tuple[float, float, float, Activity, Any, str | None]]] = defaultdict(list)
     unmatched: dict[int, int] = defaultdict(int)
+    sids = rep.span_ids if rep.span_ids and len(rep.span_ids) == len(rep.acts) else [None] * len(rep.acts)
+    first: dict[tuple[int, Any], float] = {}  # a graph launch's first node start: the graph is issued at once
     for a, c in zip(rep.acts, rep.corr, strict=True):
+        row = rows.get((a.rank, c)) if c is not None else None
+        if row is not None and row.name.startswith(_GRAPH_LAUNCH):
+            first[(a.rank, c)] = min(first.get((a.rank, c), a.start_ns), a.start_ns)
+    for a, c, sid in zip(rep.acts, rep.corr, sids, strict=True):
         row = rows.get((a.rank, c)) if c is not None else None
         if row is None:
             unmatched[a.rank] += 1
-            by_rank[a.rank].append((a.start_ns, a.start_ns, a.start_ns, a, None))
+            by_rank[a.rank].append((a.start_ns, a.start_ns, a.start_ns, a, None, sid))
         else:
-            # a blocking copy is enqueued at its call's start, and the call then waits for it (and the stream)
-            issued = row.ts_ns if _blocking_copy(row.name) else min(row.ts_ns + row.dur_ns, a.start_ns)
-            by_rank[a.rank].append((row.ts_ns, issued, a.start_ns, a, c))
+            # a blocking copy is enqueued at its call's start, and the call then waits for it (and the stream);
+            # every node of a graph launch at the launch (its return, or its first node's start if earlier)
+            issued = (row.ts_ns if _blocking_copy(row.name) else
+                      min(row.ts_ns + row.dur_ns, first.get((a.rank, c), a.start_ns)))
+            by_rank[a.rank].append((row.ts_ns, issued, a.start_ns, a, c, sid))
     out = {}
     for r, lst in sorted(by_rank.items()):
         lst.sort(key=lambda x: (x[0], x[2]))
         issue = [x[1] for x in lst]
         for i in range(1, len(issue)):  # host order: never issued before the op ahead
             issue[i] = max(issue[i], issue[i - 1])
-        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst])
+        graph: list[int | None] = []
+        ordinal: dict[Any, int] = {}
+        for x in lst:
+            g = (r, x[4]) in first
+            graph.append(ordinal.setdefault(x[4], len(ordinal)) if g else None)
+        out[r] = _RankOps([x[3] for x in lst], issue, [x[0] for x in lst], [x[4] for x in lst],
+                          [x[5] for x in lst], graph)
         if unmatched[r]:
             what = "all" if unmatched[r] == len(lst) else f"{unmatched[r]} of {len(lst)}"
             guesses.append(f"rank {r}: {what} GPU ops have no launch call in the trace (no cuda_runtime row of "
@@ -263,8 +304,10 @@ def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]]
         deps[c].update(p for p in synced if p != c)
 
 
-def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[str]) -> None:
-    """The timing guess (module docstring) for a rank without event rows."""
+def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[str],
+                 graph_only: bool = False) -> None:
+    """The timing guess (module docstring) for a rank without event rows; ``graph_only``: for the nodes of its
+    CUDA-graph launches only (a graph's edges between its streams leave no runtime rows)."""
     acts, issue = ro.acts, ro.issue
     prev_end: dict[str, float] = {}
     ends = sorted((a.end_ns, i) for i, a in enumerate(acts))
@@ -273,7 +316,7 @@ def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[
     for i, a in enumerate(acts):
         bound = max(issue[i], prev_end.get(a.stream, -1e300))
         prev_end[a.stream] = a.end_ns
-        if a.start_ns <= bound + GAP_NS:
+        if a.start_ns <= bound + GAP_NS or (graph_only and ro.graph[i] is None):
             continue
         k = bisect.bisect_right(end_t, a.start_ns) - 1
         while k >= 0 and a.start_ns - end_t[k] <= GAP_NS:
@@ -283,6 +326,12 @@ def _timing_deps(r: int, ro: _RankOps, deps: dict[int, set[int]], guesses: list[
                 n += 1
                 break
             k -= 1
+    if graph_only:
+        if n:
+            guesses.append(f"rank {r}: {n} cross-stream wait(s) between nodes of CUDA-graph launches guessed from "
+                           f"timing (a node that started > {GAP_NS / 1000:g} µs after its launch and stream "
+                           "predecessor waits for the node of another stream that ended just before)")
+        return
     if n or len({a.stream for a in acts}) > 1:
         guesses.append(f"rank {r}: no event record/wait rows; {n} cross-stream wait(s) guessed from timing (an op "
                        f"that started > {GAP_NS / 1000:g} µs after its issue and stream predecessor waits for the op "
@@ -319,11 +368,65 @@ def _group_ranks(tags: dict[str, Any]) -> list[int]:
     return list(range(n)) if isinstance(n, int) and n > 0 else []
 
 
+_FIX_ONE_RUN = ("pass the trace files of one run, one per rank (each names its rank in distributedInfo); a file of "
+                "another run or job mixed in makes its collectives disagree")
+
+
+def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], tuple[str, str, int, list[int]]],
+                       groups: dict[tuple[str, str, int], dict[int, int]], files: dict[int, str]) -> None:
+    """Refuse collectives of the imported ranks that contradict each other: one process group with two member
+    lists (``Process Group Ranks``), matched counterparts (same process group, collective, sequence number) that
+    move different sizes (``In msg nelems`` × ``dtype``; all_to_all's members may differ), or two ranks whose
+    collectives on one process group come in different orders (NCCL runs a communicator's collectives in one
+    order on every rank; compared where the ranks have as many of them).
+
+    Raises
+    ------
+    TraceError
+        Naming both ranks' files, the field and the collective.
+    """
+    def where(r: int) -> str:
+        return f"{files[r]} (rank {r})" if r in files else f"rank {r}"
+
+    members: dict[str, tuple[int, list[int]]] = {}
+    order: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for (r, _i), (kind, pg, _n, grp) in sorted(colls.items()):
+        if kind not in COLLECTIVE_KINDS:
+            continue
+        order[pg][r].append(kind)
+        if not grp:
+            continue
+        seen = members.setdefault(pg, (r, grp))
+        if seen[1] != grp:
+            raise TraceError(f"{where(r)}: process group {printable(pg, 80)} has ranks {grp} (kernel arg Process "
+                             f"Group Ranks), but {where(seen[0])} gives {seen[1]}", fix=_FIX_ONE_RUN)
+    for (kind, pg, n), got in groups.items():
+        if kind not in COLLECTIVE_KINDS or kind in PER_RANK_SIZE or len(got) < 2:
+            continue
+        (r0, i0), *rest = sorted(got.items())
+        a0 = ranks[r0].acts[i0]
+        for r, i in rest:
+            a = ranks[r].acts[i]
+            if a.bytes != a0.bytes and a.bytes > 0 and a0.bytes > 0:  # 0: a kernel without the size args
+                raise TraceError(f"{where(r)}: {kind} #{n} on process group {printable(pg, 80)} moves "
+                                 f"{a.bytes:,.0f} bytes (In msg nelems x dtype), but on {where(r0)} it moves "
+                                 f"{a0.bytes:,.0f}; the members of one collective move one size", fix=_FIX_ONE_RUN)
+    for pg, by_rank in order.items():
+        (q0, seq0), *others = sorted(by_rank.items())
+        for q, seq in others:
+            if len(seq) == len(seq0) and seq != seq0:
+                j = next(x for x in range(len(seq)) if seq[x] != seq0[x])
+                raise TraceError(f"{where(q)}: collective #{j} on process group {printable(pg, 80)} is {seq[j]}, but "
+                                 f"on {where(q0)} it is {seq0[j]} (kernel arg Collective name); NCCL runs a process "
+                                 "group's collectives in one order on every rank", fix=_FIX_ONE_RUN)
+
+
 def _fmt(x: float) -> float:
     return round(x, 3)
 
 
-def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> ReplaySchedule:
+def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
+                          files: dict[int, str] | None = None) -> ReplaySchedule:
     """The replay schedule of an import (module docstring).
 
     Parameters
@@ -334,10 +437,17 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
         The schedule's ``name``.
     source : str
         What was imported (file names), for the header comment.
+    files : dict, optional
+        Rank → its trace file, for the errors.
 
     Returns
     -------
     ReplaySchedule
+
+    Raises
+    ------
+    TraceError
+        Collectives of the imported ranks that contradict each other (:func:`_check_collectives`).
     """
     guesses: list[str] = []
     notes: list[str] = []
@@ -349,15 +459,20 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
         gates[r] = {}
         if not _event_deps(r, ro, rep, d, guesses, gates[r]):
             _timing_deps(r, ro, d, guesses)
+        elif any(g is not None for g in ro.graph):
+            _timing_deps(r, ro, d, guesses, graph_only=True)
         deps[r] = d
     colls = _coll_keys(ranks)
     present = set(ranks)
     groups: dict[tuple[str, str, int], dict[int, int]] = defaultdict(dict)
     for (r, i), (kind, pg, n, _g) in colls.items():
         groups[(kind, pg, n)][r] = i
+    _check_collectives(ranks, colls, groups, files or {})
+    missing: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)  # (pg, rank lacking it) -> collectives
     t0 = min((ro.issue[0] for ro in ranks.values() if ro.issue), default=0.0)
     lines: list[str] = []
     n_ops = n_deps = absent = matched = 0
+    launches: dict[tuple[int, int], int] = defaultdict(int)  # (rank, graph launch) -> its ops
     for r, ro in ranks.items():
         names = [_op_name(a, i, colls.get((r, i))) for i, a in enumerate(ro.acts)]
         prev = t0
@@ -378,6 +493,8 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
                     op["tags"] = {"pg": pg, "seq": n}
                 else:
                     absent += 1
+                    if len(present) > 1:  # a multi-rank import: say which ranks' rows are missing
+                        _tally_missing(missing, pg, set(grp) - set(members), (ckind, n))
                     op.update(kind="compute")
                     op["tags"] = {"nccl": ckind, "peers": "absent", "pg": pg, "seq": n, "bytes": a.bytes}
             elif kind == "memcpy":
@@ -388,6 +505,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
             op["duration_us"] = dur
             op.setdefault("tags", {}).update(start_us=_fmt((a.start_ns - t0) / 1000.0),
                                              end_us=_fmt((a.end_ns - t0) / 1000.0))
+            _trace_tags(op["tags"], ro, i, r, launches)
             dl = sorted(deps[r].get(i, ()))
             _host_fields(op, ro, i, prev, gates[r].get(i), dl, stream_end.get(a.stream))
             prev = ro.issue[i]
@@ -397,6 +515,12 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
                 n_deps += len(dl)
             lines.append(json.dumps(op, ensure_ascii=False))
             n_ops += 1
+    guesses += _missing_guesses(missing, present)
+    if launches:
+        notes.append(f"{sum(launches.values())} ops of {len(launches)} CUDA-graph launch(es) (cudaGraphLaunch), "
+                     f"tagged {GRAPH_TAG}: K (the rank's K-th launch): each launch's ops are issued at once, at the "
+                     "launch (host_us 0 after its first op), and run as the graph ran them (stream order, the waits "
+                     "of its streams); the GPU's gaps between a graph's nodes are not replayed")
     if absent:
         notes.append(f"{absent} NCCL kernel(s) whose peers are not in the import (one rank of a multi-rank run, or "
                      "send/recv) are compute ops of their recorded duration, tagged peers: absent; the peers' "
@@ -408,16 +532,47 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "") -> R
     # input text (file names, kernel names in guesses and notes) goes into comments escaped: no line break in it
     # can end a comment and start a YAML key
     head = [f"# Replay of an imported {printable(rep.source)} trace{': ' + printable(source) if source else ''}.",
-            "# schedsim predict THIS --gpu-model replay  (recorded durations and launch times; schedsim replay THIS",
-            "# runs it and the what-ifs). Written by schedsim import; see schedsim/trace/to_schedule.py."]
+            "# schedsim predict THIS  (durations: recorded: the replay GPU model, recorded durations and launch times;",
+            "# --durations modeled predicts it with the profile's model instead; schedsim replay THIS holds it against",
+            "# the trace and runs the what-ifs). Written by schedsim import; see schedsim/trace/to_schedule.py."]
     head += [f"# guessed: {printable(g)}" for g in guesses] or ["# guessed: nothing (launch order and waits from "
                                                                  "runtime rows)"]
     head += [f"# note: {printable(n)}" for n in notes]
     body = ["schema_version: 1", f"name: {json.dumps(name)}",
             f"description: {json.dumps('replay of ' + (source or name) + ' (' + rep.source + ')')}",
-            f"world_size: {world}", f"ops_file: {OPS_FILE}"]
+            f"world_size: {world}", "durations: recorded", f"ops_file: {OPS_FILE}"]
     text = "\n".join(head + body) + "\n"
     return ReplaySchedule(text, "[\n" + ",\n".join(lines) + "\n]\n", guesses, notes, n_ops, n_deps)
+
+
+def _trace_tags(tags: dict[str, Any], ro: _RankOps, i: int, r: int, launches: dict[tuple[int, int], int]) -> None:
+    """Op ``i`` of rank ``r``: its imported span id (tag ``trace_id``) and CUDA-graph launch (tag ``graph``,
+    counted in ``launches``)."""
+    if ro.ids[i] is not None:
+        tags[TRACE_ID_TAG] = ro.ids[i]
+    g = ro.graph[i]
+    if g is not None:
+        tags[GRAPH_TAG] = g
+        launches[(r, g)] += 1
+
+
+def _tally_missing(missing: dict[tuple[str, int], set[tuple[str, int]]], pg: str, ranks: set[int],
+                   coll: tuple[str, int]) -> None:
+    """Record that collective ``coll`` (kind, sequence number) of process group ``pg`` lacks ``ranks``."""
+    for q in ranks:
+        missing[(pg, q)].add(coll)
+
+
+def _missing_guesses(missing: dict[tuple[str, int], set[tuple[str, int]]], present: set[int]) -> list[str]:
+    """One guess line per process group whose collectives lack members (a multi-rank import): which ranks, for
+    how many collectives, and how the rendezvous was replaced."""
+    by_pg: dict[str, list[str]] = defaultdict(list)
+    for (pg, q), ns in sorted(missing.items()):
+        by_pg[pg].append(f"rank {q} ({'not imported' if q not in present else 'no kernel in its trace'}) "
+                         f"for {len(ns)}")
+    return [f"process group {pg}: collectives with members missing ({'; '.join(what)}): no rendezvous across "
+            "ranks; each imported rank runs its own kernel's recorded duration from when it is ready (the absent "
+            "members' arrival is inside that duration)" for pg, what in by_pg.items()]
 
 
 def _host_fields(op: dict[str, Any], ro: _RankOps, i: int, prev: float, gate: float | None, deps: list[int],
@@ -459,12 +614,13 @@ def _direction(name: str) -> str:
     return "d2d"
 
 
-def write_replay_schedule(rep: ReplayInput, path: str | Path, *, name: str, source: str = "") -> ReplaySchedule:
+def write_replay_schedule(rep: ReplayInput, path: str | Path, *, name: str, source: str = "",
+                          files: dict[int, str] | None = None) -> ReplaySchedule:
     """Build the replay schedule (:func:`build_replay_schedule`) and write it to ``path`` and its ops to
     :data:`OPS_FILE` beside it, each atomically (the ops first)."""
     from schedsim.io import atomic_write_text
 
-    got = build_replay_schedule(rep, name=name, source=source)
+    got = build_replay_schedule(rep, name=name, source=source, files=files)
     atomic_write_text(Path(path).parent / OPS_FILE, got.ops_json)
     atomic_write_text(path, got.text)
     return got

@@ -27,7 +27,7 @@ from typing import Any
 from schedsim.errors import TraceError, printable
 
 __all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_gpu_times", "check_header",
-           "check_dist_info", "check_ranks_agree", "max_trace_events",
+           "check_dist_info", "check_processes_distinct", "check_ranks_agree", "max_trace_events",
            "too_many_events",
            "check_timeline_doc", "check_stream_order", "decodable"]
 
@@ -174,6 +174,27 @@ def check_ranks_agree(files: list[Path], ranks: list[int], worlds: list[int | No
     if len(files) > w0:
         raise TraceError(f"{len(files)} trace files for a world_size of {w0} (from {f0})",
                          fix="pass at most one trace file per rank of one run")
+
+
+def check_processes_distinct(rank_info: dict[int, dict[str, Any]], session_of: dict[str, int]) -> None:
+    """Refuse nsys exports of one import that hold the same process twice: two ranks with one file, or with one
+    (session start, process id, device) from two files (one capture exported, or passed, twice), where the
+    session start is known (``session_of``: file → ``TARGET_INFO_SESSION_START_TIME``, 0 when absent).
+
+    Raises
+    ------
+    TraceError
+        Naming both files and the process.
+    """
+    seen: dict[tuple[Any, ...], str] = {}
+    for info in rank_info.values():
+        f = str(info.get("file"))
+        start = session_of.get(f, 0)
+        key = (f, info.get("pid"), info.get("device")) if not start else (start, info.get("pid"), info.get("device"))
+        if key in seen:
+            raise TraceError(f"{f}: process {info.get('pid')} on device {info.get('device')} is also in {seen[key]} "
+                             "(the same capture twice)", fix="pass each rank's nsys export once")
+        seen[key] = f
 
 
 def check_gpu_times(path: str | Path, index: int, e: dict[str, Any]) -> None:

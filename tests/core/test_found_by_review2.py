@@ -269,11 +269,9 @@ ops:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="the replay GPU model (engine._run_replay) ignores max_connections, and "
-                   "predict --gpu-model replay --max-connections N accepts it silently: issue 37's what-if 'change "
-                   "CUDA_DEVICE_MAX_CONNECTIONS' gives 1.010 ms for 1 and 8 connections, though with one hardware "
-                   "queue C (launched after B, which waits for A) cannot start before A ends (about 2.01 ms)")
 def test_replay_what_if_of_one_connection_queues_behind_a_blocked_launch() -> None:
+    """With one hardware queue C (launched after B, which waits for A) cannot start before A ends (about 2.01 ms);
+    with 8 it runs beside A (1.010 ms)."""
     from schedsim import api
     from schedsim.hardware.profile import load_profile
 
@@ -300,11 +298,9 @@ def test_a_manifest_name_that_is_a_link_never_overwrites_the_link_target(tmp_pat
     assert notes.read_text() == "my notes"
 
 
-@pytest.mark.xfail(strict=True, reason="import names the timeline's spans by kernel (gemm#0@r0) and schedule.yaml's "
-                   "ops k0, k1, ... so `compare` of the replay against the imported timeline matches no op by id "
-                   "('ops matched by id: 0 (only predicted 5, only measured 5)'); issue 37: compare shows where the "
-                   "replay differs, op by op")
 def test_compare_of_the_replay_against_its_import_matches_every_op(tmp_path: Path) -> None:
+    """The replay's ops carry their imported span ids (trace_id), so compare matches all 5 (issue 37: compare shows
+    where the replay differs, op by op)."""
     imp = _imported(tmp_path)
     r = _cli("predict", imp / "schedule.yaml", "--gpu-model", "replay", "--no-gantt", "--out", "rep", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -150,13 +150,15 @@ def make_nsys_db(
     return expect
 
 
-def make_tiny_db(path: Path, kernels: list[dict[str, Any]], *, runtime: list[tuple[int, int, int]] = (),
+def make_tiny_db(path: Path, kernels: list[dict[str, Any]], *, runtime: list[tuple[Any, ...]] = (),
                  nvtx: list[tuple[int, int, str]] = (), graph_cols: bool = False, pid: int = 100,
                  views: tuple[str, ...] = ()) -> None:
     """A one-process export of the documented schema with exactly the given rows.
 
     ``kernels``: dicts with start, end (ns), name and optional deviceId (0), streamId (7), correlationId,
-    graphNodeId; ``runtime``: (start, end, correlationId) launch calls of thread 1; ``nvtx``: start/end ranges
+    graphNodeId; ``runtime``: (start, end, correlationId) launch calls of thread 1, or (start, end, correlationId,
+    name) with the call's name (a ``nameId`` into StringIds; the reader takes a call without one for
+    cudaLaunchKernel); ``nvtx``: start/end ranges
     (start, end, text) of thread 1. Tables named in ``views`` are written as a view over a hidden table of the
     same rows (the shape a hostile file takes).
     """
@@ -182,10 +184,13 @@ def make_tiny_db(path: Path, kernels: list[dict[str, Any]], *, runtime: list[tup
         if name in views:
             conn.execute(f"CREATE VIEW {name} AS SELECT * FROM {real}")
 
+    named = any(len(r) > 3 for r in runtime)
+    rt = [(r[0], r[1], gtid(pid, 1), r[2]) + ((names.setdefault(r[3], len(names) + 1),) if len(r) > 3 else
+                                               (None,) if named else ()) for r in runtime]
     table("StringIds", "id INTEGER PRIMARY KEY, value TEXT NOT NULL", [(i, s) for s, i in names.items()])
     table("CUPTI_ACTIVITY_KIND_KERNEL", ", ".join(cols), rows)
-    table("CUPTI_ACTIVITY_KIND_RUNTIME", "start INTEGER, end INTEGER, globalTid INTEGER, correlationId INTEGER",
-          [(s, e, gtid(pid, 1), c) for s, e, c in runtime])
+    table("CUPTI_ACTIVITY_KIND_RUNTIME", "start INTEGER, end INTEGER, globalTid INTEGER, correlationId INTEGER"
+          + (", nameId INTEGER" if named else ""), rt)
     table("NVTX_EVENTS", "start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER",
           [(s, e, 60, t, gtid(pid, 1)) for s, e, t in nvtx])
     conn.commit()

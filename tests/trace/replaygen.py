@@ -102,3 +102,25 @@ def layers_doc(layers: int, *, rank: int = 0, launch_us: float = 4.0, a_us: floa
         t_host += launch_us
         corr += 5
     return {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 1}, "traceEvents": ev}
+
+
+def two_streams_doc() -> dict[str, Any]:
+    """The host launches (calls of 2 µs) A on stream 7 at 1000 µs (GPU 1002-1102), B on stream 7 at 1004 (behind
+    A: 1102-1112), C on stream 20 at 1008 (1010-1060), recorded with more connections than streams."""
+    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
+        _rt("cudaLaunchKernel", 1000, 2, 1), _k("void gemm<float>(float*)", 7, 1002, 100, 1),
+        _rt("cudaLaunchKernel", 1004, 2, 2), _k("void ew<float>(float*)", 7, 1102, 10, 2),
+        _rt("cudaLaunchKernel", 1008, 2, 3), _k("void other<float>(float*)", 20, 1010, 50, 3)]}
+
+
+def graph_doc() -> dict[str, Any]:
+    """An eager kernel ``pre`` (s7, call 1000 µs, GPU 1002-1012), an event record/wait pair (no op on another
+    stream to wait for), a cudaGraphLaunch at 1020 returning at 1030 whose nodes ran g1 (s7, 1025-1045), g2 (s7,
+    1047-1057) and g3 (s9, 1058-1068: the graph's edge from g2), then an eager ``post`` (s7, call 1080, GPU
+    1082-1092)."""
+    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
+        _rt("cudaLaunchKernel", 1000, 2, 1), _k("void pre(float*)", 7, 1002, 10, 1),
+        _rt("cudaEventRecord", 1013, 1, 2), _rt("cudaStreamWaitEvent", 1015, 1, 3),
+        _rt("cudaGraphLaunch", 1020, 10, 4), _k("void g1(float*)", 7, 1025, 20, 4),
+        _k("void g2(float*)", 7, 1047, 10, 4), _k("void g3(float*)", 9, 1058, 10, 4),
+        _rt("cudaLaunchKernel", 1080, 2, 5), _k("void post(float*)", 7, 1082, 10, 5)]}

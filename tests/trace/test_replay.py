@@ -63,7 +63,8 @@ class TestSchedule:
         ]
         doc = _doc(text)
         assert doc["ops"][3]["tags"] == {"nccl": "all_reduce", "peers": "absent", "pg": "0", "seq": 0,
-                                         "bytes": 4194304.0, "start_us": 155.0, "end_us": 195.0}
+                                         "bytes": 4194304.0, "start_us": 155.0, "end_us": 195.0,
+                                         "trace_id": "ncclKernel_AllReduce_RING_LL_Sum_float#0@r0"}
         assert doc["ops"][4]["tags"]["host_wait_before_us"] == 3.0
         assert got.guesses == [] and any("peers" in n for n in got.notes)
         assert text.read_text().startswith("# Replay of an imported kineto trace")
