@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
         from schedsim.api import simulate_spec
         from schedsim.hardware.profile import load_profile
         from schedsim.spec.loader import load_schedule, parse_overrides
-        from schedsim.trace.chakra import export_chakra, messages
+        from schedsim.report.chakra import export_chakra, messages
 
         messages()  # refuse a missing protobuf before simulating
         spec = load_schedule(schedule, parse_overrides(set_))

@@ -41,6 +41,8 @@ LAYER = {
 }
 #: Modules of ``schedsim.sim`` that are the timeline layer rather than the simulator.
 TIMELINE_MODULES = {"schedsim.sim.timeline", "schedsim.sim.metrics", "schedsim.sim.pipeline_metrics"}
+#: Modules outside the top level that hold command-line commands (typer), the cli layer.
+CLI_MODULES = {"schedsim.trace.commands"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -81,6 +83,8 @@ def import_graph() -> nx.DiGraph:
 def layer(module: str) -> int:
     if module in TIMELINE_MODULES:
         return 6
+    if module in CLI_MODULES:
+        return 9
     parts = module.split(".")
     return LAYER.get(parts[1], 5) if len(parts) > 1 else 0
 

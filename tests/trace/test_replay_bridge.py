@@ -345,7 +345,7 @@ class TestChakraExport:
         """replaygen's two ranks: per rank A (k0, 0-100 µs), B (k1, after A by event: 100-150), C (k2, after A on
         its stream: 100-130), the matched all-reduce (after B on its stream: 150-190, 4 MiB): 4 nodes a rank,
         read back with the same descriptors."""
-        from schedsim.trace.chakra import COLL_TYPES, NODE_TYPES, read_et
+        from schedsim.report.chakra import COLL_TYPES, NODE_TYPES, read_et
 
         imp = _import(tmp_path, *[write(tmp_path / f"r{r}.json", rank_doc(r)) for r in (0, 1)])
         r = run("export", "chakra", str(imp / "schedule.yaml"), "--out", str(tmp_path / "et"), "--format", "json")
@@ -368,7 +368,7 @@ class TestChakraExport:
         length as Chakra's protolib.encodeMessage frames it."""
         import io
 
-        from schedsim.trace.chakra import messages, write_et
+        from schedsim.report.chakra import messages, write_et
 
         m = messages()
         node = m.Node(id=1, name="k0", type=4, data_deps=[0, 300], duration_micros=100)
@@ -382,7 +382,7 @@ class TestChakraExport:
     def test_send_recv_and_partial_groups(self, tmp_path: Path) -> None:
         """A send 0→1 and its recv carry src 0, dst 1, size and tag 0; an all-gather of ranks 0-1 of 3 names group
         "1" in comm_group.json."""
-        from schedsim.trace.chakra import NODE_TYPES, read_et
+        from schedsim.report.chakra import NODE_TYPES, read_et
 
         sched = tmp_path / "s.yaml"
         sched.write_text("schema_version: 1\nname: p2p\nworld_size: 3\nops:\n"
@@ -410,7 +410,7 @@ class TestChakraExport:
     def test_without_protobuf_exit_2(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         import sys
 
-        from schedsim.trace import chakra
+        from schedsim.report import chakra
 
         monkeypatch.setattr(chakra, "_CACHE", [])
         monkeypatch.setitem(sys.modules, "google.protobuf", None)
@@ -424,7 +424,7 @@ class TestChakraExport:
 
     def test_truncated_file_is_refused(self, tmp_path: Path) -> None:
         from schedsim.errors import SchedsimError
-        from schedsim.trace.chakra import read_et
+        from schedsim.report.chakra import read_et
 
         with pytest.raises(SchedsimError, match="runs past the end"):
             read_et(b"\x07\x0a\x050.0")
