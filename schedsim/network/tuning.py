@@ -23,6 +23,7 @@ Simplifications, stated:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -230,7 +231,12 @@ class TuneInput:
     the GPU ``arch``, ``intra_hw`` (``nvlink`` or ``pci``), the CPU vendor, the ring/tree and NVLS graphs,
     ``lat_inter`` (``graph->latencyInter``, µs), ``lat_intra`` (µs added to every intra-node hwLat; not in NCCL,
     0 there) and whether LL128 is allowed (NVLink or better inside, Hopper:
-    any NIC path up to PXN; before: up to PXB)."""
+    any NIC path up to PXN; before: up to PXB).
+
+    ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
+    (algorithm, protocol) keys they hold, and ``busbw`` its bus bandwidth (GB/s, before the conversion to
+    algorithm bandwidth): a profile's measured, fitted or published ``timing`` figures (not NCCL's; NCCL
+    chooses with its own constants, :meth:`schedsim.network.NcclNetwork.collective`)."""
 
     ranks: int
     nodes: int
@@ -242,6 +248,9 @@ class TuneInput:
     lat_inter: float = 0.0
     ll128: bool = True
     lat_intra: float = 0.0
+    hw_intra: Mapping[tuple[str, str], float] | None = None
+    hw_inter: Mapping[tuple[str, str], float] | None = None
+    busbw: Mapping[tuple[str, str], float] | None = None
 
 
 def _p(proto: str) -> int:
@@ -295,6 +304,8 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
         bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), g.channels * _PER_CH_TREE_LL128[cc][idx2])
     if a == "pat":
         bus *= .75
+    if t.busbw is not None and (a, p) in t.busbw:
+        bus = t.busbw[(a, p)]
     if not (a != "ring" and coll in ("allgather", "reducescatter")):
         bus *= n / _nsteps(coll, n) if a in ("ring", "nvls", "nvls_tree") else .5
     return bus
@@ -309,13 +320,15 @@ def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
     n, nodes, pi = t.ranks, t.nodes, _p(p)
     ppn = n / nodes
     lat = _BASE_LAT[a][pi]
-    intra_lat = _HW_LAT[t.intra_hw][a][pi] + t.lat_intra
-    inter_lat = _HW_LAT["net"]["tree" if ppn == 1 else a][pi] + t.lat_inter
+    hw_intra = _hw(t.hw_intra, a, p, _HW_LAT[t.intra_hw][a][pi])
+    hw_net = _hw(t.hw_inter, a, p, _HW_LAT["net"]["tree" if ppn == 1 else a][pi])
+    intra_lat = hw_intra + t.lat_intra
+    inter_lat = hw_net + t.lat_inter
     if p == "Simple":
         inter_lat += t.lat_inter  # the flush
     if a == "ring":
         if coll in ("reduce", "broadcast"):
-            return lat + _HW_LAT[t.intra_hw if nodes == 1 else "net"][a][pi]  # graphs[ring]->sameChannels
+            return lat + (hw_intra if nodes == 1 else _hw(t.hw_inter, a, p, _HW_LAT["net"][a][pi]))  # sameChannels
         overhead = 0.0
         if nodes > 1:
             overhead = (2.0 if t.cpu_vendor == "amd" else 1.0) * (3 if p == "Simple" else 1)  # getNetOverhead
@@ -328,6 +341,11 @@ def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
     if a == "nvls_tree":
         return lat + intra_lat + 2 * _log2i(nodes) * inter_lat
     return lat + _log2i(nodes) * (inter_lat / 3.5) + n * 2.8  # PAT
+
+
+def _hw(over: Mapping[tuple[str, str], float] | None, a: str, p: str, nccl: float) -> float:
+    """hwLat of (``a``, ``p``) on a tier: the profile's timing figure where it has one, else NCCL's."""
+    return nccl if over is None else over.get((a, p), nccl)
 
 
 def tune(coll: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:

@@ -1,0 +1,60 @@
+"""Tier timing figures (``scale_up.timing``, ``nics.timing``): NCCL chooses with its own constants, the
+profile's measured / fitted / published figures time the choice. Times worked out by hand beside each test
+from NCCL 2.30.7's src/graph/tuning.cc constants (schedsim/network/tuning.py)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from schedsim.network import NcclNetwork
+from tests.core.test_network import R4, TOPO22, profile, us
+
+
+def timed(up: dict[str, Any] | None = None, nics: dict[str, Any] | None = None,
+          nccl: dict[str, Any] | None = None) -> NcclNetwork:
+    topo = copy.deepcopy(TOPO22)
+    if up:
+        topo["scale_up"]["timing"] = up
+    if nics:
+        topo["nics"]["timing"] = nics
+    return NcclNetwork(profile(topo, nccl))
+
+
+def fig(h: float | None = None, b: float | None = None) -> dict[str, Any]:
+    return {"hw_latency_us": h, "busbw_GBps": b, "provenance": "fitted", "source": "test"}
+
+
+def test_timing_figures_time_ring_ll_across_nodes():
+    # ring/LL on 2 nodes x 2 GPUs: lat = 6.6 + (6 - 2 inter steps) x max(1.0 intra figure, 1.0 net overhead)
+    # + 2 x 4.0 (network figure) = 18.6; bus 30 (the NICs' figure) x n/nsteps 4/6 = 20 GB/s
+    net = timed({"ring/LL": fig(1.0)}, {"ring/LL": fig(4.0, 30.0)}, {"algo": "ring", "proto": "LL"})
+    got = net.collective("all_reduce", 4096, R4)
+    assert got is not None and (got.algo, got.proto) == ("ring", "LL")
+    assert us(got) == pytest.approx(18.6 + 4096 / (1000 * 20.0), rel=1e-9)
+
+
+def test_the_scale_up_bus_figure_times_one_node_only():
+    # one node of 2 GPUs, ring/Simple: lat = 8.4 + 2 steps x 3.4; bus 100 x 2/2 = 100 GB/s (the scale-up figure;
+    # the NICs' 10 GB/s figure is for groups across nodes)
+    net = timed({"ring/Simple": fig(None, 100.0)}, {"ring/Simple": fig(None, 10.0)},
+                {"algo": "ring", "proto": "Simple"})
+    got = net.collective("all_reduce", 1 << 20, (0, 1))
+    assert got is not None and us(got) == pytest.approx(8.4 + 2 * 3.4 + (1 << 20) / (1000 * 100.0), rel=1e-9)
+
+
+def test_nccl_still_chooses_with_its_own_constants():
+    # 4 KiB on 2x2: NCCL's constants pick ring/LL (16.16 us, test_network::test_nccl_picks_the_least_time);
+    # a measured ring/LL network hop of 50 us makes it 6.6 + 4 x 1.0 + 2 x 50 = 110.6 us, yet NCCL runs it
+    net = timed(nics={"ring/LL": fig(50.0)})
+    got = net.collective("all_reduce", 4096, R4)
+    assert got is not None and (got.algo, got.proto) == ("ring", "LL")
+    assert us(got) == pytest.approx(110.6 + 4096 / (1000 * 26.0), rel=1e-9)
+
+
+def test_a_timing_key_that_is_not_algo_proto_is_refused():
+    with pytest.raises(ValidationError, match="not algo/proto"):
+        timed({"ring-LL": fig(1.0)})
