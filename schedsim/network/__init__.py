@@ -249,7 +249,8 @@ class NcclNetwork:
         t = self._tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
         lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, busbw=bus))[(algo, proto)]
-        return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, t.ring.channels, self.arch)
+        return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, t.ring.channels, self.arch,
+                         timed=True)
 
     # -- the interface -------------------------------------------------------------------------------------------
     def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], *, has_table: bool = False
@@ -270,10 +271,10 @@ class NcclNetwork:
             t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels, self.arch)
             if best is None or t < best[0]:
                 best = (t, a, p)
-        if best is not None and timed is not table:  # NCCL chose with its constants; the profile's figures time it
+        if best is not None:  # NCCL chose with its constants; its choice is timed with the profile's figures
             lat, bw = timed[(best[1], best[2])]
             best = (algo_time(func, best[1], best[2], lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels,
-                              self.arch), best[1], best[2])
+                              self.arch, timed=True), best[1], best[2])
         if best is None:
             from schedsim.hardware.profile import SCHEDULE_ENV_SOURCE
 
