@@ -347,6 +347,9 @@ class Fabric(_B):
                                     "that crosses the spine gets 1/oversubscription of the NIC rate.")
     latency_us: float = Field(default=0.0, ge=0, description="Latency per switch hop, µs, added to NCCL's network "
                               "latency (default 0: NCCL's own figures hold the switch).")
+    sharp: bool = Field(default=False, description="The switches reduce in the network (NVIDIA SHARP) and NCCL "
+                        "runs its CollNet plugin (NCCL_COLLNET_ENABLE=1): CollNet Direct / Chain and NVLS across "
+                        "nodes for all_reduce (schedsim.network.tuning).")
     provenance: Provenance = Field(default="assumed", description="Where oversubscription and latency_us come "
                                    "from.")
     source: str

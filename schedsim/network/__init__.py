@@ -28,6 +28,7 @@ from schedsim.network.tuning import (
     Graph,
     TuneInput,
     algo_time,
+    collnet_direct_graph,
     nvls_graph,
     p2p_step,
     parse_nccl_list,
@@ -217,8 +218,13 @@ class NcclNetwork:
         nvls = nvls_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw, multi) \
             if self.up.nvls else None
         hw: Literal["nvlink", "pci"] = "pci" if self.up.kind == "pcie" else "nvlink"
+        fab = self.topo.fabric
+        collnet = multi and fab is not None and fab.sharp
+        direct = collnet_direct_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw) \
+            if collnet else None
         return TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
-                         self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us)
+                         self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
+                         collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct)
 
     def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, Graph]:
         t = self._tune_input(shape)

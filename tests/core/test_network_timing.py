@@ -58,3 +58,48 @@ def test_nccl_still_chooses_with_its_own_constants():
 def test_a_timing_key_that_is_not_algo_proto_is_refused():
     with pytest.raises(ValidationError, match="not algo/proto"):
         timed({"ring-LL": fig(1.0)})
+
+
+# ---- CollNet (SHARP in the fabric) -------------------------------------------------------------------------------
+
+def sharp(nccl: dict[str, Any] | None = None, on: bool = True) -> NcclNetwork:
+    from tests.core.test_network import hopper
+
+    return NcclNetwork(profile(hopper(8, 8, fabric={"kind": "single_switch", "sharp": on, "source": "test"}), nccl))
+
+
+R16 = tuple(range(16))
+
+
+def test_collnet_direct_all_reduce_2x8():
+    # CollNet Direct graph: 8 heads (8 NICs, NCCL_MAX_DIRECT_ARITY + 1 = 8); a GPU carries (1 + 7/7) x s <= 370.8
+    # and s <= the NIC's 50: s = 48 (sm90 inter speeds). bus = 8 ch x 48 = 384; GPU/NIC factor 8/8 = 1; Hopper
+    # x .85 = 326.4; x .5 = 163.2 GB/s. lat = 0 + 2 x (min(1, 7) x 3.7 + 7 x 0.4) + 31 (net CollNet Direct
+    # Simple) = 44.0
+    got = sharp({"algo": "collnetdirect"}).collective("all_reduce", 1 << 30, R16)
+    assert got is not None and (got.algo, got.proto) == ("collnet_direct", "Simple")
+    assert us(got) == pytest.approx(44.0 + (1 << 30) / (1000 * 163.2), rel=1e-9)
+
+
+def test_collnet_chain_all_reduce_2x8():
+    # the ring graph's 8 channels x 45 GB/s = 360, x .5 = 180 GB/s; lat = 0 + 2 x 7 x 2.8 (NVLink CollNet Chain
+    # Simple) + 30 (net) = 69.2
+    got = sharp({"algo": "collnetchain"}).collective("all_reduce", 1 << 20, R16)
+    assert got is not None and (got.algo, got.proto) == ("collnet_chain", "Simple")
+    assert us(got) == pytest.approx(69.2 + (1 << 20) / (1000 * 180.0), rel=1e-9)
+
+
+def test_collnet_needs_sharp_and_serves_all_reduce_only():
+    with pytest.raises(Exception, match="leave all_reduce no algorithm"):
+        sharp({"algo": "collnetdirect"}, on=False).collective("all_reduce", 1 << 20, R16)
+    with pytest.raises(Exception, match="leave all_gather no algorithm"):
+        sharp({"algo": "collnetdirect,collnetchain"}).collective("all_gather", 1 << 20, R16)
+    # with SHARP, NVLS runs across nodes (NCCL: NVLS beyond one node only with CollNet). NVLS graph 8 heads at
+    # 40 (9 x 40 <= 370.8), bw_inter raised to 48; intra 40 x .85 x 7/8 x 2 = 59.5, inter 48: 48 x 8 ch = 384,
+    # x 16/30 = 204.8 GB/s; lat = 25 (NVLink NVLS) + 18 (net NVLS) = 43: at 1 MiB 48.12 us, less than tree/LL128's
+    # 60.4, which runs there without SHARP
+    got = sharp().collective("all_reduce", 1 << 20, R16)
+    assert got is not None and got.algo == "nvls"
+    assert us(got) == pytest.approx(43.0 + (1 << 20) / (1000 * 204.8), rel=1e-9)
+    plain = sharp(on=False).collective("all_reduce", 1 << 20, R16)
+    assert plain is not None and (plain.algo, plain.proto) == ("tree", "LL128")
