@@ -207,8 +207,15 @@ class NcclNetwork:
         return (pick("scale_up", "hw_latency_us"), pick("nics", "hw_latency_us"),
                 pick("nics" if multi else "scale_up", "busbw_GBps"))
 
-    def _tune_input(self, shape: GroupShape) -> TuneInput:
-        """NCCL's view of a group of this shape (its graphs, tiers and latencies), without timing figures."""
+    def tune_input(self, shape: GroupShape) -> TuneInput:
+        """NCCL's view of a group of this shape (:class:`schedsim.network.tuning.TuneInput`: its ring, NVLS and
+        CollNet Direct graphs, tiers and latencies), without the profile's timing figures.
+
+        Raises
+        ------
+        ProfileError
+            The group spans nodes and the profile has no ``topology.nics``.
+        """
         multi = shape.nodes > 1
         if multi and self.topo.nics is None:
             raise ProfileError(f"profile {self.profile.name!r}: a group spans {shape.nodes} nodes but the profile "
@@ -227,7 +234,7 @@ class NcclNetwork:
                          collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct)
 
     def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, Graph]:
-        t = self._tune_input(shape)
+        t = self.tune_input(shape)
         table = tune(func, t)
         if self.algos is not None or self.protos is not None:
             table = {(a, p): v for (a, p), v in table.items()
@@ -252,7 +259,7 @@ class NcclNetwork:
         """
         shape = self.shape(ranks)
         func = COLL_FUNCS[kind]
-        t = self._tune_input(shape)
+        t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
         lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, busbw=bus))[(algo, proto)]
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, t.ring.channels, self.arch,

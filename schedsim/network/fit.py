@@ -123,7 +123,7 @@ def _bus_of(net: Any, kind: str, ranks: tuple[int, ...], a: str, p: str) -> floa
     from schedsim.network.tuning import tune
 
     shape = net.shape(ranks)
-    t = net._tune_input(shape)
+    t = net.tune_input(shape)
     intra, inter, bus = net.timing_figures(shape.nodes > 1)
     t = replace(t, hw_intra=intra, hw_inter=inter, busbw=bus)
     if (a, p) in bus:
