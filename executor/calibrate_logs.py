@@ -127,10 +127,10 @@ def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str]) -> None:
         if topo.get(tier) is not None:
             d["topology"][tier]["timing"] = topo[tier]["timing"]
     print("fitted tier figures (NCCL chooses with its own constants; these time its choice):")
-    print(f"  {'tier':9} {'algo/proto':18} {'hwLat (us)':>10} {'busbw (GB/s)':>12} {'rows':>5} {'rms err':>8}")
+    print(f"  {'tier':9} {'algo/proto':18} {'hwLat (us)':>10} {'x NCCL bw':>10} {'rows':>5} {'rms err':>8}")
     for f in figs:
-        bw = "-" if f.busbw_GBps is None else f"{f.busbw_GBps:.1f}"
-        print(f"  {f.tier:9} {f.key:18} {f.hw_latency_us:>10.3f} {bw:>12} {f.rows:>5} {f.rms_pct:>7.1f}%")
+        bw = "-" if f.bw_factor is None else f"{f.bw_factor:.3f}"
+        print(f"  {f.tier:9} {f.key:18} {f.hw_latency_us:>10.3f} {bw:>10} {f.rows:>5} {f.rms_pct:>7.1f}%")
 
 
 def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, base: str, collective: str | None,

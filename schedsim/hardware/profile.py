@@ -247,9 +247,12 @@ class TierTiming(_B):
 
     hw_latency_us: float | None = Field(default=None, ge=0, description="Replaces NCCL's hwLatencies[tier][algo]"
                                         "[proto] (src/graph/tuning.cc), µs per step of this tier, in the time.")
-    busbw_GBps: float | None = Field(default=None, gt=0, description="Replaces NCCL's bus bandwidth of this "
-                                     "(algo, proto), GB/s, for groups this tier bounds (scale_up: one node; nics: "
-                                     "across nodes), before NCCL's conversion to algorithm bandwidth.")
+    bw_factor: float | None = Field(default=None, gt=0, description="Multiplies NCCL's bus bandwidth of this "
+                                    "(algo, proto) (after tuning.cc's refinements, before its conversion to "
+                                    "algorithm bandwidth) for groups this tier bounds (scale_up: one node; nics: "
+                                    "across nodes). A factor, not GB/s: NCCL's bandwidth already depends on the "
+                                    "group (channels, nodes: 2-node NVLS-tree doubles its network share), which a "
+                                    "fixed GB/s fitted on one group shape would not.")
     provenance: Provenance
     source: str
 

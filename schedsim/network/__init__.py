@@ -181,9 +181,9 @@ class NcclNetwork:
     def timing_figures(self, multi: bool, over: tuple[str, str, float | None, float | None] | None = None
                        ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float],
                                   dict[tuple[str, str], float]]:
-        """(intra hwLat, network hwLat, bus bandwidth) overrides by (algo, proto) from the profile's
-        ``scale_up.timing`` and ``nics.timing`` (bus bandwidth: the scale-up tier's in one node, the NICs'
-        across nodes); ``over`` = (tier ``scale_up`` or ``nics``, ``algo/proto``, hw_latency_us, busbw_GBps)
+        """(intra hwLat, network hwLat, bus bandwidth factor) overrides by (algo, proto) from the profile's
+        ``scale_up.timing`` and ``nics.timing`` (bandwidth factor: the scale-up tier's in one node, the NICs'
+        across nodes); ``over`` = (tier ``scale_up`` or ``nics``, ``algo/proto``, hw_latency_us, bw_factor)
         replaces one entry (None keeps it), for :mod:`schedsim.network.fit`."""
         tiers = {"scale_up": dict(self.up.timing), "nics": dict(self.topo.nics.timing if self.topo.nics else {})}
         if over is not None:
@@ -193,7 +193,7 @@ class NcclNetwork:
             old = tiers[tier].get(key)
             tiers[tier][key] = TierTiming(
                 hw_latency_us=h if h is not None else (old.hw_latency_us if old else None),
-                busbw_GBps=b if b is not None else (old.busbw_GBps if old else None), provenance="fitted", source="")
+                bw_factor=b if b is not None else (old.bw_factor if old else None), provenance="fitted", source="")
 
         def pick(tier: str, what: str) -> dict[tuple[str, str], float]:
             out = {}
@@ -205,7 +205,7 @@ class NcclNetwork:
             return out
 
         return (pick("scale_up", "hw_latency_us"), pick("nics", "hw_latency_us"),
-                pick("nics" if multi else "scale_up", "busbw_GBps"))
+                pick("nics" if multi else "scale_up", "bw_factor"))
 
     def tune_input(self, shape: GroupShape) -> TuneInput:
         """NCCL's view of a group of this shape (:class:`schedsim.network.tuning.TuneInput`: its ring, NVLS and
@@ -243,7 +243,7 @@ class NcclNetwork:
         intra, inter, bus = self.timing_figures(shape.nodes > 1)
         timed = table
         if intra or inter or bus:
-            full = tune(func, replace(t, hw_intra=intra, hw_inter=inter, busbw=bus))
+            full = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))
             timed = {k: full[k] for k in table}
         return table, timed, t.ring
 
@@ -261,7 +261,7 @@ class NcclNetwork:
         func = COLL_FUNCS[kind]
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
-        lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, busbw=bus))[(algo, proto)]
+        lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, t.ring.channels, self.arch,
                          timed=True)
 

@@ -6,9 +6,12 @@ what a log measures is how long that choice took on this machine. So each row of
 fitted by least squares of relative error over those rows (a row's time: :func:`_row_time`):
 
 * ``hw_latency_us``: the tier's per-step latency (NCCL's ``hwLatencies[tier][algo][proto]``), and
-* ``busbw_GBps``: the bus bandwidth of that (algorithm, protocol) on groups the tier bounds.
+* ``bw_factor``: measured over NCCL's bus bandwidth of that (algorithm, protocol) on groups the tier bounds.
+  A factor, so that it carries to other group shapes as NCCL's own bandwidth does (on 2 nodes NCCL doubles
+  NVLS-tree's network share and caps it per channel by 1, 2 or 4+ nodes; a GB/s fitted on 2 nodes would
+  overrate 4: NVIDIA/nccl-tests#309's 2-node log put NVLS-tree at 460.6 GB/s, 20 % too fast on its 4-node log).
 
-NCCL's time (``ncclTopoGetAlgoTime``) is affine in both, given the choice: ``t = c0 + c_h · h + c_u / B``
+NCCL's time (``ncclTopoGetAlgoTime``) is affine in both, given the choice: ``t = c0 + c_h · h + c_u / f``
 (the tree correction and the ring plateau scale ``c_h`` and ``c_u``; the coefficients are read off the model
 itself, :meth:`schedsim.network.NcclNetwork.timed_with`). One-node logs fit the scale-up tier; logs over
 several nodes fit the NICs' tier (``nics.timing``: the network hop's latency and the bus bandwidth of groups
@@ -35,21 +38,21 @@ __all__ = ["FittedFigure", "fit_tier_timing", "fit_profile"]
 
 @dataclass(frozen=True)
 class FittedFigure:
-    """Fitted figures of one (tier, algorithm, protocol): ``hw_latency_us`` (µs per step), ``busbw_GBps``
-    (None where the rows do not constrain it), over ``rows`` rows with ``rms_pct`` root-mean-square relative
-    error (percent) of the fitted model on them."""
+    """Fitted figures of one (tier, algorithm, protocol): ``hw_latency_us`` (µs per step), ``bw_factor``
+    (over NCCL's bus bandwidth; None where the rows do not constrain it), over ``rows`` rows with ``rms_pct``
+    root-mean-square relative error (percent) of the fitted model on them."""
 
     tier: str
     key: str
     hw_latency_us: float
-    busbw_GBps: float | None
+    bw_factor: float | None
     rows: int
     rms_pct: float
 
 
 @dataclass(frozen=True)
 class _Obs:
-    """One row: time ``t`` (µs) = c0 + ch · h + cu / B; ``cb`` = cu / B at the model's bandwidth now."""
+    """One row: time ``t`` (µs) = c0 + ch · h + cu / f; ``cb`` = cu / f at the model's factor now."""
 
     t: float
     c0: float
@@ -105,9 +108,11 @@ def _observations(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
                              "links, not the NCCL model: left out of the fit")
                 break
             a, p = got.algo, got.proto
-            b1 = _bus_of(net, kind, ranks, a, p)
-            b2 = 2.0 * b1
             key = f"{a}/{p}"
+            now = (profile.topology.scale_up if tier == "scale_up" else profile.topology.nics)
+            old = now.timing.get(key) if now is not None else None
+            b1 = old.bw_factor if old is not None and old.bw_factor is not None else 1.0
+            b2 = 2.0 * b1
             f0 = net.timed_with(kind, r.size_bytes, ranks, a, p, (tier, key, 0.0, b1))
             f1 = net.timed_with(kind, r.size_bytes, ranks, a, p, (tier, key, 1.0, b1))
             f2 = net.timed_with(kind, r.size_bytes, ranks, a, p, (tier, key, 0.0, b2))
@@ -116,27 +121,9 @@ def _observations(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
     return out, notes
 
 
-def _bus_of(net: Any, kind: str, ranks: tuple[int, ...], a: str, p: str) -> float:
-    """The bus bandwidth (GB/s, before NCCL's algorithm-bandwidth conversion) the model now gives (a, p)."""
-    from dataclasses import replace
-
-    from schedsim.network.tuning import tune
-
-    shape = net.shape(ranks)
-    t = net.tune_input(shape)
-    intra, inter, bus = net.timing_figures(shape.nodes > 1)
-    t = replace(t, hw_intra=intra, hw_inter=inter, busbw=bus)
-    if (a, p) in bus:
-        return float(bus[(a, p)])
-    _, algbw = tune(COLL_FUNCS[kind], t)[(a, p)]
-    probe = replace(t, busbw={**bus, (a, p): 1.0})
-    _, per_unit = tune(COLL_FUNCS[kind], probe)[(a, p)]  # algbw of a bus bandwidth of 1 GB/s
-    return algbw / per_unit
-
-
 def _solve(obs: list[_Obs]) -> tuple[float, float | None]:
-    """(h, B) minimising sum(((c0 + ch h + cu / B) - t) / t)^2 with h >= 0, B > 0; B None where the rows do
-    not constrain it (then h alone, at the model's bandwidth now)."""
+    """(h, f) minimising sum(((c0 + ch h + cu / f) - t) / t)^2 with h >= 0, f > 0; f None where the rows do
+    not constrain it (then h alone, at the model's factor now)."""
     def lsq1(xs: list[float], ys: list[float]) -> float:
         den = sum(x * x for x in xs)
         return sum(x * y for x, y in zip(xs, ys, strict=True)) / den if den > 0 else 0.0
@@ -198,7 +185,7 @@ def fit_tier_timing(profile: HardwareProfile, logs: list[NcclTestsLog], tier: st
                 if got is not None and f"{got.algo}/{got.proto}" == f.key:
                     errs.append((got.seconds * 1e6 - t_us) / t_us)
         rms = 100.0 * math.sqrt(sum(e * e for e in errs) / len(errs)) if errs else 0.0
-        done.append(FittedFigure(f.tier, f.key, f.hw_latency_us, f.busbw_GBps, f.rows, rms))
+        done.append(FittedFigure(f.tier, f.key, f.hw_latency_us, f.bw_factor, f.rows, rms))
     return done, notes
 
 
@@ -212,7 +199,7 @@ def apply_figures(profile: HardwareProfile, figs: list[FittedFigure], source: st
         tier = d["topology"][f.tier]
         tier.setdefault("timing", {})[f.key] = {
             "hw_latency_us": round(f.hw_latency_us, 4),
-            "busbw_GBps": None if f.busbw_GBps is None else round(f.busbw_GBps, 3),
+            "bw_factor": None if f.bw_factor is None else round(f.bw_factor, 5),
             "provenance": "fitted",
             "source": f"{source}: {f.rows} rows, rms error {f.rms_pct:.1f} %" if f.rms_pct else source}
     return HardwareProfile.model_validate(d)

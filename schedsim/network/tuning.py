@@ -262,8 +262,8 @@ class TuneInput:
     ``nvsCount``, which CollNet Direct needs); ``collnet_direct``: that graph (:func:`collnet_direct_graph`).
 
     ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
-    (algorithm, protocol) keys they hold, and ``busbw`` its bus bandwidth (GB/s, before the conversion to
-    algorithm bandwidth): a profile's measured, fitted or published ``timing`` figures (not NCCL's; NCCL
+    (algorithm, protocol) keys they hold, and ``bw_factor`` multiplies its bus bandwidth (before the conversion
+    to algorithm bandwidth): a profile's measured, fitted or published ``timing`` figures (not NCCL's; NCCL
     chooses with its own constants, :meth:`schedsim.network.NcclNetwork.collective`)."""
 
     ranks: int
@@ -278,7 +278,7 @@ class TuneInput:
     lat_intra: float = 0.0
     hw_intra: Mapping[tuple[str, str], float] | None = None
     hw_inter: Mapping[tuple[str, str], float] | None = None
-    busbw: Mapping[tuple[str, str], float] | None = None
+    bw_factor: Mapping[tuple[str, str], float] | None = None
     collnet: bool = False
     nvswitch: bool = False
     collnet_direct: Graph | None = None
@@ -351,8 +351,8 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
         bus /= factor
         if cc >= _ARCHS.index("hopper"):
             bus *= .85
-    if t.busbw is not None and (a, p) in t.busbw:
-        bus = t.busbw[(a, p)]
+    if t.bw_factor is not None and (a, p) in t.bw_factor:
+        bus *= t.bw_factor[(a, p)]
     if not (a != "ring" and coll in ("allgather", "reducescatter")):
         bus *= n / _nsteps(coll, n) if a in ("ring", "nvls", "nvls_tree") else .5
     return bus

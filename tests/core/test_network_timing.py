@@ -25,25 +25,27 @@ def timed(up: dict[str, Any] | None = None, nics: dict[str, Any] | None = None,
 
 
 def fig(h: float | None = None, b: float | None = None) -> dict[str, Any]:
-    return {"hw_latency_us": h, "busbw_GBps": b, "provenance": "fitted", "source": "test"}
+    return {"hw_latency_us": h, "bw_factor": b, "provenance": "fitted", "source": "test"}
 
 
 def test_timing_figures_time_ring_ll_across_nodes():
     # ring/LL on 2 nodes x 2 GPUs: lat = 6.6 + (6 - 2 inter steps) x max(1.0 intra figure, 1.0 net overhead)
-    # + 2 x 4.0 (network figure) = 18.6; bus 30 (the NICs' figure) x n/nsteps 4/6 = 20 GB/s
-    net = timed({"ring/LL": fig(1.0)}, {"ring/LL": fig(4.0, 30.0)}, {"algo": "ring", "proto": "LL"})
+    # + 2 x 4.0 (network figure) = 18.6; NCCL's bus min(llMaxBw 39.0, 96 x .5) = 39 x the NICs' factor .5
+    # = 19.5, x n/nsteps 4/6 = 13 GB/s
+    net = timed({"ring/LL": fig(1.0)}, {"ring/LL": fig(4.0, 0.5)}, {"algo": "ring", "proto": "LL"})
     got = net.collective("all_reduce", 4096, R4)
     assert got is not None and (got.algo, got.proto) == ("ring", "LL")
-    assert us(got) == pytest.approx(18.6 + 4096 / (1000 * 20.0), rel=1e-9)
+    assert us(got) == pytest.approx(18.6 + 4096 / (1000 * 13.0), rel=1e-9)
 
 
 def test_the_scale_up_bus_figure_times_one_node_only():
-    # one node of 2 GPUs, ring/Simple: lat = 8.4 + 2 steps x 3.4; bus 100 x 2/2 = 100 GB/s (the scale-up figure;
-    # the NICs' 10 GB/s figure is for groups across nodes)
-    net = timed({"ring/Simple": fig(None, 100.0)}, {"ring/Simple": fig(None, 10.0)},
+    # one node of 2 GPUs, ring/Simple: ring graph 12 channels x 30 (6 x 60 <= 370.8, doubled at half speed) =
+    # 360, x the scale-up factor .25 = 90, x n/nsteps 2/2; lat = 8.4 + 2 steps x 3.4. The NICs' factor (.1) is
+    # for groups across nodes
+    net = timed({"ring/Simple": fig(None, 0.25)}, {"ring/Simple": fig(None, 0.1)},
                 {"algo": "ring", "proto": "Simple"})
     got = net.collective("all_reduce", 1 << 20, (0, 1))
-    assert got is not None and us(got) == pytest.approx(8.4 + 2 * 3.4 + (1 << 20) / (1000 * 100.0), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(8.4 + 2 * 3.4 + (1 << 20) / (1000 * 90.0), rel=1e-9)
 
 
 def test_nccl_still_chooses_with_its_own_constants():
