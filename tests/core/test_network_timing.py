@@ -5,6 +5,7 @@ from NCCL 2.30.7's src/graph/tuning.cc constants (schedsim/network/tuning.py).""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,3 +106,34 @@ def test_collnet_needs_sharp_and_serves_all_reduce_only():
     assert us(got) == pytest.approx(43.0 + (1 << 20) / (1000 * 204.8), rel=1e-9)
     plain = sharp(on=False).collective("all_reduce", 1 << 20, R16)
     assert plain is not None and (plain.algo, plain.proto) == ("tree", "LL128")
+
+
+@pytest.mark.parametrize(("where", "timing", "words"), [
+    ("scale_up", {"ring/XL": fig(1.0)}, "timing key 'ring/XL' is not algo/proto"),
+    ("nics", {"tree/LL": {**fig(1.0, -2.0)}}, "bw_factor"),
+    ("nics", {"tree/LL": {"hw_latency_us": 1.0, "provenance": "guessed", "source": "t"}}, "provenance"),
+])
+def test_a_bad_timing_figure_names_its_field_and_exits_2(tmp_path: Path, where: str, timing: dict[str, Any],
+                                                          words: str):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from schedsim.errors import ProfileError
+    from schedsim.hardware.profile import load_profile
+    from tests.core.test_network import BASE, ROOT
+
+    d = copy.deepcopy(BASE)
+    d["topology"] = copy.deepcopy(TOPO22)
+    d["topology"][where]["timing"] = timing
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(d))
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(path))
+    assert f"topology.{where}.timing" in str(e.value) and words in str(e.value)
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(ROOT / "schedules/allgather_mm.yaml"),
+                          "--profile", str(path), "-o", str(tmp_path / "out")], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and f"topology.{where}.timing" in out.stderr
+    assert "Traceback" not in out.stderr
