@@ -99,6 +99,40 @@ def write_profile(d: dict[str, Any], out: Path, header: str = "") -> None:
     atomic_write_text(out, comment + text)
 
 
+def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str]) -> None:
+    """On a base profile with a cluster topology (``topology.scale_up``): fit each tier's per-(algorithm,
+    protocol) figures to ``logs`` (:mod:`schedsim.network.fit`), write them into ``d``'s
+    ``topology.scale_up.timing`` / ``topology.nics.timing`` (provenance ``fitted``) and print them.
+
+    Logs the fit cannot use (send/recv-based collectives, groups that do not fit the profile's nodes, a base
+    without ``topology.nics`` for logs across nodes) are named in ``note:`` lines on stderr.
+    """
+    import sys
+
+    from schedsim.errors import printable
+    from schedsim.hardware.profile import HardwareProfile
+    from schedsim.network.fit import fit_profile
+
+    base = HardwareProfile.model_validate(d)
+    if base.topology.scale_up is None or not logs:
+        return
+    fitted, figs, notes = fit_profile(base, logs, "fitted by schedsim calibrate --from-nccl-tests to "
+                                      + "; ".join(srcs))
+    for note in notes:
+        print(f"note: {printable(note)}", file=sys.stderr)
+    if not figs:
+        return
+    topo = fitted.topology.model_dump(mode="json")
+    for tier in ("scale_up", "nics"):
+        if topo.get(tier) is not None:
+            d["topology"][tier]["timing"] = topo[tier]["timing"]
+    print("fitted tier figures (NCCL chooses with its own constants; these time its choice):")
+    print(f"  {'tier':9} {'algo/proto':18} {'hwLat (us)':>10} {'x NCCL bw':>10} {'rows':>5} {'rms err':>8}")
+    for f in figs:
+        bw = "-" if f.bw_factor is None else f"{f.bw_factor:.3f}"
+        print(f"  {f.tier:9} {f.key:18} {f.hw_latency_us:>10.3f} {bw:>10} {f.rows:>5} {f.rms_pct:>7.1f}%")
+
+
 def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, base: str, collective: str | None,
                             nranks: int | None) -> dict[str, Any]:
     """Parse ``logs``, print each as an nccl-tests-style table, write the profile; returns the profile dict.
@@ -119,8 +153,10 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
                                                        for k, v in d["collectives"]["tables"].items()}
     srcs = []
     seen: dict[tuple[str, int], str] = {}
+    parsed = []
     for p in logs:
         file_logs = read_nccl_tests(p, collective=collective, nranks=nranks)
+        parsed += file_logs
         warning = skipped_warning(file_logs)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
@@ -148,6 +184,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
                 nodes_of.pop(key[1], None)
             on_nodes = f", {k} nodes" if k > 1 else ""
             srcs.append(f"{p.name} ({log.collective}, {log.nranks} ranks{on_nodes}, {len(tab)} sizes)")
+    _fit_tiers(d, parsed, srcs)
     d["collectives"]["nodes"] = {k: v for k, v in d["collectives"].get("nodes", {}).items() if v}
     d["collectives"]["tables"] = tables
     d["collectives"]["source"] = "nccl-tests logs (out-of-place busbw): " + "; ".join(srcs)

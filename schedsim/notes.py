@@ -182,13 +182,22 @@ def _nccl_model_times(t: Any, profile: Any, cost_box: list[Any]) -> bool:
 
 def _unmeasured_tiers(profile: Any, spans: bool) -> list[str]:
     """The topology tiers the NCCL model reads (``topology.scale_up``; ``nics`` and ``fabric`` when the ranks
-    ``spans`` nodes) whose ``source`` says ``PUBLISHED`` or ``ASSUMED``."""
+    ``spans`` nodes) that are not measured: no ``timing`` figure of the tier is measured or fitted, and its
+    ``provenance`` (where the profile sets it) is published or assumed, else its ``source`` says ``PUBLISHED``
+    or ``ASSUMED``."""
     topo = profile.topology
     tiers = [("topology.scale_up", topo.scale_up)]
     if spans:
         tiers += [("topology.nics", topo.nics), ("topology.fabric", topo.fabric)]
-    return [name for name, tier in tiers
-            if tier is not None and ("PUBLISHED" in tier.source or "ASSUMED" in tier.source)]
+
+    def unmeasured(tier: Any) -> bool:
+        if any(f.provenance in ("measured", "fitted") for f in getattr(tier, "timing", {}).values()):
+            return False
+        if "provenance" in tier.model_fields_set:
+            return tier.provenance in ("published", "assumed")
+        return "PUBLISHED" in tier.source or "ASSUMED" in tier.source
+
+    return [name for name, tier in tiers if tier is not None and unmeasured(tier)]
 
 
 def _spans_nodes(prog: Any, profile: Any) -> bool:

@@ -246,6 +246,41 @@ class Link(_B):
 GpuArch = Literal["volta", "ampere", "hopper", "blackwell"]
 
 
+#: Where a network figure comes from: a specification or paper (published), a guess (assumed), a run on this
+#: machine (measured), or ``schedsim calibrate --from-nccl-tests`` on nccl-tests logs (fitted)
+Provenance = Literal["published", "assumed", "measured", "fitted"]
+#: NCCL's algorithm and protocol names as schedsim spells them (schedsim.network.tuning.ALGOS, PROTOS)
+_TIMING_ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+_TIMING_PROTOS = ("LL", "LL128", "Simple")
+
+
+class TierTiming(_B):
+    """How long one NCCL (algorithm, protocol) takes on a tier, where NCCL's own tuning constants are not the
+    machine's: NCCL still chooses the algorithm with its constants (that is what it runs); these figures time
+    the choice (:mod:`schedsim.network`)."""
+
+    hw_latency_us: float | None = Field(default=None, ge=0, description="Replaces NCCL's hwLatencies[tier][algo]"
+                                        "[proto] (src/graph/tuning.cc), µs per step of this tier, in the time.")
+    bw_factor: float | None = Field(default=None, gt=0, description="Multiplies NCCL's bus bandwidth of this "
+                                    "(algo, proto) (after tuning.cc's refinements, before its conversion to "
+                                    "algorithm bandwidth) for groups this tier bounds (scale_up: one node; nics: "
+                                    "across nodes). A factor, not GB/s: NCCL's bandwidth already depends on the "
+                                    "group (channels, nodes: 2-node NVLS-tree doubles its network share), which a "
+                                    "fixed GB/s fitted on one group shape would not.")
+    provenance: Provenance
+    source: str
+
+
+def _timing_keys(v: dict[str, TierTiming]) -> dict[str, TierTiming]:
+    """Keys are ``algo/proto`` in schedsim's spelling (``ring/LL``, ``nvls_tree/Simple``)."""
+    for k in v:
+        a, _, p = k.partition("/")
+        if a not in _TIMING_ALGOS or p not in _TIMING_PROTOS:
+            raise ValueError(f"timing key {k!r} is not algo/proto: algo one of {', '.join(_TIMING_ALGOS)}, proto "
+                             f"one of {', '.join(_TIMING_PROTOS)} (e.g. 'ring/LL')")
+    return v
+
+
 class ScaleUp(_B):
     """The scale-up domain of a node: NVLink through NVSwitch, direct NVLink, or PCIe (:mod:`schedsim.network`)."""
 
@@ -260,7 +295,15 @@ class ScaleUp(_B):
                        "with multicast (NCCL_NVLS_ENABLE).")
     latency_us: float = Field(default=0.0, ge=0, description="Latency added per intra-node step, µs, beyond "
                               "NCCL's hwLat (default 0: NCCL's own figures).")
+    timing: dict[str, TierTiming] = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
+                                          "NCCL's choice on this tier (TierTiming); not listed: NCCL's constants.")
+    provenance: Provenance = Field(default="assumed", description="Where bandwidth_GBps and latency_us come from.")
     source: str
+
+    @field_validator("timing")
+    @classmethod
+    def _timing(cls, v: dict[str, TierTiming]) -> dict[str, TierTiming]:
+        return _timing_keys(v)
 
     @model_validator(mode="after")
     def _nvls_needs_nvswitch(self) -> ScaleUp:
@@ -287,7 +330,16 @@ class Nics(_B):
         "gpus_per_node (rail-optimised when per_node == gpus_per_node).")
     latency_us: float = Field(default=0.0, ge=0, description="NIC latency, µs, added to NCCL's network hop "
                               "(graph->latencyInter; NCCL's IB and socket plugins report 0).")
+    timing: dict[str, TierTiming] = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
+                                          "NCCL's choice across nodes (network hwLat per hop, bus bandwidth of a group "
+                                          "across nodes); not listed: NCCL's constants.")
+    provenance: Provenance = Field(default="assumed", description="Where bandwidth_Gbps and latency_us come from.")
     source: str
+
+    @field_validator("timing")
+    @classmethod
+    def _timing(cls, v: dict[str, TierTiming]) -> dict[str, TierTiming]:
+        return _timing_keys(v)
 
     @field_validator("gpu_to_nic")
     @classmethod
@@ -312,6 +364,11 @@ class Fabric(_B):
                                     "that crosses the spine gets 1/oversubscription of the NIC rate.")
     latency_us: float = Field(default=0.0, ge=0, description="Latency per switch hop, µs, added to NCCL's network "
                               "latency (default 0: NCCL's own figures hold the switch).")
+    sharp: bool = Field(default=False, description="The switches reduce in the network (NVIDIA SHARP) and NCCL "
+                        "runs its CollNet plugin (NCCL_COLLNET_ENABLE=1): CollNet Direct / Chain and NVLS across "
+                        "nodes for all_reduce (schedsim.network.tuning).")
+    provenance: Provenance = Field(default="assumed", description="Where oversubscription and latency_us come "
+                                   "from.")
     source: str
 
 

@@ -19,7 +19,7 @@ Ranks sit on GPUs in order, or as ``topology.placement`` says; node = GPU // ``g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from schedsim.errors import ProfileError
@@ -28,6 +28,7 @@ from schedsim.network.tuning import (
     Graph,
     TuneInput,
     algo_time,
+    collnet_direct_graph,
     nvls_graph,
     p2p_step,
     parse_nccl_list,
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "rank_nodes"]
+
+_Table = dict[tuple[str, str], tuple[float, float]]
 
 #: NCCL_P2P_LL_THRESHOLD default (src/enqueue.cc, NCCL 2.30.7): NCCL sends with LL when the bytes are at most
 #: nChannels x this, else Simple; taken here with one channel (NCCL's p2p channel count per size is not modelled)
@@ -93,7 +96,7 @@ class NcclNetwork:
         self.algos = parse_nccl_list(profile.nccl.algo, "algo") if profile.nccl.algo else None
         self.protos = parse_nccl_list(profile.nccl.proto, "proto") if profile.nccl.proto else None
         self._shapes: dict[tuple[int, ...], GroupShape] = {}
-        self._tune: dict[tuple[GroupShape, str], tuple[dict[tuple[str, str], tuple[float, float]], Graph]] = {}
+        self._tune: dict[tuple[GroupShape, str], tuple[_Table, _Table, Graph]] = {}
 
     # -- placement -------------------------------------------------------------------------------------------
     def gpu_of(self, rank: int) -> int:
@@ -167,13 +170,52 @@ class NcclNetwork:
             lat += fab.latency_us * (3 if shape.leaves > 1 else 1)
         return lat
 
-    def _tables(self, shape: GroupShape, func: str) -> tuple[dict[tuple[str, str], tuple[float, float]], Graph]:
+    def _tables(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, Graph]:
+        """NCCL's (latency, bandwidth) per enabled (algo, proto), as NCCL chooses with them; the same timed with
+        the profile's tier ``timing`` figures; and the ring graph."""
         got = self._tune.get((shape, func))
         if got is None:
             got = self._tune[(shape, func)] = self._tune_for(shape, func)
         return got
 
-    def _tune_for(self, shape: GroupShape, func: str) -> tuple[dict[tuple[str, str], tuple[float, float]], Graph]:
+    def timing_figures(self, multi: bool, over: tuple[str, str, float | None, float | None] | None = None
+                       ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float],
+                                  dict[tuple[str, str], float]]:
+        """(intra hwLat, network hwLat, bus bandwidth factor) overrides by (algo, proto) from the profile's
+        ``scale_up.timing`` and ``nics.timing`` (bandwidth factor: the scale-up tier's in one node, the NICs'
+        across nodes); ``over`` = (tier ``scale_up`` or ``nics``, ``algo/proto``, hw_latency_us, bw_factor)
+        replaces one entry (None keeps it), for :mod:`schedsim.network.fit`."""
+        tiers = {"scale_up": dict(self.up.timing), "nics": dict(self.topo.nics.timing if self.topo.nics else {})}
+        if over is not None:
+            from schedsim.hardware.profile import TierTiming
+
+            tier, key, h, b = over
+            old = tiers[tier].get(key)
+            tiers[tier][key] = TierTiming(
+                hw_latency_us=h if h is not None else (old.hw_latency_us if old else None),
+                bw_factor=b if b is not None else (old.bw_factor if old else None), provenance="fitted", source="")
+
+        def pick(tier: str, what: str) -> dict[tuple[str, str], float]:
+            out = {}
+            for k, v in tiers[tier].items():
+                x = getattr(v, what)
+                if x is not None:
+                    a, _, p = k.partition("/")
+                    out[(a, p)] = float(x)
+            return out
+
+        return (pick("scale_up", "hw_latency_us"), pick("nics", "hw_latency_us"),
+                pick("nics" if multi else "scale_up", "bw_factor"))
+
+    def tune_input(self, shape: GroupShape) -> TuneInput:
+        """NCCL's view of a group of this shape (:class:`schedsim.network.tuning.TuneInput`: its ring, NVLS and
+        CollNet Direct graphs, tiers and latencies), without the profile's timing figures.
+
+        Raises
+        ------
+        ProfileError
+            The group spans nodes and the profile has no ``topology.nics``.
+        """
         multi = shape.nodes > 1
         if multi and self.topo.nics is None:
             raise ProfileError(f"profile {self.profile.name!r}: a group spans {shape.nodes} nodes but the profile "
@@ -183,14 +225,45 @@ class NcclNetwork:
         nvls = nvls_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw, multi) \
             if self.up.nvls else None
         hw: Literal["nvlink", "pci"] = "pci" if self.up.kind == "pcie" else "nvlink"
-        t = TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
-                      self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us)
+        fab = self.topo.fabric
+        collnet = multi and fab is not None and fab.sharp
+        direct = collnet_direct_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw) \
+            if collnet else None
+        return TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
+                         self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
+                         collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct)
+
+    def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, Graph]:
+        t = self.tune_input(shape)
         table = tune(func, t)
         if self.algos is not None or self.protos is not None:
             table = {(a, p): v for (a, p), v in table.items()
                      if (self.algos is None or a in self.algos[func])
                      and (self.protos is None or p in self.protos[func])}
-        return table, ring
+        intra, inter, bus = self.timing_figures(shape.nodes > 1)
+        timed = table
+        if intra or inter or bus:
+            full = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))
+            timed = {k: full[k] for k in table}
+        return table, timed, t.ring
+
+    def timed_with(self, kind: str, nbytes: float, ranks: tuple[int, ...], algo: str, proto: str,
+                   over: tuple[str, str, float | None, float | None]) -> float:
+        """Time in µs of ``kind`` on ``ranks`` run as (``algo``, ``proto``) with one timing figure replaced
+        (``over``, as :meth:`timing_figures`); for :mod:`schedsim.network.fit`. Uncached.
+
+        Raises
+        ------
+        KeyError
+            NCCL does not enable (``algo``, ``proto``) for ``kind`` on this group.
+        """
+        shape = self.shape(ranks)
+        func = COLL_FUNCS[kind]
+        t = self.tune_input(shape)
+        intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
+        lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
+        return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, t.ring.channels, self.arch,
+                         timed=True)
 
     # -- the interface -------------------------------------------------------------------------------------------
     def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], *, has_table: bool = False
@@ -205,12 +278,16 @@ class NcclNetwork:
         func = COLL_FUNCS.get(kind)
         if func is None:
             return self.spread(kind, nbytes, shape)
-        table, ring = self._tables(shape, func)
+        table, timed, ring = self._tables(shape, func)
         best: tuple[float, str, str] | None = None
         for (a, p), (lat, bw) in table.items():
             t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels, self.arch)
             if best is None or t < best[0]:
                 best = (t, a, p)
+        if best is not None:  # NCCL chose with its constants; its choice is timed with the profile's figures
+            lat, bw = timed[(best[1], best[2])]
+            best = (algo_time(func, best[1], best[2], lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels,
+                              self.arch, timed=True), best[1], best[2])
         if best is None:
             from schedsim.hardware.profile import SCHEDULE_ENV_SOURCE
 

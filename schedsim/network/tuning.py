@@ -16,18 +16,24 @@ Simplifications, stated:
   rule, channel duplication and pass 2's speed increase are NCCL's. The tree graph takes the ring's
   channels and speed (NCCL searches it separately; on the topologies shipped they agree).
 * NCCL's GPU-to-NIC PCIe paths are taken to be faster than the NIC.
-* CollNet (SHARP in the fabric) is not modelled; as in NCCL without a CollNet plugin, NVLS is then
-  single-node only and NVLS-tree serves all_reduce across nodes.
+* CollNet (SHARP in the fabric, NCCL's CollNet plugin) where the profile's fabric says so: CollNet Direct
+  and Chain for all_reduce across nodes, and NVLS across nodes (NCCL enables NVLS beyond one node only with
+  CollNet). The CollNet Direct graph is reduced to its budget like the ring's (:func:`collnet_direct_graph`);
+  the Chain graph is the ring's (``collNetChainGraph->min/maxChannels = ringGraph->nChannels``, src/init.cc).
+  CollNet all_gather / reduce_scatter (a plugin with ``iallgather`` / ``ireducescatter`` and one NIC per GPU)
+  are not modelled. Without it, as in NCCL without a CollNet plugin, NVLS is single-node only and NVLS-tree
+  serves all_reduce across nodes.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 __all__ = ["ALGOS", "PROTOS", "Graph", "TuneInput", "parse_nccl_list", "tune", "algo_time", "ring_graph",
-           "nvls_graph", "COLL_FUNCS", "p2p_step"]
+           "nvls_graph", "collnet_direct_graph", "COLL_FUNCS", "p2p_step"]
 
 Algo = Literal["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
 Proto = Literal["LL", "LL128", "Simple"]
@@ -76,6 +82,7 @@ _SPEED_INTER = {"pre": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.
                               6.0, 3.0, 2.4, 1.2, 0.24, 0.12)}
 _MAX_RING_CHANNELS = 32  # ringGraph->maxChannels = MAXCHANNELS / 2 (src/init.cc; MAXCHANNELS 64, device.h)
 _MAX_NVLS_ARITY = 32  # NCCL_MAX_NVLS_ARITY (device.h)
+_MAX_DIRECT_ARITY = 7  # NCCL_MAX_DIRECT_ARITY (device.h): a CollNet Direct graph has at most 7 + 1 heads (search.cc)
 
 
 def parse_nccl_list(text: str, what: Literal["algo", "proto"]) -> dict[str, frozenset[str]]:
@@ -224,13 +231,40 @@ def nvls_graph(arch: str, up_bw: float, local_gpus: int, nics: int, nic_bw: floa
     return Graph(heads, s, inter)
 
 
+def collnet_direct_graph(arch: str, up_bw: float, local_gpus: int, nics: int, nic_bw: float) -> Graph | None:
+    """The CollNet Direct graph (``NCCL_TOPO_PATTERN_COLLNET_DIRECT``, ``ncclTopoSearchTryCollnetDirect`` of
+    search.cc), on a bandwidth budget: one channel per head GPU, at most ``NCCL_MAX_DIRECT_ARITY + 1`` = 8 and
+    one per NIC; a head's channel at speed ``s`` sends and receives ``s / (local - 1)`` to and from every other
+    GPU of the node, so a GPU carries ``s`` for its own channel and ``s / (local - 1)`` for each other head's:
+    ``(1 + (heads - 1) / (local - 1)) · s <= up_bw``; ``s`` is the fastest of NCCL's inter-node speeds within
+    that and the NIC. None with no NIC or no speed that fits.
+
+    >>> collnet_direct_graph("hopper", 370.8, 8, 8, 50.0)   # 8 heads at 48 (2 x 48 <= 370.8, 48 <= 50)
+    Graph(channels=8, bw_intra=48.0, bw_inter=48.0)
+    """
+    heads = min(_MAX_DIRECT_ARITY + 1, local_gpus, nics)
+    if heads < 1:
+        return None
+    load = 1.0 + ((heads - 1) / (local_gpus - 1) if local_gpus > 1 else 0.0)
+    ok = [v for v in _SPEED_INTER[_arch_row(arch)]
+          if v <= nic_bw + 1e-9 and (local_gpus == 1 or load * v <= up_bw + 1e-9)]
+    return Graph(heads, ok[0], ok[0]) if ok else None
+
+
 @dataclass(frozen=True)
 class TuneInput:
     """What ``ncclTopoTuneModel`` reads of a communicator: ``ranks`` over ``nodes`` (``ppn = ranks / nodes``),
     the GPU ``arch``, ``intra_hw`` (``nvlink`` or ``pci``), the CPU vendor, the ring/tree and NVLS graphs,
     ``lat_inter`` (``graph->latencyInter``, µs), ``lat_intra`` (µs added to every intra-node hwLat; not in NCCL,
     0 there) and whether LL128 is allowed (NVLink or better inside, Hopper:
-    any NIC path up to PXN; before: up to PXB)."""
+    any NIC path up to PXN; before: up to PXB). ``collnet``: the fabric reduces in the network (SHARP) and NCCL
+    runs its CollNet plugin (``config.collnetEnable``); ``nvswitch``: the node has an NVSwitch (NCCL's
+    ``nvsCount``, which CollNet Direct needs); ``collnet_direct``: that graph (:func:`collnet_direct_graph`).
+
+    ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
+    (algorithm, protocol) keys they hold, and ``bw_factor`` multiplies its bus bandwidth (before the conversion
+    to algorithm bandwidth): a profile's measured, fitted or published ``timing`` figures (not NCCL's; NCCL
+    chooses with its own constants, :meth:`schedsim.network.NcclNetwork.collective`)."""
 
     ranks: int
     nodes: int
@@ -242,6 +276,12 @@ class TuneInput:
     lat_inter: float = 0.0
     ll128: bool = True
     lat_intra: float = 0.0
+    hw_intra: Mapping[tuple[str, str], float] | None = None
+    hw_inter: Mapping[tuple[str, str], float] | None = None
+    bw_factor: Mapping[tuple[str, str], float] | None = None
+    collnet: bool = False
+    nvswitch: bool = False
+    collnet_direct: Graph | None = None
 
 
 def _p(proto: str) -> int:
@@ -251,13 +291,20 @@ def _p(proto: str) -> int:
 def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
     """Whether ``ncclTopoTuneModel`` fills (and leaves enabled) algorithm ``a`` with protocol ``p`` for ``coll``:
     broadcast and reduce run ring only; all_gather and reduce_scatter ring, NVLS or PAT; all_reduce no PAT;
-    NVLS, NVLS-tree and PAT only Simple; NVLS-tree off on one node, NVLS off across nodes (no CollNet), PAT
-    only with one GPU per node; LL128 only where ``t.ll128``; NVLS graphs need 2 channels."""
+    NVLS, NVLS-tree and PAT only Simple; NVLS-tree off on one node, NVLS off across nodes without CollNet, PAT
+    only with one GPU per node; LL128 only where ``t.ll128``; NVLS graphs need 2 channels. CollNet Direct and
+    Chain (Simple only; ``busBw = 0`` otherwise in tuning.cc) across nodes with ``t.collnet``, Direct only on
+    an NVSwitch node (``nvsCount == 0`` disables it)."""
     if coll in ("broadcast", "reduce") and a != "ring":
         return False
     if coll in ("reducescatter", "allgather") and a not in ("pat", "ring", "nvls"):
         return False
-    if (coll == "allreduce" and a == "pat") or (a == "nvls_tree" and t.nodes == 1) or (a == "nvls" and t.nodes > 1):
+    if a in ("collnet_direct", "collnet_chain"):  # all_reduce only here (CollNet AG/RS: module doc)
+        return (t.collnet and t.nodes > 1 and coll == "allreduce" and p == "Simple"
+                and (a == "collnet_chain" or (t.nvswitch and t.collnet_direct is not None)))
+    if (coll == "allreduce" and a == "pat") or (a == "nvls_tree" and t.nodes == 1):
+        return False
+    if a == "nvls" and t.nodes > 1 and (not t.collnet or coll != "allreduce"):  # AG/RS need the plugin's iallgather
         return False
     if a == "pat" and t.nodes != t.ranks:
         return False
@@ -275,7 +322,10 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
     idx2 = nodes - 1 if nodes <= 2 else 2
     ll_max = _LL_MAX_BW[cc if nodes == 1 else (1 if t.cpu_vendor == "amd" else 0)][idx2]
     g = t.nvls if a in ("nvls", "nvls_tree") and t.nvls is not None else t.ring
-    bw = g.bw_intra if nodes <= 2 else g.bw_inter
+    if a == "collnet_direct" and t.collnet_direct is not None:
+        g = t.collnet_direct
+    collnet = a in ("collnet_direct", "collnet_chain")
+    bw = g.bw_intra if nodes <= 2 or collnet else g.bw_inter
     if a in ("nvls", "nvls_tree"):
         ppn = n / nodes
         intra = g.bw_intra * _NVLS_EFF[cc] * (g.channels - 1) / g.channels
@@ -295,6 +345,14 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
         bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), g.channels * _PER_CH_TREE_LL128[cc][idx2])
     if a == "pat":
         bus *= .75
+    if a == "collnet_direct":  # all_reduce: "Collnet+Direct requires all GPUs to have a local NIC"
+        factor = (n / nodes) / g.channels  # GPU/NIC ratio
+        factor -= (factor - 1) / 2
+        bus /= factor
+        if cc >= _ARCHS.index("hopper"):
+            bus *= .85
+    if t.bw_factor is not None and (a, p) in t.bw_factor:
+        bus *= t.bw_factor[(a, p)]
     if not (a != "ring" and coll in ("allgather", "reducescatter")):
         bus *= n / _nsteps(coll, n) if a in ("ring", "nvls", "nvls_tree") else .5
     return bus
@@ -309,13 +367,15 @@ def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
     n, nodes, pi = t.ranks, t.nodes, _p(p)
     ppn = n / nodes
     lat = _BASE_LAT[a][pi]
-    intra_lat = _HW_LAT[t.intra_hw][a][pi] + t.lat_intra
-    inter_lat = _HW_LAT["net"]["tree" if ppn == 1 else a][pi] + t.lat_inter
+    hw_intra = _hw(t.hw_intra, a, p, _HW_LAT[t.intra_hw][a][pi])
+    hw_net = _hw(t.hw_inter, a, p, _HW_LAT["net"]["tree" if ppn == 1 else a][pi])
+    intra_lat = hw_intra + t.lat_intra
+    inter_lat = hw_net + t.lat_inter
     if p == "Simple":
         inter_lat += t.lat_inter  # the flush
     if a == "ring":
         if coll in ("reduce", "broadcast"):
-            return lat + _HW_LAT[t.intra_hw if nodes == 1 else "net"][a][pi]  # graphs[ring]->sameChannels
+            return lat + (hw_intra if nodes == 1 else _hw(t.hw_inter, a, p, _HW_LAT["net"][a][pi]))  # sameChannels
         overhead = 0.0
         if nodes > 1:
             overhead = (2.0 if t.cpu_vendor == "amd" else 1.0) * (3 if p == "Simple" else 1)  # getNetOverhead
@@ -323,6 +383,10 @@ def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
         return lat + (_nsteps(coll, n) - inter_steps) * max(intra_lat, overhead) + inter_steps * inter_lat
     if a == "tree":
         return lat + (2 * ((n // nodes - 1) * intra_lat + _log2i(nodes) * inter_lat) if coll == "allreduce" else 0.0)
+    if a == "collnet_direct":  # "Add 0.4 us arity serialization latency"
+        return lat + 2 * (min(1.0, ppn - 1) * intra_lat + (ppn - 1) * 0.4) + inter_lat
+    if a == "collnet_chain":
+        return lat + 2 * (ppn - 1) * intra_lat + inter_lat
     if a == "nvls":
         return intra_lat + (inter_lat if nodes > 1 else 0.0)
     if a == "nvls_tree":
@@ -330,15 +394,20 @@ def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
     return lat + _log2i(nodes) * (inter_lat / 3.5) + n * 2.8  # PAT
 
 
+def _hw(over: Mapping[tuple[str, str], float] | None, a: str, p: str, nccl: float) -> float:
+    """hwLat of (``a``, ``p``) on a tier: the profile's timing figure where it has one, else NCCL's."""
+    return nccl if over is None else over.get((a, p), nccl)
+
+
 def tune(coll: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
     """``(latency µs, bandwidth GB/s)`` per enabled (algorithm, protocol) of NCCL function ``coll``
     (``allreduce``, ``allgather``, ``reducescatter``, ``broadcast``, ``reduce``), as ``ncclTopoTuneModel``
     sets ``comm->latencies`` and ``comm->bandwidths`` (bandwidth already converted to algorithm bandwidth:
-    ``× nRanks / nsteps`` for ring, NVLS and NVLS-tree, ``× .5`` for tree). Pairs NCCL disables are left out.
-    CollNet is not modelled.
+    ``× nRanks / nsteps`` for ring, NVLS and NVLS-tree, ``× .5`` for tree and CollNet). Pairs NCCL disables
+    are left out.
     """
     out: dict[tuple[str, str], tuple[float, float]] = {}
-    for a in ("tree", "ring", "nvls", "nvls_tree", "pat"):
+    for a in ALGOS:
         for p in PROTOS:
             if _enabled(coll, a, p, t):
                 bw = _bandwidth(coll, a, p, t)
@@ -361,14 +430,21 @@ def _log2i(x: int) -> int:
 
 
 def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: float, nodes: int, ranks: int,
-              channels: int, arch: str) -> float:
+              channels: int, arch: str, *, timed: bool = False) -> float:
     """``ncclTopoGetAlgoTime`` for one op (``numPipeOps`` 1), in µs: ``lat + nBytes / (1000 · bw)``, with the
     tree correction factor for all_reduce by log2(nBytes / 64) and the ring plateau (``lat × 1.4``, 1.9 before
-    Ampere) for Simple all_reduce across nodes once ``nBytes / (nChannels · nRanks) >= 64``."""
+    Ampere) for Simple all_reduce across nodes once ``nBytes / (nChannels · nRanks) >= 64``.
+
+    NCCL 2.30.7 corrects NVLS-tree all_reduce by the same tree factors only on Blackwell (x86 hosts), to choose.
+    ``timed``: the time of the algorithm NCCL chose, not its estimate to choose by; NVLS-tree takes the
+    factors on every arch. Its medium-size shortfall is measured on Hopper too: NVIDIA/nccl-tests#309 (16 and
+    32 H100 over 2 and 4 nodes, 8x 400G IB, NCCL 2.26.2, logs a maintainer called good) runs a 16 MiB
+    all_reduce in 185.4 / 259.6 µs, where the uncorrected NVLS-tree line gives 134.9 / 197.9 (-27 / -24 %)
+    and the corrected 164.1 / 236.1; at 256 MiB (factor .9) 1282.8 / 1768.0 against 1278 / 1696."""
     log_size = _log2i(int(nbytes) >> 6) if int(nbytes) >> 6 else -1
     if algo == "tree" and coll == "allreduce" and 0 <= log_size < 23:
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
-    if (algo == "nvls_tree" and coll == "allreduce" and 0 <= log_size < 24 and arch == "blackwell"):
+    if (algo == "nvls_tree" and coll == "allreduce" and 0 <= log_size < 24 and (timed or arch == "blackwell")):
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
     if algo == "ring" and proto == "Simple" and nodes > 1 and coll == "allreduce" and nbytes / (channels * ranks) >= 64:
         lat *= 1.9 if arch == "volta" else 1.4

@@ -122,9 +122,10 @@ def test_tree_simple_and_ll128_all_reduce_2x2():
 
 def test_nvls_tree_all_reduce_2x2():
     # NVLS graph 2 x 48/48: intra 48 x .85 x 1/2 x 2 = 40.8; inter 48 x 2 = 96; cap 57.7 -> 40.8; bus 81.6 x 4/6
-    # = 54.4. lat = 0 + 25 (NVLink NVLS-tree) + 2 x log2(2) x 20.9 (net) = 66.8
+    # = 54.4. lat = 0 + 25 (NVLink NVLS-tree) + 2 x log2(2) x 20.9 (net) = 66.8. As a time (not NCCL's estimate
+    # to choose by) NVLS-tree takes the tree correction on Hopper too: log2(16 MiB / 64) = 18 -> Simple .7
     got = forced(TOPO22, "nvlstree", "Simple").collective("all_reduce", 16 * MiB, R4)
-    assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * 54.4), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * 54.4 * .7), rel=1e-9)
 
 
 def test_nvls_one_node_all_reduce_8_gpus():

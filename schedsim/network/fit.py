@@ -1,0 +1,241 @@
+"""Per-tier timing figures fitted to nccl-tests logs (``schedsim calibrate --from-nccl-tests``).
+
+NCCL chooses an (algorithm, protocol) per size with its own tuning constants (:mod:`schedsim.network.tuning`);
+what a log measures is how long that choice took on this machine. So each row of a log is assigned to the
+(algorithm, protocol) NCCL runs at its size on its group, and per (tier, algorithm, protocol) two figures are
+fitted by least squares of relative error over those rows (a row's time: :func:`_row_time`):
+
+* ``hw_latency_us``: the tier's per-step latency (NCCL's ``hwLatencies[tier][algo][proto]``), and
+* ``bw_factor``: measured over NCCL's bus bandwidth of that (algorithm, protocol) on groups the tier bounds.
+  A factor, so that it carries to other group shapes as NCCL's own bandwidth does (on 2 nodes NCCL doubles
+  NVLS-tree's network share and caps it per channel by 1, 2 or 4+ nodes; a GB/s fitted on 2 nodes would
+  overrate 4: NVIDIA/nccl-tests#309's 2-node log put NVLS-tree at 460.6 GB/s, 20 % too fast on its 4-node log).
+
+NCCL's time (``ncclTopoGetAlgoTime``) is affine in both, given the choice: ``t = c0 + c_h · h + c_u / f``
+(the tree correction and the ring plateau scale ``c_h`` and ``c_u``; the coefficients are read off the model
+itself, :meth:`schedsim.network.NcclNetwork.timed_with`). One-node logs fit the scale-up tier; logs over
+several nodes fit the NICs' tier (``nics.timing``: the network hop's latency and the bus bandwidth of groups
+across nodes) given the scale-up tier, which is fitted first when the same logs hold one-node runs.
+
+An (algorithm, protocol) whose rows do not separate the two figures (fewer than two sizes, or sizes all
+latency-bound) gets its latency only; one no row used is not written (NCCL's constants stay).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from schedsim.network.tuning import COLL_FUNCS
+
+if TYPE_CHECKING:
+    from schedsim.hardware.profile import HardwareProfile
+    from schedsim.nccl_tests import NcclTestsLog
+
+__all__ = ["FittedFigure", "fit_tier_timing", "fit_profile"]
+
+
+@dataclass(frozen=True)
+class FittedFigure:
+    """Fitted figures of one (tier, algorithm, protocol): ``hw_latency_us`` (µs per step), ``bw_factor``
+    (over NCCL's bus bandwidth; None where the rows do not constrain it), over ``rows`` rows with ``rms_pct``
+    root-mean-square relative error (percent) of the fitted model on them."""
+
+    tier: str
+    key: str
+    hw_latency_us: float
+    bw_factor: float | None
+    rows: int
+    rms_pct: float
+
+
+@dataclass(frozen=True)
+class _Obs:
+    """One row: time ``t`` (µs) = c0 + ch · h + cu / f; ``cb`` = cu / f at the model's factor now."""
+
+    t: float
+    c0: float
+    ch: float
+    cu: float
+    cb: float
+
+
+def _row_time(r: Any) -> float:
+    """A row's time, µs: the lesser of its out-of-place and in-place times where both are printed. Both time the
+    same operation, and the larger carries a row's noise (a stall, a first call): NVIDIA/nccl-tests#309's 8 B
+    all_reduce on 16 H100 printed 68.52 µs out of place and 24.70 in place, its 16 B 24.96 and 24.93."""
+    ip = r.ip_time_us
+    return float(r.oop_time_us if ip is None or ip <= 0 else min(r.oop_time_us, ip))
+
+
+def _ranks(nranks: int, nodes: int, gpn: int) -> tuple[int, ...] | None:
+    """Ranks of a log's group on a profile of ``gpn`` GPUs per node: ``nranks / nodes`` per node, in order."""
+    if nodes < 1 or nranks % nodes or nranks // nodes > gpn or nranks < 2:
+        return None
+    per = nranks // nodes
+    return tuple(node * gpn + g for node in range(nodes) for g in range(per))
+
+
+def _observations(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
+                  ) -> tuple[dict[str, list[_Obs]], list[str]]:
+    """Rows of ``logs`` for ``tier`` (``scale_up``: one-node logs; ``nics``: logs across nodes), by the
+    ``algo/proto`` NCCL runs them with, as affine observations; and notes on logs left out."""
+    from schedsim.network import NcclNetwork
+
+    net = NcclNetwork(profile)
+    gpn = profile.topology.gpus_per_node
+    out: dict[str, list[_Obs]] = {}
+    notes: list[str] = []
+    for log in logs:
+        nodes = log.nodes or 1
+        if (tier == "nics") != (nodes > 1):
+            continue
+        kind = str(log.collective)
+        ranks = _ranks(int(log.nranks or 0), nodes, gpn)
+        if kind not in COLL_FUNCS or ranks is None:
+            why = ("NCCL's tuning model times no such collective (send/recv based)" if kind not in COLL_FUNCS
+                   else f"{log.nranks} ranks over {nodes} node(s) do not fit {gpn} GPUs per node")
+            notes.append(f"{log.source}: {kind} left out of the fit: {why}")
+            continue
+        for r in log.rows:
+            t_us = _row_time(r)
+            if t_us <= 0:
+                continue
+            got = net.collective(kind, r.size_bytes, ranks)
+            if got is None:
+                notes.append(f"{log.source}: {kind} on {len(ranks)} ranks is timed by the profile's tables or "
+                             "links, not the NCCL model: left out of the fit")
+                break
+            a, p = got.algo, got.proto
+            key = f"{a}/{p}"
+            now = (profile.topology.scale_up if tier == "scale_up" else profile.topology.nics)
+            old = now.timing.get(key) if now is not None else None
+            b1 = old.bw_factor if old is not None and old.bw_factor is not None else 1.0
+            b2 = 2.0 * b1
+            f0 = net.timed_with(kind, r.size_bytes, ranks, a, p, (tier, key, 0.0, b1))
+            f1 = net.timed_with(kind, r.size_bytes, ranks, a, p, (tier, key, 1.0, b1))
+            f2 = net.timed_with(kind, r.size_bytes, ranks, a, p, (tier, key, 0.0, b2))
+            cu = (f0 - f2) / (1.0 / b1 - 1.0 / b2)
+            out.setdefault(key, []).append(_Obs(t_us, f0 - cu / b1, f1 - f0, cu, cu / b1))
+    return out, notes
+
+
+def _solve(obs: list[_Obs]) -> tuple[float, float | None]:
+    """(h, f) minimising sum(((c0 + ch h + cu / f) - t) / t)^2 with h >= 0, f > 0; f None where the rows do
+    not constrain it (then h alone, at the model's factor now)."""
+    def lsq1(xs: list[float], ys: list[float]) -> float:
+        den = sum(x * x for x in xs)
+        return sum(x * y for x, y in zip(xs, ys, strict=True)) / den if den > 0 else 0.0
+
+    w = [1.0 / o.t for o in obs]
+    y = [(o.t - o.c0) * wi for o, wi in zip(obs, w, strict=True)]
+    xh = [o.ch * wi for o, wi in zip(obs, w, strict=True)]
+    xu = [o.cu * wi for o, wi in zip(obs, w, strict=True)]
+    shh, suu, shu = sum(a * a for a in xh), sum(b * b for b in xu), sum(a * b for a, b in zip(xh, xu, strict=True))
+    sy_h = sum(a * b for a, b in zip(xh, y, strict=True))
+    sy_u = sum(a * b for a, b in zip(xu, y, strict=True))
+    det = shh * suu - shu * shu
+    if len({round(o.cu / o.t, 12) for o in obs}) >= 2 and det > 1e-12 * max(shh * suu, 1e-300):
+        h = (sy_h * suu - sy_u * shu) / det
+        u = (shh * sy_u - shu * sy_h) / det
+        if h < 0:
+            h, u = 0.0, lsq1(xu, y)
+        if u > 0:
+            return h, 1.0 / u
+    y0 = [(o.t - o.c0 - o.cb) * wi for o, wi in zip(obs, w, strict=True)]
+    return max(0.0, lsq1(xh, y0)), None
+
+
+def fit_tier_timing(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
+                    ) -> tuple[list[FittedFigure], list[str]]:
+    """Fit ``tier`` (``scale_up`` or ``nics``) of ``profile`` to ``logs`` (module doc).
+
+    Returns
+    -------
+    (figures, notes)
+        One :class:`FittedFigure` per (algorithm, protocol) the logs' rows run; notes on logs left out.
+    """
+    from schedsim.network import NcclNetwork
+
+    by_key, notes = _observations(profile, logs, tier)
+    figs: list[FittedFigure] = []
+    for key, obs in sorted(by_key.items()):
+        h, b = _solve(obs)
+        if not math.isfinite(h) or (b is not None and not math.isfinite(b)):
+            notes.append(f"{tier} {key}: no finite fit to its {len(obs)} rows; NCCL's constants kept")
+            continue
+        figs.append(FittedFigure(tier, key, h, b, len(obs), 0.0))
+    # the error of the fitted figures, re-timed by the model itself
+    fitted = apply_figures(profile, figs, "fit check")
+    net = NcclNetwork(fitted)
+    done: list[FittedFigure] = []
+    for f in figs:
+        errs = []
+        for log in logs:
+            nodes = log.nodes or 1
+            if (tier == "nics") != (nodes > 1) or str(log.collective) not in COLL_FUNCS:
+                continue
+            ranks = _ranks(int(log.nranks or 0), nodes, profile.topology.gpus_per_node)
+            if ranks is None:
+                continue
+            for r in log.rows:
+                t_us = _row_time(r)
+                got = net.collective(str(log.collective), r.size_bytes, ranks) if t_us > 0 else None
+                if got is not None and f"{got.algo}/{got.proto}" == f.key:
+                    errs.append((got.seconds * 1e6 - t_us) / t_us)
+        rms = 100.0 * math.sqrt(sum(e * e for e in errs) / len(errs)) if errs else 0.0
+        done.append(FittedFigure(f.tier, f.key, f.hw_latency_us, f.bw_factor, f.rows, rms))
+    return done, notes
+
+
+def apply_figures(profile: HardwareProfile, figs: list[FittedFigure], source: str) -> HardwareProfile:
+    """``profile`` with ``figs`` written into ``topology.scale_up.timing`` / ``topology.nics.timing``
+    (provenance ``fitted``, ``source`` naming the logs)."""
+    from schedsim.hardware.profile import HardwareProfile
+
+    d = profile.model_dump()
+    for f in figs:
+        tier = d["topology"][f.tier]
+        tier.setdefault("timing", {})[f.key] = {
+            "hw_latency_us": round(f.hw_latency_us, 4),
+            "bw_factor": None if f.bw_factor is None else round(f.bw_factor, 5),
+            "provenance": "fitted",
+            "source": f"{source}: {f.rows} rows, rms error {f.rms_pct:.1f} %" if f.rms_pct else source}
+    return HardwareProfile.model_validate(d)
+
+
+def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str
+                ) -> tuple[HardwareProfile, list[FittedFigure], list[str]]:
+    """Fit the scale-up tier to the one-node logs, then the NICs' tier to the logs across nodes given it.
+
+    Returns
+    -------
+    (profile, figures, notes)
+        ``profile`` with the fitted figures written (provenance ``fitted``, ``source`` naming the logs), the
+        figures, and notes on what was left out.
+
+    Raises
+    ------
+    ProfileError
+        ``profile`` has no ``topology.scale_up`` (no NCCL model to fit).
+    """
+    from schedsim.errors import ProfileError
+
+    if profile.topology.scale_up is None:
+        raise ProfileError(f"profile {profile.name!r} has no topology.scale_up: there are no tier figures to fit",
+                           fix="pass --base with a cluster topology (e.g. dgx_h100, h200)")
+    figs: list[FittedFigure] = []
+    notes: list[str] = []
+    for tier in ("scale_up", "nics"):
+        if tier == "nics" and not any((log.nodes or 1) > 1 for log in logs):
+            continue
+        if tier == "nics" and profile.topology.nics is None:
+            notes.append("logs across nodes left out of the fit: the profile has no topology.nics to fit")
+            continue
+        got, why = fit_tier_timing(profile, logs, tier)
+        notes += why
+        if got:
+            profile = apply_figures(profile, got, source)
+            figs += got
+    return profile, figs, notes
