@@ -16,7 +16,7 @@ enqueue work). Plain PyTorch, written as a user would:
     ``torch.add(x, y, out=z)`` on three 4 KiB uint8 device tensors: how ``execute`` and the hand-written
     references run a ``compute`` op given only bytes (S0's ``output_chunk.add_``). Until 2026-12-03 the
     model charged such an op ``memcpy_call_us``; on one H200 the add costs more than the pinned copy
-    (``benchmarks/h200/elementwise_host_2026-12-03.md``).
+    ([evidence: elementwise-host]).
 ``stream_switch_us``
     the extra host time of a ``torch.cuda.set_stream(s)`` before that matmul, the stream alternating
     between two streams on every call: (switch + launch) − launch, ≥ 0. The executor and the hand-written
@@ -30,7 +30,7 @@ enqueue work). Plain PyTorch, written as a user would:
     a 2-GPU probe had timed a layer above the sum of separate loops. Measured against layers of
     tp_allreduce_graph written by hand and run by ``schedsim execute`` (world 1, 64 layers, eager, one H200,
     2026-12-02 11:30 and 11:37 UTC, 6 + 6 probe processes and 3 + 3 executor processes,
-    ``benchmarks/probe_collective_host.py``, ``benchmarks/h200/probe_collective_host_2026-12-02.md``), the
+    ``benchmarks/probes/host/collective_call.py``, [evidence: collective-host]), the
     alternating loop over-predicted the all_reduce's share of a layer by +25 % (median; up to +117 %), the
     loop alone by a median |error| of 14 %; predicted from each executor process's own costs, the layers
     came out +35 % (median |error|) against 5.8 %. On 2×H200 (2026-11-30) the loop alone (31.2 µs) was also

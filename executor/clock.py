@@ -2,7 +2,7 @@
 
 Shared, line for line, by ``schedsim execute`` (:mod:`executor.runtime`, every iteration kind:
 instrumented, uninstrumented, CUDA-graph replay, CPU) and the hand-written PyTorch references
-(``benchmarks/handwritten/harness.py``), so that both time their program the same way and differ
+(``benchmarks/accuracy/handwritten/harness.py``), so that both time their program the same way and differ
 only in what they issue. It imports torch lazily and nothing from schedsim.
 
 Why an aligned start

@@ -307,7 +307,8 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         "torch": genv["torch"], "nccl": genv["nccl"],
         "max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
         "uninstrumented": "compiled flat step list per rank (executor.lean): launches, cross-stream event waits, "
-                          "one end event per stream; timed like the hand-written references (benchmarks/handwritten)",
+                          "one end event per stream; timed like the hand-written references "
+                          "(benchmarks/accuracy/handwritten)",
     }
     host = gathered[0].get("host_costs")
     if host:

@@ -411,7 +411,8 @@ class RankRunner:
             gc.unfreeze()
         base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
         if o.measure_host:  # before the profiler: once torch.profiler has run, the process's launches cost more
-            # (~20 % more per call: benchmarks/probe_profiler_host.py; docs/validation.md, "Evidence cited by the code")
+            # (~20 % more per call: benchmarks/probes/host/after_profiler.py;
+            # docs/validation.md, "Evidence cited by the code")
             from executor.calibrate_host import measure_here
 
             self.phase = "host costs"

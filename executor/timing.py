@@ -197,7 +197,7 @@ def lean_makespans(per_rank: list[list[list[float]]]) -> list[float]:
     """Makespan (s) of each uninstrumented iteration, from every rank's ``[anchor_ns, end_s]`` per iteration.
 
     The method of ``makespan_uninstrumented_s``, shared with the hand-written references
-    (``benchmarks/handwritten/harness.py``) so that both are timed identically: per iteration,
+    (``benchmarks/accuracy/handwritten/harness.py``) so that both are timed identically: per iteration,
     after the aligned start of :class:`executor.clock.IterationClock`, each rank records an anchor (CUDA event,
     synchronised, then ``time.time_ns``), issues the iteration, records one end event per stream;
     ``end_s`` = latest end − anchor. The iteration's makespan is

@@ -73,7 +73,7 @@ class GPU(_B):
         description="HBM bandwidth, GB/s, one SM reaches in an elementwise kernel that holds few SMs (waves rule "
         "5: a memory-bound kernel's CTAs run up to sms x this / hbm_GBps times their full-GPU speed). One H200, "
         "2026-12-03: 69 (bf16 add_ of 12.6 and 50.3 MB on the 4 SMs a 128-CTA GEMM leaves free: 0.275 TB/s; "
-        "benchmarks/probe_dispatch_order.py). None: such CTAs keep their full-GPU speed.")
+        "benchmarks/probes/sm/dispatch_order.py). None: such CTAs keep their full-GPU speed.")
     l2_bytes: float | None = Field(
         default=None, gt=0, description="L2 cache size, bytes (torch.cuda.get_device_properties().L2_cache_size; "
         "H200: 62,914,560). Enables rule 9 of schedsim.sim.gpu_model (operands from HBM when a rank's buffers "
@@ -81,7 +81,7 @@ class GPU(_B):
     l2_cold_span: tuple[float, float] = Field(
         default=(0.45, 0.85), description="[from, to]: fractions of l2_bytes over which a rank's working set goes "
         "from L2-resident to read from HBM (linear in between; one H200, 2026-12-02, "
-        "benchmarks/probe_l2_residency.py: a graph chain of bf16 32x1024x1024 GEMMs over N weight sets ran 3.66 "
+        "benchmarks/probes/memory/l2_residency.py: a graph chain of bf16 32x1024x1024 GEMMs over N weight sets ran 3.66 "
         "us per GEMM up to 27 MB, 3.89 at 36 MB, 4.26 at 45 MB, 4.35-4.45 from 53 MB).")
     hbm_miss_us: float = Field(
         default=0.0, ge=0, description="GPU time, us, a short kernel (one the roofline puts at the kernel floor, "
@@ -121,7 +121,7 @@ class Launch(_B):
     graph_per_op_us: float = Field(ge=-100, description="GPU time, µs, a kernel's node in a CUDA graph adds to "
                                    "(negative: saves on) its back-to-back time on a stream (the GEMM table's and "
                                    "kernel floor's method); one H200, 2026-12-02: -0.75 to -0.90 for every small "
-                                   "kernel measured (benchmarks/h200/timed_graph_and_one_rank_2026-12-02.md). "
+                                   "kernel measured ([evidence: timed-graph]). "
                                    "GEMMs with a gemm.graph row use that row instead.")
     graph_cross_stream_edge_us: float = Field(default=0.0, ge=0, description="GPU-side time, µs, a graph node "
                                               "holds its stream when a node on another stream depends on it (a "
@@ -145,7 +145,7 @@ class Launch(_B):
                                               "host (execute and the references run it so); default: "
                                               "0.5 x eager_per_op_us (the add / 64x64 matmul ratio, 0.49-0.53 in 6 "
                                               "fresh processes, one H200, 2026-12-03, "
-                                              "benchmarks/h200/elementwise_host_2026-12-03.md).")
+                                              "[evidence: elementwise-host]).")
     stream_switch_us: float = Field(default=0.0, ge=0, description="Extra host time of switching the "
                                     "current stream (torch.cuda.set_stream, as the executor and the references do), "
                                     "charged to an op whose stream differs from the previous op's on its rank, µs "
@@ -416,7 +416,7 @@ class GemmTable(_B):
         "GEMM it times, the schedules', --gemm and the default grid, of at most 0.2 ms, where the host can bound "
         "them; the median over its fresh host processes). bf16 1024x512x8192, whose call launches two "
         "kernels (split-K, gemm.reduce), cost 1.29x on one H200, 2026-12-03 (call + add less the add's loop; "
-        "benchmarks/h200/elementwise_host_2026-12-03.md). Rule 1 of schedsim.sim.gpu_model; shapes not listed: 1.")
+        "[evidence: elementwise-host]). Rule 1 of schedsim.sim.gpu_model; shapes not listed: 1.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "
@@ -562,7 +562,7 @@ class HardwareProfile(_B):
         ``launch.graph_timing_event_us``, the span its pair of external event-record nodes adds
         (:func:`schedsim.sim.gpu_model.graph_node_terms`).
 
-        Source: one H200, 2026-12-02 11:41 UTC (``benchmarks/probe_graph_events.py``, 3 processes, 64-op chains
+        Source: one H200, 2026-12-02 11:41 UTC (``benchmarks/probes/graph/timing_events.py``, 3 processes, 64-op chains
         in one graph): a timed op's span exceeded the untimed graph's time per op by 2.0-2.2 µs (32×1024×1024
         bf16 GEMMs: 3.51 → 5.50-5.73 µs; ``add_``: 1.02 → 3.14-3.20 µs); 1.25-1.28 µs passes between one op's end
         event and the next op's start event (``launch.graph_timing_gap_us``): that is the whole span of an op
@@ -586,7 +586,7 @@ class HardwareProfile(_B):
         (allgather_mm bf16 chunks 16 on one H200, 2026-12-03: 9.18 ms timed against 6.30 uninstrumented), so a
         prediction of the uninstrumented run queues ops on the GPU that the timed run issued late and ran at once
         (per-op median 181 % on that case; 34 % with 5 µs per op added;
-        ``benchmarks/h200/elementwise_host_2026-12-03.md``).
+        [evidence: elementwise-host]).
 
         On the GPU the events of an eager op cost what they cost in a graph: ``launch.eager_timed`` is set, so that
         every op also holds ``launch.graph_timing_event_us`` (:func:`schedsim.sim.gpu_model.graph_node_terms`).

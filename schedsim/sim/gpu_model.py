@@ -22,14 +22,14 @@ Rules and their sources
    hand-written references: ``elementwise_call_us``, which ``calibrate``
    measures on that call; until 2026-12-03 it was charged the 4 KiB pinned
    ``copy_`` of ``memcpy_call_us``, which the add exceeds 1.48× (6 fresh
-   processes, one H200, ``benchmarks/h200/elementwise_host_2026-12-03.md``)),
+   processes, one H200, [evidence: elementwise-host])),
    a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
    stream (event record + wait), ``stream_switch_us`` when the op's stream differs
    from the previous op's on the rank (entering ``with torch.cuda.stream(s)``:
    8.7 µs = 18.4 µs for a switch + ``add_`` − 9.7 µs for the ``add_`` alone, 2×H200,
-   2026-11-30, ``benchmarks/h200/probes.md``; the rank's first op is issued in
+   2026-11-30, [evidence: 2xh200-concurrency]; the rank's first op is issued in
    its stream's context for free) and the op's declared ``host_us`` (Python time
    before the call). A kernel reaches the GPU part-way through its call,
    ``launch.call_launch_fraction`` of the call's host time in (default 1: at its
@@ -47,7 +47,7 @@ Rules and their sources
    first kernel launch and its first communication call of the iteration add
    ``first_op_extra_us`` / ``first_collective_extra_us``: the
    host has just waited for the device, and a first call runs cold (2×H200,
-   2026-12-01, ``benchmarks/probe_post_start.py``: first 1024² linear 42 µs against
+   2026-12-01, ``benchmarks/probes/gpu_state/after_aligned_start.py``: first 1024² linear 42 µs against
    24 µs later, first 4 KiB all_reduce 82 µs against 45 µs). After an iteration in
    which the host waited ``cold_wait_us`` or longer for the GPU (every
    iteration ``execute`` times starts after the last one's end), the first
@@ -55,7 +55,7 @@ Rules and their sources
    (:func:`host_waited`; the loops run such an iteration a second time, cold):
    one H200, 2026-12-03, ``execute``'s ``meta.host_call_end_s`` showed first calls
    +0–8 µs after host-bound iterations and +19–59 µs after GPU-bound ones
-   (``benchmarks/h200/dispatch_order_2026-12-03.md``). Host costs: PyTorch
+   ([evidence: dispatch-order]). Host costs: PyTorch
    eager add ≈ 8 µs host (A100, flagos-ai/Torch-FL PR 27), c10d collective calls
    89–131 µs (pytorch issue 138773); measured on 2×H200 on 2026-11-30 by
    ``schedsim calibrate`` for the ``h200x2`` profile.
@@ -96,8 +96,8 @@ Rules and their sources
    the tiles, whose last partial "wave" is the CTAs with one tile fewer exiting
    early: one H200, 2026-12-03, bf16 4096×2048×8192 ran 132 CTAs over 256 tiles
    and a GEMM queued on another stream started on 8 SMs half-way through it
-   (``benchmarks/h200/dispatch_order_2026-12-03.md``). One H200, 2026-12-01
-   (``benchmarks/h200/probe_coresidence_2026-12-01_1xh200.json``): allgather_mm's
+   ([evidence: dispatch-order]). One H200, 2026-12-01
+   ([evidence: coresidence]): allgather_mm's
    fp32 2048×1024×8192 and 1024×512×8192 ran as 128 CTAs (256×128 tiles with
    split-K 2 and 8), so 4 of 132 SMs stay free for other streams, and 8 or 16
    such GEMMs on as many streams ran 2.7 / 6.0 % faster per GEMM than on one
@@ -147,7 +147,7 @@ Rules and their sources
    which ``calibrate`` reads from a Kineto trace) counts ceil(CTAs / that) SMs:
    one H200, 2026-12-02, small_ops_graph at fp32 16×1024 (two 128-CTA GEMMs on
    two streams) ran 12.99 µs per layer against 16.4 predicted with one CTA per
-   SM (``benchmarks/heldout_graph_shapes.sh``). Not modelled: CTAs of two
+   SM (``benchmarks/accuracy/heldout.sh graph_shapes``). Not modelled: CTAs of two
    different kernels sharing one SM (an elementwise kernel's small CTAs may fit
    beside a 202-register GEMM CTA), and, for shapes without a
    measured grid, the real tile width and last wave (cuBLAS ran bf16 8192³ as
@@ -167,7 +167,7 @@ Rules and their sources
    stream's ``add`` queued behind them (measured add spans 0.93 ms, 2.26 ms
    predicted with one kernel per GEMM; per-op median 40 % → 17.7 % replayed with
    the reduction as a kernel of its own,
-   ``benchmarks/h200/stream_dispatch_2026-12-02.md``).
+   [evidence: stream-dispatch]).
    **4c. Ragged wave ends.** A wave's CTAs do not end together; back to back
    on one stream a kernel's last wave holds its SMs until its slowest CTA
    ends (the table time includes that), but a compute kernel waiting for SMs
@@ -184,7 +184,7 @@ Rules and their sources
    8 streams × 8 fp32 GEMMs against the same 64 back to back, fitted per shape
    with this model: 1024×512×8192 (0.180 ms) 8.8 µs, 2048×1024×8192 (0.700 ms)
    8.1 µs, 4096×2048×8192 (two waves, 2.665 ms) 10.7 µs
-   (``benchmarks/h200/wave_tail_2026-12-02.md``). With one connection a
+   ([evidence: wave-tail]). With one connection a
    stream's next kernel is often not handed over behind another stream's
    (rule 2), so no gain.
 5. **HBM.** A memory-bound kernel (roofline: bytes / HBM bandwidth ≥ FLOP /
@@ -200,7 +200,7 @@ Rules and their sources
    (at least 1): two kernels that each saturate HBM alone run at 1/2, one
    kernel on the few SMs other streams' GEMMs leave free streams faster per SM
    than its share of HBM. One H200, 2026-12-03
-   (``benchmarks/probe_dispatch_order.py``): bf16
+   (``benchmarks/probes/sm/dispatch_order.py``): bf16
    ``add_`` of 12.6 and 50.3 MB on the 4 SMs a 128-CTA GEMM left free moved
    0.275 TB/s (69 GB/s per SM; 31.5 GB/s is an SM's share of 4.16 TB/s), and
    in allgather_mm bf16 chunks 4 an add beside a 132-CTA GEMM ran on the 8 SMs
@@ -217,14 +217,14 @@ Rules and their sources
    SMs for that whole time stretched every GEMM beside a posted recv and made
    pipeline predictions 30–80 % long against the 2×H200 runs of 2026-11-30, so
    that spin is not modelled (an assumption: the probes of 2026-11-30 issue on
-   both ranks at once and cannot test it; ``benchmarks/probe_scenarios_peer_wait.sh``
+   both ranks at once and cannot test it; ``benchmarks/probes/run.sh scenarios_peer_wait``
    does). It then runs at 1/f with
    f = 1 + (``slowdown_beside_gemm`` − 1)·min(1, SMs held by compute / SMs not
    held by NCCL), slowest rank wins. The 3.5× first seen for allgather_mm
    on 2×H200 was mostly the wait for SMs that rules 3 and 6 already give: a
    collective issued beside a queue of wave-filling GEMMs waits for the running
    GEMM, then runs at 1.05–1.07× its solo time ahead of the next GEMM (2×H200,
-   2026-11-30, ``benchmarks/h200/probes.md``), so ``h200x2`` sets 1.06. Links are
+   2026-11-30, [evidence: 2xh200-concurrency]), so ``h200x2`` sets 1.06. Links are
    full duplex (NVLink, PCIe, NICs): a rank's link has an out and an in direction
    (:func:`link_ends`); a send uses its rank's out and its peer's in, a collective
    both directions of every rank, and k transfers on one direction share it at
@@ -271,10 +271,10 @@ Rules and their sources
    stream waiting for the first) over the main stream alone, less what this
    model gives for that difference; one H200, 2026-12-02, with rule 9 in the
    model: 0.32 / 0.37 / 1.69 / 3.11 / 3.08 µs at bf16 T×H×H GEMMs of T×H =
-   8×256, 16×512, 32×1024, 16×2048, 64×2048 (``benchmarks/probe_l2_residency.py``).
+   8×256, 16×512, 32×1024, 16×2048, 64×2048 (``benchmarks/probes/memory/l2_residency.py``).
    The cause (the aux GEMM released beside the main stream's next GEMM slows it,
    far more than an aux chain without the edge does) is not modelled as such.
-   One H200, 2026-12-01 03:13 UTC (``benchmarks/probe_graph_nodes.py``, 64 layers
+   One H200, 2026-12-01 03:13 UTC (``benchmarks/probes/graph/node_time.py``, 64 layers
    of small_ops_graph's ops in one graph): 7.94 µs per layer when each aux GEMM
    waits for its layer's main GEMM, 6.65 µs when it does not wait, 6.23 µs for the
    main stream alone: 1.29 µs per layer, of which the model without this rule
@@ -294,7 +294,7 @@ Rules and their sources
    ``gpu.hbm_miss_us`` for a GEMM or a floor-bound kernel), scaled by the
    rank's cold fraction, 0 below ``gpu.l2_cold_span[0]`` × ``gpu.l2_bytes`` and 1
    above ``[1]`` × it, linear in between. One H200, 2026-12-02
-   (``benchmarks/probe_l2_residency.py``, graph chains, µs per kernel, L2 →
+   (``benchmarks/probes/memory/l2_residency.py``, graph chains, µs per kernel, L2 →
    HBM): bf16 16×512×512 2.79 → 3.12, 32×1024×1024 3.49 → 4.45, 64×2048×2048 5.35
    → 6.41, 16×4096×4096 9.46 → 13.51, 2048³ 23.3 → 24.4; fp32 1×1024×1024 7.72 →
    12.58; ``add_`` on 32×1024 bf16 1.17 → 1.73; and 64 layers of small_ops_graph
@@ -541,8 +541,9 @@ def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float]
     kernel (``launch.graph_timing_event_us``, when ``launch.graph_timed``:
     :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`), and the span of a timed op that runs nothing
     (its two events adjacent: ``launch.graph_timing_gap_us``, default the former). One H200, 2026-12-02: 2.0-2.2
-    µs around a kernel, 1.25-1.28 µs between adjacent events (``benchmarks/probe_graph_events.py``), and 1.2-1.3
-    µs measured for one-rank all_reduce ops in timed graphs (``benchmarks/heldout_x1.sh``). An eager run timed op
+    µs around a kernel, 1.25-1.28 µs between adjacent events (``benchmarks/probes/graph/timing_events.py``), and 1.2-1.3
+    µs measured for one-rank all_reduce ops in timed graphs (``benchmarks/accuracy/heldout.sh x1``).
+    An eager run timed op
     by op (``launch.eager_timed``: :meth:`~schedsim.hardware.profile.HardwareProfile.timed_eager`) holds the same
     terms: its events are the same stream operations, launched by the host instead of the graph (2.1-3.2 µs and
     1.3-1.6 µs on one H200, 2026-12-03). Both 0 unless the run is timed that way (a graph in ``cuda_graph`` mode,
@@ -824,7 +825,7 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     ``issue`` itself (``f`` = 1, the default, and no extra) and in ``cuda_graph`` mode, where nothing is called
     per op.
 
-    Source: timed eager runs on one H200, 2026-12-03 09:23-09:40 UTC (``benchmarks/heldout_new_shapes.sh``
+    Source: timed eager runs on one H200, 2026-12-03 09:23-09:40 UTC (``benchmarks/accuracy/heldout.sh new_shapes``
     SET=c, d): on an idle GPU the window from a GEMM's start event to its end was 23-37 µs for split-K GEMMs
     (bf16/fp16 1024×512×8192: call 1.26-1.44 × the one-kernel call, kernel 11-20 µs, so the main kernel began
     about half-way through the call), while one-kernel GEMMs (bf16 32×2048×2048, fp32 8×2048×1024) fitted a
@@ -1059,7 +1060,7 @@ def copy_rate(rules: GpuRules, compute_resident: bool, engine: int = 0, reverse_
     (``reverse_busy``; ρ = ``h2d_slowdown_beside_d2h`` for h2d, ``d2h_slowdown_beside_h2d`` for d2h).
 
     Source of ρ: pinned 256 MiB copies on one H200 (2026-12-01 08:21 UTC, torch 2.11,
-    ``benchmarks/probe_copy_duplex.py``, ``benchmarks/h200/probe_copy_duplex_2026-12-01_1xh200.json``): alone
+    ``benchmarks/probes/memory/copy_duplex.py``, [evidence: copy-duplex]): alone
     53-55 GB/s each way; started together, d2h took 4.4 % longer and h2d ran at 1/1.35 of its solo rate while
     d2h ran (the PCIe link carries ~92 GB/s both ways, not 2 × 54, and d2h keeps its rate). ``calibrate``
     measures both factors (``executor.calibrate._measure_duplex``).

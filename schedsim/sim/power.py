@@ -5,7 +5,8 @@ which is what ``calibrate`` times (bursts of ~2 ms) and what its GEMM table hold
 falls and every GEMM takes longer. The curve is relative to such burst times, so only a profile whose table holds
 them carries one (``h200x2``, and ``h200`` since its table holds back-to-back times, 2026-12-02; its single event-
 timed launches of 2026-11-29 were 1.18× the burst for bf16 4096³, ``tests/core/test_power_profiles.py``). Measured
-on one H200 (700 W limit, torch 2.11, 2026-12-01 03:00 UTC, ``benchmarks/probe_power_duty.py``, bf16 4096×16384×4096
+on one H200 (700 W limit, torch 2.11, 2026-12-01 03:00 UTC, ``benchmarks/probes/gpu_state/power_duty.py``,
+bf16 4096×16384×4096
 with the executor's uniform operands): back to back, the first ~40 ms run at the table's speed, then 16.6 % slower
 while ``nvidia-smi`` shows 1620 MHz instead of 1980; at a sustained duty cycle of 0.88 the GEMMs are 12 % slower, at
 0.73 3.5 %, at 0.59 and below not slower (beyond the +3 % every GEMM pays after an idle gap, which the duty curve
@@ -13,7 +14,7 @@ divides out). fp32 GEMMs (SIMT, no tensor cores: 8192×4096×8192, 11 ms each) d
 curve is one shape's: the same probe's bf16 4096³ GEMMs (0.16 ms) ran 1.11–1.12× their burst time at duties
 0.57–0.70 and 1.20–1.44× at 0.42–0.28 (a larger cost after each idle gap), where the curve gives 1.0–1.03×; short
 GEMMs with idle between them are predicted too fast. On 2×H200 the pipeline cases (GEMMs ~75 % of each GPU's time)
-ran their GEMMs 3.6–5.3 % over the table (``benchmarks/accuracy.md``).
+ran their GEMMs 3.6–5.3 % over the table ([evidence: accuracy-h200]).
 
 The model (steady state, as a training loop runs iteration after iteration):
 
@@ -146,7 +147,8 @@ def below_onset(duty: float, sustained_s: float | None, onset_s: float | None) -
     back-to-back onsets are measured). False when either is None (steady state).
 
     Why: short runs of GEMMs at a high duty run at the table's (burst) speed, where the steady curve predicts them
-    ~1.13× slower; back-to-back GEMMs run ~40 ms at that speed before slowing (``benchmarks/probe_power_duty.py``;
+    ~1.13× slower; back-to-back GEMMs run ~40 ms at that speed before slowing
+    (``benchmarks/probes/gpu_state/power_duty.py``;
     docs/validation.md, "Evidence cited by the code").
 
     >>> below_onset(0.9, 0.024, 0.04), below_onset(0.9, 2.0, 0.04), below_onset(0.9, None, 0.04)

@@ -836,7 +836,7 @@ def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[
 #: A block of fewer iterations than this is *small*: building it (vector fields, representatives validated as
 #: in the general path) costs more than expanding its iterations one by one. An inner ``foreach`` is one block
 #: per outer iteration; after :data:`SMALL_BLOCKS_KEPT` small blocks of one body, that body is expanded
-#: iteration by iteration. ``benchmarks/foreach_nested.py`` on the shared 2-core VM, 2026-12-01 (load + lower,
+#: iteration by iteration. ``benchmarks/speed/foreach_nested.py`` on the shared 2-core VM, 2026-12-01 (load + lower,
 #: two entries, 160,000 ops): 20,000 outer x 2 inner iterations took 8.9 CPU s as blocks, 3.8 s per iteration,
 #: 2.8 s with this rule; 2,000 x 20 took 2.2 s as blocks, 3.4 s per iteration (both paths give the same
 #: spec, tests/core/test_foreach_template.py).
