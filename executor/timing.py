@@ -175,7 +175,7 @@ def timing_host_per_op_us(per_rank: list[RankTimes]) -> float | None:
     qualifies (CPU ranks, CUDA graphs, GPU-bound runs).
 
     Why: in a host-bound eager run those events are host time the uninstrumented run does not pay (allgather_mm
-    bf16 chunks 16 on one H200, 2026-12-03: 9.18 ms timed against 6.30 ms uninstrumented, 5.4 µs per op), so
+    bf16 chunks 16 on one H200: 9.18 ms timed against 6.30 ms uninstrumented, 5.4 µs per op), so
     its ops are compared with a prediction of the timed run (:meth:`schedsim.hardware.profile.HardwareProfile.
     timed_eager`), as a timed CUDA graph's are.
 

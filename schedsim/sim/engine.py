@@ -11,7 +11,7 @@ profile's ``gpu_model``, default ``waves``):
   CTAs in waves with FIFO block dispatch, NCCL kernels holding SMs, hardware
   queues (``CUDA_DEVICE_MAX_CONNECTIONS``), communicators run in issue order,
   the host thread as a resource. It matches how the 2×H200 traces of
-  2026-11-30 run concurrent kernels ([evidence: 2xh200-concurrency]).
+  run concurrent kernels ([evidence: 2xh200-concurrency]).
 * ``sharing`` (this module, below): processor sharing, every running kernel
   slowed equally. Kept selectable while the ``waves`` model proves itself.
 * ``replay`` (:func:`_run_replay`): the replay of a recorded run (``schedsim import ... --out DIR`` writes

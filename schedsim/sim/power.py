@@ -3,9 +3,9 @@
 A GPU holds its board power limit by lowering the SM clock. A burst of tensor-core GEMMs runs at the boost clock,
 which is what ``calibrate`` times (bursts of ~2 ms) and what its GEMM table holds; under sustained load the clock
 falls and every GEMM takes longer. The curve is relative to such burst times, so only a profile whose table holds
-them carries one (``h200x2``, and ``h200`` since its table holds back-to-back times, 2026-12-02; its single event-
-timed launches of 2026-11-29 were 1.18× the burst for bf16 4096³, ``tests/core/test_power_profiles.py``). Measured
-on one H200 (700 W limit, torch 2.11, 2026-12-01 03:00 UTC, ``benchmarks/probes/gpu_state/power_duty.py``,
+them carries one (``h200x2``, and ``h200`` since its table holds back-to-back times; its single event-
+timed launches were 1.18× the burst for bf16 4096³, ``tests/core/test_power_profiles.py``). Measured
+on one H200 (700 W limit, torch 2.11, [evidence: power-duty], ``benchmarks/probes/gpu_state/power_duty.py``,
 bf16 4096×16384×4096
 with the executor's uniform operands): back to back, the first ~40 ms run at the table's speed, then 16.6 % slower
 while ``nvidia-smi`` shows 1620 MHz instead of 1980; at a sustained duty cycle of 0.88 the GEMMs are 12 % slower, at
@@ -181,7 +181,7 @@ def iteration_gap_of(meta: dict, world_size: int) -> float:  # type: ignore[type
     timeline ``meta`` and world size): ``uninstrumented_period_s − makespan_uninstrumented_s``; for runs that
     did not record the period (before 2026-12-01 03:10 UTC) on 2 or more ranks, the executor's start margin,
     2 ms (the ranks spin to the latest clock + 2 ms); 0 otherwise (one rank does not spin: 0.29 ms measured on
-    one H200 for offload.yaml, 2026-12-01)."""
+    one H200 for offload.yaml)."""
     per, ms = meta.get("uninstrumented_period_s"), meta.get("makespan_uninstrumented_s")
     if per and ms:
         return max(0.0, float(per) - float(ms))

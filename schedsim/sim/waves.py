@@ -21,7 +21,7 @@ Then the event loop runs, either
 
 * compiled (:mod:`schedsim.sim._cwaves`, C, built by ``pip install -e .``): the whole loop (heap, ready
   counts, queues, dispatch FIFOs, CTA batches, copy engines, rate updates) on flat int64/float64
-  arrays, ~1 µs per op (2026-12-01, 2-vCPU VM), without the GIL; it runs Python's signal handlers every
+  arrays, ~1 µs per op (2-vCPU VM), without the GIL; it runs Python's signal handlers every
   4096 events, so Ctrl-C (KeyboardInterrupt) stops it within milliseconds; or
 * in Python (:func:`_run_python`, the reference), when the extension is not built or
   ``SCHEDSIM_NO_EXT=1`` (one line on stderr says so).

@@ -315,7 +315,7 @@ def parse_yaml(text: str, file: str) -> Any:
 
     The text is composed by libyaml when PyYAML has it (``CSafeLoader``: the same resolver and constructors,
     the same node marks): 10x faster than the pure-Python parser, which composed allgather_mm8.yaml in
-    4.5 ms, ~1.5% of a cold ``check`` (2026-12-01). A text that fails there in any way (a syntax error, or
+    4.5 ms, ~1.5% of a cold ``check``. A text that fails there in any way (a syntax error, or
     one of the errors below) but an expansion past ``MAX_NODES`` (:func:`_check_expansion`, the same nodes
     and marks either way) is read again by the pure-Python parser, so errors are worded exactly as
     before: libyaml's marks lack PyYAML's snippet, and it composes nestings too deep for PyYAML's
@@ -324,7 +324,7 @@ def parse_yaml(text: str, file: str) -> Any:
     must not be valid only where PyYAML was built with libyaml. So does a byte-order mark (U+FEFF) after the
     text's first character: libyaml drops it before a document's first content too, so ``---`` or a comment
     line, then ``\ufeffname:``, read as the key ``name``, which the pure-Python parser keeps as a key of its
-    own (found by a differential fuzz of the two parsers, 2026-12-02; the one other difference it found is
+    own (found by a differential fuzz of the two parsers; the one other difference it found is
     the column of an empty value inside ``[ ]``, one apart).
     A lone surrogate, which libyaml cannot encode, is named by that parser too.
     A text without ``&`` (no anchor, hence no alias) is built from libyaml's parse events by
@@ -836,7 +836,7 @@ def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[
 #: A block of fewer iterations than this is *small*: building it (vector fields, representatives validated as
 #: in the general path) costs more than expanding its iterations one by one. An inner ``foreach`` is one block
 #: per outer iteration; after :data:`SMALL_BLOCKS_KEPT` small blocks of one body, that body is expanded
-#: iteration by iteration. ``benchmarks/speed/foreach_nested.py`` on the shared 2-core VM, 2026-12-01 (load + lower,
+#: iteration by iteration. ``benchmarks/speed/foreach_nested.py`` on the shared 2-core VM (load + lower,
 #: two entries, 160,000 ops): 20,000 outer x 2 inner iterations took 8.9 CPU s as blocks, 3.8 s per iteration,
 #: 2.8 s with this rule; 2,000 x 20 took 2.2 s as blocks, 3.4 s per iteration (both paths give the same
 #: spec, tests/core/test_foreach_template.py).
