@@ -206,7 +206,7 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
             orig_run = runner._one
 
             def one_with_reset(record: bool, profile: bool = False) -> Any:
-                if runner.phase == "check":  # type: ignore[union-attr]
+                if runner.phase == "check":
                     if ctx.cuda:
                         import torch
 

@@ -118,7 +118,7 @@ class RunOptions:
 def nvtx_fns() -> tuple[Callable[[str], Any], Callable[[], Any], str]:
     """NVTX push/pop: the ``nvtx`` package when importable, else ``torch.cuda.nvtx``."""
     try:
-        import nvtx  # type: ignore[import-not-found]
+        import nvtx
 
         push, pop = nvtx.push_range, nvtx.pop_range
         return (lambda m: push(message=m, domain="schedsim")), (lambda: pop(domain="schedsim")), \
@@ -219,7 +219,7 @@ class RankRunner:
             if op.kind in _COMM_KINDS:
                 per_rank.setdefault(op.rank, []).append((op.seq, op.name))  # type: ignore[arg-type]
         self.comm_pos = {(r, name): k for r, lst in per_rank.items()
-                         for k, (_s, name) in enumerate(sorted(lst))}  # type: ignore[misc]
+                         for k, (_s, name) in enumerate(sorted(lst))}
         self.peers: dict[str, list[int]] = {}
         from schedsim.graph.info import GraphInfo
 

@@ -39,7 +39,7 @@ def _get_plugins() -> Iterable[Any]:
 
     if sys.modules.get(_LOADER) is _STAND_IN:
         del sys.modules[_LOADER]
-    return importlib.import_module(_LOADER).get_plugins()  # type: ignore[no-any-return]
+    return importlib.import_module(_LOADER).get_plugins()
 
 
 _STAND_IN = ModuleType(_LOADER, "schedsim's stand-in for pydantic's plugin loader (see schedsim._pydantic).")

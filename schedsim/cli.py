@@ -69,7 +69,7 @@ def _max_ops(n: int | None) -> None:
         os.environ["SCHEDSIM_MAX_OPS"] = str(n)
 
 
-def _load(file: Path, sets: list[str] | None):  # type: ignore[no-untyped-def]
+def _load(file: Path, sets: list[str] | None):
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     return load_schedule(file, parse_overrides(sets or []))
@@ -146,7 +146,7 @@ def _explain_rows(file: Path, sets: list[str] | None, profile: Any) -> list[dict
     return explain_rows(lower_spec(spec, file), CostModel(prof.with_nccl_env(spec.env, spec.env_sources())))
 
 
-def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type: ignore[no-untyped-def]
+def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,
                    explain: list[dict[str, Any]] | None = None) -> None:
     from schedsim.notes import summarize
 

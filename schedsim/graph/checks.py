@@ -207,8 +207,8 @@ def check_collective_order(G: nx.DiGraph) -> None:
             op = G.nodes[oid]["op"]
             order[op.group][op.rank].append((op.seq, key, op.name))  # type: ignore[arg-type]
     for group, per_rank in order.items():
-        seqs = {r: [k for _s, k, _n in sorted(v)] for r, v in per_rank.items()}  # type: ignore[misc]
-        names = {r: [n for _s, _k, n in sorted(v)] for r, v in per_rank.items()}  # type: ignore[misc]
+        seqs = {r: [k for _s, k, _n in sorted(v)] for r, v in per_rank.items()}
+        names = {r: [n for _s, _k, n in sorted(v)] for r, v in per_rank.items()}
         ranks = sorted(seqs)
         ref = ranks[0]
         for r in ranks[1:]:

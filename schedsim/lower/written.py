@@ -21,10 +21,10 @@ DEFAULT_STREAM = {"matmul": "compute", "compute": "compute", "memcpy": "copy"}
 
 
 def _size(o: object) -> int:
-    return o.size_bytes()  # type: ignore[attr-defined,no-any-return]
+    return o.size_bytes()  # type: ignore[attr-defined]
 
 
-def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, ...], tags: tuple,  # type: ignore[type-arg]
+def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, ...], tags: tuple,
                 source: str = "", spec_index: int = -1) -> Op:
     """The :class:`Op` of spec op ``s`` (a pydantic op model) on rank ``r``, at program position ``seq``.
 
@@ -42,22 +42,22 @@ def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, .
         b = s.batch  # type: ignore[attr-defined]
         mm, nn, kk = s.m, s.n, s.k  # type: ignore[attr-defined]
         eb = DTYPE_BYTES[s.dtype]  # type: ignore[attr-defined]
-        return Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype, repeat=s.repeat,  # type: ignore[attr-defined,arg-type]
+        return Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype, repeat=s.repeat,  # type: ignore[attr-defined]
                   flops=2.0 * b * mm * nn * kk, nbytes=float(b * (mm * kk + kk * nn + mm * nn) * eb))
     if kind == "compute":
-        return Op(**common, flops=float(s.flops or 0.0), nbytes=float(s.bytes or 0.0),  # type: ignore[attr-defined,arg-type]
+        return Op(**common, flops=float(s.flops or 0.0), nbytes=float(s.bytes or 0.0),  # type: ignore[attr-defined]
                   dtype=s.dtype, repeat=s.repeat,  # type: ignore[attr-defined]
                   duration_s=None if s.duration_us is None else s.duration_us * 1e-6)  # type: ignore[attr-defined]
     if kind in COLLECTIVE_KINDS:
         size = _size(s)
         if s.buffer == "shard":  # type: ignore[attr-defined]
             size *= len(group)
-        return Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)  # type: ignore[attr-defined,arg-type]
+        return Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)  # type: ignore[attr-defined]
     if kind in P2P_KINDS:
         pair = (r, s.peer) if kind == "send" else (s.peer, r)  # type: ignore[attr-defined]
-        return Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[attr-defined,arg-type]
+        return Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[attr-defined]
                   tag=s.tag, p2p_batch=s.p2p_batch)  # type: ignore[attr-defined]
-    return Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[attr-defined,arg-type]
+    return Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[attr-defined]
 
 
 def _models(spec: ScheduleSpec) -> tuple[list[Any], list[str]]:
@@ -126,7 +126,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             group = groups[g] = RankGroup(g)
         return group
 
-    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple]] = ([], [], [], [], [], [])  # type: ignore[type-arg]
+    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple]] = ([], [], [], [], [], [])
 
     def flush() -> None:
         if rows[0]:

@@ -220,7 +220,7 @@ def rank_ranges(ranks: list[int], limit: int = 120) -> str:
     return _cut(", ".join(parts), limit)
 
 
-def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_labels: int = 400,  # type: ignore[no-untyped-def]
+def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_labels: int = 400,
                min_label_frac: float = 0.035, max_lanes: int = 48, makespans: dict[str, float] | None = None):
     """Return a matplotlib Figure; several labelled timelines are stacked lane by lane.
 
@@ -820,7 +820,7 @@ def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
     return out
 
 
-def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes: int = 32,  # type: ignore[no-untyped-def]
+def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes: int = 32,
                   lanes: PipelineLanes | None = None):
     """The pipeline figure of a timeline with pipeline tags; returns a matplotlib Figure.
 
@@ -1073,7 +1073,7 @@ def _above(ax: Any, row: int) -> Any:
 # ---------------------------------------------------------------------------------------------- memory
 
 
-def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float, title: str = "",  # type: ignore[no-untyped-def]
+def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float, title: str = "",
                 peaks: dict[int, tuple[float, str]] | None = None, max_ranks: int = 8,
                 static: dict[int, float] | None = None):
     """Bytes allocated per rank over time: a step curve per rank, in GiB/MiB.

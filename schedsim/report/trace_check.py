@@ -228,7 +228,7 @@ def check_trace_file(path: str | Path, **kw: Any) -> dict[str, int]:
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open
     try:
-        with opener(p, "rt") as fh:  # type: ignore[operator]
+        with opener(p, "rt") as fh:
             data = json.load(fh)
     except (OSError, ValueError) as e:
         raise TraceFormatError(f"{p}: not readable JSON: {e}") from None

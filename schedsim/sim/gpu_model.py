@@ -442,7 +442,7 @@ def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
     return min(red[0], sms), red[1]
 
 
-def split_work(work, tail_s):  # type: ignore[no-untyped-def]
+def split_work(work, tail_s):
     """``(main_s, tail_s)``: a GEMM op's ``work`` (seconds; a float or a float64 array) split between its main
     kernel and its reduction kernel (rule 4b), which together take ``work``. The reduction keeps its measured
     ``tail_s`` up to half of ``work`` (a row longer than that, or a GEMM a rule made shorter, such as a graph node
@@ -781,7 +781,7 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     return issue, call0
 
 
-def _compiled(name: str):  # type: ignore[no-untyped-def]
+def _compiled(name: str):
     """The compiled function ``name`` of :func:`host_issue_columns` (``_cwaves.issue_times``: the whole rule from
     its tables; ``issue_sums``: the prefix sums), or None when the compiled loop is not in use
     (:func:`schedsim.sim.waves.compiled_loop`) or is a build without it: then numpy adds the same floats in the

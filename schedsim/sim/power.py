@@ -157,7 +157,7 @@ def below_onset(duty: float, sustained_s: float | None, onset_s: float | None) -
     return sustained_s is not None and onset_s is not None and sustained_s * duty < onset_s
 
 
-def sustained_of(meta: dict) -> float | None:  # type: ignore[type-arg]
+def sustained_of(meta: dict) -> float | None:
     """Seconds a ``schedsim execute`` run kept its GPU iterating before the middle of its uninstrumented iterations
     (timeline ``meta``): ``(warmup + iters + uninstrumented / 2) × uninstrumented_period_s``; None when the
     run did not record the period or the counts.
@@ -176,7 +176,7 @@ def sustained_of(meta: dict) -> float | None:  # type: ignore[type-arg]
 EXECUTE_START_MARGIN_S = 0.002
 
 
-def iteration_gap_of(meta: dict, world_size: int) -> float:  # type: ignore[type-arg]
+def iteration_gap_of(meta: dict, world_size: int) -> float:
     """Seconds the GPUs idled between a measured run's uninstrumented iterations (``schedsim execute``'s
     timeline ``meta`` and world size): ``uninstrumented_period_s − makespan_uninstrumented_s``; for runs that
     did not record the period (before 2026-12-01 03:10 UTC) on 2 or more ranks, the executor's start margin,

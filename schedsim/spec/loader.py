@@ -49,7 +49,7 @@ __all__ = ["load_schedule", "load_text", "parse_overrides", "parse_value", "expa
 Mark = tuple[int, int]
 
 
-class LDict(dict):  # type: ignore[type-arg]
+class LDict(dict):
     """A dict that remembers where it and each key came from (1-based line, column)."""
 
     mark: Mark | None = None
@@ -60,7 +60,7 @@ class LDict(dict):  # type: ignore[type-arg]
         self.key_marks = {}
 
 
-class LList(list):  # type: ignore[type-arg]
+class LList(list):
     """A list that remembers where it and each item came from (1-based line, column)."""
 
     mark: Mark | None = None
@@ -1186,7 +1186,7 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     reps, rep_deps, rep_tags, gid = _representatives(entries, body, loop, env, E)
     row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order]
     row_names = np.concatenate([x.names for x in entries])[order]
-    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]  # type: ignore[type-var]
+    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]
     dep_cnt = np.repeat(np.array([len(x.deps) for x in entries], np.int64), [len(x.keep) for x in entries])[order]
     dptr = np.cumsum(dep_cnt) - dep_cnt
     flat = np.empty(int(dep_cnt.sum()), object)
