@@ -1,7 +1,6 @@
-"""Faults found by review (breaker1) of issues 33 and 35, each a minimal reproduction that fails today.
-
-Each test asserts what the documented model says; the ``reason`` names the fault. The lead turns them into fixes.
-"""
+"""NCCL's model within what the hardware and NCCL allow: an all_reduce no faster than the NICs carry it, two
+nodes no faster than one, NVLS only on NVSwitch, the notes naming the model that times a collective, and
+subgroup communicators created lazily in a cycle hanging as in torch."""
 
 from __future__ import annotations
 
@@ -23,15 +22,6 @@ name: ar16
 world_size: 16
 ops:
   - {name: ar, kind: all_reduce, bytes: 1073741824}
-"""
-
-MM = """\
-schema_version: 1
-name: mm
-world_size: 1
-params: {m: 1024}
-ops:
-  - {name: mm, kind: matmul, m: m, n: 4096, k: 4096, dtype: bf16}
 """
 
 
@@ -60,18 +50,6 @@ def test_no_alpha_beta_note_where_the_nccl_model_times_the_collective() -> None:
     (nccl,) = [n for n in notes if n.kind == "collective-nccl-model"]  # what really times it, said once
     assert "16 all_reduce op(s) on 16 ranks" in nccl and "NCCL's tuning model" in nccl
     assert "topology.scale_up, topology.nics" in nccl  # dgx_h100: PUBLISHED NVLink, PUBLISHED/ASSUMED NICs
-
-
-@pytest.mark.xfail(strict=True, reason="waves model: a lone GEMM's predicted compute span on h200 is not its solo "
-                   "time (224-227 us) and falls as m grows (258.8 us at m=5652, 252.3 us at m=5660); present at "
-                   "57a1fa8 too; --gpu-model sharing gives 227.0 / 227.3 us")
-def test_lone_gemm_span_never_decreases_in_m() -> None:
-    spans = []
-    for m in (5652, 5660):
-        run = api.predict(api.load_text(MM, m=m), "h200")
-        (s,) = list(run.timeline.spans)
-        spans.append(s.end_s - s.start_s)
-    assert spans[1] >= spans[0]
 
 
 def test_nvls_on_pcie_is_refused_or_ignored(tmp_path: Path) -> None:
@@ -124,12 +102,3 @@ def test_h200_two_node_all_reduce_no_faster_than_one_node() -> None:
     two = cost.collective_time("all_reduce", 1 << 30, tuple(range(16)))
     # busbw = S * 2 (n-1)/n / t (nccl-tests); two nodes' busbw at most one node's
     assert (1 << 30) * 2 * 15 / 16 / two <= (1 << 30) * 2 * 7 / 8 / one
-
-
-def test_default_output_folder_differs_by_launch_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    f = tmp_path / "mm.yaml"
-    f.write_text(MM)
-    _, _, eager = api.predict_to_dir(f, None, "h200", None, None, gantt=False, trace=False)
-    _, _, graph = api.predict_to_dir(f, None, "h200", None, "cuda_graph", gantt=False, trace=False)
-    assert eager[0].parent != graph[0].parent
