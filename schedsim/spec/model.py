@@ -16,7 +16,7 @@ size.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
@@ -261,11 +261,14 @@ else:
 
 
 AnyOp = Annotated[
-    Union[MatmulOp, ComputeOp, CollectiveOp, SendOp, RecvOp, MemcpyOp],
+    MatmulOp | ComputeOp | CollectiveOp | SendOp | RecvOp | MemcpyOp,
     Field(discriminator="kind"),
 ]
 
-OP_MODELS: dict[str, type[BaseModel]] = {
+#: A written op as these models hold it (:data:`AnyOp` without its discriminator).
+SpecOp = MatmulOp | ComputeOp | CollectiveOp | SendOp | RecvOp | MemcpyOp
+
+OP_MODELS: dict[str, type[SpecOp]] = {
     "matmul": MatmulOp,
     "compute": ComputeOp,
     **{k: CollectiveOp for k in COLLECTIVE_KINDS},
