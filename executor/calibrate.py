@@ -384,7 +384,7 @@ def gemm_graph_times(torch: Any, dev: Any, dtype: Any, m: int, n: int, k: int, l
     """``(warm_s, cold_s)`` of one ``torch.matmul(a, b, out=c)`` as a node of a CUDA-graph chain (profile
     ``gemm.graph``, rule 9 of :mod:`schedsim.sim.gpu_model`): 64 nodes reusing one (a, b), outputs distinct (in
     L2); and one node per input set of a pool of at least 4x ``l2`` bytes, 8-1024 sets (from HBM, as ``execute``
-    runs a schedule whose buffers exceed L2). One H200, 2026-12-02 (``benchmarks/probe_l2_residency.py``): bf16
+    runs a schedule whose buffers exceed L2). One H200 [evidence: l2-graph-forks]: bf16
     32x1024x1024 3.49 / 4.45 us."""
     side = torch.cuda.Stream(device=dev)
 
@@ -408,7 +408,7 @@ def add_graph_times(b: _Bench, l2: float) -> dict[str, float]:
     kernel floor's method) and as a graph-chain node, in L2 (64 nodes over 64 tensors) and from HBM (one tensor per
     node, :func:`pool_count`): ``add_stream_us``, ``add_graph_us``, ``add_graph_cold_us``.
     ``launch.graph_per_op_us`` = graph - stream; ``gpu.hbm_miss_us`` = cold - graph (rule 9; one H200,
-    2026-12-02: 1.17 and 1.73 in the graph)."""
+    1.17 and 1.73 in the graph)."""
     torch, dev = b.torch, b.ctx.device
     side = torch.cuda.Stream(device=dev)
     warm = [torch.rand(32, 1024, device=dev).to(torch.bfloat16) for _ in range(64)]
@@ -437,8 +437,8 @@ def longest_kernel_ctas(events: list[dict[str, Any]], m: int | None = None, n: i
     x·y·z of its ``grid``, or None when no kernel event carries a grid. A *persistent* GEMM (a grid of at least
     ``sms`` CTAs, each looping over output tiles) with more output tiles of ``m``×``n`` than CTAs counts its
     tiles (:func:`persistent_tiles`): its CTAs with one tile fewer exit a tile's time early and free their SMs
-    for other streams' kernels, as a last partial wave would. One H200, 2026-12-03
-    (``benchmarks/probe_dispatch_order.py``): bf16 4096×2048×8192 ran ``nvjet_sm90_tst_256x128_..._coopA`` as
+    for other streams' kernels, as a last partial wave would. One H200
+    (``benchmarks/probes/sm/dispatch_order.py``): bf16 4096×2048×8192 ran ``nvjet_sm90_tst_256x128_..._coopA`` as
     132 CTAs over 256 tiles, and a GEMM queued on another stream started on 8 SMs half-way through it.
 
     >>> longest_kernel_ctas([{"cat": "kernel", "dur": 9.0, "args": {"grid": [8, 8, 2]}},
@@ -511,7 +511,7 @@ def reduction_kernel(events: list[dict[str, Any]], lim: dict[str, int] | None = 
     Chrome trace (Kineto's export) of that one call: ``slots`` = ceil(grid x·y·z / CTAs per SM) of the longest of
     them (:func:`ctas_per_sm` from its block, registers and shared memory; 1 per SM when those are missing), the
     SMs one wave of it holds, and ``us`` the sum of their durations; None when the longest kernel is the last
-    (one kernel) or carries no grid. One H200, 2026-12-02: fp32 1024×512×8192 ran cutlass's simt sgemm (128
+    (one kernel) or carries no grid. One H200: fp32 1024×512×8192 ran cutlass's simt sgemm (128
     CTAs) then ``cublasLt::splitKreduce_kernel``, 16×32 CTAs of 512 threads at 32 registers (4 per SM): 128
     slots, 3.9 µs.
 
@@ -564,7 +564,7 @@ def ctas_per_sm(threads: int, regs: int, smem: int, lim: dict[str, int] = SM90_L
     block) one SM holds at once: the CUDA occupancy calculation's minimum over blocks, threads (whole warps),
     registers (per warp, rounded up to the allocation unit) and shared memory (plus the per-block reserve), at least 1.
 
-    >>> ctas_per_sm(256, 202, 49152)  # cutlass simt sgemm 256x128 (one H200, 2026-12-01): registers bind
+    >>> ctas_per_sm(256, 202, 49152)  # cutlass simt sgemm 256x128 (one H200): registers bind
     1
     >>> ctas_per_sm(128, 90, 16384)  # 4 warps of 12 x 256 registers: 5 blocks before shared memory (13) binds
     5
@@ -756,7 +756,7 @@ def _measure_duplex(b: _Bench, quick: bool, log: Callable[[str], None]) -> dict[
     """Duplex copy factors (CUDA): a stream of pinned h2d copies and one of d2h copies (8 × 32 MiB each, the
     chunked copies of offloading; ~40 ms a run, so ``quick`` too), alone and started together by one event,
     medians of 5;
-    :func:`duplex_factors`. Measured on one H200 (2026-12-01, ``benchmarks/probe_copy_duplex.py``): the factors
+    :func:`duplex_factors`. Measured on one H200 ([evidence: copy-duplex]): the factors
     move between hosts of one machine kind (h2d 0.07-0.35, d2h 0.04-0.09), so measure on the host that runs."""
     torch = b.torch
     dev = b.ctx.device
@@ -1092,7 +1092,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
 
     warn_oversubscribed(ctx.cuda, ctx.rank)
     # the host cost of communication calls first, before the GEMM measurements run torch.profiler (after it, a
-    # process's launches cost ~20 % more: benchmarks/probe_profiler_host.py; docs/validation.md, "Evidence cited
+    # process's launches cost ~20 % more: benchmarks/probes/host/after_profiler.py; docs/validation.md, "Evidence cited
     # by the code")
     comm_host = comm_host_costs(b)
     if ctx.rank == 0:
@@ -1175,8 +1175,8 @@ def _graph_fork_us(torch: Any, dev: Any, T: int = GRAPH_T, H: int = GRAPH_H, mai
     ``graph_fork_us``,
     ``graph_fork_nowait_us``; with ``main_only`` also ``graph_main_only_us`` (no aux GEMM at all).
     :func:`graph_edge_us` turns the first two into ``launch.graph_cross_stream_edge_us``. The probe of
-    ``benchmarks/probe_graph_nodes.py`` (one H200, 2026-12-01 03:13 UTC: 7.94 / 6.65 µs); ``T``×``H`` are the
-    layer's tokens and hidden size (``benchmarks/probe_graph_kernels.py`` varies them); ``mnk`` (with ``dtype``, a
+    ``benchmarks/probes/graph/node_time.py`` (one H200: 7.94 / 6.65 µs); ``T``×``H`` are the
+    layer's tokens and hidden size (``benchmarks/probes/graph/kernel_time.py`` varies them); ``mnk`` (with ``dtype``, a
     torch dtype) replaces them by GEMMs (m, k) @ (k, n) and an m×n copy (:func:`gemm_fork_rows`)."""
     L, bf = GRAPH_LAYERS, dtype or torch.bfloat16
     m, n, k = mnk or (T, H, H)
@@ -1293,8 +1293,8 @@ def graph_timing_event_us(torch: Any, dev: Any, ops: int = 64) -> dict[str, floa
     event pairs, :func:`timed_graph_chain`): the mean span less the untimed graph's time per op, ≥ 0, as
     ``graph_timing_event_us``; ``graph_timing_gap_us`` (end event to the next start event, median: the span
     of a timed op that runs nothing); and ``graph_timed_per_op_us`` / ``graph_plain_per_op_us`` (JSON only).
-    One H200, 2026-12-02 11:41 UTC
-    (``benchmarks/probe_graph_events.py``, GEMM spans 5.50-5.73 µs against 3.51 untimed, ``add_`` 3.14-3.20
+    One H200, [evidence: timed-graph]
+    (``benchmarks/probes/graph/timing_events.py``, GEMM spans 5.50-5.73 µs against 3.51 untimed, ``add_`` 3.14-3.20
     against 1.02): 2.0-2.2 µs, gaps 1.25-1.28 µs."""
     bf = torch.bfloat16
     x = torch.rand(GRAPH_T, GRAPH_H, device=dev).to(bf)
@@ -1321,7 +1321,7 @@ def graph_edge_us(profile: dict[str, Any], fork_us: float, base_us: float,
     the main stream alone (``base_us``), less what the ``waves`` model predicts for the same difference with
     ``profile`` (a profile dict; its edge terms set to 0), at least 0. Both variants are simulated as schedules of
     GRAPH_LAYERS layers (``launch: cuda_graph``), so the term adds only what the model misses: one H200,
-    2026-12-02 (``benchmarks/probe_l2_residency.py``, rule 9 in the model): 0.32 / 0.37 / 1.69 / 3.11 / 3.08 µs
+    [evidence: l2-graph-forks] (rule 9 in the model): 0.32 / 0.37 / 1.69 / 3.11 / 3.08 µs
     at bf16 T×H = 8×256, 16×512, 32×1024, 16×2048, 64×2048 (T×H×H GEMMs).
 
     Raises pydantic.ValidationError if ``profile`` is not a valid profile."""

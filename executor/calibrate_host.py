@@ -15,28 +15,28 @@ enqueue work). Plain PyTorch, written as a user would:
     ``dst.copy_(src, non_blocking=True)`` of 4 KiB pinned host → device.
 ``elementwise_call_us``
     ``torch.add(x, y, out=z)`` on three 4 KiB uint8 device tensors: how ``execute`` and the hand-written
-    references run a ``compute`` op given only bytes (S0's ``output_chunk.add_``). Until 2026-12-03 the
+    references run a ``compute`` op given only bytes (S0's ``output_chunk.add_``). Formerly the
     model charged such an op ``memcpy_call_us``; on one H200 the add costs more than the pinned copy
-    (``benchmarks/h200/elementwise_host_2026-12-03.md``).
+    ([evidence: elementwise-host]).
 ``stream_switch_us``
     the extra host time of a ``torch.cuda.set_stream(s)`` before that matmul, the stream alternating
     between two streams on every call: (switch + launch) − launch, ≥ 0 (``switch_call_us`` less the settled
     ``eager_per_op_us``). The executor and the hand-written
     references switch this way. The ``with torch.cuda.stream(s):`` context costs more (11.97 µs per switch
-    on one H200, 2026-12-01 08:27 UTC; charged to every small_ops op, it predicted that case +81 % long);
+    on one H200, [evidence: copy-duplex]; charged to every small_ops op, it predicted that case +81 % long);
     it stays in the calibration JSON as ``stream_context_us``.
 ``eager_per_collective_us`` (all ranks)
     ``dist.all_reduce`` of 1 KiB on the current stream, in a loop of back-to-back calls (GPU kept busy):
-    ``collective_loop_us``. Until 2026-12-02 it was taken from a loop alternating the call with the 64×64
+    ``collective_loop_us``. Formerly it was taken from a loop alternating the call with the 64×64
     matmul above, (matmul + all_reduce) − matmul (``mixed_pair_us``, still in the calibration JSON), after
     a 2-GPU probe had timed a layer above the sum of separate loops. Measured against layers of
     tp_allreduce_graph written by hand and run by ``schedsim execute`` (world 1, 64 layers, eager, one H200,
-    2026-12-02 11:30 and 11:37 UTC, 6 + 6 probe processes and 3 + 3 executor processes,
-    ``benchmarks/probe_collective_host.py``, ``benchmarks/h200/probe_collective_host_2026-12-02.md``), the
+    6 + 6 probe processes and 3 + 3 executor processes,
+    ``benchmarks/probes/host/collective_call.py``, [evidence: collective-host]), the
     alternating loop over-predicted the all_reduce's share of a layer by +25 % (median; up to +117 %), the
     loop alone by a median |error| of 14 %; predicted from each executor process's own costs, the layers
-    came out +35 % (median |error|) against 5.8 %. On 2×H200 (2026-11-30) the loop alone (31.2 µs) was also
-    closer to the executor's 46 µs layers than the alternating loop (59.3 µs).
+    came out +35 % (median |error|) against 5.8 %. On 2×H200 [evidence: 2xh200-concurrency] the loop
+    alone (31.2 µs) was also closer to the executor's 46 µs layers than the alternating loop (59.3 µs).
 ``first_op_extra_us``, ``first_collective_extra_us`` (all ranks)
     the extra host time of the first matmul, and of the first all_reduce right after it, once the
     host has waited for the device (synchronize + barrier, as at the start of an iteration), over
@@ -58,7 +58,7 @@ On CPU ranks (gloo) the same calls are timed without the sleep; event waits do n
 there (``event_wait_us`` is left out).
 
 **Fresh processes.** The host cost of one call is a property of the *process* as much as of the machine:
-on one H200 host (2026-12-02 03:43–03:51 UTC) small_ops eager took 2.32, 2.57, 3.05, 3.38 and 3.78 ms in
+on one H200 host ([evidence: host-same-process]) small_ops eager took 2.32, 2.57, 3.05, 3.38 and 3.78 ms in
 five fresh ``schedsim execute`` processes (and 2.48–3.98 ms in five hand-written ones), most of each one's
 20 iterations within ±3 % of its median, while the calibration process, after a minute of GEMM and copy
 benchmarks, measured 23.5 µs per matmul launch: its prediction of that case was +58 % against the median
@@ -456,7 +456,7 @@ def _first_call_times(b: Any, calls: list[Callable[[], Any]], reps: int, sleep_c
 
 
 #: GPU cycles of the sleep kernel before each cold first call (about 2 ms on an H200 at 1.98 GHz: the host's
-#: wait at the end of a GPU-bound iteration of the 2026-12-03 runs, 1.2-2.6 ms)
+#: wait at the end of a GPU-bound iteration in [evidence: dispatch-order], 1.2-2.6 ms)
 COLD_SLEEP_CYCLES = 4_000_000
 #: the three kinds of ``launch.cold_first_call_us`` and the keys :func:`comm_host_costs` gives them
 COLD_KINDS = {"kernel": "cold_kernel_extra_us", "collective": "cold_collective_extra_us",
@@ -468,7 +468,7 @@ def _cold_first_calls(b: Any, mm: Callable[[], Any], ar: Callable[[], Any], firs
     """``launch.cold_first_call_us`` (as :data:`COLD_KINDS` keys, µs): the first add, matmul and all_reduce after
     the host waited ~2 ms for the GPU (a sleep kernel, then a synchronize), less the same first calls after a
     synchronize and barrier alone (``first_mm`` / ``first_ar``, seconds) and less an add's steady call. What
-    ``schedsim execute`` measures at the start of an iteration after a GPU-bound one (one H200, 2026-12-03,
+    ``schedsim execute`` measures at the start of an iteration after a GPU-bound one (one H200,
     ``meta.host_call_end_s``: kernel +19-33 µs, collective +24-59, elementwise +11-20). CUDA only."""
     torch = b.torch
     x = torch.zeros(1024, device=b.ctx.device)
@@ -514,7 +514,7 @@ def measure_here(ctx: Any) -> dict[str, float] | None:
     """Every rank, together: the host costs of *this* process, as ``schedsim calibrate`` measures them.
 
     Rank 0 runs :func:`host_costs` (the others wait), then every rank :func:`comm_host_costs` (collective
-    calls, so all ranks take part). Takes about 1–3 s (one H200 and gloo CPU ranks, 2026-12-02).
+    calls, so all ranks take part). Takes about 1–3 s (one H200 and gloo CPU ranks).
 
     Returns
     -------

@@ -10,7 +10,7 @@ executor's uniform operands):
   by half that is the onset (:func:`onset_of`, the profile's ``power.onset_s``);
 * for each duty d < 1: one GEMM between two events, the host waits for its end, then keeps the GPU idle for
   t·(1 − d)/d; the steady median over the burst time. Every GEMM after an idle gap pays a small extra cost
-  that does not depend on the duty (+3 % on one H200, 2026-12-01, ``benchmarks/probe_power_duty.py``): the
+  that does not depend on the duty (+3 % on one H200 [evidence: power-duty]): the
   ratio at the lowest duty measured is taken as that cost and divided out, so the curve holds the power
   limiter alone, which is what the simulator applies.
 

@@ -15,9 +15,9 @@ schedules have none) on rank 0's GPU:
 medians of 5 alternating repetitions. :func:`fit_wave_tail` then finds the tail for which the simulator's
 ``waves`` model, given the one-stream time as the shape's table row and its measured grid, predicts the
 overlapped time (bisection), so the fitted tail carries only what the model does not already give overlapped
-GEMMs (SMs a grid leaves free, split-K reductions). One H200, 2026-12-02 21:39 UTC, 8 per stream: fp32
+GEMMs (SMs a grid leaves free, split-K reductions). One H200, [evidence: wave-tail], 8 per stream: fp32
 1024×512×8192 0.168 ms per GEMM overlapped against 0.180 back to back (tail 8.8 µs), 2048×1024×8192 0.678
-against 0.700 (8.1 µs), 4096×2048×8192 2.599 against 2.665 (10.7 µs); ``benchmarks/h200/wave_tail_2026-12-02.md``.
+against 0.700 (8.1 µs), 4096×2048×8192 2.599 against 2.665 (10.7 µs); [evidence: wave-tail].
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def pick_shapes(rows: list[list[Any]], ctas: list[list[Any]], sms: int, min_ms: 
     grids: those whose measured grid (``ctas``: ``[dtype, m, n, k, CTAs]``) is at least half the SMs (a GEMM
     that leaves most SMs free is not waited for) and that run ``min_ms`` to ``max_ms`` ms back to back (64 of
     them, 5 times, stay within seconds), at most ``limit``; none such: :data:`DEFAULT_SHAPE` with its grid if
-    measured (else None). The floor was 0.02 ms until 2026-12-03: a lease's profile then had no row for the
+    measured (else None). The floor was formerly 0.02 ms: a lease's profile then had no row for the
     18 µs bf16 GEMMs of allgather_mm bf16 chunks 16, whose tail fell back to the median of its fp32 rows
-    (6.2 µs; the case came out −20.9 %, ``benchmarks/h200/elementwise_host_2026-12-03.md``).
+    (6.2 µs; the case came out −20.9 %, [evidence: elementwise-host]).
 
     >>> pick_shapes([["bf16", 8, 8, 8, 0.01], ["fp32", 512, 512, 8192, 0.2]], [["fp32", 512, 512, 8192, 128]], 132)
     [(('fp32', 512, 512, 8192), 128)]
@@ -213,8 +213,8 @@ def measure_sm_stream(torch: Any, dev: Any, sms: int, log: Callable[[str], None]
     (:data:`SM_STREAM_GEMM`, bf16) is launched, the host spins 50 µs so that it holds its SMs, then the add
     (:data:`SM_STREAM_BYTES`) goes on a second stream; a Kineto trace gives both kernels' spans, and GB/s = bytes /
     the add's span / free SMs (SMs − the GEMM's grid), the median of ``reps``, counting only repetitions whose add
-    ran inside the GEMM. One H200, 2026-12-03: 4 free SMs, 12.6 and 50.3 MB at 0.275 TB/s, 69 GB/s per SM
-    (``benchmarks/probe_dispatch_order.py``); timed by CUDA events around the add instead, calibrate read 45.7
+    ran inside the GEMM. One H200: 4 free SMs, 12.6 and 50.3 MB at 0.275 TB/s, 69 GB/s per SM
+    (``benchmarks/probes/sm/dispatch_order.py``); timed by CUDA events around the add instead, calibrate read 45.7
     (the window holds the add's launch and its wait for the SMs). None when the grid leaves no SM free, the
     trace has no kernel spans or no repetition qualifies. Needs CUDA."""
     import time

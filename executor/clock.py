@@ -2,7 +2,7 @@
 
 Shared, line for line, by ``schedsim execute`` (:mod:`executor.runtime`, every iteration kind:
 instrumented, uninstrumented, CUDA-graph replay, CPU) and the hand-written PyTorch references
-(``benchmarks/handwritten/harness.py``), so that both time their program the same way and differ
+(``benchmarks/accuracy/handwritten/harness.py``), so that both time their program the same way and differ
 only in what they issue. It imports torch lazily and nothing from schedsim.
 
 Why an aligned start
@@ -10,7 +10,7 @@ Why an aligned start
 A makespan is measured from the earliest rank's anchor (:func:`executor.timing.lean_makespans`).
 After a plain host barrier the ranks leave it at different times: the last rank to be told sleeps
 in a socket read and wakes a scheduler tick or a CPU idle-state exit later. On 2 H200s
-(2026-11-30, torch 2.11, gloo barrier on one host) that skew was 50-400 µs and bimodal, and it
+(torch 2.11, gloo barrier on one host) that skew was 50-400 µs and bimodal, and it
 went straight into the makespan of every schedule whose first collective waits for the late rank:
 ``tp_allreduce_graph`` eager measured 0.33 ms in some iterations and 0.70 ms in others, for the
 executor and the hand-written script alike. The simulator starts every rank at t = 0.

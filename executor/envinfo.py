@@ -57,7 +57,7 @@ def global_env(ctx: Any) -> dict[str, Any]:
         except Exception:
             nccl = None
     try:
-        import nvtx  # type: ignore[import-not-found]  # noqa: F401
+        import nvtx  # noqa: F401
 
         nvtx_src = "nvtx package"
     except Exception:

@@ -206,7 +206,7 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
             orig_run = runner._one
 
             def one_with_reset(record: bool, profile: bool = False) -> Any:
-                if runner.phase == "check":  # type: ignore[union-attr]
+                if runner.phase == "check":
                     if ctx.cuda:
                         import torch
 
@@ -307,7 +307,8 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         "torch": genv["torch"], "nccl": genv["nccl"],
         "max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
         "uninstrumented": "compiled flat step list per rank (executor.lean): launches, cross-stream event waits, "
-                          "one end event per stream; timed like the hand-written references (benchmarks/handwritten)",
+                          "one end event per stream; timed like the hand-written references "
+                          "(benchmarks/accuracy/handwritten)",
     }
     host = gathered[0].get("host_costs")
     if host:

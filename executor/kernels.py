@@ -30,8 +30,8 @@ How each kind runs
     elementwise kernel moving that many bytes, ``torch.add(a, b, out=c)`` on
     three byte tensors of N/3 each (two read, one written: S0's
     ``output_chunk.add_``), so it runs on the SMs as the model's memory-bound
-    kernel does. Until 2026-12-02 it was ``dst.copy_(src)``, which CUDA runs as
-    a "Memcpy DtoD", not a kernel (``benchmarks/probe_d2d_dispatch.py``).
+    kernel does. Formerly it was ``dst.copy_(src)``, which CUDA runs as
+    a "Memcpy DtoD", not a kernel (``benchmarks/probes/sm/copy_beside_gemm.py``).
 collectives
     torch.distributed into preallocated buffers, sized by the nccl-tests size
     column (``Op.nbytes``): ``all_reduce`` in place on S bytes;

@@ -118,7 +118,7 @@ class RunOptions:
 def nvtx_fns() -> tuple[Callable[[str], Any], Callable[[], Any], str]:
     """NVTX push/pop: the ``nvtx`` package when importable, else ``torch.cuda.nvtx``."""
     try:
-        import nvtx  # type: ignore[import-not-found]
+        import nvtx
 
         push, pop = nvtx.push_range, nvtx.pop_range
         return (lambda m: push(message=m, domain="schedsim")), (lambda: pop(domain="schedsim")), \
@@ -219,7 +219,7 @@ class RankRunner:
             if op.kind in _COMM_KINDS:
                 per_rank.setdefault(op.rank, []).append((op.seq, op.name))  # type: ignore[arg-type]
         self.comm_pos = {(r, name): k for r, lst in per_rank.items()
-                         for k, (_s, name) in enumerate(sorted(lst))}  # type: ignore[misc]
+                         for k, (_s, name) in enumerate(sorted(lst))}
         self.peers: dict[str, list[int]] = {}
         from schedsim.graph.info import GraphInfo
 
@@ -403,7 +403,8 @@ class RankRunner:
             self._timed(o)  # not: out of the collector's reach, collections out of the timed loops
         base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
         if o.measure_host:  # before the profiler: once torch.profiler has run, the process's launches cost more
-            # (~20 % more per call: benchmarks/probe_profiler_host.py; docs/validation.md, "Evidence cited by the code")
+            # (~20 % more per call: benchmarks/probes/host/after_profiler.py;
+            # docs/validation.md, "Evidence cited by the code")
             from executor.calibrate_host import measure_here
 
             self.phase = "host costs"

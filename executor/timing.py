@@ -175,7 +175,7 @@ def timing_host_per_op_us(per_rank: list[RankTimes]) -> float | None:
     qualifies (CPU ranks, CUDA graphs, GPU-bound runs).
 
     Why: in a host-bound eager run those events are host time the uninstrumented run does not pay (allgather_mm
-    bf16 chunks 16 on one H200, 2026-12-03: 9.18 ms timed against 6.30 ms uninstrumented, 5.4 µs per op), so
+    bf16 chunks 16 on one H200: 9.18 ms timed against 6.30 ms uninstrumented, 5.4 µs per op), so
     its ops are compared with a prediction of the timed run (:meth:`schedsim.hardware.profile.HardwareProfile.
     timed_eager`), as a timed CUDA graph's are.
 
@@ -197,7 +197,7 @@ def lean_makespans(per_rank: list[list[list[float]]]) -> list[float]:
     """Makespan (s) of each uninstrumented iteration, from every rank's ``[anchor_ns, end_s]`` per iteration.
 
     The method of ``makespan_uninstrumented_s``, shared with the hand-written references
-    (``benchmarks/handwritten/harness.py``) so that both are timed identically: per iteration,
+    (``benchmarks/accuracy/handwritten/harness.py``) so that both are timed identically: per iteration,
     after the aligned start of :class:`executor.clock.IterationClock`, each rank records an anchor (CUDA event,
     synchronised, then ``time.time_ns``), issues the iteration, records one end event per stream;
     ``end_s`` = latest end − anchor. The iteration's makespan is

@@ -2,7 +2,7 @@
 
 The first validator pydantic builds while plugins are not disabled looks for plugins: it reads the entry
 points of every installed distribution (:func:`importlib.metadata.entry_points`), 4.5 ms with the 52 of the
-development venv (2026-12-01), more in a bigger environment. schedsim's models have no use for plugins (typer
+development venv, more in a bigger environment. schedsim's models have no use for plugins (typer
 turns them off for its own validators in the same way). ``PYDANTIC_DISABLE_PLUGINS`` is read by
 ``pydantic.plugin._loader.get_plugins`` each time a validator is built and nothing of it is cached, so setting it
 only while our models are built turns discovery off for them alone: other models in the same process, and
@@ -10,7 +10,7 @@ other programs, see the environment as it was.
 
 Even with discovery off, building a validator imports ``pydantic.plugin._loader``, and that module imports
 :mod:`importlib.metadata` (with :mod:`email`, :mod:`zipfile`, :mod:`csv`, ...): 5% of the instructions of a
-cold ``check`` (callgrind, 2026-12-01), for a scan nobody asks for. :func:`defer_plugin_discovery` puts a
+cold ``check`` (callgrind), for a scan nobody asks for. :func:`defer_plugin_discovery` puts a
 stand-in under that name that answers "no plugins" while they are disabled and hands over to the real module
 the first time a validator is built with plugins on.
 """
@@ -39,7 +39,7 @@ def _get_plugins() -> Iterable[Any]:
 
     if sys.modules.get(_LOADER) is _STAND_IN:
         del sys.modules[_LOADER]
-    return importlib.import_module(_LOADER).get_plugins()  # type: ignore[no-any-return]
+    return importlib.import_module(_LOADER).get_plugins()
 
 
 _STAND_IN = ModuleType(_LOADER, "schedsim's stand-in for pydantic's plugin loader (see schedsim._pydantic).")

@@ -243,7 +243,7 @@ def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None, *
 
 #: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
 #: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
-#: much as the simulation (6.7 s of 38 CPU-s at 1M ops, 2-core machine, 2026-11-30).
+#: much as the simulation (6.7 s of 38 CPU-s at 1M ops, 2-core machine).
 TRACE_MAX_OPS = 100_000
 
 

@@ -74,7 +74,7 @@ def _max_ops(n: int | None) -> None:
         os.environ["SCHEDSIM_MAX_OPS"] = str(n)
 
 
-def _load(file: Path, sets: list[str] | None):  # type: ignore[no-untyped-def]
+def _load(file: Path, sets: list[str] | None):
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     return load_schedule(file, parse_overrides(sets or []))
@@ -156,7 +156,7 @@ def _explain_rows(file: Path, sets: list[str] | None, profile: Any) -> list[dict
     return explain_rows(lower_spec(spec, file), CostModel(prof.with_nccl_env(spec.env, spec.env_sources())))
 
 
-def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,  # type: ignore[no-untyped-def]
+def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,
                    explain: list[dict[str, Any]] | None = None) -> None:
     from schedsim.notes import summarize
 
@@ -585,7 +585,7 @@ def keep_freed_memory() -> bool:
     largest ``M_MMAP_THRESHOLD`` glibc takes) from the heap instead of fresh ``mmap`` s, and return freed heap
     memory to the OS only above 2 GiB at the top (``M_TRIM_THRESHOLD``), so the arrays a large ``predict``
     frees and allocates again (each ~8 MB per 1M ops) reuse pages that are already mapped instead of
-    faulting in zeroed ones. On 1M generated ops (2-vCPU VM, 2026-12-01 09:25 UTC, 4 alternated runs) system
+    faulting in zeroed ones. On 1M generated ops (2-vCPU VM, 4 alternated runs) system
     time fell from 0.33-0.89 s to 0.24-0.31 s, peak RSS rose 350 → 374 MB (392 B/op). Returns whether glibc
     took both settings (False elsewhere: musl, macOS, Windows), changing nothing then."""
     if not sys.platform.startswith("linux"):
@@ -611,14 +611,14 @@ def main() -> None:
     user's business):
 
     * the process starts OpenBLAS with one thread (``OPENBLAS_NUM_THREADS=1`` unless set): numpy's import
-      starts one BLAS thread per core, which cost ~70 ms CPU of a 0.16 s ``import numpy`` (2-core VM,
-      2026-12-01), and schedsim's own arrays never call BLAS. Must run before anything imports numpy.
+      starts one BLAS thread per core, which cost ~70 ms CPU of a 0.16 s ``import numpy`` (2-core VM),
+      and schedsim's own arrays never call BLAS. Must run before anything imports numpy.
     * freed memory stays mapped for reuse (:func:`keep_freed_memory`).
     * the cyclic garbage collector stays off for the whole command, which then exits: a command leaves no
-      cyclic garbage worth collecting (none after a ``sweep`` point, 2026-12-01), and each pass rescans the
+      cyclic garbage worth collecting (none after a ``sweep`` point), and each pass rescans the
       modules and models the start-up made. At the end the heap is frozen (:func:`gc.freeze`), so the
       interpreter's exit does not walk it once more either. Together ~7% of the instructions of a cold
-      ``check`` (callgrind, 2026-12-01).
+      ``check`` (callgrind).
 
     Nothing ends in a traceback: an exception no command handled (a bug) prints one ``error:`` line and a
     "please report" line and exits 1 (the traceback only with ``--debug`` or ``SCHEDSIM_DEBUG=1``), Ctrl-C exits

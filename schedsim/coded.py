@@ -91,7 +91,7 @@ class Parts:
         for v, c in self.parts:
             x = _obj(v)[c[idx]]
             acc = x if acc is None else acc + x
-        return acc.tolist()  # type: ignore[union-attr,no-any-return]
+        return acc.tolist()  # type: ignore[union-attr]
 
     def strings(self) -> list[str]:
         """Every string, in row order."""
@@ -263,20 +263,20 @@ class TagColumns:
             sel = np.flatnonzero(pattern == pat)
             cols = [p[c[sel]].tolist() for j, (p, c) in enumerate(pairs) if pat >> j & 1]
             out[sel] = _obj(list(zip(*cols, strict=True)) if cols else [()] * len(sel))
-        return out.tolist()  # type: ignore[no-any-return]
+        return out.tolist()
 
     def take(self, rows: Any) -> list[tuple[tuple[str, Any], ...]]:
         """The tag sets (sorted ``(key, value)`` tuples) of ``rows``, in that order."""
         idx = np.asarray(rows, np.int64)
         first, inv = self._combos(idx)
-        return _obj(self._sets(idx[first]))[inv].tolist()  # type: ignore[no-any-return]
+        return _obj(self._sets(idx[first]))[inv].tolist()
 
     def dicts(self, rows: Any = None) -> list[dict[str, Any]]:
         """Per row of ``rows`` (default: all), its tags as a dict, one dict shared by the rows with equal tags
         (treat them as read-only)."""
         idx = np.arange(self.n) if rows is None else np.asarray(rows, np.int64)
         first, inv = self._combos(idx)
-        return _obj(list(map(dict, self._sets(idx[first]))))[inv].tolist()  # type: ignore[no-any-return]
+        return _obj(list(map(dict, self._sets(idx[first]))))[inv].tolist()
 
     def reindex(self, idx: np.ndarray) -> TagColumns:
         """Rows ``idx`` of these (int array), as new TagColumns."""
@@ -424,5 +424,5 @@ def coded_of(table: Any, ids: np.ndarray, cls: Any) -> Any:
         rows = np.flatnonzero(left)
         u, _first, inv = unique(ids[rows])
         items = table.take(u.tolist()) if hasattr(table, "column_runs") else [table[i] for i in u.tolist()]
-        pieces.append((rows, cls.of_items(items, inv)))  # type: ignore[attr-defined]
-    return cls.concat(pieces, n)  # type: ignore[attr-defined]
+        pieces.append((rows, cls.of_items(items, inv)))
+    return cls.concat(pieces, n)

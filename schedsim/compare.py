@@ -431,7 +431,7 @@ def timed_profile(meas: Timeline, profile: HardwareProfile) -> tuple[HardwarePro
     timed with event pairs (:meth:`HardwareProfile.timed_graph`; None when the profile has no
     ``graph_timing_event_us``), an eager run that measured its timing cost per op
     (:meth:`HardwareProfile.timed_eager`, simulated with ``model_executor``); None when the plain prediction
-    stands for the run. ``execute --compare`` and ``benchmarks/accuracy_replay.py`` both use it."""
+    stands for the run. ``execute --compare`` and ``benchmarks/accuracy/replay_runs.py`` both use it."""
     if timed_graph_measurement(meas):
         timed = profile.timed_graph()
         return None if timed is profile else (timed, False)

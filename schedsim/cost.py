@@ -38,8 +38,8 @@ from schedsim.network.links import ONE_RANK_NOP, LinkTables, bus_factor
 __all__ = ["CostModel", "bus_factor"]
 
 #: 16-bit GEMM dtypes run the same cuBLAS kernel families (grid and tiles): a shape measured in one stands in for
-#: the other where the profile has no row of its own (one H200, 2026-12-03: bf16 and fp16 2048x1024x8192 both ran
-#: 128 CTAs, 44.3 and 46.6 µs; benchmarks/h200/elementwise_host_2026-12-03.md)
+#: the other where the profile has no row of its own (one H200: bf16 and fp16 2048x1024x8192 both ran
+#: 128 CTAs, 44.3 and 46.6 µs; [evidence: elementwise-host])
 _SIBLING = {"bf16": "fp16", "fp16": "bf16"}
 
 
@@ -235,8 +235,8 @@ class CostModel:
         bf16 without a row, the other one's at that shape), else None.
 
         Measured by ``schedsim calibrate`` from a Kineto trace (grid x·y·z of the GEMM kernel); e.g. on one H200
-        (2026-12-01, torch 2.11, cuBLAS) fp32 2048×1024×8192 ran as 8×8×2 = 128 CTAs (256×128 tiles, split-K 2)
-        where the 128×128-tile rule gives a full wave (``benchmarks/h200/probe_coresidence_2026-12-01_1xh200.json``).
+        (torch 2.11, cuBLAS) fp32 2048×1024×8192 ran as 8×8×2 = 128 CTAs (256×128 tiles, split-K 2)
+        where the 128×128-tile rule gives a full wave ([evidence: coresidence]).
         """
         if not self._ctas:
             return None
@@ -254,9 +254,9 @@ class CostModel:
     def reduce_kernel(self, op: Op) -> tuple[int, float] | None:
         """``(SM slots, seconds alone)`` of GEMM ``op``'s second kernel (cuBLAS's split-K reduction): the profile's
         ``gemm.reduce`` row for its (dtype, m·batch, n, k), else None (one kernel). Measured by ``schedsim
-        calibrate`` from a Kineto trace; e.g. one H200, 2026-12-02 18:50 UTC: fp32 2048×1024×8192 runs a 128-CTA
+        calibrate`` from a Kineto trace; e.g. one H200, [evidence: stream-dispatch]: fp32 2048×1024×8192 runs a 128-CTA
         main kernel (0.70 ms) and a 128-CTA ``split_k`` kernel of 6.3 µs
-        (``benchmarks/h200/stream_dispatch_2026-12-02.md``).
+        ([evidence: stream-dispatch]).
         """
         if not self._reduce or op.kind != "matmul":
             return None
@@ -270,11 +270,11 @@ class CostModel:
         |Δlog2 m| + |Δlog2 n| + |Δlog2 k|; the mean of the rows tied nearest; fp16 and bf16 stand in for each
         other when a dtype has no row); else ``gpu.wave_tail_us``.
         Fitted by ``schedsim calibrate`` from the GEMM on 8 streams against back to back; e.g. one H200,
-        2026-12-02 21:51 UTC: fp32 1024×512×8192 8.5 µs, bf16 4096×4096×1024 5.6 µs
-        (``benchmarks/h200/wave_tail_2026-12-02.md``). Why the nearest row: the tail follows the cuBLAS kernel,
+        [evidence: wave-tail]: fp32 1024×512×8192 8.5 µs, bf16 4096×4096×1024 5.6 µs
+        ([evidence: wave-tail]). Why the nearest row: the tail follows the cuBLAS kernel,
         which follows dtype and shape, not one constant: bf16 with k = 8192 fitted 0–1 µs where fp32 fitted
         4–9 µs, and the median default (5.5 µs) predicted bf16 2048×1024×8192 on 8 streams 10–12 % short (one
-        H200, 2026-12-03, ``benchmarks/h200/elementwise_host_2026-12-03.md``)."""
+        H200, [evidence: elementwise-host])."""
         if not self._tail or op.kind != "matmul":
             return self._tail_default
         key = self._kernel_key(op)
@@ -342,7 +342,7 @@ class CostModel:
         One rank: NCCL runs no collective (``ncclLaunchOneRank``, src/enqueue.cc: "for 1 rank, out-of-place is
         memcpy to self, and in-place is nop"), so the in-place kinds as the executor calls them (``all_reduce``,
         ``broadcast``, ``reduce``: :data:`ONE_RANK_NOP`) take 0 s and the others a device-to-device copy of
-        ``nbytes``. One H200, 2026-12-02 12:12 UTC (``benchmarks/heldout_x1.sh``): a 1-rank 8 KiB all_reduce in
+        ``nbytes``. One H200 [evidence: timed-graph]: a 1-rank 8 KiB all_reduce in
         a graph timed op by op spanned 1.2-1.3 µs, its two timing events' own span."""
         n = len(ranks)
         if n <= 1:
@@ -366,7 +366,7 @@ class CostModel:
         Why: busbw is the rate a GPU's own links carry the collective's traffic (nccl-tests
         ``doc/PERFORMANCE.md``); a group across nodes still runs its node's part over the same scale-up links, and
         the NICs only add a slower tier, so its busbw cannot exceed the node's (published: 8x H100 all_reduce
-        ~480 GB/s busbw in one node, 391 GB/s over two; ``benchmarks/network_published.py``). The tiers can
+        ~480 GB/s busbw in one node, 391 GB/s over two; ``benchmarks/accuracy/network_published.py``). The tiers can
         disagree otherwise: a profile that times one node by its tables or link classes and nodes by the NCCL model
         (``topology.nccl_within_node: false``), or one whose ``links.network`` outruns ``links.pcie`` (``pcie2``:
         a 1 GiB all_reduce on 8 ranks of one node 245.8 ms by ``links.pcie``, on 9 ranks over two nodes 152.9 ms

@@ -66,7 +66,7 @@ def _eager_init_hang(G: nx.DiGraph) -> str | None:
 
     With two ranks and an eagerly initialised process group (``init_process_group(device_id=...)``), torch runs
     a lone send/recv on the group's communicator, in issue order with the collectives (measured on 2×H200,
-    2026-11-30; the simulator's ``nccl.unbatched_p2p_serialized``); lazily initialised, it gets a communicator
+    the simulator's ``nccl.unbatched_p2p_serialized``); lazily initialised, it gets a communicator
     of its own. Wider worlds are not assumed (as in :mod:`schedsim.sim.gpu_model` rule 7).
     """
     from schedsim.graph.nccl import find_hang
@@ -240,8 +240,8 @@ def check_collective_order(G: nx.DiGraph) -> None:
             op = G.nodes[oid]["op"]
             order[op.group][op.rank].append((op.seq, key, op.name))  # type: ignore[arg-type]
     for group, per_rank in order.items():
-        seqs = {r: [k for _s, k, _n in sorted(v)] for r, v in per_rank.items()}  # type: ignore[misc]
-        names = {r: [n for _s, _k, n in sorted(v)] for r, v in per_rank.items()}  # type: ignore[misc]
+        seqs = {r: [k for _s, k, _n in sorted(v)] for r, v in per_rank.items()}
+        names = {r: [n for _s, _k, n in sorted(v)] for r, v in per_rank.items()}
         ranks = sorted(seqs)
         ref = ranks[0]
         for r in ranks[1:]:

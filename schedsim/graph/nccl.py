@@ -85,7 +85,7 @@ def communicator(op: Any, world: int, eager: bool = False) -> Comm | None:
     Source: torch ``ProcessGroupNCCL::pointToPoint`` (batched p2p uses the device communicator,
     a single p2p the two-rank one). ``eager``: the process group was initialised eagerly
     (``init_process_group(device_id=...)``), so a lone send/recv runs on the group's communicator too
-    (pytorch PRs 132900/154132; measured on 2×H200, 2026-11-30, with a world of two ranks).
+    (pytorch PRs 132900/154132; measured on 2×H200 with a world of two ranks).
     """
     if op.kind in COLLECTIVE_KINDS:
         return ("group", op.group)

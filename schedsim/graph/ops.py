@@ -29,7 +29,7 @@ def tag_value_key(v: Any) -> tuple[type, Any]:
     return (t, repr(v)) if t is float else (t, v)
 
 
-class TagSet(tuple):  # type: ignore[type-arg]
+class TagSet(tuple):
     """A tag set (sorted ``(key, value)`` pairs) that may hold a boolean or a float: equal only to a tag set of the
     same keys and values of the same types (:func:`tag_value_key`), so a table keyed by tag sets (the lowering's
     interner, a dict of tag sets) keeps ``x: true`` apart from ``x: 1``. Its hash is the tuple's (``1``, ``1.0``
@@ -96,7 +96,7 @@ def resource_of(kind: str) -> str:
     return COMM
 
 
-class RankGroup(tuple):  # type: ignore[type-arg]
+class RankGroup(tuple):
     """A sorted tuple of ranks that computes its hash once.
 
     A plain tuple re-hashes all its items on every dict lookup; one collective over 100,000 ranks is
@@ -158,7 +158,7 @@ class Op:
     host_s: float = 0.0
     p2p_batch: str | None = None
 
-    def instance(self, name: str, rank: int, seq: int, deps: tuple[str, ...], tags: tuple) -> Op:  # type: ignore[type-arg]
+    def instance(self, name: str, rank: int, seq: int, deps: tuple[str, ...], tags: tuple) -> Op:
         """A copy of this prototype with a new name, rank, position, dependencies and tags."""
         return Op(name, rank, self.kind, self.stream, seq, deps, self.group, self.peer, self.root, self.nbytes,
                   self.flops, self.dtype, self.m, self.n, self.k, self.batch, self.repeat, self.duration_s,

@@ -72,21 +72,21 @@ class GPU(_B):
         default=None, gt=0,
         description="HBM bandwidth, GB/s, one SM reaches in an elementwise kernel that holds few SMs (waves rule "
         "5: a memory-bound kernel's CTAs run up to sms x this / hbm_GBps times their full-GPU speed). One H200, "
-        "2026-12-03: 69 (bf16 add_ of 12.6 and 50.3 MB on the 4 SMs a 128-CTA GEMM leaves free: 0.275 TB/s; "
-        "benchmarks/probe_dispatch_order.py). None: such CTAs keep their full-GPU speed.")
+        "69 (bf16 add_ of 12.6 and 50.3 MB on the 4 SMs a 128-CTA GEMM leaves free: 0.275 TB/s; "
+        "benchmarks/probes/sm/dispatch_order.py). None: such CTAs keep their full-GPU speed.")
     l2_bytes: float | None = Field(
         default=None, gt=0, description="L2 cache size, bytes (torch.cuda.get_device_properties().L2_cache_size; "
         "H200: 62,914,560). Enables rule 9 of schedsim.sim.gpu_model (operands from HBM when a rank's buffers "
         "exceed L2); omit to treat every operand as L2-resident, as the GEMM table measured it.")
     l2_cold_span: tuple[float, float] = Field(
         default=(0.45, 0.85), description="[from, to]: fractions of l2_bytes over which a rank's working set goes "
-        "from L2-resident to read from HBM (linear in between; one H200, 2026-12-02, "
-        "benchmarks/probe_l2_residency.py: a graph chain of bf16 32x1024x1024 GEMMs over N weight sets ran 3.66 "
+        "from L2-resident to read from HBM (linear in between; one H200, "
+        "benchmarks/probes/memory/l2_residency.py: a graph chain of bf16 32x1024x1024 GEMMs over N weight sets ran 3.66 "
         "us per GEMM up to 27 MB, 3.89 at 36 MB, 4.26 at 45 MB, 4.35-4.45 from 53 MB).")
     hbm_miss_us: float = Field(
         default=0.0, ge=0, description="GPU time, us, a short kernel (one the roofline puts at the kernel floor, "
         "or a GEMM without a gemm.graph row) adds when its operands come from HBM rather than L2 (rule 9). One "
-        "H200, 2026-12-02: add_ on 32x1024 bf16 in a graph 1.17 -> 1.73 us (0.56).")
+        "H200: add_ on 32x1024 bf16 in a graph 1.17 -> 1.73 us (0.56).")
     wave_tail_us: float = Field(
         default=0.0, ge=0,
         description="Ragged end of a GEMM's last wave, µs, that a compute kernel waiting for SMs takes back (waves "
@@ -120,8 +120,8 @@ class Launch(_B):
     graph_launch_us: float = Field(ge=0, description="Host time of one cudaGraphLaunch, µs.")
     graph_per_op_us: float = Field(ge=-100, description="GPU time, µs, a kernel's node in a CUDA graph adds to "
                                    "(negative: saves on) its back-to-back time on a stream (the GEMM table's and "
-                                   "kernel floor's method); one H200, 2026-12-02: -0.75 to -0.90 for every small "
-                                   "kernel measured (benchmarks/h200/timed_graph_and_one_rank_2026-12-02.md). "
+                                   "kernel floor's method); one H200: -0.75 to -0.90 for every small "
+                                   "kernel measured ([evidence: timed-graph]). "
                                    "GEMMs with a gemm.graph row use that row instead.")
     graph_cross_stream_edge_us: float = Field(default=0.0, ge=0, description="GPU-side time, µs, a graph node "
                                               "holds its stream when a node on another stream depends on it (a "
@@ -152,8 +152,8 @@ class Launch(_B):
                                               "torch.add(a, b, out=c), µs: what a bytes-only compute op costs the "
                                               "host (execute and the references run it so); default: "
                                               "0.5 x eager_per_op_us (the add / 64x64 matmul ratio, 0.49-0.53 in 6 "
-                                              "fresh processes, one H200, 2026-12-03, "
-                                              "benchmarks/h200/elementwise_host_2026-12-03.md).")
+                                              "fresh processes, one H200, "
+                                              "[evidence: elementwise-host]).")
     stream_switch_us: float = Field(default=0.0, ge=0, description="Extra host time of switching the "
                                     "current stream (torch.cuda.set_stream, as the executor and the references do), "
                                     "charged to an op whose stream differs from the previous op's on its rank, µs "
@@ -170,7 +170,7 @@ class Launch(_B):
         description="More host time, µs, of a rank's first kernel launch, collective call and elementwise call "
         "of an iteration when the host waited cold_wait_us or longer for the GPU before it (the previous "
         "iteration GPU-bound: its first calls run cold), on top of first_op_extra_us / first_collective_extra_us. "
-        "One H200, 2026-12-03 (schedsim execute's meta.host_call_end_s, five GPU-bound runs waiting 1.2-2.6 ms): "
+        "One H200 (schedsim execute's meta.host_call_end_s, five GPU-bound runs waiting 1.2-2.6 ms): "
         "kernel 19-33, collective 24 (all_reduce) to 59 (all_gather), elementwise 11-20. Empty: none.")
     cold_wait_us: float = Field(default=250.0, gt=0, description="Host wait for the GPU at an iteration's end, "
                                 "µs, from which cold_first_call_us applies (measured: none at 0-7 µs of wait, "
@@ -486,8 +486,8 @@ class GemmTable(_B):
         "multiple of launch.eager_per_op_us (the 64x64 call), both timed in one process (calibrate on CUDA: every "
         "GEMM it times, the schedules', --gemm and the default grid, of at most 0.2 ms, where the host can bound "
         "them; the median over its fresh host processes). bf16 1024x512x8192, whose call launches two "
-        "kernels (split-K, gemm.reduce), cost 1.29x on one H200, 2026-12-03 (call + add less the add's loop; "
-        "benchmarks/h200/elementwise_host_2026-12-03.md). Rule 1 of schedsim.sim.gpu_model; shapes not listed: 1.")
+        "kernels (split-K, gemm.reduce), cost 1.29x on one H200 (call + add less the add's loop; "
+        "[evidence: elementwise-host]). Rule 1 of schedsim.sim.gpu_model; shapes not listed: 1.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "
@@ -633,7 +633,7 @@ class HardwareProfile(_B):
         ``launch.graph_timing_event_us``, the span its pair of external event-record nodes adds
         (:func:`schedsim.sim.gpu_model.graph_node_terms`).
 
-        Source: one H200, 2026-12-02 11:41 UTC (``benchmarks/probe_graph_events.py``, 3 processes, 64-op chains
+        Source: one H200 [evidence: timed-graph] (3 processes, 64-op chains
         in one graph): a timed op's span exceeded the untimed graph's time per op by 2.0-2.2 µs (32×1024×1024
         bf16 GEMMs: 3.51 → 5.50-5.73 µs; ``add_``: 1.02 → 3.14-3.20 µs); 1.25-1.28 µs passes between one op's end
         event and the next op's start event (``launch.graph_timing_gap_us``): that is the whole span of an op
@@ -654,14 +654,14 @@ class HardwareProfile(_B):
         ``executor_extra_per_op_us``, 0.05–1.6 µs measured) is left out of both.
 
         Why: in a host-bound eager run the timing events are host time the uninstrumented run does not pay
-        (allgather_mm bf16 chunks 16 on one H200, 2026-12-03: 9.18 ms timed against 6.30 uninstrumented), so a
+        (allgather_mm bf16 chunks 16 on one H200: 9.18 ms timed against 6.30 uninstrumented), so a
         prediction of the uninstrumented run queues ops on the GPU that the timed run issued late and ran at once
         (per-op median 181 % on that case; 34 % with 5 µs per op added;
-        ``benchmarks/h200/elementwise_host_2026-12-03.md``).
+        [evidence: elementwise-host]).
 
         On the GPU the events of an eager op cost what they cost in a graph: ``launch.eager_timed`` is set, so that
         every op also holds ``launch.graph_timing_event_us`` (:func:`schedsim.sim.gpu_model.graph_node_terms`).
-        allgather_mm bf16 chunks 16, timed eager on one H200, 2026-12-03 07:24 UTC, where the GPU ran the chunk
+        allgather_mm bf16 chunks 16, timed eager on one H200, [evidence: elementwise-host], where the GPU ran the chunk
         GEMMs back to back: each span exceeded the untimed kernel by 2.1-3.2 µs (``add_`` 4.3-4.8 µs against 2.3;
         1024×512×8192 bf16 GEMMs 21-24 against 20.3), and 1.3-1.6 µs passed between one op's end event and the
         next op's start event, as in a timed graph (2.0-2.2 and 1.25-1.28 µs there, :meth:`timed_graph`).

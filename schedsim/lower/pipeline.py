@@ -606,7 +606,7 @@ def _by_position(items: np.ndarray, pos: np.ndarray, n: int) -> np.ndarray:
     """``items`` ordered by ``pos`` (distinct ints in 0..n-1): ``items[np.argsort(pos)]`` by a table of n."""
     slot = np.full(n, -1, np.int64)
     slot[pos] = np.arange(len(pos))
-    return items[slot[slot >= 0]]  # type: ignore[no-any-return]
+    return items[slot[slot >= 0]]
 
 
 def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -792,10 +792,10 @@ class _FastEmitter:
 
             def make() -> list[str]:
                 tail = np.array([jj + x for jj in js.tolist() for x in usfx], dtype=object)
-                return (pre_tab[et_es] + tail[tail_code]).tolist()  # type: ignore[no-any-return]
+                return (pre_tab[et_es] + tail[tail_code]).tolist()
         else:
             def make() -> list[str]:
-                return (pre_tab[et_es] + js[ej_op] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()  # type: ignore[no-any-return]
+                return (pre_tab[et_es] + js[ej_op] + np.array(sfx_all, dtype=object)[sfx_i]).tolist()
         nm = self.table.names
         # distinct (label, stage, mb, op) give distinct names (stage and mb are digits, the label leads), so the
         # names are new and distinct unless a stage lists an op name twice or an earlier op took one; then they
@@ -870,9 +870,9 @@ class _FastEmitter:
                 strs_made.append((msg_tab[msg_u // M] + self.js[msg_u % M]).tolist())
             return strs_made[0]
 
-        made: list[list[tuple]] = []  # type: ignore[type-arg]
+        made: list[list[tuple]] = []
 
-        def make() -> list[tuple]:  # type: ignore[type-arg]
+        def make() -> list[tuple]:
             """The tag sets, in event order (made once, on first read)."""
             if not made:
                 ch = _obj([("chunk", x) for x in range(int(chunk.max()) + 1 if NS else 1)])[chunk[es]]
@@ -955,7 +955,7 @@ class _FastEmitter:
 
         def make() -> list[str]:
             labels = np.array([f"b{x}" for x in b_u.tolist()] + msg_strs(), dtype=object)
-            return labels[order].tolist()  # type: ignore[no-any-return]
+            return labels[order].tolist()
 
         # made when read, registered for lookup when a written op's batch or message could be one of them
         base = st.reserve(len(order), make, _is_pipeline_str)

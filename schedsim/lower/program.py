@@ -179,7 +179,7 @@ class Program:
         return t if isinstance(t, tuple) else tuple(t.items)
 
     @cached_property
-    def tagsets(self) -> tuple[tuple, ...]:  # type: ignore[type-arg]
+    def tagsets(self) -> tuple[tuple, ...]:
         """The tag sets (each ``tuple(sorted(tags.items()))``), indexed by :attr:`tags_id` (made on first read)."""
         t = self.tag_table
         return t if isinstance(t, tuple) else tuple(t.items)
@@ -257,7 +257,7 @@ class Program:
         names = np.empty(len(self.names), object)
         names[:] = self.names
         tails = np.array([f"@r{r}" for r in range(int(self.rank.max()) + 1)], dtype=object)
-        return (names[self.name_id] + tails[self.rank]).tolist()  # type: ignore[no-any-return]
+        return (names[self.name_id] + tails[self.rank]).tolist()
 
     def op_names(self, rows: Any) -> list[str]:
         """The names of ops ``rows`` (ints), making no lazy run of names for a few of them (the critical path)."""
@@ -266,7 +266,7 @@ class Program:
         if isinstance(t, tuple) or "names" in self.__dict__:
             names = self.names
             return [names[k] for k in nid]
-        return t.take(nid)  # type: ignore[no-any-return]
+        return t.take(nid)
 
     def name_parts(self) -> Any:
         """The op names as :class:`schedsim.coded.Parts` (row ``i`` is op ``i``'s name) when a pipeline block

@@ -270,11 +270,11 @@ class Table:
         dep_ids = _intern_all(self.names, seq) if seq else np.zeros(0, I32)
         self._rows.append((np.asarray(tmpl, I32), names, np.asarray(dep_cnt, np.int64), dep_ids, ranks, tags))
 
-    def tag_id(self, tags: tuple) -> int:  # type: ignore[type-arg]
+    def tag_id(self, tags: tuple) -> int:
         """The id of a tag set, shared by every op that has it."""
         return self.tags(tags)
 
-    def new_tag_id(self, tags: tuple) -> int:  # type: ignore[type-arg]
+    def new_tag_id(self, tags: tuple) -> int:
         """A fresh id for a tag set no other op has (a send's or recv's, which names its message): no lookup,
         so the tuple is never hashed."""
         return self.tags.append(tags)

@@ -293,7 +293,7 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
         pplan = plan_of(spec, pb, reference=True, megatron=True)
         steps = _interleaved_steps(spec, pb, pplan) if plan.v > 1 else _lowered_steps(pplan, columns=False)
     except SchedsimError as e:  # the generators' rules on m: said in the block's terms
-        head = split_fix(e.message if isinstance(e, SpecError) else e.reason if isinstance(  # type: ignore[attr-defined]
+        head = split_fix(e.message if isinstance(e, SpecError) else e.reason if isinstance(
             e, PipelineScheduleError) else str(e), custom=False)[0]
         per = t.micro_batch_size * plan.dp
         m2 = -(-plan.m // plan.pp) * plan.pp

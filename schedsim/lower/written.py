@@ -9,9 +9,17 @@ import numpy as np
 
 from schedsim.errors import GraphError
 from schedsim.graph.ops import Op, RankGroup, tag_set
-from schedsim.kinds import P2P_KINDS
 from schedsim.lower.table import Table
-from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
+from schedsim.spec.model import (
+    COLLECTIVE_KINDS,
+    CollectiveOp,
+    ComputeOp,
+    MatmulOp,
+    RecvOp,
+    ScheduleSpec,
+    SendOp,
+    SpecOp,
+)
 from schedsim.units import DTYPE_BYTES
 
 __all__ = ["op_instance", "add_written", "DEFAULT_STREAM"]
@@ -20,11 +28,8 @@ __all__ = ["op_instance", "add_written", "DEFAULT_STREAM"]
 DEFAULT_STREAM = {"matmul": "compute", "compute": "compute", "memcpy": "copy"}
 
 
-def _size(o: object) -> int:
-    return o.size_bytes()  # type: ignore[attr-defined,no-any-return]
 
-
-def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, ...], tags: tuple,  # type: ignore[type-arg]
+def op_instance(s: SpecOp, r: int, seq: int, *, stream: str, group: tuple[int, ...], tags: tuple,
                 source: str = "", spec_index: int = -1) -> Op:
     """The :class:`Op` of spec op ``s`` (a pydantic op model) on rank ``r``, at program position ``seq``.
 
@@ -32,32 +37,32 @@ def op_instance(s: object, r: int, seq: int, *, stream: str, group: tuple[int, .
     (``batch·(m·k + k·n + m·n)`` elements); a ``buffer: shard`` collective's message is the shard times the
     group size (the nccl-tests convention).
     """
-    kind = s.kind  # type: ignore[attr-defined]
-    common = dict(name=s.name, rank=r, kind=kind, stream=stream, seq=seq, deps=tuple(s.deps),  # type: ignore[attr-defined]
-                  tags=tags, source=source, spec_index=spec_index, host_s=s.host_us * 1e-6)  # type: ignore[attr-defined]
+    kind = s.kind
+    common: dict[str, Any] = dict(name=s.name, rank=r, kind=kind, stream=stream, seq=seq, deps=tuple(s.deps),
+                                  tags=tags, source=source, spec_index=spec_index, host_s=s.host_us * 1e-6)
     measured = getattr(s, "duration_us", None)  # a copy, collective or p2p with a measured duration (a replay)
     if measured is not None and kind not in ("compute", "matmul"):
         common["duration_s"] = measured * 1e-6
-    if kind == "matmul":
-        b = s.batch  # type: ignore[attr-defined]
-        mm, nn, kk = s.m, s.n, s.k  # type: ignore[attr-defined]
-        eb = DTYPE_BYTES[s.dtype]  # type: ignore[attr-defined]
-        return Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype, repeat=s.repeat,  # type: ignore[attr-defined,arg-type]
+    if isinstance(s, MatmulOp):
+        b = s.batch
+        mm, nn, kk = s.m, s.n, s.k
+        eb = DTYPE_BYTES[s.dtype]
+        return Op(**common, m=mm, n=nn, k=kk, batch=b, dtype=s.dtype, repeat=s.repeat,
                   flops=2.0 * b * mm * nn * kk, nbytes=float(b * (mm * kk + kk * nn + mm * nn) * eb))
-    if kind == "compute":
-        return Op(**common, flops=float(s.flops or 0.0), nbytes=float(s.bytes or 0.0),  # type: ignore[attr-defined,arg-type]
-                  dtype=s.dtype, repeat=s.repeat,  # type: ignore[attr-defined]
-                  duration_s=None if s.duration_us is None else s.duration_us * 1e-6)  # type: ignore[attr-defined]
-    if kind in COLLECTIVE_KINDS:
-        size = _size(s)
-        if s.buffer == "shard":  # type: ignore[attr-defined]
+    if isinstance(s, ComputeOp):
+        return Op(**common, flops=float(s.flops or 0.0), nbytes=float(s.bytes or 0.0),
+                  dtype=s.dtype, repeat=s.repeat,
+                  duration_s=None if s.duration_us is None else s.duration_us * 1e-6)
+    if isinstance(s, CollectiveOp):
+        size = s.size_bytes()
+        if s.buffer == "shard":
             size *= len(group)
-        return Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)  # type: ignore[attr-defined,arg-type]
-    if kind in P2P_KINDS:
-        pair = (r, s.peer) if kind == "send" else (s.peer, r)  # type: ignore[attr-defined]
-        return Op(**common, group=pair, peer=s.peer, nbytes=float(_size(s)), dtype=s.dtype,  # type: ignore[attr-defined,arg-type]
-                  tag=s.tag, p2p_batch=s.p2p_batch)  # type: ignore[attr-defined]
-    return Op(**common, nbytes=float(_size(s)), direction=s.direction, dtype=s.dtype)  # type: ignore[attr-defined,arg-type]
+        return Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)
+    if isinstance(s, (SendOp, RecvOp)):
+        pair = (r, s.peer) if kind == "send" else (s.peer, r)
+        return Op(**common, group=pair, peer=s.peer, nbytes=float(s.size_bytes()), dtype=s.dtype,
+                  tag=s.tag, p2p_batch=s.p2p_batch)
+    return Op(**common, nbytes=float(s.size_bytes()), direction=s.direction, dtype=s.dtype)
 
 
 def _models(spec: ScheduleSpec) -> tuple[list[Any], list[str]]:
@@ -87,12 +92,12 @@ def _implicit_groups(items: list[Any]) -> dict[str, set[int]]:
     return implicit
 
 
-def _lone_collective(spec: ScheduleSpec, s: object, group: tuple[int, ...], src: str) -> GraphError:
+def _lone_collective(spec: ScheduleSpec, s: CollectiveOp, group: tuple[int, ...], src: str) -> GraphError:
     r0, w = group[0], spec.world_size
     every = str(list(range(w))) if w <= 8 else f"[0, 1, ..., {w - 1}]"
-    kind = s.kind  # type: ignore[attr-defined]
+    kind = s.kind
     return GraphError(
-        f"{src}: collective {s.name!r} runs on rank {r0} alone: without `group:` its communicator is the "  # type: ignore[attr-defined]
+        f"{src}: collective {s.name!r} runs on rank {r0} alone: without `group:` its communicator is the "
         f"ranks that issue it, here one, so it would be a 1-rank {kind} (a local copy), while a program that "
         f"calls {kind} on each rank runs one collective over all of them",
         fix=f"give it `group:` (the ranks that take part, e.g. group: {every}), "
@@ -126,7 +131,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             group = groups[g] = RankGroup(g)
         return group
 
-    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple]] = ([], [], [], [], [], [])  # type: ignore[type-arg]
+    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple]] = ([], [], [], [], [], [])
 
     def flush() -> None:
         if rows[0]:

@@ -285,7 +285,7 @@ class TuneInput:
 
 
 def _p(proto: str) -> int:
-    return PROTOS.index(proto)  # type: ignore[arg-type]
+    return PROTOS.index(proto)
 
 
 def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:

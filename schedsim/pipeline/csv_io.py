@@ -129,7 +129,7 @@ def read_csv(path: str | os.PathLike[str] | IO[str], *, format: CsvFormat = "com
         (:func:`schedsim.io.read_text_input`).
     """
     if hasattr(path, "read"):
-        return loads_csv(path.read(), format=format)  # type: ignore[union-attr]
+        return loads_csv(path.read(), format=format)
     from schedsim.io import read_text_input
 
     text = read_text_input(path, "csv")  # a regular UTF-8 file within the size cap
@@ -186,7 +186,7 @@ def write_csv(
     """
     text = dumps_csv(order)
     if hasattr(path, "write"):
-        path.write(text)  # type: ignore[union-attr]
+        path.write(text)
         return
     from schedsim.io import atomic_write_bytes
 
@@ -234,7 +234,7 @@ def parse_order(
     order: PipelineOrder = {}
     for key, row in items:
         try:
-            rank = int(key)  # type: ignore[call-overload]
+            rank = int(key)
         except (TypeError, ValueError):
             raise ValueError(f"rank key {key!r} is not an integer; fix: use {{0: '0F0 ...', 1: ...}}") from None
         order[rank] = [_parse_cell(tok, f"rank {rank}, position {i}") for i, tok in enumerate(_tokens(row))]

@@ -54,7 +54,7 @@ def _numeric(vals: list[Any]) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
 
 
-def draw_sweep(rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]], title: str):  # type: ignore[no-untyped-def]
+def draw_sweep(rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]], title: str):
     """Makespan (and peak activation memory, when known) against the swept settings.
 
     The first axis is the x axis: a line over its values when they are all numbers, grouped bars

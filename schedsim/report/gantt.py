@@ -220,7 +220,7 @@ def rank_ranges(ranks: list[int], limit: int = 120) -> str:
     return _cut(", ".join(parts), limit)
 
 
-def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_labels: int = 400,  # type: ignore[no-untyped-def]
+def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_labels: int = 400,
                min_label_frac: float = 0.035, max_lanes: int = 48, makespans: dict[str, float] | None = None):
     """Return a matplotlib Figure; several labelled timelines are stacked lane by lane.
 
@@ -402,8 +402,8 @@ def _boxes_class() -> Any:
     Agg draws it as any PolyCollection. While its ``compound`` is set (:func:`_compound_boxes`, around a vector
     output), a collection that is not rasterized draws as one path of all its boxes, filled and stroked once:
     the SVG backend writes a collection of distinct boxes as one ``<path>`` element per box, each with its own
-    style lookup (~0.2 ms a box; a PP8×DP128 Gantt's 2,794 boxes were 0.58 of its SVG's 0.86 s, 2-vCPU VM,
-    2026-12-01). The boxes of one collection share face, edge and width and do not overlap (one lane and
+    style lookup (~0.2 ms a box; a PP8×DP128 Gantt's 2,794 boxes were 0.58 of its SVG's 0.86 s, 2-vCPU VM).
+    The boxes of one collection share face, edge and width and do not overlap (one lane and
     colour), so the figure is the same."""
     global _Boxes
     if _Boxes is None:
@@ -820,7 +820,7 @@ def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
     return out
 
 
-def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes: int = 32,  # type: ignore[no-untyped-def]
+def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes: int = 32,
                   lanes: PipelineLanes | None = None):
     """The pipeline figure of a timeline with pipeline tags; returns a matplotlib Figure.
 
@@ -944,8 +944,8 @@ def _label_set(items: list[tuple[float, float, str, float, str]]) -> Any:
             """One-line labels centred on their data points, drawn as a ``Text`` per label draws them (the same
             ``renderer.draw_text`` call at the same device position, the same colour, antialiasing and clip), but
             each distinct (text, size, colour) is laid out once by a template Text, and the positions are
-            transformed in one call. A ``Text`` costs ~0.5 ms to create, lay out and draw (Agg, 2-core VM,
-            2026-12-01); 1,024 of them were a third of a PP8×DP128 run's chart time."""
+            transformed in one call. A ``Text`` costs ~0.5 ms to create, lay out and draw (Agg, 2-core VM);
+            1,024 of them were a third of a PP8×DP128 run's chart time."""
 
             zorder = 3  # Text's
 
@@ -1000,7 +1000,7 @@ class _AggGlyphs:
     sub-pixel phase: the same calls as matplotlib 3.11's ``RendererAgg.draw_text`` at angle 0 (its
     ``_draw_text_glyphs_and_boxes``: FreeType places a glyph at a 26.6 fixed-point origin, so a glyph at the
     same fraction of a pixel is the same bitmap moved by whole pixels), hence the same pixels. Text layout
-    with libraqm and per-glyph rendering cost ~1 ms per label on matplotlib 3.11 (2-vCPU VM, 2026-12-01): the
+    with libraqm and per-glyph rendering cost ~1 ms per label on matplotlib 3.11 (2-vCPU VM): the
     ~500 microbatch numbers of a pipeline chart were most of its time. Used only where matplotlib has those
     internals; otherwise :meth:`of` returns None and the labels go through ``renderer.draw_text``."""
 
@@ -1073,7 +1073,7 @@ def _above(ax: Any, row: int) -> Any:
 # ---------------------------------------------------------------------------------------------- memory
 
 
-def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float, title: str = "",  # type: ignore[no-untyped-def]
+def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float, title: str = "",
                 peaks: dict[int, tuple[float, str]] | None = None, max_ranks: int = 8,
                 static: dict[int, float] | None = None):
     """Bytes allocated per rank over time: a step curve per rank, in GiB/MiB.
@@ -1153,8 +1153,7 @@ def write_gantt(path_stem: str | Path, timelines: list[tuple[str, Timeline]], ti
 
     The SVG's size is bounded whatever the run's size: past ``max_lanes`` lanes ranks fold into two image
     bands, a lane's sub-pixel boxes are drawn as pixel runs, and past :data:`RASTER_BOXES` boxes the boxes
-    are one embedded image (the PP8×DP128 run of 214,016 ops: 2,794 boxes in 108 collections, a 0.64 MB SVG,
-    2026-12-01).
+    are one embedded image (the PP8×DP128 run of 214,016 ops: 2,794 boxes in 108 collections, a 0.64 MB SVG).
     """
     fig = draw_gantt(timelines, title, **kw)
     paths = []

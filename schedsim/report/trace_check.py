@@ -1,7 +1,7 @@
 """A strict checker of the Chrome trace-event JSON that schedsim writes (slices, metadata, flows, counters).
 
-Perfetto's own trace processor cannot be used offline: the ``perfetto`` PyPI package (0.59.1,
-checked 2026-11-30) downloads ``trace_processor_shell`` from commondatastorage at run time. This
+Perfetto's own trace processor cannot be used offline: the ``perfetto`` PyPI package (0.59.1)
+downloads ``trace_processor_shell`` from commondatastorage at run time. This
 checks the rules its JSON importer and the Trace Event Format spec
 (docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAqJo) impose:
 
@@ -228,7 +228,7 @@ def check_trace_file(path: str | Path, **kw: Any) -> dict[str, int]:
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open
     try:
-        with opener(p, "rt") as fh:  # type: ignore[operator]
+        with opener(p, "rt") as fh:
             data = json.load(fh)
     except (OSError, ValueError) as e:
         raise TraceFormatError(f"{p}: not readable JSON: {e}") from None

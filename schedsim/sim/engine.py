@@ -11,7 +11,7 @@ profile's ``gpu_model``, default ``waves``):
   CTAs in waves with FIFO block dispatch, NCCL kernels holding SMs, hardware
   queues (``CUDA_DEVICE_MAX_CONNECTIONS``), communicators run in issue order,
   the host thread as a resource. It matches how the 2×H200 traces of
-  2026-11-30 run concurrent kernels (benchmarks/h200/probes.md).
+  run concurrent kernels ([evidence: 2xh200-concurrency]).
 * ``sharing`` (this module, below): processor sharing, every running kernel
   slowed equally. Kept selectable while the ``waves`` model proves itself.
 * ``replay`` (:func:`_run_replay`): the replay of a recorded run (``schedsim import ... --out DIR`` writes
@@ -225,7 +225,7 @@ def _table_kernels(G: nx.DiGraph | Program) -> np.ndarray:  # type: ignore[type-
     return np.fromiter((table(d["op"]) for d in G._node.values()), bool, count=len(G))
 
 
-def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict, mode: str, model: str,  # type: ignore[type-arg]
+def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict, mode: str, model: str,
                    conns: int | None, model_executor: bool) -> Timeline:
     """One simulation of ``G`` (:func:`simulate` after its checks; ``waves`` with a power curve runs it again
     with slower GEMMs, :mod:`schedsim.sim.power`)."""
@@ -252,7 +252,7 @@ def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict
         return _timeline(info, profile, mode, c, st)
 
 
-def _repeats(G: nx.DiGraph | Program) -> np.ndarray:  # type: ignore[type-arg]
+def _repeats(G: nx.DiGraph | Program) -> np.ndarray:
     """Each op's ``repeat`` (kernels back to back), in the order of the timeline's spans (int64, shape (N,))."""
     if isinstance(G, Program):
         return np.array([t.repeat for t in G.templates], np.int64)[G.tmpl]
@@ -268,7 +268,7 @@ def _p2p_hang_note(e: DeadlockError) -> str:
 
 
 def _run_waves_program(prog: Program, profile: HardwareProfile, mode: str, conns: int | None,
-                       model_executor: bool):  # type: ignore[no-untyped-def]
+                       model_executor: bool):
     """The ``waves`` run straight from the Program's columns (:mod:`schedsim.sim.waves_columns`), with the retry
     of :func:`_run_waves`; None when the compiled loop is not built or the rate tables do not fit (then the
     Op-list path runs)."""
@@ -467,7 +467,7 @@ def _check_work(ids: list[str], ops: list[Op], N: int, job_work: list[float]) ->
 
 
 def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float], jlast: list[float],
-             jver: list[int], heap: list, counter: Iterator[int]) -> None:  # type: ignore[type-arg]
+             jver: list[int], heap: list, counter: Iterator[int]) -> None:
     """Fluid-model rate change of job ``j`` at time ``t`` (s), shared by both Python loops.
 
     The work done since ``jlast[j]`` at the old rate leaves ``jrem[j]`` solo-seconds (never < 0); the job
@@ -868,16 +868,16 @@ def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwarePro
     return issue
 
 
-def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:  # type: ignore[type-arg]
+def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:
     """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
     op to finish) and metadata."""
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
     start, end, ready_t, binding, stream_t, host_s, host_call = state
     empty: dict = {}  # shared, never mutated
     res_name = ("compute", "comm", "copy", "copy", "copy")
-    tag_dicts: dict[tuple, dict] = {(): empty}  # type: ignore[type-arg]  # one dict per distinct tag set
+    tag_dicts: dict[tuple, dict] = {(): empty}  # one dict per distinct tag set
 
-    def tags_of(t: tuple) -> dict:  # type: ignore[type-arg]
+    def tags_of(t: tuple) -> dict:
         d = tag_dicts.get(t)
         if d is None:
             d = tag_dicts[t] = dict(t)
@@ -914,7 +914,7 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
     return tl
 
 
-def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.ndarray | None = None,  # type: ignore[type-arg]
+def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.ndarray | None = None,
                ids: Any = None) -> None:
     """``meta["host_issue_s"]``: per rank, seconds from the iteration's start until its host returned from its
     last call (rule 1 of :mod:`schedsim.sim.gpu_model`; eager runs of the ``waves`` model), which ``compare``
@@ -928,7 +928,7 @@ def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.n
             meta["host_call_end_s"] = {str(i): round(float(t), 9) for i, t in zip(names, host_call, strict=True)}
 
 
-def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode: str, run) -> Timeline:  # type: ignore[no-untyped-def,type-arg]
+def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode: str, run) -> Timeline:
     """:func:`_timeline` of a columnar run (:mod:`schedsim.sim.waves_columns`): the span columns from the
     Program's columns and interned tables (no per-op objects but the ids and tag references)."""
     from schedsim.sim.waves_columns import _per_op, categorical
@@ -964,7 +964,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     return tl
 
 
-def _kind_codes(run) -> tuple[tuple[str, ...], np.ndarray]:  # type: ignore[no-untyped-def]
+def _kind_codes(run) -> tuple[tuple[str, ...], np.ndarray]:
     """``(kinds, codes)``: the op kinds of a columnar run and each op's index into them, from its template
     classes (:func:`schedsim.sim.waves_columns.template_classes`; ``Program.kind`` reads every template)."""
     kinds = [t.kind for t in run.tps]
@@ -973,7 +973,7 @@ def _kind_codes(run) -> tuple[tuple[str, ...], np.ndarray]:  # type: ignore[no-u
         np.zeros(0, np.int32)
 
 
-def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:  # type: ignore[no-untyped-def]
+def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:
     lines = []
     per_rank: dict[int, int] = {}
     for i, op in enumerate(ops):

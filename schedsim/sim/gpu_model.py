@@ -20,16 +20,16 @@ Rules and their sources
    1024×512×8192, a split-K call of two kernels, 1.31×; a ``compute`` op given
    only ``bytes`` is an elementwise ``torch.add`` in ``execute`` and the
    hand-written references: ``elementwise_call_us``, which ``calibrate``
-   measures on that call; until 2026-12-03 it was charged the 4 KiB pinned
+   measures on that call; formerly it was charged the 4 KiB pinned
    ``copy_`` of ``memcpy_call_us``, which the add exceeds 1.48× (6 fresh
-   processes, one H200, ``benchmarks/h200/elementwise_host_2026-12-03.md``)),
+   processes, one H200, [evidence: elementwise-host])),
    a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
    stream (event record + wait), ``stream_switch_us`` when the op's stream differs
    from the previous op's on the rank (entering ``with torch.cuda.stream(s)``:
    8.7 µs = 18.4 µs for a switch + ``add_`` − 9.7 µs for the ``add_`` alone, 2×H200,
-   2026-11-30, ``benchmarks/h200/probes.md``; the rank's first op is issued in
+   [evidence: 2xh200-concurrency]; the rank's first op is issued in
    its stream's context for free) and the op's declared ``host_us`` (Python time
    before the call). A kernel reaches the GPU part-way through its call,
    ``launch.call_launch_fraction`` of the call's host time in (default 1: at its
@@ -47,17 +47,17 @@ Rules and their sources
    first kernel launch and its first communication call of the iteration add
    ``first_op_extra_us`` / ``first_collective_extra_us``: the
    host has just waited for the device, and a first call runs cold (2×H200,
-   2026-12-01, ``benchmarks/probe_post_start.py``: first 1024² linear 42 µs against
+   ``benchmarks/probes/gpu_state/after_aligned_start.py``: first 1024² linear 42 µs against
    24 µs later, first 4 KiB all_reduce 82 µs against 45 µs). After an iteration in
    which the host waited ``cold_wait_us`` or longer for the GPU (every
    iteration ``execute`` times starts after the last one's end), the first
    kernel, collective and elementwise calls also add ``cold_first_call_us``
    (:func:`host_waited`; the loops run such an iteration a second time, cold):
-   one H200, 2026-12-03, ``execute``'s ``meta.host_call_end_s`` showed first calls
+   one H200, ``execute``'s ``meta.host_call_end_s`` showed first calls
    +0–8 µs after host-bound iterations and +19–59 µs after GPU-bound ones
-   (``benchmarks/h200/dispatch_order_2026-12-03.md``). Host costs: PyTorch
+   ([evidence: dispatch-order]). Host costs: PyTorch
    eager add ≈ 8 µs host (A100, flagos-ai/Torch-FL PR 27), c10d collective calls
-   89–131 µs (pytorch issue 138773); measured on 2×H200 on 2026-11-30 by
+   89–131 µs (pytorch issue 138773); measured on 2×H200 [evidence: h200x2-calibration] by
    ``schedsim calibrate`` for the ``h200x2`` profile.
 2. **Hardware queues.** A context has ``CUDA_DEVICE_MAX_CONNECTIONS`` work
    queues (1–32, default 8; CUDA programming guide, appendix "Environment
@@ -83,7 +83,7 @@ Rules and their sources
    holds, :func:`schedsim.sim.engine.kernel_gaps`). An op whose last dependency to end is on another
    stream of its rank (an event wait) is handed over ``gpu.cross_stream_latency_us``
    later than a same-stream successor would be: the queue resolves the wait
-   (2×H200, 2026-11-30: 6.05 µs from a GEMM's end to the start event of its
+   (2×H200, [evidence: accuracy-h200]: 6.05 µs from a GEMM's end to the start event of its
    successor on another stream against 2.90 µs on the same stream, median of 64
    layers of small_ops_graph in a CUDA graph, so 3.15 µs). Released at one
    instant, the same-stream kernel therefore takes the SMs first: in the
@@ -96,10 +96,10 @@ Rules and their sources
    a Kineto trace), run in ceil(CTAs / SMs) waves; for a persistent kernel (a
    grid of one CTA per SM looping over more output tiles) ``calibrate`` records
    the tiles, whose last partial "wave" is the CTAs with one tile fewer exiting
-   early: one H200, 2026-12-03, bf16 4096×2048×8192 ran 132 CTAs over 256 tiles
+   early: one H200, bf16 4096×2048×8192 ran 132 CTAs over 256 tiles
    and a GEMM queued on another stream started on 8 SMs half-way through it
-   (``benchmarks/h200/dispatch_order_2026-12-03.md``). One H200, 2026-12-01
-   (``benchmarks/h200/probe_coresidence_2026-12-01_1xh200.json``): allgather_mm's
+   ([evidence: dispatch-order]). One H200
+   ([evidence: coresidence]): allgather_mm's
    fp32 2048×1024×8192 and 1024×512×8192 ran as 128 CTAs (256×128 tiles with
    split-K 2 and 8), so 4 of 132 SMs stay free for other streams, and 8 or 16
    such GEMMs on as many streams ran 2.7 / 6.0 % faster per GEMM than on one
@@ -110,10 +110,10 @@ Rules and their sources
    A measured grid of at least a wave runs one CTA per tile in waves, each CTA
    lasting solo / ceil(CTAs / SMs), so its partial last
    wave frees SMs for other streams' kernels and a queued kernel fills them: the
-   2×H200 probe of 2026-11-30 ran bf16 8192³ as 2048 CTAs of 128×256 (Kineto)
+   2×H200 probe [evidence: 2xh200-concurrency] ran bf16 8192³ as 2048 CTAs of 128×256 (Kineto)
    and a 1024³ GEMM on a third stream ended 0.14 ms *before* the queued second
-   big GEMM, which a persistent one-CTA-per-SM GEMM (this rule until
-   2026-11-30) cannot give; and in the allgather_mm runs of 2026-11-30 the
+   big GEMM, which a persistent one-CTA-per-SM GEMM (this rule at first)
+   cannot give; and in the allgather_mm runs of [evidence: accuracy-h200] the
    multi-wave fp32 GEMMs (chunks 2 and 4: 2048 and 512 tiles) kept their solo
    time beside a concurrent all_gather (10.97 ms against 11.13 ms solo) where
    the persistent rule stretched them by the all_gather's whole time. Without
@@ -147,9 +147,9 @@ Rules and their sources
    A GEMM whose kernel fits several CTAs on one SM (``gemm.ctas_per_sm``: the
    CUDA occupancy calculation from its block size, registers and shared memory,
    which ``calibrate`` reads from a Kineto trace) counts ceil(CTAs / that) SMs:
-   one H200, 2026-12-02, small_ops_graph at fp32 16×1024 (two 128-CTA GEMMs on
+   one H200, small_ops_graph at fp32 16×1024 (two 128-CTA GEMMs on
    two streams) ran 12.99 µs per layer against 16.4 predicted with one CTA per
-   SM (``benchmarks/heldout_graph_shapes.sh``). Not modelled: CTAs of two
+   SM (``benchmarks/accuracy/heldout.sh graph_shapes``). Not modelled: CTAs of two
    different kernels sharing one SM (an elementwise kernel's small CTAs may fit
    beside a 202-register GEMM CTA), and, for shapes without a
    measured grid, the real tile width and last wave (cuBLAS ran bf16 8192³ as
@@ -163,13 +163,13 @@ Rules and their sources
    ends with it. The reduction is its hardware queue's next item (rule 2): a
    later kernel of a stream sharing that queue (``max_connections`` 1, or more
    streams than queues) is handed over only after it. Beside other streams' GEMMs the reduction waits for SMs like
-   any kernel: one H200, 2026-12-02 18:50 UTC, matmul_streams chunks 8 (fp32
+   any kernel: one H200, [evidence: stream-dispatch], matmul_streams chunks 8 (fp32
    2048×1024×8192, 128-CTA main kernel 0.70 ms, 128-CTA reduction 6.3 µs alone)
    ran its reductions 108–201 µs beside the other streams' GEMMs, and each
    stream's ``add`` queued behind them (measured add spans 0.93 ms, 2.26 ms
    predicted with one kernel per GEMM; per-op median 40 % → 17.7 % replayed with
    the reduction as a kernel of its own,
-   ``benchmarks/h200/stream_dispatch_2026-12-02.md``).
+   [evidence: stream-dispatch]).
    **4c. Ragged wave ends.** A wave's CTAs do not end together; back to back
    on one stream a kernel's last wave holds its SMs until its slowest CTA
    ends (the table time includes that), but a compute kernel waiting for SMs
@@ -182,18 +182,18 @@ Rules and their sources
    dtype, or not a GEMM) ``gpu.wave_tail_us``; ``calibrate`` fits a row per
    schedule GEMM of at least half a wave run on 8 streams
    (:func:`executor.calibrate_waves.fit_wave_tail`). The
-   tail is a time, not a fraction of the wave: one H200, 2026-12-02 21:39 UTC,
+   tail is a time, not a fraction of the wave: one H200, [evidence: wave-tail],
    8 streams × 8 fp32 GEMMs against the same 64 back to back, fitted per shape
    with this model: 1024×512×8192 (0.180 ms) 8.8 µs, 2048×1024×8192 (0.700 ms)
    8.1 µs, 4096×2048×8192 (two waves, 2.665 ms) 10.7 µs
-   (``benchmarks/h200/wave_tail_2026-12-02.md``). With one connection a
+   ([evidence: wave-tail]). With one connection a
    stream's next kernel is often not handed over behind another stream's
    (rule 2), so no gain.
 5. **HBM.** A memory-bound kernel (roofline: bytes / HBM bandwidth ≥ FLOP /
    peak; a bytes-only ``compute`` op, PyTorch's elementwise ``add_``) runs as
    one CTA per 64 KiB moved, in up to 4 waves (PyTorch launches one block per
    few KiB, not a grid-stride loop: a 50.3 MB bf16 ``add_`` ran 8,187 blocks,
-   one H200, 2026-12-03), so that the SMs a GEMM frees are taken by its last
+   one H200), so that the SMs a GEMM frees are taken by its last
    CTAs a fraction of its time at a time; wider than the GPU, it fills whole
    waves, so that alone it takes its solo time. The memory-bound kernels resident
    on a GPU share HBM: with each holding ``h`` of the ``w`` SMs it holds alone
@@ -201,13 +201,13 @@ Rules and their sources
    speed (:func:`mem_rate`), β = SMs · ``gpu.sm_stream_GBps`` / ``gpu.hbm_GBps``
    (at least 1): two kernels that each saturate HBM alone run at 1/2, one
    kernel on the few SMs other streams' GEMMs leave free streams faster per SM
-   than its share of HBM. One H200, 2026-12-03
-   (``benchmarks/probe_dispatch_order.py``): bf16
+   than its share of HBM. One H200
+   (``benchmarks/probes/sm/dispatch_order.py``): bf16
    ``add_`` of 12.6 and 50.3 MB on the 4 SMs a 128-CTA GEMM left free moved
    0.275 TB/s (69 GB/s per SM; 31.5 GB/s is an SM's share of 4.16 TB/s), and
    in allgather_mm bf16 chunks 4 an add beside a 132-CTA GEMM ran on the 8 SMs
    the GEMM's one-tile CTAs freed half-way and ended 2 µs after the GEMM.
-   Until 2026-12-03 each of k memory-bound kernels resident at once ran at
+   Formerly each of k memory-bound kernels resident at once ran at
    1/k, and a bytes-only kernel was one wave.
 6. **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
    each on its own SM: NCCL issues 689 and 181) from when they are placed until
@@ -217,16 +217,16 @@ Rules and their sources
    includes the other ranks' wait for SMs; NCCL issue 146). Real NCCL kernels
    also spin on their SMs while a slower rank has not launched yet; holding
    SMs for that whole time stretched every GEMM beside a posted recv and made
-   pipeline predictions 30–80 % long against the 2×H200 runs of 2026-11-30, so
-   that spin is not modelled (an assumption: the probes of 2026-11-30 issue on
-   both ranks at once and cannot test it; ``benchmarks/probe_scenarios_peer_wait.sh``
+   pipeline predictions 30–80 % long against the 2×H200 runs [evidence: accuracy-h200], so
+   that spin is not modelled (an assumption: the probes [evidence: 2xh200-concurrency] issue on
+   both ranks at once and cannot test it; ``benchmarks/probes/run.sh scenarios_peer_wait``
    does). It then runs at 1/f with
    f = 1 + (``slowdown_beside_gemm`` − 1)·min(1, SMs held by compute / SMs not
    held by NCCL), slowest rank wins. The 3.5× first seen for allgather_mm
    on 2×H200 was mostly the wait for SMs that rules 3 and 6 already give: a
    collective issued beside a queue of wave-filling GEMMs waits for the running
    GEMM, then runs at 1.05–1.07× its solo time ahead of the next GEMM (2×H200,
-   2026-11-30, ``benchmarks/h200/probes.md``), so ``h200x2`` sets 1.06. Links are
+   [evidence: 2xh200-concurrency]), so ``h200x2`` sets 1.06. Links are
    full duplex (NVLink, PCIe, NICs): a rank's link has an out and an in direction
    (:func:`link_ends`); a send uses its rank's out and its peer's in, a collective
    both directions of every rank, and k transfers on one direction share it at
@@ -234,7 +234,7 @@ Rules and their sources
    NIC: transfers between nodes use the NIC (a collective across nodes both).
    So a batched send+recv pair runs in one exchange time, which is what
    the ``sendrecv`` table holds (calibrate times a batch_isend_irecv ring), while
-   two sends of one rank share its link (measured on 2×H200, 2026-11-30: batched
+   two sends of one rank share its link (measured on 2×H200, [evidence: 2xh200-concurrency]: batched
    exchange 271.6 µs at 64 MiB ≈ 1.3× one way, unbatched 428.6 µs ≈ 2×). A
    send/recv whose reverse directions are idle runs ``nccl.p2p_one_way_speedup``
    times faster than that exchange time (``h200x2``: 271.6 / 203.6 = 1.33 at
@@ -252,7 +252,7 @@ Rules and their sources
    (PyTorch eager init, ``device_id`` given: pytorch PRs 132900/154132) a lone
    send/recv joins the order of the communicator of its two ranks (with two
    ranks, the default group's: "in issue order with everything else on it", as
-   measured on 2×H200 on 2026-11-30); a wider default group is not assumed, as
+   measured on 2×H200); a wider default group is not assumed, as
    pipeline schedules lowered for per-pair communicators would then hang. Without
    it, lone send/recv progress independently (lazy init, one communicator per
    pair). The ops of one ``p2p_batch`` (``batch_isend_irecv``) are one fused
@@ -271,12 +271,12 @@ Rules and their sources
    that row: the term depends on the shape. ``calibrate`` measures both as the
    GPU time per layer of 64 layers (GEMM, m×n copy, the same GEMM on another
    stream waiting for the first) over the main stream alone, less what this
-   model gives for that difference; one H200, 2026-12-02, with rule 9 in the
+   model gives for that difference; one H200, with rule 9 in the
    model: 0.32 / 0.37 / 1.69 / 3.11 / 3.08 µs at bf16 T×H×H GEMMs of T×H =
-   8×256, 16×512, 32×1024, 16×2048, 64×2048 (``benchmarks/probe_l2_residency.py``).
+   8×256, 16×512, 32×1024, 16×2048, 64×2048 (``benchmarks/probes/memory/l2_residency.py``).
    The cause (the aux GEMM released beside the main stream's next GEMM slows it,
    far more than an aux chain without the edge does) is not modelled as such.
-   One H200, 2026-12-01 03:13 UTC (``benchmarks/probe_graph_nodes.py``, 64 layers
+   One H200 (``benchmarks/probes/graph/node_time.py``, 64 layers
    of small_ops_graph's ops in one graph): 7.94 µs per layer when each aux GEMM
    waits for its layer's main GEMM, 6.65 µs when it does not wait, 6.23 µs for the
    main stream alone: 1.29 µs per layer, of which the model without this rule
@@ -288,15 +288,15 @@ Rules and their sources
    in L2 (calibrate rotates 3 input sets). In a CUDA graph a GEMM with a
    ``gemm.graph`` row takes its measured node time; any other kernel adds
    ``launch.graph_per_op_us`` (negative on H200: a node runs 0.75-0.90 µs shorter
-   than back to back, every small kernel measured on 2026-12-02). ``execute``
+   than back to back, every small kernel measured [evidence: timed-graph]). ``execute``
    gives every op its own buffers, so a rank whose working set (the sum of its
    ops' buffer bytes, :meth:`~schedsim.cost.CostModel.footprint`) exceeds L2
    reads them from HBM every iteration: each kernel then adds
    :meth:`~schedsim.cost.CostModel.cold_extra` (the row's cold − warm, else
    ``gpu.hbm_miss_us`` for a GEMM or a floor-bound kernel), scaled by the
    rank's cold fraction, 0 below ``gpu.l2_cold_span[0]`` × ``gpu.l2_bytes`` and 1
-   above ``[1]`` × it, linear in between. One H200, 2026-12-02
-   (``benchmarks/probe_l2_residency.py``, graph chains, µs per kernel, L2 →
+   above ``[1]`` × it, linear in between. One H200
+   (``benchmarks/probes/memory/l2_residency.py``, graph chains, µs per kernel, L2 →
    HBM): bf16 16×512×512 2.79 → 3.12, 32×1024×1024 3.49 → 4.45, 64×2048×2048 5.35
    → 6.41, 16×4096×4096 9.46 → 13.51, 2048³ 23.3 → 24.4; fp32 1×1024×1024 7.72 →
    12.58; ``add_`` on 32×1024 bf16 1.17 → 1.73; and 64 layers of small_ops_graph
@@ -327,7 +327,7 @@ __all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "MEM_WAVES", "mem_rate", "mem_boost"
 
 #: Most waves of a memory-bound kernel (rule 5): the granularity at which it takes SMs as they free up (more
 #: waves cost the loop more events and change the end by at most a wave's time: 8 made a 1M-op schedule of
-#: 50 MB adds beside GEMMs simulate in 5.4 s against 3.9 s with 4 and 2.3 s with 1, this VM, 2026-12-03).
+#: 50 MB adds beside GEMMs simulate in 5.4 s against 3.9 s with 4 and 2.3 s with 1, this VM).
 MEM_WAVES = 4
 #: Most CTAs of a ``repeat`` kernel's launches pooled into one kernel (:func:`kernel_ctas`): the loops count CTAs
 #: in int32.
@@ -444,7 +444,7 @@ def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
     return min(red[0], sms), red[1]
 
 
-def split_work(work, tail_s):  # type: ignore[no-untyped-def]
+def split_work(work, tail_s):
     """``(main_s, tail_s)``: a GEMM op's ``work`` (seconds; a float or a float64 array) split between its main
     kernel and its reduction kernel (rule 4b), which together take ``work``. The reduction keeps its measured
     ``tail_s`` up to half of ``work`` (a row longer than that, or a GEMM a rule made shorter, such as a graph node
@@ -542,12 +542,13 @@ def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float]
     """``(timing_s, empty_s)``: seconds the timing events of a graph timed op by op add to every op that runs a
     kernel (``launch.graph_timing_event_us``, when ``launch.graph_timed``:
     :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`), and the span of a timed op that runs nothing
-    (its two events adjacent: ``launch.graph_timing_gap_us``, default the former). One H200, 2026-12-02: 2.0-2.2
-    µs around a kernel, 1.25-1.28 µs between adjacent events (``benchmarks/probe_graph_events.py``), and 1.2-1.3
-    µs measured for one-rank all_reduce ops in timed graphs (``benchmarks/heldout_x1.sh``). An eager run timed op
+    (its two events adjacent: ``launch.graph_timing_gap_us``, default the former). One H200: 2.0-2.2
+    µs around a kernel, 1.25-1.28 µs between adjacent events (``benchmarks/probes/graph/timing_events.py``), and 1.2-1.3
+    µs measured for one-rank all_reduce ops in timed graphs (``benchmarks/accuracy/heldout.sh x1``).
+    An eager run timed op
     by op (``launch.eager_timed``: :meth:`~schedsim.hardware.profile.HardwareProfile.timed_eager`) holds the same
     terms: its events are the same stream operations, launched by the host instead of the graph (2.1-3.2 µs and
-    1.3-1.6 µs on one H200, 2026-12-03). Both 0 unless the run is timed that way (a graph in ``cuda_graph`` mode,
+    1.3-1.6 µs on one H200). Both 0 unless the run is timed that way (a graph in ``cuda_graph`` mode,
     an eager run in ``eager`` mode). A node's own term is per op (:func:`memory_terms`); :func:`node_work` applies
     them all."""
     lp = profile.launch
@@ -782,7 +783,7 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     return issue, call0
 
 
-def _compiled(name: str):  # type: ignore[no-untyped-def]
+def _compiled(name: str):
     """The compiled function ``name`` of :func:`host_issue_columns` (``_cwaves.issue_times``: the whole rule from
     its tables; ``issue_sums``: the prefix sums), or None when the compiled loop is not in use
     (:func:`schedsim.sim.waves.compiled_loop`) or is a build without it: then numpy adds the same floats in the
@@ -826,7 +827,7 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     ``issue`` itself (``f`` = 1, the default, and no extra) and in ``cuda_graph`` mode, where nothing is called
     per op.
 
-    Source: timed eager runs on one H200, 2026-12-03 09:23-09:40 UTC (``benchmarks/heldout_new_shapes.sh``
+    Source: timed eager runs on one H200, [evidence: timed-eager] (``benchmarks/accuracy/heldout.sh new_shapes``
     SET=c, d): on an idle GPU the window from a GEMM's start event to its end was 23-37 µs for split-K GEMMs
     (bf16/fp16 1024×512×8192: call 1.26-1.44 × the one-kernel call, kernel 11-20 µs, so the main kernel began
     about half-way through the call), while one-kernel GEMMs (bf16 32×2048×2048, fp32 8×2048×1024) fitted a
@@ -849,7 +850,7 @@ def end_event_bound(end: np.ndarray, issue: np.ndarray, profile: HardwareProfile
     ends after the event loop: the ops of its rank that wait for it are issued by its host later still.
 
     So an op whose kernel is shorter than its own call spans the call on an idle GPU, as measured: one H200,
-    2026-12-03 09:23-09:26 UTC, timing cost 2.1-12.5 µs per op: ``add`` ops of allgather_mm bf16 chunks 32 9.7 µs
+    [evidence: timed-eager], timing cost 2.1-12.5 µs per op: ``add`` ops of allgather_mm bf16 chunks 32 9.7 µs
     (call 8.7 + 1.0; kernel 2.3), one-rank all_reduce ops of tp_allreduce_graph 37.1 µs (call 31.5 + 6.2; no
     kernel)."""
     lp = profile.launch
@@ -1060,8 +1061,8 @@ def copy_rate(rules: GpuRules, compute_resident: bool, engine: int = 0, reverse_
     resident (``copy_slowdown_with_compute``), times 1 / (1 + ρ) while the reverse direction's engine copies
     (``reverse_busy``; ρ = ``h2d_slowdown_beside_d2h`` for h2d, ``d2h_slowdown_beside_h2d`` for d2h).
 
-    Source of ρ: pinned 256 MiB copies on one H200 (2026-12-01 08:21 UTC, torch 2.11,
-    ``benchmarks/probe_copy_duplex.py``, ``benchmarks/h200/probe_copy_duplex_2026-12-01_1xh200.json``): alone
+    Source of ρ: pinned 256 MiB copies on one H200 ([evidence: copy-duplex], torch 2.11,
+    ``benchmarks/probes/memory/copy_duplex.py``, [evidence: copy-duplex]): alone
     53-55 GB/s each way; started together, d2h took 4.4 % longer and h2d ran at 1/1.35 of its solo rate while
     d2h ran (the PCIe link carries ~92 GB/s both ways, not 2 × 54, and d2h keeps its rate). ``calibrate``
     measures both factors (``executor.calibrate._measure_duplex``).

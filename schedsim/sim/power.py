@@ -3,9 +3,10 @@
 A GPU holds its board power limit by lowering the SM clock. A burst of tensor-core GEMMs runs at the boost clock,
 which is what ``calibrate`` times (bursts of ~2 ms) and what its GEMM table holds; under sustained load the clock
 falls and every GEMM takes longer. The curve is relative to such burst times, so only a profile whose table holds
-them carries one (``h200x2``, and ``h200`` since its table holds back-to-back times, 2026-12-02; its single event-
-timed launches of 2026-11-29 were 1.18× the burst for bf16 4096³, ``tests/core/test_power_profiles.py``). Measured
-on one H200 (700 W limit, torch 2.11, 2026-12-01 03:00 UTC, ``benchmarks/probe_power_duty.py``, bf16 4096×16384×4096
+them carries one (``h200x2``, and ``h200`` since its table holds back-to-back times; its single event-
+timed launches were 1.18× the burst for bf16 4096³, ``tests/core/test_power_profiles.py``). Measured
+on one H200 (700 W limit, torch 2.11, [evidence: power-duty], ``benchmarks/probes/gpu_state/power_duty.py``,
+bf16 4096×16384×4096
 with the executor's uniform operands): back to back, the first ~40 ms run at the table's speed, then 16.6 % slower
 while ``nvidia-smi`` shows 1620 MHz instead of 1980; at a sustained duty cycle of 0.88 the GEMMs are 12 % slower, at
 0.73 3.5 %, at 0.59 and below not slower (beyond the +3 % every GEMM pays after an idle gap, which the duty curve
@@ -13,7 +14,7 @@ divides out). fp32 GEMMs (SIMT, no tensor cores: 8192×4096×8192, 11 ms each) d
 curve is one shape's: the same probe's bf16 4096³ GEMMs (0.16 ms) ran 1.11–1.12× their burst time at duties
 0.57–0.70 and 1.20–1.44× at 0.42–0.28 (a larger cost after each idle gap), where the curve gives 1.0–1.03×; short
 GEMMs with idle between them are predicted too fast. On 2×H200 the pipeline cases (GEMMs ~75 % of each GPU's time)
-ran their GEMMs 3.6–5.3 % over the table (``benchmarks/accuracy.md``).
+ran their GEMMs 3.6–5.3 % over the table ([evidence: accuracy-h200]).
 
 The model (steady state, as a training loop runs iteration after iteration):
 
@@ -174,7 +175,8 @@ def below_onset(duty: float, sustained_s: float | None, onset_s: float | None) -
     back-to-back onsets are measured). False when either is None (steady state).
 
     Why: short runs of GEMMs at a high duty run at the table's (burst) speed, where the steady curve predicts them
-    ~1.13× slower; back-to-back GEMMs run ~40 ms at that speed before slowing (``benchmarks/probe_power_duty.py``;
+    ~1.13× slower; back-to-back GEMMs run ~40 ms at that speed before slowing
+    (``benchmarks/probes/gpu_state/power_duty.py``;
     docs/validation.md, "Evidence cited by the code").
 
     >>> below_onset(0.9, 0.024, 0.04), below_onset(0.9, 2.0, 0.04), below_onset(0.9, None, 0.04)
@@ -183,7 +185,7 @@ def below_onset(duty: float, sustained_s: float | None, onset_s: float | None) -
     return sustained_s is not None and onset_s is not None and sustained_s * duty < onset_s
 
 
-def sustained_of(meta: dict) -> float | None:  # type: ignore[type-arg]
+def sustained_of(meta: dict) -> float | None:
     """Seconds a ``schedsim execute`` run kept its GPU iterating before the middle of its uninstrumented iterations
     (timeline ``meta``): ``(warmup + iters + uninstrumented / 2) × uninstrumented_period_s``; None when the
     run did not record the period or the counts.
@@ -202,12 +204,12 @@ def sustained_of(meta: dict) -> float | None:  # type: ignore[type-arg]
 EXECUTE_START_MARGIN_S = 0.002
 
 
-def iteration_gap_of(meta: dict, world_size: int) -> float:  # type: ignore[type-arg]
+def iteration_gap_of(meta: dict, world_size: int) -> float:
     """Seconds the GPUs idled between a measured run's uninstrumented iterations (``schedsim execute``'s
     timeline ``meta`` and world size): ``uninstrumented_period_s − makespan_uninstrumented_s``; for runs that
     did not record the period (before 2026-12-01 03:10 UTC) on 2 or more ranks, the executor's start margin,
     2 ms (the ranks spin to the latest clock + 2 ms); 0 otherwise (one rank does not spin: 0.29 ms measured on
-    one H200 for offload.yaml, 2026-12-01)."""
+    one H200 for offload.yaml)."""
     per, ms = meta.get("uninstrumented_period_s"), meta.get("makespan_uninstrumented_s")
     if per and ms:
         return max(0.0, float(per) - float(ms))

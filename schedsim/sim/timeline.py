@@ -640,7 +640,7 @@ def _unbase(key: str, raw: dict[str, Any], done: dict[str, Any], n: int, num: Ca
     if len(idx) and (idx[0] < 0 or idx[-1] >= n or not bool((idx[1:] > idx[:-1]).all())):
         raise ValueError(f"{key!r} has an index that is not ascending rows 0..{n - 1}")
     out[idx] = vals
-    return out  # type: ignore[no-any-return]
+    return out
 
 
 #: Elements of a numpy column serialised per :func:`dumps_json` call: the pieces (~1 MiB of text) are freed and
@@ -802,7 +802,7 @@ def _join_ids(names: list[str], rank: np.ndarray) -> list[str]:
     if not len(names):
         return []
     tails = np.array([f"@r{r}" for r in range(int(rank.max()) + 1)], dtype=object)
-    return (np.fromiter(names, object, len(names)) + tails[rank]).tolist()  # type: ignore[no-any-return]
+    return (np.fromiter(names, object, len(names)) + tails[rank]).tolist()
 
 
 def _check_columns(c: SpanColumns, where: str) -> None:

@@ -21,7 +21,7 @@ Then the event loop runs, either
 
 * compiled (:mod:`schedsim.sim._cwaves`, C, built by ``pip install -e .``): the whole loop (heap, ready
   counts, queues, dispatch FIFOs, CTA batches, copy engines, rate updates) on flat int64/float64
-  arrays, ~1 µs per op (2026-12-01, 2-vCPU VM), without the GIL; it runs Python's signal handlers every
+  arrays, ~1 µs per op (2-vCPU VM), without the GIL; it runs Python's signal handlers every
   4096 events, so Ctrl-C (KeyboardInterrupt) stops it within milliseconds; or
 * in Python (:func:`_run_python`, the reference), when the extension is not built or
   ``SCHEDSIM_NO_EXT=1`` (one line on stderr says so).
@@ -55,7 +55,7 @@ __all__ = ["run_waves"]
 _BATCH, _XFER, _COPY = 0, 1, 2  # job types
 
 
-def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | None = None,  # type: ignore[no-untyped-def]
+def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | None = None,
               model_executor: bool = False, p2p_serialized: bool | None = None):
     """Run the compiled DAG ``c`` (:func:`schedsim.sim.engine._compile`); returns the engine's ``_State``.
 
@@ -85,7 +85,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
 COLD_RERUN_MAX = 100_000
 
 
-def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial: bool,  # type: ignore[no-untyped-def]
+def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial: bool,
               model_executor: bool, cold: bool):
     """One pass of :func:`run_waves` (``cold``: the first calls of the iteration run cold, rule 1)."""
     from schedsim.sim.engine import _raise_deadlock, _State
@@ -134,7 +134,7 @@ def _releaser(members: list[int], i: int, t: float, start: list[float], ready_t:
     return b
 
 
-def _drain(Q: list[int], h: int, kready: list[bool], ktail: list[int], dispatch, t: float) -> int:  # type: ignore[no-untyped-def]
+def _drain(Q: list[int], h: int, kready: list[bool], ktail: list[int], dispatch, t: float) -> int:
     """Rule 2: queue ``Q`` hands over its ready kernels in order from its head ``h``; returns the new head. A
     kernel with a reduction still to come (rule 4b, ``ktail`` > 0) holds the queue: the head comes back as
     ``~h`` (negative), and nothing moves until the loop, having handed that reduction over, flips it back.
@@ -150,7 +150,7 @@ def _drain(Q: list[int], h: int, kready: list[bool], ktail: list[int], dispatch,
     return h
 
 
-def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no-untyped-def]
+def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
                 issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
     """The reference event loop (rates straight from the rule functions); returns ``(start, end, ready_t,
     deps_t, binding, khand)`` (seconds; op index or HOST; khand per kernel: when its queue handed it over, or
@@ -462,7 +462,7 @@ _EXT: list[object] = []  # [module or None] once looked up
 _LAYOUT = 9  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
 
 
-def compiled_loop():  # type: ignore[no-untyped-def]
+def compiled_loop():
     """The compiled event loop :mod:`schedsim.sim._cwaves`, or None when it is not built (no C compiler at
     install), is out of date (its ``LAYOUT`` is not :data:`_LAYOUT`: built from an older ``_cwaves.c``) or
     ``SCHEDSIM_NO_EXT=1``; then the Python loop runs, and the first call says so in one line on stderr."""
@@ -485,7 +485,7 @@ def compiled_loop():  # type: ignore[no-untyped-def]
     return _EXT[0]
 
 
-def _csr(lists) -> tuple[array, array]:  # type: ignore[no-untyped-def]
+def _csr(lists) -> tuple[array, array]:
     """Lists of ints as (offsets, values), int32 (the compiled loop's index type): row i is
     values[offsets[i]:offsets[i + 1]]."""
     ptr = array("i", [0])
@@ -493,7 +493,7 @@ def _csr(lists) -> tuple[array, array]:  # type: ignore[no-untyped-def]
     return ptr, array("i", chain.from_iterable(lists))
 
 
-def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],  # type: ignore[no-untyped-def]
+def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],
                   issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
     """:func:`_run_python` in C: every parameter flattened to int32/float64 arrays (no rule is computed in C;
     see _cwaves.c), the same results."""
@@ -620,7 +620,7 @@ class _Kernels(NamedTuple):
     kgain: list[float]  # compute: gm.fill_gain of its main kernel's wave time (rule 4c), else 1.0
 
 
-def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # type: ignore[no-untyped-def]
+def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,
                      model_executor: bool, call_start: list[float] | None = None,
                      release: list[float] | None = None, cold: bool = False) -> tuple[list[list[int]], list[float]]:
     """Successor lists in program order plus the communicator-order edges (rule 7; ``c.npred`` grows),
@@ -643,7 +643,7 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,  # ty
                                      call_start=call_start, cost=c.cost, release=release, cold=cold)
 
 
-def _kernels(c, rules: gm.GpuRules) -> _Kernels:  # type: ignore[no-untyped-def]
+def _kernels(c, rules: gm.GpuRules) -> _Kernels:
     """Group ops into kernels and give each its CTAs, wave time and hardware queue (rules 2, 4, 5)."""
     ops, job_res, job_work = c.ops, c.job_res, c.job_work
     kern = [0] * c.N

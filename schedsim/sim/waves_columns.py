@@ -105,14 +105,14 @@ def template_classes(templates: tuple[Op, ...]) -> tuple[np.ndarray, list[Op]]:
     by first appearance) and one template per class, so the rule functions run once per class. A Program
     can hold one template per loop iteration (``mm{i}`` of a ``foreach``: 125,000 of them for 1M ops) that
     all cost the same."""
-    codes: dict[tuple, int] = {}  # type: ignore[type-arg]
+    codes: dict[tuple, int] = {}
     cls = np.array([codes.setdefault(k, len(codes)) for k in map(_CLASS_FIELDS, templates)], I64)
     first = np.zeros(len(codes), I64)
     first[cls[::-1]] = np.arange(len(cls) - 1, -1, -1)  # the last write wins: each class's first template
     return cls, [templates[i] for i in first.tolist()]
 
 
-def _res_of(tp) -> int:  # type: ignore[no-untyped-def]
+def _res_of(tp) -> int:
     """Resource of a template: 0 compute, 1 communication, 2-4 copy engine (h2d, d2h, d2d)."""
     if tp.kind == "memcpy":
         return _COPY_RES[tp.direction or "d2d"]
@@ -251,7 +251,7 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
     return eptr, ends, rptr, rev, pptr, pos
 
 
-def _epos_generic(eptr, ends, gptr, gidx, rank):  # type: ignore[no-untyped-def]
+def _epos_generic(eptr, ends, gptr, gidx, rank):
     """Per member slot, every position in its group's ends that belongs to its rank (any group)."""
     ep, en, gp, rk = eptr.tolist(), ends.tolist(), gptr.tolist(), rank[gidx].tolist()
     out: list[int] = []
@@ -294,7 +294,7 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
     return _i32(sptr), _i32(d), _i32(np.bincount(d, minlength=N)), xdeps
 
 
-def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # type: ignore[no-untyped-def]
+def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
     hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them: the loop's int32 buffers
     (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds; in one O(N)
@@ -365,7 +365,7 @@ def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):  # ty
             ktail, ktail_tau, kgain)
 
 
-def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):  # type: ignore[no-untyped-def]
+def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
     """Per kernel (rule 4b): the CTAs of its reduction kernel (int32, 0 none; written by the loop), from its head
     op's template, and its seconds (float64), the head op's share of :func:`gm.split_work` (``op_tail``); and
     (rule 4c) :func:`gm.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
@@ -408,12 +408,12 @@ def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
                          "profile whose rates are finite and > 0)")
 
 
-def _i32(a) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _i32(a) -> np.ndarray:
     """``a`` as the compiled loop's index buffer: writable contiguous int32 (copied only when it is not one)."""
     return np.require(a, I32, ["C", "W"])
 
 
-def _f64(a) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _f64(a) -> np.ndarray:
     """``a`` as a writable contiguous float64 buffer of the loop (copied only when it is not one)."""
     return np.require(a, np.float64, ["C", "W"])
 
@@ -485,7 +485,7 @@ def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: Hard
 
 
 def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
-                      tab: gm.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:  # type: ignore[no-untyped-def]
+                      tab: gm.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:
     """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring); an iteration after which the host
     waited for the GPU is run again with cold first calls (rule 1, :func:`schedsim.sim.gpu_model.host_waited`),
     up to :data:`schedsim.sim.waves.COLD_RERUN_MAX` ops, as :func:`schedsim.sim.waves.run_waves` does.
@@ -498,7 +498,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     return run
 
 
-def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,  # type: ignore[no-untyped-def]
+def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
                       tab: gm.RateTables, serial: bool, model_executor: bool, loop, cold: bool) -> ProgramRun:
     """One pass of :func:`run_waves_program` (``cold``: the iteration's first calls run cold, rule 1).
 

@@ -39,7 +39,7 @@ YAML nesting depth        64                 (fixed; write ops flat)
 ========================  =================  ==============================
 
 The defaults keep a run within minutes and a few GB on one CPU core: the
-simulator handles about 10^5 ops/s (``benchmarks/sim_throughput.py``), and a
+simulator handles about 10^5 ops/s (``benchmarks/speed/sim_throughput.py``), and a
 timeline costs about 600 B per op in memory.
 """
 
@@ -57,7 +57,7 @@ __all__ = ["DEFAULTS", "MAX_YAML_DEPTH", "limit", "check_expansion", "estimate_o
 #: Default limits; see the module docstring. Keys are the environment variables that override them.
 DEFAULTS: dict[str, int] = {
     "SCHEDSIM_MAX_OPS": 2_000_000,
-    # a 100k-rank all_reduce predicts in 16 s with charts; 1M ranks took > 90 s (2-core machine, 2026-12-01)
+    # a 100k-rank all_reduce predicts in 16 s with charts; 1M ranks took > 90 s (2-core machine)
     "SCHEDSIM_MAX_RANKS": 100_000,
     "SCHEDSIM_MAX_CHARS": 200_000_000,
     "SCHEDSIM_MAX_STREAMS": 100_000,

@@ -49,7 +49,7 @@ __all__ = ["load_schedule", "load_text", "parse_overrides", "parse_value", "expa
 Mark = tuple[int, int]
 
 
-class LDict(dict):  # type: ignore[type-arg]
+class LDict(dict):
     """A dict that remembers where it and each key came from (1-based line, column)."""
 
     mark: Mark | None = None
@@ -60,7 +60,7 @@ class LDict(dict):  # type: ignore[type-arg]
         self.key_marks = {}
 
 
-class LList(list):  # type: ignore[type-arg]
+class LList(list):
     """A list that remembers where it and each item came from (1-based line, column)."""
 
     mark: Mark | None = None
@@ -315,7 +315,7 @@ def parse_yaml(text: str, file: str) -> Any:
 
     The text is composed by libyaml when PyYAML has it (``CSafeLoader``: the same resolver and constructors,
     the same node marks): 10x faster than the pure-Python parser, which composed allgather_mm8.yaml in
-    4.5 ms, ~1.5% of a cold ``check`` (2026-12-01). A text that fails there in any way (a syntax error, or
+    4.5 ms, ~1.5% of a cold ``check``. A text that fails there in any way (a syntax error, or
     one of the errors below) but an expansion past ``MAX_NODES`` (:func:`_check_expansion`, the same nodes
     and marks either way) is read again by the pure-Python parser, so errors are worded exactly as
     before: libyaml's marks lack PyYAML's snippet, and it composes nestings too deep for PyYAML's
@@ -324,7 +324,7 @@ def parse_yaml(text: str, file: str) -> Any:
     must not be valid only where PyYAML was built with libyaml. So does a byte-order mark (U+FEFF) after the
     text's first character: libyaml drops it before a document's first content too, so ``---`` or a comment
     line, then ``\ufeffname:``, read as the key ``name``, which the pure-Python parser keeps as a key of its
-    own (found by a differential fuzz of the two parsers, 2026-12-02; the one other difference it found is
+    own (found by a differential fuzz of the two parsers; the one other difference it found is
     the column of an empty value inside ``[ ]``, one apart).
     A lone surrogate, which libyaml cannot encode, is named by that parser too.
     A text without ``&`` (no anchor, hence no alias) is built from libyaml's parse events by
@@ -836,7 +836,7 @@ def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[
 #: A block of fewer iterations than this is *small*: building it (vector fields, representatives validated as
 #: in the general path) costs more than expanding its iterations one by one. An inner ``foreach`` is one block
 #: per outer iteration; after :data:`SMALL_BLOCKS_KEPT` small blocks of one body, that body is expanded
-#: iteration by iteration. ``benchmarks/foreach_nested.py`` on the shared 2-core VM, 2026-12-01 (load + lower,
+#: iteration by iteration. ``benchmarks/speed/foreach_nested.py`` on the shared 2-core VM (load + lower,
 #: two entries, 160,000 ops): 20,000 outer x 2 inner iterations took 8.9 CPU s as blocks, 3.8 s per iteration,
 #: 2.8 s with this rule; 2,000 x 20 took 2.2 s as blocks, 3.4 s per iteration (both paths give the same
 #: spec, tests/core/test_foreach_template.py).
@@ -1186,7 +1186,7 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     reps, rep_deps, rep_tags, gid = _representatives(entries, body, loop, env, E)
     row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order]
     row_names = np.concatenate([x.names for x in entries])[order]
-    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]  # type: ignore[type-var]
+    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]
     dep_cnt = np.repeat(np.array([len(x.deps) for x in entries], np.int64), [len(x.keep) for x in entries])[order]
     dptr = np.cumsum(dep_cnt) - dep_cnt
     flat = np.empty(int(dep_cnt.sum()), object)

@@ -16,7 +16,7 @@ size.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
@@ -59,10 +59,10 @@ MAX_REPEAT = 1_000_000
 
 # Default factories are lambdas, not the builtins list and dict: building a model, pydantic inspects each
 # factory's signature, and inspect.signature(list) parses its text signature with tokenize (~2 ms the first
-# time, compiling tokenize's pattern; ~2% of a cold `check`, 2026-12-01).
+# time, compiling tokenize's pattern; ~2% of a cold `check`).
 # defer_build: the models are built at the end of this module, with pydantic's plugin discovery off (see
 # schedsim._pydantic), and the bases that are never validated themselves (_Base, _OpBase, _SizedMixin, _P2P)
-# are not built at all. Together 1.6% of the instructions of a cold `check` (callgrind, 2026-12-01).
+# are not built at all. Together 1.6% of the instructions of a cold `check` (callgrind).
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
@@ -233,7 +233,7 @@ class _PipelineBlock:
     """The type of :attr:`ScheduleSpec.pipeline`: a :class:`~schedsim.spec.pipeline_block.PipelineSpec`, whose
     module (30 kB, four models to build) is imported only for a schedule with a ``pipeline:`` block or for the
     JSON Schema: a schedule of plain ops never loads it (2% of the instructions of a cold ``check`` from
-    bytecode, 4% compiling from source; callgrind, 2026-12-01).
+    bytecode, 4% compiling from source; callgrind).
 
     :meth:`ScheduleSpec._pipeline_block` validates the block, and the core schema here keeps its result as it
     is (as the ``PipelineSpec`` type did: pydantic does not revalidate a model instance). The JSON Schema is
@@ -261,11 +261,14 @@ else:
 
 
 AnyOp = Annotated[
-    Union[MatmulOp, ComputeOp, CollectiveOp, SendOp, RecvOp, MemcpyOp],
+    MatmulOp | ComputeOp | CollectiveOp | SendOp | RecvOp | MemcpyOp,
     Field(discriminator="kind"),
 ]
 
-OP_MODELS: dict[str, type[BaseModel]] = {
+#: A written op as these models hold it (:data:`AnyOp` without its discriminator).
+SpecOp = MatmulOp | ComputeOp | CollectiveOp | SendOp | RecvOp | MemcpyOp
+
+OP_MODELS: dict[str, type[SpecOp]] = {
     "matmul": MatmulOp,
     "compute": ComputeOp,
     **{k: CollectiveOp for k in COLLECTIVE_KINDS},

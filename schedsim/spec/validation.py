@@ -85,8 +85,8 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
                 raise err(i, "group", f"collective {op.name!r} runs on rank {outside[0]} outside its group {group}",
                           "add the rank to `group`, or remove it from `ranks`")
         if op.kind in COLLECTIVE_KINDS and op.kind in ("broadcast", "reduce", "scatter", "gather"):
-            if op.root not in group:  # type: ignore[union-attr]
-                raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {group}",  # type: ignore[union-attr]
+            if op.root not in group:
+                raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {group}",
                           f"set root to one of {group}")
     _unique_names(spec, n, err)
     _training_rules(spec, doc, file)

@@ -40,7 +40,7 @@ MAX_VALUE_CHARS = 256 << 20
 
 
 #: A gzip trace may decompress to at most this many times its compressed size plus :data:`GZIP_SLACK` bytes.
-#: Kineto JSON compresses 10-30x (``benchmarks/h200/kineto_execute_offload_rank0.json.gz``: 15x); a 4 MB file
+#: Kineto JSON compresses 10-30x (``tests/data/kineto_execute_offload_h200_rank0.json.gz``: 15x); a 4 MB file
 #: of 4 GB whitespace (1000x) is refused instead of read for minutes.
 MAX_GZIP_RATIO = 200
 GZIP_SLACK = 32 << 20

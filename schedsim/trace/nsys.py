@@ -136,7 +136,7 @@ class _Db:
             raise TraceError(f"{self.path}: SQLite error ({printable(e, 200)}) in: {sql[:120]}; the file may be "
                              "truncated or corrupt", fix=_REEXPORT) from None
 
-    def rows(self, sql: str, args: tuple[Any, ...] = ()):  # type: ignore[no-untyped-def]
+    def rows(self, sql: str, args: tuple[Any, ...] = ()):
         cur = self.q(sql, args)
         try:
             while True:

@@ -12,7 +12,7 @@ Bounds on Kineto times (µs, as written in the file):
   activity runs that long;
 * ``ts`` at most :data:`MAX_SPREAD_US` = 1e12 µs away from the file's first GPU
   event (``ts`` itself may be large: Kineto writes a clock in µs, about 5e12 on
-  the 2xH200 trace in ``benchmarks/h200/``, or epoch µs, about 1.8e15 in 2026).
+  the 2xH200 Kineto traces of ``execute --profiler``, or epoch µs, about 1.8e15 in 2026).
   One stray event would otherwise stretch the timeline over years; and ``ts`` at
   most :data:`MAX_TS_US` = 1e17 µs (year 5138 as epoch µs).
 """

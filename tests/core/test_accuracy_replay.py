@@ -1,4 +1,4 @@
-"""benchmarks/accuracy_replay.py on a synthetic measured case: a measurement that is the prediction itself,
+"""benchmarks/accuracy/replay_runs.py on a synthetic measured case: a measurement that is the prediction itself,
 timed the way execute's CUDA events time it, replays with zero error."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench_module(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "accuracy" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
 def _replay_module():
-    return _bench_module("accuracy_replay")
+    return _bench_module("replay_runs")
 
 
 def test_replay_of_an_event_timed_copy_of_the_prediction_has_no_error(tmp_path, monkeypatch):
@@ -73,7 +73,7 @@ def test_a_case_measured_in_several_processes_is_judged_by_their_median(tmp_path
     (case / "execute" / "compare").mkdir()
     (case / "execute" / "compare" / "compare.json").write_text(json.dumps(
         {"makespan": {"pred_s": P, "uninstrumented": {"error": 0.0}}, "ops": {"median_abs_error": 0.0}}))
-    row = _bench_module("accuracy_x2_summary").case_summary(case, "ag2")
+    row = _bench_module("suite_summary").case_summary(case, "ag2")
     assert row["processes"] == 3
     assert row["measured_ms"] == pytest.approx(round(P * 1.10 * 1e3, 4))
     assert (row["measured_min_ms"], row["measured_max_ms"]) == (round(P * 1e3, 4), round(P * 1.25 * 1e3, 4))

@@ -54,7 +54,7 @@ def _with_ctas(prof, *rows):
 def test_multi_wave_gemm_frees_sms_in_its_last_wave(sim_text):
     # 4 SMs, SIX's grid measured as 6 CTAs (gemm.ctas): 2 waves of 5 µs (was: persistent, 4 CTAs of 10 µs; the
     # 2xH200 probe of 2026-11-30 disproves that for cuBLAS: a 1024^3 GEMM on a third stream ended 0.14 ms *before*
-    # a queued bf16 8192^3 GEMM of 2048 CTAs, whose partial last wave freed SMs, benchmarks/h200/probes.md).
+    # a queued bf16 8192^3 GEMM of 2048 CTAs, whose partial last wave freed SMs, [evidence: 2xh200-concurrency]).
     # A: CTAs 0-5 on all 4 SMs, its last 2 at 5-10; B (1 CTA) then takes a free SM at 5 and ends at 7, before A.
     prof = _with_ctas(waves_profile(sms=4), ("fp32", 256, 384, 128, 6))
     spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: B, {TINY}, stream: s3}}\n", prof)
@@ -269,7 +269,7 @@ def test_first_launch_and_first_collective_call_cost_extra_host_time(sim_text):
 
 
 def test_nccl_beside_a_gemm_queue_waits_for_sms_then_runs_near_solo(sim_text):
-    # The 2xH200 probe of 2026-11-30 (benchmarks/h200/probes.md): a collective issued beside a queue of
+    # The 2xH200 probe of 2026-11-30 ([evidence: 2xh200-concurrency]): a collective issued beside a queue of
     # wave-filling GEMMs on another stream waits for the running GEMM, then runs ahead of the next one at
     # ~its solo speed. Toy: A1, A2 fill the 8 SMs (10 µs each) on stream g; the all_reduce (12 µs solo, 2 SMs)
     # is issued at 0 on stream c but waits for A1's SMs: starts at 10. A2 (handed over at 10, after the
@@ -400,7 +400,7 @@ def test_profile_contract_defaults_and_h200x2():
         (20e-6, 30e-6, 2e-6, 6e-6))
     assert lp.executor_extra_per_op_us == 0.0 and lp.stream_switch_s == 0.0
     p = load_profile("h200x2")
-    # NCCL beside GEMMs waits for SMs, then runs at ~1.06x its solo time (benchmarks/h200/probes.md, 2026-11-30)
+    # NCCL beside GEMMs waits for SMs, then runs at ~1.06x its solo time ([evidence: 2xh200-concurrency], 2026-11-30)
     assert p.gpu_model == "waves" and p.gpu.max_connections == 8 and p.nccl.slowdown_beside_gemm == 1.06
     # the 1 KiB all_reduce is GPU-side (6.58 µs per call back to back behind torch.cuda._sleep, schedsim calibrate
     # on 2xH200 2026-11-30 22:50; 7.2 µs inside a CUDA graph in the probes), not the 41-49 µs host call. The

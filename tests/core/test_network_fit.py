@@ -127,7 +127,7 @@ def test_calibrate_writes_the_fitted_figures_with_their_provenance(tmp_path: Pat
 def test_a_fitted_tier_is_no_longer_named_unmeasured():
     from schedsim import api
     from schedsim.notes import guesses
-    from tests.core.test_found_by_review import AR16
+    from tests.core.test_nccl_model_limits import AR16
 
     prog = api.lower_spec(api.load_text(AR16))
     (log,) = read_nccl_tests(LOG_309, collective="all_reduce")
@@ -146,7 +146,7 @@ def test_a_fitted_tier_is_no_longer_named_unmeasured():
 
 def test_figures_fitted_on_two_nodes_carry_to_four_and_eight():
     # held out: the same thread's 4-node (qoofyk) and 8-node (gj-aion) H100 / 8x 400G IB runs, out-of-place
-    # times at the sizes benchmarks/network_published.py takes (NVIDIA/nccl-tests#309)
+    # times at the sizes benchmarks/accuracy/network_published.py takes (NVIDIA/nccl-tests#309)
     held = [(4, 16, 34.82), (4, 1 << 10, 39.79), (4, 1 << 20, 82.17), (4, 16 << 20, 259.6), (4, 1 << 30, 5808.8),
             (4, 16 << 30, 90986.0), (8, 1 << 20, 117.0), (8, 16 << 20, 378.1), (8, 1 << 30, 7370.5),
             (8, 8 << 30, 52733.0)]

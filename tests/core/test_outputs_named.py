@@ -1,5 +1,5 @@
-"""predict's default output folder names the profile and the --set overrides, so runs with different settings
-keep their own outputs, and predict says where it wrote (issue 33)."""
+"""predict's default output folder names the profile, the launch mode and the --set overrides, so runs with
+different settings keep their own outputs, and predict says where it wrote (issue 33)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
+from schedsim import api
 from schedsim.api import default_outdir_name
 from tests.core.test_cli import ROOT, run
 
@@ -78,3 +81,13 @@ def test_every_option_that_changes_the_prediction_names_its_own_folder(tmp_path:
     other = folder(str(changed))
     assert other.startswith("schedsim_out/mm@dgx_h100-") and len(other) == len("schedsim_out/mm@dgx_h100-") + 8
     assert folder(str(changed)) == other
+
+
+def test_default_output_folder_differs_by_launch_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "mm.yaml"
+    f.write_text("schema_version: 1\nname: mm\nworld_size: 1\nparams: {m: 1024}\n"
+                 "ops:\n  - {name: mm, kind: matmul, m: m, n: 4096, k: 4096, dtype: bf16}\n")
+    _, _, eager = api.predict_to_dir(f, None, "h200", None, None, gantt=False, trace=False)
+    _, _, graph = api.predict_to_dir(f, None, "h200", None, "cuda_graph", gantt=False, trace=False)
+    assert eager[0].parent != graph[0].parent

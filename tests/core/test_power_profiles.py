@@ -11,7 +11,7 @@ import pytest
 from schedsim.hardware.profile import list_profiles, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBE = ROOT / "benchmarks" / "h200" / "probe_power_duty_2026-12-01_1xh200.json"
+PROBE = ROOT / "tests" / "data" / "power_duty_h200.json"  # benchmarks/probes/gpu_state/power_duty.py, one H200
 
 
 def _burst_ms() -> float:

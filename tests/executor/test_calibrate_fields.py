@@ -191,7 +191,7 @@ def test_fork_rows_are_derived_per_gemm_shape_from_the_main_stream_alone(monkeyp
 
 
 def test_a_persistent_gemm_counts_its_output_tiles() -> None:
-    # one H200, 2026-12-03 (benchmarks/probe_dispatch_order.py): cuBLAS ran bf16 4096x2048x8192 as 132 CTAs (one
+    # one H200, 2026-12-03 (benchmarks/probes/sm/dispatch_order.py): cuBLAS ran bf16 4096x2048x8192 as 132 CTAs (one
     # per SM) over 256x128 tiles: (2048 / 256) * (4096 / 128) = 256 tiles, so 124 CTAs run 2 tiles, 8 run one
     # and free their SMs half-way, as a 256-CTA kernel's partial second wave would
     big = [{"cat": "kernel", "name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "dur": 170.0,

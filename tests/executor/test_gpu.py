@@ -1,7 +1,7 @@
 """The executor's CUDA paths on real GPUs (issue 9 §4): eager, CUDA graph, profiler, p2p on 2 ranks.
 
 Marked ``gpu`` and skipped without CUDA (2-rank tests without 2 GPUs). Run on a GPU machine with
-``python -m pytest -q -m gpu tests/executor/test_gpu.py`` (``benchmarks/accuracy_x2.sh`` does).
+``python -m pytest -q -m gpu tests/executor/test_gpu.py`` (``benchmarks/accuracy/two_gpu_suite.sh`` does).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The hand-written pipeline references of benchmarks/handwritten (issue 15 §2) issue exactly what
+"""The hand-written pipeline references of benchmarks/accuracy/handwritten (issue 15 §2) issue exactly what
 ``schedsim execute`` issues for schedules/pipeline_schedules.yaml: per rank the same GEMMs and p2p calls in
 the executor's issue order (:func:`executor.lean.issue_order`), on the same streams, with the same
 batching (:func:`executor.lean.p2p_batches`), cross-stream waits, GEMM shapes and message sizes. Checked
@@ -18,7 +18,7 @@ from schedsim.graph.build import build_graph
 from schedsim.spec.loader import load_schedule
 
 torch = pytest.importorskip("torch")
-sys.path.insert(0, str(ROOT / "benchmarks" / "handwritten"))  # the scripts import their harness by name
+sys.path.insert(0, str(ROOT / "benchmarks" / "accuracy" / "handwritten"))  # the scripts import their harness by name
 harness = importlib.import_module("harness")
 interleaved = importlib.import_module("pipeline_interleaved_1f1b")
 zb_h1 = importlib.import_module("pipeline_zb_h1")

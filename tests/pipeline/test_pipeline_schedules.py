@@ -165,7 +165,7 @@ def test_every_generated_order_validates(case, p, extra):
 
 
 def test_interleaved_at_scale_is_complete():
-    # p=32, m=512, v=4 (the benchmark size; its generation time is printed by benchmarks/pipeline_vs_torch.py)
+    # p=32, m=512, v=4 (the benchmark size; its generation time is printed by benchmarks/speed/pipeline_vs_torch.py)
     order = generate("interleaved_1f1b", 32, 512, 4)
     assert len(order) == 32 and all(len(order[r]) == 2 * 4 * 512 for r in order)
 

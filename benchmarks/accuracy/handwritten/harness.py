@@ -1,0 +1,280 @@
+"""Process setup and timing shared by the hand-written PyTorch references (issue 15 §2).
+
+Each reference in this folder is a short plain-PyTorch script that runs one shipped schedule
+family with the same shapes, streams, dtypes and collectives as ``schedsim execute`` runs it
+(the executor's kernels, see ``executor/kernels.py``: a ``compute`` op with ``bytes`` is an
+elementwise add moving that many bytes, two tensors of N/3 read and one written; matmuls are
+``torch.matmul(a, b, out=c)``; collectives use ``async_op=False`` on the current stream). The
+interleaved 1F1B and ZB-H1 references write each rank's pipeline program as a list of actions and
+issue it with :meth:`Proc.pipeline` (one compute stream, one stream per p2p kind, an event only where
+another stream waits), as torch pipelining's runtime walks its action lists.
+
+Timing is the executor's uninstrumented method, with the executor's own code for the start
+(:class:`executor.clock.IterationClock`, the one timing object shared with ``executor/runtime.py``;
+the program itself is plain PyTorch and imports nothing else from the repository): per iteration a
+device synchronize, an all-gather of the ranks' wall clocks on a gloo group and a spin to the
+common start (so every rank begins at one instant), an anchor event recorded on a spare stream and
+synchronised, the wall clock read, every stream made to wait for the anchor, the iteration issued,
+one end event recorded per stream; ``end`` = latest end − anchor. The per-rank ``[anchor_ns,
+end_s]`` pairs go through :func:`executor.timing.lean_makespans`, the very function that computes
+``makespan_uninstrumented_s``; the median of ``--iters`` iterations after ``--warmup`` is kept.
+On CPU ranks (gloo, for smoke tests) the anchor is the wall clock and ``end`` the host time
+until the iteration's work has completed.
+
+Run under torchrun; rank 0 writes ``--out`` (JSON): family, parameters, per-iteration makespans
+and their median, device, world size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for executor.timing
+
+from executor.clock import IterationClock
+from executor.timing import lean_makespans
+
+DT = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=doc)
+    p.add_argument("--out", required=True, help="JSON written by rank 0")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--set", action="append", default=[], help="NAME=VALUE (the schedule's parameters)")
+    return p
+
+
+def params(args: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The family's defaults (the shipped YAML's ``params``) overridden by ``--set NAME=VALUE``."""
+    out = dict(defaults)
+    for s in args.set:
+        k, v = s.split("=", 1)
+        out[k] = type(defaults[k])(v) if k in defaults and not isinstance(defaults[k], str) else v
+    return out
+
+
+def stage_gemms(tokens: int, hidden: int, chunks: int = 1) -> dict[str, tuple[int, int, int]]:
+    """``(m, n, k)`` of the F, I and W GEMMs of one stage chunk of schedules/pipeline_schedules.yaml:
+    F tokens×hidden @ hidden×f, I tokens×f @ f×hidden, W hidden×tokens @ tokens×f, f = 4·hidden/chunks."""
+    f = 4 * hidden // chunks
+    return {"F": (tokens, f, hidden), "I": (tokens, hidden, f), "W": (hidden, f, tokens)}
+
+
+#: Pipeline programs (:meth:`Proc.pipeline`) are lists of actions ``(kind, stage, microbatch)`` in issue
+#: order, stages numbered over the whole pipeline and placed round-robin (stage s on rank s mod p);
+#: kind is F, B (= I then W), I, W, or a p2p kind: its torch call and the stage, relative to ``stage``,
+#: of the peer (sendF passes stage s's output on to stage s+1, recvF takes stage s's input from s−1, ...).
+P2P = {"sendF": (dist.isend, +1), "recvF": (dist.irecv, -1), "sendB": (dist.isend, -1), "recvB": (dist.irecv, +1)}
+
+
+def peer(kind: str, stage: int, p: int) -> int:
+    """The rank a p2p action of ``stage`` talks to (round-robin placement over ``p`` ranks)."""
+    return (stage + P2P[kind][1]) % p
+
+
+def waits_for(action: tuple[str, int, int], program: list[tuple[str, int, int]]) -> tuple[str, int, int] | None:
+    """The action of ``program`` on another stream that ``action`` waits for, or None: a compute its input's
+    recv (F the recvF, I or B the recvB of its stage and microbatch) when this rank receives it, a send the
+    compute that produced what it sends (sendF its F; sendB its B, or its I when the backward is split).
+    These are the cross-stream dependencies of the lowered ops (schedsim/spec/pipeline_block.py)."""
+    kind, s, j = action
+    dep = {"F": [("recvF", s, j)], "B": [("recvB", s, j)], "I": [("recvB", s, j)], "sendF": [("F", s, j)],
+           "sendB": [("B", s, j), ("I", s, j)]}.get(kind, [])
+    return next((d for d in dep if d in program), None)
+
+
+class Proc:
+    """torch.distributed set up the way the executor does it (NCCL with eager init, plus a gloo group)."""
+
+    def __init__(self) -> None:
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.cuda = torch.cuda.is_available()
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.cuda:
+            torch.cuda.set_device(local)
+            self.dev = torch.device("cuda", local)
+            dist.init_process_group("nccl", device_id=self.dev, timeout=datetime.timedelta(seconds=300))
+            self.ctrl = dist.new_group(backend="gloo") if self.world > 1 else None
+        else:
+            self.dev = torch.device("cpu")
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+            self.ctrl = None
+        self.gen = torch.Generator().manual_seed(self.rank)
+
+    def rand(self, *shape: int, dtype: Any = torch.float32) -> Any:
+        if not self.cuda and dtype in (torch.float16, torch.bfloat16):
+            dtype = torch.float32
+        return torch.rand(shape, generator=self.gen).to(dtype).to(self.dev)
+
+    def empty(self, *shape: int, dtype: Any = torch.float32) -> Any:
+        if not self.cuda and dtype in (torch.float16, torch.bfloat16):
+            dtype = torch.float32
+        return torch.empty(shape, dtype=dtype, device=self.dev)
+
+    def copy_op(self, nbytes: float) -> Callable[[], Any]:
+        """The executor's ``compute`` op with ``bytes``: ``torch.add(a, b, out=c)`` on three uint8 tensors of
+        N/3 (an elementwise kernel; until 2026-12-02 a device copy, half read and half written)."""
+        third = max(1, int(nbytes // 3))
+        a = torch.randint(0, 4, (third,), dtype=torch.uint8, generator=self.gen).to(self.dev)
+        b = torch.randint(0, 4, (third,), dtype=torch.uint8, generator=self.gen).to(self.dev)
+        c = torch.empty(third, dtype=torch.uint8, device=self.dev)
+        return lambda: torch.add(a, b, out=c)
+
+    def pipeline_stage(self, tokens: int, hidden: int, chunks: int = 1) -> tuple[Callable[[], Any], Callable[[], Any],
+                                                                                 Callable[[], Any], int]:
+        """The stage work of schedules/pipeline_schedules.yaml (one model chunk), as the executor materialises
+        it: ``(forward, backward_input, backward_weight, activation elements)``; each of the three is one bf16
+        ``torch.matmul(out=)`` of :func:`stage_gemms`'s shape (tokens×hidden @ hidden×f; tokens×f @ f×hidden;
+        hidden×tokens @ tokens×f, f = 4·hidden/chunks: with 2 model chunks per rank a chunk does half the
+        work), and a p2p message holds tokens·hidden bf16 elements (``activation_bytes`` = tokens·hidden·2)."""
+        T, H, bf = tokens, hidden, torch.bfloat16
+        f = stage_gemms(T, H, chunks)["F"][1]
+        x, w_f, out_f = self.rand(T, H, dtype=bf), self.rand(H, f, dtype=bf), self.empty(T, f, dtype=bf)
+        g, w_i, out_i = self.rand(T, f, dtype=bf), self.rand(f, H, dtype=bf), self.empty(T, H, dtype=bf)
+        xt, out_w = self.rand(H, T, dtype=bf), self.empty(H, f, dtype=bf)
+        return (lambda: torch.matmul(x, w_f, out=out_f), lambda: torch.matmul(g, w_i, out=out_i),
+                lambda: torch.matmul(xt, g, out=out_w), T * H)
+
+    def pipeline(self, program: list[tuple[str, int, int]], tokens: int, hidden: int, chunks: int = 1,
+                 batched: bool = False) -> tuple[Callable[[], Any], list[Any]]:
+        """``(issue, streams)`` for :meth:`time`: one iteration of a rank's pipeline ``program`` (its actions
+        in issue order, see :data:`P2P`), issued the way ``schedsim execute`` issues the lowered ops.
+
+        F, B (= I then W), I and W run their GEMMs (:meth:`pipeline_stage`) on one compute stream. Each p2p
+        kind (sendF, recvF, sendB, recvB) has a stream of its own, on which the call is a lone
+        ``dist.isend``/``dist.irecv`` or, with ``batched``, a one-op ``batch_isend_irecv`` (torch's
+        ``_batch_p2p``), then ``work.wait()``: the stream waits for NCCL, the host goes on. A stream waits
+        (one event) only for the action :func:`waits_for` names, and only when it changes does the host
+        switch the current stream. On CPU ranks (gloo) p2p are asynchronous, a compute waits on the host
+        for the recv it consumes, and ``issue`` returns the works left to wait for.
+        """
+        fwd, dgrad, wgrad, act = self.pipeline_stage(tokens, hidden, chunks)
+        gemms = {"F": fwd, "B": lambda: (dgrad(), wgrad()), "I": dgrad, "W": wgrad}
+        kinds = sorted({a[0] for a in program if a[0] in P2P})
+        bufs = {k: (self.rand if k.startswith("send") else self.empty)(act, dtype=torch.bfloat16) for k in kinds}
+        streams = {k: self.stream() for k in ["compute", *kinds]}
+        deps = [waits_for(a, program) for a in program]
+        events = {d: torch.cuda.Event() for d in deps if d is not None} if self.cuda else {}
+
+        def p2p(kind: str, stage: int) -> Callable[[], list[Any]]:
+            fn, buf, dst = P2P[kind][0], bufs[kind], peer(kind, stage, self.world)
+            if batched:
+                return lambda: dist.batch_isend_irecv([dist.P2POp(fn, buf, dst)])
+            return lambda: [fn(buf, dst)]
+
+        # per action: (stream, the action it waits for, its event, launch, whether the launch returns works)
+        calls = [(streams[a[0]], d, events.get(a), p2p(a[0], a[1]), True) if a[0] in P2P else
+                 (streams["compute"], d, events.get(a), gemms[a[0]], False) for a, d in zip(program, deps, strict=True)]
+
+        def issue_cuda() -> None:
+            cur = None
+            for st, dep, ev, launch, comm in calls:
+                if st is not cur:
+                    torch.cuda.set_stream(st)
+                    cur = st
+                if dep is not None:
+                    st.wait_event(events[dep])
+                if comm:
+                    for w in launch():
+                        w.wait()  # the current stream waits for NCCL; the host goes on
+                else:
+                    launch()
+                if ev is not None:
+                    ev.record(st)
+
+        def issue_cpu() -> list[Any]:
+            works: dict[Any, list[Any]] = {}
+            for a, (_st, dep, _ev, launch, comm) in zip(program, calls, strict=True):
+                for w in works.pop(dep, []):
+                    w.wait()
+                if comm:
+                    works[a] = launch()
+                else:
+                    launch()
+            return [w for ws in works.values() for w in ws]
+
+        return (issue_cuda if self.cuda else issue_cpu), (list(streams.values()) if self.cuda else [])
+
+    def stream(self) -> Any:
+        return torch.cuda.Stream(device=self.dev) if self.cuda else None
+
+    def barrier(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.dev)
+        if self.world > 1:
+            dist.barrier(group=self.ctrl)
+
+    def time(self, issue: Callable[[], Any], streams: list[Any], iters: int, warmup: int) -> list[list[float]]:
+        """``[anchor_ns, end_s]`` of each timed iteration (the module docstring's method).
+
+        ``issue()`` enqueues one iteration (CUDA) or runs it and returns the works to wait for (CPU).
+        """
+        out = []
+        clock = IterationClock(self.dev, self.world, self.ctrl)
+        if self.cuda:
+            ends = [torch.cuda.Event(enable_timing=True) for _ in streams]
+            default = torch.cuda.default_stream(self.dev)
+        for k in range(warmup + iters):
+            if k == warmup:
+                clock.late_starts = 0  # count the timed iterations only
+            anchor = clock.start(streams)
+            if self.cuda:
+                issue()
+                torch.cuda.set_stream(default)
+                for s, e in zip(streams, ends):
+                    e.record(s)
+                for e in ends:
+                    e.synchronize()
+                end = max(clock.elapsed_s(e) for e in ends)
+            else:
+                t0 = time.perf_counter_ns()
+                for w in issue() or []:
+                    w.wait()
+                end = (time.perf_counter_ns() - t0) * 1e-9
+            if k >= warmup:
+                out.append([anchor, end])
+        self.late_starts = clock.late_starts
+        return out
+
+    def report(self, family: str, prm: dict[str, Any], lean: list[list[float]], out: str, **extra: Any) -> None:
+        """Gather every rank's iterations, compute the makespans, write the JSON on rank 0 and leave."""
+        allr: list[Any] = [None] * self.world
+        mine = (lean, getattr(self, "late_starts", 0))
+        if self.world > 1:
+            dist.all_gather_object(allr, mine, group=self.ctrl)
+        else:
+            allr = [mine]
+        if self.rank == 0:
+            ms = lean_makespans([r[0] for r in allr])
+            res = {"family": family, "params": prm, "world_size": self.world,
+                   "device": torch.cuda.get_device_name(self.dev) if self.cuda else "CPU (gloo)",
+                   "torch": torch.__version__, "makespans_s": ms, "makespan_median_s": statistics.median(ms),
+                   "method": "executor.clock.IterationClock (synchronize, clock all-gather, aligned start, "
+                             "anchor event), one end event per stream, executor.timing.lean_makespans",
+                   "late_starts": sum(r[1] for r in allr), **extra}
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(out).with_suffix(".tmp")
+            tmp.write_text(json.dumps(res, indent=1))
+            os.replace(tmp, out)
+            print(f"{family} {prm}: median {res['makespan_median_s'] * 1e3:.4f} ms over {len(ms)} iterations",
+                  flush=True)
+        self.barrier()
+        # CUDA graphs holding captured NCCL work can hang destroy_process_group (issue 15): leave at once
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
