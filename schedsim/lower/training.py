@@ -67,6 +67,7 @@ from schedsim.spec.pipeline_block import (
     PipelineSpec,
     StageCost,
     TransformerSpec,
+    _head_ops,
     _layer_ops,
     block_info,
     plan_of,
@@ -84,6 +85,9 @@ OPT_TAG = (("comm", "optimizer"),)
 #: Tag the report reads to tell TP collectives apart (they also carry their action's pipeline tags).
 TP_TAG = "tp_"
 DP_STREAM = "dp_comm"
+#: The attention core selective recomputation reruns (Korthikanti et al. 2022 §5: QKᵀ, softmax, softmax dropout,
+#: attention over V), by layer-op name (:func:`schedsim.spec.pipeline_block._layer_ops`).
+SELECTIVE = ("scores", "attn_mask", "softmax", "attn_dropout", "attn_v")
 
 Entry = dict[str, Any]  # a compute op dict, or a collective {"name", "kind", "bytes", "dtype", "tp": True}
 
@@ -133,20 +137,25 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
     tr = _transformer(t, plan)
     layer = _layer_ops(tr, plan.tp, plan.sp, plan.groups)
     e = DTYPE_BYTES[plan.dtype]
-    s, b, h, V = t.seq_length, t.micro_batch_size, t.hidden_size, plan.vocab
-    T = s * b
-    act = T * h * e
+    T = t.seq_length * t.micro_batch_size
+    act = T * t.hidden_size * e
     lps = plan.stage_layers[stage]
     fwd = _with_tp(layer["F"], "F", plan, act, plan.dtype)
     bwd = _with_tp(layer["I"], "I", plan, act, plan.dtype)
-    core = [o for o in layer["F"] if o["name"] in ("scores", "softmax", "attn_v")]
+    core = [o for o in layer["F"] if o["name"] in SELECTIVE]
     out: dict[str, list[Entry]] = {"F": [], "I": [], "W": []}
     rs_or_ar = "reduce_scatter" if plan.sp else "all_reduce"
     dt = plan.dtype
+    hd = _head_ops(tr, plan.tp, plan.sp)
+
+    def pick(*names: str) -> list[Entry]:
+        return [hd[n] for n in names if n in hd]
+
     if stage == 0:
-        out["F"].append({"name": "embedding", "kind": "compute", "bytes": 2 * T * h * e, "dtype": dt})
+        out["F"] += pick("embedding")
         if plan.tp > 1:
             out["F"].append(_coll("tp_embedding", rs_or_ar, act, dt))
+        out["F"] += pick("embedding_dropout")
     for k in range(lps):
         out["F"] += _renamed(fwd, f"l{k}.")
     for k in reversed(range(lps)):
@@ -154,31 +163,29 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
         out["I"] += _renamed(pre, f"l{k}.re_") + _renamed(bwd, f"l{k}.")
         out["W"] += _renamed(layer["W"], f"l{k}.")
     if stage == num_stages - 1:
-        head_f: list[Entry] = [{"name": "final_ln", "kind": "compute", "bytes": 2 * T * h * e // (plan.tp if plan.sp
-                                                                                               else 1), "dtype": dt}]
+        head_f = pick("final_ln")
         if plan.sp:
             head_f.append(_coll("tp_ag_logits", "all_gather", act, dt))
-        head_f.append({"name": "logits", "kind": "matmul", "m": T, "n": V // plan.tp, "k": h, "dtype": dt})
-        head_f.append({"name": "cross_entropy", "kind": "compute", "bytes": 3 * T * V // plan.tp * 4, "dtype": "fp32"})
+        head_f += pick("logits", "cross_entropy")
         if plan.tp > 1:
             head_f += [_coll(f"tp_ce_allreduce{i}", "all_reduce", T * 4, "fp32") for i in range(3)]
         out["F"] += head_f
-        head_i: list[Entry] = [{"name": "logits_dgrad", "kind": "matmul", "m": T, "n": h, "k": V // plan.tp,
-                                "dtype": dt}]
+        head_i = pick("cross_entropy_bwd", "logits_dgrad")
         if plan.tp > 1:
             head_i.append(_coll("tp_logits_dgrad", rs_or_ar, act, dt))
-        out["I"] = head_i + out["I"]
-        out["W"].insert(0, {"name": "logits_wgrad", "kind": "matmul", "m": h, "n": V // plan.tp, "k": T,
-                            "dtype": dt})
+        out["I"] = head_i + pick("final_ln_bwd") + out["I"]
+        out["W"][:0] = pick("logits_wgrad")
     if stage == 0:
-        out["W"].append({"name": "embedding_wgrad", "kind": "compute", "bytes": 3 * T * h * e, "dtype": dt})
+        out["I"] += pick("embedding_dropout_bwd")
+        out["W"] += pick("embedding_wgrad")
     return out
 
 
 def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
     return TransformerSpec(layers=t.num_layers, hidden=t.hidden_size, ffn=plan.ffn, heads=t.num_attention_heads,
                            seq=t.seq_length, micro_batch=t.micro_batch_size, dtype=plan.dtype,  # type: ignore[arg-type]
-                           vocab=plan.vocab, swiglu=t.swiglu)
+                           vocab=plan.vocab, swiglu=t.swiglu, attention_dropout=t.attention_dropout,
+                           hidden_dropout=t.hidden_dropout)
 
 
 def _held(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, dict[str, int]]:
@@ -228,8 +235,10 @@ class _Ranks:
         out: dict[str, tuple[int, float]] = {}
         acc = 0.0
         names = [str(o["name"]) for o in self.lists[stage]["W"]]
-        for name in names:
-            acc += own.get(name, held["layers"] / lps if name.endswith("qkv_wgrad") else 0) / plan.tp
+        layer_of = [n.split(".")[0] if n.startswith("l") and "." in n else "" for n in names]
+        for i, name in enumerate(names):  # a layer's parameters are ready after its last weight-gradient kernel
+            done = layer_of[i] and (i + 1 == len(names) or layer_of[i + 1] != layer_of[i])
+            acc += own.get(name, held["layers"] / lps if done else 0) / plan.tp
             if acc >= size or (name == names[-1] and acc):
                 out[name] = (len(out), acc)
                 acc = 0.0

@@ -86,6 +86,10 @@ class TrainingSpec(BaseModel):
     swiglu: bool = Field(default=False, description="--swiglu: fc1 has 2·f columns.")
     untie_embeddings_and_output_weights: bool = Field(default=False, description="Untied output layer (no "
                                                       "embedding all-reduce between first and last stage).")
+    attention_dropout: float = Field(default=0.1, ge=0, lt=1, description="--attention-dropout (Megatron's "
+                                     "default 0.1): a dropout kernel on the b·a·s² probabilities; 0: none.")
+    hidden_dropout: float = Field(default=0.1, ge=0, lt=1, description="--hidden-dropout (Megatron's default "
+                                  "0.1): the embedding's and the bias-dropout-adds' masks; 0: none.")
     micro_batch_size: int = Field(gt=0, description="--micro-batch-size b.")
     global_batch_size: int | None = Field(default=None, gt=0, description="--global-batch-size (default b·dp).")
     tensor_model_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("tensor_model_parallel_size"))
