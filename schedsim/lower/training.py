@@ -21,6 +21,15 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   all-reduces (reduce-scatters with SP) its output, the cross-entropy all-reduces three ``s·b`` fp32 vectors
   (``tensor_parallel/cross_entropy.py``: max logit, predicted logit, sum of exponentials), and the output
   layer's input gradient is all-reduced (reduce-scattered with SP);
+* **experts** (``num_experts``): each layer's MLP is Megatron-LM's MoE layer (:func:`schedsim.spec.pipeline_block.
+  _layer_ops` with ``moe``: router, permutation, one fc1/activation/fc2 per local expert, unpermutation); the
+  ``MoEAlltoAllTokenDispatcher``'s all-to-all over the EP group (ranks with the same tp and pp coordinates in
+  blocks of ``ep`` of the cp·dp ranks: Megatron's expert order ``tp-ep-dp-pp``) before and after the experts,
+  and with tp > 1 (sequence parallelism required) the all-gather / reduce-scatter of the tokens over the TP
+  group (:func:`_with_ep`); router imbalance: with ``moe_expert_capacity_factor`` c the first expert of EP
+  index 0 runs at capacity, c times the mean load, and that rank's all-to-alls carry what it receives. The
+  experts' gradients are reduced over the expert data-parallel group (``dp·cp/ep`` ranks with the same EP
+  index) after the rank's last compute (not bucketed);
 * **recomputation**: ``full`` reruns a layer's forward (its TP collectives included) before its backward, for
   every layer (``uniform``) or the first ``recompute_num_layers`` of each chunk (``block``); ``selective``
   reruns the attention core (scores, softmax, attention·V) (Korthikanti et al. 2022 §5);
@@ -49,8 +58,11 @@ Not modelled yet (issue 36): Megatron issues the backward's TP collectives async
 all-reduce or reduce-scatter overlaps the weight-gradient GEMM, ``tensor_parallel/layers.py``
 ``LinearWithGradAccumulationAndAsyncCommunication``); here they run between the data-gradient GEMMs on the
 compute stream, all weight gradients after them, so backward TP communication is exposed in full. Also not yet:
-the all-gather of the sequence-parallel input that the weight gradient redoes, context and expert
-parallelism and TP communication overlap (refused by :func:`schedsim.spec.training_block.check_training`).
+the all-gather of the sequence-parallel input that the weight gradient redoes, context parallelism and TP
+communication overlap (refused by :func:`schedsim.spec.training_block.check_training`); for experts, the
+distributed optimizer's sharding of expert state over the expert data-parallel group (it is sharded over
+dp·cp like the dense state), expert biases, grouped GEMM (``moe_grouped_gemm``) and MoE activation memory
+(Korthikanti's dense count is used).
 """
 
 from __future__ import annotations
@@ -92,8 +104,32 @@ SELECTIVE = ("scores", "attn_mask", "softmax", "attn_dropout", "attn_v")
 Entry = dict[str, Any]  # a compute op dict, or a collective {"name", "kind", "bytes", "dtype", "tp": True}
 
 
-def _coll(name: str, kind: str, nbytes: float, dtype: str) -> Entry:
-    return {"name": name, "kind": kind, "bytes": float(nbytes), "dtype": dtype, "tp": True}
+def _coll(name: str, kind: str, nbytes: float, dtype: str, group: str = "tp") -> Entry:
+    """A collective of a stage list: on the TP group, or on the EP group with ``group="ep"``."""
+    return {"name": name, "kind": kind, "bytes": float(nbytes), "dtype": dtype, "tp": True, "group": group}
+
+
+def _with_ep(ops: list[Entry], phase: str, plan: TrainingPlan, a2a: float, gathered: float, dtype: str) -> list[Entry]:
+    """An MoE layer's ``phase`` kernels with the token dispatcher's collectives placed around its experts
+    (Megatron-LM ``MoEAlltoAllTokenDispatcher``, on the compute stream): the dispatch all-to-all over the EP
+    group (``a2a`` bytes on this rank: the larger of what it sends and receives, so the busiest rank times
+    it), then with tp > 1 the all-gather of the received tokens over the TP group (``gathered`` bytes, the
+    nccl-tests size); after the experts the reduce-scatter and the combine all-to-all; the backward runs the
+    conjugates (combine's backward before the experts' data gradients, dispatch's after)."""
+    names = [o["name"] for o in ops]
+    experts = [i for i, n in enumerate(names) if n.startswith(("fc1_e", "fc2_e", "act_e", "fc1_dgrad_e",
+                                                               "fc2_dgrad_e", "act_bwd_e"))]
+    if phase == "W" or not experts or plan.ep * plan.tp == 1:
+        return list(ops)
+    lo, hi = experts[0], experts[-1]
+    tag = "" if phase == "F" else "_bwd"
+    first, second = ("dispatch", "combine") if phase == "F" else ("combine", "dispatch")
+    pre = [_coll(f"ep_{first}{tag}", "all_to_all", a2a, dtype, "ep")] if plan.ep > 1 else []
+    post = [_coll(f"ep_{second}{tag}", "all_to_all", a2a, dtype, "ep")] if plan.ep > 1 else []
+    if plan.tp > 1:
+        pre.append(_coll(f"tp_ag_moe{tag}", "all_gather", gathered, dtype))
+        post.insert(0, _coll(f"tp_rs_moe{tag}", "reduce_scatter", gathered, dtype))
+    return [*ops[:lo], *pre, *ops[lo:hi + 1], *post, *ops[hi + 1:]]
 
 
 def _with_tp(ops: list[Entry], phase: str, plan: TrainingPlan, nbytes: float, dtype: str) -> list[Entry]:
@@ -131,17 +167,30 @@ def _recomputed(t: TrainingSpec, k: int, lps: int) -> bool:
     return t.recompute_method == "uniform" or k < (t.recompute_num_layers or 0)
 
 
-def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int) -> dict[str, list[Entry]]:
+def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int,
+                hot: bool = False) -> dict[str, list[Entry]]:
     """Per phase (F, I, W), one stage chunk's ops on one TP rank in issue order: compute op dicts and TP
-    collectives (``"tp": True``), layer by layer (the backward in reverse layer order), names ``l<k>.<op>``."""
+    collectives (``"tp": True``; ``"group": "ep"`` for the experts' all-to-all), layer by layer (the backward
+    in reverse layer order), names ``l<k>.<op>``. ``hot``: the EP rank whose first expert runs at capacity
+    (:meth:`~schedsim.spec.training_block.TrainingPlan.expert_tokens`)."""
     tr = _transformer(t, plan)
-    layer = _layer_ops(tr, plan.tp, plan.sp, plan.groups)
     e = DTYPE_BYTES[plan.dtype]
     T = t.seq_length * t.micro_batch_size
     act = T * t.hidden_size * e
+    moe = None
+    if plan.experts:
+        tokens = plan.expert_tokens(t, hot)
+        moe = (plan.experts, t.moe_router_topk, tokens)
+        got = sum(tokens) // plan.tp * t.hidden_size * e  # received by this rank's dispatch (before the TP gather)
+        a2a = max(T // plan.tp * t.moe_router_topk * t.hidden_size * e, got)
+    layer = _layer_ops(tr, plan.tp, plan.sp, plan.groups, moe)
     lps = plan.stage_layers[stage]
     fwd = _with_tp(layer["F"], "F", plan, act, plan.dtype)
     bwd = _with_tp(layer["I"], "I", plan, act, plan.dtype)
+    if moe is not None:
+        gathered = sum(moe[2]) * t.hidden_size * e
+        fwd = _with_ep(fwd, "F", plan, a2a, gathered, plan.dtype)
+        bwd = _with_ep(bwd, "I", plan, a2a, gathered, plan.dtype)
     core = [o for o in layer["F"] if o["name"] in SELECTIVE]
     out: dict[str, list[Entry]] = {"F": [], "I": [], "W": []}
     rs_or_ar = "reduce_scatter" if plan.sp else "all_reduce"
@@ -191,13 +240,16 @@ def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
 def _held(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, dict[str, int]]:
     """Parameters of the whole model per stage chunk, split as :func:`schedsim.pipeline.memory.stage_params`
     splits them (layers, embedding on the first, output layer on the last when untied or, tied, Megatron's copy
-    of the word embedding there), with each stage's own layer count (uneven first/last stages)."""
+    of the word embedding there), with each stage's own layer count (uneven first/last stages); ``experts``:
+    the layers' expert parameters one EP rank holds (0 for a dense model), apart from ``layers``."""
     from schedsim.pipeline.memory import stage_params
-    from schedsim.spec.training_block import _params_per_layer
+    from schedsim.spec.training_block import _params_per_layer, expert_params_per_layer
 
-    per = _params_per_layer(t, plan)
+    ex = expert_params_per_layer(t, plan)
+    per = _params_per_layer(t, plan) - ex  # the dense part; the experts' ("experts") reduce over their own group
     held = stage_params(num_stages, 1, per, hidden=t.hidden_size, seq=t.seq_length, vocab=plan.vocab)
-    return {s: {**d, "layers": per * plan.stage_layers[s]} for s, d in held.items()}
+    return {s: {**d, "layers": per * plan.stage_layers[s], "experts": ex * plan.stage_layers[s]}
+            for s, d in held.items()}
 
 
 def _stage_params(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, float]:
@@ -211,7 +263,10 @@ class _Ranks:
     def __init__(self, spec: ScheduleSpec, table: Table, t: TrainingSpec, plan: TrainingPlan, num_stages: int):
         self.spec, self.table, self.t, self.plan = spec, table, t, plan
         self.lists = {s: stage_lists(t, plan, s, num_stages) for s in range(num_stages)}
-        self.compute: dict[tuple[int, str, int], int] = {}
+        self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
+            if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
+        self.compute: dict[tuple[int, str, int, bool], int] = {}
+        self.held = _held(t, plan, num_stages)
         self.protos: dict[tuple[int, ...], dict[tuple[int, str], list[tuple[str, int]]]] = {}
 
     def template(self, op: Op) -> int:
@@ -227,8 +282,8 @@ class _Ranks:
         order (``megatron/core/distributed/distributed_data_parallel.py``), a layer's parameters ready after its
         last weight gradient; without ``bucketing`` (model chunks after the first: ``megatron/training/
         training.py`` ``get_model``, ``disable_bucketing=(model_chunk_idx > 0)``) one bucket per chunk."""
-        t, plan = self.t, self.plan
-        held = _held(t, plan, len(self.lists))[stage]
+        plan = self.plan
+        held = self.held[stage]
         lps = plan.stage_layers[stage]
         own = {"logits_wgrad": held["lm_head"], "embedding_wgrad": held["embedding"]}
         size = max(40_000_000, 1_000_000 * plan.dp * plan.cp) if bucketing else float("inf")
@@ -244,25 +299,30 @@ class _Ranks:
                 acc = 0.0
         return out
 
-    def stage_protos(self, stages: list[int], group: tuple[int, ...]) -> dict[tuple[int, str], list[tuple[str, int]]]:
-        """(stage, phase) -> [(op name, template id)] for a TP group (its collectives' templates name it)."""
-        key = (*stages, -1, *group)
+    def stage_protos(self, stages: list[int], group: tuple[int, ...], ep_group: tuple[int, ...] = (),
+                     hot: bool = False) -> dict[tuple[int, str], list[tuple[str, int]]]:
+        """(stage, phase) -> [(op name, template id)] for a TP group and EP group (its collectives' templates
+        name them); ``hot``: the stage lists of the EP rank whose first expert runs at capacity."""
+        key = (*stages, -1, *group, -1, *ep_group, int(hot))
         got = self.protos.get(key)
         if got is not None:
             return got
         out: dict[tuple[int, str], list[tuple[str, int]]] = {}
+        lists = self.hot_lists if hot else self.lists
         for s in stages:
-            for phase, lst in self.lists[s].items():
+            for phase, lst in lists[s].items():
                 row: list[tuple[str, int]] = []
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
                     if o.get("tp"):
-                        op = Op(name=o["name"], rank=group[0], kind=o["kind"], stream="compute", seq=0, group=group,
+                        grp = ep_group if o.get("group") == "ep" else group
+                        op = Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute", seq=0, group=grp,
                                 nbytes=o["bytes"], dtype=o["dtype"], source="training")
                         row.append((o["name"], self.template(op)))
                         continue
-                    tid = self.compute.get((s, phase, k))
+                    tid = self.compute.get((s, phase, k, hot))
                     if tid is None:
-                        tid = self.compute[(s, phase, k)] = self.table.template(_stage_proto(self.spec, o, k, phase))
+                        tid = self.compute[(s, phase, k, hot)] = self.table.template(
+                            _stage_proto(self.spec, o, k, phase))
                     row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
         self.protos[key] = out
@@ -347,7 +407,11 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     tp_group = tuple(plan.rank(x, c_, d_, p_) for x in range(plan.tp))
     dp_group = tuple(sorted(plan.rank(t_, c, d, p_) for d in range(plan.dp) for c in range(plan.cp)))
     pp_ranks = tuple(plan.rank(t_, c_, d_, r) for r in range(plan.pp))
-    protos = ranks.stage_protos(rank_stages[p_], tp_group)
+    j = c_ + plan.cp * d_  # the experts' rank order tp-ep-dp-pp splits the cp·dp ranks into ep-sized blocks
+    e_, base = j % plan.ep, j - j % plan.ep
+    ep_group = tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(base, base + plan.ep))
+    protos = ranks.stage_protos(rank_stages[p_], tp_group, ep_group, hot=e_ == 0 and ranks.hot_lists is not
+                                ranks.lists)
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks)
     shard = plan.dp * plan.cp if t.use_distributed_optimizer else 1
     grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
@@ -372,8 +436,14 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     for act, bid in steps[p_]:
         em.action(act, bid)
     last = () if em.last_compute is None else (em.last_compute,)
+    experts = sum(ranks.held[s]["experts"] for s in rank_stages[p_]) / plan.tp
     if multi and not t.overlap_grad_reduce:
-        grads.append(ranks.one(reduce, f"dp_grad_{reduce}", g, dp_group, mine * grad_e, plan.grad_dtype, last))
+        grads.append(ranks.one(reduce, f"dp_grad_{reduce}", g, dp_group, (mine - experts) * grad_e,
+                               plan.grad_dtype, last))
+    edp_group = tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(e_, plan.cp * plan.dp, plan.ep))
+    if experts and len(edp_group) > 1:  # the experts' gradients, over the expert data-parallel group
+        grads.append(ranks.one(reduce, f"dp_expert_grad_{reduce}", g, edp_group, experts * grad_e,
+                               plan.grad_dtype, last))
     wait = tuple(grads) or last
     if plan.pp > 1 and not t.untie_embeddings_and_output_weights and p_ in (0, plan.pp - 1):
         grp = (plan.rank(t_, c_, d_, 0), plan.rank(t_, c_, d_, plan.pp - 1))

@@ -160,8 +160,8 @@ with plugins_off():  # the parts first, so PipelineSpec reuses their schemas
 
 
 # ---------------------------------------------------------------- transformer
-def _layer_ops(t: TransformerSpec, tp: int = 1, sp: bool = False,
-               groups: int | None = None) -> dict[str, list[dict[str, Any]]]:
+def _layer_ops(t: TransformerSpec, tp: int = 1, sp: bool = False, groups: int | None = None,
+               moe: tuple[int, int, tuple[int, ...]] | None = None) -> dict[str, list[dict[str, Any]]]:
     """One layer's kernels per phase (F, I, W) on one of ``tp`` tensor-parallel ranks, every kernel Megatron-LM's
     GPT layer launches (``--transformer-impl local``, its default fusions: ``masked_softmax_fusion``,
     ``bias_gelu_fusion``, ``bias_dropout_fusion``; ``megatron/legacy/model/transformer.py``): column-parallel QKV
@@ -197,6 +197,14 @@ def _layer_ops(t: TransformerSpec, tp: int = 1, sp: bool = False,
     * weight gradient: the four weight-gradient GEMMs, then the QKV bias gradient T·q·e
       (``LinearWithGradAccumulationAndAsyncCommunication.backward``: ``grad_output.sum(dim=0)`` after the
       weight gradient).
+
+    ``moe``: ``(num_experts E, router top-k, tokens of each local expert)``: the MLP is Megatron-LM's MoE layer
+    (``megatron/core/transformer/moe``: ``TopKRouter``, ``MoEAlltoAllTokenDispatcher``, ``SequentialMLP``):
+    the router GEMM (Tn × E × h) and its softmax/top-k (reads and writes Tn·E fp32 scores, 3 passes), the
+    permutation of the routed tokens (reads Tn·h, writes Tn·k·h), per local expert j fc1, activation and fc2
+    on its own token count (``fc1_e<j>``, ``act_e<j>``, ``fc2_e<j>``; the expert-parallel all-to-all and the
+    TP gather are placed by :mod:`schedsim.lower.training`), the unpermutation (reads Tn·k·h, writes Tn·h),
+    and their backwards (experts in reverse order, as autograd runs the loop) and weight gradients.
 
     A dropout probability of 0 launches no dropout kernel (ATen ``dropout``: ``p == 0`` returns the input);
     the bias-dropout-add then still reads and writes, without a mask. Cross-check: the forward writes
@@ -245,7 +253,33 @@ def _layer_ops(t: TransformerSpec, tp: int = 1, sp: bool = False,
     ]
     bwd_w = [mm("fc2_wgrad", f // tp, h, T), mm("fc1_wgrad", h, f1 // tp, T), mm("proj_wgrad", hp, h, T),
              mm("qkv_wgrad", h, qkv, T), *ew("qkv_bias_grad", T * qkv * e)]
+    if moe is not None:
+        _moe_mlp(fwd, bwd_i, bwd_w, moe, Tn, h, f // tp, f1 // tp, e, mm, ew)
     return {"F": fwd, "I": bwd_i, "W": bwd_w}
+
+
+def _moe_mlp(fwd: list[dict[str, Any]], bwd_i: list[dict[str, Any]], bwd_w: list[dict[str, Any]],
+             moe: tuple[int, int, tuple[int, ...]], Tn: int, h: int, fp: int, f1p: int, e: int, mm: Any,
+             ew: Any) -> None:
+    """Replace the dense MLP kernels of :func:`_layer_ops`'s lists by the MoE layer's, in place (see there);
+    ``fp``, ``f1p``: the expert's f and fc1 columns on one TP rank."""
+    E, k, tokens = moe
+    routed = Tn * h * e * (1 + k)  # (un)permute: Tn tokens one side, Tn·k the other
+    experts_f = [op for j, n in enumerate(tokens) for op in
+                 (mm(f"fc1_e{j}", n, f1p, h), *ew(f"act_e{j}", (f1p + fp) * n * e), mm(f"fc2_e{j}", n, h, fp))]
+    at = next(i for i, o in enumerate(fwd) if o["name"] == "fc1")
+    fwd[at:at + 3] = [mm("router", Tn, E, h), *ew("router_topk", 3 * Tn * E * 4), *ew("permute", routed),
+                      *experts_f, *ew("unpermute", routed)]
+    experts_i = [op for j, n in reversed(list(enumerate(tokens))) for op in
+                 (mm(f"fc2_dgrad_e{j}", n, fp, h), *ew(f"act_bwd_e{j}", 3 * n * f1p * e),
+                  mm(f"fc1_dgrad_e{j}", n, h, f1p))]
+    names = [o["name"] for o in bwd_i]
+    lo, hi = names.index("fc2_bias_grad"), names.index("fc1_dgrad")
+    bwd_i[lo:hi + 1] = [*ew("unpermute_bwd", routed), *experts_i, *ew("permute_bwd", routed),
+                        *ew("router_topk_bwd", 3 * Tn * E * 4), mm("router_dgrad", Tn, h, E)]
+    bwd_w[0:2] = [*(op for j, n in reversed(list(enumerate(tokens))) for op in
+                    (mm(f"fc2_wgrad_e{j}", fp, h, n), mm(f"fc1_wgrad_e{j}", h, f1p, n))),
+                  mm("router_wgrad", h, E, Tn)]
 
 
 def _head_ops(t: TransformerSpec, tp: int = 1, sp: bool = False) -> dict[str, dict[str, Any]]:

@@ -54,7 +54,7 @@ from schedsim.errors import SpecError
 from schedsim.units import DTYPE_BYTES
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops",
-           "memory_per_rank", "act_bytes_per_layer", "ALIASES"]
+           "memory_per_rank", "act_bytes_per_layer", "expert_params_per_layer", "ALIASES"]
 
 #: Short alias -> Megatron argument.
 ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size", "dp": "data_parallel_size",
@@ -106,6 +106,9 @@ class TrainingSpec(BaseModel):
     expert_model_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("expert_model_parallel_size"))
     num_experts: int | None = Field(default=None, gt=0)
     moe_router_topk: int = Field(default=2, gt=0)
+    moe_expert_capacity_factor: float | None = Field(default=None, gt=0, description="--moe-expert-capacity-"
+                                                     "factor c: the busiest expert is taken at its capacity, c "
+                                                     "times the mean load (router imbalance); default balanced.")
     sequence_parallel: bool = False
     recompute_granularity: Literal["full", "selective"] | None = None
     recompute_method: Literal["uniform", "block"] | None = None
@@ -146,6 +149,20 @@ class TrainingPlan:
     ffn: int
     groups: int
     stage_layers: tuple[int, ...] = ()  # layers of each of the p·v stages (uneven first/last stages)
+    ep: int = 1
+    experts: int = 0  # num_experts, 0 for a dense model
+
+    def expert_tokens(self, t: TrainingSpec, hot: bool) -> tuple[int, ...]:
+        """Tokens each local expert of an EP rank runs per microbatch (after the TP all-gather with tp > 1):
+        ``ep · s·b · k / E`` balanced (every EP rank routes its ``s·b/tp`` tokens to k experts; with sequence
+        parallelism the TP gather multiplies by tp), the first expert of the ``hot`` rank (EP index 0) at its
+        capacity, ``moe_expert_capacity_factor`` times that (Megatron-LM ``moe_utils.get_capacity``:
+        ``ceil(tokens · k / E · c)``)."""
+        mean = -(-self.ep * t.seq_length * t.micro_batch_size * t.moe_router_topk // self.experts)
+        out = [mean] * (self.experts // self.ep)
+        if hot and t.moe_expert_capacity_factor is not None:
+            out[0] = int(-(-mean * t.moe_expert_capacity_factor // 1))
+        return tuple(out)
 
     @property
     def schedule(self) -> str:
@@ -185,7 +202,8 @@ def training_plan(t: TrainingSpec, world_size: int) -> TrainingPlan:
                         global_batch=gbs, sp=t.sequence_parallel and tp > 1, dtype=dtype,
                         grad_dtype="fp32" if dtype in ("bf16", "fp32") else "fp16",
                         vocab=-(-t.vocab_size // unit) * unit, ffn=t.ffn_hidden_size or 4 * t.hidden_size,
-                        groups=t.num_query_groups or t.num_attention_heads, stage_layers=layers)
+                        groups=t.num_query_groups or t.num_attention_heads, stage_layers=layers,
+                        ep=t.expert_model_parallel_size, experts=t.num_experts or 0)
 
 
 # ---------------------------------------------------------------- Megatron's validation
@@ -200,6 +218,12 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
                  f"({pp}) × cp ({cp}) (Megatron-LM parallel_state.initialize_model_parallel)",
                  f"set world_size to a multiple of {model}, or change tp/pp/cp")]
     dp = world_size // model
+    ep = t.expert_model_parallel_size
+    if (dp * cp) % ep:
+        return [*_limit_rules(t), ("expert_model_parallel_size", f"world_size ({world_size}) is not divisible by "
+                f"expert_tensor_model_pipeline_parallel size ({tp * ep * pp} = tp {tp} × ep {ep} × pp {pp}; "
+                "Megatron-LM parallel_state.initialize_model_parallel): the experts' data-parallel size "
+                f"dp·cp / ep = {dp * cp} / {ep} must be whole", f"use an ep dividing dp·cp = {dp * cp}")]
     return [*_limit_rules(t), *_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
             *_recompute_rules(t)]
 
@@ -356,11 +380,32 @@ def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
         out.append(("params_dtype", f"params_dtype {explicit} contradicts --{flag}, which sets params_dtype to "
                     f"{flag} (Megatron-LM arguments.py: args.params_dtype = torch.half under --fp16, torch.bfloat16 "
                     "under --bf16)", f"set params_dtype: {flag}, or remove it (--{flag} sets it)"))
-    if t.num_experts is not None and t.num_experts % t.expert_model_parallel_size:
-        out.append(("expert_model_parallel_size", f"num_experts ({t.num_experts}) must be a multiple of "
-                    f"expert_model_parallel_size ({t.expert_model_parallel_size}) (Megatron-LM arguments.py)",
-                    "use an ep dividing num_experts"))
+    out += _moe_rules(t)
     return out
+
+
+def _moe_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Experts (Megatron-LM ``arguments.py`` and ``transformer_config.py``)."""
+    ep, E, tp = t.expert_model_parallel_size, t.num_experts, t.tensor_model_parallel_size
+    if E is None:
+        if ep > 1:
+            return [("expert_model_parallel_size", "num_experts must be non None to use expert model parallelism "
+                     "(Megatron-LM arguments.py)", "set num_experts, or expert_model_parallel_size: 1")]
+        if t.moe_expert_capacity_factor is not None:
+            return [("moe_expert_capacity_factor", "moe_expert_capacity_factor is set without num_experts (a "
+                     "dense model has no router)", "set num_experts, or remove moe_expert_capacity_factor")]
+        return []
+    if E % ep:
+        return [("expert_model_parallel_size", f"num_experts ({E}) must be a multiple of expert_model_parallel_size "
+                 f"({ep}) (Megatron-LM arguments.py)", f"use an ep dividing {E}")]
+    if t.moe_router_topk > E:
+        return [("moe_router_topk", f"moe_router_topk ({t.moe_router_topk}) is larger than num_experts ({E}): a "
+                 "token cannot be routed to more distinct experts than exist (Megatron-LM router.py topk)",
+                 f"use moe_router_topk <= {E}")]
+    if tp > 1 and not t.sequence_parallel:
+        return [("sequence_parallel", "When using MoE and tensor parallelism, sequence parallelism must be used "
+                 "(Megatron-LM arguments.py)", "set sequence_parallel: true")]
+    return []
 
 
 def _recompute_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
@@ -390,9 +435,6 @@ def _unmodelled(t: TrainingSpec) -> list[tuple[str, str, str]]:
     if t.context_parallel_size > 1:
         out.append(("context_parallel_size", "context parallelism (ring attention p2p) is not modelled yet "
                     "(issue 36)", "set context_parallel_size: 1"))
-    if t.num_experts is not None or t.expert_model_parallel_size > 1:
-        out.append(("num_experts", "mixture-of-experts layers (EP all-to-all) are not modelled yet (issue 36)",
-                    "remove num_experts / expert_model_parallel_size"))
     if t.tp_comm_overlap:
         out.append(("tp_comm_overlap", "TP communication/GEMM overlap (userbuffers) is not modelled yet "
                     "(issue 36)", "set tp_comm_overlap: false"))
@@ -473,7 +515,19 @@ def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
     h, f = t.hidden_size, plan.ffn
     kv = 2 * h * plan.groups // t.num_attention_heads
     f1 = 2 * f if t.swiglu else f
+    if plan.experts:  # the router, then the rank's E/ep experts (expert_params_per_layer)
+        return (h * (h + kv) + (h + kv)) + (h * h + h) + h * plan.experts + 4 * h + expert_params_per_layer(t, plan)
     return (h * (h + kv) + (h + kv)) + (h * h + h) + (h * f1 + f1) + (f * h + h) + 4 * h
+
+
+def expert_params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
+    """Parameters of the ``E/ep`` experts one EP rank holds in one layer (fc1 ``h × f1`` and fc2 ``f × h`` each,
+    no biases: :func:`schedsim.spec.pipeline_block._moe_mlp`); 0 for a dense model. Their gradients are reduced
+    over the experts' data-parallel group (``dp·cp/ep`` ranks), not the dense one."""
+    if not plan.experts:
+        return 0
+    f = plan.ffn
+    return plan.experts // plan.ep * (t.hidden_size * (2 * f if t.swiglu else f) + f * t.hidden_size)
 
 
 def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
