@@ -30,6 +30,11 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   index 0 runs at capacity, c times the mean load, and that rank's all-to-alls carry what it receives. The
   experts' gradients are reduced over the expert data-parallel group (``dp·cp/ep`` ranks with the same EP
   index) after the rank's last compute (not bucketed);
+* **context parallelism** (``context_parallel_size``): each rank holds ``s/cp`` tokens (every kernel, TP
+  collective and PP message is sized by them) and the attention core is Transformer Engine's ring attention
+  (:func:`_with_cp`): cp steps of a fused attention kernel with the next step's K, V send/recv to the
+  neighbouring CP ranks (same tp, dp and pp coordinates) grouped on stream ``cp_comm``, overlapped with the
+  step's kernel; gradients are reduced over the dp·cp ranks;
 * **recomputation**: ``full`` reruns a layer's forward (its TP collectives included) before its backward, for
   every layer (``uniform``) or the first ``recompute_num_layers`` of each chunk (``block``); ``selective``
   reruns the attention core (scores, softmax, attention·V) (Korthikanti et al. 2022 §5);
@@ -58,8 +63,9 @@ Not modelled yet (issue 36): Megatron issues the backward's TP collectives async
 all-reduce or reduce-scatter overlaps the weight-gradient GEMM, ``tensor_parallel/layers.py``
 ``LinearWithGradAccumulationAndAsyncCommunication``); here they run between the data-gradient GEMMs on the
 compute stream, all weight gradients after them, so backward TP communication is exposed in full. Also not yet:
-the all-gather of the sequence-parallel input that the weight gradient redoes, context parallelism and TP
-communication overlap (refused by :func:`schedsim.spec.training_block.check_training`); for experts, the
+the all-gather of the sequence-parallel input that the weight gradient redoes and TP communication overlap
+(refused by :func:`schedsim.spec.training_block.check_training`); Transformer Engine's other kernels with
+cp > 1 (the layer keeps the local implementation's around the attention core); for experts, the
 distributed optimizer's sharding of expert state over the expert data-parallel group (it is sharded over
 dp·cp like the dense state), expert biases, grouped GEMM (``moe_grouped_gemm``) and MoE activation memory
 (Korthikanti's dense count is used).
@@ -72,7 +78,7 @@ from typing import Any
 from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
-from schedsim.lower.pipeline import _Emitter, _interleaved_steps, _lowered_steps, _stage_proto
+from schedsim.lower.pipeline import ProtoPlace, _Emitter, _interleaved_steps, _lowered_steps, _stage_proto
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -157,7 +163,78 @@ def _with_tp(ops: list[Entry], phase: str, plan: TrainingPlan, nbytes: float, dt
 
 
 def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
-    return [{**o, "name": prefix + o["name"]} for o in ops]
+    """The entries with ``prefix`` before their names (and the names a placed entry waits for, its NCCL group
+    and message)."""
+    out = []
+    for o in ops:
+        o = {**o, "name": prefix + o["name"]}
+        if "after" in o:
+            o.update(after=[prefix + n for n in o["after"]], batch=prefix + o["batch"] if o.get("batch") else "",
+                     msg=prefix + o["msg"] if o.get("msg") else "")
+        out.append(o)
+    return out
+
+
+#: The local attention core of :func:`schedsim.spec.pipeline_block._layer_ops` that context parallelism
+#: replaces by its ring, forward and input gradient.
+CORE_F = ("scores", "attn_mask", "softmax", "attn_dropout", "attn_v")
+CORE_I = ("attn_v_dgrad", "attn_v_dgrad_v", "attn_dropout_bwd", "softmax_bwd", "attn_mask_bwd", "scores_dgrad_q",
+          "scores_dgrad_k")
+CP_STREAM = "cp_comm"
+_PLACE_KEYS = ("after", "stream", "batch", "msg", "cp_peer")
+
+
+def _ring_p2p(name: str, nbytes: float, dtype: str, after: list[str]) -> list[Entry]:
+    """One ring step's grouped send (to the next CP rank) and recv (from the previous), on stream ``cp_comm``."""
+    base = {"bytes": float(nbytes), "dtype": dtype, "stream": CP_STREAM, "after": after, "batch": name, "msg": name}
+    return [{**base, "name": name.replace("cp_", "cp_send_", 1), "kind": "send", "cp_peer": "next"},
+            {**base, "name": name.replace("cp_", "cp_recv_", 1), "kind": "recv", "cp_peer": "prev"}]
+
+
+def _with_cp(ops: list[Entry], phase: str, t: TrainingSpec, plan: TrainingPlan) -> list[Entry]:
+    """A layer's ``phase`` (F or I) with its attention core as Megatron's context-parallel ring attention
+    (Transformer Engine ``AttnFuncWithCPAndKVP2P``, which Megatron-LM's ``--context-parallel-size`` runs; the
+    sequence in 2·cp chunks, rank c holding chunks c and 2cp−1−c, so that every step of causal attention is
+    half a block): cp steps of a fused attention kernel (``cp_attn<i>``: FLOP ``2·b·(a/tp)·(s/cp)²·d`` forward,
+    2.5 times that backward, the FlashAttention-2 backward's five GEMMs to the forward's two; bytes Q, K, V and
+    O), each after the recv of the K, V chunk it uses, while the next step's grouped send/recv runs on stream
+    ``cp_comm`` (K and V: ``2·b·(s/cp)·(h·g/a)/tp`` elements), issued after the previous recv. A step after
+    the first merges its partial output (``cp_out_correction<i>``, 3 passes over the fp32 output). The
+    backward passes K, V at its first step, K, V and the accumulated dK, dV at the middle ones and dK, dV at
+    its last (TE's backward), each send after the previous step's compute; a step after the first accumulates
+    dQ, dK, dV (``cp_grad_acc<i>``, 3 passes), and the layer goes on once the last dK, dV arrived."""
+    cp, tp, e = plan.cp, plan.tp, DTYPE_BYTES[plan.dtype]
+    sl, b, h, a = t.seq_length // cp, t.micro_batch_size, t.hidden_size, t.num_attention_heads
+    d, dt = h // a, plan.dtype
+    kv = 2 * b * sl * (h * plan.groups // a) // tp * e
+    q = b * sl * h // tp * e  # Q, and the output, of this rank
+    flops = 2.0 * b * (a // tp) * sl * sl * d
+    names = [o["name"] for o in ops]
+    core = CORE_F if phase == "F" else CORE_I
+    at = [i for i, n in enumerate(names) if n in core]
+    lo, hi = at[0], at[-1]
+    prev = names[lo - 1]  # the compute before the core: ProcessGroupNCCL's stream waits for it
+    ring: list[Entry] = []
+    fwd = phase == "F"
+    for i in range(cp):
+        if fwd and i < cp - 1 or not fwd:
+            size = kv if fwd or i in (0, cp - 1) else 2 * kv
+            after = [prev] if i == 0 else [f"cp_recv_kv{'' if fwd else '_bwd'}{i - 1}"] + (
+                [] if fwd else [f"cp_attn_bwd{i - 1}"])
+            ring += _ring_p2p(f"cp_kv{'' if fwd else '_bwd'}{i}", size, dt, after)
+        step = {"name": f"cp_attn{'' if fwd else '_bwd'}{i}", "kind": "compute", "dtype": dt,
+                "flops": flops * (1 if fwd else 2.5), "bytes": float(2 * q + kv if fwd else 4 * q + 2 * kv),
+                "after": [f"cp_recv_kv{'' if fwd else '_bwd'}{i - 1}"] if i else []}
+        ring.append(step)
+        if i:
+            extra = 3 * (b * sl * h // tp) * 4 if fwd else 3 * (q + kv)
+            ring.append({"name": f"cp_{'out_correction' if fwd else 'grad_acc'}{i}", "kind": "compute",
+                         "bytes": extra, "dtype": dt})
+    out = [*ops[:lo], *ring, *ops[hi + 1:]]
+    if not fwd:  # the layer's next kernel needs the dK, dV of the last exchange
+        nxt = out[lo + len(ring)]
+        out[lo + len(ring)] = {**nxt, "after": [f"cp_recv_kv_bwd{cp - 1}"], "batch": "", "msg": ""}
+    return out
 
 
 def _recomputed(t: TrainingSpec, k: int, lps: int) -> bool:
@@ -175,7 +252,7 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
     (:meth:`~schedsim.spec.training_block.TrainingPlan.expert_tokens`)."""
     tr = _transformer(t, plan)
     e = DTYPE_BYTES[plan.dtype]
-    T = t.seq_length * t.micro_batch_size
+    T = t.seq_length // plan.cp * t.micro_batch_size  # this CP rank's tokens
     act = T * t.hidden_size * e
     moe = None
     if plan.experts:
@@ -192,6 +269,10 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
         fwd = _with_ep(fwd, "F", plan, a2a, gathered, plan.dtype)
         bwd = _with_ep(bwd, "I", plan, a2a, gathered, plan.dtype)
     core = [o for o in layer["F"] if o["name"] in SELECTIVE]
+    if plan.cp > 1:
+        fwd, bwd = _with_cp(fwd, "F", t, plan), _with_cp(bwd, "I", t, plan)
+        core = [o for o in fwd if o["name"].startswith("cp_")]  # recomputed: the ring's first exchange starts it
+        core[:2] = [{**o, "after": []} for o in core[:2]]
     out: dict[str, list[Entry]] = {"F": [], "I": [], "W": []}
     rs_or_ar = "reduce_scatter" if plan.sp else "all_reduce"
     dt = plan.dtype
@@ -232,7 +313,7 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
 
 def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
     return TransformerSpec(layers=t.num_layers, hidden=t.hidden_size, ffn=plan.ffn, heads=t.num_attention_heads,
-                           seq=t.seq_length, micro_batch=t.micro_batch_size, dtype=plan.dtype,  # type: ignore[arg-type]
+                           seq=t.seq_length // plan.cp, micro_batch=t.micro_batch_size, dtype=plan.dtype,  # type: ignore[arg-type]
                            vocab=plan.vocab, swiglu=t.swiglu, attention_dropout=t.attention_dropout,
                            hidden_dropout=t.hidden_dropout)
 
@@ -300,19 +381,25 @@ class _Ranks:
         return out
 
     def stage_protos(self, stages: list[int], group: tuple[int, ...], ep_group: tuple[int, ...] = (),
-                     hot: bool = False) -> dict[tuple[int, str], list[tuple[str, int]]]:
+                     hot: bool = False, ring: tuple[int, int] = (-1, -1)) -> dict[tuple[int, str], list[Any]]:
         """(stage, phase) -> [(op name, template id)] for a TP group and EP group (its collectives' templates
-        name them); ``hot``: the stage lists of the EP rank whose first expert runs at capacity."""
-        key = (*stages, -1, *group, -1, *ep_group, int(hot))
+        name them); ``hot``: the stage lists of the EP rank whose first expert runs at capacity; ``ring``: the
+        next and previous CP ranks, the peers of the context-parallel ring (an entry placed off the compute
+        stream or after named ops gets a third item, :class:`~schedsim.lower.pipeline.ProtoPlace`)."""
+        key = (*stages, -1, *group, -1, *ep_group, int(hot), *ring)
         got = self.protos.get(key)
         if got is not None:
             return got
-        out: dict[tuple[int, str], list[tuple[str, int]]] = {}
+        out: dict[tuple[int, str], list[Any]] = {}
         lists = self.hot_lists if hot else self.lists
         for s in stages:
             for phase, lst in lists[s].items():
-                row: list[tuple[str, int]] = []
+                row: list[Any] = []
+                index = {str(o["name"]): k for k, o in enumerate(lst)}
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
+                    if "after" in o:
+                        row.append(self._placed(o, index, ring, s, phase, k))
+                        continue
                     if o.get("tp"):
                         grp = ep_group if o.get("group") == "ep" else group
                         op = Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute", seq=0, group=grp,
@@ -327,6 +414,24 @@ class _Ranks:
                 out[(s, phase)] = row
         self.protos[key] = out
         return out
+
+    def _placed(self, o: Entry, index: dict[str, int], ring: tuple[int, int], s: int, phase: str,
+                k: int) -> tuple[str, int, ProtoPlace]:
+        """The protos row of an entry placed by name (:func:`_with_cp`): a ring send/recv, or a compute op
+        that waits for ops of other streams."""
+        peer = -1
+        if o["kind"] in ("send", "recv"):
+            peer = ring[0] if o["cp_peer"] == "next" else ring[1]
+            tid = self.template(Op(name=o["name"], rank=0, kind=o["kind"], stream="", seq=0, nbytes=o["bytes"],
+                                   dtype=o["dtype"], source="training"))
+        else:
+            got = self.compute.get((s, phase, k, False))
+            tid = got if got is not None else self.table.template(_stage_proto(
+                self.spec, {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase))
+            self.compute[(s, phase, k, False)] = tid
+        stream = self.table.streams(o["stream"]) if o.get("stream") else -1
+        place = ProtoPlace(stream, tuple(index[n] for n in o["after"]), peer, o.get("batch", ""), o.get("msg", ""))
+        return str(o["name"]), tid, place
 
     def one(self, kind: str, name: str, rank: int, group: tuple[int, ...], nbytes: float, dtype: str,
             deps: tuple[int, ...], stream: str = DP_STREAM, tags: tuple[tuple[str, Any], ...] = DP_TAG) -> int:
@@ -374,7 +479,7 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     ns = pplan.num_stages
     ranks = _Ranks(spec, table, t, plan, ns)
     elem = DTYPE_BYTES[plan.dtype]
-    act_bytes = t.seq_length * t.micro_batch_size * t.hidden_size * elem // (plan.tp if plan.sp else 1)
+    act_bytes = t.seq_length // plan.cp * t.micro_batch_size * t.hidden_size * elem // (plan.tp if plan.sp else 1)
     p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(act_bytes),
                                      dtype=plan.dtype, source="training")) for k in ("send", "recv")}
     rank_stages = {r: sorted(st for st, rr in pplan.s2r.items() if rr == r) for r in range(plan.pp)}
@@ -410,8 +515,9 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     j = c_ + plan.cp * d_  # the experts' rank order tp-ep-dp-pp splits the cp·dp ranks into ep-sized blocks
     e_, base = j % plan.ep, j - j % plan.ep
     ep_group = tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(base, base + plan.ep))
+    ring = (plan.rank(t_, (c_ + 1) % plan.cp, d_, p_), plan.rank(t_, (c_ - 1) % plan.cp, d_, p_))
     protos = ranks.stage_protos(rank_stages[p_], tp_group, ep_group, hot=e_ == 0 and ranks.hot_lists is not
-                                ranks.lists)
+                                ranks.lists, ring=ring if plan.cp > 1 else (-1, -1))
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks)
     shard = plan.dp * plan.cp if t.use_distributed_optimizer else 1
     grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]

@@ -7,10 +7,10 @@
   ``training_log``);
 * **MFU**: that rate over the profile's dense peak for the parameters' dtype (``gpu.peak_tflops``);
 * **exposed communication by kind**, seconds, mean over ranks: time a rank's TP collectives (``tp``), the
-  experts' token all-to-all (``ep``), pipeline send/recv (``pp``) and data-parallel gradient and parameter
-  collectives (``dp``: the reductions, the tied embedding all-reduce, the distributed optimizer's all-gather)
-  run while none of its compute does, each kind counting only what the kinds before it (tp, ep, pp, dp) and
-  compute do not already cover;
+  context-parallel ring's send/recv (``cp``), the experts' token all-to-all (``ep``), pipeline send/recv
+  (``pp``) and data-parallel gradient and parameter collectives (``dp``: the reductions, the tied embedding
+  all-reduce, the distributed optimizer's all-gather) run while none of its compute does, each kind counting
+  only what the kinds before it (tp, cp, ep, pp, dp) and compute do not already cover;
 * **bubble**: mean over ranks of the time nothing runs on a rank (no compute, no communication);
 * **memory per GPU** of the first pipeline stage, :func:`schedsim.spec.training_block.memory_per_rank`.
 """
@@ -24,7 +24,7 @@ import numpy as np
 
 __all__ = ["TrainingReport", "training_report", "print_training", "exposed_by_kind"]
 
-KINDS = ("tp", "ep", "pp", "dp", "other")
+KINDS = ("tp", "cp", "ep", "pp", "dp", "other")
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,10 @@ class TrainingReport:
 
 
 def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
-    """Exposed communication per kind (``tp``, ``ep``, ``pp``, ``dp``, ``other``) and the bubble, each the mean
-    over ranks in seconds (module docstring). TP collectives are the collectives tagged with a pipeline action
-    (they run inside F/I/W/B) other than all-to-all, ep those all-to-alls, pp the sends and recvs, dp those
-    tagged ``comm: dp``."""
+    """Exposed communication per kind (``tp``, ``cp``, ``ep``, ``pp``, ``dp``, ``other``) and the bubble, each
+    the mean over ranks in seconds (module docstring). TP collectives are the collectives tagged with a pipeline
+    action (they run inside F/I/W/B) other than all-to-all, cp the sends and recvs of stream ``cp_comm``, ep
+    the all-to-alls, pp the other sends and recvs, dp those tagged ``comm: dp``."""
     from schedsim.sim.metrics import merged, union_length
 
     c = tl.columns
@@ -71,6 +71,8 @@ def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     comp_code = res_vals.index("compute") if "compute" in res_vals else -9
     is_p2p = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k in ("send", "recv")])
     is_a2a = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k == "all_to_all"])
+    stream_vals, stream_codes = c.stream
+    is_cp = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v == "cp_comm"])
     cv, cc = c.tag_column("comm")
     is_dp = np.isin(cc, [i for i, v in enumerate(cv) if v == "dp"])
     pv, pc = c.tag_column("pp_op")
@@ -78,11 +80,12 @@ def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     comm = res_codes == comm_code
     cls = np.full(len(res_codes), -1, np.int64)
     cls[res_codes == comp_code] = 0
-    cls[comm] = 5  # other
+    cls[comm] = 6  # other
     cls[comm & in_action & ~is_p2p] = 1
-    cls[comm & in_action & is_a2a] = 2
-    cls[comm & is_p2p] = 3
-    cls[comm & is_dp] = 4
+    cls[comm & in_action & is_a2a] = 3
+    cls[comm & is_p2p] = 4
+    cls[comm & is_p2p & is_cp] = 2
+    cls[comm & is_dp] = 5
     makespan = tl.makespan_s
     ranks = np.unique(c.rank)
     tot = dict.fromkeys(KINDS, 0.0)
@@ -139,7 +142,8 @@ def print_training(d: dict[str, Any]) -> None:
           f"of {d['peak_tflops']:.0f} TFLOP/s {d['dtype']} peak")
     ex = d["exposed_s"]
     print("  exposed communication (mean over ranks): " + ", ".join(
-        f"{k.upper()} {fmt_time(ex[k])}" for k in ("tp", "ep", "pp", "dp") if k in ex and (k != "ep" or ex[k]))
+        f"{k.upper()} {fmt_time(ex[k])}" for k in ("tp", "cp", "ep", "pp", "dp")
+        if k in ex and (k in ("tp", "pp", "dp") or ex[k]))
         + (f", other {fmt_time(ex['other'])}" if ex.get("other") else "") + f"; bubble (nothing runs) "
         f"{fmt_time(d['bubble_s'])}")
     mem = d["memory"]

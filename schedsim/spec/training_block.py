@@ -154,11 +154,11 @@ class TrainingPlan:
 
     def expert_tokens(self, t: TrainingSpec, hot: bool) -> tuple[int, ...]:
         """Tokens each local expert of an EP rank runs per microbatch (after the TP all-gather with tp > 1):
-        ``ep · s·b · k / E`` balanced (every EP rank routes its ``s·b/tp`` tokens to k experts; with sequence
+        ``ep · (s/cp)·b · k / E`` balanced (every EP rank routes its ``(s/cp)·b/tp`` tokens to k experts; with sequence
         parallelism the TP gather multiplies by tp), the first expert of the ``hot`` rank (EP index 0) at its
         capacity, ``moe_expert_capacity_factor`` times that (Megatron-LM ``moe_utils.get_capacity``:
         ``ceil(tokens · k / E · c)``)."""
-        mean = -(-self.ep * t.seq_length * t.micro_batch_size * t.moe_router_topk // self.experts)
+        mean = -(-self.ep * (t.seq_length // self.cp) * t.micro_batch_size * t.moe_router_topk // self.experts)
         out = [mean] * (self.experts // self.ep)
         if hot and t.moe_expert_capacity_factor is not None:
             out[0] = int(-(-mean * t.moe_expert_capacity_factor // 1))
@@ -362,6 +362,12 @@ def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
                     "turns it off (arguments.py: 'Disabling sequence parallelism because tensor model "
                     "parallelism is disabled'), so the schedule would not be what you wrote",
                     "set sequence_parallel: false, or tp > 1"))
+    cp = t.context_parallel_size
+    if cp > 1 and t.seq_length % (2 * cp):
+        out.append(("context_parallel_size", f"seq_length ({t.seq_length}) must be divisible by 2 × "
+                    f"context_parallel_size ({2 * cp}): Megatron-LM splits each sequence into 2·cp chunks for "
+                    "load-balanced causal attention (megatron/core/utils.py get_batch_on_this_cp_rank)",
+                    f"use a seq_length that is a multiple of {2 * cp}, or a cp dividing {t.seq_length // 2}"))
     if t.tp_comm_overlap and not t.sequence_parallel:
         out.append(("tp_comm_overlap", "Tensor parallel communication/GEMM overlap can happen only when sequence "
                     "parallelism is enabled (Megatron-LM arguments.py)", "set sequence_parallel: true"))
@@ -432,9 +438,6 @@ def _recompute_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
 def _unmodelled(t: TrainingSpec) -> list[tuple[str, str, str]]:
     """Settings Megatron accepts but this lowering does not model yet (refused rather than mispredicted)."""
     out = []
-    if t.context_parallel_size > 1:
-        out.append(("context_parallel_size", "context parallelism (ring attention p2p) is not modelled yet "
-                    "(issue 36)", "set context_parallel_size: 1"))
     if t.tp_comm_overlap:
         out.append(("tp_comm_overlap", "TP communication/GEMM overlap (userbuffers) is not modelled yet "
                     "(issue 36)", "set tp_comm_overlap: false"))
@@ -496,8 +499,16 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
       ``sbh/t·(34 + 5as/h)``);
     * selective recomputation: the same without the ``a·s²·b`` terms;
     * full recomputation: the layer input, ``2r·sbh`` (``/t`` with SP).
+
+    With context parallelism each rank holds ``s/cp`` tokens: the whole count is divided by cp (an
+    approximation for the ``a·s²·b`` terms, which Transformer Engine's fused attention, required for cp > 1,
+    does not store).
     """
     s, b, h, a, tp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp
+    if plan.cp > 1:
+        from dataclasses import replace
+
+        return act_bytes_per_layer(t, replace(plan, cp=1), granularity) / plan.cp
     sbh = s * b * h
     r = DTYPE_BYTES[plan.dtype] / 2
     rg = t.recompute_granularity if granularity == "as set" else granularity
