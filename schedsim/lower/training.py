@@ -35,6 +35,9 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   (:func:`_with_cp`): cp steps of a fused attention kernel with the next step's K, V send/recv to the
   neighbouring CP ranks (same tp, dp and pp coordinates) grouped on stream ``cp_comm``, overlapped with the
   step's kernel; gradients are reduced over the dp·cp ranks;
+* **TP communication overlap** (``tp_comm_overlap``, with sequence parallelism): Transformer Engine's
+  userbuffers pipeline (:func:`_tp_overlap`): each all-gather + GEMM and GEMM + reduce-scatter becomes tp GEMM
+  chunks with a ring exchange to the neighbouring TP ranks on stream ``tp_comm`` overlapped with them;
 * **recomputation**: ``full`` reruns a layer's forward (its TP collectives included) before its backward, for
   every layer (``uniform``) or the first ``recompute_num_layers`` of each chunk (``block``); ``selective``
   reruns the attention core (scores, softmax, attention·V) (Korthikanti et al. 2022 §5);
@@ -63,8 +66,8 @@ Not modelled yet (issue 36): Megatron issues the backward's TP collectives async
 all-reduce or reduce-scatter overlaps the weight-gradient GEMM, ``tensor_parallel/layers.py``
 ``LinearWithGradAccumulationAndAsyncCommunication``); here they run between the data-gradient GEMMs on the
 compute stream, all weight gradients after them, so backward TP communication is exposed in full. Also not yet:
-the all-gather of the sequence-parallel input that the weight gradient redoes and TP communication overlap
-(refused by :func:`schedsim.spec.training_block.check_training`); Transformer Engine's other kernels with
+the all-gather of the sequence-parallel input that the weight gradient redoes (and, with
+``tp_comm_overlap``, its bulk overlap with the data gradient); Transformer Engine's other kernels with
 cp > 1 (the layer keeps the local implementation's around the attention core); for experts, the
 distributed optimizer's sharding of expert state over the expert data-parallel group (it is sharded over
 dp·cp like the dense state), expert biases, grouped GEMM (``moe_grouped_gemm``) and MoE activation memory
@@ -138,10 +141,15 @@ def _with_ep(ops: list[Entry], phase: str, plan: TrainingPlan, a2a: float, gathe
     return [*ops[:lo], *pre, *ops[lo:hi + 1], *post, *ops[hi + 1:]]
 
 
-def _with_tp(ops: list[Entry], phase: str, plan: TrainingPlan, nbytes: float, dtype: str) -> list[Entry]:
-    """One layer's ``phase`` kernels with its TP collectives placed (module docstring)."""
+def _with_tp(ops: list[Entry], phase: str, plan: TrainingPlan, nbytes: float, dtype: str,
+             overlap: bool = False) -> list[Entry]:
+    """One layer's ``phase`` kernels with its TP collectives placed (module docstring), or with ``overlap``
+    (``tp_comm_overlap``, sequence parallelism) its all-gathers and reduce-scatters overlapped with their
+    GEMMs (:func:`_tp_overlap`)."""
     if plan.tp == 1:
         return list(ops)
+    if overlap and plan.sp:
+        return _tp_overlap(ops, phase, plan, nbytes / plan.tp)
     if plan.sp:
         before = {"F": {"qkv": "tp_ag_attn", "fc1": "tp_ag_mlp"},
                   "I": {"fc2_dgrad": "tp_ag_fc2_dgrad", "proj_dgrad": "tp_ag_proj_dgrad"}}.get(phase, {})
@@ -169,7 +177,8 @@ def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
     for o in ops:
         o = {**o, "name": prefix + o["name"]}
         if "after" in o:
-            o.update(after=[prefix + n for n in o["after"]], batch=prefix + o["batch"] if o.get("batch") else "",
+            o.update(after=[prefix + n for n in o["after"]],
+                     nccl_group=prefix + o["nccl_group"] if o.get("nccl_group") else "",
                      msg=prefix + o["msg"] if o.get("msg") else "")
         out.append(o)
     return out
@@ -181,14 +190,55 @@ CORE_F = ("scores", "attn_mask", "softmax", "attn_dropout", "attn_v")
 CORE_I = ("attn_v_dgrad", "attn_v_dgrad_v", "attn_dropout_bwd", "softmax_bwd", "attn_mask_bwd", "scores_dgrad_q",
           "scores_dgrad_k")
 CP_STREAM = "cp_comm"
-_PLACE_KEYS = ("after", "stream", "batch", "msg", "cp_peer")
+_PLACE_KEYS = ("after", "stream", "nccl_group", "msg", "cp_peer", "ring")
 
 
-def _ring_p2p(name: str, nbytes: float, dtype: str, after: list[str]) -> list[Entry]:
-    """One ring step's grouped send (to the next CP rank) and recv (from the previous), on stream ``cp_comm``."""
-    base = {"bytes": float(nbytes), "dtype": dtype, "stream": CP_STREAM, "after": after, "batch": name, "msg": name}
-    return [{**base, "name": name.replace("cp_", "cp_send_", 1), "kind": "send", "cp_peer": "next"},
-            {**base, "name": name.replace("cp_", "cp_recv_", 1), "kind": "recv", "cp_peer": "prev"}]
+def _ring_p2p(name: str, nbytes: float, dtype: str, after: list[str], ring: str = "cp") -> list[Entry]:
+    """One ring step's grouped send (to the next rank of the ``ring``, cp or tp) and recv (from the previous), on
+    stream ``cp_comm`` or ``tp_comm``; ``name`` starts with ``cp_`` or ``tp_``."""
+    base = {"bytes": float(nbytes), "dtype": dtype, "stream": f"{ring}_comm", "after": after, "nccl_group": name,
+            "msg": name, "ring": ring}
+    return [{**base, "name": name.replace(f"{ring}_", f"{ring}_send_", 1), "kind": "send", "cp_peer": "next"},
+            {**base, "name": name.replace(f"{ring}_", f"{ring}_recv_", 1), "kind": "recv", "cp_peer": "prev"}]
+
+
+#: The GEMMs whose input Megatron all-gathers (sequence parallelism) and whose output it reduce-scatters, per
+#: phase: with ``tp_comm_overlap`` each is split into tp chunks overlapped with a ring exchange (:func:`_tp_overlap`).
+AG_GEMMS = {"F": ("qkv", "fc1"), "I": ("fc2_dgrad", "proj_dgrad")}
+RS_GEMMS = {"F": ("proj", "fc2"), "I": ("fc1_dgrad", "qkv_dgrad")}
+
+
+def _tp_overlap(ops: list[Entry], phase: str, plan: TrainingPlan, chunk: float) -> list[Entry]:
+    """A layer's ``phase`` with ``tp_comm_overlap``: Transformer Engine's userbuffers overlap of the sequence-
+    parallel all-gather and reduce-scatter with their GEMMs (Megatron-LM ``--tp-comm-overlap``; TE
+    ``CommOverlapP2P``, ring exchange). A GEMM after an all-gather runs as tp chunks of s·b/tp rows
+    (``<gemm>_c<i>``), chunk 0 on the rank's own shard at once, chunk i after the recv of ring step i − 1,
+    while step i sends the shard it holds to the next TP rank and receives the previous rank's (``chunk``
+    bytes, grouped, on stream ``tp_comm``). A GEMM before a reduce-scatter runs its tp chunks in ring order,
+    each after the first adding the partial sum received (``<gemm>_rs_add<i>``, 3 passes of ``chunk``) and
+    each but the last sending its partial to the next TP rank."""
+    out: list[Entry] = []
+    for o in ops:
+        name = o["name"]
+        if name not in AG_GEMMS.get(phase, ()) and name not in RS_GEMMS.get(phase, ()):
+            out.append(o)
+            continue
+        prev = out[-1]["name"]
+        piece = {**o, "m": o["m"] // plan.tp}
+        for i in range(plan.tp):
+            recv_prev = [f"tp_recv_{name}{i - 1}"] if i else []
+            if name in AG_GEMMS[phase]:
+                if i < plan.tp - 1:
+                    out += _ring_p2p(f"tp_{name}{i}", chunk, o["dtype"], [prev] if i == 0 else recv_prev, "tp")
+                out.append({**piece, "name": f"{name}_c{i}", "after": recv_prev})
+                continue
+            out.append({**piece, "name": f"{name}_c{i}"})
+            if i:
+                out.append({"name": f"{name}_rs_add{i}", "kind": "compute", "bytes": 3 * chunk, "dtype": o["dtype"],
+                            "after": recv_prev})
+            if i < plan.tp - 1:
+                out += _ring_p2p(f"tp_{name}{i}", chunk, o["dtype"], [out[-1]["name"]], "tp")
+    return out
 
 
 def _with_cp(ops: list[Entry], phase: str, t: TrainingSpec, plan: TrainingPlan) -> list[Entry]:
@@ -233,7 +283,7 @@ def _with_cp(ops: list[Entry], phase: str, t: TrainingSpec, plan: TrainingPlan) 
     out = [*ops[:lo], *ring, *ops[hi + 1:]]
     if not fwd:  # the layer's next kernel needs the dK, dV of the last exchange
         nxt = out[lo + len(ring)]
-        out[lo + len(ring)] = {**nxt, "after": [f"cp_recv_kv_bwd{cp - 1}"], "batch": "", "msg": ""}
+        out[lo + len(ring)] = {**nxt, "after": [f"cp_recv_kv_bwd{cp - 1}"]}
     return out
 
 
@@ -262,8 +312,8 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
         a2a = max(T // plan.tp * t.moe_router_topk * t.hidden_size * e, got)
     layer = _layer_ops(tr, plan.tp, plan.sp, plan.groups, moe)
     lps = plan.stage_layers[stage]
-    fwd = _with_tp(layer["F"], "F", plan, act, plan.dtype)
-    bwd = _with_tp(layer["I"], "I", plan, act, plan.dtype)
+    fwd = _with_tp(layer["F"], "F", plan, act, plan.dtype, t.tp_comm_overlap)
+    bwd = _with_tp(layer["I"], "I", plan, act, plan.dtype, t.tp_comm_overlap)
     if moe is not None:
         gathered = sum(moe[2]) * t.hidden_size * e
         fwd = _with_ep(fwd, "F", plan, a2a, gathered, plan.dtype)
@@ -381,12 +431,14 @@ class _Ranks:
         return out
 
     def stage_protos(self, stages: list[int], group: tuple[int, ...], ep_group: tuple[int, ...] = (),
-                     hot: bool = False, ring: tuple[int, int] = (-1, -1)) -> dict[tuple[int, str], list[Any]]:
+                     hot: bool = False, ring: tuple[int, int] = (-1, -1),
+                     tp_ring: tuple[int, int] = (-1, -1)) -> dict[tuple[int, str], list[Any]]:
         """(stage, phase) -> [(op name, template id)] for a TP group and EP group (its collectives' templates
         name them); ``hot``: the stage lists of the EP rank whose first expert runs at capacity; ``ring``: the
-        next and previous CP ranks, the peers of the context-parallel ring (an entry placed off the compute
-        stream or after named ops gets a third item, :class:`~schedsim.lower.pipeline.ProtoPlace`)."""
-        key = (*stages, -1, *group, -1, *ep_group, int(hot), *ring)
+        next and previous CP ranks, the peers of the context-parallel ring, ``tp_ring`` those of the TP ring of
+        ``tp_comm_overlap`` (an entry placed off the compute stream or after named ops gets a third item,
+        :class:`~schedsim.lower.pipeline.ProtoPlace`)."""
+        key = (*stages, -1, *group, -1, *ep_group, int(hot), *ring, *tp_ring)
         got = self.protos.get(key)
         if got is not None:
             return got
@@ -398,7 +450,7 @@ class _Ranks:
                 index = {str(o["name"]): k for k, o in enumerate(lst)}
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
                     if "after" in o:
-                        row.append(self._placed(o, index, ring, s, phase, k))
+                        row.append(self._placed(o, index, ring, tp_ring, s, phase, k))
                         continue
                     if o.get("tp"):
                         grp = ep_group if o.get("group") == "ep" else group
@@ -415,13 +467,14 @@ class _Ranks:
         self.protos[key] = out
         return out
 
-    def _placed(self, o: Entry, index: dict[str, int], ring: tuple[int, int], s: int, phase: str,
-                k: int) -> tuple[str, int, ProtoPlace]:
+    def _placed(self, o: Entry, index: dict[str, int], ring: tuple[int, int], tp_ring: tuple[int, int], s: int,
+                phase: str, k: int) -> tuple[str, int, ProtoPlace]:
         """The protos row of an entry placed by name (:func:`_with_cp`): a ring send/recv, or a compute op
         that waits for ops of other streams."""
         peer = -1
         if o["kind"] in ("send", "recv"):
-            peer = ring[0] if o["cp_peer"] == "next" else ring[1]
+            pair = ring if o.get("ring", "cp") == "cp" else tp_ring
+            peer = pair[0] if o["cp_peer"] == "next" else pair[1]
             tid = self.template(Op(name=o["name"], rank=0, kind=o["kind"], stream="", seq=0, nbytes=o["bytes"],
                                    dtype=o["dtype"], source="training"))
         else:
@@ -430,7 +483,8 @@ class _Ranks:
                 self.spec, {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase))
             self.compute[(s, phase, k, False)] = tid
         stream = self.table.streams(o["stream"]) if o.get("stream") else -1
-        place = ProtoPlace(stream, tuple(index[n] for n in o["after"]), peer, o.get("batch", ""), o.get("msg", ""))
+        place = ProtoPlace(stream, tuple(index[n] for n in o["after"]), peer, o.get("nccl_group", ""),
+                           o.get("msg", ""))
         return str(o["name"]), tid, place
 
     def one(self, kind: str, name: str, rank: int, group: tuple[int, ...], nbytes: float, dtype: str,
@@ -517,7 +571,9 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     ep_group = tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(base, base + plan.ep))
     ring = (plan.rank(t_, (c_ + 1) % plan.cp, d_, p_), plan.rank(t_, (c_ - 1) % plan.cp, d_, p_))
     protos = ranks.stage_protos(rank_stages[p_], tp_group, ep_group, hot=e_ == 0 and ranks.hot_lists is not
-                                ranks.lists, ring=ring if plan.cp > 1 else (-1, -1))
+                                ranks.lists, ring=ring if plan.cp > 1 else (-1, -1),
+                                tp_ring=(tp_group[(t_ + 1) % plan.tp], tp_group[(t_ - 1) % plan.tp])
+                                if t.tp_comm_overlap else (-1, -1))
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks)
     shard = plan.dp * plan.cp if t.use_distributed_optimizer else 1
     grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]

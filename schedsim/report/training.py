@@ -60,8 +60,9 @@ class TrainingReport:
 def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     """Exposed communication per kind (``tp``, ``cp``, ``ep``, ``pp``, ``dp``, ``other``) and the bubble, each
     the mean over ranks in seconds (module docstring). TP collectives are the collectives tagged with a pipeline
-    action (they run inside F/I/W/B) other than all-to-all, cp the sends and recvs of stream ``cp_comm``, ep
-    the all-to-alls, pp the other sends and recvs, dp those tagged ``comm: dp``."""
+    action (they run inside F/I/W/B) other than all-to-all, and the sends and recvs of stream ``tp_comm``
+    (``tp_comm_overlap``'s ring), cp those of stream ``cp_comm``, ep the all-to-alls, pp the other sends and
+    recvs, dp those tagged ``comm: dp``."""
     from schedsim.sim.metrics import merged, union_length
 
     c = tl.columns
@@ -73,6 +74,7 @@ def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     is_a2a = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k == "all_to_all"])
     stream_vals, stream_codes = c.stream
     is_cp = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v == "cp_comm"])
+    is_tp_ring = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v == "tp_comm"])
     cv, cc = c.tag_column("comm")
     is_dp = np.isin(cc, [i for i, v in enumerate(cv) if v == "dp"])
     pv, pc = c.tag_column("pp_op")
@@ -85,6 +87,7 @@ def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     cls[comm & in_action & is_a2a] = 3
     cls[comm & is_p2p] = 4
     cls[comm & is_p2p & is_cp] = 2
+    cls[comm & is_p2p & is_tp_ring] = 1  # tp_comm_overlap's ring exchange
     cls[comm & is_dp] = 5
     makespan = tl.makespan_s
     ranks = np.unique(c.rank)

@@ -435,18 +435,9 @@ def _recompute_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     return out
 
 
-def _unmodelled(t: TrainingSpec) -> list[tuple[str, str, str]]:
-    """Settings Megatron accepts but this lowering does not model yet (refused rather than mispredicted)."""
-    out = []
-    if t.tp_comm_overlap:
-        out.append(("tp_comm_overlap", "TP communication/GEMM overlap (userbuffers) is not modelled yet "
-                    "(issue 36)", "set tp_comm_overlap: false"))
-    return out
-
-
 def refusal(t: TrainingSpec, world_size: int) -> tuple[str, str, str] | None:
     """The first rule ``t`` breaks on ``world_size`` ranks, as (field, Megatron's reason, fix), or None."""
-    broken = _rules(t, world_size) or _unmodelled(t)
+    broken = _rules(t, world_size)
     return broken[0] if broken else None
 
 
