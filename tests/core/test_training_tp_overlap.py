@@ -50,3 +50,17 @@ def test_exchange_overlaps_the_gemm_chunk() -> None:
     send, recv, c0, c1 = span["tp_send_fc10"], span["tp_recv_fc10"], span["fc1_c0"], span["fc1_c1"]
     assert send.start_s < c0.end_s and c0.start_s < send.end_s
     assert c1.start_s >= recv.end_s
+
+
+def test_op_estimate_covers_rings_and_experts() -> None:
+    """The loader's expansion estimate (refusing before lowering) is not below the real op count with
+    tp_comm_overlap, context parallelism and experts, which add ops per layer."""
+    import yaml
+    from test_training_cp import CP
+    from test_training_moe import MOE
+
+    from schedsim.spec.limits import _training_ops
+
+    for text in (TPO, CP, MOE):
+        doc = yaml.safe_load(text)
+        assert _training_ops(doc["training"], doc["world_size"]) >= len(_ops(text))
