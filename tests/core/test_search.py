@@ -84,3 +84,19 @@ def test_configurations_past_max_ops_are_counted_apart_and_axes_deduplicated(tmp
     big = [x for x in rows if x["status"] == "over max-ops"]
     assert [x["setting"]["tp"] for x in big] == [4, 4]
     assert big[0]["reason"] == "about 5,056 op instances, past the limit of 3,000 (--max-ops)"
+
+
+def test_context_and_expert_parallel_axes() -> None:
+    """--cp and --ep: on the MoE block (8 GPUs, tp 2, 4 experts) cp ∈ {1, 2} × ep ∈ {1, 2, 3}: dp = 8 / (2·cp);
+    ep 3 is refused (dp·cp = 4 is not a multiple of 3: Megatron's expert-parallel group sizes)."""
+    from test_training_moe import MOE
+
+    t = load_text(MOE).training
+    assert t is not None
+    pts = candidates(t, 8, tps=[2], pps=[1], mbss=[1], recomputes=["none"], vpps=[None], memory_limit=2**40,
+                     cps=[1, 2], eps=[1, 2, 3])
+    assert [(p.setting["cp"], p.setting["ep"], p.setting["dp"], p.status) for p in pts] == [
+        (1, 1, 4, "simulated"), (1, 2, 4, "simulated"), (1, 3, 4, "refused"),
+        (2, 1, 2, "simulated"), (2, 2, 2, "simulated"), (2, 3, 2, "refused")]
+    assert pts[2].reason.startswith("expert_model_parallel_size: world_size (8) is not divisible by")
+    assert pts[4].block["context_parallel_size"] == 2 and pts[4].block["expert_model_parallel_size"] == 2
