@@ -336,9 +336,10 @@ def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
 
 def test_gradient_buckets_follow_megatrons_ddp() -> None:
     """overlap_grad_reduce: buckets of at least 40 M parameters in backward order (Megatron's DDP), each reduced
-    right after the last weight-gradient kernel (the QKV bias gradient) of the last microbatch that completes it. h = 1280: a layer holds 12h² + 13h
-    = 19,677,440 parameters; the W order is logits (V·h + 2h = 1,313,280), layers 3, 2 (40,668,160 ≥ 40 M: bucket
-    0), layers 1, 0 and the embedding (V·h + s·h = 1,351,680: bucket 1, 40,706,560), fp32 gradients under bf16."""
+    right after the last weight-gradient kernel (the QKV bias gradient) of the last microbatch that completes
+    it. h = 1280: a layer holds 12h² + 13h = 19,677,440 parameters; the W order is logits (V·h + 2h =
+    1,313,280), layers 3, 2 (40,668,160 ≥ 40 M: bucket 0), layers 1, 0 and the embedding (V·h + s·h =
+    1,351,680: bucket 1, 40,706,560), fp32 gradients under bf16."""
     text = TINY.replace("world_size: 8", "world_size: 2").replace("num_layers: 2", "num_layers: 4") \
         .replace("hidden_size: 64", "hidden_size: 1280").replace("num_attention_heads: 4", "num_attention_heads: 10") \
         .replace("global_batch_size: 8", "global_batch_size: 2").replace("tp: 2", "tp: 1") \
