@@ -85,11 +85,15 @@ from schedsim.lower.pipeline import ProtoPlace, _Emitter, _interleaved_steps, _l
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
+    CORE_F,
+    CORE_I,
+    FLASH_BWD,
     PipelineSpec,
     StageCost,
     TransformerSpec,
     _head_ops,
     _layer_ops,
+    attn_step_flops,
     block_info,
     plan_of,
     split_fix,
@@ -184,11 +188,6 @@ def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
     return out
 
 
-#: The local attention core of :func:`schedsim.spec.pipeline_block._layer_ops` that context parallelism
-#: replaces by its ring, forward and input gradient.
-CORE_F = ("scores", "attn_mask", "softmax", "attn_dropout", "attn_v")
-CORE_I = ("attn_v_dgrad", "attn_v_dgrad_v", "attn_dropout_bwd", "softmax_bwd", "attn_mask_bwd", "scores_dgrad_q",
-          "scores_dgrad_k")
 CP_STREAM = "cp_comm"
 _PLACE_KEYS = ("after", "stream", "nccl_group", "msg", "cp_peer", "ring")
 
@@ -258,9 +257,12 @@ def _with_cp(ops: list[Entry], phase: str, t: TrainingSpec, plan: TrainingPlan) 
     d, dt = h // a, plan.dtype
     kv = 2 * b * sl * (h * plan.groups // a) // tp * e
     q = b * sl * h // tp * e  # Q, and the output, of this rank
-    flops = 2.0 * b * (a // tp) * sl * sl * d
+    flops = attn_step_flops(b, a // tp, sl, sl, d)
     names = [o["name"] for o in ops]
-    core = CORE_F if phase == "F" else CORE_I
+    core: tuple[str, ...] = CORE_F if phase == "F" else CORE_I
+    if t.use_flash_attn:  # the ring replaces the fused kernel and its layout copy
+        core = core + (("qkv_layout_copy", "flash_attn") if phase == "F" else ("flash_attn_bwd",
+                                                                                   "qkv_layout_copy_bwd"))
     at = [i for i, n in enumerate(names) if n in core]
     lo, hi = at[0], at[-1]
     prev = names[lo - 1]  # the compute before the core: ProcessGroupNCCL's stream waits for it
@@ -273,7 +275,7 @@ def _with_cp(ops: list[Entry], phase: str, t: TrainingSpec, plan: TrainingPlan) 
                 [] if fwd else [f"cp_attn_bwd{i - 1}"])
             ring += _ring_p2p(f"cp_kv{'' if fwd else '_bwd'}{i}", size, dt, after)
         step = {"name": f"cp_attn{'' if fwd else '_bwd'}{i}", "kind": "compute", "dtype": dt,
-                "flops": flops * (1 if fwd else 2.5), "bytes": float(2 * q + kv if fwd else 4 * q + 2 * kv),
+                "flops": flops * (1 if fwd else FLASH_BWD), "bytes": float(2 * q + kv if fwd else 4 * q + 2 * kv),
                 "after": [f"cp_recv_kv{'' if fwd else '_bwd'}{i - 1}"] if i else []}
         ring.append(step)
         if i:
@@ -365,7 +367,7 @@ def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
     return TransformerSpec(layers=t.num_layers, hidden=t.hidden_size, ffn=plan.ffn, heads=t.num_attention_heads,
                            seq=t.seq_length // plan.cp, micro_batch=t.micro_batch_size, dtype=plan.dtype,  # type: ignore[arg-type]
                            vocab=plan.vocab, swiglu=t.swiglu, attention_dropout=t.attention_dropout,
-                           hidden_dropout=t.hidden_dropout)
+                           hidden_dropout=t.hidden_dropout, flash_attention=t.use_flash_attn)
 
 
 def _held(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, dict[str, int]]:

@@ -108,6 +108,8 @@ class TransformerSpec(_B):
                                      "probabilities (Megatron-LM --attention-dropout, default 0.1); 0: no kernel.")
     hidden_dropout: float = Field(default=0.1, ge=0, lt=1, description="Dropout after the projection and fc2 "
                                   "(Megatron-LM --hidden-dropout, default 0.1); 0: no mask.")
+    flash_attention: bool = Field(default=False, description="The attention core as one fused FlashAttention "
+                                  "kernel (Megatron-LM --use-flash-attn) instead of its GEMMs, softmax and dropout.")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> Any:
@@ -253,9 +255,47 @@ def _layer_ops(t: TransformerSpec, tp: int = 1, sp: bool = False, groups: int | 
     ]
     bwd_w = [mm("fc2_wgrad", f // tp, h, T), mm("fc1_wgrad", h, f1 // tp, T), mm("proj_wgrad", hp, h, T),
              mm("qkv_wgrad", h, qkv, T), *ew("qkv_bias_grad", T * qkv * e)]
+    if t.flash_attention:
+        _flash_core(fwd, bwd_i, attn_step_flops(b, a // tp, s, s, h // a), 2 * T * qkv * e, 2 * T * hp * e, dt)
     if moe is not None:
         _moe_mlp(fwd, bwd_i, bwd_w, moe, Tn, h, f // tp, f1 // tp, e, mm, ew)
     return {"F": fwd, "I": bwd_i, "W": bwd_w}
+
+
+#: FLOP of a FlashAttention backward over its forward: five GEMMs to two (Dao 2023, FlashAttention-2, §3.1.2:
+#: the backward recomputes S and P, then dV, dP, dQ, dK).
+FLASH_BWD = 2.5
+#: The attention core of the local implementation, forward and input gradient (:func:`_layer_ops`'s names),
+#: which a fused attention kernel replaces.
+CORE_F = ("scores", "attn_mask", "softmax", "attn_dropout", "attn_v")
+CORE_I = ("attn_v_dgrad", "attn_v_dgrad_v", "attn_dropout_bwd", "softmax_bwd", "attn_mask_bwd", "scores_dgrad_q",
+          "scores_dgrad_k")
+
+
+def attn_step_flops(b: int, heads: int, sq: int, sk: int, d: int) -> float:
+    """FLOP of causal attention's forward over ``sq`` queries and ``sk`` keys of ``heads`` heads of size ``d``
+    where half the score block is computed (the causal diagonal block, or a load-balanced context-parallel
+    step): QKᵀ and P·V, ``2·(2·sq·sk·d)`` a head, halved."""
+    return 2.0 * b * heads * sq * sk * d
+
+
+def _flash_core(fwd: list[dict[str, Any]], bwd_i: list[dict[str, Any]], flops: float, qkv_bytes: int,
+                out_bytes: int, dt: str) -> None:
+    """Replace the attention core of :func:`_layer_ops`'s lists by FlashAttention's kernels, in place (Megatron-LM
+    legacy ``FlashSelfAttention``): Q, K, V made contiguous in its ``b s h d`` layout (a copy of the QKV
+    output, ``qkv_bytes`` read and written) and ``flash_attn`` (FLOP ``flops``; reads Q, K, V, writes O:
+    ``qkv_bytes/2 + out_bytes/2``; dropout inside); backward ``flash_attn_bwd`` (:data:`FLASH_BWD` times the
+    FLOP; reads Q, K, V, O, dO, writes dQ, dK, dV) and the copy's backward. Nothing of size b·a·s² is
+    stored or moved."""
+    def ew(name: str, nbytes: float, flop: float = 0.0) -> dict[str, Any]:
+        return {"name": name, "kind": "compute", "bytes": nbytes, "dtype": dt, **({"flops": flop} if flop else {})}
+
+    at = [i for i, o in enumerate(fwd) if o["name"] in CORE_F]
+    fwd[at[0]:at[-1] + 1] = [ew("qkv_layout_copy", qkv_bytes),
+                             ew("flash_attn", (qkv_bytes + out_bytes) // 2, flops)]
+    at = [i for i, o in enumerate(bwd_i) if o["name"] in CORE_I]
+    bwd_i[at[0]:at[-1] + 1] = [ew("flash_attn_bwd", qkv_bytes + out_bytes, FLASH_BWD * flops),
+                               ew("qkv_layout_copy_bwd", qkv_bytes)]
 
 
 def _moe_mlp(fwd: list[dict[str, Any]], bwd_i: list[dict[str, Any]], bwd_w: list[dict[str, Any]],

@@ -90,6 +90,8 @@ class TrainingSpec(BaseModel):
                                      "default 0.1): a dropout kernel on the b·a·s² probabilities; 0: none.")
     hidden_dropout: float = Field(default=0.1, ge=0, lt=1, description="--hidden-dropout (Megatron's default "
                                   "0.1): the embedding's and the bias-dropout-adds' masks; 0: none.")
+    use_flash_attn: bool = Field(default=False, description="--use-flash-attn: the attention core as one fused "
+                                 "FlashAttention kernel; nothing of size b·a·s² is stored.")
     micro_batch_size: int = Field(gt=0, description="--micro-batch-size b.")
     global_batch_size: int | None = Field(default=None, gt=0, description="--global-batch-size (default b·dp).")
     tensor_model_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("tensor_model_parallel_size"))
@@ -488,7 +490,8 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     * no recomputation: ``sbh·(8r + 2 + 24r/t) + a·s²·b·(4r + 1)/t``; with sequence parallelism
       ``sbh/t·(32r + 2) + a·s²·b·(4r + 1)/t`` (r = 1: the paper's ``sbh·(10 + 24/t + 5as/(ht))`` and
       ``sbh/t·(34 + 5as/h)``);
-    * selective recomputation: the same without the ``a·s²·b`` terms;
+    * selective recomputation, or FlashAttention (``use_flash_attn``, which stores no b·a·s² tensor): the same
+      without the ``a·s²·b`` terms;
     * full recomputation: the layer input, ``2r·sbh`` (``/t`` with SP).
 
     With context parallelism each rank holds ``s/cp`` tokens: the whole count is divided by cp (an
@@ -505,7 +508,7 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     rg = t.recompute_granularity if granularity == "as set" else granularity
     if rg == "full":
         return 2 * r * sbh / (tp if plan.sp else 1)
-    attn = 0.0 if rg == "selective" else a * s * s * b * (4 * r + 1) / tp
+    attn = 0.0 if rg == "selective" or t.use_flash_attn else a * s * s * b * (4 * r + 1) / tp
     if plan.sp:
         return sbh / tp * (32 * r + 2) + attn
     return sbh * (8 * r + 2 + 24 * r / tp) + attn

@@ -106,3 +106,31 @@ def test_pipeline_stage_and_training_block_share_the_layer() -> None:
             assert got == want, (stage, ph)
     assert [o["name"] for o in stage_lists(tb, plan, 1, 2)["I"][:3]] == \
         ["cross_entropy_bwd", "logits_dgrad", "final_ln_bwd"]
+
+
+def test_flash_attention_replaces_the_core() -> None:
+    """flash_attention: the scores/softmax/dropout/attention·V kernels give way to the QKV layout copy and one
+    fused kernel, FLOP 2·b·(a/tp)·s²·d forward (causal: half of QKᵀ and P·V) = 2·2·4·32²·8 = 131,072 at tp = 2,
+    2.5 times that backward; no tensor of size b·a·s² moves. The training block's use_flash_attn sets it and
+    drops the a·s²·b activations; selective recomputation then reruns nothing."""
+    from schedsim.lower.training import stage_lists
+    from schedsim.spec.loader import load_text
+    from schedsim.spec.training_block import act_bytes_per_layer, training_plan
+
+    lay = _layer_ops(TransformerSpec(**SMALL, flash_attention=True), tp=2)  # type: ignore[arg-type]
+    f = {o["name"]: o for o in lay["F"]}
+    i = {o["name"]: o for o in lay["I"]}
+    names = list(f)
+    assert names[names.index("qkv_bias"):names.index("context_copy") + 1] == [
+        "qkv_bias", "qkv_layout_copy", "flash_attn", "context_copy"]
+    assert f["flash_attn"]["flops"] == 131_072 and i["flash_attn_bwd"]["flops"] == 2.5 * 131_072
+    assert f["qkv_layout_copy"]["bytes"] == 2 * 64 * 96 * 2 and f["flash_attn"]["bytes"] == (64 * 96 + 64 * 32) * 2
+    assert not {"scores", "softmax", "attn_dropout"} & set(names) and "softmax_bwd" not in i
+    text = ("schema_version: 1\nname: x\nworld_size: 2\ntraining: {num_layers: 2, hidden_size: 64, "
+            "num_attention_heads: 8, seq_length: 32, micro_batch_size: 2, vocab_size: 1000, tp: 2, bf16: true, "
+            "use_flash_attn: true, recompute_granularity: selective}\n")
+    tb = load_text(text).training
+    assert tb is not None
+    plan = training_plan(tb, 2)
+    assert act_bytes_per_layer(tb, plan, None) == 32 * 2 * 64 * (8 + 2 + 24 / 2)  # no a·s²·b term
+    assert not [o for o in stage_lists(tb, plan, 0, 1)["I"] if ".re_" in o["name"]]
