@@ -400,6 +400,12 @@ class _Ranks:
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
         self.compute: dict[tuple[int, str, int, bool], int] = {}
         self.held = _held(t, plan, num_stages)
+        #: The ring exchanges (CP, tp_comm_overlap) as lone isend/irecv on two-rank communicators when the
+        #: pipeline's p2p are lone (interleaved: Megatron's overlap_p2p_comm), else each step one batch, like the
+        #: pipeline's (1F1B's batch_p2p_comm): the language puts every batch on the world communicator (see
+        #: schedsim.graph.nccl), where lone pipeline p2p and batched rings would wait on each other at NCCL's
+        #: lazy creation of that communicator, which the CP group of a real run never shares with the pipeline.
+        self.lone = plan.v > 1
         self.protos: dict[tuple[int, ...], dict[tuple[int, str], list[tuple[str, int]]]] = {}
 
     def template(self, op: Op) -> int:
@@ -434,13 +440,15 @@ class _Ranks:
 
     def stage_protos(self, stages: list[int], group: tuple[int, ...], ep_group: tuple[int, ...] = (),
                      hot: bool = False, ring: tuple[int, int] = (-1, -1),
-                     tp_ring: tuple[int, int] = (-1, -1)) -> dict[tuple[int, str], list[Any]]:
+                     tp_ring: tuple[int, int] = (-1, -1),
+                     odd: tuple[bool, bool] = (False, False)) -> dict[tuple[int, str], list[Any]]:
         """(stage, phase) -> [(op name, template id)] for a TP group and EP group (its collectives' templates
         name them); ``hot``: the stage lists of the EP rank whose first expert runs at capacity; ``ring``: the
         next and previous CP ranks, the peers of the context-parallel ring, ``tp_ring`` those of the TP ring of
         ``tp_comm_overlap`` (an entry placed off the compute stream or after named ops gets a third item,
-        :class:`~schedsim.lower.pipeline.ProtoPlace`)."""
-        key = (*stages, -1, *group, -1, *ep_group, int(hot), *ring, *tp_ring)
+        :class:`~schedsim.lower.pipeline.ProtoPlace`); ``odd``: whether the rank's CP and TP ring positions are
+        odd (:meth:`_ring_order`)."""
+        key = (*stages, -1, *group, -1, *ep_group, int(hot), *ring, *tp_ring, *odd)
         got = self.protos.get(key)
         if got is not None:
             return got
@@ -449,6 +457,7 @@ class _Ranks:
         for s in stages:
             for phase, lst in lists[s].items():
                 row: list[Any] = []
+                lst = self._ring_order(lst, odd)
                 index = {str(o["name"]): k for k, o in enumerate(lst)}
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
                     if "after" in o:
@@ -469,6 +478,20 @@ class _Ranks:
         self.protos[key] = out
         return out
 
+    def _ring_order(self, lst: list[Entry], odd: tuple[bool, bool]) -> list[Entry]:
+        """The list with each ring step's recv before its send on a rank at an odd ring position, when the ring's
+        p2p are lone (:attr:`lone`): Transformer Engine's ``flash_attn_p2p_communicate`` posts isend then irecv
+        on even CP ranks and irecv then isend on odd ones, so that two ranks exchanging over one two-rank NCCL
+        communicator do not both send first."""
+        if not self.lone or not any(odd):
+            return lst
+        out = list(lst)
+        for i in range(len(out) - 1):
+            o = out[i]
+            if o["kind"] == "send" and "ring" in o and odd[o["ring"] == "tp"] and out[i + 1]["kind"] == "recv":
+                out[i], out[i + 1] = out[i + 1], o
+        return out
+
     def _placed(self, o: Entry, index: dict[str, int], ring: tuple[int, int], tp_ring: tuple[int, int], s: int,
                 phase: str, k: int) -> tuple[str, int, ProtoPlace]:
         """The protos row of an entry placed by name (:func:`_with_cp`): a ring send/recv, or a compute op
@@ -484,9 +507,12 @@ class _Ranks:
             tid = got if got is not None else self.table.template(_stage_proto(
                 self.spec, {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase))
             self.compute[(s, phase, k, False)] = tid
-        stream = self.table.streams(o["stream"]) if o.get("stream") else -1
-        place = ProtoPlace(stream, tuple(index[n] for n in o["after"]), peer, o.get("nccl_group", ""),
-                           o.get("msg", ""))
+        name = o.get("stream", "")
+        if self.lone and peer >= 0:  # lone isend / irecv: each on the stream of its direction
+            name = f"{o['ring']}_{o['kind']}"
+        stream = self.table.streams(name) if name else -1
+        place = ProtoPlace(stream, tuple(index[n] for n in o["after"]), peer,
+                           "" if self.lone else o.get("nccl_group", ""), o.get("msg", ""))
         return str(o["name"]), tid, place
 
     def one(self, kind: str, name: str, rank: int, group: tuple[int, ...], nbytes: float, dtype: str,
@@ -575,7 +601,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     protos = ranks.stage_protos(rank_stages[p_], tp_group, ep_group, hot=e_ == 0 and ranks.hot_lists is not
                                 ranks.lists, ring=ring if plan.cp > 1 else (-1, -1),
                                 tp_ring=(tp_group[(t_ + 1) % plan.tp], tp_group[(t_ - 1) % plan.tp])
-                                if t.tp_comm_overlap else (-1, -1))
+                                if t.tp_comm_overlap else (-1, -1), odd=(c_ % 2 == 1, t_ % 2 == 1))
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks)
     shard = plan.dp * plan.cp if t.use_distributed_optimizer else 1
     grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]

@@ -60,9 +60,9 @@ class TrainingReport:
 def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     """Exposed communication per kind (``tp``, ``cp``, ``ep``, ``pp``, ``dp``, ``other``) and the bubble, each
     the mean over ranks in seconds (module docstring). TP collectives are the collectives tagged with a pipeline
-    action (they run inside F/I/W/B) other than all-to-all, and the sends and recvs of stream ``tp_comm``
-    (``tp_comm_overlap``'s ring), cp those of stream ``cp_comm``, ep the all-to-alls, pp the other sends and
-    recvs, dp those tagged ``comm: dp``."""
+    action (they run inside F/I/W/B) other than all-to-all, and the sends and recvs of streams ``tp_comm`` /
+    ``tp_send`` / ``tp_recv`` (``tp_comm_overlap``'s ring), cp those of ``cp_comm`` / ``cp_send`` /
+    ``cp_recv``, ep the all-to-alls, pp the other sends and recvs, dp those tagged ``comm: dp``."""
     from schedsim.sim.metrics import merged, union_length
 
     c = tl.columns
@@ -73,8 +73,9 @@ def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     is_p2p = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k in ("send", "recv")])
     is_a2a = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k == "all_to_all"])
     stream_vals, stream_codes = c.stream
-    is_cp = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v == "cp_comm"])
-    is_tp_ring = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v == "tp_comm"])
+    is_cp = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v in ("cp_comm", "cp_send", "cp_recv")])
+    is_tp_ring = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v in ("tp_comm", "tp_send",
+                                                                                       "tp_recv")])
     cv, cc = c.tag_column("comm")
     is_dp = np.isin(cc, [i for i, v in enumerate(cv) if v == "dp"])
     pv, pc = c.tag_column("pp_op")

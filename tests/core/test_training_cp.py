@@ -83,3 +83,18 @@ def test_context_parallel_refusal(tmp_path: Path) -> None:
     first, fix = err.splitlines()[:2]
     assert "training.cp: seq_length (36) must be divisible by 2 × context_parallel_size (8)" in first
     assert "fix: use a seq_length that is a multiple of 8" in fix and "Traceback" not in err
+
+
+def test_interleaved_pipeline_runs_the_ring_as_lone_ops(tmp_path: Path) -> None:
+    """With virtual stages the pipeline's p2p are lone (Megatron's overlap_p2p_comm), and so is the ring: lone
+    isend / irecv on two-rank communicators, on streams cp_send and cp_recv, the odd CP rank posting its recv
+    first (Transformer Engine's order), so the static checks find no hang (a batch would sit on the world
+    communicator, which lone pipeline p2p and NCCL's lazy creation of it would deadlock)."""
+    text = CP.replace("num_layers: 2", "num_layers: 4\n  num_layers_per_virtual_pipeline_stage: 1")
+    code, out = _check(tmp_path, text)
+    assert code == 0, out
+    ops = _ops(text)
+    for rank, first in ((0, "send"), (2, "recv")):  # cp coordinate 0 and 1 (tp 2 fastest)
+        ring = [o for o in _layer(ops, rank, "F0.0.l0.") if o.kind in ("send", "recv")]
+        assert [o.kind for o in ring][0] == first and {o.p2p_batch for o in ring} == {None}
+        assert {o.stream for o in ring} == {"cp_send", "cp_recv"}
