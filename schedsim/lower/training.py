@@ -60,7 +60,8 @@ to 1"), unless the schedule's ``env`` says otherwise.
 
 The optimizer step is preceded by its synchronisations: under fp16 the loss scaler's found-inf all-reduce, then
 the gradient norm's (``--clip-grad``), each one fp32 value over the model-parallel ranks (every rank with the
-distributed optimizer).
+distributed optimizer), and each of those by its passes over the rank's gradients (the copy of 16-bit
+gradients to fp32 main gradients, fp16's unscale-and-check, the local L2 norm), memory-bound kernels by bytes.
 
 Not modelled yet (issue 36): Megatron issues the backward's TP collectives asynchronously (the data gradient's
 all-reduce or reduce-scatter overlaps the weight-gradient GEMM, ``tensor_parallel/layers.py``
@@ -107,6 +108,8 @@ __all__ = ["expand_training", "stage_lists", "TP_TAG", "DP_TAG"]
 DP_TAG = (("comm", "dp"),)
 #: Tags of the optimizer's found-inf and gradient-norm all-reduces.
 OPT_TAG = (("comm", "optimizer"),)
+#: Tags of the optimizer's kernels (the step and the gradient passes before it).
+OPT_STEP_TAG = (("pp_op", "optimizer"),)
 #: Tag the report reads to tell TP collectives apart (they also carry their action's pipeline tags).
 TP_TAG = "tp_"
 DP_STREAM = "dp_comm"
@@ -646,13 +649,25 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     # (distrib_optimizer.py get_grad_stats_parallel_group)
     stats = tuple(range(len(ranks.spec_world()))) if t.use_distributed_optimizer else \
         tuple(sorted(plan.rank(x, c_, d_, y) for x in range(plan.tp) for y in range(plan.pp)))
-    if len(stats) > 1:
-        for name in (("optimizer_found_inf",) if plan.dtype == "fp16" else ()) + ("optimizer_grad_norm",):
-            wait = (ranks.one("all_reduce", name, g, stats, 4, "fp32", wait, stream="compute", tags=OPT_TAG),)
+    # each preceded by the kernels over the rank's (shard of the) gradients it reduces, memory-bound by bytes a
+    # parameter (megatron/core/optimizer/optimizer.py, MixedPrecisionOptimizer.prepare_grads / step): 16-bit
+    # gradients copied to the fp32 main gradients (read grad_e, write 4; none when they are fp32 already), under
+    # fp16 the loss scaler's unscale-and-check (torch._amp_foreach_non_finite_check_and_unscale_: read and write
+    # 4), then the gradient norm's multi_tensor_l2norm (read 4); clipping's rescale is data-dependent (only when
+    # the norm exceeds --clip-grad) and left out
+    n = mine / shard
+    steps = [("optimizer_grad_copy", (grad_e + 4) * n, None)] if grad_e != 4 else []
+    if plan.dtype == "fp16":
+        steps += [("optimizer_unscale", 8 * n, None), ("optimizer_found_inf", 4, "all_reduce")]
+    steps += [("optimizer_grad_norm_local", 4 * n, None), ("optimizer_grad_norm", 4, "all_reduce")]
+    for name, nbytes, coll in steps:
+        if coll is None:
+            wait = (ranks.one("compute", name, g, (), nbytes, "fp32", wait, stream="compute", tags=OPT_STEP_TAG),)
+        elif len(stats) > 1:
+            wait = (ranks.one("all_reduce", name, g, stats, nbytes, "fp32", wait, stream="compute", tags=OPT_TAG),)
     # fused Adam on the rank's shard: reads grad, fp32 master, two moments; writes those three and the parameter
     moved = (grad_e + 3 * 4 + 3 * 4 + param_e) * mine / shard
-    opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute",
-                    tags=(("pp_op", "optimizer"),))
+    opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute", tags=OPT_STEP_TAG)
     if multi and t.use_distributed_optimizer and not t.overlap_param_gather:
         ranks.one("all_gather", "dp_param_allgather", g, dp_group, mine * param_e, plan.dtype, (opt,),
                   stream="compute")

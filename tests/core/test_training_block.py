@@ -178,18 +178,24 @@ def test_tiny_config_op_counts_and_collectives() -> None:
     context_copy, proj, bias_dropout_add1, ln2, fc1, act, fc2, bias_dropout_add2) + 2 all-reduces = 18; I = 23
     kernels + 2 all-reduces = 25; W = 4 wgrads + the QKV bias gradient = 5. Stage 0: F = embedding + its TP
     all-reduce + embedding dropout + 18 = 21; I = 25 + embedding dropout backward = 26; W = 5 + embedding wgrad =
-    6; × 4 microbatches = 212, + 4 sendF + 4 recvB, + DP all-reduce, tied embedding all-reduce, gradient-norm
-    all-reduce (bf16: no found-inf), optimizer step = 224. Stage 1: F = 18 + final LN, logits, cross-entropy and
-    its 3 all-reduces = 24; I = cross-entropy backward, logits dgrad + its all-reduce, final LN backward + 25 =
-    29; W = logits wgrad + 5 = 6; × 4 = 236 + 8 + 4 = 248. Ranks 0-3 are pp stage 0 (tp fastest, then dp), 4-7
+    6; × 4 microbatches = 212, + 4 sendF + 4 recvB, + DP all-reduce, tied embedding all-reduce, the local
+    gradient norm and its all-reduce (bf16: no gradient copy, no found-inf), optimizer step = 225. Stage 1: F =
+    18 + final LN, logits, cross-entropy and its 3 all-reduces = 24; I = cross-entropy backward, logits dgrad +
+    its all-reduce, final LN backward + 25 = 29; W = logits wgrad + 5 = 6; × 4 = 236 + 8 + 5 = 249. Ranks 0-3 are pp stage 0 (tp fastest, then dp), 4-7
     stage 1."""
     ops = _ops(TINY)
     per_rank = {r: sum(1 for o in ops if o.rank == r) for r in range(8)}
-    assert per_rank == {0: 224, 1: 224, 2: 224, 3: 224, 4: 248, 5: 248, 6: 248, 7: 248}
+    assert per_rank == {0: 225, 1: 225, 2: 225, 3: 225, 4: 249, 5: 249, 6: 249, 7: 249}
     norm = {o.rank: o for o in ops if o.name == "optimizer_grad_norm"}
     assert norm[0].group == (0, 1, 4, 5) and norm[6].group == (2, 3, 6, 7) and norm[0].nbytes == 4  # tp × pp
-    fp16 = [o.name for o in _ops(_edit("bf16: true", "fp16: true")) if o.rank == 3][-3:]
-    assert fp16 == ["optimizer_found_inf", "optimizer_grad_norm", "optimizer_step"]  # the loss scaler's check first
+    fp16 = [o for o in _ops(_edit("bf16: true", "fp16: true")) if o.rank == 3][-6:]
+    assert [o.name for o in fp16] == ["optimizer_grad_copy", "optimizer_unscale", "optimizer_found_inf",
+                                      "optimizer_grad_norm_local", "optimizer_grad_norm", "optimizer_step"]
+    # passes over the rank's (49,984 + 1024·64 + 32·64) / 2 = 58,784 parameters: fp16 → fp32 copy 2 + 4 bytes,
+    # unscale 4 + 4, L2 norm 4 (Megatron's MixedPrecisionOptimizer); bf16 has fp32 gradients: the norm only
+    assert [o.nbytes for o in fp16[:4]] == [6 * 58_784, 8 * 58_784, 4, 4 * 58_784]
+    assert [o.name for o in ops if o.rank == 3][-3:] == ["optimizer_grad_norm_local", "optimizer_grad_norm",
+                                                         "optimizer_step"]
     tp_ops = [o for o in ops if o.kind == "all_reduce" and ".tp_" in o.name]
     # every TP all-reduce is s·b·h·2 bytes = 32·64·2 on the TP group (r, r^1)
     assert {o.nbytes for o in tp_ops if "ce_allreduce" not in o.name} == {32 * 64 * 2}
@@ -316,7 +322,7 @@ def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
     tb = load_text(TINY).training
     assert tb is not None
     assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \
-        >= len(_ops(TINY)) == 4 * 224 + 4 * 248
+        >= len(_ops(TINY)) == 4 * 225 + 4 * 249
 
 
 def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
