@@ -656,11 +656,12 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     # 4), then the gradient norm's multi_tensor_l2norm (read 4); clipping's rescale is data-dependent (only when
     # the norm exceeds --clip-grad) and left out
     n = mine / shard
-    steps = [("optimizer_grad_copy", (grad_e + 4) * n, None)] if grad_e != 4 else []
+    passes: list[tuple[str, float, str | None]] = [("optimizer_grad_copy", (grad_e + 4) * n, None)] \
+        if grad_e != 4 else []
     if plan.dtype == "fp16":
-        steps += [("optimizer_unscale", 8 * n, None), ("optimizer_found_inf", 4, "all_reduce")]
-    steps += [("optimizer_grad_norm_local", 4 * n, None), ("optimizer_grad_norm", 4, "all_reduce")]
-    for name, nbytes, coll in steps:
+        passes += [("optimizer_unscale", 8 * n, None), ("optimizer_found_inf", 4, "all_reduce")]
+    passes += [("optimizer_grad_norm_local", 4 * n, None), ("optimizer_grad_norm", 4, "all_reduce")]
+    for name, nbytes, coll in passes:
         if coll is None:
             wait = (ranks.one("compute", name, g, (), nbytes, "fp32", wait, stream="compute", tags=OPT_STEP_TAG),)
         elif len(stats) > 1:

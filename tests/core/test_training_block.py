@@ -181,8 +181,8 @@ def test_tiny_config_op_counts_and_collectives() -> None:
     6; × 4 microbatches = 212, + 4 sendF + 4 recvB, + DP all-reduce, tied embedding all-reduce, the local
     gradient norm and its all-reduce (bf16: no gradient copy, no found-inf), optimizer step = 225. Stage 1: F =
     18 + final LN, logits, cross-entropy and its 3 all-reduces = 24; I = cross-entropy backward, logits dgrad +
-    its all-reduce, final LN backward + 25 = 29; W = logits wgrad + 5 = 6; × 4 = 236 + 8 + 5 = 249. Ranks 0-3 are pp stage 0 (tp fastest, then dp), 4-7
-    stage 1."""
+    its all-reduce, final LN backward + 25 = 29; W = logits wgrad + 5 = 6; × 4 = 236 + 8 + 5 = 249. Ranks 0-3
+    are pp stage 0 (tp fastest, then dp), 4-7 stage 1."""
     ops = _ops(TINY)
     per_rank = {r: sum(1 for o in ops if o.rank == r) for r in range(8)}
     assert per_rank == {0: 225, 1: 225, 2: 225, 3: 225, 4: 249, 5: 249, 6: 249, 7: 249}
