@@ -421,6 +421,8 @@ def search(
     memory_gib: float = typer.Option(80.0, "--memory-gib", min=0.0, help="Memory per GPU a configuration may use."),
     tp: str = typer.Option("", "--tp", help="Tensor-parallel sizes to try (default 1,2,4,8 up to world size)."),
     pp: str = typer.Option("", "--pp", help="Pipeline sizes to try (default powers of 2 up to world size)."),
+    cp: str = typer.Option("", "--cp", help="Context-parallel sizes to try (default the block's)."),
+    ep: str = typer.Option("", "--ep", help="Expert-parallel sizes to try (default the block's)."),
     micro_batch_size: str = typer.Option("1,2,4", "--micro-batch-size", help="Micro batch sizes to try."),
     recompute: str = typer.Option("none,selective,full", "--recompute", help="Recomputation choices to try."),
     vpp_layers: str = typer.Option("", "--vpp-layers", help="Layers per virtual pipeline stage to try besides none."),
@@ -432,7 +434,7 @@ def search(
     fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
     max_ops: int | None = MaxOpsOpt,
 ) -> None:
-    """Rank a training block's Megatron configurations (tp, pp, micro batch, virtual stages, recompute) by
+    """Rank a training block's Megatron configurations (tp, pp, cp, ep, micro batch, virtual stages, recompute) by
     predicted iteration time under a memory limit; write search.json and the time-vs-memory Pareto plot."""
     import os
 
@@ -455,7 +457,8 @@ def search(
                         pps=_ints(pp, "pp") if pp else pow2, mbss=_ints(micro_batch_size, "micro-batch-size"),
                         recomputes=list(dict.fromkeys(recompute.split(","))),
                         vpps=[None, *(_ints(vpp_layers, "vpp-layers") if vpp_layers else [])],
-                        memory_limit=memory_gib * 2**30)
+                        memory_limit=memory_gib * 2**30, cps=_ints(cp, "cp") if cp else None,
+                        eps=_ints(ep, "ep") if ep else None)
     done = run_search(spec.name, world, points, profile,
                       jobs or os.cpu_count() or 1)
     from schedsim.io import atomic_write_text, output_set
@@ -479,13 +482,14 @@ def _print_search(done: list[Any], top: int) -> None:
     from schedsim.report.summary import fmt_time, make_console
 
     t = Table()
-    for col in ("tp", "pp", "dp", "micro batch", "vpp layers", "recompute", "iteration", "TFLOP/s/GPU", "MFU",
-                "memory", "Pareto"):
+    for col in ("tp", "pp", "cp", "ep", "dp", "micro batch", "vpp layers", "recompute", "iteration", "TFLOP/s/GPU",
+                "MFU", "memory", "Pareto"):
         t.add_column(col, justify="right")
     ran = [p for p in done if p.status == "simulated"]
     for p in ran[:top]:
         s = p.setting
-        t.add_row(str(s["tp"]), str(s["pp"]), str(s["dp"]), str(s["micro_batch_size"]), str(s["vpp_layers"] or "-"),
+        t.add_row(str(s["tp"]), str(s["pp"]), str(s["cp"]), str(s["ep"]), str(s["dp"]), str(s["micro_batch_size"]),
+                  str(s["vpp_layers"] or "-"),
                   s["recompute"], fmt_time(p.iteration_s), f"{p.tflops_per_gpu:.1f}", f"{100 * p.mfu:.1f} %",
                   f"{p.memory_bytes / 2**30:.1f} GiB", "*" if p.pareto else "")
     make_console().print(t)

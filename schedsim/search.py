@@ -1,9 +1,9 @@
 """``schedsim search``: the Megatron-LM configurations of a ``training:`` block, ranked by predicted iteration
 time under a memory limit, with the time-vs-memory Pareto front.
 
-The block's model, batch and world size stay; the search varies tp, pp, the micro batch size, the virtual
-stage size (``num_layers_per_virtual_pipeline_stage``) and the recomputation (``none``, ``selective``,
-``full`` with ``uniform`` / 1). dp follows (world / (tp · pp)). Sequence parallelism is kept as written, and
+The block's model, batch and world size stay; the search varies tp, pp, cp, ep, the micro batch size, the
+virtual stage size (``num_layers_per_virtual_pipeline_stage``) and the recomputation (``none``, ``selective``,
+``full`` with ``uniform`` / 1). dp follows (world / (tp · pp · cp)). Sequence parallelism is kept as written, and
 off where tp = 1 (as Megatron turns it off). A candidate is
 
 * *refused* when Megatron's validation refuses it (:func:`schedsim.spec.training_block.refusal`, its reason
@@ -61,22 +61,27 @@ class SearchPoint:
 
 
 def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: list[int],
-               recomputes: list[str], vpps: list[int | None], memory_limit: float) -> list[SearchPoint]:
+               recomputes: list[str], vpps: list[int | None], memory_limit: float, cps: list[int] | None = None,
+               eps: list[int] | None = None) -> list[SearchPoint]:
     """Every combination of the axes, each refused, over memory, or left to simulate (module docstring).
-    ``block`` is the schedule's :class:`~schedsim.spec.training_block.TrainingSpec`; ``memory_limit`` bytes."""
+    ``block`` is the schedule's :class:`~schedsim.spec.training_block.TrainingSpec`; ``memory_limit`` bytes;
+    ``cps`` / ``eps``: context- and expert-parallel sizes to try (default: the block's own)."""
     from schedsim.spec.limits import _training_ops, limit
     from schedsim.spec.training_block import memory_per_rank, refusal, training_plan
 
     out = []
-    for tp, pp, mbs, rc, vl in itertools.product(tps, pps, mbss, recomputes, vpps):
+    for tp, pp, cp, ep, mbs, rc, vl in itertools.product(tps, pps, cps or [block.context_parallel_size],
+                                                         eps or [block.expert_model_parallel_size], mbss,
+                                                         recomputes, vpps):
         sp = bool(block.sequence_parallel and tp > 1)
         upd = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "micro_batch_size": mbs,
                "num_layers_per_virtual_pipeline_stage": vl, "data_parallel_size": None, "sequence_parallel": sp,
-               "tp_comm_overlap": block.tp_comm_overlap and sp, **RECOMPUTE[rc]}
+               "tp_comm_overlap": block.tp_comm_overlap and sp, "context_parallel_size": cp,
+               "expert_model_parallel_size": ep, **RECOMPUTE[rc]}
         t = block.model_copy(update=upd)
-        dp = world // (tp * pp * t.context_parallel_size) if world % (tp * pp * t.context_parallel_size) == 0 else 0
-        pt = SearchPoint({"tp": tp, "pp": pp, "dp": dp, "micro_batch_size": mbs, "vpp_layers": vl, "recompute": rc},
-                         t.model_dump(exclude_none=True, exclude_unset=True))
+        dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 0
+        pt = SearchPoint({"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "micro_batch_size": mbs,
+                          "vpp_layers": vl, "recompute": rc}, t.model_dump(exclude_none=True, exclude_unset=True))
         why = refusal(t, world)
         if why is not None:
             pt.status, pt.reason = "refused", f"{why[0]}: {why[1]}"

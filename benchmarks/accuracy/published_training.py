@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default=None, help="hardware profile (default dgx_a100 if shipped, else h200)")
     ap.add_argument("--rows", default="", help="comma-separated row names (default all)")
-    ap.add_argument("--max-ops", type=int, default=3_000_000, help="the lowering's op limit (SCHEDSIM_MAX_OPS)")
+    ap.add_argument("--max-ops", type=int, default=5_000_000, help="the lowering's op limit (SCHEDSIM_MAX_OPS)")
     args = ap.parse_args(argv)
     import os
 

@@ -337,6 +337,20 @@ def _stage_templates(spec: ScheduleSpec, cost: StageCost, num_stages: int,
     return protos
 
 
+@dataclass(frozen=True)
+class ProtoPlace:
+    """Where an op of a stage's op list goes when it is not the next kernel of stream ``compute`` (a third item
+    of a ``protos`` row): its ``stream`` id (-1: compute), the earlier ops of the same phase it waits for
+    (``after``: their indices in the row list), its ``peer`` global rank (send/recv), and the suffixes of its
+    NCCL group name (``batch``) and message (``msg``), each prefixed by the action's name (``F<s>.<mb>.``)."""
+
+    stream: int = -1
+    after: tuple[int, ...] = ()
+    peer: int = -1
+    batch: str = ""
+    msg: str = ""
+
+
 @dataclass
 class _Emitter:
     """Writes one rank's ops of one replica into the table, tracking what each new op waits for (by name id).
@@ -484,9 +498,20 @@ class _Emitter:
             tags = table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
             first = tuple(deps)
             oname = -1
-            for tname, tid in self.protos[(s, phase)]:
-                oname = names(f"{label}{s}.{j}.{tname}" if label == phase else f"B{s}.{j}.{phase}.{tname}")
-                table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
+            pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
+            done: list[int] = []
+            for row in self.protos[(s, phase)]:
+                tname, tid = row[0], row[1]
+                oname = names(pre + tname)
+                if len(row) > 2:  # an op placed by its row (training's context-parallel ring): ProtoPlace
+                    at: ProtoPlace = row[2]  # type: ignore[misc]
+                    table.add_ids(tid, self.rank, oname, tags, compute if at.stream < 0 else at.stream,
+                                  first + tuple(done[i] for i in at.after), at.peer,
+                                  table.strs(pre + at.batch) if at.batch else -1,
+                                  table.strs(pre + at.msg) if at.msg else -1)
+                else:
+                    table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
+                done.append(oname)
                 first = ()
                 if self.on_op is not None:
                     self.on_op(s, j, phase, tname, oname)

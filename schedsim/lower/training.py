@@ -21,6 +21,23 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   all-reduces (reduce-scatters with SP) its output, the cross-entropy all-reduces three ``s·b`` fp32 vectors
   (``tensor_parallel/cross_entropy.py``: max logit, predicted logit, sum of exponentials), and the output
   layer's input gradient is all-reduced (reduce-scattered with SP);
+* **experts** (``num_experts``): each layer's MLP is Megatron-LM's MoE layer (:func:`schedsim.spec.pipeline_block.
+  _layer_ops` with ``moe``: router, permutation, one fc1/activation/fc2 per local expert, unpermutation); the
+  ``MoEAlltoAllTokenDispatcher``'s all-to-all over the EP group (ranks with the same tp and pp coordinates in
+  blocks of ``ep`` of the cp·dp ranks: Megatron's expert order ``tp-ep-dp-pp``) before and after the experts,
+  and with tp > 1 (sequence parallelism required) the all-gather / reduce-scatter of the tokens over the TP
+  group (:func:`_with_ep`); router imbalance: with ``moe_expert_capacity_factor`` c the first expert of EP
+  index 0 runs at capacity, c times the mean load, and that rank's all-to-alls carry what it receives. The
+  experts' gradients are reduced over the expert data-parallel group (``dp·cp/ep`` ranks with the same EP
+  index) after the rank's last compute (not bucketed);
+* **context parallelism** (``context_parallel_size``): each rank holds ``s/cp`` tokens (every kernel, TP
+  collective and PP message is sized by them) and the attention core is Transformer Engine's ring attention
+  (:func:`_with_cp`): cp steps of a fused attention kernel with the next step's K, V send/recv to the
+  neighbouring CP ranks (same tp, dp and pp coordinates) grouped on stream ``cp_comm``, overlapped with the
+  step's kernel; gradients are reduced over the dp·cp ranks;
+* **TP communication overlap** (``tp_comm_overlap``, with sequence parallelism): Transformer Engine's
+  userbuffers pipeline (:func:`_tp_overlap`): each all-gather + GEMM and GEMM + reduce-scatter becomes tp GEMM
+  chunks with a ring exchange to the neighbouring TP ranks on stream ``tp_comm`` overlapped with them;
 * **recomputation**: ``full`` reruns a layer's forward (its TP collectives included) before its backward, for
   every layer (``uniform``) or the first ``recompute_num_layers`` of each chunk (``block``); ``selective``
   reruns the attention core (scores, softmax, attention·V) (Korthikanti et al. 2022 §5);
@@ -43,14 +60,19 @@ to 1"), unless the schedule's ``env`` says otherwise.
 
 The optimizer step is preceded by its synchronisations: under fp16 the loss scaler's found-inf all-reduce, then
 the gradient norm's (``--clip-grad``), each one fp32 value over the model-parallel ranks (every rank with the
-distributed optimizer).
+distributed optimizer), and each of those by its passes over the rank's gradients (the copy of 16-bit
+gradients to fp32 main gradients, fp16's unscale-and-check, the local L2 norm), memory-bound kernels by bytes.
 
 Not modelled yet (issue 36): Megatron issues the backward's TP collectives asynchronously (the data gradient's
 all-reduce or reduce-scatter overlaps the weight-gradient GEMM, ``tensor_parallel/layers.py``
 ``LinearWithGradAccumulationAndAsyncCommunication``); here they run between the data-gradient GEMMs on the
 compute stream, all weight gradients after them, so backward TP communication is exposed in full. Also not yet:
-the all-gather of the sequence-parallel input that the weight gradient redoes, context and expert
-parallelism and TP communication overlap (refused by :func:`schedsim.spec.training_block.check_training`).
+the all-gather of the sequence-parallel input that the weight gradient redoes (and, with
+``tp_comm_overlap``, its bulk overlap with the data gradient); Transformer Engine's other kernels with
+cp > 1 (the layer keeps the local implementation's around the attention core); for experts, the
+distributed optimizer's sharding of expert state over the expert data-parallel group (it is sharded over
+dp·cp like the dense state), expert biases, grouped GEMM (``moe_grouped_gemm``) and MoE activation memory
+(Korthikanti's dense count is used).
 """
 
 from __future__ import annotations
@@ -60,14 +82,19 @@ from typing import Any
 from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
-from schedsim.lower.pipeline import _Emitter, _interleaved_steps, _lowered_steps, _stage_proto
+from schedsim.lower.pipeline import ProtoPlace, _Emitter, _interleaved_steps, _lowered_steps, _stage_proto
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
+    CORE_F,
+    CORE_I,
+    FLASH_BWD,
     PipelineSpec,
     StageCost,
     TransformerSpec,
+    _head_ops,
     _layer_ops,
+    attn_step_flops,
     block_info,
     plan_of,
     split_fix,
@@ -81,21 +108,55 @@ __all__ = ["expand_training", "stage_lists", "TP_TAG", "DP_TAG"]
 DP_TAG = (("comm", "dp"),)
 #: Tags of the optimizer's found-inf and gradient-norm all-reduces.
 OPT_TAG = (("comm", "optimizer"),)
+#: Tags of the optimizer's kernels (the step and the gradient passes before it).
+OPT_STEP_TAG = (("pp_op", "optimizer"),)
 #: Tag the report reads to tell TP collectives apart (they also carry their action's pipeline tags).
 TP_TAG = "tp_"
 DP_STREAM = "dp_comm"
+#: The attention core selective recomputation reruns (Korthikanti et al. 2022 §5: QKᵀ, softmax, softmax dropout,
+#: attention over V), by layer-op name (:func:`schedsim.spec.pipeline_block._layer_ops`).
+SELECTIVE = ("scores", "attn_mask", "softmax", "attn_dropout", "attn_v")
 
 Entry = dict[str, Any]  # a compute op dict, or a collective {"name", "kind", "bytes", "dtype", "tp": True}
 
 
-def _coll(name: str, kind: str, nbytes: float, dtype: str) -> Entry:
-    return {"name": name, "kind": kind, "bytes": float(nbytes), "dtype": dtype, "tp": True}
+def _coll(name: str, kind: str, nbytes: float, dtype: str, group: str = "tp") -> Entry:
+    """A collective of a stage list: on the TP group, or on the EP group with ``group="ep"``."""
+    return {"name": name, "kind": kind, "bytes": float(nbytes), "dtype": dtype, "tp": True, "group": group}
 
 
-def _with_tp(ops: list[Entry], phase: str, plan: TrainingPlan, nbytes: float, dtype: str) -> list[Entry]:
-    """One layer's ``phase`` kernels with its TP collectives placed (module docstring)."""
+def _with_ep(ops: list[Entry], phase: str, plan: TrainingPlan, a2a: float, gathered: float, dtype: str) -> list[Entry]:
+    """An MoE layer's ``phase`` kernels with the token dispatcher's collectives placed around its experts
+    (Megatron-LM ``MoEAlltoAllTokenDispatcher``, on the compute stream): the dispatch all-to-all over the EP
+    group (``a2a`` bytes on this rank: the larger of what it sends and receives, so the busiest rank times
+    it), then with tp > 1 the all-gather of the received tokens over the TP group (``gathered`` bytes, the
+    nccl-tests size); after the experts the reduce-scatter and the combine all-to-all; the backward runs the
+    conjugates (combine's backward before the experts' data gradients, dispatch's after)."""
+    names = [o["name"] for o in ops]
+    experts = [i for i, n in enumerate(names) if n.startswith(("fc1_e", "fc2_e", "act_e", "fc1_dgrad_e",
+                                                               "fc2_dgrad_e", "act_bwd_e"))]
+    if phase == "W" or not experts or plan.ep * plan.tp == 1:
+        return list(ops)
+    lo, hi = experts[0], experts[-1]
+    tag = "" if phase == "F" else "_bwd"
+    first, second = ("dispatch", "combine") if phase == "F" else ("combine", "dispatch")
+    pre = [_coll(f"ep_{first}{tag}", "all_to_all", a2a, dtype, "ep")] if plan.ep > 1 else []
+    post = [_coll(f"ep_{second}{tag}", "all_to_all", a2a, dtype, "ep")] if plan.ep > 1 else []
+    if plan.tp > 1:
+        pre.append(_coll(f"tp_ag_moe{tag}", "all_gather", gathered, dtype))
+        post.insert(0, _coll(f"tp_rs_moe{tag}", "reduce_scatter", gathered, dtype))
+    return [*ops[:lo], *pre, *ops[lo:hi + 1], *post, *ops[hi + 1:]]
+
+
+def _with_tp(ops: list[Entry], phase: str, plan: TrainingPlan, nbytes: float, dtype: str,
+             overlap: bool = False) -> list[Entry]:
+    """One layer's ``phase`` kernels with its TP collectives placed (module docstring), or with ``overlap``
+    (``tp_comm_overlap``, sequence parallelism) its all-gathers and reduce-scatters overlapped with their
+    GEMMs (:func:`_tp_overlap`)."""
     if plan.tp == 1:
         return list(ops)
+    if overlap and plan.sp:
+        return _tp_overlap(ops, phase, plan, nbytes / plan.tp)
     if plan.sp:
         before = {"F": {"qkv": "tp_ag_attn", "fc1": "tp_ag_mlp"},
                   "I": {"fc2_dgrad": "tp_ag_fc2_dgrad", "proj_dgrad": "tp_ag_proj_dgrad"}}.get(phase, {})
@@ -117,7 +178,118 @@ def _with_tp(ops: list[Entry], phase: str, plan: TrainingPlan, nbytes: float, dt
 
 
 def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
-    return [{**o, "name": prefix + o["name"]} for o in ops]
+    """The entries with ``prefix`` before their names (and the names a placed entry waits for, its NCCL group
+    and message)."""
+    out = []
+    for o in ops:
+        o = {**o, "name": prefix + o["name"]}
+        if "after" in o:
+            o.update(after=[prefix + n for n in o["after"]],
+                     nccl_group=prefix + o["nccl_group"] if o.get("nccl_group") else "",
+                     msg=prefix + o["msg"] if o.get("msg") else "")
+        out.append(o)
+    return out
+
+
+CP_STREAM = "cp_comm"
+_PLACE_KEYS = ("after", "stream", "nccl_group", "msg", "cp_peer", "ring")
+
+
+def _ring_p2p(name: str, nbytes: float, dtype: str, after: list[str], ring: str = "cp") -> list[Entry]:
+    """One ring step's grouped send (to the next rank of the ``ring``, cp or tp) and recv (from the previous), on
+    stream ``cp_comm`` or ``tp_comm``; ``name`` starts with ``cp_`` or ``tp_``."""
+    base = {"bytes": float(nbytes), "dtype": dtype, "stream": f"{ring}_comm", "after": after, "nccl_group": name,
+            "msg": name, "ring": ring}
+    return [{**base, "name": name.replace(f"{ring}_", f"{ring}_send_", 1), "kind": "send", "cp_peer": "next"},
+            {**base, "name": name.replace(f"{ring}_", f"{ring}_recv_", 1), "kind": "recv", "cp_peer": "prev"}]
+
+
+#: The GEMMs whose input Megatron all-gathers (sequence parallelism) and whose output it reduce-scatters, per
+#: phase: with ``tp_comm_overlap`` each is split into tp chunks overlapped with a ring exchange (:func:`_tp_overlap`).
+AG_GEMMS = {"F": ("qkv", "fc1"), "I": ("fc2_dgrad", "proj_dgrad")}
+RS_GEMMS = {"F": ("proj", "fc2"), "I": ("fc1_dgrad", "qkv_dgrad")}
+
+
+def _tp_overlap(ops: list[Entry], phase: str, plan: TrainingPlan, chunk: float) -> list[Entry]:
+    """A layer's ``phase`` with ``tp_comm_overlap``: Transformer Engine's userbuffers overlap of the sequence-
+    parallel all-gather and reduce-scatter with their GEMMs (Megatron-LM ``--tp-comm-overlap``; TE
+    ``CommOverlapP2P``, ring exchange). A GEMM after an all-gather runs as tp chunks of s·b/tp rows
+    (``<gemm>_c<i>``), chunk 0 on the rank's own shard at once, chunk i after the recv of ring step i − 1,
+    while step i sends the shard it holds to the next TP rank and receives the previous rank's (``chunk``
+    bytes, grouped, on stream ``tp_comm``). A GEMM before a reduce-scatter runs its tp chunks in ring order,
+    each after the first adding the partial sum received (``<gemm>_rs_add<i>``, 3 passes of ``chunk``) and
+    each but the last sending its partial to the next TP rank."""
+    out: list[Entry] = []
+    for o in ops:
+        name = o["name"]
+        if name not in AG_GEMMS.get(phase, ()) and name not in RS_GEMMS.get(phase, ()):
+            out.append(o)
+            continue
+        prev = out[-1]["name"]
+        piece = {**o, "m": o["m"] // plan.tp}
+        for i in range(plan.tp):
+            recv_prev = [f"tp_recv_{name}{i - 1}"] if i else []
+            if name in AG_GEMMS[phase]:
+                if i < plan.tp - 1:
+                    out += _ring_p2p(f"tp_{name}{i}", chunk, o["dtype"], [prev] if i == 0 else recv_prev, "tp")
+                out.append({**piece, "name": f"{name}_c{i}", "after": recv_prev})
+                continue
+            out.append({**piece, "name": f"{name}_c{i}"})
+            if i:
+                out.append({"name": f"{name}_rs_add{i}", "kind": "compute", "bytes": 3 * chunk, "dtype": o["dtype"],
+                            "after": recv_prev})
+            if i < plan.tp - 1:
+                out += _ring_p2p(f"tp_{name}{i}", chunk, o["dtype"], [out[-1]["name"]], "tp")
+    return out
+
+
+def _with_cp(ops: list[Entry], phase: str, t: TrainingSpec, plan: TrainingPlan) -> list[Entry]:
+    """A layer's ``phase`` (F or I) with its attention core as Megatron's context-parallel ring attention
+    (Transformer Engine ``AttnFuncWithCPAndKVP2P``, which Megatron-LM's ``--context-parallel-size`` runs; the
+    sequence in 2·cp chunks, rank c holding chunks c and 2cp−1−c, so that every step of causal attention is
+    half a block): cp steps of a fused attention kernel (``cp_attn<i>``: FLOP ``2·b·(a/tp)·(s/cp)²·d`` forward,
+    2.5 times that backward, the FlashAttention-2 backward's five GEMMs to the forward's two; bytes Q, K, V and
+    O), each after the recv of the K, V chunk it uses, while the next step's grouped send/recv runs on stream
+    ``cp_comm`` (K and V: ``2·b·(s/cp)·(h·g/a)/tp`` elements), issued after the previous recv. A step after
+    the first merges its partial output (``cp_out_correction<i>``, 3 passes over the fp32 output). The
+    backward passes K, V at its first step, K, V and the accumulated dK, dV at the middle ones and dK, dV at
+    its last (TE's backward), each send after the previous step's compute; a step after the first accumulates
+    dQ, dK, dV (``cp_grad_acc<i>``, 3 passes), and the layer goes on once the last dK, dV arrived."""
+    cp, tp, e = plan.cp, plan.tp, DTYPE_BYTES[plan.dtype]
+    sl, b, h, a = t.seq_length // cp, t.micro_batch_size, t.hidden_size, t.num_attention_heads
+    d, dt = h // a, plan.dtype
+    kv = 2 * b * sl * (h * plan.groups // a) // tp * e
+    q = b * sl * h // tp * e  # Q, and the output, of this rank
+    flops = attn_step_flops(b, a // tp, sl, sl, d)
+    names = [o["name"] for o in ops]
+    core: tuple[str, ...] = CORE_F if phase == "F" else CORE_I
+    if t.use_flash_attn:  # the ring replaces the fused kernel and its layout copy
+        core = core + (("qkv_layout_copy", "flash_attn") if phase == "F" else ("flash_attn_bwd",
+                                                                                   "qkv_layout_copy_bwd"))
+    at = [i for i, n in enumerate(names) if n in core]
+    lo, hi = at[0], at[-1]
+    prev = names[lo - 1]  # the compute before the core: ProcessGroupNCCL's stream waits for it
+    ring: list[Entry] = []
+    fwd = phase == "F"
+    for i in range(cp):
+        if fwd and i < cp - 1 or not fwd:
+            size = kv if fwd or i in (0, cp - 1) else 2 * kv
+            after = [prev] if i == 0 else [f"cp_recv_kv{'' if fwd else '_bwd'}{i - 1}"] + (
+                [] if fwd else [f"cp_attn_bwd{i - 1}"])
+            ring += _ring_p2p(f"cp_kv{'' if fwd else '_bwd'}{i}", size, dt, after)
+        step = {"name": f"cp_attn{'' if fwd else '_bwd'}{i}", "kind": "compute", "dtype": dt,
+                "flops": flops * (1 if fwd else FLASH_BWD), "bytes": float(2 * q + kv if fwd else 4 * q + 2 * kv),
+                "after": [f"cp_recv_kv{'' if fwd else '_bwd'}{i - 1}"] if i else []}
+        ring.append(step)
+        if i:
+            extra = 3 * (b * sl * h // tp) * 4 if fwd else 3 * (q + kv)
+            ring.append({"name": f"cp_{'out_correction' if fwd else 'grad_acc'}{i}", "kind": "compute",
+                         "bytes": extra, "dtype": dt})
+    out = [*ops[:lo], *ring, *ops[hi + 1:]]
+    if not fwd:  # the layer's next kernel needs the dK, dV of the last exchange
+        nxt = out[lo + len(ring)]
+        out[lo + len(ring)] = {**nxt, "after": [f"cp_recv_kv_bwd{cp - 1}"]}
+    return out
 
 
 def _recomputed(t: TrainingSpec, k: int, lps: int) -> bool:
@@ -127,26 +299,48 @@ def _recomputed(t: TrainingSpec, k: int, lps: int) -> bool:
     return t.recompute_method == "uniform" or k < (t.recompute_num_layers or 0)
 
 
-def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int) -> dict[str, list[Entry]]:
+def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int,
+                hot: bool = False) -> dict[str, list[Entry]]:
     """Per phase (F, I, W), one stage chunk's ops on one TP rank in issue order: compute op dicts and TP
-    collectives (``"tp": True``), layer by layer (the backward in reverse layer order), names ``l<k>.<op>``."""
+    collectives (``"tp": True``; ``"group": "ep"`` for the experts' all-to-all), layer by layer (the backward
+    in reverse layer order), names ``l<k>.<op>``. ``hot``: the EP rank whose first expert runs at capacity
+    (:meth:`~schedsim.spec.training_block.TrainingPlan.expert_tokens`)."""
     tr = _transformer(t, plan)
-    layer = _layer_ops(tr, plan.tp, plan.sp, plan.groups)
     e = DTYPE_BYTES[plan.dtype]
-    s, b, h, V = t.seq_length, t.micro_batch_size, t.hidden_size, plan.vocab
-    T = s * b
-    act = T * h * e
+    T = t.seq_length // plan.cp * t.micro_batch_size  # this CP rank's tokens
+    act = T * t.hidden_size * e
+    moe = None
+    if plan.experts:
+        tokens = plan.expert_tokens(t, hot)
+        moe = (plan.experts, t.moe_router_topk, tokens)
+        got = sum(tokens) // plan.tp * t.hidden_size * e  # received by this rank's dispatch (before the TP gather)
+        a2a = max(T // plan.tp * t.moe_router_topk * t.hidden_size * e, got)
+    layer = _layer_ops(tr, plan.tp, plan.sp, plan.groups, moe)
     lps = plan.stage_layers[stage]
-    fwd = _with_tp(layer["F"], "F", plan, act, plan.dtype)
-    bwd = _with_tp(layer["I"], "I", plan, act, plan.dtype)
-    core = [o for o in layer["F"] if o["name"] in ("scores", "softmax", "attn_v")]
+    fwd = _with_tp(layer["F"], "F", plan, act, plan.dtype, t.tp_comm_overlap)
+    bwd = _with_tp(layer["I"], "I", plan, act, plan.dtype, t.tp_comm_overlap)
+    if moe is not None:
+        gathered = sum(moe[2]) * t.hidden_size * e
+        fwd = _with_ep(fwd, "F", plan, a2a, gathered, plan.dtype)
+        bwd = _with_ep(bwd, "I", plan, a2a, gathered, plan.dtype)
+    core = [o for o in layer["F"] if o["name"] in SELECTIVE]
+    if plan.cp > 1:
+        fwd, bwd = _with_cp(fwd, "F", t, plan), _with_cp(bwd, "I", t, plan)
+        core = [o for o in fwd if o["name"].startswith("cp_")]  # recomputed: the ring's first exchange starts it
+        core[:2] = [{**o, "after": []} for o in core[:2]]
     out: dict[str, list[Entry]] = {"F": [], "I": [], "W": []}
     rs_or_ar = "reduce_scatter" if plan.sp else "all_reduce"
     dt = plan.dtype
+    hd = _head_ops(tr, plan.tp, plan.sp)
+
+    def pick(*names: str) -> list[Entry]:
+        return [hd[n] for n in names if n in hd]
+
     if stage == 0:
-        out["F"].append({"name": "embedding", "kind": "compute", "bytes": 2 * T * h * e, "dtype": dt})
+        out["F"] += pick("embedding")
         if plan.tp > 1:
             out["F"].append(_coll("tp_embedding", rs_or_ar, act, dt))
+        out["F"] += pick("embedding_dropout")
     for k in range(lps):
         out["F"] += _renamed(fwd, f"l{k}.")
     for k in reversed(range(lps)):
@@ -154,43 +348,44 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
         out["I"] += _renamed(pre, f"l{k}.re_") + _renamed(bwd, f"l{k}.")
         out["W"] += _renamed(layer["W"], f"l{k}.")
     if stage == num_stages - 1:
-        head_f: list[Entry] = [{"name": "final_ln", "kind": "compute", "bytes": 2 * T * h * e // (plan.tp if plan.sp
-                                                                                               else 1), "dtype": dt}]
+        head_f = pick("final_ln")
         if plan.sp:
             head_f.append(_coll("tp_ag_logits", "all_gather", act, dt))
-        head_f.append({"name": "logits", "kind": "matmul", "m": T, "n": V // plan.tp, "k": h, "dtype": dt})
-        head_f.append({"name": "cross_entropy", "kind": "compute", "bytes": 3 * T * V // plan.tp * 4, "dtype": "fp32"})
+        head_f += pick("logits", "cross_entropy")
         if plan.tp > 1:
             head_f += [_coll(f"tp_ce_allreduce{i}", "all_reduce", T * 4, "fp32") for i in range(3)]
         out["F"] += head_f
-        head_i: list[Entry] = [{"name": "logits_dgrad", "kind": "matmul", "m": T, "n": h, "k": V // plan.tp,
-                                "dtype": dt}]
+        head_i = pick("cross_entropy_bwd", "logits_dgrad")
         if plan.tp > 1:
             head_i.append(_coll("tp_logits_dgrad", rs_or_ar, act, dt))
-        out["I"] = head_i + out["I"]
-        out["W"].insert(0, {"name": "logits_wgrad", "kind": "matmul", "m": h, "n": V // plan.tp, "k": T,
-                            "dtype": dt})
+        out["I"] = head_i + pick("final_ln_bwd") + out["I"]
+        out["W"][:0] = pick("logits_wgrad")
     if stage == 0:
-        out["W"].append({"name": "embedding_wgrad", "kind": "compute", "bytes": 3 * T * h * e, "dtype": dt})
+        out["I"] += pick("embedding_dropout_bwd")
+        out["W"] += pick("embedding_wgrad")
     return out
 
 
 def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
     return TransformerSpec(layers=t.num_layers, hidden=t.hidden_size, ffn=plan.ffn, heads=t.num_attention_heads,
-                           seq=t.seq_length, micro_batch=t.micro_batch_size, dtype=plan.dtype,  # type: ignore[arg-type]
-                           vocab=plan.vocab, swiglu=t.swiglu)
+                           seq=t.seq_length // plan.cp, micro_batch=t.micro_batch_size, dtype=plan.dtype,  # type: ignore[arg-type]
+                           vocab=plan.vocab, swiglu=t.swiglu, attention_dropout=t.attention_dropout,
+                           hidden_dropout=t.hidden_dropout, flash_attention=t.use_flash_attn)
 
 
 def _held(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, dict[str, int]]:
     """Parameters of the whole model per stage chunk, split as :func:`schedsim.pipeline.memory.stage_params`
     splits them (layers, embedding on the first, output layer on the last when untied or, tied, Megatron's copy
-    of the word embedding there), with each stage's own layer count (uneven first/last stages)."""
+    of the word embedding there), with each stage's own layer count (uneven first/last stages); ``experts``:
+    the layers' expert parameters one EP rank holds (0 for a dense model), apart from ``layers``."""
     from schedsim.pipeline.memory import stage_params
-    from schedsim.spec.training_block import _params_per_layer
+    from schedsim.spec.training_block import _params_per_layer, expert_params_per_layer
 
-    per = _params_per_layer(t, plan)
+    ex = expert_params_per_layer(t, plan)
+    per = _params_per_layer(t, plan) - ex  # the dense part; the experts' ("experts") reduce over their own group
     held = stage_params(num_stages, 1, per, hidden=t.hidden_size, seq=t.seq_length, vocab=plan.vocab)
-    return {s: {**d, "layers": per * plan.stage_layers[s]} for s, d in held.items()}
+    return {s: {**d, "layers": per * plan.stage_layers[s], "experts": ex * plan.stage_layers[s]}
+            for s, d in held.items()}
 
 
 def _stage_params(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, float]:
@@ -204,7 +399,16 @@ class _Ranks:
     def __init__(self, spec: ScheduleSpec, table: Table, t: TrainingSpec, plan: TrainingPlan, num_stages: int):
         self.spec, self.table, self.t, self.plan = spec, table, t, plan
         self.lists = {s: stage_lists(t, plan, s, num_stages) for s in range(num_stages)}
-        self.compute: dict[tuple[int, str, int], int] = {}
+        self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
+            if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
+        self.compute: dict[tuple[int, str, int, bool], int] = {}
+        self.held = _held(t, plan, num_stages)
+        #: The ring exchanges (CP, tp_comm_overlap) as lone isend/irecv on two-rank communicators when the
+        #: pipeline's p2p are lone (interleaved: Megatron's overlap_p2p_comm), else each step one batch, like the
+        #: pipeline's (1F1B's batch_p2p_comm): the language puts every batch on the world communicator (see
+        #: schedsim.graph.nccl), where lone pipeline p2p and batched rings would wait on each other at NCCL's
+        #: lazy creation of that communicator, which the CP group of a real run never shares with the pipeline.
+        self.lone = plan.v > 1
         self.protos: dict[tuple[int, ...], dict[tuple[int, str], list[tuple[str, int]]]] = {}
 
     def template(self, op: Op) -> int:
@@ -220,44 +424,99 @@ class _Ranks:
         order (``megatron/core/distributed/distributed_data_parallel.py``), a layer's parameters ready after its
         last weight gradient; without ``bucketing`` (model chunks after the first: ``megatron/training/
         training.py`` ``get_model``, ``disable_bucketing=(model_chunk_idx > 0)``) one bucket per chunk."""
-        t, plan = self.t, self.plan
-        held = _held(t, plan, len(self.lists))[stage]
+        plan = self.plan
+        held = self.held[stage]
         lps = plan.stage_layers[stage]
         own = {"logits_wgrad": held["lm_head"], "embedding_wgrad": held["embedding"]}
         size = max(40_000_000, 1_000_000 * plan.dp * plan.cp) if bucketing else float("inf")
         out: dict[str, tuple[int, float]] = {}
         acc = 0.0
         names = [str(o["name"]) for o in self.lists[stage]["W"]]
-        for name in names:
-            acc += own.get(name, held["layers"] / lps if name.endswith("qkv_wgrad") else 0) / plan.tp
+        layer_of = [n.split(".")[0] if n.startswith("l") and "." in n else "" for n in names]
+        for i, name in enumerate(names):  # a layer's parameters are ready after its last weight-gradient kernel
+            done = layer_of[i] and (i + 1 == len(names) or layer_of[i + 1] != layer_of[i])
+            acc += own.get(name, held["layers"] / lps if done else 0) / plan.tp
             if acc >= size or (name == names[-1] and acc):
                 out[name] = (len(out), acc)
                 acc = 0.0
         return out
 
-    def stage_protos(self, stages: list[int], group: tuple[int, ...]) -> dict[tuple[int, str], list[tuple[str, int]]]:
-        """(stage, phase) -> [(op name, template id)] for a TP group (its collectives' templates name it)."""
-        key = (*stages, -1, *group)
+    def stage_protos(self, stages: list[int], group: tuple[int, ...], ep_group: tuple[int, ...] = (),
+                     hot: bool = False, ring: tuple[int, int] = (-1, -1),
+                     tp_ring: tuple[int, int] = (-1, -1),
+                     odd: tuple[bool, bool] = (False, False)) -> dict[tuple[int, str], list[Any]]:
+        """(stage, phase) -> [(op name, template id)] for a TP group and EP group (its collectives' templates
+        name them); ``hot``: the stage lists of the EP rank whose first expert runs at capacity; ``ring``: the
+        next and previous CP ranks, the peers of the context-parallel ring, ``tp_ring`` those of the TP ring of
+        ``tp_comm_overlap`` (an entry placed off the compute stream or after named ops gets a third item,
+        :class:`~schedsim.lower.pipeline.ProtoPlace`); ``odd``: whether the rank's CP and TP ring positions are
+        odd (:meth:`_ring_order`)."""
+        key = (*stages, -1, *group, -1, *ep_group, int(hot), *ring, *tp_ring, *odd)
         got = self.protos.get(key)
         if got is not None:
             return got
-        out: dict[tuple[int, str], list[tuple[str, int]]] = {}
+        out: dict[tuple[int, str], list[Any]] = {}
+        lists = self.hot_lists if hot else self.lists
         for s in stages:
-            for phase, lst in self.lists[s].items():
-                row: list[tuple[str, int]] = []
+            for phase, lst in lists[s].items():
+                row: list[Any] = []
+                lst = self._ring_order(lst, odd)
+                index = {str(o["name"]): k for k, o in enumerate(lst)}
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
+                    if "after" in o:
+                        row.append(self._placed(o, index, ring, tp_ring, s, phase, k))
+                        continue
                     if o.get("tp"):
-                        op = Op(name=o["name"], rank=group[0], kind=o["kind"], stream="compute", seq=0, group=group,
+                        grp = ep_group if o.get("group") == "ep" else group
+                        op = Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute", seq=0, group=grp,
                                 nbytes=o["bytes"], dtype=o["dtype"], source="training")
                         row.append((o["name"], self.template(op)))
                         continue
-                    tid = self.compute.get((s, phase, k))
+                    tid = self.compute.get((s, phase, k, hot))
                     if tid is None:
-                        tid = self.compute[(s, phase, k)] = self.table.template(_stage_proto(self.spec, o, k, phase))
+                        tid = self.compute[(s, phase, k, hot)] = self.table.template(
+                            _stage_proto(self.spec, o, k, phase))
                     row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
         self.protos[key] = out
         return out
+
+    def _ring_order(self, lst: list[Entry], odd: tuple[bool, bool]) -> list[Entry]:
+        """The list with each ring step's recv before its send on a rank at an odd ring position, when the ring's
+        p2p are lone (:attr:`lone`): Transformer Engine's ``flash_attn_p2p_communicate`` posts isend then irecv
+        on even CP ranks and irecv then isend on odd ones, so that two ranks exchanging over one two-rank NCCL
+        communicator do not both send first."""
+        if not self.lone or not any(odd):
+            return lst
+        out = list(lst)
+        for i in range(len(out) - 1):
+            o = out[i]
+            if o["kind"] == "send" and "ring" in o and odd[o["ring"] == "tp"] and out[i + 1]["kind"] == "recv":
+                out[i], out[i + 1] = out[i + 1], o
+        return out
+
+    def _placed(self, o: Entry, index: dict[str, int], ring: tuple[int, int], tp_ring: tuple[int, int], s: int,
+                phase: str, k: int) -> tuple[str, int, ProtoPlace]:
+        """The protos row of an entry placed by name (:func:`_with_cp`): a ring send/recv, or a compute op
+        that waits for ops of other streams."""
+        peer = -1
+        if o["kind"] in ("send", "recv"):
+            pair = ring if o.get("ring", "cp") == "cp" else tp_ring
+            peer = pair[0] if o["cp_peer"] == "next" else pair[1]
+            tid = self.template(Op(name=o["name"], rank=0, kind=o["kind"], stream="", seq=0, nbytes=o["bytes"],
+                                   dtype=o["dtype"], source="training"))
+        else:
+            got = self.compute.get((s, phase, k, False))
+            tid = got if got is not None else self.table.template(_stage_proto(
+                self.spec, {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase))
+            self.compute[(s, phase, k, False)] = tid
+        name = o.get("stream", "")
+        if self.lone and peer >= 0:  # lone isend / irecv: each on the stream of its direction
+            name = f"{o['ring']}_{o['kind']}"
+        stream = self.table.streams(name) if name else -1
+        place = ProtoPlace(stream, tuple(index[n] for n in o["after"]), peer,
+                           "" if self.lone else o.get("nccl_group", ""), o.get("msg", ""))
+        return str(o["name"]), tid, place
 
     def one(self, kind: str, name: str, rank: int, group: tuple[int, ...], nbytes: float, dtype: str,
             deps: tuple[int, ...], stream: str = DP_STREAM, tags: tuple[tuple[str, Any], ...] = DP_TAG) -> int:
@@ -305,7 +564,7 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     ns = pplan.num_stages
     ranks = _Ranks(spec, table, t, plan, ns)
     elem = DTYPE_BYTES[plan.dtype]
-    act_bytes = t.seq_length * t.micro_batch_size * t.hidden_size * elem // (plan.tp if plan.sp else 1)
+    act_bytes = t.seq_length // plan.cp * t.micro_batch_size * t.hidden_size * elem // (plan.tp if plan.sp else 1)
     p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(act_bytes),
                                      dtype=plan.dtype, source="training")) for k in ("send", "recv")}
     rank_stages = {r: sorted(st for st, rr in pplan.s2r.items() if rr == r) for r in range(plan.pp)}
@@ -338,7 +597,14 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     tp_group = tuple(plan.rank(x, c_, d_, p_) for x in range(plan.tp))
     dp_group = tuple(sorted(plan.rank(t_, c, d, p_) for d in range(plan.dp) for c in range(plan.cp)))
     pp_ranks = tuple(plan.rank(t_, c_, d_, r) for r in range(plan.pp))
-    protos = ranks.stage_protos(rank_stages[p_], tp_group)
+    j = c_ + plan.cp * d_  # the experts' rank order tp-ep-dp-pp splits the cp·dp ranks into ep-sized blocks
+    e_, base = j % plan.ep, j - j % plan.ep
+    ep_group = tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(base, base + plan.ep))
+    ring = (plan.rank(t_, (c_ + 1) % plan.cp, d_, p_), plan.rank(t_, (c_ - 1) % plan.cp, d_, p_))
+    protos = ranks.stage_protos(rank_stages[p_], tp_group, ep_group, hot=e_ == 0 and ranks.hot_lists is not
+                                ranks.lists, ring=ring if plan.cp > 1 else (-1, -1),
+                                tp_ring=(tp_group[(t_ + 1) % plan.tp], tp_group[(t_ - 1) % plan.tp])
+                                if t.tp_comm_overlap else (-1, -1), odd=(c_ % 2 == 1, t_ % 2 == 1))
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks)
     shard = plan.dp * plan.cp if t.use_distributed_optimizer else 1
     grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
@@ -363,8 +629,14 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     for act, bid in steps[p_]:
         em.action(act, bid)
     last = () if em.last_compute is None else (em.last_compute,)
+    experts = sum(ranks.held[s]["experts"] for s in rank_stages[p_]) / plan.tp
     if multi and not t.overlap_grad_reduce:
-        grads.append(ranks.one(reduce, f"dp_grad_{reduce}", g, dp_group, mine * grad_e, plan.grad_dtype, last))
+        grads.append(ranks.one(reduce, f"dp_grad_{reduce}", g, dp_group, (mine - experts) * grad_e,
+                               plan.grad_dtype, last))
+    edp_group = tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(e_, plan.cp * plan.dp, plan.ep))
+    if experts and len(edp_group) > 1:  # the experts' gradients, over the expert data-parallel group
+        grads.append(ranks.one(reduce, f"dp_expert_grad_{reduce}", g, edp_group, experts * grad_e,
+                               plan.grad_dtype, last))
     wait = tuple(grads) or last
     if plan.pp > 1 and not t.untie_embeddings_and_output_weights and p_ in (0, plan.pp - 1):
         grp = (plan.rank(t_, c_, d_, 0), plan.rank(t_, c_, d_, plan.pp - 1))
@@ -377,13 +649,26 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     # (distrib_optimizer.py get_grad_stats_parallel_group)
     stats = tuple(range(len(ranks.spec_world()))) if t.use_distributed_optimizer else \
         tuple(sorted(plan.rank(x, c_, d_, y) for x in range(plan.tp) for y in range(plan.pp)))
-    if len(stats) > 1:
-        for name in (("optimizer_found_inf",) if plan.dtype == "fp16" else ()) + ("optimizer_grad_norm",):
-            wait = (ranks.one("all_reduce", name, g, stats, 4, "fp32", wait, stream="compute", tags=OPT_TAG),)
+    # each preceded by the kernels over the rank's (shard of the) gradients it reduces, memory-bound by bytes a
+    # parameter (megatron/core/optimizer/optimizer.py, MixedPrecisionOptimizer.prepare_grads / step): 16-bit
+    # gradients copied to the fp32 main gradients (read grad_e, write 4; none when they are fp32 already), under
+    # fp16 the loss scaler's unscale-and-check (torch._amp_foreach_non_finite_check_and_unscale_: read and write
+    # 4), then the gradient norm's multi_tensor_l2norm (read 4); clipping's rescale is data-dependent (only when
+    # the norm exceeds --clip-grad) and left out
+    n = mine / shard
+    passes: list[tuple[str, float, str | None]] = [("optimizer_grad_copy", (grad_e + 4) * n, None)] \
+        if grad_e != 4 else []
+    if plan.dtype == "fp16":
+        passes += [("optimizer_unscale", 8 * n, None), ("optimizer_found_inf", 4, "all_reduce")]
+    passes += [("optimizer_grad_norm_local", 4 * n, None), ("optimizer_grad_norm", 4, "all_reduce")]
+    for name, nbytes, coll in passes:
+        if coll is None:
+            wait = (ranks.one("compute", name, g, (), nbytes, "fp32", wait, stream="compute", tags=OPT_STEP_TAG),)
+        elif len(stats) > 1:
+            wait = (ranks.one("all_reduce", name, g, stats, nbytes, "fp32", wait, stream="compute", tags=OPT_TAG),)
     # fused Adam on the rank's shard: reads grad, fp32 master, two moments; writes those three and the parameter
     moved = (grad_e + 3 * 4 + 3 * 4 + param_e) * mine / shard
-    opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute",
-                    tags=(("pp_op", "optimizer"),))
+    opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute", tags=OPT_STEP_TAG)
     if multi and t.use_distributed_optimizer and not t.overlap_param_gather:
         ranks.one("all_gather", "dp_param_allgather", g, dp_group, mine * param_e, plan.dtype, (opt,),
                   stream="compute")

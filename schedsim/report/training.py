@@ -6,10 +6,11 @@
   ``throughput per GPU (TFLOP/s/GPU)`` log line computes it (``megatron/training/training.py``
   ``training_log``);
 * **MFU**: that rate over the profile's dense peak for the parameters' dtype (``gpu.peak_tflops``);
-* **exposed communication by kind**, seconds, mean over ranks: time a rank's TP collectives (``tp``), pipeline
-  send/recv (``pp``) and data-parallel gradient and parameter collectives (``dp``: the reductions, the tied
-  embedding all-reduce, the distributed optimizer's all-gather) run while none of its compute does, each kind
-  counting only what the kinds before it (tp, pp, dp) and compute do not already cover;
+* **exposed communication by kind**, seconds, mean over ranks: time a rank's TP collectives (``tp``), the
+  context-parallel ring's send/recv (``cp``), the experts' token all-to-all (``ep``), pipeline send/recv
+  (``pp``) and data-parallel gradient and parameter collectives (``dp``: the reductions, the tied embedding
+  all-reduce, the distributed optimizer's all-gather) run while none of its compute does, each kind counting
+  only what the kinds before it (tp, cp, ep, pp, dp) and compute do not already cover;
 * **bubble**: mean over ranks of the time nothing runs on a rank (no compute, no communication);
 * **memory per GPU** of the first pipeline stage, :func:`schedsim.spec.training_block.memory_per_rank`.
 """
@@ -23,7 +24,7 @@ import numpy as np
 
 __all__ = ["TrainingReport", "training_report", "print_training", "exposed_by_kind"]
 
-KINDS = ("tp", "pp", "dp", "other")
+KINDS = ("tp", "cp", "ep", "pp", "dp", "other")
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,11 @@ class TrainingReport:
 
 
 def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
-    """Exposed communication per kind (``tp``, ``pp``, ``dp``, ``other``) and the bubble, each the mean over
-    ranks in seconds (module docstring). TP collectives are the collectives tagged with a pipeline action
-    (they run inside F/I/W/B), pp the sends and recvs, dp those tagged ``comm: dp``."""
+    """Exposed communication per kind (``tp``, ``cp``, ``ep``, ``pp``, ``dp``, ``other``) and the bubble, each
+    the mean over ranks in seconds (module docstring). TP collectives are the collectives tagged with a pipeline
+    action (they run inside F/I/W/B) other than all-to-all, and the sends and recvs of streams ``tp_comm`` /
+    ``tp_send`` / ``tp_recv`` (``tp_comm_overlap``'s ring), cp those of ``cp_comm`` / ``cp_send`` /
+    ``cp_recv``, ep the all-to-alls, pp the other sends and recvs, dp those tagged ``comm: dp``."""
     from schedsim.sim.metrics import merged, union_length
 
     c = tl.columns
@@ -68,6 +71,11 @@ def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     comm_code = res_vals.index("comm") if "comm" in res_vals else -9
     comp_code = res_vals.index("compute") if "compute" in res_vals else -9
     is_p2p = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k in ("send", "recv")])
+    is_a2a = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k == "all_to_all"])
+    stream_vals, stream_codes = c.stream
+    is_cp = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v in ("cp_comm", "cp_send", "cp_recv")])
+    is_tp_ring = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v in ("tp_comm", "tp_send",
+                                                                                       "tp_recv")])
     cv, cc = c.tag_column("comm")
     is_dp = np.isin(cc, [i for i, v in enumerate(cv) if v == "dp"])
     pv, pc = c.tag_column("pp_op")
@@ -75,10 +83,13 @@ def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     comm = res_codes == comm_code
     cls = np.full(len(res_codes), -1, np.int64)
     cls[res_codes == comp_code] = 0
-    cls[comm] = 4  # other
+    cls[comm] = 6  # other
     cls[comm & in_action & ~is_p2p] = 1
-    cls[comm & is_p2p] = 2
-    cls[comm & is_dp] = 3
+    cls[comm & in_action & is_a2a] = 3
+    cls[comm & is_p2p] = 4
+    cls[comm & is_p2p & is_cp] = 2
+    cls[comm & is_p2p & is_tp_ring] = 1  # tp_comm_overlap's ring exchange
+    cls[comm & is_dp] = 5
     makespan = tl.makespan_s
     ranks = np.unique(c.rank)
     tot = dict.fromkeys(KINDS, 0.0)
@@ -89,7 +100,7 @@ def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
         k_all = cls[on]
         keep = k_all == 0
         covered = union_length(s_all[keep], e_all[keep])
-        for code, kind in zip((1, 2, 3, 4), KINDS, strict=True):
+        for code, kind in enumerate(KINDS, start=1):
             keep = keep | (k_all == code)
             now = union_length(s_all[keep], e_all[keep])
             tot[kind] += now - covered
@@ -135,7 +146,8 @@ def print_training(d: dict[str, Any]) -> None:
           f"of {d['peak_tflops']:.0f} TFLOP/s {d['dtype']} peak")
     ex = d["exposed_s"]
     print("  exposed communication (mean over ranks): " + ", ".join(
-        f"{k.upper()} {fmt_time(ex[k])}" for k in ("tp", "pp", "dp") if k in ex)
+        f"{k.upper()} {fmt_time(ex[k])}" for k in ("tp", "cp", "ep", "pp", "dp")
+        if k in ex and (k in ("tp", "pp", "dp") or ex[k]))
         + (f", other {fmt_time(ex['other'])}" if ex.get("other") else "") + f"; bubble (nothing runs) "
         f"{fmt_time(d['bubble_s'])}")
     mem = d["memory"]

@@ -276,8 +276,11 @@ def _pipeline_ops(pb: Mapping[str, Any]) -> int:
 
 def _training_ops(tb: Mapping[str, Any], world: int) -> int:
     """Op instances of a ``training:`` block (:mod:`schedsim.lower.training`): on each of the ``world`` ranks,
-    per microbatch, its ``num_layers / pp`` layers at about 50 ops (forward and backward kernels, TP collectives
-    and a recomputed forward), plus the p2p and the step's tail."""
+    per microbatch, its ``num_layers / pp`` layers at about 75 ops (forward and backward kernels, TP collectives
+    and a recomputed forward: :func:`schedsim.spec.pipeline_block._layer_ops` has up to 16 + 23 + 5 kernels),
+    11 more per local expert of an MoE layer (3 forward, 3 recomputed, 3 input-gradient, 2 weight-gradient),
+    12·cp more for context parallelism's ring (about 4·cp a phase) and 42·tp more for ``tp_comm_overlap`` (its
+    chunked GEMMs and ring exchanges: ``14·tp − 18`` more a phase), plus the p2p and the step's tail."""
     def num(*keys: str, default: int = 1) -> int:
         v = next((tb[k] for k in keys if k in tb), default)
         return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
@@ -286,7 +289,9 @@ def _training_ops(tb: Mapping[str, Any], world: int) -> int:
     cp, mbs = num("context_parallel_size", "cp"), num("micro_batch_size")
     dp = max(1, world // (tp * pp * cp))
     m = max(1, num("global_batch_size", default=mbs * dp) // (mbs * dp))
-    return world * m * (50 * -(-num("num_layers") // pp) + 8)
+    experts = num("num_experts") // num("expert_model_parallel_size", "ep") if "num_experts" in tb else 0
+    per_layer = 75 + 11 * experts + (12 * cp if cp > 1 else 0) + (42 * tp if tb.get("tp_comm_overlap") is True else 0)
+    return world * m * (per_layer * -(-num("num_layers") // pp) + 8)
 
 
 def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,

@@ -54,7 +54,7 @@ from schedsim.errors import SpecError
 from schedsim.units import DTYPE_BYTES
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops",
-           "memory_per_rank", "act_bytes_per_layer", "ALIASES"]
+           "memory_per_rank", "act_bytes_per_layer", "expert_params_per_layer", "ALIASES"]
 
 #: Short alias -> Megatron argument.
 ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size", "dp": "data_parallel_size",
@@ -86,6 +86,12 @@ class TrainingSpec(BaseModel):
     swiglu: bool = Field(default=False, description="--swiglu: fc1 has 2·f columns.")
     untie_embeddings_and_output_weights: bool = Field(default=False, description="Untied output layer (no "
                                                       "embedding all-reduce between first and last stage).")
+    attention_dropout: float = Field(default=0.1, ge=0, lt=1, description="--attention-dropout (Megatron's "
+                                     "default 0.1): a dropout kernel on the b·a·s² probabilities; 0: none.")
+    hidden_dropout: float = Field(default=0.1, ge=0, lt=1, description="--hidden-dropout (Megatron's default "
+                                  "0.1): the embedding's and the bias-dropout-adds' masks; 0: none.")
+    use_flash_attn: bool = Field(default=False, description="--use-flash-attn: the attention core as one fused "
+                                 "FlashAttention kernel; nothing of size b·a·s² is stored.")
     micro_batch_size: int = Field(gt=0, description="--micro-batch-size b.")
     global_batch_size: int | None = Field(default=None, gt=0, description="--global-batch-size (default b·dp).")
     tensor_model_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("tensor_model_parallel_size"))
@@ -102,6 +108,9 @@ class TrainingSpec(BaseModel):
     expert_model_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("expert_model_parallel_size"))
     num_experts: int | None = Field(default=None, gt=0)
     moe_router_topk: int = Field(default=2, gt=0)
+    moe_expert_capacity_factor: float | None = Field(default=None, gt=0, description="--moe-expert-capacity-"
+                                                     "factor c: the busiest expert is taken at its capacity, c "
+                                                     "times the mean load (router imbalance); default balanced.")
     sequence_parallel: bool = False
     recompute_granularity: Literal["full", "selective"] | None = None
     recompute_method: Literal["uniform", "block"] | None = None
@@ -142,6 +151,20 @@ class TrainingPlan:
     ffn: int
     groups: int
     stage_layers: tuple[int, ...] = ()  # layers of each of the p·v stages (uneven first/last stages)
+    ep: int = 1
+    experts: int = 0  # num_experts, 0 for a dense model
+
+    def expert_tokens(self, t: TrainingSpec, hot: bool) -> tuple[int, ...]:
+        """Tokens each local expert of an EP rank runs per microbatch (after the TP all-gather with tp > 1):
+        ``ep · (s/cp)·b · k / E`` balanced (every EP rank routes its ``(s/cp)·b/tp`` tokens to k experts; with sequence
+        parallelism the TP gather multiplies by tp), the first expert of the ``hot`` rank (EP index 0) at its
+        capacity, ``moe_expert_capacity_factor`` times that (Megatron-LM ``moe_utils.get_capacity``:
+        ``ceil(tokens · k / E · c)``)."""
+        mean = -(-self.ep * (t.seq_length // self.cp) * t.micro_batch_size * t.moe_router_topk // self.experts)
+        out = [mean] * (self.experts // self.ep)
+        if hot and t.moe_expert_capacity_factor is not None:
+            out[0] = int(-(-mean * t.moe_expert_capacity_factor // 1))
+        return tuple(out)
 
     @property
     def schedule(self) -> str:
@@ -181,7 +204,8 @@ def training_plan(t: TrainingSpec, world_size: int) -> TrainingPlan:
                         global_batch=gbs, sp=t.sequence_parallel and tp > 1, dtype=dtype,
                         grad_dtype="fp32" if dtype in ("bf16", "fp32") else "fp16",
                         vocab=-(-t.vocab_size // unit) * unit, ffn=t.ffn_hidden_size or 4 * t.hidden_size,
-                        groups=t.num_query_groups or t.num_attention_heads, stage_layers=layers)
+                        groups=t.num_query_groups or t.num_attention_heads, stage_layers=layers,
+                        ep=t.expert_model_parallel_size, experts=t.num_experts or 0)
 
 
 # ---------------------------------------------------------------- Megatron's validation
@@ -196,6 +220,12 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
                  f"({pp}) × cp ({cp}) (Megatron-LM parallel_state.initialize_model_parallel)",
                  f"set world_size to a multiple of {model}, or change tp/pp/cp")]
     dp = world_size // model
+    ep = t.expert_model_parallel_size
+    if (dp * cp) % ep:
+        return [*_limit_rules(t), ("expert_model_parallel_size", f"world_size ({world_size}) is not divisible by "
+                f"expert_tensor_model_pipeline_parallel size ({tp * ep * pp} = tp {tp} × ep {ep} × pp {pp}; "
+                "Megatron-LM parallel_state.initialize_model_parallel): the experts' data-parallel size "
+                f"dp·cp / ep = {dp * cp} / {ep} must be whole", f"use an ep dividing dp·cp = {dp * cp}")]
     return [*_limit_rules(t), *_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
             *_recompute_rules(t)]
 
@@ -334,6 +364,12 @@ def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
                     "turns it off (arguments.py: 'Disabling sequence parallelism because tensor model "
                     "parallelism is disabled'), so the schedule would not be what you wrote",
                     "set sequence_parallel: false, or tp > 1"))
+    cp = t.context_parallel_size
+    if cp > 1 and t.seq_length % (2 * cp):
+        out.append(("context_parallel_size", f"seq_length ({t.seq_length}) must be divisible by 2 × "
+                    f"context_parallel_size ({2 * cp}): Megatron-LM splits each sequence into 2·cp chunks for "
+                    "load-balanced causal attention (megatron/core/utils.py get_batch_on_this_cp_rank)",
+                    f"use a seq_length that is a multiple of {2 * cp}, or a cp dividing {t.seq_length // 2}"))
     if t.tp_comm_overlap and not t.sequence_parallel:
         out.append(("tp_comm_overlap", "Tensor parallel communication/GEMM overlap can happen only when sequence "
                     "parallelism is enabled (Megatron-LM arguments.py)", "set sequence_parallel: true"))
@@ -352,11 +388,32 @@ def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
         out.append(("params_dtype", f"params_dtype {explicit} contradicts --{flag}, which sets params_dtype to "
                     f"{flag} (Megatron-LM arguments.py: args.params_dtype = torch.half under --fp16, torch.bfloat16 "
                     "under --bf16)", f"set params_dtype: {flag}, or remove it (--{flag} sets it)"))
-    if t.num_experts is not None and t.num_experts % t.expert_model_parallel_size:
-        out.append(("expert_model_parallel_size", f"num_experts ({t.num_experts}) must be a multiple of "
-                    f"expert_model_parallel_size ({t.expert_model_parallel_size}) (Megatron-LM arguments.py)",
-                    "use an ep dividing num_experts"))
+    out += _moe_rules(t)
     return out
+
+
+def _moe_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """Experts (Megatron-LM ``arguments.py`` and ``transformer_config.py``)."""
+    ep, E, tp = t.expert_model_parallel_size, t.num_experts, t.tensor_model_parallel_size
+    if E is None:
+        if ep > 1:
+            return [("expert_model_parallel_size", "num_experts must be non None to use expert model parallelism "
+                     "(Megatron-LM arguments.py)", "set num_experts, or expert_model_parallel_size: 1")]
+        if t.moe_expert_capacity_factor is not None:
+            return [("moe_expert_capacity_factor", "moe_expert_capacity_factor is set without num_experts (a "
+                     "dense model has no router)", "set num_experts, or remove moe_expert_capacity_factor")]
+        return []
+    if E % ep:
+        return [("expert_model_parallel_size", f"num_experts ({E}) must be a multiple of expert_model_parallel_size "
+                 f"({ep}) (Megatron-LM arguments.py)", f"use an ep dividing {E}")]
+    if t.moe_router_topk > E:
+        return [("moe_router_topk", f"moe_router_topk ({t.moe_router_topk}) is larger than num_experts ({E}): a "
+                 "token cannot be routed to more distinct experts than exist (Megatron-LM router.py topk)",
+                 f"use moe_router_topk <= {E}")]
+    if tp > 1 and not t.sequence_parallel:
+        return [("sequence_parallel", "When using MoE and tensor parallelism, sequence parallelism must be used "
+                 "(Megatron-LM arguments.py)", "set sequence_parallel: true")]
+    return []
 
 
 def _recompute_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
@@ -380,24 +437,9 @@ def _recompute_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     return out
 
 
-def _unmodelled(t: TrainingSpec) -> list[tuple[str, str, str]]:
-    """Settings Megatron accepts but this lowering does not model yet (refused rather than mispredicted)."""
-    out = []
-    if t.context_parallel_size > 1:
-        out.append(("context_parallel_size", "context parallelism (ring attention p2p) is not modelled yet "
-                    "(issue 36)", "set context_parallel_size: 1"))
-    if t.num_experts is not None or t.expert_model_parallel_size > 1:
-        out.append(("num_experts", "mixture-of-experts layers (EP all-to-all) are not modelled yet (issue 36)",
-                    "remove num_experts / expert_model_parallel_size"))
-    if t.tp_comm_overlap:
-        out.append(("tp_comm_overlap", "TP communication/GEMM overlap (userbuffers) is not modelled yet "
-                    "(issue 36)", "set tp_comm_overlap: false"))
-    return out
-
-
 def refusal(t: TrainingSpec, world_size: int) -> tuple[str, str, str] | None:
     """The first rule ``t`` breaks on ``world_size`` ranks, as (field, Megatron's reason, fix), or None."""
-    broken = _rules(t, world_size) or _unmodelled(t)
+    broken = _rules(t, world_size)
     return broken[0] if broken else None
 
 
@@ -448,16 +490,25 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     * no recomputation: ``sbh·(8r + 2 + 24r/t) + a·s²·b·(4r + 1)/t``; with sequence parallelism
       ``sbh/t·(32r + 2) + a·s²·b·(4r + 1)/t`` (r = 1: the paper's ``sbh·(10 + 24/t + 5as/(ht))`` and
       ``sbh/t·(34 + 5as/h)``);
-    * selective recomputation: the same without the ``a·s²·b`` terms;
+    * selective recomputation, or FlashAttention (``use_flash_attn``, which stores no b·a·s² tensor): the same
+      without the ``a·s²·b`` terms;
     * full recomputation: the layer input, ``2r·sbh`` (``/t`` with SP).
+
+    With context parallelism each rank holds ``s/cp`` tokens: the whole count is divided by cp (an
+    approximation for the ``a·s²·b`` terms, which Transformer Engine's fused attention, required for cp > 1,
+    does not store).
     """
     s, b, h, a, tp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp
+    if plan.cp > 1:
+        from dataclasses import replace
+
+        return act_bytes_per_layer(t, replace(plan, cp=1), granularity) / plan.cp
     sbh = s * b * h
     r = DTYPE_BYTES[plan.dtype] / 2
     rg = t.recompute_granularity if granularity == "as set" else granularity
     if rg == "full":
         return 2 * r * sbh / (tp if plan.sp else 1)
-    attn = 0.0 if rg == "selective" else a * s * s * b * (4 * r + 1) / tp
+    attn = 0.0 if rg == "selective" or t.use_flash_attn else a * s * s * b * (4 * r + 1) / tp
     if plan.sp:
         return sbh / tp * (32 * r + 2) + attn
     return sbh * (8 * r + 2 + 24 * r / tp) + attn
@@ -469,7 +520,19 @@ def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
     h, f = t.hidden_size, plan.ffn
     kv = 2 * h * plan.groups // t.num_attention_heads
     f1 = 2 * f if t.swiglu else f
+    if plan.experts:  # the router, then the rank's E/ep experts (expert_params_per_layer)
+        return (h * (h + kv) + (h + kv)) + (h * h + h) + h * plan.experts + 4 * h + expert_params_per_layer(t, plan)
     return (h * (h + kv) + (h + kv)) + (h * h + h) + (h * f1 + f1) + (f * h + h) + 4 * h
+
+
+def expert_params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
+    """Parameters of the ``E/ep`` experts one EP rank holds in one layer (fc1 ``h × f1`` and fc2 ``f × h`` each,
+    no biases: :func:`schedsim.spec.pipeline_block._moe_mlp`); 0 for a dense model. Their gradients are reduced
+    over the experts' data-parallel group (``dp·cp/ep`` ranks), not the dense one."""
+    if not plan.experts:
+        return 0
+    f = plan.ffn
+    return plan.experts // plan.ep * (t.hidden_size * (2 * f if t.swiglu else f) + f * t.hidden_size)
 
 
 def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:

@@ -230,7 +230,7 @@ def test_data_parallel_tail_reduces_every_parameter_before_the_optimizer_step():
         r = rank % 2  # pipeline rank; ranks 2, 3 are the second replica
         ar = ops[f"dp_grad_allreduce_r{r}@r{rank}"]
         assert ar.nbytes == 2 * held[r] and ar.group == (r, r + 2) and ar.stream == "dp_comm"
-        last = "B0.1.W.embedding_wgrad" if r == 0 else "B1.1.W.qkv_wgrad"  # 1F1B ends with B of microbatch 1
+        last = "B0.1.W.embedding_wgrad" if r == 0 else "B1.1.W.qkv_bias_grad"  # 1F1B ends with B of microbatch 1
         assert ar.deps == (last,)
         mine = sorted((op.seq, op.name) for op in ops.values() if op.rank == rank)
         tail = [n for _, n in mine if not n.startswith(("F", "B", "send", "recv"))]

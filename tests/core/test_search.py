@@ -71,16 +71,32 @@ def test_search_needs_a_training_block(tmp_path: Path) -> None:
 
 
 def test_configurations_past_max_ops_are_counted_apart_and_axes_deduplicated(tmp_path: Path) -> None:
-    """--max-ops 2000: tp 4 (about 3,456 and 3,712 ops by the loader's estimate, 8 ranks · m · (50 · L/pp + 8))
+    """--max-ops 3000: tp 4 (about 5,056 and 5,312 ops by the loader's estimate, 8 ranks · m · (75 · L/pp + 8))
     is past the limit, which is this tool's, not Megatron's refusal; --tp 1,1,2,4 tries tp 1 once."""
     p = tmp_path / "s.yaml"
     p.write_text(TINY)
     r = CliRunner().invoke(app, ["search", str(p), "--tp", "1,1,2,4", "--pp", "1,2", "--micro-batch-size", "1,1",
-                                 "--recompute", "none,none", "--max-ops", "2000", "--out", str(tmp_path / "o")])
+                                 "--recompute", "none,none", "--max-ops", "3000", "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.stderr[-2000:]
     assert "6 configurations: 4 simulated, 0 refused by Megatron's rules, 0 over the memory limit, 2 past " \
         "--max-ops" in r.stdout, r.stdout[-800:]
     rows = json.loads((tmp_path / "o" / "search.json").read_text())
     big = [x for x in rows if x["status"] == "over max-ops"]
     assert [x["setting"]["tp"] for x in big] == [4, 4]
-    assert big[0]["reason"] == "about 3,456 op instances, past the limit of 2,000 (--max-ops)"
+    assert big[0]["reason"] == "about 5,056 op instances, past the limit of 3,000 (--max-ops)"
+
+
+def test_context_and_expert_parallel_axes() -> None:
+    """--cp and --ep: on the MoE block (8 GPUs, tp 2, 4 experts) cp ∈ {1, 2} × ep ∈ {1, 2, 3}: dp = 8 / (2·cp);
+    ep 3 is refused (dp·cp = 4 is not a multiple of 3: Megatron's expert-parallel group sizes)."""
+    from test_training_moe import MOE
+
+    t = load_text(MOE).training
+    assert t is not None
+    pts = candidates(t, 8, tps=[2], pps=[1], mbss=[1], recomputes=["none"], vpps=[None], memory_limit=2**40,
+                     cps=[1, 2], eps=[1, 2, 3])
+    assert [(p.setting["cp"], p.setting["ep"], p.setting["dp"], p.status) for p in pts] == [
+        (1, 1, 4, "simulated"), (1, 2, 4, "simulated"), (1, 3, 4, "refused"),
+        (2, 1, 2, "simulated"), (2, 2, 2, "simulated"), (2, 3, 2, "refused")]
+    assert pts[2].reason.startswith("expert_model_parallel_size: world_size (8) is not divisible by")
+    assert pts[4].block["context_parallel_size"] == 2 and pts[4].block["expert_model_parallel_size"] == 2

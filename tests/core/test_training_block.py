@@ -173,19 +173,29 @@ def _ops(text: str) -> list:  # type: ignore[type-arg]
 def test_tiny_config_op_counts_and_collectives() -> None:
     """2 layers, tp=2, pp=2, dp=2, m=4 (gbs 8, b 1), by hand.
 
-    Stage 0 (one layer): F = embedding + its TP all-reduce + 12 kernels + 2 all-reduces = 16; I = 13 + 2 = 15;
-    W = 4 wgrads + embedding wgrad = 5; × 4 microbatches = 144, + 4 sendF + 4 recvB, + DP all-reduce, tied
-    embedding all-reduce, gradient-norm all-reduce (bf16: no found-inf), optimizer step = 156. Stage 1: F = 14 +
-    final LN, logits, cross-entropy and its 3 all-reduces = 20; I = logits dgrad + its all-reduce + 15 = 17;
-    W = logits wgrad + 4 = 5; × 4 = 168 + 8 + 4 = 180. Ranks 0-3 are pp stage 0 (tp fastest, then dp), 4-7
-    stage 1."""
+    One layer (``_layer_ops``; b·a/tp = 2 is not a multiple of 4, so the softmax is unfused: masked_fill then
+    softmax): F = 16 kernels (ln1, qkv, qkv_bias, scores, attn_mask, softmax, attn_dropout, attn_v,
+    context_copy, proj, bias_dropout_add1, ln2, fc1, act, fc2, bias_dropout_add2) + 2 all-reduces = 18; I = 23
+    kernels + 2 all-reduces = 25; W = 4 wgrads + the QKV bias gradient = 5. Stage 0: F = embedding + its TP
+    all-reduce + embedding dropout + 18 = 21; I = 25 + embedding dropout backward = 26; W = 5 + embedding wgrad =
+    6; × 4 microbatches = 212, + 4 sendF + 4 recvB, + DP all-reduce, tied embedding all-reduce, the local
+    gradient norm and its all-reduce (bf16: no gradient copy, no found-inf), optimizer step = 225. Stage 1: F =
+    18 + final LN, logits, cross-entropy and its 3 all-reduces = 24; I = cross-entropy backward, logits dgrad +
+    its all-reduce, final LN backward + 25 = 29; W = logits wgrad + 5 = 6; × 4 = 236 + 8 + 5 = 249. Ranks 0-3
+    are pp stage 0 (tp fastest, then dp), 4-7 stage 1."""
     ops = _ops(TINY)
     per_rank = {r: sum(1 for o in ops if o.rank == r) for r in range(8)}
-    assert per_rank == {0: 156, 1: 156, 2: 156, 3: 156, 4: 180, 5: 180, 6: 180, 7: 180}
+    assert per_rank == {0: 225, 1: 225, 2: 225, 3: 225, 4: 249, 5: 249, 6: 249, 7: 249}
     norm = {o.rank: o for o in ops if o.name == "optimizer_grad_norm"}
     assert norm[0].group == (0, 1, 4, 5) and norm[6].group == (2, 3, 6, 7) and norm[0].nbytes == 4  # tp × pp
-    fp16 = [o.name for o in _ops(_edit("bf16: true", "fp16: true")) if o.rank == 3][-3:]
-    assert fp16 == ["optimizer_found_inf", "optimizer_grad_norm", "optimizer_step"]  # the loss scaler's check first
+    fp16 = [o for o in _ops(_edit("bf16: true", "fp16: true")) if o.rank == 3][-6:]
+    assert [o.name for o in fp16] == ["optimizer_grad_copy", "optimizer_unscale", "optimizer_found_inf",
+                                      "optimizer_grad_norm_local", "optimizer_grad_norm", "optimizer_step"]
+    # passes over the rank's (49,984 + 1024·64 + 32·64) / 2 = 58,784 parameters: fp16 → fp32 copy 2 + 4 bytes,
+    # unscale 4 + 4, L2 norm 4 (Megatron's MixedPrecisionOptimizer); bf16 has fp32 gradients: the norm only
+    assert [o.nbytes for o in fp16[:4]] == [6 * 58_784, 8 * 58_784, 4, 4 * 58_784]
+    assert [o.name for o in ops if o.rank == 3][-3:] == ["optimizer_grad_norm_local", "optimizer_grad_norm",
+                                                         "optimizer_step"]
     tp_ops = [o for o in ops if o.kind == "all_reduce" and ".tp_" in o.name]
     # every TP all-reduce is s·b·h·2 bytes = 32·64·2 on the TP group (r, r^1)
     assert {o.nbytes for o in tp_ops if "ce_allreduce" not in o.name} == {32 * 64 * 2}
@@ -225,10 +235,11 @@ def test_recompute_and_distributed_optimizer() -> None:
     full = _ops(_edit("pp: 2", "pp: 2\n  recompute_granularity: full\n  recompute_method: uniform\n"
                       "  recompute_num_layers: 1"))
     re = [o.name.removeprefix("B0.0.I.") for o in full if o.rank == 0 and o.name.startswith("B0.0.I.l0.re_")]
-    assert len(re) == 12 + 2 and re[:2] == ["l0.re_ln1", "l0.re_qkv"]
+    assert len(re) == 16 + 2 and re[:3] == ["l0.re_ln1", "l0.re_qkv", "l0.re_qkv_bias"]
     sel = _ops(_edit("pp: 2", "pp: 2\n  recompute_granularity: selective"))
     assert [o.name for o in sel if o.rank == 0 and o.name.startswith("B0.0.I.l0.re_")] == \
-        ["B0.0.I.l0.re_scores", "B0.0.I.l0.re_softmax", "B0.0.I.l0.re_attn_v"]
+        ["B0.0.I.l0.re_scores", "B0.0.I.l0.re_attn_mask", "B0.0.I.l0.re_softmax", "B0.0.I.l0.re_attn_dropout",
+         "B0.0.I.l0.re_attn_v"]  # Korthikanti et al. 2022 §5: QKᵀ, softmax, its dropout, attention over V
     dist = _ops(_edit("pp: 2", "pp: 2\n  use_distributed_optimizer: true\n  overlap_grad_reduce: true"))
     r0 = [o for o in dist if o.rank == 0]
     rs = [i for i, o in enumerate(r0) if o.kind == "reduce_scatter"]
@@ -307,11 +318,11 @@ def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
         .replace("global_batch_size: 8", "global_batch_size: 64").replace("tp: 2", "tp: 8").replace("pp: 2", "pp: 8")
     code, err = _check(tmp_path, big)
     assert code == 2 and "training: the schedule expands to too many op instances" in err
-    assert "about 2,490,368" in err  # 64 ranks × 64 microbatches × (50 · 12 + 8)
+    assert "about 3,719,168" in err  # 64 ranks × 64 microbatches × (75 · 12 + 8)
     tb = load_text(TINY).training
     assert tb is not None
     assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \
-        >= len(_ops(TINY)) == 1344
+        >= len(_ops(TINY)) == 4 * 225 + 4 * 249
 
 
 def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
@@ -331,9 +342,10 @@ def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
 
 def test_gradient_buckets_follow_megatrons_ddp() -> None:
     """overlap_grad_reduce: buckets of at least 40 M parameters in backward order (Megatron's DDP), each reduced
-    right after the weight gradient of the last microbatch that completes it. h = 1280: a layer holds 12h² + 13h
-    = 19,677,440 parameters; the W order is logits (V·h + 2h = 1,313,280), layers 3, 2 (40,668,160 ≥ 40 M: bucket
-    0), layers 1, 0 and the embedding (V·h + s·h = 1,351,680: bucket 1, 40,706,560), fp32 gradients under bf16."""
+    right after the last weight-gradient kernel (the QKV bias gradient) of the last microbatch that completes
+    it. h = 1280: a layer holds 12h² + 13h = 19,677,440 parameters; the W order is logits (V·h + 2h =
+    1,313,280), layers 3, 2 (40,668,160 ≥ 40 M: bucket 0), layers 1, 0 and the embedding (V·h + s·h =
+    1,351,680: bucket 1, 40,706,560), fp32 gradients under bf16."""
     text = TINY.replace("world_size: 8", "world_size: 2").replace("num_layers: 2", "num_layers: 4") \
         .replace("hidden_size: 64", "hidden_size: 1280").replace("num_attention_heads: 4", "num_attention_heads: 10") \
         .replace("global_batch_size: 8", "global_batch_size: 2").replace("tp: 2", "tp: 1") \
@@ -341,7 +353,7 @@ def test_gradient_buckets_follow_megatrons_ddp() -> None:
     r0 = [o for o in _ops(text) if o.rank == 0]
     names = [o.name for o in r0]
     b0, b1 = names.index("dp_grad_all_reduce_s0_b0"), names.index("dp_grad_all_reduce_s0_b1")
-    assert names[b0 - 1] == "B0.0.W.l2.qkv_wgrad" and names[b1 - 1] == "B0.0.W.embedding_wgrad"
+    assert names[b0 - 1] == "B0.0.W.l2.qkv_bias_grad" and names[b1 - 1] == "B0.0.W.embedding_wgrad"
     assert r0[b0].nbytes == 40_668_160 * 4 and r0[b1].nbytes == 40_706_560 * 4
     assert r0[b0].group == (0, 1) and r0[b0].stream == "dp_comm"
 

@@ -1,0 +1,96 @@
+"""Mixture of experts in the ``training:`` block (issue 36): the token dispatch/combine all-to-all over the EP
+group with per-rank sizes under router imbalance, the TP gather around the experts, one GEMM set per local
+expert, the experts' own gradient reduction, and Megatron's refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_training_block import TINY, _check, _ops
+
+# world 8 = tp 2 × dp 4 (pp 1); E = 4 experts over ep = 2: two local experts a rank; top-2 routing; the busiest
+# expert at capacity factor 1.5. s = 32, b = 1, h = 64, f = 256, bf16.
+MOE = TINY.replace("  pp: 2\n", "  sequence_parallel: true\n  num_experts: 4\n  expert_model_parallel_size: 2\n"
+                  "  moe_router_topk: 2\n  moe_expert_capacity_factor: 1.5\n")
+
+
+def test_moe_layer_by_hand() -> None:
+    """Each EP rank routes its s·b/tp = 16 tokens to k = 2 experts: 32 a rank, 64 over the EP group of 2, 16 an
+    expert, 32 after the TP all-gather. The hot rank (EP index 0: ranks 0, 1, 4, 5 in Megatron's tp-ep-dp
+    order) runs its first expert at capacity, 1.5 × 32 = 48 tokens. Dispatch all-to-all, per rank the larger
+    of sent and received bytes: sent 16·2·64·2 = 4096; received (32 + 32)/2·64·2 = 4096, hot (48 + 32)/2·128
+    = 5120. TP all-gather of the received tokens: 64·128 = 8192, hot 80·128 = 10240."""
+    ops = _ops(MOE)
+    f0 = [o for o in ops if o.rank == 0 and o.name.startswith("F0.0.l0.")]
+    names = [o.name.removeprefix("F0.0.l0.") for o in f0]
+    at = names.index("permute")
+    assert names[at:at + 12] == ["permute", "ep_dispatch", "tp_ag_moe", "fc1_e0", "act_e0", "fc2_e0", "fc1_e1",
+                                 "act_e1", "fc2_e1", "tp_rs_moe", "ep_combine", "unpermute"]
+    assert names[at - 3:at] == ["ln2", "router", "router_topk"] and "fc1" not in names
+    by = {(o.rank, o.name.removeprefix("F0.0.l0.")): o for o in ops if o.name.startswith("F0.0.l0.")}
+    for r in range(8):
+        hot = r in (0, 1, 4, 5)
+        a2a, ag = by[(r, "ep_dispatch")], by[(r, "tp_ag_moe")]
+        assert a2a.kind == "all_to_all" and a2a.nbytes == (5120 if hot else 4096)
+        assert a2a.group == {0: (0, 2), 1: (1, 3), 2: (0, 2), 3: (1, 3), 4: (4, 6), 5: (5, 7), 6: (4, 6),
+                             7: (5, 7)}[r]
+        assert ag.kind == "all_gather" and ag.nbytes == (10240 if hot else 8192) and ag.group == (r & ~1, r | 1)
+        assert (by[(r, "fc1_e0")].m, by[(r, "fc1_e1")].m) == ((48, 32) if hot else (32, 32))
+        fc1, fc2 = by[(r, "fc1_e0")], by[(r, "fc2_e0")]
+        assert (fc1.n, fc1.k, fc2.n, fc2.k) == (128, 64, 64, 128)  # f/tp = 128 columns
+        assert by[(r, "router")].m == 16 and by[(r, "router")].n == 4
+        assert by[(r, "ep_combine")].nbytes == a2a.nbytes
+    i0 = [o.name.removeprefix("B0.0.I.l0.") for o in ops if o.rank == 2 and o.name.startswith("B0.0.I.l0.")]
+    at = i0.index("unpermute_bwd")
+    assert i0[at:at + 4] == ["unpermute_bwd", "ep_combine_bwd", "tp_ag_moe_bwd", "fc2_dgrad_e1"]
+    at = i0.index("fc1_dgrad_e0")
+    assert i0[at:at + 4] == ["fc1_dgrad_e0", "tp_rs_moe_bwd", "ep_dispatch_bwd", "permute_bwd"]
+    w0 = [o.name.removeprefix("B0.0.W.l0.") for o in ops if o.rank == 2 and o.name.startswith("B0.0.W.l0.")]
+    assert w0[:5] == ["fc2_wgrad_e1", "fc1_wgrad_e1", "fc2_wgrad_e0", "fc1_wgrad_e0", "router_wgrad"]
+
+
+def test_expert_gradients_reduce_over_the_expert_data_parallel_group() -> None:
+    """Dense gradients all-reduce over dp = 4 ranks; the experts' over dp·cp/ep = 2 ranks with the same EP
+    index: per layer 2 experts × (64·256 + 256·64) = 65,536 parameters, 2 layers, / tp = 65,536, fp32 = 262,144
+    bytes. Rank 0's dense group is (0, 2, 4, 6), its expert group (0, 4); rank 2's (2, 6)."""
+    ops = _ops(MOE)
+    ex = {o.rank: o for o in ops if o.name == "dp_expert_grad_all_reduce"}
+    dense = {o.rank: o for o in ops if o.name == "dp_grad_all_reduce"}
+    assert ex[0].group == (0, 4) and ex[2].group == (2, 6) and ex[0].nbytes == 262_144
+    assert dense[0].group == (0, 2, 4, 6)
+    plain = {o.rank: o for o in _ops(MOE.replace("  num_experts: 4\n  expert_model_parallel_size: 2\n"
+                                                 "  moe_router_topk: 2\n  moe_expert_capacity_factor: 1.5\n", ""))
+             if o.name == "dp_grad_all_reduce"}
+    # the dense MLP (fc1 h·f + f, fc2 f·h + h) is replaced by the router (h·E) and leaves the dense reduction
+    per_layer = (64 * 256 + 256) + (256 * 64 + 64) - 64 * 4
+    assert plain[0].nbytes - dense[0].nbytes == 2 * per_layer / 2 * 4
+
+
+def test_balanced_router_without_capacity_factor() -> None:
+    """No moe_expert_capacity_factor: every EP rank sends and receives 4096 bytes, every expert runs 32 tokens."""
+    ops = _ops(MOE.replace("  moe_expert_capacity_factor: 1.5\n", ""))
+    assert {o.nbytes for o in ops if o.kind == "all_to_all"} == {4096}
+    assert {o.m for o in ops if o.kind == "matmul" and o.name.endswith(("fc1_e0", "fc1_e1"))} == {32}
+
+
+@pytest.mark.parametrize(("old", "new", "field", "words"), [
+    ("num_experts: 4", "num_experts: 3", "training.expert_model_parallel_size",
+     "num_experts (3) must be a multiple of expert_model_parallel_size (2)"),
+    ("  num_experts: 4\n", "", "training.expert_model_parallel_size",
+     "num_experts must be non None to use expert model parallelism"),
+    ("  sequence_parallel: true\n", "", "training.sequence_parallel",
+     "When using MoE and tensor parallelism, sequence parallelism must be used"),
+    ("expert_model_parallel_size: 2", "expert_model_parallel_size: 8", "training.expert_model_parallel_size",
+     "the experts' data-parallel size dp·cp / ep = 4 / 8 must be whole"),
+    ("moe_router_topk: 2", "moe_router_topk: 5", "training.moe_router_topk",
+     "moe_router_topk (5) is larger than num_experts (4)"),
+])
+def test_moe_refusals(tmp_path: Path, old: str, new: str, field: str, words: str) -> None:
+    text = MOE.replace(old, new)
+    assert text != MOE
+    code, err = _check(tmp_path, text)
+    assert code == 2, err
+    first = err.splitlines()[0]
+    assert f"{field}: " in first and words in first, first
+    assert "fix:" in err and "Traceback" not in err
