@@ -49,7 +49,8 @@ Rules (:func:`wait_for_graph`)
        and 1, and stage 1 sent to 2 only after computing on what it received from 0: it hung; PiPPy PR
        #1000 batches per peer). So none of its ops, nor the ops matched with them, is sure to complete
        before all of them are posted, and where a matched op is itself in such a batch, that batch's
-       matched ops join in: one rendezvous per group of batches linked that way (:func:`multi_peer_hubs`).
+       matched ops join in: one rendezvous per group of batches linked that way
+       (:func:`schedsim.lower.checks.multi_peer_hubs`).
        NCCL's documentation says the calls of a group progress independently, so this is a "may hang"
        warning (:func:`schedsim.graph.checks.check_graph`), not an error; the graph has the rule only when
        asked (``grouped``).
@@ -72,7 +73,7 @@ from schedsim.kinds import COMM_KINDS, P2P_KINDS
 from schedsim.spec.model import COLLECTIVE_KINDS
 
 __all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang", "cross_communicator_order",
-           "lazy_init_missing", "multi_peer_hubs"]
+           "lazy_init_missing"]
 
 Comm = tuple[Any, ...]
 
@@ -130,35 +131,6 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
     return out
 
 
-def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rule 7's rendezvous: ``(unit, hub)`` memberships (int64 arrays of one length, each pair once; hubs numbered
-    from 0), given the units of each matched send/recv pair (``us[i]``, ``ur[i]``) and ``multi`` (bool, per unit:
-    a batch with two or more peers). A pair with a multi-peer batch on either side puts both its units in that
-    batch's hub; pairs of two such batches merge their hubs. A unit that is no such batch joins every hub it
-    touches without merging them (its own wait is only for its partner)."""
-    am, bm = multi[us], multi[ur]
-    keep = am | bm
-    us, ur, am, bm = us[keep], ur[keep], am[keep], bm[keep]
-    if not len(us):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        while parent.get(x, x) != x:
-            parent[x] = parent.get(parent[x], parent[x])
-            x = parent[x]
-        return x
-
-    both = am & bm
-    for a, b in zip(us[both].tolist(), ur[both].tolist(), strict=True):
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    root = np.array([find(a if m else b) for a, b, m in zip(us.tolist(), ur.tolist(), am.tolist(), strict=True)],
-                    np.int64)
-    hub = np.unique(root, return_inverse=True)[1].reshape(-1)
-    pairs = np.unique(np.stack([np.concatenate([us, ur]), np.concatenate([hub, hub])], 1), axis=0)
-    return pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
 
 
 def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, grouped: bool = False
@@ -294,7 +266,8 @@ def _lazy_hubs(G: nx.DiGraph, world: int, eager: bool, unit_of: dict[str, int], 
 
 def _multi_peer_hubs(G: nx.DiGraph, grouped: bool, unit_of: dict[str, int], n: int, adj: list[list[int]],
                      hubs: list[list[int]], why: dict[tuple[int, int], str]) -> None:
-    """Rule 7 (:func:`multi_peer_hubs`), when ``grouped``: per hub, posted(member) -> hub -> done(member)."""
+    """Rule 7 (:func:`schedsim.lower.checks.multi_peer_hubs`), when ``grouped``: per hub, posted(member) -> hub
+    -> done(member)."""
     pairs = G.graph.get("p2p", [])
     if not grouped or not pairs:
         return
@@ -309,6 +282,8 @@ def _multi_peer_hubs(G: nx.DiGraph, grouped: bool, unit_of: dict[str, int], n: i
         return
     us = np.array([unit_of[s] for s, _r in pairs], np.int64)
     ur = np.array([unit_of[r] for _s, r in pairs], np.int64)
+    from schedsim.lower.checks import multi_peer_hubs
+
     units, hub_of = multi_peer_hubs(us, ur, multi)
     base = 2 * n + len(hubs)
     hubs.extend([] for _ in range(int(hub_of.max()) + 1 if len(hub_of) else 0))

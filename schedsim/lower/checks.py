@@ -21,7 +21,7 @@ import numpy as np
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
 from schedsim.lower.program import Program, batch_heads, compiled, stable_order, unique
 
-__all__ = ["check_program", "launch_heads"]
+__all__ = ["check_program", "launch_heads", "multi_peer_hubs"]
 
 I64 = np.int64
 
@@ -178,7 +178,7 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
     parts ``(from, to)`` but posted -> done of every unit (``(2·k, 2·k + 1)`` for k < n, which :func:`_no_hang`
     adds when it needs them); ``useq`` is each unit's position on its rank, ``u`` each op's unit (a p2p batch
     is one unit), ``lazy`` the largest ``useq`` of each lazy hub's members. ``grouped``: rule 7's hubs too, after
-    the lazy ones (:func:`schedsim.graph.nccl.multi_peer_hubs`), their members' largest ``useq`` after
+    the lazy ones (:func:`multi_peer_hubs`), their members' largest ``useq`` after
     ``lazy``'s. Node numbers are
     :func:`_index_type`."""
     uniq, u = _units(prog, comm, head)
@@ -214,8 +214,6 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
         multi = np.zeros(n, bool)
         multi[u[_multi_peer_heads(prog, comm, head, tc)]] = True
         if multi.any():
-            from schedsim.graph.nccl import multi_peer_hubs
-
             mu, mh = multi_peer_hubs(u[prog.p2p[:, 0]].astype(I64), u[prog.p2p[:, 1]].astype(I64), multi)
             hub = (2 * n + max(nc, 0) + len(lazy) + mh).astype(u.dtype)
             parts += [((2 * mu).astype(u.dtype), hub), (hub, (2 * mu + 1).astype(u.dtype))]
@@ -507,3 +505,33 @@ def _reference(prog: Program, check: bool) -> Any:
     from schedsim.lower.reference import graph_from_ops
 
     return graph_from_ops(prog.ops(), prog.graph_info(), prog.file, check=check)
+
+def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 7's rendezvous: ``(unit, hub)`` memberships (int64 arrays of one length, each pair once; hubs numbered
+    from 0), given the units of each matched send/recv pair (``us[i]``, ``ur[i]``) and ``multi`` (bool, per unit:
+    a batch with two or more peers). A pair with a multi-peer batch on either side puts both its units in that
+    batch's hub; pairs of two such batches merge their hubs. A unit that is no such batch joins every hub it
+    touches without merging them (its own wait is only for its partner)."""
+    am, bm = multi[us], multi[ur]
+    keep = am | bm
+    us, ur, am, bm = us[keep], ur[keep], am[keep], bm[keep]
+    if not len(us):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.get(x, x) != x:
+            parent[x] = parent.get(parent[x], parent[x])
+            x = parent[x]
+        return x
+
+    both = am & bm
+    for a, b in zip(us[both].tolist(), ur[both].tolist(), strict=True):
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    root = np.array([find(a if m else b) for a, b, m in zip(us.tolist(), ur.tolist(), am.tolist(), strict=True)],
+                    np.int64)
+    hub = np.unique(root, return_inverse=True)[1].reshape(-1)
+    pairs = np.unique(np.stack([np.concatenate([us, ur]), np.concatenate([hub, hub])], 1), axis=0)
+    return pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
