@@ -166,7 +166,7 @@ def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Te
     if not inb.any():
         return comm[:0]
     m, h = comm[inb], head[inb]
-    return np.unique(h[prog.peer[m] != prog.peer[h]])
+    return unique(h[prog.peer[m] != prog.peer[h]])[0]
 
 
 def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates,
@@ -532,6 +532,8 @@ def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[
             parent[max(ra, rb)] = min(ra, rb)
     root = np.array([find(a if m else b) for a, b, m in zip(us.tolist(), ur.tolist(), am.tolist(), strict=True)],
                     np.int64)
-    hub = np.unique(root, return_inverse=True)[1].reshape(-1)
-    pairs = np.unique(np.stack([np.concatenate([us, ur]), np.concatenate([hub, hub])], 1), axis=0)
-    return pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
+    hub = unique(root)[2]
+    unit, hubs = np.concatenate([us, ur]).astype(np.int64), np.concatenate([hub, hub])
+    key = unit * (int(hub.max()) + 1) + hubs  # each (unit, hub) pair once, sorted by unit then hub
+    first = unique(key)[1]
+    return unit[first], hubs[first]

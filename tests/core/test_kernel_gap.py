@@ -65,8 +65,9 @@ def test_the_gap_defaults_to_the_graph_node_saving(make_profile, launch, gap_us)
 def test_h100_small_ops_spans_against_the_stored_kineto_spans(monkeypatch):
     """small_ops_graph eager on the H100 profile calibrated 2026-12-06 04:29
     (tests/data/h100_calibrated_0429.yaml): the predicted kernel spans against the Kineto kernel spans of that
-    run (execute --profiler, profiler_ops.json, medians over 64 ops each: up 4.240, side 4.224, act 1.600 µs). Their tables hold back-to-back periods (GEMM 4.70,
-    add floor 2.26 µs, plus the cold-L2 term): without the gap the spans were +30 % (GEMMs) and +73 % (act)."""
+    run (execute --profiler, profiler_ops.json, medians over 64 ops each: up 4.240, side 4.224, act 1.600 µs).
+    Their tables hold back-to-back periods (GEMM 4.70, add floor 2.26 µs, plus the cold-L2 term): without the
+    gap the spans were +30 % (GEMMs) and +73 % (act)."""
     from schedsim.cli import _build, _load
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
