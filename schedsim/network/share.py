@@ -1,0 +1,298 @@
+"""Shared links: transfers across nodes that cross the same NIC or leaf uplink share it, max-min fair.
+
+The simulator's ``waves`` loop asks this module one thing, at the start and at the end of every transfer across
+nodes (a *flow*): which running flows' shares changed (:meth:`LinkShare.event`). A flow's share is the fraction of
+its solo speed it gets now; the loop multiplies the transfer's rate on its NIC link ends by it (rule 6 of
+:mod:`schedsim.sim.gpu_model`), so rates change only at flow starts and finishes.
+
+Links (both directions of each, full duplex)
+    * every NIC of every node (``topology.nics``; node n's NIC k is shared by the GPUs ``gpu_to_nic`` maps to it);
+    * with a leaf/spine ``topology.fabric`` whose ``oversubscription`` exceeds 1, each leaf's uplink to the spine,
+      of ``nodes_per_leaf`` × ``per_node`` × NIC rate / ``oversubscription`` (a non-blocking fabric never binds
+      before the NICs, so it has none).
+
+Flows (aggregated per link, never per rank pair)
+    * a send/recv between nodes: the sender NIC's out and the receiver NIC's in, weight 1;
+    * a collective whose ranks span nodes: both directions of every NIC its ranks use, weight 1. Its demand per
+      NIC is the bytes a node sends across nodes (nccl-tests bus factor × size, as an NCCL ring crosses a node
+      boundary once per channel; all_to_all: each local rank's bytes for the other nodes) over the NICs the
+      node's ranks use, taken at the node that loads a NIC most;
+    * across leaves, a leaf's uplink (out) and downlink (in) carry the flow with weight = the number of its
+      NIC links of that direction in the leaf.
+
+    A send/recv's demand is the rate its bandwidth term drives the NIC at (:meth:`NcclNetwork.p2p`: the NIC's
+    line rate, over the oversubscription across the spine; LL at half). A collective's is its bytes per link over
+    its solo time (its latency spread over the transfer: a fluid model). Both are capped at what the flow's links
+    carry alone, so a flow alone always has share 1, and k send/recv that each fill one NIC get 1/k each.
+
+Max-min fairness (progressive filling, D. Bertsekas and R. Gallager, *Data Networks*, 2nd ed., §6.5.2): every
+unfrozen flow's rate rises together; a flow freezes at its demand, or when a link it crosses is full (weighted:
+a link of residual capacity c carrying unfrozen weight W fills at rate c / W). ASTRA-sim's congestion-aware
+analytical backend instead queues chunks first-come first-served on each link (astra-sim/analytical,
+``congestion_aware/Link.cc``); a flow-level fair share needs no chunking and keeps the cost per event bounded.
+
+Cost: the links of every flow are built once, vectorised (O(ranks) per collective, O(1) per send/recv). An event
+updates the flow's link counts (O(its links)) and, only while some link carries two flows or more, refills the
+flows on such links: O(k × e) for k freezing rounds over the e link entries of those flows (k ≤ flows). A
+100,000-rank all_reduce running alone touches its 100,000 NIC links per event and never refills.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from schedsim.network import P2P_LL_THRESHOLD, GroupShape, NcclNetwork
+from schedsim.network.links import bus_factor
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from schedsim.hardware.profile import HardwareProfile
+
+__all__ = ["LinkShare", "LinkMap", "link_share", "maxmin", "shares_links"]
+
+I64 = np.int64
+
+
+def maxmin(demand: np.ndarray, cap: np.ndarray, flow: np.ndarray, link: np.ndarray, weight: np.ndarray
+           ) -> np.ndarray:
+    """Max-min fair rates (bytes/s) of flows with ``demand`` (bytes/s, shape F) over links of capacity ``cap``
+    (bytes/s, shape L); entry e says flow ``flow[e]`` crosses link ``link[e]`` carrying ``weight[e]`` × its rate.
+    Progressive filling (Bertsekas & Gallager, *Data Networks*, §6.5.2). Returns the rates, shape F, each at
+    most its demand.
+
+    >>> # three flows on one 50-unit link, demands 10, 30 and 60: 10 is met; the other two split 40
+    >>> maxmin(np.array([10., 30., 60.]), np.array([50.]), np.array([0, 1, 2]), np.zeros(3, int), np.ones(3))
+    array([10., 20., 20.])
+    """
+    F, L = len(demand), len(cap)
+    rate = np.zeros(F)
+    frozen = np.zeros(F, bool)
+    res = cap.astype(float).copy()
+    while not frozen.all():
+        live = ~frozen[flow]
+        wsum = np.bincount(link[live], weights=weight[live], minlength=L)
+        used = wsum > 0
+        lam_link = np.full(L, np.inf)
+        lam_link[used] = np.maximum(res[used], 0.0) / wsum[used]
+        lam = min(float(lam_link.min()), float(demand[~frozen].min()))
+        full = lam_link <= lam  # links filled at this level
+        hit = np.zeros(F, bool)
+        hit[flow[live & full[link]]] = True
+        new = ~frozen & ((demand <= lam) | hit)
+        rate[new] = np.minimum(demand[new], lam)
+        frozen |= new
+        e = new[flow]
+        res -= np.bincount(link[e], weights=weight[e] * rate[flow[e]], minlength=L)
+    return rate
+
+
+@dataclass(frozen=True)
+class LinkMap:
+    """The shared links of a run and the flows on them.
+
+    ``ptr``, ``link``, ``weight``: CSR per group g (collective or send/recv pair): the links of flow g are
+    ``link[ptr[g]:ptr[g + 1]]`` (empty: the group stays inside a node), each carrying ``weight`` × the flow's
+    rate. ``demand`` (bytes/s per unit weight, shape G), ``cap`` (bytes/s, shape L), ``per_node`` (NICs per
+    node), ``nic_links`` (2 × NICs), ``nbytes`` (bytes per unit weight a flow moves over each of its links).
+    Links 2i and 2i + 1 are NIC i's out and in (node i // per_node); after the NICs, 2l and 2l + 1 are leaf l's
+    up and down.
+    """
+
+    ptr: np.ndarray
+    link: np.ndarray
+    weight: np.ndarray
+    demand: np.ndarray
+    cap: np.ndarray
+    per_node: int
+    nic_links: int
+    nbytes: np.ndarray
+
+    def name(self, i: int) -> str:
+        """Link ``i`` in words: ``node 3 NIC 1 out``, ``leaf 0 up``."""
+        n_nic = self.nic_links
+        if i < n_nic:
+            k = i // 2
+            return f"node {k // self.per_node} NIC {k % self.per_node} {('out', 'in')[i % 2]}"
+        return f"leaf {(i - n_nic) // 2} {('up', 'down')[(i - n_nic) % 2]}"
+
+
+class LinkShare:
+    """Running flows and their max-min shares (:func:`maxmin`), updated at flow starts and finishes.
+
+    ``share`` (float64, shape G) is read by the simulator's loops (the compiled one reads the buffer); ``flag``
+    (int32, shape G) is 1 for the groups that are flows.
+    """
+
+    def __init__(self, lm: LinkMap) -> None:
+        self.map = lm
+        G = len(lm.ptr) - 1
+        self.share = np.ones(G)
+        self.flag = (np.diff(lm.ptr) > 0).astype(np.int32)
+        self.count = np.zeros(len(lm.cap), I64)
+        self.active: dict[int, None] = {}
+        self.contended: set[int] = set()  # running flows whose share was last set below 1
+
+    def links_of(self, g: int) -> np.ndarray:
+        """Link indices of flow ``g``."""
+        return self.map.link[self.map.ptr[g]:self.map.ptr[g + 1]]
+
+    def event(self, g: int, started: int) -> list[int]:
+        """Flow ``g`` starts (``started`` 1) or ends (0); returns the running flows whose share changed (``g``
+        included when it starts below 1), their new shares in :attr:`share`."""
+        lk = self.links_of(g)
+        if started:
+            np.add.at(self.count, lk, 1)
+            self.active[g] = None
+        else:
+            np.add.at(self.count, lk, -1)
+            del self.active[g]
+            self.contended.discard(g)
+            self.share[g] = 1.0
+        busy = [h for h in self.active if (self.count[self.links_of(h)] > 1).any()]
+        changed: list[int] = []
+        if busy:
+            lm = self.map
+            sizes = np.array([lm.ptr[h + 1] - lm.ptr[h] for h in busy], I64)
+            idx = np.concatenate([np.arange(lm.ptr[h], lm.ptr[h + 1]) for h in busy])
+            uniq, local = np.unique(lm.link[idx], return_inverse=True)
+            dem = lm.demand[busy]
+            rate = maxmin(dem, lm.cap[uniq], np.repeat(np.arange(len(busy)), sizes), local, lm.weight[idx])
+            new = np.where(rate >= dem, 1.0, rate / dem)
+            for h, s in zip(busy, new.tolist(), strict=True):
+                if s != self.share[h]:
+                    self.share[h] = s
+                    changed.append(h)
+        busy_set = set(busy)
+        for h in sorted(self.contended - busy_set):  # no longer on a shared link: back to its solo speed
+            if self.share[h] != 1.0:
+                self.share[h] = 1.0
+                changed.append(h)
+        self.contended = {h for h in busy_set if self.share[h] < 1.0}
+        if started and g not in changed and self.share[g] != 1.0:
+            changed.append(g)
+        return changed
+
+
+def shares_links(profile: HardwareProfile) -> bool:
+    """Whether ``profile``'s transfers across nodes share links here: its topology has ``scale_up`` and ``nics``."""
+    return profile.topology.nics is not None and profile.topology.scale_up is not None
+
+
+def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.ndarray,
+               granks: Sequence[int] | np.ndarray, kinds: Sequence[str], nbytes: Sequence[float] | np.ndarray,
+               work: Sequence[float] | np.ndarray) -> LinkShare | None:
+    """The :class:`LinkShare` of a run's groups on ``profile``; None when its topology has no ``nics`` (then the
+    loops keep rule 6's per-rank links alone).
+
+    ``gptr``/``granks``: CSR of each group's ranks (a send/recv pair as ``(sender, receiver)``); ``kinds`` the
+    group's op kind (``send`` for a pair); ``nbytes`` its size (nccl-tests convention; the largest member's for
+    all_to_all); ``work`` its solo seconds. Ranks map to nodes and NICs as :class:`schedsim.network.NcclNetwork`
+    places them.
+
+    Raises
+    ------
+    ProfileError
+        A rank without a GPU (:meth:`NcclNetwork.gpu_of`).
+    """
+    topo = profile.topology
+    nics = topo.nics
+    if nics is None or not shares_links(profile):
+        return None
+    net = NcclNetwork(profile)
+    gpn, per = topo.gpus_per_node, nics.per_node
+    gpu = np.array([net.gpu_of(r) for r in range(world)], I64) if world else np.zeros(0, I64)
+    node = gpu // gpn
+    nic_local = np.array([net.nic_of(x) for x in range(gpn)], I64)
+    nic = node * per + nic_local[gpu % gpn]  # global NIC of each rank
+    nodes = int(node.max()) + 1 if world else 0
+    nic_bw = nics.bandwidth_Gbps / 8.0 * 1e9
+    fab = topo.fabric
+    per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" and fab.oversubscription > 1.0 \
+        else None
+    leaves = (nodes + per_leaf - 1) // per_leaf if per_leaf else 0
+    n_nic_links = 2 * nodes * per
+    cap = np.full(n_nic_links + 2 * leaves, nic_bw)
+    if per_leaf and fab is not None:
+        cap[n_nic_links:] = per_leaf * per * nic_bw / fab.oversubscription
+    gp = np.asarray(gptr, I64)
+    gr = np.asarray(granks, I64)
+    work_a = np.asarray(work, float)
+    size_a = np.asarray(nbytes, float)
+    G = len(gp) - 1
+    pair = np.array([k in ("send", "recv") for k in kinds], bool) & (np.diff(gp) == 2)
+    count = np.zeros(G, I64)
+    # send/recv pairs, vectorised: the sender NIC's out, the receiver NIC's in (and their leaves' across the spine)
+    pg = np.flatnonzero(pair)
+    src, dst = gr[gp[pg]], gr[gp[pg] + 1]
+    cross = node[src] != node[dst]
+    spine = cross & (node[src] // per_leaf != node[dst] // per_leaf) if per_leaf else np.zeros(len(pg), bool)
+    ok = cross & (size_a[pg] > 0) & (work_a[pg] > 0)
+    count[pg[ok]] = 2 + 2 * spine[ok]
+    colls: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+    for g in np.flatnonzero(~pair).tolist():
+        links, w, b = _flow(gr[gp[g]:gp[g + 1]], kinds[g], float(size_a[g]), node, nic, per, per_leaf, n_nic_links)
+        if links.size and b > 0.0 and work_a[g] > 0.0:
+            colls[g] = (links, w, b)
+            count[g] = links.size
+    ptr = np.concatenate([np.zeros(1, I64), np.cumsum(count)])
+    link = np.zeros(int(ptr[-1]), I64)
+    weight = np.ones(int(ptr[-1]))
+    nb = np.zeros(G)
+    at, s_, d_, sp = ptr[pg[ok]], src[ok], dst[ok], spine[ok]
+    link[at], link[at + 1] = 2 * nic[s_], 2 * nic[d_] + 1
+    link[at[sp] + 2] = n_nic_links + 2 * (node[s_[sp]] // per_leaf if per_leaf else 0)
+    link[at[sp] + 3] = n_nic_links + 2 * (node[d_[sp]] // per_leaf if per_leaf else 0) + 1
+    nb[pg[ok]] = size_a[pg[ok]]
+    for g, (links, w, b) in colls.items():
+        link[ptr[g]:ptr[g + 1]] = links
+        weight[ptr[g]:ptr[g + 1]] = w
+        nb[g] = b
+    demand = np.zeros(G)
+    has = count > 0
+    if len(link):
+        demand[has] = nb[has] / work_a[has]
+        # a send/recv drives its NICs at its bandwidth term while it moves data (NcclNetwork._p2p_terms: the NIC,
+        # over the oversubscription across the spine; LL at half, at most llMaxBw)
+        ll = size_a[pg[ok]] <= P2P_LL_THRESHOLD
+        terms = {(a, b): net._p2p_terms(P2P_LL_THRESHOLD * (2 - a), True, GroupShape(2, 2, 1, 1, 1 + b))[1] * 1e9
+                 for a in (0, 1) for b in (0, 1)}
+        demand[pg[ok]] = np.select([ll & sp, ll & ~sp, ~ll & sp], [terms[(1, 1)], terms[(1, 0)], terms[(0, 1)]],
+                                   terms[(0, 0)])
+        lim = np.minimum.reduceat(cap[link] / weight, ptr[:-1][has])  # alone, a flow always fits its links
+        demand[has] = np.minimum(demand[has], lim)
+    return LinkShare(LinkMap(ptr, link, weight, demand, cap, per, n_nic_links, nb))
+
+
+def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndarray, per: int,
+          per_leaf: int | None, base: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """(links, weights, bytes per unit weight) of one group of ranks ``rk`` (see the module doc); no links when
+    it stays inside one node."""
+    nd = node[rk]
+    if len(rk) < 2 or nd.min() == nd.max():
+        return np.zeros(0, I64), np.zeros(0), 0.0
+    if kind in ("send", "recv"):
+        tx, rx = np.array([nic[rk[0]]]), np.array([nic[rk[-1]]])
+        nbytes = size
+    else:
+        n = len(rk)
+        used = np.unique(nic[rk])
+        tx = rx = used
+        nd_u, local = np.unique(nd, return_counts=True)
+        nics_on = np.bincount(np.unique(np.stack([nd, nic[rk]], 1), axis=0)[:, 0], minlength=int(nd.max()) + 1)[nd_u]
+        if kind == "all_to_all":
+            node_bytes = local * size * (n - local) / n
+        else:
+            node_bytes = np.full(len(nd_u), bus_factor(kind, n) * size)
+        nbytes = float((node_bytes / nics_on).max())
+    links = [2 * tx, 2 * rx + 1]
+    weights = [np.ones(len(tx)), np.ones(len(rx))]
+    if per_leaf and len(np.unique(np.concatenate([tx, rx]) // per // per_leaf)) > 1:  # it crosses the spine
+        for arr, d in ((tx, 0), (rx, 1)):
+            leaf, cnt = np.unique(arr // per // per_leaf, return_counts=True)
+            links.append(base + 2 * leaf + d)
+            weights.append(cnt.astype(float))
+    return np.concatenate(links).astype(I64), np.concatenate(weights), nbytes
