@@ -204,7 +204,12 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
         return None
     net = NcclNetwork(profile)
     gpn, per = topo.gpus_per_node, nics.per_node
-    gpu = np.array([net.gpu_of(r) for r in range(world)], I64) if world else np.zeros(0, I64)
+    pl = topo.placement
+    if pl is not None and world > len(pl):
+        net.gpu_of(len(pl))  # raises: a rank beyond the placement
+    gpu = np.asarray(pl[:world], I64) if pl is not None else np.arange(world, dtype=I64)
+    if topo.nodes is not None and world and int(gpu.max()) >= topo.nodes * gpn:
+        net.gpu_of(int(np.argmax(gpu >= topo.nodes * gpn)))  # raises: more GPUs than the nodes hold
     node = gpu // gpn
     nic_local = np.array([net.nic_of(x) for x in range(gpn)], I64)
     nic = node * per + nic_local[gpu % gpn]  # global NIC of each rank
@@ -279,10 +284,14 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
         nbytes = size
     else:
         n = len(rk)
-        used = np.unique(nic[rk])
+        mark = np.zeros(int(nic.max()) + 1, bool)
+        mark[nic[rk]] = True
+        used = np.flatnonzero(mark)  # the NICs its ranks use, ascending (counting, not sorting: O(ranks))
         tx = rx = used
-        nd_u, local = np.unique(nd, return_counts=True)
-        nics_on = np.bincount(np.unique(np.stack([nd, nic[rk]], 1), axis=0)[:, 0], minlength=int(nd.max()) + 1)[nd_u]
+        per_node = np.bincount(nd)
+        nd_u = np.flatnonzero(per_node)
+        local = per_node[nd_u]
+        nics_on = np.bincount(used // per, minlength=len(per_node))[nd_u]
         if kind == "all_to_all":
             node_bytes = local * size * (n - local) / n
         else:
