@@ -40,7 +40,7 @@ flows on such links: O(k × e) for k freezing rounds over the e link entries of 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,8 +51,10 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from schedsim.hardware.profile import HardwareProfile
+    from schedsim.lower.program import Program
 
-__all__ = ["LinkShare", "LinkMap", "link_share", "maxmin", "shares_links"]
+__all__ = ["LinkShare", "LinkMap", "link_share", "link_utilisation", "maxmin", "program_share",
+           "shares_links"]
 
 I64 = np.int64
 
@@ -305,3 +307,96 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
             links.append(base + 2 * leaf + d)
             weights.append(cnt.astype(float))
     return np.concatenate(links).astype(I64), np.concatenate(weights), nbytes
+
+
+def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gidx: np.ndarray, work: np.ndarray
+                  ) -> LinkShare | None:
+    """:func:`link_share` of ``prog``'s rendezvous groups as CSR ``gptr``/``gidx`` of op indices (collectives,
+    then send/recv pairs as (send, recv), as ``prog.p2p`` holds them), ``work`` their solo seconds."""
+    if not shares_links(profile):
+        return None
+    G = len(gptr) - 1
+    tps, tmpl = prog.templates, prog.tmpl
+    kinds = [tps[t].kind for t in tmpl[gidx[gptr[:-1]]].tolist()] if G else []
+    tbytes = np.array([float(t.nbytes) for t in tps])
+    size = np.maximum.reduceat(tbytes[tmpl[gidx]], gptr[:-1]) if G and len(gidx) else np.zeros(G)
+    return link_share(profile, prog.world_size, gptr, prog.rank[gidx], kinds, size, work)
+
+
+#: the links :func:`link_utilisation` keeps (those that moved the most bytes): a view, not every NIC of a cluster
+MAX_SHOWN_LINKS = 16
+
+
+def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarray, end_s: np.ndarray
+                     ) -> dict[str, Any] | None:
+    """Bytes per second on each shared link over a run of ``prog`` (op i from ``start_s[i]`` to ``end_s[i]``,
+    seconds): ``{"links": [{"name", "capacity_Bps", "bytes", "steps": [[t_s, B/s], ...]}, ...], "shown",
+    "of"}`` for the :data:`MAX_SHOWN_LINKS` links that moved the most bytes (``of``: links with traffic), or
+    None when the profile shares no links or no transfer crossed a node. A transfer's bytes on a link
+    (:class:`LinkMap`) are spread over its transfer (from its group's last member start to its end) in
+    proportion to its max-min share, replayed from the transfers' start and end times (:func:`_share_history`),
+    so each link's steps integrate to the bytes moved over it and, where the shares alone set the speeds, never
+    exceed its capacity; the steps are piecewise constant (``t_s`` on, until the next step)."""
+    if not shares_links(profile) or prog.N == 0:
+        return None
+    from schedsim.sim.waves_columns import _groups
+
+    gptr, gidx, G = _groups(prog)
+    ls = program_share(profile, prog, gptr, gidx, np.ones(G)) if G else None
+    if ls is None or not len(ls.map.link):
+        return None
+    lm = ls.map
+    t0 = np.maximum.reduceat(start_s[gidx], gptr[:-1])
+    t1 = np.maximum.reduceat(end_s[gidx], gptr[:-1])
+    flows = np.flatnonzero((np.diff(lm.ptr) > 0) & (t1 > t0))
+    cnt = np.diff(lm.ptr)
+    g_of = np.repeat(np.arange(G), cnt)
+    moved = lm.weight * lm.nbytes[g_of]
+    total = np.bincount(lm.link, weights=moved * np.isin(g_of, flows), minlength=len(lm.cap))
+    busy = np.flatnonzero(total > 0)
+    if not len(busy):
+        return None
+    hist = _share_history(ls, flows, t0, t1)
+    shown = busy[np.argsort(-total[busy], kind="stable")[:MAX_SHOWN_LINKS]]
+    out = []
+    for k in sorted(shown.tolist()):
+        ts: list[float] = []
+        ds: list[float] = []
+        for e in np.flatnonzero(lm.link == k).tolist():
+            segs = hist.get(int(g_of[e]))
+            if not segs:
+                continue
+            times, shares = segs
+            area = float(np.dot(np.diff(times), shares[:-1]))  # the share's integral over the transfer
+            v = moved[e] * shares / area  # B/s: the flow's bytes on this link, in proportion to its share
+            dv = np.diff(np.r_[0.0, v[:-1], 0.0])
+            ts.extend(times.tolist())
+            ds.extend(dv.tolist())
+        t = np.array(ts)
+        d = np.array(ds)
+        order = np.argsort(t, kind="stable")
+        tt, level = t[order], np.cumsum(d[order])
+        last = np.r_[tt[1:] != tt[:-1], True]  # one step per instant: the level after all its changes
+        level = np.where(np.abs(level) <= 1e-9 * float(np.abs(d).max()), 0.0, level)
+        out.append({"name": lm.name(k), "capacity_Bps": float(lm.cap[k]), "bytes": float(total[k]),
+                    "steps": [[float(x), float(y)] for x, y in zip(tt[last], level[last], strict=True)]})
+    return {"links": out, "shown": len(out), "of": int(len(busy))}
+
+
+def _share_history(ls: LinkShare, flows: np.ndarray, t0: np.ndarray, t1: np.ndarray
+                   ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Each flow's max-min share over its transfer, replayed from the transfers' starts ``t0`` and ends ``t1``
+    (seconds; ends first at one instant, as a link frees before the next flow takes it): per flow, the times its
+    share changed (its start first, its end last) and the share from each on (0 at its end)."""
+    ev = sorted([(float(t1[g]), 0, g) for g in flows.tolist()] + [(float(t0[g]), 1, g) for g in flows.tolist()])
+    raw: dict[int, list[tuple[float, float]]] = {}
+    for t, started, g in ev:
+        changed = ls.event(g, started)
+        if started:
+            raw[g] = [(t, float(ls.share[g]))]
+        for h in changed:
+            if h != g:
+                raw[h].append((t, float(ls.share[h])))
+        if not started:
+            raw[g].append((t, 0.0))
+    return {g: (np.array([a for a, _ in r]), np.array([b for _, b in r])) for g, r in raw.items()}

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,9 +34,6 @@ from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program
 from schedsim.sim import gpu_model as gm
-
-if TYPE_CHECKING:
-    from schedsim.network.share import LinkShare
 
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
 
@@ -487,22 +484,6 @@ def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: Hard
     return gm.graph_fork_columns(prog.N, e[:, 0], e[:, 1], rank, sid, profile, mode, per_op)
 
 
-def _link_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray,
-                tps: list[Op], tmpl: np.ndarray, gwork: np.ndarray) -> LinkShare | None:
-    """The shared links of the groups ``gptr``/``gidx`` (send/recv pairs as (send, recv), as ``prog.p2p`` holds
-    them) by :func:`schedsim.network.share.link_share`; None on a profile without ``topology.nics``."""
-    from schedsim.network.share import link_share, shares_links
-
-    if not shares_links(profile):
-        return None
-    G = len(gptr) - 1
-    first = tmpl[gidx[gptr[:-1]]] if G else np.zeros(0, I64)
-    kinds = [tps[t].kind for t in first.tolist()]
-    tbytes = np.array([float(t.nbytes) for t in tps])
-    size = np.maximum.reduceat(tbytes[tmpl[gidx]], gptr[:-1]) if G and len(gidx) else np.zeros(G)
-    return link_share(profile, prog.world_size, gptr, rank[gidx], kinds, size, gwork)
-
-
 def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
                       tab: gm.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:  # type: ignore[no-untyped-def]
     """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring); an iteration after which the host
@@ -581,9 +562,10 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     node = rank_nodes(profile, prog.world_size)  # None without a cluster topology: one link tier
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
                                         None if node is None else np.asarray(node, I64))]
+    from schedsim.network.share import program_share
     from schedsim.sim.waves import share_arg
 
-    share = _link_share(profile, prog, gptr, gidx, rank, tps, tmpl, gwork)  # shared NICs, leaf uplinks
+    share = program_share(profile, prog, gptr, gidx, gwork)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
     del rank

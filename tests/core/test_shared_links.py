@@ -160,3 +160,66 @@ def test_profiles_without_nics_have_no_shared_links():
     ls = link_share(profile(2, 1), 4, [0, 2, 4], [0, 2, 0, 1], ["send", "send"], [MiB, MiB], [1e-3, 1e-3])
     assert ls is not None and ls.flag.tolist() == [1, 0]  # across nodes a flow; inside node 0 none
     assert [ls.map.name(int(i)) for i in ls.links_of(0)] == ["node 0 NIC 0 out", "node 1 NIC 0 in"]
+
+
+# ---- views: link counters in trace.json, the link lane in the Gantt -------------------------------------------
+
+OVERSUB = {"kind": "leaf_spine", "nodes_per_leaf": 3, "oversubscription": 4.0}
+
+
+def test_trace_link_counters_integrate_to_the_bytes_moved(tmp_path: Path):
+    import json
+
+    from schedsim.api import predict_to_dir
+    from schedsim.report.trace_check import check_trace
+
+    sched = tmp_path / "three.yaml"
+    sched.write_text(THREE)
+    tl, _m, _paths = predict_to_dir(sched, None, profile(3, 1, OVERSUB), tmp_path / "o", None, gantt=False, trace=True)
+    trace = json.loads((tmp_path / "o" / "trace.json").read_text())
+    check_trace(trace, require_counters=True)
+    ev = trace["traceEvents"]
+    (pid,) = [e["pid"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"
+              and e["args"]["name"] == "network links"]
+    tracks: dict[str, list[tuple[float, float]]] = {}
+    for e in ev:
+        if e["ph"] == "C" and e["pid"] == pid:
+            tracks.setdefault(e["name"], []).append((e["ts"], e["args"]["GB_per_s"]))
+    # bytes over each link: node 0's NIC out carries all three sends (64 + 64 + 8 MiB); each receiver's NIC in
+    # its own; leaf 0's uplink and leaf 1's downlink the 8 MiB that crosses the spine
+    want = {"node 0 NIC 0 out (GB/s, of 50)": 136 * MiB, "node 1 NIC 0 in (GB/s, of 50)": 64 * MiB,
+            "node 2 NIC 0 in (GB/s, of 50)": 64 * MiB, "node 3 NIC 0 in (GB/s, of 50)": 8 * MiB,
+            "leaf 0 up (GB/s, of 37.5)": 8 * MiB, "leaf 1 down (GB/s, of 37.5)": 8 * MiB}
+    assert set(tracks) == set(want)
+    for name, steps in tracks.items():
+        steps.sort()
+        # GB/s x us = 1e3 bytes; the counter holds each value until the next sample and ends at 0
+        moved = sum((b[0] - a[0]) * a[1] * 1e3 for a, b in zip(steps, steps[1:]))
+        assert steps[-1][1] == 0.0 and moved == pytest.approx(want[name], rel=1e-6), name
+        assert max(v for _t, v in steps) <= (37.5 if name.startswith("leaf") else 50.0) * (1 + 1e-9)
+    assert tl.meta["links"]["of"] == 6
+
+
+def test_no_link_counters_without_traffic_across_nodes():
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(schedule(4, [(0, 1, MiB)]), "s.yaml"), profile(2, 1))
+    assert "links" not in run.timeline.meta
+
+
+def test_gantt_draws_the_busiest_links_lane():
+    from schedsim.api import simulate_spec
+    from schedsim.report.gantt import LINK_LANE_GID, draw_gantt
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(THREE, "s.yaml"), profile(3, 1, OVERSUB))
+    fig = draw_gantt([("predicted", run.timeline)])
+    ax = fig.axes[0]
+    lane = [c for c in ax.collections if c.get_gid() == LINK_LANE_GID]
+    assert len(lane) == 1
+    assert ax.get_yticklabels()[-1].get_text() == "node 0 NIC 0 out use"
+    # the lane's filled height follows the link's use: 0.6 of a row at full capacity, drawn from the lane's foot
+    ys = lane[0].get_paths()[0].vertices[:, 1]
+    foot = len(ax.get_yticklabels()) - 1 + 0.3
+    assert ys.max() == pytest.approx(foot) and foot - ys.min() <= 0.6 + 1e-9
