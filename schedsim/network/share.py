@@ -187,8 +187,8 @@ def shares_links(profile: HardwareProfile) -> bool:
 def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.ndarray,
                granks: Sequence[int] | np.ndarray, kinds: Sequence[str], nbytes: Sequence[float] | np.ndarray,
                work: Sequence[float] | np.ndarray) -> LinkShare | None:
-    """The :class:`LinkShare` of a run's groups on ``profile``; None when its topology has no ``nics`` (then the
-    loops keep rule 6's per-rank links alone).
+    """The :class:`LinkShare` of a run's groups on ``profile``; None when its topology has no ``nics`` or no group
+    crosses a node (then the loops keep rule 6's per-rank links alone).
 
     ``gptr``/``granks``: CSR of each group's ranks (a send/recv pair as ``(sender, receiver)``); ``kinds`` the
     group's op kind (``send`` for a pair); ``nbytes`` its size (nccl-tests convention; the largest member's for
@@ -258,6 +258,8 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
         link[ptr[g]:ptr[g + 1]] = links
         weight[ptr[g]:ptr[g + 1]] = w
         nb[g] = b
+    if not ptr[-1]:
+        return None  # no transfer crosses a node: nothing to share
     demand = np.zeros(G)
     has = count > 0
     if len(link):
@@ -343,7 +345,7 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
 
     gptr, gidx, G = _groups(prog)
     ls = program_share(profile, prog, gptr, gidx, np.ones(G)) if G else None
-    if ls is None or not len(ls.map.link):
+    if ls is None:
         return None
     lm = ls.map
     t0 = np.maximum.reduceat(start_s[gidx], gptr[:-1])

@@ -569,15 +569,16 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
         zeros("i", K), array("i", map(len, kn.kops)), zeros("i", len(qid)), zeros("i", K),
     )
     compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms),
-                        (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, share_arg(share))
+                        (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *share_args(share))
     if N and min(end) < 0.0:
         c.npred[:] = npred.tolist()  # what is left, for the deadlock message
     return start, end, ready_t, deps_t, binding, khand  # array.array: indexable like the Python loop's lists
 
 
-def share_arg(share: LinkShare | None) -> tuple[object, np.ndarray, np.ndarray] | None:
-    """The compiled loop's ``share`` argument: ``(event callable, share buffer, flag buffer)``, or None."""
-    return None if share is None else (share.event, share.share, share.flag)
+def share_args(share: LinkShare | None) -> tuple[tuple[object, np.ndarray, np.ndarray], ...]:
+    """The compiled loop's optional ``share`` argument, ``(event callable, share buffer, flag buffer)``, as a
+    tuple of the extra arguments (none without shared links: the call is then as before)."""
+    return () if share is None else ((share.event, share.share, share.flag),)
 
 
 class _LinkMin:

@@ -159,6 +159,7 @@ def test_profiles_without_nics_have_no_shared_links():
     assert link_share(load_profile("pcie2"), 2, [0, 2], [0, 1], ["send"], [1.0], [1.0]) is None
     ls = link_share(profile(2, 1), 4, [0, 2, 4], [0, 2, 0, 1], ["send", "send"], [MiB, MiB], [1e-3, 1e-3])
     assert ls is not None and ls.flag.tolist() == [1, 0]  # across nodes a flow; inside node 0 none
+    assert link_share(profile(2, 1), 4, [0, 2], [0, 1], ["send"], [MiB], [1e-3]) is None  # nothing crosses a node
     assert [ls.map.name(int(i)) for i in ls.links_of(0)] == ["node 0 NIC 0 out", "node 1 NIC 0 in"]
 
 
