@@ -14,9 +14,10 @@ Links (both directions of each, full duplex)
 Flows (aggregated per link, never per rank pair)
     * a send/recv between nodes: the sender NIC's out and the receiver NIC's in, weight 1;
     * a collective whose ranks span nodes: both directions of every NIC its ranks use, weight 1. Its demand per
-      NIC is the bytes a node sends across nodes (nccl-tests bus factor × size, as an NCCL ring crosses a node
-      boundary once per channel; all_to_all: each local rank's bytes for the other nodes) over the NICs the
-      node's ranks use, taken at the node that loads a NIC most;
+      NIC is the bytes a node sends across nodes (nccl-tests bus factor × size where NCCL's model picks a ring,
+      which crosses a node boundary once per channel; the size where it picks a tree, NVLS-tree or CollNet,
+      which sends the buffer across nodes once; all_to_all: each local rank's bytes for the other nodes) over
+      the NICs the node's ranks use, taken at the node that loads a NIC most;
     * across leaves, a leaf's uplink (out) and downlink (in) carry the flow with weight = the number of its
       NIC links of that direction in the leaf.
 
@@ -46,6 +47,7 @@ import numpy as np
 
 from schedsim.network import P2P_LL_THRESHOLD, GroupShape, NcclNetwork
 from schedsim.network.links import bus_factor
+from schedsim.network.tuning import COLL_FUNCS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -241,7 +243,9 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     count[pg[ok]] = 2 + 2 * spine[ok]
     colls: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
     for g in np.flatnonzero(~pair).tolist():
-        links, w, b = _flow(gr[gp[g]:gp[g + 1]], kinds[g], float(size_a[g]), node, nic, per, per_leaf, n_nic_links)
+        rk = gr[gp[g]:gp[g + 1]]
+        links, w, b = _flow(rk, kinds[g], float(size_a[g]), node, nic, per, per_leaf, n_nic_links,
+                            _algo(net, kinds[g], float(size_a[g]), rk))
         if links.size and b > 0.0 and work_a[g] > 0.0:
             colls[g] = (links, w, b)
             count[g] = links.size
@@ -276,10 +280,24 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     return LinkShare(LinkMap(ptr, link, weight, demand, cap, per, n_nic_links, nb))
 
 
+def _algo(net: NcclNetwork, kind: str, size: float, rk: np.ndarray) -> str:
+    """The algorithm NCCL's model picks for collective ``kind`` of ``size`` over ranks ``rk`` (``ring`` where the
+    profile's tables time the group, or for the kinds NCCL builds from send/recv)."""
+    if kind not in COLL_FUNCS or len(rk) < 2 or size <= 0:
+        return "ring"
+    got = net.collective(kind, size, tuple(rk.tolist()))
+    return got.algo if got is not None else "ring"
+
+
+#: algorithms whose part across nodes is a tree (NCCL's double binary tree, NVLS-tree, CollNet): a node sends
+#: the buffer once across nodes, where a ring sends it the bus factor's times (nccl-tests doc/PERFORMANCE.md)
+TREE_ALGOS = frozenset({"tree", "nvls_tree", "collnet_direct", "collnet_chain"})
+
+
 def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndarray, per: int,
-          per_leaf: int | None, base: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """(links, weights, bytes per unit weight) of one group of ranks ``rk`` (see the module doc); no links when
-    it stays inside one node."""
+          per_leaf: int | None, base: int, algo: str = "ring") -> tuple[np.ndarray, np.ndarray, float]:
+    """(links, weights, bytes per unit weight) of one group of ranks ``rk`` (see the module doc) run with NCCL
+    algorithm ``algo``; no links when it stays inside one node."""
     nd = node[rk]
     if len(rk) < 2 or nd.min() == nd.max():
         return np.zeros(0, I64), np.zeros(0), 0.0
@@ -299,7 +317,7 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
         if kind == "all_to_all":
             node_bytes = local * size * (n - local) / n
         else:
-            node_bytes = np.full(len(nd_u), bus_factor(kind, n) * size)
+            node_bytes = np.full(len(nd_u), (1.0 if algo in TREE_ALGOS else bus_factor(kind, n)) * size)
         nbytes = float((node_bytes / nics_on).max())
     links = [2 * tx, 2 * rx + 1]
     weights = [np.ones(len(tx)), np.ones(len(rx))]
