@@ -28,9 +28,12 @@ Flows (aggregated per link, never per rank pair)
 
 Max-min fairness (progressive filling, D. Bertsekas and R. Gallager, *Data Networks*, 2nd ed., §6.5.2): every
 unfrozen flow's rate rises together; a flow freezes at its demand, or when a link it crosses is full (weighted:
-a link of residual capacity c carrying unfrozen weight W fills at rate c / W). ASTRA-sim's congestion-aware
-analytical backend instead queues chunks first-come first-served on each link (astra-sim/analytical,
-``congestion_aware/Link.cc``); a flow-level fair share needs no chunking and keeps the cost per event bounded.
+a link of residual capacity c carrying unfrozen weight W fills at rate c / W). The simulators issue 35 names do
+it otherwise: ASTRA-sim's congestion-aware analytical backend queues a collective's chunks first-come
+first-served on each link (astra-sim/astra-network-analytical, ``congestion_aware/Link.cc``: "Chunks are being
+queued to this class instances"); SimAI-Analytical times each collective from busbw alone and leaves contention
+to its packet-level ns-3 backend (aliyun/SimAI, README: "a simplified approach using busbw"). A fluid max-min
+share, as flow-level simulators use, needs no chunking and keeps the cost per event bounded.
 
 Cost: the links of every flow are built once, vectorised (O(ranks) per collective, O(1) per send/recv). An event
 updates the flow's link counts (O(its links)) and, only while some link carries two flows or more, refills the
