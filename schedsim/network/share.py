@@ -36,9 +36,10 @@ to its packet-level ns-3 backend (aliyun/SimAI, README: "a simplified approach u
 share, as flow-level simulators use, needs no chunking and keeps the cost per event bounded.
 
 Cost: the links of every flow are built once, vectorised (O(ranks) per collective, O(1) per send/recv). An event
-updates the flow's link counts (O(its links)) and, only while some link carries two flows or more, refills the
-flows on such links: O(k × e) for k freezing rounds over the e link entries of those flows (k ≤ flows). A
-100,000-rank all_reduce running alone touches its 100,000 NIC links per event and never refills.
+updates the running flows of the flow's links (O(its links)) and refills only the flows connected to it through
+links that two or more running flows share: O(k × e) for k freezing rounds over the e link entries of those
+flows (k ≤ their number), nothing for a flow that shares no link. A 100,000-rank all_reduce running alone
+touches its 100,000 NIC links per event and never refills.
 """
 
 from __future__ import annotations
@@ -139,28 +140,52 @@ class LinkShare:
         G = len(lm.ptr) - 1
         self.share = np.ones(G)
         self.flag = (np.diff(lm.ptr) > 0).astype(np.int32)
-        self.count = np.zeros(len(lm.cap), I64)
-        self.active: dict[int, None] = {}
-        self.contended: set[int] = set()  # running flows whose share was last set below 1
+        self.on: dict[int, set[int]] = {}  # link -> the running flows on it
 
     def links_of(self, g: int) -> np.ndarray:
         """Link indices of flow ``g``."""
         return self.map.link[self.map.ptr[g]:self.map.ptr[g + 1]]
 
+    def _component(self, seeds: set[int]) -> tuple[list[int], list[int]]:
+        """The running flows reachable from ``seeds`` through links two or more running flows share, ascending,
+        and those of them on such a link (the rest, seeds alone, run at their solo speed)."""
+        seen, todo, busy = set(seeds), list(seeds), []
+        while todo:
+            h = todo.pop()
+            shared = False
+            for lk in self.links_of(h).tolist():
+                fl = self.on[lk]
+                if len(fl) > 1:
+                    shared = True
+                    for f in fl:
+                        if f not in seen:
+                            seen.add(f)
+                            todo.append(f)
+            if shared:
+                busy.append(h)
+        return sorted(seen), sorted(busy)
+
     def event(self, g: int, started: int) -> list[int]:
         """Flow ``g`` starts (``started`` 1) or ends (0); returns the running flows whose share changed (``g``
-        included when it starts below 1), their new shares in :attr:`share`."""
-        lk = self.links_of(g)
+        included when it starts below 1), their new shares in :attr:`share`. Only the flows connected to ``g``
+        through shared links are refilled: the others' links did not change."""
+        on = self.on
         if started:
-            np.add.at(self.count, lk, 1)
-            self.active[g] = None
+            for lk in self.links_of(g).tolist():
+                on.setdefault(lk, set()).add(g)
+            seeds = {g}
         else:
-            np.add.at(self.count, lk, -1)
-            del self.active[g]
-            self.contended.discard(g)
+            seeds = set()
+            for lk in self.links_of(g).tolist():
+                fl = on[lk]
+                fl.discard(g)
+                if fl:
+                    seeds |= fl
+                else:
+                    del on[lk]
             self.share[g] = 1.0
-        busy = [h for h in self.active if (self.count[self.links_of(h)] > 1).any()]
-        changed: list[int] = []
+        comp, busy = self._component(seeds) if seeds else ([], [])
+        new = dict.fromkeys(comp, 1.0)
         if busy:
             lm = self.map
             sizes = np.array([lm.ptr[h + 1] - lm.ptr[h] for h in busy], I64)
@@ -168,19 +193,12 @@ class LinkShare:
             uniq, local = np.unique(lm.link[idx], return_inverse=True)
             dem = lm.demand[busy]
             rate = maxmin(dem, lm.cap[uniq], np.repeat(np.arange(len(busy)), sizes), local, lm.weight[idx])
-            new = np.where(rate >= dem, 1.0, rate / dem)
-            for h, s in zip(busy, new.tolist(), strict=True):
-                if s != self.share[h]:
-                    self.share[h] = s
-                    changed.append(h)
-        busy_set = set(busy)
-        for h in sorted(self.contended - busy_set):  # no longer on a shared link: back to its solo speed
-            if self.share[h] != 1.0:
-                self.share[h] = 1.0
+            new.update(zip(busy, np.where(rate >= dem, 1.0, rate / dem).tolist(), strict=True))
+        changed = []
+        for h, sh in new.items():
+            if sh != self.share[h]:
+                self.share[h] = sh
                 changed.append(h)
-        self.contended = {h for h in busy_set if self.share[h] < 1.0}
-        if started and g not in changed and self.share[g] != 1.0:
-            changed.append(g)
         return changed
 
 

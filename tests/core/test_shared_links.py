@@ -195,7 +195,7 @@ def test_trace_link_counters_integrate_to_the_bytes_moved(tmp_path: Path):
     for name, steps in tracks.items():
         steps.sort()
         # GB/s x us = 1e3 bytes; the counter holds each value until the next sample and ends at 0
-        moved = sum((b[0] - a[0]) * a[1] * 1e3 for a, b in zip(steps, steps[1:]))
+        moved = sum((b[0] - a[0]) * a[1] * 1e3 for a, b in zip(steps, steps[1:], strict=False))
         assert steps[-1][1] == 0.0 and moved == pytest.approx(want[name], rel=1e-6), name
         assert max(v for _t, v in steps) <= (37.5 if name.startswith("leaf") else 50.0) * (1 + 1e-9)
     assert tl.meta["links"]["of"] == 6
