@@ -148,6 +148,17 @@ def _link_share(profile: HardwareProfile, c) -> LinkShare | None:  # type: ignor
     return link_share(profile, c.world, ptr, ranks, kinds, size, c.job_work[N:])
 
 
+def _flow_event(share: LinkShare | None, links: _LinkMin, gjob: list[int], dirty: set[int],
+                granks: list[tuple[int, ...]], g: int, started: int) -> None:
+    """Transfer ``g`` starts (``started`` 1) or ends (0): when it is a flow across nodes, the running flows whose
+    max-min share changed (:meth:`LinkShare.event`) are tracked anew (``links``) through their first rank."""
+    if share is None or not share.flag[g]:
+        return
+    for h in share.event(g, started):
+        links.xval[gjob[h]] = None
+        dirty.add(granks[h][0])
+
+
 def _releaser(members: list[int], i: int, t: float, start: list[float], ready_t: list[float]) -> int:
     """The member that released a rendezvous completed at ``t`` (seconds) by placing member ``i``: of the members
     placed at ``t``, the last to be ready (``i`` among equals), as ``_cwaves.c`` picks it."""
@@ -232,15 +243,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],  # type: ignore[no
     crate = [1.0] * world
     links = _LinkMin(gends, crate, nlink, None if share is None else share.share)
     gjob = [0] * len(gmem)  # the transfer job of each group
-
-    def share_event(g: int, started: int) -> None:
-        """A flow across nodes starts or ends: the running flows whose share changed are tracked anew."""
-        if share is None or not share.flag[g]:
-            return
-        for h in share.event(g, started):
-            if h != g or started:
-                links.xval[gjob[h]] = None
-                dirty.add(c.job_ranks[N + h][0])
+    share_event = functools.partial(_flow_event, share, links, gjob, dirty, c.job_ranks[N:])
 
     def new_job(typ: int, key: int, sms: int, work: float, ranks: tuple[int, ...], t: float) -> None:
         j = len(jtype)
