@@ -104,9 +104,14 @@ def test_three_flows_with_unequal_demands_share_max_min():
     assert got["r2@r9"] == pytest.approx(693.48864, rel=1e-9)
 
 
+MIXED = schedule(4, [(0, 2, 64 * MiB), (1, 3, 16 * MiB)]).replace(
+    "ops:\n", "ops:\n  - {name: ar, kind: all_reduce, bytes: 67108864, stream: c}\n")
+
+
 @pytest.mark.parametrize("text,prof", [
     (TWO, profile(2, 1)),
     (THREE, profile(3, 1, {"kind": "leaf_spine", "nodes_per_leaf": 3, "oversubscription": 4.0})),
+    (MIXED, profile(2, 1)),  # an all_reduce across both nodes beside two sends, all on one NIC per node
 ])
 def test_shared_links_columns_compiled_and_python_loops_agree(monkeypatch: pytest.MonkeyPatch, text: str,
                                                               prof: HardwareProfile):
