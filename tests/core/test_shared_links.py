@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.network.share import LinkMap, LinkShare, link_share, maxmin
@@ -229,3 +231,30 @@ def test_gantt_draws_the_busiest_links_lane():
     ys = lane[0].get_paths()[0].vertices[:, 1]
     foot = len(ax.get_yticklabels()) - 1 + 0.3
     assert ys.max() == pytest.approx(foot) and foot - ys.min() <= 0.6 + 1e-9
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_maxmin_is_feasible_and_every_flow_has_a_bottleneck(data: st.DataObject):
+    # max-min fairness (Bertsekas & Gallager, §6.5.2): the rates fit every link, none exceeds its demand, and each
+    # flow below its demand crosses a full link on which no flow gets more than it
+    F = data.draw(st.integers(1, 6))
+    L = data.draw(st.integers(1, 4))
+    cap = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=L, max_size=L)))
+    demand = np.array(data.draw(st.lists(st.floats(0.5, 120.0), min_size=F, max_size=F)))
+    flow, link, weight = [], [], []
+    for f in range(F):
+        for k in sorted(data.draw(st.sets(st.integers(0, L - 1), min_size=1, max_size=L))):
+            flow.append(f)
+            link.append(k)
+            weight.append(float(data.draw(st.integers(1, 3))))
+    fl, lk, w = np.array(flow), np.array(link), np.array(weight)
+    rate = maxmin(demand, cap, fl, lk, w)
+    load = np.bincount(lk, weights=w * rate[fl], minlength=L)
+    tol = 1e-9 * cap.max()
+    assert (load <= cap + tol).all() and (rate <= demand * (1 + 1e-12)).all() and (rate > 0).all()
+    for f in range(F):
+        if rate[f] >= demand[f] * (1 - 1e-12):
+            continue
+        mine = lk[fl == f]
+        assert any(load[k] >= cap[k] - tol and rate[fl[lk == k]].max() <= rate[f] * (1 + 1e-9) for k in mine), f
