@@ -106,6 +106,18 @@ def test_three_flows_with_unequal_demands_share_max_min():
     assert got["r2@r9"] == pytest.approx(693.48864, rel=1e-9)
 
 
+def test_an_oversubscribed_leaf_uplink_is_shared_when_the_nic_is_not_full():
+    # 2 GPUs per node on one NIC, one node per leaf, oversubscription 2: a send across the spine drives its NIC at
+    # 50 / 2 = 25 GB/s, and leaf 0's uplink carries 1 node x 1 NIC x 50 / 2 = 25 GB/s. Ranks 0 and 1 (node 0)
+    # send 32 and 64 MiB to ranks 2 and 3 (node 1, leaf 1): their NIC out (50) holds both (25 + 25), the uplink
+    # (25) does not: 12.5 GB/s each, half their speed. Alone: T1 = 22.4 + 33554432 / 25,000 = 1364.57728 us,
+    # T2 = 22.4 + 67108864 / 25,000 = 2706.75456 us; the first ends at 2 x T1 = 2729.15456 us, the second at
+    # T1 + T2 = 4071.33184 us.
+    got = spans(TWO, profile(2, 1, {"kind": "leaf_spine", "nodes_per_leaf": 1, "oversubscription": 2.0}))
+    assert got["s0@r0"] == pytest.approx(2729.15456, rel=1e-9) == pytest.approx(2 * T(32 * MiB, 25.0), rel=1e-12)
+    assert got["s1@r1"] == pytest.approx(4071.33184, rel=1e-9)
+
+
 MIXED = schedule(4, [(0, 2, 64 * MiB), (1, 3, 16 * MiB)]).replace(
     "ops:\n", "ops:\n  - {name: ar, kind: all_reduce, bytes: 67108864, stream: c}\n")
 
