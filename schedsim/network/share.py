@@ -2,8 +2,9 @@
 
 The simulator's ``waves`` loop asks this module one thing, at the start and at the end of every transfer across
 nodes (a *flow*): which running flows' shares changed (:meth:`LinkShare.event`). A flow's share is the fraction of
-its solo speed it gets now; the loop multiplies the transfer's rate on its NIC link ends by it (rule 6 of
-:mod:`schedsim.sim.gpu_model`), so rates change only at flow starts and finishes.
+its solo speed it gets now: the loops value a transfer's NIC link ends at its rank's comm rate × the share, its
+scale-up ends as before (the rank's comm rate over the transfers on that end), and run it at the smallest (rule 6
+of :mod:`schedsim.sim.gpu_model`); shares change only at flow starts and finishes.
 
 Links (both directions of each, full duplex)
     * every NIC of every node (``topology.nics``; node n's NIC k is shared by the GPUs ``gpu_to_nic`` maps to it);
