@@ -37,10 +37,10 @@ to its packet-level ns-3 backend (aliyun/SimAI, README: "a simplified approach u
 share, as flow-level simulators use, needs no chunking and keeps the cost per event bounded.
 
 Cost: the links of every flow are built once, vectorised (O(ranks) per collective, O(1) per send/recv). An event
-updates the running flows of the flow's links (O(its links)) and refills only the flows connected to it through
-links that two or more running flows share: O(k × e) for k freezing rounds over the e link entries of those
-flows (k ≤ their number), nothing for a flow that shares no link. A 100,000-rank all_reduce running alone
-touches its 100,000 NIC links per event and never refills.
+counts the flow on its links (O(its links), in numpy; a Python set only per link it shares with another flow) and
+refills only the flows connected to it through links that two or more running flows share: O(k × e) for k
+freezing rounds over the e link entries of those flows (k ≤ their number), nothing for a flow that shares no
+link. A 100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
 """
 
 from __future__ import annotations
@@ -105,8 +105,9 @@ class LinkMap:
 
     ``ptr``, ``link``, ``weight``: CSR per group g (collective or send/recv pair): the links of flow g are
     ``link[ptr[g]:ptr[g + 1]]`` (empty: the group stays inside a node), each carrying ``weight`` × the flow's
-    rate. ``demand`` (bytes/s per unit weight, shape G), ``cap`` (bytes/s, shape L), ``per_node`` (NICs per
-    node), ``nic_links`` (2 × NICs), ``nbytes`` (bytes per unit weight a flow moves over each of its links).
+    rate. ``demand`` (bytes/s per unit weight, shape G; no more than any of its links carries alone), ``cap``
+    (bytes/s, shape L), ``per_node`` (NICs per node), ``nic_links`` (2 × NICs), ``nbytes`` (bytes per unit
+    weight a flow moves over each of its links).
     Links 2i and 2i + 1 are NIC i's out and in (node i // per_node); after the NICs, 2l and 2l + 1 are leaf l's
     up and down.
     """
@@ -141,11 +142,18 @@ class LinkShare:
         G = len(lm.ptr) - 1
         self.share = np.ones(G)
         self.flag = (np.diff(lm.ptr) > 0).astype(np.int32)
-        self.on: dict[int, set[int]] = {}  # link -> the running flows on it
+        self.count = np.zeros(len(lm.cap), I64)  # running flows per link
+        self.first = np.full(len(lm.cap), -1, I64)  # the flow on a link that carries one
+        self.on: dict[int, set[int]] = {}  # the flows on a link that carries two or more
 
     def links_of(self, g: int) -> np.ndarray:
         """Link indices of flow ``g``."""
         return self.map.link[self.map.ptr[g]:self.map.ptr[g + 1]]
+
+    def _shared_links(self, h: int) -> list[int]:
+        """The links of flow ``h`` that two or more running flows share."""
+        lk = self.links_of(h)
+        return lk[self.count[lk] > 1].tolist()
 
     def _component(self, seeds: set[int]) -> tuple[list[int], list[int]]:
         """The running flows reachable from ``seeds`` through links two or more running flows share, ascending,
@@ -153,37 +161,55 @@ class LinkShare:
         seen, todo, busy = set(seeds), list(seeds), []
         while todo:
             h = todo.pop()
-            shared = False
-            for lk in self.links_of(h).tolist():
-                fl = self.on[lk]
-                if len(fl) > 1:
-                    shared = True
-                    for f in fl:
-                        if f not in seen:
-                            seen.add(f)
-                            todo.append(f)
+            shared = self._shared_links(h)
+            for lk in shared:
+                for f in self.on[lk]:
+                    if f not in seen:
+                        seen.add(f)
+                        todo.append(f)
             if shared:
                 busy.append(h)
         return sorted(seen), sorted(busy)
+
+    def _start(self, g: int) -> None:
+        """Put flow ``g`` on its links: O(its links) in numpy, a set per link it shares."""
+        lk = self.links_of(g)
+        c = self.count[lk]
+        self.first[lk[c == 0]] = g
+        on = self.on
+        for k, n in zip(lk[c > 0].tolist(), c[c > 0].tolist(), strict=True):
+            if n == 1:
+                on[k] = {int(self.first[k]), g}
+            else:
+                on[k].add(g)
+        self.count[lk] += 1
+
+    def _end(self, g: int) -> set[int]:
+        """Take flow ``g`` off its links; returns the flows it shared a link with."""
+        lk = self.links_of(g)
+        c = self.count[lk]
+        self.first[lk[c == 1]] = -1
+        near: set[int] = set()
+        on = self.on
+        for k in lk[c > 1].tolist():
+            fl = on[k]
+            fl.discard(g)
+            near |= fl
+            if len(fl) == 1:
+                self.first[k] = next(iter(fl))
+                del on[k]
+        self.count[lk] -= 1
+        return near
 
     def event(self, g: int, started: int) -> list[int]:
         """Flow ``g`` starts (``started`` 1) or ends (0); returns the running flows whose share changed (``g``
         included when it starts below 1), their new shares in :attr:`share`. Only the flows connected to ``g``
         through shared links are refilled: the others' links did not change."""
-        on = self.on
         if started:
-            for lk in self.links_of(g).tolist():
-                on.setdefault(lk, set()).add(g)
+            self._start(g)
             seeds = {g}
         else:
-            seeds = set()
-            for lk in self.links_of(g).tolist():
-                fl = on[lk]
-                fl.discard(g)
-                if fl:
-                    seeds |= fl
-                else:
-                    del on[lk]
+            seeds = self._end(g)
             self.share[g] = 1.0
         comp, busy = self._component(seeds) if seeds else ([], [])
         new = dict.fromkeys(comp, 1.0)

@@ -270,3 +270,39 @@ def test_maxmin_is_feasible_and_every_flow_has_a_bottleneck(data: st.DataObject)
             continue
         mine = lk[fl == f]
         assert any(load[k] >= cap[k] - tol and rate[fl[lk == k]].max() <= rate[f] * (1 + 1e-9) for k in mine), f
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_link_share_events_match_a_refill_of_every_running_flow(data: st.DataObject):
+    # after any sequence of starts and ends, each running flow's share equals a max-min refill of all running flows
+    # from scratch (the event refills only the flows connected to the one that changed)
+    G = data.draw(st.integers(1, 6))
+    L = data.draw(st.integers(1, 4))
+    links = [sorted(data.draw(st.sets(st.integers(0, L - 1), min_size=1, max_size=L))) for _ in range(G)]
+    ptr = np.concatenate([[0], np.cumsum([len(x) for x in links])])
+    demand = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=G, max_size=G)))
+    cap = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=L, max_size=L)))
+    demand = np.minimum(demand, [cap[x].min() for x in links])  # LinkMap's demands fit their links (link_share)
+    lm = LinkMap(ptr, np.concatenate(links).astype(np.int64), np.ones(int(ptr[-1])), demand, cap, 1, 2 * L,
+                 np.zeros(G))
+    ls = LinkShare(lm)
+    running: list[int] = []
+    for _ in range(data.draw(st.integers(1, 12))):
+        idle = [g for g in range(G) if g not in running]
+        if idle and (not running or data.draw(st.booleans())):
+            g = data.draw(st.sampled_from(idle))
+            ls.event(g, 1)
+            running.append(g)
+        else:
+            g = data.draw(st.sampled_from(running))
+            ls.event(g, 0)
+            running.remove(g)
+        run = sorted(running)
+        if not run:
+            continue
+        fl = np.concatenate([np.full(len(links[g]), i) for i, g in enumerate(run)])
+        lk = np.concatenate([links[g] for g in run])
+        rate = maxmin(demand[run], cap, fl, lk, np.ones(len(lk)))
+        want = np.where(rate >= demand[run], 1.0, rate / demand[run])
+        assert ls.share[run] == pytest.approx(want, rel=1e-12)
