@@ -234,16 +234,31 @@ def shares_links(profile: HardwareProfile) -> bool:
     return profile.topology.nics is not None and profile.topology.scale_up is not None
 
 
+#: the NcclNetwork (with its caches of group shapes and choices) of the last profile seen, so the simulation and
+#: the views built after it place a 100,000-rank group once (one entry: it keeps one profile alive)
+_LAST_NET: list[tuple[HardwareProfile, NcclNetwork]] = []
+
+
+def _network(profile: HardwareProfile, net: NcclNetwork | None = None) -> NcclNetwork:
+    """``net`` (remembered for ``profile``), else the one remembered for this very profile object, else a new one."""
+    if net is None and _LAST_NET and _LAST_NET[0][0] is profile:
+        return _LAST_NET[0][1]
+    net = net or NcclNetwork(profile)
+    _LAST_NET[:] = [(profile, net)]
+    return net
+
+
 def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.ndarray,
                granks: Sequence[int] | np.ndarray, kinds: Sequence[str], nbytes: Sequence[float] | np.ndarray,
-               work: Sequence[float] | np.ndarray) -> LinkShare | None:
+               work: Sequence[float] | np.ndarray, net: NcclNetwork | None = None) -> LinkShare | None:
     """The :class:`LinkShare` of a run's groups on ``profile``; None when its topology has no ``nics`` or no group
     crosses a node (then the loops keep rule 6's per-rank links alone).
 
     ``gptr``/``granks``: CSR of each group's ranks (a send/recv pair as ``(sender, receiver)``); ``kinds`` the
     group's op kind (``send`` for a pair); ``nbytes`` its size (nccl-tests convention; the largest member's for
     all_to_all); ``work`` its solo seconds. Ranks map to nodes and NICs as :class:`schedsim.network.NcclNetwork`
-    places them.
+    places them; ``net``: the cost model's (:attr:`schedsim.cost.CostModel.network`), whose caches already hold
+    the run's groups.
 
     Raises
     ------
@@ -254,7 +269,7 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     nics = topo.nics
     if nics is None or not shares_links(profile):
         return None
-    net = NcclNetwork(profile)
+    net = _network(profile, net)
     gpn, per = topo.gpus_per_node, nics.per_node
     pl = topo.placement
     if pl is not None and world > len(pl):
@@ -377,8 +392,8 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
     return np.concatenate(links).astype(I64), np.concatenate(weights), nbytes
 
 
-def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gidx: np.ndarray, work: np.ndarray
-                  ) -> LinkShare | None:
+def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gidx: np.ndarray, work: np.ndarray,
+                  net: NcclNetwork | None = None) -> LinkShare | None:
     """:func:`link_share` of ``prog``'s rendezvous groups as CSR ``gptr``/``gidx`` of op indices (collectives,
     then send/recv pairs as (send, recv), as ``prog.p2p`` holds them), ``work`` their solo seconds."""
     if not shares_links(profile):
@@ -388,7 +403,7 @@ def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gid
     kinds = [tps[t].kind for t in tmpl[gidx[gptr[:-1]]].tolist()] if G else []
     tbytes = np.array([float(t.nbytes) for t in tps])
     size = np.maximum.reduceat(tbytes[tmpl[gidx]], gptr[:-1]) if G and len(gidx) else np.zeros(G)
-    return link_share(profile, prog.world_size, gptr, prog.rank[gidx], kinds, size, work)
+    return link_share(profile, prog.world_size, gptr, prog.rank[gidx], kinds, size, work, net)
 
 
 #: the links :func:`link_utilisation` keeps (those that moved the most bytes): a view, not every NIC of a cluster

@@ -565,7 +565,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     from schedsim.network.share import program_share
     from schedsim.sim.waves import share_args
 
-    share = program_share(profile, prog, gptr, gidx, gwork)  # shared NICs and leaf uplinks
+    share = program_share(profile, prog, gptr, gidx, gwork, cost.network)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
     del rank
