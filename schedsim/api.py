@@ -210,6 +210,12 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
         tl = simulate(prog, profile, launch=launch, **sim)
     tl.meta.update(meta or {})
+    from schedsim.network.share import link_utilisation
+
+    cols = tl.columns  # rows in program order
+    links = link_utilisation(profile, prog, cols.start_s, cols.end_s) if len(cols) == prog.N else None
+    if links is not None:  # bytes per second on the shared links (NICs, leaf uplinks): trace.json and Gantt
+        tl.meta["links"] = links
     from schedsim.notes import guesses
 
     said = guesses(prog, profile)  # where the numbers rest on a guess, the output says so (once per kind)

@@ -13,6 +13,9 @@ Interface
     kind, size and number of nodes; or inside one node with ``topology.nccl_within_node`` false).
 ``NcclNetwork(profile).p2p(src, dst, nbytes) -> CollectiveCost``
     One send/recv of ``nbytes`` from rank ``src`` to ``dst``.
+``schedsim.network.share.link_share(...) -> LinkShare | None``; ``LinkShare.event(group, started) -> changed``
+    Transfers across nodes that run at once share NICs and leaf uplinks max-min fair; the simulator reports each
+    flow's start and end and reads the shares back (:mod:`schedsim.network.share`).
 
 Ranks sit on GPUs in order, or as ``topology.placement`` says; node = GPU // ``gpus_per_node``.
 """

@@ -24,6 +24,10 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
   of solo time / actual time: 1.0 = one kernel's worth of the GPU, from the simulator's solo
   durations; measured timelines, which have none, get ``compute ops running`` instead) and
   ``comm bandwidth in use (B/s)`` (Σ bytes / duration of running comm ops).
+* link counters (``ph: "C"``) in one process ``network links`` after the ranks, when the timeline carries
+  ``meta["links"]`` (a cluster profile's shared links, :func:`schedsim.network.share.link_utilisation`): one
+  track per NIC direction or leaf uplink, ``<link> (GB/s, of <capacity>)``, args ``GB_per_s`` and
+  ``utilisation`` (of the link's capacity); each track integrates to the bytes moved over that link.
 
 :func:`schedsim.report.trace_check.check_trace` validates all of it.
 """
@@ -158,6 +162,7 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
             w.tagged_p2p_flows(tl)
         w.collective_flows(tl, byid, g)
         w.counters(tl)
+        pid_base += w.link_counters(tl, label if multi else None, pid_base)
     return {"traceEvents": w.events, "displayTimeUnit": "ms",
             "otherData": {"generator": "schedsim", "timelines": [lbl for lbl, _ in timelines]}}
 
@@ -299,6 +304,23 @@ class _Writer:
             by_rank[s.rank].append(s)
         for r, spans in by_rank.items():
             self._rate_counters(self.pid_of[r], spans)
+
+    def link_counters(self, tl: Timeline, label: str | None, pid: int) -> int:
+        """Counter tracks of the shared links' use (module docstring) in process ``pid``; the processes added
+        (0 or 1)."""
+        links = ((tl.meta or {}).get("links") or {}).get("links") or []
+        if not links:
+            return 0
+        name = f"{label} network links" if label is not None else "network links"
+        self.events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
+        self.events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        for ln in links:
+            cap = float(ln["capacity_Bps"])
+            track = f"{ln['name']} (GB/s, of {cap / 1e9:g})"
+            for t, v in ln["steps"]:
+                self.events.append({"ph": "C", "name": track, "pid": pid, "ts": _us(t),
+                                    "args": {"GB_per_s": v / 1e9, "utilisation": v / cap if cap > 0 else 0.0}})
+        return 1
 
     def _rate_counters(self, pid: int, spans: list[Span]) -> None:
         comp = [s for s in spans if s.resource == "compute" and s.solo_s is not None]

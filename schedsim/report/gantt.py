@@ -10,7 +10,9 @@
   shown and folded (``gid`` :data:`LANES_GID`). Drawn from the timeline's columns: one PolyCollection per
   (lane, colour), a lane's boxes merged into pixel runs when it holds more boxes than the axes has pixels, and
   the boxes rasterized in SVG past :data:`RASTER_BOXES`, so a chart's cost and size follow its lanes, not its
-  op count.
+  op count. On a cluster profile whose transfers crossed nodes, a thin last lane shows the use of the shared
+  link that moved the most bytes (``timeline.meta["links"]``, its capacity the lane's height; ``gid``
+  :data:`LINK_LANE_GID`).
 * :func:`draw_pipeline` — the ZB / DualPipe papers' figure: one lane per
   pipeline rank, one box per F / B / I / W action with its microbatch number,
   in unit steps (F, I and W one step each, a full backward B two: the ZB
@@ -39,7 +41,7 @@ from schedsim.sim.timeline import Span, SpanColumns, Timeline
 
 __all__ = ["KIND_COLORS", "color_key", "draw_gantt", "draw_pipeline", "draw_memory", "write_gantt",
            "write_pipeline", "write_memory_plot", "write_figure", "pipeline_view", "unit_steps", "MAKESPAN_GID",
-           "LANES_GID", "rank_ranges", "PipelineLanes", "pipeline_lanes"]
+           "LANES_GID", "LINK_LANE_GID", "rank_ranges", "PipelineLanes", "pipeline_lanes"]
 
 #: Fixed colour per op kind and pipeline action, shared by every chart (Tableau 20 hues: each key
 #: gets its own hue so send/recv/W and B/all_reduce can never be confused).
@@ -75,6 +77,8 @@ MAKESPAN_GID = "makespan"
 EXPOSED_GID = "boxes_exposed_comm_r"
 #: gid of the Gantt's note naming the ranks shown and folded (only when ranks are folded)
 LANES_GID = "lanes-note"
+#: gid of the Gantt's thin lane of the busiest shared link's use (cluster profiles, ``timeline.meta["links"]``)
+LINK_LANE_GID = "link-use"
 _PHASES = ("F", "B", "I", "W")
 _DPI = 110
 _MAX_PX = 3900  # every chart stays under 4,000 px tall
@@ -242,7 +246,8 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
     multi = len(timelines) > 1
     lay = _GanttLayout.of(timelines, max_lanes)
     lanes, folded, k = lay.lanes, lay.folded, len(timelines)
-    n = len(lanes) + (2 * k if folded else 0)
+    busiest = _busiest_link(timelines[0][1])
+    n = len(lanes) + (2 * k if folded else 0) + (busiest is not None)
     lane_in = 0.42 if n <= 24 else max(0.22, 0.42 * 24 / n)
     mk = [(lbl, (makespans or {}).get(lbl, tl.makespan_s)) for lbl, tl in timelines]
     xmax_s = max([m for _l, m in mk] + [1e-9])
@@ -257,6 +262,8 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
         if folded:
             base = len(lanes) + 2 * [lb for lb, _ in timelines].index(lbl)
             _draw_folded(ax, hidden, len(folded), base, max(tl.makespan_s, 1e-12), int(max(50, min(1200, ax_w_px))))
+    if busiest is not None:
+        _draw_link_lane(ax, busiest, n - 1)
     if pen.boxes_drawn > RASTER_BOXES:
         for col in pen.collections:
             col.set_rasterized(True)
@@ -266,6 +273,8 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
         for lbl, _tl in timelines:
             for resname in ("compute", "comm"):
                 yt.append(f"{span_txt}: {resname} busy share" + (f" [{lbl}]" if multi else ""))
+    if busiest is not None:
+        yt.append(f"{_cut(busiest['name'])} use" + (f" [{_cut(timelines[0][0])}]" if multi else ""))
     ax.set_yticks(range(n))
     ax.set_yticklabels(yt, fontsize=7 if n <= 60 else 6)
     ax.set_xlabel("time (ms)")
@@ -313,6 +322,26 @@ def _lane_table(c: SpanColumns) -> list[tuple[int, str, int, str]]:
     ranks = uniq // max(1, len(sv)) + rmin
     order = np.lexsort((first, ranks))
     return [(r, sv[sc[i]], i, rv[rc[i]]) for r, i in zip(ranks[order].tolist(), first[order].tolist(), strict=True)]
+
+
+def _busiest_link(tl: Timeline) -> dict[str, Any] | None:
+    """The shared link that moved the most bytes in ``tl.meta["links"]`` (:mod:`schedsim.network.share`), or
+    None."""
+    links = ((tl.meta or {}).get("links") or {}).get("links") or []
+    return max(links, key=lambda ln: ln["bytes"]) if links else None
+
+
+def _draw_link_lane(ax: Any, link: dict[str, Any], row: int) -> None:
+    """A thin lane at ``row``: the link's use over time, a step curve filled up from the lane's foot (foot 0, top
+    its capacity)."""
+    steps = link["steps"]
+    cap = float(link["capacity_Bps"]) or 1.0
+    x = [t * 1e3 for t, _v in steps]
+    u = [min(1.0, v / cap) for _t, v in steps]
+    foot, height = row + 0.3, 0.6
+    ax.fill_between(x, [foot - height * v for v in u], foot, step="post", color="#4c72b0", linewidth=0,
+                    alpha=0.8, gid=LINK_LANE_GID)
+    ax.axhline(foot - height, color="#bbbbbb", linewidth=0.4, linestyle=":")
 
 
 class _GanttLayout:

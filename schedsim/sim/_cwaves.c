@@ -7,8 +7,10 @@
  * issue times, communicator FIFO edges, link ends) and every rate as a table built from gpu_model's rule
  * functions (gpu_model.rate_tables); this loop reads them. The only arithmetic here is the Python loop's:
  * remaining work (rem - (t - last) * rate), finish times (t + rem / rate), a transfer's minimum over its link
- * ends of comm[rank] / transfers on that end (kept as waves._LinkMin keeps it: the minimum and the count of
- * ends at it, refreshed for the dirty ranks of each event), and the one-way factor. Built with
+ * ends of comm[rank] / transfers on that end (a NIC end with shared links: comm[rank] x the flow's share, which
+ * schedsim.network.share.LinkShare.event, called back at flow starts and ends, sets) (kept as waves._LinkMin
+ * keeps it: the minimum and the count of ends at it, refreshed for the dirty ranks of each event), and the
+ * one-way factor. Built with
  * -ffp-contract=off so no fused multiply-add changes a rounding: timelines are bit-identical to the Python
  * loop's (tests/core/test_cwaves.py).
  *
@@ -180,6 +182,11 @@ typedef struct {
     int oom;
     int stop;         /* a signal handler raised (Ctrl-C): the exception is set */
     PyThreadState *ts; /* the loop runs without the GIL; it takes it back to run signal handlers */
+    /* shared links (schedsim.network.share.LinkShare; NULL without): a NIC end (tier 1) is worth
+     * crate x gshare[g], the flow's max-min share, which share_cb(g, started) updates at flow starts and ends */
+    PyObject *share_cb;
+    const double *gshare;
+    const i32 *gflag;
 } W;
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
@@ -216,6 +223,39 @@ static void mark_toplace(W *w, i64 q) {
         w->intoplace[q] = 1;
         if (ivec_push(&w->toplace, q) < 0) w->oom = 1;
     }
+}
+
+/* the value of transfer g's link end e: its rank's comm rate over the transfers on that end, or on a NIC end with
+ * shared links, the rank's comm rate times the flow's share (waves._LinkMin.track) */
+static inline double end_val(const W *w, i64 g, i64 e) {
+    if (w->share_cb && (e & 2)) return w->crate[e >> 2] * w->gshare[g];
+    return w->crate[e >> 2] / (double)w->nlink[e];
+}
+
+/* a flow across nodes starts (1) or ends (0): LinkShare.event (in Python, with the GIL) names the running flows
+ * whose share changed; each is tracked anew (xinit 0) on the next settle, through its first rank */
+static void share_event(W *w, i64 g, int started) {
+    if (!w->share_cb || !w->gflag[g] || w->stop) return;
+    PyEval_RestoreThread(w->ts);
+    PyObject *got = PyObject_CallFunction(w->share_cb, "ni", (Py_ssize_t)g, started);
+    PyObject *seq = got ? PySequence_Fast(got, "share: a sequence of groups") : NULL;
+    if (!seq) {
+        w->stop = 1;
+    } else {
+        for (Py_ssize_t a = 0; a < PySequence_Fast_GET_SIZE(seq); a++) {
+            i64 h = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, a));
+            if (h < 0 || h >= w->G) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "share: group out of range");
+                w->stop = 1;
+                break;
+            }
+            w->xinit[h] = 0;
+            mark_dirty(w, w->granks_idx[w->granks_ptr[h]]);
+        }
+    }
+    Py_XDECREF(seq);
+    Py_XDECREF(got);
+    w->ts = PyEval_SaveThread();
 }
 
 /* new_job(typ, key, sms, work, ranks, t); ranks = (r,) unless a transfer (then its group's ranks) */
@@ -260,7 +300,7 @@ static void track(W *w, i64 g, i64 slot) {
         w->xinit[g] = 1;
         double m = 0.0;
         for (i64 p = 0; p < ne; p++) {
-            vals[p] = w->crate[ends[p] >> 2] / (double)w->nlink[ends[p]];
+            vals[p] = end_val(w, g, ends[p]);
             if (p == 0 || vals[p] < m) m = vals[p];
         }
         i64 cnt = 0;
@@ -275,7 +315,7 @@ static void track(W *w, i64 g, i64 slot) {
     for (i64 pp = w->epos_ptr[ms]; pp < w->epos_ptr[ms + 1]; pp++) {
         i64 p = w->epos_idx[pp];
         i64 e = ends[p];
-        double nv = w->crate[e >> 2] / (double)w->nlink[e];
+        double nv = end_val(w, g, e);
         double old = vals[p];
         if (nv == old) continue;
         vals[p] = nv;
@@ -429,6 +469,7 @@ static void place(W *w, i64 r, double t) {
                         w->lchg[w->gends_idx[a] >> 2] = 1;
                     }
                     new_job(w, XFER, g, 0, w->gwork[g], -1, t);
+                    share_event(w, g, 1);
                 }
             }
             continue;
@@ -569,6 +610,7 @@ static void job_done(W *w, i64 j, double t) {
             w->nlink[w->gends_idx[a]]--;
             w->lchg[w->gends_idx[a] >> 2] = 1;
         }
+        share_event(w, g, 0);
         for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) {
             i64 q = w->granks_idx[a];
             w->ncomm[q]--;
@@ -645,7 +687,7 @@ static void loop(W *w) {
     place_all(w, 0.0);
     settle(w, 0.0);
     i64 events = 0;
-    while (w->heap.n && !w->oom) {
+    while (w->heap.n && !w->oom && !w->stop) {
         if (!(++events & SIGNAL_EVERY)) { /* Python's signal handlers (Ctrl-C) run here, not after the loop */
             PyEval_RestoreThread(w->ts);
             w->stop = PyErr_CheckSignals() < 0;
@@ -674,16 +716,17 @@ static void loop(W *w) {
 /* Version of the argument lists of run() and the helpers below; schedsim.sim.waves._LAYOUT must equal it, or
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
  * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
- * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule 4c). */
-#define LAYOUT 9
+ * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule 4c; 10: run's optional
+ * share argument, the shared links). */
+#define LAYOUT 10
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu_model.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
 static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 
 static PyObject *run(PyObject *self, PyObject *args) {
-    PyObject *ints, *floats, *arrays;
-    if (!PyArg_ParseTuple(args, "OOO", &ints, &floats, &arrays)) return NULL;
+    PyObject *ints, *floats, *arrays, *share = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO|O", &ints, &floats, &arrays, &share)) return NULL;
     if (!PyTuple_Check(ints) || PyTuple_GET_SIZE(ints) != 6 || !PyTuple_Check(floats) ||
         PyTuple_GET_SIZE(floats) != 3 || !PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != NBUF) {
         PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[3], arrays[46])");
@@ -712,8 +755,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "run: more than 2**31 - 1 ops, kernels, groups or ranks");
         return NULL;
     }
-    Py_buffer bufs[NBUF];
-    int got = 0;
+    Py_buffer bufs[NBUF], sbuf[2];
+    int got = 0, sgot = 0;
     void *ptr[NBUF];
     for (; got < NBUF; got++) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, got), &bufs[got], PyBUF_WRITABLE | PyBUF_FORMAT) < 0) break;
@@ -731,6 +774,27 @@ static PyObject *run(PyObject *self, PyObject *args) {
     }
     PyObject *result = NULL;
     if (got < NBUF) goto release_bufs;
+    if (share != Py_None) { /* (callable, gshare float64[G], gflag int32[G]): schedsim.network.share.LinkShare */
+        if (!PyTuple_Check(share) || PyTuple_GET_SIZE(share) != 3 || !PyCallable_Check(PyTuple_GET_ITEM(share, 0))) {
+            PyErr_SetString(PyExc_TypeError, "run: share must be (callable, gshare, gflag)");
+            goto release_bufs;
+        }
+        for (; sgot < 2; sgot++) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(share, sgot + 1), &sbuf[sgot], PyBUF_FORMAT) < 0) goto release_bufs;
+            const char *f = sbuf[sgot].format ? sbuf[sgot].format : "B";
+            if (*f == '<' || *f == '=' || *f == '@') f++;
+            Py_ssize_t isz = sgot ? 4 : 8;
+            if (sbuf[sgot].itemsize != isz || strcmp(f, sgot ? "i" : "d") || !PyBuffer_IsContiguous(&sbuf[sgot], 'C') ||
+                sbuf[sgot].len != isz * (Py_ssize_t)iv[2]) {
+                PyErr_SetString(PyExc_TypeError, "run: share's gshare (float64) and gflag (int32) need one entry per group");
+                PyBuffer_Release(&sbuf[sgot]);
+                goto release_bufs;
+            }
+        }
+        w->share_cb = PyTuple_GET_ITEM(share, 0);
+        w->gshare = (const double *)sbuf[0].buf;
+        w->gflag = (const i32 *)sbuf[1].buf;
+    }
     if (bufs[2].len != COPY_TAB * (Py_ssize_t)sizeof(double)) { /* read by index in rate_of */
         PyErr_Format(PyExc_ValueError, "run: the copy rate table must hold %d entries", COPY_TAB);
         goto release_bufs;
@@ -823,6 +887,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     }
 release_bufs:
     for (int a = 0; a < got; a++) PyBuffer_Release(&bufs[a]);
+    for (int a = 0; a < sgot; a++) PyBuffer_Release(&sbuf[a]);
     return result;
 }
 

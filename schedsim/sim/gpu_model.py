@@ -231,7 +231,10 @@ Rules and their sources
    (:func:`link_ends`); a send uses its rank's out and its peer's in, a collective
    both directions of every rank, and k transfers on one direction share it at
    1/k each. On a cluster topology a rank has two links, its scale-up link and its
-   NIC: transfers between nodes use the NIC (a collective across nodes both).
+   NIC: transfers between nodes use the NIC (a collective across nodes both), and
+   NICs (GPUs that share one included) and oversubscribed leaf uplinks are shared
+   max-min fair between those flows instead (:mod:`schedsim.network.share`: a NIC
+   end is worth the comm rate × the flow's share, not / k).
    So a batched send+recv pair runs in one exchange time, which is what
    the ``sendrecv`` table holds (calibrate times a batch_isend_irecv ring), while
    two sends of one rank share its link (measured on 2×H200, [evidence: 2xh200-concurrency]: batched
@@ -1095,8 +1098,9 @@ class RateTables:
     bit for bit.
 
     The loops add only the mechanics of rule 6: a transfer's rate is the minimum over its link ends of
-    ``comm[rank's state] / (transfers on that end)``, times ``one_way`` for a send/recv whose reverse
-    directions are idle.
+    ``comm[rank's state] / (transfers on that end)`` (a NIC end, where the network shares links:
+    ``comm[rank's state] × the flow's share``), times ``one_way`` for a send/recv whose reverse directions are
+    idle.
     """
 
     comm: list[float]  # [held · (sms // nccl_sms + 1) + nccl_held // nccl_sms]: transfer_comm_rate(...)
@@ -1126,8 +1130,9 @@ def link_ends(members: Sequence[Op], node: Sequence[int] | None = None) -> tuple
     on a profile without a cluster topology, where every transfer is tier 0): a send/recv between two nodes uses
     the sender's NIC out and the receiver's NIC in; a collective whose ranks span nodes uses both tiers of every
     member (NCCL runs it hierarchically: its intra-node part on the scale-up links, the rest through the NICs);
-    one inside a node tier 0. So an intra-node collective and a send between nodes do not share a link. Each
-    GPU is taken to have a NIC of its own (rail-optimised); GPUs that share one NIC do not slow each other here.
+    one inside a node tier 0. So an intra-node collective and a send between nodes do not share a link. A tier-1
+    end stands for the rank's side of its NIC; how flows share the NICs themselves (GPUs on one NIC included)
+    and leaf uplinks is :mod:`schedsim.network.share`'s, max-min fair.
 
     >>> from schedsim.graph.ops import Op
     >>> s = Op(name="s", rank=0, kind="send", stream="x", seq=0, deps=(), group=(0, 1), peer=1, nbytes=1.0)

@@ -43,12 +43,15 @@ from array import array
 from collections import deque
 from itertools import accumulate, chain
 from operator import attrgetter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.sim import gpu_model as gm
+
+if TYPE_CHECKING:
+    from schedsim.network.share import LinkShare
 
 __all__ = ["run_waves"]
 
@@ -102,10 +105,12 @@ def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial
     gends = [gm.link_ends([ops[i] for i in m], node) for m in gmem]  # link directions each transfer uses (rule 6)
     grev = [tuple(e ^ 1 for e in ends) if rules.p2p_one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
             for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
+    share = _link_share(profile, c)  # NICs and leaf uplinks shared max-min fair (schedsim.network.share)
     if tab is not None and compiled_loop() is not None:
-        start, end, ready_t, deps_t, binding, khand = _run_compiled(c, rules, tab, succ, issue, kn, gends, grev)
+        start, end, ready_t, deps_t, binding, khand = _run_compiled(c, rules, tab, succ, issue, kn, gends, grev,
+                                                                    share)
     else:
-        start, end, ready_t, deps_t, binding, khand = _run_python(c, rules, succ, issue, kn, gends, grev)
+        start, end, ready_t, deps_t, binding, khand = _run_python(c, rules, succ, issue, kn, gends, grev, share)
     N = c.N
     if N and min(end) < 0.0:
         _raise_deadlock(c.ids, ops, end, c.npred, c.job_of, gmem, N)
@@ -122,6 +127,36 @@ def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial
     done_a = np.asarray(done, np.float64)
     return _State(start, end, ready_t, binding, stream_t, gm.host_end_per_rank(
         done_a, np.asarray([o.rank for o in ops], np.int64), c.world), done_a)
+
+
+def _link_share(profile: HardwareProfile, c) -> LinkShare | None:  # type: ignore[no-untyped-def]
+    """The shared links of the compiled DAG ``c``'s transfers (:func:`schedsim.network.share.link_share`), None on a
+    profile without ``topology.nics``. A send/recv pair's ranks go sender first."""
+    from schedsim.network.share import link_share, shares_links
+
+    if not shares_links(profile):
+        return None
+    ops, N = c.ops, c.N
+    ranks: list[int] = []
+    ptr, kinds, size = [0], [], []
+    for m in c.gmem:
+        mem = sorted(m, key=lambda i: ops[i].kind == "recv")  # a pair: (send, recv)
+        ranks.extend(ops[i].rank for i in mem)
+        ptr.append(len(ranks))
+        kinds.append(ops[mem[0]].kind)
+        size.append(max(ops[i].nbytes for i in mem))
+    return link_share(profile, c.world, ptr, ranks, kinds, size, c.job_work[N:], c.cost.network)
+
+
+def _flow_event(share: LinkShare | None, links: _LinkMin, gjob: list[int], dirty: set[int],
+                granks: list[tuple[int, ...]], g: int, started: int) -> None:
+    """Transfer ``g`` starts (``started`` 1) or ends (0): when it is a flow across nodes, the running flows whose
+    max-min share changed (:meth:`LinkShare.event`) are tracked anew (``links``) through their first rank."""
+    if share is None or not share.flag[g]:
+        return
+    for h in share.event(g, started):
+        links.xval[gjob[h]] = None
+        dirty.add(granks[h][0])
 
 
 def _releaser(members: list[int], i: int, t: float, start: list[float], ready_t: list[float]) -> int:
@@ -151,7 +186,8 @@ def _drain(Q: list[int], h: int, kready: list[bool], ktail: list[int], dispatch,
 
 
 def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
-                issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
+                issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]],
+                share: LinkShare | None = None):
     """The reference event loop (rates straight from the rule functions); returns ``(start, end, ready_t,
     deps_t, binding, khand)`` (seconds; op index or HOST; khand per kernel: when its queue handed it over, or
     its reduction (rule 4b), the queue's next item after it)."""
@@ -205,7 +241,9 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
     counter = itertools.count()
     dirty: set[int] = set()
     crate = [1.0] * world
-    links = _LinkMin(gends, crate, nlink)
+    links = _LinkMin(gends, crate, nlink, None if share is None else share.share)
+    gjob = [0] * len(gmem)  # the transfer job of each group
+    share_event = functools.partial(_flow_event, share, links, gjob, dirty, c.job_ranks[N:])
 
     def new_job(typ: int, key: int, sms: int, work: float, ranks: tuple[int, ...], t: float) -> None:
         j = len(jtype)
@@ -283,7 +321,9 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
                             ncomm[q] += 1
                         for e in gends[g]:
                             nlink[e] += 1
+                        gjob[g] = len(jtype)
                         new_job(_XFER, g, 0, job_work[N + g], rk, t)
+                        share_event(g, 1)
                 continue
             if f <= 0:
                 return
@@ -376,6 +416,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             g = jkey[j]
             for e in gends[g]:
                 nlink[e] -= 1
+            share_event(g, 0)
             for q in c.job_ranks[N + g]:
                 ncomm[q] -= 1
                 running[q].remove(j)
@@ -459,7 +500,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
 
 
 _EXT: list[object] = []  # [module or None] once looked up
-_LAYOUT = 9  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
+_LAYOUT = 10  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
 
 
 def compiled_loop():
@@ -494,7 +535,8 @@ def _csr(lists) -> tuple[array, array]:
 
 
 def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],
-                  issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]]):
+                  issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]],
+                  share: LinkShare | None = None):
     """:func:`_run_python` in C: every parameter flattened to int32/float64 arrays (no rule is computed in C;
     see _cwaves.c), the same results."""
     ops, N, world, gmem = c.ops, c.N, c.world, c.gmem
@@ -530,10 +572,16 @@ def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int
         zeros("i", K), array("i", map(len, kn.kops)), zeros("i", len(qid)), zeros("i", K),
     )
     compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms),
-                        (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays)
+                        (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *share_args(share))
     if N and min(end) < 0.0:
         c.npred[:] = npred.tolist()  # what is left, for the deadlock message
     return start, end, ready_t, deps_t, binding, khand  # array.array: indexable like the Python loop's lists
+
+
+def share_args(share: LinkShare | None) -> tuple[tuple[object, np.ndarray, np.ndarray], ...]:
+    """The compiled loop's optional ``share`` argument, ``(event callable, share buffer, flag buffer)``, as a
+    tuple of the extra arguments (none without shared links: the call is then as before)."""
+    return () if share is None else ((share.event, share.share, share.flag),)
 
 
 class _LinkMin:
@@ -546,8 +594,10 @@ class _LinkMin:
     are bit-identical to a full scan.
     """
 
-    def __init__(self, gends: list[tuple[int, ...]], crate: list[float], nlink: list[int]) -> None:
+    def __init__(self, gends: list[tuple[int, ...]], crate: list[float], nlink: list[int],
+                 gshare: np.ndarray | None = None) -> None:
         self.gends, self.crate, self.nlink = gends, crate, nlink
+        self.gshare = gshare  # with shared links: a NIC end (tier 1) is crate x the flow's max-min share
         self.xval: list[list[float] | None] = []  # per job: crate / nlink of each of its ends (transfers only)
         self.xmin: list[float] = []
         self.xcnt: list[int] = []  # ends at the minimum
@@ -569,8 +619,10 @@ class _LinkMin:
         """Refresh job ``j`` (transfer of group ``g``) after rank ``r``'s factor or link counts changed."""
         crate, nlink, ends = self.crate, self.nlink, self.gends[g]
         vals = self.xval[j]
-        if vals is None:  # a new transfer: all its ranks are dirty and their crate fresh
-            vals = self.xval[j] = [crate[e >> 2] / nlink[e] for e in ends]
+        sh = self.gshare
+        if vals is None:  # a new transfer (all its ranks dirty, their crate fresh), or its share changed
+            vals = self.xval[j] = [crate[e >> 2] / nlink[e] for e in ends] if sh is None else \
+                [crate[e >> 2] * float(sh[g]) if e & 2 else crate[e >> 2] / nlink[e] for e in ends]
             m = min(vals)
             self.xmin[j] = m
             self.xcnt[j] = vals.count(m)
@@ -584,7 +636,7 @@ class _LinkMin:
         cnt = self.xcnt[j]
         for p in pos[r]:
             e = ends[p]
-            new = crate[e >> 2] / nlink[e]
+            new = crate[e >> 2] * float(sh[g]) if sh is not None and e & 2 else crate[e >> 2] / nlink[e]
             old = vals[p]
             if new == old:
                 continue

@@ -562,6 +562,10 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     node = rank_nodes(profile, prog.world_size)  # None without a cluster topology: one link tier
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
                                         None if node is None else np.asarray(node, I64))]
+    from schedsim.network.share import program_share
+    from schedsim.sim.waves import share_args
+
+    share = program_share(profile, prog, gptr, gidx, gwork, cost.network)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
     del rank
@@ -580,7 +584,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32), np.zeros(K, I32),
     )
     loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms),
-             (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays)
+             (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *share_args(share))
     del arrays, link, kneed0, kleft, ktau, kmem, kq, kneed, sptr, sidx, granks, ktail, ktail_tau, kgain
     if N and end.min() < 0.0:
         from schedsim.sim.engine import _raise_deadlock

@@ -1,0 +1,485 @@
+"""Shared links: transfers across nodes that cross the same NIC or leaf uplink share it, max-min fair.
+
+The simulator's ``waves`` loop asks this module one thing, at the start and at the end of every transfer across
+nodes (a *flow*): which running flows' shares changed (:meth:`LinkShare.event`). A flow's share is the fraction of
+its solo speed it gets now: the loops value a transfer's NIC link ends at its rank's comm rate × the share, its
+scale-up ends as before (the rank's comm rate over the transfers on that end), and run it at the smallest (rule 6
+of :mod:`schedsim.sim.gpu_model`); shares change only at flow starts and finishes.
+
+Links (both directions of each, full duplex)
+    * every NIC of every node (``topology.nics``; node n's NIC k is shared by the GPUs ``gpu_to_nic`` maps to it);
+    * with a leaf/spine ``topology.fabric`` whose ``oversubscription`` exceeds 1, each leaf's uplink to the spine,
+      of ``nodes_per_leaf`` × ``per_node`` × NIC rate / ``oversubscription`` (a non-blocking fabric never binds
+      before the NICs, so it has none).
+
+Flows (aggregated per link, never per rank pair)
+    * a send/recv between nodes: the sender NIC's out and the receiver NIC's in, weight 1;
+    * a collective whose ranks span nodes: both directions of every NIC its ranks use, weight 1. Its demand per
+      NIC is the bytes a node sends across nodes (nccl-tests bus factor × size where NCCL's model picks a ring,
+      which crosses a node boundary once per channel; the size where it picks a tree, NVLS-tree or CollNet,
+      which sends the buffer across nodes once; all_to_all: each local rank's bytes for the other nodes) over
+      the NICs the node's ranks use, taken at the node that loads a NIC most;
+    * across leaves, a leaf's uplink (out) and downlink (in) carry the flow with weight = the number of its
+      NIC links of that direction in the leaf.
+
+    A send/recv's demand is the rate its bandwidth term drives the NIC at (:meth:`NcclNetwork.p2p`: the NIC's
+    line rate, over the oversubscription across the spine; LL at half). A collective's is its bytes per link over
+    its solo time (its latency spread over the transfer: a fluid model). Both are capped at what the flow's links
+    carry alone, so a flow alone always has share 1, and k send/recv that each fill one NIC get 1/k each.
+
+Max-min fairness (progressive filling, D. Bertsekas and R. Gallager, *Data Networks*, 2nd ed., §6.5.2): every
+unfrozen flow's rate rises together; a flow freezes at its demand, or when a link it crosses is full (weighted:
+a link of residual capacity c carrying unfrozen weight W fills at rate c / W). The simulators issue 35 names do
+it otherwise: ASTRA-sim's congestion-aware analytical backend queues a collective's chunks first-come
+first-served on each link (astra-sim/astra-network-analytical, ``congestion_aware/Link.cc``: "Chunks are being
+queued to this class instances"); SimAI-Analytical times each collective from busbw alone and leaves contention
+to its packet-level ns-3 backend (aliyun/SimAI, README: "a simplified approach using busbw"). A fluid max-min
+share, as flow-level simulators use, needs no chunking and keeps the cost per event bounded.
+
+Cost: the links of every flow are built once, vectorised (O(ranks) per collective, O(1) per send/recv). An event
+counts the flow on its links (O(its links), in numpy; a Python set only per link it shares with another flow) and
+refills only the flows connected to it through links that two or more running flows share: O(k × e) for k
+freezing rounds over the e link entries of those flows (k ≤ their number), nothing for a flow that shares no
+link. A 100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from schedsim.network import P2P_LL_THRESHOLD, GroupShape, NcclNetwork
+from schedsim.network.links import bus_factor
+from schedsim.network.tuning import COLL_FUNCS
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from schedsim.hardware.profile import HardwareProfile
+    from schedsim.lower.program import Program
+
+__all__ = ["LinkShare", "LinkMap", "link_share", "link_utilisation", "maxmin", "program_share",
+           "shares_links"]
+
+I64 = np.int64
+
+
+def maxmin(demand: np.ndarray, cap: np.ndarray, flow: np.ndarray, link: np.ndarray, weight: np.ndarray
+           ) -> np.ndarray:
+    """Max-min fair rates (bytes/s) of flows with ``demand`` (bytes/s, shape F) over links of capacity ``cap``
+    (bytes/s, shape L); entry e says flow ``flow[e]`` crosses link ``link[e]`` carrying ``weight[e]`` × its rate.
+    Progressive filling (Bertsekas & Gallager, *Data Networks*, §6.5.2). Returns the rates, shape F, each at
+    most its demand.
+
+    >>> # three flows on one 50-unit link, demands 10, 30 and 60: 10 is met; the other two split 40
+    >>> maxmin(np.array([10., 30., 60.]), np.array([50.]), np.array([0, 1, 2]), np.zeros(3, int), np.ones(3))
+    array([10., 20., 20.])
+    """
+    F, L = len(demand), len(cap)
+    rate = np.zeros(F)
+    frozen = np.zeros(F, bool)
+    res = cap.astype(float).copy()
+    while not frozen.all():
+        live = ~frozen[flow]
+        wsum = np.bincount(link[live], weights=weight[live], minlength=L)
+        used = wsum > 0
+        lam_link = np.full(L, np.inf)
+        lam_link[used] = np.maximum(res[used], 0.0) / wsum[used]
+        lam = min(float(lam_link.min()), float(demand[~frozen].min()))
+        full = lam_link <= lam  # links filled at this level
+        hit = np.zeros(F, bool)
+        hit[flow[live & full[link]]] = True
+        new = ~frozen & ((demand <= lam) | hit)
+        rate[new] = np.minimum(demand[new], lam)
+        frozen |= new
+        e = new[flow]
+        res -= np.bincount(link[e], weights=weight[e] * rate[flow[e]], minlength=L)
+    return rate
+
+
+@dataclass(frozen=True)
+class LinkMap:
+    """The shared links of a run and the flows on them.
+
+    ``ptr``, ``link``, ``weight``: CSR per group g (collective or send/recv pair): the links of flow g are
+    ``link[ptr[g]:ptr[g + 1]]`` (empty: the group stays inside a node), each carrying ``weight`` × the flow's
+    rate. ``demand`` (bytes/s per unit weight, shape G; no more than any of its links carries alone), ``cap``
+    (bytes/s, shape L), ``per_node`` (NICs per node), ``nic_links`` (2 × NICs), ``nbytes`` (bytes per unit
+    weight a flow moves over each of its links).
+    Links 2i and 2i + 1 are NIC i's out and in (node i // per_node); after the NICs, 2l and 2l + 1 are leaf l's
+    up and down.
+    """
+
+    ptr: np.ndarray
+    link: np.ndarray
+    weight: np.ndarray
+    demand: np.ndarray
+    cap: np.ndarray
+    per_node: int
+    nic_links: int
+    nbytes: np.ndarray
+
+    def name(self, i: int) -> str:
+        """Link ``i`` in words: ``node 3 NIC 1 out``, ``leaf 0 up``."""
+        n_nic = self.nic_links
+        if i < n_nic:
+            k = i // 2
+            return f"node {k // self.per_node} NIC {k % self.per_node} {('out', 'in')[i % 2]}"
+        return f"leaf {(i - n_nic) // 2} {('up', 'down')[(i - n_nic) % 2]}"
+
+
+class LinkShare:
+    """Running flows and their max-min shares (:func:`maxmin`), updated at flow starts and finishes.
+
+    ``share`` (float64, shape G) is read by the simulator's loops (the compiled one reads the buffer); ``flag``
+    (int32, shape G) is 1 for the groups that are flows.
+    """
+
+    def __init__(self, lm: LinkMap) -> None:
+        self.map = lm
+        G = len(lm.ptr) - 1
+        self.share = np.ones(G)
+        self.flag = (np.diff(lm.ptr) > 0).astype(np.int32)
+        self.count = np.zeros(len(lm.cap), I64)  # running flows per link
+        self.first = np.full(len(lm.cap), -1, I64)  # the flow on a link that carries one
+        self.on: dict[int, set[int]] = {}  # the flows on a link that carries two or more
+
+    def links_of(self, g: int) -> np.ndarray:
+        """Link indices of flow ``g``."""
+        return self.map.link[self.map.ptr[g]:self.map.ptr[g + 1]]
+
+    def _shared_links(self, h: int) -> list[int]:
+        """The links of flow ``h`` that two or more running flows share."""
+        lk = self.links_of(h)
+        return lk[self.count[lk] > 1].tolist()
+
+    def _component(self, seeds: set[int]) -> tuple[list[int], list[int]]:
+        """The running flows reachable from ``seeds`` through links two or more running flows share, ascending,
+        and those of them on such a link (the rest, seeds alone, run at their solo speed)."""
+        seen, todo, busy = set(seeds), list(seeds), []
+        while todo:
+            h = todo.pop()
+            shared = self._shared_links(h)
+            for lk in shared:
+                for f in self.on[lk]:
+                    if f not in seen:
+                        seen.add(f)
+                        todo.append(f)
+            if shared:
+                busy.append(h)
+        return sorted(seen), sorted(busy)
+
+    def _start(self, g: int) -> None:
+        """Put flow ``g`` on its links: O(its links) in numpy, a set per link it shares."""
+        lk = self.links_of(g)
+        c = self.count[lk]
+        self.first[lk[c == 0]] = g
+        on = self.on
+        for k, n in zip(lk[c > 0].tolist(), c[c > 0].tolist(), strict=True):
+            if n == 1:
+                on[k] = {int(self.first[k]), g}
+            else:
+                on[k].add(g)
+        self.count[lk] += 1
+
+    def _end(self, g: int) -> set[int]:
+        """Take flow ``g`` off its links; returns the flows it shared a link with."""
+        lk = self.links_of(g)
+        c = self.count[lk]
+        self.first[lk[c == 1]] = -1
+        near: set[int] = set()
+        on = self.on
+        for k in lk[c > 1].tolist():
+            fl = on[k]
+            fl.discard(g)
+            near |= fl
+            if len(fl) == 1:
+                self.first[k] = next(iter(fl))
+                del on[k]
+        self.count[lk] -= 1
+        return near
+
+    def event(self, g: int, started: int) -> list[int]:
+        """Flow ``g`` starts (``started`` 1) or ends (0); returns the running flows whose share changed (``g``
+        included when it starts below 1), their new shares in :attr:`share`. Only the flows connected to ``g``
+        through shared links are refilled: the others' links did not change."""
+        if started:
+            self._start(g)
+            seeds = {g}
+        else:
+            seeds = self._end(g)
+            self.share[g] = 1.0
+        comp, busy = self._component(seeds) if seeds else ([], [])
+        new = dict.fromkeys(comp, 1.0)
+        if busy:
+            lm = self.map
+            sizes = np.array([lm.ptr[h + 1] - lm.ptr[h] for h in busy], I64)
+            idx = np.concatenate([np.arange(lm.ptr[h], lm.ptr[h + 1]) for h in busy])
+            uniq, local = np.unique(lm.link[idx], return_inverse=True)
+            dem = lm.demand[busy]
+            rate = maxmin(dem, lm.cap[uniq], np.repeat(np.arange(len(busy)), sizes), local, lm.weight[idx])
+            new.update(zip(busy, np.where(rate >= dem, 1.0, rate / dem).tolist(), strict=True))
+        changed = []
+        for h, sh in new.items():
+            if sh != self.share[h]:
+                self.share[h] = sh
+                changed.append(h)
+        return changed
+
+
+def shares_links(profile: HardwareProfile) -> bool:
+    """Whether ``profile``'s transfers across nodes share links here: its topology has ``scale_up`` and ``nics``."""
+    return profile.topology.nics is not None and profile.topology.scale_up is not None
+
+
+#: the NcclNetwork (with its caches of group shapes and choices) of the last profile seen, so the simulation and
+#: the views built after it place a 100,000-rank group once (one entry: it keeps one profile alive)
+_LAST_NET: list[tuple[HardwareProfile, NcclNetwork]] = []
+
+
+def _network(profile: HardwareProfile, net: NcclNetwork | None = None) -> NcclNetwork:
+    """``net`` (remembered for ``profile``), else the one remembered for this very profile object, else a new one."""
+    if net is None and _LAST_NET and _LAST_NET[0][0] is profile:
+        return _LAST_NET[0][1]
+    net = net or NcclNetwork(profile)
+    _LAST_NET[:] = [(profile, net)]
+    return net
+
+
+def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.ndarray,
+               granks: Sequence[int] | np.ndarray, kinds: Sequence[str], nbytes: Sequence[float] | np.ndarray,
+               work: Sequence[float] | np.ndarray, net: NcclNetwork | None = None) -> LinkShare | None:
+    """The :class:`LinkShare` of a run's groups on ``profile``; None when its topology has no ``nics`` or no group
+    crosses a node (then the loops keep rule 6's per-rank links alone).
+
+    ``gptr``/``granks``: CSR of each group's ranks (a send/recv pair as ``(sender, receiver)``); ``kinds`` the
+    group's op kind (``send`` for a pair); ``nbytes`` its size (nccl-tests convention; the largest member's for
+    all_to_all); ``work`` its solo seconds. Ranks map to nodes and NICs as :class:`schedsim.network.NcclNetwork`
+    places them; ``net``: the cost model's (:attr:`schedsim.cost.CostModel.network`), whose caches already hold
+    the run's groups.
+
+    Raises
+    ------
+    ProfileError
+        A rank without a GPU (:meth:`NcclNetwork.gpu_of`).
+    """
+    topo = profile.topology
+    nics = topo.nics
+    if nics is None or not shares_links(profile):
+        return None
+    net = _network(profile, net)
+    gpn, per = topo.gpus_per_node, nics.per_node
+    pl = topo.placement
+    if pl is not None and world > len(pl):
+        net.gpu_of(len(pl))  # raises: a rank beyond the placement
+    gpu = np.asarray(pl[:world], I64) if pl is not None else np.arange(world, dtype=I64)
+    if topo.nodes is not None and world and int(gpu.max()) >= topo.nodes * gpn:
+        net.gpu_of(int(np.argmax(gpu >= topo.nodes * gpn)))  # raises: more GPUs than the nodes hold
+    node = gpu // gpn
+    nic_local = np.array([net.nic_of(x) for x in range(gpn)], I64)
+    nic = node * per + nic_local[gpu % gpn]  # global NIC of each rank
+    nodes = int(node.max()) + 1 if world else 0
+    nic_bw = nics.bandwidth_Gbps / 8.0 * 1e9
+    fab = topo.fabric
+    per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" and fab.oversubscription > 1.0 \
+        else None
+    leaves = (nodes + per_leaf - 1) // per_leaf if per_leaf else 0
+    n_nic_links = 2 * nodes * per
+    cap = np.full(n_nic_links + 2 * leaves, nic_bw)
+    if per_leaf and fab is not None:
+        cap[n_nic_links:] = per_leaf * per * nic_bw / fab.oversubscription
+    gp = np.asarray(gptr, I64)
+    gr = np.asarray(granks, I64)
+    work_a = np.asarray(work, float)
+    size_a = np.asarray(nbytes, float)
+    G = len(gp) - 1
+    pair = np.array([k in ("send", "recv") for k in kinds], bool) & (np.diff(gp) == 2)
+    count = np.zeros(G, I64)
+    # send/recv pairs, vectorised: the sender NIC's out, the receiver NIC's in (and their leaves' across the spine)
+    pg = np.flatnonzero(pair)
+    src, dst = gr[gp[pg]], gr[gp[pg] + 1]
+    cross = node[src] != node[dst]
+    spine = cross & (node[src] // per_leaf != node[dst] // per_leaf) if per_leaf else np.zeros(len(pg), bool)
+    ok = cross & (size_a[pg] > 0) & (work_a[pg] > 0)
+    count[pg[ok]] = 2 + 2 * spine[ok]
+    colls: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+    for g in np.flatnonzero(~pair).tolist():
+        rk = gr[gp[g]:gp[g + 1]]
+        links, w, b = _flow(rk, kinds[g], float(size_a[g]), node, nic, per, per_leaf, n_nic_links,
+                            _algo(net, kinds[g], float(size_a[g]), rk))
+        if links.size and b > 0.0 and work_a[g] > 0.0:
+            colls[g] = (links, w, b)
+            count[g] = links.size
+    ptr = np.concatenate([np.zeros(1, I64), np.cumsum(count)])
+    link = np.zeros(int(ptr[-1]), I64)
+    weight = np.ones(int(ptr[-1]))
+    nb = np.zeros(G)
+    at, s_, d_, sp = ptr[pg[ok]], src[ok], dst[ok], spine[ok]
+    link[at], link[at + 1] = 2 * nic[s_], 2 * nic[d_] + 1
+    link[at[sp] + 2] = n_nic_links + 2 * (node[s_[sp]] // per_leaf if per_leaf else 0)
+    link[at[sp] + 3] = n_nic_links + 2 * (node[d_[sp]] // per_leaf if per_leaf else 0) + 1
+    nb[pg[ok]] = size_a[pg[ok]]
+    for g, (links, w, b) in colls.items():
+        link[ptr[g]:ptr[g + 1]] = links
+        weight[ptr[g]:ptr[g + 1]] = w
+        nb[g] = b
+    if not ptr[-1]:
+        return None  # no transfer crosses a node: nothing to share
+    demand = np.zeros(G)
+    has = count > 0
+    if len(link):
+        demand[has] = nb[has] / work_a[has]
+        # a send/recv drives its NICs at its bandwidth term while it moves data (NcclNetwork._p2p_terms: the NIC,
+        # over the oversubscription across the spine; LL at half, at most llMaxBw)
+        ll = size_a[pg[ok]] <= P2P_LL_THRESHOLD
+        terms = {(a, b): net._p2p_terms(P2P_LL_THRESHOLD * (2 - a), True, GroupShape(2, 2, 1, 1, 1 + b))[1] * 1e9
+                 for a in (0, 1) for b in (0, 1)}
+        demand[pg[ok]] = np.select([ll & sp, ll & ~sp, ~ll & sp], [terms[(1, 1)], terms[(1, 0)], terms[(0, 1)]],
+                                   terms[(0, 0)])
+        lim = np.minimum.reduceat(cap[link] / weight, ptr[:-1][has])  # alone, a flow always fits its links
+        demand[has] = np.minimum(demand[has], lim)
+    return LinkShare(LinkMap(ptr, link, weight, demand, cap, per, n_nic_links, nb))
+
+
+def _algo(net: NcclNetwork, kind: str, size: float, rk: np.ndarray) -> str:
+    """The algorithm NCCL's model picks for collective ``kind`` of ``size`` over ranks ``rk`` (``ring`` where the
+    profile's tables time the group, or for the kinds NCCL builds from send/recv)."""
+    if kind not in COLL_FUNCS or len(rk) < 2 or size <= 0:
+        return "ring"
+    got = net.collective(kind, size, tuple(rk.tolist()))
+    return got.algo if got is not None else "ring"
+
+
+#: algorithms whose part across nodes is a tree (NCCL's double binary tree, NVLS-tree, CollNet): a node sends
+#: the buffer once across nodes, where a ring sends it the bus factor's times (nccl-tests doc/PERFORMANCE.md)
+TREE_ALGOS = frozenset({"tree", "nvls_tree", "collnet_direct", "collnet_chain"})
+
+
+def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndarray, per: int,
+          per_leaf: int | None, base: int, algo: str = "ring") -> tuple[np.ndarray, np.ndarray, float]:
+    """(links, weights, bytes per unit weight) of one group of ranks ``rk`` (see the module doc) run with NCCL
+    algorithm ``algo``; no links when it stays inside one node."""
+    nd = node[rk]
+    if len(rk) < 2 or nd.min() == nd.max():
+        return np.zeros(0, I64), np.zeros(0), 0.0
+    if kind in ("send", "recv"):
+        tx, rx = np.array([nic[rk[0]]]), np.array([nic[rk[-1]]])
+        nbytes = size
+    else:
+        n = len(rk)
+        mark = np.zeros(int(nic.max()) + 1, bool)
+        mark[nic[rk]] = True
+        used = np.flatnonzero(mark)  # the NICs its ranks use, ascending (counting, not sorting: O(ranks))
+        tx = rx = used
+        per_node = np.bincount(nd)
+        nd_u = np.flatnonzero(per_node)
+        local = per_node[nd_u]
+        nics_on = np.bincount(used // per, minlength=len(per_node))[nd_u]
+        if kind == "all_to_all":
+            node_bytes = local * size * (n - local) / n
+        else:
+            node_bytes = np.full(len(nd_u), (1.0 if algo in TREE_ALGOS else bus_factor(kind, n)) * size)
+        nbytes = float((node_bytes / nics_on).max())
+    links = [2 * tx, 2 * rx + 1]
+    weights = [np.ones(len(tx)), np.ones(len(rx))]
+    if per_leaf and len(np.unique(np.concatenate([tx, rx]) // per // per_leaf)) > 1:  # it crosses the spine
+        for arr, d in ((tx, 0), (rx, 1)):
+            leaf, cnt = np.unique(arr // per // per_leaf, return_counts=True)
+            links.append(base + 2 * leaf + d)
+            weights.append(cnt.astype(float))
+    return np.concatenate(links).astype(I64), np.concatenate(weights), nbytes
+
+
+def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gidx: np.ndarray, work: np.ndarray,
+                  net: NcclNetwork | None = None) -> LinkShare | None:
+    """:func:`link_share` of ``prog``'s rendezvous groups as CSR ``gptr``/``gidx`` of op indices (collectives,
+    then send/recv pairs as (send, recv), as ``prog.p2p`` holds them), ``work`` their solo seconds."""
+    if not shares_links(profile):
+        return None
+    G = len(gptr) - 1
+    tps, tmpl = prog.templates, prog.tmpl
+    kinds = [tps[t].kind for t in tmpl[gidx[gptr[:-1]]].tolist()] if G else []
+    tbytes = np.array([float(t.nbytes) for t in tps])
+    size = np.maximum.reduceat(tbytes[tmpl[gidx]], gptr[:-1]) if G and len(gidx) else np.zeros(G)
+    return link_share(profile, prog.world_size, gptr, prog.rank[gidx], kinds, size, work, net)
+
+
+#: the links :func:`link_utilisation` keeps (those that moved the most bytes): a view, not every NIC of a cluster
+MAX_SHOWN_LINKS = 16
+
+
+def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarray, end_s: np.ndarray
+                     ) -> dict[str, Any] | None:
+    """Bytes per second on each shared link over a run of ``prog`` (op i from ``start_s[i]`` to ``end_s[i]``,
+    seconds): ``{"links": [{"name", "capacity_Bps", "bytes", "steps": [[t_s, B/s], ...]}, ...], "shown",
+    "of"}`` for the :data:`MAX_SHOWN_LINKS` links that moved the most bytes (``of``: links with traffic), or
+    None when the profile shares no links or no transfer crossed a node. A transfer's bytes on a link
+    (:class:`LinkMap`) are spread over its transfer (from its group's last member start to its end) in
+    proportion to its max-min share, replayed from the transfers' start and end times (:func:`_share_history`),
+    so each link's steps integrate to the bytes moved over it and, where the shares alone set the speeds, never
+    exceed its capacity; the steps are piecewise constant (``t_s`` on, until the next step)."""
+    if not shares_links(profile) or prog.N == 0:
+        return None
+    from schedsim.sim.waves_columns import _groups
+
+    gptr, gidx, G = _groups(prog)
+    ls = program_share(profile, prog, gptr, gidx, np.ones(G)) if G else None
+    if ls is None:
+        return None
+    lm = ls.map
+    t0 = np.maximum.reduceat(start_s[gidx], gptr[:-1])
+    t1 = np.maximum.reduceat(end_s[gidx], gptr[:-1])
+    flows = np.flatnonzero((np.diff(lm.ptr) > 0) & (t1 > t0))
+    cnt = np.diff(lm.ptr)
+    g_of = np.repeat(np.arange(G), cnt)
+    moved = lm.weight * lm.nbytes[g_of]
+    total = np.bincount(lm.link, weights=moved * np.isin(g_of, flows), minlength=len(lm.cap))
+    busy = np.flatnonzero(total > 0)
+    if not len(busy):
+        return None
+    hist = _share_history(ls, flows, t0, t1)
+    shown = busy[np.argsort(-total[busy], kind="stable")[:MAX_SHOWN_LINKS]]
+    out = []
+    for k in sorted(shown.tolist()):
+        ts: list[float] = []
+        ds: list[float] = []
+        for e in np.flatnonzero(lm.link == k).tolist():
+            segs = hist.get(int(g_of[e]))
+            if not segs:
+                continue
+            times, shares = segs
+            area = float(np.dot(np.diff(times), shares[:-1]))  # the share's integral over the transfer
+            v = moved[e] * shares / area  # B/s: the flow's bytes on this link, in proportion to its share
+            dv = np.diff(np.r_[0.0, v[:-1], 0.0])
+            ts.extend(times.tolist())
+            ds.extend(dv.tolist())
+        t = np.array(ts)
+        d = np.array(ds)
+        order = np.argsort(t, kind="stable")
+        tt, level = t[order], np.cumsum(d[order])
+        last = np.r_[tt[1:] != tt[:-1], True]  # one step per instant: the level after all its changes
+        level = np.where(np.abs(level) <= 1e-9 * float(np.abs(d).max()), 0.0, level)
+        out.append({"name": lm.name(k), "capacity_Bps": float(lm.cap[k]), "bytes": float(total[k]),
+                    "steps": [[float(x), float(y)] for x, y in zip(tt[last], level[last], strict=True)]})
+    return {"links": out, "shown": len(out), "of": int(len(busy))}
+
+
+def _share_history(ls: LinkShare, flows: np.ndarray, t0: np.ndarray, t1: np.ndarray
+                   ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Each flow's max-min share over its transfer, replayed from the transfers' starts ``t0`` and ends ``t1``
+    (seconds; ends first at one instant, as a link frees before the next flow takes it): per flow, the times its
+    share changed (its start first, its end last) and the share from each on (0 at its end)."""
+    ev = sorted([(float(t1[g]), 0, g) for g in flows.tolist()] + [(float(t0[g]), 1, g) for g in flows.tolist()])
+    raw: dict[int, list[tuple[float, float]]] = {}
+    for t, started, g in ev:
+        changed = ls.event(g, started)
+        if started:
+            raw[g] = [(t, float(ls.share[g]))]
+        for h in changed:
+            if h != g:
+                raw[h].append((t, float(ls.share[h])))
+        if not started:
+            raw[g].append((t, 0.0))
+    return {g: (np.array([a for a, _ in r]), np.array([b for _, b in r])) for g, r in raw.items()}

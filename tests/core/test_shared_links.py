@@ -1,0 +1,308 @@
+"""Shared links (schedsim.network.share): flows across nodes share a NIC or a leaf uplink max-min fair.
+
+Times are worked out by hand in the comments. A send/recv across nodes on a Hopper topology takes, alone,
+22.4 us (NCCL's Simple p2p step across nodes: ring baseLat 8.4 + net hwLat 14.0) + bytes / its NIC's 50 GB/s
+(400 Gb/s / 8): T(S) = 22.4 + S / 50,000 us for S bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedsim.hardware.profile import HardwareProfile
+from schedsim.network.share import LinkMap, LinkShare, link_share, maxmin
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
+MiB = 1 << 20
+
+
+def profile(gpus: int, nics: int, fabric: dict[str, Any] | None = None) -> HardwareProfile:
+    """dgx_a100's compute on Hopper nodes of ``gpus`` GPUs and ``nics`` 400 Gb/s NICs (GPU i on NIC
+    i * nics // gpus)."""
+    d = copy.deepcopy(BASE)
+    d["name"] = "test"
+    d["topology"] = {"gpus_per_node": gpus, "arch": "hopper", "cpu_vendor": "intel",
+                     "scale_up": {"kind": "nvswitch", "bandwidth_GBps": 370.8, "nvls": True, "source": "test"},
+                     "nics": {"per_node": nics, "bandwidth_Gbps": 400, "source": "test"}}
+    if fabric:
+        d["topology"]["fabric"] = {"source": "test", **fabric}
+    return HardwareProfile.model_validate(d)
+
+
+def T(nbytes: float, GBps: float = 50.0) -> float:
+    """Solo time (us) of a Simple send/recv across nodes at ``GBps``."""
+    return 22.4 + nbytes / (GBps * 1000)
+
+
+def schedule(world: int, sends: list[tuple[int, int, int]]) -> str:
+    """One send/recv per (src, dst, bytes), each pair on its own ranks, all issued at once."""
+    rows = "".join(f"  - {{name: s{i}, kind: send, ranks: [{a}], peer: {b}, bytes: {n}, stream: a}}\n"
+                   f"  - {{name: r{i}, kind: recv, ranks: [{b}], peer: {a}, bytes: {n}, stream: a}}\n"
+                   for i, (a, b, n) in enumerate(sends))
+    return f"schema_version: 1\nname: share\nworld_size: {world}\nlaunch: cuda_graph\nops:\n{rows}"
+
+
+def spans(text: str, prof: HardwareProfile) -> dict[str, float]:
+    """Each op's span (us), from its start to its end."""
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(text, "share.yaml"), prof)
+    return {s.id: (s.end_s - s.start_s) * 1e6 for s in run.timeline.spans}
+
+
+TWO = schedule(4, [(0, 2, 32 * MiB), (1, 3, 64 * MiB)])
+
+
+def test_two_flows_sharing_a_nic_each_get_half_until_the_first_ends():
+    # 2 GPUs per node on ONE NIC: rank 0 sends 32 MiB to rank 2, rank 1 sends 64 MiB to rank 3, both through node
+    # 0's NIC out and node 1's NIC in. Both drive a NIC at 50 GB/s alone, so each gets 25 GB/s: half its speed.
+    # T1 = T(32 MiB) = 22.4 + 671.08864 = 693.48864 us, T2 = T(64 MiB) = 22.4 + 1342.17728 = 1364.57728 us.
+    # The first ends at 2 x T1 = 1386.97728 us; the second has done T1 of its T2 by then and runs the rest alone:
+    # T1 + T2 = 2058.06592 us.
+    got = spans(TWO, profile(2, 1))
+    assert got["s0@r0"] == pytest.approx(1386.97728, rel=1e-9) == pytest.approx(2 * T(32 * MiB), rel=1e-12)
+    assert got["r0@r2"] == pytest.approx(1386.97728, rel=1e-9)
+    assert got["s1@r1"] == pytest.approx(2058.06592, rel=1e-9) == pytest.approx(T(32 * MiB) + T(64 * MiB), rel=1e-12)
+
+
+def test_flows_that_share_nothing_keep_their_solo_times():
+    # the same sends with a NIC per GPU (rail-optimised): nothing shared, each its solo time
+    got = spans(TWO, profile(2, 2))
+    assert got["s0@r0"] == pytest.approx(693.48864, rel=1e-9)
+    assert got["s1@r1"] == pytest.approx(1364.57728, rel=1e-9)
+    # and a send inside node 0 beside a send across nodes on the shared NIC: NVLink and NIC are different links
+    got = spans(schedule(4, [(0, 1, 64 * MiB), (1, 3, 64 * MiB)]), profile(2, 1))
+    assert got["s1@r1"] == pytest.approx(1364.57728, rel=1e-9)
+
+
+THREE = schedule(12, [(0, 3, 64 * MiB), (1, 6, 64 * MiB), (2, 9, 8 * MiB)])
+
+
+def test_three_flows_with_unequal_demands_share_max_min():
+    # 3 GPUs per node on one NIC; leaves of 3 nodes, oversubscription 4: nodes 0-2 on leaf 0, node 3 on leaf 1.
+    # Ranks 0, 1, 2 (node 0) send to ranks 3 (node 1), 6 (node 2) and 9 (node 3, across the spine), all through
+    # node 0's NIC out (50 GB/s). Demands: 50, 50 and 50 / 4 = 12.5 GB/s (across the spine a send gets
+    # 1/oversubscription of the NIC; leaf 0's uplink, 3 nodes x 1 NIC x 50 / 4 = 37.5 GB/s, carries only it).
+    # Max-min: an equal split would give 16.67 each, more than the third wants: it gets its 12.5 (its solo
+    # speed); the other two split the remaining 37.5: 18.75 GB/s each, 18.75 / 50 = 0.375 of their speed.
+    # Third: T(8 MiB, 12.5 GB/s) = 22.4 + 8388608 / 12,500 = 693.48864 us, unchanged.
+    # The others have done 0.375 x 693.48864 = 260.05824 us of their T(64 MiB) = 1364.57728 by then; the
+    # remaining 1104.51904 us run at 1/2 (two flows on 50 GB/s): 2209.03808 us, ending at 2902.52672 us.
+    # (An equal split, 1/3 each, would end the third at 3 x 693.49 and the others later still.)
+    got = spans(THREE, profile(3, 1, {"kind": "leaf_spine", "nodes_per_leaf": 3, "oversubscription": 4.0}))
+    assert got["s2@r2"] == pytest.approx(693.48864, rel=1e-9) == pytest.approx(T(8 * MiB, 12.5), rel=1e-12)
+    assert got["s0@r0"] == pytest.approx(2902.52672, rel=1e-9)
+    assert got["s1@r1"] == pytest.approx(2902.52672, rel=1e-9)
+    assert got["r2@r9"] == pytest.approx(693.48864, rel=1e-9)
+
+
+def test_an_oversubscribed_leaf_uplink_is_shared_when_the_nic_is_not_full():
+    # 2 GPUs per node on one NIC, one node per leaf, oversubscription 2: a send across the spine drives its NIC at
+    # 50 / 2 = 25 GB/s, and leaf 0's uplink carries 1 node x 1 NIC x 50 / 2 = 25 GB/s. Ranks 0 and 1 (node 0)
+    # send 32 and 64 MiB to ranks 2 and 3 (node 1, leaf 1): their NIC out (50) holds both (25 + 25), the uplink
+    # (25) does not: 12.5 GB/s each, half their speed. Alone: T1 = 22.4 + 33554432 / 25,000 = 1364.57728 us,
+    # T2 = 22.4 + 67108864 / 25,000 = 2706.75456 us; the first ends at 2 x T1 = 2729.15456 us, the second at
+    # T1 + T2 = 4071.33184 us.
+    got = spans(TWO, profile(2, 1, {"kind": "leaf_spine", "nodes_per_leaf": 1, "oversubscription": 2.0}))
+    assert got["s0@r0"] == pytest.approx(2729.15456, rel=1e-9) == pytest.approx(2 * T(32 * MiB, 25.0), rel=1e-12)
+    assert got["s1@r1"] == pytest.approx(4071.33184, rel=1e-9)
+
+
+MIXED = schedule(4, [(0, 2, 64 * MiB), (1, 3, 16 * MiB)]).replace(
+    "ops:\n", "ops:\n  - {name: ar, kind: all_reduce, bytes: 67108864, stream: c}\n")
+
+
+@pytest.mark.parametrize("text,prof", [
+    (TWO, profile(2, 1)),
+    (THREE, profile(3, 1, {"kind": "leaf_spine", "nodes_per_leaf": 3, "oversubscription": 4.0})),
+    (MIXED, profile(2, 1)),  # an all_reduce across both nodes beside two sends, all on one NIC per node
+])
+def test_shared_links_columns_compiled_and_python_loops_agree(monkeypatch: pytest.MonkeyPatch, text: str,
+                                                              prof: HardwareProfile):
+    from schedsim.graph.build import graph_of
+    from schedsim.lower import lower
+    from schedsim.sim import waves
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    prog = lower(load_text(text, "share.yaml"))
+
+    def run(g: Any) -> list[tuple[str, float, float]]:
+        return sorted((s.id, s.start_s, s.end_s) for s in simulate(g, prof, gpu_model="waves").spans)
+
+    cols, ops = run(prog), run(graph_of(prog))
+    monkeypatch.setattr(waves, "_EXT", [None])
+    py = run(graph_of(prog))
+    assert cols == ops == py
+
+
+def test_maxmin_progressive_filling_by_hand():
+    # one 50-unit link, demands 10, 30, 60: 10 is met, 30 and 60 split the other 40
+    assert maxmin(np.array([10., 30., 60.]), np.array([50.]), np.arange(3), np.zeros(3, int),
+                  np.ones(3)).tolist() == [10.0, 20.0, 20.0]
+    # two links of 10 and 100; flow 0 on both, flows 1 and 2 on the big one only, all demanding 100: the small link
+    # holds flow 0 at 10; flows 1 and 2 split the big link's other 90: 45 each
+    got = maxmin(np.full(3, 100.), np.array([10., 100.]), np.array([0, 0, 1, 2]), np.array([0, 1, 1, 1]),
+                 np.ones(4))
+    assert got.tolist() == [10.0, 45.0, 45.0]
+    # weights: flow 0 crosses the link twice (2 of its NICs under one leaf): 2 x r0 + r1 <= 30 -> r = 10 each
+    assert maxmin(np.full(2, 100.), np.array([30.]), np.array([0, 1]), np.zeros(2, int),
+                  np.array([2., 1.])).tolist() == [10.0, 10.0]
+
+
+def test_link_share_events_change_only_the_flows_on_a_shared_link():
+    # links 0 (cap 50) and 1 (cap 50); flow 0 on link 0, flow 1 on both, flow 2 on link 1; demands 50 each
+    lm = LinkMap(np.array([0, 1, 3, 4]), np.array([0, 0, 1, 1]), np.ones(4), np.full(3, 50.), np.full(2, 50.),
+                 1, 2, np.zeros(3))
+    ls = LinkShare(lm)
+    assert ls.event(0, 1) == [] and ls.share.tolist() == [1.0, 1.0, 1.0]
+    assert sorted(ls.event(1, 1)) == [0, 1] and ls.share.tolist() == [0.5, 0.5, 1.0]
+    assert sorted(ls.event(2, 1)) == [2] and ls.share.tolist() == [0.5, 0.5, 0.5]
+    assert sorted(ls.event(0, 0)) == [] and ls.share.tolist() == [1.0, 0.5, 0.5]  # link 1 still holds 1 and 2
+    assert sorted(ls.event(2, 0)) == [1] and ls.share[1] == 1.0
+
+
+def test_profiles_without_nics_have_no_shared_links():
+    from schedsim.hardware.profile import load_profile
+
+    assert link_share(load_profile("pcie2"), 2, [0, 2], [0, 1], ["send"], [1.0], [1.0]) is None
+    ls = link_share(profile(2, 1), 4, [0, 2, 4], [0, 2, 0, 1], ["send", "send"], [MiB, MiB], [1e-3, 1e-3])
+    assert ls is not None and ls.flag.tolist() == [1, 0]  # across nodes a flow; inside node 0 none
+    assert link_share(profile(2, 1), 4, [0, 2], [0, 1], ["send"], [MiB], [1e-3]) is None  # nothing crosses a node
+    assert [ls.map.name(int(i)) for i in ls.links_of(0)] == ["node 0 NIC 0 out", "node 1 NIC 0 in"]
+
+
+# ---- views: link counters in trace.json, the link lane in the Gantt -------------------------------------------
+
+OVERSUB = {"kind": "leaf_spine", "nodes_per_leaf": 3, "oversubscription": 4.0}
+
+
+def test_trace_link_counters_integrate_to_the_bytes_moved(tmp_path: Path):
+    import json
+
+    from schedsim.api import predict_to_dir
+    from schedsim.report.trace_check import check_trace
+
+    sched = tmp_path / "three.yaml"
+    sched.write_text(THREE)
+    tl, _m, _paths = predict_to_dir(sched, None, profile(3, 1, OVERSUB), tmp_path / "o", None, gantt=False, trace=True)
+    trace = json.loads((tmp_path / "o" / "trace.json").read_text())
+    check_trace(trace, require_counters=True)
+    ev = trace["traceEvents"]
+    (pid,) = [e["pid"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"
+              and e["args"]["name"] == "network links"]
+    tracks: dict[str, list[tuple[float, float]]] = {}
+    for e in ev:
+        if e["ph"] == "C" and e["pid"] == pid:
+            tracks.setdefault(e["name"], []).append((e["ts"], e["args"]["GB_per_s"]))
+    # bytes over each link: node 0's NIC out carries all three sends (64 + 64 + 8 MiB); each receiver's NIC in
+    # its own; leaf 0's uplink and leaf 1's downlink the 8 MiB that crosses the spine
+    want = {"node 0 NIC 0 out (GB/s, of 50)": 136 * MiB, "node 1 NIC 0 in (GB/s, of 50)": 64 * MiB,
+            "node 2 NIC 0 in (GB/s, of 50)": 64 * MiB, "node 3 NIC 0 in (GB/s, of 50)": 8 * MiB,
+            "leaf 0 up (GB/s, of 37.5)": 8 * MiB, "leaf 1 down (GB/s, of 37.5)": 8 * MiB}
+    assert set(tracks) == set(want)
+    for name, steps in tracks.items():
+        steps.sort()
+        # GB/s x us = 1e3 bytes; the counter holds each value until the next sample and ends at 0
+        moved = sum((b[0] - a[0]) * a[1] * 1e3 for a, b in zip(steps, steps[1:], strict=False))
+        assert steps[-1][1] == 0.0 and moved == pytest.approx(want[name], rel=1e-6), name
+        assert max(v for _t, v in steps) <= (37.5 if name.startswith("leaf") else 50.0) * (1 + 1e-9)
+    assert tl.meta["links"]["of"] == 6
+
+
+def test_no_link_counters_without_traffic_across_nodes():
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(schedule(4, [(0, 1, MiB)]), "s.yaml"), profile(2, 1))
+    assert "links" not in run.timeline.meta
+
+
+def test_gantt_draws_the_busiest_links_lane():
+    from schedsim.api import simulate_spec
+    from schedsim.report.gantt import LINK_LANE_GID, draw_gantt
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(THREE, "s.yaml"), profile(3, 1, OVERSUB))
+    fig = draw_gantt([("predicted", run.timeline)])
+    ax = fig.axes[0]
+    lane = [c for c in ax.collections if c.get_gid() == LINK_LANE_GID]
+    assert len(lane) == 1
+    assert ax.get_yticklabels()[-1].get_text() == "node 0 NIC 0 out use"
+    # the lane's filled height follows the link's use: 0.6 of a row at full capacity, drawn from the lane's foot
+    ys = lane[0].get_paths()[0].vertices[:, 1]
+    foot = len(ax.get_yticklabels()) - 1 + 0.3
+    assert ys.max() == pytest.approx(foot) and foot - ys.min() <= 0.6 + 1e-9
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_maxmin_is_feasible_and_every_flow_has_a_bottleneck(data: st.DataObject):
+    # max-min fairness (Bertsekas & Gallager, §6.5.2): the rates fit every link, none exceeds its demand, and each
+    # flow below its demand crosses a full link on which no flow gets more than it
+    F = data.draw(st.integers(1, 6))
+    L = data.draw(st.integers(1, 4))
+    cap = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=L, max_size=L)))
+    demand = np.array(data.draw(st.lists(st.floats(0.5, 120.0), min_size=F, max_size=F)))
+    flow, link, weight = [], [], []
+    for f in range(F):
+        for k in sorted(data.draw(st.sets(st.integers(0, L - 1), min_size=1, max_size=L))):
+            flow.append(f)
+            link.append(k)
+            weight.append(float(data.draw(st.integers(1, 3))))
+    fl, lk, w = np.array(flow), np.array(link), np.array(weight)
+    rate = maxmin(demand, cap, fl, lk, w)
+    load = np.bincount(lk, weights=w * rate[fl], minlength=L)
+    tol = 1e-9 * cap.max()
+    assert (load <= cap + tol).all() and (rate <= demand * (1 + 1e-12)).all() and (rate > 0).all()
+    for f in range(F):
+        if rate[f] >= demand[f] * (1 - 1e-12):
+            continue
+        mine = lk[fl == f]
+        assert any(load[k] >= cap[k] - tol and rate[fl[lk == k]].max() <= rate[f] * (1 + 1e-9) for k in mine), f
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_link_share_events_match_a_refill_of_every_running_flow(data: st.DataObject):
+    # after any sequence of starts and ends, each running flow's share equals a max-min refill of all running flows
+    # from scratch (the event refills only the flows connected to the one that changed)
+    G = data.draw(st.integers(1, 6))
+    L = data.draw(st.integers(1, 4))
+    links = [sorted(data.draw(st.sets(st.integers(0, L - 1), min_size=1, max_size=L))) for _ in range(G)]
+    ptr = np.concatenate([[0], np.cumsum([len(x) for x in links])])
+    demand = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=G, max_size=G)))
+    cap = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=L, max_size=L)))
+    demand = np.minimum(demand, [cap[x].min() for x in links])  # LinkMap's demands fit their links (link_share)
+    lm = LinkMap(ptr, np.concatenate(links).astype(np.int64), np.ones(int(ptr[-1])), demand, cap, 1, 2 * L,
+                 np.zeros(G))
+    ls = LinkShare(lm)
+    running: list[int] = []
+    for _ in range(data.draw(st.integers(1, 12))):
+        idle = [g for g in range(G) if g not in running]
+        if idle and (not running or data.draw(st.booleans())):
+            g = data.draw(st.sampled_from(idle))
+            ls.event(g, 1)
+            running.append(g)
+        else:
+            g = data.draw(st.sampled_from(running))
+            ls.event(g, 0)
+            running.remove(g)
+        run = sorted(running)
+        if not run:
+            continue
+        fl = np.concatenate([np.full(len(links[g]), i) for i, g in enumerate(run)])
+        lk = np.concatenate([links[g] for g in run])
+        rate = maxmin(demand[run], cap, fl, lk, np.ones(len(lk)))
+        want = np.where(rate >= demand[run], 1.0, rate / demand[run])
+        assert ls.share[run] == pytest.approx(want, rel=1e-12)
