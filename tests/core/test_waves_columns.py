@@ -147,8 +147,7 @@ def test_member_link_positions_vectorised_equal_the_generic_scan():
     from schedsim.sim import waves_columns as wcol
 
     prog = lower(load_schedule(ROOT / "schedules" / "megatron_gpt_pp4.yaml"))  # a tied-embedding all_reduce
-    gptr, gidx, _G = wcol._groups(prog)
-    C = len(prog.coll_ptr) - 1
+    gptr, gidx, _G, C, _lone = wcol._groups(prog)
     rank = prog.rank.astype("int64")
     assert C and len(prog.p2p)
     for one_way in (1.0, 1.33):
