@@ -265,31 +265,9 @@ Rules and their sources
    an empty item on the rank's device-to-device copy engine, which neither
    holds nor waits for SMs. One H100, 2026-12-06 (``benchmarks/h100/``):
    allgather_mm at world 1, chunks 8, ran each all_gather as one "Memcpy DtoD"
-   of 45 µs (Kineto), stretched to 0.4–1.9 ms (CUDA events) beside the other
-   streams' 128-CTA GEMMs; tp_allreduce_graph's 1-rank all_reduce shows no GPU
-   activity.
-   Compute CTAs run ``gemm_slowdown_beside_nccl`` times slower while an NCCL
-   kernel is resident. Copies run on their copy engine (one per direction) in
-   FIFO order, with the profile's copy contention factors; an h2d and a d2h copy
-   running at once slow each other (``h2d_slowdown_beside_d2h``,
-   ``d2h_slowdown_beside_h2d``: PCIe carries less than twice one direction's
-   bandwidth, :func:`copy_rate`).
-   **6b. Collectives of one rank** (world 1, or a group of one) launch no NCCL
-   kernel: NCCL 2.28.9 and 2.30.7, ``src/enqueue.cc`` ``taskAppend``, ``if
-   (comm->nRanks == 1) ncclLaunchOneRank(...)``, and ``src/device/onerank.cu``:
-   a ``cudaMemcpyAsync`` from send to receive buffer on the op's stream when
-   they differ, nothing when they are the same (in place), a small reduce
-   kernel only for ``ncclAvg``/PreMulSum, which schedsim does not express.
-   So such an op holds no SMs and joins no rendezvous (:func:`split_one_rank`):
-   it runs on its rank's device-to-device copy engine for its solo time
-   (:meth:`schedsim.cost.CostModel.collective_time`: a copy at ``memcpy.d2d_GBps``
-   for the kinds the executor calls out of place, 0 s for the in-place ones),
-   still in its communicator's order (rule 7) and still costing the host a
-   collective call (rule 1). One H100, 2026-12-06, allgather_mm at world 1,
-   chunks 8 (``benchmarks/h100/``): each all_gather ran as one "Memcpy DtoD"
-   of 45 µs (Kineto) beside the 128-CTA GEMMs, where a 24-SM NCCL kernel was
-   predicted to wait up to 1.34 ms for SMs; the in-place 1-rank all_reduce of
-   tp_allreduce_graph (eager) shows no GPU activity at all.
+   of 45 µs (Kineto) where it ran alone, and took 0.4–1.9 ms from its stream to
+   its end (CUDA events) beside the other streams' 128-CTA GEMMs;
+   tp_allreduce_graph's 1-rank all_reduce shows no GPU activity.
 7. **Communicators.** PyTorch's ProcessGroupNCCL runs all ops of one process
    group on one NCCL stream per device, so on each rank the ops of a
    communicator run in issue order, each after the previous ends. A
