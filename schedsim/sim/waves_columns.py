@@ -561,7 +561,8 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     kres, ktres = res, tres
     if len(lone):  # their templates are theirs alone (a group of one rank is part of the template)
         ktres = tres.copy()
-        ktres[tmpl[lone]] = [gm.one_rank_res(tps[t].kind) for t in np.unique(tmpl[lone]).tolist()]
+        lone_t = sorted(set(tmpl[lone].tolist()))
+        ktres[lone_t] = [gm.one_rank_res(tps[t].kind) for t in lone_t]
         kres = res.copy()
         kres[lone] = ktres[tmpl[lone]]
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain = _kernels(

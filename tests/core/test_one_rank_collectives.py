@@ -30,7 +30,7 @@ def spans(text: str, **nccl: object) -> dict[str, tuple[float, float]]:
                     {s.id: s.resource for s in tl.spans}))
     assert out[0] == out[1]
     got, res = out[0]
-    assert all(r == "comm" for i, r in res.items() if i.startswith("c@"))  # its span keeps its kind's resource
+    assert all(r == "comm" for i, r in res.items() if i.startswith("c"))  # its span keeps its kind's resource
     return got
 
 
@@ -70,3 +70,14 @@ def test_a_collective_of_one_rank_still_costs_the_host_a_collective_call_under_s
     got, _ = sim_text(tg.HEAD % 1 + "  - {name: c, kind: all_reduce, bytes: 1000000, stream: s}\n"
                       f"  - {{name: g, {tg.TINY}, stream: s}}\n", prof, launch="eager")
     assert got == {"c@r0": (5.0, 5.0), "g@r0": (6.0, 8.0)}
+
+
+def test_one_rank_collectives_of_both_kinds_in_one_program():
+    # a copy (all_gather) and nothing (all_reduce) repeated on one stream beside a 6-CTA GEMM: each copy runs at
+    # once on the 2 free SMs for 0.131072 µs, each all_reduce takes no time, in stream order
+    ops = "".join(f"  - {{name: c{i}, kind: {k}, bytes: 65536, stream: s2}}\n"
+                  for i, k in enumerate(["all_reduce", "all_gather", "all_reduce", "all_gather", "all_gather"]))
+    got = spans(tg.HEAD % 1 + f"  - {{name: g, {SIX}, stream: s1}}\n" + ops)
+    t = 0.131072
+    assert got == {"g@r0": (0.0, 10.0), "c0@r0": (0.0, 0.0), "c1@r0": (0.0, t), "c2@r0": (t, t),
+                   "c3@r0": (t, 2 * t), "c4@r0": (2 * t, 3 * t)}
