@@ -7,9 +7,15 @@
   below and above it; the grid is then made monotone by L∞ isotonic regression of log time (:func:`_isotonic`),
   and a shape is read off it by multilinear interpolation of log time in log2 m, n, k (outside the measured
   values of an axis the FLOP/s of the nearest node stays: time in proportion to that dimension). A measured shape
-  returns its measured time unless the table contradicts itself (a larger shape measured faster: noise at the
-  latency floor), where the times move to the monotone fit. time = max(kernel floor, surface). With no entry
-  for the dtype it falls back to a roofline: max(floor, FLOP / (peak·efficiency), bytes / HBM bw).
+  returns its measured time (the geometric mean of its rows if measured more than once), also where the table
+  has a larger shape measured faster: such rows are another cuBLAS kernel, not noise (one H100, 2026-12-06, two
+  calibrations on two machines: fp32 1×1024×1024 9.52 / 9.58 µs, a 32-CTA grid, against 1×2048×1024 5.33 /
+  5.19 µs, 128 CTAs, and 5.25 µs as a Kineto span in tp_allreduce_graph; the shipped ``h200`` table 9.39 against
+  4.90 µs; run-to-run spread 0.6–3 %, the decrease 85 %), which the monotone fit would pull to 7.05 µs both.
+  Between measured shapes, and beyond them, the surface never decreases; a time can drop only onto or off a
+  measured shape that ran faster or slower than the fit there (:meth:`CostModel.gemm_row`).
+  time = max(kernel floor, that). With no entry for the dtype it falls back to a roofline: max(floor,
+  FLOP / (peak·efficiency), bytes / HBM bw).
 * **Generic compute**: ``duration_us`` if given, else the same roofline. A copy, collective or send/recv given
   ``duration_us`` (a replay of an imported trace) takes it too.
 * **Collectives and send/recv**: :mod:`schedsim.network`. On a profile with ``topology.scale_up`` (and
@@ -143,9 +149,12 @@ class CostModel:
         self.profile = profile
         self._floor = profile.gpu.kernel_floor_us * 1e-6
         self._gemm: dict[str, list[tuple[float, float, float, int, int, int, float]]] = {}
+        logs: dict[tuple[str, int, int, int], list[float]] = {}
         for dtype, m, n, k, ms in profile.gemm.entries:
             rate = 2.0 * m * n * k / (ms * 1e-3)
             self._gemm.setdefault(dtype, []).append((math.log2(m), math.log2(n), math.log2(k), m, n, k, rate))
+            logs.setdefault((dtype, m, n, k), []).append(math.log(ms * 1e-3))
+        self._rows = {key: math.exp(sum(v) / len(v)) for key, v in logs.items()}  # seconds per measured shape
         self._ctas: dict[tuple[str, int, int, int], int] = {(d, m, n, k): c for d, m, n, k, c in profile.gemm.ctas}
         self._occ: dict[tuple[str, int, int, int], int] = {
             (d, m, n, k): c for d, m, n, k, c in profile.gemm.ctas_per_sm}
@@ -176,9 +185,18 @@ class CostModel:
 
     def gemm_time(self, dtype: str, m: int, n: int, k: int) -> float | None:
         """Seconds of an m×n×k GEMM (m, n, k >= 1) from the profile's table (module docstring), before the kernel
-        floor; never less for a larger m, n or k. None if the table has no entry for ``dtype``."""
+        floor: a measured shape's own time (:meth:`gemm_row`), else the monotone surface's, which is never less
+        for a larger m, n or k. None if the table has no entry for ``dtype``."""
+        row = self._rows.get((dtype, m, n, k))
+        if row is not None:
+            return row
         surf = self._surface(dtype)
         return None if surf is None else surf.time(m, n, k)
+
+    def gemm_row(self, dtype: str, m: int, n: int, k: int) -> float | None:
+        """Seconds the profile measured for exactly this GEMM shape (``gemm.entries``; the geometric mean of its
+        rows when measured more than once), None if it is not measured."""
+        return self._rows.get((dtype, m, n, k))
 
     def _surface(self, dtype: str) -> _GemmSurface | None:
         if dtype not in self._surfaces:

@@ -39,7 +39,8 @@ from schedsim.kinds import P2P_KINDS
 if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1% of a cold `check` to create
     from schedsim.graph.info import PipelineInfo
 
-__all__ = ["Program", "DagView", "batch_heads", "compiled", "stable_order", "unique"]
+__all__ = ["Program", "DagView", "batch_heads", "compiled", "rendezvous_groups", "split_one_rank",
+           "stable_order", "unique"]
 
 
 def compiled(name: str) -> Any:
@@ -389,3 +390,38 @@ class _Edges:
         i, j = idx[uv[0]], idx[uv[1]]
         pos = int(ptr[i]) + int(np.flatnonzero(dst[ptr[i]:ptr[i + 1]] == j)[0])
         return {"kind": "dep" if kind[pos] else "stream"}
+
+
+def split_one_rank(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rule 6b on collectives as CSR (``ptr`` int64 of shape (C + 1,), member op indices ``idx``): the
+    collectives of two or more members as CSR (``ptr``, ``idx``: the rendezvous groups), and the op indices
+    (int64) of those of one member, which run as a copy (:func:`schedsim.sim.gpu_model.one_rank_res`) with no
+    rendezvous (rule 6b of :mod:`schedsim.sim.gpu_model`).
+
+    >>> p, i, lone = split_one_rank(np.array([0, 1, 3, 4]), np.array([5, 6, 7, 8]))
+    >>> p.tolist(), i.tolist(), lone.tolist()
+    ([0, 2], [6, 7], [5, 8])
+    """
+    ptr = np.asarray(ptr, np.int64)
+    idx = np.asarray(idx, np.int64)
+    sizes = np.diff(ptr)
+    one = sizes == 1
+    if not one.any():
+        return ptr, idx, np.zeros(0, np.int64)
+    lone = idx[ptr[:-1][one]]
+    keep = sizes[~one]
+    new_ptr = np.zeros(len(keep) + 1, np.int64)
+    np.cumsum(keep, out=new_ptr[1:])
+    return new_ptr, idx[np.repeat(~one, sizes)], lone
+
+
+def rendezvous_groups(prog: Program) -> tuple[np.ndarray, np.ndarray, int, int, np.ndarray]:
+    """Rendezvous groups (collectives of two or more ranks, then send/recv pairs) as CSR ``(ptr, members)``,
+    their count, the collectives' count, and the ops of collectives of one rank (a copy, no rendezvous: rule 6b,
+    :func:`split_one_rank`)."""
+    cptr, cidx, lone = split_one_rank(prog.coll_ptr, prog.coll_idx)
+    C = len(cptr) - 1
+    P = len(prog.p2p)
+    pairs = np.asarray(prog.p2p, np.int64).reshape(-1)
+    ptr = np.concatenate([cptr, int(cptr[-1]) + 2 * np.arange(1, P + 1)])
+    return ptr, np.concatenate([cidx, pairs]), C + P, C, lone

@@ -422,9 +422,9 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     exceed its capacity; the steps are piecewise constant (``t_s`` on, until the next step)."""
     if not shares_links(profile) or prog.N == 0:
         return None
-    from schedsim.sim.waves_columns import _groups
+    from schedsim.lower.program import rendezvous_groups
 
-    gptr, gidx, G = _groups(prog)
+    gptr, gidx, G, _c, _lone = rendezvous_groups(prog)
     ls = program_share(profile, prog, gptr, gidx, np.ones(G)) if G else None
     if ls is None:
         return None

@@ -96,7 +96,7 @@ import numpy as np
 from schedsim._gc import paused_gc
 from schedsim.cost import CostModel
 from schedsim.errors import DeadlockError, GraphError, ProfileError
-from schedsim.graph.ops import Op, format_op_id
+from schedsim.graph.ops import Op, format_op_id, resource_of
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.kinds import PER_RANK_SIZE
 from schedsim.lower.program import Program
@@ -360,9 +360,8 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
             npred[j] += 1
         succ.append(s)
     job_of = list(range(N))
-    gmem: list[list[int]] = []
-    for members in G.graph.get("collectives", {}).values():
-        gmem.append([index[m] for m in members])
+    colls = list(G.graph.get("collectives", {}).values())
+    gmem, lone = _coll_groups(np.cumsum([0] + [len(m) for m in colls]), [index[m] for ms in colls for m in ms])
     for s_id, r_id in G.graph.get("p2p", []):
         gmem.append([index[s_id], index[r_id]])
     J = N + len(gmem)
@@ -370,7 +369,7 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
     terms = gm.memory_terms(ops, np.arange(N), np.array(ranks, np.int64), world, cost, mode)
-    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work)
+    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone)
     if mode == "cuda_graph":
         names: dict[str, int] = {}
         sid = np.array([names.setdefault(o.stream, len(names)) for o in ops], np.int64)
@@ -378,13 +377,23 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
         dst = np.fromiter((j for x in succ for j in x), np.int64, count=len(src))
         per_op = np.array([cost.graph_fork_s(o) for o in ops], float)
         _add_forks(gm.graph_fork_columns(N, src, dst, np.array(ranks, np.int64), sid, profile, mode, per_op), job_of,
-                   job_work)
+                   job_work, lone)
     _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
 
 
-def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float]) -> None:
-    """Rule 8 of :mod:`schedsim.sim.gpu_model` on the job arrays: ``fx`` seconds more for ops outside groups."""
+def _coll_groups(ptr: Sequence[int] | np.ndarray, idx: Sequence[int] | np.ndarray) -> tuple[list[list[int]], list[int]]:
+    """Collectives as CSR (``ptr``, member op indices ``idx``) -> the rendezvous groups of those of two or more
+    ranks, and the ops of those of one rank, a copy or nothing (rule 6b, :func:`gm.split_one_rank`)."""
+    p, i, lone = gm.split_one_rank(np.asarray(ptr, np.int64), np.asarray(idx, np.int64))
+    pl, il = p.tolist(), i.tolist()
+    return [il[pl[k]:pl[k + 1]] for k in range(len(pl) - 1)], lone.tolist()
+
+
+def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float], lone: list[int]) -> None:
+    """Rule 8 of :mod:`schedsim.sim.gpu_model` on the job arrays: ``fx`` seconds more for ops outside groups,
+    but for collectives of one rank (``lone``: left as they are, as every collective is)."""
+    fx[lone] = 0.0
     for i in np.flatnonzero(fx).tolist():
         if job_of[i] == i:
             job_work[i] += float(fx[i])
@@ -392,9 +401,10 @@ def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float]) -> None
 
 def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[float, float],
           terms: tuple[np.ndarray | float, np.ndarray | float], job_of: list[int], job_res: list[int],
-          job_ranks: list[tuple[int, ...]], job_work: list[float]) -> None:
+          job_ranks: list[tuple[int, ...]], job_work: list[float], lone: list[int]) -> None:
     """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds); ``terms`` are rule 9's
-    per-op node and HBM seconds (:func:`schedsim.sim.gpu_model.memory_terms`)."""
+    per-op node and HBM seconds (:func:`schedsim.sim.gpu_model.memory_terms`); ``lone``: the ops of collectives
+    of one rank, a copy or nothing (rule 6b)."""
     N = len(ops)
     dur = cost.duration
     timing_s, empty_s = node_oh
@@ -408,6 +418,8 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
         job_res[i] = res
         job_ranks[i] = (op.rank,)
         job_work[i] = node_work(dur(op), node_a[i], timing_s, empty_s, extra_a[i])
+    for i in lone:
+        job_res[i] = gm.one_rank_res(ops[i].kind)
     for g, idx in enumerate(gmem):
         j = N + g
         for i in idx:
@@ -433,20 +445,20 @@ def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Com
     p, d = ptr.tolist(), dst.tolist()
     succ = [d[p[i]:p[i + 1]] for i in range(N)]
     npred = np.bincount(dst, minlength=N).tolist()
-    cp, ci = prog.coll_ptr.tolist(), prog.coll_idx.tolist()
-    gmem = [ci[cp[k]:cp[k + 1]] for k in range(len(cp) - 1)] + [list(x) for x in prog.p2p.tolist()]
+    gmem, lone = _coll_groups(prog.coll_ptr, prog.coll_idx)
+    gmem += [list(x) for x in prog.p2p.tolist()]
     J = N + len(gmem)
     job_of = list(range(N))
     job_res = [0] * J
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
     terms = gm.memory_terms(ops, np.arange(N), prog.rank.astype(np.int64), prog.world_size, cost, mode)
-    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work)
+    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone)
     src = np.repeat(np.arange(N, dtype=np.int64), np.diff(ptr))
     per_op = np.array([cost.graph_fork_s(o) for o in ops], float) if mode == "cuda_graph" else None
     _add_forks(gm.graph_fork_columns(N, src, dst, prog.rank.astype(np.int64), prog.stream_id.astype(np.int64),
                                      profile, mode, per_op),
-               job_of, job_work)
+               job_of, job_work, lone)
     _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, prog.world_size, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
 
@@ -862,7 +874,7 @@ def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwarePro
     op_oh, coll_oh = lp.eager_per_op_us * 1e-6 + ex, lp.eager_per_collective_us * 1e-6 + ex
     for i, op in enumerate(ops):
         r = op.rank
-        h = host[r] + op.host_s + (coll_oh if job_res[i] == 1 else op_oh)
+        h = host[r] + op.host_s + (coll_oh if op.resource == "comm" else op_oh)  # a 1-rank collective too
         host[r] = h
         issue[i] = h
     return issue
@@ -874,7 +886,6 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
     start, end, ready_t, binding, stream_t, host_s, host_call = state
     empty: dict = {}  # shared, never mutated
-    res_name = ("compute", "comm", "copy", "copy", "copy")
     tag_dicts: dict[tuple, dict] = {(): empty}  # one dict per distinct tag set
 
     def tags_of(t: tuple) -> dict:
@@ -891,7 +902,7 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
         if N else ((),) * 7)
     cols = SpanColumns(
         ids, list(names), np.array(ranks, dtype=np.int64), _encode(streams, N), _encode(kinds, N),
-        _encode([res_name[r] for r in c.job_res[:N]], N), floats(start), floats(end), floats(c.job_work[:N]),
+        _encode([resource_of(k) for k in kinds], N), floats(start), floats(end), floats(c.job_work[:N]),
         floats(ready_t), floats(nbytes), floats(flops), list(map(tags_of, tags)),
         None if stream_t is None else floats(stream_t))
     # critical path: walk bindings back from the last op to finish

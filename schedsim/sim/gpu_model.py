@@ -248,6 +248,29 @@ Rules and their sources
    running at once slow each other (``h2d_slowdown_beside_d2h``,
    ``d2h_slowdown_beside_h2d``: PCIe carries less than twice one direction's
    bandwidth, :func:`copy_rate`).
+   **6b. Collectives of one rank** (world 1, or a group of one) launch no NCCL
+   kernel: NCCL 2.28.9 and 2.30.7, ``src/enqueue.cc`` ``taskAppend``, ``if
+   (comm->nRanks == 1) ncclLaunchOneRank(...)``, and ``src/device/onerank.cu``:
+   a ``cudaMemcpyAsync`` from send to receive buffer on the op's stream when
+   they differ, nothing when they are the same (in place), a small reduce
+   kernel only for ``ncclAvg``/PreMulSum, which schedsim does not express.
+   Such an op joins no rendezvous and holds no NCCL SMs (:func:`schedsim.lower.program.split_one_rank`,
+   :func:`one_rank_res`), stays in its communicator's order (rule 7) and costs
+   the host a collective call (rule 1). The kinds the executor calls out of
+   place (all_gather, reduce_scatter, all_to_all, scatter, gather) are a
+   same-device copy of ``nbytes``, which CUDA runs on the SMs: it waits for SMs
+   as a kernel does (one H200, 2026-12-02, ``benchmarks/probe_d2d_dispatch.py``:
+   a ``copy_`` "Memcpy DtoD" beside a 5,120-CTA GEMM started in its last wave,
+   as an add and a fill did), so it is a memory-bound kernel moving 2 × ``nbytes``
+   (read and written; rule 5) for its solo time
+   (:meth:`schedsim.cost.CostModel.collective_time`, at ``memcpy.d2d_GBps``).
+   The in-place kinds (all_reduce, broadcast, reduce) put nothing on the GPU:
+   an empty item on the rank's device-to-device copy engine, which neither
+   holds nor waits for SMs. One H100, 2026-12-06 (``benchmarks/h100/``):
+   allgather_mm at world 1, chunks 8, ran each all_gather as one "Memcpy DtoD"
+   of 45 µs (Kineto) where it ran alone, and took 0.4–1.9 ms from its stream to
+   its end (CUDA events) beside the other streams' 128-CTA GEMMs;
+   tp_allreduce_graph's 1-rank all_reduce shows no GPU activity.
 7. **Communicators.** PyTorch's ProcessGroupNCCL runs all ops of one process
    group on one NCCL stream per device, so on each rank the ops of a
    communicator run in issue order, each after the previous ends. A
@@ -316,8 +339,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedsim.cost import CostModel
-from schedsim.graph.ops import Op
+from schedsim.graph.ops import COMM, Op, resource_of
 from schedsim.hardware.profile import HardwareProfile
+from schedsim.lower.program import split_one_rank
+from schedsim.network.links import ONE_RANK_NOP
 
 __all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "MEM_WAVES", "mem_rate", "mem_boost", "GpuRules", "REVERSE_ENGINE",
            "RateTables", "batch_rate", "comm_factor",
@@ -325,7 +350,7 @@ __all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "MEM_WAVES", "mem_rate", "mem_boost"
            "host_issue_columns",
            "host_issue_times", "host_end_per_rank", "kernel_release", "end_event_bound", "graph_fork_columns",
            "kernel_ctas", "kernel_tail", "split_work", "l2_cold_fraction",
-           "link_ends", "memory_terms", "rate_tables", "stream_queue_columns",
+           "link_ends", "memory_terms", "one_rank_res", "split_one_rank", "rate_tables", "stream_queue_columns",
            "stream_queues", "transfer_comm_rate"]
 
 #: Most waves of a memory-bound kernel (rule 5): the granularity at which it takes SMs as they free up (more
@@ -396,8 +421,12 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
     ``duration_us``, or FLOP without bytes) is one wave of sms − ``nccl.sms_per_collective`` CTAs (at least 1):
     room for one NCCL kernel beside it (rule 4). A kernel of more than :data:`MAX_POOLED_CTAS` CTAs counts as
     that many (in whole waves): it fills the GPU for its whole solo time either way, and the loops count CTAs
-    in int32.
+    in int32. A collective (only one of one rank runs on SMs, rule 6b) is the memory-bound kernel of its copy:
+    2 × ``nbytes`` moved.
     """
+    if resource_of(op.kind) == COMM:
+        op = Op(op.name, op.rank, "compute", op.stream, op.seq, nbytes=2.0 * op.nbytes, dtype=op.dtype,
+                repeat=op.repeat)
     if op.kind == "matmul":
         measured = cost.measured_ctas(op)  # the grid the profile recorded, run in waves as it is
         one = measured if measured is not None else cost.gemm_ctas(op)  # else tiles times a split-K factor
@@ -1121,6 +1150,18 @@ def rate_tables(rules: GpuRules) -> RateTables | None:
     batch = [batch_rate(rules, bool(n), bool(c)) for n in (0, 1) for c in (0, 1)]
     copy = [copy_rate(rules, bool(h), e, bool(b)) for e in range(COPY_ENGINES) for b in (0, 1) for h in (0, 1)]
     return RateTables(comm, batch, copy, rules.p2p_one_way, rules.mem_boost)
+
+def one_rank_res(kind: str) -> int:
+    """Rule 6b: the job resource of a collective ``kind`` whose group has one rank: 0 (SMs, a same-device copy:
+    :func:`kernel_ctas` times it as a memory-bound kernel) for the kinds the executor calls out of place, 4 (an
+    empty item on the device-to-device copy engine) for the in-place ones (:data:`schedsim.network.links.ONE_RANK_NOP`).
+
+    >>> one_rank_res("all_gather"), one_rank_res("all_reduce")
+    (0, 4)
+    """
+    return 4 if kind in ONE_RANK_NOP else 0
+
+
 
 def link_ends(members: Sequence[Op], node: Sequence[int] | None = None) -> tuple[int, ...]:
     """Link directions one transfer uses (rule 6), as ``4·rank + 2·tier + d`` with d = 0 out, 1 in; tier 0 is the

@@ -32,7 +32,7 @@ from schedsim.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
-from schedsim.lower.program import Program
+from schedsim.lower.program import Program, rendezvous_groups
 from schedsim.sim import gpu_model as gm
 
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
@@ -190,14 +190,6 @@ def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray
     return comm
 
 
-def _groups(prog: Program) -> tuple[np.ndarray, np.ndarray, int]:
-    """Rendezvous groups (collectives, then send/recv pairs) as CSR ``(ptr, members)`` and their count."""
-    C = len(prog.coll_ptr) - 1
-    P = len(prog.p2p)
-    pairs = np.asarray(prog.p2p, I64).reshape(-1)
-    ptr = np.concatenate([np.asarray(prog.coll_ptr, I64), int(prog.coll_ptr[-1]) + 2 * np.arange(1, P + 1)])
-    return ptr, np.concatenate([np.asarray(prog.coll_idx, I64), pairs]), C + P
-
 
 def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one_way: float,
                node: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
@@ -294,22 +286,24 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
     return _i32(sptr), _i32(d), _i32(np.bincount(d, minlength=N)), xdeps
 
 
-def _kernels(tps, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
+def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
     hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them: the loop's int32 buffers
     (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds; in one O(N)
-    pass of the compiled ``kernels`` when it is built (the same arrays)."""
+    pass of the compiled ``kernels`` when it is built (the same arrays). ``tres``: each template's resource
+    (a collective of one rank's as rule 6b gives it)."""
     from schedsim.sim.waves import compiled_loop
 
     N = len(tmpl)
-    tct = [gm.kernel_ctas(t, cost, sms) if _res_of(t) == 0 else (0, 1, False) for t in tps]
+    tct = [gm.kernel_ctas(t, cost, sms) if r == 0 else (0, 1, False) for t, r in zip(tps, tres.tolist(), strict=True)]
     tctas = np.array([c[0] for c in tct], I64)
     twaves = np.array([c[1] for c in tct], I64)
     tmem = np.array([c[2] for c in tct], I32)
     ttl = [gm.kernel_tail(t, cost, sms) if _res_of(t) == 0 else (0, 0.0) for t in tps]  # rule 4b
     ttail = np.array([x[0] for x in ttl], I32)
     ttail_s = np.array([x[1] for x in ttl], np.float64)
-    twt = np.array([cost.wave_tail(t) if _res_of(t) == 0 else 0.0 for t in tps], np.float64)  # rule 4c
+    twt = np.array([cost.wave_tail(t) if r == 0 else 0.0 for t, r in zip(tps, tres.tolist(), strict=True)],
+                   np.float64)  # rule 4c
     op_tail = None
     if ttail.any():  # the main kernel runs the op's work less its reduction's
         work, op_tail = gm.split_work(work, ttail_s[tmpl])
@@ -528,11 +522,10 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p)
     node_a, extra_a = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)  # rule 9
     gm.node_work_columns(work, node_a, timing_s, empty_s, extra_a)  # always: -0.0 + 0.0 is 0.0, as the Op list gives
-    gptr, gidx, G = _groups(prog)
+    gptr, gidx, G, C, lone = rendezvous_groups(prog)
     ogrp = np.full(N, -1, I32)
     ogrp[gidx] = np.repeat(np.arange(G, dtype=I32), np.diff(gptr))
     gwork = work[gidx[gptr[:-1]]] if G else np.zeros(0)
-    C = len(prog.coll_ptr) - 1
     if C > 0 and any(t.kind in PER_RANK_SIZE for t in tps):  # a size per member: the largest transfer ends it
         big = np.maximum.reduceat(work[gidx], gptr[:-1])[:C]
         per = np.array([t.kind in PER_RANK_SIZE for t in tps], bool)[tmpl[gidx[gptr[:C]]]]
@@ -542,6 +535,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     fx = _graph_forks(prog, rank, sid, profile, mode, tps, tmpl, cost)  # rule 8: graph forks (ops outside groups)
     if fx is not None:
         fx[gidx] = 0.0
+        fx[lone] = 0.0  # collectives of one rank are left as they are, as every collective is
         work += fx
         del fx
     _check(prog, rank, work)  # after every term, as the Op-list path checks its job times
@@ -549,14 +543,22 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     sptr, sidx, npred, issue, call0, release = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial,
                                                                 profile, mode, model_executor, cost, cold)
     del is_p2p
-    # rules 2, 4, 5: kernels; rule 6: link ends
+    # rules 2, 4, 5: kernels (a collective of one rank: a copy, rule 6b; its span keeps its kind's resource);
+    # rule 6: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
     rank32 = _i32(prog.rank)
+    kres, ktres = res, tres
+    if len(lone):  # their templates are theirs alone (a group of one rank is part of the template)
+        ktres = tres.copy()
+        lone_t = sorted(set(tmpl[lone].tolist()))
+        ktres[lone_t] = [gm.one_rank_res(tps[t].kind) for t in lone_t]
+        kres = res.copy()
+        kres[lone] = ktres[tmpl[lone]]
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain = _kernels(
-        tps, prog.world_size, tmpl, rank32, prog.batch, res, work, opq, rules.max_connections, cost, rules.sms)
-    del opq
+        tps, ktres, prog.world_size, tmpl, rank32, prog.batch, kres, work, opq, rules.max_connections, cost,
+        rules.sms)
+    del opq, kres, ktres
     K = len(kptr) - 1
-    C = len(prog.coll_ptr) - 1
     from schedsim.network import rank_nodes
 
     node = rank_nodes(profile, prog.world_size)  # None without a cluster topology: one link tier

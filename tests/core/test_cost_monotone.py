@@ -36,6 +36,21 @@ def no_drop(small: float, big: float) -> bool:
     return big >= small * (1 - 1e-12)
 
 
+_OFF: dict[tuple[str, str], set[tuple[int, int, int]]] = {}
+
+
+def off_fit(profile: str, dtype: str) -> set[tuple[int, int, int]]:
+    """The measured shapes of ``dtype`` that the table contradicts (a shape at least as large on every axis
+    measured faster, or one at most as large measured slower): each keeps its own measured time, so a time may
+    drop onto or off it (schedsim/cost.py, "another cuBLAS kernel"); everywhere else it never drops."""
+    if (profile, dtype) not in _OFF:
+        rows = [(m, n, k, t) for d, m, n, k, t in load_profile(profile).gemm.entries if d == dtype]
+        _OFF[profile, dtype] = {s for a in rows for b in rows if a[:3] != b[:3]
+                                and all(x <= y for x, y in zip(a[:3], b[:3], strict=True)) and b[3] < a[3]
+                                for s in (a[:3], b[:3])}
+    return _OFF[profile, dtype]
+
+
 SIZE = st.integers(1, 1 << 17)
 
 
@@ -56,6 +71,9 @@ def test_gemm_time_never_decreases_in_m_n_k(profile: str, dtype: str, m: int, n:
     shape = [m, n, k, 1]
     big = list(shape)
     big[axis] += grow
+    off = off_fit(profile, dtype)
+    if (m, n, k) in off or (big[0] * big[3], big[1], big[2]) in off:  # a measured shape the table contradicts
+        return
     assert no_drop(cm.duration(mm(*shape[:3], dtype, batch=shape[3])),
                    cm.duration(mm(*big[:3], dtype, batch=big[3]))), (shape, big)
 
@@ -72,12 +90,14 @@ def test_gemm_time_never_decreases_along_every_measured_axis_value(profile: str)
         vals = [sorted({r[a] for r in rows}) for a in (1, 2, 3)]
         for a in range(3):
             walk = sorted({*vals[a], *((x + y) // 2 for x, y in zip(vals[a], vals[a][1:], strict=False))})
+            off = off_fit(profile, dtype)
             for r in rows:
                 ts = []
                 for v in walk:
                     shape = [r[1], r[2], r[3]]
                     shape[a] = v
-                    ts.append(cm.duration(mm(*shape, dtype)))
+                    if tuple(shape) not in off:
+                        ts.append(cm.duration(mm(*shape, dtype)))
                 assert all(no_drop(x, y) for x, y in zip(ts, ts[1:], strict=False)), (dtype, a, r)
 
 
@@ -134,18 +154,24 @@ def test_table_whose_larger_size_finished_sooner_is_made_monotone() -> None:
     assert cm.collective_time("all_reduce", 16384, (0, 1)) == pytest.approx(20.48e-6)
 
 
-def test_gemm_table_whose_larger_shape_ran_faster_is_made_monotone() -> None:
-    """Two measured shapes where the larger ran faster (0.2 ms at 1024^3, 0.1 ms at 1024x1024x2048): both take
-    the geometric mean, sqrt(0.2 · 0.1) ms; a shape in between too. A third, consistent shape keeps its time."""
+def test_gemm_table_whose_larger_shape_ran_faster_keeps_both_measured_times() -> None:
+    """Two measured shapes where the larger ran faster (0.2 ms at 1024^3, 0.1 ms at 1024x1024x2048): another
+    cuBLAS kernel, not noise (fp32 1x1024x1024 9.52 / 9.58 µs against 1x2048x1024 5.33 / 5.19 µs in two H100
+    calibrations; schedsim/cost.py), so each keeps its own time; a shape in between takes the monotone fit, the
+    geometric mean sqrt(0.2 · 0.1) ms. A third, consistent shape keeps its time."""
     d = toy_profile_dict()
     d["gemm"]["entries"] = [["fp32", 1024, 1024, 1024, 0.2], ["fp32", 1024, 1024, 2048, 0.1],
                             ["fp32", 4096, 4096, 4096, 3.2]]
     cm = CostModel(HardwareProfile.model_validate(d))
     mid = (0.2e-3 * 0.1e-3) ** 0.5
-    assert cm.duration(mm(1024, 1024, 1024, "fp32")) == pytest.approx(mid)
-    assert cm.duration(mm(1024, 1024, 2048, "fp32")) == pytest.approx(mid)
+    assert cm.duration(mm(1024, 1024, 1024, "fp32")) == pytest.approx(0.2e-3)
+    assert cm.duration(mm(1024, 1024, 2048, "fp32")) == pytest.approx(0.1e-3)
     assert cm.duration(mm(1024, 1024, 1500, "fp32")) == pytest.approx(mid)
+    assert cm.duration(mm(1024, 1024, 1025, "fp32")) >= mid  # off the measured shape: the fit, monotone
     assert cm.duration(mm(4096, 4096, 4096, "fp32")) == pytest.approx(3.2e-3)
+    # measured twice: the geometric mean of its rows
+    d["gemm"]["entries"] += [["fp32", 4096, 4096, 4096, 0.8]]
+    assert CostModel(HardwareProfile.model_validate(d)).gemm_row("fp32", 4096, 4096, 4096) == pytest.approx(1.6e-3)
     # beyond the largest measured k the FLOP/s stays: twice the k, twice the time
     assert cm.duration(mm(4096, 4096, 8192, "fp32")) == pytest.approx(6.4e-3)
 

@@ -15,6 +15,7 @@ from schedsim.errors import SchedsimError
 from schedsim.graph.build import build_graph, graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
+from schedsim.lower.program import rendezvous_groups
 from schedsim.sim import waves
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_schedule, load_text, parse_overrides
@@ -147,8 +148,7 @@ def test_member_link_positions_vectorised_equal_the_generic_scan():
     from schedsim.sim import waves_columns as wcol
 
     prog = lower(load_schedule(ROOT / "schedules" / "megatron_gpt_pp4.yaml"))  # a tied-embedding all_reduce
-    gptr, gidx, _G = wcol._groups(prog)
-    C = len(prog.coll_ptr) - 1
+    gptr, gidx, _G, C, _lone = rendezvous_groups(prog)
     rank = prog.rank.astype("int64")
     assert C and len(prog.p2p)
     for one_way in (1.0, 1.33):
