@@ -181,5 +181,7 @@ def test_megatron_pp4_path_leaves_the_host_when_the_host_is_faster(megatron) -> 
     assert m.critical_path_s.get("host_issue", 0.0) < 0.005 * m.makespan_s
     assert {int(x.rsplit("@r", 1)[1]) for x in m.critical_path} == {0, 1, 2, 3}
     assert m.critical_path[0].startswith("F0.0.")  # the first microbatch's forward on the first stage
-    # halving the host's kernel calls gains under 3 % of the makespan: the host was binding by that little
-    assert half.metrics.makespan_s == pytest.approx(megatron.metrics.makespan_s, rel=0.03)
+    # with every kernel of the layer (issue 36: dropouts, bias adds, softmax passes, layout copies: about 40 %
+    # more launches of a few µs each at seq 32, micro batch 1) the h200 host binds for a good part of the step:
+    # halving its kernel calls shortens the makespan by 10-20 % (64.5 -> 55.0 ms)
+    assert 0.80 * megatron.metrics.makespan_s < half.metrics.makespan_s < 0.90 * megatron.metrics.makespan_s
