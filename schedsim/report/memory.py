@@ -282,18 +282,23 @@ def _reference(tl: Timeline, graph: Any = None,
         return None
     ranks_out: dict[int, dict[str, Any]] = {}
     for r in sorted({s.rank for s in tl.spans} | set(events)):
-        base = sum((static.get(r) or {}).values())
-        cur = base
-        steps: list[list[float]] = [[0.0, base]]
-        peak, peak_s, peak_op = base, 0.0, ""
-        for t0, _o, d, op in sorted(events.get(r, [])):  # frees (order 0) before allocations at a tie
-            cur += d
-            if steps[-1][0] == t0:
-                steps[-1][1] = cur
-            else:
-                steps.append([t0, cur])
-            if cur > peak + 1e-6:
-                peak, peak_s, peak_op = cur, t0, op
-        ranks_out[r] = {"static": static.get(r, {}), "steps": steps, "peak_bytes": peak, "peak_s": peak_s,
-                        "peak_op": peak_op}
+        ranks_out[r] = _reference_curve(events.get(r, []), static.get(r, {}))
     return {"unit": "bytes", "ranks": ranks_out}
+
+
+def _reference_curve(events: list[tuple[float, int, float, str]], static: dict[str, float]) -> dict[str, Any]:
+    """One rank's curve by the definition: ``events`` (time s, 0 free / 1 allocation, delta bytes, op id) in
+    sorted order (frees before allocations at a tie, then by delta and id) added up from the ``static`` bytes."""
+    base = sum(static.values())
+    cur = base
+    steps: list[list[float]] = [[0.0, base]]
+    peak, peak_s, peak_op = base, 0.0, ""
+    for t0, _o, d, op in sorted(events):
+        cur += d
+        if steps[-1][0] == t0:
+            steps[-1][1] = cur
+        else:
+            steps.append([t0, cur])
+        if cur > peak + 1e-6:
+            peak, peak_s, peak_op = cur, t0, op
+    return {"static": static, "steps": steps, "peak_bytes": peak, "peak_s": peak_s, "peak_op": peak_op}

@@ -55,7 +55,7 @@ def test_a_peak_inside_events_that_tie_is_charged_as_the_definition_charges_it(s
 
     import numpy as np
 
-    from schedsim.report.memory import _curves
+    from schedsim.report.memory import _curves, _reference_curve
     from schedsim.sim.timeline import Span, Timeline
 
     rnd = random.Random(seed)
@@ -71,13 +71,5 @@ def test_a_peak_inside_events_that_tie_is_charged_as_the_definition_charges_it(s
     cols = [np.array([e[k] for e in ev], dt) for k, dt in enumerate((np.int64, float, np.int64, float, np.int64))]
     got = _curves(tl, (cols[0], cols[1], cols[2], cols[3], cols[4]), {})
     for r in (0, 1):
-        cur, steps, peak, peak_s, peak_op = 0.0, [[0.0, 0.0]], 0.0, 0.0, ""
-        for t0, _o, d, op in sorted((t, o, d, spans[row].id) for rr, t, o, d, row in ev if rr == r):
-            cur += d
-            if steps[-1][0] == t0:
-                steps[-1][1] = cur
-            else:
-                steps.append([t0, cur])
-            if cur > peak + 1e-6:
-                peak, peak_s, peak_op = cur, t0, op
-        assert got[r] == {"static": {}, "steps": steps, "peak_bytes": peak, "peak_s": peak_s, "peak_op": peak_op}
+        want = _reference_curve([(t, o, d, spans[row].id) for rr, t, o, d, row in ev if rr == r], {})
+        assert got[r] == want
