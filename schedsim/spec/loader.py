@@ -1436,11 +1436,14 @@ def _combos(vals: dict[str, Any], nk: int) -> tuple[Any, Any]:
     flat = [c for v in vary for c in ([v] if isinstance(v, np.ndarray) else v) if isinstance(c, np.ndarray)]
     codes = [_int_codes(c) for c in flat]
     if all(c is not None for c in codes):  # every varying value an int (a rank, a size): in bulk
-        key = np.zeros(nk, np.int64)
+        key, span = np.zeros(nk, np.int64), 1
         for c in codes:
             assert c is not None
-            key = key * (int(c.max()) + 1) + c  # distinct values stay distinct: codes < nk, few columns
-            key = np.unique(key, return_inverse=True)[1].reshape(-1)
+            r = int(c.max()) + 1
+            if span * r >= 1 << 62:  # renumber the key so far densely (values < nk) before it overflows
+                key = np.unique(key, return_inverse=True)[1].reshape(-1)
+                span = int(key.max()) + 1
+            key, span = key * r + c, span * r  # distinct values stay distinct
         _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
         rank_of = np.empty(len(first), np.int64)
         rank_of[np.argsort(first, kind="stable")] = np.arange(len(first))
@@ -1458,8 +1461,8 @@ def _combos(vals: dict[str, Any], nk: int) -> tuple[Any, Any]:
 
 
 def _int_codes(col: Any) -> Any:
-    """``col`` (object[n]) as dense int64 codes (equal values, equal codes) where every value is an ``int``
-    (not a bool: :func:`_keyable` tells ``1`` from ``True``) of at most 63 bits; else None."""
+    """``col`` (object[n]) as int64 codes in 0 .. 4n + 63 (equal values, equal codes) where every value is an
+    ``int`` (not a bool: :func:`_keyable` tells ``1`` from ``True``) of at most 63 bits; else None."""
     import numpy as np
     lst = col.tolist()
     if set(map(type, lst)) != {int}:
@@ -1468,6 +1471,9 @@ def _int_codes(col: Any) -> Any:
         arr = np.array(lst, np.int64)
     except OverflowError:
         return None
+    lo, hi = int(arr.min()), int(arr.max())
+    if hi - lo < 4 * len(arr) + 64:  # a small range: the values less their minimum are the codes
+        return arr - lo
     return np.unique(arr, return_inverse=True)[1].reshape(-1)
 
 
