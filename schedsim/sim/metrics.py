@@ -355,9 +355,9 @@ def critical_path_segments(tl: Timeline) -> list[PathSegment]:
         return []
     kind, lo, hi, row = _segment_arrays(tl)
     keep = (hi > lo).nonzero()[0].tolist()
-    ids = tl.columns.id
     kl, ll, hl, rl = kind.tolist(), lo.tolist(), hi.tolist(), row.tolist()
-    return [PathSegment(SEGMENT_KINDS[kl[i]], ll[i], hl[i], ids[rl[i]]) for i in keep]
+    ids = tl.columns.ids_at([rl[i] for i in keep])  # the path's ids only, not the column of every op's
+    return [PathSegment(SEGMENT_KINDS[kl[i]], ll[i], hl[i], op) for i, op in zip(keep, ids, strict=True)]
 
 
 def critical_path_host(tl: Timeline) -> list[str]:
@@ -368,8 +368,7 @@ def critical_path_host(tl: Timeline) -> list[str]:
         return []
     kind, lo, hi, row = _segment_arrays(tl)
     first = int(row[int((kind != 3).argmax())])  # the path's first op: its own call is on the path already
-    ids = tl.columns.id
-    return [ids[i] for i in row[(kind == 3) & (hi > lo) & (row != first)].tolist()]
+    return tl.columns.ids_at(row[(kind == 3) & (hi > lo) & (row != first)].tolist())
 
 
 @dataclass(frozen=True)
