@@ -412,25 +412,28 @@ class Table:
         for (tmpl, _nm, cnt, dep_ids, ranks, _tg, _s), nid, tid, rs in zip(self._rows, row_names, row_tags,
                                                                             row_strs, strict=True):
             R = len(tmpl)
+            per: Any = 1  # instances per row: one number for the whole run where it is one (a fast repeat)
             if once:
-                per = np.ones(R, np.int64)
                 rank_p.append(np.zeros(R, I32))
             elif isinstance(ranks, (int, np.integer)):
-                per = np.full(R, int(ranks), np.int64)
+                per = int(ranks)
                 rank_p.append(np.tile(np.arange(ranks, dtype=I32), R))
             elif isinstance(ranks, np.ndarray):
-                per = np.ones(R, np.int64)
                 rank_p.append(ranks.astype(I32, copy=False))
             else:
                 per = np.array([len(r) for r in ranks], np.int64)
                 rank_p.append(np.concatenate([np.asarray(r, I32) for r in ranks]) if R else np.zeros(0, I32))
-            tm_p.append(np.repeat(tmpl, per))
-            name_p.append(np.repeat(nid, per))
-            tag_p.append(np.repeat(tid, per))
-            batch_p.append(tc["batch"][tm_p[-1]] if rs is None else np.repeat(rs[0], per))
-            msg_p.append(tc["msg"][tm_p[-1]] if rs is None else np.repeat(rs[1], per))
-            n = int(per.sum())
-            row = np.repeat(np.arange(R), per)
+
+            def rep(x: np.ndarray, per: Any = per) -> np.ndarray:
+                return x if isinstance(per, int) and per == 1 else np.repeat(x, per)
+
+            tm_p.append(rep(tmpl))
+            name_p.append(rep(nid))
+            tag_p.append(rep(tid))
+            batch_p.append(tc["batch"][tm_p[-1]] if rs is None else rep(rs[0]))
+            msg_p.append(tc["msg"][tm_p[-1]] if rs is None else rep(rs[1]))
+            n = R * per if isinstance(per, int) else int(per.sum())
+            row = rep(np.arange(R))
             icnt = cnt[row]
             tot = int(icnt.sum())
             if tot:
