@@ -503,7 +503,8 @@ def _rank_blocks(draw):  # type: ignore[no-untyped-def]
             batch = draw(st.sampled_from(["b{i}", "b{i}", "b", "b{i}", "", "{i}x"]))
             tag = draw(st.sampled_from(["", "m{i}"]))
             bad = draw(st.sampled_from([""] * 14 + ["self", "dup"]))
-            for kind, peer, src in (("send", f"(rank + {k}) % W", "rank"), ("recv", f"(rank - {k}) % W", f"(rank - {k}) % W")):
+            back = f"(rank - {k}) % W"
+            for kind, peer, src in (("send", f"(rank + {k}) % W", "rank"), ("recv", back, back)):
                 f = [f"name: \"{'x' if bad == 'dup' else kind[0]}{e}_{{i}}\"", f"kind: {kind}",
                      f"peer: \"{'rank' if bad == 'self' else peer}\"", f"bytes: \"{size.replace('src', src)}\""]
                 f += [f"p2p_batch: \"{batch}\""] if batch else []

@@ -157,7 +157,7 @@ def _per_rank_reference(tl: Timeline) -> dict[int, tuple]:  # type: ignore[type-
             o = np.argsort(c.start_s[m], kind="stable")
             return c.start_s[m][o], c.end_s[m][o], c.ready_s[m][o]
         (s0, e0, _), (s1, e1, rd), (s2, e2, _) = sel("compute"), sel("comm"), sel("copy")
-        comp, comm, copy = merged(s0, e0, presorted=True), merged(s1, e1, presorted=True), merged(s2, e2, presorted=True)
+        comp, comm, copy = (merged(a, b, presorted=True) for a, b in ((s0, e0), (s1, e1), (s2, e2)))
         lc, lcp = float((comm[1] - comm[0]).sum()), float((copy[1] - copy[0]).sum())
         ov = pieces_intersection(comm, comp)
         ovc = pieces_intersection(copy, comp) if lcp > 0 else 0.0
