@@ -635,7 +635,7 @@ def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray
         tie = 1 - tie
     o = np.lexsort((tie, np.r_[yv, xv], np.r_[yg, xg]))
     is_y = o < ny
-    before = np.cumsum(is_y) - is_y  # targets sorted before each entry
+    before: np.ndarray = np.cumsum(is_y) - is_y  # targets sorted before each entry
     at = np.empty(len(o), np.int64)
     at[o] = before
     return at[ny:] - np.searchsorted(yg, xg, side="left")

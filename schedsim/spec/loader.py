@@ -986,9 +986,9 @@ class Block:
         self.rows = len(names)
         self.row_rep, self.names, self.dep_cnt, self.deps, self.tags = row_rep, names, dep_cnt, deps, tags
         self.strs = strs
-        alias = strs["nccl_group"]
-        self.batch = np.where(np.equal(strs["p2p_batch"], None), alias, strs["p2p_batch"])
-        self.msg = strs["tag"]
+        written = np.not_equal(strs["p2p_batch"], np.array(None, dtype=object)).astype(bool)
+        self.batch: Any = np.where(written, strs["p2p_batch"], strs["nccl_group"])
+        self.msg: Any = strs["tag"]
         self.models: list[Any] = []
         self.sources: list[tuple[int | None, int | None, str]] = []
 
