@@ -514,13 +514,11 @@ def _compute(tl: Timeline) -> Metrics:
         order, gkey, start = order[o], gkey[o], start[o]
     end, ready = c.end_s[order], c.ready_s[order]
     rank, kind = gkey >> 2, gkey & 3
-    present = np.unique(rank)  # the ranks that run anything, ascending
+    present = rank[np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])] if len(rank) else rank  # ascending
     nr = int(present[-1]) + 1 if len(present) else 0
-    res = []
-    for k in range(3):
-        m = kind == k
-        res.append(_merged_by(rank[m], start[m], end[m]))
-    comp, comm, copy = res
+    pg, ps, pe = _merged_by(gkey, start, end)  # each (rank, resource)'s pieces, in one pass
+    pk, pr = pg & 3, pg >> 2
+    comp, comm, copy = ((pr[m], ps[m], pe[m]) for m in (pk == k for k in range(3)))
     busy_comp = _sums_by(comp[0], comp[2] - comp[1], nr)
     lc = _sums_by(comm[0], comm[2] - comm[1], nr)
     lcp = _sums_by(copy[0], copy[2] - copy[1], nr)
@@ -529,7 +527,7 @@ def _compute(tl: Timeline) -> Metrics:
     # the union of all three: of their pieces (the same pieces as of the intervals themselves), each rank's
     # comp, comm and copy pieces in that order sorted by start (stable)
     ag, as_, ae = (np.concatenate(x) for x in zip(comp, comm, copy, strict=True))
-    o = np.lexsort((as_, ag))
+    o = np.argsort(_pairs(ag, as_), kind="stable")
     ug, us, ue = _merged_by(ag[o], as_[o], ae[o])
     busy = _sums_by(ug, ue - us, nr)
     # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
@@ -537,8 +535,10 @@ def _compute(tl: Timeline) -> Metrics:
     m = kind == 1
     rd, sc, ec, gc = ready[m], start[m], end[m], rank[m]
     kvs = np.where(np.isnan(rd), sc, rd)
-    o = np.lexsort((kvs, gc))
-    kg, ks, ke = _merged_by(gc[o], kvs[o], ec[o])
+    if len(gc) > 1 and not bool(((kvs[1:] >= kvs[:-1]) | (gc[1:] != gc[:-1])).all()):  # else sorted already
+        o = np.argsort(_pairs(gc, kvs), kind="stable")
+        gc, kvs, ec = gc[o], kvs[o], ec[o]
+    kg, ks, ke = _merged_by(gc, kvs, ec)
     kv = _sums_by(kg, ke - ks, nr)
     p = present
     lc_p, ov_p, lcp_p, ovc_p = lc[p], ov[p], lcp[p], np.where(lcp[p] > 0, ovc[p], 0.0)
@@ -621,24 +621,27 @@ def _sums_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray, side: str) -> np.ndarray:
-    """Per query ``(xg, xv)``, ``np.searchsorted(yv[group xg's slice], xv, side)``, for ``yv`` sorted within
-    each group and ``yg`` ascending: one stable sort of targets and queries together."""
+def _pairs(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """``(group, value)`` as complex128 numbers ``group + value·i``, which numpy sorts and searches by real part,
+    then imaginary part: the pairs in lexicographic order, the floats compared as they are (set, not computed;
+    groups below 2**53)."""
     import numpy as np
 
-    ny = len(yv)
+    k = np.empty(len(group), np.complex128)
+    k.real = group
+    k.imag = value
+    return k
+
+
+def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray, side: str) -> np.ndarray:
+    """Per query ``(xg, xv)``, ``np.searchsorted(yv[group xg's slice], xv, side)``, for ``yv`` sorted within
+    each group and ``yg`` ascending: one search of the (group, value) pairs (:func:`_pairs`)."""
+    import numpy as np
+
     if not len(xv):
         return np.zeros(0, np.int64)
-    # on equal values, "right" puts the targets first (counted), "left" the queries
-    tie = np.r_[np.zeros(ny, np.int8), np.ones(len(xv), np.int8)]
-    if side == "left":
-        tie = 1 - tie
-    o = np.lexsort((tie, np.r_[yv, xv], np.r_[yg, xg]))
-    is_y = o < ny
-    before: np.ndarray = np.cumsum(is_y) - is_y  # targets sorted before each entry
-    at = np.empty(len(o), np.int64)
-    at[o] = before
-    return at[ny:] - np.searchsorted(yg, xg, side="left")
+    found: np.ndarray = np.searchsorted(_pairs(yg, yv), _pairs(xg, xv), side)  # type: ignore[call-overload]
+    return found - np.searchsorted(yg, xg, side="left")
 
 
 def _overlap_by(x: tuple[np.ndarray, np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray, np.ndarray],
