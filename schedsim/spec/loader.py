@@ -1262,6 +1262,7 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
 
     when, fields, _key_marks, _mark, _p, item, ranks_of = b
     it = None  # per candidate row, its iteration (entries instanced per rank)
+    base_loop, base_n, base_done = loop, n, done  # per iteration: a field without `rank` is evaluated there
     if ranks_of is not None:
         rl = _entry_ranks(ranks_of, item, env, loop)
         if not rl:
@@ -1272,11 +1273,9 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
         loop = {**{k: _Vec(v.a[it], v.num) for k, v in loop.items()}, "rank": _Vec(rank_col, True)}
         n = len(it)
         done = {}  # the other entries' values are per iteration, not per (iteration, rank)
-    lnames = list(loop)
 
     def envs_of(keep: Any) -> Any:
-        cols = [loop[nm].a[keep].tolist() for nm in lnames]
-        return lambda: ({**env, **dict(zip(lnames, vals, strict=True))} for vals in zip(*cols, strict=True))
+        return _envs(env, loop, keep)
 
     keep = np.arange(n)
     if when is not None:
@@ -1298,22 +1297,11 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
             vals[k] = [sub["rank"].a]
             continue
         raw = item[k]
-        # a string over every iteration evaluates alike in any field but a numeric one (`deps: ["mm{i}"]` and
-        # another entry's `name: mm{i}`): computed once
-        one = raw[0] if type(raw) is LList and len(raw) == 1 else raw
-        ck = (k in NUMERIC_FIELDS, one) if nk == n and type(one) is str else None
-        if ck is not None and ck in done:
-            vals[k] = [done[ck]] if one is not raw else done[ck]
+        if it is not None and not _uses_rank(raw, k):  # the same on every rank: once per iteration, then spread
+            vals[k] = _spread(_field_values(k, f, fm, raw, vec, env, base_loop, base_n, base_n, np.arange(base_n),
+                                            lambda keep_: _envs(env, base_loop, keep_), base_done), it[keep])
             continue
-        vf = vec.get(k)
-        if vf is None:
-            try:
-                vf = vec[k] = _vector_field(k, raw)
-            except ExprError:
-                raise _Abandon from None
-        vals[k] = _values(vf, (lambda env_, f=f, fm=fm: f(env_, fm)), env, sub, nk, envs_of(keep))
-        if ck is not None:
-            done[ck] = vals[k][0] if one is not raw else vals[k]
+        vals[k] = _field_values(k, f, fm, raw, vec, env, sub, nk, n, keep, envs_of, done)
     names = _row_names(vals.get("name"), nk)
     tags = _tag_rows(vals.pop("tags", {}), nk)
     deps = vals.get("deps", [])
@@ -1325,6 +1313,47 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
     return _Entry(e=e, keep=keep if it is None else it[keep], names=names, deps=deps, combo=combo, firsts=firsts,
                   has_deps="deps" in vals, vals=vals, tags=tags, chars=_chars(vals, nk), strs=strs,
                   rank=None if it is None else sub["rank"].a)
+
+
+def _envs(env: dict[str, Any], loop: dict[str, Any], keep: Any) -> Any:
+    """``envs()``: the environment of each iteration ``keep`` (loop values over ``env``), one by one."""
+    names = list(loop)
+    cols = [loop[nm].a[keep].tolist() for nm in names]
+    return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
+
+
+def _field_values(k: str, f: Any, fm: Mark | None, raw: Any, vec: dict[str, Any], env: dict[str, Any],
+                  sub: dict[str, Any], nk: int, n: int, keep: Any, envs_of: Any, done: dict[Any, Any]) -> Any:
+    """Field ``k`` (written ``raw``, compiled ``f``) over the ``nk`` iterations ``keep`` of ``n`` (loop values
+    ``sub``): :func:`_values` of its vectorised form (cached in ``vec``); a string evaluated over every iteration
+    is evaluated alike in any field but a numeric one (`deps: ["mm{i}"]` and another entry's `name: mm{i}`),
+    so it is computed once (``done``)."""
+    one = raw[0] if type(raw) is LList and len(raw) == 1 else raw
+    ck = (k in NUMERIC_FIELDS, one) if nk == n and type(one) is str else None
+    if ck is not None and ck in done:
+        return [done[ck]] if one is not raw else done[ck]
+    vf = vec.get(k)
+    if vf is None:
+        try:
+            vf = vec[k] = _vector_field(k, raw)
+        except ExprError:
+            raise _Abandon from None
+    got = _values(vf, (lambda env_: f(env_, fm)), env, sub, nk, envs_of(keep))
+    if ck is not None:
+        done[ck] = got[0] if one is not raw else got
+    return got
+
+
+def _spread(v: Any, idx: Any) -> Any:
+    """Values per iteration (:func:`_values`' forms) taken at iterations ``idx``: one per row."""
+    import numpy as np
+    if isinstance(v, np.ndarray):
+        return v[idx]
+    if isinstance(v, list):
+        return [_spread(x, idx) for x in v]
+    if isinstance(v, dict):
+        return {k: _spread(x, idx) for k, x in v.items()}
+    return v
 
 
 def _entry_ranks(ranks_of: Any, item: Mapping[str, Any], env: dict[str, Any], loop: dict[str, Any]) -> list[int]:
