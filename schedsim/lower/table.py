@@ -195,6 +195,15 @@ class _Interner:
         return out
 
 
+def _objects(x: Any) -> np.ndarray:
+    """``x`` (a sequence of str or None) as a 1-d object array (a list of strings is not made a str array)."""
+    if isinstance(x, np.ndarray) and x.dtype == object:
+        return x
+    out = np.empty(len(x), object)
+    out[:] = list(x)
+    return out
+
+
 def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order."""
     uniq = dict.fromkeys(seq)  # once: hashing a million fresh strings is most of the cost
@@ -279,21 +288,21 @@ class Table:
         a run that left them to its templates), interned in row order, each row's batch before its message,
         as the templates' would be (:meth:`_tmpl_cols`: a written op's template is first used by its row)."""
         out: list[tuple[np.ndarray, np.ndarray] | None] = []
+        none = np.array(None, dtype=object)
         for *_x, strs in self._rows:
             if strs is None:
                 out.append(None)
                 continue
-            b = strs[0].tolist() if isinstance(strs[0], np.ndarray) else list(strs[0])
-            m = strs[1].tolist() if isinstance(strs[1], np.ndarray) else list(strs[1])
+            b, m = (_objects(x) for x in strs)
             R = len(b)
-            if all(x is None for x in m):  # no message tags: the batches alone
-                flat, two = b, False
-            else:
-                flat, two = [x for pair in zip(b, m, strict=True) for x in pair], True
-            have = np.fromiter((x is not None for x in flat), bool, len(flat))
+            flat = b
+            if bool(np.not_equal(m, none).any()):  # message tags: each row's batch, then its tag
+                flat = np.empty(2 * R, object)
+                flat[0::2], flat[1::2] = b, m
+            have = np.not_equal(flat, none).astype(bool)
             ids = np.full(len(flat), -1, I32)
-            ids[have] = _intern_all(self.strs, [x for x in flat if x is not None])
-            out.append((ids[0::2], ids[1::2]) if two else (ids, np.full(R, -1, I32)))
+            ids[have] = _intern_all(self.strs, flat[have].tolist())
+            out.append((ids[0::2], ids[1::2]) if len(flat) > R else (ids, np.full(R, -1, I32)))
         return out
 
     def tag_id(self, tags: tuple) -> int:  # type: ignore[type-arg]
