@@ -13,12 +13,13 @@ Steps, in order:
    the file, line, column, field path and a one-line fix; an unknown key gets
    the nearest valid key as a suggestion.
 
-A ``foreach`` whose body is plain op entries (no nested blocks, no ``rank``) is not expanded
-entry by entry: it becomes one :class:`Block`, its whole iteration space evaluated at once
-(:func:`schedsim.expr.compile_vector`), one *representative* op entry per distinct combination of the
-fields other than ``name``, ``deps`` and ``tags``. Pydantic and the cross-field rules check the
-representatives, names and dependencies are checked in bulk, and the spec keeps its ops as a
-:class:`Layout` (``spec.ops`` is built on first access; the lowering reads the blocks). Anything a block
+A ``foreach`` whose body is plain op entries (no nested blocks) is not expanded entry by entry: it
+becomes one :class:`Block`, its whole iteration space evaluated at once (:func:`schedsim.expr.compile_vector`;
+an entry instanced per rank, ``peer: (rank + 1) % W``, over iterations x ranks), one *representative* op
+entry per distinct combination of the fields other than ``name``, ``deps``, ``tags``, ``p2p_batch`` and
+``tag``. Pydantic and the cross-field rules check the representatives, names and dependencies are checked
+in bulk, and the spec keeps its ops as a :class:`Layout` (``spec.ops`` is built on first access; the
+lowering reads the blocks). Anything a block
 cannot settle (an expression that fails or does not vectorise, a rule broken, a limit passed) sends the
 schedule down the general path, which gives the same result and raises the same error.
 """
