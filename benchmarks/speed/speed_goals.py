@@ -22,8 +22,17 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   (tables, timeline.json, Gantt PNG/SVG, pipeline view and memory plot). Goal: <= 5 s.
 * ``scaling``: ``overlap_gen.yaml`` on 8 ranks from 10k ops up to ``--max-ops`` (default 1M; 10M takes
   ~2.7 GiB and ~25 CPU s), ``--no-trace`` so every size writes the same outputs.
+* ``shapes`` (issue 38: the shapes users write besides the benchmark's; the inputs are written by this script,
+  :data:`SHAPES`): a ring of batched send/recv written with ``rank`` (``peer: (rank + 1) % world_size``, a batch
+  per iteration) at 1M ops on 8 ranks; ``check`` of sends and recvs whose names do not pair (``s{k}`` /
+  ``r{k}``) at 96k ops; a GEMM and an all_reduce per chunk over 100,000 ranks at 1M ops; ``predict`` of 100k
+  ops with its default trace.json; interleaved 1F1B pp=32 m=512 v=4 with charts (``predict`` whole process)
+  beside torch's dry run as a whole process (``python -c``: import torch, ScheduleInterleaved1F1B, its
+  lowering with comms, ``_simulate_comms_compute``, as ``benchmarks/speed/pipeline_vs_torch.py``'s ``torch_side``).
+  Goals: <= 2 µs and <= 200 B per op; 100,000 ranks at 1M ops <= 2 s; unpaired ``check`` <= 1 s; the
+  pipeline with charts >= 10x faster than torch's dry run.
 
-Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling]
+Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes]
 """
 
 from __future__ import annotations
@@ -90,6 +99,85 @@ def gen_predict(world: int, chunks: int, out: str) -> list[str]:
                     "--out", out)
 
 
+#: The inputs of the ``shapes`` case: (file name, YAML text); ``{...}`` in the text stay for the schedule's
+#: own expressions, sizes come from ``--set``.
+SHAPES = {
+    "ring_rank.yaml": """\
+schema_version: 1
+name: ring_rank
+world_size: "{world_size}"
+params: {world_size: 8, chunks: 64}
+ops:
+  - foreach: {i: range(chunks)}
+    ops:
+      - {name: "s{i}", kind: send, peer: "(rank + 1) % world_size", bytes: 1048576, stream: p2p, p2p_batch: "b{i}"}
+      - {name: "r{i}", kind: recv, peer: "(rank - 1) % world_size", bytes: 1048576, stream: p2p, p2p_batch: "b{i}"}
+""",
+    "unpaired_names.yaml": """\
+schema_version: 1
+name: unpaired_names
+world_size: 2
+params: {n: 48000}
+ops:
+  - foreach: {k: range(n)}
+    ops:
+      - {name: "s{k}", kind: send, peer: 1, bytes: 64, ranks: [0]}
+      - {name: "r{k}", kind: recv, peer: 0, bytes: 64, ranks: [1]}
+""",
+    "dp_ranks.yaml": """\
+schema_version: 1
+name: dp_ranks
+world_size: "{world_size}"
+params: {world_size: 100000, chunks: 5}
+ops:
+  - foreach: {i: range(chunks)}
+    ops:
+      - {name: "mm{i}", kind: matmul, m: 4096, n: 4096, k: 4096, dtype: bf16, stream: compute}
+      - {name: "ar{i}", kind: all_reduce, bytes: 64*2**20, stream: comm, deps: ["mm{i}"]}
+""",
+    "interleaved.yaml": """\
+schema_version: 1
+name: interleaved
+world_size: "{p}"
+params: {p: 32, m: 512, v: 4}
+pipeline:
+  schedule: interleaved_1f1b
+  p: p
+  m: m
+  v: v
+  p2p: overlapped
+  stage:
+    forward: [{kind: compute, duration_us: 1}]
+    backward_input: [{kind: compute, duration_us: 1}]
+    backward_weight: [{kind: compute, duration_us: 1}]
+""",
+}
+
+#: torch's dry run of interleaved 1F1B as one process, from its imports (``benchmarks/speed/pipeline_vs_torch.py``'s
+#: ``torch_side``, which this mirrors, times the simulation alone).
+TORCH_DRY_RUN = """\
+import gc
+from unittest import mock
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import (ScheduleInterleaved1F1B, _ComputationType as CT,
+                                                    _PipelineScheduleRuntime, _simulate_comms_compute)
+pp, m, v = 32, 512, 4
+gc.disable()
+stage = mock.create_autospec(PipelineStage, instance=True)
+stage.group_rank, stage.group_size, stage.submod, stage.num_stages = 0, pp, None, v * pp
+stages = [stage] * v
+sched = ScheduleInterleaved1F1B(stages, m)
+rt = _PipelineScheduleRuntime(stages, m)
+rt._prepare_schedule_with_comms(sched.pipeline_order)
+keep = {CT.FORWARD, CT.FULL_BACKWARD, CT.BACKWARD_INPUT, CT.BACKWARD_WEIGHT, CT.SEND_F, CT.RECV_F, CT.SEND_B,
+        CT.RECV_B}
+order = {r: [a for a in acts if a is None or a.computation_type in keep]
+         for r, acts in rt.pipeline_order_with_comms.items()}
+_simulate_comms_compute(order, lambda s: s % pp, pp * v)
+print(sum(len([a for a in acts if a is not None]) for acts in order.values()))
+"""
+
+
 def row(label: str, ops: int | None, r: tuple[float, float, float, str], goal: str) -> str:
     per_op = f"{r[2] * 2**20 / ops:,.0f}" if ops else "—"
     return f"| {label} | {r[0]:.2f} | {r[1]:.2f} | {r[2]:,.0f} | {per_op} | {goal} |"
@@ -98,7 +186,7 @@ def row(label: str, ops: int | None, r: tuple[float, float, float, str], goal: s
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cases", nargs="*", default=["million", "pipeline", "cold", "pp8dp128", "scaling"])
+    ap.add_argument("--cases", nargs="*", default=["million", "pipeline", "cold", "pp8dp128", "scaling", "shapes"])
     ap.add_argument("--max-ops", type=int, default=1_000_000, help="Largest size of the scaling table.")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="schedsim_goals_")
@@ -149,6 +237,8 @@ def main() -> None:
             print(f"| {model} | {torch_s:.2f} | {med['expand']:.2f} | {med['build']:.2f} | {med['checks']:.2f} | "
                   f"{med['simulate']:.2f} | {med['timeline']:.2f} | {med['total']:.2f} | "
                   f"{torch_s / med['total']:.2f}× (goal ≥ 10×) | {torch_s / med['simulate']:.2f}× |", flush=True)
+    if "shapes" in a.cases:
+        shapes(tmp, installed, a.repeat)
     if "scaling" in a.cases:
         print("\nscaling, `overlap_gen.yaml` on 8 ranks, `predict --no-gantt --no-trace` whole process:\n")
         print("| ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op |")
@@ -161,6 +251,48 @@ def main() -> None:
             print(f"| {n:,} | {r[0]:.2f} | {r[1]:.2f} | {r[1] / n * 1e6:.1f} | {r[2]:,.0f} | "
                   f"{r[2] * 2**20 / n:,.0f} |", flush=True)
             n *= 10
+
+
+def shapes(tmp: str, installed: Path, repeat: int) -> None:
+    """The ``shapes`` case (module docstring): one table, CPU µs and peak bytes per op, and torch's dry run
+    beside the pipeline in the same run."""
+    files = {}
+    for name, text in SHAPES.items():
+        files[name] = f"{tmp}/{name}"
+        Path(files[name]).write_text(text)
+    print("\nshapes (issue 38), whole processes:\n")
+    print("| shape | ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op | goal |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+
+    def line(label: str, ops: int, r: tuple[float, float, float, str], goal: str) -> None:
+        print(f"| {label} | {ops:,} | {r[0]:.2f} | {r[1]:.2f} | {r[1] / ops * 1e6:.2f} | {r[2]:,.0f} | "
+              f"{r[2] * 2**20 / ops:,.0f} | {goal} |", flush=True)
+
+    per_op = "≤ 2 µs, ≤ 200 B per op"
+    r = median_run(schedsim("predict", files["ring_rank.yaml"], "--no-gantt", "--set", "chunks=62500",
+                            "--out", f"{tmp}/ring"), repeat, installed)
+    line("ring of batched p2p written with `rank`, 8 ranks, `predict --no-gantt`", 1_000_000, r, per_op)
+    r = median_run(schedsim("check", files["unpaired_names.yaml"]), repeat, installed)
+    line("send/recv whose names don't pair (`s{k}` / `r{k}`), `check`", 96_000, r, "≤ 1 s")
+    r = median_run(schedsim("predict", files["dp_ranks.yaml"], "--no-gantt", "--out", f"{tmp}/dp"), repeat,
+                   installed)
+    line("GEMM + all_reduce per chunk over 100,000 ranks, `predict --no-gantt`", 1_000_000, r, "≤ 2 s")
+    r = median_run(gen_predict(8, 6_250, f"{tmp}/t100k"), repeat, installed)
+    line("`predict --no-gantt` of `overlap_gen.yaml` with its default trace.json", 100_000, r, per_op)
+    runs = []
+    for _ in range(repeat):  # side by side: torch's process, then ours, each time
+        t = run([sys.executable, "-c", TORCH_DRY_RUN])
+        o = run(schedsim("predict", files["interleaved.yaml"], "--out", f"{tmp}/pp32"), installed)
+        runs.append((t, o))
+    t = tuple(statistics.median(x[0][k] for x in runs) for k in range(3))
+    o = tuple(statistics.median(x[1][k] for x in runs) for k in range(3))
+    actions = int(runs[-1][0][3].strip().splitlines()[-1])
+    ratio = statistics.median(x[0][1] / x[1][1] for x in runs)
+    print(f"| torch's dry run of interleaved 1F1B pp=32 m=512 v=4, whole process ({actions:,} actions) | — | "
+          f"{t[0]:.2f} | {t[1]:.2f} | — | {t[2]:,.0f} | — | — |")
+    print(f"| `predict` of the same schedule (schedsim's interleaved 1F1B), charts included | — | {o[0]:.2f} | "
+          f"{o[1]:.2f} | — | {o[2]:,.0f} | — | torch / schedsim CPU s {ratio:.2f}× (same-run ratio, median; "
+          "goal ≥ 10×) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -98,48 +98,40 @@ def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
 
 def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: np.ndarray,
                    ms: np.ndarray) -> list[str]:
-    """Warnings for pairs whose op names suggest another pairing (send ``x_grad`` met by recv ``y``)."""
+    """Warnings for pairs whose op names suggest another pairing (send ``x_grad`` met by recv ``y``): a pair
+    without a message tag (``ms`` < 0) whose send and recv carry different message names, where a recv of the
+    same (src, dst) carries the send's (the first such recv, in the pairing's order, is the one meant).
+
+    In bulk: each distinct op name's message name once (:func:`message_name`), then array lookups."""
     c = cols.c
-    names = cols.table.names
-    cache: dict[int, str] = {}
-
-    def mname(i: int) -> str:
-        n = int(c["name"][i])
-        v = cache.get(n)
-        if v is None:
-            v = cache[n] = message_name(names.item(n))
-        return v
-
-    out: list[str] = []
     cand = np.flatnonzero(ms < 0)
     if not len(cand):
-        return out
+        return []
+    nid = c["name"]
+    sn, rn = nid[s[cand]], nid[r]
+    ids = np.unique(np.concatenate([sn, rn]))
+    codes: dict[str, int] = {}
+    mcode = np.fromiter((codes.setdefault(m, len(codes)) if m else -1
+                         for m in map(message_name, cols.table.names.take(ids.tolist()))), I64, len(ids))
+    ca, code_r = mcode[np.searchsorted(ids, sn)], mcode[np.searchsorted(ids, rn)]
+    keep = (ca >= 0) & (code_r[cand] >= 0) & (ca != code_r[cand])
+    cand, ca = cand[keep], ca[keep]
+    if not len(cand):
+        return []
     key = ss * (int(sd.max()) + 1) + sd
-    kstart = np.searchsorted(key, key, "left")
-    kend = np.searchsorted(key, key, "right")
+    group = np.searchsorted(key, key, "left")  # per pair, the first pair of its (src, dst)
+    C = len(codes) + 1
+    rkey = group * C + code_r
+    u, first = np.unique(rkey, return_index=True)  # a group's first recv of each message name
+    q = group[cand] * C + ca
+    at = np.minimum(np.searchsorted(u, q), len(u) - 1)
+    hit = u[at] == q
     tp = cols.table.templates
-    by_name: dict[int, dict[str, int]] = {}  # per (src, dst) group (its first row): message name -> first recv
-
-    def recv_named(k: int, name: str) -> int | None:
-        g = int(kstart[k])
-        m = by_name.get(g)
-        if m is None:  # built once per group: the whole check stays linear in the number of pairs
-            m = by_name[g] = {}
-            for x in r[g:int(kend[k])].tolist():
-                m.setdefault(mname(int(x)), int(x))
-        return m.get(name)
-
-    for k in cand.tolist():
-        a, b = int(s[k]), int(r[k])
-        na, nb = mname(a), mname(b)
-        if not (na and nb and na != nb):
-            continue
-        other = recv_named(k, na)
-        if other is None:
-            continue
-        src, dst = int(ss[k]), int(sd[k])
+    out: list[str] = []
+    for k, j in zip(cand[hit].tolist(), first[at[hit]].tolist(), strict=True):
+        a, b, other = int(s[k]), int(r[k]), int(r[j])
         out.append(name_warning(tp[int(c["tmpl"][a])].source, _oid(cols, a), _oid(cols, b), _oid(cols, other),
-                                src, dst))
+                                int(ss[k]), int(sd[k])))
     return out
 
 

@@ -195,6 +195,15 @@ class _Interner:
         return out
 
 
+def _objects(x: Any) -> np.ndarray:
+    """``x`` (a sequence of str or None) as a 1-d object array (a list of strings is not made a str array)."""
+    if isinstance(x, np.ndarray) and x.dtype == object:
+        return x
+    out = np.empty(len(x), object)
+    out[:] = list(x)
+    return out
+
+
 def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order."""
     uniq = dict.fromkeys(seq)  # once: hashing a million fresh strings is most of the cost
@@ -233,7 +242,7 @@ class Table:
         self.strs = _Interner()  # p2p batch names and message tags
         self.tags(())
         self._shared: dict[tuple[Any, ...], int] = {}
-        self._rows: list[tuple[np.ndarray, Any, np.ndarray, np.ndarray, Any, Any]] = []
+        self._rows: list[tuple[np.ndarray, Any, np.ndarray, np.ndarray, Any, Any, Any]] = []
         # single instances
         self.o_tmpl: list[int] = []
         self.o_rank: list[int] = []
@@ -261,14 +270,40 @@ class Table:
             t = self._shared[key] = self.template(replace(proto, deps=()) if proto.deps else proto)
         return t
 
-    def add_rows(self, tmpl: np.ndarray, names: Any, dep_cnt: np.ndarray, deps: Any, ranks: Any, tags: Any) -> None:
+    def add_rows(self, tmpl: np.ndarray, names: Any, dep_cnt: np.ndarray, deps: Any, ranks: Any, tags: Any,
+                 strs: tuple[Any, Any] | None = None) -> None:
         """Written op entries (rows), each instanced on its ranks: ``tmpl`` int32[R] (from
         :meth:`shared_template`), ``names`` (R str), ``dep_cnt`` int64[R] and ``deps`` (the rows' dependency
-        names, concatenated), ``ranks`` an int (every row on ranks 0..ranks-1) or a list of R int32 arrays,
-        ``tags`` (R tag sets, each ``tuple(sorted(tags.items()))``)."""
+        names, concatenated), ``ranks`` an int (every row on ranks 0..ranks-1), a list of R int32 arrays, or
+        an int array of R ranks (each row on one rank), ``tags`` (R tag sets, each
+        ``tuple(sorted(tags.items()))``); ``strs`` None (the templates' ``p2p_batch`` and ``tag``) or
+        ``(batch, msg)``, each row's ``p2p_batch`` and message ``tag`` (R str or None each), whose templates
+        then hold neither."""
         seq = deps.tolist() if isinstance(deps, np.ndarray) else list(deps)
         dep_ids = _intern_all(self.names, seq) if seq else np.zeros(0, I32)
-        self._rows.append((np.asarray(tmpl, I32), names, np.asarray(dep_cnt, np.int64), dep_ids, ranks, tags))
+        self._rows.append((np.asarray(tmpl, I32), names, np.asarray(dep_cnt, np.int64), dep_ids, ranks, tags, strs))
+
+    def _row_strs(self) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """Per row run of :meth:`add_rows`, its rows' batch and message-tag ids (int32[R] each, -1 none; None for
+        a run that left them to its templates), interned in row order, each row's batch before its message,
+        as the templates' would be (:meth:`_tmpl_cols`: a written op's template is first used by its row)."""
+        out: list[tuple[np.ndarray, np.ndarray] | None] = []
+        none = np.array(None, dtype=object)
+        for *_x, strs in self._rows:
+            if strs is None:
+                out.append(None)
+                continue
+            b, m = (_objects(x) for x in strs)
+            R = len(b)
+            flat = b
+            if bool(np.not_equal(m, none).any()):  # message tags: each row's batch, then its tag
+                flat = np.empty(2 * R, object)
+                flat[0::2], flat[1::2] = b, m
+            have = np.not_equal(flat, none).astype(bool)
+            ids = np.full(len(flat), -1, I32)
+            ids[have] = _intern_all(self.strs, flat[have].tolist())
+            out.append((ids[0::2], ids[1::2]) if len(flat) > R else (ids, np.full(R, -1, I32)))
+        return out
 
     def tag_id(self, tags: tuple) -> int:
         """The id of a tag set, shared by every op that has it."""
@@ -361,7 +396,7 @@ class Table:
     def uniform(self) -> int | None:
         """W when the table holds only rows that each run on ranks 0..W-1 (no single instances): then every
         rank runs the same ops in the same order, and :func:`schedsim.lower.link.link` links one rank's."""
-        ws = [r for _t, _n, _c, _d, r, _g in self._rows]
+        ws = [r for _t, _n, _c, _d, r, _g, _s in self._rows]
         if self.o_tmpl or self._blocks or not ws or \
                 not all(isinstance(w, (int, np.integer)) and w == ws[0] for w in ws):
             return None
@@ -375,27 +410,39 @@ class Table:
             return x.tolist() if isinstance(x, np.ndarray) else list(x)
 
         # interned now, in row order, as the templates' names and tags were (after the pipeline's)
-        row_names = [_intern_all(self.names, seq(nm)) for _t, nm, _c, _d, _r, _g in self._rows]
-        row_tags = [_intern_all(self.tags, seq(tg)) for _t, _n, _c, _d, _r, tg in self._rows]
+        row_names = [_intern_all(self.names, seq(nm)) for _t, nm, _c, _d, _r, _g, _s in self._rows]
+        row_tags = [_intern_all(self.tags, seq(tg)) for _t, _n, _c, _d, _r, tg, _s in self._rows]
+        row_strs = self._row_strs()
         tc = self._tmpl_cols()
         tm_p, rank_p, name_p, tag_p, dop_p, dnm_p = [], [], [], [], [], []
+        batch_p: list[np.ndarray] = []
+        msg_p: list[np.ndarray] = []
         base = 0
-        for (tmpl, _nm, cnt, dep_ids, ranks, _tg), nid, tid in zip(self._rows, row_names, row_tags, strict=True):
+        for (tmpl, _nm, cnt, dep_ids, ranks, _tg, _s), nid, tid, rs in zip(self._rows, row_names, row_tags,
+                                                                            row_strs, strict=True):
             R = len(tmpl)
+            per: Any = 1  # instances per row: one number for the whole run where it is one (a fast repeat)
             if once:
-                per = np.ones(R, np.int64)
                 rank_p.append(np.zeros(R, I32))
             elif isinstance(ranks, (int, np.integer)):
-                per = np.full(R, int(ranks), np.int64)
+                per = int(ranks)
                 rank_p.append(np.tile(np.arange(ranks, dtype=I32), R))
+            elif isinstance(ranks, np.ndarray):
+                rank_p.append(ranks.astype(I32, copy=False))
             else:
                 per = np.array([len(r) for r in ranks], np.int64)
                 rank_p.append(np.concatenate([np.asarray(r, I32) for r in ranks]) if R else np.zeros(0, I32))
-            tm_p.append(np.repeat(tmpl, per))
-            name_p.append(np.repeat(nid, per))
-            tag_p.append(np.repeat(tid, per))
-            n = int(per.sum())
-            row = np.repeat(np.arange(R), per)
+
+            def rep(x: np.ndarray, per: Any = per) -> np.ndarray:
+                return x if isinstance(per, int) and per == 1 else np.repeat(x, per)
+
+            tm_p.append(rep(tmpl))
+            name_p.append(rep(nid))
+            tag_p.append(rep(tid))
+            batch_p.append(tc["batch"][tm_p[-1]] if rs is None else rep(rs[0]))
+            msg_p.append(tc["msg"][tm_p[-1]] if rs is None else rep(rs[1]))
+            n = R * per if isinstance(per, int) else int(per.sum())
+            row = rep(np.arange(R))
             icnt = cnt[row]
             tot = int(icnt.sum())
             if tot:
@@ -411,7 +458,7 @@ class Table:
         cols = {"tmpl": tm, "rank": _cat(rank_p, I32)}
         nb = base
         for key in ("name", "tags", "stream", "peer", "batch", "msg"):
-            rows = {"name": name_p, "tags": tag_p}.get(key)
+            rows = {"name": name_p, "tags": tag_p, "batch": batch_p, "msg": msg_p}.get(key)
             head = np.concatenate(rows) if rows else tc[key][tm[:nb]]
             cols[key] = _cat([head, singles[key]], I32)
         dop_p.append(nb + singles["dep_op"] if nb else singles["dep_op"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -131,13 +132,14 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             group = groups[g] = RankGroup(g)
         return group
 
-    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple]] = ([], [], [], [], [], [])
+    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple], list[str | None],  # type: ignore[type-arg]
+                list[str | None]] = ([], [], [], [], [], [], [], [])
 
     def flush() -> None:
         if rows[0]:
             ranks = world if all(r is all_ranks for r in rows[4]) else list(rows[4])
             table.add_rows(np.array(rows[0], np.int32), list(rows[1]), np.array(rows[2], np.int64), rows[3],
-                           ranks, list(rows[5]))
+                           ranks, list(rows[5]), (list(rows[6]), list(rows[7])))
             for r in rows:
                 r.clear()
 
@@ -154,10 +156,16 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
                 proto = op_instance(model, ranks[0] if ranks else 0, 0, stream=stream, group=group_of(g),
                                     tags=tag_set(model.tags),
                                     source=_source_of(spec, s.sources[j]), spec_index=idx + first[j])
-                tids.append(table.shared_template(proto))
+                tids.append(table.shared_template(_without_row_strs(proto)))
                 rep_ranks.append(all_ranks if ranks is None else np.asarray(ranks, np.int32))
-            on = world if all(r is all_ranks for r in rep_ranks) else [rep_ranks[j] for j in s.row_rep.tolist()]
-            table.add_rows(np.array(tids, np.int32)[s.row_rep], s.names, s.dep_cnt, s.deps, on, s.tags)
+            if all(r is all_ranks for r in rep_ranks):
+                on: Any = world
+            elif all(len(r) == 1 for r in rep_ranks):  # each row on one rank (an entry instanced per rank)
+                on = np.array([int(r[0]) for r in rep_ranks], np.int32)[s.row_rep]
+            else:
+                on = [rep_ranks[j] for j in s.row_rep.tolist()]
+            table.add_rows(np.array(tids, np.int32)[s.row_rep], s.names, s.dep_cnt, s.deps, on, s.tags,
+                           (s.batch, s.msg))
             idx += s.rows
             continue
         ranks = s.ranks if s.ranks is not None else None
@@ -174,7 +182,9 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         tags = tag_set(s.tags)
         proto = op_instance(s, ranks[0] if ranks else 0, 0, stream=stream, group=group, tags=tags, source=src,
                             spec_index=idx)
-        rows[0].append(table.shared_template(proto))
+        rows[0].append(table.shared_template(_without_row_strs(proto)))
+        rows[6].append(proto.p2p_batch)
+        rows[7].append(proto.tag)
         rows[1].append(s.name)
         rows[2].append(len(s.deps))
         rows[3].extend(s.deps)
@@ -182,6 +192,13 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         rows[5].append(tags)
         idx += 1
     flush()
+
+
+def _without_row_strs(proto: Op) -> Op:
+    """``proto`` without its ``p2p_batch`` and ``tag``, which its row carries (:meth:`Table.add_rows`): the sends
+    and recvs of a batched loop, a batch per iteration, share a template."""
+    return replace(proto, p2p_batch=None, tag=None) if proto.p2p_batch is not None or proto.tag is not None \
+        else proto
 
 
 def _source_of(spec: ScheduleSpec, source: tuple[int | None, int | None, str]) -> str:

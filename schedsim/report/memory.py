@@ -178,13 +178,21 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
 
     c = tl.columns
     rk, tt, od, dd, op = ev
-    # op ids in string order, so that ties sort as the (t, order, delta, id) tuples of the definition do
-    uniq = unique(op)[0]
-    uniq_ids = c.ids_at(uniq.tolist())
-    id_rank = np.empty(len(uniq), np.int64)
-    id_rank[np.argsort(np.array(uniq_ids, dtype=object), kind="stable")] = np.arange(len(uniq))
-    order = np.lexsort((id_rank[np.searchsorted(uniq, op)] if len(op) else op, dd, od, tt, rk))
-    rk, tt, dd, op = rk[order], tt[order], dd[order], op[order]
+    # sorted as the (t, order, delta, id) tuples of the definition: by (t, order, delta) here; events equal in
+    # all three give the same curve in any order, and only the op a peak is charged to reads their id order
+    # (peak_op below), so ids are made for that tie alone, not for every op
+    order = np.lexsort((dd, od, tt, rk))
+    rk, tt, od, dd, op = rk[order], tt[order], od[order], dd[order], op[order]
+    same = (rk[1:] == rk[:-1]) & (tt[1:] == tt[:-1]) & (od[1:] == od[:-1]) & (dd[1:] == dd[:-1])
+    run_head = np.flatnonzero(np.r_[True, ~same]) if len(rk) else np.zeros(0, np.int64)
+
+    def op_at(g: int) -> str:
+        """The id of the op charged at event ``g`` in the definition's order: the tie's ids sorted (stable)."""
+        k = int(np.searchsorted(run_head, g, side="right")) - 1
+        a, b = int(run_head[k]), int(run_head[k + 1]) if k + 1 < len(run_head) else len(rk)
+        ids = c.ids_at(op[a:b].tolist())
+        return sorted(ids)[g - a]
+
     bounds = np.searchsorted(rk, np.arange(int(rk.max()) + 2)) if len(rk) else np.zeros(1, np.int64)
     out: dict[int, dict[str, Any]] = {}
     for r in sorted(set(unique(c.rank)[0].tolist()) | set(unique(rk)[0].tolist())):
@@ -195,10 +203,12 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
         keep = np.append(ts[1:] != ts[:-1], True)  # the last value at each time
         peak, peak_s, peak_op = base, 0.0, ""
         prev = np.maximum.accumulate(vals)
+        at = -1
         for i in (np.flatnonzero(vals[1:] > prev[:-1]) + 1).tolist():  # only a new maximum can raise the peak
             if vals[i] > peak + 1e-6:
-                at = int(np.searchsorted(uniq, op[lo + i - 1]))
-                peak, peak_s, peak_op = float(vals[i]), float(ts[i]), uniq_ids[at]
+                peak, peak_s, at = float(vals[i]), float(ts[i]), lo + i - 1
+        if at >= 0:
+            peak_op = op_at(at)
         out[r] = {"static": static.get(r, {}), "steps": np.stack([ts[keep], vals[keep]], axis=1).tolist(),
                   "peak_bytes": peak, "peak_s": peak_s, "peak_op": peak_op}
     return out
@@ -272,18 +282,23 @@ def _reference(tl: Timeline, graph: Any = None,
         return None
     ranks_out: dict[int, dict[str, Any]] = {}
     for r in sorted({s.rank for s in tl.spans} | set(events)):
-        base = sum((static.get(r) or {}).values())
-        cur = base
-        steps: list[list[float]] = [[0.0, base]]
-        peak, peak_s, peak_op = base, 0.0, ""
-        for t0, _o, d, op in sorted(events.get(r, [])):  # frees (order 0) before allocations at a tie
-            cur += d
-            if steps[-1][0] == t0:
-                steps[-1][1] = cur
-            else:
-                steps.append([t0, cur])
-            if cur > peak + 1e-6:
-                peak, peak_s, peak_op = cur, t0, op
-        ranks_out[r] = {"static": static.get(r, {}), "steps": steps, "peak_bytes": peak, "peak_s": peak_s,
-                        "peak_op": peak_op}
+        ranks_out[r] = _reference_curve(events.get(r, []), static.get(r, {}))
     return {"unit": "bytes", "ranks": ranks_out}
+
+
+def _reference_curve(events: list[tuple[float, int, float, str]], static: dict[str, float]) -> dict[str, Any]:
+    """One rank's curve by the definition: ``events`` (time s, 0 free / 1 allocation, delta bytes, op id) in
+    sorted order (frees before allocations at a tie, then by delta and id) added up from the ``static`` bytes."""
+    base = sum(static.values())
+    cur = base
+    steps: list[list[float]] = [[0.0, base]]
+    peak, peak_s, peak_op = base, 0.0, ""
+    for t0, _o, d, op in sorted(events):
+        cur += d
+        if steps[-1][0] == t0:
+            steps[-1][1] = cur
+        else:
+            steps.append([t0, cur])
+        if cur > peak + 1e-6:
+            peak, peak_s, peak_op = cur, t0, op
+    return {"static": static, "steps": steps, "peak_bytes": peak, "peak_s": peak_s, "peak_op": peak_op}

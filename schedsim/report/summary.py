@@ -111,7 +111,9 @@ def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: i
 
     if left:
         n = len(ranks)
-        tot = {k: sum(val(d, k) for d in ranks.values()) for k in keys}
+        vals = list(ranks.values())  # summed in rank order, as floats add one by one
+        tot = {k: sum([ms - d.busy_compute_s for d in vals] if k == "compute_idle_s" else
+                      [getattr(d, k) for d in vals]) for k in keys}
         t.add_row(f"mean of {n}", *[fmt_time(tot[k] / n) for k in keys],
                   _ratio(metrics.overlap_ratio, metrics.busy_comm_s),
                   *([_ratio(metrics.copy_overlap_ratio, 1.0)] if copies else []), "", end_section=True)

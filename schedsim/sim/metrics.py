@@ -355,9 +355,9 @@ def critical_path_segments(tl: Timeline) -> list[PathSegment]:
         return []
     kind, lo, hi, row = _segment_arrays(tl)
     keep = (hi > lo).nonzero()[0].tolist()
-    ids = tl.columns.id
     kl, ll, hl, rl = kind.tolist(), lo.tolist(), hi.tolist(), row.tolist()
-    return [PathSegment(SEGMENT_KINDS[kl[i]], ll[i], hl[i], ids[rl[i]]) for i in keep]
+    ids = tl.columns.ids_at([rl[i] for i in keep])  # the path's ids only, not the column of every op's
+    return [PathSegment(SEGMENT_KINDS[kl[i]], ll[i], hl[i], op) for i, op in zip(keep, ids, strict=True)]
 
 
 def critical_path_host(tl: Timeline) -> list[str]:
@@ -368,8 +368,7 @@ def critical_path_host(tl: Timeline) -> list[str]:
         return []
     kind, lo, hi, row = _segment_arrays(tl)
     first = int(row[int((kind != 3).argmax())])  # the path's first op: its own call is on the path already
-    ids = tl.columns.id
-    return [ids[i] for i in row[(kind == 3) & (hi > lo) & (row != first)].tolist()]
+    return tl.columns.ids_at(row[(kind == 3) & (hi > lo) & (row != first)].tolist())
 
 
 @dataclass(frozen=True)
@@ -394,6 +393,11 @@ class RankMetrics:
     comm_share: float
     comm_share_kernel_view: float
     copy_overlap_ratio: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """:func:`~schedsim.results.to_dict` of this rank's metrics: its fields are floats (or None), so it is one
+        copy of them, in field order; a hundred thousand ranks are not walked field by field."""
+        return dict(self.__dict__)
 
     def compute_idle_s(self, makespan_s: float) -> float:
         """Seconds of ``makespan_s`` in which no compute runs on the rank (makespan − busy compute): the
@@ -452,8 +456,9 @@ class Metrics:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``timeline.json``'s ``metrics``): rank keys stay ints until JSON writes them."""
-        d: dict[str, Any] = to_dict(replace(self, critical_path=[]))  # its op ids are strings: copied, not walked
-        d["critical_path"] = list(self.critical_path)
+        d: dict[str, Any] = to_dict(replace(self, critical_path=[], ranks={}))  # copied below, not walked
+        d["ranks"] = {r: m.to_dict() for r, m in self.ranks.items()}
+        d["critical_path"] = list(self.critical_path)  # op ids: strings
         if self.pipeline is not None:
             d["pipeline"] = self.pipeline.to_dict(memory_timeline=False)
         return d
@@ -483,7 +488,10 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
 
 
 def _compute(tl: Timeline) -> Metrics:
-    """Makespan, per-rank busy/idle, exposed communication, overlap ratio, critical path (:class:`Metrics`)."""
+    """Makespan, per-rank busy/idle, exposed communication, overlap ratio, critical path (:class:`Metrics`).
+
+    Every rank at once (:func:`_merged_by`, :func:`_sums_by`, :func:`_overlap_by`): the same floats as
+    :func:`merged`, :func:`pieces_intersection` and :func:`union_length` rank by rank, which the tests compare."""
     import numpy as np
 
     from schedsim.sim.gpu_model import stable_order
@@ -493,8 +501,7 @@ def _compute(tl: Timeline) -> Metrics:
     res_vals, res_codes = c.resource
     code = {name: (res_vals.index(name) if name in res_vals else -2) for name in ("compute", "comm", "copy")}
     # rows grouped by (rank, resource) in program order (a radix sort of small keys), then each group by start
-    # (stable: ties stay in program order), where it is not in start order already (one stream's ops are): each
-    # (rank, resource) is a contiguous, start-ordered slice, so the unions below take slices, not masks
+    # (stable: ties stay in program order), where it is not in start order already (one stream's ops are)
     cls = np.full(len(res_vals) + 1, 3, np.int64)  # 0 compute, 1 comm, 2 copy, 3 anything else
     for k, name in enumerate(("compute", "comm", "copy")):
         if code[name] >= 0:
@@ -502,53 +509,53 @@ def _compute(tl: Timeline) -> Metrics:
     gkey = c.rank.astype(np.int64) * 4 + cls[res_codes]
     order = stable_order(gkey)
     gkey, start = gkey[order], c.start_s[order]
-    cuts = np.flatnonzero(gkey[1:] != gkey[:-1]) + 1
-    gb = np.concatenate(([0], cuts, [len(gkey)])).tolist() if len(gkey) else [0]
-    for a, b in zip(gb[:-1], gb[1:], strict=True):
-        s = start[a:b]
-        if b - a > 1 and not bool((s[1:] >= s[:-1]).all()):
-            o = np.argsort(s, kind="stable")
-            order[a:b] = order[a:b][o]
-            start[a:b] = s[o]
+    if len(gkey) > 1 and bool(((start[1:] < start[:-1]) & (gkey[1:] == gkey[:-1])).any()):
+        o = np.lexsort((start, gkey))  # stable: a group's ties stay in program order
+        order, gkey, start = order[o], gkey[o], start[o]
     end, ready = c.end_s[order], c.ready_s[order]
-    per: dict[int, dict[int, tuple[int, int]]] = {}  # rank -> resource -> its slice, ranks ascending
-    for g, k in enumerate(gkey[gb[:-1]].tolist()):
-        per.setdefault(k >> 2, {})[k & 3] = (gb[g], gb[g + 1])
-    ranks: dict[int, RankMetrics] = {}
-    tot_comm = tot_overlap = tot_exposed = tot_copy = tot_copy_ov = 0.0
-    none = (0, 0)
-    for r, groups in per.items():
-        (a0, b0), (a1, b1), (a2, b2) = (groups.get(k, none) for k in range(3))
-        comp = merged(start[a0:b0], end[a0:b0], presorted=True)
-        comm = merged(start[a1:b1], end[a1:b1], presorted=True)
-        copy = merged(start[a2:b2], end[a2:b2], presorted=True)
-        lc = float((comm[1] - comm[0]).sum())
-        ov = pieces_intersection(comm, comp)
-        lcp = float((copy[1] - copy[0]).sum())
-        ovc = pieces_intersection(copy, comp) if lcp > 0 else 0.0
-        # the union of all three: of their pieces (the same pieces as of the intervals themselves)
-        ps, pe = (np.concatenate(x) for x in zip(comp, comm, copy, strict=True))
-        busy = union_length(ps, pe) if len(comm[0]) + len(copy[0]) else float((comp[1] - comp[0]).sum())
-        # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
-        # spinning while the peer is late; nsys shows that span as kernel time
-        rd, sc = ready[a1:b1], start[a1:b1]
-        kv = union_length(np.where(np.isnan(rd), sc, rd), end[a1:b1])
-        ranks[r] = RankMetrics(
-            busy_compute_s=float((comp[1] - comp[0]).sum()),
-            busy_comm_s=lc,
-            busy_copy_s=lcp,
-            idle_s=makespan - busy,
-            exposed_comm_s=lc - ov,
-            overlap_ratio=ov / lc if lc > 0 else 0.0,
-            comm_share=lc / makespan if makespan > 0 else 0.0,
-            comm_share_kernel_view=kv / makespan if makespan > 0 else 0.0,
-            copy_overlap_ratio=ovc / lcp if lcp > 0 else None,
-        )
-        tot_comm += lc
-        tot_overlap += ov
-        tot_exposed += lc - ov
-        tot_copy += lcp
-        tot_copy_ov += ovc
+    rank, kind = gkey >> 2, gkey & 3
+    present = rank[np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])] if len(rank) else rank  # ascending
+    nr = int(present[-1]) + 1 if len(present) else 0
+    pg, ps, pe = _merged_by(gkey, start, end)  # each (rank, resource)'s pieces, in one pass
+    pk, pr = pg & 3, pg >> 2
+    comp, comm, copy = ((pr[m], ps[m], pe[m]) for m in (pk == k for k in range(3)))
+    busy_comp = _sums_by(comp[0], comp[2] - comp[1], nr)
+    lc = _sums_by(comm[0], comm[2] - comm[1], nr)
+    lcp = _sums_by(copy[0], copy[2] - copy[1], nr)
+    ov = _overlap_by(comm, comp, nr)
+    ovc = _overlap_by(copy, comp, nr)
+    # the union of all three: of their pieces (the same pieces as of the intervals themselves), each rank's
+    # comp, comm and copy pieces in that order sorted by start (stable)
+    ag, as_, ae = (np.concatenate(x) for x in zip(comp, comm, copy, strict=True))
+    o = np.argsort(_pairs(ag, as_), kind="stable")
+    ug, us, ue = _merged_by(ag[o], as_[o], ae[o])
+    busy = _sums_by(ug, ue - us, nr)
+    # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
+    # spinning while the peer is late; nsys shows that span as kernel time
+    m = kind == 1
+    rd, sc, ec, gc = ready[m], start[m], end[m], rank[m]
+    kvs = np.where(np.isnan(rd), sc, rd)
+    if len(gc) > 1 and not bool(((kvs[1:] >= kvs[:-1]) | (gc[1:] != gc[:-1])).all()):  # else sorted already
+        o = np.argsort(_pairs(gc, kvs), kind="stable")
+        gc, kvs, ec = gc[o], kvs[o], ec[o]
+    kg, ks, ke = _merged_by(gc, kvs, ec)
+    kv = _sums_by(kg, ke - ks, nr)
+    p = present
+    lc_p, ov_p, lcp_p, ovc_p = lc[p], ov[p], lcp[p], np.where(lcp[p] > 0, ovc[p], 0.0)
+    pos_c, pos_cp = lc_p > 0, lcp_p > 0
+    share = makespan > 0
+    mk = makespan if share else 1.0
+    cols = (busy_comp[p], lc_p, lcp_p, makespan - busy[p], lc_p - ov_p,
+            np.where(pos_c, ov_p / np.where(pos_c, lc_p, 1.0), 0.0),
+            lc_p / mk if share else np.zeros(len(p)), kv[p] / mk if share else np.zeros(len(p)),
+            np.where(pos_cp, ovc_p / np.where(pos_cp, lcp_p, 1.0), 0.0))
+    lists = [x.tolist() for x in cols]
+    has_copy = pos_cp.tolist()
+    ranks: dict[int, RankMetrics] = {
+        r: RankMetrics(bc, c_, cp, idle, ex, orat, sh, shk, cor if hc else None)
+        for r, bc, c_, cp, idle, ex, orat, sh, shk, cor, hc in zip(p.tolist(), *lists, has_copy, strict=True)}
+    tot_comm, tot_overlap, tot_exposed, tot_copy, tot_copy_ov = (
+        float(np.cumsum(x)[-1]) if len(x) else 0.0 for x in (lc_p, ov_p, lc_p - ov_p, lcp_p, ovc_p))
     cp_time: dict[str, float] = {}
     if tl.critical_path and len(tl):
         # the first op's wait for its host in one piece: the same sums, bit for bit, whether or not the timeline
@@ -563,3 +570,99 @@ def _compute(tl: Timeline) -> Metrics:
                    overlap_ratio=tot_overlap / tot_comm if tot_comm > 0 else 0.0, ranks=ranks,
                    critical_path=list(tl.critical_path), critical_path_s=cp_time,
                    copy_overlap_ratio=tot_copy_ov / tot_copy if tot_copy > 0 else None)
+
+
+def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`merged` of every group at once: ``(group, start, end)`` of the pieces, for intervals already
+    sorted by group (ascending, contiguous) and, within one, by start. The same floats as :func:`merged` of
+    each group's slice (selections of its values and of their running maximum, no arithmetic)."""
+    import numpy as np
+
+    keep = end > start
+    if not keep.all():
+        group, start, end = group[keep], start[keep], end[keep]
+    n = len(start)
+    if n == 0:
+        return group, start, end
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(group[1:], group[:-1], out=new[1:])
+    # the running maximum of the ends within each group: the ends themselves where they ascend (one stream's
+    # ops), else accumulated group by group where they do not
+    reach = end.copy()
+    down = np.flatnonzero((end[1:] < end[:-1]) & ~new[1:])
+    if len(down):
+        heads = np.flatnonzero(new)
+        bounds = np.append(heads, n)
+        for g in np.unique(np.searchsorted(heads, down + 1, side="right") - 1).tolist():
+            a, b = int(bounds[g]), int(bounds[g + 1])
+            np.maximum.accumulate(end[a:b], out=reach[a:b])
+    opens = new.copy()
+    opens[1:] |= start[1:] > reach[:-1]
+    first = np.flatnonzero(opens)
+    return group[first], start[first], reach[np.append(first[1:] - 1, n - 1)]
+
+
+def _sums_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per group 0 .. n-1, ``values[its slice].sum()`` (float64[n], 0 where absent), ``group`` ascending and
+    contiguous: the slices of one length summed as the rows of one matrix, which numpy sums pairwise row by
+    row exactly as it sums one slice, so every sum is the one :func:`union_length` gives, bit for bit."""
+    import numpy as np
+
+    out = np.zeros(n, np.float64)
+    m = len(group)
+    if not m:
+        return out
+    heads = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    lens = np.diff(np.append(heads, m))
+    for L in np.unique(lens).tolist():
+        sel = heads[lens == L]
+        out[group[sel]] = values[sel[:, None] + np.arange(L)].sum(axis=1)
+    return out
+
+
+def _pairs(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """``(group, value)`` as complex128 numbers ``group + value·i``, which numpy sorts and searches by real part,
+    then imaginary part: the pairs in lexicographic order, the floats compared as they are (set, not computed;
+    groups below 2**53)."""
+    import numpy as np
+
+    k = np.empty(len(group), np.complex128)
+    k.real = group
+    k.imag = value
+    return k
+
+
+def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray, side: str) -> np.ndarray:
+    """Per query ``(xg, xv)``, ``np.searchsorted(yv[group xg's slice], xv, side)``, for ``yv`` sorted within
+    each group and ``yg`` ascending: one search of the (group, value) pairs (:func:`_pairs`)."""
+    import numpy as np
+
+    if not len(xv):
+        return np.zeros(0, np.int64)
+    found: np.ndarray = np.searchsorted(_pairs(yg, yv), _pairs(xg, xv), side)  # type: ignore[call-overload]
+    return found - np.searchsorted(yg, xg, side="left")
+
+
+def _overlap_by(x: tuple[np.ndarray, np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray, np.ndarray],
+                n: int) -> np.ndarray:
+    """Per group 0 .. n-1, :func:`pieces_intersection` of its pieces of ``x`` and of ``y`` (each ``(group,
+    start, end)`` from :func:`_merged_by`), every group at once: the same overlapping pairs in the same order,
+    summed as it sums them (:func:`_sums_by`)."""
+    import numpy as np
+
+    (xg, x0, x1), (yg, y0, y1) = x, y
+    if not len(x0) or not len(y0):
+        return np.zeros(n, np.float64)
+    ybase = np.searchsorted(yg, xg, side="left")
+    lo = _local_search(yg, y1, xg, x0, "right")
+    hi = _local_search(yg, y0, xg, x1, "left")
+    counts = np.maximum(hi - lo, 0)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(n, np.float64)
+    xi = np.repeat(np.arange(len(x0)), counts)
+    yi = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo + ybase, counts)
+    over = np.minimum(x1[xi], y1[yi]) - np.maximum(x0[xi], y0[yi])
+    pos = over > 0
+    return _sums_by(xg[xi][pos], over[pos], n)

@@ -13,12 +13,13 @@ Steps, in order:
    the file, line, column, field path and a one-line fix; an unknown key gets
    the nearest valid key as a suggestion.
 
-A ``foreach`` whose body is plain op entries (no nested blocks, no ``rank``) is not expanded
-entry by entry: it becomes one :class:`Block`, its whole iteration space evaluated at once
-(:func:`schedsim.expr.compile_vector`), one *representative* op entry per distinct combination of the
-fields other than ``name``, ``deps`` and ``tags``. Pydantic and the cross-field rules check the
-representatives, names and dependencies are checked in bulk, and the spec keeps its ops as a
-:class:`Layout` (``spec.ops`` is built on first access; the lowering reads the blocks). Anything a block
+A ``foreach`` whose body is plain op entries (no nested blocks) is not expanded entry by entry: it
+becomes one :class:`Block`, its whole iteration space evaluated at once (:func:`schedsim.expr.compile_vector`;
+an entry instanced per rank, ``peer: (rank + 1) % W``, over iterations x ranks), one *representative* op
+entry per distinct combination of the fields other than ``name``, ``deps``, ``tags``, ``p2p_batch`` and
+``tag``. Pydantic and the cross-field rules check the representatives, names and dependencies are checked
+in bulk, and the spec keeps its ops as a :class:`Layout` (``spec.ops`` is built on first access; the
+lowering reads the blocks). Anything a block
 cannot settle (an expression that fails or does not vectorise, a rule broken, a limit passed) sends the
 schedule down the general path, which gives the same result and raises the same error.
 """
@@ -818,14 +819,17 @@ def _run_foreach(ops: Any, names: list[str], values: list[list[Any]], env: dict[
     (the whole iteration space at once, see :func:`_block`) where that succeeds; otherwise, and to raise its
     errors, the body is expanded iteration by iteration.
     """
-    body = _plain_body(ops, "rank" in env or "rank" in names, ctx, p + ".ops")
-    if body is not None and ctx.blocks and TEMPLATES and "rank" not in env and _worth_a_block(ops, values, ctx):
+    bulk = ctx.blocks and TEMPLATES and "rank" not in env
+    body = _plain_body(ops, "rank" in env or "rank" in names, ctx, p + ".ops", per_rank=bulk)
+    if body is not None and bulk and _worth_a_block(ops, values, ctx):
         blk = _block(body, names, values, env, ctx)
         if blk is not None:
             if blk.rows:
                 out.append(blk)
                 out.item_marks.append(mark)
             return
+    if body is not None and any(b[6] is not None for b in body):
+        body = None  # an entry instanced per rank: the general path expands each iteration
     for combo in itertools.product(*values):
         ctx.visit(mark, p + ".foreach")
         it_env = {**env, **dict(zip(names, combo, strict=False))}
@@ -854,11 +858,16 @@ def _worth_a_block(ops: Any, values: list[list[Any]], ctx: _Ctx) -> bool:
     return seen < SMALL_BLOCKS_KEPT
 
 
-def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str) -> list[tuple[Any, ...]] | None:
+def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str,
+                per_rank: bool = False) -> list[tuple[Any, ...]] | None:
     """A foreach body made only of plain op entries, compiled for :func:`_expand_plain`; else None.
 
-    Plain: a mapping without ``ops``/``foreach``, not instanced per rank, whose fields and ``when`` all compiled
-    (see :class:`_Plan`). Anything else is left to :func:`_expand_ops`, once per iteration.
+    Plain: a mapping without ``ops``/``foreach``, not instanced per rank (with ``per_rank``, for a
+    :class:`Block`, also one that is), whose fields and ``when`` all compiled (see :class:`_Plan`). Anything
+    else is left to :func:`_expand_ops`, once per iteration. Each entry is ``(when, fields, key_marks, mark,
+    path, item, ranks)``; ``ranks`` is None, or for an entry instanced per rank (``rank`` in its fields, as
+    :func:`_expand_ops` instances it) its ``ranks`` field compiled (:func:`_compile_ranks`); its ``fields``
+    are then those of each rank's copy (``ranks: [rank]``, in the place :meth:`_Plan.for_copy` gives it).
     """
     if not isinstance(items, list):
         return None
@@ -868,16 +877,33 @@ def _plain_body(items: Any, rank_bound: bool, ctx: _Ctx, path: str) -> list[tupl
         if not isinstance(item, dict) or "ops" in item or "foreach" in item:
             return None
         plan = ctx.plan(item)
-        if (plan.uses_rank and not rank_bound) or ("when" in item and plan.when is None) \
-                or any(f is None for _, f in plan.fields):
+        mine = plan.uses_rank and not rank_bound
+        if (mine and not per_rank) or ("when" in item and plan.when is None) \
+                or any(f is None for k, f in plan.fields if not (mine and k == "ranks")):
             return None
         m = marks[i] if i < len(marks) else None
         km = getattr(item, "key_marks", {})
-        fields = [(k, f, km.get(k, m)) for k, f in plan.fields]
+        ranks = None
+        plan_fields = plan.fields
+        if mine:  # as _expand_ops instances it: a copy per rank, its mark the entry's own
+            try:
+                ranks = _compile_ranks(item.get("ranks"))
+            except ExprError:
+                return None
+            m = getattr(item, "mark", m)
+            plan_fields = [(k, _rank_only if k == "ranks" else f) for k, f in plan.fields]
+            if "ranks" not in item:
+                plan_fields.append(("ranks", _rank_only))
+        fields = [(k, f, km.get(k, m)) for k, f in plan_fields]
         key_marks = {k: fm for k, _, fm in fields}
         key_marks["__source__"] = m
-        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), f"{path}[{i}]", item))
+        out.append((plan.when, fields, key_marks, getattr(item, "mark", m), f"{path}[{i}]", item, ranks))
     return out
+
+
+def _rank_only(env: Mapping[str, Any], mark: Mark | None) -> list[int]:
+    """The ``ranks`` of one rank's copy of an entry instanced per rank: ``[rank]``."""
+    return [env["rank"]]
 
 
 def _expand_plain(body: list[tuple[Any, ...]], env: dict[str, Any], ctx: _Ctx, out: LList) -> bool:
@@ -888,7 +914,7 @@ def _expand_plain(body: list[tuple[Any, ...]], env: dict[str, Any], ctx: _Ctx, o
     """
     n0, entries, chars = len(out), ctx.entries, ctx.chars
     try:
-        for when, fields, key_marks, mark, p, _item in body:
+        for when, fields, key_marks, mark, p, _item, _ranks in body:
             if when is not None and not when(env):
                 continue
             op = _plain_op(fields, key_marks, mark, env)
@@ -949,13 +975,21 @@ class Block:
     tags : object[R]
         Each row's tags as ``tuple(sorted(tags.items()))`` (``()`` for none); ``rep_tags`` the keys of each
         representative's ``tags`` in the order written (None: not written).
+    strs : dict of str to object[R]
+        Per field of :data:`_ROW_STRS` (``p2p_batch``, ``nccl_group``, ``tag``), each row's value (None: not
+        written); ``batch`` and ``msg`` each row's ``p2p_batch`` (either spelling) and ``tag``.
     """
 
     def __init__(self, reps: list[LDict], rep_deps: list[bool], rep_tags: list[list[str] | None], row_rep: Any,
-                 names: Any, dep_cnt: Any, deps: Any, tags: Any) -> None:
+                 names: Any, dep_cnt: Any, deps: Any, tags: Any, strs: dict[str, Any]) -> None:
+        import numpy as np
         self.reps, self.rep_deps, self.rep_tags = reps, rep_deps, rep_tags
         self.rows = len(names)
         self.row_rep, self.names, self.dep_cnt, self.deps, self.tags = row_rep, names, dep_cnt, deps, tags
+        self.strs = strs
+        written = np.not_equal(strs["p2p_batch"], np.array(None, dtype=object)).astype(bool)
+        self.batch: Any = np.where(written, strs["p2p_batch"], strs["nccl_group"])
+        self.msg: Any = strs["tag"]
         self.models: list[Any] = []
         self.sources: list[tuple[int | None, int | None, str]] = []
 
@@ -968,9 +1002,15 @@ class Block:
         dptr = np.zeros(self.rows + 1, np.int64)
         np.cumsum(self.dep_cnt, out=dptr[1:])
         deps, dp = self.deps.tolist(), dptr.tolist()
+        batch, msg = self.batch.tolist(), self.msg.tolist()
         for r, (j, name, tags) in enumerate(zip(self.row_rep.tolist(), self.names.tolist(), self.tags.tolist(),
                                                 strict=True)):
             upd: dict[str, Any] = {"name": name}
+            written = models[j].__pydantic_fields_set__  # the representative's are its first row's
+            if "p2p_batch" in written:
+                upd["p2p_batch"] = batch[r]
+            if "tag" in written:
+                upd["tag"] = msg[r]
             if has_deps[j]:
                 upd["deps"] = deps[dp[r]:dp[r + 1]]
             if tag_keys[j] is not None:
@@ -1158,6 +1198,8 @@ class _Entry:
     vals: dict[str, Any]  # field -> plain value, object[nk], or a list of those (a list field)
     tags: list[tuple[tuple[str, Any], ...]]
     chars: int
+    strs: dict[str, Any]  # field of _ROW_STRS -> object[nk]
+    rank: Any  # object[nk]: each row's rank (an entry instanced per rank), else None
 
 
 def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, Any], n: int,
@@ -1165,13 +1207,9 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     """:func:`_block` once the loop values are arrays; raises _Abandon where the general path must expand."""
     import numpy as np
 
-    def envs_of(keep: Any) -> Any:
-        cols = [loop[nm].a[keep].tolist() for nm in names]
-        return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
-
     done: dict[tuple[bool, str], Any] = {}
     entries = [x for e, b in enumerate(body)
-               if (x := _entry_rows(e, b, loop, n, env, envs_of, done, ctx.plan(b[5]).vec)) is not None]
+               if (x := _entry_rows(e, b, loop, n, env, done, ctx.plan(b[5]).vec)) is not None]
     if not entries:
         ctx.visits += n
         return _empty_block()
@@ -1186,7 +1224,8 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     reps, rep_deps, rep_tags, gid = _representatives(entries, body, loop, env, E)
     row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order]
     row_names = np.concatenate([x.names for x in entries])[order]
-    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]
+    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]  # type: ignore[type-var]
+    row_strs = {k: np.concatenate([x.strs[k] for x in entries])[order] for k in _ROW_STRS}
     dep_cnt = np.repeat(np.array([len(x.deps) for x in entries], np.int64), [len(x.keep) for x in entries])[order]
     dptr = np.cumsum(dep_cnt) - dep_cnt
     flat = np.empty(int(dep_cnt.sum()), object)
@@ -1199,19 +1238,22 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     ctx.visits += n
     ctx.entries += R
     ctx.chars += chars
-    return Block(reps, rep_deps, rep_tags, row_rep, row_names, dep_cnt, flat, row_tags)
+    return Block(reps, rep_deps, rep_tags, row_rep, row_names, dep_cnt, flat, row_tags, row_strs)
 
 
 def _empty_block() -> Block:
     import numpy as np
     return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
-                 np.zeros(0, object), np.zeros(0, object))
+                 np.zeros(0, object), np.zeros(0, object), {k: np.zeros(0, object) for k in _ROW_STRS})
 
 
-def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: dict[str, Any], envs_of: Any,
+def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: dict[str, Any],
                 done: dict[tuple[bool, str], Any], vec: dict[str, Any]) -> _Entry | None:
     """Entry ``e`` of the body over the iterations its ``when`` keeps (None: none kept): its fields' values,
     names, ``deps``, tags and combinations of the other fields (one representative each).
+
+    An entry instanced per rank (``b[6]``, see :func:`_plain_body`) runs over iterations x its ranks (rank
+    fastest, the general path's order), ``rank`` bound as one more loop variable and ``ranks`` = ``[rank]``.
 
     ``vec`` caches the entry's vectorised fields (:attr:`_Plan.vec`): an inner ``foreach`` is one block per
     outer iteration, and compiling its fields each time cost more than expanding a small inner loop."""
@@ -1219,7 +1261,23 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
 
     from schedsim.expr import _Vec, compile_vector
 
-    when, fields, _key_marks, _mark, _p, item = b
+    when, fields, _key_marks, _mark, _p, item, ranks_of = b
+    it = None  # per candidate row, its iteration (entries instanced per rank)
+    base_loop, base_n, base_done = loop, n, done  # per iteration: a field without `rank` is evaluated there
+    if ranks_of is not None:
+        rl = _entry_ranks(ranks_of, item, env, loop)
+        if not rl:
+            return None
+        it = np.repeat(np.arange(n), len(rl))
+        rank_col = np.empty(len(it), object)
+        rank_col[:] = rl * n
+        loop = {**{k: _Vec(v.a[it], v.num) for k, v in loop.items()}, "rank": _Vec(rank_col, True)}
+        n = len(it)
+        done = {}  # the other entries' values are per iteration, not per (iteration, rank)
+
+    def envs_of(keep: Any) -> Any:
+        return _envs(env, loop, keep)
+
     keep = np.arange(n)
     if when is not None:
         def when_vec(env_: Any, loop_: Any, n_: int) -> Any:
@@ -1236,41 +1294,128 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
     sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
     vals: dict[str, Any] = {}
     for k, f, fm in fields:
-        raw = item[k]
-        # a string over every iteration evaluates alike in any field but a numeric one (`deps: ["mm{i}"]` and
-        # another entry's `name: mm{i}`): computed once
-        one = raw[0] if type(raw) is LList and len(raw) == 1 else raw
-        ck = (k in NUMERIC_FIELDS, one) if nk == n and type(one) is str else None
-        if ck is not None and ck in done:
-            vals[k] = [done[ck]] if one is not raw else done[ck]
+        if ranks_of is not None and k == "ranks":
+            vals[k] = [sub["rank"].a]
             continue
-        vf = vec.get(k)
-        if vf is None:
-            try:
-                vf = vec[k] = _vector_field(k, raw)
-            except ExprError:
-                raise _Abandon from None
-        vals[k] = _values(vf, (lambda env_, f=f, fm=fm: f(env_, fm)), env, sub, nk, envs_of(keep))
-        if ck is not None:
-            done[ck] = vals[k][0] if one is not raw else vals[k]
+        raw = item[k]
+        if it is not None and not _uses_rank(raw, k):  # the same on every rank: once per iteration, then spread
+            vals[k] = _spread(_field_values(k, f, fm, raw, vec, env, base_loop, base_n, base_n, np.arange(base_n),
+                                            lambda keep_: _envs(env, base_loop, keep_), base_done), it[keep])
+            continue
+        vals[k] = _field_values(k, f, fm, raw, vec, env, sub, nk, n, keep, envs_of, done)
     names = _row_names(vals.get("name"), nk)
     tags = _tag_rows(vals.pop("tags", {}), nk)
     deps = vals.get("deps", [])
     if not isinstance(deps, list) or not all(
             type(d) is str or (isinstance(d, np.ndarray) and set(map(type, d.tolist())) == {str}) for d in deps):
         raise _Abandon
+    strs = {k: _row_strs(k, vals.get(k), nk) for k in _ROW_STRS}
     combo, firsts = _combos(vals, nk)
-    return _Entry(e=e, keep=keep, names=names, deps=deps, combo=combo, firsts=firsts, has_deps="deps" in vals,
-                  vals=vals, tags=tags, chars=_chars(vals, nk))
+    return _Entry(e=e, keep=keep if it is None else it[keep], names=names, deps=deps, combo=combo, firsts=firsts,
+                  has_deps="deps" in vals, vals=vals, tags=tags, chars=_chars(vals, nk), strs=strs,
+                  rank=None if it is None else sub["rank"].a)
+
+
+def _envs(env: dict[str, Any], loop: dict[str, Any], keep: Any) -> Any:
+    """``envs()``: the environment of each iteration ``keep`` (loop values over ``env``), one by one."""
+    names = list(loop)
+    cols = [loop[nm].a[keep].tolist() for nm in names]
+    return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
+
+
+def _field_values(k: str, f: Any, fm: Mark | None, raw: Any, vec: dict[str, Any], env: dict[str, Any],
+                  sub: dict[str, Any], nk: int, n: int, keep: Any, envs_of: Any, done: dict[Any, Any]) -> Any:
+    """Field ``k`` (written ``raw``, compiled ``f``) over the ``nk`` iterations ``keep`` of ``n`` (loop values
+    ``sub``): :func:`_values` of its vectorised form (cached in ``vec``); a string evaluated over every iteration
+    is evaluated alike in any field but a numeric one (`deps: ["mm{i}"]` and another entry's `name: mm{i}`),
+    so it is computed once (``done``)."""
+    one = raw[0] if type(raw) is LList and len(raw) == 1 else raw
+    ck = (k in NUMERIC_FIELDS, one) if nk == n and type(one) is str else None
+    if ck is not None and ck in done:
+        return [done[ck]] if one is not raw else done[ck]
+    vf = vec.get(k)
+    if vf is None:
+        try:
+            vf = vec[k] = _vector_field(k, raw)
+        except ExprError:
+            raise _Abandon from None
+    got = _values(vf, (lambda env_: f(env_, fm)), env, sub, nk, envs_of(keep))
+    if ck is not None:
+        done[ck] = got[0] if one is not raw else got
+    return got
+
+
+def _spread(v: Any, idx: Any) -> Any:
+    """Values per iteration (:func:`_values`' forms) taken at iterations ``idx``: one per row."""
+    import numpy as np
+    if isinstance(v, np.ndarray):
+        return v[idx]
+    if isinstance(v, list):
+        return [_spread(x, idx) for x in v]
+    if isinstance(v, dict):
+        return {k: _spread(x, idx) for k, x in v.items()}
+    return v
+
+
+def _entry_ranks(ranks_of: Any, item: Mapping[str, Any], env: dict[str, Any], loop: dict[str, Any]) -> list[int]:
+    """The ranks an entry instanced per rank runs on, in the order written (its ``ranks``, else 0..world_size-1,
+    as :func:`_expand_ops`); _Abandon where that depends on the iteration or is not a list of distinct ints
+    (the general path then evaluates, or refuses, it per iteration)."""
+    from schedsim.expr import _parse
+
+    v = item.get("ranks")
+    texts = [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+    try:
+        used = {nd.id for t in texts for nd in ast.walk(_parse(t.strip("{}").strip())) if isinstance(nd, ast.Name)}
+        rl = ranks_of(env, None)
+    except ExprError:
+        raise _Abandon from None
+    if used & loop.keys():
+        raise _Abandon
+    if rl is None:
+        w = env.get("world_size")
+        if type(w) is not int:
+            raise _Abandon
+        rl = list(range(w))
+    if not isinstance(rl, list) or any(type(r) is not int for r in rl) or len(set(rl)) != len(rl):
+        raise _Abandon
+    return rl
+
+
+#: Fields a row carries on its own, like its name, not in its representative's combination: a send's or recv's
+#: ``p2p_batch`` (``nccl_group``, its alias) and message ``tag``, different in every iteration of a batched
+#: loop. Each is a string (``p2p_batch`` a valid name) or absent (None).
+_ROW_STRS = ("p2p_batch", "nccl_group", "tag")
+
+
+def _row_strs(key: str, v: Any, nk: int) -> Any:
+    """The rows' ``key`` (:data:`_ROW_STRS`) as an object array (None where not written), checked as pydantic
+    checks it where it varies (else _Abandon; a constant value is the representative's, validated there)."""
+    import numpy as np
+    out = np.empty(nk, object)
+    if not isinstance(v, np.ndarray):
+        out.fill(v)
+        return out
+    lst = v.tolist()
+    if set(map(type, lst)) != {str}:
+        raise _Abandon
+    if key != "tag":
+        joined = "\n".join(lst) + "\n"
+        if joined.count("\n") != nk or _NAME_RE.fullmatch(joined) is None:
+            raise _Abandon
+    out[:] = lst
+    return out
 
 
 def _row_names(nm: Any, nk: int) -> Any:
     """The rows' names as an object array, checked as pydantic checks ``name`` (else _Abandon)."""
     import numpy as np
     if not isinstance(nm, np.ndarray):
-        if nk > 1 or not isinstance(nm, str):
-            raise _Abandon  # one name for many rows: the general path reports the duplicate
-        nm = np.array([nm], object)
+        if not isinstance(nm, str):
+            raise _Abandon  # pydantic's error, worded by the general path
+        one = nm
+        nm = np.empty(nk, object)
+        nm.fill(one)  # one name for many rows: on one rank each, or a duplicate _load_blocks finds
     lst = nm.tolist()
     if set(map(type, lst)) != {str}:
         raise _Abandon  # pydantic's error, worded by the general path
@@ -1311,13 +1456,28 @@ def _chars(vals: dict[str, Any], nk: int) -> int:
 
 
 def _combos(vals: dict[str, Any], nk: int) -> tuple[Any, Any]:
-    """``(combo, firsts)``: per row, the id of its values of the fields other than name and deps (first-seen
-    order), and the first row of each id."""
+    """``(combo, firsts)``: per row, the id of its values of the fields other than name, deps and
+    :data:`_ROW_STRS` (first-seen order), and the first row of each id."""
     import numpy as np
-    vary = [v for k, v in vals.items() if k not in ("name", "deps")
+    vary = [v for k, v in vals.items() if k not in ("name", "deps", *_ROW_STRS)
             and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
     if not vary:
         return np.zeros(nk, np.int64), np.zeros(1, np.int64)
+    flat = [c for v in vary for c in ([v] if isinstance(v, np.ndarray) else v) if isinstance(c, np.ndarray)]
+    codes = [_int_codes(c) for c in flat]
+    if all(c is not None for c in codes):  # every varying value an int (a rank, a size): in bulk
+        key, span = np.zeros(nk, np.int64), 1
+        for c in codes:
+            assert c is not None
+            r = int(c.max()) + 1
+            if span * r >= 1 << 62:  # renumber the key so far densely (values < nk) before it overflows
+                key = np.unique(key, return_inverse=True)[1].reshape(-1)
+                span = int(key.max()) + 1
+            key, span = key * r + c, span * r  # distinct values stay distinct
+        _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        rank_of = np.empty(len(first), np.int64)
+        rank_of[np.argsort(first, kind="stable")] = np.arange(len(first))
+        return rank_of[inv.reshape(-1)], np.sort(first)
     cols = [v.tolist() if isinstance(v, np.ndarray) else
             list(zip(*[x.tolist() if isinstance(x, np.ndarray) else [x] * nk for x in v], strict=True))
             for v in vary]
@@ -1328,6 +1488,23 @@ def _combos(vals: dict[str, Any], nk: int) -> tuple[Any, Any]:
     ids: dict[Any, int] = {}
     combo = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, nk)
     return combo, np.unique(combo, return_index=True)[1]
+
+
+def _int_codes(col: Any) -> Any:
+    """``col`` (object[n]) as int64 codes in 0 .. 4n + 63 (equal values, equal codes) where every value is an
+    ``int`` (not a bool: :func:`_keyable` tells ``1`` from ``True``) of at most 63 bits; else None."""
+    import numpy as np
+    lst = col.tolist()
+    if set(map(type, lst)) != {int}:
+        return None
+    try:
+        arr = np.array(lst, np.int64)
+    except OverflowError:
+        return None
+    lo, hi = int(arr.min()), int(arr.max())
+    if hi - lo < 4 * len(arr) + 64:  # a small range: the values less their minimum are the codes
+        return arr - lo
+    return np.unique(arr, return_inverse=True)[1].reshape(-1)
 
 
 def _representatives(entries: list[_Entry], body: list[tuple[Any, ...]], loop: dict[str, Any],
@@ -1344,10 +1521,13 @@ def _representatives(entries: list[_Entry], body: list[tuple[Any, ...]], loop: d
     for i, (_key, j, c, pos) in enumerate(rep_of):
         x = entries[j]
         gid[j][c] = i
-        _when, fields, key_marks, mark, p, _item = body[x.e]
+        _when, fields, key_marks, mark, p, _item, _ranks = body[x.e]
         t = int(x.keep[pos])
+        it_env = {**env, **{k: v.a[t] for k, v in loop.items()}}
+        if x.rank is not None:
+            it_env["rank"] = x.rank[pos]
         try:
-            op = _plain_op(fields, key_marks, mark, {**env, **{k: v.a[t] for k, v in loop.items()}})
+            op = _plain_op(fields, key_marks, mark, it_env)
         except ExprError:
             raise _Abandon from None
         for k, v in x.vals.items():  # the bulk values must be what the general path computes
@@ -1807,13 +1987,18 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
                                            and m.group is None for m in models[a:b]) for item, a, b in spans):
         return None  # one entry per rank forms one collective with the same names elsewhere: the general path
     block_names: list[str] = []
+    on_one: list[tuple[str, int]] = []  # (name, rank) of the block rows that run on one rank
     other_names: set[str] = set()
     items: list[Any] = []
     srcs: list[Any] = []
     for item, a, b in spans:
         if isinstance(item, Block):
             item.models, item.sources = models[a:b], sources[a:b]
-            block_names.extend(item.names.tolist())
+            one = [m.ranks[0] if m.ranks is not None and len(m.ranks) == 1 else -1 for m in item.models]
+            if all(r >= 0 for r in one):
+                on_one.extend(zip(item.names.tolist(), [one[j] for j in item.row_rep.tolist()], strict=True))
+            else:
+                block_names.extend(item.names.tolist())
             items.append(item)
             srcs.append(None)
         else:
@@ -1821,7 +2006,8 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
             items.append(models[a])
             srcs.append(sources[a])
     names = set(block_names)
-    if len(names) != len(block_names) or not names.isdisjoint(other_names):
+    if len(names) != len(block_names) or not names.isdisjoint(other_names) or \
+            len(set(on_one)) != len(on_one) or not {nm for nm, _ in on_one}.isdisjoint(names | other_names):
         return None  # a block row's name used twice on a rank (check_spec saw the other ops)
     spec.__dict__.pop("ops")
     private = spec.__pydantic_private__

@@ -456,3 +456,77 @@ def test_entries_with_ranks_give_the_general_paths_program(general):
     with pytest.raises(SchedsimError) as slow:
         general(lambda: lower(load_text(lone, "p.yaml")))
     assert str(fast.value) == str(slow.value) and "alone" in str(fast.value)
+
+
+RING = """\
+schema_version: 1
+name: ring
+world_size: "{W}"
+params: {W: 3, n: 4}
+ops:
+  - foreach: {i: range(n)}
+    ops:
+      - {name: "s{i}", kind: send, peer: (rank + 1) % W, bytes: 1024, stream: p2p, p2p_batch: "b{i}"}
+      - {name: "r{i}", kind: recv, peer: (rank - 1) % W, bytes: 1024, stream: p2p, p2p_batch: "b{i}"}
+"""
+
+
+def test_a_ring_written_with_rank_is_one_block_of_few_templates(general):
+    """Entries instanced per rank (`peer: (rank + 1) % W`) stay in the block, a representative per rank and
+    entry, the batch of every iteration carried by its row: the general path's Program with 2W templates."""
+    spec = load_text(RING, "ring.yaml")
+    assert spec._layout is not None
+    blk = spec._layout.items[0]
+    assert blk.rows == 4 * 2 * 3 and len(blk.reps) == 2 * 3  # per iteration and entry, ranks 0, 1, 2
+    assert blk.names.tolist()[:7] == ["s0", "s0", "s0", "r0", "r0", "r0", "s1"]
+    assert blk.batch.tolist()[:7] == ["b0"] * 6 + ["b1"]
+    prog = lower(spec)
+    assert len(prog.templates) == 6 and prog.N == 24
+    assert [t.peer for t in prog.templates] == [1, 2, 0, 2, 0, 1]  # (rank + 1) % 3, then (rank - 1) % 3
+    assert prog.ids()[:4] == ["s0@r0", "r0@r0", "s1@r0", "r1@r0"]
+    same_program(prog, general(lambda: lower(load_text(RING, "ring.yaml"))))
+    assert spec.ops == general(lambda: load_text(RING, "ring.yaml")).ops
+
+
+@st.composite
+def _rank_blocks(draw):  # type: ignore[no-untyped-def]
+    """A foreach block whose entries use `rank`: pairs of sends and recvs around a ring (peers and sizes from
+    `rank`, batches and message tags per iteration or not), computes with `rank` in their size, name, tags,
+    `when` or `ranks`; some break a rule (a send to itself, a name used twice on a rank, a rank listed twice)."""
+    W = draw(st.integers(2, 4))
+    lines = ["schema_version: 1", "name: g", "world_size: \"{W}\"", f"params: {{W: {W}, n: {draw(st.integers(1, 3))}}}",
+             "ops:", "  - {name: pre, kind: compute, duration_us: 1}", "  - foreach: {i: range(n)}", "    ops:"]
+    for e in range(draw(st.integers(1, 3))):
+        if draw(st.booleans()):
+            k = draw(st.integers(1, W - 1))
+            size = draw(st.sampled_from(["1024 * (src + 1)", "512 * (i + 1)", "256"]))
+            batch = draw(st.sampled_from(["b{i}", "b{i}", "b", "b{i}", "", "{i}x"]))
+            tag = draw(st.sampled_from(["", "m{i}"]))
+            bad = draw(st.sampled_from([""] * 14 + ["self", "dup"]))
+            back = f"(rank - {k}) % W"
+            for kind, peer, src in (("send", f"(rank + {k}) % W", "rank"), ("recv", back, back)):
+                f = [f"name: \"{'x' if bad == 'dup' else kind[0]}{e}_{{i}}\"", f"kind: {kind}",
+                     f"peer: \"{'rank' if bad == 'self' else peer}\"", f"bytes: \"{size.replace('src', src)}\""]
+                f += [f"p2p_batch: \"{batch}\""] if batch else []
+                f += [f"tag: \"{tag}\""] if tag else []
+                lines.append("      - {" + ", ".join(f) + "}")
+            continue
+        name = draw(st.sampled_from(["c%d_{i}", "c%d_{i}_{rank}"] * 3 + ["c%d"])) % e
+        f = [f"name: \"{name}\"", "kind: compute",
+             f"duration_us: \"{draw(st.sampled_from(['rank + 1', 'i + 1', '2']))}\""]
+        if draw(st.booleans()):
+            f.append("tags: {r: \"{rank}\"}")
+        if draw(st.booleans()):
+            f.append(f"ranks: {draw(st.sampled_from(['[0]', '[1, 0]', 'all', '[0, 0]', '{W - 1}']))}")
+        if draw(st.booleans()):
+            f.append(f"when: \"{draw(st.sampled_from(['rank % 2 == 0', 'i > 0', 'rank != i']))}\"")
+        if draw(st.booleans()):
+            f.append("deps: [pre]")
+        lines.append("      - {" + ", ".join(f) + "}")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(_rank_blocks())
+def test_generated_blocks_with_rank_give_the_general_paths_outcome(general, text):
+    assert_same_outcome(lambda: load_text(text, "gen.yaml"), general)

@@ -43,3 +43,33 @@ def test_static_only_and_nothing_counted():
     st = {0: {"parameters": 7.0}}
     assert memory_over_time(tl, static=st) == _reference(tl, static=st)
     assert memory_over_time(tl, static=st)["ranks"][0]["steps"] == [[0.0, 7.0]]
+
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_peak_inside_events_that_tie_is_charged_as_the_definition_charges_it(seed):
+    """Events equal in time, order and size (buffers of one size allocated at one instant), in random order in
+    the columns: steps, peak and the op the peak is charged to are the definition's, whose (t, order, delta,
+    id) order sorts a tie by op id (here against the order the events come in)."""
+    import random
+
+    import numpy as np
+
+    from schedsim.report.memory import _curves, _reference_curve
+    from schedsim.sim.timeline import Span, Timeline
+
+    rnd = random.Random(seed)
+    names = [f"o{k:02d}" for k in range(30)]
+    spans = [Span(f"{n}@r{k % 2}", n, k % 2, "s", "k", "compute", 0.0, 1.0) for k, n in enumerate(names)]
+    tl = Timeline("ties", "predict", 2, spans=spans)
+    ev = []
+    for row, sp in enumerate(spans):
+        t = rnd.choice([1.0, 2.0, 2.0])
+        d = rnd.choice([4096.0, 4096.0, 8192.0])
+        ev += [(sp.rank, t, 1, d, row), (sp.rank, t + rnd.choice([0.5, 1.0]), 0, -d, row)]
+    rnd.shuffle(ev)
+    cols = [np.array([e[k] for e in ev], dt) for k, dt in enumerate((np.int64, float, np.int64, float, np.int64))]
+    got = _curves(tl, (cols[0], cols[1], cols[2], cols[3], cols[4]), {})
+    for r in (0, 1):
+        want = _reference_curve([(t, o, d, spans[row].id) for rr, t, o, d, row in ev if rr == r], {})
+        assert got[r] == want

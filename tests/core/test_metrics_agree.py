@@ -137,3 +137,71 @@ def test_the_gantt_exposed_bands_are_the_exposed_communication(predicted) -> Non
     want = {r: d.exposed_comm_s * 1e3 for r, d in metrics.ranks.items() if d.exposed_comm_s > 1e-15}
     assert got.keys() == want.keys()
     assert all(got[r] == pytest.approx(want[r], rel=1e-9, abs=1e-12) for r in want)
+
+
+def _per_rank_reference(tl: Timeline) -> dict[int, tuple]:  # type: ignore[type-arg]
+    """Each rank's metrics (and its comm and copy overlap, s) by the piece functions, one rank at a time (the
+    loop ``Metrics.of`` ran before it computed every rank at once)."""
+    import numpy as np
+
+    from schedsim.sim.metrics import merged, pieces_intersection, union_length
+
+    c = tl.columns
+    vals, codes = c.resource
+    res = np.array(vals, object)[codes] if len(codes) else np.zeros(0, object)
+    out = {}
+    mk = tl.makespan_s
+    for r in sorted(set(c.rank.tolist())):
+        def sel(name, r=r):  # type: ignore[no-untyped-def]
+            m = (c.rank == r) & (res == name)
+            o = np.argsort(c.start_s[m], kind="stable")
+            return c.start_s[m][o], c.end_s[m][o], c.ready_s[m][o]
+        (s0, e0, _), (s1, e1, rd), (s2, e2, _) = sel("compute"), sel("comm"), sel("copy")
+        comp, comm, copy = (merged(a, b, presorted=True) for a, b in ((s0, e0), (s1, e1), (s2, e2)))
+        lc, lcp = float((comm[1] - comm[0]).sum()), float((copy[1] - copy[0]).sum())
+        ov = pieces_intersection(comm, comp)
+        ovc = pieces_intersection(copy, comp) if lcp > 0 else 0.0
+        ps, pe = (np.concatenate(x) for x in zip(comp, comm, copy, strict=True))
+        busy = union_length(ps, pe) if len(comm[0]) + len(copy[0]) else float((comp[1] - comp[0]).sum())
+        kv = union_length(np.where(np.isnan(rd), s1, rd), e1)
+        out[r] = ((float((comp[1] - comp[0]).sum()), lc, lcp, mk - busy, lc - ov, ov / lc if lc > 0 else 0.0,
+                   lc / mk if mk > 0 else 0.0, kv / mk if mk > 0 else 0.0, ovc / lcp if lcp > 0 else None), ov, ovc)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_rank_at_once_gives_the_per_rank_metrics_bit_for_bit(seed: int) -> None:
+    """Random timelines (overlapping and touching intervals, several streams per resource, ops out of start
+    order, ranks without comm or copy, empty intervals, ranks absent): ``Metrics.of`` computing all ranks at
+    once gives each rank's figures and the totals exactly as the per-rank loop over ``merged``,
+    ``pieces_intersection`` and ``union_length`` does."""
+    import random
+
+    rnd = random.Random(seed)
+    spans = []
+    ranks = rnd.sample(range(40), rnd.randint(1, 30))
+    for r in ranks:
+        for k in range(rnd.randint(0, 60)):
+            resource = rnd.choice(["compute", "comm", "copy", "comm", "compute", "host"])
+            a = rnd.choice([rnd.random() * 1e-3, round(rnd.random() * 20) * 1e-5])
+            b = a + rnd.choice([0.0, rnd.random() * 1e-4, 1e-5, round(rnd.random() * 10) * 1e-5])
+            ready = rnd.choice([None, a - rnd.random() * 1e-5, a])
+            spans.append(Span(f"o{k}@r{r}", f"o{k}", r, rnd.choice(["s0", "s1", "s2"]), "k", resource, a, b,
+                              ready_s=ready))
+    rnd.shuffle(spans)
+    if not spans:
+        spans = [Span("x@r0", "x", 0, "s0", "k", "compute", 0.0, 1.0)]
+    tl = Timeline("rand", "predict", 40, spans=spans)
+    m = Metrics.of(tl)
+    want = _per_rank_reference(tl)
+    got = {r: (x.busy_compute_s, x.busy_comm_s, x.busy_copy_s, x.idle_s, x.exposed_comm_s, x.overlap_ratio,
+               x.comm_share, x.comm_share_kernel_view, x.copy_overlap_ratio) for r, x in m.ranks.items()}
+    assert got == {r: v[0] for r, v in want.items()}
+    tot = ov = ex = cp = cpo = 0.0
+    for v, o, oc in want.values():
+        tot, ov, ex, cp, cpo = tot + v[1], ov + o, ex + v[4], cp + v[2], cpo + oc
+    assert m.busy_comm_s == tot and m.exposed_comm_s == ex and m.overlap_ratio == (ov / tot if tot > 0 else 0.0)
+    assert m.copy_overlap_ratio == (cpo / cp if cp > 0 else None)
+    from schedsim.results import to_dict
+    fast, generic = m.to_dict()["ranks"], {r: to_dict(x) for r, x in m.ranks.items()}  # the JSON form, in order
+    assert fast == generic and [list(v) for v in fast.values()] == [list(v) for v in generic.values()]
