@@ -276,7 +276,7 @@ def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any],
     with different settings or profiles keep separate folders and one setting always gets the same one (the
     order of ``--set`` does not matter). ``profile`` is :func:`profile_tag`'s name of the profile.
 
-    The schedule name is made safe by :func:`schedsim.report.outdir.safe_dirname`. In the suffix, characters
+    The schedule name is made safe by :func:`schedsim.outdir.safe_dirname`. In the suffix, characters
     outside ``A-Z a-z 0-9 _ . + -`` become ``_``; where that changed anything, or the suffix is longer than
     :data:`OUTDIR_SUFFIX_MAX`, it is cut and 8 hex digits of the SHA-1 of the exact suffix are added, so two
     settings never share a folder.
@@ -294,7 +294,7 @@ def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any],
     import json
     import re
 
-    from schedsim.report.outdir import safe_dirname
+    from schedsim.outdir import safe_dirname
 
     def raw(v: Any) -> str:
         return json.dumps(v) if isinstance(v, bool) or v is None else str(v)
@@ -362,7 +362,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
     ``schedsim_out/<name>@<profile>[,k=v...][,--option=v...]``, :func:`default_outdir_name`), all or nothing,
-    replacing an earlier predict's set whole and no other file (:func:`schedsim.io.output_set`); the cyclic GC is
+    replacing an earlier predict's set whole and no other file (:func:`schedsim.outdir.output_set`); the cyclic GC is
     paused throughout (the DAG and timeline are millions of acyclic objects). Returns ``(timeline, metrics, paths
     written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
 
@@ -378,7 +378,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
 
     from schedsim._gc import paused_gc
     from schedsim.hardware.profile import load_profile
-    from schedsim.io import output_set
+    from schedsim.outdir import output_set
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     with paused_gc():

@@ -865,7 +865,7 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
     """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines; ``trace`` None:
     only up to :data:`schedsim.api.TRACE_MAX_OPS` ops in the two, as predict's trace.json)
     and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream) into ``outdir``,
-    as compare's set of files (:func:`schedsim.io.output_set`: all or nothing, replacing only compare's own
+    as compare's set of files (:func:`schedsim.outdir.output_set`: all or nothing, replacing only compare's own
     earlier files, never one of ``inputs``). With ``pred_timed`` (:func:`compare_timelines`), the trace and
     the Gantt show it against the measured ops.
 
@@ -879,7 +879,7 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
     SchedsimError
         ``outdir`` is not a folder or holds a file of those names that compare did not write.
     """
-    from schedsim.io import output_set
+    from schedsim.outdir import output_set
     from schedsim.report.chrome import write_chrome_trace
 
     out = Path(outdir)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import stat
 import sys
 import tempfile
@@ -30,11 +29,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STDOUT_NAMES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "output_set",
-           "output_target", "refuse_input"]
+__all__ = ["STDOUT_NAMES", "STAGING_PREFIX", "atomic_write_bytes", "atomic_write_text", "atomic_writer",
+           "describe_mode", "output_target", "refuse_input"]
 
+#: Name prefix of the staging folders of :func:`schedsim.outdir.output_set`.
+STAGING_PREFIX = ".schedsim-staging-"
 #: Output paths that mean standard output.
 STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
+
+
+def describe_mode(mode: int) -> str:
+    """``a folder``, ``a symbolic link``, ``a FIFO``, ... for an ``st_mode``.
+
+    >>> describe_mode(stat.S_IFIFO)
+    'a FIFO'
+    """
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return what
+    return "a special file"
 
 
 def output_target(path: str | Path, what: str = "output") -> Path | str:
@@ -47,8 +62,6 @@ def output_target(path: str | Path, what: str = "output") -> Path | str:
         ``path`` is a folder, FIFO, socket or device other than the two above (exit 2 on the command line).
     """
     from schedsim.errors import SchedsimError
-    from schedsim.report.outdir import describe_mode
-
     if str(path) in STDOUT_NAMES:
         return "stdout"
     p = Path(path)
@@ -110,8 +123,6 @@ def _own_file_target(path: str | Path) -> Path:
         ``path`` is a folder, FIFO, socket or device.
     """
     from schedsim.errors import SchedsimError
-    from schedsim.report.outdir import describe_mode
-
     p = Path(path)
     try:
         mode = p.lstat().st_mode
@@ -125,8 +136,6 @@ def _own_file_target(path: str | Path) -> Path:
 
 def _staging_root(p: Path) -> Path | None:
     """The staging folder (``.schedsim-staging-*``) that ``p`` lies in, if any."""
-    from schedsim.report.outdir import STAGING_PREFIX
-
     return next((a for a in p.parents if a.name.startswith(STAGING_PREFIX)), None)
 
 
@@ -314,8 +323,6 @@ def output_dir(outdir: str | Path, what: str = "--out", create: bool = True) -> 
         ``outdir`` is ``-`` or names something other than a folder (a file, FIFO, device).
     """
     from schedsim.errors import SchedsimError
-    from schedsim.report.outdir import describe_mode
-
     if str(outdir) in STDOUT_NAMES:
         raise SchedsimError(f"{what} {outdir}: this command writes several files into a folder, not one stream",
                             fix="name a folder")
@@ -330,55 +337,6 @@ def output_dir(outdir: str | Path, what: str = "--out", create: bool = True) -> 
         raise SchedsimError(f"{what} {outdir}: is {describe_mode(st.st_mode)}, not a folder",
                             fix="name a folder (it is created when missing)")
     return out
-
-
-@contextmanager
-def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path] = (),
-               expect: Iterable[str] = ()) -> Iterator[Path]:
-    """Write ``command``'s set of output files into ``outdir``, all or nothing, replacing only its own
-    earlier set.
-
-    Yields a staging folder inside ``outdir``; when the block finishes, the folder's lock is taken
-    (:func:`_commit_lock`, a bounded wait), the staged names are checked against what is there
-    (:func:`schedsim.report.outdir.check_targets`: only ``command``'s own earlier, unchanged outputs are
-    replaced; another command's file, a user's file, a special file or one of ``inputs`` there is refused),
-    every file is moved in (``os.replace``, atomic per file) and the files of ``command``'s earlier set that
-    this run did not write are removed when their content is what was recorded
-    (:func:`schedsim.report.outdir.finish_set`). ``expect`` names files the command will surely write: they
-    are checked before the block runs, so a refused folder costs no work. If the block raises, or the user
-    presses Ctrl-C, the staging folder is removed and ``outdir`` keeps what it had. Staging folders of
-    killed runs are removed (:func:`schedsim.report.outdir.clean_stale_staging`).
-
-    Raises
-    ------
-    SchedsimError
-        ``outdir`` is not a folder, a name to write is taken (see above), or the lock stayed held.
-    OSError
-        ``outdir`` cannot be created or written.
-    """
-    from schedsim.report import outdir as od
-
-    inputs = list(inputs)
-    out = output_dir(outdir)
-    od.check_targets(out, command, expect, inputs=inputs)
-    od.clean_stale_staging(out)
-    stage = Path(tempfile.mkdtemp(prefix=od.staging_prefix(), dir=out))
-    try:
-        od.mark_staging(stage)
-        yield stage
-        if od.staging_owner(stage) is None:
-            raise _staging_gone(stage)
-        staged = sorted(f for f in stage.iterdir() if f.name != od.STAGING_MARKER)
-        written = {f.name: od.file_digest(f) for f in staged}
-        with _commit_lock(out):  # two runs into one folder: one whole set after the other, never a mix
-            m = od.Manifest.read(out)
-            od.check_targets(out, command, written, m, inputs)
-            m.moving(out, command, written)  # a run killed between moves leaves files the next one knows
-            for f in staged:
-                os.replace(f, out / f.name)
-            od.finish_set(out, command, written, m)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -110,7 +110,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from schedsim.errors import TraceError
-from schedsim.io import atomic_write_bytes, atomic_write_text, atomic_writer, output_set  # re-exported
+from schedsim.io import atomic_write_bytes, atomic_write_text, atomic_writer  # re-exported
+from schedsim.outdir import output_set  # re-exported
 
 if TYPE_CHECKING:
     import numpy as np

@@ -39,7 +39,7 @@ def _ops(path: Path | None) -> dict[str, dict[str, Any]] | None:
 
 
 def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
-    from schedsim.io import output_set
+    from schedsim.outdir import output_set
     from schedsim.report.summary import fmt_time
     from schedsim.sim.metrics import Metrics
 
@@ -227,7 +227,7 @@ def register(app: typer.Typer) -> None:
             _kind, res = load_any(list(files), ops=_ops(ops))
         tag_pipeline(res.timeline)
         if charts is not None:
-            from schedsim.io import output_set
+            from schedsim.outdir import output_set
             from schedsim.report.charts import write_charts
 
             with output_set(charts, "analyze", inputs=inputs) as stage:
