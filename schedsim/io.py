@@ -431,6 +431,42 @@ def env_number(name: str, default: float, *, integer: bool = False, low: float =
     return val
 
 
+#: Default limits on the work one run may ask for (the table of :mod:`schedsim.spec.limits`). Keys are the
+#: environment variables that override them (:func:`work_limit`).
+WORK_LIMITS: dict[str, int] = {
+    "SCHEDSIM_MAX_OPS": 2_000_000,
+    # a 100k-rank all_reduce predicts in 16 s with charts; 1M ranks took > 90 s (2-core machine)
+    "SCHEDSIM_MAX_RANKS": 100_000,
+    "SCHEDSIM_MAX_CHARS": 200_000_000,
+    "SCHEDSIM_MAX_STREAMS": 100_000,
+    # a kept trace activity costs about 300 B (schedsim.trace.common.Activity and its table row): 3 GB at the cap
+    "SCHEDSIM_MAX_TRACE_EVENTS": 10_000_000,
+}
+
+
+def work_limit(name: str) -> int:
+    """The limit ``name`` (a key of :data:`WORK_LIMITS`): the environment's value if set, else the default.
+
+    Raises
+    ------
+    SpecError
+        If the environment holds something other than a positive integer.
+    """
+    from schedsim.errors import SpecError
+
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return WORK_LIMITS[name]
+    try:
+        val = int(raw.replace("_", ""))
+    except ValueError:
+        val = 0
+    if val <= 0:
+        raise SpecError(f"{name}={raw!r} is not a positive integer",
+                        fix=f"set {name} to a number of {name[13:].lower()}")
+    return val
+
+
 def _describe_mode(mode: int) -> str:
     import stat
 
