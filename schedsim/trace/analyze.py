@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 from schedsim.errors import TraceError
 from schedsim.sim.metrics import Metrics
 from schedsim.sim.timeline import Timeline
-from schedsim.trace.common import ImportResult
+from schedsim.trace.common import PIPELINE_NAME_PATTERNS, ImportResult  # the patterns are re-exported
 
 __all__ = [
     "SEP",
@@ -345,19 +345,6 @@ def _fmt_t(s: float) -> str:
     from schedsim.report.summary import fmt_time
 
     return fmt_time(s)
-
-
-#: Range names that carry a pipeline action, tried in order: the executor's and schedsim's own op
-#: names (``F0.3.fwd``, ``B1.2.I.dgrad``: action, stage, microbatch), torch.distributed.pipelining's
-#: ``PP:{stage}{F|B|I|W}{mb}`` (``_get_profiler_function_name``, torch 2.4+) and its older
-#: ``Forward {mb}`` / ``Backward {mb}``, and Megatron-LM's ``forward-compute`` / ``backward-compute``
-#: timer ranges (no stage or microbatch: the rank is the stage and microbatches count up per rank).
-PIPELINE_NAME_PATTERNS = (
-    re.compile(r"^(?P<op>[FBIW])(?P<stage>\d+)\.(?P<mb>\d+)(?:\.|$)"),
-    re.compile(r"^PP:(?P<stage>\d+)(?P<op>[FBIW])(?P<mb>\d+)$"),
-    re.compile(r"^(?P<op>Forward|Backward) (?P<mb>\d+)$"),
-    re.compile(r"^(?P<op>forward|backward)-compute$"),
-)
 
 
 #: The characters a name that :data:`PIPELINE_NAME_PATTERNS` match can start with.
