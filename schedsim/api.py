@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from schedsim.errors import SchedsimError, SpecError
+from schedsim.outdir import TRACE_MAX_OPS, trace_wanted  # re-exported
 from schedsim.results import OMIT_NONE, to_dict
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "SweepRow", "load", "load_text", "build", "lower_spec", "gpu_model_of", "simulate_spec", "predict",
            "predict_to_dir",
-           "trace_wanted", "sweep",
+           "TRACE_MAX_OPS", "trace_wanted", "sweep",
            "compare", "plot_gantt", "plot_pipeline", "plot_memory", "to_pandas"]
 
 
@@ -239,29 +240,6 @@ def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None, *
         spec = load(spec)
     prof = profile if isinstance(profile, HardwareProfile) else load_profile(profile)
     return simulate_spec(spec, prof, launch=launch, **sim)
-
-
-#: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
-#: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
-#: much as the simulation (6.7 s of 38 CPU-s at 1M ops, 2-core machine).
-TRACE_MAX_OPS = 100_000
-
-
-def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
-                 instead: str = "timeline.json has every op") -> tuple[bool, str | None]:
-    """Whether to write trace.json (``name``) for ``n_ops`` ops: ``trace`` True/False is the user's choice
-    (``--trace`` / ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write,
-    note), the note being the one line to print when a large run's trace is skipped (``instead``: where the
-    ops are).
-
-    >>> trace_wanted(10, None), trace_wanted(10**6, True)
-    ((True, None), (True, None))
-    """
-    if trace is not None:
-        return trace, None
-    if n_ops <= TRACE_MAX_OPS:
-        return True, None
-    return False, f"note: {name} skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it ({instead})"
 
 
 #: The longest suffix (profile and overrides) :func:`default_outdir_name` keeps readable before it shortens it.

@@ -846,13 +846,13 @@ def _graph_of(tl: Timeline) -> Any:
     f = tl.meta.get("file") if isinstance(tl.meta, dict) else None
     if not isinstance(f, str) or not Path(f).is_file():
         return None
-    from schedsim.api import lower_spec
     from schedsim.errors import SchedsimError
+    from schedsim.lower import lower
     from schedsim.report.chrome import ProgramFlows
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     try:
-        prog = lower_spec(load_schedule(Path(f), parse_overrides(list(tl.meta.get("set") or []))), f)
+        prog = lower(load_schedule(Path(f), parse_overrides(list(tl.meta.get("set") or []))))
     except (SchedsimError, OSError):
         return None
     ids = set(tl.columns.ids_at(list(range(min(1000, len(tl))))))
@@ -863,7 +863,7 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
                      gantt: bool = True, pred_timed: Timeline | None = None,
                      inputs: Iterable[str | Path] = (), trace: bool | None = None) -> tuple[Comparison, list[Path]]:
     """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines; ``trace`` None:
-    only up to :data:`schedsim.api.TRACE_MAX_OPS` ops in the two, as predict's trace.json)
+    only up to :data:`schedsim.outdir.TRACE_MAX_OPS` ops in the two, as predict's trace.json)
     and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream) into ``outdir``,
     as compare's set of files (:func:`schedsim.outdir.output_set`: all or nothing, replacing only compare's own
     earlier files, never one of ``inputs``). With ``pred_timed`` (:func:`compare_timelines`), the trace and
@@ -879,7 +879,7 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
     SchedsimError
         ``outdir`` is not a folder or holds a file of those names that compare did not write.
     """
-    from schedsim.outdir import output_set
+    from schedsim.outdir import output_set, trace_wanted
     from schedsim.report.chrome import write_chrome_trace
 
     out = Path(outdir)
@@ -887,8 +887,6 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
     res = compare_timelines(pred, meas, pred_timed=pred_timed)
     if pred_timed is not None:
         pred = pred_timed
-    from schedsim.api import trace_wanted
-
     write_trace, note = trace_wanted(len(pred) + len(meas), trace, "compare_trace.json",
                                      "compare.json has the per-op errors")
     if note:

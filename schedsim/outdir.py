@@ -41,7 +41,7 @@ from schedsim.io import STAGING_PREFIX, _commit_lock, _staging_gone, describe_mo
 __all__ = ["MANIFEST", "STAGING_PREFIX", "STAGING_MARKER", "STALE_AFTER_S", "MAX_PNG_PX", "Manifest", "safe_dirname",
            "staging_prefix", "mark_staging", "staging_owner", "host_id",
            "clean_stale_staging", "check_targets", "describe_mode", "file_digest", "finish_set", "retire_set",
-           "capped_figsize", "output_set"]
+           "capped_figsize", "output_set", "TRACE_MAX_OPS", "trace_wanted"]
 
 #: Hidden file recording, per command, the files schedsim wrote into a folder and their content hashes
 #: (:class:`Manifest`).
@@ -378,6 +378,29 @@ def retire_set(out: Path, command: str) -> list[str]:
             (out / MANIFEST).unlink()
             out.rmdir()
     return removed
+
+
+#: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
+#: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
+#: much as the simulation (6.7 s of 38 CPU-s at 1M ops, 2-core machine).
+TRACE_MAX_OPS = 100_000
+
+
+def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
+                 instead: str = "timeline.json has every op") -> tuple[bool, str | None]:
+    """Whether to write trace.json (``name``) for ``n_ops`` ops: ``trace`` True/False is the user's choice
+    (``--trace`` / ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write,
+    note), the note being the one line to print when a large run's trace is skipped (``instead``: where the
+    ops are).
+
+    >>> trace_wanted(10, None), trace_wanted(10**6, True)
+    ((True, None), (True, None))
+    """
+    if trace is not None:
+        return trace, None
+    if n_ops <= TRACE_MAX_OPS:
+        return True, None
+    return False, f"note: {name} skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it ({instead})"
 
 
 #: Largest width or height of a PNG schedsim draws (pixels); a 200-point sweep asked for 13,530 px.
