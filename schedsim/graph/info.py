@@ -74,7 +74,7 @@ class ActionTexts(Mapping[int, list[str]]):
         """The dict's compact JSON (``{"0":["0F0",...],...}``, what orjson writes of it): joined from the lines
         when they were given and the dict is not made (no string per action), else written from the dict."""
         if self._made is not None or self._lines is None:
-            from schedsim.sim.timeline import dumps_json
+            from schedsim.io import dumps_json
 
             return dumps_json(self.made())
         out = []
