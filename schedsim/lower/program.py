@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from schedsim.arrays import unique  # re-exported
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
 
@@ -55,19 +56,6 @@ def compiled(name: str) -> Any:
     except ImportError:
         return None
     return getattr(_cwaves, name, None)
-
-
-def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(values, first, inverse)`` of a 1-d integer array, as ``np.unique(key, return_index=True,
-    return_inverse=True)`` gives them (``first``: index of each value's first occurrence), by one stable
-    argsort; ``np.unique`` imports ``numpy.ma`` on first use, 10 ms of a cold start."""
-    o = np.argsort(key, kind="stable")
-    k = key[o]
-    new = np.ones(len(k), bool)
-    new[1:] = k[1:] != k[:-1]
-    inv = np.empty(len(k), np.int64)
-    inv[o] = np.cumsum(new) - 1
-    return k[new], o[new], inv
 
 
 def stable_order(key: np.ndarray, space: int) -> np.ndarray:

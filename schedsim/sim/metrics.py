@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from schedsim.intervals import (  # re-exported
+from schedsim.arrays import (  # re-exported
     intersect_length,
     length,
     merge,

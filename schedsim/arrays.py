@@ -1,5 +1,6 @@
-"""Lengths of unions and intersections of time intervals, per group (rank, resource): the array helpers that
-the metrics (:mod:`schedsim.sim.metrics`) and the pipeline metrics are computed with.
+"""numpy helpers of every layer: :func:`unique` (a stable ``np.unique``), and the lengths of unions and
+intersections of time intervals, per group (rank, resource), that the metrics (:mod:`schedsim.sim.metrics`) and
+the pipeline metrics are computed with.
 
 A union is a running maximum of the ends over intervals sorted by start (:func:`merged`: an interval opens a new
 piece when it starts after every earlier one has ended); an intersection is a binary search of one piece list in
@@ -14,8 +15,24 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Interval", "Pieces", "merge", "merge_per_group", "length", "intersect_length", "merged", "union_length",
-           "union_by_group", "pieces_intersection"]
+__all__ = ["unique", "Interval", "Pieces", "merge", "merge_per_group", "length", "intersect_length", "merged",
+           "union_length", "union_by_group", "pieces_intersection"]
+
+
+def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(values, first, inverse)`` of a 1-d integer array, as ``np.unique(key, return_index=True,
+    return_inverse=True)`` gives them (``first``: index of each value's first occurrence), by one stable
+    argsort; ``np.unique`` imports ``numpy.ma`` on first use, 10 ms of a cold start."""
+    import numpy as np
+
+    o = np.argsort(key, kind="stable")
+    k = key[o]
+    new = np.ones(len(k), bool)
+    new[1:] = k[1:] != k[:-1]
+    inv = np.empty(len(k), np.int64)
+    inv[o] = np.cumsum(new) - 1
+    return k[new], o[new], inv
+
 
 Interval = tuple[float, float]
 
