@@ -21,7 +21,7 @@ import numpy as np
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
 from schedsim.lower.program import Program, batch_heads, compiled, stable_order, unique
 
-__all__ = ["check_program", "launch_heads"]
+__all__ = ["check_program", "launch_heads", "launches"]
 
 I64 = np.int64
 
@@ -61,6 +61,21 @@ def launch_heads(prog: Program, tc: _Templates | None = None) -> tuple[np.ndarra
     if bm.any():
         head[bm] = batch_heads(prog.rank[comm][bm], b[bm], comm[bm])[0]
     return comm, head
+
+
+def launches(prog: Program) -> dict[int, list[list[int]]]:
+    """Per rank of ``prog``, its NCCL launches in issue order, each a list of op indices (a ``p2p_batch`` is one
+    launch, at its first member); what :func:`schedsim.graph.nccl.issue_order` lists by op id."""
+    comm, head = launch_heads(prog)
+    out: dict[int, list[list[int]]] = {}
+    at: dict[int, list[int]] = {}
+    for i, h, r in zip(comm.tolist(), head.tolist(), prog.rank[comm].tolist(), strict=True):
+        if i == h:
+            at[i] = [i]
+            out.setdefault(r, []).append(at[i])
+        else:
+            at[h].append(i)
+    return out
 
 
 def _collective_order_ok(prog: Program, tc: _Templates) -> bool:

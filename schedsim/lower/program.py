@@ -309,22 +309,6 @@ class Program:
         ptr, idx = self.coll_ptr.tolist(), self.coll_idx.tolist()
         return {k: idx[ptr[c]:ptr[c + 1]] for c, k in enumerate(self.coll_keys)}
 
-    def launches(self) -> dict[int, list[list[int]]]:
-        """Per rank, its NCCL launches in issue order, each a list of op indices (a ``p2p_batch`` is one
-        launch, at its first member); what :func:`schedsim.graph.nccl.issue_order` lists by op id."""
-        from schedsim.lower.checks import launch_heads
-
-        comm, head = launch_heads(self)
-        out: dict[int, list[list[int]]] = {}
-        at: dict[int, list[int]] = {}
-        for i, h, r in zip(comm.tolist(), head.tolist(), self.rank[comm].tolist(), strict=True):
-            if i == h:
-                at[i] = [i]
-                out.setdefault(r, []).append(at[i])
-            else:
-                at[h].append(i)
-        return out
-
     def graph_info(self, *, lazy_order: bool = False) -> dict[str, Any]:
         """``name``, ``world_size``, ``launch`` (and ``max_connections``, ``pipeline`` when set), as
         ``G.graph`` holds them; ``lazy_order``: the pipeline's order left unmade
