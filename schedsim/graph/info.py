@@ -118,7 +118,7 @@ class PipelineInfo:
     form), a predicted timeline's ``meta["pipeline"]`` (JSON form; :attr:`schedsim.sim.timeline.Timeline.pipeline`
     reads it) and :attr:`schedsim.sim.pipeline_metrics.PipelineMetrics.info`.
 
-    Made by :func:`schedsim.spec.pipeline_block.block_info`. A timeline another tool wrote may carry only
+    Made by :func:`schedsim.lower.pipeline_plan.block_info`. A timeline another tool wrote may carry only
     some keys; the missing ones read as the defaults (``p``, ``m``, ``num_stages`` 0 for unknown).
 
     Attributes
