@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from schedsim.graph.ops import tag_value_key
+from schedsim.tags import tag_value_key
 
 __all__ = ["Parts", "TagColumns", "coded_of", "non_finite"]
 

@@ -28,7 +28,7 @@ UPDATE = os.environ.get("SCHEDSIM_UPDATE_BASELINES") == "1"
 #: Layer of each top-level module or subpackage of ``schedsim`` (the first name after ``schedsim.``).
 LAYER = {
     "errors": 0, "kinds": 0, "units": 0, "io": 0, "_gc": 0, "_pydantic": 0, "coded": 0, "monotone": 0,
-    "notes": 0, "results": 0, "outdir": 0, "arrays": 0,
+    "results": 0, "outdir": 0, "arrays": 0, "tags": 0,
     "expr": 1, "spec": 1,
     "pipeline": 2,
     "lower": 3, "graph": 3,
@@ -36,6 +36,7 @@ LAYER = {
     "sim": 5,
     "compare": 6, "trace": 6,
     "report": 7, "search": 7,
+    "notes": 7,  # the guesses a prediction rests on, judged from its profile and cost model; read by cli and api
     "api": 8,
     "cliutil": 9, "cli": 9, "__main__": 10,
 }
