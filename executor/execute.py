@@ -361,8 +361,8 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
               f"(tolerance {c['tol']:.3g})")
     if compare:
         from schedsim.api import predict_to_dir
-        from schedsim.compare import print_comparison, print_op_errors, write_comparison
         from schedsim.hardware.profile import HardwareProfile, load_profile
+        from schedsim.report.compare import print_comparison, print_op_errors, write_comparison
 
         # predict with the hardware queues the run had (CUDA_DEVICE_MAX_CONNECTIONS, meta.max_connections):
         # without it, a --max-connections 1 run was compared with an 8-queue prediction (per-op 405 %)

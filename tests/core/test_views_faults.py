@@ -305,7 +305,7 @@ def test_compare_trace_draws_the_dependency_arrows_of_the_predicted_schedule(tmp
     from pathlib import Path
 
     from schedsim.api import predict_to_dir
-    from schedsim.compare import write_comparison
+    from schedsim.report.compare import write_comparison
     from schedsim.report.trace_check import check_trace_file
     from schedsim.sim.timeline import Timeline
 
