@@ -663,6 +663,7 @@ def parse_json(data: bytes | str, where: StrPath, kind: str, *, max_depth: int =
 # --------------------------------------------------------------------------------------------------------------
 # Writing JSON: one writer for every JSON file schedsim writes (timeline.json, compare.json, ...).
 
+_orjson: Any
 try:  # orjson: ~10x faster than json on the float columns, serialises numpy arrays without copies
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised by tests that hide orjson

@@ -237,8 +237,7 @@ def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None
     SchedsimError
         ``protobuf`` missing, or ``out`` unusable.
     """
-    from schedsim.outdir import output_set
-    from schedsim.outdir import safe_dirname
+    from schedsim.outdir import output_set, safe_dirname
 
     msgs = messages()
     prog, tl = run.program, run.timeline

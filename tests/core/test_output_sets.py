@@ -11,9 +11,9 @@ import pytest
 
 def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_set(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from schedsim import outdir as od
     from schedsim.io import atomic_write_text
     from schedsim.outdir import output_set
-    from schedsim import outdir as od
 
     out = tmp_path / "o"
     try:
