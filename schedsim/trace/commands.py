@@ -214,8 +214,9 @@ def register(app: typer.Typer) -> None:
         """Kernel time shares and NCCL volumes, overlap, idle time, critical path, and the
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
         from schedsim.io import output_dir, output_target, refuse_input
+        from schedsim.report.analysis import format_report
         from schedsim.report.progress import status
-        from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
+        from schedsim.trace.analyze import load_any, tag_pipeline, to_json
 
         inputs = [*files, *([ops] if ops else [])]
         if chrome is not None:  # refused before the reading, not after it
