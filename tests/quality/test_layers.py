@@ -3,9 +3,9 @@
 The layers, lowest first (issue 34): core (errors, kinds, units, io, …) → lang (spec, expr) → pipeline →
 lower (and graph) → gpu/network models (hardware, cost, network, sim's models) → sim → timeline (Timeline,
 metrics, compare logic, trace readers) → views (report, search) → api → cli. A module may import only from
-its own layer or below. Today's upward imports and import cycles are listed in ``layers_baseline.json`` next to
-this file; a test fails when an import goes upward that the baseline does not list, or when a module joins an
-import cycle that it was not in. Removing them needs no baseline edit; to record the smaller lists, run::
+its own layer or below, and no module may be in an import cycle. Today's upward imports are listed in
+``layers_baseline.json`` next to this file; a test fails when an import goes upward that the baseline does not
+list, or when any module is in an import cycle. Removing them needs no baseline edit; to record the smaller lists, run::
 
     SCHEDSIM_UPDATE_BASELINES=1 python -m pytest -q tests/quality/test_layers.py
 
@@ -105,6 +105,11 @@ def test_no_new_upward_import_and_no_new_module_in_a_cycle() -> None:
     for key in ("in_cycles", "upward"):
         new = sorted(set(found[key]) - set(allowed[key]))
         assert not new, f"{key} not in {BASELINE.name}: {new}"
+
+
+def test_no_module_is_in_an_import_cycle() -> None:
+    """Zero, not a baseline: no two modules import each other, directly or round a loop (lazy imports counted)."""
+    assert findings()["in_cycles"] == []
 
 
 def test_only_the_entry_point_imports_the_cli() -> None:
