@@ -97,7 +97,7 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
 
 def default_outdir(spec: Any) -> Path:
     """``schedsim_out/<name>_execute``: execute's output folder when ``--out`` is not given."""
-    from schedsim.report.outdir import safe_dirname
+    from schedsim.outdir import safe_dirname
 
     return Path("schedsim_out") / f"{safe_dirname(spec.name)}_execute"
 
@@ -325,7 +325,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
     metrics = Metrics.of(tl)
     names = ["timeline.json", "trace.json", "env.json"]
     maps = {p["times"]["rank"]: p["profile"] for p in gathered if p.get("profile")}
-    from schedsim.io import output_set
+    from schedsim.outdir import output_set
 
     ktl = None
     with output_set(outdir, "execute", inputs=[file], expect=names) as stage:  # execute's own set, all or nothing
@@ -361,8 +361,8 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
               f"(tolerance {c['tol']:.3g})")
     if compare:
         from schedsim.api import predict_to_dir
-        from schedsim.compare import print_comparison, print_op_errors, write_comparison
         from schedsim.hardware.profile import HardwareProfile, load_profile
+        from schedsim.report.compare import print_comparison, print_op_errors, write_comparison
 
         # predict with the hardware queues the run had (CUDA_DEVICE_MAX_CONNECTIONS, meta.max_connections):
         # without it, a --max-connections 1 run was compared with an 8-queue prediction (per-op 405 %)
@@ -385,7 +385,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         pred_timed, tpaths = _timed_prediction(tl, prof, file, sets, outdir / "predicted_timed", launch, sim)
         paths += tpaths
         if pred_timed is None and (outdir / "predicted_timed").is_dir():  # an earlier run's, in this --out
-            from schedsim.report.outdir import retire_set
+            from schedsim.outdir import retire_set
 
             retire_set(outdir / "predicted_timed", "predict")
         res, cpaths = write_comparison(pred, tl, outdir / "compare", gantt=gantt, pred_timed=pred_timed,

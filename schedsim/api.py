@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from schedsim.errors import SchedsimError, SpecError
+from schedsim.outdir import TRACE_MAX_OPS, trace_wanted  # re-exported
 from schedsim.results import OMIT_NONE, to_dict
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "SweepRow", "load", "load_text", "build", "lower_spec", "gpu_model_of", "simulate_spec", "predict",
            "predict_to_dir",
-           "trace_wanted", "sweep",
+           "TRACE_MAX_OPS", "trace_wanted", "sweep",
            "compare", "plot_gantt", "plot_pipeline", "plot_memory", "to_pandas"]
 
 
@@ -247,29 +248,6 @@ def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None, *
     return simulate_spec(spec, prof, launch=launch, **sim)
 
 
-#: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
-#: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
-#: much as the simulation (6.7 s of 38 CPU-s at 1M ops, 2-core machine).
-TRACE_MAX_OPS = 100_000
-
-
-def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
-                 instead: str = "timeline.json has every op") -> tuple[bool, str | None]:
-    """Whether to write trace.json (``name``) for ``n_ops`` ops: ``trace`` True/False is the user's choice
-    (``--trace`` / ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write,
-    note), the note being the one line to print when a large run's trace is skipped (``instead``: where the
-    ops are).
-
-    >>> trace_wanted(10, None), trace_wanted(10**6, True)
-    ((True, None), (True, None))
-    """
-    if trace is not None:
-        return trace, None
-    if n_ops <= TRACE_MAX_OPS:
-        return True, None
-    return False, f"note: {name} skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it ({instead})"
-
-
 #: The longest suffix (profile and overrides) :func:`default_outdir_name` keeps readable before it shortens it.
 OUTDIR_SUFFIX_MAX = 80
 
@@ -282,7 +260,7 @@ def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any],
     with different settings or profiles keep separate folders and one setting always gets the same one (the
     order of ``--set`` does not matter). ``profile`` is :func:`profile_tag`'s name of the profile.
 
-    The schedule name is made safe by :func:`schedsim.report.outdir.safe_dirname`. In the suffix, characters
+    The schedule name is made safe by :func:`schedsim.outdir.safe_dirname`. In the suffix, characters
     outside ``A-Z a-z 0-9 _ . + -`` become ``_``; where that changed anything, or the suffix is longer than
     :data:`OUTDIR_SUFFIX_MAX`, it is cut and 8 hex digits of the SHA-1 of the exact suffix are added, so two
     settings never share a folder.
@@ -300,7 +278,7 @@ def default_outdir_name(schedule: str, profile: str, overrides: dict[str, Any],
     import json
     import re
 
-    from schedsim.report.outdir import safe_dirname
+    from schedsim.outdir import safe_dirname
 
     def raw(v: Any) -> str:
         return json.dumps(v) if isinstance(v, bool) or v is None else str(v)
@@ -368,7 +346,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
     ``schedsim_out/<name>@<profile>[,k=v...][,--option=v...]``, :func:`default_outdir_name`), all or nothing,
-    replacing an earlier predict's set whole and no other file (:func:`schedsim.io.output_set`); the cyclic GC is
+    replacing an earlier predict's set whole and no other file (:func:`schedsim.outdir.output_set`); the cyclic GC is
     paused throughout (the DAG and timeline are millions of acyclic objects). Returns ``(timeline, metrics, paths
     written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
 
@@ -384,7 +362,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
 
     from schedsim._gc import paused_gc
     from schedsim.hardware.profile import load_profile
-    from schedsim.io import output_set
+    from schedsim.outdir import output_set
     from schedsim.spec.loader import load_schedule, parse_overrides
 
     with paused_gc():

@@ -297,7 +297,7 @@ def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -
         m = Metrics.of(tl)
         name = None
         if keep is not None:
-            from schedsim.report.outdir import safe_dirname
+            from schedsim.outdir import safe_dirname
 
             name = f"timeline_{safe_dirname('_'.join(sets))}.json"
             tl.write_json(keep / name, m.to_dict())
@@ -360,8 +360,8 @@ def sweep(
     prof = load_profile(profile)  # a bad profile fails here, once, not in every worker
     combos = list(itertools.product(*[vals for _k, vals in axes]))
     points = [[f"{k}={v}" for (k, _), v in zip(axes, combo, strict=False)] for combo in combos]
-    from schedsim.io import atomic_write_text, output_set
-    from schedsim.report.outdir import safe_dirname
+    from schedsim.io import atomic_write_text
+    from schedsim.outdir import output_set, safe_dirname
 
     outdir = out or Path("schedsim_out") / f"sweep_{safe_dirname(file.stem)}"
 
@@ -461,8 +461,8 @@ def search(
                         eps=_ints(ep, "ep") if ep else None)
     done = run_search(spec.name, world, points, profile,
                       jobs or os.cpu_count() or 1)
-    from schedsim.io import atomic_write_text, output_set
-    from schedsim.report.outdir import safe_dirname
+    from schedsim.io import atomic_write_text
+    from schedsim.outdir import output_set, safe_dirname
 
     outdir = out or Path("schedsim_out") / f"search_{safe_dirname(file.stem)}"
     rows = [p.to_dict() for p in done]
@@ -522,7 +522,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 #: Commands defined in other modules, imported only when invoked (or listed by --help): the cold start of
 #: ``check`` and ``predict`` pays for none of them.
-_EXTENSIONS = {"execute": "executor.commands", "calibrate": "executor.commands", "compare": "schedsim.compare",
+_EXTENSIONS = {"execute": "executor.commands", "calibrate": "executor.commands", "compare": "schedsim.trace.commands",
                "import": "schedsim.trace.commands", "analyze": "schedsim.trace.commands",
                "replay": "schedsim.trace.commands", "export": "schedsim.trace.commands"}
 

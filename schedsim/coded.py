@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from schedsim.graph.ops import tag_value_key
+from schedsim.tags import tag_value_key
 
 __all__ = ["Parts", "TagColumns", "coded_of", "non_finite"]
 
@@ -162,7 +162,7 @@ class Parts:
     def items(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(strings, at)`` for rows ``codes`` (int array, entries ≥ 0): the distinct rows' strings (object
         array) and each entry's index into them; only those strings are made."""
-        from schedsim.lower.program import unique
+        from schedsim.arrays import unique
 
         u, _first, inv = unique(np.asarray(codes, np.int64))
         return _obj(self.take(u)), inv
@@ -235,7 +235,7 @@ class TagColumns:
     def _combos(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(first, inverse)``: rows ``idx`` grouped by their combination of codes (one group per distinct tag
         set): the position in ``idx`` of each group's first row, and each row's group."""
-        from schedsim.lower.program import unique
+        from schedsim.arrays import unique
 
         key = np.zeros(len(idx), np.int64)
         span = 1  # mixed radix while it fits in 62 bits, then re-coded densely
@@ -257,7 +257,7 @@ class TagColumns:
         for j, (_p, c) in enumerate(pairs):
             pattern |= (c >= 0).astype(np.int64) << j
         out = np.empty(len(idx), object)
-        from schedsim.lower.program import unique  # not np.unique: it imports numpy.ma
+        from schedsim.arrays import unique  # not np.unique: it imports numpy.ma
 
         for pat in unique(pattern)[0].tolist():
             sel = np.flatnonzero(pattern == pat)
@@ -403,7 +403,7 @@ def coded_of(table: Any, ids: np.ndarray, cls: Any) -> Any:
     item made (the run's own columns, not a copy, when row i is its row i); the others read their items
     (``take``, one per distinct id) into one more piece.
     """
-    from schedsim.lower.program import unique
+    from schedsim.arrays import unique
 
     ids = np.asarray(ids, np.int64)
     n = len(ids)

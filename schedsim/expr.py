@@ -70,7 +70,7 @@ _budget = [MAX_ELEMENTS]
 def _charge(n: int, what: str) -> None:
     _budget[0] -= n
     if _budget[0] < 0:
-        from schedsim.spec.limits import limit
+        from schedsim.io import work_limit as limit
 
         raise ExprError(f"{what} would make the expression build more than {_limit_elements(limit):,} list elements "
                         "and characters in all; write a smaller range or list (raise with --max-ops)")
@@ -253,7 +253,7 @@ def evaluate(text: str, env: Mapping[str, Any]) -> Any:
 
 
 def _element_budget() -> int:
-    from schedsim.spec.limits import limit
+    from schedsim.io import work_limit as limit
 
     try:
         return _limit_elements(limit)

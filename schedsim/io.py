@@ -20,8 +20,8 @@ One gate, :func:`output_target`, decides where every output path goes (every ``-
 from __future__ import annotations
 
 import io
+import json
 import os
-import shutil
 import stat
 import sys
 import tempfile
@@ -30,11 +30,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STDOUT_NAMES", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "output_set",
-           "output_target", "refuse_input"]
+__all__ = ["STDOUT_NAMES", "STAGING_PREFIX", "atomic_write_bytes", "atomic_write_text", "atomic_writer",
+           "describe_mode", "dumps_json", "loads_json", "output_target", "refuse_input"]
 
+#: Name prefix of the staging folders of :func:`schedsim.outdir.output_set`.
+STAGING_PREFIX = ".schedsim-staging-"
 #: Output paths that mean standard output.
 STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
+
+
+def describe_mode(mode: int) -> str:
+    """``a folder``, ``a symbolic link``, ``a FIFO``, ... for an ``st_mode``.
+
+    >>> describe_mode(stat.S_IFIFO)
+    'a FIFO'
+    """
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return what
+    return "a special file"
 
 
 def output_target(path: str | Path, what: str = "output") -> Path | str:
@@ -47,8 +63,6 @@ def output_target(path: str | Path, what: str = "output") -> Path | str:
         ``path`` is a folder, FIFO, socket or device other than the two above (exit 2 on the command line).
     """
     from schedsim.errors import SchedsimError
-    from schedsim.report.outdir import describe_mode
-
     if str(path) in STDOUT_NAMES:
         return "stdout"
     p = Path(path)
@@ -110,8 +124,6 @@ def _own_file_target(path: str | Path) -> Path:
         ``path`` is a folder, FIFO, socket or device.
     """
     from schedsim.errors import SchedsimError
-    from schedsim.report.outdir import describe_mode
-
     p = Path(path)
     try:
         mode = p.lstat().st_mode
@@ -125,8 +137,6 @@ def _own_file_target(path: str | Path) -> Path:
 
 def _staging_root(p: Path) -> Path | None:
     """The staging folder (``.schedsim-staging-*``) that ``p`` lies in, if any."""
-    from schedsim.report.outdir import STAGING_PREFIX
-
     return next((a for a in p.parents if a.name.startswith(STAGING_PREFIX)), None)
 
 
@@ -314,8 +324,6 @@ def output_dir(outdir: str | Path, what: str = "--out", create: bool = True) -> 
         ``outdir`` is ``-`` or names something other than a folder (a file, FIFO, device).
     """
     from schedsim.errors import SchedsimError
-    from schedsim.report.outdir import describe_mode
-
     if str(outdir) in STDOUT_NAMES:
         raise SchedsimError(f"{what} {outdir}: this command writes several files into a folder, not one stream",
                             fix="name a folder")
@@ -330,55 +338,6 @@ def output_dir(outdir: str | Path, what: str = "--out", create: bool = True) -> 
         raise SchedsimError(f"{what} {outdir}: is {describe_mode(st.st_mode)}, not a folder",
                             fix="name a folder (it is created when missing)")
     return out
-
-
-@contextmanager
-def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path] = (),
-               expect: Iterable[str] = ()) -> Iterator[Path]:
-    """Write ``command``'s set of output files into ``outdir``, all or nothing, replacing only its own
-    earlier set.
-
-    Yields a staging folder inside ``outdir``; when the block finishes, the folder's lock is taken
-    (:func:`_commit_lock`, a bounded wait), the staged names are checked against what is there
-    (:func:`schedsim.report.outdir.check_targets`: only ``command``'s own earlier, unchanged outputs are
-    replaced; another command's file, a user's file, a special file or one of ``inputs`` there is refused),
-    every file is moved in (``os.replace``, atomic per file) and the files of ``command``'s earlier set that
-    this run did not write are removed when their content is what was recorded
-    (:func:`schedsim.report.outdir.finish_set`). ``expect`` names files the command will surely write: they
-    are checked before the block runs, so a refused folder costs no work. If the block raises, or the user
-    presses Ctrl-C, the staging folder is removed and ``outdir`` keeps what it had. Staging folders of
-    killed runs are removed (:func:`schedsim.report.outdir.clean_stale_staging`).
-
-    Raises
-    ------
-    SchedsimError
-        ``outdir`` is not a folder, a name to write is taken (see above), or the lock stayed held.
-    OSError
-        ``outdir`` cannot be created or written.
-    """
-    from schedsim.report import outdir as od
-
-    inputs = list(inputs)
-    out = output_dir(outdir)
-    od.check_targets(out, command, expect, inputs=inputs)
-    od.clean_stale_staging(out)
-    stage = Path(tempfile.mkdtemp(prefix=od.staging_prefix(), dir=out))
-    try:
-        od.mark_staging(stage)
-        yield stage
-        if od.staging_owner(stage) is None:
-            raise _staging_gone(stage)
-        staged = sorted(f for f in stage.iterdir() if f.name != od.STAGING_MARKER)
-        written = {f.name: od.file_digest(f) for f in staged}
-        with _commit_lock(out):  # two runs into one folder: one whole set after the other, never a mix
-            m = od.Manifest.read(out)
-            od.check_targets(out, command, written, m, inputs)
-            m.moving(out, command, written)  # a run killed between moves leaves files the next one knows
-            for f in staged:
-                os.replace(f, out / f.name)
-            od.finish_set(out, command, written, m)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -470,6 +429,42 @@ def env_number(name: str, default: float, *, integer: bool = False, low: float =
         rng = f" from {low:g}" + (f" to {high:g}" if math.isfinite(high) else "")
         raise SchedsimError(f"environment variable {name}={printable(raw, 60)!r} is not {what}{rng}",
                             fix=f"set {name} to {what}{rng} (default {default:g}), or unset it")
+    return val
+
+
+#: Default limits on the work one run may ask for (the table of :mod:`schedsim.spec.limits`). Keys are the
+#: environment variables that override them (:func:`work_limit`).
+WORK_LIMITS: dict[str, int] = {
+    "SCHEDSIM_MAX_OPS": 2_000_000,
+    # a 100k-rank all_reduce predicts in 16 s with charts; 1M ranks took > 90 s (2-core machine)
+    "SCHEDSIM_MAX_RANKS": 100_000,
+    "SCHEDSIM_MAX_CHARS": 200_000_000,
+    "SCHEDSIM_MAX_STREAMS": 100_000,
+    # a kept trace activity costs about 300 B (schedsim.trace.common.Activity and its table row): 3 GB at the cap
+    "SCHEDSIM_MAX_TRACE_EVENTS": 10_000_000,
+}
+
+
+def work_limit(name: str) -> int:
+    """The limit ``name`` (a key of :data:`WORK_LIMITS`): the environment's value if set, else the default.
+
+    Raises
+    ------
+    SpecError
+        If the environment holds something other than a positive integer.
+    """
+    from schedsim.errors import SpecError
+
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return WORK_LIMITS[name]
+    try:
+        val = int(raw.replace("_", ""))
+    except ValueError:
+        val = 0
+    if val <= 0:
+        raise SpecError(f"{name}={raw!r} is not a positive integer",
+                        fix=f"set {name} to a number of {name[13:].lower()}")
     return val
 
 
@@ -664,3 +659,88 @@ def parse_json(data: bytes | str, where: StrPath, kind: str, *, max_depth: int =
         raise input_error(kind, where, err, f"pass a complete {kind} file (it may be truncated; re-run the command "
                           "that wrote it)")
     return doc
+
+# --------------------------------------------------------------------------------------------------------------
+# Writing JSON: one writer for every JSON file schedsim writes (timeline.json, compare.json, ...).
+
+_orjson: Any
+try:  # orjson: ~10x faster than json on the float columns, serialises numpy arrays without copies
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised by tests that hide orjson
+    _orjson = None
+
+
+def _json_default(obj: Any) -> Any:
+    """The stdlib fallback's handler: numpy arrays and scalars as lists and numbers (NaN and ±inf as null, as
+    orjson writes them: the reader refuses the Infinity token in a column), a mapping that is not a dict (a
+    pipeline's :class:`~schedsim.graph.info.ActionTexts`) as a dict."""
+    from collections.abc import Mapping
+
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    if hasattr(obj, "tolist"):
+        if getattr(obj, "dtype", None) is not None and obj.dtype.kind == "f":
+            return _finite(obj.tolist())
+        return obj.tolist()
+    return str(obj)
+
+
+def dumps_json(obj: Any, indent: bool = False) -> bytes:
+    """Compact UTF-8 JSON of ``obj`` (``indent``: two spaces per level, for files people read): numpy arrays as
+    lists, NaN/inf as null, non-string keys as strings, anything else unknown as ``str(obj)``. orjson when
+    installed, else (and for what orjson refuses: an integer past 64 bits, which JSON allows and a tag value may
+    be) the standard library."""
+    if _orjson is not None:
+        opts = _orjson.OPT_SERIALIZE_NUMPY | _orjson.OPT_NON_STR_KEYS | (_orjson.OPT_INDENT_2 if indent else 0)
+        try:
+            return _orjson.dumps(obj, default=_orjson_default, option=opts)
+        except _orjson.JSONEncodeError:
+            pass
+    return json.dumps(_finite(obj), default=_json_default, **({"indent": 2} if indent else {"separators": (",", ":")})
+                      ).encode("utf-8")
+
+
+def _orjson_default(obj: Any) -> Any:
+    """What orjson cannot write itself: a numpy array it does not take (non-contiguous, e.g. a strided column)
+    as a contiguous copy, a mapping that is not a dict as its JSON (``json_bytes()``, a pipeline's
+    :class:`~schedsim.graph.info.ActionTexts`, as an ``orjson.Fragment``: orjson 3.10 and later) or as a dict,
+    anything else as ``str(obj)``."""
+    from collections.abc import Mapping
+
+    import numpy as np
+
+    if isinstance(obj, np.ndarray) and not obj.flags.c_contiguous:
+        return np.ascontiguousarray(obj)
+    if isinstance(obj, Mapping):
+        raw = getattr(obj, "json_bytes", None)
+        frag = getattr(_orjson, "Fragment", None)
+        return frag(raw()) if raw is not None and frag is not None else dict(obj)
+    return str(obj)
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and ±inf floats as None (what orjson writes), in nested dicts and lists."""
+    if isinstance(obj, float):
+        return obj if float(obj) - float(obj) == 0.0 else None  # a numpy scalar's inf - inf would warn
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def loads_json(data: bytes) -> Any:
+    """Parse JSON bytes; orjson when installed. Files that hold the NaN/Infinity tokens of Python's json
+    (older row-layout timelines) fall back to the standard library.
+
+    Raises
+    ------
+    ValueError
+        Not JSON (``json.JSONDecodeError`` and orjson's error are both ValueErrors).
+    """
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError:
+            pass
+    return json.loads(data)

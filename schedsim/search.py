@@ -102,9 +102,9 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str) -> dic
     MFU, or the error message (a refusal at lowering)."""
     import yaml
 
-    from schedsim.api import lower_spec
     from schedsim.errors import SchedsimError
     from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
     from schedsim.report.training import training_report
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
@@ -114,7 +114,7 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str) -> dic
     try:
         spec = load_text(text, f"<search {name}>")
         prof = load_profile(profile)
-        tl = simulate(lower_spec(spec), prof)
+        tl = simulate(lower(spec), prof)  # as api.lower_spec without a file to name
     except SchedsimError as e:
         return e.message
     rep = training_report(spec, tl, prof)

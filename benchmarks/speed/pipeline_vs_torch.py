@@ -88,8 +88,7 @@ def ours(compute, pp: int, m: int, model: str):
     from dataclasses import replace
 
     from schedsim.hardware.profile import load_profile
-    from schedsim.lower import lower
-    from schedsim.lower.checks import check_program
+    from schedsim.lower import check_program, lower
     from schedsim.lower.pipeline import expand_pipeline
     from schedsim.lower.table import Table
     from schedsim.sim.engine import simulate

@@ -32,8 +32,7 @@ def stages(world: int, chunks: int) -> list[tuple[str, float]]:
     from dataclasses import replace
 
     from schedsim.hardware.profile import load_profile
-    from schedsim.lower import lower
-    from schedsim.lower.checks import check_program
+    from schedsim.lower import check_program, lower
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
     from schedsim.spec.loader import load_schedule, parse_overrides

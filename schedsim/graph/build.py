@@ -68,9 +68,11 @@ def info_of(prog: Any, ids: list[str] | None = None) -> GraphInfo:
     """The :class:`~schedsim.graph.info.GraphInfo` of a :class:`~schedsim.lower.program.Program`: its name,
     world size, launch mode, ``CUDA_DEVICE_MAX_CONNECTIONS`` and pipeline block, and its collectives, p2p
     pairs and (when checked) NCCL issue order by op id. ``ids`` are ``prog.ids()`` when the caller has them."""
+    from schedsim.lower.checks import launches
+
     ids = prog.ids() if ids is None else ids
     mc = prog.max_connections
-    issue = ({r: [[ids[i] for i in launch] for launch in ls] for r, ls in prog.launches().items()}
+    issue = ({r: [[ids[i] for i in launch] for launch in ls] for r, ls in launches(prog).items()}
              if prog.checked else None)
     return GraphInfo(name=prog.name, world_size=prog.world_size, launch=prog.launch,
                      collectives={k: [ids[i] for i in m] for k, m in prog.collectives().items()},

@@ -74,7 +74,7 @@ class ActionTexts(Mapping[int, list[str]]):
         """The dict's compact JSON (``{"0":["0F0",...],...}``, what orjson writes of it): joined from the lines
         when they were given and the dict is not made (no string per action), else written from the dict."""
         if self._made is not None or self._lines is None:
-            from schedsim.sim.timeline import dumps_json
+            from schedsim.io import dumps_json
 
             return dumps_json(self.made())
         out = []
@@ -118,7 +118,7 @@ class PipelineInfo:
     form), a predicted timeline's ``meta["pipeline"]`` (JSON form; :attr:`schedsim.sim.timeline.Timeline.pipeline`
     reads it) and :attr:`schedsim.sim.pipeline_metrics.PipelineMetrics.info`.
 
-    Made by :func:`schedsim.spec.pipeline_block.block_info`. A timeline another tool wrote may carry only
+    Made by :func:`schedsim.lower.pipeline_plan.block_info`. A timeline another tool wrote may carry only
     some keys; the missing ones read as the defaults (``p``, ``m``, ``num_stages`` 0 for unknown).
 
     Attributes

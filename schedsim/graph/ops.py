@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedsim.kinds import COMPUTE_KINDS
+from schedsim.tags import TagSet, tag_set, tag_value_key  # re-exported
 
 __all__ = ["Op", "RankGroup", "TagSet", "tag_set", "tag_value_key", "format_op_id", "parse_op_id", "COMPUTE", "COMM",
            "COPY", "resource_of"]
@@ -20,47 +21,6 @@ COMM = "comm"
 COPY = "copy"
 
 _ID = re.compile(r"^(?P<name>.+)@r(?P<rank>\d+)$")
-
-
-def tag_value_key(v: Any) -> tuple[type, Any]:
-    """What tells two tag values apart in a JSON file: the type and the value, a float by its text (``1``,
-    ``1.0`` and ``true`` are equal in Python, and so are ``0.0`` and ``-0.0``)."""
-    t = type(v)
-    return (t, repr(v)) if t is float else (t, v)
-
-
-class TagSet(tuple):
-    """A tag set (sorted ``(key, value)`` pairs) that may hold a boolean or a float: equal only to a tag set of the
-    same keys and values of the same types (:func:`tag_value_key`), so a table keyed by tag sets (the lowering's
-    interner, a dict of tag sets) keeps ``x: true`` apart from ``x: 1``. Its hash is the tuple's (``1``, ``1.0``
-    and ``True`` hash alike), so it may meet a plain tuple in one dict: the comparison then decides."""
-
-    __slots__ = ()
-    __hash__ = tuple.__hash__
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, tuple):
-            return NotImplemented
-        return len(self) == len(other) and all(
-            type(p) is tuple and len(p) == 2 and p[0] == k and tag_value_key(p[1]) == tag_value_key(v)
-            for (k, v), p in zip(self, other, strict=True))
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return TagSet, (tuple(self),)
-
-
-_TYPED = (bool, float)
-
-
-def tag_set(tags: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """An op's tags as the lowering keys them: ``tuple(sorted(tags.items()))``, a :class:`TagSet` when a value is
-    a boolean or a float (then only values of the same type are equal)."""
-    ts = tuple(sorted(tags.items()))
-    return TagSet(ts) if any(type(v) in _TYPED for _k, v in ts) else ts
 
 
 def format_op_id(name: str, rank: int) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from schedsim.lower.program import Program
 
-__all__ = ["Program", "lower"]
+__all__ = ["Program", "check_program", "lower"]
 
 
 def lower(spec: Any, check: bool = True) -> Program:
@@ -64,7 +64,29 @@ def lower(spec: Any, check: bool = True) -> Program:
                        table.strs, c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],
                        c["peer"], c["batch"], c["msg"], **linked, nccl_init=spec.nccl_init)
         if check:
-            from schedsim.lower.checks import check_program
-
             prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog)), checked=True)
         return prog
+
+
+def check_program(prog: Program) -> list[str]:
+    """Run every static check on ``prog`` (:func:`schedsim.lower.checks.check_arrays`); returns the extra "may
+    hang" warnings.
+
+    Raises
+    ------
+    CycleError, DeadlockError, GraphError
+        The error of the object-based build (:func:`schedsim.lower.reference.graph_from_ops`), which words
+        it when a rule fails on the arrays.
+    """
+    from schedsim.lower.checks import check_arrays
+
+    v = check_arrays(prog)
+    extra = [v.split] if v.split else []
+    if not (v.fault or v.word_warnings):
+        return extra
+    from schedsim.lower.reference import graph_from_ops
+
+    G = graph_from_ops(prog.ops(), prog.graph_info(), prog.file, check=True)
+    if v.fault:
+        raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
+    return [w for w in G.graph.get("warnings", []) if w not in prog.warnings] + extra

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
 from schedsim.lower.program import Program, batch_heads, compiled, stable_order, unique
 
-__all__ = ["check_program", "launch_heads", "multi_peer_hubs"]
+__all__ = ["Verdict", "check_arrays", "launch_heads", "launches", "multi_peer_hubs"]
 
 I64 = np.int64
 
@@ -61,6 +61,21 @@ def launch_heads(prog: Program, tc: _Templates | None = None) -> tuple[np.ndarra
     if bm.any():
         head[bm] = batch_heads(prog.rank[comm][bm], b[bm], comm[bm])[0]
     return comm, head
+
+
+def launches(prog: Program) -> dict[int, list[list[int]]]:
+    """Per rank of ``prog``, its NCCL launches in issue order, each a list of op indices (a ``p2p_batch`` is one
+    launch, at its first member); what :func:`schedsim.graph.nccl.issue_order` lists by op id."""
+    comm, head = launch_heads(prog)
+    out: dict[int, list[list[int]]] = {}
+    at: dict[int, list[int]] = {}
+    for i, h, r in zip(comm.tolist(), head.tolist(), prog.rank[comm].tolist(), strict=True):
+        if i == h:
+            at[i] = [i]
+            out.setdefault(r, []).append(at[i])
+        else:
+            at[h].append(i)
+    return out
 
 
 def _collective_order_ok(prog: Program, tc: _Templates) -> bool:
@@ -398,15 +413,18 @@ def _cross_communicator_cycle(prog: Program, comm: np.ndarray, head: np.ndarray)
     return not _acyclic(nk, *np.divmod(key, nk))
 
 
-def check_program(prog: Program) -> list[str]:
-    """Run every static check on ``prog``; returns the extra "may hang" warnings.
+class Verdict(NamedTuple):
+    """What the array checks found (:func:`check_arrays`). ``fault``: a rule failed, and the object-based build
+    (:func:`schedsim.lower.reference.graph_from_ops`) words the error; ``word_warnings``: a "may hang" case whose
+    warning that build words; ``split``: the split-batch warning, or None."""
 
-    Raises
-    ------
-    CycleError, DeadlockError, GraphError
-        The error of the object-based build (:func:`schedsim.lower.reference.graph_from_ops`), which words
-        it when a rule fails here.
-    """
+    fault: bool
+    word_warnings: bool
+    split: str | None
+
+
+def check_arrays(prog: Program) -> Verdict:
+    """Run every static check on ``prog``'s arrays (:func:`schedsim.lower.check_program` words what they find)."""
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
     ok = _forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
@@ -415,13 +433,11 @@ def check_program(prog: Program) -> list[str]:
     grouped_ok = ok and multi and _no_hang(prog, comm, head, tc, grouped=True)
     ok = ok and (grouped_ok or _no_hang(prog, comm, head, tc)) and _batch_inputs_ok(prog, comm, head)
     if not ok:
-        _reference(prog, check=True)
-        raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
+        return Verdict(True, False, None)
     split = _split_batch_warning(prog, comm, head, tc)
-    if _cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc) or (multi and not grouped_ok):
-        G = _reference(prog, check=True)
-        return [w for w in G.graph.get("warnings", []) if w not in prog.warnings] + ([split] if split else [])
-    return [split] if split else []
+    word = (_cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc)
+            or (multi and not grouped_ok))
+    return Verdict(False, bool(word), split)
 
 
 #: Send/recv ops in one p2p batch above which NCCL may split the group into several kernel launches; torch's
@@ -500,11 +516,6 @@ def _eager_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Template
         return False
     return not _no_hang(prog, comm, head, tc, eager=True)
 
-
-def _reference(prog: Program, check: bool) -> Any:
-    from schedsim.lower.reference import graph_from_ops
-
-    return graph_from_ops(prog.ops(), prog.graph_info(), prog.file, check=check)
 
 def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rule 7's rendezvous: ``(unit, hub)`` memberships (int64 arrays of one length, each pair once; hubs numbered

@@ -17,7 +17,7 @@ tests/pipeline/test_expand_columns.py asserts both give the same table for every
 without a column form (DualPipe's overlapped F&B pairs, torch's UNSHARD/RESHARD) and the rare cases the
 columns do not reproduce (an action twice on one rank, one compute on two ranks, a pipeline-like tag set
 interned before the block) go through the reference. Custom inline
-actions are also parsed, checked and lowered to sends/recvs as columns (:func:`schedsim.spec.pipeline_block.plan_of`,
+actions are also parsed, checked and lowered to sends/recvs as columns (:func:`schedsim.lower.pipeline_plan.plan_of`,
 :func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word. Megatron's
 interleaved order arrives as columns too (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`).
 
@@ -39,15 +39,8 @@ from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
-from schedsim.lower.program import compiled
-from schedsim.lower.table import Block, Table
-from schedsim.lower.written import op_instance
-from schedsim.pipeline.actions import COMM_TYPES, Action
-from schedsim.pipeline.actions import ComputationType as CT
-from schedsim.spec.model import OP_MODELS, ScheduleSpec
-from schedsim.spec.pipeline_block import (
+from schedsim.lower.pipeline_plan import (
     PipelinePlan,
-    PipelineSpec,
     StageCost,
     block_error,
     block_info,
@@ -56,6 +49,13 @@ from schedsim.spec.pipeline_block import (
     split_fix,
     stage_cost,
 )
+from schedsim.lower.program import compiled
+from schedsim.lower.table import Block, Table
+from schedsim.lower.written import op_instance
+from schedsim.pipeline.actions import COMM_TYPES, Action
+from schedsim.pipeline.actions import ComputationType as CT
+from schedsim.spec.model import OP_MODELS, ScheduleSpec
+from schedsim.spec.pipeline_block import PipelineSpec
 
 __all__ = ["expand_pipeline"]
 

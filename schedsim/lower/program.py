@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from schedsim.arrays import unique  # re-exported
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
 
@@ -56,19 +57,6 @@ def compiled(name: str) -> Any:
     except ImportError:
         return None
     return getattr(_cwaves, name, None)
-
-
-def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(values, first, inverse)`` of a 1-d integer array, as ``np.unique(key, return_index=True,
-    return_inverse=True)`` gives them (``first``: index of each value's first occurrence), by one stable
-    argsort; ``np.unique`` imports ``numpy.ma`` on first use, 10 ms of a cold start."""
-    o = np.argsort(key, kind="stable")
-    k = key[o]
-    new = np.ones(len(k), bool)
-    new[1:] = k[1:] != k[:-1]
-    inv = np.empty(len(k), np.int64)
-    inv[o] = np.cumsum(new) - 1
-    return k[new], o[new], inv
 
 
 def stable_order(key: np.ndarray, space: int) -> np.ndarray:
@@ -321,22 +309,6 @@ class Program:
         """Collective key (``name#r0,r1,...``) -> member op indices, keys in order of first member."""
         ptr, idx = self.coll_ptr.tolist(), self.coll_idx.tolist()
         return {k: idx[ptr[c]:ptr[c + 1]] for c, k in enumerate(self.coll_keys)}
-
-    def launches(self) -> dict[int, list[list[int]]]:
-        """Per rank, its NCCL launches in issue order, each a list of op indices (a ``p2p_batch`` is one
-        launch, at its first member); what :func:`schedsim.graph.nccl.issue_order` lists by op id."""
-        from schedsim.lower.checks import launch_heads
-
-        comm, head = launch_heads(self)
-        out: dict[int, list[list[int]]] = {}
-        at: dict[int, list[int]] = {}
-        for i, h, r in zip(comm.tolist(), head.tolist(), self.rank[comm].tolist(), strict=True):
-            if i == h:
-                at[i] = [i]
-                out.setdefault(r, []).append(at[i])
-            else:
-                at[h].append(i)
-        return out
 
     def graph_info(self, *, lazy_order: bool = False) -> dict[str, Any]:
         """``name``, ``world_size``, ``launch`` (and ``max_connections``, ``pipeline`` when set), as

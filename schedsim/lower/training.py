@@ -5,7 +5,7 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
 
 * **pipeline**: the order of Megatron's ``forward_backward_pipelining_without_interleaving`` (1F1B) or, with
   ``num_layers_per_virtual_pipeline_stage``, ``..._with_interleaving``, from the pipeline block's generators and
-  p2p placement (:func:`schedsim.spec.pipeline_block.plan_of`, :mod:`schedsim.lower.pipeline`'s emitter), the
+  p2p placement (:func:`schedsim.lower.pipeline_plan.plan_of`, :mod:`schedsim.lower.pipeline`'s emitter), the
   pipeline peers being the ranks that differ only in their pp coordinate. p2p messages are ``s·b·h`` elements
   (``s/tp·b·h`` with sequence parallelism);
 * **each stage**: its layers (Megatron's uneven first/last stages included) as kernels on one TP rank
@@ -83,6 +83,7 @@ from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.lower.pipeline import ProtoPlace, _Emitter, _interleaved_steps, _lowered_steps, _stage_proto
+from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -90,14 +91,10 @@ from schedsim.spec.pipeline_block import (
     CORE_I,
     FLASH_BWD,
     PipelineSpec,
-    StageCost,
     TransformerSpec,
     _head_ops,
     _layer_ops,
     attn_step_flops,
-    block_info,
-    plan_of,
-    split_fix,
 )
 from schedsim.spec.training_block import TrainingPlan, TrainingSpec, training_plan
 from schedsim.units import DTYPE_BYTES

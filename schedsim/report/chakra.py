@@ -224,7 +224,7 @@ def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None
     run : schedsim.api.Run
         From :func:`schedsim.api.simulate_spec` (its ``program`` and ``timeline``).
     out : path
-        Folder; written as one set (:func:`schedsim.io.output_set`).
+        Folder; written as one set (:func:`schedsim.outdir.output_set`).
     inputs : list of Path
         Files the output must not replace.
 
@@ -237,8 +237,7 @@ def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None
     SchedsimError
         ``protobuf`` missing, or ``out`` unusable.
     """
-    from schedsim.io import output_set
-    from schedsim.report.outdir import safe_dirname
+    from schedsim.outdir import output_set, safe_dirname
 
     msgs = messages()
     prog, tl = run.program, run.timeline

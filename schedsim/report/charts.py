@@ -75,7 +75,7 @@ def draw_sweep(rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]], ti
     if has_mem:
         panels.append(("peak activation memory (MiB)", lambda r: r.get("peak_memory_bytes", 0) / 2**20))
     numeric = _numeric(xvals)
-    from schedsim.report.outdir import capped_figsize
+    from schedsim.outdir import capped_figsize
 
     fig = Figure(figsize=capped_figsize(max(7.0, 0.5 * len(xvals) * max(1, len(series)) ** 0.5 + 5),
                                         2.8 * len(panels) + 0.8, 110), dpi=110)

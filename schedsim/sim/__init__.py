@@ -1,19 +1,3 @@
-"""The simulator, its Timeline and the metrics computed from a timeline."""
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["simulate", "Timeline", "Span"]
-
-
-def __getattr__(name: str) -> Any:  # lazy: importing the Timeline must not import the engine (networkx, pydantic)
-    if name == "simulate":
-        from schedsim.sim.engine import simulate
-
-        return simulate
-    if name in ("Timeline", "Span"):
-        from schedsim.sim import timeline
-
-        return getattr(timeline, name)
-    raise AttributeError(name)
+"""The simulator (:mod:`schedsim.sim.engine`: ``simulate``), its Timeline (:mod:`schedsim.sim.timeline`) and the
+metrics computed from a timeline (:mod:`schedsim.sim.metrics`). Import them from their modules: this package
+holds no names of its own, so that the compiled helpers (``schedsim.sim._cwaves``) import without the engine."""

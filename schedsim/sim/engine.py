@@ -87,7 +87,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -101,15 +101,13 @@ from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.kinds import PER_RANK_SIZE
 from schedsim.lower.program import Program
 from schedsim.sim import gpu_model as gm
+from schedsim.sim.loop import HOST, _raise_deadlock, _State, set_rate  # HOST is re-exported
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 
 if TYPE_CHECKING:
     import networkx as nx
 
 __all__ = ["simulate", "HOST"]
-
-#: ``binding`` value meaning "the op waited for its host launch".
-HOST = -2
 
 _KIND_RES = {"matmul": 0, "compute": 0, "memcpy": 2}  # anything else is communication (1)
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
@@ -272,7 +270,7 @@ def _run_waves_program(prog: Program, profile: HardwareProfile, mode: str, conns
     """The ``waves`` run straight from the Program's columns (:mod:`schedsim.sim.waves_columns`), with the retry
     of :func:`_run_waves`; None when the compiled loop is not built or the rate tables do not fit (then the
     Op-list path runs)."""
-    from schedsim.sim.waves import compiled_loop
+    from schedsim.sim.loop import compiled_loop
     from schedsim.sim.waves_columns import run_waves_program
 
     rules = gm.GpuRules.from_profile(profile, conns)
@@ -319,19 +317,6 @@ class _Compiled(NamedTuple):
     job_ranks: list[tuple[int, ...]]
     job_work: list[float]  # solo seconds (+ per-node graph overhead)
     cost: CostModel
-
-
-class _State(NamedTuple):
-    """What a run leaves behind, per op (seconds; ``binding`` = op that released it, or HOST)."""
-
-    start: Sequence[float]  # lists (Python loops) or array.array (compiled loop)
-    end: Sequence[float]
-    ready_t: Sequence[float]
-    binding: Sequence[int]
-    stream_t: Sequence[float] | np.ndarray | None = None  # waves: when the stream reached each op (deps done,
-    # host at its call)
-    host_s: np.ndarray | None = None  # waves: per rank, when its host returned from its last call (shape (world,))
-    host_call: np.ndarray | None = None  # per op, when its host call returned (shape (N,))
 
 
 def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _Compiled:
@@ -476,26 +461,6 @@ def _check_work(ids: list[str], ops: list[Op], N: int, job_work: list[float]) ->
                 raise GraphError(f"op {ids[i]} ({ops[i].kind}) has a solo duration of {w} s",
                                  fix="give it a finite duration, FLOP and byte count >= 0 (and a profile whose "
                                      "rates are finite and > 0)")
-
-
-def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float], jlast: list[float],
-             jver: list[int], heap: list, counter: Iterator[int]) -> None:
-    """Fluid-model rate change of job ``j`` at time ``t`` (s), shared by both Python loops.
-
-    The work done since ``jlast[j]`` at the old rate leaves ``jrem[j]`` solo-seconds (never < 0); the job
-    then runs at ``new`` (> 0, fraction of its solo speed) and its completion ``t + jrem / new`` is pushed
-    with a fresh version, which makes the job's earlier heap entry stale. No-op when the rate is unchanged.
-    """
-    old = jrate[j]
-    if new != old:
-        if old > 0.0:
-            rem = jrem[j] - (t - jlast[j]) * old
-            jrem[j] = rem if rem > 0.0 else 0.0
-        jlast[j] = t
-        jrate[j] = new
-        v = jver[j] + 1
-        jver[j] = v
-        heapq.heappush(heap, (t + jrem[j] / new, next(counter), j, v))
 
 
 def _sharing_copy_rate(cq: list[int], res: int, delta: float, rho: dict[int, float]) -> float:
@@ -957,7 +922,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     at = np.zeros(0, np.int64)
     if N:  # from the latest end (lowest index among ties) back along the bindings, in C (_cwaves.walk): the ops
         # on the way but a rendezvous peer standing for its group's op, as _timeline's walk takes them
-        from schedsim.sim.waves import compiled_loop
+        from schedsim.sim.loop import compiled_loop
 
         out = np.empty(N, np.int32)
         n = compiled_loop().walk(run.binding, run.ogrp, int(np.argmax(run.end)), out)
@@ -982,24 +947,3 @@ def _kind_codes(run) -> tuple[tuple[str, ...], np.ndarray]:
     values = tuple(dict.fromkeys(kinds))
     return values, np.array([values.index(k) for k in kinds], np.int32)[run.tmpl] if len(run.tmpl) else \
         np.zeros(0, np.int32)
-
-
-def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:
-    lines = []
-    per_rank: dict[int, int] = {}
-    for i, op in enumerate(ops):
-        if end[i] < 0 and op.rank not in per_rank:
-            per_rank[op.rank] = i
-    for r, i in sorted(per_rank.items()):
-        op = ops[i]
-        if npred[i] > 0:
-            why = f"waits on {npred[i]} unfinished predecessor(s)"
-        else:
-            j = job_of[i]
-            members = gmem[j - N] if j >= N else []
-            missing = [ids[m] for m in members if m != i]
-            why = f"waits for its peers {', '.join(missing)} to arrive"
-        lines.append(f"  rank {r}: {ids[i]} ({op.kind}) {why}")
-    raise DeadlockError("the schedule deadlocks; stuck ops:\n" + "\n".join(lines),
-                        fix="make every rank reach its collectives and send/recv in a compatible order",
-                        ops=[ids[i] for _r, i in sorted(per_rank.items())])

@@ -818,9 +818,9 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
 def _compiled(name: str):
     """The compiled function ``name`` of :func:`host_issue_columns` (``_cwaves.issue_times``: the whole rule from
     its tables; ``issue_sums``: the prefix sums), or None when the compiled loop is not in use
-    (:func:`schedsim.sim.waves.compiled_loop`) or is a build without it: then numpy adds the same floats in the
+    (:func:`schedsim.sim.loop.compiled_loop`) or is a build without it: then numpy adds the same floats in the
     same order."""
-    from schedsim.sim.waves import compiled_loop
+    from schedsim.sim.loop import compiled_loop
 
     return getattr(compiled_loop(), name, None)
 

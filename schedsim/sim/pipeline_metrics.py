@@ -154,7 +154,7 @@ def group_of(*cols: Any) -> tuple[Any, Any]:
 
 
 def _compute(tl: Timeline) -> PipelineMetrics | None:
-    """The metrics as columns: busy compute per rank as a union (:func:`schedsim.sim.metrics.union_by_group`),
+    """The metrics as columns: busy compute per rank as a union (:func:`schedsim.arrays.union_by_group`),
     p2p bytes by ``np.bincount`` (which adds the rows in row order, as the per-row definition in
     ``tests/core/test_pipeline_metrics_columns.py`` does, so the floats are the same), the
     forward starts and W ends per (rank, stage, mb) by grouping, and each rank's memory steps as a cumulative
@@ -175,7 +175,7 @@ def _compute(tl: Timeline) -> PipelineMetrics | None:
     send = pp & code_is(c.kind, "send")
     recv = pp & code_is(c.kind, "recv") & ~send
     comp = code_is(c.resource, "compute") & ~send & ~recv
-    from schedsim.sim.metrics import union_by_group
+    from schedsim.arrays import union_by_group
 
     busy = union_by_group(rank[comp], start[comp], end[comp], nr)  # busy compute, as Metrics has it
     sent = np.bincount(rank[send], weights=c.bytes[send], minlength=nr)

@@ -110,7 +110,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from schedsim.errors import TraceError
-from schedsim.io import atomic_write_bytes, atomic_write_text, atomic_writer, output_set  # re-exported
+from schedsim.io import atomic_write_bytes, atomic_write_text, atomic_writer, dumps_json, loads_json  # re-exported
+from schedsim.outdir import output_set  # re-exported
 
 if TYPE_CHECKING:
     import numpy as np
@@ -1250,81 +1251,5 @@ def _span_dict(s: Span) -> dict[str, Any]:
         d["breakdown"] = {"wait_s": s.start_s - s.ready_s, "work_s": s.solo_s,
                           "contention_s": (s.end_s - s.start_s) - s.solo_s}
     return d
-
-
-def _json_default(obj: Any) -> Any:
-    """The stdlib fallback's handler: numpy arrays and scalars as lists and numbers (NaN and ±inf as null, as
-    orjson writes them: the reader refuses the Infinity token in a column), a mapping that is not a dict (a
-    pipeline's :class:`~schedsim.graph.info.ActionTexts`) as a dict."""
-    from collections.abc import Mapping
-
-    if isinstance(obj, Mapping):
-        return dict(obj)
-    if hasattr(obj, "tolist"):
-        if getattr(obj, "dtype", None) is not None and obj.dtype.kind == "f":
-            return _finite(obj.tolist())
-        return obj.tolist()
-    return str(obj)
-
-
-def dumps_json(obj: Any, indent: bool = False) -> bytes:
-    """Compact UTF-8 JSON of ``obj`` (``indent``: two spaces per level, for files people read): numpy arrays as
-    lists, NaN/inf as null, non-string keys as strings, anything else unknown as ``str(obj)``. orjson when
-    installed, else (and for what orjson refuses: an integer past 64 bits, which JSON allows and a tag value may
-    be) the standard library."""
-    if _orjson is not None:
-        opts = _orjson.OPT_SERIALIZE_NUMPY | _orjson.OPT_NON_STR_KEYS | (_orjson.OPT_INDENT_2 if indent else 0)
-        try:
-            return _orjson.dumps(obj, default=_orjson_default, option=opts)
-        except _orjson.JSONEncodeError:
-            pass
-    return json.dumps(_finite(obj), default=_json_default, **({"indent": 2} if indent else {"separators": (",", ":")})
-                      ).encode("utf-8")
-
-
-def _orjson_default(obj: Any) -> Any:
-    """What orjson cannot write itself: a numpy array it does not take (non-contiguous, e.g. a strided column)
-    as a contiguous copy, a mapping that is not a dict as its JSON (``json_bytes()``, a pipeline's
-    :class:`~schedsim.graph.info.ActionTexts`, as an ``orjson.Fragment``: orjson 3.10 and later) or as a dict,
-    anything else as ``str(obj)``."""
-    from collections.abc import Mapping
-
-    import numpy as np
-
-    if isinstance(obj, np.ndarray) and not obj.flags.c_contiguous:
-        return np.ascontiguousarray(obj)
-    if isinstance(obj, Mapping):
-        raw = getattr(obj, "json_bytes", None)
-        frag = getattr(_orjson, "Fragment", None)
-        return frag(raw()) if raw is not None and frag is not None else dict(obj)
-    return str(obj)
-
-
-def _finite(obj: Any) -> Any:
-    """NaN and ±inf floats as None (what orjson writes), in nested dicts and lists."""
-    if isinstance(obj, float):
-        return obj if float(obj) - float(obj) == 0.0 else None  # a numpy scalar's inf - inf would warn
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def loads_json(data: bytes) -> Any:
-    """Parse JSON bytes; orjson when installed. Files that hold the NaN/Infinity tokens of Python's json
-    (older row-layout timelines) fall back to the standard library.
-
-    Raises
-    ------
-    ValueError
-        Not JSON (``json.JSONDecodeError`` and orjson's error are both ValueErrors).
-    """
-    if _orjson is not None:
-        try:
-            return _orjson.loads(data)
-        except _orjson.JSONDecodeError:
-            pass
-    return json.loads(data)
 
 

@@ -37,8 +37,6 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-import os
-import sys
 from array import array
 from collections import deque
 from itertools import accumulate, chain
@@ -49,6 +47,7 @@ import numpy as np
 
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.sim import gpu_model as gm
+from schedsim.sim.loop import HOST, _raise_deadlock, _State, compiled_loop, set_rate
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare
@@ -91,7 +90,6 @@ COLD_RERUN_MAX = 100_000
 def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial: bool,
               model_executor: bool, cold: bool):
     """One pass of :func:`run_waves` (``cold``: the first calls of the iteration run cold, rule 1)."""
-    from schedsim.sim.engine import _raise_deadlock, _State
 
     call0: list[float] = []
     issue: list[float] = []  # when each op's kernel reaches the GPU (rule 1: part-way through its call)
@@ -191,8 +189,6 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
     """The reference event loop (rates straight from the rule functions); returns ``(start, end, ready_t,
     deps_t, binding, khand)`` (seconds; op index or HOST; khand per kernel: when its queue handed it over, or
     its reduction (rule 4b), the queue's next item after it)."""
-    from schedsim.sim.engine import HOST, set_rate
-
     ops, N, world = c.ops, c.N, c.world
     npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
     S, nsm, xlat, one_way = rules.sms, rules.nccl_sms, rules.cross_stream_s, rules.p2p_one_way
@@ -497,33 +493,6 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             rerate(order, t)
             dirty.clear()
     return start, end, ready_t, deps_t, binding, khand
-
-
-_EXT: list[object] = []  # [module or None] once looked up
-_LAYOUT = 10  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
-
-
-def compiled_loop():
-    """The compiled event loop :mod:`schedsim.sim._cwaves`, or None when it is not built (no C compiler at
-    install), is out of date (its ``LAYOUT`` is not :data:`_LAYOUT`: built from an older ``_cwaves.c``) or
-    ``SCHEDSIM_NO_EXT=1``; then the Python loop runs, and the first call says so in one line on stderr."""
-    if not _EXT:
-        if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
-            mod, why = None, "SCHEDSIM_NO_EXT is set"
-        else:
-            try:
-                from schedsim.sim import _cwaves as mod  # type: ignore[attr-defined,no-redef]
-                why = ""
-            except ImportError as e:
-                mod, why = None, (f"the compiled loop is not built ({e}); install a C compiler and reinstall "
-                                  "schedsim (pip install ., or pip install -e . in a checkout)")
-            if mod is not None and getattr(mod, "LAYOUT", None) != _LAYOUT:  # built from an older _cwaves.c
-                mod, why = None, (f"the compiled loop at {getattr(mod, '__file__', '?')} is out of date; rebuild it: "
-                                  "python setup.py build_ext --inplace (or reinstall schedsim)")
-        if mod is None:
-            sys.stderr.write(f"schedsim: simulating with the Python event loop (slower): {why}\n")
-        _EXT.append(mod)
-    return _EXT[0]
 
 
 def _csr(lists) -> tuple[array, array]:

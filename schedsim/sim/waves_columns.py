@@ -263,7 +263,7 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
     Program's stream and dependency edges as they are, without :attr:`Program.succ`'s networkx order), or the same
     lists by a counting sort in the compiled ``succ_csr`` when it is built (which reads the pair arrays as they
     are: no copies of the edges)."""
-    from schedsim.sim.waves import compiled_loop
+    from schedsim.sim.loop import compiled_loop
 
     N = prog.N
     e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2),
@@ -292,7 +292,7 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds; in one O(N)
     pass of the compiled ``kernels`` when it is built (the same arrays). ``tres``: each template's resource
     (a collective of one rank's as rule 6b gives it)."""
-    from schedsim.sim.waves import compiled_loop
+    from schedsim.sim.loop import compiled_loop
 
     N = len(tmpl)
     tct = [gm.kernel_ctas(t, cost, sms) if r == 0 else (0, 1, False) for t, r in zip(tps, tres.tolist(), strict=True)]
@@ -446,7 +446,7 @@ def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
     """Rule 7's communicator-order edges of :func:`~schedsim.sim.gpu_model.comm_fifo_columns` as (E, 2) int64
     pairs ``(before, after)``: in one compiled pass (``_cwaves.fifo_edges``, the edges in another order, which the
     successor lists do not keep) when it is built and the ranks ascend (a Program's do), else by that function."""
-    from schedsim.sim.waves import compiled_loop
+    from schedsim.sim.loop import compiled_loop
 
     ext = getattr(compiled_loop(), "fifo_edges", None)
     if ext is not None and len(rank):
@@ -589,7 +589,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
              (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *share_args(share))
     del arrays, link, kneed0, kleft, ktau, kmem, kq, kneed, sptr, sidx, granks, ktail, ktail_tau, kgain
     if N and end.min() < 0.0:
-        from schedsim.sim.engine import _raise_deadlock
+        from schedsim.sim.loop import _raise_deadlock
 
         job_of = np.where(ogrp >= 0, N + ogrp.astype(I64), np.arange(N)).tolist()
         gmem = [gidx[a:b].tolist() for a, b in zip(gptr[:-1].tolist(), gptr[1:].tolist(), strict=True)]

@@ -46,24 +46,14 @@ timeline costs about 600 B per op in memory.
 from __future__ import annotations
 
 import ast
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from schedsim.errors import SpecError
+from schedsim.io import WORK_LIMITS as DEFAULTS  # re-exported
+from schedsim.io import work_limit as limit  # re-exported
 
 __all__ = ["DEFAULTS", "MAX_YAML_DEPTH", "limit", "check_expansion", "estimate_ops", "estimate_streams"]
-
-#: Default limits; see the module docstring. Keys are the environment variables that override them.
-DEFAULTS: dict[str, int] = {
-    "SCHEDSIM_MAX_OPS": 2_000_000,
-    # a 100k-rank all_reduce predicts in 16 s with charts; 1M ranks took > 90 s (2-core machine)
-    "SCHEDSIM_MAX_RANKS": 100_000,
-    "SCHEDSIM_MAX_CHARS": 200_000_000,
-    "SCHEDSIM_MAX_STREAMS": 100_000,
-    # a kept trace activity costs about 300 B (schedsim.trace.common.Activity and its table row): 3 GB at the cap
-    "SCHEDSIM_MAX_TRACE_EVENTS": 10_000_000,
-}
 
 #: Deepest nesting of YAML mappings/lists a schedule may use (PyYAML and the loader recurse per level).
 MAX_YAML_DEPTH = 64
@@ -75,26 +65,6 @@ _KNOB = {
     "SCHEDSIM_MAX_STREAMS": "the environment variable SCHEDSIM_MAX_STREAMS={n}",
     "SCHEDSIM_MAX_TRACE_EVENTS": "the environment variable SCHEDSIM_MAX_TRACE_EVENTS={n}",
 }
-
-
-def limit(name: str) -> int:
-    """The limit ``name`` (a key of :data:`DEFAULTS`): the environment's value if set, else the default.
-
-    Raises
-    ------
-    SpecError
-        If the environment holds something other than a positive integer.
-    """
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return DEFAULTS[name]
-    try:
-        val = int(raw.replace("_", ""))
-    except ValueError:
-        val = 0
-    if val <= 0:
-        raise SpecError(f"{name}={raw!r} is not a positive integer", fix=f"set {name} to a number of {name[13:].lower()}")
-    return val
 
 
 def _refuse(file: str, what: str, est: int, name: str, path: str | None = None) -> SpecError:

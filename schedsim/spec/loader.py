@@ -41,9 +41,9 @@ from pydantic import ValidationError
 
 from schedsim.errors import SpecError, printable
 from schedsim.expr import ExprError, _short, compile_expr, compile_interpolate, evaluate, interpolate
-from schedsim.graph.ops import TagSet
 from schedsim.spec.limits import MAX_YAML_DEPTH
 from schedsim.spec.model import COLLECTIVE_KINDS, NAME_PATTERN, NUMERIC_FIELDS, OP_MODELS, ScheduleSpec
+from schedsim.tags import TagSet
 
 __all__ = ["load_schedule", "load_text", "parse_overrides", "parse_value", "expand"]
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 from schedsim._pydantic import plugins_off
 from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, CollectiveKind, DType
 from schedsim.spec.training_block import TrainingSpec
-from schedsim.units import DTYPE_BYTES
+from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM, MAX_DURATION_US, MAX_FLOPS, MAX_REPEAT
 
 if TYPE_CHECKING:
     from schedsim.spec.pipeline_block import PipelineSpec
@@ -46,16 +46,6 @@ __all__ = [
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-\[\]]*$"
 
 
-
-# Sanity bounds of sizes (issue 12: a huge `m` overflowed the FLOP count to a traceback, `repeat: 10**12` hung the
-# simulator). Each is far past any real kernel: a 2**40 GEMM dimension is 4 TiB of fp32 per row/column vector,
-# 1 EiB is 10^4 times the HBM of a 8-GPU node, 10^30 FLOP is ~10^12 GPU-days, 10^12 µs is 11.6 days (the
-# Kineto reader's bound for an absurd event time), and 10^6 repeats is 10^3 times the layers of any model.
-MAX_DIM = 2**40
-MAX_BYTES = 2**60
-MAX_FLOPS = 1e30
-MAX_DURATION_US = 1e12
-MAX_REPEAT = 1_000_000
 
 # Default factories are lambdas, not the builtins list and dict: building a model, pydantic inspects each
 # factory's signature, and inspect.signature(list) parses its text signature with tokenize (~2 ms the first

@@ -51,7 +51,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from schedsim._pydantic import plugins_off
 from schedsim.errors import SpecError
-from schedsim.units import DTYPE_BYTES
+from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops",
            "memory_per_rank", "act_bytes_per_layer", "expert_params_per_layer", "ALIASES"]
@@ -232,13 +232,11 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
 
 def _limit_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     """The op limits of ``docs/schedule_language.md`` ("Sizes": ``m``, ``n``, ``k`` up to 2^40, ``bytes`` up to
-    2^60; :data:`schedsim.spec.model.MAX_DIM`, ``MAX_BYTES``) applied to the block's own fields, so that a size too
+    2^60; :data:`schedsim.units.MAX_DIM`, ``MAX_BYTES``) applied to the block's own fields, so that a size too
     large is named where it was written rather than on a lowered op. The lowered layer's largest GEMM dimensions
     are the tokens ``s·b``, the QKV width ``3h``, fc1's ``f`` (``2f`` with SwiGLU) and the padded vocabulary;
     its largest tensors ``s·b·max(h, 2f, V)`` and the attention scores ``b·a·s²``, taken here at 16 bytes an
     element (4-byte values, up to four per kernel) so that every lowered op stays within the bytes limit."""
-    from schedsim.spec.model import MAX_BYTES, MAX_DIM
-
     s, b, h, a = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads
     f = t.ffn_hidden_size or 4 * h
     ffn_key = "ffn_hidden_size" if t.ffn_hidden_size else "hidden_size"

@@ -1,5 +1,5 @@
-"""CLI: ``schedsim import nsys|kineto FILE... --out DIR``, ``schedsim analyze TIMELINE|TRACE``, ``schedsim replay``
-and ``schedsim export chakra SCHEDULE --out DIR``.
+"""CLI: ``schedsim import nsys|kineto FILE... --out DIR``, ``schedsim analyze TIMELINE|TRACE``, ``schedsim replay``,
+``schedsim export chakra SCHEDULE --out DIR`` and ``schedsim compare PRED MEAS``.
 
 Registered into :data:`schedsim.cli.app` by :func:`register` (the core calls it
 when this module exists). Errors are :class:`~schedsim.errors.TraceError`
@@ -39,7 +39,7 @@ def _ops(path: Path | None) -> dict[str, dict[str, Any]] | None:
 
 
 def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
-    from schedsim.io import output_set
+    from schedsim.outdir import output_set
     from schedsim.report.summary import fmt_time
     from schedsim.sim.metrics import Metrics
 
@@ -106,7 +106,7 @@ FmtOpt = typer.Option(_Fmt.table, "--format", help="table for people, json for m
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``import nsys``, ``import kineto`` and ``analyze`` to the schedsim CLI."""
+    """Add ``import nsys|kineto``, ``analyze``, ``replay``, ``export`` and ``compare`` to the schedsim CLI."""
     from schedsim.cliutil import handle_errors
 
     imp = typer.Typer(no_args_is_help=True, help="Import Nsight Systems or PyTorch profiler traces as a timeline.")
@@ -214,8 +214,9 @@ def register(app: typer.Typer) -> None:
         """Kernel time shares and NCCL volumes, overlap, idle time, critical path, and the
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
         from schedsim.io import output_dir, output_target, refuse_input
+        from schedsim.report.analysis import format_report
         from schedsim.report.progress import status
-        from schedsim.trace.analyze import format_report, load_any, tag_pipeline, to_json
+        from schedsim.trace.analyze import load_any, tag_pipeline, to_json
 
         inputs = [*files, *([ops] if ops else [])]
         if chrome is not None:  # refused before the reading, not after it
@@ -227,7 +228,7 @@ def register(app: typer.Typer) -> None:
             _kind, res = load_any(list(files), ops=_ops(ops))
         tag_pipeline(res.timeline)
         if charts is not None:
-            from schedsim.io import output_set
+            from schedsim.outdir import output_set
             from schedsim.report.charts import write_charts
 
             with output_set(charts, "analyze", inputs=inputs) as stage:
@@ -243,6 +244,49 @@ def register(app: typer.Typer) -> None:
             for p in (chrome, charts):
                 if p is not None and str(p) not in STDOUT_NAMES:
                     print(f"wrote {printable(p)}")
+
+    _register_compare(app)
+
+
+def _register_compare(app: typer.Typer) -> None:
+    """Add ``compare`` (:mod:`schedsim.compare`, its views :mod:`schedsim.report.compare`) to the schedsim CLI."""
+    from schedsim.cliutil import handle_errors, warn
+    from schedsim.compare import load_timeline_arg
+    from schedsim.report.compare import print_comparison, write_comparison
+
+    @app.command()
+    @handle_errors
+    def compare(
+        pred: Path = typer.Argument(..., help="Predicted timeline.json (or the folder holding it)."),
+        meas: Path = typer.Argument(..., help="Measured timeline.json from execute or import (or its folder)."),
+        out: Path | None = typer.Option(None, "--out", "-o",
+                                           help="Output folder [default: schedsim_out/compare_<schedule>]."),
+        fmt: _Fmt = FmtOpt,
+        gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the stacked Gantt chart (PNG and SVG)."),
+        trace: bool | None = typer.Option(None, "--trace/--no-trace", help="Write compare_trace.json (Perfetto) "
+                                             "[default: only up to 100,000 ops in the two timelines]."),
+        pred_timed: Path | None = typer.Option(
+            None, "--pred-timed", help="For a run that execute timed op by op (a CUDA graph, or an eager run whose "
+            "timing cost it measured): the prediction of the run as timed (execute --compare's predicted_timed/, "
+            "or predict --timed-graph), compared with the ops; PRED is then compared with the uninstrumented "
+            "makespan."),
+    ) -> None:
+        """Compare predicted and measured timelines: makespan and per-op errors, overlap, Gantt and Perfetto trace."""
+        p, m = load_timeline_arg(pred), load_timeline_arg(meas)
+        pt = load_timeline_arg(pred_timed) if pred_timed is not None else None
+        outdir = out or Path("schedsim_out") / f"compare_{m.schedule}"
+        res, paths = write_comparison(p, m, outdir, gantt=gantt, pred_timed=pt, trace=trace,
+                                      inputs=[x for x in (pred, meas, pred_timed) if x is not None])
+        if fmt == _Fmt.json:
+            slim = res.to_dict(per_op=False)
+            if "ops" in slim:
+                slim["ops"] = slim.pop("ops")  # printed last, after by_rank, as it always was
+            print(json.dumps({**slim, "files": [str(x) for x in paths]}, indent=1, default=str))
+            return
+        for w in res.warnings:
+            warn(f"the two timelines may not be comparable: {w}")
+        print_comparison(res)
+        print("wrote " + ", ".join(printable(x) for x in paths))
 
 
 def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: bool, profile: str, fmt: _Fmt) -> None:

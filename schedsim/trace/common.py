@@ -33,6 +33,7 @@ from schedsim.sim.timeline import Span, Timeline
 
 __all__ = [
     "DTYPE_BYTES",
+    "PIPELINE_NAME_PATTERNS",
     "Activity",
     "ImportResult",
     "OpRange",
@@ -47,6 +48,18 @@ __all__ = [
     "match_op",
     "short_kernel_name",
 ]
+
+#: Range names that carry a pipeline action, tried in order: the executor's and schedsim's own op
+#: names (``F0.3.fwd``, ``B1.2.I.dgrad``: action, stage, microbatch), torch.distributed.pipelining's
+#: ``PP:{stage}{F|B|I|W}{mb}`` (``_get_profiler_function_name``, torch 2.4+) and its older
+#: ``Forward {mb}`` / ``Backward {mb}``, and Megatron-LM's ``forward-compute`` / ``backward-compute``
+#: timer ranges (no stage or microbatch: the rank is the stage and microbatches count up per rank).
+PIPELINE_NAME_PATTERNS = (
+    re.compile(r"^(?P<op>[FBIW])(?P<stage>\d+)\.(?P<mb>\d+)(?:\.|$)"),
+    re.compile(r"^PP:(?P<stage>\d+)(?P<op>[FBIW])(?P<mb>\d+)$"),
+    re.compile(r"^(?P<op>Forward|Backward) (?P<mb>\d+)$"),
+    re.compile(r"^(?P<op>forward|backward)-compute$"),
+)
 
 #: HTA's communication-kernel rule (``hta/common/types.py``) plus NCCL ≥ 2.19's ``ncclDevKernel_``.
 _NCCL_RE = re.compile(r"^(?:void\s+)?(?:nccl|hip|hccl)|ncclKernel|ncclDevKernel")

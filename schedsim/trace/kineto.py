@@ -483,12 +483,12 @@ def _shift(acts: list[Activity], shift_ns: dict[int, float]) -> None:
 
 def pipeline_range_name(name: str | None) -> bool:
     """Whether a range name carries a pipeline action or a pipeline send/recv
-    (:data:`schedsim.trace.analyze.PIPELINE_NAME_PATTERNS`, ``send|recv`` + ``F|B`` + stage ``.`` microbatch).
+    (:data:`schedsim.trace.common.PIPELINE_NAME_PATTERNS`, ``send|recv`` + ``F|B`` + stage ``.`` microbatch).
 
     >>> pipeline_range_name("F0.3.0"), pipeline_range_name("sendB1.2"), pipeline_range_name("nccl:coalesced")
     (True, True, False)
     """
-    from schedsim.trace.analyze import PIPELINE_NAME_PATTERNS
+    from schedsim.trace.common import PIPELINE_NAME_PATTERNS
 
     if not name:
         return False

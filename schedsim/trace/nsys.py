@@ -461,7 +461,7 @@ def _check_shapes(db: _Db, present: list[str]) -> None:
 def _ranks(db: _Db, present: list[str], rank0: int, multi: bool) -> _Ranks:
     """Distinct (device, pid) pairs of the activity tables, one rank each in (device, pid) order."""
     pairs: set[tuple[int, int]] = set()
-    from schedsim.spec.limits import limit
+    from schedsim.io import work_limit as limit
 
     max_ranks = limit("SCHEDSIM_MAX_RANKS")
     for t in present:

@@ -125,7 +125,7 @@ def check_event_times(path: str | Path, index: int, e: dict[str, Any], ref: floa
 def max_trace_events() -> int:
     """How many events of one kind (GPU activities, ranges) an import keeps at most: the limit
     ``SCHEDSIM_MAX_TRACE_EVENTS`` of :mod:`schedsim.spec.limits` (10,000,000 by default)."""
-    from schedsim.spec.limits import limit
+    from schedsim.io import work_limit as limit
 
     return limit("SCHEDSIM_MAX_TRACE_EVENTS")
 
@@ -245,7 +245,7 @@ def check_dist_info(path: str | Path, dist: dict[str, Any]) -> None:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise TraceError(f"{path}: distributedInfo.{key} is {v!r}, not an integer\n"
                              "  fix: re-export the trace, or correct distributedInfo")
-    from schedsim.spec.limits import limit
+    from schedsim.io import work_limit as limit
 
     if isinstance(world, int) and world > limit("SCHEDSIM_MAX_RANKS"):
         raise TraceError(f"{path}: distributedInfo.world_size is {world:,}, past the limit of "
@@ -292,7 +292,7 @@ def check_timeline_doc(d: dict[str, Any], where: str) -> None:
     if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
         raise TraceError(f"{where}: world_size is {str(ws)[:60]!r}, not a positive integer\n"
                          "  fix: the file is corrupt or was edited; re-run the command that wrote it")
-    from schedsim.spec.limits import limit
+    from schedsim.io import work_limit as limit
 
     if ws > limit("SCHEDSIM_MAX_RANKS"):
         raise TraceError(f"{where}: world_size is {ws:,}, past the limit of {limit('SCHEDSIM_MAX_RANKS'):,} ranks\n"

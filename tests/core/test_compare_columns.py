@@ -81,7 +81,8 @@ def test_analyze_gives_the_row_by_row_report(case: str) -> None:
 
 
 def test_analyze_of_a_timeline_without_pipeline_names_builds_no_span_rows() -> None:
-    from schedsim.trace.analyze import format_report, pipeline_bubbles, rows_from_timeline, tag_pipeline
+    from schedsim.report.analysis import format_report
+    from schedsim.trace.analyze import pipeline_bubbles, rows_from_timeline, tag_pipeline
     from schedsim.trace.common import ImportResult
 
     pred = cases()["ag8_event_timed"][0]

@@ -157,7 +157,7 @@ def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, t
     from schedsim.graph.build import graph_of
     from schedsim.hardware.profile import load_profile
     from schedsim.lower import lower
-    from schedsim.sim import _cwaves, waves
+    from schedsim.sim import _cwaves, loop
     from schedsim.spec.loader import load_schedule
     from tests.core.test_waves_columns import outcome
 
@@ -170,7 +170,7 @@ def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, t
                      ("pcie2", {"launch": "cuda_graph"}), ("h200", {"model_executor": True})):
         got = []
         for mod in (_cwaves, loop_only, None):
-            monkeypatch.setattr(waves, "_EXT", [mod])
+            monkeypatch.setattr(loop, "_EXT", [mod])
             got.append(outcome(prog if mod is not None else graph_of(prog), load_profile(prof), **kw))
         assert got[0] == got[1] == got[2], (name, prof, kw)
         assert not isinstance(got[0][0], str) and len(got[0][0]) == prog.N  # a timeline, every op in it

@@ -9,7 +9,7 @@ import pytest
 from schedsim import api
 from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import HardwareProfile, load_profile
-from schedsim.sim import waves
+from schedsim.sim import loop
 from schedsim.sim.engine import simulate
 from schedsim.sim.metrics import Metrics, critical_path_host, critical_path_segments
 from schedsim.spec.loader import load_text
@@ -34,7 +34,7 @@ def _every_loop(monkeypatch: pytest.MonkeyPatch, text: str, profile: HardwarePro
     and on the Program's columns, and (``sharing``) from the ``sharing`` model."""
     out = []
     for ext in ([None] if _cwaves is None else [None, _cwaves]):
-        monkeypatch.setattr(waves, "_EXT", [ext])
+        monkeypatch.setattr(loop, "_EXT", [ext])
         out.append(simulate(build_graph(load_text(text, "t.yaml")), profile, gpu_model="waves", launch=launch))
         out.append(simulate(api.lower_spec(load_text(text, "t.yaml")), profile, gpu_model="waves", launch=launch))
     if sharing:

@@ -20,7 +20,7 @@ from schedsim.graph.build import build_graph
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import load_profile
 from schedsim.kinds import COLLECTIVE_KINDS
-from schedsim.sim import waves
+from schedsim.sim import loop
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_schedule, parse_overrides
 from tests.conftest import ROOT
@@ -46,9 +46,9 @@ def outcome(G: nx.DiGraph, profile, **kw) -> object:  # type: ignore[no-untyped-
 
 def both(monkeypatch: pytest.MonkeyPatch, G: nx.DiGraph, profile, **kw) -> tuple[object, object]:  # type: ignore[no-untyped-def]
     """(compiled, Python) outcomes of one simulation."""
-    monkeypatch.setattr(waves, "_EXT", [_cwaves])
+    monkeypatch.setattr(loop, "_EXT", [_cwaves])
     fast = outcome(G, profile, **kw)
-    monkeypatch.setattr(waves, "_EXT", [None])
+    monkeypatch.setattr(loop, "_EXT", [None])
     return fast, outcome(G, profile, **kw)
 
 
@@ -202,7 +202,7 @@ def test_compiled_loop_matches_python_on_generated_dags(monkeypatch, seed, prof,
 def test_the_generated_dags_reach_every_outcome(monkeypatch):
     # the generator is worth its examples only if it reaches timelines, hangs (DeadlockError) and the rerun of
     # crossed lone send/recv without their communicator's order (a warning); counted over fixed seeds
-    monkeypatch.setattr(waves, "_EXT", [None])
+    monkeypatch.setattr(loop, "_EXT", [None])
     seen = set()
     for seed in range(60):
         out = outcome(random_dag(seed), load_profile("h200"))
@@ -212,15 +212,15 @@ def test_the_generated_dags_reach_every_outcome(monkeypatch):
 
 def test_without_the_extension_the_python_loop_runs_and_says_so(monkeypatch, capsys):
     monkeypatch.setenv("SCHEDSIM_NO_EXT", "1")
-    monkeypatch.setattr(waves, "_EXT", [])
-    assert waves.compiled_loop() is None
-    assert waves.compiled_loop() is None  # looked up once: one line per process
+    monkeypatch.setattr(loop, "_EXT", [])
+    assert loop.compiled_loop() is None
+    assert loop.compiled_loop() is None  # looked up once: one line per process
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Python event loop" in err and "SCHEDSIM_NO_EXT" in err
     # and it simulates: two wave-filling GEMMs on two streams run one after the other (test_gpu_model.py)
     G = build_graph(load_schedule(ROOT / "schedules" / "matmul_streams.yaml"))
     tl = simulate(G, load_profile("h200x2"), gpu_model="waves")
-    assert tl.makespan_s > 0 and waves._EXT == [None]
+    assert tl.makespan_s > 0 and loop._EXT == [None]
 
 
 def test_a_gpu_of_thousands_of_sms_runs_in_the_python_loop(monkeypatch):
@@ -262,7 +262,7 @@ def test_an_op_on_a_rank_outside_the_world_is_a_graph_error(monkeypatch, gpu_mod
     from schedsim.errors import GraphError
 
     for ext in ([_cwaves], [None]):
-        monkeypatch.setattr(waves, "_EXT", ext)
+        monkeypatch.setattr(loop, "_EXT", ext)
         with pytest.raises(GraphError, match=rf"a@r{rank}.*rank {rank}.*world_size is {world}"):
             simulate(one_op_graph(world, rank, 1e-6), load_profile("h200"), gpu_model=gpu_model)
 
@@ -275,7 +275,7 @@ def test_a_non_finite_or_negative_duration_is_a_graph_error(monkeypatch, gpu_mod
     from schedsim.errors import GraphError
 
     for ext in ([_cwaves], [None]):
-        monkeypatch.setattr(waves, "_EXT", ext)
+        monkeypatch.setattr(loop, "_EXT", ext)
         with pytest.raises(GraphError, match=r"a@r0.*solo duration"):
             simulate(one_op_graph(1, 0, bad), load_profile("h200"), gpu_model=gpu_model)
 
@@ -299,7 +299,7 @@ def test_a_signal_reaches_python_while_the_compiled_loop_runs(monkeypatch):
     import operator
     import signal
 
-    monkeypatch.setattr(waves, "_EXT", [_cwaves])
+    monkeypatch.setattr(loop, "_EXT", [_cwaves])
     n = 20_000
     G = chain_graph(n)
     seen: list[int] = []
@@ -338,17 +338,17 @@ def test_a_stale_build_of_the_extension_is_not_used(monkeypatch, capsys):
     import schedsim.sim
 
     if _cwaves is not None:
-        assert _cwaves.LAYOUT == waves._LAYOUT  # the built one is current
+        assert _cwaves.LAYOUT == loop._LAYOUT  # the built one is current
     stale = types.ModuleType("schedsim.sim._cwaves")
     stale.run = lambda *a: 0  # type: ignore[attr-defined]  # an older build: no LAYOUT, or another one
-    for layout in (None, waves._LAYOUT - 1):
+    for layout in (None, loop._LAYOUT - 1):
         if layout is not None:
             stale.LAYOUT = layout  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, "schedsim.sim._cwaves", stale)
         monkeypatch.setattr(schedsim.sim, "_cwaves", stale, raising=False)
         monkeypatch.delenv("SCHEDSIM_NO_EXT", raising=False)
-        monkeypatch.setattr(waves, "_EXT", [])
-        assert waves.compiled_loop() is None
+        monkeypatch.setattr(loop, "_EXT", [])
+        assert loop.compiled_loop() is None
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Python event loop" in err and "out of date" in err and "build_ext" in err
 

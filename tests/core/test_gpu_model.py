@@ -629,13 +629,13 @@ def test_a_split_k_reduction_is_its_queues_next_item(monkeypatch, path):
     reduction, and A ran to 16 (and B [8, 18]). With 8 queues B does overtake it (the FIFO test above)."""
     from schedsim.graph.build import build_graph
     from schedsim.lower import lower
-    from schedsim.sim import waves
+    from schedsim.sim import loop
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
     if path == "python":
-        monkeypatch.setattr(waves, "_EXT", [None])
-    elif waves.compiled_loop() is None:
+        monkeypatch.setattr(loop, "_EXT", [None])
+    elif loop.compiled_loop() is None:
         pytest.skip("schedsim.sim._cwaves is not built")
     prof = _with_reduce(waves_profile(max_connections=1), ("fp32", 256, 512, 1024, 8, 2.0))
     text = HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {SIX}, stream: s2}}\n"
@@ -655,13 +655,13 @@ def _timeline(path, monkeypatch, text, prof):  # type: ignore[no-untyped-def]
     """The timeline of the Python loop, the compiled loop or the columns path."""
     from schedsim.graph.build import build_graph
     from schedsim.lower import lower
-    from schedsim.sim import waves
+    from schedsim.sim import loop
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
     if path == "python":
-        monkeypatch.setattr(waves, "_EXT", [None])
-    elif waves.compiled_loop() is None:
+        monkeypatch.setattr(loop, "_EXT", [None])
+    elif loop.compiled_loop() is None:
         pytest.skip("schedsim.sim._cwaves is not built")
     spec = load_text(text, "t.yaml")
     return simulate(lower(spec) if path == "columns" else build_graph(spec), prof)

@@ -11,7 +11,7 @@ from schedsim.cost import CostModel
 from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
-from schedsim.sim import waves
+from schedsim.sim import loop
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_text
 
@@ -35,7 +35,7 @@ ops:
 def test_forks_on_two_ranks_by_hand(monkeypatch, path):
     prog = lower(load_text(SCHED))
     if path.endswith("python"):
-        monkeypatch.setattr(waves, "_EXT", [None])
+        monkeypatch.setattr(loop, "_EXT", [None])
     G = graph_of(prog) if path.startswith("networkx") else prog
     prof = load_profile("h200x2").model_copy(update={"power": None})
     edge = prof.launch.graph_cross_stream_edge_us * 1e-6  # 1.18 us

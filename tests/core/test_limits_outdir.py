@@ -1,4 +1,4 @@
-"""Estimates before expansion (schedsim.spec.limits), expression budgets, and output folders (schedsim.report.outdir)."""
+"""Estimates before expansion (schedsim.spec.limits), expression budgets, and output folders (schedsim.outdir)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from schedsim.errors import SchedsimError, SpecError
 from schedsim.expr import ExprError, evaluate
-from schedsim.report.outdir import MANIFEST, clean_stale_staging, finish_set, safe_dirname
+from schedsim.outdir import MANIFEST, clean_stale_staging, finish_set, safe_dirname
 from schedsim.spec.limits import check_expansion, estimate_ops, estimate_streams
 from schedsim.spec.loader import load_text
 
@@ -124,7 +124,7 @@ def test_output_set_replaces_the_set_whole(tmp_path: Path) -> None:
 
 
 def test_stale_staging_cleaned_live_ones_kept(tmp_path: Path) -> None:
-    from schedsim.report.outdir import STAGING_MARKER, host_id
+    from schedsim.outdir import STAGING_MARKER, host_id
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)

@@ -11,6 +11,7 @@ from schedsim import api
 from schedsim.errors import SchedsimError
 from schedsim.graph.build import graph_of
 from schedsim.lower import lower
+from schedsim.lower.checks import launches
 from schedsim.lower.reference import graph_from_ops
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +46,7 @@ def test_program_columns_and_arrays_by_hand():
                       ("mm@r1", "mm2@r1"), ("ar@r1", "r@r1"), ("ar@r1", "s2@r1")}
     assert prog.collectives() == {"ar#0,1": [1, 6]}
     assert [(ids[a], ids[b]) for a, b in prog.p2p.tolist()] == [("s@r0", "r@r1"), ("s2@r1", "r2@r0")]
-    assert prog.launches() == {0: [[1], [2, 3]], 1: [[6], [7, 8]]}
+    assert launches(prog) == {0: [[1], [2, 3]], 1: [[6], [7, 8]]}
     ops = prog.ops()
     assert ops[0].flops == 2.0 * 128 ** 3 and ops[0].nbytes == 3 * 128 * 128 * 2
     assert ops[2].group == (0, 1) and ops[7].group == (0, 1) and ops[7].peer == 0 and ops[2].p2p_batch == "x"

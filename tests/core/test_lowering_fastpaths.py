@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from schedsim.lower.link import _stream_edges
+from schedsim.lower.pipeline_plan import _byte_tables, _canonical
 from schedsim.lower.program import batch_heads, stable_order
-from schedsim.spec.pipeline_block import _byte_tables, _canonical
 
 
 @pytest.mark.parametrize("space", [1, 7, 300, 70_000, 2**40])

@@ -471,7 +471,7 @@ def test_a_collective_across_nodes_shares_the_nic_with_a_send():
 def test_link_tiers_columns_compiled_and_python_loops_agree(monkeypatch):
     from schedsim.graph.build import graph_of
     from schedsim.lower import lower
-    from schedsim.sim import waves
+    from schedsim.sim import loop
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
@@ -483,7 +483,7 @@ def test_link_tiers_columns_compiled_and_python_loops_agree(monkeypatch):
             return sorted((s.id, s.start_s, s.end_s) for s in simulate(g, prof, gpu_model="waves").spans)
 
         cols, ops = spans(prog), spans(graph_of(prog))
-        monkeypatch.setattr(waves, "_EXT", [None])
+        monkeypatch.setattr(loop, "_EXT", [None])
         py = spans(graph_of(prog))
         monkeypatch.undo()
         assert cols == ops == py, group

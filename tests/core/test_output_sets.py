@@ -1,4 +1,4 @@
-"""Output sets (schedsim.io.output_set): a staging folder removed mid-run fails the run or keeps the set, a
+"""Output sets (schedsim.outdir.output_set): a staging folder removed mid-run fails the run or keeps the set, a
 folder schedsim did not make is never removed as staging, and a manifest name that is a link never
 overwrites the link's target."""
 
@@ -11,8 +11,9 @@ import pytest
 
 def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_set(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from schedsim.io import atomic_write_text, output_set
-    from schedsim.report import outdir as od
+    from schedsim import outdir as od
+    from schedsim.io import atomic_write_text
+    from schedsim.outdir import output_set
 
     out = tmp_path / "o"
     try:
@@ -29,7 +30,7 @@ def test_a_staging_folder_removed_mid_run_fails_the_run_or_keeps_the_set(tmp_pat
 
 
 def test_a_folder_schedsim_did_not_make_is_not_removed_as_staging(tmp_path: Path) -> None:
-    from schedsim.report.outdir import clean_stale_staging
+    from schedsim.outdir import clean_stale_staging
 
     mine = tmp_path / ".schedsim-staging-999999-mine"
     mine.mkdir()
@@ -39,7 +40,7 @@ def test_a_folder_schedsim_did_not_make_is_not_removed_as_staging(tmp_path: Path
 
 
 def test_a_manifest_name_that_is_a_link_never_overwrites_the_link_target(tmp_path: Path) -> None:
-    from schedsim.io import output_set
+    from schedsim.outdir import output_set
 
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes")

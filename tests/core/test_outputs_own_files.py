@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from schedsim import outdir as od
 from schedsim.errors import SchedsimError
-from schedsim.io import atomic_write_text, output_set
-from schedsim.report import outdir as od
+from schedsim.io import atomic_write_text
+from schedsim.outdir import output_set
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from replaygen import rank_doc, write  # noqa: E402

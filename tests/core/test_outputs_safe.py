@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from schedsim.cli import app
-from schedsim.report.outdir import MANIFEST
+from schedsim.outdir import MANIFEST
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHED = ROOT / "schedules" / "allgather_mm.yaml"
@@ -304,7 +304,7 @@ def test_a_run_killed_between_two_moves_leaves_files_the_next_run_knows(tmp_path
     # the moves of a set are atomic one file at a time: a SIGKILL between two of them leaves a new timeline.json
     # beside the old trace.json. The manifest was written first with both hashes of each name, so the next run
     # takes both for its own (before: a file of the new content, unrecorded, refused the folder)
-    from schedsim.report.outdir import Manifest, file_digest
+    from schedsim.outdir import Manifest, file_digest
 
     d = tmp_path / "p"
     assert run(["predict", str(SCHED), "--out", str(d), "--no-gantt"]).exit_code == 0

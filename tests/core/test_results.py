@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from schedsim import api
-from schedsim.compare import Comparison, compare_timelines, write_comparison
+from schedsim.compare import Comparison, compare_timelines
+from schedsim.report.compare import write_comparison
 from schedsim.results import from_dict, to_dict
 from schedsim.sim.metrics import Metrics, RankMetrics, compute_metrics
 from schedsim.sim.pipeline_metrics import PipelineMetrics

@@ -16,7 +16,7 @@ from schedsim.errors import TraceError
 from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
-from schedsim.sim import waves
+from schedsim.sim import loop
 from schedsim.sim.engine import simulate
 from schedsim.sim.timeline import Span, SpanColumns, Timeline
 from schedsim.spec.loader import load_schedule, parse_overrides
@@ -372,9 +372,9 @@ def test_compiled_succ_and_kernels_equal_the_numpy_paths(monkeypatch, case):
         prog = lower(load_schedule(ROOT / "schedules" / "pipeline_schedules.yaml",
                                    parse_overrides(["p=4", "m=8", f"schedule={case}"])))
     prof = load_profile("h200x2")
-    monkeypatch.setattr(waves, "_EXT", [_cwaves])
+    monkeypatch.setattr(loop, "_EXT", [_cwaves])
     fast = simulate(prog, prof, gpu_model="waves")
-    monkeypatch.setattr(waves, "_EXT", [_Without()])
+    monkeypatch.setattr(loop, "_EXT", [_Without()])
     slow = simulate(prog, prof, gpu_model="waves")
     c, s = fast.columns, slow.columns
     assert c.start_s.tolist() == s.start_s.tolist() and c.end_s.tolist() == s.end_s.tolist()

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import schedsim.io
 from schedsim.errors import TraceError
 from schedsim.sim import timeline as tlmod
 from schedsim.sim.metrics import compute_metrics, intersect_length, length, merge, union_length
@@ -68,6 +69,7 @@ def test_stdlib_fallback_writes_the_same_document(tmp_path, monkeypatch):
     tl = tl_of(SPANS, ["a@r0"])
     tl.write_json(tmp_path / "fast.json", {"x": float("nan")})
     monkeypatch.setattr(tlmod, "_orjson", None)
+    monkeypatch.setattr(schedsim.io, "_orjson", None)  # the JSON writer
     tl.write_json(tmp_path / "slow.json", {"x": float("nan")})
     assert json.loads((tmp_path / "fast.json").read_text()) == json.loads((tmp_path / "slow.json").read_text())
     assert Timeline.read_json(tmp_path / "slow.json") == tl
@@ -169,6 +171,7 @@ def test_coded_ids_write_what_the_strings_write(tmp_path, monkeypatch, orjson):
     # (names with quotes, backslashes, non-ASCII, the "," separator itself, an empty name; ranks 0..11)
     if not orjson:
         monkeypatch.setattr(tlmod, "_orjson", None)
+        monkeypatch.setattr(schedsim.io, "_orjson", None)  # the JSON writer
     names = ("mm0", 'q"x', "b\\s", "ü𝄞", '","', "", "a@r1")
     rng = np.random.default_rng(5)
     pair = rng.permutation(42)[:40]  # 40 distinct (name, rank) pairs: unique ids
@@ -201,6 +204,7 @@ def test_long_columns_are_written_in_pieces_that_join_to_the_whole(tmp_path, mon
     # numpy columns longer than a piece go out as several dumps joined in the array; the text is the one dump's
     if not orjson:
         monkeypatch.setattr(tlmod, "_orjson", None)
+        monkeypatch.setattr(schedsim.io, "_orjson", None)  # the JSON writer
     monkeypatch.setattr(tlmod, "_JSON_PIECE", 3)
     a = np.array([0.1, 1e-300, 2.5, np.nan, 7.0, 1 / 3, 0.0])
     assert b"".join(tlmod._array_pieces(a)) == tlmod.dumps_json(a)

@@ -98,9 +98,10 @@ def test_interleaved_microbatches_not_a_multiple_of_pp_are_refused_at_their_line
 def test_megatron_1f1b_order_with_fewer_microbatches_than_stages() -> None:
     """Megatron forward_backward_pipelining_without_interleaving, p = 4, m = 2: rank r warms up
     min(p - r - 1, m) forwards, then 1F1B, then drains (hand-written)."""
+    from schedsim.lower.pipeline_plan import plan_of
     from schedsim.lower.training import _transformer
     from schedsim.spec.loader import load_text
-    from schedsim.spec.pipeline_block import PipelineSpec, plan_of
+    from schedsim.spec.pipeline_block import PipelineSpec
 
     spec = load_text(BASE.replace("pp: 2", "pp: 4") + "  global_batch_size: 2\n")
     assert spec.training is not None

@@ -257,7 +257,8 @@ def test_compare_trace_passes_the_checker(pp_run, tmp_path):
 
 def test_pipeline_ranges_of_a_measured_run_give_bubbles_and_a_chart():
     """torch pipelining's PP:{stage}{op}{mb} ranges of a 2-rank 1F1B run, m = 2, F = 1 ms, B = 2 ms."""
-    from schedsim.trace.analyze import format_report, pipeline_bubbles, tag_pipeline
+    from schedsim.report.analysis import format_report
+    from schedsim.trace.analyze import pipeline_bubbles, tag_pipeline
     from schedsim.trace.common import ImportResult
 
     acts = {0: [("PP:0F0", 0, 1), ("PP:0F1", 1, 2), ("PP:0B0", 4, 6), ("PP:0B1", 7, 9)],

@@ -84,8 +84,9 @@ def test_measured_pipeline_ranges_give_p2p_flows_critical_path_and_bubble(tmp_pa
     import gzip
     import json
 
+    from schedsim.report.analysis import format_report
     from schedsim.report.chrome import chrome_trace
-    from schedsim.trace.analyze import format_report, kineto_ranges_timeline, pipeline_bubbles
+    from schedsim.trace.analyze import kineto_ranges_timeline, pipeline_bubbles
     from schedsim.trace.common import ImportResult
 
     ranges = {0: [("schedsim_iter0", 0, 100), ("F0.0.fwd", 0, 10), ("sendF0.0", 10, 12), ("recvB0.0", 12, 40),
@@ -305,7 +306,7 @@ def test_compare_trace_draws_the_dependency_arrows_of_the_predicted_schedule(tmp
     from pathlib import Path
 
     from schedsim.api import predict_to_dir
-    from schedsim.compare import write_comparison
+    from schedsim.report.compare import write_comparison
     from schedsim.report.trace_check import check_trace_file
     from schedsim.sim.timeline import Timeline
 

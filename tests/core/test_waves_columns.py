@@ -16,7 +16,7 @@ from schedsim.graph.build import build_graph, graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
 from schedsim.lower.program import rendezvous_groups
-from schedsim.sim import waves
+from schedsim.sim import loop
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_schedule, load_text, parse_overrides
 from tests.conftest import ROOT
@@ -53,7 +53,7 @@ def same(prog, profile, **kw) -> object:  # type: ignore[no-untyped-def]
 
 @pytest.fixture(autouse=True)
 def _compiled(monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(waves, "_EXT", [_cwaves])
+    monkeypatch.setattr(loop, "_EXT", [_cwaves])
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.rsplit("/", 1)[-1])
@@ -138,7 +138,7 @@ def test_columns_match_the_python_reference_loop(monkeypatch, path):
     prog = lower(load_schedule(path))
     prof = load_profile("h200x2")
     cols = outcome(prog, prof)
-    monkeypatch.setattr(waves, "_EXT", [None])
+    monkeypatch.setattr(loop, "_EXT", [None])
     assert outcome(prog, prof) == cols
 
 

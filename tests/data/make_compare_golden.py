@@ -98,7 +98,8 @@ def analyze_cases() -> dict[str, Any]:
 
 
 def analyze_golden() -> dict[str, Any]:
-    from schedsim.trace.analyze import format_report, rows_from_timeline, tag_pipeline, to_json
+    from schedsim.report.analysis import format_report
+    from schedsim.trace.analyze import rows_from_timeline, tag_pipeline, to_json
     from schedsim.trace.common import ImportResult
 
     out = {}

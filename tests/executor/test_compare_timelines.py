@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from schedsim.compare import compare_timelines, load_timeline_arg, write_comparison
+from schedsim.compare import compare_timelines, load_timeline_arg
 from schedsim.errors import TraceError
+from schedsim.report.compare import write_comparison
 from schedsim.sim.timeline import Span, Timeline
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from schedsim.compare import MAKESPAN_LABELS, compare_timelines, makespan_lines, measured_makespans, print_comparison
+from schedsim.compare import MAKESPAN_LABELS, compare_timelines, makespan_lines, measured_makespans
+from schedsim.report.compare import print_comparison
 from tests.executor.test_compare_timelines import meas_tl, pred_tl
 
 

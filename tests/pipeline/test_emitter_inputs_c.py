@@ -79,7 +79,7 @@ def test_a_key_set_twice_is_refused_and_bad_buffers_raise() -> None:
 
 
 def _custom_plan(order: dict, p: int, m: int, idle: bool):  # type: ignore[no-untyped-def]
-    from schedsim.spec.pipeline_block import pipeline_block, plan_of
+    from schedsim.lower.pipeline_plan import pipeline_block, plan_of
 
     acts = {r: " ".join("_" if a is None else str(a) for a in xs if idle or a is not None) for r, xs in order.items()}
     spec = ScheduleSpec.model_validate({"schema_version": 1, "name": "t", "world_size": p, "pipeline": {
@@ -109,7 +109,7 @@ def test_compiled_torch_rows_equal_numpy(schedule, p, m, v, idle, monkeypatch): 
 def test_compiled_torch_rows_refuse_a_wait_cycle(monkeypatch):  # type: ignore[no-untyped-def]
     """Rank 1 runs 1F1 first, which needs 0F1; rank 0 runs 0F1 only after 0B0, which needs 1B0, after 1F1 on
     rank 1: a wait cycle, so the sweeps never settle on either path (the per-action lowering words it)."""
-    from schedsim.spec.pipeline_block import pipeline_block, plan_of
+    from schedsim.lower.pipeline_plan import pipeline_block, plan_of
 
     order = {0: "0F0 0B0 0F1 0B1", 1: "1F1 1B1 1F0 1B0"}
     spec = ScheduleSpec.model_validate({"schema_version": 1, "name": "t", "world_size": 2, "pipeline": {

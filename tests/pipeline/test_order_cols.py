@@ -1,4 +1,4 @@
-"""Inline custom actions read as columns (:func:`schedsim.spec.pipeline_block._order_cols`): the fast reading of
+"""Inline custom actions read as columns (:func:`schedsim.lower.pipeline_plan._order_cols`): the fast reading of
 single-spaced rows gives the same steps, counts and texts as splitting on white space, or declines alike."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schedsim.spec.pipeline_block import _order_cols
+from schedsim.lower.pipeline_plan import _order_cols
 
 ROWS = [
     "0F0 _ 0B0", "0F0 0B0", " 0F0  0B0 ", "0F0\t0B0", "_ _", ". 0F0 .", "", "0F0,0B0", "0F0, _, 0B0",

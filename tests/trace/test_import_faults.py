@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 
 from schedsim.cli import app
 from schedsim.errors import TraceError
+from schedsim.report.analysis import format_report
 from schedsim.sim.metrics import Metrics
 from schedsim.trace import nsys as nsys_mod
-from schedsim.trace.analyze import analysis_dict, format_report, kernel_share_table, load_any, rows_from_timeline
+from schedsim.trace.analyze import analysis_dict, kernel_share_table, load_any, rows_from_timeline
 from schedsim.trace.kineto import import_kineto
 from schedsim.trace.nsys import import_nsys
 

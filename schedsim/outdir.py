@@ -29,15 +29,19 @@ import re
 import shutil
 import stat
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from schedsim.io import STAGING_PREFIX, _commit_lock, _staging_gone, describe_mode, output_dir
 
 __all__ = ["MANIFEST", "STAGING_PREFIX", "STAGING_MARKER", "STALE_AFTER_S", "MAX_PNG_PX", "Manifest", "safe_dirname",
            "staging_prefix", "mark_staging", "staging_owner", "host_id",
            "clean_stale_staging", "check_targets", "describe_mode", "file_digest", "finish_set", "retire_set",
-           "capped_figsize"]
+           "capped_figsize", "output_set", "TRACE_MAX_OPS", "trace_wanted"]
 
 #: Hidden file recording, per command, the files schedsim wrote into a folder and their content hashes
 #: (:class:`Manifest`).
@@ -45,7 +49,6 @@ MANIFEST = ".schedsim-outputs.json"
 MANIFEST_FORMAT = "schedsim.outputs"
 #: A manifest larger than this is not one schedsim wrote (a few hundred bytes per file listed).
 MANIFEST_MAX_BYTES = 16 << 20
-STAGING_PREFIX = ".schedsim-staging-"
 #: A staging folder older than this is removed even if its process id is alive (that pid was reused).
 STALE_AFTER_S = 24 * 3600.0
 #: The file inside each staging folder saying which run made it (:func:`mark_staging`).
@@ -334,20 +337,6 @@ def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manif
                             "replaced", fix=f"move or rename it, or {elsewhere}")
 
 
-def describe_mode(mode: int) -> str:
-    """``a folder``, ``a symbolic link``, ``a FIFO``, ... for an ``st_mode``.
-
-    >>> describe_mode(stat.S_IFIFO)
-    'a FIFO'
-    """
-    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):
-        if test(mode):
-            return what
-    return "a special file"
-
-
 def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Manifest | None = None) -> list[str]:
     """Record ``written`` (name -> SHA-256) as ``command``'s set in ``out``'s manifest and remove the files of
     ``command``'s earlier set that this run did not write (a predict of a non-pipeline schedule into a folder
@@ -381,8 +370,6 @@ def retire_set(out: Path, command: str) -> list[str]:
     ``predicted_timed/`` any more), under the folder's lock, by :func:`finish_set` of nothing: only files
     whose content is what was recorded go. The folder itself goes too when nothing else is left in it.
     Returns the names removed."""
-    from schedsim.io import _commit_lock
-
     with _commit_lock(out):
         if not (out / MANIFEST).is_file():
             return []
@@ -391,6 +378,29 @@ def retire_set(out: Path, command: str) -> list[str]:
             (out / MANIFEST).unlink()
             out.rmdir()
     return removed
+
+
+#: Above this many ops ``predict`` skips trace.json unless ``--trace`` asks for it: the Chrome JSON of a
+#: 100k-op run is ~20 MB, about what ui.perfetto.dev opens without stalling, and writing it cost as
+#: much as the simulation (6.7 s of 38 CPU-s at 1M ops, 2-core machine).
+TRACE_MAX_OPS = 100_000
+
+
+def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
+                 instead: str = "timeline.json has every op") -> tuple[bool, str | None]:
+    """Whether to write trace.json (``name``) for ``n_ops`` ops: ``trace`` True/False is the user's choice
+    (``--trace`` / ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write,
+    note), the note being the one line to print when a large run's trace is skipped (``instead``: where the
+    ops are).
+
+    >>> trace_wanted(10, None), trace_wanted(10**6, True)
+    ((True, None), (True, None))
+    """
+    if trace is not None:
+        return trace, None
+    if n_ops <= TRACE_MAX_OPS:
+        return True, None
+    return False, f"note: {name} skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it ({instead})"
 
 
 #: Largest width or height of a PNG schedsim draws (pixels); a 200-point sweep asked for 13,530 px.
@@ -407,3 +417,50 @@ def capped_figsize(width_in: float, height_in: float, dpi: float) -> tuple[float
     """
     cap = MAX_PNG_PX / dpi
     return min(width_in, cap), min(height_in, cap)
+
+
+@contextmanager
+def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path] = (),
+               expect: Iterable[str] = ()) -> Iterator[Path]:
+    """Write ``command``'s set of output files into ``outdir``, all or nothing, replacing only its own
+    earlier set.
+
+    Yields a staging folder inside ``outdir``; when the block finishes, the folder's lock is taken
+    (:func:`_commit_lock`, a bounded wait), the staged names are checked against what is there
+    (:func:`check_targets`: only ``command``'s own earlier, unchanged outputs are
+    replaced; another command's file, a user's file, a special file or one of ``inputs`` there is refused),
+    every file is moved in (``os.replace``, atomic per file) and the files of ``command``'s earlier set that
+    this run did not write are removed when their content is what was recorded
+    (:func:`finish_set`). ``expect`` names files the command will surely write: they
+    are checked before the block runs, so a refused folder costs no work. If the block raises, or the user
+    presses Ctrl-C, the staging folder is removed and ``outdir`` keeps what it had. Staging folders of
+    killed runs are removed (:func:`clean_stale_staging`).
+
+    Raises
+    ------
+    SchedsimError
+        ``outdir`` is not a folder, a name to write is taken (see above), or the lock stayed held.
+    OSError
+        ``outdir`` cannot be created or written.
+    """
+    inputs = list(inputs)
+    out = output_dir(outdir)
+    check_targets(out, command, expect, inputs=inputs)
+    clean_stale_staging(out)
+    stage = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=out))
+    try:
+        mark_staging(stage)
+        yield stage
+        if staging_owner(stage) is None:
+            raise _staging_gone(stage)
+        staged = sorted(f for f in stage.iterdir() if f.name != STAGING_MARKER)
+        written = {f.name: file_digest(f) for f in staged}
+        with _commit_lock(out):  # two runs into one folder: one whole set after the other, never a mix
+            m = Manifest.read(out)
+            check_targets(out, command, written, m, inputs)
+            m.moving(out, command, written)  # a run killed between moves leaves files the next one knows
+            for f in staged:
+                os.replace(f, out / f.name)
+            finish_set(out, command, written, m)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

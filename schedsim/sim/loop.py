@@ -1,0 +1,105 @@
+"""What the event loops share: :data:`HOST`, a run's result per op (:class:`_State`), the fluid-model rate
+change (:func:`set_rate`), the deadlock report (:func:`_raise_deadlock`) and the lookup of the compiled loop
+(:func:`compiled_loop`, :mod:`schedsim.sim._cwaves`). :mod:`schedsim.sim.engine` dispatches to the loops of
+:mod:`schedsim.sim.waves` and :mod:`schedsim.sim.waves_columns`, which build on this module and
+:mod:`schedsim.sim.gpu_model`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from schedsim.errors import DeadlockError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["HOST", "compiled_loop", "set_rate"]
+
+#: ``binding`` value meaning "the op waited for its host launch".
+HOST = -2
+
+
+class _State(NamedTuple):
+    """What a run leaves behind, per op (seconds; ``binding`` = op that released it, or HOST)."""
+
+    start: Sequence[float]  # lists (Python loops) or array.array (compiled loop)
+    end: Sequence[float]
+    ready_t: Sequence[float]
+    binding: Sequence[int]
+    stream_t: Sequence[float] | np.ndarray | None = None  # waves: when the stream reached each op (deps done,
+    # host at its call)
+    host_s: np.ndarray | None = None  # waves: per rank, when its host returned from its last call (shape (world,))
+    host_call: np.ndarray | None = None  # per op, when its host call returned (shape (N,))
+
+
+def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float], jlast: list[float],
+             jver: list[int], heap: list, counter: Iterator[int]) -> None:
+    """Fluid-model rate change of job ``j`` at time ``t`` (s), shared by both Python loops.
+
+    The work done since ``jlast[j]`` at the old rate leaves ``jrem[j]`` solo-seconds (never < 0); the job
+    then runs at ``new`` (> 0, fraction of its solo speed) and its completion ``t + jrem / new`` is pushed
+    with a fresh version, which makes the job's earlier heap entry stale. No-op when the rate is unchanged.
+    """
+    old = jrate[j]
+    if new != old:
+        if old > 0.0:
+            rem = jrem[j] - (t - jlast[j]) * old
+            jrem[j] = rem if rem > 0.0 else 0.0
+        jlast[j] = t
+        jrate[j] = new
+        v = jver[j] + 1
+        jver[j] = v
+        heapq.heappush(heap, (t + jrem[j] / new, next(counter), j, v))
+
+
+def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:
+    lines = []
+    per_rank: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        if end[i] < 0 and op.rank not in per_rank:
+            per_rank[op.rank] = i
+    for r, i in sorted(per_rank.items()):
+        op = ops[i]
+        if npred[i] > 0:
+            why = f"waits on {npred[i]} unfinished predecessor(s)"
+        else:
+            j = job_of[i]
+            members = gmem[j - N] if j >= N else []
+            missing = [ids[m] for m in members if m != i]
+            why = f"waits for its peers {', '.join(missing)} to arrive"
+        lines.append(f"  rank {r}: {ids[i]} ({op.kind}) {why}")
+    raise DeadlockError("the schedule deadlocks; stuck ops:\n" + "\n".join(lines),
+                        fix="make every rank reach its collectives and send/recv in a compatible order",
+                        ops=[ids[i] for _r, i in sorted(per_rank.items())])
+
+
+_EXT: list[object] = []  # [module or None] once looked up
+_LAYOUT = 10  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
+
+
+def compiled_loop():
+    """The compiled event loop :mod:`schedsim.sim._cwaves`, or None when it is not built (no C compiler at
+    install), is out of date (its ``LAYOUT`` is not :data:`_LAYOUT`: built from an older ``_cwaves.c``) or
+    ``SCHEDSIM_NO_EXT=1``; then the Python loop runs, and the first call says so in one line on stderr."""
+    if not _EXT:
+        if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
+            mod, why = None, "SCHEDSIM_NO_EXT is set"
+        else:
+            try:
+                from schedsim.sim import _cwaves as mod  # type: ignore[attr-defined,no-redef]
+                why = ""
+            except ImportError as e:
+                mod, why = None, (f"the compiled loop is not built ({e}); install a C compiler and reinstall "
+                                  "schedsim (pip install ., or pip install -e . in a checkout)")
+            if mod is not None and getattr(mod, "LAYOUT", None) != _LAYOUT:  # built from an older _cwaves.c
+                mod, why = None, (f"the compiled loop at {getattr(mod, '__file__', '?')} is out of date; rebuild it: "
+                                  "python setup.py build_ext --inplace (or reinstall schedsim)")
+        if mod is None:
+            sys.stderr.write(f"schedsim: simulating with the Python event loop (slower): {why}\n")
+        _EXT.append(mod)
+    return _EXT[0]
