@@ -48,6 +48,7 @@ from schedsim.arrays import (  # re-exported
     pieces_intersection,
     union_by_group,
     union_length,
+    unique,
 )
 from schedsim.results import OMIT_NONE, from_dict, to_dict
 from schedsim.sim.pipeline_metrics import PipelineMetrics
@@ -434,7 +435,7 @@ def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[n
     if len(down):
         heads = np.flatnonzero(new)
         bounds = np.append(heads, n)
-        for g in np.unique(np.searchsorted(heads, down + 1, side="right") - 1).tolist():
+        for g in unique(np.searchsorted(heads, down + 1, side="right") - 1)[0].tolist():
             a, b = int(bounds[g]), int(bounds[g + 1])
             np.maximum.accumulate(end[a:b], out=reach[a:b])
     opens = new.copy()
@@ -455,7 +456,7 @@ def _sums_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
         return out
     heads = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
     lens = np.diff(np.append(heads, m))
-    for L in np.unique(lens).tolist():
+    for L in unique(lens)[0].tolist():
         sel = heads[lens == L]
         out[group[sel]] = values[sel[:, None] + np.arange(L)].sum(axis=1)
     return out

@@ -131,7 +131,7 @@ def test_shared_links_columns_compiled_and_python_loops_agree(monkeypatch: pytes
                                                               prof: HardwareProfile):
     from schedsim.graph.build import graph_of
     from schedsim.lower import lower
-    from schedsim.sim import waves
+    from schedsim.sim import loop
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
@@ -141,7 +141,7 @@ def test_shared_links_columns_compiled_and_python_loops_agree(monkeypatch: pytes
         return sorted((s.id, s.start_s, s.end_s) for s in simulate(g, prof, gpu_model="waves").spans)
 
     cols, ops = run(prog), run(graph_of(prog))
-    monkeypatch.setattr(waves, "_EXT", [None])
+    monkeypatch.setattr(loop, "_EXT", [None])
     py = run(graph_of(prog))
     assert cols == ops == py
 
