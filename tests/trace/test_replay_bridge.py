@@ -407,6 +407,32 @@ class TestChakraExport:
         assert attrs(n0[1])["pg_name"] == "1" and list(n0[1].data_deps) == [0]
         assert [n.type for n in n2] == [NODE_TYPES["COMP_NODE"]] and n2[0].duration_micros == 3
 
+    def test_comm_tag_follows_the_pairing_of_a_batch(self, tmp_path: Path) -> None:
+        """Rank 0 batches sX (1000 B) with sZ (2000 B) around a lone sY (3000 B): NCCL posts the batch at sX, so
+        the recvs (1000, 2000, 3000 B) pair sX, sZ, sY; each send carries the tag of the recv of its size (the
+        written order of rank 0 gave sY tag 1, the 2000-B recv's)."""
+        from schedsim.report.chakra import read_et
+
+        sched = tmp_path / "s.yaml"
+        sched.write_text("schema_version: 1\nname: pb\nworld_size: 2\nnccl_init: eager\nops:\n"
+                         "  - {name: sX, kind: send, ranks: [0], peer: 1, bytes: 1000, p2p_batch: b}\n"
+                         "  - {name: sY, kind: send, ranks: [0], peer: 1, bytes: 3000, stream: other}\n"
+                         "  - {name: sZ, kind: send, ranks: [0], peer: 1, bytes: 2000, p2p_batch: b}\n"
+                         + "".join(f"  - {{name: r{b}, kind: recv, ranks: [1], peer: 0, bytes: {b}}}\n"
+                                   for b in (1000, 2000, 3000)))
+        r = run("export", "chakra", str(sched), "--out", str(tmp_path / "et"))
+        assert r.exit_code == 0, r.output
+
+        def tags(rank: int) -> dict[int, int]:
+            _m, nodes = read_et((tmp_path / "et" / f"pb.{rank}.et").read_bytes())
+            out = {}
+            for n in nodes:
+                a = {x.name: getattr(x, x.WhichOneof("value")) for x in n.attr}
+                out[a["comm_size"]] = a["comm_tag"]
+            return out
+
+        assert tags(0) == tags(1) == {1000: 0, 2000: 1, 3000: 2}
+
     def test_without_protobuf_exit_2(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         import sys
 
