@@ -94,6 +94,25 @@ class TestPredictReplaysByDefault:
         assert "fix:" in r.output
 
 
+    @pytest.mark.parametrize("where", ["option", "field"])
+    def test_recorded_durations_without_any_exit_2(self, tmp_path: Path, where: str) -> None:
+        """``--durations recorded`` (or the schedule's ``durations: recorded``) on a schedule whose ops carry no
+        ``duration_us``: the replay would time every op with the profile's model without its launch costs (this
+        1024³ bf16 matmul then 1 MiB all-reduce on 2 ranks: 21.5 µs on h200, predicted 65.2), so it is refused."""
+        sched = tmp_path / "s.yaml"
+        sched.write_text("schema_version: 1\nname: nodur\nworld_size: 2\n"
+                         + ("durations: recorded\n" if where == "field" else "")
+                         + "ops:\n  - {name: mm, kind: matmul, m: 1024, n: 1024, k: 1024, dtype: bf16}\n"
+                         "  - {name: ar, kind: all_reduce, bytes: 1048576, deps: [mm]}\n")
+        r = run("predict", str(sched), "-o", str(tmp_path / "p"),
+                *(["--durations", "recorded"] if where == "option" else []))
+        assert r.exit_code == 2, r.output
+        assert "error: " in r.output and "no op carries a recorded duration" in r.output and "fix:" in r.output
+        assert "Traceback" not in r.output and not (tmp_path / "p").exists()
+        r = run("predict", str(sched), "-o", str(tmp_path / "q"), "--durations", "modeled")
+        assert r.exit_code == 0, r.output
+
+
 class TestCompareReplayWithImport:
     def test_ops_match_by_id_and_the_held_op_shows(self, tmp_path: Path) -> None:
         """replaygen's rank with the all-reduce started at 1300 µs, held by nothing the trace records: the replay
