@@ -358,7 +358,8 @@ def build_timeline(
     iteration : int
         When the ops repeat (several iterations in one capture), which
         occurrence to keep: ``0`` first, ``-1`` last. The timeline is then
-        cut to that iteration's window.
+        cut to that iteration's window. An index past every op's occurrences raises
+        :class:`~schedsim.errors.TraceError` (it would keep none of the named ops).
     span_ids : list, optional
         Filled with the span id of each activity (``span_ids[i]`` of ``acts[i]``; None for one folded into an op
         range or outside the kept window), for the replay schedule's ``trace_id`` tags.
@@ -388,6 +389,13 @@ def build_timeline(
         k = iteration if iteration >= 0 else len(v) + iteration
         if 0 <= k < len(v):
             chosen.append(v[k])
+    if occ and not chosen:  # every named op's ranges would go, and their kernels with them
+        from schedsim.errors import TraceError
+
+        raise TraceError(f"--iteration {iteration}: the ops named in the trace occur at most {n_iter} time(s), so "
+                         "that occurrence keeps none of them",
+                         fix=f"pass --iteration 0..{n_iter - 1} (or -{n_iter}..-1 from the last), or leave it out "
+                         "(the last)")
     if n_iter > 1 and chosen:
         window = (min(c[0] for c in chosen), max(c[1] for c in chosen))
         meta["iteration"] = {"index": iteration, "occurrences": n_iter,
