@@ -69,10 +69,13 @@ def _group(kind: str, ranks: tuple[int, ...]) -> str:
 
 
 def format_explain(rows: list[dict[str, Any]]) -> str:
-    """The rows as a text table (one line per row, a header first)."""
-    lines = [f"{'collective':15} {'bytes':>14} {'ranks':18} {'nodes':>5}  {'algo/proto':18} {'time (us)':>11}"]
-    for r in rows:
+    """The rows as a text table (one line per row, a header first; columns as wide as their widest cell, so
+    ``collnet_direct/Simple`` and long group lists keep the time column aligned)."""
+    ap = [r["algo"] + "/" + r["proto"] for r in rows]
+    wg = max([18, *(len(r["group"]) for r in rows)])
+    wa = max([18, *map(len, ap)])
+    lines = [f"{'collective':15} {'bytes':>14} {'ranks':{wg}} {'nodes':>5}  {'algo/proto':{wa}} {'time (us)':>11}"]
+    for r, a in zip(rows, ap, strict=True):
         nodes = "-" if r["nodes"] is None else str(r["nodes"])
-        lines.append(f"{r['kind']:15} {r['bytes']:>14,} {r['group']:18} {nodes:>5}  "
-                     f"{r['algo'] + '/' + r['proto']:18} {r['time_us']:>11.2f}")
+        lines.append(f"{r['kind']:15} {r['bytes']:>14,} {r['group']:{wg}} {nodes:>5}  {a:{wa}} {r['time_us']:>11.2f}")
     return "\n".join(lines)
