@@ -142,6 +142,34 @@ class TestCompareReplayWithImport:
                 "ncclKernel_AllReduce_RING_LL_Sum_float#0@r0, predicted at 150.0 µs, measured at 290.0 µs (earlier "
                 "than recorded: in the run something no trace row records held it)") in said
 
+    def test_a_replay_of_more_than_the_import_kept_is_said(self, tmp_path: Path) -> None:
+        """kinetogen's two iterations of mm0/ar0 on 2 ranks imported with --ops: the timeline keeps the last
+        iteration (155 µs) folded into ranges, the schedule replays the whole capture (410 µs). compare said
+        +164.5 % and nothing else; it now warns that 14 replayed ops have no imported span, and says the fix."""
+        from kinetogen import kineto_doc, write_kineto
+
+        files = [write_kineto(tmp_path / f"r{r}.json", kineto_doc(r, iterations=2)) for r in (0, 1)]
+        ops = tmp_path / "ops.yaml"
+        ops.write_text("schema_version: 1\nname: x\nworld_size: 2\nops:\n  - {name: mm0, kind: compute, "
+                       "duration_us: 1}\n  - {name: ar0, kind: all_reduce, bytes: 4}\n")
+        imp = tmp_path / "imp"
+        assert run("import", "kineto", *map(str, files), "--ops", str(ops), "--out", str(imp)).exit_code == 0
+        assert run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--no-gantt").exit_code == 0
+        r = run("compare", str(tmp_path / "p"), str(imp), "-o", str(tmp_path / "c"), "--no-gantt")
+        assert r.exit_code == 0, r.output
+        got = json.loads((tmp_path / "c" / "compare.json").read_text())
+        assert got["makespan"]["pred_s"] == pytest.approx(410e-6) and got["makespan"]["meas_s"] == pytest.approx(155e-6)
+        (w,) = [w for w in got["warnings"] if "no span in the imported timeline" in w]
+        assert w.startswith("14 replayed op(s)") and "without --ops" in w
+        # the whole capture imported: every replayed op has its span, no such warning
+        assert run("import", "kineto", *map(str, files), "--out", str(tmp_path / "all")).exit_code == 0
+        assert run("predict", str(tmp_path / "all" / "schedule.yaml"), "-o", str(tmp_path / "q"),
+                   "--no-gantt").exit_code == 0
+        r = run("compare", str(tmp_path / "q"), str(tmp_path / "all"), "-o", str(tmp_path / "d"), "--no-gantt")
+        assert r.exit_code == 0, r.output
+        got = json.loads((tmp_path / "d" / "compare.json").read_text())
+        assert not [w for w in got["warnings"] if "no span" in w] and got["match"]["n_only_pred"] == 0
+
     def test_a_plain_prediction_keeps_its_ids(self, tmp_path: Path) -> None:
         """Only a timeline whose spans carry trace_id tags is renamed (a hand-written schedule's prediction is not)."""
         from schedsim.compare import as_trace_ids
