@@ -217,6 +217,19 @@ def _us(s: float) -> int:
     return max(0, int(s * 1e6 + 0.5))
 
 
+def _p2p_tags(prog: Any, ops: list[Any]) -> dict[int, int]:
+    """Per send/recv op index, its ``comm_tag``: the k-th matched pair from src to dst in the program's pairing
+    (``prog.p2p``, NCCL's: a ``p2p_batch`` is posted whole at its first member, so the written order of one side
+    is not the pairing order)."""
+    tag_of: dict[int, int] = {}
+    pairs: dict[tuple[int, int], int] = defaultdict(int)
+    for s_i, r_i in prog.p2p.tolist():
+        key = (ops[s_i].rank, ops[r_i].rank)
+        tag_of[s_i] = tag_of[r_i] = pairs[key]
+        pairs[key] += 1
+    return tag_of
+
+
 def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None) -> ChakraExport:
     """Write the Chakra execution trace of a simulated schedule (module docstring) into the folder ``out``.
 
@@ -259,14 +272,7 @@ def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None
             if ops[v].rank == ops[u].rank:
                 preds[v].append(local[u])
     groups: dict[tuple[int, ...], str] = {}
-    # comm_tag: the k-th matched pair from src to dst, in the program's pairing (NCCL's: a p2p_batch is posted
-    # whole at its first member, so the written order of one side is not the pairing order)
-    tag_of: dict[int, int] = {}
-    pairs: dict[tuple[int, int], int] = defaultdict(int)
-    for s_i, r_i in prog.p2p.tolist():
-        key = (ops[s_i].rank, ops[r_i].rank)
-        tag_of[s_i] = tag_of[r_i] = pairs[key]
-        pairs[key] += 1
+    tag_of = _p2p_tags(prog, ops)
     nodes: dict[int, list[Any]] = defaultdict(list)
     world = prog.world_size
     for i, op in enumerate(ops):
