@@ -85,6 +85,18 @@ class TestPredictReplaysByDefault:
         assert r.exit_code == 0, r.output
         assert [p["makespan_s"] for p in json.loads(r.stdout)] == pytest.approx([190e-6, 190e-6])
 
+    def test_explain_gives_the_recorded_duration_the_replay_runs(self, tmp_path: Path) -> None:
+        """The matched 4 MiB all-reduce of replaygen's two ranks replays for its recorded 40 µs; --explain printed
+        NCCL's ring/Simple at 26.85 µs on h200, a time the prediction never used. Now: recorded, 40 µs."""
+        imp = _import(tmp_path, *[write(tmp_path / f"r{r}.json", rank_doc(r)) for r in (0, 1)])
+        r = run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--explain", "--no-gantt",
+                "--format", "json")
+        assert r.exit_code == 0, r.output
+        (row,) = json.loads(r.stdout)["explain"]
+        assert (row["kind"], row["bytes"], row["group"], row["algo"], row["proto"]) == (
+            "all_reduce", 4 << 20, "0..1", "recorded", "-")
+        assert row["time_us"] == pytest.approx(40.0)
+
     def test_contradicting_options_exit_2(self, tmp_path: Path) -> None:
         imp = _import(tmp_path, write(tmp_path / "r0.json", rank_doc(0, world=1)))
         r = run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--durations", "modeled",
