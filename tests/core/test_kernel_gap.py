@@ -63,7 +63,8 @@ def test_the_gap_defaults_to_the_graph_node_saving(make_profile, launch, gap_us)
 
 
 def test_h100_small_ops_spans_against_the_stored_kineto_spans(monkeypatch):
-    """small_ops_graph eager on the H100 profile calibrated 2026-12-06 04:29 (benchmarks/h100/): the predicted
+    """small_ops_graph eager on the H100 profile calibrated 2026-12-06 04:29 (tests/data/; it was in benchmarks/h100/,
+    retired from the tree, at c85fbcf): the predicted
     kernel spans against the Kineto kernel spans of that run (execute --profiler, profiler_ops.json, medians
     over 64 ops each: up 4.240, side 4.224, act 1.600 µs). Their tables hold back-to-back periods (GEMM 4.70,
     add floor 2.26 µs, plus the cold-L2 term): without the gap the spans were +30 % (GEMMs) and +73 % (act)."""
@@ -73,7 +74,7 @@ def test_h100_small_ops_spans_against_the_stored_kineto_spans(monkeypatch):
 
     monkeypatch.chdir(ROOT)
     f = Path("schedules/small_ops_graph.yaml")
-    prof = load_profile(str(ROOT / "benchmarks" / "h100" / "calibrated_2026-12-06_0429.yaml"))
+    prof = load_profile(str(ROOT / "tests" / "data" / "h100_calibrated_2026-12-06_0429.yaml"))
     assert prof.launch.kernel_gap_us is None and prof.launch.kernel_gap_s == pytest.approx(1.047e-6)
     tl = simulate(_build(_load(f, []), f), prof, launch="eager")
     span: dict[str, list[float]] = {}
