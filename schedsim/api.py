@@ -193,8 +193,8 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     schedules of more than 20,000 ops; ``meta`` is added to ``timeline.meta`` first. ``metrics``
     gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
-    ``timeline.meta["memory"]``, and the guesses the numbers rest on (:func:`schedsim.notes.guesses`) to
-    ``timeline.meta["warnings"]``.
+    ``timeline.meta["memory"]``, and the static checks' warnings (``program.warnings``: "may hang", ...) and the
+    guesses the numbers rest on (:func:`schedsim.notes.guesses`) to ``timeline.meta["warnings"]``.
 
     Raises
     ------
@@ -227,8 +227,9 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     from schedsim.notes import guesses
 
     said = guesses(prog, profile)  # where the numbers rest on a guess, the output says so (once per kind)
-    if said:
-        tl.meta["warnings"] = [*tl.meta.get("warnings", []), *said]
+    # the static checks' warnings ("may hang", pairings the names contradict), which `check` prints, go there too
+    if said or prog.warnings:
+        tl.meta["warnings"] = [*tl.meta.get("warnings", []), *prog.warnings, *said]
     peak = None
     mem = memory_over_time(tl, DagView(prog), static_memory(prog.pipeline, spec.pipeline, tl.world_size))
     if mem is not None:
