@@ -105,7 +105,8 @@ def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str]) -> None:
     ``topology.scale_up.timing`` / ``topology.nics.timing`` (provenance ``fitted``) and print them.
 
     Logs the fit cannot use (send/recv-based collectives, groups that do not fit the profile's nodes, a base
-    without ``topology.nics`` for logs across nodes) are named in ``note:`` lines on stderr.
+    without ``topology.nics`` for logs across nodes) are named in ``note:`` lines on stderr, and so is a base
+    without ``topology.scale_up`` (nothing fitted).
     """
     import sys
 
@@ -114,7 +115,12 @@ def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str]) -> None:
     from schedsim.network.fit import fit_profile
 
     base = HardwareProfile.model_validate(d)
-    if base.topology.scale_up is None or not logs:
+    if not logs:
+        return
+    if base.topology.scale_up is None:
+        print("note: no tier figures fitted: the base profile has no topology.scale_up (NCCL's tuning model does "
+              "not time its collectives); only the busbw tables are written. Pass --base with a cluster topology "
+              "(e.g. dgx_h100) to fit them", file=sys.stderr)
         return
     fitted, figs, notes = fit_profile(base, logs, "fitted by schedsim calibrate --from-nccl-tests to "
                                       + "; ".join(srcs))

@@ -194,8 +194,14 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     schedules of more than 20,000 ops; ``meta`` is added to ``timeline.meta`` first. ``metrics``
     gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
-    ``timeline.meta["memory"]``, and the guesses the numbers rest on (:func:`schedsim.notes.guesses`) to
-    ``timeline.meta["warnings"]``.
+    ``timeline.meta["memory"]``, and the static checks' warnings (``program.warnings``: "may hang", ...) and the
+    guesses the numbers rest on (:func:`schedsim.notes.guesses`) to ``timeline.meta["warnings"]``.
+
+    Raises
+    ------
+    SpecError
+        Durations ``recorded`` (``durations=``, else the schedule's field; no ``gpu_model`` given) for a
+        schedule none of whose ops carries a ``duration_us``; as :func:`gpu_model_of` and :func:`lower_spec`.
     """
     from schedsim.lower.program import DagView
     from schedsim.report.memory import memory_over_time, static_memory
@@ -204,8 +210,16 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     from schedsim.sim.metrics import MemoryPeak, Metrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
-    sim["gpu_model"] = gpu_model_of(spec, sim.get("gpu_model"), sim.pop("durations", None), file)
+    durations = sim.pop("durations", None)
+    recorded = sim.get("gpu_model") is None and (durations or getattr(spec, "durations", "modeled")) == "recorded"
+    sim["gpu_model"] = gpu_model_of(spec, sim.get("gpu_model"), durations, file)
     prog = lower_spec(spec, file)
+    if recorded and prog.N and all(t.duration_s is None for t in prog.templates):
+        raise SpecError("durations: recorded, but no op carries a recorded duration (duration_us): the replay would "
+                        "time every op with the profile's model, without its launch costs or contention",
+                        file=str(file) if file is not None else None, path="durations",
+                        fix="predict it with --durations modeled (the profile's GPU model), or replay a schedule "
+                        "written by `schedsim import kineto|nsys FILES --out DIR`")
     # the schedule's NCCL_ALGO / NCCL_PROTO over the profile's
     profile = profile.with_nccl_env(spec.env, spec.env_sources())
     with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
@@ -220,8 +234,9 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     from schedsim.notes import guesses
 
     said = guesses(prog, profile)  # where the numbers rest on a guess, the output says so (once per kind)
-    if said:
-        tl.meta["warnings"] = [*tl.meta.get("warnings", []), *said]
+    # the static checks' warnings ("may hang", pairings the names contradict), which `check` prints, go there too
+    if said or prog.warnings:
+        tl.meta["warnings"] = [*tl.meta.get("warnings", []), *prog.warnings, *said]
     peak = None
     mem = memory_over_time(tl, DagView(prog), static_memory(prog.pipeline, spec.pipeline, tl.world_size))
     if mem is not None:

@@ -480,7 +480,8 @@ def _replayed(pred: Timeline, meas: Timeline) -> bool:
 
 def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None) -> list[str]:
     """Why the timelines may not be comparable: different schedules, ``--set`` values or world sizes (of
-    ``pred``, and of ``pred_timed`` when given, against ``meas``), a timed CUDA graph compared with a plain
+    ``pred``, and of ``pred_timed`` when given, against ``meas``), a replay holding ops the import it is held
+    against has no span for (``--ops`` ranges, ``--iteration``), a timed CUDA graph compared with a plain
     prediction, or a ``pred_timed`` that is not a timed graph's prediction or meets no timed graph."""
     warnings: list[str] = []
     for p in (pred,) if pred_timed is None else (pred, pred_timed):
@@ -493,6 +494,13 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
             warnings.append(f"different --set values{tag}: {sorted(sp)} vs {sorted(sm)}")
         if p.world_size != meas.world_size:
             warnings.append(f"different world sizes{tag}: {p.world_size} vs {meas.world_size}")
+        if _replayed(p, meas):
+            gone = int((p.columns.tag_column(TRACE_ID_TAG)[1] < 0).sum())
+            if gone:
+                warnings.append(f"{gone} replayed op(s){tag} have no span in the imported timeline (their kernels "
+                                "were folded into --ops ranges or lie outside the kept --iteration), so the "
+                                "makespans and busy times hold different work; to compare the replay, import the "
+                                "trace again without --ops")
     if pred_timed is None:
         if timed_graph_measurement(meas) and pred.launch == "cuda_graph" and not _is_timed_prediction(pred):
             warnings.append("the measured ops were timed inside a CUDA graph by event pairs, which lengthen each "

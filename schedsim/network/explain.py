@@ -6,6 +6,7 @@ receiver)), with the time :class:`schedsim.cost.CostModel` gives it alone and wh
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from schedsim.cost import CostModel
@@ -20,14 +21,26 @@ def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
 
     ``algo`` / ``proto`` are NCCL's (:class:`schedsim.network.NcclNetwork`) on a profile with
     ``topology.scale_up``; otherwise ``table`` (a measured busbw table of the profile) or ``links``
-    (alpha-beta on the profile's link class), and ``-``. ``nodes`` is None where the profile has no
-    cluster topology. Sends are listed, not their recvs (one transfer).
+    (alpha-beta on the profile's link class), and ``-``; ``recorded`` and ``-`` for ops given ``duration_us`` (an
+    imported run's), which the prediction runs for that long: ``time_us`` is then the median of their recorded
+    durations (per op template). ``nodes`` is None where the profile has no cluster topology. Sends are listed,
+    not their recvs (one transfer).
     """
     seen: set[tuple[Any, ...]] = set()
     rows: list[dict[str, Any]] = []
+    recorded: dict[tuple[str, float, tuple[int, ...]], list[float]] = {}
+    net = cost.network
 
-    def add(kind: str, nbytes: float, ranks: tuple[int, ...]) -> None:
+    def row(kind: str, nbytes: float, ranks: tuple[int, ...], algo: str, proto: str, t: float) -> None:
+        nodes = net.shape(ranks).nodes if net is not None and len(ranks) > 1 else None
+        rows.append({"kind": kind, "bytes": int(nbytes), "ranks": len(ranks), "group": _group(kind, ranks),
+                     "nodes": nodes, "algo": algo, "proto": proto, "time_us": t * 1e6})
+
+    def add(kind: str, nbytes: float, ranks: tuple[int, ...], duration_s: float | None) -> None:
         key = (kind, nbytes, ranks)
+        if duration_s is not None:  # a recorded duration (an imported run): what the prediction runs
+            recorded.setdefault(key, []).append(duration_s)
+            return
         if key in seen:
             return
         seen.add(key)
@@ -38,14 +51,11 @@ def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
             table_kind = "sendrecv" if kind in P2P_KINDS else kind
             algo = "table" if cost.has_table(table_kind, ranks) else "links"
             proto, t = "-", cost.collective_time(kind, nbytes, ranks)
-        net = cost.network
-        nodes = net.shape(ranks).nodes if net is not None and len(ranks) > 1 else None
-        rows.append({"kind": kind, "bytes": int(nbytes), "ranks": len(ranks), "group": _group(kind, ranks),
-                     "nodes": nodes, "algo": algo, "proto": proto, "time_us": t * 1e6})
+        row(kind, nbytes, ranks, algo, proto, t)
 
     for t in program.templates:
         if t.kind in COLLECTIVE_KINDS:
-            add(t.kind, t.nbytes, tuple(t.group))
+            add(t.kind, t.nbytes, tuple(t.group), t.duration_s)
     sends = [i for i, t in enumerate(program.templates) if t.kind == "send"]
     if sends:
         import numpy as np
@@ -53,7 +63,9 @@ def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
         mask = np.isin(program.tmpl, sends)
         for k, r, q in {(int(a), int(b), int(c)) for a, b, c in
                         zip(program.tmpl[mask], program.rank[mask], program.peer[mask], strict=True)}:
-            add("send", program.templates[k].nbytes, (r, q))
+            add("send", program.templates[k].nbytes, (r, q), program.templates[k].duration_s)
+    for (kind, nbytes, ranks), ds in recorded.items():
+        row(kind, nbytes, ranks, "recorded", "-", statistics.median(ds))
     rows.sort(key=lambda x: (x["kind"], x["bytes"], x["ranks"], x["group"]))
     return rows
 
@@ -69,10 +81,13 @@ def _group(kind: str, ranks: tuple[int, ...]) -> str:
 
 
 def format_explain(rows: list[dict[str, Any]]) -> str:
-    """The rows as a text table (one line per row, a header first)."""
-    lines = [f"{'collective':15} {'bytes':>14} {'ranks':18} {'nodes':>5}  {'algo/proto':18} {'time (us)':>11}"]
-    for r in rows:
+    """The rows as a text table (one line per row, a header first; columns as wide as their widest cell, so
+    ``collnet_direct/Simple`` and long group lists keep the time column aligned)."""
+    ap = [r["algo"] + "/" + r["proto"] for r in rows]
+    wg = max([18, *(len(r["group"]) for r in rows)])
+    wa = max([18, *map(len, ap)])
+    lines = [f"{'collective':15} {'bytes':>14} {'ranks':{wg}} {'nodes':>5}  {'algo/proto':{wa}} {'time (us)':>11}"]
+    for r, a in zip(rows, ap, strict=True):
         nodes = "-" if r["nodes"] is None else str(r["nodes"])
-        lines.append(f"{r['kind']:15} {r['bytes']:>14,} {r['group']:18} {nodes:>5}  "
-                     f"{r['algo'] + '/' + r['proto']:18} {r['time_us']:>11.2f}")
+        lines.append(f"{r['kind']:15} {r['bytes']:>14,} {r['group']:{wg}} {nodes:>5}  {a:{wa}} {r['time_us']:>11.2f}")
     return "\n".join(lines)

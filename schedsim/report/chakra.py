@@ -24,7 +24,8 @@ What each op becomes (one node per op instance, ``id`` its position on its rank,
   bytes); a group that is not every rank gets ``pg_name``, an id into ``DIR/comm_group.json`` (``{id: [ranks]}``,
   the communicator groups file ASTRA-sim takes);
 * ``send`` / ``recv``: ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` with ``comm_src``, ``comm_dst``, ``comm_size`` and
-  ``comm_tag`` (the k-th message from src to dst: the sides agree on it);
+  ``comm_tag`` (the k-th matched pair from src to dst in NCCL's pairing order, where a ``p2p_batch`` is posted
+  at its first member: the sides agree on it);
 * every node: ``is_cpu_op`` false, ``start_time_micros`` its simulated start, ``data_deps`` the ops it waits
   for on its rank (the previous op of its stream and its ``deps``).
 
@@ -216,6 +217,19 @@ def _us(s: float) -> int:
     return max(0, int(s * 1e6 + 0.5))
 
 
+def _p2p_tags(prog: Any, ops: list[Any]) -> dict[int, int]:
+    """Per send/recv op index, its ``comm_tag``: the k-th matched pair from src to dst in the program's pairing
+    (``prog.p2p``, NCCL's: a ``p2p_batch`` is posted whole at its first member, so the written order of one side
+    is not the pairing order)."""
+    tag_of: dict[int, int] = {}
+    pairs: dict[tuple[int, int], int] = defaultdict(int)
+    for s_i, r_i in prog.p2p.tolist():
+        key = (ops[s_i].rank, ops[r_i].rank)
+        tag_of[s_i] = tag_of[r_i] = pairs[key]
+        pairs[key] += 1
+    return tag_of
+
+
 def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None) -> ChakraExport:
     """Write the Chakra execution trace of a simulated schedule (module docstring) into the folder ``out``.
 
@@ -257,8 +271,7 @@ def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None
             if ops[v].rank == ops[u].rank:
                 preds[v].append(local[u])
     groups: dict[tuple[int, ...], str] = {}
-    sent: dict[tuple[int, int], int] = defaultdict(int)
-    got: dict[tuple[int, int], int] = defaultdict(int)
+    tag_of = _p2p_tags(prog, ops)
     nodes: dict[int, list[Any]] = defaultdict(list)
     world = prog.world_size
     for i, op in enumerate(ops):
@@ -277,9 +290,7 @@ def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None
                 attr.append({"name": "pg_name", "string_val": pg})
         elif op.kind in ("send", "recv"):
             src, dst = (op.rank, op.peer) if op.kind == "send" else (op.peer, op.rank)
-            tally = sent if op.kind == "send" else got
-            tag = tally[(src, dst)]
-            tally[(src, dst)] += 1
+            tag = tag_of[i]
             n.type = NODE_TYPES["COMM_SEND_NODE" if op.kind == "send" else "COMM_RECV_NODE"]
             attr += [{"name": "comm_src", "int32_val": int(src)}, {"name": "comm_dst", "int32_val": int(dst)},
                      {"name": "comm_size", "uint64_val": int(op.nbytes)}, {"name": "comm_tag", "int32_val": tag}]

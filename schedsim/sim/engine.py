@@ -185,7 +185,41 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         tl = _simulate_once(G, profile, info, mode, model, conns, model_executor)
     if mode == "eager" and model != "replay":
         kernel_gaps(tl, _table_kernels(G), profile.launch.kernel_gap_s)
+    recorded_nccl_is_comm(tl)
     return tl
+
+
+def recorded_nccl_is_comm(tl: Timeline) -> None:
+    """Give the spans of NCCL kernels that an import wrote as compute ops (tag ``nccl``: their peers were not
+    imported, :mod:`schedsim.trace.to_schedule`) the resource ``comm``, in place, as the imported timeline has
+    them: they ran communication, so busy comm, exposed comm and the overlap ratio (docs/metrics.md) count them
+    there, and ``compare`` of the replay against the import holds like against like. Only the resource changes.
+
+    >>> from schedsim.sim.timeline import Span
+    >>> tl = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "compute", "compute", 0.0, 4e-6,
+    ...                                              tags={"nccl": "all_reduce", "peers": "absent"}),
+    ...                                         Span("b@r0", "b", 0, "s", "compute", "compute", 4e-6, 5e-6)])
+    >>> recorded_nccl_is_comm(tl)
+    >>> [s.resource for s in tl.spans]
+    ['comm', 'compute']
+    """
+    from schedsim.graph.ops import COMM
+    from schedsim.kinds import COMPUTE_KINDS
+
+    if not len(tl):
+        return
+    c = tl.columns
+    _vals, has = c.tag_column("nccl")
+    kinds, kcodes = c.kind
+    rows = (np.asarray(has) >= 0) & np.isin(kcodes, [i for i, k in enumerate(kinds) if k in COMPUTE_KINDS])
+    if not rows.any():
+        return
+    values, codes = list(c.resource[0]), np.array(c.resource[1], copy=True)
+    if COMM not in values:
+        values.append(COMM)
+    codes[rows] = values.index(COMM)
+    c.resource = (values, codes)
+    tl._spans = None  # rows are rebuilt from the changed column
 
 
 def kernel_gaps(tl: Timeline, kernels: np.ndarray, gap_s: float) -> None:

@@ -298,7 +298,8 @@ def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: b
     from schedsim.trace.replay import Connections, WhatIf, parse_what_if, replay_report, what_if_spec
 
     if not (0.0 <= host_gaps < float("inf")):
-        raise SpecError(f"--host-gaps {host_gaps}: not a factor >= 0", fix="pass e.g. 0 (drop the gaps) or 0.5")
+        raise SpecError(f"{host_gaps:g} is not a factor >= 0", file=str(schedule), path="--host-gaps",
+                        fix="pass e.g. 0 (drop the gaps) or 0.5")
     prof = load_profile(profile)
     spec = load(schedule)
     base = replay_report(simulate_spec(spec, prof, file=schedule, gpu_model="replay").timeline, str(schedule))

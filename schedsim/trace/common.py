@@ -345,6 +345,32 @@ def _activity_kind(a: Activity) -> tuple[str, str]:
     return a.cat, "copy"
 
 
+def _occurrence(occ: dict[tuple[int, str], list[tuple[float, float, OpRange]]], iteration: int
+                ) -> list[tuple[float, float, OpRange]]:
+    """Each named op's ``iteration``-th occurrence (by start; negative from the last), where it has one.
+
+    Raises
+    ------
+    TraceError
+        ``occ`` is not empty and no op has that occurrence: the import would keep none of the named ops (and
+        their kernels, folded into them, would go too).
+    """
+    chosen: list[tuple[float, float, OpRange]] = []
+    for v in occ.values():
+        v.sort(key=lambda x: x[0])
+        k = iteration if iteration >= 0 else len(v) + iteration
+        if 0 <= k < len(v):
+            chosen.append(v[k])
+    if occ and not chosen:
+        from schedsim.errors import TraceError
+
+        n = max(len(v) for v in occ.values())
+        raise TraceError(f"--iteration {iteration}: the ops named in the trace occur at most {n} time(s), so that "
+                         "occurrence keeps none of them",
+                         fix=f"pass --iteration 0..{n - 1} (or -{n}..-1 from the last), or leave it out (the last)")
+    return chosen
+
+
 def build_timeline(
     acts: list[Activity],
     op_ranges: Iterable[OpRange],
@@ -371,7 +397,8 @@ def build_timeline(
     iteration : int
         When the ops repeat (several iterations in one capture), which
         occurrence to keep: ``0`` first, ``-1`` last. The timeline is then
-        cut to that iteration's window.
+        cut to that iteration's window. An index past every op's occurrences raises
+        :class:`~schedsim.errors.TraceError` (it would keep none of the named ops).
     span_ids : list, optional
         Filled with the span id of each activity (``span_ids[i]`` of ``acts[i]``; None for one folded into an op
         range or outside the kept window), for the replay schedule's ``trace_id`` tags.
@@ -394,13 +421,8 @@ def build_timeline(
         end = max(acts[i].end_ns for i in mem)
         occ[(r.rank, r.name)].append((start, end, r._replace(members=mem)))
     window: tuple[float, float] | None = None
-    chosen: list[tuple[float, float, OpRange]] = []
     n_iter = max((len(v) for v in occ.values()), default=0)
-    for v in occ.values():
-        v.sort(key=lambda x: x[0])
-        k = iteration if iteration >= 0 else len(v) + iteration
-        if 0 <= k < len(v):
-            chosen.append(v[k])
+    chosen = _occurrence(occ, iteration)
     if n_iter > 1 and chosen:
         window = (min(c[0] for c in chosen), max(c[1] for c in chosen))
         meta["iteration"] = {"index": iteration, "occurrences": n_iter,

@@ -212,7 +212,7 @@ def import_kineto(
     acc = _Read(cap=max_trace_events())
     for fi, path in enumerate(files):
         _read_file(path, fi, acc, len(files))
-    check_ranks_agree(files, acc.ranks, acc.worlds)
+    check_ranks_agree(files, acc.ranks, acc.worlds, acc.positional)
     if not acc.acts:
         raise TraceError(f"{files[0]}: no GPU events (kernel, gpu_memcpy, gpu_memset) in the trace",
                          fix="profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], or pass a "
@@ -289,6 +289,7 @@ class _Read:
     full_names: dict[str, str] = field(default_factory=dict)
     world: int = 0
     worlds: list[int | None] = field(default_factory=list)
+    positional: list[bool] = field(default_factory=list)  # per file: its rank is its position (no distributedInfo)
     cap: int = 10_000_000
     corr: list[Any] = field(default_factory=list)  # each activity's correlation id (None: none written)
     #: ``cuda_runtime`` rows: rank, name, ts (ns), dur (ns), correlation, thread
@@ -343,6 +344,7 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
     check_header(path, hdr)
     dist: dict[str, Any] = hdr["distributedInfo"] if isinstance(hdr.get("distributedInfo"), dict) else {}
     rank = dist.get("rank")
+    acc.positional.append(not isinstance(rank, int))
     if not isinstance(rank, int):
         if n_files > 1:
             acc.warnings.append(f"{path}: no distributedInfo.rank; using its position {fi} as the rank")

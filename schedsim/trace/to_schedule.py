@@ -37,7 +37,8 @@ by ``correlation`` id; without them, GPU start order), named ``k<n>`` (kernel), 
     the ``cudaStreamWaitEvent`` waits for the last op launched on the recording stream before the record;
   - without ``cuda_sync`` rows but with ``cudaEventRecord`` / ``cudaStreamWaitEvent`` runtime rows (which carry
     no stream): the wait pairs with the latest record of its host thread before it; the first op launched
-    after the wait waits for the last op launched before the record on another stream (guessed);
+    after the wait waits for the last op launched before the record on another stream (guessed), unless it
+    started more than :data:`WAIT_SLACK_NS` before that op ended (the trace shows it did not wait for it);
   - host synchronisations (``cudaDeviceSynchronize``: every stream's last op launched before it;
     ``cudaStreamSynchronize`` / ``cudaEventSynchronize``, whose stream the trace does not give: the op that
     ended last before the call returned; a blocking ``cudaMemcpy``: its copy): the first op launched after the
@@ -105,6 +106,9 @@ OPS_FILE = "schedule.ops.json"
 #: Slack (ns) of the timing guess: an op starting this much after its issue and stream predecessor is held by
 #: something else; an op of another stream that ended within it before is taken for the holder.
 GAP_NS = 2000.0
+#: Clock slack (ns) before a guessed event wait counts as contradicted by the trace: the op that would wait started
+#: this much before the op it would wait for ended (Kineto prints times in µs with three decimals).
+WAIT_SLACK_NS = 1000.0
 
 _LAUNCH = ("Launch", "Memcpy", "Memset")
 _GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
@@ -249,7 +253,7 @@ def _event_deps(r: int, ro: _RankOps, rep: ReplayInput, deps: dict[int, set[int]
             deps[c].add(p)
     if not syncs:
         recs: dict[Any, list[float]] = defaultdict(list)
-        n_guess = 0
+        n_guess = n_false = 0
         for x in rt:
             if x.name.startswith("cudaEventRecord"):
                 recs[x.thread].append(x.ts_ns)
@@ -260,14 +264,20 @@ def _event_deps(r: int, ro: _RankOps, rep: ReplayInput, deps: dict[int, set[int]
                 if not before or c is None:
                     continue
                 p = _last_other(ro.acts, bisect.bisect_left(launch, before[-1]), ro.acts[c].stream)
-                if p is not None:
-                    deps[c].add(p)
-                    n_guess += 1
-        if n_guess:
+                if p is None:
+                    continue
+                if ro.acts[c].start_ns + WAIT_SLACK_NS < ro.acts[p].end_ns:
+                    n_false += 1  # it started before the op it would wait for ended: the trace rules the pair out
+                    continue
+                deps[c].add(p)
+                n_guess += 1
+        if n_guess or n_false:
+            dropped = (f"; {n_false} such pair(s) left out, the op having started before the other ended"
+                       if n_false else "")
             guesses.append(f"rank {r}: {n_guess} event wait(s) from cudaEventRecord/cudaStreamWaitEvent rows without "
                            "stream ids (no cuda_sync rows): each wait paired with its thread's latest record; the "
                            "first op launched after the wait waits for the last op of another stream launched "
-                           "before the record")
+                           f"before the record{dropped}")
     _sync_deps(rt, ro, streams, deps, gates)
     return had
 

@@ -137,7 +137,8 @@ def too_many_events(path: str | Path, what: str, cap: int) -> TraceError:
                           f"SCHEDSIM_MAX_TRACE_EVENTS={cap * 2}")
 
 
-def check_ranks_agree(files: list[Path], ranks: list[int], worlds: list[int | None]) -> None:
+def check_ranks_agree(files: list[Path], ranks: list[int], worlds: list[int | None],
+                      positional: list[bool] | None = None) -> None:
     """Refuse trace files of one import whose ``distributedInfo`` contradict each other: two ``world_size``
     values, two files with one rank, a rank at or past the ``world_size`` another file gives, or more files
     than ``world_size`` ranks.
@@ -147,17 +148,28 @@ def check_ranks_agree(files: list[Path], ranks: list[int], worlds: list[int | No
     files, ranks, worlds : lists, one entry per file
         The file, its rank (``distributedInfo.rank`` or its position) and its ``distributedInfo.world_size``
         (None when absent).
+    positional : list of bool, optional
+        Per file, whether its rank is its position (it has no ``distributedInfo.rank``): a clash then says so.
 
     Raises
     ------
     TraceError
         Naming both files and the fix.
     """
-    seen: dict[int, Path] = {}
-    for r, f in zip(ranks, files, strict=True):
+    seen: dict[int, int] = {}
+    pos = positional or [False] * len(files)
+    for i, (r, f) in enumerate(zip(ranks, files, strict=True)):
         if r in seen:
-            raise TraceError(f"{f}: rank {r} is also claimed by {seen[r]}", fix="pass one trace file per rank")
-        seen[r] = f
+            j = seen[r]
+            if pos[i] or pos[j]:
+                which = [files[k] for k in (j, i) if pos[k]]
+                raise TraceError(f"{f}: rank {r} is also claimed by {files[j]} ("
+                                 + " and ".join(f"{x} has no distributedInfo.rank, so its place on the command line "
+                                                "was taken as its rank" for x in which) + ")",
+                                 fix="list the trace files in rank order (file k of rank k), or pass only files "
+                                     "that name their rank in distributedInfo")
+            raise TraceError(f"{f}: rank {r} is also claimed by {files[j]}", fix="pass one trace file per rank")
+        seen[r] = i
     known = [(w, f) for w, f in zip(worlds, files, strict=True) if w is not None]
     if not known:
         return

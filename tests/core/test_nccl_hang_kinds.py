@@ -245,6 +245,22 @@ def test_a_batch_over_several_peers_that_a_peer_answers_only_after_computing_may
     assert run.makespan_s > 0
 
 
+def test_predict_prints_the_may_hang_warning_that_check_prints(tmp_path) -> None:
+    """The PiPPy#969 schedule: `check` printed "may hang", `predict` and the timeline it writes said nothing of it
+    (the Program's warnings reached no output of predict). Both now carry it; the per-peer fix has none."""
+    from tests.core.test_cli import run
+
+    for name, text, hangs in (("skip", _skip(), True), ("fixed", _skip(in2="in0"), False)):
+        f = tmp_path / f"{name}.yaml"
+        f.write_text(text)
+        r = run("predict", str(f), "--no-gantt", "--no-trace", "-o", str(tmp_path / name))
+        assert r.returncode == 0, r.stderr
+        said = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: may hang: a batch of send/recv")]
+        assert len(said) == (1 if hangs else 0), r.stderr
+        meta = predict(load_text(text, f"{name}.yaml"), "h200").timeline.meta
+        assert any("PiPPy#969" in w for w in meta.get("warnings", [])) == hangs
+
+
 @pytest.mark.parametrize("change", [
     {"in2": "in0"},  # PiPPy PR #1000: stage 2 batches per peer (recv from 0 and recv from 1 apart)
     {"out0b": "out_skip", "in2": "in0"},  # every stage batches per peer

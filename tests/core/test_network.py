@@ -332,6 +332,22 @@ def test_predict_explain_without_communication_says_so(tmp_path: Path):
     assert "algo/proto" not in r.stdout and "NCCL algorithm/protocol chosen" not in r.stdout
 
 
+
+def test_explain_table_keeps_its_columns_for_long_cells():
+    """collnet_direct/Simple (21 characters) and a group of 5+ scattered ranks overflowed the 18-wide columns, so
+    the time column moved right on those rows; every row's time now ends where the header's does."""
+    from schedsim.network.explain import format_explain
+
+    rows = [{"kind": "all_reduce", "bytes": 1 << 20, "group": "0..15", "nodes": 2, "algo": "collnet_direct",
+             "proto": "Simple", "time_us": 44.0},
+            {"kind": "all_gather", "bytes": 8, "group": "0,2,4,6,...", "nodes": 1, "algo": "ring", "proto": "LL",
+             "time_us": 5.25},
+            {"kind": "reduce", "bytes": 8, "group": "10000,20000,30000,40000,...", "nodes": 4, "algo": "tree",
+             "proto": "LL", "time_us": 7.5}]
+    lines = format_explain(rows).splitlines()
+    assert len({len(line) for line in lines}) == 1, lines
+    assert [line.split()[-1] for line in lines[1:]] == ["44.00", "5.25", "7.50"]
+
 SCHED = """schema_version: 1
 name: env
 world_size: 16

@@ -124,6 +124,22 @@ def test_calibrate_writes_the_fitted_figures_with_their_provenance(tmp_path: Pat
     assert nics_p is not None and nics_p.provenance == "published"  # the tier's own figures keep theirs
 
 
+
+def test_a_base_without_a_cluster_topology_says_nothing_was_fitted(tmp_path: Path):
+    """--base pcie2 (no topology.scale_up): the busbw table is written, and a note says no tier figure was fitted
+    (it said nothing, as if the fit had run)."""
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    out = tmp_path / "fit.yaml"
+    res = CliRunner().invoke(app, ["calibrate", "--from-nccl-tests", str(LOG_309), "--collective", "all_reduce",
+                                   "--base", "pcie2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "note: no tier figures fitted: the base profile has no topology.scale_up" in res.output
+    assert "fitted tier figures" not in res.output
+    assert "all_reduce" in yaml.safe_load(out.read_text())["collectives"]["tables"]
+
 def test_a_fitted_tier_is_no_longer_named_unmeasured():
     from schedsim import api
     from schedsim.notes import guesses

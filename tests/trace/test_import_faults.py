@@ -139,6 +139,21 @@ class TestRanksAgree:
         with pytest.raises(TraceError, match="rank 1 is also claimed by"):
             import_kineto([a, b])
 
+    def test_a_rank_taken_from_a_files_place_says_so(self, tmp_path):
+        """r1.json (rank 1) then r0.json without distributedInfo: r0.json's place, 1, was taken as its rank. The
+        error said only "rank 1 is also claimed by r1.json" and "pass one trace file per rank", which the user
+        did; it now says where rank 1 came from and to list the files in rank order."""
+        a = write_kineto(tmp_path / "r1.json", kineto_doc(1, world=2))
+        doc = kineto_doc(0, world=2)
+        del doc["distributedInfo"]
+        b = write_kineto(tmp_path / "r0.json", doc)
+        with pytest.raises(TraceError) as e:
+            import_kineto([a, b])
+        assert e.value.message == (f"{b}: rank 1 is also claimed by {a} ({b} has no distributedInfo.rank, so its "
+                                   "place on the command line was taken as its rank)")
+        assert e.value.fix is not None and e.value.fix.startswith("list the trace files in rank order")
+        assert {s.rank for s in import_kineto([b, a]).timeline.spans} == {0, 1}  # in rank order it imports
+
     def test_more_files_than_ranks_are_refused(self, tmp_path):
         docs = [kineto_doc(r, world=2) for r in range(3)]
         for d in docs:

@@ -82,6 +82,17 @@ def test_replay_refuses_a_host_gap_factor_that_overflows(tmp_path: Path) -> None
     assert r.returncode == 2 and "inf" not in r.stdout, r.stdout[-500:]
 
 
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf"])
+def test_replay_refuses_a_host_gap_factor_below_zero_naming_file_and_option(tmp_path: Path, bad: str) -> None:
+    """The error names the schedule and the option (it said ``<schedule>``, the placeholder of a missing file)."""
+    imp = _imported(tmp_path)
+    r = _cli("replay", imp / "schedule.yaml", "--host-gaps", bad, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-500:]
+    first = r.stderr.splitlines()[0]
+    assert first.startswith(f"error: {imp / 'schedule.yaml'}: --host-gaps: ") and "not a factor >= 0" in first, first
+    assert "<schedule>" not in r.stderr and "fix:" in r.stderr
+
 MC = """\
 schema_version: 1
 name: mc

@@ -106,6 +106,27 @@ class TestSynthetic:
         first = import_kineto(files, ops=ops, iteration=0).timeline
         assert first.by_id()["ar0@r0"].duration_s == pytest.approx(50e-6, rel=1e-9)
 
+    @pytest.mark.parametrize("it", [3, 7, -4])
+    def test_iteration_past_the_occurrences_is_refused(self, tmp_path, it):
+        """Three iterations of mm0/ar0 per rank: --iteration 3 (or -4) kept none of the named ops and silently
+        dropped their 24 kernels (the timeline held only the memcpys, exit 0); now exit 2 naming the range."""
+        from typer.testing import CliRunner
+
+        from schedsim.cli import app
+
+        files = [write_kineto(tmp_path / f"r{r}.json", kineto_doc(r, iterations=3)) for r in (0, 1)]
+        ops = {"mm0": {"kind": "matmul", "resource": "compute"}, "ar0": {"kind": "all_reduce", "resource": "comm"}}
+        assert {"mm0@r0", "ar0@r1"} <= set(import_kineto(files, ops=ops, iteration=2).timeline.by_id())
+        with pytest.raises(TraceError, match=r"occur at most 3 time\(s\)"):
+            import_kineto(files, ops=ops, iteration=it)
+        sched = tmp_path / "ops.yaml"
+        sched.write_text("schema_version: 1\nname: x\nworld_size: 2\nops:\n  - {name: mm0, kind: compute, "
+                         "duration_us: 1}\n  - {name: ar0, kind: all_reduce, bytes: 4}\n")
+        r = CliRunner().invoke(app, ["import", "kineto", *map(str, files), "--ops", str(sched), "--out",
+                                     str(tmp_path / "imp"), "--iteration", str(it)])
+        assert r.exit_code == 2 and "error: " in r.output and "fix: pass --iteration 0..2" in r.output, r.output
+        assert not (tmp_path / "imp").exists()
+
     def test_gzip_and_plain_give_the_same_timeline(self, tmp_path):
         doc = kineto_doc(0)
         a = import_kineto(write_kineto(tmp_path / "a.json", doc)).timeline

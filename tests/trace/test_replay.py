@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from replaygen import rank_doc, write
+from replaygen import _k, _rt, rank_doc, write
 from test_cli_compare import run
 
 from schedsim import api
@@ -75,6 +75,21 @@ class TestSchedule:
         assert len(got.guesses) == 1 and "cudaStreamWaitEvent" in got.guesses[0]
         assert "# guessed: rank 0: 1 event wait(s)" in text.read_text()
 
+    def test_a_guessed_wait_the_recorded_times_rule_out_is_left_out(self, tmp_path: Path) -> None:
+        """A (s7, 1010-1110 µs), an event record and a wait with no cuda_sync row, then B (s20) launched at 1010
+        and run 1020-1070, beside A: the runtime-row pairing made B wait for A (replayed 1110-1160, makespan
+        150 µs for a trace of 100). B started 90 µs before A ended, so the trace rules that wait out: no dep,
+        said in the guess line, and the replay is the trace."""
+        doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
+            _rt("cudaLaunchKernel", 1000, 5, 1), _k("void gemm<float>(float*)", 7, 1010, 100, 1),
+            _rt("cudaEventRecord", 1006, 1, 2), _rt("cudaStreamWaitEvent", 1008, 1, 3),
+            _rt("cudaLaunchKernel", 1010, 5, 4), _k("void ew<float>(float*)", 20, 1020, 50, 4)]}
+        text, got = _schedule(tmp_path, doc)
+        assert [o[6] for o in _ops(text)] == [[], []]
+        assert len(got.guesses) == 1 and "1 such pair(s) left out" in got.guesses[0]
+        rep = replay_report(_replay(text, tmp_path))
+        assert rep.trace_makespan_s == pytest.approx(100e-6) and rep.replay_makespan_s == pytest.approx(100e-6)
+
     def test_collective_matched_across_ranks(self, tmp_path: Path) -> None:
         # rank 1's B is 40 µs, so it reaches the all-reduce at 1150 and its kernel runs 50 µs (10 µs waiting)
         text, got = _schedule(tmp_path, rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50))
@@ -96,6 +111,21 @@ class TestReplay:
         assert rep.start_error_median == pytest.approx(0.0, abs=1e-9)
         starts = {s.name: round(s.start_s * 1e6, 6) for s in tl.spans}
         assert starts == {"k0": 0.0, "k1": 100.0, "k2": 100.0, "all_reduce_pg0_0": 150.0}
+
+    def test_an_nccl_kernel_without_its_peers_is_comm_in_the_replay(self, tmp_path: Path) -> None:
+        """rank_doc(0) of a world of 2, imported alone: the all-reduce (150-190 µs, after B on its stream, nothing
+        under it) is a compute op of its recorded 40 µs. The replay's metrics counted it as compute (busy comm
+        0, compute 170 µs, exposed comm 0) where the import's count it as comm; now both say comm 40 µs, all of it
+        exposed, and compute 150 µs (A 0-100, B 100-150, C 100-130)."""
+        from schedsim.sim.metrics import Metrics
+
+        text, _ = _schedule(tmp_path, rank_doc(0))
+        imported = import_kineto([tmp_path / "r0.json"]).timeline
+        for tl in (_replay(text, tmp_path), imported):
+            (m,) = Metrics.of(tl).ranks.values()
+            assert (m.busy_compute_s, m.busy_comm_s, m.exposed_comm_s) == pytest.approx((150e-6, 40e-6, 40e-6)), tl
+        ar = next(s for s in _replay(text, tmp_path).spans if s.name == "all_reduce_pg0_0")
+        assert (ar.kind, ar.resource) == ("compute", "comm")
 
     def test_two_ranks_rendezvous(self, tmp_path: Path) -> None:
         text, _ = _schedule(tmp_path, rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50))

@@ -85,6 +85,18 @@ class TestPredictReplaysByDefault:
         assert r.exit_code == 0, r.output
         assert [p["makespan_s"] for p in json.loads(r.stdout)] == pytest.approx([190e-6, 190e-6])
 
+    def test_explain_gives_the_recorded_duration_the_replay_runs(self, tmp_path: Path) -> None:
+        """The matched 4 MiB all-reduce of replaygen's two ranks replays for its recorded 40 µs; --explain printed
+        NCCL's ring/Simple at 26.85 µs on h200, a time the prediction never used. Now: recorded, 40 µs."""
+        imp = _import(tmp_path, *[write(tmp_path / f"r{r}.json", rank_doc(r)) for r in (0, 1)])
+        r = run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--explain", "--no-gantt",
+                "--format", "json")
+        assert r.exit_code == 0, r.output
+        (row,) = json.loads(r.stdout)["explain"]
+        assert (row["kind"], row["bytes"], row["group"], row["algo"], row["proto"]) == (
+            "all_reduce", 4 << 20, "0..1", "recorded", "-")
+        assert row["time_us"] == pytest.approx(40.0)
+
     def test_contradicting_options_exit_2(self, tmp_path: Path) -> None:
         imp = _import(tmp_path, write(tmp_path / "r0.json", rank_doc(0, world=1)))
         r = run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--durations", "modeled",
@@ -92,6 +104,25 @@ class TestPredictReplaysByDefault:
         assert r.exit_code == 2
         assert "error: " in r.output and "--durations modeled contradicts --gpu-model replay" in r.output
         assert "fix:" in r.output
+
+
+    @pytest.mark.parametrize("where", ["option", "field"])
+    def test_recorded_durations_without_any_exit_2(self, tmp_path: Path, where: str) -> None:
+        """``--durations recorded`` (or the schedule's ``durations: recorded``) on a schedule whose ops carry no
+        ``duration_us``: the replay would time every op with the profile's model without its launch costs (this
+        1024³ bf16 matmul then 1 MiB all-reduce on 2 ranks: 21.5 µs on h200, predicted 65.2), so it is refused."""
+        sched = tmp_path / "s.yaml"
+        sched.write_text("schema_version: 1\nname: nodur\nworld_size: 2\n"
+                         + ("durations: recorded\n" if where == "field" else "")
+                         + "ops:\n  - {name: mm, kind: matmul, m: 1024, n: 1024, k: 1024, dtype: bf16}\n"
+                         "  - {name: ar, kind: all_reduce, bytes: 1048576, deps: [mm]}\n")
+        r = run("predict", str(sched), "-o", str(tmp_path / "p"),
+                *(["--durations", "recorded"] if where == "option" else []))
+        assert r.exit_code == 2, r.output
+        assert "error: " in r.output and "no op carries a recorded duration" in r.output and "fix:" in r.output
+        assert "Traceback" not in r.output and not (tmp_path / "p").exists()
+        r = run("predict", str(sched), "-o", str(tmp_path / "q"), "--durations", "modeled")
+        assert r.exit_code == 0, r.output
 
 
 class TestCompareReplayWithImport:
@@ -122,6 +153,34 @@ class TestCompareReplayWithImport:
         assert ("op starts (each side from its first): median |predicted - measured| 0.0 µs; furthest "
                 "ncclKernel_AllReduce_RING_LL_Sum_float#0@r0, predicted at 150.0 µs, measured at 290.0 µs (earlier "
                 "than recorded: in the run something no trace row records held it)") in said
+
+    def test_a_replay_of_more_than_the_import_kept_is_said(self, tmp_path: Path) -> None:
+        """kinetogen's two iterations of mm0/ar0 on 2 ranks imported with --ops: the timeline keeps the last
+        iteration (155 µs) folded into ranges, the schedule replays the whole capture (410 µs). compare said
+        +164.5 % and nothing else; it now warns that 14 replayed ops have no imported span, and says the fix."""
+        from kinetogen import kineto_doc, write_kineto
+
+        files = [write_kineto(tmp_path / f"r{r}.json", kineto_doc(r, iterations=2)) for r in (0, 1)]
+        ops = tmp_path / "ops.yaml"
+        ops.write_text("schema_version: 1\nname: x\nworld_size: 2\nops:\n  - {name: mm0, kind: compute, "
+                       "duration_us: 1}\n  - {name: ar0, kind: all_reduce, bytes: 4}\n")
+        imp = tmp_path / "imp"
+        assert run("import", "kineto", *map(str, files), "--ops", str(ops), "--out", str(imp)).exit_code == 0
+        assert run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--no-gantt").exit_code == 0
+        r = run("compare", str(tmp_path / "p"), str(imp), "-o", str(tmp_path / "c"), "--no-gantt")
+        assert r.exit_code == 0, r.output
+        got = json.loads((tmp_path / "c" / "compare.json").read_text())
+        assert got["makespan"]["pred_s"] == pytest.approx(410e-6) and got["makespan"]["meas_s"] == pytest.approx(155e-6)
+        (w,) = [w for w in got["warnings"] if "no span in the imported timeline" in w]
+        assert w.startswith("14 replayed op(s)") and "without --ops" in w
+        # the whole capture imported: every replayed op has its span, no such warning
+        assert run("import", "kineto", *map(str, files), "--out", str(tmp_path / "all")).exit_code == 0
+        assert run("predict", str(tmp_path / "all" / "schedule.yaml"), "-o", str(tmp_path / "q"),
+                   "--no-gantt").exit_code == 0
+        r = run("compare", str(tmp_path / "q"), str(tmp_path / "all"), "-o", str(tmp_path / "d"), "--no-gantt")
+        assert r.exit_code == 0, r.output
+        got = json.loads((tmp_path / "d" / "compare.json").read_text())
+        assert not [w for w in got["warnings"] if "no span" in w] and got["match"]["n_only_pred"] == 0
 
     def test_a_plain_prediction_keeps_its_ids(self, tmp_path: Path) -> None:
         """Only a timeline whose spans carry trace_id tags is renamed (a hand-written schedule's prediction is not)."""
@@ -406,6 +465,32 @@ class TestChakraExport:
                 "comm_src": 0, "comm_dst": 1, "comm_size": 1024, "comm_tag": 0}
         assert attrs(n0[1])["pg_name"] == "1" and list(n0[1].data_deps) == [0]
         assert [n.type for n in n2] == [NODE_TYPES["COMP_NODE"]] and n2[0].duration_micros == 3
+
+    def test_comm_tag_follows_the_pairing_of_a_batch(self, tmp_path: Path) -> None:
+        """Rank 0 batches sX (1000 B) with sZ (2000 B) around a lone sY (3000 B): NCCL posts the batch at sX, so
+        the recvs (1000, 2000, 3000 B) pair sX, sZ, sY; each send carries the tag of the recv of its size (the
+        written order of rank 0 gave sY tag 1, the 2000-B recv's)."""
+        from schedsim.report.chakra import read_et
+
+        sched = tmp_path / "s.yaml"
+        sched.write_text("schema_version: 1\nname: pb\nworld_size: 2\nnccl_init: eager\nops:\n"
+                         "  - {name: sX, kind: send, ranks: [0], peer: 1, bytes: 1000, p2p_batch: b}\n"
+                         "  - {name: sY, kind: send, ranks: [0], peer: 1, bytes: 3000, stream: other}\n"
+                         "  - {name: sZ, kind: send, ranks: [0], peer: 1, bytes: 2000, p2p_batch: b}\n"
+                         + "".join(f"  - {{name: r{b}, kind: recv, ranks: [1], peer: 0, bytes: {b}}}\n"
+                                   for b in (1000, 2000, 3000)))
+        r = run("export", "chakra", str(sched), "--out", str(tmp_path / "et"))
+        assert r.exit_code == 0, r.output
+
+        def tags(rank: int) -> dict[int, int]:
+            _m, nodes = read_et((tmp_path / "et" / f"pb.{rank}.et").read_bytes())
+            out = {}
+            for n in nodes:
+                a = {x.name: getattr(x, x.WhichOneof("value")) for x in n.attr}
+                out[a["comm_size"]] = a["comm_tag"]
+            return out
+
+        assert tags(0) == tags(1) == {1000: 0, 2000: 1, 3000: 2}
 
     def test_without_protobuf_exit_2(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         import sys
