@@ -2,7 +2,7 @@
 
 Every file must end in exit 2 with ``error: <the file> ...`` and a ``fix:`` line, no traceback. A SIGALRM
 hang guard (generous: 30 s) stops a case that hangs; it is not a performance assertion, the timings are in
-``benchmarks/speed/hostile_inputs.py``. Valid-but-large inputs of the corpus (``LEGIT``) are timed there, not here.
+``tests/hostile_inputs.py``. Valid-but-large inputs of the corpus (``LEGIT``) are timed there, not here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from schedsim.cli import app
 
 HOSTILE = Path(__file__).resolve().parents[1] / "data" / "hostile"
-#: Valid inputs that must be fast rather than refused (timed in benchmarks/speed/hostile_inputs.py).
+#: Valid inputs that must be fast rather than refused (timed in tests/hostile_inputs.py).
 LEGIT = {"world_100000_allreduce.yaml", "long_op_name_150k.yaml", "timeline_ok.json"}
 HANG_GUARD_S = 30
 

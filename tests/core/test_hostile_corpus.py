@@ -1,4 +1,4 @@
-"""The hostile-input corpus of issue 32 (``benchmarks/speed/hostile_inputs.py``: every kind of bad input in every
+"""The hostile-input corpus of issue 32 (``tests/hostile_inputs.py``: every kind of bad input in every
 command that reads it), run in CI: in process where it can (CliRunner), as a subprocess where the case is about
 the process itself (closed streams, encodings, signals).
 
@@ -19,7 +19,7 @@ from test_hostile import hang_guard  # tests/core is on the path under pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("hostile_inputs", ROOT / "benchmarks/speed/hostile_inputs.py")
+_spec = importlib.util.spec_from_file_location("hostile_inputs", ROOT / "tests/hostile_inputs.py")
 assert _spec is not None and _spec.loader is not None
 H = importlib.util.module_from_spec(_spec)
 sys.modules["hostile_inputs"] = H

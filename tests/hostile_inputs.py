@@ -12,8 +12,8 @@ What every case must show (:func:`verdict`): no traceback, no run past its time,
 megabytes echoed), no raw control character (ESC, CR) from an input on the terminal, and no file touched
 outside the case's output set (its inputs unchanged, nothing created beside them).
 
-    python benchmarks/speed/hostile_inputs.py            # every case, one subprocess each: a table and the totals
-    python benchmarks/speed/hostile_inputs.py timeline   # cases whose id contains "timeline"
+    python tests/hostile_inputs.py            # every case, one subprocess each: a table and the totals
+    python tests/hostile_inputs.py timeline   # cases whose id contains "timeline"
 
 ``tests/core/test_hostile_corpus.py`` runs the same corpus in CI, in process where it can.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Seconds a case may run before it counts as hung (per case; the slowest valid case takes about 2 s).
 CASE_TIMEOUT_S = 30
