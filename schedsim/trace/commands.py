@@ -44,14 +44,22 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
     from schedsim.sim.metrics import Metrics
 
     tl = res.timeline
+    sched = _build_schedule(res, tl, say=fmt != _Fmt.json)  # json: the guesses are in its output
+    if sched is not None:  # the recorded run's critical path, walked along the schedule's dependencies
+        from schedsim.trace.to_schedule import apply_recorded_path
+
+        apply_recorded_path(tl, sched.path)
     metrics = Metrics.of(tl)
     target = out / "timeline.json"
     names: tuple[str, ...] = ("timeline.json",)
-    if res.replay is not None:  # the run as a schedule to replay, and its ops file
+    if sched is not None:  # the run as a schedule to replay, and its ops file
         names += ("schedule.yaml", "schedule.ops.json")
     with output_set(out, "import", inputs=inputs, expect=names) as stage:
         write_timeline_json(tl, stage / "timeline.json", metrics.to_dict())
-        sched = _write_schedule(res, stage, tl, say=fmt != _Fmt.json)  # json: the guesses are in its output
+        if sched is not None:
+            from schedsim.trace.to_schedule import write_schedule_files
+
+            write_schedule_files(sched, stage / "schedule.yaml")
     n_ops = sum(1 for s in tl.spans if "#" not in s.id)
     if fmt == _Fmt.json:
         print(json.dumps({"timeline": str(target), "schedule": str(out / "schedule.yaml"), "spans": len(tl.spans),
@@ -74,18 +82,18 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
         print(f"wrote {printable(target)}")
 
 
-def _write_schedule(res: Any, out: Path, tl: Any, say: bool = True) -> Any:
-    """``out/schedule.yaml``, the replay schedule (:mod:`schedsim.trace.to_schedule`); with ``say``, its guesses
-    once on stderr."""
+def _build_schedule(res: Any, tl: Any, say: bool = True) -> Any:
+    """The replay schedule (:mod:`schedsim.trace.to_schedule`) of an import, not yet written (None without runtime
+    rows kept); with ``say``, its guesses once on stderr."""
     if res.replay is None:
         return None
     import sys
 
-    from schedsim.trace.to_schedule import write_replay_schedule
+    from schedsim.trace.to_schedule import build_replay_schedule
 
     files = tl.meta.get("files") or []
     ranks = tl.meta.get("ranks") or {}
-    got = write_replay_schedule(res.replay, out / "schedule.yaml", name=f"{tl.schedule}_replay",
+    got = build_replay_schedule(res.replay, name=f"{tl.schedule}_replay",
                                 source=", ".join(Path(f).name for f in files),
                                 files={int(r): str(v["file"]) for r, v in ranks.items()
                                        if isinstance(v, dict) and isinstance(v.get("file"), str)})
