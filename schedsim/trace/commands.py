@@ -197,7 +197,8 @@ def register(app: typer.Typer) -> None:
         what_if: list[str] = typer.Option([], "--what-if", help="PATTERN*FACTOR: scale the recorded durations of "
                                           "nccl, kernel, memcpy, memset ops, an op kind, or kernels whose name "
                                           "matches a glob ('*gemm*'); max_connections=N: replay with N hardware "
-                                          "queues (CUDA_DEVICE_MAX_CONNECTIONS). Repeatable."),
+                                          "queues (CUDA_DEVICE_MAX_CONNECTIONS); host_gaps=F as --host-gaps. "
+                                          "Repeatable."),
         host_gaps: float = typer.Option(1.0, "--host-gaps", help="Factor on the recorded host gaps (0 drops them)."),
         recost_comm: bool = typer.Option(False, "--recost-comm", help="Collectives take the profile's cost model "
                                          "instead of their recorded durations."),
@@ -259,10 +260,12 @@ def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: b
     from schedsim.errors import SpecError
     from schedsim.hardware.profile import load_profile
     from schedsim.report.summary import fmt_time
-    from schedsim.trace.replay import Connections, WhatIf, parse_what_if, replay_report, what_if_spec
+    from schedsim.trace.replay import Connections, HostGaps, WhatIf, parse_what_if, replay_report, what_if_spec
 
     if not (0.0 <= host_gaps < float("inf")):
         raise SpecError(f"--host-gaps {host_gaps}: not a factor >= 0", fix="pass e.g. 0 (drop the gaps) or 0.5")
+    parsed = [parse_what_if(w, str(schedule)) for w in what_if]  # refused before the replays run
+    host_gaps = ([host_gaps] + [w.factor for w in parsed if isinstance(w, HostGaps)])[-1]  # the last one given
     prof = load_profile(profile)
     spec = load(schedule)
     base = replay_report(simulate_spec(spec, prof, file=schedule, gpu_model="replay").timeline, str(schedule))
@@ -270,7 +273,6 @@ def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: b
                            "error": base.error, "start_error_median": base.start_error_median}
     lines = [f"trace makespan {fmt_time(base.trace_makespan_s)}, replay {fmt_time(base.replay_makespan_s)} "
              f"({base.error:+.2%}); per-op start error median {base.start_error_median:.2%} of the makespan"]
-    parsed = [parse_what_if(w) for w in what_if]
     scales = [w for w in parsed if isinstance(w, WhatIf)]
     conns = [w.n for w in parsed if isinstance(w, Connections)][-1:]  # the last one given
     if parsed or host_gaps != 1.0 or recost_comm:

@@ -114,3 +114,42 @@ def test_real_traces_path_segments_sum_to_the_makespan(tmp_path: Path, trace: Pa
         assert sum(Metrics.of(t).critical_path_s.values()) == pytest.approx(t.makespan_s, rel=1e-9)
         assert {s.kind for s in segs} & {"compute", "comm", "copy"}
         assert "gap" not in {s.kind for s in segs}  # every wait is named
+
+
+class TestWhatIfInput:
+    """Bad ``--what-if`` input for the replay: one ``error:`` line naming the schedule and the option, a fix, exit 2."""
+
+    @pytest.fixture
+    def sched(self, tmp_path: Path) -> Path:
+        _tl, sched = _import(tmp_path, path_docs())
+        return sched
+
+    @pytest.mark.parametrize(("what", "says"), [
+        ("foo=3", "unknown what-if key 'foo'; the keys are max_connections (or CUDA_DEVICE_MAX_CONNECTIONS) and "
+                  "host_gaps"),
+        ("host_gaps=-1", "host_gaps must be a factor >= 0"),
+        ("nomatch*2", "no op with a recorded duration matches 'nomatch'"),
+        ("*cutlass*gemm**0.5", "no op with a recorded duration matches '*cutlass*gemm*'"),
+        ("nccl", "not PATTERN*FACTOR, max_connections=N or host_gaps=F"),
+    ])
+    def test_refused_with_file_field_and_fix(self, sched: Path, what: str, says: str) -> None:
+        from test_cli_compare import run
+
+        r = run("replay", str(sched), "--what-if", what)
+        assert r.exit_code == 2, r.output
+        first, fix = r.output.strip().splitlines()[:2]
+        assert first.startswith(f"error: {sched}: --what-if: ") and says in first
+        assert fix.startswith("  fix: ") and "Traceback" not in r.output
+
+    def test_host_gaps_key_drops_the_host_gaps(self, sched: Path) -> None:
+        # host gaps 0: every op issued at 0, so each rank's ops run back to back on the GPU: rank 1 p 0-4, q 4-8,
+        # x 8-208, y 208-232, its all-reduce from 232 (rank 0's a ends at 100) to 252, then z 252-257 (rank 1) and
+        # e 252-272 (rank 0): rank 0's makespan 324 -> 272 µs
+        from test_cli_compare import run
+
+        r = run("replay", str(sched), "--what-if", "host_gaps=0", "--format", "json")
+        assert r.exit_code == 0, r.output
+        got = json.loads(r.output)["what_if"]
+        assert got["ranks"]["0"]["before_s"] == pytest.approx(324 * US)
+        assert got["ranks"]["0"]["after_s"] == pytest.approx(272 * US)
+        assert got["changes"][0].startswith("host gaps x0: ")
