@@ -920,7 +920,7 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
     # critical path: walk bindings back from the last op to finish
     rows, waits = critical_walk(binding, cols.end_s, [j if j >= N else -1 for j in job_of[:N]], host_from)
     cp = [ids[i] for i in rows]
-    meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
+    meta: dict[str, Any] = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     if waits:
         meta[HOST_WAITS_META] = [ids[i] for i in waits]
     _host_meta(meta, host_s, mode, None if "pipeline" in info else host_call, ids)

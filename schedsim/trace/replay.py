@@ -99,7 +99,8 @@ def parse_what_if(text: str, file: str | None = None) -> WhatIf | Connections | 
             v = val.strip()
             if not (v.isdigit() and 1 <= int(v) <= 32):
                 raise SpecError(f"--what-if {text!r}: CUDA_DEVICE_MAX_CONNECTIONS must be an integer 1-32",
-                                file=file, path="--what-if", fix="write e.g. 'max_connections=1' or 'max_connections=8'")
+                                file=file, path="--what-if",
+                                fix="write e.g. 'max_connections=1' or 'max_connections=8'")
             return Connections(int(v))
         if k in _HOST_GAPS:
             f = _factor(val)

@@ -109,7 +109,7 @@ def test_real_traces_path_segments_sum_to_the_makespan(tmp_path: Path, trace: Pa
     for t in (tl, rep):
         segs = critical_path_segments(t)
         assert segs[0].start_s == pytest.approx(min(0.0, float(t.columns.start_s.min())))
-        assert all(a.end_s == b.start_s for a, b in zip(segs, segs[1:]))  # contiguous
+        assert all(a.end_s == b.start_s for a, b in zip(segs[:-1], segs[1:], strict=True))  # contiguous
         assert sum(s.end_s - s.start_s for s in segs) == pytest.approx(t.makespan_s, rel=1e-9)
         assert sum(Metrics.of(t).critical_path_s.values()) == pytest.approx(t.makespan_s, rel=1e-9)
         assert {s.kind for s in segs} & {"compute", "comm", "copy"}
