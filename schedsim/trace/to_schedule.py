@@ -325,8 +325,11 @@ def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]]
                gates: dict[int, float]) -> None:
     """Host synchronisations: the first op launched after the call waits for the synced work (module docstring),
     and its host waited: ``gates[op] = the call's start`` (ns; the first such call since the previous launch)."""
+    import numpy as np
+
     launch = ro.launch
     by_corr = {c: i for i, c in enumerate(ro.corr) if c is not None}
+    ends: np.ndarray | None = None  # every op's end (ns), in launch order: made at the first stream/event sync
     for x in rt:
         blocking_copy = _blocking_copy(x.name) and x.corr in by_corr
         if x.name not in _SYNC and not blocking_copy:
@@ -339,9 +342,12 @@ def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]]
             synced = [by_corr[x.corr]]
         elif x.name == "cudaDeviceSynchronize":
             synced = [p for pos in streams.values() if (p := _last_before(pos, launch, x.ts_ns)) is not None]
-        else:
-            done = [i for i in range(bisect.bisect_left(launch, x.ts_ns)) if ro.acts[i].end_ns <= x.ts_ns + x.dur_ns]
-            synced = [max(done, key=lambda i: ro.acts[i].end_ns)] if done else []
+        else:  # the op launched before the call that ended last before it returned (the first among ties)
+            if ends is None:
+                ends = np.fromiter((a.end_ns for a in ro.acts), np.float64, count=len(ro.acts))
+            e = ends[:bisect.bisect_left(launch, x.ts_ns)]
+            done = np.flatnonzero(e <= x.ts_ns + x.dur_ns)
+            synced = [int(done[np.argmax(e[done])])] if len(done) else []
         deps[c].update(p for p in synced if p != c)
 
 
