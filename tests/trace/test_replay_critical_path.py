@@ -153,3 +153,22 @@ class TestWhatIfInput:
         assert got["ranks"]["0"]["before_s"] == pytest.approx(324 * US)
         assert got["ranks"]["0"]["after_s"] == pytest.approx(272 * US)
         assert got["changes"][0].startswith("host gaps x0: ")
+
+
+def test_stream_synchronize_waits_for_the_op_that_ended_last_before_it_returned(tmp_path: Path) -> None:
+    # A (s7, 1010-1110), C (s20, 1012-1050) and E (s7, 1110-1200) launched before a cudaStreamSynchronize at 1020
+    # returning at 1120 (the trace does not say which stream): the synced op is A, the last to end before the
+    # return (E ends after it); B (s20, launched at 1125, after the call) waits for A
+    from replaygen import _k, _rt
+
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
+        _rt("cudaLaunchKernel", 1000, 5, 1), _k("void a(float*)", 7, 1010, 100, 1),
+        _rt("cudaLaunchKernel", 1006, 5, 2), _k("void c(float*)", 20, 1012, 38, 2),
+        _rt("cudaLaunchKernel", 1014, 5, 4), _k("void e(float*)", 7, 1110, 90, 4),
+        _rt("cudaStreamSynchronize", 1020, 100, 3),
+        _rt("cudaLaunchKernel", 1125, 5, 5), _k("void b(float*)", 20, 1131, 10, 5)]}
+    _tl, sched = _import(tmp_path, [doc])
+    import yaml
+
+    ops = json.loads((tmp_path / yaml.safe_load(sched.read_text())["ops_file"]).read_text())
+    assert [(o["name"], o.get("deps", [])) for o in ops] == [("k0", []), ("k1", []), ("k2", []), ("k3", ["k0"])]
