@@ -10,9 +10,9 @@ What-ifs (applied to the validated spec, op by op; :func:`what_if_spec`):
 * ``PATTERN*FACTOR`` scales the recorded duration of the ops PATTERN names: ``nccl`` (NCCL kernels, collectives
   and send/recv), ``kernel`` (compute kernels), ``memcpy``, ``memset``, ``graph`` (ops of CUDA-graph launches),
   an op kind (``all_reduce``), or a glob on the kernel name (``*gemm*``, case-insensitive);
-* ``host_gaps`` (``--host-gaps F`` or ``--what-if host_gaps=F``): a factor on every op's host time (``host_us``, and before a synchronisation the tag
-  ``host_wait_before_us``; 0 drops the host gaps: a GPU-bound what-if). The host's waits in synchronisations are
-  not host time: they follow the replayed GPU work;
+* ``host_gaps`` (``--host-gaps F`` or ``--what-if host_gaps=F``): a factor on every op's host time (``host_us``,
+  and before a synchronisation the tag ``host_wait_before_us``; 0 drops the host gaps: a GPU-bound what-if). The
+  host's waits in synchronisations are not host time: they follow the replayed GPU work;
 * ``recost_comm``: collectives matched across ranks drop their recorded duration and take the profile's cost
   model; NCCL ops whose peers were not imported keep theirs (said in the output);
 * ``max_connections=N`` (or ``CUDA_DEVICE_MAX_CONNECTIONS=N``, 1-32): replay with N hardware queues per rank:
