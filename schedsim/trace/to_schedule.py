@@ -704,7 +704,8 @@ def apply_recorded_path(tl: Any, path: RecordedPath | None) -> None:
     tl.meta.pop(HOST_WAITS_META, None)
     if path.host_waits:
         tl.meta[HOST_WAITS_META] = list(path.host_waits)
-    tl.meta["critical_path_walk"] = "recorded dependencies (launches, streams, event waits, host syncs, collectives)"
+    tl.meta["critical_path_walk"] = ("recorded dependencies: launches, stream order, event waits, host "
+                                     "synchronisations, collectives")
 
 
 def _trace_tags(tags: dict[str, Any], ro: _RankOps, i: int, r: int, launches: dict[tuple[int, int], int]) -> None:

@@ -22,8 +22,9 @@ from schedsim.trace.to_schedule import apply_recorded_path, write_replay_schedul
 from tests.conftest import ROOT
 
 US = 1e-6
-REAL = [ROOT / "tests" / "data" / "kineto_execute_offload_h200_rank0.json.gz",
-        *sorted((ROOT.parent.parent / "shared" / "data" / "traces").glob("kineto_*.json.gz"))]
+SHARED = ROOT.parent.parent / "shared" / "data" / "traces"
+REAL = [ROOT / "tests" / "data" / "kineto_execute_offload_h200_rank0.json.gz", *sorted(SHARED.glob("kineto_*.json.gz")),
+        *sorted(SHARED.glob("nsys_*.sqlite"))]
 
 
 def _segments(tl: Timeline) -> list[tuple[str, float, float, str]]:
@@ -91,7 +92,7 @@ def test_analyze_of_an_import_prints_the_path(tmp_path: Path) -> None:
         ("host_issue", 0.0, 49.0), ("wait_sms", 49.0, 50.0), ("compute", 50.0, 250.0), ("compute", 250.0, 274.0),
         ("comm", 274.0, 294.0), ("host_issue", 294.0, 304.0), ("wait_sms", 304.0, 305.0), ("compute", 305.0, 325.0)]
     r = subprocess.run([*cli, "analyze", str(out / "timeline.json")], check=True, capture_output=True, text=True)
-    assert "## critical path (walked back along the recorded dependencies" in r.stdout
+    assert "## critical path (walked back along the recorded dependencies: launches, stream order" in r.stdout
     assert "4 ops: compute 244.0 µs, comm 20.0 µs, host issue 59.0 µs, waiting for SMs 2.0 µs; sum 325.0 µs = " \
            "makespan" in r.stdout
 
@@ -100,7 +101,12 @@ def test_analyze_of_an_import_prints_the_path(tmp_path: Path) -> None:
 def test_real_traces_path_segments_sum_to_the_makespan(tmp_path: Path, trace: Path) -> None:
     if not trace.exists():
         pytest.skip(f"{trace} not here")
-    res = import_kineto([trace], keep_runtime=True, keep_kernel_rows=False)
+    if trace.suffix == ".sqlite":
+        from schedsim.trace.nsys import import_nsys
+
+        res = import_nsys([trace], keep_runtime=True, keep_kernel_rows=False)
+    else:
+        res = import_kineto([trace], keep_runtime=True, keep_kernel_rows=False)
     got = write_replay_schedule(res.replay, tmp_path / "schedule.yaml", name="real")
     assert got.path is not None
     tl = res.timeline
