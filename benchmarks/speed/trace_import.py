@@ -68,6 +68,11 @@ def make_kineto(dst: Path, copies: int) -> int:
     ts = [e["ts"] for e in events if "ts" in e]
     span = max(ts) - min(ts) + 1000.0
     head = {k: v for k, v in doc.items() if k not in ("traceName", "displayTimeUnit", "baseTimeNanoseconds")}
+    # each copy's correlation and flow ids shifted past the last copy's, so every launch keeps its own kernel (the
+    # replay schedule joins kernels to their runtime rows by correlation id)
+    ids = [v for e in events for v in (*(e.get("args") or {}).values(), e.get("id"))
+           if isinstance(v, int) and not isinstance(v, bool)]
+    id_span = max(ids, default=0) + 1
     with open(dst, "w", encoding="utf-8") as f:
         f.write(json.dumps(head)[:-1] + ', "traceEvents": [\n')
         first = True
@@ -76,11 +81,26 @@ def make_kineto(dst: Path, copies: int) -> int:
             for e in events:
                 if "ts" in e and isinstance(e["ts"], (int, float)):
                     e = dict(e, ts=e["ts"] + off)
+                if c:
+                    e = _shift_ids(e, c * id_span)
                 f.write(("" if first else ",\n") + json.dumps(e))
                 first = False
         f.write('\n], "traceName": "bench", "displayTimeUnit": "ms", '
                 f'"baseTimeNanoseconds": {doc.get("baseTimeNanoseconds", 0)}}}\n')
     return dst.stat().st_size
+
+
+_ID_ARGS = ("correlation", "External id", "wait_on_cuda_event_record_corr_id")
+
+
+def _shift_ids(e: dict, by: int) -> dict:
+    """Event ``e`` with its correlation, external and flow ids (``args`` and ``id``) plus ``by``."""
+    args = e.get("args")
+    if isinstance(args, dict) and any(isinstance(args.get(k), int) for k in _ID_ARGS):
+        e = dict(e, args={k: v + by if k in _ID_ARGS and isinstance(v, int) else v for k, v in args.items()})
+    if isinstance(e.get("id"), int):
+        e = dict(e, id=e["id"] + by)
+    return e
 
 
 def make_nsys(dst: Path, copies: int) -> int:

@@ -83,7 +83,9 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
             out.append(f"... {bleft} more ranks (--full)")
         out.append(f"all  {sum(bub.values()) / len(bub):.4f}")
     cp = m.critical_path
-    out += ["", "## critical path" + (" (last-finishing chain on one rank; cross-rank waits not followed)"
+    walk = tl.meta.get("critical_path_walk") if isinstance(tl.meta, dict) else None
+    out += ["", "## critical path" + (f" (walked back along the {walk})" if walk else
+                                      " (last-finishing chain on one rank; cross-rank waits not followed)"
                                       if tl.source == "import" else "")]
     if cp:
         shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["..."] + cp[-max_cp // 2:]

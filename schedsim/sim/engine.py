@@ -107,7 +107,7 @@ from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["simulate", "HOST"]
+__all__ = ["simulate", "HOST", "HOST_WAITS_META", "critical_walk"]
 
 _KIND_RES = {"matmul": 0, "compute": 0, "memcpy": 2}  # anything else is communication (1)
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
@@ -714,7 +714,10 @@ class _ReplayHost:
     """The host threads of the ``replay`` model: each rank issues its ops in program order, op i at
     ``clock + host_s`` (no launch costs: a recorded gap holds its call); an op tagged :data:`HOST_WAIT_TAG` is
     issued at ``max(clock + that tag, end of its predecessors) + host_s`` (the host blocked in a
-    synchronisation), so the host stalls until they end. Under ``cuda_graph`` every op is issued at 0."""
+    synchronisation), so the host stalls until they end. Under ``cuda_graph`` every op is issued at 0.
+    ``host_from[i]``: the op whose end the host last waited for in such a synchronisation (its predecessor that
+    ended last, where it ended after the host reached the call), at or before issuing op i; -1 where the host's
+    calls up to op i never waited (the critical path's walk continues there, :func:`critical_walk`)."""
 
     def __init__(self, ops: list[Op], world: int, mode: str) -> None:
         self.order: list[list[int]] = [[] for _ in range(world)]
@@ -728,19 +731,26 @@ class _ReplayHost:
                 self.before[i] = float(b) * 1e-6
         self.ptr = [0] * world
         self.clock = [0.0] * world
+        self.waited = [-1] * world
         self.issue: list[float | None] = [None] * len(ops)
+        self.host_from = [-1] * len(ops)
 
-    def advance(self, r: int, npred: list[int], pred_end: list[float], issued: Any) -> None:
+    def advance(self, r: int, npred: list[int], pred_end: list[float], last_pred: list[int], issued: Any) -> None:
         """Issue rank ``r``'s ops until one waits for unfinished work; ``issued(i)`` for each issued op whose
-        predecessors are done."""
+        predecessors are done (``pred_end[i]``: when the last of them ended, ``last_pred[i]``)."""
         order, k, clock = self.order[r], self.ptr[r], self.clock[r]
         while k < len(order):
             i = order[k]
             b = self.before.get(i)
             if b is not None and npred[i] > 0:
                 break
-            clock = (clock if b is None else max(clock + b, pred_end[i])) + self.host_s[i]
+            if b is not None:
+                if pred_end[i] > clock + b:  # the host blocked until the synchronised work ended
+                    self.waited[r] = last_pred[i]
+                clock = max(clock + b, pred_end[i])
+            clock += self.host_s[i]
             self.issue[i] = clock
+            self.host_from[i] = self.waited[r]
             k += 1
             if npred[i] == 0:
                 issued(i)
@@ -838,7 +848,7 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
             queues.submit(v, pred_end[v], binding, make_ready)
 
     for r in range(c.world):
-        host.advance(r, npred, pred_end, release)
+        host.advance(r, npred, pred_end, last_pred, release)
     done = 0
     while heap:
         t, _s, j = heapq.heappop(heap)
@@ -853,10 +863,11 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
                     if host.issue[v] is not None:
                         release(v)
                     else:
-                        host.advance(ops[v].rank, npred, pred_end, release)
+                        host.advance(ops[v].rank, npred, pred_end, last_pred, release)
     if done < N:
         _raise_deadlock(c.ids, ops, end, npred, job_of, gmem, N)
-    return _State(start, end, ready_t, binding)
+    issue = np.array([t if t is not None else np.nan for t in host.issue], np.float64)
+    return _State(start, end, ready_t, binding, host_call=issue, host_from=host.host_from)
 
 
 def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwareProfile, mode: str,
@@ -883,7 +894,7 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
     """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
     op to finish) and metadata."""
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
-    start, end, ready_t, binding, stream_t, host_s, host_call = state
+    start, end, ready_t, binding, stream_t, host_s, host_call, host_from = state
     empty: dict = {}  # shared, never mutated
     tag_dicts: dict[tuple, dict] = {(): empty}  # one dict per distinct tag set
 
@@ -905,23 +916,63 @@ def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, sta
         floats(ready_t), floats(nbytes), floats(flops), list(map(tags_of, tags)),
         None if stream_t is None else floats(stream_t))
     # critical path: walk bindings back from the last op to finish
-    cp: list[str] = []
-    if N:
-        i = int(np.lexsort((-np.arange(N), cols.end_s))[-1])  # latest end, lowest index among ties
-        seen_cp: set[int] = set()
-        while i >= 0 and i not in seen_cp:
-            seen_cp.add(i)
-            b = binding[i]
-            if not (b >= 0 and job_of[b] == job_of[i] and job_of[i] >= N):  # a rendezvous peer stands for it
-                cp.append(ids[i])
-            i = b
-        cp.reverse()
-    meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
+    rows, waits = critical_walk(binding, cols.end_s, [j if j >= N else -1 for j in job_of[:N]], host_from)
+    cp = [ids[i] for i in rows]
+    meta: dict[str, Any] = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
+    if waits:
+        meta[HOST_WAITS_META] = [ids[i] for i in waits]
     _host_meta(meta, host_s, mode, None if "pipeline" in info else host_call, ids)
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=world, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)
     tl.host_call_end_s = None if host_call is None else np.asarray(host_call, np.float64)
     return tl
+
+
+#: ``Timeline.meta`` key: ids of the critical path's ops that their host launched after a host synchronisation in
+#: which it waited for the path's op before them (:func:`critical_walk`); the path's wait before each is host time
+#: (``host_issue``, :func:`schedsim.sim.metrics.critical_path_segments`).
+HOST_WAITS_META = "critical_path_host_waits"
+
+
+def critical_walk(binding: Sequence[int], end: np.ndarray, group: Sequence[int],
+                  host_from: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
+    """The critical path: from the op that ends last (``end``, seconds, shape (N,); the lowest row among ties)
+    back along ``binding`` (the op that released each, or :data:`HOST`) until an op its host released.
+
+    A rendezvous member bound to another member of its group (``group[i] >= 0`` and equal) is left out: the
+    member that released the group stands for it. An op its host released, where the host had waited in a
+    synchronisation for op ``host_from[i]`` (>= 0: :class:`_ReplayHost`, or a trace's recorded waits,
+    :mod:`schedsim.trace.to_schedule`), does not end the walk: it goes on from that op, so the path runs GPU →
+    host → GPU (HTA's critical path: kernel → sync → the host's launches; Holistic Trace Analysis,
+    ``critical_path_analysis.py``, ``CPEdgeType.SYNC_DEPENDENCY``).
+
+    Returns
+    -------
+    (rows, waits) : tuple[list[int], list[int]]
+        The path's rows in path order, and those of them its host released after waiting for the one before.
+
+    >>> critical_walk([HOST, 0, HOST, 2], np.array([1.0, 2.0, 3.0, 4.0]), [-1] * 4, [-1, -1, 1, 1])
+    ([0, 1, 2, 3], [2])
+    """
+    n = len(end)
+    if not n:
+        return [], []
+    i = int(np.lexsort((-np.arange(n), end))[-1])  # latest end, lowest index among ties
+    rows: list[int] = []
+    waits: list[int] = []
+    seen: set[int] = set()
+    while i >= 0 and i not in seen:
+        seen.add(i)
+        b = binding[i]
+        if not (b >= 0 and group[i] >= 0 and group[b] == group[i]):  # a rendezvous peer stands for it
+            rows.append(i)
+            if b == HOST and host_from is not None and host_from[i] >= 0:
+                waits.append(i)
+                b = host_from[i]
+        i = b
+    rows.reverse()
+    waits.reverse()
+    return rows, waits
 
 
 def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.ndarray | None = None,

@@ -35,6 +35,7 @@ class _State(NamedTuple):
     # host at its call)
     host_s: np.ndarray | None = None  # waves: per rank, when its host returned from its last call (shape (world,))
     host_call: np.ndarray | None = None  # per op, when its host call returned (shape (N,))
+    host_from: Sequence[int] | None = None  # replay: per op, the op whose end its host last waited for, else -1
 
 
 def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float], jlast: list[float],

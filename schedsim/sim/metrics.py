@@ -99,9 +99,11 @@ def _path_rows(tl: Timeline) -> np.ndarray:
 def _segment_arrays(tl: Timeline, host_calls: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The critical path as segments, in arrays: ``(kind, start, end, row)``, kind an index into
     :data:`SEGMENT_KINDS` (int64), start/end in seconds, row the op's row (int64), in time order, zero-length
-    segments included. See :func:`critical_path_segments` for the rules; ``host_calls=False`` keeps the first
-    op's wait for its host as one segment."""
+    segments included. See :func:`critical_path_segments` for the rules; ``host_calls=False`` keeps each wait for
+    the host as one segment."""
     import numpy as np
+
+    from schedsim.sim.engine import HOST_WAITS_META
 
     c = tl.columns
     rows = _path_rows(tl)
@@ -121,19 +123,30 @@ def _segment_arrays(tl: Timeline, host_calls: bool = True) -> tuple[np.ndarray, 
     rd = c.ready_s[rows]
     known = ~np.isnan(rd)
     r = np.where(known, np.clip(np.where(known, rd, 0.0), a, s), a)
-    first = np.zeros(n, bool)
-    first[:1] = True
-    wait_in = np.where(first, 3, 4)  # up to ready: the host (the path's first op), else the dependency's event
+    host = np.zeros(n, bool)  # released by its host: the path's first op, and those after a host synchronisation
+    host[:1] = True
+    waits = tl.meta.get(HOST_WAITS_META) if isinstance(tl.meta, dict) else None
+    if waits and n:
+        ids, wset = c.id, set(waits)
+        host |= np.fromiter((ids[i] in wset for i in rows.tolist()), bool, count=n)
+    wait_in = np.where(host, 3, 4)  # up to ready: the host, else the dependency's event
     wait_ready = np.where(known, np.array([5, 6, 7], np.int64)[res], 8)  # ready to start: by resource; unknown: gap
     kind = np.stack([wait_in, wait_ready, res], axis=1).ravel()
     lo = np.stack([a, r, s], axis=1).ravel()
     hi = np.stack([r, s, e], axis=1).ravel()
     row = np.repeat(rows, 3)
-    host = _host_calls(tl, int(rows[0]), float(a[0]), float(r[0])) if host_calls and n and r[0] > a[0] else None
-    if host is not None:  # the first op's wait for its host: the host's calls up to it, one segment each
-        h_row, h_lo, h_hi = host
-        kind, lo, hi, row = (np.concatenate((x, y[1:])) for x, y in
-                             ((np.full(len(h_row), 3, np.int64), kind), (h_lo, lo), (h_hi, hi), (h_row, row)))
+    cut = np.flatnonzero(host & (r > a)) if host_calls and n else np.zeros(0, np.int64)
+    calls = _HostCalls(tl) if len(cut) else None
+    if calls is not None and calls.known:  # each wait for the host: the host's calls in it, one segment each
+        parts: list[tuple[np.ndarray, ...]] = []
+        at = 0
+        for k in cut.tolist():
+            h_row, h_lo, h_hi = calls.between(int(rows[k]), float(a[k]), float(r[k]))
+            parts.append((kind[at:3 * k], lo[at:3 * k], hi[at:3 * k], row[at:3 * k]))
+            parts.append((np.full(len(h_row), 3, np.int64), h_lo, h_hi, h_row))
+            at = 3 * k + 1
+        parts.append((kind[at:], lo[at:], hi[at:], row[at:]))
+        kind, lo, hi, row = (np.concatenate(x) for x in zip(*parts, strict=True))
     tail = cov[-1]
     if tail < t_end:  # the path ends before the timeline does (an imported chain): the rest is a gap
         kind, lo, hi = np.append(kind, 8), np.append(lo, tail), np.append(hi, t_end)
@@ -141,26 +154,42 @@ def _segment_arrays(tl: Timeline, host_calls: bool = True) -> tuple[np.ndarray, 
     return kind, lo, hi, row
 
 
-def _host_calls(tl: Timeline, x: int, t0: float, ready: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The host calls that row ``x`` (the path's first op, launched by its host at ``ready``) waited for, as
-    ``(rows, start, end)`` (int64, seconds, seconds): every earlier op of its rank in the order its host issued
-    them, each from the end of the call before it (``t0`` for the rank's first) to the end of its own (its
-    ``host_s``, event waits, stream switch and the call: rule 1 of :mod:`schedsim.sim.gpu_model`), then ``x``
-    itself up to ``ready`` (its kernel's launch, part-way through its call). Contiguous from ``t0`` to ``ready``.
-    None where :attr:`Timeline.host_call_end_s` is unknown, and for a CUDA graph replay (one launch call for
-    every op: the first op's wait stays one segment). The host issues a rank's ops back to back and never
-    waits for the GPU (rule 1: no host-blocking op), so the chain runs from the iteration's start."""
-    import numpy as np
+class _HostCalls:
+    """Each rank's host calls in issue order, from :attr:`Timeline.host_call_end_s` (when each op's call
+    returned: rule 1 of :mod:`schedsim.sim.gpu_model`, or a replay's issue times); ``known`` is False where
+    they are unknown, and for a CUDA graph replay (one launch call for every op: a wait stays one segment)."""
 
-    h = tl.host_call_end_s
-    if h is None or len(h) != len(tl) or tl.launch == "cuda_graph":
-        return None
-    rank = tl.columns.rank
-    before = np.flatnonzero(rank[:x] == rank[x])
-    before = before[np.argsort(h[before], kind="stable")]  # the host's issue order (program order, ties kept)
-    ends = np.clip(h[before], t0, ready)
-    lo = np.concatenate(([t0], ends))
-    return np.append(before, x).astype(np.int64), lo, np.append(ends, ready)
+    def __init__(self, tl: Timeline) -> None:
+        import numpy as np
+
+        h = tl.host_call_end_s
+        self.known = h is not None and len(h) == len(tl) and tl.launch != "cuda_graph"
+        self.h = np.zeros(0) if h is None else np.asarray(h, np.float64)
+        self.rank = tl.columns.rank
+        self.per: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def between(self, x: int, lo: float, ready: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The host calls that row ``x`` (released by its host at ``ready``) waited for since ``lo``, as ``(rows,
+        start, end)`` (int64, seconds, seconds): its rank's calls that returned after ``lo`` and before ``ready``,
+        in issue order, each from the return of the call before it (``lo`` for the first) to its own (its
+        ``host_s``, event waits, stream switch and the call), then ``x`` itself up to ``ready`` (its kernel's
+        launch, part-way through its call). Contiguous from ``lo`` to ``ready``: the host issues its calls back
+        to back between waits (rule 1: no host-blocking op; a replay's host synchronisation ends a wait, and
+        the path then comes from the op it waited for, :func:`schedsim.sim.engine.critical_walk`)."""
+        import numpy as np
+
+        q = int(self.rank[x])
+        got = self.per.get(q)
+        if got is None:
+            mine = np.flatnonzero(self.rank == q)
+            mine = mine[np.argsort(self.h[mine], kind="stable")]  # the host's issue order (ties: program order)
+            got = self.per[q] = (mine, self.h[mine])
+        mine, hs = got
+        i0, i1 = np.searchsorted(hs, lo, "right"), np.searchsorted(hs, ready, "left")
+        sel, ends = mine[i0:i1], hs[i0:i1]
+        keep = sel != x
+        sel, ends = sel[keep], ends[keep]
+        return (np.append(sel, x).astype(np.int64), np.concatenate(([lo], ends)), np.append(ends, ready))
 
 
 def critical_path_segments(tl: Timeline) -> list[PathSegment]:
@@ -170,12 +199,13 @@ def critical_path_segments(tl: Timeline) -> list[PathSegment]:
     Each op of :attr:`Timeline.critical_path` (its ops in path order, each released by the one before it:
     the simulator's binding walk, :mod:`schedsim.sim.engine`) contributes, from where the path had reached:
 
-    * ``host_issue`` (the path's first op) or ``wait_dependency`` (the others): until the op was ready
-      (``ready_s``): its host call had not yet launched it (the walk leaves the GPU at an op its host
-      released), or the cross-stream event wait of its dependency resolved later (rule 3,
-      :mod:`schedsim.sim.gpu_model`). The first op's wait is cut into its rank's host calls before it, one
-      ``host_issue`` segment each, named by the call's op (:attr:`Timeline.host_call_end_s`; one segment where
-      it is unknown);
+    * ``host_issue`` (the path's first op, and an op its host launched after a host synchronisation that waited
+      for the path's op before it: ``meta["critical_path_host_waits"]``, :func:`schedsim.sim.engine.critical_walk`)
+      or ``wait_dependency`` (the others): until the op was ready (``ready_s``): its host call had not yet
+      launched it (the walk leaves the GPU at an op its host released), or the cross-stream event wait of its
+      dependency resolved later (rule 3, :mod:`schedsim.sim.gpu_model`). A wait for the host is cut into its
+      rank's host calls in it, one ``host_issue`` segment each, named by the call's op
+      (:attr:`Timeline.host_call_end_s`; one segment where it is unknown);
     * ``wait_sms`` (compute), ``wait_peer`` (communication: its group's other ranks and its NCCL kernel's
       SMs) or ``wait_copy_engine`` (copy): ready until it started;
     * its run, named by its resource (``compute``, ``comm``, ``copy``), until it ended.
@@ -208,7 +238,9 @@ def critical_path_host(tl: Timeline) -> list[str]:
     if not tl.critical_path or len(tl) == 0:
         return []
     kind, lo, hi, row = _segment_arrays(tl)
-    first = int(row[int((kind != 3).argmax())])  # the path's first op: its own call is on the path already
+    k0 = int((kind != 3).argmax())  # the first segment past the first op's wait for its host
+    first = int(row[k0])  # the path's first op: its own call is on the path already
+    kind, lo, hi, row = kind[:k0], lo[:k0], hi[:k0], row[:k0]
     return tl.columns.ids_at(row[(kind == 3) & (hi > lo) & (row != first)].tolist())
 
 

@@ -1140,8 +1140,8 @@ _META_NUMBERS = ("host_call_end_s", "host_costs_us", "host_issue_s", "host_issue
                  "makespan_iters_s", "makespan_median_s", "makespan_uninstrumented_iters_s",
                  "makespan_uninstrumented_s", "timing_host_per_op_us", "uninstrumented_period_s", "iterations",
                  "max_connections", "t0_ns")
-_META_TEXT = ("file", "timing", "note", "gpu_model", "host_costs")
-_META_TEXTS = ("warnings", "set")
+_META_TEXT = ("file", "timing", "note", "gpu_model", "host_costs", "critical_path_walk")
+_META_TEXTS = ("warnings", "set", "critical_path_host_waits")
 _META_FLAG = ("timed_graph",)
 _META_SECTIONS = ("memory", "power", "pipeline", "check", "iteration")
 

@@ -44,14 +44,22 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
     from schedsim.sim.metrics import Metrics
 
     tl = res.timeline
+    sched = _build_schedule(res, tl, say=fmt != _Fmt.json)  # json: the guesses are in its output
+    if sched is not None:  # the recorded run's critical path, walked along the schedule's dependencies
+        from schedsim.trace.to_schedule import apply_recorded_path
+
+        apply_recorded_path(tl, sched.path)
     metrics = Metrics.of(tl)
     target = out / "timeline.json"
     names: tuple[str, ...] = ("timeline.json",)
-    if res.replay is not None:  # the run as a schedule to replay, and its ops file
+    if sched is not None:  # the run as a schedule to replay, and its ops file
         names += ("schedule.yaml", "schedule.ops.json")
     with output_set(out, "import", inputs=inputs, expect=names) as stage:
         write_timeline_json(tl, stage / "timeline.json", metrics.to_dict())
-        sched = _write_schedule(res, stage, tl, say=fmt != _Fmt.json)  # json: the guesses are in its output
+        if sched is not None:
+            from schedsim.trace.to_schedule import write_schedule_files
+
+            write_schedule_files(sched, stage / "schedule.yaml")
     n_ops = sum(1 for s in tl.spans if "#" not in s.id)
     if fmt == _Fmt.json:
         print(json.dumps({"timeline": str(target), "schedule": str(out / "schedule.yaml"), "spans": len(tl.spans),
@@ -74,18 +82,18 @@ def _finish_import(res: Any, out: Path, fmt: _Fmt, inputs: list[Path]) -> None:
         print(f"wrote {printable(target)}")
 
 
-def _write_schedule(res: Any, out: Path, tl: Any, say: bool = True) -> Any:
-    """``out/schedule.yaml``, the replay schedule (:mod:`schedsim.trace.to_schedule`); with ``say``, its guesses
-    once on stderr."""
+def _build_schedule(res: Any, tl: Any, say: bool = True) -> Any:
+    """The replay schedule (:mod:`schedsim.trace.to_schedule`) of an import, not yet written (None without runtime
+    rows kept); with ``say``, its guesses once on stderr."""
     if res.replay is None:
         return None
     import sys
 
-    from schedsim.trace.to_schedule import write_replay_schedule
+    from schedsim.trace.to_schedule import build_replay_schedule
 
     files = tl.meta.get("files") or []
     ranks = tl.meta.get("ranks") or {}
-    got = write_replay_schedule(res.replay, out / "schedule.yaml", name=f"{tl.schedule}_replay",
+    got = build_replay_schedule(res.replay, name=f"{tl.schedule}_replay",
                                 source=", ".join(Path(f).name for f in files),
                                 files={int(r): str(v["file"]) for r, v in ranks.items()
                                        if isinstance(v, dict) and isinstance(v.get("file"), str)})
@@ -189,7 +197,8 @@ def register(app: typer.Typer) -> None:
         what_if: list[str] = typer.Option([], "--what-if", help="PATTERN*FACTOR: scale the recorded durations of "
                                           "nccl, kernel, memcpy, memset ops, an op kind, or kernels whose name "
                                           "matches a glob ('*gemm*'); max_connections=N: replay with N hardware "
-                                          "queues (CUDA_DEVICE_MAX_CONNECTIONS). Repeatable."),
+                                          "queues (CUDA_DEVICE_MAX_CONNECTIONS); host_gaps=F as --host-gaps. "
+                                          "Repeatable."),
         host_gaps: float = typer.Option(1.0, "--host-gaps", help="Factor on the recorded host gaps (0 drops them)."),
         recost_comm: bool = typer.Option(False, "--recost-comm", help="Collectives take the profile's cost model "
                                          "instead of their recorded durations."),
@@ -295,11 +304,13 @@ def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: b
     from schedsim.errors import SpecError
     from schedsim.hardware.profile import load_profile
     from schedsim.report.summary import fmt_time
-    from schedsim.trace.replay import Connections, WhatIf, parse_what_if, replay_report, what_if_spec
+    from schedsim.trace.replay import Connections, HostGaps, WhatIf, parse_what_if, replay_report, what_if_spec
 
     if not (0.0 <= host_gaps < float("inf")):
         raise SpecError(f"{host_gaps:g} is not a factor >= 0", file=str(schedule), path="--host-gaps",
                         fix="pass e.g. 0 (drop the gaps) or 0.5")
+    parsed = [parse_what_if(w, str(schedule)) for w in what_if]  # refused before the replays run
+    host_gaps = ([host_gaps] + [w.factor for w in parsed if isinstance(w, HostGaps)])[-1]  # the last one given
     prof = load_profile(profile)
     spec = load(schedule)
     base = replay_report(simulate_spec(spec, prof, file=schedule, gpu_model="replay").timeline, str(schedule))
@@ -307,7 +318,6 @@ def _replay(schedule: Path, what_if: list[str], host_gaps: float, recost_comm: b
                            "error": base.error, "start_error_median": base.start_error_median}
     lines = [f"trace makespan {fmt_time(base.trace_makespan_s)}, replay {fmt_time(base.replay_makespan_s)} "
              f"({base.error:+.2%}); per-op start error median {base.start_error_median:.2%} of the makespan"]
-    parsed = [parse_what_if(w) for w in what_if]
     scales = [w for w in parsed if isinstance(w, WhatIf)]
     conns = [w.n for w in parsed if isinstance(w, Connections)][-1:]  # the last one given
     if parsed or host_gaps != 1.0 or recost_comm:

@@ -10,9 +10,9 @@ What-ifs (applied to the validated spec, op by op; :func:`what_if_spec`):
 * ``PATTERN*FACTOR`` scales the recorded duration of the ops PATTERN names: ``nccl`` (NCCL kernels, collectives
   and send/recv), ``kernel`` (compute kernels), ``memcpy``, ``memset``, ``graph`` (ops of CUDA-graph launches),
   an op kind (``all_reduce``), or a glob on the kernel name (``*gemm*``, case-insensitive);
-* ``host_gaps``: a factor on every op's host time (``host_us``, and before a synchronisation the tag
-  ``host_wait_before_us``; 0 drops the host gaps: a GPU-bound what-if). The host's waits in synchronisations are
-  not host time: they follow the replayed GPU work;
+* ``host_gaps`` (``--host-gaps F`` or ``--what-if host_gaps=F``): a factor on every op's host time (``host_us``,
+  and before a synchronisation the tag ``host_wait_before_us``; 0 drops the host gaps: a GPU-bound what-if). The
+  host's waits in synchronisations are not host time: they follow the replayed GPU work;
 * ``recost_comm``: collectives matched across ranks drop their recorded duration and take the profile's cost
   model; NCCL ops whose peers were not imported keep theirs (said in the output);
 * ``max_connections=N`` (or ``CUDA_DEVICE_MAX_CONNECTIONS=N``, 1-32): replay with N hardware queues per rank:
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ from schedsim.errors import SpecError, printable
 from schedsim.kinds import COMM_KINDS
 from schedsim.sim.engine import HOST_WAIT_TAG
 
-__all__ = ["Connections", "ReplayReport", "WhatIf", "parse_what_if", "replay_report", "what_if_spec"]
+__all__ = ["Connections", "HostGaps", "ReplayReport", "WhatIf", "parse_what_if", "replay_report", "what_if_spec"]
 
 
 @dataclass(frozen=True)
@@ -57,18 +58,30 @@ class Connections:
     n: int
 
 
+@dataclass(frozen=True)
+class HostGaps:
+    """``host_gaps=F``: the recorded host gaps times F (``--host-gaps F``; 0 drops them)."""
+
+    factor: float
+
+
 _CONNS = ("max_connections", "cuda_device_max_connections")
+_HOST_GAPS = ("host_gaps",)
+_KEY = re.compile(r"\s*[A-Za-z_][A-Za-z0-9_]*\s*")
+_FIX = ("write e.g. 'nccl*0.5', 'kernel*0.8', 'memcpy*2', '*gemm**0.5' (factor >= 0), 'max_connections=1' or "
+        "'host_gaps=0'")
 
 
-def parse_what_if(text: str) -> WhatIf | Connections:
+def parse_what_if(text: str, file: str | None = None) -> WhatIf | Connections | HostGaps:
     """``'nccl*0.5'`` → ``WhatIf('nccl', 0.5)`` (the factor follows the last ``*``); ``'max_connections=1'`` (or
-    ``CUDA_DEVICE_MAX_CONNECTIONS=1``) → ``Connections(1)``.
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1``) → ``Connections(1)``; ``'host_gaps=0'`` → ``HostGaps(0.0)``. Keys are
+    case-insensitive; ``file`` (the schedule) names where the error is.
 
     Raises
     ------
     SpecError
-        No ``*``, an empty pattern, or a factor that is not a finite number ≥ 0; a connection count that is not
-        an integer 1-32 (CUDA's range).
+        ``KEY=VALUE`` with a key that is none of these (naming the known keys); no ``*``, an empty pattern, or a
+        factor that is not a finite number ≥ 0; a connection count that is not an integer 1-32 (CUDA's range).
 
     Examples
     --------
@@ -76,24 +89,42 @@ def parse_what_if(text: str) -> WhatIf | Connections:
     (WhatIf(pattern='nccl', factor=0.5), WhatIf(pattern='*gemm*', factor=2.0))
     >>> parse_what_if("max_connections=1"), parse_what_if("CUDA_DEVICE_MAX_CONNECTIONS=8")
     (Connections(n=1), Connections(n=8))
+    >>> parse_what_if("host_gaps=0")
+    HostGaps(factor=0.0)
     """
     key, eq, val = text.partition("=")
-    if eq and key.strip().lower() in _CONNS:
-        v = val.strip()
-        if not (v.isdigit() and 1 <= int(v) <= 32):
-            raise SpecError(f"--what-if {text!r}: CUDA_DEVICE_MAX_CONNECTIONS must be an integer 1-32",
-                            fix="write e.g. 'max_connections=1' or 'max_connections=8'")
-        return Connections(int(v))
+    if eq and "*" not in text and _KEY.fullmatch(key):
+        k = key.strip().lower()
+        if k in _CONNS:
+            v = val.strip()
+            if not (v.isdigit() and 1 <= int(v) <= 32):
+                raise SpecError(f"--what-if {text!r}: CUDA_DEVICE_MAX_CONNECTIONS must be an integer 1-32",
+                                file=file, path="--what-if",
+                                fix="write e.g. 'max_connections=1' or 'max_connections=8'")
+            return Connections(int(v))
+        if k in _HOST_GAPS:
+            f = _factor(val)
+            if f is None:
+                raise SpecError(f"--what-if {text!r}: host_gaps must be a factor >= 0", file=file, path="--what-if",
+                                fix="write e.g. 'host_gaps=0' (drop the recorded host gaps) or 'host_gaps=0.5'")
+            return HostGaps(f)
+        raise SpecError(f"--what-if {text!r}: unknown what-if key {key.strip()!r}; the keys are max_connections "
+                        "(or CUDA_DEVICE_MAX_CONNECTIONS) and host_gaps", file=file, path="--what-if", fix=_FIX)
     pat, sep, fac = text.rpartition("*")
-    try:
-        f = float(fac)
-    except ValueError:
-        f = -1.0
-    if not sep or not pat or not (0.0 <= f < float("inf")):
-        raise SpecError(f"--what-if {text!r}: not PATTERN*FACTOR or max_connections=N",
-                        fix="write e.g. 'nccl*0.5', 'kernel*0.8', 'memcpy*2', '*gemm**0.5' (factor >= 0) or "
-                        "'max_connections=1'")
+    f = _factor(fac)
+    if not sep or not pat or f is None:
+        raise SpecError(f"--what-if {text!r}: not PATTERN*FACTOR, max_connections=N or host_gaps=F", file=file,
+                        path="--what-if", fix=_FIX)
     return WhatIf(pat, f)
+
+
+def _factor(text: str) -> float | None:
+    """``text`` as a finite number >= 0, else None."""
+    try:
+        f = float(text)
+    except ValueError:
+        return None
+    return f if 0.0 <= f < float("inf") else None
 
 
 def _category(op: Any) -> str:

@@ -71,9 +71,24 @@ one instant (the launch call's return, or its first node's start if earlier; ``h
 and waits between a graph's streams, which leave no runtime rows, are guessed from timing as above. What the
 schema lacks: the GPU's own gaps between a graph's nodes (node launch latency, µs each) are not replayed.
 
+The critical path of the recorded run (:func:`recorded_path`, written into the imported ``timeline.json`` by
+``schedsim import``, so ``schedsim analyze DIR/timeline.json`` prints it as ``predict`` prints a prediction's): on the
+recorded times and the dependencies above, each op was *ready* at the latest of its issue, its stream
+predecessor's end and its waits' ends, and is bound to whichever came last (its host where the issue did; its
+stream predecessor or the op it waited for on a tie); a collective matched across ranks is bound to its member
+that was ready last (the others waited for that peer). From the op that ended last the walk goes back along the
+bindings (:func:`schedsim.sim.engine.critical_walk`, the replay's own walk); at an op its host launched after a
+host synchronisation in which the host waited for the GPU (the synchronised work ended after the call began),
+it goes on from the op the host waited for, so host, GPU and communication segments alternate as in HTA's
+critical path (Holistic Trace Analysis, ``critical_path_analysis.py``: kernel launch delays, kernel-to-kernel
+and sync dependencies). Each op's ``ready_s`` is that time (at most its start) and its host call's end its issue,
+so the path's segments (:func:`schedsim.sim.metrics.critical_path_segments`) are host issue (cut into the host's
+launch calls), the time from ready to start (the GPU's launch delay or its queue), compute, communication and
+copies, summing to the makespan. Where an op of the path has no span of its own (folded into an ``--ops`` range,
+or outside the kept ``--iteration``) the timeline keeps its last-finishing chain.
+
 Not done: host waits for the GPU as such (a synchronisation's wait is part of the next op's ``host_us``, so on a
-host-bound run a GPU what-if moves nothing unless the host gaps go: the language has no host-blocking op); the
-critical path with host segments.
+host-bound run a GPU what-if moves nothing unless the host gaps go: the language has no host-blocking op).
 """
 
 from __future__ import annotations
@@ -90,8 +105,9 @@ from schedsim.kinds import COLLECTIVE_KINDS, PER_RANK_SIZE
 from schedsim.sim.engine import HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
-__all__ = ["GAP_NS", "GRAPH_TAG", "OPS_FILE", "TRACE_ID_TAG", "ReplaySchedule", "build_replay_schedule",
-           "write_replay_schedule"]
+__all__ = ["GAP_NS", "GRAPH_TAG", "OPS_FILE", "TRACE_ID_TAG", "RecordedPath", "ReplaySchedule",
+           "apply_recorded_path", "build_replay_schedule", "recorded_path", "write_replay_schedule",
+           "write_schedule_files"]
 
 #: Tag of a replay op: the id of the span it replays in the imported ``timeline.json`` (``{kernel}#{n}@r{rank}``),
 #: by which ``schedsim compare`` matches the replay's ops with the trace's (:func:`schedsim.compare.as_trace_ids`).
@@ -131,6 +147,8 @@ class ReplaySchedule(NamedTuple):
         How collectives were handled (recorded duration with absent peers, matched across ranks).
     n_ops, n_deps : int
         Ops and inferred cross-stream dependencies written.
+    path : RecordedPath or None
+        The recorded run's critical path (:func:`recorded_path`); None where an op of it has no span.
     """
 
     text: str
@@ -139,6 +157,29 @@ class ReplaySchedule(NamedTuple):
     notes: list[str]
     n_ops: int
     n_deps: int
+    path: RecordedPath | None = None
+
+
+class RecordedPath(NamedTuple):
+    """The critical path of a recorded run (:func:`recorded_path`), by span id of the imported timeline.
+
+    Attributes
+    ----------
+    ops : list[str]
+        Span ids in path order.
+    host_waits : list[str]
+        Those of ``ops`` that their host launched after waiting in a host synchronisation for the op before them.
+    ids : list[str]
+        Every op that has a span, by span id;
+    ready_ns, issue_ns : list[float]
+        its ready time (at most its start) and its issue (ns, the importer's time base), aligned with ``ids``.
+    """
+
+    ops: list[str]
+    host_waits: list[str]
+    ids: list[str]
+    ready_ns: list[float]
+    issue_ns: list[float]
 
 
 class _RankOps(NamedTuple):
@@ -294,8 +335,11 @@ def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]]
                gates: dict[int, float]) -> None:
     """Host synchronisations: the first op launched after the call waits for the synced work (module docstring),
     and its host waited: ``gates[op] = the call's start`` (ns; the first such call since the previous launch)."""
+    import numpy as np
+
     launch = ro.launch
     by_corr = {c: i for i, c in enumerate(ro.corr) if c is not None}
+    ends: np.ndarray | None = None  # every op's end (ns), in launch order: made at the first stream/event sync
     for x in rt:
         blocking_copy = _blocking_copy(x.name) and x.corr in by_corr
         if x.name not in _SYNC and not blocking_copy:
@@ -308,9 +352,12 @@ def _sync_deps(rt: list[RuntimeRow], ro: _RankOps, streams: dict[str, list[int]]
             synced = [by_corr[x.corr]]
         elif x.name == "cudaDeviceSynchronize":
             synced = [p for pos in streams.values() if (p := _last_before(pos, launch, x.ts_ns)) is not None]
-        else:
-            done = [i for i in range(bisect.bisect_left(launch, x.ts_ns)) if ro.acts[i].end_ns <= x.ts_ns + x.dur_ns]
-            synced = [max(done, key=lambda i: ro.acts[i].end_ns)] if done else []
+        else:  # the op launched before the call that ended last before it returned (the first among ties)
+            if ends is None:
+                ends = np.fromiter((a.end_ns for a in ro.acts), np.float64, count=len(ro.acts))
+            e = ends[:bisect.bisect_left(launch, x.ts_ns)]
+            done = np.flatnonzero(e <= x.ts_ns + x.dur_ns)
+            synced = [int(done[np.argmax(e[done])])] if len(done) else []
         deps[c].update(p for p in synced if p != c)
 
 
@@ -495,7 +542,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
             if key is not None:
                 ckind, pg, n, grp = key
                 members = groups[(ckind, pg, n)]
-                if ckind in COLLECTIVE_KINDS and len(grp) > 1 and set(grp) <= present and set(members) >= set(grp):
+                if _matched(ckind, grp, present, members):
                     matched += 1
                     dur = min(_fmt((ranks[q].acts[j].end_ns - ranks[q].acts[j].start_ns) / 1000.0)
                               for q, j in members.items())
@@ -552,7 +599,123 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
             f"description: {json.dumps('replay of ' + (source or name) + ' (' + rep.source + ')')}",
             f"world_size: {world}", "durations: recorded", f"ops_file: {OPS_FILE}"]
     text = "\n".join(head + body) + "\n"
-    return ReplaySchedule(text, "[\n" + ",\n".join(lines) + "\n]\n", guesses, notes, n_ops, n_deps)
+    matched_groups = [g for key, g in groups.items() if _matched(key[0], _coll_group(colls, g), present, g)]
+    path = recorded_path(ranks, deps, gates, matched_groups)
+    return ReplaySchedule(text, "[\n" + ",\n".join(lines) + "\n]\n", guesses, notes, n_ops, n_deps, path)
+
+
+def _coll_group(colls: dict[tuple[int, int], tuple[str, str, int, list[int]]], members: dict[int, int]) -> list[int]:
+    """The process group's ranks of a collective (those of its first member)."""
+    r, i = next(iter(members.items()))
+    return colls[(r, i)][3]
+
+
+def _matched(kind: str, grp: list[int], present: set[int], members: dict[int, int]) -> bool:
+    """Whether a collective is one rendezvous across the imported ranks: a collective kind over two or more ranks,
+    every one of them imported and holding its kernel."""
+    return kind in COLLECTIVE_KINDS and len(grp) > 1 and set(grp) <= present and set(members) >= set(grp)
+
+
+def recorded_path(ranks: dict[int, _RankOps], deps: dict[int, dict[int, set[int]]],
+                  gates: dict[int, dict[int, float]], matched: list[dict[int, int]]) -> RecordedPath | None:
+    """The critical path of the recorded run (module docstring): each rank's ops in launch order with their
+    dependencies (``deps[r][i]``: indices into the rank's ops), host synchronisations (``gates[r][i]``: when the
+    call before op i began, ns) and the collectives matched across ranks (``{rank: index}`` each).
+
+    Returns
+    -------
+    RecordedPath or None
+        None where an op on the path has no span in the imported timeline.
+    """
+    import numpy as np
+
+    from schedsim.sim.engine import HOST, critical_walk
+
+    base: dict[int, int] = {}
+    n = 0
+    for r, ro in ranks.items():
+        base[r] = n
+        n += len(ro.acts)
+    end = np.empty(n)
+    ready = [0.0] * n
+    binding = [HOST] * n
+    host_from = [-1] * n
+    for r, ro in ranks.items():
+        b0, d, g = base[r], deps.get(r, {}), gates.get(r, {})
+        last: dict[str, int] = {}  # each stream's latest op
+        waited = -1
+        for i, a in enumerate(ro.acts):
+            x = b0 + i
+            end[x] = a.end_ns
+            preds = sorted(d.get(i, ()))
+            if a.stream in last:
+                preds.append(last[a.stream])
+            last[a.stream] = i
+            p = max(preds, key=lambda j: (ro.acts[j].end_ns, j)) if preds else -1
+            p_end = ro.acts[p].end_ns if p >= 0 else -np.inf
+            gate = g.get(i)
+            if gate is not None and p_end > gate:  # the host blocked in the synchronisation until p ended
+                waited = b0 + p
+            host_from[x] = waited
+            issue = ro.issue[i]
+            ready[x] = max(issue, p_end)
+            if p >= 0 and p_end >= issue:
+                binding[x] = b0 + p
+    group = [-1] * n
+    for k, members in enumerate(matched):
+        rows = [base[q] + j for q, j in sorted(members.items())]
+        last_in = max(rows, key=lambda x: (ready[x], -x))  # the member ready last releases the rendezvous
+        for x in rows:
+            group[x] = k
+            if x != last_in:
+                binding[x] = last_in
+    path, waits = critical_walk(binding, end, group, host_from)
+    where = [(r, x - base[r]) for r in ranks for x in range(base[r], base[r] + len(ranks[r].acts))]
+    sid = [ranks[r].ids[i] for r, i in where]
+    if any(sid[x] is None for x in path):
+        return None
+    ids: list[str] = []
+    ready_ns: list[float] = []
+    issue_ns: list[float] = []
+    for x, (r, i) in enumerate(where):
+        s = sid[x]
+        if s is not None:
+            ids.append(s)
+            ready_ns.append(min(ready[x], ranks[r].acts[i].start_ns))
+            issue_ns.append(ranks[r].issue[i])
+    return RecordedPath([str(sid[x]) for x in path], [str(sid[x]) for x in waits], ids, ready_ns, issue_ns)
+
+
+def apply_recorded_path(tl: Any, path: RecordedPath | None) -> None:
+    """Give the imported Timeline ``tl`` the recorded run's critical path (:func:`recorded_path`), in place: its
+    ``critical_path``, ``meta["critical_path_host_waits"]`` and ``meta["critical_path_walk"]``, each span's
+    ``ready_s`` and :attr:`~schedsim.sim.timeline.Timeline.host_call_end_s` (the issue; seconds from the
+    timeline's ``meta["t0_ns"]``). Nothing changes where ``path`` is None (the last-finishing chain stays)."""
+    import numpy as np
+
+    from schedsim.sim.engine import HOST_WAITS_META
+
+    if path is None or not len(tl):
+        return
+    c = tl.columns
+    row = {s: k for k, s in enumerate(c.id)}
+    t0 = float(tl.meta.get("t0_ns", 0.0))
+    rows = np.fromiter((row.get(s, -1) for s in path.ids), np.int64, count=len(path.ids))
+    ok = rows >= 0
+    ready = np.asarray(c.ready_s, np.float64).copy()
+    ready[rows[ok]] = (np.asarray(path.ready_ns)[ok] - t0) * 1e-9
+    host = np.full(len(c), np.nan)
+    host[rows[ok]] = (np.asarray(path.issue_ns)[ok] - t0) * 1e-9
+    c.ready_s = ready
+    tl._spans = None  # rows are rebuilt from the columns
+    tl.critical_path = list(path.ops)
+    tl._cp_rows = (list(path.ops), np.array([row[s] for s in path.ops], np.int64))
+    tl.host_call_end_s = host
+    tl.meta.pop(HOST_WAITS_META, None)
+    if path.host_waits:
+        tl.meta[HOST_WAITS_META] = list(path.host_waits)
+    tl.meta["critical_path_walk"] = ("recorded dependencies: launches, stream order, event waits, host "
+                                     "synchronisations, collectives")
 
 
 def _trace_tags(tags: dict[str, Any], ro: _RankOps, i: int, r: int, launches: dict[tuple[int, int], int]) -> None:
@@ -628,9 +791,15 @@ def write_replay_schedule(rep: ReplayInput, path: str | Path, *, name: str, sour
                           files: dict[int, str] | None = None) -> ReplaySchedule:
     """Build the replay schedule (:func:`build_replay_schedule`) and write it to ``path`` and its ops to
     :data:`OPS_FILE` beside it, each atomically (the ops first)."""
+    got = build_replay_schedule(rep, name=name, source=source, files=files)
+    write_schedule_files(got, path)
+    return got
+
+
+def write_schedule_files(got: ReplaySchedule, path: str | Path) -> None:
+    """Write a built replay schedule to ``path`` and its ops to :data:`OPS_FILE` beside it, each atomically (the
+    ops first)."""
     from schedsim.io import atomic_write_text
 
-    got = build_replay_schedule(rep, name=name, source=source, files=files)
     atomic_write_text(Path(path).parent / OPS_FILE, got.ops_json)
     atomic_write_text(path, got.text)
-    return got

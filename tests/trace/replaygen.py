@@ -124,3 +124,35 @@ def graph_doc() -> dict[str, Any]:
         _rt("cudaGraphLaunch", 1020, 10, 4), _k("void g1(float*)", 7, 1025, 20, 4),
         _k("void g2(float*)", 7, 1047, 10, 4), _k("void g3(float*)", 9, 1058, 10, 4),
         _rt("cudaLaunchKernel", 1080, 2, 5), _k("void post(float*)", 7, 1082, 10, 5)]}
+
+
+def path_docs() -> list[dict[str, Any]]:
+    """Two ranks (µs) whose critical path runs host → GPU → a collective's last rank → host sync → host → GPU.
+
+    Rank 1 launches (calls of 5 µs) ``p`` (s7, GPU 1006-1010) at 1000, ``q`` (1036-1040) at 1030: host-bound, its
+    kernels wait for their launches; then ``x`` (1056-1256) at 1050 and ``y`` (1256-1280) at 1060: a GPU chain;
+    the all-reduce at 1070 (1280-1300); a ``cudaDeviceSynchronize`` 1080-1300; ``z`` (1310-1315) at 1304.
+    Rank 0 launches ``a`` (1006-1106) at 1000 and the all-reduce at 1010: its NCCL kernel runs 1106-1300, waiting
+    for rank 1 until 1280; then a ``cudaDeviceSynchronize`` 1020-1300 and ``e`` (1311-1331) at 1305.
+
+    Issues (min(call end, GPU start)): rank 1 1005, 1035, 1055, 1065, 1075, 1309; rank 0 1005, 1015, 1310.
+    """
+    def coll(corr: int, ts: float, dur: float) -> dict[str, Any]:
+        return _k("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", 7, ts, dur,
+                  corr, **{"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024,
+                           "Group size": 2, "dtype": "Float", "Process Group Name": "0",
+                           "Process Group Ranks": "[0, 1]"})
+
+    r1 = [_rt("cudaLaunchKernel", 1000, 5, 1), _k("void p(float*)", 7, 1006, 4, 1),
+          _rt("cudaLaunchKernel", 1030, 5, 2), _k("void q(float*)", 7, 1036, 4, 2),
+          _rt("cudaLaunchKernel", 1050, 5, 3), _k("void x(float*)", 7, 1056, 200, 3),
+          _rt("cudaLaunchKernel", 1060, 5, 4), _k("void y(float*)", 7, 1256, 24, 4),
+          _rt("cudaLaunchKernel", 1070, 5, 5), coll(5, 1280, 20),
+          _rt("cudaDeviceSynchronize", 1080, 220, 6),
+          _rt("cudaLaunchKernel", 1304, 5, 7), _k("void z(float*)", 7, 1310, 5, 7)]
+    r0 = [_rt("cudaLaunchKernel", 1000, 5, 1), _k("void a(float*)", 7, 1006, 100, 1),
+          _rt("cudaLaunchKernel", 1010, 5, 2), coll(2, 1106, 194),
+          _rt("cudaDeviceSynchronize", 1020, 280, 3),
+          _rt("cudaLaunchKernel", 1305, 5, 4), _k("void e(float*)", 7, 1311, 20, 4)]
+    return [{"schemaVersion": 1, "distributedInfo": {"rank": r, "world_size": 2, "backend": "nccl"},
+             "traceEvents": ev} for r, ev in ((0, r0), (1, r1))]
