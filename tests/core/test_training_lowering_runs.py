@@ -15,26 +15,17 @@ import pytest
 from schedsim.lower import lower
 from schedsim.lower.pipeline import _Emitter
 from schedsim.spec.loader import load_text
+from test_training_block import TINY
 
 ARRAYS = ("tmpl", "rank", "seq", "name_id", "tags_id", "stream_id", "peer", "batch", "msg", "dep_ptr", "dep_idx",
           "stream_edges", "dep_edges", "coll_ptr", "coll_idx", "p2p")
 
-BASE = """\
-schema_version: 1
-name: runs
-world_size: {world}
-training:
-  num_layers: 4
-  hidden_size: 64
-  num_attention_heads: 4
-  seq_length: 32
-  vocab_size: 1000
-  micro_batch_size: 1
-  global_batch_size: 8
-  tp: 2
-  pp: 2
-  bf16: true
-{extra}"""
+
+
+def _text(world: int, extra: str) -> str:
+    """TINY (tp 2 x pp 2) with 4 layers, ``world`` ranks and ``extra`` lines in its training block."""
+    return TINY.replace("world_size: 8", f"world_size: {world}").replace("num_layers: 2", "num_layers: 4") + extra
+
 
 CASES = {
     "plain": (8, ""),
@@ -61,7 +52,7 @@ def _state(text: str) -> dict[str, Any]:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_runs_write_the_program_the_op_by_op_emitter_writes(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     world, extra = CASES[case]
-    text = BASE.format(world=world, extra=extra)
+    text = _text(world, extra)
     fast = _state(text)
     monkeypatch.setattr(_Emitter, "_run", lambda self, s, phase: None)  # every phase op by op
     slow = _state(text)
