@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_training_block import TINY
 
 from schedsim.lower import lower
 from schedsim.lower.pipeline import _Emitter
 from schedsim.spec.loader import load_text
-from test_training_block import TINY
 
 ARRAYS = ("tmpl", "rank", "seq", "name_id", "tags_id", "stream_id", "peer", "batch", "msg", "dep_ptr", "dep_idx",
           "stream_edges", "dep_edges", "coll_ptr", "coll_idx", "p2p")
@@ -34,7 +34,8 @@ CASES = {
     "cp2": (8, "  cp: 2\n"),
     "interleaved": (8, "  num_layers_per_virtual_pipeline_stage: 1\n  overlap_grad_reduce: true\n"),
     "tp_comm_overlap": (8, "  sequence_parallel: true\n  tp_comm_overlap: true\n"),
-    "experts": (8, "  sequence_parallel: true\n  num_experts: 4\n  expert_model_parallel_size: 2\n  moe_router_topk: 2\n"),
+    "experts": (8, "  sequence_parallel: true\n  num_experts: 4\n  expert_model_parallel_size: 2\n"
+                   "  moe_router_topk: 2\n"),
     "full_recompute": (4, "  recompute_granularity: full\n  recompute_method: uniform\n  recompute_num_layers: 1\n"),
 }
 
