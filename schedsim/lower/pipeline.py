@@ -382,6 +382,9 @@ class _Emitter:
     # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
     # that shares it with the other ranks' (the training block) interns each name once
     name_ids: dict[tuple[str, tuple[str, ...]], list[int]] = field(default_factory=dict)
+    # intern a send's or recv's tag set (Table.tag_id) instead of a fresh one per op: the training block, whose
+    # data-parallel replicas repeat every pipeline rank's tag sets
+    shared_p2p_tags: bool = False
     runs: dict[tuple[int, str], Any] = field(default_factory=dict)  # (stage, phase) -> _run's answer
 
     def __post_init__(self) -> None:
@@ -462,7 +465,8 @@ class _Emitter:
             # batch, so the host posts it only after all work issued before it has finished
             deps.append(self.last_compute)
         msg = msg_pre + sj  # the message: who produced it, which mb
-        tags = table.new_tag_id((("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s)))
+        tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
+        tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
         table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer,
                       -1 if batch_id is None else self._batch(batch_id), table.strs(msg))
         self.prev_of[(s, value, j)] = opname

@@ -62,3 +62,36 @@ def test_runs_write_the_program_the_op_by_op_emitter_writes(case: str, monkeypat
         assert fast[k].dtype == slow[k].dtype, k
         np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
     assert fast["text"] == slow["text"]
+
+
+@pytest.mark.parametrize("case", ["plain", "sp_distopt_overlap", "interleaved"])
+def test_shared_p2p_tag_sets_predict_the_same(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training block interns its sends' and recvs' tag sets (one per message and stage, repeated on every
+    data-parallel replica) where the pipeline block makes one per op: every op's times, the metrics and the
+    exposed communication by kind are the same either way, only the number of distinct tag sets drops."""
+    from schedsim.api import predict
+    from schedsim.report.training import exposed_by_kind
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+
+    def run() -> tuple[Any, ...]:
+        r = predict(load_text(text), "dgx_h100")
+        c = r.timeline.columns
+        return (np.asarray(c.start_s), np.asarray(c.end_s), repr(r.metrics), exposed_by_kind(r.timeline),
+                len(lower(load_text(text)).tagsets))
+
+    shared = run()
+    init = _Emitter.__post_init__
+
+    def per_op(self: _Emitter) -> None:
+        init(self)
+        self.shared_p2p_tags = False
+
+    monkeypatch.setattr(_Emitter, "__post_init__", per_op)
+    fresh = run()
+    np.testing.assert_array_equal(shared[0], fresh[0])
+    np.testing.assert_array_equal(shared[1], fresh[1])
+    assert shared[2] == fresh[2]
+    assert shared[3] == fresh[3]
+    assert shared[4] < fresh[4]
