@@ -376,6 +376,16 @@ class _Emitter:
     compute_stream: int = -1
     ranks: tuple[int, ...] = ()
     on_op: Any = None  # called after each compute op as on_op(stage, mb, phase, op name, name id)
+    # on_op_at(stage, mb, phase): whether on_op may act in that phase (None: any); the other phases are written
+    # as one run of rows (Table.add_run) instead of op by op
+    on_op_at: Any = None
+    # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
+    # that shares it with the other ranks' (the training block) interns each name once
+    name_ids: dict[tuple[str, tuple[str, ...]], list[int]] = field(default_factory=dict)
+    # intern a send's or recv's tag set (Table.tag_id) instead of a fresh one per op: the training block, whose
+    # data-parallel replicas repeat every pipeline rank's tag sets
+    shared_p2p_tags: bool = False
+    runs: dict[tuple[int, str], Any] = field(default_factory=dict)  # (stage, phase) -> _run's answer
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -455,7 +465,8 @@ class _Emitter:
             # batch, so the host posts it only after all work issued before it has finished
             deps.append(self.last_compute)
         msg = msg_pre + sj  # the message: who produced it, which mb
-        tags = table.new_tag_id((("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s)))
+        tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
+        tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
         table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer,
                       -1 if batch_id is None else self._batch(batch_id), table.strs(msg))
         self.prev_of[(s, value, j)] = opname
@@ -478,6 +489,17 @@ class _Emitter:
             return [prev_of[(s, "I", j)]]
         return []
 
+    def _run(self, s: int, phase: str) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+        """The templates and op names of phase ``phase`` of stage ``s`` when it can be written as one run of rows
+        (:meth:`Table.add_run`): ops on the compute stream one after the other, none placed by its row (no
+        :class:`ProtoPlace`); None otherwise (the op-by-op path)."""
+        key = (s, phase)
+        if key not in self.runs:
+            rows = self.protos[key]
+            self.runs[key] = None if not rows or any(len(r) > 2 for r in rows) else \
+                (tuple(r[1] for r in rows), tuple(r[0] for r in rows))
+        return self.runs[key]  # type: ignore[no-any-return]
+
     def compute(self, sub: Any) -> None:
         """The ops of one F, I, W or full backward B (= I then W) of a stage on a microbatch."""
         s, j, typ = sub.stage, sub.microbatch, sub.type
@@ -499,6 +521,17 @@ class _Emitter:
             first = tuple(deps)
             oname = -1
             pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
+            run = self._run(s, phase)
+            if run is not None and (self.on_op is None or (
+                    self.on_op_at is not None and not self.on_op_at(s, j, phase))):
+                tnames = run[1]
+                ids = self.name_ids.get((pre, tnames))
+                if ids is None:
+                    ids = self.name_ids[(pre, tnames)] = [names(pre + tn) for tn in tnames]
+                table.add_run(run[0], self.rank, ids, tags, compute, first)
+                self.last_compute = ids[-1]
+                self.prev_of[(s, phase, j)] = ids[-1]
+                continue
             done: list[int] = []
             for row in self.protos[(s, phase)]:
                 tname, tid = row[0], row[1]

@@ -332,6 +332,26 @@ class Table:
         self.o_msg.append(msg)
         self._o_deps.append(deps)
 
+    def add_run(self, tmpls: tuple[int, ...], rank: int, names: list[int], tags: int, stream: int,
+                first: tuple[int, ...]) -> None:
+        """``len(tmpls)`` instances in a row, as that many :meth:`add_ids` calls would write them: template
+        ``tmpls[i]`` named ``names[i]``, one rank, tag set and stream, no peer, batch or message; the first
+        waits for the name ids ``first``, the others for nothing (their stream orders them)."""
+        n = len(tmpls)
+        if not n:
+            return
+        self.o_tmpl.extend(tmpls)
+        self.o_rank.extend([rank] * n)
+        self.o_name.extend(names)
+        self.o_tags.extend([tags] * n)
+        self.o_stream.extend([stream] * n)
+        none = [-1] * n
+        self.o_peer.extend(none)
+        self.o_batch.extend(none)
+        self.o_msg.extend(none)
+        self._o_deps.append(first)
+        self._o_deps.extend([()] * (n - 1))
+
     def add_one(self, t: int, rank: int, name: str, tags: int, stream: str, deps: tuple[str, ...] = (),
                 peer: int = -1, batch: str | None = None, msg: str | None = None) -> None:
         """One instance of template ``t``; ``tags`` is an id from :meth:`tag_id` or :meth:`new_tag_id`."""

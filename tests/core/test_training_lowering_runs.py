@@ -1,0 +1,97 @@
+"""The training block's lowering writes a phase's compute ops as one run of rows (``Table.add_run``, with name
+ids shared across ranks) where the op-by-op emitter wrote them one call at a time: the Program is the same,
+array for array and name for name, on small configurations that take each path (the plain layer,
+``overlap_grad_reduce``'s buckets between a backward's ops, context parallelism's placed ring ops, interleaving,
+``tp_comm_overlap``, experts, full recompute)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from test_training_block import TINY
+
+from schedsim.lower import lower
+from schedsim.lower.pipeline import _Emitter
+from schedsim.spec.loader import load_text
+
+ARRAYS = ("tmpl", "rank", "seq", "name_id", "tags_id", "stream_id", "peer", "batch", "msg", "dep_ptr", "dep_idx",
+          "stream_edges", "dep_edges", "coll_ptr", "coll_idx", "p2p")
+
+
+
+def _text(world: int, extra: str) -> str:
+    """TINY (tp 2 x pp 2) with 4 layers, ``world`` ranks and ``extra`` lines in its training block."""
+    return TINY.replace("world_size: 8", f"world_size: {world}").replace("num_layers: 2", "num_layers: 4") + extra
+
+
+CASES = {
+    "plain": (8, ""),
+    "sp_distopt_overlap": (8, "  sequence_parallel: true\n  use_distributed_optimizer: true\n"
+                              "  overlap_grad_reduce: true\n  overlap_param_gather: true\n"),
+    "cp2": (8, "  cp: 2\n"),
+    "interleaved": (8, "  num_layers_per_virtual_pipeline_stage: 1\n  overlap_grad_reduce: true\n"),
+    "tp_comm_overlap": (8, "  sequence_parallel: true\n  tp_comm_overlap: true\n"),
+    "experts": (8, "  sequence_parallel: true\n  num_experts: 4\n  expert_model_parallel_size: 2\n"
+                   "  moe_router_topk: 2\n"),
+    "full_recompute": (4, "  recompute_granularity: full\n  recompute_method: uniform\n  recompute_num_layers: 1\n"),
+}
+
+
+def _state(text: str) -> dict[str, Any]:
+    prog = lower(load_text(text))
+    out: dict[str, Any] = {k: np.asarray(getattr(prog, k)) for k in ARRAYS}
+    out["text"] = json.dumps({"names": list(prog.names), "tagsets": [list(map(list, t)) for t in prog.tagsets],
+                              "streams": list(prog.streams), "strs": list(prog.strs),
+                              "coll_keys": list(prog.coll_keys), "warnings": list(prog.warnings),
+                              "templates": [repr(t) for t in prog.templates]})
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_runs_write_the_program_the_op_by_op_emitter_writes(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    fast = _state(text)
+    monkeypatch.setattr(_Emitter, "_run", lambda self, s, phase: None)  # every phase op by op
+    slow = _state(text)
+    assert len(fast["tmpl"]) > 100
+    for k in ARRAYS:
+        assert fast[k].dtype == slow[k].dtype, k
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+    assert fast["text"] == slow["text"]
+
+
+@pytest.mark.parametrize("case", ["plain", "sp_distopt_overlap", "interleaved"])
+def test_shared_p2p_tag_sets_predict_the_same(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training block interns its sends' and recvs' tag sets (one per message and stage, repeated on every
+    data-parallel replica) where the pipeline block makes one per op: every op's times, the metrics and the
+    exposed communication by kind are the same either way, only the number of distinct tag sets drops."""
+    from schedsim.api import predict
+    from schedsim.report.training import exposed_by_kind
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+
+    def run() -> tuple[Any, ...]:
+        r = predict(load_text(text), "dgx_h100")
+        c = r.timeline.columns
+        return (np.asarray(c.start_s), np.asarray(c.end_s), repr(r.metrics), exposed_by_kind(r.timeline),
+                len(lower(load_text(text)).tagsets))
+
+    shared = run()
+    init = _Emitter.__post_init__
+
+    def per_op(self: _Emitter) -> None:
+        init(self)
+        self.shared_p2p_tags = False
+
+    monkeypatch.setattr(_Emitter, "__post_init__", per_op)
+    fresh = run()
+    np.testing.assert_array_equal(shared[0], fresh[0])
+    np.testing.assert_array_equal(shared[1], fresh[1])
+    assert shared[2] == fresh[2]
+    assert shared[3] == fresh[3]
+    assert shared[4] < fresh[4]
