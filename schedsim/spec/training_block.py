@@ -159,11 +159,14 @@ class TrainingPlan:
         ``ep · (s/cp)·b · k / E`` balanced (every EP rank routes its ``(s/cp)·b/tp`` tokens to k experts; with sequence
         parallelism the TP gather multiplies by tp), the first expert of the ``hot`` rank (EP index 0) at its
         capacity, ``moe_expert_capacity_factor`` times that (Megatron-LM ``moe_utils.get_capacity``:
-        ``ceil(tokens · k / E · c)``)."""
+        ``ceil(tokens · k / E · c)``). With c < 1 the capacity is below the mean and every expert drops to it
+        (Megatron drops the tokens past an expert's capacity)."""
         mean = -(-self.ep * (t.seq_length // self.cp) * t.micro_batch_size * t.moe_router_topk // self.experts)
-        out = [mean] * (self.experts // self.ep)
-        if hot and t.moe_expert_capacity_factor is not None:
-            out[0] = int(-(-mean * t.moe_expert_capacity_factor // 1))
+        c = t.moe_expert_capacity_factor
+        cap = None if c is None else int(-(-mean * c // 1))
+        out = [mean if cap is None else min(mean, cap)] * (self.experts // self.ep)
+        if hot and cap is not None:
+            out[0] = cap
         return tuple(out)
 
     @property

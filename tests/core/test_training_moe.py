@@ -94,3 +94,14 @@ def test_moe_refusals(tmp_path: Path, old: str, new: str, field: str, words: str
     first = err.splitlines()[0]
     assert f"{field}: " in first and words in first, first
     assert "fix:" in err and "Traceback" not in err
+
+
+def test_capacity_factor_below_one_drops_every_expert_to_its_capacity() -> None:
+    """c = 0.5: the capacity ceil(32 × 0.5) = 16 tokens is below the mean of 32, so Megatron drops every expert's
+    tokens past 16 (moe_utils.get_capacity, the dispatcher's token drop), not only the first expert of EP
+    index 0. Every rank: fc1 of 16 rows per expert; the dispatch all-to-all carries 16 tokens a rank (32 after
+    the TP gather, over 2 local experts and tp 2): 16·64·2 = 2048 bytes; the TP all-gather 32·128 = 4096."""
+    ops = _ops(MOE.replace("moe_expert_capacity_factor: 1.5", "moe_expert_capacity_factor: 0.5"))
+    assert {o.m for o in ops if o.kind == "matmul" and o.name.endswith(("fc1_e0", "fc1_e1"))} == {16}
+    assert {o.nbytes for o in ops if o.kind == "all_to_all"} == {2048}
+    assert {o.nbytes for o in ops if o.name.endswith(".tp_ag_moe")} == {4096}
