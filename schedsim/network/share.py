@@ -410,10 +410,12 @@ def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gid
 MAX_SHOWN_LINKS = 16
 
 
-def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarray, end_s: np.ndarray
-                     ) -> dict[str, Any] | None:
+def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarray, end_s: np.ndarray,
+                     solo_s: np.ndarray | None = None) -> dict[str, Any] | None:
     """Bytes per second on each shared link over a run of ``prog`` (op i from ``start_s[i]`` to ``end_s[i]``,
-    seconds): ``{"links": [{"name", "capacity_Bps", "bytes", "steps": [[t_s, B/s], ...]}, ...], "shown",
+    seconds; ``solo_s[i]`` its solo seconds as the simulation had them, which set a collective's demand as in
+    the simulation: without them, or where one is unknown (NaN), a collective is taken to want no more than its
+    bytes over its span): ``{"links": [{"name", "capacity_Bps", "bytes", "steps": [[t_s, B/s], ...]}, ...], "shown",
     "of"}`` for the :data:`MAX_SHOWN_LINKS` links that moved the most bytes (``of``: links with traffic), or
     None when the profile shares no links or no transfer crossed a node. A transfer's bytes on a link
     (:class:`LinkMap`) are spread over its transfer (from its group's last member start to its end) in
@@ -425,12 +427,18 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     from schedsim.lower.program import rendezvous_groups
 
     gptr, gidx, G, _c, _lone = rendezvous_groups(prog)
-    ls = program_share(profile, prog, gptr, gidx, np.ones(G)) if G else None
+    if not G:
+        return None
+    t0 = np.maximum.reduceat(start_s[gidx], gptr[:-1])
+    t1 = np.maximum.reduceat(end_s[gidx], gptr[:-1])
+    work = np.maximum(t1 - t0, 1e-12)
+    if solo_s is not None:  # the group's solo time (the largest member's, as the simulation takes it)
+        solo = np.maximum.reduceat(np.asarray(solo_s, float)[gidx], gptr[:-1])
+        work = np.where(np.isfinite(solo) & (solo > 0), solo, work)
+    ls = program_share(profile, prog, gptr, gidx, work)
     if ls is None:
         return None
     lm = ls.map
-    t0 = np.maximum.reduceat(start_s[gidx], gptr[:-1])
-    t1 = np.maximum.reduceat(end_s[gidx], gptr[:-1])
     flows = np.flatnonzero((np.diff(lm.ptr) > 0) & (t1 > t0))
     cnt = np.diff(lm.ptr)
     g_of = np.repeat(np.arange(G), cnt)

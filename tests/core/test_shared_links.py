@@ -308,16 +308,15 @@ def test_link_share_events_match_a_refill_of_every_running_flow(data: st.DataObj
         assert ls.share[run] == pytest.approx(want, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="link_utilisation replays the shares with every group's solo time set to 1 s "
-                   "(program_share(..., np.ones(G))), so a collective's demand is its bytes per second, far below "
-                   "any link: the replay gives it share 1 and spreads its bytes evenly over its span, and node 0's "
-                   "NIC out shows 53.96 GB/s of 50 while the simulation held the link at 50")
 def test_link_counters_beside_a_collective_never_exceed_the_capacity():
     from schedsim.api import simulate_spec
     from schedsim.spec.loader import load_text
 
     # a 64 MiB all_reduce over both nodes beside a 64 MiB send 0 -> 2, one NIC per node: in the simulation the two
-    # split node 0's NIC out max-min (50 GB/s in all) until the send ends, then the all_reduce runs alone
+    # split node 0's NIC out max-min (50 GB/s in all) until the send ends, then the all_reduce runs alone. The
+    # counters replay the shares with each group's solo time (the timeline's solo_s): replayed with 1 s each, the
+    # all_reduce wanted its bytes per second, got share 1 and its bytes spread evenly over its span, and the NIC
+    # out showed 53.96 GB/s of 50
     text = MIXED.replace("  - {name: s1, kind: send, ranks: [1], peer: 3, bytes: 16777216, stream: a}\n"
                          "  - {name: r1, kind: recv, ranks: [3], peer: 1, bytes: 16777216, stream: a}\n", "")
     run = simulate_spec(load_text(text, "s.yaml"), profile(2, 1))
