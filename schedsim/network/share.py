@@ -411,12 +411,13 @@ MAX_SHOWN_LINKS = 16
 
 
 def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarray, end_s: np.ndarray,
-                     solo_s: np.ndarray | None = None) -> dict[str, Any] | None:
+                     solo_s: np.ndarray | None = None, shared: bool = True) -> dict[str, Any] | None:
     """Bytes per second on each shared link over a run of ``prog`` (op i from ``start_s[i]`` to ``end_s[i]``,
     seconds; ``solo_s[i]`` its solo seconds as the simulation had them, which set a collective's demand as in
     the simulation: without them, or where one is unknown (NaN), a collective is taken to want no more than its
-    bytes over its span): ``{"links": [{"name", "capacity_Bps", "bytes", "steps": [[t_s, B/s], ...]}, ...], "shown",
-    "of"}`` for the :data:`MAX_SHOWN_LINKS` links that moved the most bytes (``of``: links with traffic), or
+    bytes over its span; ``shared`` False for a run whose GPU model shares no links, ``sharing`` or ``replay``:
+    each transfer's bytes then spread evenly over its span): ``{"links": [{"name", "capacity_Bps", "bytes",
+    "steps": [[t_s, B/s], ...]}, ...], "shown", "of"}`` for the :data:`MAX_SHOWN_LINKS` links that moved the most bytes (``of``: links with traffic), or
     None when the profile shares no links or no transfer crossed a node. A transfer's bytes on a link
     (:class:`LinkMap`) are spread over its transfer (from its group's last member start to its end) in
     proportion to its max-min share, replayed from the transfers' start and end times (:func:`_share_history`),
@@ -447,7 +448,8 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     busy = np.flatnonzero(total > 0)
     if not len(busy):
         return None
-    hist = _share_history(ls, flows, t0, t1)
+    hist = _share_history(ls, flows, t0, t1) if shared else {
+        g: (np.array([t0[g], t1[g]]), np.array([1.0, 0.0])) for g in flows.tolist()}
     shown = busy[np.argsort(-total[busy], kind="stable")[:MAX_SHOWN_LINKS]]
     out = []
     for k in sorted(shown.tolist()):
