@@ -418,8 +418,8 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     bytes over its span; ``shared`` False for a run whose GPU model shares no links, ``sharing`` or ``replay``:
     each transfer's bytes then spread evenly over its span): ``{"links": [{"name", "capacity_Bps", "bytes",
     "steps": [[t_s, B/s], ...]}, ...], "shown", "of"}`` for the :data:`MAX_SHOWN_LINKS` links that moved the
-    most bytes (``of``: links with traffic), or None when the profile shares no links or no transfer crossed a node. A transfer's bytes on a link
-    (:class:`LinkMap`) are spread over its transfer (from its group's last member start to its end) in
+    most bytes (``of``: links with traffic), or None when the profile shares no links or no transfer crossed a
+    node. A transfer's bytes on a link (:class:`LinkMap`) are spread over its transfer (from its group's last member start to its end) in
     proportion to its max-min share, replayed from the transfers' start and end times (:func:`_share_history`),
     so each link's steps integrate to the bytes moved over it and, where the shares alone set the speeds, never
     exceed its capacity; the steps are piecewise constant (``t_s`` on, until the next step)."""
