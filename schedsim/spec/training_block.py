@@ -495,6 +495,11 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
       without the ``a·s²·b`` terms;
     * full recomputation: the layer input, ``2r·sbh`` (``/t`` with SP).
 
+    The table's MLP takes ``f = 4h``; of its terms the two ``sbf`` tensors (the GeLU's input and output, ``16r·sbh``
+    at f = 4h) scale with ``ffn_hidden_size`` f: ``4r·sbf`` in place of ``16r·sbh``, as Megatron-LM's
+    ``theoretical_memory_usage.py`` ``compute_activation_memory`` writes the selective, SP row,
+    ``sbh·(18 + 4f/h)`` (a gated ``swiglu`` fc1 output of 2f is not counted apart, as there).
+
     With context parallelism each rank holds ``s/cp`` tokens: the whole count is divided by cp (an
     approximation for the ``a·s²·b`` terms, which Transformer Engine's fused attention, required for cp > 1,
     does not store).
@@ -510,9 +515,10 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     if rg == "full":
         return 2 * r * sbh / (tp if plan.sp else 1)
     attn = 0.0 if rg == "selective" or t.use_flash_attn else a * s * s * b * (4 * r + 1) / tp
+    mlp = 4 * r * plan.ffn / h  # the MLP's two sbf tensors, per sbh (16r at f = 4h)
     if plan.sp:
-        return sbh / tp * (32 * r + 2) + attn
-    return sbh * (8 * r + 2 + 24 * r / tp) + attn
+        return sbh / tp * (16 * r + 2 + mlp) + attn
+    return sbh * (8 * r + 2 + (8 * r + mlp) / tp) + attn
 
 
 def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
