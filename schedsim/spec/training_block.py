@@ -554,6 +554,10 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
         n += plan.vocab * t.hidden_size / plan.tp
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
     ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)
+    # the experts' state is sharded over their own data-parallel group, dp·cp/ep ranks (Megatron-LM
+    # theoretical_memory_usage.py: expert_sharded_params × num_bytes_per_parameter(expert_data_parallel_size))
+    n_exp = lps * expert_params_per_layer(t, plan) / plan.tp
+    ob_exp = opt / (plan.dp * plan.cp // plan.ep) if t.use_distributed_optimizer else float(opt)
     p, v, m = plan.pp, plan.v, plan.m
     inflight = min(m, p) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
     per_layer = act_bytes_per_layer(t, plan)
@@ -567,6 +571,6 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     if t.recompute_granularity == "full":  # backward re-runs one checkpointed group's forward: its activations live
         peak = (min(k, lpc) if t.recompute_method == "uniform" else 1) * act_bytes_per_layer(t, plan, None)
     act = per_layer * inflight + peak
-    out = {"params": n * pb, "grads": n * gb, "optimizer": n * ob, "activations": act}
+    out = {"params": n * pb, "grads": n * gb, "optimizer": (n - n_exp) * ob + n_exp * ob_exp, "activations": act}
     out["total"] = sum(out.values())
     return out

@@ -105,3 +105,19 @@ def test_capacity_factor_below_one_drops_every_expert_to_its_capacity() -> None:
     assert {o.m for o in ops if o.kind == "matmul" and o.name.endswith(("fc1_e0", "fc1_e1"))} == {16}
     assert {o.nbytes for o in ops if o.kind == "all_to_all"} == {2048}
     assert {o.nbytes for o in ops if o.name.endswith(".tp_ag_moe")} == {4096}
+
+
+def test_expert_optimizer_state_is_sharded_over_the_expert_data_parallel_group() -> None:
+    """Distributed optimizer: dense parameters' fp32 state (12 bytes each under bf16) is sharded over dp·cp = 4
+    ranks, the experts' over their own data-parallel group, dp·cp/ep = 2 (Megatron-LM
+    theoretical_memory_usage.py, num_bytes_per_parameter(expert_data_parallel_size)). Rank 0 holds 2 local
+    experts × (64·256 + 256·64) / tp 2 = 32,768 expert parameters a layer, 65,536 over 2 layers."""
+    import yaml
+
+    from schedsim.spec.training_block import TrainingSpec, memory_per_rank, training_plan
+
+    doc = yaml.safe_load(MOE)
+    t = TrainingSpec(**{**doc["training"], "use_distributed_optimizer": True})
+    mem = memory_per_rank(t, training_plan(t, 8))
+    n, n_exp = mem["params"] / 2, 65_536  # bf16 weights: 2 bytes a parameter
+    assert mem["optimizer"] == pytest.approx((n - n_exp) * 12 / 4 + n_exp * 12 / 2)
