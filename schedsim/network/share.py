@@ -9,7 +9,8 @@ of :mod:`schedsim.sim.gpu_model`); shares change only at flow starts and finishe
 Links (both directions of each, full duplex)
     * every NIC of every node (``topology.nics``; node n's NIC k is shared by the GPUs ``gpu_to_nic`` maps to it);
     * with a leaf/spine ``topology.fabric`` whose ``oversubscription`` exceeds 1, each leaf's uplink to the spine,
-      of ``nodes_per_leaf`` × ``per_node`` × NIC rate / ``oversubscription`` (a non-blocking fabric never binds
+      one per rail (``nodes_per_leaf`` counts nodes per rail: NIC k of every node is on rail k's leaves), of
+      ``nodes_per_leaf`` × NIC rate / ``oversubscription`` (a non-blocking fabric never binds
       before the NICs, so it has none).
 
 Flows (aggregated per link, never per rank pair)
@@ -19,8 +20,8 @@ Flows (aggregated per link, never per rank pair)
       which crosses a node boundary once per channel; the size where it picks a tree, NVLS-tree or CollNet,
       which sends the buffer across nodes once; all_to_all: each local rank's bytes for the other nodes) over
       the NICs the node's ranks use, taken at the node that loads a NIC most;
-    * across leaves, a leaf's uplink (out) and downlink (in) carry the flow with weight = the number of its
-      NIC links of that direction in the leaf.
+    * across leaves, a leaf's uplink (out) and downlink (in) of a rail carry the flow with weight = the number
+      of its NIC links of that direction in that leaf and rail.
 
     A send/recv's demand is the rate its bandwidth term drives the NIC at (:meth:`NcclNetwork.p2p`: the NIC's
     line rate, over the oversubscription across the spine; LL at half). A collective's is its bytes per link over
@@ -108,7 +109,7 @@ class LinkMap:
     rate. ``demand`` (bytes/s per unit weight, shape G; no more than any of its links carries alone), ``cap``
     (bytes/s, shape L), ``per_node`` (NICs per node), ``nic_links`` (2 × NICs), ``nbytes`` (bytes per unit
     weight a flow moves over each of its links).
-    Links 2i and 2i + 1 are NIC i's out and in (node i // per_node); after the NICs, 2l and 2l + 1 are leaf l's
+    Links 2i and 2i + 1 are NIC i's out and in (node i // per_node); after the NICs, 2l and 2l + 1 are uplink l's
     up and down.
     """
 
@@ -122,12 +123,14 @@ class LinkMap:
     nbytes: np.ndarray
 
     def name(self, i: int) -> str:
-        """Link ``i`` in words: ``node 3 NIC 1 out``, ``leaf 0 up``."""
+        """Link ``i`` in words: ``node 3 NIC 1 out``, ``leaf 0 up`` (one NIC a node), ``leaf 0 rail 1 up``."""
         n_nic = self.nic_links
         if i < n_nic:
             k = i // 2
             return f"node {k // self.per_node} NIC {k % self.per_node} {('out', 'in')[i % 2]}"
-        return f"leaf {(i - n_nic) // 2} {('up', 'down')[(i - n_nic) % 2]}"
+        j, d = divmod(i - n_nic, 2)
+        rail = f" rail {j % self.per_node}" if self.per_node > 1 else ""
+        return f"leaf {j // self.per_node}{rail} {('up', 'down')[d]}"
 
 
 class LinkShare:
@@ -287,9 +290,9 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
         else None
     leaves = (nodes + per_leaf - 1) // per_leaf if per_leaf else 0
     n_nic_links = 2 * nodes * per
-    cap = np.full(n_nic_links + 2 * leaves, nic_bw)
+    cap = np.full(n_nic_links + 2 * leaves * per, nic_bw)  # an uplink per leaf and rail
     if per_leaf and fab is not None:
-        cap[n_nic_links:] = per_leaf * per * nic_bw / fab.oversubscription
+        cap[n_nic_links:] = per_leaf * nic_bw / fab.oversubscription
     gp = np.asarray(gptr, I64)
     gr = np.asarray(granks, I64)
     work_a = np.asarray(work, float)
@@ -318,8 +321,8 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     nb = np.zeros(G)
     at, s_, d_, sp = ptr[pg[ok]], src[ok], dst[ok], spine[ok]
     link[at], link[at + 1] = 2 * nic[s_], 2 * nic[d_] + 1
-    link[at[sp] + 2] = n_nic_links + 2 * (node[s_[sp]] // per_leaf if per_leaf else 0)
-    link[at[sp] + 3] = n_nic_links + 2 * (node[d_[sp]] // per_leaf if per_leaf else 0) + 1
+    link[at[sp] + 2] = n_nic_links + 2 * _uplink(nic[s_[sp]], per, per_leaf)
+    link[at[sp] + 3] = n_nic_links + 2 * _uplink(nic[d_[sp]], per, per_leaf) + 1
     nb[pg[ok]] = size_a[pg[ok]]
     for g, (links, w, b) in colls.items():
         link[ptr[g]:ptr[g + 1]] = links
@@ -357,6 +360,12 @@ def _algo(net: NcclNetwork, kind: str, size: float, rk: np.ndarray) -> str:
 TREE_ALGOS = frozenset({"tree", "nvls_tree", "collnet_direct", "collnet_chain"})
 
 
+def _uplink(nics: np.ndarray, per: int, per_leaf: int | None) -> np.ndarray:
+    """The leaf uplink (index among the uplinks: leaf × ``per`` + rail) of each global NIC in ``nics``: its node's
+    leaf (node // ``per_leaf``) on its rail (its index in the node)."""
+    return (nics // per // (per_leaf or 1)) * per + nics % per
+
+
 def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndarray, per: int,
           per_leaf: int | None, base: int, algo: str = "ring") -> tuple[np.ndarray, np.ndarray, float]:
     """(links, weights, bytes per unit weight) of one group of ranks ``rk`` (see the module doc) run with NCCL
@@ -386,8 +395,8 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
     weights = [np.ones(len(tx)), np.ones(len(rx))]
     if per_leaf and len(np.unique(np.concatenate([tx, rx]) // per // per_leaf)) > 1:  # it crosses the spine
         for arr, d in ((tx, 0), (rx, 1)):
-            leaf, cnt = np.unique(arr // per // per_leaf, return_counts=True)
-            links.append(base + 2 * leaf + d)
+            up, cnt = np.unique(_uplink(arr, per, per_leaf), return_counts=True)
+            links.append(base + 2 * up + d)
             weights.append(cnt.astype(float))
     return np.concatenate(links).astype(I64), np.concatenate(weights), nbytes
 

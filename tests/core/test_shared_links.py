@@ -340,3 +340,25 @@ def test_link_counters_follow_a_gpu_model_that_shares_no_links():
     levels = [v for _t, v in out["steps"]]
     assert levels[0] == pytest.approx(32 * MiB / 693.48864e-6 + 64 * MiB / 1364.57728e-6, rel=1e-9)
     assert levels[1] == pytest.approx(64 * MiB / 1364.57728e-6, rel=1e-9) and levels[-1] == 0.0
+
+
+def test_leaf_uplinks_are_per_rail():
+    # 2 GPUs per node on 2 NICs (rail-optimised: GPU k on NIC k, NIC k of every node on rail k's leaves), one
+    # node per leaf, oversubscription 2: rail k's leaf uplink carries 1 node x 50 / 2 = 25 GB/s. Rank 0 (NIC 0)
+    # sends 32 MiB to rank 2 (node 1) and to rank 4 (node 2) at once on two streams: both cross the spine on
+    # rail 0's uplink, each wanting 25 GB/s: 12.5 each, half speed, both ending at 2 x T(32 MiB, 25 GB/s) =
+    # 2 x 1364.57728 us. (One uplink pooled over both rails, 50 GB/s, ran both at their solo 1364.58 us while
+    # rail 1's uplink carried nothing.) Ranks 0 and 1 sending on rails 0 and 1 share no link: solo times.
+    prof = profile(2, 2, {"kind": "leaf_spine", "nodes_per_leaf": 1, "oversubscription": 2.0})
+    rows = [("s0", 0, 2, "a"), ("s1", 0, 4, "b")]
+    text = "schema_version: 1\nname: rails\nworld_size: 6\nlaunch: cuda_graph\nops:\n" + "".join(
+        f"  - {{name: {n}, kind: send, ranks: [{a}], peer: {b}, bytes: {32 * MiB}, stream: {st}}}\n"
+        f"  - {{name: r{n}, kind: recv, ranks: [{b}], peer: {a}, bytes: {32 * MiB}, stream: a}}\n"
+        for n, a, b, st in rows)
+    got = spans(text, prof)
+    assert got["s0@r0"] == got["s1@r0"] == pytest.approx(2 * T(32 * MiB, 25.0), rel=1e-12)
+    got = spans(schedule(6, [(0, 2, 32 * MiB), (1, 5, 32 * MiB)]), prof)
+    assert got["s0@r0"] == got["s1@r1"] == pytest.approx(T(32 * MiB, 25.0), rel=1e-12)
+    ls = link_share(prof, 6, [0, 2], [1, 5], ["send"], [MiB], [1e-3])
+    assert ls is not None and [ls.map.name(int(i)) for i in ls.links_of(0)] == [
+        "node 0 NIC 1 out", "node 2 NIC 1 in", "leaf 0 rail 1 up", "leaf 2 rail 1 down"]
