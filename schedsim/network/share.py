@@ -15,13 +15,14 @@ Links (both directions of each, full duplex)
 
 Flows (aggregated per link, never per rank pair)
     * a send/recv between nodes: the sender NIC's out and the receiver NIC's in, weight 1;
-    * a collective whose ranks span nodes: both directions of every NIC its ranks use, weight 1. Its demand per
-      NIC is the bytes a node sends across nodes (nccl-tests bus factor × size where NCCL's model picks a ring,
-      which crosses a node boundary once per channel; the size where it picks a tree, NVLS-tree or CollNet,
+    * a collective whose ranks span nodes: both directions of every NIC its ranks use, each weighted by its
+      node's bytes per NIC over the most loaded NIC's (1 where every node sends alike). Its demand per NIC is
+      the bytes a node sends across nodes (nccl-tests bus factor × size where NCCL's model picks a ring, which
+      crosses a node boundary once per channel; the size where it picks a tree, NVLS-tree or CollNet,
       which sends the buffer across nodes once; all_to_all: each local rank's bytes for the other nodes) over
       the NICs the node's ranks use, taken at the node that loads a NIC most;
-    * across leaves, a leaf's uplink (out) and downlink (in) of a rail carry the flow with weight = the number
-      of its NIC links of that direction in that leaf and rail.
+    * across leaves, a leaf's uplink (out) and downlink (in) of a rail carry the flow with weight = the sum of
+      the weights of its NIC links of that direction in that leaf and rail.
 
     A send/recv's demand is the rate its bandwidth term drives the NIC at (:meth:`NcclNetwork.p2p`: the NIC's
     line rate, over the oversubscription across the spine; LL at half). A collective's is its bytes per link over
@@ -376,6 +377,7 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
     if kind in ("send", "recv"):
         tx, rx = np.array([nic[rk[0]]]), np.array([nic[rk[-1]]])
         nbytes = size
+        w = np.ones(1)
     else:
         n = len(rk)
         mark = np.zeros(int(nic.max()) + 1, bool)
@@ -390,14 +392,18 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
             node_bytes = local * size * (n - local) / n
         else:
             node_bytes = np.full(len(nd_u), (1.0 if algo in TREE_ALGOS else bus_factor(kind, n)) * size)
-        nbytes = float((node_bytes / nics_on).max())
+        load = node_bytes / nics_on  # bytes on each NIC of each of its nodes
+        nbytes = float(load.max())
+        at = np.zeros(len(per_node))
+        at[nd_u] = load / nbytes if nbytes > 0 else 1.0
+        w = at[used // per]  # a NIC of a node that sends less carries that part of the flow's unit
     links = [2 * tx, 2 * rx + 1]
-    weights = [np.ones(len(tx)), np.ones(len(rx))]
+    weights = [w, w]
     if per_leaf and len(np.unique(np.concatenate([tx, rx]) // per // per_leaf)) > 1:  # it crosses the spine
         for arr, d in ((tx, 0), (rx, 1)):
-            up, cnt = np.unique(_uplink(arr, per, per_leaf), return_counts=True)
+            up, inv = np.unique(_uplink(arr, per, per_leaf), return_inverse=True)
             links.append(base + 2 * up + d)
-            weights.append(cnt.astype(float))
+            weights.append(np.bincount(inv, weights=w, minlength=len(up)))
     return np.concatenate(links).astype(I64), np.concatenate(weights), nbytes
 
 

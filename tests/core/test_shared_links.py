@@ -362,3 +362,24 @@ def test_leaf_uplinks_are_per_rail():
     ls = link_share(prof, 6, [0, 2], [1, 5], ["send"], [MiB], [1e-3])
     assert ls is not None and [ls.map.name(int(i)) for i in ls.links_of(0)] == [
         "node 0 NIC 1 out", "node 2 NIC 1 in", "leaf 0 rail 1 up", "leaf 2 rail 1 down"]
+
+
+def test_a_collective_loads_each_nic_with_its_own_nodes_bytes():
+    # a 48 MiB all_reduce over ranks 0, 1 (node 0, NICs 0 and 1) and 2 (node 1, NIC 0), rail-optimised: its ring
+    # sends 2 x 2/3 x 48 = 64 MiB out of each node, over node 0's two NICs (32 MiB each) and node 1's one (64 MiB).
+    # (Every NIC was charged the most loaded one's 64 MiB: node 0 showed 128 MiB out.)
+    ar = f"  - {{name: ar, kind: all_reduce, bytes: {48 * MiB}, ranks: [0, 1, 2], group: [0, 1, 2], stream: c}}\n"
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(schedule(4, []).replace("ops:\n", "ops:\n" + ar), "s.yaml"), profile(2, 2))
+    moved = {x["name"]: x["bytes"] / MiB for x in run.timeline.meta["links"]["links"]}
+    assert moved == {"node 0 NIC 0 out": 32, "node 0 NIC 0 in": 32, "node 0 NIC 1 out": 32, "node 0 NIC 1 in": 32,
+                     "node 1 NIC 0 out": 64, "node 1 NIC 0 in": 64}
+    # beside it a 64 MiB send 1 -> 3 on node 0's NIC 1 out (50 GB/s), which the all_reduce loads at half its rate r
+    # (its unit, r, on node 1's NIC): both want more than their part, so they rise together to 0.5 r + r = 50,
+    # r = 100/3 GB/s. The all_reduce ends at 64 MiB / r = 2013.26592 us; the send, at 2/3 of its 50 GB/s until
+    # then, has done 1342.17728 us of its T(64 MiB) = 1364.57728 and ends 22.4 us later, at 2035.66592 us.
+    got = spans(schedule(4, [(1, 3, 64 * MiB)]).replace("ops:\n", "ops:\n" + ar), profile(2, 2))
+    assert got["ar@r0"] == pytest.approx(64 * MiB / (100 / 3 * 1e3), rel=1e-9) == pytest.approx(2013.26592)
+    assert got["s0@r1"] == pytest.approx(2035.66592, rel=1e-9)
