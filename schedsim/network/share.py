@@ -397,8 +397,8 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
         at = np.zeros(len(per_node))
         at[nd_u] = load / nbytes if nbytes > 0 else 1.0
         w = at[used // per]  # a NIC of a node that sends less carries that part of the flow's unit
-    links = [2 * tx, 2 * rx + 1]
-    weights = [w, w]
+    links: list[np.ndarray] = [2 * tx, 2 * rx + 1]
+    weights: list[np.ndarray] = [w, w]
     if per_leaf and len(np.unique(np.concatenate([tx, rx]) // per // per_leaf)) > 1:  # it crosses the spine
         for arr, d in ((tx, 0), (rx, 1)):
             up, inv = np.unique(_uplink(arr, per, per_leaf), return_inverse=True)
