@@ -228,7 +228,9 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     from schedsim.network.share import link_utilisation
 
     cols = tl.columns  # rows in program order
-    links = link_utilisation(profile, prog, cols.start_s, cols.end_s) if len(cols) == prog.N else None
+    shared = (sim["gpu_model"] or profile.gpu_model) == "waves"  # the one GPU model that shares NICs and uplinks
+    links = link_utilisation(profile, prog, cols.start_s, cols.end_s, cols.solo_s, shared) \
+        if len(cols) == prog.N else None
     if links is not None:  # bytes per second on the shared links (NICs, leaf uplinks): trace.json and Gantt
         tl.meta["links"] = links
     from schedsim.notes import guesses

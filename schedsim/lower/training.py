@@ -27,9 +27,9 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   blocks of ``ep`` of the cp·dp ranks: Megatron's expert order ``tp-ep-dp-pp``) before and after the experts,
   and with tp > 1 (sequence parallelism required) the all-gather / reduce-scatter of the tokens over the TP
   group (:func:`_with_ep`); router imbalance: with ``moe_expert_capacity_factor`` c the first expert of EP
-  index 0 runs at capacity, c times the mean load, and that rank's all-to-alls carry what it receives. The
-  experts' gradients are reduced over the expert data-parallel group (``dp·cp/ep`` ranks with the same EP
-  index) after the rank's last compute (not bucketed);
+  index 0 runs at capacity, c times the mean load, and that rank's all-to-alls carry what it receives (c < 1:
+  every expert drops to its capacity). The experts' gradients are reduced over the expert data-parallel group
+  (``dp·cp/ep`` ranks with the same EP index) after the rank's last compute (not bucketed);
 * **context parallelism** (``context_parallel_size``): each rank holds ``s/cp`` tokens (every kernel, TP
   collective and PP message is sized by them) and the attention core is Transformer Engine's ring attention
   (:func:`_with_cp`): cp steps of a fused attention kernel with the next step's K, V send/recv to the
@@ -311,7 +311,9 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
         tokens = plan.expert_tokens(t, hot)
         moe = (plan.experts, t.moe_router_topk, tokens)
         got = sum(tokens) // plan.tp * t.hidden_size * e  # received by this rank's dispatch (before the TP gather)
-        a2a = max(T // plan.tp * t.moe_router_topk * t.hidden_size * e, got)
+        # sent: its tokens × k, fewer where every expert drops to a capacity below the mean (c < 1)
+        sent = min(T // plan.tp * t.moe_router_topk, sum(plan.expert_tokens(t, False)) // plan.tp)
+        a2a = max(sent * t.hidden_size * e, got)
     layer = _layer_ops(tr, plan.tp, plan.sp, plan.groups, moe)
     lps = plan.stage_layers[stage]
     fwd = _with_tp(layer["F"], "F", plan, act, plan.dtype, t.tp_comm_overlap)

@@ -9,18 +9,20 @@ of :mod:`schedsim.sim.gpu_model`); shares change only at flow starts and finishe
 Links (both directions of each, full duplex)
     * every NIC of every node (``topology.nics``; node n's NIC k is shared by the GPUs ``gpu_to_nic`` maps to it);
     * with a leaf/spine ``topology.fabric`` whose ``oversubscription`` exceeds 1, each leaf's uplink to the spine,
-      of ``nodes_per_leaf`` × ``per_node`` × NIC rate / ``oversubscription`` (a non-blocking fabric never binds
+      one per rail (``nodes_per_leaf`` counts nodes per rail: NIC k of every node is on rail k's leaves), of
+      ``nodes_per_leaf`` × NIC rate / ``oversubscription`` (a non-blocking fabric never binds
       before the NICs, so it has none).
 
 Flows (aggregated per link, never per rank pair)
     * a send/recv between nodes: the sender NIC's out and the receiver NIC's in, weight 1;
-    * a collective whose ranks span nodes: both directions of every NIC its ranks use, weight 1. Its demand per
-      NIC is the bytes a node sends across nodes (nccl-tests bus factor × size where NCCL's model picks a ring,
-      which crosses a node boundary once per channel; the size where it picks a tree, NVLS-tree or CollNet,
+    * a collective whose ranks span nodes: both directions of every NIC its ranks use, each weighted by its
+      node's bytes per NIC over the most loaded NIC's (1 where every node sends alike). Its demand per NIC is
+      the bytes a node sends across nodes (nccl-tests bus factor × size where NCCL's model picks a ring, which
+      crosses a node boundary once per channel; the size where it picks a tree, NVLS-tree or CollNet,
       which sends the buffer across nodes once; all_to_all: each local rank's bytes for the other nodes) over
       the NICs the node's ranks use, taken at the node that loads a NIC most;
-    * across leaves, a leaf's uplink (out) and downlink (in) carry the flow with weight = the number of its
-      NIC links of that direction in the leaf.
+    * across leaves, a leaf's uplink (out) and downlink (in) of a rail carry the flow with weight = the sum of
+      the weights of its NIC links of that direction in that leaf and rail.
 
     A send/recv's demand is the rate its bandwidth term drives the NIC at (:meth:`NcclNetwork.p2p`: the NIC's
     line rate, over the oversubscription across the spine; LL at half). A collective's is its bytes per link over
@@ -108,7 +110,7 @@ class LinkMap:
     rate. ``demand`` (bytes/s per unit weight, shape G; no more than any of its links carries alone), ``cap``
     (bytes/s, shape L), ``per_node`` (NICs per node), ``nic_links`` (2 × NICs), ``nbytes`` (bytes per unit
     weight a flow moves over each of its links).
-    Links 2i and 2i + 1 are NIC i's out and in (node i // per_node); after the NICs, 2l and 2l + 1 are leaf l's
+    Links 2i and 2i + 1 are NIC i's out and in (node i // per_node); after the NICs, 2l and 2l + 1 are uplink l's
     up and down.
     """
 
@@ -122,12 +124,14 @@ class LinkMap:
     nbytes: np.ndarray
 
     def name(self, i: int) -> str:
-        """Link ``i`` in words: ``node 3 NIC 1 out``, ``leaf 0 up``."""
+        """Link ``i`` in words: ``node 3 NIC 1 out``, ``leaf 0 up`` (one NIC a node), ``leaf 0 rail 1 up``."""
         n_nic = self.nic_links
         if i < n_nic:
             k = i // 2
             return f"node {k // self.per_node} NIC {k % self.per_node} {('out', 'in')[i % 2]}"
-        return f"leaf {(i - n_nic) // 2} {('up', 'down')[(i - n_nic) % 2]}"
+        j, d = divmod(i - n_nic, 2)
+        rail = f" rail {j % self.per_node}" if self.per_node > 1 else ""
+        return f"leaf {j // self.per_node}{rail} {('up', 'down')[d]}"
 
 
 class LinkShare:
@@ -287,9 +291,9 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
         else None
     leaves = (nodes + per_leaf - 1) // per_leaf if per_leaf else 0
     n_nic_links = 2 * nodes * per
-    cap = np.full(n_nic_links + 2 * leaves, nic_bw)
+    cap = np.full(n_nic_links + 2 * leaves * per, nic_bw)  # an uplink per leaf and rail
     if per_leaf and fab is not None:
-        cap[n_nic_links:] = per_leaf * per * nic_bw / fab.oversubscription
+        cap[n_nic_links:] = per_leaf * nic_bw / fab.oversubscription
     gp = np.asarray(gptr, I64)
     gr = np.asarray(granks, I64)
     work_a = np.asarray(work, float)
@@ -318,8 +322,8 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     nb = np.zeros(G)
     at, s_, d_, sp = ptr[pg[ok]], src[ok], dst[ok], spine[ok]
     link[at], link[at + 1] = 2 * nic[s_], 2 * nic[d_] + 1
-    link[at[sp] + 2] = n_nic_links + 2 * (node[s_[sp]] // per_leaf if per_leaf else 0)
-    link[at[sp] + 3] = n_nic_links + 2 * (node[d_[sp]] // per_leaf if per_leaf else 0) + 1
+    link[at[sp] + 2] = n_nic_links + 2 * _uplink(nic[s_[sp]], per, per_leaf)
+    link[at[sp] + 3] = n_nic_links + 2 * _uplink(nic[d_[sp]], per, per_leaf) + 1
     nb[pg[ok]] = size_a[pg[ok]]
     for g, (links, w, b) in colls.items():
         link[ptr[g]:ptr[g + 1]] = links
@@ -357,6 +361,12 @@ def _algo(net: NcclNetwork, kind: str, size: float, rk: np.ndarray) -> str:
 TREE_ALGOS = frozenset({"tree", "nvls_tree", "collnet_direct", "collnet_chain"})
 
 
+def _uplink(nics: np.ndarray, per: int, per_leaf: int | None) -> np.ndarray:
+    """The leaf uplink (index among the uplinks: leaf × ``per`` + rail) of each global NIC in ``nics``: its node's
+    leaf (node // ``per_leaf``) on its rail (its index in the node)."""
+    return (nics // per // (per_leaf or 1)) * per + nics % per
+
+
 def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndarray, per: int,
           per_leaf: int | None, base: int, algo: str = "ring") -> tuple[np.ndarray, np.ndarray, float]:
     """(links, weights, bytes per unit weight) of one group of ranks ``rk`` (see the module doc) run with NCCL
@@ -367,6 +377,7 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
     if kind in ("send", "recv"):
         tx, rx = np.array([nic[rk[0]]]), np.array([nic[rk[-1]]])
         nbytes = size
+        w = np.ones(1)
     else:
         n = len(rk)
         mark = np.zeros(int(nic.max()) + 1, bool)
@@ -381,14 +392,18 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
             node_bytes = local * size * (n - local) / n
         else:
             node_bytes = np.full(len(nd_u), (1.0 if algo in TREE_ALGOS else bus_factor(kind, n)) * size)
-        nbytes = float((node_bytes / nics_on).max())
-    links = [2 * tx, 2 * rx + 1]
-    weights = [np.ones(len(tx)), np.ones(len(rx))]
+        load = node_bytes / nics_on  # bytes on each NIC of each of its nodes
+        nbytes = float(load.max())
+        at = np.zeros(len(per_node))
+        at[nd_u] = load / nbytes if nbytes > 0 else 1.0
+        w = at[used // per]  # a NIC of a node that sends less carries that part of the flow's unit
+    links: list[np.ndarray] = [2 * tx, 2 * rx + 1]
+    weights: list[np.ndarray] = [w, w]
     if per_leaf and len(np.unique(np.concatenate([tx, rx]) // per // per_leaf)) > 1:  # it crosses the spine
         for arr, d in ((tx, 0), (rx, 1)):
-            leaf, cnt = np.unique(arr // per // per_leaf, return_counts=True)
-            links.append(base + 2 * leaf + d)
-            weights.append(cnt.astype(float))
+            up, inv = np.unique(_uplink(arr, per, per_leaf), return_inverse=True)
+            links.append(base + 2 * up + d)
+            weights.append(np.bincount(inv, weights=w, minlength=len(up)))
     return np.concatenate(links).astype(I64), np.concatenate(weights), nbytes
 
 
@@ -410,27 +425,36 @@ def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gid
 MAX_SHOWN_LINKS = 16
 
 
-def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarray, end_s: np.ndarray
-                     ) -> dict[str, Any] | None:
-    """Bytes per second on each shared link over a run of ``prog`` (op i from ``start_s[i]`` to ``end_s[i]``,
-    seconds): ``{"links": [{"name", "capacity_Bps", "bytes", "steps": [[t_s, B/s], ...]}, ...], "shown",
-    "of"}`` for the :data:`MAX_SHOWN_LINKS` links that moved the most bytes (``of``: links with traffic), or
-    None when the profile shares no links or no transfer crossed a node. A transfer's bytes on a link
-    (:class:`LinkMap`) are spread over its transfer (from its group's last member start to its end) in
-    proportion to its max-min share, replayed from the transfers' start and end times (:func:`_share_history`),
-    so each link's steps integrate to the bytes moved over it and, where the shares alone set the speeds, never
-    exceed its capacity; the steps are piecewise constant (``t_s`` on, until the next step)."""
+def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarray, end_s: np.ndarray,
+                     solo_s: np.ndarray | None = None, shared: bool = True) -> dict[str, Any] | None:
+    """Bytes per second on each shared link over a run of ``prog`` (op i from ``start_s[i]`` to ``end_s[i]``, seconds;
+    ``solo_s[i]`` its solo seconds as the simulation had them, which set a collective's demand as in the simulation:
+    without them, or where one is unknown (NaN), a collective is taken to want no more than its bytes over its span;
+    ``shared`` False for a run whose GPU model shares no links, ``sharing`` or ``replay``: each transfer's bytes
+    then spread evenly over its span): ``{"links": [{"name", "capacity_Bps", "bytes", "steps": [[t_s, B/s], ...]},
+    ...], "shown", "of"}`` for the :data:`MAX_SHOWN_LINKS` links that moved the most bytes (``of``: links with
+    traffic), or None when the profile shares no links or no transfer crossed a node. A transfer's bytes on a link
+    (:class:`LinkMap`) are spread over its transfer (from its group's last member start to its end) in proportion to
+    its max-min share, replayed from the transfers' start and end times (:func:`_share_history`), so each link's
+    steps integrate to the bytes moved over it and, where the shares alone set the speeds, never exceed its
+    capacity; the steps are piecewise constant (``t_s`` on, until the next step)."""
     if not shares_links(profile) or prog.N == 0:
         return None
     from schedsim.lower.program import rendezvous_groups
 
     gptr, gidx, G, _c, _lone = rendezvous_groups(prog)
-    ls = program_share(profile, prog, gptr, gidx, np.ones(G)) if G else None
+    if not G:
+        return None
+    t0 = np.maximum.reduceat(start_s[gidx], gptr[:-1])
+    t1 = np.maximum.reduceat(end_s[gidx], gptr[:-1])
+    work = np.maximum(t1 - t0, 1e-12)
+    if solo_s is not None:  # the group's solo time (the largest member's, as the simulation takes it)
+        solo = np.maximum.reduceat(np.asarray(solo_s, float)[gidx], gptr[:-1])
+        work = np.where(np.isfinite(solo) & (solo > 0), solo, work)
+    ls = program_share(profile, prog, gptr, gidx, work)
     if ls is None:
         return None
     lm = ls.map
-    t0 = np.maximum.reduceat(start_s[gidx], gptr[:-1])
-    t1 = np.maximum.reduceat(end_s[gidx], gptr[:-1])
     flows = np.flatnonzero((np.diff(lm.ptr) > 0) & (t1 > t0))
     cnt = np.diff(lm.ptr)
     g_of = np.repeat(np.arange(G), cnt)
@@ -439,7 +463,8 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     busy = np.flatnonzero(total > 0)
     if not len(busy):
         return None
-    hist = _share_history(ls, flows, t0, t1)
+    hist = _share_history(ls, flows, t0, t1) if shared else {
+        g: (np.array([t0[g], t1[g]]), np.array([1.0, 0.0])) for g in flows.tolist()}
     shown = busy[np.argsort(-total[busy], kind="stable")[:MAX_SHOWN_LINKS]]
     out = []
     for k in sorted(shown.tolist()):

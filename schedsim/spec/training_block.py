@@ -159,11 +159,14 @@ class TrainingPlan:
         ``ep · (s/cp)·b · k / E`` balanced (every EP rank routes its ``(s/cp)·b/tp`` tokens to k experts; with sequence
         parallelism the TP gather multiplies by tp), the first expert of the ``hot`` rank (EP index 0) at its
         capacity, ``moe_expert_capacity_factor`` times that (Megatron-LM ``moe_utils.get_capacity``:
-        ``ceil(tokens · k / E · c)``)."""
+        ``ceil(tokens · k / E · c)``). With c < 1 the capacity is below the mean and every expert drops to it
+        (Megatron drops the tokens past an expert's capacity)."""
         mean = -(-self.ep * (t.seq_length // self.cp) * t.micro_batch_size * t.moe_router_topk // self.experts)
-        out = [mean] * (self.experts // self.ep)
-        if hot and t.moe_expert_capacity_factor is not None:
-            out[0] = int(-(-mean * t.moe_expert_capacity_factor // 1))
+        c = t.moe_expert_capacity_factor
+        cap = None if c is None else int(-(-mean * c // 1))
+        out = [mean if cap is None else min(mean, cap)] * (self.experts // self.ep)
+        if hot and cap is not None:
+            out[0] = cap
         return tuple(out)
 
     @property
@@ -492,6 +495,11 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
       without the ``a·s²·b`` terms;
     * full recomputation: the layer input, ``2r·sbh`` (``/t`` with SP).
 
+    The table's MLP takes ``f = 4h``; of its terms the two ``sbf`` tensors (the GeLU's input and output, ``16r·sbh``
+    at f = 4h) scale with ``ffn_hidden_size`` f: ``4r·sbf`` in place of ``16r·sbh``, as Megatron-LM's
+    ``theoretical_memory_usage.py`` ``compute_activation_memory`` writes the selective, SP row,
+    ``sbh·(18 + 4f/h)`` (a gated ``swiglu`` fc1 output of 2f is not counted apart, as there).
+
     With context parallelism each rank holds ``s/cp`` tokens: the whole count is divided by cp (an
     approximation for the ``a·s²·b`` terms, which Transformer Engine's fused attention, required for cp > 1,
     does not store).
@@ -507,9 +515,10 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     if rg == "full":
         return 2 * r * sbh / (tp if plan.sp else 1)
     attn = 0.0 if rg == "selective" or t.use_flash_attn else a * s * s * b * (4 * r + 1) / tp
+    mlp = 4 * r * plan.ffn / h  # the MLP's two sbf tensors, per sbh (16r at f = 4h)
     if plan.sp:
-        return sbh / tp * (32 * r + 2) + attn
-    return sbh * (8 * r + 2 + 24 * r / tp) + attn
+        return sbh / tp * (16 * r + 2 + mlp) + attn
+    return sbh * (8 * r + 2 + (8 * r + mlp) / tp) + attn
 
 
 def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
@@ -545,6 +554,10 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
         n += plan.vocab * t.hidden_size / plan.tp
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
     ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)
+    # the experts' state is sharded over their own data-parallel group, dp·cp/ep ranks (Megatron-LM
+    # theoretical_memory_usage.py: expert_sharded_params × num_bytes_per_parameter(expert_data_parallel_size))
+    n_exp = lps * expert_params_per_layer(t, plan) / plan.tp
+    ob_exp = opt / (plan.dp * plan.cp // plan.ep) if t.use_distributed_optimizer else float(opt)
     p, v, m = plan.pp, plan.v, plan.m
     inflight = min(m, p) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
     per_layer = act_bytes_per_layer(t, plan)
@@ -558,6 +571,6 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     if t.recompute_granularity == "full":  # backward re-runs one checkpointed group's forward: its activations live
         peak = (min(k, lpc) if t.recompute_method == "uniform" else 1) * act_bytes_per_layer(t, plan, None)
     act = per_layer * inflight + peak
-    out = {"params": n * pb, "grads": n * gb, "optimizer": n * ob, "activations": act}
+    out = {"params": n * pb, "grads": n * gb, "optimizer": (n - n_exp) * ob + n_exp * ob_exp, "activations": act}
     out["total"] = sum(out.values())
     return out

@@ -306,3 +306,80 @@ def test_link_share_events_match_a_refill_of_every_running_flow(data: st.DataObj
         rate = maxmin(demand[run], cap, fl, lk, np.ones(len(lk)))
         want = np.where(rate >= demand[run], 1.0, rate / demand[run])
         assert ls.share[run] == pytest.approx(want, rel=1e-12)
+
+
+def test_link_counters_beside_a_collective_never_exceed_the_capacity():
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    # a 64 MiB all_reduce over both nodes beside a 64 MiB send 0 -> 2, one NIC per node: in the simulation the two
+    # split node 0's NIC out max-min (50 GB/s in all) until the send ends, then the all_reduce runs alone. The
+    # counters replay the shares with each group's solo time (the timeline's solo_s): replayed with 1 s each, the
+    # all_reduce wanted its bytes per second, got share 1 and its bytes spread evenly over its span, and the NIC
+    # out showed 53.96 GB/s of 50
+    text = MIXED.replace("  - {name: s1, kind: send, ranks: [1], peer: 3, bytes: 16777216, stream: a}\n"
+                         "  - {name: r1, kind: recv, ranks: [3], peer: 1, bytes: 16777216, stream: a}\n", "")
+    run = simulate_spec(load_text(text, "s.yaml"), profile(2, 1))
+    out = {x["name"]: x for x in run.timeline.meta["links"]["links"]}["node 0 NIC 0 out"]
+    assert out["bytes"] == pytest.approx((1.5 * 64 + 64) * MiB, rel=1e-9)  # ring: bus factor 2 x 3 / 4, + the send
+    assert max(v for _t, v in out["steps"]) <= out["capacity_Bps"] * (1 + 1e-9)
+
+
+def test_link_counters_follow_a_gpu_model_that_shares_no_links():
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    # the sharing model runs the two sends of TWO at their solo speeds (693.48864 and 1364.57728 us, beside each
+    # other on node 0's NIC: it models no congestion between ranks' links); the counters must show what it ran,
+    # each send's bytes evenly over its span: 32 MiB / 693.48864 us + 64 MiB / 1364.57728 us = 48.39 + 49.18 GB/s
+    # while both run, not the waves model's halves replayed onto the shorter spans (81.35 GB/s on a 50 GB/s NIC)
+    run = simulate_spec(load_text(TWO, "s.yaml"), profile(2, 1), gpu_model="sharing")
+    got = {s.id: (s.end_s - s.start_s) * 1e6 for s in run.timeline.spans}
+    assert got["s0@r0"] == pytest.approx(693.48864, rel=1e-9) and got["s1@r1"] == pytest.approx(1364.57728, rel=1e-9)
+    out = {x["name"]: x for x in run.timeline.meta["links"]["links"]}["node 0 NIC 0 out"]
+    levels = [v for _t, v in out["steps"]]
+    assert levels[0] == pytest.approx(32 * MiB / 693.48864e-6 + 64 * MiB / 1364.57728e-6, rel=1e-9)
+    assert levels[1] == pytest.approx(64 * MiB / 1364.57728e-6, rel=1e-9) and levels[-1] == 0.0
+
+
+def test_leaf_uplinks_are_per_rail():
+    # 2 GPUs per node on 2 NICs (rail-optimised: GPU k on NIC k, NIC k of every node on rail k's leaves), one
+    # node per leaf, oversubscription 2: rail k's leaf uplink carries 1 node x 50 / 2 = 25 GB/s. Rank 0 (NIC 0)
+    # sends 32 MiB to rank 2 (node 1) and to rank 4 (node 2) at once on two streams: both cross the spine on
+    # rail 0's uplink, each wanting 25 GB/s: 12.5 each, half speed, both ending at 2 x T(32 MiB, 25 GB/s) =
+    # 2 x 1364.57728 us. (One uplink pooled over both rails, 50 GB/s, ran both at their solo 1364.58 us while
+    # rail 1's uplink carried nothing.) Ranks 0 and 1 sending on rails 0 and 1 share no link: solo times.
+    prof = profile(2, 2, {"kind": "leaf_spine", "nodes_per_leaf": 1, "oversubscription": 2.0})
+    rows = [("s0", 0, 2, "a"), ("s1", 0, 4, "b")]
+    text = "schema_version: 1\nname: rails\nworld_size: 6\nlaunch: cuda_graph\nops:\n" + "".join(
+        f"  - {{name: {n}, kind: send, ranks: [{a}], peer: {b}, bytes: {32 * MiB}, stream: {st}}}\n"
+        f"  - {{name: r{n}, kind: recv, ranks: [{b}], peer: {a}, bytes: {32 * MiB}, stream: a}}\n"
+        for n, a, b, st in rows)
+    got = spans(text, prof)
+    assert got["s0@r0"] == got["s1@r0"] == pytest.approx(2 * T(32 * MiB, 25.0), rel=1e-12)
+    got = spans(schedule(6, [(0, 2, 32 * MiB), (1, 5, 32 * MiB)]), prof)
+    assert got["s0@r0"] == got["s1@r1"] == pytest.approx(T(32 * MiB, 25.0), rel=1e-12)
+    ls = link_share(prof, 6, [0, 2], [1, 5], ["send"], [MiB], [1e-3])
+    assert ls is not None and [ls.map.name(int(i)) for i in ls.links_of(0)] == [
+        "node 0 NIC 1 out", "node 2 NIC 1 in", "leaf 0 rail 1 up", "leaf 2 rail 1 down"]
+
+
+def test_a_collective_loads_each_nic_with_its_own_nodes_bytes():
+    # a 48 MiB all_reduce over ranks 0, 1 (node 0, NICs 0 and 1) and 2 (node 1, NIC 0), rail-optimised: its ring
+    # sends 2 x 2/3 x 48 = 64 MiB out of each node, over node 0's two NICs (32 MiB each) and node 1's one (64 MiB).
+    # (Every NIC was charged the most loaded one's 64 MiB: node 0 showed 128 MiB out.)
+    ar = f"  - {{name: ar, kind: all_reduce, bytes: {48 * MiB}, ranks: [0, 1, 2], group: [0, 1, 2], stream: c}}\n"
+    from schedsim.api import simulate_spec
+    from schedsim.spec.loader import load_text
+
+    run = simulate_spec(load_text(schedule(4, []).replace("ops:\n", "ops:\n" + ar), "s.yaml"), profile(2, 2))
+    moved = {x["name"]: x["bytes"] / MiB for x in run.timeline.meta["links"]["links"]}
+    assert moved == {"node 0 NIC 0 out": 32, "node 0 NIC 0 in": 32, "node 0 NIC 1 out": 32, "node 0 NIC 1 in": 32,
+                     "node 1 NIC 0 out": 64, "node 1 NIC 0 in": 64}
+    # beside it a 64 MiB send 1 -> 3 on node 0's NIC 1 out (50 GB/s), which the all_reduce loads at half its rate r
+    # (its unit, r, on node 1's NIC): both want more than their part, so they rise together to 0.5 r + r = 50,
+    # r = 100/3 GB/s. The all_reduce ends at 64 MiB / r = 2013.26592 us; the send, at 2/3 of its 50 GB/s until
+    # then, has done 1342.17728 us of its T(64 MiB) = 1364.57728 and ends 22.4 us later, at 2035.66592 us.
+    got = spans(schedule(4, [(1, 3, 64 * MiB)]).replace("ops:\n", "ops:\n" + ar), profile(2, 2))
+    assert got["ar@r0"] == pytest.approx(64 * MiB / (100 / 3 * 1e3), rel=1e-9) == pytest.approx(2013.26592)
+    assert got["s0@r1"] == pytest.approx(2035.66592, rel=1e-9)

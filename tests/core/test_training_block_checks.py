@@ -140,3 +140,19 @@ def test_fp32_activations_take_more_memory_than_bf16() -> None:
     sbh, as2b = 1024 * 1024, 16 * 1024 * 1024  # Korthikanti Table 2 with 4-byte values, 1-byte dropout masks
     assert a16 == pytest.approx(8 * (sbh * (10 + 24 / 2) + 5 * as2b / 2))  # 8 layer-microbatches in flight
     assert a32 == pytest.approx(8 * (sbh * (18 + 48 / 2) + 9 * as2b / 2))
+
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_activation_memory_scales_the_mlp_with_ffn_hidden_size(sp: bool) -> None:
+    """Korthikanti et al. 2022's 34·sbh (selective) takes f = 4h; Megatron-LM theoretical_memory_usage.py
+    writes it sbh·(18 + 4f/h): the GeLU's input and output are s·b·f each. f = 8h = 8192 (s = h = 1024, b = 1,
+    t = 2, bf16): with SP 50·sbh/t a layer (34 at f = 4h); without SP, the LayerNorm, QKV and fc1 inputs and the
+    two dropout masks unsplit, 10·sbh, and the rest over t: (8 + 32)/2 = 20, 30·sbh (22 at f = 4h). The first of
+    pp = 2 stages holds 4 layers × 2 microbatches."""
+    sbh = 1024 * 1024
+    t = _spec(tp=2, pp=2, recompute_granularity="selective", sequence_parallel=sp, ffn_hidden_size=8192)
+    t4 = _spec(tp=2, pp=2, recompute_granularity="selective", sequence_parallel=sp)
+    got = memory_per_rank(t, training_plan(t, 8))["activations"]
+    assert got == pytest.approx(8 * (50 * sbh / 2 if sp else 30 * sbh))
+    assert memory_per_rank(t4, training_plan(t4, 8))["activations"] == pytest.approx(8 * (34 * sbh / 2 if sp else
+                                                                                          22 * sbh))

@@ -94,3 +94,30 @@ def test_moe_refusals(tmp_path: Path, old: str, new: str, field: str, words: str
     first = err.splitlines()[0]
     assert f"{field}: " in first and words in first, first
     assert "fix:" in err and "Traceback" not in err
+
+
+def test_capacity_factor_below_one_drops_every_expert_to_its_capacity() -> None:
+    """c = 0.5: the capacity ceil(32 × 0.5) = 16 tokens is below the mean of 32, so Megatron drops every expert's
+    tokens past 16 (moe_utils.get_capacity, the dispatcher's token drop), not only the first expert of EP
+    index 0. Every rank: fc1 of 16 rows per expert; the dispatch all-to-all carries 16 tokens a rank (32 after
+    the TP gather, over 2 local experts and tp 2): 16·64·2 = 2048 bytes; the TP all-gather 32·128 = 4096."""
+    ops = _ops(MOE.replace("moe_expert_capacity_factor: 1.5", "moe_expert_capacity_factor: 0.5"))
+    assert {o.m for o in ops if o.kind == "matmul" and o.name.endswith(("fc1_e0", "fc1_e1"))} == {16}
+    assert {o.nbytes for o in ops if o.kind == "all_to_all"} == {2048}
+    assert {o.nbytes for o in ops if o.name.endswith(".tp_ag_moe")} == {4096}
+
+
+def test_expert_optimizer_state_is_sharded_over_the_expert_data_parallel_group() -> None:
+    """Distributed optimizer: dense parameters' fp32 state (12 bytes each under bf16) is sharded over dp·cp = 4
+    ranks, the experts' over their own data-parallel group, dp·cp/ep = 2 (Megatron-LM
+    theoretical_memory_usage.py, num_bytes_per_parameter(expert_data_parallel_size)). Rank 0 holds 2 local
+    experts × (64·256 + 256·64) / tp 2 = 32,768 expert parameters a layer, 65,536 over 2 layers."""
+    import yaml
+
+    from schedsim.spec.training_block import TrainingSpec, memory_per_rank, training_plan
+
+    doc = yaml.safe_load(MOE)
+    t = TrainingSpec(**{**doc["training"], "use_distributed_optimizer": True})
+    mem = memory_per_rank(t, training_plan(t, 8))
+    n, n_exp = mem["params"] / 2, 65_536  # bf16 weights: 2 bytes a parameter
+    assert mem["optimizer"] == pytest.approx((n - n_exp) * 12 / 4 + n_exp * 12 / 2)
