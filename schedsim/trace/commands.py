@@ -197,8 +197,8 @@ def register(app: typer.Typer) -> None:
         what_if: list[str] = typer.Option([], "--what-if", help="PATTERN*FACTOR: scale the recorded durations of "
                                           "nccl, kernel, memcpy, memset ops, an op kind, or kernels whose name "
                                           "matches a glob ('*gemm*'); max_connections=N: replay with N hardware "
-                                          "queues (CUDA_DEVICE_MAX_CONNECTIONS); host_gaps=F as --host-gaps. "
-                                          "Repeatable."),
+                                          "queues (CUDA_DEVICE_MAX_CONNECTIONS); host_gaps=F: a factor on the "
+                                          "recorded host gaps. Repeatable."),
         host_gaps: float = typer.Option(1.0, "--host-gaps", help="Factor on the recorded host gaps (0 drops them)."),
         recost_comm: bool = typer.Option(False, "--recost-comm", help="Collectives take the profile's cost model "
                                          "instead of their recorded durations."),
