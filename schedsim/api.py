@@ -485,7 +485,7 @@ def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> 
     """
     import copy
 
-    from schedsim.report.gantt import draw_pipeline, pipeline_view
+    from schedsim.report.pipeline_chart import draw_pipeline, pipeline_view
     from schedsim.trace.analyze import tag_pipeline
 
     tl = _tl(run)
@@ -507,7 +507,7 @@ def plot_memory(run: Run | Timeline, title: str = "") -> Any:
     SchedsimError
         The timeline has no memory curve.
     """
-    from schedsim.report.gantt import draw_memory
+    from schedsim.report.memory_chart import draw_memory
 
     tl = _tl(run)
     mem = (tl.meta or {}).get("memory")

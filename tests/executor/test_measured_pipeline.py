@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_executed_1f1b_shows_as_a_pipeline(gloo2, tmp_path):
-    from schedsim.report.gantt import draw_pipeline, pipeline_view, unit_steps
+    from schedsim.report.pipeline_chart import draw_pipeline, pipeline_view, unit_steps
     from schedsim.report.trace_check import check_trace_file
     from schedsim.sim.timeline import Timeline
     from schedsim.trace.analyze import kineto_ranges_timeline, pipeline_bubbles, tag_pipeline
