@@ -76,7 +76,7 @@ def measure_wave_tail(torch: Any, dev: Any, shape: tuple[str, int, int, int], gr
         torch.matmul(a, b, out=c)  # warm: the first call may pick or load the kernel
     torch.cuda.synchronize(dev)
     if grid is None:  # the shape was not in the GEMM table's runs: its grid from a Kineto trace
-        from executor.calibrate import longest_kernel_ctas
+        from executor.calibrate_gemm import longest_kernel_ctas
         from executor.calibrate_nccl import kernel_events
 
         grid = longest_kernel_ctas(kernel_events(torch, lambda: torch.matmul(a, b, out=outs[0])))
@@ -219,7 +219,7 @@ def measure_sm_stream(torch: Any, dev: Any, sms: int, log: Callable[[str], None]
     trace has no kernel spans or no repetition qualifies. Needs CUDA."""
     import time
 
-    from executor.calibrate import longest_kernel_ctas
+    from executor.calibrate_gemm import longest_kernel_ctas
     from executor.calibrate_nccl import kernel_events
 
     m, n, k = SM_STREAM_GEMM

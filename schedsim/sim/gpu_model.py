@@ -1097,7 +1097,7 @@ def copy_rate(rules: GpuRules, compute_resident: bool, engine: int = 0, reverse_
     ``benchmarks/probes/memory/copy_duplex.py``, [evidence: copy-duplex]): alone
     53-55 GB/s each way; started together, d2h took 4.4 % longer and h2d ran at 1/1.35 of its solo rate while
     d2h ran (the PCIe link carries ~92 GB/s both ways, not 2 × 54, and d2h keeps its rate). ``calibrate``
-    measures both factors (``executor.calibrate._measure_duplex``).
+    measures both factors (``executor.calibrate_copy._measure_duplex``).
 
     >>> r = GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.25, 0.5, h2d_beside_d2h=0.25)
     >>> copy_rate(r, True), copy_rate(r, False, 0, True), copy_rate(r, False, 1, True)
