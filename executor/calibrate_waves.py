@@ -132,12 +132,12 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
     as the shape's GEMM row and ``grid`` CTAs (if measured) on ``profile`` (a
     :class:`schedsim.hardware.profile.HardwareProfile`) with host costs and the power curve off (the runs are
     queued behind a sleep and last milliseconds). 0 when even no tail predicts no more than measured; capped
-    where rule 4c's gain stops growing (:data:`schedsim.sim.gpu_model.TAIL_CAP` of the wave). Bisection on the
+    where rule 4c's gain stops growing (:data:`schedsim.sim.gpu_rates.TAIL_CAP` of the wave). Bisection on the
     predicted makespan, which does not rise with the tail.
     """
     from schedsim.graph.build import build_graph
     from schedsim.sim.engine import simulate
-    from schedsim.sim.gpu_model import TAIL_CAP
+    from schedsim.sim.gpu_rates import TAIL_CAP
     from schedsim.spec.loader import load_text
 
     key = (rec["dtype"], int(rec["m"]), int(rec["n"]), int(rec["k"]))
