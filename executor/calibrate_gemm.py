@@ -21,7 +21,8 @@ __all__ = ["measured_peaks", "gemm_graph_times", "longest_kernel_ctas", "longest
 
 def _gemm_shapes(o: CalibrateOptions, cuda: bool) -> list[tuple[str, int, int, int]]:
     from schedsim.graph.build import build_graph
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
 
     out: dict[tuple[str, int, int, int], None] = {}
     for f in o.schedules:

@@ -378,7 +378,8 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
     from schedsim._gc import paused_gc
     from schedsim.hardware.profile import load_profile
     from schedsim.outdir import output_set
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
 
     with paused_gc():
         spec = load_schedule(file, parse_overrides(sets or []))

@@ -22,7 +22,8 @@ from schedsim.hardware.profile import load_profile
 from schedsim.kinds import COLLECTIVE_KINDS
 from schedsim.sim import loop
 from schedsim.sim.engine import simulate
-from schedsim.spec.loader import load_schedule, parse_overrides
+from schedsim.spec.loader import load_schedule
+from schedsim.spec.overrides import parse_overrides
 from tests.conftest import ROOT
 
 try:
