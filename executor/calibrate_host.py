@@ -49,7 +49,7 @@ enqueue work). Plain PyTorch, written as a user would:
 ``call_launch_fraction`` (CUDA; a fraction, not µs)
     where inside a ``torch.matmul`` call its kernel reaches the GPU, as a fraction of the call's host time
     (:func:`_launch_fraction`): a kernel can start before its own call returns (rule 1 of
-    :mod:`schedsim.sim.gpu_model`, :func:`~schedsim.sim.gpu_model.kernel_release`).
+    :mod:`schedsim.sim.gpu_model`, :func:`~schedsim.sim.gpu_host.kernel_release`).
 ``executor_extra_per_op_us``
     the executor's lean issue path (:mod:`executor.lean`) over a two-stream probe of tiny ops
     with cross-stream waits, minus the same probe written by hand, per op (≥ 0).
@@ -110,7 +110,7 @@ def _loop_us(b: Any, fn: Callable[[], Any], n: int = N, reps: int = 5, busy: boo
 
 
 def _probe_by_hand(torch: Any, dev: Any, layers: int, dt: Any) -> Callable[[], None]:
-    """The calibration probe of :func:`executor.calibrate._probe_runner`, written by hand."""
+    """The calibration probe of :func:`executor.calibrate_graph._probe_runner`, written by hand."""
     s0, s1 = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
     a = torch.rand(64, 64, device=dev).to(dt)
     bb = torch.rand(64, 64, device=dev).to(dt)
@@ -330,7 +330,7 @@ def settle_costs(res: dict[str, float]) -> dict[str, float]:
 
 def _executor_extra(b: Any) -> dict[str, float]:
     """Host µs per op of the executor's lean loop and of the same probe by hand, over the probe's ops."""
-    from executor.calibrate import _probe_runner
+    from executor.calibrate_graph import _probe_runner
     from executor.lean import compile_cpu, compile_cuda, run_cpu
 
     torch = b.torch
@@ -527,7 +527,7 @@ def measure_here(ctx: Any) -> dict[str, float] | None:
     RuntimeError
         A collective of :func:`comm_host_costs` failed (a rank died, a timeout of the process group).
     """
-    from executor.calibrate import _Bench
+    from executor.calibrate_bench import _Bench
 
     b = _Bench(ctx, 1)
     res = host_costs(b, lambda _msg: None) if ctx.rank == 0 else {}
@@ -611,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="DTYPE:MxNxK whose call ratio to measure (repeatable)")
     args = ap.parse_args(argv)
     gemms = list(args.gemm)
-    from executor.calibrate import _Bench
+    from executor.calibrate_bench import _Bench
     from executor.dist import setup_dist
     from schedsim.errors import SchedsimError
 

@@ -76,7 +76,7 @@ def measure_wave_tail(torch: Any, dev: Any, shape: tuple[str, int, int, int], gr
         torch.matmul(a, b, out=c)  # warm: the first call may pick or load the kernel
     torch.cuda.synchronize(dev)
     if grid is None:  # the shape was not in the GEMM table's runs: its grid from a Kineto trace
-        from executor.calibrate import longest_kernel_ctas
+        from executor.calibrate_gemm import longest_kernel_ctas
         from executor.calibrate_nccl import kernel_events
 
         grid = longest_kernel_ctas(kernel_events(torch, lambda: torch.matmul(a, b, out=outs[0])))
@@ -132,12 +132,12 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
     as the shape's GEMM row and ``grid`` CTAs (if measured) on ``profile`` (a
     :class:`schedsim.hardware.profile.HardwareProfile`) with host costs and the power curve off (the runs are
     queued behind a sleep and last milliseconds). 0 when even no tail predicts no more than measured; capped
-    where rule 4c's gain stops growing (:data:`schedsim.sim.gpu_model.TAIL_CAP` of the wave). Bisection on the
+    where rule 4c's gain stops growing (:data:`schedsim.sim.gpu_rates.TAIL_CAP` of the wave). Bisection on the
     predicted makespan, which does not rise with the tail.
     """
     from schedsim.graph.build import build_graph
     from schedsim.sim.engine import simulate
-    from schedsim.sim.gpu_model import TAIL_CAP
+    from schedsim.sim.gpu_rates import TAIL_CAP
     from schedsim.spec.loader import load_text
 
     key = (rec["dtype"], int(rec["m"]), int(rec["n"]), int(rec["k"]))
@@ -219,7 +219,7 @@ def measure_sm_stream(torch: Any, dev: Any, sms: int, log: Callable[[str], None]
     trace has no kernel spans or no repetition qualifies. Needs CUDA."""
     import time
 
-    from executor.calibrate import longest_kernel_ctas
+    from executor.calibrate_gemm import longest_kernel_ctas
     from executor.calibrate_nccl import kernel_events
 
     m, n, k = SM_STREAM_GEMM

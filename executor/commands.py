@@ -142,7 +142,8 @@ def register(app: Any) -> None:
             profile_from_nccl_tests(list(from_nccl_tests) + list(schedules or []), out=out, name=name, base=base,
                                     collective=collective, nranks=ranks)
             return
-        from executor.calibrate import CalibrateOptions, run_calibrate
+        from executor.calibrate import run_calibrate
+        from executor.calibrate_bench import CalibrateOptions
 
         opts = CalibrateOptions(schedules=list(schedules or []), sets=list(set_ or []), out=out, name=name, base=base,
                                 dtypes=[d.strip() for d in dtypes.split(",") if d.strip()], extra_gemms=list(gemm),

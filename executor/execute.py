@@ -64,7 +64,8 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
     from executor.dist import check_world_size
     from schedsim.errors import SchedsimError
     from schedsim.graph.build import build_graph
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
 
     try:
         spec = load_schedule(file, parse_overrides(sets or []))

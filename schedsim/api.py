@@ -380,7 +380,8 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
     from schedsim._gc import paused_gc
     from schedsim.hardware.profile import load_profile
     from schedsim.outdir import output_set
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
 
     with paused_gc():
         spec = load_schedule(file, parse_overrides(sets or []))
@@ -487,7 +488,7 @@ def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> 
     """
     import copy
 
-    from schedsim.report.gantt import draw_pipeline, pipeline_view
+    from schedsim.report.pipeline_chart import draw_pipeline, pipeline_view
     from schedsim.trace.analyze import tag_pipeline
 
     tl = _tl(run)
@@ -509,7 +510,7 @@ def plot_memory(run: Run | Timeline, title: str = "") -> Any:
     SchedsimError
         The timeline has no memory curve.
     """
-    from schedsim.report.gantt import draw_memory
+    from schedsim.report.memory_chart import draw_memory
 
     tl = _tl(run)
     mem = (tl.meta or {}).get("memory")

@@ -75,7 +75,8 @@ def _max_ops(n: int | None) -> None:
 
 
 def _load(file: Path, sets: list[str] | None):
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
 
     return load_schedule(file, parse_overrides(sets or []))
 
@@ -149,7 +150,8 @@ def _explain_rows(file: Path, sets: list[str] | None, profile: Any) -> list[dict
     from schedsim.cost import CostModel
     from schedsim.hardware.profile import load_profile
     from schedsim.network.explain import explain_rows
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
 
     prof = load_profile(profile) if isinstance(profile, str) else profile
     spec = load_schedule(file, parse_overrides(sets or []))
@@ -259,7 +261,7 @@ def profiles() -> None:
 
 def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
     from schedsim.errors import printable
-    from schedsim.spec.loader import parse_value
+    from schedsim.spec.overrides import parse_value
 
     axes = []
     for item in items:

@@ -158,7 +158,7 @@ def write_plot(path: Any, points: list[SearchPoint], title: str) -> None:
     """Iteration time against memory per GPU of the simulated points, the Pareto front joined (PNG)."""
     from matplotlib.figure import Figure
 
-    from schedsim.report.gantt import write_figure
+    from schedsim.report.chart_base import write_figure
 
     fig = Figure(figsize=(7, 4.5), dpi=120)
     ax = fig.subplots()

@@ -64,8 +64,8 @@ def main() -> None:
     print("\nUnder cProfile (cumulative seconds, profiler-inflated):\n")
     print("| function | calls | cumulative s |\n|---|---:|---:|")
     for file_part, func in (("charts.py", "write_charts"), ("gantt.py", "write_gantt"), ("gantt.py", "draw_gantt"),
-                            ("gantt.py", "write_pipeline"), ("gantt.py", "draw_pipeline"),
-                            ("gantt.py", "pipeline_view"), ("gantt.py", "write_memory_plot"),
+                            ("pipeline_chart.py", "write_pipeline"), ("pipeline_chart.py", "draw_pipeline"),
+                            ("pipeline_chart.py", "pipeline_view"), ("memory_chart.py", "write_memory_plot"),
                             ("figure.py", "savefig"), ("text.py", "draw"), ("backend_agg.py", "draw_text")):
         n, t = _cum(st, file_part, func)
         if n:

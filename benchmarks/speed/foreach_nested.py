@@ -1,9 +1,9 @@
 """Load + lower time of a nested ``foreach`` whose inner loop is small, on the block path and per iteration.
 
 An inner ``foreach`` is one block per outer iteration; small blocks cost more than they save, so after
-``loader.SMALL_BLOCKS_KEPT`` small blocks of one body the loader expands that body per iteration. Prints CPU
+``block.SMALL_BLOCKS_KEPT`` small blocks of one body the loader expands that body per iteration. Prints CPU
 seconds (``time.process_time``) for each shape, for the loader as shipped and with blocks off
-(``loader.TEMPLATES = False``, the general path).
+(``foreach.TEMPLATES = False``, the general path).
 
     python benchmarks/speed/foreach_nested.py
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from schedsim.lower import lower
-from schedsim.spec import loader
+from schedsim.spec import foreach
 from schedsim.spec.loader import load_text
 
 TEXT = """\
@@ -36,11 +36,11 @@ def main() -> None:
         text = TEXT % (outer, inner)
         row = []
         for blocks in (True, False):
-            loader.TEMPLATES = blocks
+            foreach.TEMPLATES = blocks
             t0 = time.process_time()
             n = lower(load_text(text, "nested.yaml")).N
             row.append(time.process_time() - t0)
-        loader.TEMPLATES = True
+        foreach.TEMPLATES = True
         print(f"{outer:>7} x {inner:<4} {n:>8,} {row[0]:>10.2f} {row[1]:>16.2f}")
 
 

@@ -35,7 +35,8 @@ def stages(world: int, chunks: int) -> list[tuple[str, float]]:
     from schedsim.lower import check_program, lower
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
 
     out: list[tuple[str, float]] = []
     c = time.process_time()

@@ -726,7 +726,7 @@ def list_profiles() -> list[str]:
 
 def _parse_yaml(text: str, where: str) -> Any:
     """The profile's YAML as plain dicts and lists, parsed under the guards of a schedule file
-    (:func:`schedsim.spec.loader.parse_yaml`: libyaml when PyYAML has it, the alias-expansion and depth limits,
+    (:func:`schedsim.spec.yaml_reader.parse_yaml`: libyaml when PyYAML has it, the alias-expansion and depth limits,
     recursive aliases refused).
 
     Raises
@@ -735,7 +735,7 @@ def _parse_yaml(text: str, where: str) -> Any:
         Invalid YAML, an alias bomb, nesting too deep; naming ``where``, the line and column.
     """
     from schedsim.errors import SpecError
-    from schedsim.spec.loader import _strip, parse_yaml
+    from schedsim.spec.yaml_reader import _strip, parse_yaml
 
     try:
         return _strip(parse_yaml(text, where))

@@ -372,9 +372,9 @@ def _refuse_unstated_v(spec: ScheduleSpec, order: dict[int, list[Any]], p: int, 
 
 def _interleaved_plan(pb: PipelineSpec, info: Any, v: int, s2r: dict[int, int]) -> PipelinePlan:
     """The plan of the built-in interleaved 1F1B from its columns
-    (:func:`schedsim.pipeline.schedules.interleaved_1f1b_cols`, which raises the generator's errors); its
+    (:func:`schedsim.pipeline.schedules_1f1b.interleaved_1f1b_cols`, which raises the generator's errors); its
     Action lists are generated only when read."""
-    from schedsim.pipeline.schedules import interleaved_1f1b_cols
+    from schedsim.pipeline.schedules_1f1b import interleaved_1f1b_cols
 
     rank, typ, stage, mb = interleaved_1f1b_cols(pb.p, pb.m, v, group_size=pb.group_size)
     cols = OrderCols(rank, typ, stage, mb, [2 * v * pb.m] * pb.p, {})

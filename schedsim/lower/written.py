@@ -68,7 +68,7 @@ def op_instance(s: SpecOp, r: int, seq: int, *, stream: str, group: tuple[int, .
 
 def _models(spec: ScheduleSpec) -> tuple[list[Any], list[str]]:
     """``(items, sources)``: the spec's written ops as the loader kept them, without building the op models of
-    its ``foreach`` blocks: op models and :class:`~schedsim.spec.loader.Block` s, with the source text of
+    its ``foreach`` blocks: op models and :class:`~schedsim.spec.block.Block` s, with the source text of
     each op model."""
     from schedsim.spec.model import _source_text
 
@@ -109,7 +109,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
     """Add the spec's hand-written ops to ``table`` as rows, in program order: each op entry instanced on its
     ranks, sharing a template with the entries equal to it but for name, dependencies and tags
     (:meth:`Table.shared_template`). A ``foreach`` block the loader kept whole
-    (:class:`~schedsim.spec.loader.Block`) is added in bulk: one template per representative, its rows'
+    (:class:`~schedsim.spec.block.Block`) is added in bulk: one template per representative, its rows'
     names, dependencies, tags and ranks as arrays; the result is the same as for its ops one by one.
 
     Raises
@@ -117,7 +117,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
     GraphError
         A collective without ``group`` that only one rank of a wider world issues.
     """
-    from schedsim.spec.loader import Block
+    from schedsim.spec.block import Block
 
     world = spec.world_size
     all_ranks = np.arange(world, dtype=np.int32)

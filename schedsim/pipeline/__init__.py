@@ -7,8 +7,10 @@ Modules
 actions
     ``Action`` / ``OverlapAction`` in PyTorch's text notation (``2F0``).
 schedules
-    Generators (gpipe, 1f1b, interleaved_1f1b, looped_bfs, zb_h1,
-    interleaved_zb, zbv, dualpipev), registry and stage placement.
+    Registry of the generators and stage placement.
+schedules_1f1b, schedules_zb, schedules_dualpipe
+    Generators, one family per module: gpipe, 1f1b, interleaved_1f1b, looped_bfs;
+    zb_h1, interleaved_zb, zbv; dualpipev. Their argument checks are in schedules_common.
 comms
     p2p lowering (SEND/RECV) and a lock-step deadlock dry run.
 validate
@@ -60,22 +62,22 @@ from schedsim.pipeline.csv_io import (
 )
 from schedsim.pipeline.schedules import (
     ScheduleInfo,
-    dualpipev,
     generate,
     get_schedule,
-    gpipe,
-    interleaved_1f1b,
-    interleaved_zero_bubble,
-    looped_bfs,
-    megatron_schedule_table,
     min_microbatches,
-    one_f_one_b,
     schedule_names,
     stage_to_rank,
-    torch_group_size,
-    zb_h1,
-    zbv,
 )
+from schedsim.pipeline.schedules_1f1b import (
+    gpipe,
+    interleaved_1f1b,
+    looped_bfs,
+    megatron_schedule_table,
+    one_f_one_b,
+    torch_group_size,
+)
+from schedsim.pipeline.schedules_dualpipe import dualpipev
+from schedsim.pipeline.schedules_zb import interleaved_zero_bubble, zb_h1, zbv
 from schedsim.pipeline.validate import validate
 
 __all__ = [

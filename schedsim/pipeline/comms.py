@@ -476,7 +476,7 @@ def megatron_interleaved_batched(p: int, m: int, v: int, group_size: int | None 
     than 2 to avoid having multiple p2p sends and recvs between same 2 ranks per communication
     batch"): with two ranks one batch holds two sends to one peer, which NCCL pairs by order.
     """
-    from schedsim.pipeline.schedules import megatron_schedule_table
+    from schedsim.pipeline.schedules_1f1b import megatron_schedule_table
 
     g = p if group_size is None else group_size
     table = megatron_schedule_table(m, v, g)
@@ -754,7 +754,7 @@ def megatron_interleaved_cols(p: int, m: int, v: int, group_size: int | None = N
     """
     import numpy as np
 
-    from schedsim.pipeline.schedules import megatron_schedule_table
+    from schedsim.pipeline.schedules_1f1b import megatron_schedule_table
 
     i64 = np.int64
     g = p if group_size is None else group_size

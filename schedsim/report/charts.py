@@ -22,7 +22,9 @@ def write_charts(outdir: str | Path, tl: Timeline, title: str, formats: tuple[st
     Reads the timeline's columns (``tl.columns``), never its rows, so a timeline of a million ops is not
     turned into a million Span objects for its charts. ``formats`` are the Gantt's (the others are PNG).
     """
-    from schedsim.report.gantt import pipeline_lanes, write_gantt, write_memory_plot, write_pipeline
+    from schedsim.report.gantt import write_gantt
+    from schedsim.report.memory_chart import write_memory_plot
+    from schedsim.report.pipeline_chart import pipeline_lanes, write_pipeline
 
     out = Path(outdir)
     ms = tl.makespan_s * 1e3
@@ -108,6 +110,6 @@ def draw_sweep(rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]], ti
 def write_sweep_plot(path: str | Path, rows: list[dict[str, Any]], axes: list[tuple[str, list[Any]]],
                      title: str) -> Path:
     """Draw :func:`draw_sweep` and write it as PNG atomically."""
-    from schedsim.report.gantt import write_figure
+    from schedsim.report.chart_base import write_figure
 
     return write_figure(draw_sweep(rows, axes, title), path)

@@ -29,7 +29,8 @@ def _graph_of(tl: Timeline) -> Any:
     from schedsim.errors import SchedsimError
     from schedsim.lower import lower
     from schedsim.report.chrome import ProgramFlows
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
 
     try:
         prog = lower(load_schedule(Path(f), parse_overrides(list(tl.meta.get("set") or []))))

@@ -65,7 +65,7 @@ breaks ties, so runs are deterministic (the SimPy ``Environment`` pattern).
   - copies share their copy engine (one per direction) and run at 1/(1+delta)
     beside a kernel, and an h2d copy at 1/(1+rho_h2d) while the d2h engine copies
     (d2h at 1/(1+rho_d2h) while h2d copies; ``contention.h2d_slowdown_beside_d2h`` and
-    ``d2h_slowdown_beside_h2d``, :func:`schedsim.sim.gpu_model.copy_rate`).
+    ``d2h_slowdown_beside_h2d``, :func:`schedsim.sim.gpu_rates.copy_rate`).
 
 What it does not model
 ----------------------
@@ -100,7 +100,9 @@ from schedsim.graph.ops import Op, format_op_id, resource_of
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.kinds import PER_RANK_SIZE
 from schedsim.lower.program import Program
+from schedsim.sim import gpu_host as gh
 from schedsim.sim import gpu_model as gm
+from schedsim.sim import gpu_rates as gr
 from schedsim.sim.loop import HOST, _raise_deadlock, _State, set_rate  # HOST is re-exported
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 
@@ -308,7 +310,7 @@ def _run_waves_program(prog: Program, profile: HardwareProfile, mode: str, conns
     from schedsim.sim.waves_columns import run_waves_program
 
     rules = gm.GpuRules.from_profile(profile, conns)
-    tab = gm.rate_tables(rules)
+    tab = gr.rate_tables(rules)
     loop = None if tab is None else compiled_loop()
     if tab is None or loop is None:
         return None
@@ -500,7 +502,7 @@ def _check_work(ids: list[str], ops: list[Op], N: int, job_work: list[float]) ->
 def _sharing_copy_rate(cq: list[int], res: int, delta: float, rho: dict[int, float]) -> float:
     """Rate of a copy on engine ``res`` (2 h2d, 3 d2h, 4 d2d) of a rank whose running jobs per resource are
     ``cq``: its engine shared by ``cq[res]`` copies, 1/(1+delta) beside a kernel, 1/(1+rho[res]) while the
-    reverse direction's engine copies (:func:`schedsim.sim.gpu_model.copy_rate`)."""
+    reverse direction's engine copies (:func:`schedsim.sim.gpu_rates.copy_rate`)."""
     new = 1.0 / cq[res]
     if cq[0]:
         new /= 1.0 + delta
@@ -519,7 +521,7 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str, model_execut
     cn = profile.contention
     alpha, beta = cn.compute_slowdown_with_comm, cn.comm_slowdown_with_compute
     gamma, delta = cn.compute_slowdown_with_copy, cn.copy_slowdown_with_compute
-    # an h2d (res 2) and a d2h copy (res 3) at once slow each other (gpu_model.copy_rate's ρ): rho[res]
+    # an h2d (res 2) and a d2h copy (res 3) at once slow each other (gpu_rates.copy_rate's ρ): rho[res]
     rho = {2: cn.h2d_slowdown_beside_d2h, 3: cn.d2h_slowdown_beside_h2d}
 
     # SM demand of compute jobs (fraction of the GPU), see the module docstring
@@ -980,11 +982,11 @@ def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.n
     """``meta["host_issue_s"]``: per rank, seconds from the iteration's start until its host returned from its
     last call (rule 1 of :mod:`schedsim.sim.gpu_model`; eager runs of the ``waves`` model), which ``compare``
     holds against ``schedsim execute``'s ``meta.host_issue_uninstrumented_s``; and, for up to
-    :data:`~schedsim.sim.gpu_model.HOST_CALL_META_MAX` ops, ``meta["host_call_end_s"]`` (``{op id: seconds}``,
+    :data:`~schedsim.sim.gpu_host.HOST_CALL_META_MAX` ops, ``meta["host_call_end_s"]`` (``{op id: seconds}``,
     when each op's call returned), against ``execute``'s own (``ids``: a list, or a callable giving it)."""
     if host_s is not None and mode == "eager":
         meta["host_issue_s"] = [float(x) for x in host_s]
-        if host_call is not None and 0 < len(host_call) <= gm.HOST_CALL_META_MAX and ids is not None:
+        if host_call is not None and 0 < len(host_call) <= gh.HOST_CALL_META_MAX and ids is not None:
             names = ids() if callable(ids) else ids
             meta["host_call_end_s"] = {str(i): round(float(t), 9) for i, t in zip(names, host_call, strict=True)}
 

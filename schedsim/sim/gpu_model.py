@@ -10,6 +10,11 @@ of op columns, :func:`host_issue_columns`, :func:`stream_queue_columns`,
 loop (:func:`rate_tables`). :mod:`schedsim.sim.waves_columns` applies them to a
 Program's columns, :mod:`schedsim.sim.waves` to lists of Op objects.
 
+The rules below are described here, in one place; their code is split by what it computes: host issue
+(rule 1) in :mod:`schedsim.sim.gpu_host`, kernel sizing (CTAs, wave tails, split of work) in
+:mod:`schedsim.sim.gpu_kernels`, the rate functions and their tables in :mod:`schedsim.sim.gpu_rates`, and
+:class:`GpuRules`, hardware queues, communicator order, CUDA-graph nodes and memory terms here.
+
 Rules and their sources
 -----------------------
 1. **Host thread** (one per rank; PyTorch's Python thread). It issues the rank's
@@ -332,36 +337,20 @@ Rules and their sources
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from schedsim.cost import CostModel
-from schedsim.graph.ops import COMM, Op, resource_of
+from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.lower.program import split_one_rank
 from schedsim.network.links import ONE_RANK_NOP
+from schedsim.sim.gpu_kernels import mem_boost
 
-__all__ = ["BYTES_PER_CTA", "COPY_ENGINES", "MEM_WAVES", "mem_rate", "mem_boost", "GpuRules", "REVERSE_ENGINE",
-           "RateTables", "batch_rate", "comm_factor",
-           "comm_fifo_columns", "comm_fifo_edges", "host_waited", "communicator", "copy_rate", "host_class",
-           "host_issue_columns",
-           "host_issue_times", "host_end_per_rank", "kernel_release", "end_event_bound", "graph_fork_columns",
-           "kernel_ctas", "kernel_tail", "split_work", "l2_cold_fraction",
-           "link_ends", "memory_terms", "one_rank_res", "split_one_rank", "rate_tables", "stream_queue_columns",
-           "stream_queues", "transfer_comm_rate"]
-
-#: Most waves of a memory-bound kernel (rule 5): the granularity at which it takes SMs as they free up (more
-#: waves cost the loop more events and change the end by at most a wave's time: 8 made a 1M-op schedule of
-#: 50 MB adds beside GEMMs simulate in 5.4 s against 3.9 s with 4 and 2.3 s with 1, this VM).
-MEM_WAVES = 4
-#: Most CTAs of a ``repeat`` kernel's launches pooled into one kernel (:func:`kernel_ctas`): the loops count CTAs
-#: in int32.
-MAX_POOLED_CTAS = 1 << 24
-#: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
-BYTES_PER_CTA = 65536.0
+__all__ = ["GpuRules", "comm_fifo_columns", "comm_fifo_edges", "communicator", "graph_fork_columns", "l2_cold_fraction",
+           "link_ends", "memory_terms", "one_rank_res", "split_one_rank", "stream_queue_columns", "stream_queues"]
 
 
 @dataclass(frozen=True)
@@ -401,111 +390,6 @@ class GpuRules:
                    h2d_beside_d2h=profile.contention.h2d_slowdown_beside_d2h,
                    d2h_beside_h2d=profile.contention.d2h_slowdown_beside_h2d,
                    mem_boost=mem_boost(profile, sms))
-
-
-def mem_boost(profile: HardwareProfile, sms: int) -> float:
-    """Rule 5's β: how many times its full-GPU speed a memory-bound CTA can run on few SMs, SMs ·
-    ``gpu.sm_stream_GBps`` / ``gpu.hbm_GBps``, at least 1 (1 when the profile has no ``sm_stream_GBps``)."""
-    g = profile.gpu
-    return 1.0 if not g.sm_stream_GBps else max(1.0, sms * g.sm_stream_GBps / g.hbm_GBps)
-
-
-def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
-    """``(ctas, waves, width)`` of a compute op (rule 4), over all ``repeat`` kernels.
-
-    ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them; a kernel
-    narrower than the GPU (or one whose launches would pool past :data:`MAX_POOLED_CTAS` CTAs) keeps one
-    launch's CTAs and waves, each CTA lasting all its launches. ``width``: 0 for a compute-bound kernel, else
-    (memory-bound, rule 5) the SMs one kernel holds alone, min(CTAs, sms); a memory-bound kernel of more CTAs
-    than SMs fills its waves, so that alone it takes its solo time. A ``compute`` op of unknown grid (given
-    ``duration_us``, or FLOP without bytes) is one wave of sms − ``nccl.sms_per_collective`` CTAs (at least 1):
-    room for one NCCL kernel beside it (rule 4). A kernel of more than :data:`MAX_POOLED_CTAS` CTAs counts as
-    that many (in whole waves): it fills the GPU for its whole solo time either way, and the loops count CTAs
-    in int32. A collective (only one of one rank runs on SMs, rule 6b) is the memory-bound kernel of its copy:
-    2 × ``nbytes`` moved.
-    """
-    if resource_of(op.kind) == COMM:
-        op = Op(op.name, op.rank, "compute", op.stream, op.seq, nbytes=2.0 * op.nbytes, dtype=op.dtype,
-                repeat=op.repeat)
-    if op.kind == "matmul":
-        measured = cost.measured_ctas(op)  # the grid the profile recorded, run in waves as it is
-        one = measured if measured is not None else cost.gemm_ctas(op)  # else tiles times a split-K factor
-        if measured is None:
-            if -(-op.m * op.batch // 128) * -(-op.n // 128) < sms:
-                one = min(one, sms)  # less than a wave of output tiles (split-K regime): one wave
-            else:  # the tile width is unknown, so is the last wave's size: the kernel fills its waves
-                one = -(-one // sms) * sms
-        per_sm = cost.ctas_per_sm(op)
-        if per_sm > 1:  # several CTAs fit on one SM: the kernel holds ceil(ctas / per_sm) SMs' worth of slots
-            one = -(-one // per_sm)
-        # else one CTA per output tile, run in waves (cuBLAS's grid for these shapes, 2xH200 probes)
-        mem = 0
-    elif op.duration_s is not None or not op.nbytes:  # a kernel of unknown grid: one wave beside one NCCL kernel
-        one, mem = max(1, sms - min(cost.profile.nccl.sms_per_collective, sms)), 0
-    else:
-        g = cost.profile.gpu
-        peak = g.peak_tflops.get(op.dtype or "fp32", g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency
-        bound = op.nbytes / (g.hbm_GBps * 1e9) >= op.flops / peak
-        one = max(1, min(sms * (MEM_WAVES if bound else 1), math.ceil(op.nbytes / BYTES_PER_CTA)))
-        if bound and one > sms:  # whole waves: a lone kernel's partial last wave would run boosted (rule 5)
-            one = -(-one // sms) * sms
-        mem = min(one, sms) if bound else 0
-    if one > MAX_POOLED_CTAS:  # a kernel of past 2**24 CTAs (m = n = 2**40: 2**66 tiles) fills the GPU in whole
-        one = max(sms, MAX_POOLED_CTAS // sms * sms)  # waves all the same: as many as the int32 loops count
-    waves = -(-one // sms)
-    if op.repeat > 1 and one >= sms and one * op.repeat <= MAX_POOLED_CTAS:
-        return one * op.repeat, waves * op.repeat, mem  # the launches' waves one after another
-    # one kernel's CTAs, each lasting repeat times longer: a kernel narrower than the GPU launched back to back
-    # holds its SMs for all its launches (pooled, their CTAs would run side by side), and a pool past
-    # MAX_POOLED_CTAS would overflow the loops' int32 counts
-    return one, waves, mem
-
-
-def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
-    """``(ctas, seconds)`` of GEMM ``op``'s second kernel (rule 4b), ``(0, 0.0)`` when it has none.
-
-    The profile's ``gemm.reduce`` row (:meth:`schedsim.cost.CostModel.reduce_kernel`): its SM slots (grid over
-    CTAs per SM), capped at one wave of ``sms``, each lasting the kernel's time alone (:func:`split_work` bounds
-    it by the op's time); none for ``repeat`` > 1 (its kernels run as one job).
-    """
-    if op.kind != "matmul" or op.repeat != 1:
-        return 0, 0.0
-    red = cost.reduce_kernel(op)
-    if red is None:
-        return 0, 0.0
-    return min(red[0], sms), red[1]
-
-
-def split_work(work, tail_s):
-    """``(main_s, tail_s)``: a GEMM op's ``work`` (seconds; a float or a float64 array) split between its main
-    kernel and its reduction kernel (rule 4b), which together take ``work``. The reduction keeps its measured
-    ``tail_s`` up to half of ``work`` (a row longer than that, or a GEMM a rule made shorter, such as a graph node
-    from L2, would otherwise run the op past its own time).
-
-    >>> [float(x) for x in split_work(10.0, 2.0) + split_work(3.0, 1.824)]
-    [8.0, 2.0, 1.5, 1.5]
-    """
-    tail = np.minimum(tail_s, 0.5 * np.asarray(work))
-    return work - tail, tail
-
-
-#: Host-call classes of rule 1 (:func:`host_class`): what one op's call costs on the host.
-H_KERNEL, H_ELEMENTWISE, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
-
-
-def host_class(op: Op) -> int:
-    """Rule 1's call class of ``op``: a kernel launch, a bytes-only ``compute`` (an elementwise add), a copy, a
-    lone send/recv, a member of a ``p2p_batch``, or a collective (the ``H_*`` constants)."""
-    kind = op.kind
-    if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
-        return H_ELEMENTWISE  # a bytes-only kernel: an elementwise torch.add (executor/kernels.py, references)
-    if kind in ("matmul", "compute"):
-        return H_KERNEL
-    if kind == "memcpy":
-        return H_MEMCPY
-    if kind in ("send", "recv"):
-        return H_P2P if op.p2p_batch is None else H_BATCH_P2P
-    return H_COLL
 
 
 def unique_keys(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -705,116 +589,6 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
     return stream_queue_columns(rank, sid, max_connections).tolist()
 
 
-def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray,
-                       host_s: np.ndarray, batch: np.ndarray, cross_stream_deps: np.ndarray,
-                       profile: HardwareProfile, mode: str, model_executor: bool = False,
-                       call_extra: np.ndarray | None = None, cold: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """``(issue, call_start)``: time (s) at which the host has issued each op, and at which its own call began
-    (rule 1), float64 of shape (n,). ``call_extra`` (s, shape (n,), repeats included) is added to each op's call:
-    a GEMM shape's ``gemm.call`` row (:meth:`schedsim.cost.CostModel.gemm_call_extra`). ``cold``: the host
-    waited for the GPU before this iteration, so its first kernel, collective and elementwise calls also pay
-    ``launch.cold_first_call_us`` (:func:`host_waited`).
-
-    Columns of shape (n,), ops in program order per rank: ``rank``; ``stream`` (codes equal for equal names);
-    ``hclass`` (:func:`host_class`); ``repeat``; ``host_s`` (declared Python time, s); ``batch`` (code of the
-    ``p2p_batch``, -1 none); ``cross_stream_deps`` (dependencies on other streams: one event wait each).
-    Per rank the host adds, op by op and in this order, ``host_s``, the event waits, the executor's extra,
-    a stream switch, the call and a first-call extra; the prefix sums add the same floats in the same order
-    as a loop over the ops would (``np.cumsum`` is sequential). In ``cuda_graph`` mode every op is issued at
-    ``graph_launch_us`` and its call starts at 0 (the graph's nodes are on the GPU already).
-    """
-    lp = profile.launch
-    n = len(rank)
-    if mode == "cuda_graph":
-        return np.full(n, lp.graph_launch_us * 1e-6), np.zeros(n)
-    op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
-    batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
-    add_s = lp.elementwise_call_s
-    extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
-    first_op, first_comm = lp.first_op_extra_us * 1e-6, lp.first_collective_extra_us * 1e-6
-    # the rules as per-class tables, read by the compiled pass and the numpy one alike: per host class (H_KERNEL ..
-    # H_COLL; a class past H_COLL calls nothing) its call, whether a kernel's is per repeat, and the group whose
-    # first op on a rank pays a first-call extra (0: kernels, 1: communication); a batch's call is below
-    H = max(6, int(hclass.max()) + 1 if n else 0)
-    by_class = np.zeros(H)
-    by_class[:6] = op_s, add_s, copy_s, p2p_s, 0.0, coll_s
-    cls = np.arange(H)
-    per_repeat = (cls <= H_ELEMENTWISE).astype(np.int32)
-    first_group = np.where(cls == H_KERNEL, 0, np.where(cls >= H_P2P, 1, np.where(cls == H_ELEMENTWISE, 2, -1)))
-    first_group = first_group.astype(np.int32)
-    cf = lp.cold_first_call_us if cold else {}
-    first_cost = np.array([first_op + cf.get("kernel", 0.0) * 1e-6, first_comm + cf.get("collective", 0.0) * 1e-6,
-                           cf.get("elementwise", 0.0) * 1e-6])
-    if call_extra is not None and not np.any(call_extra):
-        call_extra = None
-    ext = _compiled("issue_times") if call_extra is None else None
-    if ext is not None and n:  # one compiled pass when the ranks ascend (a Program's do)
-        issue, call0 = np.empty(n), np.empty(n)
-        ints = (rank, stream, hclass, repeat[:1] if repeat.strides == (0,) else repeat, batch, cross_stream_deps)
-        if ext(*(np.ascontiguousarray(a, np.int64) for a in ints),
-               np.ascontiguousarray(host_s[:1] if host_s.strides == (0,) else host_s, np.float64), by_class,
-               per_repeat, first_group, first_cost, H_BATCH_P2P, (ev_s, extra, sw_s, batch_s), issue, call0):
-            return issue, call0
-    rank = rank.astype(np.int64)
-    order = None if n < 2 or bool(np.all(rank[1:] >= rank[:-1])) else np.argsort(rank, kind="stable")
-    if order is not None:  # the prefix sums run per rank in program order
-        rank, stream, hclass, repeat, host_s, batch, cross_stream_deps = (
-            a[order] for a in (rank, stream, hclass, repeat, host_s, batch, cross_stream_deps))
-        if call_extra is not None:
-            call_extra = call_extra[order]
-    new_rank = np.ones(n, bool)
-    new_rank[1:] = rank[1:] != rank[:-1]
-    switch = np.zeros(n, bool)
-    switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
-    call = _calls(by_class, per_repeat, hclass, repeat, rank, batch, batch_s, call_extra)
-    first = np.zeros(n)
-    fg = first_group[hclass]
-    for g, cost in enumerate(first_cost.tolist()):
-        idx = np.flatnonzero(fg == g)
-        r = rank[idx]  # ascending (ops in rank order): a rank's first is where the rank changes
-        at = np.ones(len(idx), bool)
-        at[1:] = r[1:] != r[:-1]
-        first[idx[at]] = cost
-    ev = cross_stream_deps * ev_s
-    issue, call0 = np.empty(n), np.empty(n)
-    ext = _compiled("issue_sums")
-    if ext is not None:  # the sums below in one compiled pass (same floats, same order)
-        hs = host_s[:1] if n and host_s.strides == (0,) else host_s  # a broadcast: one value for every op
-        ext(new_rank, np.ascontiguousarray(hs, np.float64), np.ascontiguousarray(ev, np.float64), extra, switch,
-            sw_s, np.ascontiguousarray(call), np.ascontiguousarray(first), issue, call0)
-        if order is not None:
-            issue[order], call0[order] = issue.copy(), call0.copy()
-        return issue, call0
-    bounds = np.flatnonzero(new_rank).tolist() + [n]
-    # the six increments of each op interleaved, (ops, 6), a chunk of whole ranks at a time (a rank larger than
-    # _ISSUE_CHUNK alone), so the buffer stays small and is reused rather than paged in at n·48 bytes
-    buf = np.empty((0, 6))
-    i = 0
-    while i < len(bounds) - 1:
-        a, j = bounds[i], i + 1
-        while j < len(bounds) - 1 and bounds[j + 1] - a <= _ISSUE_CHUNK:
-            j += 1
-        b = bounds[j]
-        if len(buf) < b - a:
-            buf = np.empty((max(b - a, min(n, _ISSUE_CHUNK)), 6))
-        inc = buf[:b - a]
-        inc[:, 0] = host_s[a:b]
-        inc[:, 1] = ev[a:b]
-        inc[:, 2] = extra
-        inc[:, 3] = 0.0
-        inc[switch[a:b], 3] = sw_s
-        inc[:, 4] = call[a:b]
-        inc[:, 5] = first[a:b]
-        flat = inc.reshape(-1)
-        for x, y in zip(bounds[i:j], bounds[i + 1:j + 1], strict=True):
-            np.cumsum(flat[6 * (x - a):6 * (y - a)], out=flat[6 * (x - a):6 * (y - a)])
-        issue[a:b], call0[a:b] = inc[:, 5], inc[:, 3]
-        i = j
-    if order is not None:
-        issue[order], call0[order] = issue.copy(), call0.copy()
-    return issue, call0
-
-
 def _compiled(name: str):
     """The compiled function ``name`` of :func:`host_issue_columns` (``_cwaves.issue_times``: the whole rule from
     its tables; ``issue_sums``: the prefix sums), or None when the compiled loop is not in use
@@ -823,137 +597,6 @@ def _compiled(name: str):
     from schedsim.sim.loop import compiled_loop
 
     return getattr(compiled_loop(), name, None)
-
-
-#: Ops per chunk of :func:`host_issue_columns`' prefix sums (a 6 MiB buffer).
-_ISSUE_CHUNK = 1 << 17
-
-
-def _calls(by_class: np.ndarray, per_repeat: np.ndarray, hclass: np.ndarray, repeat: np.ndarray, rank: np.ndarray,
-           batch: np.ndarray, batch_s: float, call_extra: np.ndarray | None) -> np.ndarray:
-    """Each op's own call (s, shape (n,)) in :func:`host_issue_columns`' numpy pass: its class's, times its
-    repeats where per repeat, plus ``call_extra``; a batch's one call at its first member."""
-    n = len(hclass)
-    call = by_class[hclass]
-    if not (repeat.strides == (0,) and n and repeat[0] == 1):  # (a broadcast of 1: every op runs once)
-        m = per_repeat[hclass].astype(bool)
-        call[m] *= repeat[m]
-    if call_extra is not None:
-        call = call + call_extra
-    bm = np.flatnonzero(hclass == H_BATCH_P2P)
-    if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
-        call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
-    return call
-
-
-def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str,
-                   call_extra: np.ndarray | None = None) -> np.ndarray:
-    """Rule 1, the launch inside the call: when each op's (first) kernel reaches the GPU, seconds, shape (n,),
-    from :func:`host_issue_columns`' ``issue`` (the call returned), ``call0`` (the call began) and
-    ``call_extra`` (its ``gemm.call`` extra, s, shape (n,)): ``call0 + f · (issue − call0 − call_extra)`` with
-    ``f`` = ``launch.call_launch_fraction``. A PyTorch call launches its kernel part-way through (dispatch,
-    argument checks and the BLAS heuristic before ``cuLaunchKernel``; the output's bookkeeping and the return
-    after it), so a kernel can start while its own call is still running; a GEMM whose call costs more than the
-    one-kernel call (a split-K GEMM launches its reduction kernel after the main one) spends that extra after
-    its main kernel's launch (an extra below 0, a call cheaper than the 64×64 one, counts as 0).
-    ``issue`` itself (``f`` = 1, the default, and no extra) and in ``cuda_graph`` mode, where nothing is called
-    per op.
-
-    Source: timed eager runs on one H200, [evidence: timed-eager] (``benchmarks/accuracy/heldout.sh new_shapes``
-    SET=c, d): on an idle GPU the window from a GEMM's start event to its end was 23-37 µs for split-K GEMMs
-    (bf16/fp16 1024×512×8192: call 1.26-1.44 × the one-kernel call, kernel 11-20 µs, so the main kernel began
-    about half-way through the call), while one-kernel GEMMs (bf16 32×2048×2048, fp32 8×2048×1024) fitted a
-    launch at 0.8-1 of the call; ``calibrate`` measures ``f`` on a one-kernel bf16 2048³ matmul
-    (executor/calibrate_host.py: 0.87-1.0 in calibrate's process and its three fresh ones, 0.78-0.97 in six
-    ``execute --measure-host`` processes that day)."""
-    f = profile.launch.call_launch_fraction
-    if mode == "cuda_graph" or (f >= 1.0 and call_extra is None):
-        return issue
-    # a call cheaper than the one-kernel call (a row below 1) launches at f of itself: never after it returned
-    pre = issue - call0 if call_extra is None else issue - call0 - np.maximum(call_extra, 0.0)
-    return call0 + f * pre
-
-
-def end_event_bound(end: np.ndarray, issue: np.ndarray, profile: HardwareProfile, mode: str) -> np.ndarray:
-    """An eager run timed op by op (``launch.eager_timed``): each op's end, seconds, shape (n,), no earlier than
-    its end event's record, which the host makes after the call returned (``issue``), half the timing cost per
-    op later (``launch.executor_extra_per_op_us`` of :meth:`~schedsim.hardware.profile.HardwareProfile.
-    timed_eager`: a record before the call and one after). ``end`` itself otherwise. Applied to the reported
-    ends after the event loop: the ops of its rank that wait for it are issued by its host later still.
-
-    So an op whose kernel is shorter than its own call spans the call on an idle GPU, as measured: one H200,
-    [evidence: timed-eager], timing cost 2.1-12.5 µs per op: ``add`` ops of allgather_mm bf16 chunks 32 9.7 µs
-    (call 8.7 + 1.0; kernel 2.3), one-rank all_reduce ops of tp_allreduce_graph 37.1 µs (call 31.5 + 6.2; no
-    kernel)."""
-    lp = profile.launch
-    if mode == "cuda_graph" or not lp.eager_timed:
-        return end
-    return np.maximum(end, issue + 0.5 * lp.executor_extra_per_op_us * 1e-6)
-
-
-#: the most ops whose host call ends a prediction's meta lists (``host_call_end_s``; what ``execute`` runs)
-HOST_CALL_META_MAX = 20_000
-
-
-def host_end_per_rank(issue: np.ndarray, rank: np.ndarray, world: int) -> np.ndarray:
-    """Per rank (shape (world,)), seconds: when its host returned from its last call, the latest of ``issue``
-    (:func:`host_issue_columns`, shape (n,)) over its ops; 0 for a rank without ops."""
-    out = np.zeros(world)
-    if not len(issue):
-        return out
-    rank = np.asarray(rank)
-    cut = np.flatnonzero(rank[1:] != rank[:-1]) + 1
-    if bool(np.all(rank[cut] > rank[cut - 1])):  # ranks ascending (a Program's are): one max per run of a rank
-        starts = np.concatenate(([0], cut))
-        out[rank[starts]] = np.maximum.reduceat(issue, starts)
-    else:
-        np.maximum.at(out, rank.astype(np.int64), issue)
-    return out
-
-
-def host_waited(end: np.ndarray, host_end: np.ndarray, profile: HardwareProfile, mode: str) -> bool:
-    """Whether a prediction's host waited ``launch.cold_wait_us`` or longer for the GPU at the iteration's end
-    (``end``: the ops' ends; ``host_end``: :func:`host_end_per_rank`), so that the next iteration's first calls
-    run cold (``launch.cold_first_call_us``, rule 1); False in a graph replay or without those costs. What
-    ``schedsim execute`` and the hand-written references measure: every iteration starts after the GPU is done.
-
-    >>> from schedsim.hardware.profile import load_profile
-    >>> p = load_profile("h200")
-    >>> end, host = np.array([3e-3]), np.array([1e-3])
-    >>> host_waited(end, host, p, "eager"), host_waited(host, host, p, "eager"), host_waited(end, host, p, "cuda_graph")
-    (True, False, False)
-    """
-    lp = profile.launch
-    if mode != "eager" or not any(lp.cold_first_call_us.values()) or not len(end):
-        return False
-    return float(np.max(end)) - float(np.max(host_end)) >= lp.cold_wait_us * 1e-6
-
-
-def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
-                     model_executor: bool = False, call_start: list[float] | None = None,
-                     cost: CostModel | None = None, release: list[float] | None = None,
-                     cold: bool = False) -> list[float]:
-    """:func:`host_issue_columns` of a list of ops (program order per rank); ``call_start``, if given, is
-    filled with each op's call start, ``release`` with when its kernel reaches the GPU (:func:`kernel_release`);
-    ``cost`` (default: one of ``profile``) gives each GEMM's ``gemm.call`` extra."""
-    n = len(ops)
-    codes: dict[object, int] = {None: -1}
-    cols = [(op.rank, codes.setdefault(op.stream, len(codes)), host_class(op), op.repeat, op.host_s,
-             codes.setdefault(op.p2p_batch, len(codes))) for op in ops]
-    rank, stream, hcls, rep, hs, bat = (np.array(c) for c in zip(*cols, strict=True)) if n else \
-        (np.zeros(0, np.int64),) * 6
-    extra = None
-    if profile.gemm.call and mode != "cuda_graph":
-        cm = cost if cost is not None else CostModel(profile)
-        extra = np.array([cm.gemm_call_extra(op) * op.repeat for op in ops], np.float64)
-    issue, call0 = host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,
-                                      np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor,
-                                      extra, cold)
-    if call_start is not None:
-        call_start[:] = call0.tolist()
-    if release is not None:
-        release[:] = kernel_release(issue, call0, profile, mode, extra).tolist()
-    return issue.tolist()
 
 
 def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
@@ -1010,147 +653,6 @@ def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list
     return list(zip(u.tolist(), v.tolist(), strict=True))
 
 
-def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> float:
-    """Time multiplier of an NCCL transfer on a rank (rule 6): 1 + (slowdown − 1)·min(1, held / available).
-
-    >>> comm_factor(3.5, 116, 116)
-    3.5
-    >>> comm_factor(3.5, 58, 116)
-    2.25
-    """
-    if slowdown == 1.0 or compute_sms <= 0:
-        return 1.0
-    return 1.0 + (slowdown - 1.0) * min(1.0, compute_sms / max(1, free_for_compute))
-
-
-def batch_rate(rules: GpuRules, nccl_resident: bool, copying: bool) -> float:
-    """Rate (solo seconds done per second) of a batch of compute CTAs: / ``gemm_slowdown_beside_nccl`` while an
-    NCCL kernel is resident (rule 6), / (1 + γ) while a copy runs. The loops multiply it by :func:`mem_rate`
-    when the kernel is memory-bound (rule 5) and by the kernel's :func:`fill_gain` while a compute kernel waits
-    (rule 4c).
-
-    >>> r = GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.0, 0.5)
-    >>> batch_rate(r, True, True) == 1.0 / 1.5 / 1.5
-    True
-    """
-    new = 1.0
-    if nccl_resident and rules.gemm_slowdown_beside_nccl != 1.0:
-        new /= rules.gemm_slowdown_beside_nccl
-    if copying and rules.compute_slowdown_with_copy:
-        new /= 1.0 + rules.compute_slowdown_with_copy
-    return new
-
-
-def mem_rate(rules: GpuRules, load: float) -> float:
-    """Rule 5's factor on a memory-bound CTA's rate: min(β, 1 / ``load``), ``load`` = Σ over the GPU's resident
-    memory-bound kernels of (SMs it holds / its full width, min(its CTAs, SMs)): the share of HBM they would
-    take at full speed (1 for one kernel holding all it can hold), β = :attr:`GpuRules.mem_boost`.
-
-    >>> r = GpuRules(132, 8, 2, 3.0, 1.5, False, 1.0, 0.0, 0.5, mem_boost=2.28)
-    >>> mem_rate(r, 8 / 132), mem_rate(r, 1.0), mem_rate(r, 2.0)  # few SMs; alone on all; two full kernels
-    (2.28, 1.0, 0.5)
-    """
-    f = 1.0 / load
-    return f if f < rules.mem_boost else rules.mem_boost
-
-
-#: Copy engines of a rank, as ``ktype - 2`` of :class:`schedsim.sim.waves._Kernels`: 0 h2d, 1 d2h, 2 d2d.
-COPY_ENGINES = 3
-#: The engine whose busy state slows each engine down (the reverse PCIe direction; d2d has none).
-REVERSE_ENGINE = (1, 0, -1)
-
-
-#: the most of a wave rule 4c takes back (tail / τ is capped here: a kernel of a few µs does not run at 10×)
-TAIL_CAP = 0.25
-
-
-def fill_gain(tau: float, tail_s: float) -> float:
-    """Rule 4c: the rate factor 1 / (1 − min(tail / τ, :data:`TAIL_CAP`)) of a compute kernel whose waves take
-    ``tau`` seconds and whose ragged end is ``tail_s`` (:meth:`schedsim.cost.CostModel.wave_tail`), applied
-    while every CTA of it is placed and a compute kernel waits for SMs; 1.0 without a tail or for a kernel of
-    no time.
-
-    >>> fill_gain(160e-6, 8e-6) == 1.0 / (1.0 - 0.05), fill_gain(10e-6, 8e-6) == 1.0 / 0.75, fill_gain(0.0, 8e-6)
-    (True, True, 1.0)
-    """
-    if not tail_s or tau <= 0.0:
-        return 1.0
-    return 1.0 / (1.0 - min(tail_s / tau, TAIL_CAP))
-
-
-def fill_gain_columns(ktau: np.ndarray, ktype: np.ndarray, tail_s: np.ndarray) -> np.ndarray:
-    """:func:`fill_gain` per kernel (float64; 1.0 for kernels that are not compute), bit for bit; ``tail_s`` per
-    kernel."""
-    ktau = np.asarray(ktau, np.float64)
-    tail_s = np.asarray(tail_s, np.float64)
-    ok = (np.asarray(ktype) == 0) & (ktau > 0.0) & (tail_s != 0.0)
-    frac = np.minimum(tail_s / np.where(ok, ktau, 1.0), TAIL_CAP)
-    return np.where(ok, 1.0 / (1.0 - frac), 1.0)
-
-
-def copy_rate(rules: GpuRules, compute_resident: bool, engine: int = 0, reverse_busy: bool = False) -> float:
-    """Rate of a copy on copy engine ``engine`` (0 h2d, 1 d2h, 2 d2d): 1 / (1 + δ) while compute CTAs are
-    resident (``copy_slowdown_with_compute``), times 1 / (1 + ρ) while the reverse direction's engine copies
-    (``reverse_busy``; ρ = ``h2d_slowdown_beside_d2h`` for h2d, ``d2h_slowdown_beside_h2d`` for d2h).
-
-    Source of ρ: pinned 256 MiB copies on one H200 ([evidence: copy-duplex], torch 2.11,
-    ``benchmarks/probes/memory/copy_duplex.py``, [evidence: copy-duplex]): alone
-    53-55 GB/s each way; started together, d2h took 4.4 % longer and h2d ran at 1/1.35 of its solo rate while
-    d2h ran (the PCIe link carries ~92 GB/s both ways, not 2 × 54, and d2h keeps its rate). ``calibrate``
-    measures both factors (``executor.calibrate._measure_duplex``).
-
-    >>> r = GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.25, 0.5, h2d_beside_d2h=0.25)
-    >>> copy_rate(r, True), copy_rate(r, False, 0, True), copy_rate(r, False, 1, True)
-    (0.8, 0.8, 1.0)
-    """
-    d = rules.copy_slowdown_with_compute
-    rate = 1.0 / (1.0 + d) if compute_resident and d else 1.0
-    rho = (rules.h2d_beside_d2h, rules.d2h_beside_h2d, 0.0)[engine] if reverse_busy else 0.0
-    return rate / (1.0 + rho) if rho else rate
-
-
-def transfer_comm_rate(rules: GpuRules, compute_held: int, nccl_held: int) -> float:
-    """Rate factor of a rank's NCCL transfers, 1 / :func:`comm_factor`, with ``compute_held`` SMs held by compute
-    CTAs and ``nccl_held`` by NCCL kernels (rule 6)."""
-    return 1.0 / comm_factor(rules.nccl_slowdown, compute_held, rules.sms - nccl_held)
-
-
-#: Largest comm table (entries) the compiled loop takes: (sms + 1) · (sms // nccl_sms + 1), 8 MiB of float64.
-#: Only a profile with thousands of SMs exceeds it; its runs use the Python loop (which evaluates lazily).
-MAX_TABLE = 1 << 20
-
-
-@dataclass(frozen=True)
-class RateTables:
-    """Every rate the compiled ``waves`` loop (:mod:`schedsim.sim._cwaves`) reads, tabulated from the rule
-    functions of this module (the Python loop calls the same functions), so both apply the same numbers
-    bit for bit.
-
-    The loops add only the mechanics of rule 6: a transfer's rate is the minimum over its link ends of
-    ``comm[rank's state] / (transfers on that end)`` (a NIC end, where the network shares links:
-    ``comm[rank's state] × the flow's share``), times ``one_way`` for a send/recv whose reverse directions are
-    idle.
-    """
-
-    comm: list[float]  # [held · (sms // nccl_sms + 1) + nccl_held // nccl_sms]: transfer_comm_rate(...)
-    batch: list[float]  # [nccl_resident · 2 + copying]: batch_rate(...)
-    copy: list[float]  # [(engine · 2 + reverse busy) · 2 + compute resident]: copy_rate(...)
-    one_way: float
-    mem_boost: float  # rule 5's β (mem_rate)
-
-
-def rate_tables(rules: GpuRules) -> RateTables | None:
-    """Tabulate :func:`transfer_comm_rate`, :func:`batch_rate` and :func:`copy_rate` for every state of an
-    ``rules.sms``-SM GPU (NCCL kernels hold multiples of ``nccl_sms`` SMs); None when the comm table would
-    exceed :data:`MAX_TABLE` entries."""
-    S, ns = rules.sms, rules.nccl_sms
-    if (S + 1) * (S // ns + 1) > MAX_TABLE:
-        return None
-    comm = [transfer_comm_rate(rules, h, n * ns) for h in range(S + 1) for n in range(S // ns + 1)]
-    batch = [batch_rate(rules, bool(n), bool(c)) for n in (0, 1) for c in (0, 1)]
-    copy = [copy_rate(rules, bool(h), e, bool(b)) for e in range(COPY_ENGINES) for b in (0, 1) for h in (0, 1)]
-    return RateTables(comm, batch, copy, rules.p2p_one_way, rules.mem_boost)
-
 def one_rank_res(kind: str) -> int:
     """Rule 6b: the job resource of a collective ``kind`` whose group has one rank: 0 (SMs, a same-device copy:
     :func:`kernel_ctas` times it as a memory-bound kernel) for the kinds the executor calls out of place, 4 (an
@@ -1160,7 +662,6 @@ def one_rank_res(kind: str) -> int:
     (0, 4)
     """
     return 4 if kind in ONE_RANK_NOP else 0
-
 
 
 def link_ends(members: Sequence[Op], node: Sequence[int] | None = None) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ what ``schedsim execute`` measures as an op's start, and what :func:`schedsim.co
 Two implementations of the loop, one set of rules. :func:`run_waves` computes in Python, from
 :mod:`schedsim.sim.gpu_model`, everything a rule decides: successors with the communicator-order edges,
 host issue times, kernels with their CTA counts, wave times, memory-boundness and hardware queues, the
-link ends of each transfer, and every rate as a table (:func:`~schedsim.sim.gpu_model.rate_tables`).
+link ends of each transfer, and every rate as a table (:func:`~schedsim.sim.gpu_rates.rate_tables`).
 Then the event loop runs, either
 
 * compiled (:mod:`schedsim.sim._cwaves`, C, built by ``pip install -e .``): the whole loop (heap, ready
@@ -46,7 +46,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from schedsim.hardware.profile import HardwareProfile
+from schedsim.sim import gpu_host as gh
+from schedsim.sim import gpu_kernels as gk
 from schedsim.sim import gpu_model as gm
+from schedsim.sim import gpu_rates as gr
 from schedsim.sim.loop import HOST, _raise_deadlock, _State, compiled_loop, set_rate
 
 if TYPE_CHECKING:
@@ -76,7 +79,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     state = _run_once(c, profile, mode, rules, serial, model_executor, False)
     # rule 1: an iteration after which the host waited for the GPU starts the next with cold first calls; what
     # execute measures, every iteration after the last one's end, is that next iteration: run it again cold
-    if npred0 is not None and gm.host_waited(np.asarray(state.end, np.float64), state.host_s, profile, mode):
+    if npred0 is not None and gh.host_waited(np.asarray(state.end, np.float64), state.host_s, profile, mode):
         c.npred[:] = npred0
         state = _run_once(c, profile, mode, rules, serial, model_executor, True)
     return state
@@ -96,7 +99,7 @@ def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial
     succ, done = _order_and_issue(c, profile, mode, serial, model_executor, call0, issue, cold)
     kn = _kernels(c, rules)
     ops, gmem = c.ops, c.gmem
-    tab = gm.rate_tables(rules)  # None for a GPU of thousands of SMs: then the Python loop
+    tab = gr.rate_tables(rules)  # None for a GPU of thousands of SMs: then the Python loop
     from schedsim.network import rank_nodes
 
     node = rank_nodes(profile, c.world)  # None without a cluster topology: one link tier
@@ -121,9 +124,9 @@ def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial
     stream_t = np.maximum(np.maximum(np.asarray(deps_t, np.float64), np.asarray(call0, np.float64)),
                           qreach[np.asarray(kn.kern, np.int64)])
     if N and profile.launch.eager_timed:
-        end = gm.end_event_bound(np.asarray(end, np.float64), np.asarray(done, np.float64), profile, mode).tolist()
+        end = gh.end_event_bound(np.asarray(end, np.float64), np.asarray(done, np.float64), profile, mode).tolist()
     done_a = np.asarray(done, np.float64)
-    return _State(start, end, ready_t, binding, stream_t, gm.host_end_per_rank(
+    return _State(start, end, ready_t, binding, stream_t, gh.host_end_per_rank(
         done_a, np.asarray([o.rank for o in ops], np.int64), c.world), done_a)
 
 
@@ -192,9 +195,9 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
     ops, N, world = c.ops, c.N, c.world
     npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
     S, nsm, xlat, one_way = rules.sms, rules.nccl_sms, rules.cross_stream_s, rules.p2p_one_way
-    comm_rate = functools.lru_cache(None)(functools.partial(gm.transfer_comm_rate, rules))  # the rule functions,
-    batch_rate = functools.lru_cache(None)(functools.partial(gm.batch_rate, rules))  # evaluated once per state
-    copy_rate = functools.lru_cache(None)(functools.partial(gm.copy_rate, rules))
+    comm_rate = functools.lru_cache(None)(functools.partial(gr.transfer_comm_rate, rules))  # the rule functions,
+    batch_rate = functools.lru_cache(None)(functools.partial(gr.batch_rate, rules))  # evaluated once per state
+    copy_rate = functools.lru_cache(None)(functools.partial(gr.copy_rate, rules))
     kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues, ktail, ktail_tau, kgain = kn
     ktail = list(ktail)  # a reduction still to run: its CTAs; negative once handed over (rule 4b)
     K = len(kops)
@@ -215,7 +218,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
     free = [S] * world
     held = [0] * world  # SMs held by compute CTAs
     nccl_held = [0] * world  # SMs held by resident NCCL kernels
-    nmem = [0.0] * world  # HBM load of the memory-bound CTAs resident (rule 5: gpu_model.mem_rate)
+    nmem = [0.0] * world  # HBM load of the memory-bound CTAs resident (rule 5: gpu_rates.mem_rate)
     ncomm = [0] * world  # NCCL transfers in flight
     nlink = [0] * (4 * world)  # transfers in flight per (rank, link tier, direction): gm.link_ends
     ncopy = [0] * world  # copies in flight
@@ -265,10 +268,10 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
         r = krank[k]
         if typ == _COPY:  # the reverse PCIe direction's engine is busy while its FIFO holds a copy
             eng = ktype[k] - 2
-            rv = gm.REVERSE_ENGINE[eng]
+            rv = gr.REVERSE_ENGINE[eng]
             return copy_rate(held[r] > 0, eng, rv >= 0 and bool(copyq.get((r, rv + 2))))
         # rule 5: the GPU's memory-bound CTAs share HBM
-        rate = batch_rate(nccl_held[r] > 0, ncopy[r] > 0) * (gm.mem_rate(rules, nmem[r]) if kmem[k] else 1.0)
+        rate = batch_rate(nccl_held[r] > 0, ncopy[r] > 0) * (gr.mem_rate(rules, nmem[r]) if kmem[k] else 1.0)
         if nwait[r] and not kleft[k] and ktail[k] >= 0:  # rule 4c: a waiting kernel fills its ragged end
             rate *= kgain[k]
         return rate
@@ -503,7 +506,7 @@ def _csr(lists) -> tuple[array, array]:
     return ptr, array("i", chain.from_iterable(lists))
 
 
-def _run_compiled(c, rules: gm.GpuRules, tab: gm.RateTables, succ: list[list[int]],
+def _run_compiled(c, rules: gm.GpuRules, tab: gr.RateTables, succ: list[list[int]],
                   issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]],
                   share: LinkShare | None = None):
     """:func:`_run_python` in C: every parameter flattened to int32/float64 arrays (no rule is computed in C;
@@ -638,7 +641,7 @@ class _Kernels(NamedTuple):
     queues: dict[tuple[int, int], list[int]]  # (rank, queue) -> kernels in issue order
     ktail: list[int]  # compute: CTAs of the second kernel (a split-K reduction, rule 4b), 0 none
     ktail_tau: list[float]  # its solo seconds (one wave)
-    kgain: list[float]  # compute: gm.fill_gain of its main kernel's wave time (rule 4c), else 1.0
+    kgain: list[float]  # compute: gr.fill_gain of its main kernel's wave time (rule 4c), else 1.0
 
 
 def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,
@@ -660,7 +663,7 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,
         for v in s:
             if streams[v] != su:
                 xdeps[v] += 1
-    return succ, gm.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
+    return succ, gh.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
                                      call_start=call_start, cost=c.cost, release=release, cold=cold)
 
 
@@ -688,7 +691,7 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:
     kq: list[tuple[int, int]] = [(0, 0)] * K
     queues: dict[tuple[int, int], list[int]] = {}
     opq = gm.stream_queues(ops, rules.max_connections)
-    cost, sms, kernel_ctas = c.cost, rules.sms, gm.kernel_ctas
+    cost, sms, kernel_ctas = c.cost, rules.sms, gk.kernel_ctas
     for k, members in enumerate(kops):
         i = members[0]
         op = ops[i]
@@ -696,10 +699,10 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:
         r = krank[k] = op.rank
         if res == 0:
             ctas, waves, mem = kernel_ctas(op, cost, sms)
-            tail, tail_s = gm.kernel_tail(op, cost, sms)
+            tail, tail_s = gk.kernel_tail(op, cost, sms)
             work = job_work[i]
             if tail:
-                work, tail_s = map(float, gm.split_work(work, tail_s))
+                work, tail_s = map(float, gk.split_work(work, tail_s))
             kleft[k], ktau[k], kmem[k] = ctas, work / waves, mem
             ktail[k], ktail_tau[k] = tail, tail_s
         elif res == 1:
@@ -710,6 +713,6 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:
             queues[key] = [k]
         else:
             q.append(k)
-    kgain = [gm.fill_gain(ktau[k], cost.wave_tail(ops[kops[k][0]])) if ktype[k] == 0 else 1.0 for k in range(K)]
+    kgain = [gr.fill_gain(ktau[k], cost.wave_tail(ops[kops[k][0]])) if ktype[k] == 0 else 1.0 for k in range(K)]
     return _Kernels(kern, kops, ktype, krank, [len(m) for m in kops], kleft, ktau, kmem, kq, queues, ktail, ktail_tau,
                     kgain)

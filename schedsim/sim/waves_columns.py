@@ -5,18 +5,18 @@ building those costs ~10× the compiled event loop. This module builds the same 
 compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's columns:
 
 * cost inputs, CTA counts and call classes are per *template* (what instances share), so the rule functions of
-  :mod:`schedsim.sim.gpu_model` (:func:`~schedsim.sim.gpu_model.kernel_ctas`,
-  :meth:`~schedsim.cost.CostModel.duration`, :func:`~schedsim.sim.gpu_model.host_class`) run once per class of
+  :mod:`schedsim.sim.gpu_model` (:func:`~schedsim.sim.gpu_kernels.kernel_ctas`,
+  :meth:`~schedsim.cost.CostModel.duration`, :func:`~schedsim.sim.gpu_host.host_class`) run once per class of
   equal templates (:func:`template_classes`: a ``foreach`` makes one template per iteration, all alike; a
   send/recv once per class and rank pair, as its time depends on the link) and are broadcast;
 * host issue times, hardware queues and communicator-order edges come from the column forms of rules 1, 2
-  and 7 (:func:`~schedsim.sim.gpu_model.host_issue_columns`, :func:`~schedsim.sim.gpu_model.stream_queue_columns`,
+  and 7 (:func:`~schedsim.sim.gpu_host.host_issue_columns`, :func:`~schedsim.sim.gpu_model.stream_queue_columns`,
   :func:`~schedsim.sim.gpu_model.comm_fifo_columns`), the same functions the Op-list path calls;
 * kernels (a ``p2p_batch`` of a rank is one), transfers' link ends and rendezvous groups are integer arrays.
 
 The results are bit-identical to ``simulate(build_graph(spec))`` (``tests/core/test_waves_columns.py``). Op ids
 and :class:`Op` objects are built only for a deadlock message. Used when the extension is built and the
-profile's rate tables fit (:func:`~schedsim.sim.gpu_model.rate_tables`); otherwise the engine takes the
+profile's rate tables fit (:func:`~schedsim.sim.gpu_rates.rate_tables`); otherwise the engine takes the
 Op-list path, whose Python loop is the reference.
 """
 
@@ -33,7 +33,10 @@ from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program, rendezvous_groups
+from schedsim.sim import gpu_host as gh
+from schedsim.sim import gpu_kernels as gk
 from schedsim.sim import gpu_model as gm
+from schedsim.sim import gpu_rates as gr
 
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
 
@@ -94,7 +97,7 @@ _FEW = 32
 
 
 #: The template fields every per-template rule reads (:func:`_res_of`, :meth:`CostModel.duration`,
-#: :func:`~schedsim.sim.gpu_model.kernel_ctas`, :func:`~schedsim.sim.gpu_model.host_class`, the communicator,
+#: :func:`~schedsim.sim.gpu_kernels.kernel_ctas`, :func:`~schedsim.sim.gpu_host.host_class`, the communicator,
 #: ``repeat``, ``host_s``, the timeline's bytes and FLOP); templates equal in all of them are one class.
 _CLASS_FIELDS = attrgetter("kind", "group", "root", "nbytes", "flops", "dtype", "m", "n", "k", "batch", "repeat",
                            "duration_s", "direction", "host_s")
@@ -295,18 +298,18 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     from schedsim.sim.loop import compiled_loop
 
     N = len(tmpl)
-    tct = [gm.kernel_ctas(t, cost, sms) if r == 0 else (0, 1, False) for t, r in zip(tps, tres.tolist(), strict=True)]
+    tct = [gk.kernel_ctas(t, cost, sms) if r == 0 else (0, 1, False) for t, r in zip(tps, tres.tolist(), strict=True)]
     tctas = np.array([c[0] for c in tct], I64)
     twaves = np.array([c[1] for c in tct], I64)
     tmem = np.array([c[2] for c in tct], I32)
-    ttl = [gm.kernel_tail(t, cost, sms) if _res_of(t) == 0 else (0, 0.0) for t in tps]  # rule 4b
+    ttl = [gk.kernel_tail(t, cost, sms) if _res_of(t) == 0 else (0, 0.0) for t in tps]  # rule 4b
     ttail = np.array([x[0] for x in ttl], I32)
     ttail_s = np.array([x[1] for x in ttl], np.float64)
     twt = np.array([cost.wave_tail(t) if r == 0 else 0.0 for t, r in zip(tps, tres.tolist(), strict=True)],
                    np.float64)  # rule 4c
     op_tail = None
     if ttail.any():  # the main kernel runs the op's work less its reduction's
-        work, op_tail = gm.split_work(work, ttail_s[tmpl])
+        work, op_tail = gk.split_work(work, ttail_s[tmpl])
     ext = getattr(compiled_loop(), "kernels", None)
     if ext is not None:  # an older build has no kernels(): then numpy below
         nb = max(int(batch.max()) + 1 if N else 0, 0)
@@ -361,12 +364,12 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
 
 def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
     """Per kernel (rule 4b): the CTAs of its reduction kernel (int32, 0 none; written by the loop), from its head
-    op's template, and its seconds (float64), the head op's share of :func:`gm.split_work` (``op_tail``); and
-    (rule 4c) :func:`gm.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
+    op's template, and its seconds (float64), the head op's share of :func:`gk.split_work` (``op_tail``); and
+    (rule 4c) :func:`gr.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
     if K == 0:
         return np.zeros(0, I32), np.zeros(0), np.ones(0)
     head = np.asarray(kidx)[np.asarray(kptr)[:-1]]
-    kgain = gm.fill_gain_columns(ktau, ktype, twt[tmpl[head]]) if twt.any() else np.ones(K)
+    kgain = gr.fill_gain_columns(ktau, ktype, twt[tmpl[head]]) if twt.any() else np.ones(K)
     if op_tail is None:
         return np.zeros(K, I32), np.zeros(K), kgain
     comp = np.asarray(ktype) == 0
@@ -427,19 +430,19 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     sptr, sidx, npred, xdeps = _succ(prog, fifo, sid)
     del fifo
     # a send/recv's host class is per op: batched or not (Program.batch); the rest per template
-    thc = np.array([gm.H_P2P if t.kind in P2P_KINDS else gm.host_class(t) for t in tps], I64)
+    thc = np.array([gh.H_P2P if t.kind in P2P_KINDS else gh.host_class(t) for t in tps], I64)
     hcls = thc[tmpl] if N else np.zeros(0, I64)
     if N and int(batch.max()) >= 0:
-        hcls[is_p2p & (batch >= 0)] = gm.H_BATCH_P2P
+        hcls[is_p2p & (batch >= 0)] = gh.H_BATCH_P2P
     trep = np.array([t.repeat for t in tps], I64)
     ths = np.array([t.host_s for t in tps], np.float64)
     extra = None
     if profile.gemm.call and mode != "cuda_graph":  # rule 1: a GEMM shape's host call (gemm.call), per template
         tce = np.array([cost.gemm_call_extra(t) * t.repeat for t in tps], np.float64)
         extra = _per_op(tce, tmpl) if np.any(tce) else None
-    issue, call0 = gm.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
+    issue, call0 = gh.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
                                          profile, mode, model_executor, extra, cold)
-    return sptr, sidx, npred, issue, call0, gm.kernel_release(issue, call0, profile, mode, extra)
+    return sptr, sidx, npred, issue, call0, gh.kernel_release(issue, call0, profile, mode, extra)
 
 
 def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
@@ -479,21 +482,21 @@ def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: Hard
 
 
 def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
-                      tab: gm.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:
+                      tab: gr.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:
     """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring); an iteration after which the host
-    waited for the GPU is run again with cold first calls (rule 1, :func:`schedsim.sim.gpu_model.host_waited`),
+    waited for the GPU is run again with cold first calls (rule 1, :func:`schedsim.sim.gpu_host.host_waited`),
     up to :data:`schedsim.sim.waves.COLD_RERUN_MAX` ops, as :func:`schedsim.sim.waves.run_waves` does.
     """
     from schedsim.sim.waves import COLD_RERUN_MAX
 
     run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False)
-    if prog.N <= COLD_RERUN_MAX and run.host_s is not None and gm.host_waited(run.end, run.host_s, profile, mode):
+    if prog.N <= COLD_RERUN_MAX and run.host_s is not None and gh.host_waited(run.end, run.host_s, profile, mode):
         run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True)
     return run
 
 
 def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
-                      tab: gm.RateTables, serial: bool, model_executor: bool, loop, cold: bool) -> ProgramRun:
+                      tab: gr.RateTables, serial: bool, model_executor: bool, loop, cold: bool) -> ProgramRun:
     """One pass of :func:`run_waves_program` (``cold``: the iteration's first calls run cold, rule 1).
 
     Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
@@ -595,8 +598,8 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         gmem = [gidx[a:b].tolist() for a, b in zip(gptr[:-1].tolist(), gptr[1:].tolist(), strict=True)]
         _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred.tolist(), job_of, gmem, N)
     if N and profile.launch.eager_timed:  # a timed eager run: no op ends before its end event's record
-        end = gm.end_event_bound(end, issue, profile, mode)
-    host_s = gm.host_end_per_rank(issue, prog.rank, prog.world_size)
+        end = gh.end_event_bound(end, issue, profile, mode)
+    host_s = gh.host_end_per_rank(issue, prog.rank, prog.world_size)
     host_call = issue
     # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
     ext = getattr(loop, "stream_reached", None)

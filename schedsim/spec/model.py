@@ -340,7 +340,7 @@ class ScheduleSpec(_Base):
 
     _file: str = PrivateAttr(default="<schedule>")
     _sources: list[tuple[int | None, int | None, str]] = PrivateAttr(default_factory=lambda: [])
-    _layout: Any = PrivateAttr(default=None)  # ops kept as blocks by the loader (schedsim.spec.loader.Layout)
+    _layout: Any = PrivateAttr(default=None)  # ops kept as blocks by the loader (schedsim.spec.block.Layout)
     _env_lines: dict[str, int] = PrivateAttr(default_factory=lambda: {})  # line of each env key, from the loader
 
     def __getattr__(self, item: str) -> Any:

@@ -175,7 +175,8 @@ def register(app: typer.Typer) -> None:
         from schedsim.api import simulate_spec
         from schedsim.hardware.profile import load_profile
         from schedsim.report.chakra import export_chakra, messages
-        from schedsim.spec.loader import load_schedule, parse_overrides
+        from schedsim.spec.loader import load_schedule
+        from schedsim.spec.overrides import parse_overrides
 
         messages()  # refuse a missing protobuf before simulating
         spec = load_schedule(schedule, parse_overrides(set_))

@@ -8,7 +8,9 @@ import re
 import numpy as np
 import pytest
 
+from schedsim.report import chart_base as B
 from schedsim.report import gantt as G
+from schedsim.report import pipeline_chart as P
 from schedsim.sim.timeline import Span, Timeline
 
 
@@ -85,7 +87,7 @@ def test_a_lane_of_more_boxes_than_pixels_is_drawn_as_its_pixel_runs():
 
 
 def test_pixel_runs_by_hand():
-    x0, w = G._pixel_runs(np.array([0.0, 1.5, 2.2, 10.0]), np.array([1.0, 0.5, 3.0, 1.0]), 1.0)
+    x0, w = B._pixel_runs(np.array([0.0, 1.5, 2.2, 10.0]), np.array([1.0, 0.5, 3.0, 1.0]), 1.0)
     assert x0.tolist() == [0.0, 10.0] and w.tolist() == [5.2, 1.0]  # 0.5 and 0.2 gaps close; 4.8 stays
 
 
@@ -118,7 +120,7 @@ def test_svg_writes_a_collection_of_boxes_as_one_path_with_its_rectangles(tmp_pa
     # written): the same bytes as the figure saved directly
     fig = G.draw_gantt([("predicted", tl)])
     assert not any(getattr(c, "compound", False) for c in fig.axes[0].collections)
-    assert G.write_figure(fig, tmp_path / "direct.png").read_bytes() == png.read_bytes()
+    assert B.write_figure(fig, tmp_path / "direct.png").read_bytes() == png.read_bytes()
 
 
 def _pipeline(p: int, m: int) -> Timeline:
@@ -141,8 +143,8 @@ def test_label_set_draws_the_pixels_of_one_text_per_label(monkeypatch, mode):
     tl = _pipeline(4, 24)  # 192 boxes with their microbatch numbers
     bufs = []
     for lim in (10**9, 1):
-        monkeypatch.setattr(G, "LABEL_SET_MIN", lim)
-        fig = G.draw_pipeline(tl, "pp", mode=mode)
+        monkeypatch.setattr(P, "LABEL_SET_MIN", lim)
+        fig = P.draw_pipeline(tl, "pp", mode=mode)
         digits = [t for t in fig.axes[0].texts if t.get_text().isdigit()]
         sets = [a for a in fig.axes[0].get_children() if type(a).__name__ == "LabelSet"]
         assert (len(digits), len(sets)) == ((192, 0) if lim > 1 else (0, 1))
@@ -154,17 +156,17 @@ def test_label_set_draws_the_pixels_of_one_text_per_label(monkeypatch, mode):
     from matplotlib.ft2font import FT2Font
 
     if hasattr(FT2Font, "_layout"):
-        assert G._AggGlyphs.of(canvas.get_renderer()) is not None
+        assert P._AggGlyphs.of(canvas.get_renderer()) is not None
 
 
 def test_pipeline_of_a_data_parallel_run_reads_the_first_replica_only():
     # 2 replicas of a 2-stage pipeline: ranks 2 and 3 repeat 0 and 1
     tl = _pipeline(4, 3)
     tl.meta["pipeline"] = {"p": 2, "dp": 2, "m": 3, "schedule": "gpipe", "stage_to_rank": {"0": 0, "1": 1}}
-    lanes = G.pipeline_lanes(tl)
+    lanes = P.pipeline_lanes(tl)
     assert lanes.shown == [0, 1] and lanes.note == " (data-parallel replica 0 of 2)"
     assert sorted({s.rank for s in lanes.view.spans}) == [0, 1] and len(lanes.view.spans) == 12
-    full = G.pipeline_view(tl)
+    full = P.pipeline_view(tl)
     assert [s for s in full.spans if s.rank < 2] == lanes.view.spans
 
 
@@ -191,7 +193,7 @@ def test_tag_pipeline_of_a_columnar_timeline_updates_its_columns():
     assert len(tl.columns) == 2  # built before the tags
     assert tag_pipeline(tl) == 2
     assert [t.get("pp_op") for t in tl.columns.tags] == ["F", "F"]
-    assert len(G.pipeline_view(tl).spans) == 2
+    assert len(P.pipeline_view(tl).spans) == 2
 
 
 def test_action_ranks_find_ranks_whose_actions_come_after_other_compute():
@@ -204,9 +206,9 @@ def test_action_ranks_find_ranks_whose_actions_come_after_other_compute():
              Span("b@r2", "b", 2, "s", "matmul", "compute", 1.0, 3.0, tags={"pp_op": "B", "stage": 2, "mb": 0}),
              Span("x@r3", "x", 3, "s", "matmul", "compute", 0.0, 1.0, tags={"pp_op": "F", "mb": 0})]
     tl = Timeline("t", "import", 4, spans=spans)
-    assert G._action_ranks(tl) == [0, 2]
-    assert G.pipeline_lanes(tl).shown == [0, 2]
-    assert [s.id for s in G.pipeline_view(tl).spans] == ["F0.0@r0", "B2.0@r2"]
+    assert P._action_ranks(tl) == [0, 2]
+    assert P.pipeline_lanes(tl).shown == [0, 2]
+    assert [s.id for s in P.pipeline_view(tl).spans] == ["F0.0@r0", "B2.0@r2"]
 
 
 def test_tags_of_gives_the_rows_tags_in_order_from_either_form():

@@ -120,7 +120,7 @@ def test_every_shipped_schedule_checks_and_opens_with_a_comment(schedule):
 def test_predict_twice_writes_identical_files(tmp_path):
     # the same input must give byte-identical outputs (diffable, cacheable); the SVG chart carried its save time
     # (dc:date) and random clip-path/marker ids
-    from schedsim.report.gantt import write_figure
+    from schedsim.report.chart_base import write_figure
 
     for d in ("a", "b"):
         r = run("predict", "tests/data/pp_unit.yaml", "--gpu-model", "waves", "--no-gantt", "--out", str(tmp_path / d))

@@ -52,7 +52,8 @@ def _v3_text() -> str:
     from schedsim.hardware.profile import load_profile
     from schedsim.lower import lower
     from schedsim.sim.engine import simulate
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
     from tests.conftest import ROOT
 
     prog = lower(load_schedule(ROOT / "schedules" / "pipeline_schedules.yaml", parse_overrides(["p=2", "m=2"])))

@@ -22,7 +22,8 @@ from schedsim.hardware.profile import load_profile
 from schedsim.kinds import COLLECTIVE_KINDS
 from schedsim.sim import loop
 from schedsim.sim.engine import simulate
-from schedsim.spec.loader import load_schedule, parse_overrides
+from schedsim.spec.loader import load_schedule
+from schedsim.spec.overrides import parse_overrides
 from tests.conftest import ROOT
 
 try:
@@ -226,14 +227,15 @@ def test_without_the_extension_the_python_loop_runs_and_says_so(monkeypatch, cap
 def test_a_gpu_of_thousands_of_sms_runs_in_the_python_loop(monkeypatch):
     # the compiled loop reads a (sms + 1) x (sms // nccl_sms + 1) table: past MAX_TABLE entries it is not built
     from schedsim.sim import gpu_model as gm
+    from schedsim.sim import gpu_rates as gr
 
     d = load_profile("h200x2").model_dump()
     d["gpu"]["sms"], d["nccl"]["sms_per_collective"] = 4096, 1
     from schedsim.hardware.profile import HardwareProfile
 
     big = HardwareProfile.model_validate(d)
-    assert gm.rate_tables(gm.GpuRules.from_profile(big)) is None
-    assert gm.rate_tables(gm.GpuRules.from_profile(load_profile("h200x2"))) is not None
+    assert gr.rate_tables(gm.GpuRules.from_profile(big)) is None
+    assert gr.rate_tables(gm.GpuRules.from_profile(load_profile("h200x2"))) is not None
     G = build_graph(load_schedule(ROOT / "schedules" / "allgather_mm8.yaml"))
     fast, ref = both(monkeypatch, G, big)
     assert fast == ref and isinstance(ref, tuple) and ref[0]

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedsim.hardware.profile import load_profile
+from schedsim.sim import gpu_host as gh
 from schedsim.sim import gpu_model as gm
 
 try:
@@ -26,8 +27,8 @@ PROFILE = load_profile("h200")
 def _issue(monkeypatch, compiled: tuple[str, ...], cols: tuple, mode: str, executor: bool) -> tuple[bytes, bytes]:  # type: ignore[no-untyped-def,type-arg]
     """host_issue_columns with only the compiled functions ``compiled`` (issue_times, issue_sums) in use."""
     with monkeypatch.context() as m:
-        m.setattr(gm, "_compiled", lambda name: getattr(_cwaves, name) if name in compiled else None)
-        issue, call0 = gm.host_issue_columns(*cols, PROFILE, mode, executor)
+        m.setattr(gh, "_compiled", lambda name: getattr(_cwaves, name) if name in compiled else None)
+        issue, call0 = gh.host_issue_columns(*cols, PROFILE, mode, executor)
     return issue.tobytes(), call0.tobytes()
 
 
@@ -47,7 +48,7 @@ def test_issue_sums_add_the_same_floats_as_numpy(monkeypatch, seed, n, ranks, so
     repeat = np.broadcast_to(np.int64(2), (n,)) if one_host_s else rng.integers(1, 4, n)
     host_s = np.broadcast_to(np.float64(2.5e-6), (n,)) if one_host_s else \
         np.where(rng.random(n) < 0.2, -0.0, rng.random(n) * 1e-5)
-    batch = np.where(hcls == gm.H_BATCH_P2P, rng.integers(0, 3, n), -1)
+    batch = np.where(hcls == gh.H_BATCH_P2P, rng.integers(0, 3, n), -1)
     xdeps = rng.integers(0, 3, n)
     cols = (rank, stream, hcls, repeat, host_s, batch, xdeps)
     for mode in ("eager", "cuda_graph"):

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedsim.expr import ExprError, NotVectorisable, compile_expr, compile_vector, evaluate, vector_values
-from schedsim.spec import loader
+from schedsim.spec import foreach
 from schedsim.spec.loader import load_text
 
 
@@ -73,7 +73,7 @@ ops:
 @pytest.mark.parametrize("blocks", [True, False], ids=["vectorised", "general"])
 def test_schedule_fields_take_pythons_value(blocks: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's inputs, through the loader: on the columnar foreach path and on the general path."""
-    monkeypatch.setattr(loader, "TEMPLATES", blocks)
+    monkeypatch.setattr(foreach, "TEMPLATES", blocks)
     spec = load_text(TILE, "tile.yaml")
     ms = {op.name: (op.m, op.k) for op in spec.ops}
     assert ms == {"mm": (8192, 256), "c0": (100, 16), "c1": (1, 32), "c2": (2, 32)}

@@ -1,5 +1,5 @@
-"""Review findings on the columnar ``foreach`` path (schedsim.spec.loader.Block, schedsim.expr.compile_vector):
-inputs where the block path and the general path (``loader.TEMPLATES = False``) must agree and a user must get
+"""Review findings on the columnar ``foreach`` path (schedsim.spec.block.Block, schedsim.expr.compile_vector):
+inputs where the block path and the general path (``foreach.TEMPLATES = False``) must agree and a user must get
 a clear error or no noise."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from schedsim.cli import app
 from schedsim.errors import SpecError
 from schedsim.lower import lower
-from schedsim.spec import loader
+from schedsim.spec import block, foreach
 from schedsim.spec.loader import load_text
 
 NAN_INF = """\
@@ -38,7 +38,7 @@ def test_nan_and_inf_loop_values_give_no_numpy_warning(monkeypatch: pytest.Monke
         names = [o.name for o in spec.ops]
     assert [str(w.message) for w in caught] == []
     assert names == ["a1.0", "ainf"]
-    monkeypatch.setattr(loader, "TEMPLATES", False)
+    monkeypatch.setattr(foreach, "TEMPLATES", False)
     assert [o.name for o in load_text(NAN_INF, "n.yaml").ops] == names
 
 
@@ -60,7 +60,7 @@ def test_a_tag_value_that_is_a_list_or_mapping_is_refused_with_its_line(
         value: str, typ: str, blocks: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A list or mapping as a tag value reached the lowering's tag interning and crashed there (TypeError:
     unhashable type, a traceback from `schedsim check`); it is a schema error naming the line, field and tag."""
-    monkeypatch.setattr(loader, "TEMPLATES", blocks)
+    monkeypatch.setattr(foreach, "TEMPLATES", blocks)
     text = TAGS.replace("VALUE", value)
     with pytest.raises(SpecError) as e:
         lower(load_text(text, "t.yaml"))
@@ -93,14 +93,14 @@ def test_a_small_inner_loop_stops_being_a_block_after_a_few(monkeypatch: pytest.
     """An inner loop of 2 iterations (small) is built as a block for its first SMALL_BLOCKS_KEPT outer
     iterations, then per iteration; an inner loop of 8 (not small) stays a block every time. The spec is the
     general path's either way."""
-    from schedsim.spec.loader import Block
+    from schedsim.spec.block import Block
 
-    monkeypatch.setattr(loader, "SMALL_BLOCKS_KEPT", 2)
-    monkeypatch.setattr(loader, "SMALL_BLOCK", 8)
+    monkeypatch.setattr(block, "SMALL_BLOCKS_KEPT", 2)
+    monkeypatch.setattr(block, "SMALL_BLOCK", 8)
     spec = load_text(NESTED_SMALL, "n.yaml")
     items = spec._layout.items
     kinds = [(type(x).__name__, x.rows if isinstance(x, Block) else 1) for x in items]
     # by hand: i = 0, 1: a block of 2 rows then a block of 8; i = 2, 3, 4: two plain ops then a block of 8
     assert kinds == [("Block", 2), ("Block", 8)] * 2 + [("ComputeOp", 1), ("ComputeOp", 1), ("Block", 8)] * 3
-    monkeypatch.setattr(loader, "TEMPLATES", False)
+    monkeypatch.setattr(foreach, "TEMPLATES", False)
     assert spec.ops == load_text(NESTED_SMALL, "n.yaml").ops

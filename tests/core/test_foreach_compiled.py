@@ -1,4 +1,4 @@
-"""A `foreach` body compiled once (schedsim.spec.loader._Plan) gives the same Program, warnings and errors as
+"""A `foreach` body compiled once (schedsim.spec.context._Plan) gives the same Program, warnings and errors as
 the loader's general path that evaluates every field of every iteration with ``_eval_value``, and as the same
 ops written out one by one."""
 
@@ -13,7 +13,7 @@ from schedsim.errors import SpecError
 from schedsim.expr import ExprError
 from schedsim.lower import lower
 from schedsim.lower.checks import launches
-from schedsim.spec import loader
+from schedsim.spec import context
 from schedsim.spec.loader import load_text
 
 NESTED = """\
@@ -79,8 +79,8 @@ def _interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(text: str) -> None:
         raise ExprError("not compiled in this test")
 
-    monkeypatch.setattr(loader, "compile_expr", refuse)
-    monkeypatch.setattr(loader, "compile_interpolate", refuse)
+    monkeypatch.setattr(context, "compile_expr", refuse)
+    monkeypatch.setattr(context, "compile_interpolate", refuse)
 
 
 def _program(text: str, overrides: dict | None = None):  # type: ignore[no-untyped-def]

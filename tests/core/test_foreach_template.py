@@ -1,7 +1,7 @@
-"""A plain `foreach` body carried whole (schedsim.spec.loader.Block, lowered in bulk, linked for one rank when
+"""A plain `foreach` body carried whole (schedsim.spec.block.Block, lowered in bulk, linked for one rank when
 every op runs on all ranks) gives the same spec, the same Program (every column, array and template) and the
 same errors as the general path, which expands and validates every iteration's op entry and links every op
-(``loader.TEMPLATES = False``, ``link.UNIFORM = False``)."""
+(``foreach.TEMPLATES = False``, ``link.UNIFORM = False``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from schedsim.errors import SchedsimError
 from schedsim.lower import link, lower
-from schedsim.spec import loader
+from schedsim.spec import foreach
 from schedsim.spec.loader import load_schedule, load_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def general(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
     def run(f):  # type: ignore[no-untyped-def]
         with monkeypatch.context() as m:
-            m.setattr(loader, "TEMPLATES", False)
+            m.setattr(foreach, "TEMPLATES", False)
             m.setattr(link, "UNIFORM", False)
             return f()
 

@@ -707,7 +707,7 @@ def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host
     """Rule 1 with ``gemm.call``: eager_per_op_us 5; FULL's row 1.6 (a split-K call launching two kernels), TINY
     none. A (FULL) is issued at 5 · 1.6 = 8, T (TINY) at 8 + 5 = 13, B (FULL, repeat 2: two calls) at
     13 + 2 · 8 = 29. A call's extra over the one-kernel call (the split-K reduction's launch) comes after its main
-    kernel's launch (rule 1, gpu_model.kernel_release): A's kernel reaches the GPU at 8 − 3 = 5, T's at 13, B's at
+    kernel's launch (rule 1, gpu_host.kernel_release): A's kernel reaches the GPU at 8 − 3 = 5, T's at 13, B's at
     29 − 2 · 3 = 23. All on their own streams with no wait for SMs: each is ready then (stream_s = its call
     start: A 0, T 8, B 13). A CUDA graph replay has no per-op calls: every op at graph_launch_us (2)."""
     d = waves_profile(launch={"eager_per_op_us": 5.0, "graph_launch_us": 2.0}).model_dump()

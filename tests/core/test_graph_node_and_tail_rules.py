@@ -19,7 +19,8 @@ from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
 from schedsim.sim.engine import simulate
-from schedsim.spec.loader import load_schedule, load_text, parse_overrides
+from schedsim.spec.loader import load_schedule, load_text
+from schedsim.spec.overrides import parse_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Rule 1's host issue times as columns (schedsim.sim.gpu_model.host_issue_columns) against the rule written as
+"""Rule 1's host issue times as columns (schedsim.sim.gpu_host.host_issue_columns) against the rule written as
 a loop over the ops: the same floats bit for bit, whether the prefix sums run in one chunk or in many (chunks
 of whole ranks, a rank larger than a chunk alone), with ranks in order or interleaved."""
 
@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedsim.hardware.profile import load_profile
-from schedsim.sim import gpu_model as gm
+from schedsim.sim import gpu_host as gh
 
 PROFILE = load_profile("h200x2")
 
@@ -19,8 +19,8 @@ def by_loop(rank, stream, hcls, repeat, host_s, batch, deps, model_executor):  #
     """Rule 1 op by op (gpu_model's docstring): per rank, host Python time, event waits, the executor's extra,
     a stream switch, the call (one per p2p batch), a first-call extra; the call starts after the switch."""
     lp = PROFILE.launch
-    call_of = {gm.H_KERNEL: lp.eager_per_op_us * 1e-6, gm.H_ELEMENTWISE: lp.elementwise_call_s,
-               gm.H_MEMCPY: lp.memcpy_call_s, gm.H_P2P: lp.p2p_call_s, gm.H_COLL: lp.eager_per_collective_us * 1e-6}
+    call_of = {gh.H_KERNEL: lp.eager_per_op_us * 1e-6, gh.H_ELEMENTWISE: lp.elementwise_call_s,
+               gh.H_MEMCPY: lp.memcpy_call_s, gh.H_P2P: lp.p2p_call_s, gh.H_COLL: lp.eager_per_collective_us * 1e-6}
     issue, call0 = [0.0] * len(rank), [0.0] * len(rank)
     t: dict[int, float] = {}
     last: dict[int, int] = {}
@@ -33,16 +33,16 @@ def by_loop(rank, stream, hcls, repeat, host_s, batch, deps, model_executor):  #
         incs = [host_s[i], deps[i] * lp.event_wait_s,
                 lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0,
                 lp.stream_switch_s if r in last and last[r] != stream[i] else 0.0]
-        if h == gm.H_BATCH_P2P:
+        if h == gh.H_BATCH_P2P:
             c = 0.0 if (r, batch[i]) in paid else lp.batch_p2p_call_s
             paid.add((r, batch[i]))
         else:
-            c = call_of[h] * (repeat[i] if h in (gm.H_KERNEL, gm.H_ELEMENTWISE) else 1)
+            c = call_of[h] * (repeat[i] if h in (gh.H_KERNEL, gh.H_ELEMENTWISE) else 1)
         extra = 0.0
-        if h == gm.H_KERNEL and r not in first_k:
+        if h == gh.H_KERNEL and r not in first_k:
             first_k.add(r)
             extra = lp.first_op_extra_us * 1e-6
-        elif h >= gm.H_P2P and r not in first_c:
+        elif h >= gh.H_P2P and r not in first_c:
             first_c.add(r)
             extra = lp.first_collective_extra_us * 1e-6
         for k, x in enumerate(incs + [c, extra]):
@@ -54,21 +54,21 @@ def by_loop(rank, stream, hcls, repeat, host_s, batch, deps, model_executor):  #
     return issue, call0
 
 
-@pytest.mark.parametrize("chunk", [1, 3, gm._ISSUE_CHUNK])
+@pytest.mark.parametrize("chunk", [1, 3, gh._ISSUE_CHUNK])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_columns_equal_the_loop(monkeypatch, chunk, data):
-    monkeypatch.setattr(gm, "_ISSUE_CHUNK", chunk)
+    monkeypatch.setattr(gh, "_ISSUE_CHUNK", chunk)
     n = data.draw(st.integers(0, 40))
     ints = lambda lo, hi: np.array(data.draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)), np.int64)  # noqa: E731
     rank = ints(0, 4)
     if data.draw(st.booleans()):
         rank = np.sort(rank)  # ranks in order (the Program's layout), or interleaved (sorted inside)
     stream, hcls, repeat, batch, deps = ints(0, 2), ints(0, 5), ints(1, 3), ints(0, 2), ints(0, 3)
-    batch[hcls != gm.H_BATCH_P2P] = -1  # only batched send/recv are in a batch
+    batch[hcls != gh.H_BATCH_P2P] = -1  # only batched send/recv are in a batch
     host_s = np.array(data.draw(st.lists(st.sampled_from([0.0, 1e-6, 3.3e-5]), min_size=n, max_size=n)))
     ex = data.draw(st.booleans())
-    issue, call0 = gm.host_issue_columns(rank, stream, hcls, repeat, host_s, batch, deps, PROFILE, "eager", ex)
+    issue, call0 = gh.host_issue_columns(rank, stream, hcls, repeat, host_s, batch, deps, PROFILE, "eager", ex)
     want = by_loop(rank.tolist(), stream.tolist(), hcls.tolist(), repeat.tolist(), host_s.tolist(), batch.tolist(),
                    deps.tolist(), ex)
     assert (issue.tolist(), call0.tolist()) == want

@@ -118,8 +118,9 @@ def test_start_margin_env_is_checked_before_any_rank_work(monkeypatch: pytest.Mo
 def test_alias_check_counts_alias_expansion_not_literal_size(monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 32, item 6: a literal schedule of more nodes than the limit is no alias bomb
     import schedsim.spec.loader as loader
+    import schedsim.spec.yaml_reader as yaml_reader
 
-    monkeypatch.setattr(loader, "MAX_NODES", 1000)
+    monkeypatch.setattr(yaml_reader, "MAX_NODES", 1000)
     ops = "".join(f"  - {{name: o{i}, kind: compute, duration_us: 1}}\n" for i in range(400))  # 400 x 7 nodes
     spec = loader.load_text("schema_version: 1\nname: lit\nworld_size: 1\nops:\n" + ops)
     assert len(spec.ops) == 400
@@ -130,14 +131,14 @@ def test_alias_check_counts_alias_expansion_not_literal_size(monkeypatch: pytest
     bomb = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [" + ", ".join(["*a"] * 9) + "]\nc: [" + \
         ", ".join(["*b"] * 9) + "]\n"
     # distinct nodes: root 1 + keys 3 + a (10) + b (1) + c (1) = 16; expanded: 1 + 3 + 10 + 91 + 820 = 925 - fits
-    loader.parse_yaml(bomb, "x")
-    # the 909 nodes the aliases add, less 16 for each of the 18 aliases written (loader.ALIAS_NODES): 621 fits,
+    yaml_reader.parse_yaml(bomb, "x")
+    # the 909 nodes the aliases add, less 16 for each of the 18 aliases written (yaml_reader.ALIAS_NODES): 621 fits,
     # one more is refused
-    monkeypatch.setattr(loader, "MAX_NODES", 925 - 16 - 16 * 18)
-    loader.parse_yaml(bomb, "x")
-    monkeypatch.setattr(loader, "MAX_NODES", 925 - 16 - 16 * 18 - 1)
+    monkeypatch.setattr(yaml_reader, "MAX_NODES", 925 - 16 - 16 * 18)
+    yaml_reader.parse_yaml(bomb, "x")
+    monkeypatch.setattr(yaml_reader, "MAX_NODES", 925 - 16 - 16 * 18 - 1)
     with pytest.raises(SpecError, match="expands to more than 620 nodes beyond those written"):
-        loader.parse_yaml(bomb, "x")
+        yaml_reader.parse_yaml(bomb, "x")
 
 
 @pytest.mark.parametrize(("value", "words"), [
@@ -147,7 +148,7 @@ def test_alias_check_counts_alias_expansion_not_literal_size(monkeypatch: pytest
     ("a\udcffb", "not UTF-8"),
 ])
 def test_set_values_are_guarded_like_schedule_files(value: str, words: str) -> None:
-    from schedsim.spec.loader import parse_overrides
+    from schedsim.spec.overrides import parse_overrides
 
     with pytest.raises(SpecError, match=words) as e:
         parse_overrides([f"x={value}"])
@@ -155,7 +156,7 @@ def test_set_values_are_guarded_like_schedule_files(value: str, words: str) -> N
 
 
 def test_set_values_keep_their_meaning() -> None:
-    from schedsim.spec.loader import parse_overrides
+    from schedsim.spec.overrides import parse_overrides
 
     assert parse_overrides(["a=4", "b=fp16", "c=[1, 2]", "d={k: 1}", "e=a: b: c", "f=#x", "g="]) == \
         {"a": 4, "b": "fp16", "c": [1, 2], "d": {"k": 1}, "e": "a: b: c", "f": None, "g": ""}

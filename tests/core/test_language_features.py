@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import re
+
+import pytest
 
 from schedsim.errors import SchedsimError, SpecError
 from schedsim.graph.build import build_graph

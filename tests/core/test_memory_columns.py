@@ -14,7 +14,8 @@ from schedsim.lower import lower
 from schedsim.lower.program import DagView
 from schedsim.report.memory import _reference, memory_over_time, static_memory
 from schedsim.sim.engine import simulate
-from schedsim.spec.loader import load_schedule, parse_overrides
+from schedsim.spec.loader import load_schedule
+from schedsim.spec.overrides import parse_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = [("schedules/pipeline_schedules.yaml", ["p=4", "m=8", "schedule=1f1b"]),

@@ -10,7 +10,7 @@ from schedsim.errors import DeadlockError, SchedsimError, SpecError
 from schedsim.graph.build import build_graph
 from schedsim.pipeline.actions import Action
 from schedsim.pipeline.comms import megatron_interleaved_batched
-from schedsim.pipeline.schedules import interleaved_1f1b
+from schedsim.pipeline.schedules_1f1b import interleaved_1f1b
 from schedsim.spec.loader import load_text
 
 HEAD = "schema_version: 1\nname: t\nworld_size: {w}\nops:\n"

@@ -39,7 +39,7 @@ def test_two_gemms_that_fit_two_ctas_per_sm_run_side_by_side(program: bool) -> N
 def test_kernel_ctas_counts_slots_not_ctas() -> None:
     from schedsim.cost import CostModel
     from schedsim.graph.ops import Op
-    from schedsim.sim.gpu_model import kernel_ctas
+    from schedsim.sim.gpu_kernels import kernel_ctas
 
     prof = waves_profile()
     gemm = prof.gemm.model_copy(update={"ctas": [("fp32", 256, 512, 1024, 24)],
@@ -50,7 +50,7 @@ def test_kernel_ctas_counts_slots_not_ctas() -> None:
 
 
 def test_occupancy_of_a_kineto_kernel_record() -> None:
-    C = pytest.importorskip("executor.calibrate")
+    C = pytest.importorskip("executor.calibrate_gemm")
     ev = [{"cat": "kernel", "dur": 9.0, "args": {"grid": [8, 8, 2], "block": [256, 1, 1],
                                                   "registers per thread": 168, "shared memory": 0}},
           {"cat": "kernel", "dur": 1.0, "args": {"grid": [1, 1, 1], "block": [32, 1, 1],

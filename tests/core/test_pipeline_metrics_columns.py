@@ -18,7 +18,8 @@ from schedsim.sim.engine import simulate
 from schedsim.sim.metrics import length, merge
 from schedsim.sim.pipeline_metrics import Bubble, P2PBytes, PipelineMetrics
 from schedsim.sim.timeline import Timeline, _decode
-from schedsim.spec.loader import load_schedule, parse_overrides
+from schedsim.spec.loader import load_schedule
+from schedsim.spec.overrides import parse_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPE = "schedules/pipeline_schedules.yaml"

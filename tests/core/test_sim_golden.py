@@ -79,7 +79,6 @@ def test_gemm_table_and_memcpy(sim_text, toy_profile):
 
 def test_eager_launch_overhead_and_cuda_graph(sim_text, make_profile):
     from schedsim.hardware.profile import HardwareProfile
-
     from tests.conftest import toy_profile_dict
 
     d = toy_profile_dict()

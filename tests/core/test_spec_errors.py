@@ -10,7 +10,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from schedsim.errors import SpecError
-from schedsim.spec.loader import load_schedule, load_text, parse_overrides
+from schedsim.spec.loader import load_schedule, load_text
+from schedsim.spec.overrides import parse_overrides
 
 GOOD = """\
 schema_version: 1
@@ -196,7 +197,7 @@ def test_libyaml_and_pure_python_parsers_agree(monkeypatch: pytest.MonkeyPatch, 
     are those of the pure-Python parser (what parse_yaml uses without libyaml)."""
     import yaml
 
-    from schedsim.spec.loader import parse_yaml
+    from schedsim.spec.yaml_reader import parse_yaml
 
     text = (Path(__file__).parents[2] / "schedules" / name).read_text()
     fast = _marked(parse_yaml(text, name))
@@ -239,7 +240,7 @@ def test_a_byte_order_mark_inside_the_text_reads_the_same_with_or_without_libyam
     one meaning on every machine), and a BOM at the very start stays a BOM."""
     import yaml
 
-    from schedsim.spec.loader import parse_yaml
+    from schedsim.spec.yaml_reader import parse_yaml
 
     fast = _marked(parse_yaml(text, "s.yaml"))
     assert "\ufeffschema_version" in fast[2]
@@ -285,7 +286,7 @@ def test_libyaml_and_pure_python_read_every_text_alike(lines: list[str], end: st
     value inside ``[ ]``, see parse_yaml.)"""
     import yaml
 
-    from schedsim.spec.loader import parse_yaml
+    from schedsim.spec.yaml_reader import parse_yaml
 
     def outcome() -> object:
         try:

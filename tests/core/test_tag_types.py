@@ -14,7 +14,7 @@ from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
 from schedsim.sim.engine import simulate
 from schedsim.sim.timeline import Timeline
-from schedsim.spec import loader
+from schedsim.spec import foreach as spec_foreach
 from schedsim.spec.loader import load_text
 
 VALUES = ["1", "true", "1.0", "0.0", "-0.0", "0", "false", "null", '"1"']
@@ -40,7 +40,7 @@ def foreach() -> str:  # one entry, its tag from the loop value: a block of rows
 @pytest.mark.parametrize("blocks", [True, False])
 @pytest.mark.parametrize("text", [written, foreach])
 def test_equal_tag_values_of_different_types_stay_apart(tmp_path, monkeypatch, text, blocks):
-    monkeypatch.setattr(loader, "TEMPLATES", blocks)
+    monkeypatch.setattr(spec_foreach, "TEMPLATES", blocks)
     spec = load_text(text())
     want = [typed({"x": v}) for v in (WANT if text is written else WANT[:-1])]
     assert [typed(o.tags) for o in spec.ops] == want  # what the loader gives, the reference

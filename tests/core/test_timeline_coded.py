@@ -19,8 +19,9 @@ from schedsim.lower import lower
 from schedsim.sim import loop
 from schedsim.sim.engine import simulate
 from schedsim.sim.timeline import Span, SpanColumns, Timeline
-from schedsim.spec.loader import load_schedule, parse_overrides
+from schedsim.spec.loader import load_schedule
 from schedsim.spec.model import ScheduleSpec
+from schedsim.spec.overrides import parse_overrides
 from tests.conftest import ROOT
 
 try:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import schedsim.io
 from schedsim.errors import TraceError
-from schedsim.sim import timeline as tlmod
+from schedsim.sim import timeline_json as tj
 from schedsim.sim.metrics import compute_metrics, intersect_length, length, merge, union_length
 from schedsim.sim.timeline import Span, SpanColumns, Timeline
 
@@ -68,7 +68,7 @@ def test_empty_timeline(tmp_path):
 def test_stdlib_fallback_writes_the_same_document(tmp_path, monkeypatch):
     tl = tl_of(SPANS, ["a@r0"])
     tl.write_json(tmp_path / "fast.json", {"x": float("nan")})
-    monkeypatch.setattr(tlmod, "_orjson", None)
+    monkeypatch.setattr(tj, "_orjson", None)
     monkeypatch.setattr(schedsim.io, "_orjson", None)  # the JSON writer
     tl.write_json(tmp_path / "slow.json", {"x": float("nan")})
     assert json.loads((tmp_path / "fast.json").read_text()) == json.loads((tmp_path / "slow.json").read_text())
@@ -170,7 +170,7 @@ def test_coded_ids_write_what_the_strings_write(tmp_path, monkeypatch, orjson):
     # the simulator hands the ids as a name table + codes; the file must hold exactly the strings' columns
     # (names with quotes, backslashes, non-ASCII, the "," separator itself, an empty name; ranks 0..11)
     if not orjson:
-        monkeypatch.setattr(tlmod, "_orjson", None)
+        monkeypatch.setattr(tj, "_orjson", None)
         monkeypatch.setattr(schedsim.io, "_orjson", None)  # the JSON writer
     names = ("mm0", 'q"x', "b\\s", "ü𝄞", '","', "", "a@r1")
     rng = np.random.default_rng(5)
@@ -203,18 +203,18 @@ def test_coded_ids_write_what_the_strings_write(tmp_path, monkeypatch, orjson):
 def test_long_columns_are_written_in_pieces_that_join_to_the_whole(tmp_path, monkeypatch, orjson):
     # numpy columns longer than a piece go out as several dumps joined in the array; the text is the one dump's
     if not orjson:
-        monkeypatch.setattr(tlmod, "_orjson", None)
+        monkeypatch.setattr(tj, "_orjson", None)
         monkeypatch.setattr(schedsim.io, "_orjson", None)  # the JSON writer
-    monkeypatch.setattr(tlmod, "_JSON_PIECE", 3)
+    monkeypatch.setattr(tj, "_JSON_PIECE", 3)
     a = np.array([0.1, 1e-300, 2.5, np.nan, 7.0, 1 / 3, 0.0])
-    assert b"".join(tlmod._array_pieces(a)) == tlmod.dumps_json(a)
-    assert b"".join(tlmod._array_pieces(a[:3])) == tlmod.dumps_json(a[:3])
+    assert b"".join(tj._array_pieces(a)) == tj.dumps_json(a)
+    assert b"".join(tj._array_pieces(a[:3])) == tj.dumps_json(a[:3])
     spans = [Span(f"o{i}@r0", f"o{i}", 0, "s", "matmul", "compute", float(i), i + 0.5, None if i % 2 else 0.5,
                   0.25 * i) for i in range(8)]
     tl_of(spans).write_json(tmp_path / "t.json")
     back = Timeline.read_json(tmp_path / "t.json")
     assert back.spans == spans
-    monkeypatch.setattr(tlmod, "_JSON_PIECE", 1 << 16)
+    monkeypatch.setattr(tj, "_JSON_PIECE", 1 << 16)
     assert tl_of(spans).to_dict() == back.to_dict()
 
 
@@ -246,7 +246,8 @@ def test_ids_at_and_tagged_read_coded_columns_without_building_them():
     from schedsim.hardware.profile import load_profile
     from schedsim.lower import lower
     from schedsim.sim.engine import simulate
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
     from tests.conftest import ROOT
 
     prog = lower(load_schedule(ROOT / "schedules/pipeline_schedules.yaml", parse_overrides(["p=2", "m=2"])))

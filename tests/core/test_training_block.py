@@ -330,7 +330,7 @@ def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
     pipeline picture's lanes and the PipelineInfo's JSON form say so (rank_stride)."""
     from schedsim.api import predict
     from schedsim.graph.info import PipelineInfo
-    from schedsim.report.gantt import pipeline_lanes
+    from schedsim.report.pipeline_chart import pipeline_lanes
 
     run = predict(load_text(TINY), "h200")
     info = run.timeline.pipeline

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from schedsim.report.chart_base import MAKESPAN_GID, choose_ranks
 from schedsim.report.chrome import chrome_trace
-from schedsim.report.gantt import (MAKESPAN_GID, busy_share, choose_ranks, draw_gantt, draw_memory, draw_pipeline,
-                                   pipeline_view, unit_steps)
+from schedsim.report.gantt import busy_share, draw_gantt
+from schedsim.report.memory_chart import draw_memory
+from schedsim.report.pipeline_chart import draw_pipeline, pipeline_view, unit_steps
 from schedsim.report.trace_check import TraceFormatError, check_trace
 from schedsim.sim.timeline import Span, Timeline
 
@@ -358,7 +360,7 @@ def test_gantt_draws_each_ops_wait_before_its_bar():
     band over [1, 3] ms in its lane (and the legend entry); an op without ``stream_s`` or without a wait gets none."""
     import numpy as np
 
-    from schedsim.report.gantt import WAIT
+    from schedsim.report.chart_base import WAIT
 
     tl = Timeline("w", "predict", 1, spans=[
         Span("a@r0", "a", 0, "s", "matmul", "compute", 3e-3, 5e-3, stream_s=1e-3),

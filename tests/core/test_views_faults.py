@@ -264,7 +264,8 @@ def test_analyze_json_carries_the_bubble_per_rank():
 def test_folded_gantt_keeps_the_critical_path_ranks():
     """PP8×DP128 drew ranks 0–7 and 1017–1023 while its critical path runs through 1016; the ranks
     on the critical path now keep their lanes first."""
-    from schedsim.report.gantt import choose_ranks, draw_gantt
+    from schedsim.report.chart_base import choose_ranks
+    from schedsim.report.gantt import draw_gantt
 
     ranks = list(range(64))
     shown, folded = choose_ranks(ranks, {r: 1 for r in ranks}, 10, prefer=[40, 41])

@@ -18,7 +18,8 @@ from schedsim.lower import lower
 from schedsim.lower.program import rendezvous_groups
 from schedsim.sim import loop
 from schedsim.sim.engine import simulate
-from schedsim.spec.loader import load_schedule, load_text, parse_overrides
+from schedsim.spec.loader import load_schedule, load_text
+from schedsim.spec.overrides import parse_overrides
 from tests.conftest import ROOT
 
 try:

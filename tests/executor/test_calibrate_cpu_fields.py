@@ -12,6 +12,8 @@ import pytest
 from exec_helpers import DATA
 
 from executor import calibrate as C
+from executor import calibrate_bench as CB
+from executor import calibrate_gemm as CG
 from executor.dist import oversubscription_warning
 from schedsim.hardware.profile import HardwareProfile
 
@@ -21,7 +23,7 @@ pytest.importorskip("torch")
 def test_cpu_profile_keeps_only_measured_peaks_and_no_sms(capsys: pytest.CaptureFixture[str]) -> None:
     raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
     raw["gemm"] = [r for r in raw["gemm"] if r[0] == "fp32"]  # what CPU ranks measure (tf32/bf16/fp16 run as fp32)
-    d = C._assemble(C.CalibrateOptions(out=Path("cpu.yaml")), raw, SimpleNamespace(cuda=False, device=None), "CPU")
+    d = C._assemble(CB.CalibrateOptions(out=Path("cpu.yaml")), raw, SimpleNamespace(cuda=False, device=None), "CPU")
     p = HardwareProfile.model_validate(d)
     best = max(2 * m * n * k / (t * 1e-3) / 1e12 for _dt, m, n, k, t in raw["gemm"])
     assert set(p.gpu.peak_tflops) == {"fp32"} and p.gpu.peak_tflops["fp32"] == pytest.approx(best, abs=1e-3)
@@ -34,7 +36,7 @@ def test_cpu_profile_keeps_only_measured_peaks_and_no_sms(capsys: pytest.Capture
 
 def test_measured_peaks_by_hand() -> None:
     # 2·1024³ FLOP in 10 ms = 0.2147 TFLOP/s; 2·2048³ in 40 ms = 0.4295: the best per dtype
-    assert C.measured_peaks([["fp32", 1024, 1024, 1024, 10.0], ["fp32", 2048, 2048, 2048, 40.0],
+    assert CG.measured_peaks([["fp32", 1024, 1024, 1024, 10.0], ["fp32", 2048, 2048, 2048, 40.0],
                              ["fp64", 1024, 1024, 1024, 20.0]]) == {"fp32": 0.429, "fp64": 0.107}
 
 

@@ -10,7 +10,11 @@ import pytest
 from exec_helpers import DATA
 
 from executor import calibrate as C
-from executor.calibrate import p2p_one_way_speedup
+from executor import calibrate_bench as CB
+from executor import calibrate_copy as CC
+from executor import calibrate_gemm as CG
+from executor import calibrate_graph as CGR
+from executor.calibrate_comm import p2p_one_way_speedup
 from schedsim.hardware.profile import HardwareProfile
 
 torch = pytest.importorskip("torch")
@@ -33,7 +37,7 @@ def test_assemble_writes_both_fields_from_the_2xh200_measurement(monkeypatch) ->
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
     raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
     raw["host"]["stream_switch_us"] = 1.234  # that run predates the measurement
-    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, SimpleNamespace(cuda=True, device=None),
+    d = C._assemble(CB.CalibrateOptions(out=Path("x.yaml")), raw, SimpleNamespace(cuda=True, device=None),
                     "NVIDIA H200")
     p = HardwareProfile.model_validate(d)
     assert p.launch.stream_switch_us == 1.23
@@ -49,24 +53,24 @@ def test_gemm_grid_is_the_longest_kernels_ctas_of_a_kineto_trace() -> None:
     events = [{"cat": "kernel", "name": "reduce", "dur": 3.0, "args": {"grid": [64, 1, 1]}},
               {"cat": "kernel", "name": "sgemm", "dur": 700.0, "args": {"grid": [8, 8, 2]}},
               {"cat": "cuda_runtime", "dur": 900.0, "args": {}}]
-    assert C.longest_kernel_ctas(events) == 128
-    assert C.longest_kernel_ctas([{"cat": "kernel", "dur": 1.0, "args": {}}]) is None  # no grid recorded
-    assert C.longest_kernel_ctas([]) is None
+    assert CG.longest_kernel_ctas(events) == 128
+    assert CG.longest_kernel_ctas([{"cat": "kernel", "dur": 1.0, "args": {}}]) is None  # no grid recorded
+    assert CG.longest_kernel_ctas([]) is None
 
 
 def test_assemble_keeps_the_base_graph_edge_when_not_measured_and_derives_it_when_measured(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
     raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
     ctx = SimpleNamespace(cuda=True, device=None)
-    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    d = C._assemble(CB.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     from schedsim.hardware.profile import load_profile
 
     base_edge = load_profile("h200").launch.graph_cross_stream_edge_us
     assert d["launch"]["graph_cross_stream_edge_us"] == base_edge > 0  # the base h200's, kept with the new launch dict
     raw["launch"].update(graph_fork_us=7.94, graph_fork_nowait_us=6.65)  # the 2026-12-01 03:13 probe's layers
-    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    d = C._assemble(CB.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     edge = d["launch"]["graph_cross_stream_edge_us"]
-    share = 1.29 - C.graph_edge_us(d, 7.94, 6.65)  # what the model gives the edge itself with this profile
+    share = 1.29 - CGR.graph_edge_us(d, 7.94, 6.65)  # what the model gives the edge itself with this profile
     assert 0.0 < share < 0.3 and edge == round(1.29 - share, 2)
     assert HardwareProfile.model_validate(d).launch.graph_cross_stream_edge_us == edge
 
@@ -75,9 +79,9 @@ def test_graph_edge_is_the_measured_extra_less_the_models_share_and_never_negati
     from schedsim.hardware.profile import load_profile
 
     d = load_profile("h200x2").model_dump()
-    base = C.graph_edge_us(d, 7.94, 6.65)
-    assert C.graph_edge_us(d, 8.94, 6.65) == pytest.approx(base + 1.0)  # linear in the measured difference
-    assert C.graph_edge_us(d, 6.65, 6.65) == 0.0  # the model already gives more than nothing: clamped
+    base = CGR.graph_edge_us(d, 7.94, 6.65)
+    assert CGR.graph_edge_us(d, 8.94, 6.65) == pytest.approx(base + 1.0)  # linear in the measured difference
+    assert CGR.graph_edge_us(d, 6.65, 6.65) == 0.0  # the model already gives more than nothing: clamped
     # h200x2's model puts 0.06 us of the 1.29 us on the edge itself (waves, graph launch), so 1.23 is left
     assert base == pytest.approx(1.229, abs=0.01)
 
@@ -87,11 +91,11 @@ def test_duplex_factor_of_a_stream_that_made_no_progress_beside_the_other_is_not
     # measurable work while both ran. Its factor is at least its whole run's slowdown, not 0 (the formula's
     # negative value, clamped) and not a ZeroDivisionError (exactly 4.0 s after), which ended calibrate.
     for both_h2d in (8.4, 8.5):
-        h, d = C.duplex_factors(4.0, 4.0, both_h2d, 4.4)
+        h, d = CC.duplex_factors(4.0, 4.0, both_h2d, 4.4)
         assert d == pytest.approx(0.1) and h == pytest.approx(both_h2d / 4.0 - 1.0)
-    d, h = C.duplex_factors(4.0, 4.0, 4.4, 8.5)[::-1]  # the same with the directions swapped
+    d, h = CC.duplex_factors(4.0, 4.0, 4.4, 8.5)[::-1]  # the same with the directions swapped
     assert d == pytest.approx(8.5 / 4.0 - 1.0) and h == pytest.approx(0.1)
-    h, d = C.duplex_factors(4.0, 4.0, 5.0, 4.4)  # the docstring's case: work beside the first stream is positive
+    h, d = CC.duplex_factors(4.0, 4.0, 5.0, 4.4)  # the docstring's case: work beside the first stream is positive
     assert (round(h, 4), round(d, 4)) == (0.2941, 0.1)
 
 
@@ -161,10 +165,10 @@ def test_assemble_takes_the_measured_timing_event_span_or_keeps_the_bases(monkey
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
     raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())  # predates the measurement
     ctx = SimpleNamespace(cuda=True, device=None)
-    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    d = C._assemble(CB.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     assert d["launch"]["graph_timing_event_us"] == 2.1 and d["launch"]["graph_timing_gap_us"] == 1.26  # the base's
     raw["launch"].update(graph_timing_event_us=2.046, graph_timing_gap_us=1.28)
-    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    d = C._assemble(CB.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     p = HardwareProfile.model_validate(d)
     assert p.launch.graph_timing_event_us == 2.05 and "graph_timing_event_us = span" in p.launch.source
     assert p.timed_graph().launch.graph_timed and p.timed_graph().launch.graph_timing_event_us == 2.05
@@ -179,14 +183,14 @@ def test_fork_rows_are_derived_per_gemm_shape_from_the_main_stream_alone(monkeyp
     raw["launch"].update(graph_fork_us=7.92, graph_fork_nowait_us=6.61, graph_main_only_us=6.20)
     raw["gemm_fork"] = [["bf16", 64, 2048, 2048, 30.0, 8.31], ["bf16", 16, 512, 512, 5.0, 5.0]]
     ctx = SimpleNamespace(cuda=True, device=None)
-    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    d = C._assemble(CB.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     rows = d["launch"]["graph_fork_edges"]
-    big = C.graph_edge_us(d, 30.0, 8.31, ("bf16", 64, 2048, 2048))
+    big = CGR.graph_edge_us(d, 30.0, 8.31, ("bf16", 64, 2048, 2048))
     assert rows == [["bf16", 64, 2048, 2048, round(big, 3)], ["bf16", 16, 512, 512, 0.0]]  # none measured: 0
     assert 0.0 < big < 30.0 - 8.31  # the model's own share taken off
-    assert C.graph_edge_us(d, 31.0, 8.31, ("bf16", 64, 2048, 2048)) == pytest.approx(big + 1.0)
+    assert CGR.graph_edge_us(d, 31.0, 8.31, ("bf16", 64, 2048, 2048)) == pytest.approx(big + 1.0)
     # the constant now takes the main stream alone as its base: 7.92 - 6.20 less the model's share
-    assert d["launch"]["graph_cross_stream_edge_us"] == round(C.graph_edge_us(d, 7.92, 6.20), 2)
+    assert d["launch"]["graph_cross_stream_edge_us"] == round(CGR.graph_edge_us(d, 7.92, 6.20), 2)
     assert HardwareProfile.model_validate(d).launch.graph_fork_edges[0][4] == round(big, 3)
 
 
@@ -196,18 +200,18 @@ def test_a_persistent_gemm_counts_its_output_tiles() -> None:
     # and free their SMs half-way, as a 256-CTA kernel's partial second wave would
     big = [{"cat": "kernel", "name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "dur": 170.0,
             "args": {"grid": [2, 66, 1]}}]
-    assert C.longest_kernel_ctas(big, 4096, 2048, 132) == 256
-    assert C.longest_kernel_ctas(big) == 132  # without the shape: the grid
+    assert CG.longest_kernel_ctas(big, 4096, 2048, 132) == 256
+    assert CG.longest_kernel_ctas(big) == 132  # without the shape: the grid
     # a grid of fewer CTAs than SMs is no persistent kernel: 128 CTAs of 128x128 tiles, one each
     one_each = [{"cat": "kernel", "name": "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "dur": 43.0,
                  "args": {"grid": [2, 64, 1]}}]
-    assert C.longest_kernel_ctas(one_each, 2048, 1024, 132) == 128
+    assert CG.longest_kernel_ctas(one_each, 2048, 1024, 132) == 128
     # split-K: its CTAs share tiles, the grid counts (a split-K nvjet as a persistent grid keeps 132)
     split = [{"cat": "kernel", "name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_splitK_NNT", "dur": 338.0,
               "args": {"grid": [2, 66, 1]}}]
-    assert C.longest_kernel_ctas(split, 2048, 1024, 132) == 132
-    assert C.persistent_tiles("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>", 8192, 4096) == 1024
-    assert C.persistent_tiles("at::native::vectorized_elementwise_kernel<8>", 64, 64) is None
+    assert CG.longest_kernel_ctas(split, 2048, 1024, 132) == 132
+    assert CG.persistent_tiles("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>", 8192, 4096) == 1024
+    assert CG.persistent_tiles("at::native::vectorized_elementwise_kernel<8>", 64, 64) is None
 
 
 def test_sm_stream_record_sets_the_profile_field_and_says_where() -> None:

@@ -11,6 +11,7 @@ import pytest
 from exec_helpers import DATA
 
 from executor import calibrate as C
+from executor import calibrate_bench as CB
 from executor.calibrate_waves import _schedule_text, fit_wave_tail, pick_shapes
 from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import HardwareProfile, load_profile
@@ -66,12 +67,12 @@ def test_assemble_writes_the_fitted_wave_tail(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
     raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
     ctx = SimpleNamespace(cuda=True, device=None)
-    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    d = C._assemble(CB.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     base = load_profile("h200").gpu.wave_tail_us  # not measured: the base profile's (8.28 us)
     assert HardwareProfile.model_validate(d).gpu.wave_tail_us == base > 0
     raw["wave_tail"] = [dict(REC, overlapped_ms=64 * 0.6777),  # one H200, 2026-12-02 21:39 UTC
                         dict(REC, m=1024, n=512, one_stream_ms=0.1805, overlapped_ms=64 * 0.1684, ctas=128)]
-    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
+    d = C._assemble(CB.CalibrateOptions(out=Path("x.yaml")), raw, ctx, "NVIDIA H200")
     p = HardwareProfile.model_validate(d)
     rows = {tuple(r[:4]): r[4] for r in p.gemm.tail}
     assert set(rows) == {("fp32", 2048, 1024, 8192), ("fp32", 1024, 512, 8192)}
@@ -99,7 +100,7 @@ def test_gemm_call_ratios_become_gemm_call_rows(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
     raw = json.loads((DATA / "calibrate_raw_h200x2_2026-11-30.json").read_text())
     raw["host"].update({"gemm_call:bf16:1024x512x8192": 1.2934})
-    d = C._assemble(C.CalibrateOptions(out=Path("x.yaml")), raw, SimpleNamespace(cuda=True, device=None),
+    d = C._assemble(CB.CalibrateOptions(out=Path("x.yaml")), raw, SimpleNamespace(cuda=True, device=None),
                     "NVIDIA H200")
     p = HardwareProfile.model_validate(d)
     assert p.gemm.call == [("bf16", 1024, 512, 8192, 1.293)]

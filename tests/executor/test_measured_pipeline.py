@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_executed_1f1b_shows_as_a_pipeline(gloo2, tmp_path):
-    from schedsim.report.gantt import draw_pipeline, pipeline_view, unit_steps
+    from schedsim.report.pipeline_chart import draw_pipeline, pipeline_view, unit_steps
     from schedsim.report.trace_check import check_trace_file
     from schedsim.sim.timeline import Timeline
     from schedsim.trace.analyze import kineto_ranges_timeline, pipeline_bubbles, tag_pipeline
@@ -31,7 +31,8 @@ def test_executed_1f1b_shows_as_a_pipeline(gloo2, tmp_path):
     # batch_isend_irecv ends with its whole group, so its arrow may start after its peer's recv ended (seen
     # 2026-11-30: sendF0.3 posted with recvB0.2 ran 2.47-4.19 ms, its recv ended at 2.47 ms). Count those.
     from schedsim.graph.build import build_graph
-    from schedsim.spec.loader import load_schedule, parse_overrides
+    from schedsim.spec.loader import load_schedule
+    from schedsim.spec.overrides import parse_overrides
 
     G = build_graph(load_schedule(ROOT / "tests/data/pp_unit.yaml", parse_overrides(["p=2", "m=4"])))
     by = Timeline.read_json(out / "timeline.json").by_id()

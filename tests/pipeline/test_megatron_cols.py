@@ -59,7 +59,7 @@ def test_hand_counted_rank_of_a_small_pipeline():
 
 def test_compute_columns_equal_the_generator():
     """interleaved_1f1b_cols is interleaved_1f1b's order, action by action, and raises its errors."""
-    from schedsim.pipeline.schedules import interleaved_1f1b, interleaved_1f1b_cols
+    from schedsim.pipeline.schedules_1f1b import interleaved_1f1b, interleaved_1f1b_cols
 
     for p, m, v, g in grid():
         if m < p:

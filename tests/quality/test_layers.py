@@ -41,7 +41,8 @@ LAYER = {
     "cliutil": 9, "cli": 9, "__main__": 10,
 }
 #: Modules of ``schedsim.sim`` that are the timeline layer rather than the simulator.
-TIMELINE_MODULES = {"schedsim.sim.timeline", "schedsim.sim.metrics", "schedsim.sim.pipeline_metrics"}
+TIMELINE_MODULES = {"schedsim.sim.timeline", "schedsim.sim.timeline_json", "schedsim.sim.metrics",
+                    "schedsim.sim.pipeline_metrics"}
 #: Modules outside the top level that hold command-line commands (typer), the cli layer.
 CLI_MODULES = {"schedsim.trace.commands"}
 

@@ -15,7 +15,6 @@ from schedsim.trace.analyze import kernel_share_table, nccl_volume_table
 from schedsim.trace.nsys import import_nsys, nvtx_events, nvtx_sizes_nelems
 
 
-
 class TestRealPerlmutterCapture:
     """hpcgroup/pipit's saxpy-mpi-cuda nsys export (nsys 2022.2, one A100)."""
 

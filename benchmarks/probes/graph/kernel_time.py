@@ -3,10 +3,10 @@
 The GEMM table (``schedsim calibrate``) times a kernel launched back to back on a stream, R launches queued behind
 a spin. A graph replay dispatches its nodes without the stream launch path. For each shape this prints
 (``GRAPH_KERNELS {...}``, µs): ``stream`` (back to back, R = 200, median of 5), ``graph`` (a 64-node chain of
-the kernel in one graph, replay / 64, :func:`executor.calibrate.timed_graph_chain`) and ``timed_span`` (the
+the kernel in one graph, replay / 64, :func:`executor.calibrate_graph.timed_graph_chain`) and ``timed_span`` (the
 mean span between the timing events around each node of the same chain). Then (``GRAPH_LAYERS {...}``) µs per
 layer of small_ops_graph's layer in one graph at T×H = 16×512 and 32×1024: the main stream alone, beside an
-independent aux GEMM, and with the aux GEMM waiting for the main one (``executor.calibrate._graph_fork_us``).
+independent aux GEMM, and with the aux GEMM waiting for the main one (``executor.calibrate_graph._graph_fork_us``).
 
 Usage: python benchmarks/probes/graph/kernel_time.py  (one GPU; exits 2 without CUDA)
 """
@@ -32,7 +32,7 @@ def main() -> int:
     import torch
     from probe_l2_residency import stream_per_launch
 
-    from executor.calibrate import timed_graph_chain
+    from executor.calibrate_graph import timed_graph_chain
 
     if not torch.cuda.is_available():
         print("probe_graph_kernels: needs CUDA", file=sys.stderr)
@@ -61,7 +61,7 @@ def main() -> int:
     print("GRAPH_KERNELS " + json.dumps(out), flush=True)
     # the small_ops layer as a graph (calibrate's graph-edge probe) at two shapes: the main stream alone, with an
     # independent aux GEMM beside it, and with the aux GEMM waiting for the main one (µs per layer)
-    from executor.calibrate import _graph_fork_us
+    from executor.calibrate_graph import _graph_fork_us
 
     layers = {f"T{t} H{h}": {k: round(v, 3) for k, v in _graph_fork_us(torch, dev, t, h, main_only=True).items()}
               for t, h in ((16, 512), (32, 1024))}

@@ -3,7 +3,7 @@
 ``schedsim execute --cuda-graph`` times each op inside the replayed graph with a pair of external event-record
 nodes around it (``executor.runtime.CudaGraphRunner``); the makespan it reports is that of a second graph
 without them. This probe captures chains of ``--ops`` kernels on one stream, with and without such pairs
-(:func:`executor.calibrate.timed_graph_chain`), and prints one JSON line, ``GRAPH_EVENTS {...}``, with per chain
+(:func:`executor.calibrate_graph.timed_graph_chain`), and prints one JSON line, ``GRAPH_EVENTS {...}``, with per chain
 (all µs):
 
 * ``plain_per_op`` / ``timed_per_op``: replay time of the untimed / timed graph over the ops (medians);
@@ -36,7 +36,7 @@ def main() -> int:
     a = ap.parse_args()
     import torch
 
-    from executor.calibrate import GRAPH_H, GRAPH_T, timed_graph_chain
+    from executor.calibrate_graph import GRAPH_H, GRAPH_T, timed_graph_chain
 
     if not torch.cuda.is_available():
         print("probe_graph_events: needs CUDA", file=sys.stderr)

@@ -40,7 +40,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from executor.calibrate import _Bench
+    from executor.calibrate_bench import _Bench
     from executor.calibrate_host import comm_host_costs, host_costs
     from executor.dist import env_world, setup_dist
 

@@ -6,7 +6,7 @@ their own copy engines. This probe times, with CUDA events, on one GPU:
 * one copy each way (32 MiB, offload's chunk, and 256 MiB): alone, both at once on two streams started by one
   event, and each beside a bf16 GEMM series on a third stream (``slowdown`` = span / span alone − 1);
 * streams of copies (8, 32 and 128 MiB chunks, 256 MiB each way): alone and both at once, and the later
-  stream's rate factor while both copied (``executor.calibrate.duplex_factors``, what ``calibrate`` records).
+  stream's rate factor while both copied (``executor.calibrate_copy.duplex_factors``, what ``calibrate`` records).
 
 Prints one JSON object. Results of 2026-12-01: [evidence: copy-duplex].
 
@@ -91,7 +91,7 @@ def single_copies(mib: int, iters: int, streams: tuple[Any, Any, Any], gemm: Any
 
 def copy_streams(mib: int, streams: tuple[Any, Any, Any]) -> dict[str, Any]:
     """256 MiB each way in ``mib`` MiB copies back to back on each direction's stream, alone and together."""
-    from executor.calibrate import duplex_factors
+    from executor.calibrate_copy import duplex_factors
 
     b, reps = Bufs(mib * MiB, streams), 256 // mib
     b.timed(True, True, reps)

@@ -11,7 +11,7 @@ them from HBM on every iteration. For each shape this prints ``L2_KERNELS {...}`
 
 Then ``L2_SWEEP {...}``: the graph chain of bf16 32x1024x1024 GEMMs over N distinct weight sets, N = 4 ... 128,
 µs per node against the chain's working set (bytes of the distinct sets), to see where L2 stops holding it;
-and ``L2_LAYERS {...}``: small_ops_graph's layer in one graph (``executor.calibrate._graph_fork_us``) at more
+and ``L2_LAYERS {...}``: small_ops_graph's layer in one graph (``executor.calibrate_graph._graph_fork_us``) at more
 T×H shapes.
 
 Usage: python benchmarks/probes/memory/l2_residency.py  (one GPU; exits 2 without CUDA)
@@ -57,7 +57,8 @@ def stream_per_launch(torch: Any, fns: list[Any], R: int = 200) -> float:
 def main() -> int:
     import torch
 
-    from executor.calibrate import gemm_graph_times, graph_chain_per_node, pool_count
+    from executor.calibrate_gemm import gemm_graph_times
+    from executor.calibrate_graph import graph_chain_per_node, pool_count
 
     if not torch.cuda.is_available():
         print("probe_l2_residency: needs CUDA", file=sys.stderr)
@@ -110,7 +111,7 @@ def main() -> int:
         sweep[str(N * 2 * (32 * 1024 * 2 + 1024 * 1024))] = round(1e6 * graph_chain_per_node(torch, fns, side), 3)
         del ws, fns
     print("L2_SWEEP " + json.dumps(sweep), flush=True)
-    from executor.calibrate import _graph_fork_us
+    from executor.calibrate_graph import _graph_fork_us
 
     layers = {f"T{t} H{h}": {q: round(v, 3) for q, v in _graph_fork_us(torch, dev, t, h, main_only=True).items()}
               for t, h in ((8, 256), (16, 512), (32, 512), (16, 1024), (32, 1024), (64, 2048), (16, 2048))}

@@ -1,0 +1,451 @@
+"""The pipeline chart: the ZB / DualPipe papers' figure of a timeline with pipeline tags.
+
+:func:`draw_pipeline` draws one lane per pipeline rank, one box per F / B / I / W action with its
+microbatch number, in unit steps (F, I and W one step each, a full backward B two: the ZB paper's
+T_B = T_I + T_W with T_F = T_I = T_W, arXiv 2401.10241 §2) or in time. :func:`pipeline_view` keeps the
+pipeline actions of a timeline, :func:`pipeline_lanes` picks the ranks drawn, :func:`unit_steps` places
+the actions in unit steps, and the labels inside boxes are drawn as one artist past
+:data:`LABEL_SET_MIN` labels.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from schedsim.report.chart_base import (
+    _DPI,
+    _PHASES,
+    MAKESPAN_GID,
+    _bars,
+    _color,
+    _cut,
+    _fig,
+    _legend,
+    _lighten,
+    _makespan_labels,
+    _pixel_runs,
+    _title_pad,
+    choose_ranks,
+    write_figure,
+)
+from schedsim.sim.timeline import Span, Timeline
+
+__all__ = ["draw_pipeline", "write_pipeline", "pipeline_view", "unit_steps", "PipelineLanes", "pipeline_lanes"]
+
+
+def _pipeline_rows(tl: Timeline, ranks: Any = None) -> Any:
+    """Row indices (numpy int64, ascending) of ``tl.columns`` that are pipeline actions: compute spans tagged
+    with a ``stage`` and a ``pp_op`` in F/B/I/W; only on ``ranks`` (an iterable of ints) when given. All
+    numpy: the tags are read as categorical columns."""
+    idx = _compute_rows(tl, ranks)
+    return idx[_actions(tl.columns)[idx]]
+
+
+def _actions(c: Any) -> Any:
+    """Per row of the span columns ``c``, whether its tags make it a pipeline action: a ``stage`` and a
+    ``pp_op`` in F/B/I/W (bool array), from the tags' categorical columns."""
+    import numpy as np
+
+    ov, oc = c.tag_column("pp_op")
+    _sv, sc = c.tag_column("stage")
+    return np.array([v in _PHASES for v in ov] + [False], bool)[oc] & (sc >= 0)
+
+
+def _compute_rows(tl: Timeline, ranks: Any = None) -> Any:
+    """Row indices (ascending) of ``tl.columns`` on the compute resource, only on ``ranks`` when given."""
+    import numpy as np
+
+    c = tl.columns
+    rv, rc = c.resource
+    if "compute" not in rv:
+        return np.zeros(0, dtype=np.int64)
+    m = rc == rv.index("compute")
+    if ranks is not None:
+        m &= np.isin(c.rank, np.fromiter(ranks, dtype=c.rank.dtype))
+    return np.flatnonzero(m)
+
+
+def _action_ranks(tl: Timeline) -> list[int]:
+    """The ranks with at least one pipeline action, ascending (from the tags' categorical columns)."""
+    import numpy as np
+
+    idx = _compute_rows(tl)
+    if len(idx) == 0:
+        return []
+    r = tl.columns.rank[idx]
+    o = np.argsort(r, kind="stable")
+    r, idx = r[o], idx[o]
+    starts = np.flatnonzero(np.concatenate([[True], r[1:] != r[:-1]]))
+    ends = np.append(starts[1:], len(r))
+    act = _actions(tl.columns)[idx]
+    return [int(r[a]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True) if act[a:b].any()]
+
+
+def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
+    """One box per pipeline action: the compute spans of one (rank, F/B/I/W, stage, microbatch) merged.
+
+    A full 1F1B backward (``pp_op`` B, whose ops carry phase I and W) stays one box. Spans without
+    pipeline tags (all_reduce, optimizer) are dropped; keep the source timeline's makespan for labels.
+    ``ranks`` (an iterable of ints) keeps only those ranks' actions (read from the columns, so a chart of 8
+    of 1,024 ranks reads 8 ranks' tags).
+    """
+    rows = _pipeline_rows(tl, ranks)
+    c = tl.columns
+    boxes: dict[tuple[int, str, int, int], list[Any]] = {}
+    for t, r, a, b in zip(c.tags_of(rows.tolist()), c.rank[rows].tolist(), c.start_s[rows].tolist(),
+                          c.end_s[rows].tolist(), strict=True):
+        key = (r, str(t["pp_op"]), int(t["stage"]), int(t["mb"]))
+        box = boxes.get(key)
+        if box is None:
+            boxes[key] = [a, b, t]
+        else:
+            box[0] = min(box[0], a)
+            box[1] = max(box[1], b)
+    spans = []
+    for (r, op, st, mb), (a, b, t) in sorted(boxes.items(), key=lambda kv: (kv[0][0], kv[1][0])):
+        tags = {"pp_op": op, "stage": st, "mb": mb, "chunk": t.get("chunk", 0)}
+        spans.append(Span(f"{op}{st}.{mb}@r{r}", str(mb), r, "pipeline", op, "compute", a, b, tags=tags))
+    return Timeline(schedule=tl.schedule, source=tl.source, world_size=tl.world_size, launch=tl.launch,
+                    profile=tl.profile, spans=spans, meta={"pipeline": tl.meta.get("pipeline")})
+
+
+class PipelineLanes(NamedTuple):
+    """What a pipeline chart draws (:func:`pipeline_lanes`): the ranks shown, the actions of those ranks (a
+    :func:`pipeline_view`) and the note on the ranks left out ("" when none)."""
+
+    shown: list[int]
+    view: Timeline
+    note: str
+
+
+def pipeline_lanes(tl: Timeline, max_lanes: int = 32) -> PipelineLanes:
+    """The ranks of :func:`draw_pipeline`: with data parallelism only the first replica's ranks (``rank < p``;
+    the others repeat them, said in the note), past ``max_lanes`` ranks the first and last
+    (:func:`choose_ranks`). Only the shown ranks' actions are merged into boxes."""
+    info = tl.pipeline
+    p = info.p if info is not None else 0
+    ranks = _action_ranks(tl)
+    note = ""
+    if info is not None and p and len(ranks) > p:
+        ranks = [r for r in ranks if info.first_replica(r)]
+        note = f" (data-parallel replica 0 of {info.dp})"
+    shown, _folded = choose_ranks(ranks, {r: 1 for r in ranks}, max_lanes)
+    return PipelineLanes(shown, pipeline_view(tl, shown), note)
+
+
+#: Unit-step widths of the paper figure (ZB paper: T_F = T_I = T_W, T_B = T_I + T_W).
+UNIT = {"F": 1, "I": 1, "W": 1, "B": 2}
+
+
+def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
+    """Replay the per-rank action order of a :func:`pipeline_view` in unit steps.
+
+    Each rank runs its actions in their timeline order; an action starts when its rank is free and
+    its pipeline dependencies are done: F(s, mb) after F(s−1, mb); I or B(s, mb) after F(s, mb) and
+    after I/B(s+1, mb); W(s, mb) after I(s, mb). Returns span id -> (start step, end step).
+    """
+    stages = [int(s.tags["stage"]) for s in view.spans]
+    last = max(stages) if stages else 0
+    queues: dict[int, list[Span]] = defaultdict(list)
+    for s in view.spans:
+        queues[s.rank].append(s)
+    for q in queues.values():
+        q.sort(key=lambda s: s.start_s)
+    done: dict[tuple[str, int, int], int] = {}
+    out: dict[str, tuple[int, int]] = {}
+    free = {r: 0 for r in queues}
+    pos = {r: 0 for r in queues}
+
+    def deps(op: str, st: int, mb: int) -> list[tuple[str, int, int]]:
+        if op == "F":
+            return [("F", st - 1, mb)] if st > 0 else []
+        if op in ("I", "B"):
+            d = [("F", st, mb)]
+            if st < last:
+                d.append(("IB", st + 1, mb))
+            return d
+        return [("IB", st, mb)]
+
+    remaining = len(view.spans)
+    force = False
+    while remaining:
+        progress = False
+        for r, q in queues.items():
+            while pos[r] < len(q):
+                s = q[pos[r]]
+                op, st, mb = s.kind, int(s.tags["stage"]), int(s.tags["mb"])
+                need = [done.get(d) for d in deps(op, st, mb)]
+                if any(x is None for x in need) and not force:
+                    break
+                t0 = max([free[r]] + [x for x in need if x is not None])
+                t1 = t0 + UNIT.get(op, 1)
+                out[s.id] = (t0, t1)
+                done[(op, st, mb)] = t1
+                if op in ("I", "B"):
+                    done[("IB", st, mb)] = t1
+                free[r] = t1
+                pos[r] += 1
+                remaining -= 1
+                progress = True
+                force = False
+        if not progress:
+            force = True  # an order the dependency rules do not explain: place the next action anyway
+    return out
+
+
+def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes: int = 32,
+                  lanes: PipelineLanes | None = None):
+    """The pipeline figure of a timeline with pipeline tags; returns a matplotlib Figure.
+
+    Parameters
+    ----------
+    tl : Timeline
+        The full timeline (predicted, executed or imported with pipeline tags).
+    mode : "steps" | "time"
+        "steps": the papers' unit-step figure (see :func:`unit_steps`); "time": the actions at
+        their timeline times, with the makespan line.
+    max_lanes : int
+        With data parallelism only the first replica's ranks are drawn (the others repeat them);
+        past ``max_lanes`` ranks, the first and last ranks.
+    lanes : PipelineLanes, optional
+        :func:`pipeline_lanes` of ``tl`` computed once for several charts (steps and time).
+
+    Raises
+    ------
+    ValueError
+        ``mode`` not "steps" or "time".
+    """
+    from matplotlib.patches import Patch
+
+    if mode not in ("steps", "time"):
+        raise ValueError(f"mode must be 'steps' or 'time', not {mode!r}")
+    info = tl.pipeline
+    shown, view, note = lanes if lanes is not None else pipeline_lanes(tl, max_lanes)
+    ypos = {r: i for i, r in enumerate(shown)}
+    spans = view.spans
+    xr: dict[str, tuple[float, float]]
+    xmax: float
+    if mode == "steps":
+        steps = unit_steps(Timeline(view.schedule, view.source, view.world_size, spans=spans))
+        xr = {s.id: steps[s.id] for s in spans}
+        xmax = max([b for _a, b in xr.values()] + [1])
+    else:
+        xr = {s.id: (s.start_s * 1e3, s.end_s * 1e3) for s in spans}
+        xmax = tl.makespan_s * 1e3
+    n = len(shown)
+    width_px_per_unit = 15.0
+    width_in = 12.0 if mode == "time" else max(8.0, min(36.0, xmax * width_px_per_unit / _DPI / 0.78 + 2.0))
+    top_in = 0.35 + (_title_pad(1) + 12) / 72
+    fig = _fig(width_in, 0.42 * n + top_in + 0.7)
+    ax = fig.add_subplot(111)
+    unit_px = width_in * _DPI * 0.78 / max(xmax * 1.02, 1e-9)
+    used: dict[str, str] = {}
+    groups: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    labels: list[tuple[float, float, int, str, str]] = []
+    for s in spans:
+        op = s.kind
+        chunk = int(s.tags.get("chunk", 0) or 0)
+        c = _color(op) if chunk == 0 else _lighten(_color(op), min(0.66, 0.22 * chunk))
+        used.setdefault(op if not chunk else f"{op} (chunk {chunk})", c)
+        a, b = xr[s.id]
+        y = ypos[s.rank]
+        groups[(y, c)].append((a, b - a))
+        labels.append((a, b, y, str(s.tags["mb"]), "white" if chunk == 0 else "black"))
+    import numpy as np
+
+    for (y, c), bars in groups.items():
+        xw = np.array(sorted(bars), dtype=float).reshape(-1, 2)
+        x0, w = xw[:, 0], xw[:, 1]
+        wide = float(w.min()) * unit_px >= 4
+        if not wide:  # narrow boxes without edges: sub-pixel gaps closed, one box per solid run of pixels
+            x0, w = _pixel_runs(x0, w, 1.0 / unit_px)
+        _bars(ax, x0, w, y - 0.4, 0.8, facecolors=c, edgecolors="white" if wide else "none",
+              linewidths=0.6 if wide else 0.0)
+    items: list[tuple[float, float, str, float, str]] = []
+    for a, b, y, text, tc in labels:
+        box_px = (b - a) * unit_px
+        fs = min(8.0, box_px * 0.85 * 72 / (0.62 * len(text) * _DPI))
+        if fs >= 4.5:
+            items.append(((a + b) / 2, y, text, fs, tc))
+    _centred_labels(ax, items)
+    ax.set_yticks(range(n))
+    s2r = info.stage_to_rank if info is not None else {}
+    stride = info.rank_stride if info is not None else 1
+    ax.set_yticklabels([f"rank {r}" + (f" (stage {_stages_of(s2r, r // stride)})" if s2r else "") for r in shown],
+                       fontsize=7)
+    ax.set_ylim(n - 0.5, -0.6)
+    ax.set_xlim(0, xmax * 1.02)
+    ms = tl.makespan_s * 1e3
+    if mode == "time":
+        ax.set_xlabel("time (ms)")
+        _makespan_labels(ax, [(f"makespan {ms:.3f} ms", ms)], xmax * 1.02)
+    else:
+        ax.set_xlabel(f"step (F, I, W = 1 step; full backward B = 2); {xmax} steps")
+        ax.text(0.0, 1.0, f"timeline makespan {ms:.3f} ms", transform=_above(ax, 0), fontsize=7, va="bottom",
+                ha="left", gid=MAKESPAN_GID)
+    handles = [Patch(facecolor=c, label=k)
+               for k, c in sorted(used.items(), key=lambda kv: ("FBIW".find(kv[0][0]), kv[0]))]
+    _legend(ax, handles)
+    ax.set_title(_cut(title, 200) + note, fontsize=9, pad=_title_pad(1))
+    h = fig.get_figheight()
+    fig.subplots_adjust(left=1.4 / width_in, right=1 - 1.25 / width_in, top=1 - top_in / h, bottom=0.55 / h)
+    return fig
+
+
+#: From this many labels on, a chart's box labels are drawn by one :class:`_LabelSet` instead of a Text each.
+LABEL_SET_MIN = 64
+
+_LabelSet: Any = None
+
+
+def _centred_labels(ax: Any, items: list[tuple[float, float, str, float, str]]) -> None:
+    """Labels centred on (x, y) in data coordinates, each ``(x, y, text, fontsize, colour)``, clipped to the axes:
+    a ``Text`` each when few, one :class:`_LabelSet` (the same pixels, a third of the time) past
+    :data:`LABEL_SET_MIN`."""
+    if len(items) < LABEL_SET_MIN:
+        for x, y, text, fs, tc in items:
+            ax.text(x, y, text, ha="center", va="center", fontsize=fs, color=tc, clip_on=True)
+    elif items:
+        ax.add_artist(_label_set(items))
+
+
+def _label_set(items: list[tuple[float, float, str, float, str]]) -> Any:
+    """A :class:`_LabelSet` of ``items`` (the class is made on first use: matplotlib is imported lazily)."""
+    global _LabelSet
+    if _LabelSet is None:
+        from matplotlib.artist import Artist
+        from matplotlib.text import Text
+
+        class LabelSet(Artist):
+            """One-line labels centred on their data points, drawn as a ``Text`` per label draws them (the same
+            ``renderer.draw_text`` call at the same device position, the same colour, antialiasing and clip), but
+            each distinct (text, size, colour) is laid out once by a template Text, and the positions are
+            transformed in one call. A ``Text`` costs ~0.5 ms to create, lay out and draw (Agg, 2-core VM);
+            1,024 of them were a third of a PP8×DP128 run's chart time."""
+
+            zorder = 3  # Text's
+
+            def __init__(self, items: list[tuple[float, float, str, float, str]]) -> None:
+                super().__init__()
+                self.items = items
+
+            def draw(self, renderer: Any) -> None:
+                import numpy as np
+
+                if not self.get_visible() or not self.items:
+                    return
+                me: Any = self  # matplotlib's private helpers (_set_gc_clip, Text._get_layout) are not in its stubs
+                xy = me.axes.transData.transform(np.array([(x, y) for x, y, *_ in self.items], dtype=float))
+                _w, canvas_h = renderer.get_canvas_width_height()
+                flip = renderer.flipy()
+                done: dict[tuple[str, float, str], tuple[Any, float, float, Any]] = {}
+                glyphs = _AggGlyphs.of(renderer)
+                for (_x, _y, text, fs, tc), (px, py) in zip(self.items, xy.tolist(), strict=True):
+                    tpl = done.get((text, fs, tc))
+                    if tpl is None:
+                        t: Any = Text(0.0, 0.0, text, ha="center", va="center", fontsize=fs, color=tc)
+                        t.set_figure(self.figure)
+                        ((_line, _wad, (dx, dy)),) = t._get_layout(renderer)[1]
+                        gc = renderer.new_gc()
+                        gc.set_foreground(t.get_color(), isRGBA=False)
+                        gc.set_alpha(None)
+                        gc.set_antialiased(t._antialiased)
+                        me._set_gc_clip(gc)
+                        tpl = done[(text, fs, tc)] = (t, dx, dy, gc)
+                    t, dx, dy, gc = tpl
+                    y = py + dy
+                    if glyphs is not None:
+                        glyphs.draw(gc, px + dx, canvas_h - y if flip else y, text, t._fontproperties)
+                        continue
+                    # no mtext: SVG with svg.fonttype "none" would place the text at the template's (0, 0)
+                    renderer.draw_text(gc, px + dx, canvas_h - y if flip else y, text, t._fontproperties, 0.0,
+                                       ismath=False, mtext=None)
+                for _t, _dx, _dy, gc in done.values():
+                    gc.restore()
+                self.stale = False
+
+        _LabelSet = LabelSet
+    return _LabelSet(items)
+
+
+class _AggGlyphs:
+    """Agg's ``draw_text`` for many short labels, each string laid out once and each glyph rasterised once per
+    sub-pixel phase: the same calls as matplotlib 3.11's ``RendererAgg.draw_text`` at angle 0 (its
+    ``_draw_text_glyphs_and_boxes``: FreeType places a glyph at a 26.6 fixed-point origin, so a glyph at the
+    same fraction of a pixel is the same bitmap moved by whole pixels), hence the same pixels. Text layout
+    with libraqm and per-glyph rendering cost ~1 ms per label on matplotlib 3.11 (2-vCPU VM): the
+    ~500 microbatch numbers of a pipeline chart were most of its time. Used only where matplotlib has those
+    internals; otherwise :meth:`of` returns None and the labels go through ``renderer.draw_text``."""
+
+    def __init__(self, renderer: Any) -> None:
+        from matplotlib.backends.backend_agg import get_hinting_flag
+        from matplotlib.ft2font import RenderMode
+
+        self.r = renderer
+        self.flags = get_hinting_flag()
+        self.modes = (RenderMode.MONO, RenderMode.NORMAL)
+        self.layouts: dict[tuple[str, Any], tuple[float, list[tuple[Any, int, float, float]]]] = {}
+        self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
+
+    @classmethod
+    def of(cls, renderer: Any) -> _AggGlyphs | None:
+        """The fast path for ``renderer``, or None when it is not matplotlib's own Agg renderer of a version
+        with per-glyph rendering (``FT2Font._layout``, ``_render_glyph``, ``_set_transform``)."""
+        try:
+            from matplotlib.backends.backend_agg import RendererAgg
+            from matplotlib.ft2font import FT2Font, RenderMode  # noqa: F401
+        except ImportError:
+            return None
+        if type(renderer) is not RendererAgg or not all(
+                hasattr(FT2Font, a) for a in ("_layout", "_render_glyph", "_set_transform")) or not hasattr(
+                RendererAgg, "_draw_text_glyphs_and_boxes"):
+            return None
+        return cls(renderer)
+
+    def draw(self, gc: Any, x: float, y: float, text: str, prop: Any) -> None:
+        """``renderer.draw_text(gc, x, y, text, prop, 0.0)`` (``y`` downwards, as Agg takes it)."""
+        import numpy as np
+
+        r = self.r
+        key = (text, prop)
+        lay = self.layouts.get(key)
+        if lay is None:
+            font = r._prepare_font(prop)
+            items = font._layout(text, flags=self.flags, features=None, language=None)
+            lay = self.layouts[key] = (prop.get_size_in_points(),
+                                       [(it.ft_object, it.glyph_index, it.x, it.y) for it in items])
+        size, items = lay
+        aa = bool(gc.get_antialiased())
+        height = int(r.height)
+        for font, gi, gx, gy in items:
+            x26, y26 = round(0x40 * (x + gx)), round(0x40 * (r.height - y + gy))
+            bkey = (id(font), size, gi, x26 & 63, y26 & 63, aa)
+            hit = self.bitmaps.get(bkey)
+            if hit is None:
+                font.set_size(size, r.dpi)
+                font._set_transform(np.array([[0x10000, 0], [0, 0x10000]]), [x26, y26])
+                bm = font._render_glyph(gi, self.flags, self.modes[aa])
+                buf = np.array(bm.buffer)  # a copy: the font may reuse its buffer
+                if not aa:
+                    buf *= 0xff
+                hit = self.bitmaps[bkey] = (buf, bm.left - (x26 >> 6), bm.top - (y26 >> 6))
+            buf, left, top = hit
+            r._renderer.draw_text_image(buf, (x26 >> 6) + left, height - ((y26 >> 6) + top) + buf.shape[0], 0, gc)
+
+
+def _stages_of(s2r: dict[int, int], r: int) -> str:
+    return ",".join(str(s) for s, rr in sorted(s2r.items()) if rr == r)
+
+
+def _above(ax: Any, row: int) -> Any:
+    from matplotlib.transforms import offset_copy
+
+    return offset_copy(ax.transAxes, fig=ax.figure, x=0, y=3 + 11 * row, units="points")
+
+
+def write_pipeline(path: str | Path, tl: Timeline, title: str = "", mode: str = "steps",
+                   lanes: PipelineLanes | None = None) -> Path:
+    """Draw :func:`draw_pipeline` and write it as PNG atomically."""
+    return write_figure(draw_pipeline(tl, title, mode=mode, lanes=lanes), path)

@@ -1,0 +1,281 @@
+"""Rule 1 of the ``waves`` GPU model (:mod:`schedsim.sim.gpu_model`): the host thread's issue times.
+
+Each op's host class (:func:`host_class`), the issue times as columns (:func:`host_issue_columns`) and in the
+Op-list form (:func:`host_issue_times`), when a kernel reaches the GPU during its call
+(:func:`kernel_release`), the end-event bound of an op timed op by op (:func:`end_event_bound`), and the
+host's end per rank and its cold first calls after waiting (:func:`host_end_per_rank`, :func:`host_waited`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from schedsim.cost import CostModel
+from schedsim.graph.ops import Op
+from schedsim.hardware.profile import HardwareProfile
+from schedsim.sim.gpu_model import _compiled, _first_per_key
+
+__all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_COLL", "HOST_CALL_META_MAX",
+           "host_class", "host_issue_columns", "host_issue_times", "kernel_release", "end_event_bound",
+           "host_end_per_rank", "host_waited"]
+
+#: Host-call classes of rule 1 (:func:`host_class`): what one op's call costs on the host.
+H_KERNEL, H_ELEMENTWISE, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
+
+
+def host_class(op: Op) -> int:
+    """Rule 1's call class of ``op``: a kernel launch, a bytes-only ``compute`` (an elementwise add), a copy, a
+    lone send/recv, a member of a ``p2p_batch``, or a collective (the ``H_*`` constants)."""
+    kind = op.kind
+    if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
+        return H_ELEMENTWISE  # a bytes-only kernel: an elementwise torch.add (executor/kernels.py, references)
+    if kind in ("matmul", "compute"):
+        return H_KERNEL
+    if kind == "memcpy":
+        return H_MEMCPY
+    if kind in ("send", "recv"):
+        return H_P2P if op.p2p_batch is None else H_BATCH_P2P
+    return H_COLL
+
+
+def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray,
+                       host_s: np.ndarray, batch: np.ndarray, cross_stream_deps: np.ndarray,
+                       profile: HardwareProfile, mode: str, model_executor: bool = False,
+                       call_extra: np.ndarray | None = None, cold: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(issue, call_start)``: time (s) at which the host has issued each op, and at which its own call began
+    (rule 1), float64 of shape (n,). ``call_extra`` (s, shape (n,), repeats included) is added to each op's call:
+    a GEMM shape's ``gemm.call`` row (:meth:`schedsim.cost.CostModel.gemm_call_extra`). ``cold``: the host
+    waited for the GPU before this iteration, so its first kernel, collective and elementwise calls also pay
+    ``launch.cold_first_call_us`` (:func:`host_waited`).
+
+    Columns of shape (n,), ops in program order per rank: ``rank``; ``stream`` (codes equal for equal names);
+    ``hclass`` (:func:`host_class`); ``repeat``; ``host_s`` (declared Python time, s); ``batch`` (code of the
+    ``p2p_batch``, -1 none); ``cross_stream_deps`` (dependencies on other streams: one event wait each).
+    Per rank the host adds, op by op and in this order, ``host_s``, the event waits, the executor's extra,
+    a stream switch, the call and a first-call extra; the prefix sums add the same floats in the same order
+    as a loop over the ops would (``np.cumsum`` is sequential). In ``cuda_graph`` mode every op is issued at
+    ``graph_launch_us`` and its call starts at 0 (the graph's nodes are on the GPU already).
+    """
+    lp = profile.launch
+    n = len(rank)
+    if mode == "cuda_graph":
+        return np.full(n, lp.graph_launch_us * 1e-6), np.zeros(n)
+    op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
+    batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
+    add_s = lp.elementwise_call_s
+    extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
+    first_op, first_comm = lp.first_op_extra_us * 1e-6, lp.first_collective_extra_us * 1e-6
+    # the rules as per-class tables, read by the compiled pass and the numpy one alike: per host class (H_KERNEL ..
+    # H_COLL; a class past H_COLL calls nothing) its call, whether a kernel's is per repeat, and the group whose
+    # first op on a rank pays a first-call extra (0: kernels, 1: communication); a batch's call is below
+    H = max(6, int(hclass.max()) + 1 if n else 0)
+    by_class = np.zeros(H)
+    by_class[:6] = op_s, add_s, copy_s, p2p_s, 0.0, coll_s
+    cls = np.arange(H)
+    per_repeat = (cls <= H_ELEMENTWISE).astype(np.int32)
+    first_group = np.where(cls == H_KERNEL, 0, np.where(cls >= H_P2P, 1, np.where(cls == H_ELEMENTWISE, 2, -1)))
+    first_group = first_group.astype(np.int32)
+    cf = lp.cold_first_call_us if cold else {}
+    first_cost = np.array([first_op + cf.get("kernel", 0.0) * 1e-6, first_comm + cf.get("collective", 0.0) * 1e-6,
+                           cf.get("elementwise", 0.0) * 1e-6])
+    if call_extra is not None and not np.any(call_extra):
+        call_extra = None
+    ext = _compiled("issue_times") if call_extra is None else None
+    if ext is not None and n:  # one compiled pass when the ranks ascend (a Program's do)
+        issue, call0 = np.empty(n), np.empty(n)
+        ints = (rank, stream, hclass, repeat[:1] if repeat.strides == (0,) else repeat, batch, cross_stream_deps)
+        if ext(*(np.ascontiguousarray(a, np.int64) for a in ints),
+               np.ascontiguousarray(host_s[:1] if host_s.strides == (0,) else host_s, np.float64), by_class,
+               per_repeat, first_group, first_cost, H_BATCH_P2P, (ev_s, extra, sw_s, batch_s), issue, call0):
+            return issue, call0
+    rank = rank.astype(np.int64)
+    order = None if n < 2 or bool(np.all(rank[1:] >= rank[:-1])) else np.argsort(rank, kind="stable")
+    if order is not None:  # the prefix sums run per rank in program order
+        rank, stream, hclass, repeat, host_s, batch, cross_stream_deps = (
+            a[order] for a in (rank, stream, hclass, repeat, host_s, batch, cross_stream_deps))
+        if call_extra is not None:
+            call_extra = call_extra[order]
+    new_rank = np.ones(n, bool)
+    new_rank[1:] = rank[1:] != rank[:-1]
+    switch = np.zeros(n, bool)
+    switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
+    call = _calls(by_class, per_repeat, hclass, repeat, rank, batch, batch_s, call_extra)
+    first = np.zeros(n)
+    fg = first_group[hclass]
+    for g, cost in enumerate(first_cost.tolist()):
+        idx = np.flatnonzero(fg == g)
+        r = rank[idx]  # ascending (ops in rank order): a rank's first is where the rank changes
+        at = np.ones(len(idx), bool)
+        at[1:] = r[1:] != r[:-1]
+        first[idx[at]] = cost
+    ev = cross_stream_deps * ev_s
+    issue, call0 = np.empty(n), np.empty(n)
+    ext = _compiled("issue_sums")
+    if ext is not None:  # the sums below in one compiled pass (same floats, same order)
+        hs = host_s[:1] if n and host_s.strides == (0,) else host_s  # a broadcast: one value for every op
+        ext(new_rank, np.ascontiguousarray(hs, np.float64), np.ascontiguousarray(ev, np.float64), extra, switch,
+            sw_s, np.ascontiguousarray(call), np.ascontiguousarray(first), issue, call0)
+        if order is not None:
+            issue[order], call0[order] = issue.copy(), call0.copy()
+        return issue, call0
+    bounds = np.flatnonzero(new_rank).tolist() + [n]
+    # the six increments of each op interleaved, (ops, 6), a chunk of whole ranks at a time (a rank larger than
+    # _ISSUE_CHUNK alone), so the buffer stays small and is reused rather than paged in at n·48 bytes
+    buf = np.empty((0, 6))
+    i = 0
+    while i < len(bounds) - 1:
+        a, j = bounds[i], i + 1
+        while j < len(bounds) - 1 and bounds[j + 1] - a <= _ISSUE_CHUNK:
+            j += 1
+        b = bounds[j]
+        if len(buf) < b - a:
+            buf = np.empty((max(b - a, min(n, _ISSUE_CHUNK)), 6))
+        inc = buf[:b - a]
+        inc[:, 0] = host_s[a:b]
+        inc[:, 1] = ev[a:b]
+        inc[:, 2] = extra
+        inc[:, 3] = 0.0
+        inc[switch[a:b], 3] = sw_s
+        inc[:, 4] = call[a:b]
+        inc[:, 5] = first[a:b]
+        flat = inc.reshape(-1)
+        for x, y in zip(bounds[i:j], bounds[i + 1:j + 1], strict=True):
+            np.cumsum(flat[6 * (x - a):6 * (y - a)], out=flat[6 * (x - a):6 * (y - a)])
+        issue[a:b], call0[a:b] = inc[:, 5], inc[:, 3]
+        i = j
+    if order is not None:
+        issue[order], call0[order] = issue.copy(), call0.copy()
+    return issue, call0
+
+
+#: Ops per chunk of :func:`host_issue_columns`' prefix sums (a 6 MiB buffer).
+_ISSUE_CHUNK = 1 << 17
+
+
+def _calls(by_class: np.ndarray, per_repeat: np.ndarray, hclass: np.ndarray, repeat: np.ndarray, rank: np.ndarray,
+           batch: np.ndarray, batch_s: float, call_extra: np.ndarray | None) -> np.ndarray:
+    """Each op's own call (s, shape (n,)) in :func:`host_issue_columns`' numpy pass: its class's, times its
+    repeats where per repeat, plus ``call_extra``; a batch's one call at its first member."""
+    n = len(hclass)
+    call = by_class[hclass]
+    if not (repeat.strides == (0,) and n and repeat[0] == 1):  # (a broadcast of 1: every op runs once)
+        m = per_repeat[hclass].astype(bool)
+        call[m] *= repeat[m]
+    if call_extra is not None:
+        call = call + call_extra
+    bm = np.flatnonzero(hclass == H_BATCH_P2P)
+    if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
+        call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
+    return call
+
+
+def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str,
+                   call_extra: np.ndarray | None = None) -> np.ndarray:
+    """Rule 1, the launch inside the call: when each op's (first) kernel reaches the GPU, seconds, shape (n,),
+    from :func:`host_issue_columns`' ``issue`` (the call returned), ``call0`` (the call began) and
+    ``call_extra`` (its ``gemm.call`` extra, s, shape (n,)): ``call0 + f · (issue − call0 − call_extra)`` with
+    ``f`` = ``launch.call_launch_fraction``. A PyTorch call launches its kernel part-way through (dispatch,
+    argument checks and the BLAS heuristic before ``cuLaunchKernel``; the output's bookkeeping and the return
+    after it), so a kernel can start while its own call is still running; a GEMM whose call costs more than the
+    one-kernel call (a split-K GEMM launches its reduction kernel after the main one) spends that extra after
+    its main kernel's launch (an extra below 0, a call cheaper than the 64×64 one, counts as 0).
+    ``issue`` itself (``f`` = 1, the default, and no extra) and in ``cuda_graph`` mode, where nothing is called
+    per op.
+
+    Source: timed eager runs on one H200, [evidence: timed-eager] (``benchmarks/accuracy/heldout.sh new_shapes``
+    SET=c, d): on an idle GPU the window from a GEMM's start event to its end was 23-37 µs for split-K GEMMs
+    (bf16/fp16 1024×512×8192: call 1.26-1.44 × the one-kernel call, kernel 11-20 µs, so the main kernel began
+    about half-way through the call), while one-kernel GEMMs (bf16 32×2048×2048, fp32 8×2048×1024) fitted a
+    launch at 0.8-1 of the call; ``calibrate`` measures ``f`` on a one-kernel bf16 2048³ matmul
+    (executor/calibrate_host.py: 0.87-1.0 in calibrate's process and its three fresh ones, 0.78-0.97 in six
+    ``execute --measure-host`` processes that day)."""
+    f = profile.launch.call_launch_fraction
+    if mode == "cuda_graph" or (f >= 1.0 and call_extra is None):
+        return issue
+    # a call cheaper than the one-kernel call (a row below 1) launches at f of itself: never after it returned
+    pre = issue - call0 if call_extra is None else issue - call0 - np.maximum(call_extra, 0.0)
+    return call0 + f * pre
+
+
+def end_event_bound(end: np.ndarray, issue: np.ndarray, profile: HardwareProfile, mode: str) -> np.ndarray:
+    """An eager run timed op by op (``launch.eager_timed``): each op's end, seconds, shape (n,), no earlier than
+    its end event's record, which the host makes after the call returned (``issue``), half the timing cost per
+    op later (``launch.executor_extra_per_op_us`` of :meth:`~schedsim.hardware.profile.HardwareProfile.
+    timed_eager`: a record before the call and one after). ``end`` itself otherwise. Applied to the reported
+    ends after the event loop: the ops of its rank that wait for it are issued by its host later still.
+
+    So an op whose kernel is shorter than its own call spans the call on an idle GPU, as measured: one H200,
+    [evidence: timed-eager], timing cost 2.1-12.5 µs per op: ``add`` ops of allgather_mm bf16 chunks 32 9.7 µs
+    (call 8.7 + 1.0; kernel 2.3), one-rank all_reduce ops of tp_allreduce_graph 37.1 µs (call 31.5 + 6.2; no
+    kernel)."""
+    lp = profile.launch
+    if mode == "cuda_graph" or not lp.eager_timed:
+        return end
+    return np.maximum(end, issue + 0.5 * lp.executor_extra_per_op_us * 1e-6)
+
+
+#: the most ops whose host call ends a prediction's meta lists (``host_call_end_s``; what ``execute`` runs)
+HOST_CALL_META_MAX = 20_000
+
+
+def host_end_per_rank(issue: np.ndarray, rank: np.ndarray, world: int) -> np.ndarray:
+    """Per rank (shape (world,)), seconds: when its host returned from its last call, the latest of ``issue``
+    (:func:`host_issue_columns`, shape (n,)) over its ops; 0 for a rank without ops."""
+    out = np.zeros(world)
+    if not len(issue):
+        return out
+    rank = np.asarray(rank)
+    cut = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+    if bool(np.all(rank[cut] > rank[cut - 1])):  # ranks ascending (a Program's are): one max per run of a rank
+        starts = np.concatenate(([0], cut))
+        out[rank[starts]] = np.maximum.reduceat(issue, starts)
+    else:
+        np.maximum.at(out, rank.astype(np.int64), issue)
+    return out
+
+
+def host_waited(end: np.ndarray, host_end: np.ndarray, profile: HardwareProfile, mode: str) -> bool:
+    """Whether a prediction's host waited ``launch.cold_wait_us`` or longer for the GPU at the iteration's end
+    (``end``: the ops' ends; ``host_end``: :func:`host_end_per_rank`), so that the next iteration's first calls
+    run cold (``launch.cold_first_call_us``, rule 1); False in a graph replay or without those costs. What
+    ``schedsim execute`` and the hand-written references measure: every iteration starts after the GPU is done.
+
+    >>> from schedsim.hardware.profile import load_profile
+    >>> p = load_profile("h200")
+    >>> end, host = np.array([3e-3]), np.array([1e-3])
+    >>> host_waited(end, host, p, "eager"), host_waited(host, host, p, "eager"), host_waited(end, host, p, "cuda_graph")
+    (True, False, False)
+    """
+    lp = profile.launch
+    if mode != "eager" or not any(lp.cold_first_call_us.values()) or not len(end):
+        return False
+    return float(np.max(end)) - float(np.max(host_end)) >= lp.cold_wait_us * 1e-6
+
+
+def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
+                     model_executor: bool = False, call_start: list[float] | None = None,
+                     cost: CostModel | None = None, release: list[float] | None = None,
+                     cold: bool = False) -> list[float]:
+    """:func:`host_issue_columns` of a list of ops (program order per rank); ``call_start``, if given, is
+    filled with each op's call start, ``release`` with when its kernel reaches the GPU (:func:`kernel_release`);
+    ``cost`` (default: one of ``profile``) gives each GEMM's ``gemm.call`` extra."""
+    n = len(ops)
+    codes: dict[object, int] = {None: -1}
+    cols = [(op.rank, codes.setdefault(op.stream, len(codes)), host_class(op), op.repeat, op.host_s,
+             codes.setdefault(op.p2p_batch, len(codes))) for op in ops]
+    rank, stream, hcls, rep, hs, bat = (np.array(c) for c in zip(*cols, strict=True)) if n else \
+        (np.zeros(0, np.int64),) * 6
+    extra = None
+    if profile.gemm.call and mode != "cuda_graph":
+        cm = cost if cost is not None else CostModel(profile)
+        extra = np.array([cm.gemm_call_extra(op) * op.repeat for op in ops], np.float64)
+    issue, call0 = host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,
+                                      np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor,
+                                      extra, cold)
+    if call_start is not None:
+        call_start[:] = call0.tolist()
+    if release is not None:
+        release[:] = kernel_release(issue, call0, profile, mode, extra).tolist()
+    return issue.tolist()
