@@ -8,18 +8,20 @@ each stage's F/I/W op list is one template per op, instanced per (stage, microba
 dependencies; sends and recvs share one template per kind.
 
 Two emitters write the same table. :class:`_FastEmitter` works on the issue order as columns
-(:class:`StepCols`): every op's template, name, tags, stream, peer, strings and dependencies come from numpy
-over all ranks at once and go to the table as one :class:`~schedsim.lower.table.Block` per replica; the
-names, tag sets and strings take the ids the per-op emitter gives them, as lazy runs of the interners (made
-on first read, registered for lookup when an item that could be one of them is looked up). :class:`_Emitter`,
-one Python step per op, is the reference (``expand_pipeline(..., reference=True)``);
+(:class:`~schedsim.lower.pipeline_steps.StepCols`, p2p placed by :mod:`schedsim.lower.pipeline_steps`): every
+op's template, name, tags, stream, peer, strings and dependencies come from numpy over all ranks at once and go
+to the table as one :class:`~schedsim.lower.table.Block` per replica; the names, tag sets and strings take the
+ids the per-op emitter gives them, as lazy runs of the interners (made on first read, registered for lookup
+when an item that could be one of them is looked up). :class:`~schedsim.lower.pipeline_emitter._Emitter`, one
+Python step per op, is the reference (``expand_pipeline(..., reference=True)``);
 tests/pipeline/test_expand_columns.py asserts both give the same table for every schedule kind. Orders
 without a column form (DualPipe's overlapped F&B pairs, torch's UNSHARD/RESHARD) and the rare cases the
 columns do not reproduce (an action twice on one rank, one compute on two ranks, a pipeline-like tag set
-interned before the block) go through the reference. Custom inline
-actions are also parsed, checked and lowered to sends/recvs as columns (:func:`schedsim.lower.pipeline_plan.plan_of`,
-:func:`_torch_lower_cols`); every rejection still comes from the per-action code, word for word. Megatron's
-interleaved order arrives as columns too (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`).
+interned before the block) go through the reference. Custom inline actions are also parsed, checked and
+lowered to sends/recvs as columns (:func:`schedsim.lower.pipeline_plan.plan_of`,
+:func:`schedsim.lower.pipeline_steps._torch_lower_cols`); every rejection still comes from the per-action
+code, word for word. Megatron's interleaved order arrives as columns too
+(:func:`schedsim.pipeline.comms.megatron_interleaved_cols`).
 
 Two steps have a compiled twin in ``schedsim/sim/_cwaves.c``, used when it is built (:func:`compiled`): the
 input lookups (``first_set``, driven by the rule table :data:`_INPUT_RULES`) and torch's sweeps and rows
@@ -28,7 +30,6 @@ input lookups (``first_set``, driven by the rule table :data:`_INPUT_RULES`) and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any
 
@@ -39,6 +40,7 @@ from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMPUTE_KINDS
+from schedsim.lower.pipeline_emitter import _Emitter
 from schedsim.lower.pipeline_plan import (
     PipelinePlan,
     StageCost,
@@ -46,256 +48,17 @@ from schedsim.lower.pipeline_plan import (
     block_info,
     pipeline_block,
     plan_of,
-    split_fix,
     stage_cost,
 )
+from schedsim.lower.pipeline_steps import StepCols, _interleaved_cols, _interleaved_steps, _lowered_steps, _step_cols
 from schedsim.lower.program import compiled
 from schedsim.lower.table import Block, Table
 from schedsim.lower.written import op_instance
-from schedsim.pipeline.actions import COMM_TYPES, Action
 from schedsim.pipeline.actions import ComputationType as CT
 from schedsim.spec.model import OP_MODELS, ScheduleSpec
 from schedsim.spec.pipeline_block import PipelineSpec
 
 __all__ = ["expand_pipeline"]
-
-_VALUE = {t: t.value for t in CT}  # an enum's .value is a descriptor call; this is a dict lookup
-
-def _megatron_p2p_ops_order(ops: list[Any], rank: int) -> list[Any]:
-    """The p2p actions of one Megatron p2p call in the order ``_p2p_ops`` posts them as lone isend/irecv.
-
-    Even pipeline ranks: send_next, recv_prev, send_prev, recv_next; odd ranks: recv_prev, send_next,
-    recv_next, send_prev (Megatron-LM ``core/pipeline_parallel/p2p_communication.py``), so two
-    neighbours never both send first on their shared communicator, which hangs on NCCL.
-    SEND_F is send_next, RECV_F recv_prev, SEND_B send_prev, RECV_B recv_next.
-    """
-    from schedsim.pipeline.actions import ComputationType as CT
-
-    pos = ({CT.SEND_F: 0, CT.RECV_F: 1, CT.SEND_B: 2, CT.RECV_B: 3} if rank % 2 == 0 else
-           {CT.RECV_F: 0, CT.SEND_F: 1, CT.RECV_B: 2, CT.SEND_B: 3})
-    return sorted(ops, key=lambda a: pos[a.type])
-
-
-def _per_call(acts: list[Any], rank: int) -> list[Any]:
-    """Apply :func:`_megatron_p2p_ops_order` to each run of p2p actions between two computes."""
-    from schedsim.pipeline.actions import COMM_TYPES
-
-    out: list[Any] = []
-    run: list[Any] = []
-    for a in acts:
-        if a is not None and a.type in COMM_TYPES:
-            run.append(a)
-            continue
-        out.extend(_megatron_p2p_ops_order(run, rank))
-        run = []
-        if a is not None:
-            out.append(a)
-    out.extend(_megatron_p2p_ops_order(run, rank))
-    return out
-
-
-Steps = dict[int, list[tuple[Any, "int | None"]]]  # per rank: (action, NCCL batch id or None) in issue order
-
-
-def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> Steps:
-    """Megatron's interleaved 1F1B issue order (:func:`schedsim.pipeline.comms.megatron_interleaved_batched`)."""
-    from schedsim.pipeline.comms import megatron_interleaved_batched
-
-    if plan.p == 2 and plan.mode == "batched":
-        raise block_error(spec, "interleaved 1F1B with batched p2p needs p >= 3: with p = 2 one batch holds two sends "
-                   "to the same peer, which NCCL pairs by issue order with the wrong recvs (Megatron-LM "
-                   "arguments.py refuses it for the same reason)", "pipeline.p2p",
-                   "use p2p: overlapped (Megatron's default for interleaving) or p >= 3")
-    steps: Steps = {}
-    for r, seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size).items():
-        out_r: list[tuple[Any, int | None]] = []
-        for i, x in enumerate(seq):
-            if not isinstance(x, list):
-                out_r.append((x, None))
-            elif plan.mode == "batched":
-                out_r.extend((a, i) for a in x)
-            else:
-                out_r.extend((a, None) for a in _megatron_p2p_ops_order(x, r))
-        steps[r] = out_r
-    return steps
-
-
-def _interleaved_cols(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> StepCols:
-    """:func:`_interleaved_steps` straight into columns (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`,
-    no Action objects): the ops of one p2p call in ``_p2p_ops`` order (overlapped) or in batch order (batched),
-    whose batch id is the index of its call in the rank's list."""
-    from schedsim.pipeline.comms import megatron_interleaved_cols
-
-    if plan.p == 2 and plan.mode == "batched":
-        _interleaved_steps(spec, pb, plan)  # raises its error
-    batched = plan.mode == "batched"
-    rank, typ, stage, mb, call = megatron_interleaved_cols(plan.p, plan.m, plan.v, pb.group_size,
-                                                           p2p_ops_order=not batched)
-    bid = np.where(typ >= 4, call, -1) if batched else np.full(len(typ), -1, np.int64)
-    return StepCols(rank, typ, stage, mb, bid)
-
-
-def _user_comms(plan: PipelinePlan) -> dict[int, list[Any]]:
-    """A compute_comms order (torch CSV or actions with SEND/RECV) as the user issues it; raises the p2p
-    simulation's error (a compute whose input is never received, a recv never sent) with one fix line."""
-    from schedsim.pipeline.comms import simulate_p2p
-
-    # UNSHARD, RESHARD and REDUCE_GRAD (torch's runtime CSV has them) carry no microbatch and no p2p
-    lowered = {r: [a for a in acts if a is not None and (a.is_compute or a.is_comm)]
-               for r, acts in plan.actions().items()}
-    try:
-        simulate_p2p(lowered, plan.s2r, plan.num_stages)
-    except ValueError as e:
-        reason = getattr(e, "reason", None)
-        if reason is not None and "(fix:" in reason:  # one `fix:` line, as every other rejection
-            head, fix = split_fix(reason, custom=True)
-            grid = getattr(e, "grid", "")
-            e.args = (f"{head}\n  fix: {fix}" + (f"\n\nPipeline schedule:\n{grid}" if grid else ""),)
-        raise
-    return lowered
-
-
-def _lowered_steps(plan: PipelinePlan, columns: bool = True) -> Steps | StepCols:
-    """The p2p of every schedule but Megatron's interleaved 1F1B: the user's, torch's ``_add_send_recv``, or Megatron's
-    (as :class:`StepCols` when ``columns`` and the order has a column form)."""
-    from schedsim.pipeline import add_p2p
-    from schedsim.pipeline.actions import COMM_TYPES
-    from schedsim.pipeline.comms import align_recvs, torch_add_send_recv
-
-    torch_run = plan.name not in ("1f1b", "interleaved_1f1b") or plan.torch_rules
-    if columns and torch_run and plan.cols is not None:  # a compute-only order as columns (no p2p of the user's)
-        cols = _torch_lower_cols(plan)
-        if cols is not None:
-            return cols
-    order = plan.actions()
-    if any(a is not None and a.type in COMM_TYPES for acts in order.values() for a in acts):
-        lowered = _user_comms(plan)
-    elif torch_run:
-        # torch runs these schedules (and custom action lists): each p2p action its own batch_isend_irecv
-        # (torch _PipelineScheduleRuntime._batch_p2p)
-        lowered = torch_add_send_recv(order, plan.s2r, plan.num_stages)
-    else:
-        lowered = align_recvs(add_p2p(order, plan.s2r, plan.num_stages), plan.s2r)
-        if plan.mode == "overlapped":  # Megatron with batch_p2p_comm off: each call's lone ops in _p2p_ops order
-            lowered = {r: _per_call(acts, r) for r, acts in lowered.items()}
-    steps: Steps = {}
-    batch_ids = plan.mode == "batched" or torch_run
-    for r, acts in lowered.items():
-        out_r: list[tuple[Any, int | None]] = []
-        bid, prev_comm = 0, False
-        for a in acts:
-            if a is None:
-                continue
-            comm = a.type in COMM_TYPES
-            if comm and (not prev_comm or torch_run):
-                bid += 1
-            out_r.append((a, bid if comm and batch_ids else None))
-            prev_comm = comm
-        steps[r] = out_r
-    return steps
-
-
-def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> StepCols | None:
-    """:func:`schedsim.pipeline.comms.torch_add_send_recv` on an order's columns (each p2p op its own batch).
-
-    torch sweeps the ranks in order, one step per rank per sweep; a step runs once its input is there (the
-    recv the producer's send appended to this rank's list, or the producer itself on this rank), and a
-    compute with a cross-rank output appends its send to its own list and the matching recv to the
-    receiver's at that moment. So the sweep ``t`` in which step ``k`` of rank ``r`` runs is
-    ``t_k = max(t_(k-1) + 1, t_producer + (1 if the producer's rank > r else 0))``, solved here per rank with
-    a running maximum, repeated until nothing changes; each rank's list is then its steps and the recvs
-    sorted by (sweep, rank of the step that issued them). Each round carries the waits one rank further, so
-    an order settles within about twice its stage count (a forward chain through every stage and a backward
-    one back); None when the sweeps do not settle within ``max_sweeps`` rounds (default ``2 × stages + 64``):
-    a wait cycle, whose error the per-action lowering raises (also taken for anything slower to settle).
-    """
-    c = plan.cols
-    assert c is not None
-    P, NS, M = plan.p, plan.num_stages, plan.m
-    n = len(c.typ)
-    busy = np.flatnonzero(c.typ >= 0)
-    t, st, j, rk = c.typ, c.stage, c.mb, c.rank
-    pos = np.full((4, NS, M), -1, np.int64)
-    pos[t[busy], st[busy], j[busy]] = busy
-    prod = np.full(n, -1, np.int64)
-    f = (t == 0) & (st > 0)
-    prod[f] = pos[0, st[f] - 1, j[f]]
-    bw = ((t == 1) | (t == 2)) & (st < NS - 1)
-    nxt = np.minimum(st[bw] + 1, NS - 1)
-    pi, pb = pos[1, nxt, j[bw]], pos[2, nxt, j[bw]]
-    prod[bw] = np.where(pi >= 0, pi, pb)
-    has = prod >= 0
-    pr = np.maximum(prod, 0)
-    adj = (rk[pr] > rk).astype(np.int64)
-    rounds = 2 * NS + 64 if max_sweeps is None else max_sweeps
-    ext = compiled("torch_rows") if max_sweeps is None else None  # a bound on the rounds: this path's
-    if ext is not None:
-        return _torch_rows_compiled(ext, plan, prod, adj)
-    start = np.cumsum(c.counts) - np.array(c.counts, np.int64)
-    k = np.arange(n) - np.repeat(start, c.counts)
-    L = max(c.counts) if c.counts else 0
-    sweep = k.copy()
-    for _ in range(rounds):
-        need = np.where(has, sweep[pr] + adj, -1) - k
-        g = np.full((P, L), -1, np.int64)
-        g[rk, k] = need
-        new = np.maximum(np.maximum.accumulate(g, axis=1)[rk, k], 0) + k
-        if np.array_equal(new, sweep):
-            break
-        sweep = new
-    else:
-        return None
-    s2r = np.array([plan.s2r[x] for x in range(NS)] + [-1], np.int64)
-    tb, sb, jb, rb = t[busy], st[busy], j[busy], rk[busy]
-    key = sweep[busy] * P + rb
-    fs = (tb == 0) & (sb < NS - 1)
-    fs[fs] = s2r[sb[fs] + 1] != rb[fs]
-    bs = ((tb == 1) | (tb == 2)) & (sb > 0)
-    bs[bs] = s2r[sb[bs] - 1] != rb[bs]
-    sends = fs | bs
-    peer_st = np.where(fs, sb + 1, sb - 1)[sends]
-    # rows: the steps (sub-order 0), their sends (1), the recvs on the receivers (2), ordered by one combined
-    # key (rank, key, sub-order)
-    span = 3 * (int(key.max()) + 1 if len(key) else 1)
-    ks = key[sends]
-    rows_key = np.concatenate([rb * span + 3 * key, rb[sends] * span + 3 * ks + 1, s2r[peer_st] * span + 3 * ks + 2])
-    fw = fs[sends]
-    rows_typ = np.concatenate([tb, np.where(fw, 4, 6), np.where(fw, 5, 7)])
-    rows_st = np.concatenate([sb, sb[sends], peer_st])
-    rows_mb = np.concatenate([jb, jb[sends], jb[sends]])
-    o = np.argsort(rows_key, kind="stable")
-    rr, ty = rows_key[o] // span, rows_typ[o]
-    comm = (ty >= 4).astype(np.int64)
-    cnt = np.cumsum(comm)
-    first_row = np.searchsorted(rr, np.arange(P))
-    before = np.concatenate([[0], cnt])[first_row]  # comms on earlier ranks
-    bid = np.where(comm > 0, cnt - before[rr], -1)
-    return StepCols(rr, ty, rows_st[o], rows_mb[o], bid)
-
-
-def _torch_rows_compiled(ext: Any, plan: PipelinePlan, prod: np.ndarray, adj: np.ndarray) -> StepCols | None:
-    """:func:`_torch_lower_cols` past its producers in C (``_cwaves.torch_rows``): the same sweeps (their least
-    solution, as longest paths in Kahn's order: no bound on rounds), and the rows in the order torch appends
-    them (a counting sort by sweep instead of a sort of the rows); None when a step waits on a cycle."""
-    c = plan.cols
-    assert c is not None
-    NS, i64 = plan.num_stages, np.int64
-    t, st, rk = c.typ, c.stage, c.rank
-    s2r = np.array([plan.s2r[x] for x in range(NS)] + [-1], i64)
-    fs = (t == 0) & (st < NS - 1)  # a forward whose next stage is on another rank sends its output there
-    fs[fs] = s2r[st[fs] + 1] != rk[fs]
-    bs = ((t == 1) | (t == 2)) & (st > 0)  # a backward sends its input gradient to the previous stage's rank
-    bs[bs] = s2r[st[bs] - 1] != rk[bs]
-    send = np.where(fs, 4, np.where(bs, 6, 0)).astype(i64)
-    peer_st = np.where(fs, st + 1, st - 1)
-    rows = int((t >= 0).sum()) + 2 * int((send > 0).sum())
-    out = [np.empty(rows, i64) for _ in range(5)]
-    sweep = np.empty(len(t), i64)
-    counts = np.asarray(c.counts, i64)
-    t, st, mb = (np.ascontiguousarray(x, i64) for x in (t, st, c.mb))
-    if not ext(counts, t, st, mb, prod, adj, send, peer_st, s2r[peer_st], sweep, *out):
-        return None
-    return StepCols(*out)
 
 
 def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
@@ -337,224 +100,6 @@ def _stage_templates(spec: ScheduleSpec, cost: StageCost, num_stages: int,
     return protos
 
 
-@dataclass(frozen=True)
-class ProtoPlace:
-    """Where an op of a stage's op list goes when it is not the next kernel of stream ``compute`` (a third item
-    of a ``protos`` row): its ``stream`` id (-1: compute), the earlier ops of the same phase it waits for
-    (``after``: their indices in the row list), its ``peer`` global rank (send/recv), and the suffixes of its
-    NCCL group name (``batch``) and message (``msg``), each prefixed by the action's name (``F<s>.<mb>.``)."""
-
-    stream: int = -1
-    after: tuple[int, ...] = ()
-    peer: int = -1
-    batch: str = ""
-    msg: str = ""
-
-
-@dataclass
-class _Emitter:
-    """Writes one rank's ops of one replica into the table, tracking what each new op waits for (by name id).
-
-    A pipeline rank ``r``'s peer is global rank ``off + r``, or ``ranks[r]`` when ``ranks`` is given (the
-    training block's Megatron layout, :mod:`schedsim.lower.training`, which also places its data-parallel
-    gradient buckets between a backward's ops through ``on_op``)."""
-
-    table: Table
-    plan: PipelinePlan
-    protos: dict[tuple[int, str], list[tuple[str, int]]]
-    p2p_tmpl: dict[str, int]
-    chunk_of: dict[int, int]
-    rank: int
-    off: int
-    prev_of: dict[tuple[int, str, int], int] = field(default_factory=dict)
-    pending_sends: list[int] = field(default_factory=list)
-    last_compute: int | None = None
-    pair_deps: list[int] = field(default_factory=list)
-    streams: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (kind, F/B, peer) -> stream id
-    batches: dict[int, int] = field(default_factory=dict)  # batch id -> id of its name "b<id>"
-    p2p_consts: dict[tuple[Any, int], tuple[Any, ...]] = field(default_factory=dict)  # (type, stage) -> shared
-    compute_stream: int = -1
-    ranks: tuple[int, ...] = ()
-    on_op: Any = None  # called after each compute op as on_op(stage, mb, phase, op name, name id)
-    # on_op_at(stage, mb, phase): whether on_op may act in that phase (None: any); the other phases are written
-    # as one run of rows (Table.add_run) instead of op by op
-    on_op_at: Any = None
-    # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
-    # that shares it with the other ranks' (the training block) interns each name once
-    name_ids: dict[tuple[str, tuple[str, ...]], list[int]] = field(default_factory=dict)
-    # intern a send's or recv's tag set (Table.tag_id) instead of a fresh one per op: the training block, whose
-    # data-parallel replicas repeat every pipeline rank's tag sets
-    shared_p2p_tags: bool = False
-    runs: dict[tuple[int, str], Any] = field(default_factory=dict)  # (stage, phase) -> _run's answer
-
-    def __post_init__(self) -> None:
-        self.compute_stream = self.table.streams("compute")
-
-    def _global(self, peer: int) -> int:
-        return self.ranks[peer] if self.ranks else peer + self.off
-
-    def action(self, act: Any, batch_id: int | None) -> None:
-        """Emit the ops of one action (a compute, a send/recv, or DualPipe's overlapped F&B pair)."""
-        self.pair_deps = []
-        subs = act.sub_actions
-        if len(subs) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
-            for sub in subs:
-                key = (sub.stage, "RECV_F" if sub.type is CT.F else "RECV_B", sub.microbatch)
-                if key in self.prev_of:
-                    self.pair_deps.append(self.prev_of[key])
-        for sub in subs:
-            if sub.type in COMM_TYPES:
-                self.p2p(sub, batch_id)
-            else:
-                self.compute(sub)
-
-    def _stream(self, kind: str, d: str, peer: int) -> int:
-        key = (kind, d, peer)
-        sid = self.streams.get(key)
-        if sid is None:
-            name = f"pp_{kind}" if self.plan.mode == "batched" else f"pp_{kind}{d}_r{self._global(peer)}"
-            sid = self.streams[key] = self.table.streams(name)
-        return sid
-
-    def _batch(self, batch_id: int | None) -> int:
-        if batch_id is None:
-            return -1
-        b = self.batches.get(batch_id)
-        if b is None:
-            b = self.batches[batch_id] = self.table.strs(f"b{batch_id}")
-        return b
-
-    def _p2p_const(self, typ: Any, s: int) -> tuple[Any, ...]:
-        """What every send/recv of type ``typ`` at stage ``s`` shares: its template, stream, peer, the name and
-        message prefixes, the key of the compute a send carries, its pp_op value and chunk."""
-        s2r = self.plan.s2r
-        fwd = typ in (CT.SEND_F, CT.RECV_F)
-        kind = "send" if typ in (CT.SEND_F, CT.SEND_B) else "recv"
-        if kind == "send":
-            peer = s2r[s + 1] if fwd else s2r[s - 1]
-        else:
-            peer = s2r[s - 1] if fwd else s2r[s + 1]
-        d = "F" if fwd else "B"
-        src_phase = ("F" if fwd else "I") if kind == "send" else None
-        src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)  # the message: who produced it
-        c = (self.p2p_tmpl[kind], self._stream(kind, d, peer), self._global(peer), f"{kind}{d}{s}.",
-             f"{d}{src_stage}.", src_phase, _VALUE[typ], self.chunk_of[s], kind == "send")
-        self.p2p_consts[(typ, s)] = c
-        return c
-
-    def p2p(self, sub: Any, batch_id: int | None) -> None:
-        """One send or recv, on the stream its p2p mode gives it, waiting for the compute it carries."""
-        s, j, typ = sub.stage, sub.microbatch, sub.type
-        c = self.p2p_consts.get((typ, s))
-        tmpl, stream, peer, name_pre, msg_pre, src_phase, value, chunk, is_send = \
-            self._p2p_const(typ, s) if c is None else c
-        table = self.table
-        sj = str(j)
-        names = table.names  # interned inline: nearly every p2p name is new
-        opname = names.ids.setdefault(name_pre + sj, len(names.items))
-        if opname == len(names.items):
-            names.items.append(name_pre + sj)
-        deps = []
-        if src_phase is not None:
-            src = self.prev_of.get((s, src_phase, j))
-            if src is not None:
-                deps.append(src)
-        batched = self.plan.mode == "batched"
-        if batched and self.last_compute is not None and self.last_compute not in deps:
-            # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
-            # batch, so the host posts it only after all work issued before it has finished
-            deps.append(self.last_compute)
-        msg = msg_pre + sj  # the message: who produced it, which mb
-        tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
-        tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
-        table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer,
-                      -1 if batch_id is None else self._batch(batch_id), table.strs(msg))
-        self.prev_of[(s, value, j)] = opname
-        if is_send and batched:
-            self.pending_sends.append(opname)
-
-    def _input(self, s: int, j: int, phase: str) -> list[int]:
-        """What the first op of phase ``phase`` of (stage ``s``, microbatch ``j``) waits for."""
-        prev_of = self.prev_of
-        if phase == "F":
-            for key in ((s, "RECV_F", j), (s - 1, "F", j) if s > 0 else None):
-                if key is not None and key in prev_of:
-                    return [prev_of[key]]
-        elif phase == "I":
-            last = self.plan.num_stages - 1
-            for key in ((s, "RECV_B", j), (s + 1, "I", j) if s < last else None, (s, "F", j)):
-                if key is not None and key in prev_of:
-                    return [prev_of[key]]
-        elif (s, "I", j) in prev_of:  # W needs its I
-            return [prev_of[(s, "I", j)]]
-        return []
-
-    def _run(self, s: int, phase: str) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
-        """The templates and op names of phase ``phase`` of stage ``s`` when it can be written as one run of rows
-        (:meth:`Table.add_run`): ops on the compute stream one after the other, none placed by its row (no
-        :class:`ProtoPlace`); None otherwise (the op-by-op path)."""
-        key = (s, phase)
-        if key not in self.runs:
-            rows = self.protos[key]
-            self.runs[key] = None if not rows or any(len(r) > 2 for r in rows) else \
-                (tuple(r[1] for r in rows), tuple(r[0] for r in rows))
-        return self.runs[key]  # type: ignore[no-any-return]
-
-    def compute(self, sub: Any) -> None:
-        """The ops of one F, I, W or full backward B (= I then W) of a stage on a microbatch."""
-        s, j, typ = sub.stage, sub.microbatch, sub.type
-        parts = [("F", "F")] if typ is CT.F else [("I", "I")] if typ is CT.I else \
-            [("W", "W")] if typ is CT.W else [("I", "B"), ("W", "B")]
-        chunk = self.chunk_of[s]
-        table = self.table
-        names = table.names
-        compute = self.compute_stream
-        for phase, label in parts:
-            deps = self._input(s, j, phase)
-            if self.pair_deps:
-                deps.extend(d for d in self.pair_deps if d not in deps)
-                self.pair_deps = []
-            if self.pending_sends:  # batched p2p: the call returns when its sends completed too
-                deps.extend(self.pending_sends)
-                self.pending_sends = []
-            tags = table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
-            first = tuple(deps)
-            oname = -1
-            pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
-            run = self._run(s, phase)
-            if run is not None and (self.on_op is None or (
-                    self.on_op_at is not None and not self.on_op_at(s, j, phase))):
-                tnames = run[1]
-                ids = self.name_ids.get((pre, tnames))
-                if ids is None:
-                    ids = self.name_ids[(pre, tnames)] = [names(pre + tn) for tn in tnames]
-                table.add_run(run[0], self.rank, ids, tags, compute, first)
-                self.last_compute = ids[-1]
-                self.prev_of[(s, phase, j)] = ids[-1]
-                continue
-            done: list[int] = []
-            for row in self.protos[(s, phase)]:
-                tname, tid = row[0], row[1]
-                oname = names(pre + tname)
-                if len(row) > 2:  # an op placed by its row (training's context-parallel ring): ProtoPlace
-                    at: ProtoPlace = row[2]  # type: ignore[misc]
-                    table.add_ids(tid, self.rank, oname, tags, compute if at.stream < 0 else at.stream,
-                                  first + tuple(done[i] for i in at.after), at.peer,
-                                  table.strs(pre + at.batch) if at.batch else -1,
-                                  table.strs(pre + at.msg) if at.msg else -1)
-                else:
-                    table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
-                done.append(oname)
-                first = ()
-                if self.on_op is not None:
-                    self.on_op(s, j, phase, tname, oname)
-            self.last_compute = oname
-            self.prev_of[(s, phase, j)] = oname
-        if parts[0][1] == "B":  # a full backward hands its input gradient on when the whole B is done
-            self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]
-
-
-_CODE = {CT.F: 0, CT.I: 1, CT.B: 2, CT.W: 3, CT.SEND_F: 4, CT.RECV_F: 5, CT.SEND_B: 6, CT.RECV_B: 7}
 _TYPES = (CT.F, CT.I, CT.B, CT.W, CT.SEND_F, CT.RECV_F, CT.SEND_B, CT.RECV_B)
 
 
@@ -574,51 +119,6 @@ _INPUT_CANDS = np.array([list(r) + [(0, -1, 0)] * (3 - len(r)) for r in _INPUT_R
 #: Event class by (type code, part): F 0; I 1; a full B's I part 1, its W part none (-1: it waits for its I
 #: part); W 2; SEND_F 3; SEND_B 4; recvs none.
 _INPUT_CLASS = np.array([0, -1, 1, -1, 1, -1, 2, -1, 3, -1, -1, -1, 4, -1, -1, -1], np.int64)
-
-
-@dataclass
-class StepCols:
-    """The issue order of every rank as columns, rank-major (rank 0's steps first), in issue order.
-
-    ``rank`` (pipeline rank 0..p-1), ``typ`` (0..7: F, I, B, W, SEND_F, RECV_F, SEND_B, RECV_B), ``stage``,
-    ``mb`` (microbatch), ``bid`` (NCCL batch id, -1 = a lone op): int64 arrays of one length.
-    """
-
-    rank: np.ndarray
-    typ: np.ndarray
-    stage: np.ndarray
-    mb: np.ndarray
-    bid: np.ndarray
-
-
-def _step_cols(steps: Steps | StepCols, plan: PipelinePlan) -> StepCols | None:
-    """The steps as :class:`StepCols`; None when an action has no column form (DualPipe's overlapped pair,
-    torch's UNSHARD/RESHARD/REDUCE_GRAD), which the per-op emitter handles."""
-    if isinstance(steps, StepCols):
-        return steps
-    rr: list[int] = []
-    tt: list[int] = []
-    ss: list[int] = []
-    jj: list[int] = []
-    bb: list[int] = []
-    for r in range(plan.p):
-        seq = steps[r]
-        if not seq:
-            continue
-        acts, bids = zip(*seq, strict=True)
-        if any(type(a) is not Action for a in acts):
-            return None
-        st, ty, mb = zip(*acts, strict=True)
-        try:
-            tt.extend(map(_CODE.__getitem__, ty))
-        except KeyError:
-            return None
-        rr.extend([r] * len(acts))
-        ss.extend(st)
-        jj.extend(mb)
-        bb.extend(-1 if b is None else b for b in bids)
-    i64 = np.int64
-    return StepCols(np.array(rr, i64), np.array(tt, i64), np.array(ss, i64), np.array(jj, i64), np.array(bb, i64))
 
 
 def _intern_bulk(interner: Any, seq: list[Any]) -> np.ndarray:
@@ -683,7 +183,8 @@ def _first_seen(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray, n
 
 class _FastEmitter:
     """The per-op emitter's output computed with numpy over all ranks' steps at once (same ops, names,
-    tags, dependencies, streams and interning order as :class:`_Emitter`, which stays the reference)."""
+    tags, dependencies, streams and interning order as :class:`~schedsim.lower.pipeline_emitter._Emitter`, which stays
+    the reference)."""
 
     def __init__(self, table: Table, plan: PipelinePlan, c: StepCols) -> None:
         self.table, self.plan = table, plan

@@ -5,7 +5,7 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
 
 * **pipeline**: the order of Megatron's ``forward_backward_pipelining_without_interleaving`` (1F1B) or, with
   ``num_layers_per_virtual_pipeline_stage``, ``..._with_interleaving``, from the pipeline block's generators and
-  p2p placement (:func:`schedsim.lower.pipeline_plan.plan_of`, :mod:`schedsim.lower.pipeline`'s emitter), the
+  p2p placement (:func:`schedsim.lower.pipeline_plan.plan_of`, :mod:`schedsim.lower.pipeline_emitter`), the
   pipeline peers being the ranks that differ only in their pp coordinate. p2p messages are ``s·b·h`` elements
   (``s/tp·b·h`` with sequence parallelism);
 * **each stage**: its layers (Megatron's uneven first/last stages included) as kernels on one TP rank
@@ -82,8 +82,10 @@ from typing import Any
 from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
-from schedsim.lower.pipeline import ProtoPlace, _Emitter, _interleaved_steps, _lowered_steps, _stage_proto
+from schedsim.lower.pipeline import _stage_proto
+from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
+from schedsim.lower.pipeline_steps import _interleaved_steps, _lowered_steps
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -449,7 +451,7 @@ class _Ranks:
         name them); ``hot``: the stage lists of the EP rank whose first expert runs at capacity; ``ring``: the
         next and previous CP ranks, the peers of the context-parallel ring, ``tp_ring`` those of the TP ring of
         ``tp_comm_overlap`` (an entry placed off the compute stream or after named ops gets a third item,
-        :class:`~schedsim.lower.pipeline.ProtoPlace`); ``odd``: whether the rank's CP and TP ring positions are
+        :class:`~schedsim.lower.pipeline_emitter.ProtoPlace`); ``odd``: whether the rank's CP and TP ring positions are
         odd (:meth:`_ring_order`)."""
         key = (*stages, -1, *group, -1, *ep_group, int(hot), *ring, *tp_ring, *odd)
         got = self.protos.get(key)

@@ -14,7 +14,7 @@ import pytest
 from test_training_block import TINY
 
 from schedsim.lower import lower
-from schedsim.lower.pipeline import _Emitter
+from schedsim.lower.pipeline_emitter import _Emitter
 from schedsim.spec.loader import load_text
 
 ARRAYS = ("tmpl", "rank", "seq", "name_id", "tags_id", "stream_id", "peer", "batch", "msg", "dep_ptr", "dep_idx",

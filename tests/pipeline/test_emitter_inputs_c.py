@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import schedsim.lower.pipeline as P
+import schedsim.lower.pipeline_steps as PS
 from schedsim.lower.pipeline import expand_pipeline
 from schedsim.lower.table import Table
 from schedsim.pipeline import generate
@@ -96,9 +97,9 @@ def test_compiled_torch_rows_equal_numpy(schedule, p, m, v, idle, monkeypatch): 
     the numpy path's (rounds of running maxima, one sort of the rows), column by column."""
     plan = _custom_plan(generate(schedule, p, m, v), p, m, idle)
     assert plan.cols is not None
-    got = P._torch_lower_cols(plan)
-    monkeypatch.setattr(P, "compiled", lambda name: None)
-    want = P._torch_lower_cols(plan)
+    got = PS._torch_lower_cols(plan)
+    monkeypatch.setattr(PS, "compiled", lambda name: None)
+    want = PS._torch_lower_cols(plan)
     assert got is not None and want is not None
     for a, b in zip((got.rank, got.typ, got.stage, got.mb, got.bid), (want.rank, want.typ, want.stage, want.mb,
                                                                           want.bid), strict=True):
@@ -116,9 +117,9 @@ def test_compiled_torch_rows_refuse_a_wait_cycle(monkeypatch):  # type: ignore[n
         "schedule": "custom", "p": 2, "m": 2, "actions": order, "stage": STAGE}})
     plan = plan_of(spec, pipeline_block(spec))
     assert plan.cols is not None
-    assert P._torch_lower_cols(plan) is None
-    monkeypatch.setattr(P, "compiled", lambda name: None)
-    assert P._torch_lower_cols(plan) is None
+    assert PS._torch_lower_cols(plan) is None
+    monkeypatch.setattr(PS, "compiled", lambda name: None)
+    assert PS._torch_lower_cols(plan) is None
 
 
 def test_compiled_torch_rows_hand_checked_and_bad_input() -> None:

@@ -227,8 +227,8 @@ def test_hypothesis_custom_orders(data: Any, p: int, m: int) -> None:
 
 def test_custom_columns_path_taken() -> None:
     """Canonical inline actions are read, checked and lowered as columns (also when ranks must wait)."""
-    from schedsim.lower.pipeline import _torch_lower_cols
     from schedsim.lower.pipeline_plan import pipeline_block, plan_of
+    from schedsim.lower.pipeline_steps import _torch_lower_cols
 
     spec = _custom(generate("1f1b", 3, 4), 3, 4, idle=False)
     plan = plan_of(spec, pipeline_block(spec))
@@ -268,8 +268,8 @@ def test_rejected_blocks_same_error(blk: dict[str, Any]) -> None:
 def test_deep_pipeline_lowered_as_columns() -> None:
     """GPipe on 48 ranks without idle steps needs ~47 rounds of waits (the first microbatch's forward crosses
     every rank): still lowered on columns, and the same table as the reference."""
-    from schedsim.lower.pipeline import _torch_lower_cols
     from schedsim.lower.pipeline_plan import pipeline_block, plan_of
+    from schedsim.lower.pipeline_steps import _torch_lower_cols
 
     spec = _custom(generate("gpipe", 48, 2), 48, 2, idle=False)
     plan = plan_of(spec, pipeline_block(spec))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schedsim.lower.pipeline import _megatron_p2p_ops_order
+from schedsim.lower.pipeline_steps import _megatron_p2p_ops_order
 from schedsim.pipeline.actions import ComputationType as CT
 from schedsim.pipeline.comms import megatron_interleaved_batched, megatron_interleaved_cols
 

@@ -1,0 +1,237 @@
+"""The reference pipeline emitter: :class:`_Emitter` writes one rank's ops of one replica into a
+:class:`~schedsim.lower.table.Table`, one Python step per action, tracking what each new op waits for.
+
+:func:`schedsim.lower.pipeline.expand_pipeline` uses it with ``reference=True`` and for the orders the column
+emitter (:class:`schedsim.lower.pipeline._FastEmitter`) does not take; the training block
+(:mod:`schedsim.lower.training`) drives it directly, placing ops of a stage's list by :class:`ProtoPlace`.
+tests/pipeline/test_expand_columns.py asserts both emitters give the same table for every schedule kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedsim.lower.pipeline_plan import PipelinePlan
+from schedsim.lower.table import Table
+from schedsim.pipeline.actions import COMM_TYPES
+from schedsim.pipeline.actions import ComputationType as CT
+
+_VALUE = {t: t.value for t in CT}  # an enum's .value is a descriptor call; this is a dict lookup
+
+
+@dataclass(frozen=True)
+class ProtoPlace:
+    """Where an op of a stage's op list goes when it is not the next kernel of stream ``compute`` (a third item
+    of a ``protos`` row): its ``stream`` id (-1: compute), the earlier ops of the same phase it waits for
+    (``after``: their indices in the row list), its ``peer`` global rank (send/recv), and the suffixes of its
+    NCCL group name (``batch``) and message (``msg``), each prefixed by the action's name (``F<s>.<mb>.``)."""
+
+    stream: int = -1
+    after: tuple[int, ...] = ()
+    peer: int = -1
+    batch: str = ""
+    msg: str = ""
+
+
+@dataclass
+class _Emitter:
+    """Writes one rank's ops of one replica into the table, tracking what each new op waits for (by name id).
+
+    A pipeline rank ``r``'s peer is global rank ``off + r``, or ``ranks[r]`` when ``ranks`` is given (the
+    training block's Megatron layout, :mod:`schedsim.lower.training`, which also places its data-parallel
+    gradient buckets between a backward's ops through ``on_op``)."""
+
+    table: Table
+    plan: PipelinePlan
+    protos: dict[tuple[int, str], list[tuple[str, int]]]
+    p2p_tmpl: dict[str, int]
+    chunk_of: dict[int, int]
+    rank: int
+    off: int
+    prev_of: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    pending_sends: list[int] = field(default_factory=list)
+    last_compute: int | None = None
+    pair_deps: list[int] = field(default_factory=list)
+    streams: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (kind, F/B, peer) -> stream id
+    batches: dict[int, int] = field(default_factory=dict)  # batch id -> id of its name "b<id>"
+    p2p_consts: dict[tuple[Any, int], tuple[Any, ...]] = field(default_factory=dict)  # (type, stage) -> shared
+    compute_stream: int = -1
+    ranks: tuple[int, ...] = ()
+    on_op: Any = None  # called after each compute op as on_op(stage, mb, phase, op name, name id)
+    # on_op_at(stage, mb, phase): whether on_op may act in that phase (None: any); the other phases are written
+    # as one run of rows (Table.add_run) instead of op by op
+    on_op_at: Any = None
+    # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
+    # that shares it with the other ranks' (the training block) interns each name once
+    name_ids: dict[tuple[str, tuple[str, ...]], list[int]] = field(default_factory=dict)
+    # intern a send's or recv's tag set (Table.tag_id) instead of a fresh one per op: the training block, whose
+    # data-parallel replicas repeat every pipeline rank's tag sets
+    shared_p2p_tags: bool = False
+    runs: dict[tuple[int, str], Any] = field(default_factory=dict)  # (stage, phase) -> _run's answer
+
+    def __post_init__(self) -> None:
+        self.compute_stream = self.table.streams("compute")
+
+    def _global(self, peer: int) -> int:
+        return self.ranks[peer] if self.ranks else peer + self.off
+
+    def action(self, act: Any, batch_id: int | None) -> None:
+        """Emit the ops of one action (a compute, a send/recv, or DualPipe's overlapped F&B pair)."""
+        self.pair_deps = []
+        subs = act.sub_actions
+        if len(subs) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
+            for sub in subs:
+                key = (sub.stage, "RECV_F" if sub.type is CT.F else "RECV_B", sub.microbatch)
+                if key in self.prev_of:
+                    self.pair_deps.append(self.prev_of[key])
+        for sub in subs:
+            if sub.type in COMM_TYPES:
+                self.p2p(sub, batch_id)
+            else:
+                self.compute(sub)
+
+    def _stream(self, kind: str, d: str, peer: int) -> int:
+        key = (kind, d, peer)
+        sid = self.streams.get(key)
+        if sid is None:
+            name = f"pp_{kind}" if self.plan.mode == "batched" else f"pp_{kind}{d}_r{self._global(peer)}"
+            sid = self.streams[key] = self.table.streams(name)
+        return sid
+
+    def _batch(self, batch_id: int | None) -> int:
+        if batch_id is None:
+            return -1
+        b = self.batches.get(batch_id)
+        if b is None:
+            b = self.batches[batch_id] = self.table.strs(f"b{batch_id}")
+        return b
+
+    def _p2p_const(self, typ: Any, s: int) -> tuple[Any, ...]:
+        """What every send/recv of type ``typ`` at stage ``s`` shares: its template, stream, peer, the name and
+        message prefixes, the key of the compute a send carries, its pp_op value and chunk."""
+        s2r = self.plan.s2r
+        fwd = typ in (CT.SEND_F, CT.RECV_F)
+        kind = "send" if typ in (CT.SEND_F, CT.SEND_B) else "recv"
+        if kind == "send":
+            peer = s2r[s + 1] if fwd else s2r[s - 1]
+        else:
+            peer = s2r[s - 1] if fwd else s2r[s + 1]
+        d = "F" if fwd else "B"
+        src_phase = ("F" if fwd else "I") if kind == "send" else None
+        src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)  # the message: who produced it
+        c = (self.p2p_tmpl[kind], self._stream(kind, d, peer), self._global(peer), f"{kind}{d}{s}.",
+             f"{d}{src_stage}.", src_phase, _VALUE[typ], self.chunk_of[s], kind == "send")
+        self.p2p_consts[(typ, s)] = c
+        return c
+
+    def p2p(self, sub: Any, batch_id: int | None) -> None:
+        """One send or recv, on the stream its p2p mode gives it, waiting for the compute it carries."""
+        s, j, typ = sub.stage, sub.microbatch, sub.type
+        c = self.p2p_consts.get((typ, s))
+        tmpl, stream, peer, name_pre, msg_pre, src_phase, value, chunk, is_send = \
+            self._p2p_const(typ, s) if c is None else c
+        table = self.table
+        sj = str(j)
+        names = table.names  # interned inline: nearly every p2p name is new
+        opname = names.ids.setdefault(name_pre + sj, len(names.items))
+        if opname == len(names.items):
+            names.items.append(name_pre + sj)
+        deps = []
+        if src_phase is not None:
+            src = self.prev_of.get((s, src_phase, j))
+            if src is not None:
+                deps.append(src)
+        batched = self.plan.mode == "batched"
+        if batched and self.last_compute is not None and self.last_compute not in deps:
+            # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
+            # batch, so the host posts it only after all work issued before it has finished
+            deps.append(self.last_compute)
+        msg = msg_pre + sj  # the message: who produced it, which mb
+        tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
+        tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
+        table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer,
+                      -1 if batch_id is None else self._batch(batch_id), table.strs(msg))
+        self.prev_of[(s, value, j)] = opname
+        if is_send and batched:
+            self.pending_sends.append(opname)
+
+    def _input(self, s: int, j: int, phase: str) -> list[int]:
+        """What the first op of phase ``phase`` of (stage ``s``, microbatch ``j``) waits for."""
+        prev_of = self.prev_of
+        if phase == "F":
+            for key in ((s, "RECV_F", j), (s - 1, "F", j) if s > 0 else None):
+                if key is not None and key in prev_of:
+                    return [prev_of[key]]
+        elif phase == "I":
+            last = self.plan.num_stages - 1
+            for key in ((s, "RECV_B", j), (s + 1, "I", j) if s < last else None, (s, "F", j)):
+                if key is not None and key in prev_of:
+                    return [prev_of[key]]
+        elif (s, "I", j) in prev_of:  # W needs its I
+            return [prev_of[(s, "I", j)]]
+        return []
+
+    def _run(self, s: int, phase: str) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+        """The templates and op names of phase ``phase`` of stage ``s`` when it can be written as one run of rows
+        (:meth:`Table.add_run`): ops on the compute stream one after the other, none placed by its row (no
+        :class:`ProtoPlace`); None otherwise (the op-by-op path)."""
+        key = (s, phase)
+        if key not in self.runs:
+            rows = self.protos[key]
+            self.runs[key] = None if not rows or any(len(r) > 2 for r in rows) else \
+                (tuple(r[1] for r in rows), tuple(r[0] for r in rows))
+        return self.runs[key]  # type: ignore[no-any-return]
+
+    def compute(self, sub: Any) -> None:
+        """The ops of one F, I, W or full backward B (= I then W) of a stage on a microbatch."""
+        s, j, typ = sub.stage, sub.microbatch, sub.type
+        parts = [("F", "F")] if typ is CT.F else [("I", "I")] if typ is CT.I else \
+            [("W", "W")] if typ is CT.W else [("I", "B"), ("W", "B")]
+        chunk = self.chunk_of[s]
+        table = self.table
+        names = table.names
+        compute = self.compute_stream
+        for phase, label in parts:
+            deps = self._input(s, j, phase)
+            if self.pair_deps:
+                deps.extend(d for d in self.pair_deps if d not in deps)
+                self.pair_deps = []
+            if self.pending_sends:  # batched p2p: the call returns when its sends completed too
+                deps.extend(self.pending_sends)
+                self.pending_sends = []
+            tags = table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
+            first = tuple(deps)
+            oname = -1
+            pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
+            run = self._run(s, phase)
+            if run is not None and (self.on_op is None or (
+                    self.on_op_at is not None and not self.on_op_at(s, j, phase))):
+                tnames = run[1]
+                ids = self.name_ids.get((pre, tnames))
+                if ids is None:
+                    ids = self.name_ids[(pre, tnames)] = [names(pre + tn) for tn in tnames]
+                table.add_run(run[0], self.rank, ids, tags, compute, first)
+                self.last_compute = ids[-1]
+                self.prev_of[(s, phase, j)] = ids[-1]
+                continue
+            done: list[int] = []
+            for row in self.protos[(s, phase)]:
+                tname, tid = row[0], row[1]
+                oname = names(pre + tname)
+                if len(row) > 2:  # an op placed by its row (training's context-parallel ring): ProtoPlace
+                    at: ProtoPlace = row[2]  # type: ignore[misc]
+                    table.add_ids(tid, self.rank, oname, tags, compute if at.stream < 0 else at.stream,
+                                  first + tuple(done[i] for i in at.after), at.peer,
+                                  table.strs(pre + at.batch) if at.batch else -1,
+                                  table.strs(pre + at.msg) if at.msg else -1)
+                else:
+                    table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
+                done.append(oname)
+                first = ()
+                if self.on_op is not None:
+                    self.on_op(s, j, phase, tname, oname)
+            self.last_compute = oname
+            self.prev_of[(s, phase, j)] = oname
+        if parts[0][1] == "B":  # a full backward hands its input gradient on when the whole B is done
+            self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]
