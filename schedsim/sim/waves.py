@@ -62,7 +62,7 @@ _BATCH, _XFER, _COPY = 0, 1, 2  # job types
 
 def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | None = None,
               model_executor: bool = False, p2p_serialized: bool | None = None):
-    """Run the compiled DAG ``c`` (:func:`schedsim.sim.engine._compile`); returns the engine's ``_State``.
+    """Run the compiled DAG ``c`` (:func:`schedsim.sim.loop_arrays._compile`); returns the engine's ``_State``.
 
     ``p2p_serialized`` overrides the profile's ``nccl.unbatched_p2p_serialized``. ``c.npred`` is consumed.
     The event loop is the compiled one (:mod:`schedsim.sim._cwaves`) when it is built and

@@ -102,7 +102,7 @@ from typing import Any, NamedTuple
 
 from schedsim.errors import TraceError, printable
 from schedsim.kinds import COLLECTIVE_KINDS, PER_RANK_SIZE
-from schedsim.sim.engine import HOST_WAIT_TAG
+from schedsim.sim.replay import HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
 __all__ = ["GAP_NS", "GRAPH_TAG", "OPS_FILE", "TRACE_ID_TAG", "RecordedPath", "ReplaySchedule",
@@ -753,7 +753,7 @@ def _host_fields(op: dict[str, Any], ro: _RankOps, i: int, prev: float, gate: fl
     """``host_us`` of op ``i`` (µs from the previous issue ``prev``, ns); after a host synchronisation that started
     at ``gate`` (ns), the tag ``host_wait_before_us`` (previous issue to the call) and ``host_us`` from the moment
     both that time and the end of its predecessors (``deps``, the stream's previous op ending at ``stream_end``)
-    had passed, as the ``replay`` model's host waits (:class:`schedsim.sim.engine._ReplayHost`)."""
+    had passed, as the ``replay`` model's host waits (:class:`schedsim.sim.replay._ReplayHost`)."""
     issue = ro.issue[i]
     if gate is None:
         h = _fmt((issue - prev) / 1000.0)

@@ -1,0 +1,197 @@
+"""The ``replay`` GPU model's event loop (:func:`_run_replay`): the replay of a recorded run (``schedsim import
+... --out DIR`` writes ``DIR/schedule.yaml`` with measured durations), no contention. Its host
+(:class:`_ReplayHost`) issues each rank's ops at the prefix sums of their ``host_us`` and waits where the
+import recorded a host synchronisation (:data:`HOST_WAIT_TAG`); its hardware queues (:class:`_ReplayQueues`)
+apply only where the schedule names ``CUDA_DEVICE_MAX_CONNECTIONS``. :func:`schedsim.sim.engine.simulate`
+runs it with ``gpu_model="replay"`` on the arrays of :mod:`schedsim.sim.loop_arrays`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from schedsim.graph.ops import Op
+from schedsim.sim import gpu_model as gm
+from schedsim.sim.loop import HOST, _raise_deadlock, _State
+from schedsim.sim.loop_arrays import _Compiled
+
+
+def _rendezvous(members: list[int], last: int, ready_t: list[float], start: list[float], binding: list[int]) -> float:
+    """Start every member of a rendezvous at the last one's ready time (it binds the others); that time."""
+    t0 = ready_t[last]
+    for m in members:
+        start[m] = t0
+        if m != last:
+            binding[m] = last
+    return t0
+
+
+#: Tag of an imported op launched right after a host synchronisation (:mod:`schedsim.trace.to_schedule`): the
+#: host time (µs) from the previous issue to the synchronising call. The ``replay`` model's host then waits for
+#: the op's predecessors (the synchronised work) before spending the op's ``host_us``.
+HOST_WAIT_TAG = "host_wait_before_us"
+
+
+class _ReplayHost:
+    """The host threads of the ``replay`` model: each rank issues its ops in program order, op i at
+    ``clock + host_s`` (no launch costs: a recorded gap holds its call); an op tagged :data:`HOST_WAIT_TAG` is
+    issued at ``max(clock + that tag, end of its predecessors) + host_s`` (the host blocked in a
+    synchronisation), so the host stalls until they end. Under ``cuda_graph`` every op is issued at 0.
+    ``host_from[i]``: the op whose end the host last waited for in such a synchronisation (its predecessor that
+    ended last, where it ended after the host reached the call), at or before issuing op i; -1 where the host's
+    calls up to op i never waited (the critical path's walk continues there, :func:`critical_walk`)."""
+
+    def __init__(self, ops: list[Op], world: int, mode: str) -> None:
+        self.order: list[list[int]] = [[] for _ in range(world)]
+        self.before: dict[int, float] = {}
+        graph = mode == "cuda_graph"
+        self.host_s = [0.0 if graph else op.host_s for op in ops]
+        for i, op in enumerate(ops):
+            self.order[op.rank].append(i)
+            b = dict(op.tags).get(HOST_WAIT_TAG) if op.tags and not graph else None
+            if isinstance(b, (int, float)):
+                self.before[i] = float(b) * 1e-6
+        self.ptr = [0] * world
+        self.clock = [0.0] * world
+        self.waited = [-1] * world
+        self.issue: list[float | None] = [None] * len(ops)
+        self.host_from = [-1] * len(ops)
+
+    def advance(self, r: int, npred: list[int], pred_end: list[float], last_pred: list[int], issued: Any) -> None:
+        """Issue rank ``r``'s ops until one waits for unfinished work; ``issued(i)`` for each issued op whose
+        predecessors are done (``pred_end[i]``: when the last of them ended, ``last_pred[i]``)."""
+        order, k, clock = self.order[r], self.ptr[r], self.clock[r]
+        while k < len(order):
+            i = order[k]
+            b = self.before.get(i)
+            if b is not None and npred[i] > 0:
+                break
+            if b is not None:
+                if pred_end[i] > clock + b:  # the host blocked until the synchronised work ended
+                    self.waited[r] = last_pred[i]
+                clock = max(clock + b, pred_end[i])
+            clock += self.host_s[i]
+            self.issue[i] = clock
+            self.host_from[i] = self.waited[r]
+            k += 1
+            if npred[i] == 0:
+                issued(i)
+        self.ptr[r], self.clock[r] = k, clock
+
+
+class _ReplayQueues:
+    """The hardware queues of the ``replay`` model (rule 2 of :mod:`schedsim.sim.gpu_model`): stream ``s`` of a
+    rank (numbered by first appearance, :func:`~schedsim.sim.gpu_model.stream_queues`) uses queue ``s mod conns``,
+    which hands its ops to the GPU in issue (program) order; in a replay an op is handed over when it starts, so
+    an op may start only once the op ahead of it in its queue has (an op ready before that is parked, and binds to
+    the op ahead). No queue limit when ``conns`` is None."""
+
+    def __init__(self, ops: list[Op], conns: int | None) -> None:
+        self.prev = [-1] * len(ops)
+        self.next = [-1] * len(ops)
+        if conns is not None:
+            last: dict[tuple[int, int], int] = {}
+            for i, (op, q) in enumerate(zip(ops, gm.stream_queues(ops, int(conns)), strict=True)):
+                p = last.get((op.rank, q), -1)
+                self.prev[i] = p
+                if p >= 0:
+                    self.next[p] = i
+                last[(op.rank, q)] = i
+        # when the op ahead in the queue started (0 where there is none; None until it has)
+        self.gate: list[float | None] = [0.0 if p < 0 else None for p in self.prev]
+        self.parked: dict[int, float] = {}  # ready ops behind an op not yet started: when they were ready
+
+    def submit(self, i: int, t: float, binding: list[int], go: Callable[[int, float], None]) -> None:
+        """Op ``i`` is ready at ``t``: ``go(i, time)`` with the time it may start as far as its queue goes
+        (``binding[i]`` the op ahead where that holds it), or park it until the op ahead starts."""
+        gate = self.gate[i]
+        if gate is None:
+            self.parked[i] = t
+        elif gate > t:
+            binding[i] = self.prev[i]
+            go(i, gate)
+        else:
+            go(i, t)
+
+    def started(self, members: Sequence[int], t: float, binding: list[int], go: Callable[[int, float], None]) -> None:
+        """Ops ``members`` start at ``t``: the op behind each in its queue may follow (:meth:`submit` again if it
+        was parked)."""
+        for i in members:
+            k = self.next[i]
+            if k >= 0:
+                self.gate[k] = t
+                if k in self.parked:
+                    self.submit(k, self.parked.pop(k), binding, go)
+
+
+def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
+    """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
+    is ready; ready = issued (:class:`_ReplayHost`), every predecessor done and, for a rendezvous, every member
+    ready (then all start at the last one's time). With ``conns`` (``CUDA_DEVICE_MAX_CONNECTIONS``: the
+    schedule's ``env`` or ``max_connections``; none by default, as the recorded waits hold the run's), ready also
+    needs the op ahead of it in its hardware queue handed to the GPU, which in a replay is its start (rule 2 of
+    :mod:`schedsim.sim.gpu_model`: an op not yet ready holds up the ops behind it in its queue)."""
+    ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
+    host = _ReplayHost(ops, c.world, mode)
+    queues = _ReplayQueues(ops, conns)
+    pred_end = [0.0] * N
+    last_pred = [HOST] * N
+    start, end, ready_t = [0.0] * N, [0.0] * N, [0.0] * N
+    binding = [HOST] * N
+    gready = [0] * len(gmem)
+    glast = [-1] * len(gmem)
+    heap: list[tuple[float, int, int]] = []
+    counter = itertools.count()
+
+    def make_ready(i: int, t: float) -> None:  # ready and past the op ahead in its hardware queue
+        ready_t[i] = t
+        j = job_of[i]
+        if j < N:
+            start[i] = t
+            heapq.heappush(heap, (t + job_work[i], next(counter), i))
+            queues.started((i,), t, binding, make_ready)
+            return
+        g = j - N
+        gready[g] += 1
+        if glast[g] < 0 or t >= ready_t[glast[g]]:
+            glast[g] = i
+        if gready[g] == len(gmem[g]):
+            t0 = _rendezvous(gmem[g], glast[g], ready_t, start, binding)
+            heapq.heappush(heap, (t0 + job_work[j], next(counter), j))
+            queues.started(gmem[g], t0, binding, make_ready)
+
+    def release(v: int) -> None:  # issued, predecessors done
+        iv = host.issue[v]
+        assert iv is not None
+        if iv > pred_end[v]:
+            queues.submit(v, iv, binding, make_ready)
+        else:
+            binding[v] = last_pred[v]
+            queues.submit(v, pred_end[v], binding, make_ready)
+
+    for r in range(c.world):
+        host.advance(r, npred, pred_end, last_pred, release)
+    done = 0
+    while heap:
+        t, _s, j = heapq.heappop(heap)
+        for i in (gmem[j - N] if j >= N else (j,)):
+            end[i] = t
+            done += 1
+            for v in succ[i]:
+                npred[v] -= 1
+                if t >= pred_end[v]:
+                    pred_end[v], last_pred[v] = t, i
+                if npred[v] == 0:
+                    if host.issue[v] is not None:
+                        release(v)
+                    else:
+                        host.advance(ops[v].rank, npred, pred_end, last_pred, release)
+    if done < N:
+        _raise_deadlock(c.ids, ops, end, npred, job_of, gmem, N)
+    issue = np.array([t if t is not None else np.nan for t in host.issue], np.float64)
+    return _State(start, end, ready_t, binding, host_call=issue, host_from=host.host_from)
