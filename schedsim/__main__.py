@@ -10,8 +10,11 @@ def main() -> None:
     try:
         from schedsim.cli import main as cli_main
     except KeyboardInterrupt:
+        import os
+
         sys.stderr.write("interrupted\n")
-        raise SystemExit(130) from None
+        sys.stderr.flush()
+        os._exit(130)  # not SystemExit: CPython may re-raise SIGINT at exit (see schedsim.cli._exit_interrupted)
     cli_main()
 
 
