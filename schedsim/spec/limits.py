@@ -248,8 +248,8 @@ def _training_ops(tb: Mapping[str, Any], world: int) -> int:
     """An upper bound on the op instances of a ``training:`` block (:mod:`schedsim.lower.training`), in closed
     form from its numbers (nothing is lowered): each of the ``world / pp`` pipeline replicas runs, per
     microbatch, every one of the ``num_layers`` layers forward (F), input gradient (I) and weight gradient (W),
-    the recomputed forwards, each stage chunk's p2p (at most 4 a microbatch) and the embedding and head (5 + 12
-    ops), plus per rank the step's tail (gradient buckets, at most one a layer of its chunks, and the optimizer).
+    the recomputed forwards, the p2p between its ``v·pp`` stage chunks (4 a microbatch and boundary) and the embedding
+    and head (11 ops; tp > 1: 5 TP collectives more, 6 with sequence parallelism), plus per rank the step's tail (gradient buckets, at most one a layer of its chunks, and the optimizer).
 
     Ops a layer, a microbatch and a rank (the kernel lists of
     :func:`schedsim.spec.pipeline_block._layer_ops` with :mod:`schedsim.lower.training`'s collectives): F 15, I 22,
@@ -287,7 +287,8 @@ def _training_ops(tb: Mapping[str, Any], world: int) -> int:
     if "num_experts" in tb:
         e = num("num_experts") // ep
         f, i, w = f + 3 * e + 1 + 2 * (ep > 1), i + 3 * e - 1 + 2 * (ep > 1), w + 2 * e - 1
-    per_mb = layers * (f + i + w) + 17 + 4 * v * pp  # the replica's layers, embedding and head, p2p
+    head = 11 + 5 * (tp > 1) + sp  # embedding and head (module docstring of schedsim.lower.training)
+    per_mb = layers * (f + i + w) + head + 4 * (v * pp - 1)  # the replica's layers, head, p2p between chunks
     rg = tb.get("recompute_granularity")
     if rg == "full":
         rerun = layers if tb.get("recompute_method") != "block" else min(layers, num("recompute_num_layers") * pp * v)

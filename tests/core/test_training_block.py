@@ -319,7 +319,7 @@ def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
         .replace("global_batch_size: 8", "global_batch_size: 64").replace("tp: 2", "tp: 8").replace("pp: 2", "pp: 8")
     code, err = _check(tmp_path, big)
     assert code == 2 and "training: the schedule expands to too many op instances" in err
-    assert "about 2,386,048" in err  # 8 replicas × 64 microbatches × (96 · 48 + 17 + 4 · 8) + 64 · 26
+    assert "about 2,383,488" in err  # 8 replicas × 64 microbatches × (96 · 48 + 16 + 4 · 7) + 64 · 26
     tb = load_text(TINY).training
     assert tb is not None
     assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \
