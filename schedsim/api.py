@@ -203,12 +203,9 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
         Durations ``recorded`` (``durations=``, else the schedule's field; no ``gpu_model`` given) for a
         schedule none of whose ops carries a ``duration_us``; as :func:`gpu_model_of` and :func:`lower_spec`.
     """
-    from schedsim.lower.program import DagView
-    from schedsim.report.memory import memory_over_time, static_memory
+    from schedsim.cost import shared_cost_models
     from schedsim.report.progress import status
     from schedsim.sim.engine import simulate
-    from schedsim.sim.metrics import MemoryPeak, Metrics
-    from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     durations = sim.pop("durations", None)
     recorded = sim.get("gpu_model") is None and (durations or getattr(spec, "durations", "modeled")) == "recorded"
@@ -222,8 +219,20 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
                         "written by `schedsim import kineto|nsys FILES --out DIR`")
     # the schedule's NCCL_ALGO / NCCL_PROTO over the profile's
     profile = profile.with_nccl_env(spec.env, spec.env_sources())
-    with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
-        tl = simulate(prog, profile, launch=launch, **sim)
+    with shared_cost_models():  # one CostModel of the profile for the simulation and the guesses
+        with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
+            tl = simulate(prog, profile, launch=launch, **sim)
+        return _after_simulate(spec, profile, prog, tl, meta, sim)
+
+
+def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str, Any] | None,
+                    sim: dict[str, Any]) -> Run:
+    """:func:`simulate_spec` after the simulation: links, warnings and guesses, memory curve and metrics."""
+    from schedsim.lower.program import DagView
+    from schedsim.report.memory import memory_over_time, static_memory
+    from schedsim.sim.metrics import MemoryPeak, Metrics
+    from schedsim.sim.pipeline_metrics import PipelineMetrics
+
     tl.meta.update(meta or {})
     from schedsim.network.share import link_utilisation
 

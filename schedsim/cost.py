@@ -31,6 +31,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from schedsim.errors import ProfileError
@@ -41,7 +44,7 @@ from schedsim.monotone import isotonic as _isotonic
 from schedsim.network import CollectiveCost, NcclNetwork
 from schedsim.network.links import ONE_RANK_NOP, LinkTables, bus_factor
 
-__all__ = ["CostModel", "bus_factor"]
+__all__ = ["CostModel", "bus_factor", "cost_model", "shared_cost_models"]
 
 #: 16-bit GEMM dtypes run the same cuBLAS kernel families (grid and tiles): a shape measured in one stands in for
 #: the other where the profile has no row of its own (one H200: bf16 and fp16 2048x1024x8192 both ran
@@ -546,3 +549,33 @@ class CostModel:
         if mode == "cuda_graph":
             return 0.0
         return (lp.eager_per_collective_us if op.resource == "comm" else lp.eager_per_op_us) * 1e-6
+
+
+#: Within :func:`shared_cost_models`: the CostModel built for each profile object, by ``id`` (the profile is kept
+#: with it, so the id is not reused while the scope lasts).
+_SHARED: ContextVar[dict[int, tuple[HardwareProfile, CostModel]] | None] = ContextVar("_SHARED", default=None)
+
+
+@contextmanager
+def shared_cost_models() -> Iterator[None]:
+    """A scope (one prediction: :func:`schedsim.api.simulate_spec`) in which :func:`cost_model` builds one
+    CostModel per profile object and hands the same one to every caller (the simulation and
+    :func:`schedsim.notes.guesses`), so its caches (the NCCL cost of each group, GEMM surfaces) are filled once.
+    The profile must not be changed inside the scope."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def cost_model(profile: HardwareProfile) -> CostModel:
+    """The CostModel of ``profile``: inside :func:`shared_cost_models` the one already built for this profile
+    object (built on first use), else a new one."""
+    shared = _SHARED.get()
+    if shared is None:
+        return CostModel(profile)
+    hit = shared.get(id(profile))
+    if hit is None or hit[0] is not profile:
+        hit = shared[id(profile)] = (profile, CostModel(profile))
+    return hit[1]

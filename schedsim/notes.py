@@ -169,10 +169,10 @@ def _nccl_model_times(t: Any, profile: Any, cost_box: list[Any]) -> bool:
         return False
     from schedsim.errors import ProfileError
 
-    if not cost_box:
-        from schedsim.cost import CostModel
+    if not cost_box:  # inside a prediction, the simulation's own (schedsim.cost.shared_cost_models)
+        from schedsim.cost import cost_model
 
-        cost_box.append(CostModel(profile))
+        cost_box.append(cost_model(profile))
     ranks = tuple(t.group) if t.group else (t.rank, t.peer if t.peer is not None else t.rank)
     try:
         return bool(cost_box[0].network_cost(t.kind, t.nbytes, ranks) is not None)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from schedsim.cost import CostModel
+from schedsim.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.sim.gpu_model import _compiled, _first_per_key
@@ -269,7 +269,7 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
         (np.zeros(0, np.int64),) * 6
     extra = None
     if profile.gemm.call and mode != "cuda_graph":
-        cm = cost if cost is not None else CostModel(profile)
+        cm = cost if cost is not None else cost_model(profile)
         extra = np.array([cm.gemm_call_extra(op) * op.repeat for op in ops], np.float64)
     issue, call0 = host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,
                                       np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from schedsim.cost import CostModel
+from schedsim.cost import CostModel, cost_model
 from schedsim.errors import GraphError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
@@ -52,7 +52,7 @@ def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _C
     """The arrays of the event loops, from a Program (:func:`_compile_program`) or a networkx DAG."""
     if isinstance(G, Program):
         return _compile_program(G, profile, mode)
-    cost = CostModel(profile)
+    cost = cost_model(profile)
     node_oh = gm.graph_node_terms(profile, mode)
     node_data = G._node  # plain dicts: much faster than the NodeView API at a million nodes
     ids = list(node_data)
@@ -150,7 +150,7 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
 
 def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Compiled:
     """:func:`_compile` from the Program's columns: the same arrays, without networkx."""
-    cost = CostModel(profile)
+    cost = cost_model(profile)
     node_oh = gm.graph_node_terms(profile, mode)
     N = prog.N
     ids = prog.ids()

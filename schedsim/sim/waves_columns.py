@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from schedsim.cost import CostModel
+from schedsim.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
@@ -511,7 +511,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         An op on a rank outside the world, or with a NaN, infinite or negative solo time.
     """
     N = prog.N
-    cost = CostModel(profile)
+    cost = cost_model(profile)
     timing_s, empty_s = gm.graph_node_terms(profile, mode)
     tcls, tps = template_classes(prog.templates)  # the rules run once per class of templates
     tmpl = tcls.astype(I32)[prog.tmpl] if N else np.zeros(0, I32)

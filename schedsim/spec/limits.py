@@ -245,23 +245,57 @@ def _pipeline_ops(pb: Mapping[str, Any]) -> int:
 
 
 def _training_ops(tb: Mapping[str, Any], world: int) -> int:
-    """Op instances of a ``training:`` block (:mod:`schedsim.lower.training`): on each of the ``world`` ranks,
-    per microbatch, its ``num_layers / pp`` layers at about 75 ops (forward and backward kernels, TP collectives
-    and a recomputed forward: :func:`schedsim.spec.pipeline_block._layer_ops` has up to 16 + 23 + 5 kernels),
-    11 more per local expert of an MoE layer (3 forward, 3 recomputed, 3 input-gradient, 2 weight-gradient),
-    12·cp more for context parallelism's ring (about 4·cp a phase) and 42·tp more for ``tp_comm_overlap`` (its
-    chunked GEMMs and ring exchanges: ``14·tp − 18`` more a phase), plus the p2p and the step's tail."""
+    """An upper bound on the op instances of a ``training:`` block (:mod:`schedsim.lower.training`), in closed
+    form from its numbers (nothing is lowered): each of the ``world / pp`` pipeline replicas runs, per
+    microbatch, every one of the ``num_layers`` layers forward (F), input gradient (I) and weight gradient (W),
+    the recomputed forwards, the p2p between its ``v·pp`` stage chunks (4 a microbatch and boundary) and the embedding
+    and head (11 ops; tp > 1: 5 TP collectives more, 6 with sequence parallelism), plus per rank the step's tail (gradient buckets, at most one a layer of its chunks, and the optimizer).
+
+    Ops a layer, a microbatch and a rank (the kernel lists of
+    :func:`schedsim.spec.pipeline_block._layer_ops` with :mod:`schedsim.lower.training`'s collectives): F 15, I 22,
+    W 5; tp > 1: 3 TP collectives more each of F and I, and 2 all-gathers more with sequence parallelism;
+    ``use_flash_attn`` (cp = 1): 2 and 4 fewer, else both dropouts 0: 1 and 3 fewer; context parallelism's ring:
+    ``4·cp − 8`` more each; ``tp_comm_overlap``: ``14·tp − 18`` more each (chunked GEMMs and ring exchanges); an
+    MoE layer of E local experts: F ``3·E + 1``, I ``3·E − 1``, W ``2·E − 1`` more, the all-to-alls 2 more each
+    with ep > 1, its TP collectives replacing the MLP's. Recomputation reruns F (``full``; ``block``: the first
+    ``recompute_num_layers`` of each chunk) or the attention core (``selective``: 5, or the ring's ``4·cp − 3``)."""
     def num(*keys: str, default: int = 1) -> int:
         v = next((tb[k] for k in keys if k in tb), default)
         return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
 
+    def on(key: str) -> bool:
+        return tb.get(key) is True
+
     tp, pp = num("tensor_model_parallel_size", "tp"), num("pipeline_model_parallel_size", "pp")
-    cp, mbs = num("context_parallel_size", "cp"), num("micro_batch_size")
+    cp, ep, mbs = num("context_parallel_size", "cp"), num("expert_model_parallel_size", "ep"), num("micro_batch_size")
+    layers = num("num_layers")
     dp = max(1, world // (tp * pp * cp))
     m = max(1, num("global_batch_size", default=mbs * dp) // (mbs * dp))
-    experts = num("num_experts") // num("expert_model_parallel_size", "ep") if "num_experts" in tb else 0
-    per_layer = 75 + 11 * experts + (12 * cp if cp > 1 else 0) + (42 * tp if tb.get("tp_comm_overlap") is True else 0)
-    return world * m * (per_layer * -(-num("num_layers") // pp) + 8)
+    v = max(1, layers // pp // num("num_layers_per_virtual_pipeline_stage", default=layers))
+    sp = on("sequence_parallel") and tp > 1
+    f, i, w = 15, 22, 5
+    if tp > 1:
+        f, i = f + 3 + 2 * sp, i + 3 + 2 * sp
+    if cp > 1:
+        f, i = f + 4 * cp - 8, i + 4 * cp - 8
+    elif on("use_flash_attn"):
+        f, i = f - 2, i - 4
+    elif tb.get("attention_dropout", 0.1) == 0 and tb.get("hidden_dropout", 0.1) == 0:
+        f, i = f - 1, i - 3
+    if on("tp_comm_overlap") and sp:
+        f, i = f + 14 * tp - 18, i + 14 * tp - 18
+    if "num_experts" in tb:
+        e = num("num_experts") // ep
+        f, i, w = f + 3 * e + 1 + 2 * (ep > 1), i + 3 * e - 1 + 2 * (ep > 1), w + 2 * e - 1
+    head = 11 + 5 * (tp > 1) + sp  # embedding and head (module docstring of schedsim.lower.training)
+    per_mb = layers * (f + i + w) + head + 4 * (v * pp - 1)  # the replica's layers, head, p2p between chunks
+    rg = tb.get("recompute_granularity")
+    if rg == "full":
+        rerun = layers if tb.get("recompute_method") != "block" else min(layers, num("recompute_num_layers") * pp * v)
+        per_mb += rerun * f
+    elif rg == "selective":
+        per_mb += layers * max(5, 4 * cp - 3)
+    return world // pp * m * per_mb + world * (10 + 3 * v + layers // pp + v)
 
 
 def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,

@@ -309,7 +309,8 @@ def test_block_recompute_mixes_stored_layers() -> None:
 
 
 def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
-    """The loader's expansion bound counts the training block (world × m × (50 per layer of a stage + 8)), so a
+    """The loader's expansion bound counts the training block (an upper bound in closed form,
+    :func:`schedsim.spec.limits._training_ops`), so a
     175B-sized step is refused before lowering unless the limit is raised; the estimate is not below the real
     count of a lowered block."""
     from schedsim.spec.limits import _training_ops
@@ -318,7 +319,7 @@ def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
         .replace("global_batch_size: 8", "global_batch_size: 64").replace("tp: 2", "tp: 8").replace("pp: 2", "pp: 8")
     code, err = _check(tmp_path, big)
     assert code == 2 and "training: the schedule expands to too many op instances" in err
-    assert "about 3,719,168" in err  # 64 ranks × 64 microbatches × (75 · 12 + 8)
+    assert "about 2,383,488" in err  # 8 replicas × 64 microbatches × (96 · 48 + 16 + 4 · 7) + 64 · 26
     tb = load_text(TINY).training
     assert tb is not None
     assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \

@@ -4,6 +4,7 @@ so once (issue 33)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from schedsim import api
 from schedsim.hardware.profile import load_profile
@@ -127,3 +128,24 @@ def test_a_data_parallel_all_reduce_of_stage_op_lists_without_a_size_says_it_mov
     pp = api.lower_spec(api.load_text(no_act, "pp.yaml"))
     (note,) = [n for n in guesses(pp, prof) if n.kind == "comm-zero-bytes"]
     assert note.startswith("4 send, 4 recv op(s) move 0 bytes")
+
+
+def test_one_prediction_builds_one_cost_model_for_the_simulation_and_its_guesses(monkeypatch: Any) -> None:
+    """The guesses reuse the simulation's CostModel (its NCCL costs per group are computed once), and the
+    model is not kept past the prediction: a second predict builds its own."""
+    from schedsim.cost import CostModel
+
+    built: list[object] = []
+    init = CostModel.__init__
+
+    def counting(self: CostModel, profile: Any) -> None:
+        built.append(profile)
+        init(self, profile)
+
+    monkeypatch.setattr(CostModel, "__init__", counting)
+    spec = api.load(Path(__file__).resolve().parents[2] / "schedules" / "tp_ffn.yaml")
+    run_ = api.predict(spec)
+    assert any(t.kind == "all_reduce" for t in run_.program.templates)  # a collective the NCCL model times
+    assert len(built) == 1
+    api.predict(spec)
+    assert len(built) == 2
