@@ -367,14 +367,16 @@ def predict_options(launch: str | None, prof: HardwareProfile, **sim: Any) -> di
 
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwareProfile, out: Path | None,
                    launch: str | None,
-                   gantt: bool = True, trace: bool | None = None,
+                   gantt: bool = True, trace: bool | None = None, explain: list[dict[str, Any]] | None = None,
                    **sim: Any) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
     ``schedsim_out/<name>@<profile>[,k=v...][,--option=v...]``, :func:`default_outdir_name`), all or nothing,
     replacing an earlier predict's set whole and no other file (:func:`schedsim.outdir.output_set`); the cyclic GC is
     paused throughout (the DAG and timeline are millions of acyclic objects). Returns ``(timeline, metrics, paths
-    written)``. ``profile`` is a profile name or YAML path, or a loaded profile.
+    written)``. ``profile`` is a profile name or YAML path, or a loaded profile. ``explain``, when a list, is
+    filled with ``predict --explain``'s rows (:func:`schedsim.network.explain.explain_rows`) of the Program just
+    simulated, so the schedule is loaded and lowered once.
 
     Raises
     ------
@@ -400,6 +402,12 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
         if prof.is_timed_graph and run.timeline.launch == "cuda_graph":
             run.timeline.meta["timed_graph"] = True  # the graph as execute --cuda-graph times it (compare checks)
         tl, metrics = run.timeline, run.metrics
+        if explain is not None:
+            from schedsim.cost import CostModel
+            from schedsim.network.explain import explain_rows
+
+            prog = run.program if run.program is not None else lower_spec(spec, file)
+            explain += explain_rows(prog, CostModel(prof.with_nccl_env(spec.env, spec.env_sources())))
         if spec.training is not None:  # what users compare with their Megatron logs (timeline.json's meta too)
             from schedsim.report.training import training_report
 

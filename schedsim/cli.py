@@ -131,8 +131,10 @@ def predict(
         if prof is base:
             print(f"note: profile {base.name!r} has no launch.graph_timing_event_us (not measured): --timed-graph "
                   "changes nothing (schedsim calibrate measures it)", file=sys.stderr)
+    rows: list[dict[str, Any]] | None = [] if explain else None
     with paused_gc():  # also through the summary: its tables walk the whole timeline
         tl, metrics, paths = predict_to_dir(file, set_, prof, out, launch.value if launch else None, gantt, trace,
+                                            explain=rows,
                                             gpu_model=gpu_model.value if gpu_model else None,
                                             durations=durations.value if durations else None,
                                             max_connections=max_connections, model_executor=model_executor,
@@ -140,22 +142,7 @@ def predict(
         if timed_graph and prof is not profile and prof.is_timed_graph and tl.launch != "cuda_graph":
             print(f"note: --timed-graph changes nothing in {tl.launch} mode (only a CUDA graph is timed by event "
                   "nodes)", file=sys.stderr)
-        rows = _explain_rows(file, set_, prof) if explain else None
         _print_predict(tl, metrics, paths, fmt, all_ranks, rows)
-
-
-def _explain_rows(file: Path, sets: list[str] | None, profile: Any) -> list[dict[str, Any]]:
-    """``--explain``'s rows (:func:`schedsim.network.explain.explain_rows`) for the schedule ``file``."""
-    from schedsim.api import lower_spec
-    from schedsim.cost import CostModel
-    from schedsim.hardware.profile import load_profile
-    from schedsim.network.explain import explain_rows
-    from schedsim.spec.loader import load_schedule
-    from schedsim.spec.overrides import parse_overrides
-
-    prof = load_profile(profile) if isinstance(profile, str) else profile
-    spec = load_schedule(file, parse_overrides(sets or []))
-    return explain_rows(lower_spec(spec, file), CostModel(prof.with_nccl_env(spec.env, spec.env_sources())))
 
 
 def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,
