@@ -8,10 +8,9 @@
   and a shape is read off it by multilinear interpolation of log time in log2 m, n, k (outside the measured
   values of an axis the FLOP/s of the nearest node stays: time in proportion to that dimension). A measured shape
   returns its measured time (the geometric mean of its rows if measured more than once), also where the table
-  has a larger shape measured faster: such rows are another cuBLAS kernel, not noise (one H100, 2026-12-06, two
-  calibrations on two machines: fp32 1×1024×1024 9.52 / 9.58 µs, a 32-CTA grid, against 1×2048×1024 5.33 /
-  5.19 µs, 128 CTAs, and 5.25 µs as a Kineto span in tp_allreduce_graph; the shipped ``h200`` table 9.39 against
-  4.90 µs; run-to-run spread 0.6–3 %, the decrease 85 %), which the monotone fit would pull to 7.05 µs both.
+  has a larger shape measured faster: such rows are another cuBLAS kernel (a different grid), not noise, which
+  the monotone fit would pull to one time for both (docs/validation.md, "One-rank collectives and measured GEMM
+  rows").
   Between measured shapes, and beyond them, the surface never decreases; a time can drop only onto or off a
   measured shape that ran faster or slower than the fit there (:meth:`CostModel.gemm_row`).
   time = max(kernel floor, that). With no entry for the dtype it falls back to a roofline: max(floor,

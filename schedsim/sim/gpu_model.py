@@ -264,18 +264,14 @@ Rules and their sources
    the host a collective call (rule 1). The kinds the executor calls out of
    place (all_gather, reduce_scatter, all_to_all, scatter, gather) are a
    same-device copy of ``nbytes``, which CUDA runs on the SMs: it waits for SMs
-   as a kernel does (one H200, 2026-12-02, ``benchmarks/probe_d2d_dispatch.py``:
-   a ``copy_`` "Memcpy DtoD" beside a 5,120-CTA GEMM started in its last wave,
-   as an add and a fill did), so it is a memory-bound kernel moving 2 × ``nbytes``
-   (read and written; rule 5) for its solo time
+   as a kernel does (a ``copy_`` "Memcpy DtoD" beside a GEMM starts in its last
+   wave, ``benchmarks/probes/sm/copy_beside_gemm.py``), so it is a memory-bound
+   kernel moving 2 × ``nbytes`` (read and written; rule 5) for its solo time
    (:meth:`schedsim.cost.CostModel.collective_time`, at ``memcpy.d2d_GBps``).
    The in-place kinds (all_reduce, broadcast, reduce) put nothing on the GPU:
    an empty item on the rank's device-to-device copy engine, which neither
-   holds nor waits for SMs. One H100, 2026-12-06 (``benchmarks/h100/``):
-   allgather_mm at world 1, chunks 8, ran each all_gather as one "Memcpy DtoD"
-   of 45 µs (Kineto) where it ran alone, and took 0.4–1.9 ms from its stream to
-   its end (CUDA events) beside the other streams' 128-CTA GEMMs;
-   tp_allreduce_graph's 1-rank all_reduce shows no GPU activity.
+   holds nor waits for SMs. The measurements behind both: docs/validation.md,
+   "One-rank collectives and measured GEMM rows".
 7. **Communicators.** PyTorch's ProcessGroupNCCL runs all ops of one process
    group on one NCCL stream per device, so on each rank the ops of a
    communicator run in issue order, each after the previous ends. A
