@@ -49,7 +49,7 @@ def test_an_out_of_place_collective_of_one_rank_is_a_copy_on_the_free_sms():
     got = spans(tg.HEAD % 1 + f"  - {{name: g, {SIX}, stream: s1}}\n"
                 "  - {name: c, kind: all_gather, bytes: 65536, stream: s2}\n")
     assert got == {"g@r0": (0.0, 10.0), "c@r0": (0.0, 0.131072)}
-    # beside a GEMM on every SM it waits for SMs, as a copy_ does (benchmarks/probe_d2d_dispatch.py)
+    # beside a GEMM on every SM it waits for SMs, as a copy_ does (benchmarks/probes/sm/copy_beside_gemm.py)
     got = spans(tg.HEAD % 1 + f"  - {{name: g, {FULL}, stream: s1}}\n"
                 "  - {name: c, kind: all_gather, bytes: 65536, stream: s2}\n")
     assert got == {"g@r0": (0.0, 10.0), "c@r0": (10.0, 10.131072)}
