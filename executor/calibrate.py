@@ -16,7 +16,7 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    the Kineto record: ``gemm.ctas``, ``gemm.ctas_per_sm``); for GEMMs under 200 µs its time as a
    CUDA-graph node with operands in L2 and from HBM (``gemm.graph``, :func:`gemm_graph_times`) and,
    for the first 24 shapes, the graph-fork probe at that shape (``launch.graph_fork_edges``,
-   :func:`fork_edge_rows`). Rules 4, 8 and 9 of :mod:`schedsim.sim.gpu_model` use them.
+   :func:`fork_edge_rows`). Rules 4, 8 and 9 of :mod:`schedsim.gpu.rules` use them.
 2. **Collectives** (all ranks, world size ≥ 2): all_reduce, all_gather,
    reduce_scatter, all_to_all, broadcast, reduce, a sendrecv ring (one
    ``batch_isend_irecv`` per step) and unbatched one-way p2p over a size sweep;
@@ -26,7 +26,7 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    slowest rank's median, printed as an
    nccl-tests-style table (size, count, type, redop, root, time, algbw, busbw,
    #wrong: every element of the output is checked against the expected value).
-   busbw = algbw × the nccl-tests factor (:func:`schedsim.cost.bus_factor`).
+   busbw = algbw × the nccl-tests factor (:func:`schedsim.gpu.cost.bus_factor`).
 3. **Copies**: pinned h2d and d2h, and d2d (bytes read plus written), 256 MiB
    (8 MiB with ``--quick``).
 4. **Launch overhead**: host time per op of (a) a plain loop of tiny
@@ -191,8 +191,8 @@ def _cpu_gpu_fields(g: dict[str, Any], gemm_rows: list[list[Any]], base: str, wh
     """The ``gpu`` section of a profile measured on CPU ranks, in place: no field of the base profile's GPU that
     describes that GPU stays. ``peak_tflops`` holds only the dtypes the GEMM table measured, each at its best
     measured rate (``gemm_efficiency`` 1: the roofline fallback is then that rate), so a dtype the run did not
-    measure falls back to the fp32 rate (:mod:`schedsim.cost`'s rule) rather than the base GPU's datasheet peak;
-    ``sms``, ``sm_stream_GBps`` (SM occupancy, rule 5 of :mod:`schedsim.sim.gpu_model`) are left out; a warning
+    measure falls back to the fp32 rate (:mod:`schedsim.gpu.cost`'s rule) rather than the base GPU's datasheet peak;
+    ``sms``, ``sm_stream_GBps`` (SM occupancy, rule 5 of :mod:`schedsim.gpu.rules`) are left out; a warning
     names what was dropped."""
     peaks = measured_peaks(gemm_rows)
     dropped = sorted(set(g.get("peak_tflops", {})) - set(peaks))

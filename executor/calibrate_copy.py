@@ -51,7 +51,7 @@ def duplex_factors(solo_h2d: float, solo_d2h: float, both_h2d: float, both_d2h: 
     ``solo_*``: seconds one direction's stream takes alone; ``both_*``: each stream's seconds when both run. The
     stream that ends first ran beside the other all along: its factor is both / solo − 1. The later one ran
     beside it for the first stream's time ``f`` and got ``solo − (both − f)`` of its solo work done then, so its
-    factor is f / that − 1 (the rate factor :func:`schedsim.sim.gpu_rates.copy_rate` applies while the reverse
+    factor is f / that − 1 (the rate factor :func:`schedsim.gpu.rates.copy_rate` applies while the reverse
     engine copies). When the later stream did no measurable work beside the first (it ended ``solo`` or more
     after it: no finite factor fits), its factor is its whole run's, both / solo − 1, a lower bound. Negative
     values (noise) are clamped to 0.

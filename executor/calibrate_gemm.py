@@ -54,7 +54,7 @@ def _gemm_shapes(o: CalibrateOptions, cuda: bool) -> list[tuple[str, int, int, i
 #: A GEMM shape whose timing kept the GPU busy this long (seconds) is followed by :data:`GEMM_REST_S` of idle
 #: before the next shape is timed: under longer sustained load the board's power limiter lowers the clock (after
 #: ``power.onset_s``, ~40 ms of back-to-back bf16 GEMMs on H200 and H100), and the table holds burst times
-#: (:mod:`schedsim.sim.power`). Without the rest a GEMM timed right after a long one reads 12-20 % slow
+#: (:mod:`schedsim.gpu.power`). Without the rest a GEMM timed right after a long one reads 12-20 % slow
 #: (measurements: docs/validation.md, "Evidence cited by the code").
 GEMM_REST_AFTER_S = 0.03
 
@@ -142,7 +142,7 @@ FORK_ROWS_MAX = 24
 
 def gemm_graph_times(torch: Any, dev: Any, dtype: Any, m: int, n: int, k: int, l2: float) -> tuple[float, float]:
     """``(warm_s, cold_s)`` of one ``torch.matmul(a, b, out=c)`` as a node of a CUDA-graph chain (profile
-    ``gemm.graph``, rule 9 of :mod:`schedsim.sim.gpu_model`): 64 nodes reusing one (a, b), outputs distinct (in
+    ``gemm.graph``, rule 9 of :mod:`schedsim.gpu.rules`): 64 nodes reusing one (a, b), outputs distinct (in
     L2); and one node per input set of a pool of at least 4x ``l2`` bytes, 8-1024 sets (from HBM, as ``execute``
     runs a schedule whose buffers exceed L2). One H200 [evidence: l2-graph-forks]: bf16
     32x1024x1024 3.49 / 4.45 us."""

@@ -49,7 +49,7 @@ enqueue work). Plain PyTorch, written as a user would:
 ``call_launch_fraction`` (CUDA; a fraction, not µs)
     where inside a ``torch.matmul`` call its kernel reaches the GPU, as a fraction of the call's host time
     (:func:`_launch_fraction`): a kernel can start before its own call returns (rule 1 of
-    :mod:`schedsim.sim.gpu_model`, :func:`~schedsim.sim.gpu_host.kernel_release`).
+    :mod:`schedsim.gpu.rules`, :func:`~schedsim.gpu.host.kernel_release`).
 ``executor_extra_per_op_us``
     the executor's lean issue path (:mod:`executor.lean`) over a two-stream probe of tiny ops
     with cross-stream waits, minus the same probe written by hand, per op (≥ 0).

@@ -151,7 +151,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
     import sys
 
     from schedsim.errors import SchedsimError, printable
-    from schedsim.nccl_tests import format_table, read_nccl_tests, skipped_warning
+    from schedsim.network.nccl_tests import format_table, read_nccl_tests, skipped_warning
 
     d = base_profile_dict(base)
     d["name"] = default_profile_name(name, out)

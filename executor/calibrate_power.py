@@ -1,7 +1,7 @@
 """The GPU's power state under sustained GEMM load, for the profile's ``power:`` section (``schedsim calibrate``).
 
 The GEMM table is timed in short bursts, at the boost clock. Under sustained tensor-core load the board's power
-limiter lowers the SM clock, and every GEMM takes longer (:mod:`schedsim.sim.power`). This measures how much
+limiter lowers the SM clock, and every GEMM takes longer (:mod:`schedsim.gpu.power`). This measures how much
 longer, as a function of the duty cycle, on rank 0's GPU, with one bf16 GEMM (default 4096×16384×4096, the
 executor's uniform operands):
 

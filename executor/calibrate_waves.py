@@ -1,5 +1,5 @@
 """The ragged end of a GEMM's wave, for ``gpu.wave_tail_us`` (``schedsim calibrate``; rule 4c of
-:mod:`schedsim.sim.gpu_model`).
+:mod:`schedsim.gpu.rules`).
 
 A wave's CTAs do not end together. Back to back on one stream a kernel holds its last wave's SMs until the
 slowest CTA ends, and the GEMM table's times include that. When other streams' GEMMs wait for SMs, each SM is
@@ -132,12 +132,12 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
     as the shape's GEMM row and ``grid`` CTAs (if measured) on ``profile`` (a
     :class:`schedsim.hardware.profile.HardwareProfile`) with host costs and the power curve off (the runs are
     queued behind a sleep and last milliseconds). 0 when even no tail predicts no more than measured; capped
-    where rule 4c's gain stops growing (:data:`schedsim.sim.gpu_rates.TAIL_CAP` of the wave). Bisection on the
+    where rule 4c's gain stops growing (:data:`schedsim.gpu.rates.TAIL_CAP` of the wave). Bisection on the
     predicted makespan, which does not rise with the tail.
     """
     from schedsim.graph.build import build_graph
     from schedsim.sim.engine import simulate
-    from schedsim.sim.gpu_rates import TAIL_CAP
+    from schedsim.gpu.rates import TAIL_CAP
     from schedsim.spec.loader import load_text
 
     key = (rec["dtype"], int(rec["m"]), int(rec["n"]), int(rec["k"]))
@@ -208,7 +208,7 @@ SM_STREAM_BYTES = 12.6e6
 
 def measure_sm_stream(torch: Any, dev: Any, sms: int, log: Callable[[str], None], reps: int = 5
                       ) -> dict[str, Any] | None:
-    """``gpu.sm_stream_GBps`` (rule 5 of :mod:`schedsim.sim.gpu_model`): the HBM bandwidth one SM streams in an
+    """``gpu.sm_stream_GBps`` (rule 5 of :mod:`schedsim.gpu.rules`): the HBM bandwidth one SM streams in an
     elementwise ``add_`` that holds only the SMs a GEMM on another stream leaves free. The GEMM
     (:data:`SM_STREAM_GEMM`, bf16) is launched, the host spins 50 µs so that it holds its SMs, then the add
     (:data:`SM_STREAM_BYTES`) goes on a second stream; a Kineto trace gives both kernels' spans, and GB/s = bytes /

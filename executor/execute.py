@@ -369,7 +369,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         # without it, a --max-connections 1 run was compared with an 8-queue prediction (per-op 405 %)
         conn = tl.meta.get("max_connections")
         # and with the GPUs' idle between the timed iterations, which sets their steady power state
-        from schedsim.sim.power import iteration_gap_of, sustained_of
+        from schedsim.gpu.power import iteration_gap_of, sustained_of
 
         prof: HardwareProfile = load_profile(profile)
         if host:  # predict with this process's host costs in place of the profile's (--measure-host)

@@ -203,7 +203,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
         Durations ``recorded`` (``durations=``, else the schedule's field; no ``gpu_model`` given) for a
         schedule none of whose ops carries a ``duration_us``; as :func:`gpu_model_of` and :func:`lower_spec`.
     """
-    from schedsim.cost import shared_cost_models
+    from schedsim.gpu.cost import shared_cost_models
     from schedsim.report.progress import status
     from schedsim.sim.engine import simulate
 
@@ -403,7 +403,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
             run.timeline.meta["timed_graph"] = True  # the graph as execute --cuda-graph times it (compare checks)
         tl, metrics = run.timeline, run.metrics
         if explain is not None:
-            from schedsim.cost import CostModel
+            from schedsim.gpu.cost import CostModel
             from schedsim.network.explain import explain_rows
 
             prog = run.program if run.program is not None else lower_spec(spec, file)

@@ -1,7 +1,7 @@
 """Monotone fits: the closest non-decreasing sequence or grid to measured values, in the max norm.
 
 Used where a measured table must not predict that more work takes less time: GEMM time surfaces
-(:mod:`schedsim.cost`) and collective busbw tables (:mod:`schedsim.network.links`).
+(:mod:`schedsim.gpu.gemm`) and collective busbw tables (:mod:`schedsim.network.links`).
 """
 
 from __future__ import annotations

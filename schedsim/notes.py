@@ -9,7 +9,7 @@
 * :func:`guesses`: where a predicted number depends on a guess rather than a measurement of the profile, one
   Note per kind of guess, naming how many ops it touches (``predict`` adds them to ``timeline.meta["warnings"]``):
   a GEMM of a dtype the profile's GEMM table has no rows for (timed by the roofline, ``gpu.peak_tflops`` times
-  ``gpu.gemm_efficiency``, :mod:`schedsim.cost`), of a dtype without its own peak either (the fp32 peak then
+  ``gpu.gemm_efficiency``, :mod:`schedsim.gpu.cost`), of a dtype without its own peak either (the fp32 peak then
   stands in), a collective of a kind and group size without a busbw table (alpha-beta on the link's
   latency and bandwidth), a collective NCCL's tuning model times (:mod:`schedsim.network`) on a topology whose
   figures are published or assumed, and a profile whose sections' sources mark values ASSUMED; and
@@ -163,14 +163,14 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
 
 
 def _nccl_model_times(t: Any, profile: Any, cost_box: list[Any]) -> bool:
-    """Whether the NCCL model (:meth:`schedsim.cost.CostModel.network_cost`) times collective or send/recv
+    """Whether the NCCL model (:meth:`schedsim.gpu.cost.CostModel.network_cost`) times collective or send/recv
     template ``t`` on ``profile``, not its tables or link classes. ``cost_box`` caches the CostModel."""
     if getattr(profile.topology, "scale_up", None) is None:
         return False
     from schedsim.errors import ProfileError
 
-    if not cost_box:  # inside a prediction, the simulation's own (schedsim.cost.shared_cost_models)
-        from schedsim.cost import cost_model
+    if not cost_box:  # inside a prediction, the simulation's own (schedsim.gpu.cost.shared_cost_models)
+        from schedsim.gpu.cost import cost_model
 
         cost_box.append(cost_model(profile))
     ranks = tuple(t.group) if t.group else (t.rank, t.peer if t.peer is not None else t.rank)

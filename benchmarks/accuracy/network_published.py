@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedsim.cost import CostModel, bus_factor
+from schedsim.gpu.cost import CostModel, bus_factor
 from schedsim.hardware.profile import HardwareProfile, load_profile
 
 GiB = 1 << 30

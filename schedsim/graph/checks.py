@@ -67,7 +67,7 @@ def _eager_init_hang(G: nx.DiGraph) -> str | None:
     With two ranks and an eagerly initialised process group (``init_process_group(device_id=...)``), torch runs
     a lone send/recv on the group's communicator, in issue order with the collectives (measured on 2×H200,
     the simulator's ``nccl.unbatched_p2p_serialized``); lazily initialised, it gets a communicator
-    of its own. Wider worlds are not assumed (as in :mod:`schedsim.sim.gpu_model` rule 7).
+    of its own. Wider worlds are not assumed (as in :mod:`schedsim.gpu.rules` rule 7).
     """
     from schedsim.graph.nccl import find_hang
 

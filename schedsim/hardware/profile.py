@@ -76,7 +76,7 @@ class GPU(_B):
         "benchmarks/probes/sm/dispatch_order.py). None: such CTAs keep their full-GPU speed.")
     l2_bytes: float | None = Field(
         default=None, gt=0, description="L2 cache size, bytes (torch.cuda.get_device_properties().L2_cache_size; "
-        "H200: 62,914,560). Enables rule 9 of schedsim.sim.gpu_model (operands from HBM when a rank's buffers "
+        "H200: 62,914,560). Enables rule 9 of schedsim.gpu.rules (operands from HBM when a rank's buffers "
         "exceed L2); omit to treat every operand as L2-resident, as the GEMM table measured it.")
     l2_cold_span: tuple[float, float] = Field(
         default=(0.45, 0.85), description="[from, to]: fractions of l2_bytes over which a rank's working set goes "
@@ -90,7 +90,7 @@ class GPU(_B):
     wave_tail_us: float = Field(
         default=0.0, ge=0,
         description="Ragged end of a GEMM's last wave, µs, that a compute kernel waiting for SMs takes back (waves "
-        "model, rule 4c of schedsim.sim.gpu_model) for compute kernels that are not GEMMs, and GEMMs of a dtype "
+        "model, rule 4c of schedsim.gpu.rules) for compute kernels that are not GEMMs, and GEMMs of a dtype "
         "with no gemm.tail row (others take their dtype's nearest row, CostModel.wave_tail): a kernel whose CTAs "
         "are all placed runs its main kernel's waves of τ seconds at 1 / (1 - min(tail / τ, 0.25)) while a "
         "compute kernel waits in its rank's dispatch FIFO. Back-to-back table times (one stream) include the "
@@ -125,7 +125,7 @@ class Launch(_B):
                                    "GEMMs with a gemm.graph row use that row instead.")
     graph_cross_stream_edge_us: float = Field(default=0.0, ge=0, description="GPU-side time, µs, a graph node "
                                               "holds its stream when a node on another stream depends on it (a "
-                                              "fork; rule 8 of schedsim.sim.gpu_model). Default 0: not measured.")
+                                              "fork; rule 8 of schedsim.gpu.rules). Default 0: not measured.")
     graph_fork_edges: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, NonNegFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, us]: graph_cross_stream_edge_us for a fork at a GEMM of that shape (calibrate "
@@ -446,7 +446,7 @@ class Memcpy(_B):
 
 
 class GemmTable(_B):
-    """Measured single-GEMM times: rows ``[dtype, m, n, k, time_ms]``; see :class:`schedsim.cost.CostModel`."""
+    """Measured single-GEMM times: rows ``[dtype, m, n, k, time_ms]``; see :class:`schedsim.gpu.cost.CostModel`."""
 
     source: str
     entries: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
@@ -464,20 +464,20 @@ class GemmTable(_B):
         default_factory=lambda: [],
         description="[dtype, m, n, k, ctas_per_sm]: how many CTAs of that GEMM's kernel one SM holds at once (the "
         "CUDA occupancy calculation from the kernel's block size, registers and shared memory in a Kineto trace; "
-        "calibrate records shapes above 1). Rule 4 of schedsim.sim.gpu_model then counts ceil(ctas / ctas_per_sm) "
+        "calibrate records shapes above 1). Rule 4 of schedsim.gpu.rules then counts ceil(ctas / ctas_per_sm) "
         "SMs for it; shapes not listed hold one CTA per SM.")
     reduce: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveInt,
                        PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, slots, us]: the second kernel the BLAS library launches for that GEMM (cuBLAS's "
         "split-K reduction): the SMs one wave of it holds (its grid over the CTAs one SM fits) and its time alone in "
-        "microseconds, from a Kineto trace (calibrate on CUDA records it). Rule 4b of schedsim.sim.gpu_model "
+        "microseconds, from a Kineto trace (calibrate on CUDA records it). Rule 4b of schedsim.gpu.rules "
         "hands it to the GPU when the main kernel ends; it is part of the table's time. Shapes not listed run as "
         "one kernel.")
     tail: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, NonNegFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, us]: that GEMM's ragged last-wave end, µs, which a compute kernel waiting for "
-        "SMs takes back (rule 4c of schedsim.sim.gpu_model); calibrate on CUDA fits it per schedule GEMM of at "
+        "SMs takes back (rule 4c of schedsim.gpu.rules); calibrate on CUDA fits it per schedule GEMM of at "
         "least half a wave from the GEMM run 8 to a stream on 8 streams. Shapes not listed take the nearest listed "
         "shape of their dtype (CostModel.wave_tail), and gpu.wave_tail_us when their dtype has none.")
     call: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
@@ -487,13 +487,13 @@ class GemmTable(_B):
         "GEMM it times, the schedules', --gemm and the default grid, of at most 0.2 ms, where the host can bound "
         "them; the median over its fresh host processes). bf16 1024x512x8192, whose call launches two "
         "kernels (split-K, gemm.reduce), cost 1.29x on one H200 (call + add less the add's loop; "
-        "[evidence: elementwise-host]). Rule 1 of schedsim.sim.gpu_model; shapes not listed: 1.")
+        "[evidence: elementwise-host]). Rule 1 of schedsim.gpu.rules; shapes not listed: 1.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "
         "operands in L2 (one input set reused) and from HBM (a pool of input sets of at least 4x L2); calibrate "
         "measures them for the schedules' GEMMs. warm_ms is its time in a graph; cold_ms - warm_ms what HBM "
-        "operands add, in a graph or eagerly (rule 9 of schedsim.sim.gpu_model).")
+        "operands add, in a graph or eagerly (rule 9 of schedsim.gpu.rules).")
 
 
 class CollectiveTables(_B):
@@ -529,7 +529,7 @@ class Contention(_B):
 
 
 class Nccl(_B):
-    """How NCCL kernels use the GPU (the ``waves`` model, :mod:`schedsim.sim.gpu_model`).
+    """How NCCL kernels use the GPU (the ``waves`` model, :mod:`schedsim.gpu.rules`).
 
     One CTA per channel, each on its own SM (NCCL issues 689/181: up to 640 threads x 96 registers, so NCCL
     CTAs do not share an SM). Defaults: 16 SMs; no slowdowns until measured.
@@ -566,7 +566,7 @@ class Nccl(_B):
 
 
 class Power(_B):
-    """The board power limit under sustained load (the ``waves`` model, :mod:`schedsim.sim.power`)."""
+    """The board power limit under sustained load (the ``waves`` model, :mod:`schedsim.gpu.power`)."""
 
     gemm_slowdown_by_duty: list[tuple[Annotated[float, Field(ge=0, le=1)],
                                       Annotated[float, Field(ge=1)]]] = Field(
@@ -613,14 +613,14 @@ class HardwareProfile(_B):
     nccl: Nccl = Field(default_factory=Nccl)
     gpu_model: Literal["waves", "sharing", "replay"] = Field(
         default="waves", description="GPU execution model of the simulator: 'waves' (CTAs in waves, FIFO block "
-        "dispatch, hardware queues; :mod:`schedsim.sim.gpu_model`), 'sharing' (processor sharing) or 'replay' "
+        "dispatch, hardware queues; :mod:`schedsim.gpu.rules`), 'sharing' (processor sharing) or 'replay' "
         "(recorded durations, no contention: replaying an imported trace; :mod:`schedsim.sim.engine`).")
     power: Power | None = Field(default=None, description="Sustained-load GEMM slowdown (waves model); "
                                 "omit for none.")
 
     def with_gemm_slowdown(self, factor: float) -> HardwareProfile:
         """This profile with every GEMM ``factor`` times slower: table times × factor, dense peaks / factor
-        (the SM clock falls for every kernel class; :mod:`schedsim.sim.power`). ``factor`` >= 1."""
+        (the SM clock falls for every kernel class; :mod:`schedsim.gpu.power`). ``factor`` >= 1."""
         entries = [(d, m, n, k, t * factor) for d, m, n, k, t in self.gemm.entries]
         graph = [(d, m, n, k, w * factor, c * factor) for d, m, n, k, w, c in self.gemm.graph]
         gemm = self.gemm.model_copy(update={"entries": entries, "graph": graph})
@@ -631,7 +631,7 @@ class HardwareProfile(_B):
         """This profile for predicting a CUDA-graph replay timed op by op, as ``schedsim execute --cuda-graph``
         times it: ``launch.graph_timed`` set, so that every op of a graph also holds
         ``launch.graph_timing_event_us``, the span its pair of external event-record nodes adds
-        (:func:`schedsim.sim.gpu_model.graph_node_terms`).
+        (:func:`schedsim.gpu.rules.graph_node_terms`).
 
         Source: one H200 [evidence: timed-graph] (3 processes, 64-op chains
         in one graph): a timed op's span exceeded the untimed graph's time per op by 2.0-2.2 µs (32×1024×1024
@@ -660,7 +660,7 @@ class HardwareProfile(_B):
         [evidence: elementwise-host]).
 
         On the GPU the events of an eager op cost what they cost in a graph: ``launch.eager_timed`` is set, so that
-        every op also holds ``launch.graph_timing_event_us`` (:func:`schedsim.sim.gpu_model.graph_node_terms`).
+        every op also holds ``launch.graph_timing_event_us`` (:func:`schedsim.gpu.rules.graph_node_terms`).
         allgather_mm bf16 chunks 16, timed eager on one H200, [evidence: elementwise-host], where the GPU ran the chunk
         GEMMs back to back: each span exceeded the untimed kernel by 2.1-3.2 µs (``add_`` 4.3-4.8 µs against 2.3;
         1024×512×8192 bf16 GEMMs 21-24 against 20.3), and 1.3-1.6 µs passed between one op's end event and the

@@ -367,8 +367,8 @@ class _Edges:
 def split_one_rank(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rule 6b on collectives as CSR (``ptr`` int64 of shape (C + 1,), member op indices ``idx``): the
     collectives of two or more members as CSR (``ptr``, ``idx``: the rendezvous groups), and the op indices
-    (int64) of those of one member, which run as a copy (:func:`schedsim.sim.gpu_model.one_rank_res`) with no
-    rendezvous (rule 6b of :mod:`schedsim.sim.gpu_model`).
+    (int64) of those of one member, which run as a copy (:func:`schedsim.gpu.rules.one_rank_res`) with no
+    rendezvous (rule 6b of :mod:`schedsim.gpu.rules`).
 
     >>> p, i, lone = split_one_rank(np.array([0, 1, 3, 4]), np.array([5, 6, 7, 8]))
     >>> p.tolist(), i.tolist(), lone.tolist()

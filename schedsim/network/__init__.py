@@ -1,6 +1,6 @@
 """The communication model: collective and point-to-point times on a cluster topology.
 
-The simulator asks one question, through :class:`schedsim.cost.CostModel`: how long does this collective
+The simulator asks one question, through :class:`schedsim.gpu.cost.CostModel`: how long does this collective
 (or send/recv) take on these ranks, alone. A profile whose ``topology`` has a ``scale_up`` domain (and
 ``nics`` across nodes) answers it here, with NCCL's own cost model (:mod:`schedsim.network.tuning`, NCCL
 2.30.7) on that topology; other profiles keep the link classes and tables of :mod:`schedsim.network.links`.
@@ -358,7 +358,7 @@ class NcclNetwork:
 
 def rank_nodes(profile: HardwareProfile, world: int) -> list[int] | None:
     """Node of each of ``world`` ranks on a profile with a cluster topology (``topology.scale_up``), for the
-    simulator's link tiers (:func:`schedsim.sim.gpu_model.link_ends`); None on other profiles.
+    simulator's link tiers (:func:`schedsim.gpu.rules.link_ends`); None on other profiles.
 
     Raises
     ------

@@ -1,7 +1,7 @@
 """``predict --explain``: the algorithm and protocol each collective and send/recv of a schedule runs.
 
 One row per distinct (kind, size, group) of the lowered Program (for send/recv: per (size, sender,
-receiver)), with the time :class:`schedsim.cost.CostModel` gives it alone and where it came from.
+receiver)), with the time :class:`schedsim.gpu.cost.CostModel` gives it alone and where it came from.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from schedsim.cost import CostModel
+from schedsim.gpu.cost import CostModel
 from schedsim.kinds import COLLECTIVE_KINDS, P2P_KINDS
 
 __all__ = ["explain_rows", "format_explain"]

@@ -31,7 +31,7 @@ from schedsim.network.tuning import COLL_FUNCS
 
 if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
-    from schedsim.nccl_tests import NcclTestsLog
+    from schedsim.network.nccl_tests import NcclTestsLog
 
 __all__ = ["FittedFigure", "fit_tier_timing", "fit_profile"]
 

@@ -4,7 +4,7 @@ The simulator's ``waves`` loop asks this module one thing, at the start and at t
 nodes (a *flow*): which running flows' shares changed (:meth:`LinkShare.event`). A flow's share is the fraction of
 its solo speed it gets now: the loops value a transfer's NIC link ends at its rank's comm rate × the share, its
 scale-up ends as before (the rank's comm rate over the transfers on that end), and run it at the smallest (rule 6
-of :mod:`schedsim.sim.gpu_model`); shares change only at flow starts and finishes.
+of :mod:`schedsim.gpu.rules`); shares change only at flow starts and finishes.
 
 Links (both directions of each, full duplex)
     * every NIC of every node (``topology.nics``; node n's NIC k is shared by the GPUs ``gpu_to_nic`` maps to it);
@@ -261,7 +261,7 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     ``gptr``/``granks``: CSR of each group's ranks (a send/recv pair as ``(sender, receiver)``); ``kinds`` the
     group's op kind (``send`` for a pair); ``nbytes`` its size (nccl-tests convention; the largest member's for
     all_to_all); ``work`` its solo seconds. Ranks map to nodes and NICs as :class:`schedsim.network.NcclNetwork`
-    places them; ``net``: the cost model's (:attr:`schedsim.cost.CostModel.network`), whose caches already hold
+    places them; ``net``: the cost model's (:attr:`schedsim.gpu.cost.CostModel.network`), whose caches already hold
     the run's groups.
 
     Raises

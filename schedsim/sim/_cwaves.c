@@ -3,9 +3,9 @@
  * updates), statement for statement and in the same order, so heap ties break the same way.
  *
  * No GPU rule lives here. Python (schedsim.sim.waves.run_waves and _run_compiled) computes every per-op,
- * per-kernel and per-collective parameter from schedsim.sim.gpu_model (CTA counts, wave times, queues, host
+ * per-kernel and per-collective parameter from schedsim.gpu.rules (CTA counts, wave times, queues, host
  * issue times, communicator FIFO edges, link ends) and every rate as a table built from gpu_model's rule
- * functions (gpu_rates.rate_tables); this loop reads them. The only arithmetic here is the Python loop's:
+ * functions (gpu.rates.rate_tables); this loop reads them. The only arithmetic here is the Python loop's:
  * remaining work (rem - (t - last) * rate), finish times (t + rem / rate), a transfer's minimum over its link
  * ends of comm[rank] / transfers on that end (a NIC end with shared links: comm[rank] x the flow's share, which
  * schedsim.network.share.LinkShare.event, called back at flow starts and ends, sets) (kept as waves._LinkMin
@@ -16,7 +16,7 @@
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
  * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
- * issue_sums(...), rule 1's prefix sums for schedsim.sim.gpu_host.host_issue_columns (arithmetic only), and
+ * issue_sums(...), rule 1's prefix sums for schedsim.gpu.host.host_issue_columns (arithmetic only), and
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
  * first_set(...), the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs),
  * acyclic_units(n, units, parts), the same sweep over the wait-for graph's edge parts (checks._no_hang),
@@ -131,7 +131,7 @@ typedef struct {
     /* sizes and scalars */
     i64 N, K, G, world, S, nsm, cstride; /* cstride: S / nsm + 1, the comm table's row length */
     double one_way, xlat, mem_boost;
-    /* tables (gpu_rates.rate_tables) */
+    /* tables (gpu.rates.rate_tables) */
     const double *comm_tab, *batch_tab, *copy_tab;
     /* per op */
     i32 *npred;
@@ -143,7 +143,7 @@ typedef struct {
     const double *ktau;
     i32 *ktail; /* rule 4b: CTAs of the kernel's reduction still to run; negative once handed over */
     const double *ktail_tau;
-    const double *kgain; /* rule 4c: gpu_rates.fill_gain of the kernel's wave time */
+    const double *kgain; /* rule 4c: gpu.rates.fill_gain of the kernel's wave time */
     /* hardware queues */
     const i32 *q_ptr, *q_idx;
     /* per collective / send-recv pair (group) */
@@ -163,7 +163,7 @@ typedef struct {
     char *xinit;
     /* ranks */
     i64 *free_, *held, *nccl_n, *ncomm, *ncopy, *nlink, *cqhead, *cqtail;
-    double *nmem; /* HBM load of the memory-bound CTAs resident (rule 5: gpu_rates.mem_rate) */
+    double *nmem; /* HBM load of the memory-bound CTAs resident (rule 5: gpu.rates.mem_rate) */
     i64 *nwait; /* compute kernels in the rank's dispatch FIFO (rule 4c) */
     double *crate;
     char *intoplace, *indirty;
@@ -351,13 +351,13 @@ static double rate_of(W *w, i64 j) {
         return rate;
     }
     i64 k = w->job[j].key, r = w->krank[k];
-    if (typ == COPY) { /* gpu_rates.copy_rate's table: engine (0 h2d, 1 d2h, 2 d2d), reverse engine busy, compute */
+    if (typ == COPY) { /* gpu.rates.copy_rate's table: engine (0 h2d, 1 d2h, 2 d2d), reverse engine busy, compute */
         i64 e = w->ktype[k] - 2, rev = e == 0 ? 1 : e == 1 ? 0 : -1;
-        i64 busy = rev >= 0 && w->cqhead[r * 3 + rev] >= 0; /* gpu_rates.REVERSE_ENGINE */
+        i64 busy = rev >= 0 && w->cqhead[r * 3 + rev] >= 0; /* gpu.rates.REVERSE_ENGINE */
         return w->copy_tab[(e * 2 + busy) * 2 + (w->held[r] > 0)];
     }
     double rate = w->batch_tab[(w->nccl_n[r] > 0) * 2 + (w->ncopy[r] > 0)];
-    if (w->kmem[k]) { /* rule 5: gpu_rates.mem_rate */
+    if (w->kmem[k]) { /* rule 5: gpu.rates.mem_rate */
         double f = 1.0 / w->nmem[r];
         rate *= f < w->mem_boost ? f : w->mem_boost;
     }
@@ -719,7 +719,7 @@ static void loop(W *w) {
  * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule 4c; 10: run's optional
  * share argument, the shared links). */
 #define LAYOUT 10
-/* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu_rates.rate_tables) */
+/* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
 static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
@@ -799,7 +799,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "run: the copy rate table must hold %d entries", COPY_TAB);
         goto release_bufs;
     }
-    if (bufs[1].len != 4 * (Py_ssize_t)sizeof(double)) { /* gpu_rates.rate_tables */
+    if (bufs[1].len != 4 * (Py_ssize_t)sizeof(double)) { /* gpu.rates.rate_tables */
         PyErr_SetString(PyExc_ValueError, "run: the batch rate table must hold 4 entries");
         goto release_bufs;
     }
@@ -1423,7 +1423,7 @@ done:
  * host's running time (reset where new_rank is set: the first op of a rank) plus, in this order, host_s[i]
  * (host_s of length 1: the same for every op), ev[i], extra, sw_s where switch[i], call[i] and first[i];
  * call0[i] is the sum before call[i], issue[i] after first[i]. The same floats added in the same order as
- * schedsim.sim.gpu_host.host_issue_columns' np.cumsum (its fallback), so bit-identical. new_rank and switch
+ * schedsim.gpu.host.host_issue_columns' np.cumsum (its fallback), so bit-identical. new_rank and switch
  * are bool arrays, the rest float64, outputs writable; all of one length n (host_s: n or 1). */
 static PyObject *issue_sums(PyObject *self, PyObject *args) {
     (void)self;
@@ -1769,7 +1769,7 @@ done:
 }
 
 /* ---- fifo_edges(rank, comm, batch, out): rule 7's communicator-order edges ------------------------------ */
-/* The edges of schedsim.sim.gpu_model.comm_fifo_columns (its numpy form is the reference and the fallback), in
+/* The edges of schedsim.gpu.rules.comm_fifo_columns (its numpy form is the reference and the fallback), in
  * one pass over ops whose ranks ascend: per (rank, communicator) the ops with comm >= 0 in order, consecutive
  * ops of one batch (batch >= 0, equal) one entry, every op of an entry after every op of the entry before it
  * (out[2e] -> out[2e + 1]: an (E, 2) array of pairs, as succ_csr reads them; in another order than numpy's).
@@ -1852,7 +1852,7 @@ done:
 
 /* ---- issue_times(...): rule 1's host issue times from per-class tables ------------------------------------ */
 /* issue_times(rank, stream, hclass, repeat, batch, xdeps, host_s, by_class, per_repeat, first_group, first_cost,
- * batch_class, (ev_s, extra, sw_s, batch_s), issue, call0) -> bool: schedsim.sim.gpu_host.host_issue_columns'
+ * batch_class, (ev_s, extra, sw_s, batch_s), issue, call0) -> bool: schedsim.gpu.host.host_issue_columns'
  * columns and sums in one pass over ops whose ranks ascend (False, nothing that counts written, when they do
  * not or a batch id is 4n + 64 or more: then its numpy form runs). Every rule is in the tables Python makes from gpu_model: an op of host class h
  * calls by_class[h] seconds, times its repeat when per_repeat[h]; an op of batch_class pays batch_s instead at
@@ -1953,7 +1953,7 @@ done:
 /* ---- rank_codes(rank, key, out): each key numbered by first appearance on its rank ------------------------- */
 /* out[i] = how many distinct keys rank[i]'s ops showed before key[i] first appeared on that rank (0 for the
  * rank's first key, 1 for its second, ...), in one pass over ops whose ranks ascend; the numbering of
- * schedsim.sim.gpu_model.stream_queue_columns (numpy's, the fallback). rank, key int64 (key >= 0) of one length;
+ * schedsim.gpu.rules.stream_queue_columns (numpy's, the fallback). rank, key int64 (key >= 0) of one length;
  * out writable int64. Returns False (nothing that counts written) when the ranks do not ascend or a key is 4n + 64
  * or more (sparse: its table is not made). Raises TypeError
  * for other buffers, ValueError for a negative key or lengths that differ. */
@@ -2017,7 +2017,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
-    {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu_host.host_issue_columns)."},
+    {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu.host.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
     {"acyclic_units", acyclic_units, METH_VARARGS, "acyclic_units(n, units, parts) -> bool: acyclic() of edge parts."},

@@ -6,7 +6,7 @@ Out: a :class:`~schedsim.sim.timeline.Timeline`.
 Three GPU execution models, chosen by ``gpu_model`` (argument, else the
 profile's ``gpu_model``, default ``waves``):
 
-* ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.sim.gpu_model`, event loop compiled in
+* ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.gpu.rules`, event loop compiled in
   :mod:`schedsim.sim._cwaves` when built, else in Python, with identical results):
   CTAs in waves with FIFO block dispatch, NCCL kernels holding SMs, hardware
   queues (``CUDA_DEVICE_MAX_CONNECTIONS``), communicators run in issue order,
@@ -19,7 +19,7 @@ profile's ``gpu_model``, default ``waves``):
   which already holds the contention of the run) as soon as it is ready; the host issues each rank's ops at
   the prefix sums of their ``host_us`` alone (the recorded gaps between launch calls already hold the calls'
   cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as in ``sharing``; hardware
-  queues (``CUDA_DEVICE_MAX_CONNECTIONS``, rule 2 of :mod:`schedsim.sim.gpu_model`) only where the schedule's
+  queues (``CUDA_DEVICE_MAX_CONNECTIONS``, rule 2 of :mod:`schedsim.gpu.rules`) only where the schedule's
   ``env`` or ``max_connections`` names them. The dependency-only replay of Lumos (Liang et al., MLSys 2025) and
   of HTA's critical-path analysis.
 
@@ -44,9 +44,9 @@ from schedsim.errors import DeadlockError, ProfileError
 from schedsim.graph.ops import Op, format_op_id, resource_of
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.lower.program import Program
-from schedsim.sim import gpu_host as gh
-from schedsim.sim import gpu_model as gm
-from schedsim.sim import gpu_rates as gr
+from schedsim.gpu import host as gh
+from schedsim.gpu import rules as gm
+from schedsim.gpu import rates as gr
 from schedsim.sim.loop import HOST, _State  # HOST is re-exported
 from schedsim.sim.loop_arrays import _compile, _Compiled
 from schedsim.sim.replay import _run_replay
@@ -86,10 +86,10 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         measures rather than plain PyTorch; ``waves`` only).
     iteration_gap_s : float
         Seconds the GPUs idle between iterations, for the steady power state (``waves`` with a profile
-        ``power`` curve, :mod:`schedsim.sim.power`): 0 (default) for iterations issued back to back.
+        ``power`` curve, :mod:`schedsim.gpu.power`): 0 (default) for iterations issued back to back.
     sustained_s : float, optional
         Seconds the GPUs had run such iterations before the ones predicted (a measured run's warm-up and timed
-        iterations, :func:`schedsim.sim.power.sustained_of`); None (default): the steady state. Under the
+        iterations, :func:`schedsim.gpu.power.sustained_of`); None (default): the steady state. Under the
         profile's ``power.onset_s`` (times the duty) no GEMM slowdown applies.
 
     Returns
@@ -98,7 +98,7 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         ``source="predict"``; per op: start, end, solo duration and ready time
         (seconds); ``critical_path`` lists op ids from the first to the last. With ``waves`` and a profile
         ``power`` curve, the steady power state's GEMM slowdown is applied (a fixed point over up to four
-        simulations, :mod:`schedsim.sim.power`) and recorded in ``meta["power"]``.
+        simulations, :mod:`schedsim.gpu.power`) and recorded in ``meta["power"]``.
 
     Raises
     ------
@@ -124,7 +124,7 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         raise ProfileError(f"iteration_gap_s must be a finite number of seconds >= 0 (got {iteration_gap_s})",
                            fix="pass the GPUs' idle time between iterations, 0 for back to back")
     if model == "waves" and profile.power is not None and profile.power.gemm_slowdown_by_duty:
-        from schedsim.sim.power import steady_state
+        from schedsim.gpu.power import steady_state
 
         tl = steady_state(lambda p: _simulate_once(G, p, info, mode, model, conns, model_executor), profile,
                           iteration_gap_s, repeat=_repeats(G), sustained_s=sustained_s)
@@ -207,7 +207,7 @@ def _table_kernels(G: nx.DiGraph | Program) -> np.ndarray:  # type: ignore[type-
 def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict, mode: str, model: str,
                    conns: int | None, model_executor: bool) -> Timeline:
     """One simulation of ``G`` (:func:`simulate` after its checks; ``waves`` with a power curve runs it again
-    with slower GEMMs, :mod:`schedsim.sim.power`)."""
+    with slower GEMMs, :mod:`schedsim.gpu.power`)."""
     with paused_gc():  # millions of small acyclic objects: GC passes would dominate
         if isinstance(G, Program) and model == "waves":
             got = _run_waves_program(G, profile, mode, conns, model_executor)
@@ -373,9 +373,9 @@ def critical_walk(binding: Sequence[int], end: np.ndarray, group: Sequence[int],
 def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.ndarray | None = None,
                ids: Any = None) -> None:
     """``meta["host_issue_s"]``: per rank, seconds from the iteration's start until its host returned from its
-    last call (rule 1 of :mod:`schedsim.sim.gpu_model`; eager runs of the ``waves`` model), which ``compare``
+    last call (rule 1 of :mod:`schedsim.gpu.rules`; eager runs of the ``waves`` model), which ``compare``
     holds against ``schedsim execute``'s ``meta.host_issue_uninstrumented_s``; and, for up to
-    :data:`~schedsim.sim.gpu_host.HOST_CALL_META_MAX` ops, ``meta["host_call_end_s"]`` (``{op id: seconds}``,
+    :data:`~schedsim.gpu.host.HOST_CALL_META_MAX` ops, ``meta["host_call_end_s"]`` (``{op id: seconds}``,
     when each op's call returned), against ``execute``'s own (``ids``: a list, or a callable giving it)."""
     if host_s is not None and mode == "eager":
         meta["host_issue_s"] = [float(x) for x in host_s]

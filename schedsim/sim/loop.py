@@ -2,7 +2,7 @@
 change (:func:`set_rate`), the deadlock report (:func:`_raise_deadlock`) and the lookup of the compiled loop
 (:func:`compiled_loop`, :mod:`schedsim.sim._cwaves`). :mod:`schedsim.sim.engine` dispatches to the loops of
 :mod:`schedsim.sim.waves` and :mod:`schedsim.sim.waves_columns`, which build on this module and
-:mod:`schedsim.sim.gpu_model`.
+:mod:`schedsim.gpu.rules`.
 """
 
 from __future__ import annotations

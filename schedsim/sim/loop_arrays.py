@@ -2,7 +2,7 @@
 :class:`~schedsim.lower.program.Program`'s columns (:func:`_compile_program`) or a networkx DAG
 (:func:`_compile`): per op its successors and predecessor count; per job (an op alone, or a rendezvous group of
 a collective's or a send/recv pair's ops) its resource, ranks and solo seconds, with rule 6b (collectives of
-one rank), rule 8 (CUDA-graph forks) and rule 9 (node and HBM terms) of :mod:`schedsim.sim.gpu_model` applied.
+one rank), rule 8 (CUDA-graph forks) and rule 9 (node and HBM terms) of :mod:`schedsim.gpu.rules` applied.
 The ``waves`` loop (:mod:`schedsim.sim.waves`), the ``sharing`` loop (:mod:`schedsim.sim.sharing`) and the
 ``replay`` loop (:mod:`schedsim.sim.replay`) read them; :func:`schedsim.sim.engine.simulate` dispatches.
 """
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from schedsim.cost import CostModel, cost_model
+from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.errors import GraphError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import PER_RANK_SIZE
 from schedsim.lower.program import Program
-from schedsim.sim import gpu_model as gm
+from schedsim.gpu import rules as gm
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -105,7 +105,7 @@ def _coll_groups(ptr: Sequence[int] | np.ndarray, idx: Sequence[int] | np.ndarra
 
 
 def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float], lone: list[int]) -> None:
-    """Rule 8 of :mod:`schedsim.sim.gpu_model` on the job arrays: ``fx`` seconds more for ops outside groups,
+    """Rule 8 of :mod:`schedsim.gpu.rules` on the job arrays: ``fx`` seconds more for ops outside groups,
     but for collectives of one rank (``lone``: left as they are, as every collective is)."""
     fx[lone] = 0.0
     for i in np.flatnonzero(fx).tolist():
@@ -117,7 +117,7 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
           terms: tuple[np.ndarray | float, np.ndarray | float], job_of: list[int], job_res: list[int],
           job_ranks: list[tuple[int, ...]], job_work: list[float], lone: list[int]) -> None:
     """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds); ``terms`` are rule 9's
-    per-op node and HBM seconds (:func:`schedsim.sim.gpu_model.memory_terms`); ``lone``: the ops of collectives
+    per-op node and HBM seconds (:func:`schedsim.gpu.rules.memory_terms`); ``lone``: the ops of collectives
     of one rank, a copy or nothing (rule 6b)."""
     N = len(ops)
     dur = cost.duration

@@ -156,7 +156,7 @@ def _segment_arrays(tl: Timeline, host_calls: bool = True) -> tuple[np.ndarray, 
 
 class _HostCalls:
     """Each rank's host calls in issue order, from :attr:`Timeline.host_call_end_s` (when each op's call
-    returned: rule 1 of :mod:`schedsim.sim.gpu_model`, or a replay's issue times); ``known`` is False where
+    returned: rule 1 of :mod:`schedsim.gpu.rules`, or a replay's issue times); ``known`` is False where
     they are unknown, and for a CUDA graph replay (one launch call for every op: a wait stays one segment)."""
 
     def __init__(self, tl: Timeline) -> None:
@@ -203,7 +203,7 @@ def critical_path_segments(tl: Timeline) -> list[PathSegment]:
       for the path's op before it: ``meta["critical_path_host_waits"]``, :func:`schedsim.sim.engine.critical_walk`)
       or ``wait_dependency`` (the others): until the op was ready (``ready_s``): its host call had not yet
       launched it (the walk leaves the GPU at an op its host released), or the cross-stream event wait of its
-      dependency resolved later (rule 3, :mod:`schedsim.sim.gpu_model`). A wait for the host is cut into its
+      dependency resolved later (rule 3, :mod:`schedsim.gpu.rules`). A wait for the host is cut into its
       rank's host calls in it, one ``host_issue`` segment each, named by the call's op
       (:attr:`Timeline.host_call_end_s`; one segment where it is unknown);
     * ``wait_sms`` (compute), ``wait_peer`` (communication: its group's other ranks and its NCCL kernel's
@@ -367,7 +367,7 @@ def _compute(tl: Timeline) -> Metrics:
     :func:`merged`, :func:`pieces_intersection` and :func:`union_length` rank by rank, which the tests compare."""
     import numpy as np
 
-    from schedsim.sim.gpu_model import stable_order
+    from schedsim.gpu.rules import stable_order
 
     makespan = tl.makespan_s
     c = tl.columns

@@ -25,7 +25,7 @@ breaks ties, so runs are deterministic (the SimPy ``Environment`` pattern).
 
   - kernels running at once on one GPU share its SMs by occupancy: a GEMM's demand
     is its CTA count over the SMs (128×128 output tiles with split-K for skinny
-    GEMMs, :meth:`schedsim.cost.CostModel.gemm_demand`), capped at 1, when the
+    GEMMs, :meth:`schedsim.gpu.cost.CostModel.gemm_demand`), capped at 1, when the
     profile gives ``gpu.sms``; any other kernel has demand 1. While the demands of the running
     kernels sum to D ≤ 1 they all run at full speed; above that each runs at 1/D.
     Without ``gpu.sms`` every kernel has demand 1, so k kernels run at 1/k. On top,
@@ -38,7 +38,7 @@ breaks ties, so runs are deterministic (the SimPy ``Environment`` pattern).
   - copies share their copy engine (one per direction) and run at 1/(1+delta)
     beside a kernel, and an h2d copy at 1/(1+rho_h2d) while the d2h engine copies
     (d2h at 1/(1+rho_d2h) while h2d copies; ``contention.h2d_slowdown_beside_d2h`` and
-    ``d2h_slowdown_beside_h2d``, :func:`schedsim.sim.gpu_rates.copy_rate`).
+    ``d2h_slowdown_beside_h2d``, :func:`schedsim.gpu.rates.copy_rate`).
 
 What it does not model
 ----------------------
@@ -71,7 +71,7 @@ from schedsim.sim.loop_arrays import _Compiled
 def _sharing_copy_rate(cq: list[int], res: int, delta: float, rho: dict[int, float]) -> float:
     """Rate of a copy on engine ``res`` (2 h2d, 3 d2h, 4 d2d) of a rank whose running jobs per resource are
     ``cq``: its engine shared by ``cq[res]`` copies, 1/(1+delta) beside a kernel, 1/(1+rho[res]) while the
-    reverse direction's engine copies (:func:`schedsim.sim.gpu_rates.copy_rate`)."""
+    reverse direction's engine copies (:func:`schedsim.gpu.rates.copy_rate`)."""
     new = 1.0 / cq[res]
     if cq[0]:
         new /= 1.0 + delta
@@ -90,7 +90,7 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str, model_execut
     cn = profile.contention
     alpha, beta = cn.compute_slowdown_with_comm, cn.comm_slowdown_with_compute
     gamma, delta = cn.compute_slowdown_with_copy, cn.copy_slowdown_with_compute
-    # an h2d (res 2) and a d2h copy (res 3) at once slow each other (gpu_rates.copy_rate's ρ): rho[res]
+    # an h2d (res 2) and a d2h copy (res 3) at once slow each other (gpu.rates.copy_rate's ρ): rho[res]
     rho = {2: cn.h2d_slowdown_beside_d2h, 3: cn.d2h_slowdown_beside_h2d}
 
     # SM demand of compute jobs (fraction of the GPU), see the module docstring

@@ -1,4 +1,4 @@
-"""Event loop of the ``waves`` GPU execution model; the rules it applies are in :mod:`schedsim.sim.gpu_model`.
+"""Event loop of the ``waves`` GPU execution model; the rules it applies are in :mod:`schedsim.gpu.rules`.
 
 Per rank it keeps: the host issue times (rule 1), the hardware queues (rule 2), a
 FIFO of kernels waiting for SMs and the free SM count (rule 3), and the running
@@ -14,9 +14,9 @@ the host at the start of its call (rule 1) and its hardware queue past the item 
 what ``schedsim execute`` measures as an op's start, and what :func:`schedsim.compare.op_window` compares.
 
 Two implementations of the loop, one set of rules. :func:`run_waves` computes in Python, from
-:mod:`schedsim.sim.gpu_model`, everything a rule decides: successors with the communicator-order edges,
+:mod:`schedsim.gpu.rules`, everything a rule decides: successors with the communicator-order edges,
 host issue times, kernels with their CTA counts, wave times, memory-boundness and hardware queues, the
-link ends of each transfer, and every rate as a table (:func:`~schedsim.sim.gpu_rates.rate_tables`).
+link ends of each transfer, and every rate as a table (:func:`~schedsim.gpu.rates.rate_tables`).
 Then the event loop runs, either
 
 * compiled (:mod:`schedsim.sim._cwaves`, C, built by ``pip install -e .``): the whole loop (heap, ready
@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.sim import gpu_host as gh
-from schedsim.sim import gpu_kernels as gk
-from schedsim.sim import gpu_model as gm
-from schedsim.sim import gpu_rates as gr
+from schedsim.gpu import host as gh
+from schedsim.gpu import kernels as gk
+from schedsim.gpu import rules as gm
+from schedsim.gpu import rates as gr
 from schedsim.sim.loop import HOST, _raise_deadlock, _State, compiled_loop, set_rate
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
     free = [S] * world
     held = [0] * world  # SMs held by compute CTAs
     nccl_held = [0] * world  # SMs held by resident NCCL kernels
-    nmem = [0.0] * world  # HBM load of the memory-bound CTAs resident (rule 5: gpu_rates.mem_rate)
+    nmem = [0.0] * world  # HBM load of the memory-bound CTAs resident (rule 5: gpu.rates.mem_rate)
     ncomm = [0] * world  # NCCL transfers in flight
     nlink = [0] * (4 * world)  # transfers in flight per (rank, link tier, direction): gm.link_ends
     ncopy = [0] * world  # copies in flight

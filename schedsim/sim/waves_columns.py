@@ -5,18 +5,18 @@ building those costs ~10× the compiled event loop. This module builds the same 
 compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's columns:
 
 * cost inputs, CTA counts and call classes are per *template* (what instances share), so the rule functions of
-  :mod:`schedsim.sim.gpu_model` (:func:`~schedsim.sim.gpu_kernels.kernel_ctas`,
-  :meth:`~schedsim.cost.CostModel.duration`, :func:`~schedsim.sim.gpu_host.host_class`) run once per class of
+  :mod:`schedsim.gpu.rules` (:func:`~schedsim.gpu.kernels.kernel_ctas`,
+  :meth:`~schedsim.gpu.cost.CostModel.duration`, :func:`~schedsim.gpu.host.host_class`) run once per class of
   equal templates (:func:`template_classes`: a ``foreach`` makes one template per iteration, all alike; a
   send/recv once per class and rank pair, as its time depends on the link) and are broadcast;
 * host issue times, hardware queues and communicator-order edges come from the column forms of rules 1, 2
-  and 7 (:func:`~schedsim.sim.gpu_host.host_issue_columns`, :func:`~schedsim.sim.gpu_model.stream_queue_columns`,
-  :func:`~schedsim.sim.gpu_model.comm_fifo_columns`), the same functions the Op-list path calls;
+  and 7 (:func:`~schedsim.gpu.host.host_issue_columns`, :func:`~schedsim.gpu.rules.stream_queue_columns`,
+  :func:`~schedsim.gpu.rules.comm_fifo_columns`), the same functions the Op-list path calls;
 * kernels (a ``p2p_batch`` of a rank is one), transfers' link ends and rendezvous groups are integer arrays.
 
 The results are bit-identical to ``simulate(build_graph(spec))`` (``tests/core/test_waves_columns.py``). Op ids
 and :class:`Op` objects are built only for a deadlock message. Used when the extension is built and the
-profile's rate tables fit (:func:`~schedsim.sim.gpu_rates.rate_tables`); otherwise the engine takes the
+profile's rate tables fit (:func:`~schedsim.gpu.rates.rate_tables`); otherwise the engine takes the
 Op-list path, whose Python loop is the reference.
 """
 
@@ -28,15 +28,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from schedsim.cost import CostModel, cost_model
+from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program, rendezvous_groups
-from schedsim.sim import gpu_host as gh
-from schedsim.sim import gpu_kernels as gk
-from schedsim.sim import gpu_model as gm
-from schedsim.sim import gpu_rates as gr
+from schedsim.gpu import host as gh
+from schedsim.gpu import kernels as gk
+from schedsim.gpu import rules as gm
+from schedsim.gpu import rates as gr
 
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
 
@@ -97,7 +97,7 @@ _FEW = 32
 
 
 #: The template fields every per-template rule reads (:func:`_res_of`, :meth:`CostModel.duration`,
-#: :func:`~schedsim.sim.gpu_kernels.kernel_ctas`, :func:`~schedsim.sim.gpu_host.host_class`, the communicator,
+#: :func:`~schedsim.gpu.kernels.kernel_ctas`, :func:`~schedsim.gpu.host.host_class`, the communicator,
 #: ``repeat``, ``host_s``, the timeline's bytes and FLOP); templates equal in all of them are one class.
 _CLASS_FIELDS = attrgetter("kind", "group", "root", "nbytes", "flops", "dtype", "m", "n", "k", "batch", "repeat",
                            "duration_s", "direction", "host_s")
@@ -162,7 +162,7 @@ def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarra
 def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
                    batch: np.ndarray, res: np.ndarray, is_p2p: np.ndarray, serial: bool) -> np.ndarray:
     """Rule 7's communicator of each op as a code (equal rank sets, equal codes; -1: in no order), as
-    :func:`schedsim.sim.gpu_model.communicator` gives them."""
+    :func:`schedsim.gpu.rules.communicator` gives them."""
     codes: dict[tuple[int, ...], int] = {}
     tcode = np.array([codes.setdefault(t.group, len(codes)) if t.kind not in P2P_KINDS and _res_of(t) == 1
                       else -1 for t in tps], I64)
@@ -198,7 +198,7 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
                node: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Rule 6's link ends (``4·rank + 2·tier + d``) of every transfer as CSR, the reverse ends of send/recv (when
     ``one_way`` ≠ 1), and per member slot the positions of its rank's ends in its group's (CSR), as
-    :func:`schedsim.sim.gpu_model.link_ends` (``node``: rank -> node, or None for one tier) and the loop's
+    :func:`schedsim.gpu.rules.link_ends` (``node``: rank -> node, or None for one tier) and the loop's
     lookup give them."""
     nc = int(gptr[C])
     cr = rank[gidx[:nc]].astype(I64)
@@ -446,7 +446,7 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
 
 
 def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    """Rule 7's communicator-order edges of :func:`~schedsim.sim.gpu_model.comm_fifo_columns` as (E, 2) int64
+    """Rule 7's communicator-order edges of :func:`~schedsim.gpu.rules.comm_fifo_columns` as (E, 2) int64
     pairs ``(before, after)``: in one compiled pass (``_cwaves.fifo_edges``, the edges in another order, which the
     successor lists do not keep) when it is built and the ranks ascend (a Program's do), else by that function."""
     from schedsim.sim.loop import compiled_loop
@@ -469,10 +469,10 @@ def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
 
 def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: HardwareProfile, mode: str,
                  tps: list[Op], tmpl: np.ndarray, cost: CostModel) -> np.ndarray | None:
-    """Rule 8's extra solo seconds (:func:`~schedsim.sim.gpu_model.graph_fork_columns`) over the Program's stream
+    """Rule 8's extra solo seconds (:func:`~schedsim.gpu.rules.graph_fork_columns`) over the Program's stream
     and dependency edges (an edge listed twice marks its op once, as the merged DAG does), or None when the
     rule adds nothing (eager launch, or no per-edge cost in the profile). Op ``i``'s term is that of its
-    template class ``tps[tmpl[i]]`` (:meth:`~schedsim.cost.CostModel.graph_fork_s`)."""
+    template class ``tps[tmpl[i]]`` (:meth:`~schedsim.gpu.cost.CostModel.graph_fork_s`)."""
     if mode != "cuda_graph" or not gm.fork_terms(profile):
         return None
     e = np.concatenate([np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64)
@@ -484,7 +484,7 @@ def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: Hard
 def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
                       tab: gr.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:
     """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring); an iteration after which the host
-    waited for the GPU is run again with cold first calls (rule 1, :func:`schedsim.sim.gpu_host.host_waited`),
+    waited for the GPU is run again with cold first calls (rule 1, :func:`schedsim.gpu.host.host_waited`),
     up to :data:`schedsim.sim.waves.COLD_RERUN_MAX` ops, as :func:`schedsim.sim.waves.run_waves` does.
     """
     from schedsim.sim.waves import COLD_RERUN_MAX

@@ -163,7 +163,7 @@ def _layer_ops(t: TransformerSpec, tp: int = 1, sp: bool = False, groups: int | 
     :mod:`schedsim.lower.training` places them.
 
     GEMMs are ``matmul`` ops; every other kernel is a memory-bound ``compute`` op of the bytes it reads and
-    writes (the GPU model's roofline: bytes / HBM bandwidth, :mod:`schedsim.cost`), ``e`` bytes an element of
+    writes (the GPU model's roofline: bytes / HBM bandwidth, :mod:`schedsim.gpu.cost`), ``e`` bytes an element of
     the activation dtype and 1 byte an element of a dropout mask (``torch.native_dropout``'s bool mask). With
     ``T = s·b`` tokens, ``Tn`` = T/tp with SP else T, ``q`` the QKV columns and ``S = (b·a/tp)·s²`` the
     attention scores of the rank:

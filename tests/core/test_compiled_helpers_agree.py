@@ -155,6 +155,8 @@ def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, t
     references), and the Python loop on the Op list: one timeline, bit for bit, on edge cases of the helpers."""
     import types
 
+    from schedsim.gpu import host as gh
+    from schedsim.gpu import rules as gm
     from schedsim.graph.build import graph_of
     from schedsim.hardware.profile import load_profile
     from schedsim.lower import lower
@@ -172,6 +174,8 @@ def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, t
         got = []
         for mod in (_cwaves, loop_only, None):
             monkeypatch.setattr(loop, "_EXT", [mod])
+            for rules in (gh, gm):  # the GPU rules' compiled helpers (issue times, queue codes) follow the loop's
+                monkeypatch.setattr(rules, "_compiled", lambda name, mod=mod: getattr(mod, name, None))
             got.append(outcome(prog if mod is not None else graph_of(prog), load_profile(prof), **kw))
         assert got[0] == got[1] == got[2], (name, prof, kw)
         assert not isinstance(got[0][0], str) and len(got[0][0]) == prog.N  # a timeline, every op in it
@@ -291,7 +295,7 @@ def test_sparse_codes_run_the_numpy_form_not_past_the_compiled_tables() -> None:
         """
         import numpy as np
         from schedsim.sim import _cwaves as C
-        from schedsim.sim import gpu_model as gm
+        from schedsim.gpu import rules as gm
         i = lambda *a: np.array(a, np.int64)
         big = [2**63 - 1, 2**62, 2**40]
         print([C.fifo_edges(i(0, 0), i(b, b), i(-1, -1), np.zeros(4, np.int64)) for b in big])

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedsim import api
-from schedsim.cost import CostModel
+from schedsim.gpu.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile, list_profiles, load_profile
 from schedsim.kinds import COLLECTIVE_KINDS, DTYPES, P2P_KINDS
@@ -42,7 +42,7 @@ _OFF: dict[tuple[str, str], set[tuple[int, int, int]]] = {}
 def off_fit(profile: str, dtype: str) -> set[tuple[int, int, int]]:
     """The measured shapes of ``dtype`` that the table contradicts (a shape at least as large on every axis
     measured faster, or one at most as large measured slower): each keeps its own measured time, so a time may
-    drop onto or off it (schedsim/cost.py, "another cuBLAS kernel"); everywhere else it never drops."""
+    drop onto or off it (schedsim/gpu/cost.py, "another cuBLAS kernel"); everywhere else it never drops."""
     if (profile, dtype) not in _OFF:
         rows = [(m, n, k, t) for d, m, n, k, t in load_profile(profile).gemm.entries if d == dtype]
         _OFF[profile, dtype] = {s for a in rows for b in rows if a[:3] != b[:3]
@@ -157,7 +157,7 @@ def test_table_whose_larger_size_finished_sooner_is_made_monotone() -> None:
 def test_gemm_table_whose_larger_shape_ran_faster_keeps_both_measured_times() -> None:
     """Two measured shapes where the larger ran faster (0.2 ms at 1024^3, 0.1 ms at 1024x1024x2048): another
     cuBLAS kernel, not noise (fp32 1x1024x1024 9.52 / 9.58 µs against 1x2048x1024 5.33 / 5.19 µs in two H100
-    calibrations; schedsim/cost.py), so each keeps its own time; a shape in between takes the monotone fit, the
+    calibrations; schedsim/gpu/cost.py), so each keeps its own time; a shape in between takes the monotone fit, the
     geometric mean sqrt(0.2 · 0.1) ms. A third, consistent shape keeps its time."""
     d = toy_profile_dict()
     d["gemm"]["entries"] = [["fp32", 1024, 1024, 1024, 0.2], ["fp32", 1024, 1024, 2048, 0.1],
@@ -189,7 +189,7 @@ _PROGS: dict[tuple[int, int, int, str], object] = {}
 
 def lone_gemm_span(profile: str, m: int, n: int, k: int, dtype: str = "bf16") -> float:
     """Seconds of a lone m×n×k GEMM's span under the default ``waves`` GPU model (with the profile's steady power
-    state, :mod:`schedsim.sim.power`)."""
+    state, :mod:`schedsim.gpu.power`)."""
     from schedsim.api import load_text, lower_spec
     from schedsim.sim.engine import simulate
 
@@ -204,7 +204,7 @@ def test_lone_gemm_span_under_waves_where_the_duty_jumps_never_decreases_in_m() 
     """The issue's pair on ``h200`` (bf16 ×4096×4096): m = 5652 took 258.8 µs and m = 5660 252.3 µs, as the
     steady power state's passes ran out on either side of the cold-first-call jump of the duty. Walking m over
     that jump, the span never falls by more than the bisection's bracket (0.05 %), and the pair is in order."""
-    from schedsim.sim.power import BRACKET
+    from schedsim.gpu.power import BRACKET
 
     pair = [lone_gemm_span("h200", m, 4096, 4096) for m in (5652, 5660)]
     assert pair[1] >= pair[0], pair
@@ -222,7 +222,7 @@ def test_lone_gemm_span_under_waves_never_decreases_in_m_n_k(profile: str, dtype
     """A lone GEMM's span under the ``waves`` model (waves, host issue, the steady power state's fixed point)
     never falls as m, n or k grows, to the power fixed point's tolerance (0.2 %: two GEMMs whose passes stop on
     either side of it)."""
-    from schedsim.sim.power import TOLERANCE
+    from schedsim.gpu.power import TOLERANCE
 
     shape = [m, n, k]
     big = list(shape)
@@ -243,7 +243,7 @@ ops:
 
 def test_lone_gemm_span_never_decreases_in_m() -> None:
     """The same property end to end: a lone GEMM's predicted span under the default GPU model. Was 258.8 µs at
-    m = 5652 and 252.3 µs at m = 5660 on h200: the steady power state's passes (:mod:`schedsim.sim.power`) ran
+    m = 5652 and 252.3 µs at m = 5660 on h200: the steady power state's passes (:mod:`schedsim.gpu.power`) ran
     out on either side of the jump of the duty where the host starts to wait for the GPU; the least fixed point
     puts both at the jump (about 252 µs, the GEMM 1.11× its table time)."""
     spans = []

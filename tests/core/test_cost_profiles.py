@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from schedsim.cost import CostModel, bus_factor
+from schedsim.gpu.cost import CostModel, bus_factor
 from schedsim.errors import ProfileError
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile, list_profiles, load_profile

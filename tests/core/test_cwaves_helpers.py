@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedsim.hardware.profile import load_profile
-from schedsim.sim import gpu_host as gh
-from schedsim.sim import gpu_model as gm
+from schedsim.gpu import host as gh
+from schedsim.gpu import rules as gm
 
 try:
     from schedsim.sim import _cwaves  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""Golden timelines of the ``waves`` GPU model (schedsim.sim.gpu_model), computed by hand.
+"""Golden timelines of the ``waves`` GPU model (schedsim.gpu.rules), computed by hand.
 
 Toy GPU: 8 SMs, NCCL kernels take 2 SMs, no launch costs unless a test sets them. GEMM table entries
 (fp32, 10 µs or 2 µs) with CTA counts from 128×128 tiles: 256×512 → 8 CTAs (fills the GPU), 256×384 → 6,
@@ -392,7 +392,7 @@ def test_kernels_released_together_reach_the_gpu_in_program_order(sim_text):
 
 
 def test_profile_contract_defaults_and_h200x2():
-    from schedsim.cost import CostModel
+    from schedsim.gpu.cost import CostModel
     from schedsim.hardware.profile import load_profile
 
     lp = waves_profile(launch={"eager_per_op_us": 6.0, "eager_per_collective_us": 20.0}).launch
@@ -533,7 +533,7 @@ def test_many_rank_collective_runs_at_its_slowest_ends_rate(sim_text):
     p = waves_profile(nccl={"slowdown_beside_gemm": 3.0})
     d = p.model_dump()
     # a 4-CTA GEMM of 30 µs; 512x128x128, not 256x256x128, which is no larger than 256x384x128 (10 µs): a table
-    # where a smaller GEMM is slower is made monotone by the cost model (schedsim.cost._isotonic)
+    # where a smaller GEMM is slower is made monotone by the cost model (schedsim.monotone.isotonic, on the surface of schedsim.gpu.gemm)
     d["gemm"]["entries"].append(["fp32", 512, 128, 128, 0.030])
     from schedsim.hardware.profile import HardwareProfile
 
@@ -707,7 +707,7 @@ def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host
     """Rule 1 with ``gemm.call``: eager_per_op_us 5; FULL's row 1.6 (a split-K call launching two kernels), TINY
     none. A (FULL) is issued at 5 · 1.6 = 8, T (TINY) at 8 + 5 = 13, B (FULL, repeat 2: two calls) at
     13 + 2 · 8 = 29. A call's extra over the one-kernel call (the split-K reduction's launch) comes after its main
-    kernel's launch (rule 1, gpu_host.kernel_release): A's kernel reaches the GPU at 8 − 3 = 5, T's at 13, B's at
+    kernel's launch (rule 1, gpu.host.kernel_release): A's kernel reaches the GPU at 8 − 3 = 5, T's at 13, B's at
     29 − 2 · 3 = 23. All on their own streams with no wait for SMs: each is ready then (stream_s = its call
     start: A 0, T 8, B 13). A CUDA graph replay has no per-op calls: every op at graph_launch_us (2)."""
     d = waves_profile(launch={"eager_per_op_us": 5.0, "graph_launch_us": 2.0}).model_dump()

@@ -1,4 +1,4 @@
-"""Rule 8 of schedsim/sim/gpu_model.py: in a CUDA graph replay an op with a dependent on another stream holds its
+"""Rule 8 of schedsim/gpu/rules.py: in a CUDA graph replay an op with a dependent on another stream holds its
 own stream ``launch.graph_cross_stream_edge_us`` longer; eager runs and same-stream edges pay nothing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schedsim.cost import CostModel
+from schedsim.gpu.cost import CostModel
 from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower

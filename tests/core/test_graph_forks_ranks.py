@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedsim.cost import CostModel
+from schedsim.gpu.cost import CostModel
 from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower

@@ -3,7 +3,7 @@
 1. ``CostModel.graph_node_delta`` clamps a kernel's CUDA-graph saving at half its duration but not a collective's,
    p2p's or copy's: a schema-valid negative ``launch.graph_per_op_us`` gives those a negative solo time.
 2. ``launch.graph_fork_edges`` rows may be negative (no bound, unlike ``graph_cross_stream_edge_us``); whether such a
-   row applies then depends on an unrelated term (``gpu_model.fork_terms``), and one below the op's duration reaches
+   row applies then depends on an unrelated term (``gpu.rules.fork_terms``), and one below the op's duration reaches
    the compiled loop unchecked (``waves_columns`` checks solo times before adding rule 8's terms), which reports a
    deadlock where the Op-list path reports the op's negative duration.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from schedsim.cost import CostModel
+from schedsim.gpu.cost import CostModel
 from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
@@ -41,7 +41,7 @@ def _launch(prof, **upd):  # type: ignore[no-untyped-def]
 def test_a_negative_per_node_term_never_takes_a_collective_below_half_its_duration(as_graph: bool) -> None:
     # h200x2: kernel floor 1.78 us; a one-rank (out-of-place) all_gather is a floor-time d2d copy. -2 us per node is
     # within the schema (>= -100); a kernel of that time is clamped at half of it, the collective goes negative and
-    # predict fails with "has a solo duration of -2.2e-07 s" (cost.py graph_node_delta, the non-kernel branch).
+    # predict fails with "has a solo duration of -2.2e-07 s" (gpu/cost.py graph_node_delta, the non-kernel branch).
     prof = _launch(load_profile("h200x2"), graph_per_op_us=-2.0)
     prog = lower(load_text(ONE_RANK, "one.yaml"))
     G = graph_of(prog) if as_graph else prog

@@ -1,4 +1,4 @@
-"""Rule 1's host issue times as columns (schedsim.sim.gpu_host.host_issue_columns) against the rule written as
+"""Rule 1's host issue times as columns (schedsim.gpu.host.host_issue_columns) against the rule written as
 a loop over the ops: the same floats bit for bit, whether the prefix sums run in one chunk or in many (chunks
 of whole ranks, a rank larger than a chunk alone), with ranks in order or interleaved."""
 
@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedsim.hardware.profile import load_profile
-from schedsim.sim import gpu_host as gh
+from schedsim.gpu import host as gh
 
 PROFILE = load_profile("h200x2")
 

@@ -19,7 +19,7 @@ def _chain(n: int) -> str:
 
 
 def test_cold_fraction_is_linear_across_the_span_and_zero_without_an_l2_size() -> None:
-    from schedsim.sim.gpu_model import l2_cold_fraction
+    from schedsim.gpu.rules import l2_cold_fraction
 
     prof = waves_profile(l2_bytes=1000.0, l2_cold_span=(0.5, 0.9))
     got = l2_cold_fraction(np.array([0.0, 500.0, 600.0, 700.0, 900.0, 5000.0]), prof)
@@ -28,7 +28,7 @@ def test_cold_fraction_is_linear_across_the_span_and_zero_without_an_l2_size() -
 
 
 def test_cost_terms_of_a_gemm_with_a_graph_row_and_without() -> None:
-    from schedsim.cost import CostModel
+    from schedsim.gpu.cost import CostModel
     from schedsim.graph.ops import Op
 
     prof = waves_profile(hbm_miss_us=0.5, kernel_floor_us=1.0, launch={"graph_per_op_us": -0.75})

@@ -72,7 +72,7 @@ def test_softmax_unfused_where_megatrons_kernel_is_not_available() -> None:
 def test_memory_bound_kernel_costs_its_bytes_over_hbm() -> None:
     """The GPU model costs a bytes-only kernel at bytes / HBM bandwidth (dgx_a100: 1768 GB/s) above the kernel
     floor: the attention dropout of s = 2048, b = 4, a = 64 over tp = 8 moves 32·2048²·5 bytes."""
-    from schedsim.cost import CostModel
+    from schedsim.gpu.cost import CostModel
     from schedsim.graph.ops import Op
     from schedsim.hardware.profile import load_profile
 

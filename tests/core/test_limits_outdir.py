@@ -162,7 +162,7 @@ def test_closed_stdout_pipe_exits_0_quietly(tmp_path: Path) -> None:
 
 
 def test_nccl_rows_with_bad_values_are_refused() -> None:
-    from schedsim.nccl_tests import parse_nccl_tests
+    from schedsim.network.nccl_tests import parse_nccl_tests
 
     head = "# nThread 1 nGpus 2\n"
     good = " 1024 256 float sum -1 10.0 0.10 0.10 0 9.0 0.11 0.11 0\n"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from schedsim import api
-from schedsim.cost import CostModel
+from schedsim.gpu.cost import CostModel
 from schedsim.hardware.profile import load_profile
 from schedsim.network import NcclNetwork
 from schedsim.notes import guesses

@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedsim.cost import CostModel
+from schedsim.gpu.cost import CostModel
 from schedsim.errors import ProfileError
 from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.network import NcclNetwork
@@ -405,7 +405,7 @@ NIC2_SECOND = ("  - {name: s9, kind: send, ranks: [0], peer: 9, bytes: 67108864,
 def test_two_flows_share_the_senders_nic():
     """Rank 0 (node 0) sends 64 MiB to ranks 8 and 9 (node 1) at once: on DGX H100 each GPU has its own NIC
     (rail-optimised), so both flows leave through rank 0's NIC, whose out direction they share at 1/2 each
-    (rule 6 of schedsim.sim.gpu_model: k transfers on one link direction). Solo: 22.4 us (Simple p2p step
+    (rule 6 of schedsim.gpu.rules: k transfers on one link direction). Solo: 22.4 us (Simple p2p step
     across nodes) + 64 MiB / 50 GB/s = 1364.577 us; together both take 2 x that."""
     from schedsim.api import simulate_spec
     from schedsim.spec.loader import load_text
@@ -585,7 +585,7 @@ TWO_HOST_LOG = """# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(
 
 def test_a_multi_node_table_times_only_groups_over_as_many_nodes(tmp_path: Path):
     from executor.calibrate_logs import profile_from_nccl_tests
-    from schedsim.nccl_tests import parse_nccl_tests
+    from schedsim.network.nccl_tests import parse_nccl_tests
 
     log = parse_nccl_tests(TWO_HOST_LOG, collective="all_reduce")
     assert (log.nranks, log.nodes) == (4, 2)
@@ -609,7 +609,7 @@ def test_crossing_the_node_boundary_never_raises_busbw(name: str) -> None:
     """Every shipped profile: a collective over ``g + k`` ranks (past one node of ``g`` GPUs) has busbw at most
     that of the same size on the node's ``g`` ranks (nccl-tests busbw = bytes x bus factor / time), so never
     less time for all_reduce; h200 broke it (one node by links.nvlink 5.30 ms, two by NVLS-tree 4.43 ms at 1 GiB)."""
-    from schedsim.cost import bus_factor
+    from schedsim.gpu.cost import bus_factor
 
     prof = load_profile(name)
     cost = CostModel(prof)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from schedsim.hardware.profile import HardwareProfile, load_profile
-from schedsim.nccl_tests import NcclTestsLog, parse_nccl_tests, read_nccl_tests
+from schedsim.network.nccl_tests import NcclTestsLog, parse_nccl_tests, read_nccl_tests
 from schedsim.network import NcclNetwork
 from schedsim.network.fit import _row_time, fit_profile
 from schedsim.network.links import bus_factor

@@ -37,9 +37,9 @@ def test_two_gemms_that_fit_two_ctas_per_sm_run_side_by_side(program: bool) -> N
 
 
 def test_kernel_ctas_counts_slots_not_ctas() -> None:
-    from schedsim.cost import CostModel
+    from schedsim.gpu.cost import CostModel
     from schedsim.graph.ops import Op
-    from schedsim.sim.gpu_kernels import kernel_ctas
+    from schedsim.gpu.kernels import kernel_ctas
 
     prof = waves_profile()
     gemm = prof.gemm.model_copy(update={"ctas": [("fp32", 256, 512, 1024, 24)],

@@ -1,4 +1,4 @@
-"""The steady power state (schedsim/sim/power.py): tensor-core duty, the duty curve, the fixed point, by hand."""
+"""The steady power state (schedsim/gpu/power.py): tensor-core duty, the duty curve, the fixed point, by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from schedsim.hardware.profile import Power, load_profile
-from schedsim.sim.power import (
+from schedsim.gpu.power import (
     TOLERANCE,
     below_onset,
     iteration_gap_of,
@@ -91,7 +91,7 @@ def test_the_least_fixed_point_where_the_duty_falls_as_gemms_slow():
     1.0615 (asks 1.1366, too small) -> bisection of [1.0615, 1.1333] down to 1.1 within the bracket; its run is
     returned. Stopping where the passes ran out (four) returned 1.1366's run: no fixed point either, and the
     side of the jump the passes end on depends on the GEMM's size."""
-    from schedsim.sim.power import BRACKET
+    from schedsim.gpu.power import BRACKET
 
     base = load_profile("h200x2").model_copy(update={"power": Power(gemm_slowdown_by_duty=[(0.5, 1.0), (1.0, 1.2)])})
     t0 = base.gemm.entries[0][4]
@@ -119,7 +119,7 @@ def test_pipeline_prediction_applies_the_steady_power_state(monkeypatch):
     """The shipped h200x2 has the curve measured on 2026-12-01: a 2-stage 1F1B keeps tensor cores busy > 0.73
     of the time, so its GEMMs run slower than the table: each F GEMM's solo time is the table's × the slowdown."""
     from schedsim.cli import _build, _load
-    from schedsim.cost import CostModel
+    from schedsim.gpu.cost import CostModel
     from schedsim.sim.engine import simulate
 
     monkeypatch.chdir(ROOT)

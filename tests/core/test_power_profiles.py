@@ -1,5 +1,5 @@
 """A profile's power curve multiplies GEMM times measured in short bursts at the boost clock
-(schedsim/sim/power.py), so a shipped profile with a curve must hold burst times in its GEMM table."""
+(schedsim/gpu/power.py), so a shipped profile with a curve must hold burst times in its GEMM table."""
 
 from __future__ import annotations
 

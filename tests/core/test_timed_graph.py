@@ -16,12 +16,12 @@ def test_timed_graph_adds_the_event_pair_to_every_node_and_is_a_no_op_when_unmea
     timed = prof.timed_graph()
     assert timed.launch.graph_timed and timed.is_timed_graph and timed.name == "toy+timed_graph"
     assert timed.launch.graph_per_op_us == 0.5 and not prof.launch.graph_timed  # the profile itself is unchanged
-    from schedsim.sim.gpu_model import graph_node_terms
+    from schedsim.gpu.rules import graph_node_terms
 
     assert graph_node_terms(timed, "cuda_graph") == pytest.approx((2e-6, 2e-6))  # the gap defaults to the span
     assert graph_node_terms(prof, "cuda_graph") == (0.0, 0.0)
     assert graph_node_terms(timed, "eager") == (0.0, 0.0)
-    from schedsim.cost import CostModel
+    from schedsim.gpu.cost import CostModel
     from schedsim.graph.ops import Op
 
     mm = Op("a", 0, "matmul", "s", 0, m=128, n=128, k=128, dtype="fp32", flops=2.0 * 128**3, nbytes=1.0)

@@ -133,7 +133,7 @@ def test_a_data_parallel_all_reduce_of_stage_op_lists_without_a_size_says_it_mov
 def test_one_prediction_builds_one_cost_model_for_the_simulation_and_its_guesses(monkeypatch: Any) -> None:
     """The guesses reuse the simulation's CostModel (its NCCL costs per group are computed once), and the
     model is not kept past the prediction: a second predict builds its own."""
-    from schedsim.cost import CostModel
+    from schedsim.gpu.cost import CostModel
 
     built: list[object] = []
     init = CostModel.__init__

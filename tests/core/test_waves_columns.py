@@ -119,7 +119,7 @@ def test_an_op_outside_the_world_or_with_a_nan_solo_time_is_refused(monkeypatch)
 
     import numpy as np
 
-    from schedsim.cost import CostModel
+    from schedsim.gpu.cost import CostModel
     from schedsim.errors import GraphError
 
     prog = lower(load_text(tg.HEAD % 2 + f"  - {{name: g, {tg.FULL}}}\n", "t.yaml"))

@@ -146,7 +146,7 @@ def test_measure_host_compares_with_this_process_host_costs(gloo2, tmp_path) -> 
     from executor.calibrate_host import launch_fields
     from schedsim.api import predict_to_dir
     from schedsim.hardware.profile import HardwareProfile, load_profile
-    from schedsim.sim.power import iteration_gap_of
+    from schedsim.gpu.power import iteration_gap_of
     from schedsim.sim.timeline import Timeline
 
     r, base = gloo2["tp_allreduce"]

@@ -6,7 +6,7 @@ import pytest
 from exec_helpers import DATA
 
 from schedsim.errors import SchedsimError
-from schedsim.nccl_tests import format_table, parse_nccl_tests, read_nccl_tests
+from schedsim.network.nccl_tests import format_table, parse_nccl_tests, read_nccl_tests
 
 CALIBRATE_LOG = DATA / "calibrate_h200x2_all_reduce_2026-11-30.txt"  # printed by `schedsim calibrate`, 2xH200
 

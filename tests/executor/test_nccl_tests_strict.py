@@ -246,7 +246,7 @@ def test_log_read_exactly_and_profile_round_trips(tmp_path: Path, text: str, arg
 
 
 def test_exponent_time_is_read_exactly() -> None:
-    from schedsim.nccl_tests import parse_nccl_tests
+    from schedsim.network.nccl_tests import parse_nccl_tests
 
     log = parse_nccl_tests("\n".join(HEAD + [row(s, t).replace("12345678.00", "    1.2e+07") for s, t in BIG]),
                            collective="all_reduce")

@@ -32,7 +32,7 @@ LAYER = {
     "expr": 1, "spec": 1,
     "pipeline": 2,
     "lower": 3, "graph": 3,
-    "hardware": 4, "cost": 4, "network": 4, "nccl_tests": 4,
+    "hardware": 4, "gpu": 4, "network": 4,
     "sim": 5,
     "compare": 6, "trace": 6,
     "report": 7, "search": 7,

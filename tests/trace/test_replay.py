@@ -177,7 +177,7 @@ class TestWhatIf:
         ar = [o for o in spec.ops if o.kind == "all_reduce"]
         assert len(ar) == 2 and all(o.duration_us is None for o in ar)
         assert lines == ["collectives re-costed with the profile: 2 ops"]
-        from schedsim.cost import CostModel
+        from schedsim.gpu.cost import CostModel
 
         want = CostModel(H200).collective_time("all_reduce", 4194304.0, (0, 1))
         tl = api.simulate_spec(spec, H200, gpu_model="replay").timeline

@@ -1,4 +1,4 @@
-"""The rate functions of the ``waves`` GPU model (rules of :mod:`schedsim.sim.gpu_model`) and their tables.
+"""The rate functions of the ``waves`` GPU model (rules of :mod:`schedsim.gpu.rules`) and their tables.
 
 Communication beside compute (:func:`comm_factor`, :func:`transfer_comm_rate`), batched p2p
 (:func:`batch_rate`), memory-bound kernels sharing HBM (:func:`mem_rate`), the gain of filling a wave
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedsim.sim.gpu_model import GpuRules
+from schedsim.gpu.rules import GpuRules
 
 __all__ = ["COPY_ENGINES", "REVERSE_ENGINE", "TAIL_CAP", "MAX_TABLE", "RateTables", "batch_rate", "comm_factor",
            "copy_rate", "fill_gain", "fill_gain_columns", "mem_rate", "rate_tables", "transfer_comm_rate"]
@@ -76,7 +76,7 @@ TAIL_CAP = 0.25
 
 def fill_gain(tau: float, tail_s: float) -> float:
     """Rule 4c: the rate factor 1 / (1 − min(tail / τ, :data:`TAIL_CAP`)) of a compute kernel whose waves take
-    ``tau`` seconds and whose ragged end is ``tail_s`` (:meth:`schedsim.cost.CostModel.wave_tail`), applied
+    ``tau`` seconds and whose ragged end is ``tail_s`` (:meth:`schedsim.gpu.cost.CostModel.wave_tail`), applied
     while every CTA of it is placed and a compute kernel waits for SMs; 1.0 without a tail or for a kernel of
     no time.
 

@@ -1,4 +1,4 @@
-"""Kernel sizing for the ``waves`` GPU model (rules of :mod:`schedsim.sim.gpu_model`): how many CTAs a kernel
+"""Kernel sizing for the ``waves`` GPU model (rules of :mod:`schedsim.gpu.rules`): how many CTAs a kernel
 launches (:func:`kernel_ctas`), its last wave's share (:func:`kernel_tail`), how a kernel's work splits over
 its waves (:func:`split_work`), and the boost of a memory-bound kernel (:func:`mem_boost`).
 """
@@ -10,7 +10,7 @@ from typing import cast
 
 import numpy as np
 
-from schedsim.cost import CostModel
+from schedsim.gpu.cost import CostModel
 from schedsim.graph.ops import COMM, Op, resource_of
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import DType
@@ -94,7 +94,7 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
 def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
     """``(ctas, seconds)`` of GEMM ``op``'s second kernel (rule 4b), ``(0, 0.0)`` when it has none.
 
-    The profile's ``gemm.reduce`` row (:meth:`schedsim.cost.CostModel.reduce_kernel`): its SM slots (grid over
+    The profile's ``gemm.reduce`` row (:meth:`schedsim.gpu.cost.CostModel.reduce_kernel`): its SM slots (grid over
     CTAs per SM), capped at one wave of ``sms``, each lasting the kernel's time alone (:func:`split_work` bounds
     it by the op's time); none for ``repeat`` > 1 (its kernels run as one job).
     """

@@ -1,4 +1,4 @@
-"""Rule 1 of the ``waves`` GPU model (:mod:`schedsim.sim.gpu_model`): the host thread's issue times.
+"""Rule 1 of the ``waves`` GPU model (:mod:`schedsim.gpu.rules`): the host thread's issue times.
 
 Each op's host class (:func:`host_class`), the issue times as columns (:func:`host_issue_columns`) and in the
 Op-list form (:func:`host_issue_times`), when a kernel reaches the GPU during its call
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from schedsim.cost import CostModel, cost_model
+from schedsim.gpu.cost import CostModel, cost_model
+from schedsim.gpu.rules import _compiled, _first_per_key
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.sim.gpu_model import _compiled, _first_per_key
 
 __all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_COLL", "HOST_CALL_META_MAX",
            "host_class", "host_issue_columns", "host_issue_times", "kernel_release", "end_event_bound",
@@ -46,7 +46,7 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
                        call_extra: np.ndarray | None = None, cold: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(issue, call_start)``: time (s) at which the host has issued each op, and at which its own call began
     (rule 1), float64 of shape (n,). ``call_extra`` (s, shape (n,), repeats included) is added to each op's call:
-    a GEMM shape's ``gemm.call`` row (:meth:`schedsim.cost.CostModel.gemm_call_extra`). ``cold``: the host
+    a GEMM shape's ``gemm.call`` row (:meth:`schedsim.gpu.cost.CostModel.gemm_call_extra`). ``cold``: the host
     waited for the GPU before this iteration, so its first kernel, collective and elementwise calls also pay
     ``launch.cold_first_call_us`` (:func:`host_waited`).
 

@@ -11,8 +11,8 @@ loop (:func:`rate_tables`). :mod:`schedsim.sim.waves_columns` applies them to a
 Program's columns, :mod:`schedsim.sim.waves` to lists of Op objects.
 
 The rules below are described here, in one place; their code is split by what it computes: host issue
-(rule 1) in :mod:`schedsim.sim.gpu_host`, kernel sizing (CTAs, wave tails, split of work) in
-:mod:`schedsim.sim.gpu_kernels`, the rate functions and their tables in :mod:`schedsim.sim.gpu_rates`, and
+(rule 1) in :mod:`schedsim.gpu.host`, kernel sizing (CTAs, wave tails, split of work) in
+:mod:`schedsim.gpu.kernels`, the rate functions and their tables in :mod:`schedsim.gpu.rates`, and
 :class:`GpuRules`, hardware queues, communicator order, CUDA-graph nodes and memory terms here.
 
 Rules and their sources
@@ -131,7 +131,7 @@ Rules and their sources
    2048×1024×8192 sub-GEMM's guessed 14-CTA second wave, and 76.44 ms with full
    waves (``tests/core/test_real_input.py``). With
    fewer tiles than SMs the GEMM is split-K
-   (:meth:`schedsim.cost.CostModel.gemm_ctas`) and capped at one wave (the
+   (:meth:`schedsim.gpu.cost.CostModel.gemm_ctas`) and capped at one wave (the
    split factor is a guess, so the wave count is not extrapolated from it). A
    GEMM that finds only some SMs free starts on those and places the rest as
    SMs free up (its span stretches: the ~2× of an H100 GEMM pushed into a
@@ -183,7 +183,7 @@ Rules and their sources
    while its rank's dispatch FIFO holds a compute kernel (NCCL kernels, a few
    SMs each, are not counted; a split-K reduction gets no gain), tail = the
    GEMM shape's ``gemm.tail`` row, else the nearest measured shape's of its
-   dtype (:meth:`schedsim.cost.CostModel.wave_tail`), else (no row of the
+   dtype (:meth:`schedsim.gpu.cost.CostModel.wave_tail`), else (no row of the
    dtype, or not a GEMM) ``gpu.wave_tail_us``; ``calibrate`` fits a row per
    schedule GEMM of at least half a wave run on 8 streams
    (:func:`executor.calibrate_waves.fit_wave_tail`). The
@@ -267,7 +267,7 @@ Rules and their sources
    as a kernel does (a ``copy_`` "Memcpy DtoD" beside a GEMM starts in its last
    wave, ``benchmarks/probes/sm/copy_beside_gemm.py``), so it is a memory-bound
    kernel moving 2 × ``nbytes`` (read and written; rule 5) for its solo time
-   (:meth:`schedsim.cost.CostModel.collective_time`, at ``memcpy.d2d_GBps``).
+   (:meth:`schedsim.gpu.cost.CostModel.collective_time`, at ``memcpy.d2d_GBps``).
    The in-place kinds (all_reduce, broadcast, reduce) put nothing on the GPU:
    an empty item on the rank's device-to-device copy engine, which neither
    holds nor waits for SMs. The measurements behind both: docs/validation.md,
@@ -308,7 +308,7 @@ Rules and their sources
    waits for its layer's main GEMM, 6.65 µs when it does not wait, 6.23 µs for the
    main stream alone: 1.29 µs per layer, of which the model without this rule
    already gives 0.11 µs (the aux GEMM's later start), so 1.18 µs per fork.
-   And the steady power state (:mod:`schedsim.sim.power`) slows every GEMM
+   And the steady power state (:mod:`schedsim.gpu.power`) slows every GEMM
    when tensor cores stay busy.
 9. **Graph nodes and operands from HBM** (:func:`memory_terms`). The GEMM
    table and the kernel floor are back-to-back times on a stream with operands
@@ -317,9 +317,9 @@ Rules and their sources
    ``launch.graph_per_op_us`` (negative on H200: a node runs 0.75-0.90 µs shorter
    than back to back, every small kernel measured [evidence: timed-graph]). ``execute``
    gives every op its own buffers, so a rank whose working set (the sum of its
-   ops' buffer bytes, :meth:`~schedsim.cost.CostModel.footprint`) exceeds L2
+   ops' buffer bytes, :meth:`~schedsim.gpu.cost.CostModel.footprint`) exceeds L2
    reads them from HBM every iteration: each kernel then adds
-   :meth:`~schedsim.cost.CostModel.cold_extra` (the row's cold − warm, else
+   :meth:`~schedsim.gpu.cost.CostModel.cold_extra` (the row's cold − warm, else
    ``gpu.hbm_miss_us`` for a GEMM or a floor-bound kernel), scaled by the
    rank's cold fraction, 0 below ``gpu.l2_cold_span[0]`` × ``gpu.l2_bytes`` and 1
    above ``[1]`` × it, linear in between. One H200
@@ -338,12 +338,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedsim.cost import CostModel
+from schedsim.gpu.cost import CostModel
+from schedsim.gpu.kernels import mem_boost
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.lower.program import split_one_rank
 from schedsim.network.links import ONE_RANK_NOP
-from schedsim.sim.gpu_kernels import mem_boost
 
 __all__ = ["GpuRules", "comm_fifo_columns", "comm_fifo_edges", "communicator", "graph_fork_columns", "l2_cold_fraction",
            "link_ends", "memory_terms", "one_rank_res", "split_one_rank", "stream_queue_columns", "stream_queues"]
@@ -507,8 +507,8 @@ def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: i
                  mode: str) -> tuple[np.ndarray | float, np.ndarray | float]:
     """Rule 9 per op, shape (N,) each, or the scalar 0.0 where no op has the term: ``(node_s, extra_s)``, the
     seconds its CUDA-graph node adds (0 unless
-    ``mode`` is ``cuda_graph``; :meth:`~schedsim.cost.CostModel.graph_node_delta`) and the seconds its operands
-    from HBM add (:meth:`~schedsim.cost.CostModel.cold_extra` × its rank's :func:`l2_cold_fraction`). Op ``i`` is
+    ``mode`` is ``cuda_graph``; :meth:`~schedsim.gpu.cost.CostModel.graph_node_delta`) and the seconds its operands
+    from HBM add (:meth:`~schedsim.gpu.cost.CostModel.cold_extra` × its rank's :func:`l2_cold_fraction`). Op ``i`` is
     ``tps[tmpl[i]]`` on rank ``rank[i]`` (an Op list passes ``tmpl = arange(N)``); ranks are 0..world-1."""
     N = len(tmpl)
     node: np.ndarray | float = 0.0
@@ -532,7 +532,7 @@ def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: i
 def graph_fork_columns(N: int, src: np.ndarray, dst: np.ndarray, rank: np.ndarray, stream: np.ndarray,
                        profile: HardwareProfile, mode: str, per_op: np.ndarray | None = None) -> np.ndarray:
     """Rule 8: extra solo seconds per op, shape (N,): for an op with a DAG successor on another stream of its rank
-    when ``mode`` is ``cuda_graph``, ``per_op[i]`` (:meth:`~schedsim.cost.CostModel.graph_fork_s`: the row of its
+    when ``mode`` is ``cuda_graph``, ``per_op[i]`` (:meth:`~schedsim.gpu.cost.CostModel.graph_fork_s`: the row of its
     GEMM shape in ``launch.graph_fork_edges``) or, without ``per_op``, ``launch.graph_cross_stream_edge_us``; else
     0. ``src``/``dst`` are the DAG's edges (op indices), ``rank``/``stream`` int arrays of shape (N,)."""
     extra = profile.launch.graph_cross_stream_edge_us * 1e-6
@@ -587,12 +587,12 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
 
 def _compiled(name: str):
     """The compiled function ``name`` of :func:`host_issue_columns` (``_cwaves.issue_times``: the whole rule from
-    its tables; ``issue_sums``: the prefix sums), or None when the compiled loop is not in use
-    (:func:`schedsim.sim.loop.compiled_loop`) or is a build without it: then numpy adds the same floats in the
-    same order."""
-    from schedsim.sim.loop import compiled_loop
+    its tables; ``issue_sums``: the prefix sums), or None when the extension is not built, lacks it or
+    ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`): then numpy adds the same floats in the same
+    order."""
+    from schedsim.lower.program import compiled
 
-    return getattr(compiled_loop(), name, None)
+    return compiled(name)
 
 
 def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:

@@ -1,16 +1,15 @@
 """Cost model: the solo (uncontended) duration of each op, from a hardware profile.
 
-* **GEMM** (``matmul``): the measured table of the profile, for the op's dtype, as a time surface that never
-  decreases as m, n or k grows (:class:`_GemmSurface`). On the grid of every measured m, n and k value, each
-  node's estimate is the achieved FLOP/s interpolated by inverse-distance weighting (power 2) of log(FLOP/s) over
-  the 4 nearest measured shapes in (log2 m, log2 n, log2 k) space, held between the measured times of the shapes
-  below and above it; the grid is then made monotone by L∞ isotonic regression of log time (:func:`_isotonic`),
-  and a shape is read off it by multilinear interpolation of log time in log2 m, n, k (outside the measured
-  values of an axis the FLOP/s of the nearest node stays: time in proportion to that dimension). A measured shape
-  returns its measured time (the geometric mean of its rows if measured more than once), also where the table
-  has a larger shape measured faster: such rows are another cuBLAS kernel (a different grid), not noise, which
-  the monotone fit would pull to one time for both (docs/validation.md, "One-rank collectives and measured GEMM
-  rows").
+* **GEMM** (``matmul``): the measured table of the profile, for the op's dtype, as a time surface that never decreases
+  as m, n or k grows (:class:`schedsim.gpu.gemm.GemmSurface`). On the grid of every measured m, n and k value, each
+  node's estimate is the achieved FLOP/s interpolated by inverse-distance weighting (power 2) of log(FLOP/s) over the
+  4 nearest measured shapes in (log2 m, log2 n, log2 k) space, held between the measured times of the shapes below and
+  above it; the grid is then made monotone by L∞ isotonic regression of log time (:func:`schedsim.monotone.isotonic`),
+  and a shape is read off it by multilinear interpolation of log time in log2 m, n, k (outside the measured values of
+  an axis the FLOP/s of the nearest node stays: time in proportion to that dimension). A measured shape returns its
+  measured time (the geometric mean of its rows if measured more than once), also where the table has a larger shape
+  measured faster: such rows are another cuBLAS kernel (a different grid), not noise, which the monotone fit would
+  pull to one time for both (docs/validation.md, "One-rank collectives and measured GEMM rows").
   Between measured shapes, and beyond them, the surface never decreases; a time can drop only onto or off a
   measured shape that ran faster or slower than the fit there (:meth:`CostModel.gemm_row`).
   time = max(kernel floor, that). With no entry for the dtype it falls back to a roofline: max(floor,
@@ -27,19 +26,16 @@
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
 
 from schedsim.errors import ProfileError
+from schedsim.gpu.gemm import GemmSurface, idw_times, transfer_times
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS
-from schedsim.monotone import isotonic as _isotonic
 from schedsim.network import CollectiveCost, NcclNetwork
 from schedsim.network.links import ONE_RANK_NOP, LinkTables, bus_factor
 
@@ -54,94 +50,6 @@ _SIBLING = {"bf16": "fp16", "fp16": "bf16"}
 def _shape_key(op: Op) -> tuple[str, int, int, int]:
     """A GEMM's key in the profile's per-shape rows: (dtype, m·batch, n, k), dtype ``fp32`` when unset."""
     return (op.dtype or "fp32", op.m * op.batch, op.n, op.k)
-
-
-def _idw_times(shapes: Any, fit: Any) -> Any:
-    """Seconds at ``shapes`` (rows log2 m, log2 n, log2 k) from measured ``fit`` rows (log2 m, log2 n, log2 k,
-    seconds): 2·m·n·k over the FLOP/s interpolated by inverse-distance weighting (power 2) of log(FLOP/s) over
-    the 4 nearest measured shapes (a measured shape gives its own time)."""
-    import numpy as np
-
-    log_rate = np.log(2.0) + (fit[:, 0] + fit[:, 1] + fit[:, 2]) * np.log(2.0) - np.log(fit[:, 3])
-    d2 = ((shapes[:, None, :] - fit[None, :, :3]) ** 2).sum(axis=2)
-    near = np.argsort(d2, axis=1, kind="stable")[:, :4]
-    dn = np.take_along_axis(d2, near, axis=1)
-    exact = dn[:, 0] == 0.0
-    w = 1.0 / np.where(dn == 0.0, 1.0, dn)
-    lr = (w * log_rate[near]).sum(axis=1) / w.sum(axis=1)
-    lr = np.where(exact, log_rate[near[:, 0]], lr)
-    return np.exp(np.log(2.0) + shapes.sum(axis=1) * np.log(2.0) - lr)
-
-
-def _transfer_times(shapes: Any, fit: Any, ref: _GemmSurface) -> Any:
-    """Seconds at ``shapes``: the reference surface's time there times own/reference time of the own nearest
-    measured shape (``gemm.shape_curve_from``)."""
-    import numpy as np
-
-    d2 = ((shapes[:, None, :] - fit[None, :, :3]) ** 2).sum(axis=2)
-    near = fit[np.argmin(d2, axis=1)]
-    ref_at = np.array([ref.time(*(2.0 ** s)) for s in shapes])
-    ref_near = np.array([ref.time(*(2.0 ** r[:3])) for r in near])
-    return ref_at * near[:, 3] / ref_near
-
-
-class _GemmSurface:
-    """One dtype's GEMM time surface, non-decreasing in m, n and k (the module docstring gives the rule).
-
-    ``measured``: (m, n, k, seconds) rows; ``estimate(shapes, fit)`` gives the seconds at grid nodes (rows of
-    log2 m, n, k) from the monotone fit of the measured rows; ``extra_axes`` (log2 m, n and k arrays) adds
-    node values per axis.
-    """
-
-    def __init__(self, measured: list[tuple[int, int, int, float]], estimate: Any,
-                 extra_axes: tuple[Any, ...] = ()) -> None:
-        import numpy as np
-
-        pts = np.array([[math.log2(m), math.log2(n), math.log2(k), t] for m, n, k, t in measured])
-        le = (pts[:, None, :3] <= pts[None, :, :3]).all(axis=2)  # le[i, j]: shape i <= shape j on every axis
-        lt = np.log(pts[:, 3])
-        # the measured times, made monotone among themselves first (a no-op where they already are)
-        fit_t = np.exp((np.where(le, lt[:, None], -np.inf).max(axis=0) + np.where(le.T, lt[:, None], np.inf)
-                        .min(axis=0)) / 2)
-        fit = np.column_stack([pts[:, :3], fit_t])
-        # sorted distinct values without np.unique, whose module imports numpy.ma (a cold-start cost)
-        self.axes = tuple(np.array(sorted(set(np.concatenate([pts[:, a], *extra_axes[a:a + 1]]).tolist())))
-                          for a in range(3))
-        grid = np.stack(np.meshgrid(*self.axes, indexing="ij"), axis=-1).reshape(-1, 3)
-        est = np.log(estimate(grid, fit))
-        # held between the measured times below and above each node, so that the fit keeps measured shapes
-        below = (fit[None, :, :3] <= grid[:, None, :]).all(axis=2)
-        above = (fit[None, :, :3] >= grid[:, None, :]).all(axis=2)
-        lf = np.log(fit[:, 3])
-        est = np.clip(est, np.where(below, lf, -np.inf).max(axis=1), np.where(above, lf, np.inf).min(axis=1))
-        self.log_t = _isotonic(est.reshape(tuple(len(a) for a in self.axes)))
-        self._ax = [a.tolist() for a in self.axes]
-
-    def time(self, m: float, n: float, k: float) -> float:
-        """Seconds of an m×n×k GEMM: multilinear interpolation of log time in log2 m, n, k; outside the nodes of
-        an axis the time is in proportion to that dimension (the edge node's FLOP/s)."""
-        corners: list[tuple[int, float]] = []  # per axis: (lower index, weight of the upper one)
-        extra = 0.0
-        for q, ax in zip((math.log2(m), math.log2(n), math.log2(k)), self._ax, strict=True):
-            if q <= ax[0]:
-                corners.append((0, 0.0))
-                extra += q - ax[0]
-            elif q >= ax[-1]:
-                corners.append((len(ax) - 1, 0.0))
-                extra += q - ax[-1]
-            else:
-                i = bisect.bisect_right(ax, q) - 1
-                corners.append((i, (q - ax[i]) / (ax[i + 1] - ax[i])))
-        val = 0.0
-        for bits in itertools.product((0, 1), repeat=3):
-            w = 1.0
-            idx = []
-            for b, (i, f) in zip(bits, corners, strict=True):
-                w *= f if b else 1.0 - f
-                idx.append(i + b if b else i)
-            if w:
-                val += w * float(self.log_t[tuple(idx)])
-        return math.exp(val) * 2.0 ** extra
 
 
 class CostModel:
@@ -174,7 +82,7 @@ class CostModel:
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
             (d, m, n, k): (w * 1e-3, c * 1e-3) for d, m, n, k, w, c in profile.gemm.graph}
         self._links = LinkTables(profile)
-        self._surfaces: dict[str, _GemmSurface | None] = {}
+        self._surfaces: dict[str, GemmSurface | None] = {}
         self._cache: dict[tuple[object, ...], float] = {}
         self._ref: CostModel | None = None
         self._net = NcclNetwork(profile) if profile.topology.scale_up is not None else None
@@ -200,12 +108,12 @@ class CostModel:
         rows when measured more than once), None if it is not measured."""
         return self._rows.get((dtype, m, n, k))
 
-    def _surface(self, dtype: str) -> _GemmSurface | None:
+    def _surface(self, dtype: str) -> GemmSurface | None:
         if dtype not in self._surfaces:
             self._surfaces[dtype] = self._build_surface(dtype)
         return self._surfaces[dtype]
 
-    def _build_surface(self, dtype: str) -> _GemmSurface | None:
+    def _build_surface(self, dtype: str) -> GemmSurface | None:
         """The dtype's surface. With ``gemm.shape_curve_from``, a node's estimate is the reference profile's time
         there scaled by the own nearest measured shape's time over the reference's time of that shape (the shape
         curve of the reference, the level of this GPU)."""
@@ -221,9 +129,9 @@ class CostModel:
                 self._ref = CostModel(load_profile(ref_name))
             ref = self._ref._surface(dtype)
             if ref is not None:
-                return _GemmSurface(own, estimate=lambda shapes, fit: _transfer_times(shapes, fit, ref),
+                return GemmSurface(own, estimate=lambda shapes, fit: transfer_times(shapes, fit, ref),
                                     extra_axes=(ref.axes[0], ref.axes[1], ref.axes[2]))
-        return _GemmSurface(own, estimate=_idw_times)
+        return GemmSurface(own, estimate=idw_times)
 
     def gemm_demand(self, op: Op) -> float:
         """Fraction of the GPU's SMs a GEMM occupies, in (0, 1] (1 when the profile lacks ``gpu.sms``).
@@ -265,7 +173,7 @@ class CostModel:
 
     def ctas_per_sm(self, op: Op) -> int:
         """CTAs of GEMM ``op``'s kernel that one SM holds at once: the profile's ``gemm.ctas_per_sm`` row for its
-        (dtype, m·batch, n, k), else 1 (rule 4 of :mod:`schedsim.sim.gpu_model`)."""
+        (dtype, m·batch, n, k), else 1 (rule 4 of :mod:`schedsim.gpu.rules`)."""
         if not self._occ:
             return 1
         got = self._occ.get(self._kernel_key(op))
@@ -285,7 +193,7 @@ class CostModel:
 
     def wave_tail(self, op: Op) -> float:
         """Seconds of compute op ``op``'s ragged last-wave end that a waiting compute kernel takes back (rule 4c
-        of :mod:`schedsim.sim.gpu_model`): the profile's ``gemm.tail`` row for a GEMM of that (dtype, m·batch, n,
+        of :mod:`schedsim.gpu.rules`): the profile's ``gemm.tail`` row for a GEMM of that (dtype, m·batch, n,
         k); for a GEMM without one, the row of the nearest measured shape of its dtype (least
         |Δlog2 m| + |Δlog2 n| + |Δlog2 k|; the mean of the rows tied nearest; fp16 and bf16 stand in for each
         other when a dtype has no row); else ``gpu.wave_tail_us``.
@@ -307,7 +215,7 @@ class CostModel:
 
     def gemm_call_extra(self, op: Op) -> float:
         """Seconds a GEMM ``op``'s host call costs beyond ``launch.eager_per_op_us`` (one call; rule 1 of
-        :mod:`schedsim.sim.gpu_model`): ``(x - 1) · eager_per_op_us`` with ``x`` its ``gemm.call`` row, else 0 (and
+        :mod:`schedsim.gpu.rules`): ``(x - 1) · eager_per_op_us`` with ``x`` its ``gemm.call`` row, else 0 (and
         0 for every other op). Can be negative (a row below 1)."""
         if not self._call or op.kind != "matmul":
             return 0.0
@@ -487,7 +395,7 @@ class CostModel:
         self._cache[key] = t
         return t
 
-    # -- graph nodes and operands from HBM (rule 9 of schedsim.sim.gpu_model) ---------------------------
+    # -- graph nodes and operands from HBM (rule 9 of schedsim.gpu.rules) ---------------------------
     def graph_row(self, op: Op) -> tuple[float, float] | None:
         """``(warm_s, cold_s)`` of one launch of GEMM ``op`` as a CUDA-graph node (profile ``gemm.graph``, exact
         (dtype, m·batch, n, k)), or None."""
@@ -498,7 +406,7 @@ class CostModel:
     def graph_node_delta(self, op: Op) -> float:
         """Seconds a CUDA-graph node changes ``op``'s :meth:`duration` by (negative: shorter), all ``repeat``
         kernels: a GEMM with a ``gemm.graph`` row takes its measured warm node time, any other kernel adds
-        ``launch.graph_per_op_us`` (rule 1 and 9 of :mod:`schedsim.sim.gpu_model`). Never takes an op below
+        ``launch.graph_per_op_us`` (rule 1 and 9 of :mod:`schedsim.gpu.rules`). Never takes an op below
         half its duration (an API-built op shorter than the saving). Collectives, p2p and copies take a positive
         ``graph_per_op_us`` but not a negative one (that saving was measured on compute kernels, ``add_``)."""
         if op.kind not in ("matmul", "compute"):  # collectives, p2p, copies: a per-node cost, never the kernels' saving
