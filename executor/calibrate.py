@@ -16,7 +16,7 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    the Kineto record: ``gemm.ctas``, ``gemm.ctas_per_sm``); for GEMMs under 200 µs its time as a
    CUDA-graph node with operands in L2 and from HBM (``gemm.graph``, :func:`gemm_graph_times`) and,
    for the first 24 shapes, the graph-fork probe at that shape (``launch.graph_fork_edges``,
-   :func:`fork_edge_rows`). Rules 4, 8 and 9 of :mod:`schedsim.gpu.rules` use them.
+   :func:`fork_edge_rows`). Rules cta-count, graph-forks and graph-nodes of :mod:`schedsim.gpu.rules` use them.
 2. **Collectives** (all ranks, world size ≥ 2): all_reduce, all_gather,
    reduce_scatter, all_to_all, broadcast, reduce, a sendrecv ring (one
    ``batch_isend_irecv`` per step) and unbatched one-way p2p over a size sweep;
@@ -26,7 +26,7 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    slowest rank's median, printed as an
    nccl-tests-style table (size, count, type, redop, root, time, algbw, busbw,
    #wrong: every element of the output is checked against the expected value).
-   busbw = algbw × the nccl-tests factor (:func:`schedsim.gpu.cost.bus_factor`).
+   busbw = algbw × the nccl-tests factor (:func:`schedsim.network.links.bus_factor`).
 3. **Copies**: pinned h2d and d2h, and d2d (bytes read plus written), 256 MiB
    (8 MiB with ``--quick``).
 4. **Launch overhead**: host time per op of (a) a plain loop of tiny
@@ -138,7 +138,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
             raw["sm_stream"] = measure_sm_stream(torch, ctx.device, sms, log)
         raw["copies"] = _measure_copies(b, o.quick, log)
         raw["launch"] = _measure_launch(b, log)
-        # rule 1's gemm.call rows: the host call of each GEMM short enough for the host to bound it
+        # rule host-issue's gemm.call rows: the host call of each GEMM short enough for the host to bound it
         calls = [(r[0], r[1], r[2], r[3]) for r in raw["gemm"] if ctx.cuda and r[4] * 1e-3 <= CALL_ROW_MAX_S]
         raw["host"] = host_costs(b, log, calls)
         n_fresh = o.host_processes if o.host_processes is not None else (3 if ctx.cuda else 0)
@@ -192,7 +192,7 @@ def _cpu_gpu_fields(g: dict[str, Any], gemm_rows: list[list[Any]], base: str, wh
     describes that GPU stays. ``peak_tflops`` holds only the dtypes the GEMM table measured, each at its best
     measured rate (``gemm_efficiency`` 1: the roofline fallback is then that rate), so a dtype the run did not
     measure falls back to the fp32 rate (:mod:`schedsim.gpu.cost`'s rule) rather than the base GPU's datasheet peak;
-    ``sms``, ``sm_stream_GBps`` (SM occupancy, rule 5 of :mod:`schedsim.gpu.rules`) are left out; a warning
+    ``sms``, ``sm_stream_GBps`` (SM occupancy, rule hbm-share of :mod:`schedsim.gpu.rules`) are left out; a warning
     names what was dropped."""
     peaks = measured_peaks(gemm_rows)
     dropped = sorted(set(g.get("peak_tflops", {})) - set(peaks))

@@ -145,7 +145,7 @@ def _sweep_sizes(o: CalibrateOptions, n: int) -> list[int]:
 def _measure(b: _Bench, o: CalibrateOptions, kind: str, bufs: _Bufs) -> dict[str, Any] | None:
     """Check, then time one collective at one size on every rank; the nccl-tests row on rank 0 (slowest
     rank's time; busbw = algbw × the kind's bus factor), None elsewhere."""
-    from schedsim.gpu.cost import bus_factor
+    from schedsim.network.links import bus_factor
 
     ctx = b.ctx
     case = _CASES[kind](bufs)

@@ -142,7 +142,7 @@ FORK_ROWS_MAX = 24
 
 def gemm_graph_times(torch: Any, dev: Any, dtype: Any, m: int, n: int, k: int, l2: float) -> tuple[float, float]:
     """``(warm_s, cold_s)`` of one ``torch.matmul(a, b, out=c)`` as a node of a CUDA-graph chain (profile
-    ``gemm.graph``, rule 9 of :mod:`schedsim.gpu.rules`): 64 nodes reusing one (a, b), outputs distinct (in
+    ``gemm.graph``, rule graph-nodes of :mod:`schedsim.gpu.rules`): 64 nodes reusing one (a, b), outputs distinct (in
     L2); and one node per input set of a pool of at least 4x ``l2`` bytes, 8-1024 sets (from HBM, as ``execute``
     runs a schedule whose buffers exceed L2). One H200 [evidence: l2-graph-forks]: bf16
     32x1024x1024 3.49 / 4.45 us."""
@@ -165,7 +165,7 @@ def gemm_graph_times(torch: Any, dev: Any, dtype: Any, m: int, n: int, k: int, l
 
 def longest_kernel_ctas(events: list[dict[str, Any]], m: int | None = None, n: int | None = None,
                         sms: int | None = None) -> int | None:
-    """Work units (rule 4's CTAs) of the longest ``"cat": "kernel"`` event of a Chrome trace (Kineto's export):
+    """Work units (rule cta-count's CTAs) of the longest ``"cat": "kernel"`` event of a Chrome trace (Kineto's export):
     x·y·z of its ``grid``, or None when no kernel event carries a grid. A *persistent* GEMM (a grid of at least
     ``sms`` CTAs, each looping over output tiles) with more output tiles of ``m``×``n`` than CTAs counts its
     tiles (:func:`persistent_tiles`): its CTAs with one tile fewer exit a tile's time early and free their SMs

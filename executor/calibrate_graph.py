@@ -62,7 +62,7 @@ def add_graph_times(b: _Bench, l2: float) -> dict[str, float]:
     """µs per ``add_`` on 32x1024 bf16 (64 KiB) back to back (:meth:`_Bench.time_batched` over 64 tensors, the
     kernel floor's method) and as a graph-chain node, in L2 (64 nodes over 64 tensors) and from HBM (one tensor per
     node, :func:`pool_count`): ``add_stream_us``, ``add_graph_us``, ``add_graph_cold_us``.
-    ``launch.graph_per_op_us`` = graph - stream; ``gpu.hbm_miss_us`` = cold - graph (rule 9; one H200,
+    ``launch.graph_per_op_us`` = graph - stream; ``gpu.hbm_miss_us`` = cold - graph (rule graph-nodes; one H200,
     1.17 and 1.73 in the graph)."""
     torch, dev = b.torch, b.ctx.device
     side = torch.cuda.Stream(device=dev)
@@ -346,12 +346,13 @@ def graph_timing_event_us(torch: Any, dev: Any, ops: int = 64) -> dict[str, floa
 
 def graph_edge_us(profile: dict[str, Any], fork_us: float, base_us: float,
                   shape: tuple[str, int, int, int] = ("bf16", GRAPH_T, GRAPH_H, GRAPH_H)) -> float:
-    """Rule 8's edge term for a fork at a GEMM of ``shape`` (dtype, m, n, k): the measured extra GPU time per layer
+    """Rule graph-forks's edge term for a fork at a GEMM of ``shape`` (dtype, m, n, k): the measured extra GPU time
+    per layer
     of the graph-edge probe (:func:`_graph_fork_us`) with the aux GEMM waiting for the main one (``fork_us``) over
     the main stream alone (``base_us``), less what the ``waves`` model predicts for the same difference with
     ``profile`` (a profile dict; its edge terms set to 0), at least 0. Both variants are simulated as schedules of
     GRAPH_LAYERS layers (``launch: cuda_graph``), so the term adds only what the model misses: one H200,
-    [evidence: l2-graph-forks] (rule 9 in the model): 0.32 / 0.37 / 1.69 / 3.11 / 3.08 µs
+    [evidence: l2-graph-forks] (rule graph-nodes in the model): 0.32 / 0.37 / 1.69 / 3.11 / 3.08 µs
     at bf16 T×H = 8×256, 16×512, 32×1024, 16×2048, 64×2048 (T×H×H GEMMs).
 
     Raises pydantic.ValidationError if ``profile`` is not a valid profile."""

@@ -48,7 +48,7 @@ enqueue work). Plain PyTorch, written as a user would:
     one ``dist.batch_isend_irecv`` of a send and a recv with the neighbour.
 ``call_launch_fraction`` (CUDA; a fraction, not µs)
     where inside a ``torch.matmul`` call its kernel reaches the GPU, as a fraction of the call's host time
-    (:func:`_launch_fraction`): a kernel can start before its own call returns (rule 1 of
+    (:func:`_launch_fraction`): a kernel can start before its own call returns (rule host-issue of
     :mod:`schedsim.gpu.rules`, :func:`~schedsim.gpu.host.kernel_release`).
 ``executor_extra_per_op_us``
     the executor's lean issue path (:mod:`executor.lean`) over a two-stream probe of tiny ops
@@ -165,7 +165,7 @@ def gemm_call_rows(costs: dict[str, float]) -> list[list[Any]]:
 
 def _gemm_calls(b: Any, base_us: float, gemms: Sequence[tuple[str, int, int, int]]) -> dict[str, float]:
     """Host time of one ``torch.matmul(a, b, out=c)`` of each shape over ``base_us`` (the 64×64 call's): the
-    ``gemm.call`` rows of rule 1, loops of :data:`N` calls behind a sleep like every kind here."""
+    ``gemm.call`` rows of rule host-issue, loops of :data:`N` calls behind a sleep like every kind here."""
     from executor.kernels import torch_dtype
 
     torch, dev = b.torch, b.ctx.device

@@ -1,4 +1,4 @@
-"""The ragged end of a GEMM's wave, for ``gpu.wave_tail_us`` (``schedsim calibrate``; rule 4c of
+"""The ragged end of a GEMM's wave, for ``gpu.wave_tail_us`` (``schedsim calibrate``; rule wave-tail of
 :mod:`schedsim.gpu.rules`).
 
 A wave's CTAs do not end together. Back to back on one stream a kernel holds its last wave's SMs until the
@@ -132,12 +132,12 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
     as the shape's GEMM row and ``grid`` CTAs (if measured) on ``profile`` (a
     :class:`schedsim.hardware.profile.HardwareProfile`) with host costs and the power curve off (the runs are
     queued behind a sleep and last milliseconds). 0 when even no tail predicts no more than measured; capped
-    where rule 4c's gain stops growing (:data:`schedsim.gpu.rates.TAIL_CAP` of the wave). Bisection on the
+    where rule wave-tail's gain stops growing (:data:`schedsim.gpu.rates.TAIL_CAP` of the wave). Bisection on the
     predicted makespan, which does not rise with the tail.
     """
+    from schedsim.gpu.rates import TAIL_CAP
     from schedsim.graph.build import build_graph
     from schedsim.sim.engine import simulate
-    from schedsim.gpu.rates import TAIL_CAP
     from schedsim.spec.loader import load_text
 
     key = (rec["dtype"], int(rec["m"]), int(rec["n"]), int(rec["k"]))
@@ -200,7 +200,7 @@ def assemble_wave_tail(d: dict[str, Any], raw: dict[str, Any], where: str) -> No
     d["gemm"]["source"] += f"; tail: {how}"
 
 
-#: rule 5's probe: a bf16 GEMM long enough to hold its SMs for a few hundred µs (one H200: 128 CTAs of split-K
+#: rule hbm-share's probe: a bf16 GEMM long enough to hold its SMs for a few hundred µs (one H200: 128 CTAs of split-K
 #: 256x128 tiles, 339 µs, 4 SMs free) and an elementwise add_ moving this many bytes (read 2, write 1) beside it
 SM_STREAM_GEMM = (2048, 1024, 65536)
 SM_STREAM_BYTES = 12.6e6
@@ -208,7 +208,7 @@ SM_STREAM_BYTES = 12.6e6
 
 def measure_sm_stream(torch: Any, dev: Any, sms: int, log: Callable[[str], None], reps: int = 5
                       ) -> dict[str, Any] | None:
-    """``gpu.sm_stream_GBps`` (rule 5 of :mod:`schedsim.gpu.rules`): the HBM bandwidth one SM streams in an
+    """``gpu.sm_stream_GBps`` (rule hbm-share of :mod:`schedsim.gpu.rules`): the HBM bandwidth one SM streams in an
     elementwise ``add_`` that holds only the SMs a GEMM on another stream leaves free. The GEMM
     (:data:`SM_STREAM_GEMM`, bf16) is launched, the host spins 50 µs so that it holds its SMs, then the add
     (:data:`SM_STREAM_BYTES`) goes on a second stream; a Kineto trace gives both kernels' spans, and GB/s = bytes /

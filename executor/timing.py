@@ -149,7 +149,7 @@ def host_call_ends(per_rank: list[RankTimes]) -> dict[str, float]:
     """``{op id: seconds}``: when each op's call returned on its rank's host, from the start of the rank's issue
     loop of an uninstrumented iteration, median over the stamped iterations (``host_call_end_s``), rounded to
     0.1 µs; empty when no rank stamped any (CPU ranks, CUDA graphs, ``--host-call-iters 0``). What the model's
-    host thread (rule 1 of :mod:`schedsim.gpu.rules`) predicts as the op's issue time plus its call.
+    host thread (rule host-issue of :mod:`schedsim.gpu.rules`) predicts as the op's issue time plus its call.
 
     >>> host_call_ends([{"ids": ["a@r0", "b@r0"], "host_call_end_s": [[10e-6, 31e-6], [12e-6, 29e-6], [11e-6, 30e-6]]}])
     {'a@r0': 1.1e-05, 'b@r0': 3e-05}

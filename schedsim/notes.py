@@ -163,7 +163,7 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
 
 
 def _nccl_model_times(t: Any, profile: Any, cost_box: list[Any]) -> bool:
-    """Whether the NCCL model (:meth:`schedsim.gpu.cost.CostModel.network_cost`) times collective or send/recv
+    """Whether the NCCL model (:meth:`schedsim.network.model.NetworkModel.cost`) times collective or send/recv
     template ``t`` on ``profile``, not its tables or link classes. ``cost_box`` caches the CostModel."""
     if getattr(profile.topology, "scale_up", None) is None:
         return False
@@ -175,7 +175,7 @@ def _nccl_model_times(t: Any, profile: Any, cost_box: list[Any]) -> bool:
         cost_box.append(cost_model(profile))
     ranks = tuple(t.group) if t.group else (t.rank, t.peer if t.peer is not None else t.rank)
     try:
-        return bool(cost_box[0].network_cost(t.kind, t.nbytes, ranks) is not None)
+        return bool(cost_box[0].net.cost(t.kind, t.nbytes, ranks) is not None)
     except ProfileError:  # a rank without a GPU: left to the simulator's own error
         return False
 

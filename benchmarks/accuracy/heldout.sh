@@ -45,7 +45,7 @@ tar czf "$OUT/results.tgz" -C $W . 2>/dev/null
 }
 
 new_shapes() {
-# One GPU, ~8 min: the waves model (rules 4-4c) on chunked GEMM schedules at shapes and dtypes no rule was fitted
+# One GPU, ~8 min: the waves model (rules cta-count, split-k and wave-tail) on chunked GEMM schedules at shapes and dtypes no rule was fitted
 # on (issue 8's held-out check). Calibrates this GPU at the cases' GEMM shapes (calibrate fits their gemm.tail rows,
 # executor/calibrate_waves.py), then `schedsim execute --compare` with that profile:
 #   ms_bf16_c8   matmul_streams dtype=bf16 chunks=8            (2048x1024x8192 bf16 x 64)
@@ -71,11 +71,11 @@ new_shapes() {
 # SET=e (after the split-K launch order and the shipped call_launch_fraction; cases no change looked at), every
 #   case with --measure-host: matmul_streams bf16 chunks 32, allgather_mm fp16 chunks 8 and bf16 chunks 4,
 #   small_ops_graph eager at T=16 and at T=128, tp_allreduce_graph world 1 eager at 48 layers of 32 tokens
-# SET=f (after rule 5's memory-bound waves and few-SM boost, calibrate's persistent-GEMM tile count and the
+# SET=f (after rule hbm-share's memory-bound waves and few-SM boost, calibrate's persistent-GEMM tile count and the
 #   executor's spinning wait; cases no change looked at besides the first three, re-run to check the host fix):
 #   allgather_mm bf16 chunks 4 and fp16 chunks 8, matmul_streams bf16 chunks 8 (looked at), then allgather_mm bf16
 #   chunks 2 and 8, matmul_streams fp16 chunks 4, small_ops_graph eager T=32 (held out)
-# SET=g (after the cold first calls of rule 1 and calibrate measuring them and sm_stream_GBps; cases no change
+# SET=g (after the cold first calls of rule host-issue and calibrate measuring them and sm_stream_GBps; cases no change
 #   looked at): allgather_mm bf16 chunks 16 and fp16 chunks 2, matmul_streams bf16 chunks 4, tp_allreduce world 1
 #   eager 8 layers of 2048 tokens (fp32, no table row), small_ops_graph eager T=256
 # Keeps every run in OUT/runs.tgz (<case>/execute/timeline.json: replay offline with the shipped profile,
@@ -163,7 +163,7 @@ echo "=== done ($(date -u +%H:%M:%S))"
 }
 
 rule4b() {
-# One GPU, ~7 min: rule 4b (split-K reductions as kernels of their own) and the rest of the model on cases it was not
+# One GPU, ~7 min: rule split-k (split-K reductions as kernels of their own) and the rest of the model on cases it was not
 # chosen on. Calibrates this GPU (the schedules' GEMMs, with their gemm.reduce rows from Kineto), then `schedsim
 # execute --compare` with that profile of: allgather_mm on one rank (M=16384) at chunks 2, 4, 16; matmul_streams
 # at chunks 4 and 16; small_ops_graph as a CUDA graph and eagerly (--measure-host); tp_allreduce_graph at world 1
@@ -196,7 +196,7 @@ echo "=== done ($(date -u +%H:%M:%S))"
 }
 
 wave_tail() {
-# One GPU, ~8 min: rule 4c (the ragged end of a GEMM's last wave, which a waiting kernel fills: gpu.wave_tail_fill)
+# One GPU, ~8 min: rule wave-tail (the ragged end of a GEMM's last wave, which a waiting kernel fills: gpu.wave_tail_fill)
 # on cases it was not fitted on. Calibrates this GPU (the schedules' GEMMs; calibrate fits wave_tail_fill to one
 # about-one-wave GEMM run on 8 streams, executor/calibrate_waves.py), times the same 8-stream probe at more GEMM
 # shapes (fp32 and bf16, OUT/wave_tail_shapes.json), then `schedsim execute --compare` with that profile:
@@ -245,7 +245,7 @@ echo "=== done ($(date -u +%H:%M:%S))"
 }
 
 wave_tail_short() {
-# One GPU, ~3 min: rule 4c (gpu.wave_tail_us) on short GEMMs, where a fixed tail is a large part of the wave. Times
+# One GPU, ~3 min: rule wave-tail (gpu.wave_tail_us) on short GEMMs, where a fixed tail is a large part of the wave. Times
 # the 8-stream probe of executor/calibrate_waves.py at short fp32 and bf16 shapes (OUT/wave_tail_short.json), then
 # `schedsim execute --compare` with the shipped h200 of allgather_mm (one rank, M=16384) and matmul_streams at
 # chunks 16 and 32. Keeps every run in OUT/runs.tgz to replay offline (benchmarks/accuracy/replay_runs.py).
@@ -279,7 +279,7 @@ echo "=== done ($(date -u +%H:%M:%S))"
 }
 
 graph_shapes() {
-# small_ops_graph as a CUDA graph at shapes held out from rules 8 and 9 (issue 8), beside the five it was checked on,
+# small_ops_graph as a CUDA graph at shapes held out from rules graph-forks and graph-nodes (issue 8), beside the five it was checked on,
 # with a calibration on this GPU that measures every case's GEMM (graph rows and fork rows): ~7 min, one H200.
 #   OUT=dir bash benchmarks/accuracy/heldout.sh graph_shapes
 S=small_ops_graph; G=--cuda-graph; TP=tp_allreduce_graph; TPG="--set launch=cuda_graph --cuda-graph"
@@ -294,7 +294,7 @@ PROBE=0 exec bash benchmarks/probes/run.sh l2_residency
 }
 
 graph_shapes2() {
-# A second set of small_ops_graph shapes held out from rules 4, 8 and 9 (issue 8), as CUDA graphs, plus the suite's
+# A second set of small_ops_graph shapes held out from rules cta-count, graph-forks and graph-nodes (issue 8), as CUDA graphs, plus the suite's
 # eager small_ops with the process's own host costs and T16 H512 again; a calibration on this GPU that measures
 # every case's GEMM. ~6 min, one H200.   OUT=dir bash benchmarks/accuracy/heldout.sh graph_shapes2
 S=small_ops_graph; G=--cuda-graph

@@ -22,8 +22,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedsim.gpu.cost import CostModel, bus_factor
+from schedsim.gpu.cost import CostModel
 from schedsim.hardware.profile import HardwareProfile, load_profile
+from schedsim.network.links import bus_factor
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -142,9 +143,9 @@ def predict(row: Row) -> tuple[float, str]:
     gpn = cm.profile.topology.gpus_per_node
     ranks = tuple(node * gpn + g for node in range(row.nodes) for g in range(row.gpn))
     if row.kind == "sendrecv":  # nccl-tests sendrecv: every rank sends to the next and receives from the previous
-        got = cm.network_cost("send", row.nbytes, (ranks[0], ranks[1]))
+        got = cm.net.cost("send", row.nbytes, (ranks[0], ranks[1]))
     else:
-        got = cm.network_cost(row.kind, row.nbytes, ranks)
+        got = cm.net.cost(row.kind, row.nbytes, ranks)
     assert got is not None, row
     return got.seconds * 1e6, f"{got.algo}/{got.proto}"
 

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from schedsim.compare import compare_timelines, timed_profile
+from schedsim.gpu.power import iteration_gap_of, sustained_of
 from schedsim.hardware.profile import load_profile
 from schedsim.sim.engine import simulate
-from schedsim.gpu.power import iteration_gap_of, sustained_of
 from schedsim.sim.timeline import Timeline, atomic_write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the suite's summary module, next to this file

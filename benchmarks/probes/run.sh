@@ -78,7 +78,7 @@ echo "=== done ($(date -u +%H:%M:%S))"
 }
 
 dispatch_order() {
-# One GPU, ~4 min: which queued kernel gets the SMs a finishing kernel frees (rule 3), in a plain-PyTorch probe
+# One GPU, ~4 min: which queued kernel gets the SMs a finishing kernel frees (rule wave-dispatch), in a plain-PyTorch probe
 # (benchmarks/probes/sm/dispatch_order.py: Kineto kernel spans of queued GEMMs and adds) and in two GPU-bound
 # schedules run by `schedsim execute --compare --measure-host` against the shipped h200 (meta.host_call_end_s:
 # when each op's call returned on the host): allgather_mm bf16 chunks 4 and fp16 chunks 8 (one rank),
@@ -130,7 +130,7 @@ echo "=== done ($(date -u +%H:%M:%S))"
 
 first_calls() {
 # One GPU, ~3 min: what the first calls of an iteration cost the host (meta.host_call_end_s of `schedsim
-# execute`, against the model's rule 1 with the process's own host costs), by collective size and by whether
+# execute`, against the model's rule host-issue with the process's own host costs), by collective size and by whether
 # the iteration is GPU-bound (the host waits for the GPU at its end) or host-bound: tp_allreduce world 1 with
 # 8 and 8192 tokens (all_reduce of 64 KB and 64 MB), allgather_mm world 1 bf16 chunks 4 at M=K=N=1024 (512 KB
 # all_gathers, host-bound) beside the GPU-bound M=16384 runs of benchmarks/accuracy/heldout.sh new_shapes SET=f.
@@ -378,7 +378,7 @@ torchrun --nproc-per-node 2 benchmarks/probes/sm/nccl_peer_wait.py --out "${OUT:
 }
 
 stream_dispatch() {
-# One GPU, ~3 min: how the GPU dispatches kernels queued on several streams (issue 8, rule 3). allgather_mm on
+# One GPU, ~3 min: how the GPU dispatches kernels queued on several streams (issue 8, rule wave-dispatch). allgather_mm on
 # one rank (world_size=1, M=16384: the 2-rank run's GEMM shapes, fp32, one wave of 128 CTAs per GEMM on an
 # H200) at chunks 4, 8, 16 and 8 with CUDA_DEVICE_MAX_CONNECTIONS=1, and matmul_streams at chunks 8, each under
 # `schedsim execute --compare --profiler` with the shipped h200: event spans (timeline.json), the GPU's own

@@ -16,11 +16,8 @@
   FLOP / (peak·efficiency), bytes / HBM bw).
 * **Generic compute**: ``duration_us`` if given, else the same roofline. A copy, collective or send/recv given
   ``duration_us`` (a replay of an imported trace) takes it too.
-* **Collectives and send/recv**: :mod:`schedsim.network`. On a profile with ``topology.scale_up`` (and
-  ``nics``), NCCL's own model on that topology (:class:`schedsim.network.NcclNetwork`), except groups inside
-  one node that have a measured table (or ``topology.nccl_within_node`` false); otherwise, and for those, the
-  profile's nccl-tests busbw tables and link classes (:class:`schedsim.network.links.LinkTables`). One rank:
-  :meth:`CostModel.collective_time`.
+* **Collectives and send/recv**: the network model, :class:`schedsim.network.model.NetworkModel` (``CostModel.net``;
+  its docstring tells which of NCCL's tuning model and the profile's nccl-tests tables times what).
 * **memcpy**: latency + bytes / copy-engine bandwidth of the direction.
 """
 
@@ -31,15 +28,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from schedsim.errors import ProfileError
 from schedsim.gpu.gemm import GemmSurface, idw_times, transfer_times
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import P2P_KINDS
-from schedsim.network import CollectiveCost, NcclNetwork
-from schedsim.network.links import ONE_RANK_NOP, LinkTables, bus_factor
+from schedsim.network import NcclNetwork
+from schedsim.network.model import NetworkModel
 
-__all__ = ["CostModel", "bus_factor", "cost_model", "shared_cost_models"]
+__all__ = ["CostModel", "cost_model", "shared_cost_models"]
 
 #: 16-bit GEMM dtypes run the same cuBLAS kernel families (grid and tiles): a shape measured in one stands in for
 #: the other where the profile has no row of its own (one H200: bf16 and fp16 2048x1024x8192 both ran
@@ -81,11 +76,11 @@ class CostModel:
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
         self._graph_rows: dict[tuple[str, int, int, int], tuple[float, float]] = {
             (d, m, n, k): (w * 1e-3, c * 1e-3) for d, m, n, k, w, c in profile.gemm.graph}
-        self._links = LinkTables(profile)
         self._surfaces: dict[str, GemmSurface | None] = {}
         self._cache: dict[tuple[object, ...], float] = {}
         self._ref: CostModel | None = None
-        self._net = NcclNetwork(profile) if profile.topology.scale_up is not None else None
+        #: The communication model: collectives and send/recv over the profile's links or topology.
+        self.net = NetworkModel(profile, self._floor)
 
     # -- compute ---------------------------------------------------------
     def gemm_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:
@@ -173,7 +168,7 @@ class CostModel:
 
     def ctas_per_sm(self, op: Op) -> int:
         """CTAs of GEMM ``op``'s kernel that one SM holds at once: the profile's ``gemm.ctas_per_sm`` row for its
-        (dtype, m·batch, n, k), else 1 (rule 4 of :mod:`schedsim.gpu.rules`)."""
+        (dtype, m·batch, n, k), else 1 (rule cta-count of :mod:`schedsim.gpu.rules`)."""
         if not self._occ:
             return 1
         got = self._occ.get(self._kernel_key(op))
@@ -192,7 +187,7 @@ class CostModel:
         return got
 
     def wave_tail(self, op: Op) -> float:
-        """Seconds of compute op ``op``'s ragged last-wave end that a waiting compute kernel takes back (rule 4c
+        """Seconds of compute op ``op``'s ragged last-wave end that a waiting compute kernel takes back (rule wave-tail
         of :mod:`schedsim.gpu.rules`): the profile's ``gemm.tail`` row for a GEMM of that (dtype, m·batch, n,
         k); for a GEMM without one, the row of the nearest measured shape of its dtype (least
         |Δlog2 m| + |Δlog2 n| + |Δlog2 k|; the mean of the rows tied nearest; fp16 and bf16 stand in for each
@@ -214,7 +209,7 @@ class CostModel:
         return got
 
     def gemm_call_extra(self, op: Op) -> float:
-        """Seconds a GEMM ``op``'s host call costs beyond ``launch.eager_per_op_us`` (one call; rule 1 of
+        """Seconds a GEMM ``op``'s host call costs beyond ``launch.eager_per_op_us`` (one call; rule host-issue of
         :mod:`schedsim.gpu.rules`): ``(x - 1) · eager_per_op_us`` with ``x`` its ``gemm.call`` row, else 0 (and
         0 for every other op). Can be negative (a row below 1)."""
         if not self._call or op.kind != "matmul":
@@ -263,98 +258,11 @@ class CostModel:
             return self._roofline(op.flops, op.nbytes, dtype)
         return max(self._floor, t)
 
-    # -- communication ----------------------------------------------------
-    def collective_time(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
-        """Time in seconds of collective ``kind`` moving ``nbytes`` (nccl-tests size) over ``ranks``.
-
-        One rank: NCCL runs no collective (``ncclLaunchOneRank``, src/enqueue.cc: "for 1 rank, out-of-place is
-        memcpy to self, and in-place is nop"), so the in-place kinds as the executor calls them (``all_reduce``,
-        ``broadcast``, ``reduce``: :data:`ONE_RANK_NOP`) take 0 s and the others a device-to-device copy of
-        ``nbytes``. One H200 [evidence: timed-graph]: a 1-rank 8 KiB all_reduce in
-        a graph timed op by op spanned 1.2-1.3 µs, its two timing events' own span."""
-        n = len(ranks)
-        if n <= 1:
-            if kind in ONE_RANK_NOP:
-                return 0.0
-            return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
-        nodes = None
-        if self._net is not None:
-            got = self.network_cost(kind, nbytes, ranks)
-            if got is not None:
-                return got.seconds
-            nodes = self._net.shape(ranks).nodes  # with the profile's placement
-        t = self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
-        return t if kind in P2P_KINDS else max(t, self._node_floor(kind, nbytes, ranks))
-
-    def _node_floor(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
-        """A lower bound, in seconds, on collective ``kind`` of ``nbytes`` over ``ranks`` when they span several nodes
-        (else 0): the time at which its bus bandwidth equals that of the same collective on the ranks of its fullest
-        node alone, ``t_local · bus_factor(kind, n) / bus_factor(kind, local)`` (nccl-tests busbw, ``bus_factor``).
-
-        Why: busbw is the rate a GPU's own links carry the collective's traffic (nccl-tests
-        ``doc/PERFORMANCE.md``); a group across nodes still runs its node's part over the same scale-up links, and
-        the NICs only add a slower tier, so its busbw cannot exceed the node's (published: 8x H100 all_reduce
-        ~480 GB/s busbw in one node, 391 GB/s over two; ``benchmarks/accuracy/network_published.py``). The tiers can
-        disagree otherwise: a profile that times one node by its tables or link classes and nodes by the NCCL model
-        (``topology.nccl_within_node: false``), or one whose ``links.network`` outruns ``links.pcie`` (``pcie2``:
-        a 1 GiB all_reduce on 8 ranks of one node 245.8 ms by ``links.pcie``, on 9 ranks over two nodes 152.9 ms
-        by ``links.network``, without this bound). 0 where ``nccl.algo`` / ``nccl.proto`` leave the node's ranks
-        alone no algorithm (``NCCL_ALGO=NVLSTree`` runs only across nodes).
-        """
-        if self._net is not None:
-            gpu_node = [self._net.gpu_of(r) // self._net.gpn for r in ranks]
-        else:
-            gpn = self.profile.topology.gpus_per_node
-            gpu_node = [r // gpn for r in ranks] if gpn else [0] * len(ranks)
-        by_node: dict[int, list[int]] = {}
-        for r, nd in zip(ranks, gpu_node, strict=True):
-            by_node.setdefault(nd, []).append(r)
-        if len(by_node) < 2:
-            return 0.0
-        local = max(by_node.values(), key=len)
-        if len(local) < 2:
-            return 0.0
-        lf = bus_factor(kind, len(local))
-        if not lf:
-            return 0.0
-        try:
-            t_local = self.collective_time(kind, nbytes, tuple(local))
-        except ProfileError:  # NCCL_ALGO / NCCL_PROTO allow the node's ranks alone nothing (NVLSTree): no bound
-            return 0.0
-        return t_local * bus_factor(kind, len(ranks)) / lf
-
+    # -- communication: the network model's (schedsim.network.NetworkModel) -------------------------------
     @property
     def network(self) -> NcclNetwork | None:
-        """The NCCL model of a profile with ``topology.scale_up``, else None."""
-        return self._net
-
-    def has_table(self, kind: str, ranks: tuple[int, ...]) -> bool:
-        """Whether a measured busbw table of the profile times collective ``kind`` (``sendrecv`` for send/recv)
-        over ``ranks``: one for that group size, measured over as many nodes as the ranks span."""
-        nodes = self._net.shape(ranks).nodes if self._net is not None else len(
-            {r // self.profile.topology.gpus_per_node for r in ranks})
-        return self._links.covers(kind, len(ranks), nodes)
-
-    def network_cost(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> CollectiveCost | None:
-        """The NCCL model's cost of collective or p2p ``kind`` over ``ranks`` (two or more; a send/recv's are
-        ``(src, dst)``) with its algorithm and protocol, on a profile with ``topology.scale_up``
-        (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the profile leaves to
-        its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside one node with
-        ``topology.nccl_within_node`` false). A collective across nodes takes at least the time of the same one on
-        its fullest node's ranks (:meth:`_node_floor`)."""
-        if self._net is None or len(ranks) < 2:
-            return None
-        if kind in P2P_KINDS:
-            shape = self._net.shape(ranks)
-            if self.has_table("sendrecv", ranks) or (shape.nodes == 1 and not self.profile.topology.nccl_within_node):
-                return None
-            return self._net.p2p(ranks[0], ranks[-1], nbytes)
-        got = self._net.collective(kind, nbytes, ranks, has_table=self.has_table(kind, ranks))
-        if got is not None:
-            floor = self._node_floor(kind, nbytes, ranks)
-            if floor > got.seconds:
-                got = CollectiveCost(floor, got.algo, got.proto)
-        return got
+        """The NCCL model of a profile with ``topology.scale_up``, else None (``net.nccl``)."""
+        return self.net.nccl
 
     def _memcpy(self, op: Op) -> float:
         mc = self.profile.memcpy
@@ -391,11 +299,11 @@ class CostModel:
         elif kind == "memcpy":
             t = self._memcpy(op)
         else:
-            t = self.collective_time(kind, op.nbytes, op.group)
+            t = self.net.collective(kind, op.nbytes, op.group)
         self._cache[key] = t
         return t
 
-    # -- graph nodes and operands from HBM (rule 9 of schedsim.gpu.rules) ---------------------------
+    # -- graph nodes and operands from HBM (rule graph-nodes of schedsim.gpu.rules) ---------------------------
     def graph_row(self, op: Op) -> tuple[float, float] | None:
         """``(warm_s, cold_s)`` of one launch of GEMM ``op`` as a CUDA-graph node (profile ``gemm.graph``, exact
         (dtype, m·batch, n, k)), or None."""
@@ -406,8 +314,8 @@ class CostModel:
     def graph_node_delta(self, op: Op) -> float:
         """Seconds a CUDA-graph node changes ``op``'s :meth:`duration` by (negative: shorter), all ``repeat``
         kernels: a GEMM with a ``gemm.graph`` row takes its measured warm node time, any other kernel adds
-        ``launch.graph_per_op_us`` (rule 1 and 9 of :mod:`schedsim.gpu.rules`). Never takes an op below
-        half its duration (an API-built op shorter than the saving). Collectives, p2p and copies take a positive
+        ``launch.graph_per_op_us`` (rules host-issue and graph-nodes of :mod:`schedsim.gpu.rules`). Never takes an op
+        below half its duration (an API-built op shorter than the saving). Collectives, p2p and copies take a positive
         ``graph_per_op_us`` but not a negative one (that saving was measured on compute kernels, ``add_``)."""
         if op.kind not in ("matmul", "compute"):  # collectives, p2p, copies: a per-node cost, never the kernels' saving
             return op.repeat * max(0.0, self.profile.launch.graph_per_op_us) * 1e-6
@@ -417,8 +325,8 @@ class CostModel:
         return max(delta, -0.5 * d)
 
     def graph_fork_s(self, op: Op) -> float:
-        """Rule 8's seconds for a CUDA-graph fork at ``op``: the ``launch.graph_fork_edges`` row of its GEMM shape
-        (dtype, m·batch, n, k), else ``launch.graph_cross_stream_edge_us``."""
+        """Rule graph-forks's seconds for a CUDA-graph fork at ``op``: the ``launch.graph_fork_edges`` row of its GEMM
+        shape (dtype, m·batch, n, k), else ``launch.graph_cross_stream_edge_us``."""
         if op.kind == "matmul" and self._fork_rows:
             got = self._fork_rows.get(_shape_key(op))
             if got is not None:
@@ -426,7 +334,7 @@ class CostModel:
         return self.profile.launch.graph_cross_stream_edge_us * 1e-6
 
     def cold_extra(self, op: Op) -> float:
-        """Seconds ``op`` takes longer when its operands come from HBM instead of L2 (rule 9): a GEMM with a
+        """Seconds ``op`` takes longer when its operands come from HBM instead of L2 (rule graph-nodes): a GEMM with a
         ``gemm.graph`` row its ``cold - warm``; another GEMM, or a compute kernel the roofline puts at the kernel
         floor, ``gpu.hbm_miss_us``; anything else 0 (a bandwidth-bound kernel's roofline already uses the HBM rate;
         collectives and copies are timed from HBM-sized buffers). Once per op, not per ``repeat`` (its repeats
@@ -445,7 +353,8 @@ class CostModel:
 
     @staticmethod
     def footprint(op: Op) -> float:
-        """Bytes of device buffers ``op`` touches each iteration, for a rank's working set (rule 9): ``nbytes``
+        """Bytes of device buffers ``op`` touches each iteration, for a rank's working set (rule graph-nodes):
+        ``nbytes``
         (a GEMM's A, B and C; a compute op's bytes read and written; a copy's or collective's message), 0 for an
         op given only a duration."""
         return 0.0 if op.duration_s is not None else float(op.nbytes)

@@ -1,4 +1,4 @@
-"""Rule 1 of the ``waves`` GPU model (:mod:`schedsim.gpu.rules`): the host thread's issue times.
+"""Rule host-issue of the ``waves`` GPU model (:mod:`schedsim.gpu.rules`): the host thread's issue times.
 
 Each op's host class (:func:`host_class`), the issue times as columns (:func:`host_issue_columns`) and in the
 Op-list form (:func:`host_issue_times`), when a kernel reaches the GPU during its call
@@ -21,12 +21,12 @@ __all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_C
            "host_class", "host_issue_columns", "host_issue_times", "kernel_release", "end_event_bound",
            "host_end_per_rank", "host_waited"]
 
-#: Host-call classes of rule 1 (:func:`host_class`): what one op's call costs on the host.
+#: Host-call classes of rule host-issue (:func:`host_class`): what one op's call costs on the host.
 H_KERNEL, H_ELEMENTWISE, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
 
 
 def host_class(op: Op) -> int:
-    """Rule 1's call class of ``op``: a kernel launch, a bytes-only ``compute`` (an elementwise add), a copy, a
+    """Rule host-issue's call class of ``op``: a kernel launch, a bytes-only ``compute`` (an elementwise add), a copy, a
     lone send/recv, a member of a ``p2p_batch``, or a collective (the ``H_*`` constants)."""
     kind = op.kind
     if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
@@ -45,8 +45,8 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
                        profile: HardwareProfile, mode: str, model_executor: bool = False,
                        call_extra: np.ndarray | None = None, cold: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(issue, call_start)``: time (s) at which the host has issued each op, and at which its own call began
-    (rule 1), float64 of shape (n,). ``call_extra`` (s, shape (n,), repeats included) is added to each op's call:
-    a GEMM shape's ``gemm.call`` row (:meth:`schedsim.gpu.cost.CostModel.gemm_call_extra`). ``cold``: the host
+    (rule host-issue), float64 of shape (n,). ``call_extra`` (s, shape (n,), repeats included) is added to each op's
+    call: a GEMM shape's ``gemm.call`` row (:meth:`schedsim.gpu.cost.CostModel.gemm_call_extra`). ``cold``: the host
     waited for the GPU before this iteration, so its first kernel, collective and elementwise calls also pay
     ``launch.cold_first_call_us`` (:func:`host_waited`).
 
@@ -173,7 +173,7 @@ def _calls(by_class: np.ndarray, per_repeat: np.ndarray, hclass: np.ndarray, rep
 
 def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str,
                    call_extra: np.ndarray | None = None) -> np.ndarray:
-    """Rule 1, the launch inside the call: when each op's (first) kernel reaches the GPU, seconds, shape (n,),
+    """Rule host-issue, the launch inside the call: when each op's (first) kernel reaches the GPU, seconds, shape (n,),
     from :func:`host_issue_columns`' ``issue`` (the call returned), ``call0`` (the call began) and
     ``call_extra`` (its ``gemm.call`` extra, s, shape (n,)): ``call0 + f · (issue − call0 − call_extra)`` with
     ``f`` = ``launch.call_launch_fraction``. A PyTorch call launches its kernel part-way through (dispatch,
@@ -239,7 +239,7 @@ def host_end_per_rank(issue: np.ndarray, rank: np.ndarray, world: int) -> np.nda
 def host_waited(end: np.ndarray, host_end: np.ndarray, profile: HardwareProfile, mode: str) -> bool:
     """Whether a prediction's host waited ``launch.cold_wait_us`` or longer for the GPU at the iteration's end
     (``end``: the ops' ends; ``host_end``: :func:`host_end_per_rank`), so that the next iteration's first calls
-    run cold (``launch.cold_first_call_us``, rule 1); False in a graph replay or without those costs. What
+    run cold (``launch.cold_first_call_us``, rule host-issue); False in a graph replay or without those costs. What
     ``schedsim execute`` and the hand-written references measure: every iteration starts after the GPU is done.
 
     >>> from schedsim.hardware.profile import load_profile

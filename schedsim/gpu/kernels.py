@@ -17,7 +17,7 @@ from schedsim.kinds import DType
 
 __all__ = ["MEM_WAVES", "MAX_POOLED_CTAS", "BYTES_PER_CTA", "mem_boost", "kernel_ctas", "kernel_tail", "split_work"]
 
-#: Most waves of a memory-bound kernel (rule 5): the granularity at which it takes SMs as they free up (more
+#: Most waves of a memory-bound kernel (rule hbm-share): the granularity at which it takes SMs as they free up (more
 #: waves cost the loop more events and change the end by at most a wave's time: 8 made a 1M-op schedule of
 #: 50 MB adds beside GEMMs simulate in 5.4 s against 3.9 s with 4 and 2.3 s with 1, this VM).
 MEM_WAVES = 4
@@ -28,30 +28,30 @@ MEM_WAVES = 4
 MAX_POOLED_CTAS = 1 << 24
 
 
-#: Bytes moved per CTA of a non-GEMM kernel (rule 4): an estimate, not measured.
+#: Bytes moved per CTA of a non-GEMM kernel (rule cta-count): an estimate, not measured.
 BYTES_PER_CTA = 65536.0
 
 
 def mem_boost(profile: HardwareProfile, sms: int) -> float:
-    """Rule 5's β: how many times its full-GPU speed a memory-bound CTA can run on few SMs, SMs ·
+    """Rule hbm-share's β: how many times its full-GPU speed a memory-bound CTA can run on few SMs, SMs ·
     ``gpu.sm_stream_GBps`` / ``gpu.hbm_GBps``, at least 1 (1 when the profile has no ``sm_stream_GBps``)."""
     g = profile.gpu
     return 1.0 if not g.sm_stream_GBps else max(1.0, sms * g.sm_stream_GBps / g.hbm_GBps)
 
 
 def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
-    """``(ctas, waves, width)`` of a compute op (rule 4), over all ``repeat`` kernels.
+    """``(ctas, waves, width)`` of a compute op (rule cta-count), over all ``repeat`` kernels.
 
     ``waves`` = repeat · ceil(CTAs of one kernel / sms): the solo time is split evenly over them; a kernel
     narrower than the GPU (or one whose launches would pool past :data:`MAX_POOLED_CTAS` CTAs) keeps one
     launch's CTAs and waves, each CTA lasting all its launches. ``width``: 0 for a compute-bound kernel, else
-    (memory-bound, rule 5) the SMs one kernel holds alone, min(CTAs, sms); a memory-bound kernel of more CTAs
+    (memory-bound, rule hbm-share) the SMs one kernel holds alone, min(CTAs, sms); a memory-bound kernel of more CTAs
     than SMs fills its waves, so that alone it takes its solo time. A ``compute`` op of unknown grid (given
     ``duration_us``, or FLOP without bytes) is one wave of sms − ``nccl.sms_per_collective`` CTAs (at least 1):
-    room for one NCCL kernel beside it (rule 4). A kernel of more than :data:`MAX_POOLED_CTAS` CTAs counts as
+    room for one NCCL kernel beside it (rule cta-count). A kernel of more than :data:`MAX_POOLED_CTAS` CTAs counts as
     that many (in whole waves): it fills the GPU for its whole solo time either way, and the loops count CTAs
-    in int32. A collective (only one of one rank runs on SMs, rule 6b) is the memory-bound kernel of its copy:
-    2 × ``nbytes`` moved.
+    in int32. A collective (only one of one rank runs on SMs, rule one-rank-collective) is the memory-bound kernel of
+    its copy: 2 × ``nbytes`` moved.
     """
     if resource_of(op.kind) == COMM:
         op = Op(op.name, op.rank, "compute", op.stream, op.seq, nbytes=2.0 * op.nbytes, dtype=op.dtype,
@@ -77,7 +77,7 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
         peak = g.peak_tflops.get(dtype, g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency
         bound = op.nbytes / (g.hbm_GBps * 1e9) >= op.flops / peak
         one = max(1, min(sms * (MEM_WAVES if bound else 1), math.ceil(op.nbytes / BYTES_PER_CTA)))
-        if bound and one > sms:  # whole waves: a lone kernel's partial last wave would run boosted (rule 5)
+        if bound and one > sms:  # whole waves: a lone kernel's partial last wave would run boosted (rule hbm-share)
             one = -(-one // sms) * sms
         mem = min(one, sms) if bound else 0
     if one > MAX_POOLED_CTAS:  # a kernel of past 2**24 CTAs (m = n = 2**40: 2**66 tiles) fills the GPU in whole
@@ -92,7 +92,7 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
 
 
 def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
-    """``(ctas, seconds)`` of GEMM ``op``'s second kernel (rule 4b), ``(0, 0.0)`` when it has none.
+    """``(ctas, seconds)`` of GEMM ``op``'s second kernel (rule split-k), ``(0, 0.0)`` when it has none.
 
     The profile's ``gemm.reduce`` row (:meth:`schedsim.gpu.cost.CostModel.reduce_kernel`): its SM slots (grid over
     CTAs per SM), capped at one wave of ``sms``, each lasting the kernel's time alone (:func:`split_work` bounds
@@ -108,7 +108,7 @@ def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
 
 def split_work(work, tail_s):
     """``(main_s, tail_s)``: a GEMM op's ``work`` (seconds; a float or a float64 array) split between its main
-    kernel and its reduction kernel (rule 4b), which together take ``work``. The reduction keeps its measured
+    kernel and its reduction kernel (rule split-k), which together take ``work``. The reduction keeps its measured
     ``tail_s`` up to half of ``work`` (a row longer than that, or a GEMM a rule made shorter, such as a graph node
     from L2, would otherwise run the op past its own time).
 

@@ -30,7 +30,7 @@ The model (steady state, as a training loop runs iteration after iteration):
   no GEMM runs on tensor cores, or when the duty stays below the curve's first point);
 * the answer is the *least* fixed point, the smallest ``f`` whose run's duty asks for no more than ``f``. The duty
   need not grow with ``f``: a GEMM made long enough by ``f`` leaves the host waiting for the GPU, so the next
-  iteration's first call runs cold (:mod:`schedsim.gpu.rules` rule 1) and the makespan jumps, the duty falls.
+  iteration's first call runs cold (:mod:`schedsim.gpu.rules` rule host-issue) and the makespan jumps, the duty falls.
   Where a pass asks for less than the one before (``f`` overshot), the iteration bisects between the largest
   ``f`` known too small and the smallest known large enough, to :data:`BRACKET` (at most :data:`MAX_BISECT`
   more simulations), and returns the latter's run. Why the least: of two GEMMs the larger's least fixed point

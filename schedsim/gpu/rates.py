@@ -19,7 +19,7 @@ __all__ = ["COPY_ENGINES", "REVERSE_ENGINE", "TAIL_CAP", "MAX_TABLE", "RateTable
 
 
 def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> float:
-    """Time multiplier of an NCCL transfer on a rank (rule 6): 1 + (slowdown − 1)·min(1, held / available).
+    """Time multiplier of an NCCL transfer on a rank (rule nccl-sms): 1 + (slowdown − 1)·min(1, held / available).
 
     >>> comm_factor(3.5, 116, 116)
     3.5
@@ -33,9 +33,9 @@ def comm_factor(slowdown: float, compute_sms: int, free_for_compute: int) -> flo
 
 def batch_rate(rules: GpuRules, nccl_resident: bool, copying: bool) -> float:
     """Rate (solo seconds done per second) of a batch of compute CTAs: / ``gemm_slowdown_beside_nccl`` while an
-    NCCL kernel is resident (rule 6), / (1 + γ) while a copy runs. The loops multiply it by :func:`mem_rate`
-    when the kernel is memory-bound (rule 5) and by the kernel's :func:`fill_gain` while a compute kernel waits
-    (rule 4c).
+    NCCL kernel is resident (rule nccl-sms), / (1 + γ) while a copy runs. The loops multiply it by :func:`mem_rate`
+    when the kernel is memory-bound (rule hbm-share) and by the kernel's :func:`fill_gain` while a compute kernel waits
+    (rule wave-tail).
 
     >>> r = GpuRules(8, 8, 2, 3.0, 1.5, False, 1.0, 0.0, 0.5)
     >>> batch_rate(r, True, True) == 1.0 / 1.5 / 1.5
@@ -50,7 +50,7 @@ def batch_rate(rules: GpuRules, nccl_resident: bool, copying: bool) -> float:
 
 
 def mem_rate(rules: GpuRules, load: float) -> float:
-    """Rule 5's factor on a memory-bound CTA's rate: min(β, 1 / ``load``), ``load`` = Σ over the GPU's resident
+    """Rule hbm-share's factor on a memory-bound CTA's rate: min(β, 1 / ``load``), ``load`` = Σ over the GPU's resident
     memory-bound kernels of (SMs it holds / its full width, min(its CTAs, SMs)): the share of HBM they would
     take at full speed (1 for one kernel holding all it can hold), β = :attr:`GpuRules.mem_boost`.
 
@@ -70,12 +70,12 @@ COPY_ENGINES = 3
 REVERSE_ENGINE = (1, 0, -1)
 
 
-#: the most of a wave rule 4c takes back (tail / τ is capped here: a kernel of a few µs does not run at 10×)
+#: the most of a wave rule wave-tail takes back (tail / τ is capped here: a kernel of a few µs does not run at 10×)
 TAIL_CAP = 0.25
 
 
 def fill_gain(tau: float, tail_s: float) -> float:
-    """Rule 4c: the rate factor 1 / (1 − min(tail / τ, :data:`TAIL_CAP`)) of a compute kernel whose waves take
+    """Rule wave-tail: the rate factor 1 / (1 − min(tail / τ, :data:`TAIL_CAP`)) of a compute kernel whose waves take
     ``tau`` seconds and whose ragged end is ``tail_s`` (:meth:`schedsim.gpu.cost.CostModel.wave_tail`), applied
     while every CTA of it is placed and a compute kernel waits for SMs; 1.0 without a tail or for a kernel of
     no time.
@@ -121,7 +121,7 @@ def copy_rate(rules: GpuRules, compute_resident: bool, engine: int = 0, reverse_
 
 def transfer_comm_rate(rules: GpuRules, compute_held: int, nccl_held: int) -> float:
     """Rate factor of a rank's NCCL transfers, 1 / :func:`comm_factor`, with ``compute_held`` SMs held by compute
-    CTAs and ``nccl_held`` by NCCL kernels (rule 6)."""
+    CTAs and ``nccl_held`` by NCCL kernels (rule nccl-sms)."""
     return 1.0 / comm_factor(rules.nccl_slowdown, compute_held, rules.sms - nccl_held)
 
 
@@ -136,7 +136,7 @@ class RateTables:
     functions of this module (the Python loop calls the same functions), so both apply the same numbers
     bit for bit.
 
-    The loops add only the mechanics of rule 6: a transfer's rate is the minimum over its link ends of
+    The loops add only the mechanics of rule nccl-sms: a transfer's rate is the minimum over its link ends of
     ``comm[rank's state] / (transfers on that end)`` (a NIC end, where the network shares links:
     ``comm[rank's state] × the flow's share``), times ``one_way`` for a send/recv whose reverse directions are
     idle.
@@ -146,7 +146,7 @@ class RateTables:
     batch: list[float]  # [nccl_resident · 2 + copying]: batch_rate(...)
     copy: list[float]  # [(engine · 2 + reverse busy) · 2 + compute resident]: copy_rate(...)
     one_way: float
-    mem_boost: float  # rule 5's β (mem_rate)
+    mem_boost: float  # rule hbm-share's β (mem_rate)
 
 
 def rate_tables(rules: GpuRules) -> RateTables | None:

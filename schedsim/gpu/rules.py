@@ -11,13 +11,15 @@ loop (:func:`rate_tables`). :mod:`schedsim.sim.waves_columns` applies them to a
 Program's columns, :mod:`schedsim.sim.waves` to lists of Op objects.
 
 The rules below are described here, in one place; their code is split by what it computes: host issue
-(rule 1) in :mod:`schedsim.gpu.host`, kernel sizing (CTAs, wave tails, split of work) in
+(rule host-issue) in :mod:`schedsim.gpu.host`, kernel sizing (CTAs, wave tails, split of work) in
 :mod:`schedsim.gpu.kernels`, the rate functions and their tables in :mod:`schedsim.gpu.rates`, and
 :class:`GpuRules`, hardware queues, communicator order, CUDA-graph nodes and memory terms here.
 
 Rules and their sources
 -----------------------
-1. **Host thread** (one per rank; PyTorch's Python thread). It issues the rank's
+Each rule has a name, used in code, notes and errors (the numbers they once had: :mod:`schedsim.gpu`).
+
+* ``host-issue``: **Host thread** (one per rank; PyTorch's Python thread). It issues the rank's
    ops in *program order* (the order of the ops of that rank after lowering:
    hand-written ops as written, then a pipeline block's ops), each costing host
    time by kind (profile ``launch``): a kernel ``eager_per_op_us`` (× ``repeat``;
@@ -64,7 +66,7 @@ Rules and their sources
    eager add ≈ 8 µs host (A100, flagos-ai/Torch-FL PR 27), c10d collective calls
    89–131 µs (pytorch issue 138773); measured on 2×H200 [evidence: h200x2-calibration] by
    ``schedsim calibrate`` for the ``h200x2`` profile.
-2. **Hardware queues.** A context has ``CUDA_DEVICE_MAX_CONNECTIONS`` work
+* ``hardware-queues``: **Hardware queues.** A context has ``CUDA_DEVICE_MAX_CONNECTIONS`` work
    queues (1–32, default 8; CUDA programming guide, appendix "Environment
    variables"). Stream ``s`` of a rank (numbered by first appearance in program
    order) uses queue ``s mod C``. A queue hands its items to the GPU in issue
@@ -72,7 +74,7 @@ Rules and their sources
    unfinished) holds up everything behind it in the queue (false dependencies;
    CUDA C programming guide, "Implicit synchronization"/Hyper-Q; Megatron-LM
    issue 533). With C = 1 every kernel starts in host issue order.
-3. **Block dispatch, waves.** Kernels handed to the GPU wait in one FIFO per
+* ``wave-dispatch``: **Block dispatch, waves.** Kernels handed to the GPU wait in one FIFO per
    GPU (ordered by hand-over time, then program order, so kernels released by
    the same event queue in issue order, as the host issued them); the head
    kernel places its CTAs on free SMs, and the next kernel gets
@@ -96,7 +98,7 @@ Rules and their sources
    the next GEMM of the compute stream (0.59 ms for 32 MiB, 0.11 ms alone).
    So two GEMMs that fill the GPU on two streams run one
    after the other, and a small kernel on a third stream waits for free SMs.
-4. **CTA counts.** GEMM: the grid (x·y·z) the BLAS library launched for that
+* ``cta-count``: **CTA counts.** GEMM: the grid (x·y·z) the BLAS library launched for that
    shape when the profile records it (``gemm.ctas``; ``calibrate`` reads it from
    a Kineto trace), run in ceil(CTAs / SMs) waves; for a persistent kernel (a
    grid of one CTA per SM looping over more output tiles) ``calibrate`` records
@@ -159,13 +161,13 @@ Rules and their sources
    beside a 202-register GEMM CTA), and, for shapes without a
    measured grid, the real tile width and last wave (cuBLAS ran bf16 8192³ as
    128×256 tiles, a half-empty last wave; ``calibrate`` records such grids).
-   **4b. Split-K reductions.** cuBLAS runs some GEMMs as two kernels: the main
+   ``split-k``: **Split-K reductions.** cuBLAS runs some GEMMs as two kernels: the main
    one and a reduction of the split-K partials (``..._execute_split_k_kernel``),
    launched into the same stream. A GEMM with a ``gemm.reduce`` row (its
    CTAs and time alone, from the Kineto record ``calibrate`` reads) runs its
    main kernel on the op's time less the reduction's, then hands the reduction
    to the GPU's dispatch FIFO when the main kernel's last CTA is done; the op
-   ends with it. The reduction is its hardware queue's next item (rule 2): a
+   ends with it. The reduction is its hardware queue's next item (rule hardware-queues): a
    later kernel of a stream sharing that queue (``max_connections`` 1, or more
    streams than queues) is handed over only after it. Beside other streams' GEMMs the reduction waits for SMs like
    any kernel: one H200, [evidence: stream-dispatch], matmul_streams chunks 8 (fp32
@@ -175,7 +177,7 @@ Rules and their sources
    predicted with one kernel per GEMM; per-op median 40 % → 17.7 % replayed with
    the reduction as a kernel of its own,
    [evidence: stream-dispatch]).
-   **4c. Ragged wave ends.** A wave's CTAs do not end together; back to back
+   ``wave-tail``: **Ragged wave ends.** A wave's CTAs do not end together; back to back
    on one stream a kernel's last wave holds its SMs until its slowest CTA
    ends (the table time includes that), but a compute kernel waiting for SMs
    takes each one as it frees. So once a kernel has every CTA placed, its
@@ -193,8 +195,8 @@ Rules and their sources
    8.1 µs, 4096×2048×8192 (two waves, 2.665 ms) 10.7 µs
    ([evidence: wave-tail]). With one connection a
    stream's next kernel is often not handed over behind another stream's
-   (rule 2), so no gain.
-5. **HBM.** A memory-bound kernel (roofline: bytes / HBM bandwidth ≥ FLOP /
+   (rule hardware-queues), so no gain.
+* ``hbm-share``: **HBM.** A memory-bound kernel (roofline: bytes / HBM bandwidth ≥ FLOP /
    peak; a bytes-only ``compute`` op, PyTorch's elementwise ``add_``) runs as
    one CTA per 64 KiB moved, in up to 4 waves (PyTorch launches one block per
    few KiB, not a grid-stride loop: a 50.3 MB bf16 ``add_`` ran 8,187 blocks,
@@ -214,7 +216,7 @@ Rules and their sources
    the GEMM's one-tile CTAs freed half-way and ended 2 µs after the GEMM.
    Formerly each of k memory-bound kernels resident at once ran at
    1/k, and a bytes-only kernel was one wave.
-6. **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
+* ``nccl-sms``: **NCCL kernels** occupy ``nccl.sms_per_collective`` SMs (one CTA per channel,
    each on its own SM: NCCL issues 689 and 181) from when they are placed until
    the collective ends. A kernel joins its GPU's dispatch FIFO once every rank
    of its collective (or send/recv pair) has handed its kernel over, and the
@@ -228,7 +230,7 @@ Rules and their sources
    does). It then runs at 1/f with
    f = 1 + (``slowdown_beside_gemm`` − 1)·min(1, SMs held by compute / SMs not
    held by NCCL), slowest rank wins. The 3.5× first seen for allgather_mm
-   on 2×H200 was mostly the wait for SMs that rules 3 and 6 already give: a
+   on 2×H200 was mostly the wait for SMs that rules wave-dispatch and nccl-sms already give: a
    collective issued beside a queue of wave-filling GEMMs waits for the running
    GEMM, then runs at 1.05–1.07× its solo time ahead of the next GEMM (2×H200,
    [evidence: 2xh200-concurrency]), so ``h200x2`` sets 1.06. Links are
@@ -253,26 +255,26 @@ Rules and their sources
    running at once slow each other (``h2d_slowdown_beside_d2h``,
    ``d2h_slowdown_beside_h2d``: PCIe carries less than twice one direction's
    bandwidth, :func:`copy_rate`).
-   **6b. Collectives of one rank** (world 1, or a group of one) launch no NCCL
+   ``one-rank-collective``: **Collectives of one rank** (world 1, or a group of one) launch no NCCL
    kernel: NCCL 2.28.9 and 2.30.7, ``src/enqueue.cc`` ``taskAppend``, ``if
    (comm->nRanks == 1) ncclLaunchOneRank(...)``, and ``src/device/onerank.cu``:
    a ``cudaMemcpyAsync`` from send to receive buffer on the op's stream when
    they differ, nothing when they are the same (in place), a small reduce
    kernel only for ``ncclAvg``/PreMulSum, which schedsim does not express.
    Such an op joins no rendezvous and holds no NCCL SMs (:func:`schedsim.lower.program.split_one_rank`,
-   :func:`one_rank_res`), stays in its communicator's order (rule 7) and costs
-   the host a collective call (rule 1). The kinds the executor calls out of
+   :func:`one_rank_res`), stays in its communicator's order (rule communicator-order) and costs
+   the host a collective call (rule host-issue). The kinds the executor calls out of
    place (all_gather, reduce_scatter, all_to_all, scatter, gather) are a
    same-device copy of ``nbytes``, which CUDA runs on the SMs: it waits for SMs
    as a kernel does (a ``copy_`` "Memcpy DtoD" beside a GEMM starts in its last
    wave, ``benchmarks/probes/sm/copy_beside_gemm.py``), so it is a memory-bound
-   kernel moving 2 × ``nbytes`` (read and written; rule 5) for its solo time
-   (:meth:`schedsim.gpu.cost.CostModel.collective_time`, at ``memcpy.d2d_GBps``).
+   kernel moving 2 × ``nbytes`` (read and written; rule hbm-share) for its solo time
+   (:meth:`schedsim.network.model.NetworkModel.collective`, at ``memcpy.d2d_GBps``).
    The in-place kinds (all_reduce, broadcast, reduce) put nothing on the GPU:
    an empty item on the rank's device-to-device copy engine, which neither
    holds nor waits for SMs. The measurements behind both: docs/validation.md,
    "One-rank collectives and measured GEMM rows".
-7. **Communicators.** PyTorch's ProcessGroupNCCL runs all ops of one process
+* ``communicator-order``: **Communicators.** PyTorch's ProcessGroupNCCL runs all ops of one process
    group on one NCCL stream per device, so on each rank the ops of a
    communicator run in issue order, each after the previous ends. A
    collective's communicator is its group. With ``nccl.unbatched_p2p_serialized``
@@ -290,7 +292,7 @@ Rules and their sources
    member never waits for another member's partner (NCCL progresses the members
    of a group independently; a Megatron interleaved batch holding a send and a
    recv of two different steps would otherwise hang).
-8. **Forks in a CUDA graph.** In a graph replay, a node with a dependent on
+* ``graph-forks``: **Forks in a CUDA graph.** In a graph replay, a node with a dependent on
    another stream of its rank (an event edge: the graph forks there) holds its
    own stream ``launch.graph_cross_stream_edge_us`` longer (added to its solo
    time, :func:`graph_fork_columns`; collectives and p2p are left as they are),
@@ -298,7 +300,7 @@ Rules and their sources
    that row: the term depends on the shape. ``calibrate`` measures both as the
    GPU time per layer of 64 layers (GEMM, m×n copy, the same GEMM on another
    stream waiting for the first) over the main stream alone, less what this
-   model gives for that difference; one H200, with rule 9 in the
+   model gives for that difference; one H200, with rule graph-nodes in the
    model: 0.32 / 0.37 / 1.69 / 3.11 / 3.08 µs at bf16 T×H×H GEMMs of T×H =
    8×256, 16×512, 32×1024, 16×2048, 64×2048 (``benchmarks/probes/memory/l2_residency.py``).
    The cause (the aux GEMM released beside the main stream's next GEMM slows it,
@@ -310,7 +312,7 @@ Rules and their sources
    already gives 0.11 µs (the aux GEMM's later start), so 1.18 µs per fork.
    And the steady power state (:mod:`schedsim.gpu.power`) slows every GEMM
    when tensor cores stay busy.
-9. **Graph nodes and operands from HBM** (:func:`memory_terms`). The GEMM
+* ``graph-nodes``: **Graph nodes and operands from HBM** (:func:`memory_terms`). The GEMM
    table and the kernel floor are back-to-back times on a stream with operands
    in L2 (calibrate rotates 3 input sets). In a CUDA graph a GEMM with a
    ``gemm.graph`` row takes its measured node time; any other kernel adds
@@ -369,7 +371,7 @@ class GpuRules:
     cross_stream_s: float = 0.0
     h2d_beside_d2h: float = 0.0  # contention.h2d_slowdown_beside_d2h
     d2h_beside_h2d: float = 0.0  # contention.d2h_slowdown_beside_h2d
-    mem_boost: float = 1.0  # rule 5's β: sms · gpu.sm_stream_GBps / gpu.hbm_GBps, at least 1
+    mem_boost: float = 1.0  # rule hbm-share's β: sms · gpu.sm_stream_GBps / gpu.hbm_GBps, at least 1
 
     @classmethod
     def from_profile(cls, profile: HardwareProfile, max_connections: int | None = None) -> GpuRules:
@@ -472,8 +474,10 @@ def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float]
 
 def node_work(work: float, node_s: float, timing_s: float, empty_s: float, extra_s: float = 0.0) -> float:
     """An op's solo seconds: its own ``work`` plus, if it runs on the GPU at all, ``node_s`` (its graph node,
-    rule 9: :func:`memory_terms`), ``timing_s`` (its timing events in a timed graph) and ``extra_s`` (its operands
-    from HBM, rule 9); an op of no work (a one-rank in-place collective, which NCCL does not launch) is no node and
+    rule graph-nodes: :func:`memory_terms`), ``timing_s`` (its timing events in a timed graph) and ``extra_s`` (its
+    operands
+    from HBM, rule graph-nodes); an op of no work (a one-rank in-place collective, which NCCL does not launch) is no
+    node and
     spans ``empty_s`` (adjacent timing events). Always adds, so -0.0 becomes 0.0 as in :func:`node_work_columns`."""
     return work + ((node_s + timing_s + extra_s) if work > 0 else empty_s)
 
@@ -483,14 +487,14 @@ def node_work_columns(work: np.ndarray, node_s: np.ndarray | float, timing_s: fl
     """:func:`node_work` on a float array of solo seconds, in place (the same additions, in the same order);
     ``node_s`` and ``extra_s`` scalars or arrays of the same shape as ``work``."""
     if np.isscalar(node_s) and np.isscalar(extra_s) and not (node_s or timing_s or empty_s or extra_s):
-        work += 0.0  # eager without rule 9 terms: one pass, no temporaries
+        work += 0.0  # eager without rule graph-nodes terms: one pass, no temporaries
         return
     work += np.where(work > 0, (node_s + timing_s) + extra_s, empty_s)
 
 
 def l2_cold_fraction(ws: np.ndarray, profile: HardwareProfile) -> np.ndarray:
-    """Rule 9: fraction (0-1) of a rank's kernels' operands read from HBM, per rank, from its working set ``ws``
-    (bytes, shape (ranks,)): 0 below ``gpu.l2_cold_span[0]`` × ``gpu.l2_bytes``, 1 above ``[1]`` × it, linear
+    """Rule graph-nodes: fraction (0-1) of a rank's kernels' operands read from HBM, per rank, from its working set
+    ``ws`` (bytes, shape (ranks,)): 0 below ``gpu.l2_cold_span[0]`` × ``gpu.l2_bytes``, 1 above ``[1]`` × it, linear
     between; all 0 when the profile has no ``gpu.l2_bytes``."""
     g = profile.gpu
     ws = np.asarray(ws, float)
@@ -505,7 +509,7 @@ def l2_cold_fraction(ws: np.ndarray, profile: HardwareProfile) -> np.ndarray:
 
 def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: int, cost: CostModel,
                  mode: str) -> tuple[np.ndarray | float, np.ndarray | float]:
-    """Rule 9 per op, shape (N,) each, or the scalar 0.0 where no op has the term: ``(node_s, extra_s)``, the
+    """Rule graph-nodes per op, shape (N,) each, or the scalar 0.0 where no op has the term: ``(node_s, extra_s)``, the
     seconds its CUDA-graph node adds (0 unless
     ``mode`` is ``cuda_graph``; :meth:`~schedsim.gpu.cost.CostModel.graph_node_delta`) and the seconds its operands
     from HBM add (:meth:`~schedsim.gpu.cost.CostModel.cold_extra` × its rank's :func:`l2_cold_fraction`). Op ``i`` is
@@ -531,7 +535,8 @@ def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: i
 
 def graph_fork_columns(N: int, src: np.ndarray, dst: np.ndarray, rank: np.ndarray, stream: np.ndarray,
                        profile: HardwareProfile, mode: str, per_op: np.ndarray | None = None) -> np.ndarray:
-    """Rule 8: extra solo seconds per op, shape (N,): for an op with a DAG successor on another stream of its rank
+    """Rule graph-forks: extra solo seconds per op, shape (N,): for an op with a DAG successor on another stream of
+    its rank
     when ``mode`` is ``cuda_graph``, ``per_op[i]`` (:meth:`~schedsim.gpu.cost.CostModel.graph_fork_s`: the row of its
     GEMM shape in ``launch.graph_fork_edges``) or, without ``per_op``, ``launch.graph_cross_stream_edge_us``; else
     0. ``src``/``dst`` are the DAG's edges (op indices), ``rank``/``stream`` int arrays of shape (N,)."""
@@ -546,13 +551,14 @@ def graph_fork_columns(N: int, src: np.ndarray, dst: np.ndarray, rank: np.ndarra
 
 
 def fork_terms(profile: HardwareProfile) -> bool:
-    """Whether rule 8 adds anything with ``profile``: an edge term above 0 or a per-shape row other than 0."""
+    """Whether rule graph-forks adds anything with ``profile``: an edge term above 0 or a per-shape row other than 0."""
     lp = profile.launch
     return lp.graph_cross_stream_edge_us > 0 or any(r[4] != 0 for r in lp.graph_fork_edges)
 
 
 def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: int) -> np.ndarray:
-    """Hardware queue of each op (rule 2): its rank's stream number (streams numbered by first appearance on the
+    """Hardware queue of each op (rule hardware-queues): its rank's stream number (streams numbered by first
+    appearance on the
     rank, in program order) mod ``max_connections``; ``rank``, ``stream`` int arrays of shape (n,) (stream: any
     code equal for equal names)."""
     n = len(rank)
@@ -596,7 +602,7 @@ def _compiled(name: str):
 
 
 def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
-    """The NCCL communicator (its ranks) an op runs on (rule 7)."""
+    """The NCCL communicator (its ranks) an op runs on (rule communicator-order)."""
     if op.kind in ("send", "recv"):
         if op.p2p_batch is not None:
             return tuple(range(world))
@@ -606,8 +612,8 @@ def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
 
 def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Extra ``(before, after)`` op-index edges (two int64 arrays) that run each communicator's ops in issue order
-    per rank (rule 7). ``comm``: code of the op's communicator (equal codes for equal rank sets; -1: the op is
-    in no communicator order); ``batch``: its ``p2p_batch`` code (-1 none). Consecutive ops of one batch on a
+    per rank (rule communicator-order). ``comm``: code of the op's communicator (equal codes for equal rank sets; -1:
+    the op is in no communicator order); ``batch``: its ``p2p_batch`` code (-1 none). Consecutive ops of one batch on a
     (rank, communicator) form one entry: every op of an entry waits for every op of the previous one."""
     sel = np.flatnonzero(comm >= 0)
     if not len(sel):
@@ -650,7 +656,8 @@ def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list
 
 
 def one_rank_res(kind: str) -> int:
-    """Rule 6b: the job resource of a collective ``kind`` whose group has one rank: 0 (SMs, a same-device copy:
+    """Rule one-rank-collective: the job resource of a collective ``kind`` whose group has one rank: 0 (SMs, a
+    same-device copy:
     :func:`kernel_ctas` times it as a memory-bound kernel) for the kinds the executor calls out of place, 4 (an
     empty item on the device-to-device copy engine) for the in-place ones (:data:`schedsim.network.links.ONE_RANK_NOP`).
 
@@ -661,7 +668,7 @@ def one_rank_res(kind: str) -> int:
 
 
 def link_ends(members: Sequence[Op], node: Sequence[int] | None = None) -> tuple[int, ...]:
-    """Link directions one transfer uses (rule 6), as ``4·rank + 2·tier + d`` with d = 0 out, 1 in; tier 0 is the
+    """Link directions one transfer uses (rule nccl-sms), as ``4·rank + 2·tier + d`` with d = 0 out, 1 in; tier 0 is the
     rank's scale-up link (NVLink, PCIe), tier 1 its NIC.
 
     ``members`` are the ops of one collective, or a send/recv pair ``(send, recv)``. ``node`` (rank -> node; None

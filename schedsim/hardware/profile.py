@@ -76,7 +76,7 @@ class GPU(_B):
         "benchmarks/probes/sm/dispatch_order.py). None: such CTAs keep their full-GPU speed.")
     l2_bytes: float | None = Field(
         default=None, gt=0, description="L2 cache size, bytes (torch.cuda.get_device_properties().L2_cache_size; "
-        "H200: 62,914,560). Enables rule 9 of schedsim.gpu.rules (operands from HBM when a rank's buffers "
+        "H200: 62,914,560). Enables rule graph-nodes of schedsim.gpu.rules (operands from HBM when a rank's buffers "
         "exceed L2); omit to treat every operand as L2-resident, as the GEMM table measured it.")
     l2_cold_span: tuple[float, float] = Field(
         default=(0.45, 0.85), description="[from, to]: fractions of l2_bytes over which a rank's working set goes "
@@ -85,12 +85,12 @@ class GPU(_B):
         "us per GEMM up to 27 MB, 3.89 at 36 MB, 4.26 at 45 MB, 4.35-4.45 from 53 MB).")
     hbm_miss_us: float = Field(
         default=0.0, ge=0, description="GPU time, us, a short kernel (one the roofline puts at the kernel floor, "
-        "or a GEMM without a gemm.graph row) adds when its operands come from HBM rather than L2 (rule 9). One "
-        "H200: add_ on 32x1024 bf16 in a graph 1.17 -> 1.73 us (0.56).")
+        "or a GEMM without a gemm.graph row) adds when its operands come from HBM rather than L2 (rule graph-nodes). "
+        "One H200: add_ on 32x1024 bf16 in a graph 1.17 -> 1.73 us (0.56).")
     wave_tail_us: float = Field(
         default=0.0, ge=0,
         description="Ragged end of a GEMM's last wave, µs, that a compute kernel waiting for SMs takes back (waves "
-        "model, rule 4c of schedsim.gpu.rules) for compute kernels that are not GEMMs, and GEMMs of a dtype "
+        "model, rule wave-tail of schedsim.gpu.rules) for compute kernels that are not GEMMs, and GEMMs of a dtype "
         "with no gemm.tail row (others take their dtype's nearest row, CostModel.wave_tail): a kernel whose CTAs "
         "are all placed runs its main kernel's waves of τ seconds at 1 / (1 - min(tail / τ, 0.25)) while a "
         "compute kernel waits in its rank's dispatch FIFO. Back-to-back table times (one stream) include the "
@@ -125,7 +125,7 @@ class Launch(_B):
                                    "GEMMs with a gemm.graph row use that row instead.")
     graph_cross_stream_edge_us: float = Field(default=0.0, ge=0, description="GPU-side time, µs, a graph node "
                                               "holds its stream when a node on another stream depends on it (a "
-                                              "fork; rule 8 of schedsim.gpu.rules). Default 0: not measured.")
+                                              "fork; rule graph-forks of schedsim.gpu.rules). Default 0: not measured.")
     graph_fork_edges: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, NonNegFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, us]: graph_cross_stream_edge_us for a fork at a GEMM of that shape (calibrate "
@@ -464,20 +464,20 @@ class GemmTable(_B):
         default_factory=lambda: [],
         description="[dtype, m, n, k, ctas_per_sm]: how many CTAs of that GEMM's kernel one SM holds at once (the "
         "CUDA occupancy calculation from the kernel's block size, registers and shared memory in a Kineto trace; "
-        "calibrate records shapes above 1). Rule 4 of schedsim.gpu.rules then counts ceil(ctas / ctas_per_sm) "
+        "calibrate records shapes above 1). Rule cta-count of schedsim.gpu.rules then counts ceil(ctas / ctas_per_sm) "
         "SMs for it; shapes not listed hold one CTA per SM.")
     reduce: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveInt,
                        PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, slots, us]: the second kernel the BLAS library launches for that GEMM (cuBLAS's "
         "split-K reduction): the SMs one wave of it holds (its grid over the CTAs one SM fits) and its time alone in "
-        "microseconds, from a Kineto trace (calibrate on CUDA records it). Rule 4b of schedsim.gpu.rules "
+        "microseconds, from a Kineto trace (calibrate on CUDA records it). Rule split-k of schedsim.gpu.rules "
         "hands it to the GPU when the main kernel ends; it is part of the table's time. Shapes not listed run as "
         "one kernel.")
     tail: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, NonNegFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, us]: that GEMM's ragged last-wave end, µs, which a compute kernel waiting for "
-        "SMs takes back (rule 4c of schedsim.gpu.rules); calibrate on CUDA fits it per schedule GEMM of at "
+        "SMs takes back (rule wave-tail of schedsim.gpu.rules); calibrate on CUDA fits it per schedule GEMM of at "
         "least half a wave from the GEMM run 8 to a stream on 8 streams. Shapes not listed take the nearest listed "
         "shape of their dtype (CostModel.wave_tail), and gpu.wave_tail_us when their dtype has none.")
     call: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat]] = Field(
@@ -487,13 +487,13 @@ class GemmTable(_B):
         "GEMM it times, the schedules', --gemm and the default grid, of at most 0.2 ms, where the host can bound "
         "them; the median over its fresh host processes). bf16 1024x512x8192, whose call launches two "
         "kernels (split-K, gemm.reduce), cost 1.29x on one H200 (call + add less the add's loop; "
-        "[evidence: elementwise-host]). Rule 1 of schedsim.gpu.rules; shapes not listed: 1.")
+        "[evidence: elementwise-host]). Rule host-issue of schedsim.gpu.rules; shapes not listed: 1.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "
         "operands in L2 (one input set reused) and from HBM (a pool of input sets of at least 4x L2); calibrate "
         "measures them for the schedules' GEMMs. warm_ms is its time in a graph; cold_ms - warm_ms what HBM "
-        "operands add, in a graph or eagerly (rule 9 of schedsim.gpu.rules).")
+        "operands add, in a graph or eagerly (rule graph-nodes of schedsim.gpu.rules).")
 
 
 class CollectiveTables(_B):

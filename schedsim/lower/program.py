@@ -365,10 +365,10 @@ class _Edges:
 
 
 def split_one_rank(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rule 6b on collectives as CSR (``ptr`` int64 of shape (C + 1,), member op indices ``idx``): the
+    """Rule one-rank-collective on collectives as CSR (``ptr`` int64 of shape (C + 1,), member op indices ``idx``): the
     collectives of two or more members as CSR (``ptr``, ``idx``: the rendezvous groups), and the op indices
     (int64) of those of one member, which run as a copy (:func:`schedsim.gpu.rules.one_rank_res`) with no
-    rendezvous (rule 6b of :mod:`schedsim.gpu.rules`).
+    rendezvous (rule one-rank-collective of :mod:`schedsim.gpu.rules`).
 
     >>> p, i, lone = split_one_rank(np.array([0, 1, 3, 4]), np.array([5, 6, 7, 8]))
     >>> p.tolist(), i.tolist(), lone.tolist()
@@ -389,8 +389,8 @@ def split_one_rank(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def rendezvous_groups(prog: Program) -> tuple[np.ndarray, np.ndarray, int, int, np.ndarray]:
     """Rendezvous groups (collectives of two or more ranks, then send/recv pairs) as CSR ``(ptr, members)``,
-    their count, the collectives' count, and the ops of collectives of one rank (a copy, no rendezvous: rule 6b,
-    :func:`split_one_rank`)."""
+    their count, the collectives' count, and the ops of collectives of one rank (a copy, no rendezvous: rule
+    one-rank-collective, :func:`split_one_rank`)."""
     cptr, cidx, lone = split_one_rank(prog.coll_ptr, prog.coll_idx)
     C = len(cptr) - 1
     P = len(prog.p2p)

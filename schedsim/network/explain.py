@@ -29,7 +29,7 @@ def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
     seen: set[tuple[Any, ...]] = set()
     rows: list[dict[str, Any]] = []
     recorded: dict[tuple[str, float, tuple[int, ...]], list[float]] = {}
-    net = cost.network
+    net = cost.net.nccl
 
     def row(kind: str, nbytes: float, ranks: tuple[int, ...], algo: str, proto: str, t: float) -> None:
         nodes = net.shape(ranks).nodes if net is not None and len(ranks) > 1 else None
@@ -44,13 +44,13 @@ def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
         if key in seen:
             return
         seen.add(key)
-        got = cost.network_cost(kind, nbytes, ranks)
+        got = cost.net.cost(kind, nbytes, ranks)
         if got is not None:
             algo, proto, t = got.algo, got.proto, got.seconds
         else:
             table_kind = "sendrecv" if kind in P2P_KINDS else kind
-            algo = "table" if cost.has_table(table_kind, ranks) else "links"
-            proto, t = "-", cost.collective_time(kind, nbytes, ranks)
+            algo = "table" if cost.net.has_table(table_kind, ranks) else "links"
+            proto, t = "-", cost.net.collective(kind, nbytes, ranks)
         row(kind, nbytes, ranks, algo, proto, t)
 
     for t in program.templates:

@@ -41,7 +41,7 @@ _BUS_FACTORS = {
 
 
 #: Collectives that the executor calls in place (``dist.all_reduce``, ``dist.broadcast``, ``dist.reduce`` on one
-#: buffer): on a group of one rank NCCL launches nothing for them (:meth:`schedsim.gpu.cost.CostModel.collective_time`).
+#: buffer): on a group of one rank NCCL launches nothing for them (:meth:`schedsim.network.model.NetworkModel.collective`).
 ONE_RANK_NOP = frozenset({"all_reduce", "broadcast", "reduce"})
 
 

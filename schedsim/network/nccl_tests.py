@@ -27,7 +27,7 @@ algbw and busbw ``getFloatStr`` (``%.2f``, ``%.1f`` or ``%.0f``, else ``%.1e`` /
 
 **Refused besides:** a nonzero ``#wrong`` or ``Out of bounds values``; a zero time; a size twice or out of
 order, or rows of several types or ops in one run (``-d all``, ``-o all``, ``-N``); a busbw that is not
-algbw × the nccl-tests bus factor of the collective and group size read (:func:`schedsim.gpu.cost.bus_factor`,
+algbw × the nccl-tests bus factor of the collective and group size read (:func:`schedsim.network.links.bus_factor`,
 within the printed rounding: the log's collective or group size is not the one read); an algbw that is not
 size / time within the printed rounding of both (nccl-tests ``GetBw``; not checked for ``-C 1``'s cputime nor
 hypercube); a count that is not size / type size exactly (/ ranks too for all_gather, reduce_scatter,
@@ -513,7 +513,7 @@ def _finish(run: _Run, src: str, collective: str | None, nranks: int | None, by_
 
 def _check_bus_factor(run: _Run, coll: str, n: int, src: str) -> None:
     """busbw = algbw × bus factor (nccl-tests ``src/<coll>.cu`` ``GetBw``) within the printed rounding."""
-    from schedsim.gpu.cost import bus_factor
+    from schedsim.network.links import bus_factor
 
     try:
         f = bus_factor(coll, n)

@@ -3,7 +3,7 @@
 The simulator's ``waves`` loop asks this module one thing, at the start and at the end of every transfer across
 nodes (a *flow*): which running flows' shares changed (:meth:`LinkShare.event`). A flow's share is the fraction of
 its solo speed it gets now: the loops value a transfer's NIC link ends at its rank's comm rate × the share, its
-scale-up ends as before (the rank's comm rate over the transfers on that end), and run it at the smallest (rule 6
+scale-up ends as before (the rank's comm rate over the transfers on that end), and run it at the smallest (rule nccl-sms
 of :mod:`schedsim.gpu.rules`); shares change only at flow starts and finishes.
 
 Links (both directions of each, full duplex)
@@ -256,7 +256,7 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
                granks: Sequence[int] | np.ndarray, kinds: Sequence[str], nbytes: Sequence[float] | np.ndarray,
                work: Sequence[float] | np.ndarray, net: NcclNetwork | None = None) -> LinkShare | None:
     """The :class:`LinkShare` of a run's groups on ``profile``; None when its topology has no ``nics`` or no group
-    crosses a node (then the loops keep rule 6's per-rank links alone).
+    crosses a node (then the loops keep rule nccl-sms's per-rank links alone).
 
     ``gptr``/``granks``: CSR of each group's ranks (a send/recv pair as ``(sender, receiver)``); ``kinds`` the
     group's op kind (``send`` for a pair); ``nbytes`` its size (nccl-tests convention; the largest member's for

@@ -19,7 +19,7 @@ profile's ``gpu_model``, default ``waves``):
   which already holds the contention of the run) as soon as it is ready; the host issues each rank's ops at
   the prefix sums of their ``host_us`` alone (the recorded gaps between launch calls already hold the calls'
   cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as in ``sharing``; hardware
-  queues (``CUDA_DEVICE_MAX_CONNECTIONS``, rule 2 of :mod:`schedsim.gpu.rules`) only where the schedule's
+  queues (``CUDA_DEVICE_MAX_CONNECTIONS``, rule hardware-queues of :mod:`schedsim.gpu.rules`) only where the schedule's
   ``env`` or ``max_connections`` names them. The dependency-only replay of Lumos (Liang et al., MLSys 2025) and
   of HTA's critical-path analysis.
 
@@ -41,12 +41,12 @@ import numpy as np
 
 from schedsim._gc import paused_gc
 from schedsim.errors import DeadlockError, ProfileError
+from schedsim.gpu import host as gh
+from schedsim.gpu import rates as gr
+from schedsim.gpu import rules as gm
 from schedsim.graph.ops import Op, format_op_id, resource_of
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.lower.program import Program
-from schedsim.gpu import host as gh
-from schedsim.gpu import rules as gm
-from schedsim.gpu import rates as gr
 from schedsim.sim.loop import HOST, _State  # HOST is re-exported
 from schedsim.sim.loop_arrays import _compile, _Compiled
 from schedsim.sim.replay import _run_replay
@@ -373,7 +373,7 @@ def critical_walk(binding: Sequence[int], end: np.ndarray, group: Sequence[int],
 def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.ndarray | None = None,
                ids: Any = None) -> None:
     """``meta["host_issue_s"]``: per rank, seconds from the iteration's start until its host returned from its
-    last call (rule 1 of :mod:`schedsim.gpu.rules`; eager runs of the ``waves`` model), which ``compare``
+    last call (rule host-issue of :mod:`schedsim.gpu.rules`; eager runs of the ``waves`` model), which ``compare``
     holds against ``schedsim execute``'s ``meta.host_issue_uninstrumented_s``; and, for up to
     :data:`~schedsim.gpu.host.HOST_CALL_META_MAX` ops, ``meta["host_call_end_s"]`` (``{op id: seconds}``,
     when each op's call returned), against ``execute``'s own (``ids``: a list, or a callable giving it)."""

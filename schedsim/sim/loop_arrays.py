@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.errors import GraphError
+from schedsim.gpu import rules as gm
+from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import PER_RANK_SIZE
 from schedsim.lower.program import Program
-from schedsim.gpu import rules as gm
 
 if TYPE_CHECKING:
     import networkx as nx

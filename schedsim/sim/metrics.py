@@ -156,7 +156,7 @@ def _segment_arrays(tl: Timeline, host_calls: bool = True) -> tuple[np.ndarray, 
 
 class _HostCalls:
     """Each rank's host calls in issue order, from :attr:`Timeline.host_call_end_s` (when each op's call
-    returned: rule 1 of :mod:`schedsim.gpu.rules`, or a replay's issue times); ``known`` is False where
+    returned: rule host-issue of :mod:`schedsim.gpu.rules`, or a replay's issue times); ``known`` is False where
     they are unknown, and for a CUDA graph replay (one launch call for every op: a wait stays one segment)."""
 
     def __init__(self, tl: Timeline) -> None:
@@ -174,7 +174,7 @@ class _HostCalls:
         in issue order, each from the return of the call before it (``lo`` for the first) to its own (its
         ``host_s``, event waits, stream switch and the call), then ``x`` itself up to ``ready`` (its kernel's
         launch, part-way through its call). Contiguous from ``lo`` to ``ready``: the host issues its calls back
-        to back between waits (rule 1: no host-blocking op; a replay's host synchronisation ends a wait, and
+        to back between waits (rule host-issue: no host-blocking op; a replay's host synchronisation ends a wait, and
         the path then comes from the op it waited for, :func:`schedsim.sim.engine.critical_walk`)."""
         import numpy as np
 
@@ -203,7 +203,7 @@ def critical_path_segments(tl: Timeline) -> list[PathSegment]:
       for the path's op before it: ``meta["critical_path_host_waits"]``, :func:`schedsim.sim.engine.critical_walk`)
       or ``wait_dependency`` (the others): until the op was ready (``ready_s``): its host call had not yet
       launched it (the walk leaves the GPU at an op its host released), or the cross-stream event wait of its
-      dependency resolved later (rule 3, :mod:`schedsim.gpu.rules`). A wait for the host is cut into its
+      dependency resolved later (rule wave-dispatch, :mod:`schedsim.gpu.rules`). A wait for the host is cut into its
       rank's host calls in it, one ``host_issue`` segment each, named by the call's op
       (:attr:`Timeline.host_call_end_s`; one segment where it is unknown);
     * ``wait_sms`` (compute), ``wait_peer`` (communication: its group's other ranks and its NCCL kernel's

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from schedsim.graph.ops import Op
 from schedsim.gpu import rules as gm
+from schedsim.graph.ops import Op
 from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.loop_arrays import _Compiled
 
@@ -85,8 +85,8 @@ class _ReplayHost:
 
 
 class _ReplayQueues:
-    """The hardware queues of the ``replay`` model (rule 2 of :mod:`schedsim.gpu.rules`): stream ``s`` of a
-    rank (numbered by first appearance, :func:`~schedsim.gpu.rules.stream_queues`) uses queue ``s mod conns``,
+    """The hardware queues of the ``replay`` model (rule hardware-queues of :mod:`schedsim.gpu.rules`): stream ``s``
+    of a rank (numbered by first appearance, :func:`~schedsim.gpu.rules.stream_queues`) uses queue ``s mod conns``,
     which hands its ops to the GPU in issue (program) order; in a replay an op is handed over when it starts, so
     an op may start only once the op ahead of it in its queue has (an op ready before that is parked, and binds to
     the op ahead). No queue limit when ``conns`` is None."""
@@ -134,8 +134,8 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
     is ready; ready = issued (:class:`_ReplayHost`), every predecessor done and, for a rendezvous, every member
     ready (then all start at the last one's time). With ``conns`` (``CUDA_DEVICE_MAX_CONNECTIONS``: the
     schedule's ``env`` or ``max_connections``; none by default, as the recorded waits hold the run's), ready also
-    needs the op ahead of it in its hardware queue handed to the GPU, which in a replay is its start (rule 2 of
-    :mod:`schedsim.gpu.rules`: an op not yet ready holds up the ops behind it in its queue)."""
+    needs the op ahead of it in its hardware queue handed to the GPU, which in a replay is its start (rule
+    hardware-queues of :mod:`schedsim.gpu.rules`: an op not yet ready holds up the ops behind it in its queue)."""
     ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
     host = _ReplayHost(ops, c.world, mode)
     queues = _ReplayQueues(ops, conns)

@@ -618,7 +618,7 @@ class Timeline:
         self.meta: dict[str, Any] = meta if meta is not None else {}
         self._cp_rows: tuple[list[str], np.ndarray] | None = None  # (critical_path as it was, rows in path order)
         #: Per row, when the op's host call returned (seconds, float64, shape (n,)): the simulator's issue times
-        #: (rule 1 of :mod:`schedsim.gpu.rules`), which the critical path's host calls are cut from
+        #: (rule host-issue of :mod:`schedsim.gpu.rules`), which the critical path's host calls are cut from
         #: (:func:`schedsim.sim.metrics.critical_path_segments`); None when unknown (not stored in timeline.json).
         self.host_call_end_s: np.ndarray | None = None
 

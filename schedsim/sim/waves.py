@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from schedsim.hardware.profile import HardwareProfile
 from schedsim.gpu import host as gh
 from schedsim.gpu import kernels as gk
-from schedsim.gpu import rules as gm
 from schedsim.gpu import rates as gr
+from schedsim.gpu import rules as gm
+from schedsim.hardware.profile import HardwareProfile
 from schedsim.sim.loop import HOST, _raise_deadlock, _State, compiled_loop, set_rate
 
 if TYPE_CHECKING:

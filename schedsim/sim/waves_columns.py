@@ -9,7 +9,8 @@ compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's
   :meth:`~schedsim.gpu.cost.CostModel.duration`, :func:`~schedsim.gpu.host.host_class`) run once per class of
   equal templates (:func:`template_classes`: a ``foreach`` makes one template per iteration, all alike; a
   send/recv once per class and rank pair, as its time depends on the link) and are broadcast;
-* host issue times, hardware queues and communicator-order edges come from the column forms of rules 1, 2
+* host issue times, hardware queues and communicator-order edges come from the column forms of rules host-issue,
+hardware-queues
   and 7 (:func:`~schedsim.gpu.host.host_issue_columns`, :func:`~schedsim.gpu.rules.stream_queue_columns`,
   :func:`~schedsim.gpu.rules.comm_fifo_columns`), the same functions the Op-list path calls;
 * kernels (a ``p2p_batch`` of a rank is one), transfers' link ends and rendezvous groups are integer arrays.
@@ -28,15 +29,15 @@ from typing import NamedTuple
 
 import numpy as np
 
+from schedsim.gpu import host as gh
+from schedsim.gpu import kernels as gk
+from schedsim.gpu import rates as gr
+from schedsim.gpu import rules as gm
 from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program, rendezvous_groups
-from schedsim.gpu import host as gh
-from schedsim.gpu import kernels as gk
-from schedsim.gpu import rules as gm
-from schedsim.gpu import rates as gr
 
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
 
@@ -161,7 +162,7 @@ def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarra
 
 def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
                    batch: np.ndarray, res: np.ndarray, is_p2p: np.ndarray, serial: bool) -> np.ndarray:
-    """Rule 7's communicator of each op as a code (equal rank sets, equal codes; -1: in no order), as
+    """Rule communicator-order's communicator of each op as a code (equal rank sets, equal codes; -1: in no order), as
     :func:`schedsim.gpu.rules.communicator` gives them."""
     codes: dict[tuple[int, ...], int] = {}
     tcode = np.array([codes.setdefault(t.group, len(codes)) if t.kind not in P2P_KINDS and _res_of(t) == 1
@@ -196,7 +197,7 @@ def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray
 
 def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one_way: float,
                node: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """Rule 6's link ends (``4·rank + 2·tier + d``) of every transfer as CSR, the reverse ends of send/recv (when
+    """Rule nccl-sms's link ends (``4·rank + 2·tier + d``) of every transfer as CSR, the reverse ends of send/recv (when
     ``one_way`` ≠ 1), and per member slot the positions of its rank's ends in its group's (CSR), as
     :func:`schedsim.gpu.rules.link_ends` (``node``: rank -> node, or None for one tier) and the loop's
     lookup give them."""
@@ -291,10 +292,11 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
 
 def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
-    hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them: the loop's int32 buffers
+    hardware queue (rules hardware-queues, cta-count, hbm-share), as :func:`schedsim.sim.waves._kernels` makes them:
+    the loop's int32 buffers
     (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds; in one O(N)
     pass of the compiled ``kernels`` when it is built (the same arrays). ``tres``: each template's resource
-    (a collective of one rank's as rule 6b gives it)."""
+    (a collective of one rank's as rule one-rank-collective gives it)."""
     from schedsim.sim.loop import compiled_loop
 
     N = len(tmpl)
@@ -302,11 +304,11 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     tctas = np.array([c[0] for c in tct], I64)
     twaves = np.array([c[1] for c in tct], I64)
     tmem = np.array([c[2] for c in tct], I32)
-    ttl = [gk.kernel_tail(t, cost, sms) if _res_of(t) == 0 else (0, 0.0) for t in tps]  # rule 4b
+    ttl = [gk.kernel_tail(t, cost, sms) if _res_of(t) == 0 else (0, 0.0) for t in tps]  # rule split-k
     ttail = np.array([x[0] for x in ttl], I32)
     ttail_s = np.array([x[1] for x in ttl], np.float64)
     twt = np.array([cost.wave_tail(t) if r == 0 else 0.0 for t, r in zip(tps, tres.tolist(), strict=True)],
-                   np.float64)  # rule 4c
+                   np.float64)  # rule wave-tail
     op_tail = None
     if ttail.any():  # the main kernel runs the op's work less its reduction's
         work, op_tail = gk.split_work(work, ttail_s[tmpl])
@@ -363,9 +365,9 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
 
 
 def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
-    """Per kernel (rule 4b): the CTAs of its reduction kernel (int32, 0 none; written by the loop), from its head
+    """Per kernel (rule split-k): the CTAs of its reduction kernel (int32, 0 none; written by the loop), from its head
     op's template, and its seconds (float64), the head op's share of :func:`gk.split_work` (``op_tail``); and
-    (rule 4c) :func:`gr.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
+    (rule wave-tail) :func:`gr.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
     if K == 0:
         return np.zeros(0, I32), np.zeros(0), np.ones(0)
     head = np.asarray(kidx)[np.asarray(kptr)[:-1]]
@@ -418,7 +420,8 @@ def _f64(a) -> np.ndarray:
 def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.ndarray, sid: np.ndarray,
                      res: np.ndarray, is_p2p: np.ndarray, serial: bool, profile: HardwareProfile, mode: str,
                      model_executor: bool, cost: CostModel, cold: bool = False) -> tuple[np.ndarray, ...]:
-    """Rule 7's communicator order and rule 1's host issue times: ``(sptr, sidx, npred)`` (the DAG plus the
+    """Rule communicator-order's communicator order and rule host-issue's host issue times: ``(sptr, sidx, npred)``
+    (the DAG plus the
     communicator-order edges as int32 CSR, each op's predecessor count) and ``(issue, call0, release)`` (float64
     seconds: the call returned, began, and launched its kernel).
     Its int64 temporaries (communicators, edge keys, host classes) die here, before the loop runs."""
@@ -437,7 +440,8 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     trep = np.array([t.repeat for t in tps], I64)
     ths = np.array([t.host_s for t in tps], np.float64)
     extra = None
-    if profile.gemm.call and mode != "cuda_graph":  # rule 1: a GEMM shape's host call (gemm.call), per template
+    # rule host-issue: a GEMM shape's host call (gemm.call), per template
+    if profile.gemm.call and mode != "cuda_graph":
         tce = np.array([cost.gemm_call_extra(t) * t.repeat for t in tps], np.float64)
         extra = _per_op(tce, tmpl) if np.any(tce) else None
     issue, call0 = gh.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
@@ -446,8 +450,8 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
 
 
 def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    """Rule 7's communicator-order edges of :func:`~schedsim.gpu.rules.comm_fifo_columns` as (E, 2) int64
-    pairs ``(before, after)``: in one compiled pass (``_cwaves.fifo_edges``, the edges in another order, which the
+    """Rule communicator-order's communicator-order edges of :func:`~schedsim.gpu.rules.comm_fifo_columns` as (E, 2)
+    int64 pairs ``(before, after)``: in one compiled pass (``_cwaves.fifo_edges``, the edges in another order, which the
     successor lists do not keep) when it is built and the ranks ascend (a Program's do), else by that function."""
     from schedsim.sim.loop import compiled_loop
 
@@ -469,7 +473,7 @@ def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
 
 def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: HardwareProfile, mode: str,
                  tps: list[Op], tmpl: np.ndarray, cost: CostModel) -> np.ndarray | None:
-    """Rule 8's extra solo seconds (:func:`~schedsim.gpu.rules.graph_fork_columns`) over the Program's stream
+    """Rule graph-forks's extra solo seconds (:func:`~schedsim.gpu.rules.graph_fork_columns`) over the Program's stream
     and dependency edges (an edge listed twice marks its op once, as the merged DAG does), or None when the
     rule adds nothing (eager launch, or no per-edge cost in the profile). Op ``i``'s term is that of its
     template class ``tps[tmpl[i]]`` (:meth:`~schedsim.gpu.cost.CostModel.graph_fork_s`)."""
@@ -484,7 +488,7 @@ def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: Hard
 def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
                       tab: gr.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:
     """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring); an iteration after which the host
-    waited for the GPU is run again with cold first calls (rule 1, :func:`schedsim.gpu.host.host_waited`),
+    waited for the GPU is run again with cold first calls (rule host-issue, :func:`schedsim.gpu.host.host_waited`),
     up to :data:`schedsim.sim.waves.COLD_RERUN_MAX` ops, as :func:`schedsim.sim.waves.run_waves` does.
     """
     from schedsim.sim.waves import COLD_RERUN_MAX
@@ -497,7 +501,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
 
 def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
                       tab: gr.RateTables, serial: bool, model_executor: bool, loop, cold: bool) -> ProgramRun:
-    """One pass of :func:`run_waves_program` (``cold``: the iteration's first calls run cold, rule 1).
+    """One pass of :func:`run_waves_program` (``cold``: the iteration's first calls run cold, rule host-issue).
 
     Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
     int64 temporary of the preparation is freed before the loop starts, so a run holds about 4 float64 and
@@ -523,7 +527,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     res = tres[tmpl] if N else np.zeros(0, I32)
     is_p2p = tp2p[tmpl] if N else np.zeros(0, bool)
     work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p)
-    node_a, extra_a = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)  # rule 9
+    node_a, extra_a = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)  # rule graph-nodes
     gm.node_work_columns(work, node_a, timing_s, empty_s, extra_a)  # always: -0.0 + 0.0 is 0.0, as the Op list gives
     gptr, gidx, G, C, lone = rendezvous_groups(prog)
     ogrp = np.full(N, -1, I32)
@@ -535,19 +539,20 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         gwork[:C] = np.where(per, big, gwork[:C])
     work[gidx] = np.repeat(gwork, np.diff(gptr))
     res[gidx] = 1
-    fx = _graph_forks(prog, rank, sid, profile, mode, tps, tmpl, cost)  # rule 8: graph forks (ops outside groups)
+    # rule graph-forks: graph forks (ops outside groups)
+    fx = _graph_forks(prog, rank, sid, profile, mode, tps, tmpl, cost)
     if fx is not None:
         fx[gidx] = 0.0
         fx[lone] = 0.0  # collectives of one rank are left as they are, as every collective is
         work += fx
         del fx
     _check(prog, rank, work)  # after every term, as the Op-list path checks its job times
-    # rule 7: communicator order; rule 1: host issue times
+    # rule communicator-order: communicator order; rule host-issue: host issue times
     sptr, sidx, npred, issue, call0, release = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial,
                                                                 profile, mode, model_executor, cost, cold)
     del is_p2p
-    # rules 2, 4, 5: kernels (a collective of one rank: a copy, rule 6b; its span keeps its kind's resource);
-    # rule 6: link ends
+    # rules hardware-queues, cta-count, hbm-share: kernels (a collective of one rank: a copy, rule
+    # one-rank-collective; its span keeps its kind's resource); rule nccl-sms: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
     rank32 = _i32(prog.rank)
     kres, ktres = res, tres
@@ -570,7 +575,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     from schedsim.network.share import program_share
     from schedsim.sim.waves import share_args
 
-    share = program_share(profile, prog, gptr, gidx, gwork, cost.network)  # shared NICs and leaf uplinks
+    share = program_share(profile, prog, gptr, gidx, gwork, cost.net.nccl)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
     del rank

@@ -148,10 +148,10 @@ def test_table_whose_larger_size_finished_sooner_is_made_monotone() -> None:
     d["collectives"]["tables"] = {"all_reduce": {2: [[1024.0, 0.1], [4096.0, 0.8], [16384.0, 0.8]]}}
     cm = CostModel(HardwareProfile.model_validate(d))
     mid = (10.24e-6 * 5.12e-6) ** 0.5
-    assert cm.collective_time("all_reduce", 1024, (0, 1)) == pytest.approx(mid)
-    assert cm.collective_time("all_reduce", 4096, (0, 1)) == pytest.approx(mid)
-    assert cm.collective_time("all_reduce", 2048, (0, 1)) == pytest.approx(mid)
-    assert cm.collective_time("all_reduce", 16384, (0, 1)) == pytest.approx(20.48e-6)
+    assert cm.net.collective("all_reduce", 1024, (0, 1)) == pytest.approx(mid)
+    assert cm.net.collective("all_reduce", 4096, (0, 1)) == pytest.approx(mid)
+    assert cm.net.collective("all_reduce", 2048, (0, 1)) == pytest.approx(mid)
+    assert cm.net.collective("all_reduce", 16384, (0, 1)) == pytest.approx(20.48e-6)
 
 
 def test_gemm_table_whose_larger_shape_ran_faster_keeps_both_measured_times() -> None:

@@ -6,10 +6,11 @@ import math
 
 import pytest
 
-from schedsim.gpu.cost import CostModel, bus_factor
 from schedsim.errors import ProfileError
+from schedsim.gpu.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile, list_profiles, load_profile
+from schedsim.network.links import bus_factor
 from tests.conftest import toy_profile_dict
 
 
@@ -28,18 +29,18 @@ def test_table_interpolation_in_log_size():
     ranks = (0, 1, 2, 3)
     f = 2 * 3 / 4
     # exact points: t = S * factor / busbw
-    assert cm.collective_time("all_reduce", 1e6, ranks) == pytest.approx(1e6 * f / 10e9)
-    assert cm.collective_time("all_reduce", 4e6, ranks) == pytest.approx(4e6 * f / 30e9)
+    assert cm.net.collective("all_reduce", 1e6, ranks) == pytest.approx(1e6 * f / 10e9)
+    assert cm.net.collective("all_reduce", 4e6, ranks) == pytest.approx(4e6 * f / 30e9)
     # midpoint in log size: busbw halfway = 20 GB/s
-    assert cm.collective_time("all_reduce", 2e6, ranks) == pytest.approx(2e6 * f / 20e9)
+    assert cm.net.collective("all_reduce", 2e6, ranks) == pytest.approx(2e6 * f / 20e9)
     # above the table: last busbw
-    assert cm.collective_time("all_reduce", 8e6, ranks) == pytest.approx(8e6 * f / 30e9)
+    assert cm.net.collective("all_reduce", 8e6, ranks) == pytest.approx(8e6 * f / 30e9)
     # below: alpha-beta with the smallest busbw, 6 steps x 1 µs + S f / 10 GB/s
-    assert cm.collective_time("all_reduce", 1e3, ranks) == pytest.approx(6e-6 + 1e3 * f / 10e9)
+    assert cm.net.collective("all_reduce", 1e3, ranks) == pytest.approx(6e-6 + 1e3 * f / 10e9)
     # no table for 2 ranks: alpha-beta on NVLink (100 GB/s, 1 µs)
-    assert cm.collective_time("all_gather", 2e6, (0, 1)) == pytest.approx(1e-6 + 0.5 * 2e6 / 100e9)
+    assert cm.net.collective("all_gather", 2e6, (0, 1)) == pytest.approx(1e-6 + 0.5 * 2e6 / 100e9)
     # across nodes (8 GPUs per node): the network link
-    assert cm.collective_time("broadcast", 1e6, (0, 8)) == pytest.approx(5e-6 + 1e6 / 10e9)
+    assert cm.net.collective("broadcast", 1e6, (0, 8)) == pytest.approx(5e-6 + 1e6 / 10e9)
 
 
 def test_gemm_exact_interpolated_and_roofline():
@@ -182,9 +183,9 @@ def test_table_time_never_drops_below_the_smaller_measured_size():
     d = toy_profile_dict()
     d["collectives"]["tables"] = {"all_reduce": {2: [[1024.0, 0.1], [16384.0, 0.8]]}}
     cm = CostModel(HardwareProfile.model_validate(d))
-    assert cm.collective_time("all_reduce", 4096, (0, 1)) == pytest.approx(1024 / 0.1e9)
+    assert cm.net.collective("all_reduce", 4096, (0, 1)) == pytest.approx(1024 / 0.1e9)
     # at 8 KiB (3/4 of the way) busbw 0.1 + 0.75 * 0.7 = 0.625 GB/s -> 13.1 µs, above 10.24: the interpolation stands
-    assert cm.collective_time("all_reduce", 8192, (0, 1)) == pytest.approx(8192 / 0.625e9)
+    assert cm.net.collective("all_reduce", 8192, (0, 1)) == pytest.approx(8192 / 0.625e9)
 
 
 def _str_keys(x):  # type: ignore[no-untyped-def]
@@ -225,7 +226,23 @@ def test_one_rank_collectives_are_a_nop_in_place_and_a_copy_out_of_place(toy_pro
     # all_gather of 1 MB copies it device to device: toy d2d 1000 GB/s counted read + write, 2e6 B / 1e12 = 2 µs
     cm = CostModel(toy_profile)
     for kind in ("all_reduce", "broadcast", "reduce"):
-        assert cm.collective_time(kind, 1e6, (0,)) == 0.0
-    assert cm.collective_time("all_gather", 1e6, (0,)) == pytest.approx(2e-6)
-    assert cm.collective_time("reduce_scatter", 1e6, (3,)) == pytest.approx(2e-6)
-    assert cm.collective_time("all_reduce", 1e6, (0, 1)) > 0.0  # two ranks: a real collective
+        assert cm.net.collective(kind, 1e6, (0,)) == 0.0
+    assert cm.net.collective("all_gather", 1e6, (0,)) == pytest.approx(2e-6)
+    assert cm.net.collective("reduce_scatter", 1e6, (3,)) == pytest.approx(2e-6)
+    assert cm.net.collective("all_reduce", 1e6, (0, 1)) > 0.0  # two ranks: a real collective
+
+
+def test_the_cost_model_times_communication_through_the_network_model():
+    """Send/recv and collectives reach the network model (schedsim.network.model.NetworkModel) alone: a send of
+    2 MB over the toy profile's NVLink class (1 µs, 100 GB/s, one step, bus factor 1) is 1 µs + 2e6 B / 100 GB/s,
+    as ``p2p`` and as the cost model's duration of the op; two ranks on two nodes take the network class
+    (5 µs, 10 GB/s)."""
+    from schedsim.network.model import NetworkModel
+
+    p = HardwareProfile.model_validate(toy_profile_dict())
+    net = NetworkModel(p, p.gpu.kernel_floor_us * 1e-6)
+    assert net.p2p(0, 1, 2e6) == pytest.approx(1e-6 + 2e6 / 100e9, rel=1e-12)
+    assert net.p2p(0, 8, 2e6) == pytest.approx(5e-6 + 2e6 / 10e9, rel=1e-12)
+    send = Op(name="s", rank=0, kind="send", stream="s", seq=0, nbytes=2e6, group=(0, 1))
+    assert CostModel(p).duration(send) == net.p2p(0, 1, 2e6)
+    assert net.nccl is None and CostModel(p).network is None  # no topology: no NCCL tuning model

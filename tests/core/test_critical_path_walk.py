@@ -97,8 +97,8 @@ def test_a_cuda_graph_replay_is_one_host_call(monkeypatch) -> None:  # type: ign
 
 def test_a_dependency_on_another_stream_is_waited_on_the_gpu_not_the_host(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # a (50 µs) on s1, b on s2 after a: the host records and waits an event (2 µs) and
-    # returns from b's call at 10 + 2 + 10 = 22 µs without waiting for a (rule 1: no host-blocking op). b waits on
-    # the GPU until a ends at 60 µs: the path is a's host call, a, then b.
+    # returns from b's call at 10 + 2 + 10 = 22 µs without waiting for a (rule host-issue: no host-blocking op). b
+    # waits on the GPU until a ends at 60 µs: the path is a's host call, a, then b.
     text = HEAD % 1 + ("  - {name: a, kind: compute, duration_us: 50, stream: s1}\n"
                        "  - {name: b, kind: compute, duration_us: 1, stream: s2, deps: [a]}\n")
     for tl in _every_loop(monkeypatch, text, _host_profile(), sharing=False):  # sharing: no event-wait cost

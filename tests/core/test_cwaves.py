@@ -226,8 +226,8 @@ def test_without_the_extension_the_python_loop_runs_and_says_so(monkeypatch, cap
 
 def test_a_gpu_of_thousands_of_sms_runs_in_the_python_loop(monkeypatch):
     # the compiled loop reads a (sms + 1) x (sms // nccl_sms + 1) table: past MAX_TABLE entries it is not built
-    from schedsim.gpu import rules as gm
     from schedsim.gpu import rates as gr
+    from schedsim.gpu import rules as gm
 
     d = load_profile("h200x2").model_dump()
     d["gpu"]["sms"], d["nccl"]["sms_per_collective"] = 4096, 1

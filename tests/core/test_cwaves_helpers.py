@@ -1,4 +1,4 @@
-"""The compiled helpers beside the event loop (schedsim/sim/_cwaves.c): rule 1's prefix sums (``issue_sums``)
+"""The compiled helpers beside the event loop (schedsim/sim/_cwaves.c): rule host-issue's prefix sums (``issue_sums``)
 against numpy's ``cumsum`` (the fallback) bit for bit, the critical path's ``walk`` against the Python walk it
 replaced, and the loop refusing buffers of the wrong type instead of reading them as int32.
 """
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedsim.hardware.profile import load_profile
 from schedsim.gpu import host as gh
 from schedsim.gpu import rules as gm
+from schedsim.hardware.profile import load_profile
 
 try:
     from schedsim.sim import _cwaves  # type: ignore[attr-defined]
@@ -80,7 +80,8 @@ def test_fifo_edges_are_the_numpy_edges(seed, n, comms, batched):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), sorted_ranks=st.booleans(), conns=st.integers(1, 4))
 def test_stream_queues_compiled_equal_numpy(monkeypatch, seed, n, sorted_ranks, conns):
-    """Rule 2's queues with the compiled per-rank numbering (ranks in order) and without it (numpy) agree."""
+    """Rule hardware-queues's queues with the compiled per-rank numbering (ranks in order) and without it (numpy)
+    agree."""
     rng = np.random.default_rng(seed)
     rank = rng.integers(0, 3, n)
     if sorted_ranks:

@@ -150,7 +150,7 @@ def test_host_thread_bounds_200_tiny_gemms_eagerly_not_in_a_graph(sim_text):
 
 
 def test_first_calls_run_cold_after_a_gpu_bound_iteration(sim_text):
-    # rule 1, launch.cold_first_call_us. A (10 µs GEMM) called at 0-1 µs: the GPU ends at 11, 10 µs after the
+    # rule host-issue, launch.cold_first_call_us. A (10 µs GEMM) called at 0-1 µs: the GPU ends at 11, 10 µs after the
     # host's last call. With cold_wait_us 5 the host waited: the iteration runs again with A's first-kernel call
     # 1 + 4 = 5 µs, the elementwise m's first call 1 + 2 = 3 µs: A [5, 15], m (1e6 B: 1 µs, after A) [15, 16].
     body = f"  - {{name: A, {FULL}}}\n  - {{name: m, kind: compute, bytes: 1000000, deps: [A]}}\n"
@@ -405,7 +405,7 @@ def test_profile_contract_defaults_and_h200x2():
     # the 1 KiB all_reduce is GPU-side (6.58 µs per call back to back behind torch.cuda._sleep, schedsim calibrate
     # on 2xH200 2026-11-30 22:50; 7.2 µs inside a CUDA graph in the probes), not the 41-49 µs host call. The
     # executor and the references switch streams with torch.cuda.set_stream, not the 8.69 µs context manager
-    assert CostModel(p).collective_time("all_reduce", 1024, (0, 1)) == pytest.approx(6.58e-6, rel=0.01)
+    assert CostModel(p).net.collective("all_reduce", 1024, (0, 1)) == pytest.approx(6.58e-6, rel=0.01)
     assert p.launch.stream_switch_us == 0.0 and p.gpu.cross_stream_latency_us == pytest.approx(3.15)
 
 
@@ -437,7 +437,7 @@ def test_memory_bound_kernels_share_hbm(sim_text):
 
 
 def test_memory_bound_kernel_on_the_sms_a_gemm_leaves_free(sim_text):
-    # rule 5. 8 SMs; A (6 CTAs, 10 µs) leaves 2 free. m moves 1e6 B (1 µs alone at 1000 GB/s): 16 CTAs of
+    # rule hbm-share. 8 SMs; A (6 CTAs, 10 µs) leaves 2 free. m moves 1e6 B (1 µs alone at 1000 GB/s): 16 CTAs of
     # 64 KiB, width 8, 2 waves of 0.5 µs. On 2 SMs, at its full-GPU speed: 8 rounds of 2 CTAs, [0, 4].
     body = f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: m, kind: compute, bytes: 1000000, stream: s2}}\n"
     spans, _ = sim_text(HEAD % 1 + body, waves_profile())
@@ -449,7 +449,7 @@ def test_memory_bound_kernel_on_the_sms_a_gemm_leaves_free(sim_text):
 
 
 def test_memory_bound_kernel_takes_freed_sms_a_wave_at_a_time(sim_text):
-    # rule 5's waves. m moves 4e6 B (4 µs): 62 chunks of 64 KiB, capped at 4 waves of 8 CTAs (1 µs each) on 8
+    # rule hbm-share's waves. m moves 4e6 B (4 µs): 62 chunks of 64 KiB, capped at 4 waves of 8 CTAs (1 µs each) on 8
     # SMs. Beside A it runs 2 at a time until A ends at 10 (20 done), then its last 12 on 8 SMs in 2 rounds:
     # [0, 12]. As one wave (the rule until 2026-12-03: 8 CTAs of 4 µs) its last 2 would start at 10, end at 14.
     body = f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: m, kind: compute, bytes: 4000000, stream: s2}}\n"
@@ -458,7 +458,7 @@ def test_memory_bound_kernel_takes_freed_sms_a_wave_at_a_time(sim_text):
 
 
 def test_a_lone_memory_bound_kernel_takes_its_solo_time_launched_once_or_repeated(sim_text):
-    # rule 5 with beta = 2 (8 SMs, an SM streams 250 of 1000 GB/s): 9 chunks of 64 KiB (0.589824 µs at
+    # rule hbm-share with beta = 2 (8 SMs, an SM streams 250 of 1000 GB/s): 9 chunks of 64 KiB (0.589824 µs at
     # 1000 GB/s) fill 2 whole waves, so no partial wave runs boosted and the kernel takes bytes / HBM; repeated,
     # the launches' waves follow each other; a kernel narrower than the GPU holds its 4 SMs for all 3 launches
     # (pooled, its 12 CTAs would share HBM 3 ways: the same 0.786432 µs). A GEMM of 1 CTA (TINY, 2 µs) launched
@@ -526,14 +526,15 @@ def test_bytes_only_compute_costs_an_elementwise_call_on_the_host(sim_text):
 def test_many_rank_collective_runs_at_its_slowest_ends_rate(sim_text):
     # An all_reduce over 8 ranks, each rank's NCCL kernel resident at 0 (2 SMs). Beside it: rank 3 one 6-CTA
     # GEMM [0, 10], rank 6 two in a row [0, 20], rank 5 a 4-CTA GEMM [0, 30]. With slowdown_beside_gemm 3.0,
-    # rule 6 gives per rank 1 + 2·held/6: 3 on ranks 3 and 6 (6 SMs held), 7/3 on rank 5 (4 held), 1 elsewhere;
+    # rule nccl-sms gives per rank 1 + 2·held/6: 3 on ranks 3 and 6 (6 SMs held), 7/3 on rank 5 (4 held), 1 elsewhere;
     # the transfer runs at the slowest: 1/3 over [0, 20] (two ranks at the minimum, then one, then none), 3/7
     # over [20, 30], then 1. With T its solo time, it ends at 30 + T − (20/3 + 30/7). This exercises the
     # incremental minimum of the waves loop (a new minimum, ties leaving it, the last end at it rising).
     p = waves_profile(nccl={"slowdown_beside_gemm": 3.0})
     d = p.model_dump()
     # a 4-CTA GEMM of 30 µs; 512x128x128, not 256x256x128, which is no larger than 256x384x128 (10 µs): a table
-    # where a smaller GEMM is slower is made monotone by the cost model (schedsim.monotone.isotonic, on the surface of schedsim.gpu.gemm)
+    # where a smaller GEMM is slower is made monotone by the cost model (schedsim.monotone.isotonic
+    # on the surface of schedsim.gpu.gemm)
     d["gemm"]["entries"].append(["fp32", 512, 128, 128, 0.030])
     from schedsim.hardware.profile import HardwareProfile
 
@@ -596,7 +597,7 @@ def _with_reduce(prof, *rows):
 
 
 def test_split_k_reduction_runs_as_a_second_kernel_in_the_fifo(sim_text):
-    # rule 4b. FULL (8 CTAs, 10 us in the table) with a reduction row of 8 CTAs and 2 us: alone, its main kernel
+    # rule split-k. FULL (8 CTAs, 10 us in the table) with a reduction row of 8 CTAs and 2 us: alone, its main kernel
     # runs 8 us on the 8 SMs, then the reduction one wave of 2 us: the op still spans the table's 10 us
     prof = _with_reduce(waves_profile(), ("fp32", 256, 512, 1024, 8, 2.0))
     spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n", prof)
@@ -621,7 +622,8 @@ def test_split_k_reduction_runs_as_a_second_kernel_in_the_fifo(sim_text):
 
 @pytest.mark.parametrize("path", ["python", "compiled", "columns"])
 def test_a_split_k_reduction_is_its_queues_next_item(monkeypatch, path):
-    """Rule 2 with rule 4b: the reduction is issued right behind its main kernel, so a kernel of another stream
+    """Rule hardware-queues with rule split-k: the reduction is issued right behind its main kernel, so a kernel of
+    another stream
     that shares the hardware queue waits until the queue handed the reduction over. A (FULL, reduction 8 CTAs of
     2 us) on s1, B (SIX) on s2, one connection: A's main kernel holds the 8 SMs over [0, 8], its reduction is
     handed over at 8 and runs [8, 10]; only then is B handed over, and it takes 6 SMs at 10: A [0, 10],
@@ -669,7 +671,7 @@ def _timeline(path, monkeypatch, text, prof):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("path", ["python", "compiled", "columns"])
 def test_a_waiting_gemm_fills_the_ragged_end_of_the_last_wave(monkeypatch, path):
-    """Rule 4c, a 2 us tail on waves of 10 us: f = 0.2. A and B fill the 8 SMs (10 us each alone). B waits in the
+    """Rule wave-tail, a 2 us tail on waves of 10 us: f = 0.2. A and B fill the 8 SMs (10 us each alone). B waits in the
     FIFO while A runs, so A's only wave runs at 1 / 0.8: A [0, 8]; nothing waits behind B: B [8, 18] (no tail:
     [0, 10], [10, 20])."""
     prof = waves_profile(wave_tail_us=2.0)
@@ -686,7 +688,7 @@ def test_a_waiting_gemm_fills_the_ragged_end_of_the_last_wave(monkeypatch, path)
     # one stream: the successor is not handed over before A ends, nothing waits, the table times stand
     one = HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s1}}\n"
     assert _spans(path, monkeypatch, one, prof) == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0)}
-    # with split-K reductions (rule 4b; 8 CTAs, 2 us) A and B run main kernels of 8 us waves, filled at the cap
+    # with split-K reductions (rule split-k; 8 CTAs, 2 us) A and B run main kernels of 8 us waves, filled at the cap
     # (2/8 = 0.25): A's [0, 6] while B waits; B, handed over at 0, is ahead of A's reduction and runs its main
     # kernel [6, 12] while that reduction waits; the reductions get no gain: A's [12, 14], B's [14, 16]. Without
     # the tail: A's main [0, 8], B's [8, 16], A's reduction [16, 18], B's [18, 20]
@@ -704,11 +706,11 @@ def test_a_waiting_gemm_fills_the_ragged_end_of_the_last_wave(monkeypatch, path)
 
 @pytest.mark.parametrize("path", ["python", "compiled", "columns"])
 def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host(monkeypatch, path):
-    """Rule 1 with ``gemm.call``: eager_per_op_us 5; FULL's row 1.6 (a split-K call launching two kernels), TINY
-    none. A (FULL) is issued at 5 · 1.6 = 8, T (TINY) at 8 + 5 = 13, B (FULL, repeat 2: two calls) at
+    """Rule host-issue with ``gemm.call``: eager_per_op_us 5; FULL's row 1.6 (a split-K call launching two kernels),
+    TINY none. A (FULL) is issued at 5 · 1.6 = 8, T (TINY) at 8 + 5 = 13, B (FULL, repeat 2: two calls) at
     13 + 2 · 8 = 29. A call's extra over the one-kernel call (the split-K reduction's launch) comes after its main
-    kernel's launch (rule 1, gpu.host.kernel_release): A's kernel reaches the GPU at 8 − 3 = 5, T's at 13, B's at
-    29 − 2 · 3 = 23. All on their own streams with no wait for SMs: each is ready then (stream_s = its call
+    kernel's launch (rule host-issue, gpu.host.kernel_release): A's kernel reaches the GPU at 8 − 3 = 5, T's at 13,
+    B's at 29 − 2 · 3 = 23. All on their own streams with no wait for SMs: each is ready then (stream_s = its call
     start: A 0, T 8, B 13). A CUDA graph replay has no per-op calls: every op at graph_launch_us (2)."""
     d = waves_profile(launch={"eager_per_op_us": 5.0, "graph_launch_us": 2.0}).model_dump()
     d["gemm"]["call"] = [["fp32", 256, 512, 1024, 1.6]]
@@ -725,12 +727,12 @@ def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host
     assert {s.id: round(s.ready_s * 1e6, 6) for s in graph.spans} == {"A@r0": 2.0, "T@r0": 2.0, "B@r0": 2.0}
 
 
-DUR = "kind: compute, duration_us: 10"  # a kernel of unknown grid (rule 4): 8 − 2 = 6 CTAs of 10 µs
+DUR = "kind: compute, duration_us: 10"  # a kernel of unknown grid (rule cta-count): 8 − 2 = 6 CTAs of 10 µs
 
 
 @pytest.mark.parametrize("path", ["python", "compiled", "columns"])
 def test_a_duration_only_op_leaves_room_for_an_nccl_kernel(monkeypatch, path):
-    """Rule 4: a ``compute`` op given only a duration holds SMs − sms_per_collective = 6 of the 8 SMs, in one
+    """Rule cta-count: a ``compute`` op given only a duration holds SMs − sms_per_collective = 6 of the 8 SMs, in one
     wave. With slowdown_beside_gemm 1.5 the all_reduce (12 µs alone, 2 SMs) runs at 1 / (1 + 0.5·min(1, 6/6))
     = 2/3 while D's 6 CTAs are resident: 10 · 2/3 = 20/3 µs of its 12 by 10, the other 16/3 alone, so it ends
     at 10 + 16/3 = 15.333 µs. Both start at 0 in either issue order, and D keeps its 10 µs (when it filled the
@@ -768,7 +770,7 @@ def _stage_times_pipeline(schedule: str) -> float:
 
 
 def test_zb_h1_beats_1f1b_with_measured_stage_times():
-    """With stages given as durations (kernels of unknown grid, rule 4), ZB-H1 comes out faster than 1F1B, as
+    """With stages given as durations (kernels of unknown grid, rule cta-count), ZB-H1 comes out faster than 1F1B, as
     measured (PaddlePaddle issue 62865: 0.868×), and each is near its closed form (Qi et al., arXiv 2401.10241):
     1F1B (m + p − 1)(F + B + W) = 19 · 3 = 57 ms, ZB-H1 m(F + B + W) + (p − 1)(F + B − W) = 48 + 3 = 51 ms, plus
     the p2p time on the critical path. When such an op filled the GPU, ZB-H1's overlapped sends and recvs

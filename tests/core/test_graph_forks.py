@@ -1,4 +1,4 @@
-"""Rule 8 of schedsim/gpu/rules.py: in a CUDA graph replay an op with a dependent on another stream holds its
+"""Rule graph-forks of schedsim/gpu/rules.py: in a CUDA graph replay an op with a dependent on another stream holds its
 own stream ``launch.graph_cross_stream_edge_us`` longer; eager runs and same-stream edges pay nothing."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Rule 8 (a fork in a CUDA graph) on two ranks with a collective, a singleton collective and a send/recv pair:
-every path (Program columns through the compiled loop, the Program and the networkx DAG through the Python
+"""Rule graph-forks (a fork in a CUDA graph) on two ranks with a collective, a singleton collective and a send/recv
+pair: every path (Program columns through the compiled loop, the Program and the networkx DAG through the Python
 loop) charges ``launch.graph_cross_stream_edge_us`` to the compute ops with a dependent on another stream of
 their rank, and nothing to collectives, p2p or ops whose dependents share their stream."""
 

@@ -1,11 +1,12 @@
-"""Review of rules 8 and 9 (commit 41fbb9f and after): the faults a review found, kept as regressions.
+"""Review of rules graph-forks and graph-nodes (commit 41fbb9f and after): the faults a review found, kept as
+regressions.
 
 1. ``CostModel.graph_node_delta`` clamps a kernel's CUDA-graph saving at half its duration but not a collective's,
    p2p's or copy's: a schema-valid negative ``launch.graph_per_op_us`` gives those a negative solo time.
 2. ``launch.graph_fork_edges`` rows may be negative (no bound, unlike ``graph_cross_stream_edge_us``); whether such a
    row applies then depends on an unrelated term (``gpu.rules.fork_terms``), and one below the op's duration reaches
-   the compiled loop unchecked (``waves_columns`` checks solo times before adding rule 8's terms), which reports a
-   deadlock where the Op-list path reports the op's negative duration.
+   the compiled loop unchecked (``waves_columns`` checks solo times before adding rule graph-forks's terms), which
+   reports a deadlock where the Op-list path reports the op's negative duration.
 """
 
 from __future__ import annotations

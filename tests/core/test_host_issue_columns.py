@@ -1,4 +1,4 @@
-"""Rule 1's host issue times as columns (schedsim.gpu.host.host_issue_columns) against the rule written as
+"""Rule host-issue's host issue times as columns (schedsim.gpu.host.host_issue_columns) against the rule written as
 a loop over the ops: the same floats bit for bit, whether the prefix sums run in one chunk or in many (chunks
 of whole ranks, a rank larger than a chunk alone), with ranks in order or interleaved."""
 
@@ -9,14 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedsim.hardware.profile import load_profile
 from schedsim.gpu import host as gh
+from schedsim.hardware.profile import load_profile
 
 PROFILE = load_profile("h200x2")
 
 
 def by_loop(rank, stream, hcls, repeat, host_s, batch, deps, model_executor):  # type: ignore[no-untyped-def]
-    """Rule 1 op by op (gpu_model's docstring): per rank, host Python time, event waits, the executor's extra,
+    """Rule host-issue op by op (gpu_model's docstring): per rank, host Python time, event waits, the executor's extra,
     a stream switch, the call (one per p2p batch), a first-call extra; the call starts after the switch."""
     lp = PROFILE.launch
     call_of = {gh.H_KERNEL: lp.eager_per_op_us * 1e-6, gh.H_ELEMENTWISE: lp.elementwise_call_s,

@@ -1,5 +1,5 @@
-"""Rule 9 of the waves model: a GEMM's measured node time in a CUDA graph (``gemm.graph``), the per-node term of
-other kernels (``launch.graph_per_op_us``, negative on H200), and operands read from HBM once a rank's buffers
+"""Rule graph-nodes of the waves model: a GEMM's measured node time in a CUDA graph (``gemm.graph``), the per-node
+term of other kernels (``launch.graph_per_op_us``, negative on H200), and operands read from HBM once a rank's buffers
 exceed L2 (``gpu.l2_bytes``, ``gpu.l2_cold_span``, ``gpu.hbm_miss_us``). Timelines computed by hand."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def test_no_alpha_beta_note_where_the_nccl_model_times_the_collective() -> None:
     prog = api.lower_spec(spec)
     prof = load_profile("dgx_h100")
     cost = CostModel(prof)
-    assert cost.network_cost("all_reduce", 1 << 30, tuple(range(16))) is not None  # NCCL model times it
+    assert cost.net.cost("all_reduce", 1 << 30, tuple(range(16))) is not None  # NCCL model times it
     notes = guesses(prog, prof)
     assert "collective-alpha-beta" not in {n.kind for n in notes}
     (nccl,) = [n for n in notes if n.kind == "collective-nccl-model"]  # what really times it, said once
@@ -98,7 +98,7 @@ def test_lazy_creation_of_subgroup_communicators_in_a_cycle_hangs() -> None:
 
 def test_h200_two_node_all_reduce_no_faster_than_one_node() -> None:
     cost = CostModel(load_profile("h200"))
-    one = cost.collective_time("all_reduce", 1 << 30, tuple(range(8)))
-    two = cost.collective_time("all_reduce", 1 << 30, tuple(range(16)))
+    one = cost.net.collective("all_reduce", 1 << 30, tuple(range(8)))
+    two = cost.net.collective("all_reduce", 1 << 30, tuple(range(16)))
     # busbw = S * 2 (n-1)/n / t (nccl-tests); two nodes' busbw at most one node's
     assert (1 << 30) * 2 * 15 / 16 / two <= (1 << 30) * 2 * 7 / 8 / one

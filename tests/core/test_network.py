@@ -17,8 +17,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedsim.gpu.cost import CostModel
 from schedsim.errors import ProfileError
+from schedsim.gpu.cost import CostModel
 from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.network import NcclNetwork
 from schedsim.network.tuning import Graph, nvls_graph, parse_nccl_list, ring_graph
@@ -223,20 +223,20 @@ def test_cost_model_uses_the_network_on_h200_inside_and_across_nodes():
     # inside one node (nccl_within_node): NVLS, graph 8 channels at 40 GB/s ((8 + 1) x 40 <= 370.8), busbw per
     # channel 40 x .85 x 7/8 x 2 = 59.5, x 8 channels x 8/14 (allreduce steps) = 272 GB/s algbw; latency NVLS's
     # NVLink hwLat 25 us
-    got = h200.network_cost("all_reduce", 64 * MiB, tuple(range(8)))
+    got = h200.net.cost("all_reduce", 64 * MiB, tuple(range(8)))
     assert got is not None and (got.algo, got.proto) == ("nvls", "Simple")
-    assert h200.collective_time("all_reduce", 64 * MiB, tuple(range(8))) == pytest.approx(
+    assert h200.net.collective("all_reduce", 64 * MiB, tuple(range(8))) == pytest.approx(
         25e-6 + 64 * MiB / (8 * 40 * .85 * 7 / 8 * 2 * 8 / 14 * 1e9), rel=1e-12)
     # across 2 nodes: the NCCL model (NVLS-tree on Hopper with NVLS)
-    got = h200.network_cost("all_reduce", 8 << 30, tuple(range(16)))
+    got = h200.net.cost("all_reduce", 8 << 30, tuple(range(16)))
     assert got is not None and got.algo == "nvls_tree"
-    assert h200.collective_time("all_reduce", 8 << 30, tuple(range(16))) == got.seconds
+    assert h200.net.collective("all_reduce", 8 << 30, tuple(range(16))) == got.seconds
 
 
 def test_pcie_profiles_keep_the_link_model():
     for name in ("pcie2", "rtx3090_pcie1x4"):
         cm = CostModel(load_profile(name))
-        assert cm.network_cost("all_reduce", MiB, (0, 1)) is None
+        assert cm.net.cost("all_reduce", MiB, (0, 1)) is None
 
 
 def test_parse_nccl_list_follows_ncclparselist():
@@ -405,7 +405,7 @@ NIC2_SECOND = ("  - {name: s9, kind: send, ranks: [0], peer: 9, bytes: 67108864,
 def test_two_flows_share_the_senders_nic():
     """Rank 0 (node 0) sends 64 MiB to ranks 8 and 9 (node 1) at once: on DGX H100 each GPU has its own NIC
     (rail-optimised), so both flows leave through rank 0's NIC, whose out direction they share at 1/2 each
-    (rule 6 of schedsim.gpu.rules: k transfers on one link direction). Solo: 22.4 us (Simple p2p step
+    (rule nccl-sms of schedsim.gpu.rules: k transfers on one link direction). Solo: 22.4 us (Simple p2p step
     across nodes) + 64 MiB / 50 GB/s = 1364.577 us; together both take 2 x that."""
     from schedsim.api import simulate_spec
     from schedsim.spec.loader import load_text
@@ -421,14 +421,14 @@ def test_one_node_tables_do_not_time_a_group_across_nodes():
     # h200x2 has a measured 2-rank all_reduce table (NVLink, one node). Ranks 0 and 8 sit on two nodes: alpha-beta
     # on links.network (10 us, 50 GB/s): 2(n-1) = 2 steps + 2(n-1)/n x S / B
     cm = CostModel(load_profile("h200x2"))
-    assert cm.collective_time("all_reduce", 64 * MiB, (0, 8)) == pytest.approx(2 * 10e-6 + 64 * MiB / 50e9, rel=1e-12)
-    assert cm.collective_time("all_reduce", 64 * MiB, (0, 1)) < 64 * MiB / 200e9  # the NVLink table inside a node
+    assert cm.net.collective("all_reduce", 64 * MiB, (0, 8)) == pytest.approx(2 * 10e-6 + 64 * MiB / 50e9, rel=1e-12)
+    assert cm.net.collective("all_reduce", 64 * MiB, (0, 1)) < 64 * MiB / 200e9  # the NVLink table inside a node
 
 
 def test_gb200_nvl72_runs_a_rack_as_one_nvlink_domain():
     cm = CostModel(load_profile("gb200_nvl72"))
-    rack = cm.network_cost("all_reduce", 1 << 30, tuple(range(72)))
-    two = cm.network_cost("all_reduce", 1 << 30, tuple(range(144)))
+    rack = cm.net.cost("all_reduce", 1 << 30, tuple(range(72)))
+    two = cm.net.cost("all_reduce", 1 << 30, tuple(range(144)))
     assert rack is not None and two is not None
     assert (rack.algo, two.algo) == ("nvls", "nvls_tree")
     # NVLS graph: 32 heads at 20 GB/s ((32 + 1) x 20 <= 721.8; 22 would not fit), bw_inter raised to 30 (< 40);
@@ -459,7 +459,7 @@ def test_an_intra_node_collective_and_a_send_across_nodes_use_different_links():
     # rank 0's all_reduce over ranks 0..7 runs on NVLink (tier 0), its send to rank 8 through its NIC (tier 1):
     # both keep their solo times (before link tiers they shared one rank link at 1/2 each)
     cm = CostModel(load_profile("dgx_h100"))
-    ar = cm.collective_time("all_reduce", 67108864, tuple(range(8)))
+    ar = cm.net.collective("all_reduce", 67108864, tuple(range(8)))
     send = 22.4 + 67108864 / 50_000  # us: Simple p2p step across nodes + 64 MiB / 50 GB/s
     spans = _tier_spans(list(range(8)))
     assert spans["ar@r0"] == pytest.approx(ar * 1e6, rel=1e-9)
@@ -473,7 +473,7 @@ def test_a_collective_across_nodes_shares_the_nic_with_a_send():
     # less than half of the NIC's 50: it keeps its solo time, and the send gets the rest, 50 - P / a. By a the
     # send has done a (1 - P / (50 a)) of its solo b; it ends at a + b - a + P / 50 = b + P / 50,000 us.
     cm = CostModel(load_profile("dgx_h100"))
-    got = cm.network_cost("all_reduce", 67108864, tuple(range(16)))
+    got = cm.net.cost("all_reduce", 67108864, tuple(range(16)))
     assert got is not None and got.algo == "nvls_tree"
     a = got.seconds * 1e6
     b = 22.4 + 67108864 / 50_000
@@ -596,10 +596,10 @@ def test_a_multi_node_table_times_only_groups_over_as_many_nodes(tmp_path: Path)
     assert d["collectives"]["nodes"] == {"all_reduce": {4: 2}}
     cm = CostModel(load_profile(str(tmp_path / "p.yaml")))
     # over 2 nodes x 2 ranks: the table, busbw 7.74 GB/s at 1 MiB (x 2(n-1)/n = 1.5)
-    assert cm.collective_time("all_reduce", MiB, (0, 1, 8, 9)) == pytest.approx(MiB * 1.5 / 7.74e9, rel=1e-9)
+    assert cm.net.collective("all_reduce", MiB, (0, 1, 8, 9)) == pytest.approx(MiB * 1.5 / 7.74e9, rel=1e-9)
     # 4 ranks inside one node: not this table (links.nvlink alpha-beta of h200x2)
     link = cm.profile.links["nvlink"]
-    assert cm.collective_time("all_reduce", MiB, (0, 1, 2, 3)) == pytest.approx(
+    assert cm.net.collective("all_reduce", MiB, (0, 1, 2, 3)) == pytest.approx(
         6 * link.latency_us * 1e-6 + 1.5 * MiB / (link.bandwidth_GBps * 1e9), rel=1e-9)
 
 
@@ -609,16 +609,16 @@ def test_crossing_the_node_boundary_never_raises_busbw(name: str) -> None:
     """Every shipped profile: a collective over ``g + k`` ranks (past one node of ``g`` GPUs) has busbw at most
     that of the same size on the node's ``g`` ranks (nccl-tests busbw = bytes x bus factor / time), so never
     less time for all_reduce; h200 broke it (one node by links.nvlink 5.30 ms, two by NVLS-tree 4.43 ms at 1 GiB)."""
-    from schedsim.gpu.cost import bus_factor
+    from schedsim.network.links import bus_factor
 
     prof = load_profile(name)
     cost = CostModel(prof)
     g = prof.topology.gpus_per_node
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"):
         for nbytes in (1 << 10, 1 << 20, 1 << 26, 1 << 30):
-            one = cost.collective_time(kind, nbytes, tuple(range(g)))
+            one = cost.net.collective(kind, nbytes, tuple(range(g)))
             for n in (g + 1, 2 * g):
-                many = cost.collective_time(kind, nbytes, tuple(range(n)))
+                many = cost.net.collective(kind, nbytes, tuple(range(n)))
                 assert nbytes * bus_factor(kind, n) / many <= nbytes * bus_factor(kind, g) / one * (1 + 1e-9), \
                     (kind, nbytes, n, many, one)
                 if kind == "all_reduce":

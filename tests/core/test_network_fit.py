@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from schedsim.hardware.profile import HardwareProfile, load_profile
-from schedsim.network.nccl_tests import NcclTestsLog, parse_nccl_tests, read_nccl_tests
 from schedsim.network import NcclNetwork
 from schedsim.network.fit import _row_time, fit_profile
 from schedsim.network.links import bus_factor
+from schedsim.network.nccl_tests import NcclTestsLog, parse_nccl_tests, read_nccl_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG_309 = ROOT / "tests/data/nccl_tests_309_h100_2x8_ib.log"

@@ -1,5 +1,5 @@
-"""Rule 4 with ``gemm.ctas_per_sm``: a GEMM whose kernel fits several CTAs on one SM holds ceil(CTAs / that) SMs,
-so two of them run side by side where one CTA per SM queues them; and the occupancy calculation that calibrate
+"""Rule cta-count with ``gemm.ctas_per_sm``: a GEMM whose kernel fits several CTAs on one SM holds ceil(CTAs / that)
+SMs, so two of them run side by side where one CTA per SM queues them; and the occupancy calculation that calibrate
 applies to a Kineto kernel record. Timelines computed by hand."""
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def test_two_gemms_that_fit_two_ctas_per_sm_run_side_by_side(program: bool) -> N
 
 def test_kernel_ctas_counts_slots_not_ctas() -> None:
     from schedsim.gpu.cost import CostModel
-    from schedsim.graph.ops import Op
     from schedsim.gpu.kernels import kernel_ctas
+    from schedsim.graph.ops import Op
 
     prof = waves_profile()
     gemm = prof.gemm.model_copy(update={"ctas": [("fp32", 256, 512, 1024, 24)],

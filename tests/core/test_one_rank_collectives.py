@@ -1,4 +1,4 @@
-"""Collectives of one rank (rule 6b of schedsim/gpu/rules.py): NCCL launches no kernel for them
+"""Collectives of one rank (rule one-rank-collective of schedsim/gpu/rules.py): NCCL launches no kernel for them
 (``ncclLaunchOneRank``, src/enqueue.cc): an in-place one puts nothing on the GPU, an out-of-place one is a
 same-device copy, which waits for SMs as a memory-bound kernel does, not as a wave-sized NCCL kernel.
 

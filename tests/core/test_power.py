@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from schedsim.hardware.profile import Power, load_profile
 from schedsim.gpu.power import (
     TOLERANCE,
     below_onset,
@@ -17,6 +16,7 @@ from schedsim.gpu.power import (
     sustained_of,
     tensor_duty,
 )
+from schedsim.hardware.profile import Power, load_profile
 from schedsim.sim.timeline import Span, Timeline
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from schedsim.gpu.power import TOLERANCE, slowdown_at, tensor_duty
 from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
 from schedsim.sim.engine import simulate
-from schedsim.gpu.power import TOLERANCE, slowdown_at, tensor_duty
 from schedsim.sim.timeline import Span, Timeline
 from schedsim.spec.loader import load_text
 

@@ -45,7 +45,7 @@ def test_eight_chunks_with_the_default_waves_model():
     # the default GPU model on the same input. pcie2 has no measured GEMM grid: each 2048x1024x8192 sub-GEMM is
     # 128 tiles of 128x128 on 114 SMs. Taking its guessed half-empty second wave as free SMs let the other
     # streams' GEMMs fill it (49.21 ms, -34.8 %, until 2026-12-02); an unmeasured grid now fills its waves:
-    # 71.53 ms, -5.2 %; 71.30 ms, -5.6 % since memory-bound adds take freed SMs a wave in 8 at a time (rule 5,
+    # 71.53 ms, -5.2 %; 71.30 ms, -5.6 % since memory-bound adds take freed SMs a wave in 8 at a time (rule hbm-share,
     # 2026-12-03; the issue-8 worst-case goal is 8 %)
     tl, m = predict("schedules/allgather_mm8.yaml", "pcie2")
     err = (tl.makespan_s - 75.49e-3) / 75.49e-3

@@ -119,8 +119,8 @@ def test_an_op_outside_the_world_or_with_a_nan_solo_time_is_refused(monkeypatch)
 
     import numpy as np
 
-    from schedsim.gpu.cost import CostModel
     from schedsim.errors import GraphError
+    from schedsim.gpu.cost import CostModel
 
     prog = lower(load_text(tg.HEAD % 2 + f"  - {{name: g, {tg.FULL}}}\n", "t.yaml"))
     moved = replace(prog, rank=np.array([0, 2], np.int32))

@@ -1,4 +1,4 @@
-"""gpu.wave_tail_us (rule 4c): calibrate's fit finds the tail that the waves model needs to predict an overlapped
+"""gpu.wave_tail_us (rule wave-tail): calibrate's fit finds the tail that the waves model needs to predict an overlapped
 run, and _assemble writes it into the profile."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_fit_is_zero_or_capped_outside_the_models_range():
     # 64 GEMMs 2 % slower than back to back: even no tail predicts less (the grid's 4 free SMs already help)
     assert fit_wave_tail(load_profile("h200"), dict(REC, overlapped_ms=64 * 0.708 * 1.02), 128) == 0.0
     assert _overlapped_ms(0.0) < 64 * 0.708
-    # faster than rule 4c can make it: the cap, a quarter of the 0.708 ms wave
+    # faster than rule wave-tail can make it: the cap, a quarter of the 0.708 ms wave
     assert fit_wave_tail(load_profile("h200"), dict(REC, overlapped_ms=1.0), 128) == 177.0
 
 
@@ -83,8 +83,8 @@ def test_assemble_writes_the_fitted_wave_tail(monkeypatch) -> None:
 
 
 def test_gemm_call_ratios_become_gemm_call_rows(monkeypatch) -> None:
-    """Rule 1's gemm.call: calibrate_host times each short GEMM's call over the 64x64 one (a loop of calls, here
-    a stub returning 26 µs against a 20 µs base: 1.3), and _assemble writes the ratios as gemm.call rows."""
+    """Rule host-issue's gemm.call: calibrate_host times each short GEMM's call over the 64x64 one (a loop of calls,
+    here a stub returning 26 µs against a 20 µs base: 1.3), and _assemble writes the ratios as gemm.call rows."""
     from executor import calibrate_host as H
 
     tf32_on = []

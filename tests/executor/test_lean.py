@@ -145,8 +145,8 @@ def test_measure_host_compares_with_this_process_host_costs(gloo2, tmp_path) -> 
     place of the profile's: the same prediction made here from h200 and those costs agrees to the ns."""
     from executor.calibrate_host import launch_fields
     from schedsim.api import predict_to_dir
-    from schedsim.hardware.profile import HardwareProfile, load_profile
     from schedsim.gpu.power import iteration_gap_of
+    from schedsim.hardware.profile import HardwareProfile, load_profile
     from schedsim.sim.timeline import Timeline
 
     r, base = gloo2["tp_allreduce"]

@@ -179,7 +179,7 @@ class TestWhatIf:
         assert lines == ["collectives re-costed with the profile: 2 ops"]
         from schedsim.gpu.cost import CostModel
 
-        want = CostModel(H200).collective_time("all_reduce", 4194304.0, (0, 1))
+        want = CostModel(H200).net.collective("all_reduce", 4194304.0, (0, 1))
         tl = api.simulate_spec(spec, H200, gpu_model="replay").timeline
         got = [s.end_s - s.start_s for s in tl.spans if s.kind == "all_reduce"]
         assert got == pytest.approx([want, want])

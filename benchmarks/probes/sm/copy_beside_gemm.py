@@ -1,5 +1,5 @@
 """Does a same-device copy (``dst.copy_(src)``, a "Memcpy DtoD" in Kineto) or an elementwise kernel wait for the
-SMs held by a GEMM on another stream? (issue 8, rule 3 of schedsim/gpu/rules.py; one GPU, ~30 s).
+SMs held by a GEMM on another stream? (issue 8, rule wave-dispatch of schedsim/gpu/rules.py; one GPU, ~30 s).
 
 Each scenario: stream A runs GEMM(s), the host waits ``--lead-us`` so they are resident, then stream B issues the
 probe op. Times are CUDA events (A's start before its first GEMM; B's end after the probe op), medians of

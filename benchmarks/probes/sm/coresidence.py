@@ -1,6 +1,6 @@
 """Concurrent GEMMs on several streams of one GPU: do their CTAs share SMs, and how much throughput does it add?
 
-Plain PyTorch on one GPU, no schedsim (rule 3 of ``schedsim/gpu/rules.py``: CTA co-residence)::
+Plain PyTorch on one GPU, no schedsim (rule wave-dispatch of ``schedsim/gpu/rules.py``: CTA co-residence)::
 
     python benchmarks/probes/sm/coresidence.py --out probe_coresidence.json     # ~1 min on an H200
 

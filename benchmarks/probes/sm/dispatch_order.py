@@ -1,6 +1,6 @@
 """Which queued kernel gets the SMs that a finishing kernel frees: first come first served, or shared?
 
-Plain PyTorch on one GPU, no schedsim (rule 3 of ``schedsim/gpu/rules.py``: block dispatch)::
+Plain PyTorch on one GPU, no schedsim (rule wave-dispatch of ``schedsim/gpu/rules.py``: block dispatch)::
 
     python benchmarks/probes/sm/dispatch_order.py --out probe_dispatch_order.json    # ~1 min on an H200
 

@@ -1,4 +1,4 @@
-"""Does an NCCL kernel hold its SMs while it waits for a slower peer? (assumption of the ``waves`` model, rule 6)
+"""Does an NCCL kernel hold its SMs while it waits for a slower peer? (assumption of the ``waves`` model, rule nccl-sms)
 
     bash benchmarks/probes/run.sh scenarios_peer_wait            # 2 GPUs, NCCL, about 1 minute
 

@@ -1,0 +1,135 @@
+"""The communication model behind one narrow interface: :class:`NetworkModel`.
+
+The simulator asks it two things of an op: the solo time of a collective or send/recv (:meth:`NetworkModel.collective`,
+:meth:`NetworkModel.p2p`) and, where NCCL's tuning model times it, the algorithm and protocol it chose
+(:meth:`NetworkModel.cost`). Behind it, by profile:
+
+* a profile with ``topology.scale_up`` (and ``nics``): NCCL's own tuning model on that topology
+  (:class:`schedsim.network.NcclNetwork`), except groups inside one node that have a measured table (or
+  ``topology.nccl_within_node`` false);
+* otherwise, and for those: the profile's nccl-tests busbw tables and link classes
+  (:class:`schedsim.network.links.LinkTables`);
+* one rank: no NCCL kernel (:meth:`NetworkModel.collective`).
+
+Shared links (NICs and leaf uplinks of a cluster, max-min fair between concurrent flows) are the loop's other
+interface to the network: :class:`schedsim.network.share.LinkShare`.
+"""
+
+from __future__ import annotations
+
+from schedsim.errors import ProfileError
+from schedsim.hardware.profile import HardwareProfile
+from schedsim.kinds import P2P_KINDS
+from schedsim.network import CollectiveCost, NcclNetwork
+from schedsim.network.links import ONE_RANK_NOP, LinkTables, bus_factor
+
+__all__ = ["NetworkModel"]
+
+
+class NetworkModel:
+    """Solo times in seconds of collectives and send/recv on one profile. Pure and deterministic.
+
+    ``floor_s``: the GPU's kernel floor (``gpu.kernel_floor_us``, s), the least a one-rank copy takes.
+    """
+
+    def __init__(self, profile: HardwareProfile, floor_s: float) -> None:
+        self.profile = profile
+        self._floor = floor_s
+        self._links = LinkTables(profile)
+        self._net = NcclNetwork(profile) if profile.topology.scale_up is not None else None
+
+    @property
+    def nccl(self) -> NcclNetwork | None:
+        """NCCL's tuning model on the profile's topology (a profile with ``topology.scale_up``), else None."""
+        return self._net
+
+    def p2p(self, src: int, dst: int, nbytes: float) -> float:
+        """Seconds of one send/recv of ``nbytes`` from rank ``src`` to ``dst`` (:meth:`collective` of ``send``)."""
+        return self.collective("send", nbytes, (src, dst))
+
+    def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
+        """Time in seconds of collective ``kind`` moving ``nbytes`` (nccl-tests size) over ``ranks``.
+
+        One rank: NCCL runs no collective (``ncclLaunchOneRank``, src/enqueue.cc: "for 1 rank, out-of-place is
+        memcpy to self, and in-place is nop"), so the in-place kinds as the executor calls them (``all_reduce``,
+        ``broadcast``, ``reduce``: :data:`ONE_RANK_NOP`) take 0 s and the others a device-to-device copy of
+        ``nbytes``. One H200 [evidence: timed-graph]: a 1-rank 8 KiB all_reduce in
+        a graph timed op by op spanned 1.2-1.3 µs, its two timing events' own span."""
+        n = len(ranks)
+        if n <= 1:
+            if kind in ONE_RANK_NOP:
+                return 0.0
+            return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
+        nodes = None
+        if self._net is not None:
+            got = self.cost(kind, nbytes, ranks)
+            if got is not None:
+                return got.seconds
+            nodes = self._net.shape(ranks).nodes  # with the profile's placement
+        t = self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
+        return t if kind in P2P_KINDS else max(t, self._node_floor(kind, nbytes, ranks))
+
+    def _node_floor(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
+        """A lower bound, in seconds, on collective ``kind`` of ``nbytes`` over ``ranks`` when they span several nodes
+        (else 0): the time at which its bus bandwidth equals that of the same collective on the ranks of its fullest
+        node alone, ``t_local · bus_factor(kind, n) / bus_factor(kind, local)`` (nccl-tests busbw, ``bus_factor``).
+
+        Why: busbw is the rate a GPU's own links carry the collective's traffic (nccl-tests
+        ``doc/PERFORMANCE.md``); a group across nodes still runs its node's part over the same scale-up links, and
+        the NICs only add a slower tier, so its busbw cannot exceed the node's (published: 8x H100 all_reduce
+        ~480 GB/s busbw in one node, 391 GB/s over two; ``benchmarks/accuracy/network_published.py``). The tiers can
+        disagree otherwise: a profile that times one node by its tables or link classes and nodes by the NCCL model
+        (``topology.nccl_within_node: false``), or one whose ``links.network`` outruns ``links.pcie`` (``pcie2``:
+        a 1 GiB all_reduce on 8 ranks of one node 245.8 ms by ``links.pcie``, on 9 ranks over two nodes 152.9 ms
+        by ``links.network``, without this bound). 0 where ``nccl.algo`` / ``nccl.proto`` leave the node's ranks
+        alone no algorithm (``NCCL_ALGO=NVLSTree`` runs only across nodes).
+        """
+        if self._net is not None:
+            gpu_node = [self._net.gpu_of(r) // self._net.gpn for r in ranks]
+        else:
+            gpn = self.profile.topology.gpus_per_node
+            gpu_node = [r // gpn for r in ranks] if gpn else [0] * len(ranks)
+        by_node: dict[int, list[int]] = {}
+        for r, nd in zip(ranks, gpu_node, strict=True):
+            by_node.setdefault(nd, []).append(r)
+        if len(by_node) < 2:
+            return 0.0
+        local = max(by_node.values(), key=len)
+        if len(local) < 2:
+            return 0.0
+        lf = bus_factor(kind, len(local))
+        if not lf:
+            return 0.0
+        try:
+            t_local = self.collective(kind, nbytes, tuple(local))
+        except ProfileError:  # NCCL_ALGO / NCCL_PROTO allow the node's ranks alone nothing (NVLSTree): no bound
+            return 0.0
+        return t_local * bus_factor(kind, len(ranks)) / lf
+
+    def has_table(self, kind: str, ranks: tuple[int, ...]) -> bool:
+        """Whether a measured busbw table of the profile times collective ``kind`` (``sendrecv`` for send/recv)
+        over ``ranks``: one for that group size, measured over as many nodes as the ranks span."""
+        nodes = self._net.shape(ranks).nodes if self._net is not None else len(
+            {r // self.profile.topology.gpus_per_node for r in ranks})
+        return self._links.covers(kind, len(ranks), nodes)
+
+    def cost(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> CollectiveCost | None:
+        """The NCCL model's cost of collective or p2p ``kind`` over ``ranks`` (two or more; a send/recv's are
+        ``(src, dst)``) with its algorithm and protocol, on a profile with ``topology.scale_up``
+        (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the profile leaves to
+        its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside one node with
+        ``topology.nccl_within_node`` false). A collective across nodes takes at least the time of the same one on
+        its fullest node's ranks (:meth:`_node_floor`)."""
+        if self._net is None or len(ranks) < 2:
+            return None
+        if kind in P2P_KINDS:
+            shape = self._net.shape(ranks)
+            if self.has_table("sendrecv", ranks) or (shape.nodes == 1 and not self.profile.topology.nccl_within_node):
+                return None
+            return self._net.p2p(ranks[0], ranks[-1], nbytes)
+        got = self._net.collective(kind, nbytes, ranks, has_table=self.has_table(kind, ranks))
+        if got is not None:
+            floor = self._node_floor(kind, nbytes, ranks)
+            if floor > got.seconds:
+                got = CollectiveCost(floor, got.algo, got.proto)
+        return got
