@@ -47,13 +47,33 @@ The model (steady state, as a training loop runs iteration after iteration):
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.sim.timeline import Timeline
 
 __all__ = ["tensor_duty", "slowdown_at", "steady_state", "below_onset", "sustained_of", "MAX_PASSES"]
+
+class Run(Protocol):
+    """What the power model reads of a simulated run (a :class:`schedsim.sim.timeline.Timeline`): its makespan (s),
+    its span columns (``kind``, ``rank``, ``start_s``, ``end_s``, ``solo_s``, ``flops``), its span count and its
+    ``meta``, where the fixed point is recorded. A protocol, so that the GPU model needs nothing of the timeline
+    layer above it."""
+
+    @property
+    def makespan_s(self) -> float: ...
+
+    @property
+    def columns(self) -> Any: ...
+
+    @property
+    def meta(self) -> dict[str, Any]: ...
+
+    def __len__(self) -> int: ...
+
+
+T = TypeVar("T", bound=Run)
 
 #: Simulations at most per prediction (the fixed point converges in 2–3 on the shipped schedules).
 MAX_PASSES = 4
@@ -66,7 +86,7 @@ BRACKET = TOLERANCE / 4
 MAX_BISECT = 8
 
 
-def tensor_duty(tl: Timeline, fp32_peak_flops: float, gap_s: float = 0.0, below: float = 0.0,
+def tensor_duty(tl: Run, fp32_peak_flops: float, gap_s: float = 0.0, below: float = 0.0,
                 repeat: np.ndarray | None = None) -> float:
     """Largest over ranks of (union of tensor-core GEMM intervals) / (makespan + ``gap_s``), in [0, 1].
 
@@ -114,8 +134,8 @@ def slowdown_at(curve: list[tuple[float, float]], duty: float) -> float:
     return float(np.interp(duty, [p[0] for p in curve], [p[1] for p in curve]))
 
 
-def steady_state(run: Callable[[HardwareProfile], Timeline], profile: HardwareProfile, gap_s: float = 0.0,
-                 repeat: np.ndarray | None = None, sustained_s: float | None = None) -> Timeline:
+def steady_state(run: Callable[[HardwareProfile], T], profile: HardwareProfile, gap_s: float = 0.0,
+                 repeat: np.ndarray | None = None, sustained_s: float | None = None) -> T:
     """Simulate with ``run(profile)`` and repeat with GEMMs slowed to the steady power state (module doc).
 
     ``gap_s`` (seconds, >= 0) is how long the GPU idles between iterations: 0 for a training loop that issues
