@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = ["ALGOS", "PROTOS", "Graph", "TuneInput", "parse_nccl_list", "tune", "algo_time", "ring_graph",
-           "nvls_graph", "collnet_direct_graph", "COLL_FUNCS", "p2p_step"]
+           "nvls_graph", "collnet_direct_graph", "COLL_FUNCS", "p2p_step", "runtime_channels", "runtime_bw_scale"]
 
 Algo = Literal["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
 Proto = Literal["LL", "LL128", "Simple"]
@@ -83,6 +83,14 @@ _SPEED_INTER = {"pre": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.
 _MAX_RING_CHANNELS = 32  # ringGraph->maxChannels = MAXCHANNELS / 2 (src/init.cc; MAXCHANNELS 64, device.h)
 _MAX_NVLS_ARITY = 32  # NCCL_MAX_NVLS_ARITY (device.h)
 _MAX_DIRECT_ARITY = 7  # NCCL_MAX_DIRECT_ARITY (device.h): a CollNet Direct graph has at most 7 + 1 heads (search.cc)
+
+
+# ---- enqueue.cc (topoGetAlgoInfo): channels and threads a collective runs with ------------------------------------
+#: ``NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD`` (src/include/comm.h): bytes per thread below which NCCL drops a channel
+_THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+#: ``NCCL_LL_MAX_NTHREADS``, ``NCCL_LL128_MAX_NTHREADS``, ``NCCL_SIMPLE_MAX_NTHREADS`` (src/include/device.h)
+_MAX_NTHREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+_PCI_BW = 12.0  # PCI_BW (src/graph/topo.h): a ring of at most this many GB/s runs Simple with 256 threads
 
 
 def parse_nccl_list(text: str, what: Literal["algo", "proto"]) -> dict[str, frozenset[str]]:
@@ -414,6 +422,50 @@ def tune(coll: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
                 if bw > 0:
                     out[(a, p)] = (_latency(coll, a, p, t), bw)
     return out
+
+
+def runtime_channels(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph) -> int:
+    """Channels a ring or tree collective of ``nbytes`` (nccl-tests size, NCCL's ``nBytes``) runs on, as
+    ``topoGetAlgoInfo`` of src/enqueue.cc sets ``nMaxChannels``: from ``comm->nChannels`` (``ring.channels``) it
+    drops one channel while ``nBytes < nc · nt · threadThreshold`` (down to 1), with ``nt`` =
+    ``comm->maxThreads[algo][proto]`` (LL 512, LL128 640, Simple 512; ring Simple 256 where the ring graph's
+    ``bwIntra · nChannels <= PCI_BW`` (12 GB/s), ``ncclTopoTuneModel``) and ``threadThreshold`` =
+    ``NCCL_*_THREAD_THRESHOLD`` (LL 8, LL128 8, Simple 64; ring LL × ``nRanks``). Other algorithms keep their graph's
+    channels (NVLS, NVLS-tree and CollNet channel counts are not reduced here).
+
+    >>> runtime_channels("ring", "Simple", 128 * 1024, 16, Graph(16, 45.0, 45.0))   # 128 KiB / (512 · 64) = 4
+    4
+    >>> runtime_channels("tree", "LL", 1024, 16, Graph(16, 45.0, 45.0))
+    1
+    """
+    nc = ring.channels
+    if algo not in ("ring", "tree"):
+        return nc
+    nt = _MAX_NTHREADS[proto]
+    if algo == "ring" and proto == "Simple" and ring.bw_intra * ring.channels <= _PCI_BW:
+        nt = 256
+    threshold = _THREAD_THRESHOLD[proto] * (ranks if algo == "ring" and proto == "LL" else 1)
+    while nc >= 2 and nbytes < nc * nt * threshold:
+        nc -= 1
+    return nc
+
+
+def runtime_bw_scale(coll: str, algo: str, proto: str, nbytes: float, t: TuneInput) -> float:
+    """Fraction of NCCL's bandwidth (``comm->bandwidths``, computed for all ``nChannels``) a collective of
+    ``nbytes`` gets on the channels it runs on (:func:`runtime_channels`): NCCL's own bandwidth formula of
+    ``ncclTopoTuneModel`` with the ring graph's ``nChannels`` replaced by the reduced count. 1 where no channel
+    is dropped. NCCL chooses the algorithm with all channels (``ncclTopoGetAlgoTime``); this only times the choice.
+
+    >>> t = TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(16, 22.5, 22.5), None)
+    >>> runtime_bw_scale("allreduce", "ring", "Simple", 128 * 1024, t)   # 4 of 16 channels
+    0.25
+    """
+    nc = runtime_channels(algo, proto, nbytes, t.ranks, t.ring)
+    if nc == t.ring.channels:
+        return 1.0
+    full = _bandwidth(coll, algo, proto, t)
+    few = _bandwidth(coll, algo, proto, replace(t, ring=replace(t.ring, channels=nc)))
+    return few / full if full > 0 else 1.0
 
 
 def p2p_step(tier: Literal["nvlink", "pci", "net"], proto: str, arch: str) -> tuple[float, float]:

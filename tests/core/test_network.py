@@ -21,7 +21,7 @@ from schedsim.cost import CostModel
 from schedsim.errors import ProfileError
 from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.network import NcclNetwork
-from schedsim.network.tuning import Graph, nvls_graph, parse_nccl_list, ring_graph
+from schedsim.network.tuning import Graph, nvls_graph, parse_nccl_list, ring_graph, runtime_channels
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
@@ -98,16 +98,42 @@ def test_ring_ll128_all_reduce_2x2():
 
 
 def test_ring_ll_all_reduce_2x2():
-    # bus = min(llMaxBw Intel 2 nodes 39.0, 96 x .5 = 48) = 39, x 4/6 = 26. lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7
+    # lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7 = 16.0. NCCL's bandwidth (4 channels): min(llMaxBw Intel 2 nodes 39.0,
+    # 96 x .5) = 39, x 4/6 = 26. It runs on fewer (enqueue.cc topoGetAlgoInfo): ring LL threshold 8 x 4 ranks = 32
+    # B/thread x 512 threads = 16 KiB a channel > 4 KiB -> 1 channel: min(39, 1 x 24 x .5) = 12, x 4/6 = 8 GB/s
     got = forced(TOPO22, "ring", "LL").collective("all_reduce", 4096, R4)
-    assert got is not None and us(got) == pytest.approx(16.0 + 4096 / (1000 * 26.0), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(16.0 + 4096 / (1000 * 8.0), rel=1e-9)
+    # 64 KiB >= 4 x 16 KiB keeps all 4 channels: NCCL's 26 GB/s
+    got = forced(TOPO22, "ring", "LL").collective("all_reduce", 65536, R4)
+    assert got is not None and us(got) == pytest.approx(16.0 + 65536 / (1000 * 26.0), rel=1e-9)
+
+
+def test_medium_ring_simple_runs_on_fewer_channels_2x2():
+    # enqueue.cc topoGetAlgoInfo: ring Simple 512 threads x 64 B = 32 KiB a channel; 64 KiB < 4 and 3 x 32 KiB,
+    # not < 2 x 32 KiB -> 2 of 4 channels: bus 2 x 24 = 48, x 4/6 = 32 GB/s. lat 50.0 x 1.4 (the plateau, NCCL's
+    # estimate: 64 KiB / (4 ch x 4 ranks) >= 64) = 70.0
+    got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 65536, R4)
+    assert got is not None and us(got) == pytest.approx(70.0 + 65536 / (1000 * 32.0), rel=1e-9)
+
+
+def test_runtime_channels_follow_nccls_thread_counts():
+    # a ring of bwIntra x nChannels <= PCI_BW (12 GB/s) runs Simple with 256 threads: 16 KiB a channel, 40000 B
+    # keeps 2 channels (40000 >= 2 x 16384); with 512 threads (32 KiB a channel) it would keep 1
+    assert runtime_channels("ring", "Simple", 40000, 2, Graph(2, 6.0, 6.0)) == 2
+    assert runtime_channels("ring", "Simple", 40000, 2, Graph(2, 7.0, 7.0)) == 1
+    # LL128: 640 threads x 8 B = 5 KiB a channel; ring LL: 8 B x nRanks a thread
+    assert runtime_channels("tree", "LL128", 3 * 5120, 16, Graph(8, 45.0, 45.0)) == 3
+    assert runtime_channels("ring", "LL", 2 * 512 * 8 * 16, 16, Graph(8, 45.0, 45.0)) == 2
+    # NVLS keeps its graph's channels
+    assert runtime_channels("nvls", "Simple", 8, 8, Graph(8, 40.0, 60.0)) == 8
 
 
 def test_tree_ll_all_reduce_2x2():
-    # bus = min(96 x .92, 4 x 41.4) = 88.32; LL: min(88.32 / 3.8, 39.0) = 23.2421; x .5 = 11.6211; correction
-    # log2(4096 / 64) = 6 -> LL .7. lat = 6.8 + 2 x ((2 - 1) x .6 + log2(2) x 5.0) = 18.0
+    # lat = 6.8 + 2 x ((2 - 1) x .6 + log2(2) x 5.0) = 18.0; correction log2(4096 / 64) = 6 -> LL .7. Channels:
+    # tree LL 8 B/thread x 512 threads = 4 KiB a channel; 4096 < 2 x 4096 -> 1 channel: bus = min(24 x .92,
+    # 1 x 41.4) = 22.08; LL: min(22.08 / 3.8, 39.0) = 5.8105; x .5 (tree algbw)
     got = forced(TOPO22, "tree", "LL").collective("all_reduce", 4096, R4)
-    bw = min(88.32 / 3.8, 39.0) * .5 * .7
+    bw = min(22.08 / 3.8, 39.0) * .5 * .7
     assert got is not None and us(got) == pytest.approx(18.0 + 4096 / (1000 * bw), rel=1e-9)
 
 
@@ -150,10 +176,11 @@ def test_ring_all_gather_and_pat_one_gpu_per_node():
 
 def test_nccl_picks_the_least_time():
     net = NcclNetwork(profile(TOPO22))
-    # 4 KiB: ring LL 16.0 + 4096 / 26000 = 16.16 us, less than tree LL's 18.50 and every other pair's latency
+    # 4 KiB: NCCL's estimate ring LL 16.0 + 4096 / 26000 = 16.16 us, less than tree LL's 18.50 and every other
+    # pair's latency; it runs on 1 channel (test_ring_ll_all_reduce_2x2): 16.0 + 4096 / 8000
     small = net.collective("all_reduce", 4096, R4)
     assert small is not None and (small.algo, small.proto) == ("ring", "LL")
-    assert us(small) == pytest.approx(16.0 + 4096 / (1000 * 26.0), rel=1e-9)
+    assert us(small) == pytest.approx(16.0 + 4096 / (1000 * 8.0), rel=1e-9)
     # 16 MiB: ring LL128 29.6 + 16 MiB / 58.88 = 314.5 us; ring Simple 332.1, NVLS-tree 375.2, tree LL128 483,
     # tree Simple 542, ring LL 645
     big = net.collective("all_reduce", 16 * MiB, R4)
