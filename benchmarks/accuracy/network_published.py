@@ -128,6 +128,10 @@ ROWS = [
     *[Row(f"{8 * n}xH100 {n} nodes (cluster of NVIDIA/nccl#1229)", "dgx_h100", "reduce_scatter", n, 8, 8 * GiB,
           from_busbw("reduce_scatter", 8 * n, 8 * GiB, bw), NCCL_1229_RS)
       for n, bw in ((4, 360.0), (8, 345.0), (16, 320.0), (32, 300.0), (64, 280.0), (128, 260.0))],
+    Row("4xH100 1 node, NCCL 2.30.4", "dgx_h100", "all_to_all", 1, 4, 524_288_000, 1174.14,
+        "NVIDIA/nccl#2169 (erfiboy): alltoall_perf -b 500M -e 524M on 4 H100 80GB HBM3 of one node, NCCL 2.30.4 "
+        "(NCCL_ALGO=Ring NCCL_PROTO=Simple, which all_to_all's send/recv ignore), 524288000 B out-of-place "
+        "1174.14 us; the issue is a drop above 512 MB, so only its first size is taken"),
     Row("24xA100-40G 3 nodes, 4x HDR per node", "dgx_a100", "all_reduce", 3, 8, 128 * MiB,
         from_busbw("all_reduce", 24, 128 * MiB, 96.0),
         "NVIDIA/nccl-tests#119 (2022-11-17): 3 nodes x 8 A100-SXM4-40G, 4x HDR IB, 2x Xeon 8358; 'peak performance "
