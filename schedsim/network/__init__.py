@@ -47,7 +47,8 @@ __all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "rank_nodes"]
 _Table = dict[tuple[str, str], tuple[float, float]]
 
 #: NCCL_P2P_LL_THRESHOLD default (src/enqueue.cc, NCCL 2.30.7): NCCL sends with LL when the bytes are at most
-#: nChannels x this, else Simple; taken here with one channel (NCCL's p2p channel count per size is not modelled)
+#: nChannels x this, else Simple. addP2pToPlan gives a send at most one channel per minPartSize = 64 KiB
+#: (p2pChunkSize / 2 across nodes, / 8 inside a node), so LL holds exactly up to this many bytes
 P2P_LL_THRESHOLD = 16384
 
 
