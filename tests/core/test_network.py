@@ -546,6 +546,21 @@ def test_a_world_larger_than_the_cluster_exits_2_naming_topology_nodes(tmp_path:
     assert "Traceback" not in out.stderr
 
 
+def test_a_world_larger_than_the_placement_exits_2_naming_topology_placement(tmp_path: Path):
+    # placement gives 8 of the schedule's 16 ranks a GPU: the first rank without one is named, no traceback
+    d = copy.deepcopy(BASE)
+    d["topology"] = hopper(2, 2, placement=[0, 1, 2, 3, 4, 5, 6, 7])
+    prof = tmp_path / "placed.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    sched = tmp_path / "s.yaml"
+    sched.write_text(TIERS.format(group=list(range(8))))
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(sched), "--profile", str(prof),
+                          "--no-gantt", "-o", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ")
+    assert "topology.placement: rank 8 has no GPU (placement lists 8 ranks)" in out.stderr
+    assert "fix: " in out.stderr and "Traceback" not in out.stderr
+
+
 def test_a_profile_derives_from_its_base(tmp_path: Path):
     h200, dgx = load_profile("h200"), load_profile("dgx_h100")
     # dgx_h100 states only what differs from h200: the GEMM table and launch rows are h200's
