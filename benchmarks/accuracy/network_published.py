@@ -187,6 +187,11 @@ def main() -> None:
     errs = [abs(r["error_pct"]) for r in out]
     print(f"\n{len(out)} rows: median |error| {statistics.median(errs):.1f} %, worst {max(errs):.1f} % "
           "(goal: median <= 10 %, worst <= 25 %)")
+    for kind in sorted({r["kind"] for r in out}):
+        ks = [abs(r["error_pct"]) for r in out if r["kind"] == kind]
+        nodes = sorted({row.nodes for row in ROWS if row.kind == kind})
+        print(f"  {kind:15} {len(ks):2} rows on {nodes[0]}-{nodes[-1]} nodes: median {statistics.median(ks):.1f} %, "
+              f"worst {max(ks):.1f} %")
     print("\nsources:")
     for i, r in enumerate(out, 1):
         print(f"  {i:2}. {r['source']}")
