@@ -7,7 +7,8 @@ Everything here follows ``src/graph/tuning.cc`` (``ncclTopoTuneModel``, ``ncclTo
 Per (collective, algorithm, protocol) NCCL keeps a latency ``lat`` in µs and a bandwidth ``bw`` in GB/s
 and predicts ``time_us = lat + nBytes / (1000 · bw)``; it runs the (algorithm, protocol) of least time that
 ``NCCL_ALGO`` / ``NCCL_PROTO`` allow. ``nBytes`` is the nccl-tests size column (``ncclFuncMaxSendRecvCount``:
-the whole gathered buffer for all_gather and reduce_scatter).
+the whole gathered buffer for all_gather and reduce_scatter). The chosen ring or tree then runs on the channels
+``topoGetAlgoInfo`` of ``src/enqueue.cc`` gives it (fewer for few bytes: :func:`runtime_channels`), which times it.
 
 Simplifications, stated:
 
