@@ -36,6 +36,7 @@ from schedsim.network.tuning import (
     parse_nccl_list,
     ring_graph,
     runtime_bw_scale,
+    runtime_channels,
     tune,
 )
 
@@ -101,6 +102,7 @@ class NcclNetwork:
         self.protos = parse_nccl_list(profile.nccl.proto, "proto") if profile.nccl.proto else None
         self._shapes: dict[tuple[int, ...], GroupShape] = {}
         self._tune: dict[tuple[GroupShape, str], tuple[_Table, _Table, TuneInput]] = {}
+        self._scales: dict[tuple[GroupShape, str, str, str, int], float] = {}
 
     # -- placement -------------------------------------------------------------------------------------------
     def gpu_of(self, rank: int) -> int:
@@ -266,9 +268,21 @@ class NcclNetwork:
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
         lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
-        bw *= runtime_bw_scale(func, algo, proto, nbytes, t)
+        bw *= runtime_bw_scale(func, algo, proto, runtime_channels(algo, proto, nbytes, shape.ranks, t.ring), t)
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, t.ring.channels, self.arch,
                          timed=True)
+
+    def _bw_scale(self, shape: GroupShape, func: str, algo: str, proto: str, nbytes: float, t: TuneInput) -> float:
+        """:func:`schedsim.network.tuning.runtime_bw_scale` on the channels NCCL runs ``nbytes`` on, cached by
+        channel count."""
+        nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring)
+        if nc == t.ring.channels:
+            return 1.0
+        key = (shape, func, algo, proto, nc)
+        got = self._scales.get(key)
+        if got is None:
+            got = self._scales[key] = runtime_bw_scale(func, algo, proto, nc, t)
+        return got
 
     # -- the interface -------------------------------------------------------------------------------------------
     def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], *, has_table: bool = False
@@ -291,8 +305,8 @@ class NcclNetwork:
             if best is None or t < best[0]:
                 best = (t, a, p)
         if best is not None:  # NCCL chose with its constants; its choice is timed with the profile's figures
-            lat, bw = timed[(best[1], best[2])]  # on the channels it runs on (tuning.runtime_channels)
-            bw *= runtime_bw_scale(func, best[1], best[2], nbytes, t_in)
+            lat, bw = timed[(best[1], best[2])]
+            bw *= self._bw_scale(shape, func, best[1], best[2], nbytes, t_in)
             best = (algo_time(func, best[1], best[2], lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels,
                               self.arch, timed=True), best[1], best[2])
         if best is None:

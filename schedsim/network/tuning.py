@@ -439,29 +439,27 @@ def runtime_channels(algo: str, proto: str, nbytes: float, ranks: int, ring: Gra
     >>> runtime_channels("tree", "LL", 1024, 16, Graph(16, 45.0, 45.0))
     1
     """
-    nc = ring.channels
     if algo not in ("ring", "tree"):
-        return nc
+        return ring.channels
     nt = _MAX_NTHREADS[proto]
     if algo == "ring" and proto == "Simple" and ring.bw_intra * ring.channels <= _PCI_BW:
         nt = 256
     threshold = _THREAD_THRESHOLD[proto] * (ranks if algo == "ring" and proto == "LL" else 1)
-    while nc >= 2 and nbytes < nc * nt * threshold:
-        nc -= 1
-    return nc
+    # NCCL's loop drops a channel while nBytes < nc * nt * threshold: it stops at the largest nc not above
+    # nBytes / (nt * threshold), or at 1
+    return max(1, min(ring.channels, int(nbytes // (nt * threshold))))
 
 
-def runtime_bw_scale(coll: str, algo: str, proto: str, nbytes: float, t: TuneInput) -> float:
-    """Fraction of NCCL's bandwidth (``comm->bandwidths``, computed for all ``nChannels``) a collective of
-    ``nbytes`` gets on the channels it runs on (:func:`runtime_channels`): NCCL's own bandwidth formula of
-    ``ncclTopoTuneModel`` with the ring graph's ``nChannels`` replaced by the reduced count. 1 where no channel
-    is dropped. NCCL chooses the algorithm with all channels (``ncclTopoGetAlgoTime``); this only times the choice.
+def runtime_bw_scale(coll: str, algo: str, proto: str, nc: int, t: TuneInput) -> float:
+    """Fraction of NCCL's bandwidth (``comm->bandwidths``, computed for all ``nChannels``) a collective gets on
+    the ``nc`` channels it runs on (:func:`runtime_channels`): NCCL's own bandwidth formula of
+    ``ncclTopoTuneModel`` with the ring graph's ``nChannels`` replaced by ``nc``. 1 where no channel is dropped.
+    NCCL chooses the algorithm with all channels (``ncclTopoGetAlgoTime``); this only times the choice.
 
     >>> t = TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(16, 22.5, 22.5), None)
-    >>> runtime_bw_scale("allreduce", "ring", "Simple", 128 * 1024, t)   # 4 of 16 channels
+    >>> runtime_bw_scale("allreduce", "ring", "Simple", runtime_channels("ring", "Simple", 128 * 1024, 16, t.ring), t)
     0.25
     """
-    nc = runtime_channels(algo, proto, nbytes, t.ranks, t.ring)
     if nc == t.ring.channels:
         return 1.0
     full = _bandwidth(coll, algo, proto, t)
