@@ -15,7 +15,10 @@ Simplifications, stated:
 * The channel search (``ncclTopoCompute``) is reduced to its bandwidth budget: a channel at speed ``s``
   takes ``s`` of every GPU's scale-up bandwidth and ``s`` of one NIC; the speeds tried, the ``.49`` stop
   rule, channel duplication and pass 2's speed increase are NCCL's. The tree graph takes the ring's
-  channels and speed (NCCL searches it separately; on the topologies shipped they agree).
+  channels and speed (NCCL searches it separately; on the topologies shipped they agree). Its pattern is
+  ``NCCL_TOPO_PATTERN_TREE`` (tree busBw × .85 in tuning.cc) with one GPU per node, as search.cc sets it, and
+  the balanced tree otherwise (NCCL's fallback to a simpler tree when the balanced one finds no channels is
+  not modelled).
 * NCCL's GPU-to-NIC PCIe paths are taken to be faster than the NIC.
 * CollNet (SHARP in the fabric, NCCL's CollNet plugin) where the profile's fabric says so: CollNet Direct
   and Chain for all_reduce across nodes, and NVLS across nodes (NCCL enables NVLS beyond one node only with
@@ -352,6 +355,8 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
         bus = min(bus / 3.8, ll_max)
     if a == "tree" and p == "LL128":
         bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), g.channels * _PER_CH_TREE_LL128[cc][idx2])
+    if a == "tree" and n == nodes:  # one GPU per node: search.cc sets the tree's pattern to NCCL_TOPO_PATTERN_TREE
+        bus *= .85  # (all NIC traffic through one GPU), and tuning.cc takes .85 of busBw for maxTreePattern TREE
     if a == "pat":
         bus *= .75
     if a == "collnet_direct":  # all_reduce: "Collnet+Direct requires all GPUs to have a local NIC"

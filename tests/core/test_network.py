@@ -146,6 +146,15 @@ def test_tree_simple_and_ll128_all_reduce_2x2():
     assert got is not None and us(got) == pytest.approx(33.5 + MiB / (1000 * 41.4 * .6), rel=1e-9)
 
 
+def test_tree_one_gpu_per_node_takes_nccls_tree_pattern_penalty():
+    # 4 nodes x 1 GPU: ring graph 2 ch x 24 (48 fits one 50 GB/s NIC once; dup at half speed). search.cc sets a
+    # one-GPU node's tree pattern to NCCL_TOPO_PATTERN_TREE, and tuning.cc then takes .85 of tree busBw:
+    # min(48 x .92, 2 x 36.0) = 44.16 x .85 = 37.536, x .5 = 18.768 GB/s. lat (ppn 1: the net tree hwLat)
+    # = 8.4 + 2 x (0 x 4.0 + log2(4) x 14) = 64.4; correction log2(16 MiB / 64) = 18 -> Simple .7
+    got = forced(hopper(1, 1), "tree", "Simple").collective("all_reduce", 16 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(64.4 + 16 * MiB / (1000 * 18.768 * .7), rel=1e-9)
+
+
 def test_nvls_tree_all_reduce_2x2():
     # NVLS graph 2 x 48/48: intra 48 x .85 x 1/2 x 2 = 40.8; inter 48 x 2 = 96; cap 57.7 -> 40.8; bus 81.6 x 4/6
     # = 54.4. lat = 0 + 25 (NVLink NVLS-tree) + 2 x log2(2) x 20.9 (net) = 66.8. As a time (not NCCL's estimate
