@@ -21,7 +21,15 @@ from schedsim.cost import CostModel
 from schedsim.errors import ProfileError
 from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.network import NcclNetwork
-from schedsim.network.tuning import Graph, nvls_graph, parse_nccl_list, ring_graph, runtime_channels
+from schedsim.network.tuning import (
+    Graph,
+    TuneInput,
+    nvls_graph,
+    parse_nccl_list,
+    ring_graph,
+    runtime_channels,
+    tune,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
@@ -169,6 +177,30 @@ def test_nvls_one_node_all_reduce_8_gpus():
     got = NcclNetwork(profile(hopper(8, 8))).collective("all_reduce", 8 << 30, tuple(range(8)))
     assert got is not None and (got.algo, got.proto) == ("nvls", "Simple")
     assert us(got) == pytest.approx(25.0 + (8 << 30) / (1000 * 272.0), rel=1e-9)
+
+
+def test_nvls_for_all_gather_and_reduce_scatter_stops_at_32_local_ranks():
+    # updateCollCostTable (src/enqueue.cc): NVLS / NVLS-tree beyond NCCL_MAX_NVLS_ARITY = 32 local ranks serve
+    # all_reduce only. gb200_nvl72 (72 GPUs in one NVLink domain), 1 MiB: NVLS on 32 ranks, not on 36 or 72
+    net = NcclNetwork(load_profile("gb200_nvl72"))
+    for kind in ("all_gather", "reduce_scatter"):
+        algos = {n: net.collective(kind, MiB, tuple(range(n))) for n in (32, 36, 72)}
+        assert {n: c.algo for n, c in algos.items() if c is not None} == {32: "nvls", 36: "ring", 72: "ring"}
+    got = net.collective("all_reduce", MiB, tuple(range(72)))
+    assert got is not None and got.algo == "nvls"
+
+
+def test_collnet_stops_at_8_local_gpus():
+    # updateCollCostTable: CollNet Direct and Chain only up to NCCL_MAX_DIRECT_ARITY + 1 = 8 local GPUs
+    ring = Graph(8, 45.0, 45.0)
+
+    def algos(ranks: int) -> set[str]:
+        t = TuneInput(ranks, 2, "hopper", "nvlink", "intel", ring, None, collnet=True, nvswitch=True,
+                      collnet_direct=Graph(8, 48.0, 48.0))
+        return {a for a, _ in tune("allreduce", t)}
+
+    assert {"collnet_direct", "collnet_chain"} <= algos(16)  # 8 a node
+    assert not {"collnet_direct", "collnet_chain"} & algos(32)  # 16 a node
 
 
 def test_ring_all_gather_and_pat_one_gpu_per_node():
