@@ -301,7 +301,8 @@ class NcclNetwork:
         ring = t_in.ring
         best: tuple[float, str, str] | None = None
         for (a, p), (lat, bw) in table.items():
-            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels, self.arch)
+            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels, self.arch,
+                          x86=self.topo.cpu_vendor != "arm")
             if best is None or t < best[0]:
                 best = (t, a, p)
         if best is not None:  # NCCL chose with its constants; its choice is timed with the profile's figures

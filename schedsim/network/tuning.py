@@ -493,12 +493,13 @@ def _log2i(x: int) -> int:
 
 
 def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: float, nodes: int, ranks: int,
-              channels: int, arch: str, *, timed: bool = False) -> float:
+              channels: int, arch: str, *, timed: bool = False, x86: bool = True) -> float:
     """``ncclTopoGetAlgoTime`` for one op (``numPipeOps`` 1), in µs: ``lat + nBytes / (1000 · bw)``, with the
     tree correction factor for all_reduce by log2(nBytes / 64) and the ring plateau (``lat × 1.4``, 1.9 before
     Ampere) for Simple all_reduce across nodes once ``nBytes / (nChannels · nRanks) >= 64``.
 
-    NCCL 2.30.7 corrects NVLS-tree all_reduce by the same tree factors only on Blackwell (x86 hosts), to choose.
+    NCCL 2.30.7 corrects NVLS-tree all_reduce by the same tree factors only on Blackwell with x86 hosts
+    (``comm->cpuArch == NCCL_TOPO_CPU_ARCH_X86``; ``x86`` false for Arm hosts such as Grace), to choose.
     ``timed``: the time of the algorithm NCCL chose, not its estimate to choose by; NVLS-tree takes the
     factors on every arch. Its medium-size shortfall is measured on Hopper too: NVIDIA/nccl-tests#309 (16 and
     32 H100 over 2 and 4 nodes, 8x 400G IB, NCCL 2.26.2, logs a maintainer called good) runs a 16 MiB
@@ -507,7 +508,8 @@ def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: f
     log_size = _log2i(int(nbytes) >> 6) if int(nbytes) >> 6 else -1
     if algo == "tree" and coll == "allreduce" and 0 <= log_size < 23:
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
-    if (algo == "nvls_tree" and coll == "allreduce" and 0 <= log_size < 24 and (timed or arch == "blackwell")):
+    if (algo == "nvls_tree" and coll == "allreduce" and 0 <= log_size < 24
+            and (timed or (arch == "blackwell" and x86))):
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
     if algo == "ring" and proto == "Simple" and nodes > 1 and coll == "allreduce" and nbytes / (channels * ranks) >= 64:
         lat *= 1.9 if arch == "volta" else 1.4

@@ -24,6 +24,7 @@ from schedsim.network import NcclNetwork
 from schedsim.network.tuning import (
     Graph,
     TuneInput,
+    algo_time,
     nvls_graph,
     parse_nccl_list,
     ring_graph,
@@ -169,6 +170,15 @@ def test_nvls_tree_all_reduce_2x2():
     # to choose by) NVLS-tree takes the tree correction on Hopper too: log2(16 MiB / 64) = 18 -> Simple .7
     got = forced(TOPO22, "nvlstree", "Simple").collective("all_reduce", 16 * MiB, R4)
     assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * 54.4 * .7), rel=1e-9)
+
+
+def test_nvls_tree_estimate_is_corrected_on_blackwell_x86_hosts_only():
+    # ncclTopoGetAlgoTime: NVLS-tree all_reduce bw x treeCorrectionFactor only with minCompCap >= 100 and an x86
+    # CPU. 1 MiB: log2(1 MiB / 64) = 14 -> Simple .5; lat 20, bw 100 GB/s
+    args = ("allreduce", "nvls_tree", "Simple", 20.0, 100.0, MiB, 2, 16, 16)
+    assert algo_time(*args, "blackwell") == pytest.approx(20.0 + MiB / (1000 * 100.0 * .5), rel=1e-12)
+    assert algo_time(*args, "blackwell", x86=False) == pytest.approx(20.0 + MiB / (1000 * 100.0), rel=1e-12)
+    assert algo_time(*args, "hopper") == pytest.approx(20.0 + MiB / (1000 * 100.0), rel=1e-12)
 
 
 def test_nvls_one_node_all_reduce_8_gpus():
