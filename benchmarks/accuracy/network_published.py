@@ -132,6 +132,10 @@ ROWS = [
         "NVIDIA/nccl#2169 (erfiboy): alltoall_perf -b 500M -e 524M on 4 H100 80GB HBM3 of one node, NCCL 2.30.4 "
         "(NCCL_ALGO=Ring NCCL_PROTO=Simple, which all_to_all's send/recv ignore), 524288000 B out-of-place "
         "1174.14 us; the issue is a drop above 512 MB, so only its first size is taken"),
+    *[Row("72xGB200 one NVL72 rack", "gb200_nvl72", "all_reduce", 1, 72, size, t,
+          "coreweave/nccl-tests#43 (NavarrePratt, 2025-02-20): all_reduce_perf on a full GB200 NVL72 rack (72 ranks, "
+          "one NVLink domain), -b 512M -e 8G, out-of-place time; NCCL version not shown")
+      for size, t in ((GiB, 3108.8), (8 * GiB, 20299.0))],
     Row("24xA100-40G 3 nodes, 4x HDR per node", "dgx_a100", "all_reduce", 3, 8, 128 * MiB,
         from_busbw("all_reduce", 24, 128 * MiB, 96.0),
         "NVIDIA/nccl-tests#119 (2022-11-17): 3 nodes x 8 A100-SXM4-40G, 4x HDR IB, 2x Xeon 8358; 'peak performance "
