@@ -66,6 +66,12 @@ NCCL_309_8N = ("NVIDIA/nccl-tests#309 (gj-aion, 2025-06-18): 8 nodes x 8 H100, 4
 GCP_A3U_AG = ("skypilot-org/skypilot examples/gcp_gpu_direct_tcpx/README.md ('Comparing with raw NCCL test pods "
               "from GCP documentation'): all_gather on 2x a3-ultragpu-8g (8 H200, 8x 400G RoCE, Google's gIB "
               "NCCL net plugin), NCCL 2.26.6, -b 1K -e 8G")
+NCCL_1047_RS = ("NVIDIA/nccl#1047 (haobaba5353, 2023-10-31): reduce_scatter_perf on one H100 server (8x H100 80GB "
+                "HBM3, NVSwitch), ring, out-of-place time; -b 128M -e 8G")
+NCCL_1229_RS = ("NVIDIA/nccl#1229 (HEMINSAN, 2024-03-16): reduce_scatter busbw on an H100 cluster at 4/8/16/32/64/128 "
+                "nodes 'just like 360,345,320,300,280,260' GB/s (size not stated: taken at 8 GiB, where busbw has "
+                "plateaued; NICs not stated: dgx_h100's 8x 400G NDR, rail-optimised, assumed); time = size x (n-1)/n "
+                "/ busbw")
 H20_NODE = {"cpu_vendor": "intel"}  # H20: NVLink 4, 18 links (900 GB/s) like H100; CX-7 NDR per GPU (NVIDIA/nccl#1244)
 
 ROWS = [
@@ -117,6 +123,20 @@ ROWS = [
       for size, t in ((MiB, 117.0), (16 * MiB, 378.1), (GiB, 7370.5), (8 * GiB, 52733.0))],
     *[Row("16xH200 2 nodes, 8x400G RoCE (GCP gIB)", "h200", "all_gather", 2, 8, size, t, GCP_A3U_AG)
       for size, t in ((KiB, 28.70), (MiB, 54.70), (16 * MiB, 117.6), (GiB, 3126.8), (8 * GiB, 24739.0))],
+    *[Row("8xH100 1 node, NCCL_ALGO=Ring", "dgx_h100", "reduce_scatter", 1, 8, size, t, NCCL_1047_RS,
+          nccl={"algo": "ring"})
+      for size, t in ((GiB, 2689.3), (8 * GiB, 20754.0))],
+    *[Row(f"{8 * n}xH100 {n} nodes (cluster of NVIDIA/nccl#1229)", "dgx_h100", "reduce_scatter", n, 8, 8 * GiB,
+          from_busbw("reduce_scatter", 8 * n, 8 * GiB, bw), NCCL_1229_RS)
+      for n, bw in ((4, 360.0), (8, 345.0), (16, 320.0), (32, 300.0), (64, 280.0), (128, 260.0))],
+    Row("4xH100 1 node, NCCL 2.30.4", "dgx_h100", "all_to_all", 1, 4, 524_288_000, 1174.14,
+        "NVIDIA/nccl#2169 (erfiboy): alltoall_perf -b 500M -e 524M on 4 H100 80GB HBM3 of one node, NCCL 2.30.4 "
+        "(NCCL_ALGO=Ring NCCL_PROTO=Simple, which all_to_all's send/recv ignore), 524288000 B out-of-place "
+        "1174.14 us; the issue is a drop above 512 MB, so only its first size is taken"),
+    *[Row("72xGB200 one NVL72 rack", "gb200_nvl72", "all_reduce", 1, 72, size, t,
+          "coreweave/nccl-tests#43 (NavarrePratt, 2025-02-20): all_reduce_perf on a full GB200 NVL72 rack (72 ranks, "
+          "one NVLink domain), -b 512M -e 8G, out-of-place time; NCCL version not shown")
+      for size, t in ((GiB, 3108.8), (8 * GiB, 20299.0))],
     Row("24xA100-40G 3 nodes, 4x HDR per node", "dgx_a100", "all_reduce", 3, 8, 128 * MiB,
         from_busbw("all_reduce", 24, 128 * MiB, 96.0),
         "NVIDIA/nccl-tests#119 (2022-11-17): 3 nodes x 8 A100-SXM4-40G, 4x HDR IB, 2x Xeon 8358; 'peak performance "
@@ -172,6 +192,11 @@ def main() -> None:
     errs = [abs(r["error_pct"]) for r in out]
     print(f"\n{len(out)} rows: median |error| {statistics.median(errs):.1f} %, worst {max(errs):.1f} % "
           "(goal: median <= 10 %, worst <= 25 %)")
+    for kind in sorted({r["kind"] for r in out}):
+        ks = [abs(r["error_pct"]) for r in out if r["kind"] == kind]
+        nodes = sorted({row.nodes for row in ROWS if row.kind == kind})
+        print(f"  {kind:15} {len(ks):2} rows on {nodes[0]}-{nodes[-1]} nodes: median {statistics.median(ks):.1f} %, "
+              f"worst {max(ks):.1f} %")
     print("\nsources:")
     for i, r in enumerate(out, 1):
         print(f"  {i:2}. {r['source']}")

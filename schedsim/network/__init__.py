@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Literal
 from schedsim.errors import ProfileError
 from schedsim.network.tuning import (
     COLL_FUNCS,
-    Graph,
     TuneInput,
     algo_time,
     collnet_direct_graph,
@@ -36,6 +35,8 @@ from schedsim.network.tuning import (
     p2p_step,
     parse_nccl_list,
     ring_graph,
+    runtime_bw_scale,
+    runtime_channels,
     tune,
 )
 
@@ -47,7 +48,8 @@ __all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "rank_nodes"]
 _Table = dict[tuple[str, str], tuple[float, float]]
 
 #: NCCL_P2P_LL_THRESHOLD default (src/enqueue.cc, NCCL 2.30.7): NCCL sends with LL when the bytes are at most
-#: nChannels x this, else Simple; taken here with one channel (NCCL's p2p channel count per size is not modelled)
+#: nChannels x this, else Simple. addP2pToPlan gives a send at most one channel per minPartSize = 64 KiB
+#: (p2pChunkSize / 2 across nodes, / 8 inside a node), so LL holds exactly up to this many bytes
 P2P_LL_THRESHOLD = 16384
 
 
@@ -99,7 +101,8 @@ class NcclNetwork:
         self.algos = parse_nccl_list(profile.nccl.algo, "algo") if profile.nccl.algo else None
         self.protos = parse_nccl_list(profile.nccl.proto, "proto") if profile.nccl.proto else None
         self._shapes: dict[tuple[int, ...], GroupShape] = {}
-        self._tune: dict[tuple[GroupShape, str], tuple[_Table, _Table, Graph]] = {}
+        self._tune: dict[tuple[GroupShape, str], tuple[_Table, _Table, TuneInput]] = {}
+        self._scales: dict[tuple[GroupShape, str, str, str, int], float] = {}
 
     # -- placement -------------------------------------------------------------------------------------------
     def gpu_of(self, rank: int) -> int:
@@ -173,9 +176,9 @@ class NcclNetwork:
             lat += fab.latency_us * (3 if shape.leaves > 1 else 1)
         return lat
 
-    def _tables(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, Graph]:
+    def _tables(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         """NCCL's (latency, bandwidth) per enabled (algo, proto), as NCCL chooses with them; the same timed with
-        the profile's tier ``timing`` figures; and the ring graph."""
+        the profile's tier ``timing`` figures; and NCCL's view of the group (:meth:`tune_input`)."""
         got = self._tune.get((shape, func))
         if got is None:
             got = self._tune[(shape, func)] = self._tune_for(shape, func)
@@ -236,7 +239,7 @@ class NcclNetwork:
                          self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
                          collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct)
 
-    def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, Graph]:
+    def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         t = self.tune_input(shape)
         table = tune(func, t)
         if self.algos is not None or self.protos is not None:
@@ -248,7 +251,7 @@ class NcclNetwork:
         if intra or inter or bus:
             full = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))
             timed = {k: full[k] for k in table}
-        return table, timed, t.ring
+        return table, timed, t
 
     def timed_with(self, kind: str, nbytes: float, ranks: tuple[int, ...], algo: str, proto: str,
                    over: tuple[str, str, float | None, float | None]) -> float:
@@ -265,8 +268,21 @@ class NcclNetwork:
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
         lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
+        bw *= runtime_bw_scale(func, algo, proto, runtime_channels(algo, proto, nbytes, shape.ranks, t.ring), t)
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, t.ring.channels, self.arch,
                          timed=True)
+
+    def _bw_scale(self, shape: GroupShape, func: str, algo: str, proto: str, nbytes: float, t: TuneInput) -> float:
+        """:func:`schedsim.network.tuning.runtime_bw_scale` on the channels NCCL runs ``nbytes`` on, cached by
+        channel count."""
+        nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring)
+        if nc == t.ring.channels:
+            return 1.0
+        key = (shape, func, algo, proto, nc)
+        got = self._scales.get(key)
+        if got is None:
+            got = self._scales[key] = runtime_bw_scale(func, algo, proto, nc, t)
+        return got
 
     # -- the interface -------------------------------------------------------------------------------------------
     def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], *, has_table: bool = False
@@ -281,14 +297,17 @@ class NcclNetwork:
         func = COLL_FUNCS.get(kind)
         if func is None:
             return self.spread(kind, nbytes, shape)
-        table, timed, ring = self._tables(shape, func)
+        table, timed, t_in = self._tables(shape, func)
+        ring = t_in.ring
         best: tuple[float, str, str] | None = None
         for (a, p), (lat, bw) in table.items():
-            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels, self.arch)
+            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels, self.arch,
+                          x86=self.topo.cpu_vendor != "arm")
             if best is None or t < best[0]:
                 best = (t, a, p)
         if best is not None:  # NCCL chose with its constants; its choice is timed with the profile's figures
             lat, bw = timed[(best[1], best[2])]
+            bw *= self._bw_scale(shape, func, best[1], best[2], nbytes, t_in)
             best = (algo_time(func, best[1], best[2], lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels,
                               self.arch, timed=True), best[1], best[2])
         if best is None:

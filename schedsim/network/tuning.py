@@ -7,14 +7,18 @@ Everything here follows ``src/graph/tuning.cc`` (``ncclTopoTuneModel``, ``ncclTo
 Per (collective, algorithm, protocol) NCCL keeps a latency ``lat`` in µs and a bandwidth ``bw`` in GB/s
 and predicts ``time_us = lat + nBytes / (1000 · bw)``; it runs the (algorithm, protocol) of least time that
 ``NCCL_ALGO`` / ``NCCL_PROTO`` allow. ``nBytes`` is the nccl-tests size column (``ncclFuncMaxSendRecvCount``:
-the whole gathered buffer for all_gather and reduce_scatter).
+the whole gathered buffer for all_gather and reduce_scatter). The chosen ring or tree then runs on the channels
+``topoGetAlgoInfo`` of ``src/enqueue.cc`` gives it (fewer for few bytes: :func:`runtime_channels`), which times it.
 
 Simplifications, stated:
 
 * The channel search (``ncclTopoCompute``) is reduced to its bandwidth budget: a channel at speed ``s``
   takes ``s`` of every GPU's scale-up bandwidth and ``s`` of one NIC; the speeds tried, the ``.49`` stop
   rule, channel duplication and pass 2's speed increase are NCCL's. The tree graph takes the ring's
-  channels and speed (NCCL searches it separately; on the topologies shipped they agree).
+  channels and speed (NCCL searches it separately; on the topologies shipped they agree). Its pattern is
+  ``NCCL_TOPO_PATTERN_TREE`` (tree busBw × .85 in tuning.cc) with one GPU per node, as search.cc sets it, and
+  the balanced tree otherwise (NCCL's fallback to a simpler tree when the balanced one finds no channels is
+  not modelled).
 * NCCL's GPU-to-NIC PCIe paths are taken to be faster than the NIC.
 * CollNet (SHARP in the fabric, NCCL's CollNet plugin) where the profile's fabric says so: CollNet Direct
   and Chain for all_reduce across nodes, and NVLS across nodes (NCCL enables NVLS beyond one node only with
@@ -29,11 +33,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = ["ALGOS", "PROTOS", "Graph", "TuneInput", "parse_nccl_list", "tune", "algo_time", "ring_graph",
-           "nvls_graph", "collnet_direct_graph", "COLL_FUNCS", "p2p_step"]
+           "nvls_graph", "collnet_direct_graph", "COLL_FUNCS", "p2p_step", "runtime_channels", "runtime_bw_scale"]
 
 Algo = Literal["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
 Proto = Literal["LL", "LL128", "Simple"]
@@ -83,6 +87,14 @@ _SPEED_INTER = {"pre": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.
 _MAX_RING_CHANNELS = 32  # ringGraph->maxChannels = MAXCHANNELS / 2 (src/init.cc; MAXCHANNELS 64, device.h)
 _MAX_NVLS_ARITY = 32  # NCCL_MAX_NVLS_ARITY (device.h)
 _MAX_DIRECT_ARITY = 7  # NCCL_MAX_DIRECT_ARITY (device.h): a CollNet Direct graph has at most 7 + 1 heads (search.cc)
+
+
+# ---- enqueue.cc (topoGetAlgoInfo): channels and threads a collective runs with ------------------------------------
+#: ``NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD`` (src/include/comm.h): bytes per thread below which NCCL drops a channel
+_THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+#: ``NCCL_LL_MAX_NTHREADS``, ``NCCL_LL128_MAX_NTHREADS``, ``NCCL_SIMPLE_MAX_NTHREADS`` (src/include/device.h)
+_MAX_NTHREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+_PCI_BW = 12.0  # PCI_BW (src/graph/topo.h): a ring of at most this many GB/s runs Simple with 256 threads
 
 
 def parse_nccl_list(text: str, what: Literal["algo", "proto"]) -> dict[str, frozenset[str]]:
@@ -294,9 +306,16 @@ def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
     NVLS, NVLS-tree and PAT only Simple; NVLS-tree off on one node, NVLS off across nodes without CollNet, PAT
     only with one GPU per node; LL128 only where ``t.ll128``; NVLS graphs need 2 channels. CollNet Direct and
     Chain (Simple only; ``busBw = 0`` otherwise in tuning.cc) across nodes with ``t.collnet``, Direct only on
-    an NVSwitch node (``nvsCount == 0`` disables it)."""
+    an NVSwitch node (``nvsCount == 0`` disables it). And as ``updateCollCostTable`` of src/enqueue.cc skips
+    them: NVLS and NVLS-tree for other than all_reduce beyond 32 local ranks (``NCCL_MAX_NVLS_ARITY``), CollNet
+    Direct and Chain beyond 8 (``NCCL_MAX_DIRECT_ARITY + 1``)."""
     if coll in ("broadcast", "reduce") and a != "ring":
         return False
+    local = t.ranks / t.nodes  # comm->localRanks / maxLocalRanks (uniform groups)
+    if a in ("nvls", "nvls_tree") and coll != "allreduce" and local > _MAX_NVLS_ARITY:
+        return False  # updateCollCostTable (enqueue.cc): NVLS beyond NCCL_MAX_NVLS_ARITY local ranks is all_reduce only
+    if a in ("collnet_direct", "collnet_chain") and local > _MAX_DIRECT_ARITY + 1:
+        return False  # updateCollCostTable: CollNet Direct and Chain only up to NCCL_MAX_DIRECT_ARITY + 1 local GPUs
     if coll in ("reducescatter", "allgather") and a not in ("pat", "ring", "nvls"):
         return False
     if a in ("collnet_direct", "collnet_chain"):  # all_reduce only here (CollNet AG/RS: module doc)
@@ -343,6 +362,8 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
         bus = min(bus / 3.8, ll_max)
     if a == "tree" and p == "LL128":
         bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), g.channels * _PER_CH_TREE_LL128[cc][idx2])
+    if a == "tree" and n == nodes:  # one GPU per node: search.cc sets the tree's pattern to NCCL_TOPO_PATTERN_TREE
+        bus *= .85  # (all NIC traffic through one GPU), and tuning.cc takes .85 of busBw for maxTreePattern TREE
     if a == "pat":
         bus *= .75
     if a == "collnet_direct":  # all_reduce: "Collnet+Direct requires all GPUs to have a local NIC"
@@ -416,6 +437,48 @@ def tune(coll: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
+def runtime_channels(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph) -> int:
+    """Channels a ring or tree collective of ``nbytes`` (nccl-tests size, NCCL's ``nBytes``) runs on, as
+    ``topoGetAlgoInfo`` of src/enqueue.cc sets ``nMaxChannels``: from ``comm->nChannels`` (``ring.channels``) it
+    drops one channel while ``nBytes < nc · nt · threadThreshold`` (down to 1), with ``nt`` =
+    ``comm->maxThreads[algo][proto]`` (LL 512, LL128 640, Simple 512; ring Simple 256 where the ring graph's
+    ``bwIntra · nChannels <= PCI_BW`` (12 GB/s), ``ncclTopoTuneModel``) and ``threadThreshold`` =
+    ``NCCL_*_THREAD_THRESHOLD`` (LL 8, LL128 8, Simple 64; ring LL × ``nRanks``). Other algorithms keep their graph's
+    channels (NVLS, NVLS-tree and CollNet channel counts are not reduced here).
+
+    >>> runtime_channels("ring", "Simple", 128 * 1024, 16, Graph(16, 45.0, 45.0))   # 128 KiB / (512 · 64) = 4
+    4
+    >>> runtime_channels("tree", "LL", 1024, 16, Graph(16, 45.0, 45.0))
+    1
+    """
+    if algo not in ("ring", "tree"):
+        return ring.channels
+    nt = _MAX_NTHREADS[proto]
+    if algo == "ring" and proto == "Simple" and ring.bw_intra * ring.channels <= _PCI_BW:
+        nt = 256
+    threshold = _THREAD_THRESHOLD[proto] * (ranks if algo == "ring" and proto == "LL" else 1)
+    # NCCL's loop drops a channel while nBytes < nc * nt * threshold: it stops at the largest nc not above
+    # nBytes / (nt * threshold), or at 1
+    return max(1, min(ring.channels, int(nbytes // (nt * threshold))))
+
+
+def runtime_bw_scale(coll: str, algo: str, proto: str, nc: int, t: TuneInput) -> float:
+    """Fraction of NCCL's bandwidth (``comm->bandwidths``, computed for all ``nChannels``) a collective gets on
+    the ``nc`` channels it runs on (:func:`runtime_channels`): NCCL's own bandwidth formula of
+    ``ncclTopoTuneModel`` with the ring graph's ``nChannels`` replaced by ``nc``. 1 where no channel is dropped.
+    NCCL chooses the algorithm with all channels (``ncclTopoGetAlgoTime``); this only times the choice.
+
+    >>> t = TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(16, 22.5, 22.5), None)
+    >>> runtime_bw_scale("allreduce", "ring", "Simple", runtime_channels("ring", "Simple", 128 * 1024, 16, t.ring), t)
+    0.25
+    """
+    if nc == t.ring.channels:
+        return 1.0
+    full = _bandwidth(coll, algo, proto, t)
+    few = _bandwidth(coll, algo, proto, replace(t, ring=replace(t.ring, channels=nc)))
+    return few / full if full > 0 else 1.0
+
+
 def p2p_step(tier: Literal["nvlink", "pci", "net"], proto: str, arch: str) -> tuple[float, float]:
     """``(latency µs, LL bandwidth cap GB/s)`` of one send/recv step on ``tier``: ring's baseLat plus one hwLat
     of the tier for ``proto`` (an assumption: tuning.cc has no send/recv entry; NCCL runs p2p on ring-like
@@ -430,12 +493,13 @@ def _log2i(x: int) -> int:
 
 
 def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: float, nodes: int, ranks: int,
-              channels: int, arch: str, *, timed: bool = False) -> float:
+              channels: int, arch: str, *, timed: bool = False, x86: bool = True) -> float:
     """``ncclTopoGetAlgoTime`` for one op (``numPipeOps`` 1), in µs: ``lat + nBytes / (1000 · bw)``, with the
     tree correction factor for all_reduce by log2(nBytes / 64) and the ring plateau (``lat × 1.4``, 1.9 before
     Ampere) for Simple all_reduce across nodes once ``nBytes / (nChannels · nRanks) >= 64``.
 
-    NCCL 2.30.7 corrects NVLS-tree all_reduce by the same tree factors only on Blackwell (x86 hosts), to choose.
+    NCCL 2.30.7 corrects NVLS-tree all_reduce by the same tree factors only on Blackwell with x86 hosts
+    (``comm->cpuArch == NCCL_TOPO_CPU_ARCH_X86``; ``x86`` false for Arm hosts such as Grace), to choose.
     ``timed``: the time of the algorithm NCCL chose, not its estimate to choose by; NVLS-tree takes the
     factors on every arch. Its medium-size shortfall is measured on Hopper too: NVIDIA/nccl-tests#309 (16 and
     32 H100 over 2 and 4 nodes, 8x 400G IB, NCCL 2.26.2, logs a maintainer called good) runs a 16 MiB
@@ -444,7 +508,8 @@ def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: f
     log_size = _log2i(int(nbytes) >> 6) if int(nbytes) >> 6 else -1
     if algo == "tree" and coll == "allreduce" and 0 <= log_size < 23:
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
-    if (algo == "nvls_tree" and coll == "allreduce" and 0 <= log_size < 24 and (timed or arch == "blackwell")):
+    if (algo == "nvls_tree" and coll == "allreduce" and 0 <= log_size < 24
+            and (timed or (arch == "blackwell" and x86))):
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
     if algo == "ring" and proto == "Simple" and nodes > 1 and coll == "allreduce" and nbytes / (channels * ranks) >= 64:
         lat *= 1.9 if arch == "volta" else 1.4

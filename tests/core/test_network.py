@@ -21,7 +21,16 @@ from schedsim.errors import ProfileError
 from schedsim.gpu.cost import CostModel
 from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.network import NcclNetwork
-from schedsim.network.tuning import Graph, nvls_graph, parse_nccl_list, ring_graph
+from schedsim.network.tuning import (
+    Graph,
+    TuneInput,
+    algo_time,
+    nvls_graph,
+    parse_nccl_list,
+    ring_graph,
+    runtime_channels,
+    tune,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
@@ -98,16 +107,42 @@ def test_ring_ll128_all_reduce_2x2():
 
 
 def test_ring_ll_all_reduce_2x2():
-    # bus = min(llMaxBw Intel 2 nodes 39.0, 96 x .5 = 48) = 39, x 4/6 = 26. lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7
+    # lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7 = 16.0. NCCL's bandwidth (4 channels): min(llMaxBw Intel 2 nodes 39.0,
+    # 96 x .5) = 39, x 4/6 = 26. It runs on fewer (enqueue.cc topoGetAlgoInfo): ring LL threshold 8 x 4 ranks = 32
+    # B/thread x 512 threads = 16 KiB a channel > 4 KiB -> 1 channel: min(39, 1 x 24 x .5) = 12, x 4/6 = 8 GB/s
     got = forced(TOPO22, "ring", "LL").collective("all_reduce", 4096, R4)
-    assert got is not None and us(got) == pytest.approx(16.0 + 4096 / (1000 * 26.0), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(16.0 + 4096 / (1000 * 8.0), rel=1e-9)
+    # 64 KiB >= 4 x 16 KiB keeps all 4 channels: NCCL's 26 GB/s
+    got = forced(TOPO22, "ring", "LL").collective("all_reduce", 65536, R4)
+    assert got is not None and us(got) == pytest.approx(16.0 + 65536 / (1000 * 26.0), rel=1e-9)
+
+
+def test_medium_ring_simple_runs_on_fewer_channels_2x2():
+    # enqueue.cc topoGetAlgoInfo: ring Simple 512 threads x 64 B = 32 KiB a channel; 64 KiB < 4 and 3 x 32 KiB,
+    # not < 2 x 32 KiB -> 2 of 4 channels: bus 2 x 24 = 48, x 4/6 = 32 GB/s. lat 50.0 x 1.4 (the plateau, NCCL's
+    # estimate: 64 KiB / (4 ch x 4 ranks) >= 64) = 70.0
+    got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 65536, R4)
+    assert got is not None and us(got) == pytest.approx(70.0 + 65536 / (1000 * 32.0), rel=1e-9)
+
+
+def test_runtime_channels_follow_nccls_thread_counts():
+    # a ring of bwIntra x nChannels <= PCI_BW (12 GB/s) runs Simple with 256 threads: 16 KiB a channel, 40000 B
+    # keeps 2 channels (40000 >= 2 x 16384); with 512 threads (32 KiB a channel) it would keep 1
+    assert runtime_channels("ring", "Simple", 40000, 2, Graph(2, 6.0, 6.0)) == 2
+    assert runtime_channels("ring", "Simple", 40000, 2, Graph(2, 7.0, 7.0)) == 1
+    # LL128: 640 threads x 8 B = 5 KiB a channel; ring LL: 8 B x nRanks a thread
+    assert runtime_channels("tree", "LL128", 3 * 5120, 16, Graph(8, 45.0, 45.0)) == 3
+    assert runtime_channels("ring", "LL", 2 * 512 * 8 * 16, 16, Graph(8, 45.0, 45.0)) == 2
+    # NVLS keeps its graph's channels
+    assert runtime_channels("nvls", "Simple", 8, 8, Graph(8, 40.0, 60.0)) == 8
 
 
 def test_tree_ll_all_reduce_2x2():
-    # bus = min(96 x .92, 4 x 41.4) = 88.32; LL: min(88.32 / 3.8, 39.0) = 23.2421; x .5 = 11.6211; correction
-    # log2(4096 / 64) = 6 -> LL .7. lat = 6.8 + 2 x ((2 - 1) x .6 + log2(2) x 5.0) = 18.0
+    # lat = 6.8 + 2 x ((2 - 1) x .6 + log2(2) x 5.0) = 18.0; correction log2(4096 / 64) = 6 -> LL .7. Channels:
+    # tree LL 8 B/thread x 512 threads = 4 KiB a channel; 4096 < 2 x 4096 -> 1 channel: bus = min(24 x .92,
+    # 1 x 41.4) = 22.08; LL: min(22.08 / 3.8, 39.0) = 5.8105; x .5 (tree algbw)
     got = forced(TOPO22, "tree", "LL").collective("all_reduce", 4096, R4)
-    bw = min(88.32 / 3.8, 39.0) * .5 * .7
+    bw = min(22.08 / 3.8, 39.0) * .5 * .7
     assert got is not None and us(got) == pytest.approx(18.0 + 4096 / (1000 * bw), rel=1e-9)
 
 
@@ -120,6 +155,15 @@ def test_tree_simple_and_ll128_all_reduce_2x2():
     assert got is not None and us(got) == pytest.approx(33.5 + MiB / (1000 * 41.4 * .6), rel=1e-9)
 
 
+def test_tree_one_gpu_per_node_takes_nccls_tree_pattern_penalty():
+    # 4 nodes x 1 GPU: ring graph 2 ch x 24 (48 fits one 50 GB/s NIC once; dup at half speed). search.cc sets a
+    # one-GPU node's tree pattern to NCCL_TOPO_PATTERN_TREE, and tuning.cc then takes .85 of tree busBw:
+    # min(48 x .92, 2 x 36.0) = 44.16 x .85 = 37.536, x .5 = 18.768 GB/s. lat (ppn 1: the net tree hwLat)
+    # = 8.4 + 2 x (0 x 4.0 + log2(4) x 14) = 64.4; correction log2(16 MiB / 64) = 18 -> Simple .7
+    got = forced(hopper(1, 1), "tree", "Simple").collective("all_reduce", 16 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(64.4 + 16 * MiB / (1000 * 18.768 * .7), rel=1e-9)
+
+
 def test_nvls_tree_all_reduce_2x2():
     # NVLS graph 2 x 48/48: intra 48 x .85 x 1/2 x 2 = 40.8; inter 48 x 2 = 96; cap 57.7 -> 40.8; bus 81.6 x 4/6
     # = 54.4. lat = 0 + 25 (NVLink NVLS-tree) + 2 x log2(2) x 20.9 (net) = 66.8. As a time (not NCCL's estimate
@@ -128,12 +172,45 @@ def test_nvls_tree_all_reduce_2x2():
     assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * 54.4 * .7), rel=1e-9)
 
 
+def test_nvls_tree_estimate_is_corrected_on_blackwell_x86_hosts_only():
+    # ncclTopoGetAlgoTime: NVLS-tree all_reduce bw x treeCorrectionFactor only with minCompCap >= 100 and an x86
+    # CPU. 1 MiB: log2(1 MiB / 64) = 14 -> Simple .5; lat 20, bw 100 GB/s
+    args = ("allreduce", "nvls_tree", "Simple", 20.0, 100.0, MiB, 2, 16, 16)
+    assert algo_time(*args, "blackwell") == pytest.approx(20.0 + MiB / (1000 * 100.0 * .5), rel=1e-12)
+    assert algo_time(*args, "blackwell", x86=False) == pytest.approx(20.0 + MiB / (1000 * 100.0), rel=1e-12)
+    assert algo_time(*args, "hopper") == pytest.approx(20.0 + MiB / (1000 * 100.0), rel=1e-12)
+
+
 def test_nvls_one_node_all_reduce_8_gpus():
     # NVLS graph 8 x 40 (9 x 40 <= 370.8), bw_inter raised to 60; intra 40 x .85 x 7/8 x 2 = 59.5 < 60; bus 8 x
     # 59.5 = 476, x 8/14 = 272 GB/s; lat = 25 (NVLink NVLS Simple)
     got = NcclNetwork(profile(hopper(8, 8))).collective("all_reduce", 8 << 30, tuple(range(8)))
     assert got is not None and (got.algo, got.proto) == ("nvls", "Simple")
     assert us(got) == pytest.approx(25.0 + (8 << 30) / (1000 * 272.0), rel=1e-9)
+
+
+def test_nvls_for_all_gather_and_reduce_scatter_stops_at_32_local_ranks():
+    # updateCollCostTable (src/enqueue.cc): NVLS / NVLS-tree beyond NCCL_MAX_NVLS_ARITY = 32 local ranks serve
+    # all_reduce only. gb200_nvl72 (72 GPUs in one NVLink domain), 1 MiB: NVLS on 32 ranks, not on 36 or 72
+    net = NcclNetwork(load_profile("gb200_nvl72"))
+    for kind in ("all_gather", "reduce_scatter"):
+        algos = {n: net.collective(kind, MiB, tuple(range(n))) for n in (32, 36, 72)}
+        assert {n: c.algo for n, c in algos.items() if c is not None} == {32: "nvls", 36: "ring", 72: "ring"}
+    got = net.collective("all_reduce", MiB, tuple(range(72)))
+    assert got is not None and got.algo == "nvls"
+
+
+def test_collnet_stops_at_8_local_gpus():
+    # updateCollCostTable: CollNet Direct and Chain only up to NCCL_MAX_DIRECT_ARITY + 1 = 8 local GPUs
+    ring = Graph(8, 45.0, 45.0)
+
+    def algos(ranks: int) -> set[str]:
+        t = TuneInput(ranks, 2, "hopper", "nvlink", "intel", ring, None, collnet=True, nvswitch=True,
+                      collnet_direct=Graph(8, 48.0, 48.0))
+        return {a for a, _ in tune("allreduce", t)}
+
+    assert {"collnet_direct", "collnet_chain"} <= algos(16)  # 8 a node
+    assert not {"collnet_direct", "collnet_chain"} & algos(32)  # 16 a node
 
 
 def test_ring_all_gather_and_pat_one_gpu_per_node():
@@ -150,10 +227,11 @@ def test_ring_all_gather_and_pat_one_gpu_per_node():
 
 def test_nccl_picks_the_least_time():
     net = NcclNetwork(profile(TOPO22))
-    # 4 KiB: ring LL 16.0 + 4096 / 26000 = 16.16 us, less than tree LL's 18.50 and every other pair's latency
+    # 4 KiB: NCCL's estimate ring LL 16.0 + 4096 / 26000 = 16.16 us, less than tree LL's 18.50 and every other
+    # pair's latency; it runs on 1 channel (test_ring_ll_all_reduce_2x2): 16.0 + 4096 / 8000
     small = net.collective("all_reduce", 4096, R4)
     assert small is not None and (small.algo, small.proto) == ("ring", "LL")
-    assert us(small) == pytest.approx(16.0 + 4096 / (1000 * 26.0), rel=1e-9)
+    assert us(small) == pytest.approx(16.0 + 4096 / (1000 * 8.0), rel=1e-9)
     # 16 MiB: ring LL128 29.6 + 16 MiB / 58.88 = 314.5 us; ring Simple 332.1, NVLS-tree 375.2, tree LL128 483,
     # tree Simple 542, ring LL 645
     big = net.collective("all_reduce", 16 * MiB, R4)
@@ -517,6 +595,21 @@ def test_a_world_larger_than_the_cluster_exits_2_naming_topology_nodes(tmp_path:
     assert out.returncode == 2 and out.stderr.startswith("error: ")
     assert "topology.nodes: rank 2 needs GPU 2, more GPUs than 1 nodes x 2 hold" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_world_larger_than_the_placement_exits_2_naming_topology_placement(tmp_path: Path):
+    # placement gives 8 of the schedule's 16 ranks a GPU: the first rank without one is named, no traceback
+    d = copy.deepcopy(BASE)
+    d["topology"] = hopper(2, 2, placement=[0, 1, 2, 3, 4, 5, 6, 7])
+    prof = tmp_path / "placed.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    sched = tmp_path / "s.yaml"
+    sched.write_text(TIERS.format(group=list(range(8))))
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(sched), "--profile", str(prof),
+                          "--no-gantt", "-o", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ")
+    assert "topology.placement: rank 8 has no GPU (placement lists 8 ranks)" in out.stderr
+    assert "fix: " in out.stderr and "Traceback" not in out.stderr
 
 
 def test_a_profile_derives_from_its_base(tmp_path: Path):
