@@ -135,9 +135,9 @@ def build(spec: Any, file: str | Path | None = None) -> Any:
     return graph_of(lower_spec(spec, file))
 
 
-def lower_spec(spec: Any, file: str | Path | None = None) -> Any:
-    """The checked :class:`schedsim.lower.Program` of ``spec`` (:func:`schedsim.lower.lower`), with ``file``
-    named in every error.
+def lower_spec(spec: Any, file: str | Path | None = None, symmetric: bool = False) -> Any:
+    """The checked :class:`schedsim.lower.Program` of ``spec`` (:func:`schedsim.lower.lower`, ``symmetric`` passed
+    on), with ``file`` named in every error.
 
     Raises
     ------
@@ -148,7 +148,7 @@ def lower_spec(spec: Any, file: str | Path | None = None) -> Any:
     from schedsim.lower import lower
 
     try:
-        return lower(spec)
+        return lower(spec, symmetric=symmetric)
     except SchedsimError as e:
         if file is None or str(file) in str(e):
             raise
@@ -190,7 +190,11 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     """The chain after loading: :func:`build` → simulate → metrics, pipeline metrics and memory curve.
 
     ``profile`` is a HardwareProfile; ``sim`` passes the engine's options (``gpu_model``,
-    ``max_connections``, ``model_executor``, ``iteration_gap_s``). ``progress`` shows a status line on stderr for
+    ``max_connections``, ``model_executor``, ``iteration_gap_s``), and ``full_ranks``: a ``training:`` block is
+    lowered symmetrically (one representative rank per class of ranks that run alike,
+    :func:`schedsim.lower.training.represented_ranks`) where that is exact on the profile
+    (:func:`~schedsim.lower.training.symmetric_exact`), unless ``full_ranks`` is true; the timeline then holds the
+    representatives only (``timeline.meta["represented"]``, and a note). ``progress`` shows a status line on stderr for
     schedules of more than 20,000 ops; ``meta`` is added to ``timeline.meta`` first. ``metrics``
     gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
@@ -210,7 +214,14 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     durations = sim.pop("durations", None)
     recorded = sim.get("gpu_model") is None and (durations or getattr(spec, "durations", "modeled")) == "recorded"
     sim["gpu_model"] = gpu_model_of(spec, sim.get("gpu_model"), durations, file)
-    prog = lower_spec(spec, file)
+    symmetric = not sim.pop("full_ranks", False) and getattr(spec, "training", None) is not None
+    if symmetric:  # where exact: the columnar waves loop (which keeps a collective's whole group), no shared link
+        from schedsim.lower.training import symmetric_exact
+        from schedsim.sim.loop import compiled_loop
+
+        symmetric = (sim["gpu_model"] or profile.gpu_model) == "waves" and compiled_loop() is not None \
+            and symmetric_exact(profile)
+    prog = lower_spec(spec, file, symmetric)
     if recorded and prog.N and all(t.duration_s is None for t in prog.templates):
         raise SpecError("durations: recorded, but no op carries a recorded duration (duration_us): the replay would "
                         "time every op with the profile's model, without its launch costs or contention",
@@ -234,6 +245,12 @@ def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str,
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     tl.meta.update(meta or {})
+    if prog.represented:  # a symmetric lowering: the representatives' ops only, and the outputs say so
+        tl.meta["represented"] = {"ranks": list(prog.represented), "of": prog.world_size}
+        tl.meta["warnings"] = [*tl.meta.get("warnings", []), (
+            f"note: simulated {len(prog.represented)} representative ranks of {prog.world_size} (the ranks of a "
+            "training step that run alike have their representative's times); per-rank outputs show them only: "
+            "--full-ranks simulates every rank")]
     from schedsim.network.share import link_utilisation
 
     cols = tl.columns  # rows in program order
@@ -254,10 +271,15 @@ def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str,
         tl.meta["memory"] = mem
         r, d = max(mem["ranks"].items(), key=lambda kv: kv[1]["peak_bytes"])
         peak = MemoryPeak(rank=r, bytes=d["peak_bytes"], t_s=d["peak_s"], op=d["peak_op"])
-    pm = PipelineMetrics.of(tl)
+    classes = None
+    if prog.represented:  # every rank's metrics from its representative's (totals and means over the world)
+        from schedsim.lower.training import rank_classes
+
+        classes = rank_classes(spec)
+    pm = PipelineMetrics.of(tl, classes)
     if pm is not None:  # the memory steps are in timeline.meta["memory"]; metrics keep the peaks
         pm = dataclasses.replace(pm, memory_timeline={})
-    metrics = dataclasses.replace(Metrics.of(tl), pipeline=pm, memory_peak=peak)
+    metrics = dataclasses.replace(Metrics.of(tl, classes), pipeline=pm, memory_peak=peak)
     return Run(tl, metrics, prog)
 
 
@@ -345,7 +367,8 @@ def predict_options(launch: str | None, prof: HardwareProfile, **sim: Any) -> di
     """The options of :func:`predict_to_dir` that change the prediction, as :func:`default_outdir_name` names
     them (the ``schedsim predict`` flag without ``--``): ``launch``, ``gpu-model``, ``durations``,
     ``max-connections``, where given; ``timed-graph`` (a
-    :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph` profile), ``model-executor`` where on;
+    :meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph` profile), ``model-executor``, ``full-ranks``
+    where on;
     ``iteration-gap-ms`` where not 0."""
     opts: dict[str, Any] = {}
     if launch is not None:
@@ -362,6 +385,8 @@ def predict_options(launch: str | None, prof: HardwareProfile, **sim: Any) -> di
         opts["model-executor"] = True
     if sim.get("iteration_gap_s"):
         opts["iteration-gap-ms"] = f"{sim['iteration_gap_s'] * 1e3:g}"
+    if sim.get("full_ranks"):
+        opts["full-ranks"] = True
     return opts
 
 

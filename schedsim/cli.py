@@ -117,6 +117,9 @@ def predict(
                                      "in every op): the prediction to compare its ops with (compare --pred-timed)."),
     explain: bool = typer.Option(False, "--explain", help="Also print each collective's and send's NCCL algorithm "
                                  "and protocol (NCCL's tuning model on a profile with topology.scale_up) and time."),
+    full_ranks: bool = typer.Option(False, "--full-ranks", help="Simulate every rank of a training: block (default: "
+                                    "one representative of each class of ranks that run alike, where exact; the "
+                                    "outputs then show the representatives)."),
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
     from schedsim._gc import paused_gc
@@ -138,7 +141,7 @@ def predict(
                                             gpu_model=gpu_model.value if gpu_model else None,
                                             durations=durations.value if durations else None,
                                             max_connections=max_connections, model_executor=model_executor,
-                                            iteration_gap_s=iteration_gap_ms * 1e-3)
+                                            iteration_gap_s=iteration_gap_ms * 1e-3, full_ranks=full_ranks)
         if timed_graph and prof is not profile and prof.is_timed_graph and tl.launch != "cuda_graph":
             print(f"note: --timed-graph changes nothing in {tl.launch} mode (only a CUDA graph is timed by event "
                   "nodes)", file=sys.stderr)

@@ -19,8 +19,11 @@ from schedsim.lower.program import Program
 __all__ = ["Program", "check_program", "lower"]
 
 
-def lower(spec: Any, check: bool = True) -> Program:
-    """Lower ``spec`` (a ScheduleSpec) to a :class:`Program`; with ``check``, run the static checks.
+def lower(spec: Any, check: bool = True, symmetric: bool = False) -> Program:
+    """Lower ``spec`` (a ScheduleSpec) to a :class:`Program`; with ``check``, run the static checks. With
+    ``symmetric``, a ``training:`` block writes only one representative rank of each class of ranks that run
+    alike (:func:`schedsim.lower.training.represented_ranks`, recorded in :attr:`Program.represented`); the
+    Program then holds only their ops, and each collective only its represented members.
 
     Raises
     ------
@@ -39,6 +42,7 @@ def lower(spec: Any, check: bool = True) -> Program:
         table = Table()
         add_written(spec, table)
         pipeline = None
+        represented: tuple[int, ...] = ()
         if spec.pipeline is not None:
             from schedsim.lower.pipeline import expand_pipeline
 
@@ -47,7 +51,11 @@ def lower(spec: Any, check: bool = True) -> Program:
         if spec.training is not None:
             from schedsim.lower.training import expand_training
 
-            pipeline = expand_training(spec, table)
+            pipeline = expand_training(spec, table, symmetric)
+            if symmetric:
+                from schedsim.lower.training import represented_ranks
+
+                represented = represented_ranks(spec)
             if conns is None and spec.training.tensor_model_parallel_size > 1:
                 conns = 1  # Megatron-LM requires it with TP (schedsim.lower.training)
         info: dict[str, Any] = {"name": spec.name, "world_size": spec.world_size, "launch": spec.launch}
@@ -55,6 +63,8 @@ def lower(spec: Any, check: bool = True) -> Program:
             info["max_connections"] = conns
         if spec.nccl_init != "lazy":
             info["nccl_init"] = spec.nccl_init
+        if represented:
+            info["represented"] = represented
         if pipeline is not None:
             info["pipeline"] = pipeline  # G.graph's form (to_dict) only when the reference build words an error
         cols, linked = link(table, spec._file, info, check)
@@ -62,7 +72,8 @@ def lower(spec: Any, check: bool = True) -> Program:
         prog = Program(spec.name, spec.world_size, spec.launch, spec._file, conns, pipeline, tuple(table.templates),
                        table.names, table.tags, tuple(table.streams.items),
                        table.strs, c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],
-                       c["peer"], c["batch"], c["msg"], **linked, nccl_init=spec.nccl_init)
+                       c["peer"], c["batch"], c["msg"], **linked, nccl_init=spec.nccl_init,
+                       represented=represented)
         if check:
             prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog)), checked=True)
         return prog

@@ -166,12 +166,15 @@ def _first_launches(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
 
 
 def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> bool:
-    """Under lazy communicator creation, every rank of a group communicator that some rank calls calls it."""
+    """Under lazy communicator creation, every rank of a group communicator that some rank calls calls it (every
+    represented rank of it, in a symmetric lowering: :attr:`Program.represented`)."""
     if prog.nccl_init != "lazy":
         return True
     first, cid, groups = _first_launches(prog, comm, head, False, tc)
     have = np.bincount(cid, minlength=len(groups)) if len(cid) else np.zeros(len(groups), I64)
-    return all(int(have[c]) in (0, len(groups[c])) for c in range(len(groups)))
+    present = frozenset(prog.represented)
+    size = [len(g) if not present else sum(r in present for r in g) for g in groups]
+    return all(int(have[c]) in (0, size[c]) for c in range(len(groups)))
 
 
 def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> np.ndarray:

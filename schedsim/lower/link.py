@@ -177,9 +177,10 @@ def _stream_edges(cols: _Cols) -> np.ndarray:
     return np.stack([o[np.repeat(start[ys], cnt) + off], np.repeat(ys, cnt)], axis=1).astype(I64, copy=False)
 
 
-def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
+def _collectives(cols: _Cols, represented: tuple[int, ...] = ()) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
     """Collective keys (``name#ranks``, in order of first member), CSR of members, and whether every
-    collective is consistent (one kind, size, root and dtype; issued once on each rank of its group)."""
+    collective is consistent (one kind, size, root and dtype; issued once on each rank of its group, or with
+    ``represented`` ranks, a symmetric lowering's, on each of them in its group)."""
     c = cols.c
     tp = cols.table.templates
     idx = np.flatnonzero(cols.is_coll)
@@ -187,6 +188,8 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
         return [], np.zeros(1, I64), np.zeros(0, I64), True
     gids: dict[tuple[int, ...], int] = {}
     groups: list[tuple[int, ...]] = []
+    members_of: list[tuple[int, ...]] = []  # the group's ranks that issue it
+    present = frozenset(represented)
     sigs: dict[tuple[Any, ...], int] = {}
     t_gid = np.full(len(tp), -1, I64)
     t_sig = np.full(len(tp), -1, I64)
@@ -196,6 +199,7 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
         t_gid[t] = gids.setdefault(g, len(gids))
         if len(groups) < len(gids):
             groups.append(g)
+            members_of.append(tuple(r for r in g if r in present) if present else g)
         # all_to_all: a size per rank (reference._check_collectives says why)
         t_sig[t] = sigs.setdefault((p.kind, None if p.kind in PER_RANK_SIZE else p.nbytes, p.root, p.dtype),
                                    len(sigs))
@@ -220,12 +224,12 @@ def _collectives(cols: _Cols) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
                                            strict=True)]
     # consistent: as many members as the group has ranks, one signature, and the sorted member ranks are the group
     cnt = np.diff(ptr)
-    glen = np.array([len(g) for g in groups], I64)
+    glen = np.array([len(g) for g in members_of], I64)
     ok = bool((cnt == glen[kgid]).all()) and bool((sig == np.repeat(sig[ptr[:-1]], cnt)).all())
     if ok:
         kk = np.repeat(np.arange(len(uk)), cnt)
         sorted_ranks = mr[np.lexsort((mr, kk))]
-        gcat = np.concatenate([np.asarray(g, I64) for g in groups])
+        gcat = np.concatenate([np.asarray(g, I64) for g in members_of])
         gstart = np.cumsum(glen) - glen
         want = gcat[np.repeat(gstart[kgid], cnt) + (np.arange(len(members)) - np.repeat(ptr[:-1], cnt))]
         ok = bool((sorted_ranks == want).all())
@@ -292,7 +296,7 @@ def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_C
     assert tgt is not None
     se = _stream_edges(cols)
     de = np.stack([tgt, cols.dep_op], axis=1).astype(I64, copy=False) if len(tgt) else np.zeros((0, 2), I64)
-    keys, cptr, cidx, ok = _collectives(cols)
+    keys, cptr, cidx, ok = _collectives(cols, info.get("represented", ()))
     if not ok:
         explain(cols, file, info, check=False)
     pairs, warnings = match_p2p(cols)

@@ -40,7 +40,7 @@ from schedsim.kinds import P2P_KINDS
 if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1% of a cold `check` to create
     from schedsim.graph.info import PipelineInfo
 
-__all__ = ["Program", "DagView", "batch_heads", "compiled", "rendezvous_groups", "split_one_rank",
+__all__ = ["Program", "DagView", "batch_heads", "compiled", "group_sizes", "rendezvous_groups", "split_one_rank",
            "stable_order", "unique"]
 
 
@@ -156,6 +156,10 @@ class Program:
     warnings: tuple[str, ...] = ()
     checked: bool = False
     nccl_init: str = "lazy"  # the schedule's `nccl_init`
+    #: The ranks a symmetric lowering wrote, each standing for its class of ranks that run alike
+    #: (:func:`schedsim.lower.training.represented_ranks`); ``()``: every rank's ops are here. A collective keeps its
+    #: full group in its template (cost, links) and has only its represented members in ``coll_ptr``/``coll_idx``.
+    represented: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for v in self.__dict__.values():
@@ -364,11 +368,20 @@ class _Edges:
         return {"kind": "dep" if kind[pos] else "stream"}
 
 
-def split_one_rank(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def group_sizes(prog: Program) -> np.ndarray:
+    """Per collective (``coll_ptr`` order), the ranks of its group as written (int64): its member count, or more
+    in a symmetric lowering (:attr:`Program.represented`), where only the represented members issue it."""
+    glen = np.array([len(t.group) for t in prog.templates], np.int64)
+    return glen[prog.tmpl[prog.coll_idx[prog.coll_ptr[:-1]]]] if len(prog.coll_ptr) > 1 else np.zeros(0, np.int64)
+
+
+def split_one_rank(ptr: np.ndarray, idx: np.ndarray, group: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rule one-rank-collective on collectives as CSR (``ptr`` int64 of shape (C + 1,), member op indices ``idx``): the
     collectives of two or more members as CSR (``ptr``, ``idx``: the rendezvous groups), and the op indices
     (int64) of those of one member, which run as a copy (:func:`schedsim.gpu.rules.one_rank_res`) with no
-    rendezvous (rule one-rank-collective of :mod:`schedsim.gpu.rules`).
+    rendezvous (rule one-rank-collective of :mod:`schedsim.gpu.rules`). ``group``: each collective's group size where it
+    has fewer members (:func:`group_sizes`); a group of one rank is then told by it.
 
     >>> p, i, lone = split_one_rank(np.array([0, 1, 3, 4]), np.array([5, 6, 7, 8]))
     >>> p.tolist(), i.tolist(), lone.tolist()
@@ -377,7 +390,7 @@ def split_one_rank(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.nda
     ptr = np.asarray(ptr, np.int64)
     idx = np.asarray(idx, np.int64)
     sizes = np.diff(ptr)
-    one = sizes == 1
+    one = (sizes if group is None else group) == 1
     if not one.any():
         return ptr, idx, np.zeros(0, np.int64)
     lone = idx[ptr[:-1][one]]
@@ -391,7 +404,7 @@ def rendezvous_groups(prog: Program) -> tuple[np.ndarray, np.ndarray, int, int, 
     """Rendezvous groups (collectives of two or more ranks, then send/recv pairs) as CSR ``(ptr, members)``,
     their count, the collectives' count, and the ops of collectives of one rank (a copy, no rendezvous: rule
     one-rank-collective, :func:`split_one_rank`)."""
-    cptr, cidx, lone = split_one_rank(prog.coll_ptr, prog.coll_idx)
+    cptr, cidx, lone = split_one_rank(prog.coll_ptr, prog.coll_idx, group_sizes(prog) if prog.represented else None)
     C = len(cptr) - 1
     P = len(prog.p2p)
     pairs = np.asarray(prog.p2p, np.int64).reshape(-1)

@@ -79,6 +79,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
@@ -101,7 +103,7 @@ from schedsim.spec.pipeline_block import (
 from schedsim.spec.training_block import TrainingPlan, TrainingSpec, training_plan
 from schedsim.units import DTYPE_BYTES
 
-__all__ = ["expand_training", "stage_lists", "TP_TAG", "DP_TAG"]
+__all__ = ["expand_training", "rank_classes", "represented_ranks", "symmetric_exact", "stage_lists", "TP_TAG", "DP_TAG"]
 
 #: Tags of the data-parallel (and tied-embedding) gradient reductions and the parameter all-gather.
 DP_TAG = (("comm", "dp"),)
@@ -532,8 +534,69 @@ class _Ranks:
         return nid
 
 
-def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
-    """Write every rank's ops of the spec's ``training:`` block into ``table`` (module docstring).
+def represented_ranks(spec: ScheduleSpec) -> tuple[int, ...]:
+    """The ranks a *symmetric* lowering of the spec's ``training:`` block writes: one representative of each class
+    of ranks that run the same program at the same times, or ``()`` when every rank is its own class.
+
+    Ranks differ only in their (tp, cp, dp, pp) coordinates (:meth:`TrainingPlan.rank`). Two ranks that differ only
+    in tp, or only in dp, issue the same ops (the same kernels, and collectives on groups of the same shape) in the
+    same order, with their pipeline peers, and start each collective with the other members of its group at the
+    same instant; so every rank of a class has the times of its representative. The representatives are tp index 0
+    and dp index 0 of every (cp, pp) position; all tp positions are kept with ``tp_comm_overlap`` (the TP ring's
+    send/recv peers, whose order alternates with the ring position) and all dp positions where one EP rank's first
+    expert runs at capacity (``moe_expert_capacity_factor``: EP index 0 differs from the others). Context-parallel
+    positions are all kept (the CP ring's peers, whose order alternates likewise). A collective of the lowered
+    Program keeps its full group (its cost, and its links for :mod:`schedsim.network.share`) but has only its
+    represented members, which it waits for.
+
+    Exact (the same times as the full lowering, tested op for op) where no link carries the transfers of two ranks
+    of one class: one NIC per GPU and a fabric that does not oversubscribe (:func:`symmetric_exact`)."""
+    reps = np.unique(rank_classes(spec))
+    return () if len(reps) == spec.world_size else tuple(reps.tolist())
+
+
+def rank_classes(spec: ScheduleSpec) -> np.ndarray:
+    """Per global rank (int64, shape (world_size,)), the representative rank of its class
+    (:func:`represented_ranks`): the rank with tp index 0 (unless ``tp_comm_overlap``) and dp index 0 (unless one
+    EP rank's expert runs at capacity) and the same cp and pp indices."""
+    t = spec.training
+    assert t is not None
+    plan = training_plan(t, spec.world_size)
+    g = np.arange(spec.world_size, dtype=np.int64)
+    t_, c_, d_, p_ = g % plan.tp, g // plan.tp % plan.cp, g // (plan.tp * plan.cp) % plan.dp, \
+        g // (plan.tp * plan.cp * plan.dp)
+    if not t.tp_comm_overlap:
+        t_ = np.zeros_like(g)
+    if not (plan.experts and t.moe_expert_capacity_factor is not None):
+        d_ = np.zeros_like(g)
+    return t_ + plan.tp * (c_ + plan.cp * (d_ + plan.dp * p_))
+
+
+def symmetric_exact(profile: Any) -> bool:
+    """Whether a symmetric lowering (:func:`represented_ranks`) times every rank as the full one on ``profile``:
+    its transfers across nodes share no links (:func:`schedsim.network.share.shares_links`), or each GPU of a node
+    has a NIC of its own and the fabric does not oversubscribe, so that no NIC or leaf uplink carries the transfers
+    of two ranks of one class (which the full lowering would share max-min and the symmetric one would not)."""
+    from schedsim.network.share import shares_links
+
+    if not shares_links(profile):
+        return True
+    topo = profile.topology
+    fabric = getattr(topo, "fabric", None)
+    if fabric is not None and fabric.oversubscription > 1:
+        return False
+    g = topo.gpus_per_node
+    nics = topo.nics
+    per_node = getattr(nics, "per_node", None)
+    m = nics.gpu_to_nic
+    if m is not None:
+        return len(set(m)) == len(m)
+    return g is not None and per_node is not None and per_node >= g
+
+
+def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -> PipelineInfo:
+    """Write every rank's ops of the spec's ``training:`` block into ``table`` (module docstring); with
+    ``symmetric``, only the ranks of :func:`represented_ranks` (all where it is empty).
 
     Returns the :class:`~schedsim.graph.info.PipelineInfo` of its pipeline (``p`` = pp, ``dp`` = the pipeline
     replicas tp·cp·dp, ``activation_memory_bytes`` per Korthikanti et al. for one stage chunk).
@@ -572,7 +635,7 @@ def expand_training(spec: ScheduleSpec, table: Table) -> PipelineInfo:
     rank_stages = {r: sorted(st for st, rr in pplan.s2r.items() if rr == r) for r in range(plan.pp)}
     chunk_of = {st: rank_stages[r].index(st) for st, r in pplan.s2r.items()}
     params = _stage_params(t, plan, ns)
-    for g in range(spec.world_size):
+    for g in (symmetric and represented_ranks(spec)) or range(spec.world_size):
         _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
     from schedsim.spec.training_block import act_bytes_per_layer
 

@@ -418,7 +418,13 @@ def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gid
     kinds = [tps[t].kind for t in tmpl[gidx[gptr[:-1]]].tolist()] if G else []
     tbytes = np.array([float(t.nbytes) for t in tps])
     size = np.maximum.reduceat(tbytes[tmpl[gidx]], gptr[:-1]) if G and len(gidx) else np.zeros(G)
-    return link_share(profile, prog.world_size, gptr, prog.rank[gidx], kinds, size, work, net)
+    ranks = prog.rank[gidx]
+    if prog.represented and G:  # a symmetric lowering: a collective's links are those of its whole group
+        C = sum(k != "send" for k in kinds)  # collectives, then the (send, recv) pairs
+        groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()]
+        ranks = np.concatenate([np.array([r for g in groups for r in g], np.int64), ranks[int(gptr[C]):]])
+        gptr = np.concatenate([[0], np.cumsum([len(g) for g in groups] + [2] * (G - C))]).astype(np.int64)
+    return link_share(profile, prog.world_size, gptr, ranks, kinds, size, work, net)
 
 
 #: the links :func:`link_utilisation` keeps (those that moved the most bytes): a view, not every NIC of a cluster

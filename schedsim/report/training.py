@@ -57,9 +57,11 @@ class TrainingReport:
         return asdict(self)
 
 
-def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
+def exposed_by_kind(tl: Any, classes: Any = None) -> tuple[dict[str, float], float]:
     """Exposed communication per kind (``tp``, ``cp``, ``ep``, ``pp``, ``dp``, ``other``) and the bubble, each
-    the mean over ranks in seconds (module docstring). TP collectives are the collectives tagged with a pipeline
+    the mean over ranks in seconds (module docstring); ``classes``: per rank of the world, the rank of ``tl`` that
+    stands for it (a symmetric lowering's, :func:`schedsim.lower.training.rank_classes`), the mean then being the
+    world's, added up as its full timeline would add it. TP collectives are the collectives tagged with a pipeline
     action (they run inside F/I/W/B) other than all-to-all, and the sends and recvs of streams ``tp_comm`` /
     ``tp_send`` / ``tp_recv`` (``tp_comm_overlap``'s ring), cp those of ``cp_comm`` / ``cp_send`` /
     ``cp_recv``, ep the all-to-alls, pp the other sends and recvs, dp those tagged ``comm: dp``."""
@@ -98,22 +100,30 @@ def exposed_by_kind(tl: Any) -> tuple[dict[str, float], float]:
     ranks, first = np.unique(rank[order], return_index=True)
     bounds = [*first.tolist(), len(order)]
     start_s, end_s, cls_o = np.asarray(c.start_s)[order], np.asarray(c.end_s)[order], cls[order]
-    tot = dict.fromkeys(KINDS, 0.0)
-    bubble = 0.0
+    per: dict[int, tuple[list[float], float]] = {}  # rank -> (its exposed time per kind, its bubble)
     for i in range(len(ranks)):
         lo, hi = bounds[i], bounds[i + 1]
         s_all, e_all = start_s[lo:hi], end_s[lo:hi]
         k_all = cls_o[lo:hi]
         keep = k_all == 0
         covered = union_length(s_all[keep], e_all[keep])
-        for code, kind in enumerate(KINDS, start=1):
+        adds = []
+        for code in range(1, len(KINDS) + 1):
             keep = keep | (k_all == code)
             now = union_length(s_all[keep], e_all[keep])
-            tot[kind] += now - covered
+            adds.append(now - covered)
             covered = now
         a, b = merged(s_all[k_all >= 0], e_all[k_all >= 0])
-        bubble += makespan - float((b - a).sum())
-    n = max(1, len(ranks))
+        per[int(ranks[i])] = adds, makespan - float((b - a).sum())
+    tot = dict.fromkeys(KINDS, 0.0)
+    bubble = 0.0
+    each = ranks.tolist() if classes is None else np.asarray(classes).tolist()
+    for r in each:  # in rank order, as one pass over every rank adds them
+        adds, idle = per[r]
+        for kind, x in zip(KINDS, adds, strict=True):
+            tot[kind] += x
+        bubble += idle
+    n = max(1, len(each))
     return {k: v / n for k, v in tot.items()}, bubble / n
 
 
@@ -129,7 +139,12 @@ def training_report(spec: Any, tl: Any, profile: Any) -> TrainingReport:
     world = spec.world_size
     peak = float(profile.gpu.peak_tflops.get(plan.dtype, 0.0))
     rate = flops / it / world / 1e12 if it > 0 else 0.0
-    exposed, bubble = exposed_by_kind(tl)
+    classes = None
+    if tl.meta.get("represented"):  # a symmetric lowering's timeline: its representatives stand for every rank
+        from schedsim.lower.training import rank_classes
+
+        classes = rank_classes(spec)
+    exposed, bubble = exposed_by_kind(tl, classes)
     rc = t.recompute_granularity or "none"
     if t.recompute_granularity == "full":
         rc += f" ({t.recompute_method}, {t.recompute_num_layers})"

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from schedsim._gc import paused_gc
-from schedsim.errors import DeadlockError, ProfileError
+from schedsim.errors import DeadlockError, GraphError, ProfileError
 from schedsim.gpu import host as gh
 from schedsim.gpu import rates as gr
 from schedsim.gpu import rules as gm
@@ -217,6 +217,10 @@ def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict
                 if note:
                     tl.meta["warnings"] = [note]
                 return tl
+        if isinstance(G, Program) and G.represented:  # the Op-list loops take a collective's ranks from its members
+            raise GraphError("a symmetric Program (a training step lowered for its representative ranks) runs only "
+                             "on the compiled waves loop",
+                             fix="lower it with every rank (schedsim predict --full-ranks; lower(spec))")
         c = _compile(G, profile, mode)
         if model == "replay":
             st = _run_replay(c, mode, conns)

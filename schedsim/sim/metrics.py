@@ -323,9 +323,12 @@ class Metrics:
     copy_overlap_ratio: float | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
-    def of(cls, tl: Timeline) -> Metrics:
-        """Compute the metrics of ``tl`` (``pipeline`` and ``memory_peak`` left None)."""
-        return _compute(tl)
+    def of(cls, tl: Timeline, classes: Any = None) -> Metrics:
+        """Compute the metrics of ``tl`` (``pipeline`` and ``memory_peak`` left None). ``classes``: per rank of
+        the world, the rank of ``tl`` that stands for it (a symmetric lowering's timeline,
+        :func:`schedsim.lower.training.rank_classes`): every rank then gets its representative's metrics, and the
+        totals are those of the whole world, summed as its full timeline would sum them."""
+        return _compute(tl, classes)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``timeline.json``'s ``metrics``): rank keys stay ints until JSON writes them."""
@@ -360,7 +363,7 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
     return Metrics.of(tl).to_dict()
 
 
-def _compute(tl: Timeline) -> Metrics:
+def _compute(tl: Timeline, classes: Any = None) -> Metrics:
     """Makespan, per-rank busy/idle, exposed communication, overlap ratio, critical path (:class:`Metrics`).
 
     Every rank at once (:func:`_merged_by`, :func:`_sums_by`, :func:`_overlap_by`): the same floats as
@@ -413,7 +416,7 @@ def _compute(tl: Timeline) -> Metrics:
         gc, kvs, ec = gc[o], kvs[o], ec[o]
     kg, ks, ke = _merged_by(gc, kvs, ec)
     kv = _sums_by(kg, ke - ks, nr)
-    p = present
+    p = present if classes is None else np.asarray(classes, np.int64)  # a symmetric run: each rank's representative
     lc_p, ov_p, lcp_p, ovc_p = lc[p], ov[p], lcp[p], np.where(lcp[p] > 0, ovc[p], 0.0)
     pos_c, pos_cp = lc_p > 0, lcp_p > 0
     share = makespan > 0
@@ -426,7 +429,8 @@ def _compute(tl: Timeline) -> Metrics:
     has_copy = pos_cp.tolist()
     ranks: dict[int, RankMetrics] = {
         r: RankMetrics(bc, c_, cp, idle, ex, orat, sh, shk, cor if hc else None)
-        for r, bc, c_, cp, idle, ex, orat, sh, shk, cor, hc in zip(p.tolist(), *lists, has_copy, strict=True)}
+        for r, bc, c_, cp, idle, ex, orat, sh, shk, cor, hc in zip(
+            (p if classes is None else range(len(p))), *lists, has_copy, strict=True)}
     tot_comm, tot_overlap, tot_exposed, tot_copy, tot_copy_ov = (
         float(np.cumsum(x)[-1]) if len(x) else 0.0 for x in (lc_p, ov_p, lc_p - ov_p, lcp_p, ovc_p))
     cp_time: dict[str, float] = {}
@@ -439,7 +443,8 @@ def _compute(tl: Timeline) -> Metrics:
         # the resources the path's ops run on, and every wait that took time
         cp_time = {SEGMENT_KINDS[k]: float(sums[k]) for k in range(len(SEGMENT_KINDS))
                    if present[k] and (k < 3 or sums[k] > 0)}
-    return Metrics(makespan_s=makespan, ops=len(tl), busy_comm_s=tot_comm, exposed_comm_s=tot_exposed,
+    ops = len(tl) if classes is None else int(np.bincount(c.rank, minlength=nr)[p].sum())
+    return Metrics(makespan_s=makespan, ops=ops, busy_comm_s=tot_comm, exposed_comm_s=tot_exposed,
                    overlap_ratio=tot_overlap / tot_comm if tot_comm > 0 else 0.0, ranks=ranks,
                    critical_path=list(tl.critical_path), critical_path_s=cp_time,
                    copy_overlap_ratio=tot_copy_ov / tot_copy if tot_copy > 0 else None)

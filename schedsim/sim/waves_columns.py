@@ -196,11 +196,12 @@ def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray
 
 
 def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one_way: float,
-               node: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+               node: np.ndarray | None = None, groups: list[tuple[int, ...]] | None = None) -> tuple[np.ndarray, ...]:
     """Rule nccl-sms's link ends (``4·rank + 2·tier + d``) of every transfer as CSR, the reverse ends of send/recv (when
     ``one_way`` ≠ 1), and per member slot the positions of its rank's ends in its group's (CSR), as
     :func:`schedsim.gpu.rules.link_ends` (``node``: rank -> node, or None for one tier) and the loop's
-    lookup give them."""
+    lookup give them. ``groups``: each collective's group as written, where a symmetric lowering left some of its
+    ranks out (:attr:`schedsim.lower.program.Program.represented`): whether it spans nodes is the group's."""
     nc = int(gptr[C])
     cr = rank[gidx[:nc]].astype(I64)
     pr = rank[gidx[nc:]].astype(I64).reshape(-1, 2)  # (sender, receiver)
@@ -211,6 +212,8 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
         nz = sizes > 0
         starts = gptr[:C][nz].astype(I64)
         span[nz] = np.minimum.reduceat(nd, starts) != np.maximum.reduceat(nd, starts)
+        if groups is not None:
+            span = np.array([len({int(node[r]) for r in g}) > 1 for g in groups], bool)
     k = np.where(span, 4, 2).astype(I64)  # ends per member: 2 (scale-up link) or 4 (and the NIC)
     km = np.repeat(k, sizes)
     first = np.cumsum(km) - km  # each member's first end, over all collective ends
@@ -570,8 +573,9 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     from schedsim.network import rank_nodes
 
     node = rank_nodes(profile, prog.world_size)  # None without a cluster topology: one link tier
+    groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()] if prog.represented else None
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
-                                        None if node is None else np.asarray(node, I64))]
+                                        None if node is None else np.asarray(node, I64), groups)]
     from schedsim.network.share import program_share
     from schedsim.sim.waves import share_args
 
