@@ -38,6 +38,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from schedsim.graph.info import GraphInfo
 from schedsim.io import atomic_writer
 from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
@@ -56,38 +58,55 @@ def _us(s: float) -> float:
     return round(s * 1e6, 4)
 
 
-def _rate_counter(spans: list[Span], value: Any) -> list[tuple[float, float]]:
-    """Piecewise-constant sum of ``value(span)`` over running spans: [(t_s, total)] at every change."""
-    ev: list[tuple[float, float]] = []
-    for s in spans:
-        v = value(s)
-        if v and s.end_s > s.start_s:
-            ev.append((s.start_s, v))
-            ev.append((s.end_s, -v))
-    ev.sort()
+def _us_list(a: np.ndarray) -> list[float]:
+    """:func:`_us` of every value of ``a`` (float64 seconds, shape (n,)): numpy's products are the IEEE products
+    Python's ``s * 1e6`` gives, each rounded by Python's ``round`` (numpy's rounds by another method)."""
+    return [round(x, 4) for x in (a * 1e6).tolist()]
+
+
+def _rate_counter(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> list[tuple[float, float]]:
+    """Piecewise-constant sum of ``value`` over running intervals ``[start, end)`` (float64 columns, shape (n,);
+    seconds): [(t_s, total)] at every change. The events (t, ±value) of the intervals with a value (not 0) and a
+    length, sorted by (t, delta) and summed in that order (``np.cumsum``: one addition after another, the sums a
+    loop over the sorted events makes); a time's sample is the sum after its last event, 0 where that is within
+    1e-9 (relative) of 0 or negative, and dropped where within 1e-9 of the sample before it."""
+    keep = (value != 0) & (end > start)
+    v = value[keep]
+    t = np.concatenate([start[keep], end[keep]])
+    d = np.concatenate([v, -v])
+    order = np.lexsort((d, t))
+    t, d = t[order], d[order]
+    cur = np.cumsum(d)
+    last = np.ones(len(t), bool)
+    last[:-1] = t[1:] != t[:-1]
+    val = np.where(np.abs(cur) > 1e-9 * (np.abs(d) + 1), np.where(cur > 0.0, cur, 0.0), 0.0)
     out: list[tuple[float, float]] = []
-    cur = 0.0
-    for i, (t, d) in enumerate(ev):
-        cur += d
-        if i + 1 < len(ev) and ev[i + 1][0] == t:
-            continue
-        v = max(0.0, cur) if abs(cur) > 1e-9 * (abs(d) + 1) else 0.0
-        if out and abs(out[-1][1] - v) <= 1e-9 * max(1.0, abs(v)):
+    for tv, x in zip(t[last].tolist(), val[last].tolist(), strict=True):
+        if out and abs(out[-1][1] - x) <= 1e-9 * max(1.0, abs(x)):
             continue  # unchanged: a counter sample holds until the next one
-        out.append((t, v))
+        out.append((tv, x))
     return out
 
 
-def _nesting_rows(spans: list[Span], tol_s: float = 5e-10) -> list[int]:
+def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: Any = None) -> list[int]:
     """Row of each span within its (rank, stream) lane so that the spans of one row nest.
 
     A simulated stream runs one op at a time, so everything lands in row 0. Measured streams can
     overlap partially (kernels launched with programmatic dependent launch, ranges of two CPU
     threads folded onto one lane, clock jitter); Perfetto drops or mis-nests such slices on one
     thread, so each span goes to the first row where it nests in (or follows) what is open there.
-    ``tol_s`` (0.5 ns) absorbs the writer's 0.1 ns rounding.
+    ``tol_s`` (0.5 ns) absorbs the writer's 0.1 ns rounding. ``cols``: the spans as
+    :class:`~schedsim.sim.timeline.SpanColumns`, to find in one pass that every lane runs one span at a time
+    (each span, in the order below, starts no earlier than ``tol_s`` before the one before it on its lane
+    ended; finite times): then every row is 0, as the walk below gives it.
     """
     rows = [0] * len(spans)
+    if cols is not None and len(spans) > 1 and np.isfinite(cols.start_s).all() and np.isfinite(cols.end_s).all():
+        lane = cols.rank.astype(np.int64) * (len(cols.stream[0]) + 1) + cols.stream[1]
+        o = np.lexsort((-cols.end_s, cols.start_s, lane))
+        same = lane[o][1:] == lane[o][:-1]
+        if not (same & (cols.end_s[o][:-1] > cols.start_s[o][1:] + tol_s)).any():
+            return rows
     by_lane: dict[tuple[int, str], list[int]] = defaultdict(list)
     for i, s in enumerate(spans):
         by_lane[(s.rank, s.stream)].append(i)
@@ -155,30 +174,31 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> di
         pid_base += len(w.pid_of)
         w.slices(tl, label, [(ol, d) for ol, d in by_label.items() if ol != label])
         g = graph if li == 0 else None
-        byid = tl.by_id()
         if g is not None:
-            w.graph_flows(g, byid)
+            w.graph_flows(g)
         elif li == 0 or graph is None:
             w.tagged_p2p_flows(tl)
-        w.collective_flows(tl, byid, g)
+        w.collective_flows(tl, g)
         w.counters(tl)
         pid_base += w.link_counters(tl, label if multi else None, pid_base)
     return {"traceEvents": w.events, "displayTimeUnit": "ms",
             "otherData": {"generator": "schedsim", "timelines": [lbl for lbl, _ in timelines]}}
 
 
-def _slice_args(s: Span, label: str, others: list[tuple[str, dict[str, Span]]]) -> dict[str, Any]:
-    """A slice's ``args``: op id, kind, resource, the optional numbers (µs), tags, and the op's duration in
-    the other timelines of the trace (``<label>_us``)."""
+def _slice_args(s: Span, label: str, others: list[tuple[str, dict[str, Span]]], solo_us: float,
+                ready_us: float) -> dict[str, Any]:
+    """A slice's ``args``: op id, kind, resource, the optional numbers (µs; ``solo_us`` and ``ready_us`` are
+    ``_us`` of the span's, NaN where it has none), tags, and the op's duration in the other timelines of the
+    trace (``<label>_us``)."""
     args: dict[str, Any] = {"op": s.id, "kind": s.kind, "resource": s.resource}
     if s.bytes:
         args["bytes"] = s.bytes
     if s.flops:
         args["flops"] = s.flops
     if s.solo_s is not None:
-        args["solo_us"] = _us(s.solo_s)
+        args["solo_us"] = solo_us
     if s.ready_s is not None:
-        args["ready_us"] = _us(s.ready_s)
+        args["ready_us"] = ready_us
     if s.tags:
         args.update({str(k): v for k, v in s.tags.items() if k not in args})
     if others:
@@ -191,73 +211,98 @@ def _slice_args(s: Span, label: str, others: list[tuple[str, dict[str, Span]]]) 
 
 
 class _Writer:
-    """The events of a trace, one timeline at a time: ``pid_of`` (rank → process) and ``tid_span`` (op id →
-    thread) are the current timeline's; flow ids run on over all timelines."""
+    """The events of a trace, one timeline at a time: ``pid_of`` (rank → process), ``row_of`` (op id → row of
+    the timeline), and per row its (rank, stream) as one number (``lane_row``), its process and thread
+    (``pid_row``, ``tid_row``) and the times of a flow's ends
+    in it (``out_us``, 5 % into the span; ``in_us``, 5 % before its end) are the current timeline's; flow ids
+    run on over all timelines."""
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
         self.flow_id = 0
         self.pid_of: dict[int, int] = {}
-        self.tid_span: dict[str, int] = {}
+        self.row_of: dict[str, int] = {}
+        self.lane_row: list[int] = []
+        self.pid_row: list[int] = []
+        self.tid_row: list[int] = []
+        self.out_us: list[float] = []
+        self.in_us: list[float] = []
 
     def lanes(self, tl: Timeline, label: str | None, pid_base: int) -> None:
         """Process and thread metadata: one process per rank, one thread per stream and nesting row
         (:func:`_nesting_rows`), compute streams first."""
-        ranks = sorted({s.rank for s in tl.spans})
+        c = tl.columns
+        lane = c.rank.astype(np.int64) * (len(c.stream[0]) + 1) + c.stream[1]  # (rank, stream) as one number
+        _u, first, inv = np.unique(lane, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        ranks = sorted(set(c.rank[first].tolist()))
         self.pid_of = {r: pid_base + i for i, r in enumerate(ranks)}
-        res_of: dict[tuple[int, str], str] = {}
-        for s in tl.spans:
-            res_of.setdefault((s.rank, s.stream), s.resource)
-        lanes = sorted(res_of, key=lambda k: (k[0], _RES_ORDER.get(res_of[k], 3), k[1]))
-        sub_of = _nesting_rows(tl.spans)
-        n_sub: dict[tuple[int, str], int] = defaultdict(int)
-        for s, j in zip(tl.spans, sub_of, strict=False):
-            n_sub[(s.rank, s.stream)] = max(n_sub[(s.rank, s.stream)], j + 1)
+        # each lane's (rank, stream) and the resource of its first span
+        keys = list(zip(c.rank[first].tolist(), [c.stream[0][k] for k in c.stream[1][first].tolist()], strict=True))
+        res_of = dict(zip(keys, [c.resource[0][k] for k in c.resource[1][first].tolist()], strict=True))
+        order = sorted(range(len(keys)), key=lambda u: (keys[u][0], _RES_ORDER.get(res_of[keys[u]], 3), keys[u][1]))
+        sub = np.asarray(_nesting_rows(tl.spans, cols=c), np.int64)
+        n_sub = np.zeros(len(keys), np.int64)
+        np.maximum.at(n_sub, inv, sub + 1)
         for r in ranks:
             pid = self.pid_of[r]
             name = f"{label} rank {r}" if label is not None else f"rank {r}"
             self.events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
             self.events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
                                 "args": {"sort_index": pid}})
-        tid_of: dict[tuple[int, str, int], int] = {}
+        tid0 = np.zeros(len(keys), np.int64)  # a lane's first thread; its nesting row j is thread tid0 + j
         per_rank_idx: dict[int, int] = defaultdict(int)
-        for r, st in lanes:
-            for j in range(n_sub[(r, st)]):
+        for u in order:
+            r, st = keys[u]
+            tid0[u] = per_rank_idx[r] + 1
+            for j in range(int(n_sub[u])):
                 per_rank_idx[r] += 1
-                tid = tid_of[(r, st, j)] = per_rank_idx[r]
+                tid = per_rank_idx[r]
                 self.events.append({"ph": "M", "name": "thread_name", "pid": self.pid_of[r], "tid": tid,
                                     "args": {"name": f"{st} ({res_of[(r, st)]})" + (f" #{j + 1}" if j else "")}})
                 self.events.append({"ph": "M", "name": "thread_sort_index", "pid": self.pid_of[r], "tid": tid,
                                     "args": {"sort_index": tid}})
-        self.tid_span = {s.id: tid_of[(s.rank, s.stream, j)] for s, j in zip(tl.spans, sub_of, strict=False)}
+        ids = c.id
+        self.row_of = {i: k for k, i in enumerate(ids)}
+        tid = (tid0[inv] + sub).tolist()
+        # an op id held by several rows (none in a simulated timeline) takes its last row's thread everywhere
+        self.tid_row = tid if len(self.row_of) == len(ids) else [tid[self.row_of[i]] for i in ids]
+        self.pid_row = [self.pid_of[r] for r in c.rank.tolist()]
+        self.lane_row = lane.tolist()
+        dur = c.end_s - c.start_s
+        self.out_us, self.in_us = _us_list(c.start_s + 0.05 * dur), _us_list(c.end_s - 0.05 * dur)
 
     def slices(self, tl: Timeline, label: str, others: list[tuple[str, dict[str, Span]]]) -> None:
         """One complete event (``ph: "X"``) per span."""
-        for s in tl.spans:
-            self.events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": self.pid_of[s.rank],
-                                "tid": self.tid_span[s.id], "ts": _us(s.start_s),
-                                "dur": round(_us(s.end_s) - _us(s.start_s), 4), "args": _slice_args(s, label, others)})
+        c = tl.columns
+        ts, te = _us_list(c.start_s), _us_list(c.end_s)
+        solo, ready = _us_list(c.solo_s), _us_list(c.ready_s)
+        for s, pid, tid, a, b, so, re in zip(tl.spans, self.pid_row, self.tid_row, ts, te, solo, ready, strict=True):
+            self.events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid, "tid": tid, "ts": a,
+                                "dur": round(b - a, 4), "args": _slice_args(s, label, others, so, re)})
 
-    def flow(self, a: Span, b: Span, cat: str) -> None:
-        """An arrow from 5 % into ``a`` to 5 % before the end of ``b``; none when ``b`` ended before that."""
-        ts_s, ts_f = _us(a.start_s + 0.05 * a.duration_s), _us(b.end_s - 0.05 * b.duration_s)
+    def flow(self, a: int, b: int, cat: str) -> None:
+        """An arrow from 5 % into row ``a`` to 5 % before the end of row ``b``; none when ``b`` ended before
+        that."""
+        ts_s, ts_f = self.out_us[a], self.in_us[b]
         if ts_s > ts_f:
             return  # b ended before a began: no causal arrow to draw
         self.flow_id += 1
-        self.events.append({"ph": "s", "name": cat, "cat": cat, "id": self.flow_id, "pid": self.pid_of[a.rank],
-                            "tid": self.tid_span[a.id], "ts": ts_s})
+        self.events.append({"ph": "s", "name": cat, "cat": cat, "id": self.flow_id, "pid": self.pid_row[a],
+                            "tid": self.tid_row[a], "ts": ts_s})
         self.events.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": self.flow_id,
-                            "pid": self.pid_of[b.rank], "tid": self.tid_span[b.id], "ts": ts_f})
+                            "pid": self.pid_row[b], "tid": self.tid_row[b], "ts": ts_f})
 
-    def graph_flows(self, graph: Any, byid: dict[str, Span]) -> None:
+    def graph_flows(self, graph: Any) -> None:
         """The graph's dependencies across streams or ranks (``dep``) and its send → recv pairs (``p2p``)."""
+        row_of, lane = self.row_of, self.lane_row
         for u, v, d in graph.edges(data=True):
-            a, b = byid.get(u), byid.get(v)
-            if a is None or b is None or (a.rank, a.stream) == (b.rank, b.stream) or d.get("kind") == "stream":
+            a, b = row_of.get(u), row_of.get(v)
+            if a is None or b is None or lane[a] == lane[b] or d.get("kind") == "stream":
                 continue
             self.flow(a, b, "dep")
         for u, v in GraphInfo.of(graph).p2p:
-            a, b = byid.get(u), byid.get(v)
+            a, b = row_of.get(u), row_of.get(v)
             if a is not None and b is not None:
                 self.flow(a, b, "p2p")
 
@@ -269,23 +314,26 @@ class _Writer:
                 ends[str(s.tags["msg"])][s.kind].append(s)
         for d in ends.values():
             if len(d["send"]) == 1 and len(d["recv"]) == 1:
-                self.flow(d["send"][0], d["recv"][0], "p2p")
+                self.flow(self.row_of[d["send"][0].id], self.row_of[d["recv"][0].id], "p2p")
 
-    def collective_flows(self, tl: Timeline, byid: dict[str, Span], graph: Any) -> None:
+    def collective_flows(self, tl: Timeline, graph: Any) -> None:
         """First member → every other member of each collective (``collective``)."""
-        members: dict[str, list[Span]] = defaultdict(list)
+        members: dict[str, list[int]] = defaultdict(list)  # rows
+        row_of = self.row_of
         if graph is not None and "collectives" in graph.graph:
             # the graph's rendezvous: one entry per (name, group), so two groups issuing one name stay apart
             for key, ids in GraphInfo.of(graph).collectives.items():
-                members[key] = [byid[i] for i in ids if i in byid]
+                members[key] = [row_of[i] for i in ids if i in row_of]
         else:  # no graph: members are the spans of one name, one per rank
-            for s in tl.spans:
+            for k, s in enumerate(tl.spans):
                 if s.kind in _COLLECTIVES:
-                    members[s.name].append(s)
+                    members[s.name].append(k)
+        rank = tl.columns.rank.tolist()
         for mem in members.values():
-            if len({m.rank for m in mem}) < 2 or len(mem) != len({m.rank for m in mem}):
+            ranks = {rank[m] for m in mem}
+            if len(ranks) < 2 or len(mem) != len(ranks):
                 continue  # repeated names on one rank: membership is ambiguous
-            mem.sort(key=lambda m: m.rank)
+            mem.sort(key=rank.__getitem__)
             for m in mem[1:]:
                 self.flow(mem[0], m, "collective")
 
@@ -299,11 +347,16 @@ class _Writer:
             for t, b in d.get("steps", []):
                 self.events.append({"ph": "C", "name": "memory allocated (bytes)", "pid": pid, "ts": _us(t),
                                     "args": {"bytes": b}})
-        by_rank: dict[int, list[Span]] = defaultdict(list)
-        for s in tl.spans:
-            by_rank[s.rank].append(s)
-        for r, spans in by_rank.items():
-            self._rate_counters(self.pid_of[r], spans)
+        c = tl.columns
+        if not len(c):
+            return
+        ranks, first = np.unique(c.rank, return_index=True)
+        by_rank = np.argsort(c.rank, kind="stable")  # each rank's rows in timeline order, ranks ascending
+        bounds = np.searchsorted(c.rank[by_rank], ranks)
+        res = np.asarray(c.resource[0], dtype=object)[c.resource[1]] if len(c.resource[0]) else np.array([], object)
+        for k in np.argsort(first, kind="stable").tolist():  # ranks in order of their first span
+            rows = by_rank[bounds[k]:bounds[k + 1] if k + 1 < len(ranks) else len(by_rank)]
+            self._rate_counters(self.pid_of[int(ranks[k])], c, rows, res[rows])
 
     def link_counters(self, tl: Timeline, label: str | None, pid: int) -> int:
         """Counter tracks of the shared links' use (module docstring) in process ``pid``; the processes added
@@ -322,19 +375,27 @@ class _Writer:
                                     "args": {"GB_per_s": v / 1e9, "utilisation": v / cap if cap > 0 else 0.0}})
         return 1
 
-    def _rate_counters(self, pid: int, spans: list[Span]) -> None:
-        comp = [s for s in spans if s.resource == "compute" and s.solo_s is not None]
-        if comp:
-            for t, v in _rate_counter(comp, lambda s: s.solo_s / s.duration_s if s.duration_s > 0 else 0.0):
+    def _rate_counters(self, pid: int, c: Any, rows: np.ndarray, res: np.ndarray) -> None:
+        """One rank's compute and comm counters from its rows ``rows`` of the columns ``c`` (``res``: their
+        resources)."""
+        start, end = c.start_s[rows], c.end_s[rows]
+        dur = end - start
+        pos = np.where(dur > 0, dur, 1.0)  # the values of zero-length intervals are never read
+        compute, solo = res == "compute", c.solo_s[rows]
+        comp = compute & ~np.isnan(solo)
+        if comp.any():
+            share = np.where(dur[comp] > 0, solo[comp] / pos[comp], 0.0)
+            for t, v in _rate_counter(start[comp], end[comp], share):
                 self.events.append({"ph": "C", "name": "GPU share in use", "pid": pid, "ts": _us(t),
                                     "args": {"share": round(v, 6)}})
         else:  # measured: no solo durations to weigh by, so count the compute ops in flight
-            comp = [s for s in spans if s.resource == "compute"]
-            for t, v in _rate_counter(comp, lambda s: 1.0):
+            for t, v in _rate_counter(start[compute], end[compute], np.ones(int(compute.sum()))):
                 self.events.append({"ph": "C", "name": "compute ops running", "pid": pid, "ts": _us(t),
                                     "args": {"ops": round(v)}})
-        comm = [s for s in spans if s.resource == "comm" and s.bytes]
-        for t, v in _rate_counter(comm, lambda s: s.bytes / s.duration_s if s.duration_s > 0 else 0.0):
+        nbytes = c.bytes[rows]
+        comm = (res == "comm") & (nbytes != 0)
+        bw = np.where(dur[comm] > 0, nbytes[comm] / pos[comm], 0.0)
+        for t, v in _rate_counter(start[comm], end[comm], bw):
             self.events.append({"ph": "C", "name": "comm bandwidth in use (B/s)", "pid": pid, "ts": _us(t),
                                 "args": {"bytes_per_s": round(v, 3)}})
 

@@ -65,6 +65,8 @@ static int ivec_push(ivec *v, i64 x) {
  * still ~18 % of the loop (a chain of dependent loads and compares); the binary heap with branches was ~30 %. */
 typedef struct { double t; i64 a, b; } hent; /* main: a = seq, b = job (or -1 - op); pend: a = op, b = kernel */
 typedef struct { hent *e; i64 n, cap; } heap_t;
+typedef struct { hent *e; i64 h, t, cap; } lane_t; /* entries in ascending key order: a queue, e[h..t) */
+#define LANES 4
 
 /* (x.t, x.a) < (y.t, y.a) as Python compares the tuples (a NaN time is never less), as 0 or 1, no branch */
 static inline int hless(const hent *x, const hent *y) {
@@ -177,6 +179,7 @@ typedef struct {
     job_t *job;
     i64 jn, jcap, jfree, njobs;
     heap_t heap;
+    lane_t lane[LANES]; /* the main heap's entries that came in ascending order (event_push) */
     int hole; /* the main heap's root is the event being handled, taken but not yet removed (loop, event_push) */
     i64 seq, stamp;
     int oom;
@@ -191,15 +194,59 @@ typedef struct {
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
 
-/* A push onto the main heap. Most events push one entry (the next CTA batch's end): the first push of an event
- * takes the place of the event's own entry, still at the root (w->hole), with one sift down instead of the pop's
- * and the push's two sifts. The keys (t, seq) are unique, so the pops come in the same order either way. */
+/* x at the end of lane l (its key above every key in it) */
+static int lane_push(lane_t *l, hent x) {
+    if (l->t == l->cap) {
+        if (l->h > 0 && l->h >= l->cap / 2) { /* the lane's first half is popped: move the rest down */
+            memmove(l->e, l->e + l->h, (size_t)(l->t - l->h) * sizeof(hent));
+            l->t -= l->h;
+            l->h = 0;
+        } else {
+            i64 cap = l->cap ? 2 * l->cap : 64;
+            hent *p = realloc(l->e, (size_t)cap * sizeof(hent));
+            if (!p) return -1;
+            l->e = p;
+            l->cap = cap;
+        }
+    }
+    l->e[l->t++] = x;
+    return 0;
+}
+
+/* A push of an event. Events are popped in the order of their keys (t, seq), which are unique: the next event is
+ * the smallest of the heap's root and the lanes' heads, wherever each entry went. An entry whose key is above the
+ * last of a lane goes to the lane (of those, the one whose last is largest; an empty lane if none), O(1) both
+ * ways: with many ranks in step (100,000 ranks each running its GEMM's CTA batches) the batch ends are pushed in
+ * ascending order, and the heap, which would hold one entry per rank, stays small (sift_down over 100,000 entries
+ * was the loop's largest cost, its levels cache misses). Otherwise the first heap push of an event takes the
+ * place of the event's own entry, still at the root (w->hole), with one sift down instead of the pop's and the
+ * push's two sifts. */
 static int event_push(W *w, double t, i64 a, i64 b) {
+    hent x = {t, a, b};
+    lane_t *best = NULL, *empty = NULL;
+    for (int l = 0; l < LANES; l++) {
+        lane_t *L = &w->lane[l];
+        if (L->h == L->t) {
+            if (!empty) empty = L;
+        } else if (hless(&L->e[L->t - 1], &x) && (!best || hless(&best->e[best->t - 1], &L->e[L->t - 1]))) {
+            best = L;
+        }
+    }
+    if (best || empty) return lane_push(best ? best : empty, x);
     if (!w->hole) return heap_push(&w->heap, t, a, b);
     w->hole = 0;
-    hent x = {t, a, b};
     sift_down(w->heap.e, w->heap.n, 0, x);
     return 0;
+}
+
+/* the lane whose head is the smallest, or NULL when all are empty */
+static lane_t *lane_min(W *w) {
+    lane_t *m = NULL;
+    for (int l = 0; l < LANES; l++) {
+        lane_t *L = &w->lane[l];
+        if (L->h < L->t && (!m || hless(&L->e[L->h], &m->e[m->h]))) m = L;
+    }
+    return m;
 }
 
 static int grow_jobs(W *w) {
@@ -687,15 +734,23 @@ static void loop(W *w) {
     place_all(w, 0.0);
     settle(w, 0.0);
     i64 events = 0;
-    while (w->heap.n && !w->oom && !w->stop) {
+    for (;;) {
+        lane_t *lm = lane_min(w);
+        if (!(w->heap.n || lm) || w->oom || w->stop) break;
         if (!(++events & SIGNAL_EVERY)) { /* Python's signal handlers (Ctrl-C) run here, not after the loop */
             PyEval_RestoreThread(w->ts);
             w->stop = PyErr_CheckSignals() < 0;
             w->ts = PyEval_SaveThread();
             if (w->stop) return;
         }
-        hent x = w->heap.e[0]; /* popped at the end of the event unless a push took its place (event_push) */
-        w->hole = 1;
+        hent x;
+        if (w->heap.n && (!lm || hless(&w->heap.e[0], &lm->e[lm->h]))) {
+            x = w->heap.e[0]; /* popped at the end of the event unless a push took its place (event_push) */
+            w->hole = 1;
+        } else {
+            x = lm->e[lm->h++];
+            if (lm->h == lm->t) lm->h = lm->t = 0;
+        }
         double t = x.t;
         i64 j = x.b;
         if (j < 0)
@@ -884,6 +939,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
             for (i64 r = 0; r < R; r++) free(w->pend[r].e);
         free(w->run_job); free(w->run_slot); free(w->pend);
         free(w->toplace.a); free(w->dirty.a); free(w->job); free(w->heap.e);
+        for (int l = 0; l < LANES; l++) free(w->lane[l].e);
     }
 release_bufs:
     for (int a = 0; a < got; a++) PyBuffer_Release(&bufs[a]);
