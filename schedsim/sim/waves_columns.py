@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from operator import attrgetter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -38,12 +38,19 @@ from schedsim.sim import gpu_kernels as gk
 from schedsim.sim import gpu_model as gm
 from schedsim.sim import gpu_rates as gr
 
+if TYPE_CHECKING:
+    from schedsim.network.share import LinkShare
+
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
 
 I64 = np.int64
 I32 = np.int32
 _RES = {"matmul": 0, "compute": 0}
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
+
+#: the most ops for which :func:`run_waves_program` reruns an iteration with cold first calls (rule 1,
+#: ``launch.cold_first_call_us``): tens of µs once per rank, nothing against a schedule of this many ops
+COLD_RERUN_MAX = 100_000
 
 
 class ProgramRun(NamedTuple):
@@ -485,14 +492,18 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
                       tab: gr.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:
     """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring); an iteration after which the host
     waited for the GPU is run again with cold first calls (rule 1, :func:`schedsim.sim.gpu_host.host_waited`),
-    up to :data:`schedsim.sim.waves.COLD_RERUN_MAX` ops, as :func:`schedsim.sim.waves.run_waves` does.
+    up to :data:`COLD_RERUN_MAX` ops.
     """
-    from schedsim.sim.waves import COLD_RERUN_MAX
-
     run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False)
     if prog.N <= COLD_RERUN_MAX and run.host_s is not None and gh.host_waited(run.end, run.host_s, profile, mode):
         run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True)
     return run
+
+
+def share_args(share: LinkShare | None) -> tuple[tuple[object, np.ndarray, np.ndarray], ...]:
+    """The compiled loop's optional ``share`` argument, ``(event callable, share buffer, flag buffer)``, as a
+    tuple of the extra arguments (none without shared links: the call is then as before)."""
+    return () if share is None else ((share.event, share.share, share.flag),)
 
 
 def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
@@ -568,7 +579,6 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
                                         None if node is None else np.asarray(node, I64))]
     from schedsim.network.share import program_share
-    from schedsim.sim.waves import share_args
 
     share = program_share(profile, prog, gptr, gidx, gwork, cost.network)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)

@@ -160,7 +160,7 @@ def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, t
     from schedsim.lower import lower
     from schedsim.sim import _cwaves, loop
     from schedsim.spec.loader import load_schedule
-    from tests.core.test_waves_columns import outcome
+    from tests.oracle.test_waves_columns import outcome
 
     path = tmp_path / f"{name}.yaml"
     path.write_text(EDGE_SCHEDULES[name])

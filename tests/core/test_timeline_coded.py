@@ -23,6 +23,7 @@ from schedsim.spec.loader import load_schedule
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.overrides import parse_overrides
 from tests.conftest import ROOT
+from tests.oracle.engine import simulate_reference
 
 try:
     from schedsim.sim import _cwaves  # type: ignore[attr-defined]
@@ -146,7 +147,7 @@ def test_simulated_pipeline_writes_version_3_without_making_names_and_equals_the
     back = Timeline.read_json(tmp_path / "t.json")
     assert back.columns.name == [o.name for o in ops] and back.columns.id == [f"{o.name}@r{o.rank}" for o in ops]
     assert back.columns.tags == [dict(o.tags) for o in ops]
-    ref = simulate(graph_of(prog), prof, gpu_model="waves")  # the Op-list path
+    ref = simulate_reference(graph_of(prog), prof)  # the oracle's Op-list path
     assert tl == ref and back.spans == ref.spans and back.critical_path == ref.critical_path  # (JSON: meta's keys str)
     # the memory curve's reads agree with the dicts
     rows = np.arange(len(back))

@@ -1,4 +1,6 @@
-"""Event loop of the ``waves`` GPU execution model; the rules it applies are in :mod:`schedsim.sim.gpu_model`.
+"""Oracle: the ``waves`` GPU execution model's event loop in Python, on per-op lists (the rules it applies are in
+:mod:`schedsim.sim.gpu_model`). The package runs the compiled loop from the Program's columns
+(:mod:`schedsim.sim.waves_columns`); ``tests/oracle/test_differential.py`` holds the two bit-identical.
 
 Per rank it keeps: the host issue times (rule 1), the hardware queues (rule 2), a
 FIFO of kernels waiting for SMs and the free SM count (rule 3), and the running
@@ -13,23 +15,11 @@ reached it, i.e. when a CUDA event recorded just before its call would fire: its
 the host at the start of its call (rule 1) and its hardware queue past the item ahead (rule 2). That is
 what ``schedsim execute`` measures as an op's start, and what :func:`schedsim.compare.op_window` compares.
 
-Two implementations of the loop, one set of rules. :func:`run_waves` computes in Python, from
-:mod:`schedsim.sim.gpu_model`, everything a rule decides: successors with the communicator-order edges,
-host issue times, kernels with their CTA counts, wave times, memory-boundness and hardware queues, the
-link ends of each transfer, and every rate as a table (:func:`~schedsim.sim.gpu_rates.rate_tables`).
-Then the event loop runs, either
-
-* compiled (:mod:`schedsim.sim._cwaves`, C, built by ``pip install -e .``): the whole loop (heap, ready
-  counts, queues, dispatch FIFOs, CTA batches, copy engines, rate updates) on flat int64/float64
-  arrays, ~1 µs per op (2-vCPU VM), without the GIL; it runs Python's signal handlers every
-  4096 events, so Ctrl-C (KeyboardInterrupt) stops it within milliseconds; or
-* in Python (:func:`_run_python`, the reference), when the extension is not built or
-  ``SCHEDSIM_NO_EXT=1`` (one line on stderr says so).
-
-Both do the same floating-point operations in the same order (C built with ``-ffp-contract=off``), so
-their timelines are identical bit for bit; ``tests/core/test_cwaves.py`` checks it on every shipped
-schedule, on generated DAGs and on a pipeline. The deadlock report and the stream-reached times are
-computed in Python after either loop.
+:func:`run_waves` computes in Python, from :mod:`schedsim.sim.gpu_model`, everything a rule decides: successors
+with the communicator-order edges, host issue times, kernels with their CTA counts, wave times,
+memory-boundness and hardware queues, the link ends of each transfer, and every rate straight from the rule
+functions; then :func:`_run_python` runs the loop. It does the same floating-point operations in the same order
+as the compiled loop (C built with ``-ffp-contract=off``), so their timelines are identical bit for bit.
 """
 
 from __future__ import annotations
@@ -37,9 +27,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-from array import array
 from collections import deque
-from itertools import accumulate, chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -50,7 +38,8 @@ from schedsim.sim import gpu_host as gh
 from schedsim.sim import gpu_kernels as gk
 from schedsim.sim import gpu_model as gm
 from schedsim.sim import gpu_rates as gr
-from schedsim.sim.loop import HOST, _raise_deadlock, _State, compiled_loop, set_rate
+from schedsim.sim.loop import HOST, _raise_deadlock, _State, set_rate
+from schedsim.sim.waves_columns import COLD_RERUN_MAX
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare
@@ -62,11 +51,10 @@ _BATCH, _XFER, _COPY = 0, 1, 2  # job types
 
 def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | None = None,
               model_executor: bool = False, p2p_serialized: bool | None = None):
-    """Run the compiled DAG ``c`` (:func:`schedsim.sim.loop_arrays._compile`); returns the engine's ``_State``.
+    """Run the per-op lists ``c`` (:func:`tests.oracle.graph_feed.compile_graph`) in the Python loop; returns the
+    engine's ``_State``.
 
     ``p2p_serialized`` overrides the profile's ``nccl.unbatched_p2p_serialized``. ``c.npred`` is consumed.
-    The event loop is the compiled one (:mod:`schedsim.sim._cwaves`) when it is built and
-    ``SCHEDSIM_NO_EXT`` is unset, else the Python one below (the reference); both give identical timelines.
 
     Raises
     ------
@@ -85,10 +73,6 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     return state
 
 
-#: the most ops for which :func:`run_waves` reruns an iteration with cold first calls (rule 1,
-#: ``launch.cold_first_call_us``): tens of µs once per rank, nothing against a schedule of this many ops
-COLD_RERUN_MAX = 100_000
-
 
 def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial: bool,
               model_executor: bool, cold: bool):
@@ -99,7 +83,6 @@ def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial
     succ, done = _order_and_issue(c, profile, mode, serial, model_executor, call0, issue, cold)
     kn = _kernels(c, rules)
     ops, gmem = c.ops, c.gmem
-    tab = gr.rate_tables(rules)  # None for a GPU of thousands of SMs: then the Python loop
     from schedsim.network import rank_nodes
 
     node = rank_nodes(profile, c.world)  # None without a cluster topology: one link tier
@@ -107,11 +90,7 @@ def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial
     grev = [tuple(e ^ 1 for e in ends) if rules.p2p_one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
             for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
     share = _link_share(profile, c)  # NICs and leaf uplinks shared max-min fair (schedsim.network.share)
-    if tab is not None and compiled_loop() is not None:
-        start, end, ready_t, deps_t, binding, khand = _run_compiled(c, rules, tab, succ, issue, kn, gends, grev,
-                                                                    share)
-    else:
-        start, end, ready_t, deps_t, binding, khand = _run_python(c, rules, succ, issue, kn, gends, grev, share)
+    start, end, ready_t, deps_t, binding, khand = _run_python(c, rules, succ, issue, kn, gends, grev, share)
     N = c.N
     if N and min(end) < 0.0:
         _raise_deadlock(c.ids, ops, end, c.npred, c.job_of, gmem, N)
@@ -496,64 +475,6 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             rerate(order, t)
             dirty.clear()
     return start, end, ready_t, deps_t, binding, khand
-
-
-def _csr(lists) -> tuple[array, array]:
-    """Lists of ints as (offsets, values), int32 (the compiled loop's index type): row i is
-    values[offsets[i]:offsets[i + 1]]."""
-    ptr = array("i", [0])
-    ptr.extend(accumulate(map(len, lists)))
-    return ptr, array("i", chain.from_iterable(lists))
-
-
-def _run_compiled(c, rules: gm.GpuRules, tab: gr.RateTables, succ: list[list[int]],
-                  issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]],
-                  share: LinkShare | None = None):
-    """:func:`_run_python` in C: every parameter flattened to int32/float64 arrays (no rule is computed in C;
-    see _cwaves.c), the same results."""
-    ops, N, world, gmem = c.ops, c.N, c.world, c.gmem
-    K, G = len(kn.kops), len(gmem)
-    names = list(map(attrgetter("stream"), ops))
-    sid = array("i", map({s: k for k, s in enumerate(dict.fromkeys(names))}.__getitem__, names))  # name codes
-    qid = {key: q for q, key in enumerate(kn.queues)}
-    granks = c.job_ranks[N:]
-    epos: list[list[int]] = []  # per member: positions in its group's ends of its rank's ends
-    for ends, rk in zip(gends, granks, strict=True):
-        pos: dict[int, list[int]] = {}
-        for p, e in enumerate(ends):
-            pos.setdefault(e >> 2, []).append(p)
-        epos.extend(pos[r] for r in rk)
-
-    def zeros(code: str, n: int) -> array:
-        return array(code, bytes(array(code).itemsize * n))
-
-    npred = array("i", c.npred)
-    start, ready_t, deps_t, khand = zeros("d", N), zeros("d", N), zeros("d", N), zeros("d", K)
-    end, binding = array("d", [-1.0]) * N, array("i", [-1]) * N
-    arrays = (
-        array("d", tab.comm), array("d", tab.batch), array("d", tab.copy),
-        npred, *_csr(succ), sid, array("i", map(attrgetter("rank"), ops)),
-        array("i", [j - N if j >= N else -1 for j in c.job_of[:N]]), array("i", kn.kern), array("d", issue),
-        array("d", c.job_work[:N]),
-        *_csr(kn.kops), array("i", kn.ktype), array("i", kn.krank), array("i", kn.kmem),
-        array("i", [qid[key] for key in kn.kq]), array("i", kn.kneed), array("i", kn.kleft), array("d", kn.ktau),
-        array("i", kn.ktail), array("d", kn.ktail_tau), array("d", kn.kgain),
-        *_csr(kn.queues.values()),
-        *_csr(gmem), *_csr(gends), *_csr(grev), *_csr(granks), *_csr(epos), array("d", c.job_work[N:]),
-        start, end, ready_t, deps_t, khand, binding,
-        zeros("i", K), array("i", map(len, kn.kops)), zeros("i", len(qid)), zeros("i", K),
-    )
-    compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms),
-                        (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *share_args(share))
-    if N and min(end) < 0.0:
-        c.npred[:] = npred.tolist()  # what is left, for the deadlock message
-    return start, end, ready_t, deps_t, binding, khand  # array.array: indexable like the Python loop's lists
-
-
-def share_args(share: LinkShare | None) -> tuple[tuple[object, np.ndarray, np.ndarray], ...]:
-    """The compiled loop's optional ``share`` argument, ``(event callable, share buffer, flag buffer)``, as a
-    tuple of the extra arguments (none without shared links: the call is then as before)."""
-    return () if share is None else ((share.event, share.share, share.flag),)
 
 
 class _LinkMin:
