@@ -1,6 +1,6 @@
 """The ``sharing`` GPU model's event loop (:func:`_run_sharing`): processor sharing, every running kernel
-slowed equally. Kept selectable while the ``waves`` model (:mod:`schedsim.sim.waves`) proves itself;
-:func:`schedsim.sim.engine.simulate` runs it with ``gpu_model="sharing"`` on the arrays of
+slowed equally. Kept selectable beside the ``waves`` model (:mod:`schedsim.sim.waves_columns`, the compiled
+loop); :func:`schedsim.sim.engine.simulate` runs it with ``gpu_model="sharing"`` on the op lists of
 :mod:`schedsim.sim.loop_arrays`.
 
 How it works

@@ -1,8 +1,9 @@
-"""The ``waves`` run fed straight from a :class:`~schedsim.lower.program.Program`'s columns (no :class:`Op` objects).
+"""The ``waves`` run fed straight from a :class:`~schedsim.lower.program.Program`'s columns (no :class:`Op` objects):
+the one path of the ``waves`` model (:func:`schedsim.sim.engine.simulate`).
 
-:func:`schedsim.sim.waves.run_waves` takes the engine's per-op lists and :class:`Op` objects; at a million ops
-building those costs ~10× the compiled event loop. This module builds the same flat int64/float64 arrays the
-compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's columns:
+This module builds the flat int32/float64 arrays the compiled loop (:mod:`schedsim.sim._cwaves`) reads, with
+numpy over the Program's columns (per-op lists and :class:`Op` objects cost ~10× the compiled loop at a million
+ops):
 
 * cost inputs, CTA counts and call classes are per *template* (what instances share), so the rule functions of
   :mod:`schedsim.sim.gpu_model` (:func:`~schedsim.sim.gpu_kernels.kernel_ctas`,
@@ -11,13 +12,12 @@ compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's
   send/recv once per class and rank pair, as its time depends on the link) and are broadcast;
 * host issue times, hardware queues and communicator-order edges come from the column forms of rules 1, 2
   and 7 (:func:`~schedsim.sim.gpu_host.host_issue_columns`, :func:`~schedsim.sim.gpu_model.stream_queue_columns`,
-  :func:`~schedsim.sim.gpu_model.comm_fifo_columns`), the same functions the Op-list path calls;
+  :func:`~schedsim.sim.gpu_model.comm_fifo_columns`), the same functions the oracle's Op-list path calls;
 * kernels (a ``p2p_batch`` of a rank is one), transfers' link ends and rendezvous groups are integer arrays.
 
-The results are bit-identical to ``simulate(build_graph(spec))`` (``tests/core/test_waves_columns.py``). Op ids
-and :class:`Op` objects are built only for a deadlock message. Used when the extension is built and the
-profile's rate tables fit (:func:`~schedsim.sim.gpu_rates.rate_tables`); otherwise the engine takes the
-Op-list path, whose Python loop is the reference.
+The results are bit-identical to the test oracle's Python loop on per-op lists (``tests/oracle/``:
+``test_differential.py``, ``test_waves_columns.py``). Op ids and :class:`Op` objects are built only for a
+deadlock message.
 """
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
 
 def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
-    hardware queue (rules 2, 4, 5), as :func:`schedsim.sim.waves._kernels` makes them: the loop's int32 buffers
+    hardware queue (rules 2, 4, 5), as the oracle's Op-list form makes them: the loop's int32 buffers
     (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds; in one O(N)
     pass of the compiled ``kernels`` when it is built (the same arrays). ``tres``: each template's resource
     (a collective of one rank's as rule 6b gives it)."""
