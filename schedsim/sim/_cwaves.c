@@ -26,7 +26,8 @@
  * rule 7's communicator-order edges, issue_times(...), rule 1's issue times from gpu_model's per-class tables,
  * rank_codes(...), rule 2's per-rank stream numbering, and stream_reached(...), when each op's stream reached
  * it (the preparation and post-pass of
- * schedsim.sim.waves_columns.run_waves_program; each has a numpy form that runs without it).
+ * schedsim.sim.waves_columns.run_waves_program; each has a numpy form: the package's fallback, or for succ_csr,
+ * kernels and stream_reached a test oracle, tests/oracle/numpy_helpers.py).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
@@ -1476,7 +1477,7 @@ static PyObject *issue_sums(PyObject *self, PyObject *args) {
 /* The edges (a tuple of int64 arrays, each of (src, dst) pairs one after another, e.g. an (E, 2) array: ops
  * 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from sptr[r] to sptr[r + 1], int32) holds r's
  * distinct successors in ascending order, which is what sorting the keys src·n + dst and dropping repeats gives
- * (schedsim.sim.waves_columns._succ's numpy path). npred[v] (int32) counts v's distinct predecessors, xdeps[v]
+ * (tests/oracle/numpy_helpers.succ_csr). npred[v] (int32) counts v's distinct predecessors, xdeps[v]
  * (int64) those on another stream (sid: int64 stream code per op). sidx needs room for every edge; returns the
  * number of distinct edges. Counting sort by source, then each row sorted in place (rows are short: insertion
  * sort, qsort past 32 entries). */
@@ -1601,8 +1602,8 @@ done:
 
 /* ---- kernels(...): rules 2, 4, 5's kernel and hardware-queue arrays ---------------------------------------- */
 /* kernels((N, world, nb, C), rank, batch, res, tmpl, work, opq, tctas, twaves, tmem, kern, kptr, kidx, ktype,
- * krank, kneed, kleft, ktau, kmem, kq, qptr, qidx) -> (K, Q): what schedsim.sim.waves_columns._kernels' numpy
- * path makes, in O(N). Kernels are numbered by first appearance: an op with batch[i] >= 0 joins the kernel of
+ * krank, kneed, kleft, ktau, kmem, kq, qptr, qidx) -> (K, Q): what tests/oracle/numpy_helpers.kernels
+ * makes, in O(N). Kernels are numbered by first appearance: an op with batch[i] >= 0 joins the kernel of
  * its (rank, batch), every other op is its own; kptr/kidx list each kernel's ops in op order, and each kernel
  * takes its first op's (head's) resource, rank, template and work: kleft = CTAs (compute), members
  * (communication) or 0; ktau = work / waves (compute) else 0; kmem = memory-bound (compute) else 0. Queues are
@@ -1719,7 +1720,8 @@ done:
 /* ---- stream_reached(qptr, qidx, khand, kern, call0, deps_t): when each op's stream reached it --------------- */
 /* In place, deps_t[i] = max(deps_t[i], qreach[kern[i]], call0[i]), qreach[k] the time the queue handed over the
  * kernel before k in its queue (khand of that kernel; 0 for a queue's first): the post-pass of
- * schedsim.sim.waves_columns.run_waves_program (its numpy form is the fallback), one O(N + K) pass. qptr/qidx
+ * schedsim.sim.waves_columns.run_waves_program (its numpy form: tests/oracle/numpy_helpers.py), one O(N + K)
+ * pass. qptr/qidx
  * (int32 CSR of the queues' kernels), kern (int32 per op); khand (float64 per kernel), call0, deps_t (float64 per
  * op, deps_t writable). Raises TypeError for other buffers, ValueError for an index out of range. */
 static PyObject *stream_reached(PyObject *self, PyObject *args) {

@@ -129,14 +129,6 @@ def _res_of(tp) -> int:
     return _RES.get(tp.kind, 1)
 
 
-def _csr_of(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ptr int64[n+1], idx): the indices of ``keys`` (values 0..n-1) grouped by value, in order within a value."""
-    idx = gm.stable_order(keys).astype(I64)
-    ptr = np.zeros(n + 1, I64)
-    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
-    return ptr, idx
-
-
 def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
                is_p2p: np.ndarray) -> np.ndarray:
     """Solo seconds of each op: :meth:`CostModel.duration` once per template class ``tps[tmpl[i]]``, and per
@@ -269,38 +261,26 @@ def _epos_generic(eptr, ends, gptr, gidx, rank):
 def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The DAG's successors plus the communicator-order edges ``fifo`` ((E, 2) int64 pairs), each row sorted and
     without repeats (CSR ``ptr, idx``, int32), each op's predecessor count (int32) and how many of them are on
-    another stream than it (``sid``: stream codes; int64): one sort of the edge keys ``src·N + dst`` (the
-    Program's stream and dependency edges as they are, without :attr:`Program.succ`'s networkx order), or the same
-    lists by a counting sort in the compiled ``succ_csr`` when it is built (which reads the pair arrays as they
-    are: no copies of the edges)."""
+    another stream than it (``sid``: stream codes; int64), by a counting sort in the compiled ``succ_csr`` (the
+    Program's stream and dependency edges as they are, without :attr:`Program.succ`'s networkx order; the pair
+    arrays are read as they are: no copies of the edges)."""
     from schedsim.sim.loop import compiled_loop
 
     N = prog.N
     e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2),
          fifo.reshape(-1, 2)]
-    ext = getattr(compiled_loop(), "succ_csr", None)
-    if ext is not None:  # an older build has no succ_csr: then numpy below
-        E = sum(len(x) for x in e)
-        sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
-        m = ext(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr, sidx, npred,
-                xdeps)
-        return sptr, sidx[:m], npred, xdeps
-    key = np.concatenate([x[:, 0] * N + x[:, 1] for x in e])
-    if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):
-        key.sort(kind="stable")  # a few sorted runs (stream, dependency, FIFO edges): timsort merges them
-        key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # an edge written twice (or also a FIFO edge)
-    s, d = np.divmod(key, N) if N else (key, key)
-    sptr = np.zeros(N + 1, I64)
-    np.cumsum(np.bincount(s, minlength=N), out=sptr[1:])
-    xdeps = np.bincount(d[sid[s] != sid[d]], minlength=N)
-    return _i32(sptr), _i32(d), _i32(np.bincount(d, minlength=N)), xdeps
+    E = sum(len(x) for x in e)
+    sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
+    m = compiled_loop().succ_csr(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr,
+                                 sidx, npred, xdeps)
+    return sptr, sidx[:m], npred, xdeps
 
 
 def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
     hardware queue (rules 2, 4, 5), as the oracle's Op-list form makes them: the loop's int32 buffers
-    (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds; in one O(N)
-    pass of the compiled ``kernels`` when it is built (the same arrays). ``tres``: each template's resource
+    (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds, in one O(N)
+    pass of the compiled ``kernels``. ``tres``: each template's resource
     (a collective of one rank's as rule 6b gives it)."""
     from schedsim.sim.loop import compiled_loop
 
@@ -317,56 +297,22 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     op_tail = None
     if ttail.any():  # the main kernel runs the op's work less its reduction's
         work, op_tail = gk.split_work(work, ttail_s[tmpl])
-    ext = getattr(compiled_loop(), "kernels", None)
-    if ext is not None:  # an older build has no kernels(): then numpy below
-        nb = max(int(batch.max()) + 1 if N else 0, 0)
-        # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
-        out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
-               for k in range(12)]
-        K, Q = ext((N, world, nb, C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work), _i32(opq),
-                   _i32(tctas), twaves.astype(np.float64), tmem, *out)
-        kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
-        if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
-            kidx, ktype, krank = kern, res, rank
-        else:  # the per-kernel arrays at their length, not the ops'
-            ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
-                x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
-        kptr = kptr[:K + 1]
-        ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K)
-        return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
-                kgain)
-    if (batch >= 0).any():
-        # kernels numbered by first appearance: a batch's on a rank at its first op (its head), every other op its
-        # own; the heads in op order are the kernels in order
-        nb = int(batch.max()) + 1
-        bi = np.flatnonzero(batch >= 0)
-        bk = rank[bi].astype(I64) * nb + batch[bi]
-        first = np.full(world * nb, N, I64)
-        np.minimum.at(first, bk, bi)  # each (rank, batch)'s first op
-        head_of = np.arange(N)
-        head_of[bi] = first[bk]
-        kern = (np.cumsum(head_of == np.arange(N)) - 1)[head_of]
-        K = int(kern.max()) + 1 if N else 0
-        kptr, kidx = _csr_of(kern, K)
-        head = kidx[kptr[:-1]]
-        ktype, krank, kneed, ht, whead, ohead = res[head], _i32(rank[head]), _i32(np.diff(kptr)), tmpl[head], \
-            work[head], opq[head]
-        kern, kptr, kidx = _i32(kern), _i32(kptr), _i32(kidx)
-    else:  # one kernel per op: the op columns are the kernel columns
-        K = N
-        kern = kidx = np.arange(N, dtype=I32)
-        kptr = np.arange(N + 1, dtype=I32)
-        ktype, krank, kneed, ht, whead, ohead = res, rank, np.ones(N, I32), tmpl, work, opq
-    comp = ktype == 0
-    kleft = _i32(np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0)))
-    ktau = np.where(comp, whead / twaves[ht], 0.0)
-    kmem = np.where(comp, tmem[ht], I32(0))
-    kq = gm.first_codes(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
-    Q = int(kq.max()) + 1 if K else 0
-    qptr, qidx = _csr_of(kq, Q)
+    nb = max(int(batch.max()) + 1 if N else 0, 0)
+    # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
+    out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
+           for k in range(12)]
+    K, Q = compiled_loop().kernels((N, world, nb, C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work),
+                                   _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
+    kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
+    if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
+        kidx, ktype, krank = kern, res, rank
+    else:  # the per-kernel arrays at their length, not the ops'
+        ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
+            x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
+    kptr = kptr[:K + 1]
     ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K)
-    return (kern, kptr, kidx, _i32(ktype), krank, kneed, kleft, ktau, _i32(kmem), _i32(kq), _i32(qptr), _i32(qidx),
-            ktail, ktail_tau, kgain)
+    return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
+            kgain)
 
 
 def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
@@ -611,20 +557,6 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         end = gh.end_event_bound(end, issue, profile, mode)
     host_s = gh.host_end_per_rank(issue, prog.rank, prog.world_size)
     host_call = issue
-    # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
-    ext = getattr(loop, "stream_reached", None)
-    if ext is not None:  # one compiled pass (an older build has none: numpy below)
-        ext(qptr, qidx, khand, kern, _f64(call0), deps_t)
-        return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)
-    qk = np.diff(qptr)
-    if K:
-        later = np.ones(len(qidx), bool)
-        later[qptr[:-1][qk > 0]] = False  # not a queue's first kernel
-        qreach = np.zeros(K)
-        qreach[qidx[later]] = khand[qidx[np.flatnonzero(later) - 1]]
-        del later, khand
-        np.maximum(deps_t, qreach[kern], out=deps_t)
-        del qreach
-    np.maximum(deps_t, call0, out=deps_t)
-    stream_t = deps_t
-    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, stream_t, host_s, host_call)
+    # the stream-reached time: deps done, call made, queue past the item ahead (one compiled pass)
+    loop.stream_reached(qptr, qidx, khand, kern, _f64(call0), deps_t)
+    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)

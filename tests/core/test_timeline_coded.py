@@ -24,6 +24,7 @@ from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.overrides import parse_overrides
 from tests.conftest import ROOT
 from tests.oracle.engine import simulate_reference
+from tests.oracle.numpy_helpers import with_numpy_helpers
 
 try:
     from schedsim.sim import _cwaves  # type: ignore[attr-defined]
@@ -357,12 +358,13 @@ def test_a_version_3_file_with_a_repeated_id_is_refused(tmp_path):
 
 # -- the compiled preparation (successor lists, kernels, FIFO edges, issue times, stream times) against numpy ------
 class _Without:
-    """The compiled module with the loop only (an older build): the numpy paths of the preparation run."""
+    """The compiled loop with numpy forms of its preparation: the oracle's for ``succ_csr``, ``kernels`` and
+    ``stream_reached`` (tests/oracle/numpy_helpers.py), the package's own for ``fifo_edges`` and ``issue_times``."""
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        if name in ("succ_csr", "kernels", "fifo_edges", "issue_times", "stream_reached"):
+        if name in ("fifo_edges", "issue_times"):
             raise AttributeError(name)
-        return getattr(_cwaves, name)
+        return getattr(with_numpy_helpers(_cwaves), name)
 
 
 @pytest.mark.skipif(_cwaves is None, reason="schedsim.sim._cwaves is not built")
