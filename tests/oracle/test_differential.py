@@ -68,7 +68,7 @@ def test_a_large_pipeline_predicts_as_the_oracle():
         assert road == ref
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)  # the same examples on every run
 @given(seed=st.integers(0, 2**31), prof=st.sampled_from(PROFILES), conns=st.sampled_from([None, 1, 2, 32]),
        launch=st.sampled_from(["eager", "cuda_graph"]), executor=st.booleans())
 def test_random_schedules_predict_as_the_oracle(seed, prof, conns, launch, executor):
