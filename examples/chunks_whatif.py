@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedsim import build_graph, compute_metrics, load_profile, load_schedule, simulate  # noqa: E402
+from schedsim import compute_metrics, load_profile, load_schedule, lower, simulate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def main() -> None:
         p = load_profile(prof)
         for c in a.chunks:
             spec = load_schedule(ROOT / "schedules/allgather_mm.yaml", {"chunks": c})
-            tl = simulate(build_graph(spec), p)
+            tl = simulate(lower(spec), p)
             m = compute_metrics(tl)
             results.setdefault(prof, []).append(tl.makespan_s * 1e3)
             print(f"{prof:15s} {c:6d} {tl.makespan_s * 1e3:12.3f} {m['ranks'][0]['exposed_comm_s'] * 1e3:16.3f} "

@@ -135,8 +135,8 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
     where rule wave-tail's gain stops growing (:data:`schedsim.gpu.rates.TAIL_CAP` of the wave). Bisection on the
     predicted makespan, which does not rise with the tail.
     """
+    from schedsim.api import lower_spec
     from schedsim.gpu.rates import TAIL_CAP
-    from schedsim.graph.build import build_graph
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
@@ -152,7 +152,7 @@ def fit_wave_tail(profile: Any, rec: dict[str, Any], grid: int | None, tol_us: f
                              "first_collective_extra_us", "executor_extra_per_op_us")}
     base = profile.model_copy(update={"gemm": gemm.model_copy(update=upd), "power": None, "gpu_model": "waves",
                                       "launch": profile.launch.model_copy(update=zero)})
-    G = build_graph(load_text(_schedule_text(rec), "<wave tail fit>"))
+    G = lower_spec(load_text(_schedule_text(rec), "<wave tail fit>"))
     target = float(rec["overlapped_ms"]) * 1e-3
 
     def makespan(tail_us: float) -> float:  # the shape's own row (else a neighbour's would stand in) and the default

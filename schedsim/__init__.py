@@ -1,9 +1,9 @@
 """schedsim: predict and execute comm/compute schedules of GPU clusters.
 
-Data flows one way: YAML → :func:`load_schedule` (pydantic spec) →
-:func:`build_graph` (networkx DAG) → :func:`simulate` (with a hardware profile)
-→ :class:`Timeline` → reports. The same DAG goes to the executor
-(``torchrun -m schedsim execute``). This package never imports torch.
+Data flows one way: YAML → :func:`load_schedule` (pydantic spec) → :func:`lower` (the checked Program) →
+:func:`simulate` (with a hardware profile) → :class:`Timeline` → reports. The executor
+(``torchrun -m schedsim execute``) runs the same Program as a networkx DAG (:func:`build_graph`). This package
+never imports torch.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["load_schedule", "load_text", "build_graph", "simulate", "load_profile", "Timeline", "compute_metrics", "__version__"]
+__all__ = ["load_schedule", "load_text", "lower", "build_graph", "simulate", "load_profile", "Timeline", "compute_metrics", "__version__"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: keep `import schedsim` cheap
@@ -23,6 +23,10 @@ def __getattr__(name: str) -> Any:  # lazy: keep `import schedsim` cheap
         from schedsim.spec.loader import load_text
 
         return load_text
+    if name == "lower":
+        from schedsim.lower import lower
+
+        return lower
     if name == "build_graph":
         from schedsim.graph.build import build_graph
 

@@ -303,6 +303,10 @@ class TraceError(SchedsimError):
     """A timeline or trace file is missing, truncated or malformed."""
 
 
+class BuildError(SchedsimError):
+    """schedsim's compiled part (:mod:`schedsim.sim._cwaves`) is not built, or was built from an older source."""
+
+
 def format_pipeline_order(
     order: Mapping[int, Sequence[object | None]],
     error_step: int | None = None,

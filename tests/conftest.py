@@ -53,12 +53,12 @@ def make_profile():
 @pytest.fixture
 def sim_text():
     """Load YAML text, build, simulate on a profile; return {op_id: (start_us, end_us)} and the timeline."""
-    from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
     def run(text: str, profile, launch=None, model_executor=False):
-        tl = simulate(build_graph(load_text(text, "t.yaml")), profile, launch=launch, model_executor=model_executor)
+        tl = simulate(lower(load_text(text, "t.yaml")), profile, launch=launch, model_executor=model_executor)
         return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}, tl
 
     return run

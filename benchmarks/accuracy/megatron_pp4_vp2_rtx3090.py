@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from schedsim import build_graph, load_profile, load_schedule, simulate  # noqa: E402
+from schedsim import load_profile, load_schedule, lower, simulate  # noqa: E402
 from schedsim.sim.metrics import length, merge  # noqa: E402
 from schedsim.sim.pipeline_metrics import pipeline_metrics  # noqa: E402
 
@@ -58,7 +58,7 @@ def main() -> None:
     for name in ("megatron_gpt_pp4", "megatron_gpt_pp4_vp2"):
         spec_path = ROOT / "schedules" / f"{name}.yaml"
         for prof in ("rtx3090_pcie1x4", "h200"):
-            tl = simulate(build_graph(load_schedule(spec_path)), load_profile(prof))
+            tl = simulate(lower(load_schedule(spec_path)), load_profile(prof))
             pm = pipeline_metrics(tl)
             sh = shares(tl)
             print(f"{name} on {prof}: makespan {tl.makespan_s * 1e3:.1f} ms, bubble "

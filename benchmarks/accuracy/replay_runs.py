@@ -49,13 +49,16 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
     """Predict and compare one measured case folder; returns a table row (times in seconds, errors as fractions).
     ``process_host``: predict with the host costs the case's process measured (``meta.host_costs_us``, written by
     ``execute --measure-host``) in place of the profile's, as ``execute --measure-host --compare`` does."""
-    from schedsim.cli import _build, _load
+    from schedsim.api import lower_spec
+    from schedsim.cli import _load
+    from schedsim.graph.build import graph_of
 
     meas = Timeline.read_json(case / "execute" / "timeline.json")
     meta = meas.meta
     file, sets = Path(meta["file"]), list(meta.get("set") or [])
     spec = _load(file, sets)
-    G = _build(spec, file)
+    prog = lower_spec(spec, file)
+    G = graph_of(prog)  # the DAG the kernel and host-call walks read
     prof = load_profile(profile)
     if process_host and meta.get("host_costs_us"):
         from executor.calibrate_host import with_host_costs
@@ -64,12 +67,12 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
     conns = int(meta["max_connections"]) if meta.get("max_connections") else None
     kw: dict[str, Any] = {"launch": meas.launch, "gpu_model": gpu_model, "max_connections": conns,
           "iteration_gap_s": iteration_gap_of(meta, meas.world_size), "sustained_s": sustained_of(meta)}
-    pred = simulate(G, prof, **kw)
+    pred = simulate(prog, prof, **kw)
     pred.meta.update({"file": str(file), "set": sets})
     timed = None  # a run timed op by op: its ops against the prediction of the run as timed, as execute does
     got = timed_profile(meas, prof)  # a timed graph, or eager ops timed by events that cost the host
     if got is not None:
-        timed = simulate(G, got[0], model_executor=got[1], **kw)
+        timed = simulate(prog, got[0], model_executor=got[1], **kw)
     res = compare_timelines(pred, meas, pred_timed=timed).to_dict()  # the compare.json form
     ms = res["makespan"]
     un = ms.get("uninstrumented", {})
@@ -78,7 +81,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
     if len(procs) > 1:
         un = {"meas_s": statistics.median(procs), "error": plain_s / statistics.median(procs) - 1}
     ops = res.get("ops", {})
-    own = process_host_rows(case, G, load_profile(profile), kw) if process_host else []
+    own = process_host_rows(case, prog, load_profile(profile), kw) if process_host else []
     w = ops.get("worst") or {}
     span = _kernel_spans(case, meas, pred, G)
     hw = _handwritten_s(case)
@@ -100,7 +103,7 @@ def _processes(case: Path) -> list[Path]:
     return [d / "execute" for d in [case, *sorted(case.glob("rep*"))] if (d / "execute" / "timeline.json").is_file()]
 
 
-def process_host_rows(case: Path, G: Any, prof: Any, kw: dict[str, Any]) -> list[dict[str, Any]]:
+def process_host_rows(case: Path, prog: Any, prof: Any, kw: dict[str, Any]) -> list[dict[str, Any]]:
     """Each process of the case that measured its own host costs (``execute --measure-host``:
     ``meta.host_costs_us``), predicted with them against its own uninstrumented makespan and host issue, as
     that process's ``--compare`` did: ``[{"process", "pred_s", "meas_s", "error", "host_error"}]`` (seconds,
@@ -114,7 +117,7 @@ def process_host_rows(case: Path, G: Any, prof: Any, kw: dict[str, Any]) -> list
         meta = Timeline.read_json(d / "timeline.json").meta
         if not meta.get("host_costs_us") or not meta.get("makespan_uninstrumented_s"):
             continue
-        pred = simulate(G, with_host_costs(prof, settle_costs(dict(meta["host_costs_us"]))), **kw)
+        pred = simulate(prog, with_host_costs(prof, settle_costs(dict(meta["host_costs_us"]))), **kw)
         meas_s = float(meta["makespan_uninstrumented_s"])
         issue = (meta.get("host_issue_uninstrumented_s") or [None])[0]
         pred_issue = (pred.meta.get("host_issue_s") or [None])[0]

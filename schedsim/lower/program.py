@@ -46,8 +46,8 @@ __all__ = ["Program", "DagView", "batch_heads", "compiled", "group_sizes", "rend
 
 def compiled(name: str) -> Any:
     """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves`; None when it is not built (the
-    simulator says so in one line when it runs), lacks it (built from an older ``_cwaves.c``) or
-    ``SCHEDSIM_NO_EXT=1``: the numpy path then runs."""
+    simulator then stops with one error line, :func:`schedsim.sim.loop.compiled_loop`), lacks it (built from an
+    older ``_cwaves.c``) or ``SCHEDSIM_NO_EXT=1``: the lowering's numpy path then runs."""
     import os
 
     if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):

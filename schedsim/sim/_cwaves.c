@@ -16,17 +16,18 @@
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
  * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
- * issue_sums(...), rule 1's prefix sums for schedsim.gpu.host.host_issue_columns (arithmetic only), and
+ * issue_sums(...), rule host-issue's prefix sums for schedsim.gpu.host.host_issue_columns (arithmetic only), and
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
  * first_set(...), the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs),
  * acyclic_units(n, units, parts), the same sweep over the wait-for graph's edge parts (checks._no_hang),
  * torch_rows(...), torch's _add_send_recv on an order's columns (schedsim.lower.pipeline._torch_lower_cols),
  * succ_csr(...), the DAG's successor lists for schedsim.sim.waves_columns._succ (counting sort by source),
  * kernels(...), the kernel and hardware-queue arrays of schedsim.sim.waves_columns._kernels, fifo_edges(...),
- * rule 7's communicator-order edges, issue_times(...), rule 1's issue times from gpu_model's per-class tables,
- * rank_codes(...), rule 2's per-rank stream numbering, and stream_reached(...), when each op's stream reached
+ * rule communicator-order's communicator-order edges, issue_times(...), rule host-issue's issue times from gpu_model's per-class tables,
+ * rank_codes(...), rule hardware-queues's per-rank stream numbering, and stream_reached(...), when each op's stream reached
  * it (the preparation and post-pass of
- * schedsim.sim.waves_columns.run_waves_program; each has a numpy form that runs without it).
+ * schedsim.sim.waves_columns.run_waves_program; each has a numpy form: the package's fallback, or for succ_csr,
+ * kernels and stream_reached a test oracle, tests/oracle/numpy_helpers.py).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
@@ -143,9 +144,9 @@ typedef struct {
     const i32 *kops_ptr, *kops_idx, *ktype, *krank, *kmem, *kq;
     i32 *kneed, *kleft;
     const double *ktau;
-    i32 *ktail; /* rule 4b: CTAs of the kernel's reduction still to run; negative once handed over */
+    i32 *ktail; /* rule split-k: CTAs of the kernel's reduction still to run; negative once handed over */
     const double *ktail_tau;
-    const double *kgain; /* rule 4c: gpu.rates.fill_gain of the kernel's wave time */
+    const double *kgain; /* rule wave-tail: gpu.rates.fill_gain of the kernel's wave time */
     /* hardware queues */
     const i32 *q_ptr, *q_idx;
     /* per collective / send-recv pair (group) */
@@ -165,8 +166,8 @@ typedef struct {
     char *xinit;
     /* ranks */
     i64 *free_, *held, *nccl_n, *ncomm, *ncopy, *nlink, *cqhead, *cqtail;
-    double *nmem; /* HBM load of the memory-bound CTAs resident (rule 5: gpu.rates.mem_rate) */
-    i64 *nwait; /* compute kernels in the rank's dispatch FIFO (rule 4c) */
+    double *nmem; /* HBM load of the memory-bound CTAs resident (rule hbm-share: gpu.rates.mem_rate) */
+    i64 *nwait; /* compute kernels in the rank's dispatch FIFO (rule wave-tail) */
     double *crate;
     char *intoplace, *indirty;
     char *lchg; /* an end of the rank changed its transfer count (nlink) since the rank was last settled */
@@ -404,11 +405,11 @@ static double rate_of(W *w, i64 j) {
         return w->copy_tab[(e * 2 + busy) * 2 + (w->held[r] > 0)];
     }
     double rate = w->batch_tab[(w->nccl_n[r] > 0) * 2 + (w->ncopy[r] > 0)];
-    if (w->kmem[k]) { /* rule 5: gpu.rates.mem_rate */
+    if (w->kmem[k]) { /* rule hbm-share: gpu.rates.mem_rate */
         double f = 1.0 / w->nmem[r];
         rate *= f < w->mem_boost ? f : w->mem_boost;
     }
-    if (w->nwait[r] && !w->kleft[k] && w->ktail[k] >= 0) rate *= w->kgain[k]; /* rule 4c: its ragged end filled */
+    if (w->nwait[r] && !w->kleft[k] && w->ktail[k] >= 0) rate *= w->kgain[k]; /* rule wave-tail: its ragged end filled */
     return rate;
 }
 
@@ -484,7 +485,7 @@ static void settle(W *w, double t) {
     d->n = 0;
 }
 
-/* rule 3: the head kernel of the rank's FIFO takes free SMs; the next one only once it has all it needs */
+/* rule wave-dispatch: the head kernel of the rank's FIFO takes free SMs; the next one only once it has all it needs */
 static void place(W *w, i64 r, double t) {
     heap_t *P = &w->pend[r];
     while (P->n) {
@@ -562,7 +563,7 @@ static void dispatch(W *w, i64 k, double t) {
         }
         return;
     }
-    if (typ == 1) { /* an NCCL kernel asks for SMs once one of its groups has every rank there (rule 7) */
+    if (typ == 1) { /* an NCCL kernel asks for SMs once one of its groups has every rank there (rule communicator-order) */
         for (i64 p = w->kops_ptr[k]; p < w->kops_ptr[k + 1]; p++) {
             i64 g = w->ogrp[w->kops_idx[p]];
             w->garr[g]++;
@@ -582,10 +583,10 @@ static void dispatch(W *w, i64 k, double t) {
     CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k));
     w->nwait[r]++;
     mark_toplace(w, r);
-    mark_dirty(w, r); /* rule 4c: the rank's placed kernels may now have their ragged ends filled */
+    mark_dirty(w, r); /* rule wave-tail: the rank's placed kernels may now have their ragged ends filled */
 }
 
-/* rule 2: a queue hands over its ready items in order; a kernel with a reduction (rule 4b) holds it (qhead
+/* rule hardware-queues: a queue hands over its ready items in order; a kernel with a reduction (rule split-k) holds it (qhead
  * stored as ~h, negative) until the reduction, its next item, is handed over (waves._run_python's drain) */
 static void drain(W *w, i64 key, double t) {
     i64 h = w->qhead[key], lo = w->q_ptr[key], hi = w->q_ptr[key + 1];
@@ -693,7 +694,7 @@ static void job_done(W *w, i64 j, double t) {
     w->kbat[k]--;
     if (w->kmem[k]) w->nmem[r] -= (double)s / (double)w->kmem[k];
     if (!w->kbat[k] && !w->kleft[k]) {
-        if (w->ktail[k] > 0) { /* rule 4b: the main kernel is done; its queue hands the reduction over now */
+        if (w->ktail[k] > 0) { /* rule split-k: the main kernel is done; its queue hands the reduction over now */
             w->kleft[k] = w->ktail[k];
             w->ktail[k] = -w->ktail[k];
             w->khand[k] = t;
@@ -771,7 +772,7 @@ static void loop(W *w) {
 /* Version of the argument lists of run() and the helpers below; schedsim.sim.waves._LAYOUT must equal it, or
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
  * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
- * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule 4c; 10: run's optional
+ * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule wave-tail; 10: run's optional
  * share argument, the shared links). */
 #define LAYOUT 10
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
@@ -1474,7 +1475,7 @@ done:
     return result;
 }
 
-/* ---- issue_sums(...): rule 1's per-rank prefix sums of the host's increments ------------------------------ */
+/* ---- issue_sums(...): rule host-issue's per-rank prefix sums of the host's increments ------------------------------ */
 /* issue_sums(new_rank, host_s, ev, extra, switch, sw_s, call, first, issue, call0): for each op in order, the
  * host's running time (reset where new_rank is set: the first op of a rank) plus, in this order, host_s[i]
  * (host_s of length 1: the same for every op), ev[i], extra, sw_s where switch[i], call[i] and first[i];
@@ -1532,7 +1533,7 @@ static PyObject *issue_sums(PyObject *self, PyObject *args) {
 /* The edges (a tuple of int64 arrays, each of (src, dst) pairs one after another, e.g. an (E, 2) array: ops
  * 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from sptr[r] to sptr[r + 1], int32) holds r's
  * distinct successors in ascending order, which is what sorting the keys src·n + dst and dropping repeats gives
- * (schedsim.sim.waves_columns._succ's numpy path). npred[v] (int32) counts v's distinct predecessors, xdeps[v]
+ * (tests/oracle/numpy_helpers.succ_csr). npred[v] (int32) counts v's distinct predecessors, xdeps[v]
  * (int64) those on another stream (sid: int64 stream code per op). sidx needs room for every edge; returns the
  * number of distinct edges. Counting sort by source, then each row sorted in place (rows are short: insertion
  * sort, qsort past 32 entries). */
@@ -1655,10 +1656,10 @@ done:
     return result;
 }
 
-/* ---- kernels(...): rules 2, 4, 5's kernel and hardware-queue arrays ---------------------------------------- */
+/* ---- kernels(...): rules hardware-queues, cta-count, hbm-share's kernel and hardware-queue arrays ---------------------------------------- */
 /* kernels((N, world, nb, C), rank, batch, res, tmpl, work, opq, tctas, twaves, tmem, kern, kptr, kidx, ktype,
- * krank, kneed, kleft, ktau, kmem, kq, qptr, qidx) -> (K, Q): what schedsim.sim.waves_columns._kernels' numpy
- * path makes, in O(N). Kernels are numbered by first appearance: an op with batch[i] >= 0 joins the kernel of
+ * krank, kneed, kleft, ktau, kmem, kq, qptr, qidx) -> (K, Q): what tests/oracle/numpy_helpers.kernels
+ * makes, in O(N). Kernels are numbered by first appearance: an op with batch[i] >= 0 joins the kernel of
  * its (rank, batch), every other op is its own; kptr/kidx list each kernel's ops in op order, and each kernel
  * takes its first op's (head's) resource, rank, template and work: kleft = CTAs (compute), members
  * (communication) or 0; ktau = work / waves (compute) else 0; kmem = memory-bound (compute) else 0. Queues are
@@ -1775,7 +1776,8 @@ done:
 /* ---- stream_reached(qptr, qidx, khand, kern, call0, deps_t): when each op's stream reached it --------------- */
 /* In place, deps_t[i] = max(deps_t[i], qreach[kern[i]], call0[i]), qreach[k] the time the queue handed over the
  * kernel before k in its queue (khand of that kernel; 0 for a queue's first): the post-pass of
- * schedsim.sim.waves_columns.run_waves_program (its numpy form is the fallback), one O(N + K) pass. qptr/qidx
+ * schedsim.sim.waves_columns.run_waves_program (its numpy form: tests/oracle/numpy_helpers.py), one O(N + K)
+ * pass. qptr/qidx
  * (int32 CSR of the queues' kernels), kern (int32 per op); khand (float64 per kernel), call0, deps_t (float64 per
  * op, deps_t writable). Raises TypeError for other buffers, ValueError for an index out of range. */
 static PyObject *stream_reached(PyObject *self, PyObject *args) {
@@ -1824,7 +1826,7 @@ done:
     return result;
 }
 
-/* ---- fifo_edges(rank, comm, batch, out): rule 7's communicator-order edges ------------------------------ */
+/* ---- fifo_edges(rank, comm, batch, out): rule communicator-order's communicator-order edges ------------------------------ */
 /* The edges of schedsim.gpu.rules.comm_fifo_columns (its numpy form is the reference and the fallback), in
  * one pass over ops whose ranks ascend: per (rank, communicator) the ops with comm >= 0 in order, consecutive
  * ops of one batch (batch >= 0, equal) one entry, every op of an entry after every op of the entry before it
@@ -1906,7 +1908,7 @@ done:
     return result;
 }
 
-/* ---- issue_times(...): rule 1's host issue times from per-class tables ------------------------------------ */
+/* ---- issue_times(...): rule host-issue's host issue times from per-class tables ------------------------------------ */
 /* issue_times(rank, stream, hclass, repeat, batch, xdeps, host_s, by_class, per_repeat, first_group, first_cost,
  * batch_class, (ev_s, extra, sw_s, batch_s), issue, call0) -> bool: schedsim.gpu.host.host_issue_columns'
  * columns and sums in one pass over ops whose ranks ascend (False, nothing that counts written, when they do
@@ -2073,7 +2075,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
-    {"issue_sums", issue_sums, METH_VARARGS, "Rule 1's per-rank prefix sums (gpu.host.host_issue_columns)."},
+    {"issue_sums", issue_sums, METH_VARARGS, "Rule host-issue's per-rank prefix sums (gpu.host.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
     {"acyclic_units", acyclic_units, METH_VARARGS, "acyclic_units(n, units, parts) -> bool: acyclic() of edge parts."},
@@ -2083,7 +2085,7 @@ static PyMethodDef methods[] = {
     {"succ_csr", succ_csr, METH_VARARGS, "succ_csr(n, edges, sid, sptr, sidx, npred, xdeps) -> distinct edges."},
     {"stream_reached", stream_reached, METH_VARARGS, "stream_reached(qptr, qidx, khand, kern, call0, deps_t): in place."},
     {"rank_codes", rank_codes, METH_VARARGS, "rank_codes(rank, key, out) -> bool: keys numbered per rank (ranks ascending)."},
-    {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule 1 from per-class tables (ranks ascending)."},
+    {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule host-issue from per-class tables (ranks ascending)."},
     {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, out) -> edges (-1: ranks not ascending)."},
     {NULL, NULL, 0, NULL},
 };

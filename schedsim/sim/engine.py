@@ -1,19 +1,20 @@
-"""The discrete-event simulator.
+"""The discrete-event simulator: ``simulate(program, profile, options) -> Timeline``.
 
-In: the DAG from :func:`schedsim.graph.build_graph` and a hardware profile.
+In: a :class:`~schedsim.lower.program.Program` (:func:`schedsim.lower.lower`, or
+:func:`schedsim.api.lower_spec`, which names the schedule file in its errors) and a hardware profile.
 Out: a :class:`~schedsim.sim.timeline.Timeline`.
 
-Three GPU execution models, chosen by ``gpu_model`` (argument, else the
-profile's ``gpu_model``, default ``waves``):
+One path per GPU execution model, chosen by ``gpu_model`` (argument, else the profile's ``gpu_model``, default
+``waves``):
 
-* ``waves`` (:mod:`schedsim.sim.waves`, rules in :mod:`schedsim.gpu.rules`, event loop compiled in
-  :mod:`schedsim.sim._cwaves` when built, else in Python, with identical results):
-  CTAs in waves with FIFO block dispatch, NCCL kernels holding SMs, hardware
-  queues (``CUDA_DEVICE_MAX_CONNECTIONS``), communicators run in issue order,
-  the host thread as a resource. It matches how the 2×H200 traces of
-  run concurrent kernels ([evidence: 2xh200-concurrency]).
+* ``waves`` (rules in :mod:`schedsim.gpu.rules`): :mod:`schedsim.sim.waves_columns` prepares flat arrays
+  from the Program's columns and the compiled event loop (:mod:`schedsim.sim._cwaves`, required: built by
+  ``pip install``) runs them: CTAs in waves with FIFO block dispatch, NCCL kernels holding SMs, hardware queues
+  (``CUDA_DEVICE_MAX_CONNECTIONS``), communicators run in issue order, the host thread as a resource. It
+  matches how the 2×H200 traces of run concurrent kernels ([evidence: 2xh200-concurrency]).
+  :func:`_timeline_program` builds the span columns from the run, with no per-op objects.
 * ``sharing`` (:mod:`schedsim.sim.sharing`, whose docstring tells how it works): processor sharing, every
-  running kernel slowed equally. Kept selectable while the ``waves`` model proves itself.
+  running kernel slowed equally.
 * ``replay`` (:mod:`schedsim.sim.replay`): the replay of a recorded run (``schedsim import ... --out DIR`` writes
   ``DIR/schedule.yaml`` with measured durations). No contention: an op runs its solo duration (the recorded one,
   which already holds the contention of the run) as soon as it is ready; the host issues each rank's ops at
@@ -23,11 +24,10 @@ profile's ``gpu_model``, default ``waves``):
   ``env`` or ``max_connections`` names them. The dependency-only replay of Lumos (Liang et al., MLSys 2025) and
   of HTA's critical-path analysis.
 
-All compile the DAG to arrays once (:func:`schedsim.sim.loop_arrays._compile`) and share the timeline
-assembly and critical-path walk (:func:`_timeline`, this module). A :class:`Program` simulated
-with ``waves`` and the compiled loop skips that: :mod:`schedsim.sim.waves_columns`
-feeds the loop from the Program's columns and :func:`_timeline_program` builds the
-span columns from them, with bit-identical results and no per-op objects.
+``sharing`` and ``replay`` run their own Python loops on the Program's ops as lists
+(:func:`schedsim.sim.loop_arrays._compile_program`) and share the timeline assembly and critical-path walk
+(:func:`_timeline`, this module). The Python form of the ``waves`` loop and the networkx feed are test oracles
+(``tests/oracle/``), held bit-identical to this path by ``tests/oracle/test_differential.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -47,30 +47,28 @@ from schedsim.gpu import rules as gm
 from schedsim.graph.ops import Op, format_op_id, resource_of
 from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
 from schedsim.lower.program import Program
-from schedsim.sim.loop import HOST, _State  # HOST is re-exported
-from schedsim.sim.loop_arrays import _compile, _Compiled
+from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
+from schedsim.sim.loop_arrays import _compile_program, _Compiled
 from schedsim.sim.replay import _run_replay
 from schedsim.sim.sharing import _run_sharing
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
-
-if TYPE_CHECKING:
-    import networkx as nx
+from schedsim.sim.waves_columns import ProgramRun, _per_op, categorical, run_waves_program
 
 __all__ = ["simulate", "HOST", "HOST_WAITS_META", "critical_walk"]
 
 
 
-def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str | None = None,
+def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
              gpu_model: str | None = None, max_connections: int | None = None,
              model_executor: bool = False, iteration_gap_s: float = 0.0,
              sustained_s: float | None = None) -> Timeline:
-    """Simulate the DAG ``G`` on ``profile``.
+    """Simulate the Program ``G`` on ``profile``.
 
     Parameters
     ----------
-    G : Program or networkx.DiGraph
-        From :func:`schedsim.lower.lower` (read directly, no networkx) or
-        :func:`schedsim.graph.build_graph`.
+    G : Program
+        From :func:`schedsim.lower.lower` or :func:`schedsim.api.lower_spec` (a networkx graph is not taken:
+        lower the spec it came from).
     profile : HardwareProfile
         Rates, tables and contention factors.
     launch : {"eager", "cuda_graph"}, optional
@@ -106,13 +104,19 @@ def simulate(G: nx.DiGraph | Program, profile: HardwareProfile, *, launch: str |
         If ops remain that can never start (a wait-for cycle the static checks
         did not catch).
     GraphError
-        An op on a rank outside ``0 .. world_size - 1``, or with a solo duration that is NaN, infinite or
-        negative (possible in a graph built through the API; the schema rules both out).
+        An op with a solo duration that is NaN, infinite or negative (a profile whose rates are not finite).
     ProfileError
-        Unknown ``gpu_model``, ``max_connections`` outside 1-32, or ``iteration_gap_s`` negative, NaN or
-        infinite.
+        Unknown ``gpu_model``, ``max_connections`` outside 1-32, ``iteration_gap_s`` negative, NaN or
+        infinite, or (``waves``) a GPU whose rate table is too large (:func:`_rate_tables`).
+    BuildError
+        The compiled event loop is not built or out of date (:func:`schedsim.sim.loop.compiled_loop`).
+    TypeError
+        ``G`` is not a Program.
     """
-    info = G.graph_info(lazy_order=True) if isinstance(G, Program) else G.graph  # the order: meta, written lazily
+    if not isinstance(G, Program):
+        raise TypeError(f"simulate takes a Program, not {type(G).__name__}: lower the schedule first "
+                        "(schedsim.api.lower_spec(spec, file) or schedsim.lower.lower(spec))")
+    info = G.graph_info(lazy_order=True)  # the order: meta, written lazily
     mode = launch or info.get("launch", "eager")
     model = gpu_model or profile.gpu_model
     if model not in GPU_MODELS:
@@ -193,100 +197,75 @@ def kernel_gaps(tl: Timeline, kernels: np.ndarray, gap_s: float) -> None:
     tl._spans = None  # rows are rebuilt from the shifted columns
 
 
-def _table_kernels(G: nx.DiGraph | Program) -> np.ndarray:  # type: ignore[type-arg]
+def _table_kernels(G: Program) -> np.ndarray:
     """Per op, in the order of the timeline's spans (bool, shape (N,)): a kernel timed by a back-to-back table
     (a GEMM, or a ``compute`` op not given ``duration_us``: a measured stage time holds no gap of its own)."""
     def table(op: Op) -> bool:
         return op.kind in ("matmul", "compute") and op.duration_s is None
 
-    if isinstance(G, Program):
-        return np.array([table(t) for t in G.templates], bool)[G.tmpl] if len(G.tmpl) else np.zeros(0, bool)
-    return np.fromiter((table(d["op"]) for d in G._node.values()), bool, count=len(G))
+    return np.array([table(t) for t in G.templates], bool)[G.tmpl] if len(G.tmpl) else np.zeros(0, bool)
 
 
-def _simulate_once(G: nx.DiGraph | Program, profile: HardwareProfile, info: dict, mode: str, model: str,
+def _simulate_once(G: Program, profile: HardwareProfile, info: dict, mode: str, model: str,
                    conns: int | None, model_executor: bool) -> Timeline:
     """One simulation of ``G`` (:func:`simulate` after its checks; ``waves`` with a power curve runs it again
     with slower GEMMs, :mod:`schedsim.gpu.power`)."""
     with paused_gc():  # millions of small acyclic objects: GC passes would dominate
-        if isinstance(G, Program) and model == "waves":
-            got = _run_waves_program(G, profile, mode, conns, model_executor)
-            if got is not None:
-                run, note = got
-                tl = _timeline_program(G, info, profile, mode, run)
-                if note:
-                    tl.meta["warnings"] = [note]
-                return tl
-        if isinstance(G, Program) and G.represented:  # the Op-list loops take a collective's ranks from its members
-            raise GraphError("a symmetric Program (a training step lowered for its representative ranks) runs only "
-                             "on the compiled waves loop",
-                             fix="lower it with every rank (schedsim predict --full-ranks; lower(spec))")
-        c = _compile(G, profile, mode)
-        if model == "replay":
-            st = _run_replay(c, mode, conns)
-        elif model == "sharing":
-            st = _run_sharing(c, profile, mode, model_executor)
-        else:
-            st, note = _run_waves(G, profile, mode, c, conns, model_executor)
+        if model == "waves":
+            run, note = _run_waves_program(G, profile, mode, conns, model_executor)
+            tl = _timeline_program(G, info, profile, mode, run)
             if note:
-                tl = _timeline(info, profile, mode, c, st)
                 tl.meta["warnings"] = [note]
-                return tl
+            return tl
+        if G.represented:  # the Op-list loops take a collective's ranks from its members
+            raise GraphError("a symmetric Program (a training step lowered for its representative ranks) runs only "
+                             "on the waves model", fix="lower it with every rank (schedsim predict --full-ranks)")
+        c = _compile_program(G, profile, mode)
+        st = _run_replay(c, mode, conns) if model == "replay" else _run_sharing(c, profile, mode, model_executor)
         return _timeline(info, profile, mode, c, st)
 
 
-def _repeats(G: nx.DiGraph | Program) -> np.ndarray:
+def _repeats(G: Program) -> np.ndarray:
     """Each op's ``repeat`` (kernels back to back), in the order of the timeline's spans (int64, shape (N,))."""
-    if isinstance(G, Program):
-        return np.array([t.repeat for t in G.templates], np.int64)[G.tmpl]
-    return np.fromiter((d["op"].repeat for d in G._node.values()), np.int64, count=len(G))
+    return np.array([t.repeat for t in G.templates], np.int64)[G.tmpl]
 
 
 def _p2p_hang_note(e: DeadlockError) -> str:
-    """The warning of a run repeated without serializing lone send/recv (:func:`_run_waves`)."""
+    """The warning of a run repeated without serializing lone send/recv (:func:`_run_waves_program`)."""
     first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
     return ("NCCL runs lone send/recv of one communicator in issue order, and this schedule's order would "
             f"hang there ({first}); predicted as if each send/recv progressed independently. Fix: use "
             "`p2p_batch` (batch_isend_irecv) or one process group per pair")
 
 
-def _run_waves_program(prog: Program, profile: HardwareProfile, mode: str, conns: int | None,
-                       model_executor: bool):
-    """The ``waves`` run straight from the Program's columns (:mod:`schedsim.sim.waves_columns`), with the retry
-    of :func:`_run_waves`; None when the compiled loop is not built or the rate tables do not fit (then the
-    Op-list path runs)."""
-    from schedsim.sim.loop import compiled_loop
-    from schedsim.sim.waves_columns import run_waves_program
+def _rate_tables(profile: HardwareProfile, rules: gm.GpuRules) -> gr.RateTables:
+    """The ``waves`` loop's rate tables (:func:`schedsim.gpu.rates.rate_tables`).
 
-    rules = gm.GpuRules.from_profile(profile, conns)
+    Raises ProfileError when they would exceed :data:`~schedsim.gpu.rates.MAX_TABLE` entries (a GPU of
+    about a thousand SMs or more with one SM per NCCL kernel; shipped GPUs have 108-160)."""
     tab = gr.rate_tables(rules)
-    loop = None if tab is None else compiled_loop()
-    if tab is None or loop is None:
-        return None
+    if tab is None:
+        raise ProfileError(f"profile {profile.name!r}: gpu.sms {rules.sms} with {rules.nccl_sms} SM(s) per NCCL kernel "
+                           f"is too large for the waves model's rate table (({rules.sms} + 1) x "
+                           f"({rules.sms} // {rules.nccl_sms} + 1) entries, over {gr.MAX_TABLE})",
+                           fix="give gpu.sms the GPU's streaming multiprocessor count (H100 SXM: 132) and "
+                               "nccl.sms_per_collective the SMs one NCCL kernel holds")
+    return tab
+
+
+def _run_waves_program(prog: Program, profile: HardwareProfile, mode: str, conns: int | None,
+                       model_executor: bool) -> tuple[ProgramRun, str]:
+    """The ``waves`` run from the Program's columns (:mod:`schedsim.sim.waves_columns`) in the compiled loop;
+    if serializing lone send/recv on their communicator hangs, rerun without it (and say so: the note)."""
+    rules = gm.GpuRules.from_profile(profile, conns)
+    tab = _rate_tables(profile, rules)
+    loop = compiled_loop()
     try:
         return run_waves_program(prog, profile, mode, rules, tab, rules.p2p_serialized, model_executor, loop), ""
     except DeadlockError as e:
         if not rules.p2p_serialized or not len(prog.p2p):
             raise
         return run_waves_program(prog, profile, mode, rules, tab, False, model_executor, loop), _p2p_hang_note(e)
-
-
-def _run_waves(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str, c: _Compiled, conns: int | None,
-               model_executor: bool) -> tuple[_State, str]:
-    """The ``waves`` run; if serializing lone send/recv on their communicator hangs, rerun without it (and say so)."""
-    from schedsim.sim.waves import run_waves
-
-    try:
-        return run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor), ""
-    except DeadlockError as e:
-        if not profile.nccl.unbatched_p2p_serialized or not (len(G.p2p) if isinstance(G, Program)
-                                                             else G.graph.get("p2p")):
-            raise
-        c = _compile(G, profile, mode)
-        st = run_waves(c, profile, mode, max_connections=conns, model_executor=model_executor, p2p_serialized=False)
-        return st, _p2p_hang_note(e)
-
-
 
 
 def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:
@@ -388,11 +367,9 @@ def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.n
             meta["host_call_end_s"] = {str(i): round(float(t), 9) for i, t in zip(names, host_call, strict=True)}
 
 
-def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode: str, run) -> Timeline:
+def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode: str, run: ProgramRun) -> Timeline:
     """:func:`_timeline` of a columnar run (:mod:`schedsim.sim.waves_columns`): the span columns from the
     Program's columns and interned tables (no per-op objects but the ids and tag references)."""
-    from schedsim.sim.waves_columns import _per_op, categorical
-
     N = prog.N
     res_code = np.array([0, 1, 2, 2, 2], np.int32)[run.res] if N else np.zeros(0, np.int32)
     cols = SpanColumns(  # names, ids and tags stay coded (a pipeline's lazy runs unmade) until read
@@ -406,8 +383,6 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     at = np.zeros(0, np.int64)
     if N:  # from the latest end (lowest index among ties) back along the bindings, in C (_cwaves.walk): the ops
         # on the way but a rendezvous peer standing for its group's op, as _timeline's walk takes them
-        from schedsim.sim.loop import compiled_loop
-
         out = np.empty(N, np.int32)
         n = compiled_loop().walk(run.binding, run.ogrp, int(np.argmax(run.end)), out)
         at = out[:n][::-1].astype(np.int64)
@@ -424,7 +399,7 @@ def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode:
     return tl
 
 
-def _kind_codes(run) -> tuple[tuple[str, ...], np.ndarray]:
+def _kind_codes(run: ProgramRun) -> tuple[tuple[str, ...], np.ndarray]:
     """``(kinds, codes)``: the op kinds of a columnar run and each op's index into them, from its template
     classes (:func:`schedsim.sim.waves_columns.template_classes`; ``Program.kind`` reads every template)."""
     kinds = [t.kind for t in run.tps]

@@ -1,19 +1,16 @@
 """What the event loops share: :data:`HOST`, a run's result per op (:class:`_State`), the fluid-model rate
 change (:func:`set_rate`), the deadlock report (:func:`_raise_deadlock`) and the lookup of the compiled loop
-(:func:`compiled_loop`, :mod:`schedsim.sim._cwaves`). :mod:`schedsim.sim.engine` dispatches to the loops of
-:mod:`schedsim.sim.waves` and :mod:`schedsim.sim.waves_columns`, which build on this module and
-:mod:`schedsim.gpu.rules`.
+(:func:`compiled_loop`, :mod:`schedsim.sim._cwaves`, required). :mod:`schedsim.sim.engine` runs the compiled
+``waves`` loop through :mod:`schedsim.sim.waves_columns`, and the ``sharing`` and ``replay`` loops.
 """
 
 from __future__ import annotations
 
 import heapq
-import os
-import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from schedsim.errors import DeadlockError
+from schedsim.errors import BuildError, DeadlockError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,7 +37,8 @@ class _State(NamedTuple):
 
 def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float], jlast: list[float],
              jver: list[int], heap: list, counter: Iterator[int]) -> None:
-    """Fluid-model rate change of job ``j`` at time ``t`` (s), shared by both Python loops.
+    """Fluid-model rate change of job ``j`` at time ``t`` (s), shared by the Python loops (``sharing``, and the
+    ``waves`` oracle of ``tests/oracle``).
 
     The work done since ``jlast[j]`` at the old rate leaves ``jrem[j]`` solo-seconds (never < 0); the job
     then runs at ``new`` (> 0, fraction of its solo speed) and its completion ``t + jrem / new`` is pushed
@@ -79,28 +77,31 @@ def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:
                         ops=[ids[i] for _r, i in sorted(per_rank.items())])
 
 
-_EXT: list[object] = []  # [module or None] once looked up
+_EXT: list[object] = []  # [module] once looked up
 _LAYOUT = 10  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
 
 
-def compiled_loop():
-    """The compiled event loop :mod:`schedsim.sim._cwaves`, or None when it is not built (no C compiler at
-    install), is out of date (its ``LAYOUT`` is not :data:`_LAYOUT`: built from an older ``_cwaves.c``) or
-    ``SCHEDSIM_NO_EXT=1``; then the Python loop runs, and the first call says so in one line on stderr."""
+def compiled_loop():  # type: ignore[no-untyped-def]
+    """The compiled event loop :mod:`schedsim.sim._cwaves` (required: ``pip install`` builds it with a C
+    compiler, or a wheel ships it).
+
+    Raises
+    ------
+    BuildError
+        When it is not built (no C compiler at install) or is out of date (its ``LAYOUT`` is not
+        :data:`_LAYOUT`: built from an older ``_cwaves.c``); the message names the fix.
+    """
     if not _EXT:
-        if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
-            mod, why = None, "SCHEDSIM_NO_EXT is set"
-        else:
-            try:
-                from schedsim.sim import _cwaves as mod  # type: ignore[attr-defined,no-redef]
-                why = ""
-            except ImportError as e:
-                mod, why = None, (f"the compiled loop is not built ({e}); install a C compiler and reinstall "
-                                  "schedsim (pip install ., or pip install -e . in a checkout)")
-            if mod is not None and getattr(mod, "LAYOUT", None) != _LAYOUT:  # built from an older _cwaves.c
-                mod, why = None, (f"the compiled loop at {getattr(mod, '__file__', '?')} is out of date; rebuild it: "
-                                  "python setup.py build_ext --inplace (or reinstall schedsim)")
-        if mod is None:
-            sys.stderr.write(f"schedsim: simulating with the Python event loop (slower): {why}\n")
+        try:
+            from schedsim.sim import _cwaves as mod  # type: ignore[attr-defined]
+        except ImportError as e:
+            raise BuildError(f"schedsim's compiled event loop (schedsim.sim._cwaves) is not built: {e}",
+                             fix="reinstall with a C compiler present (pip install -e . in a checkout, pip install "
+                                 "schedsim elsewhere) or install a schedsim wheel") from None
+        if getattr(mod, "LAYOUT", None) != _LAYOUT:  # built from an older _cwaves.c
+            raise BuildError(f"schedsim's compiled event loop at {getattr(mod, '__file__', '?')} is out of date "
+                             f"(LAYOUT {getattr(mod, 'LAYOUT', None)}, this source needs {_LAYOUT})",
+                             fix="rebuild it: pip install -e . (or python setup.py build_ext --inplace) in a "
+                                 "checkout, or reinstall schedsim")
         _EXT.append(mod)
     return _EXT[0]

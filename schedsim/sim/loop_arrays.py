@@ -1,18 +1,17 @@
-"""The arrays the Python event loops run on (:class:`_Compiled`), compiled once from a
-:class:`~schedsim.lower.program.Program`'s columns (:func:`_compile_program`) or a networkx DAG
-(:func:`_compile`): per op its successors and predecessor count; per job (an op alone, or a rendezvous group of
-a collective's or a send/recv pair's ops) its resource, ranks and solo seconds, with rule 6b (collectives of
-one rank), rule 8 (CUDA-graph forks) and rule 9 (node and HBM terms) of :mod:`schedsim.gpu.rules` applied.
-The ``waves`` loop (:mod:`schedsim.sim.waves`), the ``sharing`` loop (:mod:`schedsim.sim.sharing`) and the
-``replay`` loop (:mod:`schedsim.sim.replay`) read them; :func:`schedsim.sim.engine.simulate` dispatches.
+"""The per-op lists the ``replay`` and ``sharing`` loops run on (:class:`_Compiled`), compiled once from a
+:class:`~schedsim.lower.program.Program`'s columns (:func:`_compile_program`): per op its successors and
+predecessor count; per job (an op alone, or a rendezvous group of a collective's or a send/recv pair's ops) its
+resource, ranks and solo seconds, with rule one-rank-collective (collectives of one rank), rule graph-forks
+(CUDA-graph forks) and rule graph-nodes (node and HBM terms) of :mod:`schedsim.gpu.rules` applied. The ``waves``
+model does not use them: it runs on the Program's columns (:mod:`schedsim.sim.waves_columns`). The same lists
+from a networkx graph, and the Python ``waves`` loop on them, are test oracles (``tests/oracle/``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,9 +22,6 @@ from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import PER_RANK_SIZE
 from schedsim.lower.program import Program
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 _KIND_RES = {"matmul": 0, "compute": 0, "memcpy": 2}  # anything else is communication (1)
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
@@ -48,64 +44,16 @@ class _Compiled(NamedTuple):
     cost: CostModel
 
 
-def _compile(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) -> _Compiled:
-    """The arrays of the event loops, from a Program (:func:`_compile_program`) or a networkx DAG."""
-    if isinstance(G, Program):
-        return _compile_program(G, profile, mode)
-    cost = cost_model(profile)
-    node_oh = gm.graph_node_terms(profile, mode)
-    node_data = G._node  # plain dicts: much faster than the NodeView API at a million nodes
-    ids = list(node_data)
-    N = len(ids)
-    index = {oid: i for i, oid in enumerate(ids)}
-    ops = [d["op"] for d in node_data.values()]
-    world = int(G.graph.get("world_size", 1 + max((o.rank for o in ops), default=0)))
-    ranks = list(map(attrgetter("rank"), ops))
-    if ranks and not (0 <= min(ranks) and max(ranks) < world):  # the loops index per-rank arrays by rank
-        bad = next(o for o in ops if not 0 <= o.rank < world)
-        raise GraphError(f"op {bad.id} is on rank {bad.rank} but the graph's world_size is {world}",
-                         fix="set G.graph['world_size'] to the number of ranks, or put the op on a rank in "
-                             f"0-{world - 1}")
-    npred = [0] * N
-    succ: list[list[int]] = []
-    for nbrs in G._succ.values():
-        s = [index[v] for v in nbrs]
-        for j in s:
-            npred[j] += 1
-        succ.append(s)
-    job_of = list(range(N))
-    colls = list(G.graph.get("collectives", {}).values())
-    gmem, lone = _coll_groups(np.cumsum([0] + [len(m) for m in colls]), [index[m] for ms in colls for m in ms])
-    for s_id, r_id in G.graph.get("p2p", []):
-        gmem.append([index[s_id], index[r_id]])
-    J = N + len(gmem)
-    job_res = [0] * J
-    job_ranks: list[tuple[int, ...]] = [()] * J
-    job_work = [0.0] * J
-    terms = gm.memory_terms(ops, np.arange(N), np.array(ranks, np.int64), world, cost, mode)
-    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone)
-    if mode == "cuda_graph":
-        names: dict[str, int] = {}
-        sid = np.array([names.setdefault(o.stream, len(names)) for o in ops], np.int64)
-        src = np.repeat(np.arange(N, dtype=np.int64), [len(x) for x in succ])
-        dst = np.fromiter((j for x in succ for j in x), np.int64, count=len(src))
-        per_op = np.array([cost.graph_fork_s(o) for o in ops], float)
-        _add_forks(gm.graph_fork_columns(N, src, dst, np.array(ranks, np.int64), sid, profile, mode, per_op), job_of,
-                   job_work, lone)
-    _check_work(ids, ops, N, job_work)
-    return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
-
-
 def _coll_groups(ptr: Sequence[int] | np.ndarray, idx: Sequence[int] | np.ndarray) -> tuple[list[list[int]], list[int]]:
     """Collectives as CSR (``ptr``, member op indices ``idx``) -> the rendezvous groups of those of two or more
-    ranks, and the ops of those of one rank, a copy or nothing (rule 6b, :func:`gm.split_one_rank`)."""
+    ranks, and the ops of those of one rank, a copy or nothing (rule one-rank-collective, :func:`gm.split_one_rank`)."""
     p, i, lone = gm.split_one_rank(np.asarray(ptr, np.int64), np.asarray(idx, np.int64))
     pl, il = p.tolist(), i.tolist()
     return [il[pl[k]:pl[k + 1]] for k in range(len(pl) - 1)], lone.tolist()
 
 
 def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float], lone: list[int]) -> None:
-    """Rule 8 of :mod:`schedsim.gpu.rules` on the job arrays: ``fx`` seconds more for ops outside groups,
+    """Rule graph-forks of :mod:`schedsim.gpu.rules` on the job arrays: ``fx`` seconds more for ops outside groups,
     but for collectives of one rank (``lone``: left as they are, as every collective is)."""
     fx[lone] = 0.0
     for i in np.flatnonzero(fx).tolist():
@@ -116,9 +64,10 @@ def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float], lone: l
 def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[float, float],
           terms: tuple[np.ndarray | float, np.ndarray | float], job_of: list[int], job_res: list[int],
           job_ranks: list[tuple[int, ...]], job_work: list[float], lone: list[int]) -> None:
-    """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds); ``terms`` are rule 9's
+    """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds); ``terms`` are rule
+    graph-nodes's
     per-op node and HBM seconds (:func:`schedsim.gpu.rules.memory_terms`); ``lone``: the ops of collectives
-    of one rank, a copy or nothing (rule 6b)."""
+    of one rank, a copy or nothing (rule one-rank-collective)."""
     N = len(ops)
     dur = cost.duration
     timing_s, empty_s = node_oh

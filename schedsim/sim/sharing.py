@@ -1,6 +1,6 @@
 """The ``sharing`` GPU model's event loop (:func:`_run_sharing`): processor sharing, every running kernel
-slowed equally. Kept selectable while the ``waves`` model (:mod:`schedsim.sim.waves`) proves itself;
-:func:`schedsim.sim.engine.simulate` runs it with ``gpu_model="sharing"`` on the arrays of
+slowed equally. Kept selectable beside the ``waves`` model (:mod:`schedsim.sim.waves_columns`, the compiled
+loop); :func:`schedsim.sim.engine.simulate` runs it with ``gpu_model="sharing"`` on the op lists of
 :mod:`schedsim.sim.loop_arrays`.
 
 How it works
@@ -267,7 +267,7 @@ def _run_sharing(c: _Compiled, profile: HardwareProfile, mode: str, model_execut
 def _sharing_issue_times(ops: list[Op], job_res: list[int], profile: HardwareProfile, mode: str,
                          world: int, model_executor: bool = False) -> list[float]:
     """Host issue time (s) of each op in the ``sharing`` model: per-op or per-collective launch cost plus
-    ``host_us`` (and ``executor_extra_per_op_us`` with ``model_executor``, as in ``waves``' rule 1), in program
+    ``host_us`` (and ``executor_extra_per_op_us`` with ``model_executor``, as in ``waves``' rule host-issue), in program
     order per rank; one graph launch under ``cuda_graph``."""
     lp = profile.launch
     if mode == "cuda_graph":

@@ -1,8 +1,9 @@
-"""The ``waves`` run fed straight from a :class:`~schedsim.lower.program.Program`'s columns (no :class:`Op` objects).
+"""The ``waves`` run fed straight from a :class:`~schedsim.lower.program.Program`'s columns (no :class:`Op` objects):
+the one path of the ``waves`` model (:func:`schedsim.sim.engine.simulate`).
 
-:func:`schedsim.sim.waves.run_waves` takes the engine's per-op lists and :class:`Op` objects; at a million ops
-building those costs ~10× the compiled event loop. This module builds the same flat int64/float64 arrays the
-compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's columns:
+This module builds the flat int32/float64 arrays the compiled loop (:mod:`schedsim.sim._cwaves`) reads, with
+numpy over the Program's columns (per-op lists and :class:`Op` objects cost ~10× the compiled loop at a million
+ops):
 
 * cost inputs, CTA counts and call classes are per *template* (what instances share), so the rule functions of
   :mod:`schedsim.gpu.rules` (:func:`~schedsim.gpu.kernels.kernel_ctas`,
@@ -10,22 +11,21 @@ compiled loop (:mod:`schedsim.sim._cwaves`) reads, with numpy over the Program's
   equal templates (:func:`template_classes`: a ``foreach`` makes one template per iteration, all alike; a
   send/recv once per class and rank pair, as its time depends on the link) and are broadcast;
 * host issue times, hardware queues and communicator-order edges come from the column forms of rules host-issue,
-hardware-queues
-  and 7 (:func:`~schedsim.gpu.host.host_issue_columns`, :func:`~schedsim.gpu.rules.stream_queue_columns`,
-  :func:`~schedsim.gpu.rules.comm_fifo_columns`), the same functions the Op-list path calls;
+  hardware-queues and communicator-order (:func:`~schedsim.gpu.host.host_issue_columns`,
+  :func:`~schedsim.gpu.rules.stream_queue_columns`,
+  :func:`~schedsim.gpu.rules.comm_fifo_columns`), the same functions the oracle's Op-list path calls;
 * kernels (a ``p2p_batch`` of a rank is one), transfers' link ends and rendezvous groups are integer arrays.
 
-The results are bit-identical to ``simulate(build_graph(spec))`` (``tests/core/test_waves_columns.py``). Op ids
-and :class:`Op` objects are built only for a deadlock message. Used when the extension is built and the
-profile's rate tables fit (:func:`~schedsim.gpu.rates.rate_tables`); otherwise the engine takes the
-Op-list path, whose Python loop is the reference.
+The results are bit-identical to the test oracle's Python loop on per-op lists (``tests/oracle/``:
+``test_differential.py``, ``test_waves_columns.py``). Op ids and :class:`Op` objects are built only for a
+deadlock message.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from operator import attrgetter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -39,12 +39,19 @@ from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program, rendezvous_groups
 
+if TYPE_CHECKING:
+    from schedsim.network.share import LinkShare
+
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
 
 I64 = np.int64
 I32 = np.int32
 _RES = {"matmul": 0, "compute": 0}
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
+
+#: the most ops for which :func:`run_waves_program` reruns an iteration with cold first calls (rule host-issue,
+#: ``launch.cold_first_call_us``): tens of µs once per rank, nothing against a schedule of this many ops
+COLD_RERUN_MAX = 100_000
 
 
 class ProgramRun(NamedTuple):
@@ -121,14 +128,6 @@ def _res_of(tp) -> int:
     if tp.kind == "memcpy":
         return _COPY_RES[tp.direction or "d2d"]
     return _RES.get(tp.kind, 1)
-
-
-def _csr_of(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ptr int64[n+1], idx): the indices of ``keys`` (values 0..n-1) grouped by value, in order within a value."""
-    idx = gm.stable_order(keys).astype(I64)
-    ptr = np.zeros(n + 1, I64)
-    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
-    return ptr, idx
 
 
 def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
@@ -266,39 +265,27 @@ def _epos_generic(eptr, ends, gptr, gidx, rank):
 def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The DAG's successors plus the communicator-order edges ``fifo`` ((E, 2) int64 pairs), each row sorted and
     without repeats (CSR ``ptr, idx``, int32), each op's predecessor count (int32) and how many of them are on
-    another stream than it (``sid``: stream codes; int64): one sort of the edge keys ``src·N + dst`` (the
-    Program's stream and dependency edges as they are, without :attr:`Program.succ`'s networkx order), or the same
-    lists by a counting sort in the compiled ``succ_csr`` when it is built (which reads the pair arrays as they
-    are: no copies of the edges)."""
+    another stream than it (``sid``: stream codes; int64), by a counting sort in the compiled ``succ_csr`` (the
+    Program's stream and dependency edges as they are, without :attr:`Program.succ`'s networkx order; the pair
+    arrays are read as they are: no copies of the edges)."""
     from schedsim.sim.loop import compiled_loop
 
     N = prog.N
     e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2),
          fifo.reshape(-1, 2)]
-    ext = getattr(compiled_loop(), "succ_csr", None)
-    if ext is not None:  # an older build has no succ_csr: then numpy below
-        E = sum(len(x) for x in e)
-        sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
-        m = ext(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr, sidx, npred,
-                xdeps)
-        return sptr, sidx[:m], npred, xdeps
-    key = np.concatenate([x[:, 0] * N + x[:, 1] for x in e])
-    if len(key) > 1 and not bool((key[1:] > key[:-1]).all()):
-        key.sort(kind="stable")  # a few sorted runs (stream, dependency, FIFO edges): timsort merges them
-        key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # an edge written twice (or also a FIFO edge)
-    s, d = np.divmod(key, N) if N else (key, key)
-    sptr = np.zeros(N + 1, I64)
-    np.cumsum(np.bincount(s, minlength=N), out=sptr[1:])
-    xdeps = np.bincount(d[sid[s] != sid[d]], minlength=N)
-    return _i32(sptr), _i32(d), _i32(np.bincount(d, minlength=N)), xdeps
+    E = sum(len(x) for x in e)
+    sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
+    m = compiled_loop().succ_csr(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr,
+                                 sidx, npred, xdeps)
+    return sptr, sidx[:m], npred, xdeps
 
 
 def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
-    hardware queue (rules hardware-queues, cta-count, hbm-share), as :func:`schedsim.sim.waves._kernels` makes them:
-    the loop's int32 buffers
-    (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds; in one O(N)
-    pass of the compiled ``kernels`` when it is built (the same arrays). ``tres``: each template's resource
+    hardware queue (rules hardware-queues, cta-count, hbm-share), as the oracle's Op-list form makes them: the
+    loop's int32 buffers
+    (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds, in one O(N)
+    pass of the compiled ``kernels``. ``tres``: each template's resource
     (a collective of one rank's as rule one-rank-collective gives it)."""
     from schedsim.sim.loop import compiled_loop
 
@@ -315,56 +302,22 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     op_tail = None
     if ttail.any():  # the main kernel runs the op's work less its reduction's
         work, op_tail = gk.split_work(work, ttail_s[tmpl])
-    ext = getattr(compiled_loop(), "kernels", None)
-    if ext is not None:  # an older build has no kernels(): then numpy below
-        nb = max(int(batch.max()) + 1 if N else 0, 0)
-        # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
-        out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
-               for k in range(12)]
-        K, Q = ext((N, world, nb, C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work), _i32(opq),
-                   _i32(tctas), twaves.astype(np.float64), tmem, *out)
-        kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
-        if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
-            kidx, ktype, krank = kern, res, rank
-        else:  # the per-kernel arrays at their length, not the ops'
-            ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
-                x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
-        kptr = kptr[:K + 1]
-        ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K)
-        return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
-                kgain)
-    if (batch >= 0).any():
-        # kernels numbered by first appearance: a batch's on a rank at its first op (its head), every other op its
-        # own; the heads in op order are the kernels in order
-        nb = int(batch.max()) + 1
-        bi = np.flatnonzero(batch >= 0)
-        bk = rank[bi].astype(I64) * nb + batch[bi]
-        first = np.full(world * nb, N, I64)
-        np.minimum.at(first, bk, bi)  # each (rank, batch)'s first op
-        head_of = np.arange(N)
-        head_of[bi] = first[bk]
-        kern = (np.cumsum(head_of == np.arange(N)) - 1)[head_of]
-        K = int(kern.max()) + 1 if N else 0
-        kptr, kidx = _csr_of(kern, K)
-        head = kidx[kptr[:-1]]
-        ktype, krank, kneed, ht, whead, ohead = res[head], _i32(rank[head]), _i32(np.diff(kptr)), tmpl[head], \
-            work[head], opq[head]
-        kern, kptr, kidx = _i32(kern), _i32(kptr), _i32(kidx)
-    else:  # one kernel per op: the op columns are the kernel columns
-        K = N
-        kern = kidx = np.arange(N, dtype=I32)
-        kptr = np.arange(N + 1, dtype=I32)
-        ktype, krank, kneed, ht, whead, ohead = res, rank, np.ones(N, I32), tmpl, work, opq
-    comp = ktype == 0
-    kleft = _i32(np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0)))
-    ktau = np.where(comp, whead / twaves[ht], 0.0)
-    kmem = np.where(comp, tmem[ht], I32(0))
-    kq = gm.first_codes(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
-    Q = int(kq.max()) + 1 if K else 0
-    qptr, qidx = _csr_of(kq, Q)
+    nb = max(int(batch.max()) + 1 if N else 0, 0)
+    # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
+    out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
+           for k in range(12)]
+    K, Q = compiled_loop().kernels((N, world, nb, C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work),
+                                   _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
+    kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
+    if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
+        kidx, ktype, krank = kern, res, rank
+    else:  # the per-kernel arrays at their length, not the ops'
+        ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
+            x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
+    kptr = kptr[:K + 1]
     ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K)
-    return (kern, kptr, kidx, _i32(ktype), krank, kneed, kleft, ktau, _i32(kmem), _i32(kq), _i32(qptr), _i32(qidx),
-            ktail, ktail_tau, kgain)
+    return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
+            kgain)
 
 
 def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
@@ -492,14 +445,18 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
                       tab: gr.RateTables, serial: bool, model_executor: bool, loop) -> ProgramRun:
     """Run the compiled ``waves`` loop ``loop`` on ``prog`` (module docstring); an iteration after which the host
     waited for the GPU is run again with cold first calls (rule host-issue, :func:`schedsim.gpu.host.host_waited`),
-    up to :data:`schedsim.sim.waves.COLD_RERUN_MAX` ops, as :func:`schedsim.sim.waves.run_waves` does.
+    up to :data:`COLD_RERUN_MAX` ops.
     """
-    from schedsim.sim.waves import COLD_RERUN_MAX
-
     run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False)
     if prog.N <= COLD_RERUN_MAX and run.host_s is not None and gh.host_waited(run.end, run.host_s, profile, mode):
         run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True)
     return run
+
+
+def share_args(share: LinkShare | None) -> tuple[tuple[object, np.ndarray, np.ndarray], ...]:
+    """The compiled loop's optional ``share`` argument, ``(event callable, share buffer, flag buffer)``, as a
+    tuple of the extra arguments (none without shared links: the call is then as before)."""
+    return () if share is None else ((share.event, share.share, share.flag),)
 
 
 def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
@@ -577,7 +534,6 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
                                         None if node is None else np.asarray(node, I64), groups)]
     from schedsim.network.share import program_share
-    from schedsim.sim.waves import share_args
 
     share = program_share(profile, prog, gptr, gidx, gwork, cost.net.nccl)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
@@ -610,20 +566,6 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         end = gh.end_event_bound(end, issue, profile, mode)
     host_s = gh.host_end_per_rank(issue, prog.rank, prog.world_size)
     host_call = issue
-    # the stream-reached time (waves.run_waves): deps done, call made, queue past the item ahead
-    ext = getattr(loop, "stream_reached", None)
-    if ext is not None:  # one compiled pass (an older build has none: numpy below)
-        ext(qptr, qidx, khand, kern, _f64(call0), deps_t)
-        return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)
-    qk = np.diff(qptr)
-    if K:
-        later = np.ones(len(qidx), bool)
-        later[qptr[:-1][qk > 0]] = False  # not a queue's first kernel
-        qreach = np.zeros(K)
-        qreach[qidx[later]] = khand[qidx[np.flatnonzero(later) - 1]]
-        del later, khand
-        np.maximum(deps_t, qreach[kern], out=deps_t)
-        del qreach
-    np.maximum(deps_t, call0, out=deps_t)
-    stream_t = deps_t
-    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, stream_t, host_s, host_call)
+    # the stream-reached time: deps done, call made, queue past the item ahead (one compiled pass)
+    loop.stream_reached(qptr, qidx, khand, kern, _f64(call0), deps_t)
+    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)

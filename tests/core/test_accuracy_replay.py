@@ -23,13 +23,14 @@ def _replay_module():
 
 
 def test_replay_of_an_event_timed_copy_of_the_prediction_has_no_error(tmp_path, monkeypatch):
-    from schedsim.cli import _build, _load
+    from schedsim.api import lower_spec
+    from schedsim.cli import _load
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
 
     monkeypatch.chdir(ROOT)
     f, sets = Path("schedules/allgather_mm.yaml"), ["chunks=2", "M=512", "K=512", "N=512"]
-    pred = simulate(_build(_load(f, sets), f), load_profile("h200x2"))
+    pred = simulate(lower_spec(_load(f, sets), f), load_profile("h200x2"))
     # what execute would record: each span from the moment its stream reached it (stream_s, rendezvous: latest)
     from schedsim.compare import op_window
 
@@ -54,13 +55,14 @@ def test_a_case_measured_in_several_processes_is_judged_by_their_median(tmp_path
     the hand-written figures are medians over the processes; the replay uses the same median."""
     import json
 
-    from schedsim.cli import _build, _load
+    from schedsim.api import lower_spec
+    from schedsim.cli import _load
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
 
     monkeypatch.chdir(ROOT)
     f, sets = Path("schedules/allgather_mm.yaml"), ["chunks=2", "M=512", "K=512", "N=512"]
-    pred = simulate(_build(_load(f, sets), f), load_profile("h200x2"))
+    pred = simulate(lower_spec(_load(f, sets), f), load_profile("h200x2"))
     P = pred.makespan_s
     case = tmp_path / "run" / "ag2"
     for sub, factor, ref_ms in (("", 1.0, 0.30), ("rep2", 1.25, 0.50), ("rep3", 1.10, 0.40)):
@@ -107,7 +109,8 @@ def test_overhead_table_a_skipped_case_never_replaces_a_measured_one(tmp_path):
 def test_process_host_replays_with_the_host_costs_the_run_measured(tmp_path, monkeypatch):
     """--process-host: a run measured with --measure-host (meta.host_costs_us) is predicted with those costs. The
     measurement is the prediction made with doubled host costs, so only that replay has no error."""
-    from schedsim.cli import _build, _load
+    from schedsim.api import lower_spec
+    from schedsim.cli import _load
     from schedsim.hardware.profile import HardwareProfile, load_profile
     from schedsim.sim.engine import simulate
 
@@ -118,7 +121,7 @@ def test_process_host_replays_with_the_host_costs_the_run_measured(tmp_path, mon
             "event_wait_us": 4.0, "stream_switch_us": 3.0}
     d = base.model_dump()
     d["launch"].update(host)
-    pred = simulate(_build(_load(f, sets), f), HardwareProfile.model_validate(d), launch="eager")
+    pred = simulate(lower_spec(_load(f, sets), f), HardwareProfile.model_validate(d), launch="eager")
     meas = pred.__class__(schedule=pred.schedule, source="execute", world_size=1, launch="eager",
                           spans=pred.spans, meta={"file": str(f), "set": sets, "host_costs_us": host,
                                                   "makespan_uninstrumented_s": pred.makespan_s})
@@ -135,16 +138,17 @@ def test_a_timed_eager_run_replays_against_the_prediction_of_the_run_as_timed(tm
     """An eager run that measured its timing cost (meta.timing_host_per_op_us): the replay holds its ops against
     HardwareProfile.timed_eager of that cost (no error when the measurement is that prediction) and its
     uninstrumented makespan against the plain prediction."""
-    from schedsim.cli import _build, _load
+    from schedsim.api import lower_spec
+    from schedsim.cli import _load
     from schedsim.compare import op_window
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
 
     monkeypatch.chdir(ROOT)
     f, sets = Path("schedules/small_ops_graph.yaml"), ["layers=8"]
-    G = _build(_load(f, sets), f)
-    plain = simulate(G, load_profile("h200"), launch="eager")
-    timed = simulate(G, load_profile("h200").timed_eager(4.0), launch="eager", model_executor=True)
+    prog = lower_spec(_load(f, sets), f)
+    plain = simulate(prog, load_profile("h200"), launch="eager")
+    timed = simulate(prog, load_profile("h200").timed_eager(4.0), launch="eager", model_executor=True)
     assert timed.makespan_s > plain.makespan_s  # a host-bound case: the timing cost shows
     win = op_window(timed, stream_reached=True)
     meas = timed.__class__(schedule=timed.schedule, source="execute", world_size=1, launch="eager",
@@ -165,17 +169,17 @@ def test_each_measure_host_process_is_replayed_with_its_own_costs(tmp_path, monk
     """--process-host on the suite's layout: the --measure-host process is rep2/ (execute/ measured without it).
     That process, predicted with its own settled costs, has no error when it ran as that prediction; its first
     64x64 loop (19.0 µs, slowed) gives way to its later timing of the same call (matmul_loop_us)."""
-    from schedsim.cli import _build, _load
+    from schedsim.api import lower_spec
+    from schedsim.cli import _load
     from schedsim.hardware.profile import HardwareProfile, load_profile
     from schedsim.sim.engine import simulate
 
     monkeypatch.chdir(ROOT)
     f, sets = Path("schedules/small_ops_graph.yaml"), ["layers=8"]
-    G = _build(_load(f, sets), f)
     base = load_profile("h200")
     d = base.model_dump()
     d["launch"].update({"eager_per_op_us": 12.0, "elementwise_call_us": 6.0})
-    ran = simulate(G, HardwareProfile.model_validate(d), launch="eager")
+    ran = simulate(lower_spec(_load(f, sets), f), HardwareProfile.model_validate(d), launch="eager")
     host = {"eager_per_op_us": 19.0, "matmul_loop_us": 12.0, "elementwise_call_us": 6.0}
     for sub, meta in (("execute", {}), ("rep2/execute", {"host_costs_us": host})):
         case = tmp_path / "run" / "so" / sub
@@ -197,6 +201,7 @@ def test_host_call_misses_by_call_and_the_call_before(tmp_path, monkeypatch):
     """--host-calls: measured less predicted host time per call, classed by op kind and the previous call's kind.
     A measurement whose third call (an act, after a matmul) returned 2 µs late, everything after it too: that
     call is 2 µs long, every other call as predicted."""
+    from schedsim.api import lower_spec
     from schedsim.cli import _build, _load
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
@@ -204,7 +209,7 @@ def test_host_call_misses_by_call_and_the_call_before(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     f, sets = Path("schedules/small_ops_graph.yaml"), ["layers=2"]
     G = _build(_load(f, sets), f)
-    pred = simulate(G, load_profile("h200"), launch="eager")
+    pred = simulate(lower_spec(_load(f, sets), f), load_profile("h200"), launch="eager")
     ends = dict(pred.meta["host_call_end_s"])
     ids = list(ends)
     assert ids[:3] == ["up0@r0", "act0@r0", "side0@r0"]

@@ -162,13 +162,17 @@ def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, t
     from schedsim.lower import lower
     from schedsim.sim import _cwaves, loop
     from schedsim.spec.loader import load_schedule
-    from tests.core.test_waves_columns import outcome
+    from tests.oracle.test_waves_columns import outcome
 
     path = tmp_path / f"{name}.yaml"
     path.write_text(EDGE_SCHEDULES[name])
     prog = lower(load_schedule(path))
+    from tests.oracle import numpy_helpers as nh
+
+    # the loop with the numpy forms of its helpers: the package's fallbacks, the oracle's for the rest
     loop_only = types.SimpleNamespace(**{k: getattr(_cwaves, k) for k in dir(_cwaves)
-                                         if not k.startswith("_") and k not in _HELPERS})
+                                         if not k.startswith("_") and k not in _HELPERS},
+                                      succ_csr=nh.succ_csr, kernels=nh.kernels, stream_reached=nh.stream_reached)
     for prof, kw in (("h200", {}), ("h200", {"max_connections": 1}), ("h200x2", {"max_connections": 32}),
                      ("pcie2", {"launch": "cuda_graph"}), ("h200", {"model_executor": True})):
         got = []

@@ -1,24 +1,19 @@
 """The critical path's walk (issue 33): through the last rank to reach a rendezvous, and through the host's calls
 when the host launched the path's first op late; hand-computed timelines on the toy profile (conftest), the
-Python and compiled loops and the Program's columns alike, and Megatron GPT PP4 (1F1B, batched p2p)."""
+package's compiled loop, the oracle's Python loop and the ``sharing`` model alike, and Megatron GPT PP4 (1F1B,
+batched p2p)."""
 
 from __future__ import annotations
 
 import pytest
 
 from schedsim import api
-from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import HardwareProfile, load_profile
-from schedsim.sim import loop
 from schedsim.sim.engine import simulate
 from schedsim.sim.metrics import Metrics, critical_path_host, critical_path_segments
 from schedsim.spec.loader import load_text
 from tests.conftest import ROOT, toy_profile_dict
-
-try:
-    from schedsim.sim import _cwaves  # type: ignore[attr-defined]
-except ImportError:  # not built: the Python loop alone
-    _cwaves = None
+from tests.oracle.engine import simulate_reference
 
 HEAD = "schema_version: 1\nname: g\nworld_size: %d\nops:\n"
 US = 1e-6
@@ -30,16 +25,12 @@ def _segments(tl) -> list[tuple[str, float, float, str]]:  # type: ignore[no-unt
 
 def _every_loop(monkeypatch: pytest.MonkeyPatch, text: str, profile: HardwareProfile,
                 sharing: bool = True, launch: str | None = None) -> list:  # type: ignore[type-arg]
-    """Timelines of ``text`` from the ``waves`` model's Python loop and compiled one (when built) on the op list
-    and on the Program's columns, and (``sharing``) from the ``sharing`` model."""
-    out = []
-    for ext in ([None] if _cwaves is None else [None, _cwaves]):
-        monkeypatch.setattr(loop, "_EXT", [ext])
-        out.append(simulate(build_graph(load_text(text, "t.yaml")), profile, gpu_model="waves", launch=launch))
-        out.append(simulate(api.lower_spec(load_text(text, "t.yaml")), profile, gpu_model="waves", launch=launch))
+    """Timelines of ``text`` from the ``waves`` model (the package's compiled loop on the Program's columns, and the
+    oracle's Python loop on the op list) and (``sharing``) from the ``sharing`` model."""
+    prog = api.lower_spec(load_text(text, "t.yaml"))
+    out = [simulate(prog, profile, gpu_model="waves", launch=launch), simulate_reference(prog, profile, launch=launch)]
     if sharing:
-        out.append(simulate(api.lower_spec(load_text(text, "t.yaml")), profile, gpu_model="sharing", launch=launch))
-    monkeypatch.undo()
+        out.append(simulate(prog, profile, gpu_model="sharing", launch=launch))
     return out
 
 

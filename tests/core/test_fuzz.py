@@ -88,14 +88,14 @@ def _schedule_strategy() -> st.SearchStrategy[dict]:
 
 
 def _load_build_simulate(text: str) -> None:
-    from schedsim.graph.build import build_graph
     from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
     try:
         spec = load_text(text, "fuzz.yaml")
-        simulate(build_graph(spec), load_profile("h200"))
+        simulate(lower(spec), load_profile("h200"))
     except SchedsimError:
         pass
 

@@ -127,13 +127,13 @@ def test_one_connection_starts_kernels_in_issue_order(sim_text):
 
 
 def test_predict_max_connections_override(sim_text):
-    from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
     body = (f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: C, {TINY}, stream: s1}}\n"
             f"  - {{name: B, {TINY}, stream: s2}}\n")
-    tl = simulate(build_graph(load_text(HEAD % 1 + body, "t.yaml")), waves_profile(), max_connections=1)
+    tl = simulate(lower(load_text(HEAD % 1 + body, "t.yaml")), waves_profile(), max_connections=1)
     assert tl.by_id()["B@r0"].start_s == pytest.approx(10e-6)
 
 
@@ -369,12 +369,12 @@ def test_hanging_p2p_order_is_refused_before_simulation(sim_text):
 
 
 def test_sharing_model_still_selectable(sim_text):
-    from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
-    G = build_graph(load_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n",
-                              "t.yaml"))
+    G = lower(load_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n",
+                        "t.yaml"))
     tl = simulate(G, waves_profile(), gpu_model="sharing")
     assert tl.by_id()["A@r0"].end_s == pytest.approx(20e-6) and tl.by_id()["B@r0"].end_s == pytest.approx(20e-6)
 
@@ -411,11 +411,11 @@ def test_profile_contract_defaults_and_h200x2():
 
 def test_bad_max_connections_is_a_clear_error():
     from schedsim.errors import ProfileError, SpecError
-    from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
-    G = build_graph(load_text(HEAD % 1 + f"  - {{name: A, {TINY}}}\n", "t.yaml"))
+    G = lower(load_text(HEAD % 1 + f"  - {{name: A, {TINY}}}\n", "t.yaml"))
     with pytest.raises(ProfileError, match="1-32"):
         simulate(G, waves_profile(), max_connections=33)
     with pytest.raises(ProfileError, match="gpu_model"):
@@ -620,7 +620,7 @@ def test_split_k_reduction_runs_as_a_second_kernel_in_the_fifo(sim_text):
     assert spans == {"A@r0": (0.0, 20.0)}
 
 
-@pytest.mark.parametrize("path", ["python", "compiled", "columns"])
+@pytest.mark.parametrize("path", ["python", "columns"])
 def test_a_split_k_reduction_is_its_queues_next_item(monkeypatch, path):
     """Rule hardware-queues with rule split-k: the reduction is issued right behind its main kernel, so a kernel of
     another stream
@@ -629,47 +629,37 @@ def test_a_split_k_reduction_is_its_queues_next_item(monkeypatch, path):
     handed over at 8 and runs [8, 10]; only then is B handed over, and it takes 6 SMs at 10: A [0, 10],
     B [10, 20] (B's stream-reached time 8). Before, B was handed over at 0, took the SMs at 8 ahead of the
     reduction, and A ran to 16 (and B [8, 18]). With 8 queues B does overtake it (the FIFO test above)."""
-    from schedsim.graph.build import build_graph
     from schedsim.lower import lower
-    from schedsim.sim import loop
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
+    from tests.oracle.engine import simulate_reference
 
-    if path == "python":
-        monkeypatch.setattr(loop, "_EXT", [None])
-    elif loop.compiled_loop() is None:
-        pytest.skip("schedsim.sim._cwaves is not built")
     prof = _with_reduce(waves_profile(max_connections=1), ("fp32", 256, 512, 1024, 8, 2.0))
     text = HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {SIX}, stream: s2}}\n"
     spec = load_text(text, "t.yaml")
-    tl = simulate(lower(spec) if path == "columns" else build_graph(spec), prof)
+    tl = (simulate if path == "columns" else simulate_reference)(lower(spec), prof)
     got = {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6), round(s.stream_s * 1e6, 6)) for s in tl.spans}
     assert got == {"A@r0": (0.0, 10.0, 0.0), "B@r0": (10.0, 20.0, 8.0)}
 
 
 def _spans(path, monkeypatch, text, prof):  # type: ignore[no-untyped-def]
-    """{op id: (start µs, end µs)} from the Python loop, the compiled loop or the columns path."""
+    """{op id: (start µs, end µs)} from the oracle's Python loop or the package's columns path."""
     tl = _timeline(path, monkeypatch, text, prof)
     return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}
 
 
 def _timeline(path, monkeypatch, text, prof):  # type: ignore[no-untyped-def]
-    """The timeline of the Python loop, the compiled loop or the columns path."""
-    from schedsim.graph.build import build_graph
+    """The timeline of the oracle's Python loop or the package's columns path."""
     from schedsim.lower import lower
-    from schedsim.sim import loop
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
+    from tests.oracle.engine import simulate_reference
 
-    if path == "python":
-        monkeypatch.setattr(loop, "_EXT", [None])
-    elif loop.compiled_loop() is None:
-        pytest.skip("schedsim.sim._cwaves is not built")
     spec = load_text(text, "t.yaml")
-    return simulate(lower(spec) if path == "columns" else build_graph(spec), prof)
+    return (simulate if path == "columns" else simulate_reference)(lower(spec), prof)
 
 
-@pytest.mark.parametrize("path", ["python", "compiled", "columns"])
+@pytest.mark.parametrize("path", ["python", "columns"])
 def test_a_waiting_gemm_fills_the_ragged_end_of_the_last_wave(monkeypatch, path):
     """Rule wave-tail, a 2 us tail on waves of 10 us: f = 0.2. A and B fill the 8 SMs (10 us each alone). B waits in the
     FIFO while A runs, so A's only wave runs at 1 / 0.8: A [0, 8]; nothing waits behind B: B [8, 18] (no tail:
@@ -704,7 +694,7 @@ def test_a_waiting_gemm_fills_the_ragged_end_of_the_last_wave(monkeypatch, path)
     assert got == {"A@r0": (0.0, 10.0), "A@r1": (0.0, 10.0), "ar@r0": (10.0, 22.0), "ar@r1": (10.0, 22.0)}
 
 
-@pytest.mark.parametrize("path", ["python", "compiled", "columns"])
+@pytest.mark.parametrize("path", ["python", "columns"])
 def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host(monkeypatch, path):
     """Rule host-issue with ``gemm.call``: eager_per_op_us 5; FULL's row 1.6 (a split-K call launching two kernels),
     TINY none. A (FULL) is issued at 5 · 1.6 = 8, T (TINY) at 8 + 5 = 13, B (FULL, repeat 2: two calls) at
@@ -730,7 +720,7 @@ def test_a_gemm_shape_with_a_call_row_costs_its_multiple_of_a_launch_on_the_host
 DUR = "kind: compute, duration_us: 10"  # a kernel of unknown grid (rule cta-count): 8 − 2 = 6 CTAs of 10 µs
 
 
-@pytest.mark.parametrize("path", ["python", "compiled", "columns"])
+@pytest.mark.parametrize("path", ["python", "columns"])
 def test_a_duration_only_op_leaves_room_for_an_nccl_kernel(monkeypatch, path):
     """Rule cta-count: a ``compute`` op given only a duration holds SMs − sms_per_collective = 6 of the 8 SMs, in one
     wave. With slowdown_beside_gemm 1.5 the all_reduce (12 µs alone, 2 SMs) runs at 1 / (1 + 0.5·min(1, 6/6))

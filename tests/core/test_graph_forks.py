@@ -11,9 +11,9 @@ from schedsim.gpu.cost import CostModel
 from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
-from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_schedule
 from schedsim.spec.overrides import parse_overrides
+from tests.oracle.engine import simulate_any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,16 +27,16 @@ def test_forking_ops_pay_the_edge_cost_in_a_graph_only(as_graph):
     assert edge == pytest.approx(1.18e-6)
     cost = CostModel(prof)
     table = {o.id: cost.duration(o) for o in prog.ops()}
-    solo = {s.id: s.solo_s for s in simulate(G, prof, launch="cuda_graph").spans}
+    solo = {s.id: s.solo_s for s in simulate_any(G, prof, launch="cuda_graph").spans}
     # up_i forks (side_i on aux waits for it); side2 forks too (join on main waits for it); act_i, side0/1, join do not
     forks = {"up0@r0", "up1@r0", "up2@r0", "side2@r0"}
     for oid, t in table.items():
         assert solo[oid] == pytest.approx(t + (edge if oid in forks else 0.0), abs=1e-12), oid
-    eager = {s.id: s.solo_s for s in simulate(G, prof, launch="eager").spans}
+    eager = {s.id: s.solo_s for s in simulate_any(G, prof, launch="eager").spans}
     assert eager == pytest.approx(table)
     # a profile without the measurement (default 0) leaves graph solos at the table
     bare = prof.model_copy(update={"launch": prof.launch.model_copy(update={"graph_cross_stream_edge_us": 0.0})})
-    assert {s.id: s.solo_s for s in simulate(G, bare, launch="cuda_graph").spans} == pytest.approx(table)
+    assert {s.id: s.solo_s for s in simulate_any(G, bare, launch="cuda_graph").spans} == pytest.approx(table)
 
 
 @pytest.mark.parametrize("as_graph", [False, True], ids=["program", "networkx"])
@@ -51,7 +51,7 @@ def test_a_fork_at_a_gemm_shape_with_a_row_pays_that_row(as_graph):
 
     def solos(rows):
         p = prof.model_copy(update={"launch": prof.launch.model_copy(update={"graph_fork_edges": rows})})
-        return {s.id: s.solo_s for s in simulate(G, p, launch="cuda_graph").spans}
+        return {s.id: s.solo_s for s in simulate_any(G, p, launch="cuda_graph").spans}
 
     got = solos([("bf16", 32, 1024, 1024, 3.0)])
     for oid, t in table.items():
@@ -62,5 +62,5 @@ def test_a_fork_at_a_gemm_shape_with_a_row_pays_that_row(as_graph):
     # rows alone (constant 0) still apply
     p = prof.model_copy(update={"launch": prof.launch.model_copy(
         update={"graph_cross_stream_edge_us": 0.0, "graph_fork_edges": [("bf16", 32, 1024, 1024, 2.0)]})})
-    got = {s.id: s.solo_s for s in simulate(G, p, launch="cuda_graph").spans}
+    got = {s.id: s.solo_s for s in simulate_any(G, p, launch="cuda_graph").spans}
     assert got["up1@r0"] == pytest.approx(table["up1@r0"] + 2e-6, abs=1e-12)

@@ -11,9 +11,9 @@ from schedsim.gpu.cost import CostModel
 from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
-from schedsim.sim import loop
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_text
+from tests.oracle.engine import simulate_reference
 
 SCHED = """
 schema_version: 1
@@ -34,14 +34,13 @@ ops:
 @pytest.mark.parametrize("path", ["program-compiled", "program-python", "networkx-python"])
 def test_forks_on_two_ranks_by_hand(monkeypatch, path):
     prog = lower(load_text(SCHED))
-    if path.endswith("python"):
-        monkeypatch.setattr(loop, "_EXT", [None])
     G = graph_of(prog) if path.startswith("networkx") else prog
+    sim = simulate if path == "program-compiled" else simulate_reference
     prof = load_profile("h200x2").model_copy(update={"power": None})
     edge = prof.launch.graph_cross_stream_edge_us * 1e-6  # 1.18 us
     table = {o.id: CostModel(prof).duration(o) for o in prog.ops()}  # graph_per_op_us is 0 on h200x2
     # forks: mm on both ranks (ar on comm waits for it), post@r0 (s on p2p waits for it); ar, one, s, r are
     # collectives / p2p (left as they are); use@r1 has no dependent
     forks = {"mm@r0", "mm@r1", "post@r0"}
-    solo = {s.id: s.solo_s for s in simulate(G, prof).spans}
+    solo = {s.id: s.solo_s for s in sim(G, prof).spans}
     assert solo == pytest.approx({k: t + (edge if k in forks else 0.0) for k, t in table.items()}, abs=1e-12)

@@ -68,7 +68,8 @@ def test_h100_small_ops_spans_against_the_stored_kineto_spans(monkeypatch):
     run (execute --profiler, profiler_ops.json, medians over 64 ops each: up 4.240, side 4.224, act 1.600 µs).
     Their tables hold back-to-back periods (GEMM 4.70, add floor 2.26 µs, plus the cold-L2 term): without the
     gap the spans were +30 % (GEMMs) and +73 % (act)."""
-    from schedsim.cli import _build, _load
+    from schedsim.api import lower_spec
+    from schedsim.cli import _load
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
 
@@ -76,7 +77,7 @@ def test_h100_small_ops_spans_against_the_stored_kineto_spans(monkeypatch):
     f = Path("schedules/small_ops_graph.yaml")
     prof = load_profile(str(ROOT / "tests" / "data" / "h100_calibrated_0429.yaml"))
     assert prof.launch.kernel_gap_us is None and prof.launch.kernel_gap_s == pytest.approx(1.047e-6)
-    tl = simulate(_build(_load(f, []), f), prof, launch="eager")
+    tl = simulate(lower_spec(_load(f, []), f), prof, launch="eager")
     span: dict[str, list[float]] = {}
     for s in tl.spans:
         span.setdefault(s.name.rstrip("0123456789"), []).append((s.end_s - s.start_s) * 1e6)

@@ -58,16 +58,16 @@ def test_graph_chain_takes_the_row_in_l2_and_from_hbm(program: bool) -> None:
     # l2 2 MB (0.39 of it: below the span's 0.45): warm rows, 1.5 µs each: 10, 11.5, 13, 14.5, 16.
     # l2 1 MB (0.79: (0.79 - 0.45) / 0.4 = 0.8505 cold): 1.5 + 0.8505 x 1.0 = 2.3505 µs each.
     # eager (host 0): the table's 2 µs plus the same extra, 2.8505 µs each.
-    from schedsim.graph.build import build_graph
     from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
+    from tests.oracle.engine import simulate_reference
 
     def run(l2: float, launch: str) -> list[float]:
         prof = waves_profile(l2_bytes=l2, launch={"graph_launch_us": 10.0, "eager_per_op_us": 0.0})
         prof = prof.model_copy(update={"gemm": prof.gemm.model_copy(update={"graph": [tuple(ROW)]})})
         spec = load_text(HEAD % 1 + _chain(4), "t.yaml")
-        tl = simulate(lower(spec) if program else build_graph(spec), prof, launch=launch)
+        tl = (simulate if program else simulate_reference)(lower(spec), prof, launch=launch)
         return [round(s.end_s * 1e6, 6) for s in sorted(tl.spans, key=lambda s: s.start_s)]
 
     assert run(2e6, "cuda_graph") == [11.5, 13.0, 14.5, 16.0]
@@ -79,14 +79,14 @@ def test_graph_chain_takes_the_row_in_l2_and_from_hbm(program: bool) -> None:
 
 def test_working_sets_are_per_rank() -> None:
     # rank 0 holds 4 GEMMs (786,432 B: cold in a 0.5 MB L2), rank 1 one (196,608 B: 0.39, warm); eager, host 0
-    from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
     body = "".join(f"  - {{name: g{i}, {TINY}, ranks: [0]}}\n" for i in range(4))
     body += f"  - {{name: h, {TINY}, ranks: [1]}}\n"
     prof = waves_profile(l2_bytes=5e5, hbm_miss_us=0.5, launch={"eager_per_op_us": 0.0})
-    tl = simulate(build_graph(load_text(HEAD % 2 + body, "t.yaml")), prof, launch="eager")
+    tl = simulate(lower(load_text(HEAD % 2 + body, "t.yaml")), prof, launch="eager")
     got = {s.id: round((s.end_s - s.start_s) * 1e6, 6) for s in tl.spans}
     assert got["h@r1"] == 2.0 and got["g0@r0"] == 2.5
 

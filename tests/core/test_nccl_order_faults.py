@@ -8,6 +8,7 @@ from test_nccl_order import PIPE  # the batched interleaved 1F1B input of the is
 from schedsim.errors import DeadlockError
 from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import load_profile
+from schedsim.lower import lower
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_text
 
@@ -37,7 +38,7 @@ def test_a_batch_on_one_stream_is_one_launch_in_the_simulator(model):
     G = build_graph(load_text(RING))
     assert not G.has_edge("s_next@r0", "s_prev@r0")  # members of one launch are not ordered
     assert all(G.has_edge(f"{x}@r0", "after@r0") for x in ("s_next", "s_prev", "r_prev", "r_next"))
-    tl = simulate(G, load_profile("h200"), gpu_model=model)
+    tl = simulate(lower(load_text(RING)), load_profile("h200"), gpu_model=model)
     sp = {s.id: s for s in tl.spans}
     for r in range(3):
         assert sp[f"after@r{r}"].start_s >= max(sp[f"{x}@r{r}"].end_s for x in ("s_next", "s_prev", "r_prev", "r_next"))
@@ -49,7 +50,7 @@ def test_a_batch_on_one_stream_is_one_launch_in_the_simulator(model):
 def test_batched_interleaved_is_predicted_not_only_checked(p, v, m):
     """issue 9 §1's input passed `check` but `predict` hung: a steady-state batch holds two sends on stream
     pp_send, chained by stream order inside one kernel. Every F/I/W runs; makespan >= one rank's compute."""
-    tl = simulate(build_graph(load_text(PIPE.format(p=p, v=v, m=m))), load_profile("h200"))
+    tl = simulate(lower(load_text(PIPE.format(p=p, v=v, m=m))), load_profile("h200"))
     computes = [s for s in tl.spans if s.kind == "compute"]
     assert len(computes) == 3 * p * v * m
     assert tl.makespan_s >= 3 * v * m * 100e-6
@@ -164,7 +165,7 @@ def test_a_torch_runtime_csv_with_unshard_reshard_reduce_grad_runs(tmp_path):
     assert len(G.graph["p2p"]) == 8  # SEND_F of stages 0 and 2, SEND_B of stages 1 and 3, 2 microbatches each
     assert sum(1 for n in G.nodes if ".None" in n) == 0
     assert len([n for n in G.nodes if G.nodes[n]["op"].kind == "compute"]) == 4 * 2 * 3
-    simulate(G, load_profile("h200"))
+    simulate(lower(load_schedule(y, {})), load_profile("h200"))
 
 
 def _custom(tmp_path, csv_text: str | None = None, actions: str | None = None):

@@ -20,14 +20,14 @@ def _with_occupancy(prof, per_sm: int):
 def test_two_gemms_that_fit_two_ctas_per_sm_run_side_by_side(program: bool) -> None:
     # FULL: 8 CTAs of 10 µs on 8 SMs. One CTA per SM: B waits for A (0-10, 10-20). Two per SM: each holds 4 SMs'
     # worth, so both start at 0 and end at 10 (their solo time: a co-resident CTA is not modelled as slower).
-    from schedsim.graph.build import build_graph
     from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
+    from tests.oracle.engine import simulate_reference
 
     def spans(prof):
         spec = load_text(TWO, "t.yaml")
-        tl = simulate(lower(spec) if program else build_graph(spec), prof)
+        tl = (simulate if program else simulate_reference)(lower(spec), prof)
         return {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}
 
     assert spans(waves_profile()) == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0)}

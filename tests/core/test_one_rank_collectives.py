@@ -12,8 +12,8 @@ import pytest
 import tests.core.test_gpu_model as tg
 from schedsim.graph.build import graph_of
 from schedsim.lower import lower
-from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_text
+from tests.oracle.engine import simulate_any
 
 SIX = tg.SIX  # 6 CTAs for 10 µs: 2 of the 8 SMs stay free
 FULL = tg.FULL  # 8 CTAs for 10 µs: every SM
@@ -25,7 +25,7 @@ def spans(text: str, **nccl: object) -> dict[str, tuple[float, float]]:
     prog = lower(load_text(text, "t.yaml"))
     out = []
     for G in (prog, graph_of(prog)):
-        tl = simulate(G, prof, gpu_model="waves")
+        tl = simulate_any(G, prof, gpu_model="waves")
         out.append(({s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans},
                     {s.id: s.resource for s in tl.spans}))
     assert out[0] == out[1]

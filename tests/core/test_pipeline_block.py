@@ -14,6 +14,7 @@ import pytest
 from schedsim.errors import SchedsimError, SpecError
 from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import load_profile
+from schedsim.lower import lower
 from schedsim.sim.engine import simulate
 from schedsim.sim.pipeline_metrics import pipeline_metrics
 from schedsim.spec.loader import load_schedule, load_text
@@ -38,7 +39,7 @@ def run(schedule: str, p: int, m: int, **extra):
     if schedule == "interleaved_1f1b":
         ov.setdefault("v", 2)
     spec = load_schedule(DATA / "pp_unit.yaml", ov)
-    tl = simulate(build_graph(spec), UNIT)
+    tl = simulate(lower(spec), UNIT)
     return tl, pipeline_metrics(tl)
 
 
@@ -128,7 +129,7 @@ def test_megatron_transformer_shapes_and_tied_allreduce():
 def test_p2p_volume_matches_the_measured_nccl_counts():
     # S4's NCCL-volume table of its PP4-VP2 trace (docs/sources.md): device 0 sends 14,680,064 and device 1 16,777,216
     # fp16 elements (seq 32 x hidden 4096 per message) in one step
-    tl = simulate(build_graph(load_schedule("schedules/megatron_gpt_pp4_vp2.yaml")), load_profile("rtx3090_pcie1x4"))
+    tl = simulate(lower(load_schedule("schedules/megatron_gpt_pp4_vp2.yaml")), load_profile("rtx3090_pcie1x4"))
     met = pipeline_metrics(tl)
     assert met["p2p_bytes"][0]["sent"] == 14680064 * 2 and met["p2p_bytes"][0]["recv"] == 14680064 * 2
     assert met["p2p_bytes"][1]["sent"] == 16777216 * 2 and met["p2p_bytes"][2]["recv"] == 16777216 * 2
@@ -238,7 +239,7 @@ def test_data_parallel_tail_reduces_every_parameter_before_the_optimizer_step():
         opt = ops[f"optimizer_step@r{rank}"]
         assert opt.nbytes == 18 * held[r] and opt.deps == (f"dp_grad_allreduce_r{r}",)
         assert ops[f"tied_embedding_allreduce@r{rank}"].deps == (f"dp_grad_allreduce_r{r}",)
-    tl = simulate(G, UNIT)
+    tl = simulate(lower(load_text(text, "dp.yaml")), UNIT)
     span = {s.id: s for s in tl.spans}
     for rank in range(4):
         r = rank % 2

@@ -118,6 +118,7 @@ def test_with_gemm_slowdown_scales_the_table_and_the_roofline():
 def test_pipeline_prediction_applies_the_steady_power_state(monkeypatch):
     """The shipped h200x2 has the curve measured on 2026-12-01: a 2-stage 1F1B keeps tensor cores busy > 0.73
     of the time, so its GEMMs run slower than the table: each F GEMM's solo time is the table's × the slowdown."""
+    from schedsim.api import lower_spec
     from schedsim.cli import _build, _load
     from schedsim.gpu.cost import CostModel
     from schedsim.sim.engine import simulate
@@ -126,7 +127,8 @@ def test_pipeline_prediction_applies_the_steady_power_state(monkeypatch):
     f = Path("schedules/pipeline_schedules.yaml")
     G = _build(_load(f, ["p=2", "m=8", "schedule=1f1b"]), f)
     prof = load_profile("h200x2")
-    tl = simulate(G, prof)
+    prog = lower_spec(_load(f, ["p=2", "m=8", "schedule=1f1b"]), f)
+    tl = simulate(prog, prof)
     pw = tl.meta["power"]
     assert pw["gemm_slowdown"] == pytest.approx(slowdown_at(prof.power.gemm_slowdown_by_duty, pw["tensor_duty"]),
                                                 rel=2 * TOLERANCE)
@@ -135,10 +137,10 @@ def test_pipeline_prediction_applies_the_steady_power_state(monkeypatch):
     table = CostModel(prof).duration(G.nodes[mm.id]["op"])
     assert mm.solo_s == pytest.approx(table * pw["gemm_slowdown"], rel=1e-3)
     # execute's idle between timed iterations lowers the duty: a smaller slowdown, a shorter makespan
-    gap = simulate(G, prof, iteration_gap_s=2e-3)
+    gap = simulate(prog, prof, iteration_gap_s=2e-3)
     assert gap.meta["power"]["gemm_slowdown"] < pw["gemm_slowdown"] and gap.makespan_s < tl.makespan_s
     # a profile without a curve predicts the table's times
-    bare = simulate(G, prof.model_copy(update={"power": None}))
+    bare = simulate(prog, prof.model_copy(update={"power": None}))
     assert "power" not in bare.meta and bare.makespan_s < gap.makespan_s
 
 

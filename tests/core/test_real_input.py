@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import load_profile
+from schedsim.lower import lower
 from schedsim.sim.engine import simulate
 from schedsim.sim.metrics import compute_metrics
 from schedsim.spec.loader import load_schedule
 
 
 def predict(path, profile, gpu_model=None, **ov):
-    tl = simulate(build_graph(load_schedule(path, ov)), load_profile(profile), gpu_model=gpu_model)
+    tl = simulate(lower(load_schedule(path, ov)), load_profile(profile), gpu_model=gpu_model)
     return tl, compute_metrics(tl)
 
 

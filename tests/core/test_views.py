@@ -24,6 +24,7 @@ def pp_run(toy_profile_module):
     """pp_unit (F = I = W = 1 µs) with p=2, m=4, 1F1B and 2 data-parallel replicas: the gradient
     all_reduce after the last backward makes the makespan longer than the pipeline actions."""
     from schedsim.graph.build import build_graph
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
@@ -32,7 +33,7 @@ def pp_run(toy_profile_module):
         "  m: m\n", "  m: m\n  data_parallel: 2\n  grad_allreduce_bytes: 10000000\n  activation_memory_bytes: 1000\n")
     spec = load_text(text, "pp_unit_dp2.yaml", {"p": 2, "m": 4})
     G = build_graph(spec)
-    return spec, G, simulate(G, toy_profile_module)
+    return spec, G, simulate(lower(spec), toy_profile_module)
 
 
 @pytest.fixture(scope="module")

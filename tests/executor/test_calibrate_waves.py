@@ -13,8 +13,8 @@ from exec_helpers import DATA
 from executor import calibrate as C
 from executor import calibrate_bench as CB
 from executor.calibrate_waves import _schedule_text, fit_wave_tail, pick_shapes
-from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import HardwareProfile, load_profile
+from schedsim.lower import lower
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_text
 
@@ -32,7 +32,7 @@ def _overlapped_ms(tail_us: float) -> float:
                                      "tail": [e for e in p.gemm.tail if tuple(e[:4]) != key] + [[*key, tail_us]]})
     p = p.model_copy(update={"gemm": gemm, "power": None, "launch": p.launch.model_copy(update=zero),
                              "gpu": p.gpu.model_copy(update={"wave_tail_us": tail_us})})
-    return simulate(build_graph(load_text(_schedule_text(REC), "t.yaml")), p, launch="eager").makespan_s * 1e3
+    return simulate(lower(load_text(_schedule_text(REC), "t.yaml")), p, launch="eager").makespan_s * 1e3
 
 
 @pytest.mark.parametrize("tail_us", [2.0, 8.0, 25.0])

@@ -6,6 +6,7 @@ import pytest
 
 from executor.timing import assemble_timeline, rank_local_timeline
 from schedsim.graph.build import build_graph
+from schedsim.lower import lower
 from schedsim.spec.loader import load_text
 
 TEXT = """
@@ -109,7 +110,7 @@ def test_each_ops_host_call_is_stamped_predicted_and_compared():
     meas = assemble_timeline(G, [r0, r1], schedule="t", launch="eager")
     assert meas.meta["host_call_end_s"] == {"mm@r0": pytest.approx(21e-6), "ar@r0": pytest.approx(91e-6)}
     prof = load_profile("h200")
-    pred = simulate(G, prof, launch="eager", gpu_model="waves")
+    pred = simulate(lower(load_text(TEXT, "t.yaml")), prof, launch="eager", gpu_model="waves")
     calls = pred.meta["host_call_end_s"]  # rule host-issue by hand: a kernel launch, then a collective call on the
     L = prof.launch  # communication stream (a stream switch and an event wait for mm on the compute stream)
     mm = (L.eager_per_op_us + L.first_op_extra_us) * 1e-6

@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from schedsim.graph.build import build_graph
 from schedsim.hardware.profile import HardwareProfile, load_profile
+from schedsim.lower import lower
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_text
 
@@ -158,7 +158,7 @@ def _pinned_yaml(sc: Scenario, profile: HardwareProfile) -> str:
     """Add ``host_us`` to pinned ops so that their host issue time is the measured one (see module doc)."""
     if not sc.pin:
         return sc.yaml
-    tl = simulate(build_graph(load_text(sc.yaml)), profile, gpu_model="waves", max_connections=sc.conns)
+    tl = simulate(lower(load_text(sc.yaml)), profile, gpu_model="waves", max_connections=sc.conns)
     lines, added = [], 0.0  # host_us delays every later op of the rank: pins are applied in program order
     for line in sc.yaml.splitlines():
         name = line.split("name: ")[1].split(",")[0] if "name: " in line else None
@@ -178,7 +178,7 @@ def _issue_ms(tl, name: str) -> float:  # type: ignore[no-untyped-def]
 
 def predict(sc: Scenario, profile: HardwareProfile, model: str) -> tuple[dict[str, tuple[float, float]], float]:
     """Per-op (ready, end) ms on rank 0 and the span per call (ms)."""
-    tl = simulate(build_graph(load_text(_pinned_yaml(sc, profile))), profile, launch=sc.launch, gpu_model=model,
+    tl = simulate(lower(load_text(_pinned_yaml(sc, profile))), profile, launch=sc.launch, gpu_model=model,
                   max_connections=sc.conns)
     ops = {s.name: ((s.ready_s if s.ready_s is not None else s.start_s) * 1e3, s.end_s * 1e3)
            for s in tl.spans if s.rank == 0}

@@ -1,7 +1,9 @@
-"""Event loop of the ``waves`` GPU execution model; the rules it applies are in :mod:`schedsim.gpu.rules`.
+"""Oracle: the ``waves`` GPU execution model's event loop in Python, on per-op lists (the rules it applies are in
+:mod:`schedsim.gpu.rules`). The package runs the compiled loop from the Program's columns
+(:mod:`schedsim.sim.waves_columns`); ``tests/oracle/test_differential.py`` holds the two bit-identical.
 
-Per rank it keeps: the host issue times (rule 1), the hardware queues (rule 2), a
-FIFO of kernels waiting for SMs and the free SM count (rule 3), and the running
+Per rank it keeps: the host issue times (rule host-issue), the hardware queues (rule hardware-queues), a
+FIFO of kernels waiting for SMs and the free SM count (rule wave-dispatch), and the running
 *jobs*: a batch of CTAs of one kernel placed at one time (they retire together),
 an NCCL transfer of one collective or send/recv pair (all its ranks), or a copy on a
 copy engine. Each job has remaining solo work and a rate (HBM sharing, NCCL
@@ -10,26 +12,15 @@ recomputed once after it. Deterministic: ties on the heap break by a counter.
 
 Besides start (first CTA placed) and end (last CTA done), each op gets ``stream_s``: when its stream
 reached it, i.e. when a CUDA event recorded just before its call would fire: its last dependency done,
-the host at the start of its call (rule 1) and its hardware queue past the item ahead (rule 2). That is
+the host at the start of its call (rule host-issue) and its hardware queue past the item ahead (rule hardware-queues).
+That is
 what ``schedsim execute`` measures as an op's start, and what :func:`schedsim.compare.op_window` compares.
 
-Two implementations of the loop, one set of rules. :func:`run_waves` computes in Python, from
-:mod:`schedsim.gpu.rules`, everything a rule decides: successors with the communicator-order edges,
-host issue times, kernels with their CTA counts, wave times, memory-boundness and hardware queues, the
-link ends of each transfer, and every rate as a table (:func:`~schedsim.gpu.rates.rate_tables`).
-Then the event loop runs, either
-
-* compiled (:mod:`schedsim.sim._cwaves`, C, built by ``pip install -e .``): the whole loop (heap, ready
-  counts, queues, dispatch FIFOs, CTA batches, copy engines, rate updates) on flat int64/float64
-  arrays, ~1 µs per op (2-vCPU VM), without the GIL; it runs Python's signal handlers every
-  4096 events, so Ctrl-C (KeyboardInterrupt) stops it within milliseconds; or
-* in Python (:func:`_run_python`, the reference), when the extension is not built or
-  ``SCHEDSIM_NO_EXT=1`` (one line on stderr says so).
-
-Both do the same floating-point operations in the same order (C built with ``-ffp-contract=off``), so
-their timelines are identical bit for bit; ``tests/core/test_cwaves.py`` checks it on every shipped
-schedule, on generated DAGs and on a pipeline. The deadlock report and the stream-reached times are
-computed in Python after either loop.
+:func:`run_waves` computes in Python, from :mod:`schedsim.gpu.rules`, everything a rule decides: successors
+with the communicator-order edges, host issue times, kernels with their CTA counts, wave times,
+memory-boundness and hardware queues, the link ends of each transfer, and every rate straight from the rule
+functions; then :func:`_run_python` runs the loop. It does the same floating-point operations in the same order
+as the compiled loop (C built with ``-ffp-contract=off``), so their timelines are identical bit for bit.
 """
 
 from __future__ import annotations
@@ -37,9 +28,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-from array import array
 from collections import deque
-from itertools import accumulate, chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -50,7 +39,8 @@ from schedsim.gpu import kernels as gk
 from schedsim.gpu import rates as gr
 from schedsim.gpu import rules as gm
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.sim.loop import HOST, _raise_deadlock, _State, compiled_loop, set_rate
+from schedsim.sim.loop import HOST, _raise_deadlock, _State, set_rate
+from schedsim.sim.waves_columns import COLD_RERUN_MAX
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare
@@ -62,11 +52,10 @@ _BATCH, _XFER, _COPY = 0, 1, 2  # job types
 
 def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | None = None,
               model_executor: bool = False, p2p_serialized: bool | None = None):
-    """Run the compiled DAG ``c`` (:func:`schedsim.sim.loop_arrays._compile`); returns the engine's ``_State``.
+    """Run the per-op lists ``c`` (:func:`tests.oracle.graph_feed.compile_graph`) in the Python loop; returns the
+    engine's ``_State``.
 
     ``p2p_serialized`` overrides the profile's ``nccl.unbatched_p2p_serialized``. ``c.npred`` is consumed.
-    The event loop is the compiled one (:mod:`schedsim.sim._cwaves`) when it is built and
-    ``SCHEDSIM_NO_EXT`` is unset, else the Python one below (the reference); both give identical timelines.
 
     Raises
     ------
@@ -77,7 +66,7 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     serial = rules.p2p_serialized if p2p_serialized is None else p2p_serialized
     npred0 = c.npred[:] if c.N <= COLD_RERUN_MAX else None
     state = _run_once(c, profile, mode, rules, serial, model_executor, False)
-    # rule 1: an iteration after which the host waited for the GPU starts the next with cold first calls; what
+    # rule host-issue: an iteration after which the host waited for the GPU starts the next with cold first calls; what
     # execute measures, every iteration after the last one's end, is that next iteration: run it again cold
     if npred0 is not None and gh.host_waited(np.asarray(state.end, np.float64), state.host_s, profile, mode):
         c.npred[:] = npred0
@@ -85,38 +74,30 @@ def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | 
     return state
 
 
-#: the most ops for which :func:`run_waves` reruns an iteration with cold first calls (rule 1,
-#: ``launch.cold_first_call_us``): tens of µs once per rank, nothing against a schedule of this many ops
-COLD_RERUN_MAX = 100_000
-
 
 def _run_once(c, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial: bool,
               model_executor: bool, cold: bool):
-    """One pass of :func:`run_waves` (``cold``: the first calls of the iteration run cold, rule 1)."""
+    """One pass of :func:`run_waves` (``cold``: the first calls of the iteration run cold, rule host-issue)."""
 
     call0: list[float] = []
-    issue: list[float] = []  # when each op's kernel reaches the GPU (rule 1: part-way through its call)
+    issue: list[float] = []  # when each op's kernel reaches the GPU (rule host-issue: part-way through its call)
     succ, done = _order_and_issue(c, profile, mode, serial, model_executor, call0, issue, cold)
     kn = _kernels(c, rules)
     ops, gmem = c.ops, c.gmem
-    tab = gr.rate_tables(rules)  # None for a GPU of thousands of SMs: then the Python loop
     from schedsim.network import rank_nodes
 
     node = rank_nodes(profile, c.world)  # None without a cluster topology: one link tier
-    gends = [gm.link_ends([ops[i] for i in m], node) for m in gmem]  # link directions each transfer uses (rule 6)
+    gends = [gm.link_ends([ops[i] for i in m], node) for m in gmem]  # link directions per transfer (rule nccl-sms)
     grev = [tuple(e ^ 1 for e in ends) if rules.p2p_one_way != 1.0 and ops[m[0]].kind in ("send", "recv") else ()
             for ends, m in zip(gends, gmem, strict=False)]  # a p2p transfer's reverse directions
     share = _link_share(profile, c)  # NICs and leaf uplinks shared max-min fair (schedsim.network.share)
-    if tab is not None and compiled_loop() is not None:
-        start, end, ready_t, deps_t, binding, khand = _run_compiled(c, rules, tab, succ, issue, kn, gends, grev,
-                                                                    share)
-    else:
-        start, end, ready_t, deps_t, binding, khand = _run_python(c, rules, succ, issue, kn, gends, grev, share)
+    start, end, ready_t, deps_t, binding, khand = _run_python(c, rules, succ, issue, kn, gends, grev, share)
     N = c.N
     if N and min(end) < 0.0:
         _raise_deadlock(c.ids, ops, end, c.npred, c.job_of, gmem, N)
     # an event recorded before the op's call fires once the stream got there, the host made the call and its
-    # hardware queue handed over the item ahead of it (rule 2: with fewer queues than streams, that can be later)
+    # hardware queue handed over the item ahead of it (rule hardware-queues: with fewer queues than streams, that
+    # can be later)
     qreach = np.zeros(len(kn.kops))
     for Q in kn.queues.values():
         if len(Q) > 1:
@@ -171,9 +152,9 @@ def _releaser(members: list[int], i: int, t: float, start: list[float], ready_t:
 
 
 def _drain(Q: list[int], h: int, kready: list[bool], ktail: list[int], dispatch, t: float) -> int:
-    """Rule 2: queue ``Q`` hands over its ready kernels in order from its head ``h``; returns the new head. A
-    kernel with a reduction still to come (rule 4b, ``ktail`` > 0) holds the queue: the head comes back as
-    ``~h`` (negative), and nothing moves until the loop, having handed that reduction over, flips it back.
+    """Rule hardware-queues: queue ``Q`` hands over its ready kernels in order from its head ``h``; returns the
+    new head. A kernel with a reduction still to come (rule split-k, ``ktail`` > 0) holds the queue: the head comes
+    back as ``~h`` (negative), and nothing moves until the loop, having handed that reduction over, flips it back.
     The reduction is the queue's next item, so a later kernel of a stream sharing the queue waits behind it."""
     if h < 0:
         return h
@@ -191,7 +172,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
                 share: LinkShare | None = None):
     """The reference event loop (rates straight from the rule functions); returns ``(start, end, ready_t,
     deps_t, binding, khand)`` (seconds; op index or HOST; khand per kernel: when its queue handed it over, or
-    its reduction (rule 4b), the queue's next item after it)."""
+    its reduction (rule split-k), the queue's next item after it)."""
     ops, N, world = c.ops, c.N, c.world
     npred, job_of, gmem, job_work = c.npred, c.job_of, c.gmem, c.job_work
     S, nsm, xlat, one_way = rules.sms, rules.nccl_sms, rules.cross_stream_s, rules.p2p_one_way
@@ -199,7 +180,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
     batch_rate = functools.lru_cache(None)(functools.partial(gr.batch_rate, rules))  # evaluated once per state
     copy_rate = functools.lru_cache(None)(functools.partial(gr.copy_rate, rules))
     kern, kops, ktype, krank, kneed, kleft, ktau, kmem, kq, queues, ktail, ktail_tau, kgain = kn
-    ktail = list(ktail)  # a reduction still to run: its CTAs; negative once handed over (rule 4b)
+    ktail = list(ktail)  # a reduction still to run: its CTAs; negative once handed over (rule split-k)
     K = len(kops)
     kbat = [0] * K  # CTA batches running
     kstarted = [False] * K
@@ -218,11 +199,11 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
     free = [S] * world
     held = [0] * world  # SMs held by compute CTAs
     nccl_held = [0] * world  # SMs held by resident NCCL kernels
-    nmem = [0.0] * world  # HBM load of the memory-bound CTAs resident (rule 5: gpu.rates.mem_rate)
+    nmem = [0.0] * world  # HBM load of the memory-bound CTAs resident (rule hbm-share: gpu.rates.mem_rate)
     ncomm = [0] * world  # NCCL transfers in flight
     nlink = [0] * (4 * world)  # transfers in flight per (rank, link tier, direction): gm.link_ends
     ncopy = [0] * world  # copies in flight
-    nwait = [0] * world  # compute kernels in the dispatch FIFO (rule 4c)
+    nwait = [0] * world  # compute kernels in the dispatch FIFO (rule wave-tail)
     pend: list[list[tuple[float, int, int]]] = [[] for _ in range(world)]  # (handed over at, op index, kernel)
     khand = [0.0] * K
     toplace: set[int] = set()
@@ -270,14 +251,14 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             eng = ktype[k] - 2
             rv = gr.REVERSE_ENGINE[eng]
             return copy_rate(held[r] > 0, eng, rv >= 0 and bool(copyq.get((r, rv + 2))))
-        # rule 5: the GPU's memory-bound CTAs share HBM
+        # rule hbm-share: the GPU's memory-bound CTAs share HBM
         rate = batch_rate(nccl_held[r] > 0, ncopy[r] > 0) * (gr.mem_rate(rules, nmem[r]) if kmem[k] else 1.0)
-        if nwait[r] and not kleft[k] and ktail[k] >= 0:  # rule 4c: a waiting kernel fills its ragged end
+        if nwait[r] and not kleft[k] and ktail[k] >= 0:  # rule wave-tail: a waiting kernel fills its ragged end
             rate *= kgain[k]
         return rate
 
     def comm_rates(ranks: list[int]) -> None:
-        """Per-rank SM factor of NCCL transfers (rule 6), before the jobs of ``ranks`` are rerated."""
+        """Per-rank SM factor of NCCL transfers (rule nccl-sms), before the jobs of ``ranks`` are rerated."""
         for q in ranks:
             if ncomm[q]:
                 crate[q] = comm_rate(held[q], nccl_held[q])
@@ -294,7 +275,8 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
         set_rate(j, rate_of(j), t, jrate, jrem, jlast, jver, heap, counter)
 
     def place(r: int, t: float) -> None:
-        """Rule 3: the head kernel of the rank's FIFO takes free SMs; the next one only once it has all it needs."""
+        """Rule wave-dispatch: the head kernel of the rank's FIFO takes free SMs; the next one only once it has
+        all it needs."""
         P = pend[r]
         while P:
             k = P[0][2]
@@ -359,7 +341,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             if len(cq) == 1:
                 start_copy(k, t)
             return
-        if typ == 1:  # an NCCL kernel asks for SMs once one of its groups has every rank there (rule 7)
+        if typ == 1:  # an NCCL kernel asks for SMs once a group has every rank there (rule communicator-order)
             for i in kops[k]:
                 g = job_of[i] - N
                 garr[g] += 1
@@ -374,7 +356,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
         push(pend[r], (t, kops[k][0], k))
         nwait[r] += 1
         toplace.add(r)
-        dirty.add(r)  # rule 4c: the rank's placed kernels may now have their ragged ends filled
+        dirty.add(r)  # rule wave-tail: the rank's placed kernels may now have their ragged ends filled
 
     def op_ready(i: int, t: float) -> None:
         ready_t[i] = t
@@ -401,7 +383,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
                 binding[v] = HOST
                 push(heap, (issue[v], next(counter), -1 - v, 0))
                 continue
-            if tv > t:  # rule 3: an event wait resolves later than a same-stream successor
+            if tv > t:  # rule wave-dispatch: an event wait resolves later than a same-stream successor
                 binding[v] = i
                 push(heap, (tv, next(counter), -1 - v, 0))
                 continue
@@ -450,7 +432,7 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
         if kmem[k]:
             nmem[r] -= s / kmem[k]
         if not kbat[k] and not kleft[k]:
-            if ktail[k] > 0:  # rule 4b: the main kernel is done; its queue hands the reduction over now
+            if ktail[k] > 0:  # rule split-k: the main kernel is done; its queue hands the reduction over now
                 kleft[k] = ktail[k]
                 ktail[k] = -ktail[k]
                 khand[k] = t
@@ -498,66 +480,9 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
     return start, end, ready_t, deps_t, binding, khand
 
 
-def _csr(lists) -> tuple[array, array]:
-    """Lists of ints as (offsets, values), int32 (the compiled loop's index type): row i is
-    values[offsets[i]:offsets[i + 1]]."""
-    ptr = array("i", [0])
-    ptr.extend(accumulate(map(len, lists)))
-    return ptr, array("i", chain.from_iterable(lists))
-
-
-def _run_compiled(c, rules: gm.GpuRules, tab: gr.RateTables, succ: list[list[int]],
-                  issue: list[float], kn: _Kernels, gends: list[tuple[int, ...]], grev: list[tuple[int, ...]],
-                  share: LinkShare | None = None):
-    """:func:`_run_python` in C: every parameter flattened to int32/float64 arrays (no rule is computed in C;
-    see _cwaves.c), the same results."""
-    ops, N, world, gmem = c.ops, c.N, c.world, c.gmem
-    K, G = len(kn.kops), len(gmem)
-    names = list(map(attrgetter("stream"), ops))
-    sid = array("i", map({s: k for k, s in enumerate(dict.fromkeys(names))}.__getitem__, names))  # name codes
-    qid = {key: q for q, key in enumerate(kn.queues)}
-    granks = c.job_ranks[N:]
-    epos: list[list[int]] = []  # per member: positions in its group's ends of its rank's ends
-    for ends, rk in zip(gends, granks, strict=True):
-        pos: dict[int, list[int]] = {}
-        for p, e in enumerate(ends):
-            pos.setdefault(e >> 2, []).append(p)
-        epos.extend(pos[r] for r in rk)
-
-    def zeros(code: str, n: int) -> array:
-        return array(code, bytes(array(code).itemsize * n))
-
-    npred = array("i", c.npred)
-    start, ready_t, deps_t, khand = zeros("d", N), zeros("d", N), zeros("d", N), zeros("d", K)
-    end, binding = array("d", [-1.0]) * N, array("i", [-1]) * N
-    arrays = (
-        array("d", tab.comm), array("d", tab.batch), array("d", tab.copy),
-        npred, *_csr(succ), sid, array("i", map(attrgetter("rank"), ops)),
-        array("i", [j - N if j >= N else -1 for j in c.job_of[:N]]), array("i", kn.kern), array("d", issue),
-        array("d", c.job_work[:N]),
-        *_csr(kn.kops), array("i", kn.ktype), array("i", kn.krank), array("i", kn.kmem),
-        array("i", [qid[key] for key in kn.kq]), array("i", kn.kneed), array("i", kn.kleft), array("d", kn.ktau),
-        array("i", kn.ktail), array("d", kn.ktail_tau), array("d", kn.kgain),
-        *_csr(kn.queues.values()),
-        *_csr(gmem), *_csr(gends), *_csr(grev), *_csr(granks), *_csr(epos), array("d", c.job_work[N:]),
-        start, end, ready_t, deps_t, khand, binding,
-        zeros("i", K), array("i", map(len, kn.kops)), zeros("i", len(qid)), zeros("i", K),
-    )
-    compiled_loop().run((N, K, G, world, rules.sms, rules.nccl_sms),
-                        (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *share_args(share))
-    if N and min(end) < 0.0:
-        c.npred[:] = npred.tolist()  # what is left, for the deadlock message
-    return start, end, ready_t, deps_t, binding, khand  # array.array: indexable like the Python loop's lists
-
-
-def share_args(share: LinkShare | None) -> tuple[tuple[object, np.ndarray, np.ndarray], ...]:
-    """The compiled loop's optional ``share`` argument, ``(event callable, share buffer, flag buffer)``, as a
-    tuple of the extra arguments (none without shared links: the call is then as before)."""
-    return () if share is None else ((share.event, share.share, share.flag),)
-
-
 class _LinkMin:
-    """Each transfer's share of its slowest link end, ``min(crate[rank] / nlink[end])`` (rule 6), kept up to date.
+    """Each transfer's share of its slowest link end, ``min(crate[rank] / nlink[end])`` (rule nccl-sms), kept up to
+    date.
 
     :meth:`track` refreshes a transfer's ends on one rank, which the loop calls for every dirty rank of an
     event (only dirty ranks' ``crate`` and ``nlink`` change), and keeps the minimum with the count of ends at
@@ -636,19 +561,19 @@ class _Kernels(NamedTuple):
     kneed: list[int]  # ops not yet ready
     kleft: list[int]  # compute: CTAs not yet placed; NCCL: ops not yet ended
     ktau: list[float]  # compute: solo seconds of one wave
-    kmem: list[int]  # memory-bound (rule 5): the SMs one kernel holds alone; 0: compute-bound
+    kmem: list[int]  # memory-bound (rule hbm-share): the SMs one kernel holds alone; 0: compute-bound
     kq: list[tuple[int, int]]  # (rank, hardware queue)
     queues: dict[tuple[int, int], list[int]]  # (rank, queue) -> kernels in issue order
-    ktail: list[int]  # compute: CTAs of the second kernel (a split-K reduction, rule 4b), 0 none
+    ktail: list[int]  # compute: CTAs of the second kernel (a split-K reduction, rule split-k), 0 none
     ktail_tau: list[float]  # its solo seconds (one wave)
-    kgain: list[float]  # compute: gr.fill_gain of its main kernel's wave time (rule 4c), else 1.0
+    kgain: list[float]  # compute: gr.fill_gain of its main kernel's wave time (rule wave-tail), else 1.0
 
 
 def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,
                      model_executor: bool, call_start: list[float] | None = None,
                      release: list[float] | None = None, cold: bool = False) -> tuple[list[list[int]], list[float]]:
-    """Successor lists in program order plus the communicator-order edges (rule 7; ``c.npred`` grows),
-    and the host issue time of each op (rule 1)."""
+    """Successor lists in program order plus the communicator-order edges (rule communicator-order; ``c.npred`` grows),
+    and the host issue time of each op (rule host-issue)."""
     ops, N = c.ops, c.N
     succ = [sorted(x) for x in c.succ]  # ops released together reach the GPU in program order
     npred = c.npred
@@ -668,7 +593,8 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,
 
 
 def _kernels(c, rules: gm.GpuRules) -> _Kernels:
-    """Group ops into kernels and give each its CTAs, wave time and hardware queue (rules 2, 4, 5)."""
+    """Group ops into kernels and give each its CTAs, wave time and hardware queue (rules hardware-queues,
+    cta-count, hbm-share)."""
     ops, job_res, job_work = c.ops, c.job_res, c.job_work
     kern = [0] * c.N
     kops: list[list[int]] = []

@@ -1,7 +1,9 @@
-"""The ``waves`` run fed from a Program's columns (schedsim/sim/waves_columns.py) against the Op-list path
-(``simulate(graph_of(prog))``): identical timelines, bit for bit (every span column, critical path, warnings,
-or the same error), on every shipped schedule, on pipelines with lone and batched send/recv, on every
-scenario of test_gpu_model.py, and when a lone send/recv order hangs under serialization (the retry)."""
+"""The ``waves`` run fed from a Program's columns (schedsim/sim/waves_columns.py, the compiled loop) against the
+oracle's Op-list path (``simulate_reference(graph_of(prog))``, :mod:`tests.oracle.engine`): identical timelines,
+bit for bit (every span column, critical path, metadata, or the same error), on every shipped schedule, on
+pipelines with lone and batched send/recv, on every scenario of test_gpu_model.py, and when a lone send/recv
+order hangs under serialization (the retry). Part of the differential suite (``tests/oracle/test_differential.py``
+compares the per-op outcome on random schedules too)."""
 
 from __future__ import annotations
 
@@ -15,26 +17,22 @@ from schedsim.errors import SchedsimError
 from schedsim.graph.build import build_graph, graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
-from schedsim.lower.program import rendezvous_groups
-from schedsim.sim import loop
+from schedsim.lower.program import Program, rendezvous_groups
 from schedsim.sim.engine import simulate
 from schedsim.spec.loader import load_schedule, load_text
 from schedsim.spec.overrides import parse_overrides
 from tests.conftest import ROOT
+from tests.oracle.engine import simulate_reference
 
-try:
-    from schedsim.sim import _cwaves  # type: ignore[attr-defined]
-except ImportError:
-    _cwaves = None
-
-pytestmark = pytest.mark.skipif(_cwaves is None, reason="schedsim.sim._cwaves is not built (pip install -e .)")
 SHIPPED = sorted(glob.glob(str(ROOT / "schedules" / "*.yaml"))) + [str(ROOT / "tests" / "data" / "pp_unit.yaml")]
 
 
 def outcome(G, profile, **kw) -> object:  # type: ignore[no-untyped-def]
-    """Every span column, the critical path and the metadata, or the error raised."""
+    """Every span column, the critical path and the metadata, or the error raised: a Program's from the package, a
+    networkx graph's from the oracle."""
     try:
-        tl = simulate(G, profile, gpu_model="waves", **kw)
+        tl = (simulate(G, profile, gpu_model="waves", **kw) if isinstance(G, Program)
+              else simulate_reference(G, profile, **kw))
     except SchedsimError as e:
         return type(e).__name__, str(e)
     c = tl.columns
@@ -45,22 +43,17 @@ def outcome(G, profile, **kw) -> object:  # type: ignore[no-untyped-def]
 
 
 def same(prog, profile, **kw) -> object:  # type: ignore[no-untyped-def]
-    """Assert the columnar run equals the Op-list run (both with the compiled loop); return it."""
+    """Assert the columnar run equals the oracle's Op-list run; return it."""
     cols = outcome(prog, profile, **kw)
     ref = outcome(graph_of(prog), profile, **kw)
     assert cols == ref, kw
     return cols
 
 
-@pytest.fixture(autouse=True)
-def _compiled(monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(loop, "_EXT", [_cwaves])
-
-
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.rsplit("/", 1)[-1])
 def test_columns_match_the_op_list_path_on_every_shipped_schedule(path):
     prog = lower(load_schedule(path))
-    small = prog.N < 2000
+    small = prog.N < 2000  # the Megatron schedules: one setting (the Python loop is slow)
     for prof in ("h200", "h200x2") if small else ("h200x2",):
         for kw in ({}, {"launch": "cuda_graph"}, {"max_connections": 1}, {"model_executor": True}) if small \
                 else ({},):
@@ -129,18 +122,6 @@ def test_an_op_outside_the_world_or_with_a_nan_solo_time_is_refused(monkeypatch)
     monkeypatch.setattr(CostModel, "duration", lambda self, op: float("nan"))
     with pytest.raises(GraphError, match=r"op g@r0 \(matmul\) has a solo duration of nan s"):
         simulate(prog, tg.waves_profile())
-
-
-@pytest.mark.parametrize("path", [p for p in SHIPPED if p.rsplit("/", 1)[-1] in
-                                  ("allgather_mm8.yaml", "offload.yaml", "pipeline_custom.yaml", "pp_unit.yaml")],
-                         ids=lambda p: p.rsplit("/", 1)[-1])
-def test_columns_match_the_python_reference_loop(monkeypatch, path):
-    # the columnar run (compiled) against the Python event loop on Op lists, the reference
-    prog = lower(load_schedule(path))
-    prof = load_profile("h200x2")
-    cols = outcome(prog, prof)
-    monkeypatch.setattr(loop, "_EXT", [None])
-    assert outcome(prog, prof) == cols
 
 
 def test_member_link_positions_vectorised_equal_the_generic_scan():

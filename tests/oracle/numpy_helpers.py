@@ -1,0 +1,102 @@
+"""Oracle: numpy forms of the compiled preparation helpers of the ``waves`` loop (``_cwaves.succ_csr``,
+``_cwaves.kernels``, ``_cwaves.stream_reached``), with the C functions' signatures and output buffers, so a test can
+put them in place of the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls
+the compiled helpers only (:mod:`schedsim.sim.waves_columns`); these were its fallbacks for a build without them.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+
+from schedsim.gpu import rules as gm
+
+__all__ = ["kernels", "stream_reached", "succ_csr", "with_numpy_helpers"]
+
+I32, I64 = np.int32, np.int64
+
+
+def _csr_of(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows 0..n-1 of ``keys`` (row of each item) as CSR: ``(ptr, idx)``, idx the items of each row in order."""
+    idx = gm.stable_order(keys).astype(I64)
+    ptr = np.zeros(n + 1, I64)
+    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
+    return ptr, idx
+
+
+def succ_csr(n: int, edges: tuple[np.ndarray, ...], sid: np.ndarray, sptr: np.ndarray, sidx: np.ndarray,
+             npred: np.ndarray, xdeps: np.ndarray) -> int:
+    """``_cwaves.succ_csr``: the (src, dst) pairs of ``edges`` as CSR rows of distinct successors in ascending order
+    (one sort of the keys ``src·n + dst``), written to ``sptr`` (n + 1), ``sidx`` (room for every edge), ``npred``
+    (distinct predecessors) and ``xdeps`` (those on another stream, ``sid``); returns the distinct edge count."""
+    key = np.concatenate([np.asarray(x, I64).reshape(-1, 2) @ np.array([n, 1], I64) for x in edges]) if edges \
+        else np.zeros(0, I64)
+    key = np.unique(key)
+    s, d = np.divmod(key, n) if n else (key, key)
+    ptr = np.zeros(n + 1, I64)
+    np.cumsum(np.bincount(s, minlength=n), out=ptr[1:])
+    sptr[:] = ptr
+    sidx[:len(d)] = d
+    npred[:] = np.bincount(d, minlength=n)
+    xdeps[:] = np.bincount(d[sid[s] != sid[d]], minlength=n)
+    return len(d)
+
+
+def kernels(dims: tuple[int, int, int, int], rank: np.ndarray, batch: np.ndarray, res: np.ndarray, tmpl: np.ndarray,
+            work: np.ndarray, opq: np.ndarray, tctas: np.ndarray, twaves: np.ndarray, tmem: np.ndarray,
+            *out: np.ndarray) -> tuple[int, int]:
+    """``_cwaves.kernels``: kernels numbered by first appearance (a rank's ``p2p_batch`` is one, every other op its
+    own), each taking its head op's resource, rank, template and work; queues numbered by first appearance of
+    (rank, ``opq`` of the head). Writes ``kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx``
+    (``out``; with no batch ``kidx``, ``ktype``, ``krank`` may be empty) and returns ``(K, Q)``."""
+    N, world, nb, C = dims
+    if nb > 0 and (batch >= 0).any():
+        bi = np.flatnonzero(batch >= 0)
+        bk = rank[bi].astype(I64) * nb + batch[bi]
+        first = np.full(world * nb, N, I64)
+        np.minimum.at(first, bk, bi)  # each (rank, batch)'s first op
+        head_of = np.arange(N)
+        head_of[bi] = first[bk]
+        kern = (np.cumsum(head_of == np.arange(N)) - 1)[head_of]
+        K = int(kern.max()) + 1 if N else 0
+        kptr, kidx = _csr_of(kern, K)
+    else:  # one kernel per op
+        K = N
+        kern, kidx, kptr = np.arange(N), np.arange(N), np.arange(N + 1)
+    head = kidx[kptr[:-1]]
+    ktype, krank, kneed, ht, whead, ohead = res[head], rank[head], np.diff(kptr), tmpl[head], work[head], opq[head]
+    comp = ktype == 0
+    kleft = np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0))
+    ktau = np.where(comp, whead / twaves[ht], 0.0)
+    kmem = np.where(comp, tmem[ht], 0)
+    kq = gm.first_codes(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
+    Q = int(kq.max()) + 1 if K else 0
+    qptr, qidx = _csr_of(kq, Q)
+    for buf, x in zip(out, (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx), strict=True):
+        if len(buf):
+            buf[:len(x)] = x
+    return K, Q
+
+
+def stream_reached(qptr: np.ndarray, qidx: np.ndarray, khand: np.ndarray, kern: np.ndarray, call0: np.ndarray,
+                   deps_t: np.ndarray) -> None:
+    """``_cwaves.stream_reached``: in place, ``deps_t[i] = max(deps_t[i], qreach[kern[i]], call0[i])``, ``qreach[k]``
+    the time the queue handed over the kernel before ``k`` in its queue (0 for a queue's first)."""
+    K = len(khand)
+    if K:
+        later = np.ones(len(qidx), bool)
+        later[qptr[:-1][np.diff(qptr) > 0]] = False  # not a queue's first kernel
+        qreach = np.zeros(K)
+        qreach[qidx[later]] = khand[qidx[np.flatnonzero(later) - 1]]
+        np.maximum(deps_t, qreach[kern], out=deps_t)
+    np.maximum(deps_t, call0, out=deps_t)
+
+
+def with_numpy_helpers(ext: Any) -> types.SimpleNamespace:
+    """The compiled module ``ext`` with these numpy forms in place of its ``succ_csr``, ``kernels`` and
+    ``stream_reached`` (everything else, the loop included, as built)."""
+    names = {k: getattr(ext, k) for k in dir(ext) if not k.startswith("_")}
+    return types.SimpleNamespace(**{**names, "succ_csr": succ_csr, "kernels": kernels,
+                                    "stream_reached": stream_reached})
