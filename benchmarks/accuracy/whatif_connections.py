@@ -1,16 +1,19 @@
 """A what-if checked against a second real run (issue 37): one multi-stream PyTorch program, run by hand twice on
 one GPU, with ``CUDA_DEVICE_MAX_CONNECTIONS`` 8 and 1, each iteration traced with Kineto.
 
-    CUDA_DEVICE_MAX_CONNECTIONS=8 python3 benchmarks/accuracy/whatif_connections.py --out DIR/conn8
+    CUDA_DEVICE_MAX_CONNECTIONS=8 python3 benchmarks/accuracy/whatif_connections.py --out DIR/conn8 [--side spin]
     CUDA_DEVICE_MAX_CONNECTIONS=1 python3 benchmarks/accuracy/whatif_connections.py --out DIR/conn1
 
 Each iteration, for ``i`` in ``range(steps)``: stream 0 runs an ``M×K @ K×N`` bf16 GEMM and records an event;
-stream 1 waits for that event and adds a bias to the GEMM's output (a consumer); stream 2 copies the next step's
-first ``copy_rows`` input rows from pinned host memory (a prefetch on the copy engine) and records an event that
-stream 0 waits for before the next GEMM. With 8 hardware queues each copy runs under the GEMM before it; with one
-queue the copy, issued after stream 1's wait, sits behind that wait until the GEMM ends (the false dependency of
-one connection, rule 2 of ``schedsim.sim.gpu_model``), so the steps serialise. Writes ``OUT/kineto.json.gz`` (one profiled iteration
-after two warm ones, ``torch.profiler.schedule``) and ``OUT/result.json``: the uninstrumented makespans (CUDA events
+stream 1 waits for that event and adds a bias to the GEMM's output (a consumer); stream 2 then does the side work
+and records an event that stream 0 waits for before the next GEMM. The side work (``--side``): ``copy``, the next
+step's first ``copy_rows`` input rows from pinned host memory (a prefetch on the copy engine); ``spin``, a one-CTA
+kernel that spins ``--spin-cycles`` clock cycles (``torch.cuda._sleep``: a latency-bound kernel that holds one
+SM, as a communication kernel does); or both. With 8 hardware queues the side work runs under the GEMM before it;
+with one queue a kernel issued after stream 1's wait sits behind that wait until the GEMM ends (the false
+dependency of one connection, rule 2 of ``schedsim.sim.gpu_model``), so the steps serialise.
+Writes ``OUT/kineto.json.gz`` (one profiled iteration after two warm ones,
+``torch.profiler.schedule``) and ``OUT/result.json``: the uninstrumented makespans (CUDA events
 from the first op's issue to the last op's end on every stream, ``--iters`` iterations after ``--warmup``), their
 median, and the environment. On CPU then (``benchmarks/accuracy/whatif_replay.py``): import the 8-queue trace,
 ``schedsim replay --what-if max_connections=1``, against the 1-queue run.
@@ -35,6 +38,9 @@ def main() -> None:
     ap.add_argument("--N", type=int, default=4096)
     ap.add_argument("--K", type=int, default=4096)
     ap.add_argument("--copy-rows", type=int, default=1024)
+    ap.add_argument("--side", choices=("copy", "spin", "both"), default="copy",
+                    help="stream 2's work: the copy, a one-CTA kernel spinning --spin-cycles, or both")
+    ap.add_argument("--spin-cycles", type=int, default=300_000)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
@@ -66,7 +72,10 @@ def main() -> None:
             ss[1].wait_event(done[i])
             ys[i].add_(bias)
             torch.cuda.set_stream(ss[2])
-            xs[(i + 1) % a.steps][: a.copy_rows].copy_(host, non_blocking=True)
+            if a.side in ("copy", "both"):
+                xs[(i + 1) % a.steps][: a.copy_rows].copy_(host, non_blocking=True)
+            if a.side in ("spin", "both"):
+                torch.cuda._sleep(a.spin_cycles)
             copied[i].record(ss[2])
         torch.cuda.set_stream(torch.cuda.default_stream(dev))
 
@@ -89,17 +98,18 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile, schedule
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                 schedule=schedule(wait=0, warmup=2, active=1)) as prof:
-        for _ in range(3):
+                 schedule=schedule(wait=0, warmup=2, active=1, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(a.out / "kineto.json.gz"))) as prof:
+        for _ in range(4):
             step()
             torch.cuda.synchronize(dev)
             prof.step()
-    prof.export_chrome_trace(str(a.out / "kineto.json.gz"))
-    res = {"makespans_s": ms, "median_s": statistics.median(ms), "steps": a.steps, "M": a.M, "N": a.N, "K": a.K, "copy_rows": a.copy_rows,
+    res = {"makespans_s": ms, "median_s": statistics.median(ms), "steps": a.steps, "M": a.M, "N": a.N, "K": a.K,
+           "copy_rows": a.copy_rows, "side": a.side, "spin_cycles": a.spin_cycles,
            "max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"), "gpu": torch.cuda.get_device_name(dev),
            "torch": torch.__version__}
     (a.out / "result.json").write_text(json.dumps(res, indent=1))
-    print(f"CUDA_DEVICE_MAX_CONNECTIONS={res['max_connections']}: median {res['median_s'] * 1e3:.3f} ms "
+    print(f"side={a.side} CUDA_DEVICE_MAX_CONNECTIONS={res['max_connections']}: median {res['median_s'] * 1e3:.3f} ms "
           f"over {a.iters} iterations ({res['gpu']})")
 
 
