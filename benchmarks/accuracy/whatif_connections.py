@@ -11,12 +11,15 @@ step's first ``copy_rows`` input rows from pinned host memory (a prefetch on the
 kernel that spins ``--spin-cycles`` clock cycles (``torch.cuda._sleep``: a latency-bound kernel that holds one
 SM, as a communication kernel does); or both. With 8 hardware queues the side work runs under the GEMM before it;
 with one queue a kernel issued after stream 1's wait sits behind that wait until the GEMM ends (the false
-dependency of one connection, rule 2 of ``schedsim.sim.gpu_model``), so the steps serialise.
+dependency of one connection, rule 2 of ``schedsim.sim.gpu_model``), so the steps serialise; a host-to-device
+copy issued there is not held (one H100, 2026-12-06).
 Writes ``OUT/kineto.json.gz`` (one profiled iteration after two warm ones,
 ``torch.profiler.schedule``) and ``OUT/result.json``: the uninstrumented makespans (CUDA events
 from the first op's issue to the last op's end on every stream, ``--iters`` iterations after ``--warmup``), their
-median, and the environment. On CPU then (``benchmarks/accuracy/whatif_replay.py``): import the 8-queue trace,
-``schedsim replay --what-if max_connections=1``, against the 1-queue run.
+median, and the environment. On CPU then: ``schedsim import kineto DIR/conn8/kineto.json.gz --out I8``, the same
+of ``conn1`` into ``I1``; ``schedsim replay I8/schedule.yaml --what-if max_connections=1`` against ``schedsim
+replay I1/schedule.yaml``'s trace makespan (docs/validation.md, "A what-if against a second real run";
+``tests/trace/test_whatif_second_run.py`` holds one H100's four traces to that).
 """
 
 from __future__ import annotations
