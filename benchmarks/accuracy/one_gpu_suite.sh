@@ -26,12 +26,21 @@
 #             ms_bf16_c16 (matmul_streams bf16 chunks 16), ag_bf16_c4 (allgather_mm world 1 bf16 chunks 4, ref)
 # WAIT_AB=1 (default) also runs chain2 with SCHEDSIM_WAIT=sleep (the executor's former wait) as chain2_sleep; 2 also
 # ag_c8 as ag_c8_sleep.
+# WHATIF=1 first runs benchmarks/accuracy/whatif_connections.py (spin and copy side work, CUDA_DEVICE_MAX_CONNECTIONS
+# 8 and 1; ~30 s) into OUT/whatif.tgz: issue 37's what-if against a second real run, replayed on CPU.
 set -uo pipefail
 OUT=${OUT:-one_gpu_suite_out}; W=/tmp/one_gpu_work; rm -rf $W; mkdir -p "$OUT" $W
 BUDGET=${BUDGET:-540}
 . benchmarks/device_env.sh
 python3 setup.py -q build_ext --inplace > $W/build.log 2>&1 || echo "no compiled waves loop (Python loop)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$W/gpu.txt"
+if [ "${WHATIF:-0}" = 1 ]; then
+  for side in spin copy; do for c in 8 1; do
+    CUDA_DEVICE_MAX_CONNECTIONS=$c timeout 60 python3 benchmarks/accuracy/whatif_connections.py --side $side \
+      --out "$W/whatif/${side}_conn$c" 2>&1 | tail -1
+  done; done
+  tar czf "$OUT/whatif.tgz" -C "$W/whatif" . 2>/dev/null
+fi
 date -u +%FT%TZ >> "$W/gpu.txt"
 timeout 60 python3 benchmarks/probes/host/after_profiler.py 2>&1 | tail -1 | tee "$W/probe_profiler_host.json"
 PROF=$W/calibrated.yaml

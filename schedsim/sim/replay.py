@@ -89,7 +89,13 @@ class _ReplayQueues:
     of a rank (numbered by first appearance, :func:`~schedsim.gpu.rules.stream_queues`) uses queue ``s mod conns``,
     which hands its ops to the GPU in issue (program) order; in a replay an op is handed over when it starts, so
     an op may start only once the op ahead of it in its queue has (an op ready before that is parked, and binds to
-    the op ahead). No queue limit when ``conns`` is None."""
+    the op ahead). No queue limit when ``conns`` is None.
+
+    Copies between host and device (``memcpy`` ops of direction ``h2d`` / ``d2h``, run by a copy engine) join no
+    queue: with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` a pinned 8 MiB host-to-device copy issued behind another
+    stream's unfinished event wait started under the GEMM that wait was for, while a one-CTA kernel issued there
+    started only after it (one H100, ``benchmarks/accuracy/whatif_connections.py``, docs/validation.md, "A
+    what-if against a second real run")."""
 
     def __init__(self, ops: list[Op], conns: int | None) -> None:
         self.prev = [-1] * len(ops)
@@ -97,6 +103,8 @@ class _ReplayQueues:
         if conns is not None:
             last: dict[tuple[int, int], int] = {}
             for i, (op, q) in enumerate(zip(ops, gm.stream_queues(ops, int(conns)), strict=True)):
+                if op.kind == "memcpy" and op.direction in ("h2d", "d2h"):
+                    continue
                 p = last.get((op.rank, q), -1)
                 self.prev[i] = p
                 if p >= 0:

@@ -17,7 +17,8 @@ What-ifs (applied to the validated spec, op by op; :func:`what_if_spec`):
   model; NCCL ops whose peers were not imported keep theirs (said in the output);
 * ``max_connections=N`` (or ``CUDA_DEVICE_MAX_CONNECTIONS=N``, 1-32): replay with N hardware queues per rank:
   stream ``s`` of a rank (numbered by first launch) on queue ``s mod N``, and an op waiting for its stream
-  predecessor or an event holds up the ops launched after it on its queue (rule hardware-queues of
+  predecessor or an event holds up the ops launched after it on its queue (host-device copies, on a copy engine,
+  join no queue: :class:`schedsim.sim.replay._ReplayQueues`; rule hardware-queues of
   :mod:`schedsim.gpu.rules`; :func:`schedsim.sim.replay._run_replay`). The baseline replay has the queues
   the schedule's ``env`` declares (``CUDA_DEVICE_MAX_CONNECTIONS``, which ``import`` cannot read from a trace:
   write it into ``schedule.yaml`` for a run made with 1), else none: the recorded waits hold the run's. A false
