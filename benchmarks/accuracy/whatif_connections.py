@@ -11,7 +11,7 @@ step's first ``copy_rows`` input rows from pinned host memory (a prefetch on the
 kernel that spins ``--spin-cycles`` clock cycles (``torch.cuda._sleep``: a latency-bound kernel that holds one
 SM, as a communication kernel does); or both. With 8 hardware queues the side work runs under the GEMM before it;
 with one queue a kernel issued after stream 1's wait sits behind that wait until the GEMM ends (the false
-dependency of one connection, rule 2 of ``schedsim.sim.gpu_model``), so the steps serialise; a host-to-device
+dependency of one connection, rule hardware-queues of ``schedsim.gpu.rules``), so the steps serialise; a host-to-device
 copy issued there is not held (one H100, 2026-12-06).
 Writes ``OUT/kineto.json.gz`` (one profiled iteration after two warm ones,
 ``torch.profiler.schedule``) and ``OUT/result.json``: the uninstrumented makespans (CUDA events
