@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from schedsim.errors import ProfileError
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import P2P_KINDS
+from schedsim.kinds import KINDS, P2P_KINDS
 from schedsim.network import CollectiveCost, NcclNetwork
-from schedsim.network.links import ONE_RANK_NOP, LinkTables, bus_factor
+from schedsim.network.links import LinkTables, bus_factor
 
 __all__ = ["NetworkModel"]
 
@@ -52,12 +52,12 @@ class NetworkModel:
 
         One rank: NCCL runs no collective (``ncclLaunchOneRank``, src/enqueue.cc: "for 1 rank, out-of-place is
         memcpy to self, and in-place is nop"), so the in-place kinds as the executor calls them (``all_reduce``,
-        ``broadcast``, ``reduce``: :data:`ONE_RANK_NOP`) take 0 s and the others a device-to-device copy of
-        ``nbytes``. One H200 [evidence: timed-graph]: a 1-rank 8 KiB all_reduce in
+        ``broadcast``, ``reduce``: ``one_rank`` ``nop`` in :data:`schedsim.kinds.KINDS`) take 0 s and the others a
+        device-to-device copy of ``nbytes``. One H200 [evidence: timed-graph]: a 1-rank 8 KiB all_reduce in
         a graph timed op by op spanned 1.2-1.3 µs, its two timing events' own span."""
         n = len(ranks)
         if n <= 1:
-            if kind in ONE_RANK_NOP:
+            if KINDS[kind].one_rank == "nop":
                 return 0.0
             return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
         nodes = None
@@ -66,7 +66,7 @@ class NetworkModel:
             if got is not None:
                 return got.seconds
             nodes = self._net.shape(ranks).nodes  # with the profile's placement
-        t = self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
+        t = self._links.time(KINDS[kind].table, nbytes, ranks, nodes)
         return t if kind in P2P_KINDS else max(t, self._node_floor(kind, nbytes, ranks))
 
     def _node_floor(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:

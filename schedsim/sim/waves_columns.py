@@ -36,14 +36,13 @@ from schedsim.gpu import rules as gm
 from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
+from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program, rendezvous_groups
 
 __all__ = ["ProgramRun", "categorical", "run_waves_program"]
 
 I64 = np.int64
 I32 = np.int32
-_RES = {"matmul": 0, "compute": 0}
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
 
@@ -118,9 +117,10 @@ def template_classes(templates: tuple[Op, ...]) -> tuple[np.ndarray, list[Op]]:
 
 def _res_of(tp) -> int:
     """Resource of a template: 0 compute, 1 communication, 2-4 copy engine (h2d, d2h, d2d)."""
-    if tp.kind == "memcpy":
+    res = KINDS[tp.kind].resource
+    if res == "copy":
         return _COPY_RES[tp.direction or "d2d"]
-    return _RES.get(tp.kind, 1)
+    return 0 if res == "compute" else 1
 
 
 def _csr_of(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
