@@ -567,15 +567,12 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         rules.sms)
     del opq, kres, ktres
     K = len(kptr) - 1
-    from schedsim.network import rank_nodes
-
-    node = rank_nodes(profile, prog.world_size)  # None without a cluster topology: one link tier
+    node = cost.net.rank_nodes(prog.world_size)  # None without a cluster topology: one link tier
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
                                         None if node is None else np.asarray(node, I64))]
-    from schedsim.network.share import program_share
     from schedsim.sim.waves import share_args
 
-    share = program_share(profile, prog, gptr, gidx, gwork, cost.net.nccl)  # shared NICs and leaf uplinks
+    share = cost.net.link_share(prog, gptr, gidx, gwork)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
     del rank
