@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from schedsim.errors import ProfileError
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS, P2P_KINDS
-from schedsim.network import CollectiveCost, NcclNetwork
+from schedsim.network import CollectiveCost, NcclNetwork, rank_nodes
 from schedsim.network.links import LinkTables, bus_factor
 
 if TYPE_CHECKING:
@@ -66,9 +66,7 @@ class NetworkModel:
         ProfileError
             As :meth:`NcclNetwork.gpu_of`.
         """
-        if self._net is None:
-            return None
-        return [self._net.gpu_of(r) // self._net.gpn for r in range(world)]
+        return rank_nodes(self.profile, world)
 
     def link_share(self, prog: Program, gptr: np.ndarray, gidx: np.ndarray, work: np.ndarray) -> LinkShare | None:
         """The NICs and leaf uplinks ``prog``'s rendezvous groups share (CSR ``gptr``/``gidx`` of op indices,
