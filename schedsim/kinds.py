@@ -101,13 +101,16 @@ class KindInfo:
         The class of :mod:`schedsim.spec.model` that validates a written op of this kind; ``fields`` are the
         fields it requires (``tests/core/test_kind_registry.py`` holds the two equal).
     resource, cost, host : str
-        :data:`Resource`, :data:`CostRule`, :data:`HostCall`.
+        :data:`Resource`, :data:`CostRule`, :data:`HostCall`. ``resource`` also names the stream an op of the kind
+        runs on when it names none (``compute``, ``copy``, ``comm``).
     executor : str
         The method of ``executor.kernels.Kernels`` that builds the op's torch call.
     table : str
         The kind of the profile's measured busbw table that times it (``sendrecv`` for send/recv), ``""`` none.
     one_rank : str
         :data:`OneRank`.
+    rooted : bool
+        A collective with a ``root`` rank (broadcast, reduce, scatter, gather), which must be in its group.
     """
 
     name: str
@@ -119,10 +122,11 @@ class KindInfo:
     executor: str
     table: str = ""
     one_rank: OneRank = ""
+    rooted: bool = False
 
 
-def _collective(name: str, one_rank: OneRank) -> KindInfo:
-    return KindInfo(name, "CollectiveOp", (), "comm", "network", "collective", "_collective", name, one_rank)
+def _collective(name: str, one_rank: OneRank, rooted: bool) -> KindInfo:
+    return KindInfo(name, "CollectiveOp", (), "comm", "network", "collective", "_collective", name, one_rank, rooted)
 
 
 #: The op-kind registry: kind name -> :class:`KindInfo`, in :data:`OP_KINDS` order. One-rank collectives: the
@@ -135,7 +139,8 @@ KINDS: dict[str, KindInfo] = {k.name: k for k in (
     KindInfo("memcpy", "MemcpyOp", ("direction",), "copy", "copy", "copy", "_memcpy"),
     KindInfo("send", "SendOp", ("peer",), "comm", "network", "p2p", "_p2p", "sendrecv"),
     KindInfo("recv", "RecvOp", ("peer",), "comm", "network", "p2p", "_p2p", "sendrecv"),
-    *(_collective(c, "nop" if c in ("all_reduce", "broadcast", "reduce") else "copy") for c in COLLECTIVE_KINDS),
+    *(_collective(c, "nop" if c in ("all_reduce", "broadcast", "reduce") else "copy",
+                  c in ("broadcast", "reduce", "scatter", "gather")) for c in COLLECTIVE_KINDS),
 )}
 
 

@@ -11,8 +11,8 @@ import difflib
 from typing import Any
 
 from schedsim.errors import SpecError
-from schedsim.kinds import P2P_KINDS
-from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
+from schedsim.kinds import KINDS, P2P_KINDS
+from schedsim.spec.model import COLLECTIVE_KINDS, CollectiveOp, ScheduleSpec
 
 __all__ = ["check_spec", "op_sources"]
 
@@ -59,7 +59,7 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
         if not ranks:
             raise err(i, "ranks", f"op {op.name!r} runs on no rank", "give at least one rank, or omit `ranks` for all")
         if spec.streams is not None:
-            stream = op.stream or {"matmul": "compute", "compute": "compute", "memcpy": "copy"}.get(op.kind, "comm")
+            stream = op.stream or KINDS[op.kind].resource  # the default stream is named after the resource
             if stream not in spec.streams:
                 s = difflib.get_close_matches(stream, spec.streams, n=1)
                 raise err(i, "stream", f"stream {stream!r}{'' if op.stream else ' (the default for ' + op.kind + ')'} "
@@ -84,7 +84,7 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
             if outside:
                 raise err(i, "group", f"collective {op.name!r} runs on rank {outside[0]} outside its group {group}",
                           "add the rank to `group`, or remove it from `ranks`")
-        if op.kind in COLLECTIVE_KINDS and op.kind in ("broadcast", "reduce", "scatter", "gather"):
+        if isinstance(op, CollectiveOp) and KINDS[op.kind].rooted:
             if op.root not in group:
                 raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {group}",
                           f"set root to one of {group}")
