@@ -11,8 +11,8 @@ import difflib
 from typing import Any
 
 from schedsim.errors import SpecError
-from schedsim.kinds import KINDS, P2P_KINDS
-from schedsim.spec.model import COLLECTIVE_KINDS, CollectiveOp, ScheduleSpec
+from schedsim.kinds import KINDS
+from schedsim.spec.model import CollectiveOp, RecvOp, ScheduleSpec, SendOp
 
 __all__ = ["check_spec", "op_sources"]
 
@@ -65,8 +65,8 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
                 raise err(i, "stream", f"stream {stream!r}{'' if op.stream else ' (the default for ' + op.kind + ')'} "
                           f"is not declared in `streams` {spec.streams}",
                           f"did you mean {s[0]!r}?" if s else f"add {stream!r} to `streams` or set `stream:`")
-        if op.kind in P2P_KINDS:
-            peer = op.peer  # type: ignore[union-attr]
+        if isinstance(op, (SendOp, RecvOp)):
+            peer = op.peer
             if not 0 <= peer < n:
                 raise err(i, "peer", f"{op.kind} {op.name!r} has peer {peer} but world_size is {n}",
                           f"use a peer in 0..{n - 1}")
@@ -74,8 +74,8 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
                 raise err(i, "peer", f"{op.kind} {op.name!r} on rank {peer} names itself as peer",
                           "a send/recv needs another rank as peer")
         group = ranks
-        if op.kind in COLLECTIVE_KINDS and op.group is not None:  # type: ignore[union-attr]
-            group = op.group  # type: ignore[union-attr]
+        if isinstance(op, CollectiveOp) and op.group is not None:
+            group = op.group
             outside = [r for r in ranks if r not in group]
             bad_g = [r for r in group if not 0 <= r < n]
             if bad_g:
