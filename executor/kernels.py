@@ -55,15 +55,13 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from executor import ExecError
 from schedsim.graph.ops import Op
-from schedsim.kinds import COMM_KINDS
+from schedsim.kinds import KINDS
 
 __all__ = ["OpImpl", "Materializer", "torch_dtype", "Binding"]
-
-_COMM = frozenset(COMM_KINDS)
 
 
 def torch_dtype(name: str | None, *, for_comm: bool = False) -> Any:
@@ -288,18 +286,11 @@ class Materializer:
         ExecError
             An op kind or dtype this build cannot run.
         """
-        k = op.kind
-        if k == "matmul":
-            return self._matmul(op, binding)
-        if k == "compute":
-            return self._compute(op, binding)
-        if k == "memcpy":
-            return self._memcpy(op, binding)
-        if k in ("send", "recv"):
-            return self._p2p(op, binding)
-        if k in _COMM:
-            return self._collective(op, binding)
-        raise ExecError(f"{op.source}: op {op.id}: kind {k!r} cannot be executed")
+        info = KINDS.get(op.kind)  # the kind's kernel builder (schedsim.kinds registry: KindInfo.executor)
+        build = getattr(self, info.executor, None) if info is not None else None
+        if build is None:
+            raise ExecError(f"{op.source}: op {op.id}: kind {op.kind!r} cannot be executed")
+        return cast(OpImpl, build(op, binding))
 
     def _matmul(self, op: Op, bd: Binding | None) -> OpImpl:
         torch = self.torch

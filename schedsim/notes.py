@@ -104,12 +104,12 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
     nccl: dict[tuple[str, int], int] = {}
     empty: dict[str, int] = {}
     cost_box: list[Any] = []  # the CostModel, built on the first collective a topology may time
-    from schedsim.kinds import COLLECTIVE_KINDS, P2P_KINDS
+    from schedsim.kinds import COLLECTIVE_KINDS, KINDS, P2P_KINDS
 
     for t, n_inst in zip(prog.templates, counts, strict=True):
         if not n_inst:
             continue
-        if t.kind == "matmul":
+        if KINDS[t.kind].cost == "gemm":
             dt = t.dtype or "fp32"
             if dt not in tables and not profile.gemm.shape_curve_from:
                 roof[dt] = roof.get(dt, 0) + n_inst
@@ -117,7 +117,7 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
                     no_peak[dt] = no_peak.get(dt, 0) + n_inst
         elif (t.kind in COLLECTIVE_KINDS or t.kind in P2P_KINDS) and t.duration_s is None \
                 and (len(t.group) if t.group else 2) > 1:  # a measured duration is no guess
-            key = ("sendrecv" if t.kind in P2P_KINDS else t.kind, len(t.group) if t.group else 2)
+            key = (KINDS[t.kind].table, len(t.group) if t.group else 2)
             into = nccl if _nccl_model_times(t, profile, cost_box) else alpha if key not in coll_tables else {}
             into[key] = into.get(key, 0) + n_inst
             if not t.nbytes:

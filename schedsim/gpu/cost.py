@@ -24,13 +24,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from schedsim.gpu.gemm import GemmSurface, idw_times, transfer_times
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
+from schedsim.kinds import KINDS
 from schedsim.network import NcclNetwork
 from schedsim.network.model import NetworkModel
 
@@ -45,6 +46,16 @@ _SIBLING = {"bf16": "fp16", "fp16": "bf16"}
 def _shape_key(op: Op) -> tuple[str, int, int, int]:
     """A GEMM's key in the profile's per-shape rows: (dtype, m·batch, n, k), dtype ``fp32`` when unset."""
     return (op.dtype or "fp32", op.m * op.batch, op.n, op.k)
+
+
+#: What an op's solo time depends on, by cost rule (its key in :class:`CostModel`'s cache; the kind keeps two kinds of
+#: one rule apart).
+_CACHE_KEY: dict[str, Callable[[Op], tuple[object, ...]]] = {
+    "gemm": lambda op: (op.kind, op.dtype, op.m, op.n, op.k, op.batch),
+    "roofline": lambda op: (op.kind, op.flops, op.nbytes, op.dtype),
+    "copy": lambda op: (op.kind, op.direction, op.nbytes),
+    "network": lambda op: (op.kind, op.nbytes, op.group),
+}
 
 
 class CostModel:
@@ -81,6 +92,10 @@ class CostModel:
         self._ref: CostModel | None = None
         #: The communication model: collectives and send/recv over the profile's links or topology.
         self.net = NetworkModel(profile, self._floor)
+        #: Seconds of one kernel of an op, by its kind's cost rule (:data:`schedsim.kinds.CostRule`).
+        self._rule: dict[str, Callable[[Op], float]] = {
+            "gemm": self._matmul, "roofline": lambda op: self._roofline(op.flops, op.nbytes, op.dtype),
+            "copy": self._memcpy, "network": lambda op: self.net.collective(op.kind, op.nbytes, op.group)}
 
     # -- compute ---------------------------------------------------------
     def gemm_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:
@@ -181,7 +196,7 @@ class CostModel:
         main kernel (0.70 ms) and a 128-CTA ``split_k`` kernel of 6.3 µs
         ([evidence: stream-dispatch]).
         """
-        if not self._reduce or op.kind != "matmul":
+        if not self._reduce or KINDS[op.kind].cost != "gemm":
             return None
         got: tuple[int, float] | None = self._reduce.get(self._kernel_key(op))
         return got
@@ -198,7 +213,7 @@ class CostModel:
         which follows dtype and shape, not one constant: bf16 with k = 8192 fitted 0–1 µs where fp32 fitted
         4–9 µs, and the median default (5.5 µs) predicted bf16 2048×1024×8192 on 8 streams 10–12 % short (one
         H200, [evidence: elementwise-host])."""
-        if not self._tail or op.kind != "matmul":
+        if not self._tail or KINDS[op.kind].cost != "gemm":
             return self._tail_default
         key = self._kernel_key(op)
         got = self._tail.get(key)
@@ -212,7 +227,7 @@ class CostModel:
         """Seconds a GEMM ``op``'s host call costs beyond ``launch.eager_per_op_us`` (one call; rule host-issue of
         :mod:`schedsim.gpu.rules`): ``(x - 1) · eager_per_op_us`` with ``x`` its ``gemm.call`` row, else 0 (and
         0 for every other op). Can be negative (a row below 1)."""
-        if not self._call or op.kind != "matmul":
+        if not self._call or KINDS[op.kind].cost != "gemm":
             return 0.0
         x = self._call.get(self._kernel_key(op))
         return 0.0 if x is None else (x - 1.0) * self.profile.launch.eager_per_op_us * 1e-6
@@ -276,38 +291,20 @@ class CostModel:
         return self._one(op)
 
     def _one(self, op: Op) -> float:
-        kind = op.kind
-        if op.duration_s is not None and kind != "matmul":  # a measured duration (compute, or a replayed trace's op)
+        rule = KINDS[op.kind].cost  # the kind's cost rule (schedsim.kinds registry)
+        if op.duration_s is not None and rule != "gemm":  # a measured duration (compute, or a replayed trace's op)
             return op.duration_s
-        if kind == "matmul":
-            key: tuple[object, ...] = (kind, op.dtype, op.m, op.n, op.k, op.batch)
-        elif kind == "compute":
-            if op.duration_s is not None:
-                return op.duration_s
-            key = (kind, op.flops, op.nbytes, op.dtype)
-        elif kind == "memcpy":
-            key = (kind, op.direction, op.nbytes)
-        else:
-            key = (kind, op.nbytes, op.group)
+        key = _CACHE_KEY[rule](op)
         t = self._cache.get(key)
-        if t is not None:
-            return t
-        if kind == "matmul":
-            t = self._matmul(op)
-        elif kind == "compute":
-            t = self._roofline(op.flops, op.nbytes, op.dtype)
-        elif kind == "memcpy":
-            t = self._memcpy(op)
-        else:
-            t = self.net.collective(kind, op.nbytes, op.group)
-        self._cache[key] = t
+        if t is None:
+            t = self._cache[key] = self._rule[rule](op)
         return t
 
     # -- graph nodes and operands from HBM (rule graph-nodes of schedsim.gpu.rules) ---------------------------
     def graph_row(self, op: Op) -> tuple[float, float] | None:
         """``(warm_s, cold_s)`` of one launch of GEMM ``op`` as a CUDA-graph node (profile ``gemm.graph``, exact
         (dtype, m·batch, n, k)), or None."""
-        if op.kind != "matmul" or not self._graph_rows:
+        if KINDS[op.kind].cost != "gemm" or not self._graph_rows:
             return None
         return self._graph_rows.get(_shape_key(op))
 
@@ -317,7 +314,7 @@ class CostModel:
         ``launch.graph_per_op_us`` (rules host-issue and graph-nodes of :mod:`schedsim.gpu.rules`). Never takes an op
         below half its duration (an API-built op shorter than the saving). Collectives, p2p and copies take a positive
         ``graph_per_op_us`` but not a negative one (that saving was measured on compute kernels, ``add_``)."""
-        if op.kind not in ("matmul", "compute"):  # collectives, p2p, copies: a per-node cost, never the kernels' saving
+        if KINDS[op.kind].resource != "compute":  # collectives, p2p, copies: a per-node cost, never the kernels' saving
             return op.repeat * max(0.0, self.profile.launch.graph_per_op_us) * 1e-6
         d = self.duration(op)
         row = self.graph_row(op)
@@ -327,7 +324,7 @@ class CostModel:
     def graph_fork_s(self, op: Op) -> float:
         """Rule graph-forks's seconds for a CUDA-graph fork at ``op``: the ``launch.graph_fork_edges`` row of its GEMM
         shape (dtype, m·batch, n, k), else ``launch.graph_cross_stream_edge_us``."""
-        if op.kind == "matmul" and self._fork_rows:
+        if KINDS[op.kind].cost == "gemm" and self._fork_rows:
             got = self._fork_rows.get(_shape_key(op))
             if got is not None:
                 return got
@@ -345,9 +342,9 @@ class CostModel:
         miss = self.profile.gpu.hbm_miss_us * 1e-6
         if not miss:
             return 0.0
-        if op.kind == "matmul":
+        if KINDS[op.kind].cost == "gemm":
             return miss
-        if op.kind == "compute" and op.duration_s is None and self._one(op) <= self._floor:
+        if KINDS[op.kind].cost == "roofline" and op.duration_s is None and self._one(op) <= self._floor:
             return miss
         return 0.0
 

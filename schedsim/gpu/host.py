@@ -16,6 +16,7 @@ from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.gpu.rules import _compiled, _first_per_key
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
+from schedsim.kinds import KINDS
 
 __all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_COLL", "HOST_CALL_META_MAX",
            "host_class", "host_issue_columns", "host_issue_times", "kernel_release", "end_event_bound",
@@ -27,17 +28,17 @@ H_KERNEL, H_ELEMENTWISE, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
 
 def host_class(op: Op) -> int:
     """Rule host-issue's call class of ``op``: a kernel launch, a bytes-only ``compute`` (an elementwise add), a copy, a
-    lone send/recv, a member of a ``p2p_batch``, or a collective (the ``H_*`` constants)."""
-    kind = op.kind
-    if kind == "compute" and not op.flops and op.duration_s is None and op.nbytes:
-        return H_ELEMENTWISE  # a bytes-only kernel: an elementwise torch.add (executor/kernels.py, references)
-    if kind in ("matmul", "compute"):
+    lone send/recv, a member of a ``p2p_batch``, or a collective (the ``H_*`` constants), by its kind's registry
+    entry (:attr:`schedsim.kinds.KindInfo.host`)."""
+    info = KINDS[op.kind]
+    host = info.host
+    if host == "kernel":
+        if info.cost == "roofline" and not op.flops and op.duration_s is None and op.nbytes:
+            return H_ELEMENTWISE  # a bytes-only kernel: an elementwise torch.add (executor/kernels.py, references)
         return H_KERNEL
-    if kind == "memcpy":
-        return H_MEMCPY
-    if kind in ("send", "recv"):
+    if host == "p2p":
         return H_P2P if op.p2p_batch is None else H_BATCH_P2P
-    return H_COLL
+    return H_MEMCPY if host == "copy" else H_COLL
 
 
 def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray,

@@ -13,7 +13,7 @@ import numpy as np
 from schedsim.gpu.cost import CostModel
 from schedsim.graph.ops import COMM, Op, resource_of
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import DType
+from schedsim.kinds import KINDS, DType
 
 __all__ = ["MEM_WAVES", "MAX_POOLED_CTAS", "BYTES_PER_CTA", "mem_boost", "kernel_ctas", "kernel_tail", "split_work"]
 
@@ -56,7 +56,7 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
     if resource_of(op.kind) == COMM:
         op = Op(op.name, op.rank, "compute", op.stream, op.seq, nbytes=2.0 * op.nbytes, dtype=op.dtype,
                 repeat=op.repeat)
-    if op.kind == "matmul":
+    if KINDS[op.kind].cost == "gemm":
         measured = cost.measured_ctas(op)  # the grid the profile recorded, run in waves as it is
         one = measured if measured is not None else cost.gemm_ctas(op)  # else tiles times a split-K factor
         if measured is None:
@@ -98,7 +98,7 @@ def kernel_tail(op: Op, cost: CostModel, sms: int) -> tuple[int, float]:
     CTAs per SM), capped at one wave of ``sms``, each lasting the kernel's time alone (:func:`split_work` bounds
     it by the op's time); none for ``repeat`` > 1 (its kernels run as one job).
     """
-    if op.kind != "matmul" or op.repeat != 1:
+    if KINDS[op.kind].cost != "gemm" or op.repeat != 1:
         return 0, 0.0
     red = cost.reduce_kernel(op)
     if red is None:

@@ -1,6 +1,6 @@
 """Rules of the ``waves`` GPU execution model: how a GPU and its host thread run one rank's ops.
 
-The event loop (:mod:`schedsim.sim.waves`) only moves time forward; every rule it
+The event loop (compiled, :mod:`schedsim.sim._cwaves`) only moves time forward; every rule it
 applies lives here, as data computed once per simulation (:class:`GpuRules`;
 host issue times, hardware queues and communicator order as vectorised functions
 of op columns, :func:`host_issue_columns`, :func:`stream_queue_columns`,
@@ -8,7 +8,7 @@ of op columns, :func:`host_issue_columns`, :func:`stream_queue_columns`,
 :func:`stream_queues`, :func:`comm_fifo_edges` call; per-template rules such as
 :func:`kernel_ctas`) or as small pure rate functions tabulated for the compiled
 loop (:func:`rate_tables`). :mod:`schedsim.sim.waves_columns` applies them to a
-Program's columns, :mod:`schedsim.sim.waves` to lists of Op objects.
+Program's columns (the test oracle ``tests/oracle/waves_loop.py`` to lists of Op objects).
 
 The rules below are described here, in one place; their code is split by what it computes: host issue
 (rule host-issue) in :mod:`schedsim.gpu.host`, kernel sizing (CTAs, wave tails, split of work) in
@@ -344,8 +344,8 @@ from schedsim.gpu.cost import CostModel
 from schedsim.gpu.kernels import mem_boost
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
+from schedsim.kinds import KINDS, P2P_KINDS
 from schedsim.lower.program import split_one_rank
-from schedsim.network.links import ONE_RANK_NOP
 
 __all__ = ["GpuRules", "comm_fifo_columns", "comm_fifo_edges", "communicator", "graph_fork_columns", "l2_cold_fraction",
            "link_ends", "memory_terms", "one_rank_res", "split_one_rank", "stream_queue_columns", "stream_queues"]
@@ -645,8 +645,8 @@ def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list
     codes: dict[object, int] = {None: -1}
     comm = np.full(len(ops), -1, np.int64)
     for i, op in enumerate(ops):
-        if op.kind in ("matmul", "compute", "memcpy") or (not p2p_serialized and op.kind in ("send", "recv")
-                                                          and op.p2p_batch is None):
+        if KINDS[op.kind].resource != "comm" or (not p2p_serialized and op.kind in P2P_KINDS
+                                                 and op.p2p_batch is None):
             continue
         comm[i] = codes.setdefault(communicator(op, world, p2p_serialized), len(codes))
     rank = np.fromiter((op.rank for op in ops), np.int64, len(ops))
@@ -659,12 +659,12 @@ def one_rank_res(kind: str) -> int:
     """Rule one-rank-collective: the job resource of a collective ``kind`` whose group has one rank: 0 (SMs, a
     same-device copy:
     :func:`kernel_ctas` times it as a memory-bound kernel) for the kinds the executor calls out of place, 4 (an
-    empty item on the device-to-device copy engine) for the in-place ones (:data:`schedsim.network.links.ONE_RANK_NOP`).
+    empty item on the device-to-device copy engine) for the in-place ones (registry ``one_rank``).
 
     >>> one_rank_res("all_gather"), one_rank_res("all_reduce")
     (0, 4)
     """
-    return 4 if kind in ONE_RANK_NOP else 0
+    return 4 if KINDS[kind].one_rank == "nop" else 0
 
 
 def link_ends(members: Sequence[Op], node: Sequence[int] | None = None) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedsim.kinds import COMPUTE_KINDS
+from schedsim.kinds import KINDS
 from schedsim.tags import TagSet, tag_set, tag_value_key  # re-exported
 
 __all__ = ["Op", "RankGroup", "TagSet", "tag_set", "tag_value_key", "format_op_id", "parse_op_id", "COMPUTE", "COMM",
@@ -48,12 +48,10 @@ def parse_op_id(op_id: str) -> tuple[str, int]:
 
 
 def resource_of(kind: str) -> str:
-    """Which GPU resource an op kind occupies: ``compute`` (SMs), ``comm`` (NCCL over a link) or ``copy``."""
-    if kind in COMPUTE_KINDS:
-        return COMPUTE
-    if kind == "memcpy":
-        return COPY
-    return COMM
+    """Which GPU resource an op kind occupies: ``compute`` (SMs), ``comm`` (NCCL over a link) or ``copy``, from its
+    registry entry (:data:`schedsim.kinds.KINDS`); ``comm`` for a kind outside it (an imported trace's ``barrier``)."""
+    info = KINDS.get(kind)
+    return info.resource if info is not None else COMM
 
 
 class RankGroup(tuple):

@@ -10,6 +10,7 @@ import numpy as np
 
 from schedsim.errors import GraphError
 from schedsim.graph.ops import Op, RankGroup, tag_set
+from schedsim.kinds import KINDS
 from schedsim.lower.table import Table
 from schedsim.spec.model import (
     COLLECTIVE_KINDS,
@@ -23,10 +24,7 @@ from schedsim.spec.model import (
 )
 from schedsim.units import DTYPE_BYTES
 
-__all__ = ["op_instance", "add_written", "DEFAULT_STREAM"]
-
-#: The stream an op runs on when it names none.
-DEFAULT_STREAM = {"matmul": "compute", "compute": "compute", "memcpy": "copy"}
+__all__ = ["op_instance", "add_written"]
 
 
 
@@ -42,7 +40,7 @@ def op_instance(s: SpecOp, r: int, seq: int, *, stream: str, group: tuple[int, .
     common: dict[str, Any] = dict(name=s.name, rank=r, kind=kind, stream=stream, seq=seq, deps=tuple(s.deps),
                                   tags=tags, source=source, spec_index=spec_index, host_s=s.host_us * 1e-6)
     measured = getattr(s, "duration_us", None)  # a copy, collective or p2p with a measured duration (a replay)
-    if measured is not None and kind not in ("compute", "matmul"):
+    if measured is not None and KINDS[kind].resource != "compute":
         common["duration_s"] = measured * 1e-6
     if isinstance(s, MatmulOp):
         b = s.batch
@@ -150,7 +148,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             first = np.unique(s.row_rep, return_index=True)[1].tolist()
             tids, rep_ranks = [], []
             for j, model in enumerate(s.models):  # (the loader sent single-rank collectives without group away)
-                stream = model.stream or DEFAULT_STREAM.get(model.kind, "comm")
+                stream = model.stream or KINDS[model.kind].resource  # the default stream: the kind's resource
                 explicit, ranks = model.__dict__.get("group"), model.ranks
                 g = tuple(sorted(explicit)) if explicit else tuple(sorted(ranks)) if ranks is not None else every
                 proto = op_instance(model, ranks[0] if ranks else 0, 0, stream=stream, group=group_of(g),
@@ -176,7 +174,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         else:
             g = tuple(sorted(explicit)) if explicit else tuple(sorted(ranks)) if ranks is not None else every
         group = group_of(g)
-        stream = s.stream or DEFAULT_STREAM.get(s.kind, "comm")
+        stream = s.stream or KINDS[s.kind].resource
         if s.kind in COLLECTIVE_KINDS and len(group) == 1 and world > 1 and explicit is None:
             raise _lone_collective(spec, s, group, src)
         tags = tag_set(s.tags)

@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from schedsim.gpu.cost import CostModel
-from schedsim.kinds import COLLECTIVE_KINDS, P2P_KINDS
+from schedsim.kinds import COLLECTIVE_KINDS, KINDS, P2P_KINDS
 
 __all__ = ["explain_rows", "format_explain"]
 
@@ -48,7 +48,7 @@ def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
         if got is not None:
             algo, proto, t = got.algo, got.proto, got.seconds
         else:
-            table_kind = "sendrecv" if kind in P2P_KINDS else kind
+            table_kind = KINDS[kind].table
             algo = "table" if cost.net.has_table(table_kind, ranks) else "links"
             proto, t = "-", cost.net.collective(kind, nbytes, ranks)
         row(kind, nbytes, ranks, algo, proto, t)

@@ -18,6 +18,7 @@ import bisect
 import math
 from typing import TYPE_CHECKING
 
+from schedsim.kinds import KINDS
 from schedsim.monotone import isotonic_1d
 
 if TYPE_CHECKING:
@@ -41,8 +42,9 @@ _BUS_FACTORS = {
 
 
 #: Collectives that the executor calls in place (``dist.all_reduce``, ``dist.broadcast``, ``dist.reduce`` on one
-#: buffer): on a group of one rank NCCL launches nothing for them (:meth:`schedsim.network.model.NetworkModel.collective`).
-ONE_RANK_NOP = frozenset({"all_reduce", "broadcast", "reduce"})
+#: buffer): on a group of one rank NCCL launches nothing for them
+#: (:meth:`schedsim.network.model.NetworkModel.collective`; the registry's ``one_rank``, :data:`schedsim.kinds.KINDS`).
+ONE_RANK_NOP = frozenset(k for k, info in KINDS.items() if info.one_rank == "nop")
 
 
 def bus_factor(kind: str, n: int) -> float:

@@ -1,8 +1,9 @@
 """The communication model behind one narrow interface: :class:`NetworkModel`.
 
-The simulator asks it two things of an op: the solo time of a collective or send/recv (:meth:`NetworkModel.collective`,
-:meth:`NetworkModel.p2p`) and, where NCCL's tuning model times it, the algorithm and protocol it chose
-(:meth:`NetworkModel.cost`). Behind it, by profile:
+The simulator asks it the node of each rank (:meth:`NetworkModel.rank_nodes`), the links that a run's transfers
+across nodes share (:meth:`NetworkModel.link_share`), and two things of an op: the solo time of a collective or
+send/recv (:meth:`NetworkModel.collective`, :meth:`NetworkModel.p2p`) and, where NCCL's tuning model times it, the
+algorithm and protocol it chose (:meth:`NetworkModel.cost`). Behind it, by profile:
 
 * a profile with ``topology.scale_up`` (and ``nics``): NCCL's own tuning model on that topology
   (:class:`schedsim.network.NcclNetwork`), except groups inside one node that have a measured table (or
@@ -11,17 +12,26 @@ The simulator asks it two things of an op: the solo time of a collective or send
   (:class:`schedsim.network.links.LinkTables`);
 * one rank: no NCCL kernel (:meth:`NetworkModel.collective`).
 
-Shared links (NICs and leaf uplinks of a cluster, max-min fair between concurrent flows) are the loop's other
-interface to the network: :class:`schedsim.network.share.LinkShare`.
+Shared links (NICs and leaf uplinks of a cluster, max-min fair between concurrent flows): the loop calls the
+:class:`schedsim.network.share.LinkShare` that :meth:`NetworkModel.link_share` returns when a transfer across nodes
+starts or ends.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from schedsim.errors import ProfileError
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import P2P_KINDS
-from schedsim.network import CollectiveCost, NcclNetwork
-from schedsim.network.links import ONE_RANK_NOP, LinkTables, bus_factor
+from schedsim.kinds import KINDS, P2P_KINDS
+from schedsim.network import CollectiveCost, NcclNetwork, rank_nodes
+from schedsim.network.links import LinkTables, bus_factor
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from schedsim.lower.program import Program
+    from schedsim.network.share import LinkShare
 
 __all__ = ["NetworkModel"]
 
@@ -47,17 +57,36 @@ class NetworkModel:
         """Seconds of one send/recv of ``nbytes`` from rank ``src`` to ``dst`` (:meth:`collective` of ``send``)."""
         return self.collective("send", nbytes, (src, dst))
 
+    def rank_nodes(self, world: int) -> list[int] | None:
+        """Node of each of ``world`` ranks on a cluster topology, for the loop's link tiers; None on other profiles
+        (:func:`schedsim.network.rank_nodes`).
+
+        Raises
+        ------
+        ProfileError
+            As :meth:`NcclNetwork.gpu_of`.
+        """
+        return rank_nodes(self.profile, world)
+
+    def link_share(self, prog: Program, gptr: np.ndarray, gidx: np.ndarray, work: np.ndarray) -> LinkShare | None:
+        """The NICs and leaf uplinks ``prog``'s rendezvous groups share (CSR ``gptr``/``gidx`` of op indices,
+        ``work`` their solo seconds), max-min fair (:func:`schedsim.network.share.program_share`); None where
+        nothing is shared."""
+        from schedsim.network.share import program_share
+
+        return program_share(self.profile, prog, gptr, gidx, work, self._net)
+
     def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
         """Time in seconds of collective ``kind`` moving ``nbytes`` (nccl-tests size) over ``ranks``.
 
         One rank: NCCL runs no collective (``ncclLaunchOneRank``, src/enqueue.cc: "for 1 rank, out-of-place is
         memcpy to self, and in-place is nop"), so the in-place kinds as the executor calls them (``all_reduce``,
-        ``broadcast``, ``reduce``: :data:`ONE_RANK_NOP`) take 0 s and the others a device-to-device copy of
-        ``nbytes``. One H200 [evidence: timed-graph]: a 1-rank 8 KiB all_reduce in
+        ``broadcast``, ``reduce``: ``one_rank`` ``nop`` in :data:`schedsim.kinds.KINDS`) take 0 s and the others a
+        device-to-device copy of ``nbytes``. One H200 [evidence: timed-graph]: a 1-rank 8 KiB all_reduce in
         a graph timed op by op spanned 1.2-1.3 µs, its two timing events' own span."""
         n = len(ranks)
         if n <= 1:
-            if kind in ONE_RANK_NOP:
+            if KINDS[kind].one_rank == "nop":
                 return 0.0
             return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
         nodes = None
@@ -66,7 +95,7 @@ class NetworkModel:
             if got is not None:
                 return got.seconds
             nodes = self._net.shape(ranks).nodes  # with the profile's placement
-        t = self._links.time("sendrecv" if kind in P2P_KINDS else kind, nbytes, ranks, nodes)
+        t = self._links.time(KINDS[kind].table, nbytes, ranks, nodes)
         return t if kind in P2P_KINDS else max(t, self._node_floor(kind, nbytes, ranks))
 
     def _node_floor(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:

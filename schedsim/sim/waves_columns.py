@@ -36,7 +36,7 @@ from schedsim.gpu import rules as gm
 from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
+from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program, rendezvous_groups
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ __all__ = ["ProgramRun", "categorical", "run_waves_program"]
 
 I64 = np.int64
 I32 = np.int32
-_RES = {"matmul": 0, "compute": 0}
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
 #: the most ops for which :func:`run_waves_program` reruns an iteration with cold first calls (rule host-issue,
@@ -125,9 +124,10 @@ def template_classes(templates: tuple[Op, ...]) -> tuple[np.ndarray, list[Op]]:
 
 def _res_of(tp) -> int:
     """Resource of a template: 0 compute, 1 communication, 2-4 copy engine (h2d, d2h, d2d)."""
-    if tp.kind == "memcpy":
+    res = KINDS[tp.kind].resource
+    if res == "copy":
         return _COPY_RES[tp.direction or "d2d"]
-    return _RES.get(tp.kind, 1)
+    return 0 if res == "compute" else 1
 
 
 def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
@@ -527,15 +527,12 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         rules.sms)
     del opq, kres, ktres
     K = len(kptr) - 1
-    from schedsim.network import rank_nodes
-
-    node = rank_nodes(profile, prog.world_size)  # None without a cluster topology: one link tier
+    node = cost.net.rank_nodes(prog.world_size)  # None without a cluster topology: one link tier
     groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()] if prog.represented else None
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
                                         None if node is None else np.asarray(node, I64), groups)]
-    from schedsim.network.share import program_share
 
-    share = program_share(profile, prog, gptr, gidx, gwork, cost.net.nccl)  # shared NICs and leaf uplinks
+    share = cost.net.link_share(prog, gptr, gidx, gwork)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
     del rank

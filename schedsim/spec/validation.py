@@ -11,8 +11,8 @@ import difflib
 from typing import Any
 
 from schedsim.errors import SpecError
-from schedsim.kinds import P2P_KINDS
-from schedsim.spec.model import COLLECTIVE_KINDS, ScheduleSpec
+from schedsim.kinds import KINDS
+from schedsim.spec.model import CollectiveOp, RecvOp, ScheduleSpec, SendOp
 
 __all__ = ["check_spec", "op_sources"]
 
@@ -59,14 +59,14 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
         if not ranks:
             raise err(i, "ranks", f"op {op.name!r} runs on no rank", "give at least one rank, or omit `ranks` for all")
         if spec.streams is not None:
-            stream = op.stream or {"matmul": "compute", "compute": "compute", "memcpy": "copy"}.get(op.kind, "comm")
+            stream = op.stream or KINDS[op.kind].resource  # the default stream is named after the resource
             if stream not in spec.streams:
                 s = difflib.get_close_matches(stream, spec.streams, n=1)
                 raise err(i, "stream", f"stream {stream!r}{'' if op.stream else ' (the default for ' + op.kind + ')'} "
                           f"is not declared in `streams` {spec.streams}",
                           f"did you mean {s[0]!r}?" if s else f"add {stream!r} to `streams` or set `stream:`")
-        if op.kind in P2P_KINDS:
-            peer = op.peer  # type: ignore[union-attr]
+        if isinstance(op, (SendOp, RecvOp)):
+            peer = op.peer
             if not 0 <= peer < n:
                 raise err(i, "peer", f"{op.kind} {op.name!r} has peer {peer} but world_size is {n}",
                           f"use a peer in 0..{n - 1}")
@@ -74,8 +74,8 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
                 raise err(i, "peer", f"{op.kind} {op.name!r} on rank {peer} names itself as peer",
                           "a send/recv needs another rank as peer")
         group = ranks
-        if op.kind in COLLECTIVE_KINDS and op.group is not None:  # type: ignore[union-attr]
-            group = op.group  # type: ignore[union-attr]
+        if isinstance(op, CollectiveOp) and op.group is not None:
+            group = op.group
             outside = [r for r in ranks if r not in group]
             bad_g = [r for r in group if not 0 <= r < n]
             if bad_g:
@@ -84,7 +84,7 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
             if outside:
                 raise err(i, "group", f"collective {op.name!r} runs on rank {outside[0]} outside its group {group}",
                           "add the rank to `group`, or remove it from `ranks`")
-        if op.kind in COLLECTIVE_KINDS and op.kind in ("broadcast", "reduce", "scatter", "gather"):
+        if isinstance(op, CollectiveOp) and KINDS[op.kind].rooted:
             if op.root not in group:
                 raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {group}",
                           f"set root to one of {group}")

@@ -246,3 +246,15 @@ def test_the_cost_model_times_communication_through_the_network_model():
     send = Op(name="s", rank=0, kind="send", stream="s", seq=0, nbytes=2e6, group=(0, 1))
     assert CostModel(p).duration(send) == net.p2p(0, 1, 2e6)
     assert net.nccl is None and CostModel(p).network is None  # no topology: no NCCL tuning model
+
+
+def test_the_network_model_places_ranks_on_nodes():
+    """``NetworkModel.rank_nodes``: 16 ranks of dgx_h100 (8 GPUs a node, ranks in order) fill nodes 0 and 1, as
+    :func:`schedsim.network.rank_nodes` places them; a profile without a cluster topology has one link tier (None)."""
+    from schedsim.network import rank_nodes
+
+    p = load_profile("dgx_h100")
+    net = CostModel(p).net
+    assert net.rank_nodes(16) == [0] * 8 + [1] * 8 == rank_nodes(p, 16)
+    toy = CostModel(HardwareProfile.model_validate(toy_profile_dict())).net
+    assert toy.rank_nodes(4) is None
