@@ -62,7 +62,8 @@ def mem_rate(rules: GpuRules, load: float) -> float:
     return f if f < rules.mem_boost else rules.mem_boost
 
 
-#: Copy engines of a rank, as ``ktype - 2`` of the loop's kernel arrays (:mod:`schedsim.sim.waves_columns`): 0 h2d, 1 d2h, 2 d2d.
+#: Copy engines of a rank, as ``ktype - 2`` of the loop's kernel arrays (:mod:`schedsim.sim.waves_columns`):
+#: 0 h2d, 1 d2h, 2 d2d.
 COPY_ENGINES = 3
 
 
