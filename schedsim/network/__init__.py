@@ -30,6 +30,7 @@ from schedsim.network.tuning import (
     COLL_FUNCS,
     TuneInput,
     algo_time,
+    channel_steps,
     collnet_direct_graph,
     nvls_graph,
     p2p_step,
@@ -306,10 +307,16 @@ class NcclNetwork:
             if best is None or t < best[0]:
                 best = (t, a, p)
         if best is not None:  # NCCL chose with its constants; its choice is timed with the profile's figures
-            lat, bw = timed[(best[1], best[2])]
-            bw *= self._bw_scale(shape, func, best[1], best[2], nbytes, t_in)
-            best = (algo_time(func, best[1], best[2], lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels,
-                              self.arch, timed=True), best[1], best[2])
+            a, p = best[1], best[2]
+            lat, bw = timed[(a, p)]
+
+            def timed_at(nb: float) -> float:
+                return algo_time(func, a, p, lat, bw * self._bw_scale(shape, func, a, p, nb, t_in), nb, shape.nodes,
+                                 shape.ranks, ring.channels, self.arch, timed=True)
+
+            # on fewer channels than a slightly larger message gets, no slower than that message (channel_steps)
+            best = (min([timed_at(nbytes)] + [timed_at(m) for m in channel_steps(a, p, nbytes, shape.ranks, ring)]),
+                    a, p)
         if best is None:
             from schedsim.hardware.profile import SCHEDULE_ENV_SOURCE
 

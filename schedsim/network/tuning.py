@@ -451,15 +451,41 @@ def runtime_channels(algo: str, proto: str, nbytes: float, ranks: int, ring: Gra
     >>> runtime_channels("tree", "LL", 1024, 16, Graph(16, 45.0, 45.0))
     1
     """
-    if algo not in ("ring", "tree"):
+    unit = _channel_bytes(algo, proto, ranks, ring)
+    if unit is None:
         return ring.channels
+    # NCCL's loop drops a channel while nBytes < nc * nt * threshold: it stops at the largest nc not above
+    # nBytes / (nt * threshold), or at 1
+    return max(1, min(ring.channels, int(nbytes // unit)))
+
+
+def _channel_bytes(algo: str, proto: str, ranks: int, ring: Graph) -> float | None:
+    """``nt · threadThreshold`` of :func:`runtime_channels` (bytes per channel NCCL asks for), or None for the
+    algorithms whose channels it does not reduce."""
+    if algo not in ("ring", "tree"):
+        return None
     nt = _MAX_NTHREADS[proto]
     if algo == "ring" and proto == "Simple" and ring.bw_intra * ring.channels <= _PCI_BW:
         nt = 256
-    threshold = _THREAD_THRESHOLD[proto] * (ranks if algo == "ring" and proto == "LL" else 1)
-    # NCCL's loop drops a channel while nBytes < nc * nt * threshold: it stops at the largest nc not above
-    # nBytes / (nt * threshold), or at 1
-    return max(1, min(ring.channels, int(nbytes // (nt * threshold))))
+    return float(nt * _THREAD_THRESHOLD[proto] * (ranks if algo == "ring" and proto == "LL" else 1))
+
+
+def channel_steps(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph) -> list[float]:
+    """The sizes above ``nbytes`` at which :func:`runtime_channels` gives the collective one more channel
+    (``k · nt · threadThreshold`` up to ``ring.channels``), in bytes, ascending; empty once it has them all.
+    Timing a collective no slower than at these sizes keeps its time from falling as ``nbytes`` grows across a
+    step (a smaller message does not take longer than a larger one: issue 33's rule for every cost).
+
+    >>> channel_steps("ring", "Simple", 100 * 1024, 16, Graph(16, 45.0, 45.0))[:2]   # steps of 512 · 64 B
+    [131072.0, 163840.0]
+    >>> channel_steps("nvls", "Simple", 1024, 16, Graph(16, 45.0, 45.0))
+    []
+    """
+    unit = _channel_bytes(algo, proto, ranks, ring)
+    if unit is None:
+        return []
+    nc = runtime_channels(algo, proto, nbytes, ranks, ring)
+    return [k * unit for k in range(nc + 1, ring.channels + 1) if k * unit > nbytes]
 
 
 def runtime_bw_scale(coll: str, algo: str, proto: str, nc: int, t: TuneInput) -> float:
