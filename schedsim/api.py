@@ -215,12 +215,10 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     recorded = sim.get("gpu_model") is None and (durations or getattr(spec, "durations", "modeled")) == "recorded"
     sim["gpu_model"] = gpu_model_of(spec, sim.get("gpu_model"), durations, file)
     symmetric = not sim.pop("full_ranks", False) and getattr(spec, "training", None) is not None
-    if symmetric:  # where exact: the columnar waves loop (which keeps a collective's whole group), no shared link
+    if symmetric:
         from schedsim.lower.training import symmetric_exact
-        from schedsim.sim.loop import compiled_loop
 
-        symmetric = (sim["gpu_model"] or profile.gpu_model) == "waves" and compiled_loop() is not None \
-            and symmetric_exact(profile)
+        symmetric = symmetric_exact(profile, sim["gpu_model"])
     prog = lower_spec(spec, file, symmetric)
     if recorded and prog.N and all(t.duration_s is None for t in prog.templates):
         raise SpecError("durations: recorded, but no op carries a recorded duration (duration_us): the replay would "
@@ -236,6 +234,15 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
         return _after_simulate(spec, profile, prog, tl, meta, sim)
 
 
+def mark_represented(tl: Any, prog: Any) -> bool:
+    """Record in ``tl.meta["represented"]`` the ranks a symmetric lowering of ``prog`` simulated (``{"ranks",
+    "of"}``: the representatives, the world size), which the metrics and the training report expand to the world;
+    returns whether it is one."""
+    if prog.represented:
+        tl.meta["represented"] = {"ranks": list(prog.represented), "of": prog.world_size}
+    return bool(prog.represented)
+
+
 def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str, Any] | None,
                     sim: dict[str, Any]) -> Run:
     """:func:`simulate_spec` after the simulation: links, warnings and guesses, memory curve and metrics."""
@@ -245,10 +252,9 @@ def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str,
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     tl.meta.update(meta or {})
-    if prog.represented:  # a symmetric lowering: the representatives' ops only, and the outputs say so
-        tl.meta["represented"] = {"ranks": list(prog.represented), "of": prog.world_size}
+    if mark_represented(tl, prog):  # a symmetric lowering: the representatives' ops only, and the outputs say so
         tl.meta["warnings"] = [*tl.meta.get("warnings", []), (
-            f"note: simulated {len(prog.represented)} representative ranks of {prog.world_size} (the ranks of a "
+            f"simulated {len(prog.represented)} representative ranks of {prog.world_size} (the ranks of a "
             "training step that run alike have their representative's times); per-rank outputs show them only: "
             "--full-ranks simulates every rank")]
     from schedsim.network.share import link_utilisation

@@ -572,13 +572,18 @@ def rank_classes(spec: ScheduleSpec) -> np.ndarray:
     return t_ + plan.tp * (c_ + plan.cp * (d_ + plan.dp * p_))
 
 
-def symmetric_exact(profile: Any) -> bool:
-    """Whether a symmetric lowering (:func:`represented_ranks`) times every rank as the full one on ``profile``:
-    its transfers across nodes share no links (:func:`schedsim.network.share.shares_links`), or each GPU of a node
-    has a NIC of its own and the fabric does not oversubscribe, so that no NIC or leaf uplink carries the transfers
-    of two ranks of one class (which the full lowering would share max-min and the symmetric one would not)."""
+def symmetric_exact(profile: Any, gpu_model: str | None = None) -> bool:
+    """Whether a symmetric lowering (:func:`represented_ranks`) times every rank as the full one on ``profile``
+    with ``gpu_model`` (default the profile's): the ``waves`` model on its compiled loop (which takes a
+    collective's links from its whole group; the Op-list loops refuse a symmetric Program), and either no
+    transfer across nodes shares links (:func:`schedsim.network.share.shares_links`) or each GPU of a node has a
+    NIC of its own and the fabric does not oversubscribe, so that no NIC or leaf uplink carries the transfers of
+    two ranks of one class (which the full lowering would share max-min and the symmetric one would not)."""
     from schedsim.network.share import shares_links
+    from schedsim.sim.loop import compiled_loop
 
+    if (gpu_model or profile.gpu_model) != "waves" or compiled_loop() is None:
+        return False
     if not shares_links(profile):
         return True
     topo = profile.topology
@@ -605,11 +610,17 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     ------
     SpecError
         A pipeline the generators refuse (too few microbatches for interleaving), named on
-        ``training.global_batch_size``.
+        ``training.global_batch_size``; a lowering of every rank past ``SCHEDSIM_MAX_OPS``
+        (:func:`schedsim.spec.limits.check_training_ops`).
     """
     t = spec.training
     assert t is not None
     plan = training_plan(t, spec.world_size)
+    reps = represented_ranks(spec) if symmetric else ()
+    if not reps:  # the loader bounded the symmetric lowering's ops; this one writes every rank's
+        from schedsim.spec.limits import check_training_ops
+
+        check_training_ops(t.model_dump(exclude_none=True), spec.world_size, spec._file, represented=False)
     tr = _transformer(t, plan)
     pb = PipelineSpec(schedule=plan.schedule, p=plan.pp, m=plan.m, v=plan.v if plan.v > 1 else None, transformer=tr,
                       p2p=None)
@@ -635,7 +646,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     rank_stages = {r: sorted(st for st, rr in pplan.s2r.items() if rr == r) for r in range(plan.pp)}
     chunk_of = {st: rank_stages[r].index(st) for st, r in pplan.s2r.items()}
     params = _stage_params(t, plan, ns)
-    for g in (symmetric and represented_ranks(spec)) or range(spec.world_size):
+    for g in reps or range(spec.world_size):
         _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
     from schedsim.spec.training_block import act_bytes_per_layer
 

@@ -430,7 +430,7 @@ def _compute(tl: Timeline, classes: Any = None) -> Metrics:
     ranks: dict[int, RankMetrics] = {
         r: RankMetrics(bc, c_, cp, idle, ex, orat, sh, shk, cor if hc else None)
         for r, bc, c_, cp, idle, ex, orat, sh, shk, cor, hc in zip(
-            (p if classes is None else range(len(p))), *lists, has_copy, strict=True)}
+            (p.tolist() if classes is None else range(len(p))), *lists, has_copy, strict=True)}
     tot_comm, tot_overlap, tot_exposed, tot_copy, tot_copy_ov = (
         float(np.cumsum(x)[-1]) if len(x) else 0.0 for x in (lc_p, ov_p, lc_p - ov_p, lcp_p, ovc_p))
     cp_time: dict[str, float] = {}
