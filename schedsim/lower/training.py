@@ -54,6 +54,10 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   all-gather over the data-parallel group (with ``overlap_param_gather`` issued at the start of the step on
   ``dp_comm``, as the next step's forward would dispatch it, without holding the first forward back).
 
+With ``symmetric`` (what ``schedsim predict`` and ``search`` run where it is exact), only one representative rank
+of each class of ranks that run alike is written (:func:`represented_ranks`): ``pp·cp`` ranks instead of the world,
+each collective keeping its whole group for its cost and links.
+
 ``CUDA_DEVICE_MAX_CONNECTIONS`` is 1 when ``tp > 1`` (Megatron-LM ``arguments.py`` asserts it: "Using tensor
 model parallelism or context parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS
 to 1"), unless the schedule's ``env`` says otherwise.
@@ -549,8 +553,13 @@ def represented_ranks(spec: ScheduleSpec) -> tuple[int, ...]:
     Program keeps its full group (its cost, and its links for :mod:`schedsim.network.share`) but has only its
     represented members, which it waits for.
 
-    Exact (the same times as the full lowering, tested op for op) where no link carries the transfers of two ranks
-    of one class: one NIC per GPU and a fabric that does not oversubscribe (:func:`symmetric_exact`)."""
+    It needs that no link carries the transfers of two ranks of one class: one NIC per GPU and a fabric that does
+    not oversubscribe (:func:`symmetric_exact`). Then every represented op has the times of the full lowering, bit
+    for bit, but for one thing: at an instant where identical ranks become ready together, the full simulation
+    meets them in rank order, and where a kernel fills the GPU, the ranks met first start a collective later than
+    the last one (their next kernel took the SMs first). A representative is its group's only member, so it is
+    always met last, and the makespans can differ by such ties (well under 0.1 %: docs/validation.md, "Symmetric
+    lowering"; ``tests/core/test_training_symmetric.py``)."""
     reps = np.unique(rank_classes(spec))
     return () if len(reps) == spec.world_size else tuple(reps.tolist())
 
@@ -574,6 +583,7 @@ def rank_classes(spec: ScheduleSpec) -> np.ndarray:
 
 def symmetric_exact(profile: Any, gpu_model: str | None = None) -> bool:
     """Whether a symmetric lowering (:func:`represented_ranks`) times every rank as the full one on ``profile``
+    (but for the full simulation's ties between identical ranks, :func:`represented_ranks`)
     with ``gpu_model`` (default the profile's): the ``waves`` model on its compiled loop (which takes a
     collective's links from its whole group; the Op-list loops refuse a symmetric Program), and either no
     transfer across nodes shares links (:func:`schedsim.network.share.shares_links`) or each GPU of a node has a
