@@ -193,7 +193,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     ``max_connections``, ``model_executor``, ``iteration_gap_s``), and ``full_ranks``: a ``training:`` block is
     lowered symmetrically (one representative rank per class of ranks that run alike,
     :func:`schedsim.lower.training.represented_ranks`) where that is exact on the profile
-    (:func:`~schedsim.lower.training.symmetric_exact`), unless ``full_ranks`` is true; the timeline then holds the
+    (:func:`~schedsim.sim.symmetry.symmetric_exact`), unless ``full_ranks`` is true; the timeline then holds the
     representatives only (``timeline.meta["represented"]``, and a note). ``progress`` shows a status line on stderr for
     schedules of more than 20,000 ops; ``meta`` is added to ``timeline.meta`` first. ``metrics``
     gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
@@ -216,7 +216,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     sim["gpu_model"] = gpu_model_of(spec, sim.get("gpu_model"), durations, file)
     symmetric = not sim.pop("full_ranks", False) and getattr(spec, "training", None) is not None
     if symmetric:
-        from schedsim.lower.training import symmetric_exact
+        from schedsim.sim.symmetry import symmetric_exact
 
         symmetric = symmetric_exact(profile, sim["gpu_model"])
     prog = lower_spec(spec, file, symmetric)
@@ -234,15 +234,6 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
         return _after_simulate(spec, profile, prog, tl, meta, sim)
 
 
-def mark_represented(tl: Any, prog: Any) -> bool:
-    """Record in ``tl.meta["represented"]`` the ranks a symmetric lowering of ``prog`` simulated (``{"ranks",
-    "of"}``: the representatives, the world size), which the metrics and the training report expand to the world;
-    returns whether it is one."""
-    if prog.represented:
-        tl.meta["represented"] = {"ranks": list(prog.represented), "of": prog.world_size}
-    return bool(prog.represented)
-
-
 def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str, Any] | None,
                     sim: dict[str, Any]) -> Run:
     """:func:`simulate_spec` after the simulation: links, warnings and guesses, memory curve and metrics."""
@@ -252,6 +243,8 @@ def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str,
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     tl.meta.update(meta or {})
+    from schedsim.sim.symmetry import mark_represented
+
     if mark_represented(tl, prog):  # a symmetric lowering: the representatives' ops only, and the outputs say so
         tl.meta["warnings"] = [*tl.meta.get("warnings", []), (
             f"simulated {len(prog.represented)} representative ranks of {prog.world_size} (the ranks of a "

@@ -448,7 +448,7 @@ def search(
     if bad:
         raise SchedsimError(f"--recompute {bad[0]!r} is not a choice", fix="use none, selective and/or full")
     pow2 = [1 << k for k in range(world.bit_length()) if 1 << k <= world]
-    from schedsim.lower.training import symmetric_exact
+    from schedsim.sim.symmetry import symmetric_exact
 
     symmetric = not full_ranks and symmetric_exact(prof)
     points = candidates(spec.training, world, tps=_ints(tp, "tp") if tp else [x for x in pow2 if x <= 8],

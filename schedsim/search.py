@@ -104,15 +104,15 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
     """Simulate one configuration (module level, for worker processes): its iteration time, TFLOP/s per GPU and
     MFU, or the error message (a refusal at lowering). ``symmetric``: lower one representative rank per class
     (:func:`schedsim.lower.training.represented_ranks`; pass it only where
-    :func:`~schedsim.lower.training.symmetric_exact` holds on the profile)."""
+    :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile)."""
     import yaml
 
-    from schedsim.api import mark_represented
     from schedsim.errors import SchedsimError
     from schedsim.hardware.profile import load_profile
     from schedsim.lower import lower
     from schedsim.report.training import training_report
     from schedsim.sim.engine import simulate
+    from schedsim.sim.symmetry import mark_represented
     from schedsim.spec.loader import load_text
 
     text = yaml.safe_dump({"schema_version": 1, "name": name, "world_size": world, "training": block},
@@ -143,7 +143,7 @@ def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs:
     """Simulate the points left to simulate (``jobs`` processes, a progress bar on a terminal), mark the Pareto
     front; returns every point, the simulated ones first by iteration time, then the others. ``symmetric``: each
     point lowered for one representative rank per class (:func:`schedsim.lower.training.represented_ranks`; the
-    same predictions, where :func:`~schedsim.lower.training.symmetric_exact` holds on the profile)."""
+    same predictions, where :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile)."""
     from schedsim.report.progress import track
 
     todo = [p for p in points if p.status == "simulated"]

@@ -76,10 +76,10 @@ def predict_row(text: str, profile: Any) -> tuple[float, dict, int]:
     """Iteration time (s), the training report's JSON form and the op count of one row's schedule (lowered for one
     representative rank per class where that is exact on the profile, as ``schedsim predict`` does; the op count
     is the lowering's)."""
-    from schedsim.api import lower_spec, mark_represented
-    from schedsim.lower.training import symmetric_exact
+    from schedsim.api import lower_spec
     from schedsim.report.training import training_report
     from schedsim.sim.engine import simulate
+    from schedsim.sim.symmetry import mark_represented, symmetric_exact
     from schedsim.spec.loader import load_text
 
     spec = load_text(text)

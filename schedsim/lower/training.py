@@ -107,7 +107,7 @@ from schedsim.spec.pipeline_block import (
 from schedsim.spec.training_block import TrainingPlan, TrainingSpec, training_plan
 from schedsim.units import DTYPE_BYTES
 
-__all__ = ["expand_training", "rank_classes", "represented_ranks", "symmetric_exact", "stage_lists", "TP_TAG", "DP_TAG"]
+__all__ = ["expand_training", "rank_classes", "represented_ranks", "stage_lists", "TP_TAG", "DP_TAG"]
 
 #: Tags of the data-parallel (and tied-embedding) gradient reductions and the parameter all-gather.
 DP_TAG = (("comm", "dp"),)
@@ -554,12 +554,12 @@ def represented_ranks(spec: ScheduleSpec) -> tuple[int, ...]:
     represented members, which it waits for.
 
     It needs that no link carries the transfers of two ranks of one class: one NIC per GPU and a fabric that does
-    not oversubscribe (:func:`symmetric_exact`). Then every represented op has the times of the full lowering, bit
-    for bit, but for one thing: at an instant where identical ranks become ready together, the full simulation
-    meets them in rank order, and where a kernel fills the GPU, the ranks met first start a collective later than
-    the last one (their next kernel took the SMs first). A representative is its group's only member, so it is
-    always met last, and the makespans can differ by such ties (well under 0.1 %: docs/validation.md, "Symmetric
-    lowering"; ``tests/core/test_training_symmetric.py``)."""
+    not oversubscribe (:func:`schedsim.sim.symmetry.symmetric_exact`). Then every represented op has the times of
+    the full lowering, bit for bit, but for one thing: at an instant where identical ranks become ready together,
+    the full simulation meets them in rank order, and where a kernel fills the GPU, the ranks met first start a
+    collective later than the last one (their next kernel took the SMs first). A representative is its group's
+    only member, so it is always met last, and the makespans can differ by such ties (well under 0.1 %:
+    docs/validation.md, "Symmetric lowering"; ``tests/core/test_training_symmetric.py``)."""
     reps = np.unique(rank_classes(spec))
     return () if len(reps) == spec.world_size else tuple(reps.tolist())
 
@@ -579,34 +579,6 @@ def rank_classes(spec: ScheduleSpec) -> np.ndarray:
     if not (plan.experts and t.moe_expert_capacity_factor is not None):
         d_ = np.zeros_like(g)
     return t_ + plan.tp * (c_ + plan.cp * (d_ + plan.dp * p_))
-
-
-def symmetric_exact(profile: Any, gpu_model: str | None = None) -> bool:
-    """Whether a symmetric lowering (:func:`represented_ranks`) times every rank as the full one on ``profile``
-    (but for the full simulation's ties between identical ranks, :func:`represented_ranks`)
-    with ``gpu_model`` (default the profile's): the ``waves`` model on its compiled loop (which takes a
-    collective's links from its whole group; the Op-list loops refuse a symmetric Program), and either no
-    transfer across nodes shares links (:func:`schedsim.network.share.shares_links`) or each GPU of a node has a
-    NIC of its own and the fabric does not oversubscribe, so that no NIC or leaf uplink carries the transfers of
-    two ranks of one class (which the full lowering would share max-min and the symmetric one would not)."""
-    from schedsim.network.share import shares_links
-    from schedsim.sim.loop import compiled_loop
-
-    if (gpu_model or profile.gpu_model) != "waves" or compiled_loop() is None:
-        return False
-    if not shares_links(profile):
-        return True
-    topo = profile.topology
-    fabric = getattr(topo, "fabric", None)
-    if fabric is not None and fabric.oversubscription > 1:
-        return False
-    g = topo.gpus_per_node
-    nics = topo.nics
-    per_node = getattr(nics, "per_node", None)
-    m = nics.gpu_to_nic
-    if m is not None:
-        return len(set(m)) == len(m)
-    return g is not None and per_node is not None and per_node >= g
 
 
 def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -> PipelineInfo:

@@ -16,9 +16,10 @@ from schedsim.api import predict
 from schedsim.errors import GraphError
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
-from schedsim.lower.training import rank_classes, represented_ranks, symmetric_exact
+from schedsim.lower.training import rank_classes, represented_ranks
 from schedsim.report.training import training_report
 from schedsim.sim.engine import simulate
+from schedsim.sim.symmetry import symmetric_exact
 from schedsim.spec.loader import load_text
 
 BASE = """\
