@@ -173,3 +173,30 @@ def test_full_simulation_breaks_ties_between_identical_ranks() -> None:
     assert c.start_s[rows[0]] > c.start_s[rows[1]]  # the rank met first waits for SMs
     assert sym.makespan_s != full.makespan_s
     assert abs(sym.makespan_s - full.makespan_s) < 5e-4 * full.makespan_s
+
+
+def test_predict_command_says_so_and_full_ranks_opts_out(tmp_path: Any) -> None:
+    """``schedsim predict`` of a training block simulates the representatives and says so on stderr (timeline.json
+    holds their ops, ``meta.represented`` names them); ``--full-ranks`` simulates every rank: the same metrics."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    p = tmp_path / "s.yaml"
+    p.write_text(_text("tp2_pp2_dp2"))
+    got = {}
+    for flag in ([], ["--full-ranks"]):
+        out = tmp_path / ("full" if flag else "sym")
+        r = CliRunner().invoke(app, ["predict", str(p), "-p", "dgx_h100", "--no-gantt", "--format", "json", "--out",
+                                     str(out), *flag])
+        assert r.exit_code == 0, r.stderr[-2000:]
+        assert ("simulated 2 representative ranks of 8" in r.stderr) is not bool(flag)
+        tl = json.loads((out / "timeline.json").read_text())
+        got[bool(flag)] = json.loads(r.stdout)["metrics"], tl["meta"].get("represented"), tl["n_ops"]
+    (m_sym, rep, n_sym), (m_full, rep_full, n_full) = got[False], got[True]
+    assert rep == {"ranks": [0, 4], "of": 8} and rep_full is None
+    assert 4 * n_sym == n_full == m_full["ops"]  # 2 of 8 ranks written; the metrics count the world's
+    m_sym.pop("critical_path"), m_full.pop("critical_path")
+    assert m_sym == m_full
