@@ -193,7 +193,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     ``max_connections``, ``model_executor``, ``iteration_gap_s``), and ``full_ranks``: a ``training:`` block is
     lowered symmetrically (one representative rank per class of ranks that run alike,
     :func:`schedsim.lower.training.represented_ranks`) where that is exact on the profile
-    (:func:`~schedsim.lower.training.symmetric_exact`), unless ``full_ranks`` is true; the timeline then holds the
+    (:func:`~schedsim.sim.symmetry.symmetric_exact`), unless ``full_ranks`` is true; the timeline then holds the
     representatives only (``timeline.meta["represented"]``, and a note). ``progress`` shows a status line on stderr for
     schedules of more than 20,000 ops; ``meta`` is added to ``timeline.meta`` first. ``metrics``
     gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
@@ -215,12 +215,10 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     recorded = sim.get("gpu_model") is None and (durations or getattr(spec, "durations", "modeled")) == "recorded"
     sim["gpu_model"] = gpu_model_of(spec, sim.get("gpu_model"), durations, file)
     symmetric = not sim.pop("full_ranks", False) and getattr(spec, "training", None) is not None
-    if symmetric:  # where exact: the columnar waves loop (which keeps a collective's whole group), no shared link
-        from schedsim.lower.training import symmetric_exact
-        from schedsim.sim.loop import compiled_loop
+    if symmetric:
+        from schedsim.sim.symmetry import symmetric_exact
 
-        symmetric = (sim["gpu_model"] or profile.gpu_model) == "waves" and compiled_loop() is not None \
-            and symmetric_exact(profile)
+        symmetric = symmetric_exact(profile, sim["gpu_model"])
     prog = lower_spec(spec, file, symmetric)
     if recorded and prog.N and all(t.duration_s is None for t in prog.templates):
         raise SpecError("durations: recorded, but no op carries a recorded duration (duration_us): the replay would "
@@ -245,10 +243,11 @@ def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str,
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     tl.meta.update(meta or {})
-    if prog.represented:  # a symmetric lowering: the representatives' ops only, and the outputs say so
-        tl.meta["represented"] = {"ranks": list(prog.represented), "of": prog.world_size}
+    from schedsim.sim.symmetry import mark_represented
+
+    if mark_represented(tl, prog):  # a symmetric lowering: the representatives' ops only, and the outputs say so
         tl.meta["warnings"] = [*tl.meta.get("warnings", []), (
-            f"note: simulated {len(prog.represented)} representative ranks of {prog.world_size} (the ranks of a "
+            f"simulated {len(prog.represented)} representative ranks of {prog.world_size} (the ranks of a "
             "training step that run alike have their representative's times); per-rank outputs show them only: "
             "--full-ranks simulates every rank")]
     from schedsim.network.share import link_utilisation

@@ -425,6 +425,9 @@ def search(
                                     "schedsim_out/search_<schedule>)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format"),
     max_ops: int | None = MaxOpsOpt,
+    full_ranks: bool = typer.Option(False, "--full-ranks", help="Simulate every rank of each configuration "
+                                    "(default: one representative of each class of ranks that run alike, where "
+                                    "exact: the same predictions)."),
 ) -> None:
     """Rank a training block's Megatron configurations (tp, pp, cp, ep, micro batch, virtual stages, recompute) by
     predicted iteration time under a memory limit; write search.json and the time-vs-memory Pareto plot."""
@@ -445,14 +448,16 @@ def search(
     if bad:
         raise SchedsimError(f"--recompute {bad[0]!r} is not a choice", fix="use none, selective and/or full")
     pow2 = [1 << k for k in range(world.bit_length()) if 1 << k <= world]
+    from schedsim.sim.symmetry import symmetric_exact
+
+    symmetric = not full_ranks and symmetric_exact(prof)
     points = candidates(spec.training, world, tps=_ints(tp, "tp") if tp else [x for x in pow2 if x <= 8],
                         pps=_ints(pp, "pp") if pp else pow2, mbss=_ints(micro_batch_size, "micro-batch-size"),
                         recomputes=list(dict.fromkeys(recompute.split(","))),
                         vpps=[None, *(_ints(vpp_layers, "vpp-layers") if vpp_layers else [])],
                         memory_limit=memory_gib * 2**30, cps=_ints(cp, "cp") if cp else None,
-                        eps=_ints(ep, "ep") if ep else None)
-    done = run_search(spec.name, world, points, profile,
-                      jobs or os.cpu_count() or 1)
+                        eps=_ints(ep, "ep") if ep else None, symmetric=symmetric)
+    done = run_search(spec.name, world, points, profile, jobs or os.cpu_count() or 1, symmetric)
     from schedsim.io import atomic_write_text
     from schedsim.outdir import output_set, safe_dirname
 

@@ -62,10 +62,12 @@ class SearchPoint:
 
 def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: list[int],
                recomputes: list[str], vpps: list[int | None], memory_limit: float, cps: list[int] | None = None,
-               eps: list[int] | None = None) -> list[SearchPoint]:
+               eps: list[int] | None = None, symmetric: bool = False) -> list[SearchPoint]:
     """Every combination of the axes, each refused, over memory, or left to simulate (module docstring).
     ``block`` is the schedule's :class:`~schedsim.spec.training_block.TrainingSpec`; ``memory_limit`` bytes;
-    ``cps`` / ``eps``: context- and expert-parallel sizes to try (default: the block's own)."""
+    ``cps`` / ``eps``: context- and expert-parallel sizes to try (default: the block's own); ``symmetric``: the
+    points will be lowered for their representative ranks (:func:`search`'s ``symmetric``), whose ops the op limit
+    bounds."""
     from schedsim.spec.limits import _training_ops, limit
     from schedsim.spec.training_block import memory_per_rank, refusal, training_plan
 
@@ -85,7 +87,7 @@ def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: 
         why = refusal(t, world)
         if why is not None:
             pt.status, pt.reason = "refused", f"{why[0]}: {why[1]}"
-        elif (ops := _training_ops(pt.block, world)) > limit("SCHEDSIM_MAX_OPS"):
+        elif (ops := _training_ops(pt.block, world, symmetric)) > limit("SCHEDSIM_MAX_OPS"):
             pt.status = "over max-ops"
             pt.reason = f"about {ops:,} op instances, past the limit of {limit('SCHEDSIM_MAX_OPS'):,} (--max-ops)"
         else:
@@ -97,9 +99,12 @@ def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: 
     return out
 
 
-def run_point(name: str, world: int, block: dict[str, Any], profile: str) -> dict[str, Any] | str:
+def run_point(name: str, world: int, block: dict[str, Any], profile: str,
+              symmetric: bool = False) -> dict[str, Any] | str:
     """Simulate one configuration (module level, for worker processes): its iteration time, TFLOP/s per GPU and
-    MFU, or the error message (a refusal at lowering)."""
+    MFU, or the error message (a refusal at lowering). ``symmetric``: lower one representative rank per class
+    (:func:`schedsim.lower.training.represented_ranks`; pass it only where
+    :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile)."""
     import yaml
 
     from schedsim.errors import SchedsimError
@@ -107,6 +112,7 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str) -> dic
     from schedsim.lower import lower
     from schedsim.report.training import training_report
     from schedsim.sim.engine import simulate
+    from schedsim.sim.symmetry import mark_represented
     from schedsim.spec.loader import load_text
 
     text = yaml.safe_dump({"schema_version": 1, "name": name, "world_size": world, "training": block},
@@ -114,9 +120,11 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str) -> dic
     try:
         spec = load_text(text, f"<search {name}>")
         prof = load_profile(profile)
-        tl = simulate(lower(spec), prof)  # as api.lower_spec without a file to name
+        prog = lower(spec, symmetric=symmetric)  # as api.lower_spec without a file to name
+        tl = simulate(prog, prof)
     except SchedsimError as e:
         return e.message
+    mark_represented(tl, prog)
     rep = training_report(spec, tl, prof)
     return {"iteration_s": rep.iteration_s, "tflops_per_gpu": rep.tflops_per_gpu, "mfu": rep.mfu}
 
@@ -130,19 +138,23 @@ def pareto(points: list[SearchPoint]) -> None:
         best = min(best, p.memory_bytes)
 
 
-def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs: int = 1) -> list[SearchPoint]:
+def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs: int = 1,
+           symmetric: bool = False) -> list[SearchPoint]:
     """Simulate the points left to simulate (``jobs`` processes, a progress bar on a terminal), mark the Pareto
-    front; returns every point, the simulated ones first by iteration time, then the others."""
+    front; returns every point, the simulated ones first by iteration time, then the others. ``symmetric``: each
+    point lowered for one representative rank per class (:func:`schedsim.lower.training.represented_ranks`; the
+    same predictions, where :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile)."""
     from schedsim.report.progress import track
 
     todo = [p for p in points if p.status == "simulated"]
     if jobs <= 1 or len(todo) <= 1:
-        results = [run_point(name, world, p.block, profile) for p in track(todo, "search", total=len(todo))]
+        results = [run_point(name, world, p.block, profile, symmetric)
+                   for p in track(todo, "search", total=len(todo))]
     else:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as ex:
-            futs = [ex.submit(run_point, name, world, p.block, profile) for p in todo]
+            futs = [ex.submit(run_point, name, world, p.block, profile, symmetric) for p in todo]
             results = [f.result() for f in track(futs, "search", total=len(futs))]
     for p, r in zip(todo, results, strict=True):
         if isinstance(r, str):

@@ -73,15 +73,19 @@ def _yaml(name: str, gpus: int, block: dict) -> str:
 
 
 def predict_row(text: str, profile: Any) -> tuple[float, dict, int]:
-    """Iteration time (s), the training report's JSON form and the op count of one row's schedule."""
+    """Iteration time (s), the training report's JSON form and the op count of one row's schedule (lowered for one
+    representative rank per class where that is exact on the profile, as ``schedsim predict`` does; the op count
+    is the lowering's)."""
     from schedsim.api import lower_spec
     from schedsim.report.training import training_report
     from schedsim.sim.engine import simulate
+    from schedsim.sim.symmetry import mark_represented, symmetric_exact
     from schedsim.spec.loader import load_text
 
     spec = load_text(text)
-    prog = lower_spec(spec)
+    prog = lower_spec(spec, symmetric=symmetric_exact(profile))
     tl = simulate(prog, profile)
+    mark_represented(tl, prog)
     return tl.makespan_s, training_report(spec, tl, profile).to_dict(), prog.N
 
 

@@ -54,6 +54,10 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   all-gather over the data-parallel group (with ``overlap_param_gather`` issued at the start of the step on
   ``dp_comm``, as the next step's forward would dispatch it, without holding the first forward back).
 
+With ``symmetric`` (what ``schedsim predict`` and ``search`` run where it is exact), only one representative rank
+of each class of ranks that run alike is written (:func:`represented_ranks`): ``pp·cp`` ranks instead of the world,
+each collective keeping its whole group for its cost and links.
+
 ``CUDA_DEVICE_MAX_CONNECTIONS`` is 1 when ``tp > 1`` (Megatron-LM ``arguments.py`` asserts it: "Using tensor
 model parallelism or context parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS
 to 1"), unless the schedule's ``env`` says otherwise.
@@ -103,7 +107,7 @@ from schedsim.spec.pipeline_block import (
 from schedsim.spec.training_block import TrainingPlan, TrainingSpec, training_plan
 from schedsim.units import DTYPE_BYTES
 
-__all__ = ["expand_training", "rank_classes", "represented_ranks", "symmetric_exact", "stage_lists", "TP_TAG", "DP_TAG"]
+__all__ = ["expand_training", "rank_classes", "represented_ranks", "stage_lists", "TP_TAG", "DP_TAG"]
 
 #: Tags of the data-parallel (and tied-embedding) gradient reductions and the parameter all-gather.
 DP_TAG = (("comm", "dp"),)
@@ -549,8 +553,13 @@ def represented_ranks(spec: ScheduleSpec) -> tuple[int, ...]:
     Program keeps its full group (its cost, and its links for :mod:`schedsim.network.share`) but has only its
     represented members, which it waits for.
 
-    Exact (the same times as the full lowering, tested op for op) where no link carries the transfers of two ranks
-    of one class: one NIC per GPU and a fabric that does not oversubscribe (:func:`symmetric_exact`)."""
+    It needs that no link carries the transfers of two ranks of one class: one NIC per GPU and a fabric that does
+    not oversubscribe (:func:`schedsim.sim.symmetry.symmetric_exact`). Then every represented op has the times of
+    the full lowering, bit for bit, but for one thing: at an instant where identical ranks become ready together,
+    the full simulation meets them in rank order, and where a kernel fills the GPU, the ranks met first start a
+    collective later than the last one (their next kernel took the SMs first). A representative is its group's
+    only member, so it is always met last, and the makespans can differ by such ties (well under 0.1 %:
+    docs/validation.md, "Symmetric lowering"; ``tests/core/test_training_symmetric.py``)."""
     reps = np.unique(rank_classes(spec))
     return () if len(reps) == spec.world_size else tuple(reps.tolist())
 
@@ -572,28 +581,6 @@ def rank_classes(spec: ScheduleSpec) -> np.ndarray:
     return t_ + plan.tp * (c_ + plan.cp * (d_ + plan.dp * p_))
 
 
-def symmetric_exact(profile: Any) -> bool:
-    """Whether a symmetric lowering (:func:`represented_ranks`) times every rank as the full one on ``profile``:
-    its transfers across nodes share no links (:func:`schedsim.network.share.shares_links`), or each GPU of a node
-    has a NIC of its own and the fabric does not oversubscribe, so that no NIC or leaf uplink carries the transfers
-    of two ranks of one class (which the full lowering would share max-min and the symmetric one would not)."""
-    from schedsim.network.share import shares_links
-
-    if not shares_links(profile):
-        return True
-    topo = profile.topology
-    fabric = getattr(topo, "fabric", None)
-    if fabric is not None and fabric.oversubscription > 1:
-        return False
-    g = topo.gpus_per_node
-    nics = topo.nics
-    per_node = getattr(nics, "per_node", None)
-    m = nics.gpu_to_nic
-    if m is not None:
-        return len(set(m)) == len(m)
-    return g is not None and per_node is not None and per_node >= g
-
-
 def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -> PipelineInfo:
     """Write every rank's ops of the spec's ``training:`` block into ``table`` (module docstring); with
     ``symmetric``, only the ranks of :func:`represented_ranks` (all where it is empty).
@@ -605,11 +592,17 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     ------
     SpecError
         A pipeline the generators refuse (too few microbatches for interleaving), named on
-        ``training.global_batch_size``.
+        ``training.global_batch_size``; a lowering of every rank past ``SCHEDSIM_MAX_OPS``
+        (:func:`schedsim.spec.limits.check_training_ops`).
     """
     t = spec.training
     assert t is not None
     plan = training_plan(t, spec.world_size)
+    reps = represented_ranks(spec) if symmetric else ()
+    if not reps:  # the loader bounded the symmetric lowering's ops; this one writes every rank's
+        from schedsim.spec.limits import check_training_ops
+
+        check_training_ops(t.model_dump(exclude_none=True), spec.world_size, spec._file, represented=False)
     tr = _transformer(t, plan)
     pb = PipelineSpec(schedule=plan.schedule, p=plan.pp, m=plan.m, v=plan.v if plan.v > 1 else None, transformer=tr,
                       p2p=None)
@@ -635,7 +628,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     rank_stages = {r: sorted(st for st, rr in pplan.s2r.items() if rr == r) for r in range(plan.pp)}
     chunk_of = {st: rank_stages[r].index(st) for st, r in pplan.s2r.items()}
     params = _stage_params(t, plan, ns)
-    for g in (symmetric and represented_ranks(spec)) or range(spec.world_size):
+    for g in reps or range(spec.world_size):
         _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
     from schedsim.spec.training_block import act_bytes_per_layer
 

@@ -309,10 +309,15 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     ok = cross & (size_a[pg] > 0) & (work_a[pg] > 0)
     count[pg[ok]] = 2 + 2 * spine[ok]
     colls: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+    seen: dict[tuple[str, float, bytes], tuple[np.ndarray, np.ndarray, float]] = {}  # a group's flow, once
     for g in np.flatnonzero(~pair).tolist():
         rk = gr[gp[g]:gp[g + 1]]
-        links, w, b = _flow(rk, kinds[g], float(size_a[g]), node, nic, per, per_leaf, n_nic_links,
-                            _algo(net, kinds[g], float(size_a[g]), rk))
+        key = (kinds[g], float(size_a[g]), rk.tobytes())
+        got = seen.get(key)
+        if got is None:
+            got = seen[key] = _flow(rk, kinds[g], float(size_a[g]), node, nic, per, per_leaf, n_nic_links,
+                                    _algo(net, kinds[g], float(size_a[g]), rk))
+        links, w, b = got
         if links.size and b > 0.0 and work_a[g] > 0.0:
             colls[g] = (links, w, b)
             count[g] = links.size

@@ -244,7 +244,7 @@ def _pipeline_ops(pb: Mapping[str, Any]) -> int:
     return p * dp * v * m * 3 * (per_stage + 2)
 
 
-def _training_ops(tb: Mapping[str, Any], world: int) -> int:
+def _training_ops(tb: Mapping[str, Any], world: int, represented: bool = False) -> int:
     """An upper bound on the op instances of a ``training:`` block (:mod:`schedsim.lower.training`), in closed
     form from its numbers (nothing is lowered): each of the ``world / pp`` pipeline replicas runs, per
     microbatch, every one of the ``num_layers`` layers forward (F), input gradient (I) and weight gradient (W),
@@ -258,7 +258,10 @@ def _training_ops(tb: Mapping[str, Any], world: int) -> int:
     ``4·cp − 8`` more each; ``tp_comm_overlap``: ``14·tp − 18`` more each (chunked GEMMs and ring exchanges); an
     MoE layer of E local experts: F ``3·E + 1``, I ``3·E − 1``, W ``2·E − 1`` more, the all-to-alls 2 more each
     with ep > 1, its TP collectives replacing the MLP's. Recomputation reruns F (``full``; ``block``: the first
-    ``recompute_num_layers`` of each chunk) or the attention core (``selective``: 5, or the ring's ``4·cp − 3``)."""
+    ``recompute_num_layers`` of each chunk) or the attention core (``selective``: 5, or the ring's ``4·cp − 3``).
+
+    ``represented``: the ops of the symmetric lowering (:func:`schedsim.lower.training.represented_ranks`), which
+    writes ``pp·cp`` ranks (times tp with ``tp_comm_overlap``, times dp with ``moe_expert_capacity_factor``)."""
     def num(*keys: str, default: int = 1) -> int:
         v = next((tb[k] for k in keys if k in tb), default)
         return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
@@ -295,7 +298,27 @@ def _training_ops(tb: Mapping[str, Any], world: int) -> int:
         per_mb += rerun * f
     elif rg == "selective":
         per_mb += layers * max(5, 4 * cp - 3)
-    return world // pp * m * per_mb + world * (10 + 3 * v + layers // pp + v)
+    ranks = world
+    if represented:
+        ranks = pp * cp * (tp if on("tp_comm_overlap") else 1) * \
+            (dp if "num_experts" in tb and tb.get("moe_expert_capacity_factor") is not None else 1)
+    return ranks // pp * m * per_mb + ranks * (10 + 3 * v + layers // pp + v)
+
+
+def check_training_ops(tb: Mapping[str, Any], world: int, file: str, represented: bool) -> None:
+    """Refuse a ``training:`` block whose lowering (symmetric with ``represented``, else of every rank) would
+    write more ops than ``SCHEDSIM_MAX_OPS`` (:func:`_training_ops`). The loader checks the symmetric lowering's
+    (what ``predict`` runs); the lowering of every rank checks its own before it expands.
+
+    Raises
+    ------
+    SpecError
+        Past the limit, with the estimate and the knob that raises it.
+    """
+    ops = _training_ops(tb, world, represented)
+    if ops > limit("SCHEDSIM_MAX_OPS"):
+        raise _refuse(file, "the schedule expands to too many op instances (summed over ranks)"
+                      + ("" if represented else " when every rank is lowered"), ops, "SCHEDSIM_MAX_OPS", "training")
 
 
 def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,
@@ -333,7 +356,7 @@ def check_expansion(data: Mapping[str, Any], env: Mapping[str, Any], file: str,
     if isinstance(pipeline, Mapping):
         ops += _pipeline_ops(pipeline)
     if isinstance(training, Mapping):
-        ops += _training_ops(training, world)
+        ops += _training_ops(training, world, represented=True)  # the full lowering checks its own
     if ops > limit("SCHEDSIM_MAX_OPS"):
         raise _refuse(file, "the schedule expands to too many op instances (summed over ranks)", ops,
                       "SCHEDSIM_MAX_OPS", "ops" if "ops" in data else "training" if training is not None else

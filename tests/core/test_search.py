@@ -71,13 +71,19 @@ def test_search_needs_a_training_block(tmp_path: Path) -> None:
 
 
 def test_configurations_past_max_ops_are_counted_apart_and_axes_deduplicated(tmp_path: Path) -> None:
-    """--max-ops 3000: tp 4 (about 3,712 and 3,832 ops by the loader's estimate, an upper bound within 12% of
-    the real count: tests/core/test_training_op_estimate.py) is past the limit,
-    which is this tool's, not Megatron's refusal; --tp 1,1,2,4 tries tp 1 once."""
+    """--max-ops 3000 with --full-ranks: tp 4 (about 3,712 and 3,832 ops by the loader's estimate, an upper bound
+    within 12% of the real count: tests/core/test_training_op_estimate.py) is past the limit,
+    which is this tool's, not Megatron's refusal; --tp 1,1,2,4 tries tp 1 once. Lowered for their representative
+    ranks (the default) the tp 4 points write 1/8 of those ops (one rank of tp 4 × dp 2, pp 1; pp 2: 2 of 8)
+    and all six run."""
     p = tmp_path / "s.yaml"
     p.write_text(TINY)
-    r = CliRunner().invoke(app, ["search", str(p), "--tp", "1,1,2,4", "--pp", "1,2", "--micro-batch-size", "1,1",
-                                 "--recompute", "none,none", "--max-ops", "3000", "--out", str(tmp_path / "o")])
+    args = ["search", str(p), "--tp", "1,1,2,4", "--pp", "1,2", "--micro-batch-size", "1,1", "--recompute",
+            "none,none", "--max-ops", "3000"]
+    sym = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "s")])
+    assert sym.exit_code == 0, sym.stderr[-2000:]
+    assert "6 configurations: 6 simulated" in sym.stdout, sym.stdout[-800:]
+    r = CliRunner().invoke(app, [*args, "--full-ranks", "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.stderr[-2000:]
     assert "6 configurations: 4 simulated, 0 refused by Megatron's rules, 0 over the memory limit, 2 past " \
         "--max-ops" in r.stdout, r.stdout[-800:]
