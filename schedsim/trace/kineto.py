@@ -26,13 +26,13 @@ few above are dropped as they are read.
 Timestamps are read exactly: ``ts`` and ``dur`` become integer nanoseconds from their decimal text
 (epoch µs with 3 decimals has 19-20 significant digits, more than a float's 15-17, so a float parse
 moves events by up to 0.25 µs and merges kernels 240 ns apart). Numbers longer than 15 characters
-are kept as their text by the JSON decoder (:func:`_keep_long`) and converted by :func:`_ns`.
+are kept as their text by the JSON decoder (:func:`~schedsim.trace.jsonstream.keep_long`) and converted by
+:func:`_ns`.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import re
 from array import array
 from collections import defaultdict
@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from schedsim.errors import TraceError, printable
 from schedsim.trace.common import (
@@ -55,9 +57,12 @@ from schedsim.trace.common import (
     match_op,
     short_kernel_name,
 )
-from schedsim.trace.jsonstream import TraceEventStream
+from schedsim.trace.jsonstream import TraceEventStream, keep_long
 from schedsim.trace.nsys import shape_size
 from schedsim.trace.validate import (
+    MAX_DUR_US,
+    MAX_SPREAD_US,
+    MAX_TS_US,
     check_event_times,
     check_gpu_times,
     check_header,
@@ -68,10 +73,7 @@ from schedsim.trace.validate import (
     too_many_events,
 )
 
-
-def _keep_long(text: str) -> float | str:
-    """JSON ``parse_float``: a float, or the text itself when a float cannot hold it exactly (> 15 chars)."""
-    return text if len(text) > 15 else float(text)
+_keep_long = keep_long  # the JSON reader's parse_float (exact timestamps; module docstring)
 
 
 def _ns(v: Any) -> int:
@@ -83,15 +85,28 @@ def _ns(v: Any) -> int:
         ``v`` is a boolean, null, list or object.
     ValueError
         ``v`` is not a finite decimal number (``"abc"``, ``"NaN"``, infinity).
+
+    Examples
+    --------
+    >>> _ns(12), _ns("4458676522690.655"), _ns("1.0005"), _ns("1.0015"), _ns(2.5), _ns(1e-05), _ns("7.")
+    (12000, 4458676522690655, 1000, 1002, 2500, 0, 7000)
     """
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise TypeError(f"time {v!r} is not a number")
-    if isinstance(v, int):
+    t = type(v)
+    if t is int:
         return v * 1000
+    if t is not str and t is not float:
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise TypeError(f"time {v!r} is not a number")
+        if isinstance(v, int):
+            return int(v) * 1000
+    text = v if isinstance(v, str) else repr(v)
+    whole, _dot, frac = text.partition(".")  # the common text, digits and at most 3 decimals: no Decimal needed
+    if len(frac) <= 3 and whole.isascii() and whole.isdigit() and (not frac or (frac.isascii() and frac.isdigit())):
+        return int(whole + frac.ljust(3, "0"))
     from decimal import Decimal, InvalidOperation
 
     try:
-        d = Decimal(v if isinstance(v, str) else repr(v))
+        d = Decimal(text)
         if not d.is_finite():
             raise ValueError
         return int((d * 1000).to_integral_value())
@@ -312,32 +327,19 @@ class _File:
 
 
 def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
-    """Stream one trace file into ``acc`` (module docstring for what is kept)."""
-    stream = TraceEventStream(path)
-    stream._dec = json.JSONDecoder(parse_float=_keep_long)  # exact timestamps (module docstring)
+    """Stream one trace file into ``acc`` (module docstring for what is kept): each run of events the reader
+    decodes at once by :func:`_read_run`, or one event at a time by :func:`_read_event` where that finds a time
+    it must word an error for."""
+    stream = TraceEventStream(path, long_floats_as_text=True)  # exact timestamps (module docstring)
     f = _File(path, fi)
     first = len(acc.acts)
     starts = (len(acc.annots), len(acc.nccl_cpu), len(acc.rpc), len(acc.runtime), len(acc.syncs))
-    for e in stream:
-        if not isinstance(e, dict):
-            continue
-        cat = e.get("cat")
-        if cat is None:
-            _process_name(e, f)
-            continue
-        c = cat.lower() if isinstance(cat, str) else ""
-        if c in _CHECKED:
-            if c in _GPU:
-                check_gpu_times(path, stream.n_events, e)
-            check_event_times(path, stream.n_events, e, None if f.ref is None else f.ref / 1000.0)  # ref is in ns
-        try:
-            _take(e, c, f, acc, stream.n_events)
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:
-            raise TraceError(f"{path}: event #{stream.n_events}: malformed {printable(cat, 40)} event "
-                             f"({err.__class__.__name__}: {printable(err, 120)}): {_excerpt(e)}",
-                             fix="re-export the trace from the profiler") from None
-        if len(acc.acts) > acc.cap or len(acc.annots) > acc.cap or len(acc.nccl_cpu) + len(acc.rpc) > acc.cap:
-            raise too_many_events(path, "GPU activities or ranges of one kind", acc.cap)
+    actions: dict[str, tuple[int, str]] = {}
+    for run in stream.batches():
+        at = stream.n_events
+        if not _read_run(run, at, f, acc, actions):
+            for k, e in enumerate(run):
+                _read_event(e, at + k, f, acc)
     check_stream_order(path, f.lanes, acc.warnings)
     f.lanes.clear()
     hdr = stream.header
@@ -363,6 +365,136 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
     acc.rank_info[rank] = {"file": str(path), "devices": devices, "process": f.pname,
                            "schemaVersion": hdr.get("schemaVersion"), "events": stream.n_events,
                            "nccl_version": dist.get("nccl_version"), "pg_config": dist.get("pg_config")}
+
+
+#: What :func:`_read_run` does with an event of a category (lowercase): drop it, check its times and keep it if
+#: its name says so (``cpu_op``, ``user_annotation``), check and keep it (GPU events), keep it (runtime rows).
+_DROP, _CHECK, _GPU_EVENT, _KEEP = range(4)
+_CPU_KEPT = ("cuda_runtime", "cuda_driver", "cuda_sync")
+_NUM = frozenset({int, float, str})
+_NUM_OR_NONE = _NUM | {type(None)}
+_ACTIVITY = _KERNEL | _MEMCPY | _MEMSET
+
+
+def _action(c: str) -> int:
+    """The :func:`_read_run` action of lowercase category ``c`` (what :func:`_read_event` does with it)."""
+    if c in _GPU:
+        return _GPU_EVENT
+    if c in _CHECKED:
+        return _CHECK
+    return _KEEP if c in _CPU_KEPT else _DROP
+
+
+def _read_event(e: Any, index: int, f: _File, acc: _Read, times_checked: bool = False) -> None:
+    """Read event number ``index`` of the file (check its times unless ``times_checked``, keep what it adds).
+
+    Raises
+    ------
+    TraceError
+        Its times are bad (:mod:`schedsim.trace.validate`), it is malformed, or the import holds too many events.
+    """
+    if not isinstance(e, dict):
+        return
+    cat = e.get("cat")
+    if cat is None:
+        _process_name(e, f)
+        return
+    path = f.path
+    c = cat.lower() if isinstance(cat, str) else ""
+    if c in _CHECKED:
+        if c in _GPU:
+            check_gpu_times(path, index, e)
+        if not times_checked:
+            check_event_times(path, index, e, None if f.ref is None else f.ref / 1000.0)  # ref is in ns
+    try:
+        _take(e, c, f, acc, index)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:
+        raise TraceError(f"{path}: event #{index}: malformed {printable(cat, 40)} event "
+                         f"({err.__class__.__name__}: {printable(err, 120)}): {_excerpt(e)}",
+                         fix="re-export the trace from the profiler") from None
+    if len(acc.acts) > acc.cap or len(acc.annots) > acc.cap or len(acc.nccl_cpu) + len(acc.rpc) > acc.cap:
+        raise too_many_events(path, "GPU activities or ranges of one kind", acc.cap)
+
+
+def _read_run(run: list[Any], base: int, f: _File, acc: _Read, actions: dict[str, tuple[int, str]]) -> bool:
+    """Read a run of events (numbers ``base``...) as :func:`_read_event` reads each, with the times of the
+    checked ones (``cpu_op``, ``user_annotation``, GPU events: a third of a trace's events, most of them then
+    dropped) checked at once by :func:`_times_ok` and the events nothing keeps skipped. False, having read
+    nothing, when the run is short or a time fails that check: :func:`_read_event` then reads each event and
+    words the first error, as it would have alone.
+
+    ``actions`` caches each category's :func:`_action` and lowercase name.
+    """
+    if len(run) < 64:
+        return False
+    checked, work, ref_from, ref_ts = _sort_run(run, f, actions)
+    try:
+        ref = f.ref / 1000.0 if f.ref is not None else _ns(ref_ts) / 1000.0 if ref_from >= 0 else 0.0
+    except (TypeError, ValueError):
+        return False
+    if not _times_ok(checked, ref_from if ref_from >= 0 else len(checked), ref):
+        return False
+    for k, e in work:
+        _read_event(e, base + k, f, acc, times_checked=True)
+    return True
+
+
+def _sort_run(run: list[Any], f: _File, actions: dict[str, tuple[int, str]]
+              ) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]], int, Any]:
+    """For :func:`_read_run`: the events whose times are checked, the events read (position in the run, event;
+    in order), from which checked event on the file's reference time applies (-1: none in the run) and the
+    ``ts`` of the event that sets it (the file's first kernel, memcpy or memset)."""
+    checked: list[dict[str, Any]] = []
+    work: list[tuple[int, dict[str, Any]]] = []
+    ref_from = 0 if f.ref is not None else -1
+    ref_ts: Any = None
+    for k, e in enumerate(run):
+        if type(e) is not dict:
+            continue
+        cat = e.get("cat")
+        if type(cat) is not str:
+            if cat is None:
+                work.append((k, e))
+            continue
+        act = actions.get(cat)
+        if act is None:
+            c = cat.lower()
+            act = actions[cat] = (_action(c), c)
+        a = act[0]
+        if a == _DROP:
+            continue
+        name = e.get("name")
+        if a == _KEEP:
+            if type(name) is not str or name in REPLAY_RUNTIME or act[1] == "cuda_sync":  # _take keeps it
+                work.append((k, e))
+            continue
+        checked.append(e)
+        if a == _GPU_EVENT:
+            work.append((k, e))
+            if ref_from < 0 and act[1] in _ACTIVITY:  # this event sets the file's reference time
+                ref_from, ref_ts = len(checked), e.get("ts")
+        elif name == "record_param_comms" or (isinstance(name, str) and name.startswith("nccl:")):
+            work.append((k, e))
+    return checked, work, ref_from, ref_ts
+
+
+def _times_ok(evs: list[dict[str, Any]], ref_from: int, ref: float) -> bool:
+    """Whether :func:`~schedsim.trace.validate.check_event_times` passes every event of ``evs``, ``ref`` (µs)
+    the file's first GPU ``ts`` for the events from position ``ref_from`` on, None for those before; the same
+    conditions on arrays (``ts``/``dur`` numbers or their text, finite, not negative, within the bounds)."""
+    ts: list[Any] = [e.get("ts") for e in evs]
+    dur: list[Any] = [e.get("dur") for e in evs]
+    if not ({type(v) for v in ts} <= _NUM and {type(v) for v in dur} <= _NUM_OR_NONE):
+        return False  # a bool, null ts, list or object: the per-event check words it
+    try:
+        t = np.array([float(v) for v in ts], dtype=np.float64)
+        d = np.array([0.0 if v is None else float(v) for v in dur], dtype=np.float64)
+    except (ValueError, OverflowError):
+        return False
+    with np.errstate(invalid="ignore"):
+        ok = (np.isfinite(t) & np.isfinite(d) & (t >= 0) & (d >= 0) & (t <= MAX_TS_US) & (d <= MAX_DUR_US))
+        ok[ref_from:] &= np.abs(t[ref_from:] - ref) <= MAX_SPREAD_US
+    return bool(ok.all())
 
 
 def _excerpt(e: Any) -> str:
