@@ -132,3 +132,26 @@ def test_max_ops_counts_the_ops_file(tmp_path: Path) -> None:
     imp = _imported(tmp_path)
     r = _cli("predict", imp / "schedule.yaml", "--max-ops", "2", "--no-gantt", "--out", "o", cwd=tmp_path)
     assert r.returncode == 2 and "max-ops" in r.stderr, r.stdout[-300:]
+
+
+def test_ops_file_rows_load_as_the_same_ops_written_inline(tmp_path: Path) -> None:
+    """The ops file's rows are validated as parsed, not copied first; the loader's own keys (``__path__``,
+    ``__env__``, also spelled with a ``\\u`` escape), which it drops from written ops, are dropped from them too."""
+    from schedsim.spec.loader import _strip_doc, load_schedule
+
+    rows = [{"name": "a", "kind": "compute", "duration_us": 2.5, "tags": {"start_us": 0.0}},
+            {"name": "b", "kind": "memcpy", "direction": "d2d", "bytes": 256, "duration_us": 1.5, "deps": ["a"],
+             "tags": {"x": 1}}]
+    head = "schema_version: 1\nname: t\nworld_size: 1\ndurations: recorded\n"
+    (tmp_path / "inline.yaml").write_text(head + "ops:\n" + "".join(f"  - {json.dumps(r)}\n" for r in rows))
+    want = [o.model_dump() for o in load_schedule(tmp_path / "inline.yaml").ops]
+    bent = [dict(rows[0], __path__="x"), dict(rows[1], tags={"x": 1, "__env__": 2})]
+    escaped = json.dumps(bent).replace("__path__", "\\u005f_path__")
+    for i, text in enumerate([json.dumps(rows), json.dumps(bent), escaped]):
+        (tmp_path / f"ops{i}.json").write_text(text)
+        (tmp_path / f"s{i}.yaml").write_text(head + f"ops_file: ops{i}.json\n")
+        assert [o.model_dump() for o in load_schedule(tmp_path / f"s{i}.yaml").ops] == want, text
+    written = {"name": "w", "__path__": "ops[0]"}
+    doc = {"name": "t", "__env__": {}, "ops": [written, *rows]}
+    out = _strip_doc(doc, len(rows))
+    assert out == {"name": "t", "ops": [{"name": "w"}, *rows]} and out["ops"][1] is rows[0]
