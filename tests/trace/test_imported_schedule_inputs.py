@@ -155,3 +155,20 @@ def test_ops_file_rows_load_as_the_same_ops_written_inline(tmp_path: Path) -> No
     doc = {"name": "t", "__env__": {}, "ops": [written, *rows]}
     out = _strip_doc(doc, len(rows))
     assert out == {"name": "t", "ops": [{"name": "w"}, *rows]} and out["ops"][1] is rows[0]
+
+
+def test_predict_drops_the_op_models_once_lowered(tmp_path: Path) -> None:
+    """``simulate_spec(..., release_ops=True)`` (predict) frees the spec's op models after lowering: the replay
+    is the same, and ``spec.ops`` then raises instead of reading as no ops."""
+    from schedsim import api
+    from schedsim.hardware.profile import load_profile
+
+    sched = _imported(tmp_path) / "schedule.yaml"
+    prof = load_profile("h200")
+    kept, dropped = api.load(sched), api.load(sched)
+    a = api.simulate_spec(kept, prof, file=sched)
+    b = api.simulate_spec(dropped, prof, file=sched, release_ops=True)
+    assert a.timeline.spans == b.timeline.spans and a.metrics == b.metrics
+    assert len(kept.ops) == len(a.timeline.spans) > 0
+    with pytest.raises(AttributeError):
+        dropped.ops  # noqa: B018
