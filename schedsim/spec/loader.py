@@ -31,7 +31,6 @@ evaluates the ``pipeline`` block and turns pydantic's errors into :class:`SpecEr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -420,13 +419,13 @@ def _ops_file(data: Any, file: str) -> list[dict[str, Any]]:
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise SpecError(f"ops_file {rel}: not a JSON list of op mappings", file=file, path="ops_file",
                         fix="write a JSON list of op mappings ({\"name\": ..., \"kind\": ...})")
-    if _LOADER_KEY.search(raw):  # the loader's own keys, which _strip drops, may be written (or escaped) there
+    if any(k in raw for k in _LOADER_KEYS):  # the loader's own keys, which _strip drops, may be written there
         rows = _strip(rows)
     return rows
 
 
 #: Text of an ops file that may hold the loader's keys ``__path__`` / ``__env__`` (a ``\u`` escape may spell them).
-_LOADER_KEY = re.compile(rb"__path__|__env__|\\u")
+_LOADER_KEYS = (b"__path__", b"__env__", b"\\u")
 
 
 def _strip_doc(doc: Any, n_rows: int) -> Any:

@@ -172,3 +172,15 @@ def test_predict_drops_the_op_models_once_lowered(tmp_path: Path) -> None:
     assert len(kept.ops) == len(a.timeline.spans) > 0
     with pytest.raises(AttributeError):
         dropped.ops  # noqa: B018
+
+
+@pytest.mark.parametrize("value", [[1, 2], {"a": 1}])
+def test_ops_file_row_with_a_tag_that_is_no_scalar_is_refused(tmp_path: Path, value: object) -> None:
+    from schedsim.errors import SpecError
+    from schedsim.spec.loader import load_schedule
+
+    row = {"name": "a", "kind": "compute", "duration_us": 2.5, "tags": {"start_us": 0.0, "mb": value, "k": None}}
+    (tmp_path / "ops.json").write_text(json.dumps([row]))
+    (tmp_path / "s.yaml").write_text("schema_version: 1\nname: t\nworld_size: 1\nops_file: ops.json\n")
+    with pytest.raises(SpecError, match=f"tag 'mb' holds a {type(value).__name__}"):
+        load_schedule(tmp_path / "s.yaml")
