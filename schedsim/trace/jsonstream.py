@@ -2,7 +2,8 @@
 
 A Kineto trace is one JSON object whose ``traceEvents`` array holds almost all
 of the bytes. :class:`TraceEventStream` walks the top-level object key by key,
-hands out the elements of ``traceEvents`` one at a time and keeps every other
+hands out the elements of ``traceEvents`` (one at a time, or in runs:
+:meth:`~TraceEventStream.batches`) and keeps every other
 top-level value (``distributedInfo``, ``baseTimeNanoseconds`` ...) in
 :attr:`TraceEventStream.header`. A top-level array (the Chrome "JSON Array
 Format", which some nsys-to-JSON converters write) is read the same way.
@@ -19,9 +20,10 @@ malformed) is decoded again one value at a time with ``raw_decode``, which reads
 exactly what a run would and words the error, so a run changes the speed and
 nothing else: if ``[TEXT]`` is valid JSON and ``TEXT`` is a prefix of the
 event array ending in ``}``, then ``TEXT`` is a list of whole events.
-orjson was measured and not used: it decodes a 4 MiB run 25 % faster but
-reads every number as a float, and quoting the long ones first (the exact
-timestamps of :mod:`schedsim.trace.kineto`) costs more than it saves.
+orjson is not used here: it reads every number as a float, and quoting the
+long ones first (the exact timestamps of :mod:`schedsim.trace.kineto`) costs
+more than its faster decoding saves (measured: ``docs/validation.md``, "Import
++ replay of a 1 GB trace").
 
 Caveat: Kineto writes ``baseTimeNanoseconds`` *after* ``traceEvents``, so
 :attr:`~TraceEventStream.header` is complete only once the events have been
