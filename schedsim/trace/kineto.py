@@ -33,6 +33,7 @@ are kept as their text by the JSON decoder (:func:`~schedsim.trace.jsonstream.ke
 from __future__ import annotations
 
 import bisect
+import operator
 import re
 from array import array
 from collections import defaultdict
@@ -373,7 +374,10 @@ _DROP, _CHECK, _GPU_EVENT, _KEEP = range(4)
 _CPU_KEPT = ("cuda_runtime", "cuda_driver", "cuda_sync")
 _NUM = frozenset({int, float, str})
 _NUM_OR_NONE = _NUM | {type(None)}
+_GET_TS, _GET_DUR = operator.methodcaller("get", "ts"), operator.methodcaller("get", "dur")
 _ACTIVITY = _KERNEL | _MEMCPY | _MEMSET
+#: What reading a malformed event raises (:func:`_read_event` words it).
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
 
 
 def _action(c: str) -> int:
@@ -408,7 +412,7 @@ def _read_event(e: Any, index: int, f: _File, acc: _Read, times_checked: bool = 
             check_event_times(path, index, e, None if f.ref is None else f.ref / 1000.0)  # ref is in ns
     try:
         _take(e, c, f, acc, index)
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:
+    except _MALFORMED as err:
         raise TraceError(f"{path}: event #{index}: malformed {printable(cat, 40)} event "
                          f"({err.__class__.__name__}: {printable(err, 120)}): {_excerpt(e)}",
                          fix="re-export the trace from the profiler") from None
@@ -434,18 +438,24 @@ def _read_run(run: list[Any], base: int, f: _File, acc: _Read, actions: dict[str
         return False
     if not _times_ok(checked, ref_from if ref_from >= 0 else len(checked), ref):
         return False
-    for k, e in work:
+    for k, e, runtime in work:
+        if runtime:  # the most common kept row, read without the per-event dispatch (an error is worded below)
+            try:
+                acc.runtime.append(_runtime_row(e, f))
+                continue
+            except _MALFORMED:
+                pass
         _read_event(e, base + k, f, acc, times_checked=True)
     return True
 
 
 def _sort_run(run: list[Any], f: _File, actions: dict[str, tuple[int, str]]
-              ) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]], int, Any]:
-    """For :func:`_read_run`: the events whose times are checked, the events read (position in the run, event;
-    in order), from which checked event on the file's reference time applies (-1: none in the run) and the
-    ``ts`` of the event that sets it (the file's first kernel, memcpy or memset)."""
+              ) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any], bool]], int, Any]:
+    """For :func:`_read_run`: the events whose times are checked, the events read (position in the run, event,
+    whether it is a kept runtime row; in order), from which checked event on the file's reference time applies
+    (-1: none in the run) and the ``ts`` of the event that sets it (the file's first kernel, memcpy or memset)."""
     checked: list[dict[str, Any]] = []
-    work: list[tuple[int, dict[str, Any]]] = []
+    work: list[tuple[int, dict[str, Any], bool]] = []
     ref_from = 0 if f.ref is not None else -1
     ref_ts: Any = None
     for k, e in enumerate(run):
@@ -454,7 +464,7 @@ def _sort_run(run: list[Any], f: _File, actions: dict[str, tuple[int, str]]
         cat = e.get("cat")
         if type(cat) is not str:
             if cat is None:
-                work.append((k, e))
+                work.append((k, e, False))
             continue
         act = actions.get(cat)
         if act is None:
@@ -465,16 +475,18 @@ def _sort_run(run: list[Any], f: _File, actions: dict[str, tuple[int, str]]
             continue
         name = e.get("name")
         if a == _KEEP:
-            if type(name) is not str or name in REPLAY_RUNTIME or act[1] == "cuda_sync":  # _take keeps it
-                work.append((k, e))
+            if act[1] == "cuda_sync" or type(name) is not str:
+                work.append((k, e, False))
+            elif name in REPLAY_RUNTIME:  # _take keeps it
+                work.append((k, e, True))
             continue
         checked.append(e)
         if a == _GPU_EVENT:
-            work.append((k, e))
+            work.append((k, e, False))
             if ref_from < 0 and act[1] in _ACTIVITY:  # this event sets the file's reference time
                 ref_from, ref_ts = len(checked), e.get("ts")
         elif name == "record_param_comms" or (isinstance(name, str) and name.startswith("nccl:")):
-            work.append((k, e))
+            work.append((k, e, False))
     return checked, work, ref_from, ref_ts
 
 
@@ -482,13 +494,15 @@ def _times_ok(evs: list[dict[str, Any]], ref_from: int, ref: float) -> bool:
     """Whether :func:`~schedsim.trace.validate.check_event_times` passes every event of ``evs``, ``ref`` (µs)
     the file's first GPU ``ts`` for the events from position ``ref_from`` on, None for those before; the same
     conditions on arrays (``ts``/``dur`` numbers or their text, finite, not negative, within the bounds)."""
-    ts: list[Any] = [e.get("ts") for e in evs]
-    dur: list[Any] = [e.get("dur") for e in evs]
-    if not ({type(v) for v in ts} <= _NUM and {type(v) for v in dur} <= _NUM_OR_NONE):
+    ts: list[Any] = list(map(_GET_TS, evs))
+    dur: list[Any] = list(map(_GET_DUR, evs))
+    dur_types = set(map(type, dur))
+    if not (set(map(type, ts)) <= _NUM and dur_types <= _NUM_OR_NONE):
         return False  # a bool, null ts, list or object: the per-event check words it
     try:
-        t = np.array([float(v) for v in ts], dtype=np.float64)
-        d = np.array([0.0 if v is None else float(v) for v in dur], dtype=np.float64)
+        t = np.array(list(map(float, ts)), dtype=np.float64)
+        d = np.array(list(map(float, dur)) if type(None) not in dur_types else
+                     [0.0 if v is None else float(v) for v in dur], dtype=np.float64)
     except (ValueError, OverflowError):
         return False
     with np.errstate(invalid="ignore"):
@@ -525,9 +539,7 @@ def _take(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None
                            _ns(e["dur"]), args.get("External id")))
     elif c == "cuda_runtime" or c == "cuda_driver":
         if e.get("name") in REPLAY_RUNTIME:
-            args = e.get("args") or {}
-            acc.runtime.append((f.pos_rank, e["name"], _ns(e["ts"]), _ns(e.get("dur") or 0), args.get("correlation"),
-                                _thread(e)))
+            acc.runtime.append(_runtime_row(e, f))
     elif c == "cuda_sync":
         args = e.get("args") or {}
         ws = args.get("wait_on_stream")
@@ -545,6 +557,12 @@ def _take(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None
             args = e.get("args") or {}
             acc.nccl_cpu.append((f.pos_rank, _thread(e), _ns(e["ts"]), _ns(e.get("dur") or 0),
                                  decodable(name), args.get("Input Dims")))
+
+
+def _runtime_row(e: dict[str, Any], f: _File) -> tuple[int, str, int, int, Any, Any]:
+    """A kept ``cuda_runtime`` / ``cuda_driver`` row (:attr:`_Read.runtime`); raises as :func:`_take` reports."""
+    args = e.get("args") or {}
+    return (f.pos_rank, e["name"], _ns(e["ts"]), _ns(e.get("dur") or 0), args.get("correlation"), _thread(e))
 
 
 def _collective_tags(args: dict[str, Any]) -> dict[str, Any]:

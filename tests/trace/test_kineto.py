@@ -218,6 +218,9 @@ def _bend(ev: list, case: str) -> None:
     elif case == "kernel_bad_stream_then_bad_cpu":
         ev[k]["args"]["device"] = [0]
         ev.insert(180, dict(cpu, dur=-1.0))
+    elif case == "runtime_row_malformed":  # a runtime row's time is no number: the error names the row
+        ev.insert(150, {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4000, "tid": 4000,
+                        "ts": "soon", "dur": 2.0, "args": {"correlation": 7}})
     elif case == "runtime_rows":
         ev[30:30] = [{"ph": "X", "cat": "cuda_runtime", "name": n, "pid": 4000, "tid": 4000, "ts": 1000.0 + k,
                       "dur": 2.0, "args": {"correlation": 100 + k}} for k, n in
@@ -231,7 +234,7 @@ class TestReadInRuns:
 
     @pytest.mark.parametrize("case", ["plain", "cpu_far_before_first_gpu_event", "cpu_far_after_first_gpu_event",
                                       "cpu_negative_dur", "cpu_bool_ts", "cpu_ts_text", "kernel_without_dur",
-                                      "kernel_bad_stream_then_bad_cpu", "runtime_rows"])
+                                      "kernel_bad_stream_then_bad_cpu", "runtime_rows", "runtime_row_malformed"])
     def test_same_as_one_event_at_a_time(self, tmp_path, monkeypatch, case):
         import schedsim.trace.jsonstream as js
 
@@ -257,6 +260,8 @@ class TestReadInRuns:
         assert isinstance(in_runs, str) == (case not in ok), in_runs
         if case == "runtime_rows":
             assert [row.name for row in in_runs[1]] == ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaLaunchKernel"]
+        if case == "runtime_row_malformed":
+            assert "event #150: malformed cuda_runtime event (ValueError" in in_runs
         if case == "kernel_bad_stream_then_bad_cpu":  # the first error in file order
             k = next(i for i in range(100, 500) if doc["traceEvents"][i].get("cat") == "kernel")
             assert f"event #{k}: malformed" in in_runs
