@@ -58,7 +58,7 @@ from schedsim.trace.common import (
     match_op,
     short_kernel_name,
 )
-from schedsim.trace.jsonstream import TraceEventStream, keep_long
+from schedsim.trace.jsonstream import TraceEventStream
 from schedsim.trace.nsys import shape_size
 from schedsim.trace.validate import (
     MAX_DUR_US,
@@ -73,8 +73,6 @@ from schedsim.trace.validate import (
     max_trace_events,
     too_many_events,
 )
-
-_keep_long = keep_long  # the JSON reader's parse_float (exact timestamps; module docstring)
 
 
 def _ns(v: Any) -> int:
