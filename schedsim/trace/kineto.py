@@ -333,7 +333,7 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
     f = _File(path, fi)
     first = len(acc.acts)
     starts = (len(acc.annots), len(acc.nccl_cpu), len(acc.rpc), len(acc.runtime), len(acc.syncs))
-    actions: dict[str, tuple[int, str]] = {}
+    actions: dict[Any, int] = {}
     for run in stream.batches():
         at = stream.n_events
         if not _read_run(run, at, f, acc, actions):
@@ -366,25 +366,31 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
                            "nccl_version": dist.get("nccl_version"), "pg_config": dist.get("pg_config")}
 
 
-#: What :func:`_read_run` does with an event of a category (lowercase): drop it, check its times and keep it if
-#: its name says so (``cpu_op``, ``user_annotation``), check and keep it (GPU events), keep it (runtime rows).
-_DROP, _CHECK, _GPU_EVENT, _KEEP = range(4)
-_CPU_KEPT = ("cuda_runtime", "cuda_driver", "cuda_sync")
+#: What :func:`_read_run` does with an event of a category: drop it, check its times and keep it if its name says
+#: so (``cpu_op``, ``user_annotation``), check and keep it (``gpu_user_annotation``; a kernel, memcpy or memset,
+#: the first of which sets the file's reference time), keep it if its name is a :data:`REPLAY_RUNTIME` call
+#: (``cuda_runtime``, ``cuda_driver``), keep it (``cuda_sync``), read its process name (no category).
+_DROP, _CHECK, _GPU_ANNOT, _GPU_ACT, _RUNTIME, _SYNC, _META = range(7)
 _NUM = frozenset({int, float, str})
 _NUM_OR_NONE = _NUM | {type(None)}
 _GET_TS, _GET_DUR = operator.methodcaller("get", "ts"), operator.methodcaller("get", "dur")
-_ACTIVITY = _KERNEL | _MEMCPY | _MEMSET
+_GET_CAT = operator.methodcaller("get", "cat")
 #: What reading a malformed event raises (:func:`_read_event` words it).
 _MALFORMED = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
 
 
-def _action(c: str) -> int:
-    """The :func:`_read_run` action of lowercase category ``c`` (what :func:`_read_event` does with it)."""
-    if c in _GPU:
-        return _GPU_EVENT
+def _action(cat: Any) -> int:
+    """The :func:`_read_run` action of an event of category ``cat`` (what :func:`_read_event` does with it)."""
+    if cat is None:
+        return _META
+    c = cat.lower() if isinstance(cat, str) else ""
+    if c in _KERNEL or c in _MEMCPY or c in _MEMSET:
+        return _GPU_ACT
+    if c == "gpu_user_annotation":
+        return _GPU_ANNOT
     if c in _CHECKED:
         return _CHECK
-    return _KEEP if c in _CPU_KEPT else _DROP
+    return _RUNTIME if c in ("cuda_runtime", "cuda_driver") else _SYNC if c == "cuda_sync" else _DROP
 
 
 def _read_event(e: Any, index: int, f: _File, acc: _Read, times_checked: bool = False) -> None:
@@ -418,18 +424,21 @@ def _read_event(e: Any, index: int, f: _File, acc: _Read, times_checked: bool = 
         raise too_many_events(path, "GPU activities or ranges of one kind", acc.cap)
 
 
-def _read_run(run: list[Any], base: int, f: _File, acc: _Read, actions: dict[str, tuple[int, str]]) -> bool:
+def _read_run(run: list[Any], base: int, f: _File, acc: _Read, actions: dict[Any, int]) -> bool:
     """Read a run of events (numbers ``base``...) as :func:`_read_event` reads each, with the times of the
     checked ones (``cpu_op``, ``user_annotation``, GPU events: a third of a trace's events, most of them then
     dropped) checked at once by :func:`_times_ok` and the events nothing keeps skipped. False, having read
     nothing, when the run is short or a time fails that check: :func:`_read_event` then reads each event and
     words the first error, as it would have alone.
 
-    ``actions`` caches each category's :func:`_action` and lowercase name.
+    ``actions`` caches each category's :func:`_action`.
     """
     if len(run) < 64:
         return False
-    checked, work, ref_from, ref_ts = _sort_run(run, f, actions)
+    sorted_run = _sort_run(run, f, actions)
+    if sorted_run is None:
+        return False
+    checked, work, ref_from, ref_ts = sorted_run
     try:
         ref = f.ref / 1000.0 if f.ref is not None else _ns(ref_ts) / 1000.0 if ref_from >= 0 else 0.0
     except (TypeError, ValueError):
@@ -447,41 +456,41 @@ def _read_run(run: list[Any], base: int, f: _File, acc: _Read, actions: dict[str
     return True
 
 
-def _sort_run(run: list[Any], f: _File, actions: dict[str, tuple[int, str]]
-              ) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any], bool]], int, Any]:
+def _sort_run(run: list[Any], f: _File, actions: dict[Any, int]
+              ) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any], bool]], int, Any] | None:
     """For :func:`_read_run`: the events whose times are checked, the events read (position in the run, event,
     whether it is a kept runtime row; in order), from which checked event on the file's reference time applies
-    (-1: none in the run) and the ``ts`` of the event that sets it (the file's first kernel, memcpy or memset)."""
+    (-1: none in the run) and the ``ts`` of the event that sets it (the file's first kernel, memcpy or memset).
+    The categories are looked up in C-level passes, so a dropped event costs no Python step; None (the run is
+    read event by event) when an event is not a mapping or its category cannot key a dict."""
+    try:
+        cats = list(map(_GET_CAT, run))
+        for cat in set(cats).difference(actions):
+            actions[cat] = _action(cat)
+        codes = np.fromiter(map(actions.__getitem__, cats), np.int8, len(cats))
+    except (AttributeError, TypeError, KeyError):
+        return None
     checked: list[dict[str, Any]] = []
     work: list[tuple[int, dict[str, Any], bool]] = []
     ref_from = 0 if f.ref is not None else -1
     ref_ts: Any = None
-    for k, e in enumerate(run):
-        if type(e) is not dict:
-            continue
-        cat = e.get("cat")
-        if type(cat) is not str:
-            if cat is None:
-                work.append((k, e, False))
-            continue
-        act = actions.get(cat)
-        if act is None:
-            c = cat.lower()
-            act = actions[cat] = (_action(c), c)
-        a = act[0]
-        if a == _DROP:
+    for k in np.flatnonzero(codes).tolist():  # _DROP is 0
+        e = run[k]
+        a = actions[cats[k]]
+        if a == _META or a == _SYNC:
+            work.append((k, e, False))
             continue
         name = e.get("name")
-        if a == _KEEP:
-            if act[1] == "cuda_sync" or type(name) is not str:
-                work.append((k, e, False))
+        if a == _RUNTIME:
+            if type(name) is not str:
+                work.append((k, e, False))  # _take words what is wrong with it
             elif name in REPLAY_RUNTIME:  # _take keeps it
                 work.append((k, e, True))
             continue
         checked.append(e)
-        if a == _GPU_EVENT:
+        if a == _GPU_ACT or a == _GPU_ANNOT:
             work.append((k, e, False))
-            if ref_from < 0 and act[1] in _ACTIVITY:  # this event sets the file's reference time
+            if ref_from < 0 and a == _GPU_ACT:  # this event sets the file's reference time
                 ref_from, ref_ts = len(checked), e.get("ts")
         elif name == "record_param_comms" or (isinstance(name, str) and name.startswith("nccl:")):
             work.append((k, e, False))

@@ -218,6 +218,9 @@ def _bend(ev: list, case: str) -> None:
     elif case == "kernel_bad_stream_then_bad_cpu":
         ev[k]["args"]["device"] = [0]
         ev.insert(180, dict(cpu, dur=-1.0))
+    elif case == "odd_events":  # not a mapping, a category that is a list, a number, or none (metadata)
+        ev[150:150] = [3, dict(cpu, cat=["cpu_op"]), dict(cpu, cat=7), {"ph": "M", "name": "process_name",
+                                                                        "pid": 4000, "args": {"name": "p"}}]
     elif case == "runtime_row_malformed":  # a runtime row's time is no number: the error names the row
         ev.insert(150, {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4000, "tid": 4000,
                         "ts": "soon", "dur": 2.0, "args": {"correlation": 7}})
@@ -234,7 +237,8 @@ class TestReadInRuns:
 
     @pytest.mark.parametrize("case", ["plain", "cpu_far_before_first_gpu_event", "cpu_far_after_first_gpu_event",
                                       "cpu_negative_dur", "cpu_bool_ts", "cpu_ts_text", "kernel_without_dur",
-                                      "kernel_bad_stream_then_bad_cpu", "runtime_rows", "runtime_row_malformed"])
+                                      "kernel_bad_stream_then_bad_cpu", "runtime_rows", "runtime_row_malformed",
+                                      "odd_events"])
     def test_same_as_one_event_at_a_time(self, tmp_path, monkeypatch, case):
         import schedsim.trace.jsonstream as js
 
@@ -256,7 +260,7 @@ class TestReadInRuns:
         assert len(next(iter(TraceEventStream(p).batches()))) == 1
         alone = imp()
         assert in_runs == alone
-        ok = ("plain", "cpu_far_before_first_gpu_event", "runtime_rows")
+        ok = ("plain", "cpu_far_before_first_gpu_event", "runtime_rows", "odd_events")
         assert isinstance(in_runs, str) == (case not in ok), in_runs
         if case == "runtime_rows":
             assert [row.name for row in in_runs[1]] == ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaLaunchKernel"]
