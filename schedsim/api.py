@@ -232,7 +232,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
 
 def _release_ops(spec: Any) -> None:
     """Drop a lowered spec's op models and their sources: the Program holds what the simulation and the outputs
-    need, and the models of a replay of a 1 GB trace (452,880 ops) hold 760 MB until the process ends
+    need, and the models of a replay of a 1 GB trace (452,880 ops) hold about 760 MiB until the process ends
     (``docs/validation.md``, "Import + replay of a 1 GB trace"). ``spec.ops`` raises AttributeError afterwards."""
     spec.__dict__.pop("ops", None)
     private = spec.__pydantic_private__
