@@ -186,7 +186,8 @@ def gpu_model_of(spec: Any, gpu_model: str | None = None, durations: str | None 
 
 
 def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, launch: str | None = None,
-                  progress: bool = False, meta: dict[str, Any] | None = None, **sim: Any) -> Run:
+                  progress: bool = False, meta: dict[str, Any] | None = None, release_ops: bool = False,
+                  **sim: Any) -> Run:
     """The chain after loading: :func:`build` → simulate → metrics, pipeline metrics and memory curve.
 
     ``profile`` is a HardwareProfile; ``sim`` passes the engine's options (``gpu_model``,
@@ -200,6 +201,8 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
     ``timeline.meta["memory"]``, and the static checks' warnings (``program.warnings``: "may hang", ...) and the
     guesses the numbers rest on (:func:`schedsim.notes.guesses`) to ``timeline.meta["warnings"]``.
+    ``release_ops`` drops the spec's op models once it is lowered (:func:`_release_ops`; ``predict``, which reads
+    nothing of them after).
 
     Raises
     ------
@@ -220,6 +223,8 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
 
         symmetric = symmetric_exact(profile, sim["gpu_model"])
     prog = lower_spec(spec, file, symmetric)
+    if release_ops:
+        _release_ops(spec)
     if recorded and prog.N and all(t.duration_s is None for t in prog.templates):
         raise SpecError("durations: recorded, but no op carries a recorded duration (duration_us): the replay would "
                         "time every op with the profile's model, without its launch costs or contention",
@@ -232,6 +237,16 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
         with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
             tl = simulate(prog, profile, launch=launch, **sim)
         return _after_simulate(spec, profile, prog, tl, meta, sim)
+
+
+def _release_ops(spec: Any) -> None:
+    """Drop a lowered spec's op models and their sources: the Program holds what the simulation and the outputs
+    need, and the models of a replay of a 1 GB trace (452,880 ops) hold about 760 MiB until the process ends
+    (``docs/validation.md``, "Import + replay of a 1 GB trace"). ``spec.ops`` raises AttributeError afterwards."""
+    spec.__dict__.pop("ops", None)
+    private = spec.__pydantic_private__
+    if private is not None:
+        private.update(_sources=[], _layout=None)
 
 
 def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str, Any] | None,
@@ -422,7 +437,8 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
         spec = load_schedule(file, parse_overrides(sets or []))
         prof = load_profile(profile) if isinstance(profile, str) else profile
         run = simulate_spec(spec, prof, file=file, launch=launch, progress=True,
-                            meta={"file": str(file), "set": list(sets or [])}, **sim)
+                            meta={"file": str(file), "set": list(sets or [])},
+                            release_ops=explain is None and spec.training is None, **sim)
         if prof.is_timed_graph and run.timeline.launch == "cuda_graph":
             run.timeline.meta["timed_graph"] = True  # the graph as execute --cuda-graph times it (compare checks)
         tl, metrics = run.timeline, run.metrics

@@ -589,21 +589,23 @@ def read_text_input(path: StrPath, kind: str) -> str:
 
 
 def json_depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether the lists/dicts of a parsed JSON document nest at most ``limit`` levels: an iterative walk that
-    looks into a container only when a C-level ``set(map(type, ...))`` finds containers among its items, so a
-    column of a million numbers costs one C loop."""
-    if not isinstance(doc, (dict, list)):
-        return True
-    stack = [(doc, 1)]
-    nested = (dict, list)
-    while stack:
-        node, d = stack.pop()
-        items = node.values() if isinstance(node, dict) else node
+    """Whether the lists/dicts of a parsed JSON document (plain ``dict`` and ``list``, as a JSON parser gives
+    them) nest at most ``limit`` levels: a walk level by level, each level's items gathered by C-level chains and
+    their types by one ``set(map(type, ...))``, so a column of a million numbers, or a list of a million flat
+    mappings (an ops file's rows), costs a few C loops."""
+    from itertools import chain
+
+    level = [doc] if type(doc) is dict or type(doc) is list else []
+    depth = 1
+    while level:
+        items = list(chain.from_iterable(n.values() if type(n) is dict else n for n in level))
         types = set(map(type, items))
-        if dict in types or list in types:
-            if d >= limit:
-                return False
-            stack.extend((c, d + 1) for c in items if isinstance(c, nested))
+        if dict not in types and list not in types:
+            return True
+        if depth >= limit:
+            return False
+        level = [c for c in items if type(c) is dict or type(c) is list]
+        depth += 1
     return True
 
 

@@ -361,6 +361,7 @@ def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | 
             raise _refuse(file, "the ops and the ops_file's rows are too many op entries", n, "SCHEDSIM_MAX_OPS",
                           "ops_file")
         doc["ops"] = [*(doc.get("ops") or []), *rows]
+    with_rows = doc.get("ops") if rows else None
     if any(isinstance(x, Block) for x in doc.get("ops") or ()):
         spec = _load_blocks(doc, file)
         if spec is not None:
@@ -369,8 +370,9 @@ def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | 
     try:
         from schedsim.spec.validation import op_sources
 
-        spec = ScheduleSpec.model_validate(_strip(doc), context={"file": file, "sources": op_sources(doc),
-                                                                 "env_lines": _env_lines(doc)})
+        n_rows = len(rows) if with_rows is not None and doc.get("ops") is with_rows else 0
+        spec = ScheduleSpec.model_validate(_strip_doc(doc, n_rows), context={
+            "file": file, "sources": op_sources(doc), "env_lines": _env_lines(doc)})
     except ValidationError as e:
         raise _to_spec_error(e, doc, file) from None
     except SpecError as e:
@@ -408,7 +410,8 @@ def _ops_file(data: Any, file: str) -> list[dict[str, Any]]:
     from schedsim.io import parse_json, read_input
 
     try:
-        rows = parse_json(read_input(target, "schedule"), target, "schedule")
+        raw = read_input(target, "schedule")
+        rows = parse_json(raw, target, "schedule")
     except SpecError as e:  # worded on the schedule's ops_file field, with the JSON file's line when known
         at = "".join(f":{n}" for n in (e.line, e.column) if n is not None)
         raise SpecError(f"{printable(rel)}{at}: {e.message}", file=file, path="ops_file",
@@ -416,7 +419,30 @@ def _ops_file(data: Any, file: str) -> list[dict[str, Any]]:
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise SpecError(f"ops_file {rel}: not a JSON list of op mappings", file=file, path="ops_file",
                         fix="write a JSON list of op mappings ({\"name\": ..., \"kind\": ...})")
+    if any(k in raw for k in _LOADER_KEYS):  # the loader's own keys, which _strip drops, may be written there
+        rows = _strip(rows)
     return rows
+
+
+#: Text of an ops file that may hold the loader's keys ``__path__`` / ``__env__`` (a ``\u`` escape may spell them).
+_LOADER_KEYS = (b"__path__", b"__env__", b"\\u")
+
+
+def _strip_doc(doc: Any, n_rows: int) -> Any:
+    """``_strip(doc)`` with its last ``n_rows`` ops, an ops file's rows (:func:`_ops_file`: plain JSON without the
+    loader's keys), taken as they are: copying 10^5-10^6 rows would cost seconds and their size in memory while
+    pydantic validates them."""
+    if not n_rows:
+        return _strip(doc)
+    ops = doc["ops"]
+    keep = len(ops) - n_rows
+    out = {}
+    for k, v in doc.items():
+        if k == "ops":
+            out[k] = [*_strip(ops[:keep]), *ops[keep:]]
+        elif k != "__path__" and k != "__env__":
+            out[k] = _strip(v)
+    return out
 
 
 def _env_lines(doc: Any) -> dict[str, int]:

@@ -94,11 +94,17 @@ class _OpBase(_Base):
     def _scalar_tags(cls, v: dict[str, Any]) -> dict[str, Any]:
         """Tag values are strings, numbers, booleans or null: ops are grouped by their tag sets (the lowering
         interns them, the timeline and its pictures read them), which a list or mapping cannot key."""
+        if set(map(type, v.values())) <= _TAG_TYPES:  # one C loop for the usual case
+            return v
         for k, x in v.items():
             if x is not None and type(x) not in (str, int, float, bool):
                 raise ValueError(f"tag {k!r} holds a {type(x).__name__} ({_short_repr(x)}); a tag value is a string, "
                                  "number, boolean or null: write it as one (e.g. a string \"0-3\" for a range)")
         return v
+
+
+#: The types of a tag value (``_scalar_tags``).
+_TAG_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 def _short_repr(x: Any, n: int = 40) -> str:

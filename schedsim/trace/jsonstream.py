@@ -2,14 +2,28 @@
 
 A Kineto trace is one JSON object whose ``traceEvents`` array holds almost all
 of the bytes. :class:`TraceEventStream` walks the top-level object key by key,
-hands out the elements of ``traceEvents`` one at a time and keeps every other
+hands out the elements of ``traceEvents`` (one at a time, or in runs:
+:meth:`~TraceEventStream.batches`) and keeps every other
 top-level value (``distributedInfo``, ``baseTimeNanoseconds`` ...) in
 :attr:`TraceEventStream.header`. A top-level array (the Chrome "JSON Array
 Format", which some nsys-to-JSON converters write) is read the same way.
 
-Memory stays bounded by the read chunk (1 MiB of text) plus the largest single
-value being decoded; each value is decoded by the C-accelerated
-``json.JSONDecoder.raw_decode``, so no third-party parser is needed.
+Memory stays bounded by the read chunk (1 MiB of text), a run of events
+(:data:`RUN_CHARS`, 4 Mi characters) and the largest single value being decoded.
+The events are decoded in runs (:meth:`TraceEventStream.batches`): the text up to
+the last event boundary (``}`` then ``,`` and ``{``) of the next 4 Mi characters
+is decoded as one JSON array by the C-accelerated ``json.JSONDecoder``, one call
+for ~20,000 events instead of a Python step per event (the cost of reading a
+1 GB trace, ``docs/validation.md``, "Import + replay of a 1 GB trace"). A run
+that does not decode (the boundary was inside a string, or the text is
+malformed) is decoded again one value at a time with ``raw_decode``, which reads
+exactly what a run would and words the error, so a run changes the speed and
+nothing else: if ``[TEXT]`` is valid JSON and ``TEXT`` is a prefix of the
+event array ending in ``}``, then ``TEXT`` is a list of whole events.
+orjson is not used here: it reads every number as a float, and quoting the
+long ones first (the exact timestamps of :mod:`schedsim.trace.kineto`) costs
+more than its faster decoding saves (measured: ``docs/validation.md``, "Import
++ replay of a 1 GB trace").
 
 Caveat: Kineto writes ``baseTimeNanoseconds`` *after* ``traceEvents``, so
 :attr:`~TraceEventStream.header` is complete only once the events have been
@@ -30,7 +44,7 @@ from typing import Any, TextIO
 
 from schedsim.errors import TraceError
 
-__all__ = ["TraceEventStream", "open_text"]
+__all__ = ["TraceEventStream", "keep_long", "open_text"]
 
 _NON_WS = re.compile(r"[^ \t\n\r]")
 _DELIM = " \t\n\r,]}:"
@@ -46,6 +60,21 @@ MAX_GZIP_RATIO = 200
 GZIP_SLACK = 32 << 20
 #: Events between progress lines on stderr (large traces take minutes).
 PROGRESS_EVERY = 2_000_000
+#: Characters of event text decoded in one call (:meth:`TraceEventStream.batches`).
+RUN_CHARS = 4 << 20
+#: What follows the ``}`` that ends an event of the array: the next event or the array's end.
+_AFTER_EVENT = re.compile(r"[ \t\n\r]*(?:,[ \t\n\r]*\{|\])")
+
+
+def keep_long(text: str) -> float | str:
+    """JSON ``parse_float``: a float, or the text itself when a float cannot hold it exactly (more than 15
+    characters: a double keeps 15-17 significant digits; :mod:`schedsim.trace.kineto` converts the text to exact
+    integer nanoseconds).
+
+    >>> keep_long("1.5"), keep_long("4458676522690.655")
+    (1.5, '4458676522690.655')
+    """
+    return text if len(text) > 15 else float(text)
 
 
 class _BoundedGzip(io.RawIOBase):
@@ -117,11 +146,20 @@ class TraceEventStream:
         ``.json`` or ``.json.gz`` (gzip detected from the content).
     chunk_chars : int
         Characters read per refill (default 1 Mi).
+    long_floats_as_text : bool
+        Numbers with a fraction or exponent longer than 15 characters stay their text (:func:`keep_long`), so a
+        reader can convert them exactly; shorter ones are floats.
+    run_chars : int, optional
+        Characters of events decoded in one call (default :data:`RUN_CHARS`; module docstring); 1 decodes one
+        event at a time.
 
     Attributes
     ----------
     header : dict
         Top-level keys other than ``traceEvents``; complete after iteration.
+    n_events : int
+        While an event (or a run, :meth:`batches`) is handed out: the position of that event (the run's first) in
+        the event array; after iteration: the number of events.
 
     Raises
     ------
@@ -139,12 +177,14 @@ class TraceEventStream:
     (['X'], 5)
     """
 
-    def __init__(self, path: str | Path, chunk_chars: int = _CHUNK) -> None:
+    def __init__(self, path: str | Path, chunk_chars: int = _CHUNK, long_floats_as_text: bool = False,
+                 run_chars: int | None = None) -> None:
         self.path = Path(path)
         self.chunk = chunk_chars
+        self.run_chars = RUN_CHARS if run_chars is None else run_chars
         self.header: dict[str, Any] = {}
         self.n_events = 0
-        self._dec = json.JSONDecoder()
+        self._dec = json.JSONDecoder(parse_float=keep_long) if long_floats_as_text else json.JSONDecoder()
         self._f: TextIO | None = None
         self._s = ""
         self._i = 0
@@ -231,21 +271,40 @@ class TraceEventStream:
             return obj
 
     # -- iteration --------------------------------------------------------------
-    def _array(self) -> Iterator[Any]:
-        c = self._skip_ws()
-        if c == "]":
-            self._i += 1
-            return
-        while True:
-            yield self._value()
-            self.n_events += 1
-            if self.n_events % PROGRESS_EVERY == 0:
-                print(f"{self.path}: read {self.n_events:,} events ({self._offset() / 1e6:,.0f} M characters)",
-                      file=sys.stderr, flush=True)
-            if self._expect(",]", "',' or ']' in the event array") == "]":
-                return
+    def _run(self) -> tuple[list[Any] | None, int]:
+        """Decode the events up to the last event boundary in the next :attr:`run_chars` characters as one JSON
+        array: ``(events, end)``, the buffer moved past them; ``(None, end)`` when there is no boundary or the
+        text up to it does not decode (``end``: the offset up to which values are decoded one at a time)."""
+        if len(self._s) - self._i < self.run_chars and not self._eof:
+            self._fill(at_least=self.run_chars)
+        s, i = self._s, self._i
+        j = min(len(s), i + self.run_chars)
+        for _ in range(256):  # the last '}' followed by ", {" or "]"; an event nests a few objects at most
+            j = s.rfind("}", i, j)
+            if j < 0 or _AFTER_EVENT.match(s, j + 1):
+                break
+        else:
+            j = -1
+        if j < 0:  # one event longer than a run, or not an array of objects
+            return None, self._consumed + min(len(s), i + self.run_chars)
+        end = self._consumed + j + 1
+        try:
+            run = self._dec.decode("[" + s[i:j + 1] + "]")
+        except (ValueError, RecursionError):  # JSONDecodeError, an integer too long: decoded one at a time
+            return None, end
+        self._i = j + 1
+        return run, end
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def batches(self) -> Iterator[list[Any]]:
+        """The events as lists (runs of ~:attr:`run_chars` characters, or one event), in file order.
+
+        While a list is handed out, :attr:`n_events` is the position of its first event.
+
+        Raises
+        ------
+        TraceError
+            As iterating does.
+        """
         try:
             self._f = open_text(self.path)
         except OSError as e:  # pragma: no cover - open_text reports most cases
@@ -280,3 +339,32 @@ class TraceEventStream:
                 raise self._err("unexpected data after the end of the JSON document")
         finally:
             self._f.close()
+
+    def _array(self) -> Iterator[list[Any]]:
+        c = self._skip_ws()
+        if c == "]":
+            self._i += 1
+            return
+        one_by_one = -1  # decode single values up to this offset (a run there did not decode)
+        while True:
+            run = None
+            if self._offset() >= one_by_one:
+                run, one_by_one = self._run()
+            if run is None:
+                run = [self._value()]
+            yield run
+            before = self.n_events
+            self.n_events += len(run)
+            if self.n_events // PROGRESS_EVERY > before // PROGRESS_EVERY:
+                print(f"{self.path}: read {self.n_events:,} events ({self._offset() / 1e6:,.0f} M characters)",
+                      file=sys.stderr, flush=True)
+            if self._expect(",]", "',' or ']' in the event array") == "]":
+                return
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for run in self.batches():
+            base = self.n_events
+            for k, e in enumerate(run):
+                self.n_events = base + k
+                yield e
+            self.n_events = base

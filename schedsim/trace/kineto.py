@@ -26,13 +26,14 @@ few above are dropped as they are read.
 Timestamps are read exactly: ``ts`` and ``dur`` become integer nanoseconds from their decimal text
 (epoch µs with 3 decimals has 19-20 significant digits, more than a float's 15-17, so a float parse
 moves events by up to 0.25 µs and merges kernels 240 ns apart). Numbers longer than 15 characters
-are kept as their text by the JSON decoder (:func:`_keep_long`) and converted by :func:`_ns`.
+are kept as their text by the JSON decoder (:func:`~schedsim.trace.jsonstream.keep_long`) and converted by
+:func:`_ns`.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
+import operator
 import re
 from array import array
 from collections import defaultdict
@@ -40,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from schedsim.errors import TraceError, printable
 from schedsim.trace.common import (
@@ -58,6 +61,9 @@ from schedsim.trace.common import (
 from schedsim.trace.jsonstream import TraceEventStream
 from schedsim.trace.nsys import shape_size
 from schedsim.trace.validate import (
+    MAX_DUR_US,
+    MAX_SPREAD_US,
+    MAX_TS_US,
     check_event_times,
     check_gpu_times,
     check_header,
@@ -69,11 +75,6 @@ from schedsim.trace.validate import (
 )
 
 
-def _keep_long(text: str) -> float | str:
-    """JSON ``parse_float``: a float, or the text itself when a float cannot hold it exactly (> 15 chars)."""
-    return text if len(text) > 15 else float(text)
-
-
 def _ns(v: Any) -> int:
     """A Kineto time in µs (int, float or decimal text) as exact integer nanoseconds (rounded half even).
 
@@ -83,15 +84,28 @@ def _ns(v: Any) -> int:
         ``v`` is a boolean, null, list or object.
     ValueError
         ``v`` is not a finite decimal number (``"abc"``, ``"NaN"``, infinity).
+
+    Examples
+    --------
+    >>> _ns(12), _ns("4458676522690.655"), _ns("1.0005"), _ns("1.0015"), _ns(2.5), _ns(1e-05), _ns("7.")
+    (12000, 4458676522690655, 1000, 1002, 2500, 0, 7000)
     """
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise TypeError(f"time {v!r} is not a number")
-    if isinstance(v, int):
+    t = type(v)
+    if t is int:
         return v * 1000
+    if t is not str and t is not float:
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise TypeError(f"time {v!r} is not a number")
+        if isinstance(v, int):
+            return int(v) * 1000
+    text = v if isinstance(v, str) else repr(v)
+    whole, _dot, frac = text.partition(".")  # the common text, digits and at most 3 decimals: no Decimal needed
+    if len(frac) <= 3 and whole.isascii() and whole.isdigit() and (not frac or (frac.isascii() and frac.isdigit())):
+        return int(whole + frac.ljust(3, "0"))
     from decimal import Decimal, InvalidOperation
 
     try:
-        d = Decimal(v if isinstance(v, str) else repr(v))
+        d = Decimal(text)
         if not d.is_finite():
             raise ValueError
         return int((d * 1000).to_integral_value())
@@ -312,32 +326,19 @@ class _File:
 
 
 def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
-    """Stream one trace file into ``acc`` (module docstring for what is kept)."""
-    stream = TraceEventStream(path)
-    stream._dec = json.JSONDecoder(parse_float=_keep_long)  # exact timestamps (module docstring)
+    """Stream one trace file into ``acc`` (module docstring for what is kept): each run of events the reader
+    decodes at once by :func:`_read_run`, or one event at a time by :func:`_read_event` where that finds a time
+    it must word an error for."""
+    stream = TraceEventStream(path, long_floats_as_text=True)  # exact timestamps (module docstring)
     f = _File(path, fi)
     first = len(acc.acts)
     starts = (len(acc.annots), len(acc.nccl_cpu), len(acc.rpc), len(acc.runtime), len(acc.syncs))
-    for e in stream:
-        if not isinstance(e, dict):
-            continue
-        cat = e.get("cat")
-        if cat is None:
-            _process_name(e, f)
-            continue
-        c = cat.lower() if isinstance(cat, str) else ""
-        if c in _CHECKED:
-            if c in _GPU:
-                check_gpu_times(path, stream.n_events, e)
-            check_event_times(path, stream.n_events, e, None if f.ref is None else f.ref / 1000.0)  # ref is in ns
-        try:
-            _take(e, c, f, acc, stream.n_events)
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:
-            raise TraceError(f"{path}: event #{stream.n_events}: malformed {printable(cat, 40)} event "
-                             f"({err.__class__.__name__}: {printable(err, 120)}): {_excerpt(e)}",
-                             fix="re-export the trace from the profiler") from None
-        if len(acc.acts) > acc.cap or len(acc.annots) > acc.cap or len(acc.nccl_cpu) + len(acc.rpc) > acc.cap:
-            raise too_many_events(path, "GPU activities or ranges of one kind", acc.cap)
+    actions: dict[Any, int] = {}
+    for run in stream.batches():
+        at = stream.n_events
+        if not _read_run(run, at, f, acc, actions):
+            for k, e in enumerate(run):
+                _read_event(e, at + k, f, acc)
     check_stream_order(path, f.lanes, acc.warnings)
     f.lanes.clear()
     hdr = stream.header
@@ -363,6 +364,158 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
     acc.rank_info[rank] = {"file": str(path), "devices": devices, "process": f.pname,
                            "schemaVersion": hdr.get("schemaVersion"), "events": stream.n_events,
                            "nccl_version": dist.get("nccl_version"), "pg_config": dist.get("pg_config")}
+
+
+#: What :func:`_read_run` does with an event of a category: drop it, check its times and keep it if its name says
+#: so (``cpu_op``, ``user_annotation``), check and keep it (``gpu_user_annotation``; a kernel, memcpy or memset,
+#: the first of which sets the file's reference time), keep it if its name is a :data:`REPLAY_RUNTIME` call
+#: (``cuda_runtime``, ``cuda_driver``), keep it (``cuda_sync``), read its process name (no category).
+_DROP, _CHECK, _GPU_ANNOT, _GPU_ACT, _RUNTIME, _SYNC, _META = range(7)
+_NUM = frozenset({int, float, str})
+_NUM_OR_NONE = _NUM | {type(None)}
+_GET_TS, _GET_DUR = operator.methodcaller("get", "ts"), operator.methodcaller("get", "dur")
+_GET_CAT = operator.methodcaller("get", "cat")
+#: What reading a malformed event raises (:func:`_read_event` words it).
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
+
+
+def _action(cat: Any) -> int:
+    """The :func:`_read_run` action of an event of category ``cat`` (what :func:`_read_event` does with it)."""
+    if cat is None:
+        return _META
+    c = cat.lower() if isinstance(cat, str) else ""
+    if c in _KERNEL or c in _MEMCPY or c in _MEMSET:
+        return _GPU_ACT
+    if c == "gpu_user_annotation":
+        return _GPU_ANNOT
+    if c in _CHECKED:
+        return _CHECK
+    return _RUNTIME if c in ("cuda_runtime", "cuda_driver") else _SYNC if c == "cuda_sync" else _DROP
+
+
+def _read_event(e: Any, index: int, f: _File, acc: _Read, times_checked: bool = False) -> None:
+    """Read event number ``index`` of the file (check its times unless ``times_checked``, keep what it adds).
+
+    Raises
+    ------
+    TraceError
+        Its times are bad (:mod:`schedsim.trace.validate`), it is malformed, or the import holds too many events.
+    """
+    if not isinstance(e, dict):
+        return
+    cat = e.get("cat")
+    if cat is None:
+        _process_name(e, f)
+        return
+    path = f.path
+    c = cat.lower() if isinstance(cat, str) else ""
+    if c in _CHECKED:
+        if c in _GPU:
+            check_gpu_times(path, index, e)
+        if not times_checked:
+            check_event_times(path, index, e, None if f.ref is None else f.ref / 1000.0)  # ref is in ns
+    try:
+        _take(e, c, f, acc, index)
+    except _MALFORMED as err:
+        raise TraceError(f"{path}: event #{index}: malformed {printable(cat, 40)} event "
+                         f"({err.__class__.__name__}: {printable(err, 120)}): {_excerpt(e)}",
+                         fix="re-export the trace from the profiler") from None
+    if len(acc.acts) > acc.cap or len(acc.annots) > acc.cap or len(acc.nccl_cpu) + len(acc.rpc) > acc.cap:
+        raise too_many_events(path, "GPU activities or ranges of one kind", acc.cap)
+
+
+def _read_run(run: list[Any], base: int, f: _File, acc: _Read, actions: dict[Any, int]) -> bool:
+    """Read a run of events (numbers ``base``...) as :func:`_read_event` reads each, with the times of the
+    checked ones (``cpu_op``, ``user_annotation``, GPU events: a third of a trace's events, most of them then
+    dropped) checked at once by :func:`_times_ok` and the events nothing keeps skipped. False, having read
+    nothing, when the run is short or a time fails that check: :func:`_read_event` then reads each event and
+    words the first error, as it would have alone.
+
+    ``actions`` caches each category's :func:`_action`.
+    """
+    if len(run) < 64:
+        return False
+    sorted_run = _sort_run(run, f, actions)
+    if sorted_run is None:
+        return False
+    checked, work, ref_from, ref_ts = sorted_run
+    try:
+        ref = f.ref / 1000.0 if f.ref is not None else _ns(ref_ts) / 1000.0 if ref_from >= 0 else 0.0
+    except (TypeError, ValueError):
+        return False
+    if not _times_ok(checked, ref_from if ref_from >= 0 else len(checked), ref):
+        return False
+    for k, e, runtime in work:
+        if runtime:  # the most common kept row, read without the per-event dispatch (an error is worded below)
+            try:
+                acc.runtime.append(_runtime_row(e, f))
+                continue
+            except _MALFORMED:
+                pass
+        _read_event(e, base + k, f, acc, times_checked=True)
+    return True
+
+
+def _sort_run(run: list[Any], f: _File, actions: dict[Any, int]
+              ) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any], bool]], int, Any] | None:
+    """For :func:`_read_run`: the events whose times are checked, the events read (position in the run, event,
+    whether it is a kept runtime row; in order), from which checked event on the file's reference time applies
+    (-1: none in the run) and the ``ts`` of the event that sets it (the file's first kernel, memcpy or memset).
+    The categories are looked up in C-level passes, so a dropped event costs no Python step; None (the run is
+    read event by event) when an event is not a mapping or its category cannot key a dict."""
+    try:
+        cats = list(map(_GET_CAT, run))
+        for cat in set(cats).difference(actions):
+            actions[cat] = _action(cat)
+        codes = np.fromiter(map(actions.__getitem__, cats), np.int8, len(cats))
+    except (AttributeError, TypeError, KeyError):
+        return None
+    checked: list[dict[str, Any]] = []
+    work: list[tuple[int, dict[str, Any], bool]] = []
+    ref_from = 0 if f.ref is not None else -1
+    ref_ts: Any = None
+    for k in np.flatnonzero(codes).tolist():  # _DROP is 0
+        e = run[k]
+        a = actions[cats[k]]
+        if a == _META or a == _SYNC:
+            work.append((k, e, False))
+            continue
+        name = e.get("name")
+        if a == _RUNTIME:
+            if type(name) is not str:
+                work.append((k, e, False))  # _take words what is wrong with it
+            elif name in REPLAY_RUNTIME:  # _take keeps it
+                work.append((k, e, True))
+            continue
+        checked.append(e)
+        if a == _GPU_ACT or a == _GPU_ANNOT:
+            work.append((k, e, False))
+            if ref_from < 0 and a == _GPU_ACT:  # this event sets the file's reference time
+                ref_from, ref_ts = len(checked), e.get("ts")
+        elif name == "record_param_comms" or (isinstance(name, str) and name.startswith("nccl:")):
+            work.append((k, e, False))
+    return checked, work, ref_from, ref_ts
+
+
+def _times_ok(evs: list[dict[str, Any]], ref_from: int, ref: float) -> bool:
+    """Whether :func:`~schedsim.trace.validate.check_event_times` passes every event of ``evs``, ``ref`` (µs)
+    the file's first GPU ``ts`` for the events from position ``ref_from`` on, None for those before; the same
+    conditions on arrays (``ts``/``dur`` numbers or their text, finite, not negative, within the bounds)."""
+    ts: list[Any] = list(map(_GET_TS, evs))
+    dur: list[Any] = list(map(_GET_DUR, evs))
+    dur_types = set(map(type, dur))
+    if not (set(map(type, ts)) <= _NUM and dur_types <= _NUM_OR_NONE):
+        return False  # a bool, null ts, list or object: the per-event check words it
+    try:
+        t = np.array(list(map(float, ts)), dtype=np.float64)
+        d = np.array(list(map(float, dur)) if type(None) not in dur_types else
+                     [0.0 if v is None else float(v) for v in dur], dtype=np.float64)
+    except (ValueError, OverflowError):
+        return False
+    with np.errstate(invalid="ignore"):
+        ok = (np.isfinite(t) & np.isfinite(d) & (t >= 0) & (d >= 0) & (t <= MAX_TS_US) & (d <= MAX_DUR_US))
+        ok[ref_from:] &= np.abs(t[ref_from:] - ref) <= MAX_SPREAD_US
+    return bool(ok.all())
 
 
 def _excerpt(e: Any) -> str:
@@ -393,9 +546,7 @@ def _take(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None
                            _ns(e["dur"]), args.get("External id")))
     elif c == "cuda_runtime" or c == "cuda_driver":
         if e.get("name") in REPLAY_RUNTIME:
-            args = e.get("args") or {}
-            acc.runtime.append((f.pos_rank, e["name"], _ns(e["ts"]), _ns(e.get("dur") or 0), args.get("correlation"),
-                                _thread(e)))
+            acc.runtime.append(_runtime_row(e, f))
     elif c == "cuda_sync":
         args = e.get("args") or {}
         ws = args.get("wait_on_stream")
@@ -413,6 +564,12 @@ def _take(e: dict[str, Any], c: str, f: _File, acc: _Read, n_event: int) -> None
             args = e.get("args") or {}
             acc.nccl_cpu.append((f.pos_rank, _thread(e), _ns(e["ts"]), _ns(e.get("dur") or 0),
                                  decodable(name), args.get("Input Dims")))
+
+
+def _runtime_row(e: dict[str, Any], f: _File) -> tuple[int, str, int, int, Any, Any]:
+    """A kept ``cuda_runtime`` / ``cuda_driver`` row (:attr:`_Read.runtime`); raises as :func:`_take` reports."""
+    args = e.get("args") or {}
+    return (f.pos_rank, e["name"], _ns(e["ts"]), _ns(e.get("dur") or 0), args.get("correlation"), _thread(e))
 
 
 def _collective_tags(args: dict[str, Any]) -> dict[str, Any]:

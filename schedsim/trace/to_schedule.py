@@ -530,6 +530,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
     lines: list[str] = []
     n_ops = n_deps = absent = matched = 0
     launches: dict[tuple[int, int], int] = defaultdict(int)  # (rank, graph launch) -> its ops
+    encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(op, ensure_ascii=False), one encoder for all
     for r, ro in ranks.items():
         names = [_op_name(a, i, colls.get((r, i))) for i, a in enumerate(ro.acts)]
         prev = t0
@@ -570,7 +571,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
             if dl:
                 op["deps"] = [names[j] for j in dl]
                 n_deps += len(dl)
-            lines.append(json.dumps(op, ensure_ascii=False))
+            lines.append(encode(op))
             n_ops += 1
     guesses += _missing_guesses(missing, present)
     if launches:

@@ -69,6 +69,34 @@ def test_decoding_names_the_offset_line_and_column(tmp_path: Path) -> None:
         decode_utf8("é".encode("latin-1"), "t.json", "timeline")
 
 
+def _depth(x: object) -> int:
+    """The nesting depth of lists and dicts in a parsed JSON document, by recursion: [] 1, [[1]] 2, 5 0."""
+    if isinstance(x, (dict, list)):
+        return 1 + max((_depth(v) for v in (x.values() if isinstance(x, dict) else x)), default=0)
+    return 0
+
+
+def test_json_depth_ok_is_the_nesting_depth_within_the_limit() -> None:
+    """json_depth_ok walks level by level; it answers depth <= limit as a recursive walk does."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from schedsim.io import json_depth_ok
+
+    docs = st.recursive(st.none() | st.integers() | st.text(max_size=2),
+                        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=2), c, max_size=3),
+                        max_leaves=30)
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(docs, st.integers(1, 7))
+    def check(doc: object, limit: int) -> None:
+        assert json_depth_ok(doc, limit) == (_depth(doc) <= limit)
+
+    check()
+    rows = [{"name": f"k{i}", "ranks": [0], "tags": {"start_us": 1.5}} for i in range(1000)]
+    assert json_depth_ok(rows, 3) and not json_depth_ok(rows, 2) and not json_depth_ok([rows], 3)
+
+
 def test_parse_json_depth_numbers_and_encodings() -> None:
     assert parse_json(b'{"a": [[1]]}', "t", "timeline") == {"a": [[1]]}
     assert parse_json(b'{"a": NaN}', "t", "timeline")["a"] != 0  # the stdlib fallback keeps NaN for the reader

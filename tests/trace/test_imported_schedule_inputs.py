@@ -132,3 +132,55 @@ def test_max_ops_counts_the_ops_file(tmp_path: Path) -> None:
     imp = _imported(tmp_path)
     r = _cli("predict", imp / "schedule.yaml", "--max-ops", "2", "--no-gantt", "--out", "o", cwd=tmp_path)
     assert r.returncode == 2 and "max-ops" in r.stderr, r.stdout[-300:]
+
+
+def test_ops_file_rows_load_as_the_same_ops_written_inline(tmp_path: Path) -> None:
+    """The ops file's rows are validated as parsed, not copied first; the loader's own keys (``__path__``,
+    ``__env__``, also spelled with a ``\\u`` escape), which it drops from written ops, are dropped from them too."""
+    from schedsim.spec.loader import _strip_doc, load_schedule
+
+    rows = [{"name": "a", "kind": "compute", "duration_us": 2.5, "tags": {"start_us": 0.0}},
+            {"name": "b", "kind": "memcpy", "direction": "d2d", "bytes": 256, "duration_us": 1.5, "deps": ["a"],
+             "tags": {"x": 1}}]
+    head = "schema_version: 1\nname: t\nworld_size: 1\ndurations: recorded\n"
+    (tmp_path / "inline.yaml").write_text(head + "ops:\n" + "".join(f"  - {json.dumps(r)}\n" for r in rows))
+    want = [o.model_dump() for o in load_schedule(tmp_path / "inline.yaml").ops]
+    bent = [dict(rows[0], __path__="x"), dict(rows[1], tags={"x": 1, "__env__": 2})]
+    escaped = json.dumps(bent).replace("__path__", "\\u005f_path__")
+    for i, text in enumerate([json.dumps(rows), json.dumps(bent), escaped]):
+        (tmp_path / f"ops{i}.json").write_text(text)
+        (tmp_path / f"s{i}.yaml").write_text(head + f"ops_file: ops{i}.json\n")
+        assert [o.model_dump() for o in load_schedule(tmp_path / f"s{i}.yaml").ops] == want, text
+    written = {"name": "w", "__path__": "ops[0]"}
+    doc = {"name": "t", "__env__": {}, "ops": [written, *rows]}
+    out = _strip_doc(doc, len(rows))
+    assert out == {"name": "t", "ops": [{"name": "w"}, *rows]} and out["ops"][1] is rows[0]
+
+
+def test_predict_drops_the_op_models_once_lowered(tmp_path: Path) -> None:
+    """``simulate_spec(..., release_ops=True)`` (predict) frees the spec's op models after lowering: the replay
+    is the same, and ``spec.ops`` then raises instead of reading as no ops."""
+    from schedsim import api
+    from schedsim.hardware.profile import load_profile
+
+    sched = _imported(tmp_path) / "schedule.yaml"
+    prof = load_profile("h200")
+    kept, dropped = api.load(sched), api.load(sched)
+    a = api.simulate_spec(kept, prof, file=sched)
+    b = api.simulate_spec(dropped, prof, file=sched, release_ops=True)
+    assert a.timeline.spans == b.timeline.spans and a.metrics == b.metrics
+    assert len(kept.ops) == len(a.timeline.spans) > 0
+    with pytest.raises(AttributeError):
+        dropped.ops  # noqa: B018
+
+
+@pytest.mark.parametrize("value", [[1, 2], {"a": 1}])
+def test_ops_file_row_with_a_tag_that_is_no_scalar_is_refused(tmp_path: Path, value: object) -> None:
+    from schedsim.errors import SpecError
+    from schedsim.spec.loader import load_schedule
+
+    row = {"name": "a", "kind": "compute", "duration_us": 2.5, "tags": {"start_us": 0.0, "mb": value, "k": None}}
+    (tmp_path / "ops.json").write_text(json.dumps([row]))
+    (tmp_path / "s.yaml").write_text("schema_version: 1\nname: t\nworld_size: 1\nops_file: ops.json\n")
+    with pytest.raises(SpecError, match=f"tag 'mb' holds a {type(value).__name__}"):
+        load_schedule(tmp_path / "s.yaml")

@@ -12,7 +12,7 @@ from kinetogen import kineto_doc, write_kineto
 
 from schedsim.errors import TraceError
 from schedsim.trace.analyze import nccl_volume_table
-from schedsim.trace.jsonstream import TraceEventStream
+from schedsim.trace.jsonstream import TraceEventStream, keep_long
 from schedsim.trace.kineto import import_kineto
 
 
@@ -161,6 +161,114 @@ class TestStreamReader:
         p = tmp_path / "n.json"
         p.write_text('{"traceEvents": [123456789, 42]}')
         assert list(TraceEventStream(p, chunk_chars=20)) == [123456789, 42]
+
+
+    def test_runs_decode_like_one_value_at_a_time(self, tmp_path):
+        """Events are decoded in runs (one JSON array per ~run_chars characters); a run whose last boundary falls
+        inside a string, or that is not JSON, is decoded again value by value: the events and header are
+        json.load's (floats over 15 characters kept as their text)."""
+        evs: list = [{"ph": "X", "name": "a}, {b" if i % 7 == 0 else f"k{i}", "ts": 4458676522690.655 + i,
+                      "dur": 1.5, "args": {"grid": [1, 2], "o": {"p": {}}, "s": "x}]"}} for i in range(300)]
+        evs[150] = 3
+        p = tmp_path / "r.json"
+        p.write_text(json.dumps({"traceEvents": evs, "baseTimeNanoseconds": 17}, indent=1))
+        want = json.loads(p.read_text(), parse_float=keep_long)["traceEvents"]
+        assert want[1]["ts"] == "4458676522691.655" and want[1]["dur"] == 1.5
+        for run_chars in (1, 200, 5000, 1 << 20):
+            s = TraceEventStream(p, long_floats_as_text=True, run_chars=run_chars)
+            runs = list(s.batches())
+            assert [e for r in runs for e in r] == want
+            assert s.n_events == 300 and s.header == {"baseTimeNanoseconds": 17}
+            assert len(runs) == (300 if run_chars == 1 else 1 if run_chars == 1 << 20 else len(runs))
+        assert list(TraceEventStream(p)) == json.loads(p.read_text())["traceEvents"]
+
+    @pytest.mark.parametrize("bad", ['{"ts": tru}', '{"ts": 1}}', '{"a": [1, 2}',
+                                     '{"a": ' + "1" * 5000 + "}"])
+    def test_a_run_that_does_not_decode_words_its_error_as_alone(self, tmp_path, bad):
+        body = [json.dumps({"k": i, "s": "}, {"}) for i in range(200)] + [bad] + [json.dumps({"k": 1})] * 50
+        p = tmp_path / "b.json"
+        p.write_text('{"traceEvents": [\n' + ",\n".join(body) + "\n]}")
+        errs = []
+        for run_chars in (1, 300, 1 << 20):
+            with pytest.raises(TraceError) as ei:
+                list(TraceEventStream(p, run_chars=run_chars))
+            errs.append(str(ei.value))
+        assert errs[0] == errs[1] == errs[2]
+        assert "after 200 events" in errs[0] or "after 201 events" in errs[0]
+
+
+def _bend(ev: list, case: str) -> None:
+    """Change the events of a kinetogen trace (kernel #1 is its first GPU event) for one case of
+    :class:`TestReadInRuns`."""
+    cpu = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4000, "tid": 4000, "ts": 900.0, "dur": 3.0}
+    far = 2e12  # more than MAX_SPREAD_US from the first GPU event
+    k = next(i for i in range(100, len(ev)) if ev[i].get("cat") == "kernel")  # a kernel mid-file
+    if case == "cpu_far_before_first_gpu_event":  # no reference yet: kept
+        ev.insert(0, dict(cpu, ts=far))
+    elif case == "cpu_far_after_first_gpu_event":
+        ev.insert(200, dict(cpu, ts=far))
+    elif case == "cpu_negative_dur":
+        ev.insert(150, dict(cpu, dur=-1.0))
+    elif case == "cpu_bool_ts":
+        ev.insert(150, dict(cpu, ts=True))
+    elif case == "cpu_ts_text":
+        ev.insert(150, dict(cpu, ts="12x"))
+    elif case == "kernel_without_dur":
+        del ev[k]["dur"]
+    elif case == "kernel_bad_stream_then_bad_cpu":
+        ev[k]["args"]["device"] = [0]
+        ev.insert(180, dict(cpu, dur=-1.0))
+    elif case == "odd_events":  # not a mapping, a category that is a list, a number, or none (metadata)
+        ev[150:150] = [3, dict(cpu, cat=["cpu_op"]), dict(cpu, cat=7), {"ph": "M", "name": "process_name",
+                                                                        "pid": 4000, "args": {"name": "p"}}]
+    elif case == "runtime_row_malformed":  # a runtime row's time is no number: the error names the row
+        ev.insert(150, {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4000, "tid": 4000,
+                        "ts": "soon", "dur": 2.0, "args": {"correlation": 7}})
+    elif case == "runtime_rows":
+        ev[30:30] = [{"ph": "X", "cat": "cuda_runtime", "name": n, "pid": 4000, "tid": 4000, "ts": 1000.0 + k,
+                      "dur": 2.0, "args": {"correlation": 100 + k}} for k, n in
+                     enumerate(["cudaLaunchKernel", "cudaMemcpyAsync", "cudaFree", "cudaLaunchKernel"])]
+
+
+class TestReadInRuns:
+    """The reader checks the times of a run of events at once (kineto._read_run) and reads each event alone
+    (kineto._read_event) where that check fails: the import, or its error, is the same as reading each event
+    alone (jsonstream.RUN_CHARS = 1)."""
+
+    @pytest.mark.parametrize("case", ["plain", "cpu_far_before_first_gpu_event", "cpu_far_after_first_gpu_event",
+                                      "cpu_negative_dur", "cpu_bool_ts", "cpu_ts_text", "kernel_without_dur",
+                                      "kernel_bad_stream_then_bad_cpu", "runtime_rows", "runtime_row_malformed",
+                                      "odd_events"])
+    def test_same_as_one_event_at_a_time(self, tmp_path, monkeypatch, case):
+        import schedsim.trace.jsonstream as js
+
+        doc = kineto_doc(0, iterations=40)
+        _bend(doc["traceEvents"], case)
+        p = write_kineto(tmp_path / "t.json", doc)
+
+        def imp():
+            try:
+                r = import_kineto(p, keep_runtime=True)
+            except TraceError as e:
+                return str(e)
+            assert r.replay is not None
+            return r.timeline.spans, r.replay.runtime, r.timeline.meta, r.kernel_rows, r.nccl_rows
+
+        in_runs = imp()
+        assert len(next(iter(TraceEventStream(p).batches()))) > 400  # the whole array is one run
+        monkeypatch.setattr(js, "RUN_CHARS", 1)
+        assert len(next(iter(TraceEventStream(p).batches()))) == 1
+        alone = imp()
+        assert in_runs == alone
+        ok = ("plain", "cpu_far_before_first_gpu_event", "runtime_rows", "odd_events")
+        assert isinstance(in_runs, str) == (case not in ok), in_runs
+        if case == "runtime_rows":
+            assert [row.name for row in in_runs[1]] == ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaLaunchKernel"]
+        if case == "runtime_row_malformed":
+            assert "event #150: malformed cuda_runtime event (ValueError" in in_runs
+        if case == "kernel_bad_stream_then_bad_cpu":  # the first error in file order
+            k = next(i for i in range(100, 500) if doc["traceEvents"][i].get("cat") == "kernel")
+            assert f"event #{k}: malformed" in in_runs
 
 
 class TestBrokenFiles:
