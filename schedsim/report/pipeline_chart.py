@@ -91,22 +91,49 @@ def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
     ``ranks`` (an iterable of ints) keeps only those ranks' actions (read from the columns, so a chart of 8
     of 1,024 ranks reads 8 ranks' tags).
     """
+    import numpy as np
+
     rows = _pipeline_rows(tl, ranks)
     c = tl.columns
-    boxes: dict[tuple[int, str, int, int], list[Any]] = {}
-    for t, r, a, b in zip(c.tags_of(rows.tolist()), c.rank[rows].tolist(), c.start_s[rows].tolist(),
-                          c.end_s[rows].tolist(), strict=True):
-        key = (r, str(t["pp_op"]), int(t["stage"]), int(t["mb"]))
-        box = boxes.get(key)
-        if box is None:
-            boxes[key] = [a, b, t]
-        else:
-            box[0] = min(box[0], a)
-            box[1] = max(box[1], b)
+
+    def column(key: str, conv: Any) -> tuple[list[Any], np.ndarray]:
+        """Tag ``key`` of the rows as codes into its values converted by ``conv`` (equal ones, such as 1 and 1.0
+        for an int, share a code), and the values: only those the rows hold are converted."""
+        values, codes = c.tag_column(key)
+        codes = codes[rows]
+        if len(codes) and int(codes.min()) < 0:
+            raise KeyError(key)  # an action without it (pp_op and stage are there: _pipeline_rows)
+        used = np.unique(codes)
+        conv_of: dict[Any, int] = {}
+        out: list[Any] = []
+        table = np.zeros(len(values) + 1, np.int64)
+        for k in used.tolist():
+            v = conv(values[k])
+            table[k] = conv_of.setdefault(v, len(out))
+            if table[k] == len(out):
+                out.append(v)
+        return out, table[codes]
+
+    # one box per (rank, pp_op, stage, microbatch): the earliest start and latest end of its rows, the tags of
+    # its first row; boxes by rank and start, ties in the order of their first rows
+    ops, opc = column("pp_op", str)
+    stages, stc = column("stage", int)
+    mbs, mbc = column("mb", int)
+    rank, start, end = c.rank[rows], c.start_s[rows], c.end_s[rows]
+    order = np.lexsort((mbc, stc, opc, rank))  # stable: a box's rows in timeline order
+    key = np.stack([rank[order], opc[order], stc[order], mbc[order]])
+    head = np.flatnonzero(np.r_[True, (key[:, 1:] != key[:, :-1]).any(axis=0)]) if len(order) else order
+    first = order[head]  # each box's first row (of rows)
+    a_s = np.minimum.reduceat(start[order], head) if len(head) else start[:0]
+    b_s = np.maximum.reduceat(end[order], head) if len(head) else end[:0]
+    chv, chc = c.tag_column("chunk")
+    chunk = [chv[k] if k >= 0 else 0 for k in chc[rows[first]].tolist()]
     spans = []
-    for (r, op, st, mb), (a, b, t) in sorted(boxes.items(), key=lambda kv: (kv[0][0], kv[1][0])):
-        tags = {"pp_op": op, "stage": st, "mb": mb, "chunk": t.get("chunk", 0)}
-        spans.append(Span(f"{op}{st}.{mb}@r{r}", str(mb), r, "pipeline", op, "compute", a, b, tags=tags))
+    for i in np.lexsort((first, a_s, rank[first])).tolist():
+        r, op, st, mb = int(rank[first[i]]), ops[opc[first[i]]], stages[stc[first[i]]], mbs[mbc[first[i]]]
+        tags = {"pp_op": op, "stage": st, "mb": mb, "chunk": chunk[i]}
+        spans.append(Span(f"{op}{st}.{mb}@r{r}", str(mb), r, "pipeline", op, "compute", float(a_s[i]), float(b_s[i]),
+                          tags=tags))
     return Timeline(schedule=tl.schedule, source=tl.source, world_size=tl.world_size, launch=tl.launch,
                     profile=tl.profile, spans=spans, meta={"pipeline": tl.meta.get("pipeline")})
 
