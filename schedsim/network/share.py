@@ -317,10 +317,15 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     if len(ne):  # the non-empty groups' members lie back to back in gr: one reduceat each
         nd = node[gr]
         crosses[ne] = (sizes[ne] >= 2) & (np.minimum.reduceat(nd, gp[ne]) != np.maximum.reduceat(nd, gp[ne]))
+    flows: dict[tuple[str, float, bytes], tuple[np.ndarray, np.ndarray, float]] = {}  # groups alike: once
     for g in np.flatnonzero(~pair & crosses).tolist():
         rk = gr[gp[g]:gp[g + 1]]
-        links, w, b = _flow(rk, kinds[g], float(size_a[g]), node, nic, per, per_leaf, n_nic_links,
-                            _algo(net, kinds[g], float(size_a[g]), rk))
+        fk = (kinds[g], float(size_a[g]), rk.tobytes())
+        got = flows.get(fk)
+        if got is None:
+            got = flows[fk] = _flow(rk, kinds[g], float(size_a[g]), node, nic, per, per_leaf, n_nic_links,
+                                    _algo(net, kinds[g], float(size_a[g]), rk))
+        links, w, b = got
         if links.size and b > 0.0 and work_a[g] > 0.0:
             colls[g] = (links, w, b)
             count[g] = links.size
