@@ -180,43 +180,50 @@ def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
         queues[s.rank].append(s)
     for q in queues.values():
         q.sort(key=lambda s: s.start_s)
+
+    def deps(op: str, st: int, mb: int) -> tuple[tuple[str, int, int], ...]:
+        if op == "F":
+            return (("F", st - 1, mb),) if st > 0 else ()
+        if op in ("I", "B"):
+            return (("F", st, mb), ("IB", st + 1, mb)) if st < last else (("F", st, mb),)
+        return (("IB", st, mb),)
+
+    # per rank, its actions in order as (id, key, dependencies, steps, I or B): made once, read at every visit
+    acts = {r: [(s.id, (s.kind, int(s.tags["stage"]), int(s.tags["mb"])),
+                 deps(s.kind, int(s.tags["stage"]), int(s.tags["mb"])), UNIT.get(s.kind, 1), s.kind in ("I", "B"))
+                for s in q] for r, q in queues.items()}
     done: dict[tuple[str, int, int], int] = {}
     out: dict[str, tuple[int, int]] = {}
-    free = {r: 0 for r in queues}
-    pos = {r: 0 for r in queues}
-
-    def deps(op: str, st: int, mb: int) -> list[tuple[str, int, int]]:
-        if op == "F":
-            return [("F", st - 1, mb)] if st > 0 else []
-        if op in ("I", "B"):
-            d = [("F", st, mb)]
-            if st < last:
-                d.append(("IB", st + 1, mb))
-            return d
-        return [("IB", st, mb)]
-
+    free = dict.fromkeys(queues, 0)
+    pos = dict.fromkeys(queues, 0)
     remaining = len(view.spans)
     force = False
     while remaining:
         progress = False
-        for r, q in queues.items():
-            while pos[r] < len(q):
-                s = q[pos[r]]
-                op, st, mb = s.kind, int(s.tags["stage"]), int(s.tags["mb"])
-                need = [done.get(d) for d in deps(op, st, mb)]
-                if any(x is None for x in need) and not force:
+        for r, q in acts.items():
+            p, t = pos[r], free[r]
+            while p < len(q):
+                sid, key, dk, unit, ib = q[p]
+                t0 = t
+                blocked = False
+                for d in dk:
+                    x = done.get(d)
+                    if x is None:
+                        blocked = True
+                    elif x > t0:
+                        t0 = x
+                if blocked and not force:
                     break
-                t0 = max([free[r]] + [x for x in need if x is not None])
-                t1 = t0 + UNIT.get(op, 1)
-                out[s.id] = (t0, t1)
-                done[(op, st, mb)] = t1
-                if op in ("I", "B"):
-                    done[("IB", st, mb)] = t1
-                free[r] = t1
-                pos[r] += 1
+                t = t0 + unit
+                out[sid] = (t0, t)
+                done[key] = t
+                if ib:
+                    done[("IB", key[1], key[2])] = t
+                p += 1
                 remaining -= 1
                 progress = True
                 force = False
+            pos[r], free[r] = p, t
         if not progress:
             force = True  # an order the dependency rules do not explain: place the next action anyway
     return out
