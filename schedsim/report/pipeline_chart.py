@@ -200,10 +200,10 @@ def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
     force = False
     while remaining:
         progress = False
-        for r, q in acts.items():
+        for r, todo in acts.items():
             p, t = pos[r], free[r]
-            while p < len(q):
-                sid, key, dk, unit, ib = q[p]
+            while p < len(todo):
+                sid, key, dk, unit, ib = todo[p]
                 t0 = t
                 blocked = False
                 for d in dk:
