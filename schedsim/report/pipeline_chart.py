@@ -276,17 +276,21 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     ax = fig.add_subplot(111)
     unit_px = width_in * _DPI * 0.78 / max(xmax * 1.02, 1e-9)
     used: dict[str, str] = {}
+    style: dict[tuple[str, int], tuple[str, str]] = {}  # (pp_op, chunk) -> (box colour, label colour)
     groups: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     labels: list[tuple[float, float, int, str, str]] = []
     for s in spans:
         op = s.kind
         chunk = int(s.tags.get("chunk", 0) or 0)
-        c = _color(op) if chunk == 0 else _lighten(_color(op), min(0.66, 0.22 * chunk))
-        used.setdefault(op if not chunk else f"{op} (chunk {chunk})", c)
+        st = style.get((op, chunk))
+        if st is None:
+            c = _color(op) if chunk == 0 else _lighten(_color(op), min(0.66, 0.22 * chunk))
+            used.setdefault(op if not chunk else f"{op} (chunk {chunk})", c)
+            st = style[(op, chunk)] = (c, "white" if chunk == 0 else "black")
         a, b = xr[s.id]
         y = ypos[s.rank]
-        groups[(y, c)].append((a, b - a))
-        labels.append((a, b, y, str(s.tags["mb"]), "white" if chunk == 0 else "black"))
+        groups[(y, st[0])].append((a, b - a))
+        labels.append((a, b, y, str(s.tags["mb"]), st[1]))
     import numpy as np
 
     for (y, c), bars in groups.items():
@@ -297,12 +301,16 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
             x0, w = _pixel_runs(x0, w, 1.0 / unit_px)
         _bars(ax, x0, w, y - 0.4, 0.8, facecolors=c, edgecolors="white" if wide else "none",
               linewidths=0.6 if wide else 0.0)
+    # a label's font size: its box's pixels over the text's width at 1 pt, at most 8 pt; none under 4.5 pt (the
+    # same operations, in the same order, on every label at once)
     items: list[tuple[float, float, str, float, str]] = []
-    for a, b, y, text, tc in labels:
-        box_px = (b - a) * unit_px
-        fs = min(8.0, box_px * 0.85 * 72 / (0.62 * len(text) * _DPI))
-        if fs >= 4.5:
-            items.append(((a + b) / 2, y, text, fs, tc))
+    if labels:
+        la, lb = np.array([x[0] for x in labels]), np.array([x[1] for x in labels])
+        chars = np.array([len(x[3]) for x in labels])
+        fs = np.minimum(8.0, (lb - la) * unit_px * 0.85 * 72 / (0.62 * chars * _DPI))
+        for k in np.flatnonzero(fs >= 4.5).tolist():
+            a, b, y, text, tc = labels[k]
+            items.append(((a + b) / 2, y, text, float(fs[k]), tc))
     _centred_labels(ax, items)
     ax.set_yticks(range(n))
     s2r = info.stage_to_rank if info is not None else {}
