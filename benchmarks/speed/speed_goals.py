@@ -32,7 +32,12 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   Goals: <= 2 µs and <= 200 B per op; 100,000 ranks at 1M ops <= 2 s; unpaired ``check`` <= 1 s; the
   pipeline with charts >= 10x faster than torch's dry run.
 
+``--base DIR`` (a checkout of another commit, its extension built: ``python setup.py build_ext --inplace``): the
+``million`` and ``shapes`` cases run from a copy of it and from this tree in turn, run by run (so the load of a
+shared machine falls on both alike), a row for each (``before`` and ``after``).
+
 Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes]
+       [--base DIR]
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,12 +84,24 @@ def median_run(args: list[str], repeat: int, root: Path = ROOT, **env_set: str) 
             statistics.median(r[2] for r in runs), runs[-1][3])
 
 
-def package_copy(dst: Path, bytecode: bool) -> Path:
-    """``dst`` holding a copy of schedsim/ and executor/ (the built extension included) without their
+def median_runs(make: Callable[[str], list[str]], repeat: int, roots: list[tuple[str, Path]]
+                ) -> list[tuple[float, float, float, str]]:
+    """``make(tag)`` (the command, with its output folder named after ``tag``) run ``repeat`` times from each of
+    ``roots`` (``(tag, package copy)``) in turn; :func:`median_run`'s medians per root, in the order of ``roots``."""
+    runs: list[list[tuple[float, float, float, str]]] = [[] for _ in roots]
+    for _ in range(repeat):
+        for k, (tag, root) in enumerate(roots):
+            runs[k].append(run(make(tag), root))
+    return [(statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs),
+             statistics.median(r[2] for r in rs), rs[-1][3]) for rs in runs]
+
+
+def package_copy(dst: Path, bytecode: bool, src: Path = ROOT) -> Path:
+    """``dst`` holding a copy of ``src``'s schedsim/ and executor/ (the built extension included) without their
     ``__pycache__``, so that a cold start does not depend on what earlier runs left in the tree; with
     ``bytecode``, every module compiled (``compileall``), as an installed package has it."""
     for name in ("schedsim", "executor"):
-        shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(src / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
     if bytecode:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(dst / "schedsim"), str(dst / "executor")],
                        check=True)
@@ -188,19 +206,26 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cases", nargs="*", default=["million", "pipeline", "cold", "pp8dp128", "scaling", "shapes"])
     ap.add_argument("--max-ops", type=int, default=1_000_000, help="Largest size of the scaling table.")
+    ap.add_argument("--base", type=Path, default=None,
+                    help="A checkout of another commit (extension built): million and shapes run from it too.")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="schedsim_goals_")
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}: {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}; medians of {a.repeat}\n")
     installed = package_copy(Path(tmp) / "installed", bytecode=True)  # what every case but one runs
+    roots = [("", installed)]
+    if a.base is not None:
+        roots = [("before", package_copy(Path(tmp) / "base", bytecode=True, src=a.base.resolve())),
+                 ("after", installed)]
     print("| case | wall s | CPU s | peak RSS MiB | peak B/op | goal |")
     print("|---|---:|---:|---:|---:|---|")
     if "million" in a.cases:
         for world, chunks in ((8, 62_500), (64, 7_813)):
             ops = 2 * world * chunks
-            r = median_run(gen_predict(world, chunks, f"{tmp}/m{world}"), a.repeat, installed)
-            print(row(f"`predict --no-gantt`, {ops:,} ops on {world} ranks, YAML → timeline.json", ops, r,
-                      "≤ 2 s, ≤ 400 B/op"), flush=True)
+            rs = median_runs(lambda tag, w=world, c=chunks: gen_predict(w, c, f"{tmp}/{tag}m{w}"), a.repeat, roots)
+            for (tag, _root), r in zip(roots, rs, strict=True):
+                print(row(f"{tag + ': ' if tag else ''}`predict --no-gantt`, {ops:,} ops on {world} ranks, YAML → "
+                          "timeline.json", ops, r, "≤ 2 s, ≤ 400 B/op"), flush=True)
     if "cold" in a.cases:
         sched = str(ROOT / "schedules" / "allgather_mm8.yaml")
         for kind in ("source", "bytecode"):
@@ -238,7 +263,7 @@ def main() -> None:
                   f"{med['simulate']:.2f} | {med['timeline']:.2f} | {med['total']:.2f} | "
                   f"{torch_s / med['total']:.2f}× (goal ≥ 10×) | {torch_s / med['simulate']:.2f}× |", flush=True)
     if "shapes" in a.cases:
-        shapes(tmp, installed, a.repeat)
+        shapes(tmp, roots, a.repeat)
     if "scaling" in a.cases:
         print("\nscaling, `overlap_gen.yaml` on 8 ranks, `predict --no-gantt --no-trace` whole process:\n")
         print("| ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op |")
@@ -253,9 +278,9 @@ def main() -> None:
             n *= 10
 
 
-def shapes(tmp: str, installed: Path, repeat: int) -> None:
+def shapes(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
     """The ``shapes`` case (module docstring): one table, CPU µs and peak bytes per op, and torch's dry run
-    beside the pipeline in the same run."""
+    beside the pipeline in the same run; a row per package copy of ``roots`` (``(tag, copy)``)."""
     files = {}
     for name, text in SHAPES.items():
         files[name] = f"{tmp}/{name}"
@@ -264,35 +289,36 @@ def shapes(tmp: str, installed: Path, repeat: int) -> None:
     print("| shape | ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op | goal |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
 
-    def line(label: str, ops: int, r: tuple[float, float, float, str], goal: str) -> None:
-        print(f"| {label} | {ops:,} | {r[0]:.2f} | {r[1]:.2f} | {r[1] / ops * 1e6:.2f} | {r[2]:,.0f} | "
-              f"{r[2] * 2**20 / ops:,.0f} | {goal} |", flush=True)
+    def lines(label: str, ops: int, make: Callable[[str], list[str]], goal: str) -> None:
+        for (tag, _root), r in zip(roots, median_runs(make, repeat, roots), strict=True):
+            print(f"| {tag + ': ' if tag else ''}{label} | {ops:,} | {r[0]:.2f} | {r[1]:.2f} | "
+                  f"{r[1] / ops * 1e6:.2f} | {r[2]:,.0f} | {r[2] * 2**20 / ops:,.0f} | {goal} |", flush=True)
 
     per_op = "≤ 2 µs, ≤ 200 B per op"
-    r = median_run(schedsim("predict", files["ring_rank.yaml"], "--no-gantt", "--set", "chunks=62500",
-                            "--out", f"{tmp}/ring"), repeat, installed)
-    line("ring of batched p2p written with `rank`, 8 ranks, `predict --no-gantt`", 1_000_000, r, per_op)
-    r = median_run(schedsim("check", files["unpaired_names.yaml"]), repeat, installed)
-    line("send/recv whose names don't pair (`s{k}` / `r{k}`), `check`", 96_000, r, "≤ 1 s")
-    r = median_run(schedsim("predict", files["dp_ranks.yaml"], "--no-gantt", "--out", f"{tmp}/dp"), repeat,
-                   installed)
-    line("GEMM + all_reduce per chunk over 100,000 ranks, `predict --no-gantt`", 1_000_000, r, "≤ 2 s")
-    r = median_run(gen_predict(8, 6_250, f"{tmp}/t100k"), repeat, installed)
-    line("`predict --no-gantt` of `overlap_gen.yaml` with its default trace.json", 100_000, r, per_op)
+    lines("ring of batched p2p written with `rank`, 8 ranks, `predict --no-gantt`", 1_000_000,
+          lambda tag: schedsim("predict", files["ring_rank.yaml"], "--no-gantt", "--set", "chunks=62500",
+                               "--out", f"{tmp}/{tag}ring"), per_op)
+    lines("send/recv whose names don't pair (`s{k}` / `r{k}`), `check`", 96_000,
+          lambda tag: schedsim("check", files["unpaired_names.yaml"]), "≤ 1 s")
+    lines("GEMM + all_reduce per chunk over 100,000 ranks, `predict --no-gantt`", 1_000_000,
+          lambda tag: schedsim("predict", files["dp_ranks.yaml"], "--no-gantt", "--out", f"{tmp}/{tag}dp"), "≤ 2 s")
+    lines("`predict --no-gantt` of `overlap_gen.yaml` with its default trace.json", 100_000,
+          lambda tag: gen_predict(8, 6_250, f"{tmp}/{tag}t100k"), per_op)
     runs = []
-    for _ in range(repeat):  # side by side: torch's process, then ours, each time
+    for _ in range(repeat):  # side by side: torch's process, then ours (from each root), each time
         t = run([sys.executable, "-c", TORCH_DRY_RUN])
-        o = run(schedsim("predict", files["interleaved.yaml"], "--out", f"{tmp}/pp32"), installed)
-        runs.append((t, o))
+        runs.append((t, [run(schedsim("predict", files["interleaved.yaml"], "--out", f"{tmp}/{tag}pp32"), root)
+                         for tag, root in roots]))
     t = tuple(statistics.median(x[0][k] for x in runs) for k in range(3))
-    o = tuple(statistics.median(x[1][k] for x in runs) for k in range(3))
     actions = int(runs[-1][0][3].strip().splitlines()[-1])
-    ratio = statistics.median(x[0][1] / x[1][1] for x in runs)
     print(f"| torch's dry run of interleaved 1F1B pp=32 m=512 v=4, whole process ({actions:,} actions) | — | "
           f"{t[0]:.2f} | {t[1]:.2f} | — | {t[2]:,.0f} | — | — |")
-    print(f"| `predict` of the same schedule (schedsim's interleaved 1F1B), charts included | — | {o[0]:.2f} | "
-          f"{o[1]:.2f} | — | {o[2]:,.0f} | — | torch / schedsim CPU s {ratio:.2f}× (same-run ratio, median; "
-          "goal ≥ 10×) |", flush=True)
+    for j, (tag, _root) in enumerate(roots):
+        o = tuple(statistics.median(x[1][j][k] for x in runs) for k in range(3))
+        ratio = statistics.median(x[0][1] / x[1][j][1] for x in runs)
+        print(f"| {tag + ': ' if tag else ''}`predict` of the same schedule (schedsim's interleaved 1F1B), charts "
+              f"included | — | {o[0]:.2f} | {o[1]:.2f} | — | {o[2]:,.0f} | — | torch / schedsim CPU s "
+              f"{ratio:.2f}× (same-run ratio, median; goal ≥ 10×) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -531,21 +531,24 @@ def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[
     us, ur, am, bm = us[keep], ur[keep], am[keep], bm[keep]
     if not len(us):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        while parent.get(x, x) != x:
-            parent[x] = parent.get(parent[x], parent[x])
-            x = parent[x]
-        return x
-
+    # the hubs: connected components of the units over the pairs of two multi-peer batches, each named by its
+    # smallest unit (what a union-find that hangs the larger root under the smaller gives), found for all pairs
+    # at once: hook each pair's larger label under its smaller, then jump every label to its label's label until
+    # none moves, until both units of every pair hold one label. A label only ever falls, and is always a unit
+    # of its own component no larger than the unit: at the end each component holds its smallest unit.
     both = am & bm
-    for a, b in zip(us[both].tolist(), ur[both].tolist(), strict=True):
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    root = np.array([find(a if m else b) for a, b, m in zip(us.tolist(), ur.tolist(), am.tolist(), strict=True)],
-                    np.int64)
+    a, b = us[both].astype(np.int64), ur[both].astype(np.int64)
+    label = np.arange(int(max(us.max(), ur.max())) + 1, dtype=np.int64)
+    while len(a):
+        la, lb = label[a], label[b]
+        if np.array_equal(la, lb):
+            break
+        m = np.minimum(la, lb)
+        for x in (la, lb, a, b):
+            np.minimum.at(label, x, m)
+        while not np.array_equal(nxt := label[label], label):
+            label = nxt
+    root = label[np.where(am, us, ur)]
     hub = unique(root)[2]
     unit, hubs = np.concatenate([us, ur]).astype(np.int64), np.concatenate([hub, hub])
     key = unit * (int(hub.max()) + 1) + hubs  # each (unit, hub) pair once, sorted by unit then hub

@@ -170,7 +170,9 @@ def choose_ranks(ranks: list[int], lanes_of: dict[int, int], max_lanes: int,
 
 def _bars(ax: Any, x0: Any, w: Any, y0: Any, h: float, **kw: Any) -> Any:
     """One PolyCollection of the boxes [x0, x0 + w] × [y0, y0 + h] (arrays of one length, or ``y0`` a number):
-    what ``Axes.broken_barh`` draws, with the vertices built by numpy rather than a Python loop per box."""
+    what ``Axes.broken_barh`` draws, with the vertices built by numpy rather than a Python loop per box. The
+    axes' data limits are not updated (matplotlib would measure every path of the collection): the charts set
+    both axes' limits themselves."""
     import numpy as np
 
     x0 = np.asarray(x0, dtype=float)
@@ -180,7 +182,7 @@ def _bars(ax: Any, x0: Any, w: Any, y0: Any, h: float, **kw: Any) -> Any:
     verts: Any = np.stack([np.stack([x0, ya], 1), np.stack([x0, yb], 1), np.stack([x1, yb], 1),
                            np.stack([x1, ya], 1)], 1)
     col = _boxes_class()(verts, **kw)
-    ax.add_collection(col)
+    ax.add_collection(col, autolim=False)
     return col
 
 

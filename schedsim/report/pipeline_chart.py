@@ -91,22 +91,49 @@ def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
     ``ranks`` (an iterable of ints) keeps only those ranks' actions (read from the columns, so a chart of 8
     of 1,024 ranks reads 8 ranks' tags).
     """
+    import numpy as np
+
     rows = _pipeline_rows(tl, ranks)
     c = tl.columns
-    boxes: dict[tuple[int, str, int, int], list[Any]] = {}
-    for t, r, a, b in zip(c.tags_of(rows.tolist()), c.rank[rows].tolist(), c.start_s[rows].tolist(),
-                          c.end_s[rows].tolist(), strict=True):
-        key = (r, str(t["pp_op"]), int(t["stage"]), int(t["mb"]))
-        box = boxes.get(key)
-        if box is None:
-            boxes[key] = [a, b, t]
-        else:
-            box[0] = min(box[0], a)
-            box[1] = max(box[1], b)
+
+    def column(key: str, conv: Any) -> tuple[list[Any], np.ndarray]:
+        """Tag ``key`` of the rows as codes into its values converted by ``conv`` (equal ones, such as 1 and 1.0
+        for an int, share a code), and the values: only those the rows hold are converted."""
+        values, codes = c.tag_column(key)
+        codes = codes[rows]
+        if len(codes) and int(codes.min()) < 0:
+            raise KeyError(key)  # an action without it (pp_op and stage are there: _pipeline_rows)
+        used = np.unique(codes)
+        conv_of: dict[Any, int] = {}
+        out: list[Any] = []
+        table = np.zeros(len(values) + 1, np.int64)
+        for k in used.tolist():
+            v = conv(values[k])
+            table[k] = conv_of.setdefault(v, len(out))
+            if table[k] == len(out):
+                out.append(v)
+        return out, table[codes]
+
+    # one box per (rank, pp_op, stage, microbatch): the earliest start and latest end of its rows, the tags of
+    # its first row; boxes by rank and start, ties in the order of their first rows
+    ops, opc = column("pp_op", str)
+    stages, stc = column("stage", int)
+    mbs, mbc = column("mb", int)
+    rank, start, end = c.rank[rows], c.start_s[rows], c.end_s[rows]
+    order = np.lexsort((mbc, stc, opc, rank))  # stable: a box's rows in timeline order
+    key = np.stack([rank[order], opc[order], stc[order], mbc[order]])
+    head = np.flatnonzero(np.r_[True, (key[:, 1:] != key[:, :-1]).any(axis=0)]) if len(order) else order
+    first = order[head]  # each box's first row (of rows)
+    a_s = np.minimum.reduceat(start[order], head) if len(head) else start[:0]
+    b_s = np.maximum.reduceat(end[order], head) if len(head) else end[:0]
+    chv, chc = c.tag_column("chunk")
+    chunk = [chv[k] if k >= 0 else 0 for k in chc[rows[first]].tolist()]
     spans = []
-    for (r, op, st, mb), (a, b, t) in sorted(boxes.items(), key=lambda kv: (kv[0][0], kv[1][0])):
-        tags = {"pp_op": op, "stage": st, "mb": mb, "chunk": t.get("chunk", 0)}
-        spans.append(Span(f"{op}{st}.{mb}@r{r}", str(mb), r, "pipeline", op, "compute", a, b, tags=tags))
+    for i in np.lexsort((first, a_s, rank[first])).tolist():
+        r, op, st, mb = int(rank[first[i]]), ops[opc[first[i]]], stages[stc[first[i]]], mbs[mbc[first[i]]]
+        tags = {"pp_op": op, "stage": st, "mb": mb, "chunk": chunk[i]}
+        spans.append(Span(f"{op}{st}.{mb}@r{r}", str(mb), r, "pipeline", op, "compute", float(a_s[i]), float(b_s[i]),
+                          tags=tags))
     return Timeline(schedule=tl.schedule, source=tl.source, world_size=tl.world_size, launch=tl.launch,
                     profile=tl.profile, spans=spans, meta={"pipeline": tl.meta.get("pipeline")})
 
@@ -153,43 +180,50 @@ def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
         queues[s.rank].append(s)
     for q in queues.values():
         q.sort(key=lambda s: s.start_s)
+
+    def deps(op: str, st: int, mb: int) -> tuple[tuple[str, int, int], ...]:
+        if op == "F":
+            return (("F", st - 1, mb),) if st > 0 else ()
+        if op in ("I", "B"):
+            return (("F", st, mb), ("IB", st + 1, mb)) if st < last else (("F", st, mb),)
+        return (("IB", st, mb),)
+
+    # per rank, its actions in order as (id, key, dependencies, steps, I or B): made once, read at every visit
+    acts = {r: [(s.id, (s.kind, int(s.tags["stage"]), int(s.tags["mb"])),
+                 deps(s.kind, int(s.tags["stage"]), int(s.tags["mb"])), UNIT.get(s.kind, 1), s.kind in ("I", "B"))
+                for s in q] for r, q in queues.items()}
     done: dict[tuple[str, int, int], int] = {}
     out: dict[str, tuple[int, int]] = {}
-    free = {r: 0 for r in queues}
-    pos = {r: 0 for r in queues}
-
-    def deps(op: str, st: int, mb: int) -> list[tuple[str, int, int]]:
-        if op == "F":
-            return [("F", st - 1, mb)] if st > 0 else []
-        if op in ("I", "B"):
-            d = [("F", st, mb)]
-            if st < last:
-                d.append(("IB", st + 1, mb))
-            return d
-        return [("IB", st, mb)]
-
+    free = dict.fromkeys(queues, 0)
+    pos = dict.fromkeys(queues, 0)
     remaining = len(view.spans)
     force = False
     while remaining:
         progress = False
-        for r, q in queues.items():
-            while pos[r] < len(q):
-                s = q[pos[r]]
-                op, st, mb = s.kind, int(s.tags["stage"]), int(s.tags["mb"])
-                need = [done.get(d) for d in deps(op, st, mb)]
-                if any(x is None for x in need) and not force:
+        for r, todo in acts.items():
+            p, t = pos[r], free[r]
+            while p < len(todo):
+                sid, key, dk, unit, ib = todo[p]
+                t0 = t
+                blocked = False
+                for d in dk:
+                    x = done.get(d)
+                    if x is None:
+                        blocked = True
+                    elif x > t0:
+                        t0 = x
+                if blocked and not force:
                     break
-                t0 = max([free[r]] + [x for x in need if x is not None])
-                t1 = t0 + UNIT.get(op, 1)
-                out[s.id] = (t0, t1)
-                done[(op, st, mb)] = t1
-                if op in ("I", "B"):
-                    done[("IB", st, mb)] = t1
-                free[r] = t1
-                pos[r] += 1
+                t = t0 + unit
+                out[sid] = (t0, t)
+                done[key] = t
+                if ib:
+                    done[("IB", key[1], key[2])] = t
+                p += 1
                 remaining -= 1
                 progress = True
                 force = False
+            pos[r], free[r] = p, t
         if not progress:
             force = True  # an order the dependency rules do not explain: place the next action anyway
     return out
@@ -242,17 +276,21 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     ax = fig.add_subplot(111)
     unit_px = width_in * _DPI * 0.78 / max(xmax * 1.02, 1e-9)
     used: dict[str, str] = {}
+    style: dict[tuple[str, int], tuple[str, str]] = {}  # (pp_op, chunk) -> (box colour, label colour)
     groups: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     labels: list[tuple[float, float, int, str, str]] = []
     for s in spans:
         op = s.kind
         chunk = int(s.tags.get("chunk", 0) or 0)
-        c = _color(op) if chunk == 0 else _lighten(_color(op), min(0.66, 0.22 * chunk))
-        used.setdefault(op if not chunk else f"{op} (chunk {chunk})", c)
+        st = style.get((op, chunk))
+        if st is None:
+            c = _color(op) if chunk == 0 else _lighten(_color(op), min(0.66, 0.22 * chunk))
+            used.setdefault(op if not chunk else f"{op} (chunk {chunk})", c)
+            st = style[(op, chunk)] = (c, "white" if chunk == 0 else "black")
         a, b = xr[s.id]
         y = ypos[s.rank]
-        groups[(y, c)].append((a, b - a))
-        labels.append((a, b, y, str(s.tags["mb"]), "white" if chunk == 0 else "black"))
+        groups[(y, st[0])].append((a, b - a))
+        labels.append((a, b, y, str(s.tags["mb"]), st[1]))
     import numpy as np
 
     for (y, c), bars in groups.items():
@@ -263,12 +301,16 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
             x0, w = _pixel_runs(x0, w, 1.0 / unit_px)
         _bars(ax, x0, w, y - 0.4, 0.8, facecolors=c, edgecolors="white" if wide else "none",
               linewidths=0.6 if wide else 0.0)
+    # a label's font size: its box's pixels over the text's width at 1 pt, at most 8 pt; none under 4.5 pt (the
+    # same operations, in the same order, on every label at once)
     items: list[tuple[float, float, str, float, str]] = []
-    for a, b, y, text, tc in labels:
-        box_px = (b - a) * unit_px
-        fs = min(8.0, box_px * 0.85 * 72 / (0.62 * len(text) * _DPI))
-        if fs >= 4.5:
-            items.append(((a + b) / 2, y, text, fs, tc))
+    if labels:
+        la, lb = np.array([x[0] for x in labels]), np.array([x[1] for x in labels])
+        chars = np.array([len(x[3]) for x in labels])
+        fs = np.minimum(8.0, (lb - la) * unit_px * 0.85 * 72 / (0.62 * chars * _DPI))
+        for k in np.flatnonzero(fs >= 4.5).tolist():
+            a, b, y, text, tc = labels[k]
+            items.append(((a + b) / 2, y, text, float(fs[k]), tc))
     _centred_labels(ax, items)
     ax.set_yticks(range(n))
     s2r = info.stage_to_rank if info is not None else {}

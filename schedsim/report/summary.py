@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Any
 
 from schedsim.sim.timeline import Timeline
@@ -71,8 +72,11 @@ def pick_ranks(ranks: list[Any], score: dict[Any, float], all_ranks: bool, k: in
     if all_ranks or len(ranks) <= MAX_RANK_ROWS:
         return list(ranks), 0
     tie = tie or {}
-    order = sorted(ranks, key=lambda r: (-round(score[r], 9), -round(tie.get(r, 0.0), 9), r))
-    rows = order[:k] + [r for r in order[-k:] if r not in order[:k]]
+    keys = [(-round(score[r], 9), -round(tie.get(r, 0.0), 9), r) for r in ranks]  # distinct: they end in the rank
+    # the k first and k last of the sorted keys without sorting them all (100,000 ranks: one pass)
+    worst = [key[2] for key in heapq.nsmallest(k, keys)]
+    best = [key[2] for key in reversed(heapq.nlargest(k, keys))]
+    rows = worst + [r for r in best if r not in worst]
     return rows, len(ranks) - len(rows)
 
 

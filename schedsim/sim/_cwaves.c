@@ -66,8 +66,9 @@ static int ivec_push(ivec *v, i64 x) {
  * still ~18 % of the loop (a chain of dependent loads and compares); the binary heap with branches was ~30 %. */
 typedef struct { double t; i64 a, b; } hent; /* main: a = seq, b = job (or -1 - op); pend: a = op, b = kernel */
 typedef struct { hent *e; i64 n, cap; } heap_t;
-typedef struct { hent *e; i64 h, t, cap; } lane_t; /* entries in ascending key order: a queue, e[h..t) */
+typedef struct { hent *e; i64 h, n, cap; } lane_t; /* entries in ascending key order: a ring of n from e[h] */
 #define LANES 4
+#define LANE_KEEP 4096 /* entries an emptied lane keeps room for */
 
 /* (x.t, x.a) < (y.t, y.a) as Python compares the tuples (a NaN time is never less), as 0 or 1, no branch */
 static inline int hless(const hent *x, const hent *y) {
@@ -195,24 +196,23 @@ typedef struct {
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
 
-/* x at the end of lane l (its key above every key in it) */
+/* x at the end of lane l (its key above every key in it); a full ring doubles (a power of 2), unwrapped */
 static int lane_push(lane_t *l, hent x) {
-    if (l->t == l->cap) {
-        if (l->h > 0 && l->h >= l->cap / 2) { /* the lane's first half is popped: move the rest down */
-            memmove(l->e, l->e + l->h, (size_t)(l->t - l->h) * sizeof(hent));
-            l->t -= l->h;
-            l->h = 0;
-        } else {
-            i64 cap = l->cap ? 2 * l->cap : 64;
-            hent *p = realloc(l->e, (size_t)cap * sizeof(hent));
-            if (!p) return -1;
-            l->e = p;
-            l->cap = cap;
-        }
+    if (l->n == l->cap) {
+        i64 cap = l->cap ? 2 * l->cap : 64;
+        hent *p = malloc((size_t)cap * sizeof(hent));
+        if (!p) return -1;
+        for (i64 k = 0; k < l->n; k++) p[k] = l->e[(l->h + k) & (l->cap - 1)];
+        free(l->e);
+        l->e = p;
+        l->h = 0;
+        l->cap = cap;
     }
-    l->e[l->t++] = x;
+    l->e[(l->h + l->n++) & (l->cap - 1)] = x;
     return 0;
 }
+
+static inline const hent *lane_last(const lane_t *l) { return &l->e[(l->h + l->n - 1) & (l->cap - 1)]; }
 
 /* A push of an event. Events are popped in the order of their keys (t, seq), which are unique: the next event is
  * the smallest of the heap's root and the lanes' heads, wherever each entry went. An entry whose key is above the
@@ -227,9 +227,9 @@ static int event_push(W *w, double t, i64 a, i64 b) {
     lane_t *best = NULL, *empty = NULL;
     for (int l = 0; l < LANES; l++) {
         lane_t *L = &w->lane[l];
-        if (L->h == L->t) {
+        if (!L->n) {
             if (!empty) empty = L;
-        } else if (hless(&L->e[L->t - 1], &x) && (!best || hless(&best->e[best->t - 1], &L->e[L->t - 1]))) {
+        } else if (hless(lane_last(L), &x) && (!best || hless(lane_last(best), lane_last(L)))) {
             best = L;
         }
     }
@@ -245,7 +245,7 @@ static lane_t *lane_min(W *w) {
     lane_t *m = NULL;
     for (int l = 0; l < LANES; l++) {
         lane_t *L = &w->lane[l];
-        if (L->h < L->t && (!m || hless(&L->e[L->h], &m->e[m->h]))) m = L;
+        if (L->n && (!m || hless(&L->e[L->h], &m->e[m->h]))) m = L;
     }
     return m;
 }
@@ -749,8 +749,13 @@ static void loop(W *w) {
             x = w->heap.e[0]; /* popped at the end of the event unless a push took its place (event_push) */
             w->hole = 1;
         } else {
-            x = lm->e[lm->h++];
-            if (lm->h == lm->t) lm->h = lm->t = 0;
+            x = lm->e[lm->h];
+            lm->h = (lm->h + 1) & (lm->cap - 1);
+            if (!--lm->n && lm->cap > LANE_KEEP) { /* emptied: a large ring goes back (lanes take turns) */
+                free(lm->e);
+                lm->e = NULL;
+                lm->h = lm->cap = 0;
+            }
         }
         double t = x.t;
         i64 j = x.b;

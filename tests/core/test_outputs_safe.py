@@ -317,3 +317,32 @@ def test_a_run_killed_between_two_moves_leaves_files_the_next_run_knows(tmp_path
     assert r.exit_code == 0, r.output
     assert json.loads((d / "timeline.json").read_text())["format"] == "schedsim.timeline"
     assert all(isinstance(h, str) for h in json.loads((d / MANIFEST).read_text())["sets"]["predict"].values())
+
+
+def test_file_digest_reads_a_settled_file_once_and_a_fresh_one_every_time(tmp_path, monkeypatch):
+    import builtins
+
+    from schedsim import outdir
+
+    p = tmp_path / "timeline.json"
+    p.write_bytes(b"a" * 1000)
+    # just written: within the kernel clock's tick a same-size write may keep the times, so it is read again
+    assert outdir.file_digest(p) == hashlib.sha256(b"a" * 1000).hexdigest()
+    p.write_bytes(b"b" * 1000)
+    assert outdir.file_digest(p) == hashlib.sha256(b"b" * 1000).hexdigest()
+    # settled (no wait in a test: the settling time set to 0): the second call does not open the file
+    monkeypatch.setattr(outdir, "_SETTLED_S", 0.0)
+    assert outdir.file_digest(p) == hashlib.sha256(b"b" * 1000).hexdigest()
+    real_open = builtins.open
+
+    def no_read(f, *a, **k):  # type: ignore[no-untyped-def]
+        if str(f) == str(p):
+            raise AssertionError("read again")
+        return real_open(f, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", no_read)
+    assert outdir.file_digest(p) == hashlib.sha256(b"b" * 1000).hexdigest()
+    monkeypatch.setattr(builtins, "open", real_open)
+    # changed (its size and times): read again
+    p.write_bytes(b"c" * 999)
+    assert outdir.file_digest(p) == hashlib.sha256(b"c" * 999).hexdigest()
