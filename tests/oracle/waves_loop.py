@@ -29,6 +29,7 @@ import functools
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -39,7 +40,7 @@ from schedsim.gpu import kernels as gk
 from schedsim.gpu import rates as gr
 from schedsim.gpu import rules as gm
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.sim.loop import HOST, _raise_deadlock, _State, set_rate
+from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.waves_columns import COLD_RERUN_MAX
 
 if TYPE_CHECKING:
@@ -48,6 +49,27 @@ if TYPE_CHECKING:
 __all__ = ["run_waves"]
 
 _BATCH, _XFER, _COPY = 0, 1, 2  # job types
+
+
+def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float], jlast: list[float],
+             jver: list[int], heap: list, counter: Iterator[int]) -> None:
+    """Fluid-model rate change of job ``j`` at time ``t`` (s) in this Python loop (the compiled loop
+    does the same arithmetic, ``_cwaves.c``).
+
+    The work done since ``jlast[j]`` at the old rate leaves ``jrem[j]`` solo-seconds (never < 0); the job
+    then runs at ``new`` (> 0, fraction of its solo speed) and its completion ``t + jrem / new`` is pushed
+    with a fresh version, which makes the job's earlier heap entry stale. No-op when the rate is unchanged.
+    """
+    old = jrate[j]
+    if new != old:
+        if old > 0.0:
+            rem = jrem[j] - (t - jlast[j]) * old
+            jrem[j] = rem if rem > 0.0 else 0.0
+        jlast[j] = t
+        jrate[j] = new
+        v = jver[j] + 1
+        jver[j] = v
+        heapq.heappush(heap, (t + jrem[j] / new, next(counter), j, v))
 
 
 def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | None = None,
