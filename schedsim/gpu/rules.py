@@ -3,9 +3,9 @@
 The event loop (:mod:`schedsim.sim.waves`) only moves time forward; every rule it
 applies lives here, as data computed once per simulation (:class:`GpuRules`;
 host issue times, hardware queues and communicator order as vectorised functions
-of op columns, :func:`host_issue_columns`, :func:`stream_queue_columns`,
-:func:`comm_fifo_columns`, which the Op-list forms :func:`host_issue_times`,
-:func:`stream_queues`, :func:`comm_fifo_edges` call; per-template rules such as
+of op columns, :func:`~schedsim.gpu.host.host_issue_columns`, :func:`stream_queue_columns`,
+:func:`comm_fifo_columns` (the Op-list form :func:`stream_queues` calls the second; those of the others are test
+oracles, ``tests/oracle/waves_loop.py``); per-template rules such as
 :func:`kernel_ctas`) or as small pure rate functions tabulated for the compiled
 loop (:func:`rate_tables`). :mod:`schedsim.sim.waves_columns` applies them to a
 Program's columns, :mod:`schedsim.sim.waves` to lists of Op objects.
@@ -347,7 +347,7 @@ from schedsim.hardware.profile import HardwareProfile
 from schedsim.lower.program import split_one_rank
 from schedsim.network.links import ONE_RANK_NOP
 
-__all__ = ["GpuRules", "comm_fifo_columns", "comm_fifo_edges", "communicator", "graph_fork_columns", "l2_cold_fraction",
+__all__ = ["GpuRules", "comm_fifo_columns", "communicator", "graph_fork_columns", "l2_cold_fraction",
            "link_ends", "memory_terms", "one_rank_res", "split_one_rank", "stream_queue_columns", "stream_queues"]
 
 
@@ -592,13 +592,34 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
 
 
 def _compiled(name: str):
-    """The compiled function ``name`` of :func:`host_issue_columns` (``_cwaves.issue_times``: the whole rule from
-    its tables; ``issue_sums``: the prefix sums), or None when the extension is not built, lacks it or
-    ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`): then numpy adds the same floats in the same
-    order."""
+    """The compiled function ``name`` (``_cwaves.issue_times`` of :func:`~schedsim.gpu.host.host_issue_columns`: the
+    whole rule from its tables, for ops with no per-op call extra and ranks in order; ``rank_codes``), or None when
+    the extension is not built, lacks it or ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`): then
+    the numpy columns run, with the prefix sums in ``issue_sums`` (:func:`_required`)."""
     from schedsim.lower.program import compiled
 
     return compiled(name)
+
+
+def _required(name: str):
+    """The compiled function ``name`` of :mod:`schedsim.sim._cwaves` that the package has no other form of (rule
+    host-issue's ``issue_sums``; its numpy form is the test oracle ``tests/oracle/numpy_helpers.py``).
+
+    Raises
+    ------
+    BuildError
+        The compiled module is not built, lacks ``name`` (built from an older ``_cwaves.c``) or is turned off by
+        ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`).
+    """
+    from schedsim.errors import BuildError
+    from schedsim.lower.program import compiled
+
+    fn = compiled(name)
+    if fn is None:
+        raise BuildError(f"schedsim's compiled helpers (schedsim.sim._cwaves) lack {name}: not built, out of date or "
+                         "turned off (SCHEDSIM_NO_EXT)", fix="unset SCHEDSIM_NO_EXT; rebuild: pip install -e . in a "
+                         "checkout, or reinstall schedsim")
+    return fn
 
 
 def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
@@ -637,22 +658,6 @@ def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> 
     off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     u = s[np.repeat(estart[pe], cnt) + off]
     return u, v
-
-
-def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list[tuple[int, int]]:
-    """:func:`comm_fifo_columns` of a list of ops: lone send/recv join their pair's communicator only with
-    ``p2p_serialized``; compute ops and copies are in none."""
-    codes: dict[object, int] = {None: -1}
-    comm = np.full(len(ops), -1, np.int64)
-    for i, op in enumerate(ops):
-        if op.kind in ("matmul", "compute", "memcpy") or (not p2p_serialized and op.kind in ("send", "recv")
-                                                          and op.p2p_batch is None):
-            continue
-        comm[i] = codes.setdefault(communicator(op, world, p2p_serialized), len(codes))
-    rank = np.fromiter((op.rank for op in ops), np.int64, len(ops))
-    batch = np.fromiter((codes.setdefault(op.p2p_batch, len(codes)) for op in ops), np.int64, len(ops))
-    u, v = comm_fifo_columns(rank, comm, batch)
-    return list(zip(u.tolist(), v.tolist(), strict=True))
 
 
 def one_rank_res(kind: str) -> int:

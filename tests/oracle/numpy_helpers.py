@@ -1,5 +1,6 @@
 """Oracle: numpy forms of the compiled preparation helpers of the ``waves`` loop (``_cwaves.succ_csr``,
-``_cwaves.kernels``, ``_cwaves.stream_reached``), with the C functions' signatures and output buffers, so a test can
+``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's prefix sums ``_cwaves.issue_sums``),
+with the C functions' signatures and output buffers, so a test can
 put them in place of the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls
 the compiled helpers only (:mod:`schedsim.sim.waves_columns`); these were its fallbacks for a build without them.
 """
@@ -13,7 +14,7 @@ import numpy as np
 
 from schedsim.gpu import rules as gm
 
-__all__ = ["kernels", "stream_reached", "succ_csr", "with_numpy_helpers"]
+__all__ = ["issue_sums", "kernels", "stream_reached", "succ_csr", "with_numpy_helpers"]
 
 I32, I64 = np.int32, np.int64
 
@@ -100,3 +101,43 @@ def with_numpy_helpers(ext: Any) -> types.SimpleNamespace:
     names = {k: getattr(ext, k) for k in dir(ext) if not k.startswith("_")}
     return types.SimpleNamespace(**{**names, "succ_csr": succ_csr, "kernels": kernels,
                                     "stream_reached": stream_reached})
+
+
+#: Ops per chunk of :func:`issue_sums` (a 6 MiB buffer).
+_ISSUE_CHUNK = 1 << 17
+
+
+def issue_sums(new_rank: np.ndarray, host_s: np.ndarray, ev: np.ndarray, extra: float, switch: np.ndarray,
+               sw_s: float, call: np.ndarray, first: np.ndarray, issue: np.ndarray, call0: np.ndarray) -> None:
+    """``_cwaves.issue_sums``: per rank (a run of ops starting where ``new_rank``), the prefix sums of each op's six
+    host increments in this order: ``host_s`` (one value broadcast when of length 1), ``ev``, ``extra``, ``sw_s``
+    where ``switch``, ``call``, ``first``; writes the sum through the fourth (the call's start) to ``call0`` and
+    through the sixth to ``issue`` (rule host-issue of :mod:`schedsim.gpu.host`). The increments of each op are
+    interleaved, (ops, 6), a chunk of whole ranks at a time (a rank larger than :data:`_ISSUE_CHUNK` alone), and
+    summed by ``np.cumsum``: the same floats added in the same order as the C loop."""
+    n = len(new_rank)
+    if len(host_s) == 1 and n > 1:
+        host_s = np.broadcast_to(host_s, (n,))
+    bounds = np.flatnonzero(new_rank).tolist() + [n]
+    buf = np.empty((0, 6))
+    i = 0
+    while i < len(bounds) - 1:
+        a, j = bounds[i], i + 1
+        while j < len(bounds) - 1 and bounds[j + 1] - a <= _ISSUE_CHUNK:
+            j += 1
+        b = bounds[j]
+        if len(buf) < b - a:
+            buf = np.empty((max(b - a, min(n, _ISSUE_CHUNK)), 6))
+        inc = buf[:b - a]
+        inc[:, 0] = host_s[a:b]
+        inc[:, 1] = ev[a:b]
+        inc[:, 2] = extra
+        inc[:, 3] = 0.0
+        inc[switch[a:b], 3] = sw_s
+        inc[:, 4] = call[a:b]
+        inc[:, 5] = first[a:b]
+        flat = inc.reshape(-1)
+        for x, y in zip(bounds[i:j], bounds[i + 1:j + 1], strict=True):
+            np.cumsum(flat[6 * (x - a):6 * (y - a)], out=flat[6 * (x - a):6 * (y - a)])
+        issue[a:b], call0[a:b] = inc[:, 5], inc[:, 3]
+        i = j
