@@ -4,8 +4,8 @@ The event loop (:mod:`schedsim.sim.waves`) only moves time forward; every rule i
 applies lives here, as data computed once per simulation (:class:`GpuRules`;
 host issue times, hardware queues and communicator order as vectorised functions
 of op columns, :func:`~schedsim.gpu.host.host_issue_columns`, :func:`stream_queue_columns`,
-:func:`comm_fifo_columns` (the Op-list form :func:`stream_queues` calls the second; those of the others are test
-oracles, ``tests/oracle/waves_loop.py``); per-template rules such as
+and communicator order in C (``_cwaves.fifo_edges``; the Op-list form :func:`stream_queues` calls the second; the
+numpy and Op-list forms of the others are test oracles, ``tests/oracle/``); per-template rules such as
 :func:`kernel_ctas`) or as small pure rate functions tabulated for the compiled
 loop (:func:`rate_tables`). :mod:`schedsim.sim.waves_columns` applies them to a
 Program's columns, :mod:`schedsim.sim.waves` to lists of Op objects.
@@ -347,7 +347,7 @@ from schedsim.hardware.profile import HardwareProfile
 from schedsim.lower.program import split_one_rank
 from schedsim.network.links import ONE_RANK_NOP
 
-__all__ = ["GpuRules", "comm_fifo_columns", "communicator", "graph_fork_columns", "l2_cold_fraction",
+__all__ = ["GpuRules", "communicator", "graph_fork_columns", "l2_cold_fraction",
            "link_ends", "memory_terms", "one_rank_res", "split_one_rank", "stream_queue_columns", "stream_queues"]
 
 
@@ -629,35 +629,6 @@ def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
             return tuple(range(world))
         return op.group if op.group[0] < op.group[1] else (op.group[1], op.group[0])
     return op.group
-
-
-def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Extra ``(before, after)`` op-index edges (two int64 arrays) that run each communicator's ops in issue order
-    per rank (rule communicator-order). ``comm``: code of the op's communicator (equal codes for equal rank sets; -1:
-    the op is in no communicator order); ``batch``: its ``p2p_batch`` code (-1 none). Consecutive ops of one batch on a
-    (rank, communicator) form one entry: every op of an entry waits for every op of the previous one."""
-    sel = np.flatnonzero(comm >= 0)
-    if not len(sel):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    key = rank[sel].astype(np.int64) * (int(comm.max()) + 1) + comm[sel]
-    o = stable_order(key)
-    s, k, b = sel[o], key[o], batch[sel][o]
-    m = len(s)
-    new_key = np.ones(m, bool)
-    new_key[1:] = k[1:] != k[:-1]
-    new_entry = new_key | (b < 0)
-    new_entry[1:] |= b[1:] != b[:-1]
-    estart = np.flatnonzero(new_entry)
-    eid = np.cumsum(new_entry) - 1
-    esize = np.diff(np.append(estart, m))
-    has_prev = ~new_key[estart][eid]  # the op's entry is not its key's first
-    after = np.flatnonzero(has_prev)
-    pe = eid[after] - 1
-    cnt = esize[pe]
-    v = np.repeat(s[after], cnt)
-    off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    u = s[np.repeat(estart[pe], cnt) + off]
-    return u, v
 
 
 def one_rank_res(kind: str) -> int:

@@ -1,5 +1,6 @@
 """Oracle: numpy forms of the compiled preparation helpers of the ``waves`` loop (``_cwaves.succ_csr``,
-``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's prefix sums ``_cwaves.issue_sums``),
+``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's prefix sums ``_cwaves.issue_sums``, rule
+communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`),
 with the C functions' signatures and output buffers, so a test can
 put them in place of the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls
 the compiled helpers only (:mod:`schedsim.sim.waves_columns`); these were its fallbacks for a build without them.
@@ -14,7 +15,8 @@ import numpy as np
 
 from schedsim.gpu import rules as gm
 
-__all__ = ["issue_sums", "kernels", "stream_reached", "succ_csr", "with_numpy_helpers"]
+__all__ = ["comm_fifo_columns", "fifo_edges", "issue_sums", "kernels", "stream_reached", "succ_csr",
+           "with_numpy_helpers"]
 
 I32, I64 = np.int32, np.int64
 
@@ -141,3 +143,44 @@ def issue_sums(new_rank: np.ndarray, host_s: np.ndarray, ev: np.ndarray, extra: 
             np.cumsum(flat[6 * (x - a):6 * (y - a)], out=flat[6 * (x - a):6 * (y - a)])
         issue[a:b], call0[a:b] = inc[:, 5], inc[:, 3]
         i = j
+
+
+def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_cwaves.fifo_edges`` in numpy (the edges in another order): extra ``(before, after)`` op-index edges (two
+    int64 arrays) that run each communicator's ops in issue order per rank (rule communicator-order). ``comm``: code
+    of the op's communicator (equal codes for equal rank sets; -1: the op is in no communicator order); ``batch``:
+    its ``p2p_batch`` code (-1 none). Consecutive ops of one batch on a (rank, communicator) form one entry: every
+    op of an entry waits for every op of the previous one."""
+    sel = np.flatnonzero(comm >= 0)
+    if not len(sel):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    key = rank[sel].astype(np.int64) * (int(comm.max()) + 1) + comm[sel]
+    o = gm.stable_order(key)
+    s, k, b = sel[o], key[o], batch[sel][o]
+    m = len(s)
+    new_key = np.ones(m, bool)
+    new_key[1:] = k[1:] != k[:-1]
+    new_entry = new_key | (b < 0)
+    new_entry[1:] |= b[1:] != b[:-1]
+    estart = np.flatnonzero(new_entry)
+    eid = np.cumsum(new_entry) - 1
+    esize = np.diff(np.append(estart, m))
+    has_prev = ~new_key[estart][eid]  # the op's entry is not its key's first
+    after = np.flatnonzero(has_prev)
+    pe = eid[after] - 1
+    cnt = esize[pe]
+    v = np.repeat(s[after], cnt)
+    off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    u = s[np.repeat(estart[pe], cnt) + off]
+    return u, v
+
+
+def fifo_edges(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray, out: np.ndarray) -> int:
+    """``_cwaves.fifo_edges``: :func:`comm_fifo_columns` written to ``out`` ((room, 2) int64) when they fit; returns
+    the edge count, or -1 when the ranks do not ascend."""
+    if len(rank) > 1 and not bool(np.all(rank[1:] >= rank[:-1])):
+        return -1
+    u, v = comm_fifo_columns(rank, comm, batch)
+    if len(u) <= len(out):
+        out[:len(u), 0], out[:len(u), 1] = u, v
+    return len(u)

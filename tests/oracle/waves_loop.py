@@ -44,6 +44,7 @@ from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.waves_columns import COLD_RERUN_MAX
+from tests.oracle import numpy_helpers
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare
@@ -697,8 +698,8 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
 
 
 def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list[tuple[int, int]]:
-    """:func:`schedsim.gpu.rules.comm_fifo_columns` of a list of ops: lone send/recv join their pair's communicator
-    only with ``p2p_serialized``; compute ops and copies are in none."""
+    """:func:`tests.oracle.numpy_helpers.comm_fifo_columns` of a list of ops: lone send/recv join their pair's
+    communicator only with ``p2p_serialized``; compute ops and copies are in none."""
     codes: dict[object, int] = {None: -1}
     comm = np.full(len(ops), -1, np.int64)
     for i, op in enumerate(ops):
@@ -708,5 +709,5 @@ def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list
         comm[i] = codes.setdefault(gm.communicator(op, world, p2p_serialized), len(codes))
     rank = np.fromiter((op.rank for op in ops), np.int64, len(ops))
     batch = np.fromiter((codes.setdefault(op.p2p_batch, len(codes)) for op in ops), np.int64, len(ops))
-    u, v = gm.comm_fifo_columns(rank, comm, batch)
+    u, v = numpy_helpers.comm_fifo_columns(rank, comm, batch)
     return list(zip(u.tolist(), v.tolist(), strict=True))
