@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from schedsim.gpu.rules import _compiled, _first_per_key, _required
+from schedsim.gpu.rules import _compiled, _first_per_key
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
+from schedsim.lower.program import required as _required
 
 __all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_COLL", "HOST_CALL_META_MAX",
            "host_class", "host_issue_columns", "kernel_release", "end_event_bound",

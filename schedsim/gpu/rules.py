@@ -595,31 +595,10 @@ def _compiled(name: str):
     """The compiled function ``name`` (``_cwaves.issue_times`` of :func:`~schedsim.gpu.host.host_issue_columns`: the
     whole rule from its tables, for ops with no per-op call extra and ranks in order; ``rank_codes``), or None when
     the extension is not built, lacks it or ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`): then
-    the numpy columns run, with the prefix sums in ``issue_sums`` (:func:`_required`)."""
+    the numpy columns run, with the prefix sums in ``issue_sums`` (:func:`schedsim.lower.program.required`)."""
     from schedsim.lower.program import compiled
 
     return compiled(name)
-
-
-def _required(name: str):
-    """The compiled function ``name`` of :mod:`schedsim.sim._cwaves` that the package has no other form of (rule
-    host-issue's ``issue_sums``; its numpy form is the test oracle ``tests/oracle/numpy_helpers.py``).
-
-    Raises
-    ------
-    BuildError
-        The compiled module is not built, lacks ``name`` (built from an older ``_cwaves.c``) or is turned off by
-        ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`).
-    """
-    from schedsim.errors import BuildError
-    from schedsim.lower.program import compiled
-
-    fn = compiled(name)
-    if fn is None:
-        raise BuildError(f"schedsim's compiled helpers (schedsim.sim._cwaves) lack {name}: not built, out of date or "
-                         "turned off (SCHEDSIM_NO_EXT)", fix="unset SCHEDSIM_NO_EXT; rebuild: pip install -e . in a "
-                         "checkout, or reinstall schedsim")
-    return fn
 
 
 def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:

@@ -1,6 +1,7 @@
 """Oracle: numpy forms of the compiled preparation helpers of the ``waves`` loop (``_cwaves.succ_csr``,
 ``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's prefix sums ``_cwaves.issue_sums``, rule
-communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`),
+communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`, the static checks' Kahn sweep
+``_cwaves.acyclic``),
 with the C functions' signatures and output buffers, so a test can
 put them in place of the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls
 the compiled helpers only (:mod:`schedsim.sim.waves_columns`); these were its fallbacks for a build without them.
@@ -15,7 +16,7 @@ import numpy as np
 
 from schedsim.gpu import rules as gm
 
-__all__ = ["comm_fifo_columns", "fifo_edges", "issue_sums", "kernels", "stream_reached", "succ_csr",
+__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "issue_sums", "kernels", "stream_reached", "succ_csr",
            "with_numpy_helpers"]
 
 I32, I64 = np.int32, np.int64
@@ -184,3 +185,27 @@ def fifo_edges(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray, out: np.nd
     if len(u) <= len(out):
         out[:len(u), 0], out[:len(u), 1] = u, v
     return len(u)
+
+
+def acyclic(n: int, edges: np.ndarray) -> bool:
+    """``_cwaves.acyclic`` (:func:`schedsim.lower.checks._acyclic`) in Python: Kahn's sweep over ``edges``
+    ((E, 2) int64, ``src -> dst``) on ``n`` nodes; True when every node is reached (no cycle)."""
+    o = np.argsort(edges[:, 0], kind="stable")
+    dst = edges[o, 1].tolist()
+    ptr = np.zeros(n + 1, I64)
+    np.cumsum(np.bincount(edges[:, 0], minlength=n), out=ptr[1:])
+    p = ptr.tolist()
+    indeg = np.bincount(edges[:, 1], minlength=n).tolist()
+    stack = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    pop, push = stack.pop, stack.append
+    while stack:
+        a = pop()
+        seen += 1
+        for k in range(p[a], p[a + 1]):
+            b = dst[k]
+            d = indeg[b] - 1
+            indeg[b] = d
+            if not d:
+                push(b)
+    return seen == n
