@@ -99,11 +99,11 @@ def stream_reached(qptr: np.ndarray, qidx: np.ndarray, khand: np.ndarray, kern: 
 
 
 def with_numpy_helpers(ext: Any) -> types.SimpleNamespace:
-    """The compiled module ``ext`` with these numpy forms in place of its ``succ_csr``, ``kernels`` and
-    ``stream_reached`` (everything else, the loop included, as built)."""
+    """The compiled module ``ext`` with these numpy forms in place of its ``succ_csr``, ``kernels``,
+    ``stream_reached`` and ``fifo_edges`` (everything else, the loop included, as built)."""
     names = {k: getattr(ext, k) for k in dir(ext) if not k.startswith("_")}
     return types.SimpleNamespace(**{**names, "succ_csr": succ_csr, "kernels": kernels,
-                                    "stream_reached": stream_reached})
+                                    "stream_reached": stream_reached, "fifo_edges": fifo_edges})
 
 
 #: Ops per chunk of :func:`issue_sums` (a 6 MiB buffer).
