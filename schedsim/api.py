@@ -180,7 +180,7 @@ def gpu_model_of(spec: Any, gpu_model: str | None = None, durations: str | None 
             raise SpecError(f"--durations {durations} contradicts --gpu-model {gpu_model} (recorded durations are "
                             "the replay model)", file=str(file) if file is not None else None,
                             fix="pass one of them: --durations recorded (= --gpu-model replay) or --durations "
-                            "modeled with --gpu-model waves|sharing")
+                            "modeled with --gpu-model waves")
         return gpu_model
     return "replay" if (durations or getattr(spec, "durations", "modeled")) == "recorded" else None
 

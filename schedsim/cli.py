@@ -42,10 +42,15 @@ def _command(fn: Any) -> Any:
     return fn
 
 
-class GpuModel(str, Enum):
-    waves = "waves"
-    sharing = "sharing"
-    replay = "replay"
+def _gpu_model(name: str | None) -> str | None:
+    """``--gpu-model``: one of :data:`schedsim.hardware.profile.GPU_MODELS`, else (``sharing``, retired, or a
+    misspelling) the ProfileError of :func:`schedsim.hardware.profile.check_gpu_model` (``error: --gpu-model: ...``,
+    exit 2)."""
+    if name is not None:
+        from schedsim.hardware.profile import check_gpu_model
+
+        check_gpu_model(name, "--gpu-model")
+    return name
 
 
 class Durations(str, Enum):
@@ -94,8 +99,8 @@ def predict(
     launch: Launch | None = typer.Option(None, "--launch", help="Override the schedule's launch mode."),
     gantt: bool = typer.Option(True, "--gantt/--no-gantt", help="Draw the Gantt chart (PNG and SVG)."),
     all_ranks: bool = typer.Option(False, "--all-ranks", help="Print every rank (default: totals, worst and best)."),
-    gpu_model: GpuModel | None = typer.Option(None, "--gpu-model", help="GPU execution model (default: the "
-                                                 "profile's gpu_model, waves)."),
+    gpu_model: str | None = typer.Option(None, "--gpu-model", metavar="[waves|replay]", help="GPU execution "
+                                         "model (default: the profile's gpu_model, waves)."),
     durations: Durations | None = typer.Option(None, "--durations", help="recorded: replay the ops' recorded "
                                                "duration_us and host_us (the replay GPU model); modeled: the "
                                                "profile's GPU model [default: the schedule's durations field, "
@@ -138,7 +143,7 @@ def predict(
     with paused_gc():  # also through the summary: its tables walk the whole timeline
         tl, metrics, paths = predict_to_dir(file, set_, prof, out, launch.value if launch else None, gantt, trace,
                                             explain=rows,
-                                            gpu_model=gpu_model.value if gpu_model else None,
+                                            gpu_model=_gpu_model(gpu_model),
                                             durations=durations.value if durations else None,
                                             max_connections=max_connections, model_executor=model_executor,
                                             iteration_gap_s=iteration_gap_ms * 1e-3, full_ranks=full_ranks)

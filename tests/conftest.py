@@ -29,7 +29,6 @@ def toy_profile_dict(**contention: float) -> dict:
         "gemm": {"source": "test", "entries": [["fp32", 1000, 1000, 1000, 1.0]]},
         "collectives": {"source": "test", "tables": {}},
         "contention": c,
-        "gpu_model": "sharing",  # the hand-computed goldens of test_sim_golden encode processor sharing
     }
 
 

@@ -8,7 +8,8 @@ Usage (repo root)::
 run, because the run measured it: the GEMM table (entries of the run replace the same (dtype, m, n, k); the
 other shipped entries stay), every GPU-side collective table (R back-to-back calls behind ``torch.cuda._sleep``
 between two events), copy bandwidths and latency, HBM bandwidth, the kernel floor, the NVLink figures, the
-NCCL contention factors of the sharing model, the host cost of p2p calls, batched p2p calls, event waits and
+NCCL contention factors alpha and beta (read by no model since the sharing model was retired), the host
+cost of p2p calls, batched p2p calls, event waits and
 copies, the executor's extra per-op cost, the first launch's and first collective call's extra host cost,
 ``graph_launch_us``, and ``p2p_one_way_speedup`` (batched ring over
 unbatched one way at 64 MiB, both GPU-side). What is kept from the probes ([evidence: 2xh200-concurrency]),

@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", type=Path,
                     help="run folders of benchmarks/accuracy/two_gpu_suite.sh (OUT or WORK)")
     ap.add_argument("--profile", default=None, help="profile name or path [default: each run's calibrated one]")
-    ap.add_argument("--gpu-model", default=None, help="waves or sharing [default: the profile's]")
+    ap.add_argument("--gpu-model", default=None, help="waves or replay [default: the profile's]")
     ap.add_argument("--md", type=Path, default=None, help="also write the table as markdown here")
     ap.add_argument("--kinds", action="store_true", help="also print per-kind totals of each case")
     ap.add_argument("--exclude", default=None, help="leave out cases whose name contains this (e.g. _sleep: the "

@@ -6,8 +6,8 @@ dry run (no durations, streams or contention).
 
 ours: the *same* compute order (torch's, as inline custom actions) goes through schedsim's pipeline
 expansion, DAG build, static checks, discrete-event simulation with durations (unit F/I/W costs), p2p
-on their own streams, metrics and timeline.json, twice: with the unit profile's processor-sharing model
-(``sharing``, a Python event loop) and with the default ``waves`` model (compiled loop). Printed
+on their own streams, metrics and timeline.json, twice: with the unit profile's dependency-only model
+(``replay``, a Python event loop) and with the default ``waves`` model (compiled loop). Printed
 per phase in wall and CPU seconds (``time.process_time``: this process only, so other jobs on the
 machine do not count), with torch's time over ours (simulate only, and end to end), all measured in
 this one run with the cyclic GC paused on both sides (as ``schedsim predict`` runs).
@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-#: The GPU models timed: the unit profile's own (processor sharing, the pipeline papers' ideal kernels; its
-#: event loop is Python) and the default ``waves`` (compiled event loop, fed from the Program's columns).
-MODELS = {"sharing": "the unit profile's, Python loop", "waves": "the default, compiled loop"}
+#: The GPU models timed: the unit profile's own (``replay``: dependencies only, the pipeline papers' ideal kernels;
+#: its event loop is Python) and the default ``waves`` (compiled event loop, fed from the Program's columns).
+MODELS = {"replay": "the unit profile's, Python loop", "waves": "the default, compiled loop"}
 PHASES = ("expand", "build", "checks", "simulate", "timeline")
 
 

@@ -1,6 +1,6 @@
 """Simulator throughput on generated DAGs, and the cold start of `schedsim predict`.
 
-Usage: python benchmarks/speed/sim_throughput.py [--sizes 10000 100000 1000000] [--repeat 3] [--gpu-model waves sharing]
+Usage: python benchmarks/speed/sim_throughput.py [--sizes 10000 100000 1000000] [--repeat 3] [--gpu-model waves replay]
 
 Each input: ``benchmarks/data/overlap_gen.yaml`` on 8 ranks, lowered to a Program; per rank a compute stream and
 a comm stream, chunks of (matmul -> all_reduce over all ranks) with the matmul of chunk i+1 overlapping the
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-cold-start", action="store_true")
-    ap.add_argument("--gpu-model", nargs="*", default=["waves", "sharing"], choices=["waves", "sharing"])
+    ap.add_argument("--gpu-model", nargs="*", default=["waves", "replay"], choices=["waves", "replay"])
     a = ap.parse_args()
     prof = load_profile("h200")
     print(f"{'ops':>10} {'model':>8} {'lower (s)':>14} {'simulate (s, median)':>21} {'ops/s':>12}")

@@ -248,15 +248,15 @@ def main() -> None:
     if "pipeline" in a.cases:
         runs = [json.loads(run([sys.executable, "benchmarks/speed/pipeline_vs_torch.py", "--json"])[3])
                 for _ in range(a.repeat)]
-        first = runs[0]["sharing"]
+        first = runs[0]["replay"]
         print(f"\ninterleaved 1F1B pp=32 m=512 v=4, {first['ops']:,} ops, {runs[0]['actions']:,} torch actions "
-              "(CPU s, medians; `benchmarks/speed/pipeline_vs_torch.py`; gpu_model sharing = the unit profile's, "
+              "(CPU s, medians; `benchmarks/speed/pipeline_vs_torch.py`; gpu_model replay = the unit profile's, "
               "Python loop; waves = the default, compiled loop):\n")
         print("| gpu_model | torch `_simulate_comms_compute` | schedsim expand | build DAG | checks | simulate | "
               "metrics + timeline.json | schedsim end to end | torch / schedsim end to end | simulate alone |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         torch_s = statistics.median(r["torch"][1] for r in runs)
-        for model in ("sharing", "waves"):
+        for model in ("replay", "waves"):
             med = {k: statistics.median(r[model][k][1] for r in runs) for k in
                    ("expand", "build", "checks", "simulate", "timeline", "total")}
             print(f"| {model} | {torch_s:.2f} | {med['expand']:.2f} | {med['build']:.2f} | {med['checks']:.2f} | "

@@ -143,20 +143,6 @@ class CostModel:
                                     extra_axes=(ref.axes[0], ref.axes[1], ref.axes[2]))
         return GemmSurface(own, estimate=idw_times)
 
-    def gemm_demand(self, op: Op) -> float:
-        """Fraction of the GPU's SMs a GEMM occupies, in (0, 1] (1 when the profile lacks ``gpu.sms``).
-
-        CTAs = ceil(m·batch/128) · ceil(n/128) output tiles of 128×128 (the common cuBLAS/CUTLASS
-        tile), times a split-K factor when the tiles alone cannot fill the GPU: min(ceil(SMs/tiles),
-        ceil(k/256)), as libraries split long reductions of skinny GEMMs into slices of at least 256.
-        Demand = min(1, CTAs / SMs). A heuristic, stated as such; it only matters for GEMMs small
-        enough to leave SMs idle (e.g. 32×1024×1024 occupies 32 of 132 SMs on an H200).
-        """
-        sms = self.profile.gpu.sms
-        if not sms:
-            return 1.0
-        return min(1.0, self.gemm_ctas(op) / sms)
-
     def _kernel_key(self, op: Op) -> tuple[str, int, int, int]:
         """The key of ``op``'s per-shape kernel rows (grid, occupancy, reduction, host call, tail): its own shape's,
         or, when fp16 or bf16 has no row of any of these at that shape and the other 16-bit dtype has, the other's
@@ -246,7 +232,7 @@ class CostModel:
 
     def gemm_ctas(self, op: Op) -> int:
         """CTAs of one launch of GEMM ``op``: the measured grid when the profile has this shape
-        (:meth:`measured_ctas`), else 128×128 output tiles times the split-K factor (see :meth:`gemm_demand`).
+        (:meth:`measured_ctas`), else 128×128 output tiles times the split-K factor.
 
         ``gpu.sms`` missing counts as 132 (H100/H200 SXM) for the split-K rule.
         """

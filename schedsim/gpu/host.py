@@ -1,25 +1,23 @@
 """Rule host-issue of the ``waves`` GPU model (:mod:`schedsim.gpu.rules`): the host thread's issue times.
 
-Each op's host class (:func:`host_class`), the issue times as columns (:func:`host_issue_columns`) and in the
-Op-list form (:func:`host_issue_times`), when a kernel reaches the GPU during its call
+Each op's host class (:func:`host_class`), the issue times as columns (:func:`host_issue_columns`; its Op-list form
+is a test oracle, ``tests/oracle/waves_loop.py``), when a kernel reaches the GPU during its call
 (:func:`kernel_release`), the end-event bound of an op timed op by op (:func:`end_event_bound`), and the
 host's end per rank and its cold first calls after waiting (:func:`host_end_per_rank`, :func:`host_waited`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.gpu.rules import _compiled, _first_per_key
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS
+from schedsim.lower.program import required as _required
 
 __all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_COLL", "HOST_CALL_META_MAX",
-           "host_class", "host_issue_columns", "host_issue_times", "kernel_release", "end_event_bound",
+           "host_class", "host_issue_columns", "kernel_release", "end_event_bound",
            "host_end_per_rank", "host_waited"]
 
 #: Host-call classes of rule host-issue (:func:`host_class`): what one op's call costs on the host.
@@ -113,46 +111,14 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
         first[idx[at]] = cost
     ev = cross_stream_deps * ev_s
     issue, call0 = np.empty(n), np.empty(n)
-    ext = _compiled("issue_sums")
-    if ext is not None:  # the sums below in one compiled pass (same floats, same order)
-        hs = host_s[:1] if n and host_s.strides == (0,) else host_s  # a broadcast: one value for every op
-        ext(new_rank, np.ascontiguousarray(hs, np.float64), np.ascontiguousarray(ev, np.float64), extra, switch,
-            sw_s, np.ascontiguousarray(call), np.ascontiguousarray(first), issue, call0)
-        if order is not None:
-            issue[order], call0[order] = issue.copy(), call0.copy()
-        return issue, call0
-    bounds = np.flatnonzero(new_rank).tolist() + [n]
-    # the six increments of each op interleaved, (ops, 6), a chunk of whole ranks at a time (a rank larger than
-    # _ISSUE_CHUNK alone), so the buffer stays small and is reused rather than paged in at n·48 bytes
-    buf = np.empty((0, 6))
-    i = 0
-    while i < len(bounds) - 1:
-        a, j = bounds[i], i + 1
-        while j < len(bounds) - 1 and bounds[j + 1] - a <= _ISSUE_CHUNK:
-            j += 1
-        b = bounds[j]
-        if len(buf) < b - a:
-            buf = np.empty((max(b - a, min(n, _ISSUE_CHUNK)), 6))
-        inc = buf[:b - a]
-        inc[:, 0] = host_s[a:b]
-        inc[:, 1] = ev[a:b]
-        inc[:, 2] = extra
-        inc[:, 3] = 0.0
-        inc[switch[a:b], 3] = sw_s
-        inc[:, 4] = call[a:b]
-        inc[:, 5] = first[a:b]
-        flat = inc.reshape(-1)
-        for x, y in zip(bounds[i:j], bounds[i + 1:j + 1], strict=True):
-            np.cumsum(flat[6 * (x - a):6 * (y - a)], out=flat[6 * (x - a):6 * (y - a)])
-        issue[a:b], call0[a:b] = inc[:, 5], inc[:, 3]
-        i = j
+    hs = host_s[:1] if n and host_s.strides == (0,) else host_s  # a broadcast: one value for every op
+    # the prefix sums in one compiled pass (the package's only form; numpy's cumsum, the same floats in the same
+    # order, is the test oracle tests/oracle/numpy_helpers.issue_sums)
+    _required("issue_sums")(new_rank, np.ascontiguousarray(hs, np.float64), np.ascontiguousarray(ev, np.float64),
+                            extra, switch, sw_s, np.ascontiguousarray(call), np.ascontiguousarray(first), issue, call0)
     if order is not None:
         issue[order], call0[order] = issue.copy(), call0.copy()
     return issue, call0
-
-
-#: Ops per chunk of :func:`host_issue_columns`' prefix sums (a 6 MiB buffer).
-_ISSUE_CHUNK = 1 << 17
 
 
 def _calls(by_class: np.ndarray, per_repeat: np.ndarray, hclass: np.ndarray, repeat: np.ndarray, rank: np.ndarray,
@@ -253,30 +219,3 @@ def host_waited(end: np.ndarray, host_end: np.ndarray, profile: HardwareProfile,
     if mode != "eager" or not any(lp.cold_first_call_us.values()) or not len(end):
         return False
     return float(np.max(end)) - float(np.max(host_end)) >= lp.cold_wait_us * 1e-6
-
-
-def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
-                     model_executor: bool = False, call_start: list[float] | None = None,
-                     cost: CostModel | None = None, release: list[float] | None = None,
-                     cold: bool = False) -> list[float]:
-    """:func:`host_issue_columns` of a list of ops (program order per rank); ``call_start``, if given, is
-    filled with each op's call start, ``release`` with when its kernel reaches the GPU (:func:`kernel_release`);
-    ``cost`` (default: one of ``profile``) gives each GEMM's ``gemm.call`` extra."""
-    n = len(ops)
-    codes: dict[object, int] = {None: -1}
-    cols = [(op.rank, codes.setdefault(op.stream, len(codes)), host_class(op), op.repeat, op.host_s,
-             codes.setdefault(op.p2p_batch, len(codes))) for op in ops]
-    rank, stream, hcls, rep, hs, bat = (np.array(c) for c in zip(*cols, strict=True)) if n else \
-        (np.zeros(0, np.int64),) * 6
-    extra = None
-    if profile.gemm.call and mode != "cuda_graph":
-        cm = cost if cost is not None else cost_model(profile)
-        extra = np.array([cm.gemm_call_extra(op) * op.repeat for op in ops], np.float64)
-    issue, call0 = host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,
-                                      np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor,
-                                      extra, cold)
-    if call_start is not None:
-        call_start[:] = call0.tolist()
-    if release is not None:
-        release[:] = kernel_release(issue, call0, profile, mode, extra).tolist()
-    return issue.tolist()

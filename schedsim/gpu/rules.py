@@ -3,9 +3,9 @@
 The event loop (compiled, :mod:`schedsim.sim._cwaves`) only moves time forward; every rule it
 applies lives here, as data computed once per simulation (:class:`GpuRules`;
 host issue times, hardware queues and communicator order as vectorised functions
-of op columns, :func:`host_issue_columns`, :func:`stream_queue_columns`,
-:func:`comm_fifo_columns`, which the Op-list forms :func:`host_issue_times`,
-:func:`stream_queues`, :func:`comm_fifo_edges` call; per-template rules such as
+of op columns, :func:`~schedsim.gpu.host.host_issue_columns`, :func:`stream_queue_columns`,
+and communicator order in C (``_cwaves.fifo_edges``; the Op-list form :func:`stream_queues` calls the second; the
+numpy and Op-list forms of the others are test oracles, ``tests/oracle/``); per-template rules such as
 :func:`kernel_ctas`) or as small pure rate functions tabulated for the compiled
 loop (:func:`rate_tables`). :mod:`schedsim.sim.waves_columns` applies them to a
 Program's columns (the test oracle ``tests/oracle/waves_loop.py`` to lists of Op objects).
@@ -344,10 +344,10 @@ from schedsim.gpu.cost import CostModel
 from schedsim.gpu.kernels import mem_boost
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import KINDS, P2P_KINDS
+from schedsim.kinds import KINDS
 from schedsim.lower.program import split_one_rank
 
-__all__ = ["GpuRules", "comm_fifo_columns", "comm_fifo_edges", "communicator", "graph_fork_columns", "l2_cold_fraction",
+__all__ = ["GpuRules", "communicator", "graph_fork_columns", "l2_cold_fraction",
            "link_ends", "memory_terms", "one_rank_res", "split_one_rank", "stream_queue_columns", "stream_queues"]
 
 
@@ -592,10 +592,10 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
 
 
 def _compiled(name: str):
-    """The compiled function ``name`` of :func:`host_issue_columns` (``_cwaves.issue_times``: the whole rule from
-    its tables; ``issue_sums``: the prefix sums), or None when the extension is not built, lacks it or
-    ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`): then numpy adds the same floats in the same
-    order."""
+    """The compiled function ``name`` (``_cwaves.issue_times`` of :func:`~schedsim.gpu.host.host_issue_columns`: the
+    whole rule from its tables, for ops with no per-op call extra and ranks in order; ``rank_codes``), or None when
+    the extension is not built, lacks it or ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`): then
+    the numpy columns run, with the prefix sums in ``issue_sums`` (:func:`schedsim.lower.program.required`)."""
     from schedsim.lower.program import compiled
 
     return compiled(name)
@@ -608,51 +608,6 @@ def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
             return tuple(range(world))
         return op.group if op.group[0] < op.group[1] else (op.group[1], op.group[0])
     return op.group
-
-
-def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Extra ``(before, after)`` op-index edges (two int64 arrays) that run each communicator's ops in issue order
-    per rank (rule communicator-order). ``comm``: code of the op's communicator (equal codes for equal rank sets; -1:
-    the op is in no communicator order); ``batch``: its ``p2p_batch`` code (-1 none). Consecutive ops of one batch on a
-    (rank, communicator) form one entry: every op of an entry waits for every op of the previous one."""
-    sel = np.flatnonzero(comm >= 0)
-    if not len(sel):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    key = rank[sel].astype(np.int64) * (int(comm.max()) + 1) + comm[sel]
-    o = stable_order(key)
-    s, k, b = sel[o], key[o], batch[sel][o]
-    m = len(s)
-    new_key = np.ones(m, bool)
-    new_key[1:] = k[1:] != k[:-1]
-    new_entry = new_key | (b < 0)
-    new_entry[1:] |= b[1:] != b[:-1]
-    estart = np.flatnonzero(new_entry)
-    eid = np.cumsum(new_entry) - 1
-    esize = np.diff(np.append(estart, m))
-    has_prev = ~new_key[estart][eid]  # the op's entry is not its key's first
-    after = np.flatnonzero(has_prev)
-    pe = eid[after] - 1
-    cnt = esize[pe]
-    v = np.repeat(s[after], cnt)
-    off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    u = s[np.repeat(estart[pe], cnt) + off]
-    return u, v
-
-
-def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list[tuple[int, int]]:
-    """:func:`comm_fifo_columns` of a list of ops: lone send/recv join their pair's communicator only with
-    ``p2p_serialized``; compute ops and copies are in none."""
-    codes: dict[object, int] = {None: -1}
-    comm = np.full(len(ops), -1, np.int64)
-    for i, op in enumerate(ops):
-        if KINDS[op.kind].resource != "comm" or (not p2p_serialized and op.kind in P2P_KINDS
-                                                 and op.p2p_batch is None):
-            continue
-        comm[i] = codes.setdefault(communicator(op, world, p2p_serialized), len(codes))
-    rank = np.fromiter((op.rank for op in ops), np.int64, len(ops))
-    batch = np.fromiter((codes.setdefault(op.p2p_batch, len(codes)) for op in ops), np.int64, len(ops))
-    u, v = comm_fifo_columns(rank, comm, batch)
-    return list(zip(u.tolist(), v.tolist(), strict=True))
 
 
 def one_rank_res(kind: str) -> int:

@@ -29,13 +29,41 @@ from pydantic import (
 )
 
 from schedsim._pydantic import plugins_off
-from schedsim.errors import ProfileError
+from schedsim.errors import ProfileError, printable
 from schedsim.kinds import DType, TableKind
 
-__all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS"]
+__all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS", "check_gpu_model"]
 
 #: Simulator GPU execution models (``gpu_model`` of a profile, ``predict --gpu-model``).
-GPU_MODELS = ("waves", "sharing", "replay")
+GPU_MODELS = ("waves", "replay")
+
+#: GPU models once accepted and since retired: what each was (the message of :func:`check_gpu_model`).
+RETIRED_GPU_MODELS = {"sharing": "processor sharing, every running kernel slowed equally"}
+
+
+def check_gpu_model(model: str, where: str) -> None:
+    """Refuse a GPU model name that is not one of :data:`GPU_MODELS`; ``where`` names its source in the message
+    (a profile file's ``gpu_model``, ``--gpu-model``).
+
+    Raises
+    ------
+    ProfileError
+        A retired model (:data:`RETIRED_GPU_MODELS`, ``sharing``) or an unknown name, with the fix.
+
+    >>> check_gpu_model("waves", "--gpu-model")
+    >>> try:
+    ...     check_gpu_model("sharing", "--gpu-model")
+    ... except ProfileError as e:
+    ...     print(e.message)
+    --gpu-model: the 'sharing' GPU model (processor sharing, every running kernel slowed equally) is retired
+    """
+    if model in GPU_MODELS:
+        return
+    fix = ("use waves (the default: CTAs in waves, hardware queues, schedsim.gpu.rules), or replay for a schedule "
+           "of recorded durations")
+    if model in RETIRED_GPU_MODELS:
+        raise ProfileError(f"{where}: the {model!r} GPU model ({RETIRED_GPU_MODELS[model]}) is retired", fix=fix)
+    raise ProfileError(f"{where}: unknown GPU model {printable(model, 40)!r}", fix=fix)
 
 LinkClass = Literal["nvlink", "pcie", "network"]
 GemmDType = DType
@@ -57,8 +85,8 @@ class GPU(_B):
     gemm_efficiency: float = Field(default=0.75, gt=0, le=1,
                                    description="Fraction of peak a large GEMM reaches when no table entry exists.")
     kernel_floor_us: float = Field(default=5.0, ge=0, description="Shortest kernel time, µs (latency floor).")
-    sms: int | None = Field(default=None, gt=0, description="Streaming multiprocessors; enables occupancy-aware "
-                            "sharing (a small GEMM beside another kernel does not slow it). Omit to share evenly.")
+    sms: int | None = Field(default=None, gt=0, description="Streaming multiprocessors, over which CTAs run in "
+                            "waves (:mod:`schedsim.gpu.rules`, wave-dispatch). Omit for 132 (H100/H200 SXM).")
     max_connections: int = Field(
         default=8, ge=1, le=32,
         description="CUDA_DEVICE_MAX_CONNECTIONS: host-to-GPU hardware work queues per context (1-32, CUDA default "
@@ -516,8 +544,12 @@ class CollectiveTables(_B):
 class Contention(_B):
     """Dimensionless slowdown factors between kernels, NCCL and copies (see :mod:`schedsim.sim.engine`)."""
 
-    compute_slowdown_with_comm: float = Field(ge=0, description="alpha: a kernel runs 1/(1+alpha) as fast while NCCL runs beside it.")
-    comm_slowdown_with_compute: float = Field(ge=0, description="beta: NCCL runs 1/(1+beta) as fast while a kernel runs beside it.")
+    compute_slowdown_with_comm: float = Field(ge=0, description="alpha: a kernel runs 1/(1+alpha) as fast while NCCL "
+                                              "runs beside it (the retired sharing model's; waves reads "
+                                              "nccl.gemm_slowdown_beside_nccl).")
+    comm_slowdown_with_compute: float = Field(ge=0, description="beta: NCCL runs 1/(1+beta) as fast while a kernel "
+                                              "runs beside it (the retired sharing model's; waves reads "
+                                              "nccl.slowdown_beside_gemm).")
     compute_slowdown_with_copy: float = Field(default=0.0, ge=0, description="gamma: kernel slowdown from a copy-engine transfer.")
     copy_slowdown_with_compute: float = Field(default=0.0, ge=0, description="delta: copy slowdown from a kernel.")
     h2d_slowdown_beside_d2h: float = Field(default=0.0, ge=0, description="A pinned host-to-device copy runs "
@@ -611,9 +643,9 @@ class HardwareProfile(_B):
     collectives: CollectiveTables
     contention: Contention
     nccl: Nccl = Field(default_factory=Nccl)
-    gpu_model: Literal["waves", "sharing", "replay"] = Field(
+    gpu_model: Literal["waves", "replay"] = Field(
         default="waves", description="GPU execution model of the simulator: 'waves' (CTAs in waves, FIFO block "
-        "dispatch, hardware queues; :mod:`schedsim.gpu.rules`), 'sharing' (processor sharing) or 'replay' "
+        "dispatch, hardware queues; :mod:`schedsim.gpu.rules`) or 'replay' "
         "(recorded durations, no contention: replaying an imported trace; :mod:`schedsim.sim.engine`).")
     power: Power | None = Field(default=None, description="Sustained-load GEMM slowdown (waves model); "
                                 "omit for none.")
@@ -822,6 +854,8 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         raise ProfileError(f"{p}: a profile must be a YAML mapping\n  fix: see schedsim/hardware/profiles/h200.yaml")
     if "base" in data:
         data = _on_base(p, data)
+    if isinstance(data.get("gpu_model"), str):
+        check_gpu_model(data["gpu_model"], f"{p}: gpu_model")
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as e:

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
-from schedsim.lower.program import Program, batch_heads, compiled, stable_order, unique
+from schedsim.lower.program import Program, batch_heads, compiled, required, stable_order, unique
 
 __all__ = ["Verdict", "check_arrays", "launch_heads", "launches", "multi_peer_hubs"]
 
@@ -323,42 +323,22 @@ def _sharing_pairs(groups: list[tuple[int, ...]], cid: np.ndarray) -> list[tuple
 
 
 def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
-    """Kahn's sweep over the edges ``src[e] -> dst[e]`` (int arrays of one length) on ``n`` nodes: in C (int32
-    or int64 edges) when the compiled module (``schedsim/sim/_cwaves.c``) is built and not disabled by
-    ``SCHEDSIM_NO_EXT=1`` (a pipeline's wait-for graph has a million nodes: ~0.4 s here, ~0.01 s there), else
-    here."""
-    ext = compiled("acyclic")
-    if ext is not None:
-        if src.dtype == np.int32 and dst.dtype == np.int32:  # int64 only for a build from before int32 edges
-            try:
-                return bool(ext(n, np.ascontiguousarray(src), np.ascontiguousarray(dst)))
-            except TypeError:
-                pass
-        return bool(ext(n, np.ascontiguousarray(src, I64), np.ascontiguousarray(dst, I64)))
-    return _acyclic_python(n, np.stack([src, dst], 1).astype(I64).reshape(-1, 2))
+    """Kahn's sweep over the edges ``src[e] -> dst[e]`` (int arrays of one length) on ``n`` nodes, in C
+    (``_cwaves.acyclic``, int32 or int64 edges: a pipeline's wait-for graph has a million nodes; its Python form is
+    the test oracle ``tests/oracle/numpy_helpers.acyclic``).
 
-
-def _acyclic_python(n: int, edges: np.ndarray) -> bool:
-    """:func:`_acyclic` without the compiled module."""
-    o = np.argsort(edges[:, 0], kind="stable")
-    dst = edges[o, 1].tolist()
-    ptr = np.zeros(n + 1, I64)
-    np.cumsum(np.bincount(edges[:, 0], minlength=n), out=ptr[1:])
-    p = ptr.tolist()
-    indeg = np.bincount(edges[:, 1], minlength=n).tolist()
-    stack = [i for i in range(n) if indeg[i] == 0]
-    seen = 0
-    pop, push = stack.pop, stack.append
-    while stack:
-        a = pop()
-        seen += 1
-        for k in range(p[a], p[a + 1]):
-            b = dst[k]
-            d = indeg[b] - 1
-            indeg[b] = d
-            if not d:
-                push(b)
-    return seen == n
+    Raises
+    ------
+    BuildError
+        The compiled module is not built (:func:`schedsim.lower.program.required`).
+    """
+    ext = required("acyclic")
+    if src.dtype == np.int32 and dst.dtype == np.int32:  # int64 only for a build from before int32 edges
+        try:
+            return bool(ext(n, np.ascontiguousarray(src), np.ascontiguousarray(dst)))
+        except TypeError:
+            pass
+    return bool(ext(n, np.ascontiguousarray(src, I64), np.ascontiguousarray(dst, I64)))
 
 
 def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool = False,

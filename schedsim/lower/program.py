@@ -40,8 +40,8 @@ from schedsim.kinds import P2P_KINDS
 if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1% of a cold `check` to create
     from schedsim.graph.info import PipelineInfo
 
-__all__ = ["Program", "DagView", "batch_heads", "compiled", "group_sizes", "rendezvous_groups", "split_one_rank",
-           "stable_order", "unique"]
+__all__ = ["Program", "DagView", "batch_heads", "compiled", "group_sizes", "rendezvous_groups", "required",
+           "split_one_rank", "stable_order", "unique"]
 
 
 def compiled(name: str) -> Any:
@@ -57,6 +57,32 @@ def compiled(name: str) -> Any:
     except ImportError:
         return None
     return getattr(_cwaves, name, None)
+
+
+def required(name: str) -> Any:
+    """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves` that the package has no other form of
+    (its numpy or Python form is a test oracle, ``tests/oracle/numpy_helpers.py``); ``SCHEDSIM_NO_EXT`` does not
+    turn it off.
+
+    Raises
+    ------
+    BuildError
+        The module is not built (no C compiler at install) or lacks ``name`` (built from an older ``_cwaves.c``).
+    """
+    from schedsim.errors import BuildError
+
+    try:
+        from schedsim.sim import _cwaves  # type: ignore[attr-defined]
+    except ImportError as e:
+        raise BuildError(f"schedsim's compiled helpers (schedsim.sim._cwaves) are not built: {e}",
+                         fix="reinstall with a C compiler present (pip install -e . in a checkout, pip install "
+                             "schedsim elsewhere) or install a schedsim wheel") from None
+    fn = getattr(_cwaves, name, None)
+    if fn is None:
+        raise BuildError(f"schedsim's compiled helpers at {getattr(_cwaves, '__file__', '?')} lack {name} (built from "
+                         "an older _cwaves.c)",
+                         fix="rebuild them: pip install -e . in a checkout, or reinstall schedsim")
+    return fn
 
 
 def stable_order(key: np.ndarray, space: int) -> np.ndarray:

@@ -449,7 +449,7 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     """Bytes per second on each shared link over a run of ``prog`` (op i from ``start_s[i]`` to ``end_s[i]``, seconds;
     ``solo_s[i]`` its solo seconds as the simulation had them, which set a collective's demand as in the simulation:
     without them, or where one is unknown (NaN), a collective is taken to want no more than its bytes over its span;
-    ``shared`` False for a run whose GPU model shares no links, ``sharing`` or ``replay``: each transfer's bytes
+    ``shared`` False for a run whose GPU model shares no links (``replay``): each transfer's bytes
     then spread evenly over its span): ``{"links": [{"name", "capacity_Bps", "bytes", "steps": [[t_s, B/s], ...]},
     ...], "shown", "of"}`` for the :data:`MAX_SHOWN_LINKS` links that moved the most bytes (``of``: links with
     traffic), or None when the profile shares no links or no transfer crossed a node. A transfer's bytes on a link

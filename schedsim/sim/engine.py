@@ -13,21 +13,20 @@ One path per GPU execution model, chosen by ``gpu_model`` (argument, else the pr
   (``CUDA_DEVICE_MAX_CONNECTIONS``), communicators run in issue order, the host thread as a resource. It
   matches how the 2×H200 traces of run concurrent kernels ([evidence: 2xh200-concurrency]).
   :func:`_timeline_program` builds the span columns from the run, with no per-op objects.
-* ``sharing`` (:mod:`schedsim.sim.sharing`, whose docstring tells how it works): processor sharing, every
-  running kernel slowed equally.
 * ``replay`` (:mod:`schedsim.sim.replay`): the replay of a recorded run (``schedsim import ... --out DIR`` writes
   ``DIR/schedule.yaml`` with measured durations). No contention: an op runs its solo duration (the recorded one,
   which already holds the contention of the run) as soon as it is ready; the host issues each rank's ops at
   the prefix sums of their ``host_us`` alone (the recorded gaps between launch calls already hold the calls'
-  cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as in ``sharing``; hardware
+  cost), so issue times are the recorded launch times. Streams, event waits and rendezvous as in ``waves``; hardware
   queues (``CUDA_DEVICE_MAX_CONNECTIONS``, rule hardware-queues of :mod:`schedsim.gpu.rules`) only where the schedule's
   ``env`` or ``max_connections`` names them. The dependency-only replay of Lumos (Liang et al., MLSys 2025) and
   of HTA's critical-path analysis.
 
-``sharing`` and ``replay`` run their own Python loops on the Program's ops as lists
-(:func:`schedsim.sim.loop_arrays._compile_program`) and share the timeline assembly and critical-path walk
-(:func:`_timeline`, this module). The Python form of the ``waves`` loop and the networkx feed are test oracles
-(``tests/oracle/``), held bit-identical to this path by ``tests/oracle/test_differential.py``.
+``replay`` runs its own Python loop on the Program's ops as lists
+(:func:`schedsim.sim.loop_arrays._compile_program`) with its timeline assembly and critical-path walk
+(:func:`_timeline`, this module). The ``sharing`` model (processor sharing) is retired: naming it is an error
+(:func:`schedsim.hardware.profile.check_gpu_model`). The Python form of the ``waves`` loop and the networkx feed
+are test oracles (``tests/oracle/``), held bit-identical to this path by ``tests/oracle/test_differential.py``.
 """
 
 from __future__ import annotations
@@ -45,12 +44,11 @@ from schedsim.gpu import host as gh
 from schedsim.gpu import rates as gr
 from schedsim.gpu import rules as gm
 from schedsim.graph.ops import Op, format_op_id, resource_of
-from schedsim.hardware.profile import GPU_MODELS, HardwareProfile
+from schedsim.hardware.profile import HardwareProfile, check_gpu_model
 from schedsim.lower.program import Program
 from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
 from schedsim.sim.loop_arrays import _compile_program, _Compiled
 from schedsim.sim.replay import _run_replay
-from schedsim.sim.sharing import _run_sharing
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 from schedsim.sim.waves_columns import ProgramRun, _per_op, categorical, run_waves_program
 
@@ -73,7 +71,7 @@ def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
         Rates, tables and contention factors.
     launch : {"eager", "cuda_graph"}, optional
         Overrides ``G.graph["launch"]``.
-    gpu_model : {"waves", "sharing"}, optional
+    gpu_model : {"waves", "replay"}, optional
         Overrides the profile's ``gpu_model``.
     max_connections : int, optional
         ``CUDA_DEVICE_MAX_CONNECTIONS`` (1-32); overrides the schedule's ``env`` and the profile's
@@ -106,8 +104,8 @@ def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
     GraphError
         An op with a solo duration that is NaN, infinite or negative (a profile whose rates are not finite).
     ProfileError
-        Unknown ``gpu_model``, ``max_connections`` outside 1-32, ``iteration_gap_s`` negative, NaN or
-        infinite, or (``waves``) a GPU whose rate table is too large (:func:`_rate_tables`).
+        Unknown or retired (``sharing``) ``gpu_model``, ``max_connections`` outside 1-32, ``iteration_gap_s``
+        negative, NaN or infinite, or (``waves``) a GPU whose rate table is too large (:func:`_rate_tables`).
     BuildError
         The compiled event loop is not built or out of date (:func:`schedsim.sim.loop.compiled_loop`).
     TypeError
@@ -119,8 +117,7 @@ def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
     info = G.graph_info(lazy_order=True)  # the order: meta, written lazily
     mode = launch or info.get("launch", "eager")
     model = gpu_model or profile.gpu_model
-    if model not in GPU_MODELS:
-        raise ProfileError(f"unknown gpu_model {model!r}\n  fix: use one of {', '.join(GPU_MODELS)}")
+    check_gpu_model(model, "gpu_model")
     conns = max_connections or info.get("max_connections")
     if conns is not None and not 1 <= int(conns) <= 32:
         raise ProfileError(f"CUDA_DEVICE_MAX_CONNECTIONS must be 1-32 (got {conns})\n  fix: pick a value in 1-32")
@@ -217,11 +214,11 @@ def _simulate_once(G: Program, profile: HardwareProfile, info: dict, mode: str, 
             if note:
                 tl.meta["warnings"] = [note]
             return tl
-        if G.represented:  # the Op-list loops take a collective's ranks from its members
+        if G.represented:  # the replay loop takes a collective's ranks from its members
             raise GraphError("a symmetric Program (a training step lowered for its representative ranks) runs only "
                              "on the waves model", fix="lower it with every rank (schedsim predict --full-ranks)")
         c = _compile_program(G, profile, mode)
-        st = _run_replay(c, mode, conns) if model == "replay" else _run_sharing(c, profile, mode, model_executor)
+        st = _run_replay(c, mode, conns)
         return _timeline(info, profile, mode, c, st)
 
 

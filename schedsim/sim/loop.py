@@ -1,13 +1,12 @@
-"""What the event loops share: :data:`HOST`, a run's result per op (:class:`_State`), the fluid-model rate
-change (:func:`set_rate`), the deadlock report (:func:`_raise_deadlock`) and the lookup of the compiled loop
-(:func:`compiled_loop`, :mod:`schedsim.sim._cwaves`, required). :mod:`schedsim.sim.engine` runs the compiled
-``waves`` loop through :mod:`schedsim.sim.waves_columns`, and the ``sharing`` and ``replay`` loops.
+"""What the event loops share: :data:`HOST`, a run's result per op (:class:`_State`), the deadlock report
+(:func:`_raise_deadlock`) and the lookup of the compiled loop (:func:`compiled_loop`, :mod:`schedsim.sim._cwaves`,
+required). :mod:`schedsim.sim.engine` runs the compiled ``waves`` loop through :mod:`schedsim.sim.waves_columns`,
+and the ``replay`` loop.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from schedsim.errors import BuildError, DeadlockError
@@ -15,7 +14,7 @@ from schedsim.errors import BuildError, DeadlockError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["HOST", "compiled_loop", "set_rate"]
+__all__ = ["HOST", "compiled_loop"]
 
 #: ``binding`` value meaning "the op waited for its host launch".
 HOST = -2
@@ -33,27 +32,6 @@ class _State(NamedTuple):
     host_s: np.ndarray | None = None  # waves: per rank, when its host returned from its last call (shape (world,))
     host_call: np.ndarray | None = None  # per op, when its host call returned (shape (N,))
     host_from: Sequence[int] | None = None  # replay: per op, the op whose end its host last waited for, else -1
-
-
-def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float], jlast: list[float],
-             jver: list[int], heap: list, counter: Iterator[int]) -> None:
-    """Fluid-model rate change of job ``j`` at time ``t`` (s), shared by the Python loops (``sharing``, and the
-    ``waves`` oracle of ``tests/oracle``).
-
-    The work done since ``jlast[j]`` at the old rate leaves ``jrem[j]`` solo-seconds (never < 0); the job
-    then runs at ``new`` (> 0, fraction of its solo speed) and its completion ``t + jrem / new`` is pushed
-    with a fresh version, which makes the job's earlier heap entry stale. No-op when the rate is unchanged.
-    """
-    old = jrate[j]
-    if new != old:
-        if old > 0.0:
-            rem = jrem[j] - (t - jlast[j]) * old
-            jrem[j] = rem if rem > 0.0 else 0.0
-        jlast[j] = t
-        jrate[j] = new
-        v = jver[j] + 1
-        jver[j] = v
-        heapq.heappush(heap, (t + jrem[j] / new, next(counter), j, v))
 
 
 def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:

@@ -1,4 +1,4 @@
-"""The per-op lists the ``replay`` and ``sharing`` loops run on (:class:`_Compiled`), compiled once from a
+"""The per-op lists the ``replay`` loop runs on (:class:`_Compiled`), compiled once from a
 :class:`~schedsim.lower.program.Program`'s columns (:func:`_compile_program`): per op its successors and
 predecessor count; per job (an op alone, or a rendezvous group of a collective's or a send/recv pair's ops) its
 resource, ranks and solo seconds, with rule one-rank-collective (collectives of one rank), rule graph-forks

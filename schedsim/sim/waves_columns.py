@@ -12,8 +12,8 @@ ops):
   send/recv once per class and rank pair, as its time depends on the link) and are broadcast;
 * host issue times, hardware queues and communicator-order edges come from the column forms of rules host-issue,
   hardware-queues and communicator-order (:func:`~schedsim.gpu.host.host_issue_columns`,
-  :func:`~schedsim.gpu.rules.stream_queue_columns`,
-  :func:`~schedsim.gpu.rules.comm_fifo_columns`), the same functions the oracle's Op-list path calls;
+  :func:`~schedsim.gpu.rules.stream_queue_columns`, and ``_cwaves.fifo_edges`` (:func:`_fifo`)), whose numpy and
+  Op-list forms the oracle's Op-list path calls;
 * kernels (a ``p2p_batch`` of a rank is one), transfers' link ends and rendezvous groups are integer arrays.
 
 The results are bit-identical to the test oracle's Python loop on per-op lists (``tests/oracle/``:
@@ -406,25 +406,33 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
 
 
 def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    """Rule communicator-order's communicator-order edges of :func:`~schedsim.gpu.rules.comm_fifo_columns` as (E, 2)
-    int64 pairs ``(before, after)``: in one compiled pass (``_cwaves.fifo_edges``, the edges in another order, which the
-    successor lists do not keep) when it is built and the ranks ascend (a Program's do), else by that function."""
+    """Rule communicator-order's edges as (E, 2) int64 pairs ``(before, after)`` of op indices, which run each
+    communicator's ops in issue order per rank, in one compiled pass (``_cwaves.fifo_edges``; its numpy form is the
+    test oracle ``tests/oracle/numpy_helpers.comm_fifo_columns``). ``rank`` ascending (a Program's layout);
+    ``comm``: code of the op's communicator (equal codes for equal rank sets; -1: the op is in no communicator
+    order); ``batch``: its ``p2p_batch`` code (-1 none). Consecutive ops of one batch on a (rank, communicator)
+    form one entry: every op of an entry waits for every op of the previous one.
+
+    Raises
+    ------
+    ValueError
+        The ranks do not ascend (not a Program's columns).
+    """
     from schedsim.sim.loop import compiled_loop
 
-    ext = getattr(compiled_loop(), "fifo_edges", None)
-    if ext is not None and len(rank):
-        args = [np.ascontiguousarray(a, I64) for a in (rank, comm, batch)]
-        room = int(np.count_nonzero(comm >= 0))  # an edge per op in an order, unless batches follow batches
-        while True:
-            out = np.empty((room, 2), I64)
-            m = ext(*args, out)
-            if m <= room:
-                break
-            room = m  # a batch after a batch: more edges than ops
-        if m >= 0:
-            return out[:m]
-    u, v = gm.comm_fifo_columns(rank, comm, batch)
-    return np.stack([u, v], 1)
+    if not len(rank):
+        return np.zeros((0, 2), I64)
+    args = [np.ascontiguousarray(a, I64) for a in (rank, comm, batch)]
+    room = int(np.count_nonzero(comm >= 0))  # an edge per op in an order, unless batches follow batches
+    while True:
+        out = np.empty((room, 2), I64)
+        m = compiled_loop().fifo_edges(*args, out)
+        if m <= room:
+            break
+        room = m  # a batch after a batch: more edges than ops
+    if m < 0:
+        raise ValueError("communicator-order edges need the ops in rank order (a Program's layout)")
+    return out[:m]
 
 
 def _graph_forks(prog: Program, rank: np.ndarray, sid: np.ndarray, profile: HardwareProfile, mode: str,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedsim.lower.checks import _acyclic_python
 from schedsim.lower.program import compiled
+from tests.oracle.numpy_helpers import acyclic as _acyclic_python
 
 acyclic_units = compiled("acyclic_units")
 needs_ext = pytest.mark.skipif(acyclic_units is None, reason="the compiled module is not built (or disabled)")

@@ -172,7 +172,8 @@ def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, t
     # the loop with the numpy forms of its helpers: the package's fallbacks, the oracle's for the rest
     loop_only = types.SimpleNamespace(**{k: getattr(_cwaves, k) for k in dir(_cwaves)
                                          if not k.startswith("_") and k not in _HELPERS},
-                                      succ_csr=nh.succ_csr, kernels=nh.kernels, stream_reached=nh.stream_reached)
+                                      succ_csr=nh.succ_csr, kernels=nh.kernels, stream_reached=nh.stream_reached,
+                                      fifo_edges=nh.fifo_edges)
     for prof, kw in (("h200", {}), ("h200", {"max_connections": 1}), ("h200x2", {"max_connections": 32}),
                      ("pcie2", {"launch": "cuda_graph"}), ("h200", {"model_executor": True})):
         got = []

@@ -1,6 +1,6 @@
 """The critical path's walk (issue 33): through the last rank to reach a rendezvous, and through the host's calls
 when the host launched the path's first op late; hand-computed timelines on the toy profile (conftest), the
-package's compiled loop, the oracle's Python loop and the ``sharing`` model alike, and Megatron GPT PP4 (1F1B,
+package's compiled loop and the oracle's Python loop alike, and Megatron GPT PP4 (1F1B,
 batched p2p)."""
 
 from __future__ import annotations
@@ -24,14 +24,11 @@ def _segments(tl) -> list[tuple[str, float, float, str]]:  # type: ignore[no-unt
 
 
 def _every_loop(monkeypatch: pytest.MonkeyPatch, text: str, profile: HardwareProfile,
-                sharing: bool = True, launch: str | None = None) -> list:  # type: ignore[type-arg]
-    """Timelines of ``text`` from the ``waves`` model (the package's compiled loop on the Program's columns, and the
-    oracle's Python loop on the op list) and (``sharing``) from the ``sharing`` model."""
+                launch: str | None = None) -> list:  # type: ignore[type-arg]
+    """Timelines of ``text`` from the ``waves`` model: the package's compiled loop on the Program's columns, and the
+    oracle's Python loop on the op list."""
     prog = api.lower_spec(load_text(text, "t.yaml"))
-    out = [simulate(prog, profile, gpu_model="waves", launch=launch), simulate_reference(prog, profile, launch=launch)]
-    if sharing:
-        out.append(simulate(prog, profile, gpu_model="sharing", launch=launch))
-    return out
+    return [simulate(prog, profile, gpu_model="waves", launch=launch), simulate_reference(prog, profile, launch=launch)]
 
 
 def test_a_rendezvous_is_released_by_the_last_rank_to_reach_it(monkeypatch, toy_profile) -> None:  # type: ignore[no-untyped-def]
@@ -80,7 +77,7 @@ def test_a_cuda_graph_replay_is_one_host_call(monkeypatch) -> None:  # type: ign
     text = HEAD % 1 + (
         "  - {name: a, kind: compute, duration_us: 1, stream: s1}\n"
         "  - {name: b, kind: compute, duration_us: 10, stream: s2}\n")
-    for tl in _every_loop(monkeypatch, text, HardwareProfile.model_validate(d), sharing=False, launch="cuda_graph"):
+    for tl in _every_loop(monkeypatch, text, HardwareProfile.model_validate(d), launch="cuda_graph"):
         assert tl.critical_path == ["b@r0"]
         assert _segments(tl) == [("host_issue", 0.0, 5.0, "b@r0"), ("compute", 5.0, 16.0, "b@r0")]
         assert critical_path_host(tl) == []
@@ -92,7 +89,7 @@ def test_a_dependency_on_another_stream_is_waited_on_the_gpu_not_the_host(monkey
     # waits on the GPU until a ends at 60 µs: the path is a's host call, a, then b.
     text = HEAD % 1 + ("  - {name: a, kind: compute, duration_us: 50, stream: s1}\n"
                        "  - {name: b, kind: compute, duration_us: 1, stream: s2, deps: [a]}\n")
-    for tl in _every_loop(monkeypatch, text, _host_profile(), sharing=False):  # sharing: no event-wait cost
+    for tl in _every_loop(monkeypatch, text, _host_profile()):
         assert tl.critical_path == ["a@r0", "b@r0"]
         assert _segments(tl) == [("host_issue", 0.0, 10.0, "a@r0"), ("compute", 10.0, 60.0, "a@r0"),
                                  ("compute", 60.0, 61.0, "b@r0")]
@@ -123,7 +120,7 @@ def test_batched_p2p_with_batch_p2p_sync_walks_through_both_stages(monkeypatch) 
     d = toy_profile_dict()
     d["launch"].update(eager_per_op_us=10.0, call_launch_fraction=1.0, event_wait_us=0.0, p2p_call_us=10.0,
                        batch_p2p_call_us=10.0)
-    for tl in _every_loop(monkeypatch, PP2, HardwareProfile.model_validate(d), sharing=False):
+    for tl in _every_loop(monkeypatch, PP2, HardwareProfile.model_validate(d)):
         assert _segments(tl) == [
             ("host_issue", 0.0, 10.0, "F0.0.0@r0"), ("compute", 10.0, 40.0, "F0.0.0@r0"),
             ("comm", 40.0, 41.0, "sendF0.0@r0"), ("compute", 41.0, 71.0, "F1.0.0@r1"),

@@ -131,7 +131,7 @@ def test_a_gpu_whose_rate_table_is_too_large_is_a_profile_error():
     assert "gpu.sms" in (e.value.fix or "")
 
 
-@pytest.mark.parametrize("gpu_model", ["waves", "sharing", "replay"])
+@pytest.mark.parametrize("gpu_model", ["waves", "replay"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1e-6])
 def test_a_non_finite_or_negative_duration_is_a_graph_error(monkeypatch, gpu_model, bad):
     # was: NaN/inf spread through the timeline silently; -1e-6 ended before it started, read as a deadlock of a
@@ -144,14 +144,14 @@ def test_a_non_finite_or_negative_duration_is_a_graph_error(monkeypatch, gpu_mod
         simulate(prog, load_profile("h200"), gpu_model=gpu_model)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=30))
 def test_compiled_acyclic_matches_the_python_sweep(n, pairs):
     # the static checks' Kahn sweep in C (_cwaves.acyclic) against the Python one and networkx, on random
     # graphs with and without cycles (self-loops and repeated edges included)
     import numpy as np
 
-    from schedsim.lower.checks import _acyclic_python
+    from tests.oracle.numpy_helpers import acyclic as _acyclic_python
 
     e = np.array([(a % n, b % n) for a, b in pairs], np.int64).reshape(-1, 2)
     G = nx.DiGraph()

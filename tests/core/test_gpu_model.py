@@ -7,6 +7,9 @@ Toy GPU: 8 SMs, NCCL kernels take 2 SMs, no launch costs unless a test sets them
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import toy_profile_dict
@@ -33,7 +36,7 @@ def waves_profile(nccl: dict | None = None, launch: dict | None = None, **gpu):
 def test_two_streams_of_wave_filling_gemms_run_one_after_the_other(sim_text):
     spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n",
                          waves_profile())
-    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0)}  # sharing would give A [0,20], B [0,20]
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 20.0)}
 
 
 def test_small_kernel_on_a_third_stream_waits_for_free_sms(sim_text):
@@ -368,15 +371,36 @@ def test_hanging_p2p_order_is_refused_before_simulation(sim_text):
         sim_text(HEAD % 2 + body, waves_profile())
 
 
-def test_sharing_model_still_selectable(sim_text):
+def test_the_retired_sharing_model_is_refused_where_it_can_be_named(tmp_path):
+    """``sharing`` (processor sharing) is retired: as simulate's gpu_model, a profile file's ``gpu_model`` and
+    ``predict --gpu-model`` it is a ProfileError naming where it came from, with the fix (exit 2 on the command
+    line, no traceback)."""
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+    from schedsim.errors import ProfileError
+    from schedsim.hardware.profile import load_profile
     from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
-    G = lower(load_text(HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n",
-                        "t.yaml"))
-    tl = simulate(G, waves_profile(), gpu_model="sharing")
-    assert tl.by_id()["A@r0"].end_s == pytest.approx(20e-6) and tl.by_id()["B@r0"].end_s == pytest.approx(20e-6)
+    text = HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n"
+    with pytest.raises(ProfileError, match=r"^gpu_model: the 'sharing' GPU model .* is retired\n  fix: use waves"):
+        simulate(lower(load_text(text, "t.yaml")), waves_profile(), gpu_model="sharing")
+    prof = tmp_path / "p.yaml"
+    prof.write_text((Path(__file__).resolve().parents[1] / "data" / "unit_profile.yaml").read_text()
+                    .replace("gpu_model: replay", "gpu_model: sharing"))
+    with pytest.raises(ProfileError, match=rf"^{re.escape(str(prof))}: gpu_model: the 'sharing' GPU model"):
+        load_profile(str(prof))
+    sched = tmp_path / "s.yaml"
+    sched.write_text(text)
+    r = CliRunner().invoke(app, ["predict", str(sched), "--gpu-model", "sharing", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.output.splitlines()[:2] == [
+        "error: --gpu-model: the 'sharing' GPU model (processor sharing, every running kernel slowed equally) is "
+        "retired", "  fix: use waves (the default: CTAs in waves, hardware queues, schedsim.gpu.rules), or replay "
+        "for a schedule of recorded durations"]
+    assert not (tmp_path / "o").exists()
 
 
 def test_kernels_released_together_reach_the_gpu_in_program_order(sim_text):
@@ -569,27 +593,6 @@ def test_h2d_and_d2h_copies_slow_each_other(sim_text):
         spans, _ = sim_text(HEAD % 1 + body, prof)
         assert {k: v for k, v in spans.items() if k != "X@r0"} == {k: pytest.approx(v) for k, v in expect.items()}
         assert spans["X@r0"] == pytest.approx((0.0, 20.0))  # d2d: 1e7 B read + written at 1000 GB/s, unslowed
-
-
-def test_h2d_and_d2h_copies_slow_each_other_in_the_sharing_model_too(sim_text):
-    """The duplex factors apply in the processor-sharing loop as in waves (same hand-computed spans as above)."""
-    from schedsim.hardware.profile import HardwareProfile
-
-    d = waves_profile().model_dump()
-    d["contention"].update(h2d_slowdown_beside_d2h=1.0, d2h_slowdown_beside_h2d=0.25)
-    d["gpu_model"] = "sharing"
-    prof = HardwareProfile.model_validate(d)
-    for d2h_bytes, expect in ((50_000, {"H@r0": (0.0, 13.125), "D@r0": (0.0, 6.25)}),
-                              (200_000, {"H@r0": (0.0, 20.0), "D@r0": (0.0, 24.0)})):
-        body = ("  - {name: H, kind: memcpy, direction: h2d, bytes: 100000, stream: a}\n"
-                f"  - {{name: D, kind: memcpy, direction: d2h, bytes: {d2h_bytes}, stream: b}}\n"
-                "  - {name: X, kind: memcpy, direction: d2d, bytes: 10000000, stream: c}\n")
-        spans, _ = sim_text(HEAD % 1 + body, prof)
-        assert {k: v for k, v in spans.items() if k != "X@r0"} == {k: pytest.approx(v) for k, v in expect.items()}
-        assert spans["X@r0"] == pytest.approx((0.0, 20.0))
-    d["contention"].update(h2d_slowdown_beside_d2h=0.0, d2h_slowdown_beside_h2d=0.0)  # without: 10 and 5 µs
-    spans, _ = sim_text(HEAD % 1 + body.replace("200000", "50000"), HardwareProfile.model_validate(d))
-    assert spans["H@r0"] == pytest.approx((0.0, 10.0)) and spans["D@r0"] == pytest.approx((0.0, 5.0))
 
 
 def _with_reduce(prof, *rows):

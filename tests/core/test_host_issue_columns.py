@@ -1,6 +1,7 @@
 """Rule host-issue's host issue times as columns (schedsim.gpu.host.host_issue_columns) against the rule written as
-a loop over the ops: the same floats bit for bit, whether the prefix sums run in one chunk or in many (chunks
-of whole ranks, a rank larger than a chunk alone), with ranks in order or interleaved."""
+a loop over the ops: the same floats bit for bit, with the prefix sums compiled (the package's) or in their numpy
+form (the oracle ``tests/oracle/numpy_helpers.issue_sums``) in one chunk or in many (chunks of whole ranks, a rank
+larger than a chunk alone), with ranks in order or interleaved."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from schedsim.gpu import host as gh
 from schedsim.hardware.profile import load_profile
+from tests.oracle import numpy_helpers as nh
 
 PROFILE = load_profile("h200x2")
 
@@ -54,11 +56,13 @@ def by_loop(rank, stream, hcls, repeat, host_s, batch, deps, model_executor):  #
     return issue, call0
 
 
-@pytest.mark.parametrize("chunk", [1, 3, gh._ISSUE_CHUNK])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.parametrize("chunk", [None, 1, 3, nh._ISSUE_CHUNK])  # None: the compiled prefix sums
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_columns_equal_the_loop(monkeypatch, chunk, data):
-    monkeypatch.setattr(gh, "_ISSUE_CHUNK", chunk)
+    if chunk is not None:
+        monkeypatch.setattr(nh, "_ISSUE_CHUNK", chunk)
+        monkeypatch.setattr(gh, "_required", lambda name: getattr(nh, name))
     n = data.draw(st.integers(0, 40))
     ints = lambda lo, hi: np.array(data.draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)), np.int64)  # noqa: E731
     rank = ints(0, 4)

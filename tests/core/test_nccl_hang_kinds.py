@@ -28,7 +28,7 @@ def _span(run, name: str, rank: int) -> tuple[float, float]:  # type: ignore[no-
     return s.start_s, s.end_s
 
 
-@pytest.mark.parametrize("gpu_model", ["sharing", "waves"])
+@pytest.mark.parametrize("gpu_model", ["waves"])
 def test_all_to_all_with_a_size_per_rank_runs_and_takes_its_largest_members_time(gpu_model: str) -> None:
     """MoE with a hot expert: rank 2 sends 64 MiB, the others 16 MiB. NCCL runs all_to_all as grouped
     send/recv with a count per peer, so this is no hang; the collective ends with its largest transfer: the same

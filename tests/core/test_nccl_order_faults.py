@@ -31,7 +31,7 @@ def test_rank_in_a_numeric_field_without_braces_instances_the_op_per_rank():
         (1, 2), (2, 0), (0, 1)}
 
 
-@pytest.mark.parametrize("model", ["waves", "sharing"])
+@pytest.mark.parametrize("model", ["waves"])
 def test_a_batch_on_one_stream_is_one_launch_in_the_simulator(model):
     """Four members of one p2p_batch on one stream run as one group launch (no member waits for another);
     the op after the batch on that stream still waits for all of them."""

@@ -62,16 +62,6 @@ def test_a_group_of_one_rank_in_a_wider_world_is_one_rank_too():
     assert spans(text) == {"g@r1": (0.0, 10.0), "c@r1": (0.0, 0.0)}
 
 
-def test_a_collective_of_one_rank_still_costs_the_host_a_collective_call_under_sharing(sim_text):
-    # the sharing model too: the all_reduce's call costs eager_per_collective_us (5 µs), the GEMV's after it
-    # eager_per_op_us (1 µs), so c is issued at 5 and runs no time, g at 6 for 2 µs (TINY)
-    prof = tg.waves_profile(launch={"eager_per_op_us": 1.0, "eager_per_collective_us": 5.0})
-    prof = prof.model_copy(update={"gpu_model": "sharing"})
-    got, _ = sim_text(tg.HEAD % 1 + "  - {name: c, kind: all_reduce, bytes: 1000000, stream: s}\n"
-                      f"  - {{name: g, {tg.TINY}, stream: s}}\n", prof, launch="eager")
-    assert got == {"c@r0": (5.0, 5.0), "g@r0": (6.0, 8.0)}
-
-
 def test_one_rank_collectives_of_both_kinds_in_one_program():
     # a copy (all_gather) and nothing (all_reduce) repeated on one stream beside a 6-CTA GEMM: each copy runs at
     # once on the 2 free SMs for 0.131072 µs, each all_reduce takes no time, in stream order

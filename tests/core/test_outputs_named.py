@@ -68,7 +68,7 @@ def test_every_option_that_changes_the_prediction_names_its_own_folder(tmp_path:
 
     assert folder() == "schedsim_out/mm@h200" == folder()
     assert folder(launch="cuda_graph") == "schedsim_out/mm@h200,--launch=cuda_graph"
-    assert folder(gpu_model="sharing") == "schedsim_out/mm@h200,--gpu-model=sharing"
+    assert folder(gpu_model="replay") == "schedsim_out/mm@h200,--gpu-model=replay"
     assert folder(max_connections=1) == "schedsim_out/mm@h200,--max-connections=1"
     assert folder(launch="eager", max_connections=1) == "schedsim_out/mm@h200,--launch=eager,--max-connections=1"
     d = copy.deepcopy(load_profile("dgx_h100").model_dump(mode="json"))

@@ -327,11 +327,11 @@ def test_link_counters_follow_a_gpu_model_that_shares_no_links():
     from schedsim.api import simulate_spec
     from schedsim.spec.loader import load_text
 
-    # the sharing model runs the two sends of TWO at their solo speeds (693.48864 and 1364.57728 us, beside each
+    # the replay model runs the two sends of TWO at their solo speeds (693.48864 and 1364.57728 us, beside each
     # other on node 0's NIC: it models no congestion between ranks' links); the counters must show what it ran,
     # each send's bytes evenly over its span: 32 MiB / 693.48864 us + 64 MiB / 1364.57728 us = 48.39 + 49.18 GB/s
     # while both run, not the waves model's halves replayed onto the shorter spans (81.35 GB/s on a 50 GB/s NIC)
-    run = simulate_spec(load_text(TWO, "s.yaml"), profile(2, 1), gpu_model="sharing")
+    run = simulate_spec(load_text(TWO, "s.yaml"), profile(2, 1), gpu_model="replay")
     got = {s.id: (s.end_s - s.start_s) * 1e6 for s in run.timeline.spans}
     assert got["s0@r0"] == pytest.approx(693.48864, rel=1e-9) and got["s1@r1"] == pytest.approx(1364.57728, rel=1e-9)
     out = {x["name"]: x for x in run.timeline.meta["links"]["links"]}["node 0 NIC 0 out"]

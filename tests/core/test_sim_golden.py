@@ -1,6 +1,8 @@
 """Golden timelines computed by hand (SimPy style: exact (op, start, end) lists).
 
-Toy profile (conftest): no launch overhead, no kernel floor, NVLink 100 GB/s with 1 µs per step.
+Toy profile (conftest): no launch overhead, no kernel floor, NVLink 100 GB/s with 1 µs per step; the ``waves``
+model with the defaults its timelines follow from: 132 SMs (``gpu.sms`` omitted), 16 SMs per NCCL kernel, no
+cross-stream latency, no wave tail, no NCCL slowdowns (rules of :mod:`schedsim.gpu.rules`).
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ import pytest
 HEAD = "schema_version: 1\nname: g\nworld_size: %d\nops:\n"
 
 
-def test_two_streams_share_the_gpu(sim_text, toy_profile):
-    # A (10 µs) and B (20 µs) on different streams start together and share the SMs at 1/2 each:
-    # A ends at 20 µs; B then has 10 µs of work left at full rate -> 30 µs. C waits for A (event) on B's stream.
+def test_two_streams_take_the_sms_in_dispatch_order(sim_text, toy_profile):
+    # A compute op given duration_us is one wave of 132 - 16 = 116 CTAs, each lasting its duration (rule
+    # cta-count). A (10 µs) is dispatched first and takes 116 SMs over [0, 10]; B (20 µs, 116 CTAs) places 16 CTAs
+    # on the 16 free SMs at 0 (its start) and its other 100 when A's SMs free at 10, ending at 10 + 20 = 30 µs
+    # (rule wave-dispatch). C waits for A (event) and for B on its stream: [30, 35].
     spans, tl = sim_text(HEAD % 1 + "  - {name: A, kind: compute, duration_us: 10, stream: s1}\n"
                                     "  - {name: B, kind: compute, duration_us: 20, stream: s2}\n"
                                     "  - {name: C, kind: compute, duration_us: 5, stream: s2, deps: [A]}\n",
                          toy_profile)
-    assert spans == {"A@r0": (0.0, 20.0), "B@r0": (0.0, 30.0), "C@r0": (30.0, 35.0)}
+    assert spans == {"A@r0": (0.0, 10.0), "B@r0": (0.0, 30.0), "C@r0": (30.0, 35.0)}
     assert tl.makespan_s == pytest.approx(35e-6)
 
 
@@ -43,11 +47,18 @@ def test_send_recv_pair(sim_text, toy_profile):
     assert spans == {"f@r0": (0.0, 5.0), "s@r0": (5.0, 16.0), "r@r1": (5.0, 16.0), "g@r1": (16.0, 19.0)}
 
 
-def test_matmul_and_collective_slow_each_other(sim_text, make_profile):
-    # alpha = 0.25: compute runs at 1/1.25 = 0.8 beside NCCL; beta = 0.5: NCCL at 1/1.5 beside compute.
-    # The all_reduce (12 µs solo) takes 18 µs; meanwhile the 40 µs kernel progresses 18*0.8 = 14.4 µs
+def test_matmul_and_collective_slow_each_other(sim_text):
+    # rule nccl-sms: compute runs at 1/1.25 = 0.8 while an NCCL kernel is resident (gemm_slowdown_beside_nccl);
+    # NCCL at 1/(1 + (1.5 - 1) * 116/116) = 1/1.5 beside a kernel holding all 116 SMs it leaves
+    # (slowdown_beside_gemm, scaled by the share held). The kernel (116 CTAs) and the all_reduce (16 SMs) both start
+    # at 0. The all_reduce (12 µs solo) takes 18 µs; meanwhile the 40 µs kernel progresses 18*0.8 = 14.4 µs
     # and finishes its remaining 25.6 µs alone: end = 43.6 µs.
-    prof = make_profile(compute_slowdown_with_comm=0.25, comm_slowdown_with_compute=0.5)
+    from schedsim.hardware.profile import HardwareProfile
+    from tests.conftest import toy_profile_dict
+
+    d = toy_profile_dict()
+    d["nccl"] = {"gemm_slowdown_beside_nccl": 1.25, "slowdown_beside_gemm": 1.5}
+    prof = HardwareProfile.model_validate(d)
     spans, tl = sim_text(HEAD % 2 + "  - {name: k, kind: compute, duration_us: 40}\n"
                                     "  - {name: ar, kind: all_reduce, bytes: 1000000}\n", prof)
     assert spans == {"k@r0": (0.0, 43.6), "ar@r0": (0.0, 18.0), "k@r1": (0.0, 43.6), "ar@r1": (0.0, 18.0)}
@@ -111,26 +122,25 @@ def test_deadlock_at_runtime_is_reported():
             "  - {name: y, kind: all_reduce, bytes: 8, stream: c, ranks: [0]}\n"
             "  - {name: x, kind: all_reduce, bytes: 8, stream: c, ranks: [1]}\n")
     prog = lower(load_text(text, "d.yaml"), check=False)
-    for model in ("sharing", "waves"):
-        with pytest.raises(DeadlockError, match="rank 0: x@r0 .* waits for its peers x@r1"):
-            simulate(prog, HardwareProfile.model_validate(toy_profile_dict()), gpu_model=model)
+    with pytest.raises(DeadlockError, match="rank 0: x@r0 .* waits for its peers x@r1"):
+        simulate(prog, HardwareProfile.model_validate(toy_profile_dict()))
 
 
 def test_small_gemms_run_side_by_side_when_their_ctas_fit(sim_text):
     from schedsim.hardware.profile import HardwareProfile
     from tests.conftest import toy_profile_dict
 
-    # 128x128x128 fp32: one 128x128 tile, k too short to split -> 1 CTA. The table's rate is
-    # 2·1000³ FLOP / 1 ms = 2 TFLOP/s, so each GEMM takes 2·128³ / 2e12 s = 2.097152 µs alone.
+    # 128x128x128 fp32: one 128x128 tile, k too short to split (min(ceil(SMs / 1), ceil(128 / 256)) = 1) -> 1 CTA
+    # (rule cta-count). The table's rate is 2·1000³ FLOP / 1 ms = 2 TFLOP/s, so each GEMM takes
+    # 2·128³ / 2e12 s = 2.097152 µs alone.
     text = HEAD % 1 + ("  - {name: a, kind: matmul, m: 128, n: 128, k: 128, stream: s1}\n"
                        "  - {name: b, kind: matmul, m: 128, n: 128, k: 128, stream: s2}\n")
     solo = 2 * 128**3 / 2e12 * 1e6
     d = toy_profile_dict()
-    even, _ = sim_text(text, HardwareProfile.model_validate(d))
-    assert even["a@r0"][1] == pytest.approx(2 * solo) and even["b@r0"][1] == pytest.approx(2 * solo)
-    d["gpu"]["sms"] = 100  # 2 CTAs on 100 SMs: no sharing needed
-    occ, _ = sim_text(text, HardwareProfile.model_validate(d))
-    assert occ["a@r0"] == (0.0, pytest.approx(solo)) and occ["b@r0"] == (0.0, pytest.approx(solo))
-    d["gpu"]["sms"] = 1  # one SM: the two CTAs share it, each at 1/2
+    for sms in (None, 100):  # 132 SMs (the default) or 100: 2 CTAs fit, both run alone at once
+        d["gpu"]["sms"] = sms
+        occ, _ = sim_text(text, HardwareProfile.model_validate(d))
+        assert occ["a@r0"] == (0.0, pytest.approx(solo)) and occ["b@r0"] == (0.0, pytest.approx(solo))
+    d["gpu"]["sms"] = 1  # one SM: b's CTA waits for a's (one CTA per SM, FIFO dispatch, rule wave-dispatch)
     one, _ = sim_text(text, HardwareProfile.model_validate(d))
-    assert one["a@r0"][1] == pytest.approx(2 * solo)
+    assert one["a@r0"] == (0.0, pytest.approx(solo)) and one["b@r0"] == (pytest.approx(solo), pytest.approx(2 * solo))

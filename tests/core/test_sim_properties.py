@@ -71,7 +71,7 @@ def _build(doc):
         return None  # random p2p orders can deadlock; the checks are tested elsewhere
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=random_schedule(), pidx=st.integers(0, 1))
 def test_simulation_invariants(doc, pidx):
     G = _build(doc)
@@ -105,6 +105,7 @@ def test_simulation_invariants(doc, pidx):
         longest = span[path[0]].solo_s + sum(span[v].solo_s for v in path[1:])
     longest = max([longest] + [s.solo_s for s in a.spans])
     assert a.makespan_s >= longest - 1e-12
-    # collectives start and end together on every rank
+    # collectives end together on every rank; each rank's NCCL kernel starts when it gets SMs there (rules
+    # wave-dispatch and nccl-sms of schedsim.gpu.rules), so the starts may differ
     for members in G.graph["collectives"].values():
-        assert len({(span[m].start_s, span[m].end_s) for m in members}) == 1
+        assert len({span[m].end_s for m in members}) == 1

@@ -139,7 +139,7 @@ def test_an_op_without_gpu_work_is_no_graph_node_but_is_timed(sim_text) -> None:
 
 
 @pytest.mark.parametrize("launch", ["eager", "cuda_graph"])
-@pytest.mark.parametrize("gpu_model", ["waves", "sharing"])
+@pytest.mark.parametrize("gpu_model", ["waves"])
 def test_one_rank_collectives_agree_between_the_dag_and_program_paths(launch: str, gpu_model: str) -> None:
     # the Program's columns (compiled or Python loop) and the networkx DAG's Op list give the same timeline for
     # one-rank no-op collectives and copies beside GEMMs on other streams, timed or not
@@ -231,13 +231,6 @@ def test_an_eager_run_timed_op_by_op_is_compared_with_its_timed_prediction(sim_t
     assert sim_text(HEAD % 1 + body, ev_prof)[0] == {"g0@r0": (5.0, 7.0), "g1@r0": (10.0, 12.0), "g2@r0": (15.0, 17.0)}
     spans_ev, _ = sim_text(HEAD % 1 + body, ev_prof.timed_eager(3.0), model_executor=True)
     assert spans_ev == {"g0@r0": (8.0, 11.0), "g1@r0": (16.0, 19.0), "g2@r0": (24.0, 27.0)}
-    from schedsim.hardware.profile import HardwareProfile
-
-    d = timed_prof.model_dump()
-    d["gpu_model"] = "sharing"  # the sharing model's host issue takes the same per-op extra: 8, 16, 24
-    issued = {s.id: round(s.ready_s * 1e6, 6) for s in sim_text(HEAD % 1 + body, HardwareProfile.model_validate(d),
-                                                              model_executor=True)[1].spans}
-    assert issued == {"g0@r0": 8.0, "g1@r0": 16.0, "g2@r0": 24.0}
     from schedsim.compare import op_window
     from schedsim.sim.timeline import Timeline
 

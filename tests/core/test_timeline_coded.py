@@ -358,11 +358,11 @@ def test_a_version_3_file_with_a_repeated_id_is_refused(tmp_path):
 
 # -- the compiled preparation (successor lists, kernels, FIFO edges, issue times, stream times) against numpy ------
 class _Without:
-    """The compiled loop with numpy forms of its preparation: the oracle's for ``succ_csr``, ``kernels`` and
-    ``stream_reached`` (tests/oracle/numpy_helpers.py), the package's own for ``fifo_edges`` and ``issue_times``."""
+    """The compiled loop with numpy forms of its preparation: the oracle's for ``succ_csr``, ``kernels``,
+    ``stream_reached`` and ``fifo_edges`` (tests/oracle/numpy_helpers.py), the package's own for ``issue_times``."""
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        if name in ("fifo_edges", "issue_times"):
+        if name == "issue_times":
             raise AttributeError(name)
         return getattr(with_numpy_helpers(_cwaves), name)
 

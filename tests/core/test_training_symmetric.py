@@ -117,11 +117,11 @@ def test_shared_nics_simulate_every_rank() -> None:
     assert "represented" not in run.timeline.meta
 
 
-def test_op_list_loops_refuse_a_symmetric_program() -> None:
+def test_the_op_list_loop_refuses_a_symmetric_program() -> None:
     prog = lower(load_text(_text("tp2_pp2_dp2")), symmetric=True)
     assert prog.represented == (0, 4)
     with pytest.raises(GraphError, match="symmetric Program"):
-        simulate(prog, load_profile("dgx_h100"), gpu_model="sharing")
+        simulate(prog, load_profile("dgx_h100"), gpu_model="replay")
 
 
 @pytest.mark.parametrize("case", ["cp2", "interleaved", "tp_comm_overlap"])

@@ -1,5 +1,5 @@
 """Oracle: the Op-list feed of the event loops from a networkx graph (:func:`compile_graph`), the form the
-engine compiled graphs with before it took Programs only. The package's ``replay`` and ``sharing`` loops read
+engine compiled graphs with before it took Programs only. The package's ``replay`` loop reads
 the same lists from a Program (:func:`schedsim.sim.loop_arrays._compile_program`); this form builds them from the
 graph's nodes, edges and ``G.graph`` records instead, so a differential test holds the Program's linking
 against the graph's."""

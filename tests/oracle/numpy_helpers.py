@@ -1,5 +1,8 @@
 """Oracle: numpy forms of the compiled preparation helpers of the ``waves`` loop (``_cwaves.succ_csr``,
-``_cwaves.kernels``, ``_cwaves.stream_reached``), with the C functions' signatures and output buffers, so a test can
+``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's prefix sums ``_cwaves.issue_sums``, rule
+communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`, the static checks' Kahn sweep
+``_cwaves.acyclic``),
+with the C functions' signatures and output buffers, so a test can
 put them in place of the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls
 the compiled helpers only (:mod:`schedsim.sim.waves_columns`); these were its fallbacks for a build without them.
 """
@@ -13,7 +16,8 @@ import numpy as np
 
 from schedsim.gpu import rules as gm
 
-__all__ = ["kernels", "stream_reached", "succ_csr", "with_numpy_helpers"]
+__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "issue_sums", "kernels", "stream_reached", "succ_csr",
+           "with_numpy_helpers"]
 
 I32, I64 = np.int32, np.int64
 
@@ -95,8 +99,113 @@ def stream_reached(qptr: np.ndarray, qidx: np.ndarray, khand: np.ndarray, kern: 
 
 
 def with_numpy_helpers(ext: Any) -> types.SimpleNamespace:
-    """The compiled module ``ext`` with these numpy forms in place of its ``succ_csr``, ``kernels`` and
-    ``stream_reached`` (everything else, the loop included, as built)."""
+    """The compiled module ``ext`` with these numpy forms in place of its ``succ_csr``, ``kernels``,
+    ``stream_reached`` and ``fifo_edges`` (everything else, the loop included, as built)."""
     names = {k: getattr(ext, k) for k in dir(ext) if not k.startswith("_")}
     return types.SimpleNamespace(**{**names, "succ_csr": succ_csr, "kernels": kernels,
-                                    "stream_reached": stream_reached})
+                                    "stream_reached": stream_reached, "fifo_edges": fifo_edges})
+
+
+#: Ops per chunk of :func:`issue_sums` (a 6 MiB buffer).
+_ISSUE_CHUNK = 1 << 17
+
+
+def issue_sums(new_rank: np.ndarray, host_s: np.ndarray, ev: np.ndarray, extra: float, switch: np.ndarray,
+               sw_s: float, call: np.ndarray, first: np.ndarray, issue: np.ndarray, call0: np.ndarray) -> None:
+    """``_cwaves.issue_sums``: per rank (a run of ops starting where ``new_rank``), the prefix sums of each op's six
+    host increments in this order: ``host_s`` (one value broadcast when of length 1), ``ev``, ``extra``, ``sw_s``
+    where ``switch``, ``call``, ``first``; writes the sum through the fourth (the call's start) to ``call0`` and
+    through the sixth to ``issue`` (rule host-issue of :mod:`schedsim.gpu.host`). The increments of each op are
+    interleaved, (ops, 6), a chunk of whole ranks at a time (a rank larger than :data:`_ISSUE_CHUNK` alone), and
+    summed by ``np.cumsum``: the same floats added in the same order as the C loop."""
+    n = len(new_rank)
+    if len(host_s) == 1 and n > 1:
+        host_s = np.broadcast_to(host_s, (n,))
+    bounds = np.flatnonzero(new_rank).tolist() + [n]
+    buf = np.empty((0, 6))
+    i = 0
+    while i < len(bounds) - 1:
+        a, j = bounds[i], i + 1
+        while j < len(bounds) - 1 and bounds[j + 1] - a <= _ISSUE_CHUNK:
+            j += 1
+        b = bounds[j]
+        if len(buf) < b - a:
+            buf = np.empty((max(b - a, min(n, _ISSUE_CHUNK)), 6))
+        inc = buf[:b - a]
+        inc[:, 0] = host_s[a:b]
+        inc[:, 1] = ev[a:b]
+        inc[:, 2] = extra
+        inc[:, 3] = 0.0
+        inc[switch[a:b], 3] = sw_s
+        inc[:, 4] = call[a:b]
+        inc[:, 5] = first[a:b]
+        flat = inc.reshape(-1)
+        for x, y in zip(bounds[i:j], bounds[i + 1:j + 1], strict=True):
+            np.cumsum(flat[6 * (x - a):6 * (y - a)], out=flat[6 * (x - a):6 * (y - a)])
+        issue[a:b], call0[a:b] = inc[:, 5], inc[:, 3]
+        i = j
+
+
+def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_cwaves.fifo_edges`` in numpy (the edges in another order): extra ``(before, after)`` op-index edges (two
+    int64 arrays) that run each communicator's ops in issue order per rank (rule communicator-order). ``comm``: code
+    of the op's communicator (equal codes for equal rank sets; -1: the op is in no communicator order); ``batch``:
+    its ``p2p_batch`` code (-1 none). Consecutive ops of one batch on a (rank, communicator) form one entry: every
+    op of an entry waits for every op of the previous one."""
+    sel = np.flatnonzero(comm >= 0)
+    if not len(sel):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    key = rank[sel].astype(np.int64) * (int(comm.max()) + 1) + comm[sel]
+    o = gm.stable_order(key)
+    s, k, b = sel[o], key[o], batch[sel][o]
+    m = len(s)
+    new_key = np.ones(m, bool)
+    new_key[1:] = k[1:] != k[:-1]
+    new_entry = new_key | (b < 0)
+    new_entry[1:] |= b[1:] != b[:-1]
+    estart = np.flatnonzero(new_entry)
+    eid = np.cumsum(new_entry) - 1
+    esize = np.diff(np.append(estart, m))
+    has_prev = ~new_key[estart][eid]  # the op's entry is not its key's first
+    after = np.flatnonzero(has_prev)
+    pe = eid[after] - 1
+    cnt = esize[pe]
+    v = np.repeat(s[after], cnt)
+    off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    u = s[np.repeat(estart[pe], cnt) + off]
+    return u, v
+
+
+def fifo_edges(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray, out: np.ndarray) -> int:
+    """``_cwaves.fifo_edges``: :func:`comm_fifo_columns` written to ``out`` ((room, 2) int64) when they fit; returns
+    the edge count, or -1 when the ranks do not ascend."""
+    if len(rank) > 1 and not bool(np.all(rank[1:] >= rank[:-1])):
+        return -1
+    u, v = comm_fifo_columns(rank, comm, batch)
+    if len(u) <= len(out):
+        out[:len(u), 0], out[:len(u), 1] = u, v
+    return len(u)
+
+
+def acyclic(n: int, edges: np.ndarray) -> bool:
+    """``_cwaves.acyclic`` (:func:`schedsim.lower.checks._acyclic`) in Python: Kahn's sweep over ``edges``
+    ((E, 2) int64, ``src -> dst``) on ``n`` nodes; True when every node is reached (no cycle)."""
+    o = np.argsort(edges[:, 0], kind="stable")
+    dst = edges[o, 1].tolist()
+    ptr = np.zeros(n + 1, I64)
+    np.cumsum(np.bincount(edges[:, 0], minlength=n), out=ptr[1:])
+    p = ptr.tolist()
+    indeg = np.bincount(edges[:, 1], minlength=n).tolist()
+    stack = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    pop, push = stack.pop, stack.append
+    while stack:
+        a = pop()
+        seen += 1
+        for k in range(p[a], p[a + 1]):
+            b = dst[k]
+            d = indeg[b] - 1
+            indeg[b] = d
+            if not d:
+                push(b)
+    return seen == n

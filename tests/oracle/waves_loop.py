@@ -29,6 +29,7 @@ import functools
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -38,9 +39,12 @@ from schedsim.gpu import host as gh
 from schedsim.gpu import kernels as gk
 from schedsim.gpu import rates as gr
 from schedsim.gpu import rules as gm
+from schedsim.gpu.cost import CostModel, cost_model
+from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.sim.loop import HOST, _raise_deadlock, _State, set_rate
+from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.waves_columns import COLD_RERUN_MAX
+from tests.oracle import numpy_helpers
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare
@@ -48,6 +52,27 @@ if TYPE_CHECKING:
 __all__ = ["run_waves"]
 
 _BATCH, _XFER, _COPY = 0, 1, 2  # job types
+
+
+def set_rate(j: int, new: float, t: float, jrate: list[float], jrem: list[float], jlast: list[float],
+             jver: list[int], heap: list, counter: Iterator[int]) -> None:
+    """Fluid-model rate change of job ``j`` at time ``t`` (s) in this Python loop (the compiled loop
+    does the same arithmetic, ``_cwaves.c``).
+
+    The work done since ``jlast[j]`` at the old rate leaves ``jrem[j]`` solo-seconds (never < 0); the job
+    then runs at ``new`` (> 0, fraction of its solo speed) and its completion ``t + jrem / new`` is pushed
+    with a fresh version, which makes the job's earlier heap entry stale. No-op when the rate is unchanged.
+    """
+    old = jrate[j]
+    if new != old:
+        if old > 0.0:
+            rem = jrem[j] - (t - jlast[j]) * old
+            jrem[j] = rem if rem > 0.0 else 0.0
+        jlast[j] = t
+        jrate[j] = new
+        v = jver[j] + 1
+        jver[j] = v
+        heapq.heappush(heap, (t + jrem[j] / new, next(counter), j, v))
 
 
 def run_waves(c, profile: HardwareProfile, mode: str, *, max_connections: int | None = None,
@@ -577,7 +602,7 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,
     ops, N = c.ops, c.N
     succ = [sorted(x) for x in c.succ]  # ops released together reach the GPU in program order
     npred = c.npred
-    for u, v in gm.comm_fifo_edges(ops, c.world, serial):
+    for u, v in comm_fifo_edges(ops, c.world, serial):
         if v not in succ[u]:
             succ[u].append(v)
             succ[u].sort()
@@ -588,7 +613,7 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,
         for v in s:
             if streams[v] != su:
                 xdeps[v] += 1
-    return succ, gh.host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
+    return succ, host_issue_times(ops, profile, mode, cross_stream_deps=xdeps, model_executor=model_executor,
                                      call_start=call_start, cost=c.cost, release=release, cold=cold)
 
 
@@ -642,3 +667,47 @@ def _kernels(c, rules: gm.GpuRules) -> _Kernels:
     kgain = [gr.fill_gain(ktau[k], cost.wave_tail(ops[kops[k][0]])) if ktype[k] == 0 else 1.0 for k in range(K)]
     return _Kernels(kern, kops, ktype, krank, [len(m) for m in kops], kleft, ktau, kmem, kq, queues, ktail, ktail_tau,
                     kgain)
+
+
+def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, cross_stream_deps: Sequence[int],
+                     model_executor: bool = False, call_start: list[float] | None = None,
+                     cost: CostModel | None = None, release: list[float] | None = None,
+                     cold: bool = False) -> list[float]:
+    """:func:`schedsim.gpu.host.host_issue_columns` of a list of ops (program order per rank); ``call_start``, if
+    given, is filled with each op's call start, ``release`` with when its kernel reaches the GPU
+    (:func:`schedsim.gpu.host.kernel_release`);
+    ``cost`` (default: one of ``profile``) gives each GEMM's ``gemm.call`` extra."""
+    n = len(ops)
+    codes: dict[object, int] = {None: -1}
+    cols = [(op.rank, codes.setdefault(op.stream, len(codes)), gh.host_class(op), op.repeat, op.host_s,
+             codes.setdefault(op.p2p_batch, len(codes))) for op in ops]
+    rank, stream, hcls, rep, hs, bat = (np.array(c) for c in zip(*cols, strict=True)) if n else \
+        (np.zeros(0, np.int64),) * 6
+    extra = None
+    if profile.gemm.call and mode != "cuda_graph":
+        cm = cost if cost is not None else cost_model(profile)
+        extra = np.array([cm.gemm_call_extra(op) * op.repeat for op in ops], np.float64)
+    issue, call0 = gh.host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,
+                                         np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor,
+                                         extra, cold)
+    if call_start is not None:
+        call_start[:] = call0.tolist()
+    if release is not None:
+        release[:] = gh.kernel_release(issue, call0, profile, mode, extra).tolist()
+    return issue.tolist()
+
+
+def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list[tuple[int, int]]:
+    """:func:`tests.oracle.numpy_helpers.comm_fifo_columns` of a list of ops: lone send/recv join their pair's
+    communicator only with ``p2p_serialized``; compute ops and copies are in none."""
+    codes: dict[object, int] = {None: -1}
+    comm = np.full(len(ops), -1, np.int64)
+    for i, op in enumerate(ops):
+        lone_p2p = op.kind in ("send", "recv") and op.p2p_batch is None
+        if op.kind in ("matmul", "compute", "memcpy") or (not p2p_serialized and lone_p2p):
+            continue
+        comm[i] = codes.setdefault(gm.communicator(op, world, p2p_serialized), len(codes))
+    rank = np.fromiter((op.rank for op in ops), np.int64, len(ops))
+    batch = np.fromiter((codes.setdefault(op.p2p_batch, len(codes)) for op in ops), np.int64, len(ops))
+    u, v = numpy_helpers.comm_fifo_columns(rank, comm, batch)
+    return list(zip(u.tolist(), v.tolist(), strict=True))

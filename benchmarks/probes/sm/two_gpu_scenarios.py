@@ -6,7 +6,8 @@ Each probe of ``benchmarks/probes/sm/two_gpu_concurrency.py`` (plain PyTorch, me
 torch 2.11.0+cu130,
 NCCL 2.28.9; numbers in ``two_gpu_concurrency_h200.json`` next to this file, summary: [evidence: 2xh200-concurrency]
 in docs/validation.md)
-is written as a schedule and predicted with the ``waves`` and ``sharing`` models. Printed per kernel: measured
+is written as a schedule and predicted with the ``waves`` model (the ``sharing`` model it was once compared with is
+retired). Printed per kernel: measured
 and predicted start and end (ms from the probe's start event), and per scenario the span with its error.
 
 What "start" means: the probe times a kernel with CUDA events recorded on its stream just before and after it,
@@ -198,21 +199,20 @@ def main() -> None:
     runs = json.loads(DATA.read_text())  # the default run and the CUDA_DEVICE_MAX_CONNECTIONS=1 run
     d, d1 = runs["default"], runs["max_connections_1"]
     scen = streams(d, None) + streams(d1, 1) + nccl_beside(d) + tiny200(d) + p2p(d) + small_collectives(d)
-    errs: dict[str, list[float]] = {"waves": [], "sharing": []}
+    errs: dict[str, list[float]] = {"waves": []}
     print(f"profile {a.profile}; times in ms; start = stream reached the op (event time / predicted ready time)")
     for sc in scen:
         if a.only not in sc.name:
             continue
-        pred = {m: predict(sc, prof, m) for m in ("waves", "sharing")}
+        pred = {m: predict(sc, prof, m) for m in errs}
         if sc.measured:
             print(f"\n== {sc.name}")
-            print(f"  {'op':14s} {'meas start':>10s} {'end':>8s} | {'waves start':>11s} {'end':>8s} {'err end':>8s}"
-                  f" | {'sharing start':>13s} {'end':>8s} {'err end':>8s}")
+            print(f"  {'op':14s} {'meas start':>10s} {'end':>8s} | {'waves start':>11s} {'end':>8s} {'err end':>8s}")
             for op, (ms, me) in sc.measured.items():
                 row = f"  {op:14s} {ms:10.3f} {me:8.3f}"
-                for m in ("waves", "sharing"):
+                for m in errs:
                     ps, pe = pred[m][0][op]
-                    row += f" | {ps:{11 if m == 'waves' else 13}.3f} {pe:8.3f} {_err(pe, me)}"
+                    row += f" | {ps:11.3f} {pe:8.3f} {_err(pe, me)}"
                 print(row)
             span = max(e for _, e in sc.measured.values()) - min(s for s, _ in sc.measured.values() if not math.isnan(s))
             ends = {m: max(e for _, e in pred[m][0].values()) - min(s for s, _ in pred[m][0].values()) for m in pred}
@@ -225,8 +225,7 @@ def main() -> None:
             print(f"\n== {sc.name}")
         for m, v in errs.items():
             v.append(abs(ends[m] / span - 1))
-        print(f"  {label}: measured {span:.4f}  waves {ends['waves']:.4f} ({_err(ends['waves'], span)})"
-              f"  sharing {ends['sharing']:.4f} ({_err(ends['sharing'], span)})")
+        print(f"  {label}: measured {span:.4f}  waves {ends['waves']:.4f} ({_err(ends['waves'], span)})")
     for m, v in errs.items():
         if v:
             print(f"{m}: median |span error| {100 * statistics.median(v):.1f} %, worst {100 * max(v):.1f} %"
