@@ -309,17 +309,21 @@ def test_block_recompute_mixes_stored_layers() -> None:
 
 
 def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
-    """The loader's expansion bound counts the training block (an upper bound in closed form,
-    :func:`schedsim.spec.limits._training_ops`), so a
-    175B-sized step is refused before lowering unless the limit is raised; the estimate is not below the real
-    count of a lowered block."""
+    """The expansion bound counts the training block (an upper bound in closed form,
+    :func:`schedsim.spec.limits._training_ops`), so a 175B-sized step lowered for every rank (``check``) is
+    refused before expanding unless the limit is raised (the loader bounds the symmetric lowering's ops, the 8
+    representative ranks', which pass); the estimate is not below the real count of a lowered block."""
     from schedsim.spec.limits import _training_ops
 
     big = TINY.replace("world_size: 8", "world_size: 64").replace("num_layers: 2", "num_layers: 96") \
-        .replace("global_batch_size: 8", "global_batch_size: 64").replace("tp: 2", "tp: 8").replace("pp: 2", "pp: 8")
+        .replace("global_batch_size: 8", "global_batch_size: 64").replace("tp: 2", "tp: 8").replace("pp: 2", "pp: 8") \
+        .replace("num_attention_heads: 4", "num_attention_heads: 8")
     code, err = _check(tmp_path, big)
-    assert code == 2 and "training: the schedule expands to too many op instances" in err
+    assert code == 2 and "training: the schedule expands to too many op instances (summed over ranks) when " \
+        "every rank is lowered" in err
     assert "about 2,383,488" in err  # 8 replicas × 64 microbatches × (96 · 48 + 16 + 4 · 7) + 64 · 26
+    doc = {"num_layers": 96, "tp": 8, "pp": 8, "global_batch_size": 64, "micro_batch_size": 1}
+    assert _training_ops(doc, 64, represented=True) == 2_383_488 // 8  # 1 replica of 8 pipeline ranks
     tb = load_text(TINY).training
     assert tb is not None
     assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \
