@@ -116,8 +116,8 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
 
     warn_oversubscribed(ctx.cuda, ctx.rank)
     # the host cost of communication calls first, before the GEMM measurements run torch.profiler (after it, a
-    # process's launches cost ~20 % more: benchmarks/probes/host/after_profiler.py; docs/validation.md, "Evidence cited
-    # by the code")
+    # process's launches cost ~20 % more: benchmarks/probes/host/call_patterns.py --only after_profiler;
+    # docs/validation.md, "Evidence cited by the code")
     comm_host = comm_host_costs(b)
     if ctx.rank == 0:
         shapes = _gemm_shapes(o, ctx.cuda)

@@ -403,7 +403,7 @@ class RankRunner:
             self._timed(o)  # not: out of the collector's reach, collections out of the timed loops
         base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
         if o.measure_host:  # before the profiler: once torch.profiler has run, the process's launches cost more
-            # (~20 % more per call: benchmarks/probes/host/after_profiler.py;
+            # (~20 % more per call: benchmarks/probes/host/call_patterns.py --only after_profiler;
             # docs/validation.md, "Evidence cited by the code")
             from executor.calibrate_host import measure_here
 

@@ -10,7 +10,7 @@
 #   OUT=dir [BUDGET=540] [CASES="name ..."] [WAIT_AB=1|2] [PROFILE=calibrated.yaml] bash benchmarks/accuracy/one_gpu_suite.sh
 # CAL_GEMMS: calibrate's shape arguments (default: every case's); HOST_PROCESSES: its --host-processes (3).
 # PROFILE: skip calibration (a profile this kind calibrated earlier) and measure only the power onset
-# (OUT/runs.tgz: power.json). benchmarks/probes/host/after_profiler.py runs first (OUT/runs.tgz: probe_profiler_host.json).
+# (OUT/runs.tgz: power.json). benchmarks/probes/host/call_patterns.py --only after_profiler runs first (OUT/runs.tgz: probe_profiler_host.json).
 # Cases (shipped one-GPU cases first, then held out; ref = hand-written reference):
 #   chain2        gemm_chain 2 x 4096^3 bf16 (benchmarks/data/gemm_chain.yaml)          ref
 #   so_eager      small_ops_graph eager                                                 ref, --measure-host
@@ -42,7 +42,7 @@ if [ "${WHATIF:-0}" = 1 ]; then
   tar czf "$OUT/whatif.tgz" -C "$W/whatif" . 2>/dev/null
 fi
 date -u +%FT%TZ >> "$W/gpu.txt"
-timeout 60 python3 benchmarks/probes/host/after_profiler.py 2>&1 | tail -1 | tee "$W/probe_profiler_host.json"
+timeout 60 python3 benchmarks/probes/host/call_patterns.py --only after_profiler 2>&1 | tail -1 | tee "$W/probe_profiler_host.json"
 PROF=$W/calibrated.yaml
 if [ -n "${PROFILE:-}" ]; then  # a profile calibrated earlier on this kind: no calibration; the power onset alone
   cp "$PROFILE" "$PROF"

@@ -22,6 +22,11 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   (tables, timeline.json, Gantt PNG/SVG, pipeline view and memory plot). Goal: <= 5 s.
 * ``scaling``: ``overlap_gen.yaml`` on 8 ranks from 10k ops up to ``--max-ops`` (default 1M; 10M takes
   ~2.7 GiB and ~25 CPU s), ``--no-trace`` so every size writes the same outputs.
+* ``throughput`` (not run by default): simulator throughput, ``simulate()`` alone (preparation + event loop +
+  timeline) in ops per second, of ``overlap_gen.yaml`` on 8 ranks lowered to a Program, at the sizes of
+  ``scaling``, for each GPU model of ``--gpu-model`` (default ``waves replay``), with the time to lower it; one
+  fresh process per size (:data:`THROUGHPUT`), wall seconds of the calls, medians of ``--repeat``. The cold start
+  of ``predict`` and ``check`` is the ``cold`` case.
 * ``shapes`` (issue 38: the shapes users write besides the benchmark's; the inputs are written by this script,
   :data:`SHAPES`): a ring of batched send/recv written with ``rank`` (``peer: (rank + 1) % world_size``, a batch
   per iteration) at 1M ops on 8 ranks; ``check`` of sends and recvs whose names do not pair (``s{k}`` /
@@ -37,7 +42,8 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
 shared machine falls on both alike), a row for each (``before`` and ``after``).
 
 Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes]
-       [--base DIR]
+       [--base DIR] [--max-ops N]
+       python benchmarks/speed/speed_goals.py --cases throughput [--max-ops 1000000] [--gpu-model waves replay]
 """
 
 from __future__ import annotations
@@ -196,6 +202,33 @@ print(sum(len([a for a in acts if a is not None]) for acts in order.values()))
 """
 
 
+#: The ``throughput`` case in one process: ``argv`` = schedule, world size, chunks, repeat, GPU models; prints
+#: one JSON line: ops, lower seconds, and per model the median wall seconds of ``simulate``.
+THROUGHPUT = """\
+import gc, json, statistics, sys, time
+from schedsim.hardware.profile import load_profile
+from schedsim.lower import lower
+from schedsim.sim.engine import simulate
+from schedsim.spec.loader import load_schedule
+path, world, chunks, repeat, models = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+prof = load_profile("h200")
+t0 = time.perf_counter()
+gc.disable()
+prog = lower(load_schedule(path, {"world_size": world, "chunks": chunks}))
+gc.enable()
+out = {"ops": prog.N, "lower_s": time.perf_counter() - t0}
+for model in models:
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        tl = simulate(prog, prof, gpu_model=model)
+        ts.append(time.perf_counter() - t0)
+        del tl
+    out[model] = statistics.median(ts)
+print(json.dumps(out))
+"""
+
+
 def row(label: str, ops: int | None, r: tuple[float, float, float, str], goal: str) -> str:
     per_op = f"{r[2] * 2**20 / ops:,.0f}" if ops else "—"
     return f"| {label} | {r[0]:.2f} | {r[1]:.2f} | {r[2]:,.0f} | {per_op} | {goal} |"
@@ -205,7 +238,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cases", nargs="*", default=["million", "pipeline", "cold", "pp8dp128", "scaling", "shapes"])
-    ap.add_argument("--max-ops", type=int, default=1_000_000, help="Largest size of the scaling table.")
+    ap.add_argument("--max-ops", type=int, default=1_000_000,
+                    help="Largest size of the scaling and throughput tables.")
+    ap.add_argument("--gpu-model", nargs="+", default=["waves", "replay"], choices=["waves", "replay"],
+                    help="GPU models of the throughput case.")
     ap.add_argument("--base", type=Path, default=None,
                     help="A checkout of another commit (extension built): million and shapes run from it too.")
     a = ap.parse_args()
@@ -276,6 +312,24 @@ def main() -> None:
             print(f"| {n:,} | {r[0]:.2f} | {r[1]:.2f} | {r[1] / n * 1e6:.1f} | {r[2]:,.0f} | "
                   f"{r[2] * 2**20 / n:,.0f} |", flush=True)
             n *= 10
+    if "throughput" in a.cases:
+        throughput(installed, a.max_ops, a.repeat, a.gpu_model)
+
+
+def throughput(root: Path, max_ops: int, repeat: int, models: list[str]) -> None:
+    """The ``throughput`` case (module docstring): a row per size (10k ops, ×10 up to ``max_ops``) and GPU model,
+    each size in one fresh process from the package copy ``root``."""
+    print("\nsimulator throughput, `overlap_gen.yaml` on 8 ranks, `simulate()` alone (wall s, median):\n")
+    print("| ops | gpu_model | lower s | simulate s | ops/s |")
+    print("|---:|---|---:|---:|---:|")
+    n = 10_000
+    while n <= max_ops:
+        got = json.loads(run([sys.executable, "-c", THROUGHPUT, GEN, "8", str(max(1, n // 16)), str(repeat), *models],
+                             root)[3])
+        for model in models:
+            print(f"| {got['ops']:,} | {model} | {got['lower_s']:.2f} | {got[model]:.2f} | "
+                  f"{got['ops'] / got[model]:,.0f} |", flush=True)
+        n *= 10
 
 
 def shapes(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:

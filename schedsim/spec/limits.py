@@ -39,7 +39,7 @@ YAML nesting depth        64                 (fixed; write ops flat)
 ========================  =================  ==============================
 
 The defaults keep a run within minutes and a few GB on one CPU core: the
-simulator handles about 10^5 ops/s (``benchmarks/speed/sim_throughput.py``), and a
+simulator handles about 10^5 ops/s (``benchmarks/speed/speed_goals.py --cases throughput``), and a
 timeline costs about 600 B per op in memory.
 """
 
