@@ -221,7 +221,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     if symmetric:
         from schedsim.sim.symmetry import symmetric_exact
 
-        symmetric = symmetric_exact(profile, sim["gpu_model"])
+        symmetric = symmetric_exact(profile, sim["gpu_model"], spec)
     prog = lower_spec(spec, file, symmetric)
     if release_ops:
         _release_ops(spec)

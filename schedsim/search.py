@@ -104,7 +104,8 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
     """Simulate one configuration (module level, for worker processes): its iteration time, TFLOP/s per GPU and
     MFU, or the error message (a refusal at lowering). ``symmetric``: lower one representative rank per class
     (:func:`schedsim.lower.training.represented_ranks`; pass it only where
-    :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile)."""
+    :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile; a point whose ranks are not laid out
+    alike, :func:`~schedsim.sim.symmetry.layout_alike`, is lowered in full)."""
     import yaml
 
     from schedsim.errors import SchedsimError
@@ -112,7 +113,7 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
     from schedsim.lower import lower
     from schedsim.report.training import training_report
     from schedsim.sim.engine import simulate
-    from schedsim.sim.symmetry import mark_represented
+    from schedsim.sim.symmetry import layout_alike, mark_represented
     from schedsim.spec.loader import load_text
 
     text = yaml.safe_dump({"schema_version": 1, "name": name, "world_size": world, "training": block},
@@ -120,6 +121,8 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
     try:
         spec = load_text(text, f"<search {name}>")
         prof = load_profile(profile)
+        # the point's groups may lie on the nodes unlike their representatives' (tp not dividing a node)
+        symmetric = symmetric and layout_alike(prof, spec)
         prog = lower(spec, symmetric=symmetric)  # as api.lower_spec without a file to name
         tl = simulate(prog, prof)
     except SchedsimError as e:
