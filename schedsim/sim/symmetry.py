@@ -44,8 +44,9 @@ def symmetric_exact(profile: Any, gpu_model: str | None = None, spec: Any = None
 
 def mark_represented(tl: Any, prog: Any) -> bool:
     """Record in ``tl.meta["represented"]`` the ranks a symmetric lowering of ``prog`` simulated (``{"ranks",
-    "of"}``: the representatives, the world size), which the metrics and the training report expand to the world;
-    returns whether it is one."""
+    "of"}``: the representatives, the world size; :func:`schedsim.api.simulate_spec` adds ``classes``, the
+    representative of every rank), which the metrics and the training report expand to the world; returns whether
+    it is one."""
     if prog.represented:
         tl.meta["represented"] = {"ranks": list(prog.represented), "of": prog.world_size}
     return bool(prog.represented)

@@ -91,7 +91,8 @@ def test_representatives_predict_what_every_rank_predicts(case: str) -> None:
     spec = load_text(text)
     assert training_report(spec, sym.timeline, prof).to_dict() == training_report(spec, full.timeline,
                                                                                   prof).to_dict()
-    assert sym.timeline.meta["represented"] == {"ranks": list(sym.program.represented), "of": world}
+    assert sym.timeline.meta["represented"] == {"ranks": list(sym.program.represented), "of": world,
+                                                "classes": rank_classes(spec).tolist()}
 
 
 def test_classes_follow_megatron_rank_order() -> None:
@@ -196,7 +197,7 @@ def test_predict_command_says_so_and_full_ranks_opts_out(tmp_path: Any) -> None:
         tl = json.loads((out / "timeline.json").read_text())
         got[bool(flag)] = json.loads(r.stdout)["metrics"], tl["meta"].get("represented"), tl["n_ops"]
     (m_sym, rep, n_sym), (m_full, rep_full, n_full) = got[False], got[True]
-    assert rep == {"ranks": [0, 4], "of": 8} and rep_full is None
+    assert rep == {"ranks": [0, 4], "of": 8, "classes": [0, 0, 0, 0, 4, 4, 4, 4]} and rep_full is None
     assert 4 * n_sym == n_full == m_full["ops"]  # 2 of 8 ranks written; the metrics count the world's
     m_sym.pop("critical_path"), m_full.pop("critical_path")
     assert m_sym == m_full
@@ -250,3 +251,34 @@ def test_placement_that_keeps_the_layout_keeps_the_symmetric_lowering() -> None:
     assert sym.program.represented == (0, 16)
     assert sym.timeline.makespan_s == full.timeline.makespan_s
     assert _metrics(sym) == _metrics(full)
+
+
+def test_analyze_and_compare_of_a_symmetric_timeline_count_every_rank(tmp_path: Any) -> None:
+    """timeline.json of a symmetric prediction, read back by ``analyze`` and ``compare``: the per-rank figures
+    and the totals over ranks are the world's (each rank its representative's), as the full prediction's are,
+    and both commands say that the spans are the representatives' only (they summed and listed 2 of 8 ranks,
+    ranks 1-3 and 5-7 with no compute, and an exposed communication 4 times too small)."""
+    from schedsim.compare import compare_timelines, load_timeline_arg
+    from schedsim.report.analysis import format_report
+    from schedsim.sim.metrics import Metrics
+    from schedsim.trace.analyze import load_any
+    from schedsim.trace.commands import write_timeline_json
+
+    text = _text("tp2_pp2_dp2")
+    sym, full = predict(load_text(text), "dgx_h100"), predict(load_text(text), "dgx_h100", full_ranks=True)
+    paths = {}
+    for name, run in (("sym", sym), ("full", full)):
+        paths[name] = tmp_path / f"{name}.json"
+        write_timeline_json(run.timeline, paths[name], run.metrics.to_dict())
+    back = load_timeline_arg(paths["sym"])
+    got = Metrics.of(back).to_dict()  # the metrics of the timeline alone: no pipeline table or memory peak
+    assert got == {k: v for k, v in sym.metrics.to_dict().items() if k not in ("pipeline", "memory_peak")}
+    m_full = full.metrics
+    assert sorted(Metrics.of(back).ranks) == list(range(8))
+    assert Metrics.of(back).exposed_comm_s == pytest.approx(m_full.exposed_comm_s, rel=1e-12)
+    cmp = compare_timelines(back, load_timeline_arg(paths["full"]))
+    assert cmp.overlap.exposed_comm_s.pred == pytest.approx(m_full.exposed_comm_s, rel=1e-12)
+    assert [cmp.by_rank[r].compute.pred_s for r in range(8)] == [m_full.ranks[r].busy_compute_s for r in range(8)]
+    assert any("2 representative ranks of 8" in w for w in cmp.warnings)
+    report = format_report(load_any([str(paths["sym"])])[1])
+    assert "simulated 2 representative ranks of 8" in report.splitlines()[1]
