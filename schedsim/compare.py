@@ -51,7 +51,7 @@ import numpy as np
 from schedsim.errors import TraceError
 from schedsim.hardware.profile import TIMED_EAGER_SUFFIX, TIMED_GRAPH_SUFFIX, HardwareProfile
 from schedsim.results import OMIT_NONE, from_dict, to_dict
-from schedsim.sim.metrics import Metrics
+from schedsim.sim.metrics import Metrics, represented
 from schedsim.sim.timeline import Timeline
 
 __all__ = ["compare_timelines", "event_timed", "op_window", "load_timeline_arg", "Comparison", "Pair", "MakespanError",
@@ -534,12 +534,10 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
 
 def _represented(pred: Timeline) -> list[str]:
     """The warning for a ``pred`` of a symmetric training step, which holds its representative ranks only."""
-    rep = pred.meta.get("represented") if isinstance(pred.meta, dict) else None
-    if not isinstance(rep, dict):
-        return []
-    return [f"the prediction simulated {len(rep.get('ranks', []))} representative ranks of {rep.get('of')} (a "
-            "symmetric training step): the other ranks' ops are matched by nothing, their busy times are their "
-            "representatives'; predict --full-ranks simulates every rank"]
+    rep = represented(pred)
+    return [f"the prediction simulated {len(rep['ranks'])} representative ranks of {rep['of']} (a symmetric "
+            "training step): the other ranks' ops are matched by nothing, their busy times are their "
+            "representatives'; predict --full-ranks simulates every rank"] if rep else []
 
 
 def _makespan(ms_p: float, ms_m: float, meas: Timeline, ms_untimed: float | None = None) -> MakespanError:

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from schedsim.report.summary import critical_path_parts, fmt_time, pick_ranks
-from schedsim.sim.metrics import Metrics
+from schedsim.sim.metrics import Metrics, represented
 from schedsim.sim.timeline import Timeline
 from schedsim.trace.analyze import kernel_share_table, nccl_volume_table, pipeline_bubbles
 from schedsim.trace.common import ImportResult
@@ -43,12 +43,10 @@ def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total
 def _represented_note(tl: Timeline) -> list[str]:
     """A line saying that ``tl`` is a symmetric prediction's (``meta["represented"]``): its spans are those of the
     representative ranks, and the per-rank figures give every rank its representative's."""
-    rep = tl.meta.get("represented") if isinstance(tl.meta, dict) else None
-    if not isinstance(rep, dict):
-        return []
-    return [f"(simulated {len(rep.get('ranks', []))} representative ranks of {rep.get('of')}: the tables by device "
-            "hold them only; the per-rank figures and totals give every rank its representative's; predict "
-            "--full-ranks simulates every rank)"]
+    rep = represented(tl)
+    return [f"(simulated {len(rep['ranks'])} representative ranks of {rep['of']}: the tables by device hold them "
+            "only; the per-rank figures and totals give every rank its representative's; predict --full-ranks "
+            "simulates every rank)"] if rep else []
 
 
 def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: int = 10) -> str:

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 
 __all__ = ["merge", "merge_per_group", "length", "intersect_length", "merged", "union_length", "pieces_intersection",
            "compute_metrics", "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments",
-           "critical_path_host", "SEGMENT_KINDS", "SEGMENT_LABELS", "union_by_group", "represented_classes"]
+           "critical_path_host", "SEGMENT_KINDS", "SEGMENT_LABELS", "union_by_group", "represented",
+           "represented_classes"]
 
 #: The kinds of :class:`PathSegment`, in the order ``critical_path_s`` lists them: the three resources an op on the
 #: path runs on, then what the path waited for (``docs/metrics.md``).
@@ -352,12 +353,18 @@ class Metrics:
         return from_dict(cls, d)
 
 
+def represented(tl: Timeline) -> dict[str, Any]:
+    """``tl.meta["represented"]`` of a symmetric prediction's timeline (``ranks``: the representatives, ``of``: the
+    world size, ``classes``: each rank's representative; :func:`schedsim.sim.symmetry.mark_represented`), ``{}``
+    for a timeline of every rank."""
+    rep = tl.meta.get("represented") if isinstance(tl.meta, dict) else None
+    return rep if isinstance(rep, dict) else {}
+
+
 def represented_classes(tl: Timeline) -> list[int] | None:
     """Per rank of the world, the rank that stands for it in a timeline of a symmetric prediction
-    (``meta["represented"]["classes"]``, written by :func:`schedsim.api.simulate_spec`); None for a timeline of
-    every rank."""
-    rep = tl.meta.get("represented") if isinstance(tl.meta, dict) else None
-    got = rep.get("classes") if isinstance(rep, dict) else None
+    (:func:`represented`); None for a timeline of every rank."""
+    got = represented(tl).get("classes")
     return [int(x) for x in got] if isinstance(got, list) else None
 
 
