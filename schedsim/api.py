@@ -221,7 +221,7 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     if symmetric:
         from schedsim.sim.symmetry import symmetric_exact
 
-        symmetric = symmetric_exact(profile, sim["gpu_model"])
+        symmetric = symmetric_exact(profile, sim["gpu_model"], spec)
     prog = lower_spec(spec, file, symmetric)
     if release_ops:
         _release_ops(spec)
@@ -290,6 +290,7 @@ def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str,
         from schedsim.lower.training import rank_classes
 
         classes = rank_classes(spec)
+        tl.meta["represented"]["classes"] = classes.tolist()  # analyze and compare of timeline.json expand it too
     pm = PipelineMetrics.of(tl, classes)
     if pm is not None:  # the memory steps are in timeline.meta["memory"]; metrics keep the peaks
         pm = dataclasses.replace(pm, memory_timeline={})

@@ -462,7 +462,7 @@ def search(
                         vpps=[None, *(_ints(vpp_layers, "vpp-layers") if vpp_layers else [])],
                         memory_limit=memory_gib * 2**30, cps=_ints(cp, "cp") if cp else None,
                         eps=_ints(ep, "ep") if ep else None, symmetric=symmetric)
-    done = run_search(spec.name, world, points, profile, jobs or os.cpu_count() or 1, symmetric)
+    done = run_search(spec.name, world, points, profile, jobs or os.cpu_count() or 1, symmetric, dict(spec.env))
     from schedsim.io import atomic_write_text
     from schedsim.outdir import output_set, safe_dirname
 

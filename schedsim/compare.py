@@ -51,7 +51,7 @@ import numpy as np
 from schedsim.errors import TraceError
 from schedsim.hardware.profile import TIMED_EAGER_SUFFIX, TIMED_GRAPH_SUFFIX, HardwareProfile
 from schedsim.results import OMIT_NONE, from_dict, to_dict
-from schedsim.sim.metrics import Metrics
+from schedsim.sim.metrics import Metrics, represented
 from schedsim.sim.timeline import Timeline
 
 __all__ = ["compare_timelines", "event_timed", "op_window", "load_timeline_arg", "Comparison", "Pair", "MakespanError",
@@ -482,7 +482,8 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
     """Why the timelines may not be comparable: different schedules, ``--set`` values or world sizes (of
     ``pred``, and of ``pred_timed`` when given, against ``meas``), a replay holding ops the import it is held
     against has no span for (``--ops`` ranges, ``--iteration``), a timed CUDA graph compared with a plain
-    prediction, or a ``pred_timed`` that is not a timed graph's prediction or meets no timed graph."""
+    prediction, a ``pred_timed`` that is not a timed graph's prediction or meets no timed graph, or a ``pred`` of
+    representative ranks only (a symmetric training step)."""
     warnings: list[str] = []
     for p in (pred,) if pred_timed is None else (pred, pred_timed):
         tag = "" if p is pred else " (--pred-timed)"
@@ -501,6 +502,7 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
                                 "were folded into --ops ranges or lie outside the kept --iteration), so the "
                                 "makespans and busy times hold different work; to compare the replay, import the "
                                 "trace again without --ops")
+    warnings += _represented(pred)
     if pred_timed is None:
         if timed_graph_measurement(meas) and pred.launch == "cuda_graph" and not _is_timed_prediction(pred):
             warnings.append("the measured ops were timed inside a CUDA graph by event pairs, which lengthen each "
@@ -528,6 +530,14 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
         warnings.append("PRED is a prediction of a timed run; the plain prediction belongs there, the timed one "
                         "after --pred-timed")
     return warnings
+
+
+def _represented(pred: Timeline) -> list[str]:
+    """The warning for a ``pred`` of a symmetric training step, which holds its representative ranks only."""
+    rep = represented(pred)
+    return [f"the prediction simulated {len(rep['ranks'])} representative ranks of {rep['of']} (a symmetric "
+            "training step): the other ranks' ops are matched by nothing, their busy times are their "
+            "representatives'; predict --full-ranks simulates every rank"] if rep else []
 
 
 def _makespan(ms_p: float, ms_m: float, meas: Timeline, ms_untimed: float | None = None) -> MakespanError:

@@ -100,11 +100,13 @@ def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: 
 
 
 def run_point(name: str, world: int, block: dict[str, Any], profile: str,
-              symmetric: bool = False) -> dict[str, Any] | str:
+              symmetric: bool = False, env: dict[str, Any] | None = None) -> dict[str, Any] | str:
     """Simulate one configuration (module level, for worker processes): its iteration time, TFLOP/s per GPU and
     MFU, or the error message (a refusal at lowering). ``symmetric``: lower one representative rank per class
     (:func:`schedsim.lower.training.represented_ranks`; pass it only where
-    :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile)."""
+    :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile; a point whose ranks are not laid out
+    alike, :func:`~schedsim.sim.symmetry.layout_alike`, is lowered in full). ``env``: the schedule's ``env``
+    (``CUDA_DEVICE_MAX_CONNECTIONS``, ``NCCL_ALGO`` / ``NCCL_PROTO``), as ``predict`` applies it."""
     import yaml
 
     from schedsim.errors import SchedsimError
@@ -112,16 +114,18 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
     from schedsim.lower import lower
     from schedsim.report.training import training_report
     from schedsim.sim.engine import simulate
-    from schedsim.sim.symmetry import mark_represented
+    from schedsim.sim.symmetry import layout_alike, mark_represented
     from schedsim.spec.loader import load_text
 
-    text = yaml.safe_dump({"schema_version": 1, "name": name, "world_size": world, "training": block},
-                          sort_keys=False)
+    text = yaml.safe_dump({"schema_version": 1, "name": name, "world_size": world, **({"env": env} if env else {}),
+                           "training": block}, sort_keys=False)
     try:
         spec = load_text(text, f"<search {name}>")
         prof = load_profile(profile)
+        # the point's groups may lie on the nodes unlike their representatives' (tp not dividing a node)
+        symmetric = symmetric and layout_alike(prof, spec)
         prog = lower(spec, symmetric=symmetric)  # as api.lower_spec without a file to name
-        tl = simulate(prog, prof)
+        tl = simulate(prog, prof.with_nccl_env(spec.env, spec.env_sources()))
     except SchedsimError as e:
         return e.message
     mark_represented(tl, prog)
@@ -139,22 +143,23 @@ def pareto(points: list[SearchPoint]) -> None:
 
 
 def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs: int = 1,
-           symmetric: bool = False) -> list[SearchPoint]:
+           symmetric: bool = False, env: dict[str, Any] | None = None) -> list[SearchPoint]:
     """Simulate the points left to simulate (``jobs`` processes, a progress bar on a terminal), mark the Pareto
     front; returns every point, the simulated ones first by iteration time, then the others. ``symmetric``: each
     point lowered for one representative rank per class (:func:`schedsim.lower.training.represented_ranks`; the
-    same predictions, where :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile)."""
+    same predictions, where :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile); ``env``: the
+    schedule's ``env``, for every point (:func:`run_point`)."""
     from schedsim.report.progress import track
 
     todo = [p for p in points if p.status == "simulated"]
     if jobs <= 1 or len(todo) <= 1:
-        results = [run_point(name, world, p.block, profile, symmetric)
+        results = [run_point(name, world, p.block, profile, symmetric, env)
                    for p in track(todo, "search", total=len(todo))]
     else:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as ex:
-            futs = [ex.submit(run_point, name, world, p.block, profile, symmetric) for p in todo]
+            futs = [ex.submit(run_point, name, world, p.block, profile, symmetric, env) for p in todo]
             results = [f.result() for f in track(futs, "search", total=len(futs))]
     for p, r in zip(todo, results, strict=True):
         if isinstance(r, str):

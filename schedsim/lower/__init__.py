@@ -11,6 +11,8 @@ op runs on all ranks, rank 0's are linked and repeated), and runs the static che
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import replace
 from typing import Any
 
@@ -101,3 +103,14 @@ def check_program(prog: Program) -> list[str]:
     if v.fault:
         raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
     return [w for w in G.graph.get("warnings", []) if w not in prog.warnings] + extra
+
+
+class _LowerPackage(types.ModuleType):
+    """This package is also ``schedsim``'s public :func:`lower`: once it is imported, ``schedsim.lower`` (and so
+    ``from schedsim import lower``) is the package, not the function, so calling the package lowers."""
+
+    def __call__(self, spec: Any, check: bool = True, symmetric: bool = False) -> Program:
+        return lower(spec, check, symmetric)
+
+
+sys.modules[__name__].__class__ = _LowerPackage

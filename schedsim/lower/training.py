@@ -107,7 +107,7 @@ from schedsim.spec.pipeline_block import (
 from schedsim.spec.training_block import TrainingPlan, TrainingSpec, training_plan
 from schedsim.units import DTYPE_BYTES
 
-__all__ = ["expand_training", "rank_classes", "represented_ranks", "stage_lists", "TP_TAG", "DP_TAG"]
+__all__ = ["expand_training", "rank_classes", "rank_groups", "represented_ranks", "stage_lists", "TP_TAG", "DP_TAG"]
 
 #: Tags of the data-parallel (and tied-embedding) gradient reductions and the parameter all-gather.
 DP_TAG = (("comm", "dp"),)
@@ -646,19 +646,37 @@ def _coords(plan: TrainingPlan, g: int) -> tuple[int, int, int, int]:
     return t_, c_, d_, g // (plan.tp * plan.cp * plan.dp)
 
 
+def rank_groups(plan: TrainingPlan, g: int) -> dict[str, tuple[int, ...]]:
+    """The rank groups global rank ``g`` takes part in, each a tuple of global ranks in the order the lowering uses
+    them: ``tp``, ``dp`` (dp·cp ranks of the gradient reduction), ``pp`` (the pipeline, by stage), ``ep`` (the
+    experts' all-to-all: Megatron's tp-ep-dp-pp order splits the cp·dp ranks into ep-sized blocks), ``edp`` (the
+    expert data-parallel group), ``cp_ring`` (next and previous CP rank), ``embedding`` (first and last stage)
+    and ``mp`` (the model-parallel ranks, tp·pp)."""
+    t_, c_, d_, p_ = _coords(plan, g)
+    j = c_ + plan.cp * d_
+    e_, base = j % plan.ep, j - j % plan.ep
+    return {
+        "tp": tuple(plan.rank(x, c_, d_, p_) for x in range(plan.tp)),
+        "dp": tuple(sorted(plan.rank(t_, c, d, p_) for d in range(plan.dp) for c in range(plan.cp))),
+        "pp": tuple(plan.rank(t_, c_, d_, r) for r in range(plan.pp)),
+        "ep": tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(base, base + plan.ep)),
+        "edp": tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(e_, plan.cp * plan.dp, plan.ep)),
+        "cp_ring": (plan.rank(t_, (c_ + 1) % plan.cp, d_, p_), plan.rank(t_, (c_ - 1) % plan.cp, d_, p_)),
+        "embedding": (plan.rank(t_, c_, d_, 0), plan.rank(t_, c_, d_, plan.pp - 1)),
+        "mp": tuple(sorted(plan.rank(x, c_, d_, y) for x in range(plan.tp) for y in range(plan.pp))),
+    }
+
+
 def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[Any, int | None]]],
                p2p_tmpl: dict[str, int], chunk_of: dict[int, int], rank_stages: dict[int, list[int]],
                params: dict[int, float]) -> None:
     """One global rank's step: its pipeline rank's actions with TP collectives, then the data-parallel tail."""
     t, plan = ranks.t, ranks.plan
     t_, c_, d_, p_ = _coords(plan, g)
-    tp_group = tuple(plan.rank(x, c_, d_, p_) for x in range(plan.tp))
-    dp_group = tuple(sorted(plan.rank(t_, c, d, p_) for d in range(plan.dp) for c in range(plan.cp)))
-    pp_ranks = tuple(plan.rank(t_, c_, d_, r) for r in range(plan.pp))
-    j = c_ + plan.cp * d_  # the experts' rank order tp-ep-dp-pp splits the cp·dp ranks into ep-sized blocks
-    e_, base = j % plan.ep, j - j % plan.ep
-    ep_group = tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(base, base + plan.ep))
-    ring = (plan.rank(t_, (c_ + 1) % plan.cp, d_, p_), plan.rank(t_, (c_ - 1) % plan.cp, d_, p_))
+    groups = rank_groups(plan, g)
+    tp_group, dp_group, pp_ranks, ep_group = groups["tp"], groups["dp"], groups["pp"], groups["ep"]
+    e_ = (c_ + plan.cp * d_) % plan.ep
+    ring = (groups["cp_ring"][0], groups["cp_ring"][1])
     protos = ranks.stage_protos(rank_stages[p_], tp_group, ep_group, hot=e_ == 0 and ranks.hot_lists is not
                                 ranks.lists, ring=ring if plan.cp > 1 else (-1, -1),
                                 tp_ring=(tp_group[(t_ + 1) % plan.tp], tp_group[(t_ - 1) % plan.tp])
@@ -693,13 +711,13 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     if multi and not t.overlap_grad_reduce:
         grads.append(ranks.one(reduce, f"dp_grad_{reduce}", g, dp_group, (mine - experts) * grad_e,
                                plan.grad_dtype, last))
-    edp_group = tuple(plan.rank(t_, x % plan.cp, x // plan.cp, p_) for x in range(e_, plan.cp * plan.dp, plan.ep))
+    edp_group = groups["edp"]
     if experts and len(edp_group) > 1:  # the experts' gradients, over the expert data-parallel group
         grads.append(ranks.one(reduce, f"dp_expert_grad_{reduce}", g, edp_group, experts * grad_e,
                                plan.grad_dtype, last))
     wait = tuple(grads) or last
     if plan.pp > 1 and not t.untie_embeddings_and_output_weights and p_ in (0, plan.pp - 1):
-        grp = (plan.rank(t_, c_, d_, 0), plan.rank(t_, c_, d_, plan.pp - 1))
+        grp = groups["embedding"]
         emb = plan.vocab * t.hidden_size / plan.tp * grad_e
         wait = (ranks.one("all_reduce", "embedding_grad_allreduce", g, grp, emb, plan.grad_dtype, wait,
                           stream="compute"),)
@@ -707,8 +725,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     # loss scaler, then the gradient norm of --clip-grad (default 1.0), each one fp32 all-reduce over the
     # grad-stats group: the model-parallel ranks, or with the distributed optimizer every rank of its instance
     # (distrib_optimizer.py get_grad_stats_parallel_group)
-    stats = tuple(range(len(ranks.spec_world()))) if t.use_distributed_optimizer else \
-        tuple(sorted(plan.rank(x, c_, d_, y) for x in range(plan.tp) for y in range(plan.pp)))
+    stats = tuple(range(len(ranks.spec_world()))) if t.use_distributed_optimizer else groups["mp"]
     # each preceded by the kernels over the rank's (shard of the) gradients it reduces, memory-bound by bytes a
     # parameter (megatron/core/optimizer/optimizer.py, MixedPrecisionOptimizer.prepare_grads / step): 16-bit
     # gradients copied to the fp32 main gradients (read grad_e, write 4; none when they are fp32 already), under

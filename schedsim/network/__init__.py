@@ -32,6 +32,7 @@ from schedsim.network.tuning import (
     algo_time,
     channel_steps,
     collnet_direct_graph,
+    correction_steps,
     nvls_graph,
     p2p_step,
     parse_nccl_list,
@@ -314,9 +315,10 @@ class NcclNetwork:
                 return algo_time(func, a, p, lat, bw * self._bw_scale(shape, func, a, p, nb, t_in), nb, shape.nodes,
                                  shape.ranks, ring.channels, self.arch, timed=True)
 
-            # on fewer channels than a slightly larger message gets, no slower than that message (channel_steps)
-            best = (min([timed_at(nbytes)] + [timed_at(m) for m in channel_steps(a, p, nbytes, shape.ranks, ring)]),
-                    a, p)
+            # on fewer channels than a slightly larger message gets, or in a tree correction bucket slower than the
+            # next ones, no slower than that message (channel_steps, correction_steps)
+            steps = channel_steps(a, p, nbytes, shape.ranks, ring) + correction_steps(func, a, nbytes)
+            best = (min([timed_at(nbytes)] + [timed_at(m) for m in steps]), a, p)
         if best is None:
             from schedsim.hardware.profile import SCHEDULE_ENV_SOURCE
 

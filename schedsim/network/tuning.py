@@ -518,6 +518,25 @@ def _log2i(x: int) -> int:
     return max(0, int(x).bit_length() - 1)
 
 
+def correction_steps(coll: str, algo: str, nbytes: float) -> list[float]:
+    """The sizes above ``nbytes`` at which :func:`algo_time` (``timed``) moves a tree or NVLS-tree all_reduce to
+    the next bucket of NCCL's tree correction factor (``64 · 2^k`` bytes, up to the first size it no longer
+    corrects), ascending; empty for the others. The factors are not monotone in the size (``_TREE_CORRECTION``),
+    so a message just below a bucket can be timed slower than one at it; timing it no slower than at these sizes
+    keeps the time from falling as ``nbytes`` grows (as :func:`channel_steps` does for the channel count).
+
+    >>> correction_steps("allreduce", "tree", (1 << 28) + 1)   # log2(nBytes / 64) = 22: one bucket left
+    [536870912.0]
+    >>> correction_steps("allgather", "ring", 1024)
+    []
+    """
+    limit = 23 if algo == "tree" else 24 if algo == "nvls_tree" else 0
+    if coll != "allreduce" or not limit:
+        return []
+    log_size = _log2i(int(nbytes) >> 6) if int(nbytes) >> 6 else -1
+    return [float(64 << k) for k in range(max(0, log_size + 1), limit + 1)]
+
+
 def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: float, nodes: int, ranks: int,
               channels: int, arch: str, *, timed: bool = False, x86: bool = True) -> float:
     """``ncclTopoGetAlgoTime`` for one op (``numPipeOps`` 1), in µs: ``lat + nBytes / (1000 · bw)``, with the

@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 from schedsim.report.summary import critical_path_parts, fmt_time, pick_ranks
-from schedsim.sim.metrics import Metrics
+from schedsim.sim.metrics import Metrics, represented
+from schedsim.sim.timeline import Timeline
 from schedsim.trace.analyze import kernel_share_table, nccl_volume_table, pipeline_bubbles
 from schedsim.trace.common import ImportResult
 
@@ -39,6 +40,15 @@ def _cap_devices(lines_of: dict[str, list[str]], full: bool, top: int, has_total
     return out
 
 
+def _represented_note(tl: Timeline) -> list[str]:
+    """A line saying that ``tl`` is a symmetric prediction's (``meta["represented"]``): its spans are those of the
+    representative ranks, and the per-rank figures give every rank its representative's."""
+    rep = represented(tl)
+    return [f"(simulated {len(rep['ranks'])} representative ranks of {rep['of']}: the tables by device hold them "
+            "only; the per-rank figures and totals give every rank its representative's; predict --full-ranks "
+            "simulates every rank)"] if rep else []
+
+
 def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: int = 10) -> str:
     """The text ``schedsim analyze`` prints: kernel-share and NCCL-volume tables, then overlap/idle per rank
     and the critical path. Control characters in names are escaped (:func:`schedsim.errors.printable`).
@@ -49,7 +59,7 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
     tl = res.timeline
     m = Metrics.of(tl)
     out = [(f"# {tl.schedule}: {len(tl)} spans on {len(m.ranks)} rank(s), "
-            f"makespan {_fmt_t(m.makespan_s)}"), "",
+            f"makespan {_fmt_t(m.makespan_s)}"), *_represented_note(tl), "",
            "## kernel time share (share of the device's first-kernel-start to last-kernel-end window, min/max/avg "
            "in us, name; last line: busy share, any kernel running)"]
     kdevs, kept = _kept_devices(list(res.kernel_rows), full)

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 
 __all__ = ["merge", "merge_per_group", "length", "intersect_length", "merged", "union_length", "pieces_intersection",
            "compute_metrics", "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments",
-           "critical_path_host", "SEGMENT_KINDS", "SEGMENT_LABELS", "union_by_group"]
+           "critical_path_host", "SEGMENT_KINDS", "SEGMENT_LABELS", "union_by_group", "represented",
+           "represented_classes"]
 
 #: The kinds of :class:`PathSegment`, in the order ``critical_path_s`` lists them: the three resources an op on the
 #: path runs on, then what the path waited for (``docs/metrics.md``).
@@ -327,8 +328,9 @@ class Metrics:
         """Compute the metrics of ``tl`` (``pipeline`` and ``memory_peak`` left None). ``classes``: per rank of
         the world, the rank of ``tl`` that stands for it (a symmetric lowering's timeline,
         :func:`schedsim.lower.training.rank_classes`): every rank then gets its representative's metrics, and the
-        totals are those of the whole world, summed as its full timeline would sum them."""
-        return _compute(tl, classes)
+        totals are those of the whole world, summed as its full timeline would sum them; default: the classes a
+        symmetric prediction recorded in ``tl.meta["represented"]["classes"]`` (:func:`represented_classes`)."""
+        return _compute(tl, represented_classes(tl) if classes is None else classes)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``timeline.json``'s ``metrics``): rank keys stay ints until JSON writes them."""
@@ -349,6 +351,21 @@ class Metrics:
             A required key is missing.
         """
         return from_dict(cls, d)
+
+
+def represented(tl: Timeline) -> dict[str, Any]:
+    """``tl.meta["represented"]`` of a symmetric prediction's timeline (``ranks``: the representatives, ``of``: the
+    world size, ``classes``: each rank's representative; :func:`schedsim.sim.symmetry.mark_represented`), ``{}``
+    for a timeline of every rank."""
+    rep = tl.meta.get("represented") if isinstance(tl.meta, dict) else None
+    return rep if isinstance(rep, dict) else {}
+
+
+def represented_classes(tl: Timeline) -> list[int] | None:
+    """Per rank of the world, the rank that stands for it in a timeline of a symmetric prediction
+    (:func:`represented`); None for a timeline of every rank."""
+    got = represented(tl).get("classes")
+    return [int(x) for x in got] if isinstance(got, list) else None
 
 
 def compute_metrics(tl: Timeline) -> dict[str, Any]:

@@ -252,3 +252,24 @@ def test_lone_gemm_span_never_decreases_in_m() -> None:
         (s,) = list(run.timeline.spans)
         spans.append(s.end_s - s.start_s)
     assert spans[1] >= spans[0]
+
+
+@pytest.mark.parametrize("profile", ["dgx_h100", "dgx_a100", "h200"])
+def test_all_reduce_never_drops_across_a_tree_correction_bucket(profile: str) -> None:
+    """NCCL's tree correction factor changes at every ``64 · 2^k`` bytes and is not monotone in k: a tree or
+    NVLS-tree all_reduce one byte below a bucket was timed slower than at it (dgx_h100, 16 ranks: 95.20 µs at
+    4 MiB - 1, 91.14 µs at 4 MiB; 64 ranks 142.76 -> 127.70 µs). Where NCCL's choice stays the same across the
+    boundary, the time does not fall."""
+    from schedsim.network import NcclNetwork
+
+    net = NcclNetwork(load_profile(profile))
+    checked = 0
+    for n in (3, 8, 16, 24, 64):
+        ranks = tuple(range(n))
+        for k in range(0, 26):
+            below, at = (net.collective("all_reduce", float(x), ranks) for x in ((64 << k) - 1, 64 << k))
+            assert below is not None and at is not None
+            if (below.algo, below.proto) == (at.algo, at.proto) and below.algo in ("tree", "nvls_tree"):
+                checked += 1
+                assert no_drop(below.seconds, at.seconds), (n, k, below, at)
+    assert checked >= 5

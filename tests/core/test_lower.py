@@ -210,3 +210,18 @@ def test_file_named_errors_keep_their_class_and_fields():
     unknown = api.load_text(HEAD + "  - {name: a, kind: compute, duration_us: 1, deps: [nope]}\n")
     with pytest.raises(GraphError, match="^job.yaml: "):
         api.lower_spec(unknown, file="job.yaml")
+
+
+def test_the_public_lower_is_callable_once_its_package_is_imported() -> None:
+    """``from schedsim import lower`` (the README's road: load_schedule → lower → simulate) gets the package
+    ``schedsim.lower`` once anything imported it (it did in examples/chunks_whatif.py: "'module' object is not
+    callable"); calling it lowers as :func:`schedsim.lower.lower` does."""
+    import schedsim
+    import schedsim.lower.training  # noqa: F401  (any import of the package binds schedsim.lower to it)
+    from schedsim import load_text, lower, simulate
+    from schedsim.hardware.profile import load_profile
+
+    spec = load_text("schema_version: 1\nname: x\nworld_size: 1\nops:\n  - {name: a, kind: compute, duration_us: 5}\n")
+    prog = lower(spec)
+    assert prog is not None and prog.N == 1 and schedsim.lower(spec).N == 1
+    assert simulate(prog, load_profile("h200")).makespan_s > 5e-6

@@ -107,3 +107,26 @@ def test_context_and_expert_parallel_axes() -> None:
         (2, 1, 2, "simulated"), (2, 2, 2, "simulated"), (2, 3, 2, "refused")]
     assert pts[2].reason.startswith("expert_model_parallel_size: world_size (8) is not divisible by")
     assert pts[4].block["context_parallel_size"] == 2 and pts[4].block["expert_model_parallel_size"] == 2
+
+
+def test_search_times_a_point_with_the_schedules_env(tmp_path: Path) -> None:
+    """A schedule's ``env`` (NCCL_ALGO / NCCL_PROTO here) holds for every configuration search simulates, as it
+    does for predict: the row of the schedule's own configuration has predict's iteration time (search wrote
+    only the training block, so NCCL chose its algorithms: 11.03 against predict's 11.34 ms on this block)."""
+    from schedsim.api import predict
+    from schedsim.hardware.profile import load_profile
+    from schedsim.report.training import training_report
+
+    text = TINY.replace("world_size: 8\n", "world_size: 32\nenv: {NCCL_ALGO: Ring, NCCL_PROTO: Simple}\n").replace(
+        "hidden_size: 64", "hidden_size: 1024").replace("seq_length: 32", "seq_length: 512").replace(
+        "global_batch_size: 8", "global_batch_size: 32").replace("tp: 2", "tp: 4")
+    run = predict(load_text(text), "dgx_h100")
+    want = training_report(load_text(text), run.timeline, load_profile("dgx_h100")).iteration_s
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    r = CliRunner().invoke(app, ["search", str(p), "-p", "dgx_h100", "--tp", "4", "--pp", "2", "--cp", "1",
+                                 "--micro-batch-size", "1", "--recompute", "none", "--format", "json", "--out",
+                                 str(tmp_path / "o")])
+    assert r.exit_code == 0, r.stderr[-2000:]
+    (row,) = [x for x in json.loads(r.stdout) if x["status"] == "simulated"]
+    assert row["iteration_s"] == want
