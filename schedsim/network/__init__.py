@@ -22,6 +22,9 @@ Ranks sit on GPUs in order, or as ``topology.placement`` says; node = GPU // ``g
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -105,6 +108,7 @@ class NcclNetwork:
         self._shapes: dict[tuple[int, ...], GroupShape] = {}
         self._tune: dict[tuple[GroupShape, str], tuple[_Table, _Table, TuneInput]] = {}
         self._scales: dict[tuple[GroupShape, str, str, str, int], float] = {}
+        self._later: dict[tuple[GroupShape, str], tuple[list[float], list[float]]] = {}
 
     # -- placement -------------------------------------------------------------------------------------------
     def gpu_of(self, rank: int) -> int:
@@ -287,11 +291,16 @@ class NcclNetwork:
         return got
 
     # -- the interface -------------------------------------------------------------------------------------------
-    def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], *, has_table: bool = False
-                   ) -> CollectiveCost | None:
+    def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], *, has_table: bool = False,
+                   floor: bool = True) -> CollectiveCost | None:
         """Solo time of collective ``kind`` of ``nbytes`` (nccl-tests size) over ``ranks`` (two or more), and
         the algorithm and protocol NCCL picks: the least ``ncclTopoGetAlgoTime`` among those enabled.
         all_to_all, scatter and gather: :meth:`spread`. None: left to the profile's tables (see module doc).
+
+        With ``floor`` (the default, every prediction) the time is no more than a larger message's where NCCL's
+        choice changes (:meth:`_later_min`), so that time never falls as bytes grow; without it, the time of the
+        choice NCCL runs as the profile's figures give it, as an nccl-tests log of that profile would read (the
+        two differ only just below a switch whose choice the figures time slower than NCCL's constants do).
         """
         shape = self.shape(ranks)
         if has_table or (shape.nodes == 1 and not self.topo.nccl_within_node):
@@ -299,27 +308,8 @@ class NcclNetwork:
         func = COLL_FUNCS.get(kind)
         if func is None:
             return self.spread(kind, nbytes, shape)
-        table, timed, t_in = self._tables(shape, func)
-        ring = t_in.ring
-        best: tuple[float, str, str] | None = None
-        for (a, p), (lat, bw) in table.items():
-            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, ring.channels, self.arch,
-                          x86=self.topo.cpu_vendor != "arm")
-            if best is None or t < best[0]:
-                best = (t, a, p)
-        if best is not None:  # NCCL chose with its constants; its choice is timed with the profile's figures
-            a, p = best[1], best[2]
-            lat, bw = timed[(a, p)]
-
-            def timed_at(nb: float) -> float:
-                return algo_time(func, a, p, lat, bw * self._bw_scale(shape, func, a, p, nb, t_in), nb, shape.nodes,
-                                 shape.ranks, ring.channels, self.arch, timed=True)
-
-            # on fewer channels than a slightly larger message gets, or in a tree correction bucket slower than the
-            # next ones, no slower than that message (channel_steps, correction_steps)
-            steps = channel_steps(a, p, nbytes, shape.ranks, ring) + correction_steps(func, a, nbytes)
-            best = (min([timed_at(nbytes)] + [timed_at(m) for m in steps]), a, p)
-        if best is None:
+        got = self._chosen_time(shape, func, nbytes)
+        if got is None:
             from schedsim.hardware.profile import SCHEDULE_ENV_SOURCE
 
             src = self.profile.nccl.source
@@ -333,14 +323,91 @@ class NcclNetwork:
             raise ProfileError(f"{where}: {what} ({self.profile.nccl.algo!r} / {self.profile.nccl.proto!r}) leave "
                                f"{kind} no algorithm and protocol on {shape.ranks} ranks over {shape.nodes} nodes",
                                fix=fix)
-        return CollectiveCost(best[0] * 1e-6, best[1], best[2])
+        t, a, p = got
+        return CollectiveCost((min(t, self._later_min(shape, func, nbytes)) if floor else t) * 1e-6, a, p)
 
-    def _p2p_terms(self, nbytes_per_peer: float, inter: bool, shape: GroupShape) -> tuple[float, float, str]:
+    def _choice(self, shape: GroupShape, func: str, nbytes: float) -> tuple[str, str] | None:
+        """The (algorithm, protocol) NCCL picks for ``nbytes``: the least ``ncclTopoGetAlgoTime`` with its own
+        constants among those enabled; None when none is."""
+        table, _timed, t_in = self._tables(shape, func)
+        best: tuple[float, str, str] | None = None
+        for (a, p), (lat, bw) in table.items():
+            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, t_in.ring.channels, self.arch,
+                          x86=self.topo.cpu_vendor != "arm")
+            if best is None or t < best[0]:
+                best = (t, a, p)
+        return None if best is None else (best[1], best[2])
+
+    def _chosen_time(self, shape: GroupShape, func: str, nbytes: float) -> tuple[float, str, str] | None:
+        """(µs, algorithm, protocol): NCCL's choice (:meth:`_choice`) timed with the profile's figures on the
+        channels it runs on, and no slower than the same choice at its next channel step or tree correction
+        bucket (``channel_steps``, ``correction_steps``); None when no algorithm is enabled."""
+        ch = self._choice(shape, func, nbytes)
+        if ch is None:
+            return None
+        a, p = ch
+        _table, timed, t_in = self._tables(shape, func)
+        lat, bw = timed[(a, p)]
+        ring = t_in.ring
+
+        def timed_at(nb: float) -> float:
+            return algo_time(func, a, p, lat, bw * self._bw_scale(shape, func, a, p, nb, t_in), nb, shape.nodes,
+                             shape.ranks, ring.channels, self.arch, timed=True)
+
+        steps = channel_steps(a, p, nbytes, shape.ranks, ring) + correction_steps(func, a, nbytes)
+        return min([timed_at(nbytes)] + [timed_at(m) for m in steps]), a, p
+
+    def _later_min(self, shape: GroupShape, func: str, nbytes: float) -> float:
+        """The least time (µs) of a larger message of ``func`` on ``shape`` at a size where NCCL's choice of
+        algorithm or protocol changes, or inf: NCCL chooses with its own constants and the choice is timed with
+        the profile's figures, so a message just past a switch can be timed faster than one just before it; a
+        collective is timed no slower than that (a smaller message never takes longer than a larger one, the
+        rule every cost here keeps). The switch sizes are found once per group shape (:meth:`_switches`)."""
+        key = (shape, func)
+        got = self._later.get(key)
+        if got is None:
+            got = self._later[key] = self._switches(shape, func)
+        sizes, suffix = got
+        i = bisect.bisect_right(sizes, nbytes)
+        return suffix[i] if i < len(sizes) else math.inf
+
+    def _switches(self, shape: GroupShape, func: str) -> tuple[list[float], list[float]]:
+        """(switch sizes ascending, the least time from each on): see :meth:`_later_min`. NCCL's estimate of each
+        algorithm is affine in the size between the tree correction buckets (``64 · 2^k`` bytes) and the ring
+        plateau's onset (``64 · nChannels · nRanks``), and the least of affine functions takes each one over at
+        most once; so on a grid holding those sizes (and four per octave, 1 B to 16 TiB) every change of choice
+        inside a grid step, which ends a byte before the next grid size, is found by bisection to the byte, one
+        after the other until the step's end, and a change at a grid size itself by comparing it with the byte
+        before."""
+        ring = self._tables(shape, func)[2].ring
+        grid = sorted({float(math.ceil(2.0 ** (k / 4))) for k in range(4 * 44 + 1)}
+                      | {float(64 << k) for k in range(38)} | {64.0 * ring.channels * shape.ranks})
+        choice = [self._choice(shape, func, s) for s in grid]
+        sizes: list[float] = []
+        for lo, hi, c_lo, c_hi in zip(grid, grid[1:], choice, choice[1:], strict=False):
+            end = max(lo, hi - 1)
+            c_end = self._choice(shape, func, end)
+            while c_lo != c_end:
+                a, b = lo, end
+                while b - a > 1:  # the smallest size past a whose choice differs from c_lo
+                    mid = float((a + b) // 2)
+                    a, b = (mid, b) if self._choice(shape, func, mid) == c_lo else (a, mid)
+                sizes.append(b)
+                lo, c_lo = b, self._choice(shape, func, b)
+            if c_end != c_hi:
+                sizes.append(hi)
+        times = [got[0] if (got := self._chosen_time(shape, func, s)) is not None else math.inf for s in sizes]
+        suffix = list(itertools.accumulate(reversed(times), min))[::-1]
+        return sizes, suffix
+
+    def _p2p_terms(self, nbytes_per_peer: float, inter: bool, shape: GroupShape, proto: str | None = None
+                   ) -> tuple[float, float, str]:
         """(latency µs, bandwidth GB/s, protocol) of one send/recv stream: LL up to :data:`P2P_LL_THRESHOLD`
-        bytes, else Simple; latency NCCL's ring baseLat plus one hwLat step of the tier (an assumption: tuning.cc has
-        no p2p entry), bandwidth the ring graph's channels × speed inside a node (NVLink) or the rank's NIC
-        across nodes; LL at half of it, at most llMaxBw."""
-        proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
+        bytes, else Simple (or ``proto``); latency NCCL's ring baseLat plus one hwLat step of the tier (an
+        assumption: tuning.cc has no p2p entry), bandwidth the ring graph's channels × speed inside a node
+        (NVLink) or the rank's NIC across nodes; LL at half of it, at most llMaxBw."""
+        if proto is None:
+            proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
         if inter:
             lat, ll_cap = p2p_step("net", proto, self.arch)
             lat += self._lat_inter(shape)
@@ -359,7 +426,11 @@ class NcclNetwork:
         NIC (rail; NCCL's PXN), inside a node over the scale-up domain (:meth:`_p2p_terms`)."""
         shape = self.shape((src, dst) if src != dst else (src,))
         lat, bw, proto = self._p2p_terms(nbytes, shape.nodes > 1, shape)
-        return CollectiveCost((lat + nbytes / (1000.0 * bw)) * 1e-6, "p2p", proto)
+        t = lat + nbytes / (1000.0 * bw)
+        if proto == "LL":  # no slower than Simple just past the LL threshold (a larger message never takes less)
+            lat, bw, _ = self._p2p_terms(P2P_LL_THRESHOLD, shape.nodes > 1, shape, "Simple")
+            t = min(t, lat + P2P_LL_THRESHOLD / (1000.0 * bw))
+        return CollectiveCost(t * 1e-6, "p2p", proto)
 
     def spread(self, kind: str, nbytes: float, shape: GroupShape) -> CollectiveCost:
         """all_to_all, scatter or gather of ``nbytes`` (nccl-tests size) as NCCL runs them, grouped send/recv:
@@ -367,21 +438,29 @@ class NcclNetwork:
         ``local - 1`` peers goes over the scale-up domain, the rest through NICs, the two at once:
         t = latency + max(intra bytes / B_intra, inter bytes / B_inter). B_inter: all_to_all's ranks share
         their node's ``nics`` NICs (``nics / local`` of one each); the root of scatter or gather has its NIC to
-        itself. Latency: one p2p step of the slowest tier used (:meth:`_p2p_terms`)."""
+        itself. Latency: one p2p step of the slowest tier used (:meth:`_p2p_terms`). Up to the LL threshold per
+        peer, no slower than Simple just past it (a larger message never takes less)."""
+        got = self._spread_us(kind, nbytes, shape)
+        if got[1] == "LL":
+            got = (min(got[0], self._spread_us(kind, P2P_LL_THRESHOLD * shape.ranks, shape, "Simple")[0]), "LL")
+        return CollectiveCost(got[0] * 1e-6, "p2p", got[1])
+
+    def _spread_us(self, kind: str, nbytes: float, shape: GroupShape, force: str | None = None) -> tuple[float, str]:
+        """(µs, protocol) of :meth:`spread` without its floor (``force``: the protocol, else by size)."""
         n = shape.ranks
         per_peer = nbytes / n
         intra_bytes = per_peer * (shape.local - 1)
         inter_bytes = per_peer * (n - shape.local)
-        lat_i, bw_i, proto = self._p2p_terms(per_peer, False, shape)
+        lat_i, bw_i, proto = self._p2p_terms(per_peer, False, shape, force)
         t = intra_bytes / (1000.0 * bw_i)
         lat = lat_i
         if inter_bytes > 0:
-            lat_n, bw_n, proto = self._p2p_terms(per_peer, True, shape)
+            lat_n, bw_n, proto = self._p2p_terms(per_peer, True, shape, force)
             if kind == "all_to_all":
                 bw_n *= min(1.0, shape.nics / shape.local)
             t = max(t, inter_bytes / (1000.0 * bw_n))
             lat = max(lat, lat_n)
-        return CollectiveCost((lat + t) * 1e-6, "p2p", proto)
+        return lat + t, proto
 
 
 def rank_nodes(profile: HardwareProfile, world: int) -> list[int] | None:

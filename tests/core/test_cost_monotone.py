@@ -6,6 +6,8 @@ is checked to a relative 1e-12."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from schedsim.gpu.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile, list_profiles, load_profile
 from schedsim.kinds import COLLECTIVE_KINDS, DTYPES, P2P_KINDS
+from schedsim.network.tuning import COLL_FUNCS
 from tests.conftest import toy_profile_dict
 
 PROFILES = list_profiles()
@@ -273,3 +276,53 @@ def test_all_reduce_never_drops_across_a_tree_correction_bucket(profile: str) ->
                 checked += 1
                 assert no_drop(below.seconds, at.seconds), (n, k, below, at)
     assert checked >= 5
+
+
+@pytest.mark.parametrize(("profile", "kind", "ranks", "small", "big"), [
+    # NCCL's choice switches between these sizes (its constants); the choice is timed with the profile's figures
+    ("dgx_a100", "all_reduce", 16, 4194303, 4194304),      # ring/LL128 -> tree/LL128
+    ("dgx_a100", "all_gather", 64, 339958, 370727),        # LL -> LL128
+    ("dgx_a100", "broadcast", 24, 185363, 202140),
+    ("gb200_nvl72", "all_reduce", 16, 84989, 92681),       # ring/LL -> nvls
+    ("gb200_nvl72", "broadcast", 64, 2097153, 2286960),
+    ("dgx_h100", "all_to_all", 64, 1048576, 1048577),      # per-peer send/recv LL -> Simple past 16 KiB
+    ("dgx_a100", "scatter", 64, 1048576, 1048577),
+])
+def test_a_collective_is_not_slower_than_a_larger_one_across_nccls_switches(profile, kind, ranks, small, big):
+    from schedsim.network import NcclNetwork
+
+    net = NcclNetwork(load_profile(profile))
+    a, b = (net.collective(kind, x, tuple(range(ranks))) for x in (small, big))
+    assert a is not None and b is not None and no_drop(a.seconds, b.seconds)
+
+
+@pytest.mark.parametrize("profile", ["dgx_h100", "dgx_a100", "gb200_nvl72", "h200"])
+def test_collective_times_never_drop_on_a_dense_grid_and_at_every_switch(profile):
+    # eight sizes per octave from 1 B to 64 GiB, plus each size where NCCL's choice changes and the byte before it
+    from schedsim.network import NcclNetwork
+
+    net = NcclNetwork(load_profile(profile))
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"):
+        for n in (2, 8, 16, 64):
+            ranks = tuple(range(n))
+            shape, func = net.shape(ranks), COLL_FUNCS.get(kind)
+            sizes = {float(math.ceil(2 ** (k / 8))) for k in range(8 * 36 + 1)}
+            if func is not None:
+                for s in net._switches(shape, func)[0]:
+                    sizes |= {s - 1, s}
+            prev = None
+            for s in sorted(sizes):
+                got = net.collective(kind, s, ranks)
+                assert got is not None
+                assert prev is None or no_drop(prev[1], got.seconds), (kind, n, prev, s, got)
+                prev = (s, got.seconds)
+
+
+def test_send_recv_is_not_slower_below_the_ll_threshold_than_above_it():
+    from schedsim.network import P2P_LL_THRESHOLD, NcclNetwork
+
+    for profile in ("dgx_h100", "dgx_a100", "h200"):
+        net = NcclNetwork(load_profile(profile))
+        for dst in (1, 8):  # inside a node, across nodes
+            a, b = (net.p2p(0, dst, x) for x in (P2P_LL_THRESHOLD, P2P_LL_THRESHOLD + 1))
+            assert (a.proto, b.proto) == ("LL", "Simple") and no_drop(a.seconds, b.seconds)

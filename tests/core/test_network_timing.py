@@ -54,9 +54,17 @@ def test_nccl_still_chooses_with_its_own_constants():
     # 4 KiB on 2x2: NCCL's constants pick ring/LL (16.16 us, test_network::test_nccl_picks_the_least_time);
     # a measured ring/LL network hop of 50 us makes it 6.6 + 4 x 1.0 + 2 x 50 = 110.6 us, yet NCCL runs it
     net = timed(nics={"ring/LL": fig(50.0)})
-    got = net.collective("all_reduce", 4096, R4)
+    got = net.collective("all_reduce", 4096, R4, floor=False)
     assert got is not None and (got.algo, got.proto) == ("ring", "LL")
     assert us(got) == pytest.approx(110.6 + 4096 / (1000 * 8.0), rel=1e-9)  # on 1 channel, as above
+    # a prediction is no slower than the message where NCCL's choice first changes above 4 KiB (time never falls
+    # as bytes grow): that message's own time, its choice no longer ring/LL
+    switch = net._switches(net.shape(R4), "allreduce")[0][0]
+    later = net.collective("all_reduce", switch, R4)
+    assert switch > 4096 and later is not None and (later.algo, later.proto) != ("ring", "LL")
+    floored = net.collective("all_reduce", 4096, R4)
+    assert floored is not None and (floored.algo, floored.proto) == ("ring", "LL")
+    assert floored.seconds == min(got.seconds, later.seconds) < got.seconds
 
 
 def test_a_timing_key_that_is_not_algo_proto_is_refused():
