@@ -21,7 +21,8 @@ import numpy as np
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
 from schedsim.lower.program import Program, batch_heads, compiled, required, stable_order, unique
 
-__all__ = ["Verdict", "check_arrays", "launch_heads", "launches", "multi_peer_hubs"]
+__all__ = ["Verdict", "check_arrays", "collective_order_witness", "dag_cycle", "forward_dep", "launch_heads",
+           "launches", "lazy_init_ok", "multi_peer_hubs"]
 
 I64 = np.int64
 
@@ -99,6 +100,40 @@ def _collective_order_ok(prog: Program, tc: _Templates) -> bool:
         if not bool((rows == rows[0]).all()):
             return False
     return True
+
+
+def collective_order_witness(prog: Program) -> tuple[tuple[int, ...], int, int, int, int, int] | None:
+    """``(group, ref, rank, i, a, b)``: the first group (by its first member in program order) whose collectives
+    some rank issues in another order than the group's lowest rank ``ref``: the first such ``rank`` (ascending),
+    the first position ``i`` where their orders differ and the ops ``a`` (on ``ref``) and ``b`` (on ``rank``) issued
+    there; None when every group's order agrees (:func:`_collective_order_ok`)."""
+    tc = _Templates.of(prog)
+    if _collective_order_ok(prog, tc):
+        return None
+    ptr, idx = prog.coll_ptr, prog.coll_idx
+    key_of = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    o = np.argsort(idx, kind="stable")
+    per: dict[int, dict[int, list[tuple[int, int, int]]]] = {}  # group -> rank -> (seq, key, op), groups in order
+    for op, k in zip(idx[o].tolist(), key_of[o].tolist(), strict=True):
+        g = int(tc.gid[prog.tmpl[op]])
+        per.setdefault(g, {}).setdefault(int(prog.rank[op]), []).append((int(prog.seq[op]), k, op))
+    for g, by_rank in per.items():
+        rows = {r: sorted(v) for r, v in sorted(by_rank.items())}
+        ranks = list(rows)
+        ref = ranks[0]
+        for r in ranks[1:]:
+            a, b = rows[ref], rows[r]
+            i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x[1] != y[1]), None)
+            if i is not None:
+                return tc.groups[g], ref, r, i, a[i][2], b[i][2]
+    raise AssertionError("the collective order rule failed, but no two ranks' orders differ")
+
+
+def lazy_init_ok(prog: Program) -> bool:
+    """Whether rule 6 of :mod:`schedsim.graph.nccl` holds (:func:`_lazy_init_ok`)."""
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    return _lazy_init_ok(prog, comm, head, tc)
 
 
 def _comm_ids(prog: Program, heads: np.ndarray, eager: bool, tc: _Templates
@@ -377,6 +412,51 @@ def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
 def _forward_deps_ok(prog: Program) -> bool:
     e = prog.dep_edges
     return not len(e) or not bool((prog.seq[e[:, 0]] > prog.seq[e[:, 1]]).any())
+
+
+def forward_dep(prog: Program) -> tuple[int, int] | None:
+    """``(user, dep)``: the first dependency written after its user (op indices; first by user in program order,
+    then by declaration order), or None."""
+    e = prog.dep_edges
+    if not len(e):
+        return None
+    bad = np.flatnonzero(prog.seq[e[:, 0]] > prog.seq[e[:, 1]])
+    return (int(e[bad[0], 1]), int(e[bad[0], 0])) if len(bad) else None
+
+
+def dag_cycle(prog: Program) -> tuple[list[int], bool] | None:
+    """``(ops, through_stream)``: the cycle of the DAG (stream and dependency edges) that networkx's ``find_cycle``
+    reports on the graph :func:`schedsim.graph.build.graph_of` builds (a depth-first search from each op in program
+    order, successors in :attr:`Program.succ` order; the first edge back to an op on the search path closes it),
+    as op indices from the op where it closes, and whether one of its edges is stream order only; None when the
+    DAG is acyclic (:func:`_acyclic`)."""
+    if _acyclic(prog.N, *_dag_edges(prog)):
+        return None
+    p, i, k = prog.succ
+    ptr, idx, isdep = p.tolist(), i.tolist(), k.tolist()
+    state = bytearray(prog.N)  # 0 unseen, 1 on the search path, 2 done
+    for s in range(prog.N):
+        if state[s]:
+            continue
+        path, at = [s], [ptr[s]]  # the path, and per node on it the next successor to take
+        state[s] = 1
+        while path:
+            u, e = path[-1], at[-1]
+            if e == ptr[u + 1]:
+                state[u] = 2
+                path.pop()
+                at.pop()
+                continue
+            at[-1] = e + 1
+            v = idx[e]
+            if state[v] == 1:
+                j = path.index(v)
+                return path[j:], not all(isdep[x - 1] for x in at[j:])  # at[j:] - 1: the edges taken around it
+            if not state[v]:
+                state[v] = 1
+                path.append(v)
+                at.append(ptr[v])
+    raise AssertionError("the compiled sweep found a cycle that the search does not")
 
 
 def _cross_communicator_cycle(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:

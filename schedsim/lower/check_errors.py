@@ -1,0 +1,96 @@
+"""The errors of the static checks, worded from what a rule found (plain values: op names, ranks, ids).
+
+One wording per rule, used by the array rules (:func:`word_fault`, from the witnesses of
+:mod:`schedsim.lower.checks`) and by the object-based build (:mod:`schedsim.lower.reference`,
+:mod:`schedsim.graph.checks`), so both raise the same text. Rule families worded here: a dependency written
+after its user, a dependency cycle, collectives of one group in different orders. The others (lazy
+communicator creation, NCCL wait-for cycles, a batch's inputs) are still worded by the object-based build
+(:func:`schedsim.lower.check_program`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from schedsim.errors import CycleError, DeadlockError, GraphError
+
+if TYPE_CHECKING:
+    from schedsim.lower.program import Program
+
+__all__ = ["collective_order_error", "cycle_error", "forward_dep_error", "pipeline_grid", "word_fault"]
+
+
+def forward_dep_error(source: str | None, name: str, rank: int, dep: str) -> GraphError:
+    """Op ``name`` on ``rank`` (written at ``source``) depends on ``dep``, written after it on that rank."""
+    return GraphError(
+        f"{source}: op {name!r} on rank {rank} depends on {dep!r}, which is written after it; each "
+        "rank issues its ops in the order written (the executor launches them so, and NCCL runs its "
+        "communication in that order), so the wait would not be honoured",
+        fix=f"move {dep!r} above {name!r} (or drop the dependency)")
+
+
+def cycle_error(cycle: list[str], through_stream: bool) -> CycleError:
+    """A dependency cycle through op ids ``cycle`` (in edge order, from the op where it closes);
+    ``through_stream``: one of its edges is stream order."""
+    how = " (through stream order: an op depends on one issued after it on the same stream)" if through_stream else ""
+    return CycleError("dependency cycle" + how + ": " + " -> ".join(cycle + [cycle[0]]), cycle,
+                      fix="remove one of these dependencies, or move the op to another stream")
+
+
+def collective_order_error(group: Sequence[int], ref: int, rank: int, i: int, name_ref: str, name: str,
+                           issue: Mapping[int, list[list[str]]]) -> DeadlockError:
+    """Rank ``ref`` issues collective ``name_ref`` of ``group`` as its ``i``-th on that group, rank ``rank`` issues
+    ``name``; ``issue`` is the NCCL issue order (per rank, launches as lists of op ids) for the grid."""
+    from schedsim.graph.nccl import issue_grid
+
+    marked = {f"{name_ref}@r{ref}", f"{name}@r{rank}"}
+    grid = issue_grid({k: ["+".join(x) for x in v] for k, v in issue.items()}, marked)
+    return DeadlockError(
+        f"collectives on group {list(group)} are issued in a different order: rank {ref} issues "
+        f"{name_ref!r} as its collective #{i} but rank {rank} issues {name!r}; real NCCL would hang",
+        fix=f"issue the collectives of group {list(group)} in the same order on every rank", detail=grid,
+        ops=sorted(marked))
+
+
+def pipeline_grid(order: Mapping[int | str, Sequence[str]], step: int | None) -> str:
+    """The rank × step grid of a pipeline's compute ``order`` (actions per rank), ``step`` marked."""
+    from schedsim.errors import format_pipeline_order
+
+    return "Pipeline schedule (compute actions per rank):\n" + format_pipeline_order(
+        {int(r): acts for r, acts in order.items()}, step)
+
+
+def word_fault(prog: Program) -> GraphError | None:
+    """The error of a failed static check on ``prog``, worded from the array rules' witnesses and chosen in the
+    object-based build's order (:func:`schedsim.lower.reference.graph_from_ops`): a dependency written after its
+    user (when the DAG has no cycle), collectives in different orders, then (after lazy creation) a dependency
+    cycle. None when the first failing rule is one the object-based build still words.
+    """
+    from schedsim.lower.checks import collective_order_witness, dag_cycle, forward_dep, launches, lazy_init_ok
+
+    cyc = dag_cycle(prog)
+    fwd = forward_dep(prog)
+    if fwd is not None and cyc is None:
+        user, dep = fwd
+        return forward_dep_error(prog.templates[int(prog.tmpl[user])].source, *prog.op_names([user]),
+                                 int(prog.rank[user]), *prog.op_names([dep]))
+    bad = collective_order_witness(prog)
+    if bad is not None:
+        group, ref, rank, i, a, b = bad
+        ids = prog.ids()
+        issue = {r: [[ids[x] for x in launch] for launch in ls] for r, ls in launches(prog).items()}
+        name_ref, name = prog.op_names([a, b])
+        e = collective_order_error(group, ref, rank, i, name_ref, name, issue)
+        if prog.pipeline is None:
+            return e
+        grid = pipeline_grid(prog.graph_info()["pipeline"]["order"], None)  # no send/recv marked: no step
+        return DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid, ops=e.ops,
+                             cycle=e.cycle)
+    if not lazy_init_ok(prog):
+        return None
+    if cyc is not None:  # a cycle of the DAG is one of NCCL's wait-for graph too: the hang is this cycle
+        nodes, stream = cyc
+        ids = prog.ids()
+        return cycle_error([ids[x] for x in nodes], stream)
+    return None
