@@ -126,25 +126,14 @@ def _check_lazy_init(G: nx.DiGraph) -> None:
     ------
     DeadlockError
     """
-    from schedsim.graph.nccl import issue_grid, lazy_init_missing
+    from schedsim.graph.nccl import lazy_init_missing
+    from schedsim.lower.check_errors import lazy_init_error
 
     got = lazy_init_missing(G)
     if got is None:
         return
     comm, users, missing = got
-    order = G.graph.get("issue_order") or {}
-    grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in order.items()}, set())
-    def show(rs: list[int]) -> str:
-        return str(rs) if len(rs) <= 8 else f"[{', '.join(map(str, rs[:6]))}, ..., {rs[-1]}] ({len(rs)} ranks)"
-
-    raise DeadlockError(
-        f"rank(s) {show(users)} make NCCL calls on the communicator of ranks {show(list(comm[1]))} (batched "
-        "send/recv or collectives on them), which a lazily initialised process group creates at each rank's first "
-        f"call on it and which waits for all its ranks; rank(s) {show(missing)} never call it, so the others wait "
-        "forever (pytorch/pytorch#74701)",
-        fix="initialise the process group eagerly (`nccl_init: eager`: init_process_group(device_id=...)), or have "
-            "every rank of the group make a call on it first (e.g. a barrier or all_reduce on all ranks)",
-        detail=grid)
+    raise lazy_init_error(comm[1], users, missing, G.graph.get("issue_order") or {})
 
 
 def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:

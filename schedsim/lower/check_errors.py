@@ -3,9 +3,9 @@
 One wording per rule, used by the array rules (:func:`word_fault`, from the witnesses of
 :mod:`schedsim.lower.checks`) and by the object-based build (:mod:`schedsim.lower.reference`,
 :mod:`schedsim.graph.checks`), so both raise the same text. Rule families worded here: a dependency written
-after its user, a dependency cycle, collectives of one group in different orders. The others (lazy
-communicator creation, NCCL wait-for cycles, a batch's inputs) are still worded by the object-based build
-(:func:`schedsim.lower.check_program`).
+after its user, a dependency cycle, collectives of one group in different orders, lazy communicator creation
+(rule 6 of :mod:`schedsim.graph.nccl`), a p2p batch's inputs. NCCL wait-for cycles that are not dependency
+cycles are still worded by the object-based build (:func:`schedsim.lower.check_program`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from schedsim.errors import CycleError, DeadlockError, GraphError
 if TYPE_CHECKING:
     from schedsim.lower.program import Program
 
-__all__ = ["collective_order_error", "cycle_error", "forward_dep_error", "pipeline_grid", "word_fault"]
+__all__ = ["batch_input_error", "collective_order_error", "cycle_error", "forward_dep_error", "lazy_init_error",
+           "pipeline_grid", "word_fault"]
 
 
 def forward_dep_error(source: str | None, name: str, rank: int, dep: str) -> GraphError:
@@ -53,6 +54,39 @@ def collective_order_error(group: Sequence[int], ref: int, rank: int, i: int, na
         ops=sorted(marked))
 
 
+def lazy_init_error(ranks: Sequence[int], users: list[int], missing: list[int],
+                    issue: Mapping[int, list[list[str]]]) -> DeadlockError:
+    """Rule 6 of :mod:`schedsim.graph.nccl`: ``users`` call the communicator of ``ranks``, which a lazily initialised
+    process group creates at each rank's first call on it, and ``missing`` never do; ``issue`` as
+    :func:`collective_order_error`'s."""
+    from schedsim.graph.nccl import issue_grid
+
+    grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in issue.items()}, set())
+
+    def show(rs: list[int]) -> str:
+        return str(rs) if len(rs) <= 8 else f"[{', '.join(map(str, rs[:6]))}, ..., {rs[-1]}] ({len(rs)} ranks)"
+
+    return DeadlockError(
+        f"rank(s) {show(users)} make NCCL calls on the communicator of ranks {show(list(ranks))} (batched "
+        "send/recv or collectives on them), which a lazily initialised process group creates at each rank's first "
+        f"call on it and which waits for all its ranks; rank(s) {show(missing)} never call it, so the others wait "
+        "forever (pytorch/pytorch#74701)",
+        fix="initialise the process group eagerly (`nccl_init: eager`: init_process_group(device_id=...)), or have "
+            "every rank of the group make a call on it first (e.g. a barrier or all_reduce on all ranks)",
+        detail=grid)
+
+
+def batch_input_error(source: str | None, kind: str, name: str, batch: str | None, rank: int, first: str, pred: str,
+                      how: str) -> GraphError:
+    """Member ``name`` (a ``kind``) of p2p batch ``batch`` on ``rank``, posted at its first member ``first``, waits for
+    ``pred`` (``how``: "follows it on stream 's'" or "is a dependency of it"), written after ``first``."""
+    return GraphError(
+        f"{source}: {kind} {name!r} is in p2p_batch {batch!r}, which rank {rank} "
+        f"posts whole at its first member {first!r}, but it waits for {pred!r} (it {how}), "
+        f"written after {first!r}: the batch would be posted before {pred!r} ran",
+        fix=f"move {pred!r} above {first!r}, or move {name!r} to another p2p_batch")
+
+
 def pipeline_grid(order: Mapping[int | str, Sequence[str]], step: int | None) -> str:
     """The rank × step grid of a pipeline's compute ``order`` (actions per rank), ``step`` marked."""
     from schedsim.errors import format_pipeline_order
@@ -64,10 +98,19 @@ def pipeline_grid(order: Mapping[int | str, Sequence[str]], step: int | None) ->
 def word_fault(prog: Program) -> GraphError | None:
     """The error of a failed static check on ``prog``, worded from the array rules' witnesses and chosen in the
     object-based build's order (:func:`schedsim.lower.reference.graph_from_ops`): a dependency written after its
-    user (when the DAG has no cycle), collectives in different orders, then (after lazy creation) a dependency
-    cycle. None when the first failing rule is one the object-based build still words.
+    user (when the DAG has no cycle), collectives in different orders, lazy communicator creation, a dependency
+    cycle, then (when NCCL's wait-for graph has no cycle) a p2p batch's inputs. None when the first failing rule
+    is an NCCL wait-for cycle, which the object-based build still words.
     """
-    from schedsim.lower.checks import collective_order_witness, dag_cycle, forward_dep, launches, lazy_init_ok
+    from schedsim.lower.checks import (
+        batch_input_witness,
+        collective_order_witness,
+        dag_cycle,
+        forward_dep,
+        launches,
+        lazy_init_witness,
+        no_hang,
+    )
 
     cyc = dag_cycle(prog)
     fwd = forward_dep(prog)
@@ -81,16 +124,35 @@ def word_fault(prog: Program) -> GraphError | None:
         ids = prog.ids()
         issue = {r: [[ids[x] for x in launch] for launch in ls] for r, ls in launches(prog).items()}
         name_ref, name = prog.op_names([a, b])
-        e = collective_order_error(group, ref, rank, i, name_ref, name, issue)
-        if prog.pipeline is None:
-            return e
-        grid = pipeline_grid(prog.graph_info()["pipeline"]["order"], None)  # no send/recv marked: no step
-        return DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid, ops=e.ops,
-                             cycle=e.cycle)
-    if not lazy_init_ok(prog):
-        return None
+        return _with_pipeline(prog, collective_order_error(group, ref, rank, i, name_ref, name, issue))
+    lazy = lazy_init_witness(prog)
+    if lazy is not None:
+        ids = prog.ids()
+        return _with_pipeline(prog, lazy_init_error(*lazy, {r: [[ids[x] for x in launch] for launch in ls]
+                                                            for r, ls in launches(prog).items()}))
     if cyc is not None:  # a cycle of the DAG is one of NCCL's wait-for graph too: the hang is this cycle
         nodes, stream = cyc
         ids = prog.ids()
         return cycle_error([ids[x] for x in nodes], stream)
-    return None
+    if not no_hang(prog):
+        return None
+    bad = batch_input_witness(prog)
+    if bad is None:
+        return None
+    first, m, x, is_dep = bad
+    tp = prog.templates[int(prog.tmpl[m])]
+    how = "is a dependency of it" if is_dep else "follows it on stream " + repr(prog.streams[int(prog.stream_id[m])])
+    b = int(prog.batch[m])
+    name, first_name, pred = prog.op_names([m, first, x])
+    return batch_input_error(tp.source, tp.kind, name, prog.strs[b] if b >= 0 else None, int(prog.rank[m]),
+                             first_name, pred, how)
+
+
+def _with_pipeline(prog: Program, e: DeadlockError) -> DeadlockError:
+    """``e`` with the rank × step grid of ``prog``'s pipeline block after its detail, as the object-based build adds
+    it to a hang of :func:`schedsim.graph.checks.check_graph` (no step marked: ``e`` names no send/recv)."""
+    if prog.pipeline is None:
+        return e
+    grid = pipeline_grid(prog.graph_info()["pipeline"]["order"], None)
+    return DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid, ops=e.ops,
+                         cycle=e.cycle)

@@ -21,8 +21,8 @@ import numpy as np
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
 from schedsim.lower.program import Program, batch_heads, compiled, required, stable_order, unique
 
-__all__ = ["Verdict", "check_arrays", "collective_order_witness", "dag_cycle", "forward_dep", "launch_heads",
-           "launches", "lazy_init_ok", "multi_peer_hubs"]
+__all__ = ["Verdict", "batch_input_witness", "check_arrays", "collective_order_witness", "dag_cycle", "forward_dep",
+           "launch_heads", "launches", "lazy_init_witness", "multi_peer_hubs", "no_hang"]
 
 I64 = np.int64
 
@@ -127,13 +127,6 @@ def collective_order_witness(prog: Program) -> tuple[tuple[int, ...], int, int, 
             if i is not None:
                 return tc.groups[g], ref, r, i, a[i][2], b[i][2]
     raise AssertionError("the collective order rule failed, but no two ranks' orders differ")
-
-
-def lazy_init_ok(prog: Program) -> bool:
-    """Whether rule 6 of :mod:`schedsim.graph.nccl` holds (:func:`_lazy_init_ok`)."""
-    tc = _Templates.of(prog)
-    comm, head = launch_heads(prog, tc)
-    return _lazy_init_ok(prog, comm, head, tc)
 
 
 def _comm_ids(prog: Program, heads: np.ndarray, eager: bool, tc: _Templates
@@ -394,6 +387,13 @@ def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, 
                     np.concatenate([b for _a, b in parts], dtype=it))
 
 
+def no_hang(prog: Program) -> bool:
+    """Whether NCCL's wait-for graph of ``prog`` (rules 1-6 of :mod:`schedsim.graph.nccl`) has no cycle."""
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    return _no_hang(prog, comm, head, tc)
+
+
 def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
     """No member of a p2p batch waits for an op written after the batch's first member."""
     if bool((comm == head).all()):
@@ -407,6 +407,50 @@ def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
     hv = h[dst]
     bad = (size[hv] >= 2) & (dst != hv) & (h[src] != hv) & (prog.seq[src] > prog.seq[hv])
     return not bool(bad.any())
+
+
+def batch_input_witness(prog: Program) -> tuple[int, int, int, bool] | None:
+    """``(first, member, pred, is_dep)``: the first member of a p2p batch (after the batch's ``first``) that waits
+    for an op ``pred`` written after ``first``, by a dependency (``is_dep``) or stream order, in the order of the
+    object-based check (ranks ascending, launches and members in issue order, predecessors in the DAG's edge
+    order: stream edges, then dependencies); None when every batch's inputs come before it
+    (:func:`_batch_inputs_ok`). Op indices."""
+    comm, head = launch_heads(prog)
+    h = np.arange(prog.N)
+    h[comm] = head
+    size = np.bincount(h, minlength=prog.N)
+    src, dst = _dag_edges(prog)
+    hv = h[dst]
+    bad = np.flatnonzero((size[hv] >= 2) & (dst != hv) & (h[src] != hv) & (prog.seq[src] > prog.seq[hv]))
+    if not len(bad):
+        return None
+    first = bad[np.lexsort((bad, prog.seq[dst[bad]], prog.seq[hv[bad]], prog.rank[hv[bad]]))[0]]
+    m, x = int(dst[first]), int(src[first])
+    deps = np.asarray(prog.dep_edges).reshape(-1, 2)
+    return int(hv[first]), m, x, bool(((deps[:, 0] == x) & (deps[:, 1] == m)).any())
+
+
+def lazy_init_witness(prog: Program) -> tuple[tuple[int, ...], list[int], list[int]] | None:
+    """``(ranks, users, missing)``: under lazy communicator creation, the first group communicator (by its first
+    launch in program order) that some of its ``ranks`` call (``users``) and others (``missing``) never do, as
+    :func:`schedsim.graph.nccl.lazy_init_missing` finds it (rule 6); None if there is none. Ranks ascending."""
+    if prog.nccl_init != "lazy":
+        return None
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    heads = comm[comm == head]
+    if not len(heads):
+        return None
+    cid, groups = _comm_ids(prog, heads, False, tc)
+    users: dict[int, set[int]] = {}  # by first launch in program order (ranks ascending, then issue order)
+    for c, r in zip(cid.tolist(), prog.rank[heads].tolist(), strict=True):
+        if c < len(groups):
+            users.setdefault(c, set()).add(r)
+    for c, rs in users.items():
+        missing = sorted(set(groups[c]) - rs)
+        if missing:
+            return groups[c], sorted(rs), missing
+    return None
 
 
 def _forward_deps_ok(prog: Program) -> bool:

@@ -214,11 +214,10 @@ def _check_batch_inputs(G: nx.DiGraph) -> None:
                         o = G.nodes[m]["op"]
                         how = "follows it on stream " + repr(o.stream) if G.edges[u, m].get("kind") == "stream" \
                             else "is a dependency of it"
-                        raise GraphError(
-                            f"{o.source}: {o.kind} {o.name!r} is in p2p_batch {o.p2p_batch!r}, which rank {o.rank} "
-                            f"posts whole at its first member {first.name!r}, but it waits for {x.name!r} (it {how}), "
-                            f"written after {first.name!r}: the batch would be posted before {x.name!r} ran",
-                            fix=f"move {x.name!r} above {first.name!r}, or move {o.name!r} to another p2p_batch")
+                        from schedsim.lower.check_errors import batch_input_error
+
+                        raise batch_input_error(o.source, o.kind, o.name, o.p2p_batch, o.rank, first.name, x.name,
+                                                how)
 
 
 def _a(word: str) -> str:
