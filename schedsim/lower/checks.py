@@ -6,8 +6,9 @@ issue order, collectives on communicators sharing two or more ranks in one relat
 and completed as one unit), plus collectives of one group in one order on every rank, dependencies written
 before their users, and the inputs of a p2p batch written before the batch is posted. A collective's
 rendezvous is one hub node (posted(x) -> hub -> done(y) for all members), which has the cycles of the
-all-pairs form. When a rule fails, the object-based build (:mod:`schedsim.lower.reference`) words the error
-(op names, the NCCL issue grid, a fix).
+all-pairs form. When a rule fails, :func:`schedsim.lower.check_errors.word_fault` words the error from the
+rule's witness (the ``*_witness`` functions, :func:`forward_dep`, :func:`dag_cycle`); an NCCL wait-for cycle that
+is not a dependency cycle is still worded by the object-based build (:mod:`schedsim.lower.reference`).
 """
 
 from __future__ import annotations
@@ -521,8 +522,9 @@ def _cross_communicator_cycle(prog: Program, comm: np.ndarray, head: np.ndarray)
 
 
 class Verdict(NamedTuple):
-    """What the array checks found (:func:`check_arrays`). ``fault``: a rule failed, and the object-based build
-    (:func:`schedsim.lower.reference.graph_from_ops`) words the error; ``word_warnings``: a "may hang" case whose
+    """What the array checks found (:func:`check_arrays`). ``fault``: a rule failed
+    (:func:`schedsim.lower.check_errors.word_fault` words the error, or for an NCCL wait-for cycle the object-based
+    build, :func:`schedsim.lower.reference.graph_from_ops`); ``word_warnings``: a "may hang" case whose
     warning that build words; ``split``: the split-batch warning, or None."""
 
     fault: bool
