@@ -107,7 +107,6 @@ def word_fault(prog: Program) -> GraphError | None:
         collective_order_witness,
         dag_cycle,
         forward_dep,
-        launches,
         lazy_init_witness,
         no_hang,
     )
@@ -116,20 +115,17 @@ def word_fault(prog: Program) -> GraphError | None:
     fwd = forward_dep(prog)
     if fwd is not None and cyc is None:
         user, dep = fwd
-        return forward_dep_error(prog.templates[int(prog.tmpl[user])].source, *prog.op_names([user]),
-                                 int(prog.rank[user]), *prog.op_names([dep]))
-    bad = collective_order_witness(prog)
-    if bad is not None:
-        group, ref, rank, i, a, b = bad
-        ids = prog.ids()
-        issue = {r: [[ids[x] for x in launch] for launch in ls] for r, ls in launches(prog).items()}
+        user_name, dep_name = prog.op_names([user, dep])
+        return forward_dep_error(prog.templates[int(prog.tmpl[user])].source, user_name, int(prog.rank[user]),
+                                 dep_name)
+    order = collective_order_witness(prog)
+    if order is not None:
+        group, ref, rank, i, a, b = order
         name_ref, name = prog.op_names([a, b])
-        return _with_pipeline(prog, collective_order_error(group, ref, rank, i, name_ref, name, issue))
+        return _with_pipeline(prog, collective_order_error(group, ref, rank, i, name_ref, name, _issue(prog)))
     lazy = lazy_init_witness(prog)
     if lazy is not None:
-        ids = prog.ids()
-        return _with_pipeline(prog, lazy_init_error(*lazy, {r: [[ids[x] for x in launch] for launch in ls]
-                                                            for r, ls in launches(prog).items()}))
+        return _with_pipeline(prog, lazy_init_error(*lazy, _issue(prog)))
     if cyc is not None:  # a cycle of the DAG is one of NCCL's wait-for graph too: the hang is this cycle
         nodes, stream = cyc
         ids = prog.ids()
@@ -146,6 +142,14 @@ def word_fault(prog: Program) -> GraphError | None:
     name, first_name, pred = prog.op_names([m, first, x])
     return batch_input_error(tp.source, tp.kind, name, prog.strs[b] if b >= 0 else None, int(prog.rank[m]),
                              first_name, pred, how)
+
+
+def _issue(prog: Program) -> dict[int, list[list[str]]]:
+    """The NCCL issue order of ``prog`` by op id (:func:`schedsim.lower.checks.launches`), for the grids."""
+    from schedsim.lower.checks import launches
+
+    ids = prog.ids()
+    return {r: [[ids[x] for x in launch] for launch in ls] for r, ls in launches(prog).items()}
 
 
 def _with_pipeline(prog: Program, e: DeadlockError) -> DeadlockError:
