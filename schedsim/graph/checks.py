@@ -21,7 +21,7 @@ from collections import defaultdict
 
 import networkx as nx
 
-from schedsim.errors import CycleError, DeadlockError
+from schedsim.errors import DeadlockError
 
 __all__ = ["check_graph", "check_acyclic", "check_collective_order", "check_rendezvous"]
 
@@ -126,25 +126,14 @@ def _check_lazy_init(G: nx.DiGraph) -> None:
     ------
     DeadlockError
     """
-    from schedsim.graph.nccl import issue_grid, lazy_init_missing
+    from schedsim.graph.nccl import lazy_init_missing
+    from schedsim.lower.check_errors import lazy_init_error
 
     got = lazy_init_missing(G)
     if got is None:
         return
     comm, users, missing = got
-    order = G.graph.get("issue_order") or {}
-    grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in order.items()}, set())
-    def show(rs: list[int]) -> str:
-        return str(rs) if len(rs) <= 8 else f"[{', '.join(map(str, rs[:6]))}, ..., {rs[-1]}] ({len(rs)} ranks)"
-
-    raise DeadlockError(
-        f"rank(s) {show(users)} make NCCL calls on the communicator of ranks {show(list(comm[1]))} (batched "
-        "send/recv or collectives on them), which a lazily initialised process group creates at each rank's first "
-        f"call on it and which waits for all its ranks; rank(s) {show(missing)} never call it, so the others wait "
-        "forever (pytorch/pytorch#74701)",
-        fix="initialise the process group eagerly (`nccl_init: eager`: init_process_group(device_id=...)), or have "
-            "every rank of the group make a call on it first (e.g. a barrier or all_reduce on all ranks)",
-        detail=grid)
+    raise lazy_init_error(comm[1], users, missing, G.graph.get("issue_order") or {})
 
 
 def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
@@ -219,11 +208,10 @@ def check_acyclic(G: nx.DiGraph) -> None:
     """Raise :class:`CycleError` listing the op ids around a dependency cycle."""
     if nx.is_directed_acyclic_graph(G):
         return
-    cycle = [u for u, _v in nx.find_cycle(G)]
-    kinds = {G.edges[u, v]["kind"] for u, v in nx.find_cycle(G)}
-    how = " (through stream order: an op depends on one issued after it on the same stream)" if "stream" in kinds else ""
-    raise CycleError("dependency cycle" + how + ": " + " -> ".join(cycle + [cycle[0]]), cycle,
-                     fix="remove one of these dependencies, or move the op to another stream")
+    from schedsim.lower.check_errors import cycle_error
+
+    edges = nx.find_cycle(G)
+    raise cycle_error([u for u, _v in edges], any(G.edges[u, v]["kind"] == "stream" for u, v in edges))
 
 
 def check_collective_order(G: nx.DiGraph) -> None:
@@ -247,16 +235,11 @@ def check_collective_order(G: nx.DiGraph) -> None:
         for r in ranks[1:]:
             if seqs[r] != seqs[ref]:
                 i = next(i for i, (a, b) in enumerate(zip(seqs[ref], seqs[r], strict=False)) if a != b)
-                from schedsim.graph.nccl import issue_grid, issue_order
+                from schedsim.graph.nccl import issue_order
+                from schedsim.lower.check_errors import collective_order_error
 
-                order_ = G.graph.get("issue_order") or issue_order(G)
-                marked = {f"{names[ref][i]}@r{ref}", f"{names[r][i]}@r{r}"}
-                grid = issue_grid({k: ["+".join(x) for x in v] for k, v in order_.items()}, marked)
-                raise DeadlockError(
-                    f"collectives on group {list(group)} are issued in a different order: rank {ref} issues "
-                    f"{names[ref][i]!r} as its collective #{i} but rank {r} issues {names[r][i]!r}; real NCCL would hang",
-                    fix=f"issue the collectives of group {list(group)} in the same order on every rank", detail=grid,
-                    ops=sorted(marked))
+                raise collective_order_error(group, ref, r, i, names[ref][i], names[r][i],
+                                             G.graph.get("issue_order") or issue_order(G))
 
 
 def check_rendezvous(G: nx.DiGraph) -> None:

@@ -88,8 +88,9 @@ def check_program(prog: Program) -> list[str]:
     Raises
     ------
     CycleError, DeadlockError, GraphError
-        The error of the object-based build (:func:`schedsim.lower.reference.graph_from_ops`), which words
-        it when a rule fails on the arrays.
+        Worded from the array rules' witnesses (:func:`schedsim.lower.check_errors.word_fault`: a dependency
+        written after its user, a dependency cycle, collectives in different orders); for the other rules, the
+        error of the object-based build (:func:`schedsim.lower.reference.graph_from_ops`), which words it.
     """
     from schedsim.lower.checks import check_arrays
 
@@ -97,6 +98,12 @@ def check_program(prog: Program) -> list[str]:
     extra = [v.split] if v.split else []
     if not (v.fault or v.word_warnings):
         return extra
+    if v.fault:
+        from schedsim.lower.check_errors import word_fault
+
+        err = word_fault(prog)
+        if err is not None:
+            raise err
     from schedsim.lower.reference import graph_from_ops
 
     G = graph_from_ops(prog.ops(), prog.graph_info(), prog.file, check=True)

@@ -6,8 +6,9 @@ issue order, collectives on communicators sharing two or more ranks in one relat
 and completed as one unit), plus collectives of one group in one order on every rank, dependencies written
 before their users, and the inputs of a p2p batch written before the batch is posted. A collective's
 rendezvous is one hub node (posted(x) -> hub -> done(y) for all members), which has the cycles of the
-all-pairs form. When a rule fails, the object-based build (:mod:`schedsim.lower.reference`) words the error
-(op names, the NCCL issue grid, a fix).
+all-pairs form. When a rule fails, :func:`schedsim.lower.check_errors.word_fault` words the error from the
+rule's witness (the ``*_witness`` functions, :func:`forward_dep`, :func:`dag_cycle`); an NCCL wait-for cycle that
+is not a dependency cycle is still worded by the object-based build (:mod:`schedsim.lower.reference`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
 from schedsim.lower.program import Program, batch_heads, compiled, required, stable_order, unique
 
-__all__ = ["Verdict", "check_arrays", "launch_heads", "launches", "multi_peer_hubs"]
+__all__ = ["Verdict", "batch_input_witness", "check_arrays", "collective_order_witness", "dag_cycle", "forward_dep",
+           "launch_heads", "launches", "lazy_init_witness", "multi_peer_hubs", "no_hang"]
 
 I64 = np.int64
 
@@ -99,6 +101,33 @@ def _collective_order_ok(prog: Program, tc: _Templates) -> bool:
         if not bool((rows == rows[0]).all()):
             return False
     return True
+
+
+def collective_order_witness(prog: Program) -> tuple[tuple[int, ...], int, int, int, int, int] | None:
+    """``(group, ref, rank, i, a, b)``: the first group (by its first member in program order) whose collectives
+    some rank issues in another order than the group's lowest rank ``ref``: the first such ``rank`` (ascending),
+    the first position ``i`` where their orders differ and the ops ``a`` (on ``ref``) and ``b`` (on ``rank``) issued
+    there; None when every group's order agrees (:func:`_collective_order_ok`)."""
+    tc = _Templates.of(prog)
+    if _collective_order_ok(prog, tc):
+        return None
+    ptr, idx = prog.coll_ptr, prog.coll_idx
+    key_of = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    o = np.argsort(idx, kind="stable")
+    per: dict[int, dict[int, list[tuple[int, int, int]]]] = {}  # group -> rank -> (seq, key, op), groups in order
+    for op, k in zip(idx[o].tolist(), key_of[o].tolist(), strict=True):
+        g = int(tc.gid[prog.tmpl[op]])
+        per.setdefault(g, {}).setdefault(int(prog.rank[op]), []).append((int(prog.seq[op]), k, op))
+    for g, by_rank in per.items():
+        rows = {r: sorted(v) for r, v in sorted(by_rank.items())}
+        ranks = list(rows)
+        ref = ranks[0]
+        for r in ranks[1:]:
+            a, b = rows[ref], rows[r]
+            i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x[1] != y[1]), None)
+            if i is not None:
+                return tc.groups[g], ref, r, i, a[i][2], b[i][2]
+    raise AssertionError("the collective order rule failed, but no two ranks' orders differ")
 
 
 def _comm_ids(prog: Program, heads: np.ndarray, eager: bool, tc: _Templates
@@ -359,6 +388,13 @@ def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, 
                     np.concatenate([b for _a, b in parts], dtype=it))
 
 
+def no_hang(prog: Program) -> bool:
+    """Whether NCCL's wait-for graph of ``prog`` (rules 1-6 of :mod:`schedsim.graph.nccl`) has no cycle."""
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    return _no_hang(prog, comm, head, tc)
+
+
 def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
     """No member of a p2p batch waits for an op written after the batch's first member."""
     if bool((comm == head).all()):
@@ -374,9 +410,98 @@ def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
     return not bool(bad.any())
 
 
+def batch_input_witness(prog: Program) -> tuple[int, int, int, bool] | None:
+    """``(first, member, pred, is_dep)``: the first member of a p2p batch (after the batch's ``first``) that waits
+    for an op ``pred`` written after ``first``, by a dependency (``is_dep``) or stream order, in the order of the
+    object-based check (ranks ascending, launches and members in issue order, predecessors in the DAG's edge
+    order: stream edges, then dependencies); None when every batch's inputs come before it
+    (:func:`_batch_inputs_ok`). Op indices."""
+    comm, head = launch_heads(prog)
+    h = np.arange(prog.N)
+    h[comm] = head
+    size = np.bincount(h, minlength=prog.N)
+    src, dst = _dag_edges(prog)
+    hv = h[dst]
+    bad = np.flatnonzero((size[hv] >= 2) & (dst != hv) & (h[src] != hv) & (prog.seq[src] > prog.seq[hv]))
+    if not len(bad):
+        return None
+    first = bad[np.lexsort((bad, prog.seq[dst[bad]], prog.seq[hv[bad]], prog.rank[hv[bad]]))[0]]
+    m, x = int(dst[first]), int(src[first])
+    deps = np.asarray(prog.dep_edges).reshape(-1, 2)
+    return int(hv[first]), m, x, bool(((deps[:, 0] == x) & (deps[:, 1] == m)).any())
+
+
+def lazy_init_witness(prog: Program) -> tuple[tuple[int, ...], list[int], list[int]] | None:
+    """``(ranks, users, missing)``: under lazy communicator creation, the first group communicator (by its first
+    launch in program order) that some of its ``ranks`` call (``users``) and others (``missing``) never do, as
+    :func:`schedsim.graph.nccl.lazy_init_missing` finds it (rule 6); None if there is none. Ranks ascending."""
+    if prog.nccl_init != "lazy":
+        return None
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    heads = comm[comm == head]
+    if not len(heads):
+        return None
+    cid, groups = _comm_ids(prog, heads, False, tc)
+    users: dict[int, set[int]] = {}  # by first launch in program order (ranks ascending, then issue order)
+    for c, r in zip(cid.tolist(), prog.rank[heads].tolist(), strict=True):
+        if c < len(groups):
+            users.setdefault(c, set()).add(r)
+    for c, rs in users.items():
+        missing = sorted(set(groups[c]) - rs)
+        if missing:
+            return groups[c], sorted(rs), missing
+    return None
+
+
 def _forward_deps_ok(prog: Program) -> bool:
     e = prog.dep_edges
     return not len(e) or not bool((prog.seq[e[:, 0]] > prog.seq[e[:, 1]]).any())
+
+
+def forward_dep(prog: Program) -> tuple[int, int] | None:
+    """``(user, dep)``: the first dependency written after its user (op indices; first by user in program order,
+    then by declaration order), or None."""
+    e = prog.dep_edges
+    if not len(e):
+        return None
+    bad = np.flatnonzero(prog.seq[e[:, 0]] > prog.seq[e[:, 1]])
+    return (int(e[bad[0], 1]), int(e[bad[0], 0])) if len(bad) else None
+
+
+def dag_cycle(prog: Program) -> tuple[list[int], bool] | None:
+    """``(ops, through_stream)``: the cycle of the DAG (stream and dependency edges) that networkx's ``find_cycle``
+    reports on the graph :func:`schedsim.graph.build.graph_of` builds (a depth-first search from each op in program
+    order, successors in :attr:`Program.succ` order; the first edge back to an op on the search path closes it),
+    as op indices from the op where it closes, and whether one of its edges is stream order only; None when the
+    DAG is acyclic (:func:`_acyclic`)."""
+    if _acyclic(prog.N, *_dag_edges(prog)):
+        return None
+    p, i, k = prog.succ
+    ptr, idx, isdep = p.tolist(), i.tolist(), k.tolist()
+    state = bytearray(prog.N)  # 0 unseen, 1 on the search path, 2 done
+    for s in range(prog.N):
+        if state[s]:
+            continue
+        path, at = [s], [ptr[s]]  # the path, and per node on it the next successor to take
+        state[s] = 1
+        while path:
+            u, e = path[-1], at[-1]
+            if e == ptr[u + 1]:
+                state[u] = 2
+                path.pop()
+                at.pop()
+                continue
+            at[-1] = e + 1
+            v = idx[e]
+            if state[v] == 1:
+                j = path.index(v)
+                return path[j:], not all(isdep[x - 1] for x in at[j:])  # at[j:] - 1: the edges taken around it
+            if not state[v]:
+                state[v] = 1
+                path.append(v)
+                at.append(ptr[v])
+    raise AssertionError("the compiled sweep found a cycle that the search does not")
 
 
 def _cross_communicator_cycle(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
@@ -397,8 +522,9 @@ def _cross_communicator_cycle(prog: Program, comm: np.ndarray, head: np.ndarray)
 
 
 class Verdict(NamedTuple):
-    """What the array checks found (:func:`check_arrays`). ``fault``: a rule failed, and the object-based build
-    (:func:`schedsim.lower.reference.graph_from_ops`) words the error; ``word_warnings``: a "may hang" case whose
+    """What the array checks found (:func:`check_arrays`). ``fault``: a rule failed
+    (:func:`schedsim.lower.check_errors.word_fault` words the error, or for an NCCL wait-for cycle the object-based
+    build, :func:`schedsim.lower.reference.graph_from_ops`); ``word_warnings``: a "may hang" case whose
     warning that build words; ``split``: the split-batch warning, or None."""
 
     fault: bool

@@ -175,12 +175,10 @@ def _check(G: nx.DiGraph, forward_dep: tuple[Op, str] | None) -> None:
     from schedsim.graph.checks import check_graph
 
     if forward_dep is not None and nx.is_directed_acyclic_graph(G):  # a cycle gets check_graph's CycleError
+        from schedsim.lower.check_errors import forward_dep_error
+
         op, d = forward_dep
-        raise GraphError(
-            f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, which is written after it; each "
-            "rank issues its ops in the order written (the executor launches them so, and NCCL runs its "
-            "communication in that order), so the wait would not be honoured",
-            fix=f"move {d!r} above {op.name!r} (or drop the dependency)")
+        raise forward_dep_error(op.source, op.name, op.rank, d)
     try:
         check_graph(G)
     except DeadlockError as e:
@@ -216,11 +214,10 @@ def _check_batch_inputs(G: nx.DiGraph) -> None:
                         o = G.nodes[m]["op"]
                         how = "follows it on stream " + repr(o.stream) if G.edges[u, m].get("kind") == "stream" \
                             else "is a dependency of it"
-                        raise GraphError(
-                            f"{o.source}: {o.kind} {o.name!r} is in p2p_batch {o.p2p_batch!r}, which rank {o.rank} "
-                            f"posts whole at its first member {first.name!r}, but it waits for {x.name!r} (it {how}), "
-                            f"written after {first.name!r}: the batch would be posted before {x.name!r} ran",
-                            fix=f"move {x.name!r} above {first.name!r}, or move {o.name!r} to another p2p_batch")
+                        from schedsim.lower.check_errors import batch_input_error
+
+                        raise batch_input_error(o.source, o.kind, o.name, o.p2p_batch, o.rank, first.name, x.name,
+                                                how)
 
 
 def _a(word: str) -> str:
@@ -231,7 +228,7 @@ def _a(word: str) -> str:
 def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
     """The rank × step grid of a pipeline's compute order, marking the step of the first pipeline send/recv of
     ``op_ids`` (the op ids a :class:`DeadlockError` names)."""
-    from schedsim.errors import format_pipeline_order
+    from schedsim.lower.check_errors import pipeline_grid
 
     order = G.graph["pipeline"]["order"]
     step = None
@@ -247,8 +244,7 @@ def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
                      if a in (f"{stage}{c}{mb}" for c in "FIBW")), None)
         if step is not None:
             break
-    return "Pipeline schedule (compute actions per rank):\n" + format_pipeline_order(
-        {int(r): acts for r, acts in order.items()}, step)
+    return pipeline_grid(order, step)
 
 
 def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tuple[str, str]]:
