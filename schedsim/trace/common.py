@@ -186,7 +186,15 @@ def is_nccl_kernel(name: str) -> bool:
     >>> is_nccl_kernel("ampere_fp16_s1688gemm_fp16_128x128_ldg8_f2f_nt")
     False
     """
-    return _NCCL_RE.search(name) is not None
+    got = _NCCL_CACHE.get(name)  # a trace repeats few names, each long: the search costs µs, the lookup not
+    if got is None:
+        got = _NCCL_RE.search(name) is not None
+        if len(_NCCL_CACHE) < 200_000:
+            _NCCL_CACHE[name] = got
+    return got
+
+
+_NCCL_CACHE: dict[str, bool] = {}
 
 
 _SHORT_CACHE: dict[str, str] = {}

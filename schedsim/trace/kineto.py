@@ -93,15 +93,20 @@ def _ns(v: Any) -> int:
     t = type(v)
     if t is int:
         return v * 1000
-    if t is not str and t is not float:
+    if t is str:
+        text = v
+    elif t is float:
+        text = repr(v)
+    else:
         if isinstance(v, bool) or not isinstance(v, (int, float, str)):
             raise TypeError(f"time {v!r} is not a number")
         if isinstance(v, int):
             return int(v) * 1000
-    text = v if isinstance(v, str) else repr(v)
+        text = v if isinstance(v, str) else repr(v)
     whole, _dot, frac = text.partition(".")  # the common text, digits and at most 3 decimals: no Decimal needed
-    if len(frac) <= 3 and whole.isascii() and whole.isdigit() and (not frac or (frac.isascii() and frac.isdigit())):
-        return int(whole + frac.ljust(3, "0"))
+    n = len(frac)
+    if n <= 3 and text.isascii() and whole.isdigit() and (not n or frac.isdigit()):
+        return int(whole) * 1000 + int(frac) * _FRAC_SCALE[n] if n else int(whole) * 1000
     from decimal import Decimal, InvalidOperation
 
     try:
@@ -112,6 +117,9 @@ def _ns(v: Any) -> int:
     except (InvalidOperation, ValueError, OverflowError):
         raise ValueError(f"time {v!r} is not a finite decimal number of µs") from None
 
+
+#: The factor that makes ``n`` (1-3) decimals of a µs time nanoseconds (:func:`_ns`).
+_FRAC_SCALE = (0, 100, 10, 1)
 
 __all__ = ["COLLECTIVE_ARGS", "import_kineto", "input_dims_nelems"]
 

@@ -41,6 +41,24 @@ def test_ns_of_each_number_form():
     assert _ns(0.001) == 1 and _ns("0.0005") == 0  # half even below the ns
 
 
+def test_ns_fast_path_equals_the_decimal_rule():
+    """Every decimal text of 0-5 decimals and 1-17 digits before the point (and its float) gives
+    ``Decimal(text) * 1000`` rounded half even, the rule of the Decimal path, whether the 3-decimal fast path or
+    the Decimal path reads it."""
+    import random
+    from decimal import Decimal
+
+    rng = random.Random(37)
+    for _ in range(20_000):
+        whole = str(rng.randrange(10 ** rng.randint(1, 17)))
+        frac = "".join(rng.choice("0123456789") for _ in range(rng.randint(0, 5)))
+        for text in (whole + "." + frac, whole) if frac else (whole + ".", whole):
+            exact = int((Decimal(text) * 1000).to_integral_value())
+            assert _ns(text) == exact, text
+            assert _ns(float(text)) == int((Decimal(repr(float(text))) * 1000).to_integral_value()), text
+    assert _ns("０.5") == 500 and _ns("1.５") == 1500  # not ASCII: the Decimal path, which reads these digits
+
+
 @pytest.mark.parametrize("ts,why", [('"abc"', "not a (finite decimal|number)"), ("true", "not a number"),
                                     ("null", "no ts"), ("[1]", "not a number")])
 def test_a_ts_that_is_not_a_number_is_a_trace_error(tmp_path, ts, why):
