@@ -405,13 +405,28 @@ def _compute(tl: Timeline, classes: Any = None) -> Metrics:
     if len(gkey) > 1 and bool(((start[1:] < start[:-1]) & (gkey[1:] == gkey[:-1])).any()):
         o = np.lexsort((start, gkey))  # stable: a group's ties stay in program order
         order, gkey, start = order[o], gkey[o], start[o]
-    end, ready = c.end_s[order], c.ready_s[order]
-    rank, kind = gkey >> 2, gkey & 3
+    end = c.end_s[order]
+    rank = gkey >> 2
     present = rank[np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])] if len(rank) else rank  # ascending
     nr = int(present[-1]) + 1 if len(present) else 0
+    # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
+    # spinning while the peer is late; nsys shows that span as kernel time
+    m = (gkey & 3) == 1
+    rd, sc, ec, gc = c.ready_s[order[m]], start[m], end[m], rank[m]
+    del rank, order, m  # the per-row temporaries go as soon as they are used: the peak of a 1M-op predict
+    kvs = np.where(np.isnan(rd), sc, rd)
+    del rd, sc
+    if len(gc) > 1 and not bool(((kvs[1:] >= kvs[:-1]) | (gc[1:] != gc[:-1])).all()):  # else sorted already
+        o = np.argsort(_pairs(gc, kvs), kind="stable")
+        gc, kvs, ec = gc[o], kvs[o], ec[o]
+    kg, ks, ke = _merged_by(gc, kvs, ec)
+    del gc, kvs, ec
+    kv = _sums_by(kg, ke - ks, nr)
     pg, ps, pe = _merged_by(gkey, start, end)  # each (rank, resource)'s pieces, in one pass
+    del gkey, start, end
     pk, pr = pg & 3, pg >> 2
     comp, comm, copy = ((pr[m], ps[m], pe[m]) for m in (pk == k for k in range(3)))
+    del pg, ps, pe, pk, pr
     busy_comp = _sums_by(comp[0], comp[2] - comp[1], nr)
     lc = _sums_by(comm[0], comm[2] - comm[1], nr)
     lcp = _sums_by(copy[0], copy[2] - copy[1], nr)
@@ -420,19 +435,11 @@ def _compute(tl: Timeline, classes: Any = None) -> Metrics:
     # the union of all three: of their pieces (the same pieces as of the intervals themselves), each rank's
     # comp, comm and copy pieces in that order sorted by start (stable)
     ag, as_, ae = (np.concatenate(x) for x in zip(comp, comm, copy, strict=True))
+    del comp, comm, copy
     o = np.argsort(_pairs(ag, as_), kind="stable")
     ug, us, ue = _merged_by(ag[o], as_[o], ae[o])
+    del ag, as_, ae, o
     busy = _sums_by(ug, ue - us, nr)
-    # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
-    # spinning while the peer is late; nsys shows that span as kernel time
-    m = kind == 1
-    rd, sc, ec, gc = ready[m], start[m], end[m], rank[m]
-    kvs = np.where(np.isnan(rd), sc, rd)
-    if len(gc) > 1 and not bool(((kvs[1:] >= kvs[:-1]) | (gc[1:] != gc[:-1])).all()):  # else sorted already
-        o = np.argsort(_pairs(gc, kvs), kind="stable")
-        gc, kvs, ec = gc[o], kvs[o], ec[o]
-    kg, ks, ke = _merged_by(gc, kvs, ec)
-    kv = _sums_by(kg, ke - ks, nr)
     p = present if classes is None else np.asarray(classes, np.int64)  # a symmetric run: each rank's representative
     lc_p, ov_p, lcp_p, ovc_p = lc[p], ov[p], lcp[p], np.where(lcp[p] > 0, ovc[p], 0.0)
     pos_c, pos_cp = lc_p > 0, lcp_p > 0

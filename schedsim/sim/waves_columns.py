@@ -497,6 +497,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p)
     node_a, extra_a = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)  # rule graph-nodes
     gm.node_work_columns(work, node_a, timing_s, empty_s, extra_a)  # always: -0.0 + 0.0 is 0.0, as the Op list gives
+    del node_a, extra_a  # folded into work: not held through the loop
     gptr, gidx, G, C, lone = rendezvous_groups(prog)
     ogrp = np.full(N, -1, I32)
     ogrp[gidx] = np.repeat(np.arange(G, dtype=I32), np.diff(gptr))
