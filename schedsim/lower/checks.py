@@ -434,7 +434,9 @@ def batch_input_witness(prog: Program) -> tuple[int, int, int, bool] | None:
 def lazy_init_witness(prog: Program) -> tuple[tuple[int, ...], list[int], list[int]] | None:
     """``(ranks, users, missing)``: under lazy communicator creation, the first group communicator (by its first
     launch in program order) that some of its ``ranks`` call (``users``) and others (``missing``) never do, as
-    :func:`schedsim.graph.nccl.lazy_init_missing` finds it (rule 6); None if there is none. Ranks ascending."""
+    :func:`schedsim.graph.nccl.lazy_init_missing` finds it (rule 6); None if there is none. Ranks ascending. In a
+    symmetric lowering only the represented ranks (:attr:`Program.represented`) issue ops, so ``missing`` counts
+    those alone, as :func:`_lazy_init_ok` does (the others run alike their representative)."""
     if prog.nccl_init != "lazy":
         return None
     tc = _Templates.of(prog)
@@ -447,8 +449,9 @@ def lazy_init_witness(prog: Program) -> tuple[tuple[int, ...], list[int], list[i
     for c, r in zip(cid.tolist(), prog.rank[heads].tolist(), strict=True):
         if c < len(groups):
             users.setdefault(c, set()).add(r)
+    present = frozenset(prog.represented)
     for c, rs in users.items():
-        missing = sorted(set(groups[c]) - rs)
+        missing = sorted(r for r in set(groups[c]) - rs if not present or r in present)
         if missing:
             return groups[c], sorted(rs), missing
     return None

@@ -19,13 +19,16 @@ def symmetric_exact(profile: Any, gpu_model: str | None = None, spec: Any = None
     two ranks of one class (which the full lowering would share max-min and the symmetric one would not). With
     ``spec`` (a schedule with a ``training:`` block), also that every rank's groups lie on the nodes and NICs
     as its representative's do (:func:`layout_alike`): a placement, or group sizes that do not divide
-    ``gpus_per_node``, can put one rank's group inside a node and another's of the same class across two."""
+    ``gpus_per_node``, can put one rank's group inside a node and another's of the same class across two; and that
+    the schedule has no hand-written ``ops`` beside its ``training:`` block (they may differ between the ranks of a
+    class, and the symmetric lowering writes only the representatives' training ops)."""
     from schedsim.network.share import shares_links
     from schedsim.sim.loop import compiled_loop
 
     if (gpu_model or profile.gpu_model) != "waves" or compiled_loop() is None:
         return False
-    if spec is not None and getattr(spec, "training", None) is not None and not layout_alike(profile, spec):
+    if spec is not None and getattr(spec, "training", None) is not None and (
+            getattr(spec, "ops", None) or not layout_alike(profile, spec)):
         return False
     if not shares_links(profile):
         return True

@@ -183,3 +183,23 @@ def test_a_pipeline_blocks_collective_order_fault_gets_its_compute_grid(monkeypa
     with pytest.raises(DeadlockError) as fast:
         lower(spec)
     assert _fields(fast.value) == _fields(ref)
+
+
+def test_a_symmetric_lowerings_other_fault_is_not_worded_as_lazy_creation():
+    """A symmetric training lowering under lazy communicator creation issues the data-parallel collectives on its
+    represented ranks only; the others are not missing callers. A dependency cycle there is worded as the cycle, as
+    the every-rank lowering words it (it was a lazy-creation hang naming ranks [1, 2, 3] as never calling)."""
+    spec = api.load_text(
+        "schema_version: 1\nname: x\nworld_size: 4\nnccl_init: lazy\ntraining: {num_layers: 2, hidden_size: 64, "
+        "num_attention_heads: 8, seq_length: 32, micro_batch_size: 2, global_batch_size: 16, vocab_size: 1000, "
+        "tp: 1, bf16: true}\nops:\n"
+        "  - {name: a, kind: compute, duration_us: 1, deps: [b], ranks: [0]}\n"
+        "  - {name: b, kind: compute, duration_us: 1, deps: [a], stream: other, ranks: [0]}\n")
+    errors = []
+    for symmetric in (False, True):
+        with pytest.raises(SchedsimError) as e:
+            lower(spec, symmetric=symmetric)
+        errors.append(e.value)
+    assert lower(spec, check=False, symmetric=True).represented == (0,)
+    assert type(errors[1]) is CycleError and str(errors[1]) == str(errors[0])
+    assert str(errors[0]).startswith("dependency cycle: a@r0 -> b@r0 -> a@r0")

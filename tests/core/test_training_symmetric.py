@@ -282,3 +282,20 @@ def test_analyze_and_compare_of_a_symmetric_timeline_count_every_rank(tmp_path: 
     assert any("2 representative ranks of 8" in w for w in cmp.warnings)
     report = format_report(load_any([str(paths["sym"])])[1])
     assert "simulated 2 representative ranks of 8" in report.splitlines()[1]
+
+
+def test_hand_written_ops_beside_a_training_block_simulate_every_rank() -> None:
+    """The ranks of a class run alike only when the training block writes all their ops: a hand-written all_reduce
+    on tp group [0, 1] (rank 1 not represented) was refused by predict as 'F0.0.tp_embedding' issued on rank 0 but
+    never on rank 1, and a hand-written op on rank 3 alone was dropped; such a schedule is lowered in full."""
+    spec = load_text("schema_version: 1\nname: x\nworld_size: 4\ntraining: {num_layers: 2, hidden_size: 64, "
+                     "num_attention_heads: 8, seq_length: 32, micro_batch_size: 2, global_batch_size: 16, "
+                     "vocab_size: 1000, tp: 2, bf16: true}\nops:\n"
+                     "  - {name: a, kind: all_reduce, bytes: 8, group: [0, 1], ranks: [0, 1]}\n"
+                     "  - {name: c, kind: compute, duration_us: 1000, ranks: [3]}\n")
+    prof = load_profile("dgx_h100")
+    assert symmetric_exact(prof) and not symmetric_exact(prof, spec=spec)
+    run = predict(spec, prof)
+    full = predict(spec, prof, full_ranks=True)
+    assert not run.program.represented and run.timeline.makespan_s == full.timeline.makespan_s
+    assert {"a", "c"} <= {o.split("@")[0] for o in run.program.ids()}
