@@ -116,7 +116,7 @@ def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
                         "(schedsim.api.lower_spec(spec, file) or schedsim.lower.lower(spec))")
     info = G.graph_info(lazy_order=True)  # the order: meta, written lazily
     mode = launch or info.get("launch", "eager")
-    model = gpu_model or profile.gpu_model
+    model = profile.gpu_model if gpu_model is None else gpu_model
     check_gpu_model(model, "gpu_model")
     conns = max_connections or info.get("max_connections")
     if conns is not None and not 1 <= int(conns) <= 32:

@@ -387,6 +387,8 @@ def test_the_retired_sharing_model_is_refused_where_it_can_be_named(tmp_path):
     text = HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n"
     with pytest.raises(ProfileError, match=r"^gpu_model: the 'sharing' GPU model .* is retired\n  fix: use waves"):
         simulate(lower(load_text(text, "t.yaml")), waves_profile(), gpu_model="sharing")
+    with pytest.raises(ProfileError, match=r"^gpu_model: "):  # an empty name is no model, not the profile's
+        simulate(lower(load_text(text, "t.yaml")), waves_profile(), gpu_model="")
     prof = tmp_path / "p.yaml"
     prof.write_text((Path(__file__).resolve().parents[1] / "data" / "unit_profile.yaml").read_text()
                     .replace("gpu_model: replay", "gpu_model: sharing"))
