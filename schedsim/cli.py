@@ -729,3 +729,7 @@ def _app() -> None:
         print_error(f"{e.format_message() if hasattr(e, 'format_message') else e}\n  fix: see `{cmd} --help`")
         sys.exit(getattr(e, "exit_code", 2) or 2)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":  # python -m schedsim.cli runs the command line, as python -m schedsim does
+    main()

@@ -150,3 +150,11 @@ def test_help_lists_every_command_and_a_typo_gets_a_suggestion():
     r = run("chek", "x.yaml")
     assert r.returncode == 2
     assert "No such command 'chek'. Did you mean 'check', 'schema'?" in r.stderr
+
+
+def test_python_m_schedsim_cli_runs_the_command_line() -> None:
+    # it imported the module and exited 0 without a word (no __main__ guard)
+    out = subprocess.run([sys.executable, "-m", "schedsim.cli", "--version"], capture_output=True, text=True,
+                         timeout=120)
+    ref = subprocess.run([sys.executable, "-m", "schedsim", "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == ref.returncode == 0 and out.stdout == ref.stdout and "schedsim" in out.stdout
