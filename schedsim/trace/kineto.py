@@ -385,6 +385,8 @@ _GET_TS, _GET_DUR = operator.methodcaller("get", "ts"), operator.methodcaller("g
 _GET_CAT = operator.methodcaller("get", "cat")
 #: What reading a malformed event raises (:func:`_read_event` words it).
 _MALFORMED = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
+#: JSON's names of the types a decoded value can have, for errors.
+_JSON_TYPE = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
 
 
 def _action(cat: Any) -> int:
@@ -425,8 +427,11 @@ def _read_event(e: Any, index: int, f: _File, acc: _Read, times_checked: bool = 
     try:
         _take(e, c, f, acc, index)
     except _MALFORMED as err:
-        raise TraceError(f"{path}: event #{index}: malformed {printable(cat, 40)} event "
-                         f"({err.__class__.__name__}: {printable(err, 120)}): {_excerpt(e)}",
+        args = e.get("args")
+        why = (f"its args is a JSON {_JSON_TYPE.get(type(args), type(args).__name__)}, not an object"
+               if args is not None and not isinstance(args, dict) else
+               f"{err.__class__.__name__}: {printable(err, 120)}")
+        raise TraceError(f"{path}: event #{index}: malformed {printable(cat, 40)} event ({why}): {_excerpt(e)}",
                          fix="re-export the trace from the profiler") from None
     if len(acc.acts) > acc.cap or len(acc.annots) > acc.cap or len(acc.nccl_cpu) + len(acc.rpc) > acc.cap:
         raise too_many_events(path, "GPU activities or ranges of one kind", acc.cap)

@@ -321,6 +321,17 @@ class TestBrokenFiles:
         with pytest.raises(TraceError, match="malformed kernel event"):
             import_kineto(p)
 
+    @pytest.mark.parametrize(("args", "what"), [([1, 2], "array"), ("x", "string"), (3, "number")])
+    def test_args_that_are_no_object_are_named(self, tmp_path, args, what):
+        # it read "AttributeError: 'list' object has no attribute 'get'"; alone and among 300 events (read in runs)
+        ev = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": args}
+        for events in ([ev], [{**ev, "args": {"stream": 7}, "ts": i} for i in range(300)] + [ev]):
+            p = tmp_path / "a.json"
+            p.write_text(json.dumps({"traceEvents": events}))
+            want = rf"malformed kernel event \(its args is a JSON {what}, not an object\)"
+            with pytest.raises(TraceError, match=want):
+                import_kineto(p)
+
     def test_trailing_garbage(self, tmp_path):
         p = tmp_path / "g.json"
         p.write_text(json.dumps(kineto_doc(0)) + " xyz")
