@@ -447,6 +447,11 @@ def search(
     if spec.training is None:
         raise SchedsimError(f"{file}: search needs a training: block", fix="add a training: block (see "
                             "docs/schedule_language.md, section training)")
+    if getattr(spec, "ops", None):  # each point is the training: block alone (schedsim.search.run_point)
+        from schedsim.cliutil import warn
+
+        warn(f"{file}: search times the training: block alone; the schedule's {len(spec.ops)} hand-written op "
+             "instance(s) beside it are in no search point (predict times them)")
     prof = load_profile(profile)
     world = spec.world_size
     bad = [r for r in recompute.split(",") if r not in RECOMPUTE]

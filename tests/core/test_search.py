@@ -130,3 +130,19 @@ def test_search_times_a_point_with_the_schedules_env(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stderr[-2000:]
     (row,) = [x for x in json.loads(r.stdout) if x["status"] == "simulated"]
     assert row["iteration_s"] == want
+
+
+def test_search_says_hand_written_ops_beside_the_block_are_in_no_point(tmp_path: Path) -> None:
+    # each point is the training: block alone; the schedule's own ops were dropped without a word
+    text = TINY + "ops:\n  - {name: extra, kind: compute, duration_us: 5, ranks: [0]}\n"
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    args = ["search", str(p), "-p", "dgx_h100", "--tp", "2", "--pp", "2", "--cp", "1", "--micro-batch-size", "1",
+            "--recompute", "none", "--format", "json", "--out", str(tmp_path / "o")]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.stderr[-2000:]
+    assert ("warning: " + str(p) + ": search times the training: block alone; the schedule's 1 hand-written op "
+            "instance(s) beside it are in no search point (predict times them)") in r.stderr.splitlines()
+    p.write_text(TINY)
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0 and "hand-written" not in r.stderr
