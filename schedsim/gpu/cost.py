@@ -32,7 +32,6 @@ from schedsim.gpu.gemm import GemmSurface, idw_times, transfer_times
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS
-from schedsim.network import NcclNetwork
 from schedsim.network.model import NetworkModel
 
 __all__ = ["CostModel", "cost_model", "shared_cost_models"]
@@ -258,12 +257,6 @@ class CostModel:
         if t is None:
             return self._roofline(op.flops, op.nbytes, dtype)
         return max(self._floor, t)
-
-    # -- communication: the network model's (schedsim.network.NetworkModel) -------------------------------
-    @property
-    def network(self) -> NcclNetwork | None:
-        """The NCCL model of a profile with ``topology.scale_up``, else None (``net.nccl``)."""
-        return self.net.nccl
 
     def _memcpy(self, op: Op) -> float:
         mc = self.profile.memcpy

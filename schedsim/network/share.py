@@ -261,7 +261,7 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     ``gptr``/``granks``: CSR of each group's ranks (a send/recv pair as ``(sender, receiver)``); ``kinds`` the
     group's op kind (``send`` for a pair); ``nbytes`` its size (nccl-tests convention; the largest member's for
     all_to_all); ``work`` its solo seconds. Ranks map to nodes and NICs as :class:`schedsim.network.NcclNetwork`
-    places them; ``net``: the cost model's (:attr:`schedsim.gpu.cost.CostModel.network`), whose caches already hold
+    places them; ``net``: the cost model's (``CostModel.net.nccl``), whose caches already hold
     the run's groups.
 
     Raises

@@ -245,7 +245,7 @@ def test_the_cost_model_times_communication_through_the_network_model():
     assert net.p2p(0, 8, 2e6) == pytest.approx(5e-6 + 2e6 / 10e9, rel=1e-12)
     send = Op(name="s", rank=0, kind="send", stream="s", seq=0, nbytes=2e6, group=(0, 1))
     assert CostModel(p).duration(send) == net.p2p(0, 1, 2e6)
-    assert net.nccl is None and CostModel(p).network is None  # no topology: no NCCL tuning model
+    assert net.nccl is None and CostModel(p).net.nccl is None  # no topology: no NCCL tuning model
 
 
 def test_the_network_model_places_ranks_on_nodes():

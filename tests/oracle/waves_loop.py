@@ -152,7 +152,7 @@ def _link_share(profile: HardwareProfile, c) -> LinkShare | None:  # type: ignor
         ptr.append(len(ranks))
         kinds.append(ops[mem[0]].kind)
         size.append(max(ops[i].nbytes for i in mem))
-    return link_share(profile, c.world, ptr, ranks, kinds, size, c.job_work[N:], c.cost.network)
+    return link_share(profile, c.world, ptr, ranks, kinds, size, c.job_work[N:], c.cost.net.nccl)
 
 
 def _flow_event(share: LinkShare | None, links: _LinkMin, gjob: list[int], dirty: set[int],
