@@ -5,8 +5,9 @@ Usage (repo root)::
     python benchmarks/accuracy/network_published.py [--json]
 
 Every row is a result somebody else published (an nccl-tests log, or an NCCL maintainer's stated figure for a
-machine), with its source; none was measured here and none tuned a constant (the constants are NCCL 2.30.7's,
-the bandwidths hardware specifications: see schedsim/network/tuning.py and the profiles' ``source`` fields).
+machine), with its source; none was measured here and none tuned a constant (the constants are NCCL's own:
+those of the release the log ran where it prints one (the row's ``nccl.version``), else 2.30.7's; the
+bandwidths hardware specifications: see schedsim/network/tuning.py and the profiles' ``source`` fields).
 Each row runs on a shipped profile (dgx_h100, dgx_a100, h200) or on one of them with the row's own published
 topology (NIC count, CPU) changed, as the row's ``topology`` says. Time is nccl-tests' out-of-place ``time``;
 where a source gives busbw only, time = size x factor / busbw (factor from nccl-tests doc/PERFORMANCE.md).
@@ -87,7 +88,7 @@ ROWS = [
     Row("8xH200 1 node, NCCL 2.20.3", "h200", "all_reduce", 1, 8, 4 * GiB,
         from_busbw("all_reduce", 8, 4 * GiB, 475.0),
         "NVIDIA/nccl-tests#272 (2024-11-27): 8x H200 NVLink 4, all_reduce_perf -b 64k -e 4G, peak busbw 475 GB/s",
-        topology={"nccl_within_node": True}),
+        topology={"nccl_within_node": True}, nccl={"version": "2.20.3"}),
     *[Row("8xH20 1 node", "dgx_h100", "all_reduce", 1, 8, size, t,
           "deepseek-ai/DeepEP#303: all_reduce_perf on 8 H20 in one node (NVLink 4, 18 links like H100), "
           f"out-of-place {size} B {t} us", topology=H20_NODE)
@@ -109,19 +110,22 @@ ROWS = [
         "argonne-lcf/oci-howto 4_jobscript.md (OCI, 2x 8 H200, NCCL 2.27.5) 66214 us"),
     Row("16xH200 2 nodes, OCI RDMA, NCCL 2.27.5", "h200", "all_reduce", 2, 8, GiB, 4396.8,
         "argonne-lcf/oci-howto 4_jobscript.md: oci-hpc sample nccl_run_allreduce.sbatch on 2x 8 H200 (OCI "
-        "cluster network), NCCL 2.27.5, out-of-place 1 GiB 4396.8 us"),
+        "cluster network), NCCL 2.27.5, out-of-place 1 GiB 4396.8 us", nccl={"version": "2.27.5"}),
     Row("16xH20 2 nodes, NCCL_ALGO=NVLSTree, 2.21.5", "dgx_h100", "all_reduce", 2, 8, 512, 46.58,
         "NVIDIA/nccl#1244 (2024-04-09): 2 nodes, 16 H20, 16 CX-7 NDR, out-of-place 512 B 46.58 us",
-        topology=H20_NODE, nccl={"algo": "nvlstree"}),
-    *[Row("16xH100 2 nodes, 8x400G IB, NCCL 2.26.2", "dgx_h100", "all_reduce", 2, 8, size, t, NCCL_309_2N)
+        topology=H20_NODE, nccl={"algo": "nvlstree", "version": "2.21.5"}),
+    *[Row("16xH100 2 nodes, 8x400G IB, NCCL 2.26.2", "dgx_h100", "all_reduce", 2, 8, size, t, NCCL_309_2N,
+          nccl={"version": "2.26.2"})
       for size, t in ((16, 24.96), (KiB, 29.75), (MiB, 71.93), (16 * MiB, 185.4), (GiB, 4484.9),
                       (16 * GiB, 68652.0))],
-    *[Row("32xH100 4 nodes (VMs), 8x400G IB, 2.26.2", "dgx_h100", "all_reduce", 4, 8, size, t, NCCL_309_4N)
+    *[Row("32xH100 4 nodes (VMs), 8x400G IB, 2.26.2", "dgx_h100", "all_reduce", 4, 8, size, t, NCCL_309_4N,
+          nccl={"version": "2.26.2"})
       for size, t in ((16, 34.82), (KiB, 39.79), (MiB, 82.17), (16 * MiB, 259.6), (GiB, 5808.8),
                       (16 * GiB, 90986.0))],
     *[Row("64xH100 8 nodes, 8x400G IB", "dgx_h100", "all_reduce", 8, 8, size, t, NCCL_309_8N)
       for size, t in ((MiB, 117.0), (16 * MiB, 378.1), (GiB, 7370.5), (8 * GiB, 52733.0))],
-    *[Row("16xH200 2 nodes, 8x400G RoCE (GCP gIB)", "h200", "all_gather", 2, 8, size, t, GCP_A3U_AG)
+    *[Row("16xH200 2 nodes, 8x400G RoCE (GCP gIB)", "h200", "all_gather", 2, 8, size, t, GCP_A3U_AG,
+          nccl={"version": "2.26.6"})
       for size, t in ((KiB, 28.70), (MiB, 54.70), (16 * MiB, 117.6), (GiB, 3126.8), (8 * GiB, 24739.0))],
     *[Row("8xH100 1 node, NCCL_ALGO=Ring", "dgx_h100", "reduce_scatter", 1, 8, size, t, NCCL_1047_RS,
           nccl={"algo": "ring"})
@@ -132,7 +136,7 @@ ROWS = [
     Row("4xH100 1 node, NCCL 2.30.4", "dgx_h100", "all_to_all", 1, 4, 524_288_000, 1174.14,
         "NVIDIA/nccl#2169 (erfiboy): alltoall_perf -b 500M -e 524M on 4 H100 80GB HBM3 of one node, NCCL 2.30.4 "
         "(NCCL_ALGO=Ring NCCL_PROTO=Simple, which all_to_all's send/recv ignore), 524288000 B out-of-place "
-        "1174.14 us; the issue is a drop above 512 MB, so only its first size is taken"),
+        "1174.14 us; the issue is a drop above 512 MB, so only its first size is taken", nccl={"version": "2.30.4"}),
     *[Row("72xGB200 one NVL72 rack", "gb200_nvl72", "all_reduce", 1, 72, size, t,
           "coreweave/nccl-tests#43 (NavarrePratt, 2025-02-20): all_reduce_perf on a full GB200 NVL72 rack (72 ranks, "
           "one NVLink domain), -b 512M -e 8G, out-of-place time; NCCL version not shown")

@@ -585,7 +585,20 @@ class Nccl(_B):
                              "algorithms the NCCL model chooses from (topology.scale_up profiles).")
     proto: str | None = Field(default=None, description="NCCL_PROTO as NCCL reads it: e.g. 'Simple', '^LL128', "
                               "'LL,Simple;allreduce:LL128'.")
+    version: str | None = Field(default=None, description="NCCL release whose tuning.cc constants choose and time "
+                                "collectives (NCCL's model changed between releases: e.g. NVLS-tree's network step "
+                                "14 µs up to 2.28.7, 20.9 from 2.28.9), as nccl-tests prints it ('2.26.2'); 2.20.0 "
+                                "or later; None: the newest modelled, 2.30.7 (schedsim.network.tuning.constants_for).")
     source: str = "defaults (not measured)"
+
+    @field_validator("version")
+    @classmethod
+    def _nccl_version(cls, v: str | None) -> str | None:
+        if v is not None:
+            from schedsim.network.tuning import constants_for
+
+            constants_for(v)  # raises ValueError: not major.minor.patch, or older than modelled
+        return v
 
     @field_validator("algo", "proto")
     @classmethod

@@ -3,7 +3,8 @@
 The simulator asks one question, through :class:`schedsim.gpu.cost.CostModel`: how long does this collective
 (or send/recv) take on these ranks, alone. A profile whose ``topology`` has a ``scale_up`` domain (and
 ``nics`` across nodes) answers it here, with NCCL's own cost model (:mod:`schedsim.network.tuning`, NCCL
-2.30.7) on that topology; other profiles keep the link classes and tables of :mod:`schedsim.network.links`.
+2.30.7's constants, or those of the profile's ``nccl.version``) on that topology; other profiles keep the
+link classes and tables of :mod:`schedsim.network.links`.
 
 Interface
 ---------
@@ -35,6 +36,7 @@ from schedsim.network.tuning import (
     algo_time,
     channel_steps,
     collnet_direct_graph,
+    constants_for,
     correction_steps,
     nvls_graph,
     p2p_step,
@@ -105,6 +107,7 @@ class NcclNetwork:
         self.gpn = topo.gpus_per_node
         self.algos = parse_nccl_list(profile.nccl.algo, "algo") if profile.nccl.algo else None
         self.protos = parse_nccl_list(profile.nccl.proto, "proto") if profile.nccl.proto else None
+        self.consts = constants_for(profile.nccl.version)
         self._shapes: dict[tuple[int, ...], GroupShape] = {}
         self._tune: dict[tuple[GroupShape, str], tuple[_Table, _Table, TuneInput]] = {}
         self._scales: dict[tuple[GroupShape, str, str, str, int], float] = {}
@@ -243,7 +246,8 @@ class NcclNetwork:
             if collnet else None
         return TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
                          self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
-                         collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct)
+                         collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct,
+                         consts=self.consts)
 
     def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         t = self.tune_input(shape)
@@ -276,7 +280,7 @@ class NcclNetwork:
         lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
         bw *= runtime_bw_scale(func, algo, proto, runtime_channels(algo, proto, nbytes, shape.ranks, t.ring), t)
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, t.ring.channels, self.arch,
-                         timed=True)
+                         timed=True, consts=self.consts)
 
     def _bw_scale(self, shape: GroupShape, func: str, algo: str, proto: str, nbytes: float, t: TuneInput) -> float:
         """:func:`schedsim.network.tuning.runtime_bw_scale` on the channels NCCL runs ``nbytes`` on, cached by
@@ -333,7 +337,7 @@ class NcclNetwork:
         best: tuple[float, str, str] | None = None
         for (a, p), (lat, bw) in table.items():
             t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, t_in.ring.channels, self.arch,
-                          x86=self.topo.cpu_vendor != "arm")
+                          x86=self.topo.cpu_vendor != "arm", consts=self.consts)
             if best is None or t < best[0]:
                 best = (t, a, p)
         return None if best is None else (best[1], best[2])
@@ -352,7 +356,7 @@ class NcclNetwork:
 
         def timed_at(nb: float) -> float:
             return algo_time(func, a, p, lat, bw * self._bw_scale(shape, func, a, p, nb, t_in), nb, shape.nodes,
-                             shape.ranks, ring.channels, self.arch, timed=True)
+                             shape.ranks, ring.channels, self.arch, timed=True, consts=self.consts)
 
         steps = channel_steps(a, p, nbytes, shape.ranks, ring) + correction_steps(func, a, nbytes)
         return min([timed_at(nbytes)] + [timed_at(m) for m in steps]), a, p
@@ -409,11 +413,11 @@ class NcclNetwork:
         if proto is None:
             proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
         if inter:
-            lat, ll_cap = p2p_step("net", proto, self.arch)
+            lat, ll_cap = p2p_step("net", proto, self.arch, self.consts)
             lat += self._lat_inter(shape)
             bw = self._nic_bw(shape)
         else:
-            lat, ll_cap = p2p_step("pci" if self.up.kind == "pcie" else "nvlink", proto, self.arch)
+            lat, ll_cap = p2p_step("pci" if self.up.kind == "pcie" else "nvlink", proto, self.arch, self.consts)
             lat += self.up.latency_us
             g = ring_graph(self.arch, self.up.bandwidth_GBps, 2, 1, 0.0, False)
             bw = g.channels * g.bw_intra

@@ -1,8 +1,12 @@
-"""NCCL's own cost model: its algorithms, protocols, channel search and tuning constants (NCCL 2.30.7).
+"""NCCL's own cost model: its algorithms, protocols, channel search and tuning constants (NCCL 2.20 to 2.30.7).
 
 Everything here follows ``src/graph/tuning.cc`` (``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``) and
 ``src/graph/search.cc`` (``ncclTopoCompute``, ``ncclTopoDupChannels``) of NVIDIA/nccl at v2.30.7
-(``makefiles/version.mk``; commit 5067397c). The constants are NCCL's, copied, not fitted.
+(``makefiles/version.mk``; commit 5067397c). The constants are NCCL's, copied, not fitted; tuning.cc's
+constants and rules of earlier releases (from the v2.20.3-1 ... v2.30.7-1 tags) are kept too
+(:class:`TunerConstants`, :func:`constants_for`), because NCCL chooses and estimates with the constants of
+the release that runs (``nccl.version`` of a profile). Only tuning.cc is versioned: the channel search, the
+enqueue.cc rules and the ``updateCollCostTable`` limits are v2.30.7's for every release.
 
 Per (collective, algorithm, protocol) NCCL keeps a latency ``lat`` in µs and a bandwidth ``bw`` in GB/s
 and predicts ``time_us = lat + nBytes / (1000 · bw)``; it runs the (algorithm, protocol) of least time that
@@ -32,6 +36,7 @@ Simplifications, stated:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -51,23 +56,164 @@ COLL_FUNCS = {"broadcast": "broadcast", "reduce": "reduce", "all_gather": "allga
               "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}
 _ARCHS = ("volta", "ampere", "hopper", "blackwell")
 
-# ---- tuning.cc constants (ncclTunerConstantsDefaults), µs and GB/s -------------------------------------------
-_BASE_LAT: dict[str, tuple[float, float, float]] = {
-    "tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0), "collnet_chain": (0, 0, 0),
-    "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (8.0, 8.0, 8.0)}
-_HW_LAT: dict[str, dict[str, tuple[float, float, float]]] = {
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
-               "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25), "pat": (0, 0, 4.0)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
-            "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
-    "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
-            "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)}}
-_NVLS_EFF = (0.0, 0.0, 0.85, 0.74)
-_LL_MAX_BW = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (2 * 141.0, 2 * 45.0, 2 * 35.0))
-_PER_CH_RING_LL128 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0))
-_PER_CH_TREE_LL128 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
-_PER_CH_TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
-_PER_CH_NVLS_TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
+# ---- tuning.cc constants per NCCL release -------------------------------------------------------------------
+_T3 = tuple[float, float, float]
+_Rows = tuple[_T3, _T3, _T3, _T3]  # Volta, Ampere, Hopper, Blackwell rows of a tuning.cc table (N1 / N2 / N4)
+
+
+@dataclass(frozen=True)
+class TunerConstants:
+    """The constants and version-dependent rules of ``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime``
+    (src/graph/tuning.cc of NVIDIA/nccl) from release ``since`` on: :func:`constants_for` picks the set of a
+    version. µs and GB/s; per-arch tables have rows Volta, Ampere, Hopper, Blackwell (a release without a
+    Blackwell row indexes Blackwell as Hopper: ``compCapIndex`` from ``minCompCap >= 90`` before 2.25).
+
+    ``nvls_eff`` / ``per_ch_nvls_tree`` None: the NVLS and NVLS-tree bandwidth of releases before 2.28
+    (``bw = min(bwIntra, bwInter)``, NVLS-tree ``bwInter / 2`` beyond 2 nodes, busBw x 5/6 to algorithm
+    bandwidth); ``ring_ll_quarter``: ring LL busBw x 1/4 (across nodes, all_reduce, reduce) or 1/3, not .5
+    (2.20); ``legacy_steps``: before 2.23 a ring all_reduce counts ``2 · nNodes`` network steps, the network
+    hwLat is the algorithm's even with one GPU per node, ring LL128 takes .7 of busBw with one GPU per node, and
+    NVLS all_gather / reduce_scatter bandwidth is converted x 5/6 too; ``pat_bw`` None: no PAT (before 2.23);
+    ``nvls_agrs_90``: NVLS all_gather / reduce_scatter at ``min(bwIntra (ppn-1)/ppn, bwInter .9)`` (2.27);
+    ``nvls_tree_corr_bw_x86``: the tree correction factors also correct NVLS-tree all_reduce on Blackwell
+    with x86 hosts (2.29 on)."""
+
+    since: tuple[int, int, int]
+    base_lat: Mapping[str, _T3]
+    hw_lat: Mapping[str, Mapping[str, _T3]]
+    ll_max_bw: _Rows
+    per_ch_ring_ll128: _Rows
+    per_ch_tree_ll128: _Rows
+    per_ch_tree: _Rows
+    per_ch_nvls_tree: _Rows | None
+    nvls_eff: tuple[float, float, float, float] | None
+    ring_ll_quarter: bool = False
+    legacy_steps: bool = False
+    pat_bw: float | None = .75
+    nvls_agrs_90: bool = True
+    nvls_tree_corr_bw_x86: bool = False
+
+
+def _hw_lat(tree_simple: _T3, nvls_nvl: float, nvls_tree_net: float) -> dict[str, dict[str, _T3]]:
+    """tuning.cc's ``hwLat`` / ``hwLatencies`` [NVLink, PCI, network][algo][proto]; the entries that changed
+    between releases as arguments (tree Simple on NVLink, PCI and the network; NVLS / NVLS-tree on NVLink;
+    NVLS-tree on the network)."""
+    return {
+        "nvlink": {"tree": (0.6, 1.25, tree_simple[0]), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
+                   "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, nvls_nvl), "nvls_tree": (0, 0, nvls_nvl),
+                   "pat": (0, 0, 4.0)},
+        "pci": {"tree": (1.0, 1.9, tree_simple[1]), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
+                "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
+        "net": {"tree": (5.0, 8.5, tree_simple[2]), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
+                "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, nvls_tree_net),
+                "pat": (0, 0, 14)}}
+
+
+def _base_lat(tree_simple: float) -> dict[str, _T3]:
+    return {"tree": (6.8, 14.0, tree_simple), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
+            "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (8.0, 8.0, 8.0)}
+
+
+_VOLTA_AMPERE_LL = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0))
+_HOP_LL: _T3 = (141.0, 45.0, 35.0)
+_RING_LL128_VA = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0))
+_TREE_VA = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8))
+_HOP_RING_LL128: _T3 = (36.7, 36.7, 36.7)
+_HOP_TREE_LL128: _T3 = (36.7, 36.7, 29.0)
+_HOP_TREE: _T3 = (38.7, 41.4, 36.0)
+
+
+def _x2(r: _T3) -> _T3:
+    return (2 * r[0], 2 * r[1], 2 * r[2])
+
+
+#: One entry per release where tuning.cc's model changed, read from the tags of NVIDIA/nccl (v2.20.3-1 ...
+#: v2.30.7-1, src/graph/tuning.cc). A version takes the last entry at or before it.
+_RELEASES: tuple[TunerConstants, ...] = ()
+_r = TunerConstants(  # v2.20.3: tree Simple baseLat 0 / hwLat 28; NVLS 23 us on NVLink; Hopper LL at Ampere's
+    since=(2, 20, 0), base_lat=_base_lat(0.0), hw_lat=_hw_lat((28.0, 28.0, 28.0), 23.0, 14.0),
+    ll_max_bw=(*_VOLTA_AMPERE_LL, (87.7, 22.5, 19.0), (87.7, 22.5, 19.0)),
+    per_ch_ring_ll128=(*_RING_LL128_VA, _HOP_RING_LL128, _HOP_RING_LL128),
+    per_ch_tree_ll128=(*_RING_LL128_VA, _HOP_TREE_LL128, _HOP_TREE_LL128),
+    per_ch_tree=(*_TREE_VA, _HOP_TREE, _HOP_TREE), per_ch_nvls_tree=None, nvls_eff=None,
+    ring_ll_quarter=True, legacy_steps=True, pat_bw=None, nvls_agrs_90=False)
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 21, 0), hw_lat=_hw_lat((28.0, 28.0, 28.0), 25.0, 14.0),  # v2.21.5
+             ring_ll_quarter=False, ll_max_bw=(*_VOLTA_AMPERE_LL, _HOP_LL, _HOP_LL))
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 23, 0), base_lat=_base_lat(8.4),  # v2.23.4: tree Simple 8.4 + 4 / 4 / 14 us, PAT
+             hw_lat=_hw_lat((4.0, 4.0, 14.0), 25.0, 14.0), legacy_steps=False, pat_bw=.85)
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 24, 0), pat_bw=.75)  # v2.24.3
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 25, 0), ll_max_bw=(*_VOLTA_AMPERE_LL, _HOP_LL, _x2(_HOP_LL)),  # v2.25.1: Blackwell rows
+             per_ch_ring_ll128=(*_RING_LL128_VA, _HOP_RING_LL128, _x2(_HOP_RING_LL128)),
+             per_ch_tree_ll128=(*_RING_LL128_VA, _HOP_TREE_LL128, _x2(_HOP_TREE_LL128)),
+             per_ch_tree=(*_TREE_VA, _HOP_TREE, _x2(_HOP_TREE)))
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 27, 0), nvls_agrs_90=True)  # v2.27.3
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 28, 0), nvls_eff=(0.0, 0.0, 0.85, 0.74),  # v2.28.3: NVLS efficiency, perChMaxNVLSTree
+             per_ch_tree_ll128=(*_RING_LL128_VA, _HOP_TREE_LL128, (55.6, 31.67, 20.0)),
+             per_ch_tree=(*_TREE_VA, _HOP_TREE, (70.0, 42.8, 24.0)),
+             per_ch_nvls_tree=(*_TREE_VA, (0.0, 57.7, 45.5), (0.0, 96.0, 43.1)))
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 28, 7), per_ch_ring_ll128=(*_RING_LL128_VA, _HOP_RING_LL128, (73.4, 34.6, 73.4)))
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 28, 9), hw_lat=_hw_lat((4.0, 4.0, 14.0), 25.0, 20.9),  # v2.28.9: NVLS-tree net 20.9
+             per_ch_nvls_tree=(*_TREE_VA, (0.0, 57.7, 45.5), (0.0, 96.0, 43.8)))
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 29, 0), per_ch_ring_ll128=(*_RING_LL128_VA, _HOP_RING_LL128, (34.5, 34.6, 34.5)),
+             nvls_tree_corr_bw_x86=True)  # v2.29.2
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 29, 7), per_ch_ring_ll128=(*_RING_LL128_VA, _HOP_RING_LL128, (40.0, 40.0, 40.0)))
+_RELEASES += (_r,)
+_r = replace(_r, since=(2, 30, 0), per_ch_nvls_tree=(*_TREE_VA, (0.0, 57.7, 45.5), (0.0, 96.0, 80.0)))  # v2.30.3
+_RELEASES += (_r,)
+del _r
+#: The newest release modelled (makefiles/version.mk of v2.30.7-1); later versions take its constants
+NCCL_VERSION = "2.30.7"
+LATEST = _RELEASES[-1]
+
+
+def parse_nccl_version(text: str) -> tuple[int, int, int]:
+    """``"2.26.2"``, ``"2.26.2-1"`` or ``"v2.26.2-1"`` (as nccl-tests prints ``NCCL version 2.26.2+cuda12.2``:
+    the ``+...`` suffix is dropped) -> (2, 26, 2).
+
+    Raises
+    ------
+    ValueError
+        Not major.minor.patch.
+
+    >>> parse_nccl_version("2.27.5+cuda12.8")
+    (2, 27, 5)
+    """
+    m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)(?:-\d+)?(?:\+\S*)?", text.strip())
+    if m is None:
+        raise ValueError(f"NCCL version {text!r} is not major.minor.patch (e.g. 2.26.2)")
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def constants_for(version: str | None) -> TunerConstants:
+    """tuning.cc's constants and rules of NCCL ``version`` (None: the newest modelled, :data:`NCCL_VERSION`).
+
+    Raises
+    ------
+    ValueError
+        Not a version (:func:`parse_nccl_version`), or older than 2.20 (not modelled).
+
+    >>> constants_for("2.21.5").hw_lat["net"]["nvls_tree"], constants_for("2.30.7").hw_lat["net"]["nvls_tree"]
+    ((0, 0, 14.0), (0, 0, 20.9))
+    """
+    if version is None:
+        return LATEST
+    v = parse_nccl_version(version)
+    if v < _RELEASES[0].since:
+        raise ValueError(f"NCCL {version}: tuning constants are modelled from 2.20.0 to {NCCL_VERSION} (older "
+                         "releases tune differently)")
+    return next(c for c in reversed(_RELEASES) if c.since <= v)
+
+
 #: ``treeCorrectionFactor`` (tuning.cc), per protocol, for log2(nBytes / 64) = 0..23
 _TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
@@ -271,7 +417,8 @@ class TuneInput:
     0 there) and whether LL128 is allowed (NVLink or better inside, Hopper:
     any NIC path up to PXN; before: up to PXB). ``collnet``: the fabric reduces in the network (SHARP) and NCCL
     runs its CollNet plugin (``config.collnetEnable``); ``nvswitch``: the node has an NVSwitch (NCCL's
-    ``nvsCount``, which CollNet Direct needs); ``collnet_direct``: that graph (:func:`collnet_direct_graph`).
+    ``nvsCount``, which CollNet Direct needs); ``collnet_direct``: that graph (:func:`collnet_direct_graph`);
+    ``consts``: the tuning.cc constants of the NCCL release that runs (:func:`constants_for`).
 
     ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
     (algorithm, protocol) keys they hold, and ``bw_factor`` multiplies its bus bandwidth (before the conversion
@@ -294,6 +441,7 @@ class TuneInput:
     collnet: bool = False
     nvswitch: bool = False
     collnet_direct: Graph | None = None
+    consts: TunerConstants = LATEST
 
 
 def _p(proto: str) -> int:
@@ -325,7 +473,7 @@ def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
         return False
     if a == "nvls" and t.nodes > 1 and (not t.collnet or coll != "allreduce"):  # AG/RS need the plugin's iallgather
         return False
-    if a == "pat" and t.nodes != t.ranks:
+    if a == "pat" and (t.nodes != t.ranks or t.consts.pat_bw is None):  # PAT from 2.23 (ncclPatEnable)
         return False
     if a in ("nvls", "nvls_tree", "pat") and p != "Simple":
         return False
@@ -336,36 +484,34 @@ def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
 
 def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
     """``comm->bandwidths[coll][a][p]`` (GB/s, algorithm bandwidth) as ``ncclTopoTuneModel`` computes it."""
-    n, nodes = t.ranks, t.nodes
+    n, nodes, k = t.ranks, t.nodes, t.consts
     cc = _ARCHS.index(t.arch)
     idx2 = nodes - 1 if nodes <= 2 else 2
-    ll_max = _LL_MAX_BW[cc if nodes == 1 else (1 if t.cpu_vendor == "amd" else 0)][idx2]
+    ll_max = k.ll_max_bw[cc if nodes == 1 else (1 if t.cpu_vendor == "amd" else 0)][idx2]
     g = t.nvls if a in ("nvls", "nvls_tree") and t.nvls is not None else t.ring
     if a == "collnet_direct" and t.collnet_direct is not None:
         g = t.collnet_direct
     collnet = a in ("collnet_direct", "collnet_chain")
     bw = g.bw_intra if nodes <= 2 or collnet else g.bw_inter
+    ppn = n / nodes
     if a in ("nvls", "nvls_tree"):
-        ppn = n / nodes
-        intra = g.bw_intra * _NVLS_EFF[cc] * (g.channels - 1) / g.channels
-        intra *= 2.0 if coll == "allreduce" else (ppn - 1) / ppn
-        inter = g.bw_inter * (2 if nodes <= 2 and a == "nvls_tree" else 1)
-        bw = min(intra, inter, _PER_CH_NVLS_TREE[cc][idx2] if a == "nvls_tree" else math.inf)
+        bw = _nvls_channel_bw(coll, a, g, t)
     bus = g.channels * bw
     if a == "ring" and p == "LL":
-        bus = min(ll_max, bus * .5)
+        quarter = nodes > 1 or coll in ("allreduce", "reduce")
+        bus = min(ll_max, bus * ((.25 if quarter else 1 / 3) if k.ring_ll_quarter else .5))
     if a == "ring" and p == "LL128":
-        bus = min(bus * 0.92, g.channels * _PER_CH_RING_LL128[cc][idx2])
+        bus = min(bus * (0.7 if k.legacy_steps and ppn < 2 else 0.92), g.channels * k.per_ch_ring_ll128[cc][idx2])
     if a == "tree" and coll == "allreduce":
-        bus = min(bus * .92, g.channels * _PER_CH_TREE[cc][idx2])
+        bus = min(bus * .92, g.channels * k.per_ch_tree[cc][idx2])
     if a == "tree" and p == "LL":
         bus = min(bus / 3.8, ll_max)
     if a == "tree" and p == "LL128":
-        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), g.channels * _PER_CH_TREE_LL128[cc][idx2])
+        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), g.channels * k.per_ch_tree_ll128[cc][idx2])
     if a == "tree" and n == nodes:  # one GPU per node: search.cc sets the tree's pattern to NCCL_TOPO_PATTERN_TREE
         bus *= .85  # (all NIC traffic through one GPU), and tuning.cc takes .85 of busBw for maxTreePattern TREE
-    if a == "pat":
-        bus *= .75
+    if a == "pat" and k.pat_bw is not None:
+        bus *= k.pat_bw
     if a == "collnet_direct":  # all_reduce: "Collnet+Direct requires all GPUs to have a local NIC"
         factor = (n / nodes) / g.channels  # GPU/NIC ratio
         factor -= (factor - 1) / 2
@@ -374,9 +520,39 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
             bus *= .85
     if t.bw_factor is not None and (a, p) in t.bw_factor:
         bus *= t.bw_factor[(a, p)]
-    if not (a != "ring" and coll in ("allgather", "reducescatter")):
-        bus *= n / _nsteps(coll, n) if a in ("ring", "nvls", "nvls_tree") else .5
-    return bus
+    return bus * _to_algbw(coll, a, n, k)
+
+
+def _nvls_channel_bw(coll: str, a: str, g: Graph, t: TuneInput) -> float:
+    """GB/s per channel of NVLS or NVLS-tree (graph ``g``) before tuning.cc's refinements: from 2.28
+    ``min(bwIntra · nvlsEfficiency · (nCh-1)/nCh · (2 for all_reduce, else (ppn-1)/ppn), bwInter (x2 for
+    NVLS-tree on up to 2 nodes), perChMaxNVLSTreeBw)``; before, ``min(bwIntra, bwInter)`` (NVLS-tree:
+    ``bwInter / 2`` beyond 2 nodes; 2.27's NVLS all_gather / reduce_scatter: ``min(bwIntra (ppn-1)/ppn,
+    bwInter .9)``)."""
+    k, nodes, ppn = t.consts, t.nodes, t.ranks / t.nodes
+    cc = _ARCHS.index(t.arch)
+    if k.nvls_eff is not None and k.per_ch_nvls_tree is not None:
+        intra = g.bw_intra * k.nvls_eff[cc] * (g.channels - 1) / g.channels
+        intra *= 2.0 if coll == "allreduce" else (ppn - 1) / ppn
+        inter = g.bw_inter * (2 if nodes <= 2 and a == "nvls_tree" else 1)
+        idx2 = nodes - 1 if nodes <= 2 else 2
+        return min(intra, inter, k.per_ch_nvls_tree[cc][idx2] if a == "nvls_tree" else math.inf)
+    if a == "nvls_tree":
+        return min(g.bw_intra, g.bw_inter if nodes <= 2 else g.bw_inter / 2)
+    if k.nvls_agrs_90 and coll != "allreduce":
+        return min(g.bw_intra * (ppn - 1) / ppn, g.bw_inter * .9)
+    return min(g.bw_intra, g.bw_inter)
+
+
+def _to_algbw(coll: str, a: str, n: int, k: TunerConstants) -> float:
+    """tuning.cc's "Convert bus BW to algorithm BW" ratio: ring (and NVLS, NVLS-tree from 2.28) ``nRanks /
+    nsteps``, NVLS and NVLS-tree before 2.28 ``5/6``, the others ``.5``; 1 (no conversion) for all_gather and
+    reduce_scatter other than ring (before 2.23: other than CollNet Direct, so NVLS's is converted too)."""
+    if coll in ("allgather", "reducescatter") and a != "ring" and not (k.legacy_steps and a == "nvls"):
+        return 1.0
+    if a in ("nvls", "nvls_tree") and k.nvls_eff is None:
+        return 5.0 / 6.0
+    return n / _nsteps(coll, n) if a in ("ring", "nvls", "nvls_tree") else .5
 
 
 def _nsteps(coll: str, n: int) -> int:
@@ -385,22 +561,24 @@ def _nsteps(coll: str, n: int) -> int:
 
 def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
     """``comm->latencies[coll][a][p]`` (µs) as ``ncclTopoTuneModel`` computes it."""
-    n, nodes, pi = t.ranks, t.nodes, _p(p)
+    n, nodes, pi, k = t.ranks, t.nodes, _p(p), t.consts
     ppn = n / nodes
-    lat = _BASE_LAT[a][pi]
-    hw_intra = _hw(t.hw_intra, a, p, _HW_LAT[t.intra_hw][a][pi])
-    hw_net = _hw(t.hw_inter, a, p, _HW_LAT["net"]["tree" if ppn == 1 else a][pi])
+    lat = k.base_lat[a][pi]
+    hw_intra = _hw(t.hw_intra, a, p, k.hw_lat[t.intra_hw][a][pi])
+    hw_net = _hw(t.hw_inter, a, p, k.hw_lat["net"]["tree" if ppn == 1 and not k.legacy_steps else a][pi])
     intra_lat = hw_intra + t.lat_intra
     inter_lat = hw_net + t.lat_inter
     if p == "Simple":
         inter_lat += t.lat_inter  # the flush
     if a == "ring":
         if coll in ("reduce", "broadcast"):
-            return lat + (hw_intra if nodes == 1 else _hw(t.hw_inter, a, p, _HW_LAT["net"][a][pi]))  # sameChannels
+            return lat + (hw_intra if nodes == 1 else _hw(t.hw_inter, a, p, k.hw_lat["net"][a][pi]))  # sameChannels
         overhead = 0.0
         if nodes > 1:
             overhead = (2.0 if t.cpu_vendor == "amd" else 1.0) * (3 if p == "Simple" else 1)  # getNetOverhead
         inter_steps = 0 if nodes == 1 else (2 * (nodes - 1) if coll == "allreduce" else nodes - 1)
+        if k.legacy_steps and coll == "allreduce" and nodes > 1:
+            inter_steps = 2 * nodes  # before 2.23
         return lat + (_nsteps(coll, n) - inter_steps) * max(intra_lat, overhead) + inter_steps * inter_lat
     if a == "tree":
         return lat + (2 * ((n // nodes - 1) * intra_lat + _log2i(nodes) * inter_lat) if coll == "allreduce" else 0.0)
@@ -505,12 +683,14 @@ def runtime_bw_scale(coll: str, algo: str, proto: str, nc: int, t: TuneInput) ->
     return few / full if full > 0 else 1.0
 
 
-def p2p_step(tier: Literal["nvlink", "pci", "net"], proto: str, arch: str) -> tuple[float, float]:
+def p2p_step(tier: Literal["nvlink", "pci", "net"], proto: str, arch: str,
+             consts: TunerConstants = LATEST) -> tuple[float, float]:
     """``(latency µs, LL bandwidth cap GB/s)`` of one send/recv step on ``tier``: ring's baseLat plus one hwLat
     of the tier for ``proto`` (an assumption: tuning.cc has no send/recv entry; NCCL runs p2p on ring-like
     channels), and the one-node llMaxBw of ``arch``."""
     pi = _p(proto)
-    return _BASE_LAT["ring"][pi] + _HW_LAT[tier]["ring"][pi], _LL_MAX_BW[_ARCHS.index(arch)][0]
+    return (consts.base_lat["ring"][pi] + consts.hw_lat[tier]["ring"][pi],
+            consts.ll_max_bw[_ARCHS.index(arch)][0])
 
 
 def _log2i(x: int) -> int:
@@ -538,13 +718,14 @@ def correction_steps(coll: str, algo: str, nbytes: float) -> list[float]:
 
 
 def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: float, nodes: int, ranks: int,
-              channels: int, arch: str, *, timed: bool = False, x86: bool = True) -> float:
+              channels: int, arch: str, *, timed: bool = False, x86: bool = True,
+              consts: TunerConstants = LATEST) -> float:
     """``ncclTopoGetAlgoTime`` for one op (``numPipeOps`` 1), in µs: ``lat + nBytes / (1000 · bw)``, with the
     tree correction factor for all_reduce by log2(nBytes / 64) and the ring plateau (``lat × 1.4``, 1.9 before
     Ampere) for Simple all_reduce across nodes once ``nBytes / (nChannels · nRanks) >= 64``.
 
-    NCCL 2.30.7 corrects NVLS-tree all_reduce by the same tree factors only on Blackwell with x86 hosts
-    (``comm->cpuArch == NCCL_TOPO_CPU_ARCH_X86``; ``x86`` false for Arm hosts such as Grace), to choose.
+    NCCL (from 2.29; ``consts``) corrects NVLS-tree all_reduce by the same tree factors only on Blackwell with
+    x86 hosts (``comm->cpuArch == NCCL_TOPO_CPU_ARCH_X86``; ``x86`` false for Arm hosts such as Grace), to choose.
     ``timed``: the time of the algorithm NCCL chose, not its estimate to choose by; NVLS-tree takes the
     factors on every arch. Its medium-size shortfall is measured on Hopper too: NVIDIA/nccl-tests#309 (16 and
     32 H100 over 2 and 4 nodes, 8x 400G IB, NCCL 2.26.2, logs a maintainer called good) runs a 16 MiB
@@ -554,7 +735,7 @@ def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: f
     if algo == "tree" and coll == "allreduce" and 0 <= log_size < 23:
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
     if (algo == "nvls_tree" and coll == "allreduce" and 0 <= log_size < 24
-            and (timed or (arch == "blackwell" and x86))):
+            and (timed or (arch == "blackwell" and x86 and consts.nvls_tree_corr_bw_x86))):
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
     if algo == "ring" and proto == "Simple" and nodes > 1 and coll == "allreduce" and nbytes / (channels * ranks) >= 64:
         lat *= 1.9 if arch == "volta" else 1.4

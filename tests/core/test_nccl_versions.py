@@ -1,0 +1,151 @@
+"""NCCL's tuning model per release (schedsim.network.tuning.constants_for, a profile's ``nccl.version``).
+
+Every expected figure is worked out by hand in the comment beside it from src/graph/tuning.cc at the release's
+tag of NVIDIA/nccl (v2.20.3-1, v2.21.5-1, v2.22.3-1, v2.23.4-1, v2.24.3-1, v2.26.2-1, v2.27.5-1, v2.28.7-1,
+v2.28.9-1, v2.30.7-1), not read back from the code. Graphs: one DGX H100 node (8 GPUs, 18 NVLinks = 370.8
+GB/s) has a 12 x 30 GB/s ring and an 8-head NVLS graph at 40 / 60 GB/s; two nodes with 8 x 400G NICs a
+8 x 45 GB/s ring and an NVLS graph at 40 / 48 (the doctests of ring_graph and nvls_graph).
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from schedsim.hardware.profile import HardwareProfile
+from schedsim.network import NcclNetwork
+from schedsim.network.tuning import Graph, TuneInput, constants_for, parse_nccl_version, tune
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
+HOPPER = {"gpus_per_node": 8, "arch": "hopper", "cpu_vendor": "intel",
+          "scale_up": {"kind": "nvswitch", "bandwidth_GBps": 370.8, "nvls": True, "source": "test"},
+          "nics": {"per_node": 8, "bandwidth_Gbps": 400, "source": "test"}}
+ONE_NODE_RING, TWO_NODE_RING = Graph(12, 30.0, 30.0), Graph(8, 45.0, 45.0)
+ONE_NODE_NVLS, TWO_NODE_NVLS = Graph(8, 40.0, 60.0), Graph(8, 40.0, 48.0)
+
+
+def net(version: str | None, **nccl: Any) -> NcclNetwork:
+    """dgx_a100's compute on a Hopper cluster topology, NCCL ``version`` (and ``nccl`` settings)."""
+    d = copy.deepcopy(BASE)
+    d["name"] = "test"
+    d["topology"] = HOPPER
+    d["nccl"] = {**d["nccl"], **nccl, "version": version}
+    return NcclNetwork(HardwareProfile.model_validate(d))
+
+
+def ti(version: str | None, ranks: int, nodes: int, ring: Graph, nvls: Graph | None = None) -> TuneInput:
+    return TuneInput(ranks, nodes, "hopper", "nvlink", "intel", ring, nvls, consts=constants_for(version))
+
+
+def us(net_: NcclNetwork, kind: str, nbytes: int, ranks: int) -> float:
+    got = net_.collective(kind, nbytes, tuple(range(ranks)))
+    assert got is not None
+    return got.seconds * 1e6
+
+
+def test_a_version_takes_the_constants_of_the_last_release_at_or_before_it():
+    # NVLS-tree's network hwLat: 14 us in every tuning.cc up to v2.28.7, 20.9 from v2.28.9
+    net_nvls_tree = {v: constants_for(v).hw_lat["net"]["nvls_tree"][2]
+                     for v in ("2.20.3", "2.21.5", "2.26.2", "2.28.7", "2.28.9", "2.30.7", "2.31.2")}
+    assert net_nvls_tree == {"2.20.3": 14.0, "2.21.5": 14.0, "2.26.2": 14.0, "2.28.7": 14.0, "2.28.9": 20.9,
+                             "2.30.7": 20.9, "2.31.2": 20.9}
+    assert constants_for(None) == constants_for("2.30.7")
+    assert parse_nccl_version("v2.26.2-1") == parse_nccl_version("2.26.2+cuda12.2") == (2, 26, 2)
+    with pytest.raises(ValueError, match="from 2.20.0"):
+        constants_for("2.19.3")
+    with pytest.raises(ValueError, match="not major.minor.patch"):
+        constants_for("2.26")
+
+
+def test_forced_nvls_tree_small_all_reduce_on_2_21_5_against_2_30_7():
+    # NVIDIA/nccl#1244's shape: 16 ranks on 2 nodes, NCCL_ALGO=NVLSTree, 512 B (timed with the tree
+    # correction, log2(512 / 64) = 3: Simple x .9).
+    # 2.21.5: lat = 0 + 25 (NVLink) + 2 * log2(2) * 14 = 53; bw = min(bwIntra 40, bwInter 48) = 40, busBw
+    #         8 * 40 = 320, algbw x 5/6 = 266.67, x .9 = 240 -> 512 B adds 512 / 240e3 us
+    # 2.30.7: lat = 25 + 2 * 20.9 = 66.8; bw = min(40 * .85 * 7/8 * 2 = 59.5, 48 * 2 = 96, 57.7) = 57.7, busBw
+    #         461.6, algbw x 16/30 = 246.19, x .9 = 221.57
+    assert us(net("2.21.5", algo="nvlstree"), "all_reduce", 512, 16) == pytest.approx(53.0 + 512 / 240e3,
+                                                                                     rel=1e-9)
+    assert us(net(None, algo="nvlstree"), "all_reduce", 512, 16) == pytest.approx(
+        66.8 + 512 / (461.6 * 16 / 30 * .9 * 1e3), rel=1e-6)
+
+
+def test_nvls_bandwidth_before_and_after_2_28():
+    # one node, 8 ranks, NVLS graph 8 heads at bwIntra 40 / bwInter 60
+    def bw(version: str, coll: str) -> float:
+        return tune(coll, ti(version, 8, 1, ONE_NODE_RING, ONE_NODE_NVLS))[("nvls", "Simple")][1]
+
+    # <= 2.27: all_reduce min(40, 60) * 8 = 320 busBw, x 5/6 to algbw
+    assert bw("2.26.2", "allreduce") == pytest.approx(320 * 5 / 6)
+    # 2.30.7: 40 * .85 * 7/8 * 2 = 59.5 (< 60), busBw 476, x nRanks / nsteps = 8/14
+    assert bw("2.30.7", "allreduce") == pytest.approx(476 * 8 / 14)
+    # all_gather: 2.21.5 converts NVLS's busBw x 5/6 too (only CollNet Direct skips it before 2.23); 2.26.2
+    # does not convert (320); 2.27.5 takes min(40 * 7/8, 60 * .9) = 35 per channel (280)
+    assert bw("2.21.5", "allgather") == pytest.approx(320 * 5 / 6)
+    assert bw("2.26.2", "allgather") == pytest.approx(320.0)
+    assert bw("2.27.5", "allgather") == pytest.approx(280.0)
+
+
+def test_nvls_tree_beyond_two_nodes_before_2_28_halves_the_network_share():
+    # 4 nodes: bw = min(bwIntra 40, bwInter 48 / 2) = 24, busBw 8 * 24 = 192, x 5/6 = 160 (2.26.2); 2.30.7:
+    # min(59.5, 48, perChMaxNVLSTree N4 45.5) = 45.5, busBw 364, x 32/62
+    def bw(version: str) -> float:
+        return tune("allreduce", ti(version, 32, 4, TWO_NODE_RING, TWO_NODE_NVLS))[("nvls_tree", "Simple")][1]
+
+    assert bw("2.26.2") == pytest.approx(160.0)
+    assert bw("2.30.7") == pytest.approx(364 * 32 / 62)
+
+
+def test_ring_ll_bandwidth_of_2_20_is_a_third_and_capped_at_ampere_s_llmaxbw():
+    # one node, 8 ranks, all_gather ring/LL on 12 x 30 = 360 busBw:
+    # 2.20.3: min(llMaxBw Hopper N1 87.7 (Ampere's row then), 360 / 3 = 120) = 87.7; 2.21.5: min(141, 360 * .5)
+    # = 141; algbw x nRanks / nsteps = 8/7
+    def bw(version: str) -> float:
+        return tune("allgather", ti(version, 8, 1, ONE_NODE_RING))[("ring", "LL")][1]
+
+    assert bw("2.20.3") == pytest.approx(87.7 * 8 / 7)
+    assert bw("2.21.5") == pytest.approx(141.0 * 8 / 7)
+
+
+def test_ring_and_tree_latency_before_2_23():
+    t = {v: tune("allreduce", ti(v, 16, 2, TWO_NODE_RING)) for v in ("2.22.3", "2.23.4")}
+    # ring/LL on 16 ranks over 2 nodes, intra step max(0.6 NVLink, 1.0 net overhead) = 1.0:
+    # 2.22.3 counts 2 * nNodes = 4 network steps: 6.6 + (30 - 4) * 1.0 + 4 * 2.7 = 43.4
+    # 2.23.4 counts 2 * (nNodes - 1) = 2: 6.6 + 28 * 1.0 + 2 * 2.7 = 40.0
+    assert t["2.22.3"][("ring", "LL")][0] == pytest.approx(43.4)
+    assert t["2.23.4"][("ring", "LL")][0] == pytest.approx(40.0)
+    # tree/Simple: 2.22.3 baseLat 0, hwLat 28 on NVLink and network: 2 * (7 * 28 + 1 * 28) = 448
+    # 2.23.4: 8.4 + 2 * (7 * 4.0 + 1 * 14) = 92.4
+    assert t["2.22.3"][("tree", "Simple")][0] == pytest.approx(448.0)
+    assert t["2.23.4"][("tree", "Simple")][0] == pytest.approx(92.4)
+
+
+def test_pat_appears_in_2_23_at_85_percent_and_takes_75_from_2_24():
+    # 2 nodes, one GPU each, all_gather: ring graph 1 x 45 GB/s across nodes; PAT busBw 45 x .85 / .75, no
+    # conversion to algbw for all_gather
+    ring = Graph(1, 45.0, 45.0)
+    pat = {v: tune("allgather", ti(v, 2, 2, ring)).get(("pat", "Simple")) for v in ("2.22.3", "2.23.4", "2.24.3")}
+    assert pat["2.22.3"] is None
+    assert pat["2.23.4"] is not None and pat["2.23.4"][1] == pytest.approx(45 * .85)
+    assert pat["2.24.3"] is not None and pat["2.24.3"][1] == pytest.approx(45 * .75)
+
+
+def test_a_version_nccl_does_not_model_exits_2_naming_nccl_version(tmp_path: Path):
+    d = copy.deepcopy(BASE)
+    d["topology"] = HOPPER
+    d["nccl"] = {**d["nccl"], "version": "2.18.5"}
+    prof = tmp_path / "old.yaml"
+    prof.write_text(yaml.safe_dump(d))
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(ROOT / "schedules/allgather_mm.yaml"),
+                          "--profile", str(prof), "--no-gantt", "-o", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ")
+    assert "nccl.version" in out.stderr and "from 2.20.0" in out.stderr
+    assert "Traceback" not in out.stderr
