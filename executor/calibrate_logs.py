@@ -126,6 +126,8 @@ def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str]) -> None:
                                       + "; ".join(srcs))
     for note in notes:
         print(f"note: {printable(note)}", file=sys.stderr)
+    if fitted.nccl.version != base.nccl.version:  # the logs' NCCL release (schedsim.network.fit)
+        d.setdefault("nccl", {})["version"] = fitted.nccl.version
     if not figs:
         return
     topo = fitted.topology.model_dump(mode="json")

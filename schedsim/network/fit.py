@@ -205,9 +205,39 @@ def apply_figures(profile: HardwareProfile, figs: list[FittedFigure], source: st
     return HardwareProfile.model_validate(d)
 
 
+def _with_logs_version(profile: HardwareProfile, logs: list[NcclTestsLog], notes: list[str]) -> HardwareProfile:
+    """``profile`` with ``nccl.version`` set to the one NCCL version ``logs`` name, where it has none (a note
+    says which); unchanged, with a note, for logs of several versions or one older than modelled."""
+    from schedsim.hardware.profile import HardwareProfile
+    from schedsim.network.tuning import NCCL_VERSION, constants_for
+
+    versions = sorted({log.nccl_version for log in logs if log.nccl_version})
+    if not versions or profile.nccl.version is not None:
+        return profile
+    mine = f"{NCCL_VERSION} (the newest modelled)"
+    if len(versions) > 1:
+        notes.append(f"the logs ran NCCL {', '.join(versions)}: fitted with NCCL {mine}'s tuning constants; "
+                     "fit one version's logs at a time, or set nccl.version in the base")
+        return profile
+    try:
+        constants_for(versions[0])
+    except ValueError as e:
+        notes.append(f"the logs ran NCCL {versions[0]}: {e}; fitted with NCCL {mine}'s")
+        return profile
+    notes.append(f"the logs ran NCCL {versions[0]}: its tuning constants choose and time (nccl.version set)")
+    d = profile.model_dump()
+    d["nccl"]["version"] = versions[0]
+    return HardwareProfile.model_validate(d)
+
+
 def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str
                 ) -> tuple[HardwareProfile, list[FittedFigure], list[str]]:
     """Fit the scale-up tier to the one-node logs, then the NICs' tier to the logs across nodes given it.
+
+    NCCL chooses and estimates with the constants of the release that ran: where the logs name one NCCL version
+    (:attr:`NcclTestsLog.nccl_version`) and ``profile`` has no ``nccl.version``, the fit and the returned
+    profile take that version (:func:`schedsim.network.tuning.constants_for`); logs of several versions, or one
+    not modelled, leave the profile's and say so in a note.
 
     Returns
     -------
@@ -227,6 +257,7 @@ def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str
                            fix="pass --base with a cluster topology (e.g. dgx_h100, h200)")
     figs: list[FittedFigure] = []
     notes: list[str] = []
+    profile = _with_logs_version(profile, logs, notes)
     for tier in ("scale_up", "nics"):
         if tier == "nics" and not any((log.nodes or 1) > 1 for log in logs):
             continue

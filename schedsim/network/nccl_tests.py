@@ -49,7 +49,9 @@ Which collective a log holds comes from the binary name in the text (``all_reduc
 ``./build/all_gather_perf`` or ``# Collective test starting: sendrecv_perf``), else the file name, else the
 ``collective`` argument. The group size comes from the ``# Rank N ...`` device lines, else
 ``nThread × nGpus`` of the header, else the ``nranks`` argument; the number of nodes from the hosts those lines
-name (``... on HOST device ...``).
+name (``... on HOST device ...``); the NCCL release from NCCL's own ``NCCL version 2.27.5+cuda12.8`` line (rank 0
+prints it, also inside ``NCCL INFO`` lines; still listed as skipped) or nccl-tests' ``# nccl-tests version ...
+nccl-library=23004`` header (``NCCL_VERSION_CODE`` = major · 10000 + minor · 100 + patch), else None.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ COLLECTIVE_OF_BINARY: dict[str, str] = {
     "gather_perf": "gather",
     "hypercube_perf": "hypercube",
 }
+_NCCL_VERSION_RE = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
+_NCCL_LIBRARY_RE = re.compile(r"\bnccl-library=(\d{5,})\b")
 _BIN_RE = re.compile(r"\b(" + "|".join(COLLECTIVE_OF_BINARY) + r")\b")
 _CALIBRATE_RE = re.compile(r"#\s*(all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|sendrecv|scatter|"
                            r"gather)\s+over\s+(\d+)\s+ranks?\b")
@@ -179,6 +183,7 @@ class NcclTestsLog:
     source: str = "<text>"
     skipped: list[tuple[int, str]] = field(default_factory=list)
     nodes: int | None = None  # hosts named in the '# Rank N ... on HOST device' lines; None without them
+    nccl_version: str | None = None  # the NCCL release that ran ("2.27.5"; module docstring); None if not printed
 
     def table(self) -> list[tuple[int, float]]:
         """``[[size_bytes, busbw_GBps], ...]`` rows for a profile's ``collectives.tables``.
@@ -383,6 +388,7 @@ class _Run:
     rows: list[tuple[NcclTestsRow, _Cells]] = field(default_factory=list)
     avg: float | None = None
     skipped: list[tuple[int, str]] = field(default_factory=list)
+    nccl_version: str | None = None
 
     @property
     def started(self) -> bool:
@@ -406,6 +412,9 @@ def _scan(text: str, src: str) -> list[_Run]:
                 raise _bad(src, ln, f"{mb.group(1)} after {run.binary} (line {run.binary_line}) with no table "
                            "between them", fix="pass a log in which each binary's run has its table")
             run.binary, run.binary_line = mb.group(1), ln
+        mv = _NCCL_VERSION_RE.search(s)
+        if mv and run.nccl_version is None:
+            run.nccl_version = mv.group(1)
         if not s.startswith("#"):
             if _NUMLIKE.match(s):
                 run.rows.extend(_read_rows(s.split(), _layout_for(run, s.split(), src, ln), src, ln))
@@ -430,6 +439,10 @@ def _comment(run: _Run, s: str, src: str, ln: int) -> None:
     mc = _CALIBRATE_RE.search(s)
     if mc:
         run.title = (mc.group(1), int(mc.group(2)))
+    ml = _NCCL_LIBRARY_RE.search(s)
+    if ml and run.nccl_version is None:
+        code = int(ml.group(1))  # NCCL_VERSION_CODE (nccl.h): major * 10000 + minor * 100 + patch
+        run.nccl_version = f"{code // 10000}.{code // 100 % 100}.{code % 100}"
     run.rank_ids.update(int(x) for x in re.findall(r"#\s*Rank\s+(\d+)\s+Group", s))
     run.hosts.update(re.findall(r"#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device", s))
     ma = re.search(r"Avg bus bandwidth\s*:\s*(\S+)", s)
@@ -508,7 +521,7 @@ def _finish(run: _Run, src: str, collective: str | None, nranks: int | None, by_
         _check_count(run, coll, n, src)
     _check_algbw(run, coll, src)
     return NcclTestsLog(collective=coll, nranks=n, rows=rows, avg_busbw_GBps=run.avg, source=src,
-                        skipped=run.skipped, nodes=len(run.hosts) or None)
+                        skipped=run.skipped, nodes=len(run.hosts) or None, nccl_version=run.nccl_version)
 
 
 def _check_bus_factor(run: _Run, coll: str, n: int, src: str) -> None:

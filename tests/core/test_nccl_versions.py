@@ -149,3 +149,45 @@ def test_a_version_nccl_does_not_model_exits_2_naming_nccl_version(tmp_path: Pat
     assert out.returncode == 2 and out.stderr.startswith("error: ")
     assert "nccl.version" in out.stderr and "from 2.20.0" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_log_names_its_nccl_version():
+    from schedsim.network.nccl_tests import parse_nccl_tests
+
+    row = " 1024 256 float sum -1 10.0 0.10 0.10 0 9.0 0.11 0.11 0"
+    # NCCL's own line on rank 0, bare or inside an NCCL INFO line (both still skipped as text)
+    for line in ("NCCL version 2.26.2+cuda12.2", "host:123:123 [0] NCCL INFO NCCL version 2.21.5+cuda12.3"):
+        log = parse_nccl_tests(f"# nThread 1 nGpus 2\n{line}\n{row}", collective="all_reduce")
+        assert log.nccl_version == line.split("NCCL version ")[1].split("+")[0]
+        assert [t for _, t in log.skipped] == [line]
+    # nccl-tests' header: NCCL_VERSION_CODE 23004 = 2.30.4
+    head = "# nccl-tests version 2.17.8 nccl-headers=23004 nccl-library=23004"
+    assert parse_nccl_tests(f"{head}\n# nThread 1 nGpus 2\n{row}", collective="all_reduce").nccl_version == "2.30.4"
+    assert parse_nccl_tests(f"# nThread 1 nGpus 2\n{row}", collective="all_reduce").nccl_version is None
+
+
+def test_calibrate_fits_with_the_constants_of_the_logs_nccl_version():
+    from schedsim.hardware.profile import load_profile
+    from schedsim.network.fit import fit_profile
+    from schedsim.network.nccl_tests import parse_nccl_tests
+    from tests.core.test_network_fit import fig, synth
+
+    # a 2-node log that NCCL 2.21.5 "ran" with known network figures (tree/LL 7 us a step, x .8 of NCCL's bw)
+    d = load_profile("dgx_h100").model_dump()
+    d["nccl"]["version"] = "2.21.5"
+    d["topology"]["nics"]["timing"] = {"tree/LL": fig(7.0, 0.8)}
+    truth = HardwareProfile.model_validate(d)
+    text = synth(truth, "all_reduce", 2, 8, [2 ** k for k in range(3, 14)])  # 8 B .. 8 KiB: tree/LL
+    text = text.replace("# Using devices", "NCCL version 2.21.5+cuda12.3\n# Using devices")
+    log = parse_nccl_tests(text, collective="all_reduce")
+    fitted, figs, notes = fit_profile(load_profile("dgx_h100"), [log], "synthetic")
+    assert fitted.nccl.version == "2.21.5"
+    assert notes == ["the logs ran NCCL 2.21.5: its tuning constants choose and time (nccl.version set)"]
+    (f,) = figs
+    assert (f.tier, f.key) == ("nics", "tree/LL")
+    assert f.hw_latency_us == pytest.approx(7.0, abs=0.02) and f.bw_factor == pytest.approx(0.8, rel=2e-3)
+    # a base that states its version keeps it
+    d = load_profile("dgx_h100").model_dump()
+    d["nccl"]["version"] = "2.30.7"
+    kept, _, notes = fit_profile(HardwareProfile.model_validate(d), [log], "synthetic")
+    assert kept.nccl.version == "2.30.7" and notes == []
