@@ -191,3 +191,19 @@ def test_calibrate_fits_with_the_constants_of_the_logs_nccl_version():
     d["nccl"]["version"] = "2.30.7"
     kept, _, notes = fit_profile(HardwareProfile.model_validate(d), [log], "synthetic")
     assert kept.nccl.version == "2.30.7" and notes == []
+
+
+def test_calibrate_cli_writes_the_logs_nccl_version(tmp_path: Path):
+    from schedsim.hardware.profile import load_profile
+    from tests.core.test_network_fit import synth
+
+    truth = load_profile("dgx_h100")
+    text = synth(truth, "all_reduce", 2, 8, [2 ** k for k in range(3, 14)])
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text(text.replace("# Using devices", "NCCL version 2.26.2+cuda12.2\n# Using devices"))
+    out = tmp_path / "fitted.yaml"
+    r = subprocess.run([sys.executable, "-m", "schedsim", "calibrate", "--from-nccl-tests", str(log), "--base",
+                        "dgx_h100", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "note: the logs ran NCCL 2.26.2: its tuning constants choose and time (nccl.version set)" in r.stderr
+    assert load_profile(str(out)).nccl.version == "2.26.2"
