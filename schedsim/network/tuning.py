@@ -76,7 +76,8 @@ class TunerConstants:
     NVLS all_gather / reduce_scatter bandwidth is converted x 5/6 too; ``pat_bw`` None: no PAT (before 2.23);
     ``nvls_agrs_90``: NVLS all_gather / reduce_scatter at ``min(bwIntra (ppn-1)/ppn, bwInter .9)`` (2.27);
     ``nvls_tree_corr_bw_x86``: the tree correction factors also correct NVLS-tree all_reduce on Blackwell
-    with x86 hosts (2.29 on)."""
+    with x86 hosts (2.29 on); ``ll128_blackwell``: LL128 is enabled on Blackwell (before 2.25 the LL128 rule's
+    ``switch (minCompCap)`` has no case 100 and disables it)."""
 
     since: tuple[int, int, int]
     base_lat: Mapping[str, _T3]
@@ -92,6 +93,7 @@ class TunerConstants:
     pat_bw: float | None = .75
     nvls_agrs_90: bool = True
     nvls_tree_corr_bw_x86: bool = False
+    ll128_blackwell: bool = True
 
 
 def _hw_lat(tree_simple: _T3, nvls_nvl: float, nvls_tree_net: float) -> dict[str, dict[str, _T3]]:
@@ -136,7 +138,7 @@ _r = TunerConstants(  # v2.20.3: tree Simple baseLat 0 / hwLat 28; NVLS 23 us on
     per_ch_ring_ll128=(*_RING_LL128_VA, _HOP_RING_LL128, _HOP_RING_LL128),
     per_ch_tree_ll128=(*_RING_LL128_VA, _HOP_TREE_LL128, _HOP_TREE_LL128),
     per_ch_tree=(*_TREE_VA, _HOP_TREE, _HOP_TREE), per_ch_nvls_tree=None, nvls_eff=None,
-    ring_ll_quarter=True, legacy_steps=True, pat_bw=None, nvls_agrs_90=False)
+    ring_ll_quarter=True, legacy_steps=True, pat_bw=None, nvls_agrs_90=False, ll128_blackwell=False)
 _RELEASES += (_r,)
 _r = replace(_r, since=(2, 21, 0), hw_lat=_hw_lat((28.0, 28.0, 28.0), 25.0, 14.0),  # v2.21.5
              ring_ll_quarter=False, ll_max_bw=(*_VOLTA_AMPERE_LL, _HOP_LL, _HOP_LL))
@@ -147,6 +149,7 @@ _RELEASES += (_r,)
 _r = replace(_r, since=(2, 24, 0), pat_bw=.75)  # v2.24.3
 _RELEASES += (_r,)
 _r = replace(_r, since=(2, 25, 0), ll_max_bw=(*_VOLTA_AMPERE_LL, _HOP_LL, _x2(_HOP_LL)),  # v2.25.1: Blackwell rows
+             ll128_blackwell=True,
              per_ch_ring_ll128=(*_RING_LL128_VA, _HOP_RING_LL128, _x2(_HOP_RING_LL128)),
              per_ch_tree_ll128=(*_RING_LL128_VA, _HOP_TREE_LL128, _x2(_HOP_TREE_LL128)),
              per_ch_tree=(*_TREE_VA, _HOP_TREE, _x2(_HOP_TREE)))
@@ -452,9 +455,9 @@ def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
     """Whether ``ncclTopoTuneModel`` fills (and leaves enabled) algorithm ``a`` with protocol ``p`` for ``coll``:
     broadcast and reduce run ring only; all_gather and reduce_scatter ring, NVLS or PAT; all_reduce no PAT;
     NVLS, NVLS-tree and PAT only Simple; NVLS-tree off on one node, NVLS off across nodes without CollNet, PAT
-    only with one GPU per node; LL128 only where ``t.ll128``; NVLS graphs need 2 channels. CollNet Direct and
-    Chain (Simple only; ``busBw = 0`` otherwise in tuning.cc) across nodes with ``t.collnet``, Direct only on
-    an NVSwitch node (``nvsCount == 0`` disables it). And as ``updateCollCostTable`` of src/enqueue.cc skips
+    only with one GPU per node; LL128 only where ``t.ll128`` (and on Blackwell from 2.25); NVLS graphs need 2
+    channels. CollNet Direct and Chain (Simple only; ``busBw = 0`` otherwise in tuning.cc) across nodes with
+    ``t.collnet``, Direct only on an NVSwitch node (``nvsCount == 0`` disables it). And as ``updateCollCostTable`` of src/enqueue.cc skips
     them: NVLS and NVLS-tree for other than all_reduce beyond 32 local ranks (``NCCL_MAX_NVLS_ARITY``), CollNet
     Direct and Chain beyond 8 (``NCCL_MAX_DIRECT_ARITY + 1``)."""
     if coll in ("broadcast", "reduce") and a != "ring":
@@ -478,6 +481,8 @@ def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
     if a in ("nvls", "nvls_tree", "pat") and p != "Simple":
         return False
     if a in ("nvls", "nvls_tree") and (t.nvls is None or t.nvls.channels < 2):
+        return False
+    if p == "LL128" and t.arch == "blackwell" and not t.consts.ll128_blackwell:
         return False
     return not (p == "LL128" and not t.ll128)
 

@@ -207,3 +207,15 @@ def test_calibrate_cli_writes_the_logs_nccl_version(tmp_path: Path):
     assert r.returncode == 0, r.stderr
     assert "note: the logs ran NCCL 2.26.2: its tuning constants choose and time (nccl.version set)" in r.stderr
     assert load_profile(str(out)).nccl.version == "2.26.2"
+
+
+def test_ll128_on_blackwell_only_from_2_25():
+    # tuning.cc before v2.25.1: switch (minCompCap) { case 70: case 80: case 90: ...; default: pEnable &= 0 }
+    ring = Graph(8, 45.0, 45.0)
+
+    def protos(version: str) -> set[str]:
+        t = TuneInput(16, 2, "blackwell", "nvlink", "intel", ring, None, consts=constants_for(version))
+        return {p for (_a, p) in tune("allreduce", t)}
+
+    assert protos("2.24.3") == {"LL", "Simple"}
+    assert protos("2.25.1") == {"LL", "LL128", "Simple"}
