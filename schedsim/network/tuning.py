@@ -457,9 +457,9 @@ def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
     NVLS, NVLS-tree and PAT only Simple; NVLS-tree off on one node, NVLS off across nodes without CollNet, PAT
     only with one GPU per node; LL128 only where ``t.ll128`` (and on Blackwell from 2.25); NVLS graphs need 2
     channels. CollNet Direct and Chain (Simple only; ``busBw = 0`` otherwise in tuning.cc) across nodes with
-    ``t.collnet``, Direct only on an NVSwitch node (``nvsCount == 0`` disables it). And as ``updateCollCostTable`` of src/enqueue.cc skips
-    them: NVLS and NVLS-tree for other than all_reduce beyond 32 local ranks (``NCCL_MAX_NVLS_ARITY``), CollNet
-    Direct and Chain beyond 8 (``NCCL_MAX_DIRECT_ARITY + 1``)."""
+    ``t.collnet``, Direct only on an NVSwitch node (``nvsCount == 0`` disables it). And as
+    ``updateCollCostTable`` of src/enqueue.cc skips them: NVLS and NVLS-tree for other than all_reduce beyond 32
+    local ranks (``NCCL_MAX_NVLS_ARITY``), CollNet Direct and Chain beyond 8 (``NCCL_MAX_DIRECT_ARITY + 1``)."""
     if coll in ("broadcast", "reduce") and a != "ring":
         return False
     local = t.ranks / t.nodes  # comm->localRanks / maxLocalRanks (uniform groups)
