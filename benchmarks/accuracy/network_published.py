@@ -75,6 +75,10 @@ NCCL_1229_RS = ("NVIDIA/nccl#1229 (HEMINSAN, 2024-03-16): reduce_scatter busbw o
                 "nodes 'just like 360,345,320,300,280,260' GB/s (size not stated: taken at 8 GiB, where busbw has "
                 "plateaued; NICs not stated: dgx_h100's 8x 400G NDR, rail-optimised, assumed); time = size x (n-1)/n "
                 "/ busbw")
+OCI_GB200 = ("oracle-quickstart/oci-gpu-quickstarts nvidia/GB200/README-GB200.md (commit 140fc62): OCI "
+             "BM.GPU.GB200.4, 4 GB200 and 4x 400 Gb/s RoCE per host, 18 hosts to an NVL72 rack (NCCL_MNNVL_ENABLE=1), "
+             "-b 512K -e 8G/16G, each run's largest printed size; NCCL 2.27.3 where the run prints it; 64 GPUs of a "
+             "rack where hosts / racks = 16")
 H20_NODE = {"cpu_vendor": "intel"}  # H20: NVLink 4, 18 links (900 GB/s) like H100; CX-7 NDR per GPU (NVIDIA/nccl#1244)
 
 ROWS = [
@@ -145,6 +149,25 @@ ROWS = [
           "coreweave/nccl-tests#43 (NavarrePratt, 2025-02-20): all_reduce_perf on a full GB200 NVL72 rack (72 ranks, "
           "one NVLink domain), -b 512M -e 8G, out-of-place time; NCCL version not shown")
       for size, t in ((GiB, 3108.8), (8 * GiB, 20299.0))],
+    *[Row(run, "gb200_nvl72", kind, racks, gpr, size, t, f"{OCI_GB200}; {what}: out-of-place {size} B {t} us",
+          nccl={"version": "2.27.3"} if printed else {})
+      for run, kind, racks, gpr, size, t, printed, what in (
+          ("4xGB200 1 tray (OCI)", "all_reduce", 1, 4, 8 * GiB, 19424.0, False, "all_reduce_perf -g 4, one host"),
+          ("8xGB200 2 trays, 1 NVL72 rack (OCI)", "all_reduce", 1, 8, 8 * GiB, 18967.0, True,
+           "all_reduce_perf, 2 hosts of one rack, NCCL 2.27.3"),
+          ("128xGB200 2 racks x 64 (OCI)", "all_reduce", 2, 64, 8 * GiB, 21313.0, True,
+           "all_reduce_perf, 32 hosts on 2 racks, NCCL 2.27.3"),
+          ("192xGB200 3 racks x 64 (OCI)", "all_reduce", 3, 64, 8 * GiB, 22820.0, True,
+           "all_reduce_perf, 48 hosts on 3 racks, NCCL 2.27.3"),
+          ("4xGB200 1 tray (OCI)", "all_to_all", 1, 4, 8 * GiB, 10470.0, False, "alltoall_perf -g 4, one host"),
+          ("8xGB200 2 trays, 1 NVL72 rack (OCI)", "all_to_all", 1, 8, 16 * GiB, 22698.0, False,
+           "alltoall_perf, 2 hosts of one rack"),
+          ("64xGB200 16 trays, 1 NVL72 rack (OCI)", "all_to_all", 1, 64, 8 * GiB, 13574.0, False,
+           "alltoall_perf, 16 hosts of one rack"),
+          ("128xGB200 2 racks x 64 (OCI)", "all_to_all", 2, 64, 8 * GiB, 95018.0, False,
+           "alltoall_perf, 32 hosts on 2 racks"),
+          ("192xGB200 3 racks x 64 (OCI)", "all_to_all", 3, 64, 8 * GiB, 136749.0, False,
+           "alltoall_perf, 48 hosts on 3 racks"))],
     Row("24xA100-40G 3 nodes, 4x HDR per node", "dgx_a100", "all_reduce", 3, 8, 128 * MiB,
         from_busbw("all_reduce", 24, 128 * MiB, 96.0),
         "NVIDIA/nccl-tests#119 (2022-11-17): 3 nodes x 8 A100-SXM4-40G, 4x HDR IB, 2x Xeon 8358; 'peak performance "
