@@ -274,3 +274,32 @@ def test_array_wording_equals_the_object_build_on_random_schedules() -> None:
             family = next(f for f in FAMILIES if f in str(ref))
             seen[family] = seen.get(family, 0) + 1
     assert set(seen) == set(FAMILIES), seen  # each family was drawn first somewhere
+
+
+TRAINING = ("schema_version: 1\nname: x\nworld_size: 4\ntraining: {num_layers: 2, hidden_size: 64, "
+            "num_attention_heads: 8, seq_length: 32, micro_batch_size: 2, global_batch_size: 16, vocab_size: 1000, "
+            "tp: 1, bf16: true}\nops:\n")
+
+
+@pytest.mark.parametrize("ops", [
+    "  - {name: a, kind: all_reduce, bytes: 8, ranks: [1], group: [0, 1]}\n",
+    "  - {name: s, kind: send, peer: 1, bytes: 8, ranks: [0]}\n",
+])
+def test_a_symmetric_lowerings_build_fault_is_the_every_rank_lowerings(ops: str) -> None:
+    """A symmetric training lowering issues the data-parallel collectives on its represented ranks only (here rank
+    0); the build fault of a hand-written op beside it is worded as the every-rank lowering words it (the object
+    build, which knows no represented ranks, named the gradient all_reduce as never issued on ranks [1, 2, 3])."""
+    spec = api.load_text(TRAINING + ops)
+    plain = api.load_text(TRAINING + "  - {name: c, kind: compute, duration_us: 1}\n")
+    assert lower(plain, check=False, symmetric=True).represented == (0,)
+    errors = []
+    for symmetric in (False, True):
+        with pytest.raises(DeadlockError) as e:
+            lower(spec, symmetric=symmetric)
+        errors.append(e.value)
+    assert "dp_grad_all_reduce" not in errors[1].message
+    # the same fault (the issue grid differs: the symmetric Program holds no ops of ranks 1-3)
+    assert (errors[1].message, errors[1].fix, errors[1].ops) == (errors[0].message, errors[0].fix, errors[0].ops)
+    want = ("collective 'a' over group [0, 1] is issued on rank(s) [1] but never on rank(s) [0]" if "all_reduce" in ops
+            else "unmatched send s@r0")
+    assert errors[0].message.startswith("<string>:6 (ops[0]): " + want)
