@@ -11,7 +11,7 @@ cycles are still worded by the object-based build (:func:`schedsim.lower.check_p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from schedsim.errors import CycleError, DeadlockError, GraphError
 
@@ -160,3 +160,138 @@ def _with_pipeline(prog: Program, e: DeadlockError) -> DeadlockError:
     grid = pipeline_grid(prog.graph_info()["pipeline"]["order"], None)
     return DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid, ops=e.ops,
                          cycle=e.cycle)
+
+
+# Build-time faults, found by :func:`schedsim.lower.link.link` on the expansion's arrays (and by the object-based
+# build, :mod:`schedsim.lower.reference`): op names, dependencies, collective members, send/recv pairing.
+
+
+def duplicate_name_error(source: str, name: str, rank: int, first_source: str) -> GraphError:
+    """Op ``name`` (written at ``source``) is the second of that name on ``rank``; the first is at ``first_source``
+    (the file for an op without a source; "the pipeline block" for a pipeline op)."""
+    return GraphError(f"{source}: op name {name!r} is used twice on rank {rank} (also by {first_source})",
+                      fix="rename one of them (pipeline ops are named F<stage>.<mb>.<op>, "
+                      "so stage op names must be unique and hand-written ops must not reuse them)")
+
+
+def unknown_dep_error(source: str | None, name: str, rank: int, dep: str, on_rank: Sequence[str],
+                      elsewhere: Sequence[int]) -> GraphError:
+    """Op ``name`` on ``rank`` depends on ``dep``, which no op of that rank is named; ``on_rank``: the names of the
+    rank's ops in program order (a close one is suggested, :func:`difflib.get_close_matches`), ``elsewhere``: the
+    ranks (ascending) that have an op named ``dep``."""
+    import difflib
+
+    hint = (f"{dep!r} exists only on rank(s) {list(elsewhere)}; dependencies are per rank, cross-rank order "
+            "comes from collectives and send/recv") if elsewhere else "check the spelling"
+    if not elsewhere:
+        close = difflib.get_close_matches(dep, list(on_rank), n=1)
+        if close:
+            hint = f"did you mean {close[0]!r}?"
+    return GraphError(f"{source}: op {name!r} on rank {rank} depends on {dep!r}, which does not exist on rank {rank}",
+                      fix=hint)
+
+
+def self_dep_error(source: str | None, name: str) -> GraphError:
+    """Op ``name`` lists itself among its dependencies."""
+    return GraphError(f"{source}: op {name!r} depends on itself", fix="remove it from its deps")
+
+
+def batch_dep_error(source: str | None, kind: str, name: str, dep: str, batch: str | None, rank: int) -> GraphError:
+    """``kind`` ``name`` depends on ``dep``, a member of its own p2p batch ``batch`` on ``rank``."""
+    return GraphError(
+        f"{source}: {kind} {name!r} depends on {dep!r}, but both are in p2p_batch {batch!r} on rank "
+        f"{rank}: one batch is one NCCL group launch (batch_isend_irecv), posted whole, so nothing "
+        "inside it runs after another member",
+        fix="remove the dependency, or move one of them to another p2p_batch")
+
+
+def comm_grid(ops: Sequence[tuple[int, str, str | None]], marked: set[str], ranks: Sequence[int] = ()) -> str:
+    """The NCCL issue grid (:func:`schedsim.graph.nccl.issue_grid`) of communication ops given as ``(rank, op id,
+    p2p batch or None)`` in program order: one launch per op, a batch's members joined in one cell at its first;
+    ``ranks`` get a column even when none of ``ops`` is theirs."""
+    from schedsim.graph.nccl import issue_grid
+
+    per_rank: dict[int, list[str]] = {r: [] for r in ranks}
+    batch_cell: dict[tuple[int, str], int] = {}
+    for rank, oid, batch in ops:
+        lst = per_rank.setdefault(rank, [])
+        if batch is not None and (rank, batch) in batch_cell:
+            lst[batch_cell[(rank, batch)]] += "+" + oid
+            continue
+        if batch is not None:
+            batch_cell[(rank, batch)] = len(lst)
+        lst.append(oid)
+    return issue_grid(per_rank, marked)
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article ("an all_reduce", "a broadcast")."""
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
+class CollectiveMember(NamedTuple):
+    """One rank's entry of a collective, as :func:`collective_mismatch_error` words it."""
+
+    id: str
+    rank: int
+    kind: str
+    nbytes: float
+    dtype: str | None
+    root: int | None
+
+
+def collective_mismatch_error(source: str | None, name: str, group: Sequence[int], o: CollectiveMember,
+                              first: CollectiveMember, detail: str) -> DeadlockError:
+    """Collective ``name`` over ``group``: member ``o`` (written at ``source``) differs in kind, size, dtype or root
+    from its first member ``first``; ``detail``: the issue grid of their ranks (:func:`comm_grid`)."""
+    return DeadlockError(
+        f"{source}: collective {name!r} over group {list(group)} is {_a(o.kind)} of "
+        f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but {_a(first.kind)} of "
+        f"{int(first.nbytes)} B ({first.dtype}, root {first.root}) on rank {first.rank}; NCCL would "
+        "hang or corrupt data", fix="give every rank's entry the same kind, size, dtype and root",
+        ops=[o.id, first.id], detail=detail)
+
+
+def collective_missing_error(source: str | None, name: str, group: Sequence[int], have: Sequence[int],
+                             missing: Sequence[int], first_id: str, detail: str) -> DeadlockError:
+    """Collective ``name`` over ``group`` (its first member ``first_id``, written at ``source``) is issued on ranks
+    ``have`` (ascending, with repeats) and never on ``missing``; ``detail``: the issue grid (:func:`comm_grid`)."""
+    return DeadlockError(
+        f"{source}: collective {name!r} over group {list(group)} is issued on rank(s) "
+        f"{list(have)} but never on rank(s) {list(missing)}; real NCCL would hang",
+        fix=f"issue {name!r} on every rank of its group (or shrink `group`)", ops=[first_id], detail=detail)
+
+
+def p2p_pairing_error(source: str | None, send: str, recv: str, sizes: tuple[float, float],
+                      intent: tuple[str, str] | None, reorder: bool, src: int, dst: int, recvs: Sequence[str],
+                      detail: str) -> DeadlockError:
+    """Send ``send`` (written at ``source``) is paired by issue order with recv ``recv`` (op ids) while their
+    ``intent`` (``("tag 'a'", "tag 'b'")`` or ``("message x", "message y")``) or ``sizes`` (bytes) disagree;
+    ``reorder``: a later recv states the send's intent, so the fix is to reorder (always when ``intent``);
+    ``recvs``: the names of the recvs on ``dst`` from ``src`` in issue order; ``detail``: :func:`comm_grid`."""
+    a_b, b_b = int(sizes[0]), int(sizes[1])
+    what = (f"send {send} ({intent[0]}) is paired with recv {recv} ({intent[1]})" if intent else
+            f"send {send} ({a_b} B) is paired with recv {recv} ({b_b} B); sizes differ")
+    if intent and sizes[0] != sizes[1]:
+        what += f", and their sizes differ ({a_b} B vs {b_b} B)"
+    fix = (f"issue rank {src}'s sends to rank {dst} in the order rank {dst} posts its recvs from rank "
+           f"{src} ({', '.join(recvs)}), or reorder those recvs" if reorder or intent
+           else "give the matching send and recv the same size")
+    return DeadlockError(
+        f"{source}: NCCL pairs the sends and recvs between two ranks in issue order (it has no tags): "
+        f"{what}. Real NCCL would fail, hang, or deliver the wrong tensor", fix=fix, detail=detail, ops=[send, recv])
+
+
+def unmatched_p2p_error(source: str | None, what: str, extra: Sequence[str], src: int, dst: int, sends: int,
+                        recvs: int, detail: str) -> DeadlockError:
+    """``what`` ("send" or "recv") ops ``extra`` (op ids, the first written at ``source``) have no partner: rank
+    ``src`` sends ``sends`` messages to rank ``dst``, which receives ``recvs``; ``detail``: :func:`comm_grid`."""
+    return DeadlockError(
+        f"{source}: unmatched {what} {', '.join(extra)}: rank {src} sends {sends} "
+        f"message(s) to rank {dst} but rank {dst} receives {recvs}; real NCCL would hang",
+        fix=f"add the matching {'recv on rank ' + str(dst) if what == 'send' else 'send on rank ' + str(src)}"
+        " (sends and recvs between two ranks match in issue order)", detail=detail, ops=list(extra))
+
+
+__all__ += ["CollectiveMember", "batch_dep_error", "collective_mismatch_error", "collective_missing_error", "comm_grid",
+            "duplicate_name_error", "p2p_pairing_error", "self_dep_error", "unknown_dep_error", "unmatched_p2p_error"]

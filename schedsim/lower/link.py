@@ -2,23 +2,38 @@
 stream edges, collectives and send/recv pairs, all on integer arrays.
 
 Each rule of the object-based build (:mod:`schedsim.lower.reference`) is tested here in bulk; when one
-fails, that build is run on the same ops to word the error (op names, the NCCL issue grid, a fix), so the
-messages are the reference's own.
+fails, :func:`build_fault` finds the first broken rule in that build's order on the same arrays and words it with
+:mod:`schedsim.lower.check_errors` (op names, the NCCL issue grid, a fix), the text that build raises
+(``tests/core/test_build_fault_wording.py`` compares the two).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from schedsim.errors import GraphError
 from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
-from schedsim.lower.program import stable_order, unique
+from schedsim.lower.check_errors import (
+    CollectiveMember,
+    batch_dep_error,
+    collective_mismatch_error,
+    collective_missing_error,
+    comm_grid,
+    duplicate_name_error,
+    p2p_pairing_error,
+    self_dep_error,
+    unknown_dep_error,
+    unmatched_p2p_error,
+)
+from schedsim.lower.p2p import _msg_values, _oid
+from schedsim.lower.program import batch_heads, stable_order, unique
 from schedsim.lower.table import Table
 from schedsim.spec.model import COLLECTIVE_KINDS
 
-__all__ = ["link", "explain"]
+__all__ = ["build_fault", "link"]
 
 I64 = np.int64
 
@@ -61,38 +76,194 @@ class _Cols:
         self.is_p2p = _codes(tp, P2P_KINDS)[self.c["tmpl"]]
         self.is_coll = _codes(tp, COLLECTIVE_KINDS)[self.c["tmpl"]]
 
-    def ops(self) -> list[Op]:
-        """Op objects of the unlinked instances (dependencies as declared names), for the reference build."""
-        t = self.table
-        names = t.names.items
-        dep_names: list[list[str]] = [[] for _ in range(self.N)]
-        for o, n in zip(self.dep_op.tolist(), self.dep_name.tolist(), strict=True):
-            dep_names[o].append(names[n])
-        out = []
-        c = {k: v.tolist() for k, v in self.c.items()}
-        strs, tags, streams = t.strs.items, t.tags.items, t.streams.items
-        for i in range(self.N):
-            p = t.templates[c["tmpl"][i]]
-            r, pe, b, m = c["rank"][i], c["peer"][i], c["batch"][i], c["msg"][i]
-            p2p = p.kind in P2P_KINDS
-            out.append(Op(names[c["name"][i]], r, p.kind, streams[c["stream"][i]], c["seq"][i], tuple(dep_names[i]),
-                          ((r, pe) if p.kind == "send" else (pe, r)) if p2p else p.group, pe if p2p else p.peer,
-                          p.root, p.nbytes, p.flops, p.dtype, p.m, p.n, p.k, p.batch, p.repeat, p.duration_s,
-                          p.direction, None if m < 0 else strs[m], tags[c["tags"][i]], p.source, p.spec_index,
-                          p.host_s, None if b < 0 else strs[b]))
-        return out
+
+def build_fault(cols: _Cols, file: str, represented: tuple[int, ...] = ()) -> GraphError:
+    """The error of the first build rule that ``cols`` breaks, in the object-based build's order
+    (:func:`schedsim.lower.reference.graph_from_ops`): a name used twice on a rank; per dependency in program
+    order, an unknown name, the op itself or a member of its own p2p batch; per collective in order of first
+    member, a member unlike the first, then ranks of its group that never issue it; per (src, dst) ascending,
+    the first send/recv pair whose tags, messages or sizes disagree, then unmatched sends or recvs. Worded by
+    :mod:`schedsim.lower.check_errors` from the arrays (op names, the NCCL issue grid, a fix).
+
+    Raises
+    ------
+    AssertionError
+        No rule is broken (the caller found a fault that this does not).
+    """
+    err = _name_fault(cols, file) or _dep_fault(cols) or _collective_fault(cols, represented) or _p2p_fault(cols)
+    if err is None:
+        raise AssertionError("the array checks found a fault that the wording does not find; please report it")
+    return err
 
 
-def explain(cols: _Cols, file: str, info: dict[str, Any], check: bool) -> None:
-    """Run the object-based build on these ops, which raises the error the array rules detected."""
-    from schedsim.graph.info import PipelineInfo
-    from schedsim.lower.reference import graph_from_ops
+def _name(cols: _Cols, i: int) -> str:
+    return str(cols.table.names.item(int(cols.c["name"][i])))
 
-    pipe = info.get("pipeline")
-    if isinstance(pipe, PipelineInfo):  # lower() passes it unconverted (its order can hold 10^5 strings)
-        info = {**info, "pipeline": pipe.to_dict()}
-    graph_from_ops(cols.ops(), info, file, check=check)
-    raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
+
+def _source(cols: _Cols, i: int) -> str:
+    return cols.table.templates[int(cols.c["tmpl"][i])].source
+
+
+def _name_fault(cols: _Cols, file: str) -> GraphError | None:
+    """A name used twice on a rank: its first reuse in program order, with the op that first had it."""
+    c = cols.c
+    key = c["rank"].astype(I64) * max(len(cols.table.names), 1) + c["name"]
+    o = np.argsort(key, kind="stable")
+    sk = key[o]
+    dup = np.flatnonzero(sk[1:] == sk[:-1]) + 1
+    if not len(dup):
+        return None
+    j = int(dup[np.argmin(o[dup])])
+    i, f = int(o[j]), int(o[np.searchsorted(sk, sk[j])])
+    return duplicate_name_error(_source(cols, i) or file, _name(cols, i), int(c["rank"][i]),
+                                _source(cols, f) or "the pipeline block")
+
+
+def _dep_fault(cols: _Cols) -> GraphError | None:
+    """The first dependency (ops in program order, each's as declared) on an unknown name, on the op itself, or
+    of a send/recv on a member of its own p2p batch (names are unique on each rank here)."""
+    c = cols.c
+    dop, dname = cols.dep_op, cols.dep_name
+    if not len(dop):
+        return None
+    nn = max(len(cols.table.names), 1)
+    key = c["rank"].astype(I64) * nn + c["name"]
+    korder = np.argsort(key, kind="stable")
+    skey = key[korder]
+    want = c["rank"][dop].astype(I64) * nn + dname
+    pos = np.minimum(np.searchsorted(skey, want), len(skey) - 1)
+    found = skey[pos] == want
+    tgt = np.where(found, korder[pos], 0)
+    b = c["batch"]
+    own = found & (tgt == dop)
+    same_batch = found & cols.is_p2p[dop] & cols.is_p2p[tgt] & (b[dop] >= 0) & (b[dop] == b[tgt])
+    bad = ~found | own | same_batch
+    if not bool(bad.any()):
+        return None
+    k = int(np.argmax(bad))
+    op, rank = int(dop[k]), int(c["rank"][dop[k]])
+    dep = str(cols.table.names.item(int(dname[k])))
+    if not found[k]:
+        on_rank = cols.table.names.take(c["name"][c["rank"] == rank].tolist())
+        elsewhere = np.unique(c["rank"][c["name"] == dname[k]]).tolist()
+        return unknown_dep_error(_source(cols, op), _name(cols, op), rank, dep, on_rank, elsewhere)
+    if own[k]:
+        return self_dep_error(_source(cols, op), _name(cols, op))
+    kind = cols.table.templates[int(c["tmpl"][op])].kind
+    return batch_dep_error(_source(cols, op), kind, _name(cols, op), dep, cols.table.strs.item(int(b[op])), rank)
+
+
+def _grid(cols: _Cols, idx: np.ndarray, marked: list[int], ranks: list[int] | tuple[()] = ()) -> str:
+    """:func:`~schedsim.lower.check_errors.comm_grid` of the communication ops among ``idx`` (op indices,
+    ascending), the ops ``marked`` flagged; ``ranks`` get a column."""
+    c = cols.c
+    idx = idx[(cols.is_p2p | cols.is_coll)[idx]]
+    names = cols.table.names.take(c["name"][idx].tolist())
+    strs = cols.table.strs
+    ops = [(r, f"{n}@r{r}", None if b < 0 else strs.item(b))
+           for r, n, b in zip(c["rank"][idx].tolist(), names, c["batch"][idx].tolist(), strict=True)]
+    return comm_grid(ops, {_oid(cols, i) for i in marked}, ranks)
+
+
+def _member(cols: _Cols, i: int) -> CollectiveMember:
+    p = cols.table.templates[int(cols.c["tmpl"][i])]
+    return CollectiveMember(_oid(cols, i), int(cols.c["rank"][i]), p.kind, p.nbytes, p.dtype, p.root)
+
+
+def _collective_fault(cols: _Cols, represented: tuple[int, ...]) -> GraphError | None:
+    """The first collective (in order of first member) that breaks a rule: its first member unlike the first,
+    else the ranks of its group (that issue it, with ``represented``) that never do."""
+    g = _collective_groups(cols, represented)
+    other, bad = _collective_faults(cols, g)
+    if not bool(bad.any()):
+        return None
+    k = int(np.argmax(bad))
+    lo, hi = int(g.ptr[k]), int(g.ptr[k + 1])
+    first = int(g.members[lo])
+    group = cols.table.templates[int(cols.c["tmpl"][first])].group
+    rank = cols.c["rank"]
+    if bool(other[lo:hi].any()):
+        o = int(g.members[lo + int(np.argmax(other[lo:hi]))])
+        show = sorted({int(rank[o]), int(rank[first])})
+        return collective_mismatch_error(_source(cols, o), _name(cols, o), group, _member(cols, o),
+                                         _member(cols, first), _grid(cols, np.flatnonzero(np.isin(rank, show)),
+                                                                     [o, first], show))
+    have = sorted(rank[g.members[lo:hi]].tolist())
+    missing = sorted(set(g.members_of[int(g.kgid[k])]) - set(have))
+    show = sorted({*have[:3], *missing[:3]})
+    return collective_missing_error(_source(cols, first), _name(cols, first), group, have, missing,
+                                    _oid(cols, first), _grid(cols, np.flatnonzero(np.isin(rank, show)),
+                                                             g.members[lo:hi].tolist(), show))
+
+
+def _p2p_fault(cols: _Cols) -> GraphError | None:
+    """The first (src, dst), ascending, whose sends and recvs (paired in issue order, as
+    :func:`schedsim.lower.p2p.match_p2p`) break a rule: its first pair whose tags, messages or sizes disagree,
+    else its unmatched sends or recvs."""
+    c = cols.c
+    idx = np.flatnonzero(cols.is_p2p)
+    if not len(idx):
+        return None
+    tp = cols.table.templates
+    is_send = np.array([t.kind == "send" for t in tp], bool)[c["tmpl"][idx]]
+    rank, peer = c["rank"][idx].astype(I64), c["peer"][idx].astype(I64)
+    at = batch_heads(c["rank"][idx], c["batch"][idx], idx)[0]
+    W = int(max(rank.max(), peer.max())) + 1
+    key = np.where(is_send, rank, peer) * W + np.where(is_send, peer, rank)
+    (s, sk), (r, rk) = ((idx[m][o], key[m][o]) for m in (is_send, ~is_send)
+                        for o in [np.lexsort((idx[m], at[m], key[m]))])
+    k = np.arange(len(s)) - np.searchsorted(sk, sk)  # each send's position among its (src, dst)'s
+    lo = np.searchsorted(rk, sk)
+    paired = k < np.searchsorted(rk, sk, "right") - lo
+    sp, rp = s[paired], r[(lo + k)[paired]]
+    msg = c["msg"]
+    wrong = (msg[sp] >= 0) & (msg[rp] >= 0) & (msg[sp] != msg[rp])
+    mv = _msg_values(cols, sp, rp)
+    if mv is not None:
+        wrong |= (mv[0] >= 0) & (mv[1] >= 0) & (mv[0] != mv[1])
+    nbytes = np.array([t.nbytes for t in tp], np.float64)[c["tmpl"]]
+    wrong |= nbytes[sp] != nbytes[rp]
+    su, sn = np.unique(sk, return_counts=True)
+    ru, rn = np.unique(rk, return_counts=True)
+    keys = np.union1d(su, ru)
+    ns, nr = np.zeros(len(keys), I64), np.zeros(len(keys), I64)
+    ns[np.searchsorted(keys, su)] = sn
+    nr[np.searchsorted(keys, ru)] = rn
+    none = np.iinfo(I64).max
+    kw = int(sk[paired][np.argmax(wrong)]) if bool(wrong.any()) else none
+    km = int(keys[np.argmax(ns != nr)]) if bool((ns != nr).any()) else none
+    if kw == none and km == none:
+        return None
+    kk = min(kw, km)
+    src, dst = divmod(kk, W)
+    sl, rl = s[sk == kk], r[rk == kk]
+    both = np.sort(np.concatenate([sl, rl]))
+    if kw <= km:
+        j = int(np.argmax(wrong))
+        a, b, pos = int(sp[j]), int(rp[j]), int(k[paired][j])
+        return _pairing_fault(cols, a, b, rl[pos + 1:], src, dst, rl, _grid(cols, both, [a, b]))
+    extra = (sl[len(rl):] if len(sl) > len(rl) else rl[len(sl):]).tolist()
+    return unmatched_p2p_error(_source(cols, extra[0]), "send" if len(sl) > len(rl) else "recv",
+                               [_oid(cols, x) for x in extra], src, dst, len(sl), len(rl), _grid(cols, both, extra))
+
+
+def _pairing_fault(cols: _Cols, a: int, b: int, later: np.ndarray, src: int, dst: int, recvs: np.ndarray,
+                   detail: str) -> GraphError:
+    """Send ``a`` paired with recv ``b`` against their intent or sizes; ``later``: the recvs of (src, dst) after
+    ``b``, ``recvs``: all of them (op indices, issue order)."""
+    c, t = cols.c, cols.table
+    ta, tb = dict(t.tags.item(int(c["tags"][a]))), dict(t.tags.item(int(c["tags"][b])))
+    ma, mb = int(c["msg"][a]), int(c["msg"][b])
+    intent = None
+    if ma >= 0 and mb >= 0 and ma != mb:
+        intent = f"tag {t.strs.item(ma)!r}", f"tag {t.strs.item(mb)!r}"
+    elif "msg" in ta and "msg" in tb and ta["msg"] != tb["msg"]:
+        intent = f"message {ta['msg']}", f"message {tb['msg']}"
+    reorder = (ma >= 0 and bool((c["msg"][later] == ma).any())) or (
+        "msg" in ta and any(dict(x).get("msg") == ta["msg"] for x in t.tags.take(c["tags"][later].tolist())))
+    sizes = (t.templates[int(c["tmpl"][a])].nbytes, t.templates[int(c["tmpl"][b])].nbytes)
+    return p2p_pairing_error(_source(cols, a), _oid(cols, a), _oid(cols, b), sizes, intent, reorder, src, dst,
+                             t.names.take(c["name"][recvs].tolist()), detail)
 
 
 def _resolve_deps(cols: _Cols) -> np.ndarray | None:
@@ -177,15 +348,26 @@ def _stream_edges(cols: _Cols) -> np.ndarray:
     return np.stack([o[np.repeat(start[ys], cnt) + off], np.repeat(ys, cnt)], axis=1).astype(I64, copy=False)
 
 
-def _collectives(cols: _Cols, represented: tuple[int, ...] = ()) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
-    """Collective keys (``name#ranks``, in order of first member), CSR of members, and whether every
-    collective is consistent (one kind, size, root and dtype; issued once on each rank of its group, or with
-    ``represented`` ranks, a symmetric lowering's, on each of them in its group)."""
+class _Colls(NamedTuple):
+    """Collectives grouped by key (``name#ranks``, in order of first member) with their members (CSR, program
+    order), each member's signature id (equal ids: same kind, size, root and dtype) and each key's group."""
+
+    keys: list[str]
+    ptr: np.ndarray
+    members: np.ndarray
+    sig: np.ndarray
+    kgid: np.ndarray  # per key, its group's index in ``groups``
+    groups: list[tuple[int, ...]]
+    members_of: list[tuple[int, ...]]  # per group, its ranks that issue it
+
+
+def _collective_groups(cols: _Cols, represented: tuple[int, ...] = ()) -> _Colls:
+    """The collectives of ``cols`` (``represented``: a symmetric lowering's ranks, the only ones that issue them)."""
     c = cols.c
     tp = cols.table.templates
     idx = np.flatnonzero(cols.is_coll)
     if not len(idx):
-        return [], np.zeros(1, I64), np.zeros(0, I64), True
+        return _Colls([], np.zeros(1, I64), np.zeros(0, I64), np.zeros(0, I64), np.zeros(0, I64), [], [])
     gids: dict[tuple[int, ...], int] = {}
     groups: list[tuple[int, ...]] = []
     members_of: list[tuple[int, ...]] = []  # the group's ranks that issue it
@@ -214,26 +396,42 @@ def _collectives(cols: _Cols, represented: tuple[int, ...] = ()) -> tuple[list[s
     members = idx[mo]
     ptr = np.zeros(len(uk) + 1, I64)
     np.cumsum(np.bincount(kid, minlength=len(uk)), out=ptr[1:])
-    sig = t_sig[c["tmpl"][members]]
-    mr = c["rank"][members].astype(I64)
     # per key, from its first member: the name and the group (``name#r0,r1,...``)
     first_m = members[ptr[:-1]]
     kgid = t_gid[c["tmpl"][first_m]]
     suffix = ["#" + ",".join(map(str, g)) for g in groups]
     keys = [n + suffix[g] for n, g in zip(cols.table.names.take(c["name"][first_m].tolist()), kgid.tolist(),
                                            strict=True)]
-    # consistent: as many members as the group has ranks, one signature, and the sorted member ranks are the group
-    cnt = np.diff(ptr)
-    glen = np.array([len(g) for g in members_of], I64)
-    ok = bool((cnt == glen[kgid]).all()) and bool((sig == np.repeat(sig[ptr[:-1]], cnt)).all())
-    if ok:
-        kk = np.repeat(np.arange(len(uk)), cnt)
-        sorted_ranks = mr[np.lexsort((mr, kk))]
-        gcat = np.concatenate([np.asarray(g, I64) for g in members_of])
-        gstart = np.cumsum(glen) - glen
-        want = gcat[np.repeat(gstart[kgid], cnt) + (np.arange(len(members)) - np.repeat(ptr[:-1], cnt))]
-        ok = bool((sorted_ranks == want).all())
-    return keys, ptr, members.astype(I64), ok
+    return _Colls(keys, ptr, members.astype(I64), t_sig[c["tmpl"][members]], kgid, groups, members_of)
+
+
+def _collective_faults(cols: _Cols, g: _Colls) -> tuple[np.ndarray, np.ndarray]:
+    """``(other, bad)``: per member, whether its signature differs from its key's first member's; per key, whether
+    it breaks a rule (a member unlike the first, or its members' ranks are not its group's issuing ranks, once
+    each)."""
+    ptr, cnt = g.ptr[:-1], np.diff(g.ptr)
+    if not len(cnt):
+        return np.zeros(0, bool), np.zeros(0, bool)
+    other = g.sig != np.repeat(g.sig[ptr], cnt)
+    mr = cols.c["rank"][g.members].astype(I64)
+    glen = np.array([len(x) for x in g.members_of], I64)[g.kgid]
+    kk = np.repeat(np.arange(len(cnt)), cnt)
+    sorted_ranks = mr[np.lexsort((mr, kk))]
+    gcat = np.concatenate([*(np.asarray(x, I64) for x in g.members_of), np.full(1, -1, I64)])
+    gstart = (np.cumsum([len(x) for x in g.members_of]) - [len(x) for x in g.members_of]).astype(I64)[g.kgid]
+    off = np.arange(len(mr)) - np.repeat(ptr, cnt)
+    inside = off < glen[kk]
+    want = np.where(inside, gcat[np.where(inside, np.repeat(gstart, cnt) + off, len(gcat) - 1)], -1)
+    bad = (cnt != glen) | np.logical_or.reduceat(other | (sorted_ranks != want), ptr)
+    return other, bad
+
+
+def _collectives(cols: _Cols, represented: tuple[int, ...] = ()) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
+    """Collective keys (``name#ranks``, in order of first member), CSR of members, and whether every
+    collective is consistent (one kind, size, root and dtype; issued once on each rank of its group, or with
+    ``represented`` ranks, a symmetric lowering's, on each of them in its group)."""
+    g = _collective_groups(cols, represented)
+    return g.keys, g.ptr, g.members, not bool(_collective_faults(cols, g)[1].any())
 
 
 def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
@@ -291,17 +489,17 @@ def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_C
             return done
     cols = _Cols(table)
     tgt = _resolve_deps(cols)
+    represented = info.get("represented", ())
     if tgt is None:
-        explain(cols, file, info, check=False)
-    assert tgt is not None
+        raise build_fault(cols, file, represented)
     se = _stream_edges(cols)
     de = np.stack([tgt, cols.dep_op], axis=1).astype(I64, copy=False) if len(tgt) else np.zeros((0, 2), I64)
-    keys, cptr, cidx, ok = _collectives(cols, info.get("represented", ()))
+    keys, cptr, cidx, ok = _collectives(cols, represented)
     if not ok:
-        explain(cols, file, info, check=False)
+        raise build_fault(cols, file, represented)
     pairs, warnings = match_p2p(cols)
     if pairs is None:
-        explain(cols, file, info, check=False)
+        raise build_fault(cols, file, represented)
     dep_ptr = np.zeros(cols.N + 1, I64)
     np.cumsum(np.bincount(cols.dep_op, minlength=cols.N), out=dep_ptr[1:])
     return cols, {"dep_ptr": dep_ptr, "dep_idx": tgt, "stream_edges": se, "dep_edges": de,

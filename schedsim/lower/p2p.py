@@ -2,9 +2,8 @@
 in issue order (a ``p2p_batch`` is posted whole at the position of its first member).
 
 NCCL has no tags (``ncclSend``/``ncclRecv`` take a peer, a count and a type), so ``tag:`` (and a ``msg`` tag)
-only states intent: a pairing whose tags disagree, or whose sizes differ, is an error (worded by the
-object-based build, :func:`schedsim.lower.reference.match_p2p_ops`); one whose names suggest another
-pairing is a warning.
+only states intent: a pairing whose tags disagree, or whose sizes differ, is an error (worded by
+:func:`schedsim.lower.link.build_fault`); one whose names suggest another pairing is a warning.
 """
 
 from __future__ import annotations

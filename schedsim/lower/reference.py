@@ -19,6 +19,17 @@ import networkx as nx
 from schedsim.errors import DeadlockError, GraphError
 from schedsim.graph.ops import Op, format_op_id
 from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
+from schedsim.lower.check_errors import (
+    CollectiveMember,
+    batch_dep_error,
+    collective_mismatch_error,
+    collective_missing_error,
+    duplicate_name_error,
+    p2p_pairing_error,
+    self_dep_error,
+    unknown_dep_error,
+    unmatched_p2p_error,
+)
 from schedsim.lower.p2p import message_name
 from schedsim.spec.model import COLLECTIVE_KINDS
 
@@ -56,10 +67,8 @@ def _names_on_rank(ops: list[Op], file: str) -> dict[int, dict[str, Op]]:
     for op in ops:
         here = names_on_rank[op.rank]
         if op.name in here:
-            raise GraphError(f"{op.source or file}: op name {op.name!r} is used twice on rank {op.rank} "
-                             f"(also by {here[op.name].source or 'the pipeline block'})",
-                             fix="rename one of them (pipeline ops are named F<stage>.<mb>.<op>, "
-                             "so stage op names must be unique and hand-written ops must not reuse them)")
+            first = here[op.name].source or "the pipeline block"
+            raise duplicate_name_error(op.source or file, op.name, op.rank, first)
         here[op.name] = op
     return names_on_rank
 
@@ -93,17 +102,8 @@ def _stream_edges_and_collectives(ops: list[Op]) -> tuple[list[tuple[str, str]],
 
 
 def _unknown_dep(op: Op, d: str, names_on_rank: dict[int, dict[str, Op]]) -> GraphError:
-    here = names_on_rank[op.rank]
     elsewhere = sorted(r for r, names in names_on_rank.items() if d in names)
-    hint = (f"{d!r} exists only on rank(s) {elsewhere}; dependencies are per rank, cross-rank order "
-            "comes from collectives and send/recv") if elsewhere else "check the spelling"
-    import difflib
-
-    close = difflib.get_close_matches(d, list(here), n=1)
-    if close and not elsewhere:
-        hint = f"did you mean {close[0]!r}?"
-    return GraphError(f"{op.source}: op {op.name!r} on rank {op.rank} depends on {d!r}, "
-                      f"which does not exist on rank {op.rank}", fix=hint)
+    return unknown_dep_error(op.source, op.name, op.rank, d, list(names_on_rank[op.rank]), elsewhere)
 
 
 def _dep_edges(ops: list[Op], names_on_rank: dict[int, dict[str, Op]]
@@ -119,16 +119,12 @@ def _dep_edges(ops: list[Op], names_on_rank: dict[int, dict[str, Op]]
             if d not in here:
                 raise _unknown_dep(op, d, names_on_rank)
             if d == op.name:
-                raise GraphError(f"{op.source}: op {op.name!r} depends on itself", fix="remove it from its deps")
+                raise self_dep_error(op.source, op.name)
             if here[d].seq > op.seq and forward_dep is None:
                 forward_dep = (op, d)
             b = op.p2p_batch if op.kind in ("send", "recv") else None
             if b is not None and here[d].kind in ("send", "recv") and here[d].p2p_batch == b:
-                raise GraphError(
-                    f"{op.source}: {op.kind} {op.name!r} depends on {d!r}, but both are in p2p_batch {b!r} on rank "
-                    f"{op.rank}: one batch is one NCCL group launch (batch_isend_irecv), posted whole, so nothing "
-                    "inside it runs after another member",
-                    fix="remove the dependency, or move one of them to another p2p_batch")
+                raise batch_dep_error(op.source, op.kind, op.name, d, b, op.rank)
             dep_edges.append((format_op_id(d, op.rank), op.id))
     return dep_edges, forward_dep
 
@@ -153,20 +149,13 @@ def _check_collectives(G: nx.DiGraph, ops: list[Op], collectives: dict[str, list
             o = G.nodes[mid]["op"]
             same_size = o.nbytes == first.nbytes or (o.kind == first.kind and o.kind in PER_RANK_SIZE)
             if (o.kind, o.root, o.dtype) != (first.kind, first.root, first.dtype) or not same_size:
-                raise DeadlockError(
-                    f"{o.source}: collective {o.name!r} over group {list(first.group)} is {_a(o.kind)} of "
-                    f"{int(o.nbytes)} B ({o.dtype}, root {o.root}) on rank {o.rank} but {_a(first.kind)} of "
-                    f"{int(first.nbytes)} B ({first.dtype}, root {first.root}) on rank {first.rank}; NCCL would "
-                    "hang or corrupt data", fix="give every rank's entry the same kind, size, dtype and root",
-                    ops=[o.id, first.id], detail=grid({o.id, first.id}, (o.rank, first.rank)).lstrip("\n"))
+                raise collective_mismatch_error(o.source, o.name, first.group, _member(o), _member(first),
+                                                grid({o.id, first.id}, (o.rank, first.rank)).lstrip("\n"))
         have = sorted(G.nodes[m]["op"].rank for m in members)
         if have != list(first.group):
             missing = sorted(set(first.group) - set(have))
-            raise DeadlockError(
-                f"{first.source}: collective {first.name!r} over group {list(first.group)} is issued on rank(s) "
-                f"{have} but never on rank(s) {missing}; real NCCL would hang",
-                fix=f"issue {first.name!r} on every rank of its group (or shrink `group`)", ops=[first.id],
-                detail=grid(set(members), [*have[:3], *missing[:3]]).lstrip("\n"))
+            raise collective_missing_error(first.source, first.name, first.group, have, missing, first.id,
+                                           grid(set(members), [*have[:3], *missing[:3]]).lstrip("\n"))
 
 
 def _check(G: nx.DiGraph, forward_dep: tuple[Op, str] | None) -> None:
@@ -220,9 +209,8 @@ def _check_batch_inputs(G: nx.DiGraph) -> None:
                                                 how)
 
 
-def _a(word: str) -> str:
-    """``word`` with its indefinite article ("an all_reduce", "a broadcast")."""
-    return ("an " if word[:1] in "aeiou" else "a ") + word
+def _member(o: Op) -> CollectiveMember:
+    return CollectiveMember(o.id, o.rank, o.kind, o.nbytes, o.dtype, o.root)
 
 
 def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
@@ -281,12 +269,8 @@ def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tupl
         if len(s) != len(r):
             extra = s[len(r):] if len(s) > len(r) else r[len(s):]
             what = "send" if len(s) > len(r) else "recv"
-            raise DeadlockError(
-                f"{extra[0].source}: unmatched {what} {', '.join(o.id for o in extra)}: rank {src} sends {len(s)} "
-                f"message(s) to rank {dst} but rank {dst} receives {len(r)}; real NCCL would hang",
-                fix=f"add the matching {'recv on rank ' + str(dst) if what == 'send' else 'send on rank ' + str(src)}"
-                " (sends and recvs between two ranks match in issue order)",
-                detail=grid_of_ops([*s, *r], {o.id for o in extra}), ops=[o.id for o in extra])
+            raise unmatched_p2p_error(extra[0].source, what, [o.id for o in extra], src, dst, len(s), len(r),
+                                      grid_of_ops([*s, *r], {o.id for o in extra}))
     return pairs
 
 
@@ -330,14 +314,5 @@ def _check_pairing(a: Op, b: Op, k: int, s: list[Op], r: list[Op], src: int, dst
         return
     meant = next((x for x in r[k + 1:] if (a.tag is not None and x.tag == a.tag)
                   or ("msg" in ta and dict(x.tags).get("msg") == ta["msg"])), None)
-    what = (f"send {a.id} ({intent[0]}) is paired with recv {b.id} ({intent[1]})" if intent else
-            f"send {a.id} ({int(a.nbytes)} B) is paired with recv {b.id} ({int(b.nbytes)} B); sizes differ")
-    if intent and a.nbytes != b.nbytes:
-        what += f", and their sizes differ ({int(a.nbytes)} B vs {int(b.nbytes)} B)"
-    fix = (f"issue rank {src}'s sends to rank {dst} in the order rank {dst} posts its recvs from rank "
-           f"{src} ({', '.join(x.name for x in r)}), or reorder those recvs" if meant is not None or intent
-           else "give the matching send and recv the same size")
-    raise DeadlockError(
-        f"{a.source}: NCCL pairs the sends and recvs between two ranks in issue order (it has no tags): "
-        f"{what}. Real NCCL would fail, hang, or deliver the wrong tensor",
-        fix=fix, detail=grid_of_ops([*s, *r], {a.id, b.id}), ops=[a.id, b.id])
+    raise p2p_pairing_error(a.source, a.id, b.id, (a.nbytes, b.nbytes), intent, meant is not None, src, dst,
+                            [x.name for x in r], grid_of_ops([*s, *r], {a.id, b.id}))
