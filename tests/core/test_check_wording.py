@@ -204,6 +204,27 @@ def test_a_pipeline_blocks_collective_order_fault_gets_its_compute_grid(monkeypa
     assert _fields(fast.value) == _fields(ref)
 
 
+def test_a_wait_cycle_in_a_pipeline_program_marks_the_step_of_its_first_tagged_send_recv(monkeypatch):
+    """A wait cycle (both ranks send first, on two streams) beside a 1F1B block: the pipeline's compute grid follows
+    the issue grid, marking the step of the first send/recv the message names that carries ``stage`` and ``mb``
+    tags (r@r0: stage 0, microbatch 1, whose 0F1 is rank 0's step 1), as the object-based build marks it."""
+    spec = api.load_text(
+        "schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: 1f1b\n  p: 2\n  m: 2\n"
+        "  stage: {forward: [{kind: compute, duration_us: 1}], backward_input: [{kind: compute, duration_us: 1}]}\n"
+        "ops:\n"
+        "  - {name: s, kind: send, peer: '{1 - rank}', bytes: 8, stream: a, tags: {stage: '{rank}', mb: 1}}\n"
+        "  - {name: r, kind: recv, peer: '{1 - rank}', bytes: 8, stream: b, tags: {stage: '{rank}', mb: 1}}\n")
+    ref = _reference_error(spec)
+    assert isinstance(ref, DeadlockError) and ref.detail is not None
+    assert str(ref).startswith("ranks would wait on each other forever: r@r0 cannot start before s@r0 completes")
+    assert ref.detail.endswith("Step 0: 0F0    1F0\nStep 1: 0F1    1B0    <-- ERROR HERE\nStep 2: 0B0    1F1\n"
+                               "Step 3: 0B1    1B1\n")
+    monkeypatch.setattr(reference_module, "graph_from_ops", lambda *_a, **_k: None)
+    with pytest.raises(DeadlockError) as fast:
+        lower(spec)
+    assert _fields(fast.value) == _fields(ref)
+
+
 def test_a_symmetric_lowerings_other_fault_is_not_worded_as_lazy_creation():
     """A symmetric training lowering under lazy communicator creation issues the data-parallel collectives on its
     represented ranks only; the others are not missing callers. A dependency cycle there is worded as the cycle, as
