@@ -137,8 +137,9 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, gr
                    creation: bool = True) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
     """The posted/done wait-for graph of ``G`` (rules 1-6 of the module docstring, and 7 when ``grouped``).
 
-    ``explain`` also fills ``why`` for every edge between units (slower; used only to word an error). ``eager``:
-    lone send/recv on the world's communicator (:func:`communicator`). ``creation=False``: without rule 6.
+    ``explain`` also fills ``why`` (slower; used only to word an error) for the edges of rules 1-7 (those of
+    dependencies and stream order :func:`find_hang` adds). ``eager``: lone send/recv on the world's communicator
+    (:func:`communicator`). ``creation=False``: without rule 6.
 
     Returns
     -------
@@ -177,12 +178,10 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, gr
             continue
         ua = unit_of[a]
         out = adj[2 * ua + 1]
-        for b, attrs in nbrs.items():
+        for b in nbrs:
             ub = unit_of[b]
             if ua != ub:
                 out.append(2 * ub)
-                if explain:
-                    _why(why, (2 * ua + 1, 2 * ub), "a dependency" if attrs.get("kind") == "dep" else "stream order")
     # rendezvous: a member is done only once every member is posted (rule 2)
     hubs = []
     for key, members in G.graph.get("collectives", {}).items():
@@ -226,8 +225,7 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, gr
                     if explain:
                         _why(why, (2 * pu + 1, 2 * u), "communicators share ranks")
             last[comm] = u
-    if creation:
-        _lazy_hubs(G, world, eager, unit_of, n, adj, hubs, why)
+    _lazy_hubs(G, world, eager, unit_of, n, adj, hubs, why, creation)
     _multi_peer_hubs(G, grouped, unit_of, n, adj, hubs, why)
     adj.extend(hubs)  # hub nodes are 2n, 2n+1, ... (find_hang folds them out of a reported cycle)
     return adj, labels, why
@@ -244,11 +242,11 @@ def _why(why: dict[tuple[int, int], str], edge: tuple[int, int], reason: str) ->
 
 
 def _lazy_hubs(G: nx.DiGraph, world: int, eager: bool, unit_of: dict[str, int], n: int, adj: list[list[int]],
-               hubs: list[list[int]], why: dict[tuple[int, int], str]) -> None:
+               hubs: list[list[int]], why: dict[tuple[int, int], str], creation: bool = True) -> None:
     """Rule 6: per group communicator, one hub node that the first launch of each of its ranks posts to and
     that each of those launches' done waits for (a lazily created communicator is a rendezvous); nothing under
-    ``nccl_init: eager``."""
-    if G.graph.get("nccl_init", "lazy") != "lazy":
+    ``nccl_init: eager`` or without ``creation``."""
+    if not creation or G.graph.get("nccl_init", "lazy") != "lazy":
         return
     firsts: dict[Comm, list[int]] = {}
     host: list[tuple[int, Comm | None]] = []  # every launch's unit in host order, with the comm it creates
@@ -385,6 +383,12 @@ def _canonical_hang(G: nx.DiGraph, eager: bool, grouped: bool, creation: bool) -
     adj, labels, why = wait_for_graph(G, explain=True, eager=eager, grouped=grouped, creation=creation)
     N = len(adj)
     n2 = 2 * len(labels)
+    unit_of = {oid: k for k, label in enumerate(labels) for oid in label.split("+")}
+    for a, nbrs in G.adj.items():  # the DAG's edges between units: done(a) before posted(b)
+        for b, attrs in nbrs.items():
+            if unit_of[a] != unit_of[b]:
+                _why(why, (2 * unit_of[a] + 1, 2 * unit_of[b]), "a dependency" if attrs.get("kind") == "dep"
+                     else "stream order")
     src: list[int] = []
     dst: list[int] = []
     prio: list[int] = []
@@ -443,40 +447,9 @@ def cross_communicator_order(G: nx.DiGraph) -> str | None:
     return cross_communicator_warning(names, [m for k in names for m in G.graph["collectives"][k]], order)
 
 
-def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int = 12) -> str:
-    """The rank × step grid of NCCL launches (one column per rank), ops in ``marked`` flagged ``*``.
-
-    Rows are issue steps (launch index on that rank); only a window of about ``window`` rows around the
-    marked ops is printed. Op ids lose their ``@rN`` suffix (the column says the rank).
-    """
-    ranks = sorted(per_rank)
-    if not ranks:
-        return ""
-    rows = max(len(v) for v in per_rank.values())
-    hit = [i for r in ranks for i, x in enumerate(per_rank[r]) if any(p in marked for p in x.split("+"))]
-    lo = max(0, min(hit, default=0) - 2)
-    hi = min(rows, max(max(hit, default=0) + 3, lo + min(window, rows)))
-
-    def cell(x: str) -> str:
-        names = "+".join(p.rsplit("@r", 1)[0] for p in x.split("+"))
-        return ("*" if any(p in marked for p in x.split("+")) else " ") + names
-
-    cols = {r: [cell(x) for x in per_rank[r][lo:hi]] for r in ranks}
-    width = {r: max([len(f"Rank {r}"), *map(len, cols[r])]) + 2 for r in ranks}
-    lines = ["          " + "".join(f"{f'Rank {r}':<{width[r]}}" for r in ranks)]
-    for i in range(hi - lo):
-        lines.append(f"Step {lo + i:03d}: " + "".join(
-            f"{(cols[r][i] if i < len(cols[r]) else ''):<{width[r]}}" for r in ranks).rstrip())
-    if lo > 0 or hi < rows:
-        lines.append(f"(steps {lo}..{hi - 1} of {rows}; * = the ops that block)")
-    else:
-        lines.append("(* = the ops that block)")
-    return "NCCL issue order (communication launches per rank; batches joined by +):\n" + "\n".join(lines)
-
-
 def grid_of_ops(ops: list[Any], marked: set[str], ranks: Any = ()) -> str:
-    """:func:`issue_grid` of op instances (before the graph exists); ``ranks`` get a column even when they
-    issue no communication."""
+    """:func:`schedsim.lower.check_errors.issue_grid` of op instances (before the graph exists); ``ranks`` get a
+    column even when they issue no communication."""
     per_rank: dict[int, list[str]] = defaultdict(list)
     for r in ranks:
         per_rank[r] = []
@@ -491,4 +464,6 @@ def grid_of_ops(ops: list[Any], marked: set[str], ranks: Any = ()) -> str:
         if op.nccl_group is not None:
             batch_cell[(op.rank, op.nccl_group)] = len(lst)
         lst.append(op.id)
+    from schedsim.lower.check_errors import issue_grid
+
     return issue_grid(dict(per_rank), marked)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["batch_input_error", "collective_order_error", "cross_communicator_warning", "cycle_error",
            "eager_hang_warning", "forward_dep_error", "hang_warnings", "lazy_init_error", "multi_peer_hang_warning",
-           "pipeline_grid", "wait_cycle_error", "word_fault"]
+           "issue_grid", "pipeline_grid", "wait_cycle_error", "word_fault"]
 
 
 def forward_dep_error(source: str | None, name: str, rank: int, dep: str) -> GraphError:
@@ -47,8 +47,6 @@ def collective_order_error(group: Sequence[int], ref: int, rank: int, i: int, na
                            issue: Mapping[int, list[list[str]]]) -> DeadlockError:
     """Rank ``ref`` issues collective ``name_ref`` of ``group`` as its ``i``-th on that group, rank ``rank`` issues
     ``name``; ``issue`` is the NCCL issue order (per rank, launches as lists of op ids) for the grid."""
-    from schedsim.graph.nccl import issue_grid
-
     marked = {f"{name_ref}@r{ref}", f"{name}@r{rank}"}
     grid = issue_grid({k: ["+".join(x) for x in v] for k, v in issue.items()}, marked)
     return DeadlockError(
@@ -63,8 +61,6 @@ def lazy_init_error(ranks: Sequence[int], users: list[int], missing: list[int],
     """Rule 6 of :mod:`schedsim.graph.nccl`: ``users`` call the communicator of ``ranks``, which a lazily initialised
     process group creates at each rank's first call on it, and ``missing`` never do; ``issue`` as
     :func:`collective_order_error`'s."""
-    from schedsim.graph.nccl import issue_grid
-
     grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in issue.items()}, set())
 
     def show(rs: list[int]) -> str:
@@ -188,8 +184,6 @@ def wait_cycle_error(steps: Sequence[tuple[int, int, str]], units: Mapping[int, 
     """A cycle of NCCL's wait-for graph (:func:`schedsim.lower.checks.hang_witness`; ``steps`` ``(a, b, reason)``
     between nodes ``2u`` "unit u posted" and ``2u + 1`` "unit u done"), its waits named one by one, with the issue
     grid (``issue`` as :func:`collective_order_error`'s) and a fix. ``units``: each unit's op ids."""
-    from schedsim.graph.nccl import issue_grid
-
     steps_text: list[str] = []
     marked: set[str] = set()
     reasons: set[str] = set()
@@ -247,13 +241,16 @@ def eager_hang_warning(hang: DeadlockError) -> str:
     """The "may hang" warning for a schedule of two ranks that hangs only with its lone send/recv on the
     collectives' communicator (an eagerly initialised process group), ``hang`` that cycle's error
     (:func:`wait_cycle_error`)."""
+    from schedsim.errors import SchedsimError
+
     steps = hang.message.replace("ranks would wait on each other forever: ", "", 1)
-    return ("may hang: with an eagerly initialised process group (init_process_group(device_id=...), as `schedsim "
-            "execute --backend nccl` does) torch runs "
-            f"lone send/recv on the collectives' communicator, in issue order with them, and then {steps}"
-            "\n  fix: issue the send/recv and the collectives in one order on both ranks, or batch the send/recv "
-            "(`p2p_batch`); a lazily initialised group (no device_id) gives the pair a communicator of its own\n\n"
-            + (hang.detail or ""))
+    return SchedsimError(
+        "may hang: with an eagerly initialised process group (init_process_group(device_id=...), as `schedsim "
+        "execute --backend nccl` does) torch runs lone send/recv on the collectives' communicator, in issue order with "
+        f"them, and then {steps}",
+        fix="issue the send/recv and the collectives in one order on both ranks, or batch the send/recv "
+            "(`p2p_batch`); a lazily initialised group (no device_id) gives the pair a communicator of its own",
+        detail=hang.detail).format()
 
 
 def multi_peer_hang_warning(hang: DeadlockError) -> str:
@@ -275,15 +272,15 @@ def cross_communicator_warning(keys: Sequence[str], members: Sequence[str], issu
     """The "may hang" warning for collectives ``keys`` (``name#ranks``, around a cycle of the ranks' issue orders
     that no single order agrees with; :func:`schedsim.lower.checks.cross_communicator_witness`), ``members`` their
     op ids (marked in the grid), ``issue`` as :func:`collective_order_error`'s."""
-    from schedsim.graph.nccl import issue_grid
+    from schedsim.errors import SchedsimError
 
     grid = issue_grid({r: ["+".join(x) for x in v] for r, v in issue.items()}, set(members))
     show = " -> ".join(k.split("#")[0] + "[" + k.split("#")[1] + "]" for k in [*keys, keys[0]])
-    return ("may hang: the ranks issue these collectives of different communicators in orders that no single order "
-            f"agrees with ({show}, each arrow one rank's issue order); NCCL runs this only while every "
-            "communicator's kernel stays resident on each GPU, which it does not promise (NCCL docs, 'Using multiple "
-            "NCCL communicators concurrently')\n  fix: issue the collectives in one global order on every rank\n\n"
-            + grid)
+    return SchedsimError(
+        "may hang: the ranks issue these collectives of different communicators in orders that no single order "
+        f"agrees with ({show}, each arrow one rank's issue order); NCCL runs this only while every communicator's "
+        "kernel stays resident on each GPU, which it does not promise (NCCL docs, 'Using multiple NCCL communicators "
+        "concurrently')", fix="issue the collectives in one global order on every rank", detail=grid).format()
 
 
 def _hang(prog: Program, eager: bool = False, grouped: bool = False) -> tuple[DeadlockError, dict[str, int]] | None:
@@ -327,3 +324,34 @@ def hang_warnings(prog: Program, cross: bool, eager: bool, multi: bool) -> list[
             if hang is not None:
                 out.append(warn(hang[0]))
     return out
+
+
+def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int = 12) -> str:
+    """The rank × step grid of NCCL launches (one column per rank), ops in ``marked`` flagged ``*``.
+
+    Rows are issue steps (launch index on that rank); only a window of about ``window`` rows around the
+    marked ops is printed. Op ids lose their ``@rN`` suffix (the column says the rank).
+    """
+    ranks = sorted(per_rank)
+    if not ranks:
+        return ""
+    rows = max(len(v) for v in per_rank.values())
+    hit = [i for r in ranks for i, x in enumerate(per_rank[r]) if any(p in marked for p in x.split("+"))]
+    lo = max(0, min(hit, default=0) - 2)
+    hi = min(rows, max(max(hit, default=0) + 3, lo + min(window, rows)))
+
+    def cell(x: str) -> str:
+        names = "+".join(p.rsplit("@r", 1)[0] for p in x.split("+"))
+        return ("*" if any(p in marked for p in x.split("+")) else " ") + names
+
+    cols = {r: [cell(x) for x in per_rank[r][lo:hi]] for r in ranks}
+    width = {r: max([len(f"Rank {r}"), *map(len, cols[r])]) + 2 for r in ranks}
+    lines = ["          " + "".join(f"{f'Rank {r}':<{width[r]}}" for r in ranks)]
+    for i in range(hi - lo):
+        lines.append(f"Step {lo + i:03d}: " + "".join(
+            f"{(cols[r][i] if i < len(cols[r]) else ''):<{width[r]}}" for r in ranks).rstrip())
+    if lo > 0 or hi < rows:
+        lines.append(f"(steps {lo}..{hi - 1} of {rows}; * = the ops that block)")
+    else:
+        lines.append("(* = the ops that block)")
+    return "NCCL issue order (communication launches per rank; batches joined by +):\n" + "\n".join(lines)
