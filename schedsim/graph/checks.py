@@ -77,14 +77,9 @@ def _eager_init_hang(G: nx.DiGraph) -> str | None:
     cyc = find_hang(G, eager=True)
     if cyc is None:
         return None
-    text = str(_explain_hang(G, cyc)).replace("ranks would wait on each other forever: ", "", 1)
-    steps, _fix, grid = text.partition("\n  fix: ")[0], None, text.partition("\n\n")[2]
-    return ("may hang: with an eagerly initialised process group (init_process_group(device_id=...), as `schedsim "
-            "execute --backend nccl` does) torch runs "
-            f"lone send/recv on the collectives' communicator, in issue order with them, and then {steps}"
-            "\n  fix: issue the send/recv and the collectives in one order on both ranks, or batch the send/recv "
-            "(`p2p_batch`); a lazily initialised group (no device_id) gives the pair a communicator of its own\n\n"
-            + grid)
+    from schedsim.lower.check_errors import eager_hang_warning
+
+    return eager_hang_warning(_explain_hang(G, cyc))
 
 
 def _multi_peer_batch_hang(G: nx.DiGraph) -> str | None:
@@ -106,16 +101,9 @@ def _multi_peer_batch_hang(G: nx.DiGraph) -> str | None:
     cyc = find_hang(G, grouped=True)
     if cyc is None:
         return None
-    from schedsim.errors import SchedsimError
+    from schedsim.lower.check_errors import multi_peer_hang_warning
 
-    hang = _explain_hang(G, cyc)
-    steps = hang.message.replace("ranks would wait on each other forever: ", "", 1)
-    return SchedsimError(
-        "may hang: a batch of send/recv with two or more peers (batch_isend_irecv) is one NCCL kernel, which may "
-        "serve one peer's transfer only after another's, so its ops and the ops matched with them complete only "
-        f"once all of them are posted (pytorch/PiPPy#969), and then {steps}",
-        fix="batch the send/recv per peer (one batch_isend_irecv per peer, as PiPPy PR #1000 does), or post every "
-            "op matched with the batch before anything that waits for it", detail=hang.detail).format()
+    return multi_peer_hang_warning(_explain_hang(G, cyc))
 
 
 def _check_lazy_init(G: nx.DiGraph) -> None:
@@ -136,72 +124,14 @@ def _check_lazy_init(G: nx.DiGraph) -> None:
     raise lazy_init_error(comm[1], users, missing, G.graph.get("issue_order") or {})
 
 
-def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int]]) -> DeadlockError:
-    """A :class:`DeadlockError` naming each wait of a wait-for cycle, with the issue grid and a fix."""
-    from schedsim.graph.nccl import issue_grid
+def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int, str]]) -> DeadlockError:
+    """A :class:`DeadlockError` naming each wait of a wait-for cycle (:func:`schedsim.graph.nccl.find_hang`'s
+    steps), with the issue grid and a fix (:func:`schedsim.lower.check_errors.wait_cycle_error`)."""
+    from schedsim.lower.check_errors import wait_cycle_error
 
     labels: list[str] = G.graph.pop("_hang_labels")
-    why: dict[tuple[int, int], str] = G.graph.pop("_hang_why")
-    steps: list[str] = []
-    marked: set[str] = set()
-    reasons: set[str] = set()
-    chain: list[str] = []
-    named: list[str] = []  # op ids in the order the message names them
-
-    def name(node: int) -> str:
-        return labels[node // 2].replace("+", " + ")
-
-    for a, b in cyc:
-        ua, ub = labels[a // 2], labels[b // 2]
-        if a % 2 == 1 and b % 2 == 0:  # done(a) -> posted(b): b is issued after a completes
-            reason = why.get((a, b))
-            if reason is None:
-                kind = G.edges[ua.split("+")[-1], ub.split("+")[0]].get("kind") if G.has_edge(
-                    ua.split("+")[-1], ub.split("+")[0]) else None
-                reason = "stream order" if kind == "stream" else "a dependency"
-            reasons.add(reason)
-            text = {"same communicator": "NCCL runs one communicator's ops in issue order, whatever the stream",
-                    "communicators share ranks": "collectives on communicators that share ranks must keep one "
-                    "order (NCCL docs)"}.get(reason, reason)
-            steps.append(f"{name(b)} cannot start before {name(a)} completes ({text})")
-            named += [*ub.split("+"), *ua.split("+")]
-            chain.append(ua.split("+")[0])
-        elif a % 2 == 0 and b % 2 == 1 and a // 2 != b // 2:
-            kind = why.get((a, b), "p2p")
-            reasons.add(kind)
-            partner = {"p2p": "its send/recv partner", "multi-peer batch": "one rendezvous with it: a batch with two "
-                       "or more peers, or an op matched with one",
-                       "lazy init": "the first call of another rank on the same communicator, which a lazily "
-                       "initialised process group creates then, waiting for all its ranks"
-                       }.get(kind, "a member of the same collective")
-            steps.append(f"{name(b)} completes only once {name(a)} is posted ({partner})")
-            named += [*ub.split("+"), *ua.split("+")]
-        elif a % 2 == 0 and b % 2 == 0:  # posted(a) -> lazy creation hub -> posted(b) (rule 6)
-            reasons.add("lazy init")
-            steps.append(f"{name(b)} is issued only once {name(a)} is posted (its rank's host waits in the lazy "
-                         "creation of a communicator, ncclCommInitRank, until every rank of it calls it)")
-            named += [*ub.split("+"), *ua.split("+")]
-        for u in (ua, ub):
-            marked.update(u.split("+"))
-    if "lazy init" in reasons:
-        fix = ("initialise the process group eagerly (`nccl_init: eager`: init_process_group(device_id=...)), or make "
-               "the first call on that communicator one that every rank of it reaches without waiting on another, and "
-               "make every rank call its communicators for the first time in one order (pytorch/pytorch#74701)")
-    elif "communicators share ranks" in reasons:
-        fix = ("issue the collectives of communicators that share two or more ranks in one relative order on every "
-               "rank (NCCL documentation, 'Using multiple NCCL communicators concurrently')")
-    elif "same communicator" in reasons:
-        fix = ("post each send/recv pair in the same order on both ranks (e.g. even ranks send first, odd ranks "
-               "receive first), or issue the sends and recvs of one step together in one NCCL group "
-               "(`p2p_batch: <name>` on the ops; torch batch_isend_irecv); a different CUDA stream does not help")
-    else:
-        fix = ("reorder so every rank reaches these sends/recvs/collectives in a compatible order "
-               "(e.g. even ranks send first, odd ranks receive first)")
-    order = G.graph.get("issue_order") or {}
-    grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in order.items()}, marked)
-    cycle_ids = [x for x in dict.fromkeys(chain)]
-    return DeadlockError("ranks would wait on each other forever: " + "; ".join(steps), fix=fix, detail=grid,
-                         ops=list(dict.fromkeys(named)), cycle=cycle_ids)
+    units = {x // 2: labels[x // 2].split("+") for a, b, _r in cyc for x in (a, b)}
+    return wait_cycle_error(cyc, units, G.graph.get("issue_order") or {})
 
 
 def check_acyclic(G: nx.DiGraph) -> None:

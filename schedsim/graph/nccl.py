@@ -133,12 +133,13 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
 
 
 
-def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, grouped: bool = False
-                   ) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
+def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, grouped: bool = False,
+                   creation: bool = True) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
     """The posted/done wait-for graph of ``G`` (rules 1-6 of the module docstring, and 7 when ``grouped``).
 
-    ``explain`` also fills ``why`` (slower; used only to word an error). ``eager``: lone send/recv on the
-    world's communicator (:func:`communicator`).
+    ``explain`` also fills ``why`` (slower; used only to word an error) for the edges of rules 1-7 (those of
+    dependencies and stream order :func:`find_hang` adds). ``eager``: lone send/recv on the world's communicator
+    (:func:`communicator`). ``creation=False``: without rule 6.
 
     Returns
     -------
@@ -148,7 +149,8 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, gr
     units : list of str
         Per unit, a label (op id, or the op ids of a batch joined by ``+``).
     why : dict
-        Edge ``(a, b)`` -> reason, for edges other than dependencies and stream order.
+        Edge ``(a, b)`` -> reason (:data:`schedsim.lower.checks.WAIT_REASONS`: of parallel edges, the first
+        there), and ``(hub, -1)`` -> the reason of a lazy-creation or multi-peer hub.
     """
     world = int(G.graph.get("world_size", 1))
     unit_of: dict[str, int] = {}
@@ -197,13 +199,14 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, gr
                 if x != y:
                     adj[2 * x].append(2 * y + 1)
                     if explain:
-                        why[(2 * x, 2 * y + 1)] = "collective"
+                        _why(why, (2 * x, 2 * y + 1), "collective")
     for s, r in G.graph.get("p2p", []):
-        us, ur = unit_of[s], unit_of[r]
-        adj[2 * us].append(2 * ur + 1)
-        adj[2 * ur].append(2 * us + 1)
+        su, ru = unit_of[s], unit_of[r]
+        adj[2 * su].append(2 * ru + 1)
+        adj[2 * ru].append(2 * su + 1)
         if explain:
-            why[(2 * us, 2 * ur + 1)] = why[(2 * ur, 2 * us + 1)] = "p2p"
+            _why(why, (2 * su, 2 * ru + 1), "p2p")
+            _why(why, (2 * ru, 2 * su + 1), "p2p")
     # one communicator runs its launches in issue order (rule 3); collectives on communicators
     # sharing >= 2 ranks keep one relative order (rule 4)
     for _rank, launches in (G.graph.get("issue_order") or issue_order(G)).items():
@@ -216,24 +219,34 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, gr
                 if other == comm:
                     adj[2 * pu + 1].append(2 * u)
                     if explain:
-                        why[(2 * pu + 1, 2 * u)] = "same communicator"
+                        _why(why, (2 * pu + 1, 2 * u), "same communicator")
                 elif other[0] == comm[0] == "group" and _share2(other, comm):
                     adj[2 * pu + 1].append(2 * u)
                     if explain:
-                        why.setdefault((2 * pu + 1, 2 * u), "communicators share ranks")
+                        _why(why, (2 * pu + 1, 2 * u), "communicators share ranks")
             last[comm] = u
-    _lazy_hubs(G, world, eager, unit_of, n, adj, hubs, why)
+    _lazy_hubs(G, world, eager, unit_of, n, adj, hubs, why, creation)
     _multi_peer_hubs(G, grouped, unit_of, n, adj, hubs, why)
     adj.extend(hubs)  # hub nodes are 2n, 2n+1, ... (find_hang folds them out of a reported cycle)
     return adj, labels, why
 
 
+def _why(why: dict[tuple[int, int], str], edge: tuple[int, int], reason: str) -> None:
+    """Record ``reason`` for ``edge`` unless a reason that comes first in
+    :data:`schedsim.lower.checks.WAIT_REASONS` is recorded."""
+    from schedsim.lower.checks import WAIT_REASONS
+
+    had = why.get(edge)
+    if had is None or WAIT_REASONS.index(reason) < WAIT_REASONS.index(had):
+        why[edge] = reason
+
+
 def _lazy_hubs(G: nx.DiGraph, world: int, eager: bool, unit_of: dict[str, int], n: int, adj: list[list[int]],
-               hubs: list[list[int]], why: dict[tuple[int, int], str]) -> None:
+               hubs: list[list[int]], why: dict[tuple[int, int], str], creation: bool = True) -> None:
     """Rule 6: per group communicator, one hub node that the first launch of each of its ranks posts to and
     that each of those launches' done waits for (a lazily created communicator is a rendezvous); nothing under
-    ``nccl_init: eager``."""
-    if G.graph.get("nccl_init", "lazy") != "lazy":
+    ``nccl_init: eager`` or without ``creation``."""
+    if not creation or G.graph.get("nccl_init", "lazy") != "lazy":
         return
     firsts: dict[Comm, list[int]] = {}
     host: list[tuple[int, Comm | None]] = []  # every launch's unit in host order, with the comm it creates
@@ -330,11 +343,13 @@ def _world_group(world: int) -> Any:
     return RankGroup(range(world))
 
 
-def find_hang(G: nx.DiGraph, eager: bool = False, grouped: bool = False) -> list[tuple[int, int]] | None:
-    """A cycle of the wait-for graph as a list of edges ``(a, b)``, or None when NCCL cannot hang.
+def find_hang(G: nx.DiGraph, eager: bool = False, grouped: bool = False) -> list[tuple[int, int, str]] | None:
+    """A cycle of the wait-for graph as its steps ``(a, b, reason)``, or None when NCCL cannot hang.
 
-    One Kahn sweep (linear in ops + edges); a cycle is extracted from what is left only on failure. ``eager`` and
-    ``grouped`` as :func:`wait_for_graph` takes them.
+    One Kahn sweep (linear in ops + edges); only on failure the cycle that
+    :func:`schedsim.lower.checks.canonical_cycle` chooses (hubs folded out: ``posted(x) -> hub -> done(y)`` is the
+    step ``x -> y``), the one :func:`schedsim.lower.checks.hang_witness` chooses on the arrays. ``reason`` is one of
+    :data:`schedsim.lower.checks.WAIT_REASONS`. ``eager`` and ``grouped`` as :func:`wait_for_graph` takes them.
     """
     adj, labels, why = wait_for_graph(G, eager=eager, grouped=grouped)
     N = len(adj)
@@ -353,26 +368,47 @@ def find_hang(G: nx.DiGraph, eager: bool = False, grouped: bool = False) -> list
                 stack.append(b)
     if seen == N:
         return None
-    left = {i for i in range(N) if indeg[i] > 0}
-    H = nx.DiGraph()
-    H.add_edges_from((a, b) for a in left for b in adj[a] if b in left)
-    cyc = [(int(a), int(b)) for a, b in nx.find_cycle(H)]
-    why = wait_for_graph(G, explain=True, eager=eager, grouped=grouped)[2]
+    lazy = G.graph.get("nccl_init", "lazy") == "lazy"
+    for creation in (False, True) if lazy else (True,):  # as hang_witness: first without rule 6
+        steps = _canonical_hang(G, eager, grouped, creation)
+        if steps is not None:
+            return steps
+    raise AssertionError("the sweep found a hang that the cycle search does not")
+
+
+def _canonical_hang(G: nx.DiGraph, eager: bool, grouped: bool, creation: bool) -> list[tuple[int, int, str]] | None:
+    """:func:`find_hang`'s cycle on the wait-for graph with rule 6 (``creation``) or without it, or None."""
+    from schedsim.lower.checks import WAIT_REASONS, canonical_cycle
+
+    adj, labels, why = wait_for_graph(G, explain=True, eager=eager, grouped=grouped, creation=creation)
+    N = len(adj)
     n2 = 2 * len(labels)
-    if any(b >= n2 for _a, b in cyc):  # fold hub nodes: posted(x) -> hub -> done(y) is the wait x -> y
-        while cyc[0][0] >= n2:
-            cyc = cyc[1:] + cyc[:1]
-        folded: list[tuple[int, int]] = []
-        for a, b in cyc:
-            if a >= n2:
-                folded[-1] = (folded[-1][0], b)
-                why.setdefault(folded[-1], why.get((a, -1), "collective"))
+    unit_of = {oid: k for k, label in enumerate(labels) for oid in label.split("+")}
+    for a, nbrs in G.adj.items():  # the DAG's edges between units: done(a) before posted(b)
+        for b, attrs in nbrs.items():
+            if unit_of[a] != unit_of[b]:
+                _why(why, (2 * unit_of[a] + 1, 2 * unit_of[b]), "a dependency" if attrs.get("kind") == "dep"
+                     else "stream order")
+    src: list[int] = []
+    dst: list[int] = []
+    prio: list[int] = []
+    for a, outs in enumerate(adj):
+        for b in outs:
+            if a >= n2:  # a hub's edge: its reason (a collective's hub has none recorded)
+                r = why.get((a, -1), "collective")
+                r = "lazy host" if r == "lazy init" and b % 2 == 0 else r
+            elif b >= n2 or (b == a + 1 and a % 2 == 0):
+                r = "posted"  # into a hub (the hub's edge out gives the reason), or a launch's own posted -> done
             else:
-                folded.append((a, b))
-        cyc = folded
+                r = why[(a, b)]
+            src.append(a)
+            dst.append(b)
+            prio.append(WAIT_REASONS.index(r))
+    steps = canonical_cycle(N, np.array(src, np.int64), np.array(dst, np.int64), np.array(prio, np.int64), n2)
+    if steps is None:
+        return None
     G.graph["_hang_labels"] = labels
-    G.graph["_hang_why"] = why
-    return cyc
+    return [(a, b, WAIT_REASONS[p]) for a, b, p in steps]
 
 
 def cross_communicator_order(G: nx.DiGraph) -> str | None:
@@ -385,67 +421,35 @@ def cross_communicator_order(G: nx.DiGraph) -> str | None:
     it runs only while the GPUs keep the kernels of every communicator resident at once, which NCCL does
     not promise. Call after :func:`find_hang` found no hang. Returns the warning text, or None.
     """
-    coll_key = {m: k for k, members in G.graph.get("collectives", {}).items() for m in members}
-    H = nx.DiGraph()
-    for _rank, launches in (G.graph.get("issue_order") or issue_order(G)).items():
+    from schedsim.lower.check_errors import cross_communicator_warning
+    from schedsim.lower.checks import canonical_cycle
+
+    keys = list(G.graph.get("collectives", {}))
+    coll_key = {m: c for c, k in enumerate(keys) for m in G.graph["collectives"][k]}
+    order = G.graph.get("issue_order") or issue_order(G)
+    src: list[int] = []
+    dst: list[int] = []
+    for _rank, launches in order.items():
         prev = None
         for launch in launches:
             k = coll_key.get(launch[0])
             if k is None:
                 continue
             if prev is not None and prev != k:
-                H.add_edge(prev, k)
+                src.append(prev)
+                dst.append(k)
             prev = k
-    try:
-        cyc = nx.find_cycle(H)
-    except nx.NetworkXNoCycle:
+    steps = canonical_cycle(len(keys), np.array(src, np.int64), np.array(dst, np.int64),
+                            np.zeros(len(src), np.int64), len(keys))
+    if steps is None:
         return None
-    names = [a for a, _b in cyc]
-    marked = {m for k in names for m in G.graph["collectives"][k]}
-    order = G.graph.get("issue_order") or issue_order(G)
-    grid = issue_grid({r: ["+".join(x) for x in v] for r, v in order.items()}, marked)
-    show = " -> ".join(k.split("#")[0] + "[" + k.split("#")[1] + "]" for k in [*names, names[0]])
-    return ("may hang: the ranks issue these collectives of different communicators in orders that no single order "
-            f"agrees with ({show}, each arrow one rank's issue order); NCCL runs this only while every "
-            "communicator's kernel stays resident on each GPU, which it does not promise (NCCL docs, 'Using multiple "
-            "NCCL communicators concurrently')\n  fix: issue the collectives in one global order on every rank\n\n"
-            + grid)
-
-
-def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int = 12) -> str:
-    """The rank × step grid of NCCL launches (one column per rank), ops in ``marked`` flagged ``*``.
-
-    Rows are issue steps (launch index on that rank); only a window of about ``window`` rows around the
-    marked ops is printed. Op ids lose their ``@rN`` suffix (the column says the rank).
-    """
-    ranks = sorted(per_rank)
-    if not ranks:
-        return ""
-    rows = max(len(v) for v in per_rank.values())
-    hit = [i for r in ranks for i, x in enumerate(per_rank[r]) if any(p in marked for p in x.split("+"))]
-    lo = max(0, min(hit, default=0) - 2)
-    hi = min(rows, max(max(hit, default=0) + 3, lo + min(window, rows)))
-
-    def cell(x: str) -> str:
-        names = "+".join(p.rsplit("@r", 1)[0] for p in x.split("+"))
-        return ("*" if any(p in marked for p in x.split("+")) else " ") + names
-
-    cols = {r: [cell(x) for x in per_rank[r][lo:hi]] for r in ranks}
-    width = {r: max([len(f"Rank {r}"), *map(len, cols[r])]) + 2 for r in ranks}
-    lines = ["          " + "".join(f"{f'Rank {r}':<{width[r]}}" for r in ranks)]
-    for i in range(hi - lo):
-        lines.append(f"Step {lo + i:03d}: " + "".join(
-            f"{(cols[r][i] if i < len(cols[r]) else ''):<{width[r]}}" for r in ranks).rstrip())
-    if lo > 0 or hi < rows:
-        lines.append(f"(steps {lo}..{hi - 1} of {rows}; * = the ops that block)")
-    else:
-        lines.append("(* = the ops that block)")
-    return "NCCL issue order (communication launches per rank; batches joined by +):\n" + "\n".join(lines)
+    names = [keys[a] for a, _b, _p in steps]
+    return cross_communicator_warning(names, [m for k in names for m in G.graph["collectives"][k]], order)
 
 
 def grid_of_ops(ops: list[Any], marked: set[str], ranks: Any = ()) -> str:
-    """:func:`issue_grid` of op instances (before the graph exists); ``ranks`` get a column even when they
-    issue no communication."""
+    """:func:`schedsim.lower.check_errors.issue_grid` of op instances (before the graph exists); ``ranks`` get a
+    column even when they issue no communication."""
     per_rank: dict[int, list[str]] = defaultdict(list)
     for r in ranks:
         per_rank[r] = []
@@ -460,4 +464,6 @@ def grid_of_ops(ops: list[Any], marked: set[str], ranks: Any = ()) -> str:
         if op.nccl_group is not None:
             batch_cell[(op.rank, op.nccl_group)] = len(lst)
         lst.append(op.id)
+    from schedsim.lower.check_errors import issue_grid
+
     return issue_grid(dict(per_rank), marked)

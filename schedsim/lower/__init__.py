@@ -83,33 +83,29 @@ def lower(spec: Any, check: bool = True, symmetric: bool = False) -> Program:
 
 def check_program(prog: Program) -> list[str]:
     """Run every static check on ``prog`` (:func:`schedsim.lower.checks.check_arrays`); returns the extra "may
-    hang" warnings.
+    hang" warnings (:func:`schedsim.lower.check_errors.hang_warnings`, then the split-batch one).
 
     Raises
     ------
     CycleError, DeadlockError, GraphError
-        Worded from the array rules' witnesses (:func:`schedsim.lower.check_errors.word_fault`: a dependency
-        written after its user, a dependency cycle, collectives in different orders); for the other rules, the
-        error of the object-based build (:func:`schedsim.lower.reference.graph_from_ops`), which words it.
+        Worded from the array rules' witnesses (:func:`schedsim.lower.check_errors.word_fault`).
     """
     from schedsim.lower.checks import check_arrays
 
     v = check_arrays(prog)
-    extra = [v.split] if v.split else []
-    if not (v.fault or v.word_warnings):
-        return extra
     if v.fault:
         from schedsim.lower.check_errors import word_fault
 
         err = word_fault(prog)
-        if err is not None:
-            raise err
-    from schedsim.lower.reference import graph_from_ops
+        if err is None:
+            raise AssertionError("the array checks found a fault that no rule's witness names; please report it")
+        raise err
+    extra = [v.split] if v.split else []
+    if not v.word_warnings:
+        return extra
+    from schedsim.lower.check_errors import hang_warnings
 
-    G = graph_from_ops(prog.ops(), prog.graph_info(), prog.file, check=True)
-    if v.fault:
-        raise AssertionError("the array checks found a fault that the object-based build does not; please report it")
-    return [w for w in G.graph.get("warnings", []) if w not in prog.warnings] + extra
+    return [w for w in hang_warnings(prog, v.cross, v.eager, v.multi) if w not in prog.warnings] + extra
 
 
 class _LowerPackage(types.ModuleType):

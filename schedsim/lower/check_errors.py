@@ -1,11 +1,13 @@
 """The errors of the static checks, worded from what a rule found (plain values: op names, ranks, ids).
 
-One wording per rule, used by the array rules (:func:`word_fault`, from the witnesses of
+One wording per rule, used by the array rules (:func:`word_fault`, :func:`hang_warnings`, from the witnesses of
 :mod:`schedsim.lower.checks`) and by the object-based build (:mod:`schedsim.lower.reference`,
 :mod:`schedsim.graph.checks`), so both raise the same text. Rule families worded here: a dependency written
 after its user, a dependency cycle, collectives of one group in different orders, lazy communicator creation
-(rule 6 of :mod:`schedsim.graph.nccl`), a p2p batch's inputs. NCCL wait-for cycles that are not dependency
-cycles are still worded by the object-based build (:func:`schedsim.lower.check_program`).
+(rule 6 of :mod:`schedsim.graph.nccl`), a cycle of NCCL's wait-for graph (both forms choose it canonically:
+:func:`schedsim.lower.checks.canonical_cycle`), a p2p batch's inputs, and the "may hang" warnings (collectives of
+different communicators in a cyclic order, a hang with lone send/recv on the collectives' communicator, a hang
+once a multi-peer batch waits for all its peers).
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from schedsim.errors import CycleError, DeadlockError, GraphError
+from schedsim.kinds import P2P_KINDS
 
 if TYPE_CHECKING:
     from schedsim.lower.program import Program
 
-__all__ = ["batch_input_error", "collective_order_error", "cycle_error", "forward_dep_error", "lazy_init_error",
-           "pipeline_grid", "word_fault"]
+__all__ = ["batch_input_error", "collective_order_error", "cross_communicator_warning", "cycle_error",
+           "eager_hang_warning", "forward_dep_error", "hang_warnings", "lazy_init_error", "multi_peer_hang_warning",
+           "issue_grid", "pipeline_grid", "wait_cycle_error", "word_fault"]
 
 
 def forward_dep_error(source: str | None, name: str, rank: int, dep: str) -> GraphError:
@@ -43,8 +47,6 @@ def collective_order_error(group: Sequence[int], ref: int, rank: int, i: int, na
                            issue: Mapping[int, list[list[str]]]) -> DeadlockError:
     """Rank ``ref`` issues collective ``name_ref`` of ``group`` as its ``i``-th on that group, rank ``rank`` issues
     ``name``; ``issue`` is the NCCL issue order (per rank, launches as lists of op ids) for the grid."""
-    from schedsim.graph.nccl import issue_grid
-
     marked = {f"{name_ref}@r{ref}", f"{name}@r{rank}"}
     grid = issue_grid({k: ["+".join(x) for x in v] for k, v in issue.items()}, marked)
     return DeadlockError(
@@ -59,8 +61,6 @@ def lazy_init_error(ranks: Sequence[int], users: list[int], missing: list[int],
     """Rule 6 of :mod:`schedsim.graph.nccl`: ``users`` call the communicator of ``ranks``, which a lazily initialised
     process group creates at each rank's first call on it, and ``missing`` never do; ``issue`` as
     :func:`collective_order_error`'s."""
-    from schedsim.graph.nccl import issue_grid
-
     grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in issue.items()}, set())
 
     def show(rs: list[int]) -> str:
@@ -96,11 +96,10 @@ def pipeline_grid(order: Mapping[int | str, Sequence[str]], step: int | None) ->
 
 
 def word_fault(prog: Program) -> GraphError | None:
-    """The error of a failed static check on ``prog``, worded from the array rules' witnesses and chosen in the
-    object-based build's order (:func:`schedsim.lower.reference.graph_from_ops`): a dependency written after its
-    user (when the DAG has no cycle), collectives in different orders, lazy communicator creation, a dependency
-    cycle, then (when NCCL's wait-for graph has no cycle) a p2p batch's inputs. None when the first failing rule
-    is an NCCL wait-for cycle, which the object-based build still words.
+    """The error of a failed static check on ``prog``, worded from the array rules' witnesses and chosen in this
+    order: a dependency written after its user (when the DAG has no cycle), collectives in different orders, lazy
+    communicator creation, a dependency cycle, a cycle of NCCL's wait-for graph (:func:`wait_cycle_error`), then a
+    p2p batch's inputs; None when every rule holds.
     """
     from schedsim.lower.checks import (
         batch_input_witness,
@@ -131,7 +130,9 @@ def word_fault(prog: Program) -> GraphError | None:
         ids = prog.ids()
         return cycle_error([ids[x] for x in nodes], stream)
     if not no_hang(prog):
-        return None
+        hang = _hang(prog)
+        assert hang is not None
+        return _with_pipeline(prog, hang[0], hang[1])
     bad = batch_input_witness(prog)
     if bad is None:
         return None
@@ -152,12 +153,28 @@ def _issue(prog: Program) -> dict[int, list[list[str]]]:
     return {r: [[ids[x] for x in launch] for launch in ls] for r, ls in launches(prog).items()}
 
 
-def _with_pipeline(prog: Program, e: DeadlockError) -> DeadlockError:
+def _with_pipeline(prog: Program, e: DeadlockError, rows: Mapping[str, int] | None = None) -> DeadlockError:
     """``e`` with the rank × step grid of ``prog``'s pipeline block after its detail, as the object-based build adds
-    it to a hang of :func:`schedsim.graph.checks.check_graph` (no step marked: ``e`` names no send/recv)."""
+    it to a hang of :func:`schedsim.graph.checks.check_graph`: the step of the first pipeline send/recv that ``e``
+    names marked (``rows``: the op index of each op id it names; none marked without)."""
     if prog.pipeline is None:
         return e
-    grid = pipeline_grid(prog.graph_info()["pipeline"]["order"], None)
+    order = prog.graph_info()["pipeline"]["order"]
+    step = None
+    where = rows or {}
+    for oid in e.ops:
+        i = where.get(oid, -1)
+        if i < 0 or prog.templates[int(prog.tmpl[i])].kind not in P2P_KINDS:
+            continue
+        tags = dict(prog.tagsets[int(prog.tags_id[i])])
+        stage, mb = tags.get("stage"), tags.get("mb")
+        if stage is None or mb is None:
+            continue
+        step = next((k for k, act in enumerate(order.get(int(prog.rank[i]), []))
+                     if act in (f"{stage}{c}{mb}" for c in "FIBW")), None)
+        if step is not None:
+            break
+    grid = pipeline_grid(order, step)
     return DeadlockError(e.message, fix=e.fix, detail=f"{e.detail}\n\n{grid}" if e.detail else grid, ops=e.ops,
                          cycle=e.cycle)
 
@@ -206,11 +223,9 @@ def batch_dep_error(source: str | None, kind: str, name: str, dep: str, batch: s
 
 
 def comm_grid(ops: Sequence[tuple[int, str, str | None]], marked: set[str], ranks: Sequence[int] = ()) -> str:
-    """The NCCL issue grid (:func:`schedsim.graph.nccl.issue_grid`) of communication ops given as ``(rank, op id,
+    """The NCCL issue grid (:func:`issue_grid`) of communication ops given as ``(rank, op id,
     p2p batch or None)`` in program order: one launch per op, a batch's members joined in one cell at its first;
     ``ranks`` get a column even when none of ``ops`` is theirs."""
-    from schedsim.graph.nccl import issue_grid
-
     per_rank: dict[int, list[str]] = {r: [] for r in ranks}
     batch_cell: dict[tuple[int, str], int] = {}
     for rank, oid, batch in ops:
@@ -295,3 +310,181 @@ def unmatched_p2p_error(source: str | None, what: str, extra: Sequence[str], src
 
 __all__ += ["CollectiveMember", "batch_dep_error", "collective_mismatch_error", "collective_missing_error", "comm_grid",
             "duplicate_name_error", "p2p_pairing_error", "self_dep_error", "unknown_dep_error", "unmatched_p2p_error"]
+
+
+def wait_cycle_error(steps: Sequence[tuple[int, int, str]], units: Mapping[int, Sequence[str]],
+                     issue: Mapping[int, list[list[str]]]) -> DeadlockError:
+    """A cycle of NCCL's wait-for graph (:func:`schedsim.lower.checks.hang_witness`; ``steps`` ``(a, b, reason)``
+    between nodes ``2u`` "unit u posted" and ``2u + 1`` "unit u done"), its waits named one by one, with the issue
+    grid (``issue`` as :func:`collective_order_error`'s) and a fix. ``units``: each unit's op ids."""
+    steps_text: list[str] = []
+    marked: set[str] = set()
+    reasons: set[str] = set()
+    chain: list[str] = []
+    named: list[str] = []  # op ids in the order the message names them
+
+    def name(node: int) -> str:
+        return " + ".join(units[node // 2])
+
+    for a, b, reason in steps:
+        ua, ub = list(units[a // 2]), list(units[b // 2])
+        if a % 2 == 1 and b % 2 == 0:  # done(a) -> posted(b): b is issued after a completes
+            reasons.add(reason)
+            text = {"same communicator": "NCCL runs one communicator's ops in issue order, whatever the stream",
+                    "communicators share ranks": "collectives on communicators that share ranks must keep one "
+                    "order (NCCL docs)"}.get(reason, reason)
+            steps_text.append(f"{name(b)} cannot start before {name(a)} completes ({text})")
+            chain.append(ua[0])
+        elif a % 2 == 0 and b % 2 == 1 and a // 2 != b // 2:
+            reasons.add(reason)
+            partner = {"p2p": "its send/recv partner", "multi-peer batch": "one rendezvous with it: a batch with two "
+                       "or more peers, or an op matched with one",
+                       "lazy init": "the first call of another rank on the same communicator, which a lazily "
+                       "initialised process group creates then, waiting for all its ranks"
+                       }.get(reason, "a member of the same collective")
+            steps_text.append(f"{name(b)} completes only once {name(a)} is posted ({partner})")
+        elif a % 2 == 0 and b % 2 == 0:  # posted(a) -> lazy creation hub -> posted(b) (rule 6)
+            reasons.add("lazy init")
+            steps_text.append(f"{name(b)} is issued only once {name(a)} is posted (its rank's host waits in the lazy "
+                              "creation of a communicator, ncclCommInitRank, until every rank of it calls it)")
+        else:
+            continue  # posted(a) -> done(a)
+        named += [*ub, *ua]
+        marked.update(ua + ub)
+    if "lazy init" in reasons:
+        fix = ("initialise the process group eagerly (`nccl_init: eager`: init_process_group(device_id=...)), or make "
+               "the first call on that communicator one that every rank of it reaches without waiting on another, and "
+               "make every rank call its communicators for the first time in one order (pytorch/pytorch#74701)")
+    elif "communicators share ranks" in reasons:
+        fix = ("issue the collectives of communicators that share two or more ranks in one relative order on every "
+               "rank (NCCL documentation, 'Using multiple NCCL communicators concurrently')")
+    elif "same communicator" in reasons:
+        fix = ("post each send/recv pair in the same order on both ranks (e.g. even ranks send first, odd ranks "
+               "receive first), or issue the sends and recvs of one step together in one NCCL group "
+               "(`p2p_batch: <name>` on the ops; torch batch_isend_irecv); a different CUDA stream does not help")
+    else:
+        fix = ("reorder so every rank reaches these sends/recvs/collectives in a compatible order "
+               "(e.g. even ranks send first, odd ranks receive first)")
+    grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in issue.items()}, marked)
+    return DeadlockError("ranks would wait on each other forever: " + "; ".join(steps_text), fix=fix, detail=grid,
+                         ops=list(dict.fromkeys(named)), cycle=list(dict.fromkeys(chain)))
+
+
+def eager_hang_warning(hang: DeadlockError) -> str:
+    """The "may hang" warning for a schedule of two ranks that hangs only with its lone send/recv on the
+    collectives' communicator (an eagerly initialised process group), ``hang`` that cycle's error
+    (:func:`wait_cycle_error`)."""
+    from schedsim.errors import SchedsimError
+
+    steps = hang.message.replace("ranks would wait on each other forever: ", "", 1)
+    return SchedsimError(
+        "may hang: with an eagerly initialised process group (init_process_group(device_id=...), as `schedsim "
+        "execute --backend nccl` does) torch runs lone send/recv on the collectives' communicator, in issue order with "
+        f"them, and then {steps}",
+        fix="issue the send/recv and the collectives in one order on both ranks, or batch the send/recv "
+            "(`p2p_batch`); a lazily initialised group (no device_id) gives the pair a communicator of its own",
+        detail=hang.detail).format()
+
+
+def multi_peer_hang_warning(hang: DeadlockError) -> str:
+    """The "may hang" warning for a schedule that hangs once a batch of send/recv with two or more peers waits for
+    all of them (rule 7 of :mod:`schedsim.graph.nccl`), ``hang`` that cycle's error (:func:`wait_cycle_error`)."""
+    from schedsim.errors import SchedsimError
+
+    steps = hang.message.replace("ranks would wait on each other forever: ", "", 1)
+    return SchedsimError(
+        "may hang: a batch of send/recv with two or more peers (batch_isend_irecv) is one NCCL kernel, which may "
+        "serve one peer's transfer only after another's, so its ops and the ops matched with them complete only "
+        f"once all of them are posted (pytorch/PiPPy#969), and then {steps}",
+        fix="batch the send/recv per peer (one batch_isend_irecv per peer, as PiPPy PR #1000 does), or post every "
+            "op matched with the batch before anything that waits for it", detail=hang.detail).format()
+
+
+def cross_communicator_warning(keys: Sequence[str], members: Sequence[str], issue: Mapping[int, list[list[str]]]
+                               ) -> str:
+    """The "may hang" warning for collectives ``keys`` (``name#ranks``, around a cycle of the ranks' issue orders
+    that no single order agrees with; :func:`schedsim.lower.checks.cross_communicator_witness`), ``members`` their
+    op ids (marked in the grid), ``issue`` as :func:`collective_order_error`'s."""
+    from schedsim.errors import SchedsimError
+
+    grid = issue_grid({r: ["+".join(x) for x in v] for r, v in issue.items()}, set(members))
+    show = " -> ".join(k.split("#")[0] + "[" + k.split("#")[1] + "]" for k in [*keys, keys[0]])
+    return SchedsimError(
+        "may hang: the ranks issue these collectives of different communicators in orders that no single order "
+        f"agrees with ({show}, each arrow one rank's issue order); NCCL runs this only while every communicator's "
+        "kernel stays resident on each GPU, which it does not promise (NCCL docs, 'Using multiple NCCL communicators "
+        "concurrently')", fix="issue the collectives in one global order on every rank", detail=grid).format()
+
+
+def _hang(prog: Program, eager: bool = False, grouped: bool = False) -> tuple[DeadlockError, dict[str, int]] | None:
+    """The error of the cycle of ``prog``'s wait-for graph that :func:`schedsim.lower.checks.hang_witness` chooses,
+    and the index of each op id it names; None when there is none."""
+    from schedsim.lower.checks import hang_witness
+
+    got = hang_witness(prog, eager, grouped)
+    if got is None:
+        return None
+    steps, units = got
+    names = prog.op_names([i for k in sorted(units) for i in units[k]])
+    ids: dict[int, list[str]] = {}
+    at = 0
+    for k in sorted(units):
+        ids[k] = [f"{names[at + j]}@r{int(prog.rank[i])}" for j, i in enumerate(units[k])]
+        at += len(units[k])
+    rows = {x: i for k in units for x, i in zip(ids[k], units[k], strict=True)}
+    return wait_cycle_error(steps, ids, _issue(prog)), rows
+
+
+def hang_warnings(prog: Program, cross: bool, eager: bool, multi: bool) -> list[str]:
+    """The "may hang" warnings of ``prog`` worded from its arrays, in this order: collectives of different
+    communicators in a cyclic order (``cross``), a hang with the lone send/recv on the collectives' communicator
+    (``eager``), a hang once a multi-peer batch waits for all its peers (``multi``); each flag says the array checks
+    found that case (:func:`schedsim.lower.checks.check_arrays`)."""
+    out: list[str] = []
+    if cross:
+        from schedsim.lower.checks import cross_communicator_witness
+
+        cyc = cross_communicator_witness(prog)
+        if cyc is not None:
+            keys = [prog.coll_keys[c] for c in cyc]
+            ptr, idx = prog.coll_ptr, prog.coll_idx
+            rows = [i for c in cyc for i in idx[ptr[c]:ptr[c + 1]].tolist()]
+            members = [f"{n}@r{int(prog.rank[i])}" for n, i in zip(prog.op_names(rows), rows, strict=True)]
+            out.append(cross_communicator_warning(keys, members, _issue(prog)))
+    for flag, warn in ((eager, eager_hang_warning), (multi, multi_peer_hang_warning)):
+        if flag:
+            hang = _hang(prog, eager=warn is eager_hang_warning, grouped=warn is multi_peer_hang_warning)
+            if hang is not None:
+                out.append(warn(hang[0]))
+    return out
+
+
+def issue_grid(per_rank: dict[int, list[str]], marked: set[str], *, window: int = 12) -> str:
+    """The rank × step grid of NCCL launches (one column per rank), ops in ``marked`` flagged ``*``.
+
+    Rows are issue steps (launch index on that rank); only a window of about ``window`` rows around the
+    marked ops is printed. Op ids lose their ``@rN`` suffix (the column says the rank).
+    """
+    ranks = sorted(per_rank)
+    if not ranks:
+        return ""
+    rows = max(len(v) for v in per_rank.values())
+    hit = [i for r in ranks for i, x in enumerate(per_rank[r]) if any(p in marked for p in x.split("+"))]
+    lo = max(0, min(hit, default=0) - 2)
+    hi = min(rows, max(max(hit, default=0) + 3, lo + min(window, rows)))
+
+    def cell(x: str) -> str:
+        names = "+".join(p.rsplit("@r", 1)[0] for p in x.split("+"))
+        return ("*" if any(p in marked for p in x.split("+")) else " ") + names
+
+    cols = {r: [cell(x) for x in per_rank[r][lo:hi]] for r in ranks}
+    width = {r: max([len(f"Rank {r}"), *map(len, cols[r])]) + 2 for r in ranks}
+    lines = ["          " + "".join(f"{f'Rank {r}':<{width[r]}}" for r in ranks)]
+    for i in range(hi - lo):
+        lines.append(f"Step {lo + i:03d}: " + "".join(
+            f"{(cols[r][i] if i < len(cols[r]) else ''):<{width[r]}}" for r in ranks).rstrip())
+    if lo > 0 or hi < rows:
+        lines.append(f"(steps {lo}..{hi - 1} of {rows}; * = the ops that block)")
+    else:
+        lines.append("(* = the ops that block)")
+    return "NCCL issue order (communication launches per rank; batches joined by +):\n" + "\n".join(lines)

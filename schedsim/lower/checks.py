@@ -7,8 +7,9 @@ and completed as one unit), plus collectives of one group in one order on every 
 before their users, and the inputs of a p2p batch written before the batch is posted. A collective's
 rendezvous is one hub node (posted(x) -> hub -> done(y) for all members), which has the cycles of the
 all-pairs form. When a rule fails, :func:`schedsim.lower.check_errors.word_fault` words the error from the
-rule's witness (the ``*_witness`` functions, :func:`forward_dep`, :func:`dag_cycle`); an NCCL wait-for cycle that
-is not a dependency cycle is still worded by the object-based build (:mod:`schedsim.lower.reference`).
+rule's witness (the ``*_witness`` functions, :func:`forward_dep`, :func:`dag_cycle`; for an NCCL wait-for cycle the
+one :func:`canonical_cycle` chooses), and :func:`schedsim.lower.check_errors.hang_warnings` the "may hang"
+warnings.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Te
 
 
 def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates,
-                    grouped: bool = False
+                    grouped: bool = False, why: list[str] | None = None, creation: bool = True
                     ) -> tuple[int, list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray, np.ndarray]:
     """``(nodes, parts, useq, u, lazy)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
     done", 2n + c the hub of collective c, then one hub per lazily created communicator (rule 6 of
@@ -227,34 +228,46 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
     is one unit), ``lazy`` the largest ``useq`` of each lazy hub's members. ``grouped``: rule 7's hubs too, after
     the lazy ones (:func:`multi_peer_hubs`), their members' largest ``useq`` after
     ``lazy``'s. Node numbers are
-    :func:`_index_type`."""
+    :func:`_index_type`. ``why``, when given, gets the reason of each part's edges (:data:`WAIT_REASONS`; the
+    communicator-order part's as "communicator order", which :func:`hang_witness` splits); ``creation=False`` leaves
+    rule 6 out even under ``nccl_init: lazy``."""
     uniq, u = _units(prog, comm, head)
     n = len(uniq)
     useq = prog.seq[uniq].astype(I64)
     parts = []
     ident = n == prog.N  # each op its own unit: u is the identity
-    for e in (prog.stream_edges, prog.dep_edges):  # the DAG's edges between units
+    for reason, e in (("stream order", prog.stream_edges), ("a dependency", prog.dep_edges)):  # DAG edges of units
         e = np.asarray(e).reshape(-1, 2)
         ua, ub = (e[:, 0].astype(u.dtype), e[:, 1].astype(u.dtype)) if ident else (u[e[:, 0]], u[e[:, 1]])
         keep = ua != ub
         parts.append((2 * ua[keep] + 1, 2 * ub[keep]))
+        if why is not None:
+            why.append(reason)
     nc = len(prog.coll_ptr) - 1
     if nc > 0:  # hub 2n + c: posted(member) -> hub -> done(member)
         hub = 2 * n + np.repeat(np.arange(nc, dtype=u.dtype), np.diff(prog.coll_ptr))
         mu = u[prog.coll_idx]
         parts += [(2 * mu, hub), (hub, 2 * mu + 1)]
+        if why is not None:
+            why += ["collective", "collective"]
     if len(prog.p2p):
         us, ur = u[prog.p2p[:, 0]], u[prog.p2p[:, 1]]
         parts += [(2 * us, 2 * ur + 1), (2 * ur, 2 * us + 1)]
+        if why is not None:
+            why += ["p2p", "p2p"]
     parts.append(_communicator_order(prog, comm, head, u, eager, tc))
+    if why is not None:
+        why.append("communicator order")
     lazy = np.zeros(0, I64)
-    if prog.nccl_init == "lazy":
+    if creation and prog.nccl_init == "lazy":
         first, cid, _groups = _first_launches(prog, comm, head, eager, tc)
         if len(first):
             hid, hub_of = np.unique(cid, return_inverse=True)
             hub = (2 * n + max(nc, 0) + hub_of).astype(u.dtype)
             fu = u[first]
             parts += [(2 * fu, hub), (hub, 2 * fu + 1), _host_waits(prog, comm, head, first, hub, u)]
+            if why is not None:
+                why += ["lazy init", "lazy init", "lazy host"]
             lazy = np.full(len(hid), -1, I64)
             np.maximum.at(lazy, hub_of, useq[fu])
     if grouped and len(prog.p2p):  # rule 7: one hub per rendezvous of multi-peer batches, after the lazy ones
@@ -264,6 +277,8 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
             mu, mh = multi_peer_hubs(u[prog.p2p[:, 0]].astype(I64), u[prog.p2p[:, 1]].astype(I64), multi)
             hub = (2 * n + max(nc, 0) + len(lazy) + mh).astype(u.dtype)
             parts += [((2 * mu).astype(u.dtype), hub), (hub, (2 * mu + 1).astype(u.dtype))]
+            if why is not None:
+                why += ["multi-peer batch", "multi-peer batch"]
             top = np.full(int(mh.max()) + 1, -1, I64)
             np.maximum.at(top, mh, useq[mu])
             lazy = np.concatenate([lazy, top])
@@ -526,13 +541,21 @@ def _cross_communicator_cycle(prog: Program, comm: np.ndarray, head: np.ndarray)
 
 class Verdict(NamedTuple):
     """What the array checks found (:func:`check_arrays`). ``fault``: a rule failed
-    (:func:`schedsim.lower.check_errors.word_fault` words the error, or for an NCCL wait-for cycle the object-based
-    build, :func:`schedsim.lower.reference.graph_from_ops`); ``word_warnings``: a "may hang" case whose
-    warning that build words; ``split``: the split-batch warning, or None."""
+    (:func:`schedsim.lower.check_errors.word_fault` words the error); ``cross``, ``eager``, ``multi``: the "may
+    hang" cases that :func:`schedsim.lower.check_errors.hang_warnings` words (collectives of different
+    communicators in a cyclic order, a hang with lone send/recv on the collectives' communicator, a hang under
+    rule 7); ``split``: the split-batch warning, or None."""
 
     fault: bool
-    word_warnings: bool
+    cross: bool
+    eager: bool
+    multi: bool
     split: str | None
+
+    @property
+    def word_warnings(self) -> bool:
+        """Whether a "may hang" warning other than the split-batch one is to be worded."""
+        return self.cross or self.eager or self.multi
 
 
 def check_arrays(prog: Program) -> Verdict:
@@ -545,11 +568,10 @@ def check_arrays(prog: Program) -> Verdict:
     grouped_ok = ok and multi and _no_hang(prog, comm, head, tc, grouped=True)
     ok = ok and (grouped_ok or _no_hang(prog, comm, head, tc)) and _batch_inputs_ok(prog, comm, head)
     if not ok:
-        return Verdict(True, False, None)
+        return Verdict(True, False, False, False, None)
     split = _split_batch_warning(prog, comm, head, tc)
-    word = (_cross_communicator_cycle(prog, comm, head) or _eager_hang(prog, comm, head, tc)
-            or (multi and not grouped_ok))
-    return Verdict(False, bool(word), split)
+    return Verdict(False, _cross_communicator_cycle(prog, comm, head), _eager_hang(prog, comm, head, tc),
+                   multi and not grouped_ok, split)
 
 
 #: Send/recv ops in one p2p batch above which NCCL may split the group into several kernel launches; torch's
@@ -663,3 +685,205 @@ def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[
     key = unit * (int(hub.max()) + 1) + hubs  # each (unit, hub) pair once, sorted by unit then hub
     first = unique(key)[1]
     return unit[first], hubs[first]
+
+
+#: The reasons of the wait-for graph's edges, in the order that picks one where several edges make one wait: a
+#: launch completes after it is posted; done(a) -> posted(b): one communicator's issue order, communicators
+#: sharing ranks, a dependency, stream order; posted(a) -> done(b): a send/recv partner, a collective's member, a
+#: multi-peer batch's rendezvous, a lazily created communicator's; posted(a) -> posted(b): a rank's host waiting
+#: in the lazy creation of a communicator (rules of :mod:`schedsim.graph.nccl`).
+WAIT_REASONS = ("posted", "same communicator", "communicators share ranks", "a dependency", "stream order", "p2p",
+                "collective", "multi-peer batch", "lazy init", "lazy host")
+
+
+def _strong_components(n: int, ptr: list[int], dst: list[int]) -> list[int]:
+    """Per node of the graph ``dst[ptr[v]:ptr[v + 1]]`` (successors of node ``v``, ``n`` nodes), its strongly
+    connected component's number (Tarjan's algorithm, without recursion)."""
+    index, low, comp = [-1] * n, [0] * n, [-1] * n
+    on = bytearray(n)
+    stack: list[int] = []
+    counter = ncomp = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on[root] = 1
+        work = [(root, ptr[root])]
+        while work:
+            v, e = work[-1]
+            if e < ptr[v + 1]:
+                work[-1] = (v, e + 1)
+                w = dst[e]
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on[w] = 1
+                    work.append((w, ptr[w]))
+                elif on[w] and index[w] < low[v]:
+                    low[v] = index[w]
+                continue
+            work.pop()
+            if work and low[v] < low[work[-1][0]]:
+                low[work[-1][0]] = low[v]
+            if low[v] == index[v]:
+                while True:
+                    w = stack.pop()
+                    on[w] = 0
+                    comp[w] = ncomp
+                    if w == v:
+                        break
+                ncomp += 1
+    return comp
+
+
+def canonical_cycle(nodes: int, src: np.ndarray, dst: np.ndarray, prio: np.ndarray, fold: int
+                    ) -> list[tuple[int, int, int]] | None:
+    """One cycle of the graph of edges ``src[e] -> dst[e]`` on ``nodes`` nodes, chosen by the graph alone (not by
+    how it is numbered beyond its nodes below ``fold``, nor by the order of its edges), or None when it has none.
+
+    Nodes from ``fold`` up are hubs, folded out: ``x -> hub -> y`` is the step ``x -> y``. The cycle goes through
+    the smallest node below ``fold`` that lies on one, and is the shortest through it, found breadth-first with
+    each node's successors taken in ascending order (the first found of equal length). Returns its steps
+    ``(a, b, p)`` from that node, ``p`` the smallest ``prio[e]`` of the edges (a direct one, or a hub's edge to
+    ``b``) that make the step. Linear in nodes + edges (Python loops: run on a found fault only)."""
+    src, dst, prio = (np.asarray(x, I64) for x in (src, dst, prio))
+    o = np.lexsort((prio, dst, src))
+    d_all, p_all = dst[o], prio[o]
+    ptr_a = np.zeros(nodes + 1, I64)
+    np.cumsum(np.bincount(src, minlength=nodes), out=ptr_a[1:])
+    ptr, D = ptr_a.tolist(), d_all.tolist()
+    comp = _strong_components(nodes, ptr, D)
+    comp_a = np.asarray(comp, I64)
+    size = np.bincount(comp_a, minlength=nodes)
+    # the first node that closes a cycle (a hub's edges back to where they came from close none)
+    for s in np.flatnonzero(size[comp_a[:fold]] >= 2).tolist():
+        path = _shortest_cycle(s, comp, comp_a, ptr, D, src, dst, fold)
+        if path is not None:
+            return [(a, b, _step_prio(ptr, D, p_all, fold, a, b)) for a, b in zip(path, path[1:], strict=False)]
+    return None
+
+
+def _shortest_cycle(s: int, comp: list[int], comp_a: np.ndarray, ptr: list[int], D: list[int], src: np.ndarray,
+                    dst: np.ndarray, fold: int) -> list[int] | None:
+    """The nodes of :func:`canonical_cycle`'s cycle through ``s`` (``s`` first and last), or None when no cycle of
+    the folded graph goes through it."""
+    c = comp[s]
+    into = (dst == s) & (comp_a[src] == c)  # the steps into s: direct, or through a hub
+    hubs = src[into & (src >= fold)]
+    closes = (set(src[into & (src < fold)].tolist()) | set(src[np.isin(dst, hubs) & (src < fold)].tolist())) - {s}
+    parent: dict[int, int] = {s: s}
+    expanded: set[int] = set()
+    queue, at = [s], 0
+    while at < len(queue):
+        x = queue[at]
+        at += 1
+        if x in closes:
+            path = [x]
+            while path[-1] != s:
+                path.append(parent[path[-1]])
+            return [*reversed(path), s]
+        new: list[int] = []
+        for e in range(ptr[x], ptr[x + 1]):
+            y = D[e]
+            if comp[y] != c:
+                continue
+            if y < fold:
+                new.append(y)
+            elif y not in expanded:
+                expanded.add(y)
+                new += [z for z in D[ptr[y]:ptr[y + 1]] if z < fold and comp[z] == c]
+        for z in sorted(set(new)):
+            if z not in parent:
+                parent[z] = x
+                queue.append(z)
+    return None
+
+
+def _step_prio(ptr: list[int], D: list[int], p_all: np.ndarray, fold: int, a: int, b: int) -> int:
+    """The smallest priority of the edges that make the folded step ``a -> b`` (:func:`canonical_cycle`)."""
+    best = None
+    for e in range(ptr[a], ptr[a + 1]):
+        y = D[e]
+        if y == b:
+            cand = [int(p_all[e])]
+        elif y >= fold:
+            cand = [int(p_all[f]) for f in range(ptr[y], ptr[y + 1]) if D[f] == b]
+        else:
+            continue
+        for p in cand:
+            best = p if best is None or p < best else best
+    assert best is not None
+    return best
+
+
+def hang_witness(prog: Program, eager: bool = False, grouped: bool = False
+                 ) -> tuple[list[tuple[int, int, str]], dict[int, list[int]]] | None:
+    """``(steps, units)``: the cycle of NCCL's wait-for graph of ``prog`` that :func:`canonical_cycle` chooses
+    (``eager``, ``grouped`` as :func:`_wait_for_edges` takes them), or None when it has none; looked for first
+    without rule 6 (lazy communicator creation), so that a hang which eager creation would not cure is named by
+    the rules that make it (and its fix is not "create eagerly"). ``steps`` are
+    ``(a, b, reason)``: node ``2u`` is "unit u posted", ``2u + 1`` "unit u done" (units numbered by their first
+    op in program order, as :func:`schedsim.graph.nccl.wait_for_graph` numbers them), ``reason`` one of
+    :data:`WAIT_REASONS`; ``units`` maps each unit of the cycle to its ops (indices, ascending)."""
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    for creation in (False, True) if prog.nccl_init == "lazy" else (True,):
+        got = _hang_cycle(prog, comm, head, tc, eager, grouped, creation)
+        if got is not None:
+            return got
+    return None
+
+
+def _hang_cycle(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool, grouped: bool,
+                creation: bool) -> tuple[list[tuple[int, int, str]], dict[int, list[int]]] | None:
+    """:func:`hang_witness` on the wait-for graph with rule 6 (``creation``) or without it."""
+    why: list[str] = []
+    nodes, parts, useq, u, _lazy = _wait_for_edges(prog, comm, head, eager, tc, grouped, why, creation)
+    n = len(useq)
+    src: list[np.ndarray] = [np.arange(0, 2 * n, 2, dtype=I64)]
+    dst: list[np.ndarray] = [src[0] + 1]
+    prio: list[np.ndarray] = [np.zeros(n, I64)]
+    for (a, b), reason in zip(parts, why, strict=True):
+        a, b = a.astype(I64), b.astype(I64)
+        if reason == "communicator order":
+            heads = comm[comm == head]
+            cid = np.full(n, -1, I64)
+            if len(heads):
+                cid[u[heads]] = _comm_ids(prog, heads, eager, tc)[0]
+            p = np.where(cid[a // 2] == cid[b // 2], WAIT_REASONS.index("same communicator"),
+                         WAIT_REASONS.index("communicators share ranks"))
+        else:
+            p = np.full(len(a), WAIT_REASONS.index(reason), I64)
+        src.append(a)
+        dst.append(b)
+        prio.append(p.astype(I64))
+    steps = canonical_cycle(nodes, np.concatenate(src), np.concatenate(dst), np.concatenate(prio), 2 * n)
+    if steps is None:
+        return None
+    want = sorted({x // 2 for a, b, _p in steps for x in (a, b)})
+    ops = np.flatnonzero(np.isin(u, want))
+    units: dict[int, list[int]] = {k: [] for k in want}
+    for i, k in zip(ops.tolist(), u[ops].tolist(), strict=True):
+        units[k].append(i)
+    return [(a, b, WAIT_REASONS[p]) for a, b, p in steps], units
+
+
+def cross_communicator_witness(prog: Program) -> list[int] | None:
+    """The collectives (indices into :attr:`Program.coll_keys`) around a cycle of the ranks' issue orders that no
+    single order of the collectives agrees with (the "may hang" warning of :func:`_cross_communicator_cycle`),
+    as :func:`canonical_cycle` chooses it; None when there is none."""
+    nk = len(prog.coll_ptr) - 1
+    if nk < 2:
+        return None
+    comm, head = launch_heads(prog)
+    key = np.full(prog.N, -1, I64)
+    key[prog.coll_idx] = np.repeat(np.arange(nk), np.diff(prog.coll_ptr))
+    heads = comm[(comm == head) & (key[comm] >= 0)]
+    k, r = key[heads], prog.rank[heads]
+    same = (r[1:] == r[:-1]) & (k[1:] != k[:-1])
+    a, b = k[:-1][same], k[1:][same]
+    steps = canonical_cycle(nk, a, b, np.zeros(len(a), I64), nk)
+    return None if steps is None else [x for x, _y, _p in steps]

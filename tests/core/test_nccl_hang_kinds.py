@@ -282,8 +282,8 @@ def test_batches_over_several_peers_that_every_peer_answers_at_once_do_not_warn(
                                st.sampled_from(["", "a", "b"]), st.booleans()), min_size=1, max_size=7))
 def test_rule_7_in_arrays_and_in_the_object_based_graph_agree(msgs: list[tuple[int, int, str, str, bool]]) -> None:
     """Random send/recv on 3 ranks, each in a batch or alone, some sends after a compute on the rank's last recv:
-    the array sweep with rule 7 and :func:`schedsim.graph.nccl.find_hang` with ``grouped`` give one verdict
-    (the array verdict decides whether the warning is worded; the object-based graph words it)."""
+    the array sweep with rule 7 and :func:`schedsim.graph.nccl.find_hang` with ``grouped`` give one verdict, and on
+    a hang name the same cycle in the same words (the arrays word the warning; the object form is the oracle)."""
     from schedsim.errors import SchedsimError
     from schedsim.graph.nccl import find_hang, issue_order
     from schedsim.lower import lower
@@ -313,4 +313,12 @@ def test_rule_7_in_arrays_and_in_the_object_based_graph_agree(msgs: list[tuple[i
     except SchedsimError:
         return  # a schedule the language refuses (a batch member waiting for an op written after the batch)
     G.graph["issue_order"] = issue_order(G)
-    assert arrays == (find_hang(G, grouped=True) is None), lines
+    cyc = find_hang(G, grouped=True)
+    assert arrays == (cyc is None), lines
+    if cyc is not None:
+        from schedsim.graph.checks import _explain_hang
+        from schedsim.lower.check_errors import _hang
+
+        mine, ref = _hang(prog, grouped=True), _explain_hang(G, cyc)
+        assert mine is not None
+        assert (str(mine[0]), mine[0].ops, mine[0].cycle) == (str(ref), ref.ops, ref.cycle), lines
