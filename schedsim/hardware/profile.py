@@ -884,8 +884,8 @@ def load_profile(name_or_path: str) -> HardwareProfile:
     if retired:
         from schedsim.outdir import _warn
 
-        names, now = ", ".join(f"{sec}.{f}" for sec, f in retired), ", ".join(RETIRED_FIELDS[x] for x in retired)
-        _warn(f"{printable(p, 400)}: {names}: deprecated and unused since the sharing model was retired (the waves "
+        fields, now = ", ".join(f"{sec}.{f}" for sec, f in retired), ", ".join(RETIRED_FIELDS[x] for x in retired)
+        _warn(f"{printable(p, 400)}: {fields}: deprecated and unused since the sharing model was retired (the waves "
               f"model reads {now}); delete {'them' if len(retired) > 1 else 'it'} from the profile")
     try:
         return HardwareProfile.model_validate(data)
