@@ -107,7 +107,7 @@ def _collective(name: str, one_rank: OneRank, rooted: bool = False, per_rank_siz
                     per_rank_size)
 
 
-#: The op-kind registry: kind name -> :class:`KindInfo`, in the order the docs list the kinds. One-rank
+#: The op-kind registry: kind name -> :class:`KindInfo`, in the order error messages and the schema list them. One-rank
 #: collectives: the in-place kinds as the executor calls them (``dist.all_reduce``, ``broadcast``, ``reduce`` on one
 #: buffer) are no-ops in NCCL (src/enqueue.cc, ``ncclLaunchOneRank``: "for 1 rank, out-of-place is memcpy to self,
 #: and in-place is nop"); the others a copy.
