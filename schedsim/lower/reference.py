@@ -76,7 +76,7 @@ def _stream_edges_and_collectives(ops: list[Op]) -> tuple[list[tuple[str, str]],
         oid = op.id
         key = (op.rank, op.stream)
         run = stream_run.get(key)
-        b = op.p2p_batch if op.kind in P2P_KINDS else None
+        b = op.p2p_batch if op.kind in ("send", "recv") else None
         if run is not None and b is not None and run[0] == b:  # same launch: follow what the run follows
             stream_edges.extend((x, oid) for x in run[1])
             run[2].append(oid)
@@ -122,8 +122,8 @@ def _dep_edges(ops: list[Op], names_on_rank: dict[int, dict[str, Op]]
                 raise GraphError(f"{op.source}: op {op.name!r} depends on itself", fix="remove it from its deps")
             if here[d].seq > op.seq and forward_dep is None:
                 forward_dep = (op, d)
-            b = op.p2p_batch if op.kind in P2P_KINDS else None
-            if b is not None and here[d].kind in P2P_KINDS and here[d].p2p_batch == b:
+            b = op.p2p_batch if op.kind in ("send", "recv") else None
+            if b is not None and here[d].kind in ("send", "recv") and here[d].p2p_batch == b:
                 raise GraphError(
                     f"{op.source}: {op.kind} {op.name!r} depends on {d!r}, but both are in p2p_batch {b!r} on rank "
                     f"{op.rank}: one batch is one NCCL group launch (batch_isend_irecv), posted whole, so nothing "
@@ -300,7 +300,7 @@ def _p2p_by_pair(ops: list[Op]) -> tuple[dict[tuple[int, int], list[Op]], dict[t
     moved = False
     pos: dict[str, tuple[int, int]] = {}
     for i, op in enumerate(ops):
-        if op.kind not in P2P_KINDS:
+        if op.kind not in ("send", "recv"):
             continue
         b = op.p2p_batch
         at = i if b is None else first_of.setdefault((op.rank, b), i)

@@ -5,9 +5,9 @@ spec model...) rather than ask ``if kind == "send"``, so that a new kind is its 
 a line of ``schedsim/`` or ``executor/`` (``schedsim/kinds.py``, the registry, aside) holding a comparison of a
 name or attribute that holds a kind (``kind``, ``op.kind``, ``t.kind`` ...) with a string of an op kind name or a tuple,
 list or set of them (``kind == "memcpy"``, ``op.kind in ("send", "recv")``), or a mapping literal keyed by two or
-more op kind names (a table per kind). Counts per file are in ``kind_names_baseline.json`` next to this file; a
-test fails when a file has more places than that. Removing places needs no baseline edit; to record the smaller
-numbers, run::
+more op kind names (a table per kind). The package's total is in ``kind_names_baseline.json`` next to this file
+(a total, so that code moving between files does not fail it); a test fails when the package has more places than
+that, naming the count of each file. Removing places needs no baseline edit; to record the smaller number, run::
 
     SCHEDSIM_UPDATE_BASELINES=1 python -m pytest -q tests/quality/test_kind_names.py
 
@@ -76,12 +76,14 @@ def kind_name_counts(root: Path = ROOT) -> dict[str, int]:
 
 def test_places_that_test_a_kind_by_name_do_not_grow() -> None:
     found = kind_name_counts()
+    total = sum(found.values())
     if UPDATE:
-        BASELINE.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
-    allowed = json.loads(BASELINE.read_text())
-    grew = [f"{f}: {n} > {allowed.get(f, 0)}" for f, n in sorted(found.items()) if n > allowed.get(f, 0)]
-    assert not grew, ("places that test an op kind by name (read its registry entry, schedsim.kinds.KINDS, "
-                      "instead) above tests/quality/kind_names_baseline.json:\n" + "\n".join(grew))
+        BASELINE.write_text(json.dumps({"total": total}, indent=1) + "\n")
+    allowed = json.loads(BASELINE.read_text())["total"]
+    assert total <= allowed, (
+        f"{total} places test an op kind by name, above the {allowed} of tests/quality/kind_names_baseline.json: "
+        "read the kind's registry entry (schedsim.kinds.KINDS) instead. Per file:\n"
+        + "\n".join(f"{f}: {n}" for f, n in sorted(found.items())))
 
 
 def test_the_scan_finds_each_form_of_a_kind_test() -> None:
