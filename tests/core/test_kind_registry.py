@@ -117,13 +117,14 @@ def test_validation_checks_the_root_of_the_kinds_the_registry_marks_rooted(monke
         load_text(text, "t.yaml")
 
 
-#: Two ranks: a GEMM, a fused kernel (FLOP and bytes: the roofline), a host-to-device prefetch waiting on it, an
-#: all_reduce waiting on the GEMM; written with the shipped kinds, and with the toy kinds in place of three of them.
+#: Two ranks: 250 GEMMs in a row, a fused kernel (FLOP and bytes: the roofline), a host-to-device prefetch waiting
+#: on it, an all_reduce waiting on the GEMMs; written with the shipped kinds, and with the toy kinds in place of
+#: three of them.
 SHIPPED_KINDS = """schema_version: 1
 name: toy
 world_size: 2
 ops:
-  - {name: g, kind: matmul, m: 4096, n: 4096, k: 4096, dtype: bf16}
+  - {name: g, kind: matmul, m: 4096, n: 4096, k: 4096, dtype: bf16, repeat: 250}
   - {name: f, kind: compute, flops: 1.0e9, bytes: 4.0e8, dtype: bf16}
   - {name: p, kind: memcpy, bytes: 6.4e7, direction: h2d, deps: [f]}
   - {name: r, kind: all_reduce, bytes: 6.4e7, deps: [g]}
@@ -133,8 +134,9 @@ TOY = {"matmul": "toy_gemm", "compute": "toy_kernel", "memcpy": "toy_prefetch2"}
 
 def test_a_new_kind_is_its_registry_entry_alone(registered: Callable[..., None]) -> None:
     """Toy kinds registered with no other edit: the schedule with them validates, lowers and simulates to the
-    timeline of the same ops written with the kinds whose entries they copy, span for span (h200: the GEMM table,
-    the roofline, the copy engine, host launches, streams by resource); the executor builds each one with its
+    timeline of the same ops written with the kinds whose entries they copy, span for span (h200: the GEMM table
+    and the power state its 250 GEMMs in a row reach, past the curve's 40 ms onset; the roofline, the copy engine,
+    host launches, streams by resource); the executor builds each one with its
     entry's kernel (a fused kernel of 1e9 FLOP: an m × side × side GEMM, side = round((1e9 / 2)^(1/3)) = 794,
     m = round(1e9 / (2 · 794²)) = 793)."""
     from schedsim import api
