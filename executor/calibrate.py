@@ -45,9 +45,8 @@ What is measured (rank 0 alone unless said otherwise; the other ranks wait):
    the collective's slowdown beside wave-filling GEMMs, the GEMMs' slowdown
    beside it, the NCCL kernel's CTA count → the profile's ``nccl:`` section.
 5. **Contention**: a bf16 GEMM series beside a pinned h2d copy against each
-   alone (copy-engine factors), and beside a large all_reduce when world ≥ 2
-   (NCCL factors): factor = time together / time alone − 1 over the
-   overlapped part, each side sized to about the other's duration. Duplex
+   alone (copy-engine factors): factor = time together / time alone − 1 over
+   the overlapped part, each side sized to about the other's duration. Duplex
    copies (CUDA): streams of pinned h2d and d2h copies together against each
    alone (:func:`duplex_factors`).
 
@@ -74,7 +73,7 @@ from typing import Any
 
 from executor.calibrate_bench import CalibrateOptions, _Bench, _log
 from executor.calibrate_comm import _sweep_collectives, p2p_one_way_speedup
-from executor.calibrate_copy import _measure_comm_contention, _measure_contention, _measure_copies, _measure_duplex
+from executor.calibrate_copy import _measure_contention, _measure_copies, _measure_duplex
 from executor.calibrate_gemm import CALL_ROW_MAX_S, _gemm_shapes, _measure_gemms, measured_peaks
 from executor.calibrate_graph import _l2_fields, _measure_launch, _set_graph_edge, _sig
 from executor.calibrate_host import (
@@ -166,7 +165,6 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     if world >= 2:
         raw["collectives"] = _sweep_collectives(b, o, log)
         if ctx.cuda:
-            raw["contention_comm"] = _measure_comm_contention(b, o.quick, log)
             raw["nccl"] = nccl_beside_gemm(b, o.quick, log)
     else:
         log("[collectives] world size 1: no collective sweep (it needs 2 or more ranks); collective tables, links "
@@ -406,13 +404,6 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     else:
         srcs.append(f"duplex factors (h2d_slowdown_beside_d2h, d2h_slowdown_beside_h2d) from {o.base!r}: not "
                     "measured on these ranks")
-    if "contention_comm" in raw:
-        c2 = raw["contention_comm"]
-        cont["compute_slowdown_with_comm"] = round(c2["compute_slowdown_with_comm"], 4)
-        cont["comm_slowdown_with_compute"] = round(c2["comm_slowdown_with_compute"], 4)
-        srcs.append(f"NCCL factors measured {where} (bf16 GEMM series beside an all_reduce vs alone)")
-    else:
-        srcs.append(f"NCCL factors from {o.base!r}: {d['contention']['source'][:200]}")
     cont["source"] = "; ".join(srcs)
     d["contention"] = cont
     _set_graph_edge(d, L, o.base, raw.get("gemm_fork") or [])

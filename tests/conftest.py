@@ -13,8 +13,7 @@ SHARED = (ROOT / ".." / "shared").resolve()
 
 def toy_profile_dict(**contention: float) -> dict:
     """No launch overhead, no kernel floor; NVLink 100 GB/s with 1 µs latency; given contention."""
-    c = {"compute_slowdown_with_comm": 0.0, "comm_slowdown_with_compute": 0.0,
-         "compute_slowdown_with_copy": 0.0, "copy_slowdown_with_compute": 0.0, "source": "test"}
+    c = {"compute_slowdown_with_copy": 0.0, "copy_slowdown_with_compute": 0.0, "source": "test"}
     c.update(contention)
     return {
         "name": "toy",

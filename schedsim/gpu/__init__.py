@@ -2,7 +2,10 @@
 
 One module per part (Calculon's one class per part; ASTRA-sim's compute API is the interface's anchor):
 
-* :mod:`schedsim.gpu.cost`: the solo (uncontended) duration of each op (:class:`~schedsim.gpu.cost.CostModel`);
+* :mod:`schedsim.gpu.cost`: the solo (uncontended) duration of each op (:class:`~schedsim.gpu.cost.CostModel`, over
+  one class per part: :class:`~schedsim.gpu.cost.Roofline`, :class:`~schedsim.gpu.cost.CopyEngines`,
+  :class:`~schedsim.gpu.cost.HostLaunch`, and :class:`~schedsim.gpu.gemm.GemmCost` in :mod:`schedsim.gpu.gemm`,
+  the measured GEMM table and its per-shape kernel rows; communication is :mod:`schedsim.network`'s);
 * :mod:`schedsim.gpu.rules`: the rules of the ``waves`` model (SMs, waves, queues, host issue), each described
   with its source;
 * :mod:`schedsim.gpu.host`: the host thread (issue costs, first calls, graph launches);

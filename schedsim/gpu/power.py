@@ -52,6 +52,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from schedsim.hardware.profile import HardwareProfile
+from schedsim.kinds import KINDS
 
 __all__ = ["tensor_duty", "slowdown_at", "steady_state", "below_onset", "sustained_of", "MAX_PASSES"]
 
@@ -90,9 +91,10 @@ def tensor_duty(tl: Run, fp32_peak_flops: float, gap_s: float = 0.0, below: floa
                 repeat: np.ndarray | None = None) -> float:
     """Largest over ranks of (union of tensor-core GEMM intervals) / (makespan + ``gap_s``), in [0, 1].
 
-    A tensor-core GEMM is a ``matmul`` span whose FLOP × ``repeat`` / solo seconds exceed ``fp32_peak_flops``
-    (FLOP/s). ``repeat`` (ints, shape (spans,), the ops' ``Op.repeat``; default all 1) counts the kernels a span
-    runs back to back: a span's ``flops`` are per kernel and its solo time covers all of them.
+    A tensor-core GEMM is a span of a kind the GEMM table times (``matmul``: its registry entry's ``cost``) whose
+    FLOP × ``repeat`` / solo seconds exceed ``fp32_peak_flops`` (FLOP/s). ``repeat`` (ints, shape (spans,), the
+    ops' ``Op.repeat``; default all 1) counts the kernels a span runs back to back: a span's ``flops`` are per
+    kernel and its solo time covers all of them.
     ``gap_s`` (seconds) is the GPU's idle time between iterations. When the sum of the GEMMs' lengths already
     gives a duty under ``below``, that upper bound is returned without the union (no sort). Returns 0.0 for an
     empty timeline or one without such spans.
@@ -102,12 +104,13 @@ def tensor_duty(tl: Run, fp32_peak_flops: float, gap_s: float = 0.0, below: floa
         return 0.0
     c = tl.columns
     kinds, codes = c.kind
-    if "matmul" not in kinds:
+    gemm = [i for i, k in enumerate(kinds) if k in KINDS and KINDS[k].cost == "gemm"]  # the kinds the GEMM table times
+    if not gemm:
         return 0.0
     solo = np.where(np.isnan(c.solo_s), c.end_s - c.start_s, c.solo_s)
     flops = c.flops if repeat is None else c.flops * np.asarray(repeat, np.float64)
     rate = np.divide(flops, solo, out=np.zeros_like(flops), where=solo > 0)
-    sel = (codes == kinds.index("matmul")) & (rate > fp32_peak_flops) & (c.end_s > c.start_s)
+    sel = np.isin(codes, gemm) & (rate > fp32_peak_flops) & (c.end_s > c.start_s)
     if not sel.any():
         return 0.0
     rank, start, end = c.rank[sel], c.start_s[sel], c.end_s[sel]

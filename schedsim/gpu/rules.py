@@ -344,7 +344,7 @@ from schedsim.gpu.cost import CostModel
 from schedsim.gpu.kernels import mem_boost
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import KINDS
+from schedsim.kinds import KINDS, P2P_KINDS
 from schedsim.lower.program import split_one_rank
 
 __all__ = ["GpuRules", "communicator", "graph_fork_columns", "l2_cold_fraction",
@@ -603,7 +603,7 @@ def _compiled(name: str):
 
 def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
     """The NCCL communicator (its ranks) an op runs on (rule communicator-order)."""
-    if op.kind in ("send", "recv"):
+    if op.kind in P2P_KINDS:
         if op.p2p_batch is not None:
             return tuple(range(world))
         return op.group if op.group[0] < op.group[1] else (op.group[1], op.group[0])
@@ -642,7 +642,7 @@ def link_ends(members: Sequence[Op], node: Sequence[int] | None = None) -> tuple
     >>> link_ends([s, r], node=[0, 1])
     (2, 7)
     """
-    if members and members[0].kind in ("send", "recv"):
+    if members and members[0].kind in P2P_KINDS:
         t = 2 if node is not None and node[members[0].rank] != node[members[-1].rank] else 0
         return tuple(sorted(4 * op.rank + t + (op.kind == "recv") for op in members))  # (sender out, receiver in)
     tiers = (0, 2) if node is not None and len({node[op.rank] for op in members}) > 1 else (0,)

@@ -541,17 +541,41 @@ class CollectiveTables(_B):
     )
 
 
-class Contention(_B):
-    """Dimensionless slowdown factors between kernels, NCCL and copies (see :mod:`schedsim.sim.engine`)."""
+#: Profile fields of the retired ``sharing`` model, which no model reads: ``(section, field) -> the field the
+#: ``waves`` model reads for that effect``. A profile that still has one loads, :func:`load_profile` warning once
+#: per file; the models leave them out.
+RETIRED_FIELDS = {
+    ("contention", "compute_slowdown_with_comm"): "nccl.gemm_slowdown_beside_nccl",
+    ("contention", "comm_slowdown_with_compute"): "nccl.slowdown_beside_gemm",
+}
 
-    compute_slowdown_with_comm: float = Field(ge=0, description="alpha: a kernel runs 1/(1+alpha) as fast while NCCL "
-                                              "runs beside it (the retired sharing model's; waves reads "
-                                              "nccl.gemm_slowdown_beside_nccl).")
-    comm_slowdown_with_compute: float = Field(ge=0, description="beta: NCCL runs 1/(1+beta) as fast while a kernel "
-                                              "runs beside it (the retired sharing model's; waves reads "
-                                              "nccl.slowdown_beside_gemm).")
-    compute_slowdown_with_copy: float = Field(default=0.0, ge=0, description="gamma: kernel slowdown from a copy-engine transfer.")
-    copy_slowdown_with_compute: float = Field(default=0.0, ge=0, description="delta: copy slowdown from a kernel.")
+
+def retired_fields(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(section, field)`` of each :data:`RETIRED_FIELDS` entry that the profile mapping ``data`` sets.
+
+    >>> retired_fields({"contention": {"compute_slowdown_with_comm": 0.1, "source": "x"}})
+    [('contention', 'compute_slowdown_with_comm')]
+    """
+    return [(sec, f) for sec, f in RETIRED_FIELDS if isinstance(data.get(sec), Mapping) and f in data[sec]]
+
+
+class Contention(_B):
+    """Dimensionless slowdown factors between kernels and copies (rules of :mod:`schedsim.gpu.rates`), each ``x``
+    in one form: the slowed op takes ``1 + x`` times its time (runs ``1/(1+x)`` as fast); 0 is no slowdown.
+    (``nccl``'s and ``power``'s factors are the time multipliers themselves, ``1 + x``, 1 none.)"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired(cls, data: Any) -> Any:
+        """The :data:`RETIRED_FIELDS` of this section left out (:func:`load_profile` warns about them)."""
+        if isinstance(data, Mapping) and any(f in data for sec, f in RETIRED_FIELDS if sec == "contention"):
+            return {k: v for k, v in data.items() if ("contention", k) not in RETIRED_FIELDS}
+        return data
+
+    compute_slowdown_with_copy: float = Field(default=0.0, ge=0, description="gamma: a kernel runs 1/(1+gamma) as "
+                                              "fast while a copy engine transfers on the same GPU.")
+    copy_slowdown_with_compute: float = Field(default=0.0, ge=0, description="delta: a copy runs 1/(1+delta) as fast "
+                                              "while a kernel runs on the same GPU.")
     h2d_slowdown_beside_d2h: float = Field(default=0.0, ge=0, description="A pinned host-to-device copy runs "
                                            "1/(1+x) as fast while a device-to-host copy runs on the same GPU "
                                            "(both PCIe directions busy; `waves` model).")
@@ -869,6 +893,13 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         data = _on_base(p, data)
     if isinstance(data.get("gpu_model"), str):
         check_gpu_model(data["gpu_model"], f"{p}: gpu_model")
+    retired = retired_fields(data)
+    if retired:
+        from schedsim.outdir import _warn
+
+        fields, now = ", ".join(f"{sec}.{f}" for sec, f in retired), ", ".join(RETIRED_FIELDS[x] for x in retired)
+        _warn(f"{printable(p, 400)}: {fields}: deprecated and unused since the sharing model was retired (the waves "
+              f"model reads {now}); delete {'them' if len(retired) > 1 else 'it'} from the profile")
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as e:

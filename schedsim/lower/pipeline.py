@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
-from schedsim.kinds import COMPUTE_KINDS
+from schedsim.kinds import KINDS
 from schedsim.lower.pipeline_emitter import _Emitter
 from schedsim.lower.pipeline_plan import (
     PipelinePlan,
@@ -75,8 +75,9 @@ def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> O
         raise block_error(spec, f"stage ops cannot set {bad[0]!r}: the pipeline places them (rank of the "
                    "stage, stream 'compute', dependencies from the schedule)", where,
                    f"remove {bad[0]!r} from the stage op")
-    if kind not in (*COMPUTE_KINDS, "memcpy"):
-        raise block_error(spec, f"stage ops must be compute work (matmul, compute, memcpy), got {kind!r}", where,
+    local = [k for k, info in KINDS.items() if info.resource != "comm"]
+    if kind not in local:
+        raise block_error(spec, f"stage ops must be compute work ({', '.join(local)}), got {kind!r}", where,
                    "model communication with the block's activation_bytes, data_parallel or "
                    "tied_embedding_allreduce, or as hand-written ops")
     try:

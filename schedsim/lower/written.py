@@ -13,7 +13,6 @@ from schedsim.graph.ops import Op, RankGroup, tag_set
 from schedsim.kinds import KINDS
 from schedsim.lower.table import Table
 from schedsim.spec.model import (
-    COLLECTIVE_KINDS,
     CollectiveOp,
     ComputeOp,
     MatmulOp,
@@ -58,7 +57,7 @@ def op_instance(s: SpecOp, r: int, seq: int, *, stream: str, group: tuple[int, .
             size *= len(group)
         return Op(**common, group=group, nbytes=float(size), dtype=s.dtype, root=s.root)
     if isinstance(s, (SendOp, RecvOp)):
-        pair = (r, s.peer) if kind == "send" else (s.peer, r)
+        pair = (r, s.peer) if isinstance(s, SendOp) else (s.peer, r)
         return Op(**common, group=pair, peer=s.peer, nbytes=float(s.size_bytes()), dtype=s.dtype,
                   tag=s.tag, p2p_batch=s.p2p_batch)
     return Op(**common, nbytes=float(s.size_bytes()), direction=s.direction, dtype=s.dtype)
@@ -83,10 +82,7 @@ def _implicit_groups(items: list[Any]) -> dict[str, set[int]]:
     loader leaves them to the general path), so only op models are looked at."""
     implicit: dict[str, set[int]] = defaultdict(set)
     for s in items:
-        if not hasattr(s, "kind"):
-            continue
-        if s.kind in COLLECTIVE_KINDS and getattr(s, "group", None) is None and s.ranks is not None \
-                and len(s.ranks) == 1:
+        if isinstance(s, CollectiveOp) and s.group is None and s.ranks is not None and len(s.ranks) == 1:
             implicit[s.name].update(s.ranks)
     return implicit
 
@@ -168,14 +164,14 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             continue
         ranks = s.ranks if s.ranks is not None else None
         explicit = s.__dict__.get("group")  # a field of collectives only (getattr of a missing one is slow)
-        if s.kind in COLLECTIVE_KINDS and explicit is None and ranks is not None and len(ranks) == 1 \
+        if isinstance(s, CollectiveOp) and explicit is None and ranks is not None and len(ranks) == 1 \
                 and s.name in implicit:
             g = tuple(sorted(implicit[s.name]))
         else:
             g = tuple(sorted(explicit)) if explicit else tuple(sorted(ranks)) if ranks is not None else every
         group = group_of(g)
         stream = s.stream or KINDS[s.kind].resource
-        if s.kind in COLLECTIVE_KINDS and len(group) == 1 and world > 1 and explicit is None:
+        if isinstance(s, CollectiveOp) and len(group) == 1 and world > 1 and explicit is None:
             raise _lone_collective(spec, s, group, src)
         tags = tag_set(s.tags)
         proto = op_instance(s, ranks[0] if ranks else 0, 0, stream=stream, group=group, tags=tags, source=src,

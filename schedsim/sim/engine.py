@@ -43,7 +43,7 @@ from schedsim.errors import DeadlockError, GraphError, ProfileError
 from schedsim.gpu import host as gh
 from schedsim.gpu import rates as gr
 from schedsim.gpu import rules as gm
-from schedsim.graph.ops import Op, format_op_id, resource_of
+from schedsim.graph.ops import COMPUTE, Op, format_op_id, resource_of
 from schedsim.hardware.profile import HardwareProfile, check_gpu_model
 from schedsim.lower.program import Program
 from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
@@ -152,14 +152,13 @@ def recorded_nccl_is_comm(tl: Timeline) -> None:
     ['comm', 'compute']
     """
     from schedsim.graph.ops import COMM
-    from schedsim.kinds import COMPUTE_KINDS
 
     if not len(tl):
         return
     c = tl.columns
     _vals, has = c.tag_column("nccl")
     kinds, kcodes = c.kind
-    rows = (np.asarray(has) >= 0) & np.isin(kcodes, [i for i, k in enumerate(kinds) if k in COMPUTE_KINDS])
+    rows = (np.asarray(has) >= 0) & np.isin(kcodes, [i for i, k in enumerate(kinds) if resource_of(k) == COMPUTE])
     if not rows.any():
         return
     values, codes = list(c.resource[0]), np.array(c.resource[1], copy=True)
@@ -196,9 +195,10 @@ def kernel_gaps(tl: Timeline, kernels: np.ndarray, gap_s: float) -> None:
 
 def _table_kernels(G: Program) -> np.ndarray:
     """Per op, in the order of the timeline's spans (bool, shape (N,)): a kernel timed by a back-to-back table
-    (a GEMM, or a ``compute`` op not given ``duration_us``: a measured stage time holds no gap of its own)."""
+    (a kind on the SMs, :func:`~schedsim.graph.ops.resource_of`: a GEMM, or a ``compute`` op not given
+    ``duration_us``: a measured stage time holds no gap of its own)."""
     def table(op: Op) -> bool:
-        return op.kind in ("matmul", "compute") and op.duration_s is None
+        return resource_of(op.kind) == COMPUTE and op.duration_s is None
 
     return np.array([table(t) for t in G.templates], bool)[G.tmpl] if len(G.tmpl) else np.zeros(0, bool)
 

@@ -20,11 +20,12 @@ from schedsim.gpu import rules as gm
 from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import PER_RANK_SIZE
+from schedsim.kinds import KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program
 
-_KIND_RES = {"matmul": 0, "compute": 0, "memcpy": 2}  # anything else is communication (1)
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
+#: Job resource of a kind's registry ``resource`` (a copy: then by direction, ``_COPY_RES``).
+_RES_CODE = {"compute": 0, "comm": 1, "copy": 2}
 
 
 class _Compiled(NamedTuple):
@@ -73,7 +74,7 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
     timing_s, empty_s = node_oh
     node_a, extra_a = (t.tolist() if isinstance(t, np.ndarray) else [t] * N for t in terms)
     node_work = gm.node_work
-    kind_res = _KIND_RES
+    kind_res = {k: _RES_CODE[info.resource] for k, info in KINDS.items()}  # a kind outside the registry: comm
     for i, op in enumerate(ops):
         res = kind_res.get(op.kind, 1)
         if res == 2:

@@ -42,7 +42,7 @@ from schedsim.expr import ExprError, interpolate
 from schedsim.spec.block import Block, Layout
 from schedsim.spec.context import _Ctx, _eval_value, _suggest
 from schedsim.spec.foreach import _expand_ops
-from schedsim.spec.model import COLLECTIVE_KINDS, OP_MODELS, ScheduleSpec
+from schedsim.spec.model import OP_MODELS, CollectiveOp, ScheduleSpec
 from schedsim.spec.yaml_reader import LDict, LList, Mark, _strip, parse_yaml
 
 __all__ = ["load_schedule", "load_text", "expand"]
@@ -482,7 +482,7 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     except (ValidationError, SpecError):
         return None
     models = spec.__dict__["ops"]
-    if any(isinstance(item, Block) and any(m.kind in COLLECTIVE_KINDS and m.ranks is not None and len(m.ranks) == 1
+    if any(isinstance(item, Block) and any(isinstance(m, CollectiveOp) and m.ranks is not None and len(m.ranks) == 1
                                            and m.group is None for m in models[a:b]) for item, a, b in spans):
         return None  # one entry per rank forms one collective with the same names elsewhere: the general path
     block_names: list[str] = []

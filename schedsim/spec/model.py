@@ -16,12 +16,12 @@ size.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from schedsim._pydantic import plugins_off
-from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, CollectiveKind, DType
+from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, KINDS, DType
 from schedsim.spec.training_block import TrainingSpec
 from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM, MAX_DURATION_US, MAX_FLOPS, MAX_REPEAT
 
@@ -37,6 +37,7 @@ __all__ = [
     "RecvOp",
     "MemcpyOp",
     "OP_MODELS",
+    "build_op_models",
     "COLLECTIVE_KINDS",
     "COMM_KINDS",
     "NUMERIC_FIELDS",
@@ -144,7 +145,7 @@ class _SizedMixin(_Base):
 class MatmulOp(_OpBase):
     """``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]``: 2·batch·m·n·k FLOP."""
 
-    kind: Literal["matmul"]
+    kind: str  # a Literal of the registry's kinds of this model (build_op_models)
     m: int = Field(gt=0, le=MAX_DIM, description="Rows of A and C.")
     n: int = Field(gt=0, le=MAX_DIM, description="Columns of B and C.")
     k: int = Field(gt=0, le=MAX_DIM, description="Inner dimension.")
@@ -156,7 +157,7 @@ class MatmulOp(_OpBase):
 class ComputeOp(_OpBase):
     """A generic kernel: a fixed duration, or costed from FLOP and bytes moved (roofline)."""
 
-    kind: Literal["compute"]
+    kind: str  # a Literal of the registry's kinds of this model (build_op_models)
     flops: float | None = Field(default=None, ge=0, le=MAX_FLOPS, description="Floating-point operations.")
     bytes: float | None = Field(default=None, ge=0, le=MAX_BYTES, description="Bytes read plus written in HBM.")
     duration_us: float | None = Field(default=None, ge=0, le=MAX_DURATION_US,
@@ -174,7 +175,7 @@ class ComputeOp(_OpBase):
 class CollectiveOp(_OpBase, _SizedMixin):
     """An NCCL collective over ``ranks``; it starts when every rank of the group has reached it."""
 
-    kind: CollectiveKind
+    kind: str  # a Literal of the registry's kinds of this model (build_op_models)
     buffer: Literal["total", "shard"] = Field(
         default="total",
         description="'total': the size is nccl-tests' size column (max of send/recv buffer). "
@@ -209,19 +210,19 @@ class _P2P(_OpBase, _SizedMixin):
 class SendOp(_P2P):
     """Point-to-point send to ``peer``; matched in order with the peer's recv."""
 
-    kind: Literal["send"]
+    kind: str  # a Literal of the registry's kinds of this model (build_op_models)
 
 
 class RecvOp(_P2P):
     """Point-to-point receive from ``peer``."""
 
-    kind: Literal["recv"]
+    kind: str  # a Literal of the registry's kinds of this model (build_op_models)
 
 
 class MemcpyOp(_OpBase, _SizedMixin):
     """A copy over a copy engine: host to device, device to host, or device to device."""
 
-    kind: Literal["memcpy"]
+    kind: str  # a Literal of the registry's kinds of this model (build_op_models)
     direction: Literal["h2d", "d2h", "d2d"] = Field(description="Copy direction; host memory is pinned.")
 
 
@@ -264,14 +265,9 @@ AnyOp = Annotated[
 #: A written op as these models hold it (:data:`AnyOp` without its discriminator).
 SpecOp = MatmulOp | ComputeOp | CollectiveOp | SendOp | RecvOp | MemcpyOp
 
-OP_MODELS: dict[str, type[SpecOp]] = {
-    "matmul": MatmulOp,
-    "compute": ComputeOp,
-    **{k: CollectiveOp for k in COLLECTIVE_KINDS},
-    "send": SendOp,
-    "recv": RecvOp,
-    "memcpy": MemcpyOp,
-}
+#: The op model of each op kind, in the registry's order (:func:`build_op_models` fills it from
+#: :data:`schedsim.kinds.KINDS`).
+OP_MODELS: dict[str, type[SpecOp]] = {}
 
 
 class ScheduleSpec(_Base):
@@ -474,9 +470,40 @@ class ScheduleSpec(_Base):
         return self
 
 
-with plugins_off():  # the concrete models (see _Base); ScheduleSpec last, so it reuses the op models' schemas
-    for _model in (MatmulOp, ComputeOp, CollectiveOp, SendOp, RecvOp, MemcpyOp, ScheduleSpec):
-        _model.model_rebuild()
+def build_op_models() -> None:
+    """Build the op models from the op-kind registry (:data:`schedsim.kinds.KINDS`): each entry's ``spec`` names
+    the model that validates its kind, so each model's ``kind`` field is the ``Literal`` of the kinds whose entry
+    names it, :data:`OP_MODELS` maps every kind to its model (filled in place: importers keep the same dict),
+    and :attr:`ScheduleSpec.ops` is the union of the models named, discriminated by ``kind``. A new kind is then
+    its registry entry alone. Run once at import; run again after the registry changes (a test's kind).
+
+    Raises
+    ------
+    KeyError
+        An entry names no model of this module.
+    """
+    import operator
+
+    from pydantic.fields import FieldInfo
+
+    models = {k: globals()[info.spec] for k, info in KINDS.items()}
+    OP_MODELS.clear()
+    OP_MODELS.update(models)
+    named = list(dict.fromkeys(models.values()))
+    for model in named:
+        kinds = tuple(k for k, m in models.items() if m is model)
+        kind: Any = Literal.__getitem__(kinds)
+        model.__pydantic_fields__["kind"] = FieldInfo.from_annotation(kind)
+    union: Any = Union.__getitem__(tuple(named))
+    item: Any = operator.getitem(Annotated, (union, Field(discriminator="kind")))  # AnyOp, of the models named
+    ScheduleSpec.__pydantic_fields__["ops"] = FieldInfo.merge_field_infos(ScheduleSpec.__pydantic_fields__["ops"],
+                                                                          annotation=list[item])
+    with plugins_off():  # the concrete models (see _Base); ScheduleSpec last, so it reuses the op models' schemas
+        for model in (*named, ScheduleSpec):
+            model.model_rebuild(force=True)
+
+
+build_op_models()
 
 
 def _source_text(file: str, source: tuple[int | None, int | None, str]) -> str:

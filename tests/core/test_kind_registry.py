@@ -1,12 +1,15 @@
 """The op-kind registry (schedsim.kinds.KINDS): each stage reads a kind's entry, not its name.
 
 A toy kind registered in a test-local copy of the registry (``monkeypatch.setitem``, undone after each test) is
-resourced, timed, issued and built by the entry alone, with no other edit; and every entry agrees with the spec
-model that validates its kind and with the executor's builders.
+resourced, timed, issued and built by the entry alone, with no other edit; toy kinds registered with a fresh
+build of the spec models (``registered``) are validated, lowered, simulated and given an executor kernel by their
+entries alone; and every entry agrees with the spec model that validates its kind and with the executor's builders.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import get_args
 
 import pytest
@@ -26,6 +29,28 @@ TOY_COPY = KindInfo("toy_prefetch", "MemcpyOp", ("direction",), "copy", "copy", 
 #: A collective kind timed from the all_reduce table and links, a no-op on one rank.
 TOY_COMM = KindInfo("toy_sum", "CollectiveOp", (), "comm", "network", "collective", "_collective", "all_reduce",
                     "nop")
+
+
+#: Kinds that are an existing entry under another name: a fused kernel timed by the roofline, a GEMM timed by the
+#: GEMM table, a prefetch on the copy engine.
+TOY_KERNEL = KindInfo("toy_kernel", "ComputeOp", (), "compute", "roofline", "kernel", "_compute")
+TOY_GEMM = KindInfo("toy_gemm", "MatmulOp", ("m", "n", "k"), "compute", "gemm", "kernel", "_matmul")
+TOY_PREFETCH = KindInfo("toy_prefetch2", "MemcpyOp", ("direction",), "copy", "copy", "copy", "_memcpy")
+
+
+@pytest.fixture
+def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """``register(*entries)``: add registry entries and build the spec models afresh from the registry
+    (:func:`schedsim.spec.model.build_op_models`); both undone after the test."""
+
+    def register(*infos: KindInfo) -> None:
+        for info in infos:
+            monkeypatch.setitem(KINDS, info.name, info)
+        spec_model.build_op_models()
+
+    yield register
+    monkeypatch.undo()
+    spec_model.build_op_models()
 
 
 @pytest.fixture
@@ -90,3 +115,74 @@ def test_validation_checks_the_root_of_the_kinds_the_registry_marks_rooted(monke
     monkeypatch.setitem(KINDS, "all_reduce", replace(KINDS["all_reduce"], rooted=True))
     with pytest.raises(SpecError, match="all_reduce 'a' has root 3 outside its group"):
         load_text(text, "t.yaml")
+
+
+#: Two ranks: 250 GEMMs in a row, a fused kernel (FLOP and bytes: the roofline), a host-to-device prefetch waiting
+#: on it, an all_reduce waiting on the GEMMs; written with the shipped kinds, and with the toy kinds in place of
+#: three of them.
+SHIPPED_KINDS = """schema_version: 1
+name: toy
+world_size: 2
+ops:
+  - {name: g, kind: matmul, m: 4096, n: 4096, k: 4096, dtype: bf16, repeat: 250}
+  - {name: f, kind: compute, flops: 1.0e9, bytes: 4.0e8, dtype: bf16}
+  - {name: p, kind: memcpy, bytes: 6.4e7, direction: h2d, deps: [f]}
+  - {name: r, kind: all_reduce, bytes: 6.4e7, deps: [g]}
+"""
+TOY = {"matmul": "toy_gemm", "compute": "toy_kernel", "memcpy": "toy_prefetch2"}
+
+
+def test_a_new_kind_is_its_registry_entry_alone(registered: Callable[..., None]) -> None:
+    """Toy kinds registered with no other edit: the schedule with them validates, lowers and simulates to the
+    timeline of the same ops written with the kinds whose entries they copy, span for span (h200: the GEMM table
+    and the power state its 250 GEMMs in a row reach, past the curve's 40 ms onset; the roofline, the copy engine,
+    host launches, streams by resource); the executor builds each one with its
+    entry's kernel (a fused kernel of 1e9 FLOP: an m × side × side GEMM, side = round((1e9 / 2)^(1/3)) = 794,
+    m = round(1e9 / (2 · 794²)) = 793)."""
+    from schedsim import api
+    from schedsim.errors import SpecError
+
+    registered(TOY_KERNEL, TOY_GEMM, TOY_PREFETCH)
+    toy_text = SHIPPED_KINDS
+    for k, toy in TOY.items():
+        toy_text = toy_text.replace(f"kind: {k},", f"kind: {toy},")
+    spec = api.load_text(toy_text, "toy.yaml")
+    assert [op.kind for op in spec.ops] == ["toy_gemm", "toy_kernel", "toy_prefetch2", "all_reduce"]
+    assert type(spec.ops[0]) is spec_model.MatmulOp and type(spec.ops[2]) is spec_model.MemcpyOp
+    with pytest.raises(SpecError, match="missing required field 'direction'"):
+        api.load_text(toy_text.replace(", direction: h2d", ""), "toy.yaml")
+
+    toy_run = api.predict(spec, "h200")
+    run = api.predict(api.load_text(SHIPPED_KINDS, "toy.yaml"), "h200")
+    got = sorted((s.id, s.kind, s.stream, s.resource, s.start_s, s.end_s) for s in toy_run.timeline.spans)
+    want = sorted((s.id, TOY.get(s.kind, s.kind), s.stream, s.resource, s.start_s, s.end_s)
+                  for s in run.timeline.spans)
+    assert got == want and len(got) == 8
+    assert {s.resource for s in toy_run.timeline.spans if s.kind == "toy_prefetch2"} == {"copy"}
+
+    torch = pytest.importorskip("torch")
+    from executor.kernels import Materializer
+
+    ctx = SimpleNamespace(rank=0, device=torch.device("cpu"), cuda=False, groups={})
+    ops = {op.kind: op for op in api.lower_spec(spec).ops() if op.rank == 0}
+    mat = Materializer(ctx, mem_budget_bytes=1e9)
+    assert mat.make(ops["toy_kernel"]).note == "GEMM 793x794x794 for 1e+09 FLOP"
+    assert mat.make(ops["toy_gemm"]).op is ops["toy_gemm"]
+
+
+def test_the_spec_models_are_built_back_without_the_toy_kinds(registered: Callable[..., None]) -> None:
+    """Registering builds each model's ``kind`` from the registry, and the fixture's undo builds it back: a
+    toy kind is valid only while registered."""
+    from schedsim import api
+    from schedsim.errors import SpecError
+
+    text = SHIPPED_KINDS.replace("kind: compute,", "kind: toy_kernel,")
+    registered(TOY_KERNEL)
+    assert get_args(spec_model.ComputeOp.model_fields["kind"].annotation) == ("compute", "toy_kernel")
+    assert spec_model.OP_MODELS["toy_kernel"] is spec_model.ComputeOp
+    api.load_text(text, "toy.yaml")
+    del KINDS["toy_kernel"]
+    spec_model.build_op_models()
+    assert "toy_kernel" not in spec_model.OP_MODELS
+    with pytest.raises(SpecError, match="unknown op kind 'toy_kernel'"):
+        api.load_text(text, "toy.yaml")

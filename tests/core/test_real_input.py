@@ -1,8 +1,7 @@
 """S0 (all-gather + matmul, 2 ranks, 8192x8192 fp32) on the profile rebuilt from its single-op figures.
 
-The profile holds only the two measured single ops (all_gather 35.08 ms, matmul 56.89 ms), the H200-measured
-GEMM shape-efficiency curve and a published contention factor (arXiv 2507.03114); nothing is fitted to the
-chunked 75.49 ms, which is what these tests predict.
+The profile holds only the two measured single ops (all_gather 35.08 ms, matmul 56.89 ms) and the H200-measured
+GEMM shape-efficiency curve; nothing is fitted to the chunked 75.49 ms, which is what these tests predict.
 """
 
 from __future__ import annotations

@@ -58,8 +58,8 @@ def random_schedule(draw):
 
 
 PROFILES = [HardwareProfile.model_validate(toy_profile_dict()),
-            HardwareProfile.model_validate(toy_profile_dict(compute_slowdown_with_comm=0.3, comm_slowdown_with_compute=0.2,
-                                                            compute_slowdown_with_copy=0.1, copy_slowdown_with_compute=0.1))]
+            HardwareProfile.model_validate(toy_profile_dict(compute_slowdown_with_copy=0.1,
+                                                            copy_slowdown_with_compute=0.1))]
 
 
 def _build(doc):
