@@ -44,7 +44,7 @@ def p2p_batches(ops: Sequence[Any]) -> list[list[int]]:
     """Indices (into ``ops``, one rank's ops in program order) of each p2p batch.
 
     A batch is every send/recv of the rank with the same ``Op.p2p_batch`` name (the graph's one
-    definition of an NCCL group launch, :mod:`schedsim.graph.nccl`, which ``check`` validated); it is
+    definition of an NCCL group launch, :mod:`schedsim.lower.checks`, which ``check`` validated); it is
     posted as one ``batch_isend_irecv`` at the position of its first member. A batch may hold one op
     (Megatron posts a lone ``send_forward`` through ``batch_isend_irecv`` too). Ops without a
     ``p2p_batch`` are not listed: they are lone ``isend``/``irecv`` calls, issued in program order.

@@ -14,7 +14,7 @@ ops are written). Edges carry ``kind``:
 Rendezvous are not edges: ``G.graph["collectives"]`` maps a collective key to
 the op ids of its members (one per rank of the group) and ``G.graph["p2p"]``
 lists matched ``(send_id, recv_id)`` pairs. A checked graph also has
-``G.graph["issue_order"]`` (:func:`schedsim.graph.nccl.issue_order`) and ``G.graph["warnings"]``.
+``G.graph["issue_order"]`` (:func:`schedsim.lower.checks.launches`, by op id) and ``G.graph["warnings"]``.
 These graph-level facts are one typed record, :class:`~schedsim.graph.info.GraphInfo` (:func:`info_of`);
 ``G.graph`` holds its plain form (:meth:`~schedsim.graph.info.GraphInfo.graph_attrs`) and
 :meth:`GraphInfo.of(G) <schedsim.graph.info.GraphInfo.of>` reads it back.

@@ -220,7 +220,7 @@ class GraphInfo:
         Warnings of the build (e.g. send/recv orders that may hang).
     issue_order : Mapping[int, Sequence[Sequence[str]]] or None
         Per rank, the NCCL launches in issue order (a launch is one op, or the ops of one p2p batch); set by
-        :func:`schedsim.graph.checks.check_graph`.
+        :func:`schedsim.graph.build.info_of` (:func:`schedsim.lower.checks.launches`) for a checked Program.
     pipeline : PipelineInfo or None
         The pipeline block's description, for pipeline schedules.
     max_connections : int or None

@@ -87,7 +87,7 @@ class Op:
     (for matmul: A, B and C read or written once).
     ``nccl_group`` (an alias of ``p2p_batch``): send/recv ops of one rank with the same value are issued together,
     inside one ``ncclGroupStart``/``ncclGroupEnd`` (torch ``batch_isend_irecv``), at the position of the first of
-    them; ``None`` means a lone (unbatched) ``isend``/``irecv``. See :mod:`schedsim.graph.nccl`.
+    them; ``None`` means a lone (unbatched) ``isend``/``irecv``. See :mod:`schedsim.lower.checks`.
     """
 
     name: str

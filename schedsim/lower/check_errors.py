@@ -1,10 +1,10 @@
 """The errors of the static checks, worded from what a rule found (plain values: op names, ranks, ids).
 
 One wording per rule, used by the array rules (:func:`word_fault`, :func:`hang_warnings`, from the witnesses of
-:mod:`schedsim.lower.checks`) and by the object-based build (:mod:`schedsim.lower.reference`,
-:mod:`schedsim.graph.checks`), so both raise the same text. Rule families worded here: a dependency written
+:mod:`schedsim.lower.checks`) and by the object-based build (the test oracle in ``tests/oracle/``), so both raise
+the same text. Rule families worded here: a dependency written
 after its user, a dependency cycle, collectives of one group in different orders, lazy communicator creation
-(rule 6 of :mod:`schedsim.graph.nccl`), a cycle of NCCL's wait-for graph (both forms choose it canonically:
+(rule 6 of :mod:`schedsim.lower.checks`), a cycle of NCCL's wait-for graph (both forms choose it canonically:
 :func:`schedsim.lower.checks.canonical_cycle`), a p2p batch's inputs, and the "may hang" warnings (collectives of
 different communicators in a cyclic order, a hang with lone send/recv on the collectives' communicator, a hang
 once a multi-peer batch waits for all its peers).
@@ -58,7 +58,7 @@ def collective_order_error(group: Sequence[int], ref: int, rank: int, i: int, na
 
 def lazy_init_error(ranks: Sequence[int], users: list[int], missing: list[int],
                     issue: Mapping[int, list[list[str]]]) -> DeadlockError:
-    """Rule 6 of :mod:`schedsim.graph.nccl`: ``users`` call the communicator of ``ranks``, which a lazily initialised
+    """Rule 6 of :mod:`schedsim.lower.checks`: ``users`` call the communicator of ``ranks``, which a lazily initialised
     process group creates at each rank's first call on it, and ``missing`` never do; ``issue`` as
     :func:`collective_order_error`'s."""
     grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in issue.items()}, set())
@@ -154,8 +154,8 @@ def _issue(prog: Program) -> dict[int, list[list[str]]]:
 
 
 def _with_pipeline(prog: Program, e: DeadlockError, rows: Mapping[str, int] | None = None) -> DeadlockError:
-    """``e`` with the rank × step grid of ``prog``'s pipeline block after its detail, as the object-based build adds
-    it to a hang of :func:`schedsim.graph.checks.check_graph`: the step of the first pipeline send/recv that ``e``
+    """``e`` with the rank × step grid of ``prog``'s pipeline block after its detail, as the object-based build (the
+    test oracle) adds it to a hang: the step of the first pipeline send/recv that ``e``
     names marked (``rows``: the op index of each op id it names; none marked without)."""
     if prog.pipeline is None:
         return e
@@ -180,7 +180,8 @@ def _with_pipeline(prog: Program, e: DeadlockError, rows: Mapping[str, int] | No
 
 
 # Build-time faults, found by :func:`schedsim.lower.link.link` on the expansion's arrays (and by the object-based
-# build, :mod:`schedsim.lower.reference`): op names, dependencies, collective members, send/recv pairing.
+# build, the test oracle ``tests/oracle/object_build.py``): op names, dependencies, collective members, send/recv
+# pairing.
 
 
 def duplicate_name_error(source: str, name: str, rank: int, first_source: str) -> GraphError:
@@ -388,7 +389,7 @@ def eager_hang_warning(hang: DeadlockError) -> str:
 
 def multi_peer_hang_warning(hang: DeadlockError) -> str:
     """The "may hang" warning for a schedule that hangs once a batch of send/recv with two or more peers waits for
-    all of them (rule 7 of :mod:`schedsim.graph.nccl`), ``hang`` that cycle's error (:func:`wait_cycle_error`)."""
+    all of them (rule 7 of :mod:`schedsim.lower.checks`), ``hang`` that cycle's error (:func:`wait_cycle_error`)."""
     from schedsim.errors import SchedsimError
 
     steps = hang.message.replace("ranks would wait on each other forever: ", "", 1)

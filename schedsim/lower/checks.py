@@ -1,15 +1,64 @@
-"""The static checks on a :class:`~schedsim.lower.program.Program`'s arrays.
+"""The static checks on a :class:`~schedsim.lower.program.Program`'s arrays, and NCCL's ordering rules they model.
 
-The same rules as :mod:`schedsim.graph.checks` and :mod:`schedsim.graph.nccl` (NCCL's wait-for graph of
-posted/done nodes per launch: rendezvous of collectives and send/recv pairs, one communicator's launches in
-issue order, collectives on communicators sharing two or more ranks in one relative order, a batch posted
-and completed as one unit), plus collectives of one group in one order on every rank, dependencies written
-before their users, and the inputs of a p2p batch written before the batch is posted. A collective's
-rendezvous is one hub node (posted(x) -> hub -> done(y) for all members), which has the cycles of the
-all-pairs form. When a rule fails, :func:`schedsim.lower.check_errors.word_fault` words the error from the
+Issue order
+    A rank issues its ops in program order, ``seq`` (the order written, pipeline ops in their schedule order).
+    Send/recv ops of one rank that share a ``p2p_batch`` form one *batch*: they are issued together, in ``seq``
+    order, inside one ``ncclGroupStart``/``ncclGroupEnd`` (torch ``dist.batch_isend_irecv``), at the position of
+    the first of them. Every other collective, send or recv is one *launch* on its own. :func:`launches` lists the
+    launches of every rank; :func:`schedsim.graph.build.info_of` stores them by op id in ``G.graph["issue_order"]``,
+    what the executor replays.
+
+Communicators
+    As ``ProcessGroupNCCL`` creates them (torch ``ProcessGroupNCCL::pointToPoint`` and ``getKeySendRecv``): a
+    collective runs on the communicator of its group; a lone send/recv on the two-rank communicator of its pair of
+    ranks, whatever the CUDA stream; a batched send/recv on the communicator of the whole group (here the world),
+    like a collective (:func:`_comm_ids`).
+
+Rules (:func:`_wait_for_edges`)
+    1. NCCL pairs sends and recvs between two ranks by issue order: the k-th send from a to b
+       meets the k-th recv on b from a. There are no tags (NCCL API, ``ncclSend``/``ncclRecv``).
+    2. A send or recv completes only once its peer has posted the matching op, even at 1 KiB
+       (measured on 2 H200s, NCCL 2.28.9: send-first on both ranks hangs). A collective completes
+       once every member has posted it.
+    3. Operations on one communicator run one after another in issue order on each rank, whatever
+       the CUDA stream (measured: send then recv on two streams, on both ranks, hangs).
+    4. Collectives on two communicators that share two or more ranks must be issued in one
+       relative order on all of them (NCCL documentation, "Using multiple NCCL communicators
+       concurrently": otherwise the kernels can wait on each other and deadlock).
+    5. A batch is posted as one unit, after everything its members depend on, and completes when
+       every member completed.
+    6. Under lazy communicator creation (the schedule's ``nccl_init: lazy``, torch's default: no
+       ``device_id`` given to ``init_process_group``), each rank creates a group communicator at its
+       first launch on it, and the creation (``ncclCommInitRank``) returns only once every rank of
+       the communicator has called it: each rank's first launch on it completes only once every
+       rank's first launch on it is posted, and a rank that never launches on it leaves the others
+       waiting (pytorch/pytorch#74701: "if batch_isend_irecv is the first collective call in the
+       group, all ranks of the group are expected to participate in this call"; the
+       ``batch_isend_irecv`` documentation says the same). The creation blocks the rank's host thread
+       (pytorch/pytorch#108378: "ProcessGroupNCCL lazily performs a rendezvous on the first usage of a
+       communicator"; NCCL docs, communicator creation: "all ranks must call" it): every later launch of that
+       rank, on any stream, is issued only after it, so ranks whose first calls on communicators form
+       a cycle (rank 0: {0,1} then {0,2}; rank 1: {1,2} then {0,1}; rank 2: {0,2} then {1,2}) hang.
+    7. A batch with two or more peers is one NCCL kernel whose transfers NCCL may serve in any order: its
+       p2p schedule visits the peers round by round, and a transfer can wait behind another peer's
+       (pytorch/PiPPy#969: stage 0 batched its sends to stages 1 and 2, stage 2 batched its recvs from 0
+       and 1, and stage 1 sent to 2 only after computing on what it received from 0: it hung; PiPPy PR
+       #1000 batches per peer). So none of its ops, nor the ops matched with them, is sure to complete
+       before all of them are posted, and where a matched op is itself in such a batch, that batch's
+       matched ops join in: one rendezvous per group of batches linked that way (:func:`multi_peer_hubs`).
+       NCCL's documentation says the calls of a group progress independently, so this is a "may hang"
+       warning (:class:`Verdict`), not an error; the graph has the rule only when asked (``grouped``).
+
+Each launch becomes two nodes, *posted* and *done*; an edge means "cannot happen before". A cycle is a hang.
+The graph is exact for these rules (no contraction), so it does not report a pipeline whose batches chain across
+many ranks as a deadlock. A collective's rendezvous is one hub node (posted(x) -> hub -> done(y) for all
+members), which has the cycles of the all-pairs form. Besides NCCL's wait-for graph: collectives of one group in
+one order on every rank, dependencies written before their users, and the inputs of a p2p batch written before
+the batch is posted. When a rule fails, :func:`schedsim.lower.check_errors.word_fault` words the error from the
 rule's witness (the ``*_witness`` functions, :func:`forward_dep`, :func:`dag_cycle`; for an NCCL wait-for cycle the
 one :func:`canonical_cycle` chooses), and :func:`schedsim.lower.check_errors.hang_warnings` the "may hang"
-warnings.
+warnings. The object form of these rules, on a networkx graph of op instances, is a test oracle
+(``tests/oracle/nccl_graph.py``, ``graph_checks.py``, ``object_build.py``).
 """
 
 from __future__ import annotations
@@ -68,7 +117,7 @@ def launch_heads(prog: Program, tc: _Templates | None = None) -> tuple[np.ndarra
 
 def launches(prog: Program) -> dict[int, list[list[int]]]:
     """Per rank of ``prog``, its NCCL launches in issue order, each a list of op indices (a ``p2p_batch`` is one
-    launch, at its first member); what :func:`schedsim.graph.nccl.issue_order` lists by op id."""
+    launch, at its first member; the issue order of the module docstring)."""
     comm, head = launch_heads(prog)
     out: dict[int, list[list[int]]] = {}
     at: dict[int, list[int]] = {}
@@ -137,7 +186,7 @@ def _comm_ids(prog: Program, heads: np.ndarray, eager: bool, tc: _Templates
     ``len(groups)``; a lone send/recv's two-rank communicator gets an id above them).
 
     A collective runs on its group's communicator; a batched send/recv (or, ``eager``, any send/recv) on the
-    world's; a lone send/recv on the communicator of its pair of ranks (:func:`schedsim.graph.nccl.communicator`).
+    world's; a lone send/recv on the communicator of its pair of ranks (Communicators, module docstring).
     """
     t = prog.tmpl[heads]
     groups = {g: k for k, g in enumerate(tc.groups)}  # every template's group (those of p2p go unused)
@@ -184,7 +233,7 @@ def _dag_edges(prog: Program) -> tuple[np.ndarray, np.ndarray]:
 def _first_launches(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
                     ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]:
     """``(first, cid, groups)``: the head op of each rank's first launch on each group communicator it uses
-    (rule 6 of :mod:`schedsim.graph.nccl`), that launch's communicator id, and the ranks of each id."""
+    (rule 6 of the module docstring), that launch's communicator id, and the ranks of each id."""
     heads = comm[comm == head]
     if not len(heads):
         return heads, heads, []
@@ -208,7 +257,7 @@ def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templa
 
 
 def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> np.ndarray:
-    """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of :mod:`schedsim.graph.nccl`):
+    """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of the module docstring):
     those with a member whose peer is not the head's."""
     inb = comm != head  # members after the first of a batch of two or more (a batch's head is a p2p op)
     if not inb.any():
@@ -222,7 +271,7 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
                     ) -> tuple[int, list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray, np.ndarray]:
     """``(nodes, parts, useq, u, lazy)`` of NCCL's wait-for graph: node 2u is "unit u posted", 2u + 1 "unit u
     done", 2n + c the hub of collective c, then one hub per lazily created communicator (rule 6 of
-    :mod:`schedsim.graph.nccl`: posted(first launch of each rank on it) -> hub -> done(each)); its edges as
+    the module docstring: posted(first launch of each rank on it) -> hub -> done(each)); its edges as
     parts ``(from, to)`` but posted -> done of every unit (``(2·k, 2·k + 1)`` for k < n, which :func:`_no_hang`
     adds when it needs them); ``useq`` is each unit's position on its rank, ``u`` each op's unit (a p2p batch
     is one unit), ``lazy`` the largest ``useq`` of each lazy hub's members. ``grouped``: rule 7's hubs too, after
@@ -327,7 +376,7 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
 
 def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool,
                         tc: _Templates) -> tuple[np.ndarray, np.ndarray]:
-    """Rules 3 and 4 of :mod:`schedsim.graph.nccl`: done(previous launch) -> posted(launch) on one communicator,
+    """Rules 3 and 4 of the module docstring: done(previous launch) -> posted(launch) on one communicator,
     and from the last launch of every group communicator that shares two or more ranks with this one."""
     heads = comm[comm == head]
     if not len(heads):
@@ -404,7 +453,7 @@ def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, 
 
 
 def no_hang(prog: Program) -> bool:
-    """Whether NCCL's wait-for graph of ``prog`` (rules 1-6 of :mod:`schedsim.graph.nccl`) has no cycle."""
+    """Whether NCCL's wait-for graph of ``prog`` (rules 1-6 of the module docstring) has no cycle."""
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
     return _no_hang(prog, comm, head, tc)
@@ -448,8 +497,8 @@ def batch_input_witness(prog: Program) -> tuple[int, int, int, bool] | None:
 
 def lazy_init_witness(prog: Program) -> tuple[tuple[int, ...], list[int], list[int]] | None:
     """``(ranks, users, missing)``: under lazy communicator creation, the first group communicator (by its first
-    launch in program order) that some of its ``ranks`` call (``users``) and others (``missing``) never do, as
-    :func:`schedsim.graph.nccl.lazy_init_missing` finds it (rule 6); None if there is none. Ranks ascending. In a
+    launch in program order) that some of its ``ranks`` call (``users``) and others (``missing``) never do
+    (rule 6); None if there is none. Ranks ascending. In a
     symmetric lowering only the represented ranks (:attr:`Program.represented`) issue ops, so ``missing`` counts
     those alone, as :func:`_lazy_init_ok` does (the others run alike their representative)."""
     if prog.nccl_init != "lazy":
@@ -691,7 +740,7 @@ def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[
 #: launch completes after it is posted; done(a) -> posted(b): one communicator's issue order, communicators
 #: sharing ranks, a dependency, stream order; posted(a) -> done(b): a send/recv partner, a collective's member, a
 #: multi-peer batch's rendezvous, a lazily created communicator's; posted(a) -> posted(b): a rank's host waiting
-#: in the lazy creation of a communicator (rules of :mod:`schedsim.graph.nccl`).
+#: in the lazy creation of a communicator (rules of the module docstring).
 WAIT_REASONS = ("posted", "same communicator", "communicators share ranks", "a dependency", "stream order", "p2p",
                 "collective", "multi-peer batch", "lazy init", "lazy host")
 
@@ -826,7 +875,7 @@ def hang_witness(prog: Program, eager: bool = False, grouped: bool = False
     without rule 6 (lazy communicator creation), so that a hang which eager creation would not cure is named by
     the rules that make it (and its fix is not "create eagerly"). ``steps`` are
     ``(a, b, reason)``: node ``2u`` is "unit u posted", ``2u + 1`` "unit u done" (units numbered by their first
-    op in program order, as :func:`schedsim.graph.nccl.wait_for_graph` numbers them), ``reason`` one of
+    op in program order), ``reason`` one of
     :data:`WAIT_REASONS`; ``units`` maps each unit of the cycle to its ops (indices, ascending)."""
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)

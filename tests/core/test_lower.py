@@ -12,7 +12,7 @@ from schedsim.errors import SchedsimError
 from schedsim.graph.build import graph_of
 from schedsim.lower import lower
 from schedsim.lower.checks import launches
-from schedsim.lower.reference import graph_from_ops
+from tests.oracle.object_build import graph_from_ops
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -61,7 +61,7 @@ def test_batch_heads_is_the_first_member_of_each_batch_on_its_rank(seed):
 
 
 def _stream_edges_by_hand(rank, stream, batch, is_p2p):
-    """The object-based build's rule (schedsim.lower.reference), op by op."""
+    """The object-based build's rule (tests/oracle/object_build.py), op by op."""
     runs: dict[tuple[int, int], tuple[int | None, list[int], list[int]]] = {}
     edges = []
     for i, (r, s, b, p) in enumerate(zip(rank, stream, batch, is_p2p, strict=True)):

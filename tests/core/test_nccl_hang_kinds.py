@@ -282,13 +282,13 @@ def test_batches_over_several_peers_that_every_peer_answers_at_once_do_not_warn(
                                st.sampled_from(["", "a", "b"]), st.booleans()), min_size=1, max_size=7))
 def test_rule_7_in_arrays_and_in_the_object_based_graph_agree(msgs: list[tuple[int, int, str, str, bool]]) -> None:
     """Random send/recv on 3 ranks, each in a batch or alone, some sends after a compute on the rank's last recv:
-    the array sweep with rule 7 and :func:`schedsim.graph.nccl.find_hang` with ``grouped`` give one verdict, and on
+    the array sweep with rule 7 and :func:`tests.oracle.nccl_graph.find_hang` with ``grouped`` give one verdict, and on
     a hang name the same cycle in the same words (the arrays word the warning; the object form is the oracle)."""
     from schedsim.errors import SchedsimError
-    from schedsim.graph.nccl import find_hang, issue_order
     from schedsim.lower import lower
     from schedsim.lower.checks import _no_hang, _Templates, launch_heads
-    from schedsim.lower.reference import graph_from_ops
+    from tests.oracle.nccl_graph import find_hang, issue_order
+    from tests.oracle.object_build import graph_from_ops
 
     lines = ["schema_version: 1", "name: r", "world_size: 3", "nccl_init: eager", "ops:"]
     last_recv: dict[int, str] = {}
@@ -316,8 +316,8 @@ def test_rule_7_in_arrays_and_in_the_object_based_graph_agree(msgs: list[tuple[i
     cyc = find_hang(G, grouped=True)
     assert arrays == (cyc is None), lines
     if cyc is not None:
-        from schedsim.graph.checks import _explain_hang
         from schedsim.lower.check_errors import _hang
+        from tests.oracle.graph_checks import _explain_hang
 
         mine, ref = _hang(prog, grouped=True), _explain_hang(G, cyc)
         assert mine is not None

@@ -1,7 +1,7 @@
 """The object-based build's input, for the oracle of the build-time faults: one
 :class:`~schedsim.graph.ops.Op` per instance of the expansion's columns (:class:`schedsim.lower.link._Cols`),
 dependencies as declared names, before any rule is checked (a Program cannot be made from a schedule that
-breaks one). :func:`schedsim.lower.reference.graph_from_ops` on these raises the object-based build's error.
+breaks one). :func:`tests.oracle.object_build.graph_from_ops` on these raises the object-based build's error.
 """
 
 from __future__ import annotations

@@ -120,6 +120,16 @@ def test_only_the_entry_point_imports_the_cli() -> None:
     assert importers == ["schedsim/__main__.py"], importers
 
 
+def test_the_package_imports_no_test_oracle() -> None:
+    """The second implementations are test oracles (``tests/oracle/``: the Python event loop, the object-based build
+    and its static checks, NCCL's rules on a networkx graph); the package and the executor never import them, so
+    every result of the package comes from its own one road."""
+    importers = sorted(p.relative_to(ROOT).as_posix()
+                       for p in [*ROOT.glob("schedsim/**/*.py"), *ROOT.glob("executor/**/*.py")]
+                       if any(m == "tests" or m.startswith("tests.") for m in _imports(p)))
+    assert importers == [], importers
+
+
 def test_the_import_scan_sees_lazy_imports(tmp_path: Path) -> None:
     f = tmp_path / "m.py"
     f.write_text("def f():\n    from schedsim.cli import app\n    import schedsim.api\n")

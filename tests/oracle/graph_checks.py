@@ -1,18 +1,20 @@
-"""Static checks on the DAG: cycles, collective order and NCCL hangs.
+"""Oracle: the static checks on the DAG of op instances (the object form of :mod:`schedsim.lower.checks`): cycles,
+collective order and NCCL hangs.
 
 These catch schedules that would hang on real GPUs before anything runs:
 
 * a dependency cycle (CUDA would wait forever on an event);
 * collectives of one group issued in a different order on different ranks
   (NCCL would hang: NVIDIA/nccl#195, #1174);
-* a cycle of NCCL's wait-for graph (:mod:`schedsim.graph.nccl`): rendezvous of
+* a cycle of NCCL's wait-for graph (:mod:`tests.oracle.nccl_graph`): rendezvous of
   collectives and send/recv pairs, one communicator's ops in issue order whatever
   the CUDA stream, one relative order for collectives on communicators that share
   ranks, batches (``p2p_batch``) posted and completed as one unit.
 
 Send/recv pairing (by issue order, as NCCL pairs them; tags and sizes must agree)
-is checked while the graph is built. Every hang names each wait, prints the
-rank × step grid of NCCL launches with the blocking ops marked ``*``, and a fix.
+is checked while the graph is built (:mod:`tests.oracle.object_build`). Every hang names each wait, prints the
+rank × step grid of NCCL launches with the blocking ops marked ``*``, and a fix, worded by
+:mod:`schedsim.lower.check_errors` as the package words it from the arrays.
 """
 
 from __future__ import annotations
@@ -22,34 +24,38 @@ from collections import defaultdict
 import networkx as nx
 
 from schedsim.errors import DeadlockError
+from schedsim.lower.check_errors import (
+    collective_order_error,
+    cycle_error,
+    eager_hang_warning,
+    lazy_init_error,
+    multi_peer_hang_warning,
+    wait_cycle_error,
+)
+from tests.oracle.nccl_graph import cross_communicator_order, find_hang, issue_order, lazy_init_missing
 
-__all__ = ["check_graph", "check_acyclic", "check_collective_order", "check_rendezvous"]
-
+__all__ = ["check_graph", "check_acyclic", "check_collective_order"]
 
 
 def check_graph(G: nx.DiGraph) -> None:
     """Run every static check on ``G``; raise on the first failure.
 
     Checks, in order: collectives of one group in one order on every rank; then one Kahn sweep over
-    the NCCL wait-for graph (:func:`schedsim.graph.nccl.wait_for_graph`: dependencies, stream order,
+    the NCCL wait-for graph (:func:`tests.oracle.nccl_graph.wait_for_graph`: dependencies, stream order,
     send/recv and collective rendezvous, one communicator's ops in issue order, collectives on
     communicators sharing ranks in one relative order). The explanations run only when it fails.
-    Sets ``G.graph["issue_order"]`` (:func:`schedsim.graph.nccl.issue_order`), the order the executor
+    Sets ``G.graph["issue_order"]`` (:func:`tests.oracle.nccl_graph.issue_order`), the order the executor
     replays.
 
     Raises
     ------
     CycleError, DeadlockError
     """
-    from schedsim.graph.nccl import find_hang, issue_order
-
     G.graph["issue_order"] = issue_order(G)
     check_collective_order(G)
     _check_lazy_init(G)
     cyc = find_hang(G)
     if cyc is None:
-        from schedsim.graph.nccl import cross_communicator_order
-
         w = cross_communicator_order(G)
         if w is not None:
             G.graph.setdefault("warnings", []).append(w)
@@ -69,27 +75,21 @@ def _eager_init_hang(G: nx.DiGraph) -> str | None:
     the simulator's ``nccl.unbatched_p2p_serialized``); lazily initialised, it gets a communicator
     of its own. Wider worlds are not assumed (as in :mod:`schedsim.gpu.rules` rule 7).
     """
-    from schedsim.graph.nccl import find_hang
-
     if int(G.graph.get("world_size", 1)) != 2 or not G.graph.get("collectives") or not any(
             G.nodes[s]["op"].nccl_group is None for s, _r in G.graph.get("p2p", [])):
         return None
     cyc = find_hang(G, eager=True)
     if cyc is None:
         return None
-    from schedsim.lower.check_errors import eager_hang_warning
-
     return eager_hang_warning(_explain_hang(G, cyc))
 
 
 def _multi_peer_batch_hang(G: nx.DiGraph) -> str | None:
     """A "may hang" warning when the schedule hangs once a batch of send/recv with two or more peers waits for all
-    of them (rule 7 of :mod:`schedsim.graph.nccl`; pytorch/PiPPy#969): a peer posts its op matched with the batch
+    of them (rule 7 of :mod:`schedsim.lower.checks`; pytorch/PiPPy#969): a peer posts its op matched with the batch
     only after something that waits for the batch. Warned, not refused: NCCL's documentation says the calls of
     a group progress independently, and whether one peer's transfer waits behind another's depends on NCCL's p2p
     schedule (as the split of a large batch does, :func:`schedsim.lower.checks._split_batch_warning`)."""
-    from schedsim.graph.nccl import find_hang
-
     peers: dict[tuple[int, object], set[int | None]] = defaultdict(set)
     for s, r in G.graph.get("p2p", []):
         for oid in (s, r):
@@ -101,22 +101,17 @@ def _multi_peer_batch_hang(G: nx.DiGraph) -> str | None:
     cyc = find_hang(G, grouped=True)
     if cyc is None:
         return None
-    from schedsim.lower.check_errors import multi_peer_hang_warning
-
     return multi_peer_hang_warning(_explain_hang(G, cyc))
 
 
 def _check_lazy_init(G: nx.DiGraph) -> None:
-    """Rule 6 of :mod:`schedsim.graph.nccl`: under lazy communicator creation every rank of a group
+    """Rule 6 of :mod:`schedsim.lower.checks`: under lazy communicator creation every rank of a group
     communicator that some rank launches on must launch on it too.
 
     Raises
     ------
     DeadlockError
     """
-    from schedsim.graph.nccl import lazy_init_missing
-    from schedsim.lower.check_errors import lazy_init_error
-
     got = lazy_init_missing(G)
     if got is None:
         return
@@ -125,10 +120,8 @@ def _check_lazy_init(G: nx.DiGraph) -> None:
 
 
 def _explain_hang(G: nx.DiGraph, cyc: list[tuple[int, int, str]]) -> DeadlockError:
-    """A :class:`DeadlockError` naming each wait of a wait-for cycle (:func:`schedsim.graph.nccl.find_hang`'s
+    """A :class:`DeadlockError` naming each wait of a wait-for cycle (:func:`tests.oracle.nccl_graph.find_hang`'s
     steps), with the issue grid and a fix (:func:`schedsim.lower.check_errors.wait_cycle_error`)."""
-    from schedsim.lower.check_errors import wait_cycle_error
-
     labels: list[str] = G.graph.pop("_hang_labels")
     units = {x // 2: labels[x // 2].split("+") for a, b, _r in cyc for x in (a, b)}
     return wait_cycle_error(cyc, units, G.graph.get("issue_order") or {})
@@ -138,8 +131,6 @@ def check_acyclic(G: nx.DiGraph) -> None:
     """Raise :class:`CycleError` listing the op ids around a dependency cycle."""
     if nx.is_directed_acyclic_graph(G):
         return
-    from schedsim.lower.check_errors import cycle_error
-
     edges = nx.find_cycle(G)
     raise cycle_error([u for u, _v in edges], any(G.edges[u, v]["kind"] == "stream" for u, v in edges))
 
@@ -165,51 +156,6 @@ def check_collective_order(G: nx.DiGraph) -> None:
         for r in ranks[1:]:
             if seqs[r] != seqs[ref]:
                 i = next(i for i, (a, b) in enumerate(zip(seqs[ref], seqs[r], strict=False)) if a != b)
-                from schedsim.graph.nccl import issue_order
-                from schedsim.lower.check_errors import collective_order_error
-
                 raise collective_order_error(group, ref, r, i, names[ref][i], names[r][i],
                                              G.graph.get("issue_order") or issue_order(G))
 
-
-def check_rendezvous(G: nx.DiGraph) -> None:
-    """Contract each collective and each send/recv pair to one node; the result must be acyclic.
-
-    Raises
-    ------
-    DeadlockError
-        Listing the ops that would wait on each other across ranks.
-    """
-    rep: dict[str, str] = {}
-    for key, members in G.graph.get("collectives", {}).items():
-        for oid in members:
-            rep[oid] = "coll:" + key
-    for s, r in G.graph.get("p2p", []):
-        rep[s] = rep[r] = f"p2p:{s}|{r}"
-    if not rep:
-        return
-    H = nx.DiGraph()
-    for u, v in G.edges():
-        a, b = rep.get(u, u), rep.get(v, v)
-        if a != b:
-            H.add_edge(a, b)
-    if nx.is_directed_acyclic_graph(H):
-        return
-    cyc = [u for u, _ in nx.find_cycle(H)]
-
-    def show(n: str) -> str:
-        if n.startswith("coll:"):
-            return G.graph["collectives"][n[5:]][0].split("@")[0] + " (collective)"
-        if n.startswith("p2p:"):
-            return n[4:].replace("|", "/")
-        return n
-
-    def ids(n: str) -> list[str]:
-        if n.startswith("coll:"):
-            return []
-        return n[4:].split("|") if n.startswith("p2p:") else [n]
-
-    raise DeadlockError(
-        "ranks would wait on each other forever: " + " -> ".join(show(n) for n in cyc + [cyc[0]]),
-        fix="reorder so every rank reaches these sends/recvs/collectives in a compatible order "
-        "(e.g. even ranks send first, odd ranks receive first)", ops=[i for n in cyc for i in ids(n)])

@@ -1,11 +1,12 @@
-"""The object-based build: one :class:`~schedsim.graph.ops.Op` per instance, networkx, every rule checked op by op.
+"""Oracle: the object-based build: one :class:`~schedsim.graph.ops.Op` per instance, networkx, every rule checked
+op by op.
 
-The reference that :mod:`schedsim.lower.link` and :mod:`schedsim.lower.checks` agree with. The lowering
-runs it only to word an error its array rules detected (op names, the NCCL issue grid, a fix); tests
-compare the two builds. Edges carry ``kind``: ``"dep"`` (a declared dependency) or ``"stream"``
-(consecutive ops on one stream of one rank; the members of one ``p2p_batch`` that follow each other on a
-stream are one NCCL group launch, so each gets the stream edges of the op before the run, and the op after
-the run gets an edge from each member).
+The reference that :mod:`schedsim.lower.link` and :mod:`schedsim.lower.checks` agree with: the package words every
+fault from its arrays (:func:`schedsim.lower.link.build_fault`, :func:`schedsim.lower.check_errors.word_fault`) and
+never runs this build; tests compare the two builds' errors and warnings. Edges carry ``kind``: ``"dep"`` (a
+declared dependency) or ``"stream"`` (consecutive ops on one stream of one rank; the members of one ``p2p_batch``
+that follow each other on a stream are one NCCL group launch, so each gets the stream edges of the op before the
+run, and the op after the run gets an edge from each member).
 """
 
 from __future__ import annotations
@@ -22,16 +23,21 @@ from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.check_errors import (
     CollectiveMember,
     batch_dep_error,
+    batch_input_error,
     collective_mismatch_error,
     collective_missing_error,
     duplicate_name_error,
+    forward_dep_error,
     p2p_pairing_error,
+    pipeline_grid,
     self_dep_error,
     unknown_dep_error,
     unmatched_p2p_error,
 )
-from schedsim.lower.p2p import message_name
+from schedsim.lower.p2p import message_name, name_warning
 from schedsim.spec.model import COLLECTIVE_KINDS
+from tests.oracle.graph_checks import check_graph
+from tests.oracle.nccl_graph import grid_of_ops
 
 __all__ = ["graph_from_ops", "match_p2p_ops"]
 
@@ -138,8 +144,6 @@ def _check_collectives(G: nx.DiGraph, ops: list[Op], collectives: dict[str, list
     expert); what must agree is each pair's, which a rank's total does not state. It is timed by its largest
     member (:func:`schedsim.sim.engine.simulate`)."""
     def grid(marked: set[str], ranks: Sequence[int]) -> str:
-        from schedsim.graph.nccl import grid_of_ops
-
         want = set(ranks)
         return "\n\n" + grid_of_ops([o for o in ops if o.rank in want], marked, sorted(want))
 
@@ -159,13 +163,9 @@ def _check_collectives(G: nx.DiGraph, ops: list[Op], collectives: dict[str, list
 
 
 def _check(G: nx.DiGraph, forward_dep: tuple[Op, str] | None) -> None:
-    """The static checks: a dependency written after its user, then :func:`schedsim.graph.checks.check_graph`
+    """The static checks: a dependency written after its user, then :func:`tests.oracle.graph_checks.check_graph`
     (a pipeline's hang also gets the rank × step grid of its compute order), then the batches' inputs."""
-    from schedsim.graph.checks import check_graph
-
     if forward_dep is not None and nx.is_directed_acyclic_graph(G):  # a cycle gets check_graph's CycleError
-        from schedsim.lower.check_errors import forward_dep_error
-
         op, d = forward_dep
         raise forward_dep_error(op.source, op.name, op.rank, d)
     try:
@@ -182,7 +182,7 @@ def _check(G: nx.DiGraph, forward_dep: tuple[Op, str] | None) -> None:
 def _check_batch_inputs(G: nx.DiGraph) -> None:
     """Every input of a p2p batch is written before the batch's first member, where the batch is posted.
 
-    The executor (and NCCL's issue order, :func:`schedsim.graph.nccl.issue_order`) posts a whole batch at its
+    The executor (and NCCL's issue order, :func:`tests.oracle.nccl_graph.issue_order`) posts a whole batch at its
     first member; a member that waits for an op written after that point (a dependency, or the op before it on
     its stream) would be posted before that op ran.
 
@@ -203,8 +203,6 @@ def _check_batch_inputs(G: nx.DiGraph) -> None:
                         o = G.nodes[m]["op"]
                         how = "follows it on stream " + repr(o.stream) if G.edges[u, m].get("kind") == "stream" \
                             else "is a dependency of it"
-                        from schedsim.lower.check_errors import batch_input_error
-
                         raise batch_input_error(o.source, o.kind, o.name, o.p2p_batch, o.rank, first.name, x.name,
                                                 how)
 
@@ -216,8 +214,6 @@ def _member(o: Op) -> CollectiveMember:
 def _pipeline_grid(G: nx.DiGraph, op_ids: Sequence[str]) -> str:
     """The rank × step grid of a pipeline's compute order, marking the step of the first pipeline send/recv of
     ``op_ids`` (the op ids a :class:`DeadlockError` names)."""
-    from schedsim.lower.check_errors import pipeline_grid
-
     order = G.graph["pipeline"]["order"]
     step = None
     for oid in op_ids:
@@ -243,8 +239,6 @@ def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tupl
     intent: a pairing whose tags disagree, or whose sizes differ, is an error; one whose names suggest
     another pairing is a warning appended to ``warnings``.
     """
-    from schedsim.graph.nccl import grid_of_ops
-
     sends, recvs = _p2p_by_pair(ops)
     pairs: list[tuple[str, str]] = []
     for key in sorted(set(sends) | set(recvs)):
@@ -262,8 +256,6 @@ def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tupl
                             by_name.setdefault(message_name(x.name), x)
                     other = by_name.get(na)
                     if other is not None:
-                        from schedsim.lower.p2p import name_warning
-
                         warnings.append(name_warning(a.source, a.id, b.id, other.id, src, dst))
             pairs.append((a.id, b.id))
         if len(s) != len(r):
@@ -278,7 +270,7 @@ def _p2p_by_pair(ops: list[Op]) -> tuple[dict[tuple[int, int], list[Op]], dict[t
     """Sends and recvs by (src, dst), each list in issue order."""
     sends: dict[tuple[int, int], list[Op]] = defaultdict(list)
     recvs: dict[tuple[int, int], list[Op]] = defaultdict(list)
-    # issue position: a p2p batch is posted at its first member (schedsim.graph.nccl.issue_order), so a lone
+    # issue position: a p2p batch is posted at its first member (tests.oracle.nccl_graph.issue_order), so a lone
     # send written between two members of a batch reaches NCCL after the whole batch
     first_of: dict[tuple[int, str], int] = {}
     moved = False
@@ -302,8 +294,6 @@ def _p2p_by_pair(ops: list[Op]) -> tuple[dict[tuple[int, int], list[Op]], dict[t
 
 def _check_pairing(a: Op, b: Op, k: int, s: list[Op], r: list[Op], src: int, dst: int) -> None:
     """Send ``a`` paired with recv ``b`` (the k-th between ``src`` and ``dst``): tags, messages and sizes agree."""
-    from schedsim.graph.nccl import grid_of_ops
-
     ta, tb = dict(a.tags), dict(b.tags)
     intent = None
     if a.tag is not None and b.tag is not None and a.tag != b.tag:

@@ -1,63 +1,10 @@
-"""NCCL's ordering rules, modelled once: communicators, issue order and a wait-for graph.
+"""Oracle: NCCL's ordering rules on a networkx graph of op instances (the object form): communicators, issue order
+and the posted/done wait-for graph, one node pair per launch.
 
-The static checks (:mod:`schedsim.graph.checks`) and the executor must agree on the order in which
-every rank hands its communication to NCCL. This module defines it.
-
-Issue order
-    A rank issues its ops in program order, ``op.seq`` (the order written, pipeline ops in their
-    schedule order). Send/recv ops of one rank that share an ``op.nccl_group`` value form one
-    *batch*: they are issued together, in ``seq`` order, inside one ``ncclGroupStart``/``ncclGroupEnd``
-    (torch ``dist.batch_isend_irecv``), at the position of the first of them. Every other
-    collective, send or recv is one *launch* on its own. :func:`issue_order` lists the launches of
-    every rank; it is stored in ``G.graph["issue_order"]`` and is what the executor replays.
-
-Communicators
-    As ``ProcessGroupNCCL`` creates them (torch ``ProcessGroupNCCL::pointToPoint`` and
-    ``getKeySendRecv``): a collective runs on the communicator of its group; a lone send/recv on the
-    two-rank communicator of its pair of ranks, whatever the CUDA stream; a batched send/recv on the
-    communicator of the whole group (here the world), like a collective.
-
-Rules (:func:`wait_for_graph`)
-    1. NCCL pairs sends and recvs between two ranks by issue order: the k-th send from a to b
-       meets the k-th recv on b from a. There are no tags (NCCL API, ``ncclSend``/``ncclRecv``).
-    2. A send or recv completes only once its peer has posted the matching op, even at 1 KiB
-       (measured on 2 H200s, NCCL 2.28.9: send-first on both ranks hangs). A collective completes
-       once every member has posted it.
-    3. Operations on one communicator run one after another in issue order on each rank, whatever
-       the CUDA stream (measured: send then recv on two streams, on both ranks, hangs).
-    4. Collectives on two communicators that share two or more ranks must be issued in one
-       relative order on all of them (NCCL documentation, "Using multiple NCCL communicators
-       concurrently": otherwise the kernels can wait on each other and deadlock).
-    5. A batch is posted as one unit, after everything its members depend on, and completes when
-       every member completed.
-    6. Under lazy communicator creation (the schedule's ``nccl_init: lazy``, torch's default: no
-       ``device_id`` given to ``init_process_group``), each rank creates a group communicator at its
-       first launch on it, and the creation (``ncclCommInitRank``) returns only once every rank of
-       the communicator has called it: each rank's first launch on it completes only once every
-       rank's first launch on it is posted, and a rank that never launches on it leaves the others
-       waiting (pytorch/pytorch#74701: "if batch_isend_irecv is the first collective call in the
-       group, all ranks of the group are expected to participate in this call"; the
-       ``batch_isend_irecv`` documentation says the same). The creation blocks the rank's host thread
-       (pytorch/pytorch#108378: "ProcessGroupNCCL lazily performs a rendezvous on the first usage of a
-       communicator"; NCCL docs, communicator creation: "all ranks must call" it): every later launch of that
-       rank, on any stream, is issued only after it, so ranks whose first calls on communicators form
-       a cycle (rank 0: {0,1} then {0,2}; rank 1: {1,2} then {0,1}; rank 2: {0,2} then {1,2}) hang.
-
-    7. A batch with two or more peers is one NCCL kernel whose transfers NCCL may serve in any order: its
-       p2p schedule visits the peers round by round, and a transfer can wait behind another peer's
-       (pytorch/PiPPy#969: stage 0 batched its sends to stages 1 and 2, stage 2 batched its recvs from 0
-       and 1, and stage 1 sent to 2 only after computing on what it received from 0: it hung; PiPPy PR
-       #1000 batches per peer). So none of its ops, nor the ops matched with them, is sure to complete
-       before all of them are posted, and where a matched op is itself in such a batch, that batch's
-       matched ops join in: one rendezvous per group of batches linked that way
-       (:func:`schedsim.lower.checks.multi_peer_hubs`).
-       NCCL's documentation says the calls of a group progress independently, so this is a "may hang"
-       warning (:func:`schedsim.graph.checks.check_graph`), not an error; the graph has the rule only when
-       asked (``grouped``).
-
-Each launch becomes two nodes, *posted* and *done*; an edge means "cannot happen before". A cycle
-is a hang. The graph is exact for these rules (no contraction), so it does not report a pipeline
-whose batches chain across many ranks as a deadlock.
+The rules are those of :mod:`schedsim.lower.checks` (its module docstring numbers them 1-7), which the package runs
+on a Program's arrays; :mod:`tests.oracle.graph_checks` runs these on the graph of :mod:`tests.oracle.object_build`,
+and the tests hold both forms to one verdict and one text (``tests/core/test_check_wording.py``,
+``test_nccl_hang_kinds.py``).
 """
 
 from __future__ import annotations
@@ -69,7 +16,10 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from schedsim.graph.ops import RankGroup
 from schedsim.kinds import COMM_KINDS, P2P_KINDS
+from schedsim.lower.check_errors import cross_communicator_warning, issue_grid
+from schedsim.lower.checks import WAIT_REASONS, canonical_cycle, multi_peer_hubs
 from schedsim.spec.model import COLLECTIVE_KINDS
 
 __all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang", "cross_communicator_order",
@@ -114,7 +64,7 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
             per_rank[op.rank].append(op)
     out: dict[int, list[list[str]]] = {}
     for r, ops in sorted(per_rank.items()):
-        if any(a.seq > b.seq for a, b in zip(ops, ops[1:], strict=False)):  # nodes are normally in program order already
+        if any(a.seq > b.seq for a, b in zip(ops, ops[1:], strict=False)):  # nodes are normally in program order
             ops.sort(key=lambda o: o.seq)
         launches: list[list[str]] = []
         batch_at: dict[int, list[str]] = {}
@@ -131,11 +81,9 @@ def issue_order(G: nx.DiGraph) -> dict[int, list[list[str]]]:
     return out
 
 
-
-
 def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, grouped: bool = False,
                    creation: bool = True) -> tuple[list[list[int]], list[str], dict[tuple[int, int], str]]:
-    """The posted/done wait-for graph of ``G`` (rules 1-6 of the module docstring, and 7 when ``grouped``).
+    """The posted/done wait-for graph of ``G`` (rules 1-6 of :mod:`schedsim.lower.checks`, and 7 when ``grouped``).
 
     ``explain`` also fills ``why`` (slower; used only to word an error) for the edges of rules 1-7 (those of
     dependencies and stream order :func:`find_hang` adds). ``eager``: lone send/recv on the world's communicator
@@ -184,7 +132,7 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, gr
                 out.append(2 * ub)
     # rendezvous: a member is done only once every member is posted (rule 2)
     hubs = []
-    for key, members in G.graph.get("collectives", {}).items():
+    for members in G.graph.get("collectives", {}).values():
         us = [unit_of[m] for m in members]
         if len(us) > _HUB_MIN:
             # one hub node instead of len(us)^2 edges (a 1M-rank all_reduce): posted(x) -> hub -> done(y) for
@@ -234,8 +182,6 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, gr
 def _why(why: dict[tuple[int, int], str], edge: tuple[int, int], reason: str) -> None:
     """Record ``reason`` for ``edge`` unless a reason that comes first in
     :data:`schedsim.lower.checks.WAIT_REASONS` is recorded."""
-    from schedsim.lower.checks import WAIT_REASONS
-
     had = why.get(edge)
     if had is None or WAIT_REASONS.index(reason) < WAIT_REASONS.index(had):
         why[edge] = reason
@@ -295,8 +241,6 @@ def _multi_peer_hubs(G: nx.DiGraph, grouped: bool, unit_of: dict[str, int], n: i
         return
     us = np.array([unit_of[s] for s, _r in pairs], np.int64)
     ur = np.array([unit_of[r] for _s, r in pairs], np.int64)
-    from schedsim.lower.checks import multi_peer_hubs
-
     units, hub_of = multi_peer_hubs(us, ur, multi)
     base = 2 * n + len(hubs)
     hubs.extend([] for _ in range(int(hub_of.max()) + 1 if len(hub_of) else 0))
@@ -338,8 +282,6 @@ def _share2(a: Comm, b: Comm) -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _world_group(world: int) -> Any:
-    from schedsim.graph.ops import RankGroup
-
     return RankGroup(range(world))
 
 
@@ -378,8 +320,6 @@ def find_hang(G: nx.DiGraph, eager: bool = False, grouped: bool = False) -> list
 
 def _canonical_hang(G: nx.DiGraph, eager: bool, grouped: bool, creation: bool) -> list[tuple[int, int, str]] | None:
     """:func:`find_hang`'s cycle on the wait-for graph with rule 6 (``creation``) or without it, or None."""
-    from schedsim.lower.checks import WAIT_REASONS, canonical_cycle
-
     adj, labels, why = wait_for_graph(G, explain=True, eager=eager, grouped=grouped, creation=creation)
     N = len(adj)
     n2 = 2 * len(labels)
@@ -421,9 +361,6 @@ def cross_communicator_order(G: nx.DiGraph) -> str | None:
     it runs only while the GPUs keep the kernels of every communicator resident at once, which NCCL does
     not promise. Call after :func:`find_hang` found no hang. Returns the warning text, or None.
     """
-    from schedsim.lower.check_errors import cross_communicator_warning
-    from schedsim.lower.checks import canonical_cycle
-
     keys = list(G.graph.get("collectives", {}))
     coll_key = {m: c for c, k in enumerate(keys) for m in G.graph["collectives"][k]}
     order = G.graph.get("issue_order") or issue_order(G)
@@ -464,6 +401,4 @@ def grid_of_ops(ops: list[Any], marked: set[str], ranks: Any = ()) -> str:
         if op.nccl_group is not None:
             batch_cell[(op.rank, op.nccl_group)] = len(lst)
         lst.append(op.id)
-    from schedsim.lower.check_errors import issue_grid
-
     return issue_grid(dict(per_rank), marked)
