@@ -202,8 +202,10 @@ _SYNC_DGRAD_COLL = ("tp_rs_fc1_dgrad", "tp_rs_qkv_dgrad", "tp_ar_fc1_dgrad", "tp
 def async_tp(t: TrainingSpec, plan: TrainingPlan) -> bool:
     """Whether the column-parallel linears' backward collectives are asynchronous (:func:`_async_dgrad`): with
     tp > 1, unless Transformer Engine's userbuffers overlap them instead (``tp_comm_overlap`` with sequence
-    parallelism, :func:`_tp_overlap`)."""
-    return plan.tp > 1 and not (t.tp_comm_overlap and plan.sp)
+    parallelism, :func:`_tp_overlap`); without sequence parallelism only with
+    ``async_tensor_model_parallel_allreduce`` (Megatron-LM ``arguments.py`` turns that flag off under sequence
+    parallelism, whose own path in the linear is always asynchronous)."""
+    return plan.tp > 1 and not (t.tp_comm_overlap and plan.sp) and (plan.sp or t.async_tensor_model_parallel_allreduce)
 
 
 def _async_dgrad(ops: list[Entry], wgrad: list[Entry], plan: TrainingPlan, nbytes: float,

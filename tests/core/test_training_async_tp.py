@@ -101,3 +101,20 @@ def test_collectives_overlap_their_gemms_on_the_timeline() -> None:
         assert rs.start_s < wg.end_s and wg.start_s < rs.end_s
         assert rs.start_s >= dg.end_s and wg.start_s >= ag.end_s
     assert sp["ln1_bwd"].start_s >= sp["tp_rs_qkv_dgrad"].end_s
+
+
+def test_no_async_allreduce_keeps_it_on_the_compute_stream() -> None:
+    """``async_tensor_model_parallel_allreduce: false`` (``--no-async-tensor-model-parallel-allreduce``, and
+    Megatron-LM before late 2021): the all-reduce on the compute stream right after the data-gradient GEMM, the
+    weight gradients all in W; with sequence parallelism the flag changes nothing (Megatron turns it off there,
+    the linear's own sequence-parallel path being asynchronous)."""
+    ops = _ops(_edit("pp: 2", "pp: 2\n  async_tensor_model_parallel_allreduce: false"))
+    i = _phase(ops, 0, "B0.0.I.")
+    names = list(i)
+    at = names.index("l0.fc1_dgrad")
+    assert names[at:at + 3] == ["l0.fc1_dgrad", "l0.tp_ar_fc1_dgrad", "l0.ln2_bwd"]
+    assert i["l0.tp_ar_fc1_dgrad"].stream == "compute" and not [o for o in i.values() if o.stream == "tp_comm"]
+    assert [n.removeprefix("B0.0.W.") for n in _phase(ops, 0, "B0.0.W.")][:4] == \
+        ["l0.fc2_wgrad", "l0.fc1_wgrad", "l0.proj_wgrad", "l0.qkv_wgrad"]
+    sp = _ops(SP.replace("pp: 2\n", "pp: 2\n  async_tensor_model_parallel_allreduce: false\n"))
+    assert [o.name for o in sp] == [o.name for o in _ops(SP)]
