@@ -7,7 +7,7 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   ``num_layers_per_virtual_pipeline_stage``, ``..._with_interleaving``, from the pipeline block's generators and
   p2p placement (:func:`schedsim.lower.pipeline_plan.plan_of`, :mod:`schedsim.lower.pipeline_emitter`), the
   pipeline peers being the ranks that differ only in their pp coordinate. p2p messages are ``s·b·h`` elements
-  (``s/tp·b·h`` with sequence parallelism);
+  (``s/tp·b·h`` with sequence parallelism, and with ``scatter_gather_tensors_in_pipeline``: :func:`scatter_gather`);
 * **each stage**: its layers (Megatron's uneven first/last stages included) as kernels on one TP rank
   (:func:`schedsim.spec.pipeline_block._layer_ops` with ``tp``), layer by layer, the first stage adding the
   vocabulary-parallel embedding and the last the final LayerNorm's output layer (logits ``V/tp`` columns) and
@@ -250,6 +250,16 @@ def _async_dgrad(ops: list[Entry], wgrad: list[Entry], plan: TrainingPlan, nbyte
     return out
 
 
+def scatter_gather(t: TrainingSpec, plan: TrainingPlan) -> bool:
+    """Whether pipeline messages are split over the TP ranks (``scatter_gather_tensors_in_pipeline``, Megatron-LM
+    ``p2p_communication.py`` ``_communicate``, 2021-02 to 2023, off under sequence parallelism from 2022-08): each
+    TP rank sends and receives ``1/tp`` of the ``s·b·h`` activation (``split_tensor_into_1d_equal_chunks``), and
+    the receiver all-gathers it over the TP group on the compute stream before the compute that uses it
+    (``gather_split_1d_tensor``: ``_all_gather_base``, after the p2p's ``torch.cuda.synchronize()``), named
+    ``tp_pp_gather`` (forward) and ``tp_pp_gather_bwd`` (backward) at the head of the stage's phase."""
+    return t.scatter_gather_tensors_in_pipeline and plan.tp > 1 and plan.pp > 1 and not plan.sp
+
+
 def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
     """The entries with ``prefix`` before their names (and the names a placed entry waits for, its NCCL group
     and message)."""
@@ -426,28 +436,46 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
         out["I"] += _renamed(pre, f"l{k}.re_") + _renamed(bwd, f"l{k}.")
         out["W"] += _renamed(wgt, f"l{k}.")
     if stage == num_stages - 1:
-        head_f = pick("final_ln")
-        if plan.sp:
-            head_f.append(_coll("tp_ag_logits", "all_gather", act, dt))
-        head_f += pick("logits", "cross_entropy")
-        if plan.tp > 1:
-            head_f += [_coll(f"tp_ce_allreduce{i}", "all_reduce", T * 4, "fp32") for i in range(3)]
-        out["F"] += head_f
-        head_i = pick("cross_entropy_bwd", "logits_dgrad")
-        head_w = pick("logits_wgrad")
-        if asy:  # the output layer is a column-parallel linear too (its input all-gathered with SP)
-            head_i = _async_dgrad(head_i + pick("final_ln_bwd"), head_w, plan, act, dt)
-            head_w = []
-        else:
-            if plan.tp > 1:
-                head_i.append(_coll("tp_logits_dgrad", rs_or_ar, act, dt))
-            head_i += pick("final_ln_bwd")
-        out["I"] = head_i + out["I"]
-        out["W"][:0] = head_w
+        head = _last_head(hd, plan, act, T, asy)
+        out["F"] += head["F"]
+        out["I"] = head["I"] + out["I"]
+        out["W"][:0] = head["W"]
     if stage == 0:
         out["I"] += pick("embedding_dropout_bwd")
         out["W"] += pick("embedding_wgrad")
+    if scatter_gather(t, plan):  # the received 1/tp pieces gathered before the phase's first kernel
+        if stage > 0:
+            out["F"].insert(0, _coll("tp_pp_gather", "all_gather", act, dt))
+        if stage < num_stages - 1:
+            out["I"].insert(0, _coll("tp_pp_gather_bwd", "all_gather", act, dt))
     return out
+
+
+def _last_head(hd: dict[str, dict[str, Any]], plan: TrainingPlan, act: float, tokens: int,
+               asy: bool) -> dict[str, list[Entry]]:
+    """The last stage's head per phase (:func:`stage_lists`; ``hd``: :func:`_head_ops`): the final LayerNorm, the
+    output layer (its input all-gathered with SP) and vocabulary-parallel cross-entropy (three all-reduces of
+    ``tokens`` fp32 values), and their backward, the output layer's as a column-parallel linear's
+    (:func:`_async_dgrad` where ``asy``, else its input gradient's reduction on the compute stream and its weight
+    gradient in W)."""
+    dt = plan.dtype
+
+    def pick(*names: str) -> list[Entry]:
+        return [hd[n] for n in names if n in hd]
+
+    head_f = pick("final_ln")
+    if plan.sp:
+        head_f.append(_coll("tp_ag_logits", "all_gather", act, dt))
+    head_f += pick("logits", "cross_entropy")
+    if plan.tp > 1:
+        head_f += [_coll(f"tp_ce_allreduce{i}", "all_reduce", tokens * 4, "fp32") for i in range(3)]
+    head_i = pick("cross_entropy_bwd", "logits_dgrad")
+    head_w = pick("logits_wgrad")
+    if asy:  # the output layer is a column-parallel linear too
+        return {"F": head_f, "I": _async_dgrad(head_i + pick("final_ln_bwd"), head_w, plan, act, dt), "W": []}
+    if plan.tp > 1:
+        head_i.append(_coll("tp_logits_dgrad", "reduce_scatter" if plan.sp else "all_reduce", act, dt))
+    return {"F": head_f, "I": head_i + pick("final_ln_bwd"), "W": head_w}
 
 
 def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
@@ -707,7 +735,8 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     ns = pplan.num_stages
     ranks = _Ranks(spec, table, t, plan, ns)
     elem = DTYPE_BYTES[plan.dtype]
-    act_bytes = t.seq_length // plan.cp * t.micro_batch_size * t.hidden_size * elem // (plan.tp if plan.sp else 1)
+    act_bytes = t.seq_length // plan.cp * t.micro_batch_size * t.hidden_size * elem // (
+        plan.tp if plan.sp or scatter_gather(t, plan) else 1)
     p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(act_bytes),
                                      dtype=plan.dtype, source="training")) for k in ("send", "recv")}
     rank_stages = {r: sorted(st for st, rr in pplan.s2r.items() if rr == r) for r in range(plan.pp)}

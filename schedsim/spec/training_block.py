@@ -125,6 +125,11 @@ class TrainingSpec(BaseModel):
                                                         "parallel linears' input-gradient all-reduce runs beside "
                                                         "their weight-gradient GEMM; false: on the compute stream "
                                                         "before it.")
+    scatter_gather_tensors_in_pipeline: bool = Field(default=False, description="Megatron-LM 2021-02 to 2023 "
+                                                     "(default on there, --no-scatter-gather-tensors-in-pipeline; "
+                                                     "gone from Megatron Core): without sequence parallelism each "
+                                                     "TP rank sends 1/tp of a pipeline message and the receiver "
+                                                     "all-gathers it over the TP group.")
     bf16: bool = Field(default=False, description="--bf16 (params_dtype bf16).")
     fp16: bool = Field(default=False, description="--fp16 (params_dtype fp16).")
     params_dtype: Literal["fp32", "bf16", "fp16"] = Field(default="fp32", description="Megatron's default fp32; "

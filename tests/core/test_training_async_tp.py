@@ -118,3 +118,24 @@ def test_no_async_allreduce_keeps_it_on_the_compute_stream() -> None:
         ["l0.fc2_wgrad", "l0.fc1_wgrad", "l0.proj_wgrad", "l0.qkv_wgrad"]
     sp = _ops(SP.replace("pp: 2\n", "pp: 2\n  async_tensor_model_parallel_allreduce: false\n"))
     assert [o.name for o in sp] == [o.name for o in _ops(SP)]
+
+
+def test_scatter_gather_splits_pipeline_messages_over_tp() -> None:
+    """``scatter_gather_tensors_in_pipeline`` (Megatron-LM 2021-2023, no sequence parallelism): each TP rank sends
+    1/tp of the s·b·h·2 = 4096-byte activation (2048 bytes), and the receiving stage's phase starts with the TP
+    all-gather of the whole activation (4096 bytes, the nccl-tests size) waiting for the recv; the first stage
+    gathers nothing in its forward and the last nothing in its backward."""
+    ops = _ops(_edit("pp: 2", "pp: 2\n  scatter_gather_tensors_in_pipeline: true"))
+    assert {o.nbytes for o in ops if o.kind in ("send", "recv")} == {32 * 64 * 2 / 2}
+    f1 = [o for o in ops if o.rank == 4 and o.name.startswith("F1.0.")]
+    assert (f1[0].name, f1[0].kind, f1[0].group, f1[0].nbytes, f1[0].stream) == \
+        ("F1.0.tp_pp_gather", "all_gather", (4, 5), 32 * 64 * 2, "compute")
+    assert f1[0].deps == ("recvF1.0",)
+    i0 = [o for o in ops if o.rank == 0 and o.name.startswith("B0.0.I.")]
+    assert i0[0].name == "B0.0.I.tp_pp_gather_bwd" and i0[0].nbytes == 32 * 64 * 2
+    assert i0[0].deps == ("recvB0.0", "sendF0.1")  # and the batch's send, as any first kernel after a batch
+    assert not [o for o in ops if o.name in ("F0.0.tp_pp_gather", "B1.0.I.tp_pp_gather_bwd")]
+    # off (Megatron Core's default) and under sequence parallelism: whole (or s/tp) messages, no gather
+    assert {o.nbytes for o in _ops(TINY) if o.kind == "send"} == {32 * 64 * 2}
+    sp = _ops(SP.replace("pp: 2\n", "pp: 2\n  scatter_gather_tensors_in_pipeline: true\n"))
+    assert not [o for o in sp if "pp_gather" in o.name]
