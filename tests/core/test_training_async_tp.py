@@ -3,7 +3,8 @@
 parallelism the input is all-gathered again for the weight gradient, beside the data-gradient GEMM, and the data
 gradient's reduce-scatter runs beside the weight-gradient GEMM; without it the data gradient's all-reduce does.
 Order, streams, waits and sizes by hand on the tiny configuration of ``test_training_block``, and the overlap on
-the timeline."""
+the timeline; ``async_tensor_model_parallel_allreduce: false``; ``scatter_gather_tensors_in_pipeline``'s pipeline
+messages split over the TP ranks."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ def test_sequence_parallel_backward_by_hand() -> None:
     gradient, the data-gradient GEMM, its reduce-scatter on ``tp_comm`` after it, the weight-gradient GEMM waiting
     for the gathered input (and QKV's bias gradient), then the next kernel waiting for the reduce-scatter. The
     output layer alike. W keeps only the row-parallel linears' weight gradients."""
+    from schedsim.api import lower_spec
+    from schedsim.spec.loader import load_text
+
+    assert lower_spec(load_text(SP)).max_connections == 1  # Megatron's CUDA_DEVICE_MAX_CONNECTIONS with tp > 1
     ops = _ops(SP)
     i = _phase(ops, 4, "B1.0.I.")
     names = list(i)
