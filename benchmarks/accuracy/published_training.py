@@ -32,6 +32,12 @@ Rows (every number is the paper's; nothing here is fitted to them):
   (full recomputation, every layer), ``--fp16``. That Megatron-LM had no asynchronous TP all-reduce (first in
   commit 16c9044, 2021-09-02): ``async_tensor_model_parallel_allreduce: false``.
 
+* Megatron-LM's README (commit 152aab3, 2021-01-11), "GPT-3 Example", held out: ``examples/pretrain_gpt3_175B.sh``
+  (TP 8 × PP 16 on 1,024 A100 GPUs, micro batch 1, global batch 1536, ``--checkpoint-activations``, ``--fp16``,
+  the GPT-2 vocabulary, the default local DDP) "takes around 32 seconds" an iteration (138 TFLOP/s per GPU, which
+  eq. 3 turns into the same 32 s). That Megatron-LM had neither scatter-gather p2p (commit 27fc468, 2021-01-20)
+  nor the asynchronous TP all-reduce.
+
 Both papers ran fp16 mixed precision on DGX A100 nodes. The profile defaults to ``dgx_a100`` when this
 checkout ships it; otherwise to ``h200`` (and the table says so: an H200 prediction is not a prediction of an
 A100 run, only a check that the rows lower and run).
@@ -78,6 +84,9 @@ _K530 = dict(num_layers=105, hidden_size=20480, num_attention_heads=128, seq_len
 _K1T = dict(num_layers=128, hidden_size=25600, num_attention_heads=160, seq_length=2048, vocab_size=51200, fp16=True,
             micro_batch_size=1, global_batch_size=512, tp=8, pp=64, **_SG)
 
+_G3 = dict(num_layers=96, hidden_size=12288, num_attention_heads=96, seq_length=2048, fp16=True, micro_batch_size=1,
+           global_batch_size=1536, tp=8, pp=16, async_tensor_model_parallel_allreduce=False, **_FULL)
+
 ROWS: list[tuple[str, str, int, dict, float, str]] = [
     ("22B full", K_SRC, 8, {**_K22, **_FULL}, 1.42, "measured"),
     ("22B seq+sel", K_SRC, 8, {**_K22, **_SEQSEL}, 1.10, "measured"),
@@ -91,6 +100,7 @@ ROWS: list[tuple[str, str, int, dict, float, str]] = [
     ("530B s+s h.o.", K_SRC, 280, {**_K530, **_SEQSEL}, 37.83, "measured"),
     ("1T full h.o.", K_SRC, 512, {**_K1T, **_FULL}, 94.42, "measured"),
     ("1T s+s h.o.", K_SRC, 512, {**_K1T, **_SEQSEL}, 71.49, "measured"),
+    ("175B 1024 h.o.", "Megatron-LM README 2021", 1024, _G3, 32.0, "measured"),
 ]
 
 
