@@ -18,14 +18,14 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   the backward (Narayanan et al. 2021 §2.3, the f and g operators); with it, an all-gather before QKV and fc1
   and a reduce-scatter after the projection and fc2, and their conjugates in the backward (Korthikanti et al.
   2022 §4.2.2, the g and ḡ operators). Each moves ``s·b·h`` elements (nccl-tests size column). The embedding
-  all-reduces (reduce-scatters with SP) its output, the cross-entropy all-reduces three ``s·b`` fp32 vectors
-  (``tensor_parallel/cross_entropy.py``: max logit, predicted logit, sum of exponentials), and the output
-  layer's input gradient is all-reduced (reduce-scattered with SP). The column-parallel linears' backward (QKV,
-  fc1, the output layer) is Megatron's ``LinearWithGradAccumulationAndAsyncCommunication`` (:func:`_async_dgrad`):
-  with SP the input all-gathered again for the weight gradient beside the data-gradient GEMM, the data gradient's
-  reduce-scatter (all-reduce without SP) beside the weight-gradient GEMM, both asynchronous on stream
-  ``tp_comm``; those weight gradients therefore run inside the input-gradient phase (I), the row-parallel ones
-  in W;
+  all-reduces its output (reduce-scatters it with SP, whose backward all-gathers the gradient), the cross-entropy
+  all-reduces three ``s·b`` fp32 vectors (``tensor_parallel/cross_entropy.py``: max logit, predicted logit, sum
+  of exponentials), and the output layer's input gradient is all-reduced (reduce-scattered with SP). The
+  column-parallel linears' backward (QKV, fc1, the output layer) is Megatron's
+  ``LinearWithGradAccumulationAndAsyncCommunication`` (:func:`_async_dgrad`): with SP the input all-gathered again
+  for the weight gradient beside the data-gradient GEMM, the data gradient's reduce-scatter (all-reduce without
+  SP) beside the weight-gradient GEMM, both asynchronous on stream ``tp_comm``; those weight gradients therefore
+  run inside the input-gradient phase (I), the row-parallel ones in W;
 * **experts** (``num_experts``): each layer's MLP is Megatron-LM's MoE layer (:func:`schedsim.spec.pipeline_block.
   _layer_ops` with ``moe``: router, permutation, one fc1/activation/fc2 per local expert, unpermutation); the
   ``MoEAlltoAllTokenDispatcher``'s all-to-all over the EP group (ranks with the same tp and pp coordinates in
@@ -442,6 +442,8 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
         out["W"][:0] = head["W"]
     if stage == 0:
         out["I"] += pick("embedding_dropout_bwd")
+        if plan.sp:  # the backward of the embedding's reduce-scatter (_ReduceScatterToSequenceParallelRegion)
+            out["I"].append(_coll("tp_embedding_bwd", "all_gather", act, dt))
         out["W"] += pick("embedding_wgrad")
     if scatter_gather(t, plan):  # the received 1/tp pieces gathered before the phase's first kernel
         if stage > 0:

@@ -249,7 +249,7 @@ def _training_ops(tb: Mapping[str, Any], world: int, represented: bool = False) 
     form from its numbers (nothing is lowered): each of the ``world / pp`` pipeline replicas runs, per
     microbatch, every one of the ``num_layers`` layers forward (F), input gradient (I) and weight gradient (W),
     the recomputed forwards, the p2p between its ``v·pp`` stage chunks (4 a microbatch and boundary) and the embedding
-    and head (11 ops; tp > 1: 5 TP collectives more, 6 with sequence parallelism), plus per rank the step's tail (gradient buckets, at most one a layer of its chunks, and the optimizer).
+    and head (11 ops; tp > 1: 5 TP collectives more, 7 with sequence parallelism), plus per rank the step's tail (gradient buckets, at most one a layer of its chunks, and the optimizer).
     ``scatter_gather_tensors_in_pipeline``: 2 ops more a microbatch and boundary (the receivers' all-gathers).
 
     Ops a layer, a microbatch and a rank (the kernel lists of
@@ -294,7 +294,7 @@ def _training_ops(tb: Mapping[str, Any], world: int, represented: bool = False) 
     if "num_experts" in tb:
         e = num("num_experts") // ep
         f, i, w = f + 3 * e + 1 + 2 * (ep > 1), i + 3 * e - 1 + 2 * (ep > 1) - regather, w + 2 * e - 1
-    head = 11 + 5 * (tp > 1) + sp + regather  # embedding and head (module docstring of schedsim.lower.training)
+    head = 11 + 5 * (tp > 1) + 2 * sp + regather  # embedding and head (module docstring of schedsim.lower.training)
     per_mb = layers * (f + i + w) + head + 4 * (v * pp - 1)  # the replica's layers, head, p2p between chunks
     if on("scatter_gather_tensors_in_pipeline") and tp > 1 and pp > 1 and not sp:
         per_mb += 2 * (v * pp - 1)  # the receivers' TP all-gathers

@@ -144,3 +144,15 @@ def test_scatter_gather_splits_pipeline_messages_over_tp() -> None:
     assert {o.nbytes for o in _ops(TINY) if o.kind == "send"} == {32 * 64 * 2}
     sp = _ops(SP.replace("pp: 2\n", "pp: 2\n  scatter_gather_tensors_in_pipeline: true\n"))
     assert not [o for o in sp if "pp_gather" in o.name]
+
+
+def test_sequence_parallel_embedding_backward_gathers_its_gradient() -> None:
+    """With SP the embedding's forward reduce-scatter (``tp_embedding``) has an all-gather of the gradient as its
+    backward (Megatron's ``_ReduceScatterToSequenceParallelRegion``), s·b·h·2 bytes on the compute stream after the
+    embedding dropout's backward, before the lookup's weight gradient; without SP the all-reduce's backward is the
+    identity."""
+    i = list(_phase(_ops(SP), 0, "B0.0.I.").values())
+    assert [(o.name, o.kind, o.nbytes, o.stream) for o in i[-2:]] == [
+        ("B0.0.I.embedding_dropout_bwd", "compute", 32 / 2 * 64 * 5, "compute"),
+        ("B0.0.I.tp_embedding_bwd", "all_gather", 32 * 64 * 2, "compute")]
+    assert not [o for o in _ops(TINY) if "tp_embedding_bwd" in o.name]
