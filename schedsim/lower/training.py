@@ -7,7 +7,7 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   ``num_layers_per_virtual_pipeline_stage``, ``..._with_interleaving``, from the pipeline block's generators and
   p2p placement (:func:`schedsim.lower.pipeline_plan.plan_of`, :mod:`schedsim.lower.pipeline_emitter`), the
   pipeline peers being the ranks that differ only in their pp coordinate. p2p messages are ``s·b·h`` elements
-  (``s/tp·b·h`` with sequence parallelism);
+  (``s/tp·b·h`` with sequence parallelism, and with ``scatter_gather_tensors_in_pipeline``: :func:`scatter_gather`);
 * **each stage**: its layers (Megatron's uneven first/last stages included) as kernels on one TP rank
   (:func:`schedsim.spec.pipeline_block._layer_ops` with ``tp``), layer by layer, the first stage adding the
   vocabulary-parallel embedding and the last the final LayerNorm's output layer (logits ``V/tp`` columns) and
@@ -18,9 +18,14 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   the backward (Narayanan et al. 2021 §2.3, the f and g operators); with it, an all-gather before QKV and fc1
   and a reduce-scatter after the projection and fc2, and their conjugates in the backward (Korthikanti et al.
   2022 §4.2.2, the g and ḡ operators). Each moves ``s·b·h`` elements (nccl-tests size column). The embedding
-  all-reduces (reduce-scatters with SP) its output, the cross-entropy all-reduces three ``s·b`` fp32 vectors
-  (``tensor_parallel/cross_entropy.py``: max logit, predicted logit, sum of exponentials), and the output
-  layer's input gradient is all-reduced (reduce-scattered with SP);
+  all-reduces its output (reduce-scatters it with SP, whose backward all-gathers the gradient), the cross-entropy
+  all-reduces three ``s·b`` fp32 vectors (``tensor_parallel/cross_entropy.py``: max logit, predicted logit, sum
+  of exponentials), and the output layer's input gradient is all-reduced (reduce-scattered with SP). The
+  column-parallel linears' backward (QKV, fc1, the output layer) is Megatron's
+  ``LinearWithGradAccumulationAndAsyncCommunication`` (:func:`_async_dgrad`): with SP the input all-gathered again
+  for the weight gradient beside the data-gradient GEMM, the data gradient's reduce-scatter (all-reduce without
+  SP) beside the weight-gradient GEMM, both asynchronous on stream ``tp_comm``; those weight gradients therefore
+  run inside the input-gradient phase (I), the row-parallel ones in W;
 * **experts** (``num_experts``): each layer's MLP is Megatron-LM's MoE layer (:func:`schedsim.spec.pipeline_block.
   _layer_ops` with ``moe``: router, permutation, one fc1/activation/fc2 per local expert, unpermutation); the
   ``MoEAlltoAllTokenDispatcher``'s all-to-all over the EP group (ranks with the same tp and pp coordinates in
@@ -67,13 +72,9 @@ the gradient norm's (``--clip-grad``), each one fp32 value over the model-parall
 distributed optimizer), and each of those by its passes over the rank's gradients (the copy of 16-bit
 gradients to fp32 main gradients, fp16's unscale-and-check, the local L2 norm), memory-bound kernels by bytes.
 
-Not modelled yet (issue 36): Megatron issues the backward's TP collectives asynchronously (the data gradient's
-all-reduce or reduce-scatter overlaps the weight-gradient GEMM, ``tensor_parallel/layers.py``
-``LinearWithGradAccumulationAndAsyncCommunication``); here they run between the data-gradient GEMMs on the
-compute stream, all weight gradients after them, so backward TP communication is exposed in full. Also not yet:
-the all-gather of the sequence-parallel input that the weight gradient redoes (and, with
-``tp_comm_overlap``, its bulk overlap with the data gradient); Transformer Engine's other kernels with
-cp > 1 (the layer keeps the local implementation's around the attention core); for experts, the
+Not modelled yet (issue 36): with ``tp_comm_overlap``, Transformer Engine's bulk overlap of the weight gradient's
+all-gather with the data gradient (the userbuffers path keeps its weight gradients in W); Transformer Engine's
+other kernels with cp > 1 (the layer keeps the local implementation's around the attention core); for experts, the
 distributed optimizer's sharding of expert state over the expert data-parallel group (it is sharded over
 dp·cp like the dense state), expert biases, grouped GEMM (``moe_grouped_gemm``) and MoE activation memory
 (Korthikanti's dense count is used).
@@ -154,14 +155,19 @@ def _with_ep(ops: list[Entry], phase: str, plan: TrainingPlan, a2a: float, gathe
 
 
 def _with_tp(ops: list[Entry], phase: str, plan: TrainingPlan, nbytes: float, dtype: str,
-             overlap: bool = False) -> list[Entry]:
+             overlap: bool = False, wgrad: list[Entry] | None = None) -> list[Entry]:
     """One layer's ``phase`` kernels with its TP collectives placed (module docstring), or with ``overlap``
     (``tp_comm_overlap``, sequence parallelism) its all-gathers and reduce-scatters overlapped with their
-    GEMMs (:func:`_tp_overlap`)."""
+    GEMMs (:func:`_tp_overlap`). ``wgrad`` (phase I only): the layer's weight-gradient kernels; the column-parallel
+    linears' backward then runs as Megatron issues it, its collectives asynchronous beside their GEMMs
+    (:func:`_async_dgrad`)."""
     if plan.tp == 1:
         return list(ops)
     if overlap and plan.sp:
         return _tp_overlap(ops, phase, plan, nbytes / plan.tp)
+    if wgrad is not None:
+        ops = _with_tp(ops, phase, plan, nbytes, dtype)
+        return _async_dgrad([o for o in ops if o["name"] not in _SYNC_DGRAD_COLL], wgrad, plan, nbytes, dtype)
     if plan.sp:
         before = {"F": {"qkv": "tp_ag_attn", "fc1": "tp_ag_mlp"},
                   "I": {"fc2_dgrad": "tp_ag_fc2_dgrad", "proj_dgrad": "tp_ag_proj_dgrad"}}.get(phase, {})
@@ -180,6 +186,78 @@ def _with_tp(ops: list[Entry], phase: str, plan: TrainingPlan, nbytes: float, dt
             name = after[o["name"]]
             out.append(_coll(name, "reduce_scatter" if plan.sp else "all_reduce", nbytes, dtype))
     return out
+
+
+#: The TP group's NCCL stream: where the backward's asynchronous collectives run (:func:`_async_dgrad`).
+TP_STREAM = "tp_comm"
+#: The column-parallel linears whose backward Megatron-LM overlaps with TP communication
+#: (``LinearWithGradAccumulationAndAsyncCommunication``): data-gradient GEMM -> the kernels of its backward that
+#: run after it (the weight gradient, then the bias gradient where the linear adds its bias itself).
+ASYNC_LINEARS = {"qkv_dgrad": ("qkv_wgrad", "qkv_bias_grad"), "fc1_dgrad": ("fc1_wgrad",),
+                 "logits_dgrad": ("logits_wgrad",)}
+#: The synchronous placement's collectives after those GEMMs (:func:`_with_tp`), which :func:`_async_dgrad` replaces.
+_SYNC_DGRAD_COLL = ("tp_rs_fc1_dgrad", "tp_rs_qkv_dgrad", "tp_ar_fc1_dgrad", "tp_ar_qkv_dgrad")
+
+
+def async_tp(t: TrainingSpec, plan: TrainingPlan) -> bool:
+    """Whether the column-parallel linears' backward collectives are asynchronous (:func:`_async_dgrad`): with
+    tp > 1, unless Transformer Engine's userbuffers overlap them instead (``tp_comm_overlap`` with sequence
+    parallelism, :func:`_tp_overlap`); without sequence parallelism only with
+    ``async_tensor_model_parallel_allreduce`` (Megatron-LM ``arguments.py`` turns that flag off under sequence
+    parallelism, whose own path in the linear is always asynchronous)."""
+    return plan.tp > 1 and not (t.tp_comm_overlap and plan.sp) and (plan.sp or t.async_tensor_model_parallel_allreduce)
+
+
+def _async_dgrad(ops: list[Entry], wgrad: list[Entry], plan: TrainingPlan, nbytes: float,
+                 dtype: str) -> list[Entry]:
+    """The backward of the column-parallel linears of ``ops`` (:data:`ASYNC_LINEARS` whose kernels ``wgrad``
+    holds) as Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication.backward`` issues it, with
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (so each collective is issued before the GEMM it overlaps, and NCCL's stream
+    starts it first): with sequence parallelism, the all-gather of the linear's sequence-parallel input again
+    (``tp_ag_<linear>_wgrad``, ``nbytes``: the forward freed the gathered copy), asynchronous on the TP group's
+    NCCL stream (:data:`TP_STREAM`), overlapped with the data-gradient GEMM; ``handle.wait()``; the data
+    gradient's reduce-scatter (with SP; all-reduce without, ``async_grad_allreduce``), asynchronous on that
+    stream, overlapped with the weight-gradient GEMM (which waits for the gathered input) and the bias gradient;
+    the next kernel waits for the reduction (``handle.wait()`` before ``backward`` returns). Each collective
+    waits for the compute stream's kernels issued before it (``ProcessGroupNCCL``: the NCCL stream waits on the
+    current stream). Returns the list with those weight-gradient kernels moved in; the caller drops them from W.
+    A list that would end with a pending reduction is left as it is (the next phase would not wait for it)."""
+    by = {str(o["name"]): o for o in wgrad}
+    sp = plan.sp
+    out: list[Entry] = []
+    wait = ""
+    if str(ops[-1]["name"]) in ASYNC_LINEARS:
+        return list(ops)
+    for o in ops:
+        name = str(o["name"])
+        if wait:
+            o = {**o, "after": [*o.get("after", []), wait]}
+            wait = ""
+        moved = ASYNC_LINEARS.get(name)
+        if moved is None or not all(n in by for n in moved):
+            out.append(o)
+            continue
+        base = name.removesuffix("_dgrad")
+        w = [dict(by[n]) for n in moved]
+        if sp:
+            ag = f"tp_ag_{base}_wgrad"
+            out.append({**_coll(ag, "all_gather", nbytes, dtype), "stream": TP_STREAM,
+                        "after": [str(out[-1]["name"])] if out else []})
+            w[0]["after"] = [ag]
+        wait = f"tp_rs_{name}" if sp else f"tp_ar_{name}"
+        out += [o, {**_coll(wait, "reduce_scatter" if sp else "all_reduce", nbytes, dtype), "stream": TP_STREAM,
+                    "after": [name]}, *w]
+    return out
+
+
+def scatter_gather(t: TrainingSpec, plan: TrainingPlan) -> bool:
+    """Whether pipeline messages are split over the TP ranks (``scatter_gather_tensors_in_pipeline``, Megatron-LM
+    ``p2p_communication.py`` ``_communicate``, 2021-02 to 2023, off under sequence parallelism from 2022-08): each
+    TP rank sends and receives ``1/tp`` of the ``s·b·h`` activation (``split_tensor_into_1d_equal_chunks``), and
+    the receiver all-gathers it over the TP group on the compute stream before the compute that uses it
+    (``gather_split_1d_tensor``: ``_all_gather_base``, after the p2p's ``torch.cuda.synchronize()``), named
+    ``tp_pp_gather`` (forward) and ``tp_pp_gather_bwd`` (backward) at the head of the stage's phase."""
+    return t.scatter_gather_tensors_in_pipeline and plan.tp > 1 and plan.pp > 1 and not plan.sp
 
 
 def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
@@ -325,7 +403,10 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
     layer = _layer_ops(tr, plan.tp, plan.sp, plan.groups, moe)
     lps = plan.stage_layers[stage]
     fwd = _with_tp(layer["F"], "F", plan, act, plan.dtype, t.tp_comm_overlap)
-    bwd = _with_tp(layer["I"], "I", plan, act, plan.dtype, t.tp_comm_overlap)
+    asy = async_tp(t, plan)
+    bwd = _with_tp(layer["I"], "I", plan, act, plan.dtype, t.tp_comm_overlap, layer["W"] if asy else None)
+    inline = {str(o["name"]) for o in bwd}  # weight gradients the backward runs beside its collectives
+    wgt = [o for o in layer["W"] if o["name"] not in inline]
     if moe is not None:
         gathered = sum(moe[2]) * t.hidden_size * e
         fwd = _with_ep(fwd, "F", plan, a2a, gathered, plan.dtype)
@@ -353,24 +434,50 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
     for k in reversed(range(lps)):
         pre = (fwd if _recomputed(t, k, lps) else core if t.recompute_granularity == "selective" else [])
         out["I"] += _renamed(pre, f"l{k}.re_") + _renamed(bwd, f"l{k}.")
-        out["W"] += _renamed(layer["W"], f"l{k}.")
+        out["W"] += _renamed(wgt, f"l{k}.")
     if stage == num_stages - 1:
-        head_f = pick("final_ln")
-        if plan.sp:
-            head_f.append(_coll("tp_ag_logits", "all_gather", act, dt))
-        head_f += pick("logits", "cross_entropy")
-        if plan.tp > 1:
-            head_f += [_coll(f"tp_ce_allreduce{i}", "all_reduce", T * 4, "fp32") for i in range(3)]
-        out["F"] += head_f
-        head_i = pick("cross_entropy_bwd", "logits_dgrad")
-        if plan.tp > 1:
-            head_i.append(_coll("tp_logits_dgrad", rs_or_ar, act, dt))
-        out["I"] = head_i + pick("final_ln_bwd") + out["I"]
-        out["W"][:0] = pick("logits_wgrad")
+        head = _last_head(hd, plan, act, T, asy)
+        out["F"] += head["F"]
+        out["I"] = head["I"] + out["I"]
+        out["W"][:0] = head["W"]
     if stage == 0:
         out["I"] += pick("embedding_dropout_bwd")
+        if plan.sp:  # the backward of the embedding's reduce-scatter (_ReduceScatterToSequenceParallelRegion)
+            out["I"].append(_coll("tp_embedding_bwd", "all_gather", act, dt))
         out["W"] += pick("embedding_wgrad")
+    if scatter_gather(t, plan):  # the received 1/tp pieces gathered before the phase's first kernel
+        if stage > 0:
+            out["F"].insert(0, _coll("tp_pp_gather", "all_gather", act, dt))
+        if stage < num_stages - 1:
+            out["I"].insert(0, _coll("tp_pp_gather_bwd", "all_gather", act, dt))
     return out
+
+
+def _last_head(hd: dict[str, dict[str, Any]], plan: TrainingPlan, act: float, tokens: int,
+               asy: bool) -> dict[str, list[Entry]]:
+    """The last stage's head per phase (:func:`stage_lists`; ``hd``: :func:`_head_ops`): the final LayerNorm, the
+    output layer (its input all-gathered with SP) and vocabulary-parallel cross-entropy (three all-reduces of
+    ``tokens`` fp32 values), and their backward, the output layer's as a column-parallel linear's
+    (:func:`_async_dgrad` where ``asy``, else its input gradient's reduction on the compute stream and its weight
+    gradient in W)."""
+    dt = plan.dtype
+
+    def pick(*names: str) -> list[Entry]:
+        return [hd[n] for n in names if n in hd]
+
+    head_f = pick("final_ln")
+    if plan.sp:
+        head_f.append(_coll("tp_ag_logits", "all_gather", act, dt))
+    head_f += pick("logits", "cross_entropy")
+    if plan.tp > 1:
+        head_f += [_coll(f"tp_ce_allreduce{i}", "all_reduce", tokens * 4, "fp32") for i in range(3)]
+    head_i = pick("cross_entropy_bwd", "logits_dgrad")
+    head_w = pick("logits_wgrad")
+    if asy:  # the output layer is a column-parallel linear too
+        return {"F": head_f, "I": _async_dgrad(head_i + pick("final_ln_bwd"), head_w, plan, act, dt), "W": []}
+    if plan.tp > 1:
+        head_i.append(_coll("tp_logits_dgrad", "reduce_scatter" if plan.sp else "all_reduce", act, dt))
+    return {"F": head_f, "I": head_i + pick("final_ln_bwd"), "W": head_w}
 
 
 def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
@@ -435,15 +542,17 @@ class _Ranks:
         plan = self.plan
         held = self.held[stage]
         lps = plan.stage_layers[stage]
-        own = {"logits_wgrad": held["lm_head"], "embedding_wgrad": held["embedding"]}
+        own: dict[str, float] = {"logits_wgrad": held["lm_head"], "embedding_wgrad": held["embedding"]}
         size = max(40_000_000, 1_000_000 * plan.dp * plan.cp) if bucketing else float("inf")
         out: dict[str, tuple[int, float]] = {}
         acc = 0.0
         names = [str(o["name"]) for o in self.lists[stage]["W"]]
+        if names and "logits_wgrad" not in names:  # run inside I (async_tp): ready before W starts
+            own[names[0]] = own.get(names[0], 0.0) + held["lm_head"]
         layer_of = [n.split(".")[0] if n.startswith("l") and "." in n else "" for n in names]
         for i, name in enumerate(names):  # a layer's parameters are ready after its last weight-gradient kernel
             done = layer_of[i] and (i + 1 == len(names) or layer_of[i + 1] != layer_of[i])
-            acc += own.get(name, held["layers"] / lps if done else 0) / plan.tp
+            acc += (own.get(name, 0.0) + (held["layers"] / lps if done else 0)) / plan.tp
             if acc >= size or (name == names[-1] and acc):
                 out[name] = (len(out), acc)
                 acc = 0.0
@@ -471,14 +580,17 @@ class _Ranks:
                 lst = self._ring_order(lst, odd)
                 index = {str(o["name"]): k for k, o in enumerate(lst)}
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
-                    if "after" in o:
-                        row.append(self._placed(o, index, ring, tp_ring, s, phase, k))
-                        continue
+                    coll = -1
                     if o.get("tp"):
                         grp = ep_group if o.get("group") == "ep" else group
-                        op = Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute", seq=0, group=grp,
-                                nbytes=o["bytes"], dtype=o["dtype"], source="training")
-                        row.append((o["name"], self.template(op)))
+                        coll = self.template(Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute",
+                                                seq=0, group=grp, nbytes=o["bytes"], dtype=o["dtype"],
+                                                source="training"))
+                    if "after" in o:
+                        row.append(self._placed(o, index, ring, tp_ring, s, phase, k, coll))
+                        continue
+                    if coll >= 0:
+                        row.append((o["name"], coll))
                         continue
                     tid = self.compute.get((s, phase, k, hot))
                     if tid is None:
@@ -504,11 +616,14 @@ class _Ranks:
         return out
 
     def _placed(self, o: Entry, index: dict[str, int], ring: tuple[int, int], tp_ring: tuple[int, int], s: int,
-                phase: str, k: int) -> tuple[str, int, ProtoPlace]:
-        """The protos row of an entry placed by name (:func:`_with_cp`): a ring send/recv, or a compute op
-        that waits for ops of other streams."""
+                phase: str, k: int, coll: int = -1) -> tuple[str, int, ProtoPlace]:
+        """The protos row of an entry placed by name (:func:`_with_cp`, :func:`_async_dgrad`): a ring send/recv, a
+        collective off the compute stream (``coll``: its template id), or a compute op that waits for ops of other
+        streams."""
         peer = -1
-        if o["kind"] in ("send", "recv"):
+        if coll >= 0:
+            tid = coll
+        elif o["kind"] in ("send", "recv"):
             pair = ring if o.get("ring", "cp") == "cp" else tp_ring
             peer = pair[0] if o["cp_peer"] == "next" else pair[1]
             tid = self.template(Op(name=o["name"], rank=0, kind=o["kind"], stream="", seq=0, nbytes=o["bytes"],
@@ -558,8 +673,9 @@ def represented_ranks(spec: ScheduleSpec) -> tuple[int, ...]:
     the full lowering, bit for bit, but for one thing: at an instant where identical ranks become ready together,
     the full simulation meets them in rank order, and where a kernel fills the GPU, the ranks met first start a
     collective later than the last one (their next kernel took the SMs first). A representative is its group's
-    only member, so it is always met last, and the makespans can differ by such ties (well under 0.1 %:
-    docs/validation.md, "Symmetric lowering"; ``tests/core/test_training_symmetric.py``)."""
+    only member, so it is always met last, and the makespans can differ by such ties (0.74 % on the 1,024-GPU step,
+    where every asynchronous TP collective of the backward meets one: docs/validation.md, "Symmetric lowering" and
+    "the current table"; ``tests/core/test_training_symmetric.py``)."""
     reps = np.unique(rank_classes(spec))
     return () if len(reps) == spec.world_size else tuple(reps.tolist())
 
@@ -622,7 +738,8 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     ns = pplan.num_stages
     ranks = _Ranks(spec, table, t, plan, ns)
     elem = DTYPE_BYTES[plan.dtype]
-    act_bytes = t.seq_length // plan.cp * t.micro_batch_size * t.hidden_size * elem // (plan.tp if plan.sp else 1)
+    act_bytes = t.seq_length // plan.cp * t.micro_batch_size * t.hidden_size * elem // (
+        plan.tp if plan.sp or scatter_gather(t, plan) else 1)
     p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(act_bytes),
                                      dtype=plan.dtype, source="training")) for k in ("send", "recv")}
     rank_stages = {r: sorted(st for st, rr in pplan.s2r.items() if rr == r) for r in range(plan.pp)}

@@ -249,11 +249,14 @@ def _training_ops(tb: Mapping[str, Any], world: int, represented: bool = False) 
     form from its numbers (nothing is lowered): each of the ``world / pp`` pipeline replicas runs, per
     microbatch, every one of the ``num_layers`` layers forward (F), input gradient (I) and weight gradient (W),
     the recomputed forwards, the p2p between its ``v·pp`` stage chunks (4 a microbatch and boundary) and the embedding
-    and head (11 ops; tp > 1: 5 TP collectives more, 6 with sequence parallelism), plus per rank the step's tail (gradient buckets, at most one a layer of its chunks, and the optimizer).
+    and head (11 ops; tp > 1: 5 TP collectives more, 7 with sequence parallelism), plus per rank the step's tail (gradient buckets, at most one a layer of its chunks, and the optimizer).
+    ``scatter_gather_tensors_in_pipeline``: 2 ops more a microbatch and boundary (the receivers' all-gathers).
 
     Ops a layer, a microbatch and a rank (the kernel lists of
     :func:`schedsim.spec.pipeline_block._layer_ops` with :mod:`schedsim.lower.training`'s collectives): F 15, I 22,
-    W 5; tp > 1: 3 TP collectives more each of F and I, and 2 all-gathers more with sequence parallelism;
+    W 5; tp > 1: 3 TP collectives more each of F and I, and 2 all-gathers more with sequence parallelism (I 2
+    more again without ``tp_comm_overlap``: the weight gradients' all-gathers of QKV's and fc1's input, one in an
+    MoE layer, and the head one more);
     ``use_flash_attn`` (cp = 1): 2 and 4 fewer, else both dropouts 0: 1 and 3 fewer; context parallelism's ring:
     ``4·cp − 8`` more each; ``tp_comm_overlap``: ``14·tp − 18`` more each (chunked GEMMs and ring exchanges); an
     MoE layer of E local experts: F ``3·E + 1``, I ``3·E − 1``, W ``2·E − 1`` more, the all-to-alls 2 more each
@@ -277,8 +280,9 @@ def _training_ops(tb: Mapping[str, Any], world: int, represented: bool = False) 
     v = max(1, layers // pp // num("num_layers_per_virtual_pipeline_stage", default=layers))
     sp = on("sequence_parallel") and tp > 1
     f, i, w = 15, 22, 5
+    regather = sp and not on("tp_comm_overlap")  # the weight gradients' all-gathers of QKV's and fc1's input
     if tp > 1:
-        f, i = f + 3 + 2 * sp, i + 3 + 2 * sp
+        f, i = f + 3 + 2 * sp, i + 3 + 2 * sp + 2 * regather
     if cp > 1:
         f, i = f + 4 * cp - 8, i + 4 * cp - 8
     elif on("use_flash_attn"):
@@ -289,9 +293,11 @@ def _training_ops(tb: Mapping[str, Any], world: int, represented: bool = False) 
         f, i = f + 14 * tp - 18, i + 14 * tp - 18
     if "num_experts" in tb:
         e = num("num_experts") // ep
-        f, i, w = f + 3 * e + 1 + 2 * (ep > 1), i + 3 * e - 1 + 2 * (ep > 1), w + 2 * e - 1
-    head = 11 + 5 * (tp > 1) + sp  # embedding and head (module docstring of schedsim.lower.training)
+        f, i, w = f + 3 * e + 1 + 2 * (ep > 1), i + 3 * e - 1 + 2 * (ep > 1) - regather, w + 2 * e - 1
+    head = 11 + 5 * (tp > 1) + 2 * sp + regather  # embedding and head (module docstring of schedsim.lower.training)
     per_mb = layers * (f + i + w) + head + 4 * (v * pp - 1)  # the replica's layers, head, p2p between chunks
+    if on("scatter_gather_tensors_in_pipeline") and tp > 1 and pp > 1 and not sp:
+        per_mb += 2 * (v * pp - 1)  # the receivers' TP all-gathers
     rg = tb.get("recompute_granularity")
     if rg == "full":
         rerun = layers if tb.get("recompute_method") != "block" else min(layers, num("recompute_num_layers") * pp * v)

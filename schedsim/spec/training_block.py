@@ -119,6 +119,17 @@ class TrainingSpec(BaseModel):
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    async_tensor_model_parallel_allreduce: bool = Field(default=True, description="Megatron-LM's default (off with "
+                                                        "--no-async-tensor-model-parallel-allreduce; absent before "
+                                                        "late 2021): without sequence parallelism, the column-"
+                                                        "parallel linears' input-gradient all-reduce runs beside "
+                                                        "their weight-gradient GEMM; false: on the compute stream "
+                                                        "before it.")
+    scatter_gather_tensors_in_pipeline: bool = Field(default=False, description="Megatron-LM 2021-02 to 2023 "
+                                                     "(default on there, --no-scatter-gather-tensors-in-pipeline; "
+                                                     "gone from Megatron Core): without sequence parallelism each "
+                                                     "TP rank sends 1/tp of a pipeline message and the receiver "
+                                                     "all-gathers it over the TP group.")
     bf16: bool = Field(default=False, description="--bf16 (params_dtype bf16).")
     fp16: bool = Field(default=False, description="--fp16 (params_dtype fp16).")
     params_dtype: Literal["fp32", "bf16", "fp16"] = Field(default="fp32", description="Megatron's default fp32; "

@@ -19,6 +19,9 @@ RECOMPUTE = {"recompute_granularity": "full", "recompute_method": "uniform", "re
 MOE = {"sequence_parallel": True, "num_experts": 4, "expert_model_parallel_size": 2}
 GRID: list[tuple[int, dict[str, Any]]] = [
     (8, {"tp": 2, "pp": 2}),
+    (8, {"tp": 2, "pp": 2, "sequence_parallel": True}),
+    (8, {"tp": 2, "pp": 2, "num_layers": 4, "num_layers_per_virtual_pipeline_stage": 1,
+         "scatter_gather_tensors_in_pipeline": True}),
     (8, {"tp": 2, "pp": 2, "num_layers": 4, "num_layers_per_virtual_pipeline_stage": 1}),
     (8, {"tp": 2, "pp": 2, **RECOMPUTE}),
     (8, {"tp": 2, "pp": 2, "cp": 2, "recompute_granularity": "selective"}),

@@ -163,7 +163,10 @@ def test_full_simulation_breaks_ties_between_identical_ranks() -> None:
     one data-parallel reduce-scatter at different times on ranks whose programs and ready times are the same
     (the event loop meets their members in rank order at one instant: on the ranks met first the next kernel has
     taken the SMs before the rendezvous completes; on the last one it has not). The representative is its group's
-    only member, so it is always met last. The makespans differ by that tie (0.035 % here), not by a model."""
+    only member, so it is always met last. The makespans differ by that tie, not by a model: 0.37 % here, where
+    it also meets the backward's asynchronous TP collectives, each issued just before the GEMM it overlaps (on the
+    TP ranks met first that GEMM takes the SMs before the collective's rendezvous completes: about 30 µs later a
+    collective; 0.035 % while those collectives ran synchronously on the compute stream)."""
     prof = load_profile("dgx_h100")
     full = simulate(lower(load_text(BIG)), prof)
     sym = simulate(lower(load_text(BIG), symmetric=True), prof)
@@ -173,7 +176,7 @@ def test_full_simulation_breaks_ties_between_identical_ranks() -> None:
     assert c.ready_s[rows[0]] == c.ready_s[rows[1]]
     assert c.start_s[rows[0]] > c.start_s[rows[1]]  # the rank met first waits for SMs
     assert sym.makespan_s != full.makespan_s
-    assert abs(sym.makespan_s - full.makespan_s) < 5e-4 * full.makespan_s
+    assert abs(sym.makespan_s - full.makespan_s) < 5e-3 * full.makespan_s
 
 
 def test_predict_command_says_so_and_full_ranks_opts_out(tmp_path: Any) -> None:
