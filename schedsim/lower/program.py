@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -147,6 +147,22 @@ def _freeze(v: Any) -> Any:
     return v
 
 
+class _ProgramInfo(TypedDict):
+    name: str
+    world_size: int
+    launch: str
+
+
+class ProgramInfo(_ProgramInfo, total=False):
+    """:meth:`Program.graph_info`: what ``G.graph`` of the networkx DAG holds and the simulator reads. ``name``,
+    ``world_size`` and ``launch`` always; ``max_connections`` (``CUDA_DEVICE_MAX_CONNECTIONS``, 1-32), ``pipeline``
+    (:meth:`schedsim.graph.info.PipelineInfo.to_dict`) and ``nccl_init`` (``eager``) where set."""
+
+    max_connections: int
+    pipeline: dict[str, Any]
+    nccl_init: str
+
+
 @dataclass(frozen=True, eq=False)
 class Program:
     """A lowered schedule (module docstring). Arrays are read-only; derived views are cached."""
@@ -155,7 +171,7 @@ class Program:
     world_size: int
     launch: str
     file: str
-    max_connections: Any
+    max_connections: int | None
     pipeline: PipelineInfo | None
     templates: tuple[Op, ...]
     name_table: Any  # the op names: a tuple, or the lowering's interner (made on first read of ``names``)
@@ -340,11 +356,11 @@ class Program:
         ptr, idx = self.coll_ptr.tolist(), self.coll_idx.tolist()
         return {k: idx[ptr[c]:ptr[c + 1]] for c, k in enumerate(self.coll_keys)}
 
-    def graph_info(self, *, lazy_order: bool = False) -> dict[str, Any]:
+    def graph_info(self, *, lazy_order: bool = False) -> ProgramInfo:
         """``name``, ``world_size``, ``launch`` (and ``max_connections``, ``pipeline`` when set), as
         ``G.graph`` holds them; ``lazy_order``: the pipeline's order left unmade
         (:meth:`schedsim.graph.info.PipelineInfo.to_dict`)."""
-        info: dict[str, Any] = {"name": self.name, "world_size": self.world_size, "launch": self.launch}
+        info: ProgramInfo = {"name": self.name, "world_size": self.world_size, "launch": self.launch}
         if self.max_connections is not None:
             info["max_connections"] = self.max_connections
         if self.pipeline is not None:
