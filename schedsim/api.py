@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from schedsim.compare import Comparison
     from schedsim.hardware.profile import HardwareProfile
     from schedsim.lower.program import Program
+    from schedsim.network.explain import ExplainRow
     from schedsim.sim.metrics import Metrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
     from schedsim.sim.timeline import Timeline
@@ -436,7 +437,7 @@ def predict_options(launch: str | None, prof: HardwareProfile, **sim: Unpack[Pre
 
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwareProfile, out: Path | None,
                    launch: str | None,
-                   gantt: bool = True, trace: bool | None = None, explain: list[dict[str, Any]] | None = None,
+                   gantt: bool = True, trace: bool | None = None, explain: list[ExplainRow] | None = None,
                    **sim: Unpack[PredictOptions]) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default

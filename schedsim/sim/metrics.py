@@ -36,6 +36,7 @@ The result is a :class:`Metrics` (one :class:`RankMetrics` per rank); ``Metrics.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -324,7 +325,7 @@ class Metrics:
     copy_overlap_ratio: float | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
-    def of(cls, tl: Timeline, classes: Any = None) -> Metrics:
+    def of(cls, tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> Metrics:
         """Compute the metrics of ``tl`` (``pipeline`` and ``memory_peak`` left None). ``classes``: per rank of
         the world, the rank of ``tl`` that stands for it (a symmetric lowering's timeline,
         :func:`schedsim.lower.training.rank_classes`): every rank then gets its representative's metrics, and the
@@ -380,7 +381,7 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
     return Metrics.of(tl).to_dict()
 
 
-def _compute(tl: Timeline, classes: Any = None) -> Metrics:
+def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> Metrics:
     """Makespan, per-rank busy/idle, exposed communication, overlap ratio, critical path (:class:`Metrics`).
 
     Every rank at once (:func:`_merged_by`, :func:`_sums_by`, :func:`_overlap_by`): the same floats as

@@ -59,6 +59,7 @@ from schedsim.sim.timeline_json import (
 
 if TYPE_CHECKING:
     import numpy as np
+    from numpy.typing import NDArray
 
     from schedsim.coded import Parts, TagColumns
     from schedsim.graph.info import PipelineInfo
@@ -97,7 +98,10 @@ class Span(NamedTuple):
 
 
 #: A dictionary-encoded string column: (distinct values in order of first use, int32 codes of shape (n,)).
-Categorical = tuple[list[str], "np.ndarray"]
+Categorical = tuple[list[str], "NDArray[np.int32]"]
+
+#: How :meth:`SpanColumns.json_items` writes the columns: ``(names, tags, based)`` (:meth:`SpanColumns._json_forms`).
+JsonForms = tuple[str, str, dict[str, dict[str, Any]]]
 
 #: Above this many spans :attr:`Timeline.makespan_s` builds the columns (one numpy max/min) rather than
 #: walking the rows twice.
@@ -179,9 +183,10 @@ class SpanColumns:
                  "resource", "start_s", "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")
 
     def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
-                 rank: np.ndarray, stream: Categorical, kind: Categorical, resource: Categorical,
-                 start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray, ready_s: np.ndarray, bytes: np.ndarray,
-                 flops: np.ndarray, tags: list[dict[str, Any]] | None, stream_s: np.ndarray | None = None, *,
+                 rank: NDArray[np.int64], stream: Categorical, kind: Categorical, resource: Categorical,
+                 start_s: NDArray[np.float64], end_s: NDArray[np.float64], solo_s: NDArray[np.float64],
+                 ready_s: NDArray[np.float64], bytes: NDArray[np.float64], flops: NDArray[np.float64],
+                 tags: list[dict[str, Any]] | None, stream_s: NDArray[np.float64] | None = None, *,
                  coded_ids: tuple[Sequence[str], np.ndarray] | None = None,
                  coded_tags: tuple[Sequence[tuple[tuple[str, Any], ...]], np.ndarray] | TagColumns
                  | Callable[[], TagColumns] | None = None,
@@ -234,7 +239,7 @@ class SpanColumns:
             self._tags = self._tag_columns().dicts()  # type: ignore[union-attr]
         return self._tags
 
-    def tags_of(self, rows: Any) -> list[dict[str, Any]]:
+    def tags_of(self, rows: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """The tags of ``rows`` (ints), in that order, as :attr:`tags` gives them (treat them as read-only),
         built for those rows only while the per-row dicts are not made: a chart of a few lanes of a 214k-op run
         reads its lanes' tags, not every row's."""
@@ -287,7 +292,7 @@ class SpanColumns:
                        ([], np.zeros(0, np.int32)), f, f.copy(), f.copy(), f.copy(), f.copy(), f.copy(), [])
         ids, names, ranks, streams, kinds, res, st, en, solo, ready, by, fl, tags, ss = zip(*spans, strict=True)
 
-        def floats(col: tuple[Any, ...]) -> np.ndarray:
+        def floats(col: tuple[float | None, ...]) -> NDArray[np.float64]:
             try:
                 return np.fromiter(col, dtype=np.float64, count=n)
             except TypeError:  # None (unknown) among the values
@@ -309,7 +314,7 @@ class SpanColumns:
         ids = self.id
         return [ids[i] for i in rows]
 
-    def tagged(self, rows: Any, key: str) -> tuple[list[int], list[dict[str, Any]]]:
+    def tagged(self, rows: np.ndarray, key: str) -> tuple[list[int], list[dict[str, Any]]]:
         """Of ``rows`` (int array), those whose tags hold ``key``, with their tag dicts; from the coded tag sets
         when the per-row dicts are not built (one dict per distinct set)."""
         import numpy as np
@@ -352,7 +357,7 @@ class SpanColumns:
                 codes[i] = index[k]
         return values, codes
 
-    def named_by(self, name_id: Any) -> bool:
+    def named_by(self, name_id: np.ndarray) -> bool:
         """Whether the rows are coded by this very name-id column (a Program's ``name_id``: the timeline was
         simulated from that Program, so row ``i`` is its op ``i``)."""
         return self._coded is not None and self._coded[1] is name_id
@@ -381,7 +386,7 @@ class SpanColumns:
                         [None] * len(self.id) if self.stream_s is None else _optional(self.stream_s)))
 
     # -- JSON ---------------------------------------------------------------
-    def _json_forms(self) -> tuple[str, str, dict[str, dict[str, Any]]]:
+    def _json_forms(self) -> JsonForms:
         """How :meth:`json_items` writes the names, the tags and the float columns: ``("shared" | "parts" |
         "lists", "keys" | "index", based)``, ``based`` the float columns written as a base and the rows that
         differ from it (module docstring), by name."""
@@ -399,14 +404,13 @@ class SpanColumns:
                     based[c] = got
         return names, "keys" if keyed else "index", based
 
-    def json_version(self, forms: tuple[str, str, dict[str, dict[str, Any]]] | None = None) -> int:
+    def json_version(self, forms: JsonForms | None = None) -> int:
         """The ``version`` of the document :meth:`json_items` makes: 3 when the names or tags are coded
         (module docstring), else 2. ``forms``: :meth:`_json_forms`' result, when already made."""
         forms = forms or self._json_forms()
         return 3 if forms[0] == "parts" or forms[1] == "keys" else 2
 
-    def json_items(self, forms: tuple[str, str, dict[str, dict[str, Any]]] | None = None
-                   ) -> Iterator[tuple[str, Any]]:
+    def json_items(self, forms: JsonForms | None = None) -> Iterator[tuple[str, Any]]:
         """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`).
         ``forms``: :meth:`_json_forms`' result, when already made."""
         names, tags, based = forms or self._json_forms()
@@ -693,7 +697,7 @@ class Timeline:
                 f"launch={self.launch!r}, profile={self.profile!r}, ops={len(self)}, "
                 f"makespan_s={self.makespan_s!r})")
 
-    def _head_fields(self) -> tuple[Any, ...]:
+    def _head_fields(self) -> tuple[str, str, int, str, str | None]:
         return self.schedule, self.source, self.world_size, self.launch, self.profile
 
     @property
@@ -718,7 +722,7 @@ class Timeline:
         return sorted(seen, key=lambda k: (k[0], seen[k]))
 
     # -- JSON ---------------------------------------------------------------
-    def _head(self, version: int, forms: Any = None) -> dict[str, Any]:
+    def _head(self, version: int, forms: JsonForms | None = None) -> dict[str, Any]:
         if version >= 2:
             version = self.columns.json_version(forms)
         h = {"format": FORMAT, "version": version, "schedule": self.schedule, "source": self.source,
