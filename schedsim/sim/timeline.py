@@ -236,7 +236,7 @@ class SpanColumns:
         """Per row, its tags (an empty dict when none); from ``coded_tags`` on first access, one dict per
         distinct tag set, shared by its rows."""
         if self._tags is None:
-            self._tags = self._tag_columns().dicts()  # type: ignore[union-attr]
+            self._tags = self._coded_tag_columns().dicts()
         return self._tags
 
     def tags_of(self, rows: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
@@ -244,8 +244,7 @@ class SpanColumns:
         built for those rows only while the per-row dicts are not made: a chart of a few lanes of a 214k-op run
         reads its lanes' tags, not every row's."""
         if self._tags is None:
-            tc = self._tag_columns()
-            return tc.dicts(rows)  # type: ignore[union-attr]
+            return self._coded_tag_columns().dicts(rows)
         tags = self._tags
         return [tags[i] for i in rows]
 
@@ -263,6 +262,13 @@ class SpanColumns:
             ct = ct()
         self._coded_tags = ct
         return ct
+
+    def _coded_tag_columns(self) -> TagColumns:
+        """:meth:`_tag_columns` where the tags are coded (the per-row dicts not built: the constructor got
+        ``coded_tags``, as it gets ``tags`` or it)."""
+        tc = self._tag_columns()
+        assert tc is not None, "SpanColumns: no tags and no coded tags"
+        return tc
 
     def _name_parts(self) -> Parts | None:
         """The names as :class:`~schedsim.coded.Parts` when the constructor gave them (made and kept)."""
@@ -320,10 +326,10 @@ class SpanColumns:
         import numpy as np
 
         if self._tags is None and self._coded_tags is not None:
-            tc = self._tag_columns()
+            tc = self._coded_tag_columns()
             rows = np.asarray(rows, np.int64)
-            rows = rows[tc.has(key)[rows]]  # type: ignore[union-attr]
-            return rows.tolist(), tc.dicts(rows)  # type: ignore[union-attr]
+            rows = rows[tc.has(key)[rows]]
+            return rows.tolist(), tc.dicts(rows)
         tags = self.tags
         out = [i for i in rows.tolist() if tags[i] and key in tags[i]]
         return out, [tags[i] for i in out]
@@ -395,7 +401,7 @@ class SpanColumns:
             names = "shared"  # names shared by rows: the table once, rows joined from it
         elif self._name_parts() is not None:
             names = "parts"
-        keyed = self._keyed and self._tag_columns().scalar()  # type: ignore[union-attr]
+        keyed = self._keyed and self._coded_tag_columns().scalar()
         based = {}
         if names == "parts" or keyed:  # a version-3 document: its float columns may be based too
             for c, base in _BASES.items():
@@ -414,18 +420,23 @@ class SpanColumns:
         """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`).
         ``forms``: :meth:`_json_forms`' result, when already made."""
         names, tags, based = forms or self._json_forms()
+        coded = self._coded  # "shared" only with the ids coded (_json_forms)
         if names == "shared" and tags == "keys":
             # a version-3 document anyway (its tags coded): the ids as their format and the names as one part
             # (the table once, a code per row), not two lists of a million strings (22 of a 1M-op file's 100 MB)
+            assert coded is not None
             yield "id", {"format": ID_FORMAT}
-            yield "name", {"parts": [{"values": list(self._coded[0]), "codes": self._coded[1]}]}  # type: ignore[index]
+            yield "name", {"parts": [{"values": list(coded[0]), "codes": coded[1]}]}
         elif names == "shared":
-            ids, nms = _coded_json(self._coded[0], self._coded[1], self.rank)  # type: ignore[index]
+            assert coded is not None
+            ids, nms = _coded_json(coded[0], coded[1], self.rank)
             yield "id", ids
             yield "name", nms
         elif names == "parts":
             yield "id", {"format": ID_FORMAT}
-            yield "name", self._name_parts().to_json()  # type: ignore[union-attr]
+            parts = self._name_parts()
+            assert parts is not None  # _json_forms: "parts" only with them
+            yield "name", parts.to_json()
         else:
             yield "id", self.id
             yield "name", self.name
@@ -438,17 +449,17 @@ class SpanColumns:
         if self.stream_s is not None:
             yield "stream_s", based.get("stream_s", self.stream_s)
         if tags == "keys":  # one coded column per key: no dict per row
-            yield "tags", self._tag_columns().to_json()  # type: ignore[union-attr]
+            yield "tags", self._coded_tag_columns().to_json()
             return
         if self._tags is None:  # coded: the dicts of the rows with tags only
             import numpy as np
 
-            tc = self._tag_columns()
+            tc = self._coded_tag_columns()
             some = np.zeros(len(self.rank), bool)
-            for key in tc.keys:  # type: ignore[union-attr]
-                some |= tc.has(key)  # type: ignore[union-attr]
+            for key in tc.keys:
+                some |= tc.has(key)
             at = np.flatnonzero(some)
-            yield "tags", {"index": at, "values": tc.dicts(at)}  # type: ignore[union-attr]
+            yield "tags", {"index": at, "values": tc.dicts(at)}
             return
         tl = self.tags
         idx = list(compress(range(len(tl)), tl))
