@@ -42,6 +42,7 @@ from schedsim.sim.timeline_json import (
     _BASES,
     _FLOAT_COLS,
     ID_FORMAT,
+    NameTable,
     _array_pieces,
     _based,
     _big_ints_kept,
@@ -187,10 +188,10 @@ class SpanColumns:
                  start_s: NDArray[np.float64], end_s: NDArray[np.float64], solo_s: NDArray[np.float64],
                  ready_s: NDArray[np.float64], bytes: NDArray[np.float64], flops: NDArray[np.float64],
                  tags: list[dict[str, Any]] | None, stream_s: NDArray[np.float64] | None = None, *,
-                 coded_ids: tuple[Sequence[str], np.ndarray] | None = None,
+                 coded_ids: tuple[NameTable, np.ndarray] | None = None,
                  coded_tags: tuple[Sequence[tuple[tuple[str, Any], ...]], np.ndarray] | TagColumns
                  | Callable[[], TagColumns] | None = None,
-                 name_parts: Parts | Callable[[], Parts] | None = None) -> None:
+                 name_parts: Parts | Callable[[], Parts | None] | None = None) -> None:
         self._id, self._name, self.rank = id, name, rank
         self._coded, self._coded_tags, self._parts = coded_ids, coded_tags, name_parts
         self._keyed = coded_tags is not None and not isinstance(coded_tags, tuple)  # written as a column per key
