@@ -25,6 +25,8 @@ from schedsim.errors import SchedsimError, printable
 
 if TYPE_CHECKING:
     from schedsim.network.explain import ExplainRow
+    from schedsim.sim.metrics import Metrics
+    from schedsim.sim.timeline import Timeline
 
 #: Help is plain text (click's formatter), not rich markup: markup read "[default: ...]" in a help string as a tag
 #: and deleted it, and rich's option tables cut words with "…" at 80 columns; plain help wraps at the terminal width.
@@ -156,7 +158,7 @@ def predict(
         _print_predict(tl, metrics, paths, fmt, all_ranks, rows)
 
 
-def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,
+def _print_predict(tl: Timeline, metrics: Metrics, paths: list[Path], fmt: OutFormat, all_ranks: bool,
                    explain: list[ExplainRow] | None = None) -> None:
     from schedsim.notes import summarize
 
@@ -261,7 +263,7 @@ def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
     from schedsim.errors import printable
     from schedsim.spec.overrides import parse_value
 
-    axes = []
+    axes: list[tuple[str, list[Any]]] = []
     for item in items:
         if "=" not in item:
             raise SchedsimError(f"--set {printable(item, 80)!r} is not key=v1,v2,...",
