@@ -23,18 +23,40 @@ Result (``Timeline.meta["memory"]``, written into timeline.json)::
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schedsim.sim.timeline import Timeline
 from schedsim.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from schedsim.graph.info import PipelineInfo
     from schedsim.spec.pipeline_block import PipelineSpec
 
-__all__ = ["memory_over_time", "static_memory"]
+__all__ = ["DagLike", "memory_over_time", "static_memory"]
 
 _BUFFER_KINDS = {"recv", "all_gather", "gather"}
+
+
+class EdgeKinds(Protocol):
+    """``edges[u, v]``: the attributes of edge ``u`` → ``v`` (``kind``: ``dep`` or ``stream``)."""
+
+    def __getitem__(self, uv: tuple[str, str]) -> Mapping[str, str]: ...
+
+
+class DagLike(Protocol):
+    """What the memory curve reads of a DAG (op ids as nodes): membership, an op's successors and an edge's
+    ``kind``; a networkx DiGraph or a :class:`~schedsim.lower.program.DagView` (whose ``prog`` arrays are read
+    instead where they are the timeline's)."""
+
+    def __contains__(self, op_id: object) -> bool: ...
+
+    def successors(self, op_id: str) -> Iterable[str]: ...
+
+    @property
+    def edges(self) -> EdgeKinds: ...
 
 
 def static_memory(info: PipelineInfo | None, block: PipelineSpec | None,
@@ -80,7 +102,7 @@ def static_memory(info: PipelineInfo | None, block: PipelineSpec | None,
 _Events = tuple[Any, Any, Any, Any, Any]
 
 
-def memory_over_time(tl: Timeline, graph: Any = None,
+def memory_over_time(tl: Timeline, graph: DagLike | None = None,
                      static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
     """Allocation curve per rank (see the module doc); None when nothing is counted.
 
@@ -154,7 +176,7 @@ def _activation_events(tl: Timeline, unit: float) -> _Events | None:
             np.concatenate([first, gone]))
 
 
-def _buffer_events(tl: Timeline, graph: Any) -> _Events | None:
+def _buffer_events(tl: Timeline, graph: DagLike | None) -> _Events | None:
     """A recv/all_gather/gather holds its bytes from its start until :func:`_buffer_ends`."""
     import numpy as np
 
@@ -214,7 +236,7 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
     return out
 
 
-def _buffer_ends(tl: Timeline, graph: Any, rows: Any) -> Any:
+def _buffer_ends(tl: Timeline, graph: DagLike | None, rows: np.ndarray) -> np.ndarray:
     """End (s) of each buffer row: the latest end of its same-rank, non-stream successors and its own."""
     import numpy as np
 
@@ -246,7 +268,7 @@ def _buffer_ends(tl: Timeline, graph: Any, rows: Any) -> Any:
     return out
 
 
-def _reference(tl: Timeline, graph: Any = None,
+def _reference(tl: Timeline, graph: DagLike | None = None,
                static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
     """The definition of :func:`memory_over_time`, span by span (kept for the equality tests)."""
     info = tl.pipeline

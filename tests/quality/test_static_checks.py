@@ -178,7 +178,7 @@ BOUNDARY_MODULES = [
     "schedsim/gpu/power.py", "schedsim/network/model.py", "schedsim/network/explain.py", "schedsim/sim/engine.py",
     "schedsim/sim/symmetry.py", "schedsim/sim/timeline.py", "schedsim/sim/metrics.py",
     "schedsim/sim/pipeline_metrics.py", "schedsim/compare.py", "schedsim/notes.py", "schedsim/report/summary.py",
-    "schedsim/report/chrome.py", "schedsim/report/compare.py",
+    "schedsim/report/chrome.py", "schedsim/report/compare.py", "schedsim/report/memory.py",
 ]
 
 
