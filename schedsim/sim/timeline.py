@@ -632,13 +632,13 @@ class Timeline:
         self._makespan: float | None = None
         self.critical_path: list[str] = critical_path if critical_path is not None else []
         self.meta: dict[str, Any] = meta if meta is not None else {}
-        self._cp_rows: tuple[list[str], np.ndarray] | None = None  # (critical_path as it was, rows in path order)
+        self._cp_rows: tuple[list[str], NDArray[np.int64]] | None = None  # (critical_path as it was, rows in path order)
         #: Per row, when the op's host call returned (seconds, float64, shape (n,)): the simulator's issue times
         #: (rule host-issue of :mod:`schedsim.gpu.rules`), which the critical path's host calls are cut from
         #: (:func:`schedsim.sim.metrics.critical_path_segments`); None when unknown (not stored in timeline.json).
-        self.host_call_end_s: np.ndarray | None = None
+        self.host_call_end_s: NDArray[np.float64] | None = None
 
-    def critical_rows(self) -> np.ndarray:
+    def critical_rows(self) -> NDArray[np.int64]:
         """Rows (int64, ascending) of the ops whose id is on :attr:`critical_path`: from the simulator when it
         gave them and the path is unchanged since, else by a scan of the ids."""
         import numpy as np
@@ -650,7 +650,7 @@ class Timeline:
         c = self.columns
         return np.flatnonzero(np.fromiter(map(on_path.__contains__, c.id), dtype=bool, count=len(c)))
 
-    def critical_path_order(self) -> np.ndarray | None:
+    def critical_path_order(self) -> NDArray[np.int64] | None:
         """Rows (int64) of the :attr:`critical_path` ops in path order when the simulator gave them and the path
         is unchanged since, else None (:func:`schedsim.sim.metrics.critical_path_segments` then maps the ids)."""
         known = self._cp_rows
