@@ -632,7 +632,8 @@ class Timeline:
         self._makespan: float | None = None
         self.critical_path: list[str] = critical_path if critical_path is not None else []
         self.meta: dict[str, Any] = meta if meta is not None else {}
-        self._cp_rows: tuple[list[str], NDArray[np.int64]] | None = None  # (critical_path as it was, rows in path order)
+        #: (critical_path as it was, rows in path order)
+        self._cp_rows: tuple[list[str], NDArray[np.int64]] | None = None
         #: Per row, when the op's host call returned (seconds, float64, shape (n,)): the simulator's issue times
         #: (rule host-issue of :mod:`schedsim.gpu.rules`), which the critical path's host calls are cut from
         #: (:func:`schedsim.sim.metrics.critical_path_segments`); None when unknown (not stored in timeline.json).
