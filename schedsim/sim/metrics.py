@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from schedsim.arrays import (  # re-exported
     intersect_length,
@@ -57,6 +57,8 @@ from schedsim.sim.timeline import Timeline
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from schedsim.sim.symmetry import Represented
 
 __all__ = ["merge", "merge_per_group", "length", "intersect_length", "merged", "union_length", "pieces_intersection",
            "compute_metrics", "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments",
@@ -354,12 +356,12 @@ class Metrics:
         return from_dict(cls, d)
 
 
-def represented(tl: Timeline) -> dict[str, Any]:
+def represented(tl: Timeline) -> Represented:
     """``tl.meta["represented"]`` of a symmetric prediction's timeline (``ranks``: the representatives, ``of``: the
     world size, ``classes``: each rank's representative; :func:`schedsim.sim.symmetry.mark_represented`), ``{}``
     for a timeline of every rank."""
     rep = tl.meta.get("represented") if isinstance(tl.meta, dict) else None
-    return rep if isinstance(rep, dict) else {}
+    return cast("Represented", rep) if isinstance(rep, dict) else {}
 
 
 def represented_classes(tl: Timeline) -> list[int] | None:

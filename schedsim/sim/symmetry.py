@@ -4,14 +4,24 @@ The lowering itself is :func:`schedsim.lower.training.represented_ranks`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
     from schedsim.lower.program import Program
     from schedsim.spec.model import ScheduleSpec
 
-__all__ = ["layout_alike", "mark_represented", "symmetric_exact"]
+__all__ = ["HasMeta", "Represented", "layout_alike", "mark_represented", "symmetric_exact"]
+
+
+class Represented(TypedDict, total=False):
+    """``Timeline.meta["represented"]`` of a symmetric prediction (:func:`mark_represented`): the representative
+    ``ranks`` simulated, the world size they stand for (``of``) and, added by :func:`schedsim.api.simulate_spec`,
+    each rank's representative (``classes``)."""
+
+    ranks: list[int]
+    of: int
+    classes: list[int]
 
 
 class HasMeta(Protocol):
@@ -64,7 +74,8 @@ def mark_represented(tl: HasMeta, prog: Program) -> bool:
     representative of every rank), which the metrics and the training report expand to the world; returns whether
     it is one."""
     if prog.represented:
-        tl.meta["represented"] = {"ranks": list(prog.represented), "of": prog.world_size}
+        rep: Represented = {"ranks": list(prog.represented), "of": prog.world_size}
+        tl.meta["represented"] = rep
     return bool(prog.represented)
 
 
