@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from schedsim.sim.timeline import Timeline
 from schedsim.units import DTYPE_BYTES
@@ -35,9 +35,27 @@ if TYPE_CHECKING:
     from schedsim.graph.info import PipelineInfo
     from schedsim.spec.pipeline_block import PipelineSpec
 
-__all__ = ["DagLike", "memory_over_time", "static_memory"]
+__all__ = ["DagLike", "MemoryCurve", "RankMemory", "memory_over_time", "static_memory"]
 
 _BUFFER_KINDS = {"recv", "all_gather", "gather"}
+
+
+class RankMemory(TypedDict):
+    """One rank's curve (module docstring): ``static`` bytes by kind, ``steps`` (``[t_s, bytes]`` pairs, the
+    value from that time on), the peak (bytes), when (s) and the op charged with it (``""``: the step's start)."""
+
+    static: dict[str, float]
+    steps: list[list[float]]
+    peak_bytes: float
+    peak_s: float
+    peak_op: str
+
+
+class MemoryCurve(TypedDict):
+    """:func:`memory_over_time`'s result, ``Timeline.meta["memory"]``: ``unit`` (``bytes``) and each rank's curve."""
+
+    unit: str
+    ranks: dict[int, RankMemory]
 
 
 class EdgeKinds(Protocol):
@@ -103,7 +121,7 @@ _Events = tuple[Any, Any, Any, Any, Any]
 
 
 def memory_over_time(tl: Timeline, graph: DagLike | None = None,
-                     static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
+                     static: dict[int, dict[str, float]] | None = None) -> MemoryCurve | None:
     """Allocation curve per rank (see the module doc); None when nothing is counted.
 
     Works on the timeline's columns: events are gathered as arrays and each rank's curve is a cumulative
@@ -192,7 +210,7 @@ def _buffer_events(tl: Timeline, graph: DagLike | None) -> _Events | None:
             np.concatenate([b, -b]), np.concatenate([rows, rows]))
 
 
-def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> dict[int, dict[str, Any]]:
+def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> dict[int, RankMemory]:
     """Each rank's steps and peak from the events, in the definition's order (:func:`memory_over_time`)."""
     import numpy as np
 
@@ -216,7 +234,7 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
         return sorted(ids)[g - a]
 
     bounds = np.searchsorted(rk, np.arange(int(rk.max()) + 2)) if len(rk) else np.zeros(1, np.int64)
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, RankMemory] = {}
     for r in sorted(set(unique(c.rank)[0].tolist()) | set(unique(rk)[0].tolist())):
         base = sum((static.get(r) or {}).values())
         lo, hi = (int(bounds[r]), int(bounds[r + 1])) if r + 1 < len(bounds) else (0, 0)
