@@ -175,8 +175,8 @@ ANY_BASELINE = HERE / "any_baseline.json"
 #: Timeline → Metrics and views → api), whose signatures name the real types rather than ``Any``.
 BOUNDARY_MODULES = [
     "schedsim/api.py", "schedsim/lower/__init__.py", "schedsim/lower/program.py", "schedsim/gpu/cost.py",
-    "schedsim/gpu/power.py", "schedsim/network/model.py", "schedsim/network/explain.py", "schedsim/sim/engine.py",
-    "schedsim/sim/symmetry.py", "schedsim/sim/timeline.py", "schedsim/sim/metrics.py",
+    "schedsim/gpu/power.py", "schedsim/network/model.py", "schedsim/network/explain.py", "schedsim/network/share.py",
+    "schedsim/sim/engine.py", "schedsim/sim/symmetry.py", "schedsim/sim/timeline.py", "schedsim/sim/metrics.py",
     "schedsim/sim/pipeline_metrics.py", "schedsim/compare.py", "schedsim/notes.py", "schedsim/report/summary.py",
     "schedsim/report/chrome.py", "schedsim/report/compare.py", "schedsim/report/memory.py",
 ]
