@@ -218,7 +218,7 @@ def simulate_spec(spec: ScheduleSpec, profile: HardwareProfile, *, file: str | P
                   release_ops: bool = False, **sim: Unpack[PredictOptions]) -> Run:
     """The chain after loading: :func:`build` → simulate → metrics, pipeline metrics and memory curve.
 
-    ``profile`` is a HardwareProfile; ``sim`` passes the engine's options (``gpu_model``,
+    ``profile`` is a HardwareProfile; ``sim`` (:class:`PredictOptions`) passes the engine's options (``gpu_model``,
     ``max_connections``, ``model_executor``, ``iteration_gap_s``), and ``full_ranks``: a ``training:`` block is
     lowered symmetrically (one representative rank per class of ranks that run alike,
     :func:`schedsim.lower.training.represented_ranks`) where that is exact on the profile
