@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from schedsim.arrays import (  # re-exported
     intersect_length,
@@ -538,14 +538,15 @@ def _pairs(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return k
 
 
-def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray, side: str) -> np.ndarray:
+def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray,
+                  side: Literal["left", "right"]) -> np.ndarray:
     """Per query ``(xg, xv)``, ``np.searchsorted(yv[group xg's slice], xv, side)``, for ``yv`` sorted within
     each group and ``yg`` ascending: one search of the (group, value) pairs (:func:`_pairs`)."""
     import numpy as np
 
     if not len(xv):
         return np.zeros(0, np.int64)
-    found: np.ndarray = np.searchsorted(_pairs(yg, yv), _pairs(xg, xv), side)  # type: ignore[call-overload]
+    found: np.ndarray = np.searchsorted(_pairs(yg, yv), _pairs(xg, xv), side)
     return found - np.searchsorted(yg, xg, side="left")
 
 
